@@ -1,0 +1,140 @@
+/*
+ * buf.c - the sticky-error string builder (see buf.h).
+ */
+#include "buf.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void lg_buf_init(lg_buf *b) { memset(b, 0, sizeof *b); }
+
+void lg_buf_free(lg_buf *b)
+{
+	free(b->data);
+	lg_buf_init(b);
+}
+
+static bool reserve(lg_buf *b, size_t extra)
+{
+	if (b->failed)
+		return false;
+	if (b->len + extra + 1 <= b->cap)
+		return true;
+	size_t cap = b->cap ? b->cap : 4096;
+	while (cap < b->len + extra + 1)
+		cap *= 2;
+	char *p = realloc(b->data, cap);
+	if (!p) {
+		b->failed = true;
+		return false;
+	}
+	b->data = p;
+	b->cap = cap;
+	return true;
+}
+
+void lg_raw(lg_buf *b, const char *s, size_t n)
+{
+	if (!reserve(b, n))
+		return;
+	memcpy(b->data + b->len, s, n);
+	b->len += n;
+	b->data[b->len] = '\0';
+}
+
+static void vemit(lg_buf *b, const char *fmt, va_list ap)
+{
+	va_list ap2;
+	va_copy(ap2, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap2);
+	va_end(ap2);
+	if (n < 0) {
+		b->failed = true;
+		return;
+	}
+	if (!reserve(b, (size_t)n))
+		return;
+	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	b->len += (size_t)n;
+}
+
+void lg_emit(lg_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vemit(b, fmt, ap);
+	va_end(ap);
+}
+
+static void indent(lg_buf *b)
+{
+	for (int i = 0; i < b->depth; i++)
+		lg_raw(b, "\t", 1);
+}
+
+static void vline(lg_buf *b, const char *fmt, va_list ap)
+{
+	if (fmt[0])
+		indent(b);
+	vemit(b, fmt, ap);
+	lg_raw(b, "\n", 1);
+}
+
+void lg_line(lg_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vline(b, fmt, ap);
+	va_end(ap);
+}
+
+void lg_open(lg_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vline(b, fmt, ap);
+	va_end(ap);
+	b->depth++;
+}
+
+void lg_close(lg_buf *b) { lg_close_with(b, "}"); }
+
+void lg_close_with(lg_buf *b, const char *fmt, ...)
+{
+	if (b->depth > 0)
+		b->depth--;
+	va_list ap;
+	va_start(ap, fmt);
+	vline(b, fmt, ap);
+	va_end(ap);
+	/* "} else {" reopens the block it closed */
+	size_t n = strlen(fmt);
+	if (n && fmt[n - 1] == '{')
+		b->depth++;
+}
+
+void lg_comment(lg_buf *b, const char *fmt, ...)
+{
+	indent(b);
+	lg_raw(b, "// ", 3);
+	va_list ap;
+	va_start(ap, fmt);
+	vemit(b, fmt, ap);
+	va_end(ap);
+	lg_raw(b, "\n", 1);
+}
+
+char *lg_buf_finish(lg_buf *b, size_t *len)
+{
+	if (b->failed || !reserve(b, 0)) {
+		lg_buf_free(b);
+		return NULL;
+	}
+	char *s = b->data;
+	if (len)
+		*len = b->len;
+	lg_buf_init(b);
+	return s;
+}

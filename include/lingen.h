@@ -1,0 +1,176 @@
+/*
+ * lingen.h - the one public header of lingen, a template-free CUDA kernel
+ * generator for the fused FP8-MoE training kernels of the linghe family.
+ *
+ * A spec (JSON) names a kernel family and its static shape; lingen emits
+ * specialised CUDA source, compiles it with NVRTC (or finds it in its cache),
+ * loads the cubin with the driver API and launches it on the caller's stream.
+ *
+ * Conventions:
+ *   - every call returns an lg_status; on failure lg_last_error() gives a
+ *     readable message for the calling thread (file, JSON path, what was
+ *     expected, NVRTC log, driver error string);
+ *   - objects come in _create/_destroy or _load/_free pairs; ownership of
+ *     every returned pointer is stated beside the function;
+ *   - the library never exits, never prints unless LINGEN_LOG asks it to,
+ *     and needs no CUDA library at link time: libcuda and NVRTC are opened
+ *     with dlopen when first needed.
+ *
+ * Thread safety: a context may be shared by threads; lg_kernel_get and the
+ * launchers may be called concurrently. A launch after the first does no
+ * hashing, file access or allocation.
+ */
+#ifndef LINGEN_H
+#define LINGEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LINGEN_VERSION_MAJOR 0
+#define LINGEN_VERSION_MINOR 1
+#define LINGEN_VERSION_PATCH 0
+#define LINGEN_VERSION "0.1.0"
+
+/* Status codes. lg_status_str() names each. */
+typedef enum lg_status {
+	LG_OK = 0,
+	LG_ERR_INVALID_ARG,   /* a bad argument to an API call */
+	LG_ERR_SPEC,          /* a spec file that does not parse or validate */
+	LG_ERR_NO_MEMORY,     /* host allocation failed */
+	LG_ERR_IO,            /* a file could not be read or written */
+	LG_ERR_DRIVER,        /* libcuda.so.1 could not be loaded or lacks a symbol */
+	LG_ERR_NVRTC,         /* libnvrtc could not be loaded or lacks a symbol */
+	LG_ERR_COMPILE,       /* NVRTC rejected the generated source */
+	LG_ERR_CUDA,          /* a driver call failed */
+	LG_ERR_NO_DEVICE,     /* no CUDA device, and no --arch to compile for */
+	LG_ERR_UNSUPPORTED,   /* valid request this build or arch cannot serve */
+	LG_STATUS_COUNT
+} lg_status;
+
+/* Name of a status code, e.g. "LG_ERR_SPEC". Never NULL. */
+const char *lg_status_str(lg_status st);
+
+/* Detail message of the last failed lingen call on this thread ("" if none).
+ * Valid until the next lingen call on the same thread. */
+const char *lg_last_error(void);
+
+/* Version of lingen as "MAJOR.MINOR.PATCH". */
+const char *lg_version(void);
+
+/* ---------------------------------------------------------------- specs */
+
+typedef struct lg_spec lg_spec;           /* one kernel: family, pass, static shape */
+typedef struct lg_spec_file lg_spec_file; /* a parsed spec file: many kernels */
+
+/* Parse a spec file held in memory; `filename` is only used in messages and
+ * may be NULL. On success *out is owned by the caller: lg_spec_file_free. */
+lg_status lg_spec_file_parse(const char *text, size_t len, const char *filename,
+			     lg_spec_file **out);
+/* Read and parse a spec file from disk. */
+lg_status lg_spec_file_load(const char *path, lg_spec_file **out);
+void lg_spec_file_free(lg_spec_file *f);
+size_t lg_spec_file_count(const lg_spec_file *f);
+/* The i-th kernel of a file; owned by the file. */
+const lg_spec *lg_spec_file_get(const lg_spec_file *f, size_t i);
+/* The file's optional "name" ("" if absent); owned by the file. */
+const char *lg_spec_file_name(const lg_spec_file *f);
+
+/* Parse one kernel object, e.g. {"op":"rmsnorm","pass":"forward",...}.
+ * The caller frees *out with lg_spec_free. */
+lg_status lg_spec_parse(const char *json, lg_spec **out);
+void lg_spec_free(lg_spec *s);
+
+/* The spec as canonical JSON (fixed key order, every default filled in).
+ * The caller frees the result with free(). NULL on allocation failure. */
+char *lg_spec_canonical(const lg_spec *s);
+/* Entry-point base name of the kernel, e.g. "lg_rmsnorm_quant_fwd_h2048_both".
+ * Owned by the spec. */
+const char *lg_spec_entry(const lg_spec *s);
+
+/* ------------------------------------------------------ generation only */
+
+/* Generated CUDA source of a spec for an arch ("sm_90a", "sm_80", ...).
+ * The caller frees *src with free(). Needs no GPU and no NVRTC. */
+lg_status lg_generate(const lg_spec *s, const char *arch, char **src);
+
+/* ------------------------------------------------------------ contexts */
+
+typedef struct lg_ctx lg_ctx;
+
+typedef struct lg_ctx_opts {
+	/* Target arch, e.g. "sm_90a". NULL: $LINGEN_ARCH, else the arch of the
+	 * current (or first) CUDA device. */
+	const char *arch;
+	/* Disk cache folder. NULL: $LINGEN_CACHE_DIR, else $XDG_CACHE_HOME/lingen,
+	 * else ~/.cache/lingen. "off" disables the disk cache. */
+	const char *cache_dir;
+} lg_ctx_opts;
+
+/* Create a context. opts may be NULL. Creating a context with an explicit
+ * arch touches no CUDA library; the driver is opened when a kernel is first
+ * loaded. The caller destroys *out with lg_ctx_destroy. */
+lg_status lg_ctx_create(const lg_ctx_opts *opts, lg_ctx **out);
+/* Unloads every kernel of the context. No launch may be in flight. */
+void lg_ctx_destroy(lg_ctx *ctx);
+/* The arch the context compiles for. Owned by the context. */
+const char *lg_ctx_arch(const lg_ctx *ctx);
+
+/* Cubin of a spec for the context's arch, from the memory cache, the disk
+ * cache or a fresh NVRTC compile (in that order). Needs no GPU. *cubin is
+ * owned by the context and lives as long as it. */
+lg_status lg_ctx_cubin(lg_ctx *ctx, const lg_spec *s, const void **cubin, size_t *size);
+
+/* ------------------------------------------------------------- kernels */
+
+typedef struct lg_kernel lg_kernel; /* owned by its context */
+
+/* A loaded kernel for a spec: JIT-compiled or taken from the cache, then
+ * loaded with cuLibraryLoadData (context-independent: it serves every GPU of
+ * the process). The same spec gives the same handle. A CUDA context must be
+ * current on the calling thread when launching. */
+lg_status lg_kernel_get(lg_ctx *ctx, const lg_spec *s, lg_kernel **out);
+
+/* Bytes of device workspace a launch of k needs (0 for most kernels). */
+size_t lg_kernel_workspace_size(const lg_kernel *k);
+
+/* A CUDA stream: CUstream / cudaStream_t (NULL = the legacy default stream). */
+typedef struct CUstream_st *lg_stream;
+/* A device pointer: CUdeviceptr, or a cudaMalloc'd pointer cast to integer. */
+typedef unsigned long long lg_dptr;
+
+/* Launch with the pointers in the family's documented order (as in the
+ * typed launchers below); an output the spec did not ask for is 0. */
+lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens,
+			   const lg_dptr *ptrs, int nptrs);
+
+/* K1: RMSNorm + blockwise FP8 quantisation, forward (op "rmsnorm_quant").
+ *   x [tokens, hidden] bf16, w [hidden] bf16;
+ *   q  [tokens, hidden] e4m3, s  [hidden/128, tokens] fp32   (rowwise)
+ *   qt [hidden, tokens] e4m3, st [ceil(tokens/128), hidden] fp32 (columnwise)
+ *   rms [tokens] fp32 (reciprocal RMS), optional (0: not written).
+ * Copies the spec's quant.output did not ask for take 0. */
+lg_status lg_rmsnorm_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens,
+				   lg_dptr x, lg_dptr w, lg_dptr q, lg_dptr s, lg_dptr rms,
+				   lg_dptr qt, lg_dptr st);
+
+/* Plain RMSNorm forward (op "rmsnorm", pass "forward"):
+ *   y [tokens, hidden] bf16 = x * r * w; rms [tokens] fp32 optional. */
+lg_status lg_rmsnorm_forward(const lg_kernel *k, lg_stream stream, int64_t tokens,
+			     lg_dptr x, lg_dptr w, lg_dptr y, lg_dptr rms);
+
+/* RMSNorm backward (op "rmsnorm", pass "backward"):
+ *   dy, x [tokens, hidden] bf16, w [hidden] bf16, rms [tokens] fp32 or 0
+ *   (recomputed); dx [tokens, hidden] bf16, dw [hidden] fp32 (overwritten,
+ *   deterministic). workspace: lg_kernel_workspace_size(k) bytes. */
+lg_status lg_rmsnorm_backward(const lg_kernel *k, lg_stream stream, int64_t tokens,
+			      lg_dptr dy, lg_dptr x, lg_dptr w, lg_dptr rms, lg_dptr dx,
+			      lg_dptr dw, lg_dptr workspace);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LINGEN_H */

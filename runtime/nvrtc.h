@@ -1,0 +1,34 @@
+/*
+ * nvrtc.h - NVRTC, opened lazily with dlopen on the first compile.
+ *
+ * Looked up as $LINGEN_NVRTC (a path), else libnvrtc.so.13, libnvrtc.so.12,
+ * libnvrtc.so, then the same names under $CUDA_HOME/lib64 and
+ * /usr/local/cuda/lib64. A missing NVRTC is LG_ERR_NVRTC with a message
+ * naming what was tried; it only matters on a cache miss.
+ */
+#ifndef LG_RUNTIME_NVRTC_H
+#define LG_RUNTIME_NVRTC_H
+
+#include <stddef.h>
+
+#include "lingen.h"
+
+/* NVRTC's version (loads NVRTC if needed). */
+lg_status lg_nvrtc_version(int *major, int *minor);
+
+/* The options lingen passes for an arch, NULL-terminated, in a static table
+ * (they are part of the cache key). */
+const char *const *lg_nvrtc_options(const char *arch, int *count);
+
+/* Compile `src` (named `name` in messages) to a cubin for `arch`. On success
+ * *cubin is malloc'd (caller frees) and *log (may be NULL) holds warnings.
+ * On failure returns LG_ERR_COMPILE with lg_last_error() holding the log,
+ * the options and the numbered source. */
+lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin,
+			   size_t *size, char **log);
+
+/* For tests: forget a loaded NVRTC and refuse to load one again while
+ * `blocked` is set, as if it were absent. */
+void lg_nvrtc_block_for_tests(int blocked);
+
+#endif
