@@ -216,10 +216,11 @@ static size_t skip_space(const char *t, size_t i, size_t len)
 	return i;
 }
 
+/* "<file>: line L, column C: <what>, found <source there>, allowed: <allowed>" */
 static lg_status syntax_error(const struct lg_jreader *r, const char *t, size_t len, size_t off,
-			      const char *what)
+			      const char *what, const char *allowed)
 {
-	size_t line = 1, col = 1;
+	size_t line = 1, col = 1, n = 0;
 	if (off > len)
 		off = len;
 	for (size_t i = 0; i < off; i++) {
@@ -230,9 +231,11 @@ static lg_status syntax_error(const struct lg_jreader *r, const char *t, size_t 
 			col++;
 		}
 	}
-	struct lg_jshow found = quote_n(t + off, len - off < SNIPPET ? len - off : SNIPPET);
-	return lg_fail(LG_ERR_SPEC, "%s: line %zu, column %zu: %s, found %s, allowed: JSON (RFC 8259)",
-		       r->file, line, col, what, off < len ? found.s : "the end of the input");
+	while (off + n < len && n < SNIPPET && t[off + n] != '\n' && t[off + n] != '\r')
+		n++;
+	struct lg_jshow found = quote_n(t + off, n);
+	return lg_fail(LG_ERR_SPEC, "%s: line %zu, column %zu: %s, found %s, allowed: %s", r->file,
+		       line, col, what, off < len ? found.s : "the end of the input", allowed);
 }
 
 lg_status lg_json_parse(struct lg_jreader *r, const char *text, size_t len, cJSON **out)
@@ -245,11 +248,13 @@ lg_status lg_json_parse(struct lg_jreader *r, const char *text, size_t len, cJSO
 	cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, false);
 	size_t off = end ? (size_t)(end - text) : 0;
 	if (!j)
-		return syntax_error(r, text, len, off, "malformed JSON");
+		return syntax_error(r, text, len, off, "malformed JSON",
+				    "JSON text (RFC 8259)");
 	off = skip_space(text, off, len);
 	if (off != len) {
 		cJSON_Delete(j);
-		return syntax_error(r, text, len, off, "text after the JSON value");
+		return syntax_error(r, text, len, off, "text after the JSON value",
+				    "only whitespace");
 	}
 	*out = j;
 	return LG_OK;

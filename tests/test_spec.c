@@ -5,6 +5,7 @@
  * entry names; every shipped configs/kernels/*.json parses; truncated and
  * mutated input never crashes the parser (run under ASan too).
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -42,8 +43,9 @@ struct bad {
 
 static const struct bad bad_specs[] = {
 	/* syntax */
-	{"{\"kernels\": [\n  {\"op\": }\n]}", {"line 2, column 10", "malformed JSON", "found \"}\\x0a]}\""}},
-	{"{\"kernels\": [" RN "]} trailing", {"line 1, column", "text after the JSON value", "\"trailing\""}},
+	{"{\"kernels\": [\n  {\"op\": }\n]}", {"line 2, column 10", "malformed JSON", "found \"}\", allowed: JSON text"}},
+	{"{\"kernels\": [" RN "]} trailing", {"line 1, column", "text after the JSON value", "\"trailing\"",
+					   "allowed: only whitespace"}},
 	{"", {"found an empty document", "allowed: a JSON object"}},
 	{"  \n ", {"found an empty document"}},
 	{"{\"kernels\": [" RN, {"line 1, column", "malformed JSON"}},
@@ -416,6 +418,18 @@ static void test_fuzz(void **state)
 	}
 	free(text);
 
+	/* single kernels, truncated (lg_spec_parse reads up to the NUL) */
+	const char *one = RQ;
+	for (size_t i = 0; i <= strlen(one); i++) {
+		char *cut = strndup(one, i);
+		lg_spec *s = NULL;
+		lg_status st = lg_spec_parse(cut, &s);
+		assert_true(st == LG_OK || st == LG_ERR_SPEC);
+		assert_true(st != LG_ERR_SPEC || strncmp(lg_last_error(), "<input>: ", 9) == 0);
+		lg_spec_free(s);
+		free(cut);
+	}
+
 	/* deep nesting, in the kernels array and at the top */
 	size_t deep = 100000;
 	char *junk = malloc(2 * deep + 32);
@@ -440,6 +454,37 @@ static void test_fuzz(void **state)
 	free(many);
 }
 
+/* Messages are per thread: two threads failing differently keep their own. */
+static void *parse_in_thread(void *arg)
+{
+	const char *h = arg;
+	char json[256], want[64];
+	snprintf(json, sizeof json, "{\"kernels\": [" RN ", {\"op\": \"rmsnorm\", \"pass\": \"forward\", "
+		 "\"dtype\": \"bf16\", \"hidden\": %s}]}", h);
+	snprintf(want, sizeof want, "t.json: kernels[1].hidden: found %s,", h);
+	for (int i = 0; i < 2000; i++) {
+		lg_spec_file *f = NULL;
+		if (lg_spec_file_parse(json, strlen(json), "t.json", &f) != LG_ERR_SPEC ||
+		    strncmp(lg_last_error(), want, strlen(want)) != 0)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	static const char *const hs[] = {"100", "200", "300", "400"};
+	pthread_t t[4];
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, parse_in_thread, (void *)hs[i]), 0);
+	for (int i = 0; i < 4; i++) {
+		void *bad = NULL;
+		assert_int_equal(pthread_join(t[i], &bad), 0);
+		assert_null(bad);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -451,6 +496,7 @@ int main(void)
 		cmocka_unit_test(test_shipped_configs),
 		cmocka_unit_test(test_long_entry_is_hashed),
 		cmocka_unit_test(test_fuzz),
+		cmocka_unit_test(test_threads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
