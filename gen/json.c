@@ -10,6 +10,7 @@
 #include "json.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,8 +245,13 @@ lg_status lg_json_parse(struct lg_jreader *r, const char *text, size_t len, cJSO
 	if (skip_space(text, 0, len) == len)
 		return lg_fail(LG_ERR_SPEC, "%s: found an empty document, allowed: a JSON object",
 			       r->file);
+	/* cJSON records parse errors in a global: serialise its parser so
+	 * concurrent spec loads stay free of data races. */
+	static pthread_mutex_t parse_mu = PTHREAD_MUTEX_INITIALIZER;
 	const char *end = NULL;
+	pthread_mutex_lock(&parse_mu);
 	cJSON *j = cJSON_ParseWithLengthOpts(text, len, &end, false);
+	pthread_mutex_unlock(&parse_mu);
 	size_t off = end ? (size_t)(end - text) : 0;
 	if (!j)
 		return syntax_error(r, text, len, off, "malformed JSON",
