@@ -518,7 +518,7 @@ static void test_list_and_clear(void **state)
 	char *dir = rt_tmpdir("cache");
 	lg_cache *c = lg_cache_open(dir, 0);
 	uint8_t k[3][LG_KEY_BYTES];
-	uint8_t *p = payload(700, 11);
+	uint8_t *p = payload(702, 11); /* entries of 700, 701, 702 bytes */
 	const char *names[3] = {"lg_zero", "lg_one", "lg_two"};
 	for (int i = 0; i < 3; i++) {
 		key_of(names[i], k[i]);
