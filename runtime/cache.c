@@ -29,7 +29,8 @@
  *     unlinked (best effort, only if it is still the file that was read);
  *     the next put writes a good one. Files over 256 MiB are not read.
  *  5. A hit refreshes the file's mtime; mtime is the "last use" of an entry.
- *     After a put, if the *.lgc files of the folder exceed the bound
+ *     After a put (a compile just happened, so a folder scan is cheap by
+ *     comparison), if the *.lgc files of the folder exceed the bound
  *     (LINGEN_CACHE_MAX_MB, default 1 GiB), the least recently used are
  *     removed until they fit in 90% of it.
  *  6. The cache never fails a compile. A folder that cannot be created or
@@ -537,9 +538,11 @@ void lg_cache_put(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const char *entr
 	put_u64(hdr + 32, (uint64_t)size);
 	put_u64(hdr + 40, XXH3_64bits(data, size));
 	hdr[CACHE_FIXED] = (uint8_t)nlen;
-	memcpy(hdr + CACHE_FIXED + 1, entry, nlen);
+	if (nlen)
+		memcpy(hdr + CACHE_FIXED + 1, entry, nlen);
 	hdr[CACHE_FIXED + 1 + nlen] = (uint8_t)alen;
-	memcpy(hdr + CACHE_FIXED + 2 + nlen, arch, alen);
+	if (alen)
+		memcpy(hdr + CACHE_FIXED + 2 + nlen, arch, alen);
 
 	if (lg_mkdir_p(c->dir) != 0)
 		goto fail;

@@ -267,7 +267,7 @@ static void dump(const char *name, const char *arch, const char *src, const void
 	char base[256], path[4400];
 	size_t n = 0;
 	for (const char *p = name; *p && n + 1 < sizeof base; p++)
-		base[n++] = (strchr("/\\", *p) || *p == '\0') ? '_' : *p;
+		base[n++] = *p == '/' || *p == '\\' ? '_' : *p;
 	base[n] = '\0';
 	if (strcmp(base, ".") == 0 || strcmp(base, "..") == 0 || n == 0)
 		snprintf(base, sizeof base, "kernel");
