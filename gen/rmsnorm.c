@@ -169,7 +169,7 @@ static void emit_load(lg_buf *b, const struct lg_plan *p, const char *dst, const
 {
 	int64_t pieces = p->hidden / 8;
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
 	lg_line(b, "%s[k] = lg_u32x4{0u, 0u, 0u, 0u};", dst);
 	lg_line(b, "if (live && c < %lld) %s[k] = lg_ld16(%s + (m * %lld + c * 8) * 2);", (long long)pieces,
@@ -181,7 +181,7 @@ static void emit_sumsq(lg_buf *b, const struct lg_plan *p, const char *v)
 {
 	lg_line(b, "double ss = 0.0;");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].x);", v);
 	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].y);", v);
 	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].z);", v);
@@ -208,7 +208,7 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_comment(b, "y = (x * r) * w in fp32, rounded to bf16 (RNE).");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
 	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + c * 16);");
@@ -242,21 +242,21 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "lg_u32x4 wv[%lld];", (long long)p->P_K);
 	lg_line(b, "float acc[%lld][8];", (long long)p->P_K);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
 	lg_line(b, "wv[k] = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};",
 		(long long)pieces);
 	lg_line(b, "for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
 	lg_close(b);
 	lg_line(b, "const i64 stride = lg_ctas(M) * %d;", rows);
-	lg_open(b, "for (i64 base = (i64)blockIdx.x * %d; base < M; base += stride)", rows);
+	lg_open(b, "for (i64 base = (i64)blockIdx.x * %d; base < M; base += stride) {", rows);
 	lg_line(b, "const i64 m = base + slot;");
 	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "lg_u32x4 xv[%lld], gv[%lld];", (long long)p->P_K, (long long)p->P_K);
 	emit_load(b, p, "xv", "xg");
 	emit_load(b, p, "gv", "gg");
 	lg_line(b, "float r;");
-	lg_open(b, "if (rms)");
+	lg_open(b, "if (rms) {");
 	lg_line(b, "r = live ? ((const float *)rms)[m] : 0.0f;");
 	lg_close_with(b, "} else {");
 	emit_sumsq(b, p, "xv");
@@ -265,11 +265,11 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_comment(b, "dot = sum x * g * w over the row (fp32).");
 	lg_line(b, "float dot = 0.0f;");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w}, g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
 	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = 0; e < 4; e++)");
+	lg_open(b, "for (int e = 0; e < 4; e++) {");
 	lg_line(b, "dot += lg_bf16_lo(a[e]) * lg_bf16_lo(g[e]) * lg_bf16_lo(ww[e]);");
 	lg_line(b, "dot += lg_bf16_hi(a[e]) * lg_bf16_hi(g[e]) * lg_bf16_hi(ww[e]);");
 	lg_close(b);
@@ -278,14 +278,14 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_comment(b, "dx = r g w - r^3 x dot / hidden (bf16); dw += x g r (fp32, in registers).");
 	lg_line(b, "const float c3 = r * r * r * (dot / %lld.0f);", (long long)h);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
 	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w}, g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
 	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
 	lg_line(b, "u32 o[4];");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = 0; e < 4; e++)");
+	lg_open(b, "for (int e = 0; e < 4; e++) {");
 	lg_line(b, "const float x0 = lg_bf16_lo(a[e]), x1 = lg_bf16_hi(a[e]);");
 	lg_line(b, "const float g0 = lg_bf16_lo(g[e]), g1 = lg_bf16_hi(g[e]);");
 	lg_line(b, "o[e] = lg_pack_bf16x2(r * g0 * lg_bf16_lo(ww[e]) - c3 * x0, r * g1 * lg_bf16_hi(ww[e]) - c3 * x1);");
@@ -297,13 +297,13 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_close(b);
 	lg_comment(b, "Add the row slots' dw partials in a fixed order; one workspace row per CTA.");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
 	lg_line(b, "if (c < %lld)", (long long)pieces);
 	lg_line(b, "\tfor (int e = 0; e < 8; e++) part[slot * %lld + c * 8 + e] = acc[k][e];", (long long)h);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_open(b, "for (int col = threadIdx.x; col < %lld; col += %d)", (long long)h, threads);
+	lg_open(b, "for (int col = threadIdx.x; col < %lld; col += %d) {", (long long)h, threads);
 	lg_line(b, "float sum = 0.0f;");
 	lg_line(b, "for (int sl = 0; sl < %d; sl++) sum += part[sl * %lld + col];", rows, (long long)h);
 	lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = sum;", (long long)h);

@@ -199,7 +199,7 @@ static struct shape shape_of(const struct lg_plan *p)
 static void emit_helpers(lg_buf *b, const struct shape *k)
 {
 	lg_comment(b, "Byte offset of 16-byte piece pc of tile row r: XOR-swizzled by (r / 16) %% 8.");
-	lg_open(b, "static __device__ __forceinline__ u32 lg_tile_off(int r, int pc)");
+	lg_open(b, "static __device__ __forceinline__ u32 lg_tile_off(int r, int pc) {");
 	lg_line(b, "return (u32)(r * %d + ((pc ^ ((r >> 4) & 7)) << 4));", k->chunk * 2);
 	lg_close(b);
 	lg_line(b, "%s", "");
@@ -209,17 +209,17 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
  * `buf`, optionally accumulating the rows' sums of squares into psum. */
 static void emit_load_chunk(lg_buf *b, const struct shape *k, bool store, bool sumsq, const char *buf)
 {
-	lg_open(b, "");
+	lg_open(b, "{");
 	lg_line(b, "lg_u32x4 v[%d];", k->iters);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++)", k->iters);
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->iters);
 	lg_line(b, "const int r = (warp + %d * i) * %d + lane / %d;", k->warps, k->rpl, k->lpr);
 	lg_line(b, "v[i] = lg_u32x4{0u, 0u, 0u, 0u};");
 	lg_line(b, "if (r < rows) v[i] = lg_ld16(xt + (i64)r * %d + (j * %d + pc * 8) * 2);", k->n * 2,
 		k->chunk);
 	lg_close(b);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++)", k->iters);
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->iters);
 	lg_line(b, "const int r = (warp + %d * i) * %d + lane / %d;", k->warps, k->rpl, k->lpr);
 	if (store)
 		lg_line(b, "*(lg_u32x4 *)(%s + lg_tile_off(r, pc)) = v[i];", buf);
@@ -254,19 +254,19 @@ static void emit_row_pass(lg_buf *b, const struct lg_spec *s, const struct shape
 	const char *div = s->quant.round_scale ? "inv" : "sc";
 	lg_comment(b, "Rowwise copy: each lane normalises 8 columns of a row; 16 lanes make one");
 	lg_comment(b, "1x128 block, whose amax is a butterfly over those lanes. 8-byte fp8 stores.");
-	lg_open(b, "");
+	lg_open(b, "{");
 	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep(wg + (k0 + j * %d + pc * 8) * 2);", k->chunk);
 	lg_line(b, "const float w[8] = {lg_bf16_lo(wv.x), lg_bf16_hi(wv.x), lg_bf16_lo(wv.y), lg_bf16_hi(wv.y),");
 	lg_line(b, "                    lg_bf16_lo(wv.z), lg_bf16_hi(wv.z), lg_bf16_lo(wv.w), lg_bf16_hi(wv.w)};");
 	lg_line(b, "#pragma unroll 4");
-	lg_open(b, "for (int i = 0; i < %d; i++)", k->iters);
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->iters);
 	lg_line(b, "const int r = (warp + %d * i) * %d + lane / %d;", k->warps, k->rpl, k->lpr);
 	lg_line(b, "const lg_u32x4 v = *(const lg_u32x4 *)(%s + lg_tile_off(r, pc));", buf);
 	lg_line(b, "const float rr = rs[r];");
 	lg_line(b, "const u32 xv[4] = {v.x, v.y, v.z, v.w};");
 	lg_line(b, "float y[8], amax = 0.0f;");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = 0; e < 4; e++)");
+	lg_open(b, "for (int e = 0; e < 4; e++) {");
 	lg_line(b, "y[2 * e] = (lg_bf16_lo(xv[e]) * rr) * w[2 * e];");
 	lg_line(b, "y[2 * e + 1] = (lg_bf16_hi(xv[e]) * rr) * w[2 * e + 1];");
 	lg_line(b, "amax = fmaxf(amax, fmaxf(fabsf(y[2 * e]), fabsf(y[2 * e + 1])));");
@@ -277,7 +277,7 @@ static void emit_row_pass(lg_buf *b, const struct lg_spec *s, const struct shape
 		qop(s), div, qop(s), div, qop(s), div, qop(s), div);
 	lg_line(b, "const u32 p1 = lg_e4m3x2(y[4] %s %s, y[5] %s %s) | (lg_e4m3x2(y[6] %s %s, y[7] %s %s) << 16);",
 		qop(s), div, qop(s), div, qop(s), div, qop(s), div);
-	lg_open(b, "if (r < rows)");
+	lg_open(b, "if (r < rows) {");
 	lg_line(b, "lg_st8(qg + (m0 + r) * %d + k0 + j * %d + pc * 8, p0, p1);", k->n, k->chunk);
 	lg_line(b, "if ((pc & 15) == 0) sg[(i64)((k0 + j * %d + pc * 8) / 128) * M + m0 + r] = sc;",
 		k->chunk);
@@ -293,14 +293,14 @@ static void emit_col_pass(lg_buf *b, const struct lg_spec *s, const struct shape
 	lg_comment(b, "a group being 16 consecutive rows. The 128x1 amax is a butterfly over the 8");
 	lg_comment(b, "groups; each lane writes 16 consecutive tokens of 2 columns of qt (16-byte");
 	lg_comment(b, "stores; 8 lanes fill one 128-byte line).");
-	lg_open(b, "for (int pcc = warp; pcc < %d; pcc += %d)", k->chunk / 8, k->warps);
+	lg_open(b, "for (int pcc = warp; pcc < %d; pcc += %d) {", k->chunk / 8, k->warps);
 	lg_line(b, "const int g = lane >> 2, cp = lane & 3;");
 	lg_line(b, "const i64 col = k0 + j * %d + pcc * 8 + 2 * cp;", k->chunk);
 	lg_line(b, "const u32 wp = *(const u32 *)(wg + col * 2);");
 	lg_line(b, "const float wa = lg_bf16_lo(wp), wb = lg_bf16_hi(wp);");
 	lg_line(b, "float ya[16], yb[16], ama = 0.0f, amb = 0.0f;");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < 16; i++)");
+	lg_open(b, "for (int i = 0; i < 16; i++) {");
 	lg_line(b, "const u32 v = *(const u32 *)(%s + lg_tile_off(16 * g + i, pcc) + cp * 4);", buf);
 	lg_line(b, "ya[i] = (lg_bf16_lo(v) * rr[i]) * wa;");
 	lg_line(b, "yb[i] = (lg_bf16_hi(v) * rr[i]) * wb;");
@@ -315,26 +315,26 @@ static void emit_col_pass(lg_buf *b, const struct lg_spec *s, const struct shape
 	(void)div;
 	lg_line(b, "u32 qa[4], qb[4];");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = 0; e < 4; e++)");
+	lg_open(b, "for (int e = 0; e < 4; e++) {");
 	lg_line(b, "qa[e] = lg_e4m3x2(ya[4 * e] %s %s, ya[4 * e + 1] %s %s) | (lg_e4m3x2(ya[4 * e + 2] %s %s, ya[4 * e + 3] %s %s) << 16);",
 		qop(s), da, qop(s), da, qop(s), da, qop(s), da);
 	lg_line(b, "qb[e] = lg_e4m3x2(yb[4 * e] %s %s, yb[4 * e + 1] %s %s) | (lg_e4m3x2(yb[4 * e + 2] %s %s, yb[4 * e + 3] %s %s) << 16);",
 		qop(s), db, qop(s), db, qop(s), db, qop(s), db);
 	lg_close(b);
 	lg_line(b, "u8 *pa = qtg + col * M + m0 + 16 * g;");
-	lg_open(b, "if (vec_ok && 16 * g + 16 <= rows)");
+	lg_open(b, "if (vec_ok && 16 * g + 16 <= rows) {");
 	lg_line(b, "lg_st16(pa, lg_u32x4{qa[0], qa[1], qa[2], qa[3]});");
 	lg_line(b, "lg_st16(pa + M, lg_u32x4{qb[0], qb[1], qb[2], qb[3]});");
 	lg_close_with(b, "} else {");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < 16; i++)");
-	lg_open(b, "if (16 * g + i < rows)");
+	lg_open(b, "for (int i = 0; i < 16; i++) {");
+	lg_open(b, "if (16 * g + i < rows) {");
 	lg_line(b, "pa[i] = (u8)(qa[i >> 2] >> (8 * (i & 3)));");
 	lg_line(b, "pa[M + i] = (u8)(qb[i >> 2] >> (8 * (i & 3)));");
 	lg_close(b);
 	lg_close(b);
 	lg_close(b);
-	lg_open(b, "if (g == 0)");
+	lg_open(b, "if (g == 0) {");
 	lg_line(b, "stg[(i64)blockIdx.y * %d + col] = sa;", k->n);
 	lg_line(b, "stg[(i64)blockIdx.y * %d + col + 1] = sb;", k->n);
 	lg_close(b);
@@ -347,7 +347,7 @@ static void emit_rrms_exchange(lg_buf *b, const struct shape *k)
 		lg_comment(b, "Whole-row sums: add the partial sums of the %d CTAs of the cluster, in rank", k->cluster);
 		lg_comment(b, "order (every CTA gets the same bits), through distributed shared memory.");
 		lg_line(b, "lg_cluster_sync();");
-		lg_open(b, "if (threadIdx.x < %d)", ROWS);
+		lg_open(b, "if (threadIdx.x < %d) {", ROWS);
 		lg_line(b, "double sum = 0.0;");
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (u32 c = 0; c < %du; c++) sum += lg_dsmem_ld_f64(&psum[threadIdx.x], c);", k->cluster);
@@ -404,7 +404,7 @@ static void emit_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan
 	lg_comment(b, "Pass 1: read the tile (16-byte loads, all in flight before use), %s",
 		   k.stream ? "summing squares (fp64)." : "keep it in shared memory and sum squares (fp64).");
 	lg_line(b, "#pragma unroll 1");
-	lg_open(b, "for (int j = 0; j < %d; j++)", k.nchunks);
+	lg_open(b, "for (int j = 0; j < %d; j++) {", k.nchunks);
 	emit_load_chunk(b, &k, !k.stream, true, bufexpr);
 	lg_close(b);
 	lg_line(b, "%s", "");
@@ -417,7 +417,7 @@ static void emit_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan
 	lg_line(b, "%s", "");
 	lg_comment(b, "Pass 2: normalise, quantise and write each chunk.");
 	lg_line(b, "#pragma unroll 1");
-	lg_open(b, "for (int j = 0; j < %d; j++)", k.nchunks);
+	lg_open(b, "for (int j = 0; j < %d; j++) {", k.nchunks);
 	if (k.stream) {
 		lg_line(b, "if (j > 0) __syncthreads(); // the previous chunk is consumed");
 		emit_load_chunk(b, &k, true, false, bufexpr);

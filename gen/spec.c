@@ -490,19 +490,16 @@ void lg_spec_file_free(lg_spec_file *f)
 
 size_t lg_spec_file_count(const lg_spec_file *f)
 {
-	lg_clear_error();
 	return f ? f->count : 0;
 }
 
 const lg_spec *lg_spec_file_get(const lg_spec_file *f, size_t i)
 {
-	lg_clear_error();
 	return f && i < f->count ? &f->specs[i] : NULL;
 }
 
 const char *lg_spec_file_name(const lg_spec_file *f)
 {
-	lg_clear_error();
 	return f && f->name ? f->name : "";
 }
 
@@ -590,7 +587,6 @@ char *lg_spec_to_json(const struct lg_spec *s)
 
 char *lg_spec_canonical(const lg_spec *s)
 {
-	lg_clear_error();
 	return s ? lg_spec_to_json(s) : NULL;
 }
 
@@ -656,6 +652,5 @@ void lg_spec_make_entry(struct lg_spec *s)
 
 const char *lg_spec_entry(const lg_spec *s)
 {
-	lg_clear_error();
 	return s ? s->entry : "";
 }

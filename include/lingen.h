@@ -54,7 +54,8 @@ typedef enum lg_status {
 /* Name of a status code, e.g. "LG_ERR_SPEC". Never NULL. */
 const char *lg_status_str(lg_status st);
 
-/* Detail message of the last failed lingen call on this thread ("" if none).
+/* Detail message of the last failed lingen call on this thread ("" if none);
+ * calls that return an lg_status clear it on entry, accessors leave it alone.
  * Valid until the next lingen call on the same thread. */
 const char *lg_last_error(void);
 

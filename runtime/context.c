@@ -88,7 +88,8 @@ static struct lg_ctx_entry *find(lg_ctx *c, const char *canon)
 }
 
 /* Generate and compile (or read from disk) an entry; called unlocked. */
-static lg_status build_entry(lg_ctx *c, const struct lg_spec *s, char *canon, struct lg_ctx_entry **out)
+static lg_status build_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
+			     struct lg_ctx_entry **out)
 {
 	double t0 = lg_now();
 	struct lg_ctx_entry *e = calloc(1, sizeof *e);
@@ -146,7 +147,7 @@ static lg_status get_entry(lg_ctx *c, const lg_spec *s, struct lg_ctx_entry **ou
 		*out = e;
 		return LG_OK;
 	}
-	struct lg_ctx_entry *fresh;
+	struct lg_ctx_entry *fresh = NULL;
 	lg_status st = build_entry(c, s, canon, &fresh);
 	if (st != LG_OK)
 		return st;

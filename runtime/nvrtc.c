@@ -84,7 +84,10 @@ static void *nv_try(const char *path, char *tried, size_t cap)
 	if (!lib) {
 		const char *why = dlerror();
 		size_t n = strlen(tried);
-		snprintf(tried + n, cap - n, "\n  %s: %s", path, why ? why : "not found");
+		if (n + 1 < cap) /* truncation of the list of reasons is fine */
+			n += (size_t)snprintf(tried + n, cap - n, "\n  %.*s: ", (int)(cap / 4), path);
+		if (n + 1 < cap)
+			snprintf(tried + n, cap - n, "%.*s", (int)(cap / 2), why ? why : "not found");
 	}
 	return lib;
 }

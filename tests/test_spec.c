@@ -2,7 +2,7 @@
  * test_spec.c - spec files: every way a spec can be wrong gives one message
  * naming the file, the JSON path, what was found and what is allowed; good
  * specs get their defaults, a canonical form that round-trips and unique
- * entry names; every shipped configs/kernels/*.json parses; truncated and
+ * entry names; every shipped configs/kernels/ JSON file parses; truncated and
  * mutated input never crashes the parser (run under ASan too).
  */
 #include <pthread.h>

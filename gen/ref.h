@@ -1,0 +1,56 @@
+/*
+ * ref.h - what each family's CPU reference offers the check and bench
+ * harness: the buffers of a launch (sizes, element kinds, tolerances),
+ * random inputs, and the reference outputs computed with float64
+ * accumulation. Linked into the tools and tests, not the runtime library.
+ */
+#ifndef LG_REF_H
+#define LG_REF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "family.h"
+
+/* How an output is compared (KERNELS.md 4). */
+enum lg_cmp {
+	LG_CMP_NONE,   /* an input, or a workspace */
+	LG_CMP_E4M3,   /* bit-equal for >= 1 - 1e-6 of bytes, the rest within one e4m3 step */
+	LG_CMP_SCALE,  /* fp32, bit-equal */
+	LG_CMP_FP32,   /* fp32, |d| <= rtol |ref| + atol */
+	LG_CMP_BF16,   /* bf16, |d| <= rtol |ref| + atol */
+};
+
+struct lg_ref_buf {
+	const char *name;
+	size_t elem;      /* bytes per element */
+	size_t count;     /* elements; 0 = not used by this spec (pointer 0) */
+	bool output;
+	enum lg_cmp cmp;
+	double rtol, atol;
+	void *host;       /* inputs: the data; outputs: the reference result */
+};
+
+struct lg_ref_case {
+	int n; /* == the family's argument count for the pass */
+	struct lg_ref_buf buf[LG_MAX_ARGS];
+};
+
+struct lg_ref_family {
+	/* Fill name/elem/count/output/cmp/tolerances of every argument. */
+	void (*describe)(const struct lg_spec *s, int64_t tokens, struct lg_ref_case *c);
+	/* Random inputs (never all zero) into the host buffers of the inputs. */
+	void (*fill)(const struct lg_spec *s, int64_t tokens, struct lg_ref_case *c, uint64_t seed);
+	/* Reference outputs into the host buffers of the outputs. */
+	void (*run)(const struct lg_spec *s, int64_t tokens, struct lg_ref_case *c);
+};
+
+const struct lg_ref_family *lg_ref_family_get(enum lg_op op);
+
+/* Helpers shared by the references. */
+uint64_t lg_ref_rand(uint64_t *state);       /* splitmix64 */
+float lg_ref_randn(uint64_t *state);         /* standard normal */
+void lg_ref_fill_bf16(uint16_t *p, size_t n, float scale, uint64_t *state);
+
+#endif

@@ -1,0 +1,105 @@
+/*
+ * rmsnorm_ref.c - CPU reference of family "rmsnorm" (K1, plain): forward
+ * y = (x * r) * w rounded to bf16; backward dx = r g w - r^3 x (sum x g w)/n
+ * and dw = sum over rows of x g r, all in float64.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "numeric_ref.h"
+#include "ref.h"
+
+enum { F_X, F_W, F_Y, F_RMS };
+enum { B_DY, B_X, B_W, B_RMS, B_DX, B_DW, B_WS };
+
+static void describe(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
+{
+	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m;
+	memset(c, 0, sizeof *c);
+	if (s->pass == LG_PASS_FORWARD) {
+		c->n = 4;
+		c->buf[F_X] = (struct lg_ref_buf){"x", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL};
+		c->buf[F_W] = (struct lg_ref_buf){"w", 2, n, false, LG_CMP_NONE, 0, 0, NULL};
+		c->buf[F_Y] = (struct lg_ref_buf){"y", 2, mm * n, true, LG_CMP_BF16, 1e-2, 1e-3, NULL};
+		c->buf[F_RMS] = (struct lg_ref_buf){"rms", 4, mm, true, LG_CMP_FP32, 1e-6, 0, NULL};
+		return;
+	}
+	c->n = 7;
+	c->buf[B_DY] = (struct lg_ref_buf){"dy", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL};
+	c->buf[B_X] = (struct lg_ref_buf){"x", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL};
+	c->buf[B_W] = (struct lg_ref_buf){"w", 2, n, false, LG_CMP_NONE, 0, 0, NULL};
+	c->buf[B_RMS] = (struct lg_ref_buf){"rms", 4, mm, false, LG_CMP_NONE, 0, 0, NULL};
+	c->buf[B_DX] = (struct lg_ref_buf){"dx", 2, mm * n, true, LG_CMP_BF16, 2e-2, 1e-3, NULL};
+	c->buf[B_DW] = (struct lg_ref_buf){"dw", 4, n, true, LG_CMP_FP32, 1e-4, 1e-4, NULL};
+	c->buf[B_WS] = (struct lg_ref_buf){"workspace", 1, 0, false, LG_CMP_NONE, 0, 0, NULL};
+}
+
+static double row_sumsq(const uint16_t *x, size_t n)
+{
+	double ss = 0.0;
+	for (size_t k = 0; k < n; k++) {
+		double v = lg_ref_bf16_to_f32(x[k]);
+		ss += v * v;
+	}
+	return ss;
+}
+
+static void fill(const struct lg_spec *s, int64_t m, struct lg_ref_case *c, uint64_t seed)
+{
+	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m;
+	uint64_t st = seed;
+	bool fwd = s->pass == LG_PASS_FORWARD;
+	uint16_t *x = c->buf[fwd ? F_X : B_X].host, *w = c->buf[fwd ? F_W : B_W].host;
+	for (size_t i = 0; i < mm; i++)
+		lg_ref_fill_bf16(x + i * n, n, ldexpf(1.0f, (int)(lg_ref_rand(&st) % 9) - 4), &st);
+	for (size_t k = 0; k < n; k++)
+		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
+	if (fwd)
+		return;
+	lg_ref_fill_bf16(c->buf[B_DY].host, mm * n, 1.0f, &st);
+	float *rms = c->buf[B_RMS].host; /* the forward's rms, as training passes it */
+	for (size_t i = 0; i < mm; i++)
+		rms[i] = lg_ref_rrms(row_sumsq(x + i * n, n), (int64_t)n, s->eps);
+}
+
+static void run(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
+{
+	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m;
+	if (s->pass == LG_PASS_FORWARD) {
+		const uint16_t *x = c->buf[F_X].host, *w = c->buf[F_W].host;
+		uint16_t *y = c->buf[F_Y].host;
+		float *rms = c->buf[F_RMS].host;
+		for (size_t i = 0; i < mm; i++) {
+			float r = lg_ref_rrms(row_sumsq(x + i * n, n), (int64_t)n, s->eps);
+			rms[i] = r;
+			for (size_t k = 0; k < n; k++)
+				y[i * n + k] = lg_ref_f32_to_bf16((lg_ref_bf16_to_f32(x[i * n + k]) * r) *
+								  lg_ref_bf16_to_f32(w[k]));
+		}
+		return;
+	}
+	const uint16_t *dy = c->buf[B_DY].host, *x = c->buf[B_X].host, *w = c->buf[B_W].host;
+	const float *rms = c->buf[B_RMS].host;
+	uint16_t *dx = c->buf[B_DX].host;
+	float *dw = c->buf[B_DW].host;
+	double *acc = calloc(n, sizeof *acc);
+	for (size_t i = 0; i < mm && acc; i++) {
+		double r = rms[i], dot = 0.0;
+		const uint16_t *xr = x + i * n, *gr = dy + i * n;
+		for (size_t k = 0; k < n; k++)
+			dot += (double)lg_ref_bf16_to_f32(xr[k]) * lg_ref_bf16_to_f32(gr[k]) *
+			       lg_ref_bf16_to_f32(w[k]);
+		for (size_t k = 0; k < n; k++) {
+			double xv = lg_ref_bf16_to_f32(xr[k]), gv = lg_ref_bf16_to_f32(gr[k]);
+			double d = r * gv * lg_ref_bf16_to_f32(w[k]) - r * r * r * xv * dot / (double)n;
+			dx[i * n + k] = lg_ref_f32_to_bf16((float)d);
+			acc[k] += xv * gv * r;
+		}
+	}
+	for (size_t k = 0; k < n && acc; k++)
+		dw[k] = (float)acc[k];
+	free(acc);
+}
+
+const struct lg_ref_family lg_ref_rmsnorm = {describe, fill, run};

@@ -1,0 +1,113 @@
+/*
+ * test_compile.c - every kernel of every shipped spec file generates
+ * deterministic source that NVRTC compiles to a cubin for sm_90a and sm_80,
+ * with no GPU. Also: entry points named in the plan exist in the source,
+ * and the fp8 conversion is the hardware one on sm_90a and software on sm_80.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "generate.h"
+#include "nvrtc.h"
+#include "spec.h"
+#include "testutil.h"
+
+static const char *const archs[] = {"sm_90a", "sm_80"};
+
+static void compile_one(const lg_spec *s, const char *arch)
+{
+	struct lg_target t;
+	assert_true(lg_target_parse(arch, &t));
+	struct lg_plan p, p2;
+	char *src = NULL, *again = NULL;
+	size_t len = 0, len2 = 0;
+	lg_status st = lg_generate_for(s, &t, &p, &src, &len);
+	if (st != LG_OK)
+		fail_msg("generate %s for %s: %s", lg_spec_entry(s), arch, lg_last_error());
+	assert_int_equal(lg_generate_for(s, &t, &p2, &again, &len2), LG_OK);
+	assert_int_equal(len, len2);
+	assert_memory_equal(src, again, len); /* byte-deterministic */
+	assert_non_null(strstr(src, "generated, do not edit"));
+	for (int e = 0; e < p.nentries; e++)
+		assert_non_null(strstr(src, p.entry[e]));
+	if (strstr(src, "lg_e4m3x2(")) {
+		bool hw = strstr(src, "asm(\"cvt.rn.satfinite.e4m3x2.f32") != NULL;
+		assert_int_equal(hw, t.sm >= 89);
+	}
+	void *cubin = NULL;
+	size_t size = 0;
+	st = lg_nvrtc_compile(src, lg_spec_entry(s), arch, &cubin, &size, NULL);
+	if (st != LG_OK)
+		fail_msg("compile %s for %s: %s", lg_spec_entry(s), arch, lg_last_error());
+	assert_true(size > 64);
+	assert_memory_equal(cubin, "\177ELF", 4);
+	free(cubin);
+	free(src);
+	free(again);
+}
+
+static void test_shipped_specs_compile(void **state)
+{
+	(void)state;
+	size_t n = 0, kernels = 0;
+	char **files = lg_test_list_dir(LG_SOURCE_DIR "/configs/kernels", ".json", &n);
+	assert_non_null(files);
+	assert_true(n >= 1);
+	for (size_t i = 0; i < n; i++) {
+		lg_spec_file *f = NULL;
+		if (lg_spec_file_load(files[i], &f) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		for (size_t k = 0; k < lg_spec_file_count(f); k++, kernels++)
+			for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++)
+				compile_one(lg_spec_file_get(f, k), archs[a]);
+		lg_spec_file_free(f);
+	}
+	assert_true(kernels >= 3);
+	lg_test_free_list(files);
+}
+
+/* Odd and extreme shapes of K1 that the shipped files may not hold. */
+static void test_k1_shapes_compile(void **state)
+{
+	(void)state;
+	static const char *const specs[] = {
+		"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, \"quant\": {\"round_scale\": false, \"output\": \"rowwise\"}}",
+		"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1152, \"quant\": {\"output\": \"columnwise\"}}",
+		"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"tile\": {\"cluster\": 4, \"threads\": 128}, \"quant\": {}}",
+		"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 16384}",
+		"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1152}",
+		"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 128}",
+	};
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+		lg_spec *s = NULL;
+		if (lg_spec_parse(specs[i], &s) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+			/* a cluster asked for explicitly cannot build for sm_80 */
+			if (strstr(specs[i], "cluster") && strcmp(archs[a], "sm_80") == 0) {
+				char *src = NULL;
+				assert_int_equal(lg_generate(s, archs[a], &src), LG_ERR_UNSUPPORTED);
+				assert_non_null(strstr(lg_last_error(), "sm_90"));
+				continue;
+			}
+			compile_one(s, archs[a]);
+		}
+		lg_spec_free(s);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_shipped_specs_compile),
+		cmocka_unit_test(test_k1_shapes_compile),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,76 @@
+/*
+ * gpu.c - device buffers of a reference case (gpu.h).
+ */
+#include "gpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64_t tokens,
+			   uint64_t seed, size_t workspace)
+{
+	memset(g, 0, sizeof *g);
+	lg_status st = lg_cu_get(&g->cu);
+	if (st != LG_OK)
+		return st;
+	st = lg_cu_ensure_context(0);
+	if (st != LG_OK)
+		return st;
+	const struct lg_ref_family *rf = lg_ref_family_get(s->op);
+	const struct lg_family *f = lg_family_get(s->op);
+	rf->describe(s, tokens, &g->ref);
+	for (int i = 0; i < g->ref.n; i++) {
+		struct lg_ref_buf *b = &g->ref.buf[i];
+		if (f->args[s->pass][i].role == LG_ARG_WORKSPACE) {
+			b->count = workspace;
+			b->elem = 1;
+		}
+		if (!b->count)
+			continue;
+		size_t bytes = b->count * b->elem;
+		b->host = calloc(1, bytes);
+		if (b->output)
+			g->got[i] = calloc(1, bytes);
+		if (!b->host || (b->output && !g->got[i]))
+			return lg_fail(LG_ERR_NO_MEMORY, "out of host memory for %s (%zu bytes)", b->name, bytes);
+		LG_CU_TRY(g->cu, cuMemAlloc, (&g->dev[i], bytes));
+		g->ptrs[i] = g->dev[i];
+	}
+	rf->fill(s, tokens, &g->ref, seed);
+	for (int i = 0; i < g->ref.n; i++) {
+		struct lg_ref_buf *b = &g->ref.buf[i];
+		if (b->count && !b->output && b->cmp == LG_CMP_NONE && g->dev[i])
+			LG_CU_TRY(g->cu, cuMemcpyHtoD, (g->dev[i], b->host, b->count * b->elem));
+	}
+	return LG_OK;
+}
+
+lg_status lg_gpu_case_poison(struct lg_gpu_case *g)
+{
+	for (int i = 0; i < g->ref.n; i++)
+		if (g->ref.buf[i].output && g->dev[i])
+			LG_CU_TRY(g->cu, cuMemsetD8, (g->dev[i], 0xff, g->ref.buf[i].count * g->ref.buf[i].elem));
+	return LG_OK;
+}
+
+lg_status lg_gpu_case_download(struct lg_gpu_case *g)
+{
+	LG_CU_TRY(g->cu, cuCtxSynchronize, ());
+	for (int i = 0; i < g->ref.n; i++)
+		if (g->ref.buf[i].output && g->dev[i])
+			LG_CU_TRY(g->cu, cuMemcpyDtoH, (g->got[i], g->dev[i], g->ref.buf[i].count * g->ref.buf[i].elem));
+	return LG_OK;
+}
+
+void lg_gpu_case_free(struct lg_gpu_case *g)
+{
+	for (int i = 0; i < LG_MAX_ARGS; i++) {
+		if (g->dev[i])
+			g->cu->cuMemFree(g->dev[i]);
+		free(g->ref.buf[i].host);
+		free(g->got[i]);
+	}
+	memset(g, 0, sizeof *g);
+}

@@ -1,0 +1,29 @@
+/*
+ * gpu.h - device buffers of one reference case, for check and bench:
+ * allocate, upload inputs, poison outputs, download.
+ */
+#ifndef LG_HARNESS_GPU_H
+#define LG_HARNESS_GPU_H
+
+#include "ref.h"
+#include "cuda.h"
+
+struct lg_gpu_case {
+	const struct lg_cu *cu;
+	struct lg_ref_case ref;      /* host buffers: inputs and reference outputs */
+	void *got[LG_MAX_ARGS];      /* host copies of the GPU outputs */
+	CUdeviceptr dev[LG_MAX_ARGS];
+	lg_dptr ptrs[LG_MAX_ARGS];   /* what the launch gets (0 for unused) */
+};
+
+/* Describe, allocate host and device buffers, fill inputs (seed), upload.
+ * Needs a current CUDA context. workspace: bytes for LG_ARG_WORKSPACE. */
+lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64_t tokens,
+			   uint64_t seed, size_t workspace);
+/* Fill every output with 0xff bytes (NaN in every float format). */
+lg_status lg_gpu_case_poison(struct lg_gpu_case *g);
+/* Copy the outputs back into got[]. */
+lg_status lg_gpu_case_download(struct lg_gpu_case *g);
+void lg_gpu_case_free(struct lg_gpu_case *g);
+
+#endif
