@@ -233,7 +233,7 @@ int lg_cli_tokens(const struct lg_cli_cmd *cmd, const char *text, int64_t dflt, 
 	int64_t *t = calloc((size_t)np, sizeof *t);
 	int rc = t ? LG_EXIT_OK : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 	for (int i = 0; i < np && rc == LG_EXIT_OK; i++) {
-		long long v;
+		long long v = 0;
 		rc = lg_cli_int(cmd, "tokens", parts[i], 1, INT32_MAX, &v);
 		if (rc == LG_EXIT_OK)
 			t[i] = v;

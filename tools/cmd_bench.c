@@ -104,7 +104,7 @@ static int bench(const struct lg_cli_args *a, const int64_t *tokens, int nt, int
 	double copy_gbps = 0;
 	int rc = lg_cli_load_specs(a->pos, a->npos, &specs);
 	if (rc == LG_EXIT_OK)
-		rc = lg_cli_gpu_ctx("lingen bench", &ctx);
+		rc = lg_cli_gpu_ctx("bench", &ctx);
 	if (rc == LG_EXIT_OK) {
 		lg_status st = lg_bench_copy_ceiling(&copy_gbps);
 		if (st != LG_OK || copy_gbps <= 0)

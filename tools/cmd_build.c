@@ -24,6 +24,9 @@
 #include "cli.h"
 #include "nvrtc.h"
 
+/* Version of the manifest layout, for the loaders of bundles. */
+#define LG_MANIFEST_FORMAT 1
+
 enum { O_OUT, O_ARCH, O_JOBS };
 static const struct lg_cli_opt opts[] = {
 	[O_OUT] = {"out", 'o', "DIR", "bundle folder (created if missing)"},
@@ -173,6 +176,7 @@ static int run_workers(struct build *b, int n)
 static char *manifest(const struct build *b)
 {
 	cJSON *m = cJSON_CreateObject();
+	cJSON_AddNumberToObject(m, "format", LG_MANIFEST_FORMAT);
 	cJSON_AddStringToObject(m, "lingen", lg_version());
 	int major, minor;
 	char nv[32];

@@ -93,7 +93,7 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_load_specs(a.pos, a.npos, &specs);
 	if (rc == LG_EXIT_OK)
-		rc = lg_cli_gpu_ctx("lingen check", &ctx);
+		rc = lg_cli_gpu_ctx("check", &ctx);
 	if (rc == LG_EXIT_OK)
 		rc = check_all(ctx, &specs, tokens, nt, (uint64_t)seed);
 	if (ctx)
