@@ -2,7 +2,7 @@
 # and a table { name, text, length } sorted by name. Run at build time.
 file(GLOB files ${DIR}/*.cuh)
 list(SORT files)
-set(body "/* generated from templates/*.cuh by cmake/embed.cmake; do not edit */\n#include <stddef.h>\n#include \"templates.h\"\n\n")
+set(body "/* generated from templates/<name>.cuh by cmake/embed.cmake; do not edit */\n#include <stddef.h>\n#include \"templates.h\"\n\n")
 set(table "")
 set(n 0)
 foreach(f ${files})

@@ -1,28 +1,50 @@
 /*
  * rmsnorm.c - family "rmsnorm" (KERNELS.md K1, plain): RMSNorm forward
- * (bf16 out + reciprocal RMS) and backward (dx bf16, dw fp32).
- * STUB: filled in by the K1 work.
+ * (y bf16 + reciprocal RMS) and backward (dx bf16, dw fp32).
+ *
+ * Strategy: `lpr` lanes share one row, each holding up to 8 (forward) or 4
+ * (backward) 16-byte pieces of it in registers, so x is read once; the row
+ * reductions are warp butterflies, plus a fixed-order pass through shared
+ * memory when a row spans several warps. The backward runs a persistent
+ * grid whose CTAs keep their dw partial sums in registers, reduce them
+ * across row slots in shared memory, and write one row of a workspace; a
+ * second entry point adds the workspace rows in a fixed order, so dw is
+ * deterministic.
  */
+#include <stdio.h>
+
 #include "family.h"
 
 #include "error.h"
+#include "norm_common.h"
+#include "templates.h"
 
-static const struct lg_arg fwd_args[] = {
-	{"x", LG_ARG_IN, "[tokens, hidden] bf16"},
-	{"w", LG_ARG_IN, "[hidden] bf16"},
-	{"y", LG_ARG_OUT, "[tokens, hidden] bf16"},
-	{"rms", LG_ARG_OPT_IN, "[tokens] fp32 reciprocal RMS (optional output)"},
+#define PMAX 264 /* CTAs of the backward's persistent grid (2 per SM on H200) */
+
+enum { F_X, F_W, F_Y, F_RMS, F_NARGS };
+enum { B_DY, B_X, B_W, B_RMS, B_DX, B_DW, B_WS, B_NARGS };
+
+static const struct lg_arg fwd_args[F_NARGS] = {
+	[F_X] = {"x", LG_ARG_IN, "[tokens, hidden] bf16"},
+	[F_W] = {"w", LG_ARG_IN, "[hidden] bf16"},
+	[F_Y] = {"y", LG_ARG_OUT, "[tokens, hidden] bf16"},
+	[F_RMS] = {"rms", LG_ARG_OPT_IN, "[tokens] fp32 reciprocal RMS (optional output)"},
 };
 
-static const struct lg_arg bwd_args[] = {
-	{"dy", LG_ARG_IN, "[tokens, hidden] bf16"},
-	{"x", LG_ARG_IN, "[tokens, hidden] bf16"},
-	{"w", LG_ARG_IN, "[hidden] bf16"},
-	{"rms", LG_ARG_OPT_IN, "[tokens] fp32 reciprocal RMS (optional: recomputed)"},
-	{"dx", LG_ARG_OUT, "[tokens, hidden] bf16"},
-	{"dw", LG_ARG_OUT, "[hidden] fp32"},
-	{"workspace", LG_ARG_WORKSPACE, "lg_kernel_workspace_size() bytes"},
+static const struct lg_arg bwd_args[B_NARGS] = {
+	[B_DY] = {"dy", LG_ARG_IN, "[tokens, hidden] bf16"},
+	[B_X] = {"x", LG_ARG_IN, "[tokens, hidden] bf16"},
+	[B_W] = {"w", LG_ARG_IN, "[hidden] bf16"},
+	[B_RMS] = {"rms", LG_ARG_OPT_IN, "[tokens] fp32 reciprocal RMS (optional: recomputed)"},
+	[B_DX] = {"dx", LG_ARG_OUT, "[tokens, hidden] bf16"},
+	[B_DW] = {"dw", LG_ARG_OUT, "[hidden] fp32"},
+	[B_WS] = {"workspace", LG_ARG_WORKSPACE, "lg_kernel_workspace_size() bytes"},
 };
+
+#define P_LPR aux[0]   /* lanes per row */
+#define P_K aux[1]     /* 16-byte pieces per lane */
+#define P_SMEM aux[2]  /* dynamic shared memory (backward) */
+#define P_BWD aux[3]   /* 1 for the backward */
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -30,7 +52,288 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	if (h < 128 || h > 16384 || h % 128 != 0)
 		return lg_spec_error(where, "hidden: found %lld, allowed: a multiple of 128 from 128 to 16384",
 				     (long long)h);
+	if (lg_spec_has_tile(s, LG_TILE_THREADS)) {
+		int t = s->tile[LG_TILE_THREADS];
+		if (t != 128 && t != 256 && t != 512 && t != 1024)
+			return lg_spec_error(where, "tile.threads: found %d, allowed: 128, 256, 512, 1024", t);
+	}
+	if (lg_spec_has_tile(s, LG_TILE_ROWS)) {
+		int r = s->tile[LG_TILE_ROWS];
+		if (r != 1 && r != 2 && r != 4 && r != 8 && r != 16)
+			return lg_spec_error(where, "tile.rows: found %d, allowed: 1, 2, 4, 8, 16", r);
+	}
 	return LG_OK;
+}
+
+static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	(void)t;
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int64_t h = s->dim[LG_DIM_HIDDEN], pieces = h / 8;
+	int kmax = bwd ? 4 : 8, lpr = 16;
+	while ((pieces + lpr - 1) / lpr > kmax)
+		lpr *= 2;
+	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : 256;
+	if (lg_spec_has_tile(s, LG_TILE_ROWS))
+		threads = s->tile[LG_TILE_ROWS] * lpr;
+	if (threads < lpr)
+		threads = lpr;
+	if (threads > 1024)
+		return lg_fail(LG_ERR_UNSUPPORTED, "%s: %d threads per CTA (rows x %d lanes) exceed 1024",
+			       s->entry, threads, lpr);
+	p->hidden = h;
+	p->tile[LG_TILE_THREADS] = threads;
+	p->tile[LG_TILE_ROWS] = threads / lpr;
+	p->P_LPR = lpr;
+	p->P_K = (pieces + lpr - 1) / lpr;
+	p->P_BWD = bwd;
+	p->P_SMEM = bwd ? (int64_t)(threads / lpr) * h * 4 : 0;
+	p->nargs = bwd ? B_NARGS : F_NARGS;
+	for (int i = 0; i < p->nargs; i++)
+		p->used[i] = 1;
+	p->used[bwd ? B_RMS : F_RMS] = 0;
+	p->nentries = bwd ? 2 : 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	if (bwd)
+		snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
+	return LG_OK;
+}
+
+static int64_t ctas(const struct lg_plan *p, int64_t tokens)
+{
+	int64_t rows = p->tile[LG_TILE_ROWS], n = (tokens + rows - 1) / rows;
+	return p->P_BWD && n > PMAX ? PMAX : n;
+}
+
+static void geometry(const struct lg_plan *p, int e, int64_t tokens, struct lg_launch_dim *d)
+{
+	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
+	if (e == 1) { /* dw: one thread per column */
+		d->grid[0] = (unsigned)((p->hidden + 255) / 256);
+		d->block[0] = 256;
+		d->smem = 0;
+		return;
+	}
+	d->grid[0] = (unsigned)ctas(p, tokens);
+	d->block[0] = (unsigned)p->tile[LG_TILE_THREADS];
+	d->smem = (unsigned)p->P_SMEM;
+}
+
+static size_t workspace(const struct lg_plan *p)
+{
+	return p->P_BWD ? (size_t)PMAX * (size_t)p->hidden * 4 : 0;
+}
+
+static double bytes(const struct lg_spec *s, int64_t m)
+{
+	double n = (double)s->dim[LG_DIM_HIDDEN];
+	if (s->pass == LG_PASS_FORWARD)
+		return 2.0 * m * n * 2 + 2.0 * n + 4.0 * m;
+	return 2.0 * m * n * 3 + 2.0 * n + 4.0 * m + 4.0 * n;
+}
+
+/* ------------------------------------------------------------ emission */
+
+/* Sum `var` (type `ty`: float or double) over the lpr lanes of a row. */
+static void emit_row_sum(lg_buf *b, const struct lg_plan *p, const char *ty, const char *var,
+			 const char *scratch)
+{
+	int lpr = (int)p->P_LPR;
+	if (lpr <= 32) {
+		lg_line(b, "%s = %s(%s, 1, %d);", var, ty[0] == 'd' ? "lg_dsum_xor" : "lg_sum_xor", var,
+			lpr / 2);
+		return;
+	}
+	lg_line(b, "%s = %s(%s, 1, 16);", var, ty[0] == 'd' ? "lg_dsum_xor" : "lg_sum_xor", var);
+	lg_line(b, "if (lane == 0) %s[threadIdx.x >> 5] = %s;", scratch, var);
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "%s = 0;", var);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) %s += %s[slot * %d + i]; // fixed order", lpr / 32, var,
+		scratch, lpr / 32);
+	lg_line(b, "__syncthreads();");
+}
+
+static void emit_prologue(lg_buf *b, const struct lg_plan *p)
+{
+	int lpr = (int)p->P_LPR, threads = p->tile[LG_TILE_THREADS];
+	lg_line(b, "const int lane = threadIdx.x & 31, slot = threadIdx.x / %d, t = threadIdx.x %% %d;", lpr,
+		lpr);
+	if (lpr > 32) {
+		lg_line(b, "__shared__ double dred[%d];", threads / 32);
+		lg_line(b, "__shared__ float fred[%d];", threads / 32);
+	}
+}
+
+static void emit_load(lg_buf *b, const struct lg_plan *p, const char *dst, const char *base)
+{
+	int64_t pieces = p->hidden / 8;
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
+	lg_line(b, "%s[k] = lg_u32x4{0u, 0u, 0u, 0u};", dst);
+	lg_line(b, "if (live && c < %lld) %s[k] = lg_ld16(%s + (m * %lld + c * 8) * 2);", (long long)pieces,
+		dst, base, (long long)p->hidden);
+	lg_close(b);
+}
+
+static void emit_sumsq(lg_buf *b, const struct lg_plan *p, const char *v)
+{
+	lg_line(b, "double ss = 0.0;");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].x);", v);
+	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].y);", v);
+	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].z);", v);
+	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].w);", v);
+	lg_close(b);
+	emit_row_sum(b, p, "double", "ss", "dred");
+}
+
+static void emit_forward(lg_buf *b, const struct lg_plan *p)
+{
+	int64_t pieces = p->hidden / 8;
+	lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.", (long long)p->P_LPR,
+		   (long long)p->P_K, p->tile[LG_TILE_ROWS]);
+	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", p->tile[LG_TILE_THREADS]);
+	lg_line(b, "%s(u64 x, u64 w, u64 y, u64 rms, i64 M)", p->entry[0]);
+	lg_open(b, "{");
+	emit_prologue(b, p);
+	lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", p->tile[LG_TILE_ROWS]);
+	lg_line(b, "const bool live = m < M;");
+	lg_line(b, "const u8 *const xg = (const u8 *)x;");
+	lg_line(b, "lg_u32x4 v[%lld];", (long long)p->P_K);
+	emit_load(b, p, "v", "xg");
+	emit_sumsq(b, p, "v");
+	lg_line(b, "const float r = lg_rrms(ss);");
+	lg_comment(b, "y = (x * r) * w in fp32, rounded to bf16 (RNE).");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
+	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
+	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + c * 16);");
+	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w}, ww[4] = {wv.x, wv.y, wv.z, wv.w};");
+	lg_line(b, "u32 o[4];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int e = 0; e < 4; e++)");
+	lg_line(b, "\to[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]), (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));");
+	lg_line(b, "lg_st16((u8 *)y + (m * %lld + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});",
+		(long long)p->hidden);
+	lg_close(b);
+	lg_line(b, "if (rms && live && t == 0) ((float *)rms)[m] = r;");
+	lg_close(b);
+}
+
+static void emit_backward(lg_buf *b, const struct lg_plan *p)
+{
+	int64_t pieces = p->hidden / 8, h = p->hidden;
+	int rows = p->tile[LG_TILE_ROWS], threads = p->tile[LG_TILE_THREADS];
+	lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
+		   rows, PMAX, (long long)p->P_LPR, (long long)p->P_K);
+	lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { i64 n = (M + %d) / %d; return n < %d ? n : %d; }",
+		rows - 1, rows, PMAX, PMAX);
+	lg_line(b, "%s", "");
+	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
+	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)", p->entry[0]);
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(16) float part[]; // [rows per CTA][hidden]");
+	emit_prologue(b, p);
+	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
+	lg_line(b, "lg_u32x4 wv[%lld];", (long long)p->P_K);
+	lg_line(b, "float acc[%lld][8];", (long long)p->P_K);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
+	lg_line(b, "wv[k] = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};",
+		(long long)pieces);
+	lg_line(b, "for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
+	lg_close(b);
+	lg_line(b, "const i64 stride = lg_ctas(M) * %d;", rows);
+	lg_open(b, "for (i64 base = (i64)blockIdx.x * %d; base < M; base += stride)", rows);
+	lg_line(b, "const i64 m = base + slot;");
+	lg_line(b, "const bool live = m < M;");
+	lg_line(b, "lg_u32x4 xv[%lld], gv[%lld];", (long long)p->P_K, (long long)p->P_K);
+	emit_load(b, p, "xv", "xg");
+	emit_load(b, p, "gv", "gg");
+	lg_line(b, "float r;");
+	lg_open(b, "if (rms)");
+	lg_line(b, "r = live ? ((const float *)rms)[m] : 0.0f;");
+	lg_close_with(b, "} else {");
+	emit_sumsq(b, p, "xv");
+	lg_line(b, "r = lg_rrms(ss);");
+	lg_close(b);
+	lg_comment(b, "dot = sum x * g * w over the row (fp32).");
+	lg_line(b, "float dot = 0.0f;");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w}, g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
+	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int e = 0; e < 4; e++)");
+	lg_line(b, "dot += lg_bf16_lo(a[e]) * lg_bf16_lo(g[e]) * lg_bf16_lo(ww[e]);");
+	lg_line(b, "dot += lg_bf16_hi(a[e]) * lg_bf16_hi(g[e]) * lg_bf16_hi(ww[e]);");
+	lg_close(b);
+	lg_close(b);
+	emit_row_sum(b, p, "float", "dot", "fred");
+	lg_comment(b, "dx = r g w - r^3 x dot / hidden (bf16); dw += x g r (fp32, in registers).");
+	lg_line(b, "const float c3 = r * r * r * (dot / %lld.0f);", (long long)h);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
+	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
+	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w}, g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
+	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
+	lg_line(b, "u32 o[4];");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int e = 0; e < 4; e++)");
+	lg_line(b, "const float x0 = lg_bf16_lo(a[e]), x1 = lg_bf16_hi(a[e]);");
+	lg_line(b, "const float g0 = lg_bf16_lo(g[e]), g1 = lg_bf16_hi(g[e]);");
+	lg_line(b, "o[e] = lg_pack_bf16x2(r * g0 * lg_bf16_lo(ww[e]) - c3 * x0, r * g1 * lg_bf16_hi(ww[e]) - c3 * x1);");
+	lg_line(b, "acc[k][2 * e] += x0 * g0 * r;");
+	lg_line(b, "acc[k][2 * e + 1] += x1 * g1 * r;");
+	lg_close(b);
+	lg_line(b, "lg_st16((u8 *)dx + (m * %lld + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});", (long long)h);
+	lg_close(b);
+	lg_close(b);
+	lg_comment(b, "Add the row slots' dw partials in a fixed order; one workspace row per CTA.");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %lld; k++)", (long long)p->P_K);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
+	lg_line(b, "if (c < %lld)", (long long)pieces);
+	lg_line(b, "\tfor (int e = 0; e < 8; e++) part[slot * %lld + c * 8 + e] = acc[k][e];", (long long)h);
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_open(b, "for (int col = threadIdx.x; col < %lld; col += %d)", (long long)h, threads);
+	lg_line(b, "float sum = 0.0f;");
+	lg_line(b, "for (int sl = 0; sl < %d; sl++) sum += part[sl * %lld + col];", rows, (long long)h);
+	lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = sum;", (long long)h);
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "%s", "");
+	lg_comment(b, "dw[col] = sum of the workspace rows, in CTA order (deterministic).");
+	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(256)");
+	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)", p->entry[1]);
+	lg_open(b, "{");
+	lg_line(b, "const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;");
+	lg_line(b, "if (col >= %lld) return;", (long long)h);
+	lg_line(b, "const i64 n = lg_ctas(M);");
+	lg_line(b, "float sum = 0.0f;");
+	lg_line(b, "for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * %lld + col];", (long long)h);
+	lg_line(b, "((float *)dw)[col] = sum;");
+	lg_close(b);
+}
+
+static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
+{
+	(void)t;
+	lg_emit_template(b, "bf16");
+	lg_emit_template(b, "vec");
+	lg_emit_template(b, "reduce");
+	lg_emit_rrms(b, s);
+	if (p->P_BWD)
+		emit_backward(b, p);
+	else
+		emit_forward(b, p);
 }
 
 const struct lg_family lg_family_rmsnorm = {
@@ -43,6 +346,11 @@ const struct lg_family lg_family_rmsnorm = {
 	.quant = 0,
 	.tile_keys = (1u << LG_TILE_ROWS) | (1u << LG_TILE_THREADS),
 	.validate = validate,
-	.nargs = {[LG_PASS_FORWARD] = 4, [LG_PASS_BACKWARD] = 7},
+	.plan = plan,
+	.emit = emit,
+	.geometry = geometry,
+	.workspace = workspace,
+	.bytes = bytes,
+	.nargs = {[LG_PASS_FORWARD] = F_NARGS, [LG_PASS_BACKWARD] = B_NARGS},
 	.args = {[LG_PASS_FORWARD] = fwd_args, [LG_PASS_BACKWARD] = bwd_args},
 };

@@ -1,5 +1,5 @@
 /*
- * templates.c - lookup and pasting of the embedded templates/*.cuh.
+ * templates.c - lookup and pasting of the embedded templates/<name>.cuh.
  */
 #include "templates.h"
 

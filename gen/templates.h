@@ -1,5 +1,5 @@
 /*
- * templates.h - the CUDA fragments of templates/*.cuh, embedded at build
+ * templates.h - the CUDA fragments of templates/<name>.cuh, embedded at build
  * time by cmake/embed.cmake. Generated code pastes them verbatim; they are
  * plain device functions, not C++ templates.
  */

@@ -70,4 +70,8 @@ lg_status lg_cache_clear(lg_cache *c, size_t *removed);
 /* Prune least-recently-used entries until the folder holds <= max_bytes. */
 lg_status lg_cache_prune(lg_cache *c, uint64_t max_bytes, size_t *removed);
 
+/* Create a folder and its parents (mode 0755), like `mkdir -p`. 0 on
+ * success (also when it exists), else -1 with errno set. */
+int lg_mkdir_p(const char *path);
+
 #endif

@@ -1,0 +1,798 @@
+/*
+ * cache.c - the content-addressed, fail-open disk cache of cubins.
+ *
+ * Rules:
+ *  1. Key. XXH3-128 over a canonical serialisation of everything that shapes
+ *     a cubin: the cache format, the arch, every NVRTC option, the NVRTC
+ *     version (major, minor) and the source bytes. Each field is preceded by
+ *     its length (u64, little-endian), so no two field lists hash the same
+ *     bytes. The key is stored and printed in XXH128's canonical byte order.
+ *  2. One file per entry, named <32 lower-case hex digits of the key>.lgc,
+ *     little-endian, written byte by byte (no struct dumps):
+ *       0  magic "LGCUBIN\0"          8 bytes
+ *       8  format version             u32 (LG_CACHE_FORMAT)
+ *      12  header length              u32 (offset of the payload)
+ *      16  key                        16 bytes
+ *      32  payload size               u64
+ *      40  XXH3-64 of the payload     u64
+ *      48  entry name                 u8 length (<= 159) + bytes
+ *       .  arch                       u8 length (<= 15) + bytes
+ *       .  payload (the cubin)
+ *  3. Writes go to "<dir>/.tmp-<pid>-<n>-<random>.lgc" (O_EXCL), are
+ *     fsynced, then renamed over the final name, and the folder is fsynced
+ *     (best effort). Two writers of one key both succeed, the last rename
+ *     wins, and a reader always sees one whole file. Readers take no lock.
+ *  4. A read checks the magic, the version, that the key inside is the key
+ *     asked for (a "foreign" file sits under another key's name), that the
+ *     sizes agree with the file size (a truncated file) and the checksum.
+ *     Any problem is a miss, logged under LINGEN_LOG, and the bad file is
+ *     unlinked (best effort, only if it is still the file that was read);
+ *     the next put writes a good one. Files over 256 MiB are not read.
+ *  5. A hit refreshes the file's mtime; mtime is the "last use" of an entry.
+ *     After a put (a compile just happened, so a folder scan is cheap by
+ *     comparison), if the *.lgc files of the folder exceed the bound
+ *     (LINGEN_CACHE_MAX_MB, default 1 GiB), the least recently used are
+ *     removed until they fit in 90% of it.
+ *  6. The cache never fails a compile. A folder that cannot be created or
+ *     written gives one warning per cache object and disables further writes;
+ *     reads continue while the folder is readable. "off" disables it all.
+ *  7. Temp files are skipped by listings and pruning; lg_cache_clear removes
+ *     entries and temp files older than a minute (left by a crashed writer).
+ */
+#include "cache.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <pwd.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "env.h"
+#include "error.h"
+#include "log.h"
+
+#define CACHE_MAGIC "LGCUBIN"          /* 7 characters + the NUL: 8 bytes */
+#define CACHE_FIXED 48                 /* header bytes before the name */
+#define CACHE_MAX_FILE (256u << 20)    /* larger files are not read */
+#define CACHE_MAX_NAME 159
+#define CACHE_MAX_ARCH 15
+#define CACHE_TMP_PREFIX ".tmp-"
+#define CACHE_TMP_STALE_S 60
+
+struct lg_cache {
+	char *dir;            /* the folder, or "off" */
+	bool off;             /* disabled by configuration */
+	uint64_t max_bytes;   /* LRU bound */
+	pthread_mutex_t lock; /* guards the fields below */
+	bool write_failed;    /* warned once; no more writes */
+};
+
+static atomic_uint tmp_counter;
+
+/* ------------------------------------------------------------ encoding */
+
+static void put_u32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put_u64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint32_t get_u32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static uint64_t get_u64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* ----------------------------------------------------------------- keys */
+
+static void hash_field(XXH3_state_t *st, const void *data, size_t len)
+{
+	uint8_t n[8];
+	put_u64(n, (uint64_t)len);
+	XXH3_128bits_update(st, n, sizeof n);
+	if (len)
+		XXH3_128bits_update(st, data, len);
+}
+
+static void hash_u32(XXH3_state_t *st, uint32_t v)
+{
+	uint8_t b[4];
+	put_u32(b, v);
+	hash_field(st, b, sizeof b);
+}
+
+void lg_cache_key(const char *arch, const char *src, size_t src_len, const char *const *opts,
+		  int nopts, int nvrtc_major, int nvrtc_minor, uint8_t key[LG_KEY_BYTES])
+{
+	XXH3_state_t st;
+	XXH3_INITSTATE(&st);
+	XXH3_128bits_reset(&st);
+	hash_field(&st, "lingen-cubin", 12);
+	hash_u32(&st, LG_CACHE_FORMAT);
+	hash_field(&st, arch ? arch : "", arch ? strlen(arch) : 0);
+	hash_u32(&st, (uint32_t)(nopts > 0 ? nopts : 0));
+	for (int i = 0; i < nopts; i++)
+		hash_field(&st, opts[i] ? opts[i] : "", opts[i] ? strlen(opts[i]) : 0);
+	hash_u32(&st, (uint32_t)nvrtc_major);
+	hash_u32(&st, (uint32_t)nvrtc_minor);
+	hash_field(&st, src ? src : "", src ? src_len : 0);
+	XXH128_canonical_t c;
+	XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&st));
+	memcpy(key, c.digest, LG_KEY_BYTES);
+}
+
+void lg_cache_key_hex(const uint8_t key[LG_KEY_BYTES], char *out)
+{
+	static const char hex[] = "0123456789abcdef";
+	for (int i = 0; i < LG_KEY_BYTES; i++) {
+		out[2 * i] = hex[key[i] >> 4];
+		out[2 * i + 1] = hex[key[i] & 15];
+	}
+	out[2 * LG_KEY_BYTES] = '\0';
+}
+
+/* The key of an entry file name "<hex>.lgc"; false if it is not one. */
+static bool key_from_name(const char *name, uint8_t key[LG_KEY_BYTES])
+{
+	if (strlen(name) != 2 * LG_KEY_BYTES + 4 || strcmp(name + 2 * LG_KEY_BYTES, ".lgc") != 0)
+		return false;
+	for (int i = 0; i < 2 * LG_KEY_BYTES; i++) {
+		char ch = name[i];
+		int v = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+		if (v < 0)
+			return false;
+		if (i % 2 == 0)
+			key[i / 2] = (uint8_t)(v << 4);
+		else
+			key[i / 2] |= (uint8_t)v;
+	}
+	return true;
+}
+
+static bool is_entry_name(const char *name)
+{
+	size_t n = strlen(name);
+	return name[0] != '.' && n > 4 && strcmp(name + n - 4, ".lgc") == 0;
+}
+
+/* ------------------------------------------------------------ folders */
+
+char *lg_cache_dir_resolve(const char *dir)
+{
+	if (dir && *dir)
+		return strdup(dir);
+	const char *env = lg_env_get(LG_ENV_CACHE_DIR);
+	if (env)
+		return strdup(env);
+	char *out = NULL;
+	const char *xdg = getenv("XDG_CACHE_HOME");
+	if (xdg && xdg[0] == '/') {
+		if (asprintf(&out, "%s/lingen", xdg) < 0)
+			return NULL;
+		return out;
+	}
+	const char *home = getenv("HOME");
+	if (!home || !*home) {
+		struct passwd *pw = getpwuid(getuid());
+		home = pw ? pw->pw_dir : NULL;
+	}
+	if (!home || !*home)
+		return strdup("off");
+	if (asprintf(&out, "%s/.cache/lingen", home) < 0)
+		return NULL;
+	return out;
+}
+
+int lg_mkdir_p(const char *path)
+{
+	if (!path || !*path) {
+		errno = ENOENT;
+		return -1;
+	}
+	char *p = strdup(path);
+	if (!p)
+		return -1;
+	int rc = 0;
+	for (char *s = p + 1;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char c = *s;
+		*s = '\0';
+		if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+			rc = -1;
+			break;
+		}
+		*s = c;
+		if (c == '\0')
+			break;
+	}
+	int e = errno;
+	struct stat st;
+	if (rc == 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))) {
+		e = rc == 0 && errno != ENOENT ? ENOTDIR : errno;
+		rc = -1;
+	}
+	free(p);
+	errno = e;
+	return rc;
+}
+
+/* ---------------------------------------------------------- open/close */
+
+static uint64_t default_max_bytes(void)
+{
+	const char *v = lg_env_get(LG_ENV_CACHE_MAX_MB);
+	if (v) {
+		char *end;
+		unsigned long long mb = strtoull(v, &end, 10);
+		if (*end == '\0' && mb > 0 && mb < (1ull << 40))
+			return (uint64_t)mb << 20;
+		lg_warn("LINGEN_CACHE_MAX_MB=%s is not a positive number of MiB; using 1024", v);
+	}
+	return 1024ull << 20;
+}
+
+lg_cache *lg_cache_open(const char *dir, uint64_t max_bytes)
+{
+	lg_cache *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	c->dir = lg_cache_dir_resolve(dir);
+	if (!c->dir) {
+		free(c);
+		return NULL;
+	}
+	c->off = strcmp(c->dir, "off") == 0;
+	c->max_bytes = max_bytes ? max_bytes : default_max_bytes();
+	pthread_mutex_init(&c->lock, NULL);
+	return c;
+}
+
+void lg_cache_close(lg_cache *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_destroy(&c->lock);
+	free(c->dir);
+	free(c);
+}
+
+bool lg_cache_enabled(const lg_cache *c)
+{
+	if (!c || c->off)
+		return false;
+	pthread_mutex_lock((pthread_mutex_t *)&c->lock);
+	bool ok = !c->write_failed;
+	pthread_mutex_unlock((pthread_mutex_t *)&c->lock);
+	return ok;
+}
+
+const char *lg_cache_path(const lg_cache *c) { return c ? c->dir : "off"; }
+
+static char *entry_path(const lg_cache *c, const uint8_t key[LG_KEY_BYTES])
+{
+	char hex[2 * LG_KEY_BYTES + 1];
+	lg_cache_key_hex(key, hex);
+	char *p = NULL;
+	if (asprintf(&p, "%s/%s.lgc", c->dir, hex) < 0)
+		return NULL;
+	return p;
+}
+
+/* ------------------------------------------------------------- reading */
+
+struct parsed {
+	const uint8_t *payload;
+	uint64_t size;
+	char entry[CACHE_MAX_NAME + 1];
+	char arch[CACHE_MAX_ARCH + 1];
+};
+
+/* Check an entry file's bytes against rule 4. NULL if sound, else why not. */
+static const char *parse(const uint8_t *b, size_t n, const uint8_t key[LG_KEY_BYTES],
+			 struct parsed *out)
+{
+	snprintf(out->entry, sizeof out->entry, "?");
+	snprintf(out->arch, sizeof out->arch, "?");
+	if (n < CACHE_FIXED + 2)
+		return n >= 8 && memcmp(b, CACHE_MAGIC, 8) != 0 ? "bad magic" : "truncated header";
+	if (memcmp(b, CACHE_MAGIC, 8) != 0)
+		return "bad magic";
+	if (get_u32(b + 8) != LG_CACHE_FORMAT)
+		return "other format version";
+	uint32_t hdr = get_u32(b + 12);
+	if (hdr < CACHE_FIXED + 2 || hdr > n)
+		return "truncated header";
+	size_t nlen = b[CACHE_FIXED];
+	if (nlen > CACHE_MAX_NAME || CACHE_FIXED + 1 + nlen + 1 > hdr)
+		return "bad header";
+	size_t alen = b[CACHE_FIXED + 1 + nlen];
+	if (alen > CACHE_MAX_ARCH || CACHE_FIXED + 2 + nlen + alen != hdr)
+		return "bad header";
+	memcpy(out->entry, b + CACHE_FIXED + 1, nlen);
+	out->entry[nlen] = '\0';
+	memcpy(out->arch, b + CACHE_FIXED + 2 + nlen, alen);
+	out->arch[alen] = '\0';
+	if (memcmp(b + 16, key, LG_KEY_BYTES) != 0)
+		return "foreign entry (key differs from its name)";
+	uint64_t size = get_u64(b + 32);
+	if (size > n - hdr)
+		return "truncated payload";
+	if (size < n - hdr)
+		return "trailing bytes";
+	if (XXH3_64bits(b + hdr, (size_t)size) != get_u64(b + 40))
+		return "checksum mismatch";
+	out->payload = b + hdr;
+	out->size = size;
+	return NULL;
+}
+
+/* Read a whole file. NULL with *why set on failure; *st gets its stat. */
+static uint8_t *read_all(int fd, struct stat *st, size_t *n, const char **why)
+{
+	if (fstat(fd, st) != 0) {
+		*why = "cannot stat";
+		return NULL;
+	}
+	if (!S_ISREG(st->st_mode)) {
+		*why = "not a regular file";
+		return NULL;
+	}
+	if ((uint64_t)st->st_size > CACHE_MAX_FILE) {
+		*why = "larger than 256 MiB";
+		return NULL;
+	}
+	size_t size = (size_t)st->st_size;
+	uint8_t *b = malloc(size ? size : 1);
+	if (!b) {
+		*why = "out of memory";
+		return NULL;
+	}
+	size_t got = 0;
+	while (got < size) {
+		ssize_t r = read(fd, b + got, size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	*n = got;
+	return b;
+}
+
+/* Unlink a bad entry if the name still points at the file that was read. */
+static void unlink_if_same(const char *path, const struct stat *was)
+{
+	struct stat now;
+	if (stat(path, &now) == 0 && now.st_ino == was->st_ino && now.st_dev == was->st_dev)
+		unlink(path);
+}
+
+bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], void **data, size_t *size)
+{
+	*data = NULL;
+	*size = 0;
+	if (!c || c->off)
+		return false;
+	char *path = entry_path(c, key);
+	if (!path)
+		return false;
+	bool hit = false;
+	uint8_t *b = NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		if (errno != ENOENT)
+			lg_log("cache: %s: %s (a miss)", path, strerror(errno));
+		goto done;
+	}
+	struct stat st;
+	size_t n = 0;
+	const char *why = NULL;
+	b = read_all(fd, &st, &n, &why);
+	struct parsed p;
+	if (b)
+		why = parse(b, n, key, &p);
+	if (why) {
+		lg_log("cache: %s: %s (a miss; removed)", path, why);
+		if (b)
+			unlink_if_same(path, &st);
+		goto done;
+	}
+	void *out = malloc(p.size ? (size_t)p.size : 1);
+	if (!out)
+		goto done;
+	memcpy(out, p.payload, (size_t)p.size);
+	futimens(fd, NULL); /* last use, for LRU pruning; best effort */
+	*data = out;
+	*size = (size_t)p.size;
+	hit = true;
+done:
+	if (fd >= 0)
+		close(fd);
+	free(b);
+	free(path);
+	return hit;
+}
+
+/* ------------------------------------------------------------- writing */
+
+static int write_full(int fd, const void *data, size_t n)
+{
+	const uint8_t *p = data;
+	while (n > 0) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			return -1;
+		}
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static void fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+}
+
+/* Warn once and stop writing (rule 6). */
+static void write_failed(lg_cache *c, int err)
+{
+	pthread_mutex_lock(&c->lock);
+	bool first = !c->write_failed;
+	c->write_failed = true;
+	pthread_mutex_unlock(&c->lock);
+	if (first)
+		lg_warn("disk cache %s is not writable (%s); continuing without it", c->dir,
+			strerror(err));
+}
+
+/* Create a uniquely named temp file in the folder. */
+static int open_tmp(const lg_cache *c, char **tmp)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 30) ^ (uint64_t)(uintptr_t)tmp;
+	for (int attempt = 0; attempt < 16; attempt++) {
+		unsigned n = atomic_fetch_add(&tmp_counter, 1u);
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		if (asprintf(tmp, "%s/" CACHE_TMP_PREFIX "%ld-%u-%08x.lgc", c->dir, (long)getpid(),
+			     n, (unsigned)(seed >> 32)) < 0) {
+			*tmp = NULL;
+			errno = ENOMEM;
+			return -1;
+		}
+		int fd = open(*tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		if (fd >= 0 || errno != EEXIST)
+			return fd;
+		free(*tmp);
+		*tmp = NULL;
+	}
+	errno = EEXIST;
+	return -1;
+}
+
+static size_t bounded_len(const char *s, size_t max)
+{
+	size_t n = s ? strlen(s) : 0;
+	return n > max ? max : n;
+}
+
+static lg_status prune_to(lg_cache *c, uint64_t trigger, uint64_t target, size_t *removed);
+
+void lg_cache_put(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const char *entry,
+		  const char *arch, const void *data, size_t size)
+{
+	if (!c || c->off || !data)
+		return;
+	pthread_mutex_lock(&c->lock);
+	bool failed = c->write_failed;
+	pthread_mutex_unlock(&c->lock);
+	if (failed)
+		return;
+
+	char *tmp = NULL, *path = NULL;
+	int fd = -1, err;
+	size_t nlen = bounded_len(entry, CACHE_MAX_NAME), alen = bounded_len(arch, CACHE_MAX_ARCH);
+	uint8_t hdr[CACHE_FIXED + 2 + CACHE_MAX_NAME + CACHE_MAX_ARCH];
+	size_t hlen = CACHE_FIXED + 2 + nlen + alen;
+	memcpy(hdr, CACHE_MAGIC, 8);
+	put_u32(hdr + 8, LG_CACHE_FORMAT);
+	put_u32(hdr + 12, (uint32_t)hlen);
+	memcpy(hdr + 16, key, LG_KEY_BYTES);
+	put_u64(hdr + 32, (uint64_t)size);
+	put_u64(hdr + 40, XXH3_64bits(data, size));
+	hdr[CACHE_FIXED] = (uint8_t)nlen;
+	if (nlen)
+		memcpy(hdr + CACHE_FIXED + 1, entry, nlen);
+	hdr[CACHE_FIXED + 1 + nlen] = (uint8_t)alen;
+	if (alen)
+		memcpy(hdr + CACHE_FIXED + 2 + nlen, arch, alen);
+
+	if (lg_mkdir_p(c->dir) != 0)
+		goto fail;
+	path = entry_path(c, key);
+	if (!path) {
+		errno = ENOMEM;
+		goto fail;
+	}
+	fd = open_tmp(c, &tmp);
+	if (fd < 0)
+		goto fail;
+	if (write_full(fd, hdr, hlen) != 0 || write_full(fd, data, size) != 0 || fsync(fd) != 0)
+		goto fail;
+	if (close(fd) != 0) {
+		fd = -1;
+		goto fail;
+	}
+	fd = -1;
+	if (rename(tmp, path) != 0)
+		goto fail;
+	fsync_dir(c->dir);
+	lg_log("cache: stored %s (%s %s, %zu bytes)", path, entry ? entry : "", arch ? arch : "",
+	       size);
+	free(tmp);
+	free(path);
+	prune_to(c, c->max_bytes, c->max_bytes / 10 * 9, NULL);
+	return;
+fail:
+	err = errno;
+	if (fd >= 0)
+		close(fd);
+	if (tmp)
+		unlink(tmp);
+	free(tmp);
+	free(path);
+	write_failed(c, err);
+}
+
+/* ------------------------------------------------- listing and pruning */
+
+struct scanned {
+	char name[2 * LG_KEY_BYTES + 8];
+	uint64_t size;
+	struct timespec mtime;
+};
+
+static int by_mtime(const void *a, const void *b)
+{
+	const struct scanned *x = a, *y = b;
+	if (x->mtime.tv_sec != y->mtime.tv_sec)
+		return x->mtime.tv_sec < y->mtime.tv_sec ? -1 : 1;
+	if (x->mtime.tv_nsec != y->mtime.tv_nsec)
+		return x->mtime.tv_nsec < y->mtime.tv_nsec ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/* Every entry file of the folder, oldest first. A missing folder is empty. */
+static lg_status scan(const lg_cache *c, struct scanned **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	DIR *d = opendir(c->dir);
+	if (!d) {
+		if (errno == ENOENT)
+			return LG_OK;
+		return lg_fail(LG_ERR_IO, "cannot read the cache folder %s: %s", c->dir,
+			       strerror(errno));
+	}
+	int dfd = dirfd(d);
+	struct scanned *v = NULL;
+	size_t cnt = 0, cap = 0;
+	lg_status st = LG_OK;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		struct stat sb;
+		if (!is_entry_name(e->d_name) || strlen(e->d_name) >= sizeof v->name)
+			continue;
+		if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+			continue;
+		if (cnt == cap) {
+			size_t ncap = cap ? 2 * cap : 64;
+			struct scanned *nv = realloc(v, ncap * sizeof *nv);
+			if (!nv) {
+				st = lg_fail(LG_ERR_NO_MEMORY, "out of memory listing %s", c->dir);
+				break;
+			}
+			v = nv;
+			cap = ncap;
+		}
+		memcpy(v[cnt].name, e->d_name, strlen(e->d_name) + 1); /* length checked above */
+		v[cnt].size = (uint64_t)sb.st_size;
+		v[cnt].mtime = sb.st_mtim;
+		cnt++;
+	}
+	closedir(d);
+	if (st != LG_OK) {
+		free(v);
+		return st;
+	}
+	if (cnt)
+		qsort(v, cnt, sizeof *v, by_mtime);
+	*out = v;
+	*n = cnt;
+	return LG_OK;
+}
+
+/* If the entries exceed `trigger` bytes, remove the oldest until <= target. */
+static lg_status prune_to(lg_cache *c, uint64_t trigger, uint64_t target, size_t *removed)
+{
+	if (removed)
+		*removed = 0;
+	if (!c || c->off)
+		return LG_OK;
+	struct scanned *v;
+	size_t n;
+	lg_status st = scan(c, &v, &n);
+	if (st != LG_OK)
+		return st;
+	uint64_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += v[i].size;
+	size_t gone = 0;
+	if (total > trigger) {
+		for (size_t i = 0; i < n && total > target; i++) {
+			char *p = NULL;
+			if (asprintf(&p, "%s/%s", c->dir, v[i].name) < 0)
+				break;
+			if (unlink(p) == 0 || errno == ENOENT) {
+				total -= v[i].size;
+				gone++;
+			}
+			free(p);
+		}
+		lg_log("cache: pruned %zu entries from %s (%llu bytes left)", gone, c->dir,
+		       (unsigned long long)total);
+	}
+	free(v);
+	if (removed)
+		*removed = gone;
+	return LG_OK;
+}
+
+lg_status lg_cache_prune(lg_cache *c, uint64_t max_bytes, size_t *removed)
+{
+	return prune_to(c, max_bytes, max_bytes, removed);
+}
+
+static void verify(const lg_cache *c, const struct scanned *s, struct lg_cache_entry *e)
+{
+	memset(e, 0, sizeof *e);
+	snprintf(e->file, sizeof e->file, "%s", s->name);
+	snprintf(e->entry, sizeof e->entry, "?");
+	snprintf(e->arch, sizeof e->arch, "?");
+	e->size = s->size;
+	e->mtime = (int64_t)s->mtime.tv_sec;
+	uint8_t key[LG_KEY_BYTES];
+	if (!key_from_name(s->name, key)) {
+		snprintf(e->problem, sizeof e->problem, "not named by a key");
+		return;
+	}
+	char *path = NULL;
+	if (asprintf(&path, "%s/%s", c->dir, s->name) < 0) {
+		snprintf(e->problem, sizeof e->problem, "out of memory");
+		return;
+	}
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0) {
+		snprintf(e->problem, sizeof e->problem, "cannot open: %s", strerror(errno));
+		return;
+	}
+	struct stat st;
+	size_t n = 0;
+	const char *why = NULL;
+	uint8_t *b = read_all(fd, &st, &n, &why);
+	close(fd);
+	struct parsed p;
+	if (b)
+		why = parse(b, n, key, &p);
+	if (b || why) {
+		snprintf(e->entry, sizeof e->entry, "%s", b ? p.entry : "?");
+		snprintf(e->arch, sizeof e->arch, "%s", b ? p.arch : "?");
+	}
+	free(b);
+	e->valid = why == NULL;
+	if (why)
+		snprintf(e->problem, sizeof e->problem, "%s", why);
+}
+
+lg_status lg_cache_list(lg_cache *c, struct lg_cache_entry **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	if (!c || c->off)
+		return LG_OK;
+	struct scanned *v;
+	size_t cnt;
+	lg_status st = scan(c, &v, &cnt);
+	if (st != LG_OK || cnt == 0)
+		return st;
+	struct lg_cache_entry *e = calloc(cnt, sizeof *e);
+	if (!e) {
+		free(v);
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory listing %s", c->dir);
+	}
+	for (size_t i = 0; i < cnt; i++)
+		verify(c, &v[i], &e[i]);
+	free(v);
+	*out = e;
+	*n = cnt;
+	return LG_OK;
+}
+
+lg_status lg_cache_clear(lg_cache *c, size_t *removed)
+{
+	if (removed)
+		*removed = 0;
+	if (!c || c->off)
+		return LG_OK;
+	DIR *d = opendir(c->dir);
+	if (!d) {
+		if (errno == ENOENT)
+			return LG_OK;
+		return lg_fail(LG_ERR_IO, "cannot read the cache folder %s: %s", c->dir,
+			       strerror(errno));
+	}
+	int dfd = dirfd(d);
+	time_t now = time(NULL);
+	size_t gone = 0;
+	lg_status st = LG_OK;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		struct stat sb;
+		bool tmp = strncmp(e->d_name, CACHE_TMP_PREFIX, strlen(CACHE_TMP_PREFIX)) == 0;
+		if (!tmp && !is_entry_name(e->d_name))
+			continue;
+		if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || S_ISDIR(sb.st_mode))
+			continue;
+		if (tmp && now - sb.st_mtim.tv_sec < CACHE_TMP_STALE_S)
+			continue; /* a writer may still be at work */
+		if (unlinkat(dfd, e->d_name, 0) == 0) {
+			if (!tmp)
+				gone++;
+		} else if (errno != ENOENT) {
+			st = lg_fail(LG_ERR_IO, "cannot remove %s/%s: %s", c->dir, e->d_name,
+				     strerror(errno));
+		}
+	}
+	closedir(d);
+	if (removed)
+		*removed = gone;
+	return st;
+}

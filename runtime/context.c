@@ -1,0 +1,247 @@
+/*
+ * context.c - contexts and kernel handles: the memory cache, the disk cache,
+ * NVRTC on a miss, and loading with cuLibraryLoadData.
+ *
+ * A context maps canonical spec JSON to an entry holding the plan, the cubin
+ * and (once loaded) the kernel handle. Entries are never removed before
+ * lg_ctx_destroy, so handles stay valid and launches need no lock.
+ */
+#include "context.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "env.h"
+#include "generate.h"
+#include "log.h"
+#include "nvrtc.h"
+
+lg_status lg_ctx_create(const lg_ctx_opts *opts, lg_ctx **out)
+{
+	lg_clear_error();
+	if (!out)
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_ctx_create: out must not be NULL");
+	*out = NULL;
+	const char *arch = opts && opts->arch ? opts->arch : lg_env_get(LG_ENV_ARCH);
+	char detected[16];
+	if (!arch) {
+		lg_status st = lg_cu_device_arch(detected);
+		if (st != LG_OK) {
+			lg_fail_append("\n(no target arch given: pass one, e.g. --arch sm_90a, or set LINGEN_ARCH)");
+			return st;
+		}
+		arch = detected;
+	}
+	lg_ctx *c = calloc(1, sizeof *c);
+	if (!c)
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory creating a context");
+	if (!lg_target_parse(arch, &c->target)) {
+		free(c);
+		return lg_fail(LG_ERR_INVALID_ARG, "unknown arch '%s': expected sm_<NN>[a] with NN >= 80, e.g. sm_90a",
+			       arch);
+	}
+	c->cache = lg_cache_open(opts ? opts->cache_dir : NULL, 0);
+	if (!c->cache) {
+		free(c);
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening the cache");
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	*out = c;
+	return LG_OK;
+}
+
+static void entry_free(struct lg_ctx_entry *e)
+{
+	if (!e)
+		return;
+	if (e->kernel) {
+		if (e->kernel->lib)
+			e->kernel->cu->cuLibraryUnload(e->kernel->lib);
+		free(e->kernel);
+	}
+	free(e->canon);
+	free(e->cubin);
+	free(e);
+}
+
+void lg_ctx_destroy(lg_ctx *c)
+{
+	if (!c)
+		return;
+	for (size_t i = 0; i < c->n; i++)
+		entry_free(c->entries[i]);
+	free(c->entries);
+	lg_cache_close(c->cache);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+const char *lg_ctx_arch(const lg_ctx *c) { return c ? c->target.name : ""; }
+
+static struct lg_ctx_entry *find(lg_ctx *c, const char *canon)
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (strcmp(c->entries[i]->canon, canon) == 0)
+			return c->entries[i];
+	return NULL;
+}
+
+/* Generate and compile (or read from disk) an entry; called unlocked. */
+static lg_status build_entry(lg_ctx *c, const struct lg_spec *s, char *canon, struct lg_ctx_entry **out)
+{
+	double t0 = lg_now();
+	struct lg_ctx_entry *e = calloc(1, sizeof *e);
+	if (!e) {
+		free(canon);
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+	}
+	e->canon = canon;
+	char *src = NULL;
+	size_t len = 0;
+	lg_status st = lg_generate_for(s, &c->target, &e->plan, &src, &len);
+	if (st != LG_OK)
+		goto fail;
+	double t1 = lg_now();
+	int major = 0, minor = 0;
+	st = lg_nvrtc_version(&major, &minor);
+	if (st != LG_OK)
+		goto fail;
+	int nopts = 0;
+	const char *const *opts = lg_nvrtc_options(c->target.name, &nopts);
+	uint8_t key[LG_KEY_BYTES];
+	lg_cache_key(c->target.name, src, len, opts, nopts, major, minor, key);
+	if (lg_cache_get(c->cache, key, &e->cubin, &e->cubin_size)) {
+		lg_log("cache hit: %s %s (generate %.3f ms, read %.3f ms)", s->entry, c->target.name,
+		       (t1 - t0) * 1e3, (lg_now() - t1) * 1e3);
+	} else {
+		st = lg_nvrtc_compile(src, s->entry, c->target.name, &e->cubin, &e->cubin_size, NULL);
+		if (st != LG_OK)
+			goto fail;
+		lg_cache_put(c->cache, key, s->entry, c->target.name, e->cubin, e->cubin_size);
+		lg_log("cache miss: %s %s (generate %.3f ms, compile %.1f ms)", s->entry, c->target.name,
+		       (t1 - t0) * 1e3, (lg_now() - t1) * 1e3);
+	}
+	free(src);
+	*out = e;
+	return LG_OK;
+fail:
+	free(src);
+	entry_free(e);
+	return st;
+}
+
+/* The entry of a spec, compiled if needed. Thread-safe: two threads asking
+ * for the same new spec may both compile it; the first stored wins. */
+static lg_status get_entry(lg_ctx *c, const lg_spec *s, struct lg_ctx_entry **out)
+{
+	char *canon = lg_spec_to_json(s);
+	if (!canon)
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+	pthread_mutex_lock(&c->mu);
+	struct lg_ctx_entry *e = find(c, canon);
+	pthread_mutex_unlock(&c->mu);
+	if (e) {
+		free(canon);
+		*out = e;
+		return LG_OK;
+	}
+	struct lg_ctx_entry *fresh;
+	lg_status st = build_entry(c, s, canon, &fresh);
+	if (st != LG_OK)
+		return st;
+	pthread_mutex_lock(&c->mu);
+	e = find(c, fresh->canon);
+	if (!e) {
+		if (c->n == c->cap) {
+			size_t cap = c->cap ? 2 * c->cap : 16;
+			struct lg_ctx_entry **p = realloc(c->entries, cap * sizeof *p);
+			if (!p) {
+				pthread_mutex_unlock(&c->mu);
+				entry_free(fresh);
+				return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+			}
+			c->entries = p;
+			c->cap = cap;
+		}
+		c->entries[c->n++] = e = fresh;
+		fresh = NULL;
+	}
+	pthread_mutex_unlock(&c->mu);
+	entry_free(fresh);
+	*out = e;
+	return LG_OK;
+}
+
+lg_status lg_ctx_cubin(lg_ctx *c, const lg_spec *s, const void **cubin, size_t *size)
+{
+	lg_clear_error();
+	if (!c || !s || !cubin || !size)
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_ctx_cubin: arguments must not be NULL");
+	struct lg_ctx_entry *e;
+	lg_status st = get_entry(c, s, &e);
+	if (st != LG_OK)
+		return st;
+	*cubin = e->cubin;
+	*size = e->cubin_size;
+	return LG_OK;
+}
+
+/* Load a cubin and resolve its entry points; raise the dynamic shared
+ * memory limit on every device where an entry needs more than 48 KB. */
+static lg_status load(const struct lg_ctx_entry *e, const struct lg_family *f, struct lg_kernel *k)
+{
+	const struct lg_cu *cu;
+	lg_status st = lg_cu_get(&cu);
+	if (st != LG_OK)
+		return st;
+	k->cu = cu;
+	k->fam = f;
+	k->plan = e->plan;
+	k->nargs = e->plan.nargs;
+	k->workspace = f->workspace ? f->workspace(&e->plan) : 0;
+	LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
+	int ndev = 0;
+	LG_CU_TRY(cu, cuDeviceGetCount, (&ndev));
+	for (int i = 0; i < e->plan.nentries; i++) {
+		LG_CU_TRY(cu, cuLibraryGetKernel, (&k->fn[i], k->lib, e->plan.entry[i]));
+		struct lg_launch_dim d;
+		f->geometry(&e->plan, i, 1, &d);
+		if (d.smem <= 48 * 1024)
+			continue;
+		for (int dev = 0; dev < ndev; dev++)
+			LG_CU_TRY(cu, cuKernelSetAttribute,
+				  (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.smem, k->fn[i], dev));
+	}
+	return LG_OK;
+}
+
+lg_status lg_kernel_get(lg_ctx *c, const lg_spec *s, lg_kernel **out)
+{
+	lg_clear_error();
+	if (!c || !s || !out)
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_kernel_get: arguments must not be NULL");
+	struct lg_ctx_entry *e;
+	lg_status st = get_entry(c, s, &e);
+	if (st != LG_OK)
+		return st;
+	pthread_mutex_lock(&c->mu);
+	if (!e->kernel) {
+		double t0 = lg_now();
+		struct lg_kernel *k = calloc(1, sizeof *k);
+		st = k ? load(e, lg_family_get(s->op), k) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+		if (st == LG_OK) {
+			e->kernel = k;
+			lg_log("loaded %s (%.3f ms)", s->entry, (lg_now() - t0) * 1e3);
+		} else if (k) {
+			if (k->lib)
+				k->cu->cuLibraryUnload(k->lib);
+			free(k);
+		}
+	}
+	*out = e->kernel;
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
+size_t lg_kernel_workspace_size(const lg_kernel *k) { return k ? k->workspace : 0; }

@@ -1,0 +1,41 @@
+/*
+ * context.h - internals of lg_ctx and lg_kernel shared by the runtime files
+ * (context.c: JIT and cache; launch.c: the hot path).
+ */
+#ifndef LG_RUNTIME_CONTEXT_H
+#define LG_RUNTIME_CONTEXT_H
+
+#include <pthread.h>
+
+#include "cache.h"
+#include "cuda.h"
+#include "family.h"
+
+struct lg_kernel {
+	const struct lg_family *fam;
+	const struct lg_cu *cu;     /* driver table, resolved at load */
+	struct lg_plan plan;
+	CUlibrary lib;
+	CUkernel fn[LG_MAX_ENTRIES];
+	size_t workspace;
+	int nargs;
+};
+
+/* One spec known to a context: its source plan, cubin and loaded kernel. */
+struct lg_ctx_entry {
+	char *canon;            /* canonical spec JSON: the memory-cache key */
+	struct lg_plan plan;
+	void *cubin;
+	size_t cubin_size;
+	struct lg_kernel *kernel; /* NULL until loaded */
+};
+
+struct lg_ctx {
+	pthread_mutex_t mu;
+	struct lg_target target;
+	lg_cache *cache;
+	struct lg_ctx_entry **entries;
+	size_t n, cap;
+};
+
+#endif

@@ -1,0 +1,24 @@
+// bf16 <-> fp32. bf16 -> fp32 is exact (a shift); fp32 -> bf16 is
+// round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
+static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
+static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
+// Pack two floats into bf16x2: lo in the low half, hi in the high half.
+static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
+{
+	u32 d;
+	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+	return d;
+}
+// |x|^2 of the two bf16 in w, accumulated in fp64. The fp64 operand is
+// built from the bf16 bits by integer operations (exact for normal values;
+// a zero becomes 2^-127, whose square, 2^-254, is far below any eps), which
+// is four times cheaper than cvt.f64.f32 on sm_90.
+static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
+{
+	u32 lo = ((w & 0x7fffu) << 13) + 0x38000000u;
+	u32 hi = ((w >> 3) & 0x0fffe000u) + 0x38000000u;
+	double a = __hiloint2double((int)lo, 0);
+	double b = __hiloint2double((int)hi, 0);
+	acc = fma(a, a, acc);
+	return fma(b, b, acc);
+}

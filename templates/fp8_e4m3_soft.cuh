@@ -1,0 +1,28 @@
+// fp32 -> e4m3 (fn: max 448, no inf) in software for targets without the
+// fp8 cvt instructions (before sm_89). Bit-exact with
+// cvt.rn.satfinite.e4m3x2.f32: round-to-nearest-even, magnitudes above 448
+// (infinities too) saturate to 448, NaN gives 0x7f with the input's sign.
+static __device__ __forceinline__ u32 lg_e4m3(float f)
+{
+	u32 u = lg_f2u(f);
+	u32 sign = (u >> 24) & 0x80u;
+	u32 a = u & 0x7fffffffu;
+	if (a > 0x7f800000u)
+		return sign | 0x7fu;
+	if (a >= 0x43e00000u) // >= 448
+		return sign | 0x7eu;
+	if (a < 0x3c800000u) { // < 2^-6: subnormal steps of 2^-9, RNE to 0..8
+		float n = rintf(lg_u2f(a) * 512.0f);
+		return sign | (u32)n;
+	}
+	u32 r = a + 0x7ffffu + ((a >> 20) & 1u); // RNE to 3 mantissa bits
+	u32 e = (r >> 23) - 120u;                // biased e4m3 exponent (bias 7)
+	u32 m = (r >> 20) & 7u;
+	if (e > 15u || (e == 15u && m == 7u))
+		return sign | 0x7eu;
+	return sign | (e << 3) | m;
+}
+static __device__ __forceinline__ u32 lg_e4m3x2(float lo, float hi)
+{
+	return lg_e4m3(lo) | (lg_e4m3(hi) << 8);
+}

@@ -1,0 +1,17 @@
+// Blockwise e4m3 scales (KERNELS.md 1.2): s = max(amax / 448, 1e-30), the
+// divide correctly rounded; with round_scale, s = 2^ceil(log2 s) by exponent
+// arithmetic (exact). s is the dequantisation multiplier.
+static __device__ __forceinline__ float lg_scale_exact(float amax)
+{
+	return fmaxf(amax / 448.0f, 1e-30f);
+}
+static __device__ __forceinline__ float lg_scale_pow2(float amax)
+{
+	u32 u = lg_f2u(lg_scale_exact(amax));
+	return lg_u2f((u + 0x7fffffu) & 0xff800000u);
+}
+// 1/s for a power-of-two s (exact): y * lg_inv_pow2(s) == y / s.
+static __device__ __forceinline__ float lg_inv_pow2(float s)
+{
+	return lg_u2f(0x7f000000u - (lg_f2u(s) & 0x7f800000u));
+}

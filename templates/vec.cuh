@@ -1,0 +1,27 @@
+// 16-byte and 8-byte global accesses. Loads of data read once bypass L1
+// allocation; stores are plain (the data is written once, read by the next
+// kernel from L2/HBM).
+struct lg_u32x4 { u32 x, y, z, w; };
+static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
+{
+	lg_u32x4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+	return v;
+}
+static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
+{
+	lg_u32x4 v;
+	asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+	return v;
+}
+static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
+{
+	asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
+		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+static __device__ __forceinline__ void lg_st8(void *p, u32 a, u32 b)
+{
+	asm volatile("st.global.v2.u32 [%0], {%1,%2};" :: "l"(p), "r"(a), "r"(b) : "memory");
+}

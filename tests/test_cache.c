@@ -1,0 +1,672 @@
+/*
+ * test_cache.c - the disk cache rules of runtime/cache.c: hits and misses,
+ * keys, corrupt/truncated/foreign entries, unwritable folders, concurrent
+ * writers in several processes, LRU pruning, listing and clearing.
+ * Each test works in its own folder under /tmp and removes it.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "rt_testutil.h"
+
+static const char *const opts_a[] = {"--gpu-architecture=sm_90a", "--std=c++17", NULL};
+
+static void key_of(const char *src, uint8_t key[LG_KEY_BYTES])
+{
+	lg_cache_key("sm_90a", src, strlen(src), opts_a, 2, 13, 0, key);
+}
+
+static uint8_t *payload(size_t n, unsigned seed)
+{
+	uint8_t *p = malloc(n);
+	assert_non_null(p);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(i * 131u + seed * 7u + (i >> 8));
+	return p;
+}
+
+static char *entry_file(lg_cache *c, const uint8_t key[LG_KEY_BYTES])
+{
+	char hex[2 * LG_KEY_BYTES + 1], name[2 * LG_KEY_BYTES + 8];
+	lg_cache_key_hex(key, hex);
+	snprintf(name, sizeof name, "%s.lgc", hex);
+	return rt_path(lg_cache_path(c), name);
+}
+
+static void assert_hit(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const void *want, size_t n)
+{
+	void *data = NULL;
+	size_t size = 0;
+	assert_true(lg_cache_get(c, key, &data, &size));
+	assert_int_equal(size, n);
+	assert_memory_equal(data, want, n);
+	free(data);
+}
+
+static void assert_miss(lg_cache *c, const uint8_t key[LG_KEY_BYTES])
+{
+	void *data = (void *)1;
+	size_t size = 1;
+	assert_false(lg_cache_get(c, key, &data, &size));
+	assert_null(data);
+	assert_int_equal(size, 0);
+}
+
+static int count_tmp(const char *dir)
+{
+	DIR *d = opendir(dir);
+	int n = 0;
+	if (!d)
+		return 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		n += strncmp(e->d_name, ".tmp-", 5) == 0;
+	closedir(d);
+	return n;
+}
+
+static void set_mtime(const char *path, time_t t)
+{
+	struct timespec ts[2] = {{t, 0}, {t, 0}};
+	assert_int_equal(utimensat(AT_FDCWD, path, ts, 0), 0);
+}
+
+/* ------------------------------------------------------------------ tests */
+
+static void test_miss_put_hit(void **state)
+{
+	(void)state;
+	char *dir = rt_tmpdir("cache");
+	char *sub = rt_path(dir, "a/b/c"); /* created on the first put */
+	lg_cache *c = lg_cache_open(sub, 0);
+	assert_non_null(c);
+	assert_true(lg_cache_enabled(c));
+	assert_string_equal(lg_cache_path(c), sub);
+	uint8_t key[LG_KEY_BYTES];
+	key_of("kernel one", key);
+	assert_miss(c, key);
+	uint8_t *p = payload(10000, 1);
+	lg_cache_put(c, key, "lg_k1", "sm_90a", p, 10000);
+	assert_hit(c, key, p, 10000);
+	assert_hit(c, key, p, 10000);
+	/* a second cache object on the same folder sees it */
+	lg_cache *c2 = lg_cache_open(sub, 0);
+	assert_hit(c2, key, p, 10000);
+	/* empty payloads are entries too */
+	uint8_t k2[LG_KEY_BYTES];
+	key_of("empty", k2);
+	lg_cache_put(c2, k2, "lg_empty", "sm_80", p, 0);
+	void *d = NULL;
+	size_t n = 1;
+	assert_true(lg_cache_get(c2, k2, &d, &n));
+	assert_int_equal(n, 0);
+	free(d);
+	assert_int_equal(count_tmp(sub), 0);
+	lg_cache_close(c2);
+	lg_cache_close(c);
+	free(p);
+	free(sub);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+static void test_key_changes(void **state)
+{
+	(void)state;
+	const char *src = "extern \"C\" __global__ void k() {}";
+	size_t len = strlen(src);
+	uint8_t base[LG_KEY_BYTES], k[LG_KEY_BYTES];
+	lg_cache_key("sm_90a", src, len, opts_a, 2, 13, 0, base);
+	lg_cache_key("sm_90a", src, len, opts_a, 2, 13, 0, k);
+	assert_memory_equal(base, k, LG_KEY_BYTES); /* deterministic */
+	lg_cache_key("sm_80", src, len, opts_a, 2, 13, 0, k);
+	assert_memory_not_equal(base, k, LG_KEY_BYTES);
+	const char *const opts_b[] = {"--gpu-architecture=sm_90a", "--std=c++14", NULL};
+	lg_cache_key("sm_90a", src, len, opts_b, 2, 13, 0, k);
+	assert_memory_not_equal(base, k, LG_KEY_BYTES);
+	lg_cache_key("sm_90a", src, len, opts_a, 1, 13, 0, k);
+	assert_memory_not_equal(base, k, LG_KEY_BYTES);
+	lg_cache_key("sm_90a", src, len, opts_a, 2, 12, 0, k);
+	assert_memory_not_equal(base, k, LG_KEY_BYTES);
+	lg_cache_key("sm_90a", src, len, opts_a, 2, 13, 1, k);
+	assert_memory_not_equal(base, k, LG_KEY_BYTES);
+	char *src2 = strdup(src);
+	src2[len - 2] = ' ';
+	lg_cache_key("sm_90a", src2, len, opts_a, 2, 13, 0, k);
+	assert_memory_not_equal(base, k, LG_KEY_BYTES);
+	lg_cache_key("sm_90a", src, len - 1, opts_a, 2, 13, 0, k);
+	assert_memory_not_equal(base, k, LG_KEY_BYTES);
+	free(src2);
+	/* fields cannot alias: ("ab","c") differs from ("a","bc") */
+	const char *const o1[] = {"ab", "c"}, *const o2[] = {"a", "bc"};
+	uint8_t k1[LG_KEY_BYTES], k2[LG_KEY_BYTES];
+	lg_cache_key("sm_90a", "x", 1, o1, 2, 13, 0, k1);
+	lg_cache_key("sm_90a", "x", 1, o2, 2, 13, 0, k2);
+	assert_memory_not_equal(k1, k2, LG_KEY_BYTES);
+	lg_cache_key("sm_9", "0ax", 3, NULL, 0, 13, 0, k1);
+	lg_cache_key("sm_90a", "x", 1, NULL, 0, 13, 0, k2);
+	assert_memory_not_equal(k1, k2, LG_KEY_BYTES);
+}
+
+static void test_key_hex(void **state)
+{
+	(void)state;
+	uint8_t key[LG_KEY_BYTES];
+	for (int i = 0; i < LG_KEY_BYTES; i++)
+		key[i] = (uint8_t)(i * 17);
+	char hex[2 * LG_KEY_BYTES + 1];
+	memset(hex, 'X', sizeof hex);
+	lg_cache_key_hex(key, hex);
+	assert_string_equal(hex, "00112233445566778899aabbccddeeff");
+	key[0] = 0xA5;
+	key[15] = 0x0c;
+	lg_cache_key_hex(key, hex);
+	assert_string_equal(hex, "a5112233445566778899aabbccddee0c");
+}
+
+static void test_corrupt(void **state)
+{
+	(void)state;
+	char *dir = rt_tmpdir("cache");
+	lg_cache *c = lg_cache_open(dir, 0);
+	uint8_t key[LG_KEY_BYTES];
+	key_of("corrupt me", key);
+	uint8_t *p = payload(4096, 2);
+	lg_cache_put(c, key, "lg_corrupt", "sm_90a", p, 4096);
+	char *f = entry_file(c, key);
+	size_t n;
+	char *bytes = rt_read_file(f, &n);
+	assert_non_null(bytes);
+	bytes[n - 100] ^= 0x10; /* one payload bit */
+	rt_write_file(f, bytes, n);
+	assert_miss(c, key);
+	assert_int_equal(access(f, F_OK), -1); /* the bad file is gone */
+	lg_cache_put(c, key, "lg_corrupt", "sm_90a", p, 4096);
+	assert_hit(c, key, p, 4096);
+	free(bytes);
+	free(f);
+	free(p);
+	lg_cache_close(c);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+static void test_truncated(void **state)
+{
+	(void)state;
+	char *dir = rt_tmpdir("cache");
+	lg_cache *c = lg_cache_open(dir, 0);
+	uint8_t key[LG_KEY_BYTES];
+	key_of("truncate me", key);
+	uint8_t *p = payload(3000, 3);
+	lg_cache_put(c, key, "lg_truncated", "sm_80", p, 3000);
+	char *f = entry_file(c, key);
+	size_t n;
+	char *bytes = rt_read_file(f, &n);
+	assert_non_null(bytes);
+	const size_t cuts[] = {0, 1, 7, 8, 11, 12, 16, 31, 40, 47, 48, 49, 55, n - 3000 - 1,
+			       n - 3000, n - 3000 + 1, n - 1};
+	for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+		rt_write_file(f, bytes, cuts[i]);
+		assert_miss(c, key);
+	}
+	/* trailing garbage is not an entry either */
+	char *longer = malloc(n + 5);
+	memcpy(longer, bytes, n);
+	memset(longer + n, 0, 5);
+	rt_write_file(f, longer, n + 5);
+	assert_miss(c, key);
+	/* the intact file still reads */
+	rt_write_file(f, bytes, n);
+	assert_hit(c, key, p, 3000);
+	free(longer);
+	free(bytes);
+	free(f);
+	free(p);
+	lg_cache_close(c);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+static void test_foreign(void **state)
+{
+	(void)state;
+	char *dir = rt_tmpdir("cache");
+	lg_cache *c = lg_cache_open(dir, 0);
+	uint8_t ka[LG_KEY_BYTES], kb[LG_KEY_BYTES];
+	key_of("entry A", ka);
+	key_of("entry B", kb);
+	uint8_t *pa = payload(2000, 4), *pb = payload(2000, 5);
+	lg_cache_put(c, ka, "lg_a", "sm_90a", pa, 2000);
+	lg_cache_put(c, kb, "lg_b", "sm_90a", pb, 2000);
+	char *fa = entry_file(c, ka), *fb = entry_file(c, kb);
+	size_t n;
+	char *bytes = rt_read_file(fa, &n);
+	rt_write_file(fb, bytes, n);
+	assert_miss(c, kb);
+	assert_hit(c, ka, pa, 2000);
+	lg_cache_put(c, kb, "lg_b", "sm_90a", pb, 2000);
+	assert_hit(c, kb, pb, 2000);
+	free(bytes);
+	free(fa);
+	free(fb);
+	free(pa);
+	free(pb);
+	lg_cache_close(c);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+static void test_bad_magic_version(void **state)
+{
+	(void)state;
+	char *dir = rt_tmpdir("cache");
+	lg_cache *c = lg_cache_open(dir, 0);
+	uint8_t key[LG_KEY_BYTES];
+	key_of("magic", key);
+	uint8_t *p = payload(500, 6);
+	lg_cache_put(c, key, "lg_magic", "sm_90a", p, 500);
+	char *f = entry_file(c, key);
+	size_t n;
+	char *bytes = rt_read_file(f, &n);
+	const size_t at[] = {0, 6, 7 /* the NUL */, 8 /* version */, 11};
+	for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
+		char *b = malloc(n);
+		memcpy(b, bytes, n);
+		b[at[i]] ^= 0x01;
+		rt_write_file(f, b, n);
+		assert_miss(c, key);
+		free(b);
+	}
+	rt_write_file(f, bytes, n);
+	assert_hit(c, key, p, 500);
+	free(bytes);
+	free(f);
+	free(p);
+	lg_cache_close(c);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+static void unwritable_case(const char *cache_dir, const char *readable_dir)
+{
+	lg_cache *c = lg_cache_open(cache_dir, 0);
+	assert_non_null(c);
+	uint8_t key[LG_KEY_BYTES];
+	key_of("unwritable", key);
+	uint8_t *p = payload(100, 7);
+	rt_stderr_begin();
+	assert_miss(c, key);
+	lg_cache_put(c, key, "lg_u", "sm_90a", p, 100);
+	lg_cache_put(c, key, "lg_u", "sm_90a", p, 100);
+	uint8_t k2[LG_KEY_BYTES];
+	key_of("unwritable 2", k2);
+	lg_cache_put(c, k2, "lg_u2", "sm_90a", p, 100);
+	assert_miss(c, key);
+	char *err = rt_stderr_end();
+	assert_int_equal(rt_count(err, "lingen: warning: "), 1);
+	assert_int_equal(rt_count(err, "is not writable"), 1);
+	assert_non_null(strstr(err, cache_dir));
+	assert_non_null(strstr(err, "continuing without it"));
+	free(err);
+	assert_false(lg_cache_enabled(c));
+	if (readable_dir)
+		assert_int_equal(count_tmp(readable_dir), 0);
+	/* a second cache object warns again, once */
+	lg_cache *c2 = lg_cache_open(cache_dir, 0);
+	rt_stderr_begin();
+	lg_cache_put(c2, key, "lg_u", "sm_90a", p, 100);
+	lg_cache_put(c2, key, "lg_u", "sm_90a", p, 100);
+	err = rt_stderr_end();
+	assert_int_equal(rt_count(err, "warning"), 1);
+	free(err);
+	lg_cache_close(c2);
+	lg_cache_close(c);
+	free(p);
+}
+
+static void test_unwritable_under_file(void **state)
+{
+	(void)state;
+	char *dir = rt_tmpdir("cache");
+	char *file = rt_path(dir, "file");
+	rt_write_file(file, "x", 1);
+	char *sub = rt_path(file, "sub");
+	unwritable_case(sub, NULL);
+	unwritable_case(file, NULL); /* a regular file where the folder should be */
+	free(sub);
+	free(file);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+static void test_unwritable_readonly_folder(void **state)
+{
+	(void)state;
+	if (geteuid() == 0) {
+		print_message("skipped: running as root, where chmod 0555 does not stop writes "
+			      "(the unwritable case is covered by a path under a file)\n");
+		skip();
+	}
+	char *dir = rt_tmpdir("cache");
+	/* an entry written before the folder became read-only still reads */
+	lg_cache *c = lg_cache_open(dir, 0);
+	uint8_t key[LG_KEY_BYTES];
+	key_of("before", key);
+	uint8_t *p = payload(300, 8);
+	lg_cache_put(c, key, "lg_before", "sm_90a", p, 300);
+	lg_cache_close(c);
+	assert_int_equal(chmod(dir, 0555), 0);
+	unwritable_case(dir, dir);
+	c = lg_cache_open(dir, 0);
+	rt_stderr_begin();
+	lg_cache_put(c, key, "lg_before", "sm_90a", p, 300);
+	free(rt_stderr_end());
+	assert_hit(c, key, p, 300);
+	lg_cache_close(c);
+	free(p);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+/* N processes put one key while reading it: every read is a miss or the
+ * whole right payload, never a torn file. */
+static void test_concurrent_processes(void **state)
+{
+	(void)state;
+	enum { NPROC = 4, ROUNDS = 50, SIZE = 200000 };
+	char *dir = rt_tmpdir("cache");
+	uint8_t key[LG_KEY_BYTES];
+	key_of("shared by everyone", key);
+	uint8_t *p = payload(SIZE, 9);
+	pid_t pids[NPROC];
+	for (int i = 0; i < NPROC; i++) {
+		pids[i] = fork();
+		assert_true(pids[i] >= 0);
+		if (pids[i] == 0) {
+			lg_cache *c = lg_cache_open(dir, 0);
+			int bad = !c;
+			for (int r = 0; r < ROUNDS && !bad; r++) {
+				void *d;
+				size_t n;
+				if (lg_cache_get(c, key, &d, &n)) {
+					bad |= n != SIZE || memcmp(d, p, SIZE) != 0;
+					free(d);
+				}
+				if ((r + i) % 2 == 0)
+					lg_cache_put(c, key, "lg_shared", "sm_90a", p, SIZE);
+				bad |= !lg_cache_enabled(c);
+			}
+			lg_cache_close(c);
+			_exit(bad ? 1 : 0);
+		}
+	}
+	for (int i = 0; i < NPROC; i++) {
+		int status = 0;
+		assert_int_equal(waitpid(pids[i], &status, 0), pids[i]);
+		assert_true(WIFEXITED(status));
+		assert_int_equal(WEXITSTATUS(status), 0);
+	}
+	lg_cache *c = lg_cache_open(dir, 0);
+	assert_hit(c, key, p, SIZE);
+	assert_int_equal(count_tmp(dir), 0);
+	struct lg_cache_entry *e;
+	size_t n;
+	assert_int_equal(lg_cache_list(c, &e, &n), LG_OK);
+	assert_int_equal(n, 1);
+	assert_true(e[0].valid);
+	free(e);
+	lg_cache_close(c);
+	free(p);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+static void test_lru(void **state)
+{
+	(void)state;
+	enum { N = 5, SIZE = 1000 };
+	char *dir = rt_tmpdir("cache");
+	lg_cache *c = lg_cache_open(dir, 1u << 20);
+	uint8_t keys[N][LG_KEY_BYTES];
+	uint8_t *p = payload(SIZE, 10);
+	char src[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(src, sizeof src, "lru %d", i);
+		key_of(src, keys[i]);
+		lg_cache_put(c, keys[i], src, "sm_90a", p, SIZE);
+		char *f = entry_file(c, keys[i]);
+		set_mtime(f, 1000000 + 1000 * (N - i)); /* entry N-1 oldest, 0 newest */
+		free(f);
+	}
+	struct lg_cache_entry *e;
+	size_t n;
+	assert_int_equal(lg_cache_list(c, &e, &n), LG_OK);
+	assert_int_equal(n, N);
+	uint64_t one = e[0].size;
+	for (size_t i = 0; i < n; i++) {
+		char want[32];
+		snprintf(want, sizeof want, "lru %d", (int)(N - 1 - i));
+		assert_string_equal(e[i].entry, want); /* oldest first */
+	}
+	free(e);
+	/* explicit prune to three entries removes the two oldest */
+	size_t removed = 99;
+	assert_int_equal(lg_cache_prune(c, 3 * one, &removed), LG_OK);
+	assert_int_equal(removed, 2);
+	assert_miss(c, keys[4]);
+	assert_miss(c, keys[3]);
+	for (int i = 0; i < 3; i++)
+		assert_hit(c, keys[i], p, SIZE);
+	lg_cache_close(c);
+
+	/* a put past the bound prunes the least recently used; a hit counts as use */
+	c = lg_cache_open(dir, 3 * one + one / 2);
+	for (int i = 0; i < 3; i++) {
+		char *f = entry_file(c, keys[i]);
+		set_mtime(f, 1000000 + 1000 * (3 - i)); /* 2 oldest, then 1, then 0 */
+		free(f);
+	}
+	assert_hit(c, keys[2], p, SIZE); /* 2 becomes the most recent */
+	lg_cache_put(c, keys[3], "lru 3", "sm_90a", p, SIZE);
+	assert_miss(c, keys[1]); /* the least recently used went */
+	assert_hit(c, keys[0], p, SIZE);
+	assert_hit(c, keys[2], p, SIZE);
+	assert_hit(c, keys[3], p, SIZE);
+	lg_cache_close(c);
+	free(p);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+static void test_off(void **state)
+{
+	(void)state;
+	lg_cache *c = lg_cache_open("off", 0);
+	assert_non_null(c);
+	assert_false(lg_cache_enabled(c));
+	assert_string_equal(lg_cache_path(c), "off");
+	uint8_t key[LG_KEY_BYTES];
+	key_of("off", key);
+	lg_cache_put(c, key, "lg_off", "sm_90a", "abc", 3);
+	assert_miss(c, key);
+	struct lg_cache_entry *e = (void *)1;
+	size_t n = 9;
+	assert_int_equal(lg_cache_list(c, &e, &n), LG_OK);
+	assert_int_equal(n, 0);
+	assert_int_equal(lg_cache_clear(c, NULL), LG_OK);
+	lg_cache_close(c);
+	assert_int_equal(access("off", F_OK), -1); /* no folder named "off" appeared */
+}
+
+static void test_list_and_clear(void **state)
+{
+	(void)state;
+	char *dir = rt_tmpdir("cache");
+	lg_cache *c = lg_cache_open(dir, 0);
+	uint8_t k[3][LG_KEY_BYTES];
+	uint8_t *p = payload(702, 11); /* entries of 700, 701, 702 bytes */
+	const char *names[3] = {"lg_zero", "lg_one", "lg_two"};
+	for (int i = 0; i < 3; i++) {
+		key_of(names[i], k[i]);
+		lg_cache_put(c, k[i], names[i], i == 1 ? "sm_80" : "sm_90a", p, 700 + (size_t)i);
+		char *f = entry_file(c, k[i]);
+		set_mtime(f, 2000000 + i);
+		free(f);
+	}
+	/* corrupt entry 1's checksum field */
+	char *f1 = entry_file(c, k[1]);
+	size_t n;
+	char *b = rt_read_file(f1, &n);
+	b[40] ^= 1;
+	rt_write_file(f1, b, n);
+	set_mtime(f1, 2000001);
+	free(b);
+	/* a stray file that is not an entry, and a fresh and a stale temp file */
+	char *junk = rt_path(dir, "README"), *tmp_new = rt_path(dir, ".tmp-1-2-3.lgc");
+	char *tmp_old = rt_path(dir, ".tmp-4-5-6.lgc");
+	rt_write_file(junk, "hi", 2);
+	rt_write_file(tmp_new, "x", 1);
+	rt_write_file(tmp_old, "x", 1);
+	set_mtime(tmp_old, 1000);
+
+	struct lg_cache_entry *e;
+	size_t cnt;
+	assert_int_equal(lg_cache_list(c, &e, &cnt), LG_OK);
+	assert_int_equal(cnt, 3);
+	assert_string_equal(e[0].entry, "lg_zero");
+	assert_true(e[0].valid);
+	assert_string_equal(e[0].arch, "sm_90a");
+	assert_int_equal(e[0].mtime, 2000000);
+	assert_string_equal(e[1].entry, "lg_one");
+	assert_string_equal(e[1].arch, "sm_80");
+	assert_false(e[1].valid);
+	assert_non_null(strstr(e[1].problem, "checksum"));
+	assert_true(e[2].valid);
+	assert_string_equal(e[2].entry, "lg_two");
+	char hex[2 * LG_KEY_BYTES + 1], want[40];
+	lg_cache_key_hex(k[2], hex);
+	snprintf(want, sizeof want, "%s.lgc", hex);
+	assert_string_equal(e[2].file, want);
+	assert_true(e[2].size > 702);
+	free(e);
+	/* listing does not repair or remove anything */
+	assert_int_equal(access(f1, F_OK), 0);
+
+	size_t removed = 0;
+	assert_int_equal(lg_cache_clear(c, &removed), LG_OK);
+	assert_int_equal(removed, 3);
+	assert_int_equal(lg_cache_list(c, &e, &cnt), LG_OK);
+	assert_int_equal(cnt, 0);
+	free(e);
+	assert_int_equal(access(junk, F_OK), 0);    /* not ours: kept */
+	assert_int_equal(access(tmp_new, F_OK), 0); /* a writer may be at work */
+	assert_int_equal(access(tmp_old, F_OK), -1);
+	for (int i = 0; i < 3; i++)
+		assert_miss(c, k[i]);
+	lg_cache_close(c);
+	/* a missing folder lists as empty */
+	char *none = rt_path(dir, "nonexistent");
+	c = lg_cache_open(none, 0);
+	assert_int_equal(lg_cache_list(c, &e, &cnt), LG_OK);
+	assert_int_equal(cnt, 0);
+	assert_int_equal(access(none, F_OK), -1);
+	lg_cache_close(c);
+	free(none);
+	free(junk);
+	free(tmp_new);
+	free(tmp_old);
+	free(f1);
+	free(p);
+	rt_rm_rf(dir);
+	free(dir);
+}
+
+static void restore_env(const char *name, char *saved)
+{
+	if (saved) {
+		setenv(name, saved, 1);
+		free(saved);
+	} else {
+		unsetenv(name);
+	}
+}
+
+static char *save_env(const char *name)
+{
+	const char *v = getenv(name);
+	return v ? strdup(v) : NULL;
+}
+
+static void test_dir_resolve(void **state)
+{
+	(void)state;
+	char *s_dir = save_env("LINGEN_CACHE_DIR"), *s_xdg = save_env("XDG_CACHE_HOME");
+	char *s_home = save_env("HOME");
+	char *r;
+
+	setenv("LINGEN_CACHE_DIR", "/x/env", 1);
+	setenv("XDG_CACHE_HOME", "/x/xdg", 1);
+	setenv("HOME", "/x/home", 1);
+	r = lg_cache_dir_resolve("/x/given");
+	assert_string_equal(r, "/x/given");
+	free(r);
+	r = lg_cache_dir_resolve(NULL);
+	assert_string_equal(r, "/x/env");
+	free(r);
+	setenv("LINGEN_CACHE_DIR", "off", 1);
+	r = lg_cache_dir_resolve(NULL);
+	assert_string_equal(r, "off");
+	free(r);
+	setenv("LINGEN_CACHE_DIR", "", 1); /* empty is unset */
+	r = lg_cache_dir_resolve(NULL);
+	assert_string_equal(r, "/x/xdg/lingen");
+	free(r);
+	unsetenv("LINGEN_CACHE_DIR");
+	unsetenv("XDG_CACHE_HOME");
+	r = lg_cache_dir_resolve(NULL);
+	assert_string_equal(r, "/x/home/.cache/lingen");
+	free(r);
+	r = lg_cache_dir_resolve("off");
+	assert_string_equal(r, "off");
+	free(r);
+	assert_int_equal(access("/x", F_OK), -1); /* resolving creates nothing */
+
+	restore_env("LINGEN_CACHE_DIR", s_dir);
+	restore_env("XDG_CACHE_HOME", s_xdg);
+	restore_env("HOME", s_home);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_miss_put_hit),
+		cmocka_unit_test(test_key_changes),
+		cmocka_unit_test(test_key_hex),
+		cmocka_unit_test(test_corrupt),
+		cmocka_unit_test(test_truncated),
+		cmocka_unit_test(test_foreign),
+		cmocka_unit_test(test_bad_magic_version),
+		cmocka_unit_test(test_unwritable_under_file),
+		cmocka_unit_test(test_unwritable_readonly_folder),
+		cmocka_unit_test(test_concurrent_processes),
+		cmocka_unit_test(test_lru),
+		cmocka_unit_test(test_off),
+		cmocka_unit_test(test_list_and_clear),
+		cmocka_unit_test(test_dir_resolve),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,502 @@
+/*
+ * test_spec.c - spec files: every way a spec can be wrong gives one message
+ * naming the file, the JSON path, what was found and what is allowed; good
+ * specs get their defaults, a canonical form that round-trips and unique
+ * entry names; every shipped configs/kernels/*.json parses; truncated and
+ * mutated input never crashes the parser (run under ASan too).
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "family.h"
+#include "lingen.h"
+#include "spec.h"
+#include "testutil.h"
+
+/* A good kernel of each family, to build bad files from. */
+#define RQ "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, " \
+	   "\"quant\": {}}"
+#define RN "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048}"
+#define FILE1(k) "{\"kernels\": [" k "]}"
+/* rmsnorm_quant with `extra` members after the good ones */
+#define RQX(extra) FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", " extra "}")
+#define RQH(h) RQX("\"hidden\": " h ", \"quant\": {}")
+#define RQQ(q) RQX("\"hidden\": 2048, \"quant\": " q)
+#define RNX(extra) FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", " \
+			 "\"hidden\": 2048" extra "}")
+
+#define RQ_BLOCK64 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", " \
+		   "\"hidden\": 2048, \"quant\": {\"block\": 64}}"
+
+struct bad {
+	const char *json;
+	const char *want[4]; /* substrings of the message, beyond the file name */
+};
+
+static const struct bad bad_specs[] = {
+	/* syntax */
+	{"{\"kernels\": [\n  {\"op\": }\n]}", {"line 2, column 10", "malformed JSON", "found \"}\", allowed: JSON text"}},
+	{"{\"kernels\": [" RN "]} trailing", {"line 1, column", "text after the JSON value", "\"trailing\"",
+					   "allowed: only whitespace"}},
+	{"", {"found an empty document", "allowed: a JSON object"}},
+	{"  \n ", {"found an empty document"}},
+	{"{\"kernels\": [" RN, {"line 1, column", "malformed JSON"}},
+	/* top level */
+	{"[" RN "]", {"top level: found an array", "allowed: an object"}},
+	{"{\"name\": \"x\"}", {"kernels: missing", "allowed: an array of kernel objects"}},
+	{"{\"kernels\": []}", {"kernels: found an empty array", "at least one kernel"}},
+	{"{\"kernels\": {}}", {"kernels: found an object", "allowed: an array"}},
+	{"{\"kernels\": \"rmsnorm\"}", {"kernels: found \"rmsnorm\"", "allowed: an array"}},
+	{"{\"kernels\": [42]}", {"kernels[0]: found 42", "allowed: an object"}},
+	{"{\"kernel\": [" RN "]}", {"unknown key \"kernel\"", "allowed keys: name, kernels",
+				    "did you mean \"kernels\"?"}},
+	{"{\"name\": 7, \"kernels\": [" RN "]}", {"name: found 7 (a number)", "allowed: a string"}},
+	{"{\"name\": \"a\", \"name\": \"b\", \"kernels\": [" RN "]}", {"name: duplicate key"}},
+	/* kernel keys */
+	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hiden\": 2048}"),
+	 {"kernels[0]: unknown key \"hiden\"", "allowed keys: op, pass, dtype, hidden, eps, tile",
+	  "did you mean \"hidden\"?"}},
+	{FILE1("{\"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048}"),
+	 {"kernels[0].op: missing", "allowed: \"rmsnorm_quant\", \"rmsnorm\""}},
+	{FILE1("{\"op\": \"rmsnorn\", \"pass\": \"forward\"}"),
+	 {"kernels[0].op: found \"rmsnorn\"", "allowed: \"rmsnorm_quant\", \"rmsnorm\"",
+	  "did you mean \"rmsnorm\"?"}},
+	{FILE1("{\"op\": 3}"), {"kernels[0].op: found 3 (a number)", "allowed: \"rmsnorm_quant\""}},
+	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"fwd\", \"dtype\": \"bf16\", \"hidden\": 2048}"),
+	 {"kernels[0].pass: found \"fwd\"", "allowed for op rmsnorm: \"forward\", \"backward\""}},
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	       "\"quant\": {}}"),
+	 {"kernels[0].pass: found \"backward\"", "allowed for op rmsnorm_quant: \"forward\""}},
+	{FILE1("{\"op\": \"rmsnorm\", \"dtype\": \"bf16\", \"hidden\": 2048}"),
+	 {"kernels[0].pass: missing", "\"forward\", \"backward\""}},
+	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"fp16\", \"hidden\": 2048}"),
+	 {"kernels[0].dtype: found \"fp16\"", "allowed for op rmsnorm: \"bf16\""}},
+	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"hidden\": 2048}"),
+	 {"kernels[0].dtype: found \"fp32\"", "allowed for op rmsnorm: \"bf16\""}},
+	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"),
+	 {"kernels[0].hidden: missing, required by op rmsnorm", "allowed: an integer"}},
+	{FILE1("{\"op\": \"rmsnorm\", \"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"),
+	 {"kernels[0].op: duplicate key"}},
+	{RNX(", \"vocab\": 157184"), {"kernels[0].vocab: found 157184, not used by op rmsnorm",
+				      "allowed keys: op, pass, dtype, hidden, eps, tile"}},
+	{RNX(", \"hidden\": 4096"), {"kernels[0].hidden: duplicate key"}},
+	/* dims */
+	{RQH("2000"), {"kernels[0].hidden: found 2000", "allowed: a multiple of 128 from 128 to 16384"}},
+	{RQH("16512"), {"kernels[0].hidden: found 16512", "allowed: a multiple of 128 from 128 to 16384"}},
+	{RQH("0"), {"kernels[0].hidden: found 0", "allowed: an integer from 1 to"}},
+	{RQH("-128"), {"kernels[0].hidden: found -128", "allowed: an integer from 1 to"}},
+	{RQH("2048.5"), {"kernels[0].hidden: found 2048.5", "allowed: an integer"}},
+	{RQH("\"2048\""), {"kernels[0].hidden: found \"2048\" (a string)", "allowed: an integer"}},
+	{RQH("99999999999999999999"), {"kernels[0].hidden: found 1e+20", "allowed: an integer"}},
+	{RQH("1e400"), {"kernels[0].hidden: found a number out of range", "allowed: an integer"}},
+	{RQH("true"), {"kernels[0].hidden: found true (a boolean)", "allowed: an integer"}},
+	{RQH("null"), {"kernels[0].hidden: found null (null)", "allowed: an integer"}},
+	/* eps */
+	{RNX(", \"eps\": 0"), {"kernels[0].eps: found 0", "allowed: a number greater than 0 and less than 1"}},
+	{RNX(", \"eps\": -1e-6"), {"kernels[0].eps: found -1e-06", "greater than 0"}},
+	{RNX(", \"eps\": 1"), {"kernels[0].eps: found 1,", "less than 1"}},
+	{RNX(", \"eps\": \"1e-6\""), {"kernels[0].eps: found \"1e-6\" (a string)", "allowed: a number"}},
+	/* quant */
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048}"),
+	 {"kernels[0].quant: missing, required by op rmsnorm_quant", "format, block, round_scale, output"}},
+	{RNX(", \"quant\": {}"), {"kernels[0].quant: found an object, not used by op rmsnorm",
+				  "allowed keys: op, pass, dtype, hidden, eps, tile"}},
+	{RQQ("[]"), {"kernels[0].quant: found an array", "allowed: an object"}},
+	{RQQ("{\"block\": 64}"), {"kernels[0].quant.block: found 64", "allowed: 128"}},
+	{RQQ("{\"block\": 0}"), {"kernels[0].quant.block: found 0", "allowed: an integer from 1"}},
+	{RQQ("{\"format\": \"e5m2\"}"), {"kernels[0].quant.format: found \"e5m2\"", "allowed: \"e4m3\""}},
+	{RQQ("{\"output\": \"rows\"}"),
+	 {"kernels[0].quant.output: found \"rows\"", "allowed: \"rowwise\", \"columnwise\", \"both\""}},
+	{RQQ("{\"round_scale\": \"yes\"}"),
+	 {"kernels[0].quant.round_scale: found \"yes\" (a string)", "allowed: true, false"}},
+	{RQQ("{\"round_scales\": true}"),
+	 {"kernels[0].quant: unknown key \"round_scales\"", "allowed keys: format, block, round_scale, output",
+	  "did you mean \"round_scale\"?"}},
+	{RQQ("{\"block\": 128, \"block\": 128}"), {"kernels[0].quant.block: duplicate key"}},
+	/* tile */
+	{RNX(", \"tile\": {\"rowz\": 4}"),
+	 {"kernels[0].tile: unknown key \"rowz\"", "allowed keys: rows, threads", "did you mean \"rows\"?"}},
+	{RNX(", \"tile\": {\"cols\": 256}"),
+	 {"kernels[0].tile.cols: found 256, not used by op rmsnorm", "allowed keys: rows, threads"}},
+	{RNX(", \"tile\": {\"rows\": 0}"), {"kernels[0].tile.rows: found 0", "allowed: an integer from 1 to 65536"}},
+	{RNX(", \"tile\": {\"threads\": 131072}"), {"kernels[0].tile.threads: found 131072", "to 65536"}},
+	{RNX(", \"tile\": 4"), {"kernels[0].tile: found 4", "allowed: an object with keys rows, threads"}},
+	/* a later kernel gets its own path */
+	{"{\"kernels\": [" RN ", " RQ ",\n " RQ_BLOCK64 "]}", {"kernels[2].quant.block: found 64", "allowed: 128"}},
+	/* junk */
+	{"\"just a string\"", {"top level: found \"just a string\"", "allowed: an object"}},
+	{"{\"kernels\": [{\"op\": \"rms\\u0000norm\"}]}", {"kernels[0].op: found \"rms\"", "allowed"}},
+};
+
+#define FILE_NAME "norms.json"
+
+static void test_bad_specs(void **state)
+{
+	(void)state;
+	size_t n = sizeof bad_specs / sizeof bad_specs[0];
+	int failures = 0;
+	assert_true(n >= 35);
+	for (size_t i = 0; i < n; i++) {
+		const struct bad *b = &bad_specs[i];
+		lg_spec_file *f = NULL;
+		lg_status st = lg_spec_file_parse(b->json, strlen(b->json), FILE_NAME, &f);
+		const char *msg = lg_last_error();
+		bool ok = st == LG_ERR_SPEC && f == NULL && strncmp(msg, FILE_NAME ": ", 12) == 0;
+		for (int w = 0; ok && w < 4 && b->want[w]; w++)
+			ok = strstr(msg, b->want[w]) != NULL;
+		if (!ok) {
+			fprintf(stderr, "bad spec %zu: status %s\n  input:   %s\n  message: %s\n", i,
+				lg_status_str(st), b->json, msg);
+			for (int w = 0; w < 4 && b->want[w]; w++)
+				fprintf(stderr, "  want:    %s\n", b->want[w]);
+			failures++;
+		}
+		lg_spec_file_free(f);
+	}
+	assert_int_equal(failures, 0);
+}
+
+static lg_spec *parse_ok(const char *json)
+{
+	lg_spec *s = NULL;
+	lg_status st = lg_spec_parse(json, &s);
+	if (st != LG_OK)
+		fprintf(stderr, "unexpected error: %s\n", lg_last_error());
+	assert_int_equal(st, LG_OK);
+	assert_non_null(s);
+	return s;
+}
+
+static void test_defaults(void **state)
+{
+	(void)state;
+	lg_spec *s = parse_ok(RQ);
+	assert_int_equal(s->op, LG_OP_RMSNORM_QUANT);
+	assert_int_equal(s->pass, LG_PASS_FORWARD);
+	assert_int_equal(s->dtype, LG_DTYPE_BF16);
+	assert_true(lg_spec_has_dim(s, LG_DIM_HIDDEN));
+	assert_int_equal(s->dim_set, 1u << LG_DIM_HIDDEN);
+	assert_int_equal(s->dim[LG_DIM_HIDDEN], 2048);
+	assert_true(s->eps == 1e-6);
+	assert_true(s->quant.present);
+	assert_int_equal(s->quant.format, LG_QFMT_E4M3);
+	assert_int_equal(s->quant.block, 128);
+	assert_true(s->quant.round_scale);
+	assert_int_equal(s->quant.output, LG_QOUT_BOTH);
+	assert_int_equal(s->tile_set, 0);
+	lg_spec_free(s);
+
+	s = parse_ok(RN);
+	assert_false(s->quant.present);
+	assert_true(s->eps == 1e-6);
+	lg_spec_free(s);
+}
+
+struct canon {
+	const char *in, *canonical, *entry;
+};
+
+static const struct canon canon_cases[] = {
+	{RQ,
+	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"eps\": 1e-06, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, "
+	 "\"output\": \"both\"}}",
+	 "lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2"},
+	{"{\"quant\": {\"output\": \"columnwise\", \"round_scale\": false}, \"hidden\": 5120, "
+	 "\"eps\": 1e-5, \"tile\": {\"threads\": 256, \"cols\": 1024}, \"dtype\": \"bf16\", "
+	 "\"pass\": \"forward\", \"op\": \"rmsnorm_quant\"}",
+	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 5120, "
+	 "\"eps\": 1e-05, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": false, "
+	 "\"output\": \"columnwise\"}, \"tile\": {\"cols\": 1024, \"threads\": 256}}",
+	 "lg_rmsnorm_quant_fwd_bf16_h5120_colwise_exact_eps3ee4f8b588e368f1_tc1024t256"},
+	{"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 4096.0, "
+	 "\"eps\": 0.000001, \"tile\": {\"rows\": 4}}",
+	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 4096, "
+	 "\"eps\": 1e-06, \"tile\": {\"rows\": 4}}",
+	 "lg_rmsnorm_bwd_bf16_h4096_tr4"},
+	{"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 128, "
+	 "\"eps\": 0.1}",
+	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 128, "
+	 "\"eps\": 0.1}",
+	 "lg_rmsnorm_fwd_bf16_h128_eps3fb999999999999a"},
+};
+
+static void test_canonical(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof canon_cases / sizeof canon_cases[0]; i++) {
+		const struct canon *c = &canon_cases[i];
+		lg_spec *s = parse_ok(c->in);
+		char *json = lg_spec_canonical(s);
+		assert_non_null(json);
+		assert_string_equal(json, c->canonical);
+		assert_string_equal(lg_spec_entry(s), c->entry);
+		/* the canonical form parses to the same spec */
+		lg_spec *again = parse_ok(json);
+		char *json2 = lg_spec_canonical(again);
+		assert_string_equal(json2, json);
+		assert_string_equal(lg_spec_entry(again), lg_spec_entry(s));
+		free(json2);
+		lg_spec_free(again);
+		free(json);
+		lg_spec_free(s);
+	}
+}
+
+static void test_single_kernel_errors(void **state)
+{
+	(void)state;
+	lg_spec *s = NULL;
+	assert_int_equal(lg_spec_parse("{\"pass\": \"forward\"}", &s), LG_ERR_SPEC);
+	assert_null(s);
+	assert_non_null(strstr(lg_last_error(), "<input>: op: missing"));
+	assert_int_equal(lg_spec_parse("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				       "\"hidden\": 100}", &s), LG_ERR_SPEC);
+	assert_string_equal(lg_last_error(),
+			    "<input>: hidden: found 100, allowed: a multiple of 128 from 128 to 16384");
+	assert_int_equal(lg_spec_parse(RQ_BLOCK64, &s), LG_ERR_SPEC);
+	assert_string_equal(lg_last_error(), "<input>: quant.block: found 64, allowed: 128");
+	assert_int_equal(lg_spec_parse("{\"op\": 1,}", &s), LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "<input>: line 1, column 10"));
+	assert_int_equal(lg_spec_parse(NULL, &s), LG_ERR_INVALID_ARG);
+	/* a success clears the last message */
+	s = parse_ok(RN);
+	assert_string_equal(lg_last_error(), "");
+	lg_spec_free(s);
+}
+
+static void test_file_api(void **state)
+{
+	(void)state;
+	lg_spec_file *f = NULL;
+	const char *text = "{\"name\": \"two\", \"kernels\": [" RN ", " RQ "]}";
+	assert_int_equal(lg_spec_file_parse(text, strlen(text), NULL, &f), LG_OK);
+	assert_int_equal(lg_spec_file_count(f), 2);
+	assert_string_equal(lg_spec_file_name(f), "two");
+	assert_int_equal(lg_spec_file_get(f, 1)->op, LG_OP_RMSNORM_QUANT);
+	assert_null(lg_spec_file_get(f, 2));
+	lg_spec_file_free(f);
+
+	text = "{\"kernels\": [" RN "]}";
+	assert_int_equal(lg_spec_file_parse(text, strlen(text), NULL, &f), LG_OK);
+	assert_string_equal(lg_spec_file_name(f), "");
+	lg_spec_file_free(f);
+
+	text = "{\"kernels\": 1}";
+	assert_int_equal(lg_spec_file_parse(text, strlen(text), NULL, &f), LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "<input>: kernels: found 1"));
+
+	assert_int_equal(lg_spec_file_load(LG_SOURCE_DIR "/configs/kernels/no-such-file.json", &f),
+			 LG_ERR_IO);
+	assert_null(f);
+	assert_non_null(strstr(lg_last_error(), "no-such-file.json: No such file or directory"));
+	assert_int_equal(lg_spec_file_load(LG_SOURCE_DIR "/configs/kernels", &f), LG_ERR_IO);
+	assert_non_null(strstr(lg_last_error(), "configs/kernels: Is a directory"));
+}
+
+static bool is_identifier(const char *s)
+{
+	if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
+		return false;
+	for (; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+		      (*s >= '0' && *s <= '9') || *s == '_'))
+			return false;
+	return true;
+}
+
+#define MAX_SPECS 256
+
+static void test_shipped_configs(void **state)
+{
+	(void)state;
+	size_t nfiles = 0, n = 0;
+	char **files = lg_test_list_dir(LG_SOURCE_DIR "/configs/kernels", ".json", &nfiles);
+	assert_non_null(files);
+	assert_true(nfiles >= 2);
+	char *canon[MAX_SPECS];
+	const char *entry[MAX_SPECS];
+	lg_spec_file *loaded[16] = {0};
+	assert_true(nfiles <= 16);
+	for (size_t i = 0; i < nfiles; i++) {
+		lg_status st = lg_spec_file_load(files[i], &loaded[i]);
+		if (st != LG_OK)
+			fprintf(stderr, "%s\n", lg_last_error());
+		assert_int_equal(st, LG_OK);
+		assert_true(lg_spec_file_count(loaded[i]) > 0);
+		assert_true(strlen(lg_spec_file_name(loaded[i])) > 0);
+		for (size_t k = 0; k < lg_spec_file_count(loaded[i]); k++, n++) {
+			const lg_spec *s = lg_spec_file_get(loaded[i], k);
+			assert_true(n < MAX_SPECS);
+			canon[n] = lg_spec_canonical(s);
+			entry[n] = lg_spec_entry(s);
+			assert_non_null(canon[n]);
+			assert_true(is_identifier(entry[n]));
+			assert_true(strlen(entry[n]) < 120);
+			lg_spec *again = parse_ok(canon[n]);
+			char *c2 = lg_spec_canonical(again);
+			assert_string_equal(c2, canon[n]);
+			free(c2);
+			lg_spec_free(again);
+		}
+	}
+	/* one entry name per distinct canonical spec */
+	for (size_t a = 0; a < n; a++)
+		for (size_t b = a + 1; b < n; b++)
+			assert_int_equal(strcmp(canon[a], canon[b]) == 0,
+					 strcmp(entry[a], entry[b]) == 0);
+	assert_true(n >= 14);
+	for (size_t a = 0; a < n; a++)
+		free(canon[a]);
+	for (size_t i = 0; i < nfiles; i++)
+		lg_spec_file_free(loaded[i]);
+	lg_test_free_list(files);
+}
+
+static void test_long_entry_is_hashed(void **state)
+{
+	(void)state;
+	struct lg_spec s = {.op = LG_OP_RMSNORM, .pass = LG_PASS_FORWARD, .dtype = LG_DTYPE_BF16,
+			    .eps = 1e-6};
+	for (int d = 0; d < LG_DIM_COUNT; d++) {
+		s.dim[d] = ((int64_t)1 << 53) - d;
+		s.dim_set |= 1u << d;
+	}
+	lg_spec_make_entry(&s);
+	assert_true(strlen(s.entry) < 120);
+	assert_true(is_identifier(s.entry));
+	assert_non_null(strstr(s.entry, "lg_rmsnorm_fwd_bf16_x"));
+	char first[128];
+	memcpy(first, s.entry, sizeof first);
+	s.dim[LG_DIM_TOPK]++;
+	lg_spec_make_entry(&s);
+	assert_string_not_equal(first, s.entry);
+}
+
+/* Parse text[0..len) from a buffer of exactly len bytes, so ASan sees any
+ * read past the end; the parser may only succeed or report a spec error. */
+static void parse_exact(const char *text, size_t len)
+{
+	char *copy = malloc(len ? len : 1);
+	assert_non_null(copy);
+	memcpy(copy, text, len);
+	lg_spec_file *f = NULL;
+	lg_status st = lg_spec_file_parse(copy, len, "fuzz.json", &f);
+	assert_true(st == LG_OK || st == LG_ERR_SPEC);
+	assert_true((st == LG_OK) == (f != NULL));
+	if (st == LG_ERR_SPEC)
+		assert_non_null(strstr(lg_last_error(), "fuzz.json: "));
+	lg_spec_file_free(f);
+	free(copy);
+}
+
+static void test_fuzz(void **state)
+{
+	(void)state;
+	static const char subst[] = {'\0', '"', '{', '}', '[', ']', ',', ':', '9', '-', 'e',
+				     '.', ' ', 'x', '\\', (char)0xff, '\n'};
+	size_t len = 0;
+	char *text = lg_test_read_file(LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json", &len);
+	assert_non_null(text);
+	for (size_t i = 0; i <= len; i++)
+		parse_exact(text, i);
+	for (size_t i = 0; i < len; i++) {
+		char keep = text[i];
+		for (size_t k = 0; k < sizeof subst; k++) {
+			text[i] = subst[k];
+			parse_exact(text, len);
+		}
+		text[i] = keep;
+	}
+	free(text);
+
+	/* single kernels, truncated (lg_spec_parse reads up to the NUL) */
+	const char *one = RQ;
+	for (size_t i = 0; i <= strlen(one); i++) {
+		char *cut = strndup(one, i);
+		lg_spec *s = NULL;
+		lg_status st = lg_spec_parse(cut, &s);
+		assert_true(st == LG_OK || st == LG_ERR_SPEC);
+		assert_true(st != LG_ERR_SPEC || strncmp(lg_last_error(), "<input>: ", 9) == 0);
+		lg_spec_free(s);
+		free(cut);
+	}
+
+	/* deep nesting, in the kernels array and at the top */
+	size_t deep = 100000;
+	char *junk = malloc(2 * deep + 32);
+	assert_non_null(junk);
+	size_t n = (size_t)sprintf(junk, "{\"kernels\": ");
+	memset(junk + n, '[', deep);
+	memset(junk + n + deep, ']', deep);
+	parse_exact(junk, n + 2 * deep);
+	memset(junk, '{', deep);
+	parse_exact(junk, deep);
+	free(junk);
+
+	/* many keys in one object */
+	size_t keys = 20000, cap = keys * 16 + 32, o = 0;
+	char *many = malloc(cap);
+	assert_non_null(many);
+	o += (size_t)snprintf(many + o, cap - o, "{\"kernels\": [{\"op\": \"rmsnorm\"");
+	for (size_t i = 0; i < keys; i++)
+		o += (size_t)snprintf(many + o, cap - o, ", \"tile\": %zu", i);
+	o += (size_t)snprintf(many + o, cap - o, "}]}");
+	parse_exact(many, o);
+	free(many);
+}
+
+/* Messages are per thread: two threads failing differently keep their own. */
+static void *parse_in_thread(void *arg)
+{
+	const char *h = arg;
+	char json[256], want[64];
+	snprintf(json, sizeof json, "{\"kernels\": [" RN ", {\"op\": \"rmsnorm\", \"pass\": \"forward\", "
+		 "\"dtype\": \"bf16\", \"hidden\": %s}]}", h);
+	snprintf(want, sizeof want, "t.json: kernels[1].hidden: found %s,", h);
+	for (int i = 0; i < 2000; i++) {
+		lg_spec_file *f = NULL;
+		if (lg_spec_file_parse(json, strlen(json), "t.json", &f) != LG_ERR_SPEC ||
+		    strncmp(lg_last_error(), want, strlen(want)) != 0)
+			return (void *)1;
+	}
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	static const char *const hs[] = {"100", "200", "300", "400"};
+	pthread_t t[4];
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(pthread_create(&t[i], NULL, parse_in_thread, (void *)hs[i]), 0);
+	for (int i = 0; i < 4; i++) {
+		void *bad = NULL;
+		assert_int_equal(pthread_join(t[i], &bad), 0);
+		assert_null(bad);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bad_specs),
+		cmocka_unit_test(test_defaults),
+		cmocka_unit_test(test_canonical),
+		cmocka_unit_test(test_single_kernel_errors),
+		cmocka_unit_test(test_file_api),
+		cmocka_unit_test(test_shipped_configs),
+		cmocka_unit_test(test_long_entry_is_hashed),
+		cmocka_unit_test(test_fuzz),
+		cmocka_unit_test(test_threads),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
