@@ -50,6 +50,14 @@ int lg_cli_fail(int code, const char *fmt, ...)
 	return code;
 }
 
+const char *lg_cli_error(lg_status st)
+{
+	static _Thread_local char copy[8192];
+	const char *msg = lg_last_error();
+	snprintf(copy, sizeof copy, "%s", msg && msg[0] ? msg : lg_status_str(st));
+	return copy;
+}
+
 int lg_cli_status_exit(lg_status st)
 {
 	switch (st) {
@@ -296,10 +304,8 @@ int lg_cli_archs(const struct lg_cli_cmd *cmd, const char *text, char ***out, in
  * memory is a runtime error (1). */
 static int load_error(const char *path, lg_status st)
 {
-	const char *msg = lg_last_error();
+	const char *msg = lg_cli_error(st);
 	int code = st == LG_ERR_NO_MEMORY ? LG_EXIT_FAIL : LG_EXIT_USAGE;
-	if (!msg[0])
-		msg = lg_status_str(st);
 	if (strstr(msg, path))
 		return lg_cli_fail(code, "%s", msg);
 	return lg_cli_fail(code, "%s: %s", path, msg);
@@ -383,9 +389,10 @@ int lg_cli_gpu_ctx(const char *what, lg_ctx **ctx)
 	lg_ctx_opts o = {.arch = NULL, .cache_dir = NULL};
 	lg_status st = lg_ctx_create(&o, ctx);
 	if (st != LG_OK) {
+		const char *why = lg_cli_error(st);
 		*ctx = NULL;
 		return lg_cli_fail(LG_EXIT_FAIL, "%s needs a CUDA GPU and its driver: %s (%s)", what,
-				   lg_last_error(), lg_status_str(st));
+				   why, lg_status_str(st));
 	}
 	return LG_EXIT_OK;
 }

@@ -73,6 +73,11 @@ int lg_cli_usage_error(const struct lg_cli_cmd *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* "lingen: <message>" on stderr; returns code. */
 int lg_cli_fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The message of a failed library call: a copy of lg_last_error() (or the
+ * status name when the library left none), valid until the next call on
+ * this thread. Take it right after the failed call, before any other lingen
+ * call: public calls clear the message on entry. */
+const char *lg_cli_error(lg_status st);
 /* Exit status for a failed library call: 2 for bad input (spec, argument),
  * 1 for everything else (driver, NVRTC, I/O, CUDA). */
 int lg_cli_status_exit(lg_status st);

@@ -84,11 +84,11 @@ static int bench_all(lg_ctx *ctx, const struct lg_cli_specs *s, const int64_t *t
 			struct row *w = &rows[k];
 			w->spec = s->k[i].spec;
 			w->tokens = tokens[t];
+			const char *entry = lg_spec_entry(w->spec);
 			lg_status st = lg_bench_kernel(ctx, w->spec, &o, &w->r);
 			if (st != LG_OK)
-				return lg_cli_fail(LG_EXIT_FAIL, "%s tokens=%lld: %s",
-						   lg_spec_entry(w->spec), (long long)tokens[t],
-						   lg_last_error());
+				return lg_cli_fail(LG_EXIT_FAIL, "%s tokens=%lld: %s", entry,
+						   (long long)tokens[t], lg_cli_error(st));
 			double floor_us = w->r.bytes / (copy_gbps * 1e3);
 			w->pct = w->r.median_us > 0 ? 100.0 * floor_us / w->r.median_us : 0;
 		}
@@ -108,7 +108,8 @@ static int bench(const struct lg_cli_args *a, const int64_t *tokens, int nt, int
 	if (rc == LG_EXIT_OK) {
 		lg_status st = lg_bench_copy_ceiling(&copy_gbps);
 		if (st != LG_OK || copy_gbps <= 0)
-			rc = lg_cli_fail(LG_EXIT_FAIL, "copy ceiling: %s", lg_last_error());
+			rc = lg_cli_fail(LG_EXIT_FAIL, "copy ceiling: %s",
+					 st != LG_OK ? lg_cli_error(st) : "not positive");
 	}
 	if (rc == LG_EXIT_OK) {
 		rows = calloc(specs.n * (size_t)nt, sizeof *rows);

@@ -75,10 +75,11 @@ static void run_job(struct build *b, lg_ctx *ctx, struct job *j)
 	double t0 = lg_cli_now();
 	const void *cubin;
 	size_t size;
+	const char *entry = lg_spec_entry(j->k->spec);
 	lg_status st = lg_ctx_cubin(ctx, j->k->spec, &cubin, &size);
 	if (st != LG_OK) {
-		job_fail(j, lg_cli_status_exit(st), "%s (%s): %s", lg_spec_entry(j->k->spec),
-			 b->archs[j->arch], lg_last_error());
+		job_fail(j, lg_cli_status_exit(st), "%s (%s): %s", entry, b->archs[j->arch],
+			 lg_cli_error(st));
 		return;
 	}
 	j->size = size;
@@ -105,7 +106,7 @@ static lg_ctx *worker_ctx(struct worker *w, struct job *j)
 		if (st != LG_OK) {
 			w->ctx[j->arch] = NULL;
 			job_fail(j, lg_cli_status_exit(st), "context for %s: %s", o.arch,
-				 lg_last_error());
+				 lg_cli_error(st));
 		}
 	}
 	return w->ctx[j->arch];
@@ -252,15 +253,18 @@ static int plan_jobs(struct build *b, const struct lg_cli_specs *s)
 	return LG_EXIT_OK;
 }
 
-/* Print every failure; the exit status of the first. */
+/* Print the first failure in full (an NVRTC log can be long) and the first
+ * line of the others; the exit status of the first. */
 static int report_failures(const struct build *b)
 {
 	int rc = LG_EXIT_OK;
 	for (size_t i = 0; i < b->njobs; i++) {
-		if (b->jobs[i].error) {
-			int code = lg_cli_fail(b->jobs[i].code, "%s", b->jobs[i].error);
-			rc = rc ? rc : code;
-		}
+		const char *e = b->jobs[i].error;
+		if (!e)
+			continue;
+		int len = rc ? (int)strcspn(e, "\n") : (int)strlen(e);
+		int code = lg_cli_fail(b->jobs[i].code, "%.*s", len, e);
+		rc = rc ? rc : code;
 	}
 	return rc;
 }

@@ -43,9 +43,10 @@ static void age(int64_t mtime, char out[24])
 
 static int list(lg_cache *c, struct lg_cache_entry **e, size_t *n)
 {
+	const char *path = lg_cache_path(c);
 	lg_status st = lg_cache_list(c, e, n);
 	if (st != LG_OK)
-		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", lg_cache_path(c), lg_last_error());
+		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, lg_cli_error(st));
 	return LG_EXIT_OK;
 }
 
@@ -95,8 +96,10 @@ static int cmd_verify(lg_cache *c)
 static int cmd_clear(lg_cache *c)
 {
 	size_t removed = 0;
-	if (lg_cache_clear(c, &removed) != LG_OK)
-		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", lg_cache_path(c), lg_last_error());
+	const char *path = lg_cache_path(c);
+	lg_status st = lg_cache_clear(c, &removed);
+	if (st != LG_OK)
+		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, lg_cli_error(st));
 	printf("removed %zu entr%s from %s\n", removed, removed == 1 ? "y" : "ies",
 	       lg_cache_path(c));
 	return LG_EXIT_OK;
@@ -105,8 +108,10 @@ static int cmd_clear(lg_cache *c)
 static int cmd_prune(lg_cache *c, uint64_t max_bytes)
 {
 	size_t removed = 0;
-	if (lg_cache_prune(c, max_bytes, &removed) != LG_OK)
-		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", lg_cache_path(c), lg_last_error());
+	const char *path = lg_cache_path(c);
+	lg_status st = lg_cache_prune(c, max_bytes, &removed);
+	if (st != LG_OK)
+		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, lg_cli_error(st));
 	printf("removed %zu entr%s from %s (bound %.0f MiB)\n", removed, removed == 1 ? "y" : "ies",
 	       lg_cache_path(c), (double)max_bytes / MIB);
 	return LG_EXIT_OK;

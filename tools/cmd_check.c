@@ -59,7 +59,7 @@ static int check_all(lg_ctx *ctx, const struct lg_cli_specs *s, const int64_t *t
 			if (st != LG_OK) {
 				failed++;
 				rc = lg_cli_fail(LG_EXIT_FAIL, "%s tokens=%lld: %s", entry,
-						 (long long)tokens[t], lg_last_error());
+						 (long long)tokens[t], lg_cli_error(st));
 				printf("ERROR %s tokens=%lld\n", entry, (long long)tokens[t]);
 				continue;
 			}

@@ -20,10 +20,11 @@ static const struct lg_cli_opt opts[] = {
 static int emit_one(const struct lg_cli_kernel *k, const char *arch, const char *dir)
 {
 	char *src = NULL;
+	const char *entry = lg_spec_entry(k->spec);
 	lg_status st = lg_generate(k->spec, arch, &src);
 	if (st != LG_OK)
 		return lg_cli_fail(lg_cli_status_exit(st), "%s: kernels[%zu] (%s): %s", k->path,
-				   k->index, lg_spec_entry(k->spec), lg_last_error());
+				   k->index, entry, lg_cli_error(st));
 	int rc = LG_EXIT_OK;
 	if (!dir) {
 		fputs(src, stdout);

@@ -44,10 +44,11 @@ static int version(void)
 {
 	int major, minor;
 	printf("lingen %s\n", lg_version());
-	if (lg_nvrtc_version(&major, &minor) == LG_OK)
+	lg_status st = lg_nvrtc_version(&major, &minor);
+	if (st == LG_OK)
 		printf("NVRTC %d.%d\n", major, minor);
 	else
-		printf("NVRTC not found (%s)\n", lg_last_error());
+		printf("NVRTC not found (%s)\n", lg_cli_error(st));
 	return LG_EXIT_OK;
 }
 
