@@ -399,31 +399,6 @@ int lg_cli_gpu_ctx(const char *what, lg_ctx **ctx)
 
 /* -------------------------------------------------------------- files */
 
-int lg_cli_mkdirs(const char *dir)
-{
-	char *p = strdup(dir);
-	if (!p)
-		return -1;
-	for (char *q = p + 1; *q; q++) {
-		if (*q != '/')
-			continue;
-		*q = '\0';
-		if (mkdir(p, 0777) != 0 && errno != EEXIST) {
-			free(p);
-			return -1;
-		}
-		*q = '/';
-	}
-	int rc = mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
-	struct stat st;
-	if (rc == 0 && stat(p, &st) == 0 && !S_ISDIR(st.st_mode)) {
-		errno = ENOTDIR;
-		rc = -1;
-	}
-	free(p);
-	return rc;
-}
-
 char *lg_cli_path(const char *dir, const char *name)
 {
 	char *p;

@@ -130,8 +130,6 @@ int lg_cli_gpu_ctx(const char *what, lg_ctx **ctx);
 
 /* ----------------------------------------------------------- files */
 
-/* mkdir -p. 0 on success, -1 with errno set. */
-int lg_cli_mkdirs(const char *dir);
 /* Write a file atomically: a temp file in the same folder, fsync, rename.
  * 0 on success, -1 with errno set (the temp file is removed). */
 int lg_cli_write_file(const char *path, const void *data, size_t size);

@@ -21,6 +21,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "cache.h" /* lg_mkdir_p */
 #include "cli.h"
 #include "nvrtc.h"
 
@@ -275,7 +276,7 @@ static int build(struct build *b, const struct lg_cli_args *a, int jobs)
 	double t0 = lg_cli_now();
 	struct lg_cli_specs specs = {0};
 	int rc = lg_cli_load_specs(a->pos, a->npos, &specs);
-	if (rc == LG_EXIT_OK && lg_cli_mkdirs(b->dir) != 0)
+	if (rc == LG_EXIT_OK && lg_mkdir_p(b->dir) != 0)
 		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", b->dir, strerror(errno));
 	if (rc == LG_EXIT_OK)
 		rc = plan_jobs(b, &specs);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache.h" /* lg_mkdir_p */
 #include "cli.h"
 
 enum { O_OUT, O_ARCH };
@@ -60,7 +61,7 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 		rc = lg_cli_usage_error(cmd, "--arch: give one arch");
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_load_specs(a.pos, a.npos, &specs);
-	if (rc == LG_EXIT_OK && a.val[O_OUT] && lg_cli_mkdirs(a.val[O_OUT]) != 0)
+	if (rc == LG_EXIT_OK && a.val[O_OUT] && lg_mkdir_p(a.val[O_OUT]) != 0)
 		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", a.val[O_OUT], strerror(errno));
 	for (size_t i = 0; rc == LG_EXIT_OK && i < specs.n; i++)
 		rc = emit_one(&specs.k[i], archs[0], a.val[O_OUT]);
