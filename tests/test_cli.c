@@ -1,0 +1,407 @@
+/*
+ * test_cli.c - the `lingen` command-line tool, run as a program: help and
+ * usage errors, gen, build (bundle + manifest), cache ls/clear/verify, and
+ * check without a GPU. Exit statuses: 0 ok, 1 failed/runtime, 2 usage/input.
+ *
+ * Needs NVRTC (for build) but no GPU. Each test uses its own temp folders
+ * and its own LINGEN_CACHE_DIR.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "lingen.h"
+#include "proc.h"
+
+#define NORMS LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json"
+
+/* Run the CLI with up to 12 arguments (NULL-terminated) and an optional
+ * cache folder; print its output when the test fails to help debugging. */
+static struct lg_proc cli(const char *cache, ...)
+{
+	char *argv[16] = {(char *)LG_CLI};
+	int n = 1;
+	va_list ap;
+	va_start(ap, cache);
+	for (const char *s; n < 15 && (s = va_arg(ap, const char *));)
+		argv[n++] = (char *)s;
+	va_end(ap);
+	char *envvar = NULL;
+	char *env[2] = {NULL, NULL};
+	if (cache) {
+		assert_true(asprintf(&envvar, "LINGEN_CACHE_DIR=%s", cache) > 0);
+		env[0] = envvar;
+	}
+	struct lg_proc p;
+	assert_int_equal(lg_proc_run(argv, env, &p), 0);
+	free(envvar);
+	fprintf(stderr, "$ lingen");
+	for (int i = 1; i < n; i++)
+		fprintf(stderr, " %s", argv[i]);
+	fprintf(stderr, "  -> %d\n%s", p.status, p.err);
+	return p;
+}
+
+static void test_help(void **state)
+{
+	(void)state;
+	struct lg_proc p = cli(NULL, "--help", NULL);
+	assert_int_equal(p.status, 0);
+	static const char *const cmds[] = {"gen", "build", "check", "bench", "cache"};
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+		assert_non_null(strstr(p.out, cmds[i]));
+	lg_proc_free(&p);
+
+	p = cli(NULL, "help", "build", NULL);
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.out, "--arch"));
+	lg_proc_free(&p);
+
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		p = cli(NULL, cmds[i], "--help", NULL);
+		assert_int_equal(p.status, 0);
+		assert_non_null(strstr(p.out, "usage: lingen"));
+		lg_proc_free(&p);
+	}
+
+	p = cli(NULL, "--version", NULL);
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.out, LINGEN_VERSION));
+	lg_proc_free(&p);
+}
+
+static void test_usage_errors(void **state)
+{
+	(void)state;
+	struct lg_proc p = cli(NULL, "frobnicate", NULL);
+	assert_int_equal(p.status, 2);
+	assert_non_null(strstr(p.err, "frobnicate"));
+	lg_proc_free(&p);
+
+	p = cli(NULL, NULL);
+	assert_int_equal(p.status, 2);
+	lg_proc_free(&p);
+
+	p = cli(NULL, "gen", "--bogus", NORMS, NULL);
+	assert_int_equal(p.status, 2);
+	assert_non_null(strstr(p.err, "--bogus"));
+	lg_proc_free(&p);
+
+	p = cli(NULL, "gen", NULL);
+	assert_int_equal(p.status, 2);
+	lg_proc_free(&p);
+
+	p = cli(NULL, "cache", "dance", NULL);
+	assert_int_equal(p.status, 2);
+	lg_proc_free(&p);
+
+	p = cli(NULL, "help", "nosuch", NULL);
+	assert_int_equal(p.status, 2);
+	lg_proc_free(&p);
+}
+
+static void test_gen(void **state)
+{
+	(void)state;
+	struct lg_proc p = cli(NULL, "gen", NORMS, NULL);
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.out, "extern \"C\" __global__"));
+	assert_non_null(strstr(p.out, "generated, do not edit"));
+	lg_proc_free(&p);
+
+	/* -o DIR: one <entry>.cu per kernel, the same text as stdout */
+	char *dir = lg_test_tmpdir("lg-gen");
+	assert_non_null(dir);
+	p = cli(NULL, "gen", NORMS, "-o", dir, "--arch", "sm_80", NULL);
+	assert_int_equal(p.status, 0);
+	lg_proc_free(&p);
+	lg_spec_file *f;
+	assert_int_equal(lg_spec_file_load(NORMS, &f), LG_OK);
+	for (size_t i = 0; i < lg_spec_file_count(f); i++) {
+		char *path;
+		assert_true(asprintf(&path, "%s/%s.cu", dir, lg_spec_entry(lg_spec_file_get(f, i))) > 0);
+		char *text = lg_test_read(path, NULL);
+		assert_non_null(text);
+		assert_non_null(strstr(text, "generated, do not edit"));
+		free(text);
+		free(path);
+	}
+	lg_spec_file_free(f);
+	lg_test_rmtree(dir);
+	free(dir);
+}
+
+static void test_gen_bad_input(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("lg-bad");
+	assert_non_null(dir);
+	char *bad;
+	assert_true(asprintf(&bad, "%s/bad-spec.json", dir) > 0);
+	assert_int_equal(lg_test_write(bad, "{ \"kernels\": [ { \"op\": \"rmsnorm\", \"pass\": "
+					    "\"forward\", \"dtype\": \"bf16\", \"hidden\": 100, "
+					    "\"eps\": 1e-6 } ] }\n"),
+			 0);
+	struct lg_proc p = cli(NULL, "gen", bad, NULL);
+	assert_int_equal(p.status, 2);
+	assert_non_null(strstr(p.err, "bad-spec.json"));
+	assert_non_null(strstr(p.err, "kernels[0].hidden"));
+	lg_proc_free(&p);
+
+	char *missing;
+	assert_true(asprintf(&missing, "%s/no-such-spec.json", dir) > 0);
+	p = cli(NULL, "gen", missing, NULL);
+	assert_int_equal(p.status, 2);
+	assert_non_null(strstr(p.err, "no-such-spec.json"));
+	lg_proc_free(&p);
+
+	p = cli(NULL, "build", missing, "-o", dir, NULL);
+	assert_int_equal(p.status, 2);
+	lg_proc_free(&p);
+
+	free(missing);
+	free(bad);
+	lg_test_rmtree(dir);
+	free(dir);
+}
+
+static bool file_size(const char *path, long long *size)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return false;
+	*size = st.st_size;
+	return true;
+}
+
+/* Every kernel x arch is in the manifest, with a file of the stated size
+ * and checksum. */
+static void check_manifest(const char *dir, const char *const *archs, int narch)
+{
+	char *path;
+	assert_true(asprintf(&path, "%s/manifest.json", dir) > 0);
+	char *text = lg_test_read(path, NULL);
+	assert_non_null(text);
+	cJSON *m = cJSON_Parse(text);
+	assert_non_null(m);
+	assert_true(cJSON_IsString(cJSON_GetObjectItem(m, "lingen")));
+	assert_true(cJSON_IsString(cJSON_GetObjectItem(m, "nvrtc")));
+	cJSON *ks = cJSON_GetObjectItem(m, "kernels");
+	assert_true(cJSON_IsArray(ks));
+
+	lg_spec_file *f;
+	assert_int_equal(lg_spec_file_load(NORMS, &f), LG_OK);
+	size_t nk = lg_spec_file_count(f);
+	assert_int_equal(cJSON_GetArraySize(ks), (int)(nk * (size_t)narch));
+	for (size_t i = 0; i < nk; i++) {
+		const char *entry = lg_spec_entry(lg_spec_file_get(f, i));
+		for (int a = 0; a < narch; a++) {
+			bool found = false;
+			cJSON *k;
+			cJSON_ArrayForEach(k, ks)
+			{
+				const char *e = cJSON_GetStringValue(cJSON_GetObjectItem(k, "entry"));
+				const char *ar = cJSON_GetStringValue(cJSON_GetObjectItem(k, "arch"));
+				if (!e || !ar || strcmp(e, entry) || strcmp(ar, archs[a]))
+					continue;
+				found = true;
+				assert_true(cJSON_IsObject(cJSON_GetObjectItem(k, "spec")));
+				const char *file = cJSON_GetStringValue(cJSON_GetObjectItem(k, "file"));
+				assert_non_null(file);
+				char *cubin;
+				assert_true(asprintf(&cubin, "%s/%s", dir, file) > 0);
+				long long size;
+				assert_true(file_size(cubin, &size));
+				assert_true(size > 0);
+				assert_int_equal(size, (long long)cJSON_GetNumberValue(
+							       cJSON_GetObjectItem(k, "size")));
+				size_t n;
+				char *data = lg_test_read(cubin, &n);
+				assert_non_null(data);
+				char sum[17];
+				snprintf(sum, sizeof sum, "%016llx",
+					 (unsigned long long)XXH3_64bits(data, n));
+				assert_string_equal(sum, cJSON_GetStringValue(
+								 cJSON_GetObjectItem(k, "checksum")));
+				free(data);
+				free(cubin);
+			}
+			assert_true(found);
+		}
+	}
+	lg_spec_file_free(f);
+	cJSON_Delete(m);
+	free(text);
+	free(path);
+}
+
+static void test_build(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("lg-build");
+	assert_non_null(dir);
+	char *out, *cache;
+	assert_true(asprintf(&out, "%s/bundle/a", dir) > 0);
+	assert_true(asprintf(&cache, "%s/cache", dir) > 0);
+	struct lg_proc p = cli(cache, "build", NORMS, "--arch", "sm_90a,sm_80", "-o", out, "-j", "2",
+			       NULL);
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.err, "built "));
+	lg_proc_free(&p);
+	static const char *const archs[] = {"sm_90a", "sm_80"};
+	check_manifest(out, archs, 2);
+
+	/* again, from the disk cache: same result */
+	p = cli(cache, "build", NORMS, "--arch=sm_90a,sm_80", "-o", out, NULL);
+	assert_int_equal(p.status, 0);
+	lg_proc_free(&p);
+	check_manifest(out, archs, 2);
+
+	p = cli(cache, "build", NORMS, "--arch", "sm_7x", "-o", out, NULL);
+	assert_int_equal(p.status, 2);
+	assert_non_null(strstr(p.err, "sm_7x"));
+	lg_proc_free(&p);
+
+	p = cli(cache, "build", NORMS, "--arch", "sm_90a", NULL); /* no -o */
+	assert_int_equal(p.status, 2);
+	lg_proc_free(&p);
+
+	p = cli(cache, "build", NORMS, "-o", out, "-j", "zero", NULL);
+	assert_int_equal(p.status, 2);
+	lg_proc_free(&p);
+
+	free(out);
+	free(cache);
+	lg_test_rmtree(dir);
+	free(dir);
+}
+
+/* Flip bytes in the middle of the first regular file of dir. */
+static void corrupt_one(const char *dir)
+{
+	char *cmd;
+	assert_true(asprintf(&cmd, "ls -1 '%s' | head -n 1", dir) > 0);
+	FILE *ls = popen(cmd, "r");
+	assert_non_null(ls);
+	char name[512] = "";
+	assert_non_null(fgets(name, sizeof name, ls));
+	pclose(ls);
+	name[strcspn(name, "\n")] = '\0';
+	char *path;
+	assert_true(asprintf(&path, "%s/%s", dir, name) > 0);
+	size_t n;
+	char *data = lg_test_read(path, &n);
+	assert_non_null(data);
+	assert_true(n > 64);
+	for (size_t i = n / 2; i < n / 2 + 8; i++)
+		data[i] = (char)~data[i];
+	FILE *f = fopen(path, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, n, f), n);
+	fclose(f);
+	free(data);
+	free(path);
+	free(cmd);
+}
+
+static void test_cache(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("lg-cache");
+	assert_non_null(dir);
+	char *out, *cache;
+	assert_true(asprintf(&out, "%s/bundle", dir) > 0);
+	assert_true(asprintf(&cache, "%s/cache", dir) > 0);
+
+	struct lg_proc p = cli(cache, "cache", "ls", NULL);
+	assert_int_equal(p.status, 0);
+	lg_proc_free(&p);
+
+	p = cli(cache, "build", NORMS, "--arch", "sm_90a", "-o", out, NULL);
+	assert_int_equal(p.status, 0);
+	lg_proc_free(&p);
+
+	p = cli(cache, "cache", "ls", NULL);
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.out, "sm_90a"));
+	lg_proc_free(&p);
+
+	p = cli(cache, "cache", "verify", NULL);
+	assert_int_equal(p.status, 0);
+	lg_proc_free(&p);
+
+	/* --dir names the same folder explicitly */
+	p = cli(NULL, "cache", "verify", "--dir", cache, NULL);
+	assert_int_equal(p.status, 0);
+	lg_proc_free(&p);
+
+	corrupt_one(cache);
+	p = cli(cache, "cache", "verify", NULL);
+	assert_int_equal(p.status, 1);
+	assert_true(strlen(p.err) > 0);
+	lg_proc_free(&p);
+
+	p = cli(cache, "cache", "prune", "--max-mb", "0", NULL);
+	assert_int_equal(p.status, 0);
+	lg_proc_free(&p);
+
+	p = cli(cache, "cache", "clear", NULL);
+	assert_int_equal(p.status, 0);
+	lg_proc_free(&p);
+
+	p = cli(cache, "cache", "verify", NULL);
+	assert_int_equal(p.status, 0);
+	lg_proc_free(&p);
+
+	p = cli(cache, "cache", "ls", NULL);
+	assert_int_equal(p.status, 0);
+	assert_null(strstr(p.out, "sm_90a"));
+	lg_proc_free(&p);
+
+	free(out);
+	free(cache);
+	lg_test_rmtree(dir);
+	free(dir);
+}
+
+static void test_check_without_gpu(void **state)
+{
+	(void)state;
+	if (access("/dev/nvidiactl", F_OK) == 0)
+		skip(); /* a GPU machine: check really runs (gpu tests cover it) */
+	struct lg_proc p = cli(NULL, "check", NORMS, "--tokens", "256", NULL);
+	assert_int_equal(p.status, 1);
+	assert_true(strlen(p.err) > 0);
+	assert_non_null(strstr(p.err, "GPU"));
+	lg_proc_free(&p);
+
+	p = cli(NULL, "check", NORMS, "--tokens", "0", NULL);
+	assert_int_equal(p.status, 2);
+	lg_proc_free(&p);
+}
+
+int main(void)
+{
+	/* the environment must not steer the CLI under test */
+	unsetenv("LINGEN_ARCH");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_help),          cmocka_unit_test(test_usage_errors),
+		cmocka_unit_test(test_gen),           cmocka_unit_test(test_gen_bad_input),
+		cmocka_unit_test(test_build),         cmocka_unit_test(test_cache),
+		cmocka_unit_test(test_check_without_gpu),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,462 @@
+/*
+ * cli.c - the helpers every `lingen` command shares (see cli.h): option
+ * parsing and help from the command's option table, usage and runtime
+ * errors, value lists, spec loading and atomic file writes.
+ */
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "env.h"
+#include "family.h"
+
+/* ------------------------------------------------------------ errors */
+
+static void vmsg(const char *prefix, const char *fmt, va_list ap)
+{
+	fputs(prefix, stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
+int lg_cli_usage_error(const struct lg_cli_cmd *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "lingen%s%s: ", cmd ? " " : "", cmd ? cmd->name : "");
+	vmsg("", fmt, ap);
+	va_end(ap);
+	if (cmd)
+		fprintf(stderr, "usage: lingen %s %s\nTry 'lingen help %s'.\n", cmd->name,
+			cmd->synopsis, cmd->name);
+	else
+		fputs("Try 'lingen --help'.\n", stderr);
+	return LG_EXIT_USAGE;
+}
+
+int lg_cli_fail(int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vmsg("lingen: ", fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+const char *lg_cli_error(lg_status st)
+{
+	static _Thread_local char copy[8192];
+	const char *msg = lg_last_error();
+	snprintf(copy, sizeof copy, "%s", msg && msg[0] ? msg : lg_status_str(st));
+	return copy;
+}
+
+int lg_cli_status_exit(lg_status st)
+{
+	switch (st) {
+	case LG_OK:
+		return LG_EXIT_OK;
+	case LG_ERR_SPEC:
+	case LG_ERR_INVALID_ARG:
+		return LG_EXIT_USAGE;
+	default:
+		return LG_EXIT_FAIL;
+	}
+}
+
+/* ------------------------------------------------------------ options */
+
+void lg_cli_help(const struct lg_cli_cmd *cmd, FILE *f)
+{
+	fprintf(f, "usage: lingen %s %s\n\n%s\n\noptions:\n", cmd->name, cmd->synopsis,
+		cmd->summary);
+	for (const struct lg_cli_opt *o = cmd->opts; o && o->name; o++) {
+		char left[64];
+		snprintf(left, sizeof left, "%c%c%s--%s%s%s", o->short_name ? '-' : ' ',
+			 o->short_name ? o->short_name : ' ', o->short_name ? ", " : "  ",
+			 o->name, o->arg ? " " : "", o->arg ? o->arg : "");
+		fprintf(f, "  %-24s %s\n", left, o->help);
+	}
+	fprintf(f, "  %-24s %s\n", "-h, --help", "show this help");
+	if (cmd->details)
+		fprintf(f, "\n%s", cmd->details);
+}
+
+/* Index of the option named by arg ("--name" or "--name=v" or "-x..."). */
+static int find_opt(const struct lg_cli_opt *opts, const char *arg, const char **inline_val)
+{
+	*inline_val = NULL;
+	for (int i = 0; opts && opts[i].name; i++) {
+		const struct lg_cli_opt *o = &opts[i];
+		if (arg[1] == '-') {
+			size_t n = strlen(o->name);
+			if (strncmp(arg + 2, o->name, n) != 0)
+				continue;
+			if (arg[2 + n] == '=') {
+				*inline_val = arg + 3 + n;
+				return i;
+			}
+			if (arg[2 + n] == '\0')
+				return i;
+		} else if (o->short_name && arg[1] == o->short_name) {
+			if (arg[2])
+				*inline_val = arg + 2;
+			return i;
+		}
+	}
+	return -1;
+}
+
+int lg_cli_parse(const struct lg_cli_cmd *cmd, int argc, char **argv, struct lg_cli_args *a)
+{
+	memset(a, 0, sizeof *a);
+	a->pos = calloc((size_t)argc + 1, sizeof *a->pos);
+	if (!a->pos)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	bool only_pos = false;
+	int rc = LG_CLI_GO;
+	for (int i = 1; i < argc && rc == LG_CLI_GO; i++) {
+		const char *s = argv[i];
+		if (only_pos || s[0] != '-' || s[1] == '\0') {
+			a->pos[a->npos++] = argv[i];
+			continue;
+		}
+		if (strcmp(s, "--") == 0) {
+			only_pos = true;
+			continue;
+		}
+		if (strcmp(s, "-h") == 0 || strcmp(s, "--help") == 0) {
+			lg_cli_help(cmd, stdout);
+			rc = LG_EXIT_OK;
+			break;
+		}
+		const char *v;
+		int k = find_opt(cmd->opts, s, &v);
+		if (k < 0) {
+			rc = lg_cli_usage_error(cmd, "unknown option '%s'", s);
+			break;
+		}
+		const struct lg_cli_opt *o = &cmd->opts[k];
+		if (!o->arg) {
+			if (v)
+				rc = lg_cli_usage_error(cmd, "option --%s takes no value", o->name);
+			a->val[k] = "1";
+			continue;
+		}
+		if (!v) {
+			if (i + 1 >= argc) {
+				rc = lg_cli_usage_error(cmd, "option --%s needs a value (%s)",
+							o->name, o->arg);
+				break;
+			}
+			v = argv[++i];
+		}
+		a->val[k] = v;
+	}
+	if (rc == LG_CLI_GO && a->npos < cmd->min_pos)
+		rc = lg_cli_usage_error(cmd, "missing argument");
+	if (rc == LG_CLI_GO && cmd->max_pos >= 0 && a->npos > cmd->max_pos)
+		rc = lg_cli_usage_error(cmd, "unexpected argument '%s'", a->pos[cmd->max_pos]);
+	if (rc != LG_CLI_GO) {
+		free(a->pos);
+		a->pos = NULL;
+	}
+	return rc;
+}
+
+/* ------------------------------------------------------------- values */
+
+int lg_cli_int(const struct lg_cli_cmd *cmd, const char *opt, const char *text,
+	       long long min, long long max, long long *out)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(text, &end, 10);
+	if (errno || end == text || *end || v < min || v > max)
+		return lg_cli_usage_error(cmd, "--%s: found '%s', expected an integer from %lld to %lld",
+					  opt, text, min, max);
+	*out = v;
+	return LG_EXIT_OK;
+}
+
+/* Split a comma-separated list into malloc'd strings. */
+static int split(const char *text, char ***out, int *n)
+{
+	*out = NULL;
+	*n = 0;
+	int cap = 1;
+	for (const char *p = text; *p; p++)
+		cap += *p == ',';
+	char **v = calloc((size_t)cap, sizeof *v);
+	if (!v)
+		return -1;
+	const char *p = text;
+	for (;;) {
+		size_t len = strcspn(p, ",");
+		v[*n] = strndup(p, len);
+		if (!v[*n]) {
+			lg_cli_strv_free(v, *n);
+			return -1;
+		}
+		(*n)++;
+		if (!p[len])
+			break;
+		p += len + 1;
+	}
+	*out = v;
+	return 0;
+}
+
+void lg_cli_strv_free(char **v, int n)
+{
+	for (int i = 0; v && i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+int lg_cli_tokens(const struct lg_cli_cmd *cmd, const char *text, int64_t dflt, int64_t **out,
+		  int *n)
+{
+	*out = NULL;
+	*n = 0;
+	char **parts = NULL;
+	int np = 0;
+	if (!text || !*text) {
+		*out = malloc(sizeof **out);
+		if (!*out)
+			return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+		(*out)[0] = dflt;
+		*n = 1;
+		return LG_EXIT_OK;
+	}
+	if (split(text, &parts, &np))
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	int64_t *t = calloc((size_t)np, sizeof *t);
+	int rc = t ? LG_EXIT_OK : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	for (int i = 0; i < np && rc == LG_EXIT_OK; i++) {
+		long long v = 0;
+		rc = lg_cli_int(cmd, "tokens", parts[i], 1, INT32_MAX, &v);
+		if (rc == LG_EXIT_OK)
+			t[i] = v;
+	}
+	lg_cli_strv_free(parts, np);
+	if (rc != LG_EXIT_OK) {
+		free(t);
+		return rc;
+	}
+	*out = t;
+	*n = np;
+	return LG_EXIT_OK;
+}
+
+const char *lg_cli_default_arch(void)
+{
+	const char *a = lg_env_get(LG_ENV_ARCH);
+	return a ? a : "sm_90a";
+}
+
+int lg_cli_archs(const struct lg_cli_cmd *cmd, const char *text, char ***out, int *n)
+{
+	char **v;
+	int nv;
+	if (split(text ? text : lg_cli_default_arch(), &v, &nv))
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	int kept = 0;
+	for (int i = 0; i < nv; i++) {
+		struct lg_target t;
+		if (!lg_target_parse(v[i], &t)) {
+			int rc = lg_cli_usage_error(
+				cmd, "--arch: found '%s', expected sm_<NN>[a] with NN >= 80 (e.g. sm_90a, sm_80)",
+				v[i]);
+			lg_cli_strv_free(v, nv);
+			return rc;
+		}
+		bool dup = false;
+		for (int j = 0; j < kept; j++)
+			dup = dup || strcmp(v[j], t.name) == 0;
+		free(v[i]);
+		v[i] = NULL;
+		if (!dup) {
+			v[kept] = strdup(t.name);
+			if (!v[kept]) {
+				lg_cli_strv_free(v, nv);
+				return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+			}
+			kept++;
+		}
+	}
+	*out = v;
+	*n = kept;
+	return LG_EXIT_OK;
+}
+
+/* -------------------------------------------------------------- specs */
+
+/* The library's message, prefixed with the file name unless it names it.
+ * Anything wrong with an input file is bad input (2); only running out of
+ * memory is a runtime error (1). */
+static int load_error(const char *path, lg_status st)
+{
+	const char *msg = lg_cli_error(st);
+	int code = st == LG_ERR_NO_MEMORY ? LG_EXIT_FAIL : LG_EXIT_USAGE;
+	if (strstr(msg, path))
+		return lg_cli_fail(code, "%s", msg);
+	return lg_cli_fail(code, "%s: %s", path, msg);
+}
+
+/* Add one kernel unless an identical one is already there. */
+static int add_kernel(struct lg_cli_specs *s, const lg_spec *sp, const char *path, size_t idx)
+{
+	char *canon = lg_spec_canonical(sp);
+	if (!canon)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	int rc = LG_EXIT_OK;
+	bool dup = false;
+	for (size_t i = 0; i < s->n && rc == LG_EXIT_OK && !dup; i++) {
+		if (strcmp(lg_spec_entry(s->k[i].spec), lg_spec_entry(sp)) != 0)
+			continue;
+		char *other = lg_spec_canonical(s->k[i].spec);
+		if (!other)
+			rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+		else if (strcmp(other, canon) == 0)
+			dup = true;
+		else
+			rc = lg_cli_fail(LG_EXIT_USAGE,
+					 "%s: kernels[%zu] and %s: kernels[%zu] differ but share the entry name %s",
+					 s->k[i].path, s->k[i].index, path, idx, lg_spec_entry(sp));
+		free(other);
+	}
+	free(canon);
+	if (rc == LG_EXIT_OK && !dup)
+		s->k[s->n++] = (struct lg_cli_kernel){sp, path, idx};
+	return rc;
+}
+
+int lg_cli_load_specs(char *const *paths, int n, struct lg_cli_specs *out)
+{
+	memset(out, 0, sizeof *out);
+	out->files = calloc((size_t)n + 1, sizeof *out->files);
+	if (!out->files)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	size_t total = 0;
+	for (int i = 0; i < n; i++) {
+		struct stat st;
+		if (stat(paths[i], &st) != 0)
+			return lg_cli_fail(LG_EXIT_USAGE, "%s: %s", paths[i], strerror(errno));
+		if (S_ISDIR(st.st_mode))
+			return lg_cli_fail(LG_EXIT_USAGE, "%s: is a folder, expected a spec file",
+					   paths[i]);
+		lg_status rc = lg_spec_file_load(paths[i], &out->files[i]);
+		if (rc != LG_OK)
+			return load_error(paths[i], rc);
+		out->nfiles++;
+		total += lg_spec_file_count(out->files[i]);
+	}
+	out->k = calloc(total + 1, sizeof *out->k);
+	if (!out->k)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	for (size_t f = 0; f < out->nfiles; f++) {
+		size_t cnt = lg_spec_file_count(out->files[f]);
+		for (size_t j = 0; j < cnt; j++) {
+			int rc = add_kernel(out, lg_spec_file_get(out->files[f], j), paths[f], j);
+			if (rc != LG_EXIT_OK)
+				return rc;
+		}
+	}
+	if (out->n == 0)
+		return lg_cli_fail(LG_EXIT_USAGE, "%s: no kernels", n == 1 ? paths[0] : "spec files");
+	return LG_EXIT_OK;
+}
+
+void lg_cli_specs_free(struct lg_cli_specs *s)
+{
+	for (size_t i = 0; s->files && i < s->nfiles; i++)
+		lg_spec_file_free(s->files[i]);
+	free(s->files);
+	free(s->k);
+	memset(s, 0, sizeof *s);
+}
+
+int lg_cli_gpu_ctx(const char *what, lg_ctx **ctx)
+{
+	lg_ctx_opts o = {.arch = NULL, .cache_dir = NULL};
+	lg_status st = lg_ctx_create(&o, ctx);
+	if (st != LG_OK) {
+		const char *why = lg_cli_error(st);
+		*ctx = NULL;
+		return lg_cli_fail(LG_EXIT_FAIL, "%s needs a CUDA GPU and its driver: %s (%s)", what,
+				   why, lg_status_str(st));
+	}
+	return LG_EXIT_OK;
+}
+
+/* -------------------------------------------------------------- files */
+
+char *lg_cli_path(const char *dir, const char *name)
+{
+	char *p;
+	size_t n = strlen(dir);
+	bool slash = n > 0 && dir[n - 1] == '/';
+	if (asprintf(&p, "%s%s%s", dir, slash ? "" : "/", name) < 0)
+		return NULL;
+	return p;
+}
+
+int lg_cli_write_file(const char *path, const void *data, size_t size)
+{
+	char *tmp;
+	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
+		return -1;
+	int fd = mkstemp(tmp);
+	if (fd < 0) {
+		free(tmp);
+		return -1;
+	}
+	const char *p = data;
+	size_t left = size;
+	int rc = 0;
+	while (left > 0 && rc == 0) {
+		ssize_t w = write(fd, p, left);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			rc = -1;
+		else {
+			p += w;
+			left -= (size_t)w;
+		}
+	}
+	if (rc == 0)
+		rc = fchmod(fd, 0644);
+	if (rc == 0)
+		rc = fsync(fd);
+	int err = errno;
+	if (close(fd) != 0 && rc == 0) {
+		rc = -1;
+		err = errno;
+	}
+	if (rc == 0 && rename(tmp, path) != 0) {
+		rc = -1;
+		err = errno;
+	}
+	if (rc != 0) {
+		unlink(tmp);
+		errno = err;
+	}
+	free(tmp);
+	return rc;
+}
+
+double lg_cli_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

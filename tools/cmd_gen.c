@@ -1,0 +1,83 @@
+/*
+ * cmd_gen.c - `lingen gen SPEC... [-o DIR] [--arch ARCH]`: the generated
+ * CUDA source of each kernel, on stdout or as DIR/<entry>.cu. Needs no GPU
+ * and no NVRTC.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache.h" /* lg_mkdir_p */
+#include "cli.h"
+
+enum { O_OUT, O_ARCH };
+static const struct lg_cli_opt opts[] = {
+	[O_OUT] = {"out", 'o', "DIR", "write DIR/<entry>.cu for each kernel instead of stdout"},
+	[O_ARCH] = {"arch", 'a', "ARCH", "target arch (default $LINGEN_ARCH, else sm_90a)"},
+	{0},
+};
+
+/* Write one kernel's source to stdout or DIR/<entry>.cu. */
+static int emit_one(const struct lg_cli_kernel *k, const char *arch, const char *dir)
+{
+	char *src = NULL;
+	const char *entry = lg_spec_entry(k->spec);
+	lg_status st = lg_generate(k->spec, arch, &src);
+	if (st != LG_OK)
+		return lg_cli_fail(lg_cli_status_exit(st), "%s: kernels[%zu] (%s): %s", k->path,
+				   k->index, entry, lg_cli_error(st));
+	int rc = LG_EXIT_OK;
+	if (!dir) {
+		fputs(src, stdout);
+	} else {
+		char *name = NULL, *path = NULL;
+		if (asprintf(&name, "%s.cu", lg_spec_entry(k->spec)) < 0)
+			name = NULL;
+		path = name ? lg_cli_path(dir, name) : NULL;
+		if (!path)
+			rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+		else if (lg_cli_write_file(path, src, strlen(src)) != 0)
+			rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, strerror(errno));
+		else
+			fprintf(stderr, "wrote %s\n", path);
+		free(name);
+		free(path);
+	}
+	free(src);
+	return rc;
+}
+
+static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+{
+	struct lg_cli_args a;
+	int rc = lg_cli_parse(cmd, argc, argv, &a);
+	if (rc != LG_CLI_GO)
+		return rc;
+	char **archs = NULL;
+	int narch = 0;
+	struct lg_cli_specs specs = {0};
+	rc = lg_cli_archs(cmd, a.val[O_ARCH], &archs, &narch);
+	if (rc == LG_EXIT_OK && narch != 1)
+		rc = lg_cli_usage_error(cmd, "--arch: give one arch");
+	if (rc == LG_EXIT_OK)
+		rc = lg_cli_load_specs(a.pos, a.npos, &specs);
+	if (rc == LG_EXIT_OK && a.val[O_OUT] && lg_mkdir_p(a.val[O_OUT]) != 0)
+		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", a.val[O_OUT], strerror(errno));
+	for (size_t i = 0; rc == LG_EXIT_OK && i < specs.n; i++)
+		rc = emit_one(&specs.k[i], archs[0], a.val[O_OUT]);
+	lg_cli_specs_free(&specs);
+	lg_cli_strv_free(archs, narch);
+	free(a.pos);
+	return rc;
+}
+
+const struct lg_cli_cmd lg_cmd_gen = {
+	.name = "gen",
+	.synopsis = "SPEC... [-o DIR] [--arch ARCH]",
+	.summary = "print (or write) the generated CUDA source of each kernel",
+	.details = "Needs no GPU and no NVRTC. Output is byte-deterministic.\n",
+	.opts = opts,
+	.min_pos = 1,
+	.max_pos = -1,
+	.run = run,
+};

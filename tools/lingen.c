@@ -1,0 +1,88 @@
+/*
+ * lingen.c - main() of the `lingen` command-line tool: the table of
+ * commands, top-level help and version, and dispatch to tools/cmd_<name>.c.
+ *
+ *   lingen --help | --version | help [CMD] | CMD [ARGS...]
+ *
+ * Exit status: 0 success, 1 failed check or runtime error, 2 bad usage or
+ * bad input (see cli.h).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "nvrtc.h"
+
+static const struct lg_cli_cmd *const commands[] = {
+	&lg_cmd_gen, &lg_cmd_build, &lg_cmd_check, &lg_cmd_bench, &lg_cmd_cache, &lg_cmd_env,
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static const struct lg_cli_cmd *find(const char *name)
+{
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		if (strcmp(commands[i]->name, name) == 0)
+			return commands[i];
+	return NULL;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "lingen %s - a template-free CUDA kernel generator\n\n"
+		   "usage: lingen COMMAND [ARGS...]\n"
+		   "       lingen help COMMAND | --help | --version\n\ncommands:\n",
+		lg_version());
+	for (size_t i = 0; i < NCOMMANDS; i++)
+		fprintf(f, "  %-7s %s\n", commands[i]->name, commands[i]->summary);
+	fputs("\nSPEC is a kernel spec file (configs/kernels/*.json).\n"
+	      "Exit status: 0 success, 1 failed check or runtime error, 2 bad usage or input.\n"
+	      "Environment variables: see 'lingen env'.\n",
+	      f);
+}
+
+static int version(void)
+{
+	int major, minor;
+	printf("lingen %s\n", lg_version());
+	lg_status st = lg_nvrtc_version(&major, &minor);
+	if (st == LG_OK)
+		printf("NVRTC %d.%d\n", major, minor);
+	else
+		printf("NVRTC not found (%s)\n", lg_cli_error(st));
+	return LG_EXIT_OK;
+}
+
+static int help(int argc, char **argv)
+{
+	if (argc < 3) {
+		usage(stdout);
+		return LG_EXIT_OK;
+	}
+	const struct lg_cli_cmd *c = find(argv[2]);
+	if (!c)
+		return lg_cli_usage_error(NULL, "no command '%s'", argv[2]);
+	lg_cli_help(c, stdout);
+	return LG_EXIT_OK;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return LG_EXIT_USAGE;
+	}
+	const char *name = argv[1];
+	if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0)
+		return help(1, argv);
+	if (strcmp(name, "help") == 0)
+		return help(argc, argv);
+	if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0)
+		return version();
+	const struct lg_cli_cmd *c = find(name);
+	if (!c)
+		return lg_cli_usage_error(NULL, "unknown command '%s'", name);
+	int rc = c->run(c, argc - 1, argv + 1);
+	if (fflush(stdout) != 0 && rc == LG_EXIT_OK)
+		rc = lg_cli_fail(LG_EXIT_FAIL, "cannot write the output");
+	return rc;
+}
