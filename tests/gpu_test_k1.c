@@ -1,0 +1,180 @@
+/*
+ * gpu_test_k1.c - K1 on the GPU against the CPU reference (label "gpu"):
+ * RMSNorm + FP8 quantisation in every output mode with and without
+ * power-of-two scales, plain RMSNorm forward and backward, at the target
+ * shape 8192x2048 and at odd shapes (1x128, 127x2048, 8191x5120,
+ * 300x16384, ...). Fresh random inputs, poisoned outputs. Also: the
+ * software e4m3 conversion (for targets before sm_89) equals the hardware
+ * cvt for every one of the 2^32 fp32 bit patterns.
+ * Skips with a message when no CUDA device is present.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "buf.h"
+#include "cuda.h"
+#include "harness.h"
+#include "nvrtc.h"
+#include "templates.h"
+
+static lg_ctx *ctx;
+
+static int setup(void **state)
+{
+	(void)state;
+	const struct lg_cu *cu;
+	if (lg_cu_get(&cu) != LG_OK || lg_cu_ensure_context(0) != LG_OK) {
+		printf("SKIP: no CUDA device: %s\n", lg_last_error());
+		return 0;
+	}
+	if (lg_ctx_create(NULL, &ctx) != LG_OK) {
+		printf("SKIP: %s\n", lg_last_error());
+		ctx = NULL;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	lg_ctx_destroy(ctx);
+	return 0;
+}
+
+static void check(const char *json, int64_t tokens)
+{
+	if (!ctx)
+		skip();
+	lg_spec *s = NULL;
+	if (lg_spec_parse(json, &s) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	struct lg_check_opts o = {.tokens = tokens, .seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)tokens};
+	struct lg_check_result r;
+	lg_status st = lg_check_kernel(ctx, s, &o, &r);
+	if (st != LG_OK)
+		fail_msg("%s x %lld: %s", lg_spec_entry(s), (long long)tokens, lg_last_error());
+	printf("%s M=%lld: %s\n", lg_spec_entry(s), (long long)tokens, r.pass ? "PASS" : "FAIL");
+	for (int i = 0; i < r.nmeasures; i++)
+		printf("  %-4s %-5s n=%llu equal=%.9f mismatches=%llu unwritten=%llu max_rel=%.3g rel_l2=%.3g %s\n",
+		       r.m[i].name, r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].equal_frac,
+		       (unsigned long long)r.m[i].mismatches, (unsigned long long)r.m[i].unwritten,
+		       r.m[i].max_rel, r.m[i].rel_l2, r.m[i].pass ? "ok" : "FAIL");
+	assert_true(r.nmeasures > 0);
+	assert_true(r.pass);
+	lg_spec_free(s);
+}
+
+#define K1(out, pow2, hidden)                                                                      \
+	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #hidden \
+	", \"quant\": {\"round_scale\": " #pow2 ", \"output\": \"" #out "\"}}"
+#define NORM(pass, hidden)                                                                          \
+	"{\"op\": \"rmsnorm\", \"pass\": \"" #pass "\", \"dtype\": \"bf16\", \"hidden\": " #hidden "}"
+
+static void test_k1_target_shape(void **state)
+{
+	(void)state;
+	check(K1(both, true, 2048), 8192);
+	check(K1(both, false, 2048), 8192);
+	check(K1(rowwise, true, 2048), 8192);
+	check(K1(columnwise, false, 2048), 8192);
+}
+
+static void test_k1_odd_shapes(void **state)
+{
+	(void)state;
+	check(K1(both, true, 128), 1);
+	check(K1(both, true, 2048), 127);
+	check(K1(both, false, 5120), 8191);
+	check(K1(both, true, 16384), 300);
+	check(K1(columnwise, true, 384), 129);
+	check(K1(both, true, 1152), 1000);
+	check(K1(rowwise, false, 256), 77);
+}
+
+static void test_rmsnorm(void **state)
+{
+	(void)state;
+	check(NORM(forward, 2048), 8192);
+	check(NORM(forward, 2048), 127);
+	check(NORM(forward, 16384), 300);
+	check(NORM(forward, 128), 1);
+	check(NORM(backward, 2048), 8192);
+	check(NORM(backward, 5120), 8191);
+	check(NORM(backward, 16384), 300);
+	check(NORM(backward, 128), 1);
+	check(NORM(backward, 1152), 100000);
+}
+
+/* Every fp32 bit pattern through both e4m3 conversions. */
+static void test_e4m3_soft_equals_hardware(void **state)
+{
+	(void)state;
+	if (!ctx)
+		skip();
+	lg_buf b;
+	lg_buf_init(&b);
+	lg_emit_template(&b, "common");
+	lg_line(&b, "namespace hw {");
+	lg_emit_template(&b, "fp8_e4m3_ptx");
+	lg_line(&b, "}");
+	lg_line(&b, "namespace sw {");
+	lg_emit_template(&b, "fp8_e4m3_soft");
+	lg_line(&b, "}");
+	lg_line(&b, "extern \"C\" __global__ void e4m3_all(u64 out)");
+	lg_open(&b, "{");
+	lg_line(&b, "unsigned long long *res = (unsigned long long *)out;");
+	lg_open(&b, "for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < (1ull << 32); i += (u64)gridDim.x * blockDim.x) {");
+	lg_line(&b, "const float f = lg_u2f((u32)i);");
+	lg_line(&b, "const u32 a = hw::lg_e4m3x2(f, -f), c = sw::lg_e4m3x2(f, -f);");
+	lg_open(&b, "if (a != c) {");
+	lg_line(&b, "if (atomicAdd(&res[0], 1ull) == 0) res[1] = i | ((u64)a << 32) | ((u64)c << 48);");
+	lg_close(&b);
+	lg_close(&b);
+	lg_close(&b);
+	char *src = lg_buf_finish(&b, NULL);
+	assert_non_null(src);
+	void *cubin;
+	size_t size;
+	if (lg_nvrtc_compile(src, "e4m3_all", lg_ctx_arch(ctx), &cubin, &size, NULL) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	const struct lg_cu *cu;
+	assert_int_equal(lg_cu_get(&cu), LG_OK);
+	CUlibrary lib;
+	CUkernel k;
+	CUdeviceptr res;
+	assert_int_equal(cu->cuLibraryLoadData(&lib, cubin, NULL, NULL, 0, NULL, NULL, 0), CUDA_SUCCESS);
+	assert_int_equal(cu->cuLibraryGetKernel(&k, lib, "e4m3_all"), CUDA_SUCCESS);
+	assert_int_equal(cu->cuMemAlloc(&res, 16), CUDA_SUCCESS);
+	assert_int_equal(cu->cuMemsetD8(res, 0, 16), CUDA_SUCCESS);
+	void *args[] = {&res};
+	assert_int_equal(cu->cuLaunchKernel((CUfunction)k, 1024, 1, 1, 256, 1, 1, 0, NULL, args, NULL),
+			 CUDA_SUCCESS);
+	unsigned long long h[2] = {0, 0};
+	assert_int_equal(cu->cuMemcpyDtoH(h, res, 16), CUDA_SUCCESS);
+	printf("e4m3 software vs hardware over 2^32 inputs: %llu mismatches (first 0x%08llx: hw 0x%04llx sw 0x%04llx)\n",
+	       h[0], h[1] & 0xffffffffu, (h[1] >> 32) & 0xffff, h[1] >> 48);
+	assert_int_equal(h[0], 0);
+	cu->cuMemFree(res);
+	cu->cuLibraryUnload(lib);
+	free(cubin);
+	free(src);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_e4m3_soft_equals_hardware),
+		cmocka_unit_test(test_k1_target_shape),
+		cmocka_unit_test(test_k1_odd_shapes),
+		cmocka_unit_test(test_rmsnorm),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
