@@ -58,6 +58,11 @@ struct lg_plan {
 	unsigned char used[LG_MAX_ARGS];
 	int64_t hidden;    /* copies of the static dims geometry needs */
 	int64_t aux[4];    /* family-private derived values */
+	/* Persistent entry points size their grid by what is co-resident on
+	 * the device: the context fills `resident` (CTAs, or clusters when the
+	 * entry uses clusters) when it loads the kernel; 0 when not loaded. */
+	bool persistent[LG_MAX_ENTRIES];
+	unsigned resident[LG_MAX_ENTRIES];
 };
 
 struct lg_launch_dim {

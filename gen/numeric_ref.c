@@ -36,8 +36,8 @@ uint16_t lg_ref_f32_to_bf16(float f)
 uint8_t lg_ref_f32_to_e4m3(float f)
 {
 	uint32_t u = f2u(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
-	if (a > 0x7f800000u)
-		return (uint8_t)(sign | 0x7fu);
+	if (a > 0x7f800000u) /* NaN: 0x7f whatever its sign, as the hardware cvt */
+		return 0x7fu;
 	if (a >= 0x43e00000u) /* >= 448 */
 		return (uint8_t)(sign | 0x7eu);
 	if (a < 0x3c800000u) /* < 2^-6: subnormal steps of 2^-9 */

@@ -11,7 +11,7 @@
 
 float lg_ref_bf16_to_f32(uint16_t h);
 uint16_t lg_ref_f32_to_bf16(float f);      /* RNE; NaN stays NaN */
-uint8_t lg_ref_f32_to_e4m3(float f);       /* RNE, saturating to +-448, NaN -> 0x7f|sign */
+uint8_t lg_ref_f32_to_e4m3(float f);       /* RNE, saturating to +-448, NaN -> 0x7f */
 float lg_ref_e4m3_to_f32(uint8_t b);
 /* max(amax / 448, 1e-30), and with pow2 rounded up to a power of two. */
 float lg_ref_scale(float amax, bool pow2);

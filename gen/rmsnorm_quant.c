@@ -3,16 +3,21 @@
  * with 1x128 (rowwise) and 128x1 (columnwise, transposed) blockwise e4m3
  * quantisation, forward.
  *
- * Strategy: x is read from HBM once. A CTA owns a tile of 128 tokens (one
- * columnwise scale block) by `cols` features and keeps it in shared memory.
- * The row sums of squares need whole rows, so on sm_90 the CTAs that share
- * the 128 tokens form a thread-block cluster (hidden = cluster * cols) and
- * exchange their partial sums through distributed shared memory; each then
- * normalises its own tile and writes the rowwise copy (q, s) and the
- * transposed copy (qt, st) from that one read. Without clusters (before
- * sm_90), or when the tile does not fit in shared memory, the CTA streams
- * its columns in chunks and reads them a second time (from L2) after the
- * row sums are known.
+ * Strategy: x is read from HBM once. A CTA owns tiles of 128 tokens (one
+ * columnwise scale block) by `cols` features and keeps each in shared
+ * memory. The row sums of squares need whole rows, so on sm_90 the CTAs that
+ * share the 128 tokens form a thread-block cluster (hidden = cluster * cols)
+ * and exchange their partial sums through distributed shared memory; each
+ * then normalises its own tile and writes the rowwise copy (q, s) and the
+ * transposed copy (qt, st) from that one read.
+ *
+ * Pipelined mode (the tile fits in shared memory): a persistent grid, as many
+ * clusters as are co-resident, walks the row tiles; `stages` tiles are in
+ * flight at once through cp.async, so the loads of the next tiles overlap
+ * the arithmetic and the stores of the current one. Streaming mode (the tile
+ * does not fit, e.g. no clusters before sm_90 and a large hidden): one tile
+ * per CTA, its columns read in chunks twice, the second time mostly from L2,
+ * once the row sums are known.
  *
  * Shared-memory tile: 128 rows of `chunk` bf16, in 16-byte pieces whose
  * position within a row is XOR-swizzled by (row / 16) % 8, so that the
@@ -27,8 +32,8 @@
 #include "norm_common.h"
 #include "templates.h"
 
-#define ROWS 128                      /* tokens per CTA = one 128x1 scale block */
-#define RESIDENT_MAX (160 * 1024)     /* shared-memory bytes for a resident tile */
+#define ROWS 128                      /* tokens per tile = one 128x1 scale block */
+#define PIPE_MAX (200 * 1024)         /* shared-memory bytes for pipelined tiles */
 #define SMEM_MAX_SM90 (227 * 1024)
 #define SMEM_MAX_SM80 (163 * 1024)
 
@@ -46,7 +51,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 
 /* Plan slots. */
 #define P_CHUNK aux[0]  /* columns per shared-memory chunk: 128 or 256 */
-#define P_NBUF aux[1]   /* chunks resident at once (== chunks: read once) */
+#define P_STAGES aux[1] /* pipelined: tiles in flight; 0: streaming mode */
 #define P_SMEM aux[2]   /* dynamic shared memory bytes */
 #define P_MINB aux[3]   /* CTAs per SM for __launch_bounds__ */
 
@@ -114,29 +119,43 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		return lg_fail(LG_ERR_UNSUPPORTED, "%s: cluster of %d CTAs (hidden %lld / cols %lld) exceeds 8",
 			       s->entry, cluster, (long long)h, (long long)(h / cluster));
 	int cols = (int)(h / cluster);
-	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : 256;
 	int chunk = cols % 256 == 0 ? 256 : 128;
-	int nchunks = cols / chunk;
-	int64_t chunk_bytes = (int64_t)ROWS * chunk * 2;
-	int nbuf = nchunks * chunk_bytes <= RESIDENT_MAX ? nchunks : 1;
-	int64_t smem = nbuf * chunk_bytes + ROWS * 4 + ROWS * 8;
 	int64_t smax = t->sm >= 90 ? SMEM_MAX_SM90 : SMEM_MAX_SM80;
+	int64_t tile_bytes = (int64_t)ROWS * cols * 2, smem, pipe_max = PIPE_MAX < smax - 4096 ? PIPE_MAX : smax - 4096;
+	int stages = (int)(pipe_max / tile_bytes);
+	if (stages > 3)
+		stages = 3;
+	if (lg_spec_has_tile(s, LG_TILE_STAGES)) {
+		if (s->tile[LG_TILE_STAGES] > stages)
+			return lg_fail(LG_ERR_UNSUPPORTED, "%s: tile.stages %d: %d tiles of %lld bytes exceed %d bytes of shared memory",
+				       s->entry, s->tile[LG_TILE_STAGES], s->tile[LG_TILE_STAGES],
+				       (long long)tile_bytes, (int)pipe_max);
+		stages = s->tile[LG_TILE_STAGES];
+	}
+	if (stages > 0)
+		smem = stages * tile_bytes + 2 * ROWS * 8 + ROWS * 4;
+	else
+		smem = (int64_t)ROWS * chunk * 2 + ROWS * 8 + ROWS * 4;
 	if (smem > smax)
 		return lg_fail(LG_ERR_UNSUPPORTED, "%s: %lld bytes of shared memory exceed %s's %lld", s->entry,
 			       (long long)smem, t->name, (long long)smax);
+	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS]
+							    : (stages > 0 && smem > smax / 2 ? 512 : 256);
 
 	p->tile[LG_TILE_CLUSTER] = cluster;
 	p->tile[LG_TILE_COLS] = cols;
 	p->tile[LG_TILE_THREADS] = threads;
+	p->tile[LG_TILE_STAGES] = stages;
 	p->hidden = h;
 	p->P_CHUNK = chunk;
-	p->P_NBUF = nbuf;
+	p->P_STAGES = stages;
 	p->P_SMEM = smem;
 	int minb = (int)((smax - 1024) / smem);
 	if (minb > 2048 / threads)
 		minb = 2048 / threads;
 	p->P_MINB = minb < 1 ? 1 : minb;
 	p->nentries = 1;
+	p->persistent[0] = stages > 0;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	p->nargs = NARGS;
 	for (int i = 0; i < NARGS; i++)
@@ -151,9 +170,12 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 
 static void geometry(const struct lg_plan *p, int e, int64_t tokens, struct lg_launch_dim *d)
 {
-	(void)e;
+	int64_t tiles = (tokens + ROWS - 1) / ROWS;
+	/* pipelined: as many clusters as are co-resident, each walking tiles */
+	if (p->persistent[e] && p->resident[e] && (int64_t)p->resident[e] < tiles)
+		tiles = p->resident[e];
 	d->grid[0] = (unsigned)p->tile[LG_TILE_CLUSTER];
-	d->grid[1] = (unsigned)((tokens + ROWS - 1) / ROWS);
+	d->grid[1] = (unsigned)tiles;
 	d->grid[2] = 1;
 	d->block[0] = (unsigned)p->tile[LG_TILE_THREADS];
 	d->block[1] = d->block[2] = 1;
@@ -173,8 +195,7 @@ static double bytes(const struct lg_spec *s, int64_t m)
 /* ------------------------------------------------------------ emission */
 
 struct shape {
-	int n, cols, cluster, threads, warps, chunk, nchunks, nbuf, lpr, rpl, iters;
-	bool stream;
+	int n, cols, cluster, threads, warps, chunk, nchunks, stages, lpr, rpl, iters, chunkb;
 };
 
 static struct shape shape_of(const struct lg_plan *p)
@@ -187,15 +208,14 @@ static struct shape shape_of(const struct lg_plan *p)
 	k.warps = k.threads / 32;
 	k.chunk = (int)p->P_CHUNK;
 	k.nchunks = k.cols / k.chunk;
-	k.nbuf = (int)p->P_NBUF;
-	k.stream = k.nbuf < k.nchunks;
-	k.lpr = k.chunk / 8;            /* lanes per row: one 16-byte piece each */
-	k.rpl = 32 / k.lpr;             /* rows per warp-wide load */
-	k.iters = ROWS / (k.warps * k.rpl); /* warp-wide loads per chunk */
+	k.stages = (int)p->P_STAGES;
+	k.lpr = k.chunk / 8;                /* lanes per row: one 16-byte piece each */
+	k.rpl = 32 / k.lpr;                 /* rows per warp-wide access */
+	k.iters = ROWS / (k.warps * k.rpl); /* warp-wide accesses per chunk */
+	k.chunkb = ROWS * k.chunk * 2;      /* bytes of one chunk in shared memory */
 	return k;
 }
 
-/* The shared-memory address of a 16-byte piece `pc` of row `r` in buffer `buf`. */
 static void emit_helpers(lg_buf *b, const struct shape *k)
 {
 	lg_comment(b, "Byte offset of 16-byte piece pc of tile row r: XOR-swizzled by (r / 16) %% 8.");
@@ -203,11 +223,50 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
 	lg_line(b, "return (u32)(r * %d + ((pc ^ ((r >> 4) & 7)) << 4));", k->chunk * 2);
 	lg_close(b);
 	lg_line(b, "%s", "");
+	if (!k->stages)
+		return;
+	lg_comment(b, "Start the copy of row tile tr (columns k0..k0+%d) into a stage: %d cp.async of", k->cols,
+		   k->nchunks * k->iters);
+	lg_comment(b, "16 bytes per thread; rows past M are zero-filled. No-op past the last tile.");
+	lg_open(b, "static __device__ __forceinline__ void lg_load_tile(u8 *stage, const u8 *x, i64 tr, i64 M, i64 k0) {");
+	lg_line(b, "if (tr * %d >= M) return;", ROWS);
+	lg_line(b, "const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pc = lane & %d;", k->lpr - 1);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", k->nchunks);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->iters);
+	lg_line(b, "const int r = (warp + %d * i) * %d + lane / %d;", k->warps, k->rpl, k->lpr);
+	lg_line(b, "const i64 m = tr * %d + r;", ROWS);
+	lg_line(b, "const bool ok = m < M;");
+	lg_line(b, "lg_cp16(stage + j * %d + lg_tile_off(r, pc), x + ((ok ? m : 0) * %d + k0 + j * %d + pc * 8) * 2, ok ? 16u : 0u);",
+		k->chunkb, k->n, k->chunk);
+	lg_close(b);
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "%s", "");
 }
 
-/* Load chunk j of the tile (rows past `rows` read as zeros) into buffer
- * `buf`, optionally accumulating the rows' sums of squares into psum. */
-static void emit_load_chunk(lg_buf *b, const struct shape *k, bool store, bool sumsq, const char *buf)
+/* Sum the squares of 16-byte pieces v[i] of row r into psum[r] (fp64):
+ * a butterfly over the lanes of each row, then one lane writes. */
+static void emit_psum_store(lg_buf *b, const struct shape *k, const char *acc, bool add)
+{
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->iters);
+	lg_line(b, "const int r = (warp + %d * i) * %d + lane / %d;", k->warps, k->rpl, k->lpr);
+	lg_line(b, "const double a = lg_dsum_xor(%s[i], 1, %d);", acc, k->lpr / 2);
+	lg_line(b, "if (pc == 0) psum[r] = %sa;", add ? "(j == 0 ? 0.0 : psum[r]) + " : "");
+	lg_close(b);
+}
+
+static void emit_sumsq4(lg_buf *b, const char *dst, const char *v)
+{
+	lg_line(b, "%s = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(%s, %s.x), %s.y), %s.z), %s.w);",
+		dst, dst, v, v, v, v);
+}
+
+/* Streaming mode: load chunk j of the tile into registers (rows past `rows`
+ * read as zeros), then either store it to `buf` or add its squares to psum. */
+static void emit_load_chunk(lg_buf *b, const struct shape *k, bool store, const char *buf)
 {
 	lg_open(b, "{");
 	lg_line(b, "lg_u32x4 v[%d];", k->iters);
@@ -218,20 +277,41 @@ static void emit_load_chunk(lg_buf *b, const struct shape *k, bool store, bool s
 	lg_line(b, "if (r < rows) v[i] = lg_ld16(xt + (i64)r * %d + (j * %d + pc * 8) * 2);", k->n * 2,
 		k->chunk);
 	lg_close(b);
+	if (store) {
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int i = 0; i < %d; i++) {", k->iters);
+		lg_line(b, "const int r = (warp + %d * i) * %d + lane / %d;", k->warps, k->rpl, k->lpr);
+		lg_line(b, "*(lg_u32x4 *)(%s + lg_tile_off(r, pc)) = v[i];", buf);
+		lg_close(b);
+	} else {
+		lg_line(b, "double acc[%d];", k->iters);
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int i = 0; i < %d; i++) {", k->iters);
+		lg_line(b, "acc[i] = 0.0;");
+		emit_sumsq4(b, "acc[i]", "v[i]");
+		lg_close(b);
+		emit_psum_store(b, k, "acc", true);
+	}
+	lg_close(b);
+}
+
+/* Pipelined mode: the squares of the whole tile, read from shared memory. */
+static void emit_sumsq_smem(lg_buf *b, const struct shape *k)
+{
+	lg_open(b, "{");
+	lg_line(b, "double acc[%d];", k->iters);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0;", k->iters);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", k->nchunks);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", k->iters);
 	lg_line(b, "const int r = (warp + %d * i) * %d + lane / %d;", k->warps, k->rpl, k->lpr);
-	if (store)
-		lg_line(b, "*(lg_u32x4 *)(%s + lg_tile_off(r, pc)) = v[i];", buf);
-	if (sumsq) {
-		lg_line(b, "double a = lg_sumsq_bf16x2(0.0, v[i].x);");
-		lg_line(b, "a = lg_sumsq_bf16x2(a, v[i].y);");
-		lg_line(b, "a = lg_sumsq_bf16x2(a, v[i].z);");
-		lg_line(b, "a = lg_sumsq_bf16x2(a, v[i].w);");
-		lg_line(b, "a = lg_dsum_xor(a, 1, %d);", k->lpr / 2);
-		lg_line(b, "if (pc == 0) psum[r] = (j == 0 ? 0.0 : psum[r]) + a;");
-	}
+	lg_line(b, "const lg_u32x4 v = *(const lg_u32x4 *)(tile + j * %d + lg_tile_off(r, pc));", k->chunkb);
+	emit_sumsq4(b, "acc[i]", "v");
 	lg_close(b);
+	lg_close(b);
+	emit_psum_store(b, k, "acc", false);
 	lg_close(b);
 }
 
@@ -239,19 +319,15 @@ static void emit_scale(lg_buf *b, const struct lg_spec *s, const char *sc, const
 		       const char *inv)
 {
 	if (s->quant.round_scale) {
-		lg_line(b, "const float %s = lg_scale_pow2(%s);", sc, amax);
-		lg_line(b, "const float %s = lg_inv_pow2(%s);", inv, sc);
+		lg_line(b, "const float %s = lg_scale_pow2(%s), %s = lg_inv_pow2(%s);", sc, amax, inv, sc);
 	} else {
-		lg_line(b, "const float %s = lg_scale_exact(%s);", sc, amax);
+		lg_line(b, "const float %s = lg_scale_exact(%s), %s = 1.0f / %s;", sc, amax, inv, sc);
 	}
 }
 
-/* y * (1/s) for power-of-two scales (exact), y / s (correctly rounded) else. */
-static const char *qop(const struct lg_spec *s) { return s->quant.round_scale ? "*" : "/"; }
 
 static void emit_row_pass(lg_buf *b, const struct lg_spec *s, const struct shape *k, const char *buf)
 {
-	const char *div = s->quant.round_scale ? "inv" : "sc";
 	lg_comment(b, "Rowwise copy: each lane normalises 8 columns of a row; 16 lanes make one");
 	lg_comment(b, "1x128 block, whose amax is a butterfly over those lanes. 8-byte fp8 stores.");
 	lg_open(b, "{");
@@ -273,12 +349,13 @@ static void emit_row_pass(lg_buf *b, const struct lg_spec *s, const struct shape
 	lg_close(b);
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
 	emit_scale(b, s, "sc", "amax", "inv");
-	lg_line(b, "const u32 p0 = lg_e4m3x2(y[0] %s %s, y[1] %s %s) | (lg_e4m3x2(y[2] %s %s, y[3] %s %s) << 16);",
-		qop(s), div, qop(s), div, qop(s), div, qop(s), div);
-	lg_line(b, "const u32 p1 = lg_e4m3x2(y[4] %s %s, y[5] %s %s) | (lg_e4m3x2(y[6] %s %s, y[7] %s %s) << 16);",
-		qop(s), div, qop(s), div, qop(s), div, qop(s), div);
+	lg_line(b, "u32 p[2];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int e = 0; e < 2; e++)");
+	lg_line(b, "\tp[e] = lg_e4m3x2(lg_q(y[4 * e], sc, inv), lg_q(y[4 * e + 1], sc, inv)) |");
+	lg_line(b, "\t       (lg_e4m3x2(lg_q(y[4 * e + 2], sc, inv), lg_q(y[4 * e + 3], sc, inv)) << 16);");
 	lg_open(b, "if (r < rows) {");
-	lg_line(b, "lg_st8(qg + (m0 + r) * %d + k0 + j * %d + pc * 8, p0, p1);", k->n, k->chunk);
+	lg_line(b, "lg_st8(qg + (m0 + r) * %d + k0 + j * %d + pc * 8, p[0], p[1]);", k->n, k->chunk);
 	lg_line(b, "if ((pc & 15) == 0) sg[(i64)((k0 + j * %d + pc * 8) / 128) * M + m0 + r] = sc;",
 		k->chunk);
 	lg_close(b);
@@ -288,7 +365,6 @@ static void emit_row_pass(lg_buf *b, const struct lg_spec *s, const struct shape
 
 static void emit_col_pass(lg_buf *b, const struct lg_spec *s, const struct shape *k, const char *buf)
 {
-	const char *div = s->quant.round_scale ? "inv" : "sc";
 	lg_comment(b, "Columnwise copy: a warp takes 8 columns x 128 rows; lane = pair + 4 * group,");
 	lg_comment(b, "a group being 16 consecutive rows. The 128x1 amax is a butterfly over the 8");
 	lg_comment(b, "groups; each lane writes 16 consecutive tokens of 2 columns of qt (16-byte");
@@ -311,15 +387,13 @@ static void emit_col_pass(lg_buf *b, const struct lg_spec *s, const struct shape
 	lg_line(b, "amb = lg_max_xor(amb, 4, 16);");
 	emit_scale(b, s, "sa", "ama", "ia");
 	emit_scale(b, s, "sb", "amb", "ib");
-	const char *da = s->quant.round_scale ? "ia" : "sa", *db = s->quant.round_scale ? "ib" : "sb";
-	(void)div;
 	lg_line(b, "u32 qa[4], qb[4];");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 4; e++) {");
-	lg_line(b, "qa[e] = lg_e4m3x2(ya[4 * e] %s %s, ya[4 * e + 1] %s %s) | (lg_e4m3x2(ya[4 * e + 2] %s %s, ya[4 * e + 3] %s %s) << 16);",
-		qop(s), da, qop(s), da, qop(s), da, qop(s), da);
-	lg_line(b, "qb[e] = lg_e4m3x2(yb[4 * e] %s %s, yb[4 * e + 1] %s %s) | (lg_e4m3x2(yb[4 * e + 2] %s %s, yb[4 * e + 3] %s %s) << 16);",
-		qop(s), db, qop(s), db, qop(s), db, qop(s), db);
+	lg_line(b, "qa[e] = lg_e4m3x2(lg_q(ya[4 * e], sa, ia), lg_q(ya[4 * e + 1], sa, ia)) |");
+	lg_line(b, "        (lg_e4m3x2(lg_q(ya[4 * e + 2], sa, ia), lg_q(ya[4 * e + 3], sa, ia)) << 16);");
+	lg_line(b, "qb[e] = lg_e4m3x2(lg_q(yb[4 * e], sb, ib), lg_q(yb[4 * e + 1], sb, ib)) |");
+	lg_line(b, "        (lg_e4m3x2(lg_q(yb[4 * e + 2], sb, ib), lg_q(yb[4 * e + 3], sb, ib)) << 16);");
 	lg_close(b);
 	lg_line(b, "u8 *pa = qtg + col * M + m0 + 16 * g;");
 	lg_open(b, "if (vec_ok && 16 * g + 16 <= rows) {");
@@ -335,17 +409,21 @@ static void emit_col_pass(lg_buf *b, const struct lg_spec *s, const struct shape
 	lg_close(b);
 	lg_close(b);
 	lg_open(b, "if (g == 0) {");
-	lg_line(b, "stg[(i64)blockIdx.y * %d + col] = sa;", k->n);
-	lg_line(b, "stg[(i64)blockIdx.y * %d + col + 1] = sb;", k->n);
+	lg_line(b, "stg[tr * %d + col] = sa;", k->n);
+	lg_line(b, "stg[tr * %d + col + 1] = sb;", k->n);
 	lg_close(b);
 	lg_close(b);
 }
 
+/* Reciprocal RMS of the tile's rows from the partial sums (psum) of every
+ * CTA of the cluster, added in rank order so every CTA gets the same bits.
+ * Pipelined kernels keep two psum buffers (by tile parity) and one cluster
+ * barrier per tile; streaming kernels arrive here and wait before exit. */
 static void emit_rrms_exchange(lg_buf *b, const struct shape *k)
 {
 	if (k->cluster > 1) {
-		lg_comment(b, "Whole-row sums: add the partial sums of the %d CTAs of the cluster, in rank", k->cluster);
-		lg_comment(b, "order (every CTA gets the same bits), through distributed shared memory.");
+		lg_comment(b, "Whole-row sums: the partial sums of the %d CTAs of the cluster, through", k->cluster);
+		lg_comment(b, "distributed shared memory.");
 		lg_line(b, "lg_cluster_sync();");
 		lg_open(b, "if (threadIdx.x < %d) {", ROWS);
 		lg_line(b, "double sum = 0.0;");
@@ -353,7 +431,8 @@ static void emit_rrms_exchange(lg_buf *b, const struct shape *k)
 		lg_line(b, "for (u32 c = 0; c < %du; c++) sum += lg_dsmem_ld_f64(&psum[threadIdx.x], c);", k->cluster);
 		lg_line(b, "rs[threadIdx.x] = lg_rrms(sum);");
 		lg_close(b);
-		lg_line(b, "lg_cluster_arrive(); // done reading the other CTAs' psum");
+		if (!k->stages)
+			lg_line(b, "lg_cluster_arrive(); // done reading the other CTAs' psum");
 	} else {
 		lg_line(b, "__syncthreads();");
 		lg_line(b, "if (threadIdx.x < %d) rs[threadIdx.x] = lg_rrms(psum[threadIdx.x]);", ROWS);
@@ -362,74 +441,117 @@ static void emit_rrms_exchange(lg_buf *b, const struct shape *k)
 	lg_line(b, "if (rmsg && blockIdx.x == 0 && threadIdx.x < rows) rmsg[m0 + threadIdx.x] = rs[threadIdx.x];");
 }
 
-static void emit_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+static void emit_signature(lg_buf *b, const struct shape *k, const struct lg_plan *p)
 {
-	struct shape k = shape_of(p);
-	char bufexpr[64];
-	if (k.stream)
-		snprintf(bufexpr, sizeof bufexpr, "tile");
-	else
-		snprintf(bufexpr, sizeof bufexpr, "(tile + j * %d)", ROWS * k.chunk * 2);
-	lg_comment(b, "hidden %d = cluster %d x %d columns; %d chunk(s) of %d columns, %s; %d threads.",
-		   k.n, k.cluster, k.cols, k.nchunks, k.chunk,
-		   k.stream ? "streamed (x read twice, the second time mostly from L2)" : "resident (x read once)",
-		   k.threads);
-	if (k.cluster > 1)
+	if (k->cluster > 1)
 		lg_line(b, "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, %lld)",
-			k.cluster, k.threads, (long long)p->P_MINB);
+			k->cluster, k->threads, (long long)p->P_MINB);
 	else
-		lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, %lld)", k.threads,
+		lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, %lld)", k->threads,
 			(long long)p->P_MINB);
 	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)", p->entry[0]);
 	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(16) u8 smem[];");
-	lg_line(b, "u8 *const tile = smem;");
-	lg_line(b, "float *const rs = (float *)(smem + %d); // reciprocal RMS of the 128 rows",
-		k.nbuf * ROWS * k.chunk * 2);
-	lg_line(b, "double *const psum = (double *)(rs + %d); // this CTA's partial sums of squares", ROWS);
-	lg_line(b, "const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pc = lane & %d;", k.lpr - 1);
-	lg_line(b, "const i64 m0 = (i64)blockIdx.y * %d;", ROWS);
-	lg_line(b, "const int rows = (int)(M - m0 < %d ? M - m0 : %d);", ROWS, ROWS);
-	lg_line(b, "const i64 k0 = (i64)blockIdx.x * %d;", k.cols);
-	lg_line(b, "const u8 *const xt = (const u8 *)x + (m0 * %d + k0) * 2;", k.n);
+	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
+	lg_line(b, "const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, pc = lane & %d;", k->lpr - 1);
+	lg_line(b, "const i64 k0 = (i64)blockIdx.x * %d; // first column of this CTA", k->cols);
 	lg_line(b, "const u8 *const wg = (const u8 *)w;");
 	lg_line(b, "u8 *const qg = (u8 *)q;");
 	lg_line(b, "float *const sg = (float *)s;");
 	lg_line(b, "float *const rmsg = (float *)rms;");
 	lg_line(b, "u8 *const qtg = (u8 *)qt;");
 	lg_line(b, "float *const stg = (float *)st;");
-	if (colwise(s))
-		lg_line(b, "const bool vec_ok = (M & 15) == 0; // 16-byte aligned qt rows");
-	lg_line(b, "%s", "");
-	lg_comment(b, "Pass 1: read the tile (16-byte loads, all in flight before use), %s",
-		   k.stream ? "summing squares (fp64)." : "keep it in shared memory and sum squares (fp64).");
-	lg_line(b, "#pragma unroll 1");
-	lg_open(b, "for (int j = 0; j < %d; j++) {", k.nchunks);
-	emit_load_chunk(b, &k, !k.stream, true, bufexpr);
-	lg_close(b);
-	lg_line(b, "%s", "");
-	emit_rrms_exchange(b, &k);
+}
+
+/* Normalise, quantise and write every chunk of the tile in `tile`. */
+static void emit_tile_passes(lg_buf *b, const struct lg_spec *s, const struct shape *k, bool reload)
+{
 	if (colwise(s)) {
+		lg_line(b, "const bool vec_ok = (M & 15) == 0; // 16-byte aligned qt rows");
 		lg_line(b, "float rr[16];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int i = 0; i < 16; i++) rr[i] = rs[16 * ((threadIdx.x & 31) >> 2) + i];");
+		lg_line(b, "for (int i = 0; i < 16; i++) rr[i] = rs[16 * (lane >> 2) + i];");
 	}
-	lg_line(b, "%s", "");
-	lg_comment(b, "Pass 2: normalise, quantise and write each chunk.");
+	char buf[64];
+	snprintf(buf, sizeof buf, reload ? "tile" : "(tile + j * %d)", k->chunkb);
 	lg_line(b, "#pragma unroll 1");
-	lg_open(b, "for (int j = 0; j < %d; j++) {", k.nchunks);
-	if (k.stream) {
+	lg_open(b, "for (int j = 0; j < %d; j++) {", k->nchunks);
+	if (reload) {
 		lg_line(b, "if (j > 0) __syncthreads(); // the previous chunk is consumed");
-		emit_load_chunk(b, &k, true, false, bufexpr);
+		emit_load_chunk(b, k, true, buf);
 		lg_line(b, "__syncthreads();");
 	}
 	if (rowwise(s))
-		emit_row_pass(b, s, &k, bufexpr);
+		emit_row_pass(b, s, k, buf);
 	if (colwise(s))
-		emit_col_pass(b, s, &k, bufexpr);
+		emit_col_pass(b, s, k, buf);
 	lg_close(b);
+}
+
+static void emit_kernel_stream(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(p);
+	lg_comment(b, "Streaming: hidden %d = cluster %d x %d columns in %d chunk(s) of %d, read twice (the",
+		   k.n, k.cluster, k.cols, k.nchunks, k.chunk);
+	lg_comment(b, "second time mostly from L2); one 128-row tile per CTA; %d threads.", k.threads);
+	emit_signature(b, &k, p);
+	lg_line(b, "u8 *const tile = smem;");
+	lg_line(b, "double *const psum = (double *)(smem + %d); // this CTA's partial sums of squares", k.chunkb);
+	lg_line(b, "float *const rs = (float *)(psum + %d); // reciprocal RMS of the 128 rows", ROWS);
+	lg_line(b, "const i64 tr = blockIdx.y, m0 = tr * %d;", ROWS);
+	lg_line(b, "const int rows = (int)(M - m0 < %d ? M - m0 : %d);", ROWS, ROWS);
+	lg_line(b, "const u8 *const xt = (const u8 *)x + (m0 * %d + k0) * 2;", k.n);
+	lg_comment(b, "Pass 1: sums of squares (fp64), 16-byte loads all in flight before use.");
+	lg_line(b, "#pragma unroll 1");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", k.nchunks);
+	emit_load_chunk(b, &k, false, "tile");
+	lg_close(b);
+	emit_rrms_exchange(b, &k);
+	lg_comment(b, "Pass 2: reload each chunk into shared memory, normalise, quantise, write.");
+	emit_tile_passes(b, s, &k, true);
 	if (k.cluster > 1)
 		lg_line(b, "lg_cluster_wait(); // keep psum alive until every CTA has read it");
+	lg_close(b);
+}
+
+static void emit_kernel_pipe(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(p);
+	int tileb = k.chunkb * k.nchunks;
+	lg_comment(b, "Pipelined: hidden %d = cluster %d x %d columns; persistent grid over 128-row", k.n,
+		   k.cluster, k.cols);
+	lg_comment(b, "tiles, %d tile(s) of %d bytes in flight (cp.async); %d threads.", k.stages, tileb,
+		   k.threads);
+	emit_signature(b, &k, p);
+	lg_line(b, "double *const psum2 = (double *)(smem + %d); // [2][128] partial sums, by tile parity",
+		k.stages * tileb);
+	lg_line(b, "float *const rs = (float *)(psum2 + %d); // reciprocal RMS of the 128 rows", 2 * ROWS);
+	lg_line(b, "const u8 *const xg = (const u8 *)x;");
+	lg_line(b, "const i64 tiles = (M + %d) / %d;", ROWS - 1, ROWS);
+	lg_comment(b, "Prologue: the first %d tile(s) in flight.", k.stages - 1);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int ps = 0; ps < %d; ps++) {", k.stages - 1);
+	lg_line(b, "lg_load_tile(smem + ps * %d, xg, blockIdx.y + (i64)ps * gridDim.y, M, k0);", tileb);
+	lg_line(b, "lg_cp_commit();");
+	lg_close(b);
+	lg_line(b, "int it = 0;");
+	lg_line(b, "#pragma unroll 1");
+	lg_open(b, "for (i64 tr = blockIdx.y; tr < tiles; tr += gridDim.y, it++) {");
+	lg_line(b, "lg_load_tile(smem + ((it + %d) %% %d) * %d, xg, tr + (i64)%d * gridDim.y, M, k0);",
+		k.stages - 1, k.stages, tileb, k.stages - 1);
+	lg_line(b, "lg_cp_commit();");
+	lg_line(b, "lg_cp_wait(%d); // this thread's copies of tile tr have landed", k.stages - 1);
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "u8 *const tile = smem + (it %% %d) * %d;", k.stages, tileb);
+	lg_line(b, "double *const psum = psum2 + (it & 1) * %d;", ROWS);
+	lg_line(b, "const i64 m0 = tr * %d;", ROWS);
+	lg_line(b, "const int rows = (int)(M - m0 < %d ? M - m0 : %d);", ROWS, ROWS);
+	emit_sumsq_smem(b, &k);
+	emit_rrms_exchange(b, &k);
+	emit_tile_passes(b, s, &k, false);
+	lg_line(b, "__syncthreads(); // the stage is free for the copy issued next iteration");
+	lg_close(b);
+	if (k.cluster > 1)
+		lg_line(b, "lg_cluster_sync(); // keep psum alive until every CTA has read it");
 	lg_close(b);
 }
 
@@ -440,12 +562,22 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_emit_template(b, "vec");
 	lg_emit_template(b, "reduce");
 	lg_emit_template(b, "quant");
+	if (p->P_STAGES)
+		lg_emit_template(b, "async");
 	if (p->tile[LG_TILE_CLUSTER] > 1)
 		lg_emit_template(b, "cluster");
 	lg_emit_rrms(b, s);
+	lg_comment(b, "The e4m3 input of y under scale sc (inv = 1 / sc): %s.",
+		   s->quant.round_scale ? "y * inv, exact for a power-of-two scale" : "y / sc correctly rounded");
+	lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return %s; }",
+		s->quant.round_scale ? "(void)sc, y * inv" : "lg_div_rn(y, sc, inv)");
+	lg_line(b, "%s", "");
 	struct shape k = shape_of(p);
 	emit_helpers(b, &k);
-	emit_kernel(b, s, p);
+	if (k.stages)
+		emit_kernel_pipe(b, s, p);
+	else
+		emit_kernel_stream(b, s, p);
 }
 
 const struct lg_family lg_family_rmsnorm_quant = {

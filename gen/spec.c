@@ -59,6 +59,7 @@ const char *const lg_tile_names[LG_TILE_COUNT] = {
 	[LG_TILE_COLS] = "cols",
 	[LG_TILE_THREADS] = "threads",
 	[LG_TILE_CLUSTER] = "cluster",
+	[LG_TILE_STAGES] = "stages",
 };
 
 /* Short names of dims and tile keys in entry names: a prefix then digits. */
@@ -70,6 +71,7 @@ static const char *const dim_short[LG_DIM_COUNT] = {
 static const char *const tile_short[LG_TILE_COUNT] = {
 	[LG_TILE_ROWS] = "r", [LG_TILE_COLS] = "c", [LG_TILE_THREADS] = "t",
 	[LG_TILE_CLUSTER] = "cl",
+	[LG_TILE_STAGES] = "st",
 };
 static const char *const quant_keys[] = {"format", "block", "round_scale", "output"};
 static const char *const file_keys[] = {"name", "kernels"};

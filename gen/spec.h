@@ -50,6 +50,7 @@ enum lg_tile_key {
 	LG_TILE_COLS,    /* "cols": columns (features) per CTA */
 	LG_TILE_THREADS, /* "threads": threads per CTA */
 	LG_TILE_CLUSTER, /* "cluster": CTAs per thread-block cluster (sm_90+) */
+	LG_TILE_STAGES,  /* "stages": tiles in flight in shared memory (pipelining) */
 	LG_TILE_COUNT
 };
 

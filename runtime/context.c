@@ -188,12 +188,41 @@ lg_status lg_ctx_cubin(lg_ctx *c, const lg_spec *s, const void **cubin, size_t *
 	return LG_OK;
 }
 
+/* How many CTAs (or clusters, for clustered entries) of a persistent entry
+ * are co-resident on the current device. */
+static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const struct lg_launch_dim *d,
+				unsigned *out)
+{
+	CUfunction fn;
+	LG_CU_TRY(cu, cuKernelGetFunction, (&fn, kern));
+	int n = 0;
+	if (d->grid[0] > 1) { /* compile-time cluster of grid[0] CTAs */
+		CUlaunchConfig cfg = {.gridDimX = d->grid[0], .gridDimY = 1, .gridDimZ = 1,
+				      .blockDimX = d->block[0], .blockDimY = d->block[1],
+				      .blockDimZ = d->block[2], .sharedMemBytes = d->smem};
+		LG_CU_TRY(cu, cuOccupancyMaxActiveClusters, (&n, fn, &cfg));
+	} else {
+		CUdevice dev;
+		int sms = 0;
+		LG_CU_TRY(cu, cuCtxGetDevice, (&dev));
+		LG_CU_TRY(cu, cuDeviceGetAttribute, (&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+		LG_CU_TRY(cu, cuOccupancyMaxActiveBlocksPerMultiprocessor,
+			  (&n, fn, (int)(d->block[0] * d->block[1] * d->block[2]), d->smem));
+		n *= sms;
+	}
+	*out = n > 0 ? (unsigned)n : 1;
+	return LG_OK;
+}
+
 /* Load a cubin and resolve its entry points; raise the dynamic shared
- * memory limit on every device where an entry needs more than 48 KB. */
+ * memory limit on every device where an entry needs more than 48 KB, and
+ * size the grids of persistent entries for the current device. */
 static lg_status load(const struct lg_ctx_entry *e, const struct lg_family *f, struct lg_kernel *k)
 {
 	const struct lg_cu *cu;
 	lg_status st = lg_cu_get(&cu);
+	if (st == LG_OK)
+		st = lg_cu_ensure_context(0);
 	if (st != LG_OK)
 		return st;
 	k->cu = cu;
@@ -208,11 +237,16 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_family *f, s
 		LG_CU_TRY(cu, cuLibraryGetKernel, (&k->fn[i], k->lib, e->plan.entry[i]));
 		struct lg_launch_dim d;
 		f->geometry(&e->plan, i, 1, &d);
-		if (d.smem <= 48 * 1024)
-			continue;
-		for (int dev = 0; dev < ndev; dev++)
-			LG_CU_TRY(cu, cuKernelSetAttribute,
-				  (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.smem, k->fn[i], dev));
+		if (d.smem > 48 * 1024)
+			for (int dev = 0; dev < ndev; dev++)
+				LG_CU_TRY(cu, cuKernelSetAttribute,
+					  (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.smem,
+					   k->fn[i], dev));
+		if (e->plan.persistent[i]) {
+			st = query_resident(cu, k->fn[i], &d, &k->plan.resident[i]);
+			if (st != LG_OK)
+				return st;
+		}
 	}
 	return LG_OK;
 }

@@ -37,6 +37,11 @@
 	X(cuLibraryGetKernel, "cuLibraryGetKernel", (CUkernel *, CUlibrary, const char *)) \
 	X(cuKernelSetAttribute, "cuKernelSetAttribute",                                    \
 	  (CUfunction_attribute, int, CUkernel, CUdevice))                                  \
+	X(cuKernelGetFunction, "cuKernelGetFunction", (CUfunction *, CUkernel))            \
+	X(cuOccupancyMaxActiveClusters, "cuOccupancyMaxActiveClusters",                    \
+	  (int *, CUfunction, const CUlaunchConfig *))                                      \
+	X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                      \
+	  "cuOccupancyMaxActiveBlocksPerMultiprocessor", (int *, CUfunction, int, size_t))  \
 	X(cuLaunchKernel, "cuLaunchKernel",                                                \
 	  (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,          \
 	   unsigned, CUstream, void **, void **))                                           \

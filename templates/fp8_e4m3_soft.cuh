@@ -1,14 +1,14 @@
 // fp32 -> e4m3 (fn: max 448, no inf) in software for targets without the
 // fp8 cvt instructions (before sm_89). Bit-exact with
 // cvt.rn.satfinite.e4m3x2.f32: round-to-nearest-even, magnitudes above 448
-// (infinities too) saturate to 448, NaN gives 0x7f with the input's sign.
+// (infinities too) saturate to 448, NaN gives 0x7f whatever its sign.
 static __device__ __forceinline__ u32 lg_e4m3(float f)
 {
 	u32 u = lg_f2u(f);
 	u32 sign = (u >> 24) & 0x80u;
 	u32 a = u & 0x7fffffffu;
 	if (a > 0x7f800000u)
-		return sign | 0x7fu;
+		return 0x7fu;
 	if (a >= 0x43e00000u) // >= 448
 		return sign | 0x7eu;
 	if (a < 0x3c800000u) { // < 2^-6: subnormal steps of 2^-9, RNE to 0..8

@@ -15,3 +15,12 @@ static __device__ __forceinline__ float lg_inv_pow2(float s)
 {
 	return lg_u2f(0x7f000000u - (lg_f2u(s) & 0x7f800000u));
 }
+// y / s correctly rounded, from r = 1/s correctly rounded (one divide per
+// block): q0 = y r, then one FMA correction, RN(q0 + r (y - q0 s)) = RN(y / s)
+// (Markstein). Quotients that underflow fp32 give e4m3 zero either way; the
+// sign of q0 is kept, since the correction turns -0 into +0.
+static __device__ __forceinline__ float lg_div_rn(float y, float s, float r)
+{
+	const float q = y * r;
+	return lg_u2f(lg_f2u(fmaf(fmaf(-q, s, y), r, q)) | (lg_f2u(q) & 0x80000000u));
+}
