@@ -86,6 +86,9 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 		if (t != 128 && t != 256 && t != 512)
 			return lg_spec_error(where, "tile.threads: found %d, allowed: 128, 256, 512", t);
 	}
+	if (lg_spec_has_tile(s, LG_TILE_STAGES) && s->tile[LG_TILE_STAGES] > 3)
+		return lg_spec_error(where, "tile.stages: found %d, allowed: 0 (streaming) to 3",
+				     s->tile[LG_TILE_STAGES]);
 	return LG_OK;
 }
 
@@ -588,7 +591,8 @@ const struct lg_family lg_family_rmsnorm_quant = {
 	.dims_required = 1u << LG_DIM_HIDDEN,
 	.has_eps = true,
 	.quant = 1,
-	.tile_keys = (1u << LG_TILE_COLS) | (1u << LG_TILE_THREADS) | (1u << LG_TILE_CLUSTER),
+	.tile_keys = (1u << LG_TILE_COLS) | (1u << LG_TILE_THREADS) | (1u << LG_TILE_CLUSTER) |
+		     (1u << LG_TILE_STAGES),
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,
