@@ -1,9 +1,15 @@
 // Blockwise e4m3 scales (KERNELS.md 1.2): s = max(amax / 448, 1e-30), the
-// divide correctly rounded; with round_scale, s = 2^ceil(log2 s) by exponent
-// arithmetic (exact). s is the dequantisation multiplier.
+// divide correctly rounded (by the FMA correction of lg_div_rn below, with
+// the constant 1/448; quotients too small for it are clamped to 1e-30
+// anyway, and an infinite amax stays infinite); with round_scale,
+// s = 2^ceil(log2 s) by exponent arithmetic (exact). s is the
+// dequantisation multiplier.
 static __device__ __forceinline__ float lg_scale_exact(float amax)
 {
-	return fmaxf(amax / 448.0f, 1e-30f);
+	const float r = 1.0f / 448.0f;
+	const float q = amax * r;
+	const float d = fmaf(fmaf(-q, 448.0f, amax), r, q);
+	return fmaxf(amax == __int_as_float(0x7f800000) ? amax : d, 1e-30f);
 }
 static __device__ __forceinline__ float lg_scale_pow2(float amax)
 {

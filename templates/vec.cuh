@@ -1,7 +1,7 @@
 // 16-byte and 8-byte global accesses. Loads of data read once bypass L1
 // allocation; stores are plain (the data is written once, read by the next
 // kernel from L2/HBM).
-struct lg_u32x4 { u32 x, y, z, w; };
+struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
 {
 	lg_u32x4 v;
