@@ -1,6 +1,8 @@
 /*
  * norm_common.h - emission shared by the RMSNorm families: the reciprocal
- * RMS from a float64 sum of squares, and the fp8 conversion for a target.
+ * RMS from a float64 sum of squares, the fp8 conversion for a target, and
+ * the "row layout" in which `lpr` lanes share one row of x, each holding
+ * up to a few 16-byte pieces of it in registers.
  */
 #ifndef LG_NORM_COMMON_H
 #define LG_NORM_COMMON_H
@@ -15,5 +17,28 @@ void lg_emit_rrms(lg_buf *b, const struct lg_spec *s);
 void lg_emit_e4m3(lg_buf *b, const struct lg_target *t);
 /* Shortest decimal that round-trips a double, for literals in source. */
 void lg_fmt_double(char out[32], double v);
+
+/* lpr lanes per row (16 to 1024, a power of two), k pieces of 16 bytes
+ * each (piece c of a row is held by lane c % lpr), threads per CTA. */
+struct lg_rowlayout {
+	int64_t hidden;
+	int lpr, k, threads, rows; /* rows = threads / lpr rows per CTA */
+};
+/* The smallest lpr that gives each lane at most kmax pieces; threads is
+ * raised to lpr if smaller. */
+struct lg_rowlayout lg_rowlayout_make(int64_t hidden, int kmax, int threads);
+
+/* Declares lane, slot (row within the CTA), t (lane within the row) and the
+ * shared scratch rows spanning several warps reduce through. */
+void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l);
+/* dst[k] = the pieces of row m of `base` (bf16 [.., hidden]); zeros when
+ * !live or past the row. `ld` is the load function (lg_ld16, ...), called as
+ * ld(pointer) or ld(pointer, extra) when extra is not NULL. */
+void lg_emit_row_load(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
+		      const char *ld, const char *extra);
+/* `double ss` = the row's sum of squares (fp64), in every lane of the row. */
+void lg_emit_row_sumsq(lg_buf *b, const struct lg_rowlayout *l, const char *v);
+/* var (float or double) summed over the lanes of each row, in a fixed order. */
+void lg_emit_row_sum(lg_buf *b, const struct lg_rowlayout *l, const char *type, const char *var);
 
 #endif

@@ -69,25 +69,21 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	(void)t;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
-	int64_t h = s->dim[LG_DIM_HIDDEN], pieces = h / 8;
-	int kmax = bwd ? 4 : 8, lpr = 16;
-	while ((pieces + lpr - 1) / lpr > kmax)
-		lpr *= 2;
+	int64_t h = s->dim[LG_DIM_HIDDEN];
 	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : 256;
+	struct lg_rowlayout l = lg_rowlayout_make(h, bwd ? 4 : 8, threads);
 	if (lg_spec_has_tile(s, LG_TILE_ROWS))
-		threads = s->tile[LG_TILE_ROWS] * lpr;
-	if (threads < lpr)
-		threads = lpr;
-	if (threads > 1024)
+		l = lg_rowlayout_make(h, bwd ? 4 : 8, s->tile[LG_TILE_ROWS] * l.lpr);
+	if (l.threads > 1024)
 		return lg_fail(LG_ERR_UNSUPPORTED, "%s: %d threads per CTA (rows x %d lanes) exceed 1024",
-			       s->entry, threads, lpr);
+			       s->entry, l.threads, l.lpr);
 	p->hidden = h;
-	p->tile[LG_TILE_THREADS] = threads;
-	p->tile[LG_TILE_ROWS] = threads / lpr;
-	p->P_LPR = lpr;
-	p->P_K = (pieces + lpr - 1) / lpr;
+	p->tile[LG_TILE_THREADS] = l.threads;
+	p->tile[LG_TILE_ROWS] = l.rows;
+	p->P_LPR = l.lpr;
+	p->P_K = l.k;
 	p->P_BWD = bwd;
-	p->P_SMEM = bwd ? (int64_t)(threads / lpr) * h * 4 : 0;
+	p->P_SMEM = bwd ? (int64_t)l.rows * h * 4 : 0;
 	p->nargs = bwd ? B_NARGS : F_NARGS;
 	for (int i = 0; i < p->nargs; i++)
 		p->used[i] = 1;
@@ -97,6 +93,12 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	if (bwd)
 		snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
 	return LG_OK;
+}
+
+static struct lg_rowlayout layout_of(const struct lg_plan *p)
+{
+	return (struct lg_rowlayout){.hidden = p->hidden, .lpr = (int)p->P_LPR, .k = (int)p->P_K,
+				     .threads = p->tile[LG_TILE_THREADS], .rows = p->tile[LG_TILE_ROWS]};
 }
 
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
@@ -134,62 +136,6 @@ static double bytes(const struct lg_spec *s, int64_t m)
 
 /* ------------------------------------------------------------ emission */
 
-/* Sum `var` (type `ty`: float or double) over the lpr lanes of a row. */
-static void emit_row_sum(lg_buf *b, const struct lg_plan *p, const char *ty, const char *var,
-			 const char *scratch)
-{
-	int lpr = (int)p->P_LPR;
-	if (lpr <= 32) {
-		lg_line(b, "%s = %s(%s, 1, %d);", var, ty[0] == 'd' ? "lg_dsum_xor" : "lg_sum_xor", var,
-			lpr / 2);
-		return;
-	}
-	lg_line(b, "%s = %s(%s, 1, 16);", var, ty[0] == 'd' ? "lg_dsum_xor" : "lg_sum_xor", var);
-	lg_line(b, "if (lane == 0) %s[threadIdx.x >> 5] = %s;", scratch, var);
-	lg_line(b, "__syncthreads();");
-	lg_line(b, "%s = 0;", var);
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) %s += %s[slot * %d + i]; // fixed order", lpr / 32, var,
-		scratch, lpr / 32);
-	lg_line(b, "__syncthreads();");
-}
-
-static void emit_prologue(lg_buf *b, const struct lg_plan *p)
-{
-	int lpr = (int)p->P_LPR, threads = p->tile[LG_TILE_THREADS];
-	lg_line(b, "const int lane = threadIdx.x & 31, slot = threadIdx.x / %d, t = threadIdx.x %% %d;", lpr,
-		lpr);
-	if (lpr > 32) {
-		lg_line(b, "__shared__ double dred[%d];", threads / 32);
-		lg_line(b, "__shared__ float fred[%d];", threads / 32);
-	}
-}
-
-static void emit_load(lg_buf *b, const struct lg_plan *p, const char *dst, const char *base)
-{
-	int64_t pieces = p->hidden / 8;
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
-	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
-	lg_line(b, "%s[k] = lg_u32x4{0u, 0u, 0u, 0u};", dst);
-	lg_line(b, "if (live && c < %lld) %s[k] = lg_ld16(%s + (m * %lld + c * 8) * 2);", (long long)pieces,
-		dst, base, (long long)p->hidden);
-	lg_close(b);
-}
-
-static void emit_sumsq(lg_buf *b, const struct lg_plan *p, const char *v)
-{
-	lg_line(b, "double ss = 0.0;");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
-	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].x);", v);
-	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].y);", v);
-	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].z);", v);
-	lg_line(b, "ss = lg_sumsq_bf16x2(ss, %s[k].w);", v);
-	lg_close(b);
-	emit_row_sum(b, p, "double", "ss", "dred");
-}
-
 static void emit_forward(lg_buf *b, const struct lg_plan *p)
 {
 	int64_t pieces = p->hidden / 8;
@@ -198,13 +144,14 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", p->tile[LG_TILE_THREADS]);
 	lg_line(b, "%s(u64 x, u64 w, u64 y, u64 rms, i64 M)", p->entry[0]);
 	lg_open(b, "{");
-	emit_prologue(b, p);
+	struct lg_rowlayout l = layout_of(p);
+	lg_emit_row_prologue(b, &l);
 	lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", p->tile[LG_TILE_ROWS]);
 	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "const u8 *const xg = (const u8 *)x;");
 	lg_line(b, "lg_u32x4 v[%lld];", (long long)p->P_K);
-	emit_load(b, p, "v", "xg");
-	emit_sumsq(b, p, "v");
+	lg_emit_row_load(b, &l, "v", "xg", "lg_ld16", NULL);
+	lg_emit_row_sumsq(b, &l, "v");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_comment(b, "y = (x * r) * w in fp32, rounded to bf16 (RNE).");
 	lg_line(b, "#pragma unroll");
@@ -237,7 +184,8 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)", p->entry[0]);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float part[]; // [rows per CTA][hidden]");
-	emit_prologue(b, p);
+	struct lg_rowlayout l = layout_of(p);
+	lg_emit_row_prologue(b, &l);
 	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
 	lg_line(b, "lg_u32x4 wv[%lld];", (long long)p->P_K);
 	lg_line(b, "float acc[%lld][8];", (long long)p->P_K);
@@ -253,13 +201,13 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "const i64 m = base + slot;");
 	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "lg_u32x4 xv[%lld], gv[%lld];", (long long)p->P_K, (long long)p->P_K);
-	emit_load(b, p, "xv", "xg");
-	emit_load(b, p, "gv", "gg");
+	lg_emit_row_load(b, &l, "xv", "xg", "lg_ld16", NULL);
+	lg_emit_row_load(b, &l, "gv", "gg", "lg_ld16", NULL);
 	lg_line(b, "float r;");
 	lg_open(b, "if (rms) {");
 	lg_line(b, "r = live ? ((const float *)rms)[m] : 0.0f;");
 	lg_close_with(b, "} else {");
-	emit_sumsq(b, p, "xv");
+	lg_emit_row_sumsq(b, &l, "xv");
 	lg_line(b, "r = lg_rrms(ss);");
 	lg_close(b);
 	lg_comment(b, "dot = sum x * g * w over the row (fp32).");
@@ -274,7 +222,7 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "dot += lg_bf16_hi(a[e]) * lg_bf16_hi(g[e]) * lg_bf16_hi(ww[e]);");
 	lg_close(b);
 	lg_close(b);
-	emit_row_sum(b, p, "float", "dot", "fred");
+	lg_emit_row_sum(b, &l, "float", "dot");
 	lg_comment(b, "dx = r g w - r^3 x dot / hidden (bf16); dw += x g r (fp32, in registers).");
 	lg_line(b, "const float c3 = r * r * r * (dot / %lld.0f);", (long long)h);
 	lg_line(b, "#pragma unroll");

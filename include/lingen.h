@@ -152,7 +152,8 @@ lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens,
  *   x [tokens, hidden] bf16, w [hidden] bf16;
  *   q  [tokens, hidden] e4m3, s  [hidden/128, tokens] fp32   (rowwise)
  *   qt [hidden, tokens] e4m3, st [ceil(tokens/128), hidden] fp32 (columnwise)
- *   rms [tokens] fp32 (reciprocal RMS), optional (0: not written).
+ *   rms [tokens] fp32 (reciprocal RMS): required, also the hand-over between
+ *   the kernel's two passes.
  * Copies the spec's quant.output did not ask for take 0. */
 lg_status lg_rmsnorm_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens,
 				   lg_dptr x, lg_dptr w, lg_dptr q, lg_dptr s, lg_dptr rms,
