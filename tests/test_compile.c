@@ -80,7 +80,7 @@ static void test_k1_shapes_compile(void **state)
 	static const char *const specs[] = {
 		"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, \"quant\": {\"round_scale\": false, \"output\": \"rowwise\"}}",
 		"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1152, \"quant\": {\"output\": \"columnwise\"}}",
-		"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"tile\": {\"cols\": 256, \"threads\": 512}, \"quant\": {}}",
+		"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"tile\": {\"threads\": 512}, \"quant\": {}}",
 		"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 16384}",
 		"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1152}",
 		"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 128}",
