@@ -90,10 +90,14 @@ void lg_emit_row_sum(lg_buf *b, const struct lg_rowlayout *l, const char *type, 
 
 void lg_emit_row_sumsq(lg_buf *b, const struct lg_rowlayout *l, const char *v)
 {
-	lg_line(b, "double ss = 0.0;");
+	lg_comment(b, "Sum of squares: one independent fp64 chain per piece, added in a fixed order.");
+	lg_line(b, "double sk[%d];", l->k);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int k = 0; k < %d; k++)", l->k);
-	lg_line(b, "\tss = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(ss, %s[k].x), %s[k].y), %s[k].z), %s[k].w);",
+	lg_line(b, "\tsk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, %s[k].x), %s[k].y), %s[k].z), %s[k].w);",
 		v, v, v, v);
+	lg_line(b, "double ss = sk[0];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 1; k < %d; k++) ss += sk[k];", l->k);
 	lg_emit_row_sum(b, l, "double", "ss");
 }

@@ -75,7 +75,15 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	(void)t;
 	int64_t h = s->dim[LG_DIM_HIDDEN];
 	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : 256;
-	struct lg_rowlayout l = lg_rowlayout_make(h, 8, threads);
+	int kmax = 8; /* 16-byte pieces per lane; tile.rows (rows per CTA) sets it */
+	if (lg_spec_has_tile(s, LG_TILE_ROWS)) {
+		int lpr = threads / s->tile[LG_TILE_ROWS];
+		if (lpr < 16 || (lpr & (lpr - 1)))
+			return lg_fail(LG_ERR_UNSUPPORTED, "%s: tile.threads / tile.rows = %d lanes per row, allowed: a power of two >= 16",
+				       s->entry, lpr);
+		kmax = (int)((h / 8 + lpr - 1) / lpr);
+	}
+	struct lg_rowlayout l = lg_rowlayout_make(h, kmax, threads);
 	p->hidden = h;
 	p->tile[LG_TILE_THREADS] = l.threads;
 	p->tile[LG_TILE_ROWS] = l.rows;
@@ -206,7 +214,9 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "float *const csc = cpart + %d, *const cinv = csc + %d; // column scales, inverses",
 		16 * COLS, COLS);
 	lg_line(b, "const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block");
-	lg_line(b, "const i64 tr = blockIdx.y, m0 = tr * %d, k0 = (i64)blockIdx.x * %d;", ROWS, COLS);
+	lg_comment(b, "Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest");
+	lg_comment(b, "to be still in L2.");
+	lg_line(b, "const i64 tr = gridDim.y - 1 - blockIdx.y, m0 = tr * %d, k0 = (i64)blockIdx.x * %d;", ROWS, COLS);
 	lg_line(b, "const int rows = (int)(M - m0 < %d ? M - m0 : %d);", ROWS, ROWS);
 	lg_line(b, "const i64 col0 = k0 + lb * 8; // this thread's first column");
 	lg_line(b, "const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * %lld + col0) * 2;", (long long)n);
@@ -317,7 +327,7 @@ const struct lg_family lg_family_rmsnorm_quant = {
 	.dims_required = 1u << LG_DIM_HIDDEN,
 	.has_eps = true,
 	.quant = 1,
-	.tile_keys = 1u << LG_TILE_THREADS,
+	.tile_keys = (1u << LG_TILE_THREADS) | (1u << LG_TILE_ROWS),
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,
