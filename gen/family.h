@@ -63,6 +63,9 @@ struct lg_plan {
 	 * entry uses clusters) when it loads the kernel; 0 when not loaded. */
 	bool persistent[LG_MAX_ENTRIES];
 	unsigned resident[LG_MAX_ENTRIES];
+	/* CTAs per compile-time cluster of each entry (0 or 1: none); above 8
+	 * the context allows non-portable cluster sizes when loading. */
+	unsigned cluster[LG_MAX_ENTRIES];
 };
 
 struct lg_launch_dim {

@@ -44,6 +44,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 /* Plan slots. */
 #define P_LPR aux[0] /* kernel 1: lanes per row */
 #define P_K aux[1]   /* kernel 1: 16-byte pieces per lane */
+#define P_FUSED aux[2] /* 1: one fused kernel with a cluster of hidden/128 CTAs */
 #define COLS 128     /* kernel 2: features per tile */
 #define K2_THREADS 512 /* kernel 2: 32 row blocks of 4 x 16 column blocks of 8 */
 
@@ -58,6 +59,10 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 				     (long long)h);
 	if (s->quant.block != 128)
 		return lg_spec_error(where, "quant.block: found %d, allowed: 128", s->quant.block);
+	if (lg_spec_has_tile(s, LG_TILE_CLUSTER) && s->tile[LG_TILE_CLUSTER] != 1 &&
+	    s->tile[LG_TILE_CLUSTER] != h / COLS)
+		return lg_spec_error(where, "tile.cluster: found %d, allowed: 1 (two kernels) or hidden/128 = %lld (fused)",
+				     s->tile[LG_TILE_CLUSTER], (long long)h / COLS);
 	if (lg_spec_has_tile(s, LG_TILE_THREADS)) {
 		int t = s->tile[LG_TILE_THREADS];
 		if (t != 128 && t != 256 && t != 512 && t != 1024)
@@ -69,11 +74,20 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 /* Kernel 2's shared memory: qt staging, column partial maxima, column
  * scales and inverses. */
 #define K2_SMEM (COLS * ROWS + 16 * COLS * 4 + 2 * COLS * 4)
+/* The fused kernel adds psum[128] (fp64) and rs[128]. */
+#define FUSED_SMEM (K2_SMEM + ROWS * 8 + ROWS * 4)
+#define FUSED_MAX_CLUSTER 16 /* non-portable above 8: allowed on sm_90 */
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
-	(void)t;
 	int64_t h = s->dim[LG_DIM_HIDDEN];
+	bool fused = t->sm >= 90 && h / COLS <= FUSED_MAX_CLUSTER;
+	if (lg_spec_has_tile(s, LG_TILE_CLUSTER)) {
+		fused = s->tile[LG_TILE_CLUSTER] > 1 || h == COLS;
+		if (fused && (t->sm < 90 || h / COLS > FUSED_MAX_CLUSTER))
+			return lg_fail(LG_ERR_UNSUPPORTED, "%s: tile.cluster %lld needs sm_90 or newer and hidden <= %d (target %s)",
+				       s->entry, (long long)h / COLS, FUSED_MAX_CLUSTER * COLS, t->name);
+	}
 	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : 256;
 	int kmax = 8; /* 16-byte pieces per lane; tile.rows (rows per CTA) sets it */
 	if (lg_spec_has_tile(s, LG_TILE_ROWS)) {
@@ -89,9 +103,18 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[LG_TILE_ROWS] = l.rows;
 	p->P_LPR = l.lpr;
 	p->P_K = l.k;
-	p->nentries = colwise(s) ? 2 : 1;
-	snprintf(p->entry[0], sizeof p->entry[0], "%s_rows", s->entry);
-	snprintf(p->entry[1], sizeof p->entry[1], "%s", s->entry);
+	p->P_FUSED = fused;
+	if (fused) {
+		p->nentries = 1;
+		p->cluster[0] = (unsigned)(h / COLS);
+		p->tile[LG_TILE_CLUSTER] = (int)(h / COLS);
+		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	} else {
+		p->nentries = colwise(s) ? 2 : 1;
+		p->tile[LG_TILE_CLUSTER] = 1;
+		snprintf(p->entry[0], sizeof p->entry[0], "%s_rows", s->entry);
+		snprintf(p->entry[1], sizeof p->entry[1], "%s", s->entry);
+	}
 	p->nargs = NARGS;
 	for (int i = 0; i < NARGS; i++)
 		p->used[i] = 1;
@@ -105,6 +128,13 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static void geometry(const struct lg_plan *p, int e, int64_t tokens, struct lg_launch_dim *d)
 {
 	d->grid[2] = d->block[1] = d->block[2] = 1;
+	if (p->P_FUSED) { /* a cluster of hidden/128 CTAs per 128-token tile */
+		d->grid[0] = (unsigned)(p->hidden / COLS);
+		d->grid[1] = (unsigned)((tokens + ROWS - 1) / ROWS);
+		d->block[0] = K2_THREADS;
+		d->smem = FUSED_SMEM;
+		return;
+	}
 	if (e == 0) { /* rows: rows per CTA */
 		d->grid[0] = (unsigned)((tokens + p->tile[LG_TILE_ROWS] - 1) / p->tile[LG_TILE_ROWS]);
 		d->grid[1] = 1;
@@ -197,16 +227,10 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "%s", "");
 }
 
-/* Kernel 2: the columnwise copy of one 128 x 128 tile. */
-static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+/* Declarations every tile kernel starts with: shared memory, the thread's
+ * 4 x 8 block (row block rb, column block lb), the tile. */
+static void emit_tile_prologue(lg_buf *b, const char *tile_row)
 {
-	int64_t n = p->hidden;
-	lg_comment(b, "Kernel 2: the columnwise copy of a tile of 128 tokens x %d features; thread =", COLS);
-	lg_comment(b, "4 rows x 8 columns (%d threads). x re-read from L2 (evict first), streaming stores.",
-		   K2_THREADS);
-	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
-	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)", p->entry[1]);
-	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
 	lg_line(b, "u8 *const stage = smem; // qt staging [%d columns][128 tokens], 4-byte slots swizzled", COLS);
 	lg_line(b, "float *const cpart = (float *)(stage + %d); // [16][%d] column maxima of row-block pairs",
@@ -214,24 +238,28 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "float *const csc = cpart + %d, *const cinv = csc + %d; // column scales, inverses",
 		16 * COLS, COLS);
 	lg_line(b, "const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block");
-	lg_comment(b, "Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest");
-	lg_comment(b, "to be still in L2.");
-	lg_line(b, "const i64 tr = gridDim.y - 1 - blockIdx.y, m0 = tr * %d, k0 = (i64)blockIdx.x * %d;", ROWS, COLS);
+	lg_line(b, "const i64 tr = %s, m0 = tr * %d, k0 = (i64)blockIdx.x * %d;", tile_row, ROWS, COLS);
 	lg_line(b, "const int rows = (int)(M - m0 < %d ? M - m0 : %d);", ROWS, ROWS);
 	lg_line(b, "const i64 col0 = k0 + lb * 8; // this thread's first column");
+	lg_line(b, "(void)csc;");
+}
+
+/* xv[4]: the thread's 4 rows x 8 columns of x (rows past M read as 0). */
+static void emit_tile_load_x(lg_buf *b, int64_t n, const char *ld)
+{
 	lg_line(b, "const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * %lld + col0) * 2;", (long long)n);
 	lg_line(b, "lg_u32x4 xv[4];");
-	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < 4; i++) {");
-	lg_line(b, "const bool ok = 4 * rb + i < rows;");
-	lg_line(b, "xv[i] = ok ? lg_ld16_cs(xrow + i * %lld) : lg_u32x4{0u, 0u, 0u, 0u};", (long long)(2 * n));
-	lg_line(b, "rr[i] = ok ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;");
-	lg_close(b);
+	lg_line(b, "for (int i = 0; i < 4; i++) xv[i] = 4 * rb + i < rows ? %s(xrow + i * %lld) : lg_u32x4{0u, 0u, 0u, 0u};",
+		ld, (long long)(2 * n));
+}
+
+/* y[4][8] = (x r) w in registers, from xv and rr[4]. */
+static void emit_tile_y(lg_buf *b)
+{
 	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + col0 * 2);");
 	lg_line(b, "const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};");
-	lg_comment(b, "y = (x r) w in registers; column amax over the 4 rows, then the row-block pair.");
-	lg_line(b, "float y[4][8], cm[8];");
+	lg_line(b, "float y[4][8];");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < 4; i++) {");
 	lg_line(b, "const u32 xw[4] = {xv[i].x, xv[i].y, xv[i].z, xv[i].w};");
@@ -241,6 +269,14 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "y[i][2 * e + 1] = (lg_bf16_hi(xw[e]) * rr[i]) * lg_bf16_hi(ww[e]);");
 	lg_close(b);
 	lg_close(b);
+}
+
+/* The columnwise copy of the tile from y: amax over the thread's 4 rows,
+ * the row-block pair (a shuffle), then the 16 pairs through shared memory;
+ * bytes through the swizzled staging tile to 128-byte qt lines. */
+static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
+{
+	lg_line(b, "float cm[8];");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int c = 0; c < 8; c++) {");
 	lg_line(b, "cm[c] = fmaxf(fmaxf(fabsf(y[0][c]), fabsf(y[1][c])), fmaxf(fabsf(y[2][c]), fabsf(y[3][c])));");
@@ -298,6 +334,106 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "\tif (16 * h + i < rows) dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));");
 	lg_close(b);
 	lg_close(b);
+}
+
+/* The rowwise copy of the tile from y: the tile's 128 columns are one 1x128
+ * block, 16 lanes. */
+static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
+{
+	lg_comment(b, "Rowwise copy: the tile's 128 columns are one 1x128 block (16 lanes).");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < 4; i++) {");
+	lg_line(b, "float amax = 0.0f;");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int c = 0; c < 8; c++) amax = fmaxf(amax, fabsf(y[i][c]));");
+	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
+	emit_scale(b, s, "sc", "amax", "inv");
+	lg_line(b, "const u32 p0 = lg_e4m3x2(lg_q(y[i][0], sc, inv), lg_q(y[i][1], sc, inv)) | (lg_e4m3x2(lg_q(y[i][2], sc, inv), lg_q(y[i][3], sc, inv)) << 16);");
+	lg_line(b, "const u32 p1 = lg_e4m3x2(lg_q(y[i][4], sc, inv), lg_q(y[i][5], sc, inv)) | (lg_e4m3x2(lg_q(y[i][6], sc, inv), lg_q(y[i][7], sc, inv)) << 16);");
+	lg_open(b, "if (4 * rb + i < rows) {");
+	lg_line(b, "lg_st8_cs((u8 *)q + (m0 + 4 * rb + i) * %lld + col0, p0, p1);", (long long)n);
+	lg_line(b, "if (lb == 0) ((float *)s)[blockIdx.x * M + m0 + 4 * rb + i] = sc;");
+	lg_close(b);
+	lg_close(b);
+}
+
+/* Kernel 2 (two-kernel mode): the columnwise copy of one 128 x 128 tile. */
+static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	lg_comment(b, "Kernel 2: the columnwise copy of a tile of 128 tokens x %d features; thread =", COLS);
+	lg_comment(b, "4 rows x 8 columns (%d threads). x re-read from L2 (evict first), streaming stores.",
+		   K2_THREADS);
+	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
+	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)", p->entry[1]);
+	lg_open(b, "{");
+	lg_comment(b, "Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest");
+	lg_comment(b, "to be still in L2.");
+	emit_tile_prologue(b, "gridDim.y - 1 - blockIdx.y");
+	emit_tile_load_x(b, p->hidden, "lg_ld16_cs");
+	lg_line(b, "float rr[4];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = 4 * rb + i < rows ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;");
+	emit_tile_y(b);
+	emit_tile_colwise(b, s, p->hidden);
+	lg_close(b);
+}
+
+/* Fused mode (sm_90, hidden <= 2048): one kernel, a cluster of hidden/128
+ * CTAs per 128-token tile; row sums exchanged through distributed shared
+ * memory; x read once, into registers. */
+static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	int cl = (int)(p->hidden / COLS);
+	lg_comment(b, "Fused: a cluster of %d CTAs (one per 128 features) per 128-token tile; each thread", cl);
+	lg_comment(b, "holds 4 rows x 8 columns of x in registers (read once from HBM); the row sums of");
+	lg_comment(b, "squares are exchanged through distributed shared memory; both copies follow.");
+	if (cl > 1)
+		lg_line(b, "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 2)", cl,
+			K2_THREADS);
+	else
+		lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
+	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)", p->entry[0]);
+	lg_open(b, "{");
+	emit_tile_prologue(b, "blockIdx.y");
+	lg_line(b, "double *const psum = (double *)(cinv + %d); // [128] this CTA's partial sums of squares", COLS);
+	lg_line(b, "float *const rs = (float *)(psum + %d); // [128] reciprocal RMS", ROWS);
+	emit_tile_load_x(b, p->hidden, "lg_ld16_cs");
+	lg_comment(b, "Partial sums of squares of the 4 rows over this CTA's 128 columns (fp64).");
+	lg_line(b, "double ps[4];");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < 4; i++) {");
+	lg_line(b, "ps[i] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, xv[i].x), xv[i].y), xv[i].z), xv[i].w);");
+	lg_line(b, "ps[i] = lg_dsum_xor(ps[i], 1, 8);");
+	lg_close(b);
+	lg_open(b, "if (lb == 0) {");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++) psum[4 * rb + i] = ps[i];");
+	lg_close(b);
+	if (cl > 1) {
+		lg_line(b, "lg_cluster_sync();");
+		lg_open(b, "if (threadIdx.x < %d) {", ROWS);
+		lg_line(b, "double sum = 0.0;");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (u32 c = 0; c < %du; c++) sum += lg_dsmem_ld_f64(&psum[threadIdx.x], c); // rank order", cl);
+		lg_line(b, "rs[threadIdx.x] = lg_rrms(sum);");
+		lg_close(b);
+		lg_line(b, "lg_cluster_arrive(); // done reading the other CTAs' psum");
+	} else {
+		lg_line(b, "__syncthreads();");
+		lg_line(b, "if (threadIdx.x < %d) rs[threadIdx.x] = lg_rrms(psum[threadIdx.x]);", ROWS);
+	}
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "if (blockIdx.x == 0 && threadIdx.x < rows) ((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];");
+	lg_line(b, "float rr[4];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];");
+	emit_tile_y(b);
+	if (rowwise(s))
+		emit_tile_rowwise(b, s, p->hidden);
+	if (colwise(s))
+		emit_tile_colwise(b, s, p->hidden);
+	if (cl > 1)
+		lg_line(b, "lg_cluster_wait(); // keep psum alive until every CTA has read it");
 	lg_close(b);
 }
 
@@ -314,6 +450,12 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return %s; }",
 		s->quant.round_scale ? "(void)sc, y * inv" : "lg_div_rn(y, sc, inv)");
 	lg_line(b, "%s", "");
+	if (p->P_FUSED) {
+		if (p->cluster[0] > 1)
+			lg_emit_template(b, "cluster");
+		emit_fused_kernel(b, s, p);
+		return;
+	}
 	emit_rows_kernel(b, s, p);
 	if (colwise(s))
 		emit_cols_kernel(b, s, p);
@@ -327,7 +469,7 @@ const struct lg_family lg_family_rmsnorm_quant = {
 	.dims_required = 1u << LG_DIM_HIDDEN,
 	.has_eps = true,
 	.quant = 1,
-	.tile_keys = (1u << LG_TILE_THREADS) | (1u << LG_TILE_ROWS),
+	.tile_keys = (1u << LG_TILE_THREADS) | (1u << LG_TILE_ROWS) | (1u << LG_TILE_CLUSTER),
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,

@@ -242,6 +242,10 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_family *f, s
 				LG_CU_TRY(cu, cuKernelSetAttribute,
 					  (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.smem,
 					   k->fn[i], dev));
+		if (e->plan.cluster[i] > 8)
+			for (int dev = 0; dev < ndev; dev++)
+				LG_CU_TRY(cu, cuKernelSetAttribute,
+					  (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, k->fn[i], dev));
 		if (e->plan.persistent[i]) {
 			st = query_resident(cu, k->fn[i], &d, &k->plan.resident[i]);
 			if (st != LG_OK)
