@@ -25,6 +25,7 @@
 
 #include "lingen.h"
 #include "proc.h"
+#include "testutil.h"
 
 #define NORMS LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json"
 
@@ -123,8 +124,7 @@ static void test_gen(void **state)
 	lg_proc_free(&p);
 
 	/* -o DIR: one <entry>.cu per kernel, the same text as stdout */
-	char *dir = lg_test_tmpdir("lg-gen");
-	assert_non_null(dir);
+	char *dir = lg_test_tmpdir("cli-gen");
 	p = cli(NULL, "gen", NORMS, "-o", dir, "--arch", "sm_80", NULL);
 	assert_int_equal(p.status, 0);
 	lg_proc_free(&p);
@@ -133,36 +133,32 @@ static void test_gen(void **state)
 	for (size_t i = 0; i < lg_spec_file_count(f); i++) {
 		char *path;
 		assert_true(asprintf(&path, "%s/%s.cu", dir, lg_spec_entry(lg_spec_file_get(f, i))) > 0);
-		char *text = lg_test_read(path, NULL);
+		char *text = lg_test_read_file(path, NULL);
 		assert_non_null(text);
 		assert_non_null(strstr(text, "generated, do not edit"));
 		free(text);
 		free(path);
 	}
 	lg_spec_file_free(f);
-	lg_test_rmtree(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
 static void test_gen_bad_input(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("lg-bad");
-	assert_non_null(dir);
-	char *bad;
-	assert_true(asprintf(&bad, "%s/bad-spec.json", dir) > 0);
-	assert_int_equal(lg_test_write(bad, "{ \"kernels\": [ { \"op\": \"rmsnorm\", \"pass\": "
-					    "\"forward\", \"dtype\": \"bf16\", \"hidden\": 100, "
-					    "\"eps\": 1e-6 } ] }\n"),
-			 0);
+	char *dir = lg_test_tmpdir("cli-bad");
+	char *bad = lg_test_path(dir, "bad-spec.json");
+	static const char bad_spec[] = "{ \"kernels\": [ { \"op\": \"rmsnorm\", \"pass\": \"forward\", "
+				       "\"dtype\": \"bf16\", \"hidden\": 100, \"eps\": 1e-6 } ] }\n";
+	lg_test_write_file(bad, bad_spec, sizeof bad_spec - 1);
 	struct lg_proc p = cli(NULL, "gen", bad, NULL);
 	assert_int_equal(p.status, 2);
 	assert_non_null(strstr(p.err, "bad-spec.json"));
 	assert_non_null(strstr(p.err, "kernels[0].hidden"));
 	lg_proc_free(&p);
 
-	char *missing;
-	assert_true(asprintf(&missing, "%s/no-such-spec.json", dir) > 0);
+	char *missing = lg_test_path(dir, "no-such-spec.json");
 	p = cli(NULL, "gen", missing, NULL);
 	assert_int_equal(p.status, 2);
 	assert_non_null(strstr(p.err, "no-such-spec.json"));
@@ -174,7 +170,7 @@ static void test_gen_bad_input(void **state)
 
 	free(missing);
 	free(bad);
-	lg_test_rmtree(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
@@ -191,9 +187,8 @@ static bool file_size(const char *path, long long *size)
  * and checksum. */
 static void check_manifest(const char *dir, const char *const *archs, int narch)
 {
-	char *path;
-	assert_true(asprintf(&path, "%s/manifest.json", dir) > 0);
-	char *text = lg_test_read(path, NULL);
+	char *path = lg_test_path(dir, "manifest.json");
+	char *text = lg_test_read_file(path, NULL);
 	assert_non_null(text);
 	cJSON *m = cJSON_Parse(text);
 	assert_non_null(m);
@@ -221,15 +216,14 @@ static void check_manifest(const char *dir, const char *const *archs, int narch)
 				assert_true(cJSON_IsObject(cJSON_GetObjectItem(k, "spec")));
 				const char *file = cJSON_GetStringValue(cJSON_GetObjectItem(k, "file"));
 				assert_non_null(file);
-				char *cubin;
-				assert_true(asprintf(&cubin, "%s/%s", dir, file) > 0);
+				char *cubin = lg_test_path(dir, file);
 				long long size;
 				assert_true(file_size(cubin, &size));
 				assert_true(size > 0);
 				assert_int_equal(size, (long long)cJSON_GetNumberValue(
 							       cJSON_GetObjectItem(k, "size")));
 				size_t n;
-				char *data = lg_test_read(cubin, &n);
+				char *data = lg_test_read_file(cubin, &n);
 				assert_non_null(data);
 				char sum[17];
 				snprintf(sum, sizeof sum, "%016llx",
@@ -251,11 +245,8 @@ static void check_manifest(const char *dir, const char *const *archs, int narch)
 static void test_build(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("lg-build");
-	assert_non_null(dir);
-	char *out, *cache;
-	assert_true(asprintf(&out, "%s/bundle/a", dir) > 0);
-	assert_true(asprintf(&cache, "%s/cache", dir) > 0);
+	char *dir = lg_test_tmpdir("cli-build");
+	char *out = lg_test_path(dir, "bundle/a"), *cache = lg_test_path(dir, "cache");
 	struct lg_proc p = cli(cache, "build", NORMS, "--arch", "sm_90a,sm_80", "-o", out, "-j", "2",
 			       NULL);
 	assert_int_equal(p.status, 0);
@@ -285,46 +276,32 @@ static void test_build(void **state)
 
 	free(out);
 	free(cache);
-	lg_test_rmtree(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
-/* Flip bytes in the middle of the first regular file of dir. */
+/* Flip bytes in the middle of the first cache entry in dir. */
 static void corrupt_one(const char *dir)
 {
-	char *cmd;
-	assert_true(asprintf(&cmd, "ls -1 '%s' | head -n 1", dir) > 0);
-	FILE *ls = popen(cmd, "r");
-	assert_non_null(ls);
-	char name[512] = "";
-	assert_non_null(fgets(name, sizeof name, ls));
-	pclose(ls);
-	name[strcspn(name, "\n")] = '\0';
-	char *path;
-	assert_true(asprintf(&path, "%s/%s", dir, name) > 0);
-	size_t n;
-	char *data = lg_test_read(path, &n);
+	size_t count = 0, n = 0;
+	char **files = lg_test_list_dir(dir, ".lgc", &count);
+	assert_non_null(files);
+	assert_true(count > 0);
+	char *data = lg_test_read_file(files[0], &n);
 	assert_non_null(data);
 	assert_true(n > 64);
 	for (size_t i = n / 2; i < n / 2 + 8; i++)
 		data[i] = (char)~data[i];
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	assert_int_equal(fwrite(data, 1, n, f), n);
-	fclose(f);
+	lg_test_write_file(files[0], data, n);
 	free(data);
-	free(path);
-	free(cmd);
+	lg_test_free_list(files);
 }
 
 static void test_cache(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("lg-cache");
-	assert_non_null(dir);
-	char *out, *cache;
-	assert_true(asprintf(&out, "%s/bundle", dir) > 0);
-	assert_true(asprintf(&cache, "%s/cache", dir) > 0);
+	char *dir = lg_test_tmpdir("cli-cache");
+	char *out = lg_test_path(dir, "bundle"), *cache = lg_test_path(dir, "cache");
 
 	struct lg_proc p = cli(cache, "cache", "ls", NULL);
 	assert_int_equal(p.status, 0);
@@ -373,7 +350,7 @@ static void test_cache(void **state)
 
 	free(out);
 	free(cache);
-	lg_test_rmtree(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
