@@ -177,128 +177,118 @@ static void test_key_hex(void **state)
 	assert_string_equal(hex, "a5112233445566778899aabbccddee0c");
 }
 
+/* One entry put in a fresh cache folder, and the bytes of its file: the
+ * start of the tests that damage an entry. */
+struct entry_fixture {
+	char *dir;
+	lg_cache *c;
+	uint8_t key[LG_KEY_BYTES];
+	uint8_t *payload;
+	size_t size;  /* payload bytes */
+	char *file;   /* the entry's file */
+	char *bytes;  /* its contents, n bytes */
+	size_t n;
+};
+
+static void entry_setup(struct entry_fixture *e, const char *entry, size_t size, unsigned seed)
+{
+	e->dir = lg_test_tmpdir("cache");
+	e->c = lg_cache_open(e->dir, 0);
+	assert_non_null(e->c);
+	key_of(entry, e->key);
+	e->payload = payload(size, seed);
+	e->size = size;
+	lg_cache_put(e->c, e->key, entry, "sm_90a", e->payload, size);
+	e->file = entry_file(e->c, e->key);
+	e->bytes = lg_test_read_file(e->file, &e->n);
+	assert_non_null(e->bytes);
+}
+
+static void entry_teardown(struct entry_fixture *e)
+{
+	lg_cache_close(e->c);
+	lg_test_rm_rf(e->dir);
+	free(e->bytes);
+	free(e->file);
+	free(e->payload);
+	free(e->dir);
+}
+
 static void test_corrupt(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("cache");
-	lg_cache *c = lg_cache_open(dir, 0);
-	uint8_t key[LG_KEY_BYTES];
-	key_of("corrupt me", key);
-	uint8_t *p = payload(4096, 2);
-	lg_cache_put(c, key, "lg_corrupt", "sm_90a", p, 4096);
-	char *f = entry_file(c, key);
-	size_t n;
-	char *bytes = lg_test_read_file(f, &n);
-	assert_non_null(bytes);
-	bytes[n - 100] ^= 0x10; /* one payload bit */
-	lg_test_write_file(f, bytes, n);
-	assert_miss(c, key);
-	assert_int_equal(access(f, F_OK), -1); /* the bad file is gone */
-	lg_cache_put(c, key, "lg_corrupt", "sm_90a", p, 4096);
-	assert_hit(c, key, p, 4096);
-	free(bytes);
-	free(f);
-	free(p);
-	lg_cache_close(c);
-	lg_test_rm_rf(dir);
-	free(dir);
+	struct entry_fixture e;
+	entry_setup(&e, "lg_corrupt", 4096, 2);
+	e.bytes[e.n - 100] ^= 0x10; /* one payload bit */
+	lg_test_write_file(e.file, e.bytes, e.n);
+	assert_miss(e.c, e.key);
+	assert_int_equal(access(e.file, F_OK), -1); /* the bad file is gone */
+	lg_cache_put(e.c, e.key, "lg_corrupt", "sm_90a", e.payload, e.size);
+	assert_hit(e.c, e.key, e.payload, e.size);
+	entry_teardown(&e);
 }
 
 static void test_truncated(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("cache");
-	lg_cache *c = lg_cache_open(dir, 0);
-	uint8_t key[LG_KEY_BYTES];
-	key_of("truncate me", key);
-	uint8_t *p = payload(3000, 3);
-	lg_cache_put(c, key, "lg_truncated", "sm_80", p, 3000);
-	char *f = entry_file(c, key);
-	size_t n;
-	char *bytes = lg_test_read_file(f, &n);
-	assert_non_null(bytes);
+	struct entry_fixture e;
+	entry_setup(&e, "lg_truncated", 3000, 3);
+	const size_t n = e.n;
 	const size_t cuts[] = {0, 1, 7, 8, 11, 12, 16, 31, 40, 47, 48, 49, 55, n - 3000 - 1,
 			       n - 3000, n - 3000 + 1, n - 1};
 	for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-		lg_test_write_file(f, bytes, cuts[i]);
-		assert_miss(c, key);
+		lg_test_write_file(e.file, e.bytes, cuts[i]);
+		assert_miss(e.c, e.key);
 	}
 	/* trailing garbage is not an entry either */
-	char *longer = malloc(n + 5);
-	memcpy(longer, bytes, n);
-	memset(longer + n, 0, 5);
-	lg_test_write_file(f, longer, n + 5);
-	assert_miss(c, key);
+	char *longer = calloc(1, n + 5);
+	assert_non_null(longer);
+	memcpy(longer, e.bytes, n);
+	lg_test_write_file(e.file, longer, n + 5);
+	assert_miss(e.c, e.key);
 	/* the intact file still reads */
-	lg_test_write_file(f, bytes, n);
-	assert_hit(c, key, p, 3000);
+	lg_test_write_file(e.file, e.bytes, n);
+	assert_hit(e.c, e.key, e.payload, e.size);
 	free(longer);
-	free(bytes);
-	free(f);
-	free(p);
-	lg_cache_close(c);
-	lg_test_rm_rf(dir);
-	free(dir);
+	entry_teardown(&e);
 }
 
+/* Another key's intact entry under this key's name is a miss. */
 static void test_foreign(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("cache");
-	lg_cache *c = lg_cache_open(dir, 0);
-	uint8_t ka[LG_KEY_BYTES], kb[LG_KEY_BYTES];
-	key_of("entry A", ka);
-	key_of("entry B", kb);
-	uint8_t *pa = payload(2000, 4), *pb = payload(2000, 5);
-	lg_cache_put(c, ka, "lg_a", "sm_90a", pa, 2000);
-	lg_cache_put(c, kb, "lg_b", "sm_90a", pb, 2000);
-	char *fa = entry_file(c, ka), *fb = entry_file(c, kb);
-	size_t n;
-	char *bytes = lg_test_read_file(fa, &n);
-	lg_test_write_file(fb, bytes, n);
-	assert_miss(c, kb);
-	assert_hit(c, ka, pa, 2000);
-	lg_cache_put(c, kb, "lg_b", "sm_90a", pb, 2000);
-	assert_hit(c, kb, pb, 2000);
-	free(bytes);
-	free(fa);
+	struct entry_fixture e;
+	entry_setup(&e, "lg_a", 2000, 4);
+	uint8_t kb[LG_KEY_BYTES];
+	key_of("lg_b", kb);
+	uint8_t *pb = payload(2000, 5);
+	lg_cache_put(e.c, kb, "lg_b", "sm_90a", pb, 2000);
+	char *fb = entry_file(e.c, kb);
+	lg_test_write_file(fb, e.bytes, e.n);
+	assert_miss(e.c, kb);
+	assert_hit(e.c, e.key, e.payload, e.size);
+	lg_cache_put(e.c, kb, "lg_b", "sm_90a", pb, 2000);
+	assert_hit(e.c, kb, pb, 2000);
 	free(fb);
-	free(pa);
 	free(pb);
-	lg_cache_close(c);
-	lg_test_rm_rf(dir);
-	free(dir);
+	entry_teardown(&e);
 }
 
 static void test_bad_magic_version(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("cache");
-	lg_cache *c = lg_cache_open(dir, 0);
-	uint8_t key[LG_KEY_BYTES];
-	key_of("magic", key);
-	uint8_t *p = payload(500, 6);
-	lg_cache_put(c, key, "lg_magic", "sm_90a", p, 500);
-	char *f = entry_file(c, key);
-	size_t n;
-	char *bytes = lg_test_read_file(f, &n);
+	struct entry_fixture e;
+	entry_setup(&e, "lg_magic", 500, 6);
 	const size_t at[] = {0, 6, 7 /* the NUL */, 8 /* version */, 11};
 	for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
-		char *b = malloc(n);
-		memcpy(b, bytes, n);
-		b[at[i]] ^= 0x01;
-		lg_test_write_file(f, b, n);
-		assert_miss(c, key);
-		free(b);
+		e.bytes[at[i]] ^= 0x01;
+		lg_test_write_file(e.file, e.bytes, e.n);
+		assert_miss(e.c, e.key);
+		e.bytes[at[i]] ^= 0x01;
 	}
-	lg_test_write_file(f, bytes, n);
-	assert_hit(c, key, p, 500);
-	free(bytes);
-	free(f);
-	free(p);
-	lg_cache_close(c);
-	lg_test_rm_rf(dir);
-	free(dir);
+	lg_test_write_file(e.file, e.bytes, e.n);
+	assert_hit(e.c, e.key, e.payload, e.size);
+	entry_teardown(&e);
 }
 
 static void unwritable_case(const char *cache_dir, const char *readable_dir)

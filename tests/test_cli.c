@@ -29,17 +29,15 @@
 
 #define NORMS LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json"
 
-/* Run the CLI with up to 12 arguments (NULL-terminated) and an optional
- * cache folder; print its output when the test fails to help debugging. */
-static struct lg_proc cli(const char *cache, ...)
+/* Run the CLI with up to 14 arguments (NULL-terminated) and an optional
+ * cache folder, print the command, its status and stderr (shown when the
+ * test fails), and assert the exit status is `want`. */
+static struct lg_proc vcli(int want, const char *cache, va_list ap)
 {
 	char *argv[16] = {(char *)LG_CLI};
 	int n = 1;
-	va_list ap;
-	va_start(ap, cache);
 	for (const char *s; n < 15 && (s = va_arg(ap, const char *));)
 		argv[n++] = (char *)s;
-	va_end(ap);
 	char *envvar = NULL;
 	char *env[2] = {NULL, NULL};
 	if (cache) {
@@ -53,33 +51,50 @@ static struct lg_proc cli(const char *cache, ...)
 	for (int i = 1; i < n; i++)
 		fprintf(stderr, " %s", argv[i]);
 	fprintf(stderr, "  -> %d\n%s", p.status, p.err);
+	assert_int_equal(p.status, want);
 	return p;
+}
+
+/* The run, for a test that looks at its output; free with lg_proc_free. */
+static struct lg_proc cli(int want, const char *cache, ...)
+{
+	va_list ap;
+	va_start(ap, cache);
+	struct lg_proc p = vcli(want, cache, ap);
+	va_end(ap);
+	return p;
+}
+
+/* A run whose exit status is all that matters. */
+static void run(int want, const char *cache, ...)
+{
+	va_list ap;
+	va_start(ap, cache);
+	struct lg_proc p = vcli(want, cache, ap);
+	va_end(ap);
+	lg_proc_free(&p);
 }
 
 static void test_help(void **state)
 {
 	(void)state;
-	struct lg_proc p = cli(NULL, "--help", NULL);
-	assert_int_equal(p.status, 0);
+	struct lg_proc p = cli(0, NULL, "--help", NULL);
 	static const char *const cmds[] = {"gen", "build", "check", "bench", "cache"};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		assert_non_null(strstr(p.out, cmds[i]));
 	lg_proc_free(&p);
 
-	p = cli(NULL, "help", "build", NULL);
-	assert_int_equal(p.status, 0);
+	p = cli(0, NULL, "help", "build", NULL);
 	assert_non_null(strstr(p.out, "--arch"));
 	lg_proc_free(&p);
 
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-		p = cli(NULL, cmds[i], "--help", NULL);
-		assert_int_equal(p.status, 0);
+		p = cli(0, NULL, cmds[i], "--help", NULL);
 		assert_non_null(strstr(p.out, "usage: lingen"));
 		lg_proc_free(&p);
 	}
 
-	p = cli(NULL, "--version", NULL);
-	assert_int_equal(p.status, 0);
+	p = cli(0, NULL, "--version", NULL);
 	assert_non_null(strstr(p.out, LINGEN_VERSION));
 	lg_proc_free(&p);
 }
@@ -87,47 +102,32 @@ static void test_help(void **state)
 static void test_usage_errors(void **state)
 {
 	(void)state;
-	struct lg_proc p = cli(NULL, "frobnicate", NULL);
-	assert_int_equal(p.status, 2);
+	struct lg_proc p = cli(2, NULL, "frobnicate", NULL);
 	assert_non_null(strstr(p.err, "frobnicate"));
 	lg_proc_free(&p);
 
-	p = cli(NULL, NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, NULL, NULL); /* no command */
 
-	p = cli(NULL, "gen", "--bogus", NORMS, NULL);
-	assert_int_equal(p.status, 2);
+	p = cli(2, NULL, "gen", "--bogus", NORMS, NULL);
 	assert_non_null(strstr(p.err, "--bogus"));
 	lg_proc_free(&p);
 
-	p = cli(NULL, "gen", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
-
-	p = cli(NULL, "cache", "dance", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
-
-	p = cli(NULL, "help", "nosuch", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, NULL, "gen", NULL);
+	run(2, NULL, "cache", "dance", NULL);
+	run(2, NULL, "help", "nosuch", NULL);
 }
 
 static void test_gen(void **state)
 {
 	(void)state;
-	struct lg_proc p = cli(NULL, "gen", NORMS, NULL);
-	assert_int_equal(p.status, 0);
+	struct lg_proc p = cli(0, NULL, "gen", NORMS, NULL);
 	assert_non_null(strstr(p.out, "extern \"C\" __global__"));
 	assert_non_null(strstr(p.out, "generated, do not edit"));
 	lg_proc_free(&p);
 
 	/* -o DIR: one <entry>.cu per kernel, the same text as stdout */
 	char *dir = lg_test_tmpdir("cli-gen");
-	p = cli(NULL, "gen", NORMS, "-o", dir, "--arch", "sm_80", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	run(0, NULL, "gen", NORMS, "-o", dir, "--arch", "sm_80", NULL);
 	lg_spec_file *f;
 	assert_int_equal(lg_spec_file_load(NORMS, &f), LG_OK);
 	for (size_t i = 0; i < lg_spec_file_count(f); i++) {
@@ -152,21 +152,17 @@ static void test_gen_bad_input(void **state)
 	static const char bad_spec[] = "{ \"kernels\": [ { \"op\": \"rmsnorm\", \"pass\": \"forward\", "
 				       "\"dtype\": \"bf16\", \"hidden\": 100, \"eps\": 1e-6 } ] }\n";
 	lg_test_write_file(bad, bad_spec, sizeof bad_spec - 1);
-	struct lg_proc p = cli(NULL, "gen", bad, NULL);
-	assert_int_equal(p.status, 2);
+	struct lg_proc p = cli(2, NULL, "gen", bad, NULL);
 	assert_non_null(strstr(p.err, "bad-spec.json"));
 	assert_non_null(strstr(p.err, "kernels[0].hidden"));
 	lg_proc_free(&p);
 
 	char *missing = lg_test_path(dir, "no-such-spec.json");
-	p = cli(NULL, "gen", missing, NULL);
-	assert_int_equal(p.status, 2);
+	p = cli(2, NULL, "gen", missing, NULL);
 	assert_non_null(strstr(p.err, "no-such-spec.json"));
 	lg_proc_free(&p);
 
-	p = cli(NULL, "build", missing, "-o", dir, NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, NULL, "build", missing, "-o", dir, NULL);
 
 	free(missing);
 	free(bad);
@@ -247,32 +243,23 @@ static void test_build(void **state)
 	(void)state;
 	char *dir = lg_test_tmpdir("cli-build");
 	char *out = lg_test_path(dir, "bundle/a"), *cache = lg_test_path(dir, "cache");
-	struct lg_proc p = cli(cache, "build", NORMS, "--arch", "sm_90a,sm_80", "-o", out, "-j", "2",
+	struct lg_proc p = cli(0, cache, "build", NORMS, "--arch", "sm_90a,sm_80", "-o", out, "-j", "2",
 			       NULL);
-	assert_int_equal(p.status, 0);
 	assert_non_null(strstr(p.err, "built "));
 	lg_proc_free(&p);
 	static const char *const archs[] = {"sm_90a", "sm_80"};
 	check_manifest(out, archs, 2);
 
 	/* again, from the disk cache: same result */
-	p = cli(cache, "build", NORMS, "--arch=sm_90a,sm_80", "-o", out, NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	run(0, cache, "build", NORMS, "--arch=sm_90a,sm_80", "-o", out, NULL);
 	check_manifest(out, archs, 2);
 
-	p = cli(cache, "build", NORMS, "--arch", "sm_7x", "-o", out, NULL);
-	assert_int_equal(p.status, 2);
+	p = cli(2, cache, "build", NORMS, "--arch", "sm_7x", "-o", out, NULL);
 	assert_non_null(strstr(p.err, "sm_7x"));
 	lg_proc_free(&p);
 
-	p = cli(cache, "build", NORMS, "--arch", "sm_90a", NULL); /* no -o */
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
-
-	p = cli(cache, "build", NORMS, "-o", out, "-j", "zero", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, cache, "build", NORMS, "--arch", "sm_90a", NULL); /* no -o */
+	run(2, cache, "build", NORMS, "-o", out, "-j", "zero", NULL);
 
 	free(out);
 	free(cache);
@@ -303,48 +290,27 @@ static void test_cache(void **state)
 	char *dir = lg_test_tmpdir("cli-cache");
 	char *out = lg_test_path(dir, "bundle"), *cache = lg_test_path(dir, "cache");
 
-	struct lg_proc p = cli(cache, "cache", "ls", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
-
-	p = cli(cache, "build", NORMS, "--arch", "sm_90a", "-o", out, NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
-
-	p = cli(cache, "cache", "ls", NULL);
-	assert_int_equal(p.status, 0);
+	run(0, cache, "cache", "ls", NULL);
+	run(0, cache, "build", NORMS, "--arch", "sm_90a", "-o", out, NULL);
+	struct lg_proc p = cli(0, cache, "cache", "ls", NULL);
 	assert_non_null(strstr(p.out, "sm_90a"));
 	lg_proc_free(&p);
 
-	p = cli(cache, "cache", "verify", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	run(0, cache, "cache", "verify", NULL);
 
 	/* --dir names the same folder explicitly */
-	p = cli(NULL, "cache", "verify", "--dir", cache, NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	run(0, NULL, "cache", "verify", "--dir", cache, NULL);
 
 	corrupt_one(cache);
-	p = cli(cache, "cache", "verify", NULL);
-	assert_int_equal(p.status, 1);
+	p = cli(1, cache, "cache", "verify", NULL);
 	assert_true(strlen(p.err) > 0);
 	lg_proc_free(&p);
 
-	p = cli(cache, "cache", "prune", "--max-mb", "0", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	run(0, cache, "cache", "prune", "--max-mb", "0", NULL);
+	run(0, cache, "cache", "clear", NULL);
+	run(0, cache, "cache", "verify", NULL);
 
-	p = cli(cache, "cache", "clear", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
-
-	p = cli(cache, "cache", "verify", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
-
-	p = cli(cache, "cache", "ls", NULL);
-	assert_int_equal(p.status, 0);
+	p = cli(0, cache, "cache", "ls", NULL);
 	assert_null(strstr(p.out, "sm_90a"));
 	lg_proc_free(&p);
 
@@ -359,15 +325,12 @@ static void test_check_without_gpu(void **state)
 	(void)state;
 	if (access("/dev/nvidiactl", F_OK) == 0)
 		skip(); /* a GPU machine: check really runs (gpu tests cover it) */
-	struct lg_proc p = cli(NULL, "check", NORMS, "--tokens", "256", NULL);
-	assert_int_equal(p.status, 1);
+	struct lg_proc p = cli(1, NULL, "check", NORMS, "--tokens", "256", NULL);
 	assert_true(strlen(p.err) > 0);
 	assert_non_null(strstr(p.err, "GPU"));
 	lg_proc_free(&p);
 
-	p = cli(NULL, "check", NORMS, "--tokens", "0", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, NULL, "check", NORMS, "--tokens", "0", NULL);
 }
 
 int main(void)
