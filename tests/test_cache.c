@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "cache.h"
-#include "rt_testutil.h"
+#include "testutil.h"
 
 static const char *const opts_a[] = {"--gpu-architecture=sm_90a", "--std=c++17", NULL};
 
@@ -43,7 +43,7 @@ static char *entry_file(lg_cache *c, const uint8_t key[LG_KEY_BYTES])
 	char hex[2 * LG_KEY_BYTES + 1], name[2 * LG_KEY_BYTES + 8];
 	lg_cache_key_hex(key, hex);
 	snprintf(name, sizeof name, "%s.lgc", hex);
-	return rt_path(lg_cache_path(c), name);
+	return lg_test_path(lg_cache_path(c), name);
 }
 
 static void assert_hit(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const void *want, size_t n)
@@ -89,8 +89,8 @@ static void set_mtime(const char *path, time_t t)
 static void test_miss_put_hit(void **state)
 {
 	(void)state;
-	char *dir = rt_tmpdir("cache");
-	char *sub = rt_path(dir, "a/b/c"); /* created on the first put */
+	char *dir = lg_test_tmpdir("cache");
+	char *sub = lg_test_path(dir, "a/b/c"); /* created on the first put */
 	lg_cache *c = lg_cache_open(sub, 0);
 	assert_non_null(c);
 	assert_true(lg_cache_enabled(c));
@@ -119,7 +119,7 @@ static void test_miss_put_hit(void **state)
 	lg_cache_close(c);
 	free(p);
 	free(sub);
-	rt_rm_rf(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
@@ -177,128 +177,118 @@ static void test_key_hex(void **state)
 	assert_string_equal(hex, "a5112233445566778899aabbccddee0c");
 }
 
+/* One entry put in a fresh cache folder, and the bytes of its file: the
+ * start of the tests that damage an entry. */
+struct entry_fixture {
+	char *dir;
+	lg_cache *c;
+	uint8_t key[LG_KEY_BYTES];
+	uint8_t *payload;
+	size_t size;  /* payload bytes */
+	char *file;   /* the entry's file */
+	char *bytes;  /* its contents, n bytes */
+	size_t n;
+};
+
+static void entry_setup(struct entry_fixture *e, const char *entry, size_t size, unsigned seed)
+{
+	e->dir = lg_test_tmpdir("cache");
+	e->c = lg_cache_open(e->dir, 0);
+	assert_non_null(e->c);
+	key_of(entry, e->key);
+	e->payload = payload(size, seed);
+	e->size = size;
+	lg_cache_put(e->c, e->key, entry, "sm_90a", e->payload, size);
+	e->file = entry_file(e->c, e->key);
+	e->bytes = lg_test_read_file(e->file, &e->n);
+	assert_non_null(e->bytes);
+}
+
+static void entry_teardown(struct entry_fixture *e)
+{
+	lg_cache_close(e->c);
+	lg_test_rm_rf(e->dir);
+	free(e->bytes);
+	free(e->file);
+	free(e->payload);
+	free(e->dir);
+}
+
 static void test_corrupt(void **state)
 {
 	(void)state;
-	char *dir = rt_tmpdir("cache");
-	lg_cache *c = lg_cache_open(dir, 0);
-	uint8_t key[LG_KEY_BYTES];
-	key_of("corrupt me", key);
-	uint8_t *p = payload(4096, 2);
-	lg_cache_put(c, key, "lg_corrupt", "sm_90a", p, 4096);
-	char *f = entry_file(c, key);
-	size_t n;
-	char *bytes = rt_read_file(f, &n);
-	assert_non_null(bytes);
-	bytes[n - 100] ^= 0x10; /* one payload bit */
-	rt_write_file(f, bytes, n);
-	assert_miss(c, key);
-	assert_int_equal(access(f, F_OK), -1); /* the bad file is gone */
-	lg_cache_put(c, key, "lg_corrupt", "sm_90a", p, 4096);
-	assert_hit(c, key, p, 4096);
-	free(bytes);
-	free(f);
-	free(p);
-	lg_cache_close(c);
-	rt_rm_rf(dir);
-	free(dir);
+	struct entry_fixture e;
+	entry_setup(&e, "lg_corrupt", 4096, 2);
+	e.bytes[e.n - 100] ^= 0x10; /* one payload bit */
+	lg_test_write_file(e.file, e.bytes, e.n);
+	assert_miss(e.c, e.key);
+	assert_int_equal(access(e.file, F_OK), -1); /* the bad file is gone */
+	lg_cache_put(e.c, e.key, "lg_corrupt", "sm_90a", e.payload, e.size);
+	assert_hit(e.c, e.key, e.payload, e.size);
+	entry_teardown(&e);
 }
 
 static void test_truncated(void **state)
 {
 	(void)state;
-	char *dir = rt_tmpdir("cache");
-	lg_cache *c = lg_cache_open(dir, 0);
-	uint8_t key[LG_KEY_BYTES];
-	key_of("truncate me", key);
-	uint8_t *p = payload(3000, 3);
-	lg_cache_put(c, key, "lg_truncated", "sm_80", p, 3000);
-	char *f = entry_file(c, key);
-	size_t n;
-	char *bytes = rt_read_file(f, &n);
-	assert_non_null(bytes);
+	struct entry_fixture e;
+	entry_setup(&e, "lg_truncated", 3000, 3);
+	const size_t n = e.n;
 	const size_t cuts[] = {0, 1, 7, 8, 11, 12, 16, 31, 40, 47, 48, 49, 55, n - 3000 - 1,
 			       n - 3000, n - 3000 + 1, n - 1};
 	for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
-		rt_write_file(f, bytes, cuts[i]);
-		assert_miss(c, key);
+		lg_test_write_file(e.file, e.bytes, cuts[i]);
+		assert_miss(e.c, e.key);
 	}
 	/* trailing garbage is not an entry either */
-	char *longer = malloc(n + 5);
-	memcpy(longer, bytes, n);
-	memset(longer + n, 0, 5);
-	rt_write_file(f, longer, n + 5);
-	assert_miss(c, key);
+	char *longer = calloc(1, n + 5);
+	assert_non_null(longer);
+	memcpy(longer, e.bytes, n);
+	lg_test_write_file(e.file, longer, n + 5);
+	assert_miss(e.c, e.key);
 	/* the intact file still reads */
-	rt_write_file(f, bytes, n);
-	assert_hit(c, key, p, 3000);
+	lg_test_write_file(e.file, e.bytes, n);
+	assert_hit(e.c, e.key, e.payload, e.size);
 	free(longer);
-	free(bytes);
-	free(f);
-	free(p);
-	lg_cache_close(c);
-	rt_rm_rf(dir);
-	free(dir);
+	entry_teardown(&e);
 }
 
+/* Another key's intact entry under this key's name is a miss. */
 static void test_foreign(void **state)
 {
 	(void)state;
-	char *dir = rt_tmpdir("cache");
-	lg_cache *c = lg_cache_open(dir, 0);
-	uint8_t ka[LG_KEY_BYTES], kb[LG_KEY_BYTES];
-	key_of("entry A", ka);
-	key_of("entry B", kb);
-	uint8_t *pa = payload(2000, 4), *pb = payload(2000, 5);
-	lg_cache_put(c, ka, "lg_a", "sm_90a", pa, 2000);
-	lg_cache_put(c, kb, "lg_b", "sm_90a", pb, 2000);
-	char *fa = entry_file(c, ka), *fb = entry_file(c, kb);
-	size_t n;
-	char *bytes = rt_read_file(fa, &n);
-	rt_write_file(fb, bytes, n);
-	assert_miss(c, kb);
-	assert_hit(c, ka, pa, 2000);
-	lg_cache_put(c, kb, "lg_b", "sm_90a", pb, 2000);
-	assert_hit(c, kb, pb, 2000);
-	free(bytes);
-	free(fa);
+	struct entry_fixture e;
+	entry_setup(&e, "lg_a", 2000, 4);
+	uint8_t kb[LG_KEY_BYTES];
+	key_of("lg_b", kb);
+	uint8_t *pb = payload(2000, 5);
+	lg_cache_put(e.c, kb, "lg_b", "sm_90a", pb, 2000);
+	char *fb = entry_file(e.c, kb);
+	lg_test_write_file(fb, e.bytes, e.n);
+	assert_miss(e.c, kb);
+	assert_hit(e.c, e.key, e.payload, e.size);
+	lg_cache_put(e.c, kb, "lg_b", "sm_90a", pb, 2000);
+	assert_hit(e.c, kb, pb, 2000);
 	free(fb);
-	free(pa);
 	free(pb);
-	lg_cache_close(c);
-	rt_rm_rf(dir);
-	free(dir);
+	entry_teardown(&e);
 }
 
 static void test_bad_magic_version(void **state)
 {
 	(void)state;
-	char *dir = rt_tmpdir("cache");
-	lg_cache *c = lg_cache_open(dir, 0);
-	uint8_t key[LG_KEY_BYTES];
-	key_of("magic", key);
-	uint8_t *p = payload(500, 6);
-	lg_cache_put(c, key, "lg_magic", "sm_90a", p, 500);
-	char *f = entry_file(c, key);
-	size_t n;
-	char *bytes = rt_read_file(f, &n);
+	struct entry_fixture e;
+	entry_setup(&e, "lg_magic", 500, 6);
 	const size_t at[] = {0, 6, 7 /* the NUL */, 8 /* version */, 11};
 	for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) {
-		char *b = malloc(n);
-		memcpy(b, bytes, n);
-		b[at[i]] ^= 0x01;
-		rt_write_file(f, b, n);
-		assert_miss(c, key);
-		free(b);
+		e.bytes[at[i]] ^= 0x01;
+		lg_test_write_file(e.file, e.bytes, e.n);
+		assert_miss(e.c, e.key);
+		e.bytes[at[i]] ^= 0x01;
 	}
-	rt_write_file(f, bytes, n);
-	assert_hit(c, key, p, 500);
-	free(bytes);
-	free(f);
-	free(p);
-	lg_cache_close(c);
-	rt_rm_rf(dir);
-	free(dir);
+	lg_test_write_file(e.file, e.bytes, e.n);
+	assert_hit(e.c, e.key, e.payload, e.size);
+	entry_teardown(&e);
 }
 
 static void unwritable_case(const char *cache_dir, const char *readable_dir)
@@ -308,7 +298,7 @@ static void unwritable_case(const char *cache_dir, const char *readable_dir)
 	uint8_t key[LG_KEY_BYTES];
 	key_of("unwritable", key);
 	uint8_t *p = payload(100, 7);
-	rt_stderr_begin();
+	lg_test_stderr_begin();
 	assert_miss(c, key);
 	lg_cache_put(c, key, "lg_u", "sm_90a", p, 100);
 	lg_cache_put(c, key, "lg_u", "sm_90a", p, 100);
@@ -316,9 +306,9 @@ static void unwritable_case(const char *cache_dir, const char *readable_dir)
 	key_of("unwritable 2", k2);
 	lg_cache_put(c, k2, "lg_u2", "sm_90a", p, 100);
 	assert_miss(c, key);
-	char *err = rt_stderr_end();
-	assert_int_equal(rt_count(err, "lingen: warning: "), 1);
-	assert_int_equal(rt_count(err, "is not writable"), 1);
+	char *err = lg_test_stderr_end();
+	assert_int_equal(lg_test_count(err, "lingen: warning: "), 1);
+	assert_int_equal(lg_test_count(err, "is not writable"), 1);
 	assert_non_null(strstr(err, cache_dir));
 	assert_non_null(strstr(err, "continuing without it"));
 	free(err);
@@ -327,11 +317,11 @@ static void unwritable_case(const char *cache_dir, const char *readable_dir)
 		assert_int_equal(count_tmp(readable_dir), 0);
 	/* a second cache object warns again, once */
 	lg_cache *c2 = lg_cache_open(cache_dir, 0);
-	rt_stderr_begin();
+	lg_test_stderr_begin();
 	lg_cache_put(c2, key, "lg_u", "sm_90a", p, 100);
 	lg_cache_put(c2, key, "lg_u", "sm_90a", p, 100);
-	err = rt_stderr_end();
-	assert_int_equal(rt_count(err, "warning"), 1);
+	err = lg_test_stderr_end();
+	assert_int_equal(lg_test_count(err, "warning"), 1);
 	free(err);
 	lg_cache_close(c2);
 	lg_cache_close(c);
@@ -341,15 +331,15 @@ static void unwritable_case(const char *cache_dir, const char *readable_dir)
 static void test_unwritable_under_file(void **state)
 {
 	(void)state;
-	char *dir = rt_tmpdir("cache");
-	char *file = rt_path(dir, "file");
-	rt_write_file(file, "x", 1);
-	char *sub = rt_path(file, "sub");
+	char *dir = lg_test_tmpdir("cache");
+	char *file = lg_test_path(dir, "file");
+	lg_test_write_file(file, "x", 1);
+	char *sub = lg_test_path(file, "sub");
 	unwritable_case(sub, NULL);
 	unwritable_case(file, NULL); /* a regular file where the folder should be */
 	free(sub);
 	free(file);
-	rt_rm_rf(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
@@ -361,7 +351,7 @@ static void test_unwritable_readonly_folder(void **state)
 			      "(the unwritable case is covered by a path under a file)\n");
 		skip();
 	}
-	char *dir = rt_tmpdir("cache");
+	char *dir = lg_test_tmpdir("cache");
 	/* an entry written before the folder became read-only still reads */
 	lg_cache *c = lg_cache_open(dir, 0);
 	uint8_t key[LG_KEY_BYTES];
@@ -372,13 +362,13 @@ static void test_unwritable_readonly_folder(void **state)
 	assert_int_equal(chmod(dir, 0555), 0);
 	unwritable_case(dir, dir);
 	c = lg_cache_open(dir, 0);
-	rt_stderr_begin();
+	lg_test_stderr_begin();
 	lg_cache_put(c, key, "lg_before", "sm_90a", p, 300);
-	free(rt_stderr_end());
+	free(lg_test_stderr_end());
 	assert_hit(c, key, p, 300);
 	lg_cache_close(c);
 	free(p);
-	rt_rm_rf(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
@@ -388,7 +378,7 @@ static void test_concurrent_processes(void **state)
 {
 	(void)state;
 	enum { NPROC = 4, ROUNDS = 50, SIZE = 200000 };
-	char *dir = rt_tmpdir("cache");
+	char *dir = lg_test_tmpdir("cache");
 	uint8_t key[LG_KEY_BYTES];
 	key_of("shared by everyone", key);
 	uint8_t *p = payload(SIZE, 9);
@@ -431,7 +421,7 @@ static void test_concurrent_processes(void **state)
 	free(e);
 	lg_cache_close(c);
 	free(p);
-	rt_rm_rf(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
@@ -439,7 +429,7 @@ static void test_lru(void **state)
 {
 	(void)state;
 	enum { N = 5, SIZE = 1000 };
-	char *dir = rt_tmpdir("cache");
+	char *dir = lg_test_tmpdir("cache");
 	lg_cache *c = lg_cache_open(dir, 1u << 20);
 	uint8_t keys[N][LG_KEY_BYTES];
 	uint8_t *p = payload(SIZE, 10);
@@ -488,7 +478,7 @@ static void test_lru(void **state)
 	assert_hit(c, keys[3], p, SIZE);
 	lg_cache_close(c);
 	free(p);
-	rt_rm_rf(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
@@ -515,7 +505,7 @@ static void test_off(void **state)
 static void test_list_and_clear(void **state)
 {
 	(void)state;
-	char *dir = rt_tmpdir("cache");
+	char *dir = lg_test_tmpdir("cache");
 	lg_cache *c = lg_cache_open(dir, 0);
 	uint8_t k[3][LG_KEY_BYTES];
 	uint8_t *p = payload(702, 11); /* entries of 700, 701, 702 bytes */
@@ -530,17 +520,17 @@ static void test_list_and_clear(void **state)
 	/* corrupt entry 1's checksum field */
 	char *f1 = entry_file(c, k[1]);
 	size_t n;
-	char *b = rt_read_file(f1, &n);
+	char *b = lg_test_read_file(f1, &n);
 	b[40] ^= 1;
-	rt_write_file(f1, b, n);
+	lg_test_write_file(f1, b, n);
 	set_mtime(f1, 2000001);
 	free(b);
 	/* a stray file that is not an entry, and a fresh and a stale temp file */
-	char *junk = rt_path(dir, "README"), *tmp_new = rt_path(dir, ".tmp-1-2-3.lgc");
-	char *tmp_old = rt_path(dir, ".tmp-4-5-6.lgc");
-	rt_write_file(junk, "hi", 2);
-	rt_write_file(tmp_new, "x", 1);
-	rt_write_file(tmp_old, "x", 1);
+	char *junk = lg_test_path(dir, "README"), *tmp_new = lg_test_path(dir, ".tmp-1-2-3.lgc");
+	char *tmp_old = lg_test_path(dir, ".tmp-4-5-6.lgc");
+	lg_test_write_file(junk, "hi", 2);
+	lg_test_write_file(tmp_new, "x", 1);
+	lg_test_write_file(tmp_old, "x", 1);
 	set_mtime(tmp_old, 1000);
 
 	struct lg_cache_entry *e;
@@ -579,7 +569,7 @@ static void test_list_and_clear(void **state)
 		assert_miss(c, k[i]);
 	lg_cache_close(c);
 	/* a missing folder lists as empty */
-	char *none = rt_path(dir, "nonexistent");
+	char *none = lg_test_path(dir, "nonexistent");
 	c = lg_cache_open(none, 0);
 	assert_int_equal(lg_cache_list(c, &e, &cnt), LG_OK);
 	assert_int_equal(cnt, 0);
@@ -591,7 +581,7 @@ static void test_list_and_clear(void **state)
 	free(tmp_old);
 	free(f1);
 	free(p);
-	rt_rm_rf(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 

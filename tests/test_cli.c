@@ -25,20 +25,19 @@
 
 #include "lingen.h"
 #include "proc.h"
+#include "testutil.h"
 
 #define NORMS LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json"
 
-/* Run the CLI with up to 12 arguments (NULL-terminated) and an optional
- * cache folder; print its output when the test fails to help debugging. */
-static struct lg_proc cli(const char *cache, ...)
+/* Run the CLI with up to 14 arguments (NULL-terminated) and an optional
+ * cache folder, print the command, its status and stderr (shown when the
+ * test fails), and assert the exit status is `want`. */
+static struct lg_proc vcli(int want, const char *cache, va_list ap)
 {
 	char *argv[16] = {(char *)LG_CLI};
 	int n = 1;
-	va_list ap;
-	va_start(ap, cache);
 	for (const char *s; n < 15 && (s = va_arg(ap, const char *));)
 		argv[n++] = (char *)s;
-	va_end(ap);
 	char *envvar = NULL;
 	char *env[2] = {NULL, NULL};
 	if (cache) {
@@ -52,33 +51,50 @@ static struct lg_proc cli(const char *cache, ...)
 	for (int i = 1; i < n; i++)
 		fprintf(stderr, " %s", argv[i]);
 	fprintf(stderr, "  -> %d\n%s", p.status, p.err);
+	assert_int_equal(p.status, want);
 	return p;
+}
+
+/* The run, for a test that looks at its output; free with lg_proc_free. */
+static struct lg_proc cli(int want, const char *cache, ...)
+{
+	va_list ap;
+	va_start(ap, cache);
+	struct lg_proc p = vcli(want, cache, ap);
+	va_end(ap);
+	return p;
+}
+
+/* A run whose exit status is all that matters. */
+static void run(int want, const char *cache, ...)
+{
+	va_list ap;
+	va_start(ap, cache);
+	struct lg_proc p = vcli(want, cache, ap);
+	va_end(ap);
+	lg_proc_free(&p);
 }
 
 static void test_help(void **state)
 {
 	(void)state;
-	struct lg_proc p = cli(NULL, "--help", NULL);
-	assert_int_equal(p.status, 0);
+	struct lg_proc p = cli(0, NULL, "--help", NULL);
 	static const char *const cmds[] = {"gen", "build", "check", "bench", "cache"};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		assert_non_null(strstr(p.out, cmds[i]));
 	lg_proc_free(&p);
 
-	p = cli(NULL, "help", "build", NULL);
-	assert_int_equal(p.status, 0);
+	p = cli(0, NULL, "help", "build", NULL);
 	assert_non_null(strstr(p.out, "--arch"));
 	lg_proc_free(&p);
 
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
-		p = cli(NULL, cmds[i], "--help", NULL);
-		assert_int_equal(p.status, 0);
+		p = cli(0, NULL, cmds[i], "--help", NULL);
 		assert_non_null(strstr(p.out, "usage: lingen"));
 		lg_proc_free(&p);
 	}
 
-	p = cli(NULL, "--version", NULL);
-	assert_int_equal(p.status, 0);
+	p = cli(0, NULL, "--version", NULL);
 	assert_non_null(strstr(p.out, LINGEN_VERSION));
 	lg_proc_free(&p);
 }
@@ -86,95 +102,71 @@ static void test_help(void **state)
 static void test_usage_errors(void **state)
 {
 	(void)state;
-	struct lg_proc p = cli(NULL, "frobnicate", NULL);
-	assert_int_equal(p.status, 2);
+	struct lg_proc p = cli(2, NULL, "frobnicate", NULL);
 	assert_non_null(strstr(p.err, "frobnicate"));
 	lg_proc_free(&p);
 
-	p = cli(NULL, NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, NULL, NULL); /* no command */
 
-	p = cli(NULL, "gen", "--bogus", NORMS, NULL);
-	assert_int_equal(p.status, 2);
+	p = cli(2, NULL, "gen", "--bogus", NORMS, NULL);
 	assert_non_null(strstr(p.err, "--bogus"));
 	lg_proc_free(&p);
 
-	p = cli(NULL, "gen", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
-
-	p = cli(NULL, "cache", "dance", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
-
-	p = cli(NULL, "help", "nosuch", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, NULL, "gen", NULL);
+	run(2, NULL, "cache", "dance", NULL);
+	run(2, NULL, "help", "nosuch", NULL);
 }
 
 static void test_gen(void **state)
 {
 	(void)state;
-	struct lg_proc p = cli(NULL, "gen", NORMS, NULL);
-	assert_int_equal(p.status, 0);
+	struct lg_proc p = cli(0, NULL, "gen", NORMS, NULL);
 	assert_non_null(strstr(p.out, "extern \"C\" __global__"));
 	assert_non_null(strstr(p.out, "generated, do not edit"));
 	lg_proc_free(&p);
 
 	/* -o DIR: one <entry>.cu per kernel, the same text as stdout */
-	char *dir = lg_test_tmpdir("lg-gen");
-	assert_non_null(dir);
-	p = cli(NULL, "gen", NORMS, "-o", dir, "--arch", "sm_80", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	char *dir = lg_test_tmpdir("cli-gen");
+	run(0, NULL, "gen", NORMS, "-o", dir, "--arch", "sm_80", NULL);
 	lg_spec_file *f;
 	assert_int_equal(lg_spec_file_load(NORMS, &f), LG_OK);
 	for (size_t i = 0; i < lg_spec_file_count(f); i++) {
 		char *path;
 		assert_true(asprintf(&path, "%s/%s.cu", dir, lg_spec_entry(lg_spec_file_get(f, i))) > 0);
-		char *text = lg_test_read(path, NULL);
+		char *text = lg_test_read_file(path, NULL);
 		assert_non_null(text);
 		assert_non_null(strstr(text, "generated, do not edit"));
 		free(text);
 		free(path);
 	}
 	lg_spec_file_free(f);
-	lg_test_rmtree(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
 static void test_gen_bad_input(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("lg-bad");
-	assert_non_null(dir);
-	char *bad;
-	assert_true(asprintf(&bad, "%s/bad-spec.json", dir) > 0);
-	assert_int_equal(lg_test_write(bad, "{ \"kernels\": [ { \"op\": \"rmsnorm\", \"pass\": "
-					    "\"forward\", \"dtype\": \"bf16\", \"hidden\": 100, "
-					    "\"eps\": 1e-6 } ] }\n"),
-			 0);
-	struct lg_proc p = cli(NULL, "gen", bad, NULL);
-	assert_int_equal(p.status, 2);
+	char *dir = lg_test_tmpdir("cli-bad");
+	char *bad = lg_test_path(dir, "bad-spec.json");
+	static const char bad_spec[] = "{ \"kernels\": [ { \"op\": \"rmsnorm\", \"pass\": \"forward\", "
+				       "\"dtype\": \"bf16\", \"hidden\": 100, \"eps\": 1e-6 } ] }\n";
+	lg_test_write_file(bad, bad_spec, sizeof bad_spec - 1);
+	struct lg_proc p = cli(2, NULL, "gen", bad, NULL);
 	assert_non_null(strstr(p.err, "bad-spec.json"));
 	assert_non_null(strstr(p.err, "kernels[0].hidden"));
 	lg_proc_free(&p);
 
-	char *missing;
-	assert_true(asprintf(&missing, "%s/no-such-spec.json", dir) > 0);
-	p = cli(NULL, "gen", missing, NULL);
-	assert_int_equal(p.status, 2);
+	char *missing = lg_test_path(dir, "no-such-spec.json");
+	p = cli(2, NULL, "gen", missing, NULL);
 	assert_non_null(strstr(p.err, "no-such-spec.json"));
 	lg_proc_free(&p);
 
-	p = cli(NULL, "build", missing, "-o", dir, NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, NULL, "build", missing, "-o", dir, NULL);
 
 	free(missing);
 	free(bad);
-	lg_test_rmtree(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
@@ -191,9 +183,8 @@ static bool file_size(const char *path, long long *size)
  * and checksum. */
 static void check_manifest(const char *dir, const char *const *archs, int narch)
 {
-	char *path;
-	assert_true(asprintf(&path, "%s/manifest.json", dir) > 0);
-	char *text = lg_test_read(path, NULL);
+	char *path = lg_test_path(dir, "manifest.json");
+	char *text = lg_test_read_file(path, NULL);
 	assert_non_null(text);
 	cJSON *m = cJSON_Parse(text);
 	assert_non_null(m);
@@ -221,15 +212,14 @@ static void check_manifest(const char *dir, const char *const *archs, int narch)
 				assert_true(cJSON_IsObject(cJSON_GetObjectItem(k, "spec")));
 				const char *file = cJSON_GetStringValue(cJSON_GetObjectItem(k, "file"));
 				assert_non_null(file);
-				char *cubin;
-				assert_true(asprintf(&cubin, "%s/%s", dir, file) > 0);
+				char *cubin = lg_test_path(dir, file);
 				long long size;
 				assert_true(file_size(cubin, &size));
 				assert_true(size > 0);
 				assert_int_equal(size, (long long)cJSON_GetNumberValue(
 							       cJSON_GetObjectItem(k, "size")));
 				size_t n;
-				char *data = lg_test_read(cubin, &n);
+				char *data = lg_test_read_file(cubin, &n);
 				assert_non_null(data);
 				char sum[17];
 				snprintf(sum, sizeof sum, "%016llx",
@@ -251,129 +241,82 @@ static void check_manifest(const char *dir, const char *const *archs, int narch)
 static void test_build(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("lg-build");
-	assert_non_null(dir);
-	char *out, *cache;
-	assert_true(asprintf(&out, "%s/bundle/a", dir) > 0);
-	assert_true(asprintf(&cache, "%s/cache", dir) > 0);
-	struct lg_proc p = cli(cache, "build", NORMS, "--arch", "sm_90a,sm_80", "-o", out, "-j", "2",
+	char *dir = lg_test_tmpdir("cli-build");
+	char *out = lg_test_path(dir, "bundle/a"), *cache = lg_test_path(dir, "cache");
+	struct lg_proc p = cli(0, cache, "build", NORMS, "--arch", "sm_90a,sm_80", "-o", out, "-j", "2",
 			       NULL);
-	assert_int_equal(p.status, 0);
 	assert_non_null(strstr(p.err, "built "));
 	lg_proc_free(&p);
 	static const char *const archs[] = {"sm_90a", "sm_80"};
 	check_manifest(out, archs, 2);
 
 	/* again, from the disk cache: same result */
-	p = cli(cache, "build", NORMS, "--arch=sm_90a,sm_80", "-o", out, NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	run(0, cache, "build", NORMS, "--arch=sm_90a,sm_80", "-o", out, NULL);
 	check_manifest(out, archs, 2);
 
-	p = cli(cache, "build", NORMS, "--arch", "sm_7x", "-o", out, NULL);
-	assert_int_equal(p.status, 2);
+	p = cli(2, cache, "build", NORMS, "--arch", "sm_7x", "-o", out, NULL);
 	assert_non_null(strstr(p.err, "sm_7x"));
 	lg_proc_free(&p);
 
-	p = cli(cache, "build", NORMS, "--arch", "sm_90a", NULL); /* no -o */
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
-
-	p = cli(cache, "build", NORMS, "-o", out, "-j", "zero", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, cache, "build", NORMS, "--arch", "sm_90a", NULL); /* no -o */
+	run(2, cache, "build", NORMS, "-o", out, "-j", "zero", NULL);
 
 	free(out);
 	free(cache);
-	lg_test_rmtree(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
-/* Flip bytes in the middle of the first regular file of dir. */
+/* Flip bytes in the middle of the first cache entry in dir. */
 static void corrupt_one(const char *dir)
 {
-	char *cmd;
-	assert_true(asprintf(&cmd, "ls -1 '%s' | head -n 1", dir) > 0);
-	FILE *ls = popen(cmd, "r");
-	assert_non_null(ls);
-	char name[512] = "";
-	assert_non_null(fgets(name, sizeof name, ls));
-	pclose(ls);
-	name[strcspn(name, "\n")] = '\0';
-	char *path;
-	assert_true(asprintf(&path, "%s/%s", dir, name) > 0);
-	size_t n;
-	char *data = lg_test_read(path, &n);
+	size_t count = 0, n = 0;
+	char **files = lg_test_list_dir(dir, ".lgc", &count);
+	assert_non_null(files);
+	assert_true(count > 0);
+	char *data = lg_test_read_file(files[0], &n);
 	assert_non_null(data);
 	assert_true(n > 64);
 	for (size_t i = n / 2; i < n / 2 + 8; i++)
 		data[i] = (char)~data[i];
-	FILE *f = fopen(path, "wb");
-	assert_non_null(f);
-	assert_int_equal(fwrite(data, 1, n, f), n);
-	fclose(f);
+	lg_test_write_file(files[0], data, n);
 	free(data);
-	free(path);
-	free(cmd);
+	lg_test_free_list(files);
 }
 
 static void test_cache(void **state)
 {
 	(void)state;
-	char *dir = lg_test_tmpdir("lg-cache");
-	assert_non_null(dir);
-	char *out, *cache;
-	assert_true(asprintf(&out, "%s/bundle", dir) > 0);
-	assert_true(asprintf(&cache, "%s/cache", dir) > 0);
+	char *dir = lg_test_tmpdir("cli-cache");
+	char *out = lg_test_path(dir, "bundle"), *cache = lg_test_path(dir, "cache");
 
-	struct lg_proc p = cli(cache, "cache", "ls", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
-
-	p = cli(cache, "build", NORMS, "--arch", "sm_90a", "-o", out, NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
-
-	p = cli(cache, "cache", "ls", NULL);
-	assert_int_equal(p.status, 0);
+	run(0, cache, "cache", "ls", NULL);
+	run(0, cache, "build", NORMS, "--arch", "sm_90a", "-o", out, NULL);
+	struct lg_proc p = cli(0, cache, "cache", "ls", NULL);
 	assert_non_null(strstr(p.out, "sm_90a"));
 	lg_proc_free(&p);
 
-	p = cli(cache, "cache", "verify", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	run(0, cache, "cache", "verify", NULL);
 
 	/* --dir names the same folder explicitly */
-	p = cli(NULL, "cache", "verify", "--dir", cache, NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	run(0, NULL, "cache", "verify", "--dir", cache, NULL);
 
 	corrupt_one(cache);
-	p = cli(cache, "cache", "verify", NULL);
-	assert_int_equal(p.status, 1);
+	p = cli(1, cache, "cache", "verify", NULL);
 	assert_true(strlen(p.err) > 0);
 	lg_proc_free(&p);
 
-	p = cli(cache, "cache", "prune", "--max-mb", "0", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
+	run(0, cache, "cache", "prune", "--max-mb", "0", NULL);
+	run(0, cache, "cache", "clear", NULL);
+	run(0, cache, "cache", "verify", NULL);
 
-	p = cli(cache, "cache", "clear", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
-
-	p = cli(cache, "cache", "verify", NULL);
-	assert_int_equal(p.status, 0);
-	lg_proc_free(&p);
-
-	p = cli(cache, "cache", "ls", NULL);
-	assert_int_equal(p.status, 0);
+	p = cli(0, cache, "cache", "ls", NULL);
 	assert_null(strstr(p.out, "sm_90a"));
 	lg_proc_free(&p);
 
 	free(out);
 	free(cache);
-	lg_test_rmtree(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 
@@ -382,15 +325,12 @@ static void test_check_without_gpu(void **state)
 	(void)state;
 	if (access("/dev/nvidiactl", F_OK) == 0)
 		skip(); /* a GPU machine: check really runs (gpu tests cover it) */
-	struct lg_proc p = cli(NULL, "check", NORMS, "--tokens", "256", NULL);
-	assert_int_equal(p.status, 1);
+	struct lg_proc p = cli(1, NULL, "check", NORMS, "--tokens", "256", NULL);
 	assert_true(strlen(p.err) > 0);
 	assert_non_null(strstr(p.err, "GPU"));
 	lg_proc_free(&p);
 
-	p = cli(NULL, "check", NORMS, "--tokens", "0", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, NULL, "check", NORMS, "--tokens", "0", NULL);
 }
 
 int main(void)

@@ -18,7 +18,7 @@
 #include "cuda.h"
 #include "error.h"
 #include "nvrtc.h"
-#include "rt_testutil.h"
+#include "testutil.h"
 
 static const char tiny[] = "extern \"C\" __global__ void lg_tiny(float *y, const float *x, int n)\n"
 			   "{\n"
@@ -26,17 +26,6 @@ static const char tiny[] = "extern \"C\" __global__ void lg_tiny(float *y, const
 			   "\tif (i < n)\n"
 			   "\t\ty[i] = 2.0f * x[i];\n"
 			   "}\n";
-
-static void assert_cubin(const void *cubin, size_t size)
-{
-	const unsigned char *b = cubin;
-	assert_non_null(cubin);
-	assert_true(size > 64);
-	assert_int_equal(b[0], 0x7f);
-	assert_int_equal(b[1], 'E');
-	assert_int_equal(b[2], 'L');
-	assert_int_equal(b[3], 'F');
-}
 
 static void test_compile_archs(void **state)
 {
@@ -49,13 +38,13 @@ static void test_compile_archs(void **state)
 		lg_status st = lg_nvrtc_compile(tiny, "lg_tiny", archs[i], &cubin, &size, &log);
 		if (st != LG_OK)
 			fail_msg("%s: %s", lg_status_str(st), lg_last_error());
-		assert_cubin(cubin, size);
+		lg_test_assert_cubin(cubin, size);
 		free(cubin);
 		free(log);
 		/* log may be NULL */
 		st = lg_nvrtc_compile(tiny, "lg_tiny", archs[i], &cubin, &size, NULL);
 		assert_int_equal(st, LG_OK);
-		assert_cubin(cubin, size);
+		lg_test_assert_cubin(cubin, size);
 		free(cubin);
 	}
 }
@@ -159,7 +148,7 @@ static void test_blocked(void **state)
 	assert_int_equal(lg_nvrtc_version(&major, &minor), LG_ERR_NVRTC);
 	lg_nvrtc_block_for_tests(0);
 	assert_int_equal(lg_nvrtc_compile(tiny, "lg_tiny", "sm_90a", &cubin, &size, NULL), LG_OK);
-	assert_cubin(cubin, size);
+	lg_test_assert_cubin(cubin, size);
 	free(cubin);
 }
 
@@ -195,19 +184,19 @@ static void test_missing_library(void **state)
 static void test_dump_dir(void **state)
 {
 	(void)state;
-	char *dir = rt_tmpdir("dump");
-	char *sub = rt_path(dir, "x/y");
+	char *dir = lg_test_tmpdir("dump");
+	char *sub = lg_test_path(dir, "x/y");
 	setenv("LINGEN_DUMP_DIR", sub, 1);
 	void *cubin;
 	size_t size;
 	assert_int_equal(lg_nvrtc_compile(tiny, "lg_tiny", "sm_90a", &cubin, &size, NULL), LG_OK);
-	char *cu = rt_path(sub, "lg_tiny.sm_90a.cu"), *bin = rt_path(sub, "lg_tiny.sm_90a.cubin");
+	char *cu = lg_test_path(sub, "lg_tiny.sm_90a.cu"), *bin = lg_test_path(sub, "lg_tiny.sm_90a.cubin");
 	size_t n;
-	char *text = rt_read_file(cu, &n);
+	char *text = lg_test_read_file(cu, &n);
 	assert_non_null(text);
 	assert_string_equal(text, tiny);
 	free(text);
-	char *bytes = rt_read_file(bin, &n);
+	char *bytes = lg_test_read_file(bin, &n);
 	assert_non_null(bytes);
 	assert_int_equal(n, size);
 	assert_memory_equal(bytes, cubin, size);
@@ -217,21 +206,21 @@ static void test_dump_dir(void **state)
 	assert_int_equal(lg_nvrtc_compile("this is not C++", "lg_broken", "sm_80", &cubin, &size,
 					  NULL),
 			 LG_ERR_COMPILE);
-	char *lg = rt_path(sub, "lg_broken.sm_80.log");
-	text = rt_read_file(lg, &n);
+	char *lg = lg_test_path(sub, "lg_broken.sm_80.log");
+	text = lg_test_read_file(lg, &n);
 	assert_non_null(text);
 	assert_non_null(strstr(text, "error"));
 	free(text);
 	/* an unusable dump folder is one warning and no error */
-	char *file = rt_path(dir, "file");
-	rt_write_file(file, "x", 1);
+	char *file = lg_test_path(dir, "file");
+	lg_test_write_file(file, "x", 1);
 	setenv("LINGEN_DUMP_DIR", file, 1);
-	rt_stderr_begin();
+	lg_test_stderr_begin();
 	lg_status st = lg_nvrtc_compile(tiny, "lg_tiny", "sm_80", &cubin, &size, NULL);
-	char *err = rt_stderr_end();
+	char *err = lg_test_stderr_end();
 	assert_int_equal(st, LG_OK);
 	free(cubin);
-	assert_int_equal(rt_count(err, "lingen: warning: "), 1);
+	assert_int_equal(lg_test_count(err, "lingen: warning: "), 1);
 	free(err);
 	unsetenv("LINGEN_DUMP_DIR");
 	free(file);
@@ -239,7 +228,7 @@ static void test_dump_dir(void **state)
 	free(cu);
 	free(bin);
 	free(sub);
-	rt_rm_rf(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 

@@ -211,17 +211,17 @@ static const struct canon canon_cases[] = {
 	 "\"output\": \"both\"}}",
 	 "lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2"},
 	{"{\"quant\": {\"output\": \"columnwise\", \"round_scale\": false}, \"hidden\": 5120, "
-	 "\"eps\": 1e-5, \"tile\": {\"threads\": 256, \"cols\": 1024}, \"dtype\": \"bf16\", "
+	 "\"eps\": 1e-5, \"tile\": {\"threads\": 256}, \"dtype\": \"bf16\", "
 	 "\"pass\": \"forward\", \"op\": \"rmsnorm_quant\"}",
 	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 5120, "
 	 "\"eps\": 1e-05, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": false, "
-	 "\"output\": \"columnwise\"}, \"tile\": {\"cols\": 1024, \"threads\": 256}}",
-	 "lg_rmsnorm_quant_fwd_bf16_h5120_colwise_exact_eps3ee4f8b588e368f1_tc1024t256"},
+	 "\"output\": \"columnwise\"}, \"tile\": {\"threads\": 256}}",
+	 "lg_rmsnorm_quant_fwd_bf16_h5120_colwise_exact_eps3ee4f8b588e368f1_tt256"},
 	{"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 4096.0, "
-	 "\"eps\": 0.000001, \"tile\": {\"rows\": 4}}",
+	 "\"eps\": 0.000001, \"tile\": {\"threads\": 128, \"rows\": 4}}",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 4096, "
-	 "\"eps\": 1e-06, \"tile\": {\"rows\": 4}}",
-	 "lg_rmsnorm_bwd_bf16_h4096_tr4"},
+	 "\"eps\": 1e-06, \"tile\": {\"rows\": 4, \"threads\": 128}}",
+	 "lg_rmsnorm_bwd_bf16_h4096_tr4t128"},
 	{"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 128, "
 	 "\"eps\": 0.1}",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 128, "

@@ -1,44 +1,116 @@
 /*
- * testutil.c - file helpers for the tests (see testutil.h).
+ * testutil.c - the helpers the tests share (see testutil.h).
  */
 #include "testutil.h"
 
 #include <dirent.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-char *lg_test_read_file(const char *path, size_t *len)
+#include <cmocka.h>
+
+static void die(const char *what)
 {
-	FILE *fp = fopen(path, "rb");
-	char *data = NULL;
-	size_t n = 0, cap = 0;
-	if (!fp)
+	perror(what);
+	abort();
+}
+
+/* A malloc'd "$TMPDIR/lingen-<tag>-XXXXXX" template for mkdtemp/mkstemp. */
+static char *tmp_template(const char *tag)
+{
+	const char *base = getenv("TMPDIR");
+	char *p = NULL;
+	if (asprintf(&p, "%s/lingen-%s-XXXXXX", base && *base ? base : "/tmp", tag) < 0)
+		die("asprintf");
+	return p;
+}
+
+char *lg_test_tmpdir(const char *tag)
+{
+	char *p = tmp_template(tag);
+	if (!mkdtemp(p))
+		die(p);
+	return p;
+}
+
+static int open_up(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)ftw;
+	if (flag == FTW_D && (sb->st_mode & 0700) != 0700)
+		chmod(path, 0755);
+	return 0;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)ftw;
+	if (flag == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0;
+}
+
+void lg_test_rm_rf(const char *path)
+{
+	if (!path)
+		return;
+	/* make folders writable first (tests chmod some to 0555) */
+	nftw(path, open_up, 16, FTW_PHYS);
+	nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+char *lg_test_path(const char *dir, const char *name)
+{
+	char *p = NULL;
+	if (asprintf(&p, "%s/%s", dir, name) < 0)
+		die("asprintf");
+	return p;
+}
+
+char *lg_test_read_file(const char *path, size_t *size)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
 		return NULL;
-	for (;;) {
-		if (n + 4096 + 1 > cap) {
-			cap = cap ? cap * 2 : 8192;
-			char *p = realloc(data, cap);
-			if (!p)
-				goto fail;
-			data = p;
-		}
-		size_t got = fread(data + n, 1, cap - n - 1, fp);
+	size_t cap = 8192, n = 0, got;
+	char *b = malloc(cap + 1);
+	if (!b)
+		die("malloc");
+	while ((got = fread(b + n, 1, cap - n, f)) > 0) {
 		n += got;
-		if (got == 0)
-			break;
+		if (n == cap && !(b = realloc(b, (cap *= 2) + 1)))
+			die("realloc");
 	}
-	if (ferror(fp))
-		goto fail;
-	fclose(fp);
-	data[n] = '\0';
-	if (len)
-		*len = n;
-	return data;
-fail:
-	fclose(fp);
-	free(data);
-	return NULL;
+	int bad = ferror(f);
+	fclose(f);
+	if (bad) {
+		free(b);
+		return NULL;
+	}
+	b[n] = '\0';
+	if (size)
+		*size = n;
+	return b;
+}
+
+void lg_test_write_file(const char *path, const void *data, size_t size)
+{
+	FILE *f = fopen(path, "wb");
+	if (!f)
+		die(path);
+	if (size && fwrite(data, 1, size, f) != size)
+		die(path);
+	if (fclose(f) != 0)
+		die(path);
 }
 
 static int by_name(const void *a, const void *b)
@@ -46,40 +118,34 @@ static int by_name(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int has_suffix(const char *name, const char *suffix)
+{
+	size_t ln = strlen(name), ls = strlen(suffix);
+	return ln >= ls && strcmp(name + ln - ls, suffix) == 0;
+}
+
 char **lg_test_list_dir(const char *dir, const char *suffix, size_t *count)
 {
 	DIR *d = opendir(dir);
-	char **list = NULL;
-	size_t n = 0;
-	struct dirent *e;
 	if (!d)
 		return NULL;
+	char **list = calloc(1, sizeof *list);
+	size_t n = 0;
+	struct dirent *e;
+	if (!list)
+		die("calloc");
 	while ((e = readdir(d)) != NULL) {
-		size_t ln = strlen(e->d_name), ls = strlen(suffix);
-		if (e->d_name[0] == '.' || ln < ls || strcmp(e->d_name + ln - ls, suffix) != 0)
+		if (e->d_name[0] == '.' || !has_suffix(e->d_name, suffix))
 			continue;
-		char **p = realloc(list, (n + 2) * sizeof *list);
-		if (!p)
-			goto fail;
-		list = p;
-		size_t sz = strlen(dir) + 1 + ln + 1;
-		if (!(list[n] = malloc(sz)))
-			goto fail;
-		snprintf(list[n], sz, "%s/%s", dir, e->d_name);
-		list[++n] = NULL;
+		if (!(list = realloc(list, (n + 2) * sizeof *list)))
+			die("realloc");
+		list[n++] = lg_test_path(dir, e->d_name);
+		list[n] = NULL;
 	}
 	closedir(d);
-	if (!list && !(list = calloc(1, sizeof *list)))
-		return NULL;
 	qsort(list, n, sizeof *list, by_name);
 	*count = n;
 	return list;
-fail:
-	closedir(d);
-	if (list)
-		list[n] = NULL;
-	lg_test_free_list(list);
-	return NULL;
 }
 
 void lg_test_free_list(char **list)
@@ -89,4 +155,52 @@ void lg_test_free_list(char **list)
 	for (char **p = list; *p; p++)
 		free(*p);
 	free(list);
+}
+
+static int saved_fd = -1;
+static char *capture_path;
+
+void lg_test_stderr_begin(void)
+{
+	fflush(stderr);
+	capture_path = tmp_template("stderr");
+	int fd = mkstemp(capture_path);
+	if (fd < 0)
+		die(capture_path);
+	saved_fd = dup(STDERR_FILENO);
+	if (saved_fd < 0 || dup2(fd, STDERR_FILENO) < 0)
+		die("dup2");
+	close(fd);
+}
+
+char *lg_test_stderr_end(void)
+{
+	fflush(stderr);
+	if (dup2(saved_fd, STDERR_FILENO) < 0)
+		die("dup2");
+	close(saved_fd);
+	saved_fd = -1;
+	char *text = lg_test_read_file(capture_path, NULL);
+	if (!text)
+		die(capture_path);
+	unlink(capture_path);
+	free(capture_path);
+	capture_path = NULL;
+	return text;
+}
+
+int lg_test_count(const char *hay, const char *needle)
+{
+	int n = 0;
+	size_t len = strlen(needle);
+	for (const char *p = hay; len && (p = strstr(p, needle)) != NULL; p += len)
+		n++;
+	return n;
+}
+
+void lg_test_assert_cubin(const void *cubin, size_t size)
+{
+	assert_non_null(cubin);
+	assert_true(size > 64);
+	assert_memory_equal(cubin, "\177ELF", 4);
 }

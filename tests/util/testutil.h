@@ -1,21 +1,50 @@
 /*
- * testutil.h - small helpers shared by the cmocka tests: reading files and
- * listing a folder. Tests may die on error; these return NULL instead and
- * let the test assert.
+ * testutil.h - the helpers the cmocka tests share: temp folders, reading and
+ * writing files, listing a folder, capturing stderr, counting substrings and
+ * checking a cubin. Running the `lingen` program is in proc.h.
+ *
+ * Tests may die on error (STYLE.md 8): setup failures (no temp folder, an
+ * unwritable file, out of memory) print what failed and abort. Reading a
+ * file that may legitimately be missing returns NULL for the test to assert.
  */
 #ifndef LG_TESTUTIL_H
 #define LG_TESTUTIL_H
 
 #include <stddef.h>
 
-/* The whole file at path, NUL-terminated (*len excludes the NUL; len may be
- * NULL). NULL if it cannot be read. The caller frees the result with free(). */
-char *lg_test_read_file(const char *path, size_t *len);
+/* A new empty folder $TMPDIR/lingen-<tag>-XXXXXX ($TMPDIR defaults to
+ * /tmp). The caller frees the path with free() after lg_test_rm_rf(). */
+char *lg_test_tmpdir(const char *tag);
+
+/* Remove a file or folder tree, like rm -rf (folders a test made read-only
+ * are made writable first); a missing path or NULL is fine. */
+void lg_test_rm_rf(const char *path);
+
+/* "<dir>/<name>". The caller frees the result with free(). */
+char *lg_test_path(const char *dir, const char *name);
+
+/* The whole file at path, NUL-terminated (*size excludes the NUL; size may
+ * be NULL). NULL if it cannot be read. The caller frees the result. */
+char *lg_test_read_file(const char *path, size_t *size);
+
+/* Write size bytes to path (created or truncated). */
+void lg_test_write_file(const char *path, const void *data, size_t size);
 
 /* Sorted full paths of the regular files in dir whose names end in suffix,
  * as a NULL-terminated array; *count gets their number. NULL if dir cannot
- * be opened. The caller frees with lg_test_free_list(). */
+ * be opened. The caller frees the result with lg_test_free_list(). */
 char **lg_test_list_dir(const char *dir, const char *suffix, size_t *count);
 void lg_test_free_list(char **list);
+
+/* Redirect stderr to a temp file until lg_test_stderr_end, which restores
+ * it and returns what was written (the caller frees it). Not nestable. */
+void lg_test_stderr_begin(void);
+char *lg_test_stderr_end(void);
+
+/* Occurrences of needle in hay (not overlapping). */
+int lg_test_count(const char *hay, const char *needle);
+
+/* cmocka assertion: cubin is an ELF image of a plausible size. */
+void lg_test_assert_cubin(const void *cubin, size_t size);
 
 #endif
