@@ -235,33 +235,27 @@ static cJSON *jit_launch_json(const struct lg_jit_launch *L)
 
 static int print_jit_json(const struct lg_jit_result *r, const char *command)
 {
-	cJSON *o = cJSON_CreateObject(), *c = cJSON_CreateObject(), *h = cJSON_CreateObject();
-	cJSON *ks = cJSON_CreateArray();
-	bool ok = o && cJSON_AddItemToObject(o, "compile", c) && cJSON_AddItemToObject(o, "cache", h) &&
-		  cJSON_AddItemToObject(o, "kernels", ks);
-	if (!ok) {
-		cJSON_Delete(c);
-		cJSON_Delete(h);
-		cJSON_Delete(ks);
-	}
-	for (size_t i = 0; ok && i < r->n; i++) {
-		cJSON *k = jit_kernel_json(&r->k[i], i == 0);
-		ok = k && cJSON_AddItemToArray(ks, k);
-	}
 	char nvrtc[32], note[600];
 	snprintf(nvrtc, sizeof nvrtc, "%d.%d", r->nvrtc_major, r->nvrtc_minor);
 	snprintf(note, sizeof note, "no GPU: load and launch parts skipped (%s)", r->no_gpu);
+	cJSON *o = cJSON_CreateObject();
+	if (!o)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	cJSON_AddStringToObject(o, "bench", "jit");
+	cJSON_AddStringToObject(o, "command", command);
+	cJSON_AddStringToObject(o, "lingen", lg_version());
+	cJSON_AddStringToObject(o, "arch", r->arch);
+	cJSON_AddStringToObject(o, "nvrtc", nvrtc);
+	cJSON_AddBoolToObject(o, "gpu", r->gpu);
+	if (r->gpu)
+		cJSON_AddNullToObject(o, "note");
+	else
+		cJSON_AddStringToObject(o, "note", note);
+	cJSON *c = cJSON_AddObjectToObject(o, "compile");
+	cJSON *h = cJSON_AddObjectToObject(o, "cache");
+	cJSON *ks = cJSON_AddArrayToObject(o, "kernels");
+	bool ok = c && h && ks;
 	if (ok) {
-		cJSON_AddStringToObject(o, "bench", "jit");
-		cJSON_AddStringToObject(o, "command", command);
-		cJSON_AddStringToObject(o, "lingen", lg_version());
-		cJSON_AddStringToObject(o, "arch", r->arch);
-		cJSON_AddStringToObject(o, "nvrtc", nvrtc);
-		cJSON_AddBoolToObject(o, "gpu", r->gpu);
-		if (r->gpu)
-			cJSON_AddNullToObject(o, "note");
-		else
-			cJSON_AddStringToObject(o, "note", note);
 		add_num(c, "first_ms", r->first_compile_ms);
 		add_num(c, "median_after_first_ms", r->compile_median_ms);
 		add_num(c, "gen_median_ms", r->gen_median_ms);
@@ -271,12 +265,16 @@ static int print_jit_json(const struct lg_jit_result *r, const char *command)
 		add_num(h, "load_median_us", r->load_median_us);
 		add_num(h, "get_median_us", r->get_median_us);
 		cJSON_AddNumberToObject(h, "goal_get_us", 50);
-		cJSON *l = r->launch.ran ? jit_launch_json(&r->launch) : NULL;
-		if (l)
-			ok = cJSON_AddItemToObject(o, "launch", l);
-		else
-			cJSON_AddNullToObject(o, "launch");
 	}
+	for (size_t i = 0; ok && i < r->n; i++) {
+		cJSON *k = jit_kernel_json(&r->k[i], i == 0);
+		ok = k && cJSON_AddItemToArray(ks, k);
+	}
+	cJSON *l = ok && r->launch.ran ? jit_launch_json(&r->launch) : NULL;
+	if (l)
+		ok = cJSON_AddItemToObject(o, "launch", l);
+	else if (ok)
+		ok = cJSON_AddNullToObject(o, "launch") != NULL && !r->launch.ran;
 	char *text = ok ? cJSON_Print(o) : NULL;
 	cJSON_Delete(o);
 	if (!text)
