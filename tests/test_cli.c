@@ -1,7 +1,7 @@
 /*
  * test_cli.c - the `lingen` command-line tool, run as a program: help and
- * usage errors, gen, build (bundle + manifest), cache ls/clear/verify, and
- * check without a GPU. Exit statuses: 0 ok, 1 failed/runtime, 2 usage/input.
+ * usage errors, gen, build (bundle + manifest), cache ls/clear/verify,
+ * check without a GPU, and bench --jit (compile and cache read need none). Exit statuses: 0 ok, 1 failed/runtime, 2 usage/input.
  *
  * Needs NVRTC (for build) but no GPU. Each test uses its own temp folders
  * and its own LINGEN_CACHE_DIR.
@@ -333,6 +333,70 @@ static void test_check_without_gpu(void **state)
 	run(2, NULL, "check", NORMS, "--tokens", "0", NULL);
 }
 
+/* bench --jit needs no GPU for its compile and cache-read parts: exit 0,
+ * one JSON object with a positive compile and read time for every kernel;
+ * without a GPU a note says load and launch were skipped. */
+static void test_bench_jit(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("lg-jit");
+	assert_non_null(dir);
+	struct lg_proc p = cli(dir, "bench", "--jit", NORMS, "--json", "--reps", "3", NULL);
+	assert_int_equal(p.status, 0);
+	cJSON *o = cJSON_Parse(p.out);
+	assert_non_null(o);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "bench")), "jit");
+	assert_non_null(cJSON_GetStringValue(cJSON_GetObjectItem(o, "nvrtc")));
+	assert_non_null(cJSON_GetStringValue(cJSON_GetObjectItem(o, "arch")));
+	cJSON *c = cJSON_GetObjectItem(o, "compile");
+	assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(c, "first_ms")) > 0);
+	assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(c, "median_after_first_ms")) > 0);
+
+	lg_spec_file *f;
+	assert_int_equal(lg_spec_file_load(NORMS, &f), LG_OK);
+	cJSON *ks = cJSON_GetObjectItem(o, "kernels");
+	assert_int_equal(cJSON_GetArraySize(ks), (int)lg_spec_file_count(f));
+	for (size_t i = 0; i < lg_spec_file_count(f); i++) {
+		cJSON *k = cJSON_GetArrayItem(ks, (int)i);
+		assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(k, "kernel")),
+				    lg_spec_entry(lg_spec_file_get(f, i)));
+		assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(k, "compile_ms")) > 0);
+		assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(k, "gen_ms")) > 0);
+		assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(k, "read_us")) > 0);
+	}
+	lg_spec_file_free(f);
+
+	bool gpu = cJSON_IsTrue(cJSON_GetObjectItem(o, "gpu"));
+	if (!gpu) {
+		assert_non_null(strstr(p.err, "no GPU: load and launch parts skipped"));
+		assert_non_null(strstr(cJSON_GetStringValue(cJSON_GetObjectItem(o, "note")),
+				       "no GPU: load and launch parts skipped"));
+		assert_true(cJSON_IsNull(cJSON_GetObjectItem(o, "launch")));
+	} else {
+		assert_true(cJSON_IsObject(cJSON_GetObjectItem(o, "launch")));
+	}
+	cJSON_Delete(o);
+	lg_proc_free(&p);
+
+	/* the table form says the same */
+	p = cli(dir, "bench", "--jit", NORMS, "--reps", "1", NULL);
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.out, "compile (NVRTC)"));
+	lg_proc_free(&p);
+
+	p = cli(dir, "bench", "--jit", NORMS, "--tokens", "256,512", NULL);
+	assert_int_equal(p.status, 2);
+	lg_proc_free(&p);
+
+	p = cli(NULL, "bench", "--help", NULL);
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.out, "--jit"));
+	lg_proc_free(&p);
+
+	lg_test_rmtree(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	/* the environment must not steer the CLI under test */
@@ -341,7 +405,7 @@ int main(void)
 		cmocka_unit_test(test_help),          cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_gen),           cmocka_unit_test(test_gen_bad_input),
 		cmocka_unit_test(test_build),         cmocka_unit_test(test_cache),
-		cmocka_unit_test(test_check_without_gpu),
+		cmocka_unit_test(test_check_without_gpu), cmocka_unit_test(test_bench_jit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,6 +4,12 @@
  * R repetitions, CUDA events) and relate it to the device-to-device copy
  * ceiling measured once in the same run. Prints a table, or with --json an
  * array of objects (the form committed under bench/). Needs a GPU.
+ *
+ * `lingen bench --jit SPEC... [--tokens N] [--reps R] [--json]`: the JIT
+ * itself (tools/harness/jit.c): NVRTC compile (first and warm), disk-cache
+ * hit in a warm process (read, load, both), host cost of one launch versus
+ * raw cuLaunchKernel. Without a GPU the compile and cache-read parts still
+ * run; load and launch are skipped with a note.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,11 +19,12 @@
 #include "cli.h"
 #include "harness/harness.h"
 
-enum { O_TOKENS, O_REPS, O_JSON };
+enum { O_TOKENS, O_REPS, O_JSON, O_JIT };
 static const struct lg_cli_opt opts[] = {
-	[O_TOKENS] = {"tokens", 't', "N[,N...]", "token counts (default 8192)"},
-	[O_REPS] = {"reps", 'r', "R", "timed repetitions (default 50)"},
-	[O_JSON] = {"json", 0, NULL, "print a JSON array instead of a table"},
+	[O_TOKENS] = {"tokens", 't', "N[,N...]", "token counts (default 8192; --jit: one, for the launch part)"},
+	[O_REPS] = {"reps", 'r', "R", "timed repetitions (default 50; --jit: fresh contexts, default 20)"},
+	[O_JSON] = {"json", 0, NULL, "print JSON instead of a table"},
+	[O_JIT] = {"jit", 0, NULL, "time the JIT itself: compile, cache hit, launch host cost"},
 	{0},
 };
 
@@ -128,6 +135,205 @@ static int bench(const struct lg_cli_args *a, const int64_t *tokens, int nt, int
 	return rc;
 }
 
+/* ---------------------------------------------------------------- --jit */
+
+static void print_jit_table(const struct lg_jit_result *r)
+{
+	printf("JIT on %s, NVRTC %d.%d, lingen %s\n\n", r->arch, r->nvrtc_major, r->nvrtc_minor,
+	       lg_version());
+	printf("%-44s %8s %11s %9s %9s %9s %9s\n", "kernel", "gen ms", "compile ms", "cubin B",
+	       "read us", "load us", "get us");
+	for (size_t i = 0; i < r->n; i++) {
+		const struct lg_jit_kernel *k = &r->k[i];
+		printf("%-44s %8.3f %11.2f %9zu %9.1f", lg_spec_entry(k->spec), k->gen_ms, k->compile_ms,
+		       k->cubin_bytes, k->read_us);
+		if (r->gpu)
+			printf(" %9.1f %9.1f\n", k->load_us, k->get_us);
+		else
+			printf(" %9s %9s\n", "-", "-");
+	}
+	printf("\ncompile (NVRTC): first %.1f ms (goal <= 150, NVRTC start-up included), "
+	       "median after the first %.2f ms (goal <= 15)\n",
+	       r->first_compile_ms, r->compile_median_ms);
+	printf("generate: median %.3f ms\n", r->gen_median_ms);
+	printf("disk-cache hit, warm process (median of the per-kernel medians):\n");
+	printf("  read  lg_ctx_cubin, fresh context (generate + key + read + checksum): %.1f us\n",
+	       r->read_median_us);
+	if (r->gpu) {
+		printf("  load  lg_kernel_get, cubin in memory (cuLibraryLoadData + entries): %.1f us\n",
+		       r->load_median_us);
+		printf("  get   lg_kernel_get, fresh context (read + load): %.1f us (goal <= 50)\n",
+		       r->get_median_us);
+	}
+	const struct lg_jit_launch *L = &r->launch;
+	if (!L->ran) {
+		printf("\nno GPU: load and launch parts skipped (%s)\n", r->no_gpu);
+		return;
+	}
+	printf("\nhost cost of one launch: %s, tokens %lld, %d cuLaunchKernel per launch,\n"
+	       "%d launches per loop, median of %d loops (us per launch):\n",
+	       lg_spec_entry(L->spec), (long long)L->tokens, L->entries, L->launches, L->loops);
+	printf("  batched (stream sync every %d, untimed): lingen %.2f  raw %.2f  diff %+.2f "
+	       "(goal <= +0.5)\n",
+	       L->batch, L->lg_us, L->raw_us, L->lg_us - L->raw_us);
+	printf("  back to back (no sync):                 lingen %.2f  raw %.2f  diff %+.2f  GPU %.2f%s\n",
+	       L->lg_b2b_us, L->raw_b2b_us, L->lg_b2b_us - L->raw_b2b_us, L->gpu_us,
+	       L->gpu_us >= 0.9 * L->raw_b2b_us ? " (GPU-bound: launch queue full)" : "");
+}
+
+/* A number, or null when the part did not run (negative). */
+static void add_num(cJSON *o, const char *name, double v)
+{
+	if (v >= 0)
+		cJSON_AddNumberToObject(o, name, v);
+	else
+		cJSON_AddNullToObject(o, name);
+}
+
+static cJSON *jit_kernel_json(const struct lg_jit_kernel *k, bool first)
+{
+	char *canon = lg_spec_canonical(k->spec);
+	cJSON *o = cJSON_CreateObject(), *spec = canon ? cJSON_Parse(canon) : NULL;
+	free(canon);
+	if (!o || !spec || !cJSON_AddItemToObject(o, "spec", spec)) {
+		cJSON_Delete(spec);
+		cJSON_Delete(o);
+		return NULL;
+	}
+	cJSON_AddStringToObject(o, "kernel", lg_spec_entry(k->spec));
+	add_num(o, "gen_ms", k->gen_ms);
+	add_num(o, "compile_ms", k->compile_ms);
+	cJSON_AddBoolToObject(o, "first_compile", first);
+	cJSON_AddNumberToObject(o, "cubin_bytes", (double)k->cubin_bytes);
+	add_num(o, "read_us", k->read_us);
+	add_num(o, "load_us", k->load_us);
+	add_num(o, "get_us", k->get_us);
+	return o;
+}
+
+static cJSON *jit_launch_json(const struct lg_jit_launch *L)
+{
+	cJSON *o = cJSON_CreateObject();
+	if (!o)
+		return NULL;
+	cJSON_AddStringToObject(o, "kernel", lg_spec_entry(L->spec));
+	cJSON_AddNumberToObject(o, "tokens", (double)L->tokens);
+	cJSON_AddNumberToObject(o, "entries", L->entries);
+	cJSON_AddNumberToObject(o, "launches", L->launches);
+	cJSON_AddNumberToObject(o, "loops", L->loops);
+	cJSON_AddNumberToObject(o, "batch", L->batch);
+	cJSON_AddNumberToObject(o, "lingen_us", L->lg_us);
+	cJSON_AddNumberToObject(o, "raw_us", L->raw_us);
+	cJSON_AddNumberToObject(o, "diff_us", L->lg_us - L->raw_us);
+	cJSON_AddNumberToObject(o, "lingen_back_to_back_us", L->lg_b2b_us);
+	cJSON_AddNumberToObject(o, "raw_back_to_back_us", L->raw_b2b_us);
+	cJSON_AddNumberToObject(o, "diff_back_to_back_us", L->lg_b2b_us - L->raw_b2b_us);
+	cJSON_AddNumberToObject(o, "gpu_us", L->gpu_us);
+	cJSON_AddNumberToObject(o, "goal_diff_us", 0.5);
+	return o;
+}
+
+static int print_jit_json(const struct lg_jit_result *r, const char *command)
+{
+	char nvrtc[32], note[600];
+	snprintf(nvrtc, sizeof nvrtc, "%d.%d", r->nvrtc_major, r->nvrtc_minor);
+	snprintf(note, sizeof note, "no GPU: load and launch parts skipped (%s)", r->no_gpu);
+	cJSON *o = cJSON_CreateObject();
+	if (!o)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	cJSON_AddStringToObject(o, "bench", "jit");
+	cJSON_AddStringToObject(o, "command", command);
+	cJSON_AddStringToObject(o, "lingen", lg_version());
+	cJSON_AddStringToObject(o, "arch", r->arch);
+	cJSON_AddStringToObject(o, "nvrtc", nvrtc);
+	cJSON_AddBoolToObject(o, "gpu", r->gpu);
+	if (r->gpu)
+		cJSON_AddNullToObject(o, "note");
+	else
+		cJSON_AddStringToObject(o, "note", note);
+	cJSON *c = cJSON_AddObjectToObject(o, "compile");
+	cJSON *h = cJSON_AddObjectToObject(o, "cache");
+	cJSON *ks = cJSON_AddArrayToObject(o, "kernels");
+	bool ok = c && h && ks;
+	if (ok) {
+		add_num(c, "first_ms", r->first_compile_ms);
+		add_num(c, "median_after_first_ms", r->compile_median_ms);
+		add_num(c, "gen_median_ms", r->gen_median_ms);
+		cJSON_AddNumberToObject(c, "goal_first_ms", 150);
+		cJSON_AddNumberToObject(c, "goal_median_ms", 15);
+		add_num(h, "read_median_us", r->read_median_us);
+		add_num(h, "load_median_us", r->load_median_us);
+		add_num(h, "get_median_us", r->get_median_us);
+		cJSON_AddNumberToObject(h, "goal_get_us", 50);
+	}
+	for (size_t i = 0; ok && i < r->n; i++) {
+		cJSON *k = jit_kernel_json(&r->k[i], i == 0);
+		ok = k && cJSON_AddItemToArray(ks, k);
+	}
+	cJSON *l = ok && r->launch.ran ? jit_launch_json(&r->launch) : NULL;
+	if (l)
+		ok = cJSON_AddItemToObject(o, "launch", l);
+	else if (ok)
+		ok = cJSON_AddNullToObject(o, "launch") != NULL && !r->launch.ran;
+	char *text = ok ? cJSON_Print(o) : NULL;
+	cJSON_Delete(o);
+	if (!text)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	printf("%s\n", text);
+	free(text);
+	return LG_EXIT_OK;
+}
+
+/* "lingen bench --jit ...": argv joined, for the record under bench/. */
+static char *command_line(int argc, char **argv)
+{
+	size_t len = strlen("lingen") + 1;
+	for (int i = 0; i < argc; i++)
+		len += strlen(argv[i]) + 1;
+	char *s = malloc(len);
+	if (!s)
+		return NULL;
+	strcpy(s, "lingen");
+	for (int i = 0; i < argc; i++) {
+		strcat(s, " ");
+		strcat(s, argv[i]);
+	}
+	return s;
+}
+
+static int bench_jit(const struct lg_cli_args *a, int64_t tokens, int reps, int argc, char **argv)
+{
+	struct lg_cli_specs specs = {0};
+	struct lg_jit_result r = {0};
+	const lg_spec **list = NULL;
+	char *command = command_line(argc, argv);
+	int rc = command ? lg_cli_load_specs(a->pos, a->npos, &specs)
+			 : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	if (rc == LG_EXIT_OK) {
+		list = calloc(specs.n, sizeof *list);
+		rc = list ? LG_EXIT_OK : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	}
+	if (rc == LG_EXIT_OK) {
+		for (size_t i = 0; i < specs.n; i++)
+			list[i] = specs.k[i].spec;
+		struct lg_jit_opts o = {.arch = lg_cli_default_arch(), .tokens = tokens, .reps = reps};
+		lg_status st = lg_jit_bench(list, specs.n, &o, &r);
+		if (st != LG_OK)
+			rc = lg_cli_fail(LG_EXIT_FAIL, "bench --jit: %s", lg_cli_error(st));
+	}
+	if (rc == LG_EXIT_OK && !r.gpu)
+		fprintf(stderr, "lingen: no GPU: load and launch parts skipped (%s)\n", r.no_gpu);
+	if (rc == LG_EXIT_OK && a->val[O_JSON])
+		rc = print_jit_json(&r, command);
+	else if (rc == LG_EXIT_OK)
+		print_jit_table(&r);
+	lg_jit_result_free(&r);
+	free(list);
+	free(command);
+	lg_cli_specs_free(&specs);
+	return rc;
+}
+
 static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 {
 	struct lg_cli_args a;
@@ -140,7 +346,13 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 	rc = lg_cli_tokens(cmd, a.val[O_TOKENS], 8192, &tokens, &nt);
 	if (rc == LG_EXIT_OK && a.val[O_REPS])
 		rc = lg_cli_int(cmd, "reps", a.val[O_REPS], 1, 100000, &reps);
-	if (rc == LG_EXIT_OK)
+	else if (a.val[O_JIT])
+		reps = 20;
+	if (rc == LG_EXIT_OK && a.val[O_JIT] && nt != 1)
+		rc = lg_cli_usage_error(cmd, "--jit takes one token count (for the launch part)");
+	if (rc == LG_EXIT_OK && a.val[O_JIT])
+		rc = bench_jit(&a, tokens[0], (int)reps, argc, argv);
+	else if (rc == LG_EXIT_OK)
 		rc = bench(&a, tokens, nt, (int)reps);
 	free(tokens);
 	free(a.pos);
@@ -149,12 +361,29 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 
 const struct lg_cli_cmd lg_cmd_bench = {
 	.name = "bench",
-	.synopsis = "SPEC... [--tokens N[,N...]] [--reps R] [--json]",
+	.synopsis = "SPEC... [--tokens N[,N...]] [--reps R] [--json] | --jit SPEC... [--json]",
 	.summary = "time each kernel: median us, GB/s and % of the copy ceiling",
 	.details = "Method (TARGETS.md): warm-up, L2 flushed before each repetition, median\n"
 		   "GPU time from CUDA events. '% copy' = (min bytes / copy ceiling) / median,\n"
 		   "with the device-to-device copy ceiling measured once in the same run.\n"
-		   "Needs a GPU.\n",
+		   "Needs a GPU.\n"
+		   "\n"
+		   "--jit measures the JIT itself (TARGETS.md), for every kernel of the specs:\n"
+		   "  compile  generation (lg_generate_for) and NVRTC compile, timed apart; the\n"
+		   "           first compile of the process includes NVRTC start-up (goal\n"
+		   "           <= 150 ms), the median after it is the warm cost (goal <= 15 ms);\n"
+		   "  cache    a fresh cache folder is filled, then R times in new contexts:\n"
+		   "           read = lg_ctx_cubin from disk (generate, key, read, checksum),\n"
+		   "           load = lg_kernel_get with the cubin in memory (cuLibraryLoadData,\n"
+		   "           entries), get = lg_kernel_get from disk (goal <= 50 us);\n"
+		   "  launch   the first kernel at --tokens (default 8192): 20000\n"
+		   "           lg_kernel_launch calls versus the same raw cuLaunchKernel calls,\n"
+		   "           median of 5 loops, per launch (goal <= raw + 0.5 us); batched\n"
+		   "           (stream sync every 128, untimed, so the launch queue never fills)\n"
+		   "           and back to back (no sync: GPU-bound when the kernel is slower).\n"
+		   "Without a GPU, compile and cache read still run (exit 0); load and launch\n"
+		   "are skipped with a note. The arch is the GPU's, else $LINGEN_ARCH, else\n"
+		   "sm_90a. With --json: one object with every number and the command line.\n",
 	.opts = opts,
 	.min_pos = 1,
 	.max_pos = -1,

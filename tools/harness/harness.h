@@ -68,4 +68,62 @@ lg_status lg_bench_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_bench_o
 /* Measure the device-to-device copy ceiling (bytes read + written per s). */
 lg_status lg_bench_copy_ceiling(double *gbps);
 
+/* ----------------------------------------------------- the JIT itself */
+
+/* `lingen bench --jit`: TARGETS.md's "The JIT itself", measured in this
+ * process. Compile and cache-read parts need NVRTC but no GPU; the load and
+ * launch parts run only when a CUDA device is present. */
+struct lg_jit_opts {
+	const char *arch;  /* arch when there is no GPU (with one: the device's) */
+	int64_t tokens;    /* launch part: token count (default 8192) */
+	int launches;      /* launch part: launches per timed loop (default 20000) */
+	int loops;         /* launch part: timed loops, median taken (default 5) */
+	int reps;          /* cache part: fresh contexts, median taken (default 20) */
+};
+
+/* One kernel's numbers; times of a part that did not run are negative. */
+struct lg_jit_kernel {
+	const lg_spec *spec;
+	double gen_ms;      /* lg_generate_for */
+	double compile_ms;  /* lg_nvrtc_compile (kernel 0: includes NVRTC start-up) */
+	size_t cubin_bytes;
+	double read_us;     /* lg_ctx_cubin, fresh context, disk hit: read + checksum */
+	double load_us;     /* lg_kernel_get with the cubin in memory: load + entries */
+	double get_us;      /* lg_kernel_get, fresh context, disk hit: all of it */
+};
+
+/* Host cost of one launch of the first kernel, per launch (median of loops). */
+struct lg_jit_launch {
+	bool ran;
+	const lg_spec *spec;
+	int64_t tokens;
+	int entries;        /* cuLaunchKernel calls per launch */
+	int launches, loops, batch;
+	double lg_us;       /* lg_kernel_launch, batched (queue never full) */
+	double raw_us;      /* the same cuLaunchKernel calls, batched */
+	double lg_b2b_us;   /* lg_kernel_launch, all launches back to back */
+	double raw_b2b_us;  /* raw, all back to back */
+	double gpu_us;      /* GPU time per launch (events over a loop) */
+};
+
+struct lg_jit_result {
+	char arch[16];
+	int nvrtc_major, nvrtc_minor;
+	bool gpu;               /* load and launch parts ran */
+	char no_gpu[512];       /* why not, when !gpu */
+	double first_compile_ms;  /* kernel 0, the first compile of the process */
+	double compile_median_ms; /* median over kernels 1..n-1 (n = 1: a recompile) */
+	double gen_median_ms;
+	double read_median_us, load_median_us, get_median_us; /* medians over kernels */
+	size_t n;
+	struct lg_jit_kernel *k; /* n entries; free with lg_jit_result_free */
+	struct lg_jit_launch launch;
+};
+
+/* Measure the JIT on specs[0..n-1]. Must run before anything else in the
+ * process loads NVRTC, or the first compile misses NVRTC's start-up. */
+lg_status lg_jit_bench(const lg_spec *const *specs, size_t n, const struct lg_jit_opts *o,
+		       struct lg_jit_result *r);
+void lg_jit_result_free(struct lg_jit_result *r);
+
 #endif
