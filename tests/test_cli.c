@@ -341,8 +341,7 @@ static void test_bench_jit(void **state)
 	(void)state;
 	char *dir = lg_test_tmpdir("lg-jit");
 	assert_non_null(dir);
-	struct lg_proc p = cli(dir, "bench", "--jit", NORMS, "--json", "--reps", "3", NULL);
-	assert_int_equal(p.status, 0);
+	struct lg_proc p = cli(0, dir, "bench", "--jit", NORMS, "--json", "--reps", "3", NULL);
 	cJSON *o = cJSON_Parse(p.out);
 	assert_non_null(o);
 	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "bench")), "jit");
@@ -379,21 +378,17 @@ static void test_bench_jit(void **state)
 	lg_proc_free(&p);
 
 	/* the table form says the same */
-	p = cli(dir, "bench", "--jit", NORMS, "--reps", "1", NULL);
-	assert_int_equal(p.status, 0);
+	p = cli(0, dir, "bench", "--jit", NORMS, "--reps", "1", NULL);
 	assert_non_null(strstr(p.out, "compile (NVRTC)"));
 	lg_proc_free(&p);
 
-	p = cli(dir, "bench", "--jit", NORMS, "--tokens", "256,512", NULL);
-	assert_int_equal(p.status, 2);
-	lg_proc_free(&p);
+	run(2, dir, "bench", "--jit", NORMS, "--tokens", "256,512", NULL);
 
-	p = cli(NULL, "bench", "--help", NULL);
-	assert_int_equal(p.status, 0);
+	p = cli(0, NULL, "bench", "--help", NULL);
 	assert_non_null(strstr(p.out, "--jit"));
 	lg_proc_free(&p);
 
-	lg_test_rmtree(dir);
+	lg_test_rm_rf(dir);
 	free(dir);
 }
 

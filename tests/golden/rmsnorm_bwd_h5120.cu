@@ -168,10 +168,14 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 		if (rms) {
 			r = live ? ((const float *)rms)[m] : 0.0f;
 		} else {
-			double ss = 0.0;
+			// Sum of squares: one independent fp64 chain per piece, added in a fixed order.
+			double sk[3];
 			#pragma unroll
 			for (int k = 0; k < 3; k++)
-				ss = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(ss, xv[k].x), xv[k].y), xv[k].z), xv[k].w);
+				sk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, xv[k].x), xv[k].y), xv[k].z), xv[k].w);
+			double ss = sk[0];
+			#pragma unroll
+			for (int k = 1; k < 3; k++) ss += sk[k];
 			ss = lg_dsum_xor(ss, 1, 16);
 			if (lane == 0) dred[threadIdx.x >> 5] = ss;
 			__syncthreads();

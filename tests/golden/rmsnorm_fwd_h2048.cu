@@ -143,10 +143,14 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M)
 		v[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 256) v[k] = lg_ld16(xg + (m * 2048 + c * 8) * 2);
 	}
-	double ss = 0.0;
+	// Sum of squares: one independent fp64 chain per piece, added in a fixed order.
+	double sk[8];
 	#pragma unroll
 	for (int k = 0; k < 8; k++)
-		ss = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(ss, v[k].x), v[k].y), v[k].z), v[k].w);
+		sk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, v[k].x), v[k].y), v[k].z), v[k].w);
+	double ss = sk[0];
+	#pragma unroll
+	for (int k = 1; k < 8; k++) ss += sk[k];
 	ss = lg_dsum_xor(ss, 1, 16);
 	const float r = lg_rrms(ss);
 	// y = (x * r) * w in fp32, rounded to bf16 (RNE).

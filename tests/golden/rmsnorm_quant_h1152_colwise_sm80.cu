@@ -211,10 +211,14 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2_rows(u64 x, u64 w, u64 q, u64 s, u6
 		v[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 144) v[k] = lg_ld16_last((const u8 *)x + (m * 1152 + c * 8) * 2, keep);
 	}
-	double ss = 0.0;
+	// Sum of squares: one independent fp64 chain per piece, added in a fixed order.
+	double sk[5];
 	#pragma unroll
 	for (int k = 0; k < 5; k++)
-		ss = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(ss, v[k].x), v[k].y), v[k].z), v[k].w);
+		sk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, v[k].x), v[k].y), v[k].z), v[k].w);
+	double ss = sk[0];
+	#pragma unroll
+	for (int k = 1; k < 5; k++) ss += sk[k];
 	ss = lg_dsum_xor(ss, 1, 16);
 	const float r = lg_rrms(ss);
 	if (live && t == 0) ((float *)rms)[m] = r;
@@ -225,27 +229,27 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2_rows(u64 x, u64 w, u64 q, u64 s, u6
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)
 {
+	// Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest
+	// to be still in L2.
 	extern __shared__ __align__(128) u8 smem[];
 	u8 *const stage = smem; // qt staging [128 columns][128 tokens], 4-byte slots swizzled
 	float *const cpart = (float *)(stage + 16384); // [16][128] column maxima of row-block pairs
 	float *const csc = cpart + 2048, *const cinv = csc + 128; // column scales, inverses
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block
-	const i64 tr = blockIdx.y, m0 = tr * 128, k0 = (i64)blockIdx.x * 128;
+	const i64 tr = gridDim.y - 1 - blockIdx.y, m0 = tr * 128, k0 = (i64)blockIdx.x * 128;
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
 	const i64 col0 = k0 + lb * 8; // this thread's first column
+	(void)csc;
 	const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * 1152 + col0) * 2;
 	lg_u32x4 xv[4];
+	#pragma unroll
+	for (int i = 0; i < 4; i++) xv[i] = 4 * rb + i < rows ? lg_ld16_cs(xrow + i * 2304) : lg_u32x4{0u, 0u, 0u, 0u};
 	float rr[4];
 	#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const bool ok = 4 * rb + i < rows;
-		xv[i] = ok ? lg_ld16_cs(xrow + i * 2304) : lg_u32x4{0u, 0u, 0u, 0u};
-		rr[i] = ok ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;
-	}
+	for (int i = 0; i < 4; i++) rr[i] = 4 * rb + i < rows ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;
 	const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + col0 * 2);
 	const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
-	// y = (x r) w in registers; column amax over the 4 rows, then the row-block pair.
-	float y[4][8], cm[8];
+	float y[4][8];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
 		const u32 xw[4] = {xv[i].x, xv[i].y, xv[i].z, xv[i].w};
@@ -255,6 +259,7 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms
 			y[i][2 * e + 1] = (lg_bf16_hi(xw[e]) * rr[i]) * lg_bf16_hi(ww[e]);
 		}
 	}
+	float cm[8];
 	#pragma unroll
 	for (int c = 0; c < 8; c++) {
 		cm[c] = fmaxf(fmaxf(fabsf(y[0][c]), fabsf(y[1][c])), fmaxf(fabsf(y[2][c]), fabsf(y[3][c])));

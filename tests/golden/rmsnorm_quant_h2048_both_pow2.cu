@@ -174,58 +174,43 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 // The e4m3 input of y under scale sc (inv = 1 / sc): y * inv, exact for a power-of-two scale.
 static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return (void)sc, y * inv; }
 
-// Kernel 1: reciprocal RMS and the rowwise copy of each row; 32 lanes per row, 8 pieces of 8
-// columns each, 8 rows per CTA. x is loaded with an L2 evict-last policy: kernel 2 re-reads it.
-extern "C" __global__ void __launch_bounds__(256)
-lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)
+// ---- templates/cluster.cuh ----
+// Thread-block clusters (sm_90+): rank, barriers and distributed shared
+// memory reads, by inline PTX.
+static __device__ __forceinline__ u32 lg_cluster_rank(void)
 {
-	const int lane = threadIdx.x & 31, slot = threadIdx.x / 32, t = threadIdx.x % 32;
-	(void)lane;
-	const i64 m = (i64)blockIdx.x * 8 + slot;
-	const bool live = m < M;
-	lg_u32x4 v[8];
-	const u64 keep = lg_policy_evict_last();
-	#pragma unroll
-	for (int k = 0; k < 8; k++) {
-		const int c = t + k * 32;
-		v[k] = lg_u32x4{0u, 0u, 0u, 0u};
-		if (live && c < 256) v[k] = lg_ld16_last((const u8 *)x + (m * 2048 + c * 8) * 2, keep);
-	}
-	double ss = 0.0;
-	#pragma unroll
-	for (int k = 0; k < 8; k++)
-		ss = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(ss, v[k].x), v[k].y), v[k].z), v[k].w);
-	ss = lg_dsum_xor(ss, 1, 16);
-	const float r = lg_rrms(ss);
-	if (live && t == 0) ((float *)rms)[m] = r;
-	// Rowwise copy: y = (x r) w; a 1x128 block is 16 consecutive pieces (16 lanes).
-	#pragma unroll
-	for (int k = 0; k < 8; k++) {
-		const int c = t + k * 32;
-		const bool ok = live && c < 256;
-		const lg_u32x4 wv = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
-		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w}, ww[4] = {wv.x, wv.y, wv.z, wv.w};
-		float y[8], amax = 0.0f;
-		#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			y[2 * e] = (lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]);
-			y[2 * e + 1] = (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]);
-			amax = fmaxf(amax, fmaxf(fabsf(y[2 * e]), fabsf(y[2 * e + 1])));
-		}
-		amax = lg_max_xor(amax, 1, 8);
-		const float sc = lg_scale_pow2(amax), inv = lg_inv_pow2(sc);
-		const u32 p0 = lg_e4m3x2(lg_q(y[0], sc, inv), lg_q(y[1], sc, inv)) | (lg_e4m3x2(lg_q(y[2], sc, inv), lg_q(y[3], sc, inv)) << 16);
-		const u32 p1 = lg_e4m3x2(lg_q(y[4], sc, inv), lg_q(y[5], sc, inv)) | (lg_e4m3x2(lg_q(y[6], sc, inv), lg_q(y[7], sc, inv)) << 16);
-		if (ok) {
-			lg_st8_cs((u8 *)q + m * 2048 + c * 8, p0, p1);
-			if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;
-		}
-	}
+	u32 r;
+	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+	return r;
+}
+static __device__ __forceinline__ void lg_cluster_sync(void)
+{
+	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void lg_cluster_arrive(void)
+{
+	asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void lg_cluster_wait(void)
+{
+	asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Read a double from the shared memory of CTA `rank` of this cluster, at the
+// address that `p` has in this CTA's shared memory.
+static __device__ __forceinline__ double lg_dsmem_ld_f64(const double *p, u32 rank)
+{
+	u32 local = (u32)__cvta_generic_to_shared(p), remote;
+	double v;
+	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+	asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
+	return v;
 }
 
-// Kernel 2: the columnwise copy of a tile of 128 tokens x 128 features; thread =
-// 4 rows x 8 columns (512 threads). x re-read from L2 (evict first), streaming stores.
-extern "C" __global__ void __launch_bounds__(512, 2)
+// Fused: a cluster of 16 CTAs (one per 128 features) per 128-token tile; each thread
+// holds 4 rows x 8 columns of x in registers (read once from HBM); the row sums of
+// squares are exchanged through distributed shared memory; both copies follow.
+extern "C" __global__ void __cluster_dims__(16, 1, 1) __launch_bounds__(512, 2)
 lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)
 {
 	extern __shared__ __align__(128) u8 smem[];
@@ -236,19 +221,40 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u
 	const i64 tr = blockIdx.y, m0 = tr * 128, k0 = (i64)blockIdx.x * 128;
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
 	const i64 col0 = k0 + lb * 8; // this thread's first column
+	(void)csc;
+	double *const psum = (double *)(cinv + 128); // [128] this CTA's partial sums of squares
+	float *const rs = (float *)(psum + 128); // [128] reciprocal RMS
 	const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * 2048 + col0) * 2;
 	lg_u32x4 xv[4];
-	float rr[4];
+	#pragma unroll
+	for (int i = 0; i < 4; i++) xv[i] = 4 * rb + i < rows ? lg_ld16_cs(xrow + i * 4096) : lg_u32x4{0u, 0u, 0u, 0u};
+	// Partial sums of squares of the 4 rows over this CTA's 128 columns (fp64).
+	double ps[4];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const bool ok = 4 * rb + i < rows;
-		xv[i] = ok ? lg_ld16_cs(xrow + i * 4096) : lg_u32x4{0u, 0u, 0u, 0u};
-		rr[i] = ok ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;
+		ps[i] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, xv[i].x), xv[i].y), xv[i].z), xv[i].w);
+		ps[i] = lg_dsum_xor(ps[i], 1, 8);
 	}
+	if (lb == 0) {
+		#pragma unroll
+		for (int i = 0; i < 4; i++) psum[4 * rb + i] = ps[i];
+	}
+	lg_cluster_sync();
+	if (threadIdx.x < 128) {
+		double sum = 0.0;
+		#pragma unroll
+		for (u32 c = 0; c < 16u; c++) sum += lg_dsmem_ld_f64(&psum[threadIdx.x], c); // rank order
+		rs[threadIdx.x] = lg_rrms(sum);
+	}
+	lg_cluster_arrive(); // done reading the other CTAs' psum
+	__syncthreads();
+	if (blockIdx.x == 0 && threadIdx.x < rows) ((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];
+	float rr[4];
+	#pragma unroll
+	for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];
 	const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + col0 * 2);
 	const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
-	// y = (x r) w in registers; column amax over the 4 rows, then the row-block pair.
-	float y[4][8], cm[8];
+	float y[4][8];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
 		const u32 xw[4] = {xv[i].x, xv[i].y, xv[i].z, xv[i].w};
@@ -258,6 +264,22 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u
 			y[i][2 * e + 1] = (lg_bf16_hi(xw[e]) * rr[i]) * lg_bf16_hi(ww[e]);
 		}
 	}
+	// Rowwise copy: the tile's 128 columns are one 1x128 block (16 lanes).
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float amax = 0.0f;
+		#pragma unroll
+		for (int c = 0; c < 8; c++) amax = fmaxf(amax, fabsf(y[i][c]));
+		amax = lg_max_xor(amax, 1, 8);
+		const float sc = lg_scale_pow2(amax), inv = lg_inv_pow2(sc);
+		const u32 p0 = lg_e4m3x2(lg_q(y[i][0], sc, inv), lg_q(y[i][1], sc, inv)) | (lg_e4m3x2(lg_q(y[i][2], sc, inv), lg_q(y[i][3], sc, inv)) << 16);
+		const u32 p1 = lg_e4m3x2(lg_q(y[i][4], sc, inv), lg_q(y[i][5], sc, inv)) | (lg_e4m3x2(lg_q(y[i][6], sc, inv), lg_q(y[i][7], sc, inv)) << 16);
+		if (4 * rb + i < rows) {
+			lg_st8_cs((u8 *)q + (m0 + 4 * rb + i) * 2048 + col0, p0, p1);
+			if (lb == 0) ((float *)s)[blockIdx.x * M + m0 + 4 * rb + i] = sc;
+		}
+	}
+	float cm[8];
 	#pragma unroll
 	for (int c = 0; c < 8; c++) {
 		cm[c] = fmaxf(fmaxf(fabsf(y[0][c]), fabsf(y[1][c])), fmaxf(fabsf(y[2][c]), fabsf(y[3][c])));
@@ -308,4 +330,5 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u
 				if (16 * h + i < rows) dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));
 		}
 	}
+	lg_cluster_wait(); // keep psum alive until every CTA has read it
 }
