@@ -45,6 +45,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 #define P_LPR aux[0] /* kernel 1: lanes per row */
 #define P_K aux[1]   /* kernel 1: 16-byte pieces per lane */
 #define P_FUSED aux[2] /* 1: one fused kernel with a cluster of hidden/128 CTAs */
+#define P_STAGES aux[3] /* fused: x tiles in flight per CTA */
 #define COLS 128     /* kernel 2: features per tile */
 #define K2_THREADS 512 /* kernel 2: 32 row blocks of 4 x 16 column blocks of 8 */
 
@@ -63,6 +64,9 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	    s->tile[LG_TILE_CLUSTER] != h / COLS)
 		return lg_spec_error(where, "tile.cluster: found %d, allowed: 1 (two kernels) or hidden/128 = %lld (fused)",
 				     s->tile[LG_TILE_CLUSTER], (long long)h / COLS);
+	if (lg_spec_has_tile(s, LG_TILE_STAGES) && s->tile[LG_TILE_STAGES] > 4)
+		return lg_spec_error(where, "tile.stages: found %d, allowed: 1 to 4 (fused kernel)",
+				     s->tile[LG_TILE_STAGES]);
 	if (lg_spec_has_tile(s, LG_TILE_THREADS)) {
 		int t = s->tile[LG_TILE_THREADS];
 		if (t != 128 && t != 256 && t != 512 && t != 1024)
@@ -74,8 +78,8 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 /* Kernel 2's shared memory: qt staging, column partial maxima, column
  * scales and inverses. */
 #define K2_SMEM (COLS * ROWS + 16 * COLS * 4 + 2 * COLS * 4)
-/* The fused kernel adds psum[128] (fp64) and rs[128]. */
-#define FUSED_SMEM (K2_SMEM + ROWS * 8 + ROWS * 4)
+/* The fused kernel adds psum[2][128] (fp64), rs[128] and its x stages. */
+#define FUSED_SMEM(stages) (K2_SMEM + 2 * ROWS * 8 + ROWS * 4 + (stages) * ROWS * COLS * 2)
 #define FUSED_MAX_CLUSTER 16 /* non-portable above 8: allowed on sm_90 */
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
@@ -106,6 +110,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->P_FUSED = fused;
 	if (fused) {
 		p->nentries = 1;
+		p->P_STAGES = lg_spec_has_tile(s, LG_TILE_STAGES) ? s->tile[LG_TILE_STAGES] : 2;
+		p->tile[LG_TILE_STAGES] = (int)p->P_STAGES;
+		p->persistent[0] = true;
 		p->cluster[0] = (unsigned)(h / COLS);
 		p->tile[LG_TILE_CLUSTER] = (int)(h / COLS);
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
@@ -131,8 +138,10 @@ static void geometry(const struct lg_plan *p, int e, int64_t tokens, struct lg_l
 	if (p->P_FUSED) { /* a cluster of hidden/128 CTAs per 128-token tile */
 		d->grid[0] = (unsigned)(p->hidden / COLS);
 		d->grid[1] = (unsigned)((tokens + ROWS - 1) / ROWS);
+		if (p->persistent[e] && p->resident[e] && p->resident[e] < d->grid[1])
+			d->grid[1] = p->resident[e];
 		d->block[0] = K2_THREADS;
-		d->smem = FUSED_SMEM;
+		d->smem = (unsigned)FUSED_SMEM(p->P_STAGES);
 		return;
 	}
 	if (e == 0) { /* rows: rows per CTA */
@@ -227,8 +236,16 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "%s", "");
 }
 
+/* The tile's first token and row count. */
+static void emit_tile_rows(lg_buf *b, const char *tile_row)
+{
+	lg_line(b, "const i64 tr = %s, m0 = tr * %d;", tile_row, ROWS);
+	lg_line(b, "const int rows = (int)(M - m0 < %d ? M - m0 : %d);", ROWS, ROWS);
+}
+
 /* Declarations every tile kernel starts with: shared memory, the thread's
- * 4 x 8 block (row block rb, column block lb), the tile. */
+ * 4 x 8 block (row block rb, column block lb), the tile (unless tile_row is
+ * NULL: a persistent kernel declares it per tile). */
 static void emit_tile_prologue(lg_buf *b, const char *tile_row)
 {
 	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
@@ -238,10 +255,11 @@ static void emit_tile_prologue(lg_buf *b, const char *tile_row)
 	lg_line(b, "float *const csc = cpart + %d, *const cinv = csc + %d; // column scales, inverses",
 		16 * COLS, COLS);
 	lg_line(b, "const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block");
-	lg_line(b, "const i64 tr = %s, m0 = tr * %d, k0 = (i64)blockIdx.x * %d;", tile_row, ROWS, COLS);
-	lg_line(b, "const int rows = (int)(M - m0 < %d ? M - m0 : %d);", ROWS, ROWS);
-	lg_line(b, "const i64 col0 = k0 + lb * 8; // this thread's first column");
+	lg_line(b, "const i64 k0 = (i64)blockIdx.x * %d, col0 = k0 + lb * 8; // this thread's first column",
+		COLS);
 	lg_line(b, "(void)csc;");
+	if (tile_row)
+		emit_tile_rows(b, tile_row);
 }
 
 /* xv[4]: the thread's 4 rows x 8 columns of x (rows past M read as 0). */
@@ -378,26 +396,68 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_close(b);
 }
 
+/* `lg_copy_tile(dst, x, tile, M, k0)`: 128 rows x 128 columns of x into
+ * shared memory by cp.async, 4 pieces of 16 bytes a thread; rows past M
+ * zero-filled; nothing past the last tile. */
+static void emit_copy_tile(lg_buf *b, int64_t n)
+{
+	lg_open(b, "static __device__ __forceinline__ void lg_copy_tile(u8 *dst, u64 x, i64 tile, i64 M, i64 k0) {");
+	lg_line(b, "if (tile * %d >= M) return;", ROWS);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < 4; i++) {");
+	lg_line(b, "const int r = (threadIdx.x >> 4) + 32 * i, pc = threadIdx.x & 15;");
+	lg_line(b, "const i64 m = tile * %d + r;", ROWS);
+	lg_line(b, "const bool ok = m < M;");
+	lg_line(b, "lg_cp16(dst + r * %d + pc * 16, (const u8 *)x + ((ok ? m : 0) * %lld + k0 + pc * 8) * 2, ok ? 16u : 0u);",
+		COLS * 2, (long long)n);
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "%s", "");
+}
+
 /* Fused mode (sm_90, hidden <= 2048): one kernel, a cluster of hidden/128
  * CTAs per 128-token tile; row sums exchanged through distributed shared
- * memory; x read once, into registers. */
+ * memory; x read once. Persistent: the clusters that fit walk the tiles,
+ * the next tile's x in flight (cp.async) while the current one is worked. */
 static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
-	int cl = (int)(p->hidden / COLS);
+	int cl = (int)(p->hidden / COLS), st = (int)p->P_STAGES;
 	lg_comment(b, "Fused: a cluster of %d CTAs (one per 128 features) per 128-token tile; each thread", cl);
-	lg_comment(b, "holds 4 rows x 8 columns of x in registers (read once from HBM); the row sums of");
-	lg_comment(b, "squares are exchanged through distributed shared memory; both copies follow.");
+	lg_comment(b, "holds 4 rows x 8 columns of y in registers; x is read once from HBM, %d tile(s) in", st);
+	lg_comment(b, "flight per CTA (cp.async); the row sums of squares are exchanged through");
+	lg_comment(b, "distributed shared memory (double-buffered by tile parity, one cluster barrier per");
+	lg_comment(b, "tile); both copies follow.");
+	emit_copy_tile(b, p->hidden);
 	if (cl > 1)
-		lg_line(b, "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 2)", cl,
-			K2_THREADS);
+		lg_line(b, "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, %d)", cl,
+			K2_THREADS, st > 2 ? 1 : 2);
 	else
 		lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
 	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)", p->entry[0]);
 	lg_open(b, "{");
-	emit_tile_prologue(b, "blockIdx.y");
-	lg_line(b, "double *const psum = (double *)(cinv + %d); // [128] this CTA's partial sums of squares", COLS);
-	lg_line(b, "float *const rs = (float *)(psum + %d); // [128] reciprocal RMS", ROWS);
-	emit_tile_load_x(b, p->hidden, "lg_ld16_cs");
+	emit_tile_prologue(b, NULL);
+	lg_line(b, "double *const psum2 = (double *)(cinv + %d); // [2][128] partial sums of squares", COLS);
+	lg_line(b, "float *const rs = (float *)(psum2 + %d); // [128] reciprocal RMS", 2 * ROWS);
+	lg_line(b, "u8 *const xs = (u8 *)(rs + %d); // [%d stages][128][128] bf16 tiles of x", ROWS, st);
+	lg_line(b, "const i64 tiles = (M + %d) / %d;", ROWS - 1, ROWS);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int ps = 0; ps < %d; ps++) { lg_copy_tile(xs + ps * %d, x, blockIdx.y + (i64)ps * gridDim.y, M, k0); lg_cp_commit(); }",
+		st - 1, ROWS * COLS * 2);
+	lg_line(b, "int it = 0;");
+	lg_line(b, "#pragma unroll 1");
+	lg_open(b, "for (i64 t = blockIdx.y; t < tiles; t += gridDim.y, it++) {");
+	lg_line(b, "lg_copy_tile(xs + ((it + %d) %% %d) * %d, x, t + (i64)%d * gridDim.y, M, k0);", st - 1, st,
+		ROWS * COLS * 2, st - 1);
+	lg_line(b, "lg_cp_commit();");
+	lg_line(b, "lg_cp_wait(%d); // this thread's copies of tile t have landed", st - 1);
+	lg_line(b, "__syncthreads();");
+	emit_tile_rows(b, "t");
+	lg_line(b, "double *const psum = psum2 + (it & 1) * %d;", ROWS);
+	lg_line(b, "const u8 *const xt = xs + (it %% %d) * %d;", st, ROWS * COLS * 2);
+	lg_line(b, "lg_u32x4 xv[4];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++) xv[i] = *(const lg_u32x4 *)(xt + (4 * rb + i) * %d + lb * 16);",
+		COLS * 2);
 	lg_comment(b, "Partial sums of squares of the 4 rows over this CTA's 128 columns (fp64).");
 	lg_line(b, "double ps[4];");
 	lg_line(b, "#pragma unroll");
@@ -417,7 +477,6 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 		lg_line(b, "for (u32 c = 0; c < %du; c++) sum += lg_dsmem_ld_f64(&psum[threadIdx.x], c); // rank order", cl);
 		lg_line(b, "rs[threadIdx.x] = lg_rrms(sum);");
 		lg_close(b);
-		lg_line(b, "lg_cluster_arrive(); // done reading the other CTAs' psum");
 	} else {
 		lg_line(b, "__syncthreads();");
 		lg_line(b, "if (threadIdx.x < %d) rs[threadIdx.x] = lg_rrms(psum[threadIdx.x]);", ROWS);
@@ -432,8 +491,10 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 		emit_tile_rowwise(b, s, p->hidden);
 	if (colwise(s))
 		emit_tile_colwise(b, s, p->hidden);
+	lg_line(b, "__syncthreads(); // staging, scales and the x stage are free");
+	lg_close(b);
 	if (cl > 1)
-		lg_line(b, "lg_cluster_wait(); // keep psum alive until every CTA has read it");
+		lg_line(b, "lg_cluster_sync(); // keep psum alive until every CTA has read it");
 	lg_close(b);
 }
 
@@ -451,6 +512,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 		s->quant.round_scale ? "(void)sc, y * inv" : "lg_div_rn(y, sc, inv)");
 	lg_line(b, "%s", "");
 	if (p->P_FUSED) {
+		lg_emit_template(b, "async");
 		if (p->cluster[0] > 1)
 			lg_emit_template(b, "cluster");
 		emit_fused_kernel(b, s, p);
@@ -469,7 +531,8 @@ const struct lg_family lg_family_rmsnorm_quant = {
 	.dims_required = 1u << LG_DIM_HIDDEN,
 	.has_eps = true,
 	.quant = 1,
-	.tile_keys = (1u << LG_TILE_THREADS) | (1u << LG_TILE_ROWS) | (1u << LG_TILE_CLUSTER),
+	.tile_keys = (1u << LG_TILE_THREADS) | (1u << LG_TILE_ROWS) | (1u << LG_TILE_CLUSTER) |
+		     (1u << LG_TILE_STAGES),
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,

@@ -236,10 +236,10 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms
 	float *const cpart = (float *)(stage + 16384); // [16][128] column maxima of row-block pairs
 	float *const csc = cpart + 2048, *const cinv = csc + 128; // column scales, inverses
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block
-	const i64 tr = gridDim.y - 1 - blockIdx.y, m0 = tr * 128, k0 = (i64)blockIdx.x * 128;
-	const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
-	const i64 col0 = k0 + lb * 8; // this thread's first column
+	const i64 k0 = (i64)blockIdx.x * 128, col0 = k0 + lb * 8; // this thread's first column
 	(void)csc;
+	const i64 tr = gridDim.y - 1 - blockIdx.y, m0 = tr * 128;
+	const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
 	const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * 1152 + col0) * 2;
 	lg_u32x4 xv[4];
 	#pragma unroll
