@@ -10,6 +10,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,14 +50,15 @@ static int teardown(void **state)
 	return 0;
 }
 
-static void check(const char *json, int64_t tokens)
+static void check_opt(const char *json, int64_t tokens, bool no_optional)
 {
 	if (!ctx)
 		skip();
 	lg_spec *s = NULL;
 	if (lg_spec_parse(json, &s) != LG_OK)
 		fail_msg("%s", lg_last_error());
-	struct lg_check_opts o = {.tokens = tokens, .seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)tokens};
+	struct lg_check_opts o = {.tokens = tokens, .seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)tokens,
+				  .no_optional = no_optional};
 	struct lg_check_result r;
 	lg_status st = lg_check_kernel(ctx, s, &o, &r);
 	if (st != LG_OK)
@@ -72,9 +74,14 @@ static void check(const char *json, int64_t tokens)
 	lg_spec_free(s);
 }
 
+static void check(const char *json, int64_t tokens) { check_opt(json, tokens, false); }
+
 #define K1(out, pow2, hidden)                                                                      \
 	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #hidden \
 	", \"quant\": {\"round_scale\": " #pow2 ", \"output\": \"" #out "\"}}"
+#define K1_FUSED(hidden, cluster)                                                                   \
+	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #hidden   \
+	", \"quant\": {}, \"tile\": {\"cluster\": " #cluster "}}"
 #define NORM(pass, hidden)                                                                          \
 	"{\"op\": \"rmsnorm\", \"pass\": \"" #pass "\", \"dtype\": \"bf16\", \"hidden\": " #hidden "}"
 
@@ -99,6 +106,16 @@ static void test_k1_odd_shapes(void **state)
 	check(K1(rowwise, false, 256), 77);
 }
 
+/* The fused single-kernel form (a tile option): clusters of up to 16 CTAs. */
+static void test_k1_fused(void **state)
+{
+	(void)state;
+	check(K1_FUSED(2048, 16), 8192);
+	check(K1_FUSED(2048, 16), 127);
+	check(K1_FUSED(1152, 9), 1000);
+	check(K1_FUSED(128, 1), 1);
+}
+
 static void test_rmsnorm(void **state)
 {
 	(void)state;
@@ -111,6 +128,9 @@ static void test_rmsnorm(void **state)
 	check(NORM(backward, 16384), 300);
 	check(NORM(backward, 128), 1);
 	check(NORM(backward, 1152), 100000);
+	/* without rms: the backward recomputes it, the forward does not write it */
+	check_opt(NORM(backward, 2048), 4099, true);
+	check_opt(NORM(forward, 2048), 4099, true);
 }
 
 /* Every fp32 bit pattern through both e4m3 conversions. */
@@ -174,6 +194,7 @@ int main(void)
 		cmocka_unit_test(test_e4m3_soft_equals_hardware),
 		cmocka_unit_test(test_k1_target_shape),
 		cmocka_unit_test(test_k1_odd_shapes),
+		cmocka_unit_test(test_k1_fused),
 		cmocka_unit_test(test_rmsnorm),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -194,32 +194,40 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 // The e4m3 input of y under scale sc (inv = 1 / sc): y * inv, exact for a power-of-two scale.
 static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return (void)sc, y * inv; }
 
-// Kernel 1: reciprocal RMS of each row; 32 lanes per row, 5 pieces of 8
-// columns each, 8 rows per CTA. x is loaded with an L2 evict-last policy: kernel 2 re-reads it.
-extern "C" __global__ void __launch_bounds__(256)
+// Kernel 1: reciprocal RMS of each row; 64 lanes per row, 3 pieces of 8
+// columns each, 2 rows per CTA. x is loaded with an L2 evict-last policy: kernel 2 re-reads it.
+extern "C" __global__ void __launch_bounds__(128)
 lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)
 {
-	const int lane = threadIdx.x & 31, slot = threadIdx.x / 32, t = threadIdx.x % 32;
+	const int lane = threadIdx.x & 31, slot = threadIdx.x / 64, t = threadIdx.x % 64;
 	(void)lane;
-	const i64 m = (i64)blockIdx.x * 8 + slot;
+	__shared__ double dred[4];
+	__shared__ float fred[4];
+	const i64 m = (i64)blockIdx.x * 2 + slot;
 	const bool live = m < M;
-	lg_u32x4 v[5];
+	lg_u32x4 v[3];
 	const u64 keep = lg_policy_evict_last();
 	#pragma unroll
-	for (int k = 0; k < 5; k++) {
-		const int c = t + k * 32;
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 64;
 		v[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 144) v[k] = lg_ld16_last((const u8 *)x + (m * 1152 + c * 8) * 2, keep);
 	}
 	// Sum of squares: one independent fp64 chain per piece, added in a fixed order.
-	double sk[5];
+	double sk[3];
 	#pragma unroll
-	for (int k = 0; k < 5; k++)
+	for (int k = 0; k < 3; k++)
 		sk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, v[k].x), v[k].y), v[k].z), v[k].w);
 	double ss = sk[0];
 	#pragma unroll
-	for (int k = 1; k < 5; k++) ss += sk[k];
+	for (int k = 1; k < 3; k++) ss += sk[k];
 	ss = lg_dsum_xor(ss, 1, 16);
+	if (lane == 0) dred[threadIdx.x >> 5] = ss;
+	__syncthreads();
+	ss = 0;
+	#pragma unroll
+	for (int i = 0; i < 2; i++) ss += dred[slot * 2 + i]; // fixed order
+	__syncthreads();
 	const float r = lg_rrms(ss);
 	if (live && t == 0) ((float *)rms)[m] = r;
 }

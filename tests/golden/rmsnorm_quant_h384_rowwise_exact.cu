@@ -174,151 +174,55 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 // The e4m3 input of y under scale sc (inv = 1 / sc): y / sc correctly rounded.
 static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return lg_div_rn(y, sc, inv); }
 
-// ---- templates/async.cuh ----
-// Asynchronous 16-byte global -> shared copies (cp.async, sm_80+): no
-// registers held while in flight; `bytes` 0 fills the destination with zeros.
-static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
+// Kernel 1: reciprocal RMS and the rowwise copy of each row; 16 lanes per row, 3 pieces of 8
+// columns each, 8 rows per CTA.
+extern "C" __global__ void __launch_bounds__(128)
+lg_rmsnorm_quant_fwd_bf16_h384_rowwise_exact_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)
 {
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
-}
-static __device__ __forceinline__ void lg_cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Wait until at most n committed groups are still in flight.
-#define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
-
-// ---- templates/cluster.cuh ----
-// Thread-block clusters (sm_90+): rank, barriers and distributed shared
-// memory reads, by inline PTX.
-static __device__ __forceinline__ u32 lg_cluster_rank(void)
-{
-	u32 r;
-	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-	return r;
-}
-static __device__ __forceinline__ void lg_cluster_sync(void)
-{
-	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-static __device__ __forceinline__ void lg_cluster_arrive(void)
-{
-	asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-static __device__ __forceinline__ void lg_cluster_wait(void)
-{
-	asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// Read a double from the shared memory of CTA `rank` of this cluster, at the
-// address that `p` has in this CTA's shared memory.
-static __device__ __forceinline__ double lg_dsmem_ld_f64(const double *p, u32 rank)
-{
-	u32 local = (u32)__cvta_generic_to_shared(p), remote;
-	double v;
-	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-	asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
-	return v;
-}
-
-// Fused: a cluster of 3 CTAs (one per 128 features) per 128-token tile; each thread
-// holds 4 rows x 8 columns of y in registers; x is read once from HBM, 2 tile(s) in
-// flight per CTA (cp.async); the row sums of squares are exchanged through
-// distributed shared memory (double-buffered by tile parity, one cluster barrier per
-// tile); both copies follow.
-static __device__ __forceinline__ void lg_copy_tile(u8 *dst, u64 x, i64 tile, i64 M, i64 k0) {
-	if (tile * 128 >= M) return;
+	const int lane = threadIdx.x & 31, slot = threadIdx.x / 16, t = threadIdx.x % 16;
+	(void)lane;
+	const i64 m = (i64)blockIdx.x * 8 + slot;
+	const bool live = m < M;
+	lg_u32x4 v[3];
 	#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const int r = (threadIdx.x >> 4) + 32 * i, pc = threadIdx.x & 15;
-		const i64 m = tile * 128 + r;
-		const bool ok = m < M;
-		lg_cp16(dst + r * 256 + pc * 16, (const u8 *)x + ((ok ? m : 0) * 384 + k0 + pc * 8) * 2, ok ? 16u : 0u);
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 16;
+		v[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 48) v[k] = lg_ld16_cs((const u8 *)x + (m * 384 + c * 8) * 2);
+	}
+	// Sum of squares: one independent fp64 chain per piece, added in a fixed order.
+	double sk[3];
+	#pragma unroll
+	for (int k = 0; k < 3; k++)
+		sk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, v[k].x), v[k].y), v[k].z), v[k].w);
+	double ss = sk[0];
+	#pragma unroll
+	for (int k = 1; k < 3; k++) ss += sk[k];
+	ss = lg_dsum_xor(ss, 1, 8);
+	const float r = lg_rrms(ss);
+	if (live && t == 0) ((float *)rms)[m] = r;
+	// Rowwise copy: y = (x r) w; a 1x128 block is 16 consecutive pieces (16 lanes).
+	#pragma unroll
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 16;
+		const bool ok = live && c < 48;
+		const lg_u32x4 wv = c < 48 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
+		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w}, ww[4] = {wv.x, wv.y, wv.z, wv.w};
+		float y[8], amax = 0.0f;
+		#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			y[2 * e] = (lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]);
+			y[2 * e + 1] = (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]);
+			amax = fmaxf(amax, fmaxf(fabsf(y[2 * e]), fabsf(y[2 * e + 1])));
+		}
+		amax = lg_max_xor(amax, 1, 8);
+		const float sc = lg_scale_exact(amax), inv = 1.0f / sc;
+		const u32 p0 = lg_e4m3x2(lg_q(y[0], sc, inv), lg_q(y[1], sc, inv)) | (lg_e4m3x2(lg_q(y[2], sc, inv), lg_q(y[3], sc, inv)) << 16);
+		const u32 p1 = lg_e4m3x2(lg_q(y[4], sc, inv), lg_q(y[5], sc, inv)) | (lg_e4m3x2(lg_q(y[6], sc, inv), lg_q(y[7], sc, inv)) << 16);
+		if (ok) {
+			lg_st8_cs((u8 *)q + m * 384 + c * 8, p0, p1);
+			if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;
+		}
 	}
 }
 
-extern "C" __global__ void __cluster_dims__(3, 1, 1) __launch_bounds__(512, 2)
-lg_rmsnorm_quant_fwd_bf16_h384_rowwise_exact(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)
-{
-	extern __shared__ __align__(128) u8 smem[];
-	u8 *const stage = smem; // qt staging [128 columns][128 tokens], 4-byte slots swizzled
-	float *const cpart = (float *)(stage + 16384); // [16][128] column maxima of row-block pairs
-	float *const csc = cpart + 2048, *const cinv = csc + 128; // column scales, inverses
-	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block
-	const i64 k0 = (i64)blockIdx.x * 128, col0 = k0 + lb * 8; // this thread's first column
-	(void)csc;
-	double *const psum2 = (double *)(cinv + 128); // [2][128] partial sums of squares
-	float *const rs = (float *)(psum2 + 256); // [128] reciprocal RMS
-	u8 *const xs = (u8 *)(rs + 128); // [2 stages][128][128] bf16 tiles of x
-	const i64 tiles = (M + 127) / 128;
-	#pragma unroll
-	for (int ps = 0; ps < 1; ps++) { lg_copy_tile(xs + ps * 32768, x, blockIdx.y + (i64)ps * gridDim.y, M, k0); lg_cp_commit(); }
-	int it = 0;
-	#pragma unroll 1
-	for (i64 t = blockIdx.y; t < tiles; t += gridDim.y, it++) {
-		lg_copy_tile(xs + ((it + 1) % 2) * 32768, x, t + (i64)1 * gridDim.y, M, k0);
-		lg_cp_commit();
-		lg_cp_wait(1); // this thread's copies of tile t have landed
-		__syncthreads();
-		const i64 tr = t, m0 = tr * 128;
-		const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
-		double *const psum = psum2 + (it & 1) * 128;
-		const u8 *const xt = xs + (it % 2) * 32768;
-		lg_u32x4 xv[4];
-		#pragma unroll
-		for (int i = 0; i < 4; i++) xv[i] = *(const lg_u32x4 *)(xt + (4 * rb + i) * 256 + lb * 16);
-		// Partial sums of squares of the 4 rows over this CTA's 128 columns (fp64).
-		double ps[4];
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			ps[i] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, xv[i].x), xv[i].y), xv[i].z), xv[i].w);
-			ps[i] = lg_dsum_xor(ps[i], 1, 8);
-		}
-		if (lb == 0) {
-			#pragma unroll
-			for (int i = 0; i < 4; i++) psum[4 * rb + i] = ps[i];
-		}
-		lg_cluster_sync();
-		if (threadIdx.x < 128) {
-			double sum = 0.0;
-			#pragma unroll
-			for (u32 c = 0; c < 3u; c++) sum += lg_dsmem_ld_f64(&psum[threadIdx.x], c); // rank order
-			rs[threadIdx.x] = lg_rrms(sum);
-		}
-		__syncthreads();
-		if (blockIdx.x == 0 && threadIdx.x < rows) ((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];
-		float rr[4];
-		#pragma unroll
-		for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];
-		const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + col0 * 2);
-		const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
-		float y[4][8];
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const u32 xw[4] = {xv[i].x, xv[i].y, xv[i].z, xv[i].w};
-			#pragma unroll
-			for (int e = 0; e < 4; e++) {
-				y[i][2 * e] = (lg_bf16_lo(xw[e]) * rr[i]) * lg_bf16_lo(ww[e]);
-				y[i][2 * e + 1] = (lg_bf16_hi(xw[e]) * rr[i]) * lg_bf16_hi(ww[e]);
-			}
-		}
-		// Rowwise copy: the tile's 128 columns are one 1x128 block (16 lanes).
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			float amax = 0.0f;
-			#pragma unroll
-			for (int c = 0; c < 8; c++) amax = fmaxf(amax, fabsf(y[i][c]));
-			amax = lg_max_xor(amax, 1, 8);
-			const float sc = lg_scale_exact(amax), inv = 1.0f / sc;
-			const u32 p0 = lg_e4m3x2(lg_q(y[i][0], sc, inv), lg_q(y[i][1], sc, inv)) | (lg_e4m3x2(lg_q(y[i][2], sc, inv), lg_q(y[i][3], sc, inv)) << 16);
-			const u32 p1 = lg_e4m3x2(lg_q(y[i][4], sc, inv), lg_q(y[i][5], sc, inv)) | (lg_e4m3x2(lg_q(y[i][6], sc, inv), lg_q(y[i][7], sc, inv)) << 16);
-			if (4 * rb + i < rows) {
-				lg_st8_cs((u8 *)q + (m0 + 4 * rb + i) * 384 + col0, p0, p1);
-				if (lb == 0) ((float *)s)[blockIdx.x * M + m0 + 4 * rb + i] = sc;
-			}
-		}
-		__syncthreads(); // staging, scales and the x stage are free
-	}
-	lg_cluster_sync(); // keep psum alive until every CTA has read it
-}

@@ -26,6 +26,13 @@ lg_status lg_check_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_check_o
 	uint64_t seed = o->seed ? o->seed : (uint64_t)time(NULL) ^ (uint64_t)clock();
 	struct lg_gpu_case g;
 	st = lg_gpu_case_init(&g, s, o->tokens, seed, lg_kernel_workspace_size(k));
+	const struct lg_family *f = lg_family_get(s->op);
+	bool dropped[LG_MAX_ARGS] = {false};
+	for (int i = 0; st == LG_OK && o->no_optional && i < g.ref.n; i++)
+		if (f->args[s->pass][i].role == LG_ARG_OPT_IN) {
+			g.ptrs[i] = 0; /* recomputed (inputs) or not written (outputs) */
+			dropped[i] = true;
+		}
 	if (st == LG_OK)
 		st = lg_gpu_case_poison(&g);
 	if (st == LG_OK)
@@ -41,7 +48,7 @@ lg_status lg_check_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_check_o
 	int maxr = o->max_report ? o->max_report : 5;
 	for (int i = 0; i < g.ref.n && r->nmeasures < 8; i++) {
 		const struct lg_ref_buf *b = &g.ref.buf[i];
-		if (!b->output || !b->count)
+		if (!b->output || !b->count || dropped[i])
 			continue;
 		struct lg_check_measure *m = &r->m[r->nmeasures++];
 		lg_compare(b, g.got[i], maxr, out, m);

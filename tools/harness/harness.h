@@ -20,6 +20,7 @@ struct lg_check_opts {
 	int64_t tokens;  /* token count (rows) */
 	uint64_t seed;   /* input seed; 0 = from the clock */
 	int max_report;  /* mismatches printed per output (default 5) */
+	bool no_optional; /* pass 0 for optional arguments (e.g. rms: recomputed / not written) */
 	FILE *out;       /* where the report goes (NULL: stdout) */
 };
 
