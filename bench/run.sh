@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# bench/run.sh - the benchmark run behind bench/*.json, on the GPU machine,
+# from the repository root, with the build-device/ folder that
+# tools/device.sh makes (carried along):
+#
+#   bench/run.sh [OUT_DIR]        (default: $OUT, else out/bench)
+#
+# 1. the GPU tests (every K1 case against the CPU reference)  -> gpu_test.txt
+# 2. lingen bench: every shipped K1 spec and the tile variants -> kernels.json
+#    (median GPU time, L2 flushed before each repetition, % of the copy
+#    ceiling measured in the same run; TARGETS.md's method)
+# 3. lingen bench --jit: NVRTC compile, disk-cache hit, launch cost -> jit.json
+# Then bench/table.py turns the JSON files into bench/README.md's tables.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-${OUT:-out/bench}}
+mkdir -p "$out"
+bin=build-device
+export LINGEN_CACHE_DIR=${LINGEN_CACHE_DIR:-$(mktemp -d /tmp/lingen-bench.XXXXXX)}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$out/gpu.txt" 2>&1
+"$bin/tests/gpu_test_k1" > "$out/gpu_test.txt" 2>&1
+echo "gpu_test_k1: exit $?"
+grep -E "FAIL|PASSED|SKIPPED" "$out/gpu_test.txt"
+"$bin/lingen" bench configs/kernels/ling-mini-2.0-norms.json configs/kernels/k1-variants.json \
+	bench/k1-tiles.json --tokens 8192 --json > "$out/kernels.json"
+echo "lingen bench: exit $?"
+"$bin/lingen" bench --jit configs/kernels/ling-mini-2.0-norms.json configs/kernels/k1-variants.json \
+	--json > "$out/jit.json"
+echo "lingen bench --jit: exit $?"
