@@ -127,17 +127,17 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 	return (float)(1.0 / sqrt(sumsq / 5120.0 + 1e-06));
 }
 
-// Persistent grid of min(ceil(M / 2), 264) CTAs; 256 lanes per row, 3 pieces each.
-static __device__ __forceinline__ i64 lg_ctas(i64 M) { i64 n = (M + 1) / 2; return n < 264 ? n : 264; }
+// Persistent grid of min(ceil(M / 1), 264) CTAs; 256 lanes per row, 3 pieces each.
+static __device__ __forceinline__ i64 lg_ctas(i64 M) { i64 n = (M + 0) / 1; return n < 264 ? n : 264; }
 
-extern "C" __global__ void __launch_bounds__(512)
+extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)
 {
 	extern __shared__ __align__(16) float part[]; // [rows per CTA][hidden]
 	const int lane = threadIdx.x & 31, slot = threadIdx.x / 256, t = threadIdx.x % 256;
 	(void)lane;
-	__shared__ double dred[16];
-	__shared__ float fred[16];
+	__shared__ double dred[8];
+	__shared__ float fred[8];
 	const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;
 	lg_u32x4 wv[3];
 	float acc[3][8];
@@ -147,8 +147,8 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 		wv[k] = c < 640 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
 	}
-	const i64 stride = lg_ctas(M) * 2;
-	for (i64 base = (i64)blockIdx.x * 2; base < M; base += stride) {
+	const i64 stride = lg_ctas(M) * 1;
+	for (i64 base = (i64)blockIdx.x * 1; base < M; base += stride) {
 		const i64 m = base + slot;
 		const bool live = m < M;
 		lg_u32x4 xv[3], gv[3];
@@ -232,9 +232,9 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 			for (int e = 0; e < 8; e++) part[slot * 5120 + c * 8 + e] = acc[k][e];
 	}
 	__syncthreads();
-	for (int col = threadIdx.x; col < 5120; col += 512) {
+	for (int col = threadIdx.x; col < 5120; col += 256) {
 		float sum = 0.0f;
-		for (int sl = 0; sl < 2; sl++) sum += part[sl * 5120 + col];
+		for (int sl = 0; sl < 1; sl++) sum += part[sl * 5120 + col];
 		((float *)ws)[(i64)blockIdx.x * 5120 + col] = sum;
 	}
 }
