@@ -66,6 +66,10 @@ struct lg_plan {
 	/* CTAs per compile-time cluster of each entry (0 or 1: none); above 8
 	 * the context allows non-portable cluster sizes when loading. */
 	unsigned cluster[LG_MAX_ENTRIES];
+	/* Entry e (> 0) may be launched before entry e-1 has finished
+	 * (programmatic dependent launch, sm_90+): it waits for it with
+	 * griddepcontrol.wait before touching its results. */
+	bool early[LG_MAX_ENTRIES];
 };
 
 struct lg_launch_dim {

@@ -67,7 +67,6 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
-	(void)t;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t h = s->dim[LG_DIM_HIDDEN];
 	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : 256;
@@ -92,6 +91,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	if (bwd)
 		snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
+	p->early[1] = bwd && t->sm >= 90; /* the dw reduction may start while the rows drain */
 	return LG_OK;
 }
 
@@ -186,6 +186,8 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "extern __shared__ __align__(16) float part[]; // [rows per CTA][hidden]");
 	struct lg_rowlayout l = layout_of(p);
 	lg_emit_row_prologue(b, &l);
+	if (p->early[1])
+		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the dw kernel may be scheduled");
 	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
 	lg_line(b, "lg_u32x4 wv[%lld];", (long long)p->P_K);
 	lg_line(b, "float acc[%lld][8];", (long long)p->P_K);
@@ -262,6 +264,8 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(256)");
 	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)", p->entry[1]);
 	lg_open(b, "{");
+	if (p->early[1])
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // the partial sums are written");
 	lg_line(b, "const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;");
 	lg_line(b, "if (col >= %lld) return;", (long long)h);
 	lg_line(b, "const i64 n = lg_ctas(M);");

@@ -120,6 +120,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	} else {
 		p->nentries = colwise(s) ? 2 : 1;
+		p->early[1] = t->sm >= 90; /* kernel 2 may start while kernel 1 drains */
 		p->tile[LG_TILE_CLUSTER] = 1;
 		snprintf(p->entry[0], sizeof p->entry[0], "%s_rows", s->entry);
 		snprintf(p->entry[1], sizeof p->entry[1], "%s", s->entry);
@@ -193,6 +194,8 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)", p->entry[0]);
 	lg_open(b, "{");
 	lg_emit_row_prologue(b, &l);
+	if (p->early[1] && colwise(s))
+		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // kernel 2 may be scheduled");
 	lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
 	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "lg_u32x4 v[%d];", l.k);
@@ -389,6 +392,8 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_comment(b, "Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest");
 	lg_comment(b, "to be still in L2.");
 	emit_tile_prologue(b, "gridDim.y - 1 - blockIdx.y");
+	if (p->early[1])
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // kernel 1 done, its rms visible");
 	emit_tile_load_x(b, p->hidden, "lg_ld16_cs");
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");

@@ -230,6 +230,8 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_family *f, s
 	k->plan = e->plan;
 	k->nargs = e->plan.nargs;
 	k->workspace = f->workspace ? f->workspace(&e->plan) : 0;
+	const char *pdl = lg_env_get(LG_ENV_PDL);
+	k->early = !(pdl && strcmp(pdl, "0") == 0);
 	LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
 	int ndev = 0;
 	LG_CU_TRY(cu, cuDeviceGetCount, (&ndev));

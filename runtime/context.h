@@ -19,6 +19,7 @@ struct lg_kernel {
 	CUkernel fn[LG_MAX_ENTRIES];
 	size_t workspace;
 	int nargs;
+	bool early; /* programmatic dependent launch allowed ($LINGEN_PDL != 0) */
 };
 
 /* One spec known to a context: its source plan, cubin and loaded kernel. */

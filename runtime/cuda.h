@@ -42,6 +42,8 @@
 	  (int *, CUfunction, const CUlaunchConfig *))                                      \
 	X(cuOccupancyMaxActiveBlocksPerMultiprocessor,                                      \
 	  "cuOccupancyMaxActiveBlocksPerMultiprocessor", (int *, CUfunction, int, size_t))  \
+	X(cuLaunchKernelEx, "cuLaunchKernelEx",                                            \
+	  (const CUlaunchConfig *, CUfunction, void **, void **))                           \
 	X(cuLaunchKernel, "cuLaunchKernel",                                                \
 	  (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,          \
 	   unsigned, CUstream, void **, void **))                                           \

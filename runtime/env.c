@@ -26,6 +26,9 @@ const struct lg_env_var lg_env_vars[LG_ENV_COUNT] = {
 	[LG_ENV_NVRTC] = {"LINGEN_NVRTC", "path of the libnvrtc shared library to load",
 			  "libnvrtc.so.13, .so.12, .so, then $CUDA_HOME/lib64, "
 			  "/usr/local/cuda/lib64"},
+	[LG_ENV_PDL] = {"LINGEN_PDL",
+			"0: launch multi-kernel families without programmatic dependent launch (sm_90+)",
+			"1"},
 };
 _Static_assert(sizeof lg_env_vars / sizeof lg_env_vars[0] == LG_ENV_COUNT,
 	       "every environment variable is in the table");

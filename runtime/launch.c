@@ -35,9 +35,20 @@ lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens,
 	for (int e = 0; e < p->nentries; e++) {
 		struct lg_launch_dim d;
 		k->fam->geometry(p, e, tokens, &d);
-		CUresult r = k->cu->cuLaunchKernel((CUfunction)k->fn[e], d.grid[0], d.grid[1], d.grid[2],
-						   d.block[0], d.block[1], d.block[2], d.smem,
-						   (CUstream)stream, params, NULL);
+		CUresult r;
+		if (p->early[e] && k->early) {
+			CUlaunchAttribute at = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+			at.value.programmaticStreamSerializationAllowed = 1;
+			CUlaunchConfig cfg = {.gridDimX = d.grid[0], .gridDimY = d.grid[1], .gridDimZ = d.grid[2],
+					      .blockDimX = d.block[0], .blockDimY = d.block[1],
+					      .blockDimZ = d.block[2], .sharedMemBytes = d.smem,
+					      .hStream = (CUstream)stream, .attrs = &at, .numAttrs = 1};
+			r = k->cu->cuLaunchKernelEx(&cfg, (CUfunction)k->fn[e], params, NULL);
+		} else {
+			r = k->cu->cuLaunchKernel((CUfunction)k->fn[e], d.grid[0], d.grid[1], d.grid[2],
+						  d.block[0], d.block[1], d.block[2], d.smem, (CUstream)stream,
+						  params, NULL);
+		}
 		if (r != CUDA_SUCCESS)
 			return lg_cu_fail(r, p->entry[e]);
 	}

@@ -138,6 +138,7 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	(void)lane;
 	__shared__ double dred[8];
 	__shared__ float fred[8];
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // the dw kernel may be scheduled
 	const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;
 	lg_u32x4 wv[3];
 	float acc[3][8];
@@ -243,6 +244,7 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_bwd_bf16_h5120_dw(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)
 {
+	asm volatile("griddepcontrol.wait;" ::: "memory"); // the partial sums are written
 	const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;
 	if (col >= 5120) return;
 	const i64 n = lg_ctas(M);

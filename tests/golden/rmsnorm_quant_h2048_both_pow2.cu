@@ -183,6 +183,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 r
 	(void)lane;
 	__shared__ double dred[4];
 	__shared__ float fred[4];
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // kernel 2 may be scheduled
 	const i64 m = (i64)blockIdx.x * 2 + slot;
 	const bool live = m < M;
 	lg_u32x4 v[4];
@@ -251,6 +252,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u
 	(void)csc;
 	const i64 tr = gridDim.y - 1 - blockIdx.y, m0 = tr * 128;
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
+	asm volatile("griddepcontrol.wait;" ::: "memory"); // kernel 1 done, its rms visible
 	const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * 2048 + col0) * 2;
 	lg_u32x4 xv[4];
 	#pragma unroll
