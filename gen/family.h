@@ -14,7 +14,9 @@
  *
  * Calling convention of every generated entry point: all of the family's
  * pointer arguments (struct lg_family.args, in order; 0 for an output not
- * asked for) as `unsigned long long`, then `long long tokens`.
+ * asked for) as `unsigned long long`, then `long long tokens`, then
+ * `long long part` (struct lg_plan.part of the launch: which slice of the
+ * tokens a launch of a multi-launch plan covers; 0 otherwise).
  */
 #ifndef LG_FAMILY_H
 #define LG_FAMILY_H
@@ -27,7 +29,7 @@
 #include "spec.h"
 
 #define LG_MAX_ARGS 12
-#define LG_MAX_ENTRIES 4
+#define LG_MAX_ENTRIES 8
 
 /* The compile target, parsed from "sm_90a", "sm_80", ... */
 struct lg_target {
@@ -70,6 +72,8 @@ struct lg_plan {
 	 * (programmatic dependent launch, sm_90+): it waits for it with
 	 * griddepcontrol.wait before touching its results. */
 	bool early[LG_MAX_ENTRIES];
+	/* The `part` argument of each launch (see the calling convention). */
+	int64_t part[LG_MAX_ENTRIES];
 };
 
 struct lg_launch_dim {

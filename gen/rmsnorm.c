@@ -142,7 +142,7 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 	lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.", (long long)p->P_LPR,
 		   (long long)p->P_K, p->tile[LG_TILE_ROWS]);
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", p->tile[LG_TILE_THREADS]);
-	lg_line(b, "%s(u64 x, u64 w, u64 y, u64 rms, i64 M)", p->entry[0]);
+	lg_line(b, "%s(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)", p->entry[0]);
 	lg_open(b, "{");
 	struct lg_rowlayout l = layout_of(p);
 	lg_emit_row_prologue(b, &l);
@@ -181,9 +181,9 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 		rows - 1, rows, PMAX, PMAX);
 	lg_line(b, "%s", "");
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
-	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)", p->entry[0]);
+	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)", p->entry[0]);
 	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(16) float part[]; // [rows per CTA][hidden]");
+	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums");
 	struct lg_rowlayout l = layout_of(p);
 	lg_emit_row_prologue(b, &l);
 	if (p->early[1])
@@ -250,19 +250,19 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
 	lg_line(b, "if (c < %lld)", (long long)pieces);
-	lg_line(b, "\tfor (int e = 0; e < 8; e++) part[slot * %lld + c * 8 + e] = acc[k][e];", (long long)h);
+	lg_line(b, "\tfor (int e = 0; e < 8; e++) dwp[slot * %lld + c * 8 + e] = acc[k][e];", (long long)h);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
 	lg_open(b, "for (int col = threadIdx.x; col < %lld; col += %d) {", (long long)h, threads);
 	lg_line(b, "float sum = 0.0f;");
-	lg_line(b, "for (int sl = 0; sl < %d; sl++) sum += part[sl * %lld + col];", rows, (long long)h);
+	lg_line(b, "for (int sl = 0; sl < %d; sl++) sum += dwp[sl * %lld + col];", rows, (long long)h);
 	lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = sum;", (long long)h);
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "%s", "");
 	lg_comment(b, "dw[col] = sum of the workspace rows, in CTA order (deterministic).");
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(256)");
-	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)", p->entry[1]);
+	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)", p->entry[1]);
 	lg_open(b, "{");
 	if (p->early[1])
 		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // the partial sums are written");

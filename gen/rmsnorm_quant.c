@@ -45,7 +45,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 #define P_LPR aux[0] /* kernel 1: lanes per row */
 #define P_K aux[1]   /* kernel 1: 16-byte pieces per lane */
 #define P_FUSED aux[2] /* 1: one fused kernel with a cluster of hidden/128 CTAs */
-#define P_STAGES aux[3] /* fused: x tiles in flight per CTA */
+#define P_STAGES aux[3] /* fused: x tiles in flight per CTA; two kernels: parts */
 #define COLS 128     /* kernel 2: features per tile */
 #define K2_THREADS 512 /* kernel 2: 32 row blocks of 4 x 16 column blocks of 8 */
 
@@ -65,7 +65,7 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 		return lg_spec_error(where, "tile.cluster: found %d, allowed: 1 (two kernels) or hidden/128 = %lld (fused)",
 				     s->tile[LG_TILE_CLUSTER], (long long)h / COLS);
 	if (lg_spec_has_tile(s, LG_TILE_STAGES) && s->tile[LG_TILE_STAGES] > 4)
-		return lg_spec_error(where, "tile.stages: found %d, allowed: 1 to 4 (fused kernel)",
+		return lg_spec_error(where, "tile.stages: found %d, allowed: 1 to 4 (fused: x tiles in flight; two kernels: token slices)",
 				     s->tile[LG_TILE_STAGES]);
 	if (lg_spec_has_tile(s, LG_TILE_THREADS)) {
 		int t = s->tile[LG_TILE_THREADS];
@@ -119,11 +119,25 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		p->tile[LG_TILE_CLUSTER] = (int)(h / COLS);
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	} else {
-		p->nentries = colwise(s) ? 2 : 1;
-		p->early[1] = t->sm >= 90; /* kernel 2 may start while kernel 1 drains */
-		p->tile[LG_TILE_CLUSTER] = 1;
 		snprintf(p->entry[0], sizeof p->entry[0], "%s_rows", s->entry);
 		snprintf(p->entry[1], sizeof p->entry[1], "%s", s->entry);
+		/* Columnwise: the tokens in `parts` slices, each a rows launch then a
+		 * columnwise launch, so that a slice's x (8 MB at 2048 x 2048) is
+		 * still in L2 when it is read the second time; on sm_90 each launch
+		 * may start while the one before drains (programmatic dependent
+		 * launch). */
+		int parts = !colwise(s) ? 1 : lg_spec_has_tile(s, LG_TILE_STAGES) ? s->tile[LG_TILE_STAGES]
+							: t->sm >= 90 ? 4 : 1;
+		p->P_STAGES = parts;
+		p->tile[LG_TILE_STAGES] = parts;
+		p->nentries = colwise(s) ? 2 * parts : 1;
+		for (int e = 0; e < p->nentries; e++) {
+			p->part[e] = e / 2;
+			p->early[e] = e > 0 && t->sm >= 90;
+			if (e > 1)
+				snprintf(p->entry[e], sizeof p->entry[e], "%s", p->entry[e % 2]);
+		}
+		p->tile[LG_TILE_CLUSTER] = 1;
 	}
 	p->nargs = NARGS;
 	for (int i = 0; i < NARGS; i++)
@@ -147,15 +161,22 @@ static void geometry(const struct lg_plan *p, int e, int64_t tokens, struct lg_l
 		d->smem = (unsigned)FUSED_SMEM(p->P_STAGES);
 		return;
 	}
-	if (e == 0) { /* rows: rows per CTA */
-		d->grid[0] = (unsigned)((tokens + p->tile[LG_TILE_ROWS] - 1) / p->tile[LG_TILE_ROWS]);
+	/* slice `part` of the tokens: tiles [t0, t1) of 128 (an empty slice
+	 * still launches one CTA, which returns at once) */
+	int64_t tiles = (tokens + ROWS - 1) / ROWS, per = (tiles + p->P_STAGES - 1) / p->P_STAGES;
+	int64_t t0 = p->part[e] * per, t1 = t0 + per < tiles ? t0 + per : tiles;
+	int64_t n = t1 > t0 ? t1 - t0 : 0;
+	if (e % 2 == 0) { /* rows: rows per CTA */
+		int64_t rows = n ? (t1 * ROWS < tokens ? t1 * ROWS : tokens) - t0 * ROWS : 0;
+		int64_t ctas = (rows + p->tile[LG_TILE_ROWS] - 1) / p->tile[LG_TILE_ROWS];
+		d->grid[0] = (unsigned)(ctas ? ctas : 1);
 		d->grid[1] = 1;
 		d->block[0] = (unsigned)p->tile[LG_TILE_THREADS];
 		d->smem = 0;
 		return;
 	}
 	d->grid[0] = (unsigned)(p->hidden / COLS);
-	d->grid[1] = (unsigned)((tokens + ROWS - 1) / ROWS);
+	d->grid[1] = (unsigned)(n ? n : 1);
 	d->block[0] = K2_THREADS;
 	d->smem = K2_SMEM;
 }
@@ -180,6 +201,13 @@ static void emit_scale(lg_buf *b, const struct lg_spec *s, const char *sc, const
 		lg_line(b, "const float %s = lg_scale_exact(%s), %s = 1.0f / %s;", sc, amax, inv, sc);
 }
 
+/* t0, t1: the 128-token tiles of slice `part` of `parts`. */
+static void emit_slice(lg_buf *b, int parts)
+{
+	lg_line(b, "const i64 tiles = (M + %d) / %d, per = (tiles + %d) / %d;", ROWS - 1, ROWS, parts - 1, parts);
+	lg_line(b, "const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles");
+}
+
 /* Kernel 1: reciprocal RMS and the rowwise copy, lpr lanes per row. */
 static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
@@ -191,13 +219,14 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_comment(b, "columns each, %d rows per CTA.%s", l.rows,
 		   colwise(s) ? " x is loaded with an L2 evict-last policy: kernel 2 re-reads it." : "");
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", l.threads);
-	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)", p->entry[0]);
+	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)", p->entry[0]);
 	lg_open(b, "{");
 	lg_emit_row_prologue(b, &l);
 	if (p->early[1] && colwise(s))
-		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // kernel 2 may be scheduled");
-	lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
-	lg_line(b, "const bool live = m < M;");
+		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the next launch may be scheduled");
+	emit_slice(b, (int)p->P_STAGES);
+	lg_line(b, "const i64 m = t0 * %d + (i64)blockIdx.x * %d + slot;", ROWS, l.rows);
+	lg_line(b, "const bool live = m < (t1 * %d < M ? t1 * %d : M);", ROWS, ROWS);
 	lg_line(b, "lg_u32x4 v[%d];", l.k);
 	if (colwise(s)) {
 		lg_line(b, "const u64 keep = lg_policy_evict_last();");
@@ -387,13 +416,17 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_comment(b, "4 rows x 8 columns (%d threads). x re-read from L2 (evict first), streaming stores.",
 		   K2_THREADS);
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
-	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)", p->entry[1]);
+	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)", p->entry[1]);
 	lg_open(b, "{");
 	lg_comment(b, "Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest");
 	lg_comment(b, "to be still in L2.");
-	emit_tile_prologue(b, "gridDim.y - 1 - blockIdx.y");
 	if (p->early[1])
-		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // kernel 1 done, its rms visible");
+		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the next launch may be scheduled");
+	emit_slice(b, (int)p->P_STAGES);
+	lg_line(b, "if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice");
+	emit_tile_prologue(b, "t1 - 1 - blockIdx.y");
+	if (p->early[1])
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // this slice's rows launch is done, its rms visible");
 	emit_tile_load_x(b, p->hidden, "lg_ld16_cs");
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
@@ -440,7 +473,7 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 			K2_THREADS, st > 2 ? 1 : 2);
 	else
 		lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
-	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)", p->entry[0]);
+	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)", p->entry[0]);
 	lg_open(b, "{");
 	emit_tile_prologue(b, NULL);
 	lg_line(b, "double *const psum2 = (double *)(cinv + %d); // [2][128] partial sums of squares", COLS);

@@ -22,7 +22,8 @@ lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens,
 			       (long long)tokens, (long long)65535 * 128);
 	if (tokens == 0)
 		return LG_OK;
-	void *params[LG_MAX_ARGS + 1];
+	void *params[LG_MAX_ARGS + 2];
+	int64_t part = 0;
 	for (int i = 0; i < nptrs; i++) {
 		if (p->used[i] && !ptrs[i])
 			return lg_fail(LG_ERR_INVALID_ARG, "%s: pointer %d must not be 0", p->entry[0], i);
@@ -32,9 +33,11 @@ lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens,
 		params[i] = (void *)&ptrs[i];
 	}
 	params[nptrs] = (void *)&tokens;
+	params[nptrs + 1] = (void *)&part;
 	for (int e = 0; e < p->nentries; e++) {
 		struct lg_launch_dim d;
 		k->fam->geometry(p, e, tokens, &d);
+		part = p->part[e]; /* the driver copies the parameters at the call */
 		CUresult r;
 		if (p->early[e] && k->early) {
 			CUlaunchAttribute at = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};

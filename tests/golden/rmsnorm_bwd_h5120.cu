@@ -131,9 +131,9 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 static __device__ __forceinline__ i64 lg_ctas(i64 M) { i64 n = (M + 0) / 1; return n < 264 ? n : 264; }
 
 extern "C" __global__ void __launch_bounds__(256)
-lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)
+lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
-	extern __shared__ __align__(16) float part[]; // [rows per CTA][hidden]
+	extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums
 	const int lane = threadIdx.x & 31, slot = threadIdx.x / 256, t = threadIdx.x % 256;
 	(void)lane;
 	__shared__ double dred[8];
@@ -230,19 +230,19 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	for (int k = 0; k < 3; k++) {
 		const int c = t + k * 256;
 		if (c < 640)
-			for (int e = 0; e < 8; e++) part[slot * 5120 + c * 8 + e] = acc[k][e];
+			for (int e = 0; e < 8; e++) dwp[slot * 5120 + c * 8 + e] = acc[k][e];
 	}
 	__syncthreads();
 	for (int col = threadIdx.x; col < 5120; col += 256) {
 		float sum = 0.0f;
-		for (int sl = 0; sl < 1; sl++) sum += part[sl * 5120 + col];
+		for (int sl = 0; sl < 1; sl++) sum += dwp[sl * 5120 + col];
 		((float *)ws)[(i64)blockIdx.x * 5120 + col] = sum;
 	}
 }
 
 // dw[col] = sum of the workspace rows, in CTA order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
-lg_rmsnorm_bwd_bf16_h5120_dw(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M)
+lg_rmsnorm_bwd_bf16_h5120_dw(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
 	asm volatile("griddepcontrol.wait;" ::: "memory"); // the partial sums are written
 	const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;

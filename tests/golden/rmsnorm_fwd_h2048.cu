@@ -129,7 +129,7 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 
 // 32 lanes per row, 8 16-byte pieces each; 8 rows per CTA.
 extern "C" __global__ void __launch_bounds__(256)
-lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M)
+lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 {
 	const int lane = threadIdx.x & 31, slot = threadIdx.x / 32, t = threadIdx.x % 32;
 	(void)lane;

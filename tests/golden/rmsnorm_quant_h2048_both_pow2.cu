@@ -177,15 +177,17 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { ret
 // Kernel 1: reciprocal RMS and the rowwise copy of each row; 64 lanes per row, 4 pieces of 8
 // columns each, 2 rows per CTA. x is loaded with an L2 evict-last policy: kernel 2 re-reads it.
 extern "C" __global__ void __launch_bounds__(128)
-lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)
+lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
 {
 	const int lane = threadIdx.x & 31, slot = threadIdx.x / 64, t = threadIdx.x % 64;
 	(void)lane;
 	__shared__ double dred[4];
 	__shared__ float fred[4];
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // kernel 2 may be scheduled
-	const i64 m = (i64)blockIdx.x * 2 + slot;
-	const bool live = m < M;
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // the next launch may be scheduled
+	const i64 tiles = (M + 127) / 128, per = (tiles + 3) / 4;
+	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
+	const i64 m = t0 * 128 + (i64)blockIdx.x * 2 + slot;
+	const bool live = m < (t1 * 128 < M ? t1 * 128 : M);
 	lg_u32x4 v[4];
 	const u64 keep = lg_policy_evict_last();
 	#pragma unroll
@@ -239,10 +241,14 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 r
 // Kernel 2: the columnwise copy of a tile of 128 tokens x 128 features; thread =
 // 4 rows x 8 columns (512 threads). x re-read from L2 (evict first), streaming stores.
 extern "C" __global__ void __launch_bounds__(512, 2)
-lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)
+lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
 {
 	// Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest
 	// to be still in L2.
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // the next launch may be scheduled
+	const i64 tiles = (M + 127) / 128, per = (tiles + 3) / 4;
+	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
+	if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice
 	extern __shared__ __align__(128) u8 smem[];
 	u8 *const stage = smem; // qt staging [128 columns][128 tokens], 4-byte slots swizzled
 	float *const cpart = (float *)(stage + 16384); // [16][128] column maxima of row-block pairs
@@ -250,9 +256,9 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block
 	const i64 k0 = (i64)blockIdx.x * 128, col0 = k0 + lb * 8; // this thread's first column
 	(void)csc;
-	const i64 tr = gridDim.y - 1 - blockIdx.y, m0 = tr * 128;
+	const i64 tr = t1 - 1 - blockIdx.y, m0 = tr * 128;
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
-	asm volatile("griddepcontrol.wait;" ::: "memory"); // kernel 1 done, its rms visible
+	asm volatile("griddepcontrol.wait;" ::: "memory"); // this slice's rows launch is done, its rms visible
 	const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * 2048 + col0) * 2;
 	lg_u32x4 xv[4];
 	#pragma unroll

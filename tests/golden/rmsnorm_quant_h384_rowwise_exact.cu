@@ -177,12 +177,14 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { ret
 // Kernel 1: reciprocal RMS and the rowwise copy of each row; 16 lanes per row, 3 pieces of 8
 // columns each, 8 rows per CTA.
 extern "C" __global__ void __launch_bounds__(128)
-lg_rmsnorm_quant_fwd_bf16_h384_rowwise_exact_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M)
+lg_rmsnorm_quant_fwd_bf16_h384_rowwise_exact_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
 {
 	const int lane = threadIdx.x & 31, slot = threadIdx.x / 16, t = threadIdx.x % 16;
 	(void)lane;
-	const i64 m = (i64)blockIdx.x * 8 + slot;
-	const bool live = m < M;
+	const i64 tiles = (M + 127) / 128, per = (tiles + 0) / 1;
+	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
+	const i64 m = t0 * 128 + (i64)blockIdx.x * 8 + slot;
+	const bool live = m < (t1 * 128 < M ? t1 * 128 : M);
 	lg_u32x4 v[3];
 	#pragma unroll
 	for (int k = 0; k < 3; k++) {

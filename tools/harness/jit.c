@@ -245,16 +245,18 @@ struct launcher {
 	int64_t tokens;
 	const lg_dptr *ptrs;
 	int nptrs;
-	void *params[LG_MAX_ARGS + 1];
+	void *params[LG_MAX_ARGS + 2];
+	int64_t part;
 	struct lg_launch_dim d[LG_MAX_ENTRIES];
 };
 
 /* The raw baseline: exactly the driver calls lg_kernel_launch makes. */
-static lg_status raw_launch(const struct launcher *l)
+static lg_status raw_launch(struct launcher *l)
 {
 	const struct lg_kernel *k = l->k;
 	for (int e = 0; e < k->plan.nentries; e++) {
 		const struct lg_launch_dim *d = &l->d[e];
+		l->part = k->plan.part[e];
 		CUresult r = l->cu->cuLaunchKernel((CUfunction)k->fn[e], d->grid[0], d->grid[1], d->grid[2],
 						   d->block[0], d->block[1], d->block[2], d->smem,
 						   l->stream, (void **)l->params, NULL);
@@ -264,7 +266,7 @@ static lg_status raw_launch(const struct launcher *l)
 	return LG_OK;
 }
 
-static lg_status one_launch(const struct launcher *l, bool raw)
+static lg_status one_launch(struct launcher *l, bool raw)
 {
 	if (raw)
 		return raw_launch(l);
@@ -273,7 +275,7 @@ static lg_status one_launch(const struct launcher *l, bool raw)
 
 /* Host seconds of n launches, a stream sync (untimed) every `batch`;
  * *gpu_us: GPU time per launch from events around the loop. */
-static lg_status time_loop(const struct launcher *l, bool raw, int n, int batch, double *host_us,
+static lg_status time_loop(struct launcher *l, bool raw, int n, int batch, double *host_us,
 			   double *gpu_us)
 {
 	LG_CU_TRY(l->cu, cuStreamSynchronize, (l->stream));
@@ -300,7 +302,7 @@ static lg_status time_loop(const struct launcher *l, bool raw, int n, int batch,
 }
 
 /* The four loops, interleaved, loops times; medians into *o. */
-static lg_status launch_loops(const struct launcher *l, struct lg_jit_launch *o)
+static lg_status launch_loops(struct launcher *l, struct lg_jit_launch *o)
 {
 	size_t nl = (size_t)o->loops;
 	double *v = calloc(5 * nl, sizeof *v);
@@ -344,6 +346,7 @@ static lg_status launch_setup(struct launcher *l, struct lg_gpu_case *g, const l
 	for (int i = 0; i < l->nptrs; i++)
 		l->params[i] = (void *)&l->ptrs[i];
 	l->params[l->nptrs] = (void *)&l->tokens;
+	l->params[l->nptrs + 1] = (void *)&l->part;
 	for (int e = 0; e < k->plan.nentries; e++)
 		k->fam->geometry(&k->plan, e, tokens, &l->d[e]);
 	LG_CU_TRY(l->cu, cuStreamCreate, (&l->stream, CU_STREAM_NON_BLOCKING));
