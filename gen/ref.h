@@ -18,8 +18,8 @@ enum lg_cmp {
 	LG_CMP_NONE,   /* an input, or a workspace */
 	LG_CMP_E4M3,   /* bit-equal for >= 1 - 1e-6 of bytes, the rest within one e4m3 step */
 	LG_CMP_SCALE,  /* fp32, bit-equal */
-	LG_CMP_FP32,   /* fp32, |d| <= rtol |ref| + atol */
-	LG_CMP_BF16,   /* bf16, |d| <= rtol |ref| + atol */
+	LG_CMP_FP32,   /* fp32, |d| <= rtol |ref| + atol max(1, rms(ref)) */
+	LG_CMP_BF16,   /* bf16, |d| <= rtol |ref| + atol max(1, rms(ref)) */
 };
 
 struct lg_ref_buf {

@@ -69,7 +69,8 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t h = s->dim[LG_DIM_HIDDEN];
-	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : 256;
+	/* measured on H200 at 8192 x 2048: the backward is fastest with 128 */
+	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : bwd ? 128 : 256;
 	struct lg_rowlayout l = lg_rowlayout_make(h, bwd ? 4 : 8, threads);
 	if (lg_spec_has_tile(s, LG_TILE_ROWS))
 		l = lg_rowlayout_make(h, bwd ? 4 : 8, s->tile[LG_TILE_ROWS] * l.lpr);

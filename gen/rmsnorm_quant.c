@@ -126,8 +126,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		 * still in L2 when it is read the second time; on sm_90 each launch
 		 * may start while the one before drains (programmatic dependent
 		 * launch). */
-		int parts = !colwise(s) ? 1 : lg_spec_has_tile(s, LG_TILE_STAGES) ? s->tile[LG_TILE_STAGES]
-							: t->sm >= 90 ? 4 : 1;
+		/* Default 1: measured on H200 at 8192 x 2048, 2 and 4 slices were
+		 * slower (36.7, 43.5 us against 35.3; bench/README.md). */
+		int parts = colwise(s) && lg_spec_has_tile(s, LG_TILE_STAGES) ? s->tile[LG_TILE_STAGES] : 1;
 		p->P_STAGES = parts;
 		p->tile[LG_TILE_STAGES] = parts;
 		p->nentries = colwise(s) ? 2 * parts : 1;

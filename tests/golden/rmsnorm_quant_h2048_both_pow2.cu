@@ -184,7 +184,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 r
 	__shared__ double dred[4];
 	__shared__ float fred[4];
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // the next launch may be scheduled
-	const i64 tiles = (M + 127) / 128, per = (tiles + 3) / 4;
+	const i64 tiles = (M + 127) / 128, per = (tiles + 0) / 1;
 	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
 	const i64 m = t0 * 128 + (i64)blockIdx.x * 2 + slot;
 	const bool live = m < (t1 * 128 < M ? t1 * 128 : M);
@@ -246,7 +246,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u
 	// Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest
 	// to be still in L2.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // the next launch may be scheduled
-	const i64 tiles = (M + 127) / 128, per = (tiles + 3) / 4;
+	const i64 tiles = (M + 127) / 128, per = (tiles + 0) / 1;
 	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
 	if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice
 	extern __shared__ __align__(128) u8 smem[];

@@ -3,7 +3,8 @@
  *   e4m3:  bit-equal for >= 1 - 1e-6 of bytes, every other byte within one
  *          e4m3 step of the reference (KERNELS.md 4.3);
  *   scale: fp32 bit-equal (4.2);
- *   fp32, bf16: |got - ref| <= rtol |ref| + atol elementwise (1.4).
+ *   fp32, bf16: |got - ref| <= rtol |ref| + atol max(1, rms(ref)) elementwise
+ *               (the tolerances of 1.4, the absolute one scaled by the output).
  * Every kind counts elements still holding the 0xff poison as unwritten.
  */
 #include "compare.h"
@@ -63,6 +64,18 @@ void lg_compare(const struct lg_ref_buf *b, const void *got, int max_report, FIL
 	uint64_t equal = 0, far = 0;
 	double num = 0, den = 0;
 	int reported = 0;
+	/* fp32/bf16: the absolute tolerance is relative to the output's RMS, so
+	 * that a long reduction whose result cancels to near zero is judged by
+	 * the size of what it summed, not by its own small value */
+	double scale = 0;
+	for (size_t i = 0; i < b->count && (b->cmp == LG_CMP_FP32 || b->cmp == LG_CMP_BF16); i++) {
+		double r = value(b, b->host, i);
+		if (isfinite(r))
+			scale += r * r;
+	}
+	scale = b->count ? sqrt(scale / (double)b->count) : 0;
+	if (scale < 1)
+		scale = 1;
 	for (size_t i = 0; i < b->count; i++) {
 		bool same = memcmp((const uint8_t *)got + i * b->elem, (const uint8_t *)b->host + i * b->elem,
 				   b->elem) == 0;
@@ -80,7 +93,7 @@ void lg_compare(const struct lg_ref_buf *b, const void *got, int max_report, FIL
 			else if (b->cmp == LG_CMP_SCALE)
 				bad = true;
 			else
-				bad = !(d <= b->rtol * fabs(r) + b->atol);
+				bad = !(d <= b->rtol * fabs(r) + b->atol * scale);
 			if (bad)
 				far++;
 			if (isfinite(r) && fabs(r) > 0 && d / fabs(r) > m->max_rel)
