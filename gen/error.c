@@ -22,6 +22,7 @@ static const char *const status_names[LG_STATUS_COUNT] = {
 	[LG_ERR_CUDA] = "LG_ERR_CUDA",
 	[LG_ERR_NO_DEVICE] = "LG_ERR_NO_DEVICE",
 	[LG_ERR_UNSUPPORTED] = "LG_ERR_UNSUPPORTED",
+	[LG_ERR_MISSING] = "LG_ERR_MISSING",
 };
 _Static_assert(sizeof status_names / sizeof status_names[0] == LG_STATUS_COUNT,
 	       "every status has a name");

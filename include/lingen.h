@@ -48,6 +48,7 @@ typedef enum lg_status {
 	LG_ERR_CUDA,          /* a driver call failed */
 	LG_ERR_NO_DEVICE,     /* no CUDA device, and no --arch to compile for */
 	LG_ERR_UNSUPPORTED,   /* valid request this build or arch cannot serve */
+	LG_ERR_MISSING,       /* a kernel the context's bundle does not hold */
 	LG_STATUS_COUNT
 } lg_status;
 
@@ -109,7 +110,37 @@ typedef struct lg_ctx_opts {
 	/* Disk cache folder. NULL: $LINGEN_CACHE_DIR, else $XDG_CACHE_HOME/lingen,
 	 * else ~/.cache/lingen. "off" disables the disk cache. */
 	const char *cache_dir;
+	/* A deployment bundle folder written by `lingen build` (manifest.json +
+	 * cubins). Kernels then come from the bundle only: NVRTC is never
+	 * loaded and the disk cache is not used; a kernel the bundle lacks for
+	 * the context's arch is LG_ERR_MISSING, naming kernel, arch and bundle.
+	 * NULL: JIT (NVRTC + cache). */
+	const char *bundle;
+	/* The same over cubins linked into the program by `lingen aot`
+	 * (lingen_aot() of the generated lingen_aot.c). Not with `bundle`. */
+	const struct lg_aot_table *aot;
 } lg_ctx_opts;
+
+/* One cubin embedded by `lingen aot`; the fields of a manifest.json kernel. */
+struct lg_aot_entry {
+	const char *spec;            /* the kernel's canonical spec JSON */
+	const char *entry;           /* entry-point base name (lg_spec_entry) */
+	const char *arch;            /* "sm_90a" */
+	const char *plan;            /* launch plan JSON, as in manifest.json */
+	const unsigned char *cubin;
+	size_t size;
+	unsigned long long checksum; /* XXH3-64 of the cubin */
+};
+
+/* The table `lingen aot` writes (LG_AOT_FORMAT: the manifest format). */
+#define LG_AOT_FORMAT 2
+struct lg_aot_table {
+	int format;                  /* LG_AOT_FORMAT of the lingen that wrote it */
+	const char *lingen;          /* its version */
+	const char *nvrtc;           /* NVRTC version of the cubins, "13.0" */
+	size_t count;
+	const struct lg_aot_entry *entries;
+};
 
 /* Create a context. opts may be NULL. Creating a context with an explicit
  * arch touches no CUDA library; the driver is opened when a kernel is first
@@ -117,11 +148,13 @@ typedef struct lg_ctx_opts {
 lg_status lg_ctx_create(const lg_ctx_opts *opts, lg_ctx **out);
 /* Unloads every kernel of the context. No launch may be in flight. */
 void lg_ctx_destroy(lg_ctx *ctx);
-/* The arch the context compiles for. Owned by the context. */
+/* The arch the context compiles (or takes from its bundle) for. Owned by
+ * the context. */
 const char *lg_ctx_arch(const lg_ctx *ctx);
 
 /* Cubin of a spec for the context's arch, from the memory cache, the disk
- * cache or a fresh NVRTC compile (in that order). Needs no GPU. *cubin is
+ * cache or a fresh NVRTC compile (in that order); with a bundle, from the
+ * bundle (checksum verified). Needs no GPU. *cubin is
  * owned by the context and lives as long as it. */
 lg_status lg_ctx_cubin(lg_ctx *ctx, const lg_spec *s, const void **cubin, size_t *size);
 

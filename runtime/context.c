@@ -1,6 +1,8 @@
 /*
  * context.c - contexts and kernel handles: the memory cache, the disk cache,
- * NVRTC on a miss, and loading with cuLibraryLoadData.
+ * NVRTC on a miss, and loading with cuLibraryLoadData. A context made with a
+ * deployment bundle (opts.bundle, opts.aot) takes every cubin from it
+ * instead (bundle.c): no NVRTC, no disk cache.
  *
  * A context maps canonical spec JSON to an entry holding the plan, the cubin
  * and (once loaded) the kernel handle. Entries are never removed before
@@ -16,6 +18,14 @@
 #include "generate.h"
 #include "log.h"
 #include "nvrtc.h"
+
+/* A bundle instead of the JIT: from a folder or an embedded table. */
+static lg_status open_bundle(lg_ctx *c, const lg_ctx_opts *opts)
+{
+	if (opts->bundle && opts->aot)
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_ctx_create: give a bundle folder or an embedded table, not both");
+	return opts->bundle ? lg_bundle_open(opts->bundle, &c->bundle) : lg_bundle_from_aot(opts->aot, &c->bundle);
+}
 
 lg_status lg_ctx_create(const lg_ctx_opts *opts, lg_ctx **out)
 {
@@ -41,8 +51,13 @@ lg_status lg_ctx_create(const lg_ctx_opts *opts, lg_ctx **out)
 		return lg_fail(LG_ERR_INVALID_ARG, "unknown arch '%s': expected sm_<NN>[a] with NN >= 80, e.g. sm_90a",
 			       arch);
 	}
-	c->cache = lg_cache_open(opts ? opts->cache_dir : NULL, 0);
-	if (!c->cache) {
+	if (opts && (opts->bundle || opts->aot)) {
+		lg_status st = open_bundle(c, opts);
+		if (st != LG_OK) {
+			free(c);
+			return st;
+		}
+	} else if (!(c->cache = lg_cache_open(opts ? opts->cache_dir : NULL, 0))) {
 		free(c);
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening the cache");
 	}
@@ -73,6 +88,7 @@ void lg_ctx_destroy(lg_ctx *c)
 		entry_free(c->entries[i]);
 	free(c->entries);
 	lg_cache_close(c->cache);
+	lg_bundle_free(c->bundle);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
@@ -87,10 +103,35 @@ static struct lg_ctx_entry *find(lg_ctx *c, const char *canon)
 	return NULL;
 }
 
+/* An entry from the context's bundle: its cubin and stored plan; called
+ * unlocked. Never generates or compiles. */
+static lg_status bundle_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
+			      struct lg_ctx_entry **out)
+{
+	double t0 = lg_now();
+	struct lg_ctx_entry *e = calloc(1, sizeof *e);
+	if (!e) {
+		free(canon);
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+	}
+	e->canon = canon;
+	lg_status st = lg_bundle_get(c->bundle, canon, s->entry, c->target.name, &e->plan, &e->cubin,
+				     &e->cubin_size);
+	if (st != LG_OK) {
+		entry_free(e);
+		return st;
+	}
+	lg_log("bundle: %s %s (read %.3f ms)", s->entry, c->target.name, (lg_now() - t0) * 1e3);
+	*out = e;
+	return LG_OK;
+}
+
 /* Generate and compile (or read from disk) an entry; called unlocked. */
 static lg_status build_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
 			     struct lg_ctx_entry **out)
 {
+	if (c->bundle)
+		return bundle_entry(c, s, canon, out);
 	double t0 = lg_now();
 	struct lg_ctx_entry *e = calloc(1, sizeof *e);
 	if (!e) {
@@ -172,6 +213,15 @@ static lg_status get_entry(lg_ctx *c, const lg_spec *s, struct lg_ctx_entry **ou
 	entry_free(fresh);
 	*out = e;
 	return LG_OK;
+}
+
+lg_status lg_ctx_plan(lg_ctx *c, const lg_spec *s, struct lg_plan *out)
+{
+	struct lg_ctx_entry *e;
+	lg_status st = get_entry(c, s, &e);
+	if (st == LG_OK)
+		*out = e->plan;
+	return st;
 }
 
 lg_status lg_ctx_cubin(lg_ctx *c, const lg_spec *s, const void **cubin, size_t *size)

@@ -1,12 +1,13 @@
 /*
  * context.h - internals of lg_ctx and lg_kernel shared by the runtime files
- * (context.c: JIT and cache; launch.c: the hot path).
+ * (context.c: JIT, cache and bundles; launch.c: the hot path).
  */
 #ifndef LG_RUNTIME_CONTEXT_H
 #define LG_RUNTIME_CONTEXT_H
 
 #include <pthread.h>
 
+#include "bundle.h"
 #include "cache.h"
 #include "cuda.h"
 #include "family.h"
@@ -34,9 +35,14 @@ struct lg_ctx_entry {
 struct lg_ctx {
 	pthread_mutex_t mu;
 	struct lg_target target;
-	lg_cache *cache;
+	lg_cache *cache;   /* NULL with a bundle */
+	lg_bundle *bundle; /* NULL: JIT */
 	struct lg_ctx_entry **entries;
 	size_t n, cap;
 };
+
+/* The plan of a spec for the context's arch, as its cubin was (or will be)
+ * generated with: for `lingen build` and `lingen aot`, which record it. */
+lg_status lg_ctx_plan(lg_ctx *c, const lg_spec *s, struct lg_plan *out);
 
 #endif

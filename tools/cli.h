@@ -142,6 +142,7 @@ double lg_cli_now(void);
 /* The commands, one per tools/cmd_<name>.c. */
 extern const struct lg_cli_cmd lg_cmd_gen;
 extern const struct lg_cli_cmd lg_cmd_build;
+extern const struct lg_cli_cmd lg_cmd_aot;
 extern const struct lg_cli_cmd lg_cmd_check;
 extern const struct lg_cli_cmd lg_cmd_bench;
 extern const struct lg_cli_cmd lg_cmd_cache;

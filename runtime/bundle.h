@@ -1,0 +1,51 @@
+/*
+ * bundle.h - deployment bundles: pre-built cubins looked up by spec and arch
+ * instead of the JIT (no NVRTC, no disk cache).
+ *
+ * A bundle comes from a folder written by `lingen build` (manifest.json +
+ * <entry>.<arch>.cubin) or from a table embedded by `lingen aot` (struct
+ * lg_aot_table, include/lingen.h). Both give the same items: canonical spec,
+ * entry, arch, cubin (file or bytes), size, XXH3-64 checksum and the launch
+ * plan the cubin was generated with. The manifest layout is documented at
+ * the top of bundle.c, beside its reader; the writers (tools/cmd_build.c,
+ * tools/cmd_aot.c) use lg_plan_to_json below.
+ */
+#ifndef LG_RUNTIME_BUNDLE_H
+#define LG_RUNTIME_BUNDLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cjson/cJSON.h>
+
+#include "family.h"
+#include "lingen.h"
+
+/* Version of manifest.json and of struct lg_aot_table (LG_AOT_FORMAT). */
+#define LG_MANIFEST_FORMAT 2
+
+typedef struct lg_bundle lg_bundle;
+
+/* Open the bundle in folder dir: read and check manifest.json (not the
+ * cubins: they are read on lookup). LG_ERR_IO for a missing or unreadable
+ * manifest, LG_ERR_SPEC for one that does not parse or has the wrong format.
+ * The caller frees *out with lg_bundle_free. */
+lg_status lg_bundle_open(const char *dir, lg_bundle **out);
+/* The same over a table embedded by `lingen aot` (not copied: it must
+ * outlive the bundle, as static data does). */
+lg_status lg_bundle_from_aot(const struct lg_aot_table *t, lg_bundle **out);
+void lg_bundle_free(lg_bundle *b);
+
+/* The cubin and plan of a spec (canonical JSON `canon`, entry name `entry`)
+ * for arch. *cubin is malloc'd (caller frees). A kernel not in the bundle
+ * is LG_ERR_MISSING naming the entry, the arch and the bundle; a cubin that
+ * cannot be read or fails its checksum is LG_ERR_IO. Thread-safe. */
+lg_status lg_bundle_get(const lg_bundle *b, const char *canon, const char *entry, const char *arch,
+			struct lg_plan *plan, void **cubin, size_t *size);
+
+/* The plan as the manifest stores it: tile, args, aux, and per entry point
+ * its name and launch geometry (block, dynamic smem, cluster, persistent,
+ * the grid at 1 and 8192 tokens). NULL on allocation failure. */
+cJSON *lg_plan_to_json(const struct lg_family *f, const struct lg_plan *p);
+
+#endif

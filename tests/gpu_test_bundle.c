@@ -1,0 +1,124 @@
+/*
+ * gpu_test_bundle.c - a deployment bundle on the GPU (label "gpu"): build
+ * a bundle for the device's arch with the CLI, make NVRTC unloadable, create
+ * a context on the bundle and check every kernel of ling-mini-2.0-norms
+ * against its CPU reference at 8192 and 127 tokens. A kernel the bundle
+ * lacks is LG_ERR_MISSING, not a JIT compile.
+ * Skips with a message when no CUDA device is present.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "cuda.h"
+#include "harness.h"
+#include "nvrtc.h"
+#include "proc.h"
+#include "testutil.h"
+
+#define NORMS LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json"
+
+static char *tmp;
+static lg_ctx *ctx; /* on the bundle; NULL: no device, skip */
+
+/* Build the bundle for the device's arch (NVRTC available), then block
+ * NVRTC and open a context on the bundle. */
+static int setup(void **state)
+{
+	(void)state;
+	const struct lg_cu *cu;
+	char arch[16];
+	if (lg_cu_get(&cu) != LG_OK || lg_cu_ensure_context(0) != LG_OK || lg_cu_device_arch(arch) != LG_OK) {
+		printf("SKIP: no CUDA device: %s\n", lg_last_error());
+		return 0;
+	}
+	tmp = lg_test_tmpdir("gpu-bundle");
+	char *bundle = lg_test_path(tmp, "bundle"), *cache = lg_test_path(tmp, "cache"), *env[2] = {NULL, NULL};
+	if (asprintf(&env[0], "LINGEN_CACHE_DIR=%s", cache) < 0)
+		return -1;
+	char *argv[] = {(char *)LG_CLI, (char *)"build", (char *)NORMS, (char *)"--arch", arch, (char *)"-o",
+			bundle, NULL};
+	struct lg_proc p = {0};
+	int rc = lg_proc_run(argv, env, &p) == 0 && p.status == 0 ? 0 : -1;
+	if (rc)
+		fprintf(stderr, "lingen build failed:\n%s\n", p.err ? p.err : "");
+	lg_proc_free(&p);
+	lg_nvrtc_block_for_tests(1);
+	lg_ctx_opts o = {.bundle = bundle}; /* arch: the device's */
+	if (!rc && lg_ctx_create(&o, &ctx) != LG_OK) {
+		fprintf(stderr, "%s\n", lg_last_error());
+		rc = -1;
+	}
+	if (!rc)
+		printf("bundle %s for %s, NVRTC blocked\n", bundle, lg_ctx_arch(ctx));
+	free(env[0]);
+	free(cache);
+	free(bundle);
+	return rc;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	lg_ctx_destroy(ctx);
+	lg_test_rm_rf(tmp);
+	free(tmp);
+	return 0;
+}
+
+static void check(const lg_spec *s, int64_t tokens)
+{
+	struct lg_check_opts o = {.tokens = tokens, .seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)tokens};
+	struct lg_check_result r;
+	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
+		fail_msg("%s x %lld: %s", lg_spec_entry(s), (long long)tokens, lg_last_error());
+	printf("%s M=%lld (bundle): %s\n", lg_spec_entry(s), (long long)tokens, r.pass ? "PASS" : "FAIL");
+	assert_true(r.nmeasures > 0);
+	assert_true(r.pass);
+}
+
+static void test_bundle_kernels(void **state)
+{
+	(void)state;
+	if (!ctx)
+		skip();
+	lg_spec_file *f;
+	assert_int_equal(lg_spec_file_load(NORMS, &f), LG_OK);
+	for (size_t i = 0; i < lg_spec_file_count(f); i++) {
+		check(lg_spec_file_get(f, i), 8192);
+		check(lg_spec_file_get(f, i), 127);
+	}
+	lg_spec_file_free(f);
+}
+
+static void test_bundle_missing(void **state)
+{
+	(void)state;
+	if (!ctx)
+		skip();
+	lg_spec *s;
+	assert_int_equal(lg_spec_parse("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096}", &s),
+			 LG_OK);
+	lg_kernel *k;
+	assert_int_equal(lg_kernel_get(ctx, s, &k), LG_ERR_MISSING);
+	assert_non_null(strstr(lg_last_error(), lg_spec_entry(s)));
+	lg_spec_free(s);
+}
+
+int main(void)
+{
+	unsetenv("LINGEN_ARCH");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_bundle_kernels),
+		cmocka_unit_test(test_bundle_missing),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

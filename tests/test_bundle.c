@@ -1,0 +1,509 @@
+/*
+ * test_bundle.c - deployment bundles without a GPU: `lingen build` writes a
+ * manifest (format 2) naming every kernel x arch with its spec, entry, plan
+ * (launch geometry), checksum and the lingen and NVRTC versions; a context
+ * on the bundle serves cubins with NVRTC made unloadable, gets as far as
+ * the driver in lg_kernel_get, names kernel, arch and bundle for a kernel
+ * the bundle lacks, and refuses a corrupt cubin or manifest. `lingen aot`:
+ * the generated C compiles, links into a program and dispatches by arch;
+ * a context over a hand-made lg_aot_table looks kernels up the same way.
+ *
+ * Needs NVRTC (for the build) but no GPU. Runs the CLI (LG_CLI) and the
+ * system C compiler (cc).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include <cjson/cJSON.h>
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "lingen.h"
+#include "nvrtc.h"
+#include "proc.h"
+#include "testutil.h"
+
+#define NORMS LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json"
+#define OTHER_SPEC "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096}"
+
+static const char *const archs[] = {"sm_90a", "sm_80"};
+#define NARCH 2
+
+static char *tmp;    /* the test's temp folder */
+static char *bundle; /* tmp/bundle: built once by setup */
+static lg_spec_file *norms;
+
+/* Run a program (argv NULL-terminated) with LINGEN_CACHE_DIR in tmp; assert
+ * its exit status. Free the result with lg_proc_free. */
+static struct lg_proc run_prog(int want, char **argv)
+{
+	char *cache = lg_test_path(tmp, "cache"), *env[2] = {NULL, NULL};
+	assert_true(asprintf(&env[0], "LINGEN_CACHE_DIR=%s", cache) > 0);
+	struct lg_proc p;
+	assert_int_equal(lg_proc_run(argv, env, &p), 0);
+	fprintf(stderr, "$");
+	for (char **a = argv; *a; a++)
+		fprintf(stderr, " %s", *a);
+	fprintf(stderr, "  -> %d\n%s", p.status, p.err);
+	assert_int_equal(p.status, want);
+	free(env[0]);
+	free(cache);
+	return p;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	tmp = lg_test_tmpdir("bundle");
+	bundle = lg_test_path(tmp, "bundle");
+	if (lg_spec_file_load(NORMS, &norms) != LG_OK)
+		return -1;
+	char *argv[] = {(char *)LG_CLI, (char *)"build", (char *)NORMS, (char *)"--arch",
+			(char *)"sm_90a,sm_80", (char *)"-o", bundle, (char *)"-j", (char *)"2", NULL};
+	struct lg_proc p = run_prog(0, argv);
+	lg_proc_free(&p);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	lg_spec_file_free(norms);
+	lg_test_rm_rf(tmp);
+	free(bundle);
+	free(tmp);
+	return 0;
+}
+
+static cJSON *load_manifest(void)
+{
+	char *path = lg_test_path(bundle, "manifest.json");
+	char *text = lg_test_read_file(path, NULL);
+	assert_non_null(text);
+	cJSON *m = cJSON_Parse(text);
+	assert_non_null(m);
+	free(text);
+	free(path);
+	return m;
+}
+
+/* The manifest's kernel for entry x arch (asserted present). */
+static cJSON *manifest_kernel(cJSON *m, const char *entry, const char *arch)
+{
+	cJSON *k;
+	cJSON_ArrayForEach(k, cJSON_GetObjectItem(m, "kernels"))
+	{
+		const char *e = cJSON_GetStringValue(cJSON_GetObjectItem(k, "entry"));
+		const char *a = cJSON_GetStringValue(cJSON_GetObjectItem(k, "arch"));
+		if (e && a && strcmp(e, entry) == 0 && strcmp(a, arch) == 0)
+			return k;
+	}
+	fail_msg("%s for %s is not in the manifest", entry, arch);
+	return NULL;
+}
+
+/* The bytes of the bundle's cubin of entry x arch. */
+static char *bundle_cubin(const char *entry, const char *arch, size_t *size)
+{
+	char *name, *path;
+	assert_true(asprintf(&name, "%s.%s.cubin", entry, arch) > 0);
+	path = lg_test_path(bundle, name);
+	char *data = lg_test_read_file(path, size);
+	assert_non_null(data);
+	free(path);
+	free(name);
+	return data;
+}
+
+static void check_plan(const cJSON *plan)
+{
+	assert_true(cJSON_IsObject(cJSON_GetObjectItem(plan, "tile")));
+	assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(plan, "tile"), "threads")) > 0);
+	assert_true(cJSON_IsArray(cJSON_GetObjectItem(plan, "used")));
+	cJSON *es = cJSON_GetObjectItem(plan, "entries"), *e;
+	assert_true(cJSON_GetArraySize(es) >= 1);
+	cJSON_ArrayForEach(e, es)
+	{
+		assert_non_null(cJSON_GetStringValue(cJSON_GetObjectItem(e, "name")));
+		assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(e, "block")), 3);
+		assert_true(cJSON_GetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(e, "block"), 0)) >= 32);
+		assert_true(cJSON_IsNumber(cJSON_GetObjectItem(e, "smem")));
+		assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(e, "grid_at_1")), 3);
+		assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(e, "grid_at_8192")), 3);
+		assert_true(cJSON_IsBool(cJSON_GetObjectItem(e, "persistent")));
+	}
+}
+
+/* Every kernel x arch with its spec, entry, plan, checksum; the versions. */
+static void test_manifest(void **state)
+{
+	(void)state;
+	cJSON *m = load_manifest();
+	assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "format")), 2);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(m, "lingen")), lg_version());
+	int major, minor;
+	char nv[32];
+	assert_int_equal(lg_nvrtc_version(&major, &minor), LG_OK);
+	snprintf(nv, sizeof nv, "%d.%d", major, minor);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(m, "nvrtc")), nv);
+	size_t nk = lg_spec_file_count(norms);
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(m, "kernels")), (int)(nk * NARCH));
+	for (size_t i = 0; i < nk; i++) {
+		const lg_spec *s = lg_spec_file_get(norms, i);
+		char *canon = lg_spec_canonical(s);
+		cJSON *want = cJSON_Parse(canon);
+		for (int a = 0; a < NARCH; a++) {
+			cJSON *k = manifest_kernel(m, lg_spec_entry(s), archs[a]);
+			assert_true(cJSON_Compare(cJSON_GetObjectItem(k, "spec"), want, true));
+			check_plan(cJSON_GetObjectItem(k, "plan"));
+			const char *first = cJSON_GetStringValue(
+				cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(k, "plan"), "entries"), 0), "name"));
+			assert_non_null(strstr(first, lg_spec_entry(s)));
+			size_t n;
+			char *data = bundle_cubin(lg_spec_entry(s), archs[a], &n);
+			lg_test_assert_cubin(data, n);
+			char sum[17];
+			snprintf(sum, sizeof sum, "%016llx", (unsigned long long)XXH3_64bits(data, n));
+			assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(k, "checksum")), sum);
+			assert_int_equal((size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(k, "size")), n);
+			free(data);
+		}
+		cJSON_Delete(want);
+		free(canon);
+	}
+	cJSON_Delete(m);
+}
+
+static lg_ctx *bundle_ctx(const char *arch, const char *cache)
+{
+	lg_ctx_opts o = {.arch = arch, .cache_dir = cache, .bundle = bundle};
+	lg_ctx *c = NULL;
+	if (lg_ctx_create(&o, &c) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	assert_string_equal(lg_ctx_arch(c), arch);
+	return c;
+}
+
+/* With NVRTC unloadable: the bundle's bytes, the driver reached, the
+ * missing-kernel error; the cache folder is never touched. */
+static void test_load_without_nvrtc(void **state)
+{
+	(void)state;
+	lg_nvrtc_block_for_tests(1);
+	int major, minor;
+	assert_int_equal(lg_nvrtc_version(&major, &minor), LG_ERR_NVRTC);
+
+	char *cache = lg_test_path(tmp, "untouched-cache");
+	lg_ctx *c = bundle_ctx("sm_90a", cache);
+	for (size_t i = 0; i < lg_spec_file_count(norms); i++) {
+		const lg_spec *s = lg_spec_file_get(norms, i);
+		const void *cubin;
+		size_t size, n;
+		if (lg_ctx_cubin(c, s, &cubin, &size) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		char *want = bundle_cubin(lg_spec_entry(s), "sm_90a", &n);
+		assert_int_equal(size, n);
+		assert_memory_equal(cubin, want, n);
+		free(want);
+
+		lg_kernel *k = NULL;
+		lg_status st = lg_kernel_get(c, s, &k);
+		fprintf(stderr, "lg_kernel_get %s: %s %s\n", lg_spec_entry(s), lg_status_str(st), lg_last_error());
+		if (access("/dev/nvidiactl", F_OK) != 0)
+			assert_true(st == LG_ERR_DRIVER || st == LG_ERR_NO_DEVICE);
+		else
+			assert_true(st == LG_OK || st == LG_ERR_DRIVER || st == LG_ERR_NO_DEVICE);
+	}
+
+	/* a kernel the bundle lacks: named with arch and bundle, never JIT'd */
+	lg_spec *other;
+	assert_int_equal(lg_spec_parse(OTHER_SPEC, &other), LG_OK);
+	const void *cubin;
+	size_t size;
+	lg_kernel *k;
+	assert_int_equal(lg_ctx_cubin(c, other, &cubin, &size), LG_ERR_MISSING);
+	const char *msg = lg_last_error();
+	fprintf(stderr, "%s\n", msg);
+	assert_non_null(strstr(msg, lg_spec_entry(other)));
+	assert_non_null(strstr(msg, "sm_90a"));
+	assert_non_null(strstr(msg, bundle));
+	assert_non_null(strstr(msg, "lingen build"));
+	assert_int_equal(lg_kernel_get(c, other, &k), LG_ERR_MISSING);
+	assert_string_equal(lg_status_str(LG_ERR_MISSING), "LG_ERR_MISSING");
+	lg_ctx_destroy(c);
+
+	/* an arch the bundle was not built for */
+	c = bundle_ctx("sm_100a", cache);
+	assert_int_equal(lg_ctx_cubin(c, lg_spec_file_get(norms, 0), &cubin, &size), LG_ERR_MISSING);
+	assert_non_null(strstr(lg_last_error(), "sm_100a"));
+	assert_non_null(strstr(lg_last_error(), "sm_90a, sm_80"));
+	lg_ctx_destroy(c);
+
+	assert_int_equal(access(cache, F_OK), -1); /* no cache folder made */
+	lg_spec_free(other);
+	free(cache);
+	lg_nvrtc_block_for_tests(0);
+}
+
+/* A flipped byte in a cubin is a checksum error (restored afterwards). */
+static void test_corrupt_cubin(void **state)
+{
+	(void)state;
+	lg_nvrtc_block_for_tests(1);
+	const lg_spec *s = lg_spec_file_get(norms, 1);
+	char *name, *path;
+	assert_true(asprintf(&name, "%s.sm_80.cubin", lg_spec_entry(s)) > 0);
+	path = lg_test_path(bundle, name);
+	size_t n;
+	char *data = lg_test_read_file(path, &n);
+	assert_non_null(data);
+	data[n / 2] = (char)~data[n / 2];
+	lg_test_write_file(path, data, n);
+
+	lg_ctx *c = bundle_ctx("sm_80", NULL);
+	const void *cubin;
+	size_t size;
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_ERR_IO);
+	fprintf(stderr, "%s\n", lg_last_error());
+	assert_non_null(strstr(lg_last_error(), "checksum"));
+	assert_non_null(strstr(lg_last_error(), name));
+	lg_ctx_destroy(c);
+
+	data[n / 2] = (char)~data[n / 2];
+	lg_test_write_file(path, data, n);
+	c = bundle_ctx("sm_80", NULL);
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_OK);
+	lg_ctx_destroy(c);
+
+	/* a missing cubin file */
+	char *moved = lg_test_path(tmp, "moved.cubin");
+	assert_int_equal(rename(path, moved), 0);
+	c = bundle_ctx("sm_80", NULL);
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_ERR_IO);
+	assert_non_null(strstr(lg_last_error(), name));
+	lg_ctx_destroy(c);
+	assert_int_equal(rename(moved, path), 0);
+
+	free(moved);
+	free(data);
+	free(path);
+	free(name);
+	lg_nvrtc_block_for_tests(0);
+}
+
+/* lg_ctx_create on dir fails with st and a message holding `needle`. */
+static void expect_bad_bundle(const char *dir, lg_status st, const char *needle)
+{
+	lg_ctx_opts o = {.arch = "sm_90a", .bundle = dir};
+	lg_ctx *c = (lg_ctx *)&o;
+	assert_int_equal(lg_ctx_create(&o, &c), st);
+	assert_null(c);
+	fprintf(stderr, "%s\n", lg_last_error());
+	assert_non_null(strstr(lg_last_error(), needle));
+}
+
+/* Rewrite the bundle's manifest into dir with one change made by edit. */
+static void write_edited(const char *dir, void (*edit)(cJSON *m))
+{
+	cJSON *m = load_manifest();
+	edit(m);
+	char *text = cJSON_Print(m), *path = lg_test_path(dir, "manifest.json");
+	lg_test_write_file(path, text, strlen(text));
+	free(path);
+	free(text);
+	cJSON_Delete(m);
+}
+
+static void set_format_1(cJSON *m) { cJSON_SetNumberValue(cJSON_GetObjectItem(m, "format"), 1); }
+
+static void bad_geometry(cJSON *m)
+{
+	cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0);
+	cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(k, "plan"), "entries"), 0);
+	cJSON_SetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(e, "block"), 0), 999);
+}
+
+static void bad_spec(cJSON *m)
+{
+	cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 2);
+	cJSON_ReplaceItemInObject(cJSON_GetObjectItem(k, "spec"), "hidden", cJSON_CreateNumber(100));
+}
+
+static void test_bad_manifest(void **state)
+{
+	(void)state;
+	char *dir = lg_test_path(tmp, "bad");
+	assert_int_equal(mkdir(dir, 0755), 0);
+	expect_bad_bundle(dir, LG_ERR_IO, "manifest.json");
+
+	char *path = lg_test_path(dir, "manifest.json");
+	lg_test_write_file(path, "{ \"format\": 2, ", 15);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "not valid JSON");
+
+	write_edited(dir, set_format_1);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "format 1");
+	write_edited(dir, bad_geometry);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan.entries[0]");
+	write_edited(dir, bad_spec);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[2].spec");
+
+	lg_ctx_opts both = {.arch = "sm_90a", .bundle = bundle, .aot = (const struct lg_aot_table *)&both};
+	lg_ctx *c;
+	assert_int_equal(lg_ctx_create(&both, &c), LG_ERR_INVALID_ARG);
+	free(path);
+	free(dir);
+}
+
+/* A context over a hand-made embedded table: the same lookups. */
+static void test_aot_table(void **state)
+{
+	(void)state;
+	lg_nvrtc_block_for_tests(1);
+	cJSON *m = load_manifest();
+	size_t nk = lg_spec_file_count(norms);
+	struct lg_aot_entry *es = calloc(nk, sizeof *es);
+	char **keep = calloc(3 * nk, sizeof *keep);
+	assert_non_null(es);
+	assert_non_null(keep);
+	for (size_t i = 0; i < nk; i++) {
+		const lg_spec *s = lg_spec_file_get(norms, i);
+		cJSON *k = manifest_kernel(m, lg_spec_entry(s), "sm_80");
+		size_t n;
+		keep[3 * i] = lg_spec_canonical(s);
+		keep[3 * i + 1] = cJSON_PrintUnformatted(cJSON_GetObjectItem(k, "plan"));
+		keep[3 * i + 2] = bundle_cubin(lg_spec_entry(s), "sm_80", &n);
+		es[i] = (struct lg_aot_entry){.spec = keep[3 * i], .entry = lg_spec_entry(s), .arch = "sm_80",
+					      .plan = keep[3 * i + 1],
+					      .cubin = (const unsigned char *)keep[3 * i + 2], .size = n,
+					      .checksum = XXH3_64bits(keep[3 * i + 2], n)};
+	}
+	struct lg_aot_table t = {.format = LG_AOT_FORMAT, .lingen = LINGEN_VERSION, .nvrtc = "13.0",
+				 .count = nk, .entries = es};
+	lg_ctx_opts o = {.arch = "sm_80", .aot = &t};
+	lg_ctx *c;
+	if (lg_ctx_create(&o, &c) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	for (size_t i = 0; i < nk; i++) {
+		const void *cubin;
+		size_t size;
+		assert_int_equal(lg_ctx_cubin(c, lg_spec_file_get(norms, i), &cubin, &size), LG_OK);
+		assert_int_equal(size, es[i].size);
+		assert_memory_equal(cubin, es[i].cubin, size);
+	}
+	lg_spec *other;
+	assert_int_equal(lg_spec_parse(OTHER_SPEC, &other), LG_OK);
+	const void *cubin;
+	size_t size;
+	assert_int_equal(lg_ctx_cubin(c, other, &cubin, &size), LG_ERR_MISSING);
+	assert_non_null(strstr(lg_last_error(), "embedded"));
+	assert_non_null(strstr(lg_last_error(), lg_spec_entry(other)));
+	lg_ctx_destroy(c);
+
+	/* a wrong checksum, then a table of another format */
+	es[0].checksum ^= 1;
+	assert_int_equal(lg_ctx_create(&o, &c), LG_OK);
+	assert_int_equal(lg_ctx_cubin(c, lg_spec_file_get(norms, 0), &cubin, &size), LG_ERR_IO);
+	assert_non_null(strstr(lg_last_error(), "checksum"));
+	lg_ctx_destroy(c);
+	t.format = 1;
+	assert_int_equal(lg_ctx_create(&o, &c), LG_ERR_SPEC);
+
+	lg_spec_free(other);
+	for (size_t i = 0; i < 3 * nk; i++)
+		free(keep[i]);
+	free(keep);
+	free(es);
+	cJSON_Delete(m);
+	lg_nvrtc_block_for_tests(0);
+}
+
+/* A program that links only lingen_aot.c and asks its dispatcher. */
+static const char aot_main[] =
+	"#include <stdio.h>\n"
+	"#include \"lingen_aot.h\"\n"
+	"int main(int argc, char **argv)\n"
+	"{\n"
+	"\tsize_t n = 0;\n"
+	"\tconst unsigned char *c = lingen_aot_cubin(argv[1], argv[2], &n);\n"
+	"\tprintf(\"count=%zu format=%d\\n\", lingen_aot()->count, lingen_aot()->format);\n"
+	"\tif (!c || n < 4 || c[1] != 'E' || c[2] != 'L' || c[3] != 'F')\n"
+	"\t\treturn 3;\n"
+	"\tprintf(\"size=%zu\\n\", n);\n"
+	"\treturn lingen_aot_cubin(argv[1], \"sm_75\", &n) == NULL && argc == 3 ? 0 : 4;\n"
+	"}\n";
+
+static void test_aot_cli(void **state)
+{
+	(void)state;
+	if (access("/usr/bin/cc", X_OK) != 0)
+		skip();
+	char *dir = lg_test_path(tmp, "aot");
+	char *argv[] = {(char *)LG_CLI, (char *)"aot", (char *)NORMS, (char *)"--arch",
+			(char *)"sm_90a,sm_80", (char *)"-o", dir, NULL};
+	struct lg_proc p = run_prog(0, argv);
+	lg_proc_free(&p);
+
+	char *src = lg_test_path(dir, "lingen_aot.c"), *hdr = lg_test_path(dir, "lingen_aot.h");
+	char *text = lg_test_read_file(src, NULL), *htext = lg_test_read_file(hdr, NULL);
+	assert_non_null(text);
+	assert_non_null(htext);
+	assert_non_null(strstr(htext, "const struct lg_aot_table *lingen_aot(void);"));
+	assert_non_null(strstr(htext, "lingen_aot_cubin("));
+	for (size_t i = 0; i < lg_spec_file_count(norms); i++) {
+		char *want;
+		assert_true(asprintf(&want, ".entry = \"%s\",", lg_spec_entry(lg_spec_file_get(norms, i))) > 0);
+		assert_int_equal(lg_test_count(text, want), NARCH);
+		free(want);
+	}
+	for (int a = 0; a < NARCH; a++) {
+		char *want;
+		assert_true(asprintf(&want, ".arch = \"%s\",", archs[a]) > 0);
+		assert_int_equal(lg_test_count(text, want), (int)lg_spec_file_count(norms));
+		free(want);
+	}
+
+	/* compile with the strict flags, link into a program, run it */
+	char *main_c = lg_test_path(dir, "main.c"), *exe = lg_test_path(dir, "aot-main");
+	lg_test_write_file(main_c, aot_main, sizeof aot_main - 1);
+	char *cc[] = {(char *)"/usr/bin/cc", (char *)"-std=c11", (char *)"-Wall", (char *)"-Wextra",
+		      (char *)"-Wpedantic", (char *)"-Werror", (char *)"-I" LG_SOURCE_DIR "/include",
+		      (char *)"-I", dir, (char *)"-o", exe, src, main_c, NULL};
+	p = run_prog(0, cc);
+	lg_proc_free(&p);
+	char *entry = (char *)lg_spec_entry(lg_spec_file_get(norms, 2));
+	char *prog[] = {exe, entry, (char *)"sm_80", NULL};
+	p = run_prog(0, prog);
+	char want[64];
+	snprintf(want, sizeof want, "count=%d format=%d", (int)lg_spec_file_count(norms) * NARCH, LG_AOT_FORMAT);
+	assert_non_null(strstr(p.out, want));
+	lg_proc_free(&p);
+
+	free(exe);
+	free(main_c);
+	free(text);
+	free(htext);
+	free(src);
+	free(hdr);
+	free(dir);
+}
+
+int main(void)
+{
+	unsetenv("LINGEN_ARCH");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_manifest),     cmocka_unit_test(test_load_without_nvrtc),
+		cmocka_unit_test(test_corrupt_cubin), cmocka_unit_test(test_bad_manifest),
+		cmocka_unit_test(test_aot_table),    cmocka_unit_test(test_aot_cli),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,263 @@
+/*
+ * cmd_aot.c - `lingen aot SPEC|MODEL... --arch A[,B...] -o DIR [-j N]`:
+ * the cubins of every kernel x arch embedded in C, so a deployment links its
+ * kernels into its own binary with no files beside it. Needs no GPU.
+ *
+ * Writes DIR/lingen_aot.h and DIR/lingen_aot.c. The .c holds each cubin as a
+ * byte array (hex, 16 per line), a table of struct lg_aot_entry (canonical
+ * spec JSON, entry, arch, plan JSON, cubin, size, XXH3-64 checksum: the
+ * fields of a manifest.json kernel, include/lingen.h) and two functions:
+ *   const struct lg_aot_table *lingen_aot(void);   for lg_ctx_opts.aot
+ *   const void *lingen_aot_cubin(const char *entry, const char *arch,
+ *                                size_t *size);      the dispatcher by arch
+ * It includes only <lingen.h> (and <string.h>). Compiling is compile_all.c's,
+ * shared with `lingen build`. Output is deterministic for given inputs.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "buf.h"
+#include "bundle.h" /* lg_plan_to_json */
+#include "cache.h"  /* lg_mkdir_p */
+#include "cli.h"
+#include "compile_all.h"
+
+enum { O_OUT, O_ARCH, O_JOBS };
+static const struct lg_cli_opt opts[] = {
+	[O_OUT] = {"out", 'o', "DIR", "folder for lingen_aot.c and lingen_aot.h (created if missing)"},
+	[O_ARCH] = {"arch", 'a', "ARCH[,ARCH...]", "target archs (default $LINGEN_ARCH, else sm_90a)"},
+	[O_JOBS] = {"jobs", 'j', "N", "compile in N threads (default: number of CPUs)"},
+	{0},
+};
+
+static const char header[] =
+	"/*\n"
+	" * lingen_aot.h - kernels embedded by `lingen aot`: generated, do not edit.\n"
+	" *\n"
+	" * Create a context on them with\n"
+	" *   lg_ctx_opts o = {.aot = lingen_aot()};\n"
+	" *   lg_ctx_create(&o, &ctx);\n"
+	" * then lg_kernel_get / the launchers as usual: no NVRTC, no files.\n"
+	" */\n"
+	"#ifndef LINGEN_AOT_H\n"
+	"#define LINGEN_AOT_H\n"
+	"\n"
+	"#include <stddef.h>\n"
+	"\n"
+	"#include <lingen.h>\n"
+	"\n"
+	"#ifdef __cplusplus\n"
+	"extern \"C\" {\n"
+	"#endif\n"
+	"\n"
+	"/* The embedded bundle, for lg_ctx_opts.aot. */\n"
+	"const struct lg_aot_table *lingen_aot(void);\n"
+	"\n"
+	"/* The cubin of kernel `entry` (lg_spec_entry) for `arch` (\"sm_90a\"), and\n"
+	" * its size in *size (may be NULL); NULL when it was not embedded. */\n"
+	"const void *lingen_aot_cubin(const char *entry, const char *arch, size_t *size);\n"
+	"\n"
+	"#ifdef __cplusplus\n"
+	"}\n"
+	"#endif\n"
+	"#endif\n";
+
+/* A C string literal of s. */
+static void emit_cstr(lg_buf *b, const char *s)
+{
+	lg_emit(b, "\"");
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			lg_emit(b, "\\%c", *s);
+		else if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f)
+			lg_emit(b, "\\%03o", (unsigned char)*s);
+		else
+			lg_emit(b, "%c", *s);
+	}
+	lg_emit(b, "\"");
+}
+
+static void emit_cubin(lg_buf *b, const struct lg_compile_set *s, size_t i)
+{
+	const struct lg_compiled *c = &s->c[i];
+	const unsigned char *p = c->cubin;
+	lg_line(b, "/* %s for %s: %zu bytes */", lg_spec_entry(c->k->spec), s->archs[c->arch], c->size);
+	lg_open(b, "static _Alignas(16) const unsigned char cubin_%zu[%zu] = {", i, c->size);
+	for (size_t k = 0; k < c->size; k += 16) {
+		lg_emit(b, "\t");
+		for (size_t j = k; j < c->size && j < k + 16; j++)
+			lg_emit(b, "0x%02x,%s", p[j], j + 1 < c->size && j + 1 < k + 16 ? " " : "");
+		lg_emit(b, "\n");
+	}
+	lg_close_with(b, "};");
+	lg_line(b, "%s", "");
+}
+
+/* One table row; false on allocation failure. */
+static bool emit_entry(lg_buf *b, const struct lg_compile_set *s, size_t i)
+{
+	const struct lg_compiled *c = &s->c[i];
+	char *canon = lg_spec_canonical(c->k->spec);
+	cJSON *pj = lg_plan_to_json(lg_family_get(c->k->spec->op), &c->plan);
+	char *plan = pj ? cJSON_PrintUnformatted(pj) : NULL;
+	cJSON_Delete(pj);
+	if (canon && plan) {
+		lg_open(b, "{");
+		lg_line(b, ".spec =");
+		lg_emit(b, "\t\t");
+		emit_cstr(b, canon);
+		lg_emit(b, ",\n");
+		lg_line(b, ".entry = \"%s\",", lg_spec_entry(c->k->spec));
+		lg_line(b, ".arch = \"%s\",", s->archs[c->arch]);
+		lg_line(b, ".plan =");
+		lg_emit(b, "\t\t");
+		emit_cstr(b, plan);
+		lg_emit(b, ",\n");
+		lg_line(b, ".cubin = cubin_%zu,", i);
+		lg_line(b, ".size = sizeof cubin_%zu,", i);
+		lg_line(b, ".checksum = 0x%016llxull,", (unsigned long long)c->checksum);
+		lg_close_with(b, "},");
+	}
+	bool ok = canon && plan;
+	free(canon);
+	free(plan);
+	return ok;
+}
+
+/* The whole of lingen_aot.c; NULL on allocation failure. */
+static char *source(const struct lg_compile_set *s)
+{
+	char nv[32];
+	lg_compile_nvrtc_version(nv);
+	lg_buf b;
+	lg_buf_init(&b);
+	lg_line(&b, "/*");
+	lg_line(&b, " * lingen_aot.c - %zu cubins embedded by `lingen aot` (lingen %s, NVRTC %s):", s->n,
+		lg_version(), nv);
+	lg_line(&b, " * generated, do not edit. See lingen_aot.h.");
+	lg_line(&b, " *");
+	for (size_t i = 0; i < s->n; i++)
+		lg_line(&b, " *   %s %s", lg_spec_entry(s->c[i].k->spec), s->archs[s->c[i].arch]);
+	lg_line(&b, " */");
+	lg_line(&b, "#include <string.h>");
+	lg_line(&b, "%s", "");
+	lg_line(&b, "#include \"lingen_aot.h\"");
+	lg_line(&b, "%s", "");
+	for (size_t i = 0; i < s->n; i++)
+		emit_cubin(&b, s, i);
+	lg_open(&b, "static const struct lg_aot_entry entries[%zu] = {", s->n ? s->n : 1);
+	bool ok = true;
+	for (size_t i = 0; ok && i < s->n; i++)
+		ok = emit_entry(&b, s, i);
+	lg_close_with(&b, "};");
+	lg_line(&b, "%s", "");
+	lg_open(&b, "static const struct lg_aot_table table = {");
+	lg_line(&b, ".format = %d,", LG_AOT_FORMAT);
+	lg_line(&b, ".lingen = \"%s\",", lg_version());
+	lg_line(&b, ".nvrtc = \"%s\",", nv);
+	lg_line(&b, ".count = %zu,", s->n);
+	lg_line(&b, ".entries = entries,");
+	lg_close_with(&b, "};");
+	lg_line(&b, "%s", "");
+	lg_line(&b, "const struct lg_aot_table *lingen_aot(void) { return &table; }");
+	lg_line(&b, "%s", "");
+	lg_line(&b, "const void *lingen_aot_cubin(const char *entry, const char *arch, size_t *size)");
+	lg_open(&b, "{");
+	lg_open(&b, "for (size_t i = 0; i < table.count; i++) {");
+	lg_line(&b, "const struct lg_aot_entry *e = &entries[i];");
+	lg_line(&b, "if (strcmp(e->entry, entry) != 0 || strcmp(e->arch, arch) != 0)");
+	lg_line(&b, "\tcontinue;");
+	lg_line(&b, "if (size)");
+	lg_line(&b, "\t*size = e->size;");
+	lg_line(&b, "return e->cubin;");
+	lg_close(&b);
+	lg_line(&b, "return NULL;");
+	lg_close(&b);
+	char *text = lg_buf_finish(&b, NULL);
+	if (!ok) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+static int write_text(const char *dir, const char *name, const char *text)
+{
+	char *path = lg_cli_path(dir, name);
+	int rc = LG_EXIT_OK;
+	if (!path || !text)
+		rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	else if (lg_cli_write_file(path, text, strlen(text)) != 0)
+		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, strerror(errno));
+	free(path);
+	return rc;
+}
+
+/* Everything after argument parsing. */
+static int aot(const char *dir, char **archs, int narch, const struct lg_cli_args *a, int jobs)
+{
+	double t0 = lg_cli_now();
+	struct lg_cli_specs specs = {0};
+	struct lg_compile_set set = {0};
+	int rc = lg_cli_load_specs(a->pos, a->npos, &specs);
+	if (rc == LG_EXIT_OK && lg_mkdir_p(dir) != 0)
+		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", dir, strerror(errno));
+	if (rc == LG_EXIT_OK)
+		rc = lg_compile_all(&specs, archs, narch, jobs, &set);
+	if (rc == LG_EXIT_OK)
+		rc = write_text(dir, "lingen_aot.h", header);
+	if (rc == LG_EXIT_OK) {
+		char *text = source(&set);
+		rc = write_text(dir, "lingen_aot.c", text);
+		free(text);
+	}
+	if (rc == LG_EXIT_OK)
+		fprintf(stderr, "embedded %zu cubins for %d arch%s in %s/lingen_aot.c in %.1f s\n", set.n,
+			narch, narch == 1 ? "" : "s", dir, lg_cli_now() - t0);
+	lg_compile_set_free(&set);
+	lg_cli_specs_free(&specs);
+	return rc;
+}
+
+static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+{
+	struct lg_cli_args a;
+	int rc = lg_cli_parse(cmd, argc, argv, &a);
+	if (rc != LG_CLI_GO)
+		return rc;
+	const char *dir = a.val[O_OUT];
+	char **archs = NULL;
+	int narch = 0;
+	long long jobs = sysconf(_SC_NPROCESSORS_ONLN);
+	rc = LG_EXIT_OK;
+	if (!dir)
+		rc = lg_cli_usage_error(cmd, "missing -o DIR");
+	if (rc == LG_EXIT_OK && a.val[O_JOBS])
+		rc = lg_cli_int(cmd, "jobs", a.val[O_JOBS], 1, 1024, &jobs);
+	if (rc == LG_EXIT_OK)
+		rc = lg_cli_archs(cmd, a.val[O_ARCH], &archs, &narch);
+	if (rc == LG_EXIT_OK)
+		rc = aot(dir, archs, narch, &a, jobs < 1 ? 1 : (int)jobs);
+	lg_cli_strv_free(archs, narch);
+	free(a.pos);
+	return rc;
+}
+
+const struct lg_cli_cmd lg_cmd_aot = {
+	.name = "aot",
+	.synopsis = "SPEC... --arch ARCH[,ARCH...] -o DIR [-j N]",
+	.summary = "embed cubins in C source (lingen_aot.c/.h) to link into a program",
+	.details = "Writes DIR/lingen_aot.h and DIR/lingen_aot.c: every kernel's cubin for\n"
+		   "every arch as a byte array, a table (struct lg_aot_table, lingen.h) and\n"
+		   "lingen_aot() / lingen_aot_cubin(entry, arch, &size). Compile lingen_aot.c\n"
+		   "into your program and create the context with lg_ctx_opts.aot =\n"
+		   "lingen_aot(): no NVRTC and no files are needed at run time.\n",
+	.opts = opts,
+	.min_pos = 1,
+	.max_pos = -1,
+	.run = run,
+};

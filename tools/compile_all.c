@@ -1,0 +1,195 @@
+/*
+ * compile_all.c - compile kernels x archs in parallel (compile_all.h).
+ *
+ * Jobs are taken from one counter by N worker threads (the calling thread
+ * is one of them). A worker creates its context for an arch on first use;
+ * each job copies its cubin and plan out of the context, so the results
+ * outlive the workers.
+ */
+#include "compile_all.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "context.h" /* lg_ctx_plan */
+#include "nvrtc.h"
+
+struct run {
+	struct lg_compile_set *set;
+	pthread_mutex_t mu; /* guards next, done, stop and the progress lines */
+	size_t next, done;
+	bool stop;
+};
+
+static void job_fail(struct lg_compiled *j, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void job_fail(struct lg_compiled *j, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	j->code = code;
+	if (vasprintf(&j->error, fmt, ap) < 0)
+		j->error = strdup("out of memory");
+	va_end(ap);
+}
+
+/* Compile (or fetch) one cubin and its plan. */
+static void run_job(const struct lg_compile_set *s, lg_ctx *ctx, struct lg_compiled *j)
+{
+	double t0 = lg_cli_now();
+	const void *cubin;
+	const char *entry = lg_spec_entry(j->k->spec);
+	lg_status st = lg_ctx_cubin(ctx, j->k->spec, &cubin, &j->size);
+	if (st == LG_OK)
+		st = lg_ctx_plan(ctx, j->k->spec, &j->plan);
+	if (st != LG_OK) {
+		job_fail(j, lg_cli_status_exit(st), "%s (%s): %s", entry, s->archs[j->arch], lg_cli_error(st));
+		return;
+	}
+	j->checksum = XXH3_64bits(cubin, j->size);
+	if (!(j->cubin = malloc(j->size)))
+		job_fail(j, LG_EXIT_FAIL, "out of memory");
+	else
+		memcpy(j->cubin, cubin, j->size);
+	j->ms = 1e3 * (lg_cli_now() - t0);
+}
+
+struct worker {
+	struct run *r;
+	lg_ctx **ctx; /* one per arch, created on first use */
+};
+
+static lg_ctx *worker_ctx(struct worker *w, struct lg_compiled *j)
+{
+	if (!w->ctx[j->arch]) {
+		lg_ctx_opts o = {.arch = w->r->set->archs[j->arch]};
+		lg_status st = lg_ctx_create(&o, &w->ctx[j->arch]);
+		if (st != LG_OK) {
+			w->ctx[j->arch] = NULL;
+			job_fail(j, lg_cli_status_exit(st), "context for %s: %s", o.arch, lg_cli_error(st));
+		}
+	}
+	return w->ctx[j->arch];
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct run *r = w->r;
+	struct lg_compile_set *s = r->set;
+	for (;;) {
+		pthread_mutex_lock(&r->mu);
+		struct lg_compiled *j = !r->stop && r->next < s->n ? &s->c[r->next++] : NULL;
+		pthread_mutex_unlock(&r->mu);
+		if (!j)
+			break;
+		lg_ctx *ctx = worker_ctx(w, j);
+		if (ctx)
+			run_job(s, ctx, j);
+		pthread_mutex_lock(&r->mu);
+		r->done++;
+		if (j->error)
+			r->stop = true;
+		else
+			fprintf(stderr, "[%zu/%zu] %s %s (%.1f ms)\n", r->done, s->n, lg_spec_entry(j->k->spec),
+				s->archs[j->arch], j->ms);
+		pthread_mutex_unlock(&r->mu);
+	}
+	for (int i = 0; i < s->narch; i++)
+		if (w->ctx[i])
+			lg_ctx_destroy(w->ctx[i]);
+	return NULL;
+}
+
+/* Run the jobs in n threads (the calling thread is one of them). */
+static int run_workers(struct run *r, int n)
+{
+	struct worker *w = calloc((size_t)n, sizeof *w);
+	pthread_t *tid = calloc((size_t)n, sizeof *tid);
+	int rc = w && tid ? LG_EXIT_OK : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	int started = 0;
+	for (int i = 0; rc == LG_EXIT_OK && i < n; i++) {
+		w[i].r = r;
+		w[i].ctx = calloc((size_t)r->set->narch, sizeof *w[i].ctx);
+		if (!w[i].ctx)
+			rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+		else if (i > 0 && pthread_create(&tid[i], NULL, worker_main, &w[i]) != 0)
+			rc = lg_cli_fail(LG_EXIT_FAIL, "cannot start a thread");
+		else if (i > 0)
+			started++;
+	}
+	if (rc != LG_EXIT_OK) {
+		pthread_mutex_lock(&r->mu);
+		r->stop = true;
+		pthread_mutex_unlock(&r->mu);
+	} else {
+		worker_main(&w[0]);
+	}
+	for (int i = 1; i <= started; i++)
+		pthread_join(tid[i], NULL);
+	for (int i = 0; w && i < n; i++)
+		free(w[i].ctx);
+	free(w);
+	free(tid);
+	return rc;
+}
+
+/* Print the first failure in full (an NVRTC log can be long) and the first
+ * line of the others; the exit status of the first. */
+static int report_failures(const struct lg_compile_set *s)
+{
+	int rc = LG_EXIT_OK;
+	for (size_t i = 0; i < s->n; i++) {
+		const char *e = s->c[i].error;
+		if (!e)
+			continue;
+		int len = rc ? (int)strcspn(e, "\n") : (int)strlen(e);
+		int code = lg_cli_fail(s->c[i].code, "%.*s", len, e);
+		rc = rc ? rc : code;
+	}
+	return rc;
+}
+
+int lg_compile_all(const struct lg_cli_specs *specs, char **archs, int narch, int jobs,
+		   struct lg_compile_set *out)
+{
+	*out = (struct lg_compile_set){.archs = archs, .narch = narch, .n = specs->n * (size_t)narch};
+	if (!out->n)
+		return LG_EXIT_OK;
+	if (!(out->c = calloc(out->n, sizeof *out->c)))
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	for (size_t i = 0; i < out->n; i++) {
+		out->c[i].k = &specs->k[i / (size_t)narch];
+		out->c[i].arch = (int)(i % (size_t)narch);
+	}
+	struct run r = {.set = out};
+	pthread_mutex_init(&r.mu, NULL);
+	int rc = run_workers(&r, jobs < 1 ? 1 : jobs > (int)out->n ? (int)out->n : jobs);
+	pthread_mutex_destroy(&r.mu);
+	return rc == LG_EXIT_OK ? report_failures(out) : rc;
+}
+
+void lg_compile_set_free(struct lg_compile_set *s)
+{
+	for (size_t i = 0; s->c && i < s->n; i++) {
+		free(s->c[i].cubin);
+		free(s->c[i].error);
+	}
+	free(s->c);
+	s->c = NULL;
+	s->n = 0;
+}
+
+void lg_compile_nvrtc_version(char out[32])
+{
+	int major, minor;
+	if (lg_nvrtc_version(&major, &minor) == LG_OK)
+		snprintf(out, 32, "%d.%d", major, minor);
+	else
+		snprintf(out, 32, "unknown");
+}

@@ -1,0 +1,52 @@
+/*
+ * compile_all.h - compile every kernel of some spec files for every arch of
+ * a list, in N threads with a progress line per cubin: the shared engine of
+ * `lingen build` (a bundle folder) and `lingen aot` (C source to link).
+ *
+ * Each worker thread has its own context per arch; cubins go through the
+ * memory and disk caches, then NVRTC. Needs no GPU.
+ */
+#ifndef LG_COMPILE_ALL_H
+#define LG_COMPILE_ALL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cli.h"
+#include "family.h"
+
+/* One kernel x arch. */
+struct lg_compiled {
+	const struct lg_cli_kernel *k;
+	int arch;          /* index into lg_compile_set.archs */
+	void *cubin;       /* malloc'd */
+	size_t size;
+	uint64_t checksum; /* XXH3-64 of the cubin */
+	struct lg_plan plan; /* what the cubin was generated with */
+	double ms;
+	char *error;       /* NULL on success */
+	int code;          /* exit status of a failure */
+};
+
+/* Every kernel x arch, kernel-major: c[i] is kernel i / narch, arch
+ * i % narch. */
+struct lg_compile_set {
+	char **archs; /* borrowed from the caller */
+	int narch;
+	struct lg_compiled *c;
+	size_t n;
+};
+
+/* Compile every kernel of specs for every arch in up to `jobs` threads,
+ * printing "[i/n] <entry> <arch> (ms)" on stderr as each finishes. Stops
+ * early at the first failure; failures are printed (the first in full,
+ * NVRTC log included). Returns the exit status. Free out with
+ * lg_compile_set_free either way. */
+int lg_compile_all(const struct lg_cli_specs *specs, char **archs, int narch, int jobs,
+		   struct lg_compile_set *out);
+void lg_compile_set_free(struct lg_compile_set *s);
+
+/* The NVRTC version as "13.0" ("unknown" without NVRTC) into out[32]. */
+void lg_compile_nvrtc_version(char out[32]);
+
+#endif
