@@ -17,7 +17,7 @@
  *         "nargs": 4, "used": [1, 1, 1, 0], "hidden": 2048, "aux": [a, b, c, d],
  *         "entries": [ { "name": "lg_rmsnorm_fwd_bf16_h2048",
  *                        "block": [256, 1, 1], "smem": 0, "cluster": 0,
- *                        "persistent": false,
+ *                        "persistent": false, "early": false, "part": 0,
  *                        "grid_at_1": [1, 1, 1], "grid_at_8192": [1024, 1, 1] } ] } } ] }
  *   The grid of an entry point is the family's geometry() of the plan and the
  *   token count (persistent entries are capped at what is co-resident on the
@@ -105,6 +105,8 @@ static void add_entry(cJSON *entries, const struct lg_family *f, const struct lg
 	cJSON_AddNumberToObject(o, "smem", d1.smem);
 	cJSON_AddNumberToObject(o, "cluster", p->cluster[e]);
 	cJSON_AddBoolToObject(o, "persistent", p->persistent[e]);
+	cJSON_AddBoolToObject(o, "early", p->early[e]);
+	cJSON_AddNumberToObject(o, "part", (double)p->part[e]);
 	cJSON_AddItemToObject(o, "grid_at_1", dim3(d1.grid));
 	cJSON_AddItemToObject(o, "grid_at_8192", dim3(d8k.grid));
 	cJSON_AddItemToArray(entries, o);
@@ -187,15 +189,21 @@ static lg_status entry_from_json(const cJSON *o, const struct lg_spec *s, struct
 {
 	const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "name"));
 	const cJSON *pers = cJSON_GetObjectItemCaseSensitive(o, "persistent");
-	int64_t cluster;
+	const cJSON *early = cJSON_GetObjectItemCaseSensitive(o, "early");
+	int64_t cluster, part;
 	if (!name || strncmp(name, s->entry, strlen(s->entry)) != 0 || strlen(name) >= sizeof p->entry[e])
 		return lg_fail(LG_ERR_SPEC, "%s.entries[%d].name: expected an entry point of %s", where, e,
 			       s->entry);
 	if (!cJSON_IsBool(pers) || !get_int(o, "cluster", 0, 64, &cluster))
 		return lg_fail(LG_ERR_SPEC, "%s.entries[%d]: expected \"persistent\" (bool) and \"cluster\" (0 to 64)",
 			       where, e);
+	if (!cJSON_IsBool(early) || !get_int(o, "part", 0, LG_MAX_ENTRIES, &part))
+		return lg_fail(LG_ERR_SPEC, "%s.entries[%d]: expected \"early\" (bool) and \"part\" (0 to %d)",
+			       where, e, LG_MAX_ENTRIES);
 	snprintf(p->entry[e], sizeof p->entry[e], "%s", name);
 	p->persistent[e] = cJSON_IsTrue(pers);
+	p->early[e] = cJSON_IsTrue(early);
+	p->part[e] = part;
 	p->cluster[e] = (unsigned)cluster;
 	return LG_OK;
 }
