@@ -10,6 +10,10 @@
  * hit in a warm process (read, load, both), host cost of one launch versus
  * raw cuLaunchKernel. Without a GPU the compile and cache-read parts still
  * run; load and launch are skipped with a note.
+ *
+ * `lingen bench --load SPEC|MODEL... [--bundle DIR] [--json]`: run in a new
+ * process, the time to every kernel loaded (warm disk cache, or a bundle):
+ * driver, primary context, then lingen's part (tools/harness/load.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +23,14 @@
 #include "cli.h"
 #include "harness/harness.h"
 
-enum { O_TOKENS, O_REPS, O_JSON, O_JIT };
+enum { O_TOKENS, O_REPS, O_JSON, O_JIT, O_LOAD, O_BUNDLE };
 static const struct lg_cli_opt opts[] = {
 	[O_TOKENS] = {"tokens", 't', "N[,N...]", "token counts (default 8192; --jit: one, for the launch part)"},
 	[O_REPS] = {"reps", 'r', "R", "timed repetitions (default 50; --jit: fresh contexts, default 20)"},
 	[O_JSON] = {"json", 0, NULL, "print JSON instead of a table"},
 	[O_JIT] = {"jit", 0, NULL, "time the JIT itself: compile, cache hit, launch host cost"},
+	[O_LOAD] = {"load", 0, NULL, "time this new process to every kernel loaded (warm cache or --bundle)"},
+	[O_BUNDLE] = {"bundle", 'b', "DIR", "with --load: load from this deployment bundle"},
 	{0},
 };
 
@@ -334,6 +340,36 @@ static int bench_jit(const struct lg_cli_args *a, int64_t tokens, int reps, int 
 	return rc;
 }
 
+static int bench_load(const struct lg_cli_args *a)
+{
+	struct lg_cli_specs specs = {0};
+	int rc = lg_cli_load_specs(a->pos, a->npos, &specs);
+	const lg_spec **list = rc == LG_EXIT_OK ? calloc(specs.n ? specs.n : 1, sizeof *list) : NULL;
+	if (rc == LG_EXIT_OK && !list)
+		rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	struct lg_load_result r;
+	for (size_t i = 0; rc == LG_EXIT_OK && i < specs.n; i++)
+		list[i] = specs.k[i].spec;
+	if (rc == LG_EXIT_OK) {
+		lg_status st = lg_bench_load(list, specs.n, a->val[O_BUNDLE], &r);
+		if (st != LG_OK)
+			rc = lg_cli_fail(lg_cli_status_exit(st), "%s", lg_cli_error(st));
+	}
+	const char *from = a->val[O_BUNDLE] ? a->val[O_BUNDLE] : "the disk cache";
+	if (rc == LG_EXIT_OK && a->val[O_JSON])
+		printf("{\"bench\": \"load\", \"from\": \"%s\", \"kernels\": %zu, \"driver_ms\": %.3f, "
+		       "\"context_ms\": %.3f, \"lingen_ms\": %.3f, \"per_kernel_us\": %.1f, \"goal_lingen_ms\": 5}\n",
+		       a->val[O_BUNDLE] ? a->val[O_BUNDLE] : "cache", r.kernels, r.driver_ms, r.context_ms,
+		       r.lingen_ms, r.per_kernel_us);
+	else if (rc == LG_EXIT_OK)
+		printf("%zu kernels from %s: driver (dlopen + cuInit) %.1f ms, primary context %.1f ms, "
+		       "lingen (context + every lg_kernel_get) %.3f ms = %.1f us a kernel (goal: 5 ms)\n",
+		       r.kernels, from, r.driver_ms, r.context_ms, r.lingen_ms, r.per_kernel_us);
+	free(list);
+	lg_cli_specs_free(&specs);
+	return rc;
+}
+
 static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 {
 	struct lg_cli_args a;
@@ -350,7 +386,11 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 		reps = 20;
 	if (rc == LG_EXIT_OK && a.val[O_JIT] && nt != 1)
 		rc = lg_cli_usage_error(cmd, "--jit takes one token count (for the launch part)");
-	if (rc == LG_EXIT_OK && a.val[O_JIT])
+	if (rc == LG_EXIT_OK && a.val[O_BUNDLE] && !a.val[O_LOAD])
+		rc = lg_cli_usage_error(cmd, "--bundle goes with --load");
+	if (rc == LG_EXIT_OK && a.val[O_LOAD])
+		rc = bench_load(&a);
+	else if (rc == LG_EXIT_OK && a.val[O_JIT])
 		rc = bench_jit(&a, tokens[0], (int)reps, argc, argv);
 	else if (rc == LG_EXIT_OK)
 		rc = bench(&a, tokens, nt, (int)reps);
@@ -361,7 +401,7 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 
 const struct lg_cli_cmd lg_cmd_bench = {
 	.name = "bench",
-	.synopsis = "SPEC... [--tokens N[,N...]] [--reps R] [--json] | --jit SPEC... [--json]",
+	.synopsis = "SPEC... [--tokens N[,N...]] [--reps R] [--json] | --jit SPEC... | --load SPEC... [--bundle DIR]",
 	.summary = "time each kernel: median us, GB/s and % of the copy ceiling",
 	.details = "Method (TARGETS.md): warm-up, L2 flushed before each repetition, median\n"
 		   "GPU time from CUDA events. '% copy' = (min bytes / copy ceiling) / median,\n"

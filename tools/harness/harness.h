@@ -127,4 +127,15 @@ lg_status lg_jit_bench(const lg_spec *const *specs, size_t n, const struct lg_ji
 		       struct lg_jit_result *r);
 void lg_jit_result_free(struct lg_jit_result *r);
 
+/* `lingen bench --load`: from a fresh process, the time to the driver
+ * (dlopen + cuInit), to a current primary context, and then lingen's part:
+ * a context (on `bundle` when not NULL, else the JIT with its disk cache)
+ * and lg_kernel_get of every spec. */
+struct lg_load_result {
+	size_t kernels;
+	double driver_ms, context_ms, lingen_ms, per_kernel_us;
+};
+lg_status lg_bench_load(const lg_spec *const *specs, size_t n, const char *bundle,
+			struct lg_load_result *r);
+
 #endif

@@ -1,0 +1,46 @@
+/*
+ * load.c - `lingen bench --load`: how long a new process takes to have every
+ * kernel of a spec file (or model) loaded, from a warm disk cache or from a
+ * deployment bundle. Stages: the driver (dlopen + cuInit), the primary
+ * context, then lingen's part (context, and lg_kernel_get of each kernel:
+ * read, checksum, cuLibraryLoadData). TARGETS.md's goal: cuInit + 5 ms.
+ */
+#include <string.h>
+
+#include "cuda.h"
+#include "error.h"
+#include "harness.h"
+#include "log.h"
+
+lg_status lg_bench_load(const lg_spec *const *specs, size_t n, const char *bundle,
+			struct lg_load_result *r)
+{
+	memset(r, 0, sizeof *r);
+	double t0 = lg_now();
+	const struct lg_cu *cu;
+	lg_status st = lg_cu_get(&cu);
+	if (st != LG_OK)
+		return st;
+	double t1 = lg_now();
+	st = lg_cu_ensure_context(0);
+	if (st != LG_OK)
+		return st;
+	double t2 = lg_now();
+	lg_ctx *ctx = NULL;
+	lg_ctx_opts o = {.bundle = bundle};
+	st = lg_ctx_create(&o, &ctx);
+	for (size_t i = 0; st == LG_OK && i < n; i++) {
+		lg_kernel *k;
+		st = lg_kernel_get(ctx, specs[i], &k);
+	}
+	double t3 = lg_now();
+	lg_ctx_destroy(ctx);
+	if (st != LG_OK)
+		return st;
+	r->kernels = n;
+	r->driver_ms = (t1 - t0) * 1e3;
+	r->context_ms = (t2 - t1) * 1e3;
+	r->lingen_ms = (t3 - t2) * 1e3;
+	r->per_kernel_us = n ? (t3 - t2) * 1e6 / (double)n : 0;
+	return LG_OK;
+}
