@@ -109,6 +109,12 @@ typedef struct lg_ctx_opts {
 	/* Disk cache folder. NULL: $LINGEN_CACHE_DIR, else $XDG_CACHE_HOME/lingen,
 	 * else ~/.cache/lingen. "off" disables the disk cache. */
 	const char *cache_dir;
+	/* Tuning file, or a folder holding <arch>.json: the tile of each spec
+	 * that gives none. NULL: $LINGEN_TUNING, else configs/tuning/<arch>.json
+	 * of the source tree, else of the install (share/lingen/tuning); a
+	 * missing <arch>.json means heuristics. "off": heuristics. A file that
+	 * does not parse or validate makes lg_ctx_create fail (LG_ERR_SPEC). */
+	const char *tuning;
 } lg_ctx_opts;
 
 /* Create a context. opts may be NULL. Creating a context with an explicit

@@ -3,7 +3,9 @@
  * NVRTC on a miss, and loading with cuLibraryLoadData.
  *
  * A context maps canonical spec JSON to an entry holding the plan, the cubin
- * and (once loaded) the kernel handle. Entries are never removed before
+ * and (once loaded) the kernel handle. A spec without a tile is planned with
+ * the tile of the context's tuning file when it has an entry for it
+ * (lg_ctx_resolve); the memory cache stays keyed by the spec as given. Entries are never removed before
  * lg_ctx_destroy, so handles stay valid and launches need no lock.
  */
 #include "context.h"
@@ -41,8 +43,15 @@ lg_status lg_ctx_create(const lg_ctx_opts *opts, lg_ctx **out)
 		return lg_fail(LG_ERR_INVALID_ARG, "unknown arch '%s': expected sm_<NN>[a] with NN >= 80, e.g. sm_90a",
 			       arch);
 	}
+	const char *tuning = opts && opts->tuning ? opts->tuning : lg_env_get(LG_ENV_TUNING);
+	lg_status tst = lg_tuning_open(tuning, c->target.name, &c->tuning);
+	if (tst != LG_OK) {
+		free(c);
+		return tst;
+	}
 	c->cache = lg_cache_open(opts ? opts->cache_dir : NULL, 0);
 	if (!c->cache) {
+		lg_tuning_free(c->tuning);
 		free(c);
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening the cache");
 	}
@@ -73,6 +82,7 @@ void lg_ctx_destroy(lg_ctx *c)
 		entry_free(c->entries[i]);
 	free(c->entries);
 	lg_cache_close(c->cache);
+	lg_tuning_free(c->tuning);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
@@ -87,8 +97,15 @@ static struct lg_ctx_entry *find(lg_ctx *c, const char *canon)
 	return NULL;
 }
 
-/* Generate and compile (or read from disk) an entry; called unlocked. */
-static lg_status build_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
+lg_status lg_ctx_resolve(const lg_ctx *c, const struct lg_spec *s, struct lg_spec *out)
+{
+	return lg_tuning_apply(c->tuning, s, out);
+}
+
+/* Generate and compile (or read from disk) an entry; called unlocked.
+ * canon: the user's spec (the memory-cache key); the source is made from
+ * the resolved spec (tuning.h precedence). */
+static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 			     struct lg_ctx_entry **out)
 {
 	double t0 = lg_now();
@@ -100,7 +117,11 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
 	e->canon = canon;
 	char *src = NULL;
 	size_t len = 0;
-	lg_status st = lg_generate_for(s, &c->target, &e->plan, &src, &len);
+	struct lg_spec resolved;
+	const struct lg_spec *s = &resolved;
+	lg_status st = lg_ctx_resolve(c, user, &resolved);
+	if (st == LG_OK)
+		st = lg_generate_for(s, &c->target, &e->plan, &src, &len);
 	if (st != LG_OK)
 		goto fail;
 	double t1 = lg_now();

@@ -10,6 +10,7 @@
 #include "cache.h"
 #include "cuda.h"
 #include "family.h"
+#include "tuning.h"
 
 struct lg_kernel {
 	const struct lg_family *fam;
@@ -34,8 +35,13 @@ struct lg_ctx {
 	pthread_mutex_t mu;
 	struct lg_target target;
 	lg_cache *cache;
+	struct lg_tuning *tuning; /* tiles for target (tuning.h); NULL: heuristics */
 	struct lg_ctx_entry **entries;
 	size_t n, cap;
 };
+
+/* The spec the context plans for s: s when it gives a tile, else s with the
+ * tile of its tuning entry, else s (the family heuristic). */
+lg_status lg_ctx_resolve(const lg_ctx *c, const struct lg_spec *s, struct lg_spec *out);
 
 #endif

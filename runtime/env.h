@@ -11,6 +11,7 @@ enum lg_env {
 	LG_ENV_LOG,         /* LINGEN_LOG: 1 = cache hits/misses and per-stage timings on stderr */
 	LG_ENV_ARCH,        /* LINGEN_ARCH: override the target arch */
 	LG_ENV_NVRTC,       /* LINGEN_NVRTC: path of libnvrtc to load */
+	LG_ENV_TUNING,      /* LINGEN_TUNING: tuning file or folder, "off" disables */
 	LG_ENV_COUNT
 };
 
