@@ -229,7 +229,7 @@ static lg_status parse_tile(struct lg_jreader *r, const cJSON *v, const struct l
 			names[n++] = lg_tile_names[i];
 	if (!cJSON_IsObject(v) || !v->child) {
 		st = lg_json_fail(r, NULL, "found %s, allowed: an object with one or more of ",
-				  lg_json_show(v).s);
+				  cJSON_IsObject(v) ? "an empty object" : lg_json_show(v).s);
 		lg_json_append_names(names, n, ~0u, false);
 		if (n == 0)
 			lg_fail_append("(none: op %s has no tile parameters)", f->op);
@@ -339,9 +339,9 @@ static lg_status parse_entries(struct lg_jreader *r, const cJSON *arr, struct lg
 	if (!arr)
 		return lg_json_fail(r, "entries", "missing, allowed: an array of entries (may be empty)");
 	if (!cJSON_IsArray(arr))
-		return lg_json_fail(r, "entries", "found %s (%s), allowed: an array of entries "
+		return lg_json_fail(r, "entries", "found %s, allowed: an array of entries "
 						  "{\"key\": ..., \"tile\": ...}",
-				    lg_json_show(arr).s, lg_json_type(arr));
+				    lg_json_show(arr).s);
 	size_t n = (size_t)cJSON_GetArraySize(arr);
 	if (n && !(t->e = calloc(n, sizeof *t->e)))
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
