@@ -76,6 +76,14 @@ struct lg_plan {
 	int64_t part[LG_MAX_ENTRIES];
 };
 
+/* One tile variant worth sweeping (`lingen tune`): the tile keys set, as a
+ * spec's "tile" would give them. */
+struct lg_tile_choice {
+	int tile[LG_TILE_COUNT];
+	uint32_t set; /* bit (1u << lg_tile_key) for each key given */
+};
+#define LG_MAX_CANDIDATES 16
+
 struct lg_launch_dim {
 	unsigned grid[3], block[3];
 	unsigned smem; /* dynamic shared memory bytes */
@@ -106,10 +114,23 @@ struct lg_family {
 	/* Minimum bytes moved for a token count (each input read once, each
 	 * output written once): the bandwidth benchmarks' numerator. */
 	double (*bytes)(const struct lg_spec *s, int64_t tokens);
+	/* The tile variants worth sweeping for a spec (its own tile ignored)
+	 * and target, at most max, each passing validate() and plan(); returns
+	 * how many. NULL: nothing to tune. */
+	int (*candidates)(const struct lg_spec *s, const struct lg_target *t,
+			  struct lg_tile_choice *out, int max);
 	/* Pointer arguments, in launch order, per pass. */
 	int nargs[LG_PASS_COUNT];
 	const struct lg_arg *args[LG_PASS_COUNT];
 };
+
+/* For candidates(): append c to out[0..n) if n < max and the spec with
+ * tile c (replacing its own) passes the family's validate() and plan() for
+ * t; returns the new count. Leaves no error message behind. */
+int lg_candidate_add(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
+		     int n, int max, struct lg_tile_choice c);
+/* The spec s with tile c in place of its own, entry name remade. */
+void lg_spec_with_tile(const struct lg_spec *s, const struct lg_tile_choice *c, struct lg_spec *out);
 
 /* The registry: one entry per lg_op. */
 const struct lg_family *lg_family_get(enum lg_op op);

@@ -39,3 +39,48 @@ lg_status lg_generate(const lg_spec *s, const char *arch, char **src)
 	struct lg_plan p;
 	return lg_generate_for(s, &t, &p, src, NULL);
 }
+
+/* ------------------------------------------------- tile candidates */
+
+void lg_spec_with_tile(const struct lg_spec *s, const struct lg_tile_choice *c, struct lg_spec *out)
+{
+	*out = *s;
+	memset(out->tile, 0, sizeof out->tile);
+	out->tile_set = 0;
+	for (int k = 0; c && k < LG_TILE_COUNT; k++)
+		if ((c->set >> k) & 1u)
+			out->tile[k] = c->tile[k];
+	out->tile_set = c ? c->set : 0;
+	lg_spec_make_entry(out);
+}
+
+/* Opt-in dynamic shared memory per CTA the target allows. */
+static unsigned smem_limit(const struct lg_target *t)
+{
+	if (t->sm >= 90)
+		return 227 * 1024;
+	return t->sm == 80 || t->sm == 87 ? 163 * 1024 : 99 * 1024;
+}
+
+int lg_candidate_add(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
+		     int n, int max, struct lg_tile_choice c)
+{
+	const struct lg_family *f = lg_family_get(s->op);
+	struct lg_spec v;
+	struct lg_plan p;
+	if (n >= max)
+		return n;
+	lg_spec_with_tile(s, &c, &v);
+	bool ok = (!f->validate || f->validate(&v, "") == LG_OK);
+	memset(&p, 0, sizeof p);
+	ok = ok && f->plan(&v, t, &p) == LG_OK;
+	for (int e = 0; ok && e < p.nentries; e++) {
+		struct lg_launch_dim d;
+		f->geometry(&p, e, 1, &d);
+		ok = d.smem <= smem_limit(t) && d.block[0] * d.block[1] * d.block[2] <= 1024;
+	}
+	lg_clear_error();
+	if (ok)
+		out[n++] = c;
+	return n;
+}

@@ -289,6 +289,20 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 		emit_forward(b, p);
 }
 
+/* Tile variants for `lingen tune`: 128, 256 and 512 threads per CTA (rows
+ * per CTA follow); the backward also 1024 where it plans. */
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
+		      int max)
+{
+	static const int threads[] = {128, 256, 512, 1024};
+	int n = 0, count = s->pass == LG_PASS_BACKWARD ? 4 : 3;
+	for (int i = 0; i < count; i++)
+		n = lg_candidate_add(s, t, out, n, max,
+				     (struct lg_tile_choice){.tile[LG_TILE_THREADS] = threads[i],
+							     .set = 1u << LG_TILE_THREADS});
+	return n;
+}
+
 const struct lg_family lg_family_rmsnorm = {
 	.op = "rmsnorm",
 	.summary = "RMSNorm forward (bf16 + rms) and backward (dx bf16, dw fp32) (K1)",
@@ -304,6 +318,7 @@ const struct lg_family lg_family_rmsnorm = {
 	.geometry = geometry,
 	.workspace = workspace,
 	.bytes = bytes,
+	.candidates = candidates,
 	.nargs = {[LG_PASS_FORWARD] = F_NARGS, [LG_PASS_BACKWARD] = B_NARGS},
 	.args = {[LG_PASS_FORWARD] = fwd_args, [LG_PASS_BACKWARD] = bwd_args},
 };

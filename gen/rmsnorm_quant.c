@@ -564,6 +564,33 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 		emit_cols_kernel(b, s, p);
 }
 
+/* Tile variants for `lingen tune`: the two-kernel form at 128, 256 and 512
+ * threads (rows per CTA from the heuristic) and at 256 threads x 8 rows;
+ * the fused cluster form with 1 and 2 x tiles in flight where it runs
+ * (sm_90+, hidden <= 2048). */
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
+		      int max)
+{
+	enum { T = 1u << LG_TILE_THREADS, R = 1u << LG_TILE_ROWS, C = 1u << LG_TILE_CLUSTER,
+	       S = 1u << LG_TILE_STAGES };
+	static const int threads[] = {128, 256, 512};
+	int n = 0;
+	for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++)
+		n = lg_candidate_add(s, t, out, n, max,
+				     (struct lg_tile_choice){.tile[LG_TILE_THREADS] = threads[i], .set = T});
+	n = lg_candidate_add(s, t, out, n, max,
+			     (struct lg_tile_choice){.tile[LG_TILE_THREADS] = 256, .tile[LG_TILE_ROWS] = 8,
+						     .set = T | R});
+	int64_t cluster = s->dim[LG_DIM_HIDDEN] / COLS;
+	if (t->sm >= 90 && cluster <= FUSED_MAX_CLUSTER)
+		for (int stages = 1; stages <= 2; stages++)
+			n = lg_candidate_add(s, t, out, n, max,
+					     (struct lg_tile_choice){.tile[LG_TILE_CLUSTER] = (int)cluster,
+								     .tile[LG_TILE_STAGES] = stages,
+								     .set = C | S});
+	return n;
+}
+
 const struct lg_family lg_family_rmsnorm_quant = {
 	.op = "rmsnorm_quant",
 	.summary = "RMSNorm + 1x128 / 128x1 blockwise FP8 quantisation (K1)",
@@ -579,6 +606,7 @@ const struct lg_family lg_family_rmsnorm_quant = {
 	.emit = emit,
 	.geometry = geometry,
 	.bytes = bytes,
+	.candidates = candidates,
 	.nargs = {[LG_PASS_FORWARD] = NARGS},
 	.args = {[LG_PASS_FORWARD] = fwd_args},
 };

@@ -363,6 +363,11 @@ static lg_status parse_kernel(struct lg_jreader *r, const cJSON *k, struct lg_sp
 	return LG_OK;
 }
 
+lg_status lg_spec_from_json(struct lg_jreader *r, const cJSON *k, struct lg_spec *s)
+{
+	return parse_kernel(r, k, s);
+}
+
 /* ------------------------------------------------------------- files */
 
 static lg_status parse_kernels(struct lg_jreader *r, const cJSON *arr, lg_spec_file *f)

@@ -98,6 +98,12 @@ static inline bool lg_spec_has_tile(const struct lg_spec *s, enum lg_tile_key k)
  * frees the result with free(). */
 char *lg_spec_to_json(const struct lg_spec *s);
 
+/* Parse one kernel object read through r (its JSON path in messages), as
+ * in a spec file's "kernels" array: for other files that hold specs. */
+struct cJSON;
+struct lg_jreader;
+lg_status lg_spec_from_json(struct lg_jreader *r, const struct cJSON *k, struct lg_spec *s);
+
 /* Fill s->entry from the other fields (called by the parser). */
 void lg_spec_make_entry(struct lg_spec *s);
 

@@ -119,6 +119,12 @@ typedef struct lg_ctx_opts {
 	/* The same over cubins linked into the program by `lingen aot`
 	 * (lingen_aot() of the generated lingen_aot.c). Not with `bundle`. */
 	const struct lg_aot_table *aot;
+	/* Tuning file, or a folder holding <arch>.json: the tile of each spec
+	 * that gives none. NULL: $LINGEN_TUNING, else configs/tuning/<arch>.json
+	 * of the source tree, else of the install (share/lingen/tuning); a
+	 * missing <arch>.json means heuristics. "off": heuristics. A file that
+	 * does not parse or validate makes lg_ctx_create fail (LG_ERR_SPEC). */
+	const char *tuning;
 } lg_ctx_opts;
 
 /* One cubin embedded by `lingen aot`; the fields of a manifest.json kernel. */

@@ -5,7 +5,9 @@
  * instead (bundle.c): no NVRTC, no disk cache.
  *
  * A context maps canonical spec JSON to an entry holding the plan, the cubin
- * and (once loaded) the kernel handle. Entries are never removed before
+ * and (once loaded) the kernel handle. A spec without a tile is planned with
+ * the tile of the context's tuning file when it has an entry for it
+ * (lg_ctx_resolve); the memory cache stays keyed by the spec as given. Entries are never removed before
  * lg_ctx_destroy, so handles stay valid and launches need no lock.
  */
 #include "context.h"
@@ -52,12 +54,23 @@ lg_status lg_ctx_create(const lg_ctx_opts *opts, lg_ctx **out)
 			       arch);
 	}
 	if (opts && (opts->bundle || opts->aot)) {
+		/* a bundle's kernels were planned (and tuned) when it was built */
 		lg_status st = open_bundle(c, opts);
 		if (st != LG_OK) {
 			free(c);
 			return st;
 		}
-	} else if (!(c->cache = lg_cache_open(opts ? opts->cache_dir : NULL, 0))) {
+	} else {
+		const char *tuning = opts && opts->tuning ? opts->tuning : lg_env_get(LG_ENV_TUNING);
+		lg_status tst = lg_tuning_open(tuning, c->target.name, &c->tuning);
+		if (tst != LG_OK) {
+			free(c);
+			return tst;
+		}
+		c->cache = lg_cache_open(opts ? opts->cache_dir : NULL, 0);
+	}
+	if (!c->bundle && !c->cache) {
+		lg_tuning_free(c->tuning);
 		free(c);
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening the cache");
 	}
@@ -89,6 +102,7 @@ void lg_ctx_destroy(lg_ctx *c)
 	free(c->entries);
 	lg_cache_close(c->cache);
 	lg_bundle_free(c->bundle);
+	lg_tuning_free(c->tuning);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
 }
@@ -126,12 +140,19 @@ static lg_status bundle_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
 	return LG_OK;
 }
 
-/* Generate and compile (or read from disk) an entry; called unlocked. */
-static lg_status build_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
+lg_status lg_ctx_resolve(const lg_ctx *c, const struct lg_spec *s, struct lg_spec *out)
+{
+	return lg_tuning_apply(c->tuning, s, out);
+}
+
+/* Generate and compile (or read from disk) an entry; called unlocked.
+ * canon: the user's spec (the memory-cache key); the source is made from
+ * the resolved spec (tuning.h precedence). */
+static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 			     struct lg_ctx_entry **out)
 {
 	if (c->bundle)
-		return bundle_entry(c, s, canon, out);
+		return bundle_entry(c, user, canon, out);
 	double t0 = lg_now();
 	struct lg_ctx_entry *e = calloc(1, sizeof *e);
 	if (!e) {
@@ -141,7 +162,11 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
 	e->canon = canon;
 	char *src = NULL;
 	size_t len = 0;
-	lg_status st = lg_generate_for(s, &c->target, &e->plan, &src, &len);
+	struct lg_spec resolved;
+	const struct lg_spec *s = &resolved;
+	lg_status st = lg_ctx_resolve(c, user, &resolved);
+	if (st == LG_OK)
+		st = lg_generate_for(s, &c->target, &e->plan, &src, &len);
 	if (st != LG_OK)
 		goto fail;
 	double t1 = lg_now();

@@ -11,6 +11,7 @@
 #include "cache.h"
 #include "cuda.h"
 #include "family.h"
+#include "tuning.h"
 
 struct lg_kernel {
 	const struct lg_family *fam;
@@ -37,6 +38,7 @@ struct lg_ctx {
 	struct lg_target target;
 	lg_cache *cache;   /* NULL with a bundle */
 	lg_bundle *bundle; /* NULL: JIT */
+	struct lg_tuning *tuning; /* tiles for target (tuning.h); NULL: heuristics */
 	struct lg_ctx_entry **entries;
 	size_t n, cap;
 };
@@ -44,5 +46,8 @@ struct lg_ctx {
 /* The plan of a spec for the context's arch, as its cubin was (or will be)
  * generated with: for `lingen build` and `lingen aot`, which record it. */
 lg_status lg_ctx_plan(lg_ctx *c, const lg_spec *s, struct lg_plan *out);
+/* The spec the context plans for s: s when it gives a tile, else s with the
+ * tile of its tuning entry, else s (the family heuristic). */
+lg_status lg_ctx_resolve(const lg_ctx *c, const struct lg_spec *s, struct lg_spec *out);
 
 #endif

@@ -29,6 +29,11 @@ const struct lg_env_var lg_env_vars[LG_ENV_COUNT] = {
 	[LG_ENV_PDL] = {"LINGEN_PDL",
 			"0: launch multi-kernel families without programmatic dependent launch (sm_90+)",
 			"1"},
+	[LG_ENV_TUNING] = {"LINGEN_TUNING",
+			   "tuning file, or folder holding <arch>.json, for tiles of specs that "
+			   "give none; \"off\" uses the heuristics",
+			   "<arch>.json in the source tree's configs/tuning, else in "
+			   "share/lingen/tuning"},
 };
 _Static_assert(sizeof lg_env_vars / sizeof lg_env_vars[0] == LG_ENV_COUNT,
 	       "every environment variable is in the table");

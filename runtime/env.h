@@ -12,6 +12,7 @@ enum lg_env {
 	LG_ENV_ARCH,        /* LINGEN_ARCH: override the target arch */
 	LG_ENV_NVRTC,       /* LINGEN_NVRTC: path of libnvrtc to load */
 	LG_ENV_PDL,         /* LINGEN_PDL: 0 = no programmatic dependent launch */
+	LG_ENV_TUNING,      /* LINGEN_TUNING: tuning file or folder, "off" disables */
 	LG_ENV_COUNT
 };
 

@@ -147,5 +147,6 @@ extern const struct lg_cli_cmd lg_cmd_check;
 extern const struct lg_cli_cmd lg_cmd_bench;
 extern const struct lg_cli_cmd lg_cmd_cache;
 extern const struct lg_cli_cmd lg_cmd_env;
+extern const struct lg_cli_cmd lg_cmd_tune;
 
 #endif

@@ -14,7 +14,8 @@
 #include "nvrtc.h"
 
 static const struct lg_cli_cmd *const commands[] = {
-	&lg_cmd_gen, &lg_cmd_build, &lg_cmd_aot, &lg_cmd_check, &lg_cmd_bench, &lg_cmd_cache, &lg_cmd_env,
+	&lg_cmd_gen, &lg_cmd_build, &lg_cmd_aot, &lg_cmd_check, &lg_cmd_bench, &lg_cmd_tune, &lg_cmd_cache,
+	&lg_cmd_env,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
