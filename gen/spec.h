@@ -98,6 +98,16 @@ static inline bool lg_spec_has_tile(const struct lg_spec *s, enum lg_tile_key k)
  * frees the result with free(). */
 char *lg_spec_to_json(const struct lg_spec *s);
 
+/* Parse one kernel object (text, NUL-terminated) into *out, with messages
+ * naming `file` and the kernel's keys as top-level paths ("<file>: hidden:
+ * ..."): for kernels built from another document, e.g. a model config.
+ * Does not clear the thread's last error on entry. */
+lg_status lg_spec_parse_kernel(const char *json, const char *file, struct lg_spec *out);
+
+/* Read a whole file into memory, NUL-terminated (*len excludes the NUL).
+ * An I/O error is LG_ERR_IO naming the path. The caller frees *text. */
+lg_status lg_spec_read_file(const char *path, char **text, size_t *len);
+
 /* Fill s->entry from the other fields (called by the parser). */
 void lg_spec_make_entry(struct lg_spec *s);
 
