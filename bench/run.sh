@@ -10,6 +10,9 @@
 #    (median GPU time, L2 flushed before each repetition, % of the copy
 #    ceiling measured in the same run; TARGETS.md's method)
 # 3. lingen bench --jit: NVRTC compile, disk-cache hit, launch cost -> jit.json
+# 4. the bundle GPU test; lingen tune of the shipped norms -> sm_90a.json
+#    (configs/tuning/sm_90a.json); new-process load times of the
+#    ling-mini-2.0 model's kernels, warm cache and bundle -> load.txt
 # Then bench/table.py turns the JSON files into bench/README.md's tables.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -27,3 +30,22 @@ echo "lingen bench: exit $?"
 "$bin/lingen" bench --jit configs/kernels/ling-mini-2.0-norms.json configs/kernels/k1-variants.json \
 	--json > "$out/jit.json"
 echo "lingen bench --jit: exit $?"
+"$bin/tests/gpu_test_bundle" > "$out/gpu_test_bundle.txt" 2>&1
+echo "gpu_test_bundle: exit $?"
+grep -E "FAIL|PASSED|SKIPPED" "$out/gpu_test_bundle.txt"
+"$bin/lingen" tune configs/kernels/ling-mini-2.0-norms.json --tokens 8192 --reps 30 -o "$out/sm_90a.json" \
+	> "$out/tune.txt" 2>&1
+echo "lingen tune: exit $?"
+tail -n 30 "$out/tune.txt"
+model=configs/models/ling-mini-2.0.json
+"$bin/lingen" bench --load "$model" > /dev/null 2>&1 # the warm cache for the model
+"$bin/lingen" build "$model" --arch sm_90a -o /tmp/lingen-bundle > /dev/null 2>&1
+{
+	for i in 1 2 3; do
+		s=$(date +%s%N); "$bin/lingen" bench --load "$model"; e=$(date +%s%N)
+		echo "  whole process (warm cache): $(( (e - s) / 1000000 )) ms"
+		s=$(date +%s%N); "$bin/lingen" bench --load "$model" --bundle /tmp/lingen-bundle; e=$(date +%s%N)
+		echo "  whole process (bundle): $(( (e - s) / 1000000 )) ms"
+	done
+} > "$out/load.txt" 2>&1
+cat "$out/load.txt"

@@ -2,7 +2,9 @@
  * spec.c - kernel spec files: parse, validate, canonical JSON, entry names.
  *
  * A spec file is {"name": "...", "kernels": [ {kernel}, ... ]} (DESIGN.md,
- * "Spec files"). Each kernel is read in a fixed order: its op first (which
+ * "Spec files"). A file written by `lingen expand` also carries "model" (the
+ * model config's name) and "skipped" (the kernels of the training step whose
+ * families do not exist yet): both are validated and otherwise ignored. Each kernel is read in a fixed order: its op first (which
  * picks the family), then its keys against the family's declared needs
  * (passes, dtypes, dims, eps, quant, tile keys), then each value, and last
  * the family's own validate(). Every message names the file, the JSON path,
@@ -74,7 +76,8 @@ static const char *const tile_short[LG_TILE_COUNT] = {
 	[LG_TILE_STAGES] = "st",
 };
 static const char *const quant_keys[] = {"format", "block", "round_scale", "output"};
-static const char *const file_keys[] = {"name", "kernels"};
+static const char *const file_keys[] = {"name", "model", "kernels", "skipped"};
+static const char *const skip_keys[] = {"op", "pass", "why"};
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 _Static_assert(COUNT(lg_op_names) == LG_OP_COUNT, "one name per op");
@@ -397,6 +400,63 @@ static lg_status parse_kernels(struct lg_jreader *r, const cJSON *arr, lg_spec_f
 	return st;
 }
 
+/* A required string member of the current object. */
+static lg_status need_string(const struct lg_jreader *r, const cJSON *obj, const char *key)
+{
+	const cJSON *v = member(obj, key);
+	if (!v)
+		return lg_json_fail(r, key, "missing, allowed: a string");
+	if (!cJSON_IsString(v) || !v->valuestring[0])
+		return lg_json_fail(r, key, "found %s (%s), allowed: a non-empty string",
+				    lg_json_show(v).s, lg_json_type(v));
+	return LG_OK;
+}
+
+/* One item of "skipped": {"op": string, "pass": "forward"|"backward", "why": string}. */
+static lg_status parse_skip(struct lg_jreader *r, const cJSON *item)
+{
+	uint32_t seen;
+	int pass;
+	lg_status st;
+	if (!cJSON_IsObject(item))
+		return lg_json_fail(r, NULL, "found %s, allowed: an object {\"op\": ..., \"pass\": ..., "
+					     "\"why\": ...}", lg_json_show(item).s);
+	if ((st = lg_json_check_keys(r, item, skip_keys, COUNT(skip_keys), &seen)) != LG_OK)
+		return st;
+	if ((st = need_string(r, item, "op")) != LG_OK)
+		return st;
+	const cJSON *v = member(item, "pass");
+	if (!v) {
+		st = lg_json_fail(r, "pass", "missing, allowed: ");
+		lg_json_append_names(lg_pass_names, LG_PASS_COUNT, ~0u, true);
+		return st;
+	}
+	if ((st = lg_json_enum(r, "pass", v, lg_pass_names, LG_PASS_COUNT, ~0u, "", &pass)) != LG_OK)
+		return st;
+	return need_string(r, item, "why");
+}
+
+/* "skipped": the kernels a model expansion could not generate yet. They are
+ * validated and otherwise ignored: a record for the reader of the file. */
+static lg_status parse_skipped(struct lg_jreader *r, const cJSON *arr)
+{
+	if (!arr)
+		return LG_OK;
+	size_t mark = lg_json_push_key(r, "skipped");
+	lg_status st = LG_OK;
+	if (!cJSON_IsArray(arr))
+		st = lg_json_fail(r, NULL, "found %s, allowed: an array of {\"op\", \"pass\", \"why\"} "
+					   "objects", lg_json_show(arr).s);
+	size_t i = 0;
+	for (const cJSON *k = st == LG_OK ? arr->child : NULL; st == LG_OK && k; k = k->next, i++) {
+		size_t m = lg_json_push_index(r, i);
+		st = parse_skip(r, k);
+		lg_json_pop(r, m);
+	}
+	lg_json_pop(r, mark);
+	return st;
+}
+
 static lg_status parse_file(struct lg_jreader *r, const cJSON *root, lg_spec_file *f)
 {
 	uint32_t seen;
@@ -410,9 +470,15 @@ static lg_status parse_file(struct lg_jreader *r, const cJSON *root, lg_spec_fil
 	if (name && !cJSON_IsString(name))
 		return lg_json_fail(r, "name", "found %s (%s), allowed: a string",
 				    lg_json_show(name).s, lg_json_type(name));
+	const cJSON *model = member(root, "model");
+	if (model && !cJSON_IsString(model))
+		return lg_json_fail(r, "model", "found %s (%s), allowed: a string",
+				    lg_json_show(model).s, lg_json_type(model));
 	if (!(f->name = strdup(name ? name->valuestring : "")))
 		return lg_fail(LG_ERR_NO_MEMORY, "%s: out of memory", r->file);
-	return parse_kernels(r, member(root, "kernels"), f);
+	if ((st = parse_kernels(r, member(root, "kernels"), f)) != LG_OK)
+		return st;
+	return parse_skipped(r, member(root, "skipped"));
 }
 
 lg_status lg_spec_file_parse(const char *text, size_t len, const char *filename,
@@ -444,8 +510,7 @@ fail:
 	return st;
 }
 
-/* Read a whole file into memory; *text: free with free(). */
-static lg_status read_file(const char *path, char **text, size_t *len)
+lg_status lg_spec_read_file(const char *path, char **text, size_t *len)
 {
 	char err[128];
 	lg_buf b;
@@ -478,7 +543,7 @@ lg_status lg_spec_file_load(const char *path, lg_spec_file **out)
 	*out = NULL;
 	char *text = NULL;
 	size_t len = 0;
-	lg_status st = read_file(path, &text, &len);
+	lg_status st = lg_spec_read_file(path, &text, &len);
 	if (st != LG_OK)
 		return st;
 	st = lg_spec_file_parse(text, len, path, out);
@@ -539,6 +604,18 @@ fail:
 }
 
 void lg_spec_free(lg_spec *s) { free(s); }
+
+lg_status lg_spec_parse_kernel(const char *json, const char *file, struct lg_spec *out)
+{
+	struct lg_jreader r;
+	lg_json_init(&r, file);
+	cJSON *root = NULL;
+	lg_status st = lg_json_parse(&r, json, strlen(json), &root);
+	if (st == LG_OK)
+		st = parse_kernel(&r, root, out);
+	cJSON_Delete(root);
+	return st;
+}
 
 /* ------------------------------------------------ family error helper */
 

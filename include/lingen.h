@@ -93,6 +93,20 @@ char *lg_spec_canonical(const lg_spec *s);
  * Owned by the spec. */
 const char *lg_spec_entry(const lg_spec *s);
 
+/* -------------------------------------------------------------- models */
+
+/* Expand a model config (configs/models/<name>.json: a model's dimensions,
+ * rms_norm_eps and FP8 recipe) into the spec file of every kernel one
+ * training step needs, forward and backward: JSON text that
+ * lg_spec_file_parse reads, with "kernels" (those lingen can generate,
+ * each once) and "skipped" (those whose family is not implemented yet).
+ * `filename` is only used in messages and may be NULL. On success the
+ * caller frees *spec_json with free(). A bad config is LG_ERR_SPEC. */
+lg_status lg_model_expand_text(const char *text, size_t len, const char *filename,
+			       char **spec_json);
+/* Read and expand a model config from disk. */
+lg_status lg_model_expand_file(const char *path, char **spec_json);
+
 /* ------------------------------------------------------ generation only */
 
 /* Generated CUDA source of a spec for an arch ("sm_90a", "sm_80", ...).

@@ -1,6 +1,7 @@
 /*
  * test_cli.c - the `lingen` command-line tool, run as a program: help and
  * usage errors, gen, build (bundle + manifest), cache ls/clear/verify,
+ * expand (model configs, also taken by every command that takes a spec),
  * check without a GPU, and bench --jit (compile and cache read need none). Exit statuses: 0 ok, 1 failed/runtime, 2 usage/input.
  *
  * Needs NVRTC (for build) but no GPU. Each test uses its own temp folders
@@ -28,6 +29,7 @@
 #include "testutil.h"
 
 #define NORMS LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json"
+#define LING_MINI LG_SOURCE_DIR "/configs/models/ling-mini-2.0.json"
 
 /* Run the CLI with up to 14 arguments (NULL-terminated) and an optional
  * cache folder, print the command, its status and stderr (shown when the
@@ -79,7 +81,7 @@ static void test_help(void **state)
 {
 	(void)state;
 	struct lg_proc p = cli(0, NULL, "--help", NULL);
-	static const char *const cmds[] = {"gen", "build", "check", "bench", "cache"};
+	static const char *const cmds[] = {"gen", "build", "check", "bench", "cache", "expand"};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		assert_non_null(strstr(p.out, cmds[i]));
 	lg_proc_free(&p);
@@ -392,6 +394,85 @@ static void test_bench_jit(void **state)
 	free(dir);
 }
 
+/* expand: the spec file on stdout (or -o FILE), a summary on stderr; gen
+ * and build take the model config itself; a bad config is exit 2. */
+static void test_expand(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("cli-expand");
+	struct lg_proc p = cli(0, NULL, "expand", LING_MINI, NULL);
+	cJSON *o = cJSON_Parse(p.out);
+	assert_non_null(o);
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "model")), "ling-mini-2.0");
+	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "name")),
+			    "ling-mini-2.0 training step");
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "kernels")), 3);
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "skipped")), 16);
+	cJSON_Delete(o);
+	assert_non_null(strstr(p.err, "3 kernels, 16 skipped (not implemented yet: qk_norm_rope, "
+				      "router_gemm, moe_permute, moe_unpermute, batch_swiglu_quant, "
+				      "swiglu_quant, cross_entropy, grad_norm, count_zero)\n"));
+
+	/* -o FILE: the same text; gen on it and on the model agree */
+	char *spec = lg_test_path(dir, "step.json");
+	run(0, NULL, "expand", LING_MINI, "-o", spec, NULL);
+	char *text = lg_test_read_file(spec, NULL);
+	assert_non_null(text);
+	assert_string_equal(text, p.out);
+	free(text);
+	lg_proc_free(&p);
+	struct lg_proc a = cli(0, NULL, "gen", LING_MINI, NULL);
+	struct lg_proc b = cli(0, NULL, "gen", spec, NULL);
+	assert_int_equal(lg_test_count(a.out, "generated, do not edit"), 3);
+	assert_string_equal(a.out, b.out);
+	lg_proc_free(&a);
+	lg_proc_free(&b);
+
+	char *out = lg_test_path(dir, "bundle"), *cache = lg_test_path(dir, "cache");
+	run(0, cache, "build", LING_MINI, "--arch", "sm_90a", "-o", out, NULL);
+	char *manifest = lg_test_path(out, "manifest.json");
+	text = lg_test_read_file(manifest, NULL);
+	assert_non_null(text);
+	cJSON *m = cJSON_Parse(text);
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(m, "kernels")), 3);
+	cJSON_Delete(m);
+	free(text);
+
+	/* a bad model config: exit 2, naming the file, the key and the kernel */
+	char *bad = lg_test_path(dir, "bad-model.json");
+	char *good = lg_test_read_file(LING_MINI, NULL);
+	assert_non_null(good);
+	char *at = strstr(good, "\"hidden\": 2048");
+	assert_non_null(at);
+	memcpy(at, "\"hidden\": 2000", 14);
+	lg_test_write_file(bad, good, strlen(good));
+	free(good);
+	p = cli(2, NULL, "expand", bad, NULL);
+	assert_non_null(strstr(p.err, "bad-model.json: hidden: found 2000"));
+	assert_non_null(strstr(p.err, "needed by kernel rmsnorm_quant forward"));
+	assert_string_equal(p.out, "");
+	lg_proc_free(&p);
+	p = cli(2, NULL, "gen", bad, NULL);
+	assert_non_null(strstr(p.err, "bad-model.json: hidden: found 2000"));
+	lg_proc_free(&p);
+	p = cli(2, NULL, "expand", NORMS, NULL); /* a spec file is not a model config */
+	assert_non_null(strstr(p.err, "unknown key \"kernels\""));
+	lg_proc_free(&p);
+	char *missing = lg_test_path(dir, "no-such-model.json");
+	run(2, NULL, "expand", missing, NULL);
+	run(2, NULL, "expand", NULL);
+	run(2, NULL, "expand", LING_MINI, LING_MINI, NULL);
+
+	free(missing);
+	free(bad);
+	free(manifest);
+	free(out);
+	free(cache);
+	free(spec);
+	lg_test_rm_rf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	/* the environment must not steer the CLI under test */
@@ -401,6 +482,7 @@ int main(void)
 		cmocka_unit_test(test_gen),           cmocka_unit_test(test_gen_bad_input),
 		cmocka_unit_test(test_build),         cmocka_unit_test(test_cache),
 		cmocka_unit_test(test_check_without_gpu), cmocka_unit_test(test_bench_jit),
+		cmocka_unit_test(test_expand),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

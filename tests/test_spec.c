@@ -2,7 +2,8 @@
  * test_spec.c - spec files: every way a spec can be wrong gives one message
  * naming the file, the JSON path, what was found and what is allowed; good
  * specs get their defaults, a canonical form that round-trips and unique
- * entry names; every shipped configs/kernels/ JSON file parses; truncated and
+ * entry names; a model expansion's "model" and "skipped" record is validated
+ * and otherwise ignored; every shipped configs/kernels/ JSON file parses; truncated and
  * mutated input never crashes the parser (run under ASan too).
  */
 #include <pthread.h>
@@ -33,6 +34,8 @@
 #define RNX(extra) FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", " \
 			 "\"hidden\": 2048" extra "}")
 
+#define SKIP(pass) "{\"op\": \"qk_norm_rope\", \"pass\": " pass ", \"why\": \"not yet\"}"
+
 #define RQ_BLOCK64 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", " \
 		   "\"hidden\": 2048, \"quant\": {\"block\": 64}}"
 
@@ -56,7 +59,7 @@ static const struct bad bad_specs[] = {
 	{"{\"kernels\": {}}", {"kernels: found an object", "allowed: an array"}},
 	{"{\"kernels\": \"rmsnorm\"}", {"kernels: found \"rmsnorm\"", "allowed: an array"}},
 	{"{\"kernels\": [42]}", {"kernels[0]: found 42", "allowed: an object"}},
-	{"{\"kernel\": [" RN "]}", {"unknown key \"kernel\"", "allowed keys: name, kernels",
+	{"{\"kernel\": [" RN "]}", {"unknown key \"kernel\"", "allowed keys: name, model, kernels, skipped",
 				    "did you mean \"kernels\"?"}},
 	{"{\"name\": 7, \"kernels\": [" RN "]}", {"name: found 7 (a number)", "allowed: a string"}},
 	{"{\"name\": \"a\", \"name\": \"b\", \"kernels\": [" RN "]}", {"name: duplicate key"}},
@@ -131,6 +134,19 @@ static const struct bad bad_specs[] = {
 	{RNX(", \"tile\": 4"), {"kernels[0].tile: found 4", "allowed: an object with keys rows, threads"}},
 	/* a later kernel gets its own path */
 	{"{\"kernels\": [" RN ", " RQ ",\n " RQ_BLOCK64 "]}", {"kernels[2].quant.block: found 64", "allowed: 128"}},
+	/* "model" and "skipped": the record of a model expansion */
+	{"{\"model\": 1, \"kernels\": [" RN "]}", {"model: found 1 (a number)", "allowed: a string"}},
+	{"{\"kernels\": [" RN "], \"skipped\": {}}", {"skipped: found an object",
+						       "allowed: an array of {\"op\", \"pass\", \"why\"} objects"}},
+	{"{\"kernels\": [" RN "], \"skipped\": [3]}", {"skipped[0]: found 3", "allowed: an object"}},
+	{"{\"kernels\": [" RN "], \"skipped\": [" SKIP("\"forward\"") ", {\"op\": \"x\", \"pass\": "
+	 "\"forward\"}]}", {"skipped[1].why: missing", "allowed: a string"}},
+	{"{\"kernels\": [" RN "], \"skipped\": [" SKIP("\"fwd\"") "]}",
+	 {"skipped[0].pass: found \"fwd\"", "allowed: \"forward\", \"backward\""}},
+	{"{\"kernels\": [" RN "], \"skipped\": [{\"op\": \"\", \"pass\": \"forward\", \"why\": \"-\"}]}",
+	 {"skipped[0].op: found \"\" (a string)", "allowed: a non-empty string"}},
+	{"{\"kernels\": [" RN "], \"skipped\": [{\"op\": \"x\", \"pass\": \"forward\", \"why\": \"-\", "
+	 "\"hidden\": 1}]}", {"skipped[0]: unknown key \"hidden\"", "allowed keys: op, pass, why"}},
 	/* junk */
 	{"\"just a string\"", {"top level: found \"just a string\"", "allowed: an object"}},
 	{"{\"kernels\": [{\"op\": \"rms\\u0000norm\"}]}", {"kernels[0].op: found \"rms\"", "allowed"}},
@@ -288,6 +304,16 @@ static void test_file_api(void **state)
 	text = "{\"kernels\": [" RN "]}";
 	assert_int_equal(lg_spec_file_parse(text, strlen(text), NULL, &f), LG_OK);
 	assert_string_equal(lg_spec_file_name(f), "");
+	lg_spec_file_free(f);
+
+	/* a model expansion's record is validated and otherwise ignored */
+	text = "{\"name\": \"m step\", \"model\": \"m\", \"kernels\": [" RN "], \"skipped\": [" SKIP("\"forward\"")
+	       ", " SKIP("\"backward\"") "]}";
+	assert_int_equal(lg_spec_file_parse(text, strlen(text), NULL, &f), LG_OK);
+	assert_int_equal(lg_spec_file_count(f), 1);
+	lg_spec_file_free(f);
+	text = "{\"kernels\": [" RN "], \"skipped\": []}";
+	assert_int_equal(lg_spec_file_parse(text, strlen(text), NULL, &f), LG_OK);
 	lg_spec_file_free(f);
 
 	text = "{\"kernels\": 1}";

@@ -16,6 +16,7 @@
 
 #include "env.h"
 #include "family.h"
+#include "model.h"
 
 /* ------------------------------------------------------------ errors */
 
@@ -311,6 +312,25 @@ static int load_error(const char *path, lg_status st)
 	return lg_cli_fail(code, "%s: %s", path, msg);
 }
 
+/* A spec file, or a model config expanded into one (the same text
+ * `lingen expand` prints). */
+static lg_status load_file(const char *path, lg_spec_file **out)
+{
+	char *text = NULL, *expanded = NULL;
+	size_t len = 0;
+	lg_status st = lg_spec_read_file(path, &text, &len);
+	if (st == LG_OK && lg_model_is_config(text, len)) {
+		st = lg_model_expand_text(text, len, path, &expanded);
+		free(text);
+		text = expanded;
+		len = text ? strlen(text) : 0;
+	}
+	if (st == LG_OK)
+		st = lg_spec_file_parse(text, len, path, out);
+	free(text);
+	return st;
+}
+
 /* Add one kernel unless an identical one is already there. */
 static int add_kernel(struct lg_cli_specs *s, const lg_spec *sp, const char *path, size_t idx)
 {
@@ -351,9 +371,9 @@ int lg_cli_load_specs(char *const *paths, int n, struct lg_cli_specs *out)
 		if (stat(paths[i], &st) != 0)
 			return lg_cli_fail(LG_EXIT_USAGE, "%s: %s", paths[i], strerror(errno));
 		if (S_ISDIR(st.st_mode))
-			return lg_cli_fail(LG_EXIT_USAGE, "%s: is a folder, expected a spec file",
+			return lg_cli_fail(LG_EXIT_USAGE, "%s: is a folder, expected a spec file or a model config",
 					   paths[i]);
-		lg_status rc = lg_spec_file_load(paths[i], &out->files[i]);
+		lg_status rc = load_file(paths[i], &out->files[i]);
 		if (rc != LG_OK)
 			return load_error(paths[i], rc);
 		out->nfiles++;

@@ -115,8 +115,9 @@ struct lg_cli_specs {
 	size_t n;
 };
 
-/* Load every file named in paths (spec files today; model configs will be
- * recognised here too, so no command needs changing). Kernels given twice
+/* Load every file named in paths: spec files, or model configs (a JSON
+ * object with model keys and no "kernels"), which are expanded in memory
+ * into the kernels of one training step, as `lingen expand` does. Kernels given twice
  * are kept once; two different kernels with one entry name are an error.
  * Errors are printed (naming the file and the JSON path) and give
  * LG_EXIT_USAGE; an allocation failure gives LG_EXIT_FAIL. Returns
@@ -148,5 +149,6 @@ extern const struct lg_cli_cmd lg_cmd_bench;
 extern const struct lg_cli_cmd lg_cmd_cache;
 extern const struct lg_cli_cmd lg_cmd_env;
 extern const struct lg_cli_cmd lg_cmd_tune;
+extern const struct lg_cli_cmd lg_cmd_expand;
 
 #endif

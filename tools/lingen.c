@@ -14,8 +14,8 @@
 #include "nvrtc.h"
 
 static const struct lg_cli_cmd *const commands[] = {
-	&lg_cmd_gen, &lg_cmd_build, &lg_cmd_aot, &lg_cmd_check, &lg_cmd_bench, &lg_cmd_tune, &lg_cmd_cache,
-	&lg_cmd_env,
+	&lg_cmd_gen, &lg_cmd_expand, &lg_cmd_build, &lg_cmd_aot, &lg_cmd_check, &lg_cmd_bench,
+	&lg_cmd_tune, &lg_cmd_cache, &lg_cmd_env,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -35,7 +35,8 @@ static void usage(FILE *f)
 		lg_version());
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-7s %s\n", commands[i]->name, commands[i]->summary);
-	fputs("\nSPEC is a kernel spec file (configs/kernels/*.json).\n"
+	fputs("\nSPEC is a kernel spec file (configs/kernels/*.json) or a model config\n"
+	      "(configs/models/*.json, expanded into one training step's kernels).\n"
 	      "Exit status: 0 success, 1 failed check or runtime error, 2 bad usage or input.\n"
 	      "Environment variables: see 'lingen env'.\n",
 	      f);

@@ -1,0 +1,532 @@
+/*
+ * model.c - model configs: parse and validate (see model.h), and expand
+ * into the kernels of one training step.
+ *
+ * The step is a table (`steps` below), one row per kernel and pass, in the
+ * order a training step runs them. A row names the family it needs by its
+ * op name; the row becomes a kernel spec as soon as a family of that name is
+ * in the registry (and supports the pass), and is listed as skipped until
+ * then. So adding a family needs no change here unless its spec takes
+ * fields the row does not give. Each implemented row is built as kernel
+ * JSON from the model's values and parsed by the spec parser, so the
+ * family's own checks apply; a rejection names the model file and key.
+ */
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "error.h"
+#include "family.h"
+#include "json.h"
+
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+
+const char *const lg_model_key_names[LG_MK_COUNT] = {
+	[LG_MK_HIDDEN] = "hidden",
+	[LG_MK_LAYERS] = "layers",
+	[LG_MK_Q_HEADS] = "q_heads",
+	[LG_MK_KV_HEADS] = "kv_heads",
+	[LG_MK_HEAD_DIM] = "head_dim",
+	[LG_MK_EXPERTS] = "experts",
+	[LG_MK_TOPK] = "topk",
+	[LG_MK_EXPERT_INTERMEDIATE] = "expert_intermediate",
+	[LG_MK_SHARED_EXPERTS] = "shared_experts",
+	[LG_MK_SHARED_INTERMEDIATE] = "shared_intermediate",
+	[LG_MK_VOCAB] = "vocab",
+};
+_Static_assert(COUNT(lg_model_key_names) == LG_MK_COUNT, "one name per model key");
+
+/* Allowed range of each integer field. */
+static const int64_t key_range[LG_MK_COUNT][2] = {
+	[LG_MK_HIDDEN] = {1, 1 << 20},
+	[LG_MK_LAYERS] = {1, 100000},
+	[LG_MK_Q_HEADS] = {1, 4096},
+	[LG_MK_KV_HEADS] = {1, 4096},
+	[LG_MK_HEAD_DIM] = {1, 4096},
+	[LG_MK_EXPERTS] = {1, 65536},
+	[LG_MK_TOPK] = {1, 65536},
+	[LG_MK_EXPERT_INTERMEDIATE] = {1, 1 << 20},
+	[LG_MK_SHARED_EXPERTS] = {0, 256},
+	[LG_MK_SHARED_INTERMEDIATE] = {0, 1 << 20},
+	[LG_MK_VOCAB] = {1, INT32_MAX},
+};
+
+/* Keys of a model config, in the order messages list them. */
+#define NKEYS (LG_MK_COUNT + 5)
+static const char *const fp8_keys[] = {"format", "block", "round_scale"};
+
+#define NAME_CHARS "A-Z a-z 0-9 . _ -"
+
+/* ------------------------------------------------------------- parse */
+
+static const cJSON *member(const cJSON *obj, const char *key)
+{
+	return cJSON_GetObjectItemCaseSensitive(obj, key);
+}
+
+static void model_keys(const char *names[NKEYS])
+{
+	size_t n = 0;
+	names[n++] = "name";
+	names[n++] = "source";
+	names[n++] = "notes";
+	for (int i = 0; i < LG_MK_COUNT; i++)
+		names[n++] = lg_model_key_names[i];
+	names[n++] = "eps";
+	names[n++] = "fp8";
+	LG_ASSERT(n == NKEYS);
+}
+
+static lg_status parse_name(const struct lg_jreader *r, const cJSON *root, struct lg_model *m)
+{
+	const cJSON *v = member(root, "name");
+	if (!v)
+		return lg_json_fail(r, "name", "missing, allowed: 1 to %d characters from " NAME_CHARS,
+				    LG_MODEL_NAME_MAX - 1);
+	const char *s = cJSON_IsString(v) ? v->valuestring : NULL;
+	size_t n = s ? strlen(s) : 0;
+	bool ok = n > 0 && n < LG_MODEL_NAME_MAX && strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+							      "abcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+	if (!ok)
+		return lg_json_fail(r, "name", "found %s%s%s%s, allowed: 1 to %d characters from " NAME_CHARS,
+				    lg_json_show(v).s, s ? "" : " (", s ? "" : lg_json_type(v),
+				    s ? "" : ")", LG_MODEL_NAME_MAX - 1);
+	memcpy(m->name, s, n + 1);
+	return LG_OK;
+}
+
+/* "source" (required) and "notes" (optional): strings, kept in the file only. */
+static lg_status parse_texts(const struct lg_jreader *r, const cJSON *root)
+{
+	const cJSON *src = member(root, "source"), *notes = member(root, "notes");
+	if (!src)
+		return lg_json_fail(r, "source", "missing, allowed: a string naming where the "
+						 "dimensions come from (e.g. a config.json URL)");
+	if (!cJSON_IsString(src) || !src->valuestring[0])
+		return lg_json_fail(r, "source", "found %s (%s), allowed: a non-empty string",
+				    lg_json_show(src).s, lg_json_type(src));
+	if (notes && !cJSON_IsString(notes))
+		return lg_json_fail(r, "notes", "found %s (%s), allowed: a string",
+				    lg_json_show(notes).s, lg_json_type(notes));
+	return LG_OK;
+}
+
+static lg_status parse_ints(const struct lg_jreader *r, const cJSON *root, struct lg_model *m)
+{
+	for (int i = 0; i < LG_MK_COUNT; i++) {
+		const char *key = lg_model_key_names[i];
+		const cJSON *v = member(root, key);
+		if (!v)
+			return lg_json_fail(r, key, "missing, allowed: an integer from %lld to %lld",
+					    (long long)key_range[i][0], (long long)key_range[i][1]);
+		lg_status st = lg_json_int(r, key, v, key_range[i][0], key_range[i][1], &m->v[i]);
+		if (st != LG_OK)
+			return st;
+	}
+	return LG_OK;
+}
+
+static lg_status parse_eps(const struct lg_jreader *r, const cJSON *root, struct lg_model *m)
+{
+	const cJSON *v = member(root, "eps");
+	if (!v)
+		return lg_json_fail(r, "eps", "missing, allowed: a number greater than 0 and less than 1 "
+					      "(the model's rms_norm_eps)");
+	if (!cJSON_IsNumber(v))
+		return lg_json_fail(r, "eps", "found %s (%s), allowed: a number greater than 0 and less than 1",
+				    lg_json_show(v).s, lg_json_type(v));
+	if (!(v->valuedouble > 0 && v->valuedouble < 1))
+		return lg_json_fail(r, "eps", "found %s, allowed: a number greater than 0 and less than 1",
+				    lg_json_show(v).s);
+	m->eps = v->valuedouble;
+	return LG_OK;
+}
+
+static lg_status parse_fp8_fields(const struct lg_jreader *r, const cJSON *q, struct lg_quant *qt)
+{
+	const cJSON *v;
+	int64_t block;
+	int fmt = 0;
+	lg_status st;
+	for (size_t i = 0; i < COUNT(fp8_keys); i++)
+		if (!member(q, fp8_keys[i]))
+			return lg_json_fail(r, fp8_keys[i], "missing, allowed: %s",
+					    i == 0 ? "\"e4m3\"" : i == 1 ? "an integer (128)" : "true, false");
+	v = member(q, "format");
+	if ((st = lg_json_enum(r, "format", v, lg_quant_format_names, LG_QFMT_COUNT, ~0u, "", &fmt)) != LG_OK)
+		return st;
+	qt->format = (enum lg_quant_format)fmt;
+	if ((st = lg_json_int(r, "block", member(q, "block"), 1, 65536, &block)) != LG_OK)
+		return st;
+	qt->block = (int)block;
+	return lg_json_bool(r, "round_scale", member(q, "round_scale"), &qt->round_scale);
+}
+
+static lg_status parse_fp8(struct lg_jreader *r, const cJSON *root, struct lg_model *m)
+{
+	const cJSON *q = member(root, "fp8");
+	if (!q)
+		return lg_json_fail(r, "fp8", "missing, allowed: an object with keys format, block, "
+					      "round_scale (the FP8 recipe)");
+	m->fp8 = (struct lg_quant){.present = true, .output = LG_QOUT_BOTH};
+	size_t mark = lg_json_push_key(r, "fp8");
+	lg_status st;
+	uint32_t seen;
+	if (!cJSON_IsObject(q))
+		st = lg_json_fail(r, NULL, "found %s, allowed: an object with keys format, block, round_scale",
+				  lg_json_show(q).s);
+	else if ((st = lg_json_check_keys(r, q, fp8_keys, COUNT(fp8_keys), &seen)) == LG_OK)
+		st = parse_fp8_fields(r, q, &m->fp8);
+	lg_json_pop(r, mark);
+	return st;
+}
+
+/* Checks between fields. */
+static lg_status check_model(const struct lg_jreader *r, const struct lg_model *m)
+{
+	const int64_t *v = m->v;
+	if (v[LG_MK_Q_HEADS] % v[LG_MK_KV_HEADS] != 0)
+		return lg_json_fail(r, "kv_heads", "found %lld, allowed: a divisor of q_heads (%lld)",
+				    (long long)v[LG_MK_KV_HEADS], (long long)v[LG_MK_Q_HEADS]);
+	if (v[LG_MK_TOPK] > v[LG_MK_EXPERTS])
+		return lg_json_fail(r, "topk", "found %lld, allowed: an integer from 1 to experts (%lld)",
+				    (long long)v[LG_MK_TOPK], (long long)v[LG_MK_EXPERTS]);
+	if (v[LG_MK_SHARED_EXPERTS] == 0 && v[LG_MK_SHARED_INTERMEDIATE] != 0)
+		return lg_json_fail(r, "shared_intermediate", "found %lld, allowed: 0 when shared_experts is 0",
+				    (long long)v[LG_MK_SHARED_INTERMEDIATE]);
+	if (v[LG_MK_SHARED_EXPERTS] > 0 && v[LG_MK_SHARED_INTERMEDIATE] == 0)
+		return lg_json_fail(r, "shared_intermediate", "found 0, allowed: an integer from 1 to %lld "
+				    "when shared_experts is %lld",
+				    (long long)key_range[LG_MK_SHARED_INTERMEDIATE][1],
+				    (long long)v[LG_MK_SHARED_EXPERTS]);
+	return LG_OK;
+}
+
+static lg_status parse_model(struct lg_jreader *r, const cJSON *root, struct lg_model *m)
+{
+	const char *names[NKEYS];
+	uint32_t seen;
+	lg_status st;
+	if (!cJSON_IsObject(root))
+		return lg_json_fail(r, NULL, "top level: found %s, allowed: a model config object "
+					     "{\"name\": ..., \"hidden\": ..., ...}", lg_json_show(root).s);
+	model_keys(names);
+	if ((st = lg_json_check_keys(r, root, names, NKEYS, &seen)) != LG_OK)
+		return st;
+	if ((st = parse_name(r, root, m)) != LG_OK || (st = parse_texts(r, root)) != LG_OK ||
+	    (st = parse_ints(r, root, m)) != LG_OK || (st = parse_eps(r, root, m)) != LG_OK ||
+	    (st = parse_fp8(r, root, m)) != LG_OK)
+		return st;
+	return check_model(r, m);
+}
+
+lg_status lg_model_parse(const char *text, size_t len, const char *file, struct lg_model *m)
+{
+	struct lg_jreader r;
+	cJSON *root = NULL;
+	lg_json_init(&r, file);
+	memset(m, 0, sizeof *m);
+	lg_status st = lg_json_parse(&r, text ? text : "", text ? len : 0, &root);
+	if (st == LG_OK)
+		st = parse_model(&r, root, m);
+	cJSON_Delete(root);
+	return st;
+}
+
+bool lg_model_is_config(const char *text, size_t len)
+{
+	struct lg_jreader r;
+	cJSON *root = NULL;
+	lg_json_init(&r, NULL);
+	if (!text || lg_json_parse(&r, text, len, &root) != LG_OK)
+		return false;
+	bool yes = cJSON_IsObject(root) && !member(root, "kernels") && member(root, "fp8");
+	for (int i = 0; !yes && cJSON_IsObject(root) && !member(root, "kernels") && i < LG_MK_COUNT; i++)
+		yes = member(root, lg_model_key_names[i]) != NULL;
+	cJSON_Delete(root);
+	return yes;
+}
+
+/* ------------------------------------------------------------ expand */
+
+/* One kernel of the training step, as the spec its family takes. */
+struct step {
+	const char *op;      /* family name, as in lg_op_names once it exists */
+	const char *section; /* KERNELS.md section */
+	enum lg_pass pass;
+	const char *dtype;   /* input dtype */
+	struct { enum lg_dim dim; enum lg_model_key from; } dims[3];
+	int ndims;
+	unsigned flags;      /* EPS, QUANT, SHARED_ONLY */
+};
+enum {
+	EPS = 1,         /* takes the model's eps */
+	QUANT = 2,       /* takes the model's fp8 recipe, output "both" */
+	SHARED_ONLY = 4, /* only for models with shared experts */
+};
+
+#define FWD LG_PASS_FORWARD
+#define BWD LG_PASS_BACKWARD
+#define D1(a, fa) {{a, fa}}, 1
+#define D2(a, fa, b, fb) {{a, fa}, {b, fb}}, 2
+#define D3(a, fa, b, fb, c, fc) {{a, fa}, {b, fb}, {c, fc}}, 3
+#define HID D1(LG_DIM_HIDDEN, LG_MK_HIDDEN)
+#define NODIM {{LG_DIM_HIDDEN, LG_MK_HIDDEN}}, 0
+#define ATTN D3(LG_DIM_HEAD_DIM, LG_MK_HEAD_DIM, LG_DIM_Q_HEADS, LG_MK_Q_HEADS, LG_DIM_KV_HEADS, LG_MK_KV_HEADS)
+#define ROUTE D2(LG_DIM_HIDDEN, LG_MK_HIDDEN, LG_DIM_EXPERTS, LG_MK_EXPERTS)
+#define PERM D3(LG_DIM_HIDDEN, LG_MK_HIDDEN, LG_DIM_EXPERTS, LG_MK_EXPERTS, LG_DIM_TOPK, LG_MK_TOPK)
+#define EXPERT D2(LG_DIM_INTERMEDIATE, LG_MK_EXPERT_INTERMEDIATE, LG_DIM_EXPERTS, LG_MK_EXPERTS)
+#define SHARED D1(LG_DIM_INTERMEDIATE, LG_MK_SHARED_INTERMEDIATE)
+#define VOCAB D1(LG_DIM_VOCAB, LG_MK_VOCAB)
+
+/* One training step of an FP8 MoE decoder (KERNELS.md §2): a layer's
+ * kernels, then the final norm, the loss and the optimizer-side reductions. */
+static const struct step steps[] = {
+	/* input RMSNorm + FP8 quantisation of the attention input; its backward
+	 * is the plain RMSNorm backward (KERNELS.md K1) */
+	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT},
+	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
+	/* split + per-head q/k RMSNorm + half RoPE + transpose */
+	{"qk_norm_rope", "K2", FWD, "bf16", ATTN, EPS},
+	{"qk_norm_rope", "K2", BWD, "bf16", ATTN, EPS},
+	/* router logits in fp32 */
+	{"router_gemm", "K3", FWD, "bf16", ROUTE, 0},
+	{"router_gemm", "K3", BWD, "fp32", ROUTE, 0},
+	/* post-attention RMSNorm + FP8: the same kernels as the input norm */
+	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT},
+	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
+	/* MoE dispatch and combine */
+	{"moe_permute", "K4", FWD, "bf16", PERM, 0},
+	{"moe_permute", "K4", BWD, "bf16", PERM, 0},
+	{"moe_unpermute", "K5", FWD, "bf16", PERM, 0},
+	{"moe_unpermute", "K5", BWD, "bf16", PERM, 0},
+	/* routed experts: prob-weighted SwiGLU + FP8, per expert */
+	{"batch_swiglu_quant", "K6", FWD, "bf16", EXPERT, QUANT},
+	{"batch_swiglu_quant", "K6", BWD, "bf16", EXPERT, QUANT},
+	/* shared expert: SwiGLU + FP8 */
+	{"swiglu_quant", "K7", FWD, "bf16", SHARED, QUANT | SHARED_ONLY},
+	{"swiglu_quant", "K7", BWD, "bf16", SHARED, QUANT | SHARED_ONLY},
+	/* final RMSNorm before the LM head: not quantised in linghe's recipe */
+	{"rmsnorm", "K1", FWD, "bf16", HID, EPS},
+	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
+	/* softmax cross entropy over the vocabulary */
+	{"cross_entropy", "K9", FWD, "bf16", VOCAB, 0},
+	{"cross_entropy", "K9", BWD, "bf16", VOCAB, 0},
+	/* global grad norm and zero count over the fp32 gradients */
+	{"grad_norm", "K10", FWD, "fp32", NODIM, 0},
+	{"count_zero", "K11", FWD, "fp32", NODIM, 0},
+};
+_Static_assert(COUNT(steps) <= LG_MODEL_MAX_STEPS, "LG_MODEL_MAX_STEPS holds the step table");
+
+/* Reasons for a skip, one per section, as static strings. */
+#define WHY(k) "family not implemented yet (KERNELS.md " k ")"
+#define WHY_PASS(k) "pass not implemented yet (KERNELS.md " k ")"
+static const char *why_of(const char *section, bool family)
+{
+	static const struct { const char *section, *family, *pass; } whys[] = {
+		{"K1", WHY("K1"), WHY_PASS("K1")},   {"K2", WHY("K2"), WHY_PASS("K2")},
+		{"K3", WHY("K3"), WHY_PASS("K3")},   {"K4", WHY("K4"), WHY_PASS("K4")},
+		{"K5", WHY("K5"), WHY_PASS("K5")},   {"K6", WHY("K6"), WHY_PASS("K6")},
+		{"K7", WHY("K7"), WHY_PASS("K7")},   {"K9", WHY("K9"), WHY_PASS("K9")},
+		{"K10", WHY("K10"), WHY_PASS("K10")}, {"K11", WHY("K11"), WHY_PASS("K11")},
+	};
+	for (size_t i = 0; i < COUNT(whys); i++)
+		if (strcmp(whys[i].section, section) == 0)
+			return family ? whys[i].family : whys[i].pass;
+	LG_ASSERT(!"every step's section has a reason");
+	return "";
+}
+
+/* The registered family of a step's op, or -1. */
+static int find_op(const char *op)
+{
+	for (int i = 0; i < LG_OP_COUNT; i++)
+		if (strcmp(lg_op_names[i], op) == 0)
+			return i;
+	return -1;
+}
+
+/* The kernel object of a step, as JSON text the spec parser reads. */
+static char *step_json(const struct lg_model *m, const struct step *st)
+{
+	lg_buf b;
+	lg_buf_init(&b);
+	lg_emit(&b, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\"", st->op,
+		lg_pass_names[st->pass], st->dtype);
+	for (int i = 0; i < st->ndims; i++)
+		lg_emit(&b, ", \"%s\": %lld", lg_dim_names[st->dims[i].dim],
+			(long long)m->v[st->dims[i].from]);
+	if (st->flags & EPS) {
+		char eps[32];
+		lg_json_number_text(m->eps, eps);
+		lg_emit(&b, ", \"eps\": %s", eps);
+	}
+	if (st->flags & QUANT)
+		lg_emit(&b, ", \"quant\": {\"format\": \"%s\", \"block\": %d, \"round_scale\": %s, "
+			    "\"output\": \"both\"}",
+			lg_quant_format_names[m->fp8.format], m->fp8.block,
+			m->fp8.round_scale ? "true" : "false");
+	lg_emit(&b, "}");
+	return lg_buf_finish(&b, NULL);
+}
+
+/* The model key a spec key of a step comes from ("quant" -> "fp8"). */
+static const char *model_key_of(const struct step *st, const char *key, size_t n)
+{
+	if (n == 5 && strncmp(key, "quant", 5) == 0)
+		return "fp8";
+	for (int i = 0; i < st->ndims; i++) {
+		const char *d = lg_dim_names[st->dims[i].dim];
+		if (strlen(d) == n && strncmp(key, d, n) == 0)
+			return lg_model_key_names[st->dims[i].from];
+	}
+	return NULL;
+}
+
+/* A family rejected a step's kernel: the message, "<file>: <spec key>...",
+ * gets the model key it came from when that differs, and the kernel. */
+static lg_status explain(const char *file, const struct step *st, lg_status status)
+{
+	const char *msg = lg_last_error();
+	size_t nf = strlen(file);
+	const char *mk = NULL, *key = msg + nf + 2;
+	size_t n = 0;
+	if (strncmp(msg, file, nf) == 0 && strncmp(msg + nf, ": ", 2) == 0) {
+		n = strcspn(key, ".:[ ");
+		mk = model_key_of(st, key, n);
+	}
+	if (mk && (strlen(mk) != n || strncmp(mk, key, n) != 0))
+		lg_fail_append(" (model key %s%.*s; ", mk, (int)strcspn(key + n, ":"), key + n);
+	else
+		lg_fail_append(" (");
+	lg_fail_append("needed by kernel %s %s of the training step)", st->op, lg_pass_names[st->pass]);
+	return status;
+}
+
+static void add_skip(struct lg_model_step *s, const struct step *st, bool family)
+{
+	for (size_t i = 0; i < s->nskipped; i++)
+		if (strcmp(s->skipped[i].op, st->op) == 0 && s->skipped[i].pass == st->pass)
+			return;
+	s->skipped[s->nskipped++] = (struct lg_model_skip){st->op, st->pass, why_of(st->section, family)};
+}
+
+/* Add a kernel unless an identical one is there. */
+static lg_status add_kernel(struct lg_model_step *s, const struct lg_spec *k, const char *file)
+{
+	char *canon = lg_spec_to_json(k);
+	bool dup = false;
+	if (!canon)
+		return lg_fail(LG_ERR_NO_MEMORY, "%s: out of memory", file);
+	for (size_t i = 0; i < s->nkernels && !dup; i++) {
+		char *other = lg_spec_to_json(&s->kernels[i]);
+		if (!other) {
+			free(canon);
+			return lg_fail(LG_ERR_NO_MEMORY, "%s: out of memory", file);
+		}
+		dup = strcmp(other, canon) == 0;
+		free(other);
+	}
+	free(canon);
+	if (!dup)
+		s->kernels[s->nkernels++] = *k;
+	return LG_OK;
+}
+
+lg_status lg_model_expand(const struct lg_model *m, const char *file, struct lg_model_step *s)
+{
+	const char *f = file && file[0] ? file : "<input>";
+	memset(s, 0, sizeof *s);
+	for (size_t i = 0; i < COUNT(steps); i++) {
+		const struct step *st = &steps[i];
+		if ((st->flags & SHARED_ONLY) && m->v[LG_MK_SHARED_EXPERTS] == 0)
+			continue;
+		int op = find_op(st->op);
+		if (op < 0 || !((lg_family_get((enum lg_op)op)->passes >> st->pass) & 1u)) {
+			add_skip(s, st, op < 0);
+			continue;
+		}
+		char *json = step_json(m, st);
+		if (!json)
+			return lg_fail(LG_ERR_NO_MEMORY, "%s: out of memory", f);
+		struct lg_spec k;
+		lg_status rc = lg_spec_parse_kernel(json, f, &k);
+		free(json);
+		if (rc == LG_ERR_SPEC)
+			return explain(f, st, rc);
+		if (rc == LG_OK)
+			rc = add_kernel(s, &k, f);
+		if (rc != LG_OK)
+			return rc;
+	}
+	return LG_OK;
+}
+
+/* ------------------------------------------------------------ output */
+
+char *lg_model_step_json(const struct lg_model *m, const struct lg_model_step *s)
+{
+	lg_buf b;
+	lg_buf_init(&b);
+	lg_emit(&b, "{\n  \"name\": \"%s training step\",\n  \"model\": \"%s\",\n  \"kernels\": [", m->name,
+		m->name);
+	for (size_t i = 0; i < s->nkernels; i++) {
+		char *k = lg_spec_to_json(&s->kernels[i]);
+		if (!k) {
+			lg_buf_free(&b);
+			return NULL;
+		}
+		lg_emit(&b, "%s\n    %s", i ? "," : "", k);
+		free(k);
+	}
+	lg_emit(&b, "\n  ],\n  \"skipped\": [");
+	for (size_t i = 0; i < s->nskipped; i++)
+		lg_emit(&b, "%s\n    {\"op\": \"%s\", \"pass\": \"%s\", \"why\": \"%s\"}", i ? "," : "",
+			s->skipped[i].op, lg_pass_names[s->skipped[i].pass], s->skipped[i].why);
+	lg_emit(&b, "%s]\n}\n", s->nskipped ? "\n  " : "");
+	return lg_buf_finish(&b, NULL);
+}
+
+/* ------------------------------------------------------- public API */
+
+lg_status lg_model_expand_text(const char *text, size_t len, const char *filename,
+			       char **spec_json)
+{
+	lg_clear_error();
+	if (!spec_json || (!text && len))
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_model_expand_text: NULL argument");
+	*spec_json = NULL;
+	struct lg_model m;
+	struct lg_model_step *s = malloc(sizeof *s);
+	const char *f = filename && filename[0] ? filename : "<input>";
+	lg_status st;
+	if (!s)
+		return lg_fail(LG_ERR_NO_MEMORY, "%s: out of memory", f);
+	if ((st = lg_model_parse(text, len, f, &m)) != LG_OK)
+		goto fail;
+	if ((st = lg_model_expand(&m, f, s)) != LG_OK)
+		goto fail;
+	if (!(*spec_json = lg_model_step_json(&m, s)))
+		st = lg_fail(LG_ERR_NO_MEMORY, "%s: out of memory", f);
+fail:
+	free(s);
+	return st;
+}
+
+lg_status lg_model_expand_file(const char *path, char **spec_json)
+{
+	lg_clear_error();
+	if (!path || !spec_json)
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_model_expand_file: NULL argument");
+	*spec_json = NULL;
+	char *text = NULL;
+	size_t len = 0;
+	lg_status st = lg_spec_read_file(path, &text, &len);
+	if (st == LG_OK)
+		st = lg_model_expand_text(text, len, path, spec_json);
+	free(text);
+	return st;
+}

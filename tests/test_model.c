@@ -1,0 +1,377 @@
+/*
+ * test_model.c - model configs (configs/models/): every shipped model
+ * parses, expands, and its expansion reads back as a spec file; the
+ * ling-mini-2.0 step is exactly the expected kernels (canonical JSON, each
+ * once) and skips every family not implemented yet, by op and pass; every
+ * way a config can be wrong gives one message naming the file, the JSON
+ * path, what was found and what is allowed; truncated configs never crash.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <cjson/cJSON.h>
+
+#include "lingen.h"
+#include "model.h"
+#include "spec.h"
+#include "testutil.h"
+
+#define MODELS LG_SOURCE_DIR "/configs/models"
+#define LING_MINI MODELS "/ling-mini-2.0.json"
+
+/* Parse and expand a shipped config, asserting success. */
+static void load_model(const char *path, struct lg_model *m, struct lg_model_step *s)
+{
+	size_t len = 0;
+	char *text = lg_test_read_file(path, &len);
+	assert_non_null(text);
+	lg_status st = lg_model_parse(text, len, path, m);
+	if (st == LG_OK)
+		st = lg_model_expand(m, path, s);
+	if (st != LG_OK)
+		fprintf(stderr, "%s\n", lg_last_error());
+	assert_int_equal(st, LG_OK);
+	assert_true(lg_model_is_config(text, len));
+	free(text);
+}
+
+static bool op_registered(const char *op)
+{
+	for (int i = 0; i < LG_OP_COUNT; i++)
+		if (strcmp(lg_op_names[i], op) == 0)
+			return true;
+	return false;
+}
+
+static void test_shipped_models(void **state)
+{
+	(void)state;
+	size_t n = 0;
+	char **files = lg_test_list_dir(MODELS, ".json", &n);
+	assert_non_null(files);
+	assert_true(n >= 4);
+	struct lg_model_step *s = malloc(sizeof *s);
+	assert_non_null(s);
+	for (size_t i = 0; i < n; i++) {
+		struct lg_model m;
+		load_model(files[i], &m, s);
+		/* the file is named after the model */
+		const char *base = strrchr(files[i], '/') + 1;
+		assert_int_equal(strlen(base), strlen(m.name) + 5);
+		assert_memory_equal(base, m.name, strlen(m.name));
+		assert_true(m.fp8.present);
+		assert_true(s->nkernels >= 3);
+		for (size_t k = 0; k < s->nkernels; k++)
+			assert_true(op_registered(lg_op_names[s->kernels[k].op]));
+		for (size_t k = 0; k < s->nskipped; k++) {
+			assert_false(op_registered(s->skipped[k].op));
+			assert_non_null(strstr(s->skipped[k].why, "KERNELS.md K"));
+		}
+
+		/* the expansion reads back as a spec file with the same kernels */
+		char *json = lg_model_step_json(&m, s);
+		assert_non_null(json);
+		lg_spec_file *f = NULL;
+		lg_status st = lg_spec_file_parse(json, strlen(json), files[i], &f);
+		if (st != LG_OK)
+			fprintf(stderr, "%s\n%s\n", lg_last_error(), json);
+		assert_int_equal(st, LG_OK);
+		assert_int_equal(lg_spec_file_count(f), s->nkernels);
+		char want[96];
+		snprintf(want, sizeof want, "%s training step", m.name);
+		assert_string_equal(lg_spec_file_name(f), want);
+		for (size_t k = 0; k < s->nkernels; k++) {
+			char *a = lg_spec_canonical(lg_spec_file_get(f, k));
+			char *b = lg_spec_canonical(&s->kernels[k]);
+			assert_string_equal(a, b);
+			/* each kernel once */
+			for (size_t j = 0; j < k; j++) {
+				char *c = lg_spec_canonical(&s->kernels[j]);
+				assert_string_not_equal(c, b);
+				free(c);
+			}
+			free(a);
+			free(b);
+		}
+		lg_spec_file_free(f);
+
+		/* the public calls give the same text */
+		char *pub = NULL;
+		assert_int_equal(lg_model_expand_file(files[i], &pub), LG_OK);
+		assert_string_equal(pub, json);
+		free(pub);
+		free(json);
+	}
+	free(s);
+	lg_test_free_list(files);
+}
+
+static const char *const mini_kernels[] = {
+	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	"\"eps\": 1e-06, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, "
+	"\"output\": \"both\"}}",
+	"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
+	"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
+};
+
+/* op, pass, KERNELS.md section of each skipped kernel, in step order */
+static const char *const mini_skipped[][3] = {
+	{"qk_norm_rope", "forward", "K2"},        {"qk_norm_rope", "backward", "K2"},
+	{"router_gemm", "forward", "K3"},         {"router_gemm", "backward", "K3"},
+	{"moe_permute", "forward", "K4"},         {"moe_permute", "backward", "K4"},
+	{"moe_unpermute", "forward", "K5"},       {"moe_unpermute", "backward", "K5"},
+	{"batch_swiglu_quant", "forward", "K6"},  {"batch_swiglu_quant", "backward", "K6"},
+	{"swiglu_quant", "forward", "K7"},        {"swiglu_quant", "backward", "K7"},
+	{"cross_entropy", "forward", "K9"},       {"cross_entropy", "backward", "K9"},
+	{"grad_norm", "forward", "K10"},          {"count_zero", "forward", "K11"},
+};
+
+static void test_ling_mini(void **state)
+{
+	(void)state;
+	struct lg_model m;
+	struct lg_model_step *s = malloc(sizeof *s);
+	assert_non_null(s);
+	load_model(LING_MINI, &m, s);
+	assert_string_equal(m.name, "ling-mini-2.0");
+	static const int64_t want[LG_MK_COUNT] = {
+		[LG_MK_HIDDEN] = 2048, [LG_MK_LAYERS] = 20, [LG_MK_Q_HEADS] = 16,
+		[LG_MK_KV_HEADS] = 4, [LG_MK_HEAD_DIM] = 128, [LG_MK_EXPERTS] = 256,
+		[LG_MK_TOPK] = 8, [LG_MK_EXPERT_INTERMEDIATE] = 512, [LG_MK_SHARED_EXPERTS] = 1,
+		[LG_MK_SHARED_INTERMEDIATE] = 512, [LG_MK_VOCAB] = 157184,
+	};
+	for (int i = 0; i < LG_MK_COUNT; i++)
+		assert_int_equal(m.v[i], want[i]);
+	assert_true(m.eps == 1e-6);
+	assert_true(m.fp8.round_scale);
+	assert_int_equal(m.fp8.block, 128);
+
+	size_t nk = sizeof mini_kernels / sizeof mini_kernels[0];
+	assert_int_equal(s->nkernels, nk);
+	for (size_t i = 0; i < nk; i++) {
+		char *c = lg_spec_canonical(&s->kernels[i]);
+		assert_string_equal(c, mini_kernels[i]);
+		free(c);
+	}
+	size_t ns = sizeof mini_skipped / sizeof mini_skipped[0];
+	assert_int_equal(s->nskipped, ns);
+	for (size_t i = 0; i < ns; i++) {
+		char why[64];
+		snprintf(why, sizeof why, "family not implemented yet (KERNELS.md %s)", mini_skipped[i][2]);
+		assert_string_equal(s->skipped[i].op, mini_skipped[i][0]);
+		assert_string_equal(lg_pass_names[s->skipped[i].pass], mini_skipped[i][1]);
+		assert_string_equal(s->skipped[i].why, why);
+	}
+
+	/* the spec file text: model name, 2-space indent, one kernel a line */
+	char *json = lg_model_step_json(&m, s);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "{\n  \"name\": \"ling-mini-2.0 training step\",\n"
+				     "  \"model\": \"ling-mini-2.0\",\n  \"kernels\": [\n    {"));
+	assert_non_null(strstr(json, "\n    {\"op\": \"qk_norm_rope\", \"pass\": \"forward\", "
+				     "\"why\": \"family not implemented yet (KERNELS.md K2)\"},\n"));
+	assert_int_equal(json[strlen(json) - 1], '\n');
+	cJSON *j = cJSON_Parse(json);
+	assert_non_null(j);
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "skipped")), (int)ns);
+	cJSON_Delete(j);
+	free(json);
+	free(s);
+}
+
+/* A model without a shared expert skips no shared-expert kernel. */
+static void test_no_shared_expert(void **state)
+{
+	(void)state;
+	struct lg_model m;
+	struct lg_model_step *s = malloc(sizeof *s);
+	assert_non_null(s);
+	load_model(MODELS "/qwen3-30b-a3b.json", &m, s);
+	assert_int_equal(m.v[LG_MK_SHARED_EXPERTS], 0);
+	assert_int_equal(s->nskipped, sizeof mini_skipped / sizeof mini_skipped[0] - 2);
+	for (size_t i = 0; i < s->nskipped; i++)
+		assert_string_not_equal(s->skipped[i].op, "swiglu_quant");
+	free(s);
+}
+
+/* ------------------------------------------------------- bad configs */
+
+/* The ling-mini config with one member replaced by `value` (raw JSON),
+ * added if absent, removed when value is NULL. */
+static char *mutate(const char *key, const char *value)
+{
+	char *text = lg_test_read_file(LING_MINI, NULL);
+	assert_non_null(text);
+	cJSON *root = cJSON_Parse(text);
+	assert_non_null(root);
+	free(text);
+	cJSON_DeleteItemFromObjectCaseSensitive(root, key);
+	if (value) {
+		cJSON *v = cJSON_Parse(value);
+		assert_non_null(v);
+		cJSON_AddItemToObject(root, key, v);
+	}
+	char *out = cJSON_Print(root);
+	assert_non_null(out);
+	cJSON_Delete(root);
+	return out;
+}
+
+#define FP8(f, b, r) "{\"format\": " f ", \"block\": " b ", \"round_scale\": " r "}"
+
+struct bad {
+	const char *key, *value; /* mutate(key, value), or */
+	const char *raw;         /* the whole text when key is NULL */
+	const char *want[4];     /* substrings of the message, beyond "m.json: " */
+};
+
+static const struct bad bad_models[] = {
+	{"hiden", "2048", NULL, {"unknown key \"hiden\"", "allowed keys: name, source, notes, hidden",
+				 "did you mean \"hidden\"?"}},
+	{"hidden", NULL, NULL, {"m.json: hidden: missing", "allowed: an integer from 1 to 1048576"}},
+	{"hidden", "2000", NULL, {"m.json: hidden: found 2000", "allowed: a multiple of 128 from 128 to 16384",
+				  "(needed by kernel rmsnorm_quant forward of the training step)"}},
+	{"hidden", "32768", NULL, {"m.json: hidden: found 32768", "allowed: a multiple of 128",
+				   "needed by kernel rmsnorm_quant forward"}},
+	{"hidden", "\"2048\"", NULL, {"m.json: hidden: found \"2048\" (a string)", "allowed: an integer"}},
+	{"experts", "-1", NULL, {"m.json: experts: found -1", "allowed: an integer from 1 to 65536"}},
+	{"topk", "300", NULL, {"m.json: topk: found 300", "allowed: an integer from 1 to experts (256)"}},
+	{"kv_heads", "3", NULL, {"m.json: kv_heads: found 3", "allowed: a divisor of q_heads (16)"}},
+	{"vocab", "1.5", NULL, {"m.json: vocab: found 1.5", "allowed: an integer"}},
+	{"layers", "0", NULL, {"m.json: layers: found 0", "allowed: an integer from 1 to 100000"}},
+	{"shared_intermediate", "0", NULL, {"m.json: shared_intermediate: found 0",
+					    "when shared_experts is 1"}},
+	{"shared_experts", "0", NULL, {"m.json: shared_intermediate: found 512",
+				       "allowed: 0 when shared_experts is 0"}},
+	{"eps", "0", NULL, {"m.json: eps: found 0", "allowed: a number greater than 0 and less than 1"}},
+	{"eps", NULL, NULL, {"m.json: eps: missing", "rms_norm_eps"}},
+	{"name", "\"ling mini\"", NULL, {"m.json: name: found \"ling mini\"",
+					 "allowed: 1 to 63 characters from A-Z a-z 0-9 . _ -"}},
+	{"name", "7", NULL, {"m.json: name: found 7 (a number)", "allowed: 1 to 63 characters"}},
+	{"source", NULL, NULL, {"m.json: source: missing", "allowed: a string"}},
+	{"notes", "[]", NULL, {"m.json: notes: found an array (an array)", "allowed: a string"}},
+	{"fp8", NULL, NULL, {"m.json: fp8: missing", "format, block, round_scale"}},
+	{"fp8", "\"e4m3\"", NULL, {"m.json: fp8: found \"e4m3\"", "allowed: an object with keys format, "
+				   "block, round_scale"}},
+	{"fp8", FP8("\"e5m2\"", "128", "true"), NULL, {"m.json: fp8.format: found \"e5m2\"",
+						       "allowed: \"e4m3\""}},
+	{"fp8", FP8("\"e4m3\"", "128", "\"yes\""), NULL,
+	 {"m.json: fp8.round_scale: found \"yes\" (a string)", "allowed: true, false"}},
+	{"fp8", FP8("\"e4m3\"", "64", "true"), NULL,
+	 {"m.json: quant.block: found 64, allowed: 128", "(model key fp8.block; needed by kernel "
+	  "rmsnorm_quant forward of the training step)"}},
+	{"fp8", "{\"format\": \"e4m3\", \"block\": 128}", NULL,
+	 {"m.json: fp8.round_scale: missing", "allowed: true, false"}},
+	{"fp8", "{\"format\": \"e4m3\", \"blocks\": 128, \"round_scale\": true}", NULL,
+	 {"m.json: fp8: unknown key \"blocks\"", "allowed keys: format, block, round_scale",
+	  "did you mean \"block\"?"}},
+	{NULL, NULL, "{\n  \"name\": \"m\",\n  \"hidden\": }", {"m.json: line 3, column 13",
+								 "malformed JSON", "found \"}\""}},
+	{NULL, NULL, "[1, 2]", {"m.json: top level: found an array", "allowed: a model config object"}},
+	{NULL, NULL, "", {"m.json: found an empty document"}},
+	{NULL, NULL, "{\"name\": \"a\", \"name\": \"b\"}", {"m.json: name: duplicate key"}},
+};
+
+static void test_bad_models(void **state)
+{
+	(void)state;
+	size_t n = sizeof bad_models / sizeof bad_models[0];
+	int failures = 0;
+	assert_true(n >= 12);
+	for (size_t i = 0; i < n; i++) {
+		const struct bad *b = &bad_models[i];
+		char *text = b->key ? mutate(b->key, b->value) : strdup(b->raw);
+		assert_non_null(text);
+		char *json = NULL;
+		lg_status st = lg_model_expand_text(text, strlen(text), "m.json", &json);
+		const char *msg = lg_last_error();
+		bool ok = st == LG_ERR_SPEC && json == NULL && strncmp(msg, "m.json: ", 8) == 0;
+		for (int w = 0; ok && w < 4 && b->want[w]; w++)
+			ok = strstr(msg, b->want[w]) != NULL;
+		if (!ok) {
+			fprintf(stderr, "bad model %zu: status %s\n  message: %s\n", i, lg_status_str(st), msg);
+			for (int w = 0; w < 4 && b->want[w]; w++)
+				fprintf(stderr, "  want:    %s\n", b->want[w]);
+			failures++;
+		}
+		free(json);
+		free(text);
+	}
+	assert_int_equal(failures, 0);
+}
+
+static void test_api_errors(void **state)
+{
+	(void)state;
+	char *json = NULL;
+	assert_int_equal(lg_model_expand_text(NULL, 4, NULL, &json), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_model_expand_text("{}", 2, NULL, NULL), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_model_expand_text("{}", 2, NULL, &json), LG_ERR_SPEC);
+	assert_null(json);
+	assert_non_null(strstr(lg_last_error(), "<input>: name: missing"));
+	assert_int_equal(lg_model_expand_file(MODELS "/no-such-model.json", &json), LG_ERR_IO);
+	assert_non_null(strstr(lg_last_error(), "no-such-model.json: No such file or directory"));
+
+	/* what is and is not a model config */
+	static const char *const yes[] = {"{\"hidden\": 1}", "{\"fp8\": {}}", "{\"experts\": 8, \"x\": 1}"};
+	static const char *const no[] = {"{\"name\": \"x\", \"kernels\": []}", "{\"hidden\": 1, \"kernels\": []}",
+					 "{\"name\": \"x\"}", "[1]", "{", ""};
+	for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+		assert_true(lg_model_is_config(yes[i], strlen(yes[i])));
+	for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+		assert_false(lg_model_is_config(no[i], strlen(no[i])));
+}
+
+/* Truncated and mutated configs, from buffers of exactly their length (so
+ * ASan sees any over-read): a spec error or success, never a crash. */
+static void expand_exact(const char *text, size_t len)
+{
+	char *copy = malloc(len ? len : 1);
+	assert_non_null(copy);
+	memcpy(copy, text, len);
+	char *json = NULL;
+	lg_status st = lg_model_expand_text(copy, len, "fuzz.json", &json);
+	assert_true(st == LG_OK || st == LG_ERR_SPEC);
+	assert_true((st == LG_OK) == (json != NULL));
+	if (st == LG_ERR_SPEC)
+		assert_non_null(strstr(lg_last_error(), "fuzz.json: "));
+	free(json);
+	free(copy);
+	(void)lg_model_is_config(text, len);
+}
+
+static void test_fuzz(void **state)
+{
+	(void)state;
+	static const char subst[] = {'\0', '"', '{', '}', ',', ':', '9', '-', '0', ' ', (char)0xff};
+	size_t len = 0;
+	char *text = lg_test_read_file(LING_MINI, &len);
+	assert_non_null(text);
+	for (size_t i = 0; i <= len; i++)
+		expand_exact(text, i);
+	for (size_t i = 0; i < len; i++) {
+		char keep = text[i];
+		for (size_t k = 0; k < sizeof subst; k++) {
+			text[i] = subst[k];
+			expand_exact(text, len);
+		}
+		text[i] = keep;
+	}
+	free(text);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_shipped_models), cmocka_unit_test(test_ling_mini),
+		cmocka_unit_test(test_no_shared_expert), cmocka_unit_test(test_bad_models),
+		cmocka_unit_test(test_api_errors),     cmocka_unit_test(test_fuzz),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
