@@ -9,12 +9,17 @@
 
 #include "error.h"
 
+lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	memset(p, 0, sizeof *p);
+	return lg_family_get(s->op)->plan(s, t, p);
+}
+
 lg_status lg_generate_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p,
 			  char **src, size_t *len)
 {
 	const struct lg_family *f = lg_family_get(s->op);
-	memset(p, 0, sizeof *p);
-	lg_status st = f->plan(s, t, p);
+	lg_status st = lg_plan_for(s, t, p);
 	if (st != LG_OK)
 		return st;
 	lg_buf b;

@@ -6,6 +6,13 @@
 
 #include "family.h"
 
+/* SHA-256 (hex) of the generator's own files, computed at build time: the
+ * same identity and resolved spec always give the same source. */
+extern const char lg_generator_id[];
+
+/* Only the plan (tile, entry points, geometry) of a kernel: no source. */
+lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p);
+
 /* Plan and emit one kernel. On success *src is malloc'd (caller frees) and
  * p holds the resolved tile and entry points. */
 lg_status lg_generate_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p,

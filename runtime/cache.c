@@ -4,9 +4,13 @@
  * Rules:
  *  1. Key. XXH3-128 over a canonical serialisation of everything that shapes
  *     a cubin: the cache format, the arch, every NVRTC option, the NVRTC
- *     version (major, minor) and the source bytes. Each field is preceded by
- *     its length (u64, little-endian), so no two field lists hash the same
- *     bytes. The key is stored and printed in XXH128's canonical byte order.
+ *     version (major, minor) and the source. The runtime passes, for the
+ *     source, its identity: the generator's build-time hash (cmake/genid.cmake,
+ *     over gen/ and templates/) and the resolved canonical spec, which give
+ *     the source deterministically, so a hit needs no generation. Each field
+ *     is preceded by its length (u64, little-endian), so no two field lists
+ *     hash the same bytes. The key is stored and printed in XXH128's
+ *     canonical byte order.
  *  2. One file per entry, named <32 lower-case hex digits of the key>.lgc,
  *     little-endian, written byte by byte (no struct dumps):
  *       0  magic "LGCUBIN\0"          8 bytes

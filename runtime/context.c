@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "error.h"
 #include "env.h"
 #include "generate.h"
@@ -145,9 +146,34 @@ lg_status lg_ctx_resolve(const lg_ctx *c, const struct lg_spec *s, struct lg_spe
 	return lg_tuning_apply(c->tuning, s, out);
 }
 
-/* Generate and compile (or read from disk) an entry; called unlocked.
- * canon: the user's spec (the memory-cache key); the source is made from
- * the resolved spec (tuning.h precedence). */
+/* The disk-cache key of a resolved spec: the generator's identity and the
+ * resolved canonical spec stand for the source they deterministically give
+ * (cmake/genid.cmake), so a hit needs no generation. */
+static lg_status key_of(const lg_ctx *c, const struct lg_spec *s, uint8_t key[LG_KEY_BYTES])
+{
+	int major = 0, minor = 0;
+	lg_status st = lg_nvrtc_version(&major, &minor);
+	if (st != LG_OK)
+		return st;
+	lg_buf b;
+	lg_buf_init(&b);
+	char *json = lg_spec_to_json(s);
+	lg_emit(&b, "lingen generator %s\n%s", lg_generator_id, json ? json : "");
+	free(json);
+	size_t len = 0;
+	char *ident = json ? lg_buf_finish(&b, &len) : (lg_buf_free(&b), NULL);
+	if (!ident)
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+	int nopts = 0;
+	const char *const *opts = lg_nvrtc_options(c->target.name, &nopts);
+	lg_cache_key(c->target.name, ident, len, opts, nopts, major, minor, key);
+	free(ident);
+	return LG_OK;
+}
+
+/* Plan, then take the cubin from the disk cache or generate and compile it;
+ * called unlocked. canon: the user's spec (the memory-cache key); the plan
+ * and source are made from the resolved spec (tuning.h precedence). */
 static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 			     struct lg_ctx_entry **out)
 {
@@ -161,28 +187,24 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 	}
 	e->canon = canon;
 	char *src = NULL;
-	size_t len = 0;
 	struct lg_spec resolved;
 	const struct lg_spec *s = &resolved;
+	uint8_t key[LG_KEY_BYTES];
 	lg_status st = lg_ctx_resolve(c, user, &resolved);
 	if (st == LG_OK)
-		st = lg_generate_for(s, &c->target, &e->plan, &src, &len);
+		st = lg_plan_for(s, &c->target, &e->plan);
+	if (st == LG_OK)
+		st = key_of(c, s, key);
 	if (st != LG_OK)
 		goto fail;
-	double t1 = lg_now();
-	int major = 0, minor = 0;
-	st = lg_nvrtc_version(&major, &minor);
-	if (st != LG_OK)
-		goto fail;
-	int nopts = 0;
-	const char *const *opts = lg_nvrtc_options(c->target.name, &nopts);
-	uint8_t key[LG_KEY_BYTES];
-	lg_cache_key(c->target.name, src, len, opts, nopts, major, minor, key);
 	if (lg_cache_get(c->cache, key, &e->cubin, &e->cubin_size)) {
-		lg_log("cache hit: %s %s (generate %.3f ms, read %.3f ms)", s->entry, c->target.name,
-		       (t1 - t0) * 1e3, (lg_now() - t1) * 1e3);
+		lg_log("cache hit: %s %s (plan + key + read %.3f ms)", s->entry, c->target.name,
+		       (lg_now() - t0) * 1e3);
 	} else {
-		st = lg_nvrtc_compile(src, s->entry, c->target.name, &e->cubin, &e->cubin_size, NULL);
+		st = lg_generate_for(s, &c->target, &e->plan, &src, NULL);
+		double t1 = lg_now();
+		if (st == LG_OK)
+			st = lg_nvrtc_compile(src, s->entry, c->target.name, &e->cubin, &e->cubin_size, NULL);
 		if (st != LG_OK)
 			goto fail;
 		lg_cache_put(c->cache, key, s->entry, c->target.name, e->cubin, e->cubin_size);

@@ -163,7 +163,7 @@ static void print_jit_table(const struct lg_jit_result *r)
 	       r->first_compile_ms, r->compile_median_ms);
 	printf("generate: median %.3f ms\n", r->gen_median_ms);
 	printf("disk-cache hit, warm process (median of the per-kernel medians):\n");
-	printf("  read  lg_ctx_cubin, fresh context (generate + key + read + checksum): %.1f us\n",
+	printf("  read  lg_ctx_cubin, fresh context (plan + key + read + checksum): %.1f us\n",
 	       r->read_median_us);
 	if (r->gpu) {
 		printf("  load  lg_kernel_get, cubin in memory (cuLibraryLoadData + entries): %.1f us\n",
