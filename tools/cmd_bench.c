@@ -413,7 +413,7 @@ const struct lg_cli_cmd lg_cmd_bench = {
 		   "           first compile of the process includes NVRTC start-up (goal\n"
 		   "           <= 150 ms), the median after it is the warm cost (goal <= 15 ms);\n"
 		   "  cache    a fresh cache folder is filled, then R times in new contexts:\n"
-		   "           read = lg_ctx_cubin from disk (generate, key, read, checksum),\n"
+		   "           read = lg_ctx_cubin from disk (plan, key, read, checksum),\n"
 		   "           load = lg_kernel_get with the cubin in memory (cuLibraryLoadData,\n"
 		   "           entries), get = lg_kernel_get from disk (goal <= 50 us);\n"
 		   "  launch   the first kernel at --tokens (default 8192): 20000\n"

@@ -7,7 +7,7 @@
  *      NVRTC's start-up (dlopen, builtins), the others are warm.
  *   2. cache: a fresh folder (mkdtemp) is filled through one context, then
  *      `reps` times, each time in NEW contexts on that folder:
- *        read = lg_ctx_cubin (generate, key hash, file read, checksum);
+ *        read = lg_ctx_cubin (plan, key hash, file read, checksum);
  *        load = lg_kernel_get with the cubin already in memory
  *               (cuLibraryLoadData + entry resolution, occupancy queries);
  *        get  = lg_kernel_get from the disk cache: read + load in one call.
