@@ -119,8 +119,6 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		p->tile[LG_TILE_CLUSTER] = (int)(h / COLS);
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	} else {
-		snprintf(p->entry[0], sizeof p->entry[0], "%s_rows", s->entry);
-		snprintf(p->entry[1], sizeof p->entry[1], "%s", s->entry);
 		/* Columnwise: the tokens in `parts` slices, each a rows launch then a
 		 * columnwise launch, so that a slice's x (8 MB at 2048 x 2048) is
 		 * still in L2 when it is read the second time; on sm_90 each launch
@@ -135,8 +133,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		for (int e = 0; e < p->nentries; e++) {
 			p->part[e] = e / 2;
 			p->early[e] = e > 0 && t->sm >= 90;
-			if (e > 1)
-				snprintf(p->entry[e], sizeof p->entry[e], "%s", p->entry[e % 2]);
+			snprintf(p->entry[e], sizeof p->entry[e], "%s%s", s->entry, e % 2 ? "" : "_rows");
 		}
 		p->tile[LG_TILE_CLUSTER] = 1;
 	}
