@@ -15,8 +15,19 @@
  *      columns and computes y = (x r) w once, in registers. Column amax over
  *      its rows, then over the 32 row blocks (a shuffle, then shared
  *      memory); bytes packed 4 rows at a time into a swizzled transposed
- *      staging tile, written out as 128-byte qt lines. x is re-read from L2
- *      with evict-first loads; stores are streaming.
+ *      staging tile, written out as 128-byte qt lines. x is re-read (from L2
+ *      where it is still there) with evict-first loads; stores are streaming.
+ *   On sm_90 kernel 2 is launched as a programmatic dependent of kernel 1
+ *   and waits for it with griddepcontrol.wait.
+ *
+ * Tile options (the defaults are what measured fastest on the H200,
+ * bench/README.md): `threads` and `rows` shape kernel 1; `stages` N cuts the
+ * tokens into N slices, each a kernel-1 launch then a kernel-2 launch (the
+ * `part` argument), so that x is re-read while still in L2; `cluster` =
+ * hidden/128 (sm_90, hidden <= 2048) selects the fused form: one persistent
+ * kernel, a cluster of hidden/128 CTAs per 128-token tile exchanging row sums
+ * through distributed shared memory, x read once into registers through
+ * cp.async stages.
  */
 #include <stdio.h>
 #include <string.h>

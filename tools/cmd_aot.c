@@ -26,7 +26,7 @@
 #include "cli.h"
 #include "compile_all.h"
 
-enum { O_OUT, O_ARCH, O_JOBS };
+enum { O_OUT = LG_CA_OUT, O_ARCH = LG_CA_ARCH, O_JOBS = LG_CA_JOBS };
 static const struct lg_cli_opt opts[] = {
 	[O_OUT] = {"out", 'o', "DIR", "folder for lingen_aot.c and lingen_aot.h (created if missing)"},
 	[O_ARCH] = {"arch", 'a', "ARCH[,ARCH...]", "target archs (default $LINGEN_ARCH, else sm_90a)"},
@@ -197,54 +197,21 @@ static int write_text(const char *dir, const char *name, const char *text)
 	return rc;
 }
 
-/* Everything after argument parsing. */
-static int aot(const char *dir, char **archs, int narch, const struct lg_cli_args *a, int jobs)
+/* lingen_aot.h and lingen_aot.c of a compiled set. */
+static int write_aot(const char *dir, const struct lg_compile_set *set)
 {
-	double t0 = lg_cli_now();
-	struct lg_cli_specs specs = {0};
-	struct lg_compile_set set = {0};
-	int rc = lg_cli_load_specs(a->pos, a->npos, &specs);
-	if (rc == LG_EXIT_OK && lg_mkdir_p(dir) != 0)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", dir, strerror(errno));
-	if (rc == LG_EXIT_OK)
-		rc = lg_compile_all(&specs, archs, narch, jobs, &set);
-	if (rc == LG_EXIT_OK)
-		rc = write_text(dir, "lingen_aot.h", header);
+	int rc = write_text(dir, "lingen_aot.h", header);
 	if (rc == LG_EXIT_OK) {
-		char *text = source(&set);
+		char *text = source(set);
 		rc = write_text(dir, "lingen_aot.c", text);
 		free(text);
 	}
-	if (rc == LG_EXIT_OK)
-		fprintf(stderr, "embedded %zu cubins for %d arch%s in %s/lingen_aot.c in %.1f s\n", set.n,
-			narch, narch == 1 ? "" : "s", dir, lg_cli_now() - t0);
-	lg_compile_set_free(&set);
-	lg_cli_specs_free(&specs);
 	return rc;
 }
 
 static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
-	const char *dir = a.val[O_OUT];
-	char **archs = NULL;
-	int narch = 0;
-	long long jobs = sysconf(_SC_NPROCESSORS_ONLN);
-	rc = LG_EXIT_OK;
-	if (!dir)
-		rc = lg_cli_usage_error(cmd, "missing -o DIR");
-	if (rc == LG_EXIT_OK && a.val[O_JOBS])
-		rc = lg_cli_int(cmd, "jobs", a.val[O_JOBS], 1, 1024, &jobs);
-	if (rc == LG_EXIT_OK)
-		rc = lg_cli_archs(cmd, a.val[O_ARCH], &archs, &narch);
-	if (rc == LG_EXIT_OK)
-		rc = aot(dir, archs, narch, &a, jobs < 1 ? 1 : (int)jobs);
-	lg_cli_strv_free(archs, narch);
-	free(a.pos);
-	return rc;
+	return lg_compile_cmd(cmd, argc, argv, write_aot, "embedded");
 }
 
 const struct lg_cli_cmd lg_cmd_aot = {

@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -26,7 +25,7 @@
 #include "cli.h"
 #include "compile_all.h"
 
-enum { O_OUT, O_ARCH, O_JOBS };
+enum { O_OUT = LG_CA_OUT, O_ARCH = LG_CA_ARCH, O_JOBS = LG_CA_JOBS };
 static const struct lg_cli_opt opts[] = {
 	[O_OUT] = {"out", 'o', "DIR", "bundle folder (created if missing)"},
 	[O_ARCH] = {"arch", 'a', "ARCH[,ARCH...]", "target archs (default $LINGEN_ARCH, else sm_90a)"},
@@ -130,49 +129,9 @@ static int write_bundle(const char *dir, const struct lg_compile_set *s)
 	return rc;
 }
 
-/* Everything after argument parsing. */
-static int build(const char *dir, char **archs, int narch, const struct lg_cli_args *a, int jobs)
-{
-	double t0 = lg_cli_now();
-	struct lg_cli_specs specs = {0};
-	struct lg_compile_set set = {0};
-	int rc = lg_cli_load_specs(a->pos, a->npos, &specs);
-	if (rc == LG_EXIT_OK && lg_mkdir_p(dir) != 0)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", dir, strerror(errno));
-	if (rc == LG_EXIT_OK)
-		rc = lg_compile_all(&specs, archs, narch, jobs, &set);
-	if (rc == LG_EXIT_OK)
-		rc = write_bundle(dir, &set);
-	if (rc == LG_EXIT_OK)
-		fprintf(stderr, "built %zu cubins for %d arch%s into %s in %.1f s\n", set.n, narch,
-			narch == 1 ? "" : "s", dir, lg_cli_now() - t0);
-	lg_compile_set_free(&set);
-	lg_cli_specs_free(&specs);
-	return rc;
-}
-
 static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
-	const char *dir = a.val[O_OUT];
-	char **archs = NULL;
-	int narch = 0;
-	long long jobs = sysconf(_SC_NPROCESSORS_ONLN);
-	rc = LG_EXIT_OK;
-	if (!dir)
-		rc = lg_cli_usage_error(cmd, "missing -o DIR");
-	if (rc == LG_EXIT_OK && a.val[O_JOBS])
-		rc = lg_cli_int(cmd, "jobs", a.val[O_JOBS], 1, 1024, &jobs);
-	if (rc == LG_EXIT_OK)
-		rc = lg_cli_archs(cmd, a.val[O_ARCH], &archs, &narch);
-	if (rc == LG_EXIT_OK)
-		rc = build(dir, archs, narch, &a, jobs < 1 ? 1 : (int)jobs);
-	lg_cli_strv_free(archs, narch);
-	free(a.pos);
-	return rc;
+	return lg_compile_cmd(cmd, argc, argv, write_bundle, "built");
 }
 
 const struct lg_cli_cmd lg_cmd_build = {

@@ -8,10 +8,12 @@
  */
 #include "compile_all.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -192,4 +194,52 @@ void lg_compile_nvrtc_version(char out[32])
 		snprintf(out, 32, "%d.%d", major, minor);
 	else
 		snprintf(out, 32, "unknown");
+}
+
+/* Everything after argument parsing. */
+static int compile_and_write(const char *dir, char **archs, int narch, const struct lg_cli_args *a,
+			     int jobs, int (*write)(const char *, const struct lg_compile_set *),
+			     const char *done)
+{
+	double t0 = lg_cli_now();
+	struct lg_cli_specs specs = {0};
+	struct lg_compile_set set = {0};
+	int rc = lg_cli_load_specs(a->pos, a->npos, &specs);
+	if (rc == LG_EXIT_OK && lg_mkdir_p(dir) != 0)
+		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", dir, strerror(errno));
+	if (rc == LG_EXIT_OK)
+		rc = lg_compile_all(&specs, archs, narch, jobs, &set);
+	if (rc == LG_EXIT_OK)
+		rc = write(dir, &set);
+	if (rc == LG_EXIT_OK)
+		fprintf(stderr, "%s %zu cubins for %d arch%s into %s in %.1f s\n", done, set.n, narch,
+			narch == 1 ? "" : "s", dir, lg_cli_now() - t0);
+	lg_compile_set_free(&set);
+	lg_cli_specs_free(&specs);
+	return rc;
+}
+
+int lg_compile_cmd(const struct lg_cli_cmd *cmd, int argc, char **argv,
+		   int (*write)(const char *dir, const struct lg_compile_set *s), const char *done)
+{
+	struct lg_cli_args a;
+	int rc = lg_cli_parse(cmd, argc, argv, &a);
+	if (rc != LG_CLI_GO)
+		return rc;
+	const char *dir = a.val[LG_CA_OUT];
+	char **archs = NULL;
+	int narch = 0;
+	long long jobs = sysconf(_SC_NPROCESSORS_ONLN);
+	rc = LG_EXIT_OK;
+	if (!dir)
+		rc = lg_cli_usage_error(cmd, "missing -o DIR");
+	if (rc == LG_EXIT_OK && a.val[LG_CA_JOBS])
+		rc = lg_cli_int(cmd, "jobs", a.val[LG_CA_JOBS], 1, 1024, &jobs);
+	if (rc == LG_EXIT_OK)
+		rc = lg_cli_archs(cmd, a.val[LG_CA_ARCH], &archs, &narch);
+	if (rc == LG_EXIT_OK)
+		rc = compile_and_write(dir, archs, narch, &a, jobs < 1 ? 1 : (int)jobs, write, done);
+	lg_cli_strv_free(archs, narch);
+	free(a.pos);
+	return rc;
 }
