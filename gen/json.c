@@ -350,3 +350,15 @@ lg_status lg_json_enum(const struct lg_jreader *r, const char *field, const cJSO
 	}
 	return st;
 }
+
+lg_status lg_json_open_unit(const struct lg_jreader *r, const char *key, const cJSON *v, double *out)
+{
+	if (!cJSON_IsNumber(v))
+		return lg_json_fail(r, key, "found %s (%s), allowed: a number greater than 0 and less than 1",
+				    lg_json_show(v).s, lg_json_type(v));
+	if (!(v->valuedouble > 0 && v->valuedouble < 1))
+		return lg_json_fail(r, key, "found %s, allowed: a number greater than 0 and less than 1",
+				    lg_json_show(v).s);
+	*out = v->valuedouble;
+	return LG_OK;
+}

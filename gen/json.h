@@ -67,6 +67,8 @@ lg_status lg_json_check_keys(const struct lg_jreader *r, const cJSON *obj,
 			     const char *const *names, size_t n, uint32_t *seen);
 
 /* Typed reads of member `field` (value v, never NULL) of the current object. */
+/* A number strictly between 0 and 1 (an epsilon) at key. */
+lg_status lg_json_open_unit(const struct lg_jreader *r, const char *key, const cJSON *v, double *out);
 lg_status lg_json_int(const struct lg_jreader *r, const char *field, const cJSON *v,
 		      int64_t lo, int64_t hi, int64_t *out);
 lg_status lg_json_bool(const struct lg_jreader *r, const char *field, const cJSON *v,

@@ -135,14 +135,7 @@ static lg_status parse_eps(const struct lg_jreader *r, const cJSON *root, struct
 	if (!v)
 		return lg_json_fail(r, "eps", "missing, allowed: a number greater than 0 and less than 1 "
 					      "(the model's rms_norm_eps)");
-	if (!cJSON_IsNumber(v))
-		return lg_json_fail(r, "eps", "found %s (%s), allowed: a number greater than 0 and less than 1",
-				    lg_json_show(v).s, lg_json_type(v));
-	if (!(v->valuedouble > 0 && v->valuedouble < 1))
-		return lg_json_fail(r, "eps", "found %s, allowed: a number greater than 0 and less than 1",
-				    lg_json_show(v).s);
-	m->eps = v->valuedouble;
-	return LG_OK;
+	return lg_json_open_unit(r, "eps", v, &m->eps);
 }
 
 static lg_status parse_fp8_fields(const struct lg_jreader *r, const cJSON *q, struct lg_quant *qt)

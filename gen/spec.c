@@ -208,16 +208,7 @@ static lg_status parse_eps(const struct lg_jreader *r, const cJSON *k, struct lg
 {
 	const cJSON *v = member(k, "eps");
 	s->eps = EPS_DEFAULT;
-	if (!v)
-		return LG_OK;
-	if (!cJSON_IsNumber(v))
-		return lg_json_fail(r, "eps", "found %s (%s), allowed: a number greater than 0 and less than 1",
-				    lg_json_show(v).s, lg_json_type(v));
-	if (!(v->valuedouble > 0 && v->valuedouble < 1))
-		return lg_json_fail(r, "eps", "found %s, allowed: a number greater than 0 and less than 1",
-				    lg_json_show(v).s);
-	s->eps = v->valuedouble;
-	return LG_OK;
+	return v ? lg_json_open_unit(r, "eps", v, &s->eps) : LG_OK;
 }
 
 static lg_status parse_quant_fields(const struct lg_jreader *r, const cJSON *q, struct lg_quant *qt)

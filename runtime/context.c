@@ -118,18 +118,26 @@ static struct lg_ctx_entry *find(lg_ctx *c, const char *canon)
 	return NULL;
 }
 
+/* A new entry owning canon (freed here on failure). */
+static lg_status entry_new(char *canon, struct lg_ctx_entry **out)
+{
+	if (!(*out = calloc(1, sizeof **out))) {
+		free(canon);
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+	}
+	(*out)->canon = canon;
+	return LG_OK;
+}
+
 /* An entry from the context's bundle: its cubin and stored plan; called
  * unlocked. Never generates or compiles. */
 static lg_status bundle_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
 			      struct lg_ctx_entry **out)
 {
 	double t0 = lg_now();
-	struct lg_ctx_entry *e = calloc(1, sizeof *e);
-	if (!e) {
-		free(canon);
-		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
-	}
-	e->canon = canon;
+	struct lg_ctx_entry *e;
+	if (entry_new(canon, &e) != LG_OK)
+		return LG_ERR_NO_MEMORY;
 	lg_status st = lg_bundle_get(c->bundle, canon, s->entry, c->target.name, &e->plan, &e->cubin,
 				     &e->cubin_size);
 	if (st != LG_OK) {
@@ -180,12 +188,9 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 	if (c->bundle)
 		return bundle_entry(c, user, canon, out);
 	double t0 = lg_now();
-	struct lg_ctx_entry *e = calloc(1, sizeof *e);
-	if (!e) {
-		free(canon);
-		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
-	}
-	e->canon = canon;
+	struct lg_ctx_entry *e;
+	if (entry_new(canon, &e) != LG_OK)
+		return LG_ERR_NO_MEMORY;
 	char *src = NULL;
 	struct lg_spec resolved;
 	const struct lg_spec *s = &resolved;
