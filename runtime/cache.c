@@ -603,18 +603,24 @@ static int by_mtime(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
+/* The cache folder opened for listing; *d NULL (and LG_OK) when it does not
+ * exist yet. */
+static lg_status open_folder(const lg_cache *c, DIR **d)
+{
+	if ((*d = opendir(c->dir)) || errno == ENOENT)
+		return LG_OK;
+	return lg_fail(LG_ERR_IO, "cannot read the cache folder %s: %s", c->dir, strerror(errno));
+}
+
 /* Every entry file of the folder, oldest first. A missing folder is empty. */
 static lg_status scan(const lg_cache *c, struct scanned **out, size_t *n)
 {
 	*out = NULL;
 	*n = 0;
-	DIR *d = opendir(c->dir);
-	if (!d) {
-		if (errno == ENOENT)
-			return LG_OK;
-		return lg_fail(LG_ERR_IO, "cannot read the cache folder %s: %s", c->dir,
-			       strerror(errno));
-	}
+	DIR *d;
+	lg_status ost = open_folder(c, &d);
+	if (ost != LG_OK || !d)
+		return ost;
 	int dfd = dirfd(d);
 	struct scanned *v = NULL;
 	size_t cnt = 0, cap = 0;
@@ -766,13 +772,10 @@ lg_status lg_cache_clear(lg_cache *c, size_t *removed)
 		*removed = 0;
 	if (!c || c->off)
 		return LG_OK;
-	DIR *d = opendir(c->dir);
-	if (!d) {
-		if (errno == ENOENT)
-			return LG_OK;
-		return lg_fail(LG_ERR_IO, "cannot read the cache folder %s: %s", c->dir,
-			       strerror(errno));
-	}
+	DIR *d;
+	lg_status ost = open_folder(c, &d);
+	if (ost != LG_OK || !d)
+		return ost;
 	int dfd = dirfd(d);
 	time_t now = time(NULL);
 	size_t gone = 0;
