@@ -585,6 +585,74 @@ fail:
 	write_failed(c, err);
 }
 
+/* ------------------------------------------------------ NVRTC stamp */
+
+#define STAMP_NAME "nvrtc.stamp"
+
+static char *stamp_path(const lg_cache *c)
+{
+	char *p = NULL;
+	return asprintf(&p, "%s/%s", c->dir, STAMP_NAME) < 0 ? NULL : p;
+}
+
+bool lg_cache_nvrtc_get(lg_cache *c, int *major, int *minor)
+{
+	if (!c || c->off)
+		return false;
+	char *path = stamp_path(c);
+	FILE *f = path ? fopen(path, "r") : NULL;
+	free(path);
+	if (!f)
+		return false;
+	char lib[1024];
+	long long size = -1, sec = -1, nsec = -1;
+	int ok = fscanf(f, "lingen-nvrtc 1 %d %d %lld %lld %lld %1023[^\n]", major, minor, &size, &sec,
+			&nsec, lib);
+	fclose(f);
+	struct stat sb;
+	if (ok != 6 || stat(lib, &sb) != 0 || sb.st_size != size || sb.st_mtim.tv_sec != sec ||
+	    sb.st_mtim.tv_nsec != nsec)
+		return false;
+	const char *want = lg_env_get(LG_ENV_NVRTC);
+	if (want) {
+		char *a = realpath(want, NULL), *b = realpath(lib, NULL);
+		bool same = a && b && strcmp(a, b) == 0;
+		free(a);
+		free(b);
+		if (!same)
+			return false;
+	}
+	return true;
+}
+
+void lg_cache_nvrtc_put(lg_cache *c, int major, int minor, const char *libpath)
+{
+	struct stat sb;
+	if (!c || c->off || !libpath || !libpath[0] || stat(libpath, &sb) != 0)
+		return;
+	int m0, m1;
+	if (lg_cache_nvrtc_get(c, &m0, &m1) && m0 == major && m1 == minor)
+		return;
+	char *tmp = NULL, *path = stamp_path(c), *text = NULL;
+	int fd = -1;
+	if (path && lg_mkdir_p(c->dir) == 0 &&
+	    asprintf(&text, "lingen-nvrtc 1 %d %d %lld %lld %lld %s\n", major, minor,
+		     (long long)sb.st_size, (long long)sb.st_mtim.tv_sec, (long long)sb.st_mtim.tv_nsec,
+		     libpath) > 0 &&
+	    (fd = open_tmp(c, &tmp)) >= 0 && write_full(fd, text, strlen(text)) == 0 && close(fd) == 0) {
+		fd = -1;
+		if (rename(tmp, path) != 0)
+			unlink(tmp);
+	} else if (tmp) {
+		unlink(tmp);
+	}
+	if (fd >= 0)
+		close(fd);
+	free(text);
+	free(tmp);
+	free(path);
+}
+
 /* ------------------------------------------------- listing and pruning */
 
 struct scanned {

@@ -52,6 +52,16 @@ bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], void **data, siz
 void lg_cache_put(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const char *entry,
 		  const char *arch, const void *data, size_t size);
 
+/* The NVRTC version the last NVRTC-loading process recorded in the folder
+ * (file nvrtc.stamp), trusted while the library file it names is unchanged
+ * (size and modification time) and $LINGEN_NVRTC, if set, names it: a lookup
+ * then needs no NVRTC. A stale stamp can only make a lookup use cubins the
+ * recorded compiler produced, which are right for their source and arch; a
+ * miss loads NVRTC and records its real version. */
+bool lg_cache_nvrtc_get(lg_cache *c, int *major, int *minor);
+/* Record the version of the NVRTC loaded from libpath (best effort). */
+void lg_cache_nvrtc_put(lg_cache *c, int major, int minor, const char *libpath);
+
 /* One entry as listed by lg_cache_list. */
 struct lg_cache_entry {
 	char file[2 * LG_KEY_BYTES + 8]; /* file name within the folder */

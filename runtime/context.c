@@ -160,9 +160,15 @@ lg_status lg_ctx_resolve(const lg_ctx *c, const struct lg_spec *s, struct lg_spe
 static lg_status key_of(const lg_ctx *c, const struct lg_spec *s, uint8_t key[LG_KEY_BYTES])
 {
 	int major = 0, minor = 0;
-	lg_status st = lg_nvrtc_version(&major, &minor);
-	if (st != LG_OK)
-		return st;
+	char lib[1024];
+	/* a warm cache needs no NVRTC: its version is recorded in the folder */
+	if (lg_nvrtc_loaded(lib, sizeof lib) || !lg_cache_nvrtc_get(c->cache, &major, &minor)) {
+		lg_status st = lg_nvrtc_version(&major, &minor);
+		if (st != LG_OK)
+			return st;
+		lg_nvrtc_loaded(lib, sizeof lib);
+		lg_cache_nvrtc_put(c->cache, major, minor, lib);
+	}
 	lg_buf b;
 	lg_buf_init(&b);
 	char *json = lg_spec_to_json(s);

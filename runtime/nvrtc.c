@@ -163,6 +163,23 @@ void lg_nvrtc_block_for_tests(int blocked)
 	pthread_mutex_unlock(&nv_lock);
 }
 
+bool lg_nvrtc_loaded(char *path, size_t len)
+{
+	pthread_mutex_lock(&nv_lock);
+	struct nvrtc_api api = nv;
+	pthread_mutex_unlock(&nv_lock);
+	if (len)
+		path[0] = '\0';
+	if (!api.lib)
+		return false;
+	Dl_info info;
+	void *sym;
+	memcpy(&sym, &api.nvrtcVersion, sizeof sym);
+	if (len && dladdr(sym, &info) && info.dli_fname)
+		snprintf(path, len, "%s", info.dli_fname);
+	return true;
+}
+
 lg_status lg_nvrtc_version(int *major, int *minor)
 {
 	struct nvrtc_api api;

@@ -9,12 +9,17 @@
 #ifndef LG_RUNTIME_NVRTC_H
 #define LG_RUNTIME_NVRTC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "lingen.h"
 
 /* NVRTC's version (loads NVRTC if needed). */
 lg_status lg_nvrtc_version(int *major, int *minor);
+
+/* Whether NVRTC is loaded in this process, and the file it was loaded from
+ * (into path[len]; "" when not loaded or unknown). */
+bool lg_nvrtc_loaded(char *path, size_t len);
 
 /* The options lingen passes for an arch, NULL-terminated, in a static table
  * (they are part of the cache key). */
