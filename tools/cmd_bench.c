@@ -357,10 +357,15 @@ static int bench_load(const struct lg_cli_args *a)
 	}
 	const char *from = a->val[O_BUNDLE] ? a->val[O_BUNDLE] : "the disk cache";
 	if (rc == LG_EXIT_OK && a->val[O_JSON])
-		printf("{\"bench\": \"load\", \"from\": \"%s\", \"kernels\": %zu, \"driver_ms\": %.3f, "
+		printf("{\"bench\": \"load\", \"gpu\": %s, \"from\": \"%s\", \"kernels\": %zu, \"driver_ms\": %.3f, "
 		       "\"context_ms\": %.3f, \"lingen_ms\": %.3f, \"per_kernel_us\": %.1f, \"goal_lingen_ms\": 5}\n",
-		       a->val[O_BUNDLE] ? a->val[O_BUNDLE] : "cache", r.kernels, r.driver_ms, r.context_ms,
+		       r.gpu ? "true" : "false", a->val[O_BUNDLE] ? a->val[O_BUNDLE] : "cache", r.kernels,
+		       r.driver_ms, r.context_ms,
 		       r.lingen_ms, r.per_kernel_us);
+	else if (rc == LG_EXIT_OK && !r.gpu)
+		printf("%zu kernels from %s, no GPU: lingen (context + every lg_ctx_cubin: plan, key, read, "
+		       "checksum; nothing loaded) %.3f ms = %.1f us a kernel\n",
+		       r.kernels, from, r.lingen_ms, r.per_kernel_us);
 	else if (rc == LG_EXIT_OK)
 		printf("%zu kernels from %s: driver (dlopen + cuInit) %.1f ms, primary context %.1f ms, "
 		       "lingen (context + every lg_kernel_get) %.3f ms = %.1f us a kernel (goal: 5 ms)\n",

@@ -132,6 +132,7 @@ void lg_jit_result_free(struct lg_jit_result *r);
  * a context (on `bundle` when not NULL, else the JIT with its disk cache)
  * and lg_kernel_get of every spec. */
 struct lg_load_result {
+	bool gpu; /* false: no driver or device, cubins read but not loaded */
 	size_t kernels;
 	double driver_ms, context_ms, lingen_ms, per_kernel_us;
 };
