@@ -1,23 +1,9 @@
-// Thread-block clusters (sm_90+): rank, barriers and distributed shared
+// Thread-block clusters (sm_90+): the cluster barrier and distributed shared
 // memory reads, by inline PTX.
-static __device__ __forceinline__ u32 lg_cluster_rank(void)
-{
-	u32 r;
-	asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-	return r;
-}
 static __device__ __forceinline__ void lg_cluster_sync(void)
 {
 	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
 		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-static __device__ __forceinline__ void lg_cluster_arrive(void)
-{
-	asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-static __device__ __forceinline__ void lg_cluster_wait(void)
-{
-	asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 // Read a double from the shared memory of CTA `rank` of this cluster, at the
 // address that `p` has in this CTA's shared memory.

@@ -21,10 +21,6 @@ static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 	asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
 		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
-static __device__ __forceinline__ void lg_st8(void *p, u32 a, u32 b)
-{
-	asm volatile("st.global.v2.u32 [%0], {%1,%2};" :: "l"(p), "r"(a), "r"(b) : "memory");
-}
 // Streaming ("evict first") accesses, for data touched once; and loads that
 // ask L2 to keep the line (evict last) for a second kernel that re-reads it.
 static __device__ __forceinline__ lg_u32x4 lg_ld16_cs(const void *p)
