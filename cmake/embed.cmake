@@ -1,7 +1,14 @@
 # Writes OUT: a C file holding every DIR/*.cuh as a NUL-terminated byte array
-# and a table { name, text, length } sorted by name. Run at build time.
+# and a table { name, text, length }: common.cuh (the types and bit casts the
+# others use) first, then the rest by name. gen/templates.c emits helpers in
+# this order. Run at build time.
 file(GLOB files ${DIR}/*.cuh)
 list(SORT files)
+list(FIND files ${DIR}/common.cuh common)
+if(common GREATER 0)
+  list(REMOVE_AT files ${common})
+  list(PREPEND files ${DIR}/common.cuh)
+endif()
 set(body "/* generated from templates/<name>.cuh by cmake/embed.cmake; do not edit */\n#include <stddef.h>\n#include \"templates.h\"\n\n")
 set(table "")
 set(n 0)

@@ -1,11 +1,9 @@
 /*
- * banner.c - the banner every generated file starts with, and the shared
- * preamble (type definitions) every kernel needs.
+ * banner.c - the banner every generated file starts with.
  */
 #include <stdlib.h>
 
 #include "family.h"
-#include "templates.h"
 
 void lg_emit_banner(lg_buf *b, const struct lg_spec *s, const struct lg_target *t)
 {
@@ -16,5 +14,4 @@ void lg_emit_banner(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	lg_line(b, "// generated, do not edit");
 	lg_line(b, "%s", "");
 	free(json);
-	lg_emit_template(b, "common");
 }

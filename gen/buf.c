@@ -44,6 +44,15 @@ void lg_raw(lg_buf *b, const char *s, size_t n)
 	b->data[b->len] = '\0';
 }
 
+void lg_insert(lg_buf *b, size_t at, const char *s, size_t n)
+{
+	if (at > b->len || !reserve(b, n))
+		return;
+	memmove(b->data + at + n, b->data + at, b->len - at + 1);
+	memcpy(b->data + at, s, n);
+	b->len += n;
+}
+
 static void vemit(lg_buf *b, const char *fmt, va_list ap)
 {
 	va_list ap2;

@@ -31,6 +31,8 @@ char *lg_buf_finish(lg_buf *b, size_t *len);
 void lg_emit(lg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append raw bytes (templates, canonical JSON). */
 void lg_raw(lg_buf *b, const char *s, size_t n);
+/* Insert raw bytes at offset at (<= the length), moving the rest up. */
+void lg_insert(lg_buf *b, size_t at, const char *s, size_t n);
 /* One indented line; a newline is added. An empty format gives an empty line. */
 void lg_line(lg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* An indented line ending a block opener ("for (...) {"), then indent. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "templates.h"
 
 lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
@@ -25,7 +26,9 @@ lg_status lg_generate_for(const struct lg_spec *s, const struct lg_target *t, st
 	lg_buf b;
 	lg_buf_init(&b);
 	lg_emit_banner(&b, s, t);
+	size_t body = b.len;
 	f->emit(&b, s, t, p);
+	lg_emit_helpers(&b, body, t->sm); /* the helpers the kernels use, before them */
 	*src = lg_buf_finish(&b, len);
 	if (!*src)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory generating %s", s->entry);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "templates.h"
 
 void lg_fmt_double(char out[32], double v)
 {
@@ -27,11 +26,6 @@ void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));", (long long)s->dim[LG_DIM_HIDDEN], eps);
 	lg_close(b);
 	lg_line(b, "%s", "");
-}
-
-void lg_emit_e4m3(lg_buf *b, const struct lg_target *t)
-{
-	lg_emit_template(b, t->sm >= 89 ? "fp8_e4m3_ptx" : "fp8_e4m3_soft");
 }
 
 struct lg_rowlayout lg_rowlayout_make(int64_t hidden, int kmax, int threads)

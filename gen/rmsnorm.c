@@ -17,7 +17,6 @@
 
 #include "error.h"
 #include "norm_common.h"
-#include "templates.h"
 
 #define PMAX 264 /* CTAs of the backward's persistent grid (2 per SM on H200) */
 
@@ -279,9 +278,6 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	(void)t;
-	lg_emit_template(b, "bf16");
-	lg_emit_template(b, "vec");
-	lg_emit_template(b, "reduce");
 	lg_emit_rrms(b, s);
 	if (p->P_BWD)
 		emit_backward(b, p);

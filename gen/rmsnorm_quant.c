@@ -36,7 +36,6 @@
 
 #include "error.h"
 #include "norm_common.h"
-#include "templates.h"
 
 #define ROWS 128 /* tokens per tile = one 128x1 scale block */
 
@@ -549,11 +548,7 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
-	lg_emit_template(b, "bf16");
-	lg_emit_e4m3(b, t);
-	lg_emit_template(b, "vec");
-	lg_emit_template(b, "reduce");
-	lg_emit_template(b, "quant");
+	(void)t;
 	lg_emit_rrms(b, s);
 	lg_comment(b, "The e4m3 input of y under scale sc (inv = 1 / sc): %s.",
 		   s->quant.round_scale ? "y * inv, exact for a power-of-two scale" : "y / sc correctly rounded");
@@ -561,9 +556,6 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 		s->quant.round_scale ? "(void)sc, y * inv" : "lg_div_rn(y, sc, inv)");
 	lg_line(b, "%s", "");
 	if (p->P_FUSED) {
-		lg_emit_template(b, "async");
-		if (p->cluster[0] > 1)
-			lg_emit_template(b, "cluster");
 		emit_fused_kernel(b, s, p);
 		return;
 	}

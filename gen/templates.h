@@ -1,7 +1,9 @@
 /*
- * templates.h - the CUDA fragments of templates/<name>.cuh, embedded at build
- * time by cmake/embed.cmake. Generated code pastes them verbatim; they are
- * plain device functions, not C++ templates.
+ * templates.h - the CUDA helpers of templates/<name>.cuh, embedded at build
+ * time by cmake/embed.cmake. Generated code gets only the helpers its
+ * kernels use, and what those use in turn (gen/templates.c says how they
+ * are found). They are plain device functions, types and macros, not C++
+ * templates.
  */
 #ifndef LG_TEMPLATES_H
 #define LG_TEMPLATES_H
@@ -19,9 +21,11 @@ struct lg_template {
 extern const struct lg_template lg_templates[];
 extern const size_t lg_template_count;
 
-/* Text of a template by name; an unknown name is a lingen bug (asserts). */
-const struct lg_template *lg_template_get(const char *name);
-/* Paste a template into generated source, framed by a one-line comment. */
-void lg_emit_template(lg_buf *b, const char *name);
+/* Insert at offset `at` of b the helpers that the code from `at` to the end
+ * of b uses, directly or through other helpers, in the versions for a
+ * target of compute capability sm (80, 89, 90, ...): types first, each
+ * helper after those it uses, under a one-line heading. Inserts nothing
+ * when the code uses none. A malformed template is a lingen bug (asserts). */
+void lg_emit_helpers(lg_buf *b, size_t at, int sm);
 
 #endif

@@ -1,14 +1,23 @@
-// bf16 <-> fp32. bf16 -> fp32 is exact (a shift); fp32 -> bf16 is
-// round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
+// bf16.cuh - bf16 <-> fp32, and the fp64 sum of squares of bf16 pairs.
+
+// @helper lg_bf16_lo
+// The low bf16 of w as fp32 (exact: a shift).
 static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
+// @helper lg_bf16_hi
+// The high bf16 of w as fp32 (exact: a mask).
 static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
-// Pack two floats into bf16x2: lo in the low half, hi in the high half.
+
+// @helper lg_pack_bf16x2
+// Two floats to bf16x2 (lo in the low half, hi in the high half),
+// round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
 static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 {
 	u32 d;
 	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
 	return d;
 }
+
+// @helper lg_sumsq_bf16x2
 // |x|^2 of the two bf16 in w, accumulated in fp64. The fp64 operand is
 // built from the bf16 bits by integer operations (exact for normal values;
 // a zero becomes 2^-127, whose square, 2^-254, is far below any eps), which

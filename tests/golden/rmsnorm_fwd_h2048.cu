@@ -2,29 +2,30 @@
 // spec: {"op": "rmsnorm", "pass": "forward", "dtype": "bf16", "hidden": 2048, "eps": 1e-06}
 // generated, do not edit
 
-// ---- templates/common.cuh ----
-// Fixed-width types and bit casts, without CUDA headers.
+// ----- helpers from templates/*.cuh, only those the code below uses -----
 typedef unsigned char u8;
-typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
+struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 
-static __device__ __forceinline__ u32 lg_f2u(float f) { return __float_as_uint(f); }
 static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
 
-// ---- templates/bf16.cuh ----
-// bf16 <-> fp32. bf16 -> fp32 is exact (a shift); fp32 -> bf16 is
-// round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
+// The low bf16 of w as fp32 (exact: a shift).
 static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
+
+// The high bf16 of w as fp32 (exact: a mask).
 static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
-// Pack two floats into bf16x2: lo in the low half, hi in the high half.
+
+// Two floats to bf16x2 (lo in the low half, hi in the high half),
+// round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
 static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 {
 	u32 d;
 	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
 	return d;
 }
+
 // |x|^2 of the two bf16 in w, accumulated in fp64. The fp64 operand is
 // built from the bf16 bits by integer operations (exact for normal values;
 // a zero becomes 2^-127, whose square, 2^-254, is far below any eps), which
@@ -39,11 +40,16 @@ static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
 	return fma(b, b, acc);
 }
 
-// ---- templates/vec.cuh ----
-// 16-byte and 8-byte global accesses. Loads of data read once bypass L1
-// allocation; stores are plain (the data is written once, read by the next
-// kernel from L2/HBM).
-struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
+// The same sum in fp64: v over the lanes whose ids differ only in the bits
+// from `from` to `to` (powers of two); every lane of the group gets it.
+static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
+{
+	for (int m = from; m <= to; m <<= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, m);
+	return v;
+}
+
+// 16-byte load of data read once: no L1 allocation.
 static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
 {
 	lg_u32x4 v;
@@ -51,6 +57,8 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
 		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
 	return v;
 }
+
+// 16-byte load of data that is read again (the weights): it may stay in L1.
 static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 {
 	lg_u32x4 v;
@@ -58,63 +66,12 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
 	return v;
 }
+
+// 16-byte store.
 static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 {
 	asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
 		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-// Streaming ("evict first") accesses, for data touched once; and loads that
-// ask L2 to keep the line (evict last) for a second kernel that re-reads it.
-static __device__ __forceinline__ lg_u32x4 lg_ld16_cs(const void *p)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-	return v;
-}
-static __device__ __forceinline__ u64 lg_policy_evict_last(void)
-{
-	u64 p;
-	asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-	return p;
-}
-static __device__ __forceinline__ lg_u32x4 lg_ld16_last(const void *p, u64 policy)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
-	return v;
-}
-static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
-{
-	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};"
-		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-static __device__ __forceinline__ void lg_st8_cs(void *p, u32 a, u32 b)
-{
-	asm volatile("st.global.cs.v2.u32 [%0], {%1,%2};" :: "l"(p), "r"(a), "r"(b) : "memory");
-}
-
-// ---- templates/reduce.cuh ----
-// Warp-level butterfly reductions over lane groups (xor masks from `from`
-// up to `to`, both powers of two): every lane of the group gets the result.
-static __device__ __forceinline__ float lg_max_xor(float v, int from, int to)
-{
-	for (int m = from; m <= to; m <<= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
-	return v;
-}
-static __device__ __forceinline__ float lg_sum_xor(float v, int from, int to)
-{
-	for (int m = from; m <= to; m <<= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, m);
-	return v;
-}
-static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
-{
-	for (int m = from; m <= to; m <<= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, m);
-	return v;
 }
 
 // Reciprocal RMS from the fp64 sum of squares of one row, every step correctly

@@ -2,29 +2,22 @@
 // spec: {"op": "rmsnorm_quant", "pass": "forward", "dtype": "bf16", "hidden": 1152, "eps": 1e-06, "quant": {"format": "e4m3", "block": 128, "round_scale": true, "output": "columnwise"}}
 // generated, do not edit
 
-// ---- templates/common.cuh ----
-// Fixed-width types and bit casts, without CUDA headers.
+// ----- helpers from templates/*.cuh, only those the code below uses -----
 typedef unsigned char u8;
-typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
+struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 
 static __device__ __forceinline__ u32 lg_f2u(float f) { return __float_as_uint(f); }
 static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
 
-// ---- templates/bf16.cuh ----
-// bf16 <-> fp32. bf16 -> fp32 is exact (a shift); fp32 -> bf16 is
-// round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
+// The low bf16 of w as fp32 (exact: a shift).
 static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
+
+// The high bf16 of w as fp32 (exact: a mask).
 static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
-// Pack two floats into bf16x2: lo in the low half, hi in the high half.
-static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
-{
-	u32 d;
-	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-	return d;
-}
+
 // |x|^2 of the two bf16 in w, accumulated in fp64. The fp64 operand is
 // built from the bf16 bits by integer operations (exact for normal values;
 // a zero becomes 2^-127, whose square, 2^-254, is far below any eps), which
@@ -39,11 +32,9 @@ static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
 	return fma(b, b, acc);
 }
 
-// ---- templates/fp8_e4m3_soft.cuh ----
-// fp32 -> e4m3 (fn: max 448, no inf) in software for targets without the
-// fp8 cvt instructions (before sm_89). Bit-exact with
-// cvt.rn.satfinite.e4m3x2.f32: round-to-nearest-even, magnitudes above 448
-// (infinities too) saturate to 448, NaN gives 0x7f whatever its sign.
+// fp32 -> e4m3 in software, bit-exact with cvt.rn.satfinite.e4m3x2.f32:
+// round-to-nearest-even, magnitudes above 448 (infinities too) saturate to
+// 448, NaN gives 0x7f whatever its sign.
 static __device__ __forceinline__ u32 lg_e4m3(float f)
 {
 	u32 u = lg_f2u(f);
@@ -64,96 +55,18 @@ static __device__ __forceinline__ u32 lg_e4m3(float f)
 		return sign | 0x7eu;
 	return sign | (e << 3) | m;
 }
+
+// Two floats to e4m3 in software (no fp8 cvt before sm_89); lo in the low
+// byte.
 static __device__ __forceinline__ u32 lg_e4m3x2(float lo, float hi)
 {
 	return lg_e4m3(lo) | (lg_e4m3(hi) << 8);
 }
 
-// ---- templates/vec.cuh ----
-// 16-byte and 8-byte global accesses. Loads of data read once bypass L1
-// allocation; stores are plain (the data is written once, read by the next
-// kernel from L2/HBM).
-struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
-static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-	return v;
-}
-static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-	return v;
-}
-static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
-{
-	asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
-		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-// Streaming ("evict first") accesses, for data touched once; and loads that
-// ask L2 to keep the line (evict last) for a second kernel that re-reads it.
-static __device__ __forceinline__ lg_u32x4 lg_ld16_cs(const void *p)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-	return v;
-}
-static __device__ __forceinline__ u64 lg_policy_evict_last(void)
-{
-	u64 p;
-	asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-	return p;
-}
-static __device__ __forceinline__ lg_u32x4 lg_ld16_last(const void *p, u64 policy)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
-	return v;
-}
-static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
-{
-	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};"
-		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-static __device__ __forceinline__ void lg_st8_cs(void *p, u32 a, u32 b)
-{
-	asm volatile("st.global.cs.v2.u32 [%0], {%1,%2};" :: "l"(p), "r"(a), "r"(b) : "memory");
-}
-
-// ---- templates/reduce.cuh ----
-// Warp-level butterfly reductions over lane groups (xor masks from `from`
-// up to `to`, both powers of two): every lane of the group gets the result.
-static __device__ __forceinline__ float lg_max_xor(float v, int from, int to)
-{
-	for (int m = from; m <= to; m <<= 1)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
-	return v;
-}
-static __device__ __forceinline__ float lg_sum_xor(float v, int from, int to)
-{
-	for (int m = from; m <= to; m <<= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, m);
-	return v;
-}
-static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
-{
-	for (int m = from; m <= to; m <<= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, m);
-	return v;
-}
-
-// ---- templates/quant.cuh ----
-// Blockwise e4m3 scales (KERNELS.md 1.2): s = max(amax / 448, 1e-30), the
-// divide correctly rounded (by the FMA correction of lg_div_rn below, with
-// the constant 1/448; quotients too small for it are clamped to 1e-30
-// anyway, and an infinite amax stays infinite); with round_scale,
-// s = 2^ceil(log2 s) by exponent arithmetic (exact). s is the
-// dequantisation multiplier.
+// s = max(amax / 448, 1e-30), the dequantisation multiplier of a block, the
+// divide correctly rounded (one FMA correction of amax * (1/448); quotients
+// too small for it are clamped to 1e-30 anyway, and an infinite amax stays
+// infinite).
 static __device__ __forceinline__ float lg_scale_exact(float amax)
 {
 	const float r = 1.0f / 448.0f;
@@ -161,24 +74,70 @@ static __device__ __forceinline__ float lg_scale_exact(float amax)
 	const float d = fmaf(fmaf(-q, 448.0f, amax), r, q);
 	return fmaxf(amax == __int_as_float(0x7f800000) ? amax : d, 1e-30f);
 }
+
+// With round_scale: s = 2^ceil(log2 s) by exponent arithmetic (exact).
 static __device__ __forceinline__ float lg_scale_pow2(float amax)
 {
 	u32 u = lg_f2u(lg_scale_exact(amax));
 	return lg_u2f((u + 0x7fffffu) & 0xff800000u);
 }
+
 // 1/s for a power-of-two s (exact): y * lg_inv_pow2(s) == y / s.
 static __device__ __forceinline__ float lg_inv_pow2(float s)
 {
 	return lg_u2f(0x7f000000u - (lg_f2u(s) & 0x7f800000u));
 }
-// y / s correctly rounded, from r = 1/s correctly rounded (one divide per
-// block): q0 = y r, then one FMA correction, RN(q0 + r (y - q0 s)) = RN(y / s)
-// (Markstein). Quotients that underflow fp32 give e4m3 zero either way; the
-// sign of q0 is kept, since the correction turns -0 into +0.
-static __device__ __forceinline__ float lg_div_rn(float y, float s, float r)
+
+// The same sum in fp64: v over the lanes whose ids differ only in the bits
+// from `from` to `to` (powers of two); every lane of the group gets it.
+static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
 {
-	const float q = y * r;
-	return lg_u2f(lg_f2u(fmaf(fmaf(-q, s, y), r, q)) | (lg_f2u(q) & 0x80000000u));
+	for (int m = from; m <= to; m <<= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, m);
+	return v;
+}
+
+// 16-byte load of data that is read again (the weights): it may stay in L1.
+static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
+{
+	lg_u32x4 v;
+	asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+	return v;
+}
+
+// 16-byte streaming load ("evict first"), for data touched for the last time.
+static __device__ __forceinline__ lg_u32x4 lg_ld16_cs(const void *p)
+{
+	lg_u32x4 v;
+	asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+	return v;
+}
+
+// An L2 policy that keeps lines (evict last), for lg_ld16_last.
+static __device__ __forceinline__ u64 lg_policy_evict_last(void)
+{
+	u64 p;
+	asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+	return p;
+}
+
+// 16-byte load that asks L2 to keep the line (policy from
+// lg_policy_evict_last) for a second kernel that re-reads it.
+static __device__ __forceinline__ lg_u32x4 lg_ld16_last(const void *p, u64 policy)
+{
+	lg_u32x4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p), "l"(policy));
+	return v;
+}
+
+// 16-byte streaming store ("evict first").
+static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
+{
+	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};"
+		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
 // Reciprocal RMS from the fp64 sum of squares of one row, every step correctly
