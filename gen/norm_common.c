@@ -40,14 +40,18 @@ struct lg_rowlayout lg_rowlayout_make(int64_t hidden, int kmax, int threads)
 	return l;
 }
 
-void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l)
+void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum)
 {
-	lg_line(b, "const int lane = threadIdx.x & 31, slot = threadIdx.x / %d, t = threadIdx.x %% %d;", l->lpr,
-		l->lpr);
-	lg_line(b, "(void)lane;");
+	if (l->rows > 1)
+		lg_line(b, "const int slot = threadIdx.x / %d, t = threadIdx.x %% %d; // row, lane in the row",
+			l->lpr, l->lpr);
+	else
+		lg_line(b, "const int t = threadIdx.x; // lane in the row (one row per CTA)");
 	if (l->lpr > 32) {
+		lg_line(b, "const int lane = threadIdx.x & 31;");
 		lg_line(b, "__shared__ double dred[%d];", l->threads / 32);
-		lg_line(b, "__shared__ float fred[%d];", l->threads / 32);
+		if (fsum)
+			lg_line(b, "__shared__ float fred[%d];", l->threads / 32);
 	}
 }
 
@@ -77,8 +81,11 @@ void lg_emit_row_sum(lg_buf *b, const struct lg_rowlayout *l, const char *type, 
 	lg_line(b, "__syncthreads();");
 	lg_line(b, "%s = 0;", var);
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) %s += %s[slot * %d + i]; // fixed order", l->lpr / 32, var,
-		scratch, l->lpr / 32);
+	if (l->rows > 1)
+		lg_line(b, "for (int i = 0; i < %d; i++) %s += %s[slot * %d + i]; // fixed order", l->lpr / 32,
+			var, scratch, l->lpr / 32);
+	else
+		lg_line(b, "for (int i = 0; i < %d; i++) %s += %s[i]; // fixed order", l->lpr / 32, var, scratch);
 	lg_line(b, "__syncthreads();");
 }
 
@@ -91,7 +98,9 @@ void lg_emit_row_sumsq(lg_buf *b, const struct lg_rowlayout *l, const char *v)
 	lg_line(b, "\tsk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, %s[k].x), %s[k].y), %s[k].z), %s[k].w);",
 		v, v, v, v);
 	lg_line(b, "double ss = sk[0];");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int k = 1; k < %d; k++) ss += sk[k];", l->k);
+	if (l->k > 1) {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int k = 1; k < %d; k++) ss += sk[k];", l->k);
+	}
 	lg_emit_row_sum(b, l, "double", "ss");
 }

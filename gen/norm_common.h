@@ -25,9 +25,11 @@ struct lg_rowlayout {
  * raised to lpr if smaller. */
 struct lg_rowlayout lg_rowlayout_make(int64_t hidden, int kmax, int threads);
 
-/* Declares lane, slot (row within the CTA), t (lane within the row) and the
- * shared scratch rows spanning several warps reduce through. */
-void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l);
+/* Declares t (lane within the row), slot (row within the CTA; none with one
+ * row per CTA), and, when a row spans several warps, lane (within the warp)
+ * and the shared scratch the row sums go through: fp64 always, fp32 too if
+ * fsum (the kernel calls lg_emit_row_sum with "float"). */
+void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum);
 /* dst[k] = the pieces of row m of `base` (bf16 [.., hidden]); zeros when
  * !live or past the row. `ld` is the load function (lg_ld16, ...), called as
  * ld(pointer) or ld(pointer, extra) when extra is not NULL. */

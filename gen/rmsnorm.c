@@ -145,8 +145,11 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "%s(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)", p->entry[0]);
 	lg_open(b, "{");
 	struct lg_rowlayout l = layout_of(p);
-	lg_emit_row_prologue(b, &l);
-	lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", p->tile[LG_TILE_ROWS]);
+	lg_emit_row_prologue(b, &l, false);
+	if (l.rows > 1)
+		lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
+	else
+		lg_line(b, "const i64 m = blockIdx.x;");
 	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "const u8 *const xg = (const u8 *)x;");
 	lg_line(b, "lg_u32x4 v[%lld];", (long long)p->P_K);
@@ -175,17 +178,24 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 {
 	int64_t pieces = p->hidden / 8, h = p->hidden;
 	int rows = p->tile[LG_TILE_ROWS], threads = p->tile[LG_TILE_THREADS];
-	lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
-		   rows, PMAX, (long long)p->P_LPR, (long long)p->P_K);
-	lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { i64 n = (M + %d) / %d; return n < %d ? n : %d; }",
-		rows - 1, rows, PMAX, PMAX);
+	if (rows > 1) {
+		lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
+			   rows, PMAX, (long long)p->P_LPR, (long long)p->P_K);
+		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { i64 n = (M + %d) / %d; return n < %d ? n : %d; }",
+			rows - 1, rows, PMAX, PMAX);
+	} else {
+		lg_comment(b, "Persistent grid of min(M, %d) CTAs, one row each; %lld lanes per row, %lld pieces each.",
+			   PMAX, (long long)p->P_LPR, (long long)p->P_K);
+		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < %d ? M : %d; }", PMAX,
+			PMAX);
+	}
 	lg_line(b, "%s", "");
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
 	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)", p->entry[0]);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums");
 	struct lg_rowlayout l = layout_of(p);
-	lg_emit_row_prologue(b, &l);
+	lg_emit_row_prologue(b, &l, true);
 	if (p->early[1])
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the dw kernel may be scheduled");
 	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
@@ -198,9 +208,15 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 		(long long)pieces);
 	lg_line(b, "for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
 	lg_close(b);
-	lg_line(b, "const i64 stride = lg_ctas(M) * %d;", rows);
-	lg_open(b, "for (i64 base = (i64)blockIdx.x * %d; base < M; base += stride) {", rows);
-	lg_line(b, "const i64 m = base + slot;");
+	if (rows > 1) {
+		lg_line(b, "const i64 stride = lg_ctas(M) * %d;", rows);
+		lg_open(b, "for (i64 base = (i64)blockIdx.x * %d; base < M; base += stride) {", rows);
+		lg_line(b, "const i64 m = base + slot;");
+	} else {
+		lg_line(b, "const i64 stride = lg_ctas(M);");
+		lg_open(b, "for (i64 base = blockIdx.x; base < M; base += stride) {");
+		lg_line(b, "const i64 m = base;");
+	}
 	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "lg_u32x4 xv[%lld], gv[%lld];", (long long)p->P_K, (long long)p->P_K);
 	lg_emit_row_load(b, &l, "xv", "xg", "lg_ld16", NULL);
@@ -245,18 +261,28 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "lg_st16((u8 *)dx + (m * %lld + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});", (long long)h);
 	lg_close(b);
 	lg_close(b);
-	lg_comment(b, "Add the row slots' dw partials in a fixed order; one workspace row per CTA.");
+	if (rows > 1)
+		lg_comment(b, "Add the row slots' dw partials in a fixed order; one workspace row per CTA.");
+	else
+		lg_comment(b, "The CTA's dw partials to its workspace row.");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
 	lg_line(b, "if (c < %lld)", (long long)pieces);
-	lg_line(b, "\tfor (int e = 0; e < 8; e++) dwp[slot * %lld + c * 8 + e] = acc[k][e];", (long long)h);
+	if (rows > 1)
+		lg_line(b, "\tfor (int e = 0; e < 8; e++) dwp[slot * %lld + c * 8 + e] = acc[k][e];", (long long)h);
+	else
+		lg_line(b, "\tfor (int e = 0; e < 8; e++) dwp[c * 8 + e] = acc[k][e];");
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
 	lg_open(b, "for (int col = threadIdx.x; col < %lld; col += %d) {", (long long)h, threads);
-	lg_line(b, "float sum = 0.0f;");
-	lg_line(b, "for (int sl = 0; sl < %d; sl++) sum += dwp[sl * %lld + col];", rows, (long long)h);
-	lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = sum;", (long long)h);
+	if (rows > 1) {
+		lg_line(b, "float sum = 0.0f;");
+		lg_line(b, "for (int sl = 0; sl < %d; sl++) sum += dwp[sl * %lld + col];", rows, (long long)h);
+		lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = sum;", (long long)h);
+	} else {
+		lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = dwp[col];", (long long)h);
+	}
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "%s", "");

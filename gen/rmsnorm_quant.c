@@ -209,7 +209,14 @@ static void emit_scale(lg_buf *b, const struct lg_spec *s, const char *sc, const
 		lg_line(b, "const float %s = lg_scale_exact(%s), %s = 1.0f / %s;", sc, amax, inv, sc);
 }
 
-/* t0, t1: the 128-token tiles of slice `part` of `parts`. */
+/* The arguments of lg_q after y, from the scale and its inverse: a
+ * power-of-two scale needs only the inverse. */
+static const char *q_args(const struct lg_spec *s, const char *both, const char *inv)
+{
+	return s->quant.round_scale ? inv : both;
+}
+
+/* t0, t1: the 128-token tiles of slice `part` of `parts` (parts > 1). */
 static void emit_slice(lg_buf *b, int parts)
 {
 	lg_line(b, "const i64 tiles = (M + %d) / %d, per = (tiles + %d) / %d;", ROWS - 1, ROWS, parts - 1, parts);
@@ -229,12 +236,23 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", l.threads);
 	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)", p->entry[0]);
 	lg_open(b, "{");
-	lg_emit_row_prologue(b, &l);
+	lg_emit_row_prologue(b, &l, false);
 	if (p->early[1] && colwise(s))
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the next launch may be scheduled");
-	emit_slice(b, (int)p->P_STAGES);
-	lg_line(b, "const i64 m = t0 * %d + (i64)blockIdx.x * %d + slot;", ROWS, l.rows);
-	lg_line(b, "const bool live = m < (t1 * %d < M ? t1 * %d : M);", ROWS, ROWS);
+	if (p->P_STAGES > 1) {
+		emit_slice(b, (int)p->P_STAGES);
+		if (l.rows > 1)
+			lg_line(b, "const i64 m = t0 * %d + (i64)blockIdx.x * %d + slot;", ROWS, l.rows);
+		else
+			lg_line(b, "const i64 m = t0 * %d + blockIdx.x;", ROWS);
+		lg_line(b, "const bool live = m < (t1 * %d < M ? t1 * %d : M);", ROWS, ROWS);
+	} else {
+		if (l.rows > 1)
+			lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
+		else
+			lg_line(b, "const i64 m = blockIdx.x;");
+		lg_line(b, "const bool live = m < M;");
+	}
 	lg_line(b, "lg_u32x4 v[%d];", l.k);
 	if (colwise(s)) {
 		lg_line(b, "const u64 keep = lg_policy_evict_last();");
@@ -267,8 +285,11 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_close(b);
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
 	emit_scale(b, s, "sc", "amax", "inv");
-	lg_line(b, "const u32 p0 = lg_e4m3x2(lg_q(y[0], sc, inv), lg_q(y[1], sc, inv)) | (lg_e4m3x2(lg_q(y[2], sc, inv), lg_q(y[3], sc, inv)) << 16);");
-	lg_line(b, "const u32 p1 = lg_e4m3x2(lg_q(y[4], sc, inv), lg_q(y[5], sc, inv)) | (lg_e4m3x2(lg_q(y[6], sc, inv), lg_q(y[7], sc, inv)) << 16);");
+	const char *qa = q_args(s, "sc, inv", "inv");
+	lg_line(b, "const u32 p0 = lg_e4m3x2(lg_q(y[0], %s), lg_q(y[1], %s)) | (lg_e4m3x2(lg_q(y[2], %s), lg_q(y[3], %s)) << 16);",
+		qa, qa, qa, qa);
+	lg_line(b, "const u32 p1 = lg_e4m3x2(lg_q(y[4], %s), lg_q(y[5], %s)) | (lg_e4m3x2(lg_q(y[6], %s), lg_q(y[7], %s)) << 16);",
+		qa, qa, qa, qa);
 	lg_open(b, "if (ok) {");
 	lg_line(b, "lg_st8_cs((u8 *)q + m * %lld + c * 8, p0, p1);", (long long)p->hidden);
 	lg_line(b, "if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;");
@@ -299,7 +320,6 @@ static void emit_tile_prologue(lg_buf *b, const char *tile_row)
 	lg_line(b, "const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block");
 	lg_line(b, "const i64 k0 = (i64)blockIdx.x * %d, col0 = k0 + lb * 8; // this thread's first column",
 		COLS);
-	lg_line(b, "(void)csc;");
 	if (tile_row)
 		emit_tile_rows(b, tile_row);
 }
@@ -352,7 +372,8 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int q2 = 1; q2 < 16; q2++) amax = fmaxf(amax, cpart[q2 * %d + threadIdx.x]);", COLS);
 	emit_scale(b, s, "sc", "amax", "inv");
-	lg_line(b, "csc[threadIdx.x] = sc;");
+	if (!s->quant.round_scale) /* lg_q needs the scale only when it is not a power of two */
+		lg_line(b, "csc[threadIdx.x] = sc;");
 	lg_line(b, "cinv[threadIdx.x] = inv;");
 	lg_line(b, "((float *)st)[tr * %lld + k0 + threadIdx.x] = sc;", (long long)n);
 	lg_close(b);
@@ -362,16 +383,15 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_open(b, "{");
 	lg_line(b, "const float4 i0 = *(const float4 *)(cinv + lb * 8), i1 = *(const float4 *)(cinv + lb * 8 + 4);");
 	lg_line(b, "const float ci[8] = {i0.x, i0.y, i0.z, i0.w, i1.x, i1.y, i1.z, i1.w};");
-	const char *cs = "0.0f";
 	if (!s->quant.round_scale) {
 		lg_line(b, "const float4 s0 = *(const float4 *)(csc + lb * 8), s1 = *(const float4 *)(csc + lb * 8 + 4);");
 		lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
-		cs = "cs[c]";
 	}
+	const char *qa = q_args(s, "cs[c], ci[c]", "ci[c]");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int c = 0; c < 8; c++) {");
-	lg_line(b, "const u32 v4 = lg_e4m3x2(lg_q(y[0][c], %s, ci[c]), lg_q(y[1][c], %s, ci[c])) | (lg_e4m3x2(lg_q(y[2][c], %s, ci[c]), lg_q(y[3][c], %s, ci[c])) << 16);",
-		cs, cs, cs, cs);
+	lg_line(b, "const u32 v4 = lg_e4m3x2(lg_q(y[0][c], %s), lg_q(y[1][c], %s)) | (lg_e4m3x2(lg_q(y[2][c], %s), lg_q(y[3][c], %s)) << 16);",
+		qa, qa, qa, qa);
 	lg_line(b, "*(u32 *)(stage + (lb * 8 + c) * 128 + ((rb ^ (lb << 1)) << 2)) = v4;");
 	lg_close(b);
 	lg_close(b);
@@ -408,8 +428,11 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "for (int c = 0; c < 8; c++) amax = fmaxf(amax, fabsf(y[i][c]));");
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
 	emit_scale(b, s, "sc", "amax", "inv");
-	lg_line(b, "const u32 p0 = lg_e4m3x2(lg_q(y[i][0], sc, inv), lg_q(y[i][1], sc, inv)) | (lg_e4m3x2(lg_q(y[i][2], sc, inv), lg_q(y[i][3], sc, inv)) << 16);");
-	lg_line(b, "const u32 p1 = lg_e4m3x2(lg_q(y[i][4], sc, inv), lg_q(y[i][5], sc, inv)) | (lg_e4m3x2(lg_q(y[i][6], sc, inv), lg_q(y[i][7], sc, inv)) << 16);");
+	const char *qa = q_args(s, "sc, inv", "inv");
+	lg_line(b, "const u32 p0 = lg_e4m3x2(lg_q(y[i][0], %s), lg_q(y[i][1], %s)) | (lg_e4m3x2(lg_q(y[i][2], %s), lg_q(y[i][3], %s)) << 16);",
+		qa, qa, qa, qa);
+	lg_line(b, "const u32 p1 = lg_e4m3x2(lg_q(y[i][4], %s), lg_q(y[i][5], %s)) | (lg_e4m3x2(lg_q(y[i][6], %s), lg_q(y[i][7], %s)) << 16);",
+		qa, qa, qa, qa);
 	lg_open(b, "if (4 * rb + i < rows) {");
 	lg_line(b, "lg_st8_cs((u8 *)q + (m0 + 4 * rb + i) * %lld + col0, p0, p1);", (long long)n);
 	lg_line(b, "if (lb == 0) ((float *)s)[blockIdx.x * M + m0 + 4 * rb + i] = sc;");
@@ -430,9 +453,14 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_comment(b, "to be still in L2.");
 	if (p->early[1])
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the next launch may be scheduled");
-	emit_slice(b, (int)p->P_STAGES);
-	lg_line(b, "if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice");
-	emit_tile_prologue(b, "t1 - 1 - blockIdx.y");
+	if (p->P_STAGES > 1) {
+		emit_slice(b, (int)p->P_STAGES);
+		lg_line(b, "if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice");
+		emit_tile_prologue(b, "t1 - 1 - blockIdx.y");
+	} else {
+		lg_line(b, "const i64 tiles = (M + %d) / %d;", ROWS - 1, ROWS);
+		emit_tile_prologue(b, "tiles - 1 - blockIdx.y");
+	}
 	if (p->early[1])
 		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // this slice's rows launch is done, its rms visible");
 	emit_tile_load_x(b, p->hidden, "lg_ld16_cs");
@@ -486,22 +514,36 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	emit_tile_prologue(b, NULL);
 	lg_line(b, "double *const psum2 = (double *)(cinv + %d); // [2][128] partial sums of squares", COLS);
 	lg_line(b, "float *const rs = (float *)(psum2 + %d); // [128] reciprocal RMS", 2 * ROWS);
-	lg_line(b, "u8 *const xs = (u8 *)(rs + %d); // [%d stages][128][128] bf16 tiles of x", ROWS, st);
+	lg_line(b, "u8 *const xs = (u8 *)(rs + %d); // [%d stage%s][128][128] bf16 tiles of x", ROWS, st,
+		st > 1 ? "s" : "");
 	lg_line(b, "const i64 tiles = (M + %d) / %d;", ROWS - 1, ROWS);
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int ps = 0; ps < %d; ps++) { lg_copy_tile(xs + ps * %d, x, blockIdx.y + (i64)ps * gridDim.y, M, k0); lg_cp_commit(); }",
-		st - 1, ROWS * COLS * 2);
+	if (st > 2) {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int ps = 0; ps < %d; ps++) { lg_copy_tile(xs + ps * %d, x, blockIdx.y + (i64)ps * gridDim.y, M, k0); lg_cp_commit(); }",
+			st - 1, ROWS * COLS * 2);
+	} else if (st == 2) {
+		lg_line(b, "lg_copy_tile(xs, x, blockIdx.y, M, k0);");
+		lg_line(b, "lg_cp_commit();");
+	}
 	lg_line(b, "int it = 0;");
 	lg_line(b, "#pragma unroll 1");
 	lg_open(b, "for (i64 t = blockIdx.y; t < tiles; t += gridDim.y, it++) {");
-	lg_line(b, "lg_copy_tile(xs + ((it + %d) %% %d) * %d, x, t + (i64)%d * gridDim.y, M, k0);", st - 1, st,
-		ROWS * COLS * 2, st - 1);
+	if (st > 2)
+		lg_line(b, "lg_copy_tile(xs + ((it + %d) %% %d) * %d, x, t + (i64)%d * gridDim.y, M, k0);", st - 1, st,
+			ROWS * COLS * 2, st - 1);
+	else if (st == 2)
+		lg_line(b, "lg_copy_tile(xs + ((it + 1) %% 2) * %d, x, t + gridDim.y, M, k0);", ROWS * COLS * 2);
+	else
+		lg_line(b, "lg_copy_tile(xs, x, t, M, k0);");
 	lg_line(b, "lg_cp_commit();");
 	lg_line(b, "lg_cp_wait(%d); // this thread's copies of tile t have landed", st - 1);
 	lg_line(b, "__syncthreads();");
 	emit_tile_rows(b, "t");
 	lg_line(b, "double *const psum = psum2 + (it & 1) * %d;", ROWS);
-	lg_line(b, "const u8 *const xt = xs + (it %% %d) * %d;", st, ROWS * COLS * 2);
+	if (st > 1)
+		lg_line(b, "const u8 *const xt = xs + (it %% %d) * %d;", st, ROWS * COLS * 2);
+	else
+		lg_line(b, "const u8 *const xt = xs;");
 	lg_line(b, "lg_u32x4 xv[4];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < 4; i++) xv[i] = *(const lg_u32x4 *)(xt + (4 * rb + i) * %d + lb * 16);",
@@ -550,10 +592,13 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 {
 	(void)t;
 	lg_emit_rrms(b, s);
-	lg_comment(b, "The e4m3 input of y under scale sc (inv = 1 / sc): %s.",
-		   s->quant.round_scale ? "y * inv, exact for a power-of-two scale" : "y / sc correctly rounded");
-	lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return %s; }",
-		s->quant.round_scale ? "(void)sc, y * inv" : "lg_div_rn(y, sc, inv)");
+	if (s->quant.round_scale) {
+		lg_comment(b, "The e4m3 input of y under a power-of-two scale of inverse inv (exact).");
+		lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }");
+	} else {
+		lg_comment(b, "The e4m3 input of y under scale sc (inv = 1 / sc): y / sc correctly rounded.");
+		lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return lg_div_rn(y, sc, inv); }");
+	}
 	lg_line(b, "%s", "");
 	if (p->P_FUSED) {
 		emit_fused_kernel(b, s, p);

@@ -89,15 +89,15 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 	return (float)(1.0 / sqrt(sumsq / 5120.0 + 1e-06));
 }
 
-// Persistent grid of min(ceil(M / 1), 264) CTAs; 256 lanes per row, 3 pieces each.
-static __device__ __forceinline__ i64 lg_ctas(i64 M) { i64 n = (M + 0) / 1; return n < 264 ? n : 264; }
+// Persistent grid of min(M, 264) CTAs, one row each; 256 lanes per row, 3 pieces each.
+static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < 264 ? M : 264; }
 
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
 	extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums
-	const int lane = threadIdx.x & 31, slot = threadIdx.x / 256, t = threadIdx.x % 256;
-	(void)lane;
+	const int t = threadIdx.x; // lane in the row (one row per CTA)
+	const int lane = threadIdx.x & 31;
 	__shared__ double dred[8];
 	__shared__ float fred[8];
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // the dw kernel may be scheduled
@@ -110,9 +110,9 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 		wv[k] = c < 640 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
 	}
-	const i64 stride = lg_ctas(M) * 1;
-	for (i64 base = (i64)blockIdx.x * 1; base < M; base += stride) {
-		const i64 m = base + slot;
+	const i64 stride = lg_ctas(M);
+	for (i64 base = blockIdx.x; base < M; base += stride) {
+		const i64 m = base;
 		const bool live = m < M;
 		lg_u32x4 xv[3], gv[3];
 		#pragma unroll
@@ -144,7 +144,7 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 			__syncthreads();
 			ss = 0;
 			#pragma unroll
-			for (int i = 0; i < 8; i++) ss += dred[slot * 8 + i]; // fixed order
+			for (int i = 0; i < 8; i++) ss += dred[i]; // fixed order
 			__syncthreads();
 			r = lg_rrms(ss);
 		}
@@ -165,7 +165,7 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 		__syncthreads();
 		dot = 0;
 		#pragma unroll
-		for (int i = 0; i < 8; i++) dot += fred[slot * 8 + i]; // fixed order
+		for (int i = 0; i < 8; i++) dot += fred[i]; // fixed order
 		__syncthreads();
 		// dx = r g w - r^3 x dot / hidden (bf16); dw += x g r (fp32, in registers).
 		const float c3 = r * r * r * (dot / 5120.0f);
@@ -187,18 +187,16 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 			lg_st16((u8 *)dx + (m * 5120 + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});
 		}
 	}
-	// Add the row slots' dw partials in a fixed order; one workspace row per CTA.
+	// The CTA's dw partials to its workspace row.
 	#pragma unroll
 	for (int k = 0; k < 3; k++) {
 		const int c = t + k * 256;
 		if (c < 640)
-			for (int e = 0; e < 8; e++) dwp[slot * 5120 + c * 8 + e] = acc[k][e];
+			for (int e = 0; e < 8; e++) dwp[c * 8 + e] = acc[k][e];
 	}
 	__syncthreads();
 	for (int col = threadIdx.x; col < 5120; col += 256) {
-		float sum = 0.0f;
-		for (int sl = 0; sl < 1; sl++) sum += dwp[sl * 5120 + col];
-		((float *)ws)[(i64)blockIdx.x * 5120 + col] = sum;
+		((float *)ws)[(i64)blockIdx.x * 5120 + col] = dwp[col];
 	}
 }
 

@@ -84,8 +84,7 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 {
-	const int lane = threadIdx.x & 31, slot = threadIdx.x / 32, t = threadIdx.x % 32;
-	(void)lane;
+	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
 	const i64 m = (i64)blockIdx.x * 8 + slot;
 	const bool live = m < M;
 	const u8 *const xg = (const u8 *)x;

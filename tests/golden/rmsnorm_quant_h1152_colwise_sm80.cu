@@ -146,22 +146,19 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 	return (float)(1.0 / sqrt(sumsq / 1152.0 + 1e-06));
 }
 
-// The e4m3 input of y under scale sc (inv = 1 / sc): y * inv, exact for a power-of-two scale.
-static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return (void)sc, y * inv; }
+// The e4m3 input of y under a power-of-two scale of inverse inv (exact).
+static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
 
 // Kernel 1: reciprocal RMS of each row; 64 lanes per row, 3 pieces of 8
 // columns each, 2 rows per CTA. x is loaded with an L2 evict-last policy: kernel 2 re-reads it.
 extern "C" __global__ void __launch_bounds__(128)
 lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
 {
-	const int lane = threadIdx.x & 31, slot = threadIdx.x / 64, t = threadIdx.x % 64;
-	(void)lane;
+	const int slot = threadIdx.x / 64, t = threadIdx.x % 64; // row, lane in the row
+	const int lane = threadIdx.x & 31;
 	__shared__ double dred[4];
-	__shared__ float fred[4];
-	const i64 tiles = (M + 127) / 128, per = (tiles + 0) / 1;
-	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
-	const i64 m = t0 * 128 + (i64)blockIdx.x * 2 + slot;
-	const bool live = m < (t1 * 128 < M ? t1 * 128 : M);
+	const i64 m = (i64)blockIdx.x * 2 + slot;
+	const bool live = m < M;
 	lg_u32x4 v[3];
 	const u64 keep = lg_policy_evict_last();
 	#pragma unroll
@@ -196,17 +193,14 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms
 {
 	// Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest
 	// to be still in L2.
-	const i64 tiles = (M + 127) / 128, per = (tiles + 0) / 1;
-	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
-	if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice
+	const i64 tiles = (M + 127) / 128;
 	extern __shared__ __align__(128) u8 smem[];
 	u8 *const stage = smem; // qt staging [128 columns][128 tokens], 4-byte slots swizzled
 	float *const cpart = (float *)(stage + 16384); // [16][128] column maxima of row-block pairs
 	float *const csc = cpart + 2048, *const cinv = csc + 128; // column scales, inverses
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block
 	const i64 k0 = (i64)blockIdx.x * 128, col0 = k0 + lb * 8; // this thread's first column
-	(void)csc;
-	const i64 tr = t1 - 1 - blockIdx.y, m0 = tr * 128;
+	const i64 tr = tiles - 1 - blockIdx.y, m0 = tr * 128;
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
 	const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * 1152 + col0) * 2;
 	lg_u32x4 xv[4];
@@ -243,7 +237,6 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms
 		#pragma unroll
 		for (int q2 = 1; q2 < 16; q2++) amax = fmaxf(amax, cpart[q2 * 128 + threadIdx.x]);
 		const float sc = lg_scale_pow2(amax), inv = lg_inv_pow2(sc);
-		csc[threadIdx.x] = sc;
 		cinv[threadIdx.x] = inv;
 		((float *)st)[tr * 1152 + k0 + threadIdx.x] = sc;
 	}
@@ -255,7 +248,7 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms
 		const float ci[8] = {i0.x, i0.y, i0.z, i0.w, i1.x, i1.y, i1.z, i1.w};
 		#pragma unroll
 		for (int c = 0; c < 8; c++) {
-			const u32 v4 = lg_e4m3x2(lg_q(y[0][c], 0.0f, ci[c]), lg_q(y[1][c], 0.0f, ci[c])) | (lg_e4m3x2(lg_q(y[2][c], 0.0f, ci[c]), lg_q(y[3][c], 0.0f, ci[c])) << 16);
+			const u32 v4 = lg_e4m3x2(lg_q(y[0][c], ci[c]), lg_q(y[1][c], ci[c])) | (lg_e4m3x2(lg_q(y[2][c], ci[c]), lg_q(y[3][c], ci[c])) << 16);
 			*(u32 *)(stage + (lb * 8 + c) * 128 + ((rb ^ (lb << 1)) << 2)) = v4;
 		}
 	}

@@ -140,23 +140,20 @@ static __device__ __forceinline__ float lg_rrms(double sumsq) {
 	return (float)(1.0 / sqrt(sumsq / 2048.0 + 1e-06));
 }
 
-// The e4m3 input of y under scale sc (inv = 1 / sc): y * inv, exact for a power-of-two scale.
-static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return (void)sc, y * inv; }
+// The e4m3 input of y under a power-of-two scale of inverse inv (exact).
+static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
 
 // Kernel 1: reciprocal RMS and the rowwise copy of each row; 64 lanes per row, 4 pieces of 8
 // columns each, 2 rows per CTA. x is loaded with an L2 evict-last policy: kernel 2 re-reads it.
 extern "C" __global__ void __launch_bounds__(128)
 lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
 {
-	const int lane = threadIdx.x & 31, slot = threadIdx.x / 64, t = threadIdx.x % 64;
-	(void)lane;
+	const int slot = threadIdx.x / 64, t = threadIdx.x % 64; // row, lane in the row
+	const int lane = threadIdx.x & 31;
 	__shared__ double dred[4];
-	__shared__ float fred[4];
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // the next launch may be scheduled
-	const i64 tiles = (M + 127) / 128, per = (tiles + 0) / 1;
-	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
-	const i64 m = t0 * 128 + (i64)blockIdx.x * 2 + slot;
-	const bool live = m < (t1 * 128 < M ? t1 * 128 : M);
+	const i64 m = (i64)blockIdx.x * 2 + slot;
+	const bool live = m < M;
 	lg_u32x4 v[4];
 	const u64 keep = lg_policy_evict_last();
 	#pragma unroll
@@ -198,8 +195,8 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(u64 x, u64 w, u64 q, u64 s, u64 r
 		}
 		amax = lg_max_xor(amax, 1, 8);
 		const float sc = lg_scale_pow2(amax), inv = lg_inv_pow2(sc);
-		const u32 p0 = lg_e4m3x2(lg_q(y[0], sc, inv), lg_q(y[1], sc, inv)) | (lg_e4m3x2(lg_q(y[2], sc, inv), lg_q(y[3], sc, inv)) << 16);
-		const u32 p1 = lg_e4m3x2(lg_q(y[4], sc, inv), lg_q(y[5], sc, inv)) | (lg_e4m3x2(lg_q(y[6], sc, inv), lg_q(y[7], sc, inv)) << 16);
+		const u32 p0 = lg_e4m3x2(lg_q(y[0], inv), lg_q(y[1], inv)) | (lg_e4m3x2(lg_q(y[2], inv), lg_q(y[3], inv)) << 16);
+		const u32 p1 = lg_e4m3x2(lg_q(y[4], inv), lg_q(y[5], inv)) | (lg_e4m3x2(lg_q(y[6], inv), lg_q(y[7], inv)) << 16);
 		if (ok) {
 			lg_st8_cs((u8 *)q + m * 2048 + c * 8, p0, p1);
 			if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;
@@ -215,17 +212,14 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u
 	// Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest
 	// to be still in L2.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // the next launch may be scheduled
-	const i64 tiles = (M + 127) / 128, per = (tiles + 0) / 1;
-	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
-	if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice
+	const i64 tiles = (M + 127) / 128;
 	extern __shared__ __align__(128) u8 smem[];
 	u8 *const stage = smem; // qt staging [128 columns][128 tokens], 4-byte slots swizzled
 	float *const cpart = (float *)(stage + 16384); // [16][128] column maxima of row-block pairs
 	float *const csc = cpart + 2048, *const cinv = csc + 128; // column scales, inverses
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block
 	const i64 k0 = (i64)blockIdx.x * 128, col0 = k0 + lb * 8; // this thread's first column
-	(void)csc;
-	const i64 tr = t1 - 1 - blockIdx.y, m0 = tr * 128;
+	const i64 tr = tiles - 1 - blockIdx.y, m0 = tr * 128;
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
 	asm volatile("griddepcontrol.wait;" ::: "memory"); // this slice's rows launch is done, its rms visible
 	const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * 2048 + col0) * 2;
@@ -263,7 +257,6 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u
 		#pragma unroll
 		for (int q2 = 1; q2 < 16; q2++) amax = fmaxf(amax, cpart[q2 * 128 + threadIdx.x]);
 		const float sc = lg_scale_pow2(amax), inv = lg_inv_pow2(sc);
-		csc[threadIdx.x] = sc;
 		cinv[threadIdx.x] = inv;
 		((float *)st)[tr * 2048 + k0 + threadIdx.x] = sc;
 	}
@@ -275,7 +268,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 w, u64 q, u64 s, u64 rms, u
 		const float ci[8] = {i0.x, i0.y, i0.z, i0.w, i1.x, i1.y, i1.z, i1.w};
 		#pragma unroll
 		for (int c = 0; c < 8; c++) {
-			const u32 v4 = lg_e4m3x2(lg_q(y[0][c], 0.0f, ci[c]), lg_q(y[1][c], 0.0f, ci[c])) | (lg_e4m3x2(lg_q(y[2][c], 0.0f, ci[c]), lg_q(y[3][c], 0.0f, ci[c])) << 16);
+			const u32 v4 = lg_e4m3x2(lg_q(y[0][c], ci[c]), lg_q(y[1][c], ci[c])) | (lg_e4m3x2(lg_q(y[2][c], ci[c]), lg_q(y[3][c], ci[c])) << 16);
 			*(u32 *)(stage + (lb * 8 + c) * 128 + ((rb ^ (lb << 1)) << 2)) = v4;
 		}
 	}

@@ -120,12 +120,9 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { ret
 extern "C" __global__ void __launch_bounds__(128)
 lg_rmsnorm_quant_fwd_bf16_h384_rowwise_exact_rows(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
 {
-	const int lane = threadIdx.x & 31, slot = threadIdx.x / 16, t = threadIdx.x % 16;
-	(void)lane;
-	const i64 tiles = (M + 127) / 128, per = (tiles + 0) / 1;
-	const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles
-	const i64 m = t0 * 128 + (i64)blockIdx.x * 8 + slot;
-	const bool live = m < (t1 * 128 < M ? t1 * 128 : M);
+	const int slot = threadIdx.x / 16, t = threadIdx.x % 16; // row, lane in the row
+	const i64 m = (i64)blockIdx.x * 8 + slot;
+	const bool live = m < M;
 	lg_u32x4 v[3];
 	#pragma unroll
 	for (int k = 0; k < 3; k++) {
