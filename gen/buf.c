@@ -135,6 +135,30 @@ void lg_comment(lg_buf *b, const char *fmt, ...)
 	lg_raw(b, "\n", 1);
 }
 
+void lg_head(lg_buf *b, const char *name, const char *params)
+{
+	if ((size_t)(8 * b->depth) + strlen(name) + strlen(params) + 2 <= LG_LINE_MAX) {
+		lg_line(b, "%s(%s)", name, params);
+	} else {
+		lg_line(b, "%s(", name);
+		lg_line(b, "\t%s)", params);
+	}
+}
+
+void lg_section(lg_buf *b, const char *title, const char *what)
+{
+	if (b->len && !(b->len >= 2 && b->data[b->len - 1] == '\n' && b->data[b->len - 2] == '\n'))
+		lg_raw(b, "\n", 1);
+	if (!what)
+		lg_line(b, "// ----- %s -----", title);
+	else if ((size_t)(8 * b->depth) + strlen(title) + strlen(what) + 17 <= LG_LINE_MAX)
+		lg_line(b, "// ----- %s: %s -----", title, what);
+	else {
+		lg_line(b, "// ----- %s -----", title);
+		lg_comment(b, "%s", what);
+	}
+}
+
 char *lg_buf_finish(lg_buf *b, size_t *len)
 {
 	if (b->failed || !reserve(b, 0)) {

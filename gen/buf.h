@@ -13,6 +13,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Generated lines stay within this many columns, a tab counting 8. */
+#define LG_LINE_MAX 100
+
 typedef struct lg_buf {
 	char *data;
 	size_t len, cap;
@@ -42,5 +45,13 @@ void lg_close(lg_buf *b);
 void lg_close_with(lg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* "// text" at the current indentation: each fused stage is explained. */
 void lg_comment(lg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The head of a function definition, `name(params)`; when that passes
+ * LG_LINE_MAX columns, the parameters go on the next line, indented once. */
+void lg_head(lg_buf *b, const char *name, const char *params);
+/* The separator that opens a part of a generated file, "// ----- title: what
+ * -----" (a kernel: its entry name and what it does; what may be NULL), after
+ * a blank line unless the text so far is empty or ends with one. When that
+ * passes LG_LINE_MAX columns, "what" goes on the next line as a comment. */
+void lg_section(lg_buf *b, const char *title, const char *what);
 
 #endif

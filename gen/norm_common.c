@@ -22,10 +22,10 @@ void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 	lg_fmt_double(eps, s->eps);
 	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row, every step correctly");
 	lg_comment(b, "rounded in fp64, so it matches the float64 reference bit for bit.");
-	lg_open(b, "static __device__ __forceinline__ float lg_rrms(double sumsq) {");
+	lg_line(b, "static __device__ __forceinline__ float lg_rrms(double sumsq)");
+	lg_open(b, "{");
 	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));", (long long)s->dim[LG_DIM_HIDDEN], eps);
 	lg_close(b);
-	lg_line(b, "%s", "");
 }
 
 struct lg_rowlayout lg_rowlayout_make(int64_t hidden, int kmax, int threads)
@@ -63,8 +63,9 @@ void lg_emit_row_load(lg_buf *b, const struct lg_rowlayout *l, const char *dst, 
 	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
 	lg_line(b, "const int c = t + k * %d;", l->lpr);
 	lg_line(b, "%s[k] = lg_u32x4{0u, 0u, 0u, 0u};", dst);
-	lg_line(b, "if (live && c < %lld) %s[k] = %s(%s + (m * %lld + c * 8) * 2%s%s);", (long long)pieces, dst, ld,
-		base, (long long)l->hidden, extra ? ", " : "", extra ? extra : "");
+	lg_line(b, "if (live && c < %lld)", (long long)pieces);
+	lg_line(b, "\t%s[k] = %s(%s + (m * %lld + c * 8) * 2%s%s);", dst, ld, base, (long long)l->hidden,
+		extra ? ", " : "", extra ? extra : "");
 	lg_close(b);
 }
 
@@ -91,12 +92,10 @@ void lg_emit_row_sum(lg_buf *b, const struct lg_rowlayout *l, const char *type, 
 
 void lg_emit_row_sumsq(lg_buf *b, const struct lg_rowlayout *l, const char *v)
 {
-	lg_comment(b, "Sum of squares: one independent fp64 chain per piece, added in a fixed order.");
+	lg_comment(b, "Sum of squares: one fp64 chain per piece, added in a fixed order.");
 	lg_line(b, "double sk[%d];", l->k);
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int k = 0; k < %d; k++)", l->k);
-	lg_line(b, "\tsk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, %s[k].x), %s[k].y), %s[k].z), %s[k].w);",
-		v, v, v, v);
+	lg_line(b, "for (int k = 0; k < %d; k++) sk[k] = lg_sumsq_bf16x8(0.0, %s[k]);", l->k, v);
 	lg_line(b, "double ss = sk[0];");
 	if (l->k > 1) {
 		lg_line(b, "#pragma unroll");

@@ -136,13 +136,17 @@ static double bytes(const struct lg_spec *s, int64_t m)
 
 /* ------------------------------------------------------------ emission */
 
+#define FWD_PARAMS "u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part"
+#define BWD_PARAMS "u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part"
+
 static void emit_forward(lg_buf *b, const struct lg_plan *p)
 {
 	int64_t pieces = p->hidden / 8;
+	lg_section(b, p->entry[0], "RMSNorm forward");
 	lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.", (long long)p->P_LPR,
 		   (long long)p->P_K, p->tile[LG_TILE_ROWS]);
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", p->tile[LG_TILE_THREADS]);
-	lg_line(b, "%s(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)", p->entry[0]);
+	lg_head(b, p->entry[0], FWD_PARAMS);
 	lg_open(b, "{");
 	struct lg_rowlayout l = layout_of(p);
 	lg_emit_row_prologue(b, &l, false);
@@ -162,11 +166,13 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
 	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + c * 16);");
-	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w}, ww[4] = {wv.x, wv.y, wv.z, wv.w};");
+	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};");
+	lg_line(b, "const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};");
 	lg_line(b, "u32 o[4];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int e = 0; e < 4; e++)");
-	lg_line(b, "\to[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]), (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));");
+	lg_line(b, "\to[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]),");
+	lg_line(b, "\t\t(lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));");
 	lg_line(b, "lg_st16((u8 *)y + (m * %lld + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});",
 		(long long)p->hidden);
 	lg_close(b);
@@ -174,15 +180,20 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 	lg_close(b);
 }
 
-static void emit_backward(lg_buf *b, const struct lg_plan *p)
+/* The backward's first kernel: dx, and the CTA's dw partial sums. */
+static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 {
 	int64_t pieces = p->hidden / 8, h = p->hidden;
 	int rows = p->tile[LG_TILE_ROWS], threads = p->tile[LG_TILE_THREADS];
+	lg_section(b, p->entry[0], "RMSNorm backward, dx and dw partials");
 	if (rows > 1) {
 		lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
 			   rows, PMAX, (long long)p->P_LPR, (long long)p->P_K);
-		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { i64 n = (M + %d) / %d; return n < %d ? n : %d; }",
-			rows - 1, rows, PMAX, PMAX);
+		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M)");
+		lg_open(b, "{");
+		lg_line(b, "i64 n = (M + %d) / %d;", rows - 1, rows);
+		lg_line(b, "return n < %d ? n : %d;", PMAX, PMAX);
+		lg_close(b);
 	} else {
 		lg_comment(b, "Persistent grid of min(M, %d) CTAs, one row each; %lld lanes per row, %lld pieces each.",
 			   PMAX, (long long)p->P_LPR, (long long)p->P_K);
@@ -191,13 +202,15 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	}
 	lg_line(b, "%s", "");
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
-	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)", p->entry[0]);
+	lg_head(b, p->entry[0], BWD_PARAMS);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums");
 	struct lg_rowlayout l = layout_of(p);
 	lg_emit_row_prologue(b, &l, true);
-	if (p->early[1])
-		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the dw kernel may be scheduled");
+	if (p->early[1]) {
+		lg_comment(b, "The dw kernel may be scheduled.");
+		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
+	}
 	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
 	lg_line(b, "lg_u32x4 wv[%lld];", (long long)p->P_K);
 	lg_line(b, "float acc[%lld][8];", (long long)p->P_K);
@@ -232,7 +245,8 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "float dot = 0.0f;");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
-	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w}, g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
+	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};");
+	lg_line(b, "const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
 	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 4; e++) {");
@@ -247,18 +261,21 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
-	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w}, g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
+	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};");
+	lg_line(b, "const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
 	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
 	lg_line(b, "u32 o[4];");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 4; e++) {");
 	lg_line(b, "const float x0 = lg_bf16_lo(a[e]), x1 = lg_bf16_hi(a[e]);");
 	lg_line(b, "const float g0 = lg_bf16_lo(g[e]), g1 = lg_bf16_hi(g[e]);");
-	lg_line(b, "o[e] = lg_pack_bf16x2(r * g0 * lg_bf16_lo(ww[e]) - c3 * x0, r * g1 * lg_bf16_hi(ww[e]) - c3 * x1);");
+	lg_line(b, "o[e] = lg_pack_bf16x2(r * g0 * lg_bf16_lo(ww[e]) - c3 * x0,");
+	lg_line(b, "\tr * g1 * lg_bf16_hi(ww[e]) - c3 * x1);");
 	lg_line(b, "acc[k][2 * e] += x0 * g0 * r;");
 	lg_line(b, "acc[k][2 * e + 1] += x1 * g1 * r;");
 	lg_close(b);
-	lg_line(b, "lg_st16((u8 *)dx + (m * %lld + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});", (long long)h);
+	lg_line(b, "lg_st16((u8 *)dx + (m * %lld + c * 8) * 2,", (long long)h);
+	lg_line(b, "\tlg_u32x4{o[0], o[1], o[2], o[3]});");
 	lg_close(b);
 	lg_close(b);
 	if (rows > 1)
@@ -285,13 +302,21 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	}
 	lg_close(b);
 	lg_close(b);
-	lg_line(b, "%s", "");
+}
+
+/* The backward's second kernel: dw from the workspace rows. */
+static void emit_backward_dw(lg_buf *b, const struct lg_plan *p)
+{
+	int64_t h = p->hidden;
+	lg_section(b, p->entry[1], "dw from the partials");
 	lg_comment(b, "dw[col] = sum of the workspace rows, in CTA order (deterministic).");
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(256)");
-	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)", p->entry[1]);
+	lg_head(b, p->entry[1], BWD_PARAMS);
 	lg_open(b, "{");
-	if (p->early[1])
-		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // the partial sums are written");
+	if (p->early[1]) {
+		lg_comment(b, "Wait until the partial sums are written.");
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+	}
 	lg_line(b, "const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;");
 	lg_line(b, "if (col >= %lld) return;", (long long)h);
 	lg_line(b, "const i64 n = lg_ctas(M);");
@@ -304,11 +329,14 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	(void)t;
+	lg_section(b, "helpers for this spec", NULL);
 	lg_emit_rrms(b, s);
-	if (p->P_BWD)
-		emit_backward(b, p);
-	else
+	if (p->P_BWD) {
+		emit_backward_rows(b, p);
+		emit_backward_dw(b, p);
+	} else {
 		emit_forward(b, p);
+	}
 }
 
 /* Tile variants for `lingen tune`: 128, 256 and 512 threads per CTA (rows

@@ -201,6 +201,8 @@ static double bytes(const struct lg_spec *s, int64_t m)
 
 /* ------------------------------------------------------------ emission */
 
+#define PARAMS "u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part"
+
 static void emit_scale(lg_buf *b, const struct lg_spec *s, const char *sc, const char *amax, const char *inv)
 {
 	if (s->quant.round_scale)
@@ -216,6 +218,13 @@ static const char *q_args(const struct lg_spec *s, const char *both, const char 
 	return s->quant.round_scale ? inv : both;
 }
 
+/* The next launch (programmatic dependent launch) may be scheduled. */
+static void emit_launch_dependents(lg_buf *b)
+{
+	lg_comment(b, "The next launch may be scheduled.");
+	lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
+}
+
 /* t0, t1: the 128-token tiles of slice `part` of `parts` (parts > 1). */
 static void emit_slice(lg_buf *b, int parts)
 {
@@ -229,16 +238,17 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	struct lg_rowlayout l = {.hidden = p->hidden, .lpr = (int)p->P_LPR, .k = (int)p->P_K,
 				 .threads = p->tile[LG_TILE_THREADS], .rows = p->tile[LG_TILE_ROWS]};
 	int64_t pieces = p->hidden / 8;
+	lg_section(b, p->entry[0], rowwise(s) ? "reciprocal RMS, rowwise copy" : "reciprocal RMS");
 	lg_comment(b, "Kernel 1: reciprocal RMS%s of each row; %d lanes per row, %d pieces of 8",
 		   rowwise(s) ? " and the rowwise copy" : "", l.lpr, l.k);
 	lg_comment(b, "columns each, %d rows per CTA.%s", l.rows,
 		   colwise(s) ? " x is loaded with an L2 evict-last policy: kernel 2 re-reads it." : "");
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", l.threads);
-	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)", p->entry[0]);
+	lg_head(b, p->entry[0], PARAMS);
 	lg_open(b, "{");
 	lg_emit_row_prologue(b, &l, false);
 	if (p->early[1] && colwise(s))
-		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the next launch may be scheduled");
+		emit_launch_dependents(b);
 	if (p->P_STAGES > 1) {
 		emit_slice(b, (int)p->P_STAGES);
 		if (l.rows > 1)
@@ -265,7 +275,6 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "if (live && t == 0) ((float *)rms)[m] = r;");
 	if (!rowwise(s)) {
 		lg_close(b);
-		lg_line(b, "%s", "");
 		return;
 	}
 	lg_comment(b, "Rowwise copy: y = (x r) w; a 1x128 block is 16 consecutive pieces (16 lanes).");
@@ -273,9 +282,10 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_open(b, "for (int k = 0; k < %d; k++) {", l.k);
 	lg_line(b, "const int c = t + k * %d;", l.lpr);
 	lg_line(b, "const bool ok = live && c < %lld;", (long long)pieces);
-	lg_line(b, "const lg_u32x4 wv = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};",
-		(long long)pieces);
-	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w}, ww[4] = {wv.x, wv.y, wv.z, wv.w};");
+	lg_line(b, "const lg_u32x4 wv = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) :", (long long)pieces);
+	lg_line(b, "\tlg_u32x4{0u, 0u, 0u, 0u};");
+	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};");
+	lg_line(b, "const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};");
 	lg_line(b, "float y[8], amax = 0.0f;");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 4; e++) {");
@@ -286,17 +296,16 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
 	emit_scale(b, s, "sc", "amax", "inv");
 	const char *qa = q_args(s, "sc, inv", "inv");
-	lg_line(b, "const u32 p0 = lg_e4m3x2(lg_q(y[0], %s), lg_q(y[1], %s)) | (lg_e4m3x2(lg_q(y[2], %s), lg_q(y[3], %s)) << 16);",
-		qa, qa, qa, qa);
-	lg_line(b, "const u32 p1 = lg_e4m3x2(lg_q(y[4], %s), lg_q(y[5], %s)) | (lg_e4m3x2(lg_q(y[6], %s), lg_q(y[7], %s)) << 16);",
-		qa, qa, qa, qa);
+	lg_line(b, "const u32 p0 = lg_e4m3x4(lg_q(y[0], %s), lg_q(y[1], %s),", qa, qa);
+	lg_line(b, "\tlg_q(y[2], %s), lg_q(y[3], %s));", qa, qa);
+	lg_line(b, "const u32 p1 = lg_e4m3x4(lg_q(y[4], %s), lg_q(y[5], %s),", qa, qa);
+	lg_line(b, "\tlg_q(y[6], %s), lg_q(y[7], %s));", qa, qa);
 	lg_open(b, "if (ok) {");
 	lg_line(b, "lg_st8_cs((u8 *)q + m * %lld + c * 8, p0, p1);", (long long)p->hidden);
 	lg_line(b, "if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;");
 	lg_close(b);
 	lg_close(b);
 	lg_close(b);
-	lg_line(b, "%s", "");
 }
 
 /* The tile's first token and row count. */
@@ -330,8 +339,9 @@ static void emit_tile_load_x(lg_buf *b, int64_t n, const char *ld)
 	lg_line(b, "const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * %lld + col0) * 2;", (long long)n);
 	lg_line(b, "lg_u32x4 xv[4];");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++) xv[i] = 4 * rb + i < rows ? %s(xrow + i * %lld) : lg_u32x4{0u, 0u, 0u, 0u};",
-		ld, (long long)(2 * n));
+	lg_line(b, "for (int i = 0; i < 4; i++)");
+	lg_line(b, "\txv[i] = 4 * rb + i < rows ? %s(xrow + i * %lld) : lg_u32x4{0u, 0u, 0u, 0u};", ld,
+		(long long)(2 * n));
 }
 
 /* y[4][8] = (x r) w in registers, from xv and rr[4]. */
@@ -359,18 +369,22 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "float cm[8];");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int c = 0; c < 8; c++) {");
-	lg_line(b, "cm[c] = fmaxf(fmaxf(fabsf(y[0][c]), fabsf(y[1][c])), fmaxf(fabsf(y[2][c]), fabsf(y[3][c])));");
+	lg_line(b, "cm[c] = fmaxf(fmaxf(fabsf(y[0][c]), fabsf(y[1][c])),");
+	lg_line(b, "\tfmaxf(fabsf(y[2][c]), fabsf(y[3][c])));");
 	lg_line(b, "cm[c] = fmaxf(cm[c], __shfl_xor_sync(0xffffffffu, cm[c], 16));");
 	lg_close(b);
 	lg_open(b, "if ((threadIdx.x & 16) == 0) {");
-	lg_line(b, "*(float4 *)(cpart + (rb >> 1) * %d + lb * 8) = make_float4(cm[0], cm[1], cm[2], cm[3]);", COLS);
-	lg_line(b, "*(float4 *)(cpart + (rb >> 1) * %d + lb * 8 + 4) = make_float4(cm[4], cm[5], cm[6], cm[7]);", COLS);
+	lg_line(b, "*(float4 *)(cpart + (rb >> 1) * %d + lb * 8) =", COLS);
+	lg_line(b, "\tmake_float4(cm[0], cm[1], cm[2], cm[3]);");
+	lg_line(b, "*(float4 *)(cpart + (rb >> 1) * %d + lb * 8 + 4) =", COLS);
+	lg_line(b, "\tmake_float4(cm[4], cm[5], cm[6], cm[7]);");
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
 	lg_open(b, "if (threadIdx.x < %d) {", COLS);
 	lg_line(b, "float amax = cpart[threadIdx.x];");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int q2 = 1; q2 < 16; q2++) amax = fmaxf(amax, cpart[q2 * %d + threadIdx.x]);", COLS);
+	lg_line(b, "for (int q2 = 1; q2 < 16; q2++)");
+	lg_line(b, "\tamax = fmaxf(amax, cpart[q2 * %d + threadIdx.x]);", COLS);
 	emit_scale(b, s, "sc", "amax", "inv");
 	if (!s->quant.round_scale) /* lg_q needs the scale only when it is not a power of two */
 		lg_line(b, "csc[threadIdx.x] = sc;");
@@ -381,17 +395,20 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_comment(b, "Quantise with the column scales; 4 rows of a column make one 4-byte slot of the");
 	lg_comment(b, "staging tile, slot index XOR (2 x column / 8): conflict-free writes and reads.");
 	lg_open(b, "{");
-	lg_line(b, "const float4 i0 = *(const float4 *)(cinv + lb * 8), i1 = *(const float4 *)(cinv + lb * 8 + 4);");
+	lg_line(b, "const float4 i0 = *(const float4 *)(cinv + lb * 8);");
+	lg_line(b, "const float4 i1 = *(const float4 *)(cinv + lb * 8 + 4);");
 	lg_line(b, "const float ci[8] = {i0.x, i0.y, i0.z, i0.w, i1.x, i1.y, i1.z, i1.w};");
 	if (!s->quant.round_scale) {
-		lg_line(b, "const float4 s0 = *(const float4 *)(csc + lb * 8), s1 = *(const float4 *)(csc + lb * 8 + 4);");
+		lg_line(b, "const float4 s0 = *(const float4 *)(csc + lb * 8);");
+		lg_line(b, "const float4 s1 = *(const float4 *)(csc + lb * 8 + 4);");
 		lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
 	}
 	const char *qa = q_args(s, "cs[c], ci[c]", "ci[c]");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int c = 0; c < 8; c++) {");
-	lg_line(b, "const u32 v4 = lg_e4m3x2(lg_q(y[0][c], %s), lg_q(y[1][c], %s)) | (lg_e4m3x2(lg_q(y[2][c], %s), lg_q(y[3][c], %s)) << 16);",
-		qa, qa, qa, qa);
+	lg_line(b, "const u32 v4 = lg_e4m3x4(");
+	lg_line(b, "\tlg_q(y[0][c], %s), lg_q(y[1][c], %s),", qa, qa);
+	lg_line(b, "\tlg_q(y[2][c], %s), lg_q(y[3][c], %s));", qa, qa);
 	lg_line(b, "*(u32 *)(stage + (lb * 8 + c) * 128 + ((rb ^ (lb << 1)) << 2)) = v4;");
 	lg_close(b);
 	lg_close(b);
@@ -411,7 +428,8 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "const u32 u[4] = {v.x, v.y, v.z, v.w};");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < 16; i++)");
-	lg_line(b, "\tif (16 * h + i < rows) dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));");
+	lg_line(b, "\tif (16 * h + i < rows)");
+	lg_line(b, "\t\tdst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));");
 	lg_close(b);
 	lg_close(b);
 }
@@ -429,10 +447,10 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
 	emit_scale(b, s, "sc", "amax", "inv");
 	const char *qa = q_args(s, "sc, inv", "inv");
-	lg_line(b, "const u32 p0 = lg_e4m3x2(lg_q(y[i][0], %s), lg_q(y[i][1], %s)) | (lg_e4m3x2(lg_q(y[i][2], %s), lg_q(y[i][3], %s)) << 16);",
-		qa, qa, qa, qa);
-	lg_line(b, "const u32 p1 = lg_e4m3x2(lg_q(y[i][4], %s), lg_q(y[i][5], %s)) | (lg_e4m3x2(lg_q(y[i][6], %s), lg_q(y[i][7], %s)) << 16);",
-		qa, qa, qa, qa);
+	lg_line(b, "const u32 p0 = lg_e4m3x4(lg_q(y[i][0], %s), lg_q(y[i][1], %s),", qa, qa);
+	lg_line(b, "\tlg_q(y[i][2], %s), lg_q(y[i][3], %s));", qa, qa);
+	lg_line(b, "const u32 p1 = lg_e4m3x4(lg_q(y[i][4], %s), lg_q(y[i][5], %s),", qa, qa);
+	lg_line(b, "\tlg_q(y[i][6], %s), lg_q(y[i][7], %s));", qa, qa);
 	lg_open(b, "if (4 * rb + i < rows) {");
 	lg_line(b, "lg_st8_cs((u8 *)q + (m0 + 4 * rb + i) * %lld + col0, p0, p1);", (long long)n);
 	lg_line(b, "if (lb == 0) ((float *)s)[blockIdx.x * M + m0 + 4 * rb + i] = sc;");
@@ -443,16 +461,17 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 /* Kernel 2 (two-kernel mode): the columnwise copy of one 128 x 128 tile. */
 static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
+	lg_section(b, p->entry[1], "columnwise copy");
 	lg_comment(b, "Kernel 2: the columnwise copy of a tile of 128 tokens x %d features; thread =", COLS);
 	lg_comment(b, "4 rows x 8 columns (%d threads). x re-read from L2 (evict first), streaming stores.",
 		   K2_THREADS);
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
-	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)", p->entry[1]);
+	lg_head(b, p->entry[1], PARAMS);
 	lg_open(b, "{");
+	if (p->early[1])
+		emit_launch_dependents(b);
 	lg_comment(b, "Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest");
 	lg_comment(b, "to be still in L2.");
-	if (p->early[1])
-		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the next launch may be scheduled");
 	if (p->P_STAGES > 1) {
 		emit_slice(b, (int)p->P_STAGES);
 		lg_line(b, "if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice");
@@ -461,12 +480,15 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 		lg_line(b, "const i64 tiles = (M + %d) / %d;", ROWS - 1, ROWS);
 		emit_tile_prologue(b, "tiles - 1 - blockIdx.y");
 	}
-	if (p->early[1])
-		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // this slice's rows launch is done, its rms visible");
+	if (p->early[1]) {
+		lg_comment(b, "Wait until the rows launch before this one is done, its rms visible.");
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+	}
 	emit_tile_load_x(b, p->hidden, "lg_ld16_cs");
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = 4 * rb + i < rows ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;");
+	lg_line(b, "for (int i = 0; i < 4; i++)");
+	lg_line(b, "\trr[i] = 4 * rb + i < rows ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;");
 	emit_tile_y(b);
 	emit_tile_colwise(b, s, p->hidden);
 	lg_close(b);
@@ -477,15 +499,16 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
  * zero-filled; nothing past the last tile. */
 static void emit_copy_tile(lg_buf *b, int64_t n)
 {
-	lg_open(b, "static __device__ __forceinline__ void lg_copy_tile(u8 *dst, u64 x, i64 tile, i64 M, i64 k0) {");
+	lg_line(b, "static __device__ __forceinline__ void lg_copy_tile(u8 *dst, u64 x, i64 tile, i64 M, i64 k0)");
+	lg_open(b, "{");
 	lg_line(b, "if (tile * %d >= M) return;", ROWS);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < 4; i++) {");
 	lg_line(b, "const int r = (threadIdx.x >> 4) + 32 * i, pc = threadIdx.x & 15;");
 	lg_line(b, "const i64 m = tile * %d + r;", ROWS);
 	lg_line(b, "const bool ok = m < M;");
-	lg_line(b, "lg_cp16(dst + r * %d + pc * 16, (const u8 *)x + ((ok ? m : 0) * %lld + k0 + pc * 8) * 2, ok ? 16u : 0u);",
-		COLS * 2, (long long)n);
+	lg_line(b, "lg_cp16(dst + r * %d + pc * 16,", COLS * 2);
+	lg_line(b, "\t(const u8 *)x + ((ok ? m : 0) * %lld + k0 + pc * 8) * 2, ok ? 16u : 0u);", (long long)n);
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "%s", "");
@@ -498,6 +521,7 @@ static void emit_copy_tile(lg_buf *b, int64_t n)
 static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int cl = (int)(p->hidden / COLS), st = (int)p->P_STAGES;
+	lg_section(b, p->entry[0], "RMSNorm and the copies, fused");
 	lg_comment(b, "Fused: a cluster of %d CTAs (one per 128 features) per 128-token tile; each thread", cl);
 	lg_comment(b, "holds 4 rows x 8 columns of y in registers; x is read once from HBM, %d tile(s) in", st);
 	lg_comment(b, "flight per CTA (cp.async); the row sums of squares are exchanged through");
@@ -509,7 +533,7 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 			K2_THREADS, st > 2 ? 1 : 2);
 	else
 		lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
-	lg_line(b, "%s(u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)", p->entry[0]);
+	lg_head(b, p->entry[0], PARAMS);
 	lg_open(b, "{");
 	emit_tile_prologue(b, NULL);
 	lg_line(b, "double *const psum2 = (double *)(cinv + %d); // [2][128] partial sums of squares", COLS);
@@ -519,8 +543,10 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	lg_line(b, "const i64 tiles = (M + %d) / %d;", ROWS - 1, ROWS);
 	if (st > 2) {
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int ps = 0; ps < %d; ps++) { lg_copy_tile(xs + ps * %d, x, blockIdx.y + (i64)ps * gridDim.y, M, k0); lg_cp_commit(); }",
-			st - 1, ROWS * COLS * 2);
+		lg_open(b, "for (int ps = 0; ps < %d; ps++) {", st - 1);
+		lg_line(b, "lg_copy_tile(xs + ps * %d, x, blockIdx.y + (i64)ps * gridDim.y, M, k0);", ROWS * COLS * 2);
+		lg_line(b, "lg_cp_commit();");
+		lg_close(b);
 	} else if (st == 2) {
 		lg_line(b, "lg_copy_tile(xs, x, blockIdx.y, M, k0);");
 		lg_line(b, "lg_cp_commit();");
@@ -546,13 +572,13 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 		lg_line(b, "const u8 *const xt = xs;");
 	lg_line(b, "lg_u32x4 xv[4];");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++) xv[i] = *(const lg_u32x4 *)(xt + (4 * rb + i) * %d + lb * 16);",
-		COLS * 2);
+	lg_line(b, "for (int i = 0; i < 4; i++)");
+	lg_line(b, "\txv[i] = *(const lg_u32x4 *)(xt + (4 * rb + i) * %d + lb * 16);", COLS * 2);
 	lg_comment(b, "Partial sums of squares of the 4 rows over this CTA's 128 columns (fp64).");
 	lg_line(b, "double ps[4];");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < 4; i++) {");
-	lg_line(b, "ps[i] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, xv[i].x), xv[i].y), xv[i].z), xv[i].w);");
+	lg_line(b, "ps[i] = lg_sumsq_bf16x8(0.0, xv[i]);");
 	lg_line(b, "ps[i] = lg_dsum_xor(ps[i], 1, 8);");
 	lg_close(b);
 	lg_open(b, "if (lb == 0) {");
@@ -564,7 +590,8 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 		lg_open(b, "if (threadIdx.x < %d) {", ROWS);
 		lg_line(b, "double sum = 0.0;");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (u32 c = 0; c < %du; c++) sum += lg_dsmem_ld_f64(&psum[threadIdx.x], c); // rank order", cl);
+		lg_line(b, "for (u32 c = 0; c < %du; c++) // in rank order", cl);
+		lg_line(b, "\tsum += lg_dsmem_ld_f64(&psum[threadIdx.x], c);");
 		lg_line(b, "rs[threadIdx.x] = lg_rrms(sum);");
 		lg_close(b);
 	} else {
@@ -572,7 +599,8 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 		lg_line(b, "if (threadIdx.x < %d) rs[threadIdx.x] = lg_rrms(psum[threadIdx.x]);", ROWS);
 	}
 	lg_line(b, "__syncthreads();");
-	lg_line(b, "if (blockIdx.x == 0 && threadIdx.x < rows) ((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];");
+	lg_line(b, "if (blockIdx.x == 0 && threadIdx.x < rows)");
+	lg_line(b, "\t((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];");
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];");
@@ -591,15 +619,19 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	(void)t;
+	lg_section(b, "helpers for this spec", NULL);
 	lg_emit_rrms(b, s);
+	lg_line(b, "%s", "");
 	if (s->quant.round_scale) {
 		lg_comment(b, "The e4m3 input of y under a power-of-two scale of inverse inv (exact).");
 		lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }");
 	} else {
 		lg_comment(b, "The e4m3 input of y under scale sc (inv = 1 / sc): y / sc correctly rounded.");
-		lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return lg_div_rn(y, sc, inv); }");
+		lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float sc, float inv)");
+		lg_open(b, "{");
+		lg_line(b, "return lg_div_rn(y, sc, inv);");
+		lg_close(b);
 	}
-	lg_line(b, "%s", "");
 	if (p->P_FUSED) {
 		emit_fused_kernel(b, s, p);
 		return;

@@ -261,7 +261,7 @@ static void visit(struct helpers *h, size_t k)
 			visit(h, j);
 	}
 	if (h->last_kind < 0)
-		lg_line(&h->out, "// ----- helpers from templates/*.cuh, only those the code below uses -----");
+		lg_section(&h->out, "helpers from templates/, those the code below uses", NULL);
 	else if (!f->one_line || !h->last_one_line || f->kind != h->last_kind)
 		lg_raw(&h->out, "\n", 1);
 	lg_raw(&h->out, f->text, f->len);
@@ -293,8 +293,8 @@ void lg_emit_helpers(lg_buf *b, size_t at, int sm)
 		for (size_t k = 0; k < h.n; k++)
 			if (h.in[k] && h.f[k].kind == kind)
 				visit(&h, k);
-	if (h.last_kind >= 0)
-		lg_raw(&h.out, "\n", 1);
+	if (h.last_kind >= 0 && at < b->len && b->data[at] != '\n')
+		lg_raw(&h.out, "\n", 1); /* a blank line before the code, unless it starts with one */
 	size_t len = 0;
 	char *text = lg_buf_finish(&h.out, &len);
 	if (text)

@@ -31,3 +31,13 @@ static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
 	acc = fma(a, a, acc);
 	return fma(b, b, acc);
 }
+
+// @helper lg_sumsq_bf16x8
+// |x|^2 of the eight bf16 in v, accumulated in fp64 in the order x, y, z, w.
+static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
+{
+	acc = lg_sumsq_bf16x2(acc, v.x);
+	acc = lg_sumsq_bf16x2(acc, v.y);
+	acc = lg_sumsq_bf16x2(acc, v.z);
+	return lg_sumsq_bf16x2(acc, v.w);
+}

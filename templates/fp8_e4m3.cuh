@@ -19,6 +19,13 @@ static __device__ __forceinline__ u32 lg_e4m3x2(float lo, float hi)
 	return lg_e4m3(lo) | (lg_e4m3(hi) << 8);
 }
 
+// @helper lg_e4m3x4
+// Four floats to e4m3, a in the low byte, d in the high one.
+static __device__ __forceinline__ u32 lg_e4m3x4(float a, float b, float c, float d)
+{
+	return lg_e4m3x2(a, b) | (lg_e4m3x2(c, d) << 16);
+}
+
 // @helper lg_e4m3
 // fp32 -> e4m3 in software, bit-exact with cvt.rn.satfinite.e4m3x2.f32:
 // round-to-nearest-even, magnitudes above 448 (infinities too) saturate to

@@ -2,7 +2,7 @@
 // spec: {"op": "rmsnorm", "pass": "backward", "dtype": "bf16", "hidden": 5120, "eps": 1e-06}
 // generated, do not edit
 
-// ----- helpers from templates/*.cuh, only those the code below uses -----
+// ----- helpers from templates/, those the code below uses -----
 typedef unsigned char u8;
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -38,6 +38,15 @@ static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
 	double b = __hiloint2double((int)hi, 0);
 	acc = fma(a, a, acc);
 	return fma(b, b, acc);
+}
+
+// |x|^2 of the eight bf16 in v, accumulated in fp64 in the order x, y, z, w.
+static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
+{
+	acc = lg_sumsq_bf16x2(acc, v.x);
+	acc = lg_sumsq_bf16x2(acc, v.y);
+	acc = lg_sumsq_bf16x2(acc, v.z);
+	return lg_sumsq_bf16x2(acc, v.w);
 }
 
 // Butterfly sum of v over the lanes whose ids differ only in the bits from
@@ -83,12 +92,15 @@ static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
+// ----- helpers for this spec -----
 // Reciprocal RMS from the fp64 sum of squares of one row, every step correctly
 // rounded in fp64, so it matches the float64 reference bit for bit.
-static __device__ __forceinline__ float lg_rrms(double sumsq) {
+static __device__ __forceinline__ float lg_rrms(double sumsq)
+{
 	return (float)(1.0 / sqrt(sumsq / 5120.0 + 1e-06));
 }
 
+// ----- lg_rmsnorm_bwd_bf16_h5120: RMSNorm backward, dx and dw partials -----
 // Persistent grid of min(M, 264) CTAs, one row each; 256 lanes per row, 3 pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < 264 ? M : 264; }
 
@@ -100,7 +112,8 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	const int lane = threadIdx.x & 31;
 	__shared__ double dred[8];
 	__shared__ float fred[8];
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // the dw kernel may be scheduled
+	// The dw kernel may be scheduled.
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;
 	lg_u32x4 wv[3];
 	float acc[3][8];
@@ -119,23 +132,24 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 		for (int k = 0; k < 3; k++) {
 			const int c = t + k * 256;
 			xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 640) xv[k] = lg_ld16(xg + (m * 5120 + c * 8) * 2);
+			if (live && c < 640)
+				xv[k] = lg_ld16(xg + (m * 5120 + c * 8) * 2);
 		}
 		#pragma unroll
 		for (int k = 0; k < 3; k++) {
 			const int c = t + k * 256;
 			gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 640) gv[k] = lg_ld16(gg + (m * 5120 + c * 8) * 2);
+			if (live && c < 640)
+				gv[k] = lg_ld16(gg + (m * 5120 + c * 8) * 2);
 		}
 		float r;
 		if (rms) {
 			r = live ? ((const float *)rms)[m] : 0.0f;
 		} else {
-			// Sum of squares: one independent fp64 chain per piece, added in a fixed order.
+			// Sum of squares: one fp64 chain per piece, added in a fixed order.
 			double sk[3];
 			#pragma unroll
-			for (int k = 0; k < 3; k++)
-				sk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, xv[k].x), xv[k].y), xv[k].z), xv[k].w);
+			for (int k = 0; k < 3; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
 			double ss = sk[0];
 			#pragma unroll
 			for (int k = 1; k < 3; k++) ss += sk[k];
@@ -152,7 +166,8 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 		float dot = 0.0f;
 		#pragma unroll
 		for (int k = 0; k < 3; k++) {
-			const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w}, g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};
+			const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};
+			const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};
 			const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
 			#pragma unroll
 			for (int e = 0; e < 4; e++) {
@@ -173,18 +188,21 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 		for (int k = 0; k < 3; k++) {
 			const int c = t + k * 256;
 			if (!live || c >= 640) continue;
-			const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w}, g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};
+			const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};
+			const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};
 			const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
 			u32 o[4];
 			#pragma unroll
 			for (int e = 0; e < 4; e++) {
 				const float x0 = lg_bf16_lo(a[e]), x1 = lg_bf16_hi(a[e]);
 				const float g0 = lg_bf16_lo(g[e]), g1 = lg_bf16_hi(g[e]);
-				o[e] = lg_pack_bf16x2(r * g0 * lg_bf16_lo(ww[e]) - c3 * x0, r * g1 * lg_bf16_hi(ww[e]) - c3 * x1);
+				o[e] = lg_pack_bf16x2(r * g0 * lg_bf16_lo(ww[e]) - c3 * x0,
+					r * g1 * lg_bf16_hi(ww[e]) - c3 * x1);
 				acc[k][2 * e] += x0 * g0 * r;
 				acc[k][2 * e + 1] += x1 * g1 * r;
 			}
-			lg_st16((u8 *)dx + (m * 5120 + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});
+			lg_st16((u8 *)dx + (m * 5120 + c * 8) * 2,
+				lg_u32x4{o[0], o[1], o[2], o[3]});
 		}
 	}
 	// The CTA's dw partials to its workspace row.
@@ -200,11 +218,13 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	}
 }
 
+// ----- lg_rmsnorm_bwd_bf16_h5120_dw: dw from the partials -----
 // dw[col] = sum of the workspace rows, in CTA order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_bwd_bf16_h5120_dw(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
-	asm volatile("griddepcontrol.wait;" ::: "memory"); // the partial sums are written
+	// Wait until the partial sums are written.
+	asm volatile("griddepcontrol.wait;" ::: "memory");
 	const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;
 	if (col >= 5120) return;
 	const i64 n = lg_ctas(M);

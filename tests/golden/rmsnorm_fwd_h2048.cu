@@ -2,7 +2,7 @@
 // spec: {"op": "rmsnorm", "pass": "forward", "dtype": "bf16", "hidden": 2048, "eps": 1e-06}
 // generated, do not edit
 
-// ----- helpers from templates/*.cuh, only those the code below uses -----
+// ----- helpers from templates/, those the code below uses -----
 typedef unsigned char u8;
 typedef unsigned int u32;
 typedef unsigned long long u64;
@@ -40,6 +40,15 @@ static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
 	return fma(b, b, acc);
 }
 
+// |x|^2 of the eight bf16 in v, accumulated in fp64 in the order x, y, z, w.
+static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
+{
+	acc = lg_sumsq_bf16x2(acc, v.x);
+	acc = lg_sumsq_bf16x2(acc, v.y);
+	acc = lg_sumsq_bf16x2(acc, v.z);
+	return lg_sumsq_bf16x2(acc, v.w);
+}
+
 // The same sum in fp64: v over the lanes whose ids differ only in the bits
 // from `from` to `to` (powers of two); every lane of the group gets it.
 static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
@@ -74,12 +83,15 @@ static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
+// ----- helpers for this spec -----
 // Reciprocal RMS from the fp64 sum of squares of one row, every step correctly
 // rounded in fp64, so it matches the float64 reference bit for bit.
-static __device__ __forceinline__ float lg_rrms(double sumsq) {
+static __device__ __forceinline__ float lg_rrms(double sumsq)
+{
 	return (float)(1.0 / sqrt(sumsq / 2048.0 + 1e-06));
 }
 
+// ----- lg_rmsnorm_fwd_bf16_h2048: RMSNorm forward -----
 // 32 lanes per row, 8 16-byte pieces each; 8 rows per CTA.
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
@@ -93,13 +105,13 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 	for (int k = 0; k < 8; k++) {
 		const int c = t + k * 32;
 		v[k] = lg_u32x4{0u, 0u, 0u, 0u};
-		if (live && c < 256) v[k] = lg_ld16(xg + (m * 2048 + c * 8) * 2);
+		if (live && c < 256)
+			v[k] = lg_ld16(xg + (m * 2048 + c * 8) * 2);
 	}
-	// Sum of squares: one independent fp64 chain per piece, added in a fixed order.
+	// Sum of squares: one fp64 chain per piece, added in a fixed order.
 	double sk[8];
 	#pragma unroll
-	for (int k = 0; k < 8; k++)
-		sk[k] = lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(lg_sumsq_bf16x2(0.0, v[k].x), v[k].y), v[k].z), v[k].w);
+	for (int k = 0; k < 8; k++) sk[k] = lg_sumsq_bf16x8(0.0, v[k]);
 	double ss = sk[0];
 	#pragma unroll
 	for (int k = 1; k < 8; k++) ss += sk[k];
@@ -111,11 +123,13 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 		const int c = t + k * 32;
 		if (!live || c >= 256) continue;
 		const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + c * 16);
-		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w}, ww[4] = {wv.x, wv.y, wv.z, wv.w};
+		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+		const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
 		u32 o[4];
 		#pragma unroll
 		for (int e = 0; e < 4; e++)
-			o[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]), (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));
+			o[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]),
+				(lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));
 		lg_st16((u8 *)y + (m * 2048 + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});
 	}
 	if (rms && live && t == 0) ((float *)rms)[m] = r;
