@@ -4,7 +4,13 @@
  * Each case of the table below is generated with lg_generate_for and
  * compared byte for byte with tests/golden/<family>_<case>.cu; a mismatch
  * names the first differing line and shows both versions of it. Every golden
- * file is also compiled by NVRTC for its arch and must give an ELF cubin.
+ * file is also compiled by NVRTC for its arch and must give an ELF cubin with
+ * no warning (NVRTC warns of unused variables and functions).
+ *
+ * The rules every generated file keeps, checked on the golden files and on
+ * every kernel of the spec files in configs/kernels/ for sm_90a and sm_80:
+ * lines of at most LG_LINE_MAX columns (a tab to the next multiple of 8),
+ * and no type, function or macro defined that nothing else in the file uses.
  *
  * When a generator change is meant to change the output, rewrite the golden
  * files and review the diff before committing it:
@@ -14,6 +20,7 @@
  * With LINGEN_UPDATE_GOLDEN=1 the test writes every file whose text differs
  * (or is missing), prints which it wrote, and passes.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -60,6 +67,25 @@ static const struct golden cases[] = {
 	{"rmsnorm_bwd_h5120", "sm_90a",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 5120, "
 	 "\"eps\": 1e-6}"},
+	/* two rows per CTA: the row slots' partial sums go through shared memory */
+	{"rmsnorm_bwd_h2048", "sm_90a",
+	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"eps\": 1e-6}"},
+	/* the fused cluster kernel, two x tiles in flight */
+	{"rmsnorm_quant_h2048_fused_both_pow2", "sm_90a",
+	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, "
+	 "\"output\": \"both\"}, \"tile\": {\"cluster\": 16, \"stages\": 2}}"},
+	/* the fused kernel without a cluster (hidden 128), one x tile in flight */
+	{"rmsnorm_quant_h128_fused_rowwise_exact", "sm_90a",
+	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 128, "
+	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": false, "
+	 "\"output\": \"rowwise\"}, \"tile\": {\"cluster\": 1, \"stages\": 1}}"},
+	/* two token slices, one row per CTA in kernel 1 */
+	{"rmsnorm_quant_h5120_slices_both_exact", "sm_90a",
+	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 5120, "
+	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": false, "
+	 "\"output\": \"both\"}, \"tile\": {\"threads\": 256, \"stages\": 2}}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])
@@ -117,12 +143,127 @@ static void fail_at_first_diff(const char *path, const char *want, const char *g
 		 path, line, line_len(w), w, line_len(g), g);
 }
 
+/* Fail unless every line of src is at most LG_LINE_MAX columns wide. */
+static void check_line_width(const char *what, const char *src)
+{
+	int line = 1, col = 0;
+	for (const char *p = src;; p++) {
+		if (*p == '\n' || !*p) {
+			if (col > LG_LINE_MAX) {
+				const char *start = p - 1;
+				while (start > src && start[-1] != '\n')
+					start--;
+				fail_msg("%s:%d: %d columns, more than %d:\n%.*s", what, line, col, LG_LINE_MAX,
+					 (int)(p - start), start);
+			}
+			if (!*p)
+				return;
+			line++;
+			col = 0;
+		} else if (*p == '\t') {
+			col = (col / 8 + 1) * 8;
+		} else if ((*p & 0xc0) != 0x80) { /* a character, not a UTF-8 continuation byte */
+			col++;
+		}
+	}
+}
+
+/* The code of src with comments, string and character literals blanked. */
+static char *code_only(const char *src)
+{
+	char *c = strdup(src);
+	assert_non_null(c);
+	for (char *p = c; *p;) {
+		if (p[0] == '/' && p[1] == '/') {
+			while (*p && *p != '\n')
+				*p++ = ' ';
+		} else if (p[0] == '/' && p[1] == '*') {
+			char *e = strstr(p + 2, "*/");
+			char *end = e ? e + 2 : p + strlen(p);
+			for (; p < end; p++)
+				if (*p != '\n')
+					*p = ' ';
+		} else if (*p == '"' || *p == '\'') {
+			char q = *p++;
+			while (*p && *p != q && *p != '\n') {
+				if (*p == '\\' && p[1])
+					*p++ = ' ';
+				*p++ = ' ';
+			}
+			if (*p == q)
+				p++;
+		} else {
+			p++;
+		}
+	}
+	return c;
+}
+
+static bool ident_char(char ch) { return ch == '_' || isalnum((unsigned char)ch); }
+
+/* Occurrences of the identifier name[0..n) in code. */
+static int uses(const char *code, const char *name, size_t n)
+{
+	int count = 0;
+	for (const char *p = code; (p = strstr(p, name)) != NULL; p++)
+		if ((p == code || !ident_char(p[-1])) && !ident_char(p[n]) && strncmp(p, name, n) == 0)
+			count++;
+	return count;
+}
+
+/* The name a top-level line of code defines, or NULL: `typedef ... NAME;`,
+ * `struct ... NAME {`, `#define NAME`, or a function head `... NAME(`. */
+static const char *defined_name(const char *line, size_t *n)
+{
+	const char *end = line + strcspn(line, "\n");
+	const char *stop = NULL;
+	if (strncmp(line, "typedef ", 8) == 0)
+		stop = memchr(line, ';', (size_t)(end - line));
+	else if (strncmp(line, "struct ", 7) == 0)
+		stop = memchr(line, '{', (size_t)(end - line));
+	else if (strncmp(line, "static ", 7) == 0)
+		stop = memchr(line, '(', (size_t)(end - line));
+	else if (strncmp(line, "#define ", 8) == 0)
+		for (stop = line + 8; ident_char(*stop); stop++)
+			;
+	if (!stop)
+		return NULL;
+	while (stop > line && !ident_char(stop[-1]))
+		stop--;
+	const char *start = stop;
+	while (start > line && ident_char(start[-1]))
+		start--;
+	*n = (size_t)(stop - start);
+	return *n ? start : NULL;
+}
+
+/* Fail if src defines a type, function or macro that nothing else in it
+ * uses (a helper the kernels do not need). */
+static void check_helpers_used(const char *what, const char *src)
+{
+	char *code = code_only(src);
+	for (const char *line = code; *line; line += strcspn(line, "\n") + (line[strcspn(line, "\n")] != 0)) {
+		size_t n = 0;
+		const char *name = defined_name(line, &n);
+		char id[128];
+		if (!name || n >= sizeof id)
+			continue;
+		memcpy(id, name, n);
+		id[n] = '\0';
+		if (uses(code, id, n) < 2)
+			fail_msg("%s: %s is defined but not used", what, id);
+	}
+	free(code);
+}
+
 static void test_matches(void **state)
 {
 	const struct golden *g = *state;
 	size_t len = 0, glen = 0;
 	char *src = generate(g, &len);
 	char *path = golden_path(g);
+	check_line_width(g->name, src);
+	check_helpers_used(g->name, src);
 	char *want = lg_test_read_file(path, &glen);
 	bool same = want && glen == len && memcmp(want, src, len) == 0;
 	if (!same && updating()) {
@@ -148,19 +289,55 @@ static void test_compiles(void **state)
 	if (!src)
 		fail_msg("%s: missing (LINGEN_UPDATE_GOLDEN=1 writes it)", path);
 	void *cubin = NULL;
+	char *log = NULL;
 	size_t size = 0;
-	if (lg_nvrtc_compile(src, g->name, g->arch, &cubin, &size, NULL) != LG_OK)
+	if (lg_nvrtc_compile(src, g->name, g->arch, &cubin, &size, &log) != LG_OK)
 		fail_msg("%s for %s: %s", path, g->arch, lg_last_error());
+	if (log)
+		fail_msg("%s for %s: NVRTC warns:\n%s", path, g->arch, log);
 	lg_test_assert_cubin(cubin, size);
 	free(cubin);
 	free(src);
 	free(path);
 }
 
+/* The rules above for every kernel of the shipped spec files. */
+static void test_shipped_specs_rules(void **state)
+{
+	(void)state;
+	static const char *const archs[] = {"sm_90a", "sm_80"};
+	size_t n = 0, kernels = 0;
+	char **files = lg_test_list_dir(LG_SOURCE_DIR "/configs/kernels", ".json", &n);
+	assert_non_null(files);
+	for (size_t i = 0; i < n; i++) {
+		lg_spec_file *f = NULL;
+		if (lg_spec_file_load(files[i], &f) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		for (size_t k = 0; k < lg_spec_file_count(f); k++, kernels++) {
+			for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+				struct lg_target t;
+				struct lg_plan p;
+				char *src = NULL, what[256];
+				assert_true(lg_target_parse(archs[a], &t));
+				const lg_spec *s = lg_spec_file_get(f, k);
+				if (lg_generate_for(s, &t, &p, &src, NULL) != LG_OK)
+					fail_msg("%s: %s", files[i], lg_last_error());
+				snprintf(what, sizeof what, "%s (%s, %s)", files[i], lg_spec_entry(s), archs[a]);
+				check_line_width(what, src);
+				check_helpers_used(what, src);
+				free(src);
+			}
+		}
+		lg_spec_file_free(f);
+	}
+	assert_true(kernels >= 3);
+	lg_test_free_list(files);
+}
+
 int main(void)
 {
 	/* per case: the text matches (or is rewritten), then NVRTC compiles it */
-	struct CMUnitTest tests[2 * NCASES];
+	struct CMUnitTest tests[2 * NCASES + 1];
 	char names[2 * NCASES][96];
 	for (size_t i = 0; i < NCASES; i++) {
 		snprintf(names[2 * i], sizeof names[0], "%s", cases[i].name);
@@ -173,5 +350,7 @@ int main(void)
 						       .test_func = test_compiles,
 						       .initial_state = (void *)&cases[i]};
 	}
+	tests[2 * NCASES] = (struct CMUnitTest){.name = "shipped specs: line width, helpers used",
+						.test_func = test_shipped_specs_rules};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
