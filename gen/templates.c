@@ -293,15 +293,18 @@ void lg_emit_helpers(lg_buf *b, size_t at, int sm)
 		for (size_t k = 0; k < h.n; k++)
 			if (h.in[k] && h.f[k].kind == kind)
 				visit(&h, k);
-	if (h.last_kind >= 0 && at < b->len && b->data[at] != '\n')
-		lg_raw(&h.out, "\n", 1); /* a blank line before the code, unless it starts with one */
-	size_t len = 0;
-	char *text = lg_buf_finish(&h.out, &len);
-	if (text)
-		lg_insert(b, at, text, len);
-	else
-		b->failed = true;
-	free(text);
+	if (h.last_kind >= 0) {
+		if (at < b->len && b->data[at] != '\n')
+			lg_raw(&h.out, "\n", 1); /* a blank line before the code, unless it starts with one */
+		size_t len = 0;
+		char *text = lg_buf_finish(&h.out, &len);
+		if (text)
+			lg_insert(b, at, text, len);
+		else
+			b->failed = true;
+		free(text);
+	}
+	lg_buf_free(&h.out);
 done:
 	free(h.f);
 	free(h.in);
