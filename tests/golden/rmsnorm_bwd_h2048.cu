@@ -58,7 +58,7 @@ static __device__ __forceinline__ float lg_sum_xor(float v, int from, int to)
 	return v;
 }
 
-// The same sum in fp64: v over the lanes whose ids differ only in the bits
+// Butterfly fp64 sum of v over the lanes whose ids differ only in the bits
 // from `from` to `to` (powers of two); every lane of the group gets it.
 static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
 {

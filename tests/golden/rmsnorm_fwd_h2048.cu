@@ -49,7 +49,7 @@ static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 	return lg_sumsq_bf16x2(acc, v.w);
 }
 
-// The same sum in fp64: v over the lanes whose ids differ only in the bits
+// Butterfly fp64 sum of v over the lanes whose ids differ only in the bits
 // from `from` to `to` (powers of two); every lane of the group gets it.
 static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
 {

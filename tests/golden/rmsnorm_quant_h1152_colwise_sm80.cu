@@ -104,7 +104,7 @@ static __device__ __forceinline__ float lg_inv_pow2(float s)
 	return lg_u2f(0x7f000000u - (lg_f2u(s) & 0x7f800000u));
 }
 
-// The same sum in fp64: v over the lanes whose ids differ only in the bits
+// Butterfly fp64 sum of v over the lanes whose ids differ only in the bits
 // from `from` to `to` (powers of two); every lane of the group gets it.
 static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
 {
