@@ -17,6 +17,7 @@
 
 #include "error.h"
 #include "norm_common.h"
+#include "templates.h"
 
 #define PMAX 264 /* CTAs of the backward's persistent grid (2 per SM on H200) */
 

@@ -36,6 +36,7 @@
 
 #include "error.h"
 #include "norm_common.h"
+#include "templates.h"
 
 #define ROWS 128 /* tokens per tile = one 128x1 scale block */
 
