@@ -18,3 +18,15 @@ void lg_emit_banner(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	free(json);
 	lg_emit_template(b, "common");
 }
+
+void lg_emit_signature(lg_buf *b, const struct lg_spec *s, int threads, const char *name)
+{
+	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
+	lg_emit(b, "%s(", name);
+	for (int i = 0; i < g->nargs; i++)
+		lg_emit(b, "u64 %s, ", g->args[i].role == LG_ARG_WORKSPACE ? "ws" : g->args[i].name);
+	for (int i = 0; i < g->nsizes; i++)
+		lg_emit(b, "i64 %s, ", g->sizes[i].cname);
+	lg_emit(b, "i64 part)\n");
+}

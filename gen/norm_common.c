@@ -19,12 +19,13 @@ void lg_fmt_double(char out[32], double v)
 
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 {
+	const struct lg_family *f = lg_family_get(s->op);
 	char eps[32];
-	lg_fmt_double(eps, s->eps);
+	lg_fmt_double(eps, lg_spec_num(s, lg_family_key(f, "eps")));
 	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row, every step correctly");
 	lg_comment(b, "rounded in fp64, so it matches the float64 reference bit for bit.");
 	lg_open(b, "static __device__ __forceinline__ float lg_rrms(double sumsq) {");
-	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));", (long long)s->dim[LG_DIM_HIDDEN], eps);
+	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));", (long long)lg_spec_int(s, lg_family_key(f, "hidden")), eps);
 	lg_close(b);
 	lg_line(b, "%s", "");
 }

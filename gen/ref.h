@@ -34,19 +34,31 @@ struct lg_ref_buf {
 
 struct lg_ref_case {
 	int n; /* == the family's argument count for the pass */
+	int64_t sizes[LG_MAX_SIZES]; /* the run-time sizes */
 	struct lg_ref_buf buf[LG_MAX_ARGS];
 };
 
+/* A case's buffers as the family declares them (family.h: name, element
+ * size, count from the shape at `sizes`, output or not); `used` from the
+ * plan (NULL: all), workspace bytes for a workspace argument. Every cmp is
+ * LG_CMP_NONE until the reference's describe() sets those of the outputs. */
+lg_status lg_ref_case_init(struct lg_ref_case *c, const struct lg_spec *s, const int64_t *sizes,
+			   const unsigned char *used, size_t workspace);
+
 struct lg_ref_family {
-	/* Fill name/elem/count/output/cmp/tolerances of every argument. */
-	void (*describe)(const struct lg_spec *s, int64_t tokens, struct lg_ref_case *c);
+	/* How each output is compared: cmp and tolerances of c->buf[i]. */
+	void (*describe)(const struct lg_spec *s, struct lg_ref_case *c);
 	/* Random inputs (never all zero) into the host buffers of the inputs. */
-	void (*fill)(const struct lg_spec *s, int64_t tokens, struct lg_ref_case *c, uint64_t seed);
+	void (*fill)(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed);
 	/* Reference outputs into the host buffers of the outputs. */
-	void (*run)(const struct lg_spec *s, int64_t tokens, struct lg_ref_case *c);
+	void (*run)(const struct lg_spec *s, struct lg_ref_case *c);
 };
 
 const struct lg_ref_family *lg_ref_family_get(enum lg_op op);
+
+/* The integer (or number) value of the spec key at `path` ("hidden"). */
+int64_t lg_ref_int(const struct lg_spec *s, const char *path);
+double lg_ref_num(const struct lg_spec *s, const char *path);
 
 /* Helpers shared by the references. */
 uint64_t lg_ref_rand(uint64_t *state);       /* splitmix64 */

@@ -13,29 +13,22 @@
 
 enum { X, W, Q, S, RMS, QT, ST };
 
-static bool rowwise(const struct lg_spec *s) { return s->quant.output != LG_QOUT_COLUMNWISE; }
-static bool colwise(const struct lg_spec *s) { return s->quant.output != LG_QOUT_ROWWISE; }
-
-static void describe(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
+static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m;
-	memset(c, 0, sizeof *c);
-	c->n = 7;
-	c->buf[X] = (struct lg_ref_buf){"x", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[W] = (struct lg_ref_buf){"w", 2, n, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[Q] = (struct lg_ref_buf){"q", 1, rowwise(s) ? mm * n : 0, true, LG_CMP_E4M3, 0, 0, NULL};
-	c->buf[S] = (struct lg_ref_buf){"s", 4, rowwise(s) ? mm * (n / 128) : 0, true, LG_CMP_SCALE, 0, 0, NULL};
-	c->buf[RMS] = (struct lg_ref_buf){"rms", 4, mm, true, LG_CMP_FP32, 1e-6, 0, NULL};
-	c->buf[QT] = (struct lg_ref_buf){"qt", 1, colwise(s) ? mm * n : 0, true, LG_CMP_E4M3, 0, 0, NULL};
-	c->buf[ST] = (struct lg_ref_buf){"st", 4, colwise(s) ? ((mm + 127) / 128) * n : 0, true, LG_CMP_SCALE,
-					 0, 0, NULL};
+	(void)s;
+	c->buf[Q].cmp = LG_CMP_E4M3;
+	c->buf[S].cmp = LG_CMP_SCALE;
+	c->buf[RMS].cmp = LG_CMP_FP32, c->buf[RMS].rtol = 1e-6;
+	c->buf[QT].cmp = LG_CMP_E4M3;
+	c->buf[ST].cmp = LG_CMP_SCALE;
 }
 
 /* Rows of varied magnitude (2^-6 .. 2^6), a few all-zero rows, a few
  * outlier channels: scales of every size and zero blocks get exercised. */
-static void fill(const struct lg_spec *s, int64_t m, struct lg_ref_case *c, uint64_t seed)
+static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
-	size_t n = (size_t)s->dim[LG_DIM_HIDDEN];
+	size_t n = (size_t)lg_ref_int(s, "hidden");
+	int64_t m = c->sizes[0];
 	uint64_t st = seed;
 	uint16_t *x = c->buf[X].host, *w = c->buf[W].host;
 	for (int64_t i = 0; i < m; i++) {
@@ -52,10 +45,12 @@ static void fill(const struct lg_spec *s, int64_t m, struct lg_ref_case *c, uint
 		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
 }
 
-static void run(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m, nb = n / 128;
-	bool pow2 = s->quant.round_scale;
+	struct lg_quant qr = lg_spec_quant(s);
+	size_t n = (size_t)lg_ref_int(s, "hidden"), mm = (size_t)c->sizes[0], nb = n / 128;
+	bool pow2 = qr.round_scale;
+	bool rowwise = qr.output != LG_QOUT_COLUMNWISE, colwise = qr.output != LG_QOUT_ROWWISE;
 	const uint16_t *x = c->buf[X].host, *w = c->buf[W].host;
 	float *y = malloc(mm * n * sizeof *y), *rms = c->buf[RMS].host;
 	LG_ASSERT(y);
@@ -65,12 +60,12 @@ static void run(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
 			double v = lg_ref_bf16_to_f32(x[i * n + k]);
 			ss += v * v;
 		}
-		float r = lg_ref_rrms(ss, (int64_t)n, s->eps);
+		float r = lg_ref_rrms(ss, (int64_t)n, lg_ref_num(s, "eps"));
 		rms[i] = r;
 		for (size_t k = 0; k < n; k++)
 			y[i * n + k] = (lg_ref_bf16_to_f32(x[i * n + k]) * r) * lg_ref_bf16_to_f32(w[k]);
 	}
-	if (rowwise(s)) {
+	if (rowwise) {
 		uint8_t *q = c->buf[Q].host;
 		float *sc = c->buf[S].host;
 		for (size_t i = 0; i < mm; i++)
@@ -85,7 +80,7 @@ static void run(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
 					q[i * n + b * 128 + (size_t)k] = lg_ref_quant(v[k], sv, pow2);
 			}
 	}
-	if (colwise(s)) {
+	if (colwise) {
 		uint8_t *qt = c->buf[QT].host;
 		float *st = c->buf[ST].host;
 		for (size_t t = 0; t * 128 < mm; t++) {

@@ -13,26 +13,15 @@
 enum { F_X, F_W, F_Y, F_RMS };
 enum { B_DY, B_X, B_W, B_RMS, B_DX, B_DW, B_WS };
 
-static void describe(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
+static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m;
-	memset(c, 0, sizeof *c);
 	if (s->pass == LG_PASS_FORWARD) {
-		c->n = 4;
-		c->buf[F_X] = (struct lg_ref_buf){"x", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL};
-		c->buf[F_W] = (struct lg_ref_buf){"w", 2, n, false, LG_CMP_NONE, 0, 0, NULL};
-		c->buf[F_Y] = (struct lg_ref_buf){"y", 2, mm * n, true, LG_CMP_BF16, 1e-2, 1e-3, NULL};
-		c->buf[F_RMS] = (struct lg_ref_buf){"rms", 4, mm, true, LG_CMP_FP32, 1e-6, 0, NULL};
+		c->buf[F_Y].cmp = LG_CMP_BF16, c->buf[F_Y].rtol = 1e-2, c->buf[F_Y].atol = 1e-3;
+		c->buf[F_RMS].cmp = LG_CMP_FP32, c->buf[F_RMS].rtol = 1e-6;
 		return;
 	}
-	c->n = 7;
-	c->buf[B_DY] = (struct lg_ref_buf){"dy", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[B_X] = (struct lg_ref_buf){"x", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[B_W] = (struct lg_ref_buf){"w", 2, n, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[B_RMS] = (struct lg_ref_buf){"rms", 4, mm, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[B_DX] = (struct lg_ref_buf){"dx", 2, mm * n, true, LG_CMP_BF16, 2e-2, 1e-3, NULL};
-	c->buf[B_DW] = (struct lg_ref_buf){"dw", 4, n, true, LG_CMP_FP32, 1e-4, 1e-4, NULL};
-	c->buf[B_WS] = (struct lg_ref_buf){"workspace", 1, 0, false, LG_CMP_NONE, 0, 0, NULL};
+	c->buf[B_DX].cmp = LG_CMP_BF16, c->buf[B_DX].rtol = 2e-2, c->buf[B_DX].atol = 1e-3;
+	c->buf[B_DW].cmp = LG_CMP_FP32, c->buf[B_DW].rtol = 1e-4, c->buf[B_DW].atol = 1e-4;
 }
 
 static double row_sumsq(const uint16_t *x, size_t n)
@@ -45,9 +34,10 @@ static double row_sumsq(const uint16_t *x, size_t n)
 	return ss;
 }
 
-static void fill(const struct lg_spec *s, int64_t m, struct lg_ref_case *c, uint64_t seed)
+static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
-	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m;
+	size_t n = (size_t)lg_ref_int(s, "hidden"), mm = (size_t)c->sizes[0];
+	double eps = lg_ref_num(s, "eps");
 	uint64_t st = seed;
 	bool fwd = s->pass == LG_PASS_FORWARD;
 	uint16_t *x = c->buf[fwd ? F_X : B_X].host, *w = c->buf[fwd ? F_W : B_W].host;
@@ -60,18 +50,19 @@ static void fill(const struct lg_spec *s, int64_t m, struct lg_ref_case *c, uint
 	lg_ref_fill_bf16(c->buf[B_DY].host, mm * n, 1.0f, &st);
 	float *rms = c->buf[B_RMS].host; /* the forward's rms, as training passes it */
 	for (size_t i = 0; i < mm; i++)
-		rms[i] = lg_ref_rrms(row_sumsq(x + i * n, n), (int64_t)n, s->eps);
+		rms[i] = lg_ref_rrms(row_sumsq(x + i * n, n), (int64_t)n, eps);
 }
 
-static void run(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m;
+	size_t n = (size_t)lg_ref_int(s, "hidden"), mm = (size_t)c->sizes[0];
+	double eps = lg_ref_num(s, "eps");
 	if (s->pass == LG_PASS_FORWARD) {
 		const uint16_t *x = c->buf[F_X].host, *w = c->buf[F_W].host;
 		uint16_t *y = c->buf[F_Y].host;
 		float *rms = c->buf[F_RMS].host;
 		for (size_t i = 0; i < mm; i++) {
-			float r = lg_ref_rrms(row_sumsq(x + i * n, n), (int64_t)n, s->eps);
+			float r = lg_ref_rrms(row_sumsq(x + i * n, n), (int64_t)n, eps);
 			rms[i] = r;
 			for (size_t k = 0; k < n; k++)
 				y[i * n + k] = lg_ref_f32_to_bf16((lg_ref_bf16_to_f32(x[i * n + k]) * r) *

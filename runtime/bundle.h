@@ -22,7 +22,7 @@
 #include "lingen.h"
 
 /* Version of manifest.json and of struct lg_aot_table (LG_AOT_FORMAT). */
-#define LG_MANIFEST_FORMAT 2
+#define LG_MANIFEST_FORMAT 3
 
 typedef struct lg_bundle lg_bundle;
 
@@ -46,6 +46,6 @@ lg_status lg_bundle_get(const lg_bundle *b, const char *canon, const char *entry
 /* The plan as the manifest stores it: tile, args, aux, and per entry point
  * its name and launch geometry (block, dynamic smem, cluster, persistent,
  * the grid at 1 and 8192 tokens). NULL on allocation failure. */
-cJSON *lg_plan_to_json(const struct lg_family *f, const struct lg_plan *p);
+cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * test_bundle.c - deployment bundles without a GPU: `lingen build` writes a
- * manifest (format 2) naming every kernel x arch with its spec, entry, plan
+ * manifest (format 3) naming every kernel x arch with its spec, entry, plan
  * (launch geometry), checksum and the lingen and NVRTC versions; a context
  * on the bundle serves cubins with NVRTC made unloadable, gets as far as
  * the driver in lg_kernel_get, names kernel, arch and bundle for a kernel
@@ -128,6 +128,9 @@ static char *bundle_cubin(const char *entry, const char *arch, size_t *size)
 static void check_plan(const cJSON *plan)
 {
 	assert_true(cJSON_IsObject(cJSON_GetObjectItem(plan, "tile")));
+	assert_true(cJSON_IsObject(cJSON_GetObjectItem(plan, "given")));
+	assert_null(cJSON_GetObjectItem(plan, "hidden")); /* nothing family-private */
+	assert_null(cJSON_GetObjectItem(plan, "aux"));
 	assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(plan, "tile"), "threads")) > 0);
 	assert_true(cJSON_IsArray(cJSON_GetObjectItem(plan, "used")));
 	cJSON *es = cJSON_GetObjectItem(plan, "entries"), *e;
@@ -149,7 +152,7 @@ static void test_manifest(void **state)
 {
 	(void)state;
 	cJSON *m = load_manifest();
-	assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "format")), 2);
+	assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "format")), 3);
 	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(m, "lingen")), lg_version());
 	int major, minor;
 	char nv[32];
@@ -333,6 +336,25 @@ static void bad_geometry(cJSON *m)
 	cJSON_SetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(e, "block"), 0), 999);
 }
 
+/* A hostile tile in the recorded plan: a zero, then a key of no family. */
+static void set_given(cJSON *m, const char *key, double v)
+{
+	cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0);
+	cJSON *g = cJSON_GetObjectItem(cJSON_GetObjectItem(k, "plan"), "given");
+	cJSON_DeleteItemFromObject(g, key);
+	cJSON_AddNumberToObject(g, key, v);
+}
+static void zero_rows(cJSON *m) { set_given(m, "rows", 0); }
+static void huge_threads(cJSON *m) { set_given(m, "threads", 1e300); }
+static void unknown_tile(cJSON *m) { set_given(m, "warps", 4); }
+/* The recorded tile of kernel 0 changed: the plan no longer matches. */
+static void other_tile(cJSON *m)
+{
+	cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0);
+	cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(k, "plan"), "tile");
+	cJSON_ReplaceItemInObject(t, "threads", cJSON_CreateNumber(512));
+}
+
 static void bad_spec(cJSON *m)
 {
 	cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 2);
@@ -347,13 +369,21 @@ static void test_bad_manifest(void **state)
 	expect_bad_bundle(dir, LG_ERR_IO, "manifest.json");
 
 	char *path = lg_test_path(dir, "manifest.json");
-	lg_test_write_file(path, "{ \"format\": 2, ", 15);
+	lg_test_write_file(path, "{ \"format\": 3, ", 15);
 	expect_bad_bundle(dir, LG_ERR_SPEC, "not valid JSON");
 
 	write_edited(dir, set_format_1);
 	expect_bad_bundle(dir, LG_ERR_SPEC, "format 1");
 	write_edited(dir, bad_geometry);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan.entries[0]");
+	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan: the launch plan recorded differs");
+	write_edited(dir, other_tile);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan: the launch plan recorded differs");
+	write_edited(dir, zero_rows); /* was a division by zero in the geometry */
+	expect_bad_bundle(dir, LG_ERR_SPEC, "given.rows: found 0");
+	write_edited(dir, huge_threads);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "given.threads: found 1e+300");
+	write_edited(dir, unknown_tile);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "given: unknown key \"warps\"");
 	write_edited(dir, bad_spec);
 	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[2].spec");
 

@@ -102,7 +102,7 @@ static bool emit_entry(lg_buf *b, const struct lg_compile_set *s, size_t i)
 {
 	const struct lg_compiled *c = &s->c[i];
 	char *canon = lg_spec_canonical(c->k->spec);
-	cJSON *pj = lg_plan_to_json(lg_family_get(c->k->spec->op), &c->plan);
+	cJSON *pj = lg_plan_to_json(c->k->spec, &c->plan);
 	char *plan = pj ? cJSON_PrintUnformatted(pj) : NULL;
 	cJSON_Delete(pj);
 	if (canon && plan) {

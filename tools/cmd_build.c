@@ -6,7 +6,7 @@
  * Compiling is compile_all.c's (shared with `lingen aot`): N threads, a
  * progress line per cubin. The cubins are then written atomically and the
  * manifest last, so a bundle with a manifest is complete. The manifest's
- * layout (format LG_MANIFEST_FORMAT = 2) is documented at the top of
+ * layout (format LG_MANIFEST_FORMAT = 3) is documented at the top of
  * runtime/bundle.c, beside its reader:
  *   format, lingen and NVRTC versions, archs, and per cubin: the canonical
  *   spec, entry, arch, file, size, XXH3-64 checksum, and the plan (tile,
@@ -48,7 +48,7 @@ static cJSON *manifest_kernel(const struct lg_compile_set *s, const struct lg_co
 	const lg_spec *spec = c->k->spec;
 	char *canon = lg_spec_canonical(spec), *file = cubin_name(s, c);
 	cJSON *o = cJSON_CreateObject(), *js = canon ? cJSON_Parse(canon) : NULL;
-	cJSON *plan = lg_plan_to_json(lg_family_get(spec->op), &c->plan);
+	cJSON *plan = lg_plan_to_json(spec, &c->plan);
 	char sum[17];
 	snprintf(sum, sizeof sum, "%016llx", (unsigned long long)c->checksum);
 	bool ok = o && js && plan && file && cJSON_AddItemToObject(o, "spec", js);

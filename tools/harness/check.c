@@ -25,25 +25,25 @@ lg_status lg_check_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_check_o
 		return st;
 	uint64_t seed = o->seed ? o->seed : (uint64_t)time(NULL) ^ (uint64_t)clock();
 	struct lg_gpu_case g;
-	st = lg_gpu_case_init(&g, s, o->tokens, seed, lg_kernel_workspace_size(k));
+	st = lg_gpu_case_init(&g, s, o->tokens, seed, k);
 	const struct lg_family *f = lg_family_get(s->op);
 	bool dropped[LG_MAX_ARGS] = {false};
 	for (int i = 0; st == LG_OK && o->no_optional && i < g.ref.n; i++)
-		if (f->args[s->pass][i].role == LG_ARG_OPT_IN) {
+		if (f->sig[s->pass].args[i].role == LG_ARG_OPT_IN || f->sig[s->pass].args[i].role == LG_ARG_OPT_OUT) {
 			g.ptrs[i] = 0; /* recomputed (inputs) or not written (outputs) */
 			dropped[i] = true;
 		}
 	if (st == LG_OK)
 		st = lg_gpu_case_poison(&g);
 	if (st == LG_OK)
-		st = lg_kernel_launch(k, NULL, o->tokens, g.ptrs, g.ref.n);
+		st = lg_gpu_case_launch(&g, k, NULL);
 	if (st == LG_OK)
 		st = lg_gpu_case_download(&g);
 	if (st != LG_OK) {
 		lg_gpu_case_free(&g);
 		return st;
 	}
-	lg_ref_family_get(s->op)->run(s, o->tokens, &g.ref);
+	lg_ref_family_get(s->op)->run(s, &g.ref);
 	r->pass = true;
 	int maxr = o->max_report ? o->max_report : 5;
 	for (int i = 0; i < g.ref.n && r->nmeasures < 8; i++) {
