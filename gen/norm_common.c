@@ -47,6 +47,22 @@ struct lg_rowlayout lg_rowlayout_make(int64_t hidden, int kmax, int threads)
 	return l;
 }
 
+void lg_rowlayout_save(const struct lg_rowlayout *l, struct lg_plan *p)
+{
+	p->v[LG_ROW_HIDDEN] = l->hidden;
+	p->v[LG_ROW_LPR] = l->lpr;
+	p->v[LG_ROW_K] = l->k;
+	p->v[LG_ROW_ROWS] = l->rows;
+	p->v[LG_ROW_THREADS] = l->threads;
+}
+
+struct lg_rowlayout lg_rowlayout_load(const struct lg_plan *p)
+{
+	return (struct lg_rowlayout){.hidden = p->v[LG_ROW_HIDDEN], .lpr = (int)p->v[LG_ROW_LPR],
+				     .k = (int)p->v[LG_ROW_K], .threads = (int)p->v[LG_ROW_THREADS],
+				     .rows = (int)p->v[LG_ROW_ROWS]};
+}
+
 void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l)
 {
 	lg_line(b, "const int lane = threadIdx.x & 31, slot = threadIdx.x / %d, t = threadIdx.x %% %d;", l->lpr,

@@ -55,8 +55,16 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 	[B_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
 };
 
-/* Plan values. */
-enum { P_HIDDEN, P_LPR, P_K, P_SMEM, P_BWD, P_ROWS, P_THREADS };
+/* Plan values: the row layout, then ours. */
+enum {
+	P_HIDDEN = LG_ROW_HIDDEN,
+	P_LPR = LG_ROW_LPR,
+	P_K = LG_ROW_K,
+	P_ROWS = LG_ROW_ROWS,
+	P_THREADS = LG_ROW_THREADS,
+	P_SMEM = LG_ROW_VALUES, /* dynamic shared memory (backward) */
+	P_BWD,                  /* 1 for the backward */
+};
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
@@ -70,11 +78,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	if (l.threads > 1024)
 		return lg_fail(LG_ERR_UNSUPPORTED, "%s: %d threads per CTA (rows x %d lanes) exceed 1024",
 			       s->entry, l.threads, l.lpr);
-	p->v[P_HIDDEN] = h;
-	p->tile[K_THREADS] = p->v[P_THREADS] = l.threads;
-	p->tile[K_ROWS] = p->v[P_ROWS] = l.rows;
-	p->v[P_LPR] = l.lpr;
-	p->v[P_K] = l.k;
+	lg_rowlayout_save(&l, p);
+	p->tile[K_THREADS] = l.threads;
+	p->tile[K_ROWS] = l.rows;
 	p->v[P_BWD] = bwd;
 	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : 0;
 	for (int i = 0; i < p->nargs; i++)
@@ -85,12 +91,6 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
 	p->early[1] = bwd && t->sm >= 90; /* the dw reduction may start while the rows drain */
 	return LG_OK;
-}
-
-static struct lg_rowlayout layout_of(const struct lg_plan *p)
-{
-	return (struct lg_rowlayout){.hidden = p->v[P_HIDDEN], .lpr = (int)p->v[P_LPR], .k = (int)p->v[P_K],
-				     .threads = (int)p->v[P_THREADS], .rows = (int)p->v[P_ROWS]};
 }
 
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
@@ -128,7 +128,7 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", (int)p->v[P_THREADS]);
 	lg_line(b, "%s(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)", p->entry[0]);
 	lg_open(b, "{");
-	struct lg_rowlayout l = layout_of(p);
+	struct lg_rowlayout l = lg_rowlayout_load(p);
 	lg_emit_row_prologue(b, &l);
 	lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", (int)p->v[P_ROWS]);
 	lg_line(b, "const bool live = m < M;");
@@ -168,7 +168,7 @@ static void emit_backward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "%s(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)", p->entry[0]);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums");
-	struct lg_rowlayout l = layout_of(p);
+	struct lg_rowlayout l = lg_rowlayout_load(p);
 	lg_emit_row_prologue(b, &l);
 	if (p->early[1])
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // the dw kernel may be scheduled");

@@ -75,15 +75,15 @@ static const struct lg_arg fwd_args[NARGS] = {
 	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), hidden", 16, "columnwise scales"},
 };
 
-/* Plan values. */
+/* Plan values: kernel 1's row layout, then ours. */
 enum {
-	P_HIDDEN,
-	P_LPR,     /* kernel 1: lanes per row */
-	P_K,       /* kernel 1: 16-byte pieces per lane */
-	P_ROWS,    /* kernel 1: rows per CTA */
-	P_THREADS, /* kernel 1: threads per CTA */
-	P_FUSED,   /* 1: one fused kernel with a cluster of hidden/128 CTAs */
-	P_STAGES,  /* fused: x tiles in flight per CTA; two kernels: parts */
+	P_HIDDEN = LG_ROW_HIDDEN,
+	P_LPR = LG_ROW_LPR,         /* kernel 1: lanes per row */
+	P_K = LG_ROW_K,             /* kernel 1: 16-byte pieces per lane */
+	P_ROWS = LG_ROW_ROWS,       /* kernel 1: rows per CTA */
+	P_THREADS = LG_ROW_THREADS, /* kernel 1: threads per CTA */
+	P_FUSED = LG_ROW_VALUES,    /* 1: one fused kernel with a cluster of hidden/128 CTAs */
+	P_STAGES,                   /* fused: x tiles in flight per CTA; two kernels: parts */
 };
 #define COLS 128     /* kernel 2: features per tile */
 #define K2_THREADS 512 /* kernel 2: 32 row blocks of 4 x 16 column blocks of 8 */
@@ -130,11 +130,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		kmax = (int)((h / 8 + lpr - 1) / lpr);
 	}
 	struct lg_rowlayout l = lg_rowlayout_make(h, kmax, threads);
-	p->v[P_HIDDEN] = h;
-	p->tile[K_THREADS] = p->v[P_THREADS] = l.threads;
-	p->tile[K_ROWS] = p->v[P_ROWS] = l.rows;
-	p->v[P_LPR] = l.lpr;
-	p->v[P_K] = l.k;
+	lg_rowlayout_save(&l, p);
+	p->tile[K_THREADS] = l.threads;
+	p->tile[K_ROWS] = l.rows;
 	p->v[P_FUSED] = fused;
 	if (fused) {
 		p->nentries = 1;
@@ -223,8 +221,7 @@ static void emit_slice(lg_buf *b, int parts)
 /* Kernel 1: reciprocal RMS and the rowwise copy, lpr lanes per row. */
 static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
-	struct lg_rowlayout l = {.hidden = p->v[P_HIDDEN], .lpr = (int)p->v[P_LPR], .k = (int)p->v[P_K],
-				 .threads = (int)p->v[P_THREADS], .rows = (int)p->v[P_ROWS]};
+	struct lg_rowlayout l = lg_rowlayout_load(p);
 	int64_t pieces = p->v[P_HIDDEN] / 8;
 	lg_comment(b, "Kernel 1: reciprocal RMS%s of each row; %d lanes per row, %d pieces of 8",
 		   rowwise(s) ? " and the rowwise copy" : "", l.lpr, l.k);
