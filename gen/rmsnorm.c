@@ -66,7 +66,9 @@ enum {
 	P_BWD,                  /* 1 for the backward */
 };
 
-static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+/* The row layout of a spec: `threads` (else the default), or `rows` rows
+ * of as many lanes as the row needs. */
+static struct lg_rowlayout layout(const struct lg_spec *s)
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t h = lg_spec_int(s, K_HIDDEN);
@@ -75,6 +77,23 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	struct lg_rowlayout l = lg_rowlayout_make(h, bwd ? 4 : 8, threads);
 	if (lg_spec_has(s, K_ROWS))
 		l = lg_rowlayout_make(h, bwd ? 4 : 8, (int)lg_spec_int(s, K_ROWS) * l.lpr);
+	return l;
+}
+
+static lg_status validate(const struct lg_spec *s, const char *where)
+{
+	struct lg_rowlayout l = layout(s);
+	if (l.threads > 1024)
+		return lg_spec_error(where, "tile.rows: found %lld, allowed: 1 to %d (rows x %d lanes per row <= 1024 threads)",
+				     (long long)lg_spec_int(s, K_ROWS), 1024 / l.lpr, l.lpr);
+	return LG_OK;
+}
+
+static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int64_t h = lg_spec_int(s, K_HIDDEN);
+	struct lg_rowlayout l = layout(s);
 	if (l.threads > 1024)
 		return lg_fail(LG_ERR_UNSUPPORTED, "%s: %d threads per CTA (rows x %d lanes) exceed 1024",
 			       s->entry, l.threads, l.lpr);
@@ -293,6 +312,7 @@ const struct lg_family lg_family_rmsnorm = {
 	.keys = keys,
 	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args},
 		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
+	.validate = validate,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,

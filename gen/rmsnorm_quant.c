@@ -92,12 +92,30 @@ static bool rowwise(const struct lg_spec *s) { return lg_spec_int(s, K_QUANT + 4
 static bool colwise(const struct lg_spec *s) { return lg_spec_int(s, K_QUANT + 4) != LG_QOUT_ROWWISE; }
 static bool pow2(const struct lg_spec *s) { return lg_spec_quant(s).round_scale; }
 
+#define FUSED_MAX_CLUSTER 16 /* non-portable above 8: allowed on sm_90 */
+
+/* Checks across keys that hold on every target (the rest is plan()'s). */
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	int64_t h = lg_spec_int(s, K_HIDDEN);
-	if (lg_spec_has(s, K_CLUSTER) && lg_spec_int(s, K_CLUSTER) != 1 && lg_spec_int(s, K_CLUSTER) != h / COLS)
+	int64_t h = lg_spec_int(s, K_HIDDEN), cl = lg_spec_int(s, K_CLUSTER);
+	if (lg_spec_has(s, K_CLUSTER) && cl != 1 && cl != h / COLS)
 		return lg_spec_error(where, "tile.cluster: found %lld, allowed: 1 (two kernels) or hidden/128 = %lld (fused)",
-				     (long long)lg_spec_int(s, K_CLUSTER), (long long)h / COLS);
+				     (long long)cl, (long long)h / COLS);
+	if (lg_spec_has(s, K_CLUSTER) && cl > FUSED_MAX_CLUSTER)
+		return lg_spec_error(where, "tile.cluster: found %lld, allowed: 1 (the fused form takes hidden <= %d)",
+				     (long long)cl, FUSED_MAX_CLUSTER * COLS);
+	if (lg_spec_has(s, K_ROWS)) {
+		int64_t threads = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 128;
+		int64_t rows = lg_spec_int(s, K_ROWS), lpr = threads / rows;
+		if (threads % rows || lpr < 16 || (lpr & (lpr - 1))) {
+			char ok[64] = "";
+			size_t n = 0;
+			for (int64_t l = 16; l <= threads; l *= 2)
+				n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%lld", n ? ", " : "", (long long)(threads / l));
+			return lg_spec_error(where, "tile.rows: found %lld, allowed: %s (a power of two >= 16 lanes per "
+						    "row of tile.threads = %lld)", (long long)rows, ok, (long long)threads);
+		}
+	}
 	return LG_OK;
 }
 
@@ -106,8 +124,6 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 #define K2_SMEM (COLS * ROWS + 16 * COLS * 4 + 2 * COLS * 4)
 /* The fused kernel adds psum[2][128] (fp64), rs[128] and its x stages. */
 #define FUSED_SMEM(stages) (K2_SMEM + 2 * ROWS * 8 + ROWS * 4 + (stages) * ROWS * COLS * 2)
-#define FUSED_MAX_CLUSTER 16 /* non-portable above 8: allowed on sm_90 */
-
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	int64_t h = lg_spec_int(s, K_HIDDEN);

@@ -186,7 +186,13 @@ static lg_status parse_value(const struct lg_jreader *r, const struct lg_family 
 	switch (key->type) {
 	case LG_KEY_INT: {
 		double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-		if (!(d >= (double)-INT_LIMIT && d <= (double)INT_LIMIT) || d != floor(d))
+		if (isfinite(d) && d == floor(d) && fabs(d) >= (double)INT_LIMIT) {
+			char found[sizeof(struct lg_jshow) + 64];
+			snprintf(found, sizeof found, "%s (2^53 or more: not exact as a JSON number)",
+				 lg_json_show(v).s);
+			return fail_value(r, f, k, found);
+		}
+		if (!(d > (double)-INT_LIMIT && d < (double)INT_LIMIT) || d != floor(d))
 			return fail_value(r, f, k, show_typed(v).s);
 		if (!int_ok(key, (int64_t)d)) {
 			char found[32];

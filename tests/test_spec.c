@@ -132,6 +132,22 @@ static const struct bad bad_specs[] = {
 	{RNX(", \"tile\": {\"rows\": 0}"), {"kernels[0].tile.rows: found 0", "allowed: 1, 2, 4, 8, 16"}},
 	{RNX(", \"tile\": {\"threads\": 131072}"), {"kernels[0].tile.threads: found 131072", "allowed: 128, 256, 512, 1024"}},
 	{RNX(", \"tile\": 4"), {"kernels[0].tile: found 4", "allowed: an object with keys rows, threads"}},
+	/* tiles no target can plan: bad input (LG_ERR_SPEC, exit 2) with the path */
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	       "\"quant\": {}, \"tile\": {\"rows\": 3}}"),
+	 {"kernels[0].tile.rows: found 3", "allowed: 8, 4, 2, 1"}},
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	       "\"quant\": {}, \"tile\": {\"rows\": 33, \"threads\": 1024}}"),
+	 {"kernels[0].tile.rows: found 33", "allowed: 64, 32, 16, 8, 4, 2, 1"}},
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 16384, "
+	       "\"quant\": {}, \"tile\": {\"cluster\": 128}}"),
+	 {"kernels[0].tile.cluster: found 128", "the fused form takes hidden <= 2048"}},
+	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 16384, "
+	       "\"tile\": {\"rows\": 16}}"),
+	 {"kernels[0].tile.rows: found 16", "allowed: 1 to 2"}},
+	/* integers JSON cannot hold exactly */
+	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 9007199254740993}"),
+	 {"kernels[0].hidden: found 9007199254740992 (2^53 or more", "allowed: a multiple of 128"}},
 	/* a later kernel gets its own path */
 	{"{\"kernels\": [" RN ", " RQ ",\n " RQ_BLOCK64 "]}", {"kernels[2].quant.block: found 64", "allowed: 128"}},
 	/* "model" and "skipped": the record of a model expansion */
