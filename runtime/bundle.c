@@ -11,7 +11,8 @@
  *       "arch": "sm_90a",
  *       "file": "lg_rmsnorm_fwd_bf16_h2048.sm_90a.cubin",  relative to the folder
  *       "size": 12345,                               bytes
- *       "checksum": "0123456789abcdef",              XXH3-64 of the file, 16 hex digits
+ *       "checksum": "0123456789abcdef",              lg_bundle_checksum: XXH3-64 of the file
+ *                                                    seeded by spec, entry and arch; 16 hex digits
  *       "plan": {                                    what the cubin was generated with
  *         "given": {"threads": 256},     the tile planned from (spec or tuning; {}: heuristic)
  *         "tile": {"rows": 8, "threads": 256},  the tile chosen, every tile key of the family
@@ -202,6 +203,17 @@ static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, const s
 		return lg_fail(LG_ERR_SPEC, "%s: the launch plan recorded differs from what lingen %s computes: rebuild the bundle with this lingen",
 			       where, lg_version());
 	return LG_OK;
+}
+
+uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *arch, const void *cubin,
+			    size_t size)
+{
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, canon, strlen(canon) + 1);
+	XXH3_64bits_update(&st, entry, strlen(entry) + 1);
+	XXH3_64bits_update(&st, arch, strlen(arch) + 1);
+	return XXH3_64bits_withSeed(cubin, size, XXH3_64bits_digest(&st));
 }
 
 /* An integer member in [lo, hi]. */
@@ -450,7 +462,7 @@ static lg_status item_cubin(const lg_bundle *b, const struct item *it, void **cu
 		if (!data)
 			return lg_fail(LG_ERR_IO, "cannot read %s of %s: %s", it->file, b->where, strerror(err));
 	}
-	uint64_t sum = XXH3_64bits(data, n);
+	uint64_t sum = lg_bundle_checksum(it->canon, it->entry, it->arch, data, n);
 	if (n != it->size || sum != it->checksum) {
 		free(data);
 		return lg_fail(LG_ERR_IO, "%s (%s for %s) in %s is corrupt: %zu bytes with checksum %016llx, the manifest says %zu bytes with checksum %016llx; rebuild the bundle",

@@ -43,6 +43,12 @@ void lg_bundle_free(lg_bundle *b);
 lg_status lg_bundle_get(const lg_bundle *b, const char *canon, const char *entry, const char *arch,
 			struct lg_plan *plan, void **cubin, size_t *size);
 
+/* The checksum a manifest or aot table records for a cubin: XXH3-64 of
+ * its bytes, seeded with the XXH3-64 of "<canonical spec>\0<entry>\0<arch>",
+ * so a cubin moved to another kernel's or arch's record fails it. */
+uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *arch, const void *cubin,
+			    size_t size);
+
 /* The plan as the manifest stores it: tile, args, aux, and per entry point
  * its name and launch geometry (block, dynamic smem, cluster, persistent,
  * the grid at 1 and 8192 tokens). NULL on allocation failure. */

@@ -28,6 +28,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "bundle.h"
 #include "lingen.h"
 #include "nvrtc.h"
 #include "proc.h"
@@ -176,7 +177,8 @@ static void test_manifest(void **state)
 			char *data = bundle_cubin(lg_spec_entry(s), archs[a], &n);
 			lg_test_assert_cubin(data, n);
 			char sum[17];
-			snprintf(sum, sizeof sum, "%016llx", (unsigned long long)XXH3_64bits(data, n));
+			snprintf(sum, sizeof sum, "%016llx",
+				 (unsigned long long)lg_bundle_checksum(canon, lg_spec_entry(s), archs[a], data, n));
 			assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(k, "checksum")), sum);
 			assert_int_equal((size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(k, "size")), n);
 			free(data);
@@ -355,6 +357,20 @@ static void other_tile(cJSON *m)
 	cJSON_ReplaceItemInObject(t, "threads", cJSON_CreateNumber(512));
 }
 
+/* file, size and checksum of kernels 0 and 1 swapped: each record names
+ * the other kernel's cubin, with its true checksum. */
+static void swap_cubins(cJSON *m)
+{
+	cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0);
+	cJSON *b = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 1);
+	static const char *const keys[] = {"file", "size", "checksum"};
+	for (int i = 0; i < 3; i++) {
+		cJSON *x = cJSON_DetachItemFromObject(a, keys[i]), *y = cJSON_DetachItemFromObject(b, keys[i]);
+		cJSON_AddItemToObject(a, keys[i], y);
+		cJSON_AddItemToObject(b, keys[i], x);
+	}
+}
+
 static void bad_spec(cJSON *m)
 {
 	cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 2);
@@ -394,6 +410,45 @@ static void test_bad_manifest(void **state)
 	free(dir);
 }
 
+/* Records whose cubins were swapped (file, size, checksum moved together)
+ * are refused: the checksum binds each cubin to its spec, entry and arch. */
+static void test_swapped_cubins(void **state)
+{
+	(void)state;
+	lg_nvrtc_block_for_tests(1);
+	char *path = lg_test_path(bundle, "manifest.json");
+	char *orig = lg_test_read_file(path, NULL);
+	assert_non_null(orig);
+	cJSON *m = cJSON_Parse(orig);
+	assert_non_null(m);
+	swap_cubins(m);
+	char *spec_text = cJSON_PrintUnformatted(
+		cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0), "spec"));
+	const char *arch = cJSON_GetStringValue(
+		cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0), "arch"));
+	char *text = cJSON_Print(m);
+	lg_test_write_file(path, text, strlen(text));
+	lg_spec *s = NULL;
+	assert_int_equal(lg_spec_parse(spec_text, &s), LG_OK);
+	lg_ctx *c = bundle_ctx(arch, NULL);
+	const void *cubin;
+	size_t size;
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_ERR_IO);
+	assert_non_null(strstr(lg_last_error(), "checksum"));
+	lg_ctx_destroy(c);
+	lg_test_write_file(path, orig, strlen(orig)); /* the bundle as it was */
+	c = bundle_ctx(arch, NULL);
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_OK);
+	lg_ctx_destroy(c);
+	lg_spec_free(s);
+	cJSON_Delete(m);
+	free(text);
+	free(spec_text);
+	free(orig);
+	free(path);
+	lg_nvrtc_block_for_tests(0);
+}
+
 /* A context over a hand-made embedded table: the same lookups. */
 static void test_aot_table(void **state)
 {
@@ -415,7 +470,8 @@ static void test_aot_table(void **state)
 		es[i] = (struct lg_aot_entry){.spec = keep[3 * i], .entry = lg_spec_entry(s), .arch = "sm_80",
 					      .plan = keep[3 * i + 1],
 					      .cubin = (const unsigned char *)keep[3 * i + 2], .size = n,
-					      .checksum = XXH3_64bits(keep[3 * i + 2], n)};
+					      .checksum = lg_bundle_checksum(keep[3 * i], lg_spec_entry(s), "sm_80",
+									     keep[3 * i + 2], n)};
 	}
 	struct lg_aot_table t = {.format = LG_AOT_FORMAT, .lingen = LINGEN_VERSION, .nvrtc = "13.0",
 				 .count = nk, .entries = es};
@@ -533,6 +589,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_manifest),     cmocka_unit_test(test_load_without_nvrtc),
 		cmocka_unit_test(test_corrupt_cubin), cmocka_unit_test(test_bad_manifest),
+		cmocka_unit_test(test_swapped_cubins),
 		cmocka_unit_test(test_aot_table),    cmocka_unit_test(test_aot_cli),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

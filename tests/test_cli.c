@@ -24,6 +24,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "bundle.h"
 #include "lingen.h"
 #include "proc.h"
 #include "testutil.h"
@@ -224,8 +225,10 @@ static void check_manifest(const char *dir, const char *const *archs, int narch)
 				char *data = lg_test_read_file(cubin, &n);
 				assert_non_null(data);
 				char sum[17];
+				char *canon = lg_spec_canonical(lg_spec_file_get(f, i));
 				snprintf(sum, sizeof sum, "%016llx",
-					 (unsigned long long)XXH3_64bits(data, n));
+					 (unsigned long long)lg_bundle_checksum(canon, entry, archs[a], data, n));
+				free(canon);
 				assert_string_equal(sum, cJSON_GetStringValue(
 								 cJSON_GetObjectItem(k, "checksum")));
 				free(data);
