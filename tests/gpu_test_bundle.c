@@ -3,8 +3,8 @@
  * a bundle for the device's arch with the CLI, make NVRTC unloadable, create
  * a context on the bundle and check every kernel of ling-mini-2.0-norms
  * against its CPU reference at 8192 and 127 tokens. A kernel the bundle
- * lacks is LG_ERR_MISSING, not a JIT compile.
- * Skips with a message when no CUDA device is present.
+ * lacks is LG_ERR_MISSING, not a JIT compile. Exits with LG_TEST_SKIP
+ * (ctest: skipped), saying why, when there is no CUDA device or driver.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,7 +27,7 @@
 #define NORMS LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json"
 
 static char *tmp;
-static lg_ctx *ctx; /* on the bundle; NULL: no device, skip */
+static lg_ctx *ctx; /* on the bundle */
 
 /* Build the bundle for the device's arch (NVRTC available), then block
  * NVRTC and open a context on the bundle. */
@@ -36,9 +36,9 @@ static int setup(void **state)
 	(void)state;
 	const struct lg_cu *cu;
 	char arch[16];
-	if (lg_cu_get(&cu) != LG_OK || lg_cu_ensure_context(0) != LG_OK || lg_cu_device_arch(arch) != LG_OK) {
-		printf("SKIP: no CUDA device: %s\n", lg_last_error());
-		return 0;
+	if (lg_cu_get(&cu) != LG_OK || lg_cu_device_arch(arch) != LG_OK) {
+		fprintf(stderr, "%s\n", lg_last_error());
+		return -1;
 	}
 	tmp = lg_test_tmpdir("gpu-bundle");
 	char *bundle = lg_test_path(tmp, "bundle"), *cache = lg_test_path(tmp, "cache"), *env[2] = {NULL, NULL};
@@ -88,8 +88,6 @@ static void check(const lg_spec *s, int64_t tokens)
 static void test_bundle_kernels(void **state)
 {
 	(void)state;
-	if (!ctx)
-		skip();
 	lg_spec_file *f;
 	assert_int_equal(lg_spec_file_load(NORMS, &f), LG_OK);
 	for (size_t i = 0; i < lg_spec_file_count(f); i++) {
@@ -102,8 +100,6 @@ static void test_bundle_kernels(void **state)
 static void test_bundle_missing(void **state)
 {
 	(void)state;
-	if (!ctx)
-		skip();
 	lg_spec *s;
 	assert_int_equal(lg_spec_parse("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096}", &s),
 			 LG_OK);
@@ -116,6 +112,7 @@ static void test_bundle_missing(void **state)
 int main(void)
 {
 	unsetenv("LINGEN_ARCH");
+	lg_test_require_gpu("gpu_test_bundle");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bundle_kernels),
 		cmocka_unit_test(test_bundle_missing),

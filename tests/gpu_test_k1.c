@@ -6,7 +6,8 @@
  * 300x16384, ...). Fresh random inputs, poisoned outputs. Also: the
  * software e4m3 conversion (for targets before sm_89) equals the hardware
  * cvt for every one of the 2^32 fp32 bit patterns.
- * Skips with a message when no CUDA device is present.
+ * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
+ * CUDA device or driver.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,20 +26,16 @@
 #include "harness.h"
 #include "nvrtc.h"
 #include "templates.h"
+#include "testutil.h"
 
 static lg_ctx *ctx;
 
 static int setup(void **state)
 {
 	(void)state;
-	const struct lg_cu *cu;
-	if (lg_cu_get(&cu) != LG_OK || lg_cu_ensure_context(0) != LG_OK) {
-		printf("SKIP: no CUDA device: %s\n", lg_last_error());
-		return 0;
-	}
 	if (lg_ctx_create(NULL, &ctx) != LG_OK) {
-		printf("SKIP: %s\n", lg_last_error());
-		ctx = NULL;
+		fprintf(stderr, "%s\n", lg_last_error());
+		return -1;
 	}
 	return 0;
 }
@@ -52,8 +49,6 @@ static int teardown(void **state)
 
 static void check_opt(const char *json, int64_t tokens, bool no_optional)
 {
-	if (!ctx)
-		skip();
 	lg_spec *s = NULL;
 	if (lg_spec_parse(json, &s) != LG_OK)
 		fail_msg("%s", lg_last_error());
@@ -137,8 +132,6 @@ static void test_rmsnorm(void **state)
 static void test_e4m3_soft_equals_hardware(void **state)
 {
 	(void)state;
-	if (!ctx)
-		skip();
 	lg_buf b;
 	lg_buf_init(&b);
 	lg_emit_template(&b, "common");
@@ -190,6 +183,7 @@ static void test_e4m3_soft_equals_hardware(void **state)
 
 int main(void)
 {
+	lg_test_require_gpu("gpu_test_k1");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_e4m3_soft_equals_hardware),
 		cmocka_unit_test(test_k1_target_shape),

@@ -325,8 +325,10 @@ static void test_cache(void **state)
 static void test_check_without_gpu(void **state)
 {
 	(void)state;
-	if (access("/dev/nvidiactl", F_OK) == 0)
-		skip(); /* a GPU machine: check really runs (gpu tests cover it) */
+	if (access("/dev/nvidiactl", F_OK) == 0) {
+		print_message("skipped: a GPU machine, where check really runs (the gpu tests cover it)\n");
+		skip();
+	}
 	struct lg_proc p = cli(1, NULL, "check", NORMS, "--tokens", "256", NULL);
 	assert_true(strlen(p.err) > 0);
 	assert_non_null(strstr(p.err, "GPU"));

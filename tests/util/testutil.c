@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "cuda.h"
+
 static void die(const char *what)
 {
 	perror(what);
@@ -203,4 +205,14 @@ void lg_test_assert_cubin(const void *cubin, size_t size)
 	assert_non_null(cubin);
 	assert_true(size > 64);
 	assert_memory_equal(cubin, "\177ELF", 4);
+}
+
+void lg_test_require_gpu(const char *test)
+{
+	const struct lg_cu *cu;
+	if (lg_cu_get(&cu) == LG_OK && lg_cu_ensure_context(0) == LG_OK)
+		return;
+	printf("SKIP %s: no CUDA device or driver: %s\n", test, lg_last_error());
+	fflush(stdout);
+	exit(LG_TEST_SKIP);
 }

@@ -12,6 +12,14 @@
 
 #include <stddef.h>
 
+/* The exit status of a test program that cannot run here (no GPU): ctest's
+ * SKIP_RETURN_CODE for the gpu tests, so they show as skipped, not passed. */
+#define LG_TEST_SKIP 77
+
+/* Unless a CUDA driver and device are present (a context can be made
+ * current), print "SKIP <test>: <why>" and exit with LG_TEST_SKIP. */
+void lg_test_require_gpu(const char *test);
+
 /* A new empty folder $TMPDIR/lingen-<tag>-XXXXXX ($TMPDIR defaults to
  * /tmp). The caller frees the path with free() after lg_test_rm_rf(). */
 char *lg_test_tmpdir(const char *tag);
