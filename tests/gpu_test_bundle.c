@@ -3,8 +3,9 @@
  * a bundle for the device's arch with the CLI, make NVRTC unloadable, create
  * a context on the bundle and check every kernel of ling-mini-2.0-norms
  * against its CPU reference at 8192 and 127 tokens. A kernel the bundle
- * lacks is LG_ERR_MISSING, not a JIT compile. Exits with LG_TEST_SKIP
- * (ctest: skipped), saying why, when there is no CUDA device or driver.
+ * lacks is LG_ERR_MISSING, not a JIT compile. The inputs' seed is printed;
+ * LINGEN_SEED replays. Exits with LG_TEST_SKIP (ctest: skipped), saying
+ * why, when there is no CUDA device or driver.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -28,6 +28,7 @@
 
 static char *tmp;
 static lg_ctx *ctx; /* on the bundle */
+static uint64_t seed;
 
 /* Build the bundle for the device's arch (NVRTC available), then block
  * NVRTC and open a context on the bundle. */
@@ -76,11 +77,16 @@ static int teardown(void **state)
 
 static void check(const lg_spec *s, int64_t tokens)
 {
-	struct lg_check_opts o = {.tokens = tokens, .seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)tokens};
+	struct lg_check_opts o = {.tokens = tokens, .seed = seed};
 	struct lg_check_result r;
 	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
 		fail_msg("%s x %lld: %s", lg_spec_entry(s), (long long)tokens, lg_last_error());
 	printf("%s M=%lld (bundle): %s\n", lg_spec_entry(s), (long long)tokens, r.pass ? "PASS" : "FAIL");
+	for (int i = 0; i < r.nmeasures; i++)
+		if (!r.m[i].pass)
+			printf("  %s: %llu of %llu outside the bound (%llu unwritten)\n", r.m[i].name,
+			       (unsigned long long)r.m[i].mismatches, (unsigned long long)r.m[i].count,
+			       (unsigned long long)r.m[i].unwritten);
 	assert_true(r.nmeasures > 0);
 	assert_true(r.pass);
 }
@@ -113,6 +119,7 @@ int main(void)
 {
 	unsetenv("LINGEN_ARCH");
 	lg_test_require_gpu("gpu_test_bundle");
+	seed = lg_test_seed("gpu_test_bundle");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bundle_kernels),
 		cmocka_unit_test(test_bundle_missing),

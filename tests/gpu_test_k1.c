@@ -6,6 +6,7 @@
  * 300x16384, ...). Fresh random inputs, poisoned outputs. Also: the
  * software e4m3 conversion (for targets before sm_89) equals the hardware
  * cvt for every one of the 2^32 fp32 bit patterns.
+ * The inputs' seed is printed; LINGEN_SEED replays.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver.
  */
@@ -17,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include <cmocka.h>
 
@@ -29,6 +29,7 @@
 #include "testutil.h"
 
 static lg_ctx *ctx;
+static uint64_t seed; /* every check's inputs (as `lingen check --seed`) */
 
 static int setup(void **state)
 {
@@ -52,18 +53,22 @@ static void check_opt(const char *json, int64_t tokens, bool no_optional)
 	lg_spec *s = NULL;
 	if (lg_spec_parse(json, &s) != LG_OK)
 		fail_msg("%s", lg_last_error());
-	struct lg_check_opts o = {.tokens = tokens, .seed = (uint64_t)time(NULL) * 2654435761u + (uint64_t)tokens,
-				  .no_optional = no_optional};
+	struct lg_check_opts o = {.tokens = tokens, .seed = seed, .no_optional = no_optional};
 	struct lg_check_result r;
 	lg_status st = lg_check_kernel(ctx, s, &o, &r);
 	if (st != LG_OK)
 		fail_msg("%s x %lld: %s", lg_spec_entry(s), (long long)tokens, lg_last_error());
 	printf("%s M=%lld: %s\n", lg_spec_entry(s), (long long)tokens, r.pass ? "PASS" : "FAIL");
-	for (int i = 0; i < r.nmeasures; i++)
-		printf("  %-4s %-5s n=%llu equal=%.9f mismatches=%llu unwritten=%llu max_rel=%.3g rel_l2=%.3g %s\n",
-		       r.m[i].name, r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].equal_frac,
-		       (unsigned long long)r.m[i].mismatches, (unsigned long long)r.m[i].unwritten,
-		       r.m[i].max_rel, r.m[i].rel_l2, r.m[i].pass ? "ok" : "FAIL");
+	for (int i = 0; i < r.nmeasures; i++) {
+		const struct lg_check_measure *m = &r.m[i];
+		printf("  %-4s %-5s n=%llu equal=%.9f mismatches=%llu unwritten=%llu max_rel=%.3g rel_l2=%.3g",
+		       m->name, m->kind, (unsigned long long)m->count, m->equal_frac,
+		       (unsigned long long)m->mismatches, (unsigned long long)m->unwritten, m->max_rel, m->rel_l2);
+		printf(" %s\n", m->pass ? "ok" : "FAIL");
+	}
+	if (!r.pass)
+		printf("  replay: LINGEN_SEED=%llu, or lingen check with --tokens %lld --seed %llu\n",
+		       (unsigned long long)seed, (long long)tokens, (unsigned long long)seed);
 	assert_true(r.nmeasures > 0);
 	assert_true(r.pass);
 	lg_spec_free(s);
@@ -184,6 +189,7 @@ static void test_e4m3_soft_equals_hardware(void **state)
 int main(void)
 {
 	lg_test_require_gpu("gpu_test_k1");
+	seed = lg_test_seed("gpu_test_k1");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_e4m3_soft_equals_hardware),
 		cmocka_unit_test(test_k1_target_shape),

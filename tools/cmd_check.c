@@ -1,8 +1,9 @@
 /*
  * cmd_check.c - `lingen check SPEC... [--tokens N[,N...]] [--seed S]`: run
  * each kernel on the GPU against its plain-C reference (tools/harness) with
- * fresh random inputs, one line per kernel and token count. Exit 1 if any
- * check fails or there is no GPU.
+ * random inputs, one line per kernel and token count. The seed is --seed,
+ * else $LINGEN_SEED, else new from the clock, and is printed first so a run
+ * can be replayed. Exit 1 if any check fails or there is no GPU.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,7 @@
 enum { O_TOKENS, O_SEED };
 static const struct lg_cli_opt opts[] = {
 	[O_TOKENS] = {"tokens", 't', "N[,N...]", "token counts to check (default 8192)"},
-	[O_SEED] = {"seed", 's', "S", "input seed (default: from the clock)"},
+	[O_SEED] = {"seed", 's', "S", "input seed (default: $LINGEN_SEED, else from the clock)"},
 	{0},
 };
 
@@ -76,6 +77,19 @@ static int check_all(lg_ctx *ctx, const struct lg_cli_specs *s, const int64_t *t
 	return rc;
 }
 
+/* --seed, else $LINGEN_SEED, else a new one; 2 on a bad value. */
+static int pick_seed(const struct lg_cli_cmd *cmd, const char *opt, long long *seed)
+{
+	if (opt)
+		return lg_cli_int(cmd, "seed", opt, 0, INT64_MAX, seed);
+	uint64_t s = 0;
+	bool set = false;
+	if (lg_check_env_seed(&s, &set) != LG_OK)
+		return lg_cli_usage_error(cmd, "%s", lg_last_error());
+	*seed = (long long)(set ? s : lg_check_fresh_seed());
+	return LG_EXIT_OK;
+}
+
 static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 {
 	struct lg_cli_args a;
@@ -88,14 +102,16 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 	struct lg_cli_specs specs = {0};
 	lg_ctx *ctx = NULL;
 	rc = lg_cli_tokens(cmd, a.val[O_TOKENS], 8192, &tokens, &nt);
-	if (rc == LG_EXIT_OK && a.val[O_SEED])
-		rc = lg_cli_int(cmd, "seed", a.val[O_SEED], 0, INT64_MAX, &seed);
+	if (rc == LG_EXIT_OK)
+		rc = pick_seed(cmd, a.val[O_SEED], &seed);
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_load_specs(a.pos, a.npos, &specs);
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_gpu_ctx("check", &ctx);
-	if (rc == LG_EXIT_OK)
+	if (rc == LG_EXIT_OK) {
+		printf("seed: %lld (replay with --seed %lld or LINGEN_SEED=%lld)\n", seed, seed, seed);
 		rc = check_all(ctx, &specs, tokens, nt, (uint64_t)seed);
+	}
 	if (ctx)
 		lg_ctx_destroy(ctx);
 	lg_cli_specs_free(&specs);
@@ -108,8 +124,10 @@ const struct lg_cli_cmd lg_cmd_check = {
 	.name = "check",
 	.synopsis = "SPEC... [--tokens N[,N...]] [--seed S]",
 	.summary = "run each kernel on the GPU against its CPU reference",
-	.details = "Prints PASS/FAIL per kernel and token count with the measures of\n"
-		   "KERNELS.md (fp8 equal fraction, scale bit-equality, max relative error).\n"
+	.details = "Prints the seed of the random inputs, then PASS/FAIL per kernel and\n"
+		   "token count with the measures of KERNELS.md (fp8 equal fraction, scale\n"
+		   "bit-equality, max relative error).\n"
+		   "The seed is --seed, else $LINGEN_SEED, else new from the clock.\n"
 		   "Exit 1 if any check fails. Needs a GPU.\n",
 	.opts = opts,
 	.min_pos = 1,
