@@ -2,6 +2,12 @@
  * rmsnorm_quant_ref.c - CPU reference of family "rmsnorm_quant" (K1):
  * float64 sums of squares, y = (x * r) * w in fp32, blockwise e4m3 with the
  * scale rules of KERNELS.md 1.2 and the layouts of 1.3.
+ *
+ * Everything here is exactly what the GPU must produce: the fill draws only
+ * rows whose r no fp64 summation order changes (lg_ref_rrms_stable), y is
+ * the same two fp32 products, amax a maximum, the scale and v / s correctly
+ * rounded fp32 operations, e4m3 and its rounding fixed. So q, qt, s, st and
+ * rms are compared bit for bit.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -21,14 +27,24 @@ static void describe(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
 	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m;
 	memset(c, 0, sizeof *c);
 	c->n = 7;
-	c->buf[X] = (struct lg_ref_buf){"x", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[W] = (struct lg_ref_buf){"w", 2, n, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[Q] = (struct lg_ref_buf){"q", 1, rowwise(s) ? mm * n : 0, true, LG_CMP_E4M3, 0, 0, NULL};
-	c->buf[S] = (struct lg_ref_buf){"s", 4, rowwise(s) ? mm * (n / 128) : 0, true, LG_CMP_SCALE, 0, 0, NULL};
-	c->buf[RMS] = (struct lg_ref_buf){"rms", 4, mm, true, LG_CMP_FP32, 1e-6, 0, NULL};
-	c->buf[QT] = (struct lg_ref_buf){"qt", 1, colwise(s) ? mm * n : 0, true, LG_CMP_E4M3, 0, 0, NULL};
+	c->buf[X] = (struct lg_ref_buf){"x", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL, 0, NULL};
+	c->buf[W] = (struct lg_ref_buf){"w", 2, n, false, LG_CMP_NONE, 0, 0, NULL, 0, NULL};
+	c->buf[Q] = (struct lg_ref_buf){"q", 1, rowwise(s) ? mm * n : 0, true, LG_CMP_E4M3_ULP, 0, 0, NULL, 0, NULL};
+	c->buf[S] = (struct lg_ref_buf){"s", 4, rowwise(s) ? mm * (n / 128) : 0, true, LG_CMP_SCALE, 0, 0, NULL, 0, NULL};
+	c->buf[RMS] = (struct lg_ref_buf){"rms", 4, mm, true, LG_CMP_FP32_ULP, 0, 0, NULL, 0, NULL};
+	c->buf[QT] = (struct lg_ref_buf){"qt", 1, colwise(s) ? mm * n : 0, true, LG_CMP_E4M3_ULP, 0, 0, NULL, 0, NULL};
 	c->buf[ST] = (struct lg_ref_buf){"st", 4, colwise(s) ? ((mm + 127) / 128) * n : 0, true, LG_CMP_SCALE,
-					 0, 0, NULL};
+					 0, 0, NULL, 0, NULL};
+}
+
+static double sumsq(const uint16_t *row, size_t n)
+{
+	double ss = 0.0;
+	for (size_t k = 0; k < n; k++) {
+		double v = lg_ref_bf16_to_f32(row[k]);
+		ss += v * v;
+	}
+	return ss;
 }
 
 /* Rows of varied magnitude (2^-6 .. 2^6), a few all-zero rows, a few
@@ -42,11 +58,14 @@ static void fill(const struct lg_spec *s, int64_t m, struct lg_ref_case *c, uint
 		float scale = ldexpf(1.0f, (int)(lg_ref_rand(&st) % 13) - 6);
 		if (m > 1 && lg_ref_rand(&st) % 97 == 0)
 			scale = 0.0f;
-		lg_ref_fill_bf16(x + (size_t)i * n, n, scale, &st);
-		if (scale != 0.0f && lg_ref_rand(&st) % 7 == 0) {
-			size_t k = (size_t)(lg_ref_rand(&st) % n);
-			x[(size_t)i * n + k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(x[(size_t)i * n + k]) * 40.0f);
-		}
+		uint16_t *row = x + (size_t)i * n;
+		do { /* a row whose r the GPU's summation order could change: draw again */
+			lg_ref_fill_bf16(row, n, scale, &st);
+			if (scale != 0.0f && lg_ref_rand(&st) % 7 == 0) {
+				size_t k = (size_t)(lg_ref_rand(&st) % n);
+				row[k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(row[k]) * 40.0f);
+			}
+		} while (!lg_ref_rrms_stable(sumsq(row, n), (int64_t)n, s->eps));
 	}
 	for (size_t k = 0; k < n; k++)
 		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
@@ -60,12 +79,7 @@ static void run(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
 	float *y = malloc(mm * n * sizeof *y), *rms = c->buf[RMS].host;
 	LG_ASSERT(y);
 	for (size_t i = 0; i < mm; i++) {
-		double ss = 0.0;
-		for (size_t k = 0; k < n; k++) {
-			double v = lg_ref_bf16_to_f32(x[i * n + k]);
-			ss += v * v;
-		}
-		float r = lg_ref_rrms(ss, (int64_t)n, s->eps);
+		float r = lg_ref_rrms(sumsq(x + i * n, n), (int64_t)n, s->eps);
 		rms[i] = r;
 		for (size_t k = 0; k < n; k++)
 			y[i * n + k] = (lg_ref_bf16_to_f32(x[i * n + k]) * r) * lg_ref_bf16_to_f32(w[k]);

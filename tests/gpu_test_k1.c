@@ -6,7 +6,9 @@
  * 300x16384, ...). Fresh random inputs, poisoned outputs. Also: the
  * software e4m3 conversion (for targets before sm_89) equals the hardware
  * cvt for every one of the 2^32 fp32 bit patterns.
- * The inputs' seed is printed; LINGEN_SEED replays.
+ * Exactness: y, rms, q, qt, s and st must equal the reference bit for bit,
+ * dx within the slack the reference proves (gen/rmsnorm_ref.c), dw within
+ * a relative tolerance. The inputs' seed is printed; LINGEN_SEED replays.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver.
  */
@@ -64,6 +66,10 @@ static void check_opt(const char *json, int64_t tokens, bool no_optional)
 		printf("  %-4s %-5s n=%llu equal=%.9f mismatches=%llu unwritten=%llu max_rel=%.3g rel_l2=%.3g",
 		       m->name, m->kind, (unsigned long long)m->count, m->equal_frac,
 		       (unsigned long long)m->mismatches, (unsigned long long)m->unwritten, m->max_rel, m->rel_l2);
+		if (m->ulp_bound >= 0)
+			printf(" ulps<=%d%s max_ulps=%llu slack=%llu at_bound=%llu", m->ulp_bound,
+			       m->slack ? "+slack" : "", (unsigned long long)m->max_ulps,
+			       (unsigned long long)m->slack, (unsigned long long)m->at_bound);
 		printf(" %s\n", m->pass ? "ok" : "FAIL");
 	}
 	if (!r.pass)

@@ -18,13 +18,27 @@ static const struct lg_cli_opt opts[] = {
 	{0},
 };
 
+/* "y bf16 exact", or "dx bf16 <=0+slack ulp (max 3; 612 with slack, 2 at bound)". */
+static void print_ulp(const struct lg_check_measure *m)
+{
+	if (m->ulp_bound == 0 && !m->slack)
+		printf("  %s %s %s", m->name, m->kind,
+		       m->mismatches ? "NOT exact" : "exact");
+	else
+		printf("  %s %s <=%d%s ulp (max %llu; %llu with slack, %llu at bound)", m->name, m->kind,
+		       m->ulp_bound, m->slack ? "+slack" : "", (unsigned long long)m->max_ulps,
+		       (unsigned long long)m->slack, (unsigned long long)m->at_bound);
+}
+
 /* "q fp8 eq=0.999812  s scale bit-equal  ..." for one result. */
 static void print_measures(const struct lg_check_result *r)
 {
 	double max_rel = 0;
 	for (int i = 0; i < r->nmeasures; i++) {
 		const struct lg_check_measure *m = &r->m[i];
-		if (strcmp(m->kind, "fp8") == 0)
+		if (m->ulp_bound >= 0)
+			print_ulp(m);
+		else if (strcmp(m->kind, "fp8") == 0)
 			printf("  %s fp8 eq=%.6f", m->name, m->equal_frac);
 		else if (strcmp(m->kind, "scale") == 0)
 			printf("  %s scale %s", m->name,
@@ -126,7 +140,7 @@ const struct lg_cli_cmd lg_cmd_check = {
 	.summary = "run each kernel on the GPU against its CPU reference",
 	.details = "Prints the seed of the random inputs, then PASS/FAIL per kernel and\n"
 		   "token count with the measures of KERNELS.md (fp8 equal fraction, scale\n"
-		   "bit-equality, max relative error).\n"
+		   "bit-equality, outputs checked exactly or within ulps, max relative error).\n"
 		   "The seed is --seed, else $LINGEN_SEED, else new from the clock.\n"
 		   "Exit 1 if any check fails. Needs a GPU.\n",
 	.opts = opts,

@@ -42,6 +42,11 @@ struct lg_check_measure {
 	double rel_l2;       /* ||gpu-ref|| / ||ref|| */
 	double equal_frac;   /* fraction bit-equal */
 	bool pass;
+	/* the _ULP kinds (ulp_bound >= 0; -1 for the others) */
+	int ulp_bound;       /* every element's bound (0: bit-equal) */
+	uint64_t slack;      /* elements the reference allows more than ulp_bound (its slack) */
+	uint64_t at_bound;   /* elements exactly at their (non-zero) bound */
+	uint64_t max_ulps;   /* largest distance in ulps of a written element (capped at 2^32) */
 };
 
 struct lg_check_result {
