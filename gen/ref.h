@@ -13,13 +13,20 @@
 
 #include "family.h"
 
-/* How an output is compared (KERNELS.md 4). */
+/* How an output is compared (KERNELS.md 4). The _ULP kinds are for outputs
+ * the reference computes exactly as the GPU must: each element may be at
+ * most `ulps` steps of its format from the reference (0: bit-equal), plus
+ * slack[i] where the reference gives a slack (an output whose GPU
+ * arithmetic it can bound but not reproduce). */
 enum lg_cmp {
 	LG_CMP_NONE,   /* an input, or a workspace */
 	LG_CMP_E4M3,   /* bit-equal for >= 1 - 1e-6 of bytes, the rest within one e4m3 step */
 	LG_CMP_SCALE,  /* fp32, bit-equal */
 	LG_CMP_FP32,   /* fp32, |d| <= rtol |ref| + atol max(1, rms(ref)) */
 	LG_CMP_BF16,   /* bf16, |d| <= rtol |ref| + atol max(1, rms(ref)) */
+	LG_CMP_E4M3_ULP, /* e4m3, within ulps (+ slack[i]) e4m3 steps */
+	LG_CMP_BF16_ULP, /* bf16, within ulps (+ slack[i]) bf16 ulps */
+	LG_CMP_FP32_ULP, /* fp32, within ulps (+ slack[i]) fp32 ulps */
 };
 
 struct lg_ref_buf {
@@ -30,6 +37,9 @@ struct lg_ref_buf {
 	enum lg_cmp cmp;
 	double rtol, atol;
 	void *host;       /* inputs: the data; outputs: the reference result */
+	int ulps;         /* _ULP kinds: the bound for every element (0: bit-equal) */
+	uint16_t *slack;  /* _ULP kinds, or NULL: more ulps allowed per element, set by
+			     run() (allocated there; freed by whoever frees host) */
 };
 
 struct lg_ref_case {

@@ -328,14 +328,36 @@ static void test_cache(void **state)
 static void test_check_without_gpu(void **state)
 {
 	(void)state;
-	if (access("/dev/nvidiactl", F_OK) == 0)
-		skip(); /* a GPU machine: check really runs (gpu tests cover it) */
+	if (access("/dev/nvidiactl", F_OK) == 0) {
+		print_message("skipped: a GPU machine, where check really runs (the gpu tests cover it)\n");
+		skip();
+	}
 	struct lg_proc p = cli(1, NULL, "check", NORMS, "--tokens", "256", NULL);
 	assert_true(strlen(p.err) > 0);
 	assert_non_null(strstr(p.err, "GPU"));
 	lg_proc_free(&p);
 
 	run(2, NULL, "check", NORMS, "--tokens", "0", NULL);
+}
+
+/* check's seed: --seed or LINGEN_SEED, checked before any GPU work (bad
+ * values are usage errors, exit 2); the help says where it comes from. */
+static void test_check_seed(void **state)
+{
+	(void)state;
+	struct lg_proc p = cli(2, NULL, "check", NORMS, "--seed", "x", NULL);
+	assert_non_null(strstr(p.err, "--seed"));
+	lg_proc_free(&p);
+	run(2, NULL, "check", NORMS, "--seed", "-1", NULL);
+	char *const argv[] = {(char *)LG_CLI, (char *)"check", (char *)NORMS, NULL};
+	char *const env[] = {(char *)"LINGEN_SEED=12x", NULL};
+	assert_int_equal(lg_proc_run(argv, env, &p), 0);
+	assert_int_equal(p.status, 2);
+	assert_non_null(strstr(p.err, "LINGEN_SEED: found '12x'"));
+	lg_proc_free(&p);
+	p = cli(0, NULL, "help", "check", NULL);
+	assert_non_null(strstr(p.out, "LINGEN_SEED"));
+	lg_proc_free(&p);
 }
 
 /* bench --jit needs no GPU for its compile and cache-read parts: exit 0,
@@ -484,7 +506,8 @@ int main(void)
 		cmocka_unit_test(test_help),          cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_gen),           cmocka_unit_test(test_gen_bad_input),
 		cmocka_unit_test(test_build),         cmocka_unit_test(test_cache),
-		cmocka_unit_test(test_check_without_gpu), cmocka_unit_test(test_bench_jit),
+		cmocka_unit_test(test_check_without_gpu), cmocka_unit_test(test_check_seed),
+		cmocka_unit_test(test_bench_jit),
 		cmocka_unit_test(test_expand),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

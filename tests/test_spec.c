@@ -4,7 +4,8 @@
  * specs get their defaults, a canonical form that round-trips and unique
  * entry names; a model expansion's "model" and "skipped" record is validated
  * and otherwise ignored; every shipped configs/kernels/ JSON file parses; truncated and
- * mutated input never crashes the parser (run under ASan too).
+ * mutated input never crashes the parser (run under ASan too; the random
+ * mutations print their seed, LINGEN_SEED replays them).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -466,6 +467,16 @@ static void test_fuzz(void **state)
 		}
 		text[i] = keep;
 	}
+	/* random mutations of several bytes at once, cut at a random length */
+	uint64_t rng = lg_test_seed("test_spec test_fuzz");
+	char *copy = malloc(len + 1);
+	assert_non_null(copy);
+	for (int round = 0; round < 20000; round++) {
+		memcpy(copy, text, len);
+		lg_test_mutate(copy, len, &rng);
+		parse_exact(copy, lg_test_rand(&rng) % 4 ? len : (size_t)(lg_test_rand(&rng) % (len + 1)));
+	}
+	free(copy);
 	free(text);
 
 	/* single kernels, truncated (lg_spec_parse reads up to the NUL) */

@@ -66,14 +66,15 @@ static bool measure(struct tune *t, const struct lg_spec *s, double *us, char *w
 {
 	int64_t counts[2] = {t->tokens, ODD_TOKENS};
 	for (int i = 0; i < (t->tokens == ODD_TOKENS ? 1 : 2); i++) {
-		struct lg_check_opts co = {.tokens = counts[i], .max_report = 3, .out = stdout};
+		struct lg_check_opts co = {.tokens = counts[i], .seed = lg_check_fresh_seed(), .max_report = 3,
+					   .out = stdout};
 		struct lg_check_result r;
 		memset(&r, 0, sizeof r);
 		fflush(stdout);
 		lg_status st = lg_check_kernel(t->ctx, s, &co, &r);
 		if (st != LG_OK || !r.pass) {
-			snprintf(why, size, "check at %lld tokens: %s", (long long)counts[i],
-				 st != LG_OK ? lg_cli_error(st) : "mismatches");
+			snprintf(why, size, "check at %lld tokens, seed %llu: %s", (long long)counts[i],
+				 (unsigned long long)co.seed, st != LG_OK ? lg_cli_error(st) : "mismatches");
 			return false;
 		}
 	}

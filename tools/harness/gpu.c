@@ -75,6 +75,7 @@ void lg_gpu_case_free(struct lg_gpu_case *g)
 		if (g->dev[i])
 			g->cu->cuMemFree(g->dev[i]);
 		free(g->ref.buf[i].host);
+		free(g->ref.buf[i].slack);
 		free(g->got[i]);
 	}
 	memset(g, 0, sizeof *g);
