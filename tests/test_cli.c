@@ -259,6 +259,26 @@ static void test_build(void **state)
 	run(0, cache, "build", NORMS, "--arch=sm_90a,sm_80", "-o", out, NULL);
 	check_manifest(out, archs, 2);
 
+	/* into the same folder for one arch: the other arch's cubins go, a
+	 * file that is not lingen's stays */
+	char *mine = lg_test_path(out, "notes.cubin");
+	lg_test_write_file(mine, "x", 1);
+	run(0, cache, "build", NORMS, "--arch", "sm_90a", "-o", out, NULL);
+	check_manifest(out, archs, 1);
+	size_t ncubins = 0;
+	char **cubins = lg_test_list_dir(out, ".cubin", &ncubins);
+	assert_non_null(cubins);
+	assert_true(ncubins >= 2);
+	for (size_t i = 0; i < ncubins; i++)
+		assert_true(strstr(cubins[i], ".sm_90a.cubin") || strstr(cubins[i], "notes.cubin"));
+	lg_test_free_list(cubins);
+	char *kept = lg_test_read_file(mine, NULL);
+	assert_non_null(kept);
+	free(kept);
+	free(mine);
+	run(0, cache, "build", NORMS, "--arch=sm_90a,sm_80", "-o", out, NULL);
+	check_manifest(out, archs, 2);
+
 	p = cli(2, cache, "build", NORMS, "--arch", "sm_7x", "-o", out, NULL);
 	assert_non_null(strstr(p.err, "sm_7x"));
 	lg_proc_free(&p);
