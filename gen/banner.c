@@ -45,3 +45,22 @@ void lg_emit_banner(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	lg_line(b, "%s", "");
 	free(json);
 }
+
+void lg_emit_signature(lg_buf *b, const struct lg_spec *s, int threads, const char *name)
+{
+	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	lg_buf params;
+	lg_buf_init(&params);
+	for (int i = 0; i < g->nargs; i++)
+		lg_emit(&params, "u64 %s, ", g->args[i].role == LG_ARG_WORKSPACE ? "ws" : g->args[i].name);
+	for (int i = 0; i < g->nsizes; i++)
+		lg_emit(&params, "i64 %s, ", g->sizes[i].cname);
+	lg_emit(&params, "i64 part");
+	char *text = lg_buf_finish(&params, NULL);
+	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
+	if (text)
+		lg_head(b, name, text);
+	else
+		b->failed = true;
+	free(text);
+}

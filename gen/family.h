@@ -1,22 +1,32 @@
 /*
  * family.h - the interface every kernel family implements.
  *
- * Each family is one file gen/<family>.c exporting one `const struct
- * lg_family`, registered in the enum-indexed table of gen/registry.c. Its
- * plain-C reference sits beside it in gen/<family>_ref.c and is linked into
- * the tools and tests, not into the runtime library.
+ * A family is one file gen/<family>.c exporting one `const struct
+ * lg_family` and one line in families.h; its plain-C reference sits beside
+ * it in gen/<family>_ref.c (linked into the tools and tests, not the
+ * runtime library).
  *
- * Flow: the spec parser reads the common fields and checks the family's
- * declared needs (passes, dims, eps, quant, tile keys); the family's
- * validate() then checks the values. plan() resolves the tile (spec, else
- * heuristic) for a target; emit() writes the CUDA source; geometry() gives
- * the launch shape of each entry point for a token count.
+ * A family is declared, not coded, wherever it can be:
+ *   - keys: its spec keys (name, type, range or allowed values, default,
+ *     which are static shape, how they appear in entry names). The parser,
+ *     canonical JSON, entry names, tuning files and `lingen help OP` read
+ *     them; validate() only checks what spans several keys.
+ *   - sig[pass]: per pass, its run-time sizes (tokens, ...: what a launch
+ *     needs beyond pointers, with their ranges) and its pointer arguments
+ *     (name, role, element type, shape as an expression over spec keys and
+ *     run-time sizes, alignment). Launch checks, the check/bench harness
+ *     (buffer sizes, bytes moved), bundle manifests and the Python package
+ *     read them.
+ * What remains is code: plan() resolves the tile (spec, else heuristic)
+ * for a target; emit() writes the CUDA source; geometry() gives the launch
+ * shape of each entry point for the run-time sizes; candidates() lists the
+ * tiles worth tuning.
  *
- * Calling convention of every generated entry point: all of the family's
- * pointer arguments (struct lg_family.args, in order; 0 for an output not
- * asked for) as `unsigned long long`, then `long long tokens`, then
- * `long long part` (struct lg_plan.part of the launch: which slice of the
- * tokens a launch of a multi-launch plan covers; 0 otherwise).
+ * Calling convention of every generated entry point (lg_emit_signature):
+ * all of the pass's pointer arguments in order (0 for an output not asked
+ * for) as `u64`, then each run-time size as `i64`, then `i64 part`
+ * (struct lg_plan.part of the launch: which slice a launch of a
+ * multi-launch plan covers; 0 otherwise).
  */
 #ifndef LG_FAMILY_H
 #define LG_FAMILY_H
@@ -29,37 +39,163 @@
 #include "spec.h"
 
 #define LG_MAX_ARGS 12
+#define LG_MAX_SIZES 4
 #define LG_MAX_ENTRIES 8
+#define LG_PLAN_VALUES 16
 
 /* The compile target, parsed from "sm_90a", "sm_80", ... */
 struct lg_target {
-	int sm;          /* 80, 89, 90, 100, ... */
+	int sm;             /* 80, 89, 90, 100, ... */
 	bool arch_specific; /* the "a" suffix */
-	char name[16];   /* as given, e.g. "sm_90a" */
+	char name[16];      /* as given, e.g. "sm_90a" */
 };
 /* Parse an arch name; false if it is not of the form sm_<NN>[a] with NN >= 80. */
 bool lg_target_parse(const char *name, struct lg_target *t);
 
-/* How one family argument is used. */
-enum lg_arg_role { LG_ARG_IN, LG_ARG_OUT, LG_ARG_OPT_IN, LG_ARG_WORKSPACE };
-struct lg_arg {
-	const char *name;     /* "x", "q", "st" */
-	enum lg_arg_role role;
-	const char *layout;   /* "[tokens, hidden] bf16": for --help and messages */
+/* ------------------------------------------------------------ spec keys */
+
+enum lg_key_type {
+	LG_KEY_INT,    /* an integer in [min, max], a multiple of `multiple`, or one of `only` */
+	LG_KEY_NUMBER, /* a number in the open interval (lo, hi) */
+	LG_KEY_BOOL,
+	LG_KEY_ENUM,   /* one of `values` */
+	LG_KEY_OBJECT, /* an object holding the keys "<path>.<name>" declared after it */
+};
+enum {
+	LG_KEY_REQUIRED = 1u, /* must be given (else: its default, or absent) */
+	LG_KEY_SHAPE = 2u,    /* a static shape dimension */
+};
+/* How a key shows in the entry-point name ("lg_<op>_<pass>_<dtype>" and then
+ * the named keys by rank; tile keys last, after "_t"). */
+enum lg_key_naming { LG_NAME_NEVER, LG_NAME_ALWAYS, LG_NAME_IF_NOT_DEFAULT };
+
+struct lg_key {
+	const char *path;      /* "hidden", "eps", "quant", "quant.block", "tile.threads" */
+	enum lg_key_type type;
+	unsigned flags;        /* LG_KEY_REQUIRED, LG_KEY_SHAPE */
+	int64_t min, max;      /* INT: the range */
+	int64_t multiple;      /* INT: a multiple of this (0: any) */
+	const int64_t *only;   /* INT: the allowed values, 0-terminated (NULL: the range) */
+	double lo, hi;         /* NUMBER: the open interval */
+	const char *const *values; /* ENUM: the names */
+	int nvalues;
+	bool has_def;          /* not given: the default (else absent) */
+	int64_t def;           /* INT, BOOL, ENUM index */
+	double def_num;        /* NUMBER */
+	enum lg_key_naming naming;
+	int rank;              /* order in the entry name (lower first) */
+	const char *abbrev;    /* INT, NUMBER: prefix of the value in the name ("h": _h2048) */
+	const char *const *words; /* ENUM, BOOL: the name's word per value (NULL: values) */
+	const char *doc;       /* one line for `lingen help OP` */
 };
 
-/* Resolved parameters of one kernel for one target: tile values (given or
- * heuristic) and the entry points. Filled by plan(); stored in the kernel
- * handle, so launches compute geometry from it without touching the spec. */
+/* Declaration helpers. Tile keys are optional, without default (the plan
+ * chooses), and named after "_t" when given. */
+#define LG_KEY_DIM(p, ab, lo_, hi_, mult, doc_)                                                \
+	{.path = (p), .type = LG_KEY_INT, .flags = LG_KEY_REQUIRED | LG_KEY_SHAPE, .min = (lo_), \
+	 .max = (hi_), .multiple = (mult), .naming = LG_NAME_ALWAYS, .rank = 10, .abbrev = (ab),   \
+	 .doc = (doc_)}
+#define LG_KEY_EPS                                                                              \
+	{.path = "eps", .type = LG_KEY_NUMBER, .lo = 0.0, .hi = 1.0, .has_def = true,              \
+	 .def_num = 1e-6, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 30, .abbrev = "eps",            \
+	 .doc = "RMSNorm epsilon: r = rsqrt(sum x^2 / n + eps)"}
+#define LG_KEY_TILE_OBJ                                                                         \
+	{.path = "tile", .type = LG_KEY_OBJECT, .doc = "tile parameters (default: tuning file, else heuristic)"}
+#define LG_KEY_TILE(name, ab, lo_, hi_, only_, doc_)                                            \
+	{.path = "tile." name, .type = LG_KEY_INT, .min = (lo_), .max = (hi_), .only = (only_),     \
+	 .abbrev = (ab), .doc = (doc_)}
+/* The quantisation recipe (KERNELS.md §1): five keys, in this order,
+ * at indices k .. k + LG_QUANT_KEYS - 1 of a family's table. */
+#define LG_QUANT_KEYS 5
+extern const char *const lg_quant_output_words[LG_QOUT_COUNT];
+extern const char *const lg_round_scale_words[2];
+#define LG_KEYS_QUANT(k)                                                                        \
+	[(k)] = {.path = "quant", .type = LG_KEY_OBJECT, .flags = LG_KEY_REQUIRED,                 \
+		 .doc = "blockwise FP8 recipe (KERNELS.md 1)"},                                     \
+	[(k) + 1] = {.path = "quant.format", .type = LG_KEY_ENUM, .values = lg_quant_format_names, \
+		     .nvalues = LG_QFMT_COUNT, .has_def = true, .def = LG_QFMT_E4M3,               \
+		     .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 22, .doc = "FP8 format"},           \
+	[(k) + 2] = {.path = "quant.block", .type = LG_KEY_INT, .min = 128, .max = 128,            \
+		     .has_def = true, .def = 128, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 23,    \
+		     .abbrev = "b", .doc = "elements per scale block"},                             \
+	[(k) + 3] = {.path = "quant.round_scale", .type = LG_KEY_BOOL, .has_def = true, .def = 1,  \
+		     .naming = LG_NAME_ALWAYS, .rank = 21, .words = lg_round_scale_words,          \
+		     .doc = "power-of-two scales, rounded up"},                                     \
+	[(k) + 4] = {.path = "quant.output", .type = LG_KEY_ENUM, .values = lg_quant_output_names, \
+		     .nvalues = LG_QOUT_COUNT, .has_def = true, .def = LG_QOUT_BOTH,               \
+		     .naming = LG_NAME_ALWAYS, .rank = 20, .words = lg_quant_output_words,         \
+		     .doc = "which copies: rowwise 1x128, columnwise 128x1 (transposed), both"}
+
+/* ------------------------------------------- run-time sizes, arguments */
+
+struct lg_size {
+	const char *name;  /* "tokens" */
+	const char *cname; /* its name in generated code ("M") */
+	int64_t min, max;  /* the range a launch accepts */
+	const char *doc;
+};
+
+enum lg_arg_role {
+	LG_ARG_IN,
+	LG_ARG_OUT,
+	LG_ARG_OPT_IN,  /* may be 0 (e.g. recomputed) */
+	LG_ARG_OPT_OUT, /* may be 0 (not written) */
+	LG_ARG_WORKSPACE, /* lg_kernel_workspace_size() bytes of scratch */
+};
+enum lg_elem {
+	LG_ELEM_DTYPE, /* the spec's dtype */
+	LG_ELEM_BF16,
+	LG_ELEM_FP32,
+	LG_ELEM_E4M3,
+	LG_ELEM_I32,
+	LG_ELEM_I64,
+	LG_ELEM_U8,
+	LG_ELEM_COUNT
+};
+extern const char *const lg_elem_names[LG_ELEM_COUNT];
+extern const int lg_elem_bytes[LG_ELEM_COUNT];
+
+struct lg_arg {
+	const char *name;  /* "x", "q", "st" */
+	enum lg_arg_role role;
+	enum lg_elem elem;
+	/* Comma-separated dimension expressions over the family's integer spec
+	 * keys and the pass's run-time sizes: integers, + - * /, parentheses and
+	 * cdiv(a, b) (shape.c). Ignored for a workspace. */
+	const char *shape;
+	int align;         /* bytes the pointer must be aligned to */
+	const char *doc;
+};
+
+/* The launch signature of one pass. */
+struct lg_sig {
+	int nsizes;
+	const struct lg_size *sizes;
+	int nargs;
+	const struct lg_arg *args;
+};
+
+/* ----------------------------------------------------------------- plans */
+
+/* Values of some keys of a family (by key index): a tile. */
+struct lg_tile_choice {
+	int64_t v[LG_MAX_KEYS];
+	uint64_t set; /* bit k: key k given */
+};
+#define LG_MAX_CANDIDATES 16
+
+/* Resolved parameters of one kernel for one target: the entry points and
+ * how to launch them. Filled by plan(); stored in the kernel handle, so
+ * launches compute geometry from it without touching the spec. */
 struct lg_plan {
-	int tile[LG_TILE_COUNT];
+	struct lg_tile_choice given; /* the tile the spec gave plan() (tuning included) */
+	int64_t tile[LG_MAX_KEYS];   /* the tile chosen, by key index (tile keys only) */
+	int64_t v[LG_PLAN_VALUES];   /* family-private values (never stored outside) */
 	int nentries;
 	char entry[LG_MAX_ENTRIES][160]; /* full entry-point names */
-	int nargs;
-	/* which arguments this spec uses: 1 required, 0 must be 0 */
+	int nargs, nsizes;
+	/* which arguments this spec uses: 0 ignored (may be 0), 1 used */
 	unsigned char used[LG_MAX_ARGS];
-	int64_t hidden;    /* copies of the static dims geometry needs */
-	int64_t aux[4];    /* family-private derived values */
 	/* Persistent entry points size their grid by what is co-resident on
 	 * the device: the context fills `resident` (CTAs, or clusters when the
 	 * entry uses clusters) when it loads the kernel; 0 when not loaded. */
@@ -76,30 +212,22 @@ struct lg_plan {
 	int64_t part[LG_MAX_ENTRIES];
 };
 
-/* One tile variant worth sweeping (`lingen tune`): the tile keys set, as a
- * spec's "tile" would give them. */
-struct lg_tile_choice {
-	int tile[LG_TILE_COUNT];
-	uint32_t set; /* bit (1u << lg_tile_key) for each key given */
-};
-#define LG_MAX_CANDIDATES 16
-
 struct lg_launch_dim {
 	unsigned grid[3], block[3];
 	unsigned smem; /* dynamic shared memory bytes */
 };
 
 struct lg_family {
-	const char *op;           /* "rmsnorm_quant" */
-	const char *summary;      /* one line for --help */
-	unsigned passes;          /* bit (1u << lg_pass) for each pass supported */
-	unsigned dtypes;          /* bit (1u << lg_dtype) for each input dtype */
-	uint32_t dims_required;   /* bits of lg_dim */
-	bool has_eps;             /* takes "eps" (default 1e-6) */
-	int quant;                /* 0: no "quant"; 1: "quant" required */
-	uint32_t tile_keys;       /* bits of lg_tile_key accepted in "tile" */
-	/* Family-specific value checks. On failure, return LG_ERR_SPEC through
-	 * lg_spec_error(where, ...) naming the field. */
+	const char *op;      /* "rmsnorm_quant" */
+	const char *summary; /* one line for --help */
+	unsigned passes;     /* bit (1u << lg_pass) for each pass supported */
+	unsigned dtypes;     /* bit (1u << lg_dtype) for each input dtype */
+	int nkeys;
+	const struct lg_key *keys;
+	struct lg_sig sig[LG_PASS_COUNT];
+	/* Checks across keys (each key's own range is declared). On failure,
+	 * return LG_ERR_SPEC through lg_spec_error(where, ...) naming the key.
+	 * NULL: none. */
 	lg_status (*validate)(const struct lg_spec *s, const char *where);
 	/* Resolve the tile and entry points for a target. May fail when a
 	 * spec-given tile does not fit the target. */
@@ -107,41 +235,82 @@ struct lg_family {
 	/* Write the source of every entry point (after the shared banner). */
 	void (*emit)(lg_buf *b, const struct lg_spec *s, const struct lg_target *t,
 		     const struct lg_plan *p);
-	/* Launch shape of entry e for a token count (tokens >= 1). */
-	void (*geometry)(const struct lg_plan *p, int e, int64_t tokens, struct lg_launch_dim *d);
+	/* Launch shape of entry e for the run-time sizes (each within its
+	 * declared range). A zero grid dimension: the entry is not launched. */
+	void (*geometry)(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d);
 	/* Device workspace bytes a launch needs (NULL: none). */
 	size_t (*workspace)(const struct lg_plan *p);
-	/* Minimum bytes moved for a token count (each input read once, each
-	 * output written once): the bandwidth benchmarks' numerator. */
-	double (*bytes)(const struct lg_spec *s, int64_t tokens);
 	/* The tile variants worth sweeping for a spec (its own tile ignored)
 	 * and target, at most max, each passing validate() and plan(); returns
 	 * how many. NULL: nothing to tune. */
 	int (*candidates)(const struct lg_spec *s, const struct lg_target *t,
 			  struct lg_tile_choice *out, int max);
-	/* Pointer arguments, in launch order, per pass. */
-	int nargs[LG_PASS_COUNT];
-	const struct lg_arg *args[LG_PASS_COUNT];
 };
 
+/* The registry: one entry per lg_op (families.h). */
+const struct lg_family *lg_family_get(enum lg_op op);
+
+/* Index of the key at `path` in f's declaration, or -1. */
+int lg_family_key(const struct lg_family *f, const char *path);
+/* Is key k a tile key ("tile.<name>")? */
+bool lg_key_is_tile(const struct lg_key *k);
+
 /* For candidates(): append c to out[0..n) if n < max and the spec with
- * tile c (replacing its own) passes the family's validate() and plan() for
- * t; returns the new count. Leaves no error message behind. */
+ * tile c (replacing its own) passes the family's checks and plan() for t;
+ * returns the new count. Leaves no error message behind. */
 int lg_candidate_add(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		     int n, int max, struct lg_tile_choice c);
-/* The spec s with tile c in place of its own, entry name remade. */
-void lg_spec_with_tile(const struct lg_spec *s, const struct lg_tile_choice *c, struct lg_spec *out);
-
-/* The registry: one entry per lg_op. */
-const struct lg_family *lg_family_get(enum lg_op op);
+/* A tile choice of one key. */
+struct lg_tile_choice lg_tile1(int key, int64_t v);
+/* The spec s with tile c in place of its own (c NULL: none), entry name
+ * remade. Fails (LG_ERR_SPEC, naming the key) when c sets a key that is
+ * not a tile key of the family or a value outside the key's range. */
+lg_status lg_spec_with_tile(const struct lg_spec *s, const struct lg_tile_choice *c,
+			    struct lg_spec *out);
+/* Check every tile value of s against its declaration and the family's
+ * validate(); `where` prefixes messages. */
+lg_status lg_spec_check(const struct lg_spec *s, const char *where);
 
 /* A spec error from a family's validate(): "<where>.<field>: ..." */
 lg_status lg_spec_error(const char *where, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* Parse the keys of kernel object k into s (op, pass and dtype are the
+ * caller's): schema.c. */
+struct cJSON;
+struct lg_jreader;
+lg_status lg_keys_parse(struct lg_jreader *r, const struct cJSON *k, const struct lg_family *f,
+			struct lg_spec *s);
+/* The members of a "tile" object v (as a tuning file holds it): at least
+ * one, each a tile key of f within its declaration. r is at v. */
+lg_status lg_keys_parse_tile(struct lg_jreader *r, const struct cJSON *v, const struct lg_family *f,
+			     struct lg_tile_choice *c);
+/* `lingen help OP`: the family's keys, sizes and arguments as text. The
+ * caller frees the result with free(); NULL when out of memory. */
+char *lg_family_help(const struct lg_family *f);
+
+/* ------------------------------------------------ shapes (shape.c) */
+
+/* Element type and bytes of argument a of spec s (LG_ELEM_DTYPE resolved). */
+enum lg_elem lg_arg_elem(const struct lg_spec *s, const struct lg_arg *a);
+/* The dimensions of argument i of s's pass for run-time sizes (nsizes of
+ * the pass): dims[0..*ndims). A workspace has none (*ndims = 0). */
+lg_status lg_arg_shape(const struct lg_spec *s, int i, const int64_t *sizes, int64_t dims[8], int *ndims);
+/* Elements of argument i (the product of its dimensions). */
+lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int64_t *count);
+/* Minimum bytes a launch moves: each used input read once, each used
+ * output written once (workspaces not counted); `used` from the plan. */
+double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const int64_t *sizes);
+
+/* Every run-time size of f's pass set to n, clamped to its range (and
+ * n beyond them): the sizes geometry is shown and checked at. */
+void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_t sz[LG_MAX_SIZES]);
+
 /* Emit the banner every generated file starts with (generator version,
- * family, target, canonical spec, "generated, do not edit"), and the shared
- * preamble templates the family asks for. */
+ * family, target, canonical spec, "generated, do not edit"). */
 void lg_emit_banner(lg_buf *b, const struct lg_spec *s, const struct lg_target *t);
+/* Emit `extern "C" __global__ void __launch_bounds__(threads)` and
+ * `<name>(<the pass's arguments by the calling convention>)`. */
+void lg_emit_signature(lg_buf *b, const struct lg_spec *s, int threads, const char *name);
 
 #endif

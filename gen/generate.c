@@ -12,8 +12,16 @@
 
 lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
+	const struct lg_family *f = lg_family_get(s->op);
 	memset(p, 0, sizeof *p);
-	return lg_family_get(s->op)->plan(s, t, p);
+	p->nargs = f->sig[s->pass].nargs;
+	p->nsizes = f->sig[s->pass].nsizes;
+	for (int k = 0; k < f->nkeys; k++)
+		if (lg_key_is_tile(&f->keys[k]) && lg_spec_has(s, k)) {
+			p->given.v[k] = s->v[k];
+			p->given.set |= (uint64_t)1 << k;
+		}
+	return f->plan(s, t, p);
 }
 
 lg_status lg_generate_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p,
@@ -50,18 +58,6 @@ lg_status lg_generate(const lg_spec *s, const char *arch, char **src)
 
 /* ------------------------------------------------- tile candidates */
 
-void lg_spec_with_tile(const struct lg_spec *s, const struct lg_tile_choice *c, struct lg_spec *out)
-{
-	*out = *s;
-	memset(out->tile, 0, sizeof out->tile);
-	out->tile_set = 0;
-	for (int k = 0; c && k < LG_TILE_COUNT; k++)
-		if ((c->set >> k) & 1u)
-			out->tile[k] = c->tile[k];
-	out->tile_set = c ? c->set : 0;
-	lg_spec_make_entry(out);
-}
-
 /* Opt-in dynamic shared memory per CTA the target allows. */
 static unsigned smem_limit(const struct lg_target *t)
 {
@@ -78,13 +74,13 @@ int lg_candidate_add(const struct lg_spec *s, const struct lg_target *t, struct 
 	struct lg_plan p;
 	if (n >= max)
 		return n;
-	lg_spec_with_tile(s, &c, &v);
-	bool ok = (!f->validate || f->validate(&v, "") == LG_OK);
-	memset(&p, 0, sizeof p);
-	ok = ok && f->plan(&v, t, &p) == LG_OK;
+	bool ok = lg_spec_with_tile(s, &c, &v) == LG_OK && lg_spec_check(&v, "") == LG_OK;
+	ok = ok && lg_plan_for(&v, t, &p) == LG_OK;
+	int64_t one[LG_MAX_SIZES];
+	lg_sizes_at(f, s->pass, 1, one);
 	for (int e = 0; ok && e < p.nentries; e++) {
 		struct lg_launch_dim d;
-		f->geometry(&p, e, 1, &d);
+		f->geometry(&p, e, one, &d);
 		ok = d.smem <= smem_limit(t) && d.block[0] * d.block[1] * d.block[2] <= 1024;
 	}
 	lg_clear_error();

@@ -251,7 +251,7 @@ struct step {
 	const char *section; /* KERNELS.md section */
 	enum lg_pass pass;
 	const char *dtype;   /* input dtype */
-	struct { enum lg_dim dim; enum lg_model_key from; } dims[3];
+	struct { const char *key; enum lg_model_key from; } dims[3]; /* spec key, model key */
 	int ndims;
 	unsigned flags;      /* EPS, QUANT, SHARED_ONLY */
 };
@@ -266,14 +266,14 @@ enum {
 #define D1(a, fa) {{a, fa}}, 1
 #define D2(a, fa, b, fb) {{a, fa}, {b, fb}}, 2
 #define D3(a, fa, b, fb, c, fc) {{a, fa}, {b, fb}, {c, fc}}, 3
-#define HID D1(LG_DIM_HIDDEN, LG_MK_HIDDEN)
-#define NODIM {{LG_DIM_HIDDEN, LG_MK_HIDDEN}}, 0
-#define ATTN D3(LG_DIM_HEAD_DIM, LG_MK_HEAD_DIM, LG_DIM_Q_HEADS, LG_MK_Q_HEADS, LG_DIM_KV_HEADS, LG_MK_KV_HEADS)
-#define ROUTE D2(LG_DIM_HIDDEN, LG_MK_HIDDEN, LG_DIM_EXPERTS, LG_MK_EXPERTS)
-#define PERM D3(LG_DIM_HIDDEN, LG_MK_HIDDEN, LG_DIM_EXPERTS, LG_MK_EXPERTS, LG_DIM_TOPK, LG_MK_TOPK)
-#define EXPERT D2(LG_DIM_INTERMEDIATE, LG_MK_EXPERT_INTERMEDIATE, LG_DIM_EXPERTS, LG_MK_EXPERTS)
-#define SHARED D1(LG_DIM_INTERMEDIATE, LG_MK_SHARED_INTERMEDIATE)
-#define VOCAB D1(LG_DIM_VOCAB, LG_MK_VOCAB)
+#define HID D1("hidden", LG_MK_HIDDEN)
+#define NODIM {{"hidden", LG_MK_HIDDEN}}, 0
+#define ATTN D3("head_dim", LG_MK_HEAD_DIM, "q_heads", LG_MK_Q_HEADS, "kv_heads", LG_MK_KV_HEADS)
+#define ROUTE D2("hidden", LG_MK_HIDDEN, "experts", LG_MK_EXPERTS)
+#define PERM D3("hidden", LG_MK_HIDDEN, "experts", LG_MK_EXPERTS, "topk", LG_MK_TOPK)
+#define EXPERT D2("intermediate", LG_MK_EXPERT_INTERMEDIATE, "experts", LG_MK_EXPERTS)
+#define SHARED D1("intermediate", LG_MK_SHARED_INTERMEDIATE)
+#define VOCAB D1("vocab", LG_MK_VOCAB)
 
 /* One training step of an FP8 MoE decoder (KERNELS.md §2): a layer's
  * kernels, then the final norm, the loss and the optimizer-side reductions. */
@@ -350,7 +350,7 @@ static char *step_json(const struct lg_model *m, const struct step *st)
 	lg_emit(&b, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\"", st->op,
 		lg_pass_names[st->pass], st->dtype);
 	for (int i = 0; i < st->ndims; i++)
-		lg_emit(&b, ", \"%s\": %lld", lg_dim_names[st->dims[i].dim],
+		lg_emit(&b, ", \"%s\": %lld", st->dims[i].key,
 			(long long)m->v[st->dims[i].from]);
 	if (st->flags & EPS) {
 		char eps[32];
@@ -372,7 +372,7 @@ static const char *model_key_of(const struct step *st, const char *key, size_t n
 	if (n == 5 && strncmp(key, "quant", 5) == 0)
 		return "fp8";
 	for (int i = 0; i < st->ndims; i++) {
-		const char *d = lg_dim_names[st->dims[i].dim];
+		const char *d = st->dims[i].key;
 		if (strlen(d) == n && strncmp(key, d, n) == 0)
 			return lg_model_key_names[st->dims[i].from];
 	}

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-
 void lg_fmt_double(char out[32], double v)
 {
 	for (int prec = 1; prec <= 17; prec++) {
@@ -18,13 +17,15 @@ void lg_fmt_double(char out[32], double v)
 
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 {
+	const struct lg_family *f = lg_family_get(s->op);
 	char eps[32];
-	lg_fmt_double(eps, s->eps);
+	lg_fmt_double(eps, lg_spec_num(s, lg_family_key(f, "eps")));
 	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row, every step correctly");
 	lg_comment(b, "rounded in fp64, so it matches the float64 reference bit for bit.");
 	lg_line(b, "static __device__ __forceinline__ float lg_rrms(double sumsq)");
 	lg_open(b, "{");
-	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));", (long long)s->dim[LG_DIM_HIDDEN], eps);
+	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));",
+		(long long)lg_spec_int(s, lg_family_key(f, "hidden")), eps);
 	lg_close(b);
 }
 
@@ -38,6 +39,22 @@ struct lg_rowlayout lg_rowlayout_make(int64_t hidden, int kmax, int threads)
 	l.threads = threads < l.lpr ? l.lpr : threads;
 	l.rows = l.threads / l.lpr;
 	return l;
+}
+
+void lg_rowlayout_save(const struct lg_rowlayout *l, struct lg_plan *p)
+{
+	p->v[LG_ROW_HIDDEN] = l->hidden;
+	p->v[LG_ROW_LPR] = l->lpr;
+	p->v[LG_ROW_K] = l->k;
+	p->v[LG_ROW_ROWS] = l->rows;
+	p->v[LG_ROW_THREADS] = l->threads;
+}
+
+struct lg_rowlayout lg_rowlayout_load(const struct lg_plan *p)
+{
+	return (struct lg_rowlayout){.hidden = p->v[LG_ROW_HIDDEN], .lpr = (int)p->v[LG_ROW_LPR],
+				     .k = (int)p->v[LG_ROW_K], .threads = (int)p->v[LG_ROW_THREADS],
+				     .rows = (int)p->v[LG_ROW_ROWS]};
 }
 
 void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum)

@@ -24,6 +24,11 @@ struct lg_rowlayout {
 /* The smallest lpr that gives each lane at most kmax pieces; threads is
  * raised to lpr if smaller. */
 struct lg_rowlayout lg_rowlayout_make(int64_t hidden, int kmax, int threads);
+/* A row layout kept in the first plan values (a family's own start at
+ * LG_ROW_VALUES). */
+enum { LG_ROW_HIDDEN, LG_ROW_LPR, LG_ROW_K, LG_ROW_ROWS, LG_ROW_THREADS, LG_ROW_VALUES };
+void lg_rowlayout_save(const struct lg_rowlayout *l, struct lg_plan *p);
+struct lg_rowlayout lg_rowlayout_load(const struct lg_plan *p);
 
 /* Declares t (lane within the row), slot (row within the CTA; none with one
  * row per CTA), and, when a row spans several warps, lane (within the warp)

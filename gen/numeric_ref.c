@@ -1,54 +1,56 @@
 /*
- * numeric_ref.c - number formats for the CPU references (numeric_ref.h).
- * The e4m3 encoder is the same algorithm as templates/fp8_e4m3_soft.cuh,
- * which the GPU tests check against the hardware cvt instruction.
+ * numeric_ref.c - number formats for the CPU references (numeric_ref.h),
+ * written from the definitions of the formats and of KERNELS.md 1.2, with
+ * nothing taken from the generator's bit tricks (templates/): bf16
+ * rounding on the integer significand, the e4m3 encoder a nearest-value
+ * search over the 127 non-negative finite e4m3 numbers, the power-of-two scale
+ * 2^ceil(log2 s), and v / s a plain IEEE division. The tests check these
+ * against hand-worked values (tests/test_numeric.c); gpu_test_k1 checks
+ * the GPU's kernels against them.
  */
 #include "numeric_ref.h"
 
 #include <math.h>
 #include <string.h>
 
-static uint32_t f2u(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, 4);
-	return u;
-}
+/* ------------------------------------------------------------------ bf16 */
 
-static float u2f(uint32_t u)
+/* A bf16 is the upper half of an fp32: sign, 8 exponent bits, 7 fraction bits. */
+float lg_ref_bf16_to_f32(uint16_t h)
 {
+	uint32_t u = (uint32_t)h << 16;
 	float f;
-	memcpy(&f, &u, 4);
+	memcpy(&f, &u, sizeof f);
 	return f;
 }
 
-float lg_ref_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
-
+/* Round to the nearest bf16, ties to the even significand. A bf16 has 8
+ * significant bits, so in the binade [2^(e-1), 2^e) of |f| its numbers are
+ * the multiples of 2^(e-8); below 2^-126 (subnormal) of 2^-133. So |f| in
+ * units of that spacing, rounded to the nearest integer with ties to even
+ * (rint, in the default rounding mode), is the significand of the result.
+ * Overflow goes to infinity, as IEEE rounding to nearest does. */
 uint16_t lg_ref_f32_to_bf16(float f)
 {
-	uint32_t u = f2u(f);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40u);
-	u += 0x7fffu + ((u >> 16) & 1u);
+	if (isnan(f))
+		return signbit(f) ? 0xffc0 : 0x7fc0;
+	double a = fabs((double)f);
+	if (a != 0 && !isinf(a)) {
+		int e;
+		frexp(a, &e);
+		double unit = ldexp(1.0, (e < -125 ? -125 : e) - 8); /* the bf16 spacing at a */
+		a = rint(a / unit) * unit; /* both steps exact: powers of two, < 2^9 units */
+	}
+	float r = (float)(signbit(f) ? -a : a); /* exact: a is a bf16 number (or inf) */
+	uint32_t u;
+	memcpy(&u, &r, sizeof u);
 	return (uint16_t)(u >> 16);
 }
 
-uint8_t lg_ref_f32_to_e4m3(float f)
-{
-	uint32_t u = f2u(f), sign = (u >> 24) & 0x80u, a = u & 0x7fffffffu;
-	if (a > 0x7f800000u) /* NaN: 0x7f whatever its sign, as the hardware cvt */
-		return 0x7fu;
-	if (a >= 0x43e00000u) /* >= 448 */
-		return (uint8_t)(sign | 0x7eu);
-	if (a < 0x3c800000u) /* < 2^-6: subnormal steps of 2^-9 */
-		return (uint8_t)(sign | (uint32_t)rintf(u2f(a) * 512.0f));
-	uint32_t r = a + 0x7ffffu + ((a >> 20) & 1u);
-	uint32_t e = (r >> 23) - 120u, m = (r >> 20) & 7u;
-	if (e > 15u || (e == 15u && m == 7u))
-		return (uint8_t)(sign | 0x7eu);
-	return (uint8_t)(sign | (e << 3) | m);
-}
+/* ------------------------------------------------------------------ e4m3 */
 
+/* e4m3 "fn": sign, 4 exponent bits (bias 7), 3 mantissa bits; no
+ * infinities; 0x7f and 0xff are NaN; the largest finite is 0x7e = 448. */
 float lg_ref_e4m3_to_f32(uint8_t b)
 {
 	int e = (b >> 3) & 15, m = b & 7;
@@ -56,30 +58,91 @@ float lg_ref_e4m3_to_f32(uint8_t b)
 	if ((b & 0x7f) == 0x7f)
 		v = NAN;
 	else if (e == 0)
-		v = ldexpf((float)m, -9);
+		v = ldexpf((float)m, -9); /* subnormal: m * 2^-9 */
 	else
 		v = ldexpf(1.0f + (float)m / 8.0f, e - 7);
 	return (b & 0x80) ? -v : v;
 }
 
+/* The 127 non-negative finite e4m3 numbers, by code 0x00 .. 0x7e, which
+ * is increasing order: codes 0-7 are the subnormals c 2^-9, code c >= 8 is
+ * (1 + m/8) 2^(e-7) = (8 + m) 2^(e-10) with e = c >> 3, m = c & 7. */
+#define E4M3(c) ((c) < 8 ? (c) * 0x1p-9 : (double)(8 + ((c) & 7)) * (double)(1u << ((c) >> 3)) * 0x1p-10)
+#define E4M3x8(c) E4M3(c), E4M3(c + 1), E4M3(c + 2), E4M3(c + 3), E4M3(c + 4), E4M3(c + 5), \
+		  E4M3(c + 6), E4M3(c + 7)
+static const double e4m3_value[127] = {
+	E4M3x8(0),  E4M3x8(8),  E4M3x8(16), E4M3x8(24), E4M3x8(32), E4M3x8(40),
+	E4M3x8(48), E4M3x8(56), E4M3x8(64), E4M3x8(72), E4M3x8(80), E4M3x8(88),
+	E4M3x8(96), E4M3x8(104), E4M3x8(112), E4M3(120), E4M3(121), E4M3(122),
+	E4M3(123), E4M3(124), E4M3(125), E4M3(126),
+};
+
+/* Round to the nearest e4m3 number, ties to the even code (even mantissa),
+ * by searching the table; magnitudes above 448, infinities included,
+ * saturate to 448; NaN gives 0x7f whatever its sign (what the hardware
+ * cvt.rn.satfinite does). */
+uint8_t lg_ref_f32_to_e4m3(float f)
+{
+	if (isnan(f))
+		return 0x7f;
+	uint8_t sign = signbit(f) ? 0x80 : 0x00;
+	double a = fabs((double)f);
+	if (a >= e4m3_value[126])
+		return (uint8_t)(sign | 126);
+	int lo = 0, hi = 126; /* value[lo] <= a < value[hi] */
+	while (hi - lo > 1) {
+		int mid = (lo + hi) / 2;
+		if (e4m3_value[mid] <= a)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	/* both differences are exact in double (a and the neighbours are floats
+	 * within a factor of two of each other, or the lower one is 0) */
+	double below = a - e4m3_value[lo], above = e4m3_value[hi] - a;
+	int c = below < above ? lo : above < below ? hi : (lo % 2 == 0 ? lo : hi);
+	return (uint8_t)(sign | c);
+}
+
+/* ---------------------------------------------------------- scales, rms */
+
 float lg_ref_scale(float amax, bool pow2)
 {
-	float s = amax / 448.0f;
-	if (!(s >= 1e-30f))
-		s = 1e-30f;
-	if (pow2)
-		s = u2f((f2u(s) + 0x7fffffu) & 0xff800000u);
-	return s;
+	float s = fmaxf(amax / 448.0f, 1e-30f); /* fp32 division, the 1e-30 floor */
+	if (!pow2 || isinf(s))
+		return s;
+	/* the smallest power of two >= s: 2^ceil(log2 s). log2 of an exact
+	 * power of two must give an integer; the two loops make the result
+	 * right even if the library's log2 is an ulp off there. */
+	double p = exp2(ceil(log2((double)s)));
+	while (p < s)
+		p *= 2;
+	while (p / 2 >= s)
+		p /= 2;
+	return (float)p;
 }
 
 uint8_t lg_ref_quant(float v, float s, bool pow2)
 {
-	if (pow2)
-		return lg_ref_f32_to_e4m3(v * u2f(0x7f000000u - (f2u(s) & 0x7f800000u)));
+	(void)pow2; /* a power-of-two s makes the division exact; no special case */
 	return lg_ref_f32_to_e4m3(v / s);
 }
 
 float lg_ref_rrms(double sumsq, int64_t n, double eps)
 {
 	return (float)(1.0 / sqrt(sumsq / (double)n + eps));
+}
+
+/* Any fp64 sum of n non-negative terms, in any order, is within
+ * (n - 1) 2^-53 (to first order) of the exact sum, and so is sumsq: two
+ * sums are within 2 n 2^-53 of each other (and a margin). Every step of
+ * lg_ref_rrms is a correctly rounded monotone operation, so if both ends of
+ * that interval give the same fp32, every sum in it does. */
+bool lg_ref_rrms_stable(double sumsq, int64_t n, double eps)
+{
+	double d = (2.0 * (double)n + 8.0) * 0x1p-53;
+	double lo = nextafter(sumsq * (1.0 - d), 0.0), hi = nextafter(sumsq * (1.0 + d), INFINITY);
+	if (lo < 0)
+		lo = 0;
+	return lg_ref_rrms(lo, n, eps) == lg_ref_rrms(hi, n, eps);
 }

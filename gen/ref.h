@@ -13,13 +13,20 @@
 
 #include "family.h"
 
-/* How an output is compared (KERNELS.md 4). */
+/* How an output is compared (KERNELS.md 4). The _ULP kinds are for outputs
+ * the reference computes exactly as the GPU must: each element may be at
+ * most `ulps` steps of its format from the reference (0: bit-equal), plus
+ * slack[i] where the reference gives a slack (an output whose GPU
+ * arithmetic it can bound but not reproduce). */
 enum lg_cmp {
 	LG_CMP_NONE,   /* an input, or a workspace */
 	LG_CMP_E4M3,   /* bit-equal for >= 1 - 1e-6 of bytes, the rest within one e4m3 step */
 	LG_CMP_SCALE,  /* fp32, bit-equal */
 	LG_CMP_FP32,   /* fp32, |d| <= rtol |ref| + atol max(1, rms(ref)) */
 	LG_CMP_BF16,   /* bf16, |d| <= rtol |ref| + atol max(1, rms(ref)) */
+	LG_CMP_E4M3_ULP, /* e4m3, within ulps (+ slack[i]) e4m3 steps */
+	LG_CMP_BF16_ULP, /* bf16, within ulps (+ slack[i]) bf16 ulps */
+	LG_CMP_FP32_ULP, /* fp32, within ulps (+ slack[i]) fp32 ulps */
 };
 
 struct lg_ref_buf {
@@ -30,23 +37,38 @@ struct lg_ref_buf {
 	enum lg_cmp cmp;
 	double rtol, atol;
 	void *host;       /* inputs: the data; outputs: the reference result */
+	int ulps;         /* _ULP kinds: the bound for every element (0: bit-equal) */
+	uint16_t *slack;  /* _ULP kinds, or NULL: more ulps allowed per element, set by
+			     run() (allocated there; freed by whoever frees host) */
 };
 
 struct lg_ref_case {
 	int n; /* == the family's argument count for the pass */
+	int64_t sizes[LG_MAX_SIZES]; /* the run-time sizes */
 	struct lg_ref_buf buf[LG_MAX_ARGS];
 };
 
+/* A case's buffers as the family declares them (family.h: name, element
+ * size, count from the shape at `sizes`, output or not); `used` from the
+ * plan (NULL: all), workspace bytes for a workspace argument. Every cmp is
+ * LG_CMP_NONE until the reference's describe() sets those of the outputs. */
+lg_status lg_ref_case_init(struct lg_ref_case *c, const struct lg_spec *s, const int64_t *sizes,
+			   const unsigned char *used, size_t workspace);
+
 struct lg_ref_family {
-	/* Fill name/elem/count/output/cmp/tolerances of every argument. */
-	void (*describe)(const struct lg_spec *s, int64_t tokens, struct lg_ref_case *c);
+	/* How each output is compared: cmp and tolerances of c->buf[i]. */
+	void (*describe)(const struct lg_spec *s, struct lg_ref_case *c);
 	/* Random inputs (never all zero) into the host buffers of the inputs. */
-	void (*fill)(const struct lg_spec *s, int64_t tokens, struct lg_ref_case *c, uint64_t seed);
+	void (*fill)(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed);
 	/* Reference outputs into the host buffers of the outputs. */
-	void (*run)(const struct lg_spec *s, int64_t tokens, struct lg_ref_case *c);
+	void (*run)(const struct lg_spec *s, struct lg_ref_case *c);
 };
 
 const struct lg_ref_family *lg_ref_family_get(enum lg_op op);
+
+/* The integer (or number) value of the spec key at `path` ("hidden"). */
+int64_t lg_ref_int(const struct lg_spec *s, const char *path);
+double lg_ref_num(const struct lg_spec *s, const char *path);
 
 /* Helpers shared by the references. */
 uint64_t lg_ref_rand(uint64_t *state);       /* splitmix64 */

@@ -1,19 +1,21 @@
 /*
  * registry.c - the enum-indexed table of kernel families.
  *
- * Adding a family: add its lg_op value (spec.h), its name in lg_op_names
- * (spec.c) and its struct here. The _Static_asserts stop a forgotten table.
+ * Made from the list in families.h: a family named there and not defined
+ * does not link.
  */
 #include "family.h"
 
 #include "error.h"
 
-extern const struct lg_family lg_family_rmsnorm_quant;
-extern const struct lg_family lg_family_rmsnorm;
+#define LG_FAMILY_DECL(name, NAME) extern const struct lg_family lg_family_##name;
+LG_FAMILIES(LG_FAMILY_DECL)
+#undef LG_FAMILY_DECL
 
 static const struct lg_family *const families[LG_OP_COUNT] = {
-	[LG_OP_RMSNORM_QUANT] = &lg_family_rmsnorm_quant,
-	[LG_OP_RMSNORM] = &lg_family_rmsnorm,
+#define LG_FAMILY_ENTRY(name, NAME) [LG_OP_##NAME] = &lg_family_##name,
+	LG_FAMILIES(LG_FAMILY_ENTRY)
+#undef LG_FAMILY_ENTRY
 };
 _Static_assert(sizeof families / sizeof families[0] == LG_OP_COUNT, "one family per op");
 

@@ -21,73 +21,89 @@
 
 #define PMAX 264 /* CTAs of the backward's persistent grid (2 per SM on H200) */
 
+enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, NKEYS };
+static const int64_t rows_ok[] = {1, 2, 4, 8, 16, 0}, threads_ok[] = {128, 256, 512, 1024, 0};
+static const struct lg_key keys[NKEYS] = {
+	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, 16384, 128, "features per row"),
+	[K_EPS] = LG_KEY_EPS,
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_ROWS] = LG_KEY_TILE("rows", "r", 1, 16, rows_ok, "rows per CTA (threads follow)"),
+	[K_THREADS] = LG_KEY_TILE("threads", "t", 128, 1024, threads_ok, "threads per CTA"),
+};
+
+static const struct lg_size sizes[] = {
+	{"tokens", "M", 0, INT32_MAX, "rows of x"},
+};
+
 enum { F_X, F_W, F_Y, F_RMS, F_NARGS };
 enum { B_DY, B_X, B_W, B_RMS, B_DX, B_DW, B_WS, B_NARGS };
 
 static const struct lg_arg fwd_args[F_NARGS] = {
-	[F_X] = {"x", LG_ARG_IN, "[tokens, hidden] bf16"},
-	[F_W] = {"w", LG_ARG_IN, "[hidden] bf16"},
-	[F_Y] = {"y", LG_ARG_OUT, "[tokens, hidden] bf16"},
-	[F_RMS] = {"rms", LG_ARG_OPT_IN, "[tokens] fp32 reciprocal RMS (optional output)"},
+	[F_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, NULL},
+	[F_W] = {"w", LG_ARG_IN, LG_ELEM_BF16, "hidden", 16, NULL},
+	[F_Y] = {"y", LG_ARG_OUT, LG_ELEM_BF16, "tokens, hidden", 16, "x * r * w"},
+	[F_RMS] = {"rms", LG_ARG_OPT_OUT, LG_ELEM_FP32, "tokens", 16, "reciprocal RMS r"},
 };
 
 static const struct lg_arg bwd_args[B_NARGS] = {
-	[B_DY] = {"dy", LG_ARG_IN, "[tokens, hidden] bf16"},
-	[B_X] = {"x", LG_ARG_IN, "[tokens, hidden] bf16"},
-	[B_W] = {"w", LG_ARG_IN, "[hidden] bf16"},
-	[B_RMS] = {"rms", LG_ARG_OPT_IN, "[tokens] fp32 reciprocal RMS (optional: recomputed)"},
-	[B_DX] = {"dx", LG_ARG_OUT, "[tokens, hidden] bf16"},
-	[B_DW] = {"dw", LG_ARG_OUT, "[hidden] fp32"},
-	[B_WS] = {"workspace", LG_ARG_WORKSPACE, "lg_kernel_workspace_size() bytes"},
+	[B_DY] = {"dy", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, NULL},
+	[B_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, NULL},
+	[B_W] = {"w", LG_ARG_IN, LG_ELEM_BF16, "hidden", 16, NULL},
+	[B_RMS] = {"rms", LG_ARG_OPT_IN, LG_ELEM_FP32, "tokens", 16, "reciprocal RMS (0: recomputed)"},
+	[B_DX] = {"dx", LG_ARG_OUT, LG_ELEM_BF16, "tokens, hidden", 16, NULL},
+	[B_DW] = {"dw", LG_ARG_OUT, LG_ELEM_FP32, "hidden", 16, "overwritten, deterministic"},
+	[B_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
 };
 
-#define P_LPR aux[0]   /* lanes per row */
-#define P_K aux[1]     /* 16-byte pieces per lane */
-#define P_SMEM aux[2]  /* dynamic shared memory (backward) */
-#define P_BWD aux[3]   /* 1 for the backward */
+/* Plan values: the row layout, then ours. */
+enum {
+	P_HIDDEN = LG_ROW_HIDDEN,
+	P_LPR = LG_ROW_LPR,
+	P_K = LG_ROW_K,
+	P_ROWS = LG_ROW_ROWS,
+	P_THREADS = LG_ROW_THREADS,
+	P_SMEM = LG_ROW_VALUES, /* dynamic shared memory (backward) */
+	P_BWD,                  /* 1 for the backward */
+};
+
+/* The row layout of a spec: `threads` (else the default), or `rows` rows
+ * of as many lanes as the row needs. */
+static struct lg_rowlayout layout(const struct lg_spec *s)
+{
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int64_t h = lg_spec_int(s, K_HIDDEN);
+	/* measured on H200 at 8192 x 2048: the backward is fastest with 128 */
+	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : bwd ? 128 : 256;
+	struct lg_rowlayout l = lg_rowlayout_make(h, bwd ? 4 : 8, threads);
+	if (lg_spec_has(s, K_ROWS))
+		l = lg_rowlayout_make(h, bwd ? 4 : 8, (int)lg_spec_int(s, K_ROWS) * l.lpr);
+	return l;
+}
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	int64_t h = s->dim[LG_DIM_HIDDEN];
-	if (h < 128 || h > 16384 || h % 128 != 0)
-		return lg_spec_error(where, "hidden: found %lld, allowed: a multiple of 128 from 128 to 16384",
-				     (long long)h);
-	if (lg_spec_has_tile(s, LG_TILE_THREADS)) {
-		int t = s->tile[LG_TILE_THREADS];
-		if (t != 128 && t != 256 && t != 512 && t != 1024)
-			return lg_spec_error(where, "tile.threads: found %d, allowed: 128, 256, 512, 1024", t);
-	}
-	if (lg_spec_has_tile(s, LG_TILE_ROWS)) {
-		int r = s->tile[LG_TILE_ROWS];
-		if (r != 1 && r != 2 && r != 4 && r != 8 && r != 16)
-			return lg_spec_error(where, "tile.rows: found %d, allowed: 1, 2, 4, 8, 16", r);
-	}
+	struct lg_rowlayout l = layout(s);
+	if (l.threads > 1024)
+		return lg_spec_error(where, "tile.rows: found %lld, allowed: 1 to %d (rows x %d lanes per row <= 1024 threads)",
+				     (long long)lg_spec_int(s, K_ROWS), 1024 / l.lpr, l.lpr);
 	return LG_OK;
 }
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
-	int64_t h = s->dim[LG_DIM_HIDDEN];
-	/* measured on H200 at 8192 x 2048: the backward is fastest with 128 */
-	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : bwd ? 128 : 256;
-	struct lg_rowlayout l = lg_rowlayout_make(h, bwd ? 4 : 8, threads);
-	if (lg_spec_has_tile(s, LG_TILE_ROWS))
-		l = lg_rowlayout_make(h, bwd ? 4 : 8, s->tile[LG_TILE_ROWS] * l.lpr);
+	int64_t h = lg_spec_int(s, K_HIDDEN);
+	struct lg_rowlayout l = layout(s);
 	if (l.threads > 1024)
 		return lg_fail(LG_ERR_UNSUPPORTED, "%s: %d threads per CTA (rows x %d lanes) exceed 1024",
 			       s->entry, l.threads, l.lpr);
-	p->hidden = h;
-	p->tile[LG_TILE_THREADS] = l.threads;
-	p->tile[LG_TILE_ROWS] = l.rows;
-	p->P_LPR = l.lpr;
-	p->P_K = l.k;
-	p->P_BWD = bwd;
-	p->P_SMEM = bwd ? (int64_t)l.rows * h * 4 : 0;
-	p->nargs = bwd ? B_NARGS : F_NARGS;
+	lg_rowlayout_save(&l, p);
+	p->tile[K_THREADS] = l.threads;
+	p->tile[K_ROWS] = l.rows;
+	p->v[P_BWD] = bwd;
+	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : 0;
 	for (int i = 0; i < p->nargs; i++)
 		p->used[i] = 1;
-	p->used[bwd ? B_RMS : F_RMS] = 0;
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	if (bwd)
@@ -96,43 +112,29 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	return LG_OK;
 }
 
-static struct lg_rowlayout layout_of(const struct lg_plan *p)
-{
-	return (struct lg_rowlayout){.hidden = p->hidden, .lpr = (int)p->P_LPR, .k = (int)p->P_K,
-				     .threads = p->tile[LG_TILE_THREADS], .rows = p->tile[LG_TILE_ROWS]};
-}
-
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 {
-	int64_t rows = p->tile[LG_TILE_ROWS], n = (tokens + rows - 1) / rows;
-	return p->P_BWD && n > PMAX ? PMAX : n;
+	int64_t rows = p->v[P_ROWS], n = (tokens + rows - 1) / rows;
+	return p->v[P_BWD] && n > PMAX ? PMAX : n;
 }
 
-static void geometry(const struct lg_plan *p, int e, int64_t tokens, struct lg_launch_dim *d)
+static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	if (e == 1) { /* dw: one thread per column */
-		d->grid[0] = (unsigned)((p->hidden + 255) / 256);
+	if (e == 1) { /* dw: one thread per column, also at 0 tokens (dw = 0) */
+		d->grid[0] = (unsigned)((p->v[P_HIDDEN] + 255) / 256);
 		d->block[0] = 256;
 		d->smem = 0;
 		return;
 	}
-	d->grid[0] = (unsigned)ctas(p, tokens);
-	d->block[0] = (unsigned)p->tile[LG_TILE_THREADS];
-	d->smem = (unsigned)p->P_SMEM;
+	d->grid[0] = (unsigned)ctas(p, sz[0]);
+	d->block[0] = (unsigned)p->v[P_THREADS];
+	d->smem = (unsigned)p->v[P_SMEM];
 }
 
 static size_t workspace(const struct lg_plan *p)
 {
-	return p->P_BWD ? (size_t)PMAX * (size_t)p->hidden * 4 : 0;
-}
-
-static double bytes(const struct lg_spec *s, int64_t m)
-{
-	double n = (double)s->dim[LG_DIM_HIDDEN];
-	if (s->pass == LG_PASS_FORWARD)
-		return 2.0 * m * n * 2 + 2.0 * n + 4.0 * m;
-	return 2.0 * m * n * 3 + 2.0 * n + 4.0 * m + 4.0 * n;
+	return p->v[P_BWD] ? (size_t)PMAX * (size_t)p->v[P_HIDDEN] * 4 : 0;
 }
 
 /* ------------------------------------------------------------ emission */
@@ -142,14 +144,14 @@ static double bytes(const struct lg_spec *s, int64_t m)
 
 static void emit_forward(lg_buf *b, const struct lg_plan *p)
 {
-	int64_t pieces = p->hidden / 8;
+	int64_t pieces = p->v[P_HIDDEN] / 8;
 	lg_section(b, p->entry[0], "RMSNorm forward");
-	lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.", (long long)p->P_LPR,
-		   (long long)p->P_K, p->tile[LG_TILE_ROWS]);
-	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", p->tile[LG_TILE_THREADS]);
+	lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.", (long long)p->v[P_LPR],
+		   (long long)p->v[P_K], (int)p->v[P_ROWS]);
+	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", (int)p->v[P_THREADS]);
 	lg_head(b, p->entry[0], FWD_PARAMS);
 	lg_open(b, "{");
-	struct lg_rowlayout l = layout_of(p);
+	struct lg_rowlayout l = lg_rowlayout_load(p);
 	lg_emit_row_prologue(b, &l, false);
 	if (l.rows > 1)
 		lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
@@ -157,14 +159,14 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 		lg_line(b, "const i64 m = blockIdx.x;");
 	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "const u8 *const xg = (const u8 *)x;");
-	lg_line(b, "lg_u32x4 v[%lld];", (long long)p->P_K);
+	lg_line(b, "lg_u32x4 v[%lld];", (long long)p->v[P_K]);
 	lg_emit_row_load(b, &l, "v", "xg", "lg_ld16", NULL);
 	lg_emit_row_sumsq(b, &l, "v");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_comment(b, "y = (x * r) * w in fp32, rounded to bf16 (RNE).");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
-	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
 	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + c * 16);");
 	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};");
@@ -175,7 +177,7 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "\to[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]),");
 	lg_line(b, "\t\t(lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));");
 	lg_line(b, "lg_st16((u8 *)y + (m * %lld + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});",
-		(long long)p->hidden);
+		(long long)p->v[P_HIDDEN]);
 	lg_close(b);
 	lg_line(b, "if (rms && live && t == 0) ((float *)rms)[m] = r;");
 	lg_close(b);
@@ -184,12 +186,12 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 /* The backward's first kernel: dx, and the CTA's dw partial sums. */
 static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 {
-	int64_t pieces = p->hidden / 8, h = p->hidden;
-	int rows = p->tile[LG_TILE_ROWS], threads = p->tile[LG_TILE_THREADS];
+	int64_t pieces = p->v[P_HIDDEN] / 8, h = p->v[P_HIDDEN];
+	int rows = (int)p->v[P_ROWS], threads = (int)p->v[P_THREADS];
 	lg_section(b, p->entry[0], "RMSNorm backward, dx and dw partials");
 	if (rows > 1) {
 		lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
-			   rows, PMAX, (long long)p->P_LPR, (long long)p->P_K);
+			   rows, PMAX, (long long)p->v[P_LPR], (long long)p->v[P_K]);
 		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M)");
 		lg_open(b, "{");
 		lg_line(b, "i64 n = (M + %d) / %d;", rows - 1, rows);
@@ -197,7 +199,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 		lg_close(b);
 	} else {
 		lg_comment(b, "Persistent grid of min(M, %d) CTAs, one row each; %lld lanes per row, %lld pieces each.",
-			   PMAX, (long long)p->P_LPR, (long long)p->P_K);
+			   PMAX, (long long)p->v[P_LPR], (long long)p->v[P_K]);
 		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < %d ? M : %d; }", PMAX,
 			PMAX);
 	}
@@ -206,18 +208,18 @@ static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 	lg_head(b, p->entry[0], BWD_PARAMS);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums");
-	struct lg_rowlayout l = layout_of(p);
+	struct lg_rowlayout l = lg_rowlayout_load(p);
 	lg_emit_row_prologue(b, &l, true);
 	if (p->early[1]) {
 		lg_comment(b, "The dw kernel may be scheduled.");
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
 	}
 	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
-	lg_line(b, "lg_u32x4 wv[%lld];", (long long)p->P_K);
-	lg_line(b, "float acc[%lld][8];", (long long)p->P_K);
+	lg_line(b, "lg_u32x4 wv[%lld];", (long long)p->v[P_K]);
+	lg_line(b, "float acc[%lld][8];", (long long)p->v[P_K]);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
-	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "wv[k] = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};",
 		(long long)pieces);
 	lg_line(b, "for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
@@ -232,7 +234,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 		lg_line(b, "const i64 m = base;");
 	}
 	lg_line(b, "const bool live = m < M;");
-	lg_line(b, "lg_u32x4 xv[%lld], gv[%lld];", (long long)p->P_K, (long long)p->P_K);
+	lg_line(b, "lg_u32x4 xv[%lld], gv[%lld];", (long long)p->v[P_K], (long long)p->v[P_K]);
 	lg_emit_row_load(b, &l, "xv", "xg", "lg_ld16", NULL);
 	lg_emit_row_load(b, &l, "gv", "gg", "lg_ld16", NULL);
 	lg_line(b, "float r;");
@@ -245,7 +247,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 	lg_comment(b, "dot = sum x * g * w over the row (fp32).");
 	lg_line(b, "float dot = 0.0f;");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
 	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};");
 	lg_line(b, "const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
 	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
@@ -259,8 +261,8 @@ static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 	lg_comment(b, "dx = r g w - r^3 x dot / hidden (bf16); dw += x g r (fp32, in registers).");
 	lg_line(b, "const float c3 = r * r * r * (dot / %lld.0f);", (long long)h);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
-	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
 	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};");
 	lg_line(b, "const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
@@ -284,8 +286,8 @@ static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 	else
 		lg_comment(b, "The CTA's dw partials to its workspace row.");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->P_K);
-	lg_line(b, "const int c = t + k * %lld;", (long long)p->P_LPR);
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "if (c < %lld)", (long long)pieces);
 	if (rows > 1)
 		lg_line(b, "\tfor (int e = 0; e < 8; e++) dwp[slot * %lld + c * 8 + e] = acc[k][e];", (long long)h);
@@ -308,7 +310,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 /* The backward's second kernel: dw from the workspace rows. */
 static void emit_backward_dw(lg_buf *b, const struct lg_plan *p)
 {
-	int64_t h = p->hidden;
+	int64_t h = p->v[P_HIDDEN];
 	lg_section(b, p->entry[1], "dw from the partials");
 	lg_comment(b, "dw[col] = sum of the workspace rows, in CTA order (deterministic).");
 	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(256)");
@@ -332,7 +334,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	(void)t;
 	lg_section(b, "helpers for this spec", NULL);
 	lg_emit_rrms(b, s);
-	if (p->P_BWD) {
+	if (p->v[P_BWD]) {
 		emit_backward_rows(b, p);
 		emit_backward_dw(b, p);
 	} else {
@@ -348,9 +350,7 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	static const int threads[] = {128, 256, 512, 1024};
 	int n = 0, count = s->pass == LG_PASS_BACKWARD ? 4 : 3;
 	for (int i = 0; i < count; i++)
-		n = lg_candidate_add(s, t, out, n, max,
-				     (struct lg_tile_choice){.tile[LG_TILE_THREADS] = threads[i],
-							     .set = 1u << LG_TILE_THREADS});
+		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_THREADS, threads[i]));
 	return n;
 }
 
@@ -359,17 +359,14 @@ const struct lg_family lg_family_rmsnorm = {
 	.summary = "RMSNorm forward (bf16 + rms) and backward (dx bf16, dw fp32) (K1)",
 	.passes = (1u << LG_PASS_FORWARD) | (1u << LG_PASS_BACKWARD),
 	.dtypes = 1u << LG_DTYPE_BF16,
-	.dims_required = 1u << LG_DIM_HIDDEN,
-	.has_eps = true,
-	.quant = 0,
-	.tile_keys = (1u << LG_TILE_ROWS) | (1u << LG_TILE_THREADS),
+	.nkeys = NKEYS,
+	.keys = keys,
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args},
+		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,
 	.workspace = workspace,
-	.bytes = bytes,
 	.candidates = candidates,
-	.nargs = {[LG_PASS_FORWARD] = F_NARGS, [LG_PASS_BACKWARD] = B_NARGS},
-	.args = {[LG_PASS_FORWARD] = fwd_args, [LG_PASS_BACKWARD] = bwd_args},
 };

@@ -40,48 +40,81 @@
 
 #define ROWS 128 /* tokens per tile = one 128x1 scale block */
 
+enum { K_HIDDEN, K_EPS, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_ROWS, K_THREADS, K_CLUSTER,
+       K_STAGES, NKEYS };
+static const int64_t threads_ok[] = {128, 256, 512, 1024, 0};
+static const struct lg_key keys[NKEYS] = {
+	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, 16384, 128, "features per row"),
+	[K_EPS] = LG_KEY_EPS,
+	LG_KEYS_QUANT(K_QUANT),
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_ROWS] = LG_KEY_TILE("rows", "r", 1, 64, NULL,
+			       "rows per CTA of the rms kernel (threads / rows lanes per row, a power of two >= 16)"),
+	[K_THREADS] = LG_KEY_TILE("threads", "t", 128, 1024, threads_ok, "threads per CTA of the rms kernel"),
+	[K_CLUSTER] = LG_KEY_TILE("cluster", "cl", 1, 128, NULL,
+				  "1: two kernels; hidden/128: one fused kernel, a cluster per 128 tokens (sm_90+)"),
+	[K_STAGES] = LG_KEY_TILE("stages", "st", 1, 4, NULL,
+				 "fused: x tiles in flight; two kernels: token slices"),
+};
+
+static const struct lg_size sizes[] = {
+	{"tokens", "M", 0, (int64_t)65535 * 128, "rows of x (128-token tiles on a grid's y)"},
+};
+
 enum { ARG_X, ARG_W, ARG_Q, ARG_S, ARG_RMS, ARG_QT, ARG_ST, NARGS };
 
 static const struct lg_arg fwd_args[NARGS] = {
-	[ARG_X] = {"x", LG_ARG_IN, "[tokens, hidden] bf16"},
-	[ARG_W] = {"w", LG_ARG_IN, "[hidden] bf16"},
-	[ARG_Q] = {"q", LG_ARG_OUT, "[tokens, hidden] e4m3 (rowwise)"},
-	[ARG_S] = {"s", LG_ARG_OUT, "[hidden/128, tokens] fp32 (rowwise scales)"},
-	[ARG_RMS] = {"rms", LG_ARG_OUT, "[tokens] fp32 reciprocal RMS (also read by the second kernel)"},
-	[ARG_QT] = {"qt", LG_ARG_OUT, "[hidden, tokens] e4m3 (columnwise, transposed)"},
-	[ARG_ST] = {"st", LG_ARG_OUT, "[ceil(tokens/128), hidden] fp32 (columnwise scales)"},
+	[ARG_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, NULL},
+	[ARG_W] = {"w", LG_ARG_IN, LG_ELEM_BF16, "hidden", 16, NULL},
+	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, hidden", 16, "rowwise (0 for columnwise)"},
+	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, tokens", 16, "rowwise scales, transposed"},
+	[ARG_RMS] = {"rms", LG_ARG_OUT, LG_ELEM_FP32, "tokens", 16,
+		     "reciprocal RMS (also read by the second kernel)"},
+	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, tokens", 16,
+		    "columnwise, transposed (0 for rowwise)"},
+	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), hidden", 16, "columnwise scales"},
 };
 
-/* Plan slots. */
-#define P_LPR aux[0] /* kernel 1: lanes per row */
-#define P_K aux[1]   /* kernel 1: 16-byte pieces per lane */
-#define P_FUSED aux[2] /* 1: one fused kernel with a cluster of hidden/128 CTAs */
-#define P_STAGES aux[3] /* fused: x tiles in flight per CTA; two kernels: parts */
+/* Plan values: kernel 1's row layout, then ours. */
+enum {
+	P_HIDDEN = LG_ROW_HIDDEN,
+	P_LPR = LG_ROW_LPR,         /* kernel 1: lanes per row */
+	P_K = LG_ROW_K,             /* kernel 1: 16-byte pieces per lane */
+	P_ROWS = LG_ROW_ROWS,       /* kernel 1: rows per CTA */
+	P_THREADS = LG_ROW_THREADS, /* kernel 1: threads per CTA */
+	P_FUSED = LG_ROW_VALUES,    /* 1: one fused kernel with a cluster of hidden/128 CTAs */
+	P_STAGES,                   /* fused: x tiles in flight per CTA; two kernels: parts */
+};
 #define COLS 128     /* kernel 2: features per tile */
 #define K2_THREADS 512 /* kernel 2: 32 row blocks of 4 x 16 column blocks of 8 */
 
-static bool rowwise(const struct lg_spec *s) { return s->quant.output != LG_QOUT_COLUMNWISE; }
-static bool colwise(const struct lg_spec *s) { return s->quant.output != LG_QOUT_ROWWISE; }
+static bool rowwise(const struct lg_spec *s) { return lg_spec_int(s, K_QUANT + 4) != LG_QOUT_COLUMNWISE; }
+static bool colwise(const struct lg_spec *s) { return lg_spec_int(s, K_QUANT + 4) != LG_QOUT_ROWWISE; }
+static bool pow2(const struct lg_spec *s) { return lg_spec_quant(s).round_scale; }
 
+#define FUSED_MAX_CLUSTER 16 /* non-portable above 8: allowed on sm_90 */
+
+/* Checks across keys that hold on every target (the rest is plan()'s). */
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	int64_t h = s->dim[LG_DIM_HIDDEN];
-	if (h < 128 || h > 16384 || h % 128 != 0)
-		return lg_spec_error(where, "hidden: found %lld, allowed: a multiple of 128 from 128 to 16384",
-				     (long long)h);
-	if (s->quant.block != 128)
-		return lg_spec_error(where, "quant.block: found %d, allowed: 128", s->quant.block);
-	if (lg_spec_has_tile(s, LG_TILE_CLUSTER) && s->tile[LG_TILE_CLUSTER] != 1 &&
-	    s->tile[LG_TILE_CLUSTER] != h / COLS)
-		return lg_spec_error(where, "tile.cluster: found %d, allowed: 1 (two kernels) or hidden/128 = %lld (fused)",
-				     s->tile[LG_TILE_CLUSTER], (long long)h / COLS);
-	if (lg_spec_has_tile(s, LG_TILE_STAGES) && s->tile[LG_TILE_STAGES] > 4)
-		return lg_spec_error(where, "tile.stages: found %d, allowed: 1 to 4 (fused: x tiles in flight; two kernels: token slices)",
-				     s->tile[LG_TILE_STAGES]);
-	if (lg_spec_has_tile(s, LG_TILE_THREADS)) {
-		int t = s->tile[LG_TILE_THREADS];
-		if (t != 128 && t != 256 && t != 512 && t != 1024)
-			return lg_spec_error(where, "tile.threads: found %d, allowed: 128, 256, 512, 1024 (the rms kernel)", t);
+	int64_t h = lg_spec_int(s, K_HIDDEN), cl = lg_spec_int(s, K_CLUSTER);
+	if (lg_spec_has(s, K_CLUSTER) && cl != 1 && cl != h / COLS)
+		return lg_spec_error(where, "tile.cluster: found %lld, allowed: 1 (two kernels) or hidden/128 = %lld (fused)",
+				     (long long)cl, (long long)h / COLS);
+	if (lg_spec_has(s, K_CLUSTER) && cl > FUSED_MAX_CLUSTER)
+		return lg_spec_error(where, "tile.cluster: found %lld, allowed: 1 (the fused form takes hidden <= %d)",
+				     (long long)cl, FUSED_MAX_CLUSTER * COLS);
+	if (lg_spec_has(s, K_ROWS)) {
+		int64_t threads = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 128;
+		int64_t rows = lg_spec_int(s, K_ROWS), lpr = threads / rows;
+		if (threads % rows || lpr < 16 || (lpr & (lpr - 1))) {
+			char ok[64] = "";
+			size_t n = 0;
+			for (int64_t l = 16; l <= threads; l *= 2)
+				n += (size_t)snprintf(ok + n, sizeof ok - n, "%s%lld", n ? ", " : "", (long long)(threads / l));
+			return lg_spec_error(where, "tile.rows: found %lld, allowed: %s (a power of two >= 16 lanes per "
+						    "row of tile.threads = %lld)", (long long)rows, ok, (long long)threads);
+		}
 	}
 	return LG_OK;
 }
@@ -91,43 +124,38 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 #define K2_SMEM (COLS * ROWS + 16 * COLS * 4 + 2 * COLS * 4)
 /* The fused kernel adds psum[2][128] (fp64), rs[128] and its x stages. */
 #define FUSED_SMEM(stages) (K2_SMEM + 2 * ROWS * 8 + ROWS * 4 + (stages) * ROWS * COLS * 2)
-#define FUSED_MAX_CLUSTER 16 /* non-portable above 8: allowed on sm_90 */
-
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
-	int64_t h = s->dim[LG_DIM_HIDDEN];
+	int64_t h = lg_spec_int(s, K_HIDDEN);
 	/* Measured on H200 at 8192 x 2048 (bench/k1-h200.md): the two-kernel
 	 * form is the faster default; the fused cluster kernel is a tile option. */
 	bool fused = false;
-	if (lg_spec_has_tile(s, LG_TILE_CLUSTER)) {
-		fused = s->tile[LG_TILE_CLUSTER] > 1 || h == COLS;
+	if (lg_spec_has(s, K_CLUSTER)) {
+		fused = lg_spec_int(s, K_CLUSTER) > 1 || h == COLS;
 		if (fused && (t->sm < 90 || h / COLS > FUSED_MAX_CLUSTER))
 			return lg_fail(LG_ERR_UNSUPPORTED, "%s: tile.cluster %lld needs sm_90 or newer and hidden <= %d (target %s)",
 				       s->entry, (long long)h / COLS, FUSED_MAX_CLUSTER * COLS, t->name);
 	}
-	int threads = lg_spec_has_tile(s, LG_TILE_THREADS) ? s->tile[LG_TILE_THREADS] : 128;
+	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : 128;
 	int kmax = 4; /* 16-byte pieces per lane; tile.rows (rows per CTA) sets it */
-	if (lg_spec_has_tile(s, LG_TILE_ROWS)) {
-		int lpr = threads / s->tile[LG_TILE_ROWS];
+	if (lg_spec_has(s, K_ROWS)) {
+		int lpr = threads / (int)lg_spec_int(s, K_ROWS);
 		if (lpr < 16 || (lpr & (lpr - 1)))
 			return lg_fail(LG_ERR_UNSUPPORTED, "%s: tile.threads / tile.rows = %d lanes per row, allowed: a power of two >= 16",
 				       s->entry, lpr);
 		kmax = (int)((h / 8 + lpr - 1) / lpr);
 	}
 	struct lg_rowlayout l = lg_rowlayout_make(h, kmax, threads);
-	p->hidden = h;
-	p->tile[LG_TILE_THREADS] = l.threads;
-	p->tile[LG_TILE_ROWS] = l.rows;
-	p->P_LPR = l.lpr;
-	p->P_K = l.k;
-	p->P_FUSED = fused;
+	lg_rowlayout_save(&l, p);
+	p->tile[K_THREADS] = l.threads;
+	p->tile[K_ROWS] = l.rows;
+	p->v[P_FUSED] = fused;
 	if (fused) {
 		p->nentries = 1;
-		p->P_STAGES = lg_spec_has_tile(s, LG_TILE_STAGES) ? s->tile[LG_TILE_STAGES] : 2;
-		p->tile[LG_TILE_STAGES] = (int)p->P_STAGES;
+		p->tile[K_STAGES] = p->v[P_STAGES] = lg_spec_has(s, K_STAGES) ? lg_spec_int(s, K_STAGES) : 2;
 		p->persistent[0] = true;
 		p->cluster[0] = (unsigned)(h / COLS);
-		p->tile[LG_TILE_CLUSTER] = (int)(h / COLS);
+		p->tile[K_CLUSTER] = h / COLS;
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	} else {
 		/* Columnwise: the tokens in `parts` slices, each a rows launch then a
@@ -137,18 +165,16 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		 * launch). */
 		/* Default 1: measured on H200 at 8192 x 2048, 2 and 4 slices were
 		 * slower (36.7, 43.5 us against 35.3; bench/README.md). */
-		int parts = colwise(s) && lg_spec_has_tile(s, LG_TILE_STAGES) ? s->tile[LG_TILE_STAGES] : 1;
-		p->P_STAGES = parts;
-		p->tile[LG_TILE_STAGES] = parts;
+		int parts = colwise(s) && lg_spec_has(s, K_STAGES) ? (int)lg_spec_int(s, K_STAGES) : 1;
+		p->tile[K_STAGES] = p->v[P_STAGES] = parts;
 		p->nentries = colwise(s) ? 2 * parts : 1;
 		for (int e = 0; e < p->nentries; e++) {
 			p->part[e] = e / 2;
 			p->early[e] = e > 0 && t->sm >= 90;
 			snprintf(p->entry[e], sizeof p->entry[e], "%s%s", s->entry, e % 2 ? "" : "_rows");
 		}
-		p->tile[LG_TILE_CLUSTER] = 1;
+		p->tile[K_CLUSTER] = 1;
 	}
-	p->nargs = NARGS;
 	for (int i = 0; i < NARGS; i++)
 		p->used[i] = 1;
 	if (!rowwise(s))
@@ -158,46 +184,37 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	return LG_OK;
 }
 
-static void geometry(const struct lg_plan *p, int e, int64_t tokens, struct lg_launch_dim *d)
+static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
+	const int64_t tokens = sz[0];
 	d->grid[2] = d->block[1] = d->block[2] = 1;
-	if (p->P_FUSED) { /* a cluster of hidden/128 CTAs per 128-token tile */
-		d->grid[0] = (unsigned)(p->hidden / COLS);
+	if (p->v[P_FUSED]) { /* a cluster of hidden/128 CTAs per 128-token tile */
+		d->grid[0] = (unsigned)(p->v[P_HIDDEN] / COLS);
 		d->grid[1] = (unsigned)((tokens + ROWS - 1) / ROWS);
 		if (p->persistent[e] && p->resident[e] && p->resident[e] < d->grid[1])
 			d->grid[1] = p->resident[e];
 		d->block[0] = K2_THREADS;
-		d->smem = (unsigned)FUSED_SMEM(p->P_STAGES);
+		d->smem = (unsigned)FUSED_SMEM(p->v[P_STAGES]);
 		return;
 	}
 	/* slice `part` of the tokens: tiles [t0, t1) of 128 (an empty slice
 	 * still launches one CTA, which returns at once) */
-	int64_t tiles = (tokens + ROWS - 1) / ROWS, per = (tiles + p->P_STAGES - 1) / p->P_STAGES;
+	int64_t tiles = (tokens + ROWS - 1) / ROWS, per = (tiles + p->v[P_STAGES] - 1) / p->v[P_STAGES];
 	int64_t t0 = p->part[e] * per, t1 = t0 + per < tiles ? t0 + per : tiles;
 	int64_t n = t1 > t0 ? t1 - t0 : 0;
 	if (e % 2 == 0) { /* rows: rows per CTA */
 		int64_t rows = n ? (t1 * ROWS < tokens ? t1 * ROWS : tokens) - t0 * ROWS : 0;
-		int64_t ctas = (rows + p->tile[LG_TILE_ROWS] - 1) / p->tile[LG_TILE_ROWS];
+		int64_t ctas = (rows + p->v[P_ROWS] - 1) / p->v[P_ROWS];
 		d->grid[0] = (unsigned)(ctas ? ctas : 1);
 		d->grid[1] = 1;
-		d->block[0] = (unsigned)p->tile[LG_TILE_THREADS];
+		d->block[0] = (unsigned)p->v[P_THREADS];
 		d->smem = 0;
 		return;
 	}
-	d->grid[0] = (unsigned)(p->hidden / COLS);
+	d->grid[0] = (unsigned)(p->v[P_HIDDEN] / COLS);
 	d->grid[1] = (unsigned)(n ? n : 1);
 	d->block[0] = K2_THREADS;
 	d->smem = K2_SMEM;
-}
-
-static double bytes(const struct lg_spec *s, int64_t m)
-{
-	double n = (double)s->dim[LG_DIM_HIDDEN], b = 2.0 * m * n + 2.0 * n + 4.0 * m;
-	if (rowwise(s))
-		b += m * n + 4.0 * m * (n / 128);
-	if (colwise(s))
-		b += m * n + 4.0 * ((m + 127) / 128) * n;
-	return b;
 }
 
 /* ------------------------------------------------------------ emission */
@@ -206,7 +223,7 @@ static double bytes(const struct lg_spec *s, int64_t m)
 
 static void emit_scale(lg_buf *b, const struct lg_spec *s, const char *sc, const char *amax, const char *inv)
 {
-	if (s->quant.round_scale)
+	if (pow2(s))
 		lg_line(b, "const float %s = lg_scale_pow2(%s), %s = lg_inv_pow2(%s);", sc, amax, inv, sc);
 	else
 		lg_line(b, "const float %s = lg_scale_exact(%s), %s = 1.0f / %s;", sc, amax, inv, sc);
@@ -216,7 +233,7 @@ static void emit_scale(lg_buf *b, const struct lg_spec *s, const char *sc, const
  * power-of-two scale needs only the inverse. */
 static const char *q_args(const struct lg_spec *s, const char *both, const char *inv)
 {
-	return s->quant.round_scale ? inv : both;
+	return pow2(s) ? inv : both;
 }
 
 /* The next launch (programmatic dependent launch) may be scheduled. */
@@ -236,9 +253,8 @@ static void emit_slice(lg_buf *b, int parts)
 /* Kernel 1: reciprocal RMS and the rowwise copy, lpr lanes per row. */
 static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
-	struct lg_rowlayout l = {.hidden = p->hidden, .lpr = (int)p->P_LPR, .k = (int)p->P_K,
-				 .threads = p->tile[LG_TILE_THREADS], .rows = p->tile[LG_TILE_ROWS]};
-	int64_t pieces = p->hidden / 8;
+	struct lg_rowlayout l = lg_rowlayout_load(p);
+	int64_t pieces = p->v[P_HIDDEN] / 8;
 	lg_section(b, p->entry[0], rowwise(s) ? "reciprocal RMS, rowwise copy" : "reciprocal RMS");
 	lg_comment(b, "Kernel 1: reciprocal RMS%s of each row; %d lanes per row, %d pieces of 8",
 		   rowwise(s) ? " and the rowwise copy" : "", l.lpr, l.k);
@@ -250,8 +266,8 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_emit_row_prologue(b, &l, false);
 	if (p->early[1] && colwise(s))
 		emit_launch_dependents(b);
-	if (p->P_STAGES > 1) {
-		emit_slice(b, (int)p->P_STAGES);
+	if (p->v[P_STAGES] > 1) {
+		emit_slice(b, (int)p->v[P_STAGES]);
 		if (l.rows > 1)
 			lg_line(b, "const i64 m = t0 * %d + (i64)blockIdx.x * %d + slot;", ROWS, l.rows);
 		else
@@ -302,7 +318,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "const u32 p1 = lg_e4m3x4(lg_q(y[4], %s), lg_q(y[5], %s),", qa, qa);
 	lg_line(b, "\tlg_q(y[6], %s), lg_q(y[7], %s));", qa, qa);
 	lg_open(b, "if (ok) {");
-	lg_line(b, "lg_st8_cs((u8 *)q + m * %lld + c * 8, p0, p1);", (long long)p->hidden);
+	lg_line(b, "lg_st8_cs((u8 *)q + m * %lld + c * 8, p0, p1);", (long long)p->v[P_HIDDEN]);
 	lg_line(b, "if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;");
 	lg_close(b);
 	lg_close(b);
@@ -387,7 +403,7 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "for (int q2 = 1; q2 < 16; q2++)");
 	lg_line(b, "\tamax = fmaxf(amax, cpart[q2 * %d + threadIdx.x]);", COLS);
 	emit_scale(b, s, "sc", "amax", "inv");
-	if (!s->quant.round_scale) /* lg_q needs the scale only when it is not a power of two */
+	if (!pow2(s)) /* lg_q needs the scale only when it is not a power of two */
 		lg_line(b, "csc[threadIdx.x] = sc;");
 	lg_line(b, "cinv[threadIdx.x] = inv;");
 	lg_line(b, "((float *)st)[tr * %lld + k0 + threadIdx.x] = sc;", (long long)n);
@@ -399,7 +415,7 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "const float4 i0 = *(const float4 *)(cinv + lb * 8);");
 	lg_line(b, "const float4 i1 = *(const float4 *)(cinv + lb * 8 + 4);");
 	lg_line(b, "const float ci[8] = {i0.x, i0.y, i0.z, i0.w, i1.x, i1.y, i1.z, i1.w};");
-	if (!s->quant.round_scale) {
+	if (!pow2(s)) {
 		lg_line(b, "const float4 s0 = *(const float4 *)(csc + lb * 8);");
 		lg_line(b, "const float4 s1 = *(const float4 *)(csc + lb * 8 + 4);");
 		lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
@@ -473,8 +489,8 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 		emit_launch_dependents(b);
 	lg_comment(b, "Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest");
 	lg_comment(b, "to be still in L2.");
-	if (p->P_STAGES > 1) {
-		emit_slice(b, (int)p->P_STAGES);
+	if (p->v[P_STAGES] > 1) {
+		emit_slice(b, (int)p->v[P_STAGES]);
 		lg_line(b, "if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice");
 		emit_tile_prologue(b, "t1 - 1 - blockIdx.y");
 	} else {
@@ -485,13 +501,13 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 		lg_comment(b, "Wait until the rows launch before this one is done, its rms visible.");
 		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
 	}
-	emit_tile_load_x(b, p->hidden, "lg_ld16_cs");
+	emit_tile_load_x(b, p->v[P_HIDDEN], "lg_ld16_cs");
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < 4; i++)");
 	lg_line(b, "\trr[i] = 4 * rb + i < rows ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;");
 	emit_tile_y(b);
-	emit_tile_colwise(b, s, p->hidden);
+	emit_tile_colwise(b, s, p->v[P_HIDDEN]);
 	lg_close(b);
 }
 
@@ -521,14 +537,14 @@ static void emit_copy_tile(lg_buf *b, int64_t n)
  * the next tile's x in flight (cp.async) while the current one is worked. */
 static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
-	int cl = (int)(p->hidden / COLS), st = (int)p->P_STAGES;
+	int cl = (int)(p->v[P_HIDDEN] / COLS), st = (int)p->v[P_STAGES];
 	lg_section(b, p->entry[0], "RMSNorm and the copies, fused");
 	lg_comment(b, "Fused: a cluster of %d CTAs (one per 128 features) per 128-token tile; each thread", cl);
 	lg_comment(b, "holds 4 rows x 8 columns of y in registers; x is read once from HBM, %d tile(s) in", st);
 	lg_comment(b, "flight per CTA (cp.async); the row sums of squares are exchanged through");
 	lg_comment(b, "distributed shared memory (double-buffered by tile parity, one cluster barrier per");
 	lg_comment(b, "tile); both copies follow.");
-	emit_copy_tile(b, p->hidden);
+	emit_copy_tile(b, p->v[P_HIDDEN]);
 	if (cl > 1)
 		lg_line(b, "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, %d)", cl,
 			K2_THREADS, st > 2 ? 1 : 2);
@@ -607,9 +623,9 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];");
 	emit_tile_y(b);
 	if (rowwise(s))
-		emit_tile_rowwise(b, s, p->hidden);
+		emit_tile_rowwise(b, s, p->v[P_HIDDEN]);
 	if (colwise(s))
-		emit_tile_colwise(b, s, p->hidden);
+		emit_tile_colwise(b, s, p->v[P_HIDDEN]);
 	lg_line(b, "__syncthreads(); // staging, scales and the x stage are free");
 	lg_close(b);
 	if (cl > 1)
@@ -623,7 +639,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_section(b, "helpers for this spec", NULL);
 	lg_emit_rrms(b, s);
 	lg_line(b, "%s", "");
-	if (s->quant.round_scale) {
+	if (pow2(s)) {
 		lg_comment(b, "The e4m3 input of y under a power-of-two scale of inverse inv (exact).");
 		lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }");
 	} else {
@@ -633,7 +649,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 		lg_line(b, "return lg_div_rn(y, sc, inv);");
 		lg_close(b);
 	}
-	if (p->P_FUSED) {
+	if (p->v[P_FUSED]) {
 		emit_fused_kernel(b, s, p);
 		return;
 	}
@@ -649,23 +665,22 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	enum { T = 1u << LG_TILE_THREADS, R = 1u << LG_TILE_ROWS, C = 1u << LG_TILE_CLUSTER,
-	       S = 1u << LG_TILE_STAGES };
 	static const int threads[] = {128, 256, 512};
 	int n = 0;
 	for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++)
-		n = lg_candidate_add(s, t, out, n, max,
-				     (struct lg_tile_choice){.tile[LG_TILE_THREADS] = threads[i], .set = T});
-	n = lg_candidate_add(s, t, out, n, max,
-			     (struct lg_tile_choice){.tile[LG_TILE_THREADS] = 256, .tile[LG_TILE_ROWS] = 8,
-						     .set = T | R});
-	int64_t cluster = s->dim[LG_DIM_HIDDEN] / COLS;
+		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_THREADS, threads[i]));
+	struct lg_tile_choice c = lg_tile1(K_THREADS, 256);
+	c.v[K_ROWS] = 8;
+	c.set |= (uint64_t)1 << K_ROWS;
+	n = lg_candidate_add(s, t, out, n, max, c);
+	int64_t cluster = lg_spec_int(s, K_HIDDEN) / COLS;
 	if (t->sm >= 90 && cluster <= FUSED_MAX_CLUSTER)
-		for (int stages = 1; stages <= 2; stages++)
-			n = lg_candidate_add(s, t, out, n, max,
-					     (struct lg_tile_choice){.tile[LG_TILE_CLUSTER] = (int)cluster,
-								     .tile[LG_TILE_STAGES] = stages,
-								     .set = C | S});
+		for (int stages = 1; stages <= 2; stages++) {
+			c = lg_tile1(K_CLUSTER, cluster);
+			c.v[K_STAGES] = stages;
+			c.set |= (uint64_t)1 << K_STAGES;
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
 	return n;
 }
 
@@ -674,17 +689,12 @@ const struct lg_family lg_family_rmsnorm_quant = {
 	.summary = "RMSNorm + 1x128 / 128x1 blockwise FP8 quantisation (K1)",
 	.passes = 1u << LG_PASS_FORWARD,
 	.dtypes = 1u << LG_DTYPE_BF16,
-	.dims_required = 1u << LG_DIM_HIDDEN,
-	.has_eps = true,
-	.quant = 1,
-	.tile_keys = (1u << LG_TILE_THREADS) | (1u << LG_TILE_ROWS) | (1u << LG_TILE_CLUSTER) |
-		     (1u << LG_TILE_STAGES),
+	.nkeys = NKEYS,
+	.keys = keys,
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args}},
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,
-	.bytes = bytes,
 	.candidates = candidates,
-	.nargs = {[LG_PASS_FORWARD] = NARGS},
-	.args = {[LG_PASS_FORWARD] = fwd_args},
 };

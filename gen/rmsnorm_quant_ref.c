@@ -2,6 +2,12 @@
  * rmsnorm_quant_ref.c - CPU reference of family "rmsnorm_quant" (K1):
  * float64 sums of squares, y = (x * r) * w in fp32, blockwise e4m3 with the
  * scale rules of KERNELS.md 1.2 and the layouts of 1.3.
+ *
+ * Everything here is exactly what the GPU must produce: the fill draws only
+ * rows whose r no fp64 summation order changes (lg_ref_rrms_stable), y is
+ * the same two fp32 products, amax a maximum, the scale and v / s correctly
+ * rounded fp32 operations, e4m3 and its rounding fixed. So q, qt, s, st and
+ * rms are compared bit for bit.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -13,64 +19,68 @@
 
 enum { X, W, Q, S, RMS, QT, ST };
 
-static bool rowwise(const struct lg_spec *s) { return s->quant.output != LG_QOUT_COLUMNWISE; }
-static bool colwise(const struct lg_spec *s) { return s->quant.output != LG_QOUT_ROWWISE; }
-
-static void describe(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
+static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m;
-	memset(c, 0, sizeof *c);
-	c->n = 7;
-	c->buf[X] = (struct lg_ref_buf){"x", 2, mm * n, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[W] = (struct lg_ref_buf){"w", 2, n, false, LG_CMP_NONE, 0, 0, NULL};
-	c->buf[Q] = (struct lg_ref_buf){"q", 1, rowwise(s) ? mm * n : 0, true, LG_CMP_E4M3, 0, 0, NULL};
-	c->buf[S] = (struct lg_ref_buf){"s", 4, rowwise(s) ? mm * (n / 128) : 0, true, LG_CMP_SCALE, 0, 0, NULL};
-	c->buf[RMS] = (struct lg_ref_buf){"rms", 4, mm, true, LG_CMP_FP32, 1e-6, 0, NULL};
-	c->buf[QT] = (struct lg_ref_buf){"qt", 1, colwise(s) ? mm * n : 0, true, LG_CMP_E4M3, 0, 0, NULL};
-	c->buf[ST] = (struct lg_ref_buf){"st", 4, colwise(s) ? ((mm + 127) / 128) * n : 0, true, LG_CMP_SCALE,
-					 0, 0, NULL};
+	(void)s;
+	c->buf[Q].cmp = LG_CMP_E4M3_ULP;
+	c->buf[S].cmp = LG_CMP_SCALE;
+	c->buf[RMS].cmp = LG_CMP_FP32_ULP;
+	c->buf[QT].cmp = LG_CMP_E4M3_ULP;
+	c->buf[ST].cmp = LG_CMP_SCALE;
+}
+
+static double sumsq(const uint16_t *row, size_t n)
+{
+	double ss = 0.0;
+	for (size_t k = 0; k < n; k++) {
+		double v = lg_ref_bf16_to_f32(row[k]);
+		ss += v * v;
+	}
+	return ss;
 }
 
 /* Rows of varied magnitude (2^-6 .. 2^6), a few all-zero rows, a few
  * outlier channels: scales of every size and zero blocks get exercised. */
-static void fill(const struct lg_spec *s, int64_t m, struct lg_ref_case *c, uint64_t seed)
+static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
-	size_t n = (size_t)s->dim[LG_DIM_HIDDEN];
+	size_t n = (size_t)lg_ref_int(s, "hidden");
+	int64_t m = c->sizes[0];
+	double eps = lg_ref_num(s, "eps");
 	uint64_t st = seed;
 	uint16_t *x = c->buf[X].host, *w = c->buf[W].host;
 	for (int64_t i = 0; i < m; i++) {
 		float scale = ldexpf(1.0f, (int)(lg_ref_rand(&st) % 13) - 6);
 		if (m > 1 && lg_ref_rand(&st) % 97 == 0)
 			scale = 0.0f;
-		lg_ref_fill_bf16(x + (size_t)i * n, n, scale, &st);
-		if (scale != 0.0f && lg_ref_rand(&st) % 7 == 0) {
-			size_t k = (size_t)(lg_ref_rand(&st) % n);
-			x[(size_t)i * n + k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(x[(size_t)i * n + k]) * 40.0f);
-		}
+		uint16_t *row = x + (size_t)i * n;
+		do { /* a row whose r the GPU's summation order could change: draw again */
+			lg_ref_fill_bf16(row, n, scale, &st);
+			if (scale != 0.0f && lg_ref_rand(&st) % 7 == 0) {
+				size_t k = (size_t)(lg_ref_rand(&st) % n);
+				row[k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(row[k]) * 40.0f);
+			}
+		} while (!lg_ref_rrms_stable(sumsq(row, n), (int64_t)n, eps));
 	}
 	for (size_t k = 0; k < n; k++)
 		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
 }
 
-static void run(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	size_t n = (size_t)s->dim[LG_DIM_HIDDEN], mm = (size_t)m, nb = n / 128;
-	bool pow2 = s->quant.round_scale;
+	struct lg_quant qr = lg_spec_quant(s);
+	size_t n = (size_t)lg_ref_int(s, "hidden"), mm = (size_t)c->sizes[0], nb = n / 128;
+	bool pow2 = qr.round_scale;
+	bool rowwise = qr.output != LG_QOUT_COLUMNWISE, colwise = qr.output != LG_QOUT_ROWWISE;
 	const uint16_t *x = c->buf[X].host, *w = c->buf[W].host;
 	float *y = malloc(mm * n * sizeof *y), *rms = c->buf[RMS].host;
 	LG_ASSERT(y);
 	for (size_t i = 0; i < mm; i++) {
-		double ss = 0.0;
-		for (size_t k = 0; k < n; k++) {
-			double v = lg_ref_bf16_to_f32(x[i * n + k]);
-			ss += v * v;
-		}
-		float r = lg_ref_rrms(ss, (int64_t)n, s->eps);
+		float r = lg_ref_rrms(sumsq(x + i * n, n), (int64_t)n, lg_ref_num(s, "eps"));
 		rms[i] = r;
 		for (size_t k = 0; k < n; k++)
 			y[i * n + k] = (lg_ref_bf16_to_f32(x[i * n + k]) * r) * lg_ref_bf16_to_f32(w[k]);
 	}
-	if (rowwise(s)) {
+	if (rowwise) {
 		uint8_t *q = c->buf[Q].host;
 		float *sc = c->buf[S].host;
 		for (size_t i = 0; i < mm; i++)
@@ -85,7 +95,7 @@ static void run(const struct lg_spec *s, int64_t m, struct lg_ref_case *c)
 					q[i * n + b * 128 + (size_t)k] = lg_ref_quant(v[k], sv, pow2);
 			}
 	}
-	if (colwise(s)) {
+	if (colwise) {
 		uint8_t *qt = c->buf[QT].host;
 		float *st = c->buf[ST].host;
 		for (size_t t = 0; t * 128 < mm; t++) {

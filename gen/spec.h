@@ -1,25 +1,30 @@
 /*
  * spec.h - the parsed, validated form of one kernel spec.
  *
- * A spec names a family (`op`), a direction (`pass`), the input dtype, the
- * static dimensions the family needs (by KERNELS.md's names), an optional
- * quantisation recipe and optional family-specific tile parameters. Every
- * field the family does not use must be absent; every unknown key is an
- * error. Static dimensions become literals in the generated source; the
- * token count is a run-time kernel argument.
+ * A spec names a family (`op`), a direction (`pass`) and the input dtype;
+ * every other key is one the family declares (struct lg_family.keys,
+ * family.h): static dimensions, epsilon, the quantisation recipe, tile
+ * parameters. The parser reads any family from its declaration; values
+ * are stored by the index of their key in that declaration. Every key the
+ * family does not declare is an error. Static dimensions become literals
+ * in the generated source; run-time sizes (tokens, ...) are kernel
+ * arguments.
  */
 #ifndef LG_SPEC_H
 #define LG_SPEC_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
+#include "families.h"
 #include "lingen.h"
 
-/* Families, in registry order (gen/registry.c). */
+/* Families, in the order of families.h. */
 enum lg_op {
-	LG_OP_RMSNORM_QUANT, /* K1: RMSNorm + 1x128/128x1 FP8 quantisation */
-	LG_OP_RMSNORM,       /* K1: plain RMSNorm forward / backward */
+#define LG_OP_ENUM(name, NAME) LG_OP_##NAME,
+	LG_FAMILIES(LG_OP_ENUM)
+#undef LG_OP_ENUM
 	LG_OP_COUNT
 };
 
@@ -27,33 +32,10 @@ enum lg_pass { LG_PASS_FORWARD, LG_PASS_BACKWARD, LG_PASS_COUNT };
 
 enum lg_dtype { LG_DTYPE_BF16, LG_DTYPE_FP32, LG_DTYPE_COUNT };
 
-/* Static dimensions, by the names used in JSON and KERNELS.md. */
-enum lg_dim {
-	LG_DIM_HIDDEN,       /* "hidden" */
-	LG_DIM_HEAD_DIM,     /* "head_dim" */
-	LG_DIM_Q_HEADS,      /* "q_heads" */
-	LG_DIM_KV_HEADS,     /* "kv_heads" */
-	LG_DIM_VOCAB,        /* "vocab" */
-	LG_DIM_EXPERTS,      /* "experts" */
-	LG_DIM_TOPK,         /* "topk" */
-	LG_DIM_INTERMEDIATE, /* "intermediate" */
-	LG_DIM_COUNT
-};
-
+/* The shared quantisation recipe (KERNELS.md §1), read from the "quant"
+ * keys of a quantising family (LG_KEYS_QUANT in family.h). */
 enum lg_quant_format { LG_QFMT_E4M3, LG_QFMT_COUNT };
 enum lg_quant_output { LG_QOUT_ROWWISE, LG_QOUT_COLUMNWISE, LG_QOUT_BOTH, LG_QOUT_COUNT };
-
-/* Tile parameters, by their JSON names inside "tile". Each family states
- * which it accepts (struct lg_family.tile_keys) and checks their values. */
-enum lg_tile_key {
-	LG_TILE_ROWS,    /* "rows": rows (tokens) per CTA */
-	LG_TILE_COLS,    /* "cols": columns (features) per CTA */
-	LG_TILE_THREADS, /* "threads": threads per CTA */
-	LG_TILE_CLUSTER, /* "cluster": CTAs per thread-block cluster (sm_90+) */
-	LG_TILE_STAGES,  /* "stages": tiles in flight in shared memory (pipelining) */
-	LG_TILE_COUNT
-};
-
 struct lg_quant {
 	bool present;
 	enum lg_quant_format format;
@@ -62,36 +44,43 @@ struct lg_quant {
 	enum lg_quant_output output;
 };
 
+#define LG_MAX_KEYS 32 /* keys a family declares, objects included */
+
 struct lg_spec {
 	enum lg_op op;
 	enum lg_pass pass;
 	enum lg_dtype dtype;
-	int64_t dim[LG_DIM_COUNT];
-	uint32_t dim_set; /* bit (1u << lg_dim) for each dimension given */
-	double eps;       /* RMSNorm epsilon (families with has_eps) */
-	struct lg_quant quant;
-	int tile[LG_TILE_COUNT];
-	uint32_t tile_set; /* bit (1u << lg_tile_key) for each tile key given */
-	char entry[128];   /* entry-point base name, derived from the fields above */
+	/* By key index of the family's declaration: integers, enum indices,
+	 * booleans (0/1) and objects (1: present) in v, numbers in num. */
+	int64_t v[LG_MAX_KEYS];
+	double num[LG_MAX_KEYS];
+	uint64_t set;    /* bit k: key k given, or filled with its default */
+	char entry[128]; /* entry-point base name, derived from the fields above */
 };
 
 /* Names used in JSON and messages; tables indexed by the enums above. */
 extern const char *const lg_op_names[LG_OP_COUNT];
 extern const char *const lg_pass_names[LG_PASS_COUNT];
 extern const char *const lg_dtype_names[LG_DTYPE_COUNT];
-extern const char *const lg_dim_names[LG_DIM_COUNT];
 extern const char *const lg_quant_format_names[LG_QFMT_COUNT];
 extern const char *const lg_quant_output_names[LG_QOUT_COUNT];
-extern const char *const lg_tile_names[LG_TILE_COUNT];
 
-static inline bool lg_spec_has_dim(const struct lg_spec *s, enum lg_dim d)
+static inline bool lg_spec_has(const struct lg_spec *s, int key)
 {
-	return (s->dim_set >> d) & 1u;
+	return (s->set >> key) & 1u;
 }
-static inline bool lg_spec_has_tile(const struct lg_spec *s, enum lg_tile_key k)
+/* Integer, enum index or boolean value of key k (0 when absent). */
+static inline int64_t lg_spec_int(const struct lg_spec *s, int key)
 {
-	return (s->tile_set >> k) & 1u;
+	return s->v[key];
 }
+static inline double lg_spec_num(const struct lg_spec *s, int key)
+{
+	return s->num[key];
+}
+
+/* The quantisation recipe of a spec (present false: the family has none). */
+struct lg_quant lg_spec_quant(const struct lg_spec *s);
 
 /* Canonical JSON of a spec (every field set, fixed key order, no spaces
  * beyond ", " and ": ", numbers printed shortest-round-trip). The caller

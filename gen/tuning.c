@@ -15,6 +15,7 @@
 
 #include "buf.h"
 #include "error.h"
+#include "generate.h"
 #include "json.h"
 
 /* Folders searched when nothing names a tuning file (CMake sets them). */
@@ -39,9 +40,9 @@ enum { E_KEY, E_TILE, E_US, E_US_DEFAULT };
 /* The lookup key of a spec: its canonical JSON with no tile. */
 static char *key_of(const struct lg_spec *s)
 {
-	struct lg_spec k = *s;
-	memset(k.tile, 0, sizeof k.tile);
-	k.tile_set = 0;
+	struct lg_spec k;
+	if (lg_spec_with_tile(s, NULL, &k) != LG_OK)
+		return NULL;
 	return lg_spec_to_json(&k);
 }
 
@@ -106,17 +107,16 @@ const struct lg_tuning_entry *lg_tuning_find(const struct lg_tuning *t, const st
 
 lg_status lg_tuning_apply(const struct lg_tuning *t, const struct lg_spec *s, struct lg_spec *out)
 {
+	int tile = lg_family_key(lg_family_get(s->op), "tile");
 	*out = *s;
-	if (!t || s->tile_set)
+	if (!t || tile < 0 || lg_spec_has(s, tile))
 		return LG_OK;
 	char *key = key_of(s);
 	if (!key)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 	const struct lg_tuning_entry *e = find_key(t, key);
 	free(key);
-	if (e)
-		lg_spec_with_tile(s, &e->tile, out);
-	return out->entry[0] ? LG_OK : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+	return e ? lg_spec_with_tile(s, &e->tile, out) : LG_OK;
 }
 
 lg_status lg_tuning_set(struct lg_tuning *t, const struct lg_spec *s, const struct lg_tile_choice *c,
@@ -142,7 +142,8 @@ lg_status lg_tuning_set(struct lg_tuning *t, const struct lg_spec *s, const stru
 		e = &t->e[t->n++];
 	}
 	e->key = key;
-	lg_spec_with_tile(s, NULL, &e->spec);
+	if (lg_spec_with_tile(s, NULL, &e->spec) != LG_OK)
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 	e->tile = *c;
 	e->us = us;
 	e->us_default = us_default;
@@ -216,73 +217,27 @@ static lg_status parse_arch(const struct lg_jreader *r, const cJSON *root, struc
 	return LG_OK;
 }
 
-/* The members of an entry's "tile" object into c: keys the family takes,
- * integer values, at least one. */
-static lg_status parse_tile(struct lg_jreader *r, const cJSON *v, const struct lg_family *f,
-			    struct lg_tile_choice *c)
-{
-	const char *names[LG_TILE_COUNT];
-	size_t n = 0;
-	lg_status st;
-	for (int i = 0; i < LG_TILE_COUNT; i++)
-		if ((f->tile_keys >> i) & 1u)
-			names[n++] = lg_tile_names[i];
-	if (!cJSON_IsObject(v) || !v->child) {
-		st = lg_json_fail(r, NULL, "found %s, allowed: an object with one or more of ",
-				  cJSON_IsObject(v) ? "an empty object" : lg_json_show(v).s);
-		lg_json_append_names(names, n, ~0u, false);
-		if (n == 0)
-			lg_fail_append("(none: op %s has no tile parameters)", f->op);
-		return st;
-	}
-	for (const cJSON *m = v->child; m; m = m->next) {
-		for (int i = 0; i < LG_TILE_COUNT; i++) {
-			if (strcmp(m->string, lg_tile_names[i]) != 0 || ((f->tile_keys >> i) & 1u))
-				continue;
-			st = lg_json_fail(r, lg_tile_names[i], "found %s, not used by op %s; allowed keys: ",
-					  lg_json_show(m).s, f->op);
-			lg_json_append_names(names, n, ~0u, false);
-			return st;
-		}
-	}
-	uint32_t seen;
-	if ((st = lg_json_check_keys(r, v, names, n, &seen)) != LG_OK)
-		return st;
-	memset(c, 0, sizeof *c);
-	for (int i = 0; i < LG_TILE_COUNT; i++) {
-		const cJSON *x = cJSON_GetObjectItemCaseSensitive(v, lg_tile_names[i]);
-		int64_t val;
-		if (!x)
-			continue;
-		if ((st = lg_json_int(r, lg_tile_names[i], x, 1, 65536, &val)) != LG_OK)
-			return st;
-		c->tile[i] = (int)val;
-		c->set |= 1u << i;
-	}
-	return LG_OK;
-}
-
 /* The family accepts the entry's tile: validate(), then plan() for the
  * file's arch. r is at the entry. */
 static lg_status check_tile(const struct lg_jreader *r, const struct lg_tuning_entry *e,
 			    const struct lg_target *tg)
 {
-	const struct lg_family *f = lg_family_get(e->spec.op);
 	struct lg_spec s;
-	lg_spec_with_tile(&e->spec, &e->tile, &s);
+	lg_status st = lg_spec_with_tile(&e->spec, &e->tile, &s);
+	if (st != LG_OK)
+		return st;
 	lg_buf b;
 	lg_buf_init(&b);
 	lg_emit(&b, "%s: %s", r->file, r->path);
 	char *where = lg_buf_finish(&b, NULL);
 	if (!where)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
-	lg_status st = f->validate ? f->validate(&s, where) : LG_OK;
+	st = lg_spec_check(&s, where);
 	free(where);
 	if (st != LG_OK)
 		return st;
 	struct lg_plan p;
-	memset(&p, 0, sizeof p);
-	if (f->plan(&s, tg, &p) == LG_OK)
+	if (lg_plan_for(&s, tg, &p) == LG_OK)
 		return LG_OK;
 	char why[512];
 	snprintf(why, sizeof why, "%s", lg_last_error());
@@ -321,7 +276,8 @@ static lg_status parse_entry(struct lg_jreader *r, const cJSON *v, const struct 
 	if (st != LG_OK)
 		return st;
 	mark = lg_json_push_key(r, "tile");
-	st = parse_tile(r, cJSON_GetObjectItemCaseSensitive(v, "tile"), lg_family_get(e->spec.op), &e->tile);
+	st = lg_keys_parse_tile(r, cJSON_GetObjectItemCaseSensitive(v, "tile"), lg_family_get(e->spec.op),
+				&e->tile);
 	lg_json_pop(r, mark);
 	if (st == LG_OK)
 		st = check_tile(r, e, tg);
@@ -520,12 +476,13 @@ static int by_key(const void *a, const void *b)
 
 static void emit_entry(lg_buf *b, const struct lg_tuning_entry *e)
 {
+	const struct lg_family *f = lg_family_get(e->spec.op);
 	const char *sep = "";
 	lg_emit(b, "    {\"key\": %s, \"tile\": {", e->key);
-	for (int k = 0; k < LG_TILE_COUNT; k++) {
+	for (int k = 0; k < f->nkeys; k++) {
 		if (!((e->tile.set >> k) & 1u))
 			continue;
-		lg_emit(b, "%s\"%s\": %d", sep, lg_tile_names[k], e->tile.tile[k]);
+		lg_emit(b, "%s\"%s\": %lld", sep, f->keys[k].path + 5, (long long)e->tile.v[k]);
 		sep = ", ";
 	}
 	lg_emit(b, "}");

@@ -153,7 +153,7 @@ struct lg_aot_entry {
 };
 
 /* The table `lingen aot` writes (LG_AOT_FORMAT: the manifest format). */
-#define LG_AOT_FORMAT 2
+#define LG_AOT_FORMAT 3
 struct lg_aot_table {
 	int format;                  /* LG_AOT_FORMAT of the lingen that wrote it */
 	const char *lingen;          /* its version */
@@ -196,8 +196,14 @@ typedef struct CUstream_st *lg_stream;
 /* A device pointer: CUdeviceptr, or a cudaMalloc'd pointer cast to integer. */
 typedef unsigned long long lg_dptr;
 
-/* Launch with the pointers in the family's documented order (as in the
- * typed launchers below); an output the spec did not ask for is 0. */
+/* Launch with the family's run-time sizes (tokens, ...) and pointers in
+ * its documented order (`lingen help OP`; as in the typed launchers
+ * below); an output the spec did not ask for is 0. Each size must lie in
+ * its declared range and the launch geometry within the hardware's;
+ * entries with nothing to do at the sizes are not launched. */
+lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *sizes, int nsizes,
+			const lg_dptr *ptrs, int nptrs);
+/* The same for a family whose only run-time size is the token count. */
 lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens,
 			   const lg_dptr *ptrs, int nptrs);
 

@@ -2,8 +2,8 @@
  * bundle.c - deployment bundles (bundle.h): reading manifest.json or an
  * embedded lg_aot_table, and looking kernels up in it. No NVRTC, no cache.
  *
- * manifest.json, format 2 (written by `lingen build`, tools/cmd_build.c):
- *   { "format": 2, "lingen": "0.1.0", "nvrtc": "13.0",
+ * manifest.json, format 3 (written by `lingen build`, tools/cmd_build.c):
+ *   { "format": 3, "lingen": "0.1.0", "nvrtc": "13.0",
  *     "archs": ["sm_90a", "sm_80"],
  *     "kernels": [ {
  *       "spec": { canonical spec object },
@@ -11,23 +11,26 @@
  *       "arch": "sm_90a",
  *       "file": "lg_rmsnorm_fwd_bf16_h2048.sm_90a.cubin",  relative to the folder
  *       "size": 12345,                               bytes
- *       "checksum": "0123456789abcdef",              XXH3-64 of the file, 16 hex digits
+ *       "checksum": "0123456789abcdef",              lg_bundle_checksum: XXH3-64 of the file
+ *                                                    seeded by spec, entry and arch; 16 hex digits
  *       "plan": {                                    what the cubin was generated with
- *         "tile": {"rows": 8, "cols": 0, "threads": 256, "cluster": 0, "stages": 0},
- *         "nargs": 4, "used": [1, 1, 1, 0], "hidden": 2048, "aux": [a, b, c, d],
+ *         "given": {"threads": 256},     the tile planned from (spec or tuning; {}: heuristic)
+ *         "tile": {"rows": 8, "threads": 256},  the tile chosen, every tile key of the family
+ *         "used": [1, 1, 1, 1],          which arguments the kernel uses
  *         "entries": [ { "name": "lg_rmsnorm_fwd_bf16_h2048",
  *                        "block": [256, 1, 1], "smem": 0, "cluster": 0,
  *                        "persistent": false, "early": false, "part": 0,
  *                        "grid_at_1": [1, 1, 1], "grid_at_8192": [1024, 1, 1] } ] } } ] }
  *   The grid of an entry point is the family's geometry() of the plan and the
- *   token count (persistent entries are capped at what is co-resident on the
- *   device, known only at load); grid_at_1 and grid_at_8192 show it for a
- *   reader and let the loader check that this lingen computes the geometry
- *   the bundle was built with. Format 1 (no plan) is refused.
+ *   run-time sizes (persistent entries are capped at what is co-resident on
+ *   the device, known only at load); grid_at_1 and grid_at_8192 show it at
+ *   every size 1 and 8192. Formats 1 and 2 are refused.
  *
- * The loader uses the stored plan, not a fresh one (a tuning file on the
- * deployment machine must not change the launch of a pre-built cubin), after
- * checking it: entry names, argument count, and the geometry cross-check.
+ * The loader never trusts a stored plan: it plans the spec again with the
+ * recorded "given" tile (so a tuning file on the deployment machine cannot
+ * change the launch of a pre-built cubin), every value checked as a spec's
+ * would be, and the result must equal the whole record (entries, geometry,
+ * tile, used): a bundle made by another lingen is refused, not misread.
  * An embedded table holds the same fields, the spec and plan as JSON text.
  */
 #include "bundle.h"
@@ -41,6 +44,8 @@
 #include <xxhash.h>
 
 #include "error.h"
+#include "generate.h"
+#include "json.h"
 #include "log.h"
 
 #define WHERE_MAX 4352 /* "<path>: kernels[i]" in messages */
@@ -94,11 +99,15 @@ static cJSON *dim3(const unsigned v[3])
 	return int_array(w, 3);
 }
 
-static void add_entry(cJSON *entries, const struct lg_family *f, const struct lg_plan *p, int e)
+static void add_entry(cJSON *entries, const struct lg_family *f, enum lg_pass pass, const struct lg_plan *p,
+		      int e)
 {
 	struct lg_launch_dim d1, d8k;
-	f->geometry(p, e, 1, &d1);
-	f->geometry(p, e, 8192, &d8k);
+	int64_t s1[LG_MAX_SIZES], s8k[LG_MAX_SIZES];
+	lg_sizes_at(f, pass, 1, s1);
+	lg_sizes_at(f, pass, 8192, s8k);
+	f->geometry(p, e, s1, &d1);
+	f->geometry(p, e, s8k, &d8k);
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "name", p->entry[e]);
 	cJSON_AddItemToObject(o, "block", dim3(d1.block));
@@ -112,30 +121,99 @@ static void add_entry(cJSON *entries, const struct lg_family *f, const struct lg
 	cJSON_AddItemToArray(entries, o);
 }
 
-cJSON *lg_plan_to_json(const struct lg_family *f, const struct lg_plan *p)
+/* The tile keys of f set in `set` with their values, by name. */
+static cJSON *tile_object(const struct lg_family *f, const int64_t *v, uint64_t set)
 {
 	cJSON *o = cJSON_CreateObject();
-	cJSON *tile = cJSON_AddObjectToObject(o, "tile");
-	for (int i = 0; tile && i < LG_TILE_COUNT; i++)
-		cJSON_AddNumberToObject(tile, lg_tile_names[i], p->tile[i]);
-	cJSON_AddNumberToObject(o, "nargs", p->nargs);
+	for (int k = 0; o && k < f->nkeys; k++)
+		if (lg_key_is_tile(&f->keys[k]) && ((set >> k) & 1u))
+			cJSON_AddNumberToObject(o, f->keys[k].path + 5, (double)v[k]);
+	return o;
+}
+
+cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p)
+{
+	const struct lg_family *f = lg_family_get(s->op);
+	uint64_t tiles = 0;
+	for (int k = 0; k < f->nkeys; k++)
+		if (lg_key_is_tile(&f->keys[k]))
+			tiles |= (uint64_t)1 << k;
+	cJSON *o = cJSON_CreateObject();
+	cJSON_AddItemToObject(o, "given", tile_object(f, p->given.v, p->given.set));
+	cJSON_AddItemToObject(o, "tile", tile_object(f, p->tile, tiles));
 	int64_t used[LG_MAX_ARGS];
 	for (int i = 0; i < p->nargs; i++)
 		used[i] = p->used[i];
 	cJSON_AddItemToObject(o, "used", int_array(used, p->nargs));
-	cJSON_AddNumberToObject(o, "hidden", (double)p->hidden);
-	cJSON_AddItemToObject(o, "aux", int_array(p->aux, 4));
 	cJSON *entries = cJSON_AddArrayToObject(o, "entries");
 	for (int e = 0; entries && e < p->nentries; e++)
-		add_entry(entries, f, p, e);
+		add_entry(entries, f, s->pass, p, e);
 	/* cJSON's adders fail quietly: check the whole tree once */
-	char *text = o && tile && entries ? cJSON_PrintUnformatted(o) : NULL;
+	char *text = o && entries ? cJSON_PrintUnformatted(o) : NULL;
 	if (!text) {
 		cJSON_Delete(o);
 		return NULL;
 	}
 	free(text);
 	return o;
+}
+
+/* Is the recorded plan o (its JSON) the plan p this lingen makes? */
+static bool same_plan(const struct lg_spec *s, const struct lg_plan *p, const cJSON *o)
+{
+	cJSON *mine = lg_plan_to_json(s, p);
+	bool same = mine && cJSON_Compare(mine, o, true);
+	cJSON_Delete(mine);
+	return same;
+}
+
+/* The plan of spec s for target t as recorded in o: re-planned here from
+ * the spec and the recorded "given" tile (every value checked as a spec's
+ * would be), then compared with the whole record. */
+static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, const struct lg_target *t,
+				struct lg_plan *p, const char *where)
+{
+	const struct lg_family *f = lg_family_get(s->op);
+	const cJSON *given = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "given") : NULL;
+	if (!cJSON_IsObject(given))
+		return lg_fail(LG_ERR_SPEC, "%s: expected an object with \"given\", \"tile\", \"used\" and \"entries\"",
+			       where);
+	struct lg_spec planned = *s;
+	lg_status st = LG_OK;
+	if (given->child) {
+		struct lg_jreader r;
+		struct lg_tile_choice c;
+		lg_json_init(&r, where);
+		size_t mark = lg_json_push_key(&r, "given");
+		st = lg_keys_parse_tile(&r, given, f, &c);
+		lg_json_pop(&r, mark);
+		if (st == LG_OK)
+			st = lg_spec_with_tile(s, &c, &planned);
+	}
+	if (st == LG_OK)
+		st = lg_spec_check(&planned, where);
+	if (st != LG_OK)
+		return st;
+	if (lg_plan_for(&planned, t, p) != LG_OK) {
+		char msg[LG_ERROR_MAX / 2];
+		snprintf(msg, sizeof msg, "%s", lg_last_error());
+		return lg_fail(LG_ERR_SPEC, "%s: the recorded plan does not plan for %s: %s", where, t->name, msg);
+	}
+	if (!same_plan(s, p, o))
+		return lg_fail(LG_ERR_SPEC, "%s: the launch plan recorded differs from what lingen %s computes: rebuild the bundle with this lingen",
+			       where, lg_version());
+	return LG_OK;
+}
+
+uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *arch, const void *cubin,
+			    size_t size)
+{
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, canon, strlen(canon) + 1);
+	XXH3_64bits_update(&st, entry, strlen(entry) + 1);
+	XXH3_64bits_update(&st, arch, strlen(arch) + 1);
+	return XXH3_64bits_withSeed(cubin, size, XXH3_64bits_digest(&st));
 }
 
 /* An integer member in [lo, hi]. */
@@ -149,107 +227,6 @@ static bool get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int
 		return false;
 	*out = (int64_t)d;
 	return true;
-}
-
-/* An array of exactly n integers in [lo, hi]. */
-static bool get_ints(const cJSON *o, const char *key, int n, int64_t lo, int64_t hi, int64_t *out)
-{
-	const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key);
-	if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
-		return false;
-	for (int i = 0; i < n; i++) {
-		const cJSON *v = cJSON_GetArrayItem(a, i);
-		if (!cJSON_IsNumber(v) || v->valuedouble < (double)lo || v->valuedouble > (double)hi ||
-		    v->valuedouble != (double)(int64_t)v->valuedouble)
-			return false;
-		out[i] = (int64_t)v->valuedouble;
-	}
-	return true;
-}
-
-/* Does this lingen compute the launch geometry the bundle recorded? */
-static bool same_geometry(const struct lg_family *f, const struct lg_plan *p, int e, const cJSON *o)
-{
-	struct lg_launch_dim d1, d8k;
-	f->geometry(p, e, 1, &d1);
-	f->geometry(p, e, 8192, &d8k);
-	int64_t block[3], g1[3], g8k[3], smem;
-	if (!get_ints(o, "block", 3, 0, UINT32_MAX, block) || !get_ints(o, "grid_at_1", 3, 0, UINT32_MAX, g1) ||
-	    !get_ints(o, "grid_at_8192", 3, 0, UINT32_MAX, g8k) || !get_int(o, "smem", 0, UINT32_MAX, &smem))
-		return false;
-	for (int i = 0; i < 3; i++)
-		if (block[i] != d1.block[i] || g1[i] != d1.grid[i] || g8k[i] != d8k.grid[i])
-			return false;
-	return smem == d1.smem;
-}
-
-/* One entry point of a stored plan. */
-static lg_status entry_from_json(const cJSON *o, const struct lg_spec *s, struct lg_plan *p, int e,
-				 const char *where)
-{
-	const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, "name"));
-	const cJSON *pers = cJSON_GetObjectItemCaseSensitive(o, "persistent");
-	const cJSON *early = cJSON_GetObjectItemCaseSensitive(o, "early");
-	int64_t cluster, part;
-	if (!name || strncmp(name, s->entry, strlen(s->entry)) != 0 || strlen(name) >= sizeof p->entry[e])
-		return lg_fail(LG_ERR_SPEC, "%s.entries[%d].name: expected an entry point of %s", where, e,
-			       s->entry);
-	if (!cJSON_IsBool(pers) || !get_int(o, "cluster", 0, 64, &cluster))
-		return lg_fail(LG_ERR_SPEC, "%s.entries[%d]: expected \"persistent\" (bool) and \"cluster\" (0 to 64)",
-			       where, e);
-	if (!cJSON_IsBool(early) || !get_int(o, "part", 0, LG_MAX_ENTRIES, &part))
-		return lg_fail(LG_ERR_SPEC, "%s.entries[%d]: expected \"early\" (bool) and \"part\" (0 to %d)",
-			       where, e, LG_MAX_ENTRIES);
-	snprintf(p->entry[e], sizeof p->entry[e], "%s", name);
-	p->persistent[e] = cJSON_IsTrue(pers);
-	p->early[e] = cJSON_IsTrue(early);
-	p->part[e] = part;
-	p->cluster[e] = (unsigned)cluster;
-	return LG_OK;
-}
-
-/* The stored plan of spec s, checked against what this lingen knows of the
- * family. `where` names the plan object in messages. */
-static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, struct lg_plan *p,
-				const char *where)
-{
-	const struct lg_family *f = lg_family_get(s->op);
-	memset(p, 0, sizeof *p);
-	const cJSON *tile = cJSON_GetObjectItemCaseSensitive(o, "tile");
-	const cJSON *entries = cJSON_GetObjectItemCaseSensitive(o, "entries");
-	int64_t v, used[LG_MAX_ARGS];
-	if (!cJSON_IsObject(tile) || !cJSON_IsArray(entries))
-		return lg_fail(LG_ERR_SPEC, "%s: expected an object with \"tile\" and \"entries\"", where);
-	for (int i = 0; i < LG_TILE_COUNT; i++) {
-		if (!get_int(tile, lg_tile_names[i], 0, 1 << 20, &v))
-			return lg_fail(LG_ERR_SPEC, "%s.tile.%s: expected an integer", where, lg_tile_names[i]);
-		p->tile[i] = (int)v;
-	}
-	if (!get_int(o, "nargs", 0, LG_MAX_ARGS, &v) || v != f->nargs[s->pass])
-		return lg_fail(LG_ERR_SPEC, "%s.nargs: expected %d (the arguments of %s)", where,
-			       f->nargs[s->pass], s->entry);
-	p->nargs = (int)v;
-	if (!get_ints(o, "used", p->nargs, 0, 1, used))
-		return lg_fail(LG_ERR_SPEC, "%s.used: expected %d values 0 or 1", where, p->nargs);
-	for (int i = 0; i < p->nargs; i++)
-		p->used[i] = (unsigned char)used[i];
-	if (!get_int(o, "hidden", 0, INT64_C(1) << 40, &p->hidden) ||
-	    !get_ints(o, "aux", 4, -(INT64_C(1) << 40), INT64_C(1) << 40, p->aux))
-		return lg_fail(LG_ERR_SPEC, "%s: expected integers \"hidden\" and \"aux\" (4)", where);
-	int n = cJSON_GetArraySize(entries);
-	if (n < 1 || n > LG_MAX_ENTRIES)
-		return lg_fail(LG_ERR_SPEC, "%s.entries: expected 1 to %d entry points", where, LG_MAX_ENTRIES);
-	p->nentries = n;
-	for (int e = 0; e < n; e++) {
-		lg_status st = entry_from_json(cJSON_GetArrayItem(entries, e), s, p, e, where);
-		if (st != LG_OK)
-			return st;
-	}
-	for (int e = 0; e < n; e++)
-		if (!same_geometry(f, p, e, cJSON_GetArrayItem(entries, e)))
-			return lg_fail(LG_ERR_SPEC, "%s.entries[%d]: the launch geometry recorded differs from what lingen %s computes: rebuild the bundle with this lingen",
-				       where, e, lg_version());
-	return LG_OK;
 }
 
 /* ------------------------------------------------------------- items */
@@ -271,7 +248,7 @@ static lg_status item_init(struct item *it, const char *spec_json, const cJSON *
 	if (!lg_target_parse(arch, &t))
 		st = lg_fail(LG_ERR_SPEC, "%s.arch: '%s' is not an arch (expected sm_<NN>[a])", where, arch);
 	else
-		st = plan_from_json(plan, s, &it->plan, pwhere);
+		st = plan_from_json(plan, s, &t, &it->plan, pwhere);
 	if (st == LG_OK) {
 		it->canon = lg_spec_to_json(s);
 		it->entry = strdup(s->entry);
@@ -485,7 +462,7 @@ static lg_status item_cubin(const lg_bundle *b, const struct item *it, void **cu
 		if (!data)
 			return lg_fail(LG_ERR_IO, "cannot read %s of %s: %s", it->file, b->where, strerror(err));
 	}
-	uint64_t sum = XXH3_64bits(data, n);
+	uint64_t sum = lg_bundle_checksum(it->canon, it->entry, it->arch, data, n);
 	if (n != it->size || sum != it->checksum) {
 		free(data);
 		return lg_fail(LG_ERR_IO, "%s (%s for %s) in %s is corrupt: %zu bytes with checksum %016llx, the manifest says %zu bytes with checksum %016llx; rebuild the bundle",

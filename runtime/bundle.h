@@ -22,7 +22,7 @@
 #include "lingen.h"
 
 /* Version of manifest.json and of struct lg_aot_table (LG_AOT_FORMAT). */
-#define LG_MANIFEST_FORMAT 2
+#define LG_MANIFEST_FORMAT 3
 
 typedef struct lg_bundle lg_bundle;
 
@@ -43,9 +43,15 @@ void lg_bundle_free(lg_bundle *b);
 lg_status lg_bundle_get(const lg_bundle *b, const char *canon, const char *entry, const char *arch,
 			struct lg_plan *plan, void **cubin, size_t *size);
 
+/* The checksum a manifest or aot table records for a cubin: XXH3-64 of
+ * its bytes, seeded with the XXH3-64 of "<canonical spec>\0<entry>\0<arch>",
+ * so a cubin moved to another kernel's or arch's record fails it. */
+uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *arch, const void *cubin,
+			    size_t size);
+
 /* The plan as the manifest stores it: tile, args, aux, and per entry point
  * its name and launch geometry (block, dynamic smem, cluster, persistent,
  * the grid at 1 and 8192 tokens). NULL on allocation failure. */
-cJSON *lg_plan_to_json(const struct lg_family *f, const struct lg_plan *p);
+cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p);
 
 #endif

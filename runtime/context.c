@@ -325,8 +325,9 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
 /* Load a cubin and resolve its entry points; raise the dynamic shared
  * memory limit on every device where an entry needs more than 48 KB, and
  * size the grids of persistent entries for the current device. */
-static lg_status load(const struct lg_ctx_entry *e, const struct lg_family *f, struct lg_kernel *k)
+static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k)
 {
+	const struct lg_family *f = lg_family_get(s->op);
 	const struct lg_cu *cu;
 	lg_status st = lg_cu_get(&cu);
 	if (st == LG_OK)
@@ -335,9 +336,19 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_family *f, s
 		return st;
 	k->cu = cu;
 	k->fam = f;
+	k->sig = &f->sig[s->pass];
 	k->plan = e->plan;
-	k->nargs = e->plan.nargs;
+	k->nargs = k->sig->nargs;
+	k->nsizes = k->sig->nsizes;
 	k->workspace = f->workspace ? f->workspace(&e->plan) : 0;
+	for (int i = 0; i < k->nargs; i++) {
+		enum lg_arg_role role = k->sig->args[i].role;
+		k->need[i] = e->plan.used[i] && (role == LG_ARG_IN || role == LG_ARG_OUT ||
+						 (role == LG_ARG_WORKSPACE && k->workspace > 0));
+		k->align[i] = (unsigned)k->sig->args[i].align;
+	}
+	int64_t one[LG_MAX_SIZES];
+	lg_sizes_at(f, s->pass, 1, one);
 	const char *pdl = lg_env_get(LG_ENV_PDL);
 	k->early = !(pdl && strcmp(pdl, "0") == 0);
 	LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
@@ -346,7 +357,7 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_family *f, s
 	for (int i = 0; i < e->plan.nentries; i++) {
 		LG_CU_TRY(cu, cuLibraryGetKernel, (&k->fn[i], k->lib, e->plan.entry[i]));
 		struct lg_launch_dim d;
-		f->geometry(&e->plan, i, 1, &d);
+		f->geometry(&e->plan, i, one, &d);
 		if (d.smem > 48 * 1024)
 			for (int dev = 0; dev < ndev; dev++)
 				LG_CU_TRY(cu, cuKernelSetAttribute,
@@ -378,7 +389,7 @@ lg_status lg_kernel_get(lg_ctx *c, const lg_spec *s, lg_kernel **out)
 	if (!e->kernel) {
 		double t0 = lg_now();
 		struct lg_kernel *k = calloc(1, sizeof *k);
-		st = k ? load(e, lg_family_get(s->op), k) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+		st = k ? load(e, s, k) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 		if (st == LG_OK) {
 			e->kernel = k;
 			lg_log("loaded %s (%.3f ms)", s->entry, (lg_now() - t0) * 1e3);

@@ -15,12 +15,15 @@
 
 struct lg_kernel {
 	const struct lg_family *fam;
+	const struct lg_sig *sig;   /* the pass's sizes and arguments */
 	const struct lg_cu *cu;     /* driver table, resolved at load */
 	struct lg_plan plan;
 	CUlibrary lib;
 	CUkernel fn[LG_MAX_ENTRIES];
 	size_t workspace;
-	int nargs;
+	int nargs, nsizes;
+	unsigned char need[LG_MAX_ARGS]; /* pointer i must not be 0 */
+	unsigned align[LG_MAX_ARGS];     /* pointer i must be a multiple of this */
 	bool early; /* programmatic dependent launch allowed ($LINGEN_PDL != 0) */
 };
 

@@ -34,6 +34,10 @@ const struct lg_env_var lg_env_vars[LG_ENV_COUNT] = {
 			   "give none; \"off\" uses the heuristics",
 			   "<arch>.json in the source tree's configs/tuning, else in "
 			   "share/lingen/tuning"},
+	[LG_ENV_SEED] = {"LINGEN_SEED",
+			 "seed of the random inputs of `lingen check` (without --seed) and of the "
+			 "tests, to replay a run; each prints the seed it used",
+			 "a new seed from the clock"},
 };
 _Static_assert(sizeof lg_env_vars / sizeof lg_env_vars[0] == LG_ENV_COUNT,
 	       "every environment variable is in the table");

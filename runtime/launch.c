@@ -1,61 +1,90 @@
 /*
  * launch.c - the hot path: launching a loaded kernel on the caller's stream.
- * No hashing, no file access, no allocation: argument checks, the launch
- * geometry from the plan (integer arithmetic), cuLaunchKernel per entry.
+ * No hashing, no file access, no allocation: the sizes against their
+ * declared ranges, the pointers against their roles and alignment, the
+ * launch geometry from the plan (integer arithmetic, checked against the
+ * hardware's grid limits), cuLaunchKernel per entry with a non-empty grid.
  */
 #include <stdarg.h>
+#include <stdint.h>
 
 #include "context.h"
 #include "error.h"
 
-lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens, const lg_dptr *ptrs,
-			   int nptrs)
+/* The largest grid the hardware launches. */
+static bool grid_ok(const struct lg_launch_dim *d)
 {
-	if (!k || (!ptrs && nptrs))
-		return lg_fail(LG_ERR_INVALID_ARG, "lg_kernel_launch: kernel and pointers must not be NULL");
+	return d->grid[0] <= INT32_MAX && d->grid[1] <= 65535 && d->grid[2] <= 65535;
+}
+
+lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *sizes, int nsizes,
+			const lg_dptr *ptrs, int nptrs)
+{
+	if (!k || (!ptrs && nptrs) || (!sizes && nsizes))
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_kernel_run: kernel, sizes and pointers must not be NULL");
 	const struct lg_plan *p = &k->plan;
-	if (nptrs != k->nargs)
-		return lg_fail(LG_ERR_INVALID_ARG, "%s: %d pointers given, the kernel takes %d", p->entry[0],
-			       nptrs, k->nargs);
-	if (tokens < 0 || tokens > (int64_t)65535 * 128)
-		return lg_fail(LG_ERR_INVALID_ARG, "%s: tokens = %lld, allowed: 0 to %lld", p->entry[0],
-			       (long long)tokens, (long long)65535 * 128);
-	if (tokens == 0)
-		return LG_OK;
-	void *params[LG_MAX_ARGS + 2];
+	const struct lg_sig *g = k->sig;
+	if (nptrs != k->nargs || nsizes != k->nsizes)
+		return lg_fail(LG_ERR_INVALID_ARG, "%s: %d pointers and %d sizes given, the kernel takes %d and %d",
+			       p->entry[0], nptrs, nsizes, k->nargs, k->nsizes);
+	void *params[LG_MAX_ARGS + LG_MAX_SIZES + 1];
 	int64_t part = 0;
+	for (int i = 0; i < nsizes; i++) {
+		if (sizes[i] < g->sizes[i].min || sizes[i] > g->sizes[i].max)
+			return lg_fail(LG_ERR_INVALID_ARG, "%s: %s = %lld, allowed: %lld to %lld", p->entry[0],
+				       g->sizes[i].name, (long long)sizes[i], (long long)g->sizes[i].min,
+				       (long long)g->sizes[i].max);
+		params[nptrs + i] = (void *)&sizes[i];
+	}
 	for (int i = 0; i < nptrs; i++) {
-		if (p->used[i] && !ptrs[i])
-			return lg_fail(LG_ERR_INVALID_ARG, "%s: pointer %d must not be 0", p->entry[0], i);
-		if (ptrs[i] & 15)
-			return lg_fail(LG_ERR_INVALID_ARG, "%s: pointer %d (0x%llx) is not 16-byte aligned",
-				       p->entry[0], i, ptrs[i]);
+		if (k->need[i] && !ptrs[i])
+			return lg_fail(LG_ERR_INVALID_ARG, "%s: %s (argument %d) must not be 0", p->entry[0],
+				       g->args[i].name, i);
+		if (ptrs[i] % k->align[i])
+			return lg_fail(LG_ERR_INVALID_ARG, "%s: %s (argument %d, 0x%llx) is not %u-byte aligned",
+				       p->entry[0], g->args[i].name, i, ptrs[i], k->align[i]);
 		params[i] = (void *)&ptrs[i];
 	}
-	params[nptrs] = (void *)&tokens;
-	params[nptrs + 1] = (void *)&part;
+	params[nptrs + nsizes] = (void *)&part;
+	struct lg_launch_dim d[LG_MAX_ENTRIES];
 	for (int e = 0; e < p->nentries; e++) {
-		struct lg_launch_dim d;
-		k->fam->geometry(p, e, tokens, &d);
+		k->fam->geometry(p, e, sizes, &d[e]);
+		if (!grid_ok(&d[e]))
+			return lg_fail(LG_ERR_INVALID_ARG, "%s: sizes beyond this kernel's launch geometry (grid %u x %u x %u)",
+				       p->entry[e], d[e].grid[0], d[e].grid[1], d[e].grid[2]);
+	}
+	for (int e = 0; e < p->nentries; e++) {
+		if (!d[e].grid[0] || !d[e].grid[1] || !d[e].grid[2])
+			continue; /* nothing to do at these sizes */
 		part = p->part[e]; /* the driver copies the parameters at the call */
 		CUresult r;
 		if (p->early[e] && k->early) {
 			CUlaunchAttribute at = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
 			at.value.programmaticStreamSerializationAllowed = 1;
-			CUlaunchConfig cfg = {.gridDimX = d.grid[0], .gridDimY = d.grid[1], .gridDimZ = d.grid[2],
-					      .blockDimX = d.block[0], .blockDimY = d.block[1],
-					      .blockDimZ = d.block[2], .sharedMemBytes = d.smem,
-					      .hStream = (CUstream)stream, .attrs = &at, .numAttrs = 1};
+			CUlaunchConfig cfg = {.gridDimX = d[e].grid[0], .gridDimY = d[e].grid[1],
+					      .gridDimZ = d[e].grid[2], .blockDimX = d[e].block[0],
+					      .blockDimY = d[e].block[1], .blockDimZ = d[e].block[2],
+					      .sharedMemBytes = d[e].smem, .hStream = (CUstream)stream,
+					      .attrs = &at, .numAttrs = 1};
 			r = k->cu->cuLaunchKernelEx(&cfg, (CUfunction)k->fn[e], params, NULL);
 		} else {
-			r = k->cu->cuLaunchKernel((CUfunction)k->fn[e], d.grid[0], d.grid[1], d.grid[2],
-						  d.block[0], d.block[1], d.block[2], d.smem, (CUstream)stream,
-						  params, NULL);
+			r = k->cu->cuLaunchKernel((CUfunction)k->fn[e], d[e].grid[0], d[e].grid[1], d[e].grid[2],
+						  d[e].block[0], d[e].block[1], d[e].block[2], d[e].smem,
+						  (CUstream)stream, params, NULL);
 		}
 		if (r != CUDA_SUCCESS)
 			return lg_cu_fail(r, p->entry[e]);
 	}
 	return LG_OK;
+}
+
+lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens, const lg_dptr *ptrs,
+			   int nptrs)
+{
+	if (k && k->nsizes != 1)
+		return lg_fail(LG_ERR_INVALID_ARG, "%s: the kernel takes %d run-time sizes: use lg_kernel_run",
+			       k->plan.entry[0], k->nsizes);
+	return lg_kernel_run(k, stream, &tokens, 1, ptrs, nptrs);
 }
 
 static lg_status launch_n(const lg_kernel *k, lg_stream stream, int64_t tokens, int n, ...)

@@ -44,7 +44,9 @@
 	X(nvrtcGetProgramLogSize, (nvrtcProgram, size_t *))                                 \
 	X(nvrtcGetProgramLog, (nvrtcProgram, char *))                                       \
 	X(nvrtcGetCUBINSize, (nvrtcProgram, size_t *))                                      \
-	X(nvrtcGetCUBIN, (nvrtcProgram, char *))
+	X(nvrtcGetCUBIN, (nvrtcProgram, char *))                                            \
+	X(nvrtcGetNumSupportedArchs, (int *))                                               \
+	X(nvrtcGetSupportedArchs, (int *))
 
 struct nvrtc_api {
 	void *lib;
@@ -403,6 +405,26 @@ static void compile_failed(const char *name, const char *arch, const char *src,
 	append_source(src, log ? first_error_line(log) : 0);
 }
 
+/* Is the SM number of arch ("sm_90a": 90) one this NVRTC compiles for?
+ * Otherwise LG_ERR_UNSUPPORTED listing those it does. */
+static lg_status check_arch(const struct nvrtc_api *api, const char *arch, const char *name)
+{
+	int n = 0, archs[128], sm = atoi(arch + 3);
+	if (api->nvrtcGetNumSupportedArchs(&n) != NVRTC_SUCCESS || n <= 0 || n > 128 ||
+	    api->nvrtcGetSupportedArchs(archs) != NVRTC_SUCCESS)
+		return LG_OK; /* cannot tell: let the compile say */
+	for (int i = 0; i < n; i++)
+		if (archs[i] == sm)
+			return LG_OK;
+	int major = 0, minor = 0;
+	api->nvrtcVersion(&major, &minor);
+	lg_status st = lg_fail(LG_ERR_UNSUPPORTED, "cannot compile %s for %s: NVRTC %d.%d compiles for", name, arch,
+			       major, minor);
+	for (int i = 0; i < n; i++)
+		lg_fail_append("%s sm_%d", i ? "," : "", archs[i]);
+	return st;
+}
+
 lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin,
 			   size_t *size, char **log)
 {
@@ -423,6 +445,8 @@ lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, 
 			       name, arch ? arch : "(null)");
 	struct nvrtc_api api;
 	lg_status st = nv_get(&api);
+	if (st == LG_OK)
+		st = check_arch(&api, arch, name);
 	if (st != LG_OK)
 		return st;
 

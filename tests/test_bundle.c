@@ -1,6 +1,6 @@
 /*
  * test_bundle.c - deployment bundles without a GPU: `lingen build` writes a
- * manifest (format 2) naming every kernel x arch with its spec, entry, plan
+ * manifest (format 3) naming every kernel x arch with its spec, entry, plan
  * (launch geometry), checksum and the lingen and NVRTC versions; a context
  * on the bundle serves cubins with NVRTC made unloadable, gets as far as
  * the driver in lg_kernel_get, names kernel, arch and bundle for a kernel
@@ -28,6 +28,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "bundle.h"
 #include "lingen.h"
 #include "nvrtc.h"
 #include "proc.h"
@@ -128,6 +129,9 @@ static char *bundle_cubin(const char *entry, const char *arch, size_t *size)
 static void check_plan(const cJSON *plan)
 {
 	assert_true(cJSON_IsObject(cJSON_GetObjectItem(plan, "tile")));
+	assert_true(cJSON_IsObject(cJSON_GetObjectItem(plan, "given")));
+	assert_null(cJSON_GetObjectItem(plan, "hidden")); /* nothing family-private */
+	assert_null(cJSON_GetObjectItem(plan, "aux"));
 	assert_true(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(plan, "tile"), "threads")) > 0);
 	assert_true(cJSON_IsArray(cJSON_GetObjectItem(plan, "used")));
 	cJSON *es = cJSON_GetObjectItem(plan, "entries"), *e;
@@ -149,7 +153,7 @@ static void test_manifest(void **state)
 {
 	(void)state;
 	cJSON *m = load_manifest();
-	assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "format")), 2);
+	assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(m, "format")), 3);
 	assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(m, "lingen")), lg_version());
 	int major, minor;
 	char nv[32];
@@ -173,7 +177,8 @@ static void test_manifest(void **state)
 			char *data = bundle_cubin(lg_spec_entry(s), archs[a], &n);
 			lg_test_assert_cubin(data, n);
 			char sum[17];
-			snprintf(sum, sizeof sum, "%016llx", (unsigned long long)XXH3_64bits(data, n));
+			snprintf(sum, sizeof sum, "%016llx",
+				 (unsigned long long)lg_bundle_checksum(canon, lg_spec_entry(s), archs[a], data, n));
 			assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(k, "checksum")), sum);
 			assert_int_equal((size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(k, "size")), n);
 			free(data);
@@ -333,6 +338,39 @@ static void bad_geometry(cJSON *m)
 	cJSON_SetNumberValue(cJSON_GetArrayItem(cJSON_GetObjectItem(e, "block"), 0), 999);
 }
 
+/* A hostile tile in the recorded plan: a zero, then a key of no family. */
+static void set_given(cJSON *m, const char *key, double v)
+{
+	cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0);
+	cJSON *g = cJSON_GetObjectItem(cJSON_GetObjectItem(k, "plan"), "given");
+	cJSON_DeleteItemFromObject(g, key);
+	cJSON_AddNumberToObject(g, key, v);
+}
+static void zero_rows(cJSON *m) { set_given(m, "rows", 0); }
+static void huge_threads(cJSON *m) { set_given(m, "threads", 1e300); }
+static void unknown_tile(cJSON *m) { set_given(m, "warps", 4); }
+/* The recorded tile of kernel 0 changed: the plan no longer matches. */
+static void other_tile(cJSON *m)
+{
+	cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0);
+	cJSON *t = cJSON_GetObjectItem(cJSON_GetObjectItem(k, "plan"), "tile");
+	cJSON_ReplaceItemInObject(t, "threads", cJSON_CreateNumber(512));
+}
+
+/* file, size and checksum of kernels 0 and 1 swapped: each record names
+ * the other kernel's cubin, with its true checksum. */
+static void swap_cubins(cJSON *m)
+{
+	cJSON *a = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0);
+	cJSON *b = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 1);
+	static const char *const keys[] = {"file", "size", "checksum"};
+	for (int i = 0; i < 3; i++) {
+		cJSON *x = cJSON_DetachItemFromObject(a, keys[i]), *y = cJSON_DetachItemFromObject(b, keys[i]);
+		cJSON_AddItemToObject(a, keys[i], y);
+		cJSON_AddItemToObject(b, keys[i], x);
+	}
+}
+
 static void bad_spec(cJSON *m)
 {
 	cJSON *k = cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 2);
@@ -347,13 +385,21 @@ static void test_bad_manifest(void **state)
 	expect_bad_bundle(dir, LG_ERR_IO, "manifest.json");
 
 	char *path = lg_test_path(dir, "manifest.json");
-	lg_test_write_file(path, "{ \"format\": 2, ", 15);
+	lg_test_write_file(path, "{ \"format\": 3, ", 15);
 	expect_bad_bundle(dir, LG_ERR_SPEC, "not valid JSON");
 
 	write_edited(dir, set_format_1);
 	expect_bad_bundle(dir, LG_ERR_SPEC, "format 1");
 	write_edited(dir, bad_geometry);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan.entries[0]");
+	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan: the launch plan recorded differs");
+	write_edited(dir, other_tile);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan: the launch plan recorded differs");
+	write_edited(dir, zero_rows); /* was a division by zero in the geometry */
+	expect_bad_bundle(dir, LG_ERR_SPEC, "given.rows: found 0");
+	write_edited(dir, huge_threads);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "given.threads: found 1e+300");
+	write_edited(dir, unknown_tile);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "given: unknown key \"warps\"");
 	write_edited(dir, bad_spec);
 	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[2].spec");
 
@@ -362,6 +408,45 @@ static void test_bad_manifest(void **state)
 	assert_int_equal(lg_ctx_create(&both, &c), LG_ERR_INVALID_ARG);
 	free(path);
 	free(dir);
+}
+
+/* Records whose cubins were swapped (file, size, checksum moved together)
+ * are refused: the checksum binds each cubin to its spec, entry and arch. */
+static void test_swapped_cubins(void **state)
+{
+	(void)state;
+	lg_nvrtc_block_for_tests(1);
+	char *path = lg_test_path(bundle, "manifest.json");
+	char *orig = lg_test_read_file(path, NULL);
+	assert_non_null(orig);
+	cJSON *m = cJSON_Parse(orig);
+	assert_non_null(m);
+	swap_cubins(m);
+	char *spec_text = cJSON_PrintUnformatted(
+		cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0), "spec"));
+	const char *arch = cJSON_GetStringValue(
+		cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(m, "kernels"), 0), "arch"));
+	char *text = cJSON_Print(m);
+	lg_test_write_file(path, text, strlen(text));
+	lg_spec *s = NULL;
+	assert_int_equal(lg_spec_parse(spec_text, &s), LG_OK);
+	lg_ctx *c = bundle_ctx(arch, NULL);
+	const void *cubin;
+	size_t size;
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_ERR_IO);
+	assert_non_null(strstr(lg_last_error(), "checksum"));
+	lg_ctx_destroy(c);
+	lg_test_write_file(path, orig, strlen(orig)); /* the bundle as it was */
+	c = bundle_ctx(arch, NULL);
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_OK);
+	lg_ctx_destroy(c);
+	lg_spec_free(s);
+	cJSON_Delete(m);
+	free(text);
+	free(spec_text);
+	free(orig);
+	free(path);
+	lg_nvrtc_block_for_tests(0);
 }
 
 /* A context over a hand-made embedded table: the same lookups. */
@@ -385,7 +470,8 @@ static void test_aot_table(void **state)
 		es[i] = (struct lg_aot_entry){.spec = keep[3 * i], .entry = lg_spec_entry(s), .arch = "sm_80",
 					      .plan = keep[3 * i + 1],
 					      .cubin = (const unsigned char *)keep[3 * i + 2], .size = n,
-					      .checksum = XXH3_64bits(keep[3 * i + 2], n)};
+					      .checksum = lg_bundle_checksum(keep[3 * i], lg_spec_entry(s), "sm_80",
+									     keep[3 * i + 2], n)};
 	}
 	struct lg_aot_table t = {.format = LG_AOT_FORMAT, .lingen = LINGEN_VERSION, .nvrtc = "13.0",
 				 .count = nk, .entries = es};
@@ -461,13 +547,13 @@ static void test_aot_cli(void **state)
 	assert_non_null(strstr(htext, "lingen_aot_cubin("));
 	for (size_t i = 0; i < lg_spec_file_count(norms); i++) {
 		char *want;
-		assert_true(asprintf(&want, ".entry = \"%s\",", lg_spec_entry(lg_spec_file_get(norms, i))) > 0);
+		assert_true(asprintf(&want, "/* .entry */ \"%s\",", lg_spec_entry(lg_spec_file_get(norms, i))) > 0);
 		assert_int_equal(lg_test_count(text, want), NARCH);
 		free(want);
 	}
 	for (int a = 0; a < NARCH; a++) {
 		char *want;
-		assert_true(asprintf(&want, ".arch = \"%s\",", archs[a]) > 0);
+		assert_true(asprintf(&want, "/* .arch */ \"%s\",", archs[a]) > 0);
 		assert_int_equal(lg_test_count(text, want), (int)lg_spec_file_count(norms));
 		free(want);
 	}
@@ -480,6 +566,19 @@ static void test_aot_cli(void **state)
 		      (char *)"-I", dir, (char *)"-o", exe, src, main_c, NULL};
 	p = run_prog(0, cc);
 	lg_proc_free(&p);
+	/* the same file compiles as C++ (a C++ program links the table) */
+	if (access("/usr/bin/c++", X_OK) == 0) {
+		char *obj = lg_test_path(dir, "aot-cxx.o");
+		char *cxx[] = {(char *)"/usr/bin/c++", (char *)"-std=c++11", (char *)"-x", (char *)"c++",
+			       (char *)"-Wall", (char *)"-Wextra", (char *)"-Wpedantic", (char *)"-Werror",
+			       (char *)"-I" LG_SOURCE_DIR "/include", (char *)"-I", dir, (char *)"-c",
+			       (char *)"-o", obj, src, NULL};
+		p = run_prog(0, cxx);
+		lg_proc_free(&p);
+		free(obj);
+	} else {
+		fprintf(stderr, "no /usr/bin/c++: the C++ compile of lingen_aot.c is not checked\n");
+	}
 	char *entry = (char *)lg_spec_entry(lg_spec_file_get(norms, 2));
 	char *prog[] = {exe, entry, (char *)"sm_80", NULL};
 	p = run_prog(0, prog);
@@ -503,6 +602,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_manifest),     cmocka_unit_test(test_load_without_nvrtc),
 		cmocka_unit_test(test_corrupt_cubin), cmocka_unit_test(test_bad_manifest),
+		cmocka_unit_test(test_swapped_cubins),
 		cmocka_unit_test(test_aot_table),    cmocka_unit_test(test_aot_cli),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

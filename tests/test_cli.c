@@ -24,6 +24,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "bundle.h"
 #include "lingen.h"
 #include "proc.h"
 #include "testutil.h"
@@ -224,8 +225,10 @@ static void check_manifest(const char *dir, const char *const *archs, int narch)
 				char *data = lg_test_read_file(cubin, &n);
 				assert_non_null(data);
 				char sum[17];
+				char *canon = lg_spec_canonical(lg_spec_file_get(f, i));
 				snprintf(sum, sizeof sum, "%016llx",
-					 (unsigned long long)XXH3_64bits(data, n));
+					 (unsigned long long)lg_bundle_checksum(canon, entry, archs[a], data, n));
+				free(canon);
 				assert_string_equal(sum, cJSON_GetStringValue(
 								 cJSON_GetObjectItem(k, "checksum")));
 				free(data);
@@ -253,6 +256,26 @@ static void test_build(void **state)
 	check_manifest(out, archs, 2);
 
 	/* again, from the disk cache: same result */
+	run(0, cache, "build", NORMS, "--arch=sm_90a,sm_80", "-o", out, NULL);
+	check_manifest(out, archs, 2);
+
+	/* into the same folder for one arch: the other arch's cubins go, a
+	 * file that is not lingen's stays */
+	char *mine = lg_test_path(out, "notes.cubin");
+	lg_test_write_file(mine, "x", 1);
+	run(0, cache, "build", NORMS, "--arch", "sm_90a", "-o", out, NULL);
+	check_manifest(out, archs, 1);
+	size_t ncubins = 0;
+	char **cubins = lg_test_list_dir(out, ".cubin", &ncubins);
+	assert_non_null(cubins);
+	assert_true(ncubins >= 2);
+	for (size_t i = 0; i < ncubins; i++)
+		assert_true(strstr(cubins[i], ".sm_90a.cubin") || strstr(cubins[i], "notes.cubin"));
+	lg_test_free_list(cubins);
+	char *kept = lg_test_read_file(mine, NULL);
+	assert_non_null(kept);
+	free(kept);
+	free(mine);
 	run(0, cache, "build", NORMS, "--arch=sm_90a,sm_80", "-o", out, NULL);
 	check_manifest(out, archs, 2);
 
@@ -325,14 +348,36 @@ static void test_cache(void **state)
 static void test_check_without_gpu(void **state)
 {
 	(void)state;
-	if (access("/dev/nvidiactl", F_OK) == 0)
-		skip(); /* a GPU machine: check really runs (gpu tests cover it) */
+	if (access("/dev/nvidiactl", F_OK) == 0) {
+		print_message("skipped: a GPU machine, where check really runs (the gpu tests cover it)\n");
+		skip();
+	}
 	struct lg_proc p = cli(1, NULL, "check", NORMS, "--tokens", "256", NULL);
 	assert_true(strlen(p.err) > 0);
 	assert_non_null(strstr(p.err, "GPU"));
 	lg_proc_free(&p);
 
 	run(2, NULL, "check", NORMS, "--tokens", "0", NULL);
+}
+
+/* check's seed: --seed or LINGEN_SEED, checked before any GPU work (bad
+ * values are usage errors, exit 2); the help says where it comes from. */
+static void test_check_seed(void **state)
+{
+	(void)state;
+	struct lg_proc p = cli(2, NULL, "check", NORMS, "--seed", "x", NULL);
+	assert_non_null(strstr(p.err, "--seed"));
+	lg_proc_free(&p);
+	run(2, NULL, "check", NORMS, "--seed", "-1", NULL);
+	char *const argv[] = {(char *)LG_CLI, (char *)"check", (char *)NORMS, NULL};
+	char *const env[] = {(char *)"LINGEN_SEED=12x", NULL};
+	assert_int_equal(lg_proc_run(argv, env, &p), 0);
+	assert_int_equal(p.status, 2);
+	assert_non_null(strstr(p.err, "LINGEN_SEED: found '12x'"));
+	lg_proc_free(&p);
+	p = cli(0, NULL, "help", "check", NULL);
+	assert_non_null(strstr(p.out, "LINGEN_SEED"));
+	lg_proc_free(&p);
 }
 
 /* bench --jit needs no GPU for its compile and cache-read parts: exit 0,
@@ -481,7 +526,8 @@ int main(void)
 		cmocka_unit_test(test_help),          cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_gen),           cmocka_unit_test(test_gen_bad_input),
 		cmocka_unit_test(test_build),         cmocka_unit_test(test_cache),
-		cmocka_unit_test(test_check_without_gpu), cmocka_unit_test(test_bench_jit),
+		cmocka_unit_test(test_check_without_gpu), cmocka_unit_test(test_check_seed),
+		cmocka_unit_test(test_bench_jit),
 		cmocka_unit_test(test_expand),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

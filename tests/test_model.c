@@ -4,7 +4,8 @@
  * ling-mini-2.0 step is exactly the expected kernels (canonical JSON, each
  * once) and skips every family not implemented yet, by op and pass; every
  * way a config can be wrong gives one message naming the file, the JSON
- * path, what was found and what is allowed; truncated configs never crash.
+ * path, what was found and what is allowed; truncated and mutated configs
+ * never crash (the random mutations print their seed, LINGEN_SEED replays).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -363,6 +364,16 @@ static void test_fuzz(void **state)
 		}
 		text[i] = keep;
 	}
+	/* random mutations of several bytes at once, cut at a random length */
+	uint64_t st = lg_test_seed("test_model test_fuzz");
+	char *copy = malloc(len + 1);
+	assert_non_null(copy);
+	for (int round = 0; round < 5000; round++) {
+		memcpy(copy, text, len);
+		lg_test_mutate(copy, len, &st);
+		expand_exact(copy, lg_test_rand(&st) % 4 ? len : (size_t)(lg_test_rand(&st) % (len + 1)));
+	}
+	free(copy);
 	free(text);
 }
 

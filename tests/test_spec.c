@@ -4,7 +4,8 @@
  * specs get their defaults, a canonical form that round-trips and unique
  * entry names; a model expansion's "model" and "skipped" record is validated
  * and otherwise ignored; every shipped configs/kernels/ JSON file parses; truncated and
- * mutated input never crashes the parser (run under ASan too).
+ * mutated input never crashes the parser (run under ASan too; the random
+ * mutations print their seed, LINGEN_SEED replays them).
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -85,27 +86,27 @@ static const struct bad bad_specs[] = {
 	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"hidden\": 2048}"),
 	 {"kernels[0].dtype: found \"fp32\"", "allowed for op rmsnorm: \"bf16\""}},
 	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"),
-	 {"kernels[0].hidden: missing, required by op rmsnorm", "allowed: an integer"}},
+	 {"kernels[0].hidden: missing, required by op rmsnorm", "allowed: a multiple of 128 from 128 to 16384"}},
 	{FILE1("{\"op\": \"rmsnorm\", \"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"),
 	 {"kernels[0].op: duplicate key"}},
-	{RNX(", \"vocab\": 157184"), {"kernels[0].vocab: found 157184, not used by op rmsnorm",
+	{RNX(", \"vocab\": 157184"), {"kernels[0]: unknown key \"vocab\"",
 				      "allowed keys: op, pass, dtype, hidden, eps, tile"}},
 	{RNX(", \"hidden\": 4096"), {"kernels[0].hidden: duplicate key"}},
 	/* dims */
 	{RQH("2000"), {"kernels[0].hidden: found 2000", "allowed: a multiple of 128 from 128 to 16384"}},
 	{RQH("16512"), {"kernels[0].hidden: found 16512", "allowed: a multiple of 128 from 128 to 16384"}},
-	{RQH("0"), {"kernels[0].hidden: found 0", "allowed: an integer from 1 to"}},
-	{RQH("-128"), {"kernels[0].hidden: found -128", "allowed: an integer from 1 to"}},
-	{RQH("2048.5"), {"kernels[0].hidden: found 2048.5", "allowed: an integer"}},
-	{RQH("\"2048\""), {"kernels[0].hidden: found \"2048\" (a string)", "allowed: an integer"}},
-	{RQH("99999999999999999999"), {"kernels[0].hidden: found 1e+20", "allowed: an integer"}},
-	{RQH("1e400"), {"kernels[0].hidden: found a number out of range", "allowed: an integer"}},
-	{RQH("true"), {"kernels[0].hidden: found true (a boolean)", "allowed: an integer"}},
-	{RQH("null"), {"kernels[0].hidden: found null (null)", "allowed: an integer"}},
+	{RQH("0"), {"kernels[0].hidden: found 0", "allowed: a multiple of 128 from 128 to 16384"}},
+	{RQH("-128"), {"kernels[0].hidden: found -128", "allowed: a multiple of 128"}},
+	{RQH("2048.5"), {"kernels[0].hidden: found 2048.5", "allowed: a multiple of 128"}},
+	{RQH("\"2048\""), {"kernels[0].hidden: found \"2048\" (a string)", "allowed: a multiple of 128"}},
+	{RQH("99999999999999999999"), {"kernels[0].hidden: found 1e+20", "allowed: a multiple of 128"}},
+	{RQH("1e400"), {"kernels[0].hidden: found a number out of range", "allowed: a multiple of 128"}},
+	{RQH("true"), {"kernels[0].hidden: found true (a boolean)", "allowed: a multiple of 128"}},
+	{RQH("null"), {"kernels[0].hidden: found null (null)", "allowed: a multiple of 128"}},
 	/* eps */
-	{RNX(", \"eps\": 0"), {"kernels[0].eps: found 0", "allowed: a number greater than 0 and less than 1"}},
-	{RNX(", \"eps\": -1e-6"), {"kernels[0].eps: found -1e-06", "greater than 0"}},
-	{RNX(", \"eps\": 1"), {"kernels[0].eps: found 1,", "less than 1"}},
+	{RNX(", \"eps\": 0"), {"kernels[0].eps: found 0", "allowed: a number strictly between 0 and 1"}},
+	{RNX(", \"eps\": -1e-6"), {"kernels[0].eps: found -1e-06", "strictly between 0 and 1"}},
+	{RNX(", \"eps\": 1"), {"kernels[0].eps: found 1,", "strictly between 0 and 1"}},
 	{RNX(", \"eps\": \"1e-6\""), {"kernels[0].eps: found \"1e-6\" (a string)", "allowed: a number"}},
 	/* quant */
 	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048}"),
@@ -114,7 +115,7 @@ static const struct bad bad_specs[] = {
 				  "allowed keys: op, pass, dtype, hidden, eps, tile"}},
 	{RQQ("[]"), {"kernels[0].quant: found an array", "allowed: an object"}},
 	{RQQ("{\"block\": 64}"), {"kernels[0].quant.block: found 64", "allowed: 128"}},
-	{RQQ("{\"block\": 0}"), {"kernels[0].quant.block: found 0", "allowed: an integer from 1"}},
+	{RQQ("{\"block\": 0}"), {"kernels[0].quant.block: found 0", "allowed: 128"}},
 	{RQQ("{\"format\": \"e5m2\"}"), {"kernels[0].quant.format: found \"e5m2\"", "allowed: \"e4m3\""}},
 	{RQQ("{\"output\": \"rows\"}"),
 	 {"kernels[0].quant.output: found \"rows\"", "allowed: \"rowwise\", \"columnwise\", \"both\""}},
@@ -128,10 +129,26 @@ static const struct bad bad_specs[] = {
 	{RNX(", \"tile\": {\"rowz\": 4}"),
 	 {"kernels[0].tile: unknown key \"rowz\"", "allowed keys: rows, threads", "did you mean \"rows\"?"}},
 	{RNX(", \"tile\": {\"cols\": 256}"),
-	 {"kernels[0].tile.cols: found 256, not used by op rmsnorm", "allowed keys: rows, threads"}},
-	{RNX(", \"tile\": {\"rows\": 0}"), {"kernels[0].tile.rows: found 0", "allowed: an integer from 1 to 65536"}},
-	{RNX(", \"tile\": {\"threads\": 131072}"), {"kernels[0].tile.threads: found 131072", "to 65536"}},
+	 {"kernels[0].tile: unknown key \"cols\"", "allowed keys: rows, threads"}},
+	{RNX(", \"tile\": {\"rows\": 0}"), {"kernels[0].tile.rows: found 0", "allowed: 1, 2, 4, 8, 16"}},
+	{RNX(", \"tile\": {\"threads\": 131072}"), {"kernels[0].tile.threads: found 131072", "allowed: 128, 256, 512, 1024"}},
 	{RNX(", \"tile\": 4"), {"kernels[0].tile: found 4", "allowed: an object with keys rows, threads"}},
+	/* tiles no target can plan: bad input (LG_ERR_SPEC, exit 2) with the path */
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	       "\"quant\": {}, \"tile\": {\"rows\": 3}}"),
+	 {"kernels[0].tile.rows: found 3", "allowed: 8, 4, 2, 1"}},
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	       "\"quant\": {}, \"tile\": {\"rows\": 33, \"threads\": 1024}}"),
+	 {"kernels[0].tile.rows: found 33", "allowed: 64, 32, 16, 8, 4, 2, 1"}},
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 16384, "
+	       "\"quant\": {}, \"tile\": {\"cluster\": 128}}"),
+	 {"kernels[0].tile.cluster: found 128", "the fused form takes hidden <= 2048"}},
+	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 16384, "
+	       "\"tile\": {\"rows\": 16}}"),
+	 {"kernels[0].tile.rows: found 16", "allowed: 1 to 2"}},
+	/* integers JSON cannot hold exactly */
+	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 9007199254740993}"),
+	 {"kernels[0].hidden: found 9007199254740992 (2^53 or more", "allowed: a multiple of 128"}},
 	/* a later kernel gets its own path */
 	{"{\"kernels\": [" RN ", " RQ ",\n " RQ_BLOCK64 "]}", {"kernels[2].quant.block: found 64", "allowed: 128"}},
 	/* "model" and "skipped": the record of a model expansion */
@@ -198,21 +215,26 @@ static void test_defaults(void **state)
 	assert_int_equal(s->op, LG_OP_RMSNORM_QUANT);
 	assert_int_equal(s->pass, LG_PASS_FORWARD);
 	assert_int_equal(s->dtype, LG_DTYPE_BF16);
-	assert_true(lg_spec_has_dim(s, LG_DIM_HIDDEN));
-	assert_int_equal(s->dim_set, 1u << LG_DIM_HIDDEN);
-	assert_int_equal(s->dim[LG_DIM_HIDDEN], 2048);
-	assert_true(s->eps == 1e-6);
-	assert_true(s->quant.present);
-	assert_int_equal(s->quant.format, LG_QFMT_E4M3);
-	assert_int_equal(s->quant.block, 128);
-	assert_true(s->quant.round_scale);
-	assert_int_equal(s->quant.output, LG_QOUT_BOTH);
-	assert_int_equal(s->tile_set, 0);
+	const struct lg_family *f = lg_family_get(s->op);
+	int hidden = lg_family_key(f, "hidden"), eps = lg_family_key(f, "eps"), tile = lg_family_key(f, "tile");
+	assert_true(hidden >= 0 && eps >= 0 && tile >= 0);
+	assert_true(lg_spec_has(s, hidden));
+	assert_int_equal(lg_spec_int(s, hidden), 2048);
+	assert_true(lg_spec_num(s, eps) == 1e-6);
+	struct lg_quant q = lg_spec_quant(s);
+	assert_true(q.present);
+	assert_int_equal(q.format, LG_QFMT_E4M3);
+	assert_int_equal(q.block, 128);
+	assert_true(q.round_scale);
+	assert_int_equal(q.output, LG_QOUT_BOTH);
+	for (int k = 0; k < f->nkeys; k++) /* no tile key is set */
+		assert_false(lg_key_is_tile(&f->keys[k]) && lg_spec_has(s, k));
+	assert_false(lg_spec_has(s, tile));
 	lg_spec_free(s);
 
 	s = parse_ok(RN);
-	assert_false(s->quant.present);
-	assert_true(s->eps == 1e-6);
+	assert_false(lg_spec_quant(s).present);
+	assert_true(lg_spec_num(s, lg_family_key(lg_family_get(s->op), "eps")) == 1e-6);
 	lg_spec_free(s);
 }
 
@@ -390,19 +412,22 @@ static void test_shipped_configs(void **state)
 static void test_long_entry_is_hashed(void **state)
 {
 	(void)state;
-	struct lg_spec s = {.op = LG_OP_RMSNORM, .pass = LG_PASS_FORWARD, .dtype = LG_DTYPE_BF16,
-			    .eps = 1e-6};
-	for (int d = 0; d < LG_DIM_COUNT; d++) {
-		s.dim[d] = ((int64_t)1 << 53) - d;
-		s.dim_set |= 1u << d;
+	/* every key of the family set to a long value: a name past 120 characters */
+	struct lg_spec s = {.op = LG_OP_RMSNORM_QUANT, .pass = LG_PASS_FORWARD, .dtype = LG_DTYPE_BF16};
+	const struct lg_family *f = lg_family_get(s.op);
+	for (int k = 0; k < f->nkeys; k++) {
+		enum lg_key_type t = f->keys[k].type;
+		s.v[k] = t == LG_KEY_INT ? ((int64_t)1 << 53) - k : 0;
+		s.num[k] = 0.25;
+		s.set |= (uint64_t)1 << k;
 	}
 	lg_spec_make_entry(&s);
 	assert_true(strlen(s.entry) < 120);
 	assert_true(is_identifier(s.entry));
-	assert_non_null(strstr(s.entry, "lg_rmsnorm_fwd_bf16_x"));
+	assert_non_null(strstr(s.entry, "lg_rmsnorm_quant_fwd_bf16_x"));
 	char first[128];
 	memcpy(first, s.entry, sizeof first);
-	s.dim[LG_DIM_TOPK]++;
+	s.v[lg_family_key(f, "tile.stages")]++;
 	lg_spec_make_entry(&s);
 	assert_string_not_equal(first, s.entry);
 }
@@ -442,6 +467,16 @@ static void test_fuzz(void **state)
 		}
 		text[i] = keep;
 	}
+	/* random mutations of several bytes at once, cut at a random length */
+	uint64_t rng = lg_test_seed("test_spec test_fuzz");
+	char *copy = malloc(len + 1);
+	assert_non_null(copy);
+	for (int round = 0; round < 20000; round++) {
+		memcpy(copy, text, len);
+		lg_test_mutate(copy, len, &rng);
+		parse_exact(copy, lg_test_rand(&rng) % 4 ? len : (size_t)(lg_test_rand(&rng) % (len + 1)));
+	}
+	free(copy);
 	free(text);
 
 	/* single kernels, truncated (lg_spec_parse reads up to the NUL) */

@@ -28,6 +28,10 @@
 #include "testutil.h"
 #include "tuning.h"
 
+/* Key index of a tile key of rmsnorm_quant (QT) or rmsnorm (NT). */
+#define QT(name) lg_family_key(lg_family_get(LG_OP_RMSNORM_QUANT), "tile." name)
+#define NT(name) lg_family_key(lg_family_get(LG_OP_RMSNORM), "tile." name)
+
 #define KQ(h) "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #h ", \"quant\": {}}"
 #define KN "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048}"
 #define FILE_OF(arch, entries) "{\"arch\": \"" arch "\", \"entries\": [" entries "]}"
@@ -60,9 +64,9 @@ static void test_parse_good(void **state)
 	lg_spec *q = spec(KQ(2048)), *n = spec(KN), *other = spec(KQ(4096));
 	const struct lg_tuning_entry *e = lg_tuning_find(t, q);
 	assert_non_null(e);
-	assert_int_equal(e->tile.set, (1u << LG_TILE_THREADS) | (1u << LG_TILE_ROWS));
-	assert_int_equal(e->tile.tile[LG_TILE_THREADS], 256);
-	assert_int_equal(e->tile.tile[LG_TILE_ROWS], 8);
+	assert_int_equal(e->tile.set, ((uint64_t)1 << QT("threads")) | ((uint64_t)1 << QT("rows")));
+	assert_int_equal(e->tile.v[QT("threads")], 256);
+	assert_int_equal(e->tile.v[QT("rows")], 8);
 	assert_true(e->us == 34.5 && e->us_default == 35.17);
 	e = lg_tuning_find(t, n);
 	assert_non_null(e);
@@ -76,7 +80,7 @@ static void test_parse_good(void **state)
 	assert_int_equal(lg_tuning_apply(t, qt, &r), LG_OK);
 	assert_string_equal(r.entry, qt->entry);
 	assert_int_equal(lg_tuning_apply(t, q, &r), LG_OK);
-	assert_int_equal(r.tile[LG_TILE_THREADS], 256);
+	assert_int_equal(r.v[QT("threads")], 256);
 	assert_non_null(strstr(r.entry, "_t"));
 	lg_spec_free(q);
 	lg_spec_free(n);
@@ -125,7 +129,7 @@ static const struct bad bad_files[] = {
 	{NULL, FILE_OF("sm_90a", ENTRY(KN, "{}")),
 	 {"entries[0].tile: found an empty object", "allowed: an object with one or more of rows, threads"}},
 	{NULL, FILE_OF("sm_90a", ENTRY(KN, "{\"threads\": \"many\"}")),
-	 {"entries[0].tile.threads: found \"many\" (a string)", "allowed: an integer"}},
+	 {"entries[0].tile.threads: found \"many\" (a string)", "allowed: 128, 256, 512, 1024"}},
 	{NULL, FILE_OF("sm_90a", ENTRY(KN, "{\"threads\": 100}")),
 	 {"entries[0].tile.threads: found 100", "allowed: 128, 256, 512, 1024"}},
 	{NULL, FILE_OF("sm_90a", ENTRY(KQ(2048), "{\"cluster\": 4}")),
@@ -172,9 +176,9 @@ static void test_roundtrip(void **state)
 	assert_int_equal(lg_tuning_parse(good, strlen(good), "sm_90a.json", &t), LG_OK);
 	lg_spec *q = spec(KQ(2048)), *b = spec("{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", "
 					      "\"hidden\": 4096}");
-	struct lg_tile_choice c = {.tile[LG_TILE_THREADS] = 512, .set = 1u << LG_TILE_THREADS};
+	struct lg_tile_choice c = lg_tile1(QT("threads"), 512), cb = lg_tile1(NT("threads"), 512);
 	assert_int_equal(lg_tuning_set(t, q, &c, 30.25, 35.0), LG_OK); /* replaces */
-	assert_int_equal(lg_tuning_set(t, b, &c, 50.0, -1), LG_OK);    /* adds */
+	assert_int_equal(lg_tuning_set(t, b, &cb, 50.0, -1), LG_OK);   /* adds */
 	assert_int_equal(t->n, 3);
 	assert_int_equal(lg_tuning_note(&t->device, "dev \"x\"\n"), LG_OK);
 	char *text = lg_tuning_to_json(t);
@@ -184,8 +188,8 @@ static void test_roundtrip(void **state)
 	assert_string_equal(u->device, "dev \"x\"\n");
 	const struct lg_tuning_entry *e = lg_tuning_find(u, q);
 	assert_non_null(e);
-	assert_int_equal(e->tile.set, 1u << LG_TILE_THREADS);
-	assert_int_equal(e->tile.tile[LG_TILE_THREADS], 512);
+	assert_int_equal(e->tile.set, (uint64_t)1 << QT("threads"));
+	assert_int_equal(e->tile.v[QT("threads")], 512);
 	assert_true(e->us == 30.25 && e->us_default == 35.0);
 	/* same table, same text (entries sorted by key) */
 	char *again = lg_tuning_to_json(u);
@@ -266,21 +270,21 @@ static void test_precedence(void **state)
 	lg_spec *own = spec("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
 			    "\"hidden\": 2048, \"quant\": {}, \"tile\": {\"threads\": 512}}");
 	struct lg_plan p = plan_in(c, own, &src);
-	assert_int_equal(p.tile[LG_TILE_THREADS], 512);
+	assert_int_equal(p.tile[QT("threads")], 512);
 	assert_non_null(strstr(src, "\"tile\": {\"threads\": 512}"));
 	free(src);
 	/* (b) no tile: the tuning entry's tile, visible in the banner and entry names */
 	lg_spec *q = spec(KQ(2048));
 	p = plan_in(c, q, &src);
-	assert_int_equal(p.tile[LG_TILE_THREADS], 256);
-	assert_int_equal(p.tile[LG_TILE_ROWS], 8);
+	assert_int_equal(p.tile[QT("threads")], 256);
+	assert_int_equal(p.tile[QT("rows")], 8);
 	assert_non_null(strstr(src, "\"tile\": {\"rows\": 8, \"threads\": 256}"));
 	assert_non_null(strstr(p.entry[0], "_tr8t256"));
 	free(src);
 	/* (c) no entry for the key: the heuristic (128 threads for rmsnorm_quant) */
 	lg_spec *h = spec(KQ(4096));
 	p = plan_in(c, h, &src);
-	assert_int_equal(p.tile[LG_TILE_THREADS], 128);
+	assert_int_equal(p.tile[QT("threads")], 128);
 	assert_null(strstr(src, "\"tile\""));
 	free(src);
 	lg_ctx_destroy(c);
@@ -288,7 +292,7 @@ static void test_precedence(void **state)
 	c = ctx_for("sm_90a", "off");
 	assert_null(c->tuning);
 	p = plan_in(c, q, &src);
-	assert_int_equal(p.tile[LG_TILE_THREADS], 128);
+	assert_int_equal(p.tile[QT("threads")], 128);
 	free(src);
 	lg_ctx_destroy(c);
 	setenv("LINGEN_TUNING", "off", 1);
@@ -300,7 +304,7 @@ static void test_precedence(void **state)
 	c = ctx_for("sm_90a", NULL);
 	assert_non_null(c->tuning);
 	p = plan_in(c, q, &src);
-	assert_int_equal(p.tile[LG_TILE_THREADS], 256);
+	assert_int_equal(p.tile[QT("threads")], 256);
 	free(src);
 	lg_ctx_destroy(c);
 	c = ctx_for("sm_90a", "off");
@@ -342,7 +346,7 @@ static void test_context_cubin(void **state)
 		char *canon = lg_spec_canonical(q);
 		assert_string_equal(c->entries[0]->canon, canon);
 		free(canon);
-		assert_int_equal(c->entries[0]->plan.tile[LG_TILE_THREADS], 256);
+		assert_int_equal(c->entries[0]->plan.tile[QT("threads")], 256);
 		assert_non_null(strstr(c->entries[0]->plan.entry[0], "_tr8t256"));
 	}
 	lg_spec_free(q);
@@ -415,9 +419,9 @@ static void test_candidates(void **state)
 			for (int k = 0; k < n; k++) {
 				struct lg_spec v;
 				struct lg_plan p;
-				lg_spec_with_tile(s, &c[k], &v);
-				assert_int_equal(f->validate(&v, ""), LG_OK);
-				assert_int_equal(f->plan(&v, &tg, &p), LG_OK);
+				assert_int_equal(lg_spec_with_tile(s, &c[k], &v), LG_OK);
+				assert_int_equal(lg_spec_check(&v, ""), LG_OK);
+				assert_int_equal(lg_plan_for(&v, &tg, &p), LG_OK);
 				char *src = NULL;
 				assert_int_equal(lg_generate_for(&v, &tg, &p, &src, NULL), LG_OK);
 				free(src);
@@ -432,14 +436,14 @@ static void test_candidates(void **state)
 	lg_spec *q = spec(KQ(2048)), *n = spec(KN), *b = spec(specs[8]), *big = spec(KQ(5120));
 	const struct lg_family *fq = lg_family_get(LG_OP_RMSNORM_QUANT), *fn = lg_family_get(LG_OP_RMSNORM);
 	assert_int_equal(fq->candidates(q, &h, c, LG_MAX_CANDIDATES), 6); /* 3 threads, 256x8, 2 fused */
-	assert_int_equal(c[4].tile[LG_TILE_CLUSTER], 16);
-	assert_int_equal(c[5].tile[LG_TILE_STAGES], 2);
+	assert_int_equal(c[4].v[QT("cluster")], 16);
+	assert_int_equal(c[5].v[QT("stages")], 2);
 	assert_int_equal(fq->candidates(q, &a, c, LG_MAX_CANDIDATES), 4);      /* no fused on sm_80 */
 	assert_int_equal(fq->candidates(big, &h, c, LG_MAX_CANDIDATES), 4);    /* hidden/128 > 16 */
 	assert_int_equal(fq->candidates(q, &h, c, 2), 2);                      /* max honoured */
 	assert_int_equal(fn->candidates(n, &h, c, LG_MAX_CANDIDATES), 3);
 	assert_int_equal(fn->candidates(b, &h, c, LG_MAX_CANDIDATES), 4);
-	assert_int_equal(c[3].tile[LG_TILE_THREADS], 1024);
+	assert_int_equal(c[3].v[NT("threads")], 1024);
 	lg_spec_free(q);
 	lg_spec_free(n);
 	lg_spec_free(b);

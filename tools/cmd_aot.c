@@ -86,7 +86,7 @@ static void emit_cubin(lg_buf *b, const struct lg_compile_set *s, size_t i)
 	const struct lg_compiled *c = &s->c[i];
 	const unsigned char *p = c->cubin;
 	lg_line(b, "/* %s for %s: %zu bytes */", lg_spec_entry(c->k->spec), s->archs[c->arch], c->size);
-	lg_open(b, "static _Alignas(16) const unsigned char cubin_%zu[%zu] = {", i, c->size);
+	lg_open(b, "LG_AOT_ALIGN16 static const unsigned char cubin_%zu[%zu] = {", i, c->size);
 	for (size_t k = 0; k < c->size; k += 16) {
 		lg_emit(b, "\t");
 		for (size_t j = k; j < c->size && j < k + 16; j++)
@@ -102,24 +102,25 @@ static bool emit_entry(lg_buf *b, const struct lg_compile_set *s, size_t i)
 {
 	const struct lg_compiled *c = &s->c[i];
 	char *canon = lg_spec_canonical(c->k->spec);
-	cJSON *pj = lg_plan_to_json(lg_family_get(c->k->spec->op), &c->plan);
+	cJSON *pj = lg_plan_to_json(c->k->spec, &c->plan);
 	char *plan = pj ? cJSON_PrintUnformatted(pj) : NULL;
 	cJSON_Delete(pj);
 	if (canon && plan) {
+		/* positional, in struct order: the same text is C and C++ */
 		lg_open(b, "{");
-		lg_line(b, ".spec =");
+		lg_line(b, "/* .spec */");
 		lg_emit(b, "\t\t");
 		emit_cstr(b, canon);
 		lg_emit(b, ",\n");
-		lg_line(b, ".entry = \"%s\",", lg_spec_entry(c->k->spec));
-		lg_line(b, ".arch = \"%s\",", s->archs[c->arch]);
-		lg_line(b, ".plan =");
+		lg_line(b, "/* .entry */ \"%s\",", lg_spec_entry(c->k->spec));
+		lg_line(b, "/* .arch */ \"%s\",", s->archs[c->arch]);
+		lg_line(b, "/* .plan */");
 		lg_emit(b, "\t\t");
 		emit_cstr(b, plan);
 		lg_emit(b, ",\n");
-		lg_line(b, ".cubin = cubin_%zu,", i);
-		lg_line(b, ".size = sizeof cubin_%zu,", i);
-		lg_line(b, ".checksum = 0x%016llxull,", (unsigned long long)c->checksum);
+		lg_line(b, "/* .cubin */ cubin_%zu,", i);
+		lg_line(b, "/* .size */ sizeof cubin_%zu,", i);
+		lg_line(b, "/* .checksum */ 0x%016llxull,", (unsigned long long)c->checksum);
 		lg_close_with(b, "},");
 	}
 	bool ok = canon && plan;
@@ -147,6 +148,13 @@ static char *source(const struct lg_compile_set *s)
 	lg_line(&b, "%s", "");
 	lg_line(&b, "#include \"lingen_aot.h\"");
 	lg_line(&b, "%s", "");
+	lg_line(&b, "/* compiles as C11 and as C++11 */");
+	lg_line(&b, "#ifdef __cplusplus");
+	lg_line(&b, "#define LG_AOT_ALIGN16 alignas(16)");
+	lg_line(&b, "#else");
+	lg_line(&b, "#define LG_AOT_ALIGN16 _Alignas(16)");
+	lg_line(&b, "#endif");
+	lg_line(&b, "%s", "");
 	for (size_t i = 0; i < s->n; i++)
 		emit_cubin(&b, s, i);
 	lg_open(&b, "static const struct lg_aot_entry entries[%zu] = {", s->n ? s->n : 1);
@@ -156,11 +164,11 @@ static char *source(const struct lg_compile_set *s)
 	lg_close_with(&b, "};");
 	lg_line(&b, "%s", "");
 	lg_open(&b, "static const struct lg_aot_table table = {");
-	lg_line(&b, ".format = %d,", LG_AOT_FORMAT);
-	lg_line(&b, ".lingen = \"%s\",", lg_version());
-	lg_line(&b, ".nvrtc = \"%s\",", nv);
-	lg_line(&b, ".count = %zu,", s->n);
-	lg_line(&b, ".entries = entries,");
+	lg_line(&b, "/* .format */ %d,", LG_AOT_FORMAT);
+	lg_line(&b, "/* .lingen */ \"%s\",", lg_version());
+	lg_line(&b, "/* .nvrtc */ \"%s\",", nv);
+	lg_line(&b, "/* .count */ %zu,", s->n);
+	lg_line(&b, "/* .entries */ entries,");
 	lg_close_with(&b, "};");
 	lg_line(&b, "%s", "");
 	lg_line(&b, "const struct lg_aot_table *lingen_aot(void) { return &table; }");

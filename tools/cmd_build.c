@@ -6,7 +6,7 @@
  * Compiling is compile_all.c's (shared with `lingen aot`): N threads, a
  * progress line per cubin. The cubins are then written atomically and the
  * manifest last, so a bundle with a manifest is complete. The manifest's
- * layout (format LG_MANIFEST_FORMAT = 2) is documented at the top of
+ * layout (format LG_MANIFEST_FORMAT = 3) is documented at the top of
  * runtime/bundle.c, beside its reader:
  *   format, lingen and NVRTC versions, archs, and per cubin: the canonical
  *   spec, entry, arch, file, size, XXH3-64 checksum, and the plan (tile,
@@ -14,9 +14,11 @@
  *   persistence and grid at 1 and 8192 tokens).
  * A context created with lg_ctx_opts.bundle = DIR loads from it.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -48,7 +50,7 @@ static cJSON *manifest_kernel(const struct lg_compile_set *s, const struct lg_co
 	const lg_spec *spec = c->k->spec;
 	char *canon = lg_spec_canonical(spec), *file = cubin_name(s, c);
 	cJSON *o = cJSON_CreateObject(), *js = canon ? cJSON_Parse(canon) : NULL;
-	cJSON *plan = lg_plan_to_json(lg_family_get(spec->op), &c->plan);
+	cJSON *plan = lg_plan_to_json(spec, &c->plan);
 	char sum[17];
 	snprintf(sum, sizeof sum, "%016llx", (unsigned long long)c->checksum);
 	bool ok = o && js && plan && file && cJSON_AddItemToObject(o, "spec", js);
@@ -104,10 +106,51 @@ static char *manifest(const struct lg_compile_set *s)
 	return t;
 }
 
-/* Write every cubin, then the manifest. */
+/* Remove the cubins of an earlier build that this one does not list:
+ * files named like lingen's ("lg_<...>.sm_<...>.cubin") only. */
+static int remove_stale(const char *dir, const struct lg_compile_set *s)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", dir, strerror(errno));
+	int rc = LG_EXIT_OK;
+	struct dirent *e;
+	while (rc == LG_EXIT_OK && (e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (strncmp(e->d_name, "lg_", 3) != 0 || n < 7 || strcmp(e->d_name + n - 6, ".cubin") != 0 ||
+		    !strstr(e->d_name, ".sm_"))
+			continue;
+		bool listed = false;
+		for (size_t i = 0; !listed && i < s->n; i++) {
+			char *name = cubin_name(s, &s->c[i]);
+			if (!name) {
+				rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+				break;
+			}
+			listed = strcmp(name, e->d_name) == 0;
+			free(name);
+		}
+		char *path = rc == LG_EXIT_OK && !listed ? lg_cli_path(dir, e->d_name) : NULL;
+		if (path && unlink(path) != 0 && errno != ENOENT)
+			rc = lg_cli_fail(LG_EXIT_FAIL, "cannot remove %s of an earlier build: %s", path, strerror(errno));
+		free(path);
+	}
+	closedir(d);
+	return rc;
+}
+
+/* Write every cubin, then the manifest (an earlier build's manifest is
+ * removed first, so that a folder with one is always complete), then
+ * remove the cubins of an earlier build the new manifest does not list. */
 static int write_bundle(const char *dir, const struct lg_compile_set *s)
 {
 	int rc = LG_EXIT_OK;
+	char *old = lg_cli_path(dir, "manifest.json");
+	if (!old)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	if (unlink(old) != 0 && errno != ENOENT)
+		rc = lg_cli_fail(LG_EXIT_FAIL, "cannot replace %s: %s", old, strerror(errno));
+	free(old);
 	for (size_t i = 0; rc == LG_EXIT_OK && i < s->n; i++) {
 		char *name = cubin_name(s, &s->c[i]);
 		char *path = name ? lg_cli_path(dir, name) : NULL;
@@ -126,7 +169,7 @@ static int write_bundle(const char *dir, const struct lg_compile_set *s)
 		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, strerror(errno));
 	free(text);
 	free(path);
-	return rc;
+	return rc == LG_EXIT_OK ? remove_stale(dir, s) : rc;
 }
 
 static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
@@ -139,9 +182,10 @@ const struct lg_cli_cmd lg_cmd_build = {
 	.synopsis = "SPEC... --arch ARCH[,ARCH...] -o DIR [-j N]",
 	.summary = "pre-generate cubins into a deployment bundle (manifest + cubins)",
 	.details = "Writes DIR/<entry>.<arch>.cubin for every kernel and arch, then\n"
-		   "DIR/manifest.json (format 2: canonical spec, entry, arch, file, size,\n"
-		   "XXH3-64 checksum and launch plan of each cubin; lingen and NVRTC\n"
-		   "versions). Needs NVRTC on a cache miss, never a GPU. Cubins go through\n"
+		   "DIR/manifest.json (format 3: canonical spec, entry, arch, file, size,\n"
+		   "checksum and launch plan of each cubin; lingen and NVRTC versions),\n"
+		   "and removes the cubins of an earlier build into DIR that it does not\n"
+		   "list. Needs NVRTC on a cache miss, never a GPU. Cubins go through\n"
 		   "the disk cache. Load the bundle from C with lg_ctx_opts.bundle = DIR:\n"
 		   "no NVRTC is needed there, and a kernel missing from it is an error.\n",
 	.opts = opts,

@@ -1,8 +1,9 @@
 /*
  * cmd_check.c - `lingen check SPEC... [--tokens N[,N...]] [--seed S]`: run
  * each kernel on the GPU against its plain-C reference (tools/harness) with
- * fresh random inputs, one line per kernel and token count. Exit 1 if any
- * check fails or there is no GPU.
+ * random inputs, one line per kernel and token count. The seed is --seed,
+ * else $LINGEN_SEED, else new from the clock, and is printed first so a run
+ * can be replayed. Exit 1 if any check fails or there is no GPU.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +14,21 @@
 enum { O_TOKENS, O_SEED };
 static const struct lg_cli_opt opts[] = {
 	[O_TOKENS] = {"tokens", 't', "N[,N...]", "token counts to check (default 8192)"},
-	[O_SEED] = {"seed", 's', "S", "input seed (default: from the clock)"},
+	[O_SEED] = {"seed", 's', "S", "input seed (default: $LINGEN_SEED, else from the clock)"},
 	{0},
 };
+
+/* "y bf16 exact", or "dx bf16 <=0+slack ulp (max 3; 612 with slack, 2 at bound)". */
+static void print_ulp(const struct lg_check_measure *m)
+{
+	if (m->ulp_bound == 0 && !m->slack)
+		printf("  %s %s %s", m->name, m->kind,
+		       m->mismatches ? "NOT exact" : "exact");
+	else
+		printf("  %s %s <=%d%s ulp (max %llu; %llu with slack, %llu at bound)", m->name, m->kind,
+		       m->ulp_bound, m->slack ? "+slack" : "", (unsigned long long)m->max_ulps,
+		       (unsigned long long)m->slack, (unsigned long long)m->at_bound);
+}
 
 /* "q fp8 eq=0.999812  s scale bit-equal  ..." for one result. */
 static void print_measures(const struct lg_check_result *r)
@@ -23,7 +36,9 @@ static void print_measures(const struct lg_check_result *r)
 	double max_rel = 0;
 	for (int i = 0; i < r->nmeasures; i++) {
 		const struct lg_check_measure *m = &r->m[i];
-		if (strcmp(m->kind, "fp8") == 0)
+		if (m->ulp_bound >= 0)
+			print_ulp(m);
+		else if (strcmp(m->kind, "fp8") == 0)
 			printf("  %s fp8 eq=%.6f", m->name, m->equal_frac);
 		else if (strcmp(m->kind, "scale") == 0)
 			printf("  %s scale %s", m->name,
@@ -76,6 +91,19 @@ static int check_all(lg_ctx *ctx, const struct lg_cli_specs *s, const int64_t *t
 	return rc;
 }
 
+/* --seed, else $LINGEN_SEED, else a new one; 2 on a bad value. */
+static int pick_seed(const struct lg_cli_cmd *cmd, const char *opt, long long *seed)
+{
+	if (opt)
+		return lg_cli_int(cmd, "seed", opt, 0, INT64_MAX, seed);
+	uint64_t s = 0;
+	bool set = false;
+	if (lg_check_env_seed(&s, &set) != LG_OK)
+		return lg_cli_usage_error(cmd, "%s", lg_last_error());
+	*seed = (long long)(set ? s : lg_check_fresh_seed());
+	return LG_EXIT_OK;
+}
+
 static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 {
 	struct lg_cli_args a;
@@ -88,14 +116,16 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 	struct lg_cli_specs specs = {0};
 	lg_ctx *ctx = NULL;
 	rc = lg_cli_tokens(cmd, a.val[O_TOKENS], 8192, &tokens, &nt);
-	if (rc == LG_EXIT_OK && a.val[O_SEED])
-		rc = lg_cli_int(cmd, "seed", a.val[O_SEED], 0, INT64_MAX, &seed);
+	if (rc == LG_EXIT_OK)
+		rc = pick_seed(cmd, a.val[O_SEED], &seed);
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_load_specs(a.pos, a.npos, &specs);
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_gpu_ctx("check", &ctx);
-	if (rc == LG_EXIT_OK)
+	if (rc == LG_EXIT_OK) {
+		printf("seed: %lld (replay with --seed %lld or LINGEN_SEED=%lld)\n", seed, seed, seed);
 		rc = check_all(ctx, &specs, tokens, nt, (uint64_t)seed);
+	}
 	if (ctx)
 		lg_ctx_destroy(ctx);
 	lg_cli_specs_free(&specs);
@@ -108,8 +138,10 @@ const struct lg_cli_cmd lg_cmd_check = {
 	.name = "check",
 	.synopsis = "SPEC... [--tokens N[,N...]] [--seed S]",
 	.summary = "run each kernel on the GPU against its CPU reference",
-	.details = "Prints PASS/FAIL per kernel and token count with the measures of\n"
-		   "KERNELS.md (fp8 equal fraction, scale bit-equality, max relative error).\n"
+	.details = "Prints the seed of the random inputs, then PASS/FAIL per kernel and\n"
+		   "token count with the measures of KERNELS.md (fp8 equal fraction, scale\n"
+		   "bit-equality, outputs checked exactly or within ulps, max relative error).\n"
+		   "The seed is --seed, else $LINGEN_SEED, else new from the clock.\n"
 		   "Exit 1 if any check fails. Needs a GPU.\n",
 	.opts = opts,
 	.min_pos = 1,

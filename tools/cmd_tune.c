@@ -25,6 +25,7 @@
 
 #include "cli.h"
 #include "cuda.h"
+#include "generate.h"
 #include "harness/harness.h"
 #include "tuning.h"
 
@@ -47,16 +48,16 @@ struct tune {
 	int failed_checks, no_winner;
 };
 
-/* "threads=256 rows=8" for the keys set in c (all keys of the family when
- * mask is the family's, for a plan's tile). */
-static void tile_label(const int *tile, uint32_t set, char *out, size_t size)
+/* "rows=8 threads=256" for the tile keys of f set in `set` (all of them,
+ * for a plan's tile). */
+static void tile_label(const struct lg_family *f, const int64_t *tile, uint64_t set, char *out, size_t size)
 {
 	size_t n = 0;
 	out[0] = '\0';
-	for (int k = 0; k < LG_TILE_COUNT && n < size; k++)
-		if ((set >> k) & 1u)
-			n += (size_t)snprintf(out + n, size - n, "%s%s=%d", n ? " " : "", lg_tile_names[k],
-					      tile[k]);
+	for (int k = 0; k < f->nkeys && n < size; k++)
+		if (lg_key_is_tile(&f->keys[k]) && ((set >> k) & 1u))
+			n += (size_t)snprintf(out + n, size - n, "%s%s=%lld", n ? " " : "", f->keys[k].path + 5,
+					      (long long)tile[k]);
 }
 
 /* Check s at the tuning token count and at ODD_TOKENS, then time it.
@@ -65,14 +66,15 @@ static bool measure(struct tune *t, const struct lg_spec *s, double *us, char *w
 {
 	int64_t counts[2] = {t->tokens, ODD_TOKENS};
 	for (int i = 0; i < (t->tokens == ODD_TOKENS ? 1 : 2); i++) {
-		struct lg_check_opts co = {.tokens = counts[i], .max_report = 3, .out = stdout};
+		struct lg_check_opts co = {.tokens = counts[i], .seed = lg_check_fresh_seed(), .max_report = 3,
+					   .out = stdout};
 		struct lg_check_result r;
 		memset(&r, 0, sizeof r);
 		fflush(stdout);
 		lg_status st = lg_check_kernel(t->ctx, s, &co, &r);
 		if (st != LG_OK || !r.pass) {
-			snprintf(why, size, "check at %lld tokens: %s", (long long)counts[i],
-				 st != LG_OK ? lg_cli_error(st) : "mismatches");
+			snprintf(why, size, "check at %lld tokens, seed %llu: %s", (long long)counts[i],
+				 (unsigned long long)co.seed, st != LG_OK ? lg_cli_error(st) : "mismatches");
 			return false;
 		}
 	}
@@ -109,10 +111,9 @@ static int tune_one(struct tune *t, const struct lg_spec *base)
 	printf("  %-40s %10s  %s\n", "candidate", "median us", "check");
 	char label[128], why[512];
 	struct lg_plan p;
-	memset(&p, 0, sizeof p);
 	label[0] = '\0';
-	if (f->plan(base, &t->target, &p) == LG_OK)
-		tile_label(p.tile, f->tile_keys, label, sizeof label);
+	if (lg_plan_for(base, &t->target, &p) == LG_OK)
+		tile_label(f, p.tile, ~(uint64_t)0, label, sizeof label);
 	char hlabel[160];
 	snprintf(hlabel, sizeof hlabel, "heuristic (%s)", label);
 	double def_us = 0, best_us = INFINITY;
@@ -124,9 +125,8 @@ static int tune_one(struct tune *t, const struct lg_spec *base)
 	for (int i = 0; i < n; i++) {
 		struct lg_spec v;
 		double us = 0;
-		lg_spec_with_tile(base, &c[i], &v);
-		tile_label(c[i].tile, c[i].set, label, sizeof label);
-		bool ok = measure(t, &v, &us, why, sizeof why);
+		tile_label(f, c[i].v, c[i].set, label, sizeof label);
+		bool ok = lg_spec_with_tile(base, &c[i], &v) == LG_OK && measure(t, &v, &us, why, sizeof why);
 		print_row(label, ok, us, why);
 		if (!ok)
 			t->failed_checks++;
@@ -143,7 +143,7 @@ static int tune_one(struct tune *t, const struct lg_spec *base)
 		printf("  -> the heuristic is fastest (%.2f us): no entry\n\n", def_us);
 		return LG_EXIT_OK;
 	}
-	tile_label(c[best].tile, c[best].set, label, sizeof label);
+	tile_label(f, c[best].v, c[best].set, label, sizeof label);
 	if (def_ok)
 		printf("  -> %s: %.2f us (heuristic %.2f us)\n\n", label, best_us, def_us);
 	else

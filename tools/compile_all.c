@@ -18,6 +18,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "bundle.h"  /* lg_bundle_checksum */
 #include "context.h" /* lg_ctx_plan */
 #include "nvrtc.h"
 
@@ -53,7 +54,13 @@ static void run_job(const struct lg_compile_set *s, lg_ctx *ctx, struct lg_compi
 		job_fail(j, lg_cli_status_exit(st), "%s (%s): %s", entry, s->archs[j->arch], lg_cli_error(st));
 		return;
 	}
-	j->checksum = XXH3_64bits(cubin, j->size);
+	char *canon = lg_spec_canonical(j->k->spec);
+	if (!canon) {
+		job_fail(j, LG_EXIT_FAIL, "out of memory");
+		return;
+	}
+	j->checksum = lg_bundle_checksum(canon, entry, s->archs[j->arch], cubin, j->size);
+	free(canon);
 	if (!(j->cubin = malloc(j->size)))
 		job_fail(j, LG_EXIT_FAIL, "out of memory");
 	else

@@ -8,9 +8,11 @@
  * bad input (see cli.h).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "family.h"
 #include "nvrtc.h"
 
 static const struct lg_cli_cmd *const commands[] = {
@@ -31,15 +33,17 @@ static void usage(FILE *f)
 {
 	fprintf(f, "lingen %s - a template-free CUDA kernel generator\n\n"
 		   "usage: lingen COMMAND [ARGS...]\n"
-		   "       lingen help COMMAND | --help | --version\n\ncommands:\n",
+		   "       lingen help COMMAND | OP | --help | --version\n\ncommands:\n",
 		lg_version());
 	for (size_t i = 0; i < NCOMMANDS; i++)
 		fprintf(f, "  %-7s %s\n", commands[i]->name, commands[i]->summary);
 	fputs("\nSPEC is a kernel spec file (configs/kernels/*.json) or a model config\n"
 	      "(configs/models/*.json, expanded into one training step's kernels).\n"
 	      "Exit status: 0 success, 1 failed check or runtime error, 2 bad usage or input.\n"
-	      "Environment variables: see 'lingen env'.\n",
+	      "Environment variables: see 'lingen env'.\n\nops (kernel families; 'lingen help OP' shows one's keys and arguments):\n",
 	      f);
+	for (int i = 0; i < LG_OP_COUNT; i++)
+		fprintf(f, "  %-14s %s\n", lg_op_names[i], lg_family_get((enum lg_op)i)->summary);
 }
 
 static int version(void)
@@ -61,10 +65,21 @@ static int help(int argc, char **argv)
 		return LG_EXIT_OK;
 	}
 	const struct lg_cli_cmd *c = find(argv[2]);
-	if (!c)
-		return lg_cli_usage_error(NULL, "no command '%s'", argv[2]);
-	lg_cli_help(c, stdout);
-	return LG_EXIT_OK;
+	if (c) {
+		lg_cli_help(c, stdout);
+		return LG_EXIT_OK;
+	}
+	for (int i = 0; i < LG_OP_COUNT; i++) {
+		if (strcmp(lg_op_names[i], argv[2]) != 0)
+			continue;
+		char *text = lg_family_help(lg_family_get((enum lg_op)i));
+		if (!text)
+			return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+		fputs(text, stdout);
+		free(text);
+		return LG_EXIT_OK;
+	}
+	return lg_cli_usage_error(NULL, "no command or op '%s'", argv[2]);
 }
 
 int main(int argc, char **argv)

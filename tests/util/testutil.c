@@ -16,6 +16,10 @@
 
 #include <cmocka.h>
 
+#include "cuda.h"
+#include "harness.h"
+#include "ref.h"
+
 static void die(const char *what)
 {
 	perror(what);
@@ -203,4 +207,46 @@ void lg_test_assert_cubin(const void *cubin, size_t size)
 	assert_non_null(cubin);
 	assert_true(size > 64);
 	assert_memory_equal(cubin, "\177ELF", 4);
+}
+
+void lg_test_require_gpu(const char *test)
+{
+	const struct lg_cu *cu;
+	if (lg_cu_get(&cu) == LG_OK && lg_cu_ensure_context(0) == LG_OK)
+		return;
+	printf("SKIP %s: no CUDA device or driver: %s\n", test, lg_last_error());
+	fflush(stdout);
+	exit(LG_TEST_SKIP);
+}
+
+uint64_t lg_test_seed(const char *test)
+{
+	uint64_t seed = 0;
+	bool set = false;
+	if (lg_check_env_seed(&seed, &set) != LG_OK) {
+		fprintf(stderr, "%s: %s\n", test, lg_last_error());
+		abort();
+	}
+	if (!set)
+		seed = lg_check_fresh_seed();
+	printf("%s: seed: %llu (replay with LINGEN_SEED=%llu)\n", test, (unsigned long long)seed,
+	       (unsigned long long)seed);
+	fflush(stdout);
+	return seed;
+}
+
+uint64_t lg_test_rand(uint64_t *state)
+{
+	return lg_ref_rand(state);
+}
+
+void lg_test_mutate(char *buf, size_t len, uint64_t *state)
+{
+	static const char json[] = "\"{}[],:0123456789-+.eE \\nutfalse";
+	int n = 1 + (int)(lg_test_rand(state) % 8);
+	for (int i = 0; i < n && len; i++) {
+		uint64_t r = lg_test_rand(state);
+		size_t at = (size_t)(r % len);
+		buf[at] = (r >> 32) % 4 ? json[(r >> 40) % (sizeof json - 1)] : (char)(r >> 48);
+	}
 }

@@ -11,6 +11,27 @@
 #define LG_TESTUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+/* The exit status of a test program that cannot run here (no GPU): ctest's
+ * SKIP_RETURN_CODE for the gpu tests, so they show as skipped, not passed. */
+#define LG_TEST_SKIP 77
+
+/* Unless a CUDA driver and device are present (a context can be made
+ * current), print "SKIP <test>: <why>" and exit with LG_TEST_SKIP. */
+void lg_test_require_gpu(const char *test);
+
+/* The seed of a test's random inputs: $LINGEN_SEED when set, else a new one
+ * from the clock. Prints "<test>: seed: N (replay with LINGEN_SEED=N)". A
+ * LINGEN_SEED that is not a number aborts the test. */
+uint64_t lg_test_seed(const char *test);
+
+/* The next number of a splitmix64 sequence (state: a seed, then updated). */
+uint64_t lg_test_rand(uint64_t *state);
+
+/* Overwrite 1 to 8 random bytes of buf[0..len) with characters that matter
+ * to JSON (quotes, brackets, digits, ...) or random bytes, for fuzzing. */
+void lg_test_mutate(char *buf, size_t len, uint64_t *state);
 
 /* A new empty folder $TMPDIR/lingen-<tag>-XXXXXX ($TMPDIR defaults to
  * /tmp). The caller frees the path with free() after lg_test_rm_rf(). */

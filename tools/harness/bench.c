@@ -135,7 +135,7 @@ struct kernel_arg {
 static lg_status run_kernel(void *p)
 {
 	struct kernel_arg *a = p;
-	return lg_kernel_launch(a->k, NULL, a->tokens, a->g->ptrs, a->g->ref.n);
+	return lg_gpu_case_launch(a->g, a->k, NULL);
 }
 
 lg_status lg_bench_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_bench_opts *o,
@@ -150,7 +150,7 @@ lg_status lg_bench_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_bench_o
 	struct lg_gpu_case g;
 	memset(&g, 0, sizeof g);
 	if (st == LG_OK)
-		st = lg_gpu_case_init(&g, s, o->tokens, 12345, lg_kernel_workspace_size(k));
+		st = lg_gpu_case_init(&g, s, o->tokens, 12345, k);
 	struct kernel_arg a = {k, &g, o->tokens};
 	int warm = o->warmup > 0 ? o->warmup : 10, reps = o->reps > 0 ? o->reps : 50;
 	for (int i = 0; i < warm && st == LG_OK; i++)
@@ -158,7 +158,7 @@ lg_status lg_bench_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_bench_o
 	if (st == LG_OK)
 		st = time_median(&t, reps, run_kernel, &a, &r->median_us, &r->min_us);
 	if (st == LG_OK) {
-		r->bytes = lg_family_get(s->op)->bytes(s, o->tokens);
+		r->bytes = lg_bytes_moved(s, k->plan.used, g.ref.sizes);
 		r->gbps = r->bytes / (r->median_us * 1e-6) / 1e9;
 	}
 	if (g.cu)

@@ -4,7 +4,9 @@
  *          e4m3 step of the reference (KERNELS.md 4.3);
  *   scale: fp32 bit-equal (4.2);
  *   fp32, bf16: |got - ref| <= rtol |ref| + atol max(1, rms(ref)) elementwise
- *               (the tolerances of 1.4, the absolute one scaled by the output).
+ *               (the tolerances of 1.4, the absolute one scaled by the output);
+ *   e4m3, bf16, fp32 by ulps: every element within ulps (+ its slack) steps
+ *               of its format from the reference; 0 ulps is bit-equality.
  * Every kind counts elements still holding the 0xff poison as unwritten.
  */
 #include "compare.h"
@@ -14,12 +16,19 @@
 
 #include "numeric_ref.h"
 
+static bool is_ulp(enum lg_cmp c)
+{
+	return c == LG_CMP_E4M3_ULP || c == LG_CMP_BF16_ULP || c == LG_CMP_FP32_ULP;
+}
+
 static double value(const struct lg_ref_buf *b, const void *p, size_t i)
 {
 	switch (b->cmp) {
 	case LG_CMP_E4M3:
+	case LG_CMP_E4M3_ULP:
 		return lg_ref_e4m3_to_f32(((const uint8_t *)p)[i]);
 	case LG_CMP_BF16:
+	case LG_CMP_BF16_ULP:
 		return lg_ref_bf16_to_f32(((const uint16_t *)p)[i]);
 	default:
 		return ((const float *)p)[i];
@@ -44,14 +53,74 @@ static double e4m3_step(double v)
 	return ldexp(1.0, (int)floor(log2(a)) - 3);
 }
 
+/* The element's bits, and whether they are a NaN, for the _ULP kinds. */
+static uint32_t bits(const struct lg_ref_buf *b, const void *p, size_t i, bool *nan)
+{
+	uint32_t u = 0, mag;
+	memcpy(&u, (const uint8_t *)p + i * b->elem, b->elem); /* little-endian */
+	switch (b->cmp) {
+	case LG_CMP_E4M3_ULP:
+		mag = u & 0x7fu;
+		*nan = mag == 0x7fu;
+		break;
+	case LG_CMP_BF16_ULP:
+		mag = u & 0x7fffu;
+		*nan = mag > 0x7f80u;
+		break;
+	default:
+		mag = u & 0x7fffffffu;
+		*nan = mag > 0x7f800000u;
+		break;
+	}
+	return u;
+}
+
+/* Distance in steps of the format between two encodings (sign-magnitude):
+ * the number of representable values between them, plus one. Equal bits
+ * are 0 apart; +0 and -0 are 1 apart (so 0 ulps is bit-equality); a NaN is
+ * infinitely far from anything but itself. */
+static uint64_t ulp_distance(const struct lg_ref_buf *b, const void *got, const void *ref, size_t i)
+{
+	bool gn, rn;
+	uint32_t g = bits(b, got, i, &gn), r = bits(b, ref, i, &rn);
+	if (g == r)
+		return 0;
+	if (gn || rn)
+		return UINT64_MAX;
+	uint32_t sbit = 1u << (8 * b->elem - 1);
+	int64_t og = (g & sbit) ? -(int64_t)(g & (sbit - 1)) : (int64_t)g;
+	int64_t orr = (r & sbit) ? -(int64_t)(r & (sbit - 1)) : (int64_t)r;
+	uint64_t d = (uint64_t)(og > orr ? og - orr : orr - og);
+	return d ? d : 1;
+}
+
 static const char *kind_name(enum lg_cmp c)
 {
 	switch (c) {
-	case LG_CMP_E4M3: return "fp8";
+	case LG_CMP_E4M3:
+	case LG_CMP_E4M3_ULP:
+		return "fp8";
 	case LG_CMP_SCALE: return "scale";
-	case LG_CMP_BF16: return "bf16";
+	case LG_CMP_BF16:
+	case LG_CMP_BF16_ULP:
+		return "bf16";
 	default: return "fp32";
 	}
+}
+
+/* The _ULP kinds: is element i within its bound? Counts the slack and the
+ * elements at their bound into m. */
+static bool ulp_ok(const struct lg_ref_buf *b, const void *got, size_t i, struct lg_check_measure *m)
+{
+	uint64_t bound = (uint64_t)b->ulps + (b->slack ? b->slack[i] : 0);
+	uint64_t d = ulp_distance(b, got, b->host, i);
+	if (b->slack && b->slack[i])
+		m->slack++;
+	if (d > m->max_ulps)
+		m->max_ulps = d > (1ull << 32) ? 1ull << 32 : d;
+	if (d && d == bound)
+		m->at_bound++;
+	return d <= bound;
 }
 
 void lg_compare(const struct lg_ref_buf *b, const void *got, int max_report, FILE *out,
@@ -61,6 +130,7 @@ void lg_compare(const struct lg_ref_buf *b, const void *got, int max_report, FIL
 	snprintf(m->name, sizeof m->name, "%s", b->name);
 	snprintf(m->kind, sizeof m->kind, "%s", kind_name(b->cmp));
 	m->count = b->count;
+	m->ulp_bound = is_ulp(b->cmp) ? b->ulps : -1;
 	uint64_t equal = 0, far = 0;
 	double num = 0, den = 0;
 	int reported = 0;
@@ -83,6 +153,19 @@ void lg_compare(const struct lg_ref_buf *b, const void *got, int max_report, FIL
 		if (!same && poisoned(b, got, i)) {
 			m->unwritten++;
 			far++;
+		} else if (is_ulp(b->cmp)) {
+			bool ok = ulp_ok(b, got, i, m);
+			equal += same;
+			if (!ok)
+				far++;
+			if (!same && isfinite(r) && fabs(r) > 0 && fabs(g - r) / fabs(r) > m->max_rel)
+				m->max_rel = fabs(g - r) / fabs(r);
+			if (!ok && reported < max_report && out) {
+				fprintf(out, "    %s[%zu]: got %.9g, expected %.9g (%llu ulps, bound %llu)\n",
+					b->name, i, g, r, (unsigned long long)ulp_distance(b, got, b->host, i),
+					(unsigned long long)b->ulps + (b->slack ? b->slack[i] : 0));
+				reported++;
+			}
 		} else if (same) {
 			equal++;
 		} else {

@@ -9,7 +9,7 @@
 #include "error.h"
 
 lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64_t tokens,
-			   uint64_t seed, size_t workspace)
+			   uint64_t seed, const lg_kernel *k)
 {
 	memset(g, 0, sizeof *g);
 	lg_status st = lg_cu_get(&g->cu);
@@ -19,14 +19,14 @@ lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64
 	if (st != LG_OK)
 		return st;
 	const struct lg_ref_family *rf = lg_ref_family_get(s->op);
-	const struct lg_family *f = lg_family_get(s->op);
-	rf->describe(s, tokens, &g->ref);
+	int64_t sizes[LG_MAX_SIZES];
+	lg_sizes_at(lg_family_get(s->op), s->pass, tokens, sizes);
+	st = lg_ref_case_init(&g->ref, s, sizes, k->plan.used, lg_kernel_workspace_size(k));
+	if (st != LG_OK)
+		return st;
+	rf->describe(s, &g->ref);
 	for (int i = 0; i < g->ref.n; i++) {
 		struct lg_ref_buf *b = &g->ref.buf[i];
-		if (f->args[s->pass][i].role == LG_ARG_WORKSPACE) {
-			b->count = workspace;
-			b->elem = 1;
-		}
 		if (!b->count)
 			continue;
 		size_t bytes = b->count * b->elem;
@@ -38,13 +38,18 @@ lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64
 		LG_CU_TRY(g->cu, cuMemAlloc, (&g->dev[i], bytes));
 		g->ptrs[i] = g->dev[i];
 	}
-	rf->fill(s, tokens, &g->ref, seed);
+	rf->fill(s, &g->ref, seed);
 	for (int i = 0; i < g->ref.n; i++) {
 		struct lg_ref_buf *b = &g->ref.buf[i];
 		if (b->count && !b->output && b->cmp == LG_CMP_NONE && g->dev[i])
 			LG_CU_TRY(g->cu, cuMemcpyHtoD, (g->dev[i], b->host, b->count * b->elem));
 	}
 	return LG_OK;
+}
+
+lg_status lg_gpu_case_launch(const struct lg_gpu_case *g, const lg_kernel *k, lg_stream stream)
+{
+	return lg_kernel_run(k, stream, g->ref.sizes, k->nsizes, g->ptrs, g->ref.n);
 }
 
 lg_status lg_gpu_case_poison(struct lg_gpu_case *g)
@@ -70,6 +75,7 @@ void lg_gpu_case_free(struct lg_gpu_case *g)
 		if (g->dev[i])
 			g->cu->cuMemFree(g->dev[i]);
 		free(g->ref.buf[i].host);
+		free(g->ref.buf[i].slack);
 		free(g->got[i]);
 	}
 	memset(g, 0, sizeof *g);

@@ -5,8 +5,9 @@
 #ifndef LG_HARNESS_GPU_H
 #define LG_HARNESS_GPU_H
 
-#include "ref.h"
+#include "context.h"
 #include "cuda.h"
+#include "ref.h"
 
 struct lg_gpu_case {
 	const struct lg_cu *cu;
@@ -16,10 +17,14 @@ struct lg_gpu_case {
 	lg_dptr ptrs[LG_MAX_ARGS];   /* what the launch gets (0 for unused) */
 };
 
-/* Describe, allocate host and device buffers, fill inputs (seed), upload.
- * Needs a current CUDA context. workspace: bytes for LG_ARG_WORKSPACE. */
+/* The buffers of kernel k (spec s) at `tokens` (every run-time size set
+ * to it, clamped to its range: lg_sizes_at), as its family declares them:
+ * allocate host and device buffers, fill inputs (seed), upload. Needs a
+ * current CUDA context. */
 lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64_t tokens,
-			   uint64_t seed, size_t workspace);
+			   uint64_t seed, const lg_kernel *k);
+/* Launch k on the case's sizes and pointers. */
+lg_status lg_gpu_case_launch(const struct lg_gpu_case *g, const lg_kernel *k, lg_stream stream);
 /* Fill every output with 0xff bytes (NaN in every float format). */
 lg_status lg_gpu_case_poison(struct lg_gpu_case *g);
 /* Copy the outputs back into got[]. */

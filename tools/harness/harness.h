@@ -18,11 +18,18 @@
 
 struct lg_check_opts {
 	int64_t tokens;  /* token count (rows) */
-	uint64_t seed;   /* input seed; 0 = from the clock */
+	uint64_t seed;   /* input seed (lg_check_fresh_seed for a new one); printed by the caller */
 	int max_report;  /* mismatches printed per output (default 5) */
 	bool no_optional; /* pass 0 for optional arguments (e.g. rms: recomputed / not written) */
 	FILE *out;       /* where the report goes (NULL: stdout) */
 };
+
+/* A fresh seed for random inputs, from the clock (below 2^63, so --seed and
+ * LINGEN_SEED take it back). */
+uint64_t lg_check_fresh_seed(void);
+/* $LINGEN_SEED: *set false when unset; LG_ERR_INVALID_ARG, with a message,
+ * when it is not an integer from 0 to 2^63 - 1. */
+lg_status lg_check_env_seed(uint64_t *seed, bool *set);
 
 /* One compared output. */
 struct lg_check_measure {
@@ -35,10 +42,16 @@ struct lg_check_measure {
 	double rel_l2;       /* ||gpu-ref|| / ||ref|| */
 	double equal_frac;   /* fraction bit-equal */
 	bool pass;
+	/* the _ULP kinds (ulp_bound >= 0; -1 for the others) */
+	int ulp_bound;       /* every element's bound (0: bit-equal) */
+	uint64_t slack;      /* elements the reference allows more than ulp_bound (its slack) */
+	uint64_t at_bound;   /* elements exactly at their (non-zero) bound */
+	uint64_t max_ulps;   /* largest distance in ulps of a written element (capped at 2^32) */
 };
 
 struct lg_check_result {
 	bool pass;
+	uint64_t seed; /* the inputs' seed */
 	int nmeasures;
 	struct lg_check_measure m[8];
 };

@@ -242,10 +242,11 @@ struct launcher {
 	const lg_kernel *k;
 	CUstream stream;
 	CUevent e0, e1;
-	int64_t tokens;
+	const int64_t *sizes;
+	int nsizes;
 	const lg_dptr *ptrs;
 	int nptrs;
-	void *params[LG_MAX_ARGS + 2];
+	void *params[LG_MAX_ARGS + LG_MAX_SIZES + 1];
 	int64_t part;
 	struct lg_launch_dim d[LG_MAX_ENTRIES];
 };
@@ -270,7 +271,7 @@ static lg_status one_launch(struct launcher *l, bool raw)
 {
 	if (raw)
 		return raw_launch(l);
-	return lg_kernel_launch(l->k, (lg_stream)l->stream, l->tokens, l->ptrs, l->nptrs);
+	return lg_kernel_run(l->k, (lg_stream)l->stream, l->sizes, l->nsizes, l->ptrs, l->nptrs);
 }
 
 /* Host seconds of n launches, a stream sync (untimed) every `batch`;
@@ -337,7 +338,9 @@ static lg_status launch_setup(struct launcher *l, struct lg_gpu_case *g, const l
 {
 	l->k = k;
 	l->cu = k->cu;
-	l->tokens = tokens;
+	(void)tokens;
+	l->sizes = g->ref.sizes;
+	l->nsizes = k->nsizes;
 	l->ptrs = g->ptrs;
 	l->nptrs = g->ref.n;
 	if (l->nptrs != k->nargs || k->plan.nentries > LG_MAX_ENTRIES)
@@ -345,10 +348,11 @@ static lg_status launch_setup(struct launcher *l, struct lg_gpu_case *g, const l
 			       l->nptrs, k->nargs);
 	for (int i = 0; i < l->nptrs; i++)
 		l->params[i] = (void *)&l->ptrs[i];
-	l->params[l->nptrs] = (void *)&l->tokens;
-	l->params[l->nptrs + 1] = (void *)&l->part;
+	for (int i = 0; i < l->nsizes; i++)
+		l->params[l->nptrs + i] = (void *)&l->sizes[i];
+	l->params[l->nptrs + l->nsizes] = (void *)&l->part;
 	for (int e = 0; e < k->plan.nentries; e++)
-		k->fam->geometry(&k->plan, e, tokens, &l->d[e]);
+		k->fam->geometry(&k->plan, e, l->sizes, &l->d[e]);
 	LG_CU_TRY(l->cu, cuStreamCreate, (&l->stream, CU_STREAM_NON_BLOCKING));
 	LG_CU_TRY(l->cu, cuEventCreate, (&l->e0, CU_EVENT_DEFAULT));
 	LG_CU_TRY(l->cu, cuEventCreate, (&l->e1, CU_EVENT_DEFAULT));
@@ -373,7 +377,7 @@ static lg_status part_launch(struct lg_jit_result *r, const struct lg_jit_opts *
 	if (st == LG_OK)
 		st = lg_kernel_get(c, L->spec, &k);
 	if (st == LG_OK)
-		st = lg_gpu_case_init(&g, L->spec, L->tokens, 12345, lg_kernel_workspace_size(k));
+		st = lg_gpu_case_init(&g, L->spec, L->tokens, 12345, k);
 	if (st == LG_OK)
 		st = launch_setup(&l, &g, k, L->tokens);
 	if (st == LG_OK) {

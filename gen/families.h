@@ -1,0 +1,17 @@
+/*
+ * families.h - the list of kernel families: one line per family.
+ *
+ * X(name, NAME): gen/<name>.c defines `const struct lg_family
+ * lg_family_<name>` and gen/<name>_ref.c `const struct lg_ref_family
+ * lg_ref_<name>`. The op enum (LG_OP_<NAME>), the op names and both
+ * registries are made from this list, so a family cannot be half
+ * registered: a missing definition does not link.
+ */
+#ifndef LG_FAMILIES_H
+#define LG_FAMILIES_H
+
+#define LG_FAMILIES(X)                                                                   \
+	X(rmsnorm_quant, RMSNORM_QUANT) /* K1: RMSNorm + 1x128/128x1 FP8 quantisation */ \
+	X(rmsnorm, RMSNORM)             /* K1: plain RMSNorm forward / backward */
+
+#endif

@@ -1,0 +1,200 @@
+/*
+ * shape.c - argument shapes as declared (struct lg_arg.shape): a comma-
+ * separated list of integer expressions over the family's integer spec
+ * keys (by path: "hidden", "quant.block") and the pass's run-time sizes
+ * ("tokens"), with + - * /, parentheses and cdiv(a, b) = ceil(a / b).
+ *
+ *   "tokens, hidden"          x [tokens, hidden]
+ *   "hidden / 128, tokens"    rowwise scales, transposed
+ *   "cdiv(tokens, 128), hidden"
+ *
+ * Read by the check/bench harness (buffer sizes, bytes moved), `lingen
+ * help` and the Python package; never on the launch path. A malformed
+ * declaration is a lingen bug: test_family evaluates every one.
+ */
+#include <ctype.h>
+#include <string.h>
+
+#include "error.h"
+#include "family.h"
+
+const char *const lg_elem_names[LG_ELEM_COUNT] = {
+	[LG_ELEM_DTYPE] = "dtype", [LG_ELEM_BF16] = "bf16", [LG_ELEM_FP32] = "fp32",
+	[LG_ELEM_E4M3] = "e4m3",   [LG_ELEM_I32] = "int32", [LG_ELEM_I64] = "int64",
+	[LG_ELEM_U8] = "uint8",
+};
+const int lg_elem_bytes[LG_ELEM_COUNT] = {
+	[LG_ELEM_DTYPE] = 0, [LG_ELEM_BF16] = 2, [LG_ELEM_FP32] = 4, [LG_ELEM_E4M3] = 1,
+	[LG_ELEM_I32] = 4,   [LG_ELEM_I64] = 8,  [LG_ELEM_U8] = 1,
+};
+
+enum lg_elem lg_arg_elem(const struct lg_spec *s, const struct lg_arg *a)
+{
+	if (a->elem != LG_ELEM_DTYPE)
+		return a->elem;
+	return s->dtype == LG_DTYPE_FP32 ? LG_ELEM_FP32 : LG_ELEM_BF16;
+}
+
+struct parser {
+	const char *p, *expr;
+	const struct lg_spec *s;
+	const struct lg_family *f;
+	const struct lg_sig *g;
+	const int64_t *sizes;
+	const char *err; /* first error; the value is then meaningless */
+};
+
+static void skip(struct parser *x)
+{
+	while (*x->p == ' ')
+		x->p++;
+}
+
+static int64_t sum(struct parser *x);
+
+static int64_t ident(struct parser *x)
+{
+	const char *b = x->p;
+	while (isalnum((unsigned char)*x->p) || *x->p == '_' || *x->p == '.')
+		x->p++;
+	size_t n = (size_t)(x->p - b);
+	if (n == 4 && strncmp(b, "cdiv", 4) == 0) {
+		skip(x);
+		if (*x->p++ != '(')
+			return x->err = "cdiv needs (a, b)", 0;
+		int64_t a = sum(x);
+		skip(x);
+		if (*x->p++ != ',')
+			return x->err = "cdiv needs (a, b)", 0;
+		int64_t d = sum(x);
+		skip(x);
+		if (*x->p++ != ')')
+			return x->err = "cdiv needs (a, b)", 0;
+		if (d <= 0)
+			return x->err = "cdiv by a value <= 0", 0;
+		return (a + d - 1) / d;
+	}
+	for (int i = 0; i < x->g->nsizes; i++)
+		if (strlen(x->g->sizes[i].name) == n && strncmp(b, x->g->sizes[i].name, n) == 0)
+			return x->sizes[i];
+	for (int k = 0; k < x->f->nkeys; k++) {
+		const struct lg_key *key = &x->f->keys[k];
+		if (strlen(key->path) == n && strncmp(b, key->path, n) == 0 && key->type == LG_KEY_INT)
+			return x->s->v[k];
+	}
+	return x->err = "unknown name", 0;
+}
+
+static int64_t atom(struct parser *x)
+{
+	skip(x);
+	if (*x->p == '(') {
+		x->p++;
+		int64_t v = sum(x);
+		skip(x);
+		if (*x->p++ != ')')
+			return x->err = "missing )", 0;
+		return v;
+	}
+	if (isdigit((unsigned char)*x->p)) {
+		int64_t v = 0;
+		while (isdigit((unsigned char)*x->p))
+			v = v * 10 + (*x->p++ - '0');
+		return v;
+	}
+	if (isalpha((unsigned char)*x->p) || *x->p == '_')
+		return ident(x);
+	return x->err = "expected a name, a number or (", 0;
+}
+
+static int64_t product(struct parser *x)
+{
+	int64_t v = atom(x);
+	for (;;) {
+		skip(x);
+		char op = *x->p;
+		if (op != '*' && op != '/')
+			return v;
+		x->p++;
+		int64_t r = atom(x);
+		if (op == '/' && r <= 0)
+			return x->err = "division by a value <= 0", 0;
+		v = op == '*' ? v * r : v / r;
+	}
+}
+
+static int64_t sum(struct parser *x)
+{
+	int64_t v = product(x);
+	for (;;) {
+		skip(x);
+		char op = *x->p;
+		if (op != '+' && op != '-')
+			return v;
+		x->p++;
+		int64_t r = product(x);
+		v = op == '+' ? v + r : v - r;
+	}
+}
+
+lg_status lg_arg_shape(const struct lg_spec *s, int i, const int64_t *sizes, int64_t dims[8], int *ndims)
+{
+	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_sig *g = &f->sig[s->pass];
+	LG_ASSERT(i >= 0 && i < g->nargs);
+	const struct lg_arg *a = &g->args[i];
+	*ndims = 0;
+	if (a->role == LG_ARG_WORKSPACE)
+		return LG_OK;
+	struct parser x = {.p = a->shape, .expr = a->shape, .s = s, .f = f, .g = g, .sizes = sizes};
+	for (;;) {
+		int64_t v = sum(&x);
+		skip(&x);
+		if (!x.err && *ndims == 8)
+			x.err = "more than 8 dimensions";
+		if (!x.err && v < 0)
+			x.err = "a negative dimension";
+		if (x.err)
+			return lg_fail(LG_ERR_INVALID_ARG, "op %s, argument %s: shape \"%s\": %s at offset %d",
+				       f->op, a->name, a->shape, x.err, (int)(x.p - x.expr));
+		dims[(*ndims)++] = v;
+		if (*x.p == '\0')
+			return LG_OK;
+		if (*x.p++ != ',')
+			return lg_fail(LG_ERR_INVALID_ARG, "op %s, argument %s: shape \"%s\": expected , at offset %d",
+				       f->op, a->name, a->shape, (int)(x.p - 1 - x.expr));
+	}
+}
+
+lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int64_t *count)
+{
+	int64_t dims[8];
+	int n;
+	lg_status st = lg_arg_shape(s, i, sizes, dims, &n);
+	*count = n ? 1 : 0;
+	for (int d = 0; d < n; d++)
+		*count *= dims[d];
+	return st;
+}
+
+double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const int64_t *sizes)
+{
+	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	double bytes = 0;
+	for (int i = 0; i < g->nargs; i++) {
+		int64_t n = 0;
+		if (!used[i] || g->args[i].role == LG_ARG_WORKSPACE || lg_arg_count(s, i, sizes, &n) != LG_OK)
+			continue;
+		bytes += (double)n * lg_elem_bytes[lg_arg_elem(s, &g->args[i])];
+	}
+	return bytes;
+}
+
+void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_t sz[LG_MAX_SIZES])
+{
+	const struct lg_sig *g = &f->sig[pass];
+	for (int i = 0; i < LG_MAX_SIZES; i++)
+		sz[i] = n;
+	for (int i = 0; i < g->nsizes; i++)
+		sz[i] = n < g->sizes[i].min ? g->sizes[i].min : n > g->sizes[i].max ? g->sizes[i].max : n;
+}
