@@ -495,6 +495,7 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 		emit_tile_prologue(b, "t1 - 1 - blockIdx.y");
 	} else {
 		lg_line(b, "const i64 tiles = (M + %d) / %d;", ROWS - 1, ROWS);
+		lg_line(b, "if (tiles == 0) return; // no tokens: the one CTA launched has nothing to do");
 		emit_tile_prologue(b, "tiles - 1 - blockIdx.y");
 	}
 	if (p->early[1]) {

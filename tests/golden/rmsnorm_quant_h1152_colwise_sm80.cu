@@ -216,6 +216,7 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(
 	// Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest
 	// to be still in L2.
 	const i64 tiles = (M + 127) / 128;
+	if (tiles == 0) return; // no tokens: the one CTA launched has nothing to do
 	extern __shared__ __align__(128) u8 smem[];
 	u8 *const stage = smem; // qt staging [128 columns][128 tokens], 4-byte slots swizzled
 	float *const cpart = (float *)(stage + 16384); // [16][128] column maxima of row-block pairs
