@@ -16,6 +16,7 @@
 
 #include "env.h"
 #include "family.h"
+#include "file.h"
 #include "model.h"
 
 /* ------------------------------------------------------------ errors */
@@ -318,7 +319,7 @@ static lg_status load_file(const char *path, lg_spec_file **out)
 {
 	char *text = NULL, *expanded = NULL;
 	size_t len = 0;
-	lg_status st = lg_spec_read_file(path, &text, &len);
+	lg_status st = lg_read_file(path, &text, &len);
 	if (st == LG_OK && lg_model_is_config(text, len)) {
 		st = lg_model_expand_text(text, len, path, &expanded);
 		free(text);
@@ -439,20 +440,7 @@ int lg_cli_write_file(const char *path, const void *data, size_t size)
 		free(tmp);
 		return -1;
 	}
-	const char *p = data;
-	size_t left = size;
-	int rc = 0;
-	while (left > 0 && rc == 0) {
-		ssize_t w = write(fd, p, left);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			rc = -1;
-		else {
-			p += w;
-			left -= (size_t)w;
-		}
-	}
+	int rc = lg_write_all(fd, data, size);
 	if (rc == 0)
 		rc = fchmod(fd, 0644);
 	if (rc == 0)

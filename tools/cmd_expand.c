@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "file.h"
 #include "model.h"
 
 enum { O_OUT };
@@ -44,7 +45,7 @@ static int expand(const char *path, struct lg_model_step *s, char **json)
 	char *text = NULL;
 	size_t len = 0;
 	struct lg_model m;
-	lg_status st = lg_spec_read_file(path, &text, &len);
+	lg_status st = lg_read_file(path, &text, &len);
 	if (st == LG_OK)
 		st = lg_model_parse(text, len, path, &m);
 	if (st == LG_OK)
