@@ -76,22 +76,18 @@ static int check_all(lg_ctx *ctx, const struct lg_cli_specs *s, const int64_t *t
 	return rc;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
 	int64_t *tokens = NULL;
 	int nt = 0;
 	long long seed = 0;
 	struct lg_cli_specs specs = {0};
 	lg_ctx *ctx = NULL;
-	rc = lg_cli_tokens(cmd, a.val[O_TOKENS], 8192, &tokens, &nt);
-	if (rc == LG_EXIT_OK && a.val[O_SEED])
-		rc = lg_cli_int(cmd, "seed", a.val[O_SEED], 0, INT64_MAX, &seed);
+	int rc = lg_cli_tokens(cmd, a->val[O_TOKENS], 8192, &tokens, &nt);
 	if (rc == LG_EXIT_OK)
-		rc = lg_cli_load_specs(a.pos, a.npos, &specs);
+		rc = lg_cli_opt_int(cmd, a, O_SEED, 0, INT64_MAX, &seed);
+	if (rc == LG_EXIT_OK)
+		rc = lg_cli_load_specs(a->pos, a->npos, &specs);
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_gpu_ctx("check", &ctx);
 	if (rc == LG_EXIT_OK)
@@ -100,7 +96,6 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 		lg_ctx_destroy(ctx);
 	lg_cli_specs_free(&specs);
 	free(tokens);
-	free(a.pos);
 	return rc;
 }
 

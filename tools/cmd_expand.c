@@ -6,7 +6,6 @@
  * kernels, how many skipped, and which families are not implemented yet.
  * Needs no GPU and no NVRTC.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,20 +58,17 @@ static int expand(const char *path, struct lg_model_step *s, char **json)
 	return LG_EXIT_OK;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
+	(void)cmd;
 	char *json = NULL;
 	struct lg_model_step *s = malloc(sizeof *s);
-	const char *out = a.val[O_OUT];
-	rc = s ? expand(a.pos[0], s, &json) : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	const char *out = a->val[O_OUT];
+	int rc = s ? expand(a->pos[0], s, &json) : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 	if (rc == LG_EXIT_OK && !out)
 		fputs(json, stdout);
-	else if (rc == LG_EXIT_OK && lg_cli_write_file(out, json, strlen(json)) != 0)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", out, strerror(errno));
+	else if (rc == LG_EXIT_OK)
+		rc = lg_cli_save(out, json, strlen(json));
 	if (rc == LG_EXIT_OK) {
 		if (out)
 			fprintf(stderr, "wrote %s\n", out);
@@ -80,7 +76,6 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 	}
 	free(json);
 	free(s);
-	free(a.pos);
 	return rc;
 }
 
