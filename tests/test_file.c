@@ -78,11 +78,10 @@ static void expect_refused(const char *path, lg_status st, int err, const char *
 		fail_msg("message '%s': expected the path %s and '%s'", msg, path, want);
 }
 
-/* Write n bytes of want to path, then read them back with a bound of max:
- * the same bytes and a NUL after them. */
-static void expect_read(const char *path, size_t max, const char *want, size_t n)
+/* Reading path with a bound of max gives the n bytes of want and a NUL
+ * after them. */
+static void expect_contents(const char *path, size_t max, const char *want, size_t n)
 {
-	lg_test_write_file(path, want, n);
 	char *text = NULL;
 	size_t len = 99;
 	assert_int_equal(lg_read_file_max(path, max, &text, &len), LG_OK);
@@ -91,6 +90,13 @@ static void expect_read(const char *path, size_t max, const char *want, size_t n
 	assert_memory_equal(text, want, n);
 	assert_int_equal(text[n], '\0');
 	free(text);
+}
+
+/* Write n bytes of want to path, then read them back. */
+static void expect_read(const char *path, size_t max, const char *want, size_t n)
+{
+	lg_test_write_file(path, want, n);
+	expect_contents(path, max, want, n);
 }
 
 static void test_read_empty(void **state)
@@ -214,12 +220,7 @@ static void test_write_file(void **state)
 	assert_int_equal(lg_write_all(fd, want, n), 0);
 	assert_int_equal(lg_write_all(fd, want, 0), 0); /* nothing more */
 	assert_int_equal(close(fd), 0);
-	size_t len = 0;
-	char *got = lg_test_read_file(path, &len);
-	assert_non_null(got);
-	assert_int_equal(len, n);
-	assert_memory_equal(got, want, n);
-	free(got);
+	expect_contents(path, SIZE_MAX, want, n);
 	free(want);
 	free(path);
 }
