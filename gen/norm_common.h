@@ -15,8 +15,6 @@ void lg_emit_rrms(lg_buf *b, const struct lg_spec *s);
 /* The e4m3 conversion for a target: hardware cvt on sm_89+, the bit-exact
  * software version before. */
 void lg_emit_e4m3(lg_buf *b, const struct lg_target *t);
-/* Shortest decimal that round-trips a double, for literals in source. */
-void lg_fmt_double(char out[32], double v);
 
 /* lpr lanes per row (16 to 1024, a power of two), k pieces of 16 bytes
  * each (piece c of a row is held by lane c % lpr), threads per CTA. */
