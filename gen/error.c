@@ -60,6 +60,23 @@ void lg_fail_append(const char *fmt, ...)
 	va_end(ap);
 }
 
+lg_status lg_fail_prefix(lg_status st, const char *fmt, ...)
+{
+	char pre[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(pre, sizeof pre, fmt, ap);
+	va_end(ap);
+	size_t plen = n < 0 ? 0 : (size_t)n < sizeof pre ? (size_t)n : sizeof pre - 1;
+	size_t mlen = strlen(msg);
+	if (mlen + plen >= sizeof msg)
+		mlen = sizeof msg - 1 - plen; /* the end of the message gives way */
+	memmove(msg + plen, msg, mlen);
+	memcpy(msg, pre, plen);
+	msg[plen + mlen] = '\0';
+	return st;
+}
+
 void lg_assert_fail(const char *what, const char *file, int line)
 {
 	fprintf(stderr, "lingen: internal error: %s (%s:%d)\n", what, file, line);

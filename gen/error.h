@@ -16,6 +16,9 @@
 lg_status lg_fail(lg_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Append a line to this thread's message (e.g. an NVRTC log), keeping st. */
 void lg_fail_append(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Put context before this thread's message ("tuning file " before
+ * "a.json: No such file or directory"); returns st. */
+lg_status lg_fail_prefix(lg_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Forget the last message (called on entry of public functions). */
 void lg_clear_error(void);
 

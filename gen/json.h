@@ -55,7 +55,8 @@ const char *lg_json_type(const cJSON *v);
 struct lg_jshow lg_json_show(const cJSON *v);
 /* A string as a quoted, escaped JSON string for a message (shortened). */
 struct lg_jshow lg_json_quote(const char *s);
-/* Shortest "%.*g" text that reads back as exactly d (d finite). */
+/* Shortest "%.*g" text that reads back as exactly d (d finite): for JSON
+ * and messages, and for double literals in generated source. */
 void lg_json_number_text(double d, char out[32]);
 /* The allowed name closest to s within edit distance 2, or NULL. */
 const char *lg_json_suggest(const char *s, const char *const *names, size_t n);

@@ -20,6 +20,7 @@
 #include "buf.h"
 #include "error.h"
 #include "family.h"
+#include "file.h"
 #include "json.h"
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -517,7 +518,7 @@ lg_status lg_model_expand_file(const char *path, char **spec_json)
 	*spec_json = NULL;
 	char *text = NULL;
 	size_t len = 0;
-	lg_status st = lg_spec_read_file(path, &text, &len);
+	lg_status st = lg_read_file(path, &text, &len);
 	if (st == LG_OK)
 		st = lg_model_expand_text(text, len, path, spec_json);
 	free(text);

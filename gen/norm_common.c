@@ -3,23 +3,13 @@
  */
 #include "norm_common.h"
 
-#include <stdio.h>
-#include <stdlib.h>
-
-void lg_fmt_double(char out[32], double v)
-{
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(out, 32, "%.*g", prec, v);
-		if (strtod(out, NULL) == v)
-			return;
-	}
-}
+#include "json.h" /* lg_json_number_text */
 
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 {
 	const struct lg_family *f = lg_family_get(s->op);
 	char eps[32];
-	lg_fmt_double(eps, lg_spec_num(s, lg_family_key(f, "eps")));
+	lg_json_number_text(lg_spec_num(s, lg_family_key(f, "eps")), eps);
 	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row, every step correctly");
 	lg_comment(b, "rounded in fp64, so it matches the float64 reference bit for bit.");
 	lg_line(b, "static __device__ __forceinline__ float lg_rrms(double sumsq)");

@@ -12,8 +12,6 @@
 /* `lg_rrms(double S)`: (float)(1 / sqrt(S / hidden + eps)), every step in
  * correctly rounded fp64, as the CPU reference computes it. */
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s);
-/* Shortest decimal that round-trips a double, for literals in source. */
-void lg_fmt_double(char out[32], double v);
 
 /* lpr lanes per row (16 to 1024, a power of two), k pieces of 16 bytes
  * each (piece c of a row is held by lane c % lpr), threads per CTA. */

@@ -22,6 +22,7 @@
 #include "buf.h"
 #include "error.h"
 #include "family.h"
+#include "file.h"
 #include "json.h"
 
 const char *const lg_op_names[LG_OP_COUNT] = {
@@ -279,31 +280,6 @@ fail:
 	return st;
 }
 
-lg_status lg_spec_read_file(const char *path, char **text, size_t *len)
-{
-	char err[128];
-	lg_buf b;
-	lg_buf_init(&b);
-	FILE *fp = fopen(path, "rb");
-	if (!fp)
-		return lg_fail(LG_ERR_IO, "%s: %s", path, strerror_r(errno, err, sizeof err));
-	char chunk[65536];
-	size_t n;
-	while ((n = fread(chunk, 1, sizeof chunk, fp)) > 0)
-		lg_raw(&b, chunk, n);
-	int e = ferror(fp) ? errno : 0;
-	fclose(fp);
-	if (e || b.failed) {
-		lg_buf_free(&b);
-		if (e)
-			return lg_fail(LG_ERR_IO, "%s: %s", path, strerror_r(e, err, sizeof err));
-		return lg_fail(LG_ERR_NO_MEMORY, "%s: out of memory", path);
-	}
-	lg_raw(&b, "", 0); /* an empty file still gets a buffer */
-	*text = lg_buf_finish(&b, len);
-	return *text ? LG_OK : lg_fail(LG_ERR_NO_MEMORY, "%s: out of memory", path);
-}
-
 lg_status lg_spec_file_load(const char *path, lg_spec_file **out)
 {
 	lg_clear_error();
@@ -312,7 +288,7 @@ lg_status lg_spec_file_load(const char *path, lg_spec_file **out)
 	*out = NULL;
 	char *text = NULL;
 	size_t len = 0;
-	lg_status st = lg_spec_read_file(path, &text, &len);
+	lg_status st = lg_read_file(path, &text, &len);
 	if (st != LG_OK)
 		return st;
 	st = lg_spec_file_parse(text, len, path, out);

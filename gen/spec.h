@@ -99,10 +99,6 @@ lg_status lg_spec_from_json(struct lg_jreader *r, const struct cJSON *k, struct 
  * Does not clear the thread's last error on entry. */
 lg_status lg_spec_parse_kernel(const char *json, const char *file, struct lg_spec *out);
 
-/* Read a whole file into memory, NUL-terminated (*len excludes the NUL).
- * An I/O error is LG_ERR_IO naming the path. The caller frees *text. */
-lg_status lg_spec_read_file(const char *path, char **text, size_t *len);
-
 /* Fill s->entry from the other fields (called by the parser). */
 void lg_spec_make_entry(struct lg_spec *s);
 

@@ -15,6 +15,7 @@
 
 #include "buf.h"
 #include "error.h"
+#include "file.h"
 #include "generate.h"
 #include "json.h"
 
@@ -357,47 +358,18 @@ fail:
 	return st;
 }
 
-/* Read a whole file; *text: free with free(). ENOENT is returned as
- * LG_ERR_IO with *missing set. */
-static lg_status read_file(const char *path, char **text, size_t *len, bool *missing)
-{
-	char err[128];
-	*missing = false;
-	FILE *fp = fopen(path, "rb");
-	if (!fp) {
-		*missing = errno == ENOENT;
-		return lg_fail(LG_ERR_IO, "tuning file %s: %s", path, strerror_r(errno, err, sizeof err));
-	}
-	lg_buf b;
-	lg_buf_init(&b);
-	char chunk[16384];
-	size_t n;
-	while ((n = fread(chunk, 1, sizeof chunk, fp)) > 0)
-		lg_raw(&b, chunk, n);
-	int e = ferror(fp) ? errno : 0;
-	fclose(fp);
-	lg_raw(&b, "", 0);
-	*text = lg_buf_finish(&b, len);
-	if (e) {
-		free(*text);
-		return lg_fail(LG_ERR_IO, "tuning file %s: %s", path, strerror_r(e, err, sizeof err));
-	}
-	return *text ? LG_OK : lg_fail(LG_ERR_NO_MEMORY, "%s: out of memory", path);
-}
-
 lg_status lg_tuning_load(const char *path, const char *arch, bool missing_ok, struct lg_tuning **out)
 {
 	char *text = NULL;
 	size_t len = 0;
-	bool missing;
 	*out = NULL;
-	lg_status st = read_file(path, &text, &len, &missing);
+	lg_status st = lg_read_file(path, &text, &len);
 	if (st != LG_OK) {
-		if (missing && missing_ok) {
+		if (errno == ENOENT && missing_ok) {
 			lg_clear_error();
 			return LG_OK;
 		}
-		return st;
+		return lg_fail_prefix(st, "tuning file ");
 	}
 	st = lg_tuning_parse(text, len, path, out);
 	free(text);

@@ -44,6 +44,7 @@
 #include <xxhash.h>
 
 #include "error.h"
+#include "file.h"
 #include "generate.h"
 #include "json.h"
 #include "log.h"
@@ -291,27 +292,6 @@ static lg_bundle *bundle_new(size_t n)
 
 /* ------------------------------------------------------- folder bundles */
 
-static char *read_file(const char *path, size_t max, size_t *size, int *err)
-{
-	FILE *f = fopen(path, "rb");
-	char *data = NULL;
-	long n = -1;
-	*err = 0;
-	if (f && fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && (size_t)n <= max &&
-	    fseek(f, 0, SEEK_SET) == 0 && (data = malloc((size_t)n + 1)) != NULL &&
-	    fread(data, 1, (size_t)n, f) == (size_t)n) {
-		data[n] = '\0';
-		*size = (size_t)n;
-	} else {
-		*err = f && n >= 0 && (size_t)n > max ? EFBIG : errno ? errno : EIO;
-		free(data);
-		data = NULL;
-	}
-	if (f)
-		fclose(f);
-	return data;
-}
-
 /* One element of "kernels". */
 static lg_status manifest_item(const char *dir, const cJSON *k, struct item *it, const char *where)
 {
@@ -373,15 +353,17 @@ lg_status lg_bundle_open(const char *dir, lg_bundle **out)
 	if (asprintf(&path, "%s/manifest.json", dir) < 0)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening bundle %s", dir);
 	size_t len = 0;
-	int err = 0;
-	char *text = read_file(path, (size_t)64 << 20, &len, &err);
+	char *text = NULL;
+	lg_status st = lg_read_file_max(path, (size_t)64 << 20, &text, &len);
+	if (st != LG_OK) {
+		lg_fail_prefix(st, "cannot read bundle manifest ");
+		lg_fail_append(" (is %s a bundle made by lingen build?)", dir);
+		free(path);
+		return st;
+	}
 	lg_bundle *b = bundle_new(0);
 	cJSON *m = NULL;
-	lg_status st = LG_OK;
-	if (!text)
-		st = lg_fail(LG_ERR_IO, "cannot read bundle manifest %s: %s (is %s a bundle made by lingen build?)",
-			     path, strerror(err), dir);
-	else if (!b || asprintf(&b->where, "bundle %s", dir) < 0)
+	if (!b || asprintf(&b->where, "bundle %s", dir) < 0)
 		st = lg_fail(LG_ERR_NO_MEMORY, "out of memory opening bundle %s", dir);
 	else if (!(m = cJSON_ParseWithLength(text, len)))
 		st = lg_fail(LG_ERR_SPEC, "%s: not valid JSON (near byte %lld)", path,
@@ -457,10 +439,13 @@ static lg_status item_cubin(const lg_bundle *b, const struct item *it, void **cu
 			return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 		memcpy(data, it->data, n);
 	} else {
-		int err = 0;
-		data = read_file(it->file, (size_t)256 << 20, &n, &err);
-		if (!data)
-			return lg_fail(LG_ERR_IO, "cannot read %s of %s: %s", it->file, b->where, strerror(err));
+		char *text;
+		lg_status st = lg_read_file_max(it->file, (size_t)256 << 20, &text, &n);
+		if (st != LG_OK) {
+			lg_fail_append(" (in %s)", b->where);
+			return lg_fail_prefix(st, "cannot read ");
+		}
+		data = text;
 	}
 	uint64_t sum = lg_bundle_checksum(it->canon, it->entry, it->arch, data, n);
 	if (n != it->size || sum != it->checksum) {

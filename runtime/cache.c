@@ -63,6 +63,7 @@
 
 #include "env.h"
 #include "error.h"
+#include "file.h"
 #include "log.h"
 
 #define CACHE_MAGIC "LGCUBIN"          /* 7 characters + the NUL: 8 bytes */
@@ -357,38 +358,14 @@ static const char *parse(const uint8_t *b, size_t n, const uint8_t key[LG_KEY_BY
 	return NULL;
 }
 
-/* Read a whole file. NULL with *why set on failure; *st gets its stat. */
+/* A whole entry file open on fd (file.h): NULL with *why (what is wrong,
+ * valid until this thread's next error) on failure; *st gets its stat. */
 static uint8_t *read_all(int fd, struct stat *st, size_t *n, const char **why)
 {
-	if (fstat(fd, st) != 0) {
-		*why = "cannot stat";
-		return NULL;
-	}
-	if (!S_ISREG(st->st_mode)) {
-		*why = "not a regular file";
-		return NULL;
-	}
-	if ((uint64_t)st->st_size > CACHE_MAX_FILE) {
-		*why = "larger than 256 MiB";
-		return NULL;
-	}
-	size_t size = (size_t)st->st_size;
-	uint8_t *b = malloc(size ? size : 1);
-	if (!b) {
-		*why = "out of memory";
-		return NULL;
-	}
-	size_t got = 0;
-	while (got < size) {
-		ssize_t r = read(fd, b + got, size - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	*n = got;
-	return b;
+	char *b = NULL;
+	if (lg_read_fd(fd, NULL, CACHE_MAX_FILE, st, &b, n) != LG_OK)
+		*why = lg_last_error();
+	return (uint8_t *)b;
 }
 
 /* Unlink a bad entry if the name still points at the file that was read. */
@@ -410,7 +387,7 @@ bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], void **data, siz
 		return false;
 	bool hit = false;
 	uint8_t *b = NULL;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno != ENOENT)
 			lg_log("cache: %s: %s (a miss)", path, strerror(errno));
@@ -446,24 +423,6 @@ done:
 }
 
 /* ------------------------------------------------------------- writing */
-
-static int write_full(int fd, const void *data, size_t n)
-{
-	const uint8_t *p = data;
-	while (n > 0) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			if (w == 0)
-				errno = EIO;
-			return -1;
-		}
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
 
 static void fsync_dir(const char *dir)
 {
@@ -558,7 +517,7 @@ void lg_cache_put(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const char *entr
 	fd = open_tmp(c, &tmp);
 	if (fd < 0)
 		goto fail;
-	if (write_full(fd, hdr, hlen) != 0 || write_full(fd, data, size) != 0 || fsync(fd) != 0)
+	if (lg_write_all(fd, hdr, hlen) != 0 || lg_write_all(fd, data, size) != 0 || fsync(fd) != 0)
 		goto fail;
 	if (close(fd) != 0) {
 		fd = -1;
@@ -639,7 +598,7 @@ void lg_cache_nvrtc_put(lg_cache *c, int major, int minor, const char *libpath)
 	    asprintf(&text, "lingen-nvrtc 1 %d %d %lld %lld %lld %s\n", major, minor,
 		     (long long)sb.st_size, (long long)sb.st_mtim.tv_sec, (long long)sb.st_mtim.tv_nsec,
 		     libpath) > 0 &&
-	    (fd = open_tmp(c, &tmp)) >= 0 && write_full(fd, text, strlen(text)) == 0 && close(fd) == 0) {
+	    (fd = open_tmp(c, &tmp)) >= 0 && lg_write_all(fd, text, strlen(text)) == 0 && close(fd) == 0) {
 		fd = -1;
 		if (rename(tmp, path) != 0)
 			unlink(tmp);
@@ -786,7 +745,7 @@ static void verify(const lg_cache *c, const struct scanned *s, struct lg_cache_e
 		snprintf(e->problem, sizeof e->problem, "out of memory");
 		return;
 	}
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	free(path);
 	if (fd < 0) {
 		snprintf(e->problem, sizeof e->problem, "cannot open: %s", strerror(errno));

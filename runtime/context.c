@@ -118,15 +118,19 @@ static struct lg_ctx_entry *find(lg_ctx *c, const char *canon)
 	return NULL;
 }
 
-/* A new entry owning canon (freed here on failure). */
-static lg_status entry_new(char *canon, struct lg_ctx_entry **out)
+/* A new entry owning canon; NULL when out of memory (canon freed, the error
+ * set). Callers read the key through the entry from then on: canon is no
+ * longer theirs. */
+static struct lg_ctx_entry *entry_new(char *canon)
 {
-	if (!(*out = calloc(1, sizeof **out))) {
+	struct lg_ctx_entry *e = calloc(1, sizeof *e);
+	if (!e) {
 		free(canon);
-		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+		lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+		return NULL;
 	}
-	(*out)->canon = canon;
-	return LG_OK;
+	e->canon = canon;
+	return e;
 }
 
 /* An entry from the context's bundle: its cubin and stored plan; called
@@ -135,10 +139,10 @@ static lg_status bundle_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
 			      struct lg_ctx_entry **out)
 {
 	double t0 = lg_now();
-	struct lg_ctx_entry *e;
-	if (entry_new(canon, &e) != LG_OK)
+	struct lg_ctx_entry *e = entry_new(canon);
+	if (!e)
 		return LG_ERR_NO_MEMORY;
-	lg_status st = lg_bundle_get(c->bundle, canon, s->entry, c->target.name, &e->plan, &e->cubin,
+	lg_status st = lg_bundle_get(c->bundle, e->canon, s->entry, c->target.name, &e->plan, &e->cubin,
 				     &e->cubin_size);
 	if (st != LG_OK) {
 		entry_free(e);
@@ -194,8 +198,8 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 	if (c->bundle)
 		return bundle_entry(c, user, canon, out);
 	double t0 = lg_now();
-	struct lg_ctx_entry *e;
-	if (entry_new(canon, &e) != LG_OK)
+	struct lg_ctx_entry *e = entry_new(canon);
+	if (!e)
 		return LG_ERR_NO_MEMORY;
 	char *src = NULL;
 	struct lg_spec resolved;

@@ -32,6 +32,7 @@
 #include "cache.h"
 #include "env.h"
 #include "error.h"
+#include "file.h"
 #include "log.h"
 
 /* X(member, params): the NVRTC entry points used, resolved by name. */
@@ -262,19 +263,11 @@ static int write_file(const char *path, const void *data, size_t size)
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0)
 		return -1;
-	const char *p = data;
-	while (size > 0) {
-		ssize_t w = write(fd, p, size);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			int e = errno;
-			close(fd);
-			errno = e ? e : EIO;
-			return -1;
-		}
-		p += w;
-		size -= (size_t)w;
+	if (lg_write_all(fd, data, size) != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
 	}
 	return close(fd);
 }

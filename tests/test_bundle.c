@@ -296,6 +296,8 @@ static void test_corrupt_cubin(void **state)
 	c = bundle_ctx("sm_80", NULL);
 	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_ERR_IO);
 	assert_non_null(strstr(lg_last_error(), name));
+	assert_non_null(strstr(lg_last_error(), "cannot read "));
+	assert_non_null(strstr(lg_last_error(), "(in bundle "));
 	lg_ctx_destroy(c);
 	assert_int_equal(rename(moved, path), 0);
 
@@ -382,7 +384,9 @@ static void test_bad_manifest(void **state)
 	(void)state;
 	char *dir = lg_test_path(tmp, "bad");
 	assert_int_equal(mkdir(dir, 0755), 0);
-	expect_bad_bundle(dir, LG_ERR_IO, "manifest.json");
+	expect_bad_bundle(dir, LG_ERR_IO, "manifest.json: No such file or directory");
+	assert_non_null(strstr(lg_last_error(), "cannot read bundle manifest "));
+	assert_non_null(strstr(lg_last_error(), "a bundle made by lingen build?"));
 
 	char *path = lg_test_path(dir, "manifest.json");
 	lg_test_write_file(path, "{ \"format\": 3, ", 15);

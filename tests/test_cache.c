@@ -1,6 +1,6 @@
 /*
  * test_cache.c - the disk cache rules of runtime/cache.c: hits and misses,
- * keys, corrupt/truncated/foreign entries, unwritable folders, concurrent
+ * keys, corrupt/truncated/foreign entries (and a FIFO in an entry's place), unwritable folders, concurrent
  * writers in several processes, LRU pruning, listing and clearing.
  * Each test works in its own folder under /tmp and removes it.
  */
@@ -271,6 +271,24 @@ static void test_foreign(void **state)
 	assert_hit(e.c, kb, pb, 2000);
 	free(fb);
 	free(pb);
+	entry_teardown(&e);
+}
+
+/* A FIFO under an entry's name is a miss at once (no writer needed, none
+ * waited for), left in place; a put replaces it. */
+static void test_fifo_entry(void **state)
+{
+	(void)state;
+	struct entry_fixture e;
+	entry_setup(&e, "lg_fifo", 300, 8);
+	assert_int_equal(unlink(e.file), 0);
+	assert_int_equal(mkfifo(e.file, 0600), 0);
+	assert_miss(e.c, e.key);
+	struct stat sb;
+	assert_int_equal(stat(e.file, &sb), 0);
+	assert_true(S_ISFIFO(sb.st_mode));
+	lg_cache_put(e.c, e.key, "lg_fifo", "sm_90a", e.payload, e.size);
+	assert_hit(e.c, e.key, e.payload, e.size);
 	entry_teardown(&e);
 }
 
@@ -649,6 +667,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt),
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_foreign),
+		cmocka_unit_test(test_fifo_entry),
 		cmocka_unit_test(test_bad_magic_version),
 		cmocka_unit_test(test_unwritable_under_file),
 		cmocka_unit_test(test_unwritable_readonly_folder),

@@ -167,6 +167,14 @@ static void test_gen_bad_input(void **state)
 
 	run(2, NULL, "build", missing, "-o", dir, NULL);
 
+	/* a FIFO given as a spec is refused at once, not waited on */
+	char *fifo = lg_test_path(dir, "spec.fifo");
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	p = cli(2, NULL, "gen", fifo, NULL);
+	assert_non_null(strstr(p.err, "spec.fifo: is a FIFO, not a regular file"));
+	lg_proc_free(&p);
+	free(fifo);
+
 	free(missing);
 	free(bad);
 	lg_test_rm_rf(dir);

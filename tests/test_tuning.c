@@ -375,6 +375,8 @@ static void test_bad_file_stops_context(void **state)
 	o.tuning = missing;
 	assert_int_equal(lg_ctx_create(&o, &c), LG_ERR_IO);
 	assert_non_null(strstr(lg_last_error(), missing));
+	assert_non_null(strstr(lg_last_error(), "tuning file "));
+	assert_non_null(strstr(lg_last_error(), "nope.json: No such file or directory"));
 	free(missing);
 	/* arch mismatch with a file not named after an arch */
 	struct lg_tuning *t = NULL;

@@ -1,7 +1,7 @@
 /*
  * cli.c - the helpers every `lingen` command shares (see cli.h): option
  * parsing and help from the command's option table, usage and runtime
- * errors, value lists, spec loading and atomic file writes.
+ * errors, value lists, spec loading, folders and atomic file writes.
  */
 #include "cli.h"
 
@@ -14,8 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "buf.h"
+#include "cache.h" /* lg_mkdir_p */
 #include "env.h"
 #include "family.h"
+#include "file.h"
 #include "model.h"
 
 /* ------------------------------------------------------------ errors */
@@ -115,15 +118,22 @@ static int find_opt(const struct lg_cli_opt *opts, const char *arg, const char *
 	return -1;
 }
 
-int lg_cli_parse(const struct lg_cli_cmd *cmd, int argc, char **argv, struct lg_cli_args *a)
+/* Returned by parse when the command should go on running. */
+#define GO (-1)
+
+/* Parse argv against cmd->opts (see lg_cli_run). Returns GO to go on (the
+ * caller frees a->pos), or the exit status after --help or an error. */
+static int parse(const struct lg_cli_cmd *cmd, int argc, char **argv, struct lg_cli_args *a)
 {
 	memset(a, 0, sizeof *a);
+	a->argc = argc;
+	a->argv = argv;
 	a->pos = calloc((size_t)argc + 1, sizeof *a->pos);
 	if (!a->pos)
 		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 	bool only_pos = false;
-	int rc = LG_CLI_GO;
-	for (int i = 1; i < argc && rc == LG_CLI_GO; i++) {
+	int rc = GO;
+	for (int i = 1; i < argc && rc == GO; i++) {
 		const char *s = argv[i];
 		if (only_pos || s[0] != '-' || s[1] == '\0') {
 			a->pos[a->npos++] = argv[i];
@@ -161,14 +171,25 @@ int lg_cli_parse(const struct lg_cli_cmd *cmd, int argc, char **argv, struct lg_
 		}
 		a->val[k] = v;
 	}
-	if (rc == LG_CLI_GO && a->npos < cmd->min_pos)
+	if (rc == GO && a->npos < cmd->min_pos)
 		rc = lg_cli_usage_error(cmd, "missing argument");
-	if (rc == LG_CLI_GO && cmd->max_pos >= 0 && a->npos > cmd->max_pos)
+	if (rc == GO && cmd->max_pos >= 0 && a->npos > cmd->max_pos)
 		rc = lg_cli_usage_error(cmd, "unexpected argument '%s'", a->pos[cmd->max_pos]);
-	if (rc != LG_CLI_GO) {
+	if (rc != GO) {
 		free(a->pos);
 		a->pos = NULL;
 	}
+	return rc;
+}
+
+int lg_cli_run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+{
+	struct lg_cli_args a;
+	int rc = parse(cmd, argc, argv, &a);
+	if (rc != GO)
+		return rc;
+	rc = cmd->run(cmd, &a);
+	free(a.pos);
 	return rc;
 }
 
@@ -185,6 +206,14 @@ int lg_cli_int(const struct lg_cli_cmd *cmd, const char *opt, const char *text,
 					  opt, text, min, max);
 	*out = v;
 	return LG_EXIT_OK;
+}
+
+int lg_cli_opt_int(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a, int k,
+		   long long min, long long max, long long *out)
+{
+	if (!a->val[k])
+		return LG_EXIT_OK;
+	return lg_cli_int(cmd, cmd->opts[k].name, a->val[k], min, max, out);
 }
 
 /* Split a comma-separated list into malloc'd strings. */
@@ -318,7 +347,7 @@ static lg_status load_file(const char *path, lg_spec_file **out)
 {
 	char *text = NULL, *expanded = NULL;
 	size_t len = 0;
-	lg_status st = lg_spec_read_file(path, &text, &len);
+	lg_status st = lg_read_file(path, &text, &len);
 	if (st == LG_OK && lg_model_is_config(text, len)) {
 		st = lg_model_expand_text(text, len, path, &expanded);
 		free(text);
@@ -422,6 +451,8 @@ int lg_cli_gpu_ctx(const char *what, lg_ctx **ctx)
 char *lg_cli_path(const char *dir, const char *name)
 {
 	char *p;
+	if (!name)
+		return NULL;
 	size_t n = strlen(dir);
 	bool slash = n > 0 && dir[n - 1] == '/';
 	if (asprintf(&p, "%s%s%s", dir, slash ? "" : "/", name) < 0)
@@ -439,20 +470,7 @@ int lg_cli_write_file(const char *path, const void *data, size_t size)
 		free(tmp);
 		return -1;
 	}
-	const char *p = data;
-	size_t left = size;
-	int rc = 0;
-	while (left > 0 && rc == 0) {
-		ssize_t w = write(fd, p, left);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			rc = -1;
-		else {
-			p += w;
-			left -= (size_t)w;
-		}
-	}
+	int rc = lg_write_all(fd, data, size);
 	if (rc == 0)
 		rc = fchmod(fd, 0644);
 	if (rc == 0)
@@ -472,6 +490,32 @@ int lg_cli_write_file(const char *path, const void *data, size_t size)
 	}
 	free(tmp);
 	return rc;
+}
+
+int lg_cli_save(const char *path, const void *data, size_t size)
+{
+	if (!path || !data)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	if (lg_cli_write_file(path, data, size) != 0)
+		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, strerror(errno));
+	return LG_EXIT_OK;
+}
+
+int lg_cli_mkdir(const char *dir)
+{
+	if (lg_mkdir_p(dir) != 0)
+		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", dir, strerror(errno));
+	return LG_EXIT_OK;
+}
+
+char *lg_cli_command_line(const struct lg_cli_args *a)
+{
+	lg_buf b;
+	lg_buf_init(&b);
+	lg_emit(&b, "lingen");
+	for (int i = 0; i < a->argc; i++)
+		lg_emit(&b, " %s", a->argv[i]);
+	return lg_buf_finish(&b, NULL);
 }
 
 double lg_cli_now(void)

@@ -1,13 +1,13 @@
 /*
  * cli.h - what the commands of the `lingen` tool share: the command and
  * option tables, option parsing, usage errors, spec loading, value parsing
- * (arch lists, token lists, integers) and atomic file writes.
+ * (arch lists, token lists, integers), folders and atomic file writes.
  *
  * Each command is one file tools/cmd_<name>.c exporting one
  * `const struct lg_cli_cmd`; tools/lingen.c holds the table of commands and
- * dispatches. A command's run() parses its arguments with lg_cli_parse()
- * against its own option table, so `lingen help CMD` and `lingen CMD --help`
- * print the same text.
+ * dispatches through lg_cli_run(), which parses the arguments against the
+ * command's own option table (so `lingen help CMD` and `lingen CMD --help`
+ * print the same text) and hands them to the command's run().
  *
  * Exit status: 0 success, 1 a failed check or a runtime error (no GPU, a
  * compile failure, a file that cannot be written), 2 bad usage or bad input
@@ -25,8 +25,6 @@
 
 enum { LG_EXIT_OK = 0, LG_EXIT_FAIL = 1, LG_EXIT_USAGE = 2 };
 
-/* Returned by lg_cli_parse when the command should go on running. */
-#define LG_CLI_GO (-1)
 #define LG_CLI_MAX_OPTS 16
 
 /* One option of a command. Tables end with an entry whose name is NULL and
@@ -38,6 +36,17 @@ struct lg_cli_opt {
 	const char *help;  /* one line */
 };
 
+/* Parsed arguments: val[i] is the value of option i (a flag gives "1"),
+ * NULL when absent; pos the positional arguments (pointers into argv);
+ * argc and argv the command's own (argv[0] is its name). */
+struct lg_cli_args {
+	const char *val[LG_CLI_MAX_OPTS];
+	char **pos;
+	int npos;
+	int argc;
+	char **argv;
+};
+
 struct lg_cli_cmd {
 	const char *name;     /* "build" */
 	const char *synopsis; /* arguments after the name, for usage lines */
@@ -45,24 +54,16 @@ struct lg_cli_cmd {
 	const char *details;  /* more help text after the options; may be NULL */
 	const struct lg_cli_opt *opts; /* NULL-name terminated; may be NULL */
 	int min_pos, max_pos; /* positional argument count; max -1 = no limit */
-	/* argv[0] is the command name. Returns the exit status. */
-	int (*run)(const struct lg_cli_cmd *cmd, int argc, char **argv);
+	/* The command on its parsed arguments; returns the exit status. */
+	int (*run)(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a);
 };
 
-/* Parsed arguments: val[i] is the value of option i (a flag gives "1"),
- * NULL when absent; pos the positional arguments (pointers into argv). */
-struct lg_cli_args {
-	const char *val[LG_CLI_MAX_OPTS];
-	char **pos;
-	int npos;
-};
-
-/* Parse argv (argv[0] = command name) against cmd->opts. Accepts "--name
- * VALUE", "--name=VALUE", "-x VALUE", "-xVALUE", "--" and options mixed
- * with positional arguments. Returns LG_CLI_GO to go on, LG_EXIT_OK after
- * printing --help, or LG_EXIT_USAGE after a usage error. On LG_CLI_GO the
- * caller frees a->pos with free(). */
-int lg_cli_parse(const struct lg_cli_cmd *cmd, int argc, char **argv, struct lg_cli_args *a);
+/* Parse argv (argv[0] = the command's name) against cmd->opts and run the
+ * command. Accepts "--name VALUE", "--name=VALUE", "-x VALUE", "-xVALUE",
+ * "--" and options mixed with positional arguments, and checks the count
+ * of positional ones. Returns the exit status: LG_EXIT_OK after printing
+ * --help, LG_EXIT_USAGE after a usage error, else cmd->run's. */
+int lg_cli_run(const struct lg_cli_cmd *cmd, int argc, char **argv);
 
 /* Print the command's help (usage, summary, options, details). */
 void lg_cli_help(const struct lg_cli_cmd *cmd, FILE *f);
@@ -87,6 +88,10 @@ int lg_cli_status_exit(lg_status st);
 /* An integer option value in [min, max]; a usage error names the option. */
 int lg_cli_int(const struct lg_cli_cmd *cmd, const char *opt, const char *text,
 	       long long min, long long max, long long *out);
+/* Option k of cmd as an integer in [min, max] when it was given; *out is
+ * left as it is (the default) when it was not. */
+int lg_cli_opt_int(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a, int k,
+		   long long min, long long max, long long *out);
 /* A comma-separated list of positive token counts. *out is malloc'd
  * (caller frees). Empty or NULL text gives the one value `dflt`. */
 int lg_cli_tokens(const struct lg_cli_cmd *cmd, const char *text, int64_t dflt,
@@ -134,8 +139,20 @@ int lg_cli_gpu_ctx(const char *what, lg_ctx **ctx);
 /* Write a file atomically: a temp file in the same folder, fsync, rename.
  * 0 on success, -1 with errno set (the temp file is removed). */
 int lg_cli_write_file(const char *path, const void *data, size_t size);
-/* dir + "/" + name, malloc'd (caller frees); NULL on allocation failure. */
+/* lg_cli_write_file as a command step: a failure is printed ("lingen:
+ * PATH: why") and gives LG_EXIT_FAIL, as does a NULL path or data (an
+ * allocation that failed: "out of memory"). Returns the exit status. */
+int lg_cli_save(const char *path, const void *data, size_t size);
+/* Create a folder and its parents; a failure is printed ("lingen: DIR:
+ * why"). Returns the exit status. */
+int lg_cli_mkdir(const char *dir);
+/* dir + "/" + name, malloc'd (caller frees); NULL on allocation failure or
+ * when name is NULL (an allocation that failed before). */
 char *lg_cli_path(const char *dir, const char *name);
+
+/* "lingen CMD ARGS...", the command line as given, malloc'd (caller
+ * frees); NULL on allocation failure. For records of how a file was made. */
+char *lg_cli_command_line(const struct lg_cli_args *a);
 
 /* Monotonic clock in seconds. */
 double lg_cli_now(void);

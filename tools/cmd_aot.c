@@ -13,7 +13,6 @@
  * It includes only <lingen.h> (and <string.h>). Compiling is compile_all.c's,
  * shared with `lingen build`. Output is deterministic for given inputs.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,7 +21,6 @@
 
 #include "buf.h"
 #include "bundle.h" /* lg_plan_to_json */
-#include "cache.h"  /* lg_mkdir_p */
 #include "cli.h"
 #include "compile_all.h"
 
@@ -196,11 +194,7 @@ static char *source(const struct lg_compile_set *s)
 static int write_text(const char *dir, const char *name, const char *text)
 {
 	char *path = lg_cli_path(dir, name);
-	int rc = LG_EXIT_OK;
-	if (!path || !text)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
-	else if (lg_cli_write_file(path, text, strlen(text)) != 0)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, strerror(errno));
+	int rc = lg_cli_save(path, text, text ? strlen(text) : 0);
 	free(path);
 	return rc;
 }
@@ -217,9 +211,9 @@ static int write_aot(const char *dir, const struct lg_compile_set *set)
 	return rc;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	return lg_compile_cmd(cmd, argc, argv, write_aot, "embedded");
+	return lg_compile_cmd(cmd, a, write_aot, "embedded");
 }
 
 const struct lg_cli_cmd lg_cmd_aot = {

@@ -290,29 +290,12 @@ static int print_jit_json(const struct lg_jit_result *r, const char *command)
 	return LG_EXIT_OK;
 }
 
-/* "lingen bench --jit ...": argv joined, for the record under bench/. */
-static char *command_line(int argc, char **argv)
-{
-	size_t len = strlen("lingen") + 1;
-	for (int i = 0; i < argc; i++)
-		len += strlen(argv[i]) + 1;
-	char *s = malloc(len);
-	if (!s)
-		return NULL;
-	strcpy(s, "lingen");
-	for (int i = 0; i < argc; i++) {
-		strcat(s, " ");
-		strcat(s, argv[i]);
-	}
-	return s;
-}
-
-static int bench_jit(const struct lg_cli_args *a, int64_t tokens, int reps, int argc, char **argv)
+static int bench_jit(const struct lg_cli_args *a, int64_t tokens, int reps)
 {
 	struct lg_cli_specs specs = {0};
 	struct lg_jit_result r = {0};
 	const lg_spec **list = NULL;
-	char *command = command_line(argc, argv);
+	char *command = lg_cli_command_line(a); /* for the record under bench/ */
 	int rc = command ? lg_cli_load_specs(a->pos, a->npos, &specs)
 			 : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 	if (rc == LG_EXIT_OK) {
@@ -375,32 +358,25 @@ static int bench_load(const struct lg_cli_args *a)
 	return rc;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
 	int64_t *tokens = NULL;
 	int nt = 0;
-	long long reps = 50;
-	rc = lg_cli_tokens(cmd, a.val[O_TOKENS], 8192, &tokens, &nt);
-	if (rc == LG_EXIT_OK && a.val[O_REPS])
-		rc = lg_cli_int(cmd, "reps", a.val[O_REPS], 1, 100000, &reps);
-	else if (a.val[O_JIT])
-		reps = 20;
-	if (rc == LG_EXIT_OK && a.val[O_JIT] && nt != 1)
+	long long reps = a->val[O_JIT] ? 20 : 50;
+	int rc = lg_cli_tokens(cmd, a->val[O_TOKENS], 8192, &tokens, &nt);
+	if (rc == LG_EXIT_OK)
+		rc = lg_cli_opt_int(cmd, a, O_REPS, 1, 100000, &reps);
+	if (rc == LG_EXIT_OK && a->val[O_JIT] && nt != 1)
 		rc = lg_cli_usage_error(cmd, "--jit takes one token count (for the launch part)");
-	if (rc == LG_EXIT_OK && a.val[O_BUNDLE] && !a.val[O_LOAD])
+	if (rc == LG_EXIT_OK && a->val[O_BUNDLE] && !a->val[O_LOAD])
 		rc = lg_cli_usage_error(cmd, "--bundle goes with --load");
-	if (rc == LG_EXIT_OK && a.val[O_LOAD])
-		rc = bench_load(&a);
-	else if (rc == LG_EXIT_OK && a.val[O_JIT])
-		rc = bench_jit(&a, tokens[0], (int)reps, argc, argv);
+	if (rc == LG_EXIT_OK && a->val[O_LOAD])
+		rc = bench_load(a);
+	else if (rc == LG_EXIT_OK && a->val[O_JIT])
+		rc = bench_jit(a, tokens[0], (int)reps);
 	else if (rc == LG_EXIT_OK)
-		rc = bench(&a, tokens, nt, (int)reps);
+		rc = bench(a, tokens, nt, (int)reps);
 	free(tokens);
-	free(a.pos);
 	return rc;
 }
 

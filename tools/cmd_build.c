@@ -23,7 +23,6 @@
 #include <cjson/cJSON.h>
 
 #include "bundle.h" /* LG_MANIFEST_FORMAT, lg_plan_to_json */
-#include "cache.h"  /* lg_mkdir_p */
 #include "cli.h"
 #include "compile_all.h"
 
@@ -153,28 +152,23 @@ static int write_bundle(const char *dir, const struct lg_compile_set *s)
 	free(old);
 	for (size_t i = 0; rc == LG_EXIT_OK && i < s->n; i++) {
 		char *name = cubin_name(s, &s->c[i]);
-		char *path = name ? lg_cli_path(dir, name) : NULL;
-		if (!path)
-			rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
-		else if (lg_cli_write_file(path, s->c[i].cubin, s->c[i].size) != 0)
-			rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, strerror(errno));
+		char *path = lg_cli_path(dir, name);
+		rc = lg_cli_save(path, s->c[i].cubin, s->c[i].size);
 		free(path);
 		free(name);
 	}
 	char *text = rc == LG_EXIT_OK ? manifest(s) : NULL;
 	char *path = lg_cli_path(dir, "manifest.json");
-	if (rc == LG_EXIT_OK && (!text || !path))
-		rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
-	else if (rc == LG_EXIT_OK && lg_cli_write_file(path, text, strlen(text)) != 0)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, strerror(errno));
+	if (rc == LG_EXIT_OK)
+		rc = lg_cli_save(path, text, text ? strlen(text) : 0);
 	free(text);
 	free(path);
 	return rc == LG_EXIT_OK ? remove_stale(dir, s) : rc;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	return lg_compile_cmd(cmd, argc, argv, write_bundle, "built");
+	return lg_compile_cmd(cmd, a, write_bundle, "built");
 }
 
 const struct lg_cli_cmd lg_cmd_build = {

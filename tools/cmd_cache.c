@@ -41,12 +41,12 @@ static void age(int64_t mtime, char out[24])
 		snprintf(out, 24, "%lldd", s / 86400);
 }
 
-static int list(lg_cache *c, struct lg_cache_entry **e, size_t *n)
+/* The exit status of a cache operation; a failure is printed as
+ * "lingen: <folder>: <why>". */
+static int status(const lg_cache *c, lg_status st)
 {
-	const char *path = lg_cache_path(c);
-	lg_status st = lg_cache_list(c, e, n);
 	if (st != LG_OK)
-		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, lg_cli_error(st));
+		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", lg_cache_path(c), lg_cli_error(st));
 	return LG_EXIT_OK;
 }
 
@@ -54,7 +54,7 @@ static int cmd_ls(lg_cache *c)
 {
 	struct lg_cache_entry *e = NULL;
 	size_t n = 0;
-	int rc = list(c, &e, &n);
+	int rc = status(c, lg_cache_list(c, &e, &n));
 	if (rc != LG_EXIT_OK)
 		return rc;
 	uint64_t total = 0;
@@ -77,7 +77,7 @@ static int cmd_verify(lg_cache *c)
 {
 	struct lg_cache_entry *e = NULL;
 	size_t n = 0, bad = 0;
-	int rc = list(c, &e, &n);
+	int rc = status(c, lg_cache_list(c, &e, &n));
 	if (rc != LG_EXIT_OK)
 		return rc;
 	for (size_t i = 0; i < n; i++) {
@@ -96,10 +96,9 @@ static int cmd_verify(lg_cache *c)
 static int cmd_clear(lg_cache *c)
 {
 	size_t removed = 0;
-	const char *path = lg_cache_path(c);
-	lg_status st = lg_cache_clear(c, &removed);
-	if (st != LG_OK)
-		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, lg_cli_error(st));
+	int rc = status(c, lg_cache_clear(c, &removed));
+	if (rc != LG_EXIT_OK)
+		return rc;
 	printf("removed %zu entr%s from %s\n", removed, removed == 1 ? "y" : "ies",
 	       lg_cache_path(c));
 	return LG_EXIT_OK;
@@ -108,46 +107,41 @@ static int cmd_clear(lg_cache *c)
 static int cmd_prune(lg_cache *c, uint64_t max_bytes)
 {
 	size_t removed = 0;
-	const char *path = lg_cache_path(c);
-	lg_status st = lg_cache_prune(c, max_bytes, &removed);
-	if (st != LG_OK)
-		return lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, lg_cli_error(st));
+	int rc = status(c, lg_cache_prune(c, max_bytes, &removed));
+	if (rc != LG_EXIT_OK)
+		return rc;
 	printf("removed %zu entr%s from %s (bound %.0f MiB)\n", removed, removed == 1 ? "y" : "ies",
 	       lg_cache_path(c), (double)max_bytes / MIB);
 	return LG_EXIT_OK;
 }
 
 /* The bound: --max-mb, else $LINGEN_CACHE_MAX_MB, else 1024 MiB. */
-static int bound(const struct lg_cli_cmd *cmd, const char *opt, uint64_t *out)
+static int bound(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a, uint64_t *out)
 {
 	long long mb = 1024;
 	const char *env = lg_env_get(LG_ENV_CACHE_MAX_MB);
 	int rc = LG_EXIT_OK;
-	if (opt)
-		rc = lg_cli_int(cmd, "max-mb", opt, 0, 1LL << 40, &mb);
+	if (a->val[O_MAX_MB])
+		rc = lg_cli_opt_int(cmd, a, O_MAX_MB, 0, 1LL << 40, &mb);
 	else if (env && lg_cli_int(cmd, "max-mb ($LINGEN_CACHE_MAX_MB)", env, 0, 1LL << 40, &mb))
 		rc = LG_EXIT_USAGE;
 	*out = (uint64_t)mb * 1024 * 1024;
 	return rc;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
 	static const char *const subs[] = {"ls", "clear", "prune", "verify"};
 	int sub = -1;
 	for (int i = 0; i < 4; i++)
-		if (strcmp(a.pos[0], subs[i]) == 0)
+		if (strcmp(a->pos[0], subs[i]) == 0)
 			sub = i;
 	uint64_t max_bytes = 0;
-	rc = sub < 0 ? lg_cli_usage_error(cmd, "unknown action '%s'", a.pos[0])
-		     : bound(cmd, a.val[O_MAX_MB], &max_bytes);
+	int rc = sub < 0 ? lg_cli_usage_error(cmd, "unknown action '%s'", a->pos[0])
+			 : bound(cmd, a, &max_bytes);
 	lg_cache *c = NULL;
 	if (rc == LG_EXIT_OK) {
-		c = lg_cache_open(a.val[O_DIR], max_bytes);
+		c = lg_cache_open(a->val[O_DIR], max_bytes);
 		if (!c)
 			rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 		else if (!lg_cache_enabled(c))
@@ -163,7 +157,6 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 	}
 	if (c)
 		lg_cache_close(c);
-	free(a.pos);
 	return rc;
 }
 

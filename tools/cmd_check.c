@@ -104,22 +104,18 @@ static int pick_seed(const struct lg_cli_cmd *cmd, const char *opt, long long *s
 	return LG_EXIT_OK;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
 	int64_t *tokens = NULL;
 	int nt = 0;
 	long long seed = 0;
 	struct lg_cli_specs specs = {0};
 	lg_ctx *ctx = NULL;
-	rc = lg_cli_tokens(cmd, a.val[O_TOKENS], 8192, &tokens, &nt);
+	int rc = lg_cli_tokens(cmd, a->val[O_TOKENS], 8192, &tokens, &nt);
 	if (rc == LG_EXIT_OK)
-		rc = pick_seed(cmd, a.val[O_SEED], &seed);
+		rc = pick_seed(cmd, a->val[O_SEED], &seed);
 	if (rc == LG_EXIT_OK)
-		rc = lg_cli_load_specs(a.pos, a.npos, &specs);
+		rc = lg_cli_load_specs(a->pos, a->npos, &specs);
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_gpu_ctx("check", &ctx);
 	if (rc == LG_EXIT_OK) {
@@ -130,7 +126,6 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 		lg_ctx_destroy(ctx);
 	lg_cli_specs_free(&specs);
 	free(tokens);
-	free(a.pos);
 	return rc;
 }
 

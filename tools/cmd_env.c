@@ -8,13 +8,10 @@
 #include "cli.h"
 #include "env.h"
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
-	free(a.pos);
+	(void)cmd;
+	(void)a;
 	for (int i = 0; i < LG_ENV_COUNT; i++) {
 		const struct lg_env_var *v = &lg_env_vars[i];
 		const char *now = lg_env_get((enum lg_env)i);

@@ -6,11 +6,11 @@
  * kernels, how many skipped, and which families are not implemented yet.
  * Needs no GPU and no NVRTC.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "file.h"
 #include "model.h"
 
 enum { O_OUT };
@@ -44,7 +44,7 @@ static int expand(const char *path, struct lg_model_step *s, char **json)
 	char *text = NULL;
 	size_t len = 0;
 	struct lg_model m;
-	lg_status st = lg_spec_read_file(path, &text, &len);
+	lg_status st = lg_read_file(path, &text, &len);
 	if (st == LG_OK)
 		st = lg_model_parse(text, len, path, &m);
 	if (st == LG_OK)
@@ -58,20 +58,17 @@ static int expand(const char *path, struct lg_model_step *s, char **json)
 	return LG_EXIT_OK;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
+	(void)cmd;
 	char *json = NULL;
 	struct lg_model_step *s = malloc(sizeof *s);
-	const char *out = a.val[O_OUT];
-	rc = s ? expand(a.pos[0], s, &json) : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	const char *out = a->val[O_OUT];
+	int rc = s ? expand(a->pos[0], s, &json) : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 	if (rc == LG_EXIT_OK && !out)
 		fputs(json, stdout);
-	else if (rc == LG_EXIT_OK && lg_cli_write_file(out, json, strlen(json)) != 0)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", out, strerror(errno));
+	else if (rc == LG_EXIT_OK)
+		rc = lg_cli_save(out, json, strlen(json));
 	if (rc == LG_EXIT_OK) {
 		if (out)
 			fprintf(stderr, "wrote %s\n", out);
@@ -79,7 +76,6 @@ static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
 	}
 	free(json);
 	free(s);
-	free(a.pos);
 	return rc;
 }
 

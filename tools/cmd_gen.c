@@ -3,11 +3,9 @@
  * CUDA source of each kernel, on stdout or as DIR/<entry>.cu. Needs no GPU
  * and no NVRTC.
  */
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache.h" /* lg_mkdir_p */
 #include "cli.h"
 
 enum { O_OUT, O_ARCH };
@@ -30,15 +28,12 @@ static int emit_one(const struct lg_cli_kernel *k, const char *arch, const char 
 	if (!dir) {
 		fputs(src, stdout);
 	} else {
-		char *name = NULL, *path = NULL;
-		if (asprintf(&name, "%s.cu", lg_spec_entry(k->spec)) < 0)
+		char *name = NULL;
+		if (asprintf(&name, "%s.cu", entry) < 0)
 			name = NULL;
-		path = name ? lg_cli_path(dir, name) : NULL;
-		if (!path)
-			rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
-		else if (lg_cli_write_file(path, src, strlen(src)) != 0)
-			rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", path, strerror(errno));
-		else
+		char *path = lg_cli_path(dir, name);
+		rc = lg_cli_save(path, src, strlen(src));
+		if (rc == LG_EXIT_OK)
 			fprintf(stderr, "wrote %s\n", path);
 		free(name);
 		free(path);
@@ -47,27 +42,23 @@ static int emit_one(const struct lg_cli_kernel *k, const char *arch, const char 
 	return rc;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
 	char **archs = NULL;
 	int narch = 0;
 	struct lg_cli_specs specs = {0};
-	rc = lg_cli_archs(cmd, a.val[O_ARCH], &archs, &narch);
+	const char *dir = a->val[O_OUT];
+	int rc = lg_cli_archs(cmd, a->val[O_ARCH], &archs, &narch);
 	if (rc == LG_EXIT_OK && narch != 1)
 		rc = lg_cli_usage_error(cmd, "--arch: give one arch");
 	if (rc == LG_EXIT_OK)
-		rc = lg_cli_load_specs(a.pos, a.npos, &specs);
-	if (rc == LG_EXIT_OK && a.val[O_OUT] && lg_mkdir_p(a.val[O_OUT]) != 0)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", a.val[O_OUT], strerror(errno));
+		rc = lg_cli_load_specs(a->pos, a->npos, &specs);
+	if (rc == LG_EXIT_OK && dir)
+		rc = lg_cli_mkdir(dir);
 	for (size_t i = 0; rc == LG_EXIT_OK && i < specs.n; i++)
-		rc = emit_one(&specs.k[i], archs[0], a.val[O_OUT]);
+		rc = emit_one(&specs.k[i], archs[0], dir);
 	lg_cli_specs_free(&specs);
 	lg_cli_strv_free(archs, narch);
-	free(a.pos);
 	return rc;
 }
 

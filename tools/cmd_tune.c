@@ -188,15 +188,11 @@ static void device_name(char *out, int size)
 		snprintf(out, (size_t)size, "unknown");
 }
 
-/* "lingen tune ARGS..." for the file's made_by. */
-static lg_status note_run(struct lg_tuning *tab, int argc, char **argv)
+/* The command line ("lingen tune ARGS..."), device and date, for the
+ * file's record. */
+static lg_status note_run(struct lg_tuning *tab, const struct lg_cli_args *a)
 {
-	lg_buf b;
-	lg_buf_init(&b);
-	lg_emit(&b, "lingen");
-	for (int i = 0; i < argc; i++)
-		lg_emit(&b, " %s", argv[i]);
-	char *cmd = lg_buf_finish(&b, NULL), dev[256], date[32];
+	char *cmd = lg_cli_command_line(a), dev[256], date[32];
 	device_name(dev, sizeof dev);
 	time_t now = time(NULL);
 	struct tm tm;
@@ -240,7 +236,7 @@ static int gpu_ctx(struct tune *t)
 	return LG_EXIT_OK;
 }
 
-static int tune(const struct lg_cli_args *a, struct tune *t, int argc, char **argv)
+static int tune(const struct lg_cli_args *a, struct tune *t)
 {
 	struct lg_cli_specs specs = {0};
 	char *dflt = NULL;
@@ -263,7 +259,7 @@ static int tune(const struct lg_cli_args *a, struct tune *t, int argc, char **ar
 	}
 	if (rc == LG_EXIT_OK)
 		rc = tune_all(t, &specs);
-	if (rc == LG_EXIT_OK && note_run(t->table, argc, argv) != LG_OK)
+	if (rc == LG_EXIT_OK && note_run(t->table, a) != LG_OK)
 		rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 	if (rc == LG_EXIT_OK)
 		rc = write_table(t->table, path);
@@ -276,28 +272,21 @@ static int tune(const struct lg_cli_args *a, struct tune *t, int argc, char **ar
 	return rc;
 }
 
-static int run(const struct lg_cli_cmd *cmd, int argc, char **argv)
+static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
 	long long tokens = 8192, reps = 50;
 	struct tune t = {0};
-	rc = LG_EXIT_OK;
-	if (a.val[O_TOKENS])
-		rc = lg_cli_int(cmd, "tokens", a.val[O_TOKENS], 1, INT32_MAX, &tokens);
-	if (rc == LG_EXIT_OK && a.val[O_REPS])
-		rc = lg_cli_int(cmd, "reps", a.val[O_REPS], 1, 100000, &reps);
+	int rc = lg_cli_opt_int(cmd, a, O_TOKENS, 1, INT32_MAX, &tokens);
+	if (rc == LG_EXIT_OK)
+		rc = lg_cli_opt_int(cmd, a, O_REPS, 1, 100000, &reps);
 	if (rc == LG_EXIT_OK) {
 		t.tokens = tokens;
 		t.reps = (int)reps;
-		rc = tune(&a, &t, argc, argv);
+		rc = tune(a, &t);
 	}
 	lg_tuning_free(t.table);
 	if (t.ctx)
 		lg_ctx_destroy(t.ctx);
-	free(a.pos);
 	return rc;
 }
 

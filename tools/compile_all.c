@@ -8,7 +8,6 @@
  */
 #include "compile_all.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -212,8 +211,8 @@ static int compile_and_write(const char *dir, char **archs, int narch, const str
 	struct lg_cli_specs specs = {0};
 	struct lg_compile_set set = {0};
 	int rc = lg_cli_load_specs(a->pos, a->npos, &specs);
-	if (rc == LG_EXIT_OK && lg_mkdir_p(dir) != 0)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "%s: %s", dir, strerror(errno));
+	if (rc == LG_EXIT_OK)
+		rc = lg_cli_mkdir(dir);
 	if (rc == LG_EXIT_OK)
 		rc = lg_compile_all(&specs, archs, narch, jobs, &set);
 	if (rc == LG_EXIT_OK)
@@ -226,27 +225,20 @@ static int compile_and_write(const char *dir, char **archs, int narch, const str
 	return rc;
 }
 
-int lg_compile_cmd(const struct lg_cli_cmd *cmd, int argc, char **argv,
+int lg_compile_cmd(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a,
 		   int (*write)(const char *dir, const struct lg_compile_set *s), const char *done)
 {
-	struct lg_cli_args a;
-	int rc = lg_cli_parse(cmd, argc, argv, &a);
-	if (rc != LG_CLI_GO)
-		return rc;
-	const char *dir = a.val[LG_CA_OUT];
+	const char *dir = a->val[LG_CA_OUT];
 	char **archs = NULL;
 	int narch = 0;
 	long long jobs = sysconf(_SC_NPROCESSORS_ONLN);
-	rc = LG_EXIT_OK;
-	if (!dir)
-		rc = lg_cli_usage_error(cmd, "missing -o DIR");
-	if (rc == LG_EXIT_OK && a.val[LG_CA_JOBS])
-		rc = lg_cli_int(cmd, "jobs", a.val[LG_CA_JOBS], 1, 1024, &jobs);
+	int rc = dir ? LG_EXIT_OK : lg_cli_usage_error(cmd, "missing -o DIR");
 	if (rc == LG_EXIT_OK)
-		rc = lg_cli_archs(cmd, a.val[LG_CA_ARCH], &archs, &narch);
+		rc = lg_cli_opt_int(cmd, a, LG_CA_JOBS, 1, 1024, &jobs);
 	if (rc == LG_EXIT_OK)
-		rc = compile_and_write(dir, archs, narch, &a, jobs < 1 ? 1 : (int)jobs, write, done);
+		rc = lg_cli_archs(cmd, a->val[LG_CA_ARCH], &archs, &narch);
+	if (rc == LG_EXIT_OK)
+		rc = compile_and_write(dir, archs, narch, a, jobs < 1 ? 1 : (int)jobs, write, done);
 	lg_cli_strv_free(archs, narch);
-	free(a.pos);
 	return rc;
 }

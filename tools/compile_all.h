@@ -46,13 +46,13 @@ int lg_compile_all(const struct lg_cli_specs *specs, char **archs, int narch, in
 		   struct lg_compile_set *out);
 void lg_compile_set_free(struct lg_compile_set *s);
 
-/* The front end of a compile-all command (build, aot): its options are
- * -o DIR, --arch, -j N at indexes LG_CA_OUT, LG_CA_ARCH, LG_CA_JOBS of
- * cmd->opts. Parses them, loads the specs, creates DIR, compiles every
- * kernel for every arch, calls write(dir, set), and prints "<done> N cubins
- * for K archs into DIR in T s". Returns the exit status. */
+/* The run() of a compile-all command (build, aot): its options are -o DIR,
+ * --arch, -j N at indexes LG_CA_OUT, LG_CA_ARCH, LG_CA_JOBS of cmd->opts.
+ * Checks them, loads the specs, creates DIR, compiles every kernel for
+ * every arch, calls write(dir, set), and prints "<done> N cubins for K
+ * archs into DIR in T s". Returns the exit status. */
 enum { LG_CA_OUT, LG_CA_ARCH, LG_CA_JOBS };
-int lg_compile_cmd(const struct lg_cli_cmd *cmd, int argc, char **argv,
+int lg_compile_cmd(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a,
 		   int (*write)(const char *dir, const struct lg_compile_set *s), const char *done);
 
 /* The NVRTC version as "13.0" ("unknown" without NVRTC) into out[32]. */

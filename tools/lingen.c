@@ -98,7 +98,7 @@ int main(int argc, char **argv)
 	const struct lg_cli_cmd *c = find(name);
 	if (!c)
 		return lg_cli_usage_error(NULL, "unknown command '%s'", name);
-	int rc = c->run(c, argc - 1, argv + 1);
+	int rc = lg_cli_run(c, argc - 1, argv + 1);
 	if (fflush(stdout) != 0 && rc == LG_EXIT_OK)
 		rc = lg_cli_fail(LG_EXIT_FAIL, "cannot write the output");
 	return rc;
