@@ -342,10 +342,12 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 	k->fam = f;
 	k->sig = &f->sig[s->pass];
 	k->plan = e->plan;
+	LG_ASSERT(k->sig->nargs >= 0 && k->sig->nargs <= LG_MAX_ARGS && k->sig->nsizes >= 0 &&
+		  k->sig->nsizes <= LG_MAX_SIZES);
 	k->nargs = k->sig->nargs;
 	k->nsizes = k->sig->nsizes;
 	k->workspace = f->workspace ? f->workspace(&e->plan) : 0;
-	for (int i = 0; i < k->nargs; i++) {
+	for (int i = 0; i < k->nargs && i < LG_MAX_ARGS; i++) {
 		enum lg_arg_role role = k->sig->args[i].role;
 		k->need[i] = e->plan.used[i] && (role == LG_ARG_IN || role == LG_ARG_OUT ||
 						 (role == LG_ARG_WORKSPACE && k->workspace > 0));
