@@ -30,11 +30,6 @@ void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 	lg_line(b, "%s", "");
 }
 
-void lg_emit_e4m3(lg_buf *b, const struct lg_target *t)
-{
-	lg_emit_template(b, t->sm >= 89 ? "fp8_e4m3_ptx" : "fp8_e4m3_soft");
-}
-
 struct lg_rowlayout lg_rowlayout_make(int64_t hidden, int kmax, int threads)
 {
 	struct lg_rowlayout l = {.hidden = hidden, .lpr = 16};

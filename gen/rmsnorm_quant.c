@@ -36,6 +36,7 @@
 
 #include "error.h"
 #include "norm_common.h"
+#include "quant_common.h"
 #include "templates.h"
 
 #define ROWS 128 /* tokens per tile = one 128x1 scale block */
@@ -205,14 +206,6 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 
 /* ------------------------------------------------------------ emission */
 
-static void emit_scale(lg_buf *b, const struct lg_spec *s, const char *sc, const char *amax, const char *inv)
-{
-	if (pow2(s))
-		lg_line(b, "const float %s = lg_scale_pow2(%s), %s = lg_inv_pow2(%s);", sc, amax, inv, sc);
-	else
-		lg_line(b, "const float %s = lg_scale_exact(%s), %s = 1.0f / %s;", sc, amax, inv, sc);
-}
-
 /* t0, t1: the 128-token tiles of slice `part` of `parts`. */
 static void emit_slice(lg_buf *b, int parts)
 {
@@ -270,7 +263,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "amax = fmaxf(amax, fmaxf(fabsf(y[2 * e]), fabsf(y[2 * e + 1])));");
 	lg_close(b);
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
-	emit_scale(b, s, "sc", "amax", "inv");
+	lg_emit_scale(b, pow2(s), "sc", "amax", "inv");
 	lg_line(b, "const u32 p0 = lg_e4m3x2(lg_q(y[0], sc, inv), lg_q(y[1], sc, inv)) | (lg_e4m3x2(lg_q(y[2], sc, inv), lg_q(y[3], sc, inv)) << 16);");
 	lg_line(b, "const u32 p1 = lg_e4m3x2(lg_q(y[4], sc, inv), lg_q(y[5], sc, inv)) | (lg_e4m3x2(lg_q(y[6], sc, inv), lg_q(y[7], sc, inv)) << 16);");
 	lg_open(b, "if (ok) {");
@@ -355,7 +348,7 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "float amax = cpart[threadIdx.x];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int q2 = 1; q2 < 16; q2++) amax = fmaxf(amax, cpart[q2 * %d + threadIdx.x]);", COLS);
-	emit_scale(b, s, "sc", "amax", "inv");
+	lg_emit_scale(b, pow2(s), "sc", "amax", "inv");
 	lg_line(b, "csc[threadIdx.x] = sc;");
 	lg_line(b, "cinv[threadIdx.x] = inv;");
 	lg_line(b, "((float *)st)[tr * %lld + k0 + threadIdx.x] = sc;", (long long)n);
@@ -380,24 +373,7 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_comment(b, "qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.");
-	lg_line(b, "u8 *const qtg = (u8 *)qt;");
-	lg_line(b, "const bool vec_ok = (M & 15) == 0; // 16-byte aligned qt rows");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", COLS * 8, K2_THREADS);
-	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
-	lg_line(b, "uint4 v = *(const uint4 *)(stage + c * 128 + ((h ^ (sw >> 1)) << 4));");
-	lg_line(b, "if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);");
-	lg_line(b, "u8 *const dst = qtg + (k0 + c) * M + m0 + 16 * h;");
-	lg_open(b, "if (vec_ok && 16 * h + 16 <= rows) {");
-	lg_line(b, "lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});");
-	lg_close_with(b, "} else {");
-	lg_line(b, "const u32 u[4] = {v.x, v.y, v.z, v.w};");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 16; i++)");
-	lg_line(b, "\tif (16 * h + i < rows) dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));");
-	lg_close(b);
-	lg_close(b);
+	lg_emit_qt_lines(b, K2_THREADS);
 }
 
 /* The rowwise copy of the tile from y: the tile's 128 columns are one 1x128
@@ -411,7 +387,7 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int c = 0; c < 8; c++) amax = fmaxf(amax, fabsf(y[i][c]));");
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
-	emit_scale(b, s, "sc", "amax", "inv");
+	lg_emit_scale(b, pow2(s), "sc", "amax", "inv");
 	lg_line(b, "const u32 p0 = lg_e4m3x2(lg_q(y[i][0], sc, inv), lg_q(y[i][1], sc, inv)) | (lg_e4m3x2(lg_q(y[i][2], sc, inv), lg_q(y[i][3], sc, inv)) << 16);");
 	lg_line(b, "const u32 p1 = lg_e4m3x2(lg_q(y[i][4], sc, inv), lg_q(y[i][5], sc, inv)) | (lg_e4m3x2(lg_q(y[i][6], sc, inv), lg_q(y[i][7], sc, inv)) << 16);");
 	lg_open(b, "if (4 * rb + i < rows) {");
@@ -558,11 +534,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_emit_template(b, "reduce");
 	lg_emit_template(b, "quant");
 	lg_emit_rrms(b, s);
-	lg_comment(b, "The e4m3 input of y under scale sc (inv = 1 / sc): %s.",
-		   pow2(s) ? "y * inv, exact for a power-of-two scale" : "y / sc correctly rounded");
-	lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float sc, float inv) { return %s; }",
-		pow2(s) ? "(void)sc, y * inv" : "lg_div_rn(y, sc, inv)");
-	lg_line(b, "%s", "");
+	lg_emit_quant_q(b, pow2(s));
 	if (p->v[P_FUSED]) {
 		lg_emit_template(b, "async");
 		if (p->cluster[0] > 1)
