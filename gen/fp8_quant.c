@@ -56,13 +56,15 @@ static const struct lg_size sizes[] = {
 };
 
 enum { ARG_X, ARG_Q, ARG_S, ARG_QT, ARG_ST, NARGS };
+/* Alignment: x is read 16 bytes at a time, q written 8, s 4, st 8 (two
+ * features), qt 16 (when its rows are: tokens % 16 == 0). */
 static const struct lg_arg fwd_args[NARGS] = {
 	[ARG_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, NULL},
-	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, hidden", 16, "rowwise (0 for columnwise)"},
-	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, tokens", 16,
+	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, hidden", 8, "rowwise (0 for columnwise)"},
+	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, tokens", 4,
 		   "rowwise scales, transposed (0 for columnwise)"},
 	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, tokens", 16, "columnwise, transposed (0 for rowwise)"},
-	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), hidden", 16,
+	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), hidden", 8,
 		    "columnwise scales (0 for rowwise)"},
 };
 
