@@ -21,10 +21,10 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 	c->buf[ST].cmp = LG_CMP_SCALE;
 }
 
-/* Rows of varied magnitude (2^-8 .. 2^8), a few all-zero rows, rows far
- * below the 1e-30 scale floor and far above 448, outliers, and all-zero
- * features: scales of every size, floored scales and zero blocks (rowwise
- * and columnwise) get exercised. */
+/* Rows of varied magnitude (2^-8 .. 2^8), a few rows of +0 and of -0, rows
+ * far below the 1e-30 scale floor and far above 448, outliers, and an
+ * all-zero feature: scales of every size, floored scales, zero blocks
+ * (rowwise and columnwise) and signed zeros get exercised. */
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
 	size_t n = (size_t)lg_ref_int(s, "hidden");
@@ -43,12 +43,15 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 		else if (kind == 2)
 			scale = 0x1p100f;
 		lg_ref_fill_bf16(row, n, scale, &st);
+		if (m > 1 && kind == 3)
+			for (size_t k = 0; k < n; k++)
+				row[k] = 0x8000; /* -0: amax 0, payload -0 (0x80) */
 		if (scale != 0.0f && lg_ref_rand(&st) % 7 == 0) {
 			size_t k = (size_t)(lg_ref_rand(&st) % n);
 			row[k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(row[k]) * 40.0f);
 		}
 		if (m > 1)
-			row[zero_col] = 0; /* (-0 and +0 alike count as 0) */
+			row[zero_col] = 0;
 	}
 }
 
