@@ -2,6 +2,8 @@
  * banner.c - the banner every generated file starts with.
  */
 #include <stdbool.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +48,7 @@ void lg_emit_banner(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	free(json);
 }
 
-void lg_emit_signature(lg_buf *b, const struct lg_spec *s, int threads, const char *name)
+void lg_emit_signature(lg_buf *b, const struct lg_spec *s, const char *name, const char *attrs, ...)
 {
 	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
 	lg_buf params;
@@ -57,7 +59,12 @@ void lg_emit_signature(lg_buf *b, const struct lg_spec *s, int threads, const ch
 		lg_emit(&params, "i64 %s, ", g->sizes[i].cname);
 	lg_emit(&params, "i64 part");
 	char *text = lg_buf_finish(&params, NULL);
-	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
+	char attr[256];
+	va_list ap;
+	va_start(ap, attrs);
+	vsnprintf(attr, sizeof attr, attrs, ap);
+	va_end(ap);
+	lg_line(b, "extern \"C\" __global__ void %s", attr);
 	if (text)
 		lg_head(b, name, text);
 	else

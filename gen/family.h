@@ -260,6 +260,9 @@ bool lg_key_is_tile(const struct lg_key *k);
  * returns the new count. Leaves no error message behind. */
 int lg_candidate_add(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		     int n, int max, struct lg_tile_choice c);
+/* lg_candidate_add of one choice per value of key k (values 0-terminated). */
+int lg_candidate_values(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
+			int n, int max, int k, const int64_t *values);
 /* A tile choice of one key. */
 struct lg_tile_choice lg_tile1(int key, int64_t v);
 /* The spec s with tile c in place of its own (c NULL: none), entry name
@@ -309,8 +312,10 @@ void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_
 /* Emit the banner every generated file starts with (generator version,
  * family, target, canonical spec, "generated, do not edit"). */
 void lg_emit_banner(lg_buf *b, const struct lg_spec *s, const struct lg_target *t);
-/* Emit `extern "C" __global__ void __launch_bounds__(threads)` and
- * `<name>(<the pass's arguments by the calling convention>)`. */
-void lg_emit_signature(lg_buf *b, const struct lg_spec *s, int threads, const char *name);
+/* Emit `extern "C" __global__ void <attrs>` (printf-style: launch bounds,
+ * cluster dims) and `<name>(<the pass's pointer arguments and run-time
+ * sizes by the calling convention, then part>)`, from the declaration. */
+void lg_emit_signature(lg_buf *b, const struct lg_spec *s, const char *name, const char *attrs, ...)
+	__attribute__((format(printf, 4, 5)));
 
 #endif

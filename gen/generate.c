@@ -88,3 +88,11 @@ int lg_candidate_add(const struct lg_spec *s, const struct lg_target *t, struct 
 		out[n++] = c;
 	return n;
 }
+
+int lg_candidate_values(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
+			int n, int max, int k, const int64_t *values)
+{
+	for (int i = 0; values[i]; i++)
+		n = lg_candidate_add(s, t, out, n, max, lg_tile1(k, values[i]));
+	return n;
+}

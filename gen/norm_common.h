@@ -1,8 +1,8 @@
 /*
  * norm_common.h - emission shared by the RMSNorm families: the reciprocal
- * RMS from a float64 sum of squares, the fp8 conversion for a target, and
- * the "row layout" in which `lpr` lanes share one row of x, each holding
- * up to a few 16-byte pieces of it in registers.
+ * RMS from a float64 sum of squares, and the "row layout" in which `lpr`
+ * lanes share one row of x, each holding up to a few 16-byte pieces of it
+ * in registers. (The fp8 conversion is in quant_common.h.)
  */
 #ifndef LG_NORM_COMMON_H
 #define LG_NORM_COMMON_H

@@ -74,5 +74,15 @@ double lg_ref_num(const struct lg_spec *s, const char *path);
 uint64_t lg_ref_rand(uint64_t *state);       /* splitmix64 */
 float lg_ref_randn(uint64_t *state);         /* standard normal */
 void lg_ref_fill_bf16(uint16_t *p, size_t n, float scale, uint64_t *state);
+/* The float64 sum of squares of n bf16 values, in order. */
+double lg_ref_sumsq_bf16(const uint16_t *row, size_t n);
+
+/* The blockwise e4m3 quantisation of KERNELS.md 1.2-1.3 (quant_ref.c): y
+ * [m, n] fp32 (n a multiple of 128) into the copies qr.output asks for:
+ * rowwise q [m, n] with scales s [n/128, m], columnwise qt [n, m] with
+ * scales st [ceil(m/128), n]. The pointers of a copy not asked for are
+ * not touched (may be NULL). */
+void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant qr, uint8_t *q, float *s,
+			    uint8_t *qt, float *st);
 
 #endif

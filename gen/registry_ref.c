@@ -85,3 +85,13 @@ void lg_ref_fill_bf16(uint16_t *p, size_t n, float scale, uint64_t *s)
 	for (size_t i = 0; i < n; i++)
 		p[i] = lg_ref_f32_to_bf16(lg_ref_randn(s) * scale);
 }
+
+double lg_ref_sumsq_bf16(const uint16_t *row, size_t n)
+{
+	double ss = 0.0;
+	for (size_t k = 0; k < n; k++) {
+		double v = lg_ref_bf16_to_f32(row[k]);
+		ss += v * v;
+	}
+	return ss;
+}

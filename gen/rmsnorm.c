@@ -139,17 +139,14 @@ static size_t workspace(const struct lg_plan *p)
 
 /* ------------------------------------------------------------ emission */
 
-#define FWD_PARAMS "u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part"
-#define BWD_PARAMS "u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part"
 
-static void emit_forward(lg_buf *b, const struct lg_plan *p)
+static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int64_t pieces = p->v[P_HIDDEN] / 8;
 	lg_section(b, p->entry[0], "RMSNorm forward");
 	lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.", (long long)p->v[P_LPR],
 		   (long long)p->v[P_K], (int)p->v[P_ROWS]);
-	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", (int)p->v[P_THREADS]);
-	lg_head(b, p->entry[0], FWD_PARAMS);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", (int)p->v[P_THREADS]);
 	lg_open(b, "{");
 	struct lg_rowlayout l = lg_rowlayout_load(p);
 	lg_emit_row_prologue(b, &l, false);
@@ -184,7 +181,7 @@ static void emit_forward(lg_buf *b, const struct lg_plan *p)
 }
 
 /* The backward's first kernel: dx, and the CTA's dw partial sums. */
-static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
+static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int64_t pieces = p->v[P_HIDDEN] / 8, h = p->v[P_HIDDEN];
 	int rows = (int)p->v[P_ROWS], threads = (int)p->v[P_THREADS];
@@ -204,8 +201,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 			PMAX);
 	}
 	lg_line(b, "%s", "");
-	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", threads);
-	lg_head(b, p->entry[0], BWD_PARAMS);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", threads);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums");
 	struct lg_rowlayout l = lg_rowlayout_load(p);
@@ -308,13 +304,12 @@ static void emit_backward_rows(lg_buf *b, const struct lg_plan *p)
 }
 
 /* The backward's second kernel: dw from the workspace rows. */
-static void emit_backward_dw(lg_buf *b, const struct lg_plan *p)
+static void emit_backward_dw(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int64_t h = p->v[P_HIDDEN];
 	lg_section(b, p->entry[1], "dw from the partials");
 	lg_comment(b, "dw[col] = sum of the workspace rows, in CTA order (deterministic).");
-	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(256)");
-	lg_head(b, p->entry[1], BWD_PARAMS);
+	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(256)");
 	lg_open(b, "{");
 	if (p->early[1]) {
 		lg_comment(b, "Wait until the partial sums are written.");
@@ -335,10 +330,10 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_section(b, "helpers for this spec", NULL);
 	lg_emit_rrms(b, s);
 	if (p->v[P_BWD]) {
-		emit_backward_rows(b, p);
-		emit_backward_dw(b, p);
+		emit_backward_rows(b, s, p);
+		emit_backward_dw(b, s, p);
 	} else {
-		emit_forward(b, p);
+		emit_forward(b, s, p);
 	}
 }
 
@@ -347,11 +342,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	static const int threads[] = {128, 256, 512, 1024};
-	int n = 0, count = s->pass == LG_PASS_BACKWARD ? 4 : 3;
-	for (int i = 0; i < count; i++)
-		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_THREADS, threads[i]));
-	return n;
+	static const int64_t fwd[] = {128, 256, 512, 0};
+	return lg_candidate_values(s, t, out, 0, max, K_THREADS, s->pass == LG_PASS_BACKWARD ? threads_ok : fwd);
 }
 
 const struct lg_family lg_family_rmsnorm = {

@@ -36,6 +36,7 @@
 
 #include "error.h"
 #include "norm_common.h"
+#include "quant_common.h"
 #include "templates.h"
 
 #define ROWS 128 /* tokens per tile = one 128x1 scale block */
@@ -219,22 +220,6 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 
 /* ------------------------------------------------------------ emission */
 
-#define PARAMS "u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part"
-
-static void emit_scale(lg_buf *b, const struct lg_spec *s, const char *sc, const char *amax, const char *inv)
-{
-	if (pow2(s))
-		lg_line(b, "const float %s = lg_scale_pow2(%s), %s = lg_inv_pow2(%s);", sc, amax, inv, sc);
-	else
-		lg_line(b, "const float %s = lg_scale_exact(%s), %s = 1.0f / %s;", sc, amax, inv, sc);
-}
-
-/* The arguments of lg_q after y, from the scale and its inverse: a
- * power-of-two scale needs only the inverse. */
-static const char *q_args(const struct lg_spec *s, const char *both, const char *inv)
-{
-	return pow2(s) ? inv : both;
-}
 
 /* The next launch (programmatic dependent launch) may be scheduled. */
 static void emit_launch_dependents(lg_buf *b)
@@ -260,8 +245,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 		   rowwise(s) ? " and the rowwise copy" : "", l.lpr, l.k);
 	lg_comment(b, "columns each, %d rows per CTA.%s", l.rows,
 		   colwise(s) ? " x is loaded with an L2 evict-last policy: kernel 2 re-reads it." : "");
-	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d)", l.threads);
-	lg_head(b, p->entry[0], PARAMS);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", l.threads);
 	lg_open(b, "{");
 	lg_emit_row_prologue(b, &l, false);
 	if (p->early[1] && colwise(s))
@@ -311,8 +295,8 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "amax = fmaxf(amax, fmaxf(fabsf(y[2 * e]), fabsf(y[2 * e + 1])));");
 	lg_close(b);
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
-	emit_scale(b, s, "sc", "amax", "inv");
-	const char *qa = q_args(s, "sc, inv", "inv");
+	lg_emit_scale(b, pow2(s), "sc", "amax", "inv");
+	const char *qa = lg_quant_q_args(pow2(s), "sc, inv", "inv");
 	lg_line(b, "const u32 p0 = lg_e4m3x4(lg_q(y[0], %s), lg_q(y[1], %s),", qa, qa);
 	lg_line(b, "\tlg_q(y[2], %s), lg_q(y[3], %s));", qa, qa);
 	lg_line(b, "const u32 p1 = lg_e4m3x4(lg_q(y[4], %s), lg_q(y[5], %s),", qa, qa);
@@ -402,7 +386,7 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int q2 = 1; q2 < 16; q2++)");
 	lg_line(b, "\tamax = fmaxf(amax, cpart[q2 * %d + threadIdx.x]);", COLS);
-	emit_scale(b, s, "sc", "amax", "inv");
+	lg_emit_scale(b, pow2(s), "sc", "amax", "inv");
 	if (!pow2(s)) /* lg_q needs the scale only when it is not a power of two */
 		lg_line(b, "csc[threadIdx.x] = sc;");
 	lg_line(b, "cinv[threadIdx.x] = inv;");
@@ -420,7 +404,7 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 		lg_line(b, "const float4 s1 = *(const float4 *)(csc + lb * 8 + 4);");
 		lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
 	}
-	const char *qa = q_args(s, "cs[c], ci[c]", "ci[c]");
+	const char *qa = lg_quant_q_args(pow2(s), "cs[c], ci[c]", "ci[c]");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int c = 0; c < 8; c++) {");
 	lg_line(b, "const u32 v4 = lg_e4m3x4(");
@@ -430,25 +414,7 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_comment(b, "qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.");
-	lg_line(b, "u8 *const qtg = (u8 *)qt;");
-	lg_line(b, "const bool vec_ok = (M & 15) == 0; // 16-byte aligned qt rows");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", COLS * 8, K2_THREADS);
-	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
-	lg_line(b, "uint4 v = *(const uint4 *)(stage + c * 128 + ((h ^ (sw >> 1)) << 4));");
-	lg_line(b, "if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);");
-	lg_line(b, "u8 *const dst = qtg + (k0 + c) * M + m0 + 16 * h;");
-	lg_open(b, "if (vec_ok && 16 * h + 16 <= rows) {");
-	lg_line(b, "lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});");
-	lg_close_with(b, "} else {");
-	lg_line(b, "const u32 u[4] = {v.x, v.y, v.z, v.w};");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 16; i++)");
-	lg_line(b, "\tif (16 * h + i < rows)");
-	lg_line(b, "\t\tdst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));");
-	lg_close(b);
-	lg_close(b);
+	lg_emit_qt_lines(b, K2_THREADS);
 }
 
 /* The rowwise copy of the tile from y: the tile's 128 columns are one 1x128
@@ -462,8 +428,8 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int c = 0; c < 8; c++) amax = fmaxf(amax, fabsf(y[i][c]));");
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
-	emit_scale(b, s, "sc", "amax", "inv");
-	const char *qa = q_args(s, "sc, inv", "inv");
+	lg_emit_scale(b, pow2(s), "sc", "amax", "inv");
+	const char *qa = lg_quant_q_args(pow2(s), "sc, inv", "inv");
 	lg_line(b, "const u32 p0 = lg_e4m3x4(lg_q(y[i][0], %s), lg_q(y[i][1], %s),", qa, qa);
 	lg_line(b, "\tlg_q(y[i][2], %s), lg_q(y[i][3], %s));", qa, qa);
 	lg_line(b, "const u32 p1 = lg_e4m3x4(lg_q(y[i][4], %s), lg_q(y[i][5], %s),", qa, qa);
@@ -482,8 +448,7 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_comment(b, "Kernel 2: the columnwise copy of a tile of 128 tokens x %d features; thread =", COLS);
 	lg_comment(b, "4 rows x 8 columns (%d threads). x re-read from L2 (evict first), streaming stores.",
 		   K2_THREADS);
-	lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
-	lg_head(b, p->entry[1], PARAMS);
+	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(%d, 2)", K2_THREADS);
 	lg_open(b, "{");
 	if (p->early[1])
 		emit_launch_dependents(b);
@@ -547,11 +512,10 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	lg_comment(b, "tile); both copies follow.");
 	emit_copy_tile(b, p->v[P_HIDDEN]);
 	if (cl > 1)
-		lg_line(b, "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, %d)", cl,
-			K2_THREADS, st > 2 ? 1 : 2);
+		lg_emit_signature(b, s, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, %d)", cl,
+				  K2_THREADS, st > 2 ? 1 : 2);
 	else
-		lg_line(b, "extern \"C\" __global__ void __launch_bounds__(%d, 2)", K2_THREADS);
-	lg_head(b, p->entry[0], PARAMS);
+		lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, 2)", K2_THREADS);
 	lg_open(b, "{");
 	emit_tile_prologue(b, NULL);
 	lg_line(b, "double *const psum2 = (double *)(cinv + %d); // [2][128] partial sums of squares", COLS);
@@ -640,16 +604,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_section(b, "helpers for this spec", NULL);
 	lg_emit_rrms(b, s);
 	lg_line(b, "%s", "");
-	if (pow2(s)) {
-		lg_comment(b, "The e4m3 input of y under a power-of-two scale of inverse inv (exact).");
-		lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }");
-	} else {
-		lg_comment(b, "The e4m3 input of y under scale sc (inv = 1 / sc): y / sc correctly rounded.");
-		lg_line(b, "static __device__ __forceinline__ float lg_q(float y, float sc, float inv)");
-		lg_open(b, "{");
-		lg_line(b, "return lg_div_rn(y, sc, inv);");
-		lg_close(b);
-	}
+	lg_emit_quant_q(b, pow2(s));
 	if (p->v[P_FUSED]) {
 		emit_fused_kernel(b, s, p);
 		return;
@@ -666,10 +621,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	static const int threads[] = {128, 256, 512};
-	int n = 0;
-	for (size_t i = 0; i < sizeof threads / sizeof threads[0]; i++)
-		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_THREADS, threads[i]));
+	static const int64_t threads[] = {128, 256, 512, 0};
+	int n = lg_candidate_values(s, t, out, 0, max, K_THREADS, threads);
 	struct lg_tile_choice c = lg_tile1(K_THREADS, 256);
 	c.v[K_ROWS] = 8;
 	c.set |= (uint64_t)1 << K_ROWS;

@@ -1,7 +1,7 @@
 /*
  * rmsnorm_quant_ref.c - CPU reference of family "rmsnorm_quant" (K1):
- * float64 sums of squares, y = (x * r) * w in fp32, blockwise e4m3 with the
- * scale rules of KERNELS.md 1.2 and the layouts of 1.3.
+ * float64 sums of squares, y = (x * r) * w in fp32, then the blockwise e4m3
+ * quantisation of y shared by the quantising references (quant_ref.c).
  *
  * Everything here is exactly what the GPU must produce: the fill draws only
  * rows whose r no fp64 summation order changes (lg_ref_rrms_stable), y is
@@ -29,16 +29,6 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 	c->buf[ST].cmp = LG_CMP_SCALE;
 }
 
-static double sumsq(const uint16_t *row, size_t n)
-{
-	double ss = 0.0;
-	for (size_t k = 0; k < n; k++) {
-		double v = lg_ref_bf16_to_f32(row[k]);
-		ss += v * v;
-	}
-	return ss;
-}
-
 /* Rows of varied magnitude (2^-6 .. 2^6), a few all-zero rows, a few
  * outlier channels: scales of every size and zero blocks get exercised. */
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
@@ -59,7 +49,7 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 				size_t k = (size_t)(lg_ref_rand(&st) % n);
 				row[k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(row[k]) * 40.0f);
 			}
-		} while (!lg_ref_rrms_stable(sumsq(row, n), (int64_t)n, eps));
+		} while (!lg_ref_rrms_stable(lg_ref_sumsq_bf16(row, n), (int64_t)n, eps));
 	}
 	for (size_t k = 0; k < n; k++)
 		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
@@ -68,49 +58,17 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	struct lg_quant qr = lg_spec_quant(s);
-	size_t n = (size_t)lg_ref_int(s, "hidden"), mm = (size_t)c->sizes[0], nb = n / 128;
-	bool pow2 = qr.round_scale;
-	bool rowwise = qr.output != LG_QOUT_COLUMNWISE, colwise = qr.output != LG_QOUT_ROWWISE;
+	size_t n = (size_t)lg_ref_int(s, "hidden"), mm = (size_t)c->sizes[0];
 	const uint16_t *x = c->buf[X].host, *w = c->buf[W].host;
 	float *y = malloc(mm * n * sizeof *y), *rms = c->buf[RMS].host;
 	LG_ASSERT(y);
 	for (size_t i = 0; i < mm; i++) {
-		float r = lg_ref_rrms(sumsq(x + i * n, n), (int64_t)n, lg_ref_num(s, "eps"));
+		float r = lg_ref_rrms(lg_ref_sumsq_bf16(x + i * n, n), (int64_t)n, lg_ref_num(s, "eps"));
 		rms[i] = r;
 		for (size_t k = 0; k < n; k++)
 			y[i * n + k] = (lg_ref_bf16_to_f32(x[i * n + k]) * r) * lg_ref_bf16_to_f32(w[k]);
 	}
-	if (rowwise) {
-		uint8_t *q = c->buf[Q].host;
-		float *sc = c->buf[S].host;
-		for (size_t i = 0; i < mm; i++)
-			for (size_t b = 0; b < nb; b++) {
-				const float *v = y + i * n + b * 128;
-				float amax = 0.0f;
-				for (int k = 0; k < 128; k++)
-					amax = fmaxf(amax, fabsf(v[k]));
-				float sv = lg_ref_scale(amax, pow2);
-				sc[b * mm + i] = sv;
-				for (int k = 0; k < 128; k++)
-					q[i * n + b * 128 + (size_t)k] = lg_ref_quant(v[k], sv, pow2);
-			}
-	}
-	if (colwise) {
-		uint8_t *qt = c->buf[QT].host;
-		float *st = c->buf[ST].host;
-		for (size_t t = 0; t * 128 < mm; t++) {
-			size_t r0 = t * 128, rows = mm - r0 < 128 ? mm - r0 : 128;
-			for (size_t k = 0; k < n; k++) {
-				float amax = 0.0f;
-				for (size_t i = 0; i < rows; i++)
-					amax = fmaxf(amax, fabsf(y[(r0 + i) * n + k]));
-				float sv = lg_ref_scale(amax, pow2);
-				st[t * n + k] = sv;
-				for (size_t i = 0; i < rows; i++)
-					qt[k * mm + r0 + i] = lg_ref_quant(y[(r0 + i) * n + k], sv, pow2);
-			}
-		}
-	}
+	lg_ref_quant_blockwise(y, mm, n, qr, c->buf[Q].host, c->buf[S].host, c->buf[QT].host, c->buf[ST].host);
 	free(y);
 }
 

@@ -34,16 +34,6 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 	c->buf[B_DW].cmp = LG_CMP_FP32, c->buf[B_DW].rtol = 1e-4, c->buf[B_DW].atol = 1e-4;
 }
 
-static double row_sumsq(const uint16_t *x, size_t n)
-{
-	double ss = 0.0;
-	for (size_t k = 0; k < n; k++) {
-		double v = lg_ref_bf16_to_f32(x[k]);
-		ss += v * v;
-	}
-	return ss;
-}
-
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
 	size_t n = (size_t)lg_ref_int(s, "hidden"), mm = (size_t)c->sizes[0];
@@ -55,7 +45,7 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 		float scale = ldexpf(1.0f, (int)(lg_ref_rand(&st) % 9) - 4);
 		do /* a row whose r the GPU's summation order could change: draw again */
 			lg_ref_fill_bf16(x + i * n, n, scale, &st);
-		while (!lg_ref_rrms_stable(row_sumsq(x + i * n, n), (int64_t)n, eps));
+		while (!lg_ref_rrms_stable(lg_ref_sumsq_bf16(x + i * n, n), (int64_t)n, eps));
 	}
 	for (size_t k = 0; k < n; k++)
 		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
@@ -64,7 +54,7 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	lg_ref_fill_bf16(c->buf[B_DY].host, mm * n, 1.0f, &st);
 	float *rms = c->buf[B_RMS].host; /* the forward's rms, as training passes it */
 	for (size_t i = 0; i < mm; i++)
-		rms[i] = lg_ref_rrms(row_sumsq(x + i * n, n), (int64_t)n, eps);
+		rms[i] = lg_ref_rrms(lg_ref_sumsq_bf16(x + i * n, n), (int64_t)n, eps);
 }
 
 /* Sign-magnitude bf16 on a line of integers, for distances in ulps. */
@@ -159,7 +149,7 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 		uint16_t *y = c->buf[F_Y].host;
 		float *rms = c->buf[F_RMS].host;
 		for (size_t i = 0; i < mm; i++) {
-			float r = lg_ref_rrms(row_sumsq(x + i * n, n), (int64_t)n, eps);
+			float r = lg_ref_rrms(lg_ref_sumsq_bf16(x + i * n, n), (int64_t)n, eps);
 			rms[i] = r;
 			for (size_t k = 0; k < n; k++)
 				y[i * n + k] = lg_ref_f32_to_bf16((lg_ref_bf16_to_f32(x[i * n + k]) * r) *

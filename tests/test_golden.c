@@ -61,6 +61,16 @@ static const struct golden cases[] = {
 	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1152, "
 	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, "
 	 "\"output\": \"columnwise\"}}"},
+	{"fp8_quant_h2048_both_pow2", "sm_90a",
+	 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}"},
+	{"fp8_quant_h384_rowwise_exact", "sm_90a",
+	 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
+	 "\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": false, \"output\": \"rowwise\"}}"},
+	/* sm_80: the software e4m3 conversion */
+	{"fp8_quant_h1152_colwise_sm80", "sm_80",
+	 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1152, "
+	 "\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"columnwise\"}}"},
 	{"rmsnorm_fwd_h2048", "sm_90a",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6}"},

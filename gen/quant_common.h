@@ -1,0 +1,37 @@
+/*
+ * quant_common.h - emission shared by the families that quantise to
+ * blockwise FP8 (KERNELS.md 1): the quantiser input lg_q, the scale of a
+ * block from its amax, and the transposed write of a 128 x 128 qt tile from
+ * its staging copy in shared memory. The e4m3 conversion itself is the
+ * lg_e4m3x2 / lg_e4m3x4 helper of templates/fp8_e4m3.cuh (hardware cvt on
+ * sm_89+, the bit-exact software version before), pulled in by use.
+ */
+#ifndef LG_QUANT_COMMON_H
+#define LG_QUANT_COMMON_H
+
+#include <stdbool.h>
+
+#include "family.h"
+
+/* `lg_q(y, inv)` with power-of-two scales (y * inv, exact), else
+ * `lg_q(y, sc, inv)` (y / sc correctly rounded; inv = 1 / sc): the value
+ * whose e4m3 rounding is the payload of y. */
+void lg_emit_quant_q(lg_buf *b, bool pow2);
+/* The arguments of lg_q after y: `inv` for power-of-two scales, else `both`
+ * ("sc, inv"). */
+const char *lg_quant_q_args(bool pow2, const char *both, const char *inv);
+/* `const float sc = <scale of amax>, inv = <1 / sc>;` (KERNELS.md 1.2). */
+void lg_emit_scale(lg_buf *b, bool pow2, const char *sc, const char *amax, const char *inv);
+
+/* The qt staging tile: u8 stage[128 features][128 tokens], one 128-byte
+ * line per feature c, with token byte t of line c stored at t ^ (8 * (c / 8))
+ * (the XOR keeps both the writes of the quantising threads, 8 features
+ * each, and the 16-byte reads below free of bank conflicts). Emits the
+ * write of the tile to qt [hidden, M]: each line is 128 contiguous bytes of
+ * a qt row, 16 bytes a thread over `threads` threads; 16-byte stores when
+ * qt rows are 16-byte aligned (M % 16 == 0) and the chunk is full, bytes
+ * otherwise. Uses stage, qt, M, k0 (first feature), m0 (first token) and
+ * rows (tokens in the tile). */
+void lg_emit_qt_lines(lg_buf *b, int threads);
+
+#endif
