@@ -5,8 +5,9 @@
 #
 #   bench/run.sh [OUT_DIR]        (default: $OUT, else out/bench)
 #
-# 1. the GPU tests (every K1 case against the CPU reference)  -> gpu_test.txt
-# 2. lingen bench: every shipped K1 spec and the tile variants -> kernels.json
+# 1. the GPU tests (every K1 and fp8_quant case against the CPU reference)
+#                                                              -> gpu_test*.txt
+# 2. lingen bench: every shipped spec and the K1 tile variants -> kernels.json
 #    (median GPU time, L2 flushed before each repetition, % of the copy
 #    ceiling measured in the same run; TARGETS.md's method)
 # 3. lingen bench --jit: NVRTC compile, disk-cache hit, launch cost -> jit.json
@@ -30,9 +31,12 @@ export LINGEN_CACHE_DIR=${LINGEN_CACHE_DIR:-$(mktemp -d /tmp/lingen-bench.XXXXXX
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$out/gpu.txt" 2>&1
 "$bin/tests/gpu_test_k1" > "$out/gpu_test.txt" 2>&1
 echo "gpu_test_k1: exit $?"
-grep -E "FAIL|PASSED|SKIPPED" "$out/gpu_test.txt"
-"$bin/lingen" bench configs/kernels/ling-mini-2.0-norms.json configs/kernels/k1-variants.json \
-	bench/k1-tiles.json --tokens 8192 --json > "$out/kernels.json"
+grep -E "FAIL|PASSED|SKIPPED|seed" "$out/gpu_test.txt"
+"$bin/tests/gpu_test_fp8_quant" > "$out/gpu_test_fp8_quant.txt" 2>&1
+echo "gpu_test_fp8_quant: exit $?"
+grep -E "FAIL|PASSED|SKIPPED|seed" "$out/gpu_test_fp8_quant.txt"
+"$bin/lingen" bench configs/kernels/ling-mini-2.0-norms.json configs/kernels/fp8-quant.json \
+	configs/kernels/k1-variants.json bench/k1-tiles.json --tokens 8192 --json > "$out/kernels.json"
 echo "lingen bench: exit $?"
 "$bin/lingen" bench --jit configs/kernels/ling-mini-2.0-norms.json configs/kernels/k1-variants.json \
 	--json > "$out/jit.json"
@@ -40,7 +44,8 @@ echo "lingen bench --jit: exit $?"
 "$bin/tests/gpu_test_bundle" > "$out/gpu_test_bundle.txt" 2>&1
 echo "gpu_test_bundle: exit $?"
 grep -E "FAIL|PASSED|SKIPPED" "$out/gpu_test_bundle.txt"
-"$bin/lingen" tune configs/kernels/ling-mini-2.0-norms.json --tokens 8192 --reps 30 -o "$out/sm_90a.json" \
+"$bin/lingen" tune configs/kernels/ling-mini-2.0-norms.json configs/kernels/fp8-quant.json --tokens 8192 --reps 30 \
+	-o "$out/sm_90a.json" \
 	> "$out/tune.txt" 2>&1
 echo "lingen tune: exit $?"
 tail -n 30 "$out/tune.txt"
