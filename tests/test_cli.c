@@ -353,6 +353,38 @@ static void test_cache(void **state)
 	free(dir);
 }
 
+/* Output that cannot be written (stdout on a full device, -o naming one)
+ * is a failure, exit 1 with the reason; a device named by -o stays a device. */
+static void test_write_errors(void **state)
+{
+	(void)state;
+	struct stat st;
+	if (stat("/dev/full", &st) != 0 || !S_ISCHR(st.st_mode))
+		skip(); /* no /dev/full here */
+	static const char *const cmds[] = {
+		"gen " NORMS, "expand " LG_SOURCE_DIR "/configs/models/ling-mini-2.0.json", "env", "help",
+		"--help", "--version", "help rmsnorm_quant", "cache ls", "cache verify",
+	};
+	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+		char *line;
+		assert_true(asprintf(&line, "LINGEN_CACHE_DIR=off exec %s %s > /dev/full", LG_CLI, cmds[i]) > 0);
+		char *argv[] = {(char *)"/bin/sh", (char *)"-c", line, NULL};
+		struct lg_proc p;
+		assert_int_equal(lg_proc_run(argv, NULL, &p), 0);
+		if (p.status != 1 || !strstr(p.err, "cannot write the output"))
+			fail_msg("lingen %s > /dev/full: exit %d, stderr: %s", cmds[i], p.status, p.err);
+		lg_proc_free(&p);
+		free(line);
+	}
+	struct lg_proc p = cli(1, NULL, "expand", LG_SOURCE_DIR "/configs/models/ling-mini-2.0.json", "-o",
+			       "/dev/full", NULL);
+	assert_non_null(strstr(p.err, "/dev/full: No space left on device"));
+	assert_null(strstr(p.err, "wrote"));
+	lg_proc_free(&p);
+	assert_int_equal(stat("/dev/full", &st), 0);
+	assert_true(S_ISCHR(st.st_mode)); /* written in place, never replaced by a rename */
+}
+
 static void test_check_without_gpu(void **state)
 {
 	(void)state;
@@ -533,7 +565,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_help),          cmocka_unit_test(test_usage_errors),
 		cmocka_unit_test(test_gen),           cmocka_unit_test(test_gen_bad_input),
-		cmocka_unit_test(test_build),         cmocka_unit_test(test_cache),
+		cmocka_unit_test(test_build),         cmocka_unit_test(test_write_errors),         cmocka_unit_test(test_cache),
 		cmocka_unit_test(test_check_without_gpu), cmocka_unit_test(test_check_seed),
 		cmocka_unit_test(test_bench_jit),
 		cmocka_unit_test(test_expand),

@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -460,8 +461,32 @@ char *lg_cli_path(const char *dir, const char *name)
 	return p;
 }
 
+/* Write to a path that is not a regular file (a device, a FIFO): in place,
+ * never by rename (which would replace the device with a file). */
+static int write_in_place(const char *path, const void *data, size_t size)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	int rc = lg_write_all(fd, data, size), err = errno;
+	if (close(fd) != 0 && rc == 0) {
+		rc = -1;
+		err = errno;
+	}
+	errno = err;
+	return rc;
+}
+
 int lg_cli_write_file(const char *path, const void *data, size_t size)
 {
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		if (S_ISDIR(st.st_mode)) {
+			errno = EISDIR;
+			return -1;
+		}
+		return write_in_place(path, data, size);
+	}
 	char *tmp;
 	if (asprintf(&tmp, "%s.tmp.XXXXXX", path) < 0)
 		return -1;

@@ -7,6 +7,7 @@
  * Exit status: 0 success, 1 failed check or runtime error, 2 bad usage or
  * bad input (see cli.h).
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +83,8 @@ static int help(int argc, char **argv)
 	return lg_cli_usage_error(NULL, "no command or op '%s'", argv[2]);
 }
 
-int main(int argc, char **argv)
+/* The command's exit status, before stdout is checked. */
+static int dispatch(int argc, char **argv)
 {
 	if (argc < 2) {
 		usage(stderr);
@@ -98,8 +100,16 @@ int main(int argc, char **argv)
 	const struct lg_cli_cmd *c = find(name);
 	if (!c)
 		return lg_cli_usage_error(NULL, "unknown command '%s'", name);
-	int rc = lg_cli_run(c, argc - 1, argv + 1);
-	if (fflush(stdout) != 0 && rc == LG_EXIT_OK)
-		rc = lg_cli_fail(LG_EXIT_FAIL, "cannot write the output");
+	return lg_cli_run(c, argc - 1, argv + 1);
+}
+
+int main(int argc, char **argv)
+{
+	int rc = dispatch(argc, argv);
+	/* a write error on stdout (a full disk, a closed pipe) is a failure,
+	 * whether the buffer failed on the way (ferror) or at the end */
+	int err = fflush(stdout) != 0 || ferror(stdout);
+	if (err && rc == LG_EXIT_OK)
+		rc = lg_cli_fail(LG_EXIT_FAIL, "cannot write the output: %s", strerror(errno ? errno : EIO));
 	return rc;
 }
