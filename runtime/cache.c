@@ -40,8 +40,15 @@
  *  6. The cache never fails a compile. A folder that cannot be created or
  *     written gives one warning per cache object and disables further writes;
  *     reads continue while the folder is readable. "off" disables it all.
- *  7. Temp files are skipped by listings and pruning; lg_cache_clear removes
+ *  7. Only names of the cache's own forms are touched: "<key hex>.lgc"
+ *     entries, ".tmp-<pid>-<n>-<hex>.lgc" temp files and nvrtc.stamp; other
+ *     files in a shared folder are never listed, pruned or removed. Temp
+ *     files are skipped by listings and pruning; lg_cache_clear removes
  *     entries and temp files older than a minute (left by a crashed writer).
+ *  8. Anything but a regular file at an entry's name (a folder, a FIFO) is
+ *     a miss that is never opened for reading in a blocking way; a put
+ *     replaces an empty folder there, else skips that one entry (the cache
+ *     stays on); verify reports it; clear removes it when it is empty.
  */
 #include "cache.h"
 
@@ -180,10 +187,29 @@ static bool key_from_name(const char *name, uint8_t key[LG_KEY_BYTES])
 	return true;
 }
 
+/* Only names of the cache's own forms are ever listed, pruned or removed:
+ * "<32 hex digits>.lgc" entries and ".tmp-<pid>-<n>-<8 hex>.lgc" temp
+ * files (open_tmp), so other files in a shared folder are never touched. */
 static bool is_entry_name(const char *name)
 {
-	size_t n = strlen(name);
-	return name[0] != '.' && n > 4 && strcmp(name + n - 4, ".lgc") == 0;
+	uint8_t key[LG_KEY_BYTES];
+	return key_from_name(name, key);
+}
+
+static bool is_tmp_name(const char *name)
+{
+	size_t p = strlen(CACHE_TMP_PREFIX), n = strlen(name);
+	if (strncmp(name, CACHE_TMP_PREFIX, p) != 0 || n < p + 4 || strcmp(name + n - 4, ".lgc") != 0)
+		return false;
+	int dashes = 0;
+	for (size_t i = p; i < n - 4; i++) {
+		char ch = name[i];
+		if (ch == '-')
+			dashes++;
+		else if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f')))
+			return false;
+	}
+	return dashes == 2;
 }
 
 /* ------------------------------------------------------------ folders */
@@ -524,8 +550,23 @@ void lg_cache_put(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const char *entr
 		goto fail;
 	}
 	fd = -1;
-	if (rename(tmp, path) != 0)
-		goto fail;
+	if (rename(tmp, path) != 0) {
+		int e = errno;
+		struct stat sb;
+		if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+			errno = e;
+			goto fail;
+		}
+		/* a folder where the entry goes: an empty one is removed; else
+		 * this entry is not cached (the cache stays on for the others) */
+		if (rmdir(path) != 0 || rename(tmp, path) != 0) {
+			lg_log("cache: %s is a folder, not an entry: %s not cached", path, entry ? entry : "");
+			unlink(tmp);
+			free(tmp);
+			free(path);
+			return;
+		}
+	}
 	fsync_dir(c->dir);
 	lg_log("cache: stored %s (%s %s, %zu bytes)", path, entry ? entry : "", arch ? arch : "",
 	       size);
@@ -558,16 +599,19 @@ bool lg_cache_nvrtc_get(lg_cache *c, int *major, int *minor)
 {
 	if (!c || c->off)
 		return false;
-	char *path = stamp_path(c);
-	FILE *f = path ? fopen(path, "r") : NULL;
+	char *path = stamp_path(c), *text = NULL;
+	size_t len = 0;
+	/* the shared reader: a FIFO or a device at the stamp's name is refused, not waited on */
+	bool read = path && lg_read_file_max(path, 4096, &text, &len) == LG_OK;
 	free(path);
-	if (!f)
+	lg_clear_error();
+	if (!read)
 		return false;
 	char lib[1024];
 	long long size = -1, sec = -1, nsec = -1;
-	int ok = fscanf(f, "lingen-nvrtc 1 %d %d %lld %lld %lld %1023[^\n]", major, minor, &size, &sec,
+	int ok = sscanf(text, "lingen-nvrtc 1 %d %d %lld %lld %lld %1023[^\n]", major, minor, &size, &sec,
 			&nsec, lib);
-	fclose(f);
+	free(text);
 	struct stat sb;
 	if (ok != 6 || stat(lib, &sb) != 0 || sb.st_size != size || sb.st_mtim.tv_sec != sec ||
 	    sb.st_mtim.tv_nsec != nsec)
@@ -618,6 +662,7 @@ struct scanned {
 	char name[2 * LG_KEY_BYTES + 8];
 	uint64_t size;
 	struct timespec mtime;
+	bool regular; /* a regular file (else: a folder or device at an entry name) */
 };
 
 static int by_mtime(const void *a, const void *b)
@@ -657,7 +702,7 @@ static lg_status scan(const lg_cache *c, struct scanned **out, size_t *n)
 		struct stat sb;
 		if (!is_entry_name(e->d_name) || strlen(e->d_name) >= sizeof v->name)
 			continue;
-		if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode))
+		if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
 			continue;
 		if (cnt == cap) {
 			size_t ncap = cap ? 2 * cap : 64;
@@ -670,8 +715,9 @@ static lg_status scan(const lg_cache *c, struct scanned **out, size_t *n)
 			cap = ncap;
 		}
 		memcpy(v[cnt].name, e->d_name, strlen(e->d_name) + 1); /* length checked above */
-		v[cnt].size = (uint64_t)sb.st_size;
+		v[cnt].size = S_ISREG(sb.st_mode) ? (uint64_t)sb.st_size : 0;
 		v[cnt].mtime = sb.st_mtim;
+		v[cnt].regular = S_ISREG(sb.st_mode);
 		cnt++;
 	}
 	closedir(d);
@@ -705,6 +751,8 @@ static lg_status prune_to(lg_cache *c, uint64_t trigger, uint64_t target, size_t
 	if (total > trigger) {
 		for (size_t i = 0; i < n && total > target; i++) {
 			char *p = NULL;
+			if (!v[i].regular)
+				continue; /* verify reports it, clear removes it */
 			if (asprintf(&p, "%s/%s", c->dir, v[i].name) < 0)
 				break;
 			if (unlink(p) == 0 || errno == ENOENT) {
@@ -738,6 +786,10 @@ static void verify(const lg_cache *c, const struct scanned *s, struct lg_cache_e
 	uint8_t key[LG_KEY_BYTES];
 	if (!key_from_name(s->name, key)) {
 		snprintf(e->problem, sizeof e->problem, "not named by a key");
+		return;
+	}
+	if (!s->regular) {
+		snprintf(e->problem, sizeof e->problem, "not a regular file (a folder or a device at an entry's name)");
 		return;
 	}
 	char *path = NULL;
@@ -810,14 +862,14 @@ lg_status lg_cache_clear(lg_cache *c, size_t *removed)
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL) {
 		struct stat sb;
-		bool tmp = strncmp(e->d_name, CACHE_TMP_PREFIX, strlen(CACHE_TMP_PREFIX)) == 0;
+		bool tmp = is_tmp_name(e->d_name);
 		if (!tmp && !is_entry_name(e->d_name))
 			continue;
-		if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || S_ISDIR(sb.st_mode))
+		if (fstatat(dfd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
 			continue;
 		if (tmp && now - sb.st_mtim.tv_sec < CACHE_TMP_STALE_S)
 			continue; /* a writer may still be at work */
-		if (unlinkat(dfd, e->d_name, 0) == 0) {
+		if (unlinkat(dfd, e->d_name, S_ISDIR(sb.st_mode) ? AT_REMOVEDIR : 0) == 0) {
 			if (!tmp)
 				gone++;
 		} else if (errno != ENOENT) {

@@ -292,6 +292,51 @@ static void test_fifo_entry(void **state)
 	entry_teardown(&e);
 }
 
+/* A folder at an entry's name: a miss; a put replaces an empty one, skips a
+ * full one without turning the cache off; verify reports it; clear
+ * removes it once empty. A FIFO at nvrtc.stamp is refused, not waited on. */
+static void test_folder_at_entry(void **state)
+{
+	(void)state;
+	struct entry_fixture e;
+	entry_setup(&e, "lg_folder", 300, 9);
+	assert_int_equal(unlink(e.file), 0);
+	assert_int_equal(mkdir(e.file, 0755), 0);
+	assert_miss(e.c, e.key);
+	lg_cache_put(e.c, e.key, "lg_folder", "sm_90a", e.payload, e.size); /* empty: replaced */
+	assert_hit(e.c, e.key, e.payload, e.size);
+	assert_int_equal(unlink(e.file), 0);
+	assert_int_equal(mkdir(e.file, 0755), 0);
+	char *inner = lg_test_path(e.file, "x");
+	lg_test_write_file(inner, "x", 1);
+	lg_cache_put(e.c, e.key, "lg_folder", "sm_90a", e.payload, e.size); /* full: skipped */
+	assert_miss(e.c, e.key);
+	assert_true(lg_cache_enabled(e.c));
+	uint8_t other[LG_KEY_BYTES];
+	key_of("lg_other", other);
+	lg_cache_put(e.c, other, "lg_other", "sm_90a", e.payload, e.size);
+	assert_hit(e.c, other, e.payload, e.size); /* the cache still writes */
+	struct lg_cache_entry *le;
+	size_t cnt = 0;
+	assert_int_equal(lg_cache_list(e.c, &le, &cnt), LG_OK);
+	int problems = 0;
+	for (size_t i = 0; i < cnt; i++)
+		problems += !le[i].valid && strstr(le[i].problem, "not a regular file") != NULL;
+	assert_int_equal(problems, 1);
+	free(le);
+	assert_int_equal(unlink(inner), 0);
+	size_t removed = 0;
+	assert_int_equal(lg_cache_clear(e.c, &removed), LG_OK);
+	assert_int_equal(access(e.file, F_OK), -1);
+	free(inner);
+	char *stamp = lg_test_path(e.dir, "nvrtc.stamp");
+	assert_int_equal(mkfifo(stamp, 0600), 0);
+	int major = 0, minor = 0;
+	assert_false(lg_cache_nvrtc_get(e.c, &major, &minor));
+	free(stamp);
+	entry_teardown(&e);
+}
+
 static void test_bad_magic_version(void **state)
 {
 	(void)state;
@@ -550,6 +595,12 @@ static void test_list_and_clear(void **state)
 	lg_test_write_file(tmp_new, "x", 1);
 	lg_test_write_file(tmp_old, "x", 1);
 	set_mtime(tmp_old, 1000);
+	/* a user's files that look a little like the cache's: never touched */
+	char *notes = lg_test_path(dir, "my-notes.lgc"), *utmp = lg_test_path(dir, ".tmp-user-file");
+	lg_test_write_file(notes, "mine", 4);
+	lg_test_write_file(utmp, "mine", 4);
+	set_mtime(notes, 1000);
+	set_mtime(utmp, 1000);
 
 	struct lg_cache_entry *e;
 	size_t cnt;
@@ -575,8 +626,18 @@ static void test_list_and_clear(void **state)
 	assert_int_equal(access(f1, F_OK), 0);
 
 	size_t removed = 0;
+	assert_int_equal(lg_cache_prune(c, 0, &removed), LG_OK); /* prune everything it owns */
+	assert_int_equal(removed, 3);
+	assert_int_equal(access(notes, F_OK), 0);
+	for (int i = 0; i < 3; i++) { /* again, for clear */
+		lg_cache_put(c, k[i], names[i], "sm_90a", p, 700);
+	}
 	assert_int_equal(lg_cache_clear(c, &removed), LG_OK);
 	assert_int_equal(removed, 3);
+	assert_int_equal(access(notes, F_OK), 0); /* not ours: kept */
+	assert_int_equal(access(utmp, F_OK), 0);
+	free(notes);
+	free(utmp);
 	assert_int_equal(lg_cache_list(c, &e, &cnt), LG_OK);
 	assert_int_equal(cnt, 0);
 	free(e);
@@ -668,6 +729,7 @@ int main(void)
 		cmocka_unit_test(test_truncated),
 		cmocka_unit_test(test_foreign),
 		cmocka_unit_test(test_fifo_entry),
+		cmocka_unit_test(test_folder_at_entry),
 		cmocka_unit_test(test_bad_magic_version),
 		cmocka_unit_test(test_unwritable_under_file),
 		cmocka_unit_test(test_unwritable_readonly_folder),
