@@ -137,7 +137,7 @@ lg_status lg_read_file_max(const char *path, size_t max, char **text, size_t *le
 
 lg_status lg_read_file(const char *path, char **text, size_t *len)
 {
-	return lg_read_file_max(path, SIZE_MAX, text, len);
+	return lg_read_file_max(path, LG_INPUT_MAX, text, len);
 }
 
 int lg_write_all(int fd, const void *data, size_t size)

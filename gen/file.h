@@ -16,8 +16,13 @@
 
 #include "lingen.h"
 
-/* The whole regular file at path: *text gets a malloc'd copy with a NUL
- * after its *len bytes (the caller frees it with free()). On failure *text
+/* The bound of every input document (spec files, model configs, tuning
+ * files): larger ones are refused before they are read or parsed. Bundle
+ * manifests have 64 MiB, cubins 256 MiB. */
+#define LG_INPUT_MAX ((size_t)16 << 20)
+
+/* The whole regular file at path, at most LG_INPUT_MAX bytes: *text gets
+ * a malloc'd copy with a NUL after its *len bytes (the caller frees it with free()). On failure *text
  * is NULL and the status is LG_ERR_IO, with the message "<path>: <what is
  * wrong>" ("No such file or directory", "is a FIFO, not a regular file",
  * ...), or LG_ERR_NO_MEMORY; errno then holds the cause (ENOENT: missing,

@@ -242,6 +242,9 @@ static lg_status syntax_error(const struct lg_jreader *r, const char *t, size_t 
 lg_status lg_json_parse(struct lg_jreader *r, const char *text, size_t len, cJSON **out)
 {
 	*out = NULL;
+	if (len > LG_JSON_MAX)
+		return lg_fail(LG_ERR_SPEC, "%s: found a document of %zu bytes, allowed: at most %zu MiB",
+			       r->file, len, LG_JSON_MAX >> 20);
 	if (skip_space(text, 0, len) == len)
 		return lg_fail(LG_ERR_SPEC, "%s: found an empty document, allowed: a JSON object",
 			       r->file);

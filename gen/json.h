@@ -34,6 +34,10 @@ struct lg_jshow {
 
 void lg_json_init(struct lg_jreader *r, const char *file);
 
+/* The largest document parsed (the manifest bound; input files are read
+ * with a 16 MiB bound, file.h). */
+#define LG_JSON_MAX ((size_t)64 << 20)
+
 /* Parse text[0..len) as one JSON value with nothing but whitespace after it.
  * A syntax error names the line and column. *out: free with cJSON_Delete. */
 lg_status lg_json_parse(struct lg_jreader *r, const char *text, size_t len, cJSON **out);

@@ -178,6 +178,35 @@ static void test_bound(void **state)
 	free(path);
 }
 
+/* Input documents are bounded: a spec file over 16 MiB is refused before it
+ * is read (a sparse file: no disk used), and so is a JSON text over 64 MiB
+ * handed to the parser in memory. */
+static void test_input_bound(void **state)
+{
+	(void)state;
+	char *path = lg_test_path(dir, "huge.json");
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)LG_INPUT_MAX + 1), 0);
+	close(fd);
+	lg_spec_file *f = NULL;
+	assert_int_equal(lg_spec_file_load(path, &f), LG_ERR_IO);
+	assert_null(f);
+	assert_non_null(strstr(lg_last_error(), "huge.json: larger than 16 MiB"));
+	char *json = NULL;
+	assert_int_equal(lg_model_expand_file(path, &json), LG_ERR_IO);
+	assert_null(json);
+	size_t n = ((size_t)64 << 20) + 1;
+	char *text = malloc(n);
+	assert_non_null(text);
+	memset(text, ' ', n);
+	assert_int_equal(lg_spec_file_parse(text, n, "big.json", &f), LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "allowed: at most 64 MiB"));
+	free(text);
+	unlink(path);
+	free(path);
+}
+
 /* An open file read without a name: the message is only the cause, and the
  * stat comes back. */
 static void test_read_fd(void **state)
@@ -326,6 +355,7 @@ int main(void)
 		cmocka_unit_test(test_refuse_fifo),
 		cmocka_unit_test(test_refuse_device_folder_missing),
 		cmocka_unit_test(test_bound),
+		cmocka_unit_test(test_input_bound),
 		cmocka_unit_test(test_read_fd),
 		cmocka_unit_test(test_write_file),
 		cmocka_unit_test(test_write_error),
