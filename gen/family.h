@@ -230,7 +230,8 @@ struct lg_family {
 	 * NULL: none. */
 	lg_status (*validate)(const struct lg_spec *s, const char *where);
 	/* Resolve the tile and entry points for a target. May fail when a
-	 * spec-given tile does not fit the target. */
+	 * spec-given tile does not fit the target: LG_ERR_SPEC, naming the key,
+	 * what was found and what the target allows. */
 	lg_status (*plan)(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p);
 	/* Write the source of every entry point (after the shared banner). */
 	void (*emit)(lg_buf *b, const struct lg_spec *s, const struct lg_target *t,

@@ -95,7 +95,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	int64_t h = lg_spec_int(s, K_HIDDEN);
 	struct lg_rowlayout l = layout(s);
 	if (l.threads > 1024)
-		return lg_fail(LG_ERR_UNSUPPORTED, "%s: %d threads per CTA (rows x %d lanes) exceed 1024",
+		return lg_fail(LG_ERR_SPEC, "%s: %d threads per CTA (rows x %d lanes) exceed 1024",
 			       s->entry, l.threads, l.lpr);
 	lg_rowlayout_save(&l, p);
 	p->tile[K_THREADS] = l.threads;

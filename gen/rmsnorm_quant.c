@@ -134,15 +134,16 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	if (lg_spec_has(s, K_CLUSTER)) {
 		fused = lg_spec_int(s, K_CLUSTER) > 1 || h == COLS;
 		if (fused && (t->sm < 90 || h / COLS > FUSED_MAX_CLUSTER))
-			return lg_fail(LG_ERR_UNSUPPORTED, "%s: tile.cluster %lld needs sm_90 or newer and hidden <= %d (target %s)",
-				       s->entry, (long long)h / COLS, FUSED_MAX_CLUSTER * COLS, t->name);
+			return lg_fail(LG_ERR_SPEC, "%s: tile.cluster: found %lld, allowed for %s: 1 (the fused form "
+						    "needs sm_90 or newer and hidden <= %d)",
+				       s->entry, (long long)h / COLS, t->name, FUSED_MAX_CLUSTER * COLS);
 	}
 	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : 128;
 	int kmax = 4; /* 16-byte pieces per lane; tile.rows (rows per CTA) sets it */
 	if (lg_spec_has(s, K_ROWS)) {
 		int lpr = threads / (int)lg_spec_int(s, K_ROWS);
 		if (lpr < 16 || (lpr & (lpr - 1)))
-			return lg_fail(LG_ERR_UNSUPPORTED, "%s: tile.threads / tile.rows = %d lanes per row, allowed: a power of two >= 16",
+			return lg_fail(LG_ERR_SPEC, "%s: tile.threads / tile.rows = %d lanes per row, allowed: a power of two >= 16",
 				       s->entry, lpr);
 		kmax = (int)((h / 8 + lpr - 1) / lpr);
 	}

@@ -292,6 +292,17 @@ static void test_build(void **state)
 	lg_proc_free(&p);
 
 	run(2, cache, "build", NORMS, "--arch", "sm_90a", NULL); /* no -o */
+
+	/* a tile this arch cannot take is bad input: exit 2, file and path */
+	char *fused = lg_test_path(dir, "fused.json");
+	const char *fj = "{\"kernels\": [{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": "
+			 "\"bf16\", \"hidden\": 2048, \"quant\": {}, \"tile\": {\"cluster\": 16}}]}";
+	lg_test_write_file(fused, fj, strlen(fj));
+	p = cli(2, cache, "build", fused, "--arch", "sm_80", "-o", out, NULL);
+	assert_non_null(strstr(p.err, "fused.json: kernels[0]"));
+	assert_non_null(strstr(p.err, "tile.cluster: found 16, allowed for sm_80: 1"));
+	lg_proc_free(&p);
+	free(fused);
 	run(2, cache, "build", NORMS, "-o", out, "-j", "zero", NULL);
 
 	free(out);

@@ -50,7 +50,8 @@ static void run_job(const struct lg_compile_set *s, lg_ctx *ctx, struct lg_compi
 	if (st == LG_OK)
 		st = lg_ctx_plan(ctx, j->k->spec, &j->plan);
 	if (st != LG_OK) {
-		job_fail(j, lg_cli_status_exit(st), "%s (%s): %s", entry, s->archs[j->arch], lg_cli_error(st));
+		job_fail(j, lg_cli_status_exit(st), "%s: kernels[%zu] (%s, %s): %s", j->k->path, j->k->index, entry,
+			 s->archs[j->arch], lg_cli_error(st));
 		return;
 	}
 	char *canon = lg_spec_canonical(j->k->spec);
