@@ -53,7 +53,7 @@ void lg_insert(lg_buf *b, size_t at, const char *s, size_t n)
 	b->len += n;
 }
 
-static void vemit(lg_buf *b, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void vemit(lg_buf *b, const char *fmt, va_list ap)
 {
 	va_list ap2;
 	va_copy(ap2, ap);
@@ -83,7 +83,7 @@ static void indent(lg_buf *b)
 		lg_raw(b, "\t", 1);
 }
 
-static void vline(lg_buf *b, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void vline(lg_buf *b, const char *fmt, va_list ap)
 {
 	if (fmt[0])
 		indent(b);

@@ -24,7 +24,7 @@
 
 /* ------------------------------------------------------------ errors */
 
-static void vmsg(const char *prefix, const char *fmt, va_list ap)
+__attribute__((format(printf, 2, 0))) static void vmsg(const char *prefix, const char *fmt, va_list ap)
 {
 	fputs(prefix, stderr);
 	vfprintf(stderr, fmt, ap);
