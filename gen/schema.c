@@ -274,6 +274,15 @@ static lg_status check_members(const struct lg_jreader *r, const cJSON *obj, con
 	return lg_json_check_keys(r, obj, names, n, &seen);
 }
 
+/* Does the object at key index obj hold any set key? */
+static bool object_used(const struct lg_spec *s, const struct lg_family *f, int obj)
+{
+	for (int i = 0; i < f->nkeys; i++)
+		if (member_of(f, i, obj) && lg_spec_has(s, i))
+			return true;
+	return false;
+}
+
 static lg_status parse_object(struct lg_jreader *r, const cJSON *obj, const struct lg_family *f, int parent,
 			      struct lg_spec *s)
 {
@@ -315,6 +324,12 @@ static lg_status parse_object(struct lg_jreader *r, const cJSON *obj, const stru
 				s->v[k] = 1;
 				s->set |= (uint64_t)1 << k;
 				st = parse_object(r, v, f, k, s);
+				/* an optional object that sets nothing ("tile": {}) is
+				 * the same spec as none: same canonical form, same plan */
+				if (st == LG_OK && !(key->flags & LG_KEY_REQUIRED) && !object_used(s, f, k)) {
+					s->v[k] = 0;
+					s->set &= ~((uint64_t)1 << k);
+				}
 			}
 			lg_json_pop(r, mark);
 		} else {
@@ -440,14 +455,6 @@ static void emit_value(lg_buf *b, const struct lg_key *key, const struct lg_spec
 	}
 }
 
-/* Does the object at key index obj hold any set key? */
-static bool object_used(const struct lg_spec *s, const struct lg_family *f, int obj)
-{
-	for (int i = 0; i < f->nkeys; i++)
-		if (member_of(f, i, obj) && lg_spec_has(s, i))
-			return true;
-	return false;
-}
 
 static void emit_members(lg_buf *b, const struct lg_spec *s, const struct lg_family *f, int parent,
 			 const char *sep)

@@ -232,6 +232,20 @@ static void test_defaults(void **state)
 	assert_false(lg_spec_has(s, tile));
 	lg_spec_free(s);
 
+	/* an empty tile is no tile: the same spec, so tuning still applies */
+	lg_spec *e = parse_ok("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+			      "\"hidden\": 2048, \"quant\": {}, \"tile\": {}}");
+	assert_false(lg_spec_has(e, tile));
+	s = parse_ok(RQ);
+	char *a = lg_spec_canonical(e), *b = lg_spec_canonical(s);
+	assert_string_equal(a, b);
+	assert_string_equal(lg_spec_entry(e), lg_spec_entry(s));
+	assert_true(memcmp(e->v, s->v, sizeof e->v) == 0 && e->set == s->set);
+	free(a);
+	free(b);
+	lg_spec_free(e);
+	lg_spec_free(s);
+
 	s = parse_ok(RN);
 	assert_false(lg_spec_quant(s).present);
 	assert_true(lg_spec_num(s, lg_family_key(lg_family_get(s->op), "eps")) == 1e-6);
