@@ -107,6 +107,28 @@ lg_status lg_model_expand_text(const char *text, size_t len, const char *filenam
 /* Read and expand a model config from disk. */
 lg_status lg_model_expand_file(const char *path, char **spec_json);
 
+/* ------------------------------------------------------------ families */
+
+/* Every kernel family's declaration as JSON, for bindings and tools:
+ *   {"lingen": "0.1.0", "ops": [{"op", "summary", "dtypes": [...],
+ *     "keys": [{"path", "type" (int|number|bool|enum|object), "required",
+ *               "shape", "tile", "min", "max", "multiple", "only", "above",
+ *               "below", "values", "default", "doc"}...],
+ *     "passes": {"forward": {"sizes": [{"name", "min", "max", "doc"}...],
+ *                            "args": [{"name", "role" (in|out|optional_in|
+ *                                      optional_out|workspace), "elem"
+ *                                      (bf16|fp32|e4m3|int32|int64|uint8|dtype),
+ *                                      "shape", "align", "doc"}...]}, ...}}...]}
+ * Arguments and sizes are in launch order (lg_kernel_run). The caller frees
+ * *json with free(). */
+lg_status lg_families_json(char **json);
+/* The dimensions of argument i of spec s for the pass's run-time sizes
+ * (nsizes of them, each within its range): dims[0..*ndims), at most
+ * maxdims. A workspace argument has none (its size is
+ * lg_kernel_workspace_size). */
+lg_status lg_spec_arg_shape(const lg_spec *s, int i, const int64_t *sizes, int nsizes, int64_t *dims,
+			    int maxdims, int *ndims);
+
 /* ------------------------------------------------------ generation only */
 
 /* Generated CUDA source of a spec for an arch ("sm_90a", "sm_80", ...).

@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include <cjson/cJSON.h>
+
 #include "family.h"
 #include "generate.h"
 #include "lingen.h"
@@ -265,11 +267,60 @@ static void test_shapes(void **state)
 	lg_spec_free(s);
 }
 
+/* The JSON export holds every family with its keys, sizes and arguments as
+ * declared, and the public shape call agrees with the declaration. */
+static void test_export(void **state)
+{
+	(void)state;
+	char *text = NULL;
+	assert_int_equal(lg_families_json(&text), LG_OK);
+	cJSON *root = cJSON_Parse(text);
+	assert_non_null(root);
+	cJSON *ops = cJSON_GetObjectItem(root, "ops");
+	assert_int_equal(cJSON_GetArraySize(ops), LG_OP_COUNT);
+	for (int op = 0; op < LG_OP_COUNT; op++) {
+		const struct lg_family *f = lg_family_get((enum lg_op)op);
+		cJSON *o = cJSON_GetArrayItem(ops, op);
+		assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(o, "op")), f->op);
+		assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "keys")), f->nkeys);
+		for (int p = 0; p < LG_PASS_COUNT; p++) {
+			cJSON *g = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "passes"), lg_pass_names[p]);
+			assert_int_equal(g != NULL, ((f->passes >> p) & 1u) != 0);
+			if (!g)
+				continue;
+			assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(g, "args")), f->sig[p].nargs);
+			assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(g, "sizes")), f->sig[p].nsizes);
+		}
+	}
+	cJSON_Delete(root);
+	free(text);
+	lg_spec *s = NULL;
+	assert_int_equal(lg_spec_parse("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				       "\"hidden\": 384, \"quant\": {}}",
+				       &s),
+			 LG_OK);
+	int64_t sizes[1] = {129}, dims[4];
+	int n = 0;
+	assert_int_equal(lg_spec_arg_shape(s, 6, sizes, 1, dims, 4, &n), LG_OK); /* st */
+	assert_int_equal(n, 2);
+	assert_int_equal(dims[0], 2);
+	assert_int_equal(dims[1], 384);
+	assert_int_equal(lg_spec_arg_shape(s, 7, sizes, 1, dims, 4, &n), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_spec_arg_shape(s, 0, sizes, 0, dims, 4, &n), LG_ERR_INVALID_ARG);
+	sizes[0] = -1;
+	assert_int_equal(lg_spec_arg_shape(s, 0, sizes, 1, dims, 4, &n), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "tokens = -1"));
+	sizes[0] = 5;
+	assert_int_equal(lg_spec_arg_shape(s, 0, sizes, 1, dims, 1, &n), LG_ERR_INVALID_ARG);
+	lg_spec_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_every_family),
 		cmocka_unit_test(test_shapes),
+		cmocka_unit_test(test_export),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
