@@ -30,6 +30,16 @@ void lg_emit_scale(lg_buf *b, bool pow2, const char *sc, const char *amax, const
 		lg_line(b, "const float %s = lg_scale_exact(%s), %s = 1.0f / %s;", sc, amax, inv, sc);
 }
 
+void lg_emit_pack8(lg_buf *b, bool pow2, const char *y)
+{
+	lg_emit_scale(b, pow2, "sc", "amax", "inv");
+	const char *qa = lg_quant_q_args(pow2, "sc, inv", "inv");
+	lg_line(b, "const u32 p0 = lg_e4m3x4(lg_q(%s[0], %s), lg_q(%s[1], %s),", y, qa, y, qa);
+	lg_line(b, "\tlg_q(%s[2], %s), lg_q(%s[3], %s));", y, qa, y, qa);
+	lg_line(b, "const u32 p1 = lg_e4m3x4(lg_q(%s[4], %s), lg_q(%s[5], %s),", y, qa, y, qa);
+	lg_line(b, "\tlg_q(%s[6], %s), lg_q(%s[7], %s));", y, qa, y, qa);
+}
+
 void lg_emit_qt_lines(lg_buf *b, int threads)
 {
 	lg_comment(b, "qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.");

@@ -23,6 +23,12 @@ const char *lg_quant_q_args(bool pow2, const char *both, const char *inv);
 /* `const float sc = <scale of amax>, inv = <1 / sc>;` (KERNELS.md 1.2). */
 void lg_emit_scale(lg_buf *b, bool pow2, const char *sc, const char *amax, const char *inv);
 
+/* The rowwise quantisation of 8 consecutive values y[0..7] (y: an array
+ * expression, "y" or "y[i]") of one 1x128 block whose amax is `amax`:
+ * `sc`, `inv` (lg_emit_scale), then the payload bytes packed in two words
+ * `p0` (values 0..3) and `p1` (4..7). */
+void lg_emit_pack8(lg_buf *b, bool pow2, const char *y);
+
 /* The qt staging tile: u8 stage[128 features][128 tokens], one 128-byte
  * line per feature c, with token byte t of line c stored at t ^ (8 * (c / 8))
  * (the XOR keeps both the writes of the quantising threads, 8 features

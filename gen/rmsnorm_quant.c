@@ -296,12 +296,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "amax = fmaxf(amax, fmaxf(fabsf(y[2 * e]), fabsf(y[2 * e + 1])));");
 	lg_close(b);
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
-	lg_emit_scale(b, pow2(s), "sc", "amax", "inv");
-	const char *qa = lg_quant_q_args(pow2(s), "sc, inv", "inv");
-	lg_line(b, "const u32 p0 = lg_e4m3x4(lg_q(y[0], %s), lg_q(y[1], %s),", qa, qa);
-	lg_line(b, "\tlg_q(y[2], %s), lg_q(y[3], %s));", qa, qa);
-	lg_line(b, "const u32 p1 = lg_e4m3x4(lg_q(y[4], %s), lg_q(y[5], %s),", qa, qa);
-	lg_line(b, "\tlg_q(y[6], %s), lg_q(y[7], %s));", qa, qa);
+	lg_emit_pack8(b, pow2(s), "y");
 	lg_open(b, "if (ok) {");
 	lg_line(b, "lg_st8_cs((u8 *)q + m * %lld + c * 8, p0, p1);", (long long)p->v[P_HIDDEN]);
 	lg_line(b, "if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;");
@@ -429,12 +424,7 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int c = 0; c < 8; c++) amax = fmaxf(amax, fabsf(y[i][c]));");
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
-	lg_emit_scale(b, pow2(s), "sc", "amax", "inv");
-	const char *qa = lg_quant_q_args(pow2(s), "sc, inv", "inv");
-	lg_line(b, "const u32 p0 = lg_e4m3x4(lg_q(y[i][0], %s), lg_q(y[i][1], %s),", qa, qa);
-	lg_line(b, "\tlg_q(y[i][2], %s), lg_q(y[i][3], %s));", qa, qa);
-	lg_line(b, "const u32 p1 = lg_e4m3x4(lg_q(y[i][4], %s), lg_q(y[i][5], %s),", qa, qa);
-	lg_line(b, "\tlg_q(y[i][6], %s), lg_q(y[i][7], %s));", qa, qa);
+	lg_emit_pack8(b, pow2(s), "y[i]");
 	lg_open(b, "if (4 * rb + i < rows) {");
 	lg_line(b, "lg_st8_cs((u8 *)q + (m0 + 4 * rb + i) * %lld + col0, p0, p1);", (long long)n);
 	lg_line(b, "if (lb == 0) ((float *)s)[blockIdx.x * M + m0 + 4 * rb + i] = sc;");
