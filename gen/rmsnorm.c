@@ -24,7 +24,8 @@
 enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, NKEYS };
 static const int64_t rows_ok[] = {1, 2, 4, 8, 16, 0}, threads_ok[] = {128, 256, 512, 1024, 0};
 static const struct lg_key keys[NKEYS] = {
-	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, 16384, 128, "features per row"),
+	/* rows are read in 16-byte pieces: any multiple of 8 features */
+	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 8, 16384, 8, "features per row"),
 	[K_EPS] = LG_KEY_EPS,
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_ROWS] = LG_KEY_TILE("rows", "r", 1, 16, rows_ok, "rows per CTA (threads follow)"),

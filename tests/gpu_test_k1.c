@@ -134,6 +134,13 @@ static void test_rmsnorm(void **state)
 	check(NORM(backward, 16384), 300);
 	check(NORM(backward, 128), 1);
 	check(NORM(backward, 1152), 100000);
+	/* hidden any multiple of 8, not of 128 */
+	check(NORM(forward, 1000), 127);
+	check(NORM(forward, 8), 1);
+	check(NORM(forward, 2888), 4099);
+	check(NORM(backward, 1000), 8191);
+	check(NORM(backward, 72), 300);
+	check(NORM(backward, 8), 1);
 	/* without rms: the backward recomputes it, the forward does not write it */
 	check_opt(NORM(backward, 2048), 4099, true);
 	check_opt(NORM(forward, 2048), 4099, true);

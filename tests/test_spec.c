@@ -86,7 +86,7 @@ static const struct bad bad_specs[] = {
 	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"hidden\": 2048}"),
 	 {"kernels[0].dtype: found \"fp32\"", "allowed for op rmsnorm: \"bf16\""}},
 	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"),
-	 {"kernels[0].hidden: missing, required by op rmsnorm", "allowed: a multiple of 128 from 128 to 16384"}},
+	 {"kernels[0].hidden: missing, required by op rmsnorm", "allowed: a multiple of 8 from 8 to 16384"}},
 	{FILE1("{\"op\": \"rmsnorm\", \"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"),
 	 {"kernels[0].op: duplicate key"}},
 	{RNX(", \"vocab\": 157184"), {"kernels[0]: unknown key \"vocab\"",
@@ -148,7 +148,7 @@ static const struct bad bad_specs[] = {
 	 {"kernels[0].tile.rows: found 16", "allowed: 1 to 2"}},
 	/* integers JSON cannot hold exactly */
 	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 9007199254740993}"),
-	 {"kernels[0].hidden: found 9007199254740992 (2^53 or more", "allowed: a multiple of 128"}},
+	 {"kernels[0].hidden: found 9007199254740992 (2^53 or more", "allowed: a multiple of 8"}},
 	/* a later kernel gets its own path */
 	{"{\"kernels\": [" RN ", " RQ ",\n " RQ_BLOCK64 "]}", {"kernels[2].quant.block: found 64", "allowed: 128"}},
 	/* "model" and "skipped": the record of a model expansion */
@@ -313,7 +313,7 @@ static void test_single_kernel_errors(void **state)
 	assert_int_equal(lg_spec_parse("{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
 				       "\"hidden\": 100}", &s), LG_ERR_SPEC);
 	assert_string_equal(lg_last_error(),
-			    "<input>: hidden: found 100, allowed: a multiple of 128 from 128 to 16384");
+			    "<input>: hidden: found 100, allowed: a multiple of 8 from 8 to 16384");
 	assert_int_equal(lg_spec_parse(RQ_BLOCK64, &s), LG_ERR_SPEC);
 	assert_string_equal(lg_last_error(), "<input>: quant.block: found 64, allowed: 128");
 	assert_int_equal(lg_spec_parse("{\"op\": 1,}", &s), LG_ERR_SPEC);
@@ -549,7 +549,7 @@ static void *parse_in_thread(void *arg)
 static void test_threads(void **state)
 {
 	(void)state;
-	static const char *const hs[] = {"100", "200", "300", "400"};
+	static const char *const hs[] = {"100", "201", "300", "401"}; /* none a multiple of 8 */
 	pthread_t t[4];
 	for (int i = 0; i < 4; i++)
 		assert_int_equal(pthread_create(&t[i], NULL, parse_in_thread, (void *)hs[i]), 0);
