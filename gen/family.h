@@ -194,7 +194,8 @@ struct lg_plan {
 	int nentries;
 	char entry[LG_MAX_ENTRIES][160]; /* full entry-point names */
 	int nargs, nsizes;
-	/* which arguments this spec uses: 0 ignored (may be 0), 1 used */
+	/* which arguments this spec uses: 0 ignored (may be 0), 1 used (lg_plan_for
+	 * sets all, the family clears those the spec does not use) */
 	unsigned char used[LG_MAX_ARGS];
 	/* Persistent entry points size their grid by what is co-resident on
 	 * the device: the context fills `resident` (CTAs, or clusters when the

@@ -70,9 +70,6 @@ static const struct lg_arg fwd_args[NARGS] = {
 /* Plan values. */
 enum { P_HIDDEN, P_THREADS, P_R /* tokens a thread */ };
 
-static bool rowwise(const struct lg_spec *s) { return lg_spec_quant(s).output != LG_QOUT_COLUMNWISE; }
-static bool colwise(const struct lg_spec *s) { return lg_spec_quant(s).output != LG_QOUT_ROWWISE; }
-static bool pow2(const struct lg_spec *s) { return lg_spec_quant(s).round_scale; }
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
@@ -81,18 +78,13 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	 * SM); measured on H200 at 8192 x 2048, 22.21 us against 22.66 at 512
 	 * (bench/h200-2026-11-30-families). The exact divide needs 102
 	 * registers at 256 threads, 58 at 512: 512 (not measured against 256). */
-	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : pow2(s) ? 256 : 512;
+	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) ? 256 : 512;
 	p->v[P_HIDDEN] = lg_spec_int(s, K_HIDDEN);
 	p->tile[K_THREADS] = p->v[P_THREADS] = threads;
 	p->v[P_R] = TILE * 16 / threads;
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
-	for (int i = 0; i < NARGS; i++)
-		p->used[i] = 1;
-	if (!rowwise(s))
-		p->used[ARG_Q] = p->used[ARG_S] = 0;
-	if (!colwise(s))
-		p->used[ARG_QT] = p->used[ARG_ST] = 0;
+	lg_quant_plan_used(s, p, ARG_Q, ARG_S, ARG_QT, ARG_ST);
 	return LG_OK;
 }
 
@@ -370,8 +362,8 @@ static void emit_quantise(lg_buf *b, const struct shape *k)
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	struct shape k = {.n = p->v[P_HIDDEN], .nb = p->v[P_HIDDEN] / TILE, .threads = (int)p->v[P_THREADS],
-			  .r = (int)p->v[P_R], .warps = (int)p->v[P_THREADS] / 32, .rows = rowwise(s),
-			  .cols = colwise(s), .pow2 = pow2(s)};
+			  .r = (int)p->v[P_R], .warps = (int)p->v[P_THREADS] / 32, .rows = lg_quant_rowwise(s),
+			  .cols = lg_quant_colwise(s), .pow2 = lg_quant_pow2(s)};
 	(void)t;
 	lg_section(b, "helpers for this spec", NULL);
 	lg_emit_quant_q(b, k.pow2);

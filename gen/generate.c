@@ -16,6 +16,8 @@ lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct
 	memset(p, 0, sizeof *p);
 	p->nargs = f->sig[s->pass].nargs;
 	p->nsizes = f->sig[s->pass].nsizes;
+	for (int i = 0; i < p->nargs && i < LG_MAX_ARGS; i++)
+		p->used[i] = 1; /* the family clears what the spec does not use */
 	for (int k = 0; k < f->nkeys; k++)
 		if (lg_key_is_tile(&f->keys[k]) && lg_spec_has(s, k)) {
 			p->given.v[k] = s->v[k];

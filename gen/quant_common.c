@@ -3,6 +3,29 @@
  */
 #include "quant_common.h"
 
+bool lg_quant_rowwise(const struct lg_spec *s)
+{
+	return lg_spec_quant(s).output != LG_QOUT_COLUMNWISE;
+}
+
+bool lg_quant_colwise(const struct lg_spec *s)
+{
+	return lg_spec_quant(s).output != LG_QOUT_ROWWISE;
+}
+
+bool lg_quant_pow2(const struct lg_spec *s)
+{
+	return lg_spec_quant(s).round_scale;
+}
+
+void lg_quant_plan_used(const struct lg_spec *s, struct lg_plan *p, int q, int sc, int qt, int st)
+{
+	if (!lg_quant_rowwise(s))
+		p->used[q] = p->used[sc] = 0;
+	if (!lg_quant_colwise(s))
+		p->used[qt] = p->used[st] = 0;
+}
+
 void lg_emit_quant_q(lg_buf *b, bool pow2)
 {
 	if (pow2) {

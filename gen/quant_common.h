@@ -13,6 +13,15 @@
 
 #include "family.h"
 
+/* The spec's quant recipe: a rowwise copy asked for, a columnwise copy
+ * asked for, power-of-two scales. */
+bool lg_quant_rowwise(const struct lg_spec *s);
+bool lg_quant_colwise(const struct lg_spec *s);
+bool lg_quant_pow2(const struct lg_spec *s);
+/* Arguments q and sc (rowwise) and qt and st (columnwise, by index) are
+ * unused in p when the spec does not ask for their copy. */
+void lg_quant_plan_used(const struct lg_spec *s, struct lg_plan *p, int q, int sc, int qt, int st);
+
 /* `lg_q(y, inv)` with power-of-two scales (y * inv, exact), else
  * `lg_q(y, sc, inv)` (y / sc correctly rounded; inv = 1 / sc): the value
  * whose e4m3 rounding is the payload of y. */

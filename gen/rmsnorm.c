@@ -103,8 +103,6 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_ROWS] = l.rows;
 	p->v[P_BWD] = bwd;
 	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : 0;
-	for (int i = 0; i < p->nargs; i++)
-		p->used[i] = 1;
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	if (bwd)

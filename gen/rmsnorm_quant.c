@@ -89,9 +89,6 @@ enum {
 #define COLS 128     /* kernel 2: features per tile */
 #define K2_THREADS 512 /* kernel 2: 32 row blocks of 4 x 16 column blocks of 8 */
 
-static bool rowwise(const struct lg_spec *s) { return lg_spec_int(s, K_QUANT + 4) != LG_QOUT_COLUMNWISE; }
-static bool colwise(const struct lg_spec *s) { return lg_spec_int(s, K_QUANT + 4) != LG_QOUT_ROWWISE; }
-static bool pow2(const struct lg_spec *s) { return lg_spec_quant(s).round_scale; }
 
 #define FUSED_MAX_CLUSTER 16 /* non-portable above 8: allowed on sm_90 */
 
@@ -167,9 +164,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		 * launch). */
 		/* Default 1: measured on H200 at 8192 x 2048, 2 and 4 slices were
 		 * slower (36.7, 43.5 us against 35.3; bench/README.md). */
-		int parts = colwise(s) && lg_spec_has(s, K_STAGES) ? (int)lg_spec_int(s, K_STAGES) : 1;
+		int parts = lg_quant_colwise(s) && lg_spec_has(s, K_STAGES) ? (int)lg_spec_int(s, K_STAGES) : 1;
 		p->tile[K_STAGES] = p->v[P_STAGES] = parts;
-		p->nentries = colwise(s) ? 2 * parts : 1;
+		p->nentries = lg_quant_colwise(s) ? 2 * parts : 1;
 		for (int e = 0; e < p->nentries; e++) {
 			p->part[e] = e / 2;
 			p->early[e] = e > 0 && t->sm >= 90;
@@ -177,12 +174,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		}
 		p->tile[K_CLUSTER] = 1;
 	}
-	for (int i = 0; i < NARGS; i++)
-		p->used[i] = 1;
-	if (!rowwise(s))
-		p->used[ARG_Q] = p->used[ARG_S] = 0;
-	if (!colwise(s))
-		p->used[ARG_QT] = p->used[ARG_ST] = 0;
+	lg_quant_plan_used(s, p, ARG_Q, ARG_S, ARG_QT, ARG_ST);
 	return LG_OK;
 }
 
@@ -241,15 +233,15 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 {
 	struct lg_rowlayout l = lg_rowlayout_load(p);
 	int64_t pieces = p->v[P_HIDDEN] / 8;
-	lg_section(b, p->entry[0], rowwise(s) ? "reciprocal RMS, rowwise copy" : "reciprocal RMS");
+	lg_section(b, p->entry[0], lg_quant_rowwise(s) ? "reciprocal RMS, rowwise copy" : "reciprocal RMS");
 	lg_comment(b, "Kernel 1: reciprocal RMS%s of each row; %d lanes per row, %d pieces of 8",
-		   rowwise(s) ? " and the rowwise copy" : "", l.lpr, l.k);
+		   lg_quant_rowwise(s) ? " and the rowwise copy" : "", l.lpr, l.k);
 	lg_comment(b, "columns each, %d rows per CTA.%s", l.rows,
-		   colwise(s) ? " x is loaded with an L2 evict-last policy: kernel 2 re-reads it." : "");
+		   lg_quant_colwise(s) ? " x is loaded with an L2 evict-last policy: kernel 2 re-reads it." : "");
 	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", l.threads);
 	lg_open(b, "{");
 	lg_emit_row_prologue(b, &l, false);
-	if (p->early[1] && colwise(s))
+	if (p->early[1] && lg_quant_colwise(s))
 		emit_launch_dependents(b);
 	if (p->v[P_STAGES] > 1) {
 		emit_slice(b, (int)p->v[P_STAGES]);
@@ -266,7 +258,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 		lg_line(b, "const bool live = m < M;");
 	}
 	lg_line(b, "lg_u32x4 v[%d];", l.k);
-	if (colwise(s)) {
+	if (lg_quant_colwise(s)) {
 		lg_line(b, "const u64 keep = lg_policy_evict_last();");
 		lg_emit_row_load(b, &l, "v", "(const u8 *)x", "lg_ld16_last", "keep");
 	} else {
@@ -275,7 +267,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_emit_row_sumsq(b, &l, "v");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_line(b, "if (live && t == 0) ((float *)rms)[m] = r;");
-	if (!rowwise(s)) {
+	if (!lg_quant_rowwise(s)) {
 		lg_close(b);
 		return;
 	}
@@ -296,7 +288,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "amax = fmaxf(amax, fmaxf(fabsf(y[2 * e]), fabsf(y[2 * e + 1])));");
 	lg_close(b);
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
-	lg_emit_pack8(b, pow2(s), "y");
+	lg_emit_pack8(b, lg_quant_pow2(s), "y");
 	lg_open(b, "if (ok) {");
 	lg_line(b, "lg_st8_cs((u8 *)q + m * %lld + c * 8, p0, p1);", (long long)p->v[P_HIDDEN]);
 	lg_line(b, "if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;");
@@ -382,8 +374,8 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int q2 = 1; q2 < 16; q2++)");
 	lg_line(b, "\tamax = fmaxf(amax, cpart[q2 * %d + threadIdx.x]);", COLS);
-	lg_emit_scale(b, pow2(s), "sc", "amax", "inv");
-	if (!pow2(s)) /* lg_q needs the scale only when it is not a power of two */
+	lg_emit_scale(b, lg_quant_pow2(s), "sc", "amax", "inv");
+	if (!lg_quant_pow2(s)) /* lg_q needs the scale only when it is not a power of two */
 		lg_line(b, "csc[threadIdx.x] = sc;");
 	lg_line(b, "cinv[threadIdx.x] = inv;");
 	lg_line(b, "((float *)st)[tr * %lld + k0 + threadIdx.x] = sc;", (long long)n);
@@ -395,12 +387,12 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "const float4 i0 = *(const float4 *)(cinv + lb * 8);");
 	lg_line(b, "const float4 i1 = *(const float4 *)(cinv + lb * 8 + 4);");
 	lg_line(b, "const float ci[8] = {i0.x, i0.y, i0.z, i0.w, i1.x, i1.y, i1.z, i1.w};");
-	if (!pow2(s)) {
+	if (!lg_quant_pow2(s)) {
 		lg_line(b, "const float4 s0 = *(const float4 *)(csc + lb * 8);");
 		lg_line(b, "const float4 s1 = *(const float4 *)(csc + lb * 8 + 4);");
 		lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
 	}
-	const char *qa = lg_quant_q_args(pow2(s), "cs[c], ci[c]", "ci[c]");
+	const char *qa = lg_quant_q_args(lg_quant_pow2(s), "cs[c], ci[c]", "ci[c]");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int c = 0; c < 8; c++) {");
 	lg_line(b, "const u32 v4 = lg_e4m3x4(");
@@ -424,7 +416,7 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int c = 0; c < 8; c++) amax = fmaxf(amax, fabsf(y[i][c]));");
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
-	lg_emit_pack8(b, pow2(s), "y[i]");
+	lg_emit_pack8(b, lg_quant_pow2(s), "y[i]");
 	lg_open(b, "if (4 * rb + i < rows) {");
 	lg_line(b, "lg_st8_cs((u8 *)q + (m0 + 4 * rb + i) * %lld + col0, p0, p1);", (long long)n);
 	lg_line(b, "if (lb == 0) ((float *)s)[blockIdx.x * M + m0 + 4 * rb + i] = sc;");
@@ -578,9 +570,9 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];");
 	emit_tile_y(b);
-	if (rowwise(s))
+	if (lg_quant_rowwise(s))
 		emit_tile_rowwise(b, s, p->v[P_HIDDEN]);
-	if (colwise(s))
+	if (lg_quant_colwise(s))
 		emit_tile_colwise(b, s, p->v[P_HIDDEN]);
 	lg_line(b, "__syncthreads(); // staging, scales and the x stage are free");
 	lg_close(b);
@@ -595,13 +587,13 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_section(b, "helpers for this spec", NULL);
 	lg_emit_rrms(b, s);
 	lg_line(b, "%s", "");
-	lg_emit_quant_q(b, pow2(s));
+	lg_emit_quant_q(b, lg_quant_pow2(s));
 	if (p->v[P_FUSED]) {
 		emit_fused_kernel(b, s, p);
 		return;
 	}
 	emit_rows_kernel(b, s, p);
-	if (colwise(s))
+	if (lg_quant_colwise(s))
 		emit_cols_kernel(b, s, p);
 }
 
