@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "family.h"
+#include "generate.h"
 
 static const char *const key_types[] = {
 	[LG_KEY_INT] = "int", [LG_KEY_NUMBER] = "number", [LG_KEY_BOOL] = "bool",
@@ -158,4 +159,16 @@ lg_status lg_spec_arg_shape(const lg_spec *s, int i, const int64_t *sizes, int n
 		memcpy(dims, d, (size_t)n * sizeof *d);
 	*ndims = n;
 	return LG_OK;
+}
+
+int lg_spec_arg_used(const lg_spec *s, int i)
+{
+	if (!s)
+		return -1;
+	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	if (i < 0 || i >= g->nargs)
+		return -1;
+	unsigned char used[LG_MAX_ARGS];
+	lg_spec_uses(s, used);
+	return used[i] ? 1 : 0;
 }

@@ -194,8 +194,8 @@ struct lg_plan {
 	int nentries;
 	char entry[LG_MAX_ENTRIES][160]; /* full entry-point names */
 	int nargs, nsizes;
-	/* which arguments this spec uses: 0 ignored (may be 0), 1 used (lg_plan_for
-	 * sets all, the family clears those the spec does not use) */
+	/* which arguments this spec uses: 0 ignored (may be 0), 1 used
+	 * (lg_spec_uses, before plan()) */
 	unsigned char used[LG_MAX_ARGS];
 	/* Persistent entry points size their grid by what is co-resident on
 	 * the device: the context fills `resident` (CTAs, or clusters when the
@@ -230,6 +230,10 @@ struct lg_family {
 	 * return LG_ERR_SPEC through lg_spec_error(where, ...) naming the key.
 	 * NULL: none. */
 	lg_status (*validate)(const struct lg_spec *s, const char *where);
+	/* Clear used[i] for each argument i the spec leaves out (an output
+	 * copy its options do not ask for); every argument starts used. Never
+	 * depends on the target. NULL: the spec uses every argument. */
+	void (*uses)(const struct lg_spec *s, unsigned char *used);
 	/* Resolve the tile and entry points for a target. May fail when a
 	 * spec-given tile does not fit the target: LG_ERR_SPEC, naming the key,
 	 * what was found and what the target allows. */

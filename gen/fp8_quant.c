@@ -84,7 +84,6 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_R] = TILE * 16 / threads;
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
-	lg_quant_plan_used(s, p, ARG_Q, ARG_S, ARG_QT, ARG_ST);
 	return LG_OK;
 }
 
@@ -392,6 +391,11 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return lg_candidate_values(s, t, out, 0, max, K_THREADS, threads_ok);
 }
 
+static void uses(const struct lg_spec *s, unsigned char *used)
+{
+	lg_quant_uses(s, used, ARG_Q, ARG_S, ARG_QT, ARG_ST);
+}
+
 const struct lg_family lg_family_fp8_quant = {
 	.op = "fp8_quant",
 	.summary = "blockwise FP8 quantisation of activations: 1x128 rowwise, 128x1 columnwise transposed",
@@ -400,6 +404,7 @@ const struct lg_family lg_family_fp8_quant = {
 	.nkeys = NKEYS,
 	.keys = keys,
 	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args}},
+	.uses = uses,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,

@@ -10,14 +10,21 @@
 #include "error.h"
 #include "templates.h"
 
+void lg_spec_uses(const struct lg_spec *s, unsigned char used[LG_MAX_ARGS])
+{
+	const struct lg_family *f = lg_family_get(s->op);
+	memset(used, 1, LG_MAX_ARGS);
+	if (f->uses)
+		f->uses(s, used);
+}
+
 lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	const struct lg_family *f = lg_family_get(s->op);
 	memset(p, 0, sizeof *p);
 	p->nargs = f->sig[s->pass].nargs;
 	p->nsizes = f->sig[s->pass].nsizes;
-	for (int i = 0; i < p->nargs && i < LG_MAX_ARGS; i++)
-		p->used[i] = 1; /* the family clears what the spec does not use */
+	lg_spec_uses(s, p->used);
 	for (int k = 0; k < f->nkeys; k++)
 		if (lg_key_is_tile(&f->keys[k]) && lg_spec_has(s, k)) {
 			p->given.v[k] = s->v[k];

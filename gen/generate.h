@@ -10,6 +10,10 @@
  * same identity and resolved spec always give the same source. */
 extern const char lg_generator_id[];
 
+/* Which arguments the spec uses (struct lg_plan.used): every one, less
+ * those the family's uses() clears. The same on every target. */
+void lg_spec_uses(const struct lg_spec *s, unsigned char used[LG_MAX_ARGS]);
+
 /* Only the plan (tile, entry points, geometry) of a kernel: no source. */
 lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p);
 

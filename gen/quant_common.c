@@ -18,12 +18,12 @@ bool lg_quant_pow2(const struct lg_spec *s)
 	return lg_spec_quant(s).round_scale;
 }
 
-void lg_quant_plan_used(const struct lg_spec *s, struct lg_plan *p, int q, int sc, int qt, int st)
+void lg_quant_uses(const struct lg_spec *s, unsigned char *used, int q, int sc, int qt, int st)
 {
 	if (!lg_quant_rowwise(s))
-		p->used[q] = p->used[sc] = 0;
+		used[q] = used[sc] = 0;
 	if (!lg_quant_colwise(s))
-		p->used[qt] = p->used[st] = 0;
+		used[qt] = used[st] = 0;
 }
 
 void lg_emit_quant_q(lg_buf *b, bool pow2)

@@ -18,9 +18,10 @@
 bool lg_quant_rowwise(const struct lg_spec *s);
 bool lg_quant_colwise(const struct lg_spec *s);
 bool lg_quant_pow2(const struct lg_spec *s);
-/* Arguments q and sc (rowwise) and qt and st (columnwise, by index) are
- * unused in p when the spec does not ask for their copy. */
-void lg_quant_plan_used(const struct lg_spec *s, struct lg_plan *p, int q, int sc, int qt, int st);
+/* For a family's uses(): arguments q and sc (rowwise) and qt and st
+ * (columnwise, by index) are unused when the spec does not ask for their
+ * copy. */
+void lg_quant_uses(const struct lg_spec *s, unsigned char *used, int q, int sc, int qt, int st);
 
 /* `lg_q(y, inv)` with power-of-two scales (y * inv, exact), else
  * `lg_q(y, sc, inv)` (y / sc correctly rounded; inv = 1 / sc): the value

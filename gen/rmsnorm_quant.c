@@ -174,7 +174,6 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		}
 		p->tile[K_CLUSTER] = 1;
 	}
-	lg_quant_plan_used(s, p, ARG_Q, ARG_S, ARG_QT, ARG_ST);
 	return LG_OK;
 }
 
@@ -621,6 +620,11 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return n;
 }
 
+static void uses(const struct lg_spec *s, unsigned char *used)
+{
+	lg_quant_uses(s, used, ARG_Q, ARG_S, ARG_QT, ARG_ST);
+}
+
 const struct lg_family lg_family_rmsnorm_quant = {
 	.op = "rmsnorm_quant",
 	.summary = "RMSNorm + 1x128 / 128x1 blockwise FP8 quantisation (K1)",
@@ -630,6 +634,7 @@ const struct lg_family lg_family_rmsnorm_quant = {
 	.keys = keys,
 	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args}},
 	.validate = validate,
+	.uses = uses,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,

@@ -129,6 +129,12 @@ lg_status lg_families_json(char **json);
 lg_status lg_spec_arg_shape(const lg_spec *s, int i, const int64_t *sizes, int nsizes, int64_t *dims,
 			    int maxdims, int *ndims);
 
+/* Whether kernels of spec s use argument i (launch order): 1 when they
+ * read or write it, 0 when the spec leaves it out (an output copy its
+ * quant.output does not ask for: pass 0 there), -1 when s is NULL or i is
+ * out of range. The same on every arch. Bindings allocate outputs by it. */
+int lg_spec_arg_used(const lg_spec *s, int i);
+
 /* ------------------------------------------------------ generation only */
 
 /* Generated CUDA source of a spec for an arch ("sm_90a", "sm_80", ...).

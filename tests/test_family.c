@@ -312,6 +312,29 @@ static void test_export(void **state)
 	assert_non_null(strstr(lg_last_error(), "tokens = -1"));
 	sizes[0] = 5;
 	assert_int_equal(lg_spec_arg_shape(s, 0, sizes, 1, dims, 1, &n), LG_ERR_INVALID_ARG);
+	for (int i = 0; i < 7; i++) /* output both: every argument */
+		assert_int_equal(lg_spec_arg_used(s, i), 1);
+	assert_int_equal(lg_spec_arg_used(s, 7), -1);
+	assert_int_equal(lg_spec_arg_used(s, -1), -1);
+	assert_int_equal(lg_spec_arg_used(NULL, 0), -1);
+	lg_spec_free(s);
+	/* the rowwise copy only: qt and st (5, 6) unused, x w q s rms used */
+	assert_int_equal(lg_spec_parse("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				       "\"hidden\": 384, \"quant\": {\"output\": \"rowwise\"}}",
+				       &s),
+			 LG_OK);
+	const int rowwise[7] = {1, 1, 1, 1, 1, 0, 0};
+	for (int i = 0; i < 7; i++)
+		assert_int_equal(lg_spec_arg_used(s, i), rowwise[i]);
+	lg_spec_free(s);
+	/* fp8_quant columnwise: x qt st (0, 3, 4) used, q s not */
+	assert_int_equal(lg_spec_parse("{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				       "\"hidden\": 256, \"quant\": {\"output\": \"columnwise\"}}",
+				       &s),
+			 LG_OK);
+	const int colwise[5] = {1, 0, 0, 1, 1};
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(lg_spec_arg_used(s, i), colwise[i]);
 	lg_spec_free(s);
 }
 
