@@ -1,0 +1,468 @@
+"""Specs, contexts, kernels, and the one call path every op goes through.
+
+A call binds the arrays it is given to the op's declared arguments: each
+dimension that is exactly a run-time size or a shape key ("tokens",
+"hidden") takes its value from the array; the spec is built from those, the
+element type and the keyword options, parsed and validated by the library
+(errors name the JSON path, what was found and what is allowed), and the
+kernel comes from the context (memory cache, disk cache, NVRTC). Every
+argument is then checked against the shape the library computes from the
+declaration, outputs the caller did not pass are allocated, and the kernel
+is launched on the stream. All of that is remembered under the arrays'
+shapes, element types and the options, so a second call with the same
+shapes costs a dict lookup, the per-array checks and the launch.
+"""
+import ctypes
+import json
+import os
+import sys
+import threading
+
+from . import _arrays, _cuda, _lib
+from ._families import bare_name, families
+from ._lib import LingenError, SpecError
+
+
+class Spec:
+    """One kernel spec, parsed and validated by the library."""
+
+    def __init__(self, spec):
+        lib = _lib.load()
+        text = spec if isinstance(spec, str) else json.dumps(spec)
+        p = ctypes.c_void_p()
+        _lib.check(lib.lg_spec_parse(text.encode(), ctypes.byref(p)))
+        self._p = p.value
+        self._lib = lib
+        self.canonical = _lib.take_string(lib.lg_spec_canonical(self._p))
+        self.entry = lib.lg_spec_entry(self._p).decode()
+        d = json.loads(self.canonical)
+        self.op, self.pass_ = d["op"], d["pass"]
+
+    def __del__(self):
+        p, self._p = getattr(self, "_p", None), None
+        if p:
+            self._lib.lg_spec_free(p)
+
+    def __repr__(self):
+        return f"lingen.Spec({self.canonical})"
+
+    @property
+    def decl(self):
+        return families()[self.op].passes[self.pass_]
+
+    def arg_shape(self, i, sizes):
+        """Dimensions of argument i at the run-time sizes (the library's
+        evaluation of the declared shape)."""
+        n = len(sizes)
+        sz = (ctypes.c_int64 * max(n, 1))(*sizes)
+        dims = (ctypes.c_int64 * 8)()
+        nd = ctypes.c_int()
+        _lib.check(self._lib.lg_spec_arg_shape(self._p, i, sz, n, dims, 8, ctypes.byref(nd)))
+        return tuple(dims[k] for k in range(nd.value))
+
+    def arg_used(self, i):
+        return self._lib.lg_spec_arg_used(self._p, i) == 1
+
+    def generate(self, arch="sm_90a"):
+        """The generated CUDA source for arch (no GPU, no NVRTC needed)."""
+        p = ctypes.c_void_p()
+        _lib.check(self._lib.lg_generate(self._p, arch.encode(), ctypes.byref(p)))
+        return _lib.take_string(p.value)
+
+
+class Kernel:
+    """A loaded kernel (owned by its context)."""
+
+    def __init__(self, ctx, spec, ptr):
+        self.context, self.spec, self._p = ctx, spec, ptr
+        self.decl = spec.decl
+        self.workspace_size = ctx._lib.lg_kernel_workspace_size(ptr)
+        n = len(self.decl.args)
+        self._ptr_t = ctypes.c_uint64 * n
+        self._size_t = ctypes.c_int64 * max(len(self.decl.sizes), 1)
+
+    def run(self, sizes, ptrs, stream=0):
+        """Launch with the run-time sizes and device pointers in declared
+        order (0 for an argument the spec does not use) on a stream handle."""
+        lib = self.context._lib
+        st = lib.lg_kernel_run(self._p, ctypes.c_void_p(stream or None), self._size_t(*sizes),
+                               len(sizes), self._ptr_t(*ptrs), len(ptrs))
+        if st:
+            raise _lib.fail(st, lib)
+
+
+def _package_tuning():
+    for d in _lib.package_dirs():
+        if os.path.isdir(os.path.join(d, "tuning")):
+            return os.path.join(d, "tuning")
+    return None
+
+
+def _aot_table(aot):
+    """lg_aot_table address from a path to a shared library built from
+    lingen_aot.c, a ctypes library holding lingen_aot(), or an address."""
+    if isinstance(aot, int):
+        return aot
+    lib = ctypes.CDLL(os.fspath(aot)) if isinstance(aot, (str, os.PathLike)) else aot
+    fn = getattr(lib, "lingen_aot", None)
+    if fn is None:
+        raise ValueError("aot: the library has no lingen_aot() (build it from the "
+                         "lingen_aot.c that `lingen aot` writes)")
+    fn.restype, fn.argtypes = ctypes.c_void_p, []
+    return fn(), lib
+
+
+class Context:
+    """A lingen context: the arch, the caches, a bundle or an aot table.
+
+    Context() JITs for the current GPU's arch (NVRTC, memory and disk cache).
+    Context(bundle="out/bundle") takes every kernel from a `lingen build`
+    folder and never loads NVRTC; Context(aot="libkernels.so") from a shared
+    library built from the lingen_aot.c of `lingen aot`. arch, cache_dir and
+    tuning are those of lg_ctx_opts (lingen.h); tuning defaults to
+    $LINGEN_TUNING, else the tuning files installed with the package.
+    A context lives until close(); no launch may then be in flight.
+    """
+
+    def __init__(self, arch=None, cache_dir=None, bundle=None, aot=None, tuning=None):
+        lib = _lib.load()
+        self._lib = lib
+        self._keep = []
+        if tuning is None and not os.environ.get("LINGEN_TUNING"):
+            tuning = _package_tuning()
+        enc = (lambda v: os.fsencode(v) if v is not None else None)
+        opts = _lib.CtxOpts(enc(arch), enc(cache_dir), enc(bundle), None, enc(tuning))
+        if aot is not None:
+            table = _aot_table(aot)
+            if isinstance(table, tuple):
+                table, keep = table
+                self._keep.append(keep)
+            opts.aot = table
+        p = ctypes.c_void_p()
+        _lib.check(lib.lg_ctx_create(ctypes.byref(opts), ctypes.byref(p)))
+        self._p = p.value
+        self.arch = lib.lg_ctx_arch(self._p).decode()
+        self._kernels = {}
+        self._plans = {}
+        self._mu = threading.Lock()
+
+    def close(self):
+        """Unload every kernel (no launch of this context may be in flight)."""
+        p, self._p = self._p, None
+        if p:
+            self._kernels.clear()
+            self._plans.clear()
+            self._lib.lg_ctx_destroy(p)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return f"lingen.Context(arch={self.arch!r})"
+
+    def _alive(self):
+        if not self._p:
+            raise LingenError("this lingen.Context is closed")
+
+    def kernel(self, spec):
+        """The loaded kernel of a spec (a Spec, a dict or JSON text)."""
+        self._alive()
+        if not isinstance(spec, Spec):
+            spec = Spec(spec)
+        k = self._kernels.get(spec.canonical)
+        if k is None:
+            p = ctypes.c_void_p()
+            _lib.check(self._lib.lg_kernel_get(self._p, spec._p, ctypes.byref(p)), self._lib)
+            with self._mu:
+                k = self._kernels.setdefault(spec.canonical, Kernel(self, spec, p.value))
+        return k
+
+    def cubin(self, spec):
+        """The cubin bytes of a spec for the context's arch (no GPU needed)."""
+        self._alive()
+        if not isinstance(spec, Spec):
+            spec = Spec(spec)
+        data, size = ctypes.c_void_p(), ctypes.c_size_t()
+        _lib.check(self._lib.lg_ctx_cubin(self._p, spec._p, ctypes.byref(data),
+                                          ctypes.byref(size)), self._lib)
+        return ctypes.string_at(data.value, size.value)
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def default_context():
+    """The process-wide context the ops use when given none."""
+    global _default
+    if _default is None:
+        with _default_lock:
+            if _default is None:
+                _default = Context()
+    return _default
+
+
+def set_default_context(ctx):
+    """Make ctx (a Context, or None for a fresh JIT context on next use) the
+    one ops use when given none. Returns the previous one."""
+    global _default
+    with _default_lock:
+        prev, _default = _default, ctx
+    return prev
+
+
+# ------------------------------------------------------------------ calls
+
+def stream_handle(stream):
+    """A CUstream handle from an int, a torch/CuPy stream or a __cuda_stream__."""
+    if stream is None:
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr", "handle"):
+        v = getattr(stream, attr, None)
+        if isinstance(v, int):
+            return v
+    f = getattr(stream, "__cuda_stream__", None)
+    if f is not None:
+        return int(f()[1])
+    raise TypeError(f"stream: found {type(stream).__qualname__}, expected an int CUstream "
+                    "handle, a torch.cuda.Stream, a cupy Stream or an object with __cuda_stream__")
+
+
+def _default_stream(views, device):
+    for v in views:
+        if v.kind == "torch":
+            return sys.modules["torch"].cuda.current_stream(device).cuda_stream
+    for v in views:
+        mod = type(v.obj).__module__
+        if mod.startswith("cupy"):
+            return sys.modules["cupy"].cuda.get_current_stream().ptr
+    return 0
+
+
+def _freeze(o):
+    if isinstance(o, dict):
+        return tuple(sorted((k, _freeze(v)) for k, v in o.items()))
+    if isinstance(o, (list, tuple)):
+        return tuple(_freeze(v) for v in o)
+    return o
+
+
+def _set_path(d, path, value):
+    parts = path.split(".")
+    for p in parts[:-1]:
+        d = d.setdefault(p, {})
+    d[parts[-1]] = value
+
+
+class _Plan:
+    """What a call with given shapes, types and options resolves to."""
+    __slots__ = ("spec", "kernel", "sizes", "shapes", "used", "elems", "decl")
+
+
+def _where(fn, msg):
+    return f"{fn}: {msg}"
+
+
+def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
+    fam = families()[op]
+    decl = fam.passes[pass_]
+    env, origin = {}, {}
+    for a in decl.args:
+        v = views.get(a.name)
+        if v is None or not a.dims:
+            continue
+        if len(v.shape) != len(a.dims):
+            raise ValueError(_where(fn, f"{a.name}: found shape {v.shape}, expected "
+                                        f"{len(a.dims)} dimensions [{a.shape}]"))
+        for i, (d, n) in enumerate(zip(a.dims, v.shape)):
+            name = bare_name(d)
+            if name and name not in env:
+                env[name], origin[name] = n, f"{a.name}.shape[{i}]"
+    sizes = []
+    for s in decl.sizes:
+        if s in sizes_over:
+            sizes.append(int(sizes_over[s]))
+        elif s in env:
+            sizes.append(int(env[s]))
+        else:
+            raise ValueError(_where(fn, f"cannot tell the run-time size {s!r} from the arguments; "
+                                        f"pass sizes={{{s!r}: ...}}"))
+    spec = {"op": op, "pass": pass_}
+    dtype = None
+    for a in decl.args:
+        v = views.get(a.name)
+        if a.elem == "dtype" and v is not None:
+            got = [e for e in v.elems if e in fam.dtypes]
+            if not got:
+                raise TypeError(_where(fn, f"{a.name}: found {v.dtype}, expected one of "
+                                           f"{', '.join(fam.dtypes)}"))
+            dtype = dtype or got[0]
+    spec["dtype"] = dtype or fam.dtypes[0]
+    for k in fam.keys:
+        if k.shape:
+            if k.path in env:
+                _set_path(spec, k.path, int(env[k.path]))
+            elif k.required and k.path not in options:
+                raise ValueError(_where(fn, f"cannot tell {k.path!r} from the arguments"))
+    for key, val in options.items():
+        if val is not None:
+            _set_path(spec, key, val)
+    try:
+        s = Spec(spec)
+    except SpecError as e:
+        told = ", ".join(f"{n} = {env[n]} from {origin[n]}" for n in origin if fam.key(n))
+        raise SpecError(_where(fn, f"{e}" + (f" ({told})" if told else "")), e.status) from None
+    plan = _Plan()
+    plan.spec, plan.kernel, plan.sizes, plan.decl = s, None, tuple(sizes), decl
+    plan.shapes = tuple(s.arg_shape(a.index, sizes) if a.role != "workspace" else None
+                        for a in decl.args)
+    plan.used = tuple(s.arg_used(a.index) for a in decl.args)
+    plan.elems = tuple(spec["dtype"] if a.elem == "dtype" else a.elem for a in decl.args)
+    return plan
+
+
+def _check_view(fn, a, v, shape, elem, output):
+    if elem not in v.elems:
+        raise TypeError(_where(fn, f"{a.name}: found {v.dtype}, expected {elem}"))
+    if v.shape != shape:
+        raise ValueError(_where(fn, f"{a.name}: found shape {v.shape}, expected {shape} "
+                                    f"[{a.shape}]"))
+    if not v.contiguous:
+        raise ValueError(_where(fn, f"{a.name}: not contiguous; expected a C-contiguous "
+                                    "(row-major, dense) array"))
+    if output and v.readonly:
+        raise ValueError(_where(fn, f"{a.name}: read-only, but it is an output"))
+    if v.ptr % a.align:
+        raise ValueError(_where(fn, f"{a.name}: address 0x{v.ptr:x} is not {a.align}-byte "
+                                    "aligned"))
+
+
+def _device_of(fn, a, v, device):
+    """The device of v (CAI: asked of the driver), the same as the others'."""
+    if v.device is None and v.ptr:
+        v.device = _cuda.pointer_device(v.ptr)
+        if v.device is None:
+            raise ValueError(_where(fn, f"{a.name}: 0x{v.ptr:x} is not device memory"))
+    if device is not None and v.device is not None and v.device != device:
+        raise ValueError(_where(fn, f"{a.name}: on device {v.device}, the other arrays on "
+                                    f"device {device}"))
+    return v.device if v.device is not None else device
+
+
+def _torch_alloc(device):
+    torch = sys.modules["torch"]
+    by_elem = _arrays.torch_elems()[1]
+    dev = torch.device("cuda", device)
+    return lambda shape, elem: torch.empty(shape, dtype=by_elem[elem], device=dev)
+
+
+def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, stream=None,
+         context=None, alloc=None):
+    """Run one op. arrays: {argument name: array or None} (inputs, and
+    outputs to write in place); out: more outputs by name; skip: optional
+    outputs not wanted; sizes: run-time sizes the arrays cannot tell.
+    Returns {output name: array or None (not produced)}."""
+    ctx = context or default_context()
+    options = options or {}
+    given = dict(arrays)
+    if out:
+        given.update(out)
+    hstream = stream_handle(stream) if stream is not None else None
+    views = {}
+    for name, obj in given.items():
+        if obj is None:
+            continue
+        try:
+            v = views[name] = _arrays.view(obj, hstream or 0)
+        except TypeError as e:
+            raise TypeError(_where(fn, f"{name}: {e}")) from None
+        if v.device is None and v.kind != "cai":
+            raise ValueError(_where(fn, f"{name}: found {v.dtype}, expected a CUDA array"))
+    key = (op, pass_, _freeze(options), _freeze(sizes or {}),
+           tuple((n, v.shape, v.elems) for n, v in views.items()))
+    plan = ctx._plans.get(key)
+    if plan is None:
+        unknown = set(given) - {a.name for a in families()[op].passes[pass_].args}
+        if unknown:
+            raise TypeError(_where(fn, f"no argument named {', '.join(sorted(unknown))}"))
+        plan = _prepare(fn, ctx, op, pass_, views, options, sizes or {})
+        if len(ctx._plans) >= 4096:  # shapes seen; kernels stay cached in the context
+            ctx._plans.clear()
+        ctx._plans[key] = plan
+    for a in plan.decl.args:
+        v = views.get(a.name)
+        if v is not None:
+            if a.is_output and not plan.used[a.index]:
+                raise ValueError(_where(fn, f"{a.name}: given, but this call does not write it "
+                                            "(see the op's options)"))
+            _check_view(fn, a, v, plan.shapes[a.index], plan.elems[a.index], a.is_output)
+    device = None
+    for a in plan.decl.args:
+        v = views.get(a.name)
+        if v is not None:
+            device = _device_of(fn, a, v, device)
+    if device is None:
+        device = 0
+    k = plan.kernel
+    if k is None:  # the first call with these shapes: JIT, cache or bundle
+        k = plan.kernel = ctx.kernel(plan.spec)
+    if hstream is None:
+        hstream = _default_stream(views.values(), device)
+    allocate = alloc
+    if allocate is None and any(v.kind == "torch" for v in views.values()):
+        allocate = _torch_alloc(device)
+    prev = _cuda.enter_device(device)
+    try:
+        for v in views.values():  # CAI v3: wait for the producer's stream
+            if v.stream is not None and v.stream not in (hstream, 1 if hstream == 0 else -1):
+                _cuda.wait_stream(hstream, v.stream)
+        ptrs, results, freeing = [], {}, None
+        for a in k.decl.args:
+            v, used = views.get(a.name), plan.used[a.index]
+            if a.role == "workspace":
+                n = k.workspace_size
+                if not n:
+                    ptrs.append(0)
+                elif allocate is not None:
+                    ws = allocate((n,), "uint8")
+                    results[None] = ws  # kept alive through the launch
+                    ptrs.append(_arrays.view(ws).ptr)
+                else:
+                    freeing = _cuda.alloc_async(n, hstream)
+                    ptrs.append(freeing)
+                continue
+            if a.is_input:
+                if v is None and used and a.role == "in":
+                    raise TypeError(_where(fn, f"{a.name} is required"))
+                ptrs.append(v.ptr if v is not None and used else 0)
+                continue
+            if not used:
+                ptrs.append(0)
+                results[a.name] = None
+                continue
+            if v is None:
+                if a.role == "optional_out" and a.name in skip:
+                    ptrs.append(0)
+                    results[a.name] = None
+                    continue
+                if allocate is None:
+                    raise TypeError(_where(fn, f"{a.name}: cannot allocate outputs for these "
+                                               "arrays; pass it in out= or give alloc="))
+                obj = allocate(plan.shapes[a.index], plan.elems[a.index])
+                v = _arrays.view(obj)
+                results[a.name] = obj
+            else:
+                results[a.name] = v.obj
+            ptrs.append(v.ptr)
+        k.run(plan.sizes, ptrs, hstream)
+        if freeing is not None:
+            _cuda.free_async(freeing, hstream)
+    finally:
+        _cuda.leave_device(prev)
+    results.pop(None, None)
+    return results

@@ -1,0 +1,159 @@
+"""The family declarations, read from the library (lg_families_json): each
+op's spec keys, and per pass its run-time sizes and arguments (role, element
+type, shape expression, alignment). Nothing here knows a family: the call
+layer binds tensors to these declarations, and the shape expressions are
+evaluated as written ("tokens, hidden", "cdiv(tokens, 128), hidden") --
+by the library for real calls, by :func:`eval_shape` here for symbolic
+sizes (torch.compile's fake tensors); tests check the two agree.
+"""
+import ast
+import json
+import threading
+from dataclasses import dataclass, field
+
+from . import _lib
+
+
+@dataclass(frozen=True)
+class Key:
+    path: str
+    type: str
+    required: bool
+    shape: bool
+    tile: bool
+    default: object = None
+    values: tuple = ()
+    doc: str = ""
+    min: object = None
+
+
+@dataclass(frozen=True)
+class Arg:
+    index: int
+    name: str
+    role: str      # in | out | optional_in | optional_out | workspace
+    elem: str      # bf16 | fp32 | e4m3 | int32 | int64 | uint8 | dtype
+    shape: str     # the declared expression; "" for a workspace
+    align: int
+    doc: str
+    dims: tuple = ()  # the expression's dimensions, parsed (ast nodes)
+
+    @property
+    def is_input(self):
+        return self.role in ("in", "optional_in")
+
+    @property
+    def is_output(self):
+        return self.role in ("out", "optional_out")
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    sizes: tuple        # names, in launch order
+    size_ranges: tuple  # (min, max) each
+    args: tuple
+
+    def arg(self, name):
+        for a in self.args:
+            if a.name == name:
+                return a
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Family:
+    op: str
+    summary: str
+    dtypes: tuple
+    keys: tuple
+    passes: dict = field(default_factory=dict)
+
+    def key(self, path):
+        for k in self.keys:
+            if k.path == path:
+                return k
+        return None
+
+
+def _parse_dims(expr):
+    if not expr:
+        return ()
+    tree = ast.parse(f"({expr},)", mode="eval").body
+    return tuple(tree.elts)
+
+
+def eval_dim(node, env):
+    """One dimension's value: + - * / (integer, toward zero for the
+    non-negative values shapes have), cdiv(a, b), names from env. Works on
+    ints and on torch SymInts."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int):
+        return node.value
+    if isinstance(node, ast.Name):
+        return env[node.id]
+    if isinstance(node, ast.Attribute):  # "quant.block"
+        return env[ast.unparse(node)]
+    if isinstance(node, ast.BinOp):
+        a, b = eval_dim(node.left, env), eval_dim(node.right, env)
+        if isinstance(node.op, ast.Add):
+            return a + b
+        if isinstance(node.op, ast.Sub):
+            return a - b
+        if isinstance(node.op, ast.Mult):
+            return a * b
+        if isinstance(node.op, ast.Div):
+            return a // b
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "cdiv" and len(node.args) == 2):
+        a, b = eval_dim(node.args[0], env), eval_dim(node.args[1], env)
+        return (a + b - 1) // b
+    raise ValueError(f"unsupported shape expression: {ast.unparse(node)}")
+
+
+def eval_shape(arg, env):
+    """The shape of arg for env (run-time sizes and integer spec keys)."""
+    return tuple(eval_dim(d, env) for d in arg.dims)
+
+
+def bare_name(node):
+    """The size or key a dimension is exactly (None for an expression)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
+
+
+_lock = threading.Lock()
+_families = None
+
+
+def families():
+    """{op: Family} for every family the library has."""
+    global _families
+    if _families is not None:
+        return _families
+    with _lock:
+        if _families is None:
+            lib = _lib.load()
+            import ctypes
+            p = ctypes.c_void_p()
+            _lib.check(lib.lg_families_json(ctypes.byref(p)))
+            _families = parse(json.loads(_lib.take_string(p.value)))
+    return _families
+
+
+def parse(doc):
+    out = {}
+    for o in doc["ops"]:
+        keys = tuple(Key(k["path"], k["type"], k["required"], k["shape"], k["tile"],
+                         k.get("default"), tuple(k.get("values", ())), k.get("doc", ""),
+                         k.get("min"))
+                     for k in o["keys"])
+        passes = {}
+        for pname, p in o["passes"].items():
+            args = tuple(Arg(i, a["name"], a["role"], a["elem"], a["shape"] or "", a["align"],
+                             a.get("doc", ""), _parse_dims(a["shape"] or ""))
+                         for i, a in enumerate(p["args"]))
+            passes[pname] = Pass(pname, tuple(s["name"] for s in p["sizes"]),
+                                 tuple((s["min"], s["max"]) for s in p["sizes"]), args)
+        out[o["op"]] = Family(o["op"], o["summary"], tuple(o["dtypes"]), keys, passes)
+    return out

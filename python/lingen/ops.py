@@ -1,0 +1,74 @@
+"""The ops, one thin wrapper per family pass: argument order, defaults, and
+the return order of the linghe function each replaces. Shapes, element
+types and the spec's keys are the family's declaration (lingen.families());
+every check and allocation happens in lingen._core.call.
+
+Every op takes, after its own arguments:
+  out=     {name: array}: outputs to write in place instead of allocating;
+  stream=  the CUDA stream (int handle, torch/CuPy stream); default: torch's
+           current stream for torch tensors, CuPy's for CuPy arrays, else
+           the legacy default stream;
+  context= a lingen.Context (default: lingen.default_context());
+  alloc=   alloc(shape, elem) -> array, for outputs of non-torch arrays;
+  tile=    a tile for the family (default: the tuning file, else the
+           heuristic; see `lingen help OP`).
+Inputs are C-contiguous CUDA arrays: x is [tokens, hidden] (2-D; flatten
+leading dimensions first -- lingen.torch does it for you).
+"""
+from ._core import call
+
+
+def _quant(round_scale, output):
+    return {"round_scale": bool(round_scale), "output": output}
+
+
+def rmsnorm_quant(x, w, eps=1e-6, *, round_scale=True, output="both", tile=None, out=None,
+                  stream=None, context=None, alloc=None):
+    """RMSNorm + blockwise FP8 quantisation (KERNELS.md K1).
+
+    x [tokens, hidden] bf16, w [hidden] bf16 -> (q, s, rms, qt, st):
+    q [tokens, hidden] e4m3 and s [hidden/128, tokens] fp32 (rowwise 1x128
+    blocks), rms [tokens] fp32 (reciprocal RMS), qt [hidden, tokens] e4m3
+    and st [cdiv(tokens, 128), hidden] fp32 (columnwise 128x1 blocks,
+    transposed). output: "rowwise", "columnwise" or "both"; the copies not
+    asked for are None. As linghe's triton_rms_norm_and_block_quant_forward
+    (whose round_scale defaults to False, and whose output_mode 0/1/2 is
+    "rowwise"/"columnwise"/"both")."""
+    r = call("lingen.rmsnorm_quant", "rmsnorm_quant", "forward", {"x": x, "w": w},
+             {"eps": eps, "quant": _quant(round_scale, output), "tile": tile},
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["q"], r["s"], r["rms"], r["qt"], r["st"]
+
+
+def rmsnorm(x, w, eps=1e-6, *, rms=True, tile=None, out=None, stream=None, context=None,
+            alloc=None):
+    """RMSNorm forward: x [tokens, hidden] bf16, w [hidden] bf16 ->
+    (y [tokens, hidden] bf16, rms [tokens] fp32, the reciprocal RMS; None
+    with rms=False). As linghe's triton_rms_norm_forward."""
+    r = call("lingen.rmsnorm", "rmsnorm", "forward", {"x": x, "w": w},
+             {"eps": eps, "tile": tile}, out=out, skip=() if rms else ("rms",),
+             stream=stream, context=context, alloc=alloc)
+    return r["y"], r["rms"]
+
+
+def rmsnorm_backward(dy, x, w, eps=1e-6, rms=None, *, tile=None, out=None, stream=None,
+                     context=None, alloc=None):
+    """RMSNorm backward: dy, x [tokens, hidden] bf16, w [hidden] bf16, rms
+    [tokens] fp32 from the forward (None: recomputed) -> (dx [tokens,
+    hidden] bf16, dw [hidden] fp32, deterministic). As linghe's
+    triton_rms_norm_backward (same argument order)."""
+    r = call("lingen.rmsnorm_backward", "rmsnorm", "backward",
+             {"dy": dy, "x": x, "w": w, "rms": rms}, {"eps": eps, "tile": tile},
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["dx"], r["dw"]
+
+
+def fp8_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream=None,
+              context=None, alloc=None):
+    """Blockwise FP8 quantisation of an activation (KERNELS.md 1.3):
+    x [tokens, hidden] bf16 -> (q, s, qt, st) laid out as in
+    rmsnorm_quant; the copies output= does not ask for are None."""
+    r = call("lingen.fp8_quant", "fp8_quant", "forward", {"x": x},
+             {"quant": _quant(round_scale, output), "tile": tile},
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["q"], r["s"], r["qt"], r["st"]

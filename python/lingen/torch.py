@@ -1,0 +1,267 @@
+"""lingen for PyTorch: torch.library custom ops for every family pass,
+autograd for forward/backward pairs, and nn.Modules. Import it explicitly
+(`import lingen.torch`); `import lingen` alone never imports torch.
+
+Ops (torch.ops.lingen.<op>_<pass>) are registered from the family
+declarations: the declared inputs are the op's tensors, the spec's scalar
+keys (eps, quant.round_scale -> quant_round_scale, ...) its keyword
+arguments with the declared defaults, the declared outputs its results. An
+output the options leave out (the columnwise copy with
+quant_output="rowwise") comes back as an empty tensor from the op and as
+None from the Python functions below. The ops have fake (meta) kernels from
+the same declarations, so torch.compile traces them without graph breaks,
+and they launch on torch's current stream, so CUDA graphs capture them
+(after a first eager call has compiled the kernel).
+
+    import lingen.torch as lt
+    y = lt.rms_norm(x, w)                 # autograd: dx and dw from lingen
+    norm = lt.RMSNorm(2048).cuda()         # nn.Module
+    q, s, rms, qt, st = lt.rms_norm_quant(x, w)
+"""
+import torch
+
+from . import _core, _families
+from ._arrays import torch_elems
+
+NAMESPACE = "lingen"
+_SCALAR = {"number": "float", "bool": "bool", "enum": "str", "int": "int"}
+
+
+def _scalar_keys(fam):
+    """The spec keys an op takes as keyword arguments: every scalar key
+    that is neither a shape (read off the tensors) nor a tile."""
+    return [k for k in fam.keys if k.type in _SCALAR and not k.shape and not k.tile]
+
+
+def _param(path):
+    return path.replace(".", "_")
+
+
+def _default(k):
+    if k.default is None:
+        return ""
+    if k.type == "bool":
+        return "=True" if k.default else "=False"
+    if k.type == "enum":
+        return f'="{k.default}"'
+    return f"={k.default!r}"
+
+
+def schema(fam, decl):
+    """The torch schema of one family pass, from its declaration."""
+    ins = [f"Tensor{'?' if a.role == 'optional_in' else ''} {a.name}"
+           for a in decl.args if a.is_input]
+    keys = _scalar_keys(fam)
+    if keys:
+        ins.append("*")
+    ins += [f"{_SCALAR[k.type]} {_param(k.path)}{_default(k)}" for k in keys]
+    outs = [a for a in decl.args if a.is_output]
+    ret = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
+    return "(" + ", ".join(ins) + ") -> " + ret
+
+
+def _options(fam, kwargs):
+    opts = {}
+    for k in _scalar_keys(fam):
+        v = kwargs.get(_param(k.path))
+        if v is not None:
+            _core._set_path(opts, k.path, v)
+    return opts
+
+
+_specs = {}
+
+
+def _spec_for(op, pass_, shapes, opts):
+    """The spec of a call from the input shapes (ints or SymInts) and options,
+    and the environment its declared shapes evaluate in."""
+    fam = _families.families()[op]
+    decl = fam.passes[pass_]
+    env = {}
+    for a in decl.args:
+        shape = shapes.get(a.name)
+        if shape is None or len(shape) != len(a.dims):
+            continue
+        for d, n in zip(a.dims, shape):
+            name = _families.bare_name(d)
+            if name and name not in env:
+                env[name] = n
+    spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
+    for k in fam.keys:
+        if k.shape and k.path in env:
+            _core._set_path(spec, k.path, int(env[k.path]))  # shape keys are static
+    for key, val in opts.items():
+        spec[key] = val
+    text = repr(sorted(spec.items()))
+    s = _specs.get(text)
+    if s is None:
+        s = _specs.setdefault(text, _core.Spec(spec))
+    import json
+    canon = json.loads(s.canonical)
+
+    def flat(d, prefix=""):
+        for key, v in d.items():
+            if isinstance(v, dict):
+                flat(v, f"{prefix}{key}.")
+            elif isinstance(v, int) and not isinstance(v, bool):
+                env.setdefault(f"{prefix}{key}", v)
+    flat(canon)
+    return s, env
+
+
+def _dtype(elem, like):
+    return like.dtype if elem == "dtype" else torch_elems()[1][elem]
+
+
+def _register(op, pass_, fam, decl):
+    name = f"{NAMESPACE}::{op}_{pass_}"
+    ins = [a for a in decl.args if a.is_input]
+    outs = [a for a in decl.args if a.is_output]
+    fn = f"torch.ops.lingen.{op}_{pass_}"
+
+    def impl(*args, **kwargs):
+        tensors = args[:len(ins)]
+        like = tensors[0]
+        arrays = {a.name: (t.contiguous() if t is not None else None)
+                  for a, t in zip(ins, tensors)}
+        r = _core.call(fn, op, pass_, arrays, _options(fam, kwargs))
+        res = tuple(r[a.name] if r[a.name] is not None
+                    else torch.empty(0, dtype=_dtype(a.elem, like), device=like.device)
+                    for a in outs)
+        return res if len(res) > 1 else res[0]
+
+    def fake(*args, **kwargs):
+        tensors = args[:len(ins)]
+        like = tensors[0]
+        shapes = {a.name: tuple(t.shape) for a, t in zip(ins, tensors) if t is not None}
+        s, env = _spec_for(op, pass_, shapes, _options(fam, kwargs))
+        res = []
+        for a in outs:
+            if s.arg_used(a.index):
+                shape = _families.eval_shape(a, env)
+            else:
+                shape = (0,)
+            res.append(like.new_empty(shape, dtype=_dtype(a.elem, like)))
+        return tuple(res) if len(res) > 1 else res[0]
+
+    impl.__name__ = fake.__name__ = f"{op}_{pass_}"
+    custom = torch.library.custom_op(name, impl, mutates_args=(), schema=schema(fam, decl))
+    custom.register_fake(fake)
+    return custom
+
+
+ops = {}
+for _op, _fam in _families.families().items():
+    for _pass, _decl in _fam.passes.items():
+        ops[f"{_op}_{_pass}"] = _register(_op, _pass, _fam, _decl)
+
+
+def _constant(fn):
+    c = getattr(getattr(torch, "compiler", None), "assume_constant_result", None)
+    return c(fn) if c else fn
+
+
+@_constant
+def _used(op, pass_, options):
+    """Which outputs a call produces, for options ((path, value), ...).
+    A family's uses() reads its options, never its shape keys, so this is
+    evaluated at the smallest shape the family declares, and torch.compile
+    takes the result as a constant."""
+    fam = _families.families()[op]
+    decl = fam.passes[pass_]
+    spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
+    for k in fam.keys:
+        if k.shape:
+            _core._set_path(spec, k.path, k.min)
+    for path, value in options:
+        _core._set_path(spec, path, value)
+    s = _core.Spec(spec)
+    return tuple(s.arg_used(a.index) for a in decl.args if a.is_output)
+
+
+def _flat(x):
+    return x.reshape(-1, x.shape[-1])
+
+
+# ------------------------------------------------------------ RMSNorm
+
+class RMSNormFunction(torch.autograd.Function):
+    """y = x * rsqrt(mean(x^2) + eps) * w over the last dimension, with
+    lingen's forward and backward (dw in fp32, deterministic, cast to w's
+    dtype for autograd). As linghe's facade RMSNormFunction."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps=1e-6):
+        x2 = _flat(x)
+        y, rms = torch.ops.lingen.rmsnorm_forward(x2, weight, eps=eps)
+        ctx.save_for_backward(x2, weight, rms)
+        ctx.eps = eps
+        return y.view(x.shape)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, weight, rms = ctx.saved_tensors
+        dx, dw = torch.ops.lingen.rmsnorm_backward(_flat(dy), x2, weight, rms, eps=ctx.eps)
+        dw = dw.to(weight.dtype) if ctx.needs_input_grad[1] else None
+        return dx.view(dy.shape), dw, None
+
+
+def rms_norm(x, weight, eps=1e-6):
+    """RMSNorm over the last dimension of x (bf16), differentiable."""
+    return RMSNormFunction.apply(x, weight, eps)
+
+
+class RMSNorm(torch.nn.Module):
+    """torch.nn.RMSNorm over the last dimension with lingen's kernels; the
+    weight is bf16 (the kernels' dtype)."""
+
+    def __init__(self, hidden_size, eps=1e-6, device=None, dtype=torch.bfloat16):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
+
+    def forward(self, x):
+        return rms_norm(x, self.weight, self.eps)
+
+    def extra_repr(self):
+        return f"{self.weight.shape[0]}, eps={self.eps}"
+
+
+# --------------------------------------------------- FP8 quantisation
+
+def _none_unused(res, used):
+    return tuple(r if u else None for r, u in zip(res, used))
+
+
+def rms_norm_quant(x, weight, eps=1e-6, round_scale=True, output="both"):
+    """RMSNorm + blockwise FP8 quantisation of x [..., hidden] (bf16), as
+    lingen.rmsnorm_quant: (q, s, rms, qt, st), the copies output does not
+    ask for None. Leading dimensions are flattened into tokens; q keeps x's
+    shape, qt is [hidden, tokens]. Not differentiable (its backward is the
+    RMSNorm backward: lingen.torch.rms_norm_backward)."""
+    res = torch.ops.lingen.rmsnorm_quant_forward(_flat(x), weight, eps=eps,
+                                                 quant_round_scale=round_scale,
+                                                 quant_output=output)
+    q, s, rms, qt, st = _none_unused(res, _used("rmsnorm_quant", "forward", (("quant.output", output),)))
+    return (q.view(x.shape) if q is not None else None), s, rms, qt, st
+
+
+def rms_norm_forward(x, weight, eps=1e-6):
+    """(y, rms): RMSNorm forward of x [..., hidden] without autograd."""
+    y, rms = torch.ops.lingen.rmsnorm_forward(_flat(x), weight, eps=eps)
+    return y.view(x.shape), rms
+
+
+def rms_norm_backward(dy, x, weight, eps=1e-6, rms=None):
+    """(dx, dw fp32): RMSNorm backward, as linghe's triton_rms_norm_backward."""
+    dx, dw = torch.ops.lingen.rmsnorm_backward(_flat(dy), _flat(x), weight, rms, eps=eps)
+    return dx.view(dy.shape), dw
+
+
+def fp8_quant(x, round_scale=True, output="both"):
+    """Blockwise FP8 quantisation of x [..., hidden] (bf16): (q, s, qt, st)
+    as lingen.fp8_quant, the copies output does not ask for None."""
+    res = torch.ops.lingen.fp8_quant_forward(_flat(x), quant_round_scale=round_scale,
+                                             quant_output=output)
+    q, s, qt, st = _none_unused(res, _used("fp8_quant", "forward", (("quant.output", output),)))
+    return (q.view(x.shape) if q is not None else None), s, qt, st
