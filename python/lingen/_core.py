@@ -408,14 +408,20 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
             device = _device_of(fn, a, v, device)
     if device is None:
         device = 0
+    allocate = alloc
+    if allocate is None and any(v.kind == "torch" for v in views.values()):
+        allocate = _torch_alloc(device)
+    if allocate is None:
+        for a in plan.decl.args:
+            if (a.is_output and plan.used[a.index] and a.name not in views
+                    and not (a.role == "optional_out" and a.name in skip)):
+                raise TypeError(_where(fn, f"{a.name}: cannot allocate outputs for these "
+                                           "arrays; pass it in out= or give alloc="))
     k = plan.kernel
     if k is None:  # the first call with these shapes: JIT, cache or bundle
         k = plan.kernel = ctx.kernel(plan.spec)
     if hstream is None:
         hstream = _default_stream(views.values(), device)
-    allocate = alloc
-    if allocate is None and any(v.kind == "torch" for v in views.values()):
-        allocate = _torch_alloc(device)
     prev = _cuda.enter_device(device)
     try:
         for v in views.values():  # CAI v3: wait for the producer's stream
@@ -450,9 +456,6 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
                     ptrs.append(0)
                     results[a.name] = None
                     continue
-                if allocate is None:
-                    raise TypeError(_where(fn, f"{a.name}: cannot allocate outputs for these "
-                                               "arrays; pass it in out= or give alloc="))
                 obj = allocate(plan.shapes[a.index], plan.elems[a.index])
                 v = _arrays.view(obj)
                 results[a.name] = obj

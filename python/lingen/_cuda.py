@@ -37,6 +37,7 @@ def _driver():
                 "cuCtxSetCurrent": [vp],
                 "cuCtxGetDevice": [ctypes.POINTER(ctypes.c_int)],
                 "cuDeviceGet": [ctypes.POINTER(ctypes.c_int), ctypes.c_int],
+                "cuDeviceGetCount": [ctypes.POINTER(ctypes.c_int)],
                 "cuDevicePrimaryCtxRetain": [ctypes.POINTER(vp), ctypes.c_int],
                 "cuMemAllocAsync": [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t, vp],
                 "cuMemFreeAsync": [ctypes.c_uint64, vp],
@@ -58,6 +59,16 @@ def _check(cu, r, what):
         cu.cuGetErrorString(r, ctypes.byref(s))
         raise LingenError(f"{what}: {s.value.decode() if s.value else 'CUDA error'} ({r})",
                           "LG_ERR_CUDA")
+
+
+def device_count():
+    """CUDA devices of this machine; 0 without a driver or a device."""
+    try:
+        cu = _driver()
+    except LingenError:
+        return 0
+    n = ctypes.c_int(0)
+    return n.value if cu.cuDeviceGetCount(ctypes.byref(n)) == 0 else 0
 
 
 def pointer_device(ptr):
