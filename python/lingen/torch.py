@@ -167,16 +167,24 @@ def _used(op, pass_, options):
     A family's uses() reads its options, never its shape keys, so this is
     evaluated at the smallest shape the family declares, and torch.compile
     takes the result as a constant."""
-    fam = _families.families()[op]
-    decl = fam.passes[pass_]
-    spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
-    for k in fam.keys:
-        if k.shape:
-            _core._set_path(spec, k.path, k.min)
-    for path, value in options:
-        _core._set_path(spec, path, value)
-    s = _core.Spec(spec)
-    return tuple(s.arg_used(a.index) for a in decl.args if a.is_output)
+    key = (op, pass_, options)
+    used = _used_cache.get(key)
+    if used is None:
+        fam = _families.families()[op]
+        decl = fam.passes[pass_]
+        spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
+        for k in fam.keys:
+            if k.shape:
+                _core._set_path(spec, k.path, k.min)
+        for path, value in options:
+            _core._set_path(spec, path, value)
+        s = _core.Spec(spec)
+        used = _used_cache.setdefault(key, tuple(s.arg_used(a.index) for a in decl.args
+                                                 if a.is_output))
+    return used
+
+
+_used_cache = {}
 
 
 def _flat(x):

@@ -1,0 +1,77 @@
+"""Float64 torch references (KERNELS.md K1 and 1.2-1.3), independent of
+lingen's C references, and comparisons for the GPU tests."""
+def rmsnorm(x, w, eps=1e-6):
+    """(y float64, r float64 [tokens]): y = x * rsqrt(sum x^2 / n + eps) * w."""
+    x = x.double()
+    r = (x.square().sum(-1) / x.shape[-1] + eps).rsqrt()
+    return x * r[:, None] * w.double(), r
+
+
+def scales(amax, round_scale):
+    import torch
+    s = (amax / 448.0).clamp(min=1e-30)
+    if round_scale:
+        s = torch.exp2(torch.ceil(torch.log2(s)))
+    return s
+
+
+def rowwise(y, round_scale):
+    """(s [hidden/128, tokens] float64) of y [tokens, hidden] float64."""
+    t, h = y.shape
+    return scales(y.view(t, h // 128, 128).abs().amax(-1), round_scale).T
+
+
+def colwise(y, round_scale):
+    """(st [cdiv(tokens, 128), hidden] float64): 128-token blocks, the
+    missing rows of a last partial block counting as 0."""
+    import torch
+    t, h = y.shape
+    nb = (t + 127) // 128
+    pad = torch.zeros(nb * 128, h, dtype=y.dtype, device=y.device)
+    pad[:t] = y
+    return scales(pad.view(nb, 128, h).abs().amax(1), round_scale)
+
+
+def check_scales(got, want, what):
+    """fp32 scales against float64 ones: equal but for rare power-of-two
+    boundary cases (the kernel's fp32 y against the float64 one)."""
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    ratio = got.double() / want
+    off = (ratio - 1).abs() > 1e-6
+    frac = off.double().mean().item() if off.numel() else 0.0
+    assert frac <= 1e-3, f"{what}: {frac:.2e} of the scales differ"
+    if off.any():
+        r = ratio[off]
+        assert ((r - 2).abs() < 1e-6).logical_or((r - 0.5).abs() < 1e-6).all(), \
+            f"{what}: scales off by more than a power of two"
+
+
+def check_q(q, y, s_per_elem, what):
+    """e4m3 bytes q against y / s rounded to e4m3 with the kernel's own
+    scales: at most 1e-3 of the bytes differ, each by one code."""
+    import torch
+    want = (y / s_per_elem).float().to(torch.float8_e4m3fn).view(torch.uint8)
+    got = q.view(torch.uint8)
+    assert got.shape == want.shape, (what, got.shape, want.shape)
+    diff = (got.int() - want.int())
+    off = diff != 0
+    if not off.numel():
+        return
+    frac = off.double().mean().item()
+    assert frac <= 1e-3, f"{what}: {frac:.2e} of the bytes differ"
+    same_sign = (got[off] & 0x80) == (want[off] & 0x80)
+    assert same_sign.all() and (diff[off].abs() <= 1).all(), f"{what}: a byte off by > 1 code"
+
+
+def check_rel(got, want, tol, what):
+    err = (got.double() - want).norm().item()
+    ref = want.norm().item()
+    assert err <= tol * max(ref, 1e-30), f"{what}: relative error {err / max(ref, 1e-30):.3e}"
+
+
+def check_bf16(got, want, what):
+    """bf16 output against float64: within one bf16 rounding (2^-8 relative)
+    plus a floor for values near 0."""
+    bound = want.abs() * 2.0 ** -8 + 2.0 ** -8 * want.abs().max().clamp(min=1e-30) * 2.0 ** -8
+    bad = (got.double() - want).abs() > bound
+    assert not bad.any(), f"{what}: {int(bad.sum())} values beyond one bf16 rounding"
