@@ -226,7 +226,8 @@ typedef unsigned long long lg_dptr;
 
 /* Launch with the family's run-time sizes (tokens, ...) and pointers in
  * its documented order (`lingen help OP`; as in the typed launchers
- * below); an output the spec did not ask for is 0. Each size must lie in
+ * below); an output the spec did not ask for is 0, and so may be an
+ * argument with no element at these sizes (an empty tensor). Each size must lie in
  * its declared range and the launch geometry within the hardware's;
  * entries with nothing to do at the sizes are not launched. */
 lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *sizes, int nsizes,

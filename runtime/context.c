@@ -342,6 +342,7 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 	k->fam = f;
 	k->sig = &f->sig[s->pass];
 	k->plan = e->plan;
+	k->spec = *s;
 	LG_ASSERT(k->sig->nargs >= 0 && k->sig->nargs <= LG_MAX_ARGS && k->sig->nsizes >= 0 &&
 		  k->sig->nsizes <= LG_MAX_SIZES);
 	k->nargs = k->sig->nargs;

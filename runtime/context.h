@@ -18,6 +18,7 @@ struct lg_kernel {
 	const struct lg_sig *sig;   /* the pass's sizes and arguments */
 	const struct lg_cu *cu;     /* driver table, resolved at load */
 	struct lg_plan plan;
+	struct lg_spec spec;        /* shapes of the arguments, for launch errors */
 	CUlibrary lib;
 	CUkernel fn[LG_MAX_ENTRIES];
 	size_t workspace;

@@ -6,7 +6,8 @@
 #
 #   tools/device_python.sh [--no-tests] [--no-bench] [BENCH_ARGS...]
 #
-# 1. a venv that sees the system's torch and triton, the wheels installed;
+# 1. the wheels installed into $SITE (default /tmp/site) for the machine's
+#    python3 (the one with torch and triton), put on PYTHONPATH;
 # 2. the pytest suite (python/tests) against the installed package -> $OUT/pytest.txt
 # 3. python -m lingen.bench BENCH_ARGS --json $OUT/bench.json --markdown $OUT/bench.md
 # OUT defaults to out/device. Exit status 1 if a step failed.
@@ -22,16 +23,17 @@ for a in "$@"; do
 done
 out=${OUT:-out/device}
 mkdir -p "$out"
-venv=${VENV:-/tmp/lingen-venv}
-python3 -m venv --system-site-packages "$venv" || exit 1
-"$venv/bin/pip" install -q --no-deps --no-index dist/lingen-*.whl .whl/*.whl || exit 1
+site=${SITE:-/tmp/site}
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+	--target "$site" dist/lingen-*.whl .whl/*.whl || exit 1
+export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 rc=0
 if [[ $tests == 1 ]]; then
-	"$venv/bin/python" -m pytest python/tests -q -rs -p no:cacheprovider 2>&1 | tee "$out/pytest.txt"
+	python3 -m pytest python/tests -q -rs -p no:cacheprovider 2>&1 | tee "$out/pytest.txt"
 	[[ ${PIPESTATUS[0]} == 0 ]] || rc=1
 fi
 if [[ $bench == 1 ]]; then
-	"$venv/bin/python" -m lingen.bench "${args[@]}" --json "$out/bench.json" \
+	python3 -m lingen.bench "${args[@]}" --json "$out/bench.json" \
 		--markdown "$out/bench.md" || rc=1
 fi
 exit $rc

@@ -417,13 +417,13 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
                     and not (a.role == "optional_out" and a.name in skip)):
                 raise TypeError(_where(fn, f"{a.name}: cannot allocate outputs for these "
                                            "arrays; pass it in out= or give alloc="))
-    k = plan.kernel
-    if k is None:  # the first call with these shapes: JIT, cache or bundle
-        k = plan.kernel = ctx.kernel(plan.spec)
     if hstream is None:
         hstream = _default_stream(views.values(), device)
     prev = _cuda.enter_device(device)
     try:
+        k = plan.kernel
+        if k is None:  # the first call with these shapes: JIT, cache or bundle
+            k = plan.kernel = ctx.kernel(plan.spec)
         for v in views.values():  # CAI v3: wait for the producer's stream
             if v.stream is not None and v.stream not in (hstream, 1 if hstream == 0 else -1):
                 _cuda.wait_stream(hstream, v.stream)

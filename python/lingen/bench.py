@@ -41,8 +41,9 @@ def _torch_refs(torch):
         dx = r * gw - r * r * r * xf * dot / x.shape[-1]
         return dx.to(x.dtype), (g * xf * r).sum(0)
 
-    def pow2(a):
-        return torch.exp2(torch.ceil(torch.log2((a / 448.0).clamp(min=1e-30))))
+    def pow2(a):  # 2^ceil(log2 s) by the exponent: log2 of 2^k need not be exact
+        m, e = torch.frexp((a / 448.0).clamp(min=1e-30))
+        return torch.ldexp(torch.ones_like(m), e - (m == 0.5).int())
 
     def quant(y):
         t, h = y.shape

@@ -61,9 +61,11 @@ def schema(fam, decl):
 
 
 def _options(fam, kwargs):
+    """The spec's options from the op's keyword arguments (the declared
+    defaults where torch passes none)."""
     opts = {}
     for k in _scalar_keys(fam):
-        v = kwargs.get(_param(k.path))
+        v = kwargs.get(_param(k.path), k.default)
         if v is not None:
             _core._set_path(opts, k.path, v)
     return opts

@@ -10,8 +10,9 @@ def rmsnorm(x, w, eps=1e-6):
 def scales(amax, round_scale):
     import torch
     s = (amax / 448.0).clamp(min=1e-30)
-    if round_scale:
-        s = torch.exp2(torch.ceil(torch.log2(s)))
+    if round_scale:  # 2^ceil(log2 s) by the exponent (log2 of 2^k need not be exact)
+        m, e = torch.frexp(s)
+        s = torch.where(m == 0.5, s, torch.ldexp(torch.ones_like(s), e))
     return s
 
 
