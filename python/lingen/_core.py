@@ -260,8 +260,24 @@ def _set_path(d, path, value):
 
 
 class _Plan:
-    """What a call with given shapes, types and options resolves to."""
-    __slots__ = ("spec", "kernel", "sizes", "shapes", "used", "elems", "decl")
+    """What a call with given shapes, types and options resolves to: per
+    argument (name, kind, shape, element type, declaration)."""
+    __slots__ = ("spec", "kernel", "sizes", "decl", "args")
+
+
+IN, OUT, OPT_OUT, SKIP_IN, SKIP_OUT, WORKSPACE = range(6)
+
+
+def _kinds(decl, used):
+    for a in decl.args:
+        if a.role == "workspace":
+            yield WORKSPACE
+        elif a.is_input:
+            yield IN if used[a.index] else SKIP_IN
+        elif not used[a.index]:
+            yield SKIP_OUT
+        else:
+            yield OPT_OUT if a.role == "optional_out" else OUT
 
 
 def _where(fn, msg):
@@ -319,19 +335,22 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
         raise SpecError(_where(fn, f"{e}" + (f" ({told})" if told else "")), e.status) from None
     plan = _Plan()
     plan.spec, plan.kernel, plan.sizes, plan.decl = s, None, tuple(sizes), decl
-    plan.shapes = tuple(s.arg_shape(a.index, sizes) if a.role != "workspace" else None
-                        for a in decl.args)
-    plan.used = tuple(s.arg_used(a.index) for a in decl.args)
-    plan.elems = tuple(spec["dtype"] if a.elem == "dtype" else a.elem for a in decl.args)
+    used = [s.arg_used(a.index) for a in decl.args]
+    plan.args = tuple((a.name, kind, s.arg_shape(a.index, sizes) if kind != WORKSPACE else None,
+                       spec["dtype"] if a.elem == "dtype" else a.elem, a)
+                      for a, kind in zip(decl.args, _kinds(decl, used)))
     return plan
 
 
 def _check_view(fn, a, v, shape, elem, output):
-    if elem not in v.elems:
-        raise TypeError(_where(fn, f"{a.name}: found {v.dtype}, expected {elem}"))
-    if v.shape != shape:
-        raise ValueError(_where(fn, f"{a.name}: found shape {v.shape}, expected {shape} "
-                                    f"[{a.shape}]"))
+    """Everything about one array but its device; shape and element type
+    only for a new plan (the plan's key holds them)."""
+    if shape is not None:
+        if elem not in v.elems:
+            raise TypeError(_where(fn, f"{a.name}: found {v.dtype}, expected {elem}"))
+        if v.shape != shape:
+            raise ValueError(_where(fn, f"{a.name}: found shape {v.shape}, expected {shape} "
+                                        f"[{a.shape}]"))
     if not v.contiguous:
         raise ValueError(_where(fn, f"{a.name}: not contiguous; expected a C-contiguous "
                                     "(row-major, dense) array"))
@@ -361,62 +380,79 @@ def _torch_alloc(device):
     return lambda shape, elem: torch.empty(shape, dtype=by_elem[elem], device=dev)
 
 
+def _options_key(options):
+    try:
+        k = tuple(options.items())
+        hash(k)
+        return k
+    except TypeError:  # a dict value (a tile)
+        return _freeze(options)
+
+
+def _view(fn, name, obj, stream):
+    try:
+        v = _arrays.view(obj, stream or 0)
+    except TypeError as e:
+        raise TypeError(_where(fn, f"{name}: {e}")) from None
+    if v.device is None and v.kind != "cai":
+        raise ValueError(_where(fn, f"{name}: found {v.dtype}, expected a CUDA array"))
+    return v
+
+
 def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, stream=None,
          context=None, alloc=None):
     """Run one op. arrays: {argument name: array or None} (inputs, and
-    outputs to write in place); out: more outputs by name; skip: optional
+    outputs to write in place); options: spec keys by path ("eps",
+    "quant.output", "tile"); out: more outputs by name; skip: optional
     outputs not wanted; sizes: run-time sizes the arrays cannot tell.
     Returns {output name: array or None (not produced)}."""
-    ctx = context or default_context()
+    ctx = context or _default or default_context()
     options = options or {}
-    given = dict(arrays)
-    if out:
-        given.update(out)
-    hstream = stream_handle(stream) if stream is not None else None
+    hstream = None if stream is None else stream_handle(stream)
     views = {}
-    for name, obj in given.items():
-        if obj is None:
-            continue
-        try:
-            v = views[name] = _arrays.view(obj, hstream or 0)
-        except TypeError as e:
-            raise TypeError(_where(fn, f"{name}: {e}")) from None
-        if v.device is None and v.kind != "cai":
-            raise ValueError(_where(fn, f"{name}: found {v.dtype}, expected a CUDA array"))
-    key = (op, pass_, _freeze(options), _freeze(sizes or {}),
-           tuple((n, v.shape, v.elems) for n, v in views.items()))
+    for src in ((arrays, out) if out else (arrays,)):
+        for name, obj in src.items():
+            if obj is not None:
+                views[name] = _view(fn, name, obj, hstream)
+    key = (op, pass_, _options_key(options), _freeze(sizes) if sizes else (), tuple(skip),
+           tuple([(n, v.shape, v.elems) for n, v in views.items()]))
     plan = ctx._plans.get(key)
-    if plan is None:
-        unknown = set(given) - {a.name for a in families()[op].passes[pass_].args}
+    fresh = plan is None
+    if fresh:
+        unknown = set(views) - {a.name for a in families()[op].passes[pass_].args}
         if unknown:
             raise TypeError(_where(fn, f"no argument named {', '.join(sorted(unknown))}"))
         plan = _prepare(fn, ctx, op, pass_, views, options, sizes or {})
-        if len(ctx._plans) >= 4096:  # shapes seen; kernels stay cached in the context
-            ctx._plans.clear()
-        ctx._plans[key] = plan
-    for a in plan.decl.args:
-        v = views.get(a.name)
-        if v is not None:
-            if a.is_output and not plan.used[a.index]:
-                raise ValueError(_where(fn, f"{a.name}: given, but this call does not write it "
-                                            "(see the op's options)"))
-            _check_view(fn, a, v, plan.shapes[a.index], plan.elems[a.index], a.is_output)
-    device = None
-    for a in plan.decl.args:
-        v = views.get(a.name)
+    device, torch_arrays = None, False
+    for name, kind, shape, elem, a in plan.args:
+        v = views.get(name)
+        if v is None:
+            if kind == IN and a.role == "in":
+                raise TypeError(_where(fn, f"{name} is required"))
+            continue
+        if kind == SKIP_OUT:
+            raise ValueError(_where(fn, f"{name}: given, but this call does not write it "
+                                        "(see the op's options)"))
+        _check_view(fn, a, v, shape if fresh else None, elem, kind in (OUT, OPT_OUT))
+        torch_arrays = torch_arrays or v.kind == "torch"
+    for name, kind, shape, elem, a in plan.args:
+        v = views.get(name)
         if v is not None:
             device = _device_of(fn, a, v, device)
     if device is None:
         device = 0
     allocate = alloc
-    if allocate is None and any(v.kind == "torch" for v in views.values()):
+    if allocate is None and torch_arrays:
         allocate = _torch_alloc(device)
     if allocate is None:
-        for a in plan.decl.args:
-            if (a.is_output and plan.used[a.index] and a.name not in views
-                    and not (a.role == "optional_out" and a.name in skip)):
-                raise TypeError(_where(fn, f"{a.name}: cannot allocate outputs for these "
+        for name, kind, shape, elem, a in plan.args:
+            if (kind == OUT or (kind == OPT_OUT and name not in skip)) and name not in views:
+                raise TypeError(_where(fn, f"{name}: cannot allocate outputs for these "
                                            "arrays; pass it in out= or give alloc="))
+    if fresh:
+        if len(ctx._plans) >= 4096:  # shapes seen; kernels stay cached in the context
+            ctx._plans.clear()
+        ctx._plans[key] = plan
     if hstream is None:
         hstream = _default_stream(views.values(), device)
     prev = _cuda.enter_device(device)
@@ -427,45 +463,38 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
         for v in views.values():  # CAI v3: wait for the producer's stream
             if v.stream is not None and v.stream not in (hstream, 1 if hstream == 0 else -1):
                 _cuda.wait_stream(hstream, v.stream)
-        ptrs, results, freeing = [], {}, None
-        for a in k.decl.args:
-            v, used = views.get(a.name), plan.used[a.index]
-            if a.role == "workspace":
+        ptrs, results, keep, freeing = [], {}, None, None
+        for name, kind, shape, elem, a in plan.args:
+            v = views.get(name)
+            if kind == IN:
+                ptrs.append(v.ptr if v is not None else 0)
+            elif kind == OUT or kind == OPT_OUT:
+                if v is not None:
+                    results[name] = v.obj
+                    ptrs.append(v.ptr)
+                elif kind == OPT_OUT and name in skip:
+                    results[name] = None
+                    ptrs.append(0)
+                else:
+                    obj = results[name] = allocate(shape, elem)
+                    ptrs.append(_arrays.view(obj).ptr)
+            elif kind == WORKSPACE:
                 n = k.workspace_size
                 if not n:
                     ptrs.append(0)
                 elif allocate is not None:
-                    ws = allocate((n,), "uint8")
-                    results[None] = ws  # kept alive through the launch
-                    ptrs.append(_arrays.view(ws).ptr)
+                    keep = allocate((n,), "uint8")  # alive through the launch
+                    ptrs.append(_arrays.view(keep).ptr)
                 else:
                     freeing = _cuda.alloc_async(n, hstream)
                     ptrs.append(freeing)
-                continue
-            if a.is_input:
-                if v is None and used and a.role == "in":
-                    raise TypeError(_where(fn, f"{a.name} is required"))
-                ptrs.append(v.ptr if v is not None and used else 0)
-                continue
-            if not used:
-                ptrs.append(0)
-                results[a.name] = None
-                continue
-            if v is None:
-                if a.role == "optional_out" and a.name in skip:
-                    ptrs.append(0)
-                    results[a.name] = None
-                    continue
-                obj = allocate(plan.shapes[a.index], plan.elems[a.index])
-                v = _arrays.view(obj)
-                results[a.name] = obj
             else:
-                results[a.name] = v.obj
-            ptrs.append(v.ptr)
+                if kind == SKIP_OUT:
+                    results[name] = None
+                ptrs.append(0)
         k.run(plan.sizes, ptrs, hstream)
         if freeing is not None:
             _cuda.free_async(freeing, hstream)
     finally:
         _cuda.leave_device(prev)
-    results.pop(None, None)
     return results

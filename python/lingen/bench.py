@@ -249,7 +249,9 @@ def host_overhead(torch, lingen, lt, refs, liger_rms_norm, n=2000):
     x = torch.randn(128, 2048, device="cuda").bfloat16()
     w = torch.ones(2048, device="cuda", dtype=torch.bfloat16)
     calls = {"lingen.rmsnorm (any arrays)": lambda: lingen.rmsnorm(x, w),
-             "lingen.torch.rms_norm_forward (custom op)": lambda: lt.rms_norm_forward(x, w),
+             "lingen.torch.rms_norm_forward (eager path)": lambda: lt.rms_norm_forward(x, w),
+             "torch.ops.lingen.rmsnorm_forward (dispatcher)":
+                 lambda: torch.ops.lingen.rmsnorm_forward(x, w),
              "torch.nn.functional.rms_norm (eager)": lambda: torch.nn.functional.rms_norm(
                  x, (2048,), w, 1e-6)}
     if liger_rms_norm:

@@ -18,8 +18,9 @@ leading dimensions first -- lingen.torch does it for you).
 from ._core import call
 
 
-def _quant(round_scale, output):
-    return {"round_scale": bool(round_scale), "output": output}
+def _quant(round_scale, output, **more):
+    """Options by spec path (flat, so a call's options hash cheaply)."""
+    return {"quant.round_scale": bool(round_scale), "quant.output": output, **more}
 
 
 def rmsnorm_quant(x, w, eps=1e-6, *, round_scale=True, output="both", tile=None, out=None,
@@ -35,7 +36,7 @@ def rmsnorm_quant(x, w, eps=1e-6, *, round_scale=True, output="both", tile=None,
     (whose round_scale defaults to False, and whose output_mode 0/1/2 is
     "rowwise"/"columnwise"/"both")."""
     r = call("lingen.rmsnorm_quant", "rmsnorm_quant", "forward", {"x": x, "w": w},
-             {"eps": eps, "quant": _quant(round_scale, output), "tile": tile},
+             _quant(round_scale, output, eps=eps, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["q"], r["s"], r["rms"], r["qt"], r["st"]
 
@@ -69,6 +70,6 @@ def fp8_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream
     x [tokens, hidden] bf16 -> (q, s, qt, st) laid out as in
     rmsnorm_quant; the copies output= does not ask for are None."""
     r = call("lingen.fp8_quant", "fp8_quant", "forward", {"x": x},
-             {"quant": _quant(round_scale, output), "tile": tile},
+             _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["q"], r["s"], r["qt"], r["st"]

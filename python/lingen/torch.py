@@ -67,7 +67,7 @@ def _options(fam, kwargs):
     for k in _scalar_keys(fam):
         v = kwargs.get(_param(k.path), k.default)
         if v is not None:
-            _core._set_path(opts, k.path, v)
+            opts[k.path] = v
     return opts
 
 
@@ -93,7 +93,7 @@ def _spec_for(op, pass_, shapes, opts):
         if k.shape and k.path in env:
             _core._set_path(spec, k.path, int(env[k.path]))  # shape keys are static
     for key, val in opts.items():
-        spec[key] = val
+        _core._set_path(spec, key, val)
     text = repr(sorted(spec.items()))
     s = _specs.get(text)
     if s is None:
@@ -149,13 +149,26 @@ def _register(op, pass_, fam, decl):
     impl.__name__ = fake.__name__ = f"{op}_{pass_}"
     custom = torch.library.custom_op(name, impl, mutates_args=(), schema=schema(fam, decl))
     custom.register_fake(fake)
+    _eager[f"{op}_{pass_}"] = impl
     return custom
 
 
 ops = {}
+_eager = {}
 for _op, _fam in _families.families().items():
     for _pass, _decl in _fam.passes.items():
         ops[f"{_op}_{_pass}"] = _register(_op, _pass, _fam, _decl)
+
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+
+
+def _run(name, *args, **kwargs):
+    """torch.ops.lingen.<name> where torch traces (torch.compile, export);
+    in eager mode the op's implementation directly, without the cost of
+    torch's dispatcher (the same code, the same stream, CUDA graphs too)."""
+    if _compiling is None or _compiling():
+        return getattr(torch.ops.lingen, name)(*args, **kwargs)
+    return _eager[name](*args, **kwargs)
 
 
 def _constant(fn):
@@ -203,7 +216,7 @@ class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps=1e-6):
         x2 = _flat(x)
-        y, rms = torch.ops.lingen.rmsnorm_forward(x2, weight, eps=eps)
+        y, rms = _run("rmsnorm_forward", x2, weight, eps=eps)
         ctx.save_for_backward(x2, weight, rms)
         ctx.eps = eps
         return y.view(x.shape)
@@ -211,7 +224,7 @@ class RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x2, weight, rms = ctx.saved_tensors
-        dx, dw = torch.ops.lingen.rmsnorm_backward(_flat(dy), x2, weight, rms, eps=ctx.eps)
+        dx, dw = _run("rmsnorm_backward", _flat(dy), x2, weight, rms, eps=ctx.eps)
         dw = dw.to(weight.dtype) if ctx.needs_input_grad[1] else None
         return dx.view(dy.shape), dw, None
 
@@ -249,7 +262,7 @@ def rms_norm_quant(x, weight, eps=1e-6, round_scale=True, output="both"):
     ask for None. Leading dimensions are flattened into tokens; q keeps x's
     shape, qt is [hidden, tokens]. Not differentiable (its backward is the
     RMSNorm backward: lingen.torch.rms_norm_backward)."""
-    res = torch.ops.lingen.rmsnorm_quant_forward(_flat(x), weight, eps=eps,
+    res = _run("rmsnorm_quant_forward", _flat(x), weight, eps=eps,
                                                  quant_round_scale=round_scale,
                                                  quant_output=output)
     q, s, rms, qt, st = _none_unused(res, _used("rmsnorm_quant", "forward", (("quant.output", output),)))
@@ -258,20 +271,20 @@ def rms_norm_quant(x, weight, eps=1e-6, round_scale=True, output="both"):
 
 def rms_norm_forward(x, weight, eps=1e-6):
     """(y, rms): RMSNorm forward of x [..., hidden] without autograd."""
-    y, rms = torch.ops.lingen.rmsnorm_forward(_flat(x), weight, eps=eps)
+    y, rms = _run("rmsnorm_forward", _flat(x), weight, eps=eps)
     return y.view(x.shape), rms
 
 
 def rms_norm_backward(dy, x, weight, eps=1e-6, rms=None):
     """(dx, dw fp32): RMSNorm backward, as linghe's triton_rms_norm_backward."""
-    dx, dw = torch.ops.lingen.rmsnorm_backward(_flat(dy), _flat(x), weight, rms, eps=eps)
+    dx, dw = _run("rmsnorm_backward", _flat(dy), _flat(x), weight, rms, eps=eps)
     return dx.view(dy.shape), dw
 
 
 def fp8_quant(x, round_scale=True, output="both"):
     """Blockwise FP8 quantisation of x [..., hidden] (bf16): (q, s, qt, st)
     as lingen.fp8_quant, the copies output does not ask for None."""
-    res = torch.ops.lingen.fp8_quant_forward(_flat(x), quant_round_scale=round_scale,
+    res = _run("fp8_quant_forward", _flat(x), quant_round_scale=round_scale,
                                              quant_output=output)
     q, s, qt, st = _none_unused(res, _used("fp8_quant", "forward", (("quant.output", output),)))
     return (q.view(x.shape) if q is not None else None), s, qt, st
