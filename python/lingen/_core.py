@@ -236,7 +236,11 @@ def stream_handle(stream):
 def _default_stream(views, device):
     for v in views:
         if v.kind == "torch":
-            return sys.modules["torch"].cuda.current_stream(device).cuda_stream
+            torch = sys.modules["torch"]
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None:  # the handle without a Stream object
+                return raw(device)
+            return torch.cuda.current_stream(device).cuda_stream
     for v in views:
         mod = type(v.obj).__module__
         if mod.startswith("cupy"):
@@ -373,11 +377,19 @@ def _device_of(fn, a, v, device):
     return v.device if v.device is not None else device
 
 
+_torch_allocs = {}
+
+
 def _torch_alloc(device):
-    torch = sys.modules["torch"]
-    by_elem = _arrays.torch_elems()[1]
-    dev = torch.device("cuda", device)
-    return lambda shape, elem: torch.empty(shape, dtype=by_elem[elem], device=dev)
+    f = _torch_allocs.get(device)
+    if f is None:
+        torch = sys.modules["torch"]
+        by_elem = _arrays.torch_elems()[1]
+        dev = torch.device("cuda", device)
+        empty = torch.empty
+        f = _torch_allocs[device] = lambda shape, elem: empty(shape, dtype=by_elem[elem],
+                                                               device=dev)
+    return f
 
 
 def _options_key(options):

@@ -121,12 +121,18 @@ def _register(op, pass_, fam, decl):
     outs = [a for a in decl.args if a.is_output]
     fn = f"torch.ops.lingen.{op}_{pass_}"
 
+    options = {}
+
     def impl(*args, **kwargs):
         tensors = args[:len(ins)]
         like = tensors[0]
         arrays = {a.name: (t.contiguous() if t is not None else None)
                   for a, t in zip(ins, tensors)}
-        r = _core.call(fn, op, pass_, arrays, _options(fam, kwargs))
+        key = tuple(kwargs.items())
+        opts = options.get(key)
+        if opts is None:
+            opts = options[key] = _options(fam, kwargs)
+        r = _core.call(fn, op, pass_, arrays, opts)
         res = tuple(r[a.name] if r[a.name] is not None
                     else torch.empty(0, dtype=_dtype(a.elem, like), device=like.device)
                     for a in outs)
