@@ -73,12 +73,13 @@ def _c_contiguous(shape, strides, itemsize):
 
 
 def _from_torch(t):
-    if t.device.type != "cuda":
+    dev = t.get_device()  # -1 off the GPU; an int, no torch.device object
+    if dev < 0 or not t.is_cuda:
         return View(t, 0, tuple(t.shape), (), f"a {t.dtype} tensor on {t.device}", None, None,
                     "torch", False, True)
-    elems = torch_elems()[0].get(t.dtype)
-    return View(t, t.data_ptr(), tuple(t.shape), (elems,) if elems else (), str(t.dtype),
-                t.device.index, None, "torch", False, t.is_contiguous())
+    elems = (_torch_elems or torch_elems())[0].get(t.dtype)
+    return View(t, t.data_ptr(), tuple(t.shape), (elems,) if elems else (), t.dtype, dev, None,
+                "torch", False, t.is_contiguous())
 
 
 def _from_cai(obj, d):
