@@ -45,6 +45,7 @@ struct lg_model {
 	char name[LG_MODEL_NAME_MAX]; /* [A-Za-z0-9._-]+ */
 	int64_t v[LG_MK_COUNT];
 	double eps;            /* rms_norm_eps */
+	double rotary_fraction; /* share of head_dim RoPE rotates (optional, 0.5: Ling; 1: Qwen3) */
 	struct lg_quant fp8;   /* format, block, round_scale; output unused */
 };
 
