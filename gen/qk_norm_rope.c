@@ -89,8 +89,9 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"seq", "S", 0, INT32_MAX, "positions (S)"},
-	{"batch", "B", 0, 65535, "sequences (B)"},
+	/* seq x batch < 2^31: the forward's grid, one CTA per `tokens` tokens */
+	{"seq", "S", 0, 1 << 22, "positions (S)"},
+	{"batch", "B", 0, 511, "sequences (B)"},
 };
 
 #define QKV_SHAPE "pick(qkv_order, seq, batch), pick(qkv_order, batch, seq), " \
