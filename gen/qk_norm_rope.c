@@ -90,8 +90,8 @@ static const struct lg_key keys[NKEYS] = {
 
 static const struct lg_size sizes[] = {
 	/* seq x batch < 2^31: the forward's grid, one CTA per `tokens` tokens */
-	{"seq", "S", 0, 1 << 22, "positions (S)"},
-	{"batch", "B", 0, 511, "sequences (B)"},
+	{"seq", "S", 0, 1 << 22, "positions (S)", 0},
+	{"batch", "B", 0, 511, "sequences (B)", 2}, /* check and bench at N tokens: seq N, batch 2 */
 };
 
 #define QKV_SHAPE "pick(qkv_order, seq, batch), pick(qkv_order, batch, seq), " \

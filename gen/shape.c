@@ -240,6 +240,8 @@ void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_
 	const struct lg_sig *g = &f->sig[pass];
 	for (int i = 0; i < LG_MAX_SIZES; i++)
 		sz[i] = n;
-	for (int i = 0; i < g->nsizes; i++)
-		sz[i] = n < g->sizes[i].min ? g->sizes[i].min : n > g->sizes[i].max ? g->sizes[i].max : n;
+	for (int i = 0; i < g->nsizes; i++) {
+		int64_t v = g->sizes[i].at ? g->sizes[i].at : n;
+		sz[i] = v < g->sizes[i].min ? g->sizes[i].min : v > g->sizes[i].max ? g->sizes[i].max : v;
+	}
 }
