@@ -35,7 +35,8 @@
 #include "json.h" /* lg_json_number_text */
 #include "templates.h"
 
-#define PMAX 264 /* CTAs of the backward's persistent grid (2 per SM on H200) */
+#define PMAX 264 /* CTAs of the backward's persistent grid by default (2 per SM on H200) */
+#define DW_COLS 32 /* columns of the weight gradients per CTA of the dw kernel */
 
 enum {
 	K_HEAD_DIM,
@@ -49,10 +50,12 @@ enum {
 	K_TILE,
 	K_TOKENS,
 	K_THREADS,
+	K_CTAS,
 	NKEYS
 };
 static const int64_t head_dims[] = {64, 128, 256, 0};
 static const int64_t tokens_ok[] = {1, 2, 4, 8, 0}, threads_ok[] = {128, 256, 512, 0};
+static const int64_t ctas_ok[] = {PMAX, 2 * PMAX, 4 * PMAX, 0};
 static const char *const order_names[] = {"seq_batch", "batch_seq"};
 static const char *const order_words[] = {"sb", "bs"};
 static const char *const heads_names[] = {"interleaved", "plain"};
@@ -86,6 +89,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_TOKENS] = LG_KEY_TILE("tokens", "n", 1, 8, tokens_ok, "tokens a CTA takes at a time"),
 	[K_THREADS] = LG_KEY_TILE("threads", "t", 128, 512, threads_ok, "threads per CTA"),
+	[K_CTAS] = LG_KEY_TILE("ctas", "g", PMAX, 4 * PMAX, ctas_ok,
+			       "backward: CTAs of the persistent grid (workspace rows)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -125,7 +130,7 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 };
 
 /* Plan values. */
-enum { P_D, P_H, P_HKV, P_R, P_TOKENS, P_THREADS, P_BWD };
+enum { P_D, P_H, P_HKV, P_R, P_TOKENS, P_THREADS, P_BWD, P_CTAS };
 
 /* The rotated width R (0 when the fraction does not give a whole number). */
 static int64_t rotated(const struct lg_spec *s)
@@ -141,6 +146,9 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	if (hq % hkv != 0)
 		return lg_spec_error(where, "q_heads: found %lld, allowed: a multiple of kv_heads (%lld)",
 				     (long long)hq, (long long)hkv);
+	if (lg_spec_has(s, K_CTAS) && s->pass != LG_PASS_BACKWARD)
+		return lg_spec_error(where, "tile.ctas: found %lld, allowed: only in the backward (its persistent grid)",
+				     (long long)lg_spec_int(s, K_CTAS));
 	if (f > 1.0)
 		return lg_spec_error(where, "rotary_fraction: found %g, allowed: above 0, at most 1", f);
 	int64_t r = rotated(s);
@@ -163,6 +171,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_BWD] = bwd;
 	p->tile[K_TOKENS] = p->v[P_TOKENS] = lg_spec_has(s, K_TOKENS) ? lg_spec_int(s, K_TOKENS) : bwd ? 2 : 4;
 	p->tile[K_THREADS] = p->v[P_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 256;
+	p->v[P_CTAS] = lg_spec_has(s, K_CTAS) ? lg_spec_int(s, K_CTAS) : PMAX;
+	if (bwd)
+		p->tile[K_CTAS] = p->v[P_CTAS];
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	if (bwd)
@@ -174,16 +185,16 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 {
 	int64_t n = (tokens + p->v[P_TOKENS] - 1) / p->v[P_TOKENS];
-	return p->v[P_BWD] && n > PMAX ? PMAX : n;
+	return p->v[P_BWD] && n > p->v[P_CTAS] ? p->v[P_CTAS] : n;
 }
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	d->smem = 0;
-	if (e == 1) { /* the weight gradients: one thread per column of both, also at 0 tokens */
-		d->grid[0] = (unsigned)((2 * p->v[P_D] + 255) / 256);
-		d->block[0] = 256;
+	if (e == 1) { /* the weight gradients: 32 columns a CTA, also at 0 tokens */
+		d->grid[0] = (unsigned)(2 * p->v[P_D] / DW_COLS);
+		d->block[0] = 1024;
 		return;
 	}
 	d->grid[0] = (unsigned)ctas(p, sz[0] * sz[1]);
@@ -192,7 +203,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 
 static size_t workspace(const struct lg_plan *p)
 {
-	return p->v[P_BWD] ? (size_t)PMAX * 2 * (size_t)p->v[P_D] * 4 : 0;
+	return p->v[P_BWD] ? (size_t)p->v[P_CTAS] * 2 * (size_t)p->v[P_D] * 4 : 0;
 }
 
 /* ------------------------------------------------------------ emission */
@@ -200,14 +211,14 @@ static size_t workspace(const struct lg_plan *p)
 /* The kernel's shape, for the emitters below. */
 struct shape {
 	int64_t d, hq, hkv, r, heads; /* heads: q_heads + 2 kv_heads per token */
-	int lanes, slots, tokens, threads;
+	int lanes, slots, tokens, threads, ctas;
 	bool bs, plain, silu, bwd, pdl; /* pdl: the dw entry launches early (sm_90+) */
 };
 
 static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct shape k = {.d = p->v[P_D], .hq = p->v[P_H], .hkv = p->v[P_HKV], .r = p->v[P_R],
-			  .tokens = (int)p->v[P_TOKENS], .threads = (int)p->v[P_THREADS],
+			  .tokens = (int)p->v[P_TOKENS], .threads = (int)p->v[P_THREADS], .ctas = (int)p->v[P_CTAS],
 			  .bs = lg_spec_int(s, K_ORDER) == 1, .plain = lg_spec_int(s, K_HEADS) == 1,
 			  .silu = lg_spec_int(s, K_SILU) != 0, .bwd = p->v[P_BWD] != 0,
 			  .pdl = p->early[1]};
@@ -388,12 +399,12 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct shape 
 static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct shape *k, const char *name)
 {
 	lg_section(b, name, "q/k RMSNorm + RoPE + split, backward: dqkv and weight partials");
-	lg_comment(b, "Persistent grid of min(ceil(S B / %d), %d) CTAs; %d lanes a head vector.", k->tokens, PMAX,
-		   k->lanes);
+	lg_comment(b, "Persistent grid of min(ceil(S B / %d), %d) CTAs; %d lanes a head vector.", k->tokens,
+		   k->ctas, k->lanes);
 	lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 N)");
 	lg_open(b, "{");
 	lg_line(b, "const i64 n = (N + %d) / %d;", k->tokens - 1, k->tokens);
-	lg_line(b, "return n < %d ? n : %d;", PMAX, PMAX);
+	lg_line(b, "return n < %d ? n : %d;", k->ctas, k->ctas);
 	lg_close(b);
 	lg_line(b, "%s", "");
 	lg_emit_signature(b, s, name, "__launch_bounds__(%d)", k->threads);
@@ -459,16 +470,24 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 static void emit_backward_dw(lg_buf *b, const struct lg_spec *s, const struct shape *k, const char *name)
 {
 	lg_section(b, name, "dq_weight and dk_weight from the partials");
-	lg_comment(b, "Each column: the workspace rows added in CTA order (deterministic).");
-	lg_emit_signature(b, s, name, "__launch_bounds__(256)");
+	lg_comment(b, "%d columns a CTA (of dq_weight | dk_weight); its 32 row groups each add every 32nd", DW_COLS);
+	lg_comment(b, "workspace row in CTA order, then group 0 adds the groups in order: deterministic.");
+	lg_emit_signature(b, s, name, "__launch_bounds__(1024)");
 	lg_open(b, "{");
+	lg_line(b, "__shared__ float grp[32][%d]; // the row groups' sums", DW_COLS);
 	if (k->pdl)
 		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // the partials are written");
-	lg_line(b, "const int col = blockIdx.x * 256 + threadIdx.x;");
-	lg_line(b, "if (col >= %lld) return;", (long long)(2 * k->d));
+	lg_line(b, "const int lane = threadIdx.x %% %d, rg = threadIdx.x / %d;", DW_COLS, DW_COLS);
+	lg_line(b, "const int col = blockIdx.x * %d + lane;", DW_COLS);
 	lg_line(b, "const i64 n = lg_ctas(S * B);");
 	lg_line(b, "float sum = 0.0f;");
-	lg_line(b, "for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * %lld + col];", (long long)(2 * k->d));
+	lg_line(b, "#pragma unroll 4");
+	lg_line(b, "for (i64 i = rg; i < n; i += 32) sum += ((const float *)ws)[i * %lld + col];",
+		(long long)(2 * k->d));
+	lg_line(b, "grp[rg][lane] = sum;");
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "if (rg != 0) return;");
+	lg_line(b, "for (int g = 1; g < 32; g++) sum += grp[g][lane];");
 	lg_line(b, "if (col < %lld) ((float *)dq_weight)[col] = sum;", (long long)k->d);
 	lg_line(b, "else ((float *)dk_weight)[col - %lld] = sum;", (long long)k->d);
 	lg_close(b);
@@ -488,7 +507,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
-/* Tile variants for `lingen tune`: tokens at a time x threads per CTA. */
+/* Tile variants for `lingen tune`: tokens at a time x threads per CTA;
+ * the backward also with a persistent grid of 2 and 4 x 264 CTAs. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	static const int64_t tok[] = {1, 2, 4, 8}, thr[] = {128, 256, 512};
@@ -500,6 +520,8 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 			c.set |= 1u << K_THREADS;
 			n = lg_candidate_add(s, t, out, n, max, c);
 		}
+	for (int i = 1; s->pass == LG_PASS_BACKWARD && i < 3; i++)
+		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_CTAS, ctas_ok[i]));
 	return n;
 }
 

@@ -45,11 +45,12 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* One spec (keys after op, pass, dtype) at seq x batch, both passes. */
-static void check(const char *keys, int64_t seq, int64_t batch)
+/* One spec (keys after op, pass, dtype) at seq x batch, passes from `first`
+ * (0: forward and backward, 1: backward). */
+static void check_from(int first, const char *keys, int64_t seq, int64_t batch)
 {
 	static const char *const passes[] = {"forward", "backward"};
-	for (int p = 0; p < 2; p++) {
+	for (int p = first; p < 2; p++) {
 		char json[768];
 		snprintf(json, sizeof json, "{\"op\": \"qk_norm_rope\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}",
 			 passes[p], keys);
@@ -77,6 +78,8 @@ static void check(const char *keys, int64_t seq, int64_t batch)
 		lg_spec_free(s);
 	}
 }
+
+static void check(const char *keys, int64_t seq, int64_t batch) { check_from(0, keys, seq, batch); }
 
 #define TARGET "\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4"
 
@@ -140,6 +143,8 @@ static void test_tiles(void **state)
 	(void)state;
 	check(TARGET ", \"tile\": {\"tokens\": 1, \"threads\": 128}", 301, 2);
 	check(TARGET ", \"tile\": {\"tokens\": 8, \"threads\": 512}", 301, 2);
+	check_from(1, TARGET ", \"tile\": {\"ctas\": 1056}", 4096, 2); /* the backward's grid */
+	check_from(1, TARGET ", \"tile\": {\"ctas\": 528}", 33, 3);
 	check("\"head_dim\": 256, \"q_heads\": 12, \"kv_heads\": 4, \"tile\": {\"tokens\": 8, \"threads\": 512}",
 	      31, 3);
 }

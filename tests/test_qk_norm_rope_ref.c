@@ -280,6 +280,8 @@ static void test_spec_errors(void **state)
 		 {"rotary_fraction: found 1.5", "at most 1"}},
 		{"\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4, \"head_layout\": \"grouped\"",
 		 {"head_layout: found \"grouped\"", "\"interleaved\", \"plain\""}},
+		{"\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4, \"tile\": {\"ctas\": 528}",
+		 {"tile.ctas: found 528", "only in the backward"}},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char json[512];
@@ -337,8 +339,16 @@ static void test_buffers_geometry(void **state)
 	f->geometry(&p, 0, big, &d);
 	assert_int_equal(d.grid[0], 264);
 	f->geometry(&p, 1, none, &d);
-	assert_int_equal(d.grid[0], 1); /* dq_weight, dk_weight written also for no tokens */
+	assert_int_equal(d.grid[0], 2 * 64 / 32); /* dq_weight, dk_weight written also for no tokens */
+	assert_int_equal(d.block[0], 1024);
 	assert_true(f->workspace(&p) >= 264 * 2 * 64 * 4);
+	lg_spec_free(s);
+	s = spec("{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 64, "
+		 "\"q_heads\": 2, \"kv_heads\": 1, \"tile\": {\"ctas\": 1056}}");
+	assert_int_equal(lg_plan_for(s, &t, &p), LG_OK);
+	f->geometry(&p, 0, big, &d);
+	assert_int_equal(d.grid[0], 1056);
+	assert_int_equal(f->workspace(&p), 1056 * 2 * 64 * 4);
 	lg_spec_free(s);
 }
 
@@ -354,7 +364,7 @@ static void test_candidates(void **state)
 		struct lg_tile_choice cands[LG_MAX_CANDIDATES];
 		assert_true(lg_target_parse(archs[a], &t));
 		int n = f->candidates(s, &t, cands, LG_MAX_CANDIDATES);
-		assert_true(n >= 8);
+		assert_int_equal(n, 14); /* 4 x 3 tokens x threads, 2 grids */
 		for (int i = 0; i < n; i++) {
 			struct lg_spec v;
 			struct lg_plan p;

@@ -206,17 +206,24 @@ lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 
 // ----- lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128_dw -----
 // dq_weight and dk_weight from the partials
-// Each column: the workspace rows added in CTA order (deterministic).
-extern "C" __global__ void __launch_bounds__(256)
+// 32 columns a CTA (of dq_weight | dk_weight); its 32 row groups each add every 32nd
+// workspace row in CTA order, then group 0 adds the groups in order: deterministic.
+extern "C" __global__ void __launch_bounds__(1024)
 lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128_dw(
 	u64 gq, u64 gk, u64 gv, u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 dqkv,
 	u64 dq_weight, u64 dk_weight, u64 ws, i64 S, i64 B, i64 part)
 {
-	const int col = blockIdx.x * 256 + threadIdx.x;
-	if (col >= 512) return;
+	__shared__ float grp[32][32]; // the row groups' sums
+	const int lane = threadIdx.x % 32, rg = threadIdx.x / 32;
+	const int col = blockIdx.x * 32 + lane;
 	const i64 n = lg_ctas(S * B);
 	float sum = 0.0f;
-	for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * 512 + col];
+	#pragma unroll 4
+	for (i64 i = rg; i < n; i += 32) sum += ((const float *)ws)[i * 512 + col];
+	grp[rg][lane] = sum;
+	__syncthreads();
+	if (rg != 0) return;
+	for (int g = 1; g < 32; g++) sum += grp[g][lane];
 	if (col < 256) ((float *)dq_weight)[col] = sum;
 	else ((float *)dk_weight)[col - 256] = sum;
 }
