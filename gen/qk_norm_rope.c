@@ -212,6 +212,8 @@ static size_t workspace(const struct lg_plan *p)
 struct shape {
 	int64_t d, hq, hkv, r, heads; /* heads: q_heads + 2 kv_heads per token */
 	int lanes, slots, tokens, threads, ctas;
+	int64_t units; /* tokens x heads: (token, head) units a CTA takes at a time */
+	int batch;     /* units a lane group loads before working on them */
 	bool bs, plain, silu, bwd, pdl; /* pdl: the dw entry launches early (sm_90+) */
 };
 
@@ -225,6 +227,9 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 	k.heads = k.hq + 2 * k.hkv;
 	k.lanes = (int)(k.d / 8);
 	k.slots = k.threads / k.lanes;
+	k.units = k.tokens * k.heads;
+	int64_t rounds = (k.units + k.slots - 1) / k.slots, most = k.bwd ? 4 : 8; /* registers */
+	k.batch = (int)(rounds < most ? rounds : most);
 	return k;
 }
 
@@ -244,9 +249,9 @@ static void emit_helpers(lg_buf *b, const struct lg_spec *s, const struct shape 
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int e = 0; e < 4; e++) f[2 * e] = lg_bf16_lo(w[e]), f[2 * e + 1] = lg_bf16_hi(w[e]);");
 	lg_close(b);
-	lg_line(b, "static __device__ __forceinline__ void lg_load8(const void *p, bool live, float *f)");
+	lg_line(b, "static __device__ __forceinline__ lg_u32x4 lg_ld16_if(const void *p, bool live)");
 	lg_open(b, "{");
-	lg_line(b, "lg_unpack8(live ? lg_ld16(p) : lg_u32x4{0u, 0u, 0u, 0u}, f);");
+	lg_line(b, "return live ? lg_ld16(p) : lg_u32x4{0u, 0u, 0u, 0u};");
 	lg_close(b);
 	lg_line(b, "static __device__ __forceinline__ lg_u32x4 lg_pack8(const float *f)");
 	lg_open(b, "{");
@@ -280,19 +285,19 @@ static void emit_helpers(lg_buf *b, const struct lg_spec *s, const struct shape 
 static void emit_walk_open(lg_buf *b, const struct shape *k)
 {
 	int64_t half = k->r / 2;
-	lg_line(b, "__shared__ float cs_c[%d][%lld], cs_s[%d][%lld]; // cos, sin of each token's R/2 angles",
+	lg_line(b, "__shared__ float ct[%d][%lld], st[%d][%lld]; // cos, sin of each token's R/2 angles",
 		k->tokens, (long long)half, k->tokens, (long long)half);
 	lg_line(b, "const int c = threadIdx.x %% %d; // the lane's piece: features 8c .. 8c + 7", k->lanes);
 	lg_line(b, "const int slot = threadIdx.x / %d; // the lane group", k->lanes);
 	lg_line(b, "const i64 N = S * B; // tokens");
-	if (k->bwd)
+	if (k->bwd) {
 		lg_open(b, "for (i64 n0 = (i64)blockIdx.x * %d; n0 < N; n0 += lg_ctas(N) * %d) {", k->tokens,
 			k->tokens);
-	else
-		lg_open(b, "for (i64 n0 = (i64)blockIdx.x * %d; n0 < N; n0 += N) { // one group a CTA",
-			k->tokens);
+		lg_line(b, "__syncthreads(); // the previous tokens' table is no longer read");
+	} else {
+		lg_line(b, "const i64 n0 = (i64)blockIdx.x * %d; // the CTA's tokens", k->tokens);
+	}
 	lg_comment(b, "sin and cos once per token, shared by its heads.");
-	lg_line(b, "__syncthreads(); // the previous tokens' table is no longer read");
 	lg_open(b, "for (int i = threadIdx.x; i < %lld; i += %d) {", (long long)(k->tokens * half), k->threads);
 	lg_line(b, "const i64 n = n0 + i / %lld;", (long long)half);
 	lg_line(b, "if (n >= N) break;");
@@ -300,33 +305,59 @@ static void emit_walk_open(lg_buf *b, const struct shape *k)
 	lg_line(b, "float sn, cn;");
 	lg_line(b, "sincosf(((const float *)freqs)[p * %lld + i %% %lld], &sn, &cn);", (long long)k->r,
 		(long long)half);
-	lg_line(b, "cs_c[i / %lld][i %% %lld] = cn, cs_s[i / %lld][i %% %lld] = sn;", (long long)half,
+	lg_line(b, "ct[i / %lld][i %% %lld] = cn, st[i / %lld][i %% %lld] = sn;", (long long)half,
 		(long long)half, (long long)half, (long long)half);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_comment(b, "Units (token, head) in output order; every lane of a warp runs every iteration.");
-	int64_t units = k->tokens * k->heads;
-	lg_open(b, "for (int un0 = 0; un0 < %lld; un0 += %d) {", (long long)units, k->slots);
-	lg_comment(b, "un: the unit (past the last: a copy, not stored); tl, j: its token");
-	lg_comment(b, "in the group and head; n: its qkv row, ob its [batch, seq] row;");
-	lg_comment(b, "xo, oo: bytes into qkv and into q, k or v; hh: head in q, k or v.");
-	lg_line(b, "const int un = min(un0 + slot, %lld);",
-		(long long)(units - 1));
-	lg_line(b, "const int tl = un / %lld, j = un %% %lld;", (long long)k->heads,
-		(long long)k->heads);
-	lg_line(b, "const i64 n = n0 + tl;");
-	lg_line(b, "const bool live = un0 + slot < %lld && n < N;", (long long)units);
+	lg_comment(b, "Units (token, head) in output order, %d a lane group at a time: their loads first", k->batch);
+	lg_comment(b, "(in flight together), then the work. Every lane of a warp runs every iteration.");
+	lg_open(b, "for (int u0 = 0; u0 < %lld; u0 += %d) {", (long long)k->units, k->slots * k->batch);
+	lg_line(b, "lg_u32x4 xr[%d];", k->batch);
+	if (k->bwd)
+		lg_line(b, "lg_u32x4 gr[%d];", k->batch);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", k->batch);
+	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + k * %d + slot, c, S, B);", k->slots);
+	lg_line(b, "xr[k] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);");
+	if (k->bwd) {
+		lg_line(b, "const u64 gp = t.isq ? gq : t.isv ? gv : gk;");
+		lg_line(b, "gr[k] = lg_ld16_if((const u8 *)gp + t.oo, t.live);");
+	}
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", k->batch);
+	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + k * %d + slot, c, S, B);", k->slots);
+	lg_line(b, "const int tl = t.tl;");
+	lg_line(b, "const bool live = t.live, isq = t.isq, isv = t.isv;");
+}
+
+/* The unit helper: where unit u of the token group at n0 reads and writes. */
+static void emit_unit(lg_buf *b, const struct shape *k)
+{
+	lg_comment(b, "Unit u of the tokens from n0 (past the last: a copy of it, not live): tl, j: its");
+	lg_comment(b, "token in the group and head (q, k, v heads in order); xo, oo: this lane's bytes");
+	lg_comment(b, "into qkv and into q, k or v (the gradients likewise).");
+	lg_line(b, "struct lg_unit { i64 xo, oo; int tl, j; bool live, isq, isv; };");
+	lg_line(b, "static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 S, i64 B)");
+	lg_open(b, "{");
+	lg_line(b, "lg_unit t;");
+	lg_line(b, "const int un = min(u, %lld);", (long long)(k->units - 1));
+	lg_line(b, "t.tl = un / %lld, t.j = un %% %lld;", (long long)k->heads, (long long)k->heads);
+	lg_line(b, "const i64 n = n0 + t.tl; // the qkv row");
+	lg_line(b, "t.live = u < %lld && n < S * B;", (long long)k->units);
 	if (k->bs)
-		lg_line(b, "const i64 ob = n;");
+		lg_line(b, "const i64 ob = n; // the [batch, seq] row");
 	else
-		lg_line(b, "const i64 ob = (n %% B) * S + n / B;");
-	lg_line(b, "const i64 xo = (n * %lld + (i64)lg_qkv_slot(j) * %lld + c * 8) * 2;",
-		(long long)(k->heads * k->d), (long long)k->d);
-	lg_line(b, "const bool isq = j < %lld, isv = j >= %lld;", (long long)k->hq, (long long)(k->hq + k->hkv));
-	lg_line(b, "const i64 hh = isq ? j : isv ? j - %lld : j - %lld;",
+		lg_line(b, "const i64 ob = (n %% B) * S + n / B; // the [batch, seq] row");
+	lg_line(b, "t.xo = (n * %lld + (i64)lg_qkv_slot(t.j) * %lld + c * 8) * 2;", (long long)(k->heads * k->d),
+		(long long)k->d);
+	lg_line(b, "t.isq = t.j < %lld, t.isv = t.j >= %lld;", (long long)k->hq, (long long)(k->hq + k->hkv));
+	lg_line(b, "const i64 hh = t.isq ? t.j : t.isv ? t.j - %lld : t.j - %lld; // head in q, k or v",
 		(long long)(k->hq + k->hkv), (long long)k->hq);
-	lg_line(b, "const i64 oo = ((ob * (isq ? %lld : %lld) + hh) * %lld + c * 8) * 2;",
-		(long long)k->hq, (long long)k->hkv, (long long)k->d);
+	lg_line(b, "t.oo = ((ob * (t.isq ? %lld : %lld) + hh) * %lld + c * 8) * 2;", (long long)k->hq,
+		(long long)k->hkv, (long long)k->d);
+	lg_line(b, "return t;");
+	lg_close(b);
 }
 
 /* The rotation of y (8 floats, the lane's piece) in place; cs[tl] is the
@@ -335,14 +366,14 @@ static void emit_walk_open(lg_buf *b, const struct shape *k)
 static void emit_rotate(lg_buf *b, const struct shape *k, const char *y, bool transpose)
 {
 	int64_t hp = k->r / 16; /* pieces in R/2 */
-	lg_comment(b, "%s over features [0, %lld): partner piece %lld lanes away.",
+	lg_comment(b, "%s over [0, %lld): partner piece %lld lanes away.",
 		   transpose ? "Transposed RoPE" : "Rotate-half RoPE", (long long)k->r, (long long)hp);
 	lg_line(b, "const bool lo = c < %lld, rot = c < %lld;", (long long)hp, (long long)(2 * hp));
 	lg_line(b, "const int src = lo ? c + %lld : rot ? c - %lld : c;", (long long)hp, (long long)hp);
-	lg_line(b, "const int base = threadIdx.x & 31 & ~%d;", k->lanes - 1);
+	lg_line(b, "const int from = (threadIdx.x & 31 & ~%d) + src;", k->lanes - 1);
 	lg_line(b, "float pr[8];");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, %s[e], base + src);", y);
+	lg_line(b, "for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, %s[e], from);", y);
 	lg_open(b, "if (rot && !isv) {");
 	lg_comment(b, "%s", transpose ? "first half: g c + g' s; second half: g c - g' s"
 				      : "first half: a c - b s; second half: b c + a s");
@@ -350,7 +381,7 @@ static void emit_rotate(lg_buf *b, const struct shape *k, const char *y, bool tr
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 8; e++) {");
 	lg_line(b, "const int a = (c %% %lld) * 8 + e; // the angle", (long long)hp);
-	lg_line(b, "%s[e] = %s[e] * cs_c[tl][a] + sg * (pr[e] * cs_s[tl][a]);", y, y);
+	lg_line(b, "%s[e] = %s[e] * ct[tl][a] + sg * pr[e] * st[tl][a];", y, y);
 	lg_close(b);
 	lg_close(b);
 }
@@ -372,12 +403,12 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct shape 
 	lg_open(b, "{");
 	emit_walk_open(b, k);
 	lg_line(b, "float x[8];");
-	lg_line(b, "lg_load8((const u8 *)qkv + xo, live, x);");
+	lg_line(b, "lg_unpack8(xr[k], x);");
 	if (k->silu) {
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int e = 0; e < 8; e++) x[e] = x[e] * lg_sigmoid(x[e]); // SiLU");
 	}
-	lg_comment(b, "RMS over the head vector (the lane group), fp32, a fixed butterfly.");
+	lg_comment(b, "RMS over the head vector (lane group): fp32, a fixed butterfly.");
 	lg_line(b, "float ss = 0.0f;");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int e = 0; e < 8; e++) ss += x[e] * x[e];");
@@ -389,10 +420,10 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct shape 
 	lg_line(b, "for (int e = 0; e < 8; e++) x[e] = (x[e] * r) * wf[e];");
 	lg_close(b);
 	emit_rotate(b, k, "x", false);
-	lg_line(b, "if (live) lg_st16((u8 *)(isq ? q : j < %lld ? k : v) + oo, lg_pack8(x));",
+	lg_line(b, "if (live) lg_st16((u8 *)(isq ? q : t.j < %lld ? k : v) + t.oo, lg_pack8(x));",
 		(long long)(k->hq + k->hkv));
-	lg_close(b);
-	lg_close(b);
+	lg_close(b); /* the units */
+	lg_close(b); /* the batches of units */
 	lg_close(b);
 }
 
@@ -416,15 +447,17 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "float aq[8], ak[8];");
 	lg_line(b, "for (int e = 0; e < 8; e++) aq[e] = ak[e] = 0.0f;");
 	emit_walk_open(b, k);
-	lg_line(b, "const u8 *const gsrc = (const u8 *)(isq ? gq : isv ? gv : gk);");
 	lg_line(b, "float x[8], g[8];");
-	lg_line(b, "lg_load8((const u8 *)qkv + xo, live, x);");
-	lg_line(b, "lg_load8(gsrc + oo, live, g);");
+	lg_line(b, "lg_unpack8(xr[k], x);");
+	lg_line(b, "lg_unpack8(gr[k], g);");
 	lg_line(b, "float u[8];");
 	if (k->silu) {
 		lg_line(b, "float sg[8];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int e = 0; e < 8; e++) sg[e] = lg_sigmoid(x[e]), u[e] = x[e] * sg[e];");
+		lg_open(b, "for (int e = 0; e < 8; e++) { // SiLU");
+		lg_line(b, "sg[e] = lg_sigmoid(x[e]);");
+		lg_line(b, "u[e] = x[e] * sg[e];");
+		lg_close(b);
 	} else {
 		lg_line(b, "for (int e = 0; e < 8; e++) u[e] = x[e];");
 	}
@@ -432,12 +465,16 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "float ss = 0.0f, dot = 0.0f;");
 	emit_weight(b);
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int e = 0; e < 8; e++) ss += u[e] * u[e], dot += u[e] * g[e] * wf[e];");
+	lg_open(b, "for (int e = 0; e < 8; e++) {");
+	lg_line(b, "ss += u[e] * u[e];");
+	lg_line(b, "dot += u[e] * g[e] * wf[e];");
+	lg_close(b);
 	lg_line(b, "ss = lg_sum_xor(ss, 1, %d);", k->lanes / 2);
 	lg_line(b, "dot = lg_sum_xor(dot, 1, %d);", k->lanes / 2);
 	lg_open(b, "if (!isv && live) {");
-	lg_comment(b, "du = r g w - r^3 u dot / D; the weight's partial += u r g.");
-	lg_line(b, "const float r = lg_rrms_head(ss), c3 = r * r * r * (dot / %lld.0f);", (long long)k->d);
+	lg_comment(b, "du = r g w - r^3 u dot / D; weight partial += u r g.");
+	lg_line(b, "const float r = lg_rrms_head(ss);");
+	lg_line(b, "const float c3 = r * r * r * (dot / %lld.0f);", (long long)k->d);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 8; e++) {");
 	lg_line(b, "const float pw = u[e] * r * g[e];");
@@ -448,9 +485,11 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	if (k->silu) {
 		lg_comment(b, "Through the SiLU: d/dx x s(x) = s (1 + x (1 - s)).");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int e = 0; e < 8; e++) g[e] *= sg[e] * (1.0f + x[e] * (1.0f - sg[e]));");
+		lg_line(b, "for (int e = 0; e < 8; e++)");
+		lg_line(b, "\tg[e] *= sg[e] * (1.0f + x[e] * (1.0f - sg[e]));");
 	}
-	lg_line(b, "if (live) lg_st16((u8 *)dqkv + xo, lg_pack8(g));");
+	lg_line(b, "if (live) lg_st16((u8 *)dqkv + t.xo, lg_pack8(g));");
+	lg_close(b);
 	lg_close(b);
 	lg_close(b);
 	lg_comment(b, "The lane groups' partials, added in slot order: one workspace row per CTA.");
@@ -499,6 +538,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	struct shape k = shape_of(s, p);
 	lg_section(b, "helpers for this spec", NULL);
 	emit_helpers(b, s, &k);
+	emit_unit(b, &k);
 	if (k.bwd) {
 		emit_backward_rows(b, s, &k, p->entry[0]);
 		emit_backward_dw(b, s, &k, p->entry[1]);

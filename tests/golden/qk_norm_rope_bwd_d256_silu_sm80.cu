@@ -76,9 +76,9 @@ static __device__ __forceinline__ void lg_unpack8(lg_u32x4 v, float *f)
 	#pragma unroll
 	for (int e = 0; e < 4; e++) f[2 * e] = lg_bf16_lo(w[e]), f[2 * e + 1] = lg_bf16_hi(w[e]);
 }
-static __device__ __forceinline__ void lg_load8(const void *p, bool live, float *f)
+static __device__ __forceinline__ lg_u32x4 lg_ld16_if(const void *p, bool live)
 {
-	lg_unpack8(live ? lg_ld16(p) : lg_u32x4{0u, 0u, 0u, 0u}, f);
+	return live ? lg_ld16(p) : lg_u32x4{0u, 0u, 0u, 0u};
 }
 static __device__ __forceinline__ lg_u32x4 lg_pack8(const float *f)
 {
@@ -94,6 +94,24 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 	if (j < 40) return j + 2 * (j / 5);
 	if (j < 48) return (j - 40) * 7 + 5;
 	return (j - 48) * 7 + 6;
+}
+// Unit u of the tokens from n0 (past the last: a copy of it, not live): tl, j: its
+// token in the group and head (q, k, v heads in order); xo, oo: this lane's bytes
+// into qkv and into q, k or v (the gradients likewise).
+struct lg_unit { i64 xo, oo; int tl, j; bool live, isq, isv; };
+static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 S, i64 B)
+{
+	lg_unit t;
+	const int un = min(u, 55);
+	t.tl = un / 56, t.j = un % 56;
+	const i64 n = n0 + t.tl; // the qkv row
+	t.live = u < 56 && n < S * B;
+	const i64 ob = (n % B) * S + n / B; // the [batch, seq] row
+	t.xo = (n * 14336 + (i64)lg_qkv_slot(t.j) * 256 + c * 8) * 2;
+	t.isq = t.j < 40, t.isv = t.j >= 48;
+	const i64 hh = t.isq ? t.j : t.isv ? t.j - 48 : t.j - 40; // head in q, k or v
+	t.oo = ((ob * (t.isq ? 40 : 8) + hh) * 256 + c * 8) * 2;
+	return t;
 }
 
 // ----- lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128 -----
@@ -113,82 +131,93 @@ lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 	__shared__ float dwp[4][512]; // lane groups' partials: dq_weight | dk_weight
 	float aq[8], ak[8];
 	for (int e = 0; e < 8; e++) aq[e] = ak[e] = 0.0f;
-	__shared__ float cs_c[1][64], cs_s[1][64]; // cos, sin of each token's R/2 angles
+	__shared__ float ct[1][64], st[1][64]; // cos, sin of each token's R/2 angles
 	const int c = threadIdx.x % 32; // the lane's piece: features 8c .. 8c + 7
 	const int slot = threadIdx.x / 32; // the lane group
 	const i64 N = S * B; // tokens
 	for (i64 n0 = (i64)blockIdx.x * 1; n0 < N; n0 += lg_ctas(N) * 1) {
-		// sin and cos once per token, shared by its heads.
 		__syncthreads(); // the previous tokens' table is no longer read
+		// sin and cos once per token, shared by its heads.
 		for (int i = threadIdx.x; i < 64; i += 128) {
 			const i64 n = n0 + i / 64;
 			if (n >= N) break;
 			const i64 p = n / B; // position
 			float sn, cn;
 			sincosf(((const float *)freqs)[p * 128 + i % 64], &sn, &cn);
-			cs_c[i / 64][i % 64] = cn, cs_s[i / 64][i % 64] = sn;
+			ct[i / 64][i % 64] = cn, st[i / 64][i % 64] = sn;
 		}
 		__syncthreads();
-		// Units (token, head) in output order; every lane of a warp runs every iteration.
-		for (int un0 = 0; un0 < 56; un0 += 4) {
-			// un: the unit (past the last: a copy, not stored); tl, j: its token
-			// in the group and head; n: its qkv row, ob its [batch, seq] row;
-			// xo, oo: bytes into qkv and into q, k or v; hh: head in q, k or v.
-			const int un = min(un0 + slot, 55);
-			const int tl = un / 56, j = un % 56;
-			const i64 n = n0 + tl;
-			const bool live = un0 + slot < 56 && n < N;
-			const i64 ob = (n % B) * S + n / B;
-			const i64 xo = (n * 14336 + (i64)lg_qkv_slot(j) * 256 + c * 8) * 2;
-			const bool isq = j < 40, isv = j >= 48;
-			const i64 hh = isq ? j : isv ? j - 48 : j - 40;
-			const i64 oo = ((ob * (isq ? 40 : 8) + hh) * 256 + c * 8) * 2;
-			const u8 *const gsrc = (const u8 *)(isq ? gq : isv ? gv : gk);
-			float x[8], g[8];
-			lg_load8((const u8 *)qkv + xo, live, x);
-			lg_load8(gsrc + oo, live, g);
-			float u[8];
-			float sg[8];
+		// Units (token, head) in output order, 4 a lane group at a time: their loads first
+		// (in flight together), then the work. Every lane of a warp runs every iteration.
+		for (int u0 = 0; u0 < 56; u0 += 16) {
+			lg_u32x4 xr[4];
+			lg_u32x4 gr[4];
 			#pragma unroll
-			for (int e = 0; e < 8; e++) sg[e] = lg_sigmoid(x[e]), u[e] = x[e] * sg[e];
-			// Transposed RoPE over features [0, 128): partner piece 8 lanes away.
-			const bool lo = c < 8, rot = c < 16;
-			const int src = lo ? c + 8 : rot ? c - 8 : c;
-			const int base = threadIdx.x & 31 & ~31;
-			float pr[8];
+			for (int k = 0; k < 4; k++) {
+				const lg_unit t = lg_unit_at(n0, u0 + k * 4 + slot, c, S, B);
+				xr[k] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
+				const u64 gp = t.isq ? gq : t.isv ? gv : gk;
+				gr[k] = lg_ld16_if((const u8 *)gp + t.oo, t.live);
+			}
 			#pragma unroll
-			for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, g[e], base + src);
-			if (rot && !isv) {
-				// first half: g c + g' s; second half: g c - g' s
-				const float sg = lo ? 1.0f : -1.0f;
+			for (int k = 0; k < 4; k++) {
+				const lg_unit t = lg_unit_at(n0, u0 + k * 4 + slot, c, S, B);
+				const int tl = t.tl;
+				const bool live = t.live, isq = t.isq, isv = t.isv;
+				float x[8], g[8];
+				lg_unpack8(xr[k], x);
+				lg_unpack8(gr[k], g);
+				float u[8];
+				float sg[8];
+				#pragma unroll
+				for (int e = 0; e < 8; e++) { // SiLU
+					sg[e] = lg_sigmoid(x[e]);
+					u[e] = x[e] * sg[e];
+				}
+				// Transposed RoPE over [0, 128): partner piece 8 lanes away.
+				const bool lo = c < 8, rot = c < 16;
+				const int src = lo ? c + 8 : rot ? c - 8 : c;
+				const int from = (threadIdx.x & 31 & ~31) + src;
+				float pr[8];
+				#pragma unroll
+				for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, g[e], from);
+				if (rot && !isv) {
+					// first half: g c + g' s; second half: g c - g' s
+					const float sg = lo ? 1.0f : -1.0f;
+					#pragma unroll
+					for (int e = 0; e < 8; e++) {
+						const int a = (c % 8) * 8 + e; // the angle
+						g[e] = g[e] * ct[tl][a] + sg * pr[e] * st[tl][a];
+					}
+				}
+				float ss = 0.0f, dot = 0.0f;
+				const u64 wsrc = isq ? q_weight : k_weight;
+				float wf[8];
+				lg_unpack8(lg_ld16_keep((const u8 *)wsrc + c * 16), wf);
 				#pragma unroll
 				for (int e = 0; e < 8; e++) {
-					const int a = (c % 8) * 8 + e; // the angle
-					g[e] = g[e] * cs_c[tl][a] + sg * (pr[e] * cs_s[tl][a]);
+					ss += u[e] * u[e];
+					dot += u[e] * g[e] * wf[e];
 				}
-			}
-			float ss = 0.0f, dot = 0.0f;
-			const u64 wsrc = isq ? q_weight : k_weight;
-			float wf[8];
-			lg_unpack8(lg_ld16_keep((const u8 *)wsrc + c * 16), wf);
-			#pragma unroll
-			for (int e = 0; e < 8; e++) ss += u[e] * u[e], dot += u[e] * g[e] * wf[e];
-			ss = lg_sum_xor(ss, 1, 16);
-			dot = lg_sum_xor(dot, 1, 16);
-			if (!isv && live) {
-				// du = r g w - r^3 u dot / D; the weight's partial += u r g.
-				const float r = lg_rrms_head(ss), c3 = r * r * r * (dot / 256.0f);
+				ss = lg_sum_xor(ss, 1, 16);
+				dot = lg_sum_xor(dot, 1, 16);
+				if (!isv && live) {
+					// du = r g w - r^3 u dot / D; weight partial += u r g.
+					const float r = lg_rrms_head(ss);
+					const float c3 = r * r * r * (dot / 256.0f);
+					#pragma unroll
+					for (int e = 0; e < 8; e++) {
+						const float pw = u[e] * r * g[e];
+						if (isq) aq[e] += pw; else ak[e] += pw;
+						g[e] = r * g[e] * wf[e] - c3 * u[e];
+					}
+				}
+				// Through the SiLU: d/dx x s(x) = s (1 + x (1 - s)).
 				#pragma unroll
-				for (int e = 0; e < 8; e++) {
-					const float pw = u[e] * r * g[e];
-					if (isq) aq[e] += pw; else ak[e] += pw;
-					g[e] = r * g[e] * wf[e] - c3 * u[e];
-				}
+				for (int e = 0; e < 8; e++)
+					g[e] *= sg[e] * (1.0f + x[e] * (1.0f - sg[e]));
+				if (live) lg_st16((u8 *)dqkv + t.xo, lg_pack8(g));
 			}
-			// Through the SiLU: d/dx x s(x) = s (1 + x (1 - s)).
-			#pragma unroll
-			for (int e = 0; e < 8; e++) g[e] *= sg[e] * (1.0f + x[e] * (1.0f - sg[e]));
-			if (live) lg_st16((u8 *)dqkv + xo, lg_pack8(g));
 		}
 	}
 	// The lane groups' partials, added in slot order: one workspace row per CTA.

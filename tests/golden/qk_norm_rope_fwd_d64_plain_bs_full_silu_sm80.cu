@@ -75,9 +75,9 @@ static __device__ __forceinline__ void lg_unpack8(lg_u32x4 v, float *f)
 	#pragma unroll
 	for (int e = 0; e < 4; e++) f[2 * e] = lg_bf16_lo(w[e]), f[2 * e + 1] = lg_bf16_hi(w[e]);
 }
-static __device__ __forceinline__ void lg_load8(const void *p, bool live, float *f)
+static __device__ __forceinline__ lg_u32x4 lg_ld16_if(const void *p, bool live)
 {
-	lg_unpack8(live ? lg_ld16(p) : lg_u32x4{0u, 0u, 0u, 0u}, f);
+	return live ? lg_ld16(p) : lg_u32x4{0u, 0u, 0u, 0u};
 }
 static __device__ __forceinline__ lg_u32x4 lg_pack8(const float *f)
 {
@@ -92,6 +92,24 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 	// plain: q | k | v
 	return j;
 }
+// Unit u of the tokens from n0 (past the last: a copy of it, not live): tl, j: its
+// token in the group and head (q, k, v heads in order); xo, oo: this lane's bytes
+// into qkv and into q, k or v (the gradients likewise).
+struct lg_unit { i64 xo, oo; int tl, j; bool live, isq, isv; };
+static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 S, i64 B)
+{
+	lg_unit t;
+	const int un = min(u, 79);
+	t.tl = un / 20, t.j = un % 20;
+	const i64 n = n0 + t.tl; // the qkv row
+	t.live = u < 80 && n < S * B;
+	const i64 ob = n; // the [batch, seq] row
+	t.xo = (n * 1280 + (i64)lg_qkv_slot(t.j) * 64 + c * 8) * 2;
+	t.isq = t.j < 12, t.isv = t.j >= 16;
+	const i64 hh = t.isq ? t.j : t.isv ? t.j - 16 : t.j - 12; // head in q, k or v
+	t.oo = ((ob * (t.isq ? 12 : 4) + hh) * 64 + c * 8) * 2;
+	return t;
+}
 
 // ----- lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf3ff0000000000000_bs_plain_silu -----
 // q/k RMSNorm + RoPE + split, forward
@@ -100,41 +118,40 @@ extern "C" __global__ void __launch_bounds__(256)
 lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf3ff0000000000000_bs_plain_silu(
 	u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 q, u64 k, u64 v, i64 S, i64 B, i64 part)
 {
-	__shared__ float cs_c[4][32], cs_s[4][32]; // cos, sin of each token's R/2 angles
+	__shared__ float ct[4][32], st[4][32]; // cos, sin of each token's R/2 angles
 	const int c = threadIdx.x % 8; // the lane's piece: features 8c .. 8c + 7
 	const int slot = threadIdx.x / 8; // the lane group
 	const i64 N = S * B; // tokens
-	for (i64 n0 = (i64)blockIdx.x * 4; n0 < N; n0 += N) { // one group a CTA
-		// sin and cos once per token, shared by its heads.
-		__syncthreads(); // the previous tokens' table is no longer read
-		for (int i = threadIdx.x; i < 128; i += 256) {
-			const i64 n = n0 + i / 32;
-			if (n >= N) break;
-			const i64 p = n % S; // position
-			float sn, cn;
-			sincosf(((const float *)freqs)[p * 64 + i % 32], &sn, &cn);
-			cs_c[i / 32][i % 32] = cn, cs_s[i / 32][i % 32] = sn;
+	const i64 n0 = (i64)blockIdx.x * 4; // the CTA's tokens
+	// sin and cos once per token, shared by its heads.
+	for (int i = threadIdx.x; i < 128; i += 256) {
+		const i64 n = n0 + i / 32;
+		if (n >= N) break;
+		const i64 p = n % S; // position
+		float sn, cn;
+		sincosf(((const float *)freqs)[p * 64 + i % 32], &sn, &cn);
+		ct[i / 32][i % 32] = cn, st[i / 32][i % 32] = sn;
+	}
+	__syncthreads();
+	// Units (token, head) in output order, 3 a lane group at a time: their loads first
+	// (in flight together), then the work. Every lane of a warp runs every iteration.
+	for (int u0 = 0; u0 < 80; u0 += 96) {
+		lg_u32x4 xr[3];
+		#pragma unroll
+		for (int k = 0; k < 3; k++) {
+			const lg_unit t = lg_unit_at(n0, u0 + k * 32 + slot, c, S, B);
+			xr[k] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
 		}
-		__syncthreads();
-		// Units (token, head) in output order; every lane of a warp runs every iteration.
-		for (int un0 = 0; un0 < 80; un0 += 32) {
-			// un: the unit (past the last: a copy, not stored); tl, j: its token
-			// in the group and head; n: its qkv row, ob its [batch, seq] row;
-			// xo, oo: bytes into qkv and into q, k or v; hh: head in q, k or v.
-			const int un = min(un0 + slot, 79);
-			const int tl = un / 20, j = un % 20;
-			const i64 n = n0 + tl;
-			const bool live = un0 + slot < 80 && n < N;
-			const i64 ob = n;
-			const i64 xo = (n * 1280 + (i64)lg_qkv_slot(j) * 64 + c * 8) * 2;
-			const bool isq = j < 12, isv = j >= 16;
-			const i64 hh = isq ? j : isv ? j - 16 : j - 12;
-			const i64 oo = ((ob * (isq ? 12 : 4) + hh) * 64 + c * 8) * 2;
+		#pragma unroll
+		for (int k = 0; k < 3; k++) {
+			const lg_unit t = lg_unit_at(n0, u0 + k * 32 + slot, c, S, B);
+			const int tl = t.tl;
+			const bool live = t.live, isq = t.isq, isv = t.isv;
 			float x[8];
-			lg_load8((const u8 *)qkv + xo, live, x);
+			lg_unpack8(xr[k], x);
 			#pragma unroll
 			for (int e = 0; e < 8; e++) x[e] = x[e] * lg_sigmoid(x[e]); // SiLU
-			// RMS over the head vector (the lane group), fp32, a fixed butterfly.
+			// RMS over the head vector (lane group): fp32, a fixed butterfly.
 			float ss = 0.0f;
 			#pragma unroll
 			for (int e = 0; e < 8; e++) ss += x[e] * x[e];
@@ -147,23 +164,23 @@ lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf3ff0000000000000_bs_plain_silu(
 				#pragma unroll
 				for (int e = 0; e < 8; e++) x[e] = (x[e] * r) * wf[e];
 			}
-			// Rotate-half RoPE over features [0, 64): partner piece 4 lanes away.
+			// Rotate-half RoPE over [0, 64): partner piece 4 lanes away.
 			const bool lo = c < 4, rot = c < 8;
 			const int src = lo ? c + 4 : rot ? c - 4 : c;
-			const int base = threadIdx.x & 31 & ~7;
+			const int from = (threadIdx.x & 31 & ~7) + src;
 			float pr[8];
 			#pragma unroll
-			for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, x[e], base + src);
+			for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, x[e], from);
 			if (rot && !isv) {
 				// first half: a c - b s; second half: b c + a s
 				const float sg = lo ? -1.0f : 1.0f;
 				#pragma unroll
 				for (int e = 0; e < 8; e++) {
 					const int a = (c % 4) * 8 + e; // the angle
-					x[e] = x[e] * cs_c[tl][a] + sg * (pr[e] * cs_s[tl][a]);
+					x[e] = x[e] * ct[tl][a] + sg * pr[e] * st[tl][a];
 				}
 			}
-			if (live) lg_st16((u8 *)(isq ? q : j < 16 ? k : v) + oo, lg_pack8(x));
+			if (live) lg_st16((u8 *)(isq ? q : t.j < 16 ? k : v) + t.oo, lg_pack8(x));
 		}
 	}
 }
