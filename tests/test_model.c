@@ -200,6 +200,18 @@ static void test_no_shared_expert(void **state)
 	assert_non_null(s);
 	load_model(MODELS "/qwen3-30b-a3b.json", &m, s);
 	assert_int_equal(m.v[LG_MK_SHARED_EXPERTS], 0);
+	/* RoPE over the whole head: the K2 kernels take rotary_fraction 1 */
+	assert_true(m.rotary_fraction == 1.0);
+	int rope = 0;
+	for (size_t i = 0; i < s->nkernels; i++) {
+		char *c = lg_spec_canonical(&s->kernels[i]);
+		if (strstr(c, "\"op\": \"qk_norm_rope\"")) {
+			assert_non_null(strstr(c, "\"q_heads\": 32, \"kv_heads\": 4, \"rotary_fraction\": 1,"));
+			rope++;
+		}
+		free(c);
+	}
+	assert_int_equal(rope, 2);
 	assert_int_equal(s->nskipped, sizeof mini_skipped / sizeof mini_skipped[0] - 2);
 	for (size_t i = 0; i < s->nskipped; i++)
 		assert_string_not_equal(s->skipped[i].op, "swiglu_quant");
