@@ -316,17 +316,17 @@ static void emit_walk_open(lg_buf *b, const struct shape *k)
 	if (k->bwd)
 		lg_line(b, "lg_u32x4 gr[%d];", k->batch);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %d; k++) {", k->batch);
-	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + k * %d + slot, c, S, B);", k->slots);
-	lg_line(b, "xr[k] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);");
+	lg_open(b, "for (int ub = 0; ub < %d; ub++) {", k->batch);
+	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + ub * %d + slot, c, S, B);", k->slots);
+	lg_line(b, "xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);");
 	if (k->bwd) {
 		lg_line(b, "const u64 gp = t.isq ? gq : t.isv ? gv : gk;");
-		lg_line(b, "gr[k] = lg_ld16_if((const u8 *)gp + t.oo, t.live);");
+		lg_line(b, "gr[ub] = lg_ld16_if((const u8 *)gp + t.oo, t.live);");
 	}
 	lg_close(b);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %d; k++) {", k->batch);
-	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + k * %d + slot, c, S, B);", k->slots);
+	lg_open(b, "for (int ub = 0; ub < %d; ub++) {", k->batch);
+	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + ub * %d + slot, c, S, B);", k->slots);
 	lg_line(b, "const int tl = t.tl;");
 	lg_line(b, "const bool live = t.live, isq = t.isq, isv = t.isv;");
 }
@@ -403,7 +403,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct shape 
 	lg_open(b, "{");
 	emit_walk_open(b, k);
 	lg_line(b, "float x[8];");
-	lg_line(b, "lg_unpack8(xr[k], x);");
+	lg_line(b, "lg_unpack8(xr[ub], x);");
 	if (k->silu) {
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int e = 0; e < 8; e++) x[e] = x[e] * lg_sigmoid(x[e]); // SiLU");
@@ -448,8 +448,8 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "for (int e = 0; e < 8; e++) aq[e] = ak[e] = 0.0f;");
 	emit_walk_open(b, k);
 	lg_line(b, "float x[8], g[8];");
-	lg_line(b, "lg_unpack8(xr[k], x);");
-	lg_line(b, "lg_unpack8(gr[k], g);");
+	lg_line(b, "lg_unpack8(xr[ub], x);");
+	lg_line(b, "lg_unpack8(gr[ub], g);");
 	lg_line(b, "float u[8];");
 	if (k->silu) {
 		lg_line(b, "float sg[8];");

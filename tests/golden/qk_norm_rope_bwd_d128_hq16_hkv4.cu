@@ -151,20 +151,20 @@ lg_qk_norm_rope_bwd_bf16_d128_hq16_hkv4(
 			lg_u32x4 xr[3];
 			lg_u32x4 gr[3];
 			#pragma unroll
-			for (int k = 0; k < 3; k++) {
-				const lg_unit t = lg_unit_at(n0, u0 + k * 16 + slot, c, S, B);
-				xr[k] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
+			for (int ub = 0; ub < 3; ub++) {
+				const lg_unit t = lg_unit_at(n0, u0 + ub * 16 + slot, c, S, B);
+				xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
 				const u64 gp = t.isq ? gq : t.isv ? gv : gk;
-				gr[k] = lg_ld16_if((const u8 *)gp + t.oo, t.live);
+				gr[ub] = lg_ld16_if((const u8 *)gp + t.oo, t.live);
 			}
 			#pragma unroll
-			for (int k = 0; k < 3; k++) {
-				const lg_unit t = lg_unit_at(n0, u0 + k * 16 + slot, c, S, B);
+			for (int ub = 0; ub < 3; ub++) {
+				const lg_unit t = lg_unit_at(n0, u0 + ub * 16 + slot, c, S, B);
 				const int tl = t.tl;
 				const bool live = t.live, isq = t.isq, isv = t.isv;
 				float x[8], g[8];
-				lg_unpack8(xr[k], x);
-				lg_unpack8(gr[k], g);
+				lg_unpack8(xr[ub], x);
+				lg_unpack8(gr[ub], g);
 				float u[8];
 				for (int e = 0; e < 8; e++) u[e] = x[e];
 				// Transposed RoPE over [0, 64): partner piece 4 lanes away.

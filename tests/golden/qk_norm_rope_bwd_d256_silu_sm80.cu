@@ -153,20 +153,20 @@ lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 			lg_u32x4 xr[4];
 			lg_u32x4 gr[4];
 			#pragma unroll
-			for (int k = 0; k < 4; k++) {
-				const lg_unit t = lg_unit_at(n0, u0 + k * 4 + slot, c, S, B);
-				xr[k] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
+			for (int ub = 0; ub < 4; ub++) {
+				const lg_unit t = lg_unit_at(n0, u0 + ub * 4 + slot, c, S, B);
+				xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
 				const u64 gp = t.isq ? gq : t.isv ? gv : gk;
-				gr[k] = lg_ld16_if((const u8 *)gp + t.oo, t.live);
+				gr[ub] = lg_ld16_if((const u8 *)gp + t.oo, t.live);
 			}
 			#pragma unroll
-			for (int k = 0; k < 4; k++) {
-				const lg_unit t = lg_unit_at(n0, u0 + k * 4 + slot, c, S, B);
+			for (int ub = 0; ub < 4; ub++) {
+				const lg_unit t = lg_unit_at(n0, u0 + ub * 4 + slot, c, S, B);
 				const int tl = t.tl;
 				const bool live = t.live, isq = t.isq, isv = t.isv;
 				float x[8], g[8];
-				lg_unpack8(xr[k], x);
-				lg_unpack8(gr[k], g);
+				lg_unpack8(xr[ub], x);
+				lg_unpack8(gr[ub], g);
 				float u[8];
 				float sg[8];
 				#pragma unroll

@@ -137,17 +137,17 @@ lg_qk_norm_rope_fwd_bf16_d128_hq16_hkv4(
 	for (int u0 = 0; u0 < 96; u0 += 96) {
 		lg_u32x4 xr[6];
 		#pragma unroll
-		for (int k = 0; k < 6; k++) {
-			const lg_unit t = lg_unit_at(n0, u0 + k * 16 + slot, c, S, B);
-			xr[k] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
+		for (int ub = 0; ub < 6; ub++) {
+			const lg_unit t = lg_unit_at(n0, u0 + ub * 16 + slot, c, S, B);
+			xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
 		}
 		#pragma unroll
-		for (int k = 0; k < 6; k++) {
-			const lg_unit t = lg_unit_at(n0, u0 + k * 16 + slot, c, S, B);
+		for (int ub = 0; ub < 6; ub++) {
+			const lg_unit t = lg_unit_at(n0, u0 + ub * 16 + slot, c, S, B);
 			const int tl = t.tl;
 			const bool live = t.live, isq = t.isq, isv = t.isv;
 			float x[8];
-			lg_unpack8(xr[k], x);
+			lg_unpack8(xr[ub], x);
 			// RMS over the head vector (lane group): fp32, a fixed butterfly.
 			float ss = 0.0f;
 			#pragma unroll

@@ -138,17 +138,17 @@ lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf3ff0000000000000_bs_plain_silu(
 	for (int u0 = 0; u0 < 80; u0 += 96) {
 		lg_u32x4 xr[3];
 		#pragma unroll
-		for (int k = 0; k < 3; k++) {
-			const lg_unit t = lg_unit_at(n0, u0 + k * 32 + slot, c, S, B);
-			xr[k] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
+		for (int ub = 0; ub < 3; ub++) {
+			const lg_unit t = lg_unit_at(n0, u0 + ub * 32 + slot, c, S, B);
+			xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
 		}
 		#pragma unroll
-		for (int k = 0; k < 3; k++) {
-			const lg_unit t = lg_unit_at(n0, u0 + k * 32 + slot, c, S, B);
+		for (int ub = 0; ub < 3; ub++) {
+			const lg_unit t = lg_unit_at(n0, u0 + ub * 32 + slot, c, S, B);
 			const int tl = t.tl;
 			const bool live = t.live, isq = t.isq, isv = t.isv;
 			float x[8];
-			lg_unpack8(xr[k], x);
+			lg_unpack8(xr[ub], x);
 			#pragma unroll
 			for (int e = 0; e < 8; e++) x[e] = x[e] * lg_sigmoid(x[e]); // SiLU
 			// RMS over the head vector (lane group): fp32, a fixed butterfly.
