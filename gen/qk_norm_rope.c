@@ -17,14 +17,20 @@
  * CTA takes `tokens` tokens at a time: it first puts sin and cos of each
  * token's R/2 angles in shared memory (sincosf, the accurate version:
  * computed once per position and shared by the token's heads), then its
- * lane groups walk the tokens' heads in output order (q, k, v). qkv is read
+ * lane groups walk the tokens' heads in output order (q, k, v), issuing the
+ * loads of up to 8 heads (backward: 4) before working on them. qkv is read
  * once and each output written once, 16 bytes a lane. Loops run the same
  * number of times in every lane of a warp (the shuffles need all lanes);
  * past the last token a lane loads and stores nothing.
- * The backward runs a persistent grid whose lanes keep their dq_weight and
- * dk_weight partial sums (8 columns each) in registers, adds the lane
- * groups' partials in shared memory in a fixed order and writes one
- * workspace row per CTA; a second entry point adds the rows in CTA order,
+ * Arithmetic: fp32 throughout (the RMS as 1 / sqrtf, IEEE; SiLU with expf);
+ * sin and cos by sincosf, the accurate library version (NVRTC without fast
+ * math), not __sinf / __cosf, whose error grows with the angle (positions
+ * up to thousands of radians).
+ * The backward runs a persistent grid (tile.ctas CTAs) whose lanes keep
+ * their dq_weight and dk_weight partial sums (8 columns each) in
+ * registers, adds the lane groups' partials in shared memory in slot order
+ * and writes one workspace row per CTA; a second entry point adds the rows
+ * (32 row groups per column, each in CTA order, then the groups in order),
  * so the weight gradients are deterministic.
  */
 #include <stdio.h>
