@@ -139,10 +139,22 @@ void lg_head(lg_buf *b, const char *name, const char *params)
 {
 	if ((size_t)(8 * b->depth) + strlen(name) + strlen(params) + 2 <= LG_LINE_MAX) {
 		lg_line(b, "%s(%s)", name, params);
-	} else {
-		lg_line(b, "%s(", name);
-		lg_line(b, "\t%s)", params);
+		return;
 	}
+	lg_line(b, "%s(", name);
+	/* the parameters a tab in, as many a line as fit, broken after ", " */
+	size_t room = LG_LINE_MAX - 8 * (size_t)(b->depth + 1);
+	const char *p = params;
+	while (strlen(p) + 1 > room) {
+		const char *cut = NULL;
+		for (const char *q = strstr(p, ", "); q && (size_t)(q - p) + 1 <= room; q = strstr(q + 2, ", "))
+			cut = q;
+		if (!cut)
+			break;
+		lg_line(b, "\t%.*s,", (int)(cut - p), p);
+		p = cut + 2;
+	}
+	lg_line(b, "\t%s)", p);
 }
 
 void lg_section(lg_buf *b, const char *title, const char *what)

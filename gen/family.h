@@ -133,6 +133,9 @@ struct lg_size {
 	const char *cname; /* its name in generated code ("M") */
 	int64_t min, max;  /* the range a launch accepts */
 	const char *doc;
+	/* What lg_sizes_at gives it (check, bench and tune at "N tokens"): 0
+	 * for N itself, else this value (e.g. a batch of 2 beside seq N). */
+	int64_t at;
 };
 
 enum lg_arg_role {
@@ -311,8 +314,9 @@ lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int
  * output written once (workspaces not counted); `used` from the plan. */
 double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const int64_t *sizes);
 
-/* Every run-time size of f's pass set to n, clamped to its range (and
- * n beyond them): the sizes geometry is shown and checked at. */
+/* Every run-time size of f's pass set to n (or to its declared `at`),
+ * clamped to its range (and n beyond them): the sizes geometry is shown
+ * and checked at, and check, bench and tune run at. */
 void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_t sz[LG_MAX_SIZES]);
 
 /* Emit the banner every generated file starts with (generator version,

@@ -56,7 +56,7 @@ static const int64_t key_range[LG_MK_COUNT][2] = {
 };
 
 /* Keys of a model config, in the order messages list them. */
-#define NKEYS (LG_MK_COUNT + 5)
+#define NKEYS (LG_MK_COUNT + 6)
 static const char *const fp8_keys[] = {"format", "block", "round_scale"};
 
 #define NAME_CHARS "A-Z a-z 0-9 . _ -"
@@ -77,6 +77,7 @@ static void model_keys(const char *names[NKEYS])
 	for (int i = 0; i < LG_MK_COUNT; i++)
 		names[n++] = lg_model_key_names[i];
 	names[n++] = "eps";
+	names[n++] = "rotary_fraction";
 	names[n++] = "fp8";
 	LG_ASSERT(n == NKEYS);
 }
@@ -137,6 +138,21 @@ static lg_status parse_eps(const struct lg_jreader *r, const cJSON *root, struct
 		return lg_json_fail(r, "eps", "missing, allowed: a number greater than 0 and less than 1 "
 					      "(the model's rms_norm_eps)");
 	return lg_json_open_unit(r, "eps", v, &m->eps);
+}
+
+/* "rotary_fraction" (optional): 0 < f <= 1, 0.5 when absent (KERNELS.md K2). */
+static lg_status parse_rotary(const struct lg_jreader *r, const cJSON *root, struct lg_model *m)
+{
+	const cJSON *v = member(root, "rotary_fraction");
+	m->rotary_fraction = 0.5;
+	if (!v)
+		return LG_OK;
+	if (!cJSON_IsNumber(v) || !(v->valuedouble > 0.0 && v->valuedouble <= 1.0))
+		return lg_json_fail(r, "rotary_fraction", "found %s, allowed: a number greater than 0 and at "
+							 "most 1 (the share of head_dim RoPE rotates: 0.5 Ling, 1 Qwen3)",
+				    lg_json_show(v).s);
+	m->rotary_fraction = v->valuedouble;
+	return LG_OK;
 }
 
 static lg_status parse_fp8_fields(const struct lg_jreader *r, const cJSON *q, struct lg_quant *qt)
@@ -212,7 +228,7 @@ static lg_status parse_model(struct lg_jreader *r, const cJSON *root, struct lg_
 		return st;
 	if ((st = parse_name(r, root, m)) != LG_OK || (st = parse_texts(r, root)) != LG_OK ||
 	    (st = parse_ints(r, root, m)) != LG_OK || (st = parse_eps(r, root, m)) != LG_OK ||
-	    (st = parse_fp8(r, root, m)) != LG_OK)
+	    (st = parse_rotary(r, root, m)) != LG_OK || (st = parse_fp8(r, root, m)) != LG_OK)
 		return st;
 	return check_model(r, m);
 }
@@ -254,12 +270,13 @@ struct step {
 	const char *dtype;   /* input dtype */
 	struct { const char *key; enum lg_model_key from; } dims[3]; /* spec key, model key */
 	int ndims;
-	unsigned flags;      /* EPS, QUANT, SHARED_ONLY */
+	unsigned flags;      /* EPS, QUANT, SHARED_ONLY, ROPE */
 };
 enum {
 	EPS = 1,         /* takes the model's eps */
 	QUANT = 2,       /* takes the model's fp8 recipe, output "both" */
 	SHARED_ONLY = 4, /* only for models with shared experts */
+	ROPE = 8,        /* takes the model's rotary_fraction */
 };
 
 #define FWD LG_PASS_FORWARD
@@ -284,8 +301,8 @@ static const struct step steps[] = {
 	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT},
 	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
 	/* split + per-head q/k RMSNorm + half RoPE + transpose */
-	{"qk_norm_rope", "K2", FWD, "bf16", ATTN, EPS},
-	{"qk_norm_rope", "K2", BWD, "bf16", ATTN, EPS},
+	{"qk_norm_rope", "K2", FWD, "bf16", ATTN, EPS | ROPE},
+	{"qk_norm_rope", "K2", BWD, "bf16", ATTN, EPS | ROPE},
 	/* router logits in fp32 */
 	{"router_gemm", "K3", FWD, "bf16", ROUTE, 0},
 	{"router_gemm", "K3", BWD, "fp32", ROUTE, 0},
@@ -357,6 +374,11 @@ static char *step_json(const struct lg_model *m, const struct step *st)
 		char eps[32];
 		lg_json_number_text(m->eps, eps);
 		lg_emit(&b, ", \"eps\": %s", eps);
+	}
+	if (st->flags & ROPE) {
+		char f[32];
+		lg_json_number_text(m->rotary_fraction, f);
+		lg_emit(&b, ", \"rotary_fraction\": %s", f);
 	}
 	if (st->flags & QUANT)
 		lg_emit(&b, ", \"quant\": {\"format\": \"%s\", \"block\": %d, \"round_scale\": %s, "

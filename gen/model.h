@@ -4,7 +4,8 @@
  *
  * A model config holds a model's static dimensions (hidden, heads, head
  * dim, experts, top-k, expert and shared-expert intermediate sizes, vocab),
- * its RMSNorm epsilon and its FP8 recipe. Expansion walks a fixed table of
+ * its RMSNorm epsilon, its FP8 recipe and (optional, 0.5 when absent) the
+ * share of the head dim RoPE rotates. Expansion walks a fixed table of
  * the kernels one MoE decoder layer, the final norm and the loss need,
  * forward and backward (KERNELS.md §2), and gives each as a kernel spec
  * when its family is in the registry, else as a skipped entry naming the
@@ -45,6 +46,7 @@ struct lg_model {
 	char name[LG_MODEL_NAME_MAX]; /* [A-Za-z0-9._-]+ */
 	int64_t v[LG_MK_COUNT];
 	double eps;            /* rms_norm_eps */
+	double rotary_fraction; /* share of head_dim RoPE rotates (optional, 0.5: Ling; 1: Qwen3) */
 	struct lg_quant fp8;   /* format, block, round_scale; output unused */
 };
 

@@ -1,8 +1,11 @@
 /*
  * shape.c - argument shapes as declared (struct lg_arg.shape): a comma-
  * separated list of integer expressions over the family's integer spec
- * keys (by path: "hidden", "quant.block") and the pass's run-time sizes
- * ("tokens"), with + - * /, parentheses and cdiv(a, b) = ceil(a / b).
+ * keys (by path: "hidden", "quant.block"; an enum key is its value's index,
+ * a bool 0 or 1) and the pass's run-time sizes ("tokens"), with + - * /,
+ * parentheses, cdiv(a, b) = ceil(a / b) and pick(c, a, b) = (c ? b : a). A
+ * number key may follow '*' where the product is a whole number
+ * ("head_dim * rotary_fraction").
  *
  *   "tokens, hidden"          x [tokens, hidden]
  *   "hidden / 128, tokens"    rowwise scales, transposed
@@ -13,6 +16,7 @@
  * declaration is a lingen bug: test_family evaluates every one.
  */
 #include <ctype.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "error.h"
@@ -74,13 +78,27 @@ static int64_t ident(struct parser *x)
 			return x->err = "cdiv by a value <= 0", 0;
 		return (a + d - 1) / d;
 	}
+	if (n == 4 && strncmp(b, "pick", 4) == 0) { /* pick(c, a, b): a if c is 0, else b */
+		int64_t v[3];
+		for (int i = 0; i < 3; i++) {
+			skip(x);
+			if (*x->p++ != (i ? ',' : '('))
+				return x->err = "pick needs (c, a, b)", 0;
+			v[i] = sum(x);
+		}
+		skip(x);
+		if (*x->p++ != ')')
+			return x->err = "pick needs (c, a, b)", 0;
+		return v[0] ? v[2] : v[1];
+	}
 	for (int i = 0; i < x->g->nsizes; i++)
 		if (strlen(x->g->sizes[i].name) == n && strncmp(b, x->g->sizes[i].name, n) == 0)
 			return x->sizes[i];
 	for (int k = 0; k < x->f->nkeys; k++) {
 		const struct lg_key *key = &x->f->keys[k];
-		if (strlen(key->path) == n && strncmp(b, key->path, n) == 0 && key->type == LG_KEY_INT)
-			return x->s->v[k];
+		if (strlen(key->path) == n && strncmp(b, key->path, n) == 0 && key->type != LG_KEY_NUMBER &&
+		    key->type != LG_KEY_OBJECT)
+			return x->s->v[k]; /* an integer, an enum's index, a bool's 0 or 1 */
 	}
 	return x->err = "unknown name", 0;
 }
@@ -107,6 +125,25 @@ static int64_t atom(struct parser *x)
 	return x->err = "expected a name, a number or (", 0;
 }
 
+/* At a NUMBER key's name (after '*'): consume it, its value to *num. */
+static bool number_key(struct parser *x, double *num)
+{
+	skip(x);
+	const char *b = x->p;
+	size_t n = 0;
+	while (isalnum((unsigned char)b[n]) || b[n] == '_' || b[n] == '.')
+		n++;
+	for (int k = 0; n && k < x->f->nkeys; k++) {
+		const struct lg_key *key = &x->f->keys[k];
+		if (key->type == LG_KEY_NUMBER && strlen(key->path) == n && strncmp(b, key->path, n) == 0) {
+			x->p += n;
+			*num = x->s->num[k];
+			return true;
+		}
+	}
+	return false;
+}
+
 static int64_t product(struct parser *x)
 {
 	int64_t v = atom(x);
@@ -116,6 +153,14 @@ static int64_t product(struct parser *x)
 		if (op != '*' && op != '/')
 			return v;
 		x->p++;
+		double num;
+		if (op == '*' && number_key(x, &num)) {
+			double d = (double)v * num;
+			if (d != (double)(int64_t)d)
+				return x->err = "a number key gives a fraction", 0;
+			v = (int64_t)d;
+			continue;
+		}
 		int64_t r = atom(x);
 		if (op == '/' && r <= 0)
 			return x->err = "division by a value <= 0", 0;
@@ -195,6 +240,8 @@ void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_
 	const struct lg_sig *g = &f->sig[pass];
 	for (int i = 0; i < LG_MAX_SIZES; i++)
 		sz[i] = n;
-	for (int i = 0; i < g->nsizes; i++)
-		sz[i] = n < g->sizes[i].min ? g->sizes[i].min : n > g->sizes[i].max ? g->sizes[i].max : n;
+	for (int i = 0; i < g->nsizes; i++) {
+		int64_t v = g->sizes[i].at ? g->sizes[i].at : n;
+		sz[i] = v < g->sizes[i].min ? g->sizes[i].min : v > g->sizes[i].max ? g->sizes[i].max : v;
+	}
 }

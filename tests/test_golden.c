@@ -48,6 +48,21 @@ struct golden {
 };
 
 static const struct golden cases[] = {
+	/* K2: the target shape (interleaved GQA, [S, B], half RoPE), its backward */
+	{"qk_norm_rope_fwd_d128_hq16_hkv4", "sm_90a",
+	 "{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, "
+	 "\"q_heads\": 16, \"kv_heads\": 4}"},
+	{"qk_norm_rope_bwd_d128_hq16_hkv4", "sm_90a",
+	 "{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, "
+	 "\"q_heads\": 16, \"kv_heads\": 4}"},
+	/* plain heads, [B, S], full RoPE, SiLU, 3 q heads a group, sm_80 */
+	{"qk_norm_rope_fwd_d64_plain_bs_full_silu_sm80", "sm_80",
+	 "{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 64, "
+	 "\"q_heads\": 12, \"kv_heads\": 4, \"rotary_fraction\": 1, \"qkv_order\": \"batch_seq\", "
+	 "\"head_layout\": \"plain\", \"silu\": true}"},
+	{"qk_norm_rope_bwd_d256_silu_sm80", "sm_80",
+	 "{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 256, "
+	 "\"q_heads\": 40, \"kv_heads\": 8, \"silu\": true, \"tile\": {\"tokens\": 1, \"threads\": 128}}"},
 	{"rmsnorm_quant_h2048_both_pow2", "sm_90a",
 	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, "

@@ -118,12 +118,17 @@ static const char *const mini_kernels[] = {
 	"\"eps\": 1e-06, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, "
 	"\"output\": \"both\"}}",
 	"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
+	"{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
+	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
+	"\"silu\": false, \"eps\": 1e-06}",
+	"{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
+	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
+	"\"silu\": false, \"eps\": 1e-06}",
 	"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
 };
 
 /* op, pass, KERNELS.md section of each skipped kernel, in step order */
 static const char *const mini_skipped[][3] = {
-	{"qk_norm_rope", "forward", "K2"},        {"qk_norm_rope", "backward", "K2"},
 	{"router_gemm", "forward", "K3"},         {"router_gemm", "backward", "K3"},
 	{"moe_permute", "forward", "K4"},         {"moe_permute", "backward", "K4"},
 	{"moe_unpermute", "forward", "K5"},       {"moe_unpermute", "backward", "K5"},
@@ -175,8 +180,8 @@ static void test_ling_mini(void **state)
 	assert_non_null(json);
 	assert_non_null(strstr(json, "{\n  \"name\": \"ling-mini-2.0 training step\",\n"
 				     "  \"model\": \"ling-mini-2.0\",\n  \"kernels\": [\n    {"));
-	assert_non_null(strstr(json, "\n    {\"op\": \"qk_norm_rope\", \"pass\": \"forward\", "
-				     "\"why\": \"family not implemented yet (KERNELS.md K2)\"},\n"));
+	assert_non_null(strstr(json, "\n    {\"op\": \"router_gemm\", \"pass\": \"forward\", "
+				     "\"why\": \"family not implemented yet (KERNELS.md K3)\"},\n"));
 	assert_int_equal(json[strlen(json) - 1], '\n');
 	cJSON *j = cJSON_Parse(json);
 	assert_non_null(j);
@@ -195,6 +200,18 @@ static void test_no_shared_expert(void **state)
 	assert_non_null(s);
 	load_model(MODELS "/qwen3-30b-a3b.json", &m, s);
 	assert_int_equal(m.v[LG_MK_SHARED_EXPERTS], 0);
+	/* RoPE over the whole head: the K2 kernels take rotary_fraction 1 */
+	assert_true(m.rotary_fraction == 1.0);
+	int rope = 0;
+	for (size_t i = 0; i < s->nkernels; i++) {
+		char *c = lg_spec_canonical(&s->kernels[i]);
+		if (strstr(c, "\"op\": \"qk_norm_rope\"")) {
+			assert_non_null(strstr(c, "\"q_heads\": 32, \"kv_heads\": 4, \"rotary_fraction\": 1,"));
+			rope++;
+		}
+		free(c);
+	}
+	assert_int_equal(rope, 2);
 	assert_int_equal(s->nskipped, sizeof mini_skipped / sizeof mini_skipped[0] - 2);
 	for (size_t i = 0; i < s->nskipped; i++)
 		assert_string_not_equal(s->skipped[i].op, "swiglu_quant");
@@ -252,6 +269,12 @@ static const struct bad bad_models[] = {
 				       "allowed: 0 when shared_experts is 0"}},
 	{"eps", "0", NULL, {"m.json: eps: found 0", "allowed: a number greater than 0 and less than 1"}},
 	{"eps", NULL, NULL, {"m.json: eps: missing", "rms_norm_eps"}},
+	{"rotary_fraction", "1.5", NULL, {"m.json: rotary_fraction: found 1.5",
+					  "allowed: a number greater than 0 and at most 1"}},
+	{"rotary_fraction", "0.3", NULL, {"m.json: rotary_fraction: found 0.3",
+					  "a multiple of 16", "needed by kernel qk_norm_rope forward"}},
+	{"head_dim", "96", NULL, {"m.json: head_dim: found 96", "allowed: 64, 128, 256",
+				  "needed by kernel qk_norm_rope forward"}},
 	{"name", "\"ling mini\"", NULL, {"m.json: name: found \"ling mini\"",
 					 "allowed: 1 to 63 characters from A-Z a-z 0-9 . _ -"}},
 	{"name", "7", NULL, {"m.json: name: found 7 (a number)", "allowed: 1 to 63 characters"}},

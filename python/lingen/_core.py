@@ -300,7 +300,7 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
             raise ValueError(_where(fn, f"{a.name}: found shape {v.shape}, expected "
                                         f"{len(a.dims)} dimensions [{a.shape}]"))
         for i, (d, n) in enumerate(zip(a.dims, v.shape)):
-            name = bare_name(d)
+            name = bare_name(d, fam, options)
             if name and name not in env:
                 env[name], origin[name] = n, f"{a.name}.shape[{i}]"
     sizes = []

@@ -85,8 +85,10 @@ def _parse_dims(expr):
 
 def eval_dim(node, env):
     """One dimension's value: + - * / (integer, toward zero for the
-    non-negative values shapes have), cdiv(a, b), names from env. Works on
-    ints and on torch SymInts."""
+    non-negative values shapes have), cdiv(a, b), pick(c, a, b) (a if c is
+    0, else b; an enum key is its value's index), names from env; a number
+    key after '*' where the product is whole ("head_dim * rotary_fraction").
+    Works on ints and on torch SymInts."""
     if isinstance(node, ast.Constant) and isinstance(node.value, int):
         return node.value
     if isinstance(node, ast.Name):
@@ -100,6 +102,10 @@ def eval_dim(node, env):
         if isinstance(node.op, ast.Sub):
             return a - b
         if isinstance(node.op, ast.Mult):
+            if isinstance(b, float):  # a number key: the product is a whole number
+                if a * b != int(a * b):
+                    raise ValueError(f"{ast.unparse(node)} is not a whole number")
+                return int(a * b)
             return a * b
         if isinstance(node.op, ast.Div):
             return a // b
@@ -107,6 +113,9 @@ def eval_dim(node, env):
             and node.func.id == "cdiv" and len(node.args) == 2):
         a, b = eval_dim(node.args[0], env), eval_dim(node.args[1], env)
         return (a + b - 1) // b
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "pick" and len(node.args) == 3):
+        return eval_dim(node.args[2] if eval_dim(node.args[0], env) else node.args[1], env)
     raise ValueError(f"unsupported shape expression: {ast.unparse(node)}")
 
 
@@ -115,10 +124,26 @@ def eval_shape(arg, env):
     return tuple(eval_dim(d, env) for d in arg.dims)
 
 
-def bare_name(node):
-    """The size or key a dimension is exactly (None for an expression)."""
+def bare_name(node, fam=None, options=None):
+    """The size or key a dimension is exactly (None for an expression).
+    With fam and options (spec keys by path), also the name a
+    pick(c, a, b) dimension picks when c is a key (options, else its
+    default): qkv [pick(qkv_order, seq, batch), ...] is [seq, ...] or
+    [batch, ...]."""
     if isinstance(node, ast.Name):
         return node.id
+    if (fam is not None and isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "pick" and len(node.args) == 3
+            and isinstance(node.args[0], ast.Name)):
+        k = fam.key(node.args[0].id)
+        if k is None:
+            return None
+        v = (options or {}).get(k.path, k.default)
+        if k.type == "enum":
+            v = list(k.values).index(v) if v in k.values else None
+        if v is None:
+            return None
+        return bare_name(node.args[2] if v else node.args[1])
     return None
 
 

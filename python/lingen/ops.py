@@ -73,3 +73,49 @@ def fp8_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream
              _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["q"], r["s"], r["qt"], r["st"]
+
+
+# ------------------------------------------------- q/k norm + RoPE (K2)
+
+def _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, **heads):
+    """Options of qk_norm_rope (heads: q_heads, kv_heads where the arrays
+    cannot tell them: qkv's last dimension is (H + 2h) D)."""
+    return {"eps": eps, "rotary_fraction": rotary_fraction,
+            "qkv_order": "seq_batch" if transposed else "batch_seq",
+            "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu),
+            "tile": tile, **{k: int(v) for k, v in heads.items()}}
+
+
+def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=1e-6, *, q_heads, kv_heads,
+                 rotary_fraction=0.5, interleaved=True, transposed=True, silu=False, tile=None,
+                 out=None, stream=None, context=None, alloc=None):
+    """Split + q/k RMSNorm + rotate-half RoPE + transpose (KERNELS.md K2).
+
+    qkv [S, B, (H + 2h) D] bf16 (transposed=True, Megatron; else [B, S, .]),
+    heads per kv group [H/h q, k, v] (interleaved=True) or q | k | v;
+    q_weight, k_weight [D] bf16; freqs [S, R] fp32 in the cat(f, f) layout
+    with R = rotary_fraction * D (only [:, :R/2] is read) -> (q [B, S, H, D],
+    k [B, S, h, D], v [B, S, h, D]) bf16. silu: SiLU on qkv first. As
+    linghe's triton_qk_norm_and_half_rope_forward (H=q_heads, h=kv_heads;
+    its rotary fraction is 0.5)."""
+    r = call("lingen.qk_norm_rope", "qk_norm_rope", "forward",
+             {"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight, "freqs": freqs},
+             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, q_heads=q_heads,
+                   kv_heads=kv_heads),
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["q"], r["k"], r["v"]
+
+
+def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=1e-6, *,
+                          rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
+                          tile=None, out=None, stream=None, context=None, alloc=None):
+    """The backward of qk_norm_rope: gq [B, S, H, D], gk, gv [B, S, h, D]
+    bf16, the forward's qkv, weights and freqs -> (dqkv in qkv's layout
+    bf16, dq_weight [D] fp32, dk_weight [D] fp32; deterministic). As linghe's
+    triton_qk_norm_and_half_rope_backward (same argument and return order)."""
+    r = call("lingen.qk_norm_rope_backward", "qk_norm_rope", "backward",
+             {"gq": gq, "gk": gk, "gv": gv, "qkv": qkv, "q_weight": q_weight,
+              "k_weight": k_weight, "freqs": freqs},
+             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile),
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["dqkv"], r["dq_weight"], r["dk_weight"]

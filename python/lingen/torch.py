@@ -27,10 +27,14 @@ NAMESPACE = "lingen"
 _SCALAR = {"number": "float", "bool": "bool", "enum": "str", "int": "int"}
 
 
-def _scalar_keys(fam):
+def _scalar_keys(fam, decl):
     """The spec keys an op takes as keyword arguments: every scalar key
-    that is neither a shape (read off the tensors) nor a tile."""
-    return [k for k in fam.keys if k.type in _SCALAR and not k.shape and not k.tile]
+    that is not a tile, nor a shape the pass's inputs show as a dimension of
+    their own (qk_norm_rope's q_heads and kv_heads, in qkv's last dimension
+    only as an expression, are keyword arguments of its forward)."""
+    bound = {_families.bare_name(d) for a in decl.args if a.is_input for d in a.dims}
+    return [k for k in fam.keys
+            if k.type in _SCALAR and not k.tile and not (k.shape and k.path in bound)]
 
 
 def _param(path):
@@ -51,7 +55,7 @@ def schema(fam, decl):
     """The torch schema of one family pass, from its declaration."""
     ins = [f"Tensor{'?' if a.role == 'optional_in' else ''} {a.name}"
            for a in decl.args if a.is_input]
-    keys = _scalar_keys(fam)
+    keys = _scalar_keys(fam, decl)
     if keys:
         ins.append("*")
     ins += [f"{_SCALAR[k.type]} {_param(k.path)}{_default(k)}" for k in keys]
@@ -60,11 +64,11 @@ def schema(fam, decl):
     return "(" + ", ".join(ins) + ") -> " + ret
 
 
-def _options(fam, kwargs):
+def _options(fam, decl, kwargs):
     """The spec's options from the op's keyword arguments (the declared
     defaults where torch passes none)."""
     opts = {}
-    for k in _scalar_keys(fam):
+    for k in _scalar_keys(fam, decl):
         v = kwargs.get(_param(k.path), k.default)
         if v is not None:
             opts[k.path] = v
@@ -85,7 +89,7 @@ def _spec_for(op, pass_, shapes, opts):
         if shape is None or len(shape) != len(a.dims):
             continue
         for d, n in zip(a.dims, shape):
-            name = _families.bare_name(d)
+            name = _families.bare_name(d, fam, opts)
             if name and name not in env:
                 env[name] = n
     spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
@@ -103,10 +107,13 @@ def _spec_for(op, pass_, shapes, opts):
 
     def flat(d, prefix=""):
         for key, v in d.items():
+            k = fam.key(f"{prefix}{key}")
             if isinstance(v, dict):
                 flat(v, f"{prefix}{key}.")
-            elif isinstance(v, int) and not isinstance(v, bool):
-                env.setdefault(f"{prefix}{key}", v)
+            elif isinstance(v, (bool, int, float)):  # bools as 0 / 1
+                env.setdefault(f"{prefix}{key}", int(v) if isinstance(v, bool) else v)
+            elif k is not None and k.type == "enum":  # an enum as its value's index
+                env.setdefault(f"{prefix}{key}", list(k.values).index(v))
     flat(canon)
     return s, env
 
@@ -131,7 +138,7 @@ def _register(op, pass_, fam, decl):
         key = tuple(kwargs.items())
         opts = options.get(key)
         if opts is None:
-            opts = options[key] = _options(fam, kwargs)
+            opts = options[key] = _options(fam, decl, kwargs)
         r = _core.call(fn, op, pass_, arrays, opts)
         res = tuple(r[a.name] if r[a.name] is not None
                     else torch.empty(0, dtype=_dtype(a.elem, like), device=like.device)
@@ -142,7 +149,7 @@ def _register(op, pass_, fam, decl):
         tensors = args[:len(ins)]
         like = tensors[0]
         shapes = {a.name: tuple(t.shape) for a, t in zip(ins, tensors) if t is not None}
-        s, env = _spec_for(op, pass_, shapes, _options(fam, kwargs))
+        s, env = _spec_for(op, pass_, shapes, _options(fam, decl, kwargs))
         res = []
         for a in outs:
             if s.arg_used(a.index):
@@ -294,3 +301,45 @@ def fp8_quant(x, round_scale=True, output="both"):
                                              quant_output=output)
     q, s, qt, st = _none_unused(res, _used("fp8_quant", "forward", (("quant.output", output),)))
     return (q.view(x.shape) if q is not None else None), s, qt, st
+
+
+# ------------------------------------------------- q/k norm + RoPE (K2)
+
+def _rope_kw(eps, rotary_fraction, interleaved, transposed, silu):
+    return {"eps": eps, "rotary_fraction": rotary_fraction,
+            "qkv_order": "seq_batch" if transposed else "batch_seq",
+            "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu)}
+
+
+class QKNormRopeFunction(torch.autograd.Function):
+    """Split qkv + q/k RMSNorm + rotate-half RoPE + [B, S, heads, D]
+    (lingen.qk_norm_rope), with lingen's backward (dq_weight, dk_weight in
+    fp32, deterministic, cast to the weights' dtype for autograd)."""
+
+    @staticmethod
+    def forward(ctx, qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=1e-6,
+                rotary_fraction=0.5, interleaved=True, transposed=True, silu=False):
+        kw = _rope_kw(eps, rotary_fraction, interleaved, transposed, silu)
+        q, k, v = _run("qk_norm_rope_forward", qkv, q_weight, k_weight, freqs, q_heads=q_heads,
+                       kv_heads=kv_heads, **kw)
+        ctx.save_for_backward(qkv, q_weight, k_weight, freqs)
+        ctx.kw = kw
+        return q, k, v
+
+    @staticmethod
+    def backward(ctx, gq, gk, gv):
+        qkv, q_weight, k_weight, freqs = ctx.saved_tensors
+        dqkv, dqw, dkw = _run("qk_norm_rope_backward", gq, gk, gv, qkv, q_weight, k_weight,
+                              freqs, **ctx.kw)
+        dqw = dqw.to(q_weight.dtype) if ctx.needs_input_grad[1] else None
+        dkw = dkw.to(k_weight.dtype) if ctx.needs_input_grad[2] else None
+        return dqkv, dqw, dkw, None, None, None, None, None, None, None, None
+
+
+def qk_norm_rope(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=1e-6, rotary_fraction=0.5,
+                 interleaved=True, transposed=True, silu=False):
+    """(q, k, v) [B, S, heads, D] from qkv [S, B, (H + 2h) D] (transposed;
+    else [B, S, .]), differentiable; as linghe's qk_norm_half_rope with
+    H=q_heads, h=kv_heads (rotary_fraction 0.5 there)."""
+    return QKNormRopeFunction.apply(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps,
+                                    rotary_fraction, interleaved, transposed, silu)

@@ -22,7 +22,7 @@ struct lg_gpu_case {
  * allocate host and device buffers, fill inputs (seed), upload. Needs a
  * current CUDA context. */
 lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64_t tokens,
-			   uint64_t seed, const lg_kernel *k);
+			   const int64_t *sizes, uint64_t seed, const lg_kernel *k);
 /* Launch k on the case's sizes and pointers. */
 lg_status lg_gpu_case_launch(const struct lg_gpu_case *g, const lg_kernel *k, lg_stream stream);
 /* Fill every output with 0xff bytes (NaN in every float format). */

@@ -1,0 +1,162 @@
+/*
+ * gpu_test_qk_norm_rope.c - split + q/k RMSNorm + RoPE (family
+ * qk_norm_rope, KERNELS.md K2) on the GPU against the CPU reference (label
+ * "gpu"), forward and backward: the target shape (S 4096, B 2, H 16, h 4,
+ * D 128) and odd ones: S = B = 1; S 7, B 3, H 12, h 4, D 64 (3 q heads a
+ * group); D 256 with H 40, h 8; rotary fraction 1 and 0.25; SiLU; the
+ * [B, S] order; plain heads; other tiles. Tolerances as the reference
+ * describes them (about one bf16 ulp; the weight gradients relative);
+ * nothing may be left unwritten. Fresh random inputs, poisoned outputs.
+ * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
+ * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cuda.h"
+#include "harness.h"
+#include "testutil.h"
+
+static lg_ctx *ctx;
+static uint64_t seed;
+
+static int setup(void **state)
+{
+	(void)state;
+	if (lg_cu_ensure_context(0) != LG_OK || lg_ctx_create(NULL, &ctx) != LG_OK) {
+		fprintf(stderr, "a CUDA device is present but: %s\n", lg_last_error());
+		return -1;
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	lg_ctx_destroy(ctx);
+	return 0;
+}
+
+/* One spec (keys after op, pass, dtype) at seq x batch, passes from `first`
+ * (0: forward and backward, 1: backward). */
+static void check_from(int first, const char *keys, int64_t seq, int64_t batch)
+{
+	static const char *const passes[] = {"forward", "backward"};
+	for (int p = first; p < 2; p++) {
+		char json[768];
+		snprintf(json, sizeof json, "{\"op\": \"qk_norm_rope\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}",
+			 passes[p], keys);
+		lg_spec *s = NULL;
+		if (lg_spec_parse(json, &s) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		const int64_t sizes[2] = {seq, batch};
+		struct lg_check_opts o = {.tokens = seq, .seed = seed + (uint64_t)(seq * 1000 + batch), .sizes = sizes};
+		struct lg_check_result r;
+		if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
+			fail_msg("%s S=%lld B=%lld: %s", lg_spec_entry(s), (long long)seq, (long long)batch,
+				 lg_last_error());
+		bool written = r.nmeasures > 0;
+		for (int i = 0; i < r.nmeasures; i++)
+			written = written && r.m[i].unwritten == 0;
+		printf("%s S=%lld B=%lld: %s\n", lg_spec_entry(s), (long long)seq, (long long)batch,
+		       r.pass && written ? "PASS" : "FAIL");
+		for (int i = 0; i < r.nmeasures; i++)
+			printf("  %-9s %-5s n=%llu max_rel=%.3g rel_l2=%.3g mismatches=%llu unwritten=%llu %s\n",
+			       r.m[i].name, r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].max_rel,
+			       r.m[i].rel_l2, (unsigned long long)r.m[i].mismatches,
+			       (unsigned long long)r.m[i].unwritten, r.m[i].pass ? "ok" : "FAIL");
+		assert_true(r.pass);
+		assert_true(written);
+		lg_spec_free(s);
+	}
+}
+
+static void check(const char *keys, int64_t seq, int64_t batch) { check_from(0, keys, seq, batch); }
+
+#define TARGET "\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4"
+
+static void test_target(void **state)
+{
+	(void)state;
+	check(TARGET, 4096, 2);
+}
+
+static void test_one_token(void **state)
+{
+	(void)state;
+	check(TARGET, 1, 1);
+	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4", 1, 1);
+}
+
+/* H / h = 3, D 64, odd S and B (a partial last group of tokens). */
+static void test_odd(void **state)
+{
+	(void)state;
+	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4", 7, 3);
+	check("\"head_dim\": 128, \"q_heads\": 28, \"kv_heads\": 4", 33, 5);
+	check("\"head_dim\": 128, \"q_heads\": 32, \"kv_heads\": 4", 129, 1);
+}
+
+static void test_d256(void **state)
+{
+	(void)state;
+	check("\"head_dim\": 256, \"q_heads\": 40, \"kv_heads\": 8", 37, 2);
+	check("\"head_dim\": 256, \"q_heads\": 16, \"kv_heads\": 4", 512, 2);
+}
+
+static void test_rotary(void **state)
+{
+	(void)state;
+	check(TARGET ", \"rotary_fraction\": 1", 257, 2);
+	check(TARGET ", \"rotary_fraction\": 0.25", 257, 2);
+	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4, \"rotary_fraction\": 1", 7, 3);
+}
+
+static void test_silu(void **state)
+{
+	(void)state;
+	check(TARGET ", \"silu\": true", 300, 2);
+	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4, \"silu\": true", 7, 3);
+}
+
+static void test_layouts(void **state)
+{
+	(void)state;
+	check(TARGET ", \"qkv_order\": \"batch_seq\"", 300, 3);
+	check(TARGET ", \"head_layout\": \"plain\"", 300, 3);
+	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4, \"qkv_order\": \"batch_seq\", "
+	      "\"head_layout\": \"plain\", \"silu\": true, \"rotary_fraction\": 1",
+	      7, 3);
+}
+
+/* Other tiles: one token and 8 at a time, 128 and 512 threads. */
+static void test_tiles(void **state)
+{
+	(void)state;
+	check(TARGET ", \"tile\": {\"tokens\": 1, \"threads\": 128}", 301, 2);
+	check(TARGET ", \"tile\": {\"tokens\": 8, \"threads\": 512}", 301, 2);
+	check_from(1, TARGET ", \"tile\": {\"ctas\": 1056}", 4096, 2); /* the backward's grid */
+	check_from(1, TARGET ", \"tile\": {\"ctas\": 528}", 33, 3);
+	check("\"head_dim\": 256, \"q_heads\": 12, \"kv_heads\": 4, \"tile\": {\"tokens\": 8, \"threads\": 512}",
+	      31, 3);
+}
+
+int main(void)
+{
+	lg_test_require_gpu("gpu_test_qk_norm_rope");
+	seed = lg_test_seed("gpu_test_qk_norm_rope");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_one_token), cmocka_unit_test(test_odd),    cmocka_unit_test(test_target),
+		cmocka_unit_test(test_d256),      cmocka_unit_test(test_rotary), cmocka_unit_test(test_silu),
+		cmocka_unit_test(test_layouts),   cmocka_unit_test(test_tiles),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
