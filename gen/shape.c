@@ -1,8 +1,9 @@
 /*
  * shape.c - argument shapes as declared (struct lg_arg.shape): a comma-
  * separated list of integer expressions over the family's integer spec
- * keys (by path: "hidden", "quant.block") and the pass's run-time sizes
- * ("tokens"), with + - * /, parentheses and cdiv(a, b) = ceil(a / b).
+ * and boolean (0 or 1) spec keys (by path: "hidden", "quant.block") and
+ * the pass's run-time sizes ("tokens"), with + - * /, parentheses and
+ * cdiv(a, b) = ceil(a / b).
  *
  *   "tokens, hidden"          x [tokens, hidden]
  *   "hidden / 128, tokens"    rowwise scales, transposed
@@ -79,7 +80,8 @@ static int64_t ident(struct parser *x)
 			return x->sizes[i];
 	for (int k = 0; k < x->f->nkeys; k++) {
 		const struct lg_key *key = &x->f->keys[k];
-		if (strlen(key->path) == n && strncmp(b, key->path, n) == 0 && key->type == LG_KEY_INT)
+		if (strlen(key->path) == n && strncmp(b, key->path, n) == 0 &&
+		    (key->type == LG_KEY_INT || key->type == LG_KEY_BOOL))
 			return x->s->v[k];
 	}
 	return x->err = "unknown name", 0;
