@@ -251,6 +251,10 @@ struct lg_family {
 	 * how many. NULL: nothing to tune. */
 	int (*candidates)(const struct lg_spec *s, const struct lg_target *t,
 			  struct lg_tile_choice *out, int max);
+	/* The value lg_sizes_at gives run-time size i of every pass (0: the
+	 * count asked for), e.g. a batch of 2 beside a sequence length that
+	 * takes the token count. NULL: every size takes the count. */
+	const int64_t *size_at;
 };
 
 /* The registry: one entry per lg_op (families.h). */
@@ -312,7 +316,8 @@ lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int
 double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const int64_t *sizes);
 
 /* Every run-time size of f's pass set to n, clamped to its range (and
- * n beyond them): the sizes geometry is shown and checked at. */
+ * n beyond them), or to its `at` where it has one: the sizes geometry is
+ * shown and checked at, and the check/bench harness runs at. */
 void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_t sz[LG_MAX_SIZES]);
 
 /* Emit the banner every generated file starts with (generator version,

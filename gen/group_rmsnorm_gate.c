@@ -58,6 +58,8 @@ static const struct lg_size sizes[] = {
 	{"batch", "B", 0, INT32_MAX, "batch (x's first dimension)"},
 	{"seq", "L", 0, INT32_MAX, "sequence length (x's second dimension)"},
 };
+/* The harness (lingen check / bench --tokens N) runs at batch 2, seq N. */
+static const int64_t size_at[] = {2, 0};
 
 /* The gate's layout: [seq, batch, dim] with transpose (1), else [batch,
  * seq, dim]; the weight's length: dim, or d when shared. */
@@ -449,4 +451,5 @@ const struct lg_family lg_family_group_rmsnorm_gate = {
 	.geometry = geometry,
 	.workspace = workspace,
 	.candidates = candidates,
+	.size_at = size_at,
 };

@@ -198,5 +198,8 @@ void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_
 	for (int i = 0; i < LG_MAX_SIZES; i++)
 		sz[i] = n;
 	for (int i = 0; i < g->nsizes; i++)
-		sz[i] = n < g->sizes[i].min ? g->sizes[i].min : n > g->sizes[i].max ? g->sizes[i].max : n;
+		sz[i] = f->size_at && f->size_at[i] ? f->size_at[i]
+			: n < g->sizes[i].min ? g->sizes[i].min
+			: n > g->sizes[i].max ? g->sizes[i].max
+					      : n;
 }

@@ -150,7 +150,7 @@ lg_status lg_bench_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_bench_o
 	struct lg_gpu_case g;
 	memset(&g, 0, sizeof g);
 	if (st == LG_OK)
-		st = lg_gpu_case_init(&g, s, o->tokens, 12345, k);
+		st = lg_gpu_case_init(&g, s, o->tokens, NULL, 12345, k);
 	struct kernel_arg a = {k, &g, o->tokens};
 	int warm = o->warmup > 0 ? o->warmup : 10, reps = o->reps > 0 ? o->reps : 50;
 	for (int i = 0; i < warm && st == LG_OK; i++)

@@ -9,7 +9,7 @@
 #include "error.h"
 
 lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64_t tokens,
-			   uint64_t seed, const lg_kernel *k)
+			   const int64_t *given, uint64_t seed, const lg_kernel *k)
 {
 	memset(g, 0, sizeof *g);
 	lg_status st = lg_cu_get(&g->cu);
@@ -21,6 +21,8 @@ lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64
 	const struct lg_ref_family *rf = lg_ref_family_get(s->op);
 	int64_t sizes[LG_MAX_SIZES];
 	lg_sizes_at(lg_family_get(s->op), s->pass, tokens, sizes);
+	for (int i = 0; given && i < lg_family_get(s->op)->sig[s->pass].nsizes; i++)
+		sizes[i] = given[i];
 	st = lg_ref_case_init(&g->ref, s, sizes, k->plan.used, lg_kernel_workspace_size(k));
 	if (st != LG_OK)
 		return st;

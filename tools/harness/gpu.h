@@ -18,11 +18,11 @@ struct lg_gpu_case {
 };
 
 /* The buffers of kernel k (spec s) at `tokens` (every run-time size set
- * to it, clamped to its range: lg_sizes_at), as its family declares them:
- * allocate host and device buffers, fill inputs (seed), upload. Needs a
- * current CUDA context. */
+ * to it, clamped to its range: lg_sizes_at), or at the run-time sizes
+ * `given` (NULL: tokens), as its family declares them: allocate host and
+ * device buffers, fill inputs (seed), upload. Needs a current CUDA context. */
 lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64_t tokens,
-			   uint64_t seed, const lg_kernel *k);
+			   const int64_t *given, uint64_t seed, const lg_kernel *k);
 /* Launch k on the case's sizes and pointers. */
 lg_status lg_gpu_case_launch(const struct lg_gpu_case *g, const lg_kernel *k, lg_stream stream);
 /* Fill every output with 0xff bytes (NaN in every float format). */

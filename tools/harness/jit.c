@@ -377,7 +377,7 @@ static lg_status part_launch(struct lg_jit_result *r, const struct lg_jit_opts *
 	if (st == LG_OK)
 		st = lg_kernel_get(c, L->spec, &k);
 	if (st == LG_OK)
-		st = lg_gpu_case_init(&g, L->spec, L->tokens, 12345, k);
+		st = lg_gpu_case_init(&g, L->spec, L->tokens, NULL, 12345, k);
 	if (st == LG_OK)
 		st = launch_setup(&l, &g, k, L->tokens);
 	if (st == LG_OK) {
