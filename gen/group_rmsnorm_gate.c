@@ -39,7 +39,7 @@ static const char *const transpose_words[2] = {"bsd", "sbd"};
 static const char *const shared_words[2] = {"wdim", "wshared"};
 static const struct lg_key keys[NKEYS] = {
 	[K_DIM] = LG_KEY_DIM("dim", "d", 32, 65536, 8, "features per token: groups x d (d a multiple of 8)"),
-	[K_GROUPS] = {.path = "groups", .type = LG_KEY_INT, .flags = LG_KEY_SHAPE, .min = 1, .max = 64,
+	[K_GROUPS] = {.path = "groups", .type = LG_KEY_INT, .min = 1, .max = 64,
 		      .has_def = true, .def = 4, .naming = LG_NAME_ALWAYS, .rank = 11, .abbrev = "g",
 		      .doc = "groups per row (linghe's group_size): d = dim / groups, a multiple of 8"},
 	[K_EPS] = LG_KEY_EPS,
@@ -438,7 +438,7 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 
 const struct lg_family lg_family_group_rmsnorm_gate = {
 	.op = "group_rmsnorm_gate",
-	.summary = "group RMSNorm x sigmoid gate forward (bf16) and backward (dx, dgate bf16, dw fp32) (K8)",
+	.summary = "group RMSNorm x sigmoid gate: forward, backward (dx, dgate; dw fp32) (K8)",
 	.passes = (1u << LG_PASS_FORWARD) | (1u << LG_PASS_BACKWARD),
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,

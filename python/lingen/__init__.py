@@ -17,11 +17,13 @@ from ._lib import LingenError, LibraryError, SpecError
 from ._core import Context, Kernel, Spec, call, default_context, set_default_context
 from ._families import families
 from .ops import fp8_quant, rmsnorm, rmsnorm_backward, rmsnorm_quant
+from .ops import group_rmsnorm_gate, group_rmsnorm_gate_backward
 
 __all__ = [
     "__version__", "LingenError", "LibraryError", "SpecError", "Context", "Kernel", "Spec",
     "call", "default_context", "set_default_context", "families", "generate", "library_version",
     "rmsnorm_quant", "rmsnorm", "rmsnorm_backward", "fp8_quant",
+    "group_rmsnorm_gate", "group_rmsnorm_gate_backward",
 ]
 
 
