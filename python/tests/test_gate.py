@@ -44,8 +44,8 @@ def test_declaration():
 def test_python_shapes_agree_with_the_library(transpose, shared):
     for dim, groups in ((2048, 4), (1000, 5), (32, 1)):
         for pass_, decl in lingen.families()[OP].passes.items():
-            s = lingen.Spec({"op": OP, "pass": pass_, "dtype": "bf16", "dim": dim, "groups": groups,
-                             "transpose": transpose, "shared_weight": shared})
+            s = lingen.Spec({"op": OP, "pass": pass_, "dtype": "bf16", "dim": dim,
+                             "groups": groups, "transpose": transpose, "shared_weight": shared})
             for batch, seq in ((0, 5), (1, 1), (2, 4096), (3, 7)):
                 env = {"batch": batch, "seq": seq, "dim": dim, "groups": groups,
                        "transpose": int(transpose), "shared_weight": int(shared)}
@@ -56,7 +56,8 @@ def test_python_shapes_agree_with_the_library(transpose, shared):
                         (pass_, a.name, dim, groups, batch, seq)
             gate = s.arg_shape(decl.arg("gate").index, [2, 7])
             assert gate == ((7, 2, dim) if transpose else (2, 7, dim))
-            assert s.arg_shape(decl.arg("w").index, [2, 7]) == ((dim // groups,) if shared else (dim,))
+            w = s.arg_shape(decl.arg("w").index, [2, 7])
+            assert w == ((dim // groups,) if shared else (dim,))
 
 
 def test_spec_errors_say_what_is_allowed():
@@ -79,15 +80,18 @@ def test_ops_bind_sizes_and_the_shared_weight(ctx):
     for w in (CAI((2048,), ptr=0x7F0000200000), CAI((512,), ptr=0x7F0000200000)):
         assert reaches_the_device(lambda: lingen.group_rmsnorm_gate(x, gate, w, **none))
         dy = CAI((7, 2, 2048), ptr=0x7F0000300000)
-        assert reaches_the_device(lambda: lingen.group_rmsnorm_gate_backward(dy, x, gate, w, **none))
+        assert reaches_the_device(
+            lambda: lingen.group_rmsnorm_gate_backward(dy, x, gate, w, **none))
     flat = CAI((2, 7, 2048), ptr=0x7F0000100000)
     w = CAI((2048,), ptr=0x7F0000200000)
-    assert reaches_the_device(lambda: lingen.group_rmsnorm_gate(x, flat, w, transpose=False, **none))
+    assert reaches_the_device(
+        lambda: lingen.group_rmsnorm_gate(x, flat, w, transpose=False, **none))
 
 
 def test_ops_refuse_bad_shapes(ctx):
     x, w = CAI((2, 7, 2048)), CAI((2048,), ptr=0x7F0000200000)
-    with pytest.raises(ValueError, match=r"gate: found shape \(2, 7, 2048\), expected \(7, 2, 2048\)"):
+    want = r"gate: found shape \(2, 7, 2048\), expected \(7, 2, 2048\)"
+    with pytest.raises(ValueError, match=want):
         lingen.group_rmsnorm_gate(x, CAI((2, 7, 2048), ptr=0x7F0000100000), w, context=ctx)
     with pytest.raises(ValueError, match=r"w: found shape \(1000,\), expected \(512,\)"):
         lingen.group_rmsnorm_gate(x, CAI((7, 2, 2048), ptr=0x7F0000100000),
