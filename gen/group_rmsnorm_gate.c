@@ -30,7 +30,7 @@
 #include "norm_common.h"
 #include "templates.h"
 
-#define PMAX 264   /* CTAs of the backward's persistent grid (2 per SM on H200) */
+#define SMS 132     /* SMs of an H200: the backward's persistent grid is 1 or 2 CTAs each */
 #define FMAX 65536 /* CTAs of the forward's grid at most (then it loops) */
 
 enum { K_DIM, K_GROUPS, K_EPS, K_TRANSPOSE, K_SHARED, K_TILE, K_TOKENS, NKEYS };
@@ -98,6 +98,7 @@ enum {
 	P_GROUPS,
 	P_WLEN, /* the weight's length */
 	P_BWD,
+	P_PER_SM, /* backward: CTAs per SM of its persistent grid (launch bounds) */
 };
 
 /* The unit layout of a spec: lanes per unit for d, then tile.tokens tokens
@@ -155,6 +156,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_GROUPS] = groups;
 	p->v[P_WLEN] = lg_spec_int(s, K_SHARED) ? l.hidden : l.hidden * groups;
 	p->v[P_BWD] = bwd;
+	/* two CTAs an SM up to 256 threads (at most 128 registers a thread),
+	 * else one: the persistent grid must be co-resident */
+	p->v[P_PER_SM] = l.threads <= 256 ? 2 : 1;
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	if (bwd)
@@ -165,7 +169,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 {
-	int64_t n = (tokens + p->v[P_TPC] - 1) / p->v[P_TPC], max = p->v[P_BWD] ? PMAX : FMAX;
+	int64_t n = (tokens + p->v[P_TPC] - 1) / p->v[P_TPC], max = p->v[P_BWD] ? SMS * p->v[P_PER_SM] : FMAX;
 	return n > max ? max : n;
 }
 
@@ -185,7 +189,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 
 static size_t workspace(const struct lg_plan *p)
 {
-	return p->v[P_BWD] ? (size_t)PMAX * (size_t)p->v[P_WLEN] * 4 : 0;
+	return p->v[P_BWD] ? (size_t)(SMS * p->v[P_PER_SM]) * (size_t)p->v[P_WLEN] * 4 : 0;
 }
 
 /* ------------------------------------------------------------ emission */
@@ -356,17 +360,18 @@ static void emit_backward_math(lg_buf *b, const struct shape *k)
 static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct shape k = shape_of(s, p);
+	int per_sm = (int)p->v[P_PER_SM], pmax = SMS * per_sm;
 	lg_section(b, p->entry[0], "group RMSNorm x sigmoid gate, backward: dx, dgate, dw partials");
-	lg_comment(b, "Persistent grid of min(ceil(B L / %d), %d) CTAs of %d tokens; %d groups of %lld,", k.tpc,
-		   PMAX, k.tpc, k.groups, (long long)k.d);
-	lg_comment(b, "%d lanes per group, %d 16-byte pieces each.", k.l.lpr, k.l.k);
+	lg_comment(b, "Persistent grid of min(ceil(B L / %d), %d) CTAs (%d an SM) of %d tokens; %d groups", k.tpc,
+		   pmax, per_sm, k.tpc, k.groups);
+	lg_comment(b, "of %lld, %d lanes per group, %d 16-byte pieces each.", (long long)k.d, k.l.lpr, k.l.k);
 	lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M)");
 	lg_open(b, "{");
 	lg_line(b, "const i64 n = (M + %d) / %d;", k.tpc - 1, k.tpc);
-	lg_line(b, "return n < %d ? n : %d;", PMAX, PMAX);
+	lg_line(b, "return n < %d ? n : %d;", pmax, pmax);
 	lg_close(b);
 	lg_line(b, "%s", "");
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.l.threads);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", k.l.threads, per_sm);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [units per CTA][%lld] dw partial sums",
 		(long long)k.d);

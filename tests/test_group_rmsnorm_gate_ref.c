@@ -259,9 +259,9 @@ static void geometry_at(const lg_spec *s, int e, int64_t B, int64_t L, struct lg
 }
 
 /* The target shape: forward 4 tokens (256 threads) a CTA, one CTA per 4
- * tokens; backward a persistent grid of 264 CTAs of 2 tokens (128
- * threads), 2 x 2048 fp32 of shared memory, a 264-row workspace, and the
- * dw kernel one thread a weight, also with no tokens. */
+ * tokens; backward a persistent grid of 264 CTAs (2 an SM) of 2 tokens
+ * (128 threads), 2 x 2048 fp32 of shared memory, a 264-row workspace, and
+ * the dw kernel one thread a weight, also with no tokens. */
 static void test_geometry(void **state)
 {
 	(void)state;
@@ -289,6 +289,14 @@ static void test_geometry(void **state)
 	assert_int_equal(f->plan(s, &t, &p), LG_OK);
 	assert_int_equal(p.nentries, 2);
 	assert_int_equal(f->workspace(&p), (size_t)264 * 2048 * 4);
+	lg_spec_free(s);
+	/* 8 tokens a CTA, 512 threads: one CTA an SM, 132 of them */
+	s = parse("backward", "\"dim\": 2048, \"groups\": 4, \"tile\": {\"tokens\": 8}");
+	geometry_at(s, 0, 2, 4096, &d);
+	assert_true(d.grid[0] == 132 && d.block[0] == 512 && d.smem == 8 * 2048 * 4);
+	memset(&p, 0, sizeof p);
+	assert_int_equal(f->plan(s, &t, &p), LG_OK);
+	assert_int_equal(f->workspace(&p), (size_t)132 * 2048 * 4);
 	lg_spec_free(s);
 	/* the harness's sizes: batch 2, seq the token count */
 	int64_t sz[LG_MAX_SIZES];

@@ -120,15 +120,15 @@ static __device__ __forceinline__ float lg_sigmoid(float v)
 
 // ----- lg_group_rmsnorm_gate_bwd_bf16_d4096_g2 -----
 // group RMSNorm x sigmoid gate, backward: dx, dgate, dw partials
-// Persistent grid of min(ceil(B L / 1), 264) CTAs of 1 tokens; 2 groups of 2048,
-// 64 lanes per group, 4 16-byte pieces each.
+// Persistent grid of min(ceil(B L / 1), 264) CTAs (2 an SM) of 1 tokens; 2 groups
+// of 2048, 64 lanes per group, 4 16-byte pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M)
 {
 	const i64 n = (M + 0) / 1;
 	return n < 264 ? n : 264;
 }
 
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, 2)
 lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 dw, u64 ws, i64 B, i64 L, i64 part)
 {
