@@ -176,8 +176,8 @@ static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	if (e == 1) { /* dw: one thread per weight, also at 0 tokens (dw = 0) */
-		d->grid[0] = (unsigned)((p->v[P_WLEN] + 255) / 256);
+	if (e == 1) { /* dw: 32 weights a CTA (8 row slices), also at 0 tokens (dw = 0) */
+		d->grid[0] = (unsigned)((p->v[P_WLEN] + 31) / 32);
 		d->block[0] = 256;
 		d->smem = 0;
 		return;
@@ -426,7 +426,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	emit_helpers(b);
 	if (p->v[P_BWD]) {
 		emit_backward_rows(b, s, p);
-		lg_emit_dw_reduce(b, s, p->entry[1], p->v[P_WLEN], p->early[1], "lg_ctas(B * L)");
+		lg_emit_dw_reduce(b, s, p->entry[1], p->v[P_WLEN], p->early[1], "lg_ctas(B * L)", true);
 	} else {
 		emit_forward(b, s, p);
 	}

@@ -115,16 +115,43 @@ void lg_emit_row_sumsq(lg_buf *b, const struct lg_rowlayout *l, const char *v)
 	lg_emit_row_sum(b, l, "double", "ss");
 }
 
+static void emit_dw_sliced(lg_buf *b, int64_t n, const char *ctas)
+{
+	lg_line(b, "__shared__ float slice[8][32];");
+	lg_line(b, "const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5; // column, row slice");
+	lg_line(b, "const i64 col = (i64)blockIdx.x * 32 + cx;");
+	lg_line(b, "const i64 n = %s;", ctas);
+	lg_line(b, "float sum = 0.0f;");
+	lg_line(b, "if (col < %lld)", (long long)n);
+	lg_line(b, "\tfor (i64 i = sl; i < n; i += 8) sum += ((const float *)ws)[i * %lld + col];", (long long)n);
+	lg_line(b, "slice[sl][cx] = sum;");
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "if (sl != 0 || col >= %lld) return;", (long long)n);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 1; k < 8; k++) sum += slice[k][cx]; // fixed order");
+	lg_line(b, "((float *)dw)[col] = sum;");
+}
+
 void lg_emit_dw_reduce(lg_buf *b, const struct lg_spec *s, const char *entry, int64_t n, bool early,
-		       const char *ctas)
+		       const char *ctas, bool sliced)
 {
 	lg_section(b, entry, "dw from the partials");
-	lg_comment(b, "dw[col] = sum of the workspace rows, in CTA order (deterministic).");
+	if (sliced) {
+		lg_comment(b, "dw[col] = sum of the workspace rows: 8 warps add every 8th row each, then");
+		lg_comment(b, "their sums are added in a fixed order (deterministic).");
+	} else {
+		lg_comment(b, "dw[col] = sum of the workspace rows, in CTA order (deterministic).");
+	}
 	lg_emit_signature(b, s, entry, "__launch_bounds__(256)");
 	lg_open(b, "{");
 	if (early) {
 		lg_comment(b, "Wait until the partial sums are written.");
 		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+	}
+	if (sliced) {
+		emit_dw_sliced(b, n, ctas);
+		lg_close(b);
+		return;
 	}
 	lg_line(b, "const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;");
 	lg_line(b, "if (col >= %lld) return;", (long long)n);

@@ -48,8 +48,12 @@ void lg_emit_row_sum(lg_buf *b, const struct lg_rowlayout *l, const char *type, 
 /* The second kernel of a deterministic weight-gradient backward: dw[col],
  * col < n, = the fp32 sum of the `ctas` workspace rows (an expression over
  * the entry's run-time sizes, e.g. "lg_ctas(M)") in CTA order. With early,
- * it waits (griddepcontrol.wait) for the first kernel's partial sums. */
+ * it waits (griddepcontrol.wait) for the first kernel's partial sums.
+ * 256 threads a CTA; not sliced: a thread a column (grid ceil(n / 256));
+ * sliced: 32 columns a CTA, each summed by 8 warps over every 8th row and
+ * the 8 sums added in order (grid ceil(n / 32)): 8 times the loads in
+ * flight, the same result for the same rows. */
 void lg_emit_dw_reduce(lg_buf *b, const struct lg_spec *s, const char *entry, int64_t n, bool early,
-		       const char *ctas);
+		       const char *ctas, bool sliced);
 
 #endif

@@ -309,7 +309,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_emit_rrms(b, s);
 	if (p->v[P_BWD]) {
 		emit_backward_rows(b, s, p);
-		lg_emit_dw_reduce(b, s, p->entry[1], p->v[P_HIDDEN], p->early[1], "lg_ctas(M)");
+		lg_emit_dw_reduce(b, s, p->entry[1], p->v[P_HIDDEN], p->early[1], "lg_ctas(M)", false);
 	} else {
 		emit_forward(b, s, p);
 	}

@@ -261,7 +261,7 @@ static void geometry_at(const lg_spec *s, int e, int64_t B, int64_t L, struct lg
 /* The target shape: forward 4 tokens (256 threads) a CTA, one CTA per 4
  * tokens; backward a persistent grid of 264 CTAs (2 an SM) of 2 tokens
  * (128 threads), 2 x 2048 fp32 of shared memory, a 264-row workspace, and
- * the dw kernel one thread a weight, also with no tokens. */
+ * the dw kernel 32 weights a CTA, also with no tokens. */
 static void test_geometry(void **state)
 {
 	(void)state;
@@ -280,7 +280,7 @@ static void test_geometry(void **state)
 	geometry_at(s, 0, 1, 1, &d);
 	assert_true(d.grid[0] == 1);
 	geometry_at(s, 1, 0, 0, &d);
-	assert_true(d.grid[0] == 8 && d.block[0] == 256);
+	assert_true(d.grid[0] == 64 && d.block[0] == 256); /* 32 weights a CTA */
 	const struct lg_family *f = lg_family_get(s->op);
 	struct lg_target t;
 	assert_true(lg_target_parse("sm_90a", &t));

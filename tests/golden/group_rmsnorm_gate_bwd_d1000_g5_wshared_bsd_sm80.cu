@@ -232,15 +232,23 @@ lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared(
 }
 
 // ----- lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared_dw: dw from the partials -----
-// dw[col] = sum of the workspace rows, in CTA order (deterministic).
+// dw[col] = sum of the workspace rows: 8 warps add every 8th row each, then
+// their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared_dw(
 	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 dw, u64 ws, i64 B, i64 L, i64 part)
 {
-	const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;
-	if (col >= 200) return;
+	__shared__ float slice[8][32];
+	const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5; // column, row slice
+	const i64 col = (i64)blockIdx.x * 32 + cx;
 	const i64 n = lg_ctas(B * L);
 	float sum = 0.0f;
-	for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * 200 + col];
+	if (col < 200)
+		for (i64 i = sl; i < n; i += 8) sum += ((const float *)ws)[i * 200 + col];
+	slice[sl][cx] = sum;
+	__syncthreads();
+	if (sl != 0 || col >= 200) return;
+	#pragma unroll
+	for (int k = 1; k < 8; k++) sum += slice[k][cx]; // fixed order
 	((float *)dw)[col] = sum;
 }

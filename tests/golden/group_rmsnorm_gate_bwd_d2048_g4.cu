@@ -235,17 +235,25 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 }
 
 // ----- lg_group_rmsnorm_gate_bwd_bf16_d2048_g4_dw: dw from the partials -----
-// dw[col] = sum of the workspace rows, in CTA order (deterministic).
+// dw[col] = sum of the workspace rows: 8 warps add every 8th row each, then
+// their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_group_rmsnorm_gate_bwd_bf16_d2048_g4_dw(
 	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 dw, u64 ws, i64 B, i64 L, i64 part)
 {
 	// Wait until the partial sums are written.
 	asm volatile("griddepcontrol.wait;" ::: "memory");
-	const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;
-	if (col >= 2048) return;
+	__shared__ float slice[8][32];
+	const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5; // column, row slice
+	const i64 col = (i64)blockIdx.x * 32 + cx;
 	const i64 n = lg_ctas(B * L);
 	float sum = 0.0f;
-	for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * 2048 + col];
+	if (col < 2048)
+		for (i64 i = sl; i < n; i += 8) sum += ((const float *)ws)[i * 2048 + col];
+	slice[sl][cx] = sum;
+	__syncthreads();
+	if (sl != 0 || col >= 2048) return;
+	#pragma unroll
+	for (int k = 1; k < 8; k++) sum += slice[k][cx]; // fixed order
 	((float *)dw)[col] = sum;
 }
