@@ -32,8 +32,9 @@
 
 #define SMS 132     /* SMs of an H200: the backward's persistent grid is 1 or 2 CTAs each */
 #define FMAX 65536 /* CTAs of the forward's grid at most (then it loops) */
+#define PREFETCH_DEFAULT true
 
-enum { K_DIM, K_GROUPS, K_EPS, K_TRANSPOSE, K_SHARED, K_TILE, K_TOKENS, NKEYS };
+enum { K_DIM, K_GROUPS, K_EPS, K_TRANSPOSE, K_SHARED, K_TILE, K_TOKENS, K_PREFETCH, NKEYS };
 static const int64_t tokens_ok[] = {1, 2, 3, 4, 6, 8, 12, 16, 0};
 static const char *const transpose_words[2] = {"bsd", "sbd"};
 static const char *const shared_words[2] = {"wdim", "wshared"};
@@ -52,6 +53,9 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_TOKENS] = LG_KEY_TILE("tokens", "m", 1, 16, tokens_ok,
 				 "tokens per CTA (threads = tokens x groups x lanes per group)"),
+	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 1, NULL,
+				   "backward: 1 loads the next token's inputs before the math of the current "
+				   "one (2 pieces a lane), 0 does not (4)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -99,7 +103,16 @@ enum {
 	P_WLEN, /* the weight's length */
 	P_BWD,
 	P_PER_SM, /* backward: CTAs per SM of its persistent grid (launch bounds) */
+	P_PREFETCH,
 };
+
+/* Backward: prefetch unless the spec says (measured: not yet). */
+static bool prefetch(const struct lg_spec *s)
+{
+	if (s->pass != LG_PASS_BACKWARD)
+		return false;
+	return lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0 : PREFETCH_DEFAULT;
+}
 
 /* The unit layout of a spec: lanes per unit for d, then tile.tokens tokens
  * per CTA, else the fewest that give 256 (forward) or 128 (backward)
@@ -108,7 +121,7 @@ static struct lg_rowlayout layout(const struct lg_spec *s, int *tpc)
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t groups = lg_spec_int(s, K_GROUPS), d = lg_spec_int(s, K_DIM) / groups;
-	int kmax = bwd ? 4 : 8;
+	int kmax = !bwd ? 8 : prefetch(s) ? 2 : 4;
 	int64_t unit = lg_rowlayout_make(d, kmax, 1).lpr * groups; /* lanes per token */
 	int64_t n = 1;
 	if (lg_spec_has(s, K_TOKENS))
@@ -132,6 +145,8 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 				     "dim: found %lld with groups = %lld, so d = dim / groups = %lld; allowed: "
 				     "d a multiple of 8 (each group is read in 16-byte pieces of 8 bf16)",
 				     (long long)dim, (long long)groups, (long long)(dim / groups));
+	if (s->pass == LG_PASS_FORWARD && lg_spec_has(s, K_PREFETCH) && lg_spec_int(s, K_PREFETCH))
+		return lg_spec_error(where, "tile.prefetch: found 1, allowed: 0 in the forward (one token a CTA)");
 	int tpc;
 	struct lg_rowlayout l = layout(s, &tpc);
 	if (l.threads > 1024 || l.threads % 32 != 0)
@@ -156,9 +171,12 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_GROUPS] = groups;
 	p->v[P_WLEN] = lg_spec_int(s, K_SHARED) ? l.hidden : l.hidden * groups;
 	p->v[P_BWD] = bwd;
-	/* two CTAs an SM up to 256 threads (at most 128 registers a thread),
-	 * else one: the persistent grid must be co-resident */
-	p->v[P_PER_SM] = l.threads <= 256 ? 2 : 1;
+	/* two CTAs an SM up to 160 threads (about 200 registers a thread:
+	 * 161 at the target with prefetch, 244 without; 256 threads at 128
+	 * spill), else one: the persistent grid must be co-resident */
+	p->v[P_PER_SM] = l.threads <= 160 ? 2 : 1;
+	p->v[P_PREFETCH] = prefetch(s);
+	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	if (bwd)
@@ -235,10 +253,9 @@ static void emit_helpers(lg_buf *b)
 	lg_close(b);
 }
 
-/* The thread's group and token slot, its weight pieces (kept for the whole
- * launch), and the persistent token loop's head: token m, live, the byte
- * offsets ox (x, dx) and og (gate, y, dy, dgate) of the unit. */
-static void emit_unit_head(lg_buf *b, const struct shape *k, const char *ctas)
+/* The thread's group and token slot, and its weight pieces (kept for the
+ * whole launch). */
+static void emit_unit_setup(lg_buf *b, const struct shape *k)
 {
 	if (k->l.rows > 1) {
 		lg_line(b, "const int g = slot %% %d, ts = slot / %d; // the unit's group, token in the CTA",
@@ -258,26 +275,44 @@ static void emit_unit_head(lg_buf *b, const struct shape *k, const char *ctas)
 	lg_line(b, "wv[k] = lg_u32x4{0u, 0u, 0u, 0u};");
 	lg_line(b, "if (c < %lld) wv[k] = lg_ld16_keep(wu + c * 16);", (long long)k->pieces);
 	lg_close(b);
+}
+
+/* Token m (b * L + l) of the unit: live<sfx>, and the byte offsets
+ * ox<sfx> (x, dx) and og<sfx> (gate, y, dy, dgate) of its group; declared
+ * (`type` "const ") or assigned (type ""). */
+static void emit_token(lg_buf *b, const struct shape *k, const char *m, const char *sfx, const char *type)
+{
+	lg_line(b, "%s%slive%s = %s < M;", type, *type ? "bool " : "", sfx, m);
+	lg_line(b, "%s%sox%s = (%s * %lld + g * %lld) * 2;", type, *type ? "i64 " : "", sfx, m, (long long)k->dim,
+		(long long)k->d);
+	if (k->transpose)
+		lg_line(b, "%s%sog%s = (((%s %% L) * B + %s / L) * %lld + g * %lld) * 2; // [L, B, dim]", type,
+			*type ? "i64 " : "", sfx, m, m, (long long)k->dim, (long long)k->d);
+	else
+		lg_line(b, "%s%sog%s = ox%s;", type, *type ? "i64 " : "", sfx, sfx);
+}
+
+/* The persistent token loop's head: token m, live, ox, og. */
+static void emit_unit_head(lg_buf *b, const struct shape *k, const char *ctas)
+{
+	emit_unit_setup(b, k);
 	lg_line(b, "const i64 stride = (i64)%s * %d;", ctas, k->tpc);
 	lg_open(b, "for (i64 base = (i64)blockIdx.x * %d; base < M; base += stride) {", k->tpc);
 	lg_line(b, "const i64 m = base + ts; // token b * L + l");
-	lg_line(b, "const bool live = m < M;");
-	lg_line(b, "const i64 ox = (m * %lld + g * %lld) * 2;", (long long)k->dim, (long long)k->d);
-	if (k->transpose)
-		lg_line(b, "const i64 og = (((m %% L) * B + m / L) * %lld + g * %lld) * 2; // [seq, batch, dim]",
-			(long long)k->dim, (long long)k->d);
-	else
-		lg_line(b, "const i64 og = ox;");
+	emit_token(b, k, "m", "", "const ");
 }
 
-/* dst[k] = the unit's pieces from byte pointer p; zeros when !live or past it. */
-static void emit_load(lg_buf *b, const struct shape *k, const char *dst, const char *p)
+/* dst[k] = the unit's pieces of tensor `ptr` at byte offset <off><sfx>;
+ * zeros when !live<sfx> or past the unit. */
+static void emit_load(lg_buf *b, const struct shape *k, const char *dst, const char *ptr, const char *off,
+		      const char *sfx)
 {
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %d; k++) {", k->l.k);
 	lg_line(b, "const int c = t + k * %d;", k->l.lpr);
 	lg_line(b, "%s[k] = lg_u32x4{0u, 0u, 0u, 0u};", dst);
-	lg_line(b, "if (live && c < %lld) %s[k] = lg_ld16(%s + c * 16);", (long long)k->pieces, dst, p);
+	lg_line(b, "if (live%s && c < %lld) %s[k] = lg_ld16((const u8 *)%s + %s%s + c * 16);", sfx,
+		(long long)k->pieces, dst, ptr, off, sfx);
 	lg_close(b);
 }
 
@@ -302,8 +337,8 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_emit_row_prologue(b, &k.l, false);
 	emit_unit_head(b, &k, "gridDim.x");
 	lg_line(b, "lg_u32x4 xv[%d], gv[%d];", k.l.k, k.l.k);
-	emit_load(b, &k, "xv", "(const u8 *)x + ox");
-	emit_load(b, &k, "gv", "(const u8 *)gate + og");
+	emit_load(b, &k, "xv", "x", "ox", "");
+	emit_load(b, &k, "gv", "gate", "og", "");
 	lg_emit_row_sumsq(b, &k.l, "xv");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_comment(b, "y = ((x * r) * w) * sigmoid(gate) in fp32, rounded to bf16 (RNE).");
@@ -356,6 +391,59 @@ static void emit_backward_math(lg_buf *b, const struct shape *k)
 	lg_close(b);
 }
 
+/* x, gate and dy of the token at offsets ox<sfx>, og<sfx> into x<v>, g<v>, d<v>. */
+static void emit_backward_loads(lg_buf *b, const struct shape *k, const char *sfx, char v)
+{
+	lg_line(b, "lg_u32x4 x%c[%d], g%c[%d], d%c[%d];", v, k->l.k, v, k->l.k, v, k->l.k);
+	const char *const names[2][3] = {{"xv", "gv", "dv"}, {"xn", "gn", "dn"}};
+	const char *const *dst = names[v == 'n'];
+	emit_load(b, k, dst[0], "x", "ox", sfx);
+	emit_load(b, k, dst[1], "gate", "og", sfx);
+	emit_load(b, k, dst[2], "dy", "og", sfx);
+}
+
+/* The backward's token loop: load, reduce, write. */
+static void emit_backward_loop(lg_buf *b, const struct shape *k)
+{
+	emit_unit_head(b, k, "lg_ctas(B * L)");
+	emit_backward_loads(b, k, "", 'v');
+	lg_emit_row_sumsq(b, &k->l, "xv");
+	lg_line(b, "const float r = lg_rrms(ss);");
+	emit_backward_math(b, k);
+	lg_close(b); /* the token loop */
+}
+
+/* The same with the next token's inputs loaded before the current one's
+ * math, so they are in flight through its reductions and stores. */
+static void emit_backward_loop_prefetch(lg_buf *b, const struct shape *k)
+{
+	emit_unit_setup(b, k);
+	lg_line(b, "const i64 stride = (i64)lg_ctas(B * L) * %d;", k->tpc);
+	lg_line(b, "i64 base = (i64)blockIdx.x * %d;", k->tpc);
+	lg_line(b, "bool live;");
+	lg_line(b, "i64 ox, og;");
+	emit_token(b, k, "(base + ts)", "", "");
+	emit_backward_loads(b, k, "", 'v');
+	lg_open(b, "for (; base < M; base += stride) {");
+	lg_comment(b, "The next token's inputs, in flight during this one's math.");
+	lg_line(b, "const i64 mn = base + stride + ts;");
+	emit_token(b, k, "mn", "n", "const ");
+	emit_backward_loads(b, k, "n", 'n');
+	lg_emit_row_sumsq(b, &k->l, "xv");
+	lg_line(b, "const float r = lg_rrms(ss);");
+	emit_backward_math(b, k);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", k->l.k);
+	lg_line(b, "xv[k] = xn[k];");
+	lg_line(b, "gv[k] = gn[k];");
+	lg_line(b, "dv[k] = dn[k];");
+	lg_close(b);
+	lg_line(b, "live = liven;");
+	lg_line(b, "ox = oxn;");
+	lg_line(b, "og = ogn;");
+	lg_close(b); /* the token loop */
+}
+
 /* The backward's first kernel: dx, dgate, and the CTA's dw partial sums. */
 static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
@@ -384,15 +472,10 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int k = 0; k < %d; k++)", k.l.k);
 	lg_line(b, "\tfor (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
-	emit_unit_head(b, &k, "lg_ctas(B * L)");
-	lg_line(b, "lg_u32x4 xv[%d], gv[%d], dv[%d];", k.l.k, k.l.k, k.l.k);
-	emit_load(b, &k, "xv", "(const u8 *)x + ox");
-	emit_load(b, &k, "gv", "(const u8 *)gate + og");
-	emit_load(b, &k, "dv", "(const u8 *)dy + og");
-	lg_emit_row_sumsq(b, &k.l, "xv");
-	lg_line(b, "const float r = lg_rrms(ss);");
-	emit_backward_math(b, &k);
-	lg_close(b); /* the token loop */
+	if (p->v[P_PREFETCH])
+		emit_backward_loop_prefetch(b, &k);
+	else
+		emit_backward_loop(b, &k);
 	lg_comment(b, "The unit slots' dw partials, added in a fixed order; one workspace row per CTA.");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %d; k++) {", k.l.k);
@@ -432,13 +515,24 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
-/* Tile variants for `lingen tune`: 1, 2, 4 and 8 tokens per CTA, where
- * they make whole warps within 1024 threads. */
+/* Tile variants for `lingen tune`: 1, 2, 4 and 8 tokens per CTA in the
+ * forward; 1, 2 and 4, each with and without prefetch, in the backward
+ * (those that make whole warps within 1024 threads). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
 	static const int64_t tpc[] = {1, 2, 4, 8, 0};
-	return lg_candidate_values(s, t, out, 0, max, K_TOKENS, tpc);
+	if (s->pass == LG_PASS_FORWARD)
+		return lg_candidate_values(s, t, out, 0, max, K_TOKENS, tpc);
+	int n = 0;
+	for (int pf = 1; pf >= 0; pf--)
+		for (int i = 0; i < 3; i++) {
+			struct lg_tile_choice c = lg_tile1(K_TOKENS, tpc[i]);
+			c.v[K_PREFETCH] = pf;
+			c.set |= (uint64_t)1 << K_PREFETCH;
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+	return n;
 }
 
 const struct lg_family lg_family_group_rmsnorm_gate = {

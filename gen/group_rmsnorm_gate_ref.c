@@ -70,6 +70,36 @@ static size_t row_g(const struct dims *k, size_t b, size_t l)
 static double bf(const uint16_t *p, size_t i) { return lg_ref_bf16_to_f32(p[i]); }
 static double sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
 
+/* The tensors of a pass (NULL where the pass has none). */
+struct io {
+	const uint16_t *x, *gate, *w, *dy;
+	uint16_t *y, *dx, *dgate;
+	double *dw; /* float64 sums */
+};
+
+/* One group of one token: x at ox, gate, y, dy, dgate at og, w at ow. */
+static void unit(const struct dims *k, const struct io *t, double eps, size_t ox, size_t og, size_t ow)
+{
+	double ss = 0.0, dot = 0.0, n = (double)k->d;
+	for (size_t j = 0; j < k->d; j++) {
+		ss += bf(t->x, ox + j) * bf(t->x, ox + j);
+		if (t->dy)
+			dot += bf(t->x, ox + j) * bf(t->dy, og + j) * bf(t->w, ow + j) * sigmoid(bf(t->gate, og + j));
+	}
+	double r = 1.0 / sqrt(ss / n + eps);
+	for (size_t j = 0; j < k->d; j++) {
+		double xv = bf(t->x, ox + j), wv = bf(t->w, ow + j), sg = sigmoid(bf(t->gate, og + j));
+		if (!t->dy) {
+			t->y[og + j] = lg_ref_f32_to_bf16((float)(xv * r * wv * sg));
+			continue;
+		}
+		double dv = bf(t->dy, og + j);
+		t->dx[ox + j] = lg_ref_f32_to_bf16((float)(r * dv * wv * sg - r * r * r * xv * dot / n));
+		t->dgate[og + j] = lg_ref_f32_to_bf16((float)(xv * r * wv * dv * sg * (1.0 - sg)));
+		t->dw[ow + j] += xv * r * dv * sg;
+	}
+}
+
 static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	bool fwd = s->pass == LG_PASS_FORWARD;
@@ -77,43 +107,26 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 			 .groups = (size_t)lg_ref_int(s, "groups"), .transpose = lg_ref_int(s, "transpose") != 0,
 			 .shared = lg_ref_int(s, "shared_weight") != 0};
 	k.d = k.dim / k.groups;
-	double eps = lg_ref_num(s, "eps");
-	const uint16_t *x = c->buf[fwd ? F_X : B_X].host, *gate = c->buf[fwd ? F_GATE : B_GATE].host,
-		       *w = c->buf[fwd ? F_W : B_W].host, *dy = fwd ? NULL : c->buf[B_DY].host;
 	size_t wlen = k.shared ? k.d : k.dim;
-	double *acc = calloc(wlen, sizeof *acc);
-	LG_ASSERT(acc);
+	struct io t = {.x = c->buf[fwd ? F_X : B_X].host, .gate = c->buf[fwd ? F_GATE : B_GATE].host,
+		       .w = c->buf[fwd ? F_W : B_W].host};
+	if (fwd) {
+		t.y = c->buf[F_Y].host;
+	} else {
+		t.dy = c->buf[B_DY].host, t.dx = c->buf[B_DX].host, t.dgate = c->buf[B_DGATE].host;
+		t.dw = calloc(wlen, sizeof *t.dw);
+		LG_ASSERT(t.dw);
+	}
 	for (size_t b = 0; b < k.B; b++)
 		for (size_t l = 0; l < k.L; l++)
-			for (size_t i = 0; i < k.groups; i++) {
-				size_t ox = row_x(&k, b, l) * k.dim + i * k.d, og = row_g(&k, b, l) * k.dim + i * k.d;
-				size_t ow = k.shared ? 0 : i * k.d;
-				double ss = 0.0, dot = 0.0;
-				for (size_t j = 0; j < k.d; j++) {
-					ss += bf(x, ox + j) * bf(x, ox + j);
-					if (!fwd)
-						dot += bf(x, ox + j) * bf(dy, og + j) * bf(w, ow + j) *
-						       sigmoid(bf(gate, og + j));
-				}
-				double r = 1.0 / sqrt(ss / (double)k.d + eps);
-				for (size_t j = 0; j < k.d; j++) {
-					double xv = bf(x, ox + j), wv = bf(w, ow + j), sg = sigmoid(bf(gate, og + j));
-					if (fwd) {
-						((uint16_t *)c->buf[F_Y].host)[og + j] = lg_ref_f32_to_bf16((float)(xv * r * wv * sg));
-						continue;
-					}
-					double dv = bf(dy, og + j);
-					((uint16_t *)c->buf[B_DX].host)[ox + j] =
-						lg_ref_f32_to_bf16((float)(r * dv * wv * sg - r * r * r * xv * dot / (double)k.d));
-					((uint16_t *)c->buf[B_DGATE].host)[og + j] =
-						lg_ref_f32_to_bf16((float)(xv * r * wv * dv * sg * (1.0 - sg)));
-					acc[ow + j] += xv * r * dv * sg;
-				}
-			}
-	if (!fwd)
-		for (size_t j = 0; j < wlen; j++)
-			((float *)c->buf[B_DW].host)[j] = (float)acc[j];
-	free(acc);
+			for (size_t i = 0; i < k.groups; i++)
+				unit(&k, &t, lg_ref_num(s, "eps"), row_x(&k, b, l) * k.dim + i * k.d,
+				     row_g(&k, b, l) * k.dim + i * k.d, k.shared ? 0 : i * k.d);
+	if (fwd)
+		return;
+	for (size_t j = 0; j < wlen; j++)
+		((float *)c->buf[B_DW].host)[j] = (float)t.dw[j];
+	free(t.dw);
 }
 
 const struct lg_ref_family lg_ref_group_rmsnorm_gate = {describe, fill, run};

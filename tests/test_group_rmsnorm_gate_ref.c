@@ -241,6 +241,7 @@ static void test_spec_checks(void **state)
 	refused("\"dim\": 120, \"groups\": 3, \"tile\": {\"tokens\": 1}", "tile.tokens: found 1", "multiple of 32");
 	refused("\"dim\": 2048, \"groups\": 4, \"tile\": {\"tokens\": 5}", "tile.tokens", "5");
 	refused("\"dim\": 2048, \"groups\": 0", "groups", "0");
+	refused("\"dim\": 2048, \"tile\": {\"prefetch\": 1}", "tile.prefetch: found 1", "0 in the forward");
 	refused("\"dim\": 2044, \"groups\": 4", "dim", "multiple of 8");
 	lg_spec *s = parse("forward", "\"dim\": 1000, \"groups\": 5");
 	lg_spec_free(s);
@@ -259,9 +260,10 @@ static void geometry_at(const lg_spec *s, int e, int64_t B, int64_t L, struct lg
 }
 
 /* The target shape: forward 4 tokens (256 threads) a CTA, one CTA per 4
- * tokens; backward a persistent grid of 264 CTAs (2 an SM) of 2 tokens
- * (128 threads), 2 x 2048 fp32 of shared memory, a 264-row workspace, and
- * the dw kernel 32 weights a CTA, also with no tokens. */
+ * tokens; backward (prefetch: 2 pieces a lane, 32 lanes a group) a
+ * persistent grid of 264 CTAs (2 an SM) of 1 token (128 threads), 2048
+ * fp32 of shared memory, a 264-row workspace, and the dw kernel 32 weights
+ * a CTA, also with no tokens; without prefetch 2 tokens a CTA. */
 static void test_geometry(void **state)
 {
 	(void)state;
@@ -276,7 +278,7 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 	s = parse("backward", "\"dim\": 2048, \"groups\": 4");
 	geometry_at(s, 0, 2, 4096, &d);
-	assert_true(d.grid[0] == 264 && d.block[0] == 128 && d.smem == 2 * 2048 * 4);
+	assert_true(d.grid[0] == 264 && d.block[0] == 128 && d.smem == 2048 * 4);
 	geometry_at(s, 0, 1, 1, &d);
 	assert_true(d.grid[0] == 1);
 	geometry_at(s, 1, 0, 0, &d);
@@ -290,10 +292,14 @@ static void test_geometry(void **state)
 	assert_int_equal(p.nentries, 2);
 	assert_int_equal(f->workspace(&p), (size_t)264 * 2048 * 4);
 	lg_spec_free(s);
-	/* 8 tokens a CTA, 512 threads: one CTA an SM, 132 of them */
+	s = parse("backward", "\"dim\": 2048, \"groups\": 4, \"tile\": {\"prefetch\": 0}");
+	geometry_at(s, 0, 2, 4096, &d);
+	assert_true(d.grid[0] == 264 && d.block[0] == 128 && d.smem == 2 * 2048 * 4);
+	lg_spec_free(s);
+	/* 8 tokens a CTA, 1024 threads: one CTA an SM, 132 of them */
 	s = parse("backward", "\"dim\": 2048, \"groups\": 4, \"tile\": {\"tokens\": 8}");
 	geometry_at(s, 0, 2, 4096, &d);
-	assert_true(d.grid[0] == 132 && d.block[0] == 512 && d.smem == 8 * 2048 * 4);
+	assert_true(d.grid[0] == 132 && d.block[0] == 1024 && d.smem == 8 * 2048 * 4);
 	memset(&p, 0, sizeof p);
 	assert_int_equal(f->plan(s, &t, &p), LG_OK);
 	assert_int_equal(f->workspace(&p), (size_t)132 * 2048 * 4);
@@ -319,7 +325,8 @@ static void test_candidates(void **state)
 			assert_true(lg_target_parse("sm_90a", &t));
 			struct lg_tile_choice c[LG_MAX_CANDIDATES];
 			int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
-			assert_int_equal(n, i == 0 ? 4 : 3); /* 3 groups of 40: 48 lanes a token, not 1 */
+			/* 3 groups of 40: 48 lanes a token, not 1 token a CTA */
+			assert_int_equal(n, p == 0 ? (i == 0 ? 4 : 3) : (i == 0 ? 6 : 4));
 			for (int j = 0; j < n; j++) {
 				struct lg_spec v;
 				assert_int_equal(lg_spec_with_tile(s, &c[j], &v), LG_OK);

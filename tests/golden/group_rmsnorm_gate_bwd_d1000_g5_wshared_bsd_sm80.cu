@@ -149,29 +149,55 @@ lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared(
 		if (c < 25) wv[k] = lg_ld16_keep(wu + c * 16);
 	}
 	const i64 stride = (i64)lg_ctas(B * L) * 2;
-	for (i64 base = (i64)blockIdx.x * 2; base < M; base += stride) {
-		const i64 m = base + ts; // token b * L + l
-		const bool live = m < M;
-		const i64 ox = (m * 1000 + g * 200) * 2;
-		const i64 og = ox;
-		lg_u32x4 xv[2], gv[2], dv[2];
+	i64 base = (i64)blockIdx.x * 2;
+	bool live;
+	i64 ox, og;
+	live = (base + ts) < M;
+	ox = ((base + ts) * 1000 + g * 200) * 2;
+	og = ox;
+	lg_u32x4 xv[2], gv[2], dv[2];
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 16;
+		xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 25) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
+	}
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 16;
+		gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 25) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
+	}
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 16;
+		dv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 25) dv[k] = lg_ld16((const u8 *)dy + og + c * 16);
+	}
+	for (; base < M; base += stride) {
+		// The next token's inputs, in flight during this one's math.
+		const i64 mn = base + stride + ts;
+		const bool liven = mn < M;
+		const i64 oxn = (mn * 1000 + g * 200) * 2;
+		const i64 ogn = oxn;
+		lg_u32x4 xn[2], gn[2], dn[2];
 		#pragma unroll
 		for (int k = 0; k < 2; k++) {
 			const int c = t + k * 16;
-			xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 25) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
+			xn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 25) xn[k] = lg_ld16((const u8 *)x + oxn + c * 16);
 		}
 		#pragma unroll
 		for (int k = 0; k < 2; k++) {
 			const int c = t + k * 16;
-			gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 25) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
+			gn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 25) gn[k] = lg_ld16((const u8 *)gate + ogn + c * 16);
 		}
 		#pragma unroll
 		for (int k = 0; k < 2; k++) {
 			const int c = t + k * 16;
-			dv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 25) dv[k] = lg_ld16((const u8 *)dy + og + c * 16);
+			dn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 25) dn[k] = lg_ld16((const u8 *)dy + ogn + c * 16);
 		}
 		// Sum of squares: one fp64 chain per piece, added in a fixed order.
 		double sk[2];
@@ -214,6 +240,15 @@ lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared(
 			lg_st16((u8 *)dx + ox + c * 16, lg_pack_bf16x8(vx));
 			lg_st16((u8 *)dgate + og + c * 16, lg_pack_bf16x8(vg));
 		}
+		#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			xv[k] = xn[k];
+			gv[k] = gn[k];
+			dv[k] = dn[k];
+		}
+		live = liven;
+		ox = oxn;
+		og = ogn;
 	}
 	// The unit slots' dw partials, added in a fixed order; one workspace row per CTA.
 	#pragma unroll

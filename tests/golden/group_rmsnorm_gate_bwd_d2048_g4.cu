@@ -120,11 +120,11 @@ static __device__ __forceinline__ float lg_sigmoid(float v)
 
 // ----- lg_group_rmsnorm_gate_bwd_bf16_d2048_g4 -----
 // group RMSNorm x sigmoid gate, backward: dx, dgate, dw partials
-// Persistent grid of min(ceil(B L / 2), 264) CTAs (2 an SM) of 2 tokens; 4 groups
-// of 512, 16 lanes per group, 4 16-byte pieces each.
+// Persistent grid of min(ceil(B L / 1), 264) CTAs (2 an SM) of 1 tokens; 4 groups
+// of 512, 32 lanes per group, 2 16-byte pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M)
 {
-	const i64 n = (M + 1) / 2;
+	const i64 n = (M + 0) / 1;
 	return n < 264 ? n : 264;
 }
 
@@ -133,61 +133,87 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 dw, u64 ws, i64 B, i64 L, i64 part)
 {
 	extern __shared__ __align__(16) float dwp[]; // [units per CTA][512] dw partial sums
-	const int slot = threadIdx.x / 16, t = threadIdx.x % 16; // row, lane in the row
+	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
 	// The dw kernel may be scheduled.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	float acc[4][8];
+	float acc[2][8];
 	#pragma unroll
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < 2; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
 	const int g = slot % 4, ts = slot / 4; // the unit's group, token in the CTA
 	const i64 M = B * L;
 	const u8 *const wu = (const u8 *)w + g * 1024;
-	lg_u32x4 wv[4];
+	lg_u32x4 wv[2];
 	#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 16;
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 32;
 		wv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (c < 64) wv[k] = lg_ld16_keep(wu + c * 16);
 	}
-	const i64 stride = (i64)lg_ctas(B * L) * 2;
-	for (i64 base = (i64)blockIdx.x * 2; base < M; base += stride) {
-		const i64 m = base + ts; // token b * L + l
-		const bool live = m < M;
-		const i64 ox = (m * 2048 + g * 512) * 2;
-		const i64 og = (((m % L) * B + m / L) * 2048 + g * 512) * 2; // [seq, batch, dim]
-		lg_u32x4 xv[4], gv[4], dv[4];
+	const i64 stride = (i64)lg_ctas(B * L) * 1;
+	i64 base = (i64)blockIdx.x * 1;
+	bool live;
+	i64 ox, og;
+	live = (base + ts) < M;
+	ox = ((base + ts) * 2048 + g * 512) * 2;
+	og = ((((base + ts) % L) * B + (base + ts) / L) * 2048 + g * 512) * 2; // [L, B, dim]
+	lg_u32x4 xv[2], gv[2], dv[2];
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 32;
+		xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 64) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
+	}
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 32;
+		gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 64) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
+	}
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 32;
+		dv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 64) dv[k] = lg_ld16((const u8 *)dy + og + c * 16);
+	}
+	for (; base < M; base += stride) {
+		// The next token's inputs, in flight during this one's math.
+		const i64 mn = base + stride + ts;
+		const bool liven = mn < M;
+		const i64 oxn = (mn * 2048 + g * 512) * 2;
+		const i64 ogn = (((mn % L) * B + mn / L) * 2048 + g * 512) * 2; // [L, B, dim]
+		lg_u32x4 xn[2], gn[2], dn[2];
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 16;
-			xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 64) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 32;
+			xn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 64) xn[k] = lg_ld16((const u8 *)x + oxn + c * 16);
 		}
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 16;
-			gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 64) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 32;
+			gn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 64) gn[k] = lg_ld16((const u8 *)gate + ogn + c * 16);
 		}
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 16;
-			dv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 64) dv[k] = lg_ld16((const u8 *)dy + og + c * 16);
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 32;
+			dn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 64) dn[k] = lg_ld16((const u8 *)dy + ogn + c * 16);
 		}
 		// Sum of squares: one fp64 chain per piece, added in a fixed order.
-		double sk[4];
+		double sk[2];
 		#pragma unroll
-		for (int k = 0; k < 4; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
+		for (int k = 0; k < 2; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
 		double ss = sk[0];
 		#pragma unroll
-		for (int k = 1; k < 4; k++) ss += sk[k];
-		ss = lg_dsum_xor(ss, 1, 8);
+		for (int k = 1; k < 2; k++) ss += sk[k];
+		ss = lg_dsum_xor(ss, 1, 16);
 		const float r = lg_rrms(ss);
 		// dot = sum over the unit of x * dy * w * s (fp32), s = sigmoid(gate).
-		float dot = 0.0f, sg[4][8];
+		float dot = 0.0f, sg[2][8];
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
+		for (int k = 0; k < 2; k++) {
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
 				const float se = lg_sigmoid(lg_bf16_at(gv[k], i));
@@ -196,12 +222,12 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 				dot += lg_bf16_at(xv[k], i) * (ds * lg_bf16_at(wv[k], i));
 			}
 		}
-		dot = lg_sum_xor(dot, 1, 8);
+		dot = lg_sum_xor(dot, 1, 16);
 		// dx = r u - c3 x, dgate = r x u (1 - s) (bf16); dw += r x dy s (fp32, registers).
 		const float c3 = r * r * r * (dot / 512.0f);
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 16;
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 32;
 			if (!live || c >= 64) continue;
 			float vx[8], vg[8];
 			#pragma unroll
@@ -216,11 +242,20 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 			lg_st16((u8 *)dx + ox + c * 16, lg_pack_bf16x8(vx));
 			lg_st16((u8 *)dgate + og + c * 16, lg_pack_bf16x8(vg));
 		}
+		#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			xv[k] = xn[k];
+			gv[k] = gn[k];
+			dv[k] = dn[k];
+		}
+		live = liven;
+		ox = oxn;
+		og = ogn;
 	}
 	// The unit slots' dw partials, added in a fixed order; one workspace row per CTA.
 	#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 16;
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 32;
 		if (c < 64)
 			for (int e = 0; e < 8; e++) dwp[slot * 512 + c * 8 + e] = acc[k][e];
 	}
@@ -229,7 +264,7 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 		float sum = 0.0f;
 		// col is value col % 512 of group col / 512: that group's slot of each token
 		const int gc = col / 512, j = col % 512;
-		for (int u = 0; u < 2; u++) sum += dwp[(u * 4 + gc) * 512 + j];
+		for (int u = 0; u < 1; u++) sum += dwp[(u * 4 + gc) * 512 + j];
 		((float *)ws)[(i64)blockIdx.x * 2048 + col] = sum;
 	}
 }

@@ -120,83 +120,109 @@ static __device__ __forceinline__ float lg_sigmoid(float v)
 
 // ----- lg_group_rmsnorm_gate_bwd_bf16_d4096_g2 -----
 // group RMSNorm x sigmoid gate, backward: dx, dgate, dw partials
-// Persistent grid of min(ceil(B L / 1), 264) CTAs (2 an SM) of 1 tokens; 2 groups
-// of 2048, 64 lanes per group, 4 16-byte pieces each.
+// Persistent grid of min(ceil(B L / 1), 132) CTAs (1 an SM) of 1 tokens; 2 groups
+// of 2048, 128 lanes per group, 2 16-byte pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M)
 {
 	const i64 n = (M + 0) / 1;
-	return n < 264 ? n : 264;
+	return n < 132 ? n : 132;
 }
 
-extern "C" __global__ void __launch_bounds__(128, 2)
+extern "C" __global__ void __launch_bounds__(256, 1)
 lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 dw, u64 ws, i64 B, i64 L, i64 part)
 {
 	extern __shared__ __align__(16) float dwp[]; // [units per CTA][2048] dw partial sums
-	const int slot = threadIdx.x / 64, t = threadIdx.x % 64; // row, lane in the row
+	const int slot = threadIdx.x / 128, t = threadIdx.x % 128; // row, lane in the row
 	const int lane = threadIdx.x & 31;
-	__shared__ double dred[4];
-	__shared__ float fred[4];
+	__shared__ double dred[8];
+	__shared__ float fred[8];
 	// The dw kernel may be scheduled.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	float acc[4][8];
+	float acc[2][8];
 	#pragma unroll
-	for (int k = 0; k < 4; k++)
+	for (int k = 0; k < 2; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
 	const int g = slot % 2, ts = slot / 2; // the unit's group, token in the CTA
 	const i64 M = B * L;
 	const u8 *const wu = (const u8 *)w + g * 4096;
-	lg_u32x4 wv[4];
+	lg_u32x4 wv[2];
 	#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 64;
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 128;
 		wv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (c < 256) wv[k] = lg_ld16_keep(wu + c * 16);
 	}
 	const i64 stride = (i64)lg_ctas(B * L) * 1;
-	for (i64 base = (i64)blockIdx.x * 1; base < M; base += stride) {
-		const i64 m = base + ts; // token b * L + l
-		const bool live = m < M;
-		const i64 ox = (m * 4096 + g * 2048) * 2;
-		const i64 og = (((m % L) * B + m / L) * 4096 + g * 2048) * 2; // [seq, batch, dim]
-		lg_u32x4 xv[4], gv[4], dv[4];
+	i64 base = (i64)blockIdx.x * 1;
+	bool live;
+	i64 ox, og;
+	live = (base + ts) < M;
+	ox = ((base + ts) * 4096 + g * 2048) * 2;
+	og = ((((base + ts) % L) * B + (base + ts) / L) * 4096 + g * 2048) * 2; // [L, B, dim]
+	lg_u32x4 xv[2], gv[2], dv[2];
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 128;
+		xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 256) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
+	}
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 128;
+		gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 256) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
+	}
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 128;
+		dv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 256) dv[k] = lg_ld16((const u8 *)dy + og + c * 16);
+	}
+	for (; base < M; base += stride) {
+		// The next token's inputs, in flight during this one's math.
+		const i64 mn = base + stride + ts;
+		const bool liven = mn < M;
+		const i64 oxn = (mn * 4096 + g * 2048) * 2;
+		const i64 ogn = (((mn % L) * B + mn / L) * 4096 + g * 2048) * 2; // [L, B, dim]
+		lg_u32x4 xn[2], gn[2], dn[2];
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 64;
-			xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 256) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 128;
+			xn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 256) xn[k] = lg_ld16((const u8 *)x + oxn + c * 16);
 		}
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 64;
-			gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 256) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 128;
+			gn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 256) gn[k] = lg_ld16((const u8 *)gate + ogn + c * 16);
 		}
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 64;
-			dv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 256) dv[k] = lg_ld16((const u8 *)dy + og + c * 16);
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 128;
+			dn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 256) dn[k] = lg_ld16((const u8 *)dy + ogn + c * 16);
 		}
 		// Sum of squares: one fp64 chain per piece, added in a fixed order.
-		double sk[4];
+		double sk[2];
 		#pragma unroll
-		for (int k = 0; k < 4; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
+		for (int k = 0; k < 2; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
 		double ss = sk[0];
 		#pragma unroll
-		for (int k = 1; k < 4; k++) ss += sk[k];
+		for (int k = 1; k < 2; k++) ss += sk[k];
 		ss = lg_dsum_xor(ss, 1, 16);
 		if (lane == 0) dred[threadIdx.x >> 5] = ss;
 		__syncthreads();
 		ss = 0;
 		#pragma unroll
-		for (int i = 0; i < 2; i++) ss += dred[slot * 2 + i]; // fixed order
+		for (int i = 0; i < 4; i++) ss += dred[slot * 4 + i]; // fixed order
 		__syncthreads();
 		const float r = lg_rrms(ss);
 		// dot = sum over the unit of x * dy * w * s (fp32), s = sigmoid(gate).
-		float dot = 0.0f, sg[4][8];
+		float dot = 0.0f, sg[2][8];
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
+		for (int k = 0; k < 2; k++) {
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
 				const float se = lg_sigmoid(lg_bf16_at(gv[k], i));
@@ -210,13 +236,13 @@ lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 		__syncthreads();
 		dot = 0;
 		#pragma unroll
-		for (int i = 0; i < 2; i++) dot += fred[slot * 2 + i]; // fixed order
+		for (int i = 0; i < 4; i++) dot += fred[slot * 4 + i]; // fixed order
 		__syncthreads();
 		// dx = r u - c3 x, dgate = r x u (1 - s) (bf16); dw += r x dy s (fp32, registers).
 		const float c3 = r * r * r * (dot / 2048.0f);
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 64;
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 128;
 			if (!live || c >= 256) continue;
 			float vx[8], vg[8];
 			#pragma unroll
@@ -231,16 +257,25 @@ lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 			lg_st16((u8 *)dx + ox + c * 16, lg_pack_bf16x8(vx));
 			lg_st16((u8 *)dgate + og + c * 16, lg_pack_bf16x8(vg));
 		}
+		#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			xv[k] = xn[k];
+			gv[k] = gn[k];
+			dv[k] = dn[k];
+		}
+		live = liven;
+		ox = oxn;
+		og = ogn;
 	}
 	// The unit slots' dw partials, added in a fixed order; one workspace row per CTA.
 	#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 64;
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 128;
 		if (c < 256)
 			for (int e = 0; e < 8; e++) dwp[slot * 2048 + c * 8 + e] = acc[k][e];
 	}
 	__syncthreads();
-	for (int col = threadIdx.x; col < 4096; col += 128) {
+	for (int col = threadIdx.x; col < 4096; col += 256) {
 		float sum = 0.0f;
 		// col is value col % 2048 of group col / 2048: that group's slot of each token
 		const int gc = col / 2048, j = col % 2048;

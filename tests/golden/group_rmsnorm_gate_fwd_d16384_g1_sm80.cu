@@ -133,7 +133,7 @@ lg_group_rmsnorm_gate_fwd_bf16_d16384_g1(u64 x, u64 gate, u64 w, u64 y, i64 B, i
 		const i64 m = base + ts; // token b * L + l
 		const bool live = m < M;
 		const i64 ox = (m * 16384 + g * 16384) * 2;
-		const i64 og = (((m % L) * B + m / L) * 16384 + g * 16384) * 2; // [seq, batch, dim]
+		const i64 og = (((m % L) * B + m / L) * 16384 + g * 16384) * 2; // [L, B, dim]
 		lg_u32x4 xv[8], gv[8];
 		#pragma unroll
 		for (int k = 0; k < 8; k++) {

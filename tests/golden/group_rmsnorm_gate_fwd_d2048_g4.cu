@@ -131,7 +131,7 @@ lg_group_rmsnorm_gate_fwd_bf16_d2048_g4(u64 x, u64 gate, u64 w, u64 y, i64 B, i6
 		const i64 m = base + ts; // token b * L + l
 		const bool live = m < M;
 		const i64 ox = (m * 2048 + g * 512) * 2;
-		const i64 og = (((m % L) * B + m / L) * 2048 + g * 512) * 2; // [seq, batch, dim]
+		const i64 og = (((m % L) * B + m / L) * 2048 + g * 512) * 2; // [L, B, dim]
 		lg_u32x4 xv[4], gv[4];
 		#pragma unroll
 		for (int k = 0; k < 4; k++) {
