@@ -17,10 +17,15 @@
  * tokens (all their groups), so each thread keeps one group for the whole
  * launch: its weight pieces stay in registers and, in the backward, so do
  * its dw partial sums. Both passes loop over tokens with a grid stride,
- * so every token count works (no multiple of anything needed). The
- * backward's CTAs write one workspace row of dw partials each (their slots
- * added in a fixed order through shared memory) and a second entry point
- * adds the rows in CTA order: dw is deterministic.
+ * so every token count works (no multiple of anything needed; a token
+ * past the last is loaded as zeros and stores nothing). The backward is a
+ * persistent grid (2 CTAs an SM up to 160 threads, else 1; 132 SMs) that,
+ * with tile.prefetch (the default), loads the next token's x, gate and dy
+ * before the current one's reductions and stores, 2 pieces a lane so that
+ * both fit in registers. Its CTAs write one workspace row of dw partials
+ * each (their unit slots added in a fixed order through shared memory),
+ * and a second entry point adds the rows, 8 row slices a column, in a
+ * fixed order: dw is deterministic.
  */
 #include <stdio.h>
 
@@ -106,7 +111,8 @@ enum {
 	P_PREFETCH,
 };
 
-/* Backward: prefetch unless the spec says (measured: not yet). */
+/* Backward: prefetch unless the spec says (the default not yet measured
+ * against 0 on the GPU). */
 static bool prefetch(const struct lg_spec *s)
 {
 	if (s->pass != LG_PASS_BACKWARD)
