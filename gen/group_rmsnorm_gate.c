@@ -456,12 +456,15 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	struct shape k = shape_of(s, p);
 	int per_sm = (int)p->v[P_PER_SM], pmax = SMS * per_sm;
 	lg_section(b, p->entry[0], "group RMSNorm x sigmoid gate, backward: dx, dgate, dw partials");
-	lg_comment(b, "Persistent grid of min(ceil(B L / %d), %d) CTAs (%d an SM) of %d tokens; %d groups", k.tpc,
-		   pmax, per_sm, k.tpc, k.groups);
+	lg_comment(b, "Persistent grid of min(ceil(B L / %d), %d) CTAs (%d an SM) of %d token%s; %d groups",
+		   k.tpc, pmax, per_sm, k.tpc, k.tpc > 1 ? "s" : "", k.groups);
 	lg_comment(b, "of %lld, %d lanes per group, %d 16-byte pieces each.", (long long)k.d, k.l.lpr, k.l.k);
 	lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M)");
 	lg_open(b, "{");
-	lg_line(b, "const i64 n = (M + %d) / %d;", k.tpc - 1, k.tpc);
+	if (k.tpc > 1)
+		lg_line(b, "const i64 n = (M + %d) / %d;", k.tpc - 1, k.tpc);
+	else
+		lg_line(b, "const i64 n = M;");
 	lg_line(b, "return n < %d ? n : %d;", pmax, pmax);
 	lg_close(b);
 	lg_line(b, "%s", "");

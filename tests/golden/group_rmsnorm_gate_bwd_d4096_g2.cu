@@ -120,11 +120,11 @@ static __device__ __forceinline__ float lg_sigmoid(float v)
 
 // ----- lg_group_rmsnorm_gate_bwd_bf16_d4096_g2 -----
 // group RMSNorm x sigmoid gate, backward: dx, dgate, dw partials
-// Persistent grid of min(ceil(B L / 1), 132) CTAs (1 an SM) of 1 tokens; 2 groups
+// Persistent grid of min(ceil(B L / 1), 132) CTAs (1 an SM) of 1 token; 2 groups
 // of 2048, 128 lanes per group, 2 16-byte pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M)
 {
-	const i64 n = (M + 0) / 1;
+	const i64 n = M;
 	return n < 132 ? n : 132;
 }
 
