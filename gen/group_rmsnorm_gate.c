@@ -38,6 +38,9 @@
 #define SMS 132     /* SMs of an H200: the backward's persistent grid is 1 or 2 CTAs each */
 #define FMAX 65536 /* CTAs of the forward's grid at most (then it loops) */
 #define PREFETCH_DEFAULT true
+/* Shared memory the backward may ask for (sm_80: 163 KiB); the lanes of a
+ * token within 1024 keep tokens x dim x 4 bytes below it, this is a guard. */
+#define SMEM_MAX (160 * 1024)
 
 enum { K_DIM, K_GROUPS, K_EPS, K_TRANSPOSE, K_SHARED, K_TILE, K_TOKENS, K_PREFETCH, NKEYS };
 static const int64_t tokens_ok[] = {1, 2, 3, 4, 6, 8, 12, 16, 0};
@@ -111,13 +114,24 @@ enum {
 	P_PREFETCH,
 };
 
-/* Backward: prefetch unless the spec says (the default not yet measured
- * against 0 on the GPU). */
-static bool prefetch(const struct lg_spec *s)
+/* A token's lanes fit one CTA with at most kmax pieces a lane. */
+static bool fits(const struct lg_spec *s, int kmax)
 {
+	int64_t groups = lg_spec_int(s, K_GROUPS), d = lg_spec_int(s, K_DIM) / groups;
+	return lg_rowlayout_make(d, kmax, 1).lpr * groups <= 1024;
+}
+
+/* Pieces a lane at most, and whether the backward prefetches: the
+ * forward 8; the backward 2 with prefetch (the spec's choice, else on
+ * where a token's lanes fit a CTA; not yet measured against off on the
+ * GPU), else 4, or 8 where 4 do not fit. */
+static int kmax_of(const struct lg_spec *s, bool *pf)
+{
+	*pf = false;
 	if (s->pass != LG_PASS_BACKWARD)
-		return false;
-	return lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0 : PREFETCH_DEFAULT;
+		return 8;
+	*pf = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0 : PREFETCH_DEFAULT && fits(s, 2);
+	return *pf ? 2 : fits(s, 4) ? 4 : 8;
 }
 
 /* The unit layout of a spec: lanes per unit for d, then tile.tokens tokens
@@ -127,7 +141,8 @@ static struct lg_rowlayout layout(const struct lg_spec *s, int *tpc)
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t groups = lg_spec_int(s, K_GROUPS), d = lg_spec_int(s, K_DIM) / groups;
-	int kmax = !bwd ? 8 : prefetch(s) ? 2 : 4;
+	bool pf;
+	int kmax = kmax_of(s, &pf);
 	int64_t unit = lg_rowlayout_make(d, kmax, 1).lpr * groups; /* lanes per token */
 	int64_t n = 1;
 	if (lg_spec_has(s, K_TOKENS))
@@ -160,6 +175,11 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 				     "tile.tokens: found %d, allowed: tokens x %lld threads (groups x %d lanes "
 				     "per group) a multiple of 32 and at most 1024",
 				     tpc, (long long)(groups * l.lpr), l.lpr);
+	if (s->pass == LG_PASS_BACKWARD && (int64_t)tpc * dim * 4 > SMEM_MAX)
+		return lg_spec_error(where,
+				     "tile.tokens: found %d with dim %lld, allowed: at most %lld (the backward keeps "
+				     "tokens x dim fp32 dw partials in %d KiB of shared memory)",
+				     tpc, (long long)dim, (long long)(SMEM_MAX / (dim * 4)), SMEM_MAX / 1024);
 	return LG_OK;
 }
 
@@ -181,7 +201,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	 * 161 at the target with prefetch, 244 without; 256 threads at 128
 	 * spill), else one: the persistent grid must be co-resident */
 	p->v[P_PER_SM] = l.threads <= 160 ? 2 : 1;
-	p->v[P_PREFETCH] = prefetch(s);
+	bool pf;
+	kmax_of(s, &pf);
+	p->v[P_PREFETCH] = pf;
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);

@@ -131,7 +131,8 @@ static void test_odd_dims(void **state)
 	both("\"dim\": 1000, \"groups\": 1", odd, NODD);
 }
 
-/* Groups over several warps (64 and 256 lanes), one unit per CTA. */
+/* Groups over several warps (64 to 1024 lanes), one unit per CTA, and a
+ * backward that falls back from prefetch. */
 static void test_wide_groups(void **state)
 {
 	(void)state;
@@ -139,6 +140,8 @@ static void test_wide_groups(void **state)
 	both("\"dim\": 4096, \"groups\": 2", bl, 3);
 	both("\"dim\": 16384, \"groups\": 1", bl, 3);
 	both("\"dim\": 8192, \"groups\": 64", bl, 3);
+	/* 16 groups of 2048: too wide to prefetch (16 x 128 lanes), 64 lanes a group without */
+	both("\"dim\": 32768, \"groups\": 16", bl, 3);
 }
 
 /* The tiles of `lingen tune` (backward: with and without prefetch), and a

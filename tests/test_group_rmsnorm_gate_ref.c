@@ -241,9 +241,17 @@ static void test_spec_checks(void **state)
 	refused("\"dim\": 120, \"groups\": 3, \"tile\": {\"tokens\": 1}", "tile.tokens: found 1", "multiple of 32");
 	refused("\"dim\": 2048, \"groups\": 4, \"tile\": {\"tokens\": 5}", "tile.tokens", "5");
 	refused("\"dim\": 2048, \"groups\": 0", "groups", "0");
+	/* backward: a token's lanes must fit a CTA (16 groups of 2048: 16 x 64 lanes, no prefetch) */
+	lg_spec *s = parse("backward", "\"dim\": 32768, \"groups\": 16");
+	lg_spec_free(s);
+	char json[256];
+	snprintf(json, sizeof json, "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"backward\", \"dtype\": \"bf16\", "
+		 "\"dim\": 32768, \"groups\": 16, \"tile\": {\"prefetch\": 1}}");
+	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "at most 1024"));
 	refused("\"dim\": 2048, \"tile\": {\"prefetch\": 1}", "tile.prefetch: found 1", "0 in the forward");
 	refused("\"dim\": 2044, \"groups\": 4", "dim", "multiple of 8");
-	lg_spec *s = parse("forward", "\"dim\": 1000, \"groups\": 5");
+	s = parse("forward", "\"dim\": 1000, \"groups\": 5");
 	lg_spec_free(s);
 }
 
