@@ -62,8 +62,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TOKENS] = LG_KEY_TILE("tokens", "m", 1, 16, tokens_ok,
 				 "tokens per CTA (threads = tokens x groups x lanes per group)"),
 	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 1, NULL,
-				   "backward: 1 loads the next token's inputs before the math of the current "
-				   "one (2 pieces a lane), 0 does not (4)"),
+				   "1: a persistent grid that loads the next token's inputs before the math of "
+				   "the current one (default: the backward where it fits)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -110,7 +110,7 @@ enum {
 	P_GROUPS,
 	P_WLEN, /* the weight's length */
 	P_BWD,
-	P_PER_SM, /* backward: CTAs per SM of its persistent grid (launch bounds) */
+	P_PER_SM, /* CTAs per SM of a persistent grid (launch bounds) */
 	P_PREFETCH,
 };
 
@@ -121,16 +121,20 @@ static bool fits(const struct lg_spec *s, int kmax)
 	return lg_rowlayout_make(d, kmax, 1).lpr * groups <= 1024;
 }
 
-/* Pieces a lane at most, and whether the backward prefetches: the
- * forward 8; the backward 2 with prefetch (the spec's choice, else on
- * where a token's lanes fit a CTA; not yet measured against off on the
- * GPU), else 4, or 8 where 4 do not fit. */
+/* Pieces a lane at most, and whether the token loop prefetches (the
+ * spec's choice, else the default: the backward where a token's lanes fit
+ * a CTA, not yet measured against off on the GPU; never the forward). The
+ * forward 4 with prefetch, else 8; the backward 2 with prefetch, else 4,
+ * or 8 where 4 do not fit. */
 static int kmax_of(const struct lg_spec *s, bool *pf)
 {
-	*pf = false;
-	if (s->pass != LG_PASS_BACKWARD)
-		return 8;
-	*pf = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0 : PREFETCH_DEFAULT && fits(s, 2);
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	if (lg_spec_has(s, K_PREFETCH))
+		*pf = lg_spec_int(s, K_PREFETCH) != 0;
+	else
+		*pf = bwd && PREFETCH_DEFAULT && fits(s, 2);
+	if (!bwd)
+		return *pf ? 4 : 8;
 	return *pf ? 2 : fits(s, 4) ? 4 : 8;
 }
 
@@ -166,8 +170,6 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 				     "dim: found %lld with groups = %lld, so d = dim / groups = %lld; allowed: "
 				     "d a multiple of 8 (each group is read in 16-byte pieces of 8 bf16)",
 				     (long long)dim, (long long)groups, (long long)(dim / groups));
-	if (s->pass == LG_PASS_FORWARD && lg_spec_has(s, K_PREFETCH) && lg_spec_int(s, K_PREFETCH))
-		return lg_spec_error(where, "tile.prefetch: found 1, allowed: 0 in the forward (one token a CTA)");
 	int tpc;
 	struct lg_rowlayout l = layout(s, &tpc);
 	if (l.threads > 1024 || l.threads % 32 != 0)
@@ -197,12 +199,17 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_GROUPS] = groups;
 	p->v[P_WLEN] = lg_spec_int(s, K_SHARED) ? l.hidden : l.hidden * groups;
 	p->v[P_BWD] = bwd;
-	/* two CTAs an SM up to 160 threads (about 200 registers a thread:
-	 * 161 at the target with prefetch, 244 without; 256 threads at 128
-	 * spill), else one: the persistent grid must be co-resident */
-	p->v[P_PER_SM] = l.threads <= 160 ? 2 : 1;
 	bool pf;
 	kmax_of(s, &pf);
+	/* CTAs an SM of a persistent grid (the backward, a prefetching
+	 * forward), which must be co-resident: the backward 2 up to 160
+	 * threads (about 200 registers a thread: 161 at the target with
+	 * prefetch, 244 without; 256 threads at 128 spill), else 1; the
+	 * forward 512 threads an SM (about 128 registers a thread) */
+	if (bwd)
+		p->v[P_PER_SM] = l.threads <= 160 ? 2 : 1;
+	else
+		p->v[P_PER_SM] = l.threads <= 512 ? 512 / l.threads : 1;
 	p->v[P_PREFETCH] = pf;
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
 	p->nentries = bwd ? 2 : 1;
@@ -215,7 +222,8 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 {
-	int64_t n = (tokens + p->v[P_TPC] - 1) / p->v[P_TPC], max = p->v[P_BWD] ? SMS * p->v[P_PER_SM] : FMAX;
+	bool persistent = p->v[P_BWD] || p->v[P_PREFETCH];
+	int64_t n = (tokens + p->v[P_TPC] - 1) / p->v[P_TPC], max = persistent ? SMS * p->v[P_PER_SM] : FMAX;
 	return n > max ? max : n;
 }
 
@@ -353,24 +361,71 @@ static void open_pieces(lg_buf *b, const struct shape *k)
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)k->pieces);
 }
 
-static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+/* x, gate (and dy in the backward) of the token at offsets ox<sfx>,
+ * og<sfx> into xv, gv, dv (v 'v') or xn, gn, dn (v 'n'). */
+static void emit_loads(lg_buf *b, const struct shape *k, const char *sfx, char v, bool bwd)
 {
-	struct shape k = shape_of(s, p);
-	lg_section(b, p->entry[0], "group RMSNorm x sigmoid gate, forward");
-	lg_comment(b, "%d groups of %lld; %d lanes per group, %d 16-byte pieces each; %d tokens per CTA,",
-		   k.groups, (long long)k.d, k.l.lpr, k.l.k, k.tpc);
-	lg_comment(b, "grid-stride over tokens.");
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.l.threads);
-	lg_open(b, "{");
-	lg_emit_row_prologue(b, &k.l, false);
-	emit_unit_head(b, &k, "gridDim.x");
-	lg_line(b, "lg_u32x4 xv[%d], gv[%d];", k.l.k, k.l.k);
-	emit_load(b, &k, "xv", "x", "ox", "");
-	emit_load(b, &k, "gv", "gate", "og", "");
-	lg_emit_row_sumsq(b, &k.l, "xv");
+	const char *const names[2][3] = {{"xv", "gv", "dv"}, {"xn", "gn", "dn"}};
+	const char *const *dst = names[v == 'n'];
+	if (bwd)
+		lg_line(b, "lg_u32x4 x%c[%d], g%c[%d], d%c[%d];", v, k->l.k, v, k->l.k, v, k->l.k);
+	else
+		lg_line(b, "lg_u32x4 x%c[%d], g%c[%d];", v, k->l.k, v, k->l.k);
+	emit_load(b, k, dst[0], "x", "ox", sfx);
+	emit_load(b, k, dst[1], "gate", "og", sfx);
+	if (bwd)
+		emit_load(b, k, dst[2], "dy", "og", sfx);
+}
+
+typedef void (*emit_body_fn)(lg_buf *b, const struct shape *k);
+
+/* The token loop of a pass (grid stride `ctas` CTAs): each token's
+ * inputs, then body on them (xv, gv, dv, live, ox, og). With prefetch the
+ * next token's inputs are loaded before the current one's body, so they
+ * are in flight through its reductions and stores. */
+static void emit_token_loop(lg_buf *b, const struct shape *k, const char *ctas, bool prefetch, bool bwd,
+			    emit_body_fn body)
+{
+	if (!prefetch) {
+		emit_unit_head(b, k, ctas);
+		emit_loads(b, k, "", 'v', bwd);
+		body(b, k);
+		lg_close(b); /* the token loop */
+		return;
+	}
+	emit_unit_setup(b, k);
+	lg_line(b, "const i64 stride = (i64)%s * %d;", ctas, k->tpc);
+	lg_line(b, "i64 base = (i64)blockIdx.x * %d;", k->tpc);
+	lg_line(b, "bool live;");
+	lg_line(b, "i64 ox, og;");
+	emit_token(b, k, "(base + ts)", "", "");
+	emit_loads(b, k, "", 'v', bwd);
+	lg_open(b, "for (; base < M; base += stride) {");
+	lg_comment(b, "The next token's inputs, in flight during this one's math.");
+	lg_line(b, "const i64 mn = base + stride + ts;");
+	emit_token(b, k, "mn", "n", "const ");
+	emit_loads(b, k, "n", 'n', bwd);
+	body(b, k);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", k->l.k);
+	lg_line(b, "xv[k] = xn[k];");
+	lg_line(b, "gv[k] = gn[k];");
+	if (bwd)
+		lg_line(b, "dv[k] = dn[k];");
+	lg_close(b);
+	lg_line(b, "live = liven;");
+	lg_line(b, "ox = oxn;");
+	lg_line(b, "og = ogn;");
+	lg_close(b); /* the token loop */
+}
+
+/* The forward's math on the current token: y. */
+static void emit_forward_math(lg_buf *b, const struct shape *k)
+{
+	lg_emit_row_sumsq(b, &k->l, "xv");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_comment(b, "y = ((x * r) * w) * sigmoid(gate) in fp32, rounded to bf16 (RNE).");
-	open_pieces(b, &k);
+	open_pieces(b, k);
 	lg_line(b, "float v[8];");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < 8; i++) {");
@@ -379,7 +434,25 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_close(b);
 	lg_line(b, "lg_st16((u8 *)y + og + c * 16, lg_pack_bf16x8(v));");
 	lg_close(b);
-	lg_close(b);
+}
+
+static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(s, p);
+	lg_section(b, p->entry[0], "group RMSNorm x sigmoid gate, forward");
+	lg_comment(b, "%d groups of %lld; %d lanes per group, %d 16-byte pieces each; %d token%s per CTA,",
+		   k.groups, (long long)k.d, k.l.lpr, k.l.k, k.tpc, k.tpc > 1 ? "s" : "");
+	if (p->v[P_PREFETCH]) {
+		lg_comment(b, "persistent (%d CTAs an SM), the next token's inputs loaded before this one's math.",
+			   (int)p->v[P_PER_SM]);
+		lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", k.l.threads, (int)p->v[P_PER_SM]);
+	} else {
+		lg_comment(b, "grid-stride over tokens.");
+		lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.l.threads);
+	}
+	lg_open(b, "{");
+	lg_emit_row_prologue(b, &k.l, false);
+	emit_token_loop(b, &k, "gridDim.x", p->v[P_PREFETCH] != 0, false, emit_forward_math);
 	lg_close(b);
 }
 
@@ -419,57 +492,12 @@ static void emit_backward_math(lg_buf *b, const struct shape *k)
 	lg_close(b);
 }
 
-/* x, gate and dy of the token at offsets ox<sfx>, og<sfx> into x<v>, g<v>, d<v>. */
-static void emit_backward_loads(lg_buf *b, const struct shape *k, const char *sfx, char v)
+/* The backward's math on the current token: dx, dgate, dw partials. */
+static void emit_backward_body(lg_buf *b, const struct shape *k)
 {
-	lg_line(b, "lg_u32x4 x%c[%d], g%c[%d], d%c[%d];", v, k->l.k, v, k->l.k, v, k->l.k);
-	const char *const names[2][3] = {{"xv", "gv", "dv"}, {"xn", "gn", "dn"}};
-	const char *const *dst = names[v == 'n'];
-	emit_load(b, k, dst[0], "x", "ox", sfx);
-	emit_load(b, k, dst[1], "gate", "og", sfx);
-	emit_load(b, k, dst[2], "dy", "og", sfx);
-}
-
-/* The backward's token loop: load, reduce, write. */
-static void emit_backward_loop(lg_buf *b, const struct shape *k)
-{
-	emit_unit_head(b, k, "lg_ctas(B * L)");
-	emit_backward_loads(b, k, "", 'v');
 	lg_emit_row_sumsq(b, &k->l, "xv");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	emit_backward_math(b, k);
-	lg_close(b); /* the token loop */
-}
-
-/* The same with the next token's inputs loaded before the current one's
- * math, so they are in flight through its reductions and stores. */
-static void emit_backward_loop_prefetch(lg_buf *b, const struct shape *k)
-{
-	emit_unit_setup(b, k);
-	lg_line(b, "const i64 stride = (i64)lg_ctas(B * L) * %d;", k->tpc);
-	lg_line(b, "i64 base = (i64)blockIdx.x * %d;", k->tpc);
-	lg_line(b, "bool live;");
-	lg_line(b, "i64 ox, og;");
-	emit_token(b, k, "(base + ts)", "", "");
-	emit_backward_loads(b, k, "", 'v');
-	lg_open(b, "for (; base < M; base += stride) {");
-	lg_comment(b, "The next token's inputs, in flight during this one's math.");
-	lg_line(b, "const i64 mn = base + stride + ts;");
-	emit_token(b, k, "mn", "n", "const ");
-	emit_backward_loads(b, k, "n", 'n');
-	lg_emit_row_sumsq(b, &k->l, "xv");
-	lg_line(b, "const float r = lg_rrms(ss);");
-	emit_backward_math(b, k);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %d; k++) {", k->l.k);
-	lg_line(b, "xv[k] = xn[k];");
-	lg_line(b, "gv[k] = gn[k];");
-	lg_line(b, "dv[k] = dn[k];");
-	lg_close(b);
-	lg_line(b, "live = liven;");
-	lg_line(b, "ox = oxn;");
-	lg_line(b, "og = ogn;");
-	lg_close(b); /* the token loop */
 }
 
 /* The backward's first kernel: dx, dgate, and the CTA's dw partial sums. */
@@ -503,10 +531,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int k = 0; k < %d; k++)", k.l.k);
 	lg_line(b, "\tfor (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
-	if (p->v[P_PREFETCH])
-		emit_backward_loop_prefetch(b, &k);
-	else
-		emit_backward_loop(b, &k);
+	emit_token_loop(b, &k, "lg_ctas(B * L)", p->v[P_PREFETCH] != 0, true, emit_backward_body);
 	lg_comment(b, "The unit slots' dw partials, added in a fixed order; one workspace row per CTA.");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %d; k++) {", k.l.k);
@@ -546,18 +571,16 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
-/* Tile variants for `lingen tune`: 1, 2, 4 and 8 tokens per CTA in the
- * forward; 1, 2 and 4, each with and without prefetch, in the backward
- * (those that make whole warps within 1024 threads). */
+/* Tile variants for `lingen tune`: 1, 2, 4 and 8 tokens per CTA (the
+ * backward up to 4), each with and without prefetch (those that make
+ * whole warps within 1024 threads). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	static const int64_t tpc[] = {1, 2, 4, 8, 0};
-	if (s->pass == LG_PASS_FORWARD)
-		return lg_candidate_values(s, t, out, 0, max, K_TOKENS, tpc);
-	int n = 0;
+	static const int64_t tpc[] = {1, 2, 4, 8};
+	int n = 0, ntpc = s->pass == LG_PASS_BACKWARD ? 3 : 4;
 	for (int pf = 1; pf >= 0; pf--)
-		for (int i = 0; i < 3; i++) {
+		for (int i = 0; i < ntpc; i++) {
 			struct lg_tile_choice c = lg_tile1(K_TOKENS, tpc[i]);
 			c.v[K_PREFETCH] = pf;
 			c.set |= (uint64_t)1 << K_PREFETCH;

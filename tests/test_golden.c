@@ -103,6 +103,14 @@ static const struct golden cases[] = {
 	{"group_rmsnorm_gate_bwd_d2048_g4", "sm_90a",
 	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"dim\": 2048, "
 	 "\"groups\": 4}"},
+	/* the forward's persistent, prefetching loop */
+	{"group_rmsnorm_gate_fwd_d2048_g4_prefetch", "sm_90a",
+	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"dim\": 2048, "
+	 "\"groups\": 4, \"tile\": {\"prefetch\": 1}}"},
+	/* the backward without prefetch: 4 pieces a lane, 2 tokens a CTA */
+	{"group_rmsnorm_gate_bwd_d2048_g4_noprefetch", "sm_90a",
+	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"dim\": 2048, "
+	 "\"groups\": 4, \"tile\": {\"prefetch\": 0}}"},
 	/* an odd group count (5 of 200: 80 lanes a token), shared weight, x's layout, no PDL */
 	{"group_rmsnorm_gate_bwd_d1000_g5_wshared_bsd_sm80", "sm_80",
 	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"dim\": 1000, "

@@ -249,7 +249,6 @@ static void test_spec_checks(void **state)
 		 "\"dim\": 32768, \"groups\": 16, \"tile\": {\"prefetch\": 1}}");
 	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "at most 1024"));
-	refused("\"dim\": 2048, \"tile\": {\"prefetch\": 1}", "tile.prefetch: found 1", "0 in the forward");
 	refused("\"dim\": 2044, \"groups\": 4", "dim", "multiple of 8");
 	s = parse("forward", "\"dim\": 1000, \"groups\": 5");
 	lg_spec_free(s);
@@ -283,6 +282,13 @@ static void test_geometry(void **state)
 	assert_true(d.grid[0] == 6);
 	geometry_at(s, 0, 0, 7, &d);
 	assert_true(d.grid[0] == 0);
+	lg_spec_free(s);
+	/* a prefetching forward: persistent, 2 CTAs of 256 threads an SM */
+	s = parse("forward", "\"dim\": 2048, \"groups\": 4, \"tile\": {\"prefetch\": 1}");
+	geometry_at(s, 0, 2, 4096, &d);
+	assert_true(d.grid[0] == 264 && d.block[0] == 256 && d.smem == 0);
+	geometry_at(s, 0, 3, 7, &d);
+	assert_true(d.grid[0] == 6);
 	lg_spec_free(s);
 	s = parse("backward", "\"dim\": 2048, \"groups\": 4");
 	geometry_at(s, 0, 2, 4096, &d);
@@ -334,7 +340,7 @@ static void test_candidates(void **state)
 			struct lg_tile_choice c[LG_MAX_CANDIDATES];
 			int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
 			/* 3 groups of 40: 48 lanes a token, not 1 token a CTA */
-			assert_int_equal(n, p == 0 ? (i == 0 ? 4 : 3) : (i == 0 ? 6 : 4));
+			assert_int_equal(n, p == 0 ? (i == 0 ? 8 : 6) : (i == 0 ? 6 : 4));
 			for (int j = 0; j < n; j++) {
 				struct lg_spec v;
 				assert_int_equal(lg_spec_with_tile(s, &c[j], &v), LG_OK);

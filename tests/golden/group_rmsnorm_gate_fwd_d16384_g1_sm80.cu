@@ -110,7 +110,7 @@ static __device__ __forceinline__ float lg_sigmoid(float v)
 }
 
 // ----- lg_group_rmsnorm_gate_fwd_bf16_d16384_g1: group RMSNorm x sigmoid gate, forward -----
-// 1 groups of 16384; 256 lanes per group, 8 16-byte pieces each; 1 tokens per CTA,
+// 1 groups of 16384; 256 lanes per group, 8 16-byte pieces each; 1 token per CTA,
 // grid-stride over tokens.
 extern "C" __global__ void __launch_bounds__(256)
 lg_group_rmsnorm_gate_fwd_bf16_d16384_g1(u64 x, u64 gate, u64 w, u64 y, i64 B, i64 L, i64 part)
