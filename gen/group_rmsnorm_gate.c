@@ -11,21 +11,23 @@
  *
  * Strategy: a "unit" is one group of one token, d contiguous values in
  * every tensor. `lpr` lanes share a unit (the RMSNorm row layout of
- * norm_common.h with d as the row), each holding up to 8 (forward) or 4
- * (backward) 16-byte pieces of it, so every input is read once and every
+ * norm_common.h with d as the row), each holding a few 16-byte pieces of
+ * it (kmax_of says how many), so every input is read once and every
  * output written once, 16 bytes at a time. A CTA holds `tile.tokens` whole
  * tokens (all their groups), so each thread keeps one group for the whole
  * launch: its weight pieces stay in registers and, in the backward, so do
  * its dw partial sums. Both passes loop over tokens with a grid stride,
  * so every token count works (no multiple of anything needed; a token
- * past the last is loaded as zeros and stores nothing). The backward is a
- * persistent grid (2 CTAs an SM up to 160 threads, else 1; 132 SMs) that,
- * with tile.prefetch (the default), loads the next token's x, gate and dy
- * before the current one's reductions and stores, 2 pieces a lane so that
- * both fit in registers. Its CTAs write one workspace row of dw partials
- * each (their unit slots added in a fixed order through shared memory),
- * and a second entry point adds the rows, 8 row slices a column, in a
- * fixed order: dw is deterministic.
+ * past the last is loaded as zeros and stores nothing). With
+ * tile.prefetch the grid is persistent (132 SMs) and loads the next
+ * token's inputs before the current one's reductions and stores (fewer
+ * pieces a lane, so that both fit in registers): the backward's default
+ * where a token's lanes fit a CTA, an option of the forward (whose default
+ * is one CTA per tile.tokens tokens, no loop). The backward's grid is
+ * always persistent (2 CTAs an SM up to 160 threads, else 1); its CTAs
+ * write one workspace row of dw partials each (their unit slots added in
+ * a fixed order through shared memory), and a second entry point adds the
+ * rows, 8 row slices a column, in a fixed order: dw is deterministic.
  */
 #include <stdio.h>
 
