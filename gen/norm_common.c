@@ -7,6 +7,11 @@
 
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 {
+	lg_emit_rrms_n(b, s, lg_spec_int(s, lg_family_key(lg_family_get(s->op), "hidden")));
+}
+
+void lg_emit_rrms_n(lg_buf *b, const struct lg_spec *s, int64_t n)
+{
 	const struct lg_family *f = lg_family_get(s->op);
 	char eps[32];
 	lg_json_number_text(lg_spec_num(s, lg_family_key(f, "eps")), eps);
@@ -14,8 +19,7 @@ void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 	lg_comment(b, "rounded in fp64, so it matches the float64 reference bit for bit.");
 	lg_line(b, "static __device__ __forceinline__ float lg_rrms(double sumsq)");
 	lg_open(b, "{");
-	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));",
-		(long long)lg_spec_int(s, lg_family_key(f, "hidden")), eps);
+	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));", (long long)n, eps);
 	lg_close(b);
 }
 
@@ -109,4 +113,51 @@ void lg_emit_row_sumsq(lg_buf *b, const struct lg_rowlayout *l, const char *v)
 		lg_line(b, "for (int k = 1; k < %d; k++) ss += sk[k];", l->k);
 	}
 	lg_emit_row_sum(b, l, "double", "ss");
+}
+
+static void emit_dw_sliced(lg_buf *b, int64_t n, const char *ctas)
+{
+	lg_line(b, "__shared__ float slice[8][32];");
+	lg_line(b, "const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5; // column, row slice");
+	lg_line(b, "const i64 col = (i64)blockIdx.x * 32 + cx;");
+	lg_line(b, "const i64 n = %s;", ctas);
+	lg_line(b, "float sum = 0.0f;");
+	lg_line(b, "if (col < %lld)", (long long)n);
+	lg_line(b, "\tfor (i64 i = sl; i < n; i += 8) sum += ((const float *)ws)[i * %lld + col];", (long long)n);
+	lg_line(b, "slice[sl][cx] = sum;");
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "if (sl != 0 || col >= %lld) return;", (long long)n);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 1; k < 8; k++) sum += slice[k][cx]; // fixed order");
+	lg_line(b, "((float *)dw)[col] = sum;");
+}
+
+void lg_emit_dw_reduce(lg_buf *b, const struct lg_spec *s, const char *entry, int64_t n, bool early,
+		       const char *ctas, bool sliced)
+{
+	lg_section(b, entry, "dw from the partials");
+	if (sliced) {
+		lg_comment(b, "dw[col] = sum of the workspace rows: 8 warps add every 8th row each, then");
+		lg_comment(b, "their sums are added in a fixed order (deterministic).");
+	} else {
+		lg_comment(b, "dw[col] = sum of the workspace rows, in CTA order (deterministic).");
+	}
+	lg_emit_signature(b, s, entry, "__launch_bounds__(256)");
+	lg_open(b, "{");
+	if (early) {
+		lg_comment(b, "Wait until the partial sums are written.");
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+	}
+	if (sliced) {
+		emit_dw_sliced(b, n, ctas);
+		lg_close(b);
+		return;
+	}
+	lg_line(b, "const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;");
+	lg_line(b, "if (col >= %lld) return;", (long long)n);
+	lg_line(b, "const i64 n = %s;", ctas);
+	lg_line(b, "float sum = 0.0f;");
+	lg_line(b, "for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * %lld + col];", (long long)n);
+	lg_line(b, "((float *)dw)[col] = sum;");
+	lg_close(b);
 }

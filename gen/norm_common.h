@@ -12,6 +12,8 @@
 /* `lg_rrms(double S)`: (float)(1 / sqrt(S / hidden + eps)), every step in
  * correctly rounded fp64, as the CPU reference computes it. */
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s);
+/* The same over n values (the family's key "eps"; no key "hidden" needed). */
+void lg_emit_rrms_n(lg_buf *b, const struct lg_spec *s, int64_t n);
 
 /* lpr lanes per row (16 to 1024, a power of two), k pieces of 16 bytes
  * each (piece c of a row is held by lane c % lpr), threads per CTA. */
@@ -42,5 +44,16 @@ void lg_emit_row_load(lg_buf *b, const struct lg_rowlayout *l, const char *dst, 
 void lg_emit_row_sumsq(lg_buf *b, const struct lg_rowlayout *l, const char *v);
 /* var (float or double) summed over the lanes of each row, in a fixed order. */
 void lg_emit_row_sum(lg_buf *b, const struct lg_rowlayout *l, const char *type, const char *var);
+
+/* The second kernel of a deterministic weight-gradient backward: dw[col],
+ * col < n, = the fp32 sum of the `ctas` workspace rows (an expression over
+ * the entry's run-time sizes, e.g. "lg_ctas(M)") in CTA order. With early,
+ * it waits (griddepcontrol.wait) for the first kernel's partial sums.
+ * 256 threads a CTA; not sliced: a thread a column (grid ceil(n / 256));
+ * sliced: 32 columns a CTA, each summed by 8 warps over every 8th row and
+ * the 8 sums added in order (grid ceil(n / 32)): 8 times the loads in
+ * flight, the same result for the same rows. */
+void lg_emit_dw_reduce(lg_buf *b, const struct lg_spec *s, const char *entry, int64_t n, bool early,
+		       const char *ctas, bool sliced);
 
 #endif

@@ -302,27 +302,6 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_close(b);
 }
 
-/* The backward's second kernel: dw from the workspace rows. */
-static void emit_backward_dw(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
-{
-	int64_t h = p->v[P_HIDDEN];
-	lg_section(b, p->entry[1], "dw from the partials");
-	lg_comment(b, "dw[col] = sum of the workspace rows, in CTA order (deterministic).");
-	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(256)");
-	lg_open(b, "{");
-	if (p->early[1]) {
-		lg_comment(b, "Wait until the partial sums are written.");
-		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
-	}
-	lg_line(b, "const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;");
-	lg_line(b, "if (col >= %lld) return;", (long long)h);
-	lg_line(b, "const i64 n = lg_ctas(M);");
-	lg_line(b, "float sum = 0.0f;");
-	lg_line(b, "for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * %lld + col];", (long long)h);
-	lg_line(b, "((float *)dw)[col] = sum;");
-	lg_close(b);
-}
-
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	(void)t;
@@ -330,7 +309,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_emit_rrms(b, s);
 	if (p->v[P_BWD]) {
 		emit_backward_rows(b, s, p);
-		emit_backward_dw(b, s, p);
+		lg_emit_dw_reduce(b, s, p->entry[1], p->v[P_HIDDEN], p->early[1], "lg_ctas(M)", false);
 	} else {
 		emit_forward(b, s, p);
 	}

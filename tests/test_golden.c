@@ -111,6 +111,33 @@ static const struct golden cases[] = {
 	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 5120, "
 	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": false, "
 	 "\"output\": \"both\"}, \"tile\": {\"threads\": 256, \"stages\": 2}}"},
+	/* K8 at the target shape: 4 groups of 512, gate [seq, batch, dim] */
+	{"group_rmsnorm_gate_fwd_d2048_g4", "sm_90a",
+	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"dim\": 2048, "
+	 "\"groups\": 4}"},
+	{"group_rmsnorm_gate_bwd_d2048_g4", "sm_90a",
+	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"dim\": 2048, "
+	 "\"groups\": 4}"},
+	/* the forward's persistent, prefetching loop */
+	{"group_rmsnorm_gate_fwd_d2048_g4_prefetch", "sm_90a",
+	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"dim\": 2048, "
+	 "\"groups\": 4, \"tile\": {\"prefetch\": 1}}"},
+	/* the backward without prefetch: 4 pieces a lane, 2 tokens a CTA */
+	{"group_rmsnorm_gate_bwd_d2048_g4_noprefetch", "sm_90a",
+	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"dim\": 2048, "
+	 "\"groups\": 4, \"tile\": {\"prefetch\": 0}}"},
+	/* an odd group count (5 of 200: 80 lanes a token), shared weight, x's layout, no PDL */
+	{"group_rmsnorm_gate_bwd_d1000_g5_wshared_bsd_sm80", "sm_80",
+	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"dim\": 1000, "
+	 "\"groups\": 5, \"shared_weight\": true, \"transpose\": false}"},
+	/* a group over several warps (64 lanes), two groups a CTA */
+	{"group_rmsnorm_gate_bwd_d4096_g2", "sm_90a",
+	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"dim\": 4096, "
+	 "\"groups\": 2}"},
+	/* one unit per CTA (256 lanes) */
+	{"group_rmsnorm_gate_fwd_d16384_g1_sm80", "sm_80",
+	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"dim\": 16384, "
+	 "\"groups\": 1}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])

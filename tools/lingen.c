@@ -43,8 +43,11 @@ static void usage(FILE *f)
 	      "Exit status: 0 success, 1 failed check or runtime error, 2 bad usage or input.\n"
 	      "Environment variables: see 'lingen env'.\n\nops (kernel families; 'lingen help OP' shows one's keys and arguments):\n",
 	      f);
+	int width = 0;
 	for (int i = 0; i < LG_OP_COUNT; i++)
-		fprintf(f, "  %-14s %s\n", lg_op_names[i], lg_family_get((enum lg_op)i)->summary);
+		width = (int)strlen(lg_op_names[i]) > width ? (int)strlen(lg_op_names[i]) : width;
+	for (int i = 0; i < LG_OP_COUNT; i++)
+		fprintf(f, "  %-*s %s\n", width, lg_op_names[i], lg_family_get((enum lg_op)i)->summary);
 }
 
 static int version(void)

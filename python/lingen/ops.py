@@ -119,3 +119,57 @@ def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=1e-6, 
              _rope(eps, rotary_fraction, interleaved, transposed, silu, tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["dqkv"], r["dq_weight"], r["dk_weight"]
+
+
+# ------------------------------------- group RMSNorm x sigmoid gate (K8)
+
+def _shape(a):
+    shape = getattr(a, "shape", None)
+    if shape is None:
+        shape = getattr(a, "__cuda_array_interface__", {}).get("shape")
+    return shape
+
+
+def _gate_options(x, w, eps, groups, transpose, shared_weight, tile):
+    """The weight is shared by the groups when its length is not dim (as
+    linghe decides it), unless shared_weight says."""
+    if shared_weight is None:
+        xs, ws = _shape(x), _shape(w)
+        if xs is None or ws is None:
+            raise ValueError("lingen.group_rmsnorm_gate: cannot tell the shapes of x and w; "
+                             "pass shared_weight=True or False")
+        shared_weight = ws[0] != xs[-1]
+    return {"eps": eps, "groups": groups, "transpose": bool(transpose),
+            "shared_weight": bool(shared_weight), "tile": tile}
+
+
+def group_rmsnorm_gate(x, gate, w, eps=1e-6, *, groups=4, transpose=True, shared_weight=None,
+                       tile=None, out=None, stream=None, context=None, alloc=None):
+    """Group RMSNorm x sigmoid gate forward (KERNELS.md K8): x [batch, seq,
+    dim] bf16 (flatten heads x head_dim into dim first), gate [seq, batch,
+    dim] with transpose=True ([batch, seq, dim] otherwise), w [dim] bf16, or
+    [dim / groups] shared by every group -> y in gate's layout:
+    y = x * rsqrt(mean_group(x^2) + eps) * w * sigmoid(gate), each row of
+    dim split into `groups` contiguous groups; shared_weight=None tells
+    the shared weight by its length. As linghe's
+    triton_group_rms_norm_gate_forward(x, gate, weight, eps, group_size,
+    transpose) (group_size there is this groups); any batch and seq."""
+    r = call("lingen.group_rmsnorm_gate", "group_rmsnorm_gate", "forward",
+             {"x": x, "gate": gate, "w": w},
+             _gate_options(x, w, eps, groups, transpose, shared_weight, tile),
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["y"]
+
+
+def group_rmsnorm_gate_backward(dy, x, gate, w, eps=1e-6, *, groups=4, transpose=True,
+                                shared_weight=None, tile=None, out=None, stream=None, context=None,
+                                alloc=None):
+    """Group RMSNorm x sigmoid gate backward: dy in gate's layout, x, gate,
+    w as in group_rmsnorm_gate -> (dx [batch, seq, dim] bf16, dgate in
+    gate's layout bf16, dw fp32 in w's shape, deterministic). As linghe's
+    triton_group_rms_norm_gate_backward (same argument and return order)."""
+    r = call("lingen.group_rmsnorm_gate_backward", "group_rmsnorm_gate", "backward",
+             {"dy": dy, "x": x, "gate": gate, "w": w},
+             _gate_options(x, w, eps, groups, transpose, shared_weight, tile),
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["dx"], r["dgate"], r["dw"]

@@ -343,3 +343,61 @@ def qk_norm_rope(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=1e-6, ro
     H=q_heads, h=kv_heads (rotary_fraction 0.5 there)."""
     return QKNormRopeFunction.apply(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps,
                                     rotary_fraction, interleaved, transposed, silu)
+
+
+# ------------------------------------- group RMSNorm x sigmoid gate (K8)
+
+def _bsd(t):
+    """t [a, b, ...] as [a, b, rest] (the attention output's heads x head_dim
+    flattened into dim)."""
+    return t.reshape(t.shape[0], t.shape[1], -1)
+
+
+class GroupRMSNormGateFunction(torch.autograd.Function):
+    """y = x * rsqrt(mean_group(x^2) + eps) * w * sigmoid(gate) with
+    lingen's forward and backward (KERNELS.md K8): x [batch, seq, ...],
+    gate [seq, batch, ...] with transpose ([batch, seq, ...] otherwise),
+    weight [dim] or [dim / groups] (shared by the groups); y [seq, batch,
+    dim] with transpose, else [batch, seq, dim]. dw is fp32 and
+    deterministic, cast to the weight's dtype for autograd."""
+
+    @staticmethod
+    def forward(ctx, x, gate, weight, eps=1e-6, groups=4, transpose=True):
+        x3, g3 = _bsd(x), _bsd(gate)
+        shared = weight.shape[0] != x3.shape[-1]
+        y = _run("group_rmsnorm_gate_forward", x3, g3, weight, eps=eps, groups=groups,
+                 transpose=bool(transpose), shared_weight=shared)
+        ctx.save_for_backward(x3, g3, weight)
+        ctx.opts = dict(eps=eps, groups=groups, transpose=bool(transpose), shared_weight=shared)
+        ctx.shapes = (x.shape, gate.shape)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x3, g3, weight = ctx.saved_tensors
+        dx, dgate, dw = _run("group_rmsnorm_gate_backward", _bsd(dy), x3, g3, weight, **ctx.opts)
+        dw = dw.to(weight.dtype) if ctx.needs_input_grad[2] else None
+        return dx.view(ctx.shapes[0]), dgate.view(ctx.shapes[1]), dw, None, None, None
+
+
+def group_rms_norm_gate(x, gate, weight, eps=1e-6, groups=4, transpose=True):
+    """Group RMSNorm x sigmoid gate, differentiable (linghe's facade
+    group_rms_norm_gate(attn_output, gate, weight, eps, group_size); its
+    group_size is groups here)."""
+    return GroupRMSNormGateFunction.apply(x, gate, weight, eps, groups, transpose)
+
+
+def group_rms_norm_gate_forward(x, gate, weight, eps=1e-6, groups=4, transpose=True):
+    """y without autograd, as linghe's triton_group_rms_norm_gate_forward."""
+    x3 = _bsd(x)
+    return _run("group_rmsnorm_gate_forward", x3, _bsd(gate), weight, eps=eps, groups=groups,
+                transpose=bool(transpose), shared_weight=weight.shape[0] != x3.shape[-1])
+
+
+def group_rms_norm_gate_backward(dy, x, gate, weight, eps=1e-6, groups=4, transpose=True):
+    """(dx, dgate, dw fp32) as linghe's triton_group_rms_norm_gate_backward."""
+    x3 = _bsd(x)
+    dx, dgate, dw = _run("group_rmsnorm_gate_backward", _bsd(dy), x3, _bsd(gate), weight, eps=eps,
+                         groups=groups, transpose=bool(transpose),
+                         shared_weight=weight.shape[0] != x3.shape[-1])
+    return dx.view(x.shape), dgate.view(gate.shape), dw

@@ -18,11 +18,11 @@
 
 struct lg_check_opts {
 	int64_t tokens;  /* token count (rows) */
+	const int64_t *sizes; /* every run-time size of the pass (NULL: lg_sizes_at of tokens) */
 	uint64_t seed;   /* input seed (lg_check_fresh_seed for a new one); printed by the caller */
 	int max_report;  /* mismatches printed per output (default 5) */
 	bool no_optional; /* pass 0 for optional arguments (e.g. rms: recomputed / not written) */
 	FILE *out;       /* where the report goes (NULL: stdout) */
-	const int64_t *sizes; /* every run-time size of the pass (NULL: lg_sizes_at(tokens)) */
 };
 
 /* A fresh seed for random inputs, from the clock (below 2^63, so --seed and

@@ -1,0 +1,132 @@
+/*
+ * group_rmsnorm_gate_ref.c - CPU reference of family "group_rmsnorm_gate"
+ * (KERNELS.md K8), all in float64. For token (b, l), group i of d = dim /
+ * groups values, r = 1 / sqrt(sum_group x^2 / d + eps), s = sigmoid(gate):
+ *   forward  y = x r w s
+ *   backward dx = r dy w s - r^3 x (sum_group x dy w s) / d,
+ *            dgate = x r w dy s (1 - s), dw = sum over tokens of x r dy s
+ *            (over the groups too with a shared weight).
+ * gate, y, dy and dgate are [seq, batch, dim] with transpose, else [batch,
+ * seq, dim] as x.
+ *
+ * How exact: the GPU works in fp32 (r rounded to fp32, an approximate
+ * exponential in the sigmoid, fp32 sums), so bf16 outputs get a relative
+ * tolerance of two bf16 ulps and an absolute one for the cancellation in
+ * dx; dw, a long fp32 sum, a relative tolerance.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "numeric_ref.h"
+#include "ref.h"
+
+enum { F_X, F_GATE, F_W, F_Y };
+enum { B_DY, B_X, B_GATE, B_W, B_DX, B_DGATE, B_DW, B_WS };
+
+static void bf16_tol(struct lg_ref_buf *b)
+{
+	b->cmp = LG_CMP_BF16, b->rtol = 1.6e-2, b->atol = 2e-3;
+}
+
+static void describe(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	if (s->pass == LG_PASS_FORWARD) {
+		bf16_tol(&c->buf[F_Y]);
+		return;
+	}
+	bf16_tol(&c->buf[B_DX]);
+	bf16_tol(&c->buf[B_DGATE]);
+	c->buf[B_DW].cmp = LG_CMP_FP32, c->buf[B_DW].rtol = 1e-3, c->buf[B_DW].atol = 1e-3;
+}
+
+static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
+{
+	bool fwd = s->pass == LG_PASS_FORWARD;
+	size_t n = (size_t)(c->sizes[0] * c->sizes[1] * lg_ref_int(s, "dim"));
+	uint64_t st = seed;
+	struct lg_ref_buf *x = &c->buf[fwd ? F_X : B_X], *g = &c->buf[fwd ? F_GATE : B_GATE],
+			  *w = &c->buf[fwd ? F_W : B_W];
+	lg_ref_fill_bf16(x->host, n, 1.0f, &st);
+	lg_ref_fill_bf16(g->host, n, 2.0f, &st);
+	uint16_t *wv = w->host;
+	for (size_t k = 0; k < w->count; k++)
+		wv[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
+	if (!fwd)
+		lg_ref_fill_bf16(c->buf[B_DY].host, n, 1.0f, &st);
+}
+
+/* The problem's dimensions, and where token (b, l) sits in each layout. */
+struct dims {
+	size_t B, L, dim, d, groups;
+	bool transpose, shared;
+};
+
+static size_t row_x(const struct dims *k, size_t b, size_t l) { return b * k->L + l; }
+static size_t row_g(const struct dims *k, size_t b, size_t l)
+{
+	return k->transpose ? l * k->B + b : b * k->L + l;
+}
+static double bf(const uint16_t *p, size_t i) { return lg_ref_bf16_to_f32(p[i]); }
+static double sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+/* The tensors of a pass (NULL where the pass has none). */
+struct io {
+	const uint16_t *x, *gate, *w, *dy;
+	uint16_t *y, *dx, *dgate;
+	double *dw; /* float64 sums */
+};
+
+/* One group of one token: x at ox, gate, y, dy, dgate at og, w at ow. */
+static void unit(const struct dims *k, const struct io *t, double eps, size_t ox, size_t og, size_t ow)
+{
+	double ss = 0.0, dot = 0.0, n = (double)k->d;
+	for (size_t j = 0; j < k->d; j++) {
+		ss += bf(t->x, ox + j) * bf(t->x, ox + j);
+		if (t->dy)
+			dot += bf(t->x, ox + j) * bf(t->dy, og + j) * bf(t->w, ow + j) * sigmoid(bf(t->gate, og + j));
+	}
+	double r = 1.0 / sqrt(ss / n + eps);
+	for (size_t j = 0; j < k->d; j++) {
+		double xv = bf(t->x, ox + j), wv = bf(t->w, ow + j), sg = sigmoid(bf(t->gate, og + j));
+		if (!t->dy) {
+			t->y[og + j] = lg_ref_f32_to_bf16((float)(xv * r * wv * sg));
+			continue;
+		}
+		double dv = bf(t->dy, og + j);
+		t->dx[ox + j] = lg_ref_f32_to_bf16((float)(r * dv * wv * sg - r * r * r * xv * dot / n));
+		t->dgate[og + j] = lg_ref_f32_to_bf16((float)(xv * r * wv * dv * sg * (1.0 - sg)));
+		t->dw[ow + j] += xv * r * dv * sg;
+	}
+}
+
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	bool fwd = s->pass == LG_PASS_FORWARD;
+	struct dims k = {.B = (size_t)c->sizes[0], .L = (size_t)c->sizes[1], .dim = (size_t)lg_ref_int(s, "dim"),
+			 .groups = (size_t)lg_ref_int(s, "groups"), .transpose = lg_ref_int(s, "transpose") != 0,
+			 .shared = lg_ref_int(s, "shared_weight") != 0};
+	k.d = k.dim / k.groups;
+	size_t wlen = k.shared ? k.d : k.dim;
+	struct io t = {.x = c->buf[fwd ? F_X : B_X].host, .gate = c->buf[fwd ? F_GATE : B_GATE].host,
+		       .w = c->buf[fwd ? F_W : B_W].host};
+	if (fwd) {
+		t.y = c->buf[F_Y].host;
+	} else {
+		t.dy = c->buf[B_DY].host, t.dx = c->buf[B_DX].host, t.dgate = c->buf[B_DGATE].host;
+		t.dw = calloc(wlen, sizeof *t.dw);
+		LG_ASSERT(t.dw);
+	}
+	for (size_t b = 0; b < k.B; b++)
+		for (size_t l = 0; l < k.L; l++)
+			for (size_t i = 0; i < k.groups; i++)
+				unit(&k, &t, lg_ref_num(s, "eps"), row_x(&k, b, l) * k.dim + i * k.d,
+				     row_g(&k, b, l) * k.dim + i * k.d, k.shared ? 0 : i * k.d);
+	if (fwd)
+		return;
+	for (size_t j = 0; j < wlen; j++)
+		((float *)c->buf[B_DW].host)[j] = (float)t.dw[j];
+	free(t.dw);
+}
+
+const struct lg_ref_family lg_ref_group_rmsnorm_gate = {describe, fill, run};
