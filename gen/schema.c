@@ -513,10 +513,21 @@ static void name_key(lg_buf *b, const struct lg_key *key, const struct lg_spec *
 	case LG_KEY_INT:
 		lg_emit(b, "_%s%lld", key->abbrev ? key->abbrev : "", (long long)s->v[k]);
 		break;
-	case LG_KEY_NUMBER:
+	case LG_KEY_NUMBER: {
+		/* a short decimal that reads back exactly ("rf1", "rf0p25", "eps1em05"),
+		 * else the value's bits: names stay identifiers and unique */
+		char num[32];
+		snprintf(num, sizeof num, "%g", s->num[k]);
+		if (strtod(num, NULL) == s->num[k]) {
+			for (char *c = num; *c; c++)
+				*c = *c == '.' ? 'p' : *c == '-' ? 'm' : *c == '+' ? 'P' : *c;
+			lg_emit(b, "_%s%s", key->abbrev ? key->abbrev : "", num);
+			break;
+		}
 		memcpy(&bits, &s->num[k], sizeof bits);
 		lg_emit(b, "_%s%016" PRIx64, key->abbrev ? key->abbrev : "", bits);
 		break;
+	}
 	case LG_KEY_BOOL:
 	case LG_KEY_ENUM:
 		lg_emit(b, "_%s", key->words ? key->words[s->v[k]] : key->values[s->v[k]]);

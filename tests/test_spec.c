@@ -268,7 +268,7 @@ static const struct canon canon_cases[] = {
 	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 5120, "
 	 "\"eps\": 1e-05, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": false, "
 	 "\"output\": \"columnwise\"}, \"tile\": {\"threads\": 256}}",
-	 "lg_rmsnorm_quant_fwd_bf16_h5120_colwise_exact_eps3ee4f8b588e368f1_tt256"},
+	 "lg_rmsnorm_quant_fwd_bf16_h5120_colwise_exact_eps1em05_tt256"},
 	{"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 4096.0, "
 	 "\"eps\": 0.000001, \"tile\": {\"threads\": 128, \"rows\": 4}}",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 4096, "
@@ -278,7 +278,7 @@ static const struct canon canon_cases[] = {
 	 "\"eps\": 0.1}",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 128, "
 	 "\"eps\": 0.1}",
-	 "lg_rmsnorm_fwd_bf16_h128_eps3fb999999999999a"},
+	 "lg_rmsnorm_fwd_bf16_h128_eps0p1"},
 };
 
 static void test_canonical(void **state)

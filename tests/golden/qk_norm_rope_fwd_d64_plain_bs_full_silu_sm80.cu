@@ -111,11 +111,11 @@ static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 S
 	return t;
 }
 
-// ----- lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf3ff0000000000000_bs_plain_silu -----
+// ----- lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf1_bs_plain_silu -----
 // q/k RMSNorm + RoPE + split, forward
 // 8 lanes a head vector, 32 lane groups a CTA, 4 tokens at a time.
 extern "C" __global__ void __launch_bounds__(256)
-lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf3ff0000000000000_bs_plain_silu(
+lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf1_bs_plain_silu(
 	u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 q, u64 k, u64 v, i64 S, i64 B, i64 part)
 {
 	__shared__ float ct[4][32], st[4][32]; // cos, sin of each token's R/2 angles
