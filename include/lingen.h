@@ -242,7 +242,8 @@ lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens,
  *   qt [hidden, tokens] e4m3, st [ceil(tokens/128), hidden] fp32 (columnwise)
  *   rms [tokens] fp32 (reciprocal RMS): required, also the hand-over between
  *   the kernel's two passes.
- * Copies the spec's quant.output did not ask for take 0. */
+ * Copies the spec's quant.output did not ask for take 0. Each typed
+ * launcher refuses a kernel of another op or pass (LG_ERR_INVALID_ARG). */
 lg_status lg_rmsnorm_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens,
 				   lg_dptr x, lg_dptr w, lg_dptr q, lg_dptr s, lg_dptr rms,
 				   lg_dptr qt, lg_dptr st);
@@ -259,6 +260,36 @@ lg_status lg_rmsnorm_forward(const lg_kernel *k, lg_stream stream, int64_t token
 lg_status lg_rmsnorm_backward(const lg_kernel *k, lg_stream stream, int64_t tokens,
 			      lg_dptr dy, lg_dptr x, lg_dptr w, lg_dptr rms, lg_dptr dx,
 			      lg_dptr dw, lg_dptr workspace);
+
+/* K8: group RMSNorm x sigmoid gate, forward (op "group_rmsnorm_gate"):
+ *   x [batch, seq, dim] bf16; gate [seq, batch, dim] bf16 (transpose,
+ *   the default) or [batch, seq, dim]; w [dim] bf16, or [dim / groups]
+ *   with shared_weight; y = x * r * w * sigmoid(gate) in gate's layout. */
+lg_status lg_group_rmsnorm_gate_forward(const lg_kernel *k, lg_stream stream, int64_t batch, int64_t seq,
+					lg_dptr x, lg_dptr gate, lg_dptr w, lg_dptr y);
+/* Its backward: dy in gate's layout; dx [batch, seq, dim] bf16, dgate in
+ *   gate's layout bf16, dw fp32 in w's shape (overwritten, deterministic).
+ *   workspace: lg_kernel_workspace_size(k) bytes. */
+lg_status lg_group_rmsnorm_gate_backward(const lg_kernel *k, lg_stream stream, int64_t batch, int64_t seq,
+					 lg_dptr dy, lg_dptr x, lg_dptr gate, lg_dptr w, lg_dptr dx,
+					 lg_dptr dgate, lg_dptr dw, lg_dptr workspace);
+
+/* K2: split qkv + q/k RMSNorm + rotate-half RoPE + transpose, forward (op
+ *   "qk_norm_rope"): qkv [seq, batch, (H + 2h) * D] bf16 (qkv_order
+ *   "seq_batch", the default; [batch, seq, ...] for "batch_seq"), heads as
+ *   head_layout; q_weight, k_weight [D] bf16; freqs [seq, R] fp32 (R =
+ *   rotary_fraction * D, cat(f, f): only [:, 0:R/2] is read); q [batch, seq,
+ *   H, D], k_out and v [batch, seq, h, D] bf16. */
+lg_status lg_qk_norm_rope_forward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
+				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs, lg_dptr q,
+				  lg_dptr k_out, lg_dptr v);
+/* Its backward: gq, gk, gv as q, k, v; qkv, the weights and freqs as in the
+ *   forward; dqkv in qkv's layout bf16; dq_weight, dk_weight [D] fp32
+ *   (overwritten, deterministic). workspace: lg_kernel_workspace_size(k). */
+lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
+				   lg_dptr gq, lg_dptr gk, lg_dptr gv, lg_dptr qkv, lg_dptr q_weight,
+				   lg_dptr k_weight, lg_dptr freqs, lg_dptr dqkv, lg_dptr dq_weight,
+				   lg_dptr dk_weight, lg_dptr workspace);
 
 #ifdef __cplusplus
 }

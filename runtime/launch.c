@@ -5,7 +5,6 @@
  * launch geometry from the plan (integer arithmetic, checked against the
  * hardware's grid limits), cuLaunchKernel per entry with a non-empty grid.
  */
-#include <stdarg.h>
 #include <stdint.h>
 
 #include "context.h"
@@ -103,32 +102,72 @@ lg_status lg_kernel_launch(const lg_kernel *k, lg_stream stream, int64_t tokens,
 	return lg_kernel_run(k, stream, &tokens, 1, ptrs, nptrs);
 }
 
-static lg_status launch_n(const lg_kernel *k, lg_stream stream, int64_t tokens, int n, ...)
+/* The typed launchers: the kernel must be of their op and pass. */
+static lg_status run_typed(const lg_kernel *k, lg_stream stream, enum lg_op op, enum lg_pass pass,
+			   const char *fn, const int64_t *sizes, int nsizes, const lg_dptr *ptrs, int n)
 {
-	lg_dptr ptrs[LG_MAX_ARGS];
-	va_list ap;
-	va_start(ap, n);
-	for (int i = 0; i < n; i++)
-		ptrs[i] = va_arg(ap, lg_dptr);
-	va_end(ap);
-	return lg_kernel_launch(k, stream, tokens, ptrs, n);
+	if (k && (k->spec.op != op || k->spec.pass != pass))
+		return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s is op \"%s\", pass \"%s\"; this launcher takes "
+			       "op \"%s\", pass \"%s\"", fn, k->plan.entry[0], lg_op_names[k->spec.op],
+			       lg_pass_names[k->spec.pass], lg_op_names[op], lg_pass_names[pass]);
+	return lg_kernel_run(k, stream, sizes, nsizes, ptrs, n);
 }
+
+#define LG_TYPED(op, pass, sizes, ...)                                                              \
+	do {                                                                                        \
+		const int64_t sz_[] = sizes;                                                        \
+		const lg_dptr p_[] = {__VA_ARGS__};                                                 \
+		return run_typed(k, stream, op, pass, __func__, sz_, (int)(sizeof sz_ / sizeof *sz_), p_, \
+				 (int)(sizeof p_ / sizeof *p_));                                    \
+	} while (0)
+#define LG_SIZES(...) {__VA_ARGS__}
 
 lg_status lg_rmsnorm_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
 				   lg_dptr w, lg_dptr q, lg_dptr s, lg_dptr rms, lg_dptr qt, lg_dptr st)
 {
-	return launch_n(k, stream, tokens, 7, x, w, q, s, rms, qt, st);
+	LG_TYPED(LG_OP_RMSNORM_QUANT, LG_PASS_FORWARD, LG_SIZES(tokens), x, w, q, s, rms, qt, st);
 }
 
 lg_status lg_rmsnorm_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
 			     lg_dptr w, lg_dptr y, lg_dptr rms)
 {
-	return launch_n(k, stream, tokens, 4, x, w, y, rms);
+	LG_TYPED(LG_OP_RMSNORM, LG_PASS_FORWARD, LG_SIZES(tokens), x, w, y, rms);
 }
 
 lg_status lg_rmsnorm_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dy,
 			      lg_dptr x, lg_dptr w, lg_dptr rms, lg_dptr dx, lg_dptr dw,
 			      lg_dptr workspace)
 {
-	return launch_n(k, stream, tokens, 7, dy, x, w, rms, dx, dw, workspace);
+	LG_TYPED(LG_OP_RMSNORM, LG_PASS_BACKWARD, LG_SIZES(tokens), dy, x, w, rms, dx, dw, workspace);
+}
+
+lg_status lg_group_rmsnorm_gate_forward(const lg_kernel *k, lg_stream stream, int64_t batch, int64_t seq,
+					lg_dptr x, lg_dptr gate, lg_dptr w, lg_dptr y)
+{
+	LG_TYPED(LG_OP_GROUP_RMSNORM_GATE, LG_PASS_FORWARD, LG_SIZES(batch, seq), x, gate, w, y);
+}
+
+lg_status lg_group_rmsnorm_gate_backward(const lg_kernel *k, lg_stream stream, int64_t batch, int64_t seq,
+					 lg_dptr dy, lg_dptr x, lg_dptr gate, lg_dptr w, lg_dptr dx,
+					 lg_dptr dgate, lg_dptr dw, lg_dptr workspace)
+{
+	LG_TYPED(LG_OP_GROUP_RMSNORM_GATE, LG_PASS_BACKWARD, LG_SIZES(batch, seq), dy, x, gate, w, dx, dgate,
+		 dw, workspace);
+}
+
+lg_status lg_qk_norm_rope_forward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
+				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs, lg_dptr q,
+				  lg_dptr k_out, lg_dptr v)
+{
+	LG_TYPED(LG_OP_QK_NORM_ROPE, LG_PASS_FORWARD, LG_SIZES(seq, batch), qkv, q_weight, k_weight, freqs, q,
+		 k_out, v);
+}
+
+lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
+				   lg_dptr gq, lg_dptr gk, lg_dptr gv, lg_dptr qkv, lg_dptr q_weight,
+				   lg_dptr k_weight, lg_dptr freqs, lg_dptr dqkv, lg_dptr dq_weight,
+				   lg_dptr dk_weight, lg_dptr workspace)
+{
+	LG_TYPED(LG_OP_QK_NORM_ROPE, LG_PASS_BACKWARD, LG_SIZES(seq, batch), gq, gk, gv, qkv, q_weight,
+		 k_weight, freqs, dqkv, dq_weight, dk_weight, workspace);
 }

@@ -336,6 +336,14 @@ static void test_export(void **state)
 	for (int i = 0; i < 5; i++)
 		assert_int_equal(lg_spec_arg_used(s, i), colwise[i]);
 	lg_spec_free(s);
+	/* the typed launchers refuse a NULL kernel before touching anything */
+	assert_int_equal(lg_group_rmsnorm_gate_forward(NULL, NULL, 2, 8, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_group_rmsnorm_gate_backward(NULL, NULL, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0),
+			 LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_qk_norm_rope_forward(NULL, NULL, 8, 2, 0, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_qk_norm_rope_backward(NULL, NULL, 8, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+			 LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_rmsnorm_forward(NULL, NULL, 8, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
 }
 
 int main(void)
