@@ -36,11 +36,7 @@ static uint64_t seed; /* every check's inputs (as `lingen check --seed`) */
 static int setup(void **state)
 {
 	(void)state;
-	if (lg_ctx_create(NULL, &ctx) != LG_OK) {
-		fprintf(stderr, "%s\n", lg_last_error());
-		return -1;
-	}
-	return 0;
+	return lg_test_gpu_ctx(&ctx);
 }
 
 static int teardown(void **state)

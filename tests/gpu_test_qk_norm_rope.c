@@ -31,11 +31,7 @@ static uint64_t seed;
 static int setup(void **state)
 {
 	(void)state;
-	if (lg_cu_ensure_context(0) != LG_OK || lg_ctx_create(NULL, &ctx) != LG_OK) {
-		fprintf(stderr, "a CUDA device is present but: %s\n", lg_last_error());
-		return -1;
-	}
-	return 0;
+	return lg_test_gpu_ctx(&ctx);
 }
 
 static int teardown(void **state)

@@ -219,6 +219,15 @@ void lg_test_require_gpu(const char *test)
 	exit(LG_TEST_SKIP);
 }
 
+int lg_test_gpu_ctx(lg_ctx **ctx)
+{
+	if (lg_cu_ensure_context(0) != LG_OK || lg_ctx_create(NULL, ctx) != LG_OK) {
+		fprintf(stderr, "a CUDA device is present but: %s\n", lg_last_error());
+		return -1;
+	}
+	return 0;
+}
+
 uint64_t lg_test_seed(const char *test)
 {
 	uint64_t seed = 0;

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "lingen.h"
+
 /* The exit status of a test program that cannot run here (no GPU): ctest's
  * SKIP_RETURN_CODE for the gpu tests, so they show as skipped, not passed. */
 #define LG_TEST_SKIP 77
@@ -20,6 +22,10 @@
 /* Unless a CUDA driver and device are present (a context can be made
  * current), print "SKIP <test>: <why>" and exit with LG_TEST_SKIP. */
 void lg_test_require_gpu(const char *test);
+
+/* For a GPU test's group setup: device 0's context current and a JIT
+ * context (default options) in *ctx; 0, or -1 after printing why. */
+int lg_test_gpu_ctx(lg_ctx **ctx);
 
 /* The seed of a test's random inputs: $LINGEN_SEED when set, else a new one
  * from the clock. Prints "<test>: seed: N (replay with LINGEN_SEED=N)". A
