@@ -19,7 +19,7 @@ import sys
 import threading
 
 from . import _arrays, _cuda, _lib
-from ._families import bare_name, families
+from ._families import bind, families
 from ._lib import LingenError, SpecError
 
 
@@ -291,18 +291,10 @@ def _where(fn, msg):
 def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
     fam = families()[op]
     decl = fam.passes[pass_]
-    env, origin = {}, {}
-    for a in decl.args:
-        v = views.get(a.name)
-        if v is None or not a.dims:
-            continue
-        if len(v.shape) != len(a.dims):
-            raise ValueError(_where(fn, f"{a.name}: found shape {v.shape}, expected "
-                                        f"{len(a.dims)} dimensions [{a.shape}]"))
-        for i, (d, n) in enumerate(zip(a.dims, v.shape)):
-            name = bare_name(d, fam, options)
-            if name and name not in env:
-                env[name], origin[name] = n, f"{a.name}.shape[{i}]"
+    env, origin, bad = bind(fam, decl, {n: v.shape for n, v in views.items()}, options)
+    if bad is not None:
+        raise ValueError(_where(fn, f"{bad.name}: found shape {views[bad.name].shape}, expected "
+                                    f"{len(bad.dims)} dimensions [{bad.shape}]"))
     sizes = []
     for s in decl.sizes:
         if s in sizes_over:

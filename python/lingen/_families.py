@@ -182,3 +182,24 @@ def parse(doc):
                                  tuple((s["min"], s["max"]) for s in p["sizes"]), args)
         out[o["op"]] = Family(o["op"], o["summary"], tuple(o["dtypes"]), keys, passes)
     return out
+
+
+def bind(fam, decl, shapes, options):
+    """Sizes and shape keys read off the arrays' dimensions: each dimension
+    that is exactly a name takes its value from the first array declaring
+    it. shapes: {argument name: shape}. Returns (env, origin, bad): origin
+    names where each value came from, bad the first argument whose number
+    of dimensions is not the declared one (None)."""
+    env, origin, bad = {}, {}, None
+    for a in decl.args:
+        shape = shapes.get(a.name)
+        if shape is None or not a.dims:
+            continue
+        if len(shape) != len(a.dims):
+            bad = bad or a
+            continue
+        for i, (d, n) in enumerate(zip(a.dims, shape)):
+            name = bare_name(d, fam, options)
+            if name and name not in env:
+                env[name], origin[name] = n, f"{a.name}.shape[{i}]"
+    return env, origin, bad

@@ -18,6 +18,8 @@ and they launch on torch's current stream, so CUDA graphs capture them
     norm = lt.RMSNorm(2048).cuda()         # nn.Module
     q, s, rms, qt, st = lt.rms_norm_quant(x, w)
 """
+import json
+
 import torch
 
 from . import _core, _families
@@ -83,15 +85,7 @@ def _spec_for(op, pass_, shapes, opts):
     and the environment its declared shapes evaluate in."""
     fam = _families.families()[op]
     decl = fam.passes[pass_]
-    env = {}
-    for a in decl.args:
-        shape = shapes.get(a.name)
-        if shape is None or len(shape) != len(a.dims):
-            continue
-        for d, n in zip(a.dims, shape):
-            name = _families.bare_name(d, fam, opts)
-            if name and name not in env:
-                env[name] = n
+    env = _families.bind(fam, decl, shapes, opts)[0]
     spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
     for k in fam.keys:
         if k.shape and k.path in env:
@@ -102,7 +96,6 @@ def _spec_for(op, pass_, shapes, opts):
     s = _specs.get(text)
     if s is None:
         s = _specs.setdefault(text, _core.Spec(spec))
-    import json
     canon = json.loads(s.canonical)
 
     def flat(d, prefix=""):
