@@ -120,10 +120,8 @@ static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	if (e == 1) { /* dw: one thread per column, also at 0 tokens (dw = 0) */
-		d->grid[0] = (unsigned)((p->v[P_HIDDEN] + 255) / 256);
-		d->block[0] = 256;
-		d->smem = 0;
+	if (e == 1) {
+		lg_dw_reduce_geometry(p->v[P_HIDDEN], true, d);
 		return;
 	}
 	d->grid[0] = (unsigned)ctas(p, sz[0]);
@@ -157,6 +155,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "const u8 *const xg = (const u8 *)x;");
 	lg_line(b, "lg_u32x4 v[%lld];", (long long)p->v[P_K]);
 	lg_emit_row_load(b, &l, "v", "xg", "lg_ld16", NULL);
+	lg_emit_row_weights(b, &l, "wv", "w");
 	lg_emit_row_sumsq(b, &l, "v");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_comment(b, "y = (x * r) * w in fp32, rounded to bf16 (RNE).");
@@ -164,9 +163,8 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
-	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + c * 16);");
 	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};");
-	lg_line(b, "const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};");
+	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
 	lg_line(b, "u32 o[4];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int e = 0; e < 4; e++)");
@@ -210,15 +208,11 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
 	}
 	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
-	lg_line(b, "lg_u32x4 wv[%lld];", (long long)p->v[P_K]);
+	lg_emit_row_weights(b, &l, "wv", "w");
 	lg_line(b, "float acc[%lld][8];", (long long)p->v[P_K]);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
-	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
-	lg_line(b, "wv[k] = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};",
-		(long long)pieces);
-	lg_line(b, "for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
-	lg_close(b);
+	lg_line(b, "for (int k = 0; k < %lld; k++)", (long long)p->v[P_K]);
+	lg_line(b, "\tfor (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
 	if (rows > 1) {
 		lg_line(b, "const i64 stride = lg_ctas(M) * %d;", rows);
 		lg_open(b, "for (i64 base = (i64)blockIdx.x * %d; base < M; base += stride) {", rows);
@@ -309,7 +303,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_emit_rrms(b, s);
 	if (p->v[P_BWD]) {
 		emit_backward_rows(b, s, p);
-		lg_emit_dw_reduce(b, s, p->entry[1], p->v[P_HIDDEN], p->early[1], "lg_ctas(M)", false);
+		lg_emit_dw_reduce(b, s, p->entry[1], p->v[P_HIDDEN], p->early[1], "lg_ctas(M)", true);
 	} else {
 		emit_forward(b, s, p);
 	}

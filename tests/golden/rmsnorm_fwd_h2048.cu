@@ -108,6 +108,12 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 		if (live && c < 256)
 			v[k] = lg_ld16(xg + (m * 2048 + c * 8) * 2);
 	}
+	lg_u32x4 wv[8];
+	#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		const int c = t + k * 32;
+		wv[k] = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
+	}
 	// Sum of squares: one fp64 chain per piece, added in a fixed order.
 	double sk[8];
 	#pragma unroll
@@ -122,9 +128,8 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 	for (int k = 0; k < 8; k++) {
 		const int c = t + k * 32;
 		if (!live || c >= 256) continue;
-		const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + c * 16);
 		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-		const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
+		const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
 		u32 o[4];
 		#pragma unroll
 		for (int e = 0; e < 4; e++)
