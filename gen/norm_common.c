@@ -66,18 +66,24 @@ void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum)
 	}
 }
 
-void lg_emit_row_load(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
-		      const char *ld, const char *extra)
+void lg_emit_row_load_at(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
+			 const char *ld, const char *extra, const char *m, const char *live)
 {
 	int64_t pieces = l->hidden / 8;
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
 	lg_line(b, "const int c = t + k * %d;", l->lpr);
 	lg_line(b, "%s[k] = lg_u32x4{0u, 0u, 0u, 0u};", dst);
-	lg_line(b, "if (live && c < %lld)", (long long)pieces);
-	lg_line(b, "\t%s[k] = %s(%s + (m * %lld + c * 8) * 2%s%s);", dst, ld, base, (long long)l->hidden,
+	lg_line(b, "if (%s && c < %lld)", live, (long long)pieces);
+	lg_line(b, "\t%s[k] = %s(%s + (%s * %lld + c * 8) * 2%s%s);", dst, ld, base, m, (long long)l->hidden,
 		extra ? ", " : "", extra ? extra : "");
 	lg_close(b);
+}
+
+void lg_emit_row_load(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
+		      const char *ld, const char *extra)
+{
+	lg_emit_row_load_at(b, l, dst, base, ld, extra, "m", "live");
 }
 
 void lg_emit_row_weights(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *w)

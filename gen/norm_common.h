@@ -40,6 +40,9 @@ void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum);
  * ld(pointer) or ld(pointer, extra) when extra is not NULL. */
 void lg_emit_row_load(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
 		      const char *ld, const char *extra);
+/* The same for the row `m` (an expression) when `live` (another). */
+void lg_emit_row_load_at(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
+			 const char *ld, const char *extra, const char *m, const char *live);
 /* `lg_u32x4 dst[k]` = the lane's pieces of the weight w (bf16 [hidden]),
  * zeros past the row; loaded at once, so that their latency overlaps the
  * loads of x and the row reductions (small batches wait on nothing else). */

@@ -6,7 +6,8 @@
  * (backward) 16-byte pieces of it in registers, so x is read once; the row
  * reductions are warp butterflies, plus a fixed-order pass through shared
  * memory when a row spans several warps. The backward runs a persistent
- * grid whose CTAs keep their dw partial sums in registers, reduce them
+ * grid (with tile.prefetch, each lane loads its next row's x and dy
+ * before the math of this one) whose CTAs keep their dw partial sums in registers, reduce them
  * across row slots in shared memory, and write one row of a workspace; a
  * second entry point adds the workspace rows in a fixed order, so dw is
  * deterministic.
@@ -21,7 +22,7 @@
 
 #define PMAX 264 /* CTAs of the backward's persistent grid (2 per SM on H200) */
 
-enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, NKEYS };
+enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, K_PREFETCH, NKEYS };
 static const int64_t rows_ok[] = {1, 2, 4, 8, 16, 0}, threads_ok[] = {128, 256, 512, 1024, 0};
 static const struct lg_key keys[NKEYS] = {
 	/* rows are read in 16-byte pieces: any multiple of 8 features */
@@ -30,6 +31,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_ROWS] = LG_KEY_TILE("rows", "r", 1, 16, rows_ok, "rows per CTA (threads follow)"),
 	[K_THREADS] = LG_KEY_TILE("threads", "t", 128, 1024, threads_ok, "threads per CTA"),
+	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 1, NULL,
+				   "backward: load the next row's x and dy before this row's math (default 0)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -65,6 +68,7 @@ enum {
 	P_THREADS = LG_ROW_THREADS,
 	P_SMEM = LG_ROW_VALUES, /* dynamic shared memory (backward) */
 	P_BWD,                  /* 1 for the backward */
+	P_PREFETCH,             /* backward: the next row loaded ahead */
 };
 
 /* The row layout of a spec: `threads` (else the default), or `rows` rows
@@ -83,6 +87,9 @@ static struct lg_rowlayout layout(const struct lg_spec *s)
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
+	if (s->pass != LG_PASS_BACKWARD && lg_spec_has(s, K_PREFETCH))
+		return lg_spec_error(where, "tile.prefetch: found %lld, allowed: only in the backward (absent)",
+				     (long long)lg_spec_int(s, K_PREFETCH));
 	struct lg_rowlayout l = layout(s);
 	if (l.threads > 1024)
 		return lg_spec_error(where, "tile.rows: found %lld, allowed: 1 to %d (rows x %d lanes per row <= 1024 threads)",
@@ -102,6 +109,8 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_THREADS] = l.threads;
 	p->tile[K_ROWS] = l.rows;
 	p->v[P_BWD] = bwd;
+	p->v[P_PREFETCH] = bwd && lg_spec_has(s, K_PREFETCH) && lg_spec_int(s, K_PREFETCH);
+	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
 	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : 0;
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
@@ -213,22 +222,43 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int k = 0; k < %lld; k++)", (long long)p->v[P_K]);
 	lg_line(b, "\tfor (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
-	if (rows > 1) {
-		lg_line(b, "const i64 stride = lg_ctas(M) * %d;", rows);
-		lg_open(b, "for (i64 base = (i64)blockIdx.x * %d; base < M; base += stride) {", rows);
-		lg_line(b, "const i64 m = base + slot;");
-	} else {
-		lg_line(b, "const i64 stride = lg_ctas(M);");
-		lg_open(b, "for (i64 base = blockIdx.x; base < M; base += stride) {");
-		lg_line(b, "const i64 m = base;");
+	bool pre = p->v[P_PREFETCH];
+	if (rows > 1)
+		lg_line(b, "const i64 stride = lg_ctas(M) * %d, first = (i64)blockIdx.x * %d;", rows, rows);
+	else
+		lg_line(b, "const i64 stride = lg_ctas(M), first = blockIdx.x;");
+	if (pre) {
+		lg_comment(b, "The next row's x and dy are loaded before this row's math.");
+		lg_line(b, "lg_u32x4 xn[%lld], gn[%lld];", (long long)p->v[P_K], (long long)p->v[P_K]);
+		lg_line(b, "i64 mp = first%s;", rows > 1 ? " + slot" : "");
+		lg_line(b, "bool livep = mp < M;");
+		lg_emit_row_load_at(b, &l, "xn", "xg", "lg_ld16", NULL, "mp", "livep");
+		lg_emit_row_load_at(b, &l, "gn", "gg", "lg_ld16", NULL, "mp", "livep");
+		lg_line(b, "float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;");
 	}
+	lg_open(b, "for (i64 base = first; base < M; base += stride) {");
+	lg_line(b, "const i64 m = base%s;", rows > 1 ? " + slot" : "");
 	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "lg_u32x4 xv[%lld], gv[%lld];", (long long)p->v[P_K], (long long)p->v[P_K]);
-	lg_emit_row_load(b, &l, "xv", "xg", "lg_ld16", NULL);
-	lg_emit_row_load(b, &l, "gv", "gg", "lg_ld16", NULL);
+	if (pre) {
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
+		lg_line(b, "xv[k] = xn[k];");
+		lg_line(b, "gv[k] = gn[k];");
+		lg_close(b);
+		lg_line(b, "const float rc = rn;");
+		lg_line(b, "mp = m + stride;");
+		lg_line(b, "livep = mp < M;");
+		lg_emit_row_load_at(b, &l, "xn", "xg", "lg_ld16", NULL, "mp", "livep");
+		lg_emit_row_load_at(b, &l, "gn", "gg", "lg_ld16", NULL, "mp", "livep");
+		lg_line(b, "rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;");
+	} else {
+		lg_emit_row_load(b, &l, "xv", "xg", "lg_ld16", NULL);
+		lg_emit_row_load(b, &l, "gv", "gg", "lg_ld16", NULL);
+	}
 	lg_line(b, "float r;");
 	lg_open(b, "if (rms) {");
-	lg_line(b, "r = live ? ((const float *)rms)[m] : 0.0f;");
+	lg_line(b, pre ? "r = rc;" : "r = live ? ((const float *)rms)[m] : 0.0f;");
 	lg_close_with(b, "} else {");
 	lg_emit_row_sumsq(b, &l, "xv");
 	lg_line(b, "r = lg_rrms(ss);");
@@ -310,12 +340,23 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 }
 
 /* Tile variants for `lingen tune`: 128, 256 and 512 threads per CTA (rows
- * per CTA follow); the backward also 1024 where it plans. */
+ * per CTA follow); the backward also 1024 where it plans, each with and
+ * without prefetch. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
 	static const int64_t fwd[] = {128, 256, 512, 0};
-	return lg_candidate_values(s, t, out, 0, max, K_THREADS, s->pass == LG_PASS_BACKWARD ? threads_ok : fwd);
+	if (s->pass != LG_PASS_BACKWARD)
+		return lg_candidate_values(s, t, out, 0, max, K_THREADS, fwd);
+	int n = 0;
+	for (int pre = 0; pre < 2; pre++)
+		for (const int64_t *v = threads_ok; *v; v++) {
+			struct lg_tile_choice c = lg_tile1(K_THREADS, *v);
+			c.v[K_PREFETCH] = pre;
+			c.set |= 1ull << K_PREFETCH;
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+	return n;
 }
 
 const struct lg_family lg_family_rmsnorm = {

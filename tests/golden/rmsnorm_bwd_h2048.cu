@@ -129,8 +129,8 @@ lg_rmsnorm_bwd_bf16_h2048(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	#pragma unroll
 	for (int k = 0; k < 4; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
-	const i64 stride = lg_ctas(M) * 2;
-	for (i64 base = (i64)blockIdx.x * 2; base < M; base += stride) {
+	const i64 stride = lg_ctas(M) * 2, first = (i64)blockIdx.x * 2;
+	for (i64 base = first; base < M; base += stride) {
 		const i64 m = base + slot;
 		const bool live = m < M;
 		lg_u32x4 xv[4], gv[4];

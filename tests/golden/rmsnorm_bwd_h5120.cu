@@ -125,8 +125,8 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	#pragma unroll
 	for (int k = 0; k < 3; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
-	const i64 stride = lg_ctas(M);
-	for (i64 base = blockIdx.x; base < M; base += stride) {
+	const i64 stride = lg_ctas(M), first = blockIdx.x;
+	for (i64 base = first; base < M; base += stride) {
 		const i64 m = base;
 		const bool live = m < M;
 		lg_u32x4 xv[3], gv[3];
