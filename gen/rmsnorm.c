@@ -32,7 +32,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_ROWS] = LG_KEY_TILE("rows", "r", 1, 16, rows_ok, "rows per CTA (threads follow)"),
 	[K_THREADS] = LG_KEY_TILE("threads", "t", 128, 1024, threads_ok, "threads per CTA"),
 	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 1, NULL,
-				   "backward: load the next row's x and dy before this row's math (default 0)"),
+				   "1: a persistent grid whose lanes load their next row before this row's math"),
 };
 
 static const struct lg_size sizes[] = {
@@ -87,9 +87,6 @@ static struct lg_rowlayout layout(const struct lg_spec *s)
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	if (s->pass != LG_PASS_BACKWARD && lg_spec_has(s, K_PREFETCH))
-		return lg_spec_error(where, "tile.prefetch: found %lld, allowed: only in the backward (absent)",
-				     (long long)lg_spec_int(s, K_PREFETCH));
 	struct lg_rowlayout l = layout(s);
 	if (l.threads > 1024)
 		return lg_spec_error(where, "tile.rows: found %lld, allowed: 1 to %d (rows x %d lanes per row <= 1024 threads)",
@@ -109,7 +106,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_THREADS] = l.threads;
 	p->tile[K_ROWS] = l.rows;
 	p->v[P_BWD] = bwd;
-	p->v[P_PREFETCH] = bwd && lg_spec_has(s, K_PREFETCH) && lg_spec_int(s, K_PREFETCH);
+	p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0 : bwd;
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
 	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : 0;
 	p->nentries = bwd ? 2 : 1;
@@ -123,7 +120,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 {
 	int64_t rows = p->v[P_ROWS], n = (tokens + rows - 1) / rows;
-	return p->v[P_BWD] && n > PMAX ? PMAX : n;
+	return (p->v[P_BWD] || p->v[P_PREFETCH]) && n > PMAX ? PMAX : n;
 }
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
@@ -146,25 +143,111 @@ static size_t workspace(const struct lg_plan *p)
 /* ------------------------------------------------------------ emission */
 
 
+/* `lg_ctas(M)`: the CTAs of a persistent grid, min(ceil(M / rows), PMAX). */
+static void emit_ctas(lg_buf *b, const struct lg_plan *p)
+{
+	int rows = (int)p->v[P_ROWS];
+	lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
+		   rows, PMAX, (long long)p->v[P_LPR], (long long)p->v[P_K]);
+	if (rows > 1) {
+		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M)");
+		lg_open(b, "{");
+		lg_line(b, "i64 n = (M + %d) / %d;", rows - 1, rows);
+		lg_line(b, "return n < %d ? n : %d;", PMAX, PMAX);
+		lg_close(b);
+	} else {
+		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < %d ? M : %d; }", PMAX,
+			PMAX);
+	}
+	lg_line(b, "%s", "");
+}
+
+/* Open the persistent loop over rows m (each with `live`) and load row m's
+ * pieces of each of the n tensors src[i] into lg_u32x4 dst[i][k]; with
+ * prefetch, from registers the previous iteration filled, loading the next
+ * row (and its rms, if `rms`) meanwhile; `float rc` is then row m's rms. */
+static void emit_row_loop(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout *l, int n,
+			  const char *const *dst, const char *const *src, bool rms)
+{
+	int rows = (int)p->v[P_ROWS], k = (int)p->v[P_K];
+	bool pre = p->v[P_PREFETCH];
+	if (rows > 1)
+		lg_line(b, "const i64 stride = lg_ctas(M) * %d, first = (i64)blockIdx.x * %d;", rows, rows);
+	else
+		lg_line(b, "const i64 stride = lg_ctas(M), first = blockIdx.x;");
+	if (pre) {
+		lg_comment(b, "Each lane loads its next row before this row's math.");
+		for (int i = 0; i < n; i++)
+			lg_line(b, "lg_u32x4 %sn[%d];", dst[i], k);
+		lg_line(b, "i64 mp = first%s;", rows > 1 ? " + slot" : "");
+		lg_line(b, "bool livep = mp < M;");
+		for (int i = 0; i < n; i++) {
+			char nm[16];
+			snprintf(nm, sizeof nm, "%sn", dst[i]);
+			lg_emit_row_load_at(b, l, nm, src[i], "lg_ld16", NULL, "mp", "livep");
+		}
+		if (rms)
+			lg_line(b, "float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;");
+	}
+	lg_open(b, "for (i64 base = first; base < M; base += stride) {");
+	lg_line(b, "const i64 m = base%s;", rows > 1 ? " + slot" : "");
+	lg_line(b, "const bool live = m < M;");
+	for (int i = 0; i < n; i++)
+		lg_line(b, "lg_u32x4 %s[%d];", dst[i], k);
+	if (!pre) {
+		for (int i = 0; i < n; i++)
+			lg_emit_row_load(b, l, dst[i], src[i], "lg_ld16", NULL);
+		return;
+	}
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", k);
+	for (int i = 0; i < n; i++)
+		lg_line(b, "%s[k] = %sn[k];", dst[i], dst[i]);
+	lg_close(b);
+	if (rms)
+		lg_line(b, "const float rc = rn;");
+	lg_line(b, "mp = m + stride;");
+	lg_line(b, "livep = mp < M;");
+	for (int i = 0; i < n; i++) {
+		char nm[16];
+		snprintf(nm, sizeof nm, "%sn", dst[i]);
+		lg_emit_row_load_at(b, l, nm, src[i], "lg_ld16", NULL, "mp", "livep");
+	}
+	if (rms)
+		lg_line(b, "rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;");
+}
+
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int64_t pieces = p->v[P_HIDDEN] / 8;
+	bool pre = p->v[P_PREFETCH];
 	lg_section(b, p->entry[0], "RMSNorm forward");
-	lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.", (long long)p->v[P_LPR],
-		   (long long)p->v[P_K], (int)p->v[P_ROWS]);
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", (int)p->v[P_THREADS]);
+	if (pre)
+		emit_ctas(b, p);
+	else
+		lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.",
+			   (long long)p->v[P_LPR], (long long)p->v[P_K], (int)p->v[P_ROWS]);
+	/* persistent: two CTAs an SM (PMAX), so at most half the registers each */
+	lg_emit_signature(b, s, p->entry[0], pre ? "__launch_bounds__(%d, 2)" : "__launch_bounds__(%d)",
+			  (int)p->v[P_THREADS]);
 	lg_open(b, "{");
 	struct lg_rowlayout l = lg_rowlayout_load(p);
 	lg_emit_row_prologue(b, &l, false);
-	if (l.rows > 1)
-		lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
-	else
-		lg_line(b, "const i64 m = blockIdx.x;");
-	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "const u8 *const xg = (const u8 *)x;");
-	lg_line(b, "lg_u32x4 v[%lld];", (long long)p->v[P_K]);
-	lg_emit_row_load(b, &l, "v", "xg", "lg_ld16", NULL);
-	lg_emit_row_weights(b, &l, "wv", "w");
+	if (pre) {
+		static const char *const dst[] = {"v"}, *const src[] = {"xg"};
+		lg_emit_row_weights(b, &l, "wv", "w");
+		emit_row_loop(b, p, &l, 1, dst, src, false);
+	} else {
+		if (l.rows > 1)
+			lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
+		else
+			lg_line(b, "const i64 m = blockIdx.x;");
+		lg_line(b, "const bool live = m < M;");
+		lg_line(b, "lg_u32x4 v[%lld];", (long long)p->v[P_K]);
+		lg_emit_row_load(b, &l, "v", "xg", "lg_ld16", NULL);
+		lg_emit_row_weights(b, &l, "wv", "w");
+	}
 	lg_emit_row_sumsq(b, &l, "v");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_comment(b, "y = (x * r) * w in fp32, rounded to bf16 (RNE).");
@@ -183,6 +266,8 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 		(long long)p->v[P_HIDDEN]);
 	lg_close(b);
 	lg_line(b, "if (rms && live && t == 0) ((float *)rms)[m] = r;");
+	if (pre)
+		lg_close(b);
 	lg_close(b);
 }
 
@@ -192,21 +277,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	int64_t pieces = p->v[P_HIDDEN] / 8, h = p->v[P_HIDDEN];
 	int rows = (int)p->v[P_ROWS], threads = (int)p->v[P_THREADS];
 	lg_section(b, p->entry[0], "RMSNorm backward, dx and dw partials");
-	if (rows > 1) {
-		lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
-			   rows, PMAX, (long long)p->v[P_LPR], (long long)p->v[P_K]);
-		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M)");
-		lg_open(b, "{");
-		lg_line(b, "i64 n = (M + %d) / %d;", rows - 1, rows);
-		lg_line(b, "return n < %d ? n : %d;", PMAX, PMAX);
-		lg_close(b);
-	} else {
-		lg_comment(b, "Persistent grid of min(M, %d) CTAs, one row each; %lld lanes per row, %lld pieces each.",
-			   PMAX, (long long)p->v[P_LPR], (long long)p->v[P_K]);
-		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < %d ? M : %d; }", PMAX,
-			PMAX);
-	}
-	lg_line(b, "%s", "");
+	emit_ctas(b, p);
 	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", threads);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums");
@@ -222,40 +293,9 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int k = 0; k < %lld; k++)", (long long)p->v[P_K]);
 	lg_line(b, "\tfor (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
+	static const char *const dst[] = {"xv", "gv"}, *const src[] = {"xg", "gg"};
 	bool pre = p->v[P_PREFETCH];
-	if (rows > 1)
-		lg_line(b, "const i64 stride = lg_ctas(M) * %d, first = (i64)blockIdx.x * %d;", rows, rows);
-	else
-		lg_line(b, "const i64 stride = lg_ctas(M), first = blockIdx.x;");
-	if (pre) {
-		lg_comment(b, "The next row's x and dy are loaded before this row's math.");
-		lg_line(b, "lg_u32x4 xn[%lld], gn[%lld];", (long long)p->v[P_K], (long long)p->v[P_K]);
-		lg_line(b, "i64 mp = first%s;", rows > 1 ? " + slot" : "");
-		lg_line(b, "bool livep = mp < M;");
-		lg_emit_row_load_at(b, &l, "xn", "xg", "lg_ld16", NULL, "mp", "livep");
-		lg_emit_row_load_at(b, &l, "gn", "gg", "lg_ld16", NULL, "mp", "livep");
-		lg_line(b, "float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;");
-	}
-	lg_open(b, "for (i64 base = first; base < M; base += stride) {");
-	lg_line(b, "const i64 m = base%s;", rows > 1 ? " + slot" : "");
-	lg_line(b, "const bool live = m < M;");
-	lg_line(b, "lg_u32x4 xv[%lld], gv[%lld];", (long long)p->v[P_K], (long long)p->v[P_K]);
-	if (pre) {
-		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
-		lg_line(b, "xv[k] = xn[k];");
-		lg_line(b, "gv[k] = gn[k];");
-		lg_close(b);
-		lg_line(b, "const float rc = rn;");
-		lg_line(b, "mp = m + stride;");
-		lg_line(b, "livep = mp < M;");
-		lg_emit_row_load_at(b, &l, "xn", "xg", "lg_ld16", NULL, "mp", "livep");
-		lg_emit_row_load_at(b, &l, "gn", "gg", "lg_ld16", NULL, "mp", "livep");
-		lg_line(b, "rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;");
-	} else {
-		lg_emit_row_load(b, &l, "xv", "xg", "lg_ld16", NULL);
-		lg_emit_row_load(b, &l, "gv", "gg", "lg_ld16", NULL);
-	}
+	emit_row_loop(b, p, &l, 2, dst, src, true);
 	lg_line(b, "float r;");
 	lg_open(b, "if (rms) {");
 	lg_line(b, pre ? "r = rc;" : "r = live ? ((const float *)rms)[m] : 0.0f;");

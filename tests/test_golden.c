@@ -96,9 +96,13 @@ static const struct golden cases[] = {
 	{"rmsnorm_bwd_h2048", "sm_90a",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6}"},
-	/* the next row's x, dy and rms loaded before this row's math */
-	{"rmsnorm_bwd_h2048_prefetch_sm80", "sm_80",
+	/* the backward without prefetch: each row loaded in its own iteration */
+	{"rmsnorm_bwd_h2048_noprefetch_sm80", "sm_80",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"eps\": 1e-6, \"tile\": {\"prefetch\": 0}}"},
+	/* the persistent forward: each lane loads its next row before this row's math */
+	{"rmsnorm_fwd_h2048_prefetch", "sm_90a",
+	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6, \"tile\": {\"prefetch\": 1}}"},
 	/* the fused cluster kernel, two x tiles in flight */
 	{"rmsnorm_quant_h2048_fused_both_pow2", "sm_90a",

@@ -130,27 +130,57 @@ lg_rmsnorm_bwd_bf16_h2048(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	for (int k = 0; k < 4; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
 	const i64 stride = lg_ctas(M) * 2, first = (i64)blockIdx.x * 2;
+	// Each lane loads its next row before this row's math.
+	lg_u32x4 xvn[4];
+	lg_u32x4 gvn[4];
+	i64 mp = first + slot;
+	bool livep = mp < M;
+	#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const int c = t + k * 64;
+		xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 256)
+			xvn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
+	}
+	#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const int c = t + k * 64;
+		gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 256)
+			gvn[k] = lg_ld16(gg + (mp * 2048 + c * 8) * 2);
+	}
+	float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 	for (i64 base = first; base < M; base += stride) {
 		const i64 m = base + slot;
 		const bool live = m < M;
-		lg_u32x4 xv[4], gv[4];
+		lg_u32x4 xv[4];
+		lg_u32x4 gv[4];
+		#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			xv[k] = xvn[k];
+			gv[k] = gvn[k];
+		}
+		const float rc = rn;
+		mp = m + stride;
+		livep = mp < M;
 		#pragma unroll
 		for (int k = 0; k < 4; k++) {
 			const int c = t + k * 64;
-			xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 256)
-				xv[k] = lg_ld16(xg + (m * 2048 + c * 8) * 2);
+			xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 256)
+				xvn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
 		}
 		#pragma unroll
 		for (int k = 0; k < 4; k++) {
 			const int c = t + k * 64;
-			gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 256)
-				gv[k] = lg_ld16(gg + (m * 2048 + c * 8) * 2);
+			gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 256)
+				gvn[k] = lg_ld16(gg + (mp * 2048 + c * 8) * 2);
 		}
+		rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 		float r;
 		if (rms) {
-			r = live ? ((const float *)rms)[m] : 0.0f;
+			r = rc;
 		} else {
 			// Sum of squares: one fp64 chain per piece, added in a fixed order.
 			double sk[4];

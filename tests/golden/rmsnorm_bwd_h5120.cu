@@ -101,7 +101,7 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 }
 
 // ----- lg_rmsnorm_bwd_bf16_h5120: RMSNorm backward, dx and dw partials -----
-// Persistent grid of min(M, 264) CTAs, one row each; 256 lanes per row, 3 pieces each.
+// Persistent grid of min(ceil(M / 1), 264) CTAs; 256 lanes per row, 3 pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < 264 ? M : 264; }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -126,27 +126,57 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	for (int k = 0; k < 3; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
 	const i64 stride = lg_ctas(M), first = blockIdx.x;
+	// Each lane loads its next row before this row's math.
+	lg_u32x4 xvn[3];
+	lg_u32x4 gvn[3];
+	i64 mp = first;
+	bool livep = mp < M;
+	#pragma unroll
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 256;
+		xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 640)
+			xvn[k] = lg_ld16(xg + (mp * 5120 + c * 8) * 2);
+	}
+	#pragma unroll
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 256;
+		gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 640)
+			gvn[k] = lg_ld16(gg + (mp * 5120 + c * 8) * 2);
+	}
+	float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 	for (i64 base = first; base < M; base += stride) {
 		const i64 m = base;
 		const bool live = m < M;
-		lg_u32x4 xv[3], gv[3];
+		lg_u32x4 xv[3];
+		lg_u32x4 gv[3];
+		#pragma unroll
+		for (int k = 0; k < 3; k++) {
+			xv[k] = xvn[k];
+			gv[k] = gvn[k];
+		}
+		const float rc = rn;
+		mp = m + stride;
+		livep = mp < M;
 		#pragma unroll
 		for (int k = 0; k < 3; k++) {
 			const int c = t + k * 256;
-			xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 640)
-				xv[k] = lg_ld16(xg + (m * 5120 + c * 8) * 2);
+			xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 640)
+				xvn[k] = lg_ld16(xg + (mp * 5120 + c * 8) * 2);
 		}
 		#pragma unroll
 		for (int k = 0; k < 3; k++) {
 			const int c = t + k * 256;
-			gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 640)
-				gv[k] = lg_ld16(gg + (m * 5120 + c * 8) * 2);
+			gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 640)
+				gvn[k] = lg_ld16(gg + (mp * 5120 + c * 8) * 2);
 		}
+		rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 		float r;
 		if (rms) {
-			r = live ? ((const float *)rms)[m] : 0.0f;
+			r = rc;
 		} else {
 			// Sum of squares: one fp64 chain per piece, added in a fixed order.
 			double sk[3];

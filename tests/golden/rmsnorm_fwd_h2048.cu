@@ -97,9 +97,9 @@ extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 {
 	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
+	const u8 *const xg = (const u8 *)x;
 	const i64 m = (i64)blockIdx.x * 8 + slot;
 	const bool live = m < M;
-	const u8 *const xg = (const u8 *)x;
 	lg_u32x4 v[8];
 	#pragma unroll
 	for (int k = 0; k < 8; k++) {
