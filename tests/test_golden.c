@@ -100,10 +100,10 @@ static const struct golden cases[] = {
 	{"rmsnorm_bwd_h2048_noprefetch_sm80", "sm_80",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6, \"tile\": {\"prefetch\": 0}}"},
-	/* the persistent forward: each lane loads its next row before this row's math */
-	{"rmsnorm_fwd_h2048_prefetch", "sm_90a",
-	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
-	 "\"eps\": 1e-6, \"tile\": {\"prefetch\": 1}}"},
+	/* the forward without prefetch: a CTA per 8 rows, x loaded once */
+	{"rmsnorm_fwd_h4096_noprefetch", "sm_90a",
+	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096, "
+	 "\"eps\": 1e-6, \"tile\": {\"prefetch\": 0}}"},
 	/* the fused cluster kernel, two x tiles in flight */
 	{"rmsnorm_quant_h2048_fused_both_pow2", "sm_90a",
 	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
