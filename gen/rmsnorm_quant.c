@@ -250,11 +250,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 			lg_line(b, "const i64 m = t0 * %d + blockIdx.x;", ROWS);
 		lg_line(b, "const bool live = m < (t1 * %d < M ? t1 * %d : M);", ROWS, ROWS);
 	} else {
-		if (l.rows > 1)
-			lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
-		else
-			lg_line(b, "const i64 m = blockIdx.x;");
-		lg_line(b, "const bool live = m < M;");
+		lg_emit_row_index(b, &l);
 	}
 	lg_line(b, "lg_u32x4 v[%d];", l.k);
 	if (lg_quant_colwise(s)) {
