@@ -6,25 +6,18 @@
  * blocks, physically transposed: qt [hidden, tokens], scales
  * st [ceil(tokens/128), hidden]); quant.output picks the copies.
  *
- * Strategy: x is read once, 16 bytes a load, by one kernel. A CTA owns a
- * tile of 128 tokens (one 128x1 block) by 128 features (one 1x128 block);
- * tiles run along the grid's x, token tile major, so a wave reads whole rows
- * of x. Thread (rb, lb) holds features 8 lb .. 8 lb + 7 of R = 2048 / threads
- * consecutive tokens in registers: a half warp holds R whole 128-feature
- * rows. Block maxima are taken on the bf16 bits (sign cleared, max.bf16x2:
- * exact, two values an instruction): rows by a butterfly over the half
- * warp, columns over the thread's R rows, the warp's two row blocks and the
- * warps (shared memory). Each lane computes one row's scale and hands the
- * inverse around by shuffles (s gets contiguous stores); 64 threads compute
- * the column scales (st: one 512-byte row a tile). One pass then quantises
- * every value twice: with its row's scale into q (a half warp stores one
- * 128-byte line a row), with its column's into R bytes of the column (two
- * rows per e4m3x2), staged in a swizzled shared tile that leaves as
- * 128-byte qt lines (quant_common.h).
+ * Strategy: the quant engine (quant_engine.h) with x as the values: x is
+ * read once, 16 bytes a load, by one kernel; a CTA owns a tile of 128
+ * tokens (one 128x1 block) by 128 features (one 1x128 block); tiles run
+ * along the grid's x, token tile major, so a wave reads whole rows of x.
+ * Block maxima are taken on the bf16 bits (the engine's bf16 fast path).
  *
  * Tile option: `threads` 256 (8 tokens a thread; the default with power-of-
  * two scales) or 512 (4 tokens; the default with exact scales, whose
- * divides need more registers).
+ * divides need more registers); `values` 16 (the bf16 fast path, default)
+ * or 32 (x widened to fp32 first: the engine's fp32 path, which families
+ * computing fp32 values use; slower, the same bytes: it is here so that
+ * the GPU tests check that path against the reference).
  * A tail tile (tokens not a multiple of 128) zeroes its rows past the last
  * token, which then count as 0 in every amax, and stores nothing past it.
  */
@@ -41,14 +34,18 @@
  * ceil(tokens / 128) * (HIDDEN_MAX / 128) stays within it. */
 #define TOKENS_MAX ((int64_t)(INT32_MAX / (HIDDEN_MAX / TILE)) * TILE)
 
-enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, NKEYS };
+enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_VALUES, NKEYS };
 static const int64_t threads_ok[] = {256, 512, 0};
+static const int64_t values_ok[] = {16, 32, 0};
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, HIDDEN_MAX, 128, "features per row"),
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_THREADS] = LG_KEY_TILE("threads", "t", 256, 512, threads_ok,
 				  "threads per 128 x 128 tile: 256 (8 tokens a thread) or 512 (4 tokens)"),
+	[K_VALUES] = LG_KEY_TILE("values", "v", 16, 32, values_ok,
+				 "bits a value is held in: 16 (bf16, the fast path) or 32 (widened to fp32 first: "
+				 "the quant engine's fp32 path, same bytes)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -69,7 +66,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 };
 
 /* Plan values. */
-enum { P_HIDDEN, P_THREADS, P_R /* tokens a thread */ };
+enum { P_HIDDEN, P_THREADS, P_R /* tokens a thread */, P_F32 /* fp32 values */ };
 
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
@@ -79,8 +76,11 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	 * SM); measured on H200 at 8192 x 2048, 22.21 us against 22.66 at 512
 	 * (bench/h200-2026-11-30-families). The exact divide needs 102
 	 * registers at 256 threads, 58 at 512: 512 (not measured against 256). */
-	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) ? 256 : 512;
+	bool f32 = lg_spec_has(s, K_VALUES) && lg_spec_int(s, K_VALUES) == 32;
+	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) && !f32 ? 256 : 512;
 	p->v[P_HIDDEN] = lg_spec_int(s, K_HIDDEN);
+	p->tile[K_VALUES] = f32 ? 32 : 16;
+	p->v[P_F32] = f32;
 	p->tile[K_THREADS] = p->v[P_THREADS] = threads;
 	p->v[P_R] = TILE * 16 / threads;
 	p->nentries = 1;
@@ -101,7 +101,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
 {
 	return (struct lg_qe){.n = p->v[P_HIDDEN], .threads = (int)p->v[P_THREADS], .rows = lg_quant_rowwise(s),
-			      .cols = lg_quant_colwise(s), .pow2 = lg_quant_pow2(s), .vals = LG_QE_BF16,
+			      .cols = lg_quant_colwise(s), .pow2 = lg_quant_pow2(s), .vals = p->v[P_F32] ? LG_QE_F32 : LG_QE_BF16,
 			      .layout = LG_QE_FLAT};
 }
 
@@ -109,7 +109,7 @@ static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
 static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
 {
 	(void)ctx;
-	lg_line(b, "%s = lg_ld16_cs((const u8 *)x + (%s * %lld + %s) * 2);", r->dst, r->row, (long long)e->n, r->col);
+	lg_qe_emit_load_bf16(b, e, r, "x");
 }
 
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)

@@ -61,6 +61,25 @@ int64_t lg_qe_tokens_max(int64_t n_max, int64_t e_max)
 	return (INT32_MAX / (n_max / TILE) - e_max) * TILE;
 }
 
+void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, const char *x)
+{
+	long long n = (long long)e->n;
+	if (e->vals == LG_QE_BF16) {
+		lg_line(b, "%s = lg_ld16_cs((const u8 *)%s + (%s * %lld + %s) * 2);", r->dst, x, r->row, n, r->col);
+		return;
+	}
+	lg_open(b, "{ // bf16 -> fp32 is exact");
+	lg_line(b, "const u8 *const qe_p = (const u8 *)%s + (%s * %lld + %s) * 2;", x, r->row, n, r->col);
+	lg_line(b, "const lg_u32x4 qe_w = lg_ld16_cs(qe_p);");
+	lg_line(b, "const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < 4; j++) {");
+	lg_line(b, "%s[2 * j] = lg_bf16_lo(qe_a[j]);", r->dst);
+	lg_line(b, "%s[2 * j + 1] = lg_bf16_hi(qe_a[j]);", r->dst);
+	lg_close(b);
+	lg_close(b);
+}
+
 void lg_qe_emit_helpers(lg_buf *b, const struct lg_qe *e)
 {
 	lg_emit_quant_q(b, e->pow2);
@@ -140,14 +159,14 @@ static void emit_place(lg_buf *b, const struct ctx *k)
 	lg_line(b, "if (seg0 + segn > %s) return;", k->m);
 	lg_line(b, "const i64 lt = tt - tbeg; // the tile within the segment");
 	lg_line(b, "const i64 m0 = seg0 + lt * 128; // the tile's first token in x and q");
-	lg_line(b, "const int rows = (int)(segn - lt * 128 < 128 ? segn - lt * 128 : 128); // tokens in the tile");
+	lg_line(b, "const int rows = (int)(segn - lt * 128 < 128 ? segn - lt * 128 : 128); // its tokens");
 	if (e->rows)
-		lg_line(b, "float *const sg = (float *)%s + seg0 * %lld; // the expert's [%lld, segn] scales", k->s,
+		lg_line(b, "float *const sg = (float *)%s + seg0 * %lld; // [%lld, segn] scales", k->s,
 			(long long)k->nb, (long long)k->nb);
 	if (e->cols) {
 		lg_line(b, "u8 *const qtg = (u8 *)%s + seg0 * %lld; // the expert's [%lld, segn] qt", k->qt,
 			(long long)e->n, (long long)e->n);
-		lg_line(b, "float *const stg = (float *)%s + (tbeg + lt) * %lld; // this tile's row of st", k->st,
+		lg_line(b, "float *const stg = (float *)%s + (tbeg + lt) * %lld; // the tile's st row", k->st,
 			(long long)e->n);
 	}
 }
@@ -162,10 +181,11 @@ static void emit_values(lg_buf *b, const struct ctx *k)
 		lg_line(b, "lg_u32x4 v[%d];", k->r);
 	else
 		lg_line(b, "float v[%d][8];", k->r);
+	lg_line(b, "const i64 qe_col = k0 + 8 * lb; // the thread's first feature");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
 	lg_line(b, "const i64 qe_row = m0 + min(r0 + i, rows - 1);");
-	struct lg_qe_row r = {.row = "qe_row", .lrow = "(r0 + i)", .col = "(k0 + 8 * lb)", .dst = "v[i]",
+	struct lg_qe_row r = {.row = "qe_row", .lrow = "(r0 + i)", .col = "qe_col", .dst = "v[i]",
 			      .valid = "(r0 + i < rows)"};
 	k->h->values(b, k->e, &r, k->h->ctx);
 	lg_close(b);
@@ -263,11 +283,13 @@ static void emit_row_scales(lg_buf *b, const struct ctx *k)
 	lg_open(b, "for (int m = 1; m < 16; m <<= 1) {");
 	lg_line(b, "#pragma unroll");
 	if (k->bf16) {
-		lg_line(b, "for (int p = 0; p < %d; p++)", k->r / 2);
-		lg_line(b, "\trmax[p] = lg_max_bf16x2(rmax[p], __shfl_xor_sync(0xffffffffu, rmax[p], m));");
+		lg_open(b, "for (int p = 0; p < %d; p++) {", k->r / 2);
+		lg_line(b, "const u32 o = __shfl_xor_sync(0xffffffffu, rmax[p], m);");
+		lg_line(b, "rmax[p] = lg_max_bf16x2(rmax[p], o);");
+		lg_close(b);
 	} else {
 		lg_line(b, "for (int i = 0; i < %d; i++)", k->r);
-		lg_line(b, "\trmax[i] = fmaxf(rmax[i], __shfl_xor_sync(0xffffffffu, rmax[i], m));");
+		lg_line(b, "\trmax[i] = fmaxf(rmax[i], __shfl_xor_sync(~0u, rmax[i], m));");
 	}
 	lg_close(b);
 	lg_comment(b, "Row scales, a lane a token: lane lb takes token r0 + lb %% %d; lanes 0..%d",
@@ -310,13 +332,13 @@ static void emit_col_amax(lg_buf *b, const struct ctx *k)
 	lg_line(b, "#pragma unroll");
 	if (k->bf16) {
 		lg_line(b, "for (int j = 0; j < 4; j++)");
-		lg_line(b, "\tcmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(0xffffffffu, cmax[j], 16));");
+		lg_line(b, "\tcmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));");
 		lg_line(b, "if ((threadIdx.x & 16) == 0)");
 		lg_line(b, "\t*(uint4 *)&cpart[threadIdx.x >> 5][4 * lb] =");
 		lg_line(b, "\t\tmake_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);");
 	} else {
 		lg_line(b, "for (int j = 0; j < 8; j++)");
-		lg_line(b, "\tcmax[j] = fmaxf(cmax[j], __shfl_xor_sync(0xffffffffu, cmax[j], 16));");
+		lg_line(b, "\tcmax[j] = fmaxf(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));");
 		lg_open(b, "if ((threadIdx.x & 16) == 0) {");
 		lg_line(b, "float *const cp = &cpart[threadIdx.x >> 5][8 * lb];");
 		lg_line(b, "*(float4 *)cp = make_float4(cmax[0], cmax[1], cmax[2], cmax[3]);");
@@ -378,7 +400,8 @@ static void emit_tile_scale(lg_buf *b, const struct ctx *k)
 		lg_line(b, "for (int w = 1; w < %d; w++) t = fmaxf(t, cpart[w][threadIdx.x]);", k->warps);
 	}
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int m = 16; m > 0; m >>= 1) t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, m));");
+	lg_line(b, "for (int m = 16; m > 0; m >>= 1)");
+	lg_line(b, "\tt = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, m));");
 	lg_line(b, "if ((threadIdx.x & 31) == 0) tmax[threadIdx.x >> 5] = t;");
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
@@ -446,13 +469,18 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 		lg_line(b, "u32 qa[2], qb[2];");
 		lg_line(b, "#pragma unroll");
 		lg_open(b, "for (int e = 0; e < 2; e++) {");
-		lg_line(b, "qa[e] = lg_e4m3x4(lg_q(y0[4 * e], %s), lg_q(y0[4 * e + 1], %s),", a0, a0);
-		lg_line(b, "\tlg_q(y0[4 * e + 2], %s), lg_q(y0[4 * e + 3], %s));", a0, a0);
-		lg_line(b, "qb[e] = lg_e4m3x4(lg_q(y1[4 * e], %s), lg_q(y1[4 * e + 1], %s),", a1, a1);
-		lg_line(b, "\tlg_q(y1[4 * e + 2], %s), lg_q(y1[4 * e + 3], %s));", a1, a1);
+		lg_line(b, "qa[e] = lg_e4m3x4(lg_q(y0[4 * e], %s),", a0);
+		lg_line(b, "\tlg_q(y0[4 * e + 1], %s),", a0);
+		lg_line(b, "\tlg_q(y0[4 * e + 2], %s),", a0);
+		lg_line(b, "\tlg_q(y0[4 * e + 3], %s));", a0);
+		lg_line(b, "qb[e] = lg_e4m3x4(lg_q(y1[4 * e], %s),", a1);
+		lg_line(b, "\tlg_q(y1[4 * e + 1], %s),", a1);
+		lg_line(b, "\tlg_q(y1[4 * e + 2], %s),", a1);
+		lg_line(b, "\tlg_q(y1[4 * e + 3], %s));", a1);
 		lg_close(b);
 		lg_line(b, "if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * %lld, qa[0], qa[1]);", n);
-		lg_line(b, "if (r0 + 2 * p + 1 < rows) lg_st8_cs(qrow + (2 * p + 1) * %lld, qb[0], qb[1]);", n);
+		lg_line(b, "if (r0 + 2 * p + 1 < rows)");
+		lg_line(b, "\tlg_st8_cs(qrow + (2 * p + 1) * %lld, qb[0], qb[1]);", n);
 	}
 	if (e->cols) {
 		const char *ca = lg_quant_q_args(pow2, "cs[c], ci[c]", "ci[c]");

@@ -102,6 +102,9 @@ struct lg_qe_hooks {
 	void (*epilogue)(lg_buf *b, const struct lg_qe *e, void *ctx);
 };
 
+/* A values hook body for a row-major bf16 input `x` [*, e->n]: one 16-byte
+ * streaming load of the 8 values (widened to fp32 with LG_QE_F32). */
+void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, const char *x);
 /* Tokens a thread (R) for the engine's thread count. */
 int lg_qe_tokens_per_thread(const struct lg_qe *e);
 /* Emit the helpers the body needs (before the kernel; once a file). */

@@ -48,8 +48,8 @@ static __device__ __forceinline__ float lg_div_rn(float y, float s, float r)
 // blockDim.x experts a step, stopping at the step that holds t; every
 // thread of the block must call it. Gives the expert, its first token, its
 // tokens and its first tile; false when t is past the last tile.
-static __device__ __noinline__ bool lg_expert_tile(const int *__restrict__ counts, i64 E, i64 t, int *ex,
-						   i64 *seg0, i64 *segn, i64 *tbeg)
+static __device__ __noinline__ bool lg_expert_tile(const int *__restrict__ counts, i64 E, i64 t,
+						   int *ex, i64 *seg0, i64 *segn, i64 *tbeg)
 {
 	__shared__ i64 wr[32], wt[32]; // each warp's tokens and tiles
 	__shared__ i64 f_seg0, f_segn, f_tbeg;
@@ -63,7 +63,8 @@ static __device__ __noinline__ bool lg_expert_tile(const int *__restrict__ count
 		i64 r = n, tl = nt; // inclusive scans over the warp
 #pragma unroll
 		for (int d = 1; d < 32; d <<= 1) {
-			const i64 a = __shfl_up_sync(0xffffffffu, r, d), b = __shfl_up_sync(0xffffffffu, tl, d);
+			const i64 a = __shfl_up_sync(0xffffffffu, r, d);
+			const i64 b = __shfl_up_sync(0xffffffffu, tl, d);
 			if (lane >= d) r += a, tl += b;
 		}
 		if (lane == 31) wr[warp] = r, wt[warp] = tl;

@@ -127,10 +127,11 @@ lg_fp8_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 	// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
 	// a token past the tile's last computes the last one's, then counts as 0).
 	lg_u32x4 v[8];
+	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 8; i++) {
 		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1152 + (k0 + 8 * lb)) * 2);
+		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1152 + qe_col) * 2);
 	}
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
@@ -152,7 +153,7 @@ lg_fp8_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 	// through shared memory.
 	#pragma unroll
 	for (int j = 0; j < 4; j++)
-		cmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(0xffffffffu, cmax[j], 16));
+		cmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));
 	if ((threadIdx.x & 16) == 0)
 		*(uint4 *)&cpart[threadIdx.x >> 5][4 * lb] =
 			make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);

@@ -119,10 +119,11 @@ lg_fp8_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M
 	// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
 	// a token past the tile's last computes the last one's, then counts as 0).
 	lg_u32x4 v[8];
+	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 8; i++) {
 		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 2048 + (k0 + 8 * lb)) * 2);
+		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 2048 + qe_col) * 2);
 	}
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
@@ -155,8 +156,10 @@ lg_fp8_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M
 	#pragma unroll
 	for (int m = 1; m < 16; m <<= 1) {
 		#pragma unroll
-		for (int p = 0; p < 4; p++)
-			rmax[p] = lg_max_bf16x2(rmax[p], __shfl_xor_sync(0xffffffffu, rmax[p], m));
+		for (int p = 0; p < 4; p++) {
+			const u32 o = __shfl_xor_sync(0xffffffffu, rmax[p], m);
+			rmax[p] = lg_max_bf16x2(rmax[p], o);
+		}
 	}
 	// Row scales, a lane a token: lane lb takes token r0 + lb % 8; lanes 0..7
 	// of a half warp store them (64 bytes a warp), then each lane fetches the inverses
@@ -176,7 +179,7 @@ lg_fp8_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M
 	// through shared memory.
 	#pragma unroll
 	for (int j = 0; j < 4; j++)
-		cmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(0xffffffffu, cmax[j], 16));
+		cmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));
 	if ((threadIdx.x & 16) == 0)
 		*(uint4 *)&cpart[threadIdx.x >> 5][4 * lb] =
 			make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);
@@ -215,13 +218,18 @@ lg_fp8_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M
 		u32 qa[2], qb[2];
 		#pragma unroll
 		for (int e = 0; e < 2; e++) {
-			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0), lg_q(y0[4 * e + 1], i0),
-				lg_q(y0[4 * e + 2], i0), lg_q(y0[4 * e + 3], i0));
-			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1), lg_q(y1[4 * e + 1], i1),
-				lg_q(y1[4 * e + 2], i1), lg_q(y1[4 * e + 3], i1));
+			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
+				lg_q(y0[4 * e + 1], i0),
+				lg_q(y0[4 * e + 2], i0),
+				lg_q(y0[4 * e + 3], i0));
+			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
+				lg_q(y1[4 * e + 1], i1),
+				lg_q(y1[4 * e + 2], i1),
+				lg_q(y1[4 * e + 3], i1));
 		}
 		if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 2048, qa[0], qa[1]);
-		if (r0 + 2 * p + 1 < rows) lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
+		if (r0 + 2 * p + 1 < rows)
+			lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
 		#pragma unroll
 		for (int c = 0; c < 8; c++) {
 			const u32 h =

@@ -106,10 +106,11 @@ lg_fp8_quant_fwd_bf16_h384_rowwise_exact(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
 	// a token past the tile's last computes the last one's, then counts as 0).
 	lg_u32x4 v[4];
+	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
 		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 384 + (k0 + 8 * lb)) * 2);
+		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 384 + qe_col) * 2);
 	}
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
@@ -138,8 +139,10 @@ lg_fp8_quant_fwd_bf16_h384_rowwise_exact(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 	#pragma unroll
 	for (int m = 1; m < 16; m <<= 1) {
 		#pragma unroll
-		for (int p = 0; p < 2; p++)
-			rmax[p] = lg_max_bf16x2(rmax[p], __shfl_xor_sync(0xffffffffu, rmax[p], m));
+		for (int p = 0; p < 2; p++) {
+			const u32 o = __shfl_xor_sync(0xffffffffu, rmax[p], m);
+			rmax[p] = lg_max_bf16x2(rmax[p], o);
+		}
 	}
 	// Row scales, a lane a token: lane lb takes token r0 + lb % 4; lanes 0..3
 	// of a half warp store them (32 bytes a warp), then each lane fetches the inverses
@@ -175,12 +178,17 @@ lg_fp8_quant_fwd_bf16_h384_rowwise_exact(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 		u32 qa[2], qb[2];
 		#pragma unroll
 		for (int e = 0; e < 2; e++) {
-			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0), lg_q(y0[4 * e + 1], s0, i0),
-				lg_q(y0[4 * e + 2], s0, i0), lg_q(y0[4 * e + 3], s0, i0));
-			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1), lg_q(y1[4 * e + 1], s1, i1),
-				lg_q(y1[4 * e + 2], s1, i1), lg_q(y1[4 * e + 3], s1, i1));
+			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0),
+				lg_q(y0[4 * e + 1], s0, i0),
+				lg_q(y0[4 * e + 2], s0, i0),
+				lg_q(y0[4 * e + 3], s0, i0));
+			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1),
+				lg_q(y1[4 * e + 1], s1, i1),
+				lg_q(y1[4 * e + 2], s1, i1),
+				lg_q(y1[4 * e + 3], s1, i1));
 		}
 		if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 384, qa[0], qa[1]);
-		if (r0 + 2 * p + 1 < rows) lg_st8_cs(qrow + (2 * p + 1) * 384, qb[0], qb[1]);
+		if (r0 + 2 * p + 1 < rows)
+			lg_st8_cs(qrow + (2 * p + 1) * 384, qb[0], qb[1]);
 	}
 }
