@@ -80,6 +80,62 @@ void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_r
 	lg_close(b);
 }
 
+void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	lg_qe_emit_load_bf16(b, e, r, (const char *)ctx);
+}
+
+void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
+		int fblocks_def)
+{
+	bool f32 = k_values >= 0 && lg_spec_has(s, k_values) && lg_spec_int(s, k_values) == 32;
+	int64_t nb = n / TILE;
+	int64_t threads = k_threads >= 0 && lg_spec_has(s, k_threads) ? lg_spec_int(s, k_threads)
+				 : lg_quant_pow2(s) && !f32 ? 256 : 512;
+	int64_t fb = k_fblocks >= 0 && lg_spec_has(s, k_fblocks) ? lg_spec_int(s, k_fblocks) : fblocks_def;
+	p->v[LG_QE_PV_N] = n;
+	p->v[LG_QE_PV_THREADS] = threads;
+	p->v[LG_QE_PV_FBLOCKS] = fb < nb ? fb : nb;
+	p->v[LG_QE_PV_F32] = f32;
+	if (k_threads >= 0)
+		p->tile[k_threads] = threads;
+	if (k_fblocks >= 0)
+		p->tile[k_fblocks] = p->v[LG_QE_PV_FBLOCKS];
+	if (k_values >= 0)
+		p->tile[k_values] = f32 ? 32 : 16;
+}
+
+struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enum lg_qe_layout layout)
+{
+	struct lg_qe e = {.n = p->v[LG_QE_PV_N], .threads = (int)p->v[LG_QE_PV_THREADS],
+			  .fblocks = (int)p->v[LG_QE_PV_FBLOCKS], .vals = p->v[LG_QE_PV_F32] ? LG_QE_F32 : LG_QE_BF16,
+			  .layout = layout};
+	if (s) {
+		e.rows = layout == LG_QE_TILE128 || lg_quant_rowwise(s);
+		e.cols = layout != LG_QE_TILE128 && lg_quant_colwise(s);
+		e.pow2 = lg_quant_pow2(s);
+	}
+	return e;
+}
+
+void lg_qe_emit_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const struct lg_qe *e,
+		       const struct lg_qe_hooks *h, const char *title)
+{
+	lg_section(b, "helpers for this spec", NULL);
+	lg_qe_emit_helpers(b, e);
+	lg_section(b, p->entry[0], title);
+	int r = lg_qe_tokens_per_thread(e), fb = fblocks(e);
+	lg_comment(b, "CTA: %s x %d block%s of 128 features%s.",
+		   e->layout == LG_QE_EXPERTS ? "a token tile of one expert (from counts)" : "128 tokens", fb,
+		   fb > 1 ? "s" : "", fb > 1 ? " in turn" : "");
+	lg_comment(b, "%d threads: thread (rb, lb) holds tokens %d rb .. %d rb + %d x features 8 lb .. 8 lb + 7.",
+		   e->threads, r, r, r - 1);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e->threads);
+	lg_open(b, "{");
+	lg_qe_emit_body(b, e, h);
+	lg_close(b);
+}
+
 void lg_qe_emit_helpers(lg_buf *b, const struct lg_qe *e)
 {
 	lg_emit_quant_q(b, e->pow2);
