@@ -186,7 +186,10 @@ static void emit_place(lg_buf *b, const struct ctx *k)
 	lg_line(b, "const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;");
 	lg_line(b, "const int r0 = %d * rb; // this thread's first token in the tile", k->r);
 	int64_t g = groups(e);
-	if (g > 1) {
+	if (e->tile) {
+		lg_line(b, "const i64 tt = %s; // token tile", e->tile);
+		lg_line(b, "const int cg = %s; // feature group", e->group ? e->group : "0");
+	} else if (g > 1) {
 		lg_line(b, "const i64 tt = blockIdx.x / %lldu; // token tile", (long long)g);
 		lg_line(b, "const int cg = blockIdx.x %% %lldu; // feature group", (long long)g);
 	} else {
@@ -590,6 +593,8 @@ void lg_qe_emit_body(lg_buf *b, const struct lg_qe *e, const struct lg_qe_hooks 
 		lg_line(b, "const int cb = cg; // the feature block");
 	}
 	lg_line(b, "const i64 k0 = (i64)cb * 128; // its first feature");
+	if (h->block)
+		h->block(b, e, h->ctx);
 	emit_values(b, &k);
 	if (k.bf16)
 		emit_thread_amax_bf16(b, &k);

@@ -74,6 +74,11 @@ struct lg_qe {
 	 * outputs [q, s, qt, st], the tokens [M], the counts [counts] and the
 	 * number of experts [E] (LG_QE_EXPERTS). */
 	const char *q, *s, *qt, *st, *m, *counts, *experts;
+	/* The CTA's place (NULL: from blockIdx.x, as lg_qe_geometry launches):
+	 * an i64 expression of its token tile and an int expression of its
+	 * feature group (blocks fblocks * group ...). A family with a grid of
+	 * its own (2-D, reversed, sliced) gives both and its own geometry(). */
+	const char *tile, *group;
 };
 
 /* What the values hook is given for one token row of 8 features. */
@@ -100,6 +105,9 @@ struct lg_qe_hooks {
 	/* Optional: after each 128 x 128 block is quantised and stored (v still
 	 * in scope): extra per-row outputs, partial sums, ... */
 	void (*epilogue)(lg_buf *b, const struct lg_qe *e, void *ctx);
+	/* Optional: at the start of each 128-feature block, before the values
+	 * (k0 known): per-feature loads the values hook uses (a weight). */
+	void (*block)(lg_buf *b, const struct lg_qe *e, void *ctx);
 };
 
 /* A values hook body for a row-major bf16 input `x` [*, e->n]: one 16-byte
