@@ -417,7 +417,7 @@ static void emit_col_scales(lg_buf *b, const struct ctx *k)
 		lg_open(b, "if (threadIdx.x < 64) {");
 		lg_line(b, "u32 a = cpart[0][threadIdx.x];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int w = 1; w < %d; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);", k->warps);
+		lg_line(b, "for (int k = 1; k < %d; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_emit_scale(b, pow2, "sc0", "lg_bf16_lo(a)", "inv0");
 		lg_emit_scale(b, pow2, "sc1", "lg_bf16_hi(a)", "inv1");
 		lg_line(b, "*(float2 *)(stg + k0 + 2 * threadIdx.x) = make_float2(sc0, sc1);");
@@ -429,7 +429,7 @@ static void emit_col_scales(lg_buf *b, const struct ctx *k)
 		lg_open(b, "if (threadIdx.x < 128) {");
 		lg_line(b, "float a = cpart[0][threadIdx.x];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int w = 1; w < %d; w++) a = fmaxf(a, cpart[w][threadIdx.x]);", k->warps);
+		lg_line(b, "for (int k = 1; k < %d; k++) a = fmaxf(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_emit_scale(b, pow2, "sc", "a", "inv");
 		lg_line(b, "stg[k0 + threadIdx.x] = sc;");
 		lg_line(b, "cinv[threadIdx.x] = inv;");
@@ -451,12 +451,12 @@ static void emit_tile_scale(lg_buf *b, const struct ctx *k)
 	if (k->bf16) {
 		lg_line(b, "u32 a = cpart[0][threadIdx.x];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int w = 1; w < %d; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);", k->warps);
+		lg_line(b, "for (int k = 1; k < %d; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_line(b, "float t = fmaxf(lg_bf16_lo(a), lg_bf16_hi(a));");
 	} else {
 		lg_line(b, "float t = cpart[0][threadIdx.x];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int w = 1; w < %d; w++) t = fmaxf(t, cpart[w][threadIdx.x]);", k->warps);
+		lg_line(b, "for (int k = 1; k < %d; k++) t = fmaxf(t, cpart[k][threadIdx.x]);", k->warps);
 	}
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int m = 16; m > 0; m >>= 1)");

@@ -188,7 +188,7 @@ lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(u64 x, u64 q, u64 s, u64 qt, u64 st,
 	if (threadIdx.x < 128) {
 		float a = cpart[0][threadIdx.x];
 		#pragma unroll
-		for (int w = 1; w < 16; w++) a = fmaxf(a, cpart[w][threadIdx.x]);
+		for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
 		const float sc = lg_scale_exact(a), inv = 1.0f / sc;
 		stg[k0 + threadIdx.x] = sc;
 		cinv[threadIdx.x] = inv;

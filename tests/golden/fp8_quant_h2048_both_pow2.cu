@@ -188,7 +188,7 @@ lg_fp8_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M
 	if (threadIdx.x < 64) {
 		u32 a = cpart[0][threadIdx.x];
 		#pragma unroll
-		for (int w = 1; w < 8; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);
+		for (int k = 1; k < 8; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);
 		const float sc0 = lg_scale_pow2(lg_bf16_lo(a)), inv0 = lg_inv_pow2(sc0);
 		const float sc1 = lg_scale_pow2(lg_bf16_hi(a)), inv1 = lg_inv_pow2(sc1);
 		*(float2 *)(stg + k0 + 2 * threadIdx.x) = make_float2(sc0, sc1);

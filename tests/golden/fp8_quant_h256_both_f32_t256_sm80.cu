@@ -207,7 +207,7 @@ lg_fp8_quant_fwd_bf16_h256_both_pow2_tt256v32(u64 x, u64 q, u64 s, u64 qt, u64 s
 	if (threadIdx.x < 128) {
 		float a = cpart[0][threadIdx.x];
 		#pragma unroll
-		for (int w = 1; w < 8; w++) a = fmaxf(a, cpart[w][threadIdx.x]);
+		for (int k = 1; k < 8; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
 		const float sc = lg_scale_pow2(a), inv = lg_inv_pow2(sc);
 		stg[k0 + threadIdx.x] = sc;
 		cinv[threadIdx.x] = inv;

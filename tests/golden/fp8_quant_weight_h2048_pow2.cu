@@ -144,7 +144,7 @@ lg_fp8_quant_weight_fwd_bf16_h2048_both_pow2(u64 w, u64 q, u64 s, i64 M, i64 par
 	if (threadIdx.x < 64) {
 		u32 a = cpart[0][threadIdx.x];
 		#pragma unroll
-		for (int w = 1; w < 8; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);
+		for (int k = 1; k < 8; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);
 		float t = fmaxf(lg_bf16_lo(a), lg_bf16_hi(a));
 		#pragma unroll
 		for (int m = 16; m > 0; m >>= 1)

@@ -171,7 +171,7 @@ lg_fp8_quant_weight_fwd_bf16_h384_both_exact_tf2v32(u64 w, u64 q, u64 s, i64 M, 
 		if (threadIdx.x < 128) {
 			float t = cpart[0][threadIdx.x];
 			#pragma unroll
-			for (int w = 1; w < 16; w++) t = fmaxf(t, cpart[w][threadIdx.x]);
+			for (int k = 1; k < 16; k++) t = fmaxf(t, cpart[k][threadIdx.x]);
 			#pragma unroll
 			for (int m = 16; m > 0; m >>= 1)
 				t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, m));

@@ -315,7 +315,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(
 	if (threadIdx.x < 128) {
 		float a = cpart[0][threadIdx.x];
 		#pragma unroll
-		for (int w = 1; w < 16; w++) a = fmaxf(a, cpart[w][threadIdx.x]);
+		for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
 		const float sc = lg_scale_pow2(a), inv = lg_inv_pow2(sc);
 		stg[k0 + threadIdx.x] = sc;
 		cinv[threadIdx.x] = inv;
