@@ -144,6 +144,11 @@ enum lg_arg_role {
 	LG_ARG_OPT_IN,  /* may be 0 (e.g. recomputed) */
 	LG_ARG_OPT_OUT, /* may be 0 (not written) */
 	LG_ARG_WORKSPACE, /* lg_kernel_workspace_size() bytes of scratch */
+	/* The device table of a tensor list (lingen.h, lg_tensor_list_table):
+	 * elem U8, shape "items, 16" (a run-time size "items" of the pass, the
+	 * table's rows). The kernel reads the tensors the rows point to; the
+	 * harness cannot make one from random bytes (tests build lists). */
+	LG_ARG_LIST,
 };
 enum lg_elem {
 	LG_ELEM_DTYPE, /* the spec's dtype */

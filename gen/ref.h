@@ -27,6 +27,7 @@ enum lg_cmp {
 	LG_CMP_E4M3_ULP, /* e4m3, within ulps (+ slack[i]) e4m3 steps */
 	LG_CMP_BF16_ULP, /* bf16, within ulps (+ slack[i]) bf16 ulps */
 	LG_CMP_FP32_ULP, /* fp32, within ulps (+ slack[i]) fp32 ulps */
+	LG_CMP_EXACT,  /* any element type (fp32, int64), bit-equal */
 };
 
 struct lg_ref_buf {

@@ -19,6 +19,13 @@ lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64
 	if (st != LG_OK)
 		return st;
 	const struct lg_ref_family *rf = lg_ref_family_get(s->op);
+	const struct lg_sig *sig = &lg_family_get(s->op)->sig[s->pass];
+	for (int i = 0; i < sig->nargs; i++)
+		if (sig->args[i].role == LG_ARG_LIST)
+			return lg_fail(LG_ERR_UNSUPPORTED, "%s: op %s reduces over a tensor list, which the harness "
+				       "does not build from random bytes: tests/gpu_test_lists and python/tests/"
+				       "test_gpu_lists.py check it, the Python benchmark times it", s->entry,
+				       lg_op_names[s->op]);
 	int64_t sizes[LG_MAX_SIZES];
 	lg_sizes_at(lg_family_get(s->op), s->pass, tokens, sizes);
 	for (int i = 0; sizes_given && i < lg_family_get(s->op)->sig[s->pass].nsizes; i++)
