@@ -19,6 +19,7 @@
 
 #include "cuda.h"
 #include "error.h"
+#include "list.h"
 
 struct lg_tensor_list {
 	const struct lg_cu *cu;
@@ -82,6 +83,26 @@ static lg_status check_args(const lg_dptr *ptrs, const int *elems, const int64_t
 	return LG_OK;
 }
 
+lg_status lg_tensor_list_rows(const lg_dptr *ptrs, const int *elems, const int64_t *counts, size_t n,
+			     void **rows, int64_t *items)
+{
+	*rows = NULL;
+	lg_status st = check_args(ptrs, elems, counts, n, items);
+	if (st != LG_OK)
+		return st;
+	struct row *r = *items ? malloc((size_t)*items * sizeof *r) : NULL;
+	if (*items && !r)
+		return lg_fail(LG_ERR_NO_MEMORY, "lg_tensor_list_create: out of host memory (%lld items)",
+			       (long long)*items);
+	*rows = r;
+	for (size_t i = 0; i < n; i++) {
+		int64_t b = elem_bytes[elems[i]];
+		fill_rows(r, ptrs[i], counts[i], b, elems[i]);
+		r += rows_of(ptrs[i], counts[i], b);
+	}
+	return LG_OK;
+}
+
 lg_status lg_tensor_list_create(const lg_dptr *ptrs, const int *elems, const int64_t *counts, size_t n,
 				lg_tensor_list **out)
 {
@@ -91,35 +112,27 @@ lg_status lg_tensor_list_create(const lg_dptr *ptrs, const int *elems, const int
 			       "must not be NULL");
 	*out = NULL;
 	int64_t items;
-	lg_status st = check_args(ptrs, elems, counts, n, &items);
+	void *rows;
+	lg_status st = lg_tensor_list_rows(ptrs, elems, counts, n, &rows, &items);
 	if (st != LG_OK)
 		return st;
 	const struct lg_cu *cu;
-	if ((st = lg_cu_get(&cu)) != LG_OK)
-		return st;
-	lg_tensor_list *l = calloc(1, sizeof *l);
-	struct row *rows = items ? malloc((size_t)items * sizeof *rows) : NULL;
-	if (!l || (items && !rows)) {
-		free(l);
+	lg_tensor_list *l = NULL;
+	if ((st = lg_cu_get(&cu)) != LG_OK || !(l = calloc(1, sizeof *l))) {
 		free(rows);
-		return lg_fail(LG_ERR_NO_MEMORY, "lg_tensor_list_create: out of host memory (%lld items)",
-			       (long long)items);
+		return st != LG_OK ? st : lg_fail(LG_ERR_NO_MEMORY, "lg_tensor_list_create: out of host memory");
 	}
 	l->cu = cu;
 	l->items = items;
 	l->count = n;
-	struct row *r = rows;
 	for (size_t i = 0; i < n; i++) {
-		int64_t b = elem_bytes[elems[i]];
-		fill_rows(r, ptrs[i], counts[i], b, elems[i]);
-		r += rows_of(ptrs[i], counts[i], b);
 		l->numel += counts[i];
 		if (counts[i])
 			l->elems |= 1u << elems[i];
 	}
 	CUresult e = CUDA_SUCCESS;
 	if (items) {
-		size_t bytes = (size_t)items * sizeof *rows;
+		size_t bytes = (size_t)items * sizeof(struct row);
 		e = cu->cuMemAlloc(&l->table, bytes);
 		if (e == CUDA_SUCCESS)
 			e = cu->cuMemcpyHtoD(l->table, rows, bytes);
