@@ -316,7 +316,9 @@ lg_status lg_arg_shape(const struct lg_spec *s, int i, const int64_t *sizes, int
 /* Elements of argument i (the product of its dimensions). */
 lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int64_t *count);
 /* Minimum bytes a launch moves: each used input read once, each used
- * output written once (workspaces not counted); `used` from the plan. */
+ * output written once (workspaces not counted), a list's table and its
+ * items as if each were a whole LG_LIST_ITEM_BYTES (the harness's lists
+ * are); `used` from the plan. */
 double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const int64_t *sizes);
 
 /* Every run-time size of f's pass set to n (or to its declared `at`),

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "error.h"
+#include "family.h"
 #include "lingen.h"
 #include "numeric_ref.h"
 
@@ -70,9 +72,41 @@ struct lg_ref_tensor *lg_ref_list_rows(const void *table, size_t rows)
 	return t;
 }
 
+static void put_row(unsigned char *r, const void *p, uint32_t count, uint32_t elem)
+{
+	uint64_t a = (uint64_t)(uintptr_t)p;
+	memcpy(r, &a, 8);
+	memcpy(r + 8, &count, 4);
+	memcpy(r + 12, &elem, 4);
+}
+
 void lg_ref_list_fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
-	(void)s, (void)seed;
-	if (c->buf[0].host)
-		memset(c->buf[0].host, 0, c->buf[0].count * c->buf[0].elem);
+	int mk = lg_family_key(lg_family_get(s->op), "mixed");
+	bool mixed = mk >= 0 && s->v[mk];
+	size_t items = (size_t)c->sizes[0];
+	free(c->data);
+	c->data_bytes = items * LG_LIST_ITEM_BYTES;
+	c->data = items ? aligned_alloc(16, c->data_bytes) : NULL;
+	LG_ASSERT(c->data || !items);
+	uint64_t st = seed;
+	unsigned char *row = c->buf[0].host, *at = c->data;
+	for (size_t i = 0, tensor = 0; i < items; tensor++) {
+		int elem = mixed ? (int)(tensor & 1) : s->dtype == LG_DTYPE_FP32 ? LG_LIST_FP32 : LG_LIST_BF16;
+		uint32_t per = LG_LIST_ITEM_BYTES / (elem == LG_LIST_FP32 ? 4 : 2);
+		for (size_t k = 0; k < 1 + tensor % 7 && i < items; k++, i++, at += LG_LIST_ITEM_BYTES) {
+			for (uint32_t j = 0; j < per; j++) {
+				uint64_t r = lg_ref_rand(&st);
+				float v = (r >> 58) < 2 ? ((r >> 57) & 1 ? -0.0f : 0.0f) /* 2 of 64: ~3% */
+						       : (float)((double)(int32_t)(uint32_t)r * 0x1p-31 * 2.5);
+				if (elem == LG_LIST_FP32)
+					memcpy(at + 4 * j, &v, 4);
+				else {
+					uint16_t h = lg_ref_f32_to_bf16(v);
+					memcpy(at + 2 * j, &h, 2);
+				}
+			}
+			put_row(row + i * LG_LIST_ROW_BYTES, at, per, (uint32_t)elem);
+		}
+	}
 }

@@ -33,9 +33,11 @@ int64_t lg_ref_list_count_zero(const struct lg_ref_tensor *t, size_t n);
  * result with free(); NULL for 0 rows or out of memory. */
 struct lg_ref_tensor *lg_ref_list_rows(const void *table, size_t rows);
 
-/* fill() of a list family's reference case (list, out, workspace): rows
- * of no element (the harness cannot point a table at device tensors; tests
- * build real lists). */
+/* fill() of a list family's reference case (list, out, workspace) at
+ * c->sizes[0] items: tensors of 1 to 7 whole items (16 KiB), the last
+ * shorter, of the spec's dtype (alternating bf16 and fp32 when mixed), in
+ * c->data (16-byte aligned), values about normal with 3% zeros of either
+ * sign; the table rows (buf[0]) point into c->data. */
 void lg_ref_list_fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed);
 
 #endif

@@ -47,6 +47,12 @@ struct lg_ref_case {
 	int n; /* == the family's argument count for the pass */
 	int64_t sizes[LG_MAX_SIZES]; /* the run-time sizes */
 	struct lg_ref_buf buf[LG_MAX_ARGS];
+	/* A list family's tensors (host memory, malloc'd by fill(), freed by
+	 * whoever frees the buffers): the rows of its list argument's table
+	 * point into them; the harness copies them to the device and points a
+	 * device copy of the table there. NULL for other families. */
+	void *data;
+	size_t data_bytes;
 };
 
 /* A case's buffers as the family declares them (family.h: name, element

@@ -16,6 +16,7 @@ from ._version import __version__
 from ._lib import LingenError, LibraryError, SpecError
 from ._core import Context, Kernel, Spec, call, default_context, set_default_context
 from ._families import families
+from .lists import TensorList, count_zero, grad_norm
 from .ops import (fp8_quant, group_rmsnorm_gate, group_rmsnorm_gate_backward, qk_norm_rope,
                   qk_norm_rope_backward, rmsnorm, rmsnorm_backward, rmsnorm_quant)
 
@@ -24,6 +25,7 @@ __all__ = [
     "call", "default_context", "set_default_context", "families", "generate", "library_version",
     "rmsnorm_quant", "rmsnorm", "rmsnorm_backward", "fp8_quant", "qk_norm_rope",
     "qk_norm_rope_backward", "group_rmsnorm_gate", "group_rmsnorm_gate_backward",
+    "TensorList", "grad_norm", "count_zero",
 ]
 
 
