@@ -183,17 +183,21 @@ static void emit_partials(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	}
 	lg_line(b, "const u32 lane = threadIdx.x & 31u;");
 	lg_line(b, "lg_acc acc = %s;", ops->zero);
-	lg_open(b, "for (i64 it = (i64)blockIdx.x * %d + (threadIdx.x >> 5); it < I; it += %lld) {", warps,
+	lg_comment(b, "row: an item's address, element count and type (lingen.h); the next one is");
+	lg_comment(b, "loaded before this one's elements, so no item waits for its row.");
+	lg_line(b, "i64 it = (i64)blockIdx.x * %d + (threadIdx.x >> 5);", warps);
+	lg_line(b, "lg_u32x4 row = {0u, 0u, 0u, 0u};");
+	lg_line(b, "if (it < I) row = lg_ld16((const char *)list + it * 16);");
+	lg_open(b, "for (; it < I; it += %lld) {", (long long)ctas * warps);
+	lg_line(b, "const lg_u32x4 cur = row;");
+	lg_line(b, "if (it + %lld < I) row = lg_ld16((const char *)list + (it + %lld) * 16);", (long long)ctas * warps,
 		(long long)ctas * warps);
-	lg_comment(b, "row: the item's address, element count, element type (lingen.h)");
-	lg_line(b, "const lg_u32x4 row = lg_ld16((const char *)list + it * 16);");
-	lg_line(b, "const u64 p = (u64)row.x | ((u64)row.y << 32);");
+	lg_line(b, "const u64 p = (u64)cur.x | ((u64)cur.y << 32);");
 	if (mixed) {
-		lg_line(b, "acc = row.w == %du ? lg_item_f32(acc, p, row.z, lane)", LG_LIST_FP32);
-		lg_line(b, "\t\t\t: lg_item_bf16(acc, p, row.z, lane);");
-	}
-	else {
-		lg_line(b, "acc = lg_item_%s(acc, p, row.z, lane);", s->dtype == LG_DTYPE_FP32 ? "f32" : "bf16");
+		lg_line(b, "acc = cur.w == %du ? lg_item_f32(acc, p, cur.z, lane)", LG_LIST_FP32);
+		lg_line(b, "\t\t\t: lg_item_bf16(acc, p, cur.z, lane);");
+	} else {
+		lg_line(b, "acc = lg_item_%s(acc, p, cur.z, lane);", s->dtype == LG_DTYPE_FP32 ? "f32" : "bf16");
 	}
 	lg_close(b);
 	emit_cta_combine(b, warps);

@@ -13,7 +13,8 @@
  *   - Entry 0 is a fixed grid of ctas = 132 x tile.per_sm CTAs (one wave
  *     on an H200) of tile.threads threads; warp w of the grid takes items
  *     w, w + W, w + 2W, ... (W warps in all: neighbouring warps read
- *     neighbouring items). A warp reads its item with 16-byte loads,
+ *     neighbouring items), loading the row of its next item before the
+ *     elements of this one. A warp reads its item with 16-byte loads,
  *     tile.unroll of them a lane in flight, after a scalar head up to the
  *     first 16-byte boundary and before a scalar tail: any start address
  *     and any length. Each lane keeps its own accumulator (fp64 sums, fp32

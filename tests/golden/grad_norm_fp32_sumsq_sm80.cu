@@ -89,11 +89,16 @@ lg_grad_norm_fwd_fp32_l2_sumsq(u64 list, u64 out, u64 ws, i64 I, i64 part)
 {
 	const u32 lane = threadIdx.x & 31u;
 	lg_acc acc = 0.0;
-	for (i64 it = (i64)blockIdx.x * 8 + (threadIdx.x >> 5); it < I; it += 4224) {
-		// row: the item's address, element count, element type (lingen.h)
-		const lg_u32x4 row = lg_ld16((const char *)list + it * 16);
-		const u64 p = (u64)row.x | ((u64)row.y << 32);
-		acc = lg_item_f32(acc, p, row.z, lane);
+	// row: an item's address, element count and type (lingen.h); the next one is
+	// loaded before this one's elements, so no item waits for its row.
+	i64 it = (i64)blockIdx.x * 8 + (threadIdx.x >> 5);
+	lg_u32x4 row = {0u, 0u, 0u, 0u};
+	if (it < I) row = lg_ld16((const char *)list + it * 16);
+	for (; it < I; it += 4224) {
+		const lg_u32x4 cur = row;
+		if (it + 4224 < I) row = lg_ld16((const char *)list + (it + 4224) * 16);
+		const u64 p = (u64)cur.x | ((u64)cur.y << 32);
+		acc = lg_item_f32(acc, p, cur.z, lane);
 	}
 	acc = lg_warp_combine(acc);
 	__shared__ lg_acc part_of[8];
