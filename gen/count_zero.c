@@ -20,23 +20,7 @@ static const struct lg_key keys[NKEYS] = {
 	LG_KEYS_LIST(K_LIST),
 };
 
-enum { A_LIST, A_OUT, A_WS, NARGS };
-static const struct lg_arg args[NARGS] = {
-	[A_LIST] = {"list", LG_ARG_LIST, LG_ELEM_U8, LG_LIST_TABLE_SHAPE, 16,
-		    "the tensor list's table (lg_tensor_list_table)"},
-	[A_OUT] = {"out", LG_ARG_OUT, LG_ELEM_I64, "1", 8, "the count (a 0-d tensor)"},
-	[A_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
-};
-
-static lg_status validate(const struct lg_spec *s, const char *where)
-{
-	return lg_list_validate(s, where, K_LIST);
-}
-
-static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
-{
-	return lg_list_plan(s, t, p, K_LIST);
-}
+static const struct lg_arg args[LG_LIST_NARGS] = LG_LIST_ARGS(LG_ELEM_I64, 8, "the count (a 0-d tensor)");
 
 static void emit_ops(lg_buf *b, const struct lg_spec *s, bool f32, bool bf16)
 {
@@ -63,28 +47,12 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_list_emit(b, s, p, &ops);
 }
 
-static size_t workspace(const struct lg_plan *p)
-{
-	return lg_list_workspace(p, 8);
-}
-
-static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
-{
-	return lg_list_candidates(s, t, out, max, K_LIST);
-}
-
 const struct lg_family lg_family_count_zero = {
 	.op = "count_zero",
 	.summary = "the number of zeros (+0 and -0) in a list of tensors, int64 (K11)",
-	.passes = 1u << LG_PASS_FORWARD,
-	.dtypes = (1u << LG_DTYPE_BF16) | (1u << LG_DTYPE_FP32),
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, lg_list_sizes, NARGS, args}},
-	.validate = validate,
-	.plan = plan,
+	.validate = lg_list_validate,
 	.emit = emit,
-	.geometry = lg_list_geometry,
-	.workspace = workspace,
-	.candidates = candidates,
+	LG_LIST_FAMILY,
 };

@@ -34,25 +34,14 @@ static const struct lg_key keys[NKEYS] = {
 	LG_KEYS_LIST(K_LIST),
 };
 
-enum { A_LIST, A_OUT, A_WS, NARGS };
-static const struct lg_arg args[NARGS] = {
-	[A_LIST] = {"list", LG_ARG_LIST, LG_ELEM_U8, LG_LIST_TABLE_SHAPE, 16,
-		    "the tensor list's table (lg_tensor_list_table)"},
-	[A_OUT] = {"out", LG_ARG_OUT, LG_ELEM_FP32, "1", 4, "the norm (a 0-d tensor)"},
-	[A_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
-};
+static const struct lg_arg args[LG_LIST_NARGS] = LG_LIST_ARGS(LG_ELEM_FP32, 4, "the norm (a 0-d tensor)");
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	if (!lg_spec_int(s, K_NORM) && lg_spec_int(s, K_ORD) != ORD_2)
 		return lg_spec_error(where, "norm: found false with ord \"%s\", allowed: false only with ord \"2\"",
 				     ord_values[lg_spec_int(s, K_ORD)]);
-	return lg_list_validate(s, where, K_LIST);
-}
-
-static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
-{
-	return lg_list_plan(s, t, p, K_LIST);
+	return lg_list_validate(s, where);
 }
 
 static void emit_ops(lg_buf *b, const struct lg_spec *s, bool f32, bool bf16)
@@ -101,28 +90,12 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_list_emit(b, s, p, &ops);
 }
 
-static size_t workspace(const struct lg_plan *p)
-{
-	return lg_list_workspace(p, 8);
-}
-
-static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
-{
-	return lg_list_candidates(s, t, out, max, K_LIST);
-}
-
 const struct lg_family lg_family_grad_norm = {
 	.op = "grad_norm",
 	.summary = "the L2, L1 or max norm of a list of tensors, fp64 sums, deterministic (K10)",
-	.passes = 1u << LG_PASS_FORWARD,
-	.dtypes = (1u << LG_DTYPE_BF16) | (1u << LG_DTYPE_FP32),
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, lg_list_sizes, NARGS, args}},
 	.validate = validate,
-	.plan = plan,
 	.emit = emit,
-	.geometry = lg_list_geometry,
-	.workspace = workspace,
-	.candidates = candidates,
+	LG_LIST_FAMILY,
 };

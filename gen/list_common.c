@@ -30,8 +30,17 @@ static int64_t tile_or(const struct lg_spec *s, int key, int64_t def)
 	return lg_spec_has(s, key) ? lg_spec_int(s, key) : def;
 }
 
-lg_status lg_list_validate(const struct lg_spec *s, const char *where, int k)
+/* The index of a list family's first list key ("mixed"). */
+static int first_key(const struct lg_spec *s)
 {
+	int k = lg_family_key(lg_family_get(s->op), "mixed");
+	LG_ASSERT(k >= 0);
+	return k;
+}
+
+lg_status lg_list_validate(const struct lg_spec *s, const char *where)
+{
+	int k = first_key(s);
 	int64_t threads = tile_or(s, k + L_THREADS, THREADS_DEFAULT), per_sm = tile_or(s, k + L_PER_SM, PER_SM_DEFAULT);
 	if (threads * per_sm > 2048)
 		return lg_spec_error(where,
@@ -41,8 +50,9 @@ lg_status lg_list_validate(const struct lg_spec *s, const char *where, int k)
 	return LG_OK;
 }
 
-lg_status lg_list_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p, int k)
+lg_status lg_list_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
+	int k = first_key(s);
 	p->v[LG_LIST_P_THREADS] = p->tile[k + L_THREADS] = tile_or(s, k + L_THREADS, THREADS_DEFAULT);
 	p->v[LG_LIST_P_PER_SM] = p->tile[k + L_PER_SM] = tile_or(s, k + L_PER_SM, PER_SM_DEFAULT);
 	p->v[LG_LIST_P_UNROLL] = p->tile[k + L_UNROLL] = tile_or(s, k + L_UNROLL, UNROLL_DEFAULT);
@@ -64,16 +74,16 @@ void lg_list_geometry(const struct lg_plan *p, int e, const int64_t *sizes, stru
 	d->block[0] = e == 0 ? (unsigned)p->v[LG_LIST_P_THREADS] : FINAL_THREADS;
 }
 
-size_t lg_list_workspace(const struct lg_plan *p, int slot)
+size_t lg_list_workspace(const struct lg_plan *p)
 {
-	return (size_t)p->v[LG_LIST_P_CTAS] * (size_t)slot;
+	return (size_t)p->v[LG_LIST_P_CTAS] * 8; /* an fp64 sum, an fp32 max or a u64 count a CTA */
 }
 
 /* Tile variants: 256 and 512 threads, 2 to 8 CTAs an SM (whole SMs of
  * threads up to 2048), 4 and 8 loads in flight. */
-int lg_list_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
-		       int max, int k)
+int lg_list_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
+	int k = first_key(s);
 	static const int64_t threads[] = {256, 512}, per_sm[] = {2, 4, 8}, unroll[] = {4, 8};
 	int n = 0;
 	for (int i = 0; i < 2; i++)

@@ -74,15 +74,20 @@ struct lg_list_ops {
 /* Plan values of a list family. */
 enum { LG_LIST_P_THREADS, LG_LIST_P_PER_SM, LG_LIST_P_UNROLL, LG_LIST_P_MIXED, LG_LIST_P_CTAS, LG_LIST_VALUES };
 
-/* validate(), plan(), geometry(), workspace() and candidates() of a list
- * family whose list keys start at key index k (LG_KEYS_LIST(k)); the
- * workspace holds `slot` bytes a CTA. */
-lg_status lg_list_validate(const struct lg_spec *s, const char *where, int k);
-lg_status lg_list_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p, int k);
+/* validate(), plan(), geometry(), workspace() (8 bytes a CTA) and
+ * candidates() of a list family (its list keys found by name). */
+lg_status lg_list_validate(const struct lg_spec *s, const char *where);
+lg_status lg_list_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p);
 void lg_list_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d);
-size_t lg_list_workspace(const struct lg_plan *p, int slot);
-int lg_list_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
-		       int max, int k);
+size_t lg_list_workspace(const struct lg_plan *p);
+int lg_list_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max);
+
+/* The arguments of a list family's pass (list, out, workspace), its out of
+ * element type `elem`, and the members of struct lg_family every list
+ * family shares (given args[LG_LIST_NARGS] named `args`). */
+enum { LG_LIST_A_LIST, LG_LIST_A_OUT, LG_LIST_A_WS, LG_LIST_NARGS };
+#define LG_LIST_ARGS(elem, align, doc)                                                               	{[LG_LIST_A_LIST] = {"list", LG_ARG_LIST, LG_ELEM_U8, LG_LIST_TABLE_SHAPE, 16,               			     "the tensor list's table (lg_tensor_list_table)"},                        	 [LG_LIST_A_OUT] = {"out", LG_ARG_OUT, (elem), "1", (align), (doc)},                         	 [LG_LIST_A_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL}}
+#define LG_LIST_FAMILY                                                                               	.passes = 1u << LG_PASS_FORWARD, .dtypes = (1u << LG_DTYPE_BF16) | (1u << LG_DTYPE_FP32),     	.sig = {[LG_PASS_FORWARD] = {1, lg_list_sizes, LG_LIST_NARGS, args}}, .plan = lg_list_plan,   	.geometry = lg_list_geometry, .workspace = lg_list_workspace, .candidates = lg_list_candidates
 
 /* Both entry points: the item loop and the partials (entry 0), the final
  * combine (entry 1). The pass's arguments must be list, out, workspace. */
