@@ -13,6 +13,7 @@
 #define PER_SM_DEFAULT 4
 #define UNROLL_DEFAULT 4
 #define FINAL_THREADS 256
+#define SPLIT_MAX 8 /* parts an item of the last round is cut into at most */
 
 /* Offsets of the list keys from the family's first list key. */
 enum { L_MIXED, L_TILE, L_THREADS, L_PER_SM, L_UNROLL };
@@ -175,16 +176,35 @@ static void emit_cta_combine(lg_buf *b, int warps)
 	lg_line(b, "for (int w = 1; w < %d; w++) acc = lg_combine(acc, part_of[w]);", warps);
 }
 
+/* lg_item_row(acc, row, start, n, lane): elements start .. start + n of
+ * the item of a table row, by its element type. */
+static void emit_item_row(lg_buf *b, const struct lg_spec *s, bool mixed)
+{
+	lg_line(b, "static __device__ __forceinline__ lg_acc lg_item_row(lg_acc acc, lg_u32x4 row, u32 start, u32 n,");
+	lg_line(b, "\t\t\t\t\t\t\t    u32 lane)");
+	lg_open(b, "{");
+	lg_line(b, "const u64 p = (u64)row.x | ((u64)row.y << 32);");
+	if (mixed) {
+		lg_line(b, "return row.w == %du ? lg_item_f32(acc, p + (u64)start * 4u, n, lane)", LG_LIST_FP32);
+		lg_line(b, "\t\t\t : lg_item_bf16(acc, p + (u64)start * 2u, n, lane);");
+	} else {
+		bool f32 = s->dtype == LG_DTYPE_FP32;
+		lg_line(b, "return lg_item_%s(acc, p + (u64)start * %du, n, lane);", f32 ? "f32" : "bf16", f32 ? 4 : 2);
+	}
+	lg_close(b);
+}
+
 static void emit_partials(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p,
 			  const struct lg_list_ops *ops)
 {
 	int threads = (int)p->v[LG_LIST_P_THREADS], warps = threads / 32, per_sm = (int)p->v[LG_LIST_P_PER_SM];
-	int64_t ctas = p->v[LG_LIST_P_CTAS];
-	bool mixed = p->v[LG_LIST_P_MIXED] != 0;
+	long long ctas = (long long)p->v[LG_LIST_P_CTAS], w = ctas * warps;
 	lg_section(b, p->entry[0], ops->what);
-	lg_comment(b, "%lld CTAs of %d warps; warp w takes items w, w + %lld, ... (a fixed order), and", (long long)ctas,
-		   warps, (long long)ctas * warps);
-	lg_comment(b, "CTA c leaves its total in workspace slot c.");
+	lg_comment(b, "%lld CTAs of %d warps, W = %lld warps. Whole rounds: warp w takes items w, w + W, ...;", ctas,
+		   warps, w);
+	lg_comment(b, "then the R < W items left are cut into S = min(%d, ceil(W / R)) parts each, taken", SPLIT_MAX);
+	lg_comment(b, "the same way, so that the last round keeps most warps busy. A fixed order for a");
+	lg_comment(b, "given list; CTA c leaves its total in workspace slot c.");
 	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", threads, per_sm);
 	lg_open(b, "{");
 	if (p->early[1]) {
@@ -192,23 +212,28 @@ static void emit_partials(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
 	}
 	lg_line(b, "const u32 lane = threadIdx.x & 31u;");
+	lg_line(b, "const i64 gw = (i64)blockIdx.x * %d + (threadIdx.x >> 5);", warps);
+	lg_line(b, "const i64 full = I / %lld * %lld;", w, w);
 	lg_line(b, "lg_acc acc = %s;", ops->zero);
 	lg_comment(b, "row: an item's address, element count and type (lingen.h); the next one is");
 	lg_comment(b, "loaded before this one's elements, so no item waits for its row.");
-	lg_line(b, "i64 it = (i64)blockIdx.x * %d + (threadIdx.x >> 5);", warps);
 	lg_line(b, "lg_u32x4 row = {0u, 0u, 0u, 0u};");
-	lg_line(b, "if (it < I) row = lg_ld16((const char *)list + it * 16);");
-	lg_open(b, "for (; it < I; it += %lld) {", (long long)ctas * warps);
+	lg_line(b, "if (gw < full) row = lg_ld16((const char *)list + gw * 16);");
+	lg_open(b, "for (i64 it = gw; it < full; it += %lld) {", w);
 	lg_line(b, "const lg_u32x4 cur = row;");
-	lg_line(b, "if (it + %lld < I) row = lg_ld16((const char *)list + (it + %lld) * 16);", (long long)ctas * warps,
-		(long long)ctas * warps);
-	lg_line(b, "const u64 p = (u64)cur.x | ((u64)cur.y << 32);");
-	if (mixed) {
-		lg_line(b, "acc = cur.w == %du ? lg_item_f32(acc, p, cur.z, lane)", LG_LIST_FP32);
-		lg_line(b, "\t\t\t: lg_item_bf16(acc, p, cur.z, lane);");
-	} else {
-		lg_line(b, "acc = lg_item_%s(acc, p, cur.z, lane);", s->dtype == LG_DTYPE_FP32 ? "f32" : "bf16");
-	}
+	lg_line(b, "if (it + %lld < full) row = lg_ld16((const char *)list + (it + %lld) * 16);", w, w);
+	lg_line(b, "acc = lg_item_row(acc, cur, 0u, cur.z, lane);");
+	lg_close(b);
+	lg_comment(b, "The last round: part k of S of item full + j / S is elements [k c, k c + c) of it,");
+	lg_comment(b, "c = its count / S rounded up to 8 elements.");
+	lg_line(b, "const i64 left = I - full;");
+	lg_line(b, "const i64 want = left ? (%lld + left - 1) / left : 1;", w);
+	lg_line(b, "const i64 S = want < %d ? want : %d;", SPLIT_MAX, SPLIT_MAX);
+	lg_open(b, "for (i64 j = gw; j < left * S; j += %lld) {", w);
+	lg_line(b, "const lg_u32x4 cur = lg_ld16((const char *)list + (full + j / S) * 16);");
+	lg_line(b, "const u32 c = ((cur.z + (u32)S - 1u) / (u32)S + 7u) & ~7u;");
+	lg_line(b, "const u32 k0 = (u32)(j %% S) * c, start = k0 < cur.z ? k0 : cur.z;");
+	lg_line(b, "acc = lg_item_row(acc, cur, start, cur.z - start < c ? cur.z - start : c, lane);");
 	lg_close(b);
 	emit_cta_combine(b, warps);
 	lg_line(b, "((lg_acc *)ws)[blockIdx.x] = acc;");
@@ -256,6 +281,8 @@ void lg_list_emit(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, c
 		lg_line(b, "%s", "");
 		emit_item(b, "bf16", 2, unroll);
 	}
+	lg_line(b, "%s", "");
+	emit_item_row(b, s, mixed);
 	emit_partials(b, s, p, ops);
 	emit_final(b, s, p, ops);
 }

@@ -103,27 +103,47 @@ static __device__ __forceinline__ lg_acc lg_item_bf16(lg_acc acc, u64 p, u32 n, 
 	return acc;
 }
 
+static __device__ __forceinline__ lg_acc lg_item_row(lg_acc acc, lg_u32x4 row, u32 start, u32 n,
+							    u32 lane)
+{
+	const u64 p = (u64)row.x | ((u64)row.y << 32);
+	return row.w == 1u ? lg_item_f32(acc, p + (u64)start * 4u, n, lane)
+				 : lg_item_bf16(acc, p + (u64)start * 2u, n, lane);
+}
+
 // ----- lg_count_zero_fwd_bf16_mixed: zeros, a CTA -----
-// 528 CTAs of 8 warps; warp w takes items w, w + 4224, ... (a fixed order), and
-// CTA c leaves its total in workspace slot c.
+// 528 CTAs of 8 warps, W = 4224 warps. Whole rounds: warp w takes items w, w + W, ...;
+// then the R < W items left are cut into S = min(8, ceil(W / R)) parts each, taken
+// the same way, so that the last round keeps most warps busy. A fixed order for a
+// given list; CTA c leaves its total in workspace slot c.
 extern "C" __global__ void __launch_bounds__(256, 4)
 lg_count_zero_fwd_bf16_mixed(u64 list, u64 out, u64 ws, i64 I, i64 part)
 {
 	// The final combine may be scheduled; it waits for this grid to finish.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	const u32 lane = threadIdx.x & 31u;
+	const i64 gw = (i64)blockIdx.x * 8 + (threadIdx.x >> 5);
+	const i64 full = I / 4224 * 4224;
 	lg_acc acc = 0ull;
 	// row: an item's address, element count and type (lingen.h); the next one is
 	// loaded before this one's elements, so no item waits for its row.
-	i64 it = (i64)blockIdx.x * 8 + (threadIdx.x >> 5);
 	lg_u32x4 row = {0u, 0u, 0u, 0u};
-	if (it < I) row = lg_ld16((const char *)list + it * 16);
-	for (; it < I; it += 4224) {
+	if (gw < full) row = lg_ld16((const char *)list + gw * 16);
+	for (i64 it = gw; it < full; it += 4224) {
 		const lg_u32x4 cur = row;
-		if (it + 4224 < I) row = lg_ld16((const char *)list + (it + 4224) * 16);
-		const u64 p = (u64)cur.x | ((u64)cur.y << 32);
-		acc = cur.w == 1u ? lg_item_f32(acc, p, cur.z, lane)
-					: lg_item_bf16(acc, p, cur.z, lane);
+		if (it + 4224 < full) row = lg_ld16((const char *)list + (it + 4224) * 16);
+		acc = lg_item_row(acc, cur, 0u, cur.z, lane);
+	}
+	// The last round: part k of S of item full + j / S is elements [k c, k c + c) of it,
+	// c = its count / S rounded up to 8 elements.
+	const i64 left = I - full;
+	const i64 want = left ? (4224 + left - 1) / left : 1;
+	const i64 S = want < 8 ? want : 8;
+	for (i64 j = gw; j < left * S; j += 4224) {
+		const lg_u32x4 cur = lg_ld16((const char *)list + (full + j / S) * 16);
+		const u32 c = ((cur.z + (u32)S - 1u) / (u32)S + 7u) & ~7u;
+		const u32 k0 = (u32)(j % S) * c, start = k0 < cur.z ? k0 : cur.z;
+		acc = lg_item_row(acc, cur, start, cur.z - start < c ? cur.z - start : c, lane);
 	}
 	acc = lg_warp_combine(acc);
 	__shared__ lg_acc part_of[8];
