@@ -12,9 +12,12 @@
  *     tiny tensors or a few huge ones.
  *   - Entry 0 is a fixed grid of ctas = 132 x tile.per_sm CTAs (one wave
  *     on an H200) of tile.threads threads; warp w of the grid takes items
- *     w, w + W, w + 2W, ... (W warps in all: neighbouring warps read
- *     neighbouring items), loading the row of its next item before the
- *     elements of this one. A warp reads its item with 16-byte loads,
+ *     w, w + W, w + 2W, ... in whole rounds (W warps in all: neighbouring
+ *     warps read neighbouring items), loading the row of its next item
+ *     before the elements of this one; the R < W items of the last,
+ *     partial round are cut into min(8, ceil(W / R)) parts each, taken the
+ *     same way, so the tail of a big list and a small list alike keep most
+ *     warps busy. A warp reads its item with 16-byte loads,
  *     tile.unroll of them a lane in flight, after a scalar head up to the
  *     first 16-byte boundary and before a scalar tail: any start address
  *     and any length. Each lane keeps its own accumulator (fp64 sums, fp32
