@@ -179,6 +179,20 @@ static const struct golden cases[] = {
 	{"group_rmsnorm_gate_fwd_d16384_g1_sm80", "sm_80",
 	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"dim\": 16384, "
 	 "\"groups\": 1}"},
+	/* K10: the target (L2 of fp32), L1 of bf16 on sm_80, max over a mixed list */
+	{"grad_norm_fp32_l2", "sm_90a", "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\"}"},
+	{"grad_norm_bf16_l1_sm80", "sm_80",
+	 "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"ord\": \"1\"}"},
+	{"grad_norm_mixed_linf_sumsq", "sm_90a",
+	 "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"ord\": \"inf\", "
+	 "\"mixed\": true, \"tile\": {\"threads\": 512, \"per_sm\": 2, \"unroll\": 8}}"},
+	{"grad_norm_fp32_sumsq_sm80", "sm_80",
+	 "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"norm\": false}"},
+	/* K11: the target (fp32), bf16 on sm_80, a mixed list */
+	{"count_zero_fp32", "sm_90a", "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"fp32\"}"},
+	{"count_zero_bf16_sm80", "sm_80", "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"},
+	{"count_zero_mixed", "sm_90a",
+	 "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"mixed\": true}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])

@@ -16,7 +16,9 @@ from ._version import __version__
 from ._lib import LingenError, LibraryError, SpecError
 from ._core import Context, Kernel, Spec, call, default_context, set_default_context
 from ._families import families
-from .ops import (fp8_quant, fp8_quant_batched, fp8_quant_weight, group_rmsnorm_gate, group_rmsnorm_gate_backward, qk_norm_rope,
+from .lists import TensorList, count_zero, grad_norm
+from .ops import (fp8_quant, fp8_quant_batched, fp8_quant_weight, group_rmsnorm_gate,
+                  group_rmsnorm_gate_backward, qk_norm_rope,
                   qk_norm_rope_backward, rmsnorm, rmsnorm_backward, rmsnorm_quant)
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "rmsnorm_quant", "rmsnorm", "rmsnorm_backward", "fp8_quant", "fp8_quant_batched",
     "fp8_quant_weight", "qk_norm_rope",
     "qk_norm_rope_backward", "group_rmsnorm_gate", "group_rmsnorm_gate_backward",
+    "TensorList", "grad_norm", "count_zero",
 ]
 
 
