@@ -89,12 +89,8 @@ static void qt_lines(lg_buf *b, int threads, const char *base, const char *ld, c
 	lg_line(b, "u8 *const dst = %s + (k0 + c) * %s + %s + 16 * h;", base, ld, t0);
 	lg_open(b, "if (vec_ok && 16 * h + 16 <= rows) {");
 	lg_line(b, "lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});");
-	lg_close_with(b, "} else {");
-	lg_line(b, "const u32 u[4] = {v.x, v.y, v.z, v.w};");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 16; i++)");
-	lg_line(b, "\tif (16 * h + i < rows)");
-	lg_line(b, "\t\tdst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));");
+	lg_close_with(b, "} else { // unaligned rows or the tile's last tokens");
+	lg_line(b, "lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);");
 	lg_close(b);
 	lg_close(b);
 }

@@ -45,8 +45,9 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y);
  * each, and the 16-byte reads below free of bank conflicts). Emits the
  * write of the tile to qt [hidden, M]: each line is 128 contiguous bytes of
  * a qt row, 16 bytes a thread over `threads` threads; 16-byte stores when
- * qt rows are 16-byte aligned (M % 16 == 0) and the chunk is full, bytes
- * otherwise. Uses stage, qt, M, k0 (first feature), m0 (first token) and
+ * qt rows are 16-byte aligned (M % 16 == 0) and the chunk is full, else
+ * lg_st16_any (aligned words and bytes at the ends; bytes for a partial
+ * chunk). Uses stage, qt, M, k0 (first feature), m0 (first token) and
  * rows (tokens in the tile). */
 void lg_emit_qt_lines(lg_buf *b, int threads);
 /* The same for a qt of any layout: `base` (a u8 * expression: the tensor's

@@ -300,7 +300,7 @@ static void test_geometry(void **state)
 	struct lg_target t;
 	assert_true(lg_target_parse("sm_90a", &t));
 	const struct lg_family *f = lg_family_get(LG_OP_FP8_QUANT_BATCHED);
-	lg_spec *s = spec(FB(1024, both, true, "")), *s1 = spec(FB(1024, both, true, ", \"tile\": {\"fblocks\": 1}"));
+	lg_spec *s = spec(FB(1024, both, true, "")), *s1 = spec(FB(1024, both, true, ", \"tile\": {\"fblocks\": 4}"));
 	lg_spec *wide = spec(FB(65536, both, true, ", \"tile\": {\"fblocks\": 1}"));
 	struct lg_plan p;
 	struct lg_launch_dim d;
@@ -309,11 +309,11 @@ static void test_geometry(void **state)
 	f->geometry(&p, 0, z, &d);
 	assert_int_equal(d.grid[0], 0);
 	f->geometry(&p, 0, big, &d);
-	assert_int_equal(d.grid[0], (512 + 256) * 2); /* fblocks 4 of 8 blocks */
+	assert_int_equal(d.grid[0], (512 + 256) * 8); /* fblocks 1: 8 feature groups */
 	assert_int_equal(d.block[0], 256);
 	assert_int_equal(lg_plan_for(s1, &t, &p), LG_OK);
 	f->geometry(&p, 0, odd, &d);
-	assert_int_equal(d.grid[0], (8 + 96) * 8);
+	assert_int_equal(d.grid[0], (8 + 96) * 2); /* fblocks 4 of 8 blocks */
 	assert_int_equal(lg_plan_for(wide, &t, &p), LG_OK);
 	int64_t most[2] = {f->sig[LG_PASS_FORWARD].sizes[0].max, f->sig[LG_PASS_FORWARD].sizes[1].max};
 	f->geometry(&p, 0, most, &d);

@@ -129,6 +129,35 @@ static __device__ __forceinline__ void lg_st8_cs(void *p, u32 a, u32 b)
 		     :: "l"(p), "r"(a), "r"(b) : "memory");
 }
 
+// The first n (<= 16) bytes of v (byte i at dst + i) at any address: when
+// all 16 are stored, whole aligned 4-byte words (funnel shifts across the
+// words of v) and bytes only at the two ends; else bytes.
+static __device__ __forceinline__ void lg_st16_any(u8 *dst, lg_u32x4 v, int n)
+{
+	const u32 u[4] = {v.x, v.y, v.z, v.w};
+	const int a = (int)((size_t)dst & 3);
+	if (n >= 16 && a == 0) {
+		u32 *const w = (u32 *)dst;
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			w[k] = u[k];
+	} else if (n >= 16) {
+		u32 *const w = (u32 *)(dst - a); // word k holds bytes 4k - a .. 4k + 3 - a
+#pragma unroll
+		for (int k = 1; k < 4; k++)
+			w[k] = __funnelshift_r(u[k - 1], u[k], 32 - 8 * a);
+		for (int j = 0; j < 4 - a; j++)
+			dst[j] = (u8)(u[0] >> (8 * j));
+		for (int j = 16 - a; j < 16; j++)
+			dst[j] = (u8)(u[3] >> (8 * (j - 12)));
+	} else {
+#pragma unroll
+		for (int i = 0; i < 16; i++)
+			if (i < n)
+				dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));
+	}
+}
+
 // ----- helpers for this spec -----
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
@@ -142,7 +171,7 @@ static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
 }
 
 // ----- lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2: per-expert blockwise FP8 quantisation -----
-// CTA: a token tile of one expert (from counts) x 4 blocks of 128 features in turn.
+// CTA: a token tile of one expert (from counts) x 1 block of 128 features.
 // 256 threads: thread (rb, lb) holds tokens 8 rb .. 8 rb + 7 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(256)
 lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
@@ -155,8 +184,8 @@ lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 	// lb: this thread's block of 8 features; rb: its block of 8 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
 	const int r0 = 8 * rb; // this thread's first token in the tile
-	const i64 tt = blockIdx.x / 2u; // token tile
-	const int cg = blockIdx.x % 2u; // feature group
+	const i64 tt = blockIdx.x / 8u; // token tile
+	const int cg = blockIdx.x % 8u; // feature group
 	// The expert segment holding token tile tt (a block scan of counts); tiles
 	// past the last (the grid is a bound) and experts overrunning M leave.
 	int ex;
@@ -169,154 +198,148 @@ lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 	float *const sg = (float *)s + seg0 * 8; // [8, segn] scales
 	u8 *const qtg = (u8 *)qt + seg0 * 1024; // the expert's [1024, segn] qt
 	float *const stg = (float *)st + (tbeg + lt) * 1024; // the tile's st row
-	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
-	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
-		const i64 k0 = (i64)cb * 128; // its first feature
-		// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
-		// a token past the tile's last computes the last one's, then counts as 0).
-		lg_u32x4 v[8];
-		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+	const int cb = cg; // the feature block
+	const i64 k0 = (i64)cb * 128; // its first feature
+	// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
+	// a token past the tile's last computes the last one's, then counts as 0).
+	lg_u32x4 v[8];
+	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+	#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1024 + qe_col) * 2);
+	}
+	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			const i64 qe_row = m0 + min(r0 + i, rows - 1);
-			v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1024 + qe_col) * 2);
-		}
-		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
+		for (int i = 0; i < 8; i++)
+			if (r0 + i >= rows) v[i] = lg_u32x4{0u, 0u, 0u, 0u};
+	}
+	// Block maxima of the thread's values on the bf16 bits (sign bits cleared).
+	// rmax[p]: tokens r0 + 2p (low half), r0 + 2p + 1 (high) over its 8 features.
+	u32 rmax[4];
+	// cmax[j]: features 8 lb + 2j (low half), 8 lb + 2j + 1 (high) over 8 tokens.
+	u32 cmax[4] = {0u, 0u, 0u, 0u};
+	#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		u32 pr[2];
+		#pragma unroll
+		for (int i = 0; i < 2; i++) {
+			const lg_u32x4 w = v[2 * p + i];
+			const u32 a[4] = {w.x & 0x7fff7fffu, w.y & 0x7fff7fffu,
+				w.z & 0x7fff7fffu, w.w & 0x7fff7fffu};
+			pr[i] = lg_max_bf16x2(lg_max_bf16x2(a[0], a[1]),
+				lg_max_bf16x2(a[2], a[3]));
 			#pragma unroll
-			for (int i = 0; i < 8; i++)
-				if (r0 + i >= rows) v[i] = lg_u32x4{0u, 0u, 0u, 0u};
+			for (int j = 0; j < 4; j++) cmax[j] = lg_max_bf16x2(cmax[j], a[j]);
 		}
-		// Block maxima of the thread's values on the bf16 bits (sign bits cleared).
-		// rmax[p]: tokens r0 + 2p (low half), r0 + 2p + 1 (high) over its 8 features.
-		u32 rmax[4];
-		// cmax[j]: features 8 lb + 2j (low half), 8 lb + 2j + 1 (high) over 8 tokens.
-		u32 cmax[4] = {0u, 0u, 0u, 0u};
+		// even features' maxima of both tokens against the odd features'
+		rmax[p] = lg_max_bf16x2(__byte_perm(pr[0], pr[1], 0x5410),
+			__byte_perm(pr[0], pr[1], 0x7632));
+	}
+	// Row amax: a butterfly over the half warp's 16 lanes (a token's 128 features).
+	#pragma unroll
+	for (int m = 1; m < 16; m <<= 1) {
 		#pragma unroll
 		for (int p = 0; p < 4; p++) {
-			u32 pr[2];
-			#pragma unroll
-			for (int i = 0; i < 2; i++) {
-				const lg_u32x4 w = v[2 * p + i];
-				const u32 a[4] = {w.x & 0x7fff7fffu, w.y & 0x7fff7fffu,
-					w.z & 0x7fff7fffu, w.w & 0x7fff7fffu};
-				pr[i] = lg_max_bf16x2(lg_max_bf16x2(a[0], a[1]),
-					lg_max_bf16x2(a[2], a[3]));
-				#pragma unroll
-				for (int j = 0; j < 4; j++) cmax[j] = lg_max_bf16x2(cmax[j], a[j]);
-			}
-			// even features' maxima of both tokens against the odd features'
-			rmax[p] = lg_max_bf16x2(__byte_perm(pr[0], pr[1], 0x5410),
-				__byte_perm(pr[0], pr[1], 0x7632));
-		}
-		// Row amax: a butterfly over the half warp's 16 lanes (a token's 128 features).
-		#pragma unroll
-		for (int m = 1; m < 16; m <<= 1) {
-			#pragma unroll
-			for (int p = 0; p < 4; p++) {
-				const u32 o = __shfl_xor_sync(0xffffffffu, rmax[p], m);
-				rmax[p] = lg_max_bf16x2(rmax[p], o);
-			}
-		}
-		// Row scales, a lane a token: lane lb takes token r0 + lb % 8; lanes 0..7
-		// of a half warp store them (64 bytes a warp), then each lane fetches the inverses
-		// of its 8 tokens from the lanes that own them.
-		const int own = lb & 7;
-		const u32 rp = own < 2 ? rmax[0] : own < 4 ? rmax[1] : own < 6 ? rmax[2] : rmax[3];
-		const float ramax = own & 1 ? lg_bf16_hi(rp) : lg_bf16_lo(rp);
-		const float rsc = lg_scale_pow2(ramax), rinv = lg_inv_pow2(rsc);
-		if (lb < 8 && r0 + lb < rows)
-			sg[cb * segn + lt * 128 + r0 + lb] = rsc;
-		float ri[8];
-		#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			ri[i] = __shfl_sync(0xffffffffu, rinv, (threadIdx.x & 16) + i);
-		}
-		// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 8 warps
-		// through shared memory.
-		#pragma unroll
-		for (int j = 0; j < 4; j++)
-			cmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));
-		if ((threadIdx.x & 16) == 0)
-			*(uint4 *)&cpart[threadIdx.x >> 5][4 * lb] =
-				make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);
-		__syncthreads();
-		// Column scales: thread t < 64 for features 2t, 2t + 1; st: a 512-byte row.
-		if (threadIdx.x < 64) {
-			u32 a = cpart[0][threadIdx.x];
-			#pragma unroll
-			for (int k = 1; k < 8; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);
-			const float sc0 = lg_scale_pow2(lg_bf16_lo(a)), inv0 = lg_inv_pow2(sc0);
-			const float sc1 = lg_scale_pow2(lg_bf16_hi(a)), inv1 = lg_inv_pow2(sc1);
-			*(float2 *)(stg + k0 + 2 * threadIdx.x) = make_float2(sc0, sc1);
-			*(float2 *)(cinv + 2 * threadIdx.x) = make_float2(inv0, inv1);
-		}
-		__syncthreads();
-		// Quantise every value once per copy:
-		//   rowwise: with its token's scale; a half warp stores a token's q line.
-		//   columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets
-		//   the 8 bytes of feature 8 lb + c, token r0 first.
-		const float4 c0 = *(const float4 *)(cinv + 8 * lb);
-		const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);
-		const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-		u32 cw[8][2];
-		u8 *const qrow = (u8 *)q + (m0 + r0) * 1024 + k0 + 8 * lb;
-		#pragma unroll
-		for (int p = 0; p < 4; p++) {
-			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
-			const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
-			const u32 a[4] = {w0.x, w0.y, w0.z, w0.w}, b[4] = {w1.x, w1.y, w1.z, w1.w};
-			#pragma unroll
-			for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
-				y0[2 * e] = lg_bf16_lo(a[e]), y0[2 * e + 1] = lg_bf16_hi(a[e]);
-				y1[2 * e] = lg_bf16_lo(b[e]), y1[2 * e + 1] = lg_bf16_hi(b[e]);
-			}
-			const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
-			u32 qa[2], qb[2];
-			#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
-					lg_q(y0[4 * e + 1], i0),
-					lg_q(y0[4 * e + 2], i0),
-					lg_q(y0[4 * e + 3], i0));
-				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
-					lg_q(y1[4 * e + 1], i1),
-					lg_q(y1[4 * e + 2], i1),
-					lg_q(y1[4 * e + 3], i1));
-			}
-			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 1024, qa[0], qa[1]);
-			if (r0 + 2 * p + 1 < rows)
-				lg_st8_cs(qrow + (2 * p + 1) * 1024, qb[0], qb[1]);
-			#pragma unroll
-			for (int c = 0; c < 8; c++) {
-				const u32 h =
-					lg_e4m3x2(lg_q(y0[c], ci[c]), lg_q(y1[c], ci[c]));
-				cw[c][p / 2] = p % 2 == 0 ? h : cw[c][p / 2] | h << 16;
-			}
-		}
-		// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
-		// the 8-byte stores of a half warp (lb = 0..15) hit 16 distinct bank pairs.
-		#pragma unroll
-		for (int c = 0; c < 8; c++)
-			*(uint2 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) =
-				make_uint2(cw[c][0], cw[c][1]);
-		__syncthreads();
-		// qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.
-		const bool vec_ok = (segn & 15) == 0; // 16-byte aligned qt rows
-		#pragma unroll
-		for (int e = threadIdx.x; e < 1024; e += 256) {
-			const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
-			uint4 v = *(const uint4 *)(stage + c * 128 + ((h ^ (sw >> 1)) << 4));
-			if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);
-			u8 *const dst = qtg + (k0 + c) * segn + lt * 128 + 16 * h;
-			if (vec_ok && 16 * h + 16 <= rows) {
-				lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
-			} else {
-				const u32 u[4] = {v.x, v.y, v.z, v.w};
-				#pragma unroll
-				for (int i = 0; i < 16; i++)
-					if (16 * h + i < rows)
-						dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));
-			}
+			const u32 o = __shfl_xor_sync(0xffffffffu, rmax[p], m);
+			rmax[p] = lg_max_bf16x2(rmax[p], o);
 		}
 	}
+	// Row scales, a lane a token: lane lb takes token r0 + lb % 8; lanes 0..7
+	// of a half warp store them (64 bytes a warp), then each lane fetches the inverses
+	// of its 8 tokens from the lanes that own them.
+	const int own = lb & 7;
+	const u32 rp = own < 2 ? rmax[0] : own < 4 ? rmax[1] : own < 6 ? rmax[2] : rmax[3];
+	const float ramax = own & 1 ? lg_bf16_hi(rp) : lg_bf16_lo(rp);
+	const float rsc = lg_scale_pow2(ramax), rinv = lg_inv_pow2(rsc);
+	if (lb < 8 && r0 + lb < rows)
+		sg[cb * segn + lt * 128 + r0 + lb] = rsc;
+	float ri[8];
+	#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		ri[i] = __shfl_sync(0xffffffffu, rinv, (threadIdx.x & 16) + i);
+	}
+	// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 8 warps
+	// through shared memory.
+	#pragma unroll
+	for (int j = 0; j < 4; j++)
+		cmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));
+	if ((threadIdx.x & 16) == 0)
+		*(uint4 *)&cpart[threadIdx.x >> 5][4 * lb] =
+			make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);
+	__syncthreads();
+	// Column scales: thread t < 64 for features 2t, 2t + 1; st: a 512-byte row.
+	if (threadIdx.x < 64) {
+		u32 a = cpart[0][threadIdx.x];
+		#pragma unroll
+		for (int k = 1; k < 8; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);
+		const float sc0 = lg_scale_pow2(lg_bf16_lo(a)), inv0 = lg_inv_pow2(sc0);
+		const float sc1 = lg_scale_pow2(lg_bf16_hi(a)), inv1 = lg_inv_pow2(sc1);
+		*(float2 *)(stg + k0 + 2 * threadIdx.x) = make_float2(sc0, sc1);
+		*(float2 *)(cinv + 2 * threadIdx.x) = make_float2(inv0, inv1);
+	}
+	__syncthreads();
+	// Quantise every value once per copy:
+	//   rowwise: with its token's scale; a half warp stores a token's q line.
+	//   columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets
+	//   the 8 bytes of feature 8 lb + c, token r0 first.
+	const float4 c0 = *(const float4 *)(cinv + 8 * lb);
+	const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);
+	const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+	u32 cw[8][2];
+	u8 *const qrow = (u8 *)q + (m0 + r0) * 1024 + k0 + 8 * lb;
+	#pragma unroll
+	for (int p = 0; p < 4; p++) {
+		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
+		const u32 a[4] = {w0.x, w0.y, w0.z, w0.w}, b[4] = {w1.x, w1.y, w1.z, w1.w};
+		#pragma unroll
+		for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
+			y0[2 * e] = lg_bf16_lo(a[e]), y0[2 * e + 1] = lg_bf16_hi(a[e]);
+			y1[2 * e] = lg_bf16_lo(b[e]), y1[2 * e + 1] = lg_bf16_hi(b[e]);
+		}
+		const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+		u32 qa[2], qb[2];
+		#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
+				lg_q(y0[4 * e + 1], i0),
+				lg_q(y0[4 * e + 2], i0),
+				lg_q(y0[4 * e + 3], i0));
+			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
+				lg_q(y1[4 * e + 1], i1),
+				lg_q(y1[4 * e + 2], i1),
+				lg_q(y1[4 * e + 3], i1));
+		}
+		if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 1024, qa[0], qa[1]);
+		if (r0 + 2 * p + 1 < rows)
+			lg_st8_cs(qrow + (2 * p + 1) * 1024, qb[0], qb[1]);
+		#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			const u32 h =
+				lg_e4m3x2(lg_q(y0[c], ci[c]), lg_q(y1[c], ci[c]));
+			cw[c][p / 2] = p % 2 == 0 ? h : cw[c][p / 2] | h << 16;
+		}
+	}
+	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
+	// the 8-byte stores of a half warp (lb = 0..15) hit 16 distinct bank pairs.
+	#pragma unroll
+	for (int c = 0; c < 8; c++)
+		*(uint2 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) =
+			make_uint2(cw[c][0], cw[c][1]);
+	__syncthreads();
+	// qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.
+	const bool vec_ok = (segn & 15) == 0; // 16-byte aligned qt rows
+	#pragma unroll
+	for (int e = threadIdx.x; e < 1024; e += 256) {
+		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
+		uint4 v = *(const uint4 *)(stage + c * 128 + ((h ^ (sw >> 1)) << 4));
+		if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);
+		u8 *const dst = qtg + (k0 + c) * segn + lt * 128 + 16 * h;
+		if (vec_ok && 16 * h + 16 <= rows) {
+			lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
+		} else { // unaligned rows or the tile's last tokens
+		lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+	}
+}
 }

@@ -91,6 +91,35 @@ static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
+// The first n (<= 16) bytes of v (byte i at dst + i) at any address: when
+// all 16 are stored, whole aligned 4-byte words (funnel shifts across the
+// words of v) and bytes only at the two ends; else bytes.
+static __device__ __forceinline__ void lg_st16_any(u8 *dst, lg_u32x4 v, int n)
+{
+	const u32 u[4] = {v.x, v.y, v.z, v.w};
+	const int a = (int)((size_t)dst & 3);
+	if (n >= 16 && a == 0) {
+		u32 *const w = (u32 *)dst;
+#pragma unroll
+		for (int k = 0; k < 4; k++)
+			w[k] = u[k];
+	} else if (n >= 16) {
+		u32 *const w = (u32 *)(dst - a); // word k holds bytes 4k - a .. 4k + 3 - a
+#pragma unroll
+		for (int k = 1; k < 4; k++)
+			w[k] = __funnelshift_r(u[k - 1], u[k], 32 - 8 * a);
+		for (int j = 0; j < 4 - a; j++)
+			dst[j] = (u8)(u[0] >> (8 * j));
+		for (int j = 16 - a; j < 16; j++)
+			dst[j] = (u8)(u[3] >> (8 * (j - 12)));
+	} else {
+#pragma unroll
+		for (int i = 0; i < 16; i++)
+			if (i < n)
+				dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));
+	}
+}
+
 // ----- helpers for this spec -----
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
@@ -210,12 +239,8 @@ lg_fp8_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 		u8 *const dst = qtg + (k0 + c) * M + m0 + 16 * h;
 		if (vec_ok && 16 * h + 16 <= rows) {
 			lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
-		} else {
-			const u32 u[4] = {v.x, v.y, v.z, v.w};
-			#pragma unroll
-			for (int i = 0; i < 16; i++)
-				if (16 * h + i < rows)
-					dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));
-		}
+		} else { // unaligned rows or the tile's last tokens
+		lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
 	}
+}
 }
