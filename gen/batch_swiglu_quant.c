@@ -16,7 +16,8 @@
  *   backward g [tokens, n], x, prob -> dx = [dx1 | dx2] with
  *            dx1 = g x2 prob s (1 + x1 (1 - s)), dx2 = g x1 s prob,
  *            quantised per expert with K = 2n, both copies always; dprob =
- *            sum_j silu(x1) x2 g in fp32 (deterministic), [tokens, 1].
+ *            sum_j silu(x1) x2 g in fp32 (deterministic), [tokens, 1]; with
+ *            dx_bf16 also dx itself in bf16.
  *
  * The values (swiglu_common.h) go to the quantiser engine of
  * quant_common.h; this file declares the family.
@@ -28,13 +29,17 @@
 #include "quant_common.h"
 #include "swiglu_common.h"
 
-enum { K_N, K_EXPERTS, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, NKEYS };
+enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, NKEYS };
+static const char *const dxbf16_words[2] = {"dxq", "dxbf16"};
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("intermediate", "n", 128, LG_SWIGLU_N_MAX, 128,
 			   "n: an expert's SwiGLU output width; x is [gate | up], 2n wide"),
 	[K_EXPERTS] = {.path = "experts", .type = LG_KEY_INT, .flags = LG_KEY_REQUIRED | LG_KEY_SHAPE, .min = 1,
 		       .max = LG_SWIGLU_EXPERTS_MAX, .naming = LG_NAME_ALWAYS, .rank = 11, .abbrev = "e",
 		       .doc = "experts (counts has one int32 a expert; any number, 0 rows allowed)"},
+	[K_DXBF16] = {.path = "dx_bf16", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
+		      .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 24, .words = dxbf16_words,
+		      .doc = "backward: also write dx [tokens, 2n] in bf16, unquantised (for autograd)"},
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
 };
@@ -48,7 +53,7 @@ static const struct lg_size sizes[] = {
 #define ST_ROWS "tokens / 128 + experts"
 
 enum { F_X, F_P, F_COUNTS, F_Q, F_S, F_QT, F_ST, F_NARGS };
-enum { B_G, B_X, B_P, B_COUNTS, B_DXQ, B_DXS, B_DP, B_DXQT, B_DXST, B_NARGS };
+enum { B_G, B_X, B_P, B_COUNTS, B_DXQ, B_DXS, B_DP, B_DXQT, B_DXST, B_DX, B_NARGS };
 
 static const struct lg_arg fwd_args[F_NARGS] = {
 	[F_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, 2 * intermediate", 16, "[gate | up], rows by expert"},
@@ -77,10 +82,15 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 		    "dx columnwise: per expert [2n, count]"},
 	[B_DXST] = {"dxst", LG_ARG_OUT, LG_ELEM_FP32, ST_ROWS ", 2 * intermediate", 8,
 		    "dx columnwise scales: per expert [cdiv(count, 128), 2n], then zero rows"},
+	[B_DX] = {"dx", LG_ARG_OPT_OUT, LG_ELEM_BF16, "tokens, 2 * intermediate", 16,
+		  "dx in bf16 (with dx_bf16; else 0)"},
 };
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
+	if (s->pass == LG_PASS_FORWARD && lg_spec_int(s, K_DXBF16))
+		return lg_spec_error(where, "dx_bf16: found true in a forward spec, allowed: false (only the "
+				     "backward writes dx)");
 	if (s->pass == LG_PASS_BACKWARD && lg_spec_quant(s).output != LG_QOUT_BOTH)
 		return lg_spec_error(where, "quant.output: found \"%s\" in a backward spec, allowed: \"both\" "
 				     "(the backward always writes both copies of dx)",
@@ -92,12 +102,14 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 {
 	if (s->pass == LG_PASS_FORWARD)
 		lg_quant_uses(s, used, F_Q, F_S, F_QT, F_ST);
+	else if (!lg_spec_int(s, K_DXBF16))
+		used[B_DX] = 0;
 }
 
 static const struct lg_swiglu_kind kind = {
 	.weighted = true,
 	.key_n = K_N,
-	.key_dx_bf16 = -1,
+	.key_dx_bf16 = K_DXBF16,
 	.key_experts = K_EXPERTS,
 };
 

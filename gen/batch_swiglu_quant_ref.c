@@ -5,7 +5,7 @@
  * K7), s = 1 / (1 + e^-a):
  *   forward  y = a s u p, quantised (per expert for K6);
  *   backward dx1 = g u p s (1 + a (1 - s)), dx2 = g a s p, quantised with
- *            K = 2n; dp = sum_j a s u g; dx in bf16 (K7, dx_bf16).
+ *            K = 2n; dp = sum_j a s u g (K6); dx in bf16 (dx_bf16).
  *
  * How exact: the GPU works in fp32 with an approximate exp, so its values
  * are those here within LG_SWIGLU_ERR_REL of their size (for dx1 of the
@@ -253,7 +253,7 @@ void lg_swiglu_ref_run(const struct lg_spec *s, struct lg_ref_case *c, const str
 static const struct lg_swiglu_ref_args fwd = {.x = 0, .g = -1, .p = 1, .counts = 2,
 					      .q = 3, .s = 4, .qt = 5, .st = 6, .dp = -1, .dx = -1};
 static const struct lg_swiglu_ref_args bwd = {.x = 1, .g = 0, .p = 2, .counts = 3,
-					      .q = 4, .s = 5, .qt = 7, .st = 8, .dp = 6, .dx = -1};
+					      .q = 4, .s = 5, .qt = 7, .st = 8, .dp = 6, .dx = 9};
 
 static const struct lg_swiglu_ref_args *args(const struct lg_spec *s)
 {

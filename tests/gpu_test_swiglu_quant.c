@@ -9,7 +9,7 @@
  *   K6: the target (65536 rows, n 512, 256 experts), 96, 160, 1 and 3
  *       experts, counts of 0, 1, 127, 128, 129 and random ones (the
  *       reference's fill), 0 and 1 rows, both scale modes, every forward
- *       output; dprob the same bits on a second launch (deterministic).
+ *       output, dx in bf16; dprob the same bits on a second launch (deterministic).
  * Payloads and scales are compared element by element with the slack the
  * reference derives from its bound on the GPU's fp32 values: bit-equal
  * where no value in the bound crosses a rounding boundary; power-of-two
@@ -162,6 +162,9 @@ static void test_k6_experts(void **state)
 	both_passes("batch_swiglu_quant", "\"intermediate\": 384, \"experts\": 1, " POW2, m, 6);
 	both_passes("batch_swiglu_quant", "\"intermediate\": 1024, \"experts\": 3, " POW2, m, 6);
 	both_passes("batch_swiglu_quant", "\"intermediate\": 128, \"experts\": 5, " EXACT, m, 6);
+	for (size_t i = 0; i < 6; i++)
+		check("batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 96, \"dx_bf16\": true, " POW2,
+		      m[i]);
 }
 
 static void test_k6_outputs(void **state)

@@ -124,9 +124,9 @@ static const char *const mini_kernels[] = {
 	"{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
 	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
 	"\"silu\": false, \"eps\": 1e-06}",
-	"{\"op\": \"batch_swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"experts\": 256, "
+	"{\"op\": \"batch_swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"experts\": 256, \"dx_bf16\": false, "
 	"\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}",
-	"{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"experts\": 256, "
+	"{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"experts\": 256, \"dx_bf16\": false, "
 	"\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}",
 	"{\"op\": \"swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"dx_bf16\": false, "
 	"\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}",
