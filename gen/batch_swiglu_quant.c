@@ -11,8 +11,9 @@
  *            n]; s per expert [n/128, count_e] at start_e n/128 (container
  *            [tokens, n/128]); qt per expert [n, count_e] at start_e n
  *            (container [tokens, n]); st per expert [cdiv(count_e, 128), n]
- *            rows one after the other (container tokens/128 + experts rows,
- *            an upper bound of their sum).
+ *            rows one after the other (container cdiv(tokens, 128) +
+ *            experts rows, an upper bound of their sum; the rest not
+ *            written).
  *   backward g [tokens, n], x, prob -> dx = [dx1 | dx2] with
  *            dx1 = g x2 prob s (1 + x1 (1 - s)), dx2 = g x1 s prob,
  *            quantised per expert with K = 2n, both copies always; dprob =
@@ -48,9 +49,10 @@ static const struct lg_size sizes[] = {
 	{"tokens", "M", 0, LG_SWIGLU_TOKENS_MAX, "rows of x, all experts (the sum of counts)", 0},
 };
 
-/* The per-expert st: sum_e cdiv(count_e, 128) rows, at most tokens / 128 +
- * experts; the rows past the last expert's are written as zeros. */
-#define ST_ROWS "tokens / 128 + experts"
+/* The per-expert st: sum_e cdiv(count_e, 128) rows, at most cdiv(tokens,
+ * 128) + experts (the container); the rows past the last expert's are not
+ * written. */
+#define ST_ROWS "cdiv(tokens, 128) + experts"
 
 enum { F_X, F_P, F_COUNTS, F_Q, F_S, F_QT, F_ST, F_NARGS };
 enum { B_G, B_X, B_P, B_COUNTS, B_DXQ, B_DXS, B_DP, B_DXQT, B_DXST, B_DX, B_NARGS };
@@ -65,7 +67,7 @@ static const struct lg_arg fwd_args[F_NARGS] = {
 	[F_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, intermediate", 16,
 		  "columnwise: per expert [n, count] (0 for rowwise)"},
 	[F_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, ST_ROWS ", intermediate", 8,
-		  "columnwise scales: per expert [cdiv(count, 128), n], then zero rows (0 for rowwise)"},
+		  "columnwise scales: per expert [cdiv(count, 128), n] (0 for rowwise)"},
 };
 
 static const struct lg_arg bwd_args[B_NARGS] = {
@@ -81,7 +83,7 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 	[B_DXQT] = {"dxqt", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, 2 * intermediate", 16,
 		    "dx columnwise: per expert [2n, count]"},
 	[B_DXST] = {"dxst", LG_ARG_OUT, LG_ELEM_FP32, ST_ROWS ", 2 * intermediate", 8,
-		    "dx columnwise scales: per expert [cdiv(count, 128), 2n], then zero rows"},
+		    "dx columnwise scales: per expert [cdiv(count, 128), 2n]"},
 	[B_DX] = {"dx", LG_ARG_OPT_OUT, LG_ELEM_BF16, "tokens, 2 * intermediate", 16,
 		  "dx in bf16 (with dx_bf16; else 0)"},
 };

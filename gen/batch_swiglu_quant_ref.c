@@ -227,7 +227,7 @@ void lg_swiglu_ref_run(const struct lg_spec *s, struct lg_ref_case *c, const str
 	if (a->counts >= 0) {
 		const struct lg_ref_buf *cb = &c->buf[a->counts];
 		size_t st_rows = w ? c->buf[a->st].count / w : 0;
-		lg_ref_quant_experts(v, e, cb->host, cb->count, w, qr, &o, st_rows);
+		lg_ref_quant_experts_tol(v, e, t.m, w, cb->host, cb->count, qr, &o, st_rows);
 	} else {
 		lg_ref_quant_tol(v, e, t.m, w, qr, &o);
 	}

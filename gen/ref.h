@@ -85,6 +85,21 @@ double lg_ref_sumsq_bf16(const uint16_t *row, size_t n);
 void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant qr, uint8_t *q, float *s,
 			    uint8_t *qt, float *st);
 
+/* The per-expert form (KERNELS.md 1.3): the tokens of y [m, n] grouped by
+ * expert in segments of counts[e] rows, each quantised as a tensor of its
+ * own by lg_ref_quant_blockwise into the concatenated layout (s, qt: the
+ * expert's block at element start_e n/128, start_e n; st: its rows at row
+ * sum of the earlier experts' cdiv(count, 128)). Elements no expert writes
+ * (tokens past the counts' sum, st rows past the last expert's: st has
+ * st_rows) are set to 0xff bytes, the harness's poison, as the kernel
+ * leaves them. Experts past the capacity m (bad counts) stop the walk. */
+void lg_ref_quant_experts(const float *y, size_t m, size_t n, const int32_t *counts, size_t experts,
+			  struct lg_quant qr, uint8_t *q, float *s, uint8_t *qt, float *st, size_t st_rows);
+/* Random bf16 input for a quantiser test (x [m, n]): rows of varied
+ * magnitude, rows of +0 and -0, rows below the scale floor and above 448,
+ * outliers, an all-zero feature. */
+void lg_ref_fill_quant_input(uint16_t *x, size_t m, size_t n, uint64_t *state);
+
 /* The distance compare.c measures between two sign-magnitude encodings
  * of nbits bits (e4m3 8, bf16 16, fp32 32): how many representable values
  * apart they are (+0 and -0: 1), capped at UINT16_MAX: a slack. */
@@ -108,12 +123,11 @@ struct lg_ref_qout {
  * UINT16_MAX); a fill draws inputs again that give any. */
 size_t lg_ref_quant_tol(const float *y, const float *err, size_t m, size_t n, struct lg_quant qr,
 			const struct lg_ref_qout *o);
-/* The per-expert layout of KERNELS.md 1.3: y's rows grouped by expert
- * (counts[0..experts)), each segment quantised as a tensor of its own by
- * lg_ref_quant_tol: q and qt at row (element) offset start_e n, s at
- * start_e n/128, st at row sum_{e' < e} cdiv(count_e', 128); the st rows
- * from there to st_rows are zeros. Returns the ambiguous scales. */
-size_t lg_ref_quant_experts(const float *y, const float *err, const int32_t *counts, size_t experts,
-			    size_t n, struct lg_quant qr, const struct lg_ref_qout *o, size_t st_rows);
+/* lg_ref_quant_experts (below) of values known to a bound, as
+ * lg_ref_quant_tol: y [m, n] (m the capacity), each expert's segment by
+ * lg_ref_quant_tol; what no expert writes is 0xff poison (slack 0).
+ * Returns the ambiguous scales. */
+size_t lg_ref_quant_experts_tol(const float *y, const float *err, size_t m, size_t n, const int32_t *counts,
+				size_t experts, struct lg_quant qr, const struct lg_ref_qout *o, size_t st_rows);
 
 #endif

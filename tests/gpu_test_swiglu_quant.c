@@ -14,7 +14,8 @@
  * reference derives from its bound on the GPU's fp32 values: bit-equal
  * where no value in the bound crosses a rounding boundary; power-of-two
  * scales always bit-equal. Fresh random inputs, poisoned outputs, nothing
- * left unwritten (K6's st rows past the last expert are zeros).
+ * left unwritten (K6's st rows past the last expert's are not written: the
+ * reference leaves them poisoned too).
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
  */
@@ -215,7 +216,7 @@ static void test_k6_deterministic(void **state)
 	lg_spec_free(s);
 }
 
-/* No tokens: nothing to write for K7 (K6 still zeroes its st rows). */
+/* No tokens: nothing to write. */
 static void test_no_tokens(void **state)
 {
 	(void)state;

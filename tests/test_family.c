@@ -349,6 +349,9 @@ static void test_export(void **state)
 	assert_int_equal(lg_batch_swiglu_quant_forward(NULL, NULL, 8, 0, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
 	assert_int_equal(lg_batch_swiglu_quant_backward(NULL, NULL, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 			 LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_fp8_quant_forward(NULL, NULL, 8, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_fp8_quant_batched_forward(NULL, NULL, 8, 2, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_fp8_quant_weight_forward(NULL, NULL, 8, 0, 0, 0), LG_ERR_INVALID_ARG);
 }
 
 int main(void)

@@ -239,8 +239,9 @@ static struct seg seg_of(const int32_t *counts, size_t e)
  * u = 1, prob of row r (r + 1) / 512, so y_r = silu(1) p_r. Each expert's
  * s is [2, count] at start n/128, its qt [256, count] at start n, its st
  * rows at sum of cdiv(count, 128) (0, 1, 1, 1, 2: 5 rows); the container
- * has 385 / 128 + 5 = 8 rows, the last 3 zero. An expert's column scale is
- * its largest row's (the last of each 128-token block). */
+ * has cdiv(385, 128) + 5 = 9 rows, the last 4 left as the harness's 0xff
+ * poison. An expert's column scale is its largest row's (the last of each
+ * 128-token block). */
 static void test_experts_layout(void **state)
 {
 	(void)state;
@@ -250,7 +251,7 @@ static void test_experts_layout(void **state)
 	struct lg_ref_case c;
 	const size_t m = 385, n = 256;
 	case_init(&c, s, (int64_t)m);
-	assert_int_equal(c.buf[KF_ST].count, 8 * n);
+	assert_int_equal(c.buf[KF_ST].count, 9 * n);
 	assert_int_equal(c.buf[KF_S].count, m * 2);
 	set_x(&c, KF_X, m, n, 1.0f, 1.0f);
 	float *p = c.buf[KF_P].host;
@@ -258,8 +259,6 @@ static void test_experts_layout(void **state)
 		p[r] = (float)(r + 1) / 512.0f;
 	memcpy(c.buf[KF_COUNTS].host, counts, sizeof counts);
 	float *st = c.buf[KF_ST].host;
-	for (size_t i = 0; i < 8 * n; i++)
-		st[i] = 7.0f; /* the zero rows must be written */
 	lg_ref_family_get(s->op)->run(s, &c);
 	double silu1 = 1.0 / (1.0 + exp(-1.0));
 	for (size_t e = 0; e < 5; e++) {
@@ -279,8 +278,8 @@ static void test_experts_layout(void **state)
 			}
 		}
 	}
-	for (size_t i = 5 * n; i < 8 * n; i++)
-		assert_true(st[i] == 0.0f);
+	for (size_t i = 5 * n; i < 9 * n; i++)
+		assert_int_equal(((const uint32_t *)st)[i], 0xffffffffu);
 	case_free(&c);
 	lg_spec_free(s);
 }
@@ -311,11 +310,12 @@ static void test_experts_backward(void **state)
 		assert_true(f32(&c, KB_DXS)[0 * 3 + r] == (float)(2.0 * sg * (2.0 - sg) / 4.0) / 448.0f);
 		assert_true(f32(&c, KB_DXS)[1 * 3 + r] == (float)(sg / 4.0) / 448.0f); /* dx2 = g a s p */
 	}
-	/* st: 1 row of the one expert, then 3 / 128 + 3 - 1 = 2 zero rows */
-	assert_int_equal(c.buf[KB_DXST].count, 3 * 256);
+	/* st: 1 row of the one expert, then cdiv(3, 128) + 3 - 1 = 3 rows unwritten */
+	assert_int_equal(c.buf[KB_DXST].count, 4 * 256);
 	for (size_t k = 0; k < 256; k++) {
 		assert_true(f32(&c, KB_DXST)[k] == f32(&c, KB_DXS)[(k / 128) * 3]);
-		assert_true(f32(&c, KB_DXST)[256 + k] == 0.0f && f32(&c, KB_DXST)[512 + k] == 0.0f);
+		for (size_t r = 1; r < 4; r++)
+			assert_int_equal(((const uint32_t *)c.buf[KB_DXST].host)[r * 256 + k], 0xffffffffu);
 	}
 	assert_int_equal(c.buf[KB_DP].cmp, LG_CMP_FP32);
 	case_free(&c);
@@ -401,7 +401,7 @@ static void test_fill(void **state)
 }
 
 /* Declared shapes at 300 tokens: K7 backward dxs [2n/128, M]; K6 st rows
- * M / 128 + experts. */
+ * cdiv(M, 128) + experts. */
 static void test_shapes(void **state)
 {
 	(void)state;
@@ -418,7 +418,7 @@ static void test_shapes(void **state)
 	lg_spec_free(s);
 	s = parse("batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 96");
 	assert_int_equal(lg_arg_shape(s, KF_ST, sizes, dims, &nd), LG_OK);
-	assert_true(nd == 2 && dims[0] == 2 + 96 && dims[1] == 512);
+	assert_true(nd == 2 && dims[0] == 3 + 96 && dims[1] == 512);
 	assert_int_equal(lg_arg_shape(s, KF_COUNTS, sizes, dims, &nd), LG_OK);
 	assert_true(nd == 1 && dims[0] == 96);
 	assert_int_equal(lg_arg_shape(s, KF_P, sizes, dims, &nd), LG_OK);

@@ -223,8 +223,8 @@ def batch_swiglu_quant(x, prob, counts, *, round_scale=True, output="both", tile
     by the kernel, never by the host) -> y = silu(gate) * up * prob,
     quantised per expert: (q [tokens, n]; s [tokens, n/128] holding per
     expert [n/128, count] blocks; qt [tokens, n] holding per expert [n,
-    count] blocks; st [tokens // 128 + experts, n]: per expert
-    cdiv(count, 128) rows one after the other, then zero rows). As linghe's
+    count] blocks; st [cdiv(tokens, 128) + experts, n]: per expert
+    cdiv(count, 128) rows one after the other, the rest not written). As linghe's
     triton_batch_weighted_silu_and_block_quant_forward (which also takes
     the counts as a host list)."""
     r = call("lingen.batch_swiglu_quant", "batch_swiglu_quant", "forward",

@@ -112,7 +112,6 @@ def test_k6_forward_backward(m, n, experts):
     rows = rst.shape[0]
     same_payloads(torch, q, rq, "q"), same_payloads(torch, qt.view(-1), rqt, "qt")
     same_scales(torch, s.view(-1), rs, "s"), same_scales(torch, st[:rows], rst, "st")
-    assert (st[rows:] == 0).all()
     dxq, dxs, dp, dxqt, dxst = lingen.batch_swiglu_quant_backward(g, x, p, cnt)
     rdx, rdp = swiglu64(torch, x, g, p)
     rq, rs, rqt, rst = quant_experts(torch, rdx.float(), counts)

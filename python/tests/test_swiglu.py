@@ -1,6 +1,6 @@
 """swiglu_quant (KERNELS.md K7) and batch_swiglu_quant (K6) without a GPU:
 the declarations as Python reads them, their shapes agreeing with the
-library's (K6's st rows tokens // 128 + experts), the spec checks'
+library's (K6's st rows cdiv(tokens, 128) + experts), the spec checks'
 messages, and the ops binding fake arrays (no memory behind them) up to
 the device: n from x's last dimension (2n), experts from counts, bad
 shapes refused by name; the torch ops' schemas."""
