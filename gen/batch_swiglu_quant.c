@@ -9,8 +9,9 @@
  *   forward  x [tokens, 2n] = [gate | up] bf16, prob [tokens, 1] fp32 ->
  *            y = silu(x1) x2 prob in fp32, quantised per expert: q [tokens,
  *            n]; s per expert [n/128, count_e] at start_e n/128 (container
- *            [tokens, n/128]); qt per expert [n, count_e] at start_e n
- *            (container [tokens, n]); st per expert [cdiv(count_e, 128), n]
+ *            [n/128, tokens], as fp8_quant_batched); qt per expert [n,
+ *            count_e] at start_e n (container [n, tokens]); st per expert
+ *            [cdiv(count_e, 128), n]
  *            rows one after the other (container cdiv(tokens, 128) +
  *            experts rows, an upper bound of their sum; the rest not
  *            written).
@@ -20,8 +21,14 @@
  *            sum_j silu(x1) x2 g in fp32 (deterministic), [tokens, 1]; with
  *            dx_bf16 also dx itself in bf16.
  *
- * The values (swiglu_common.h) go to the quantiser engine of
- * quant_common.h; this file declares the family.
+ * Strategy (swiglu_common.c, shared with swiglu_quant): the quantiser
+ * engine's per-expert layout (quant_engine.h: a CTA finds its expert by a
+ * block scan of counts, tiles never straddle experts, the grid a static
+ * bound of cdiv(tokens, 128) + experts token tiles); a values hook computes
+ * the SwiGLU values from 16-byte loads, times each token's prob (loaded
+ * once a CTA). The backward's CTA takes all 2n/128 feature blocks of its
+ * tokens so that dprob is summed in a fixed order within it. Tile options:
+ * threads 512 / 256, fblocks (forward, default 4).
  */
 #include <stdio.h>
 
@@ -30,7 +37,7 @@
 #include "quant_common.h"
 #include "swiglu_common.h"
 
-enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, NKEYS };
+enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, NKEYS };
 static const char *const dxbf16_words[2] = {"dxq", "dxbf16"};
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("intermediate", "n", 128, LG_SWIGLU_N_MAX, 128,
@@ -43,6 +50,7 @@ static const struct lg_key keys[NKEYS] = {
 		      .doc = "backward: also write dx [tokens, 2n] in bf16, unquantised (for autograd)"},
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
+	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS),
 };
 
 static const struct lg_size sizes[] = {
@@ -62,9 +70,9 @@ static const struct lg_arg fwd_args[F_NARGS] = {
 	[F_P] = {"prob", LG_ARG_IN, LG_ELEM_FP32, "tokens, 1", 4, "router prob of each row"},
 	[F_COUNTS] = {"counts", LG_ARG_IN, LG_ELEM_I32, "experts", 4, "rows of each expert (sum: tokens)"},
 	[F_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, intermediate", 8, "rowwise (0 for columnwise)"},
-	[F_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "tokens, intermediate / 128", 4,
+	[F_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "intermediate / 128, tokens", 4,
 		 "rowwise scales: per expert [n/128, count] (0 for columnwise)"},
-	[F_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, intermediate", 16,
+	[F_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "intermediate, tokens", 16,
 		  "columnwise: per expert [n, count] (0 for rowwise)"},
 	[F_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, ST_ROWS ", intermediate", 8,
 		  "columnwise scales: per expert [cdiv(count, 128), n] (0 for rowwise)"},
@@ -76,11 +84,11 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 	[B_P] = {"prob", LG_ARG_IN, LG_ELEM_FP32, "tokens, 1", 4, "the forward's router probs"},
 	[B_COUNTS] = {"counts", LG_ARG_IN, LG_ELEM_I32, "experts", 4, "rows of each expert"},
 	[B_DXQ] = {"dxq", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, 2 * intermediate", 8, "dx rowwise"},
-	[B_DXS] = {"dxs", LG_ARG_OUT, LG_ELEM_FP32, "tokens, intermediate / 64", 4,
+	[B_DXS] = {"dxs", LG_ARG_OUT, LG_ELEM_FP32, "intermediate / 64, tokens", 4,
 		   "dx rowwise scales: per expert [2n/128, count]"},
 	[B_DP] = {"dprob", LG_ARG_OUT, LG_ELEM_FP32, "tokens, 1", 4,
 		  "sum_j silu(x1) x2 g, fp32, deterministic"},
-	[B_DXQT] = {"dxqt", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, 2 * intermediate", 16,
+	[B_DXQT] = {"dxqt", LG_ARG_OUT, LG_ELEM_E4M3, "2 * intermediate, tokens", 16,
 		    "dx columnwise: per expert [2n, count]"},
 	[B_DXST] = {"dxst", LG_ARG_OUT, LG_ELEM_FP32, ST_ROWS ", 2 * intermediate", 8,
 		    "dx columnwise scales: per expert [cdiv(count, 128), 2n]"},
@@ -88,16 +96,22 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 		  "dx in bf16 (with dx_bf16; else 0)"},
 };
 
+static const struct lg_swiglu_kind kind = {
+	.weighted = true,
+	.key_n = K_N,
+	.key_dx_bf16 = K_DXBF16,
+	.key_experts = K_EXPERTS,
+	.key_threads = K_THREADS,
+	.key_fblocks = K_FBLOCKS,
+};
+
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	if (s->pass == LG_PASS_FORWARD && lg_spec_int(s, K_DXBF16))
-		return lg_spec_error(where, "dx_bf16: found true in a forward spec, allowed: false (only the "
-				     "backward writes dx)");
 	if (s->pass == LG_PASS_BACKWARD && lg_spec_quant(s).output != LG_QOUT_BOTH)
 		return lg_spec_error(where, "quant.output: found \"%s\" in a backward spec, allowed: \"both\" "
 				     "(the backward always writes both copies of dx)",
 				     lg_quant_output_names[lg_spec_quant(s).output]);
-	return LG_OK;
+	return lg_swiglu_validate(&kind, s, where);
 }
 
 static void uses(const struct lg_spec *s, unsigned char *used)
@@ -108,13 +122,6 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 		used[B_DX] = 0;
 }
 
-static const struct lg_swiglu_kind kind = {
-	.weighted = true,
-	.key_n = K_N,
-	.key_dx_bf16 = K_DXBF16,
-	.key_experts = K_EXPERTS,
-};
-
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	return lg_swiglu_plan(&kind, s, t, p);
@@ -123,6 +130,11 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	lg_swiglu_emit(&kind, b, s, t, p);
+}
+
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	return lg_swiglu_candidates(&kind, s, t, out, max);
 }
 
 const struct lg_family lg_family_batch_swiglu_quant = {
@@ -140,6 +152,5 @@ const struct lg_family lg_family_batch_swiglu_quant = {
 	.plan = plan,
 	.emit = emit,
 	.geometry = lg_swiglu_geometry,
-	.workspace = lg_swiglu_workspace,
-	.candidates = NULL,
+	.candidates = candidates,
 };

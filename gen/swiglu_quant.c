@@ -13,9 +13,12 @@
  *            also dx itself in bf16.
  * Any token count (linghe's backward needs a multiple of 128), one included.
  *
- * The values (shared with batch_swiglu_quant, swiglu_common.h) go to the
- * quantiser engine of quant_common.h, which owns the tiles, the scales and
- * both layouts; this file declares the family and says what to compute.
+ * Strategy (swiglu_common.c, shared with batch_swiglu_quant): the
+ * quantiser engine (quant_engine.h) owns the tiles, the scales and both
+ * layouts; a values hook computes the SwiGLU values of each token's 8
+ * features in registers from 16-byte loads, so x (and g) are read once
+ * from DRAM. Tile options: threads 512 / 256, fblocks (128-feature blocks a
+ * CTA, default 1).
  */
 #include <stdio.h>
 
@@ -24,7 +27,7 @@
 #include "quant_common.h"
 #include "swiglu_common.h"
 
-enum { K_N, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, NKEYS };
+enum { K_N, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, NKEYS };
 static const char *const dxbf16_words[2] = {"dxq", "dxbf16"};
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("intermediate", "n", 128, LG_SWIGLU_N_MAX, 128,
@@ -34,6 +37,7 @@ static const struct lg_key keys[NKEYS] = {
 		      .doc = "backward: also write dx [tokens, 2n] in bf16, unquantised"},
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
+	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS),
 };
 
 static const struct lg_size sizes[] = {
@@ -69,14 +73,6 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 		  "dx in bf16 (with dx_bf16; else 0)"},
 };
 
-static lg_status validate(const struct lg_spec *s, const char *where)
-{
-	if (s->pass == LG_PASS_FORWARD && lg_spec_int(s, K_DXBF16))
-		return lg_spec_error(where, "dx_bf16: found true in a forward spec, allowed: false (only the "
-				     "backward writes dx)");
-	return LG_OK;
-}
-
 static void uses(const struct lg_spec *s, unsigned char *used)
 {
 	if (s->pass == LG_PASS_FORWARD) {
@@ -93,7 +89,14 @@ static const struct lg_swiglu_kind kind = {
 	.key_n = K_N,
 	.key_dx_bf16 = K_DXBF16,
 	.key_experts = -1,
+	.key_threads = K_THREADS,
+	.key_fblocks = K_FBLOCKS,
 };
+
+static lg_status validate(const struct lg_spec *s, const char *where)
+{
+	return lg_swiglu_validate(&kind, s, where);
+}
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
@@ -103,6 +106,11 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	lg_swiglu_emit(&kind, b, s, t, p);
+}
+
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	return lg_swiglu_candidates(&kind, s, t, out, max);
 }
 
 const struct lg_family lg_family_swiglu_quant = {
@@ -119,6 +127,5 @@ const struct lg_family lg_family_swiglu_quant = {
 	.plan = plan,
 	.emit = emit,
 	.geometry = lg_swiglu_geometry,
-	.workspace = lg_swiglu_workspace,
-	.candidates = NULL,
+	.candidates = candidates,
 };
