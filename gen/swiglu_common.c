@@ -293,13 +293,16 @@ void lg_swiglu_emit(const struct lg_swiglu_kind *k, lg_buf *b, const struct lg_s
 	lg_close(b);
 }
 
-/* Tile variants for `lingen tune`: feature blocks a CTA x threads (K6's
- * backward: threads only, it takes every block). */
+/* Tile variants for `lingen tune`: feature blocks a CTA (up to 8, the
+ * output's) x threads (K6's backward: threads only, it takes every block). */
 int lg_swiglu_candidates(const struct lg_swiglu_kind *k, const struct lg_spec *s, const struct lg_target *t,
 			 struct lg_tile_choice *out, int max)
 {
-	static const int64_t fb[] = {1, 2, 4, 8, 0};
 	if (k->weighted && s->pass == LG_PASS_BACKWARD)
 		return lg_candidate_values(s, t, out, 0, max, k->key_threads, lg_swiglu_threads_ok);
+	/* 1, 2, 4, 8 blocks a CTA, those the output has */
+	int64_t fb[5] = {0}, nb = out_features(s, k) / 128;
+	for (int i = 0, v = 1; v <= 8 && v <= nb; i++, v *= 2)
+		fb[i] = v;
 	return lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
 }

@@ -478,6 +478,99 @@ static void test_uses(void **state)
 	lg_spec_free(s);
 }
 
+static void geometry_at(const lg_spec *s, int64_t m, struct lg_launch_dim *d)
+{
+	const struct lg_family *f = lg_family_get(s->op);
+	struct lg_target t;
+	assert_true(lg_target_parse("sm_90a", &t));
+	struct lg_plan p;
+	memset(&p, 0, sizeof p);
+	assert_int_equal(f->plan(s, &t, &p), LG_OK);
+	const int64_t sz[1] = {m};
+	f->geometry(&p, 0, sz, d);
+}
+
+/* The targets: K7 one CTA (512 threads) a 128 x 128 tile: 8192 x 512 is 64
+ * token tiles x 4 blocks forward, x 8 blocks backward (K = 2n); K6 a token
+ * tile (cdiv(65536, 128) + 256 experts, a bound) x 4 blocks forward in one
+ * CTA, all 8 backward; no tokens: nothing launched. */
+static void test_geometry(void **state)
+{
+	(void)state;
+	struct lg_launch_dim d;
+	lg_spec *s = parse("swiglu_quant", "forward", "\"intermediate\": 512");
+	geometry_at(s, 8192, &d);
+	assert_true(d.grid[0] == 256 && d.block[0] == 512 && d.smem == 0);
+	geometry_at(s, 0, &d);
+	assert_int_equal(d.grid[0], 0);
+	geometry_at(s, 1, &d);
+	assert_int_equal(d.grid[0], 4);
+	lg_spec_free(s);
+	s = parse("swiglu_quant", "backward", "\"intermediate\": 512");
+	geometry_at(s, 8192, &d);
+	assert_true(d.grid[0] == 512 && d.block[0] == 512);
+	lg_spec_free(s);
+	s = parse("swiglu_quant", "forward", "\"intermediate\": 512, \"tile\": {\"threads\": 256, \"fblocks\": 2}");
+	geometry_at(s, 8192, &d);
+	assert_true(d.grid[0] == 128 && d.block[0] == 256);
+	lg_spec_free(s);
+	s = parse("batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256");
+	geometry_at(s, 65536, &d);
+	assert_true(d.grid[0] == 768 && d.block[0] == 512);
+	geometry_at(s, 0, &d);
+	assert_int_equal(d.grid[0], 0);
+	lg_spec_free(s);
+	s = parse("batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 256");
+	geometry_at(s, 65536, &d);
+	assert_true(d.grid[0] == 768 && d.block[0] == 512);
+	lg_spec_free(s);
+	/* K6 backward: every block a CTA, whatever fblocks says above that */
+	s = parse("batch_swiglu_quant", "backward",
+		  "\"intermediate\": 128, \"experts\": 3, \"tile\": {\"fblocks\": 8}");
+	geometry_at(s, 300, &d);
+	assert_int_equal(d.grid[0], 3 + 3);
+	lg_spec_free(s);
+	refused("batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 8, \"tile\": {\"fblocks\": 4}",
+		"tile.fblocks: found 4", "at least 8");
+	refused("swiglu_quant", "forward", "\"intermediate\": 512, \"tile\": {\"fblocks\": 3}", "fblocks", "3");
+}
+
+/* Every tuning candidate validates, plans and generates (K6's backward:
+ * threads only). */
+static void test_candidates(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *op, *pass, *keys;
+		int n;
+	} c[] = {
+		{"swiglu_quant", "forward", "\"intermediate\": 512", 8},
+		{"swiglu_quant", "backward", "\"intermediate\": 128", 6}, /* 2 blocks: fblocks 1, 2 */
+		{"batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256", 8},
+		{"batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 256", 2},
+	};
+	struct lg_target t;
+	assert_true(lg_target_parse("sm_90a", &t));
+	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+		lg_spec *s = parse(c[i].op, c[i].pass, c[i].keys);
+		const struct lg_family *f = lg_family_get(s->op);
+		struct lg_tile_choice tc[LG_MAX_CANDIDATES];
+		int n = f->candidates(s, &t, tc, LG_MAX_CANDIDATES);
+		assert_true(n >= 2 && n <= c[i].n);
+		for (int j = 0; j < n; j++) {
+			struct lg_spec v;
+			assert_int_equal(lg_spec_with_tile(s, &tc[j], &v), LG_OK);
+			char *src = NULL;
+			struct lg_plan pl;
+			if (lg_generate_for(&v, &t, &pl, &src, NULL) != LG_OK)
+				fail_msg("%s: %s", v.entry, lg_last_error());
+			assert_non_null(strstr(src, v.entry));
+			free(src);
+		}
+		lg_spec_free(s);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -492,6 +585,8 @@ int main(void)
 		cmocka_unit_test(test_shapes),
 		cmocka_unit_test(test_spec_checks),
 		cmocka_unit_test(test_uses),
+		cmocka_unit_test(test_geometry),
+		cmocka_unit_test(test_candidates),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

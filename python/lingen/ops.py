@@ -221,8 +221,8 @@ def batch_swiglu_quant(x, prob, counts, *, round_scale=True, output="both", tile
     [tokens, 1] fp32, counts [experts] int32 on the device (rows of each
     expert, summing to tokens; any number of experts, 0 rows allowed; read
     by the kernel, never by the host) -> y = silu(gate) * up * prob,
-    quantised per expert: (q [tokens, n]; s [tokens, n/128] holding per
-    expert [n/128, count] blocks; qt [tokens, n] holding per expert [n,
+    quantised per expert: (q [tokens, n]; s [n/128, tokens] holding per
+    expert [n/128, count] blocks; qt [n, tokens] holding per expert [n,
     count] blocks; st [cdiv(tokens, 128) + experts, n]: per expert
     cdiv(count, 128) rows one after the other, the rest not written). As linghe's
     triton_batch_weighted_silu_and_block_quant_forward (which also takes
