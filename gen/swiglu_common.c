@@ -3,8 +3,9 @@
  * FP8 families (swiglu_common.h), on the quantiser engine (quant_engine.h).
  *
  * The values, in fp32, from bf16 a = x1 (gate) and u = x2 (up), s =
- * sigmoid(a) = 1 / (1 + e^-a) with the hardware exp (ex2.approx: relative
- * error about 2^-21; the references allow 2^-18):
+ * sigmoid(a) = 1 / (1 + e^-a) with the hardware exp and reciprocal
+ * (ex2.approx, rcp.approx: relative error about 2^-21 together for |a| up
+ * to about 12; the references allow 2^-18):
  *   forward  y = a s u, times p (the row's prob, K6);
  *   backward dx1 = g p u s (1 + a (1 - s)), dx2 = g p a s; dp = sum a s u g.
  *
@@ -126,10 +127,11 @@ struct hook {
 /* The SwiGLU values as device helpers (see the header comment). */
 static void emit_math(lg_buf *b, const struct hook *h)
 {
-	lg_comment(b, "sigmoid in fp32: 1 / (1 + e^-a) (ex2.approx; 0 and 1 at the ends, never NaN).");
+	lg_comment(b, "sigmoid in fp32: 1 / (1 + e^-a) by ex2.approx and rcp.approx (two MUFU ops, no");
+	lg_comment(b, "division's slow path); 0 and 1 at the ends, never NaN.");
 	lg_line(b, "static __device__ __forceinline__ float lg_swiglu_sig(float a)");
 	lg_open(b, "{");
-	lg_line(b, "return 1.0f / (1.0f + __expf(-a));");
+	lg_line(b, "return __fdividef(1.0f, 1.0f + __expf(-a));");
 	lg_close(b);
 	if (!h->bwd) {
 		lg_comment(b, "y = silu(a) u%s.", h->weighted ? " p" : "");
