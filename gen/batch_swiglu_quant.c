@@ -96,7 +96,7 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 		  "dx in bf16 (with dx_bf16; else 0)"},
 };
 
-static const struct lg_swiglu_kind kind = {
+const struct lg_swiglu_kind lg_swiglu_kind_batch_swiglu_quant = {
 	.weighted = true,
 	.key_n = K_N,
 	.key_dx_bf16 = K_DXBF16,
@@ -104,15 +104,6 @@ static const struct lg_swiglu_kind kind = {
 	.key_threads = K_THREADS,
 	.key_fblocks = K_FBLOCKS,
 };
-
-static lg_status validate(const struct lg_spec *s, const char *where)
-{
-	if (s->pass == LG_PASS_BACKWARD && lg_spec_quant(s).output != LG_QOUT_BOTH)
-		return lg_spec_error(where, "quant.output: found \"%s\" in a backward spec, allowed: \"both\" "
-				     "(the backward always writes both copies of dx)",
-				     lg_quant_output_names[lg_spec_quant(s).output]);
-	return lg_swiglu_validate(&kind, s, where);
-}
 
 static void uses(const struct lg_spec *s, unsigned char *used)
 {
@@ -122,20 +113,6 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 		used[B_DX] = 0;
 }
 
-static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
-{
-	return lg_swiglu_plan(&kind, s, t, p);
-}
-
-static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
-{
-	lg_swiglu_emit(&kind, b, s, t, p);
-}
-
-static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
-{
-	return lg_swiglu_candidates(&kind, s, t, out, max);
-}
 
 const struct lg_family lg_family_batch_swiglu_quant = {
 	.op = "batch_swiglu_quant",
@@ -147,10 +124,10 @@ const struct lg_family lg_family_batch_swiglu_quant = {
 	.keys = keys,
 	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args},
 		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
-	.validate = validate,
+	.validate = lg_swiglu_validate,
 	.uses = uses,
-	.plan = plan,
-	.emit = emit,
+	.plan = lg_swiglu_plan,
+	.emit = lg_swiglu_emit,
 	.geometry = lg_swiglu_geometry,
-	.candidates = candidates,
+	.candidates = lg_swiglu_candidates,
 };

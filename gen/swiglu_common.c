@@ -40,6 +40,11 @@ const int64_t lg_swiglu_fblocks_ok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 0};
 
 enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS };
 
+static const struct lg_swiglu_kind *kind_of(const struct lg_spec *s)
+{
+	return s->op == LG_OP_BATCH_SWIGLU_QUANT ? &lg_swiglu_kind_batch_swiglu_quant : &lg_swiglu_kind_swiglu_quant;
+}
+
 /* Output features: n forward, 2n backward. */
 static int64_t out_features(const struct lg_spec *s, const struct lg_swiglu_kind *k)
 {
@@ -47,8 +52,13 @@ static int64_t out_features(const struct lg_spec *s, const struct lg_swiglu_kind
 	return s->pass == LG_PASS_BACKWARD ? 2 * n : n;
 }
 
-lg_status lg_swiglu_validate(const struct lg_swiglu_kind *k, const struct lg_spec *s, const char *where)
+lg_status lg_swiglu_validate(const struct lg_spec *s, const char *where)
 {
+	const struct lg_swiglu_kind *k = kind_of(s);
+	if (k->weighted && s->pass == LG_PASS_BACKWARD && lg_spec_quant(s).output != LG_QOUT_BOTH)
+		return lg_spec_error(where, "quant.output: found \"%s\" in a backward spec, allowed: \"both\" "
+				     "(the backward always writes both copies of dx)",
+				     lg_quant_output_names[lg_spec_quant(s).output]);
 	if (k->key_dx_bf16 >= 0 && s->pass == LG_PASS_FORWARD && lg_spec_int(s, k->key_dx_bf16))
 		return lg_spec_error(where, "dx_bf16: found true in a forward spec, allowed: false (only the "
 				     "backward writes dx)");
@@ -62,9 +72,9 @@ lg_status lg_swiglu_validate(const struct lg_swiglu_kind *k, const struct lg_spe
 	return LG_OK;
 }
 
-lg_status lg_swiglu_plan(const struct lg_swiglu_kind *k, const struct lg_spec *s, const struct lg_target *t,
-			 struct lg_plan *p)
+lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
+	const struct lg_swiglu_kind *k = kind_of(s);
 	(void)t;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t nb = out_features(s, k) / 128;
@@ -264,10 +274,8 @@ static void epilogue(lg_buf *b, const struct lg_qe *e, void *ctx)
 	lg_close(b);
 }
 
-void lg_swiglu_emit(const struct lg_swiglu_kind *k, lg_buf *b, const struct lg_spec *s, const struct lg_target *t,
-		    const struct lg_plan *p)
+void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
-	(void)k;
 	(void)t;
 	struct lg_qe e = engine(s, p);
 	char experts[24];
@@ -297,9 +305,9 @@ void lg_swiglu_emit(const struct lg_swiglu_kind *k, lg_buf *b, const struct lg_s
 
 /* Tile variants for `lingen tune`: feature blocks a CTA (up to 8, the
  * output's) x threads (K6's backward: threads only, it takes every block). */
-int lg_swiglu_candidates(const struct lg_swiglu_kind *k, const struct lg_spec *s, const struct lg_target *t,
-			 struct lg_tile_choice *out, int max)
+int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
+	const struct lg_swiglu_kind *k = kind_of(s);
 	if (k->weighted && s->pass == LG_PASS_BACKWARD)
 		return lg_candidate_values(s, t, out, 0, max, k->key_threads, lg_swiglu_threads_ok);
 	/* 1, 2, 4, 8 blocks a CTA, those the output has */

@@ -36,14 +36,16 @@ struct lg_swiglu_kind {
 	int key_threads, key_fblocks; /* "tile.threads", "tile.fblocks" */
 };
 
-/* Checks across keys shared by both: a backward of K6 takes every block a CTA. */
-lg_status lg_swiglu_validate(const struct lg_swiglu_kind *k, const struct lg_spec *s, const char *where);
-lg_status lg_swiglu_plan(const struct lg_swiglu_kind *k, const struct lg_spec *s, const struct lg_target *t,
-			 struct lg_plan *p);
-void lg_swiglu_emit(const struct lg_swiglu_kind *k, lg_buf *b, const struct lg_spec *s, const struct lg_target *t,
-		    const struct lg_plan *p);
+/* Each family file's kind (swiglu_quant.c, batch_swiglu_quant.c). */
+extern const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant, lg_swiglu_kind_batch_swiglu_quant;
+
+/* The family functions of both (family.h), for the spec's op. validate:
+ * dx_bf16 only backward; K6's backward writes both copies and takes every
+ * feature block a CTA. */
+lg_status lg_swiglu_validate(const struct lg_spec *s, const char *where);
+lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p);
+void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p);
 void lg_swiglu_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d);
-int lg_swiglu_candidates(const struct lg_swiglu_kind *k, const struct lg_spec *s, const struct lg_target *t,
-			 struct lg_tile_choice *out, int max);
+int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max);
 
 #endif

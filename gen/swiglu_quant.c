@@ -84,7 +84,7 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 		used[B_DX] = 0;
 }
 
-static const struct lg_swiglu_kind kind = {
+const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant = {
 	.weighted = false,
 	.key_n = K_N,
 	.key_dx_bf16 = K_DXBF16,
@@ -93,25 +93,6 @@ static const struct lg_swiglu_kind kind = {
 	.key_fblocks = K_FBLOCKS,
 };
 
-static lg_status validate(const struct lg_spec *s, const char *where)
-{
-	return lg_swiglu_validate(&kind, s, where);
-}
-
-static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
-{
-	return lg_swiglu_plan(&kind, s, t, p);
-}
-
-static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
-{
-	lg_swiglu_emit(&kind, b, s, t, p);
-}
-
-static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
-{
-	return lg_swiglu_candidates(&kind, s, t, out, max);
-}
 
 const struct lg_family lg_family_swiglu_quant = {
 	.op = "swiglu_quant",
@@ -122,10 +103,10 @@ const struct lg_family lg_family_swiglu_quant = {
 	.keys = keys,
 	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args},
 		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
-	.validate = validate,
+	.validate = lg_swiglu_validate,
 	.uses = uses,
-	.plan = plan,
-	.emit = emit,
+	.plan = lg_swiglu_plan,
+	.emit = lg_swiglu_emit,
 	.geometry = lg_swiglu_geometry,
-	.candidates = candidates,
+	.candidates = lg_swiglu_candidates,
 };
