@@ -406,10 +406,13 @@ def _grad_carrier(x, n):
     return x.new_zeros(()).expand(*x.shape[:-1], n)
 
 
-def _quant_copies(op, res, output):
-    """(q, s, qt, st) of a forward, the copies output leaves out None; all
-    non-differentiable."""
-    return _none_unused(res, _used(op, "forward", (("quant.output", output),)))
+def _quant_copies(op, res, output, shape=None):
+    """(q, s, qt, st) of a forward, the copies output leaves out None; q
+    in `shape` (x's leading dimensions) when given."""
+    q, s, qt, st = _none_unused(res, _used(op, "forward", (("quant.output", output),)))
+    if q is not None and shape is not None:
+        q = q.view(shape)
+    return q, s, qt, st
 
 
 class SwiGLUQuantFunction(torch.autograd.Function):
@@ -427,7 +430,7 @@ class SwiGLUQuantFunction(torch.autograd.Function):
         n = x2.shape[-1] // 2
         res = _run("swiglu_quant_forward", x2, intermediate=n, quant_round_scale=round_scale,
                    quant_output=output)
-        copies = _quant_copies("swiglu_quant", res, output)
+        copies = _quant_copies("swiglu_quant", res, output, (*x.shape[:-1], n))
         ctx.mark_non_differentiable(*(c for c in copies if c is not None))
         ctx.save_for_backward(x2)
         ctx.opts = (round_scale, grad_sink, x.shape)
@@ -453,11 +456,13 @@ def swiglu_quant(x, round_scale=True, output="both", grad_sink=None):
 
 def swiglu_quant_forward(x, round_scale=True, output="both"):
     """(q, s, qt, st) without autograd, as linghe's
-    triton_silu_and_block_quant_forward; leading dimensions flattened."""
+    triton_silu_and_block_quant_forward; leading dimensions flattened into
+    tokens (q keeps them)."""
     x2 = _flat(x)
-    res = _run("swiglu_quant_forward", x2, intermediate=x2.shape[-1] // 2,
-               quant_round_scale=round_scale, quant_output=output)
-    return _quant_copies("swiglu_quant", res, output)
+    n = x2.shape[-1] // 2
+    res = _run("swiglu_quant_forward", x2, intermediate=n, quant_round_scale=round_scale,
+               quant_output=output)
+    return _quant_copies("swiglu_quant", res, output, (*x.shape[:-1], n))
 
 
 def swiglu_quant_backward(g, x, round_scale=True, dx_bf16=False):
