@@ -93,9 +93,21 @@ static uint16_t scale_tol(float amax, float lo, float hi, bool pow2, float *sv, 
 static uint16_t payload_tol(float v, float e, float slo, float shi, uint8_t nom)
 {
 	float lo = v - e, hi = v + e;
-	float c[4] = {lo / slo, lo / shi, hi / slo, hi / shi};
+	float c[4] = {lo / slo, hi / slo, lo / shi, hi / shi};
+	int mag = nom & 0x7f;
+	if (mag >= 1 && mag <= 125 && (lo > 0) == (hi > 0) && lo != 0 && hi != 0 && (lo > 0) == !(nom & 0x80)) {
+		/* the usual case, quickly: every end strictly between the midpoints
+		 * next to the nominal payload rounds to it */
+		double below = ((double)lg_ref_e4m3_to_f32((uint8_t)(mag - 1)) + lg_ref_e4m3_to_f32((uint8_t)mag)) / 2;
+		double above = ((double)lg_ref_e4m3_to_f32((uint8_t)mag) + lg_ref_e4m3_to_f32((uint8_t)(mag + 1))) / 2;
+		bool inside = true;
+		for (int i = 0; i < (slo == shi ? 2 : 4); i++)
+			inside = inside && fabs((double)c[i]) > below && fabs((double)c[i]) < above;
+		if (inside)
+			return 0;
+	}
 	uint16_t d = 0;
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < (slo == shi ? 2 : 4); i++) /* one scale: two ends */
 		d = max16(d, lg_ref_steps(nom, lg_ref_f32_to_e4m3(c[i]), 8));
 	return d;
 }
