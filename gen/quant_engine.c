@@ -545,8 +545,8 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 		const char *ca = lg_quant_q_args(pow2, "cs[c], ci[c]", "ci[c]");
 		lg_line(b, "#pragma unroll");
 		lg_open(b, "for (int c = 0; c < 8; c++) {");
-		lg_line(b, "const u32 h =");
-		lg_line(b, "\tlg_e4m3x2(lg_q(y0[c], %s), lg_q(y1[c], %s));", ca, ca);
+		lg_line(b, "const u32 h = lg_e4m3x2(lg_q(y0[c], %s),", ca);
+		lg_line(b, "\tlg_q(y1[c], %s));", ca);
 		if (words == 2)
 			lg_line(b, "cw[c][p / 2] = p %% 2 == 0 ? h : cw[c][p / 2] | h << 16;");
 		else

@@ -4,7 +4,9 @@
  * [m, n] array into the rowwise copy (1x128 blocks, q [m, n], scales
  * s [n/128, m]) and the columnwise copy (128x1 blocks, transposed:
  * qt [n, m], scales st [ceil(m/128), n]). A partial last token block takes
- * its amax over its real rows only.
+ * its amax over its real rows only. Also the same for values the GPU
+ * computes only to a bound (a slack per element from the bound), and the
+ * per-expert layout.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -47,6 +49,162 @@ void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant 
 			}
 		}
 	}
+}
+
+/* ------------------------------------------- values known to a bound */
+
+uint16_t lg_ref_steps(uint32_t a, uint32_t b, int nbits)
+{
+	if (a == b)
+		return 0;
+	uint32_t sbit = 1u << (nbits - 1);
+	int64_t oa = (a & sbit) ? -(int64_t)(a & (sbit - 1)) : (int64_t)a;
+	int64_t ob = (b & sbit) ? -(int64_t)(b & (sbit - 1)) : (int64_t)b;
+	int64_t d = oa > ob ? oa - ob : ob - oa;
+	if (d == 0)
+		d = 1;
+	return d > UINT16_MAX ? UINT16_MAX : (uint16_t)d;
+}
+
+static uint32_t f32_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
+static uint16_t max16(uint16_t a, uint16_t b) { return a > b ? a : b; }
+
+/* The scale of a block whose amax lies in [lo, hi] (nominal amax): the
+ * nominal scale into *sv, the range into *slo, *shi; the slack of the
+ * scale (fp32 steps; UINT16_MAX when a power-of-two scale is ambiguous). */
+static uint16_t scale_tol(float amax, float lo, float hi, bool pow2, float *sv, float *slo, float *shi)
+{
+	*sv = lg_ref_scale(amax, pow2);
+	*slo = lg_ref_scale(lo, pow2);
+	*shi = lg_ref_scale(hi, pow2);
+	if (pow2 && (*slo != *sv || *shi != *sv))
+		return UINT16_MAX;
+	return max16(lg_ref_steps(f32_bits(*sv), f32_bits(*slo), 32), lg_ref_steps(f32_bits(*sv), f32_bits(*shi), 32));
+}
+
+/* The slack of the payload of v in [v - e, v + e] under a scale in [slo,
+ * shi] (positive), nominal payload nom. */
+static uint16_t payload_tol(float v, float e, float slo, float shi, uint8_t nom)
+{
+	float lo = v - e, hi = v + e;
+	float c[4] = {lo / slo, hi / slo, lo / shi, hi / shi};
+	int mag = nom & 0x7f;
+	if (mag >= 1 && mag <= 125 && (lo > 0) == (hi > 0) && lo != 0 && hi != 0 && (lo > 0) == !(nom & 0x80)) {
+		/* the usual case, quickly: every end strictly between the midpoints
+		 * next to the nominal payload rounds to it */
+		double below = ((double)lg_ref_e4m3_to_f32((uint8_t)(mag - 1)) + lg_ref_e4m3_to_f32((uint8_t)mag)) / 2;
+		double above = ((double)lg_ref_e4m3_to_f32((uint8_t)mag) + lg_ref_e4m3_to_f32((uint8_t)(mag + 1))) / 2;
+		bool inside = true;
+		for (int i = 0; i < (slo == shi ? 2 : 4); i++)
+			inside = inside && fabs((double)c[i]) > below && fabs((double)c[i]) < above;
+		if (inside)
+			return 0;
+	}
+	uint16_t d = 0;
+	for (int i = 0; i < (slo == shi ? 2 : 4); i++) /* one scale: two ends */
+		d = max16(d, lg_ref_steps(nom, lg_ref_f32_to_e4m3(c[i]), 8));
+	return d;
+}
+
+size_t lg_ref_quant_tol(const float *y, const float *err, size_t m, size_t n, struct lg_quant qr,
+			const struct lg_ref_qout *o)
+{
+	bool pow2 = qr.round_scale;
+	size_t nb = n / 128, ambiguous = 0;
+	if (qr.output != LG_QOUT_COLUMNWISE) {
+		for (size_t i = 0; i < m; i++)
+			for (size_t b = 0; b < nb; b++) {
+				size_t at = i * n + b * 128;
+				float amax = 0.0f, lo = 0.0f, hi = 0.0f;
+				for (int k = 0; k < 128; k++) {
+					float a = fabsf(y[at + (size_t)k]), e = err ? err[at + (size_t)k] : 0.0f;
+					amax = fmaxf(amax, a), lo = fmaxf(lo, a - e), hi = fmaxf(hi, a + e);
+				}
+				float sv, slo, shi;
+				uint16_t ss = scale_tol(amax, lo, hi, pow2, &sv, &slo, &shi);
+				ambiguous += ss == UINT16_MAX;
+				o->s[b * m + i] = sv;
+				if (o->s_slack)
+					o->s_slack[b * m + i] = ss;
+				for (size_t k = 0; k < 128; k++) {
+					o->q[at + k] = lg_ref_quant(y[at + k], sv, pow2);
+					if (o->q_slack)
+						o->q_slack[at + k] = err ? payload_tol(y[at + k], err[at + k], slo, shi,
+										       o->q[at + k]) : 0;
+				}
+			}
+	}
+	if (qr.output != LG_QOUT_ROWWISE) {
+		for (size_t t = 0; t * 128 < m; t++) {
+			size_t r0 = t * 128, rows = m - r0 < 128 ? m - r0 : 128;
+			for (size_t k = 0; k < n; k++) {
+				float amax = 0.0f, lo = 0.0f, hi = 0.0f;
+				for (size_t i = 0; i < rows; i++) {
+					size_t at = (r0 + i) * n + k;
+					float a = fabsf(y[at]), e = err ? err[at] : 0.0f;
+					amax = fmaxf(amax, a), lo = fmaxf(lo, a - e), hi = fmaxf(hi, a + e);
+				}
+				float sv, slo, shi;
+				uint16_t ss = scale_tol(amax, lo, hi, pow2, &sv, &slo, &shi);
+				ambiguous += ss == UINT16_MAX;
+				o->st[t * n + k] = sv;
+				if (o->st_slack)
+					o->st_slack[t * n + k] = ss;
+				for (size_t i = 0; i < rows; i++) {
+					size_t at = (r0 + i) * n + k, to = k * m + r0 + i;
+					o->qt[to] = lg_ref_quant(y[at], sv, pow2);
+					if (o->qt_slack)
+						o->qt_slack[to] = err ? payload_tol(y[at], err[at], slo, shi, o->qt[to]) : 0;
+				}
+			}
+		}
+	}
+	return ambiguous;
+}
+
+/* The same copy, the pointers of one expert's segment. */
+static struct lg_ref_qout segment(const struct lg_ref_qout *o, size_t start, size_t strow, size_t n)
+{
+	struct lg_ref_qout e = *o;
+#define AT(p, off) e.p = o->p ? o->p + (off) : NULL
+	AT(q, start * n), AT(q_slack, start * n), AT(s, start * (n / 128)), AT(s_slack, start * (n / 128));
+	AT(qt, start * n), AT(qt_slack, start * n), AT(st, strow * n), AT(st_slack, strow * n);
+#undef AT
+	return e;
+}
+
+size_t lg_ref_quant_experts_tol(const float *y, const float *err, size_t m, size_t n, const int32_t *counts,
+				size_t experts, struct lg_quant qr, const struct lg_ref_qout *o, size_t st_rows)
+{
+	bool rows = qr.output != LG_QOUT_COLUMNWISE, cols = qr.output != LG_QOUT_ROWWISE;
+	/* what the kernel leaves alone keeps the harness's 0xff poison */
+	if (rows) {
+		memset(o->q, 0xff, m * n);
+		memset(o->s, 0xff, m * (n / 128) * sizeof *o->s);
+	}
+	if (cols) {
+		memset(o->qt, 0xff, m * n);
+		memset(o->st, 0xff, st_rows * n * sizeof *o->st);
+	}
+	size_t start = 0, strow = 0, ambiguous = 0;
+	for (size_t e = 0; e < experts; e++) {
+		size_t c = counts[e] > 0 ? (size_t)counts[e] : 0;
+		if (c == 0)
+			continue;
+		if (start + c > m) /* past the capacity: the kernel writes nothing for it */
+			break;
+		struct lg_ref_qout seg = segment(o, start, strow, n);
+		ambiguous += lg_ref_quant_tol(y + start * n, err ? err + start * n : NULL, c, n, qr, &seg);
+		start += c;
+		strow += (c + 127) / 128;
+	}
+	return ambiguous;
 }
 
 /* Rows of varied magnitude (2^-8 .. 2^8), a few rows of +0 and of -0, rows

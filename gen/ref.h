@@ -107,4 +107,34 @@ void lg_ref_quant_experts(const float *y, size_t m, size_t n, const int32_t *cou
  * outliers, an all-zero feature. */
 void lg_ref_fill_quant_input(uint16_t *x, size_t m, size_t n, uint64_t *state);
 
+/* The distance compare.c measures between two sign-magnitude encodings
+ * of nbits bits (e4m3 8, bf16 16, fp32 32): how many representable values
+ * apart they are (+0 and -0: 1), capped at UINT16_MAX: a slack. */
+uint16_t lg_ref_steps(uint32_t a, uint32_t b, int nbits);
+
+/* The outputs of a quantisation whose fp32 inputs the GPU computes only
+ * to a bound (an approximate exp, another order of operations): the copies
+ * and, where not NULL, the slack of each element (the e4m3 steps, or fp32
+ * steps of a scale, by which the GPU may differ: LG_CMP_E4M3_ULP and
+ * LG_CMP_FP32_ULP with ulps 0). */
+struct lg_ref_qout {
+	uint8_t *q, *qt;
+	float *s, *st;
+	uint16_t *q_slack, *s_slack, *qt_slack, *st_slack;
+};
+/* lg_ref_quant_blockwise of y [m, n] whose GPU value of element i lies
+ * within err[i] of y[i] (err NULL: exactly y): the nominal copies of y,
+ * and a slack for each payload and scale from every value in those
+ * intervals. Returns how many power-of-two scales are ambiguous (the
+ * interval of a block's amax straddles a power of two times 448: slack
+ * UINT16_MAX); a fill draws inputs again that give any. */
+size_t lg_ref_quant_tol(const float *y, const float *err, size_t m, size_t n, struct lg_quant qr,
+			const struct lg_ref_qout *o);
+/* lg_ref_quant_experts (below) of values known to a bound, as
+ * lg_ref_quant_tol: y [m, n] (m the capacity), each expert's segment by
+ * lg_ref_quant_tol; what no expert writes is 0xff poison (slack 0).
+ * Returns the ambiguous scales. */
+size_t lg_ref_quant_experts_tol(const float *y, const float *err, size_t m, size_t n, const int32_t *counts,
+				size_t experts, struct lg_quant qr, const struct lg_ref_qout *o, size_t st_rows);
+
 #endif

@@ -299,6 +299,37 @@ lg_status lg_group_rmsnorm_gate_backward(const lg_kernel *k, lg_stream stream, i
 					 lg_dptr dy, lg_dptr x, lg_dptr gate, lg_dptr w, lg_dptr dx,
 					 lg_dptr dgate, lg_dptr dw, lg_dptr workspace);
 
+/* K7: SwiGLU + blockwise FP8, forward (op "swiglu_quant"): x [tokens, 2n]
+ *   bf16 = [gate | up]; y = silu(gate) * up quantised: q [tokens, n] e4m3,
+ *   s [n/128, tokens] fp32, qt [n, tokens] e4m3, st [cdiv(tokens, 128), n]
+ *   fp32 (0 for a copy quant.output leaves out). Any token count. */
+lg_status lg_swiglu_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x, lg_dptr q,
+				  lg_dptr s, lg_dptr qt, lg_dptr st);
+/* Its backward: g [tokens, n] bf16, x as in the forward; dx = [dgate | dup]
+ *   quantised with K = 2n: dxq [tokens, 2n], dxs [2n/128, tokens], dxqt
+ *   [2n, tokens], dxst [cdiv(tokens, 128), 2n]; dx [tokens, 2n] bf16 with
+ *   dx_bf16 (else 0). */
+lg_status lg_swiglu_quant_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr g, lg_dptr x,
+				   lg_dptr dxq, lg_dptr dxs, lg_dptr dxqt, lg_dptr dxst, lg_dptr dx);
+
+/* K6: per-expert prob-weighted SwiGLU + blockwise FP8, forward (op
+ *   "batch_swiglu_quant"): x [tokens, 2n] bf16 with rows grouped by expert,
+ *   prob [tokens, 1] fp32, counts [experts] int32 in device memory (summing to
+ *   tokens; never read by the host); y = silu(gate) * up * prob quantised
+ *   per expert (KERNELS.md 1.3): q [tokens, n]; s, per expert [n/128,
+ *   count] at start * n/128; qt, per expert [n, count] at start * n; st
+ *   [cdiv(tokens, 128) + experts, n], per expert cdiv(count, 128) rows
+ *   (the rows past them not written). */
+lg_status lg_batch_swiglu_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+					lg_dptr prob, lg_dptr counts, lg_dptr q, lg_dptr s, lg_dptr qt, lg_dptr st);
+/* Its backward: g [tokens, n] bf16, x, prob, counts as in the forward; dx
+ *   quantised per expert with K = 2n (dxq, dxs, dxqt, dxst laid out as the
+ *   forward's, both always); dprob [tokens, 1] fp32 = sum_j silu(gate) * up *
+ *   g (deterministic); dx [tokens, 2n] bf16 with dx_bf16 (else 0). */
+lg_status lg_batch_swiglu_quant_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr g,
+					 lg_dptr x, lg_dptr prob, lg_dptr counts, lg_dptr dxq, lg_dptr dxs,
+					 lg_dptr dprob, lg_dptr dxqt, lg_dptr dxst, lg_dptr dx);
+
 /* K2: split qkv + q/k RMSNorm + rotate-half RoPE + transpose, forward (op
  *   "qk_norm_rope"): qkv [seq, batch, (H + 2h) * D] bf16 (qkv_order
  *   "seq_batch", the default; [batch, seq, ...] for "batch_seq"), heads as

@@ -173,6 +173,32 @@ lg_status lg_group_rmsnorm_gate_backward(const lg_kernel *k, lg_stream stream, i
 		 dw, workspace);
 }
 
+lg_status lg_swiglu_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x, lg_dptr q,
+				  lg_dptr s, lg_dptr qt, lg_dptr st)
+{
+	LG_TYPED(LG_OP_SWIGLU_QUANT, LG_PASS_FORWARD, LG_SIZES(tokens), x, q, s, qt, st);
+}
+
+lg_status lg_swiglu_quant_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr g, lg_dptr x,
+				   lg_dptr dxq, lg_dptr dxs, lg_dptr dxqt, lg_dptr dxst, lg_dptr dx)
+{
+	LG_TYPED(LG_OP_SWIGLU_QUANT, LG_PASS_BACKWARD, LG_SIZES(tokens), g, x, dxq, dxs, dxqt, dxst, dx);
+}
+
+lg_status lg_batch_swiglu_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+					lg_dptr prob, lg_dptr counts, lg_dptr q, lg_dptr s, lg_dptr qt, lg_dptr st)
+{
+	LG_TYPED(LG_OP_BATCH_SWIGLU_QUANT, LG_PASS_FORWARD, LG_SIZES(tokens), x, prob, counts, q, s, qt, st);
+}
+
+lg_status lg_batch_swiglu_quant_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr g,
+					 lg_dptr x, lg_dptr prob, lg_dptr counts, lg_dptr dxq, lg_dptr dxs,
+					 lg_dptr dprob, lg_dptr dxqt, lg_dptr dxst, lg_dptr dx)
+{
+	LG_TYPED(LG_OP_BATCH_SWIGLU_QUANT, LG_PASS_BACKWARD, LG_SIZES(tokens), g, x, prob, counts, dxq, dxs, dprob,
+		 dxqt, dxst, dx);
+}
+
 lg_status lg_qk_norm_rope_forward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
 				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs,
 				  lg_dptr cu_seqlens, lg_dptr q, lg_dptr k_out, lg_dptr v)

@@ -153,6 +153,30 @@ static const struct golden cases[] = {
 	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": false, "
 	 "\"output\": \"both\"}, \"tile\": {\"threads\": 256, \"stages\": 2}}"},
 	/* K8 at the target shape: 4 groups of 512, gate [seq, batch, dim] */
+	{"swiglu_quant_fwd_n512_both_pow2", "sm_90a",
+	 "{\"op\": \"swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 512, "
+	 "\"quant\": {}}"},
+	{"swiglu_quant_bwd_n512_both_pow2", "sm_90a",
+	 "{\"op\": \"swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, "
+	 "\"quant\": {}}"},
+	{"swiglu_quant_bwd_n384_dxbf16_exact_sm80", "sm_80",
+	 "{\"op\": \"swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 384, "
+	 "\"dx_bf16\": true, \"quant\": {\"round_scale\": false}}"},
+	{"swiglu_quant_fwd_n2048_rowwise_sm80", "sm_80",
+	 "{\"op\": \"swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 2048, "
+	 "\"quant\": {\"output\": \"rowwise\"}, \"tile\": {\"threads\": 256, \"fblocks\": 2}}"},
+	{"batch_swiglu_quant_fwd_n512_e256_both_pow2", "sm_90a",
+	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 512, "
+	 "\"experts\": 256, \"quant\": {}}"},
+	{"batch_swiglu_quant_bwd_n512_e256_both_pow2", "sm_90a",
+	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, "
+	 "\"experts\": 256, \"quant\": {}}"},
+	{"batch_swiglu_quant_bwd_n128_e5_dxbf16_exact_sm80", "sm_80",
+	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 128, "
+	 "\"experts\": 5, \"dx_bf16\": true, \"quant\": {\"round_scale\": false}}"},
+	{"batch_swiglu_quant_fwd_n256_e160_colwise_sm80", "sm_80",
+	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 256, "
+	 "\"experts\": 160, \"quant\": {\"output\": \"columnwise\"}}"},
 	{"group_rmsnorm_gate_fwd_d2048_g4", "sm_90a",
 	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"dim\": 2048, "
 	 "\"groups\": 4}"},

@@ -250,3 +250,80 @@ def group_rmsnorm_gate_backward(dy, x, gate, w, eps=1e-6, *, groups=4, transpose
              _gate_options(x, w, eps, groups, transpose, shared_weight, tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["dx"], r["dgate"], r["dw"]
+
+
+# ------------------------------------------------ SwiGLU + FP8 (K7, K6)
+
+def _half_width(x, op):
+    """n of x [tokens, 2n] (x's last dimension is both halves)."""
+    shape = _shape(x)
+    if shape is None or len(shape) == 0:
+        raise ValueError(f"lingen.{op}: cannot tell the shape of x; pass a 2-D array [tokens, 2n]")
+    return int(shape[-1]) // 2
+
+
+def swiglu_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream=None,
+                 context=None, alloc=None):
+    """SwiGLU + blockwise FP8 quantisation (KERNELS.md K7): x [tokens, 2n]
+    bf16 = [gate | up] -> y = silu(gate) * up in fp32, quantised: (q
+    [tokens, n], s [n/128, tokens], qt [n, tokens], st [cdiv(tokens, 128),
+    n]), the copies output= does not ask for None. As linghe's
+    triton_silu_and_block_quant_forward (round_scale defaults to False
+    there; output_mode 0/1/2 is "rowwise"/"columnwise"/"both")."""
+    r = call("lingen.swiglu_quant", "swiglu_quant", "forward", {"x": x},
+             _quant(round_scale, output, intermediate=_half_width(x, "swiglu_quant"), tile=tile),
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["q"], r["s"], r["qt"], r["st"]
+
+
+def swiglu_quant_backward(g, x, *, round_scale=True, output="both", dx_bf16=False, tile=None,
+                          out=None, stream=None, context=None, alloc=None):
+    """The backward of swiglu_quant: g [tokens, n] bf16 (dL/dy) and the
+    forward's x [tokens, 2n] -> dx = [dx_gate | dx_up] quantised with K =
+    2n: (dxq [tokens, 2n], dxs [2n/128, tokens], dxqt [2n, tokens], dxst
+    [cdiv(tokens, 128), 2n]), as linghe's triton_silu_and_block_quant_backward
+    (any token count here, not only multiples of 128). With dx_bf16=True a
+    fifth value, dx [tokens, 2n] in bf16."""
+    r = call("lingen.swiglu_quant_backward", "swiglu_quant", "backward", {"g": g, "x": x},
+             _quant(round_scale, output, dx_bf16=bool(dx_bf16), tile=tile),
+             out=out, stream=stream, context=context, alloc=alloc)
+    res = (r["dxq"], r["dxs"], r["dxqt"], r["dxst"])
+    return res + (r["dx"],) if dx_bf16 else res
+
+
+def batch_swiglu_quant(x, prob, counts, *, round_scale=True, output="both", tile=None, out=None,
+                       stream=None, context=None, alloc=None):
+    """Per-expert prob-weighted SwiGLU + blockwise FP8 quantisation
+    (KERNELS.md K6): x [tokens, 2n] bf16 with rows grouped by expert, prob
+    [tokens, 1] fp32, counts [experts] int32 on the device (rows of each
+    expert, summing to tokens; any number of experts, 0 rows allowed; read
+    by the kernel, never by the host) -> y = silu(gate) * up * prob,
+    quantised per expert: (q [tokens, n]; s [n/128, tokens] holding per
+    expert [n/128, count] blocks; qt [n, tokens] holding per expert [n,
+    count] blocks; st [cdiv(tokens, 128) + experts, n]: per expert
+    cdiv(count, 128) rows one after the other, the rest not written). As linghe's
+    triton_batch_weighted_silu_and_block_quant_forward (which also takes
+    the counts as a host list)."""
+    r = call("lingen.batch_swiglu_quant", "batch_swiglu_quant", "forward",
+             {"x": x, "prob": prob, "counts": counts},
+             _quant(round_scale, output, intermediate=_half_width(x, "batch_swiglu_quant"),
+                    tile=tile),
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["q"], r["s"], r["qt"], r["st"]
+
+
+def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=True, dx_bf16=False, tile=None,
+                                out=None, stream=None, context=None, alloc=None):
+    """The backward of batch_swiglu_quant: g [tokens, n] bf16, the forward's
+    x, prob and counts -> (dxq [tokens, 2n], dxs, dprob [tokens, 1] fp32,
+    dxqt, dxst): dx quantised per expert with K = 2n (both copies, laid out
+    as the forward's), dprob = sum_j silu(gate) * up * g (fp32,
+    deterministic). As linghe's
+    triton_batch_weighted_silu_and_block_quant_backward (same return
+    order). With dx_bf16=True a sixth value, dx [tokens, 2n] in bf16."""
+    r = call("lingen.batch_swiglu_quant_backward", "batch_swiglu_quant", "backward",
+             {"g": g, "x": x, "prob": prob, "counts": counts},
+             _quant(round_scale, "both", dx_bf16=bool(dx_bf16), tile=tile),
+             out=out, stream=stream, context=context, alloc=alloc)
+    res = (r["dxq"], r["dxs"], r["dprob"], r["dxqt"], r["dxst"])
+    return res + (r["dx"],) if dx_bf16 else res

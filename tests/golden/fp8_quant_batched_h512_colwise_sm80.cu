@@ -274,8 +274,8 @@ lg_fp8_quant_batched_fwd_bf16_h512_colwise_pow2_tf1(
 		}
 		#pragma unroll
 		for (int c = 0; c < 8; c++) {
-			const u32 h =
-				lg_e4m3x2(lg_q(y0[c], ci[c]), lg_q(y1[c], ci[c]));
+			const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
+				lg_q(y1[c], ci[c]));
 			cw[c][p / 2] = p % 2 == 0 ? h : cw[c][p / 2] | h << 16;
 		}
 	}

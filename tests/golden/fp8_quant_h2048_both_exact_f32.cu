@@ -260,8 +260,8 @@ lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(u64 x, u64 q, u64 s, u64 qt, u64 st,
 			lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
 		#pragma unroll
 		for (int c = 0; c < 8; c++) {
-			const u32 h =
-				lg_e4m3x2(lg_q(y0[c], cs[c], ci[c]), lg_q(y1[c], cs[c], ci[c]));
+			const u32 h = lg_e4m3x2(lg_q(y0[c], cs[c], ci[c]),
+				lg_q(y1[c], cs[c], ci[c]));
 			cw[c] = p == 0 ? h : cw[c] | h << 16;
 		}
 	}

@@ -261,8 +261,8 @@ lg_fp8_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M
 			lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
 		#pragma unroll
 		for (int c = 0; c < 8; c++) {
-			const u32 h =
-				lg_e4m3x2(lg_q(y0[c], ci[c]), lg_q(y1[c], ci[c]));
+			const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
+				lg_q(y1[c], ci[c]));
 			cw[c][p / 2] = p % 2 == 0 ? h : cw[c][p / 2] | h << 16;
 		}
 	}

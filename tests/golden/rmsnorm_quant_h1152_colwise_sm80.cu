@@ -327,8 +327,8 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(
 		for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
 		#pragma unroll
 		for (int c = 0; c < 8; c++) {
-			const u32 h =
-				lg_e4m3x2(lg_q(y0[c], ci[c]), lg_q(y1[c], ci[c]));
+			const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
+				lg_q(y1[c], ci[c]));
 			cw[c] = p == 0 ? h : cw[c] | h << 16;
 		}
 	}

@@ -1,0 +1,318 @@
+/*
+ * swiglu_common.c - plan, launch shape and emission shared by the SwiGLU +
+ * FP8 families (swiglu_common.h), on the quantiser engine (quant_engine.h).
+ *
+ * The values, in fp32, from bf16 a = x1 (gate) and u = x2 (up), s =
+ * sigmoid(a) = 1 / (1 + e^-a) with the hardware exp and reciprocal
+ * (ex2.approx, rcp.approx: relative error about 2^-21 together for |a| up
+ * to about 12; the references allow 2^-18):
+ *   forward  y = a s u, times p (the row's prob, K6);
+ *   backward dx1 = g p u s (1 + a (1 - s)), dx2 = g p a s; dp = sum a s u g.
+ *
+ * Strategy: the engine owns the tiles (128 tokens x 128 features a CTA, or
+ * `fblocks` such tiles along the features in turn), the scales and both
+ * copies; the values hook loads the 8 features of a token with 16-byte
+ * loads (gate and up at the same column of x's two halves) and computes
+ * them in registers, so x is read once by the forward. The backward's
+ * output has K = 2n features: a block of the first half is dx1 (from g,
+ * gate, up), of the second half dx2 (from g, gate, at the same input
+ * column). Its g and gate are read by both blocks: the loads keep them in
+ * L2 (lg_ld16) and the grid runs a token tile's feature blocks together,
+ * so the second read is an L2 hit; up is read once (streaming). With
+ * experts (K6) the engine's per-expert layout reads the counts on the
+ * device; the prob of each token is loaded once a CTA (prologue). dprob
+ * needs every gate-half block of a token: the backward of K6 gives a CTA
+ * all 2n / 128 blocks of its token tile; each thread adds its 8 features'
+ * terms in a fixed order into dpp[] across the blocks, and after the last
+ * gate-half block a butterfly over the 16 lanes of a token (a fixed tree)
+ * gives dprob: deterministic. dx in bf16 (dx_bf16) is stored from the
+ * values after each block, 16 bytes a thread.
+ */
+#include <stdio.h>
+
+#include "swiglu_common.h"
+
+#include "quant_common.h"
+#include "quant_engine.h"
+
+const int64_t lg_swiglu_threads_ok[] = {256, 512, 0};
+const int64_t lg_swiglu_fblocks_ok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 0};
+
+enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS };
+
+static const struct lg_swiglu_kind *kind_of(const struct lg_spec *s)
+{
+	return s->op == LG_OP_BATCH_SWIGLU_QUANT ? &lg_swiglu_kind_batch_swiglu_quant : &lg_swiglu_kind_swiglu_quant;
+}
+
+/* Output features: n forward, 2n backward. */
+static int64_t out_features(const struct lg_spec *s, const struct lg_swiglu_kind *k)
+{
+	int64_t n = lg_spec_int(s, k->key_n);
+	return s->pass == LG_PASS_BACKWARD ? 2 * n : n;
+}
+
+lg_status lg_swiglu_validate(const struct lg_spec *s, const char *where)
+{
+	const struct lg_swiglu_kind *k = kind_of(s);
+	if (k->weighted && s->pass == LG_PASS_BACKWARD && lg_spec_quant(s).output != LG_QOUT_BOTH)
+		return lg_spec_error(where, "quant.output: found \"%s\" in a backward spec, allowed: \"both\" "
+				     "(the backward always writes both copies of dx)",
+				     lg_quant_output_names[lg_spec_quant(s).output]);
+	if (k->key_dx_bf16 >= 0 && s->pass == LG_PASS_FORWARD && lg_spec_int(s, k->key_dx_bf16))
+		return lg_spec_error(where, "dx_bf16: found true in a forward spec, allowed: false (only the "
+				     "backward writes dx)");
+	int64_t nb = out_features(s, k) / 128;
+	if (k->weighted && s->pass == LG_PASS_BACKWARD && lg_spec_has(s, k->key_fblocks) &&
+	    lg_spec_int(s, k->key_fblocks) < nb)
+		return lg_spec_error(where,
+				     "tile.fblocks: found %lld, allowed: at least %lld = 2 intermediate / 128 (the "
+				     "backward's CTA takes every feature block of its tokens, for dprob)",
+				     (long long)lg_spec_int(s, k->key_fblocks), (long long)nb);
+	return LG_OK;
+}
+
+lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	const struct lg_swiglu_kind *k = kind_of(s);
+	(void)t;
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int64_t nb = out_features(s, k) / 128;
+	p->v[P_N] = lg_spec_int(s, k->key_n);
+	p->v[P_BWD] = bwd;
+	p->v[P_WEIGHTED] = k->weighted;
+	p->v[P_DXBF16] = k->key_dx_bf16 >= 0 && lg_spec_int(s, k->key_dx_bf16);
+	p->v[P_EXPERTS] = k->key_experts >= 0 ? lg_spec_int(s, k->key_experts) : 0;
+	/* fp32 values: 512 threads (4 tokens a thread), the engine's advice
+	 * for computed values (not yet measured against 256 here) */
+	p->v[P_THREADS] = lg_spec_has(s, k->key_threads) ? lg_spec_int(s, k->key_threads) : 512;
+	/* feature blocks a CTA: one (K7: enough CTAs at 8192 tokens); 4 with
+	 * experts (the expert scan spread over them); every block for K6's
+	 * backward (dprob) */
+	int64_t fb = k->weighted ? (bwd ? nb : 4) : 1;
+	if (lg_spec_has(s, k->key_fblocks))
+		fb = lg_spec_int(s, k->key_fblocks);
+	if (k->weighted && bwd)
+		fb = nb;
+	p->v[P_FBLOCKS] = fb < nb ? fb : nb;
+	p->tile[k->key_threads] = p->v[P_THREADS];
+	p->tile[k->key_fblocks] = p->v[P_FBLOCKS];
+	p->nentries = 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	return LG_OK;
+}
+
+/* The engine for a plan (and spec: its quant recipe; NULL for geometry). */
+static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
+{
+	bool bwd = p->v[P_BWD] != 0;
+	struct lg_qe e = {.n = bwd ? 2 * p->v[P_N] : p->v[P_N], .threads = (int)p->v[P_THREADS],
+			  .fblocks = (int)p->v[P_FBLOCKS], .vals = LG_QE_F32,
+			  .layout = p->v[P_WEIGHTED] ? LG_QE_EXPERTS : LG_QE_FLAT};
+	if (bwd)
+		e.q = "dxq", e.s = "dxs", e.qt = "dxqt", e.st = "dxst";
+	if (s) {
+		e.rows = lg_quant_rowwise(s);
+		e.cols = lg_quant_colwise(s);
+		e.pow2 = lg_quant_pow2(s);
+	}
+	return e;
+}
+
+void lg_swiglu_geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
+{
+	(void)e;
+	struct lg_qe q = engine(NULL, p);
+	lg_qe_geometry(&q, sz[0], p->v[P_EXPERTS], d);
+}
+
+/* ------------------------------------------------------------ emission */
+
+struct hook {
+	long long n; /* intermediate */
+	bool bwd, weighted, dxbf16;
+	int r;       /* tokens a thread */
+};
+
+/* The SwiGLU values as device helpers (see the header comment). */
+static void emit_math(lg_buf *b, const struct hook *h)
+{
+	lg_comment(b, "sigmoid in fp32: 1 / (1 + e^-a) by ex2.approx and rcp.approx (two MUFU ops, no");
+	lg_comment(b, "division's slow path); 0 and 1 at the ends, never NaN.");
+	lg_line(b, "static __device__ __forceinline__ float lg_swiglu_sig(float a)");
+	lg_open(b, "{");
+	lg_line(b, "return __fdividef(1.0f, 1.0f + __expf(-a));");
+	lg_close(b);
+	if (!h->bwd) {
+		lg_comment(b, "y = silu(a) u%s.", h->weighted ? " p" : "");
+		lg_line(b, "static __device__ __forceinline__ float lg_swiglu_y(float a, float u%s)",
+			h->weighted ? ", float p" : "");
+		lg_open(b, "{");
+		lg_line(b, "return a * lg_swiglu_sig(a) * u%s;", h->weighted ? " * p" : "");
+		lg_close(b);
+		return;
+	}
+	lg_comment(b, "dx1 = g%s u s (1 + a (1 - s)), dx2 = g%s a s (s = sigmoid(a))%s.", h->weighted ? " p" : "",
+		   h->weighted ? " p" : "", h->weighted ? "; dp += silu(a) u g" : "");
+	lg_line(b, "static __device__ __forceinline__ void lg_swiglu_dx(float a, float u, float g%s,",
+		h->weighted ? ", float p" : "");
+	lg_line(b, "\tfloat &dx1, float &dx2%s)", h->weighted ? ", float &dp" : "");
+	lg_open(b, "{");
+	lg_line(b, "const float s = lg_swiglu_sig(a), gp = g%s;", h->weighted ? " * p" : "");
+	lg_line(b, "dx1 = gp * u * s * (1.0f + a * (1.0f - s));");
+	lg_line(b, "dx2 = gp * a * s;");
+	if (h->weighted)
+		lg_line(b, "dp += a * s * u * g;");
+	lg_close(b);
+}
+
+/* Once a CTA: the probs of the thread's tokens; dprob's partial sums. */
+static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
+{
+	const struct hook *h = ctx;
+	(void)e;
+	if (!h->weighted)
+		return;
+	lg_comment(b, "The prob of each of the thread's tokens (a token past the tile's last: the last's).");
+	lg_line(b, "float pr[%d];", h->r);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) pr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];",
+		h->r);
+	if (h->bwd) {
+		lg_comment(b, "dprob: the thread's terms of each token, added in a fixed order.");
+		lg_line(b, "float dpp[%d];", h->r);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int i = 0; i < %d; i++) dpp[i] = 0.0f;", h->r);
+	}
+}
+
+static void values_forward(lg_buf *b, const struct hook *h, const struct lg_qe_row *r)
+{
+	lg_comment(b, "gate at xa, up %lld bytes on; both read once (streaming)", 2 * h->n);
+	lg_line(b, "const u8 *const xa = (const u8 *)x + (%s * %lld + %s) * 2;", r->row, 2 * h->n, r->col);
+	lg_line(b, "const lg_u32x4 aw = lg_ld16_cs(xa), uw = lg_ld16_cs(xa + %lld);", 2 * h->n);
+	lg_line(b, "const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};");
+	lg_line(b, "const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};");
+	if (h->weighted)
+		lg_line(b, "const float pv = pr[%s - r0];", r->lrow);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int f = 0; f < 8; f++) {");
+	lg_line(b, "const u32 wa = aa[f >> 1], wu = ua[f >> 1];");
+	lg_line(b, "const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);");
+	lg_line(b, "const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);");
+	lg_line(b, "%s[f] = lg_swiglu_y(a, u%s);", r->dst, h->weighted ? ", pv" : "");
+	lg_close(b);
+}
+
+static void values_backward(lg_buf *b, const struct hook *h, const struct lg_qe_row *r)
+{
+	lg_line(b, "const bool first = k0 < %lld; // dx1 (the gate half), else dx2", h->n);
+	lg_line(b, "const i64 c = first ? %s : %s - %lld; // the input column", r->col, r->col, h->n);
+	lg_line(b, "const u8 *const xa = (const u8 *)x + (%s * %lld + c) * 2;", r->row, 2 * h->n);
+	lg_comment(b, "gate, g: read by both halves (kept in L2); up: by the first only");
+	lg_line(b, "const lg_u32x4 aw = lg_ld16(xa);");
+	lg_line(b, "const lg_u32x4 gw = lg_ld16((const u8 *)g + (%s * %lld + c) * 2);", r->row, h->n);
+	lg_line(b, "lg_u32x4 uw = lg_u32x4{0u, 0u, 0u, 0u};");
+	lg_line(b, "if (first) uw = lg_ld16_cs(xa + %lld);", 2 * h->n);
+	lg_line(b, "const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};");
+	lg_line(b, "const u32 ga[4] = {gw.x, gw.y, gw.z, gw.w};");
+	lg_line(b, "const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};");
+	if (h->weighted) {
+		lg_line(b, "const float pv = pr[%s - r0];", r->lrow);
+		lg_line(b, "float dps = 0.0f;");
+	}
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int f = 0; f < 8; f++) {");
+	lg_line(b, "const u32 wa = aa[f >> 1], wu = ua[f >> 1], wg = ga[f >> 1];");
+	lg_line(b, "const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);");
+	lg_line(b, "const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);");
+	lg_line(b, "const float gv = f & 1 ? lg_bf16_hi(wg) : lg_bf16_lo(wg);");
+	lg_line(b, "float d1, d2;");
+	lg_line(b, "lg_swiglu_dx(a, u, gv%s, d1, d2%s);", h->weighted ? ", pv" : "", h->weighted ? ", dps" : "");
+	lg_line(b, "%s[f] = first ? d1 : d2;", r->dst);
+	lg_close(b);
+	if (h->weighted)
+		lg_line(b, "if (first) dpp[%s - r0] += dps;", r->lrow);
+}
+
+static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	const struct hook *h = ctx;
+	(void)e;
+	if (h->bwd)
+		values_backward(b, h, r);
+	else
+		values_forward(b, h, r);
+}
+
+/* After each block: dx in bf16; after the gate half's last block, dprob. */
+static void epilogue(lg_buf *b, const struct lg_qe *e, void *ctx)
+{
+	const struct hook *h = ctx;
+	(void)e;
+	if (h->dxbf16) {
+		lg_comment(b, "dx in bf16: the thread's 8 values of each real token, 16 bytes.");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int i = 0; i < %d; i++) {", h->r);
+		lg_line(b, "if (r0 + i >= rows) continue;");
+		lg_line(b, "u8 *const dxp = (u8 *)dx + ((m0 + r0 + i) * %lld + k0 + 8 * lb) * 2;", 2 * h->n);
+		lg_line(b, "lg_st16_cs(dxp, lg_u32x4{lg_pack_bf16x2(v[i][0], v[i][1]),");
+		lg_line(b, "\tlg_pack_bf16x2(v[i][2], v[i][3]), lg_pack_bf16x2(v[i][4], v[i][5]),");
+		lg_line(b, "\tlg_pack_bf16x2(v[i][6], v[i][7])});");
+		lg_close(b);
+	}
+	if (!(h->bwd && h->weighted))
+		return;
+	lg_comment(b, "dprob after the gate half's last block: a token's 16 lanes summed by a fixed");
+	lg_comment(b, "butterfly (the same bits in every lane and on every run).");
+	lg_open(b, "if (cb == %lld) {", h->n / 128 - 1);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", h->r);
+	lg_line(b, "const float t = lg_sum_xor(dpp[i], 1, 8);");
+	lg_line(b, "if (lb == 0 && r0 + i < rows) ((float *)dprob)[m0 + r0 + i] = t;");
+	lg_close(b);
+	lg_close(b);
+}
+
+void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
+{
+	(void)t;
+	struct lg_qe e = engine(s, p);
+	char experts[24];
+	snprintf(experts, sizeof experts, "%lld", (long long)p->v[P_EXPERTS]);
+	e.experts = experts;
+	struct hook h = {.n = (long long)p->v[P_N], .bwd = p->v[P_BWD] != 0, .weighted = p->v[P_WEIGHTED] != 0,
+			 .dxbf16 = p->v[P_DXBF16] != 0, .r = lg_qe_tokens_per_thread(&e)};
+	struct lg_qe_hooks hk = {.ctx = &h, .values = values, .prologue = prologue,
+				 .epilogue = h.dxbf16 || (h.bwd && h.weighted) ? epilogue : NULL};
+	lg_section(b, "helpers for this spec", NULL);
+	lg_qe_emit_helpers(b, &e);
+	emit_math(b, &h);
+	lg_section(b, p->entry[0], h.bwd ? "SwiGLU backward + blockwise FP8 of dx (K = 2n)"
+				       : "SwiGLU forward + blockwise FP8 of y");
+	if (h.weighted)
+		lg_comment(b, "CTA: a token tile of one expert (of %lld, from counts) x %d feature blocks of 128;",
+			   (long long)p->v[P_EXPERTS], (int)p->v[P_FBLOCKS]);
+	else
+		lg_comment(b, "CTA: a tile of 128 tokens x %d feature blocks of 128;", (int)p->v[P_FBLOCKS]);
+	lg_comment(b, "%d threads, %d tokens x 8 features a thread, values from x%s in registers.", e.threads, h.r,
+		   h.bwd ? " and g" : "");
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e.threads);
+	lg_open(b, "{");
+	lg_qe_emit_body(b, &e, &hk);
+	lg_close(b);
+}
+
+/* Tile variants for `lingen tune`: feature blocks a CTA (up to 8, the
+ * output's) x threads (K6's backward: threads only, it takes every block). */
+int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	const struct lg_swiglu_kind *k = kind_of(s);
+	if (k->weighted && s->pass == LG_PASS_BACKWARD)
+		return lg_candidate_values(s, t, out, 0, max, k->key_threads, lg_swiglu_threads_ok);
+	/* 1, 2, 4, 8 blocks a CTA, those the output has */
+	int64_t fb[5] = {0}, nb = out_features(s, k) / 128;
+	for (int i = 0, v = 1; v <= 8 && v <= nb; i++, v *= 2)
+		fb[i] = v;
+	return lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
+}

@@ -1,0 +1,140 @@
+"""SwiGLU + FP8 quantisation (KERNELS.md K7, the shared expert) and the
+per-expert prob-weighted form (K6, the routed experts), forward and
+backward, at TARGETS.md's shapes. Peers: eager PyTorch (fp32 SwiGLU, then
+the PyTorch quantiser of benches.quant; K6 a loop over the experts, as
+linghe's own baseline), torch.compile of the same (K7), and Liger-Kernel's
+SwiGLU (bf16, unquantised) where it is installed."""
+from . import Case, Setup
+from .quant import dequant, torch_quant
+
+# linghe on one H200 (shared/TARGETS.md, measured 2026-11-30): (kernel, shape) -> us
+LINGHE_US = {
+    ("swiglu_quant fwd", "8192x1024"): 17.4, ("swiglu_quant fwd", "8192x4096"): 66.0,
+    ("swiglu_quant bwd", "8192x1024"): 29.4,
+    ("batch_swiglu_quant fwd", "65536x1024 e256"): 176.0,
+    ("batch_swiglu_quant bwd", "65536x1024 e256"): 306.5,
+}
+
+
+def swiglu_fwd(torch, x):
+    n = x.shape[-1] // 2
+    a, u = x[:, :n].float(), x[:, n:].float()
+    return torch_quant(torch, a * torch.sigmoid(a) * u)
+
+
+def swiglu_dx(torch, g, x, p=None):
+    n = x.shape[-1] // 2
+    a, u, gf = x[:, :n].float(), x[:, n:].float(), g.float()
+    s = torch.sigmoid(a)
+    gp = gf * p if p is not None else gf
+    dx = torch.cat([gp * u * s * (1 + a * (1 - s)), gp * a * s], dim=1)
+    return dx, (a * s * u * gf).sum(1, keepdim=True)
+
+
+def swiglu_bwd(torch, g, x):
+    return torch_quant(torch, swiglu_dx(torch, g, x)[0])
+
+
+def per_expert(torch, y, counts):
+    """torch_quant of each expert's rows, concatenated (KERNELS.md 1.3)."""
+    qs, ss, qts, sts = [], [], [], []
+    start = 0
+    for c in counts:
+        if c:
+            q, s, qt, st = torch_quant(torch, y[start:start + c].contiguous())
+            qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
+        start += c
+    return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
+
+
+def _flat_norm(rows):
+    """A per-expert result as comparable tensors: payloads as values,
+    scales as they are, st's real rows only."""
+    def norm(r):
+        q, s, *rest = r
+        qt, st = rest[-2], rest[-1]
+        return (q.float(), s.reshape(-1), qt.reshape(-1).float(), st[:rows].reshape(-1))
+    return norm
+
+
+def _k7_fwd(env, t, w):
+    torch, lt = env.torch, env.lt
+    x = env.randn(t, w)
+    fn = env.compiled(swiglu_fwd)
+    impls = {"lingen": lambda: lt.swiglu_quant_forward(x),
+             "eager": lambda: swiglu_fwd(torch, x),
+             "compile": lambda: fn(x)}
+    liger = getattr(env.liger, "liger_swiglu", None) if env.liger else None
+    if liger:
+        n = w // 2
+        a, u = x[:, :n].contiguous(), x[:, n:].contiguous()
+        impls["liger (bf16, no quant)"] = lambda: liger(a, u)
+
+    def norm(r):
+        if not isinstance(r, (tuple, list)):
+            return (r.float(), r.float())
+        return dequant(torch, *r)
+    return Setup(impls, (x,), norm)
+
+
+def _k7_bwd(env, t, w):
+    torch, lt = env.torch, env.lt
+    x, g = env.randn(t, w), env.randn(t, w // 2)
+    fn = env.compiled(swiglu_bwd)
+    return Setup({"lingen": lambda: lt.swiglu_quant_backward(g, x),
+                  "eager": lambda: swiglu_bwd(torch, g, x),
+                  "compile": lambda: fn(g, x)}, (g, x),
+                 lambda r: dequant(torch, *r))
+
+
+def _counts(torch, env, t, experts):
+    """Expert counts summing to t: 0, 1, 127, 128, 129 first, the rest about even."""
+    head = [0, 1, 127, 128, 129]
+    rest = torch.rand(experts - len(head), generator=env.gen, device="cuda").cpu() + 0.5
+    share = (rest / rest.sum() * (t - sum(head))).floor().long().tolist()
+    counts = head + share
+    counts[-1] += t - sum(counts)
+    return counts
+
+
+def _k6(env, t, w, experts, bwd):
+    torch, lt = env.torch, env.lt
+    counts = _counts(torch, env, t, experts)
+    cnt = torch.tensor(counts, dtype=torch.int32, device="cuda")
+    x = env.randn(t, w)
+    p = torch.rand(t, 1, generator=env.gen, device="cuda")
+    rows = sum((c + 127) // 128 for c in counts)
+    if not bwd:
+        def eager():
+            n = w // 2
+            a, u = x[:, :n].float(), x[:, n:].float()
+            return per_expert(torch, a * torch.sigmoid(a) * u * p, counts)
+        return Setup({"lingen": lambda: lt.batch_swiglu_quant_forward(x, p, cnt),
+                      "eager": eager}, (x, p, cnt), _flat_norm(rows))
+    g = env.randn(t, w // 2)
+
+    def eager_bwd():
+        dx, dp = swiglu_dx(torch, g, x, p)
+        q, s, qt, st = per_expert(torch, dx, counts)
+        return q, s, dp, qt, st
+
+    def norm(r):
+        return (*_flat_norm(rows)(r), r[2].reshape(-1).float())
+    return Setup({"lingen": lambda: lt.batch_swiglu_quant_backward(g, x, p, cnt),
+                  "eager": eager_bwd}, (g, x, p, cnt), norm)
+
+
+def cases(quick):
+    k7 = [(8192, 1024)] if quick else [(8192, 1024), (8192, 4096)]
+    out = []
+    for t, w in k7:
+        shape = f"{t}x{w}"
+        out.append(Case("swiglu_quant fwd", shape, lambda env, t=t, w=w: _k7_fwd(env, t, w),
+                        LINGHE_US.get(("swiglu_quant fwd", shape)), rtol=0.07))
+    out.append(Case("swiglu_quant bwd", "8192x1024", lambda env: _k7_bwd(env, 8192, 1024),
+                    LINGHE_US[("swiglu_quant bwd", "8192x1024")], rtol=0.07))
+    for kernel, bwd in (("batch_swiglu_quant fwd", False), ("batch_swiglu_quant bwd", True)):
+        shape = "65536x1024 e256"
+        out.append(Case(kernel, shape, lambda env, bwd=bwd: _k6(env, 65536, 1024, 256, bwd),
+                        LINGHE_US[(kernel, shape)], rtol=0.07))
+    return out
