@@ -256,6 +256,12 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 	return k;
 }
 
+/* The shared helper that reads value i of a 16-byte piece (templates/). */
+static const char *at_of(const struct shape *k)
+{
+	return k->f32 ? "lg_f32_at" : "lg_bf16_at";
+}
+
 /* A float literal that reads back as v in fp32. */
 static void flit(char *out, size_t n, double v)
 {
@@ -280,44 +286,14 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
 	lg_line(b, "asm(\"ex2.approx.ftz.f32 %%0, %%1;\" : \"=f\"(r) : \"f\"(d * 1.44269504088896341f));");
 	lg_line(b, "return r;");
 	lg_close(b);
-	if (k->f32) {
-		lg_comment(b, "Value i (0 to 3) of the four fp32 in v.");
-		lg_line(b, "static __device__ __forceinline__ float lg_ce_at(lg_u32x4 v, int i)");
+	if (one) {
+		lg_comment(b, "Logit j of a row (byte pointer) as fp32.");
+		lg_line(b, "static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)");
 		lg_open(b, "{");
-		lg_line(b, "return lg_u2f(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);");
-		lg_close(b);
-		if (one) {
-			lg_comment(b, "Logit j of a row (byte pointer) as fp32.");
-			lg_line(b, "static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)");
-			lg_open(b, "{");
+		if (k->f32)
 			lg_line(b, "return ((const float *)row)[j];");
-			lg_close(b);
-		}
-	} else {
-		lg_comment(b, "Value i (0 to 7) of the eight bf16 in v, as fp32.");
-		lg_line(b, "static __device__ __forceinline__ float lg_ce_at(lg_u32x4 v, int i)");
-		lg_open(b, "{");
-		lg_line(b, "const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;");
-		lg_line(b, "return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);");
-		lg_close(b);
-		if (one) {
-			lg_comment(b, "Logit j of a row (byte pointer) as fp32.");
-			lg_line(b, "static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)");
-			lg_open(b, "{");
+		else
 			lg_line(b, "return lg_u2f((u32)((const u16 *)row)[j] << 16);");
-			lg_close(b);
-		}
-	}
-	if (k->bwd || k->fused) {
-		lg_comment(b, "%d gradient values to a 16-byte piece (%s).", k->vec, k->f32 ? "fp32" : "bf16, RNE");
-		lg_line(b, "static __device__ __forceinline__ lg_u32x4 lg_ce_pack(const float v[%d])", k->vec);
-		lg_open(b, "{");
-		if (k->f32) {
-			lg_line(b, "return lg_u32x4{lg_f2u(v[0]), lg_f2u(v[1]), lg_f2u(v[2]), lg_f2u(v[3])};");
-		} else {
-			lg_line(b, "return lg_u32x4{lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),");
-			lg_line(b, "\tlg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};");
-		}
 		lg_close(b);
 	}
 	if ((k->bwd || k->fused) && !k->aligned) {
@@ -375,7 +351,7 @@ static void emit_fwd_step(lg_buf *b, const struct shape *k, bool checked, bool k
 	lg_line(b, "float bm = lg_ce_ninf();");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int u = 0; u < %d; u++)", k->unroll);
-	lg_line(b, "\tfor (int i = 0; i < %d; i++) bm = fmaxf(bm, lg_ce_at(v[u], i));", k->vec);
+	lg_line(b, "\tfor (int i = 0; i < %d; i++) bm = fmaxf(bm, %s(v[u], i));", k->vec, at_of(k));
 	lg_open(b, "if (bm > mt) {");
 	lg_line(b, "st *= (double)lg_ce_exp(mt - bm);");
 	lg_line(b, "mt = bm;");
@@ -387,7 +363,7 @@ static void emit_fwd_step(lg_buf *b, const struct shape *k, bool checked, bool k
 		lg_line(b, "float q = 0.0f;");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", k->vec);
-	lg_line(b, "const float x = lg_ce_at(v[u], i);");
+	lg_line(b, "const float x = %s(v[u], i);", at_of(k));
 	lg_line(b, "p += lg_ce_exp(x - mt);");
 	if (k->smooth)
 		lg_line(b, "q += %sx;", checked ? "x == lg_ce_ninf() ? 0.0f : " : "");
@@ -500,11 +476,11 @@ static void emit_grad_pass(lg_buf *b, const struct shape *k, bool last_read)
 	lg_line(b, "float o[%d];", k->vec);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", k->vec);
-	lg_line(b, "o[i] = lg_ce_exp(lg_ce_at(v[u], i) - mr) * gs - ge;");
+	lg_line(b, "o[i] = lg_ce_exp(%s(v[u], i) - mr) * gs - ge;", at_of(k));
 	lg_close(b);
 	lg_line(b, "if (c == yq)");
 	lg_line(b, "\tfor (int i = 0; i < %d; i++) o[i] -= i == yr ? gy : 0.0f;", k->vec);
-	lg_line(b, "lg_st16_cs(gb + c * 16, lg_ce_pack(o));");
+	lg_line(b, "lg_st16_cs(gb + c * 16, %s(o));", k->f32 ? "lg_pack_f32x4" : "lg_pack_bf16x8");
 	lg_close(b);
 	lg_close(b);
 }

@@ -28,6 +28,20 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 	return d;
 }
 
+// Value i (0 to 7) of the eight bf16 in v, as fp32.
+static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)
+{
+	const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
+	return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);
+}
+
+// Eight floats to eight bf16 (RNE), in order.
+static __device__ __forceinline__ lg_u32x4 lg_pack_bf16x8(const float v[8])
+{
+	return lg_u32x4{lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),
+		lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};
+}
+
 // 16-byte streaming load ("evict first"), for data touched for the last time.
 static __device__ __forceinline__ lg_u32x4 lg_ld16_cs(const void *p)
 {
@@ -51,18 +65,6 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 	float r;
 	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
 	return r;
-}
-// Value i (0 to 7) of the eight bf16 in v, as fp32.
-static __device__ __forceinline__ float lg_ce_at(lg_u32x4 v, int i)
-{
-	const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
-	return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);
-}
-// 8 gradient values to a 16-byte piece (bf16, RNE).
-static __device__ __forceinline__ lg_u32x4 lg_ce_pack(const float v[8])
-{
-	return lg_u32x4{lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),
-		lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};
 }
 
 // ----- lg_cross_entropy_bwd_bf16_v19648_shard_c157184_i32_ls0p1 -----
@@ -111,11 +113,11 @@ lg_cross_entropy_bwd_bf16_v19648_shard_c157184_i32_ls0p1(
 			float o[8];
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
-				o[i] = lg_ce_exp(lg_ce_at(v[u], i) - mr) * gs - ge;
+				o[i] = lg_ce_exp(lg_bf16_at(v[u], i) - mr) * gs - ge;
 			}
 			if (c == yq)
 				for (int i = 0; i < 8; i++) o[i] -= i == yr ? gy : 0.0f;
-			lg_st16_cs(gb + c * 16, lg_ce_pack(o));
+			lg_st16_cs(gb + c * 16, lg_pack_bf16x8(o));
 		}
 	}
 }

@@ -13,6 +13,12 @@ struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 
 static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
 
+// Value i (0 to 3) of the four fp32 in v.
+static __device__ __forceinline__ float lg_f32_at(lg_u32x4 v, int i)
+{
+	return lg_u2f(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
+}
+
 // Butterfly max of v over the lanes whose ids differ only in the bits from
 // `from` to `to` (powers of two); every lane of the group gets it.
 static __device__ __forceinline__ float lg_max_xor(float v, int from, int to)
@@ -48,11 +54,6 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 	float r;
 	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
 	return r;
-}
-// Value i (0 to 3) of the four fp32 in v.
-static __device__ __forceinline__ float lg_ce_at(lg_u32x4 v, int i)
-{
-	return lg_u2f(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
 }
 // Logit j of a row (byte pointer) as fp32.
 static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
@@ -108,7 +109,7 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 		float bm = lg_ce_ninf();
 		#pragma unroll
 		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 4; i++) bm = fmaxf(bm, lg_ce_at(v[u], i));
+			for (int i = 0; i < 4; i++) bm = fmaxf(bm, lg_f32_at(v[u], i));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -119,7 +120,7 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 			float q = 0.0f;
 			#pragma unroll
 			for (int i = 0; i < 4; i++) {
-				const float x = lg_ce_at(v[u], i);
+				const float x = lg_f32_at(v[u], i);
 				p += lg_ce_exp(x - mt);
 				q += x;
 			}
@@ -138,7 +139,7 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 		float bm = lg_ce_ninf();
 		#pragma unroll
 		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 4; i++) bm = fmaxf(bm, lg_ce_at(v[u], i));
+			for (int i = 0; i < 4; i++) bm = fmaxf(bm, lg_f32_at(v[u], i));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -149,7 +150,7 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 			float q = 0.0f;
 			#pragma unroll
 			for (int i = 0; i < 4; i++) {
-				const float x = lg_ce_at(v[u], i);
+				const float x = lg_f32_at(v[u], i);
 				p += lg_ce_exp(x - mt);
 				q += x == lg_ce_ninf() ? 0.0f : x;
 			}

@@ -29,6 +29,20 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 	return d;
 }
 
+// Value i (0 to 7) of the eight bf16 in v, as fp32.
+static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)
+{
+	const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
+	return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);
+}
+
+// Eight floats to eight bf16 (RNE), in order.
+static __device__ __forceinline__ lg_u32x4 lg_pack_bf16x8(const float v[8])
+{
+	return lg_u32x4{lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),
+		lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};
+}
+
 // Butterfly max of v over the lanes whose ids differ only in the bits from
 // `from` to `to` (powers of two); every lane of the group gets it.
 static __device__ __forceinline__ float lg_max_xor(float v, int from, int to)
@@ -90,22 +104,10 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
 	return r;
 }
-// Value i (0 to 7) of the eight bf16 in v, as fp32.
-static __device__ __forceinline__ float lg_ce_at(lg_u32x4 v, int i)
-{
-	const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
-	return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);
-}
 // Logit j of a row (byte pointer) as fp32.
 static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 {
 	return lg_u2f((u32)((const u16 *)row)[j] << 16);
-}
-// 8 gradient values to a 16-byte piece (bf16, RNE).
-static __device__ __forceinline__ lg_u32x4 lg_ce_pack(const float v[8])
-{
-	return lg_u32x4{lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),
-		lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};
 }
 // Store one gradient value at column j of a row (byte pointer).
 static __device__ __forceinline__ void lg_ce_put(u8 *row, i64 j, float v)
@@ -165,7 +167,7 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 		float bm = lg_ce_ninf();
 		#pragma unroll
 		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_ce_at(v[u], i));
+			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v[u], i));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -176,7 +178,7 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 			float q = 0.0f;
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
-				const float x = lg_ce_at(v[u], i);
+				const float x = lg_bf16_at(v[u], i);
 				p += lg_ce_exp(x - mt);
 				q += x;
 			}
@@ -195,7 +197,7 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 		float bm = lg_ce_ninf();
 		#pragma unroll
 		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_ce_at(v[u], i));
+			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v[u], i));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -206,7 +208,7 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 			float q = 0.0f;
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
-				const float x = lg_ce_at(v[u], i);
+				const float x = lg_bf16_at(v[u], i);
 				p += lg_ce_exp(x - mt);
 				q += x == lg_ce_ninf() ? 0.0f : x;
 			}
@@ -282,11 +284,11 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 			float o[8];
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
-				o[i] = lg_ce_exp(lg_ce_at(v[u], i) - mr) * gs - ge;
+				o[i] = lg_ce_exp(lg_bf16_at(v[u], i) - mr) * gs - ge;
 			}
 			if (c == yq)
 				for (int i = 0; i < 8; i++) o[i] -= i == yr ? gy : 0.0f;
-			lg_st16_cs(gb + c * 16, lg_ce_pack(o));
+			lg_st16_cs(gb + c * 16, lg_pack_bf16x8(o));
 		}
 	}
 }

@@ -20,6 +20,13 @@ static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 1
 // The high bf16 of w as fp32 (exact: a mask).
 static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 
+// Value i (0 to 7) of the eight bf16 in v, as fp32.
+static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)
+{
+	const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
+	return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);
+}
+
 // Butterfly max of v over the lanes whose ids differ only in the bits from
 // `from` to `to` (powers of two); every lane of the group gets it.
 static __device__ __forceinline__ float lg_max_xor(float v, int from, int to)
@@ -55,12 +62,6 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 	float r;
 	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
 	return r;
-}
-// Value i (0 to 7) of the eight bf16 in v, as fp32.
-static __device__ __forceinline__ float lg_ce_at(lg_u32x4 v, int i)
-{
-	const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
-	return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);
 }
 // Logit j of a row (byte pointer) as fp32.
 static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
@@ -104,7 +105,7 @@ lg_cross_entropy_fwd_bf16_v19648_shard_c157184_ls0p1(
 		float bm = lg_ce_ninf();
 		#pragma unroll
 		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_ce_at(v[u], i));
+			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v[u], i));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -115,7 +116,7 @@ lg_cross_entropy_fwd_bf16_v19648_shard_c157184_ls0p1(
 			float q = 0.0f;
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
-				const float x = lg_ce_at(v[u], i);
+				const float x = lg_bf16_at(v[u], i);
 				p += lg_ce_exp(x - mt);
 				q += x;
 			}
@@ -134,7 +135,7 @@ lg_cross_entropy_fwd_bf16_v19648_shard_c157184_ls0p1(
 		float bm = lg_ce_ninf();
 		#pragma unroll
 		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_ce_at(v[u], i));
+			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v[u], i));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -145,7 +146,7 @@ lg_cross_entropy_fwd_bf16_v19648_shard_c157184_ls0p1(
 			float q = 0.0f;
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
-				const float x = lg_ce_at(v[u], i);
+				const float x = lg_bf16_at(v[u], i);
 				p += lg_ce_exp(x - mt);
 				q += x == lg_ce_ninf() ? 0.0f : x;
 			}
