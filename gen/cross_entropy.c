@@ -36,13 +36,21 @@
  * thread.
  *
  * Fused forward + backward (`fused`, part full, a uniform output gradient
- * g[0], e.g. 1/n for the mean): after the row's (m, S) the CTA streams the
- * row a second time and writes the gradient. The first pass reads with an
- * L2 evict-last policy and the second with evict-first, one CTA per SM
- * (1024 threads by default, 132 rows live: about 41 MB of bf16 rows at the
- * target vocab, inside the H200's L2), so the second read comes from L2
- * and HBM sees one read of the logits plus the gradient's write instead of
- * the two reads and one write of forward + backward.
+ * g[0], e.g. 1/n for the mean): the gradient needs the row's final (m, S)
+ * before its first value, so the row is held or read twice:
+ *   - tile.cluster n > 1 (sm_90+, rows of whole 16-byte pieces; the default
+ *     there: the fewest CTAs whose slices fit 100 KiB, 4 at the target): a
+ *     cluster of n CTAs a row, each copying its slice of the row into
+ *     shared memory with cp.async (all in flight at once, at most 8 commit
+ *     groups a thread), merging (m, S) through distributed shared memory,
+ *     then writing the gradient from shared memory. HBM sees one read of
+ *     the logits and one write of the gradient, 2 x M x V values, instead
+ *     of forward + backward's 3 x M x V (at the target 5.15 GB, not 7.73).
+ *   - tile.cluster 1 (sm_80, odd vocabs): one CTA a row streams it twice;
+ *     the first pass reads with an L2 evict-last policy, the second with
+ *     evict-first, one CTA per SM (1024 threads: 132 rows live, about 41 MB
+ *     of bf16 rows at the target vocab, inside the H200's L2), so the second
+ *     read should come from L2 (ncu's L2 hit rate tells).
  */
 #include <math.h>
 #include <stdio.h>
@@ -66,6 +74,7 @@ enum {
 	K_TILE,
 	K_THREADS,
 	K_UNROLL,
+	K_CLUSTER,
 	NKEYS
 };
 enum { PART_FULL, PART_SHARD, PART_MERGE, PART_COUNT };
@@ -76,6 +85,9 @@ static const char *const inplace_words[2] = {"new", "inplace"};
 static const char *const fused_words[2] = {"nofused", "fused"};
 static const int64_t threads_ok[] = {128, 256, 512, 1024, 0};
 static const int64_t unroll_ok[] = {1, 2, 4, 8, 0};
+static const int64_t cluster_ok[] = {1, 2, 4, 8, 0};
+#define CLUSTER_SMEM (200 * 1024) /* a cluster CTA's slice of the row at most */
+#define CLUSTER_DEFAULT_SMEM (100 * 1024) /* the default: two CTAs an SM */
 
 static const struct lg_key keys[NKEYS] = {
 	[K_VOCAB] = LG_KEY_DIM("vocab", "v", 1, 1 << 26, 0,
@@ -104,6 +116,9 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_THREADS] = LG_KEY_TILE("threads", "n", 128, 1024, threads_ok, "threads per CTA (one row a CTA)"),
 	[K_UNROLL] = LG_KEY_TILE("unroll", "u", 1, 8, unroll_ok, "16-byte loads in flight per thread per step"),
+	[K_CLUSTER] = LG_KEY_TILE("cluster", "cl", 1, 8, cluster_ok,
+				  "fused forward: CTAs a row keeping it in shared memory (sm_90+, rows 16-byte "
+				  "aligned); 1: one CTA re-reading the row from L2"),
 };
 
 static const struct lg_size fwd_sizes[] = {
@@ -141,7 +156,7 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 	[B_GRAD] = {"grad", LG_ARG_OUT, LG_ELEM_DTYPE, "tokens, vocab", 16, "not used with inplace"},
 };
 
-enum { P_PART, P_THREADS, P_UNROLL, P_FUSED, P_BWD, P_INPLACE };
+enum { P_PART, P_THREADS, P_UNROLL, P_FUSED, P_BWD, P_INPLACE, P_CLUSTER, P_PER };
 
 static int part_of(const struct lg_spec *s)
 {
@@ -173,6 +188,20 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	if (c != 0 && c < v)
 		return lg_spec_error(where, "classes: found %lld, allowed: 0 or at least vocab = %lld",
 				     (long long)c, (long long)v);
+	if (lg_spec_has(s, K_CLUSTER) && lg_spec_int(s, K_CLUSTER) > 1) {
+		int64_t n = lg_spec_int(s, K_CLUSTER), esz = s->dtype == LG_DTYPE_FP32 ? 4 : 2;
+		if (!lg_spec_int(s, K_FUSED))
+			return lg_spec_error(where, "tile.cluster: found %lld, allowed: 1 without fused (only the "
+						    "fused forward keeps rows in shared memory)", (long long)n);
+		if ((v * esz) % 16 != 0)
+			return lg_spec_error(where, "tile.cluster: found %lld with vocab %lld, allowed: 1 (a row "
+						    "must span whole 16-byte pieces: vocab a multiple of %lld)",
+					     (long long)n, (long long)v, (long long)(16 / esz));
+		if ((v * esz / 16 + n - 1) / n * 16 > CLUSTER_SMEM)
+			return lg_spec_error(where, "tile.cluster: found %lld with vocab %lld, allowed: enough CTAs "
+						    "that a row's slice fits %d KiB of shared memory",
+					     (long long)n, (long long)v, CLUSTER_SMEM / 1024);
+	}
 	return LG_OK;
 }
 
@@ -201,7 +230,6 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
-	(void)t;
 	bool fused = lg_spec_int(s, K_FUSED) != 0, bwd = s->pass == LG_PASS_BACKWARD;
 	p->v[P_PART] = part_of(s);
 	p->v[P_FUSED] = fused;
@@ -214,6 +242,28 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_UNROLL] = p->v[P_UNROLL] = lg_spec_has(s, K_UNROLL) ? lg_spec_int(s, K_UNROLL) : 8;
 	if (p->v[P_PART] == PART_MERGE)
 		p->tile[K_THREADS] = p->v[P_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 256;
+	/* the fused forward's cluster: the spec's; else on sm_90+ with aligned
+	 * rows the fewest CTAs (2, 4, 8) whose slices fit CLUSTER_DEFAULT_SMEM
+	 * (two CTAs an SM); else 1 (the L2 second pass) */
+	int64_t esz = s->dtype == LG_DTYPE_FP32 ? 4 : 2, v = lg_spec_int(s, K_VOCAB), nb = v * esz / 16;
+	int64_t n = 1;
+	if (lg_spec_has(s, K_CLUSTER)) {
+		n = lg_spec_int(s, K_CLUSTER);
+	} else if (fused && t->sm >= 90 && (v * esz) % 16 == 0) {
+		for (int64_t c = 2; c <= 8 && n == 1; c *= 2)
+			if ((nb + c - 1) / c * 16 <= CLUSTER_DEFAULT_SMEM)
+				n = c;
+	}
+	if (n > 1 && t->sm < 90)
+		return lg_fail(LG_ERR_SPEC, "%s: tile.cluster: found %lld, allowed for %s: 1 (clusters need sm_90 "
+			       "or later)", s->entry, (long long)n, t->name);
+	p->tile[K_CLUSTER] = p->v[P_CLUSTER] = n;
+	p->v[P_PER] = n > 1 ? (nb + n - 1) / n : 0;
+	if (n > 1) {
+		p->cluster[0] = (unsigned)n;
+		if (!lg_spec_has(s, K_THREADS))
+			p->tile[K_THREADS] = p->v[P_THREADS] = 512;
+	}
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -226,6 +276,11 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sizes, struc
 	*d = (struct lg_launch_dim){.grid = {(unsigned)m, 1, 1}, .block = {(unsigned)n, 1, 1}};
 	if (p->v[P_PART] == PART_MERGE)
 		d->grid[0] = (unsigned)((m + n - 1) / n);
+	if (p->v[P_CLUSTER] > 1) { /* a cluster of P_CLUSTER CTAs a row, each a slice in shared memory */
+		int64_t cl = p->v[P_CLUSTER] * m;
+		d->grid[0] = cl > UINT32_MAX ? UINT32_MAX : (unsigned)cl;
+		d->smem = (unsigned)(p->v[P_PER] * 16);
+	}
 }
 
 /* ------------------------------------------------------------ emission */
@@ -374,6 +429,8 @@ static void emit_fwd_step(lg_buf *b, const struct shape *k, bool checked, bool k
 	lg_close(b);
 }
 
+static void emit_cta_reduce(lg_buf *b, const struct shape *k, const char *m, const char *sum);
+
 /* The forward's pass over one row: mt, st (and sx) per thread, then the
  * CTA's M, S (and SX) in every thread. */
 static void emit_fwd_pass(lg_buf *b, const struct shape *k)
@@ -398,6 +455,14 @@ static void emit_fwd_pass(lg_buf *b, const struct shape *k)
 	lg_open(b, "if (base < nb) {");
 	emit_fwd_step(b, k, true, k->fused);
 	lg_close(b);
+	emit_cta_reduce(b, k, "mr", "S");
+}
+
+/* The CTA's max and sum from each thread's mt, st (and sx): const float
+ * <m>, const double <sum> in every thread (and the shared bX: the sum of
+ * the logits). */
+static void emit_cta_reduce(lg_buf *b, const struct shape *k, const char *m, const char *sum)
+{
 	lg_comment(b, "The CTA's max and sum: log-sum-exp merges in fp64, warps then CTA.");
 	lg_line(b, "__shared__ float sm[%d];", k->threads / 32);
 	lg_line(b, "__shared__ double ss[%d]%s;", k->threads / 32, k->smooth ? ", sq[32]" : "");
@@ -430,8 +495,8 @@ static void emit_fwd_pass(lg_buf *b, const struct shape *k)
 		lg_line(b, "bX = X;");
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_line(b, "const float mr = bM;");
-	lg_line(b, "const double S = bS;");
+	lg_line(b, "const float %s = bM;", m);
+	lg_line(b, "const double %s = bS;", sum);
 }
 
 /* The gradient of one value x at column expression `col` (local): gv. */
@@ -440,6 +505,21 @@ static void emit_grad_value(lg_buf *b, const struct shape *k, const char *x, con
 	(void)k;
 	lg_line(b, "float gv = lg_ce_exp(%s - mr) * gs - ge;", x);
 	lg_line(b, "if (%s == yl) gv -= gy;", col);
+}
+
+/* The gradient of the 16-byte piece `v` (piece `c` of the row's whole
+ * pieces, stored at gb + <dst> * 16), from mr, gs, ge, gy and the label's
+ * piece yq and value yr. */
+static void emit_grad_piece(lg_buf *b, const struct shape *k, const char *v, const char *c, const char *dst)
+{
+	lg_line(b, "float o[%d];", k->vec);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->vec);
+	lg_line(b, "o[i] = lg_ce_exp(%s(%s, i) - mr) * gs - ge;", at_of(k), v);
+	lg_close(b);
+	lg_line(b, "if (%s == yq)", c);
+	lg_line(b, "\tfor (int i = 0; i < %d; i++) o[i] -= i == yr ? gy : 0.0f;", k->vec);
+	lg_line(b, "lg_st16_cs(gb + %s * 16, %s(o));", dst, k->f32 ? "lg_pack_f32x4" : "lg_pack_bf16x8");
 }
 
 /* The streaming gradient pass over the row: grad (or the logits in place)
@@ -473,14 +553,7 @@ static void emit_grad_pass(lg_buf *b, const struct shape *k, bool last_read)
 	lg_open(b, "for (int u = 0; u < %d; u++) {", k->unroll);
 	lg_line(b, "const i64 c = base + u * %d + t;", k->threads);
 	lg_line(b, "if (c >= nb) continue;");
-	lg_line(b, "float o[%d];", k->vec);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", k->vec);
-	lg_line(b, "o[i] = lg_ce_exp(%s(v[u], i) - mr) * gs - ge;", at_of(k));
-	lg_close(b);
-	lg_line(b, "if (c == yq)");
-	lg_line(b, "\tfor (int i = 0; i < %d; i++) o[i] -= i == yr ? gy : 0.0f;", k->vec);
-	lg_line(b, "lg_st16_cs(gb + c * 16, %s(o));", k->f32 ? "lg_pack_f32x4" : "lg_pack_bf16x8");
+	emit_grad_piece(b, k, "v[u]", "c", "c");
 	lg_close(b);
 	lg_close(b);
 }
@@ -580,6 +653,144 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_close(b);
 }
 
+/* The fused forward with a cluster of n CTAs a row (sm_90+, rows of whole
+ * 16-byte pieces): CTA r copies its slice of the row, pieces [r per, (r +
+ * 1) per), into shared memory with cp.async, every copy in flight at once
+ * (in at most 8 commit groups a thread, each waited for before its pieces'
+ * math: each thread reads back only the pieces it copied itself); the CTAs
+ * merge their (max, sum) through distributed shared memory, then write the
+ * gradient from shared memory. The logits are read from HBM once. */
+static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(s, p);
+	int n = (int)p->v[P_CLUSTER], T = k.threads;
+	long long per = (long long)p->v[P_PER], nb = (long long)(k.v / k.vec), rowb = (long long)(k.v * k.esz);
+	int steps = (int)((per + T - 1) / T), chunk = (steps + 7) / 8, groups = (steps + chunk - 1) / chunk;
+	char e1[32], ec[32], ls[32];
+	flit(e1, sizeof e1, 1.0 - k.e);
+	flit(ec, sizeof ec, k.e / (double)k.c);
+	snprintf(ls, sizeof ls, "%.17g", k.e);
+	lg_section(b, p->entry[0], "cross entropy, fused forward + backward, a cluster a row");
+	lg_comment(b, "A cluster of %d CTAs of %d threads a row; CTA r holds pieces [r %lld, (r + 1) %lld) of", n, T,
+		   per, per);
+	lg_comment(b, "the row's %lld in shared memory (%d a thread, copied in %d groups).", nb, steps, groups);
+	lg_emit_signature(b, s, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d)", n, T);
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(16) lg_u32x4 rs[]; // this CTA's slice of the row");
+	lg_line(b, "__shared__ double cred[3]; // the CTA's max, sum, sum of logits, for the cluster");
+	lg_line(b, "const i64 row = blockIdx.x / %d;", n);
+	lg_line(b, "const u32 rank = blockIdx.x %% %d; // the CTA's rank in its cluster", n);
+	lg_line(b, "const int t = threadIdx.x;");
+	emit_label(b, &k);
+	lg_line(b, "const i64 c0 = (i64)rank * %lld; // the slice's first piece", per);
+	lg_line(b, "const int np = (int)(c0 >= %lld ? 0 : %lld - c0 < %lld ? %lld - c0 : %lld); // its pieces", nb, nb,
+		per, nb, per);
+	lg_line(b, "u8 *const gb = (u8 *)%s + row * %lld + c0 * 16; // the slice's gradient",
+		k.inplace ? "logits" : "grad", rowb);
+	lg_open(b, "if (ign) {");
+	lg_open(b, "if (rank == 0 && t == 0) {");
+	lg_line(b, "((float *)loss)[row] = 0.0f;");
+	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = 0.0f;");
+	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = 0.0f;");
+	lg_close(b);
+	lg_line(b, "for (int c = t; c < np; c += %d) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});", T);
+	lg_line(b, "return;");
+	lg_close(b);
+	lg_line(b, "const u8 *const xs = (const u8 *)logits + row * %lld + c0 * 16; // the slice", rowb);
+	lg_comment(b, "Every copy of the slice in flight: %d groups of %d pieces a thread.", groups, chunk);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int g = 0; g < %d; g++) {", groups);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", chunk);
+	lg_line(b, "const int c = t + (g * %d + j) * %d;", chunk, T);
+	lg_line(b, "if (c < np) lg_cp16(&rs[c], xs + c * 16, 16);");
+	lg_close(b);
+	lg_line(b, "lg_cp_commit();");
+	lg_close(b);
+	lg_line(b, "float mt = lg_ce_ninf();");
+	lg_line(b, "double st = 0.0%s;", k.smooth ? ", sx = 0.0" : "");
+	for (int g = 0; g < groups; g++) {
+		lg_open(b, "{");
+		lg_line(b, "lg_cp_wait(%d);", groups - 1 - g);
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int j = 0; j < %d; j++) {", chunk);
+		lg_line(b, "const int c = t + (%d + j) * %d;", g * chunk, T);
+		lg_line(b, "if (c >= np) continue;");
+		lg_line(b, "const lg_u32x4 v = rs[c];");
+		lg_line(b, "float bm = lg_ce_ninf(), pe = 0.0f%s;", k.smooth ? ", q = 0.0f" : "");
+		lg_line(b, "for (int i = 0; i < %d; i++) bm = fmaxf(bm, %s(v, i));", k.vec, at_of(&k));
+		lg_line(b, "if (bm > mt) { st *= (double)lg_ce_exp(mt - bm); mt = bm; }");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int i = 0; i < %d; i++) {", k.vec);
+		lg_line(b, "pe += lg_ce_exp(%s(v, i) - mt);", at_of(&k));
+		if (k.smooth)
+			lg_line(b, "q += %s(v, i);", at_of(&k));
+		lg_close(b);
+		lg_line(b, "st += (double)pe;");
+		if (k.smooth)
+			lg_line(b, "sx += (double)q;");
+		lg_close(b);
+		lg_close(b);
+	}
+	emit_cta_reduce(b, &k, "mc", "Sc");
+	lg_comment(b, "The cluster's max and sum: each CTA's, read through distributed shared memory.");
+	lg_open(b, "if (t == 0) {");
+	lg_line(b, "cred[0] = (double)mc;");
+	lg_line(b, "cred[1] = Sc;");
+	lg_line(b, "cred[2] = %s;", k.smooth ? "bX" : "0.0");
+	lg_close(b);
+	lg_line(b, "lg_cluster_sync();");
+	lg_line(b, "__shared__ float cm;");
+	lg_line(b, "__shared__ double cS, cX;");
+	lg_open(b, "if (t == 0) {");
+	lg_line(b, "double mk[%d], sk[%d], X = 0.0;", n, n);
+	lg_line(b, "float m = lg_ce_ninf();");
+	lg_open(b, "for (int r = 0; r < %d; r++) {", n);
+	lg_line(b, "mk[r] = lg_dsmem_ld_f64(&cred[0], (u32)r);");
+	lg_line(b, "sk[r] = lg_dsmem_ld_f64(&cred[1], (u32)r);");
+	lg_line(b, "X += lg_dsmem_ld_f64(&cred[2], (u32)r);");
+	lg_line(b, "m = fmaxf(m, (float)mk[r]);");
+	lg_close(b);
+	lg_line(b, "double S = 0.0;");
+	lg_line(b, "for (int r = 0; r < %d; r++) S += sk[r] > 0.0 ? sk[r] * exp(mk[r] - (double)m) : 0.0;", n);
+	lg_line(b, "cm = m;");
+	lg_line(b, "cS = S;");
+	lg_line(b, "cX = X;");
+	lg_close(b);
+	lg_line(b, "lg_cluster_sync(); // every CTA has read cred before any leaves; cm, cS, cX seen");
+	lg_line(b, "const float mr = cm;");
+	lg_line(b, "const double S = cS, X = cX;");
+	lg_line(b, "const i64 yl = y;");
+	lg_open(b, "if (rank == 0 && t == 0) {");
+	lg_line(b, "const u8 *const xr = (const u8 *)logits + row * %lld;", rowb);
+	lg_line(b, "const float xy = yl >= 0 && yl < %lld ? lg_ce_one(xr, yl) : lg_ce_ninf();", (long long)k.v);
+	lg_line(b, "const double lse = log(S) + (double)mr;");
+	if (k.smooth) {
+		lg_line(b, "const double e = %s; // label smoothing", ls);
+		lg_line(b, "const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - X / %lld.0);", (long long)k.c);
+	} else {
+		lg_line(b, "const double l = lse - (double)xy; (void)X;");
+	}
+	lg_line(b, "((float *)loss)[row] = (float)l;");
+	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = (float)S;");
+	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = mr;");
+	lg_close(b);
+	lg_comment(b, "The gradient of the slice, from shared memory.");
+	lg_line(b, "const float g0 = *(const float *)g;");
+	lg_line(b, "const float gs = (float)((double)g0 / S);");
+	lg_line(b, "const float gy = %s * g0, ge = %s * g0;", e1, ec);
+	lg_line(b, "const i64 yq = yl >= 0 ? yl / %d : -1; // the label's piece", k.vec);
+	lg_line(b, "const int yr = (int)(yl - yq * %d); // its value in the piece", k.vec);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", steps);
+	lg_line(b, "const int c = t + k * %d;", T);
+	lg_line(b, "if (c >= np) continue;");
+	lg_line(b, "const lg_u32x4 v = rs[c];");
+	emit_grad_piece(b, &k, "v", "(c0 + c)", "c");
+	lg_close(b);
+	lg_close(b);
+}
+
 static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct shape k = shape_of(s, p);
@@ -668,12 +879,15 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	emit_helpers(b, &k);
 	if (k.bwd)
 		emit_backward(b, s, p);
+	else if (p->v[P_CLUSTER] > 1)
+		emit_forward_cluster(b, s, p);
 	else
 		emit_forward(b, s, p);
 }
 
 /* Tile variants for `lingen tune`: 256, 512 and 1024 threads with 4 or 8
- * loads in flight (the merge: 128 to 1024 threads). */
+ * loads in flight (the merge: 128 to 1024 threads); the fused forward also
+ * clusters of 2, 4 and 8 CTAs a row with 256, 512 and 1024 threads. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	static const int64_t th[] = {256, 512, 1024};
@@ -681,11 +895,24 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	int n = 0;
 	if (part_of(s) == PART_MERGE)
 		return lg_candidate_values(s, t, out, 0, max, K_THREADS, threads_ok);
+	bool fused = lg_spec_int(s, K_FUSED) != 0;
 	for (int i = 0; i < 3; i++)
 		for (int j = 0; j < 2; j++) {
 			struct lg_tile_choice c = lg_tile1(K_THREADS, th[i]);
 			c.v[K_UNROLL] = un[j];
 			c.set |= (uint64_t)1 << K_UNROLL;
+			if (fused) { /* the L2 second pass */
+				c.v[K_CLUSTER] = 1;
+				c.set |= (uint64_t)1 << K_CLUSTER;
+			}
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+	/* the fused forward's clusters (sm_90+, aligned rows, slices that fit) */
+	for (int cl = 2; fused && cl <= 8; cl *= 2)
+		for (int i = 0; i < 3; i++) {
+			struct lg_tile_choice c = lg_tile1(K_THREADS, th[i]);
+			c.v[K_CLUSTER] = cl;
+			c.set |= (uint64_t)1 << K_CLUSTER;
 			n = lg_candidate_add(s, t, out, n, max, c);
 		}
 	return n;

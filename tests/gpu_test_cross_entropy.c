@@ -7,7 +7,8 @@
  * vocab (157184) and the other model vocabs (151936, 129280) and odd ones
  * (50257, 100003, 7, 1), bf16 and fp32 logits, int64 and int32 labels,
  * ignore_index (1 row in 8, and a custom value), label smoothing, one row,
- * no rows, and the tiles `lingen tune` sweeps. Fresh random inputs,
+ * no rows, the tiles `lingen tune` sweeps, and the fused forward's clusters
+ * (1, 2, 4, 8 CTAs a row). Fresh random inputs,
  * poisoned outputs, nothing left unwritten.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
@@ -190,6 +191,38 @@ static void test_tiles(void **state)
 		}
 }
 
+/* The fused forward's clusters (sm_90): 1 (L2 second pass), 2, 4, 8 CTAs
+ * a row, at the target vocab (bf16), the largest fp32 one that fits, the
+ * other models' vocabs and a tiny one (fewer pieces than CTAs x threads). */
+static void test_fused_clusters(void **state)
+{
+	(void)state;
+	static const int64_t rows[] = {1, 3, 130};
+	static const char *const specs[][2] = {
+		{"bf16", "\"vocab\": 157184, \"fused\": true"},
+		{"bf16", "\"vocab\": 151936, \"fused\": true, \"label_smoothing\": 0.1"},
+		{"fp32", "\"vocab\": 129280, \"fused\": true, \"index\": \"int32\""},
+		{"bf16", "\"vocab\": 16, \"fused\": true"},
+		{"fp32", "\"vocab\": 8, \"fused\": true, \"label_smoothing\": 0.2"},
+	};
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++)
+		for (int cl = 1; cl <= 8; cl *= 2)
+			for (int th = 256; th <= 1024; th *= 2) {
+				char keys[256];
+				snprintf(keys, sizeof keys, "%s, \"tile\": {\"cluster\": %d, \"threads\": %d}", specs[i][1],
+					 cl, th);
+				lg_spec *s = NULL;
+				char json[512];
+				snprintf(json, sizeof json, "{\"op\": \"cross_entropy\", \"pass\": \"forward\", "
+					 "\"dtype\": \"%s\", %s}", specs[i][0], keys);
+				if (lg_spec_parse(json, &s) != LG_OK)
+					continue; /* a slice too large for shared memory */
+				lg_spec_free(s);
+				for (size_t r = 0; r < 3; r++)
+					check("forward", specs[i][0], keys, rows[r]);
+			}
+}
+
 /* In place: the gradient over the logits equals the reference gradient
  * (the new-buffer spec's), for the backward and the fused forward. */
 static void inplace(const char *pass, const char *dtype, const char *keys, int64_t M)
@@ -261,6 +294,7 @@ int main(void)
 		cmocka_unit_test(test_options),
 		cmocka_unit_test(test_vocab_parallel),
 		cmocka_unit_test(test_tiles),
+		cmocka_unit_test(test_fused_clusters),
 		cmocka_unit_test(test_inplace),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

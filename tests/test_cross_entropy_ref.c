@@ -410,6 +410,18 @@ static void test_spec_checks(void **state)
 	refused("forward", "\"vocab\": 0", "vocab", "0");
 	refused("forward", "\"vocab\": 100, \"tile\": {\"threads\": 96}", "tile.threads", "96");
 	refused("forward", "\"vocab\": 100, \"tile\": {\"unroll\": 3}", "tile.unroll", "3");
+	refused("forward", "\"vocab\": 160, \"tile\": {\"cluster\": 2}", "tile.cluster: found 2",
+		"without fused");
+	refused("forward", "\"vocab\": 50257, \"fused\": true, \"tile\": {\"cluster\": 4}",
+		"tile.cluster: found 4 with vocab 50257", "a multiple of 8");
+	refused("forward", "\"vocab\": 157184, \"fused\": true, \"tile\": {\"cluster\": 3}", "tile.cluster",
+		"3");
+	char json[256];
+	snprintf(json, sizeof json, "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"fp32\", "
+		 "\"vocab\": 157184, \"fused\": true, \"tile\": {\"cluster\": 2}}");
+	lg_spec *f = NULL;
+	assert_int_equal(lg_spec_parse(json, &f), LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "fits 200 KiB"));
 	lg_spec *s = parse("backward", "bf16", "\"vocab\": 100, \"part\": \"shard\", \"classes\": 400, \"inplace\": true");
 	lg_spec_free(s);
 }
@@ -451,9 +463,38 @@ static void test_geometry(void **state)
 	geometry_at(s, 0, &d);
 	assert_true(d.grid[0] == 0);
 	lg_spec_free(s);
+	/* fused: a cluster of 4 CTAs of 512 threads a row (sm_90a), each a
+	 * quarter of the row's 19648 pieces in shared memory */
 	s = parse("forward", "bf16", "\"vocab\": 157184, \"fused\": true");
+	geometry_at(s, 3, &d);
+	assert_true(d.grid[0] == 12 && d.block[0] == 512 && d.smem == 4912 * 16);
+	lg_spec_free(s);
+	s = parse("forward", "fp32", "\"vocab\": 157184, \"fused\": true");
 	geometry_at(s, 1, &d);
-	assert_true(d.grid[0] == 1 && d.block[0] == 1024);
+	assert_true(d.grid[0] == 8 && d.smem == 4912 * 16); /* 8 CTAs: 39296 pieces */
+	lg_spec_free(s);
+	/* an odd vocab, or cluster 1: one CTA of 1024 threads a row, from L2 */
+	s = parse("forward", "bf16", "\"vocab\": 50257, \"fused\": true");
+	geometry_at(s, 1, &d);
+	assert_true(d.grid[0] == 1 && d.block[0] == 1024 && d.smem == 0);
+	lg_spec_free(s);
+	s = parse("forward", "bf16", "\"vocab\": 157184, \"fused\": true, \"tile\": {\"cluster\": 1}");
+	geometry_at(s, 5, &d);
+	assert_true(d.grid[0] == 5 && d.block[0] == 1024 && d.smem == 0);
+	lg_spec_free(s);
+	/* sm_80 has no clusters: the default is 1, a cluster is refused */
+	s = parse("forward", "bf16", "\"vocab\": 157184, \"fused\": true");
+	struct lg_target t80;
+	struct lg_plan p80;
+	assert_true(lg_target_parse("sm_80", &t80));
+	memset(&p80, 0, sizeof p80);
+	assert_int_equal(lg_family_get(s->op)->plan(s, &t80, &p80), LG_OK);
+	assert_int_equal(p80.tile[lg_family_key(lg_family_get(s->op), "tile.cluster")], 1);
+	lg_spec_free(s);
+	s = parse("forward", "bf16", "\"vocab\": 157184, \"fused\": true, \"tile\": {\"cluster\": 2}");
+	memset(&p80, 0, sizeof p80);
+	assert_int_equal(lg_family_get(s->op)->plan(s, &t80, &p80), LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "clusters need sm_90"));
 	lg_spec_free(s);
 	s = parse("forward", "bf16", "\"vocab\": 157184, \"part\": \"merge\"");
 	geometry_at(s, 1000, &d);
@@ -474,9 +515,12 @@ static void test_candidates(void **state)
 		{"backward", "fp32", "\"vocab\": 50257, \"inplace\": true"},
 		{"forward", "bf16", "\"vocab\": 100003, \"fused\": true"},
 		{"forward", "bf16", "\"vocab\": 157184, \"part\": \"merge\""},
+		{"forward", "bf16", "\"vocab\": 157184, \"fused\": true"},
 	};
-	static const int want[] = {6, 6, 6, 4};
-	for (int i = 0; i < 4; i++) {
+	/* the fused forward at an aligned vocab: 6 tiles of one CTA a row, and
+	 * clusters of 2, 4 and 8 with 256, 512 or 1024 threads */
+	static const int want[] = {6, 6, 6, 4, 15};
+	for (int i = 0; i < 5; i++) {
 		lg_spec *s = parse(specs[i][0], specs[i][1], specs[i][2]);
 		const struct lg_family *f = lg_family_get(s->op);
 		struct lg_target t;

@@ -159,6 +159,13 @@ static const struct golden cases[] = {
 	{"cross_entropy_fwd_v100003_fused_inplace", "sm_90a",
 	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 100003, "
 	 "\"fused\": true, \"inplace\": true, \"label_smoothing\": 0.05}"},
+	/* the fused forward at the target: a cluster of 4 CTAs a row (sm_90a); one CTA (sm_80) */
+	{"cross_entropy_fwd_v157184_fused_ls", "sm_90a",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 157184, "
+	 "\"fused\": true, \"label_smoothing\": 0.1}"},
+	{"cross_entropy_fwd_v157184_fused_sm80", "sm_80",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 157184, "
+	 "\"fused\": true}"},
 	/* vocab parallel: a shard's statistics, the merge, a shard's backward (sm_80) */
 	{"cross_entropy_fwd_v19648_shard_ls", "sm_90a",
 	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 19648, "
