@@ -158,6 +158,7 @@ enum lg_elem {
 	LG_ELEM_I32,
 	LG_ELEM_I64,
 	LG_ELEM_U8,
+	LG_ELEM_INDEX, /* int64, or int32 where the spec's "index" key says "int32" (labels) */
 	LG_ELEM_COUNT
 };
 extern const char *const lg_elem_names[LG_ELEM_COUNT];

@@ -269,18 +269,6 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 
 static void emit_helpers(lg_buf *b)
 {
-	lg_comment(b, "Value i (0 to 7) of the eight bf16 in v, as fp32.");
-	lg_line(b, "static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)");
-	lg_open(b, "{");
-	lg_line(b, "const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;");
-	lg_line(b, "return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);");
-	lg_close(b);
-	lg_comment(b, "Eight floats to eight bf16 (RNE), in order.");
-	lg_line(b, "static __device__ __forceinline__ lg_u32x4 lg_pack_bf16x8(const float v[8])");
-	lg_open(b, "{");
-	lg_line(b, "return lg_u32x4{lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),");
-	lg_line(b, "\tlg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};");
-	lg_close(b);
 	lg_comment(b, "sigmoid in fp32: 1 / (1 + e^-v) (ex2.approx; 0 and 1 at the ends, never NaN).");
 	lg_line(b, "static __device__ __forceinline__ float lg_sigmoid(float v)");
 	lg_open(b, "{");

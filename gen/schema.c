@@ -511,7 +511,9 @@ static void name_key(lg_buf *b, const struct lg_key *key, const struct lg_spec *
 	uint64_t bits;
 	switch (key->type) {
 	case LG_KEY_INT:
-		lg_emit(b, "_%s%lld", key->abbrev ? key->abbrev : "", (long long)s->v[k]);
+		/* a negative value as m<digits>: names stay identifiers */
+		lg_emit(b, "_%s%s%llu", key->abbrev ? key->abbrev : "", s->v[k] < 0 ? "m" : "",
+			s->v[k] < 0 ? 0ull - (unsigned long long)s->v[k] : (unsigned long long)s->v[k]);
 		break;
 	case LG_KEY_NUMBER: {
 		/* a short decimal that reads back exactly ("rf1", "rf0p25", "eps1em05"),

@@ -25,15 +25,19 @@
 const char *const lg_elem_names[LG_ELEM_COUNT] = {
 	[LG_ELEM_DTYPE] = "dtype", [LG_ELEM_BF16] = "bf16", [LG_ELEM_FP32] = "fp32",
 	[LG_ELEM_E4M3] = "e4m3",   [LG_ELEM_I32] = "int32", [LG_ELEM_I64] = "int64",
-	[LG_ELEM_U8] = "uint8",
+	[LG_ELEM_U8] = "uint8",    [LG_ELEM_INDEX] = "index",
 };
 const int lg_elem_bytes[LG_ELEM_COUNT] = {
 	[LG_ELEM_DTYPE] = 0, [LG_ELEM_BF16] = 2, [LG_ELEM_FP32] = 4, [LG_ELEM_E4M3] = 1,
-	[LG_ELEM_I32] = 4,   [LG_ELEM_I64] = 8,  [LG_ELEM_U8] = 1,
+	[LG_ELEM_I32] = 4,   [LG_ELEM_I64] = 8,  [LG_ELEM_U8] = 1, [LG_ELEM_INDEX] = 0,
 };
 
 enum lg_elem lg_arg_elem(const struct lg_spec *s, const struct lg_arg *a)
 {
+	if (a->elem == LG_ELEM_INDEX) {
+		int k = lg_family_key(lg_family_get(s->op), "index");
+		return k >= 0 && lg_spec_int(s, k) == 1 ? LG_ELEM_I32 : LG_ELEM_I64;
+	}
 	if (a->elem != LG_ELEM_DTYPE)
 		return a->elem;
 	return s->dtype == LG_DTYPE_FP32 ? LG_ELEM_FP32 : LG_ELEM_BF16;

@@ -411,6 +411,43 @@ lg_status lg_grad_norm(const lg_kernel *k, lg_stream stream, const lg_tensor_lis
 lg_status lg_count_zero(const lg_kernel *k, lg_stream stream, const lg_tensor_list *list, lg_dptr out,
 			lg_dptr workspace);
 
+/* K9: softmax cross entropy (op "cross_entropy"). logits [tokens, vocab]
+ *   bf16 or fp32 (rows need not be 16-byte aligned: any vocab), labels
+ *   [tokens] int64 (int32 with "index": "int32"); a row whose label is the
+ *   spec's ignore_index gets loss = S = m = 0 and a zero gradient. Each
+ *   launcher refuses a kernel of another op, pass or part.
+ * Forward (part "full"): loss, sum_exp S = sum exp(x - m), max_logit m
+ *   [tokens] fp32 (S and m optional: 0). */
+lg_status lg_cross_entropy_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr logits,
+				   lg_dptr labels, lg_dptr loss, lg_dptr sum_exp, lg_dptr max_logit);
+/* The fused forward + backward ("fused": true): as the forward, and grad
+ *   [tokens, vocab] in logits' type for the output gradient g[0] (a device
+ *   fp32 scalar, e.g. 1 / rows for the mean) on every row; with "inplace"
+ *   grad is 0 and the gradient is written over the logits. */
+lg_status lg_cross_entropy_fused(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr logits,
+				 lg_dptr labels, lg_dptr g, lg_dptr loss, lg_dptr sum_exp, lg_dptr max_logit,
+				 lg_dptr grad);
+/* Backward (part "full" or "shard"): grad = (exp(x - m) / S - (1 - e)
+ *   onehot - e / C) dloss[row] in logits' type, from the forward's S and m
+ *   (the merged ones for a shard, whose columns start at vocab_start; 0
+ *   for part "full"); with "inplace" grad is 0 and the logits are
+ *   overwritten. */
+lg_status lg_cross_entropy_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, int64_t vocab_start,
+				    lg_dptr logits, lg_dptr labels, lg_dptr sum_exp, lg_dptr max_logit,
+				    lg_dptr dloss, lg_dptr grad);
+/* Vocab parallel, part "shard": this rank's logits [tokens, vocab] (columns
+ *   vocab_start .. of the classes) -> stats [tokens, 6] fp32: m, S hi, S lo,
+ *   target logit (-inf when the label is not in the shard), sum x hi, lo.
+ *   The trainer all-gathers them into [shards, tokens, 6]. */
+lg_status lg_cross_entropy_shard_stats(const lg_kernel *k, lg_stream stream, int64_t tokens,
+				       int64_t vocab_start, lg_dptr logits, lg_dptr labels, lg_dptr stats);
+/* Part "merge": the gathered stats_in [shards, tokens, 6] -> loss, S, m of
+ *   the whole rows (S, m optional), for lg_cross_entropy_backward of each
+ *   shard. */
+lg_status lg_cross_entropy_merge(const lg_kernel *k, lg_stream stream, int64_t tokens, int64_t shards,
+				 lg_dptr labels, lg_dptr stats_in, lg_dptr loss, lg_dptr sum_exp,
+				 lg_dptr max_logit);
+
 #ifdef __cplusplus
 }
 #endif

@@ -254,3 +254,68 @@ lg_status lg_count_zero(const lg_kernel *k, lg_stream stream, const lg_tensor_li
 {
 	return run_list(k, stream, LG_OP_COUNT_ZERO, __func__, list, out, workspace);
 }
+
+/* The cross-entropy launchers: the kernel's part (and fused) must match. */
+static lg_status ce_part(const lg_kernel *k, const char *fn, int part, int fused)
+{
+	static const char *const parts[] = {"full", "shard", "merge"};
+	if (!k || k->spec.op != LG_OP_CROSS_ENTROPY)
+		return LG_OK; /* run_typed says what is wrong */
+	int kp = lg_family_key(k->fam, "part"), kf = lg_family_key(k->fam, "fused");
+	int got = (int)lg_spec_int(&k->spec, kp), gotf = (int)lg_spec_int(&k->spec, kf);
+	if (got != part || (fused >= 0 && gotf != fused))
+		return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s is part \"%s\"%s; this launcher takes part "
+			       "\"%s\"%s", fn, k->plan.entry[0], parts[got], gotf ? ", fused" : "", parts[part],
+			       fused == 1 ? ", fused" : fused == 0 ? ", not fused" : "");
+	return LG_OK;
+}
+
+lg_status lg_cross_entropy_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr logits,
+				   lg_dptr labels, lg_dptr loss, lg_dptr sum_exp, lg_dptr max_logit)
+{
+	lg_status st = ce_part(k, __func__, 0, 0);
+	if (st != LG_OK)
+		return st;
+	LG_TYPED(LG_OP_CROSS_ENTROPY, LG_PASS_FORWARD, LG_SIZES(tokens, 0, 1), logits, labels, 0, 0, loss,
+		 sum_exp, max_logit, 0, 0);
+}
+
+lg_status lg_cross_entropy_fused(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr logits,
+				 lg_dptr labels, lg_dptr g, lg_dptr loss, lg_dptr sum_exp, lg_dptr max_logit,
+				 lg_dptr grad)
+{
+	lg_status st = ce_part(k, __func__, 0, 1);
+	if (st != LG_OK)
+		return st;
+	LG_TYPED(LG_OP_CROSS_ENTROPY, LG_PASS_FORWARD, LG_SIZES(tokens, 0, 1), logits, labels, 0, g, loss,
+		 sum_exp, max_logit, 0, grad);
+}
+
+lg_status lg_cross_entropy_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, int64_t vocab_start,
+				    lg_dptr logits, lg_dptr labels, lg_dptr sum_exp, lg_dptr max_logit,
+				    lg_dptr dloss, lg_dptr grad)
+{
+	LG_TYPED(LG_OP_CROSS_ENTROPY, LG_PASS_BACKWARD, LG_SIZES(tokens, vocab_start), logits, labels, sum_exp,
+		 max_logit, dloss, grad);
+}
+
+lg_status lg_cross_entropy_shard_stats(const lg_kernel *k, lg_stream stream, int64_t tokens,
+				       int64_t vocab_start, lg_dptr logits, lg_dptr labels, lg_dptr stats)
+{
+	lg_status st = ce_part(k, __func__, 1, -1);
+	if (st != LG_OK)
+		return st;
+	LG_TYPED(LG_OP_CROSS_ENTROPY, LG_PASS_FORWARD, LG_SIZES(tokens, vocab_start, 1), logits, labels, 0, 0, 0,
+		 0, 0, stats, 0);
+}
+
+lg_status lg_cross_entropy_merge(const lg_kernel *k, lg_stream stream, int64_t tokens, int64_t shards,
+				 lg_dptr labels, lg_dptr stats_in, lg_dptr loss, lg_dptr sum_exp,
+				 lg_dptr max_logit)
+{
+	lg_status st = ce_part(k, __func__, 2, -1);
+	if (st != LG_OK)
+		return st;
+	LG_TYPED(LG_OP_CROSS_ENTROPY, LG_PASS_FORWARD, LG_SIZES(tokens, 0, shards), 0, labels, stats_in, 0, loss,
+		 sum_exp, max_logit, 0, 0);
+}

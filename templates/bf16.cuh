@@ -41,3 +41,19 @@ static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 	acc = lg_sumsq_bf16x2(acc, v.z);
 	return lg_sumsq_bf16x2(acc, v.w);
 }
+
+// @helper lg_bf16_at
+// Value i (0 to 7) of the eight bf16 in v, as fp32.
+static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)
+{
+	const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
+	return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);
+}
+
+// @helper lg_pack_bf16x8
+// Eight floats to eight bf16 (RNE), in order.
+static __device__ __forceinline__ lg_u32x4 lg_pack_bf16x8(const float v[8])
+{
+	return lg_u32x4{lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),
+		lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};
+}

@@ -21,3 +21,17 @@ struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 static __device__ __forceinline__ u32 lg_f2u(float f) { return __float_as_uint(f); }
 // @helper lg_u2f
 static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
+
+// @helper lg_f32_at
+// Value i (0 to 3) of the four fp32 in v.
+static __device__ __forceinline__ float lg_f32_at(lg_u32x4 v, int i)
+{
+	return lg_u2f(i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w);
+}
+
+// @helper lg_pack_f32x4
+// Four floats as a 16-byte piece, in order.
+static __device__ __forceinline__ lg_u32x4 lg_pack_f32x4(const float v[4])
+{
+	return lg_u32x4{lg_f2u(v[0]), lg_f2u(v[1]), lg_f2u(v[2]), lg_f2u(v[3])};
+}

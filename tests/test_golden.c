@@ -217,6 +217,36 @@ static const struct golden cases[] = {
 	{"count_zero_bf16_sm80", "sm_80", "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"},
 	{"count_zero_mixed", "sm_90a",
 	 "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"mixed\": true}"},
+	/* K9: the target shape, forward and backward */
+	{"cross_entropy_fwd_v157184", "sm_90a",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 157184}"},
+	{"cross_entropy_bwd_v157184", "sm_90a",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"vocab\": 157184}"},
+	/* an odd vocab (rows not 16-byte aligned), fp32, int32 labels, label smoothing, sm_80 */
+	{"cross_entropy_fwd_fp32_v50257_i32_ls_sm80", "sm_80",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"vocab\": 50257, "
+	 "\"index\": \"int32\", \"ignore_index\": -1, \"label_smoothing\": 0.1}"},
+	/* the fused forward + backward, in place, odd vocab */
+	{"cross_entropy_fwd_v100003_fused_inplace", "sm_90a",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 100003, "
+	 "\"fused\": true, \"inplace\": true, \"label_smoothing\": 0.05}"},
+	/* the fused forward at the target: a cluster of 4 CTAs a row (sm_90a); one CTA (sm_80) */
+	{"cross_entropy_fwd_v157184_fused_ls", "sm_90a",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 157184, "
+	 "\"fused\": true, \"label_smoothing\": 0.1}"},
+	{"cross_entropy_fwd_v157184_fused_sm80", "sm_80",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 157184, "
+	 "\"fused\": true}"},
+	/* vocab parallel: a shard's statistics, the merge, a shard's backward (sm_80) */
+	{"cross_entropy_fwd_v19648_shard_ls", "sm_90a",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 19648, "
+	 "\"part\": \"shard\", \"classes\": 157184, \"label_smoothing\": 0.1}"},
+	{"cross_entropy_fwd_v157184_merge_ls", "sm_90a",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 157184, "
+	 "\"part\": \"merge\", \"label_smoothing\": 0.1}"},
+	{"cross_entropy_bwd_v19648_shard_i32_sm80", "sm_80",
+	 "{\"op\": \"cross_entropy\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"vocab\": 19648, "
+	 "\"part\": \"shard\", \"classes\": 157184, \"index\": \"int32\", \"label_smoothing\": 0.1}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])

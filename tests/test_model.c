@@ -133,6 +133,12 @@ static const char *const mini_kernels[] = {
 	"{\"op\": \"swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"dx_bf16\": false, "
 	"\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}",
 	"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
+	"{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 157184, \"part\": \"full\", "
+	"\"classes\": 0, \"index\": \"int64\", \"ignore_index\": -100, \"label_smoothing\": 0, \"inplace\": false, "
+	"\"fused\": false}",
+	"{\"op\": \"cross_entropy\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"vocab\": 157184, \"part\": \"full\", "
+	"\"classes\": 0, \"index\": \"int64\", \"ignore_index\": -100, \"label_smoothing\": 0, \"inplace\": false, "
+	"\"fused\": false}",
 	"{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"ord\": \"2\", \"norm\": true, "
 	"\"mixed\": false}",
 	"{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"mixed\": false}",
@@ -143,7 +149,6 @@ static const char *const mini_skipped[][3] = {
 	{"router_gemm", "forward", "K3"},         {"router_gemm", "backward", "K3"},
 	{"moe_permute", "forward", "K4"},         {"moe_permute", "backward", "K4"},
 	{"moe_unpermute", "forward", "K5"},       {"moe_unpermute", "backward", "K5"},
-	{"cross_entropy", "forward", "K9"},       {"cross_entropy", "backward", "K9"},
 };
 
 static void test_ling_mini(void **state)

@@ -89,7 +89,7 @@ static const struct bad bad_specs[] = {
 	 {"kernels[0].hidden: missing, required by op rmsnorm", "allowed: a multiple of 8 from 8 to 16384"}},
 	{FILE1("{\"op\": \"rmsnorm\", \"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"),
 	 {"kernels[0].op: duplicate key"}},
-	{RNX(", \"vocab\": 157184"), {"kernels[0]: unknown key \"vocab\"",
+	{RNX(", \"vocab_size\": 157184"), {"kernels[0]: unknown key \"vocab_size\"",
 				      "allowed keys: op, pass, dtype, hidden, eps, tile"}},
 	{RNX(", \"hidden\": 4096"), {"kernels[0].hidden: duplicate key"}},
 	/* dims */

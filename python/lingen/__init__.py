@@ -17,8 +17,10 @@ from ._lib import LingenError, LibraryError, SpecError
 from ._core import Context, Kernel, Spec, call, default_context, set_default_context
 from ._families import families
 from .lists import TensorList, count_zero, grad_norm
-from .ops import (batch_swiglu_quant, batch_swiglu_quant_backward, fp8_quant, fp8_quant_batched,
-                  fp8_quant_weight, group_rmsnorm_gate, group_rmsnorm_gate_backward, qk_norm_rope,
+from .ops import (batch_swiglu_quant, batch_swiglu_quant_backward, cross_entropy_backward,
+                  cross_entropy_forward, cross_entropy_fused, cross_entropy_merge,
+                  cross_entropy_shard_stats, fp8_quant, fp8_quant_batched, fp8_quant_weight,
+                  group_rmsnorm_gate, group_rmsnorm_gate_backward, qk_norm_rope,
                   qk_norm_rope_backward, rmsnorm, rmsnorm_backward, rmsnorm_quant, swiglu_quant,
                   swiglu_quant_backward)
 
@@ -28,6 +30,8 @@ __all__ = [
     "rmsnorm_quant", "rmsnorm", "rmsnorm_backward", "fp8_quant", "fp8_quant_batched",
     "fp8_quant_weight", "qk_norm_rope",
     "qk_norm_rope_backward", "group_rmsnorm_gate", "group_rmsnorm_gate_backward",
+    "cross_entropy_forward", "cross_entropy_fused", "cross_entropy_backward",
+    "cross_entropy_shard_stats", "cross_entropy_merge",
     "TensorList", "grad_norm", "count_zero",
     "swiglu_quant", "swiglu_quant_backward", "batch_swiglu_quant", "batch_swiglu_quant_backward",
 ]

@@ -12,6 +12,7 @@ is launched on the stream. All of that is remembered under the arrays'
 shapes, element types and the options, so a second call with the same
 shapes costs a dict lookup, the per-array checks and the launch.
 """
+import ast
 import ctypes
 import json
 import os
@@ -296,11 +297,16 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
         raise ValueError(_where(fn, f"{bad.name}: found shape {views[bad.name].shape}, expected "
                                     f"{len(bad.dims)} dimensions [{bad.shape}]"))
     sizes = []
-    for s in decl.sizes:
+    for i, s in enumerate(decl.sizes):
         if s in sizes_over:
             sizes.append(int(sizes_over[s]))
         elif s in env:
             sizes.append(int(env[s]))
+        elif not any(s in _names(a) for a in decl.args if a.name in views):
+            # only in the shapes of arguments not given (or in none): not
+            # read by this call; its declared minimum (cross_entropy's
+            # vocab_start 0, shards 1)
+            sizes.append(int(decl.size_ranges[i][0]))
         else:
             raise ValueError(_where(fn, f"cannot tell the run-time size {s!r} from the arguments; "
                                         f"pass sizes={{{s!r}: ...}}"))
@@ -315,6 +321,13 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
                                            f"{', '.join(fam.dtypes)}"))
             dtype = dtype or got[0]
     spec["dtype"] = dtype or fam.dtypes[0]
+    for a in decl.args:  # labels: int64, or int32 (the spec's "index" key)
+        v = views.get(a.name)
+        if a.elem == "index" and v is not None and "index" not in options:
+            got = [e for e in v.elems if e in ("int64", "int32")]
+            if not got:
+                raise TypeError(_where(fn, f"{a.name}: found {v.dtype}, expected int64 or int32"))
+            spec["index"] = got[0]
     for k in fam.keys:
         if k.shape:
             if k.path in env:
@@ -332,10 +345,17 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
     plan = _Plan()
     plan.spec, plan.kernel, plan.sizes, plan.decl = s, None, tuple(sizes), decl
     used = [s.arg_used(a.index) for a in decl.args]
+    index = spec.get("index", "int64")
     plan.args = tuple((a.name, kind, s.arg_shape(a.index, sizes) if kind != WORKSPACE else None,
-                       spec["dtype"] if a.elem == "dtype" else a.elem, a)
+                       spec["dtype"] if a.elem == "dtype" else index if a.elem == "index" else a.elem,
+                       a)
                       for a, kind in zip(decl.args, _kinds(decl, used)))
     return plan
+
+
+def _names(a):
+    """The size and key names argument a's shape mentions."""
+    return {n.id for d in a.dims for n in ast.walk(d) if isinstance(n, ast.Name)}
 
 
 def _check_view(fn, a, v, shape, elem, output):

@@ -327,3 +327,93 @@ def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=True, dx_bf16
              out=out, stream=stream, context=context, alloc=alloc)
     res = (r["dxq"], r["dxs"], r["dprob"], r["dxqt"], r["dxst"])
     return res + (r["dx"],) if dx_bf16 else res
+
+
+# ------------------------------------------------ softmax cross entropy (K9)
+
+def _ce_options(ignore_index, label_smoothing, tile, **more):
+    return {"ignore_index": int(ignore_index), "label_smoothing": float(label_smoothing),
+            "tile": tile, **more}
+
+
+def cross_entropy_forward(logits, labels, *, ignore_index=-100, label_smoothing=0.0, tile=None,
+                          out=None, skip=(), stream=None, context=None, alloc=None):
+    """Softmax cross entropy forward (KERNELS.md K9): logits [tokens, vocab]
+    bf16 or fp32 (any vocab), labels [tokens] int64 or int32 -> (loss,
+    sum_exp, max_logit) [tokens] fp32: loss = (1 - e)(lse - x_y) + e (lse -
+    mean x) (torch's label smoothing e), S = sum exp(x - m), m = max x;
+    rows whose label is ignore_index give 0, 0, 0. One streaming pass with
+    an online max, fp64 sums. As linghe's
+    triton_softmax_cross_entropy_forward (skip=("sum_exp", "max_logit")
+    leaves those unwritten)."""
+    r = call("lingen.cross_entropy_forward", "cross_entropy", "forward",
+             {"logits": logits, "labels": labels},
+             _ce_options(ignore_index, label_smoothing, tile), out=out, skip=skip,
+             stream=stream, context=context, alloc=alloc)
+    return r["loss"], r["sum_exp"], r["max_logit"]
+
+
+def cross_entropy_fused(logits, labels, g, *, ignore_index=-100, label_smoothing=0.0,
+                        inplace=False, tile=None, out=None, skip=(), stream=None, context=None,
+                        alloc=None):
+    """The forward and the gradient in one kernel, for an output gradient
+    that is the same on every row: g [1] fp32 on the device (1 / count for
+    the mean, 1 for the sum). -> (loss, sum_exp, max_logit, grad), grad in
+    logits' type; with inplace=True grad is the logits, overwritten. The
+    row is read twice, the second time from L2 (see gen/cross_entropy.c)."""
+    r = call("lingen.cross_entropy_fused", "cross_entropy", "forward",
+             {"logits": logits, "labels": labels, "g": g},
+             _ce_options(ignore_index, label_smoothing, tile, fused=True, inplace=bool(inplace)),
+             out=out, skip=skip, stream=stream, context=context, alloc=alloc)
+    return r["loss"], r["sum_exp"], r["max_logit"], logits if inplace else r["grad"]
+
+
+def cross_entropy_backward(logits, labels, sum_exp, max_logit, dloss, *, ignore_index=-100,
+                           label_smoothing=0.0, inplace=False, vocab_start=None, classes=None,
+                           tile=None, out=None, stream=None, context=None, alloc=None):
+    """Softmax cross entropy backward: grad = (exp(x - m) / S - (1 - e)
+    onehot(y) - e / C) * dloss[row] in logits' type, zero on ignored rows;
+    dloss [tokens] fp32. inplace=True writes it over the logits (returns
+    them). A vocab shard (vocab_start given): logits are the shard's
+    columns [vocab_start, vocab_start + vocab) of C = classes, S and m the
+    merged ones (cross_entropy_merge). As linghe's
+    triton_softmax_cross_entropy_backward."""
+    opts = _ce_options(ignore_index, label_smoothing, tile, inplace=bool(inplace))
+    sizes = None
+    if vocab_start is not None:
+        opts["part"] = "shard"
+        opts["classes"] = int(classes) if classes else 0
+        sizes = {"vocab_start": int(vocab_start)}
+    r = call("lingen.cross_entropy_backward", "cross_entropy", "backward",
+             {"logits": logits, "labels": labels, "sum_exp": sum_exp, "max_logit": max_logit,
+              "dloss": dloss}, opts, sizes=sizes, out=out, stream=stream, context=context,
+             alloc=alloc)
+    return logits if inplace else r["grad"]
+
+
+def cross_entropy_shard_stats(logits, labels, vocab_start, classes, *, ignore_index=-100,
+                              label_smoothing=0.0, tile=None, out=None, stream=None, context=None,
+                              alloc=None):
+    """Vocab parallel, per shard: this rank's logits [tokens, vocab] (the
+    columns [vocab_start, vocab_start + vocab) of classes), labels (global
+    column indices) -> stats [tokens, 6] fp32 (m, S hi, S lo, target logit
+    or -inf, sum x hi, lo). All-gather them into [shards, tokens, 6] for
+    cross_entropy_merge."""
+    r = call("lingen.cross_entropy_shard_stats", "cross_entropy", "forward",
+             {"logits": logits, "labels": labels},
+             _ce_options(ignore_index, label_smoothing, tile, part="shard", classes=int(classes)),
+             sizes={"vocab_start": int(vocab_start)}, out=out, stream=stream, context=context,
+             alloc=alloc)
+    return r["stats"]
+
+
+def cross_entropy_merge(stats, labels, classes, *, ignore_index=-100, label_smoothing=0.0,
+                        tile=None, out=None, skip=(), stream=None, context=None, alloc=None):
+    """Vocab parallel: the gathered stats [shards, tokens, 6] -> (loss,
+    sum_exp, max_logit) of the whole rows (classes columns), for
+    cross_entropy_backward of each shard."""
+    r = call("lingen.cross_entropy_merge", "cross_entropy", "forward",
+             {"stats_in": stats, "labels": labels},
+             _ce_options(ignore_index, label_smoothing, tile, part="merge", vocab=int(classes)),
+             out=out, skip=skip, stream=stream, context=context, alloc=alloc)
+    return r["loss"], r["sum_exp"], r["max_logit"]

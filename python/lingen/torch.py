@@ -50,6 +50,8 @@ def _default(k):
         return "=True" if k.default else "=False"
     if k.type == "enum":
         return f'="{k.default}"'
+    if k.type == "number":  # 0, not 0.0, in the declaration: a float literal for torch
+        return f"={float(k.default)!r}"
     return f"={k.default!r}"
 
 
@@ -462,6 +464,98 @@ def group_rms_norm_gate_backward(dy, x, gate, weight, eps=1e-6, groups=4, transp
                          groups=groups, transpose=bool(transpose),
                          shared_weight=weight.shape[0] != x3.shape[-1])
     return dx.view(x.shape), dgate.view(gate.shape), dw
+
+
+# ------------------------------------------------ softmax cross entropy (K9)
+
+def _ce_count(labels, ignore_index):
+    """The rows that count for the mean (fp32, on the device: no sync)."""
+    return (labels != ignore_index).sum().float()
+
+
+class CrossEntropyFunction(torch.autograd.Function):
+    """F.cross_entropy(logits, labels, ignore_index=, label_smoothing=,
+    reduction=) for 2-D logits [tokens, vocab] (bf16 or fp32; labels int64
+    or int32) with lingen's kernels (KERNELS.md K9): loss in fp64-accurate
+    fp32, returned in logits' dtype as torch does. The mean is over the rows
+    whose label is not ignore_index (nan when there are none, as torch).
+
+    fused=True (reduction "mean" or "sum"): the forward also writes the
+    gradient for the output gradient 1 (the usual loss.backward()), saving
+    the backward's read of the logits; the backward scales it when the
+    output gradient is not 1 (a check that synchronises the stream).
+    inplace=True writes the gradient over the logits (in the backward, or
+    in the fused forward: the logits are then gone after the forward)."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, ignore_index=-100, label_smoothing=0.0, reduction="mean",
+                fused=False, inplace=False):
+        from . import ops
+        if reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"reduction: found {reduction!r}, expected 'mean', 'sum' or 'none'")
+        if fused and reduction == "none":
+            raise ValueError("fused=True needs a uniform output gradient: reduction 'mean' or 'sum'")
+        kw = dict(ignore_index=int(ignore_index), label_smoothing=float(label_smoothing))
+        count = _ce_count(labels, ignore_index) if reduction == "mean" else None
+        if fused:
+            g = (1.0 / count if count is not None else torch.ones((), device=logits.device)).reshape(1)
+            loss, _, _, grad = ops.cross_entropy_fused(logits, labels, g.float().contiguous(),
+                                                       inplace=inplace, skip=("sum_exp", "max_logit"),
+                                                       **kw)
+            ctx.save_for_backward(grad)
+        else:
+            loss, s, m = ops.cross_entropy_forward(logits, labels, **kw)
+            ctx.save_for_backward(logits, labels, s, m, count if count is not None else s[:0])
+        ctx.kw, ctx.reduction, ctx.fused, ctx.inplace = kw, reduction, fused, inplace
+        if reduction == "none":
+            return loss.to(logits.dtype)
+        total = loss.sum()
+        return (total / count if count is not None else total).to(logits.dtype)
+
+    @staticmethod
+    def backward(ctx, dout):
+        from . import ops
+        if ctx.fused:
+            (grad,) = ctx.saved_tensors
+            if not bool(torch.equal(dout.float(), torch.ones_like(dout, dtype=torch.float32))):
+                grad = grad * dout.to(grad.dtype)
+            return grad, None, None, None, None, None, None
+        logits, labels, s, m, count = ctx.saved_tensors
+        if ctx.reduction == "none":
+            dloss = dout.float().contiguous()
+        else:
+            g = dout.float() / count if ctx.reduction == "mean" else dout.float()
+            dloss = g.reshape(1).expand(logits.shape[0]).contiguous()
+        grad = ops.cross_entropy_backward(logits, labels, s, m, dloss, inplace=ctx.inplace,
+                                          **ctx.kw)
+        return grad, None, None, None, None, None, None
+
+
+def cross_entropy(logits, labels, ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                  fused=False, inplace=False):
+    """A drop-in for torch.nn.functional.cross_entropy on 2-D logits
+    [tokens, vocab] (bf16 or fp32) and labels [tokens] (int64 or int32),
+    differentiable; see CrossEntropyFunction for fused and inplace."""
+    return CrossEntropyFunction.apply(logits, labels, ignore_index, label_smoothing, reduction,
+                                      fused, inplace)
+
+
+def cross_entropy_forward(logits, labels, ignore_index=-100, label_smoothing=0.0):
+    """(loss, sum_exp, max_logit) [tokens] fp32 without autograd, as linghe's
+    triton_softmax_cross_entropy_forward."""
+    from . import ops
+    return ops.cross_entropy_forward(logits, labels, ignore_index=ignore_index,
+                                     label_smoothing=label_smoothing)
+
+
+def cross_entropy_backward(logits, labels, sum_exp, max_logit, output_grad, ignore_index=-100,
+                           inplace=False, label_smoothing=0.0):
+    """The logits' gradient, as linghe's triton_softmax_cross_entropy_backward
+    (output_grad [tokens] fp32)."""
+    from . import ops
+    return ops.cross_entropy_backward(logits, labels, sum_exp, max_logit,
+                                      output_grad.float().contiguous(), ignore_index=ignore_index,
+                                      label_smoothing=label_smoothing, inplace=inplace)
 
 
 # ------------------------------------------------ tensor lists (K10, K11)

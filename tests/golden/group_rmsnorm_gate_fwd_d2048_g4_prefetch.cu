@@ -50,6 +50,20 @@ static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 	return lg_sumsq_bf16x2(acc, v.w);
 }
 
+// Value i (0 to 7) of the eight bf16 in v, as fp32.
+static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)
+{
+	const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
+	return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);
+}
+
+// Eight floats to eight bf16 (RNE), in order.
+static __device__ __forceinline__ lg_u32x4 lg_pack_bf16x8(const float v[8])
+{
+	return lg_u32x4{lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),
+		lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};
+}
+
 // Butterfly fp64 sum of v over the lanes whose ids differ only in the bits
 // from `from` to `to` (powers of two); every lane of the group gets it.
 static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
@@ -90,18 +104,6 @@ static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 static __device__ __forceinline__ float lg_rrms(double sumsq)
 {
 	return (float)(1.0 / sqrt(sumsq / 512.0 + 1e-06));
-}
-// Value i (0 to 7) of the eight bf16 in v, as fp32.
-static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)
-{
-	const u32 w = i < 2 ? v.x : i < 4 ? v.y : i < 6 ? v.z : v.w;
-	return i & 1 ? lg_bf16_hi(w) : lg_bf16_lo(w);
-}
-// Eight floats to eight bf16 (RNE), in order.
-static __device__ __forceinline__ lg_u32x4 lg_pack_bf16x8(const float v[8])
-{
-	return lg_u32x4{lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),
-		lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};
 }
 // sigmoid in fp32: 1 / (1 + e^-v) (ex2.approx; 0 and 1 at the ends, never NaN).
 static __device__ __forceinline__ float lg_sigmoid(float v)

@@ -1,0 +1,936 @@
+/*
+ * cross_entropy.c - family "cross_entropy" (KERNELS.md K9): softmax cross
+ * entropy over logits [tokens, vocab] (bf16 or fp32) with labels [tokens]
+ * (int64 or int32, key `index`), ignore_index and torch's label smoothing.
+ *
+ * Math, per row with label y (lse = log sum_v exp(x_v), C the classes, e
+ * the label smoothing; exactly torch's F.cross_entropy(label_smoothing=e)):
+ *   loss = (1 - e) (lse - x_y) + e (lse - sum_v x_v / C)
+ *   grad_v = (exp(x_v - m) / S - (1 - e) [v == y] - e / C) g
+ * where m = max_v x_v and S = sum_v exp(x_v - m). Rows whose label is
+ * ignore_index get loss = S = m = 0 and a zero gradient. A label outside
+ * [0, C) that is not ignore_index gives loss +inf (torch raises instead).
+ *
+ * Parts (key `part`), each one kernel, for a vocab-parallel trainer that
+ * puts its own all-gather between them:
+ *   full   forward: loss, S, m; backward: grad (from S, m, g).
+ *   shard  forward over this rank's columns [vocab_start, vocab_start +
+ *          vocab) of C = `classes`: stats [tokens, 6] fp32 = m, S as a hi +
+ *          lo pair (S relative to this shard's m, kept to fp64 accuracy),
+ *          the target logit (-inf when the label is not in the shard), and
+ *          the sum of the shard's logits as a hi + lo pair (label smoothing;
+ *          0 without). Backward: the shard's grad from the merged S, m.
+ *   merge  forward: stats of every shard gathered as [shards, tokens, 6] ->
+ *          loss, S, m of the whole row (log-sum-exp merge in fp64).
+ *
+ * Strategy (full and shard): one row per CTA, `tile.threads` threads, each
+ * keeping `tile.unroll` 16-byte loads in flight per step (at 512 x 8: 64
+ * KiB a CTA, several CTAs an SM). The forward is one streaming pass with an
+ * online max: per step a thread takes the max of its values, rescales its
+ * sum when the max grows, and adds exp(x - m) (ex2.approx) of each 16-byte
+ * piece in fp32 (8 bf16 or 4 fp32 values) into an fp64 running sum; the
+ * CTA merges (m, S) by log-sum-exp in fp64. The backward streams the row
+ * again with 16-byte loads and stores (to a new buffer, or in place over
+ * the logits). Rows need not start 16-byte aligned (any vocab): a row's
+ * first and last values outside its aligned middle are handled one per
+ * thread.
+ *
+ * Fused forward + backward (`fused`, part full, a uniform output gradient
+ * g[0], e.g. 1/n for the mean): the gradient needs the row's final (m, S)
+ * before its first value, so the row is held or read twice:
+ *   - tile.cluster n > 1 (sm_90+, rows of whole 16-byte pieces; the default
+ *     there: the fewest CTAs whose slices fit 100 KiB, 4 at the target): a
+ *     cluster of n CTAs a row, each copying its slice of the row into
+ *     shared memory with cp.async (all in flight at once, at most 8 commit
+ *     groups a thread), merging (m, S) through distributed shared memory,
+ *     then writing the gradient from shared memory. HBM sees one read of
+ *     the logits and one write of the gradient, 2 x M x V values, instead
+ *     of forward + backward's 3 x M x V (at the target 5.15 GB, not 7.73).
+ *   - tile.cluster 1 (sm_80, odd vocabs): one CTA a row streams it twice;
+ *     the first pass reads with an L2 evict-last policy, the second with
+ *     evict-first, one CTA per SM (1024 threads: 132 rows live, about 41 MB
+ *     of bf16 rows at the target vocab, inside the H200's L2), so the second
+ *     read should come from L2 (ncu's L2 hit rate tells).
+ */
+#include <math.h>
+#include <stdio.h>
+
+#include "family.h"
+
+#include "error.h"
+#include "templates.h"
+
+#define STATS 6 /* values per row of a shard's statistics */
+
+enum {
+	K_VOCAB,
+	K_PART,
+	K_CLASSES,
+	K_INDEX,
+	K_IGNORE,
+	K_SMOOTH,
+	K_INPLACE,
+	K_FUSED,
+	K_TILE,
+	K_THREADS,
+	K_UNROLL,
+	K_CLUSTER,
+	NKEYS
+};
+enum { PART_FULL, PART_SHARD, PART_MERGE, PART_COUNT };
+static const char *const part_names[PART_COUNT] = {"full", "shard", "merge"};
+static const char *const index_names[2] = {"int64", "int32"};
+static const char *const index_words[2] = {"i64", "i32"};
+static const char *const inplace_words[2] = {"new", "inplace"};
+static const char *const fused_words[2] = {"nofused", "fused"};
+static const int64_t threads_ok[] = {128, 256, 512, 1024, 0};
+static const int64_t unroll_ok[] = {1, 2, 4, 8, 0};
+static const int64_t cluster_ok[] = {1, 2, 4, 8, 0};
+#define CLUSTER_SMEM (200 * 1024) /* a cluster CTA's slice of the row at most */
+#define CLUSTER_DEFAULT_SMEM (100 * 1024) /* the default: two CTAs an SM */
+
+static const struct lg_key keys[NKEYS] = {
+	[K_VOCAB] = LG_KEY_DIM("vocab", "v", 1, 1 << 26, 0,
+			       "columns of the logits (a shard's with part shard; the whole row with merge)"),
+	[K_PART] = {.path = "part", .type = LG_KEY_ENUM, .values = part_names, .nvalues = PART_COUNT,
+		    .has_def = true, .def = PART_FULL, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 11,
+		    .doc = "full rows; one vocab shard's statistics / gradient; or the merge of the shards'"},
+	[K_CLASSES] = {.path = "classes", .type = LG_KEY_INT, .min = 0, .max = INT32_MAX, .has_def = true,
+		       .def = 0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 12, .abbrev = "c",
+		       .doc = "the whole vocabulary C with part shard (label smoothing's e / C); 0: vocab"},
+	[K_INDEX] = {.path = "index", .type = LG_KEY_ENUM, .values = index_names, .nvalues = 2, .has_def = true,
+		     .def = 0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 20, .words = index_words,
+		     .doc = "element type of the labels"},
+	[K_IGNORE] = {.path = "ignore_index", .type = LG_KEY_INT, .min = INT32_MIN, .max = INT32_MAX,
+		      .has_def = true, .def = -100, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 21, .abbrev = "ii",
+		      .doc = "rows with this label get loss 0 and a zero gradient"},
+	[K_SMOOTH] = {.path = "label_smoothing", .type = LG_KEY_NUMBER, .lo = -1.0, .hi = 1.0, .has_def = true,
+		      .def_num = 0.0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 22, .abbrev = "ls",
+		      .doc = "e in [0, 1): torch's label smoothing (target (1 - e) onehot + e / C)"},
+	[K_INPLACE] = {.path = "inplace", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
+		       .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 23, .words = inplace_words,
+		       .doc = "the gradient written over the logits (grad not used)"},
+	[K_FUSED] = {.path = "fused", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
+		     .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 24, .words = fused_words,
+		     .doc = "forward, part full: also the gradient for a uniform output gradient g[0]"},
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_THREADS] = LG_KEY_TILE("threads", "n", 128, 1024, threads_ok, "threads per CTA (one row a CTA)"),
+	[K_UNROLL] = LG_KEY_TILE("unroll", "u", 1, 8, unroll_ok, "16-byte loads in flight per thread per step"),
+	[K_CLUSTER] = LG_KEY_TILE("cluster", "cl", 1, 8, cluster_ok,
+				  "fused forward: CTAs a row keeping it in shared memory (sm_90+, rows 16-byte "
+				  "aligned); 1: one CTA re-reading the row from L2"),
+};
+
+static const struct lg_size fwd_sizes[] = {
+	{"tokens", "M", 0, INT32_MAX, "rows of the logits", 0},
+	{"vocab_start", "V0", 0, INT32_MAX, "part shard: the shard's first column (else not read)", 0},
+	{"shards", "NS", 1, 65536, "part merge: shards gathered (else not read)", 2},
+};
+static const struct lg_size bwd_sizes[] = {
+	{"tokens", "M", 0, INT32_MAX, "rows of the logits", 0},
+	{"vocab_start", "V0", 0, INT32_MAX, "part shard: the shard's first column (else not read)", 0},
+};
+
+enum { F_LOGITS, F_LABELS, F_STATS_IN, F_G, F_LOSS, F_SUM, F_MAX, F_STATS, F_GRAD, F_NARGS };
+enum { B_LOGITS, B_LABELS, B_SUM, B_MAX, B_DLOSS, B_GRAD, B_NARGS };
+
+static const struct lg_arg fwd_args[F_NARGS] = {
+	[F_LOGITS] = {"logits", LG_ARG_IN, LG_ELEM_DTYPE, "tokens, vocab", 16, "written with inplace"},
+	[F_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 8, NULL},
+	[F_STATS_IN] = {"stats_in", LG_ARG_IN, LG_ELEM_FP32, "shards, tokens, 6", 16,
+			"part merge: every shard's stats, gathered"},
+	[F_G] = {"g", LG_ARG_IN, LG_ELEM_FP32, "1", 4, "fused: the output gradient of every row"},
+	[F_LOSS] = {"loss", LG_ARG_OUT, LG_ELEM_FP32, "tokens", 4, NULL},
+	[F_SUM] = {"sum_exp", LG_ARG_OPT_OUT, LG_ELEM_FP32, "tokens", 4, "S = sum exp(x - m)"},
+	[F_MAX] = {"max_logit", LG_ARG_OPT_OUT, LG_ELEM_FP32, "tokens", 4, "m"},
+	[F_STATS] = {"stats", LG_ARG_OUT, LG_ELEM_FP32, "tokens, 6", 16,
+		     "part shard: m, S hi, S lo, target logit, sum x hi, sum x lo"},
+	[F_GRAD] = {"grad", LG_ARG_OUT, LG_ELEM_DTYPE, "tokens, vocab", 16, "fused"},
+};
+static const struct lg_arg bwd_args[B_NARGS] = {
+	[B_LOGITS] = {"logits", LG_ARG_IN, LG_ELEM_DTYPE, "tokens, vocab", 16, "written with inplace"},
+	[B_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 8, NULL},
+	[B_SUM] = {"sum_exp", LG_ARG_IN, LG_ELEM_FP32, "tokens", 4, "S (the merged S with part shard)"},
+	[B_MAX] = {"max_logit", LG_ARG_IN, LG_ELEM_FP32, "tokens", 4, "m (the merged m with part shard)"},
+	[B_DLOSS] = {"dloss", LG_ARG_IN, LG_ELEM_FP32, "tokens", 4, "the output gradient per row"},
+	[B_GRAD] = {"grad", LG_ARG_OUT, LG_ELEM_DTYPE, "tokens, vocab", 16, "not used with inplace"},
+};
+
+enum { P_PART, P_THREADS, P_UNROLL, P_FUSED, P_BWD, P_INPLACE, P_CLUSTER, P_PER };
+
+static int part_of(const struct lg_spec *s)
+{
+	return (int)lg_spec_int(s, K_PART);
+}
+
+static lg_status validate(const struct lg_spec *s, const char *where)
+{
+	double e = lg_spec_num(s, K_SMOOTH);
+	int part = part_of(s);
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int64_t v = lg_spec_int(s, K_VOCAB), c = lg_spec_int(s, K_CLASSES);
+	if (!(e >= 0.0))
+		return lg_spec_error(where, "label_smoothing: found %g, allowed: 0 <= e < 1", e);
+	if (bwd && part == PART_MERGE)
+		return lg_spec_error(where, "part: found \"merge\" with pass \"backward\", allowed: \"full\" or "
+					    "\"shard\" (the merge is a forward kernel)");
+	if (lg_spec_int(s, K_FUSED) && (bwd || part != PART_FULL))
+		return lg_spec_error(where, "fused: found true with pass \"%s\" and part \"%s\", allowed: "
+					    "pass \"forward\" with part \"full\"",
+				     lg_pass_names[s->pass], part_names[part]);
+	if (lg_spec_int(s, K_INPLACE) && !bwd && !lg_spec_int(s, K_FUSED))
+		return lg_spec_error(where, "inplace: found true in a forward without fused, allowed: the backward, "
+					    "or the fused forward (which writes a gradient)");
+	if (c != 0 && part != PART_SHARD && c != v)
+		return lg_spec_error(where, "classes: found %lld with part \"%s\", allowed: 0 or vocab = %lld "
+					    "(only a shard's vocab differs from the classes)",
+				     (long long)c, part_names[part], (long long)v);
+	if (c != 0 && c < v)
+		return lg_spec_error(where, "classes: found %lld, allowed: 0 or at least vocab = %lld",
+				     (long long)c, (long long)v);
+	if (lg_spec_has(s, K_CLUSTER) && lg_spec_int(s, K_CLUSTER) > 1) {
+		int64_t n = lg_spec_int(s, K_CLUSTER), esz = s->dtype == LG_DTYPE_FP32 ? 4 : 2;
+		if (!lg_spec_int(s, K_FUSED))
+			return lg_spec_error(where, "tile.cluster: found %lld, allowed: 1 without fused (only the "
+						    "fused forward keeps rows in shared memory)", (long long)n);
+		if ((v * esz) % 16 != 0)
+			return lg_spec_error(where, "tile.cluster: found %lld with vocab %lld, allowed: 1 (a row "
+						    "must span whole 16-byte pieces: vocab a multiple of %lld)",
+					     (long long)n, (long long)v, (long long)(16 / esz));
+		if ((v * esz / 16 + n - 1) / n * 16 > CLUSTER_SMEM)
+			return lg_spec_error(where, "tile.cluster: found %lld with vocab %lld, allowed: enough CTAs "
+						    "that a row's slice fits %d KiB of shared memory",
+					     (long long)n, (long long)v, CLUSTER_SMEM / 1024);
+	}
+	return LG_OK;
+}
+
+static void uses(const struct lg_spec *s, unsigned char *used)
+{
+	int part = part_of(s);
+	if (s->pass == LG_PASS_BACKWARD) {
+		if (lg_spec_int(s, K_INPLACE))
+			used[B_GRAD] = 0;
+		return;
+	}
+	bool fused = lg_spec_int(s, K_FUSED) != 0;
+	if (part == PART_MERGE)
+		used[F_LOGITS] = 0;
+	if (part != PART_MERGE)
+		used[F_STATS_IN] = 0;
+	if (!fused)
+		used[F_G] = 0;
+	if (!fused || lg_spec_int(s, K_INPLACE))
+		used[F_GRAD] = 0;
+	if (part == PART_SHARD)
+		used[F_LOSS] = used[F_SUM] = used[F_MAX] = 0;
+	else
+		used[F_STATS] = 0;
+}
+
+static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	bool fused = lg_spec_int(s, K_FUSED) != 0, bwd = s->pass == LG_PASS_BACKWARD;
+	p->v[P_PART] = part_of(s);
+	p->v[P_FUSED] = fused;
+	p->v[P_BWD] = bwd;
+	p->v[P_INPLACE] = lg_spec_int(s, K_INPLACE);
+	/* defaults: 512 threads x 8 loads; the fused forward 1024 x 8 (one
+	 * CTA an SM, so the rows in flight fit in L2 for the second read) */
+	p->tile[K_THREADS] = p->v[P_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS)
+							: fused ? 1024 : 512;
+	p->tile[K_UNROLL] = p->v[P_UNROLL] = lg_spec_has(s, K_UNROLL) ? lg_spec_int(s, K_UNROLL) : 8;
+	if (p->v[P_PART] == PART_MERGE)
+		p->tile[K_THREADS] = p->v[P_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 256;
+	/* the fused forward's cluster: the spec's; else on sm_90+ with aligned
+	 * rows the fewest CTAs (2, 4, 8) whose slices fit CLUSTER_DEFAULT_SMEM
+	 * (two CTAs an SM); else 1 (the L2 second pass) */
+	int64_t esz = s->dtype == LG_DTYPE_FP32 ? 4 : 2, v = lg_spec_int(s, K_VOCAB), nb = v * esz / 16;
+	int64_t n = 1;
+	if (lg_spec_has(s, K_CLUSTER)) {
+		n = lg_spec_int(s, K_CLUSTER);
+	} else if (fused && t->sm >= 90 && (v * esz) % 16 == 0) {
+		for (int64_t c = 2; c <= 8 && n == 1; c *= 2)
+			if ((nb + c - 1) / c * 16 <= CLUSTER_DEFAULT_SMEM)
+				n = c;
+	}
+	if (n > 1 && t->sm < 90)
+		return lg_fail(LG_ERR_SPEC, "%s: tile.cluster: found %lld, allowed for %s: 1 (clusters need sm_90 "
+			       "or later)", s->entry, (long long)n, t->name);
+	p->tile[K_CLUSTER] = p->v[P_CLUSTER] = n;
+	p->v[P_PER] = n > 1 ? (nb + n - 1) / n : 0;
+	if (n > 1) {
+		p->cluster[0] = (unsigned)n;
+		if (!lg_spec_has(s, K_THREADS))
+			p->tile[K_THREADS] = p->v[P_THREADS] = 512;
+	}
+	p->nentries = 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	return LG_OK;
+}
+
+static void geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d)
+{
+	(void)e;
+	int64_t m = sizes[0], n = p->v[P_THREADS];
+	*d = (struct lg_launch_dim){.grid = {(unsigned)m, 1, 1}, .block = {(unsigned)n, 1, 1}};
+	if (p->v[P_PART] == PART_MERGE)
+		d->grid[0] = (unsigned)((m + n - 1) / n);
+	if (p->v[P_CLUSTER] > 1) { /* a cluster of P_CLUSTER CTAs a row, each a slice in shared memory */
+		int64_t cl = p->v[P_CLUSTER] * m;
+		d->grid[0] = cl > UINT32_MAX ? UINT32_MAX : (unsigned)cl;
+		d->smem = (unsigned)(p->v[P_PER] * 16);
+	}
+}
+
+/* ------------------------------------------------------------ emission */
+
+struct shape {
+	int64_t v, c;     /* vocab (columns of this kernel's rows), classes */
+	int esz, vec;     /* bytes per logit, logits per 16 bytes */
+	int threads, unroll;
+	bool f32, aligned; /* every row starts 16-byte aligned */
+	bool smooth, i32, bwd, fused, inplace;
+	int part;
+	double e;
+	int64_t ignore;
+};
+
+static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = {.v = lg_spec_int(s, K_VOCAB), .f32 = s->dtype == LG_DTYPE_FP32,
+			  .threads = (int)p->v[P_THREADS], .unroll = (int)p->v[P_UNROLL],
+			  .i32 = lg_spec_int(s, K_INDEX) == 1, .bwd = p->v[P_BWD] != 0, .fused = p->v[P_FUSED] != 0,
+			  .inplace = p->v[P_INPLACE] != 0, .part = (int)p->v[P_PART],
+			  .e = lg_spec_num(s, K_SMOOTH), .ignore = lg_spec_int(s, K_IGNORE)};
+	k.c = lg_spec_int(s, K_CLASSES) ? lg_spec_int(s, K_CLASSES) : k.v;
+	k.esz = k.f32 ? 4 : 2;
+	k.vec = 16 / k.esz;
+	k.aligned = (k.v * k.esz) % 16 == 0;
+	k.smooth = k.e > 0.0;
+	return k;
+}
+
+/* The shared helper that reads value i of a 16-byte piece (templates/). */
+static const char *at_of(const struct shape *k)
+{
+	return k->f32 ? "lg_f32_at" : "lg_bf16_at";
+}
+
+/* A float literal that reads back as v in fp32. */
+static void flit(char *out, size_t n, double v)
+{
+	snprintf(out, n, "%.9ef", (double)(float)v);
+}
+
+/* -inf in fp32 (NVRTC has no math.h). */
+static void emit_ninf(lg_buf *b)
+{
+	lg_line(b, "static __device__ __forceinline__ float lg_ce_ninf(void) { return __int_as_float(0xff800000); }");
+}
+
+static void emit_helpers(lg_buf *b, const struct shape *k)
+{
+	bool one = !k->bwd || !k->aligned; /* a single logit: the forward's target, unaligned ends */
+	if (!k->bwd)
+		emit_ninf(b);
+	lg_comment(b, "e^d for d <= 0 in fp32: ex2.approx(d log2 e), 0 for -inf.");
+	lg_line(b, "static __device__ __forceinline__ float lg_ce_exp(float d)");
+	lg_open(b, "{");
+	lg_line(b, "float r;");
+	lg_line(b, "asm(\"ex2.approx.ftz.f32 %%0, %%1;\" : \"=f\"(r) : \"f\"(d * 1.44269504088896341f));");
+	lg_line(b, "return r;");
+	lg_close(b);
+	if (one) {
+		lg_comment(b, "Logit j of a row (byte pointer) as fp32.");
+		lg_line(b, "static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)");
+		lg_open(b, "{");
+		if (k->f32)
+			lg_line(b, "return ((const float *)row)[j];");
+		else
+			lg_line(b, "return lg_u2f((u32)((const u16 *)row)[j] << 16);");
+		lg_close(b);
+	}
+	if ((k->bwd || k->fused) && !k->aligned) {
+		lg_comment(b, "Store one gradient value at column j of a row (byte pointer).");
+		lg_line(b, "static __device__ __forceinline__ void lg_ce_put(u8 *row, i64 j, float v)");
+		lg_open(b, "{");
+		if (k->f32)
+			lg_line(b, "((float *)row)[j] = v;");
+		else
+			lg_line(b, "((u16 *)row)[j] = (u16)(lg_pack_bf16x2(v, 0.0f) & 0xffffu);");
+		lg_close(b);
+	}
+}
+
+/* The row's geometry: xr (its bytes), the head values before its first
+ * 16-byte boundary (h), its whole pieces (nb) from byte offset hb, and
+ * the tail values after them (tl). */
+static void emit_row_geometry(lg_buf *b, const struct shape *k, const char *ptr)
+{
+	lg_line(b, "const u8 *const xr = (const u8 *)%s + row * %lld;", ptr, (long long)(k->v * k->esz));
+	if (k->aligned) {
+		lg_line(b, "const i64 nb = %lld; // whole pieces (rows start 16-byte aligned)",
+			(long long)(k->v / k->vec));
+	} else {
+		lg_comment(b, "Rows are not 16-byte aligned: head values, whole pieces, tail values.");
+		lg_line(b, "const int h = (int)(((16u - (u32)((u64)xr & 15u)) & 15u) / %d);", k->esz);
+		lg_line(b, "const int hh = h < %lld ? h : %lld;", (long long)k->v, (long long)k->v);
+		lg_line(b, "const i64 nb = (%lld - hh) / %d;", (long long)k->v, k->vec);
+		lg_line(b, "const int tl = (int)(%lld - hh - nb * %d);", (long long)k->v, k->vec);
+	}
+	lg_line(b, "const u8 *const xb = xr + %s * %d; // the whole pieces", k->aligned ? "0" : "hh", k->esz);
+}
+
+/* The label of the row: y (i64), ign. */
+static void emit_label(lg_buf *b, const struct shape *k)
+{
+	lg_line(b, "const i64 y = (i64)((const %s *)labels)[row];", k->i32 ? "int" : "i64");
+	lg_line(b, "const bool ign = y == %lldLL;", (long long)k->ignore);
+}
+
+/* One step of the forward's streaming pass over pieces [base, base +
+ * threads x unroll), `checked` when some may be past nb. */
+static void emit_fwd_step(lg_buf *b, const struct shape *k, bool checked, bool keep)
+{
+	lg_line(b, "lg_u32x4 v[%d];", k->unroll);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int u = 0; u < %d; u++) {", k->unroll);
+	lg_line(b, "const i64 c = base + u * %d + t;", k->threads);
+	if (checked)
+		lg_line(b, "v[u] = lg_u32x4{%s};", k->f32 ? "0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u"
+							  : "0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u");
+	lg_line(b, "%sv[u] = %s;", checked ? "if (c < nb) " : "",
+		keep ? "lg_ld16_last(xb + c * 16, pol)" : "lg_ld16(xb + c * 16)");
+	lg_close(b);
+	lg_line(b, "float bm = lg_ce_ninf();");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int u = 0; u < %d; u++)", k->unroll);
+	lg_line(b, "\tfor (int i = 0; i < %d; i++) bm = fmaxf(bm, %s(v[u], i));", k->vec, at_of(k));
+	lg_open(b, "if (bm > mt) {");
+	lg_line(b, "st *= (double)lg_ce_exp(mt - bm);");
+	lg_line(b, "mt = bm;");
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int u = 0; u < %d; u++) {", k->unroll);
+	lg_line(b, "float p = 0.0f;");
+	if (k->smooth)
+		lg_line(b, "float q = 0.0f;");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->vec);
+	lg_line(b, "const float x = %s(v[u], i);", at_of(k));
+	lg_line(b, "p += lg_ce_exp(x - mt);");
+	if (k->smooth)
+		lg_line(b, "q += %sx;", checked ? "x == lg_ce_ninf() ? 0.0f : " : "");
+	lg_close(b);
+	lg_line(b, "st += (double)p;");
+	if (k->smooth)
+		lg_line(b, "sx += (double)q;");
+	lg_close(b);
+}
+
+static void emit_cta_reduce(lg_buf *b, const struct shape *k, const char *m, const char *sum);
+
+/* The forward's pass over one row: mt, st (and sx) per thread, then the
+ * CTA's M, S (and SX) in every thread. */
+static void emit_fwd_pass(lg_buf *b, const struct shape *k)
+{
+	int step = k->threads * k->unroll;
+	lg_line(b, "float mt = lg_ce_ninf();");
+	lg_line(b, "double st = 0.0%s;", k->smooth ? ", sx = 0.0" : "");
+	if (!k->aligned) {
+		lg_comment(b, "The head and tail values: one a thread (at most 7 each).");
+		lg_open(b, "for (int j = t; j < hh + tl; j += %d) {", k->threads);
+		lg_line(b, "const float x = lg_ce_one(xr, j < hh ? j : hh + nb * %d + (j - hh));", k->vec);
+		lg_line(b, "if (x > mt) { st *= (double)lg_ce_exp(mt - x); mt = x; }");
+		lg_line(b, "st += (double)lg_ce_exp(x - mt);");
+		if (k->smooth)
+			lg_line(b, "sx += (double)x;");
+		lg_close(b);
+	}
+	lg_line(b, "i64 base = 0;");
+	lg_open(b, "for (; base + %d <= nb; base += %d) {", step, step);
+	emit_fwd_step(b, k, false, k->fused);
+	lg_close(b);
+	lg_open(b, "if (base < nb) {");
+	emit_fwd_step(b, k, true, k->fused);
+	lg_close(b);
+	emit_cta_reduce(b, k, "mr", "S");
+}
+
+/* The CTA's max and sum from each thread's mt, st (and sx): const float
+ * <m>, const double <sum> in every thread (and the shared bX: the sum of
+ * the logits). */
+static void emit_cta_reduce(lg_buf *b, const struct shape *k, const char *m, const char *sum)
+{
+	lg_comment(b, "The CTA's max and sum: log-sum-exp merges in fp64, warps then CTA.");
+	lg_line(b, "__shared__ float sm[%d];", k->threads / 32);
+	lg_line(b, "__shared__ double ss[%d]%s;", k->threads / 32, k->smooth ? ", sq[32]" : "");
+	lg_line(b, "__shared__ float bM;");
+	lg_line(b, "__shared__ double bS%s;", k->smooth ? ", bX" : "");
+	lg_line(b, "const float mw = lg_max_xor(mt, 1, 16);");
+	lg_line(b, "double sw = mt == lg_ce_ninf() ? 0.0 : st * (double)lg_ce_exp(mt - mw);");
+	lg_line(b, "sw = lg_dsum_xor(sw, 1, 16);");
+	if (k->smooth)
+		lg_line(b, "sx = lg_dsum_xor(sx, 1, 16);");
+	lg_open(b, "if ((t & 31) == 0) {");
+	lg_line(b, "sm[t >> 5] = mw;");
+	lg_line(b, "ss[t >> 5] = sw;");
+	if (k->smooth)
+		lg_line(b, "sq[t >> 5] = sx;");
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_open(b, "if (t == 0) {");
+	lg_line(b, "float mr = lg_ce_ninf();");
+	lg_line(b, "for (int w = 0; w < %d; w++) mr = fmaxf(mr, sm[w]);", k->threads / 32);
+	lg_line(b, "double S = 0.0%s;", k->smooth ? ", X = 0.0" : "");
+	lg_open(b, "for (int w = 0; w < %d; w++) {", k->threads / 32);
+	lg_line(b, "if (sm[w] != lg_ce_ninf()) S += ss[w] * exp((double)sm[w] - (double)mr);");
+	if (k->smooth)
+		lg_line(b, "X += sq[w];");
+	lg_close(b);
+	lg_line(b, "bM = mr;");
+	lg_line(b, "bS = S;");
+	if (k->smooth)
+		lg_line(b, "bX = X;");
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "const float %s = bM;", m);
+	lg_line(b, "const double %s = bS;", sum);
+}
+
+/* The gradient of one value x at column expression `col` (local): gv. */
+static void emit_grad_value(lg_buf *b, const struct shape *k, const char *x, const char *col)
+{
+	(void)k;
+	lg_line(b, "float gv = lg_ce_exp(%s - mr) * gs - ge;", x);
+	lg_line(b, "if (%s == yl) gv -= gy;", col);
+}
+
+/* The gradient of the 16-byte piece `v` (piece `c` of the row's whole
+ * pieces, stored at gb + <dst> * 16), from mr, gs, ge, gy and the label's
+ * piece yq and value yr. */
+static void emit_grad_piece(lg_buf *b, const struct shape *k, const char *v, const char *c, const char *dst)
+{
+	lg_line(b, "float o[%d];", k->vec);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->vec);
+	lg_line(b, "o[i] = lg_ce_exp(%s(%s, i) - mr) * gs - ge;", at_of(k), v);
+	lg_close(b);
+	lg_line(b, "if (%s == yq)", c);
+	lg_line(b, "\tfor (int i = 0; i < %d; i++) o[i] -= i == yr ? gy : 0.0f;", k->vec);
+	lg_line(b, "lg_st16_cs(gb + %s * 16, %s(o));", dst, k->f32 ? "lg_pack_f32x4" : "lg_pack_bf16x8");
+}
+
+/* The streaming gradient pass over the row: grad (or the logits in place)
+ * from M, gs = g / S, gy = (1 - e) g, ge = e g / C, yl the local label. */
+static void emit_grad_pass(lg_buf *b, const struct shape *k, bool last_read)
+{
+	int step = k->threads * k->unroll;
+	lg_line(b, "u8 *const gr = (u8 *)%s + row * %lld;", k->inplace ? "logits" : "grad",
+		(long long)(k->v * k->esz));
+	lg_line(b, "u8 *const gb = gr + (xb - xr);");
+	if (!k->aligned) {
+		lg_open(b, "for (int j = t; j < hh + tl; j += %d) {", k->threads);
+		lg_line(b, "const i64 col = j < hh ? j : hh + nb * %d + (j - hh);", k->vec);
+		lg_line(b, "const float x = lg_ce_one(xr, col);");
+		emit_grad_value(b, k, "x", "col");
+		lg_line(b, "lg_ce_put(gr, col, gv);");
+		lg_close(b);
+	}
+	lg_line(b, "const i64 yb = yl - (i64)(xb - xr) / %d; // the label's place among the pieces' values",
+		k->esz);
+	lg_line(b, "const i64 yq = yb >= 0 ? yb / %d : -1; // its piece", k->vec);
+	lg_line(b, "const int yr = (int)(yb - yq * %d); // its value in the piece", k->vec);
+	lg_open(b, "for (i64 base = 0; base < nb; base += %d) {", step);
+	lg_line(b, "lg_u32x4 v[%d];", k->unroll);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int u = 0; u < %d; u++) {", k->unroll);
+	lg_line(b, "const i64 c = base + u * %d + t;", k->threads);
+	lg_line(b, "if (c < nb) v[u] = %s(xb + c * 16);", last_read ? "lg_ld16_cs" : "lg_ld16");
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int u = 0; u < %d; u++) {", k->unroll);
+	lg_line(b, "const i64 c = base + u * %d + t;", k->threads);
+	lg_line(b, "if (c >= nb) continue;");
+	emit_grad_piece(b, k, "v[u]", "c", "c");
+	lg_close(b);
+	lg_close(b);
+}
+
+/* Zeros over the gradient's row (an ignored row). */
+static void emit_zero_row(lg_buf *b, const struct shape *k)
+{
+	lg_line(b, "u8 *const gr = (u8 *)%s + row * %lld;", k->inplace ? "logits" : "grad",
+		(long long)(k->v * k->esz));
+	if (k->aligned) {
+		lg_line(b, "for (i64 c = t; c < %lld; c += %d)", (long long)(k->v / k->vec), k->threads);
+		lg_line(b, "\tlg_st16_cs(gr + c * 16, lg_u32x4{0u, 0u, 0u, 0u});");
+	} else {
+		lg_line(b, "for (i64 j = t; j < %lld; j += %d) lg_ce_put(gr, j, 0.0f);", (long long)k->v,
+			k->threads);
+	}
+}
+
+static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(s, p);
+	char e1[32], ec[32], ls[32];
+	flit(e1, sizeof e1, 1.0 - k.e);
+	flit(ec, sizeof ec, k.e / (double)k.c);
+	snprintf(ls, sizeof ls, "%.17g", k.e);
+	lg_section(b, p->entry[0], k.part == PART_SHARD ? "cross entropy, one vocab shard's statistics"
+					    : k.fused ? "cross entropy, fused forward + backward"
+						      : "cross entropy, forward");
+	lg_comment(b, "One row a CTA of %d threads, %d 16-byte loads in flight each a step; %lld columns.",
+		   k.threads, k.unroll, (long long)k.v);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.threads);
+	lg_open(b, "{");
+	lg_line(b, "const i64 row = blockIdx.x;");
+	lg_line(b, "const int t = threadIdx.x;");
+	emit_label(b, &k);
+	lg_open(b, "if (ign) {");
+	lg_open(b, "if (t == 0) {");
+	if (k.part == PART_SHARD) {
+		lg_line(b, "for (int i = 0; i < %d; i++) ((float *)stats)[row * %d + i] = 0.0f;", STATS, STATS);
+	} else {
+		lg_line(b, "((float *)loss)[row] = 0.0f;");
+		lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = 0.0f;");
+		lg_line(b, "if (max_logit) ((float *)max_logit)[row] = 0.0f;");
+	}
+	lg_close(b);
+	if (k.fused)
+		emit_zero_row(b, &k);
+	lg_line(b, "return;");
+	lg_close(b);
+	if (k.fused)
+		lg_line(b, "const u64 pol = lg_policy_evict_last();");
+	emit_row_geometry(b, &k, "logits");
+	if (k.part == PART_SHARD) {
+		lg_line(b, "const i64 yl = y - V0; // the label's column in this shard");
+		lg_line(b, "const float xy = yl >= 0 && yl < %lld ? lg_ce_one(xr, yl) : lg_ce_ninf();", (long long)k.v);
+	} else {
+		lg_line(b, "const i64 yl = y;");
+		lg_line(b, "const float xy = yl >= 0 && yl < %lld ? lg_ce_one(xr, yl) : lg_ce_ninf();", (long long)k.v);
+	}
+	emit_fwd_pass(b, &k);
+	lg_open(b, "if (t == 0) {");
+	if (k.part == PART_SHARD) {
+		lg_line(b, "float *const o = (float *)stats + row * %d;", STATS);
+		lg_line(b, "const float shi = (float)S;");
+		lg_line(b, "o[0] = mr;");
+		lg_line(b, "o[1] = shi;");
+		lg_line(b, "o[2] = (float)(S - (double)shi);");
+		lg_line(b, "o[3] = xy;");
+		if (k.smooth) {
+			lg_line(b, "const float xhi = (float)bX;");
+			lg_line(b, "o[4] = xhi;");
+			lg_line(b, "o[5] = (float)(bX - (double)xhi);");
+		} else {
+			lg_line(b, "o[4] = 0.0f;");
+			lg_line(b, "o[5] = 0.0f;");
+		}
+	} else {
+		lg_line(b, "const double lse = log(S) + (double)mr;");
+		if (k.smooth) {
+			lg_line(b, "const double e = %s; // label smoothing", ls);
+			lg_line(b, "const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - bX / %lld.0);",
+				(long long)k.c);
+		} else
+			lg_line(b, "const double l = lse - (double)xy;");
+		lg_line(b, "((float *)loss)[row] = (float)l;");
+		lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = (float)S;");
+		lg_line(b, "if (max_logit) ((float *)max_logit)[row] = mr;");
+	}
+	lg_close(b);
+	if (k.fused) {
+		lg_comment(b, "The gradient, streaming the row again (from L2, kept there by the first pass).");
+		lg_line(b, "const float g0 = *(const float *)g;");
+		lg_line(b, "const float gs = (float)((double)g0 / S);");
+		lg_line(b, "const float gy = %s * g0, ge = %s * g0;", e1, ec);
+		emit_grad_pass(b, &k, true);
+	}
+	lg_close(b);
+}
+
+/* The fused forward with a cluster of n CTAs a row (sm_90+, rows of whole
+ * 16-byte pieces): CTA r copies its slice of the row, pieces [r per, (r +
+ * 1) per), into shared memory with cp.async, every copy in flight at once
+ * (in at most 8 commit groups a thread, each waited for before its pieces'
+ * math: each thread reads back only the pieces it copied itself); the CTAs
+ * merge their (max, sum) through distributed shared memory, then write the
+ * gradient from shared memory. The logits are read from HBM once. */
+static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(s, p);
+	int n = (int)p->v[P_CLUSTER], T = k.threads;
+	long long per = (long long)p->v[P_PER], nb = (long long)(k.v / k.vec), rowb = (long long)(k.v * k.esz);
+	int steps = (int)((per + T - 1) / T), chunk = (steps + 7) / 8, groups = (steps + chunk - 1) / chunk;
+	char e1[32], ec[32], ls[32];
+	flit(e1, sizeof e1, 1.0 - k.e);
+	flit(ec, sizeof ec, k.e / (double)k.c);
+	snprintf(ls, sizeof ls, "%.17g", k.e);
+	lg_section(b, p->entry[0], "cross entropy, fused forward + backward, a cluster a row");
+	lg_comment(b, "A cluster of %d CTAs of %d threads a row; CTA r holds pieces [r %lld, (r + 1) %lld) of", n, T,
+		   per, per);
+	lg_comment(b, "the row's %lld in shared memory (%d a thread, copied in %d groups).", nb, steps, groups);
+	lg_emit_signature(b, s, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d)", n, T);
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(16) lg_u32x4 rs[]; // this CTA's slice of the row");
+	lg_line(b, "__shared__ double cred[3]; // the CTA's max, sum, sum of logits, for the cluster");
+	lg_line(b, "const i64 row = blockIdx.x / %d;", n);
+	lg_line(b, "const u32 rank = blockIdx.x %% %d; // the CTA's rank in its cluster", n);
+	lg_line(b, "const int t = threadIdx.x;");
+	emit_label(b, &k);
+	lg_line(b, "const i64 c0 = (i64)rank * %lld; // the slice's first piece", per);
+	lg_line(b, "const int np = (int)(c0 >= %lld ? 0 : %lld - c0 < %lld ? %lld - c0 : %lld); // its pieces", nb, nb,
+		per, nb, per);
+	lg_line(b, "u8 *const gb = (u8 *)%s + row * %lld + c0 * 16; // the slice's gradient",
+		k.inplace ? "logits" : "grad", rowb);
+	lg_open(b, "if (ign) {");
+	lg_open(b, "if (rank == 0 && t == 0) {");
+	lg_line(b, "((float *)loss)[row] = 0.0f;");
+	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = 0.0f;");
+	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = 0.0f;");
+	lg_close(b);
+	lg_line(b, "for (int c = t; c < np; c += %d) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});", T);
+	lg_line(b, "return;");
+	lg_close(b);
+	lg_line(b, "const u8 *const xs = (const u8 *)logits + row * %lld + c0 * 16; // the slice", rowb);
+	lg_comment(b, "Every copy of the slice in flight: %d groups of %d pieces a thread.", groups, chunk);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int g = 0; g < %d; g++) {", groups);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", chunk);
+	lg_line(b, "const int c = t + (g * %d + j) * %d;", chunk, T);
+	lg_line(b, "if (c < np) lg_cp16(&rs[c], xs + c * 16, 16);");
+	lg_close(b);
+	lg_line(b, "lg_cp_commit();");
+	lg_close(b);
+	lg_line(b, "float mt = lg_ce_ninf();");
+	lg_line(b, "double st = 0.0%s;", k.smooth ? ", sx = 0.0" : "");
+	for (int g = 0; g < groups; g++) {
+		lg_open(b, "{");
+		lg_line(b, "lg_cp_wait(%d);", groups - 1 - g);
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int j = 0; j < %d; j++) {", chunk);
+		lg_line(b, "const int c = t + (%d + j) * %d;", g * chunk, T);
+		lg_line(b, "if (c >= np) continue;");
+		lg_line(b, "const lg_u32x4 v = rs[c];");
+		lg_line(b, "float bm = lg_ce_ninf(), pe = 0.0f%s;", k.smooth ? ", q = 0.0f" : "");
+		lg_line(b, "for (int i = 0; i < %d; i++) bm = fmaxf(bm, %s(v, i));", k.vec, at_of(&k));
+		lg_line(b, "if (bm > mt) { st *= (double)lg_ce_exp(mt - bm); mt = bm; }");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int i = 0; i < %d; i++) {", k.vec);
+		lg_line(b, "pe += lg_ce_exp(%s(v, i) - mt);", at_of(&k));
+		if (k.smooth)
+			lg_line(b, "q += %s(v, i);", at_of(&k));
+		lg_close(b);
+		lg_line(b, "st += (double)pe;");
+		if (k.smooth)
+			lg_line(b, "sx += (double)q;");
+		lg_close(b);
+		lg_close(b);
+	}
+	emit_cta_reduce(b, &k, "mc", "Sc");
+	lg_comment(b, "The cluster's max and sum: each CTA's, read through distributed shared memory.");
+	lg_open(b, "if (t == 0) {");
+	lg_line(b, "cred[0] = (double)mc;");
+	lg_line(b, "cred[1] = Sc;");
+	lg_line(b, "cred[2] = %s;", k.smooth ? "bX" : "0.0");
+	lg_close(b);
+	lg_line(b, "lg_cluster_sync();");
+	lg_line(b, "__shared__ float cm;");
+	lg_line(b, "__shared__ double cS, cX;");
+	lg_open(b, "if (t == 0) {");
+	lg_line(b, "double mk[%d], sk[%d], X = 0.0;", n, n);
+	lg_line(b, "float m = lg_ce_ninf();");
+	lg_open(b, "for (int r = 0; r < %d; r++) {", n);
+	lg_line(b, "mk[r] = lg_dsmem_ld_f64(&cred[0], (u32)r);");
+	lg_line(b, "sk[r] = lg_dsmem_ld_f64(&cred[1], (u32)r);");
+	lg_line(b, "X += lg_dsmem_ld_f64(&cred[2], (u32)r);");
+	lg_line(b, "m = fmaxf(m, (float)mk[r]);");
+	lg_close(b);
+	lg_line(b, "double S = 0.0;");
+	lg_line(b, "for (int r = 0; r < %d; r++) S += sk[r] > 0.0 ? sk[r] * exp(mk[r] - (double)m) : 0.0;", n);
+	lg_line(b, "cm = m;");
+	lg_line(b, "cS = S;");
+	lg_line(b, "cX = X;");
+	lg_close(b);
+	lg_line(b, "lg_cluster_sync(); // every CTA has read cred before any leaves; cm, cS, cX seen");
+	lg_line(b, "const float mr = cm;");
+	lg_line(b, "const double S = cS, X = cX;");
+	lg_line(b, "const i64 yl = y;");
+	lg_open(b, "if (rank == 0 && t == 0) {");
+	lg_line(b, "const u8 *const xr = (const u8 *)logits + row * %lld;", rowb);
+	lg_line(b, "const float xy = yl >= 0 && yl < %lld ? lg_ce_one(xr, yl) : lg_ce_ninf();", (long long)k.v);
+	lg_line(b, "const double lse = log(S) + (double)mr;");
+	if (k.smooth) {
+		lg_line(b, "const double e = %s; // label smoothing", ls);
+		lg_line(b, "const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - X / %lld.0);", (long long)k.c);
+	} else {
+		lg_line(b, "const double l = lse - (double)xy; (void)X;");
+	}
+	lg_line(b, "((float *)loss)[row] = (float)l;");
+	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = (float)S;");
+	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = mr;");
+	lg_close(b);
+	lg_comment(b, "The gradient of the slice, from shared memory.");
+	lg_line(b, "const float g0 = *(const float *)g;");
+	lg_line(b, "const float gs = (float)((double)g0 / S);");
+	lg_line(b, "const float gy = %s * g0, ge = %s * g0;", e1, ec);
+	lg_line(b, "const i64 yq = yl >= 0 ? yl / %d : -1; // the label's piece", k.vec);
+	lg_line(b, "const int yr = (int)(yl - yq * %d); // its value in the piece", k.vec);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", steps);
+	lg_line(b, "const int c = t + k * %d;", T);
+	lg_line(b, "if (c >= np) continue;");
+	lg_line(b, "const lg_u32x4 v = rs[c];");
+	emit_grad_piece(b, &k, "v", "(c0 + c)", "c");
+	lg_close(b);
+	lg_close(b);
+}
+
+static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(s, p);
+	char e1[32], ec[32];
+	flit(e1, sizeof e1, 1.0 - k.e);
+	flit(ec, sizeof ec, k.e / (double)k.c);
+	lg_section(b, p->entry[0], k.part == PART_SHARD ? "cross entropy backward, one vocab shard"
+					    : "cross entropy backward");
+	lg_comment(b, "One row a CTA of %d threads, %d 16-byte loads in flight each a step; %lld columns;",
+		   k.threads, k.unroll, (long long)k.v);
+	lg_comment(b, "grad = (e^(x - m) / S - %s [v == y] - %s) g%s.", e1, ec, k.inplace ? ", over the logits" : "");
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.threads);
+	lg_open(b, "{");
+	lg_line(b, "const i64 row = blockIdx.x;");
+	lg_line(b, "const int t = threadIdx.x;");
+	emit_label(b, &k);
+	lg_open(b, "if (ign) {");
+	emit_zero_row(b, &k);
+	lg_line(b, "return;");
+	lg_close(b);
+	emit_row_geometry(b, &k, "logits");
+	lg_line(b, "const i64 yl = y%s; // the label's column in these rows", k.part == PART_SHARD ? " - V0" : "");
+	lg_line(b, "const float mr = ((const float *)max_logit)[row];");
+	lg_line(b, "const float g0 = ((const float *)dloss)[row];");
+	lg_line(b, "const float gs = g0 / ((const float *)sum_exp)[row];");
+	lg_line(b, "const float gy = %s * g0, ge = %s * g0;", e1, ec);
+	emit_grad_pass(b, &k, true);
+	lg_close(b);
+}
+
+static void emit_merge(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(s, p);
+	char ls[32];
+	snprintf(ls, sizeof ls, "%.17g", k.e);
+	lg_section(b, p->entry[0], "cross entropy, the merge of the vocab shards' statistics");
+	lg_comment(b, "One row a thread; stats_in [NS, M, %d]: m, S hi, S lo, target, sum x hi, lo.", STATS);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.threads);
+	lg_open(b, "{");
+	lg_line(b, "const i64 row = (i64)blockIdx.x * %d + threadIdx.x;", k.threads);
+	lg_line(b, "if (row >= M) return;");
+	emit_label(b, &k);
+	lg_open(b, "if (ign) {");
+	lg_line(b, "((float *)loss)[row] = 0.0f;");
+	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = 0.0f;");
+	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = 0.0f;");
+	lg_line(b, "return;");
+	lg_close(b);
+	lg_line(b, "const float *const st = (const float *)stats_in;");
+	lg_line(b, "float mx = lg_ce_ninf(), xy = lg_ce_ninf();");
+	lg_open(b, "for (i64 k = 0; k < NS; k++) {");
+	lg_line(b, "const float *const o = st + (k * M + row) * %d;", STATS);
+	lg_line(b, "mx = fmaxf(mx, o[0]);");
+	lg_line(b, "xy = fmaxf(xy, o[3]);");
+	lg_close(b);
+	lg_line(b, "double S = 0.0, X = 0.0;");
+	lg_open(b, "for (i64 k = 0; k < NS; k++) {");
+	lg_line(b, "const float *const o = st + (k * M + row) * %d;", STATS);
+	lg_line(b, "const double sk = (double)o[1] + (double)o[2];");
+	lg_line(b, "if (sk > 0.0) S += sk * exp((double)o[0] - (double)mx);");
+	lg_line(b, "X += (double)o[4] + (double)o[5];");
+	lg_close(b);
+	lg_line(b, "const double lse = log(S) + (double)mx;");
+	if (k.smooth) {
+		lg_line(b, "const double e = %s; // label smoothing", ls);
+		lg_line(b, "const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - X / %lld.0);", (long long)k.c);
+	} else
+		lg_line(b, "const double l = lse - (double)xy; (void)X;");
+	lg_line(b, "((float *)loss)[row] = (float)l;");
+	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = (float)S;");
+	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = mx;");
+	lg_close(b);
+}
+
+static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
+{
+	(void)t;
+	struct shape k = shape_of(s, p);
+	if (k.part == PART_MERGE) {
+		lg_section(b, "helpers for this spec", NULL);
+		emit_ninf(b);
+		emit_merge(b, s, p);
+		return;
+	}
+	lg_section(b, "helpers for this spec", NULL);
+	emit_helpers(b, &k);
+	if (k.bwd)
+		emit_backward(b, s, p);
+	else if (p->v[P_CLUSTER] > 1)
+		emit_forward_cluster(b, s, p);
+	else
+		emit_forward(b, s, p);
+}
+
+/* Tile variants for `lingen tune`: 256, 512 and 1024 threads with 4 or 8
+ * loads in flight (the merge: 128 to 1024 threads); the fused forward also
+ * clusters of 2, 4 and 8 CTAs a row with 256, 512 and 1024 threads. */
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	static const int64_t th[] = {256, 512, 1024};
+	static const int64_t un[] = {4, 8};
+	int n = 0;
+	if (part_of(s) == PART_MERGE)
+		return lg_candidate_values(s, t, out, 0, max, K_THREADS, threads_ok);
+	bool fused = lg_spec_int(s, K_FUSED) != 0;
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 2; j++) {
+			struct lg_tile_choice c = lg_tile1(K_THREADS, th[i]);
+			c.v[K_UNROLL] = un[j];
+			c.set |= (uint64_t)1 << K_UNROLL;
+			if (fused) { /* the L2 second pass */
+				c.v[K_CLUSTER] = 1;
+				c.set |= (uint64_t)1 << K_CLUSTER;
+			}
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+	/* the fused forward's clusters (sm_90+, aligned rows, slices that fit) */
+	for (int cl = 2; fused && cl <= 8; cl *= 2)
+		for (int i = 0; i < 3; i++) {
+			struct lg_tile_choice c = lg_tile1(K_THREADS, th[i]);
+			c.v[K_CLUSTER] = cl;
+			c.set |= (uint64_t)1 << K_CLUSTER;
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+	return n;
+}
+
+const struct lg_family lg_family_cross_entropy = {
+	.op = "cross_entropy",
+	.summary = "softmax cross entropy: forward (loss, S, m), backward, vocab-parallel shard/merge (K9)",
+	.passes = (1u << LG_PASS_FORWARD) | (1u << LG_PASS_BACKWARD),
+	.dtypes = (1u << LG_DTYPE_BF16) | (1u << LG_DTYPE_FP32),
+	.nkeys = NKEYS,
+	.keys = keys,
+	.sig = {[LG_PASS_FORWARD] = {3, fwd_sizes, F_NARGS, fwd_args},
+		[LG_PASS_BACKWARD] = {2, bwd_sizes, B_NARGS, bwd_args}},
+	.validate = validate,
+	.uses = uses,
+	.plan = plan,
+	.emit = emit,
+	.geometry = geometry,
+	.candidates = candidates,
+};

@@ -1,0 +1,257 @@
+/*
+ * cross_entropy_ref.c - CPU reference of family "cross_entropy" (KERNELS.md
+ * K9), all in float64: per row m = max x, S = sum exp(x - m) (libm exp),
+ * lse = log S + m, loss = (1 - e)(lse - x_y) + e (lse - sum x / C), and
+ * grad_v = (exp(x_v - m) / S - (1 - e)[v == y] - e / C) g. The shard
+ * statistics and their merge follow gen/cross_entropy.c's header.
+ *
+ * How exact: the GPU sums exp in fp64 from fp32 ex2.approx values, so the
+ * loss is compared to 1e-6 relative (KERNELS.md 5); S to 1e-5; m is a
+ * logit, bit-equal; gradients within two bf16 ulps (fp32: 1e-5 relative)
+ * above 1e-9 absolute.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "numeric_ref.h"
+#include "ref.h"
+
+enum { F_LOGITS, F_LABELS, F_STATS_IN, F_G, F_LOSS, F_SUM, F_MAX, F_STATS, F_GRAD };
+enum { B_LOGITS, B_LABELS, B_SUM, B_MAX, B_DLOSS, B_GRAD };
+enum { PART_FULL, PART_SHARD, PART_MERGE };
+#define STATS 6
+
+struct ce {
+	size_t M, V;   /* rows, columns of this kernel's rows */
+	double C, e;   /* classes, label smoothing */
+	int64_t ignore, v0;
+	int part;
+	bool f32, i32, fused;
+};
+
+static struct ce ce_of(const struct lg_spec *s, const struct lg_ref_case *c)
+{
+	struct ce k = {.M = (size_t)c->sizes[0], .V = (size_t)lg_ref_int(s, "vocab"),
+		       .e = lg_ref_num(s, "label_smoothing"), .ignore = lg_ref_int(s, "ignore_index"),
+		       .part = (int)lg_ref_int(s, "part"), .f32 = s->dtype == LG_DTYPE_FP32,
+		       .i32 = lg_ref_int(s, "index") == 1, .fused = lg_ref_int(s, "fused") != 0};
+	k.C = (double)(lg_ref_int(s, "classes") ? lg_ref_int(s, "classes") : (int64_t)k.V);
+	k.v0 = k.part == PART_SHARD ? c->sizes[1] : 0;
+	return k;
+}
+
+static void tol(struct lg_ref_buf *b, enum lg_cmp cmp, double rtol, double atol)
+{
+	b->cmp = cmp, b->rtol = rtol, b->atol = atol;
+}
+
+static void grad_tol(const struct ce *k, struct lg_ref_buf *b)
+{
+	if (k->f32)
+		tol(b, LG_CMP_FP32, 1e-5, 1e-9);
+	else
+		tol(b, LG_CMP_BF16, 8e-3, 1e-9);
+}
+
+static void describe(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	struct ce k = ce_of(s, c);
+	if (s->pass == LG_PASS_BACKWARD) {
+		grad_tol(&k, &c->buf[B_GRAD]);
+		return;
+	}
+	tol(&c->buf[F_LOSS], LG_CMP_FP32, 1e-6, 1e-8);
+	tol(&c->buf[F_SUM], LG_CMP_FP32, 1e-5, 1e-9);
+	tol(&c->buf[F_MAX], LG_CMP_SCALE, 0.0, 0.0);
+	tol(&c->buf[F_STATS], LG_CMP_FP32, 1e-5, 1e-6);
+	grad_tol(&k, &c->buf[F_GRAD]);
+}
+
+static double logit(const struct ce *k, const void *p, size_t i)
+{
+	return k->f32 ? (double)((const float *)p)[i] : (double)lg_ref_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+static int64_t label(const struct ce *k, const void *p, size_t i)
+{
+	return k->i32 ? (int64_t)((const int32_t *)p)[i] : ((const int64_t *)p)[i];
+}
+
+static void put_label(const struct ce *k, void *p, size_t i, int64_t v)
+{
+	if (k->i32)
+		((int32_t *)p)[i] = (int32_t)v;
+	else
+		((int64_t *)p)[i] = v;
+}
+
+static void put_grad(const struct ce *k, void *p, size_t i, double v)
+{
+	if (k->f32)
+		((float *)p)[i] = (float)v;
+	else
+		((uint16_t *)p)[i] = lg_ref_f32_to_bf16((float)v);
+}
+
+/* Row r's m, S (relative to m), sum of x, and its logit at local column
+ * yl (-inf when outside the row). */
+static void row_stats(const struct ce *k, const void *x, size_t r, int64_t yl, double *m, double *S, double *sx,
+		      double *xy)
+{
+	*m = -INFINITY, *S = 0.0, *sx = 0.0;
+	for (size_t j = 0; j < k->V; j++) {
+		double v = logit(k, x, r * k->V + j);
+		*m = v > *m ? v : *m;
+		*sx += v;
+	}
+	for (size_t j = 0; j < k->V; j++)
+		*S += exp(logit(k, x, r * k->V + j) - *m);
+	*xy = yl >= 0 && (size_t)yl < k->V ? logit(k, x, r * k->V + (size_t)yl) : -INFINITY;
+}
+
+static double loss_of(const struct ce *k, double lse, double xy, double sx)
+{
+	return (1.0 - k->e) * (lse - xy) + (k->e > 0.0 ? k->e * (lse - sx / k->C) : 0.0);
+}
+
+/* The gradient of row r into out from m, S, g (zeros when ign). */
+static void grad_row(const struct ce *k, const void *x, void *out, size_t r, int64_t yl, bool ign, double m,
+		     double S, double g)
+{
+	for (size_t j = 0; j < k->V; j++) {
+		double v = 0.0;
+		if (!ign) {
+			v = exp(logit(k, x, r * k->V + j) - m) / S - k->e / k->C;
+			if ((int64_t)j == yl)
+				v -= 1.0 - k->e;
+			v *= g;
+		}
+		put_grad(k, out, r * k->V + j, v);
+	}
+}
+
+static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
+{
+	struct ce k = ce_of(s, c);
+	uint64_t st = seed;
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	void *x = c->buf[bwd ? B_LOGITS : F_LOGITS].host, *y = c->buf[bwd ? B_LABELS : F_LABELS].host;
+	if (x) {
+		size_t n = k.M * k.V;
+		if (k.f32)
+			for (size_t i = 0; i < n; i++)
+				((float *)x)[i] = 2.0f * lg_ref_randn(&st);
+		else
+			lg_ref_fill_bf16(x, n, 2.0f, &st);
+	}
+	/* labels: 1 row in 8 ignored, the rest in [0, C) (a shard: around
+	 * its columns, so some rows have their label in it and some not) */
+	for (size_t r = 0; r < k.M; r++) {
+		uint64_t u = lg_ref_rand(&st);
+		int64_t v;
+		if (u % 8 == 3)
+			v = k.ignore;
+		else if (k.part == PART_SHARD)
+			v = k.v0 + (int64_t)((u >> 8) % (2 * k.V)) - (int64_t)(k.V / 2);
+		else
+			v = (int64_t)((u >> 8) % (uint64_t)k.C);
+		if (v < 0 || v == k.ignore)
+			v = v == k.ignore ? v : 0;
+		put_label(&k, y, r, v);
+	}
+	if (!bwd && k.part == PART_MERGE) {
+		size_t ns = (size_t)c->sizes[2];
+		float *o = c->buf[F_STATS_IN].host;
+		for (size_t sh = 0; sh < ns; sh++)
+			for (size_t r = 0; r < k.M; r++) {
+				float *p = o + (sh * k.M + r) * STATS;
+				double S = 1.0 + (double)(lg_ref_rand(&st) % 100000) * 0.37;
+				p[0] = 4.0f + lg_ref_randn(&st);
+				p[1] = (float)S;
+				p[2] = (float)(S - (double)p[1]) + 1e-6f * lg_ref_randn(&st);
+				p[3] = r % ns == sh ? p[0] - 3.0f * fabsf(lg_ref_randn(&st)) : -INFINITY;
+				double sx = 50.0 * lg_ref_randn(&st);
+				p[4] = (float)sx;
+				p[5] = 1e-5f * lg_ref_randn(&st);
+			}
+	}
+	if (!bwd && k.fused)
+		*(float *)c->buf[F_G].host = 0.37f;
+	if (bwd) {
+		/* S, m of each row's own logits; g random */
+		for (size_t r = 0; r < k.M; r++) {
+			double m, S, sx, xy;
+			row_stats(&k, x, r, -1, &m, &S, &sx, &xy);
+			((float *)c->buf[B_SUM].host)[r] = (float)S;
+			((float *)c->buf[B_MAX].host)[r] = (float)m;
+			((float *)c->buf[B_DLOSS].host)[r] = 1.0f + 0.5f * lg_ref_randn(&st);
+		}
+	}
+}
+
+static void run_merge(const struct ce *k, struct lg_ref_case *c)
+{
+	size_t ns = (size_t)c->sizes[2];
+	const float *o = c->buf[F_STATS_IN].host;
+	for (size_t r = 0; r < k->M; r++) {
+		bool ign = label(k, c->buf[F_LABELS].host, r) == k->ignore;
+		double mx = -INFINITY, xy = -INFINITY, S = 0.0, X = 0.0;
+		for (size_t sh = 0; sh < ns; sh++) {
+			const float *p = o + (sh * k->M + r) * STATS;
+			mx = p[0] > mx ? p[0] : mx;
+			xy = p[3] > xy ? p[3] : xy;
+		}
+		for (size_t sh = 0; sh < ns; sh++) {
+			const float *p = o + (sh * k->M + r) * STATS;
+			S += ((double)p[1] + (double)p[2]) * exp((double)p[0] - mx);
+			X += (double)p[4] + (double)p[5];
+		}
+		((float *)c->buf[F_LOSS].host)[r] = ign ? 0.0f : (float)loss_of(k, log(S) + mx, xy, X);
+		if (c->buf[F_SUM].host)
+			((float *)c->buf[F_SUM].host)[r] = ign ? 0.0f : (float)S;
+		if (c->buf[F_MAX].host)
+			((float *)c->buf[F_MAX].host)[r] = ign ? 0.0f : (float)mx;
+	}
+}
+
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	struct ce k = ce_of(s, c);
+	if (s->pass == LG_PASS_BACKWARD) {
+		/* in place: nothing to compare (the inputs stay as drawn) */
+		for (size_t r = 0; r < k.M && c->buf[B_GRAD].host; r++) {
+			int64_t y = label(&k, c->buf[B_LABELS].host, r);
+			grad_row(&k, c->buf[B_LOGITS].host, c->buf[B_GRAD].host, r, y - k.v0, y == k.ignore, ((const float *)c->buf[B_MAX].host)[r],
+				 ((const float *)c->buf[B_SUM].host)[r], ((const float *)c->buf[B_DLOSS].host)[r]);
+		}
+		return;
+	}
+	if (k.part == PART_MERGE) {
+		run_merge(&k, c);
+		return;
+	}
+	for (size_t r = 0; r < k.M; r++) {
+		int64_t y = label(&k, c->buf[F_LABELS].host, r);
+		bool ign = y == k.ignore;
+		double m, S, sx, xy;
+		row_stats(&k, c->buf[F_LOGITS].host, r, y - k.v0, &m, &S, &sx, &xy);
+		if (ign)
+			m = S = sx = xy = 0.0;
+		if (k.part == PART_SHARD) {
+			float *o = (float *)c->buf[F_STATS].host + r * STATS;
+			o[0] = (float)m, o[1] = (float)S, o[2] = (float)(S - (double)o[1]), o[3] = (float)xy;
+			o[4] = k.e > 0.0 ? (float)sx : 0.0f, o[5] = k.e > 0.0 ? (float)(sx - (double)(float)sx) : 0.0f;
+			continue;
+		}
+		((float *)c->buf[F_LOSS].host)[r] = ign ? 0.0f : (float)loss_of(&k, log(S) + m, xy, sx);
+		if (c->buf[F_SUM].host)
+			((float *)c->buf[F_SUM].host)[r] = (float)S;
+		if (c->buf[F_MAX].host)
+			((float *)c->buf[F_MAX].host)[r] = (float)m;
+		if (k.fused && c->buf[F_GRAD].host) /* in place: nothing to compare */
+			grad_row(&k, c->buf[F_LOGITS].host, c->buf[F_GRAD].host, r, y, ign, m, S,
+				 *(const float *)c->buf[F_G].host);
+	}
+}
+
+const struct lg_ref_family lg_ref_cross_entropy = {describe, fill, run};

@@ -1,0 +1,94 @@
+"""Softmax cross entropy (KERNELS.md K9): forward (loss, S, m per row),
+backward (the logits' gradient for a per-row output gradient), and the
+fused forward + backward (one kernel; the gradient for output gradient 1,
+as loss.sum().backward() would give). Labels are all valid (no ignored
+row); logits bf16 as in training. Liger-Kernel's cross entropy computes
+the gradient in its forward, so it stands beside the fused row."""
+from . import Case, Setup
+
+# linghe on one H200 (shared/TARGETS.md): (kernel, shape) -> us
+LINGHE_US = {
+    ("cross_entropy fwd", "8192x157184"): 627.2,
+    ("cross_entropy bwd", "8192x157184"): 1313.2,
+}
+
+
+def ce_fwd(torch, x, y):
+    """(loss, S, m) per row in fp32."""
+    xf = x.float()
+    m = xf.max(-1).values
+    s = torch.exp(xf - m[:, None]).sum(-1)
+    loss = torch.log(s) + m - xf.gather(1, y[:, None]).squeeze(1)
+    return loss, s, m
+
+
+def ce_bwd(torch, x, y, s, m, g):
+    """(softmax - onehot) * g per row, in x's dtype."""
+    p = torch.exp(x.float() - m[:, None]) / s[:, None]
+    p.scatter_add_(1, y[:, None], -torch.ones_like(p[:, :1]))
+    return (p * g[:, None]).to(x.dtype)
+
+
+def ce_fused(torch, x, y):
+    loss, s, m = ce_fwd(torch, x, y)
+    return loss, ce_bwd(torch, x, y, s, m, torch.ones_like(s))
+
+
+def _inputs(env, t, v):
+    torch = env.torch
+    x = env.randn(t, v) * 2
+    y = torch.randint(0, v, (t,), generator=env.gen, device="cuda")
+    return x, y
+
+
+def _fwd(env, t, v):
+    torch, lt = env.torch, env.lt
+    x, y = _inputs(env, t, v)
+    fn = env.compiled(ce_fwd)
+    return Setup({"lingen": lambda: lt.cross_entropy_forward(x, y),
+                  "eager": lambda: ce_fwd(torch, x, y),
+                  "compile": lambda: fn(x, y)}, (x, y))
+
+
+def _bwd(env, t, v):
+    torch, lt = env.torch, env.lt
+    x, y = _inputs(env, t, v)
+    _, s, m = ce_fwd(torch, x, y)
+    g = torch.rand(t, generator=env.gen, device="cuda") + 0.5
+    fn = env.compiled(ce_bwd)
+    return Setup({"lingen": lambda: lt.cross_entropy_backward(x, y, s, m, g),
+                  "eager": lambda: ce_bwd(torch, x, y, s, m, g),
+                  "compile": lambda: fn(x, y, s, m, g)}, (x, y, s, m, g))
+
+
+def _fused(env, t, v):
+    import lingen
+    torch = env.torch
+    x, y = _inputs(env, t, v)
+    one = torch.ones(1, device="cuda")
+    fn = env.compiled(ce_fused)
+    impls = {"lingen": lambda: lingen.cross_entropy_fused(x, y, one, skip=("sum_exp", "max_logit")),
+             "eager": lambda: ce_fused(torch, x, y),
+             "compile": lambda: fn(x, y)}
+    if env.liger:
+        # Liger writes the gradient over its input in the forward: its own copy
+        xl = x.clone().requires_grad_()
+
+        def liger():
+            env.liger.liger_cross_entropy(xl, y, reduction="sum")
+            return None, xl.detach()
+        impls["liger"] = liger
+    return Setup(impls, (x, y), lambda r: (r[0], r[-1]))
+
+
+def cases(quick):
+    shapes = [(8192, 157184)] if quick else [(8192, 157184), (8192, 151936), (8192, 129280),
+                                             (4096, 50257), (4096, 100003)]
+    out = []
+    for kernel, make in (("cross_entropy fwd", _fwd), ("cross_entropy bwd", _bwd),
+                         ("cross_entropy fused", _fused)):
+        for t, v in shapes:
+            shape = f"{t}x{v}"
+            out.append(Case(kernel, shape, lambda env, t=t, v=v, make=make: make(env, t, v),
+                            LINGHE_US.get((kernel, shape))))
+    return out
