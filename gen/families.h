@@ -15,6 +15,7 @@
 	X(rmsnorm, RMSNORM)             /* K1: plain RMSNorm forward / backward */       \
 	X(fp8_quant, FP8_QUANT)         /* 1.3: blockwise FP8 quantisation of x */       \
 	X(group_rmsnorm_gate, GROUP_RMSNORM_GATE) /* K8: group RMSNorm x sigmoid gate */ \
-	X(qk_norm_rope, QK_NORM_ROPE)   /* K2: split qkv + q/k RMSNorm + half RoPE */
+	X(qk_norm_rope, QK_NORM_ROPE)   /* K2: split qkv + q/k RMSNorm + half RoPE */ \
+	X(router_gemm, ROUTER_GEMM)     /* K3: router GEMM, fp32 logits, fwd / bwd */
 
 #endif
