@@ -231,10 +231,8 @@ static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	if (e == 1) { /* dw: 32 weights a CTA (8 row slices), also at 0 tokens (dw = 0) */
-		d->grid[0] = (unsigned)((p->v[P_WLEN] + 31) / 32);
-		d->block[0] = 256;
-		d->smem = 0;
+	if (e == 1) {
+		lg_dw_reduce_geometry(p->v[P_WLEN], true, d);
 		return;
 	}
 	d->grid[0] = (unsigned)ctas(p, sz[0] * sz[1]);

@@ -66,17 +66,43 @@ void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum)
 	}
 }
 
-void lg_emit_row_load(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
-		      const char *ld, const char *extra)
+void lg_emit_row_index(lg_buf *b, const struct lg_rowlayout *l)
+{
+	if (l->rows > 1)
+		lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l->rows);
+	else
+		lg_line(b, "const i64 m = blockIdx.x;");
+	lg_line(b, "const bool live = m < M;");
+}
+
+void lg_emit_row_load_at(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
+			 const char *ld, const char *extra, const char *m, const char *live)
 {
 	int64_t pieces = l->hidden / 8;
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
 	lg_line(b, "const int c = t + k * %d;", l->lpr);
 	lg_line(b, "%s[k] = lg_u32x4{0u, 0u, 0u, 0u};", dst);
-	lg_line(b, "if (live && c < %lld)", (long long)pieces);
-	lg_line(b, "\t%s[k] = %s(%s + (m * %lld + c * 8) * 2%s%s);", dst, ld, base, (long long)l->hidden,
+	lg_line(b, "if (%s && c < %lld)", live, (long long)pieces);
+	lg_line(b, "\t%s[k] = %s(%s + (%s * %lld + c * 8) * 2%s%s);", dst, ld, base, m, (long long)l->hidden,
 		extra ? ", " : "", extra ? extra : "");
+	lg_close(b);
+}
+
+void lg_emit_row_load(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
+		      const char *ld, const char *extra)
+{
+	lg_emit_row_load_at(b, l, dst, base, ld, extra, "m", "live");
+}
+
+void lg_emit_row_weights(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *w)
+{
+	lg_line(b, "lg_u32x4 %s[%d];", dst, l->k);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
+	lg_line(b, "const int c = t + k * %d;", l->lpr);
+	lg_line(b, "%s[k] = c < %lld ? lg_ld16_keep((const u8 *)%s + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};", dst,
+		(long long)(l->hidden / 8), w);
 	lg_close(b);
 }
 
@@ -160,4 +186,13 @@ void lg_emit_dw_reduce(lg_buf *b, const struct lg_spec *s, const char *entry, in
 	lg_line(b, "for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * %lld + col];", (long long)n);
 	lg_line(b, "((float *)dw)[col] = sum;");
 	lg_close(b);
+}
+
+void lg_dw_reduce_geometry(int64_t n, bool sliced, struct lg_launch_dim *d)
+{
+	int64_t per = sliced ? 32 : 256;
+	d->grid[0] = (unsigned)((n + per - 1) / per);
+	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
+	d->block[0] = 256;
+	d->smem = 0;
 }

@@ -35,11 +35,21 @@ struct lg_rowlayout lg_rowlayout_load(const struct lg_plan *p);
  * and the shared scratch the row sums go through: fp64 always, fp32 too if
  * fsum (the kernel calls lg_emit_row_sum with "float"). */
 void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum);
+/* `const i64 m` = the CTA's row of this lane (blockIdx.x rows of
+ * l->rows), `const bool live = m < M`. */
+void lg_emit_row_index(lg_buf *b, const struct lg_rowlayout *l);
 /* dst[k] = the pieces of row m of `base` (bf16 [.., hidden]); zeros when
  * !live or past the row. `ld` is the load function (lg_ld16, ...), called as
  * ld(pointer) or ld(pointer, extra) when extra is not NULL. */
 void lg_emit_row_load(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
 		      const char *ld, const char *extra);
+/* The same for the row `m` (an expression) when `live` (another). */
+void lg_emit_row_load_at(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
+			 const char *ld, const char *extra, const char *m, const char *live);
+/* `lg_u32x4 dst[k]` = the lane's pieces of the weight w (bf16 [hidden]),
+ * zeros past the row; loaded at once, so that their latency overlaps the
+ * loads of x and the row reductions (small batches wait on nothing else). */
+void lg_emit_row_weights(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *w);
 /* `double ss` = the row's sum of squares (fp64), in every lane of the row. */
 void lg_emit_row_sumsq(lg_buf *b, const struct lg_rowlayout *l, const char *v);
 /* var (float or double) summed over the lanes of each row, in a fixed order. */
@@ -55,5 +65,7 @@ void lg_emit_row_sum(lg_buf *b, const struct lg_rowlayout *l, const char *type, 
  * flight, the same result for the same rows. */
 void lg_emit_dw_reduce(lg_buf *b, const struct lg_spec *s, const char *entry, int64_t n, bool early,
 		       const char *ctas, bool sliced);
+/* Its launch shape for n columns (launched also at 0 tokens: dw = 0). */
+void lg_dw_reduce_geometry(int64_t n, bool sliced, struct lg_launch_dim *d);
 
 #endif

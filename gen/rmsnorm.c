@@ -6,7 +6,8 @@
  * (backward) 16-byte pieces of it in registers, so x is read once; the row
  * reductions are warp butterflies, plus a fixed-order pass through shared
  * memory when a row spans several warps. The backward runs a persistent
- * grid whose CTAs keep their dw partial sums in registers, reduce them
+ * grid (with tile.prefetch, each lane loads its next row's x and dy
+ * before the math of this one) whose CTAs keep their dw partial sums in registers, reduce them
  * across row slots in shared memory, and write one row of a workspace; a
  * second entry point adds the workspace rows in a fixed order, so dw is
  * deterministic.
@@ -21,7 +22,7 @@
 
 #define PMAX 264 /* CTAs of the backward's persistent grid (2 per SM on H200) */
 
-enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, NKEYS };
+enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, K_PREFETCH, NKEYS };
 static const int64_t rows_ok[] = {1, 2, 4, 8, 16, 0}, threads_ok[] = {128, 256, 512, 1024, 0};
 static const struct lg_key keys[NKEYS] = {
 	/* rows are read in 16-byte pieces: any multiple of 8 features */
@@ -30,6 +31,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_ROWS] = LG_KEY_TILE("rows", "r", 1, 16, rows_ok, "rows per CTA (threads follow)"),
 	[K_THREADS] = LG_KEY_TILE("threads", "t", 128, 1024, threads_ok, "threads per CTA"),
+	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 1, NULL,
+				   "1: a persistent grid whose lanes load their next row before this row's math"),
 };
 
 static const struct lg_size sizes[] = {
@@ -65,6 +68,7 @@ enum {
 	P_THREADS = LG_ROW_THREADS,
 	P_SMEM = LG_ROW_VALUES, /* dynamic shared memory (backward) */
 	P_BWD,                  /* 1 for the backward */
+	P_PREFETCH,             /* backward: the next row loaded ahead */
 };
 
 /* The row layout of a spec: `threads` (else the default), or `rows` rows
@@ -73,8 +77,9 @@ static struct lg_rowlayout layout(const struct lg_spec *s)
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t h = lg_spec_int(s, K_HIDDEN);
-	/* measured on H200 at 8192 x 2048: the backward is fastest with 128 */
-	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : bwd ? 128 : 256;
+	/* measured on H200 at 8192 x 2048: the backward is fastest with 128; so is
+	 * the forward up to hidden 2048 (with prefetch: 22.4 us against 23.3) */
+	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : bwd || h <= 2048 ? 128 : 256;
 	struct lg_rowlayout l = lg_rowlayout_make(h, bwd ? 4 : 8, threads);
 	if (lg_spec_has(s, K_ROWS))
 		l = lg_rowlayout_make(h, bwd ? 4 : 8, (int)lg_spec_int(s, K_ROWS) * l.lpr);
@@ -102,6 +107,12 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_THREADS] = l.threads;
 	p->tile[K_ROWS] = l.rows;
 	p->v[P_BWD] = bwd;
+	/* prefetch by default where it measured faster on the H200: the backward,
+	 * and the forward up to hidden 2048 (at 128, 1024 and 8192 tokens) and
+	 * 256 threads (two CTAs an SM: 512 threads would spill) */
+	p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0
+						      : bwd || (h <= 2048 && l.threads <= 256);
+	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
 	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : 0;
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
@@ -114,16 +125,14 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 {
 	int64_t rows = p->v[P_ROWS], n = (tokens + rows - 1) / rows;
-	return p->v[P_BWD] && n > PMAX ? PMAX : n;
+	return (p->v[P_BWD] || p->v[P_PREFETCH]) && n > PMAX ? PMAX : n;
 }
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	if (e == 1) { /* dw: one thread per column, also at 0 tokens (dw = 0) */
-		d->grid[0] = (unsigned)((p->v[P_HIDDEN] + 255) / 256);
-		d->block[0] = 256;
-		d->smem = 0;
+	if (e == 1) {
+		lg_dw_reduce_geometry(p->v[P_HIDDEN], true, d);
 		return;
 	}
 	d->grid[0] = (unsigned)ctas(p, sz[0]);
@@ -139,24 +148,109 @@ static size_t workspace(const struct lg_plan *p)
 /* ------------------------------------------------------------ emission */
 
 
+/* `lg_ctas(M)`: the CTAs of a persistent grid, min(ceil(M / rows), PMAX). */
+static void emit_ctas(lg_buf *b, const struct lg_plan *p)
+{
+	int rows = (int)p->v[P_ROWS];
+	lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
+		   rows, PMAX, (long long)p->v[P_LPR], (long long)p->v[P_K]);
+	if (rows > 1) {
+		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M)");
+		lg_open(b, "{");
+		lg_line(b, "i64 n = (M + %d) / %d;", rows - 1, rows);
+		lg_line(b, "return n < %d ? n : %d;", PMAX, PMAX);
+		lg_close(b);
+	} else {
+		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < %d ? M : %d; }", PMAX,
+			PMAX);
+	}
+	lg_line(b, "%s", "");
+}
+
+/* The loads of row mp (when livep) into <dst[i]>n; with rn (the start of
+ * a statement: "float rn = "), its rms too. */
+static void emit_next_loads(lg_buf *b, const struct lg_rowlayout *l, int n, const char *const *dst,
+			    const char *const *src, const char *rn)
+{
+	for (int i = 0; i < n; i++) {
+		char nm[16];
+		snprintf(nm, sizeof nm, "%sn", dst[i]);
+		lg_emit_row_load_at(b, l, nm, src[i], "lg_ld16", NULL, "mp", "livep");
+	}
+	if (rn)
+		lg_line(b, "%srms && livep ? ((const float *)rms)[mp] : 0.0f;", rn);
+}
+
+/* Open the persistent loop over rows m (each with `live`) and load row m's
+ * pieces of each of the n tensors src[i] into lg_u32x4 dst[i][k]; with
+ * prefetch, from registers the previous iteration filled, loading the next
+ * row (and its rms, if `rms`) meanwhile; `float rc` is then row m's rms. */
+static void emit_row_loop(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout *l, int n,
+			  const char *const *dst, const char *const *src, bool rms)
+{
+	int rows = (int)p->v[P_ROWS], k = (int)p->v[P_K];
+	bool pre = p->v[P_PREFETCH];
+	if (rows > 1)
+		lg_line(b, "const i64 stride = lg_ctas(M) * %d, first = (i64)blockIdx.x * %d;", rows, rows);
+	else
+		lg_line(b, "const i64 stride = lg_ctas(M), first = blockIdx.x;");
+	if (pre) {
+		lg_comment(b, "Each lane loads its next row before this row's math.");
+		for (int i = 0; i < n; i++)
+			lg_line(b, "lg_u32x4 %sn[%d];", dst[i], k);
+		lg_line(b, "i64 mp = first%s;", rows > 1 ? " + slot" : "");
+		lg_line(b, "bool livep = mp < M;");
+		emit_next_loads(b, l, n, dst, src, rms ? "float rn = " : NULL);
+	}
+	lg_open(b, "for (i64 base = first; base < M; base += stride) {");
+	lg_line(b, "const i64 m = base%s;", rows > 1 ? " + slot" : "");
+	lg_line(b, "const bool live = m < M;");
+	for (int i = 0; i < n; i++)
+		lg_line(b, "lg_u32x4 %s[%d];", dst[i], k);
+	if (!pre) {
+		for (int i = 0; i < n; i++)
+			lg_emit_row_load(b, l, dst[i], src[i], "lg_ld16", NULL);
+		return;
+	}
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", k);
+	for (int i = 0; i < n; i++)
+		lg_line(b, "%s[k] = %sn[k];", dst[i], dst[i]);
+	lg_close(b);
+	if (rms)
+		lg_line(b, "const float rc = rn;");
+	lg_line(b, "mp = m + stride;");
+	lg_line(b, "livep = mp < M;");
+	emit_next_loads(b, l, n, dst, src, rms ? "rn = " : NULL);
+}
+
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int64_t pieces = p->v[P_HIDDEN] / 8;
+	bool pre = p->v[P_PREFETCH];
 	lg_section(b, p->entry[0], "RMSNorm forward");
-	lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.", (long long)p->v[P_LPR],
-		   (long long)p->v[P_K], (int)p->v[P_ROWS]);
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", (int)p->v[P_THREADS]);
+	if (pre)
+		emit_ctas(b, p);
+	else
+		lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.",
+			   (long long)p->v[P_LPR], (long long)p->v[P_K], (int)p->v[P_ROWS]);
+	/* persistent: two CTAs an SM (PMAX), so at most half the registers each */
+	lg_emit_signature(b, s, p->entry[0], pre ? "__launch_bounds__(%d, 2)" : "__launch_bounds__(%d)",
+			  (int)p->v[P_THREADS]);
 	lg_open(b, "{");
 	struct lg_rowlayout l = lg_rowlayout_load(p);
 	lg_emit_row_prologue(b, &l, false);
-	if (l.rows > 1)
-		lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
-	else
-		lg_line(b, "const i64 m = blockIdx.x;");
-	lg_line(b, "const bool live = m < M;");
 	lg_line(b, "const u8 *const xg = (const u8 *)x;");
-	lg_line(b, "lg_u32x4 v[%lld];", (long long)p->v[P_K]);
-	lg_emit_row_load(b, &l, "v", "xg", "lg_ld16", NULL);
+	if (pre) {
+		static const char *const dst[] = {"v"}, *const src[] = {"xg"};
+		lg_emit_row_weights(b, &l, "wv", "w");
+		emit_row_loop(b, p, &l, 1, dst, src, false);
+	} else {
+		lg_emit_row_index(b, &l);
+		lg_line(b, "lg_u32x4 v[%lld];", (long long)p->v[P_K]);
+		lg_emit_row_load(b, &l, "v", "xg", "lg_ld16", NULL);
+		lg_emit_row_weights(b, &l, "wv", "w");
+	}
 	lg_emit_row_sumsq(b, &l, "v");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_comment(b, "y = (x * r) * w in fp32, rounded to bf16 (RNE).");
@@ -164,9 +258,8 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
-	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + c * 16);");
 	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};");
-	lg_line(b, "const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};");
+	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
 	lg_line(b, "u32 o[4];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int e = 0; e < 4; e++)");
@@ -176,6 +269,8 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 		(long long)p->v[P_HIDDEN]);
 	lg_close(b);
 	lg_line(b, "if (rms && live && t == 0) ((float *)rms)[m] = r;");
+	if (pre)
+		lg_close(b);
 	lg_close(b);
 }
 
@@ -185,21 +280,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	int64_t pieces = p->v[P_HIDDEN] / 8, h = p->v[P_HIDDEN];
 	int rows = (int)p->v[P_ROWS], threads = (int)p->v[P_THREADS];
 	lg_section(b, p->entry[0], "RMSNorm backward, dx and dw partials");
-	if (rows > 1) {
-		lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
-			   rows, PMAX, (long long)p->v[P_LPR], (long long)p->v[P_K]);
-		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M)");
-		lg_open(b, "{");
-		lg_line(b, "i64 n = (M + %d) / %d;", rows - 1, rows);
-		lg_line(b, "return n < %d ? n : %d;", PMAX, PMAX);
-		lg_close(b);
-	} else {
-		lg_comment(b, "Persistent grid of min(M, %d) CTAs, one row each; %lld lanes per row, %lld pieces each.",
-			   PMAX, (long long)p->v[P_LPR], (long long)p->v[P_K]);
-		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < %d ? M : %d; }", PMAX,
-			PMAX);
-	}
-	lg_line(b, "%s", "");
+	emit_ctas(b, p);
 	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", threads);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums");
@@ -210,31 +291,17 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
 	}
 	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
-	lg_line(b, "lg_u32x4 wv[%lld];", (long long)p->v[P_K]);
+	lg_emit_row_weights(b, &l, "wv", "w");
 	lg_line(b, "float acc[%lld][8];", (long long)p->v[P_K]);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
-	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
-	lg_line(b, "wv[k] = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};",
-		(long long)pieces);
-	lg_line(b, "for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
-	lg_close(b);
-	if (rows > 1) {
-		lg_line(b, "const i64 stride = lg_ctas(M) * %d;", rows);
-		lg_open(b, "for (i64 base = (i64)blockIdx.x * %d; base < M; base += stride) {", rows);
-		lg_line(b, "const i64 m = base + slot;");
-	} else {
-		lg_line(b, "const i64 stride = lg_ctas(M);");
-		lg_open(b, "for (i64 base = blockIdx.x; base < M; base += stride) {");
-		lg_line(b, "const i64 m = base;");
-	}
-	lg_line(b, "const bool live = m < M;");
-	lg_line(b, "lg_u32x4 xv[%lld], gv[%lld];", (long long)p->v[P_K], (long long)p->v[P_K]);
-	lg_emit_row_load(b, &l, "xv", "xg", "lg_ld16", NULL);
-	lg_emit_row_load(b, &l, "gv", "gg", "lg_ld16", NULL);
+	lg_line(b, "for (int k = 0; k < %lld; k++)", (long long)p->v[P_K]);
+	lg_line(b, "\tfor (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
+	static const char *const dst[] = {"xv", "gv"}, *const src[] = {"xg", "gg"};
+	bool pre = p->v[P_PREFETCH];
+	emit_row_loop(b, p, &l, 2, dst, src, true);
 	lg_line(b, "float r;");
 	lg_open(b, "if (rms) {");
-	lg_line(b, "r = live ? ((const float *)rms)[m] : 0.0f;");
+	lg_line(b, pre ? "r = rc;" : "r = live ? ((const float *)rms)[m] : 0.0f;");
 	lg_close_with(b, "} else {");
 	lg_emit_row_sumsq(b, &l, "xv");
 	lg_line(b, "r = lg_rrms(ss);");
@@ -309,19 +376,30 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_emit_rrms(b, s);
 	if (p->v[P_BWD]) {
 		emit_backward_rows(b, s, p);
-		lg_emit_dw_reduce(b, s, p->entry[1], p->v[P_HIDDEN], p->early[1], "lg_ctas(M)", false);
+		lg_emit_dw_reduce(b, s, p->entry[1], p->v[P_HIDDEN], p->early[1], "lg_ctas(M)", true);
 	} else {
 		emit_forward(b, s, p);
 	}
 }
 
 /* Tile variants for `lingen tune`: 128, 256 and 512 threads per CTA (rows
- * per CTA follow); the backward also 1024 where it plans. */
+ * per CTA follow), the backward also 1024 where it plans, each without and
+ * with prefetch (the forward's persistent form up to 256 threads). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	static const int64_t fwd[] = {128, 256, 512, 0};
-	return lg_candidate_values(s, t, out, 0, max, K_THREADS, s->pass == LG_PASS_BACKWARD ? threads_ok : fwd);
+	/* the persistent forward keeps two CTAs an SM: 512 threads would spill */
+	static const int64_t fwd[] = {128, 256, 512, 0}, fwd_pre[] = {128, 256, 0};
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int n = 0;
+	for (int pre = 0; pre < 2; pre++)
+		for (const int64_t *v = bwd ? threads_ok : pre ? fwd_pre : fwd; *v; v++) {
+			struct lg_tile_choice c = lg_tile1(K_THREADS, *v);
+			c.v[K_PREFETCH] = pre;
+			c.set |= 1ull << K_PREFETCH;
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+	return n;
 }
 
 const struct lg_family lg_family_rmsnorm = {

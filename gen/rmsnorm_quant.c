@@ -250,11 +250,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 			lg_line(b, "const i64 m = t0 * %d + blockIdx.x;", ROWS);
 		lg_line(b, "const bool live = m < (t1 * %d < M ? t1 * %d : M);", ROWS, ROWS);
 	} else {
-		if (l.rows > 1)
-			lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
-		else
-			lg_line(b, "const i64 m = blockIdx.x;");
-		lg_line(b, "const bool live = m < M;");
+		lg_emit_row_index(b, &l);
 	}
 	lg_line(b, "lg_u32x4 v[%d];", l.k);
 	if (lg_quant_colwise(s)) {
@@ -263,6 +259,8 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	} else {
 		lg_emit_row_load(b, &l, "v", "(const u8 *)x", "lg_ld16_cs", NULL);
 	}
+	if (lg_quant_rowwise(s))
+		lg_emit_row_weights(b, &l, "wv", "w");
 	lg_emit_row_sumsq(b, &l, "v");
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_line(b, "if (live && t == 0) ((float *)rms)[m] = r;");
@@ -275,10 +273,8 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_open(b, "for (int k = 0; k < %d; k++) {", l.k);
 	lg_line(b, "const int c = t + k * %d;", l.lpr);
 	lg_line(b, "const bool ok = live && c < %lld;", (long long)pieces);
-	lg_line(b, "const lg_u32x4 wv = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) :", (long long)pieces);
-	lg_line(b, "\tlg_u32x4{0u, 0u, 0u, 0u};");
 	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};");
-	lg_line(b, "const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};");
+	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
 	lg_line(b, "float y[8], amax = 0.0f;");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 4; e++) {");

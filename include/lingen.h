@@ -277,19 +277,24 @@ lg_status lg_group_rmsnorm_gate_backward(const lg_kernel *k, lg_stream stream, i
 /* K2: split qkv + q/k RMSNorm + rotate-half RoPE + transpose, forward (op
  *   "qk_norm_rope"): qkv [seq, batch, (H + 2h) * D] bf16 (qkv_order
  *   "seq_batch", the default; [batch, seq, ...] for "batch_seq"), heads as
- *   head_layout; q_weight, k_weight [D] bf16; freqs [seq, R] fp32 (R =
- *   rotary_fraction * D, cat(f, f): only [:, 0:R/2] is read); q [batch, seq,
- *   H, D], k_out and v [batch, seq, h, D] bf16. */
+ *   head_layout; q_weight, k_weight [D] bf16; freqs [seq * cp_size, R] fp32
+ *   (R = rotary_fraction * D, cat(f, f): only [:, 0:R/2] is read); q [batch,
+ *   seq, H, D], k_out and v [batch, seq, h, D] bf16; cu_seqlens 0.
+ *   K2b (varlen): seq = T packed tokens, batch = the number of sequences:
+ *   qkv [T, 1, ...], cu_seqlens [batch + 1] int32 (cumulative global lengths
+ *   from 0; this rank's tokens of sequence i are rows cu[i] / cp_size ..
+ *   cu[i + 1] / cp_size - 1), q [1, T, H, D], k_out and v [1, T, h, D]. */
 lg_status lg_qk_norm_rope_forward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
-				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs, lg_dptr q,
-				  lg_dptr k_out, lg_dptr v);
-/* Its backward: gq, gk, gv as q, k, v; qkv, the weights and freqs as in the
- *   forward; dqkv in qkv's layout bf16; dq_weight, dk_weight [D] fp32
- *   (overwritten, deterministic). workspace: lg_kernel_workspace_size(k). */
+				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs,
+				  lg_dptr cu_seqlens, lg_dptr q, lg_dptr k_out, lg_dptr v);
+/* Its backward: gq, gk, gv as q, k, v; qkv, the weights, freqs and
+ *   cu_seqlens as in the forward; dqkv in qkv's layout bf16; dq_weight,
+ *   dk_weight [D] fp32 (overwritten, deterministic). workspace:
+ *   lg_kernel_workspace_size(k). */
 lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
 				   lg_dptr gq, lg_dptr gk, lg_dptr gv, lg_dptr qkv, lg_dptr q_weight,
-				   lg_dptr k_weight, lg_dptr freqs, lg_dptr dqkv, lg_dptr dq_weight,
-				   lg_dptr dk_weight, lg_dptr workspace);
+				   lg_dptr k_weight, lg_dptr freqs, lg_dptr cu_seqlens, lg_dptr dqkv,
+				   lg_dptr dq_weight, lg_dptr dk_weight, lg_dptr workspace);
 
 /* K3: the router GEMM, forward (op "router_gemm"): x [tokens, hidden] bf16,
  *   w [experts, hidden] bf16; logits [tokens, experts] fp32 = x . w^T. */

@@ -156,20 +156,20 @@ lg_status lg_group_rmsnorm_gate_backward(const lg_kernel *k, lg_stream stream, i
 }
 
 lg_status lg_qk_norm_rope_forward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
-				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs, lg_dptr q,
-				  lg_dptr k_out, lg_dptr v)
+				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs,
+				  lg_dptr cu_seqlens, lg_dptr q, lg_dptr k_out, lg_dptr v)
 {
-	LG_TYPED(LG_OP_QK_NORM_ROPE, LG_PASS_FORWARD, LG_SIZES(seq, batch), qkv, q_weight, k_weight, freqs, q,
-		 k_out, v);
+	LG_TYPED(LG_OP_QK_NORM_ROPE, LG_PASS_FORWARD, LG_SIZES(seq, batch), qkv, q_weight, k_weight, freqs,
+		 cu_seqlens, q, k_out, v);
 }
 
 lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
 				   lg_dptr gq, lg_dptr gk, lg_dptr gv, lg_dptr qkv, lg_dptr q_weight,
-				   lg_dptr k_weight, lg_dptr freqs, lg_dptr dqkv, lg_dptr dq_weight,
-				   lg_dptr dk_weight, lg_dptr workspace)
+				   lg_dptr k_weight, lg_dptr freqs, lg_dptr cu_seqlens, lg_dptr dqkv,
+				   lg_dptr dq_weight, lg_dptr dk_weight, lg_dptr workspace)
 {
 	LG_TYPED(LG_OP_QK_NORM_ROPE, LG_PASS_BACKWARD, LG_SIZES(seq, batch), gq, gk, gv, qkv, q_weight,
-		 k_weight, freqs, dqkv, dq_weight, dk_weight, workspace);
+		 k_weight, freqs, cu_seqlens, dqkv, dq_weight, dk_weight, workspace);
 }
 
 lg_status lg_router_gemm_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,

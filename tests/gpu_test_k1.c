@@ -86,6 +86,9 @@ static void check(const char *json, int64_t tokens) { check_opt(json, tokens, fa
 	", \"quant\": {}, \"tile\": {\"cluster\": " #cluster "}}"
 #define NORM(pass, hidden)                                                                          \
 	"{\"op\": \"rmsnorm\", \"pass\": \"" #pass "\", \"dtype\": \"bf16\", \"hidden\": " #hidden "}"
+#define NORM_TILE(pass, hidden, tile)                                                               \
+	"{\"op\": \"rmsnorm\", \"pass\": \"" #pass "\", \"dtype\": \"bf16\", \"hidden\": " #hidden \
+	", \"tile\": " tile "}"
 
 static void test_k1_target_shape(void **state)
 {
@@ -137,6 +140,13 @@ static void test_rmsnorm(void **state)
 	check(NORM(backward, 1000), 8191);
 	check(NORM(backward, 72), 300);
 	check(NORM(backward, 8), 1);
+	/* the backward without prefetch, the forward with (persistent), every loop count */
+	check(NORM_TILE(backward, 2048, "{\"prefetch\": 0}"), 8192);
+	check(NORM_TILE(backward, 1000, "{\"prefetch\": 0, \"threads\": 256}"), 529);
+	check(NORM_TILE(forward, 2048, "{\"prefetch\": 0}"), 8192);
+	check(NORM_TILE(forward, 2048, "{\"prefetch\": 1}"), 2113);
+	check(NORM_TILE(forward, 5120, "{\"prefetch\": 1}"), 8191);
+	check(NORM_TILE(forward, 8, "{\"prefetch\": 1}"), 1);
 	/* without rms: the backward recomputes it, the forward does not write it */
 	check_opt(NORM(backward, 2048), 4099, true);
 	check_opt(NORM(forward, 2048), 4099, true);

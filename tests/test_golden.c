@@ -60,6 +60,14 @@ static const struct golden cases[] = {
 	 "{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 64, "
 	 "\"q_heads\": 12, \"kv_heads\": 4, \"rotary_fraction\": 1, \"qkv_order\": \"batch_seq\", "
 	 "\"head_layout\": \"plain\", \"silu\": true}"},
+	/* K2b: packed sequences (positions from cu_seqlens), context parallel, mscale */
+	{"qk_norm_rope_fwd_d128_hq12_hkv4_varlen_cp2", "sm_90a",
+	 "{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, "
+	 "\"q_heads\": 12, \"kv_heads\": 4, \"varlen\": true, \"cp_size\": 2, \"cp_rank\": 1, "
+	 "\"mscale\": 1.25}"},
+	{"qk_norm_rope_bwd_d64_hq8_hkv8_varlen_sm80", "sm_80",
+	 "{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 64, "
+	 "\"q_heads\": 8, \"kv_heads\": 8, \"varlen\": true, \"rotary_fraction\": 1}"},
 	{"qk_norm_rope_bwd_d256_silu_sm80", "sm_80",
 	 "{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 256, "
 	 "\"q_heads\": 40, \"kv_heads\": 8, \"silu\": true, \"tile\": {\"tokens\": 1, \"threads\": 128}}"},
@@ -96,6 +104,14 @@ static const struct golden cases[] = {
 	{"rmsnorm_bwd_h2048", "sm_90a",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6}"},
+	/* the backward without prefetch: each row loaded in its own iteration */
+	{"rmsnorm_bwd_h2048_noprefetch_sm80", "sm_80",
+	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"eps\": 1e-6, \"tile\": {\"prefetch\": 0}}"},
+	/* the forward without prefetch: a CTA per 8 rows, x loaded once */
+	{"rmsnorm_fwd_h4096_noprefetch", "sm_90a",
+	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096, "
+	 "\"eps\": 1e-6, \"tile\": {\"prefetch\": 0}}"},
 	/* the fused cluster kernel, two x tiles in flight */
 	{"rmsnorm_quant_h2048_fused_both_pow2", "sm_90a",
 	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "

@@ -120,10 +120,10 @@ static const char *const mini_kernels[] = {
 	"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
 	"{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
 	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
-	"\"silu\": false, \"eps\": 1e-06}",
+	"\"silu\": false, \"varlen\": false, \"mscale\": 1, \"cp_size\": 1, \"cp_rank\": 0, \"eps\": 1e-06}",
 	"{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
 	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
-	"\"silu\": false, \"eps\": 1e-06}",
+	"\"silu\": false, \"varlen\": false, \"mscale\": 1, \"cp_size\": 1, \"cp_rank\": 0, \"eps\": 1e-06}",
 	"{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
 	"\"precision\": \"bf16\"}",
 	"{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "

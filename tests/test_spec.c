@@ -127,12 +127,13 @@ static const struct bad bad_specs[] = {
 	{RQQ("{\"block\": 128, \"block\": 128}"), {"kernels[0].quant.block: duplicate key"}},
 	/* tile */
 	{RNX(", \"tile\": {\"rowz\": 4}"),
-	 {"kernels[0].tile: unknown key \"rowz\"", "allowed keys: rows, threads", "did you mean \"rows\"?"}},
+	 {"kernels[0].tile: unknown key \"rowz\"", "allowed keys: rows, threads, prefetch", "did you mean \"rows\"?"}},
 	{RNX(", \"tile\": {\"cols\": 256}"),
-	 {"kernels[0].tile: unknown key \"cols\"", "allowed keys: rows, threads"}},
+	 {"kernels[0].tile: unknown key \"cols\"", "allowed keys: rows, threads, prefetch"}},
+	{RNX(", \"tile\": {\"prefetch\": 2}"), {"kernels[0].tile.prefetch: found 2", "allowed: an integer from 0 to 1"}},
 	{RNX(", \"tile\": {\"rows\": 0}"), {"kernels[0].tile.rows: found 0", "allowed: 1, 2, 4, 8, 16"}},
 	{RNX(", \"tile\": {\"threads\": 131072}"), {"kernels[0].tile.threads: found 131072", "allowed: 128, 256, 512, 1024"}},
-	{RNX(", \"tile\": 4"), {"kernels[0].tile: found 4", "allowed: an object with keys rows, threads"}},
+	{RNX(", \"tile\": 4"), {"kernels[0].tile: found 4", "allowed: an object with keys rows, threads, prefetch"}},
 	/* tiles no target can plan: bad input (LG_ERR_SPEC, exit 2) with the path */
 	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	       "\"quant\": {}, \"tile\": {\"rows\": 3}}"),

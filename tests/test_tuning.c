@@ -443,9 +443,14 @@ static void test_candidates(void **state)
 	assert_int_equal(fq->candidates(q, &a, c, LG_MAX_CANDIDATES), 4);      /* no fused on sm_80 */
 	assert_int_equal(fq->candidates(big, &h, c, LG_MAX_CANDIDATES), 4);    /* hidden/128 > 16 */
 	assert_int_equal(fq->candidates(q, &h, c, 2), 2);                      /* max honoured */
-	assert_int_equal(fn->candidates(n, &h, c, LG_MAX_CANDIDATES), 3);
-	assert_int_equal(fn->candidates(b, &h, c, LG_MAX_CANDIDATES), 4);
+	assert_int_equal(fn->candidates(n, &h, c, LG_MAX_CANDIDATES), 5); /* 3 threads, 2 persistent */
+	assert_int_equal(c[4].v[NT("threads")], 256);
+	assert_int_equal(c[4].v[NT("prefetch")], 1);
+	assert_int_equal(fn->candidates(b, &h, c, LG_MAX_CANDIDATES), 8); /* 4 threads, with and without prefetch */
 	assert_int_equal(c[3].v[NT("threads")], 1024);
+	assert_int_equal(c[3].v[NT("prefetch")], 0);
+	assert_int_equal(c[7].v[NT("threads")], 1024);
+	assert_int_equal(c[7].v[NT("prefetch")], 1);
 	lg_spec_free(q);
 	lg_spec_free(n);
 	lg_spec_free(b);

@@ -17,56 +17,36 @@ import platform
 import statistics
 import sys
 
-# linghe on one H200 (shared/TARGETS.md, measured 2026-11-30): (kernel, shape) -> us
-LINGHE_US = {
-    ("rmsnorm_quant", "8192x2048"): 41.2, ("rmsnorm_quant", "128x2048"): 11.0,
-    ("rmsnorm_quant", "1024x2048"): 13.7, ("rmsnorm fwd", "8192x2048"): 21.2,
-    ("rmsnorm fwd", "8192x4096"): 37.9, ("rmsnorm bwd", "8192x2048"): 46.8,
-}
 IMPLS = ("lingen", "eager", "compile", "liger")
 
 
-def _torch_refs(torch):
-    """The PyTorch code the peers run (eager, and through torch.compile)."""
-    def rmsnorm_fwd(x, w, eps=1e-6):
-        xf = x.float()
-        r = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
-        return (xf * r * w.float()).to(x.dtype), r.squeeze(-1)
+class Env:
+    """What a case's make(env) builds its inputs and peers from."""
 
-    def rmsnorm_bwd(dy, x, w, rms):
-        xf, g = x.float(), dy.float()
-        r = rms[:, None]
-        gw = g * w.float()
-        dot = (xf * gw).sum(-1, keepdim=True)
-        dx = r * gw - r * r * r * xf * dot / x.shape[-1]
-        return dx.to(x.dtype), (g * xf * r).sum(0)
+    def __init__(self, torch, lt, liger):
+        import lingen
+        self.torch, self.lt, self.liger, self.lingen = torch, lt, liger, lingen
+        self.gen = torch.Generator(device="cuda").manual_seed(0)
+        self._compiled = {}
 
-    def pow2(a):  # 2^ceil(log2 s) by the exponent: log2 of 2^k need not be exact
-        m, e = torch.frexp((a / 448.0).clamp(min=1e-30))
-        return torch.ldexp(torch.ones_like(m), e - (m == 0.5).int())
+    def randn(self, *shape, dtype=None):
+        t = self.torch
+        return t.randn(*shape, generator=self.gen, device="cuda").to(dtype or t.bfloat16)
 
-    def quant(y):
-        t, h = y.shape
-        b = y.view(t, h // 128, 128)
-        s = pow2(b.abs().amax(-1))
-        q = (b / s[..., None]).view(t, h).to(torch.float8_e4m3fn)
-        nb = (t + 127) // 128
-        c = torch.nn.functional.pad(y, (0, 0, 0, nb * 128 - t)).view(nb, 128, h)
-        st = pow2(c.abs().amax(1))
-        qt = (c / st[:, None, :]).view(nb * 128, h)[:t].t().contiguous().to(torch.float8_e4m3fn)
-        return q, s.t().contiguous(), qt, st
+    def weight(self, *shape, dtype=None):
+        t = self.torch
+        return (t.rand(*shape, generator=self.gen, device="cuda") + 0.5).to(dtype or t.bfloat16)
 
-    def rmsnorm_quant(x, w, eps=1e-6):
-        xf = x.float()
-        r = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
-        q, s, qt, st = quant(xf * r * w.float())
-        return q, s, r.squeeze(-1), qt, st
+    def compiled(self, fn):
+        """torch.compile of fn(torch, *args), once per function, called
+        with the args alone."""
+        if fn not in self._compiled:
+            torch = self.torch
 
-    def fp8_quant(x):
-        return quant(x.float())
-
-    return dict(rmsnorm_fwd=rmsnorm_fwd, rmsnorm_bwd=rmsnorm_bwd, rmsnorm_quant=rmsnorm_quant,
-                fp8_quant=fp8_quant)
+            def bound(*args, **kwargs):
+                return fn(torch, *args, **kwargs)
+            self._compiled[fn] = torch.compile(bound)
+        return self._compiled[fn]
 
 
 class Timer:
@@ -132,98 +112,44 @@ def _close(torch, got, want, what, rtol=2e-2):
             raise AssertionError(f"{what}[{i}]: {bad:.2e} of the values differ")
 
 
-def _dequant(torch, q, s, qt, st):
-    t, h = q.shape
-    rows = q.float() * s.t().repeat_interleave(128, dim=1)
-    cols = qt.t().float() * st.repeat_interleave(128, dim=0)[:t]
-    return rows, cols
-
-
-def cases(quick):
-    big = [(8192, 2048)] if quick else [(8192, 2048), (8192, 4096), (8192, 7168)]
-    small = [(128, 2048), (1024, 2048)]
-    return [("rmsnorm_quant", s) for s in big + small] + \
-           [("rmsnorm fwd", s) for s in big + small] + \
-           [("rmsnorm bwd", s) for s in big + small] + \
-           [("fp8_quant", s) for s in big + small]
-
-
-def run(quick=False):
+def run(quick=False, only=None):
     import torch
 
     import lingen
     import lingen.torch as lt
-    refs = _torch_refs(torch)
-    compiled = {k: torch.compile(v) for k, v in refs.items()}
+    from lingen.benches import all_cases
     try:
-        from liger_kernel.transformers.functional import liger_rms_norm
         import liger_kernel
+        import liger_kernel.transformers.functional as liger
         liger_version = getattr(liger_kernel, "__version__", "installed")
     except ImportError:
-        liger_rms_norm, liger_version = None, None
+        liger, liger_version = None, None
+    env = Env(torch, lt, liger)
     timer = Timer(torch, n=10 if quick else 20)
     src = torch.empty(256 << 20, dtype=torch.uint8, device="cuda").fill_(1)
     dst = torch.empty_like(src)
     copy_us = timer.us(lambda: dst.copy_(src))
     copy_gbps = 2 * src.numel() / copy_us / 1e3
     rows = []
-    g = torch.Generator(device="cuda").manual_seed(0)
-    for kernel, (t, h) in cases(quick):
-        x = torch.randn(t, h, generator=g, device="cuda").bfloat16()
-        w = (torch.rand(h, generator=g, device="cuda") + 0.5).bfloat16()
-        dy = torch.randn(t, h, generator=g, device="cuda").bfloat16()
-        impls = {}
-        if kernel == "rmsnorm_quant":
-            impls["lingen"] = lambda: lt.rms_norm_quant(x, w)
-            impls["eager"] = lambda: refs["rmsnorm_quant"](x, w)
-            impls["compile"] = lambda: compiled["rmsnorm_quant"](x, w)
-
-            def norm(r):
-                q, s, rms, qt, st = r
-                return (*_dequant(torch, q, s, qt, st), rms)
-        elif kernel == "fp8_quant":
-            impls["lingen"] = lambda: lt.fp8_quant(x)
-            impls["eager"] = lambda: refs["fp8_quant"](x)
-            impls["compile"] = lambda: compiled["fp8_quant"](x)
-
-            def norm(r):
-                return _dequant(torch, *r)
-        elif kernel == "rmsnorm fwd":
-            impls["lingen"] = lambda: lt.rms_norm_forward(x, w)
-            impls["eager"] = lambda: refs["rmsnorm_fwd"](x, w)
-            impls["compile"] = lambda: compiled["rmsnorm_fwd"](x, w)
-            if liger_rms_norm:
-                impls["liger"] = lambda: (liger_rms_norm(x, w, 1e-6, in_place=False), None)
-
-            def norm(r):
-                return r
-        else:
-            rms = refs["rmsnorm_fwd"](x, w)[1]
-            impls["lingen"] = lambda: lt.rms_norm_backward(dy, x, w, 1e-6, rms)
-            impls["eager"] = lambda: refs["rmsnorm_bwd"](dy, x, w, rms)
-            impls["compile"] = lambda: compiled["rmsnorm_bwd"](dy, x, w, rms)
-            if liger_rms_norm:
-                xl = x.clone().requires_grad_()
-                wl = w.clone().requires_grad_()
-                yl = liger_rms_norm(xl, wl, 1e-6, in_place=False)
-                impls["liger"] = lambda: torch.autograd.grad(yl, (xl, wl), dy, retain_graph=True)
-
-            def norm(r):
-                return r
-        want = norm(impls["eager"]())
-        out = impls["lingen"]()
-        if kernel == "rmsnorm bwd":
-            nbytes = _nbytes((dy, x, w, rms, *out))
-        elif kernel == "rmsnorm_quant":
-            nbytes = _nbytes((x, w, *out))
-        elif kernel == "fp8_quant":
-            nbytes = _nbytes((x, *out))
-        else:
-            nbytes = _nbytes((x, w, *out))
-        for name, fn in impls.items():
-            row = dict(kernel=kernel, shape=f"{t}x{h}", impl=name, bytes=nbytes)
+    for case in all_cases(quick):
+        if only and not any(o in case.kernel for o in only):
+            continue
+        kernel, shape = case.kernel, case.shape
+        try:
+            setup = case.make(env)
+            want = setup.norm(setup.impls["eager"]())
+            out = setup.impls["lingen"]()
+        except Exception as e:  # a case that cannot be set up is reported, not fatal
+            rows.append(dict(kernel=kernel, shape=shape, impl="lingen",
+                             error=f"{type(e).__name__}: {e}"[:300]))
+            print(_line(rows[-1]), file=sys.stderr, flush=True)
+            continue
+        outs = out if isinstance(out, (tuple, list)) else (out,)
+        nbytes = _nbytes((*setup.tensors, *outs))
+        for name, fn in setup.impls.items():
+            row = dict(kernel=kernel, shape=shape, impl=name, bytes=nbytes)
             try:
-                _close(torch, norm(fn()), want, f"{kernel} {t}x{h} {name}")
+                _close(torch, setup.norm(fn()), want, f"{kernel} {shape} {name}", case.rtol)
                 try:
                     row["us"] = timer.us(fn)
                 except RuntimeError:  # a first capture can fail on lazy set-up: once more
@@ -234,19 +160,20 @@ def run(quick=False):
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
             rows.append(row)
             print(_line(row), file=sys.stderr, flush=True)
-        lh = LINGHE_US.get((kernel, f"{t}x{h}"))
-        if lh:
-            rows.append(dict(kernel=kernel, shape=f"{t}x{h}", impl="linghe (TARGETS.md)",
+        if case.linghe_us:
+            lh = case.linghe_us
+            rows.append(dict(kernel=kernel, shape=shape, impl="linghe (TARGETS.md)",
                              bytes=nbytes, us=lh,
                              pct_copy=100.0 * nbytes / (lh * 1e3) / copy_gbps, quoted=True))
-    host = host_overhead(torch, lingen, lt, refs, liger_rms_norm)
+        del setup, want, out, outs
+    host = host_overhead(torch, lingen, lt, liger)
     return dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
                 triton=_version("triton"), liger=liger_version, lingen=lingen.__version__,
                 python=platform.python_version(), copy_gbps=copy_gbps, method=__doc__.strip(),
                 rows=rows, host=host)
 
 
-def host_overhead(torch, lingen, lt, refs, liger_rms_norm, n=2000):
+def host_overhead(torch, lingen, lt, liger, n=2000):
     """Host microseconds per call, CPU-bound (RMSNorm forward at 128 x 2048,
     the same shapes every call): the Python path of each implementation."""
     import time
@@ -258,8 +185,8 @@ def host_overhead(torch, lingen, lt, refs, liger_rms_norm, n=2000):
                  lambda: torch.ops.lingen.rmsnorm_forward(x, w),
              "torch.nn.functional.rms_norm (eager)": lambda: torch.nn.functional.rms_norm(
                  x, (2048,), w, 1e-6)}
-    if liger_rms_norm:
-        calls["liger_rms_norm"] = lambda: liger_rms_norm(x, w, 1e-6, in_place=False)
+    if liger:
+        calls["liger_rms_norm"] = lambda: liger.liger_rms_norm(x, w, 1e-6, in_place=False)
     out = {}
     for name, fn in calls.items():
         for _ in range(50):
@@ -292,10 +219,20 @@ def _line(r):
             f"{r['pct_copy']:6.1f}% of copy")
 
 
+def _impls(res):
+    """The implementations in the results: the usual ones first, then any a
+    case adds (torch.mm, ...), linghe's quoted figure last."""
+    seen = list(IMPLS)
+    for r in res["rows"]:
+        if r["impl"] not in seen and not r.get("quoted"):
+            seen.append(r["impl"])
+    return seen + ["linghe (TARGETS.md)"]
+
+
 def table(res):
     """Markdown: one line per kernel and shape, us (% of copy) per impl and
     lingen's speed-up over each."""
-    impls = list(IMPLS) + ["linghe (TARGETS.md)"]
+    impls = _impls(res)
     by = {}
     for r in res["rows"]:
         by.setdefault((r["kernel"], r["shape"]), {})[r["impl"]] = r
@@ -329,7 +266,7 @@ def plot(res, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    impls = list(IMPLS) + ["linghe (TARGETS.md)"]
+    impls = _impls(res)
     keys = []
     for r in res["rows"]:
         if (r["kernel"], r["shape"]) not in keys:
@@ -361,6 +298,8 @@ def main(argv=None):
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", help="write the table here")
     p.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
+    p.add_argument("--only", action="append", metavar="KERNEL",
+                   help="only the kernels whose name contains this (repeatable)")
     p.add_argument("--plot", metavar="JSON", help="draw the chart of a results file")
     p.add_argument("-o", "--output", help="the chart's PNG (default: beside the JSON)")
     a = p.parse_args(argv)
@@ -372,7 +311,7 @@ def main(argv=None):
         print(table(res))
         print(f"wrote {out}", file=sys.stderr)
         return 0
-    res = run(a.quick)
+    res = run(a.quick, a.only)
     text = table(res)
     print(text)
     if a.json:

@@ -55,8 +55,11 @@ def _default(k):
 
 def schema(fam, decl):
     """The torch schema of one family pass, from its declaration."""
+    inputs = [a for a in decl.args if a.is_input]
+    # an optional input defaults to None when every later input is optional too
     ins = [f"Tensor{'?' if a.role == 'optional_in' else ''} {a.name}"
-           for a in decl.args if a.is_input]
+           + ("=None" if all(b.role == "optional_in" for b in inputs[i:]) else "")
+           for i, a in enumerate(inputs)]
     keys = _scalar_keys(fam, decl)
     if keys:
         ins.append("*")
@@ -298,44 +301,65 @@ def fp8_quant(x, round_scale=True, output="both"):
 
 # ------------------------------------------------- q/k norm + RoPE (K2)
 
-def _rope_kw(eps, rotary_fraction, interleaved, transposed, silu):
+def _rope_kw(eps, rotary_fraction, interleaved, transposed, silu, varlen=False, mscale=1.0,
+             cp_size=1, cp_rank=0):
     return {"eps": eps, "rotary_fraction": rotary_fraction,
-            "qkv_order": "seq_batch" if transposed else "batch_seq",
-            "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu)}
+            "qkv_order": "seq_batch" if transposed or varlen else "batch_seq",
+            "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu),
+            "varlen": bool(varlen), "mscale": float(mscale), "cp_size": int(cp_size),
+            "cp_rank": int(cp_rank)}
 
 
 class QKNormRopeFunction(torch.autograd.Function):
     """Split qkv + q/k RMSNorm + rotate-half RoPE + [B, S, heads, D]
-    (lingen.qk_norm_rope), with lingen's backward (dq_weight, dk_weight in
-    fp32, deterministic, cast to the weights' dtype for autograd)."""
+    (lingen.qk_norm_rope; packed sequences with cu_seqlens: qkv [T, .] ->
+    [T, heads, D]), with lingen's backward (dq_weight, dk_weight in fp32,
+    deterministic, cast to the weights' dtype for autograd)."""
 
     @staticmethod
     def forward(ctx, qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=1e-6,
-                rotary_fraction=0.5, interleaved=True, transposed=True, silu=False):
-        kw = _rope_kw(eps, rotary_fraction, interleaved, transposed, silu)
-        q, k, v = _run("qk_norm_rope_forward", qkv, q_weight, k_weight, freqs, q_heads=q_heads,
-                       kv_heads=kv_heads, **kw)
-        ctx.save_for_backward(qkv, q_weight, k_weight, freqs)
+                rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
+                cu_seqlens=None, mscale=1.0, cp_size=1, cp_rank=0):
+        varlen = cu_seqlens is not None
+        kw = _rope_kw(eps, rotary_fraction, interleaved, transposed, silu, varlen, mscale,
+                      cp_size, cp_rank)
+        x = qkv.view(qkv.shape[0], 1, qkv.shape[1]) if varlen and qkv.dim() == 2 else qkv
+        q, k, v = _run("qk_norm_rope_forward", x, q_weight, k_weight, freqs, cu_seqlens,
+                       q_heads=q_heads, kv_heads=kv_heads, **kw)
+        if varlen:
+            q, k, v = q[0], k[0], v[0]
+        ctx.save_for_backward(qkv, q_weight, k_weight, freqs, cu_seqlens)
         ctx.kw = kw
         return q, k, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
-        qkv, q_weight, k_weight, freqs = ctx.saved_tensors
-        dqkv, dqw, dkw = _run("qk_norm_rope_backward", gq, gk, gv, qkv, q_weight, k_weight,
-                              freqs, **ctx.kw)
+        qkv, q_weight, k_weight, freqs, cu_seqlens = ctx.saved_tensors
+        x = qkv
+        if cu_seqlens is not None:
+            gq, gk, gv = gq.unsqueeze(0), gk.unsqueeze(0), gv.unsqueeze(0)
+            if qkv.dim() == 2:
+                x = qkv.view(qkv.shape[0], 1, qkv.shape[1])
+        dqkv, dqw, dkw = _run("qk_norm_rope_backward", gq, gk, gv, x, q_weight, k_weight,
+                              freqs, cu_seqlens, **ctx.kw)
+        dqkv = dqkv.view(qkv.shape)
         dqw = dqw.to(q_weight.dtype) if ctx.needs_input_grad[1] else None
         dkw = dkw.to(k_weight.dtype) if ctx.needs_input_grad[2] else None
-        return dqkv, dqw, dkw, None, None, None, None, None, None, None, None
+        return (dqkv, dqw, dkw) + (None,) * 12
 
 
 def qk_norm_rope(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=1e-6, rotary_fraction=0.5,
-                 interleaved=True, transposed=True, silu=False):
+                 interleaved=True, transposed=True, silu=False, cu_seqlens=None, mscale=1.0,
+                 cp_size=1, cp_rank=0):
     """(q, k, v) [B, S, heads, D] from qkv [S, B, (H + 2h) D] (transposed;
     else [B, S, .]), differentiable; as linghe's qk_norm_half_rope with
-    H=q_heads, h=kv_heads (rotary_fraction 0.5 there)."""
+    H=q_heads, h=kv_heads (rotary_fraction 0.5 there). With cu_seqlens
+    (int32 [n + 1], cumulative global lengths): qkv [T, .] packed sequences
+    -> [T, heads, D], positions restarting at each sequence (linghe's varlen
+    form; cp_size, cp_rank: context parallelism's zig-zag halves)."""
     return QKNormRopeFunction.apply(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps,
-                                    rotary_fraction, interleaved, transposed, silu)
+                                    rotary_fraction, interleaved, transposed, silu, cu_seqlens,
+                                    mscale, cp_size, cp_rank)
 
 
 # ------------------------------------- group RMSNorm x sigmoid gate (K8)

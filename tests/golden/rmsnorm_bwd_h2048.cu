@@ -120,35 +120,67 @@ lg_rmsnorm_bwd_bf16_h2048(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;
 	lg_u32x4 wv[4];
-	float acc[4][8];
 	#pragma unroll
 	for (int k = 0; k < 4; k++) {
 		const int c = t + k * 64;
 		wv[k] = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
-		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
 	}
-	const i64 stride = lg_ctas(M) * 2;
-	for (i64 base = (i64)blockIdx.x * 2; base < M; base += stride) {
+	float acc[4][8];
+	#pragma unroll
+	for (int k = 0; k < 4; k++)
+		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
+	const i64 stride = lg_ctas(M) * 2, first = (i64)blockIdx.x * 2;
+	// Each lane loads its next row before this row's math.
+	lg_u32x4 xvn[4];
+	lg_u32x4 gvn[4];
+	i64 mp = first + slot;
+	bool livep = mp < M;
+	#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const int c = t + k * 64;
+		xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 256)
+			xvn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
+	}
+	#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const int c = t + k * 64;
+		gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 256)
+			gvn[k] = lg_ld16(gg + (mp * 2048 + c * 8) * 2);
+	}
+	float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
+	for (i64 base = first; base < M; base += stride) {
 		const i64 m = base + slot;
 		const bool live = m < M;
-		lg_u32x4 xv[4], gv[4];
+		lg_u32x4 xv[4];
+		lg_u32x4 gv[4];
+		#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			xv[k] = xvn[k];
+			gv[k] = gvn[k];
+		}
+		const float rc = rn;
+		mp = m + stride;
+		livep = mp < M;
 		#pragma unroll
 		for (int k = 0; k < 4; k++) {
 			const int c = t + k * 64;
-			xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 256)
-				xv[k] = lg_ld16(xg + (m * 2048 + c * 8) * 2);
+			xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 256)
+				xvn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
 		}
 		#pragma unroll
 		for (int k = 0; k < 4; k++) {
 			const int c = t + k * 64;
-			gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 256)
-				gv[k] = lg_ld16(gg + (m * 2048 + c * 8) * 2);
+			gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 256)
+				gvn[k] = lg_ld16(gg + (mp * 2048 + c * 8) * 2);
 		}
+		rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 		float r;
 		if (rms) {
-			r = live ? ((const float *)rms)[m] : 0.0f;
+			r = rc;
 		} else {
 			// Sum of squares: one fp64 chain per piece, added in a fixed order.
 			double sk[4];
@@ -225,16 +257,24 @@ lg_rmsnorm_bwd_bf16_h2048(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 }
 
 // ----- lg_rmsnorm_bwd_bf16_h2048_dw: dw from the partials -----
-// dw[col] = sum of the workspace rows, in CTA order (deterministic).
+// dw[col] = sum of the workspace rows: 8 warps add every 8th row each, then
+// their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_bwd_bf16_h2048_dw(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
 	// Wait until the partial sums are written.
 	asm volatile("griddepcontrol.wait;" ::: "memory");
-	const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;
-	if (col >= 2048) return;
+	__shared__ float slice[8][32];
+	const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5; // column, row slice
+	const i64 col = (i64)blockIdx.x * 32 + cx;
 	const i64 n = lg_ctas(M);
 	float sum = 0.0f;
-	for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * 2048 + col];
+	if (col < 2048)
+		for (i64 i = sl; i < n; i += 8) sum += ((const float *)ws)[i * 2048 + col];
+	slice[sl][cx] = sum;
+	__syncthreads();
+	if (sl != 0 || col >= 2048) return;
+	#pragma unroll
+	for (int k = 1; k < 8; k++) sum += slice[k][cx]; // fixed order
 	((float *)dw)[col] = sum;
 }

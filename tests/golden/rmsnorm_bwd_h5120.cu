@@ -101,7 +101,7 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 }
 
 // ----- lg_rmsnorm_bwd_bf16_h5120: RMSNorm backward, dx and dw partials -----
-// Persistent grid of min(M, 264) CTAs, one row each; 256 lanes per row, 3 pieces each.
+// Persistent grid of min(ceil(M / 1), 264) CTAs; 256 lanes per row, 3 pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < 264 ? M : 264; }
 
 extern "C" __global__ void __launch_bounds__(256)
@@ -116,35 +116,67 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;
 	lg_u32x4 wv[3];
-	float acc[3][8];
 	#pragma unroll
 	for (int k = 0; k < 3; k++) {
 		const int c = t + k * 256;
 		wv[k] = c < 640 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
-		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
 	}
-	const i64 stride = lg_ctas(M);
-	for (i64 base = blockIdx.x; base < M; base += stride) {
+	float acc[3][8];
+	#pragma unroll
+	for (int k = 0; k < 3; k++)
+		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
+	const i64 stride = lg_ctas(M), first = blockIdx.x;
+	// Each lane loads its next row before this row's math.
+	lg_u32x4 xvn[3];
+	lg_u32x4 gvn[3];
+	i64 mp = first;
+	bool livep = mp < M;
+	#pragma unroll
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 256;
+		xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 640)
+			xvn[k] = lg_ld16(xg + (mp * 5120 + c * 8) * 2);
+	}
+	#pragma unroll
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 256;
+		gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 640)
+			gvn[k] = lg_ld16(gg + (mp * 5120 + c * 8) * 2);
+	}
+	float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
+	for (i64 base = first; base < M; base += stride) {
 		const i64 m = base;
 		const bool live = m < M;
-		lg_u32x4 xv[3], gv[3];
+		lg_u32x4 xv[3];
+		lg_u32x4 gv[3];
+		#pragma unroll
+		for (int k = 0; k < 3; k++) {
+			xv[k] = xvn[k];
+			gv[k] = gvn[k];
+		}
+		const float rc = rn;
+		mp = m + stride;
+		livep = mp < M;
 		#pragma unroll
 		for (int k = 0; k < 3; k++) {
 			const int c = t + k * 256;
-			xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 640)
-				xv[k] = lg_ld16(xg + (m * 5120 + c * 8) * 2);
+			xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 640)
+				xvn[k] = lg_ld16(xg + (mp * 5120 + c * 8) * 2);
 		}
 		#pragma unroll
 		for (int k = 0; k < 3; k++) {
 			const int c = t + k * 256;
-			gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 640)
-				gv[k] = lg_ld16(gg + (m * 5120 + c * 8) * 2);
+			gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 640)
+				gvn[k] = lg_ld16(gg + (mp * 5120 + c * 8) * 2);
 		}
+		rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 		float r;
 		if (rms) {
-			r = live ? ((const float *)rms)[m] : 0.0f;
+			r = rc;
 		} else {
 			// Sum of squares: one fp64 chain per piece, added in a fixed order.
 			double sk[3];
@@ -219,16 +251,24 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 }
 
 // ----- lg_rmsnorm_bwd_bf16_h5120_dw: dw from the partials -----
-// dw[col] = sum of the workspace rows, in CTA order (deterministic).
+// dw[col] = sum of the workspace rows: 8 warps add every 8th row each, then
+// their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_bwd_bf16_h5120_dw(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
 	// Wait until the partial sums are written.
 	asm volatile("griddepcontrol.wait;" ::: "memory");
-	const i64 col = (i64)blockIdx.x * 256 + threadIdx.x;
-	if (col >= 5120) return;
+	__shared__ float slice[8][32];
+	const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5; // column, row slice
+	const i64 col = (i64)blockIdx.x * 32 + cx;
 	const i64 n = lg_ctas(M);
 	float sum = 0.0f;
-	for (i64 i = 0; i < n; i++) sum += ((const float *)ws)[i * 5120 + col];
+	if (col < 5120)
+		for (i64 i = sl; i < n; i += 8) sum += ((const float *)ws)[i * 5120 + col];
+	slice[sl][cx] = sum;
+	__syncthreads();
+	if (sl != 0 || col >= 5120) return;
+	#pragma unroll
+	for (int k = 1; k < 8; k++) sum += slice[k][cx]; // fixed order
 	((float *)dw)[col] = sum;
 }

@@ -92,45 +92,76 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 }
 
 // ----- lg_rmsnorm_fwd_bf16_h2048: RMSNorm forward -----
-// 32 lanes per row, 8 16-byte pieces each; 8 rows per CTA.
-extern "C" __global__ void __launch_bounds__(256)
+// Persistent grid of min(ceil(M / 4), 264) CTAs; 32 lanes per row, 8 pieces each.
+static __device__ __forceinline__ i64 lg_ctas(i64 M)
+{
+	i64 n = (M + 3) / 4;
+	return n < 264 ? n : 264;
+}
+
+extern "C" __global__ void __launch_bounds__(128, 2)
 lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 {
 	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
-	const i64 m = (i64)blockIdx.x * 8 + slot;
-	const bool live = m < M;
 	const u8 *const xg = (const u8 *)x;
-	lg_u32x4 v[8];
+	lg_u32x4 wv[8];
 	#pragma unroll
 	for (int k = 0; k < 8; k++) {
 		const int c = t + k * 32;
-		v[k] = lg_u32x4{0u, 0u, 0u, 0u};
-		if (live && c < 256)
-			v[k] = lg_ld16(xg + (m * 2048 + c * 8) * 2);
+		wv[k] = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
 	}
-	// Sum of squares: one fp64 chain per piece, added in a fixed order.
-	double sk[8];
-	#pragma unroll
-	for (int k = 0; k < 8; k++) sk[k] = lg_sumsq_bf16x8(0.0, v[k]);
-	double ss = sk[0];
-	#pragma unroll
-	for (int k = 1; k < 8; k++) ss += sk[k];
-	ss = lg_dsum_xor(ss, 1, 16);
-	const float r = lg_rrms(ss);
-	// y = (x * r) * w in fp32, rounded to bf16 (RNE).
+	const i64 stride = lg_ctas(M) * 4, first = (i64)blockIdx.x * 4;
+	// Each lane loads its next row before this row's math.
+	lg_u32x4 vn[8];
+	i64 mp = first + slot;
+	bool livep = mp < M;
 	#pragma unroll
 	for (int k = 0; k < 8; k++) {
 		const int c = t + k * 32;
-		if (!live || c >= 256) continue;
-		const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + c * 16);
-		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-		const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
-		u32 o[4];
+		vn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 256)
+			vn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
+	}
+	for (i64 base = first; base < M; base += stride) {
+		const i64 m = base + slot;
+		const bool live = m < M;
+		lg_u32x4 v[8];
 		#pragma unroll
-		for (int e = 0; e < 4; e++)
-			o[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]),
-				(lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));
-		lg_st16((u8 *)y + (m * 2048 + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});
+		for (int k = 0; k < 8; k++) {
+			v[k] = vn[k];
+		}
+		mp = m + stride;
+		livep = mp < M;
+		#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			const int c = t + k * 32;
+			vn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 256)
+				vn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
+		}
+		// Sum of squares: one fp64 chain per piece, added in a fixed order.
+		double sk[8];
+		#pragma unroll
+		for (int k = 0; k < 8; k++) sk[k] = lg_sumsq_bf16x8(0.0, v[k]);
+		double ss = sk[0];
+		#pragma unroll
+		for (int k = 1; k < 8; k++) ss += sk[k];
+		ss = lg_dsum_xor(ss, 1, 16);
+		const float r = lg_rrms(ss);
+		// y = (x * r) * w in fp32, rounded to bf16 (RNE).
+		#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			const int c = t + k * 32;
+			if (!live || c >= 256) continue;
+			const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+			const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
+			u32 o[4];
+			#pragma unroll
+			for (int e = 0; e < 4; e++)
+				o[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]),
+					(lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));
+			lg_st16((u8 *)y + (m * 2048 + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});
+		}
+		if (rms && live && t == 0) ((float *)rms)[m] = r;
 	}
-	if (rms && live && t == 0) ((float *)rms)[m] = r;
 }

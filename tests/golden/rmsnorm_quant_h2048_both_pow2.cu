@@ -184,6 +184,12 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(
 		if (live && c < 256)
 			v[k] = lg_ld16_last((const u8 *)x + (m * 2048 + c * 8) * 2, keep);
 	}
+	lg_u32x4 wv[4];
+	#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const int c = t + k * 64;
+		wv[k] = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
+	}
 	// Sum of squares: one fp64 chain per piece, added in a fixed order.
 	double sk[4];
 	#pragma unroll
@@ -205,10 +211,8 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(
 	for (int k = 0; k < 4; k++) {
 		const int c = t + k * 64;
 		const bool ok = live && c < 256;
-		const lg_u32x4 wv = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) :
-			lg_u32x4{0u, 0u, 0u, 0u};
 		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-		const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
+		const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
 		float y[8], amax = 0.0f;
 		#pragma unroll
 		for (int e = 0; e < 4; e++) {

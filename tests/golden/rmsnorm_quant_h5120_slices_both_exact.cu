@@ -188,6 +188,12 @@ lg_rmsnorm_quant_fwd_bf16_h5120_both_exact_tt256st2_rows(
 		if (live && c < 640)
 			v[k] = lg_ld16_last((const u8 *)x + (m * 5120 + c * 8) * 2, keep);
 	}
+	lg_u32x4 wv[3];
+	#pragma unroll
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 256;
+		wv[k] = c < 640 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
+	}
 	// Sum of squares: one fp64 chain per piece, added in a fixed order.
 	double sk[3];
 	#pragma unroll
@@ -209,10 +215,8 @@ lg_rmsnorm_quant_fwd_bf16_h5120_both_exact_tt256st2_rows(
 	for (int k = 0; k < 3; k++) {
 		const int c = t + k * 256;
 		const bool ok = live && c < 640;
-		const lg_u32x4 wv = c < 640 ? lg_ld16_keep((const u8 *)w + c * 16) :
-			lg_u32x4{0u, 0u, 0u, 0u};
 		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-		const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
+		const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
 		float y[8], amax = 0.0f;
 		#pragma unroll
 		for (int e = 0; e < 4; e++) {
