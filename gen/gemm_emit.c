@@ -103,6 +103,7 @@ static void emit_loader(lg_buf *b, const struct lg_gemm *g, const struct lg_gemm
 
 static void emit_frag_a(lg_buf *b, const struct lg_gemm *g, const char *prefix);
 static void emit_frag_b(lg_buf *b, const struct lg_gemm *g, const char *prefix);
+static void emit_mma(lg_buf *b, const struct lg_gemm *g, const char *prefix);
 
 void lg_gemm_emit_loaders(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 {
@@ -110,6 +111,7 @@ void lg_gemm_emit_loaders(lg_buf *b, const struct lg_gemm *g, const char *prefix
 	emit_loader(b, g, &g->b, g->t.bn, prefix);
 	emit_frag_a(b, g, prefix);
 	emit_frag_b(b, g, prefix);
+	emit_mma(b, g, prefix);
 }
 
 /* A's fragments of the warp's m16 tiles at reduction step ks: af[mi][term][4]. */
@@ -203,17 +205,43 @@ static void open_tiles(lg_buf *b, int mi_n, int ni_n)
 	lg_open(b, "for (int ni = 0; ni < %d; ni++) {", ni_n);
 }
 
+/* The warp's mma.sync tiles of one k16 step: acc += af . bfr. */
+static void emit_mma(lg_buf *b, const struct lg_gemm *g, const char *prefix)
+{
+	int mi_n = g->t.bm / g->t.warps_m / 16, ni_n = g->t.bn / g->t.warps_n / 8;
+	char name[64], params[128];
+	snprintf(name, sizeof name, "%s_mma", prefix);
+	snprintf(params, sizeof params, "float acc[%d][%d][4], const u32 af[%d][%d][4], const u32 bfr[%d][2]",
+		 mi_n, ni_n, mi_n, g->terms, ni_n);
+	lg_comment(b, "The warp's %dx%d mma tiles of one k16 step%s.", mi_n, ni_n,
+		   g->terms > 1 ? ", each term of A (the small ones first)" : "");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	open_tiles(b, mi_n, ni_n);
+	if (g->terms == 1) {
+		lg_line(b, "lg_mma_bf16(acc[mi][ni], af[mi][0], bfr[ni]);");
+	} else {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int e = %d; e >= 0; e--)", g->terms - 1);
+		lg_line(b, "\tlg_mma_bf16(acc[mi][ni], af[mi][e], bfr[ni]);");
+	}
+	lg_close(b);
+	lg_close(b);
+	lg_close(b);
+}
+
 /* Issue the loads of reduction tile `kt` (relative) into stage `st`. */
 static void emit_stage_load(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
 			    const char *o0b, const char *kt0, const char *kt, const char *st)
 {
 	unsigned ab = tile_bytes(g, &g->a, g->t.bm), bb = tile_bytes(g, &g->b, g->t.bn);
-	lg_line(b, "%s_load_a(sa + (%s) * %u, (const u8 *)%s, %s, (%s + %s) * %d,", prefix, st, ab, g->a.ptr, o0a,
-		kt0, kt, g->t.bk);
-	lg_line(b, "\t%s, %s, %s);", g->a.out_ext, g->a.red_ext, g->a.ld);
-	lg_line(b, "%s_load_b(sb + (%s) * %u, (const u8 *)%s, %s, (%s + %s) * %d,", prefix, st, bb, g->b.ptr, o0b,
-		kt0, kt, g->t.bk);
-	lg_line(b, "\t%s, %s, %s);", g->b.out_ext, g->b.red_ext, g->b.ld);
+	lg_line(b, "const int st = %s;", st);
+	lg_line(b, "const i64 r0 = (%s + %s) * %d;", kt0, kt, g->t.bk);
+	lg_line(b, "%s_load_a(sa + st * %u, (const u8 *)%s, %s, r0, %s, %s, %s);", prefix, ab, g->a.ptr, o0a,
+		g->a.out_ext, g->a.red_ext, g->a.ld);
+	lg_line(b, "%s_load_b(sb + st * %u, (const u8 *)%s, %s, r0, %s, %s, %s);", prefix, bb, g->b.ptr, o0b,
+		g->b.out_ext, g->b.red_ext, g->b.ld);
 }
 
 void lg_gemm_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
@@ -253,24 +281,14 @@ void lg_gemm_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefi
 	emit_stage_load(b, g, prefix, o0a, o0b, kt0, "nx", st);
 	lg_close(b);
 	lg_line(b, "lg_cp_commit();");
-	lg_line(b, "const u8 *const ca = sa + (kt %% %d) * %u, *const cb = sb + (kt %% %d) * %u;", t->stages, ab,
-		t->stages, bb);
+	lg_line(b, "const int cs = kt %% %d; // the stage of tile kt", t->stages);
+	lg_line(b, "const u8 *const ca = sa + cs * %u, *const cb = sb + cs * %u;", ab, bb);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int ks = 0; ks < %d; ks += 16) {", t->bk);
 	lg_line(b, "u32 af[%d][%d][4], bfr[%d][2];", mi_n, g->terms, ni_n);
 	lg_line(b, "%s_frag_a(af, ca, ks, wm, lane);", prefix);
 	lg_line(b, "%s_frag_b(bfr, cb, ks, wn, lane);", prefix);
-	open_tiles(b, mi_n, ni_n);
-	if (g->terms == 1) {
-		lg_line(b, "lg_mma_bf16(acc[mi][ni], af[mi][0], bfr[ni]);");
-	} else {
-		lg_comment(b, "the small terms first");
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int e = %d; e >= 0; e--)", g->terms - 1);
-		lg_line(b, "\tlg_mma_bf16(acc[mi][ni], af[mi][e], bfr[ni]);");
-	}
-	lg_close(b);
-	lg_close(b);
+	lg_line(b, "%s_mma(acc, af, bfr);", prefix);
 	lg_close(b); /* ks */
 	lg_close(b); /* kt */
 }

@@ -19,13 +19,15 @@
  * dy rounded to bf16; bf16x2: 16 significant bits, error 2^-17 of dy, far
  * below tf32's 2^-11 at the same cost as a tf32 product; bf16x3: dy exact,
  * only fp32 summation error), each term an mma with the same bf16 w or x
- * fragment (products of bf16 are exact). Three entry points:
- *   _dx    dx tiles, A = dy [M][N] (K-major fp32), B = w [N][K] read
- *          reduction-major (ldmatrix .trans); reduction over N.
- *   _dw    dw tiles over a slice of the tokens: A = dy (its [M][N] read
- *          MN-major), B = x [M][K] (MN-major, .trans). With tile.split
- *          slices (grid z) each writes its partial [N][K] to the workspace
- *          (tile.split 1: straight to dw).
+ * fragment (products of bf16 are exact). Two entry points:
+ *   _grad  one grid of dw tiles, then dx tiles, so the two GEMMs share the
+ *          machine (dw's few long CTAs first, dx's many short ones fill in):
+ *          dw: A = dy (its [M][N] read MN-major), B = x [M][K] (MN-major,
+ *          ldmatrix .trans), reduction over a slice of the tokens; with
+ *          tile.split slices each writes its partial [N][K] to the
+ *          workspace (tile.split 1: straight to dw). dx: A = dy [M][N]
+ *          (K-major fp32), B = w [N][K] (MN-major, .trans), reduction
+ *          over the experts.
  *   _dwsum dw = the partials added in slice order (split > 1): fixed
  *          order, so dw is the same bits on every run.
  * A null dx or dw skips that output (its kernels return at once).
@@ -220,11 +222,10 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 		return LG_OK;
 	}
-	p->nentries = split > 1 ? 3 : 2;
-	snprintf(p->entry[0], sizeof p->entry[0], "%s_dx", s->entry);
-	snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
+	p->nentries = split > 1 ? 2 : 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s_grad", s->entry);
 	if (split > 1)
-		snprintf(p->entry[2], sizeof p->entry[2], "%s_dwsum", s->entry);
+		snprintf(p->entry[1], sizeof p->entry[1], "%s_dwsum", s->entry);
 	return LG_OK;
 }
 
@@ -241,22 +242,14 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 		d->grid[1] = cdiv(N, bn);
 		return;
 	}
-	switch (e) {
-	case 0: /* dx */
-		d->grid[0] = cdiv(M, bm);
-		d->grid[1] = cdiv(K, bn);
-		break;
-	case 1: /* dw: also at 0 tokens (dw = 0) */
-		d->grid[0] = cdiv(N, bm);
-		d->grid[1] = cdiv(K, bn);
-		d->grid[2] = (unsigned)p->v[P_SPLIT];
-		break;
-	default: /* the sum of the partials, four values a thread */
-		d->grid[0] = cdiv(N * K / 4, 256);
-		d->block[0] = 256;
-		d->smem = 0;
-		break;
+	if (e == 0) { /* dw tiles x slices (also at 0 tokens: dw = 0), then dx tiles */
+		d->grid[0] = cdiv(N, bm) * cdiv(K, bn) * (unsigned)p->v[P_SPLIT] + cdiv(M, bm) * cdiv(K, bn);
+		return;
 	}
+	/* the sum of the partials, four values a thread */
+	d->grid[0] = cdiv(N * K / 4, 256);
+	d->block[0] = 256;
+	d->smem = 0;
 }
 
 static size_t workspace(const struct lg_plan *p)
@@ -343,48 +336,50 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_line(b, "*(u32 *)(out + (row * LG_K + col) * 2) = lg_pack_bf16x2(v0, v1);");
 	lg_close(b);
 
-	emit_head(b, s, p->entry[0], &gx, "router GEMM backward: dx bf16 = dy . w");
-	lg_comment(b, "Grid (tokens / %d, hidden / %d), rounded up; dy as %d bf16 term%s.", gx.t.bm, gx.t.bn,
-		   gx.terms, gx.terms > 1 ? "s" : "");
-	lg_line(b, "(void)x;");
-	lg_line(b, "(void)dw;");
-	lg_line(b, "(void)ws;");
-	lg_line(b, "if (!dx) return;");
-	lg_line(b, "const i64 o0a = (i64)blockIdx.x * %d, o0b = (i64)blockIdx.y * %d;", gx.t.bm, gx.t.bn);
-	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
-	lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-	lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
-	lg_close(b);
-
-	emit_head(b, s, p->entry[1], &gw, "router GEMM backward: dw fp32 = dy^T . x");
-	lg_comment(b, "Grid (experts / %d, hidden / %d, %d token slice%s); slice z adds its share of", gw.t.bm,
-		   gw.t.bn, split, split > 1 ? "s" : "");
-	lg_comment(b, "the token tiles (none at 0 tokens: zeros) and %s.",
-		   split > 1 ? "writes its partial [N][K] to the workspace" : "writes dw");
-	lg_line(b, "(void)w;");
-	lg_line(b, "(void)dx;");
+	int64_t cols = (p->v[P_K] + gw.t.bn - 1) / gw.t.bn, tw = (p->v[P_N] + gw.t.bm - 1) / gw.t.bm * cols;
+	emit_head(b, s, p->entry[0], &gw, "router GEMM backward: dw and dx tiles, one grid");
+	lg_comment(b, "CTAs 0 .. %lld: dw tiles (%lld of %dx%d, x %d token slice%s: the long ones, first); then",
+		   (long long)(tw * split - 1), (long long)tw, gw.t.bm, gw.t.bn, split, split > 1 ? "s" : "");
+	lg_comment(b, "dx tiles of %dx%d, %lld a row of %d tokens. dy as %d bf16 term%s.", gx.t.bm, gx.t.bn,
+		   (long long)cols, gx.t.bm, gx.terms, gx.terms > 1 ? "s" : "");
 	if (split == 1)
 		lg_line(b, "(void)ws;");
+	lg_open(b, "if ((i64)blockIdx.x < %lld) {", (long long)(tw * split));
+	lg_comment(b, "dw: slice z adds its share of the token tiles (none at 0 tokens: zeros)");
+	lg_comment(b, "and %s.", split > 1 ? "writes its partial [N][K] to the workspace" : "writes dw");
 	lg_line(b, "if (!dw) return;");
-	lg_line(b, "const i64 o0a = (i64)blockIdx.x * %d, o0b = (i64)blockIdx.y * %d;", gw.t.bm, gw.t.bn);
+	lg_line(b, "const i64 t = (i64)blockIdx.x %% %lld, z = (i64)blockIdx.x / %lld;", (long long)tw,
+		(long long)tw);
+	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gw.t.bm,
+		(long long)cols, gw.t.bn);
 	lg_line(b, "const i64 kts = (M + %d) / %d, per = (kts + %d) / %d;", gw.t.bk - 1, gw.t.bk, split - 1,
 		split);
-	lg_line(b, "const i64 z0 = (i64)blockIdx.z * per, kt0 = z0 < kts ? z0 : kts;");
+	lg_line(b, "const i64 kt0 = z * per < kts ? z * per : kts;");
 	lg_line(b, "const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;");
 	lg_gemm_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
 	if (split > 1) {
-		lg_line(b, "float *const part_out = (float *)ws + (i64)blockIdx.z * LG_N * LG_K;");
+		lg_line(b, "float *const part_out = (float *)ws + z * LG_N * LG_K;");
 		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32(part_out, LG_N, LG_K, ");
 	} else {
 		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32((float *)dw, LG_N, LG_K, ");
 	}
+	lg_line(b, "return;");
+	lg_close(b);
+	lg_comment(b, "dx: reduction over the experts");
+	lg_line(b, "if (!dx) return;");
+	lg_line(b, "const i64 t = (i64)blockIdx.x - %lld;", (long long)(tw * split));
+	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gx.t.bm,
+		(long long)cols, gx.t.bn);
+	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
+	lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
+	lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
 	lg_close(b);
 	if (split == 1)
 		return;
 
-	lg_section(b, p->entry[2], "router GEMM backward: dw = the slices' partials, in order");
+	lg_section(b, p->entry[1], "router GEMM backward: dw = the slices' partials, in order");
 	lg_comment(b, "Four values a thread (N K is a multiple of 8); the same order every run.");
-	lg_emit_signature(b, s, p->entry[2], "__launch_bounds__(256)");
+	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(256)");
 	lg_open(b, "{");
 	lg_line(b, "(void)dy;");
 	lg_line(b, "(void)x;");

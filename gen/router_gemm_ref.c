@@ -7,7 +7,8 @@
  * `precision` loses shows as error).
  *
  * How exact: the forward's products of bf16 are exact on the GPU and
- * summed in fp32 (error about sqrt(K) 2^-24 of the rms). The backward
+ * summed in fp32 by the tensor cores, whose accumulation may truncate
+ * (up to K / 16 steps of half an ulp: atol 5e-5 of the rms). The backward
  * rounds dy to its leading bf16 terms: one term (bf16) leaves 2^-9 of each
  * dy, two 2^-17, three nothing; the tolerances follow (rtol on each
  * element, atol of the output's rms), and dx adds its own bf16 rounding.
@@ -35,7 +36,7 @@ static double bwd_tol(const struct lg_spec *s)
 static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	if (s->pass == LG_PASS_FORWARD) {
-		c->buf[F_Y].cmp = LG_CMP_FP32, c->buf[F_Y].rtol = 1e-5, c->buf[F_Y].atol = 2e-5;
+		c->buf[F_Y].cmp = LG_CMP_FP32, c->buf[F_Y].rtol = 1e-5, c->buf[F_Y].atol = 5e-5;
 		return;
 	}
 	double tol = bwd_tol(s);

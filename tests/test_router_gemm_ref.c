@@ -205,9 +205,10 @@ static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_st
 	assert_int_equal(f->plan(s, &t, p), want);
 }
 
-/* The target shape: forward 64 x 2 CTAs of 256 threads; backward dx 64 x
- * 16 CTAs, dw 2 x 16 x 4 slices and their sum (a 4-slice workspace), dw
- * also at 0 tokens; a tile too big for sm_80's shared memory. */
+/* The target shape: forward 64 x 2 CTAs of 256 threads; backward one grid
+ * of dw's 2 x 16 tiles x 4 slices and dx's 64 x 16 tiles, then the sum of
+ * the slices (a 4-slice workspace), dw also at 0 tokens; a tile too big for
+ * sm_80's shared memory. */
 static void test_geometry(void **state)
 {
 	(void)state;
@@ -228,26 +229,23 @@ static void test_geometry(void **state)
 
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256");
 	plan_at(s, "sm_90a", &p, LG_OK);
-	assert_int_equal(p.nentries, 3);
+	assert_int_equal(p.nentries, 2);
 	M = 8192;
-	f->geometry(&p, 0, &M, &d);
-	assert_true(d.grid[0] == 64 && d.grid[1] == 16 && d.block[0] == 256);
+	f->geometry(&p, 0, &M, &d); /* dw: 2 x 16 tiles x 4 slices, then dx: 64 x 16 tiles */
+	assert_true(d.grid[0] == 2 * 16 * 4 + 64 * 16 && d.grid[1] == 1 && d.block[0] == 256);
+	assert_true(d.smem == 4 * (16384 + 8192));
 	f->geometry(&p, 1, &M, &d);
-	assert_true(d.grid[0] == 2 && d.grid[1] == 16 && d.grid[2] == 4);
-	f->geometry(&p, 2, &M, &d);
-	assert_true(d.grid[0] == 256 * 2048 / 4 / 256 && d.block[0] == 256);
+	assert_true(d.grid[0] == 256 * 2048 / 4 / 256 && d.block[0] == 256 && d.smem == 0);
 	assert_int_equal(f->workspace(&p), (size_t)4 * 256 * 2048 * 4);
 	M = 0;
 	f->geometry(&p, 0, &M, &d);
-	assert_int_equal(d.grid[0], 0);
-	f->geometry(&p, 1, &M, &d);
-	assert_true(d.grid[0] == 2 && d.grid[2] == 4);
+	assert_int_equal(d.grid[0], 2 * 16 * 4);
 	lg_spec_free(s);
 
 	/* one slice: no sum, no workspace */
 	s = parse("backward", "\"hidden\": 7168, \"experts\": 256, \"tile\": {\"split\": 1}");
 	plan_at(s, "sm_90a", &p, LG_OK);
-	assert_int_equal(p.nentries, 2);
+	assert_int_equal(p.nentries, 1);
 	assert_int_equal(f->workspace(&p), 0);
 	lg_spec_free(s);
 

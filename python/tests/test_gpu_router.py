@@ -53,7 +53,7 @@ def test_forward(seed, case):
     x, w, _ = inputs(torch, seed, m, k, n)
     y = lingen.router_gemm(x, w)
     assert y.dtype == torch.float32 and y.shape == (m, n)
-    check(torch, y, x.double() @ w.double().T, "logits", 2e-5)
+    check(torch, y, x.double() @ w.double().T, "logits", 5e-5)
 
 
 @pytest.mark.parametrize("precision", ["bf16", "bf16x2", "bf16x3"])
@@ -95,7 +95,7 @@ def test_autograd_function(seed):
     assert y.shape == (b, s, n) and y.dtype == torch.float32
     y.backward(dy)
     x64, w64, d64 = x.detach().double(), w.detach().double(), dy.double()
-    check(torch, y.detach(), x64 @ w64.T, "logits", 2e-5)
+    check(torch, y.detach(), x64 @ w64.T, "logits", 5e-5)
     check(torch, x.grad, d64 @ w64, "dx", 2e-5, rel=2.0 ** -8)
     check(torch, w.grad, (d64.reshape(-1, n).T @ x64.reshape(-1, k)), "dw (bf16)", 2e-5,
           rel=2.0 ** -8)

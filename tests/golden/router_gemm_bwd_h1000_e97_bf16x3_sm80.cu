@@ -162,6 +162,20 @@ dx_frag_b(u32 bfr[4][2], const u8 *cb, int ks, int wn, int lane)
 		bfr[2 * nj + 1][1] = r[3];
 	}
 }
+// The warp's 4x4 mma tiles of one k16 step, each term of A (the small ones first).
+static __device__ __forceinline__ void
+dx_mma(float acc[4][4][4], const u32 af[4][3][4], const u32 bfr[4][2])
+{
+	#pragma unroll
+	for (int mi = 0; mi < 4; mi++) {
+		#pragma unroll
+		for (int ni = 0; ni < 4; ni++) {
+			#pragma unroll
+			for (int e = 2; e >= 0; e--)
+				lg_mma_bf16(acc[mi][ni], af[mi][e], bfr[ni]);
+		}
+	}
+}
 // Operand a: fp32 [reduction][output], a [64][512 bytes] shared tile (swizzled), 4-byte cp.async
 // copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
 static __device__ __forceinline__ void
@@ -228,6 +242,20 @@ dw_frag_b(u32 bfr[4][2], const u8 *cb, int ks, int wn, int lane)
 		bfr[2 * nj + 1][1] = r[3];
 	}
 }
+// The warp's 4x4 mma tiles of one k16 step, each term of A (the small ones first).
+static __device__ __forceinline__ void
+dw_mma(float acc[4][4][4], const u32 af[4][3][4], const u32 bfr[4][2])
+{
+	#pragma unroll
+	for (int mi = 0; mi < 4; mi++) {
+		#pragma unroll
+		for (int ni = 0; ni < 4; ni++) {
+			#pragma unroll
+			for (int e = 2; e >= 0; e--)
+				lg_mma_bf16(acc[mi][ni], af[mi][e], bfr[ni]);
+		}
+	}
+}
 static __device__ __forceinline__ void
 lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1)
 {
@@ -243,20 +271,91 @@ lg_store_dx(u8 *out, i64 rows, i64 row, i64 col, float v0, float v1)
 	*(u32 *)(out + (row * LG_K + col) * 2) = lg_pack_bf16x2(v0, v1);
 }
 
-// ----- lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tk64s3_dx -----
-// router GEMM backward: dx bf16 = dy . w
+// ----- lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tk64s3_grad -----
+// router GEMM backward: dw and dx tiles, one grid
 extern "C" __global__ void __launch_bounds__(256, 1)
-lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tk64s3_dx(
+lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tk64s3_grad(
 	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
 	extern __shared__ __align__(128) u8 smem[];
 	(void)part;
-	// Grid (tokens / 128, hidden / 128), rounded up; dy as 3 bf16 terms.
-	(void)x;
-	(void)dw;
-	(void)ws;
+	// CTAs 0 .. 127: dw tiles (8 of 128x128, x 16 token slices: the long ones, first); then
+	// dx tiles of 128x128, 8 a row of 128 tokens. dy as 3 bf16 terms.
+	if ((i64)blockIdx.x < 128) {
+		// dw: slice z adds its share of the token tiles (none at 0 tokens: zeros)
+		// and writes its partial [N][K] to the workspace.
+		if (!dw) return;
+		const i64 t = (i64)blockIdx.x % 8, z = (i64)blockIdx.x / 8;
+		const i64 o0a = t / 8 * 128, o0b = t % 8 * 128;
+		const i64 kts = (M + 63) / 64, per = (kts + 15) / 16;
+		const i64 kt0 = z * per < kts ? z * per : kts;
+		const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;
+		// 128x128 tile, 2x4 warps of 64x32, reduction steps of 64, 3 stages in flight.
+		const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+		const int wm = warp % 2, wn = warp / 2;
+		float acc[4][4][4];
+		#pragma unroll
+		for (int mi = 0; mi < 4; mi++) {
+			#pragma unroll
+			for (int ni = 0; ni < 4; ni++) {
+				#pragma unroll
+				for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+			}
+		}
+		u8 *const sa = smem, *const sb = smem + 98304;
+		const int nkt = (int)(kt1 - kt0);
+		// Prologue: the first 2 reduction tiles in flight, one commit group each.
+		#pragma unroll
+		for (int s = 0; s < 2; s++) {
+			if (s < nkt) {
+				const int st = s;
+				const i64 r0 = (kt0 + s) * 64;
+				dw_load_a(sa + st * 32768, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
+				dw_load_b(sb + st * 16384, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
+			}
+			lg_cp_commit();
+		}
+		for (int kt = 0; kt < nkt; kt++) {
+			// Tile kt has landed; every warp is done with the stage refilled next.
+			lg_cp_wait(1);
+			__syncthreads();
+			const int nx = kt + 2;
+			if (nx < nkt) {
+				const int st = nx % 3;
+				const i64 r0 = (kt0 + nx) * 64;
+				dw_load_a(sa + st * 32768, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
+				dw_load_b(sb + st * 16384, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
+			}
+			lg_cp_commit();
+			const int cs = kt % 3; // the stage of tile kt
+			const u8 *const ca = sa + cs * 32768, *const cb = sb + cs * 16384;
+			#pragma unroll
+			for (int ks = 0; ks < 64; ks += 16) {
+				u32 af[4][3][4], bfr[4][2];
+				dw_frag_a(af, ca, ks, wm, lane);
+				dw_frag_b(bfr, cb, ks, wn, lane);
+				dw_mma(acc, af, bfr);
+			}
+		}
+		float *const part_out = (float *)ws + z * LG_N * LG_K;
+		// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
+		#pragma unroll
+		for (int mi = 0; mi < 4; mi++) {
+			const i64 row = o0a + wm * 64 + mi * 16 + (lane >> 2);
+			#pragma unroll
+			for (int ni = 0; ni < 4; ni++) {
+				const i64 col = o0b + wn * 32 + ni * 8 + (lane & 3) * 2;
+				const float *const v = acc[mi][ni];
+				lg_store_f32(part_out, LG_N, LG_K, row, col, v[0], v[1]);
+				lg_store_f32(part_out, LG_N, LG_K, row + 8, col, v[2], v[3]);
+			}
+		}
+		return;
+	}
+	// dx: reduction over the experts
 	if (!dx) return;
-	const i64 o0a = (i64)blockIdx.x * 128, o0b = (i64)blockIdx.y * 128;
+	const i64 t = (i64)blockIdx.x - 128;
+	const i64 o0a = t / 8 * 128, o0b = t % 8 * 128;
 	const i64 kts = (LG_N + 63) / 64;
 	// 128x128 tile, 2x4 warps of 64x32, reduction steps of 64, 3 stages in flight.
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -276,10 +375,10 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tk64s3_dx(
 	#pragma unroll
 	for (int s = 0; s < 2; s++) {
 		if (s < nkt) {
-			dx_load_a(sa + (s) * 32768, (const u8 *)dy, o0a, (0 + s) * 64,
-				M, LG_N, LG_N);
-			dx_load_b(sb + (s) * 16384, (const u8 *)w, o0b, (0 + s) * 64,
-				LG_K, LG_N, LG_K);
+			const int st = s;
+			const i64 r0 = (0 + s) * 64;
+			dx_load_a(sa + st * 32768, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
+			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
 		}
 		lg_cp_commit();
 	}
@@ -289,28 +388,20 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tk64s3_dx(
 		__syncthreads();
 		const int nx = kt + 2;
 		if (nx < nkt) {
-			dx_load_a(sa + (nx % 3) * 32768, (const u8 *)dy, o0a, (0 + nx) * 64,
-				M, LG_N, LG_N);
-			dx_load_b(sb + (nx % 3) * 16384, (const u8 *)w, o0b, (0 + nx) * 64,
-				LG_K, LG_N, LG_K);
+			const int st = nx % 3;
+			const i64 r0 = (0 + nx) * 64;
+			dx_load_a(sa + st * 32768, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
+			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
 		}
 		lg_cp_commit();
-		const u8 *const ca = sa + (kt % 3) * 32768, *const cb = sb + (kt % 3) * 16384;
+		const int cs = kt % 3; // the stage of tile kt
+		const u8 *const ca = sa + cs * 32768, *const cb = sb + cs * 16384;
 		#pragma unroll
 		for (int ks = 0; ks < 64; ks += 16) {
 			u32 af[4][3][4], bfr[4][2];
 			dx_frag_a(af, ca, ks, wm, lane);
 			dx_frag_b(bfr, cb, ks, wn, lane);
-			#pragma unroll
-			for (int mi = 0; mi < 4; mi++) {
-				#pragma unroll
-				for (int ni = 0; ni < 4; ni++) {
-					// the small terms first
-					#pragma unroll
-					for (int e = 2; e >= 0; e--)
-						lg_mma_bf16(acc[mi][ni], af[mi][e], bfr[ni]);
-				}
-			}
+			dx_mma(acc, af, bfr);
 		}
 	}
 	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
@@ -323,93 +414,6 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tk64s3_dx(
 			const float *const v = acc[mi][ni];
 			lg_store_dx((u8 *)dx, M, row, col, v[0], v[1]);
 			lg_store_dx((u8 *)dx, M, row + 8, col, v[2], v[3]);
-		}
-	}
-}
-
-// ----- lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tk64s3_dw -----
-// router GEMM backward: dw fp32 = dy^T . x
-extern "C" __global__ void __launch_bounds__(256, 1)
-lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tk64s3_dw(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
-{
-	extern __shared__ __align__(128) u8 smem[];
-	(void)part;
-	// Grid (experts / 128, hidden / 128, 16 token slices); slice z adds its share of
-	// the token tiles (none at 0 tokens: zeros) and writes its partial [N][K] to the workspace.
-	(void)w;
-	(void)dx;
-	if (!dw) return;
-	const i64 o0a = (i64)blockIdx.x * 128, o0b = (i64)blockIdx.y * 128;
-	const i64 kts = (M + 63) / 64, per = (kts + 15) / 16;
-	const i64 z0 = (i64)blockIdx.z * per, kt0 = z0 < kts ? z0 : kts;
-	const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;
-	// 128x128 tile, 2x4 warps of 64x32, reduction steps of 64, 3 stages in flight.
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int wm = warp % 2, wn = warp / 2;
-	float acc[4][4][4];
-	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		#pragma unroll
-		for (int ni = 0; ni < 4; ni++) {
-			#pragma unroll
-			for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
-		}
-	}
-	u8 *const sa = smem, *const sb = smem + 98304;
-	const int nkt = (int)(kt1 - kt0);
-	// Prologue: the first 2 reduction tiles in flight, one commit group each.
-	#pragma unroll
-	for (int s = 0; s < 2; s++) {
-		if (s < nkt) {
-			dw_load_a(sa + (s) * 32768, (const u8 *)dy, o0a, (kt0 + s) * 64,
-				LG_N, M, LG_N);
-			dw_load_b(sb + (s) * 16384, (const u8 *)x, o0b, (kt0 + s) * 64,
-				LG_K, M, LG_K);
-		}
-		lg_cp_commit();
-	}
-	for (int kt = 0; kt < nkt; kt++) {
-		// Tile kt has landed; every warp is done with the stage refilled next.
-		lg_cp_wait(1);
-		__syncthreads();
-		const int nx = kt + 2;
-		if (nx < nkt) {
-			dw_load_a(sa + (nx % 3) * 32768, (const u8 *)dy, o0a, (kt0 + nx) * 64,
-				LG_N, M, LG_N);
-			dw_load_b(sb + (nx % 3) * 16384, (const u8 *)x, o0b, (kt0 + nx) * 64,
-				LG_K, M, LG_K);
-		}
-		lg_cp_commit();
-		const u8 *const ca = sa + (kt % 3) * 32768, *const cb = sb + (kt % 3) * 16384;
-		#pragma unroll
-		for (int ks = 0; ks < 64; ks += 16) {
-			u32 af[4][3][4], bfr[4][2];
-			dw_frag_a(af, ca, ks, wm, lane);
-			dw_frag_b(bfr, cb, ks, wn, lane);
-			#pragma unroll
-			for (int mi = 0; mi < 4; mi++) {
-				#pragma unroll
-				for (int ni = 0; ni < 4; ni++) {
-					// the small terms first
-					#pragma unroll
-					for (int e = 2; e >= 0; e--)
-						lg_mma_bf16(acc[mi][ni], af[mi][e], bfr[ni]);
-				}
-			}
-		}
-	}
-	float *const part_out = (float *)ws + (i64)blockIdx.z * LG_N * LG_K;
-	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
-	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		const i64 row = o0a + wm * 64 + mi * 16 + (lane >> 2);
-		#pragma unroll
-		for (int ni = 0; ni < 4; ni++) {
-			const i64 col = o0b + wn * 32 + ni * 8 + (lane & 3) * 2;
-			const float *const v = acc[mi][ni];
-			lg_store_f32(part_out, LG_N, LG_K, row, col, v[0], v[1]);
-			lg_store_f32(part_out, LG_N, LG_K, row + 8, col, v[2], v[3]);
 		}
 	}
 }

@@ -117,6 +117,18 @@ fw_frag_b(u32 bfr[4][2], const u8 *cb, int ks, int wn, int lane)
 		bfr[2 * nj + 1][1] = r[3];
 	}
 }
+// The warp's 2x4 mma tiles of one k16 step.
+static __device__ __forceinline__ void
+fw_mma(float acc[2][4][4], const u32 af[2][1][4], const u32 bfr[4][2])
+{
+	#pragma unroll
+	for (int mi = 0; mi < 2; mi++) {
+		#pragma unroll
+		for (int ni = 0; ni < 4; ni++) {
+			lg_mma_bf16(acc[mi][ni], af[mi][0], bfr[ni]);
+		}
+	}
+}
 static __device__ __forceinline__ void
 lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1)
 {
@@ -152,10 +164,10 @@ lg_router_gemm_fwd_bf16_h1000_e1(u64 x, u64 w, u64 logits, i64 M, i64 part)
 	#pragma unroll
 	for (int s = 0; s < 3; s++) {
 		if (s < nkt) {
-			fw_load_a(sa + (s) * 8192, (const u8 *)x, o0a, (0 + s) * 32,
-				M, LG_K, LG_K);
-			fw_load_b(sb + (s) * 2048, (const u8 *)w, o0b, (0 + s) * 32,
-				LG_N, LG_K, LG_K);
+			const int st = s;
+			const i64 r0 = (0 + s) * 32;
+			fw_load_a(sa + st * 8192, (const u8 *)x, o0a, r0, M, LG_K, LG_K);
+			fw_load_b(sb + st * 2048, (const u8 *)w, o0b, r0, LG_N, LG_K, LG_K);
 		}
 		lg_cp_commit();
 	}
@@ -165,25 +177,20 @@ lg_router_gemm_fwd_bf16_h1000_e1(u64 x, u64 w, u64 logits, i64 M, i64 part)
 		__syncthreads();
 		const int nx = kt + 3;
 		if (nx < nkt) {
-			fw_load_a(sa + (nx % 4) * 8192, (const u8 *)x, o0a, (0 + nx) * 32,
-				M, LG_K, LG_K);
-			fw_load_b(sb + (nx % 4) * 2048, (const u8 *)w, o0b, (0 + nx) * 32,
-				LG_N, LG_K, LG_K);
+			const int st = nx % 4;
+			const i64 r0 = (0 + nx) * 32;
+			fw_load_a(sa + st * 8192, (const u8 *)x, o0a, r0, M, LG_K, LG_K);
+			fw_load_b(sb + st * 2048, (const u8 *)w, o0b, r0, LG_N, LG_K, LG_K);
 		}
 		lg_cp_commit();
-		const u8 *const ca = sa + (kt % 4) * 8192, *const cb = sb + (kt % 4) * 2048;
+		const int cs = kt % 4; // the stage of tile kt
+		const u8 *const ca = sa + cs * 8192, *const cb = sb + cs * 2048;
 		#pragma unroll
 		for (int ks = 0; ks < 32; ks += 16) {
 			u32 af[2][1][4], bfr[4][2];
 			fw_frag_a(af, ca, ks, wm, lane);
 			fw_frag_b(bfr, cb, ks, wn, lane);
-			#pragma unroll
-			for (int mi = 0; mi < 2; mi++) {
-				#pragma unroll
-				for (int ni = 0; ni < 4; ni++) {
-					lg_mma_bf16(acc[mi][ni], af[mi][0], bfr[ni]);
-				}
-			}
+			fw_mma(acc, af, bfr);
 		}
 	}
 	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
