@@ -165,6 +165,9 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 	return g;
 }
 
+/* Row tiles a column sweep of the forward's raster covers. */
+#define RASTER 16
+
 static unsigned smem_limit(const struct lg_target *t)
 {
 	return t->sm >= 90 ? 227u * 1024u : t->sm == 80 ? 163u * 1024u : 99u * 1024u;
@@ -194,11 +197,18 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int split;
 	struct lg_gemm_tile tl = tile_of(s, &split);
-	unsigned smem = 0;
-	for (int i = bwd ? 1 : 0; i <= (bwd ? 2 : 0); i++) {
-		struct lg_gemm g = gemm_of(s, i, tl);
-		unsigned m = lg_gemm_smem(&g);
-		smem = m > smem ? m : smem;
+	unsigned smem;
+	for (;;) {
+		smem = 0;
+		for (int i = bwd ? 1 : 0; i <= (bwd ? 2 : 0); i++) {
+			struct lg_gemm g = gemm_of(s, i, tl);
+			unsigned m = lg_gemm_smem(&g);
+			smem = m > smem ? m : smem;
+		}
+		/* the heuristic's stages: as many as fit the target */
+		if (smem <= smem_limit(t) || lg_spec_has(s, K_STAGES) || tl.stages <= 2)
+			break;
+		tl.stages--;
 	}
 	if (smem > smem_limit(t))
 		return lg_fail(LG_ERR_SPEC,
@@ -237,9 +247,8 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	d->block[0] = (unsigned)(32 * p->v[P_WM] * p->v[P_WN]);
 	d->smem = (unsigned)p->v[P_SMEM];
-	if (!p->v[P_BWD]) {
-		d->grid[0] = cdiv(M, bm);
-		d->grid[1] = cdiv(N, bn);
+	if (!p->v[P_BWD]) { /* tiles, in a grouped raster */
+		d->grid[0] = cdiv(M, bm) * cdiv(N, bn);
 		return;
 	}
 	if (e == 0) { /* dw tiles x slices (also at 0 tokens: dw = 0), then dx tiles */
@@ -311,8 +320,15 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_gemm_emit_loaders(b, &g, "fw");
 	emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
 	emit_head(b, s, p->entry[0], &g, "router GEMM forward: logits fp32 = x . w^T");
-	lg_comment(b, "Grid (tokens / %d, experts / %d), rounded up.", g.t.bm, g.t.bn);
-	lg_line(b, "const i64 o0a = (i64)blockIdx.x * %d, o0b = (i64)blockIdx.y * %d;", g.t.bm, g.t.bn);
+	int64_t tn = (p->v[P_N] + g.t.bn - 1) / g.t.bn;
+	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
+		   g.t.bm, g.t.bn, (long long)tn, tn > 1 ? "s" : "", RASTER);
+	lg_comment(b, "at a time sweep the columns, so a wave's x and w tiles stay in L2.");
+	lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g.t.bm - 1, g.t.bm);
+	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
+		(long long)(tn * RASTER));
+	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
+	lg_line(b, "const i64 o0a = (first + r %% gs) * %d, o0b = r / gs * %d;", g.t.bm, g.t.bn);
 	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", g.t.bk - 1, g.t.bk);
 	lg_gemm_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
 	lg_gemm_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
@@ -417,16 +433,18 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	static const int64_t shapes[][5] = {
-		/* m, n, warps_m, warps_n, stages */
-		{128, 128, 2, 4, 4}, {128, 128, 2, 4, 3}, {128, 64, 4, 2, 4}, {64, 128, 2, 4, 4},
-		{128, 256, 2, 4, 3}, {256, 128, 4, 2, 3}, {64, 64, 2, 2, 6},  {128, 128, 2, 2, 4},
+	static const int64_t shapes[][6] = {
+		/* m, n, warps_m, warps_n, stages, k */
+		{128, 128, 2, 4, 4, 32}, {128, 128, 2, 4, 3, 64}, {128, 64, 4, 2, 4, 32},
+		{64, 128, 2, 4, 4, 32},  {128, 256, 2, 4, 3, 32}, {128, 256, 2, 4, 3, 64},
+		{256, 128, 4, 2, 3, 32}, {64, 64, 2, 2, 6, 32},   {128, 128, 2, 2, 4, 32},
+		{128, 128, 2, 4, 6, 32},
 	};
 	int n = 0;
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		struct lg_tile_choice c = {0};
-		const int key[5] = {K_TM, K_TN, K_WM, K_WN, K_STAGES};
-		for (int j = 0; j < 5; j++) {
+		const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};
+		for (int j = 0; j < 6; j++) {
 			c.v[key[j]] = shapes[i][j];
 			c.set |= (uint64_t)1 << key[j];
 		}

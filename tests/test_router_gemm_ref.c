@@ -205,7 +205,8 @@ static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_st
 	assert_int_equal(f->plan(s, &t, p), want);
 }
 
-/* The target shape: forward 64 x 2 CTAs of 256 threads; backward one grid
+/* The target shape: forward 64 x 2 tiles (one grid dimension: a grouped
+ * raster) of 256 threads; backward one grid
  * of dw's 2 x 16 tiles x 4 slices and dx's 64 x 16 tiles, then the sum of
  * the slices (a 4-slice workspace), dw also at 0 tokens; a tile too big for
  * sm_80's shared memory. */
@@ -220,7 +221,7 @@ static void test_geometry(void **state)
 	assert_int_equal(p.nentries, 1);
 	int64_t M = 8192;
 	f->geometry(&p, 0, &M, &d);
-	assert_true(d.grid[0] == 64 && d.grid[1] == 2 && d.block[0] == 256 && d.smem == 4 * 16384);
+	assert_true(d.grid[0] == 64 * 2 && d.grid[1] == 1 && d.block[0] == 256 && d.smem == 4 * 16384);
 	M = 0;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 0);
@@ -295,7 +296,7 @@ static void test_candidates(void **state)
 			assert_true(lg_target_parse("sm_90a", &t));
 			struct lg_tile_choice c[LG_MAX_CANDIDATES];
 			int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
-			assert_int_equal(n, q == 0 ? 8 : 12);
+			assert_int_equal(n, q == 0 ? 10 : 14);
 			for (int j = 0; j < n; j++) {
 				struct lg_spec v;
 				assert_int_equal(lg_spec_with_tile(s, &c[j], &v), LG_OK);

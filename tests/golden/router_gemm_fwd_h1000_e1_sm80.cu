@@ -143,8 +143,12 @@ lg_router_gemm_fwd_bf16_h1000_e1(u64 x, u64 w, u64 logits, i64 M, i64 part)
 {
 	extern __shared__ __align__(128) u8 smem[];
 	(void)part;
-	// Grid (tokens / 128, experts / 32), rounded up.
-	const i64 o0a = (i64)blockIdx.x * 128, o0b = (i64)blockIdx.y * 32;
+	// One CTA a 128x32 tile of the logits, 1 tile column; grouped raster: 16 row tiles
+	// at a time sweep the columns, so a wave's x and w tiles stay in L2.
+	const i64 rows = (M + 127) / 128, pid = blockIdx.x;
+	const i64 first = pid / 16 * 16, r = pid % 16;
+	const i64 gs = rows - first < 16 ? rows - first : 16;
+	const i64 o0a = (first + r % gs) * 128, o0b = r / gs * 32;
 	const i64 kts = (LG_K + 31) / 32;
 	// 128x32 tile, 4x1 warps of 32x32, reduction steps of 32, 4 stages in flight.
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
