@@ -128,6 +128,24 @@ lg_status lg_rmsnorm_quant_forward(const lg_kernel *k, lg_stream stream, int64_t
 	LG_TYPED(LG_OP_RMSNORM_QUANT, LG_PASS_FORWARD, LG_SIZES(tokens), x, w, q, s, rms, qt, st);
 }
 
+lg_status lg_fp8_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x, lg_dptr q,
+			       lg_dptr s, lg_dptr qt, lg_dptr st)
+{
+	LG_TYPED(LG_OP_FP8_QUANT, LG_PASS_FORWARD, LG_SIZES(tokens), x, q, s, qt, st);
+}
+
+lg_status lg_fp8_quant_batched_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, int64_t experts,
+				       lg_dptr x, lg_dptr counts, lg_dptr q, lg_dptr s, lg_dptr qt, lg_dptr st)
+{
+	LG_TYPED(LG_OP_FP8_QUANT_BATCHED, LG_PASS_FORWARD, LG_SIZES(tokens, experts), x, counts, q, s, qt, st);
+}
+
+lg_status lg_fp8_quant_weight_forward(const lg_kernel *k, lg_stream stream, int64_t rows, lg_dptr w, lg_dptr q,
+				      lg_dptr s)
+{
+	LG_TYPED(LG_OP_FP8_QUANT_WEIGHT, LG_PASS_FORWARD, LG_SIZES(rows), w, q, s);
+}
+
 lg_status lg_rmsnorm_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
 			     lg_dptr w, lg_dptr y, lg_dptr rms)
 {
@@ -182,4 +200,43 @@ lg_status lg_router_gemm_backward(const lg_kernel *k, lg_stream stream, int64_t 
 				  lg_dptr x, lg_dptr w, lg_dptr dx, lg_dptr dw, lg_dptr workspace)
 {
 	LG_TYPED(LG_OP_ROUTER_GEMM, LG_PASS_BACKWARD, LG_SIZES(tokens), dy, x, w, dx, dw, workspace);
+}
+
+/* A launch over a tensor list: the kernel's element types must cover the
+ * list's (its dtype, or both with "mixed"); the table and its row count
+ * are the launch's list argument and its run-time size "items". */
+static lg_status run_list(const lg_kernel *k, lg_stream stream, enum lg_op op, const char *fn,
+			  const lg_tensor_list *list, lg_dptr out, lg_dptr workspace)
+{
+	if (!list)
+		return lg_fail(LG_ERR_INVALID_ARG, "%s: list must not be NULL", fn);
+	if (k && k->spec.op == op) {
+		int mk = lg_family_key(k->fam, "mixed");
+		bool mixed = mk >= 0 && k->spec.v[mk];
+		unsigned has = lg_tensor_list_elems(list);
+		unsigned can = mixed ? (1u << LG_LIST_BF16) | (1u << LG_LIST_FP32)
+				     : 1u << (k->spec.dtype == LG_DTYPE_FP32 ? LG_LIST_FP32 : LG_LIST_BF16);
+		if (has & ~can)
+			return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s reads %s tensors only, the list holds %s%s%s; "
+				       "use a spec with dtype of the list or \"mixed\": true", fn, k->plan.entry[0],
+				       mixed ? "bf16 and fp32" : lg_dtype_names[k->spec.dtype],
+				       has & (1u << LG_LIST_BF16) ? "bf16" : "",
+				       has == ((1u << LG_LIST_BF16) | (1u << LG_LIST_FP32)) ? " and " : "",
+				       has & (1u << LG_LIST_FP32) ? "fp32" : "");
+	}
+	const int64_t items = lg_tensor_list_items(list);
+	const lg_dptr p[] = {lg_tensor_list_table(list), out, workspace};
+	return run_typed(k, stream, op, LG_PASS_FORWARD, fn, &items, 1, p, 3);
+}
+
+lg_status lg_grad_norm(const lg_kernel *k, lg_stream stream, const lg_tensor_list *list, lg_dptr out,
+		       lg_dptr workspace)
+{
+	return run_list(k, stream, LG_OP_GRAD_NORM, __func__, list, out, workspace);
+}
+
+lg_status lg_count_zero(const lg_kernel *k, lg_stream stream, const lg_tensor_list *list, lg_dptr out,
+			lg_dptr workspace)
+{
+	return run_list(k, stream, LG_OP_COUNT_ZERO, __func__, list, out, workspace);
 }

@@ -94,6 +94,31 @@ static const struct golden cases[] = {
 	{"fp8_quant_h1152_colwise_sm80", "sm_80",
 	 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1152, "
 	 "\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"columnwise\"}}"},
+	/* the quant engine's fp32 path (values 32), exact scales, 512 threads */
+	{"fp8_quant_h2048_both_exact_f32", "sm_90a",
+	 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"quant\": {\"round_scale\": false}, \"tile\": {\"values\": 32}}"},
+	{"fp8_quant_h256_both_f32_t256_sm80", "sm_80",
+	 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 256, "
+	 "\"quant\": {}, \"tile\": {\"values\": 32, \"threads\": 256}}"},
+	/* per expert: the block scan of counts, feature blocks in turn */
+	{"fp8_quant_batched_h1024_both_pow2", "sm_90a",
+	 "{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1024, "
+	 "\"quant\": {}}"},
+	{"fp8_quant_batched_h384_rowwise_exact_f32", "sm_90a",
+	 "{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
+	 "\"quant\": {\"round_scale\": false, \"output\": \"rowwise\"}, \"tile\": {\"values\": 32, "
+	 "\"fblocks\": 2}}"},
+	{"fp8_quant_batched_h512_colwise_sm80", "sm_80",
+	 "{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 512, "
+	 "\"quant\": {\"output\": \"columnwise\"}, \"tile\": {\"fblocks\": 1}}"},
+	/* weights: one scale a 128 x 128 tile */
+	{"fp8_quant_weight_h2048_pow2", "sm_90a",
+	 "{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"quant\": {}}"},
+	{"fp8_quant_weight_h384_exact_f32_f2_sm80", "sm_80",
+	 "{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
+	 "\"quant\": {\"round_scale\": false}, \"tile\": {\"values\": 32, \"fblocks\": 2}}"},
 	{"rmsnorm_fwd_h2048", "sm_90a",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6}"},
@@ -154,6 +179,20 @@ static const struct golden cases[] = {
 	{"group_rmsnorm_gate_fwd_d16384_g1_sm80", "sm_80",
 	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"dim\": 16384, "
 	 "\"groups\": 1}"},
+	/* K10: the target (L2 of fp32), L1 of bf16 on sm_80, max over a mixed list */
+	{"grad_norm_fp32_l2", "sm_90a", "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\"}"},
+	{"grad_norm_bf16_l1_sm80", "sm_80",
+	 "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"ord\": \"1\"}"},
+	{"grad_norm_mixed_linf_sumsq", "sm_90a",
+	 "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"ord\": \"inf\", "
+	 "\"mixed\": true, \"tile\": {\"threads\": 512, \"per_sm\": 2, \"unroll\": 8}}"},
+	{"grad_norm_fp32_sumsq_sm80", "sm_80",
+	 "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"norm\": false}"},
+	/* K11: the target (fp32), bf16 on sm_80, a mixed list */
+	{"count_zero_fp32", "sm_90a", "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"fp32\"}"},
+	{"count_zero_bf16_sm80", "sm_80", "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"},
+	{"count_zero_mixed", "sm_90a",
+	 "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"mixed\": true}"},
 	/* K3 at the target shape: the forward, the backward (bf16 dy, 4 dw slices) */
 	{"router_gemm_fwd_h2048_e256", "sm_90a",
 	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "

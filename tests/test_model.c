@@ -129,6 +129,9 @@ static const char *const mini_kernels[] = {
 	"{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
 	"\"precision\": \"bf16\"}",
 	"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
+	"{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"ord\": \"2\", \"norm\": true, "
+	"\"mixed\": false}",
+	"{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"mixed\": false}",
 };
 
 /* op, pass, KERNELS.md section of each skipped kernel, in step order */
@@ -138,7 +141,6 @@ static const char *const mini_skipped[][3] = {
 	{"batch_swiglu_quant", "forward", "K6"},  {"batch_swiglu_quant", "backward", "K6"},
 	{"swiglu_quant", "forward", "K7"},        {"swiglu_quant", "backward", "K7"},
 	{"cross_entropy", "forward", "K9"},       {"cross_entropy", "backward", "K9"},
-	{"grad_norm", "forward", "K10"},          {"count_zero", "forward", "K11"},
 };
 
 static void test_ling_mini(void **state)

@@ -31,7 +31,7 @@ class Key:
 class Arg:
     index: int
     name: str
-    role: str      # in | out | optional_in | optional_out | workspace
+    role: str      # in | out | optional_in | optional_out | workspace | list
     elem: str      # bf16 | fp32 | e4m3 | int32 | int64 | uint8 | dtype
     shape: str     # the declared expression; "" for a workspace
     align: int

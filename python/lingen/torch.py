@@ -162,11 +162,39 @@ def _register(op, pass_, fam, decl):
     return custom
 
 
+def _register_list(op, pass_, fam, decl):
+    """A family over a tensor list (grad_norm, count_zero): the op takes
+    Tensor[] and the scalar keys but "mixed" (which the list's element
+    types decide) and returns the 0-d result (lingen.lists)."""
+    from . import lists  # imports nothing of torch's
+    name = f"{NAMESPACE}::{op}_{pass_}"
+    out = next(a for a in decl.args if a.is_output)
+    keys = [k for k in _scalar_keys(fam, decl) if k.path != "mixed"]
+    params = [f"{_SCALAR[k.type]} {_param(k.path)}{_default(k)}" for k in keys]
+    schema_ = "(Tensor[] tensors" + (", *, " + ", ".join(params) if params else "") + ") -> Tensor"
+    fn = f"torch.ops.lingen.{op}_{pass_}"
+
+    def impl(tensors, **kwargs):
+        opts = {k.path: kwargs.get(_param(k.path), k.default) for k in keys}
+        return lists._launch(fn, op, tensors, opts, out.elem, None, None, None)
+
+    def fake(tensors, **kwargs):
+        like = tensors[0] if tensors else torch.empty(0, device="meta")
+        return like.new_empty((), dtype=torch_elems()[1][out.elem])
+
+    impl.__name__ = fake.__name__ = f"{op}_{pass_}"
+    custom = torch.library.custom_op(name, impl, mutates_args=(), schema=schema_)
+    custom.register_fake(fake)
+    _eager[f"{op}_{pass_}"] = impl
+    return custom
+
+
 ops = {}
 _eager = {}
 for _op, _fam in _families.families().items():
     for _pass, _decl in _fam.passes.items():
-        ops[f"{_op}_{_pass}"] = _register(_op, _pass, _fam, _decl)
+        _reg = _register_list if any(a.role == "list" for a in _decl.args) else _register
+        ops[f"{_op}_{_pass}"] = _reg(_op, _pass, _fam, _decl)
 
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
 
@@ -297,6 +325,22 @@ def fp8_quant(x, round_scale=True, output="both"):
                                              quant_output=output)
     q, s, qt, st = _none_unused(res, _used("fp8_quant", "forward", (("quant.output", output),)))
     return (q.view(x.shape) if q is not None else None), s, qt, st
+
+
+def fp8_quant_batched(x, counts, round_scale=True, output="both"):
+    """Per-expert blockwise FP8 quantisation of x [tokens, hidden] (bf16,
+    tokens grouped by expert) with counts [experts] int32 on the device:
+    (q, s, qt, st) as lingen.fp8_quant_batched, the copies output does not
+    ask for None."""
+    res = _run("fp8_quant_batched_forward", x, counts, quant_round_scale=round_scale,
+               quant_output=output)
+    return _none_unused(res, _used("fp8_quant_batched", "forward", (("quant.output", output),)))
+
+
+def fp8_quant_weight(w, round_scale=True):
+    """(q, s): w [rows, hidden] (bf16) in 128 x 128 tiles, as
+    lingen.fp8_quant_weight."""
+    return _run("fp8_quant_weight_forward", w, quant_round_scale=round_scale)
 
 
 # ------------------------------------------------- q/k norm + RoPE (K2)
@@ -468,3 +512,29 @@ def router_gemm_backward(dy, x, weight, precision="bf16"):
     triton_fp32_gemm_for_update in one call."""
     dx, dw = _run("router_gemm_backward", _flat(dy).float(), _flat(x), weight, precision=precision)
     return dx.view(x.shape), dw
+
+
+# ------------------------------------------------ tensor lists (K10, K11)
+
+from . import lists as _lists  # noqa: E402
+from .lists import TensorList  # noqa: E402,F401  (re-exported: a list's table, built once)
+
+
+def grad_norm(tensors, ord=2, norm=True):
+    """The norm of a list of gradients (a lingen.TensorList, or a list of
+    bf16 / fp32 CUDA tensors): ord 2, 1 or inf (-1 too), a 0-d fp32 tensor;
+    fp64 sums, deterministic. As linghe's triton_batch_norm(xs, ord, norm)
+    with scalar=True and high_precision=True, with no host copy and no
+    synchronisation per call (CUDA graphs capture it)."""
+    if isinstance(tensors, TensorList) or not (_compiling and _compiling()):
+        return _lists.grad_norm(tensors, ord, norm)
+    return torch.ops.lingen.grad_norm_forward(list(tensors), ord=_lists._ord(ord), norm=bool(norm))
+
+
+def count_zero(tensors):
+    """The zeros (+0.0 and -0.0) of a list of bf16 / fp32 CUDA tensors, a 0-d
+    int64 tensor. As linghe's triton_batch_count_zero (which reads bf16
+    wrongly)."""
+    if isinstance(tensors, TensorList) or not (_compiling and _compiling()):
+        return _lists.count_zero(tensors)
+    return torch.ops.lingen.count_zero_forward(list(tensors))

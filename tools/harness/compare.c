@@ -30,6 +30,10 @@ static double value(const struct lg_ref_buf *b, const void *p, size_t i)
 	case LG_CMP_BF16:
 	case LG_CMP_BF16_ULP:
 		return lg_ref_bf16_to_f32(((const uint16_t *)p)[i]);
+	case LG_CMP_EXACT:
+		if (b->elem == 8)
+			return (double)((const int64_t *)p)[i];
+		return ((const float *)p)[i];
 	default:
 		return ((const float *)p)[i];
 	}
@@ -101,6 +105,7 @@ static const char *kind_name(enum lg_cmp c)
 	case LG_CMP_E4M3_ULP:
 		return "fp8";
 	case LG_CMP_SCALE: return "scale";
+	case LG_CMP_EXACT: return "exact";
 	case LG_CMP_BF16:
 	case LG_CMP_BF16_ULP:
 		return "bf16";
@@ -173,7 +178,7 @@ void lg_compare(const struct lg_ref_buf *b, const void *got, int max_report, FIL
 			bool bad;
 			if (b->cmp == LG_CMP_E4M3)
 				bad = !(d <= e4m3_step(r) * 1.0000001);
-			else if (b->cmp == LG_CMP_SCALE)
+			else if (b->cmp == LG_CMP_SCALE || b->cmp == LG_CMP_EXACT)
 				bad = true;
 			else
 				bad = !(d <= b->rtol * fabs(r) + b->atol * scale);
