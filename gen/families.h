@@ -22,6 +22,7 @@
 	X(grad_norm, GRAD_NORM)         /* K10: L2 / L1 / max norm of a tensor list */   \
 	X(count_zero, COUNT_ZERO)       /* K11: zeros in a tensor list */                \
 	X(swiglu_quant, SWIGLU_QUANT)   /* K7: SwiGLU + 1x128/128x1 FP8 quantisation */  \
-	X(batch_swiglu_quant, BATCH_SWIGLU_QUANT) /* K6: per-expert weighted SwiGLU + FP8 */
+	X(batch_swiglu_quant, BATCH_SWIGLU_QUANT) /* K6: per-expert weighted SwiGLU + FP8 */  \
+	X(router_gemm, ROUTER_GEMM)     /* K3: router GEMM, fp32 logits, fwd / bwd */
 
 #endif

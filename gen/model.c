@@ -305,7 +305,7 @@ static const struct step steps[] = {
 	{"qk_norm_rope", "K2", BWD, "bf16", ATTN, EPS | ROPE},
 	/* router logits in fp32 */
 	{"router_gemm", "K3", FWD, "bf16", ROUTE, 0},
-	{"router_gemm", "K3", BWD, "fp32", ROUTE, 0},
+	{"router_gemm", "K3", BWD, "bf16", ROUTE, 0}, /* x, w bf16; dy is fp32 */
 	/* post-attention RMSNorm + FP8: the same kernels as the input norm */
 	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT},
 	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},

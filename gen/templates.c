@@ -85,10 +85,11 @@ static size_t skip_literal(const char *s, size_t n, size_t i)
 	return i < n ? i + 1 : n;
 }
 
-/* Whether the identifier at s[i] follows `.` or `->` (a member name). */
+/* Whether the identifier at s[i] follows `.` or `->` on its line (a member
+ * name; not across lines, where the `.` may end a comment). */
 static bool after_member(const char *s, size_t i)
 {
-	while (i > 0 && (s[i - 1] == ' ' || s[i - 1] == '\t' || s[i - 1] == '\n'))
+	while (i > 0 && (s[i - 1] == ' ' || s[i - 1] == '\t'))
 		i--;
 	return i > 0 && (s[i - 1] == '.' || (i > 1 && s[i - 1] == '>' && s[i - 2] == '-'));
 }

@@ -352,6 +352,17 @@ lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t
 				   lg_dptr k_weight, lg_dptr freqs, lg_dptr cu_seqlens, lg_dptr dqkv,
 				   lg_dptr dq_weight, lg_dptr dk_weight, lg_dptr workspace);
 
+/* K3: the router GEMM, forward (op "router_gemm"): x [tokens, hidden] bf16,
+ *   w [experts, hidden] bf16; logits [tokens, experts] fp32 = x . w^T. */
+lg_status lg_router_gemm_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				 lg_dptr w, lg_dptr logits);
+/* Its backward: dy [tokens, experts] fp32, x and w as in the forward;
+ *   dx [tokens, hidden] bf16 = dy . w, dw [experts, hidden] fp32 = dy^T . x
+ *   (overwritten, deterministic); either may be 0 (not computed).
+ *   workspace: lg_kernel_workspace_size(k) bytes. */
+lg_status lg_router_gemm_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dy,
+				  lg_dptr x, lg_dptr w, lg_dptr dx, lg_dptr dw, lg_dptr workspace);
+
 /* ------------------------------------------------------- tensor lists */
 
 /* A list of device tensors, for the families that reduce over one (K10 grad

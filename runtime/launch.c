@@ -216,6 +216,18 @@ lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t
 		 k_weight, freqs, cu_seqlens, dqkv, dq_weight, dk_weight, workspace);
 }
 
+lg_status lg_router_gemm_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				 lg_dptr w, lg_dptr logits)
+{
+	LG_TYPED(LG_OP_ROUTER_GEMM, LG_PASS_FORWARD, LG_SIZES(tokens), x, w, logits);
+}
+
+lg_status lg_router_gemm_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dy,
+				  lg_dptr x, lg_dptr w, lg_dptr dx, lg_dptr dw, lg_dptr workspace)
+{
+	LG_TYPED(LG_OP_ROUTER_GEMM, LG_PASS_BACKWARD, LG_SIZES(tokens), dy, x, w, dx, dw, workspace);
+}
+
 /* A launch over a tensor list: the kernel's element types must cover the
  * list's (its dtype, or both with "mixed"); the table and its row count
  * are the launch's list argument and its run-time size "items". */

@@ -19,3 +19,11 @@ static __device__ __forceinline__ void lg_cp_commit(void)
 // @helper lg_cp_wait
 // Wait until at most n committed groups are still in flight.
 #define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
+
+// @helper lg_cp4
+// Copy 4 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
+static __device__ __forceinline__ void lg_cp4(void *dst, const void *src, u32 bytes)
+{
+	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
+}

@@ -247,6 +247,20 @@ static const struct golden cases[] = {
 	{"cross_entropy_bwd_v19648_shard_i32_sm80", "sm_80",
 	 "{\"op\": \"cross_entropy\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"vocab\": 19648, "
 	 "\"part\": \"shard\", \"classes\": 157184, \"index\": \"int32\", \"label_smoothing\": 0.1}"},
+	/* K3 at the target shape: the forward, the backward (bf16 dy, 4 dw slices) */
+	{"router_gemm_fwd_h2048_e256", "sm_90a",
+	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256}"},
+	{"router_gemm_bwd_h2048_e256", "sm_90a",
+	 "{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256}"},
+	/* sm_80: odd experts (scalar stores, 4-byte dy copies), dy exact in 3 terms, k 64 */
+	{"router_gemm_fwd_h1000_e1_sm80", "sm_80",
+	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
+	 "\"experts\": 1}"},
+	{"router_gemm_bwd_h1000_e97_bf16x3_sm80", "sm_80",
+	 "{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
+	 "\"experts\": 97, \"precision\": \"bf16x3\", \"tile\": {\"k\": 64, \"stages\": 3}}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])

@@ -21,8 +21,8 @@ from .ops import (batch_swiglu_quant, batch_swiglu_quant_backward, cross_entropy
                   cross_entropy_forward, cross_entropy_fused, cross_entropy_merge,
                   cross_entropy_shard_stats, fp8_quant, fp8_quant_batched, fp8_quant_weight,
                   group_rmsnorm_gate, group_rmsnorm_gate_backward, qk_norm_rope,
-                  qk_norm_rope_backward, rmsnorm, rmsnorm_backward, rmsnorm_quant, swiglu_quant,
-                  swiglu_quant_backward)
+                  qk_norm_rope_backward, rmsnorm, rmsnorm_backward, rmsnorm_quant, router_gemm,
+                  router_gemm_backward, swiglu_quant, swiglu_quant_backward)
 
 __all__ = [
     "__version__", "LingenError", "LibraryError", "SpecError", "Context", "Kernel", "Spec",
@@ -34,6 +34,7 @@ __all__ = [
     "cross_entropy_shard_stats", "cross_entropy_merge",
     "TensorList", "grad_norm", "count_zero",
     "swiglu_quant", "swiglu_quant_backward", "batch_swiglu_quant", "batch_swiglu_quant_backward",
+    "router_gemm", "router_gemm_backward",
 ]
 
 

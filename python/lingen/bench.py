@@ -156,6 +156,8 @@ def run(quick=False, only=None):
                     torch.cuda.synchronize()
                     row["us"] = timer.us(fn)
                 row["pct_copy"] = 100.0 * nbytes / (row["us"] * 1e3) / copy_gbps
+                if case.extra.get("flops"):
+                    row["tflops"] = case.extra["flops"] / (row["us"] * 1e6)
             except Exception as e:  # a peer that fails is reported, not fatal
                 row["error"] = f"{type(e).__name__}: {e}"[:300]
             rows.append(row)
@@ -165,6 +167,8 @@ def run(quick=False, only=None):
             rows.append(dict(kernel=kernel, shape=shape, impl="linghe (TARGETS.md)",
                              bytes=nbytes, us=lh,
                              pct_copy=100.0 * nbytes / (lh * 1e3) / copy_gbps, quoted=True))
+            if case.extra.get("flops"):
+                rows[-1]["tflops"] = case.extra["flops"] / (lh * 1e6)
         del setup, want, out, outs
     host = host_overhead(torch, lingen, lt, liger)
     return dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
@@ -215,8 +219,9 @@ def _version(mod):
 def _line(r):
     if "error" in r:
         return f"{r['kernel']:14} {r['shape']:10} {r['impl']:10} {r['error']}"
+    flops = f" {r['tflops']:7.1f} TFLOP/s" if "tflops" in r else ""
     return (f"{r['kernel']:14} {r['shape']:10} {r['impl']:10} {r['us']:9.2f} us "
-            f"{r['pct_copy']:6.1f}% of copy")
+            f"{r['pct_copy']:6.1f}% of copy{flops}")
 
 
 def _impls(res):
@@ -249,6 +254,8 @@ def table(res):
                 cells.append("—")
             elif "error" in r:
                 cells.append("failed")
+            elif "tflops" in r:  # a GEMM: TFLOP/s rather than % of copy
+                cells.append(f"{r['us']:.1f} ({r['tflops']:.0f} TFLOP/s)")
             else:
                 cells.append(f"{r['us']:.1f} ({r['pct_copy']:.0f}%)")
         ln = d.get("lingen", {}).get("us")

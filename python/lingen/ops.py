@@ -417,3 +417,31 @@ def cross_entropy_merge(stats, labels, classes, *, ignore_index=-100, label_smoo
              _ce_options(ignore_index, label_smoothing, tile, part="merge", vocab=int(classes)),
              out=out, skip=skip, stream=stream, context=context, alloc=alloc)
     return r["loss"], r["sum_exp"], r["max_logit"]
+
+
+# ------------------------------------------------ router GEMM (K3)
+
+def router_gemm(x, w, *, tile=None, out=None, stream=None, context=None, alloc=None):
+    """Router GEMM forward (KERNELS.md K3): x [tokens, hidden] bf16, w
+    [experts, hidden] bf16 -> logits [tokens, experts] fp32 = x . w^T
+    (bf16 products, fp32 sums on the tensor cores). As linghe's
+    triton_fp32_gemm, for any tokens, experts and hidden a multiple of 8."""
+    r = call("lingen.router_gemm", "router_gemm", "forward", {"x": x, "w": w}, {"tile": tile},
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["logits"]
+
+
+def router_gemm_backward(dy, x, w, *, precision="bf16", dx=True, dw=True, tile=None, out=None,
+                         stream=None, context=None, alloc=None):
+    """Router GEMM backward: dy [tokens, experts] fp32, x and w as in
+    router_gemm -> (dx [tokens, hidden] bf16 = dy . w, dw [experts, hidden]
+    fp32 = dy^T . x, deterministic); dx=False or dw=False skips that one
+    (None). precision: dy on the tensor cores as "bf16" (rounded, 2^-9),
+    "bf16x2" (two bf16 terms, 2^-17: more accurate than linghe's tf32) or
+    "bf16x3" (exact dy: fp32 sums only). As linghe's
+    triton_fp32_gemm_for_backward and triton_fp32_gemm_for_update."""
+    skip = tuple(n for n, want in (("dx", dx), ("dw", dw)) if not want)
+    r = call("lingen.router_gemm_backward", "router_gemm", "backward",
+             {"dy": dy, "x": x, "w": w}, {"precision": precision, "tile": tile}, out=out, skip=skip,
+             stream=stream, context=context, alloc=alloc)
+    return r["dx"], r["dw"]

@@ -558,6 +558,56 @@ def cross_entropy_backward(logits, labels, sum_exp, max_logit, output_grad, igno
                                       label_smoothing=label_smoothing, inplace=inplace)
 
 
+# ------------------------------------------------------ router GEMM (K3)
+
+class RouterGemmFunction(torch.autograd.Function):
+    """logits fp32 = x . weight^T over the last dimension of x (bf16), with
+    lingen's forward and backward: dx (bf16) and dw (fp32, deterministic,
+    cast to weight's dtype for autograd) from the fp32 dy, as `precision`
+    bf16 terms (lingen.router_gemm_backward). As linghe's facade
+    fp32_gemm(input, weight)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, precision="bf16"):
+        x2 = _flat(x)
+        logits = _run("router_gemm_forward", x2, weight)
+        ctx.save_for_backward(x2, weight)
+        ctx.precision = precision
+        ctx.shape = x.shape
+        return logits.view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        x2, weight = ctx.saved_tensors
+        dx, dw = _run("router_gemm_backward", _flat(dy).float(), x2, weight,
+                      precision=ctx.precision)
+        dx = dx.view(ctx.shape) if ctx.needs_input_grad[0] else None
+        dw = dw.to(weight.dtype) if ctx.needs_input_grad[1] else None
+        return dx, dw, None
+
+
+def router_gemm(x, weight, precision="bf16"):
+    """Router logits (fp32) of x [..., hidden] (bf16) and weight [experts,
+    hidden] (bf16), differentiable."""
+    return RouterGemmFunction.apply(x, weight, precision)
+
+
+fp32_gemm = router_gemm  # linghe's name for it
+
+
+def router_gemm_forward(x, weight):
+    """logits fp32 [..., experts] without autograd, as linghe's triton_fp32_gemm."""
+    return _run("router_gemm_forward", _flat(x), weight).view(*x.shape[:-1], weight.shape[0])
+
+
+def router_gemm_backward(dy, x, weight, precision="bf16"):
+    """(dx bf16 in x's shape, dw fp32 [experts, hidden]) from dy fp32
+    [..., experts]: linghe's triton_fp32_gemm_for_backward and
+    triton_fp32_gemm_for_update in one call."""
+    dx, dw = _run("router_gemm_backward", _flat(dy).float(), _flat(x), weight, precision=precision)
+    return dx.view(x.shape), dw
+
+
 # ------------------------------------------------ tensor lists (K10, K11)
 
 from . import lists as _lists  # noqa: E402

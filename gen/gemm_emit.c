@@ -1,0 +1,313 @@
+/*
+ * gemm_emit.c - the tensor-core GEMM emitter (gemm_emit.h says what it
+ * writes and why).
+ *
+ * Fragment layouts of mma.m16n8k16 (g = lane / 4, q = lane % 4):
+ *   A (16 x 16, row-major): a0 (g, 2q..2q+1), a1 (g+8, 2q..), a2 (g, 2q+8..),
+ *     a3 (g+8, 2q+8..);
+ *   B (16 x 8, column-major): b0 (k 2q..2q+1, n g), b1 (k 2q+8.., n g);
+ *   C: c0, c1 (g, 2q..2q+1), c2, c3 (g+8, 2q..).
+ * One ldmatrix .x4 fills A's four registers, or the two of two adjacent n8
+ * tiles of B. Lane l addresses row l % 8 of matrix j = l / 8; for A matrix
+ * j covers rows 8 (j & 1) and reduction 8 (j >> 1), for B output 8 (j >> 1)
+ * and reduction 8 (j & 1). A K-major tile is [output][reduction] in shared
+ * memory (plain ldmatrix), an MN-major one [reduction][output] (.trans).
+ */
+#include "gemm_emit.h"
+
+#include <stdio.h>
+
+static int esize(const struct lg_gemm_operand *o) { return o->fp32 ? 4 : 2; }
+
+/* Shared tile of an operand: rows x row bytes. out: its output extent in
+ * the CTA tile (bm or bn). */
+static int tile_rows(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
+{
+	return o->mn_major ? g->t.bk : out;
+}
+static int tile_rb(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
+{
+	return (o->mn_major ? out : g->t.bk) * esize(o);
+}
+static unsigned tile_bytes(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
+{
+	return (unsigned)(tile_rows(g, o, out) * tile_rb(g, o, out));
+}
+
+int lg_gemm_threads(const struct lg_gemm_tile *t) { return 32 * t->warps_m * t->warps_n; }
+
+unsigned lg_gemm_smem(const struct lg_gemm *g)
+{
+	return (unsigned)g->t.stages * (tile_bytes(g, &g->a, g->t.bm) + tile_bytes(g, &g->b, g->t.bn));
+}
+
+static bool rb_ok(int rb) { return rb == 64 || (rb >= 128 && rb % 128 == 0); }
+
+const char *lg_gemm_tile_problem(const struct lg_gemm *g)
+{
+	const struct lg_gemm_tile *t = &g->t;
+	if (t->warps_m < 1 || t->warps_n < 1 || lg_gemm_threads(t) > 1024)
+		return "1 to 32 warps";
+	if (t->bm % t->warps_m != 0 || (t->bm / t->warps_m) % 16 != 0)
+		return "tile.m / tile.warps_m a multiple of 16";
+	if (t->bn % t->warps_n != 0 || (t->bn / t->warps_n) % 16 != 0)
+		return "tile.n / tile.warps_n a multiple of 16";
+	if (t->bk % 16 != 0)
+		return "tile.k a multiple of 16";
+	if (!rb_ok(tile_rb(g, &g->a, t->bm)) || !rb_ok(tile_rb(g, &g->b, t->bn)))
+		return "shared tile rows of 64 bytes or a multiple of 128 (tile.k 32 or 64; tile.m, tile.n "
+		       "multiples of 32)";
+	if (t->stages < 2 || t->stages > 8)
+		return "tile.stages 2 to 8";
+	return NULL;
+}
+
+/* The stage loader of one operand: its tile at output o0, reduction r0. */
+static void emit_loader(lg_buf *b, const struct lg_gemm *g, const struct lg_gemm_operand *o, int out,
+			const char *prefix)
+{
+	int rows = tile_rows(g, o, out), rb = tile_rb(g, o, out), ch = o->chunk;
+	int cpr = rb / ch, total = rows * cpr, threads = lg_gemm_threads(&g->t);
+	int epc = ch / esize(o); /* elements a chunk */
+	int iters = (total + threads - 1) / threads;
+	lg_comment(b, "Operand %s: %s %s, a [%d][%d bytes] shared tile (swizzled), %d-byte cp.async", o->name,
+		   o->fp32 ? "fp32" : "bf16", o->mn_major ? "[reduction][output]" : "[output][reduction]", rows,
+		   rb, ch);
+	lg_comment(b, "copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).");
+	char params[256];
+	snprintf(params, sizeof params, "u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld");
+	char name[64];
+	snprintf(name, sizeof name, "%s_load_%s", prefix, o->name);
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", iters);
+	lg_line(b, "const int c = threadIdx.x + i * %d;", threads);
+	if (total % threads != 0)
+		lg_line(b, "if (c >= %d) break;", total);
+	lg_line(b, "const int row = c / %d, cc = c %% %d;", cpr, cpr);
+	if (o->mn_major) {
+		lg_line(b, "const i64 r = r0 + row, o = o0 + cc * %d;", epc);
+		lg_line(b, "const bool ok = o < oext && r < rext;");
+		lg_line(b, "const u8 *src = ok ? g + (r * ld + o) * %d : g;", esize(o));
+	} else {
+		lg_line(b, "const i64 o = o0 + row, r = r0 + cc * %d;", epc);
+		lg_line(b, "const bool ok = o < oext && r < rext;");
+		lg_line(b, "const u8 *src = ok ? g + (o * ld + r) * %d : g;", esize(o));
+	}
+	lg_line(b, "lg_cp%d(s + lg_swz(row, cc * %d, %d), src, ok ? %du : 0u);", ch, ch, rb, ch);
+	lg_close(b);
+	lg_close(b);
+}
+
+static void emit_frag_a(lg_buf *b, const struct lg_gemm *g, const char *prefix);
+static void emit_frag_b(lg_buf *b, const struct lg_gemm *g, const char *prefix);
+static void emit_mma(lg_buf *b, const struct lg_gemm *g, const char *prefix);
+
+void lg_gemm_emit_loaders(lg_buf *b, const struct lg_gemm *g, const char *prefix)
+{
+	emit_loader(b, g, &g->a, g->t.bm, prefix);
+	emit_loader(b, g, &g->b, g->t.bn, prefix);
+	emit_frag_a(b, g, prefix);
+	emit_frag_b(b, g, prefix);
+	emit_mma(b, g, prefix);
+}
+
+/* A's fragments of the warp's m16 tiles at reduction step ks: af[mi][term][4]. */
+static void emit_frag_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
+{
+	const struct lg_gemm_operand *o = &g->a;
+	int rb = tile_rb(g, o, g->t.bm), wmt = g->t.bm / g->t.warps_m, mi_n = wmt / 16;
+	char name[64], params[128];
+	snprintf(name, sizeof name, "%s_frag_a", prefix);
+	snprintf(params, sizeof params, "u32 af[%d][%d][4], const u8 *ca, int ks, int wm, int lane", mi_n, g->terms);
+	lg_comment(b, "A's fragments of warp row wm's %d m16 tiles at reduction step ks (%d term%s).", mi_n, g->terms,
+		   g->terms > 1 ? "s" : "");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int mi = 0; mi < %d; mi++) {", mi_n);
+	if (!o->fp32) {
+		if (o->mn_major) {
+			lg_line(b, "const int row = ks + (lane & 7) + (lane >> 4) * 8;");
+			lg_line(b, "const int col = wm * %d + mi * 16 + ((lane >> 3) & 1) * 8;", wmt);
+			lg_line(b, "lg_ldsm4t(af[mi][0], ca + lg_swz(row, col * 2, %d));", rb);
+		} else {
+			lg_line(b, "const int row = wm * %d + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;", wmt);
+			lg_line(b, "const int col = ks + (lane >> 4) * 8;");
+			lg_line(b, "lg_ldsm4(af[mi][0], ca + lg_swz(row, col * 2, %d));", rb);
+		}
+		lg_close(b);
+		lg_close(b);
+		return;
+	}
+	lg_comment(b, "register j: output g + 8 (j & 1), reduction 2q + 8 (j >> 1), + 1");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < 4; j++) {");
+	lg_line(b, "const int o = wm * %d + mi * 16 + (lane >> 2) + (j & 1) * 8;", wmt);
+	lg_line(b, "const int r = ks + (lane & 3) * 2 + (j >> 1) * 8;");
+	if (o->mn_major) {
+		lg_line(b, "const float v0 = *(const float *)(ca + lg_swz(r, o * 4, %d));", rb);
+		lg_line(b, "const float v1 = *(const float *)(ca + lg_swz(r + 1, o * 4, %d));", rb);
+	} else {
+		lg_line(b, "const float2 v = *(const float2 *)(ca + lg_swz(o, r * 4, %d));", rb);
+		lg_line(b, "const float v0 = v.x, v1 = v.y;");
+	}
+	lg_line(b, "u32 t[%d];", g->terms);
+	lg_line(b, "lg_split_bf16x2(t, %d, v0, v1);", g->terms);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int e = 0; e < %d; e++) af[mi][e][j] = t[e];", g->terms);
+	lg_close(b);
+	lg_close(b);
+	lg_close(b);
+}
+
+/* B's fragments of the warp's n8 tiles, two an ldmatrix: bfr[ni][2]. */
+static void emit_frag_b(lg_buf *b, const struct lg_gemm *g, const char *prefix)
+{
+	const struct lg_gemm_operand *o = &g->b;
+	int rb = tile_rb(g, o, g->t.bn), wnt = g->t.bn / g->t.warps_n, ni_n = wnt / 8;
+	char name[64], params[128];
+	snprintf(name, sizeof name, "%s_frag_b", prefix);
+	snprintf(params, sizeof params, "u32 bfr[%d][2], const u8 *cb, int ks, int wn, int lane", ni_n);
+	lg_comment(b, "B's fragments of warp column wn's %d n8 tiles at reduction step ks.", ni_n);
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int nj = 0; nj < %d; nj++) {", ni_n / 2);
+	lg_line(b, "u32 r[4];");
+	if (o->mn_major) {
+		lg_line(b, "const int row = ks + (lane & 7) + ((lane >> 3) & 1) * 8;");
+		lg_line(b, "const int col = wn * %d + nj * 16 + (lane >> 4) * 8;", wnt);
+		lg_line(b, "lg_ldsm4t(r, cb + lg_swz(row, col * 2, %d));", rb);
+	} else {
+		lg_line(b, "const int row = wn * %d + nj * 16 + (lane & 7) + (lane >> 4) * 8;", wnt);
+		lg_line(b, "const int col = ks + ((lane >> 3) & 1) * 8;");
+		lg_line(b, "lg_ldsm4(r, cb + lg_swz(row, col * 2, %d));", rb);
+	}
+	lg_line(b, "bfr[2 * nj][0] = r[0];");
+	lg_line(b, "bfr[2 * nj][1] = r[1];");
+	lg_line(b, "bfr[2 * nj + 1][0] = r[2];");
+	lg_line(b, "bfr[2 * nj + 1][1] = r[3];");
+	lg_close(b);
+	lg_close(b);
+}
+
+/* Open the unrolled loops over the warp's mma tiles: mi, ni. */
+static void open_tiles(lg_buf *b, int mi_n, int ni_n)
+{
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int mi = 0; mi < %d; mi++) {", mi_n);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int ni = 0; ni < %d; ni++) {", ni_n);
+}
+
+/* The warp's mma.sync tiles of one k16 step: acc += af . bfr. */
+static void emit_mma(lg_buf *b, const struct lg_gemm *g, const char *prefix)
+{
+	int mi_n = g->t.bm / g->t.warps_m / 16, ni_n = g->t.bn / g->t.warps_n / 8;
+	char name[64], params[128];
+	snprintf(name, sizeof name, "%s_mma", prefix);
+	snprintf(params, sizeof params, "float acc[%d][%d][4], const u32 af[%d][%d][4], const u32 bfr[%d][2]",
+		 mi_n, ni_n, mi_n, g->terms, ni_n);
+	lg_comment(b, "The warp's %dx%d mma tiles of one k16 step%s.", mi_n, ni_n,
+		   g->terms > 1 ? ", each term of A (the small ones first)" : "");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	open_tiles(b, mi_n, ni_n);
+	if (g->terms == 1) {
+		lg_line(b, "lg_mma_bf16(acc[mi][ni], af[mi][0], bfr[ni]);");
+	} else {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int e = %d; e >= 0; e--)", g->terms - 1);
+		lg_line(b, "\tlg_mma_bf16(acc[mi][ni], af[mi][e], bfr[ni]);");
+	}
+	lg_close(b);
+	lg_close(b);
+	lg_close(b);
+}
+
+/* Issue the loads of reduction tile `kt` (relative) into stage `st`. */
+static void emit_stage_load(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			    const char *o0b, const char *kt0, const char *kt, const char *st)
+{
+	unsigned ab = tile_bytes(g, &g->a, g->t.bm), bb = tile_bytes(g, &g->b, g->t.bn);
+	lg_line(b, "const int st = %s;", st);
+	lg_line(b, "const i64 r0 = (%s + %s) * %d;", kt0, kt, g->t.bk);
+	lg_line(b, "%s_load_a(sa + st * %u, (const u8 *)%s, %s, r0, %s, %s, %s);", prefix, ab, g->a.ptr, o0a,
+		g->a.out_ext, g->a.red_ext, g->a.ld);
+	lg_line(b, "%s_load_b(sb + st * %u, (const u8 *)%s, %s, r0, %s, %s, %s);", prefix, bb, g->b.ptr, o0b,
+		g->b.out_ext, g->b.red_ext, g->b.ld);
+}
+
+void lg_gemm_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			   const char *o0b, const char *kt0, const char *kt1)
+{
+	const struct lg_gemm_tile *t = &g->t;
+	int wmt = t->bm / t->warps_m, wnt = t->bn / t->warps_n, mi_n = wmt / 16, ni_n = wnt / 8;
+	unsigned ab = tile_bytes(g, &g->a, t->bm), bb = tile_bytes(g, &g->b, t->bn);
+	lg_comment(b, "%dx%d tile, %dx%d warps of %dx%d, reduction steps of %d, %d stages in flight.", t->bm,
+		   t->bn, t->warps_m, t->warps_n, wmt, wnt, t->bk, t->stages);
+	lg_line(b, "const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;");
+	lg_line(b, "const int wm = warp %% %d, wn = warp / %d;", t->warps_m, t->warps_m);
+	lg_line(b, "float acc[%d][%d][4];", mi_n, ni_n);
+	open_tiles(b, mi_n, ni_n);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;");
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "u8 *const sa = smem, *const sb = smem + %u;", (unsigned)t->stages * ab);
+	lg_line(b, "const int nkt = (int)(%s - %s);", kt1, kt0);
+	lg_comment(b, "Prologue: the first %d reduction tiles in flight, one commit group each.", t->stages - 1);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int s = 0; s < %d; s++) {", t->stages - 1);
+	lg_open(b, "if (s < nkt) {");
+	emit_stage_load(b, g, prefix, o0a, o0b, kt0, "s", "s");
+	lg_close(b);
+	lg_line(b, "lg_cp_commit();");
+	lg_close(b);
+	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
+	lg_comment(b, "Tile kt has landed; every warp is done with the stage refilled next.");
+	lg_line(b, "lg_cp_wait(%d);", t->stages - 2);
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "const int nx = kt + %d;", t->stages - 1);
+	lg_open(b, "if (nx < nkt) {");
+	char st[32];
+	snprintf(st, sizeof st, "nx %% %d", t->stages);
+	emit_stage_load(b, g, prefix, o0a, o0b, kt0, "nx", st);
+	lg_close(b);
+	lg_line(b, "lg_cp_commit();");
+	lg_line(b, "const int cs = kt %% %d; // the stage of tile kt", t->stages);
+	lg_line(b, "const u8 *const ca = sa + cs * %u, *const cb = sb + cs * %u;", ab, bb);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int ks = 0; ks < %d; ks += 16) {", t->bk);
+	lg_line(b, "u32 af[%d][%d][4], bfr[%d][2];", mi_n, g->terms, ni_n);
+	lg_line(b, "%s_frag_a(af, ca, ks, wm, lane);", prefix);
+	lg_line(b, "%s_frag_b(bfr, cb, ks, wn, lane);", prefix);
+	lg_line(b, "%s_mma(acc, af, bfr);", prefix);
+	lg_close(b); /* ks */
+	lg_close(b); /* kt */
+}
+
+void lg_gemm_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,
+			   const char *store)
+{
+	const struct lg_gemm_tile *t = &g->t;
+	int wmt = t->bm / t->warps_m, wnt = t->bn / t->warps_n, mi_n = wmt / 16, ni_n = wnt / 8;
+	lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int mi = 0; mi < %d; mi++) {", mi_n);
+	lg_line(b, "const i64 row = %s + wm * %d + mi * 16 + (lane >> 2);", o0a, wmt);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int ni = 0; ni < %d; ni++) {", ni_n);
+	lg_line(b, "const i64 col = %s + wn * %d + ni * 8 + (lane & 3) * 2;", o0b, wnt);
+	lg_line(b, "const float *const v = acc[mi][ni];");
+	lg_line(b, "%srow, col, v[0], v[1]);", store);
+	lg_line(b, "%srow + 8, col, v[2], v[3]);", store);
+	lg_close(b);
+	lg_close(b);
+}

@@ -1,0 +1,475 @@
+/*
+ * router_gemm.c - family "router_gemm" (KERNELS.md K3): the MoE router's
+ * GEMM with fp32 logits.
+ *
+ *   forward   logits fp32 [M, N] = x bf16 [M, K] . w bf16 [N, K]^T
+ *   backward  dx bf16 [M, K] = dy fp32 [M, N] . w
+ *             dw fp32 [N, K] = dy^T . x   (deterministic)
+ *
+ * M (tokens) is a run-time size; N (experts) and K (hidden) are static.
+ * Any M and N; K a multiple of 8 (rows of x and w are read in 16-byte
+ * pieces). linghe needs M % 32, K % 128, N % 16.
+ *
+ * Strategy: every product is a tensor-core GEMM of gemm_emit.c (ldmatrix,
+ * mma.sync m16n8k16 bf16 -> fp32, a cp.async ring of `tile.stages`
+ * reduction tiles, predicated tails). The forward is one GEMM, both
+ * operands K-major (one CTA a tile.m x tile.n tile of logits; w stays in
+ * L2). The backward's dy is fp32: it is copied to shared memory as is and
+ * split into `precision` bf16 terms when the fragments are built (bf16:
+ * dy rounded to bf16; bf16x2: 16 significant bits, error 2^-17 of dy, far
+ * below tf32's 2^-11 at the same cost as a tf32 product; bf16x3: dy exact,
+ * only fp32 summation error), each term an mma with the same bf16 w or x
+ * fragment (products of bf16 are exact). Two entry points:
+ *   _grad  one grid of dw tiles, then dx tiles, so the two GEMMs share the
+ *          machine (dw's few long CTAs first, dx's many short ones fill in):
+ *          dw: A = dy (its [M][N] read MN-major), B = x [M][K] (MN-major,
+ *          ldmatrix .trans), reduction over a slice of the tokens; with
+ *          tile.split slices each writes its partial [N][K] to the
+ *          workspace (tile.split 1: straight to dw). dx: A = dy [M][N]
+ *          (K-major fp32), B = w [N][K] (MN-major, .trans), reduction
+ *          over the experts.
+ *   _dwsum dw = the partials added in slice order (split > 1): fixed
+ *          order, so dw is the same bits on every run.
+ * A null dx or dw skips that output (its kernels return at once).
+ */
+#include <stdio.h>
+
+#include "family.h"
+
+#include "error.h"
+#include "gemm_emit.h"
+
+enum {
+	K_HIDDEN,
+	K_EXPERTS,
+	K_PRECISION,
+	K_TILE,
+	K_TM,
+	K_TN,
+	K_TK,
+	K_STAGES,
+	K_WM,
+	K_WN,
+	K_SPLIT,
+	NKEYS
+};
+
+static const char *const precision_names[] = {"bf16", "bf16x2", "bf16x3"};
+static const int64_t tmn_ok[] = {32, 64, 128, 256, 0};
+static const int64_t tk_ok[] = {32, 64, 0};
+static const int64_t warps_ok[] = {1, 2, 4, 8, 0};
+static const struct lg_key keys[NKEYS] = {
+	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 8, 1 << 20, 8, "K: features of x and w (a multiple of 8)"),
+	[K_EXPERTS] = {.path = "experts", .type = LG_KEY_INT, .flags = LG_KEY_REQUIRED | LG_KEY_SHAPE, .min = 1,
+		       .max = 1 << 16, .naming = LG_NAME_ALWAYS, .rank = 11, .abbrev = "e",
+		       .doc = "N: experts, rows of w, columns of the logits"},
+	[K_PRECISION] = {.path = "precision", .type = LG_KEY_ENUM, .values = precision_names, .nvalues = 3,
+			 .has_def = true, .def = 0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 20,
+			 .doc = "backward: dy (fp32) as 1, 2 or 3 bf16 terms on the tensor cores "
+				"(bf16x3: dy exact; the forward is exact in any case)"},
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_TM] = LG_KEY_TILE("m", "m", 32, 256, tmn_ok, "output rows a CTA (tokens; experts for dw)"),
+	[K_TN] = LG_KEY_TILE("n", "n", 32, 256, tmn_ok, "output columns a CTA (experts; hidden for dx, dw)"),
+	[K_TK] = LG_KEY_TILE("k", "k", 32, 64, tk_ok, "reduction step a pipeline stage"),
+	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 8, NULL, "reduction tiles in flight (cp.async ring)"),
+	[K_WM] = LG_KEY_TILE("warps_m", "wm", 1, 8, warps_ok, "warps along the tile's rows"),
+	[K_WN] = LG_KEY_TILE("warps_n", "wn", 1, 8, warps_ok, "warps along the tile's columns"),
+	[K_SPLIT] = LG_KEY_TILE("split", "z", 1, 32, NULL,
+				"backward: token slices of dw, added in order by a second kernel"),
+};
+
+static const struct lg_size sizes[] = {
+	{"tokens", "M", 0, INT32_MAX, "rows of x (tokens)", 0},
+};
+
+enum { F_X, F_W, F_Y, F_NARGS };
+enum { B_DY, B_X, B_W, B_DX, B_DW, B_WS, B_NARGS };
+
+static const struct lg_arg fwd_args[F_NARGS] = {
+	[F_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, NULL},
+	[F_W] = {"w", LG_ARG_IN, LG_ELEM_BF16, "experts, hidden", 16, NULL},
+	[F_Y] = {"logits", LG_ARG_OUT, LG_ELEM_FP32, "tokens, experts", 16, "x . w^T, fp32"},
+};
+
+static const struct lg_arg bwd_args[B_NARGS] = {
+	[B_DY] = {"dy", LG_ARG_IN, LG_ELEM_FP32, "tokens, experts", 16, "gradient of the logits"},
+	[B_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, NULL},
+	[B_W] = {"w", LG_ARG_IN, LG_ELEM_BF16, "experts, hidden", 16, NULL},
+	[B_DX] = {"dx", LG_ARG_OPT_OUT, LG_ELEM_BF16, "tokens, hidden", 16, "dy . w (0: not computed)"},
+	[B_DW] = {"dw", LG_ARG_OPT_OUT, LG_ELEM_FP32, "experts, hidden", 16,
+		  "dy^T . x, deterministic (0: not computed)"},
+	[B_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
+};
+
+/* Plan values. */
+enum { P_BM, P_BN, P_BK, P_STAGES, P_WM, P_WN, P_SPLIT, P_K, P_N, P_TERMS, P_BWD, P_SMEM };
+
+/* The tile of a spec: its own keys, else the heuristic. The forward's
+ * columns are the experts (a 128-wide tile up to 64 CTAs of tokens at
+ * the target: 128 CTAs); the backward's are hidden features. dw's token
+ * slices: enough CTAs for 132 SMs. */
+static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
+{
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int64_t n = lg_spec_int(s, K_EXPERTS), k = lg_spec_int(s, K_HIDDEN);
+	struct lg_gemm_tile t = {.bm = 128, .bn = 128, .bk = 32, .warps_m = 2, .warps_n = 4, .stages = 4};
+	if (!bwd && n <= 64) {
+		t.bn = n <= 32 ? 32 : 64;
+		t.warps_n = t.bn / 32;
+		t.warps_m = 4;
+	}
+	if (lg_spec_has(s, K_TM))
+		t.bm = (int)lg_spec_int(s, K_TM);
+	if (lg_spec_has(s, K_TN))
+		t.bn = (int)lg_spec_int(s, K_TN);
+	if (lg_spec_has(s, K_TK))
+		t.bk = (int)lg_spec_int(s, K_TK);
+	if (lg_spec_has(s, K_STAGES))
+		t.stages = (int)lg_spec_int(s, K_STAGES);
+	if (lg_spec_has(s, K_WM))
+		t.warps_m = (int)lg_spec_int(s, K_WM);
+	if (lg_spec_has(s, K_WN))
+		t.warps_n = (int)lg_spec_int(s, K_WN);
+	if (lg_spec_has(s, K_SPLIT)) {
+		*split = (int)lg_spec_int(s, K_SPLIT);
+	} else {
+		int64_t tiles = ((n + t.bm - 1) / t.bm) * ((k + t.bn - 1) / t.bn), z = 132 / tiles;
+		*split = bwd ? (int)(z < 1 ? 1 : z > 16 ? 16 : z) : 1;
+	}
+	return t;
+}
+
+/* The GEMMs of a spec: 0 the forward, or 1 dx and 2 dw. */
+static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm_tile t)
+{
+	int64_t n = lg_spec_int(s, K_EXPERTS);
+	int dych = n % 4 == 0 ? 16 : 4; /* dy rows 16-byte aligned or not */
+	int terms = 1 + (int)lg_spec_int(s, K_PRECISION);
+	struct lg_gemm g = {.t = t, .terms = 1};
+	switch (which) {
+	case 0:
+		g.a = (struct lg_gemm_operand){"a", false, false, "x", "LG_K", "M", "LG_K", 16};
+		g.b = (struct lg_gemm_operand){"b", false, false, "w", "LG_K", "LG_N", "LG_K", 16};
+		break;
+	case 1:
+		g.terms = terms;
+		g.a = (struct lg_gemm_operand){"a", true, false, "dy", "LG_N", "M", "LG_N", dych};
+		g.b = (struct lg_gemm_operand){"b", false, true, "w", "LG_K", "LG_K", "LG_N", 16};
+		break;
+	default:
+		g.terms = terms;
+		g.a = (struct lg_gemm_operand){"a", true, true, "dy", "LG_N", "LG_N", "M", dych};
+		g.b = (struct lg_gemm_operand){"b", false, true, "x", "LG_K", "LG_K", "M", 16};
+		break;
+	}
+	return g;
+}
+
+/* Row tiles a column sweep of the forward's raster covers. */
+#define RASTER 16
+
+static unsigned smem_limit(const struct lg_target *t)
+{
+	return t->sm >= 90 ? 227u * 1024u : t->sm == 80 ? 163u * 1024u : 99u * 1024u;
+}
+
+static lg_status validate(const struct lg_spec *s, const char *where)
+{
+	int split;
+	struct lg_gemm_tile t = tile_of(s, &split);
+	int first = s->pass == LG_PASS_BACKWARD ? 1 : 0, last = first ? 2 : 0;
+	for (int i = first; i <= last; i++) {
+		struct lg_gemm g = gemm_of(s, i, t);
+		const char *why = lg_gemm_tile_problem(&g);
+		if (why)
+			return lg_spec_error(where,
+					     "tile: found m %d, n %d, k %d, warps_m %d, warps_n %d, stages %d; "
+					     "allowed: %s",
+					     t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages, why);
+	}
+	if (s->pass == LG_PASS_FORWARD && lg_spec_has(s, K_SPLIT) && split != 1)
+		return lg_spec_error(where, "tile.split: found %d, allowed: 1 in the forward (dw only)", split);
+	return LG_OK;
+}
+
+static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int split;
+	struct lg_gemm_tile tl = tile_of(s, &split);
+	unsigned smem;
+	for (;;) {
+		smem = 0;
+		for (int i = bwd ? 1 : 0; i <= (bwd ? 2 : 0); i++) {
+			struct lg_gemm g = gemm_of(s, i, tl);
+			unsigned m = lg_gemm_smem(&g);
+			smem = m > smem ? m : smem;
+		}
+		/* the heuristic's stages: as many as fit the target */
+		if (smem <= smem_limit(t) || lg_spec_has(s, K_STAGES) || tl.stages <= 2)
+			break;
+		tl.stages--;
+	}
+	if (smem > smem_limit(t))
+		return lg_fail(LG_ERR_SPEC,
+			       "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at most "
+			       "%u bytes on %s (fewer stages or a smaller tile)",
+			       s->entry, tl.stages, smem, smem_limit(t), t->name);
+	p->tile[K_TM] = p->v[P_BM] = tl.bm;
+	p->tile[K_TN] = p->v[P_BN] = tl.bn;
+	p->tile[K_TK] = p->v[P_BK] = tl.bk;
+	p->tile[K_STAGES] = p->v[P_STAGES] = tl.stages;
+	p->tile[K_WM] = p->v[P_WM] = tl.warps_m;
+	p->tile[K_WN] = p->v[P_WN] = tl.warps_n;
+	p->tile[K_SPLIT] = p->v[P_SPLIT] = split;
+	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
+	p->v[P_N] = lg_spec_int(s, K_EXPERTS);
+	p->v[P_TERMS] = 1 + lg_spec_int(s, K_PRECISION);
+	p->v[P_BWD] = bwd;
+	p->v[P_SMEM] = smem;
+	if (!bwd) {
+		p->nentries = 1;
+		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+		return LG_OK;
+	}
+	p->nentries = split > 1 ? 2 : 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s_grad", s->entry);
+	if (split > 1)
+		snprintf(p->entry[1], sizeof p->entry[1], "%s_dwsum", s->entry);
+	return LG_OK;
+}
+
+static unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
+
+static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
+{
+	int64_t M = sz[0], K = p->v[P_K], N = p->v[P_N], bm = p->v[P_BM], bn = p->v[P_BN];
+	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
+	d->block[0] = (unsigned)(32 * p->v[P_WM] * p->v[P_WN]);
+	d->smem = (unsigned)p->v[P_SMEM];
+	if (!p->v[P_BWD]) { /* tiles, in a grouped raster */
+		d->grid[0] = cdiv(M, bm) * cdiv(N, bn);
+		return;
+	}
+	if (e == 0) { /* dw tiles x slices (also at 0 tokens: dw = 0), then dx tiles */
+		d->grid[0] = cdiv(N, bm) * cdiv(K, bn) * (unsigned)p->v[P_SPLIT] + cdiv(M, bm) * cdiv(K, bn);
+		return;
+	}
+	/* the sum of the partials, four values a thread */
+	d->grid[0] = cdiv(N * K / 4, 256);
+	d->block[0] = 256;
+	d->smem = 0;
+}
+
+static size_t workspace(const struct lg_plan *p)
+{
+	if (!p->v[P_BWD] || p->v[P_SPLIT] <= 1)
+		return 0;
+	return (size_t)p->v[P_SPLIT] * (size_t)p->v[P_N] * (size_t)p->v[P_K] * 4;
+}
+
+/* ------------------------------------------------------------ emission */
+
+static struct lg_gemm_tile plan_tile(const struct lg_plan *p)
+{
+	return (struct lg_gemm_tile){.bm = (int)p->v[P_BM], .bn = (int)p->v[P_BN], .bk = (int)p->v[P_BK],
+				     .warps_m = (int)p->v[P_WM], .warps_n = (int)p->v[P_WN],
+				     .stages = (int)p->v[P_STAGES]};
+}
+
+/* The static sizes as constants. */
+static void emit_dims(lg_buf *b, const struct lg_plan *p)
+{
+	lg_line(b, "#define LG_K %lldll // hidden", (long long)p->v[P_K]);
+	lg_line(b, "#define LG_N %lldll // experts", (long long)p->v[P_N]);
+}
+
+/* Store of an fp32 pair (row, col), (row, col + 1) of a [rows, cols] output. */
+static void emit_store_f32(lg_buf *b, const char *name, bool even)
+{
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, "float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1");
+	lg_open(b, "{");
+	lg_line(b, "if (row >= rows || col >= cols) return;");
+	if (even) {
+		lg_comment(b, "cols even: col + 1 is in the row too");
+		lg_line(b, "*(float2 *)(out + row * cols + col) = make_float2(v0, v1);");
+	} else {
+		lg_line(b, "out[row * cols + col] = v0;");
+		lg_line(b, "if (col + 1 < cols) out[row * cols + col + 1] = v1;");
+	}
+	lg_close(b);
+}
+
+/* The kernel's head: the signature, shared memory, its tile's origin. */
+static void emit_head(lg_buf *b, const struct lg_spec *s, const char *entry, const struct lg_gemm *g,
+		      const char *what)
+{
+	lg_section(b, entry, what);
+	lg_emit_signature(b, s, entry, "__launch_bounds__(%d, 1)", lg_gemm_threads(&g->t));
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
+	lg_line(b, "(void)part;");
+}
+
+static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct lg_gemm g = gemm_of(s, 0, plan_tile(p));
+	lg_section(b, "helpers for this spec", NULL);
+	emit_dims(b, p);
+	lg_gemm_emit_loaders(b, &g, "fw");
+	emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
+	emit_head(b, s, p->entry[0], &g, "router GEMM forward: logits fp32 = x . w^T");
+	int64_t tn = (p->v[P_N] + g.t.bn - 1) / g.t.bn;
+	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
+		   g.t.bm, g.t.bn, (long long)tn, tn > 1 ? "s" : "", RASTER);
+	lg_comment(b, "at a time sweep the columns, so a wave's x and w tiles stay in L2.");
+	lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g.t.bm - 1, g.t.bm);
+	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
+		(long long)(tn * RASTER));
+	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
+	lg_line(b, "const i64 o0a = (first + r %% gs) * %d, o0b = r / gs * %d;", g.t.bm, g.t.bn);
+	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", g.t.bk - 1, g.t.bk);
+	lg_gemm_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
+	lg_gemm_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
+	lg_close(b);
+}
+
+static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct lg_gemm gx = gemm_of(s, 1, plan_tile(p)), gw = gemm_of(s, 2, plan_tile(p));
+	int split = (int)p->v[P_SPLIT];
+	lg_section(b, "helpers for this spec", NULL);
+	emit_dims(b, p);
+	lg_gemm_emit_loaders(b, &gx, "dx");
+	lg_gemm_emit_loaders(b, &gw, "dw");
+	emit_store_f32(b, "lg_store_f32", true);
+	lg_comment(b, "Store of a bf16 pair (row, col), (row, col + 1) of dx [M, K] (K even).");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, "lg_store_dx", "u8 *out, i64 rows, i64 row, i64 col, float v0, float v1");
+	lg_open(b, "{");
+	lg_line(b, "if (row >= rows || col >= LG_K) return;");
+	lg_line(b, "*(u32 *)(out + (row * LG_K + col) * 2) = lg_pack_bf16x2(v0, v1);");
+	lg_close(b);
+
+	int64_t cols = (p->v[P_K] + gw.t.bn - 1) / gw.t.bn, tw = (p->v[P_N] + gw.t.bm - 1) / gw.t.bm * cols;
+	emit_head(b, s, p->entry[0], &gw, "router GEMM backward: dw and dx tiles, one grid");
+	lg_comment(b, "CTAs 0 .. %lld: dw tiles (%lld of %dx%d, x %d token slice%s: the long ones, first); then",
+		   (long long)(tw * split - 1), (long long)tw, gw.t.bm, gw.t.bn, split, split > 1 ? "s" : "");
+	lg_comment(b, "dx tiles of %dx%d, %lld a row of %d tokens. dy as %d bf16 term%s.", gx.t.bm, gx.t.bn,
+		   (long long)cols, gx.t.bm, gx.terms, gx.terms > 1 ? "s" : "");
+	if (split == 1)
+		lg_line(b, "(void)ws;");
+	lg_open(b, "if ((i64)blockIdx.x < %lld) {", (long long)(tw * split));
+	lg_comment(b, "dw: slice z adds its share of the token tiles (none at 0 tokens: zeros)");
+	lg_comment(b, "and %s.", split > 1 ? "writes its partial [N][K] to the workspace" : "writes dw");
+	lg_line(b, "if (!dw) return;");
+	lg_line(b, "const i64 t = (i64)blockIdx.x %% %lld, z = (i64)blockIdx.x / %lld;", (long long)tw,
+		(long long)tw);
+	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gw.t.bm,
+		(long long)cols, gw.t.bn);
+	lg_line(b, "const i64 kts = (M + %d) / %d, per = (kts + %d) / %d;", gw.t.bk - 1, gw.t.bk, split - 1,
+		split);
+	lg_line(b, "const i64 kt0 = z * per < kts ? z * per : kts;");
+	lg_line(b, "const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;");
+	lg_gemm_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
+	if (split > 1) {
+		lg_line(b, "float *const part_out = (float *)ws + z * LG_N * LG_K;");
+		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32(part_out, LG_N, LG_K, ");
+	} else {
+		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32((float *)dw, LG_N, LG_K, ");
+	}
+	lg_line(b, "return;");
+	lg_close(b);
+	lg_comment(b, "dx: reduction over the experts");
+	lg_line(b, "if (!dx) return;");
+	lg_line(b, "const i64 t = (i64)blockIdx.x - %lld;", (long long)(tw * split));
+	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gx.t.bm,
+		(long long)cols, gx.t.bn);
+	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
+	lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
+	lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+	lg_close(b);
+	if (split == 1)
+		return;
+
+	lg_section(b, p->entry[1], "router GEMM backward: dw = the slices' partials, in order");
+	lg_comment(b, "Four values a thread (N K is a multiple of 8); the same order every run.");
+	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(256)");
+	lg_open(b, "{");
+	lg_line(b, "(void)dy;");
+	lg_line(b, "(void)x;");
+	lg_line(b, "(void)w;");
+	lg_line(b, "(void)dx;");
+	lg_line(b, "(void)M;");
+	lg_line(b, "(void)part;");
+	lg_line(b, "const i64 i = ((i64)blockIdx.x * 256 + threadIdx.x) * 4;");
+	lg_line(b, "if (!dw || i >= LG_N * LG_K) return;");
+	lg_line(b, "const float *const p = (const float *)ws + i;");
+	lg_line(b, "float4 v = *(const float4 *)p;");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int z = 1; z < %d; z++) {", split);
+	lg_line(b, "const float4 u = *(const float4 *)(p + z * LG_N * LG_K);");
+	lg_line(b, "v.x += u.x;");
+	lg_line(b, "v.y += u.y;");
+	lg_line(b, "v.z += u.z;");
+	lg_line(b, "v.w += u.w;");
+	lg_close(b);
+	lg_line(b, "*(float4 *)((float *)dw + i) = v;");
+	lg_close(b);
+}
+
+static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
+{
+	(void)t;
+	if (p->v[P_BWD])
+		emit_backward(b, s, p);
+	else
+		emit_forward(b, s, p);
+}
+
+/* Tile variants for `lingen tune`: tile shapes and warp grids, stages, and
+ * (backward) dw's token slices. */
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
+		      int max)
+{
+	static const int64_t shapes[][6] = {
+		/* m, n, warps_m, warps_n, stages, k */
+		{128, 128, 2, 4, 4, 32}, {128, 128, 2, 4, 3, 64}, {128, 64, 4, 2, 4, 32},
+		{64, 128, 2, 4, 4, 32},  {128, 256, 2, 4, 3, 32}, {128, 256, 2, 4, 3, 64},
+		{256, 128, 4, 2, 3, 32}, {64, 64, 2, 2, 6, 32},   {128, 128, 2, 2, 4, 32},
+		{128, 128, 2, 4, 6, 32},
+	};
+	int n = 0;
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		struct lg_tile_choice c = {0};
+		const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};
+		for (int j = 0; j < 6; j++) {
+			c.v[key[j]] = shapes[i][j];
+			c.set |= (uint64_t)1 << key[j];
+		}
+		n = lg_candidate_add(s, t, out, n, max, c);
+	}
+	if (s->pass == LG_PASS_BACKWARD) {
+		static const int64_t splits[] = {1, 2, 4, 8, 0};
+		n = lg_candidate_values(s, t, out, n, max, K_SPLIT, splits);
+	}
+	return n;
+}
+
+const struct lg_family lg_family_router_gemm = {
+	.op = "router_gemm",
+	.summary = "router GEMM, fp32 logits = x . w^T: forward, backward (dx bf16, dw fp32) (K3)",
+	.passes = (1u << LG_PASS_FORWARD) | (1u << LG_PASS_BACKWARD),
+	.dtypes = 1u << LG_DTYPE_BF16,
+	.nkeys = NKEYS,
+	.keys = keys,
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args},
+		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
+	.validate = validate,
+	.plan = plan,
+	.emit = emit,
+	.geometry = geometry,
+	.workspace = workspace,
+	.candidates = candidates,
+};

@@ -1,0 +1,105 @@
+/*
+ * router_gemm_ref.c - CPU reference of family "router_gemm" (KERNELS.md
+ * K3), float64 sums of exact products:
+ *   forward   logits [M, N] = x [M, K] . w [N, K]^T
+ *   backward  dx [M, K] = dy [M, N] . w (rounded to bf16), dw [N, K] = dy^T . x
+ * with dy the fp32 values as given (not rounded: what the GPU's
+ * `precision` loses shows as error).
+ *
+ * How exact: the forward's products of bf16 are exact on the GPU and
+ * summed in fp32 by the tensor cores, whose accumulation may truncate
+ * (up to K / 16 steps of half an ulp: atol 5e-5 of the rms). The backward
+ * rounds dy to its leading bf16 terms: one term (bf16) leaves 2^-9 of each
+ * dy, two 2^-17, three nothing; the tolerances follow (rtol on each
+ * element, atol of the output's rms), and dx adds its own bf16 rounding.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "error.h"
+#include "numeric_ref.h"
+#include "ref.h"
+
+enum { F_X, F_W, F_Y };
+enum { B_DY, B_X, B_W, B_DX, B_DW, B_WS };
+
+/* The tolerance the backward's precision allows, of the output's rms. */
+static double bwd_tol(const struct lg_spec *s)
+{
+	switch (lg_ref_int(s, "precision")) {
+	case 0: return 1e-2;  /* dy rounded to bf16: 2^-9 an element */
+	case 1: return 1e-4;  /* 2^-17 */
+	default: return 2e-5; /* exact dy: fp32 sums */
+	}
+}
+
+static void describe(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	if (s->pass == LG_PASS_FORWARD) {
+		c->buf[F_Y].cmp = LG_CMP_FP32, c->buf[F_Y].rtol = 1e-5, c->buf[F_Y].atol = 5e-5;
+		return;
+	}
+	double tol = bwd_tol(s);
+	c->buf[B_DX].cmp = LG_CMP_BF16, c->buf[B_DX].rtol = 1.6e-2, c->buf[B_DX].atol = tol;
+	c->buf[B_DW].cmp = LG_CMP_FP32, c->buf[B_DW].rtol = tol, c->buf[B_DW].atol = tol;
+}
+
+static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
+{
+	uint64_t st = seed;
+	bool fwd = s->pass == LG_PASS_FORWARD;
+	struct lg_ref_buf *x = &c->buf[fwd ? F_X : B_X], *w = &c->buf[fwd ? F_W : B_W];
+	lg_ref_fill_bf16(x->host, x->count, 1.0f, &st);
+	/* w ~ N(0, 1 / N): dx = dy . w of rms about 1 at every expert count
+	 * (the comparison's atol is of max(1, rms)) */
+	lg_ref_fill_bf16(w->host, w->count, (float)(1.0 / sqrt((double)lg_ref_int(s, "experts"))), &st);
+	if (fwd)
+		return;
+	float *dy = c->buf[B_DY].host;
+	for (size_t i = 0; i < c->buf[B_DY].count; i++)
+		dy[i] = lg_ref_randn(&st);
+}
+
+static double bf(const uint16_t *p, size_t i) { return lg_ref_bf16_to_f32(p[i]); }
+
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	size_t M = (size_t)c->sizes[0], K = (size_t)lg_ref_int(s, "hidden"), N = (size_t)lg_ref_int(s, "experts");
+	if (s->pass == LG_PASS_FORWARD) {
+		const uint16_t *x = c->buf[F_X].host, *w = c->buf[F_W].host;
+		float *y = c->buf[F_Y].host;
+		for (size_t m = 0; m < M; m++)
+			for (size_t n = 0; n < N; n++) {
+				double acc = 0.0;
+				for (size_t k = 0; k < K; k++)
+					acc += bf(x, m * K + k) * bf(w, n * K + k);
+				y[m * N + n] = (float)acc;
+			}
+		return;
+	}
+	const float *dy = c->buf[B_DY].host;
+	const uint16_t *x = c->buf[B_X].host, *w = c->buf[B_W].host;
+	double *row = calloc(K + 1, sizeof *row), *dw = calloc(N * K + 1, sizeof *dw);
+	LG_ASSERT(row && dw);
+	for (size_t m = 0; m < M; m++) {
+		for (size_t k = 0; k < K; k++)
+			row[k] = 0.0;
+		for (size_t n = 0; n < N; n++) {
+			double g = dy[m * N + n];
+			for (size_t k = 0; k < K; k++) {
+				row[k] += g * bf(w, n * K + k);
+				dw[n * K + k] += g * bf(x, m * K + k);
+			}
+		}
+		if (c->buf[B_DX].count)
+			for (size_t k = 0; k < K; k++)
+				((uint16_t *)c->buf[B_DX].host)[m * K + k] = lg_ref_f32_to_bf16((float)row[k]);
+	}
+	if (c->buf[B_DW].count)
+		for (size_t i = 0; i < N * K; i++)
+			((float *)c->buf[B_DW].host)[i] = (float)dw[i];
+	free(row);
+	free(dw);
+}
+
+const struct lg_ref_family lg_ref_router_gemm = {describe, fill, run};

@@ -1,0 +1,105 @@
+"""router_gemm (KERNELS.md K3) on the GPU against float64 torch (x . w^T
+and its gradients, independent of lingen's C reference): the forward and
+the backward at each precision, at the target shape (8192 x 2048 -> 256)
+and odd ones (M = 1, 127, 8191; K = 7168, 1000; N = 96, 160, 1), dw
+bit-identical across calls, dx or dw alone, and the autograd function of
+lingen.torch with x as [batch, seq, hidden]. Skipped without torch or a GPU."""
+import pytest
+
+import lingen
+from conftest import torch_cuda
+
+CASES = [  # tokens, hidden, experts
+    (8192, 2048, 256),
+    (1, 2048, 256),
+    (127, 2048, 256),
+    (8191, 2048, 256),
+    (127, 7168, 256),
+    (1000, 1000, 256),
+    (127, 2048, 96),
+    (1000, 2048, 160),
+    (127, 2048, 1),
+    (1, 1000, 1),
+]
+
+# error bound of each backward precision, of the output's RMS (dy rounded
+# to bf16: 2^-9 an element; two terms 2^-17; three: fp32 sums only)
+TOL = {"bf16": 1e-2, "bf16x2": 1e-4, "bf16x3": 2e-5}
+
+
+def inputs(torch, seed, m, k, n):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, generator=gen, device="cuda").bfloat16()
+    w = (torch.randn(n, k, generator=gen, device="cuda") / n ** 0.5).bfloat16()
+    dy = torch.randn(m, n, generator=gen, device="cuda")
+    return x, w, dy
+
+
+def check(torch, got, want, what, tol, rel=0.0):
+    """Each value within tol of the reference's RMS (plus rel of itself)."""
+    got = got.double()
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    rms = want.square().mean().sqrt().clamp(min=1e-30) if want.numel() else 1.0
+    err = (got - want).abs()
+    bad = err > tol * rms + rel * want.abs()
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {want.numel()} values out of tolerance; "
+                           f"max error {float(err.max()) / float(rms):.3g} of the RMS")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_forward(seed, case):
+    torch = torch_cuda()
+    m, k, n = case
+    x, w, _ = inputs(torch, seed, m, k, n)
+    y = lingen.router_gemm(x, w)
+    assert y.dtype == torch.float32 and y.shape == (m, n)
+    check(torch, y, x.double() @ w.double().T, "logits", 5e-5)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "bf16x2", "bf16x3"])
+@pytest.mark.parametrize("case", CASES)
+def test_backward(seed, case, precision):
+    torch = torch_cuda()
+    m, k, n = case
+    if precision != "bf16" and m * k * n > 1 << 31 and m != 8192:
+        pytest.skip("the target shape covers the big ones")
+    x, w, dy = inputs(torch, seed, m, k, n)
+    dx, dw = lingen.router_gemm_backward(dy, x, w, precision=precision)
+    assert dx.dtype == torch.bfloat16 and dx.shape == (m, k)
+    assert dw.dtype == torch.float32 and dw.shape == (n, k)
+    check(torch, dx, dy.double() @ w.double(), "dx", TOL[precision], rel=2.0 ** -8)
+    check(torch, dw, dy.double().T @ x.double(), "dw", TOL[precision])
+    _, dw2 = lingen.router_gemm_backward(dy, x, w, precision=precision)
+    assert torch.equal(dw, dw2), "dw differs between two identical calls"
+
+
+def test_one_output(seed):
+    torch = torch_cuda()
+    x, w, dy = inputs(torch, seed, 8192, 2048, 256)
+    dx, dw = lingen.router_gemm_backward(dy, x, w)
+    dx1, none = lingen.router_gemm_backward(dy, x, w, dw=False)
+    assert none is None and torch.equal(dx, dx1)
+    none, dw1 = lingen.router_gemm_backward(dy, x, w, dx=False)
+    assert none is None and torch.equal(dw, dw1)
+
+
+def test_autograd_function(seed):
+    torch = torch_cuda()
+    import lingen.torch as lt
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    b, s, k, n = 2, 777, 2048, 256
+    x = torch.randn(b, s, k, generator=gen, device="cuda").bfloat16().requires_grad_()
+    w = (torch.randn(n, k, generator=gen, device="cuda") / 16).bfloat16().requires_grad_()
+    dy = torch.randn(b, s, n, generator=gen, device="cuda")
+    y = lt.router_gemm(x, w, "bf16x3")
+    assert y.shape == (b, s, n) and y.dtype == torch.float32
+    y.backward(dy)
+    x64, w64, d64 = x.detach().double(), w.detach().double(), dy.double()
+    check(torch, y.detach(), x64 @ w64.T, "logits", 5e-5)
+    check(torch, x.grad, d64 @ w64, "dx", 2e-5, rel=2.0 ** -8)
+    check(torch, w.grad, (d64.reshape(-1, n).T @ x64.reshape(-1, k)), "dw (bf16)", 2e-5,
+          rel=2.0 ** -8)
+    assert x.grad.shape == x.shape and w.grad.dtype == torch.bfloat16
+    # under torch.compile: the custom ops trace without graph breaks
+    f = torch.compile(lambda a, b: lt.router_gemm(a, b).sum(), fullgraph=True)
+    assert torch.allclose(f(x, w), y.detach().sum(), rtol=1e-4)

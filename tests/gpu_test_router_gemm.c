@@ -1,0 +1,268 @@
+/*
+ * gpu_test_router_gemm.c - the router GEMM (family router_gemm, KERNELS.md
+ * K3) on the GPU against the CPU reference (label "gpu"): forward logits
+ * and backward dx, dw at the target shape (x [8192, 2048], w [256, 2048])
+ * and at sizes that are multiples of nothing (M = 1, 127, 8191; K = 7168,
+ * 1000; N = 96, 160, 1), each backward precision (bf16, bf16x2, bf16x3),
+ * the tiles `lingen tune` sweeps, 0 tokens (dw = 0), dx or dw alone (the
+ * other pointer 0), and dw the same bits on a second launch. Fresh random
+ * inputs, poisoned outputs, nothing left unwritten.
+ * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
+ * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cuda.h"
+#include "gpu.h"
+#include "harness.h"
+#include "testutil.h"
+
+static lg_ctx *ctx;
+static uint64_t seed;
+
+enum { B_DY, B_X, B_W, B_DX, B_DW, B_WS };
+
+static int setup(void **state)
+{
+	(void)state;
+	return lg_test_gpu_ctx(&ctx);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	lg_ctx_destroy(ctx);
+	return 0;
+}
+
+static lg_spec *parse(const char *pass, const char *keys)
+{
+	char json[512];
+	snprintf(json, sizeof json, "{\"op\": \"router_gemm\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", pass,
+		 keys);
+	lg_spec *s = NULL;
+	if (lg_spec_parse(json, &s) != LG_OK)
+		fail_msg("%s: %s", json, lg_last_error());
+	return s;
+}
+
+/* One spec at M tokens: every output within tolerance, nothing unwritten. */
+static void check(const char *pass, const char *keys, int64_t M)
+{
+	lg_spec *s = parse(pass, keys);
+	struct lg_check_opts o = {.tokens = M, .seed = seed + (uint64_t)M * 7919};
+	struct lg_check_result r;
+	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
+		fail_msg("%s at %lld tokens: %s", lg_spec_entry(s), (long long)M, lg_last_error());
+	bool written = M == 0 || r.nmeasures > 0; /* at 0 tokens the forward has no output */
+	for (int i = 0; i < r.nmeasures; i++)
+		written = written && r.m[i].unwritten == 0;
+	printf("%s M=%lld: %s\n", lg_spec_entry(s), (long long)M, r.pass && written ? "PASS" : "FAIL");
+	for (int i = 0; i < r.nmeasures; i++)
+		printf("  %-6s %-5s n=%llu max_rel=%.3g rel_l2=%.3g mismatches=%llu unwritten=%llu %s\n",
+		       r.m[i].name, r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].max_rel, r.m[i].rel_l2,
+		       (unsigned long long)r.m[i].mismatches, (unsigned long long)r.m[i].unwritten,
+		       r.m[i].pass ? "ok" : "FAIL");
+	assert_true(r.pass);
+	assert_true(written);
+	lg_spec_free(s);
+}
+
+static void both(const char *keys, const int64_t *ms, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		check("forward", keys, ms[i]);
+		check("backward", keys, ms[i]);
+	}
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The target shape, and token counts around it. */
+static void test_target(void **state)
+{
+	(void)state;
+	static const int64_t ms[] = {8192, 1, 127, 8191};
+	both("\"hidden\": 2048, \"experts\": 256", ms, N_OF(ms));
+}
+
+/* K = 7168 (DeepSeek-V3's hidden), 1000 (no multiple of 16). */
+static void test_hidden(void **state)
+{
+	(void)state;
+	static const int64_t ms[] = {1, 127, 1000};
+	both("\"hidden\": 7168, \"experts\": 256", ms, N_OF(ms));
+	both("\"hidden\": 1000, \"experts\": 256", ms, N_OF(ms));
+	both("\"hidden\": 8, \"experts\": 3", ms, N_OF(ms));
+}
+
+/* N = 96, 160 (no multiple of the tile), 1 (dy rows 4 bytes: 4-byte copies, scalar stores), 7. */
+static void test_experts(void **state)
+{
+	(void)state;
+	static const int64_t ms[] = {1, 127, 1000};
+	both("\"hidden\": 2048, \"experts\": 96", ms, N_OF(ms));
+	both("\"hidden\": 2048, \"experts\": 160", ms, N_OF(ms));
+	both("\"hidden\": 2048, \"experts\": 1", ms, N_OF(ms));
+	both("\"hidden\": 1000, \"experts\": 7", ms, N_OF(ms));
+	both("\"hidden\": 7168, \"experts\": 160", ms, N_OF(ms));
+}
+
+/* dy as 2 and 3 bf16 terms: the tighter tolerances of the reference. */
+static void test_precision(void **state)
+{
+	(void)state;
+	static const int64_t ms[] = {1, 127, 8192};
+	static const char *const keys[] = {
+		"\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x2\"",
+		"\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\"",
+		"\"hidden\": 1000, \"experts\": 160, \"precision\": \"bf16x3\"",
+		"\"hidden\": 1000, \"experts\": 1, \"precision\": \"bf16x2\"",
+	};
+	for (size_t k = 0; k < N_OF(keys); k++)
+		for (size_t i = 0; i < N_OF(ms); i++)
+			if (k < 2 || ms[i] < 8192)
+				check("backward", keys[k], ms[i]);
+}
+
+/* The tiles of `lingen tune`, and dw's slices. */
+static void test_tiles(void **state)
+{
+	(void)state;
+	static const char *const tiles[] = {
+		"{\"m\": 128, \"n\": 128, \"warps_m\": 2, \"warps_n\": 4, \"stages\": 3}",
+		"{\"m\": 128, \"n\": 64, \"warps_m\": 4, \"warps_n\": 2, \"stages\": 4}",
+		"{\"m\": 64, \"n\": 128, \"warps_m\": 2, \"warps_n\": 4, \"stages\": 4}",
+		"{\"m\": 128, \"n\": 256, \"warps_m\": 2, \"warps_n\": 4, \"stages\": 3}",
+		"{\"m\": 256, \"n\": 128, \"warps_m\": 4, \"warps_n\": 2, \"stages\": 3}",
+		"{\"m\": 64, \"n\": 64, \"warps_m\": 2, \"warps_n\": 2, \"stages\": 6}",
+		"{\"m\": 128, \"n\": 128, \"warps_m\": 2, \"warps_n\": 2, \"stages\": 4}",
+		"{\"k\": 64, \"stages\": 3}",
+		"{\"split\": 1}",
+		"{\"split\": 3}",
+		"{\"split\": 8}",
+	};
+	static const int64_t ms[] = {127, 1000};
+	for (size_t t = 0; t < N_OF(tiles); t++) {
+		char keys[256];
+		snprintf(keys, sizeof keys, "\"hidden\": 1000, \"experts\": 160, \"tile\": %s", tiles[t]);
+		for (size_t i = 0; i < N_OF(ms); i++) {
+			if (!strstr(tiles[t], "split"))
+				check("forward", keys, ms[i]);
+			check("backward", keys, ms[i]);
+		}
+	}
+}
+
+/* No tokens: the forward launches nothing, the backward writes dw = 0. */
+static void test_no_tokens(void **state)
+{
+	(void)state;
+	static const int64_t ms[] = {0};
+	both("\"hidden\": 2048, \"experts\": 256", ms, 1);
+	check("backward", "\"hidden\": 1000, \"experts\": 7, \"tile\": {\"split\": 1}", 0);
+}
+
+/* A backward case at the target shape: its kernel and buffers. */
+static void bwd_case(const char *keys, lg_kernel **k, struct lg_gpu_case *g, lg_spec **s)
+{
+	*s = parse("backward", keys);
+	if (lg_kernel_get(ctx, *s, k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	const int64_t sizes[1] = {8192};
+	if (lg_gpu_case_init(g, *s, 8192, sizes, seed, *k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+}
+
+/* dw: the same bits on a second launch. */
+static void test_dw_deterministic(void **state)
+{
+	(void)state;
+	lg_spec *s;
+	lg_kernel *k;
+	struct lg_gpu_case g;
+	bwd_case("\"hidden\": 2048, \"experts\": 256", &k, &g, &s);
+	size_t bytes = g.ref.buf[B_DW].count * g.ref.buf[B_DW].elem;
+	void *first = malloc(bytes);
+	assert_non_null(first);
+	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	memcpy(first, g.got[B_DW], bytes);
+	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	assert_memory_equal(first, g.got[B_DW], bytes);
+	free(first);
+	lg_gpu_case_free(&g);
+	lg_spec_free(s);
+}
+
+/* dx alone (dw 0) and dw alone (dx 0), through the typed launcher: the
+ * output not asked for stays poisoned, the other matches the full launch. */
+static void test_one_output(void **state)
+{
+	(void)state;
+	lg_spec *s;
+	lg_kernel *k;
+	struct lg_gpu_case g;
+	bwd_case("\"hidden\": 2048, \"experts\": 256", &k, &g, &s);
+	size_t nx = g.ref.buf[B_DX].count * 2, nw = g.ref.buf[B_DW].count * 4;
+	void *dx = malloc(nx), *dw = malloc(nw);
+	assert_true(dx && dw);
+	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	memcpy(dx, g.got[B_DX], nx);
+	memcpy(dw, g.got[B_DW], nw);
+	for (int which = 0; which < 2; which++) {
+		assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+		lg_dptr p[6];
+		memcpy(p, g.ptrs, sizeof p);
+		p[which == 0 ? B_DW : B_DX] = 0;
+		if (lg_router_gemm_backward(k, NULL, 8192, p[B_DY], p[B_X], p[B_W], p[B_DX], p[B_DW], p[B_WS]) !=
+		    LG_OK)
+			fail_msg("%s", lg_last_error());
+		assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+		const unsigned char *skipped = g.got[which == 0 ? B_DW : B_DX];
+		assert_true(skipped[0] == 0xff && skipped[(which == 0 ? nw : nx) - 1] == 0xff);
+		if (which == 0)
+			assert_memory_equal(dx, g.got[B_DX], nx);
+		else
+			assert_memory_equal(dw, g.got[B_DW], nw);
+	}
+	/* the typed launcher refuses a forward kernel */
+	lg_spec *f = parse("forward", "\"hidden\": 2048, \"experts\": 256");
+	lg_kernel *kf;
+	assert_int_equal(lg_kernel_get(ctx, f, &kf), LG_OK);
+	assert_int_equal(lg_router_gemm_backward(kf, NULL, 1, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
+	lg_spec_free(f);
+	free(dx);
+	free(dw);
+	lg_gpu_case_free(&g);
+	lg_spec_free(s);
+}
+
+int main(void)
+{
+	lg_test_require_gpu("gpu_test_router_gemm");
+	seed = lg_test_seed("gpu_test_router_gemm");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_target),
+		cmocka_unit_test(test_hidden),
+		cmocka_unit_test(test_experts),
+		cmocka_unit_test(test_precision),
+		cmocka_unit_test(test_tiles),
+		cmocka_unit_test(test_no_tokens),
+		cmocka_unit_test(test_dw_deterministic),
+		cmocka_unit_test(test_one_output),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,327 @@
+/*
+ * test_router_gemm_ref.c - family router_gemm (KERNELS.md K3) without a
+ * GPU: its reference (gen/router_gemm_ref.c) on tiny cases computed by
+ * hand (forward logits, backward dx and dw), the declared shapes, the spec
+ * checks and their messages, the launch geometry and workspace, the
+ * generated source's shape (mma.sync, ldmatrix .trans, the fp32 split),
+ * and the tuning candidates (each validates, plans and generates).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "family.h"
+#include "generate.h"
+#include "lingen.h"
+#include "numeric_ref.h"
+#include "ref.h"
+
+enum { F_X, F_W, F_Y };
+enum { B_DY, B_X, B_W, B_DX, B_DW, B_WS };
+
+static lg_spec *parse(const char *pass, const char *keys)
+{
+	char json[512];
+	snprintf(json, sizeof json, "{\"op\": \"router_gemm\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", pass,
+		 keys);
+	lg_spec *s = NULL;
+	if (lg_spec_parse(json, &s) != LG_OK)
+		fail_msg("%s: %s", json, lg_last_error());
+	return s;
+}
+
+/* The reference case of s at M tokens, every buffer allocated (zeros). */
+static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t M)
+{
+	const int64_t sizes[1] = {M};
+	assert_int_equal(lg_ref_case_init(c, s, sizes, NULL, 0), LG_OK);
+	for (int i = 0; i < c->n; i++) {
+		c->buf[i].host = calloc(c->buf[i].count + 1, c->buf[i].elem);
+		assert_non_null(c->buf[i].host);
+	}
+}
+
+static void case_free(struct lg_ref_case *c)
+{
+	for (int i = 0; i < c->n; i++) {
+		free(c->buf[i].host);
+		free(c->buf[i].slack);
+	}
+}
+
+static void set_bf16(struct lg_ref_case *c, int arg, const float *v)
+{
+	uint16_t *p = c->buf[arg].host;
+	for (size_t i = 0; i < c->buf[arg].count; i++)
+		p[i] = lg_ref_f32_to_bf16(v[i]);
+}
+
+static float bf16_at(const struct lg_ref_case *c, int arg, size_t i)
+{
+	return lg_ref_bf16_to_f32(((const uint16_t *)c->buf[arg].host)[i]);
+}
+
+/* x [2, 8], w [3, 8]: logits by hand. */
+static void test_forward_by_hand(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("forward", "\"hidden\": 8, \"experts\": 3");
+	struct lg_ref_case c;
+	case_init(&c, s, 2);
+	const float x[16] = {1, 2, 3, 4, 5, 6, 7, 8, -1, 0.5f, 0, 0, 0, 0, 0, 2};
+	float w[24] = {0};
+	w[0] = 1;                         /* expert 0: x[0] */
+	for (int k = 0; k < 8; k++)
+		w[8 + k] = 1;             /* expert 1: the row sum */
+	w[16 + 7] = -0.25f;               /* expert 2: -x[7] / 4 */
+	set_bf16(&c, F_X, x);
+	set_bf16(&c, F_W, w);
+	lg_ref_family_get(s->op)->run(s, &c);
+	const float *y = c.buf[F_Y].host;
+	const float want[6] = {1, 36, -2, -1, 1.5f, -0.5f};
+	for (int i = 0; i < 6; i++)
+		assert_float_equal(y[i], want[i], 0.0);
+	case_free(&c);
+	lg_spec_free(s);
+}
+
+/* dy [2, 2] fp32, x [2, 8], w [2, 8]: dx = dy w (bf16), dw = dy^T x (fp32). */
+static void test_backward_by_hand(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("backward", "\"hidden\": 8, \"experts\": 2");
+	struct lg_ref_case c;
+	case_init(&c, s, 2);
+	float *dy = c.buf[B_DY].host;
+	dy[0] = 1.0f, dy[1] = 0.5f, dy[2] = -2.0f, dy[3] = 0.0f;
+	float x[16], w[16];
+	for (int k = 0; k < 8; k++) {
+		x[k] = (float)k, x[8 + k] = 1.0f;
+		w[k] = 1.0f, w[8 + k] = (float)(k % 2);
+	}
+	set_bf16(&c, B_X, x);
+	set_bf16(&c, B_W, w);
+	lg_ref_family_get(s->op)->run(s, &c);
+	for (int k = 0; k < 8; k++) {
+		/* dx[0] = 1 w0 + 0.5 w1, dx[1] = -2 w0 */
+		assert_float_equal(bf16_at(&c, B_DX, (size_t)k), 1.0f + 0.5f * (float)(k % 2), 0.0);
+		assert_float_equal(bf16_at(&c, B_DX, (size_t)(8 + k)), -2.0f, 0.0);
+		/* dw[0] = 1 x0 - 2 x1, dw[1] = 0.5 x0 */
+		const float *dw = c.buf[B_DW].host;
+		assert_float_equal(dw[k], (float)k - 2.0f, 0.0);
+		assert_float_equal(dw[8 + k], 0.5f * (float)k, 0.0);
+	}
+	case_free(&c);
+	lg_spec_free(s);
+}
+
+/* The tolerances follow the backward's precision. */
+static void test_tolerances(void **state)
+{
+	(void)state;
+	const char *const prec[] = {"bf16", "bf16x2", "bf16x3"};
+	double last = 1.0;
+	for (int i = 0; i < 3; i++) {
+		char keys[128];
+		snprintf(keys, sizeof keys, "\"hidden\": 8, \"experts\": 2, \"precision\": \"%s\"", prec[i]);
+		lg_spec *s = parse("backward", keys);
+		struct lg_ref_case c;
+		case_init(&c, s, 1);
+		lg_ref_family_get(s->op)->describe(s, &c);
+		assert_int_equal(c.buf[B_DW].cmp, LG_CMP_FP32);
+		assert_int_equal(c.buf[B_DX].cmp, LG_CMP_BF16);
+		assert_true(c.buf[B_DW].atol < last);
+		last = c.buf[B_DW].atol;
+		case_free(&c);
+		lg_spec_free(s);
+	}
+}
+
+static void test_shapes(void **state)
+{
+	(void)state;
+	const int64_t sizes[1] = {5};
+	int64_t dims[8];
+	int nd;
+	lg_spec *s = parse("backward", "\"hidden\": 64, \"experts\": 3");
+	assert_int_equal(lg_arg_shape(s, B_DY, sizes, dims, &nd), LG_OK);
+	assert_true(nd == 2 && dims[0] == 5 && dims[1] == 3);
+	assert_int_equal(lg_arg_shape(s, B_DX, sizes, dims, &nd), LG_OK);
+	assert_true(nd == 2 && dims[0] == 5 && dims[1] == 64);
+	assert_int_equal(lg_arg_shape(s, B_DW, sizes, dims, &nd), LG_OK);
+	assert_true(nd == 2 && dims[0] == 3 && dims[1] == 64);
+	lg_spec_free(s);
+	s = parse("forward", "\"hidden\": 64, \"experts\": 3");
+	assert_int_equal(lg_arg_shape(s, F_Y, sizes, dims, &nd), LG_OK);
+	assert_true(nd == 2 && dims[0] == 5 && dims[1] == 3);
+	lg_spec_free(s);
+}
+
+/* A spec the family refuses, and the words its message must hold. */
+static void refused(const char *pass, const char *keys, const char *want1, const char *want2)
+{
+	char json[512];
+	snprintf(json, sizeof json, "{\"op\": \"router_gemm\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", pass,
+		 keys);
+	lg_spec *s = NULL;
+	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
+	const char *msg = lg_last_error();
+	if (!strstr(msg, want1) || !strstr(msg, want2))
+		fail_msg("%s: message \"%s\" lacks \"%s\" or \"%s\"", keys, msg, want1, want2);
+}
+
+static void test_spec_checks(void **state)
+{
+	(void)state;
+	refused("forward", "\"hidden\": 1001, \"experts\": 8", "hidden", "multiple of 8");
+	refused("forward", "\"hidden\": 1000, \"experts\": 0", "experts", "0");
+	refused("forward", "\"hidden\": 1000", "experts", "");
+	refused("backward", "\"hidden\": 1000, \"experts\": 8, \"precision\": \"tf32\"", "precision", "bf16x3");
+	refused("forward", "\"hidden\": 1000, \"experts\": 8, \"tile\": {\"m\": 96}", "tile.m", "96");
+	refused("forward", "\"hidden\": 1000, \"experts\": 8, \"tile\": {\"m\": 32, \"warps_m\": 4}", "tile",
+		"multiple of 16");
+	refused("forward", "\"hidden\": 1000, \"experts\": 8, \"tile\": {\"split\": 2}", "tile.split",
+		"forward");
+	refused("forward", "\"hidden\": 1000, \"experts\": 8, \"tile\": {\"stages\": 9}", "stages", "9");
+	/* odd sizes are fine */
+	lg_spec_free(parse("forward", "\"hidden\": 1000, \"experts\": 1"));
+	lg_spec_free(parse("backward", "\"hidden\": 8, \"experts\": 97, \"precision\": \"bf16x3\""));
+}
+
+static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_status want)
+{
+	const struct lg_family *f = lg_family_get(s->op);
+	struct lg_target t;
+	assert_true(lg_target_parse(arch, &t));
+	memset(p, 0, sizeof *p);
+	assert_int_equal(f->plan(s, &t, p), want);
+}
+
+/* The target shape: forward 64 x 2 tiles (one grid dimension: a grouped
+ * raster) of 256 threads; backward one grid
+ * of dw's 2 x 16 tiles x 4 slices and dx's 64 x 16 tiles, then the sum of
+ * the slices (a 4-slice workspace), dw also at 0 tokens; a tile too big for
+ * sm_80's shared memory. */
+static void test_geometry(void **state)
+{
+	(void)state;
+	const struct lg_family *f = lg_family_get(LG_OP_ROUTER_GEMM);
+	struct lg_launch_dim d;
+	struct lg_plan p;
+	lg_spec *s = parse("forward", "\"hidden\": 2048, \"experts\": 256");
+	plan_at(s, "sm_90a", &p, LG_OK);
+	assert_int_equal(p.nentries, 1);
+	int64_t M = 8192;
+	f->geometry(&p, 0, &M, &d);
+	assert_true(d.grid[0] == 64 * 2 && d.grid[1] == 1 && d.block[0] == 256 && d.smem == 4 * 16384);
+	M = 0;
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 0);
+	assert_int_equal(f->workspace(&p), 0);
+	lg_spec_free(s);
+
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256");
+	plan_at(s, "sm_90a", &p, LG_OK);
+	assert_int_equal(p.nentries, 2);
+	M = 8192;
+	f->geometry(&p, 0, &M, &d); /* dw: 2 x 16 tiles x 4 slices, then dx: 64 x 16 tiles */
+	assert_true(d.grid[0] == 2 * 16 * 4 + 64 * 16 && d.grid[1] == 1 && d.block[0] == 256);
+	assert_true(d.smem == 4 * (16384 + 8192));
+	f->geometry(&p, 1, &M, &d);
+	assert_true(d.grid[0] == 256 * 2048 / 4 / 256 && d.block[0] == 256 && d.smem == 0);
+	assert_int_equal(f->workspace(&p), (size_t)4 * 256 * 2048 * 4);
+	M = 0;
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 2 * 16 * 4);
+	lg_spec_free(s);
+
+	/* one slice: no sum, no workspace */
+	s = parse("backward", "\"hidden\": 7168, \"experts\": 256, \"tile\": {\"split\": 1}");
+	plan_at(s, "sm_90a", &p, LG_OK);
+	assert_int_equal(p.nentries, 1);
+	assert_int_equal(f->workspace(&p), 0);
+	lg_spec_free(s);
+
+	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"m\": 256, \"n\": 256, \"k\": 64, "
+			     "\"warps_m\": 4, \"warps_n\": 2, \"stages\": 8}");
+	plan_at(s, "sm_80", &p, LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "shared memory"));
+	lg_spec_free(s);
+}
+
+/* What the generated code is made of. */
+static void test_source(void **state)
+{
+	(void)state;
+	struct lg_target t;
+	assert_true(lg_target_parse("sm_90a", &t));
+	struct lg_plan p;
+	char *src = NULL;
+	lg_spec *s = parse("backward", "\"hidden\": 1000, \"experts\": 7, \"precision\": \"bf16x2\"");
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_non_null(strstr(src, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+	assert_non_null(strstr(src, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+	assert_non_null(strstr(src, "lg_split_bf16x2(t, 2, v0, v1)"));
+	assert_non_null(strstr(src, "lg_cp4(")); /* 7 experts: dy rows are not 16-byte aligned */
+	assert_non_null(strstr(src, "_dwsum"));
+	free(src);
+	lg_spec_free(s);
+	s = parse("forward", "\"hidden\": 2048, \"experts\": 256");
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_null(strstr(src, "ldmatrix.sync.aligned.m8n8.x4.trans"));
+	assert_null(strstr(src, "lg_cp4("));
+	free(src);
+	lg_spec_free(s);
+}
+
+/* Every tuning candidate validates, plans and generates. */
+static void test_candidates(void **state)
+{
+	(void)state;
+	static const char *const keys[] = {"\"hidden\": 2048, \"experts\": 256", "\"hidden\": 1000, \"experts\": 1"};
+	static const char *const passes[] = {"forward", "backward"};
+	for (int i = 0; i < 2; i++)
+		for (int q = 0; q < 2; q++) {
+			lg_spec *s = parse(passes[q], keys[i]);
+			const struct lg_family *f = lg_family_get(s->op);
+			struct lg_target t;
+			assert_true(lg_target_parse("sm_90a", &t));
+			struct lg_tile_choice c[LG_MAX_CANDIDATES];
+			int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
+			assert_int_equal(n, q == 0 ? 10 : 14);
+			for (int j = 0; j < n; j++) {
+				struct lg_spec v;
+				assert_int_equal(lg_spec_with_tile(s, &c[j], &v), LG_OK);
+				char *src = NULL;
+				struct lg_plan pl;
+				if (lg_generate_for(&v, &t, &pl, &src, NULL) != LG_OK)
+					fail_msg("%s: %s", v.entry, lg_last_error());
+				assert_non_null(strstr(src, v.entry));
+				free(src);
+			}
+			lg_spec_free(s);
+		}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_forward_by_hand),
+		cmocka_unit_test(test_backward_by_hand),
+		cmocka_unit_test(test_tolerances),
+		cmocka_unit_test(test_shapes),
+		cmocka_unit_test(test_spec_checks),
+		cmocka_unit_test(test_geometry),
+		cmocka_unit_test(test_source),
+		cmocka_unit_test(test_candidates),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

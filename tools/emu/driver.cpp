@@ -1,0 +1,58 @@
+// driver.cpp - runs a generated router_gemm kernel (kernel.inc, its
+// helpers from templates/ cut out) through emu.h and checks it against a
+// float64 reference; the -D flags come from run.sh.
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include "emu.h"
+#include "kernel.inc"
+// -DHID -DEXP -DMTOK -DBM -DBN -DTHREADS -DBWD -DSPLIT -DFWD_ENTRY / DX_ENTRY DW_ENTRY SUM_ENTRY -DTERMS
+static u16 tobf(float f) { return bf16_rne(f); }
+static float frombf(u16 h) { return lg_u2f((u32)h << 16); }
+int main() {
+	const i64 M = MTOK, K = HID, N = EXP;
+	std::mt19937 rng(1); std::normal_distribution<float> nd(0, 1);
+	std::vector<u16> x(M * K + 8), w(N * K + 8);
+	for (auto &v : x) v = tobf(nd(rng));
+	for (auto &v : w) v = tobf(nd(rng) / std::sqrt((float)N));
+	double worst = 0, rms = 0;
+#if !BWD
+	std::vector<float> y(M * N + 8, NAN);
+	launch({(unsigned)(((M + BM - 1) / BM) * ((N + BN - 1) / BN)), 1, 1}, THREADS,
+	       [&] { FWD_ENTRY((u64)x.data(), (u64)w.data(), (u64)y.data(), M, 0); });
+	for (i64 m = 0; m < M; m++) for (i64 n = 0; n < N; n++) {
+		double r = 0; for (i64 k = 0; k < K; k++) r += (double)frombf(x[m * K + k]) * frombf(w[n * K + k]);
+		worst = std::max(worst, std::fabs(r - y[m * N + n]) / (1 + std::fabs(r))); rms += r * r;
+		if (!(std::fabs(r - y[m * N + n]) <= 1e-4 * (1 + std::fabs(r)))) { printf("MISMATCH m=%lld n=%lld got %g want %g\n", m, n, y[m * N + n], r); return 1; }
+	}
+	printf("fwd M=%lld K=%lld N=%lld ok worst %.3g rms %.3g\n", M, K, N, worst, std::sqrt(rms / (M * N)));
+#else
+	std::vector<float> dy(M * N + 8), dw(N * K + 8, NAN), ws((size_t)SPLIT * N * K + 8, NAN);
+	std::vector<u16> dx(M * K + 8, 0xffff);
+	for (auto &v : dy) v = nd(rng);
+	{
+		unsigned ndw = (unsigned)(((N + BM - 1) / BM) * ((K + BN - 1) / BN) * SPLIT);
+		unsigned ndx = (unsigned)(((M + BM - 1) / BM) * ((K + BN - 1) / BN));
+		launch({ndw + ndx, 1, 1}, THREADS,
+		       [&] { DX_ENTRY((u64)dy.data(), (u64)x.data(), (u64)w.data(), (u64)dx.data(), (u64)dw.data(), (u64)ws.data(), M, 0); });
+	}
+#if SPLIT > 1
+	launch({(unsigned)((N * K / 4 + 255) / 256), 1, 1}, 256,
+	       [&] { SUM_ENTRY((u64)dy.data(), (u64)x.data(), (u64)w.data(), (u64)dx.data(), (u64)dw.data(), (u64)ws.data(), M, 0); });
+#endif
+	double tol = TERMS == 1 ? 1e-2 : TERMS == 2 ? 1e-4 : 2e-5;
+	for (i64 m = 0; m < M; m++) for (i64 k = 0; k < K; k++) {
+		double r = 0; for (i64 n = 0; n < N; n++) r += (double)dy[m * N + n] * frombf(w[n * K + k]);
+		double g = frombf(dx[m * K + k]);
+		if (!(std::fabs(r - g) <= tol * 1.0 + 8e-3 * std::fabs(r))) { printf("DX MISMATCH m=%lld k=%lld got %g want %g\n", m, k, g, r); return 1; }
+	}
+	for (i64 n = 0; n < N; n++) for (i64 k = 0; k < K; k++) {
+		double r = 0; for (i64 m = 0; m < M; m++) r += (double)dy[m * N + n] * frombf(x[m * K + k]);
+		double g = dw[n * K + k]; rms += r * r;
+		worst = std::max(worst, std::fabs(r - g));
+		if (!(std::fabs(r - g) <= tol * (std::sqrt(M) + std::fabs(r)))) { printf("DW MISMATCH n=%lld k=%lld got %g want %g\n", n, k, g, r); return 1; }
+	}
+	printf("bwd M=%lld K=%lld N=%lld terms %d ok dw worst abs %.3g rms %.3g\n", M, K, N, TERMS, worst, std::sqrt(rms / (N * K)));
+#endif
+	return 0;
+}
