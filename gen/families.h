@@ -15,6 +15,9 @@
 	X(rmsnorm, RMSNORM)             /* K1: plain RMSNorm forward / backward */       \
 	X(fp8_quant, FP8_QUANT)         /* 1.3: blockwise FP8 quantisation of x */       \
 	X(group_rmsnorm_gate, GROUP_RMSNORM_GATE) /* K8: group RMSNorm x sigmoid gate */ \
-	X(qk_norm_rope, QK_NORM_ROPE)   /* K2: split qkv + q/k RMSNorm + half RoPE */
+	X(qk_norm_rope, QK_NORM_ROPE)   /* K2: split qkv + q/k RMSNorm + half RoPE */ \
+	X(moe_row_map, MOE_ROW_MAP)     /* K4: padded MoE row map from a mask or top-k */ \
+	X(moe_permute, MOE_PERMUTE)     /* K4: MoE dispatch into padded expert rows */ \
+	X(moe_unpermute, MOE_UNPERMUTE) /* K5: MoE combine of expert rows into tokens */
 
 #endif

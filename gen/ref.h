@@ -27,6 +27,7 @@ enum lg_cmp {
 	LG_CMP_E4M3_ULP, /* e4m3, within ulps (+ slack[i]) e4m3 steps */
 	LG_CMP_BF16_ULP, /* bf16, within ulps (+ slack[i]) bf16 ulps */
 	LG_CMP_FP32_ULP, /* fp32, within ulps (+ slack[i]) fp32 ulps */
+	LG_CMP_INT,    /* int32, equal (KERNELS.md 4.6: row maps are exact) */
 };
 
 struct lg_ref_buf {

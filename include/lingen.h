@@ -291,6 +291,55 @@ lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t
 				   lg_dptr k_weight, lg_dptr freqs, lg_dptr dqkv, lg_dptr dq_weight,
 				   lg_dptr dk_weight, lg_dptr workspace);
 
+/* K4: the padded MoE row map (op "moe_row_map"): routing is the mask
+ *   [tokens, experts] u8/bool (non-zero: routed; routing "mask"), or the
+ *   top-k indices [tokens, top_k] int32 ("topk_i32") / int64 ("topk_i64"),
+ *   where an index outside [0, experts) is no expert and a repeat counts
+ *   once. row_id_map [tokens, experts] int32 (the padded row, -1 where not
+ *   routed; rows expert-major, ascending token within an expert); counts
+ *   [experts] int32; offsets [experts + 1] int32, each expert's first row
+ *   with counts padded to `multiple`, offsets[experts] = P, the padded
+ *   total. P stays on the device: a host that needs it copies the 4 bytes
+ *   of offsets[experts] (cuMemcpyDtoH), or sizes buffers by the bound
+ *   rows = tokens * top_k + experts * (multiple - 1) that every dispatch
+ *   buffer uses. row_index [rows] int32 or 0: the source token of row r < P,
+ *   -1 for padding rows and rows >= P. workspace: lg_kernel_workspace_size. */
+lg_status lg_moe_row_map_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr routing,
+				 lg_dptr row_id_map, lg_dptr counts, lg_dptr offsets, lg_dptr row_index,
+				 lg_dptr workspace);
+/* K4: MoE permute (op "moe_permute", pass "forward"), dtype bf16 or e4m3:
+ *   x [tokens, hidden], x_scale [tokens, hidden / 128] fp32 (e4m3; else 0),
+ *   probs [tokens, experts] fp32 or 0, the row map's row_id_map, offsets,
+ *   counts; out [rows, hidden] (rows = tokens * top_k + experts * (multiple
+ *   - 1): a static bound, since P is known on the device only), out_scale
+ *   [rows, hidden / 128] (e4m3), out_probs [rows] fp32 or 0. Row r < P of
+ *   (t, e) is x[t] with probs[t, e]; every other row is zeros, probability
+ *   0, scale that of a zero block (2^-99 with round_scale, else 1e-30). */
+lg_status lg_moe_permute_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				 lg_dptr x_scale, lg_dptr probs, lg_dptr row_id_map, lg_dptr offsets,
+				 lg_dptr counts, lg_dptr out, lg_dptr out_scale, lg_dptr out_probs);
+/* Its backward (bf16): dout [rows, hidden], dout_probs [rows] fp32 or 0;
+ *   dx [tokens, hidden] = fp32 sum of the token's rows in ascending expert
+ *   order; dprobs [tokens, experts] fp32 or 0 (dout_probs of each routed
+ *   pair, else 0). */
+lg_status lg_moe_permute_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dout,
+				  lg_dptr dout_probs, lg_dptr row_id_map, lg_dptr dx, lg_dptr dprobs);
+/* K5: MoE unpermute (op "moe_unpermute", pass "forward"): g [rows, hidden]
+ *   bf16, probs [rows] fp32 (required when weighted, else optional);
+ *   out [tokens, hidden] bf16 = fp32 sum in ascending expert order of the
+ *   token's rows (weighted: each times probs[r]); restore_probs [tokens,
+ *   experts] fp32 or 0 (probs[r] where routed, else 0). Any hidden. */
+lg_status lg_moe_unpermute_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr g,
+				   lg_dptr probs, lg_dptr row_id_map, lg_dptr out, lg_dptr restore_probs);
+/* Its backward: dout [tokens, hidden] bf16, drestore [tokens, experts] fp32
+ *   or 0, the row map; weighted: g and probs of the forward. dg [rows,
+ *   hidden] bf16 (dout[t], weighted times probs[r]; other rows zeros);
+ *   dprobs [rows] fp32 or 0 (drestore[t, e], weighted plus <dout[t], g[r]>;
+ *   0 on other rows). */
+lg_status lg_moe_unpermute_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dout,
+				    lg_dptr drestore, lg_dptr row_id_map, lg_dptr offsets, lg_dptr counts,
+				    lg_dptr g, lg_dptr probs, lg_dptr dg, lg_dptr dprobs);
+
 #ifdef __cplusplus
 }
 #endif
