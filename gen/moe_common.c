@@ -27,15 +27,38 @@ lg_status lg_moe_validate(const struct lg_spec *s, int e, const char *where)
 	return LG_OK;
 }
 
-struct lg_moe_rows lg_moe_rows_of(int64_t hidden, int es)
+const int64_t lg_moe_threads_ok[] = {32, 64, 128, 256, 512, 1024, 0};
+
+struct lg_moe_rows lg_moe_rows_of(int64_t hidden, int es, int threads)
 {
 	struct lg_moe_rows r = {.hidden = hidden, .bytes = hidden * es, .vb = 16};
 	while (r.bytes % r.vb)
 		r.vb /= 2;
 	r.pieces = (int)(r.bytes / r.vb);
 	r.threads = r.pieces >= 256 ? 256 : (r.pieces + 31) / 32 * 32;
+	if (threads)
+		r.threads = threads;
 	r.kp = (r.pieces + r.threads - 1) / r.threads;
 	return r;
+}
+
+lg_status lg_moe_validate_threads(const struct lg_spec *s, int k, int64_t hidden, int es, const char *where)
+{
+	if (!lg_spec_has(s, k))
+		return LG_OK;
+	struct lg_moe_rows r = lg_moe_rows_of(hidden, es, 0);
+	int64_t most = (r.pieces + 31) / 32 * 32, t = lg_spec_int(s, k);
+	if (t > most)
+		return lg_spec_error(where, "tile.threads: found %lld, allowed: at most %lld (a row is %d pieces of %d "
+				     "bytes)", (long long)t, (long long)most, r.pieces, r.vb);
+	return LG_OK;
+}
+
+int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
+		      int k)
+{
+	static const int64_t threads[] = {64, 128, 256, 512, 0};
+	return lg_candidate_values(s, t, out, 0, max, k, threads);
 }
 
 void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens, struct lg_launch_dim *d)
@@ -160,8 +183,8 @@ static void emit_zero_row(lg_buf *b, const struct lg_moe_kernel *k)
 	lg_line(b, "lg_stp((u8 *)%s + r * %lld + c * %d, zero);", k->dst, (long long)k->r.bytes, k->r.vb);
 	lg_close(b);
 	if (k->fp8)
-		lg_line(b, "if (tid < %lld) ((float *)%s)[r * %lld + tid] = %s;", (long long)ns, k->dst_s, (long long)ns,
-			k->pow2 ? "0x1p-99f" : "1e-30f");
+		lg_line(b, "for (int j = tid; j < %lld; j += %d) ((float *)%s)[r * %lld + j] = %s;", (long long)ns,
+			k->r.threads, k->dst_s, (long long)ns, k->pow2 ? "0x1p-99f" : "1e-30f");
 	if (k->pout)
 		lg_line(b, "if (tid == 0 && po) po[r] = 0.0f;");
 	if (k->dot && k->dot != k->pout)
@@ -248,9 +271,6 @@ void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_mo
 	open_pieces(b, &k->r);
 	lg_line(b, "v[k] = lg_ldp((const u8 *)%s + t * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
 	lg_close(b);
-	if (k->fp8)
-		lg_line(b, "const float sv = tid < %lld ? ((const float *)%s)[t * %lld + tid] : 0.0f;", (long long)ns,
-			k->src_s, (long long)ns);
 	emit_rowlist(b, k->experts, NULL, dispatch_extra, k);
 	lg_line(b, "__syncthreads();");
 	lg_line(b, "const int n = nrows;");
@@ -268,8 +288,11 @@ void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_mo
 		lg_line(b, "lg_stp((u8 *)%s + r * %lld + c * %d, v[k]);", k->dst, (long long)k->r.bytes, k->r.vb);
 	}
 	lg_close(b);
-	if (k->fp8)
-		lg_line(b, "if (tid < %lld) ((float *)%s)[r * %lld + tid] = sv;", (long long)ns, k->dst_s, (long long)ns);
+	if (k->fp8) {
+		lg_line(b, "for (int j = tid; j < %lld; j += %d)", (long long)ns, k->r.threads);
+		lg_line(b, "\t((float *)%s)[r * %lld + j] = ((const float *)%s)[t * %lld + j];", k->dst_s, (long long)ns,
+			k->src_s, (long long)ns);
+	}
 	if (k->dot) {
 		lg_open(b, "if (%s && %s) { // the dot products asked for (a uniform branch)", k->dot, k->other);
 		emit_dot(b, k);

@@ -56,7 +56,20 @@ struct lg_moe_rows {
 	int vb, pieces;        /* bytes a piece, pieces a row */
 	int threads, kp;       /* threads a CTA, pieces a thread */
 };
-struct lg_moe_rows lg_moe_rows_of(int64_t hidden, int es);
+/* threads: the spec's tile.threads, or 0 for the default (one piece a
+ * thread up to 256 threads, whole warps). */
+struct lg_moe_rows lg_moe_rows_of(int64_t hidden, int es, int threads);
+/* tile.threads of a family's table at index k (after its LG_KEY_TILE_OBJ):
+ * 32 to 1024, a multiple of 32 (validated by lg_moe_validate_threads). */
+#define LG_KEY_MOE_THREADS                                                                       \
+	LG_KEY_TILE("threads", "t", 32, 1024, lg_moe_threads_ok,                                 \
+		    "threads a CTA (one token); default: one 16-byte piece each up to 256")
+extern const int64_t lg_moe_threads_ok[];
+/* tile.threads (key k) no more than a row's pieces rounded up to a warp. */
+lg_status lg_moe_validate_threads(const struct lg_spec *s, int k, int64_t hidden, int es, const char *where);
+/* Tuning candidates: tile.threads (key k) 64, 128, 256, 512 where valid. */
+int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
+		      int k);
 
 /* One pass of moe_permute / moe_unpermute, by the names of its arguments
  * (NULL: not an argument of this pass). */

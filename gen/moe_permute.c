@@ -26,29 +26,31 @@
 #include "error.h"
 #include "moe_common.h"
 
-enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_ROUND, NKEYS };
+enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_ROUND, K_TILE, K_THREADS, NKEYS };
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 1, 65536, 0, "features per token (any count; e4m3: a multiple of 128)"),
 	LG_KEYS_MOE(K_EXPERTS),
 	[K_ROUND] = {.path = "round_scale", .type = LG_KEY_BOOL, .has_def = true, .def = 1,
 		     .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 21, .words = lg_round_scale_words,
 		     .doc = "e4m3: the padding rows' scale is 2^-99 (power-of-two scales), else 1e-30"},
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_THREADS] = LG_KEY_MOE_THREADS,
 };
 
 static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0}};
 
 #define ROWS_H LG_MOE_ROWS ", hidden"
-#define ROWS_S LG_MOE_ROWS ", hidden / 128"
+#define ROWS_S LG_MOE_ROWS ", cdiv(hidden, 128)"
 
 enum { F_X, F_XS, F_PROBS, F_MAP, F_OFF, F_CNT, F_OUT, F_OUTS, F_OUTP, F_NARGS };
 static const struct lg_arg fwd_args[F_NARGS] = {
-	[F_X] = {"x", LG_ARG_IN, LG_ELEM_DTYPE, "tokens, hidden", 1, "the tokens"},
-	[F_XS] = {"x_scale", LG_ARG_IN, LG_ELEM_FP32, "tokens, hidden / 128", 4, "e4m3: the tokens' scales"},
+	[F_X] = {"x", LG_ARG_IN, LG_ELEM_DTYPE, "tokens, hidden", 16, "the tokens"},
+	[F_XS] = {"x_scale", LG_ARG_IN, LG_ELEM_FP32, "tokens, cdiv(hidden, 128)", 4, "e4m3: the tokens' scales"},
 	[F_PROBS] = {"probs", LG_ARG_OPT_IN, LG_ELEM_FP32, "tokens, experts", 4, "router probabilities (0: none)"},
 	[F_MAP] = {"row_id_map", LG_ARG_IN, LG_ELEM_I32, "tokens, experts", 4, "moe_row_map"},
 	[F_OFF] = {"offsets", LG_ARG_IN, LG_ELEM_I32, "experts + 1", 4, "moe_row_map"},
 	[F_CNT] = {"counts", LG_ARG_IN, LG_ELEM_I32, "experts", 4, "moe_row_map"},
-	[F_OUT] = {"out", LG_ARG_OUT, LG_ELEM_DTYPE, ROWS_H, 1, "expert-major padded rows"},
+	[F_OUT] = {"out", LG_ARG_OUT, LG_ELEM_DTYPE, ROWS_H, 16, "expert-major padded rows"},
 	[F_OUTS] = {"out_scale", LG_ARG_OUT, LG_ELEM_FP32, ROWS_S, 4, "e4m3: their scales"},
 	[F_OUTP] = {"out_probs", LG_ARG_OPT_OUT, LG_ELEM_FP32, LG_MOE_ROWS, 4,
 		    "probs[t, e] of each row (0: padding, or no probs)"},
@@ -56,10 +58,10 @@ static const struct lg_arg fwd_args[F_NARGS] = {
 
 enum { B_DOUT, B_DOUTP, B_MAP, B_DX, B_DPROBS, B_NARGS };
 static const struct lg_arg bwd_args[B_NARGS] = {
-	[B_DOUT] = {"dout", LG_ARG_IN, LG_ELEM_BF16, ROWS_H, 2, "gradient of out"},
+	[B_DOUT] = {"dout", LG_ARG_IN, LG_ELEM_BF16, ROWS_H, 16, "gradient of out"},
 	[B_DOUTP] = {"dout_probs", LG_ARG_OPT_IN, LG_ELEM_FP32, LG_MOE_ROWS, 4, "gradient of out_probs"},
 	[B_MAP] = {"row_id_map", LG_ARG_IN, LG_ELEM_I32, "tokens, experts", 4, "moe_row_map"},
-	[B_DX] = {"dx", LG_ARG_OUT, LG_ELEM_BF16, "tokens, hidden", 2, "fp32 sum of the token's rows"},
+	[B_DX] = {"dx", LG_ARG_OUT, LG_ELEM_BF16, "tokens, hidden", 16, "fp32 sum of the token's rows"},
 	[B_DPROBS] = {"dprobs", LG_ARG_OPT_OUT, LG_ELEM_FP32, "tokens, experts", 4,
 		      "dout_probs at each routed (t, e), else 0"},
 };
@@ -73,7 +75,8 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	if (s->dtype == LG_DTYPE_E4M3 && (h % 128 != 0 || h > 32768))
 		return lg_spec_error(where, "hidden: found %lld with dtype e4m3, allowed: a multiple of 128 up to "
 				     "32768 (one scale per 128 values)", (long long)h);
-	return lg_moe_validate(s, K_EXPERTS, where);
+	lg_status st = lg_moe_validate_threads(s, K_THREADS, h, s->dtype == LG_DTYPE_E4M3 ? 1 : 2, where);
+	return st != LG_OK ? st : lg_moe_validate(s, K_EXPERTS, where);
 }
 
 static void uses(const struct lg_spec *s, unsigned char *used)
@@ -82,7 +85,7 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 		used[F_XS] = used[F_OUTS] = s->dtype == LG_DTYPE_E4M3;
 }
 
-enum { P_HIDDEN, P_ES, P_DISPATCH };
+enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS };
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
@@ -90,6 +93,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_HIDDEN] = lg_spec_int(s, K_HIDDEN);
 	p->v[P_ES] = s->dtype == LG_DTYPE_E4M3 ? 1 : 2;
 	p->v[P_DISPATCH] = s->pass == LG_PASS_FORWARD;
+	p->v[P_THREADS] = p->tile[K_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 0;
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -98,7 +102,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	(void)e;
-	struct lg_moe_rows r = lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES]);
+	struct lg_moe_rows r = lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]);
 	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sz[0], d);
 }
 
@@ -107,7 +111,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	(void)t;
 	struct lg_moe_kernel k = {
 		.entry = p->entry[0], .experts = lg_spec_int(s, K_EXPERTS), .top_k = lg_spec_int(s, K_TOPK),
-		.multiple = lg_spec_int(s, K_MULTIPLE), .r = lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES]),
+		.multiple = lg_spec_int(s, K_MULTIPLE), .r = lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]),
 		.fp8 = s->dtype == LG_DTYPE_E4M3, .pow2 = lg_spec_int(s, K_ROUND) != 0, .map = "row_id_map"};
 	if (s->pass == LG_PASS_FORWARD) {
 		k.what = "MoE permute: tokens to expert-major padded rows";
@@ -119,6 +123,12 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 		k.src = "dout", k.dst = "dx", k.pin = "dout_probs", k.pout = "dprobs";
 		lg_moe_emit_combine(b, s, &k);
 	}
+}
+
+/* Tile variants for `lingen tune`: threads a token. */
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	return lg_moe_candidates(s, t, out, max, K_THREADS);
 }
 
 const struct lg_family lg_family_moe_permute = {
@@ -134,4 +144,5 @@ const struct lg_family lg_family_moe_permute = {
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,
+	.candidates = candidates,
 };

@@ -64,7 +64,7 @@ static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tok
 
 enum { A_MASK, A_I32, A_I64, A_MAP, A_COUNTS, A_OFFSETS, A_INDEX, A_WS, NARGS };
 static const struct lg_arg args[NARGS] = {
-	[A_MASK] = {"mask", LG_ARG_IN, LG_ELEM_U8, "tokens, experts", 1, "routing \"mask\": non-zero = routed"},
+	[A_MASK] = {"mask", LG_ARG_IN, LG_ELEM_U8, "tokens, experts", 4, "routing \"mask\": non-zero = routed"},
 	[A_I32] = {"topk", LG_ARG_IN, LG_ELEM_I32, "tokens, top_k", 4, "routing \"topk_i32\""},
 	[A_I64] = {"topk64", LG_ARG_IN, LG_ELEM_I64, "tokens, top_k", 8, "routing \"topk_i64\""},
 	[A_MAP] = {"row_id_map", LG_ARG_OUT, LG_ELEM_I32, "tokens, experts", 4, "padded row, -1: not routed"},
@@ -100,8 +100,10 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_ROUTING] = lg_spec_int(s, K_ROUTING);
 	p->v[P_SLICES] = p->tile[K_SLICES] = lg_spec_has(s, K_SLICES) ? lg_spec_int(s, K_SLICES) : 128;
 	p->v[P_THREADS] = 512;
-	/* a chunk of about 8 KB of mask bytes (32 KB of row ids), 1 to 32 tokens */
-	int64_t chunk = 8192 / e;
+	/* a chunk of up to 32 tokens: its byte mask and row ids (5 bytes a pair)
+	 * and the counts and offsets (8 bytes an expert) within 40 KB of
+	 * static shared memory */
+	int64_t chunk = (40960 - 8 * e) / (5 * e);
 	p->v[P_CHUNK] = chunk < 1 ? 1 : chunk > 32 ? 32 : chunk;
 	p->nentries = 2;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s_count", s->entry);

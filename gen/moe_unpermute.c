@@ -26,7 +26,7 @@
 #include "error.h"
 #include "moe_common.h"
 
-enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_WEIGHTED, NKEYS };
+enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_WEIGHTED, K_TILE, K_THREADS, NKEYS };
 static const char *const weighted_words[2] = {"sum", "weighted"};
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 1, 65536, 0, "features per token (any count)"),
@@ -34,6 +34,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_WEIGHTED] = {.path = "weighted", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
 			.naming = LG_NAME_IF_NOT_DEFAULT, .rank = 20, .words = weighted_words,
 			.doc = "each row times its router probability probs[r] before the sum"},
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_THREADS] = LG_KEY_MOE_THREADS,
 };
 
 static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0}};
@@ -42,31 +44,32 @@ static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tok
 
 enum { F_G, F_PROBS, F_MAP, F_OUT, F_RPROBS, F_NARGS };
 static const struct lg_arg fwd_args[F_NARGS] = {
-	[F_G] = {"g", LG_ARG_IN, LG_ELEM_BF16, ROWS_H, 2, "expert-major padded rows"},
+	[F_G] = {"g", LG_ARG_IN, LG_ELEM_BF16, ROWS_H, 16, "expert-major padded rows"},
 	[F_PROBS] = {"probs", LG_ARG_OPT_IN, LG_ELEM_FP32, LG_MOE_ROWS, 4,
 		     "each row's router probability (weighted: required)"},
 	[F_MAP] = {"row_id_map", LG_ARG_IN, LG_ELEM_I32, "tokens, experts", 4, "moe_row_map"},
-	[F_OUT] = {"out", LG_ARG_OUT, LG_ELEM_BF16, "tokens, hidden", 2, "fp32 sum of the token's rows"},
+	[F_OUT] = {"out", LG_ARG_OUT, LG_ELEM_BF16, "tokens, hidden", 16, "fp32 sum of the token's rows"},
 	[F_RPROBS] = {"restore_probs", LG_ARG_OPT_OUT, LG_ELEM_FP32, "tokens, experts", 4,
 		      "probs at each routed (t, e), else 0 (needs probs)"},
 };
 
 enum { B_DOUT, B_DRP, B_MAP, B_OFF, B_CNT, B_G, B_PROBS, B_DG, B_DPROBS, B_NARGS };
 static const struct lg_arg bwd_args[B_NARGS] = {
-	[B_DOUT] = {"dout", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 2, "gradient of out"},
+	[B_DOUT] = {"dout", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, "gradient of out"},
 	[B_DRP] = {"drestore", LG_ARG_OPT_IN, LG_ELEM_FP32, "tokens, experts", 4, "gradient of restore_probs"},
 	[B_MAP] = {"row_id_map", LG_ARG_IN, LG_ELEM_I32, "tokens, experts", 4, "moe_row_map"},
 	[B_OFF] = {"offsets", LG_ARG_IN, LG_ELEM_I32, "experts + 1", 4, "moe_row_map"},
 	[B_CNT] = {"counts", LG_ARG_IN, LG_ELEM_I32, "experts", 4, "moe_row_map"},
-	[B_G] = {"g", LG_ARG_OPT_IN, LG_ELEM_BF16, ROWS_H, 2, "weighted: the forward's rows (for dprobs)"},
+	[B_G] = {"g", LG_ARG_OPT_IN, LG_ELEM_BF16, ROWS_H, 16, "weighted: the forward's rows (for dprobs)"},
 	[B_PROBS] = {"probs", LG_ARG_OPT_IN, LG_ELEM_FP32, LG_MOE_ROWS, 4, "weighted: the forward's probs"},
-	[B_DG] = {"dg", LG_ARG_OUT, LG_ELEM_BF16, ROWS_H, 2, "gradient of g (padding rows 0)"},
+	[B_DG] = {"dg", LG_ARG_OUT, LG_ELEM_BF16, ROWS_H, 16, "gradient of g (padding rows 0)"},
 	[B_DPROBS] = {"dprobs", LG_ARG_OPT_OUT, LG_ELEM_FP32, LG_MOE_ROWS, 4, "gradient of probs"},
 };
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	return lg_moe_validate(s, K_EXPERTS, where);
+	lg_status st = lg_moe_validate_threads(s, K_THREADS, lg_spec_int(s, K_HIDDEN), 2, where);
+	return st != LG_OK ? st : lg_moe_validate(s, K_EXPERTS, where);
 }
 
 static void uses(const struct lg_spec *s, unsigned char *used)
@@ -75,13 +78,14 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 		used[B_G] = used[B_PROBS] = lg_spec_int(s, K_WEIGHTED) != 0;
 }
 
-enum { P_HIDDEN, P_DISPATCH };
+enum { P_HIDDEN, P_DISPATCH, P_THREADS };
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
 	p->v[P_HIDDEN] = lg_spec_int(s, K_HIDDEN);
 	p->v[P_DISPATCH] = s->pass == LG_PASS_BACKWARD;
+	p->v[P_THREADS] = p->tile[K_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 0;
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -90,7 +94,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	(void)e;
-	struct lg_moe_rows r = lg_moe_rows_of(p->v[P_HIDDEN], 2);
+	struct lg_moe_rows r = lg_moe_rows_of(p->v[P_HIDDEN], 2, (int)p->v[P_THREADS]);
 	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sz[0], d);
 }
 
@@ -100,7 +104,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	bool weighted = lg_spec_int(s, K_WEIGHTED) != 0;
 	struct lg_moe_kernel k = {.entry = p->entry[0], .experts = lg_spec_int(s, K_EXPERTS),
 				  .top_k = lg_spec_int(s, K_TOPK), .multiple = lg_spec_int(s, K_MULTIPLE),
-				  .r = lg_moe_rows_of(p->v[P_HIDDEN], 2), .map = "row_id_map",
+				  .r = lg_moe_rows_of(p->v[P_HIDDEN], 2, (int)p->v[P_THREADS]), .map = "row_id_map",
 				  .weights = weighted ? "probs" : NULL};
 	if (s->pass == LG_PASS_FORWARD) {
 		k.what = weighted ? "MoE unpermute: each token's rows times their probability, added"
@@ -117,6 +121,12 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
+/* Tile variants for `lingen tune`: threads a token. */
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	return lg_moe_candidates(s, t, out, max, K_THREADS);
+}
+
 const struct lg_family lg_family_moe_unpermute = {
 	.op = "moe_unpermute",
 	.summary = "MoE unpermute (combine): fp32 sum of each token's rows, optionally weighted; backward (K5)",
@@ -130,4 +140,5 @@ const struct lg_family lg_family_moe_unpermute = {
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,
+	.candidates = candidates,
 };

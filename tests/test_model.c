@@ -124,14 +124,22 @@ static const char *const mini_kernels[] = {
 	"{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
 	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
 	"\"silu\": false, \"eps\": 1e-06}",
+	"{\"op\": \"moe_row_map\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"experts\": 256, \"top_k\": 8, "
+	"\"multiple\": 16, \"routing\": \"mask\"}",
+	"{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
+	"\"top_k\": 8, \"multiple\": 16, \"round_scale\": true}",
+	"{\"op\": \"moe_permute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
+	"\"top_k\": 8, \"multiple\": 16, \"round_scale\": true}",
+	"{\"op\": \"moe_unpermute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
+	"\"top_k\": 8, \"multiple\": 16, \"weighted\": false}",
+	"{\"op\": \"moe_unpermute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
+	"\"top_k\": 8, \"multiple\": 16, \"weighted\": false}",
 	"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
 };
 
 /* op, pass, KERNELS.md section of each skipped kernel, in step order */
 static const char *const mini_skipped[][3] = {
 	{"router_gemm", "forward", "K3"},         {"router_gemm", "backward", "K3"},
-	{"moe_permute", "forward", "K4"},         {"moe_permute", "backward", "K4"},
-	{"moe_unpermute", "forward", "K5"},       {"moe_unpermute", "backward", "K5"},
 	{"batch_swiglu_quant", "forward", "K6"},  {"batch_swiglu_quant", "backward", "K6"},
 	{"swiglu_quant", "forward", "K7"},        {"swiglu_quant", "backward", "K7"},
 	{"cross_entropy", "forward", "K9"},       {"cross_entropy", "backward", "K9"},

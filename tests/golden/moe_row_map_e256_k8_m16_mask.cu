@@ -10,7 +10,7 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 // ----- helpers for this spec -----
-#define CHUNK 32 // tokens a chunk of the second kernel
+#define CHUNK 30 // tokens a chunk of the second kernel
 
 // ----- lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_count -----
 // each expert's tokens in a slice of tokens
@@ -45,7 +45,7 @@ lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_count(
 
 // ----- lg_moe_row_map_fwd_bf16_e256_k8_m16_mask -----
 // row_id_map, counts, padded offsets, row_index
-// CTA i: slice i, in chunks of 32 tokens staged as a byte mask [32][256].
+// CTA i: slice i, in chunks of 30 tokens staged as a byte mask [30][256].
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e256_k8_m16_mask(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
@@ -54,8 +54,8 @@ lg_moe_row_map_fwd_bf16_e256_k8_m16_mask(
 	__shared__ int pe[256]; // padded counts, then their exclusive prefix sums
 	__shared__ int cn[256]; // counts
 	__shared__ int ptot;
-	__shared__ __align__(16) u8 sm[8192];
-	__shared__ int ids[8192];
+	__shared__ __align__(16) u8 sm[7680];
+	__shared__ int ids[7680];
 	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
 	const i64 t0 = T * (i64)blockIdx.x / S, t1 = T * ((i64)blockIdx.x + 1) / S;
 	const int tid = threadIdx.x;
@@ -144,19 +144,19 @@ lg_moe_row_map_fwd_bf16_e256_k8_m16_mask(
 		for (i64 r = P + (i64)blockIdx.x * 512 + tid; r < cap; r += S * 512) rix[r] = -1;
 	}
 	__syncthreads();
-	for (; c0 < t1; c0 += 32) {
-		const int n = (int)(t1 - c0 < 32 ? t1 - c0 : 32);
+	for (; c0 < t1; c0 += 30) {
+		const int n = (int)(t1 - c0 < 30 ? t1 - c0 : 30);
 		#pragma unroll
 		for (int q = 0; q < 4; q++) {
 			const int j = tid + q * 512;
-			if (j >= 2048) break;
+			if (j >= 1920) break;
 			// each byte to 0 or 1
 			const u32 v = ld[q];
 			((u32 *)sm)[j] = (((v & 0x7f7f7f7fu) + 0x7f7f7f7fu) | v) >> 7 & 0x01010101u;
 		}
 		__syncthreads();
 		// The next chunk's routing, in flight during this one's walk and stores.
-		const i64 cnext = c0 + 32;
+		const i64 cnext = c0 + 30;
 		{
 			const i64 left = t1 - cnext;
 			const i64 nl = left < CHUNK ? (left > 0 ? left : 0) : CHUNK;
