@@ -159,6 +159,9 @@ static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_moe_ke
 	lg_line(b, "const i64 cap = T * %lld + %lld; // rows of the padded buffers", (long long)k->top_k,
 		(long long)(k->experts * (k->multiple - 1)));
 	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
+	if (k->fp8)
+		lg_line(b, "const float *const xs = (const float *)%s; float *const ys = (float *)%s;", k->src_s,
+			k->dst_s);
 	if (k->pin)
 		lg_line(b, "const float *const pi = (const float *)%s; // may be 0", k->pin);
 	if (k->pout)
@@ -183,8 +186,8 @@ static void emit_zero_row(lg_buf *b, const struct lg_moe_kernel *k)
 	lg_line(b, "lg_stp((u8 *)%s + r * %lld + c * %d, zero);", k->dst, (long long)k->r.bytes, k->r.vb);
 	lg_close(b);
 	if (k->fp8)
-		lg_line(b, "for (int j = tid; j < %lld; j += %d) ((float *)%s)[r * %lld + j] = %s;", (long long)ns,
-			k->r.threads, k->dst_s, (long long)ns, k->pow2 ? "0x1p-99f" : "1e-30f");
+		lg_line(b, "for (int j = tid; j < %lld; j += %d) ys[r * %lld + j] = %s;", (long long)ns, k->r.threads,
+			(long long)ns, k->pow2 ? "0x1p-99f" : "1e-30f");
 	if (k->pout)
 		lg_line(b, "if (tid == 0 && po) po[r] = 0.0f;");
 	if (k->dot && k->dot != k->pout)
@@ -289,9 +292,8 @@ void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_mo
 	}
 	lg_close(b);
 	if (k->fp8) {
-		lg_line(b, "for (int j = tid; j < %lld; j += %d)", (long long)ns, k->r.threads);
-		lg_line(b, "\t((float *)%s)[r * %lld + j] = ((const float *)%s)[t * %lld + j];", k->dst_s, (long long)ns,
-			k->src_s, (long long)ns);
+		lg_line(b, "for (int j = tid; j < %lld; j += %d) ys[r * %lld + j] = xs[t * %lld + j];", (long long)ns,
+			k->r.threads, (long long)ns, (long long)ns);
 	}
 	if (k->dot) {
 		lg_open(b, "if (%s && %s) { // the dot products asked for (a uniform branch)", k->dot, k->other);

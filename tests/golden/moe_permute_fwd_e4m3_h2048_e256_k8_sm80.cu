@@ -29,6 +29,7 @@ lg_moe_permute_fwd_e4m3_h2048_e256_k8_m16(
 	const int tid = threadIdx.x;
 	const i64 cap = T * 8 + 3840; // rows of the padded buffers
 	const int *const mp = (const int *)row_id_map;
+	const float *const xs = (const float *)x_scale; float *const ys = (float *)out_scale;
 	const float *const pi = (const float *)probs; // may be 0
 	float *const po = (float *)out_probs; // may be 0
 	if (blockIdx.x >= T) {
@@ -48,7 +49,7 @@ lg_moe_permute_fwd_e4m3_h2048_e256_k8_m16(
 					const int c = tid + k * 128;
 					lg_stp((u8 *)out + r * 2048 + c * 16, zero);
 				}
-				if (tid < 16) ((float *)out_scale)[r * 16 + tid] = 0x1p-99f;
+				for (int j = tid; j < 16; j += 128) ys[r * 16 + j] = 0x1p-99f;
 				if (tid == 0 && po) po[r] = 0.0f;
 			}
 		}
@@ -58,7 +59,7 @@ lg_moe_permute_fwd_e4m3_h2048_e256_k8_m16(
 				const int c = tid + k * 128;
 				lg_stp((u8 *)out + r * 2048 + c * 16, zero);
 			}
-			if (tid < 16) ((float *)out_scale)[r * 16 + tid] = 0x1p-99f;
+			for (int j = tid; j < 16; j += 128) ys[r * 16 + j] = 0x1p-99f;
 			if (tid == 0 && po) po[r] = 0.0f;
 		}
 		return;
@@ -71,7 +72,6 @@ lg_moe_permute_fwd_e4m3_h2048_e256_k8_m16(
 		const int c = tid + k * 128;
 		v[k] = lg_ldp((const u8 *)x + t * 2048 + c * 16);
 	}
-	const float sv = tid < 16 ? ((const float *)x_scale)[t * 16 + tid] : 0.0f;
 	// Warp 0: the token's rows in ascending expert order, 32 experts a step.
 	if (tid < 32) {
 		int n = 0;
@@ -99,6 +99,6 @@ lg_moe_permute_fwd_e4m3_h2048_e256_k8_m16(
 			const int c = tid + k * 128;
 			lg_stp((u8 *)out + r * 2048 + c * 16, v[k]);
 		}
-		if (tid < 16) ((float *)out_scale)[r * 16 + tid] = sv;
+		for (int j = tid; j < 16; j += 128) ys[r * 16 + j] = xs[t * 16 + j];
 	}
 }
