@@ -332,13 +332,13 @@ void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe
 	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] = 0.0f;", ne);
 	lg_comment(b, "%d rows at a time: all their pieces loaded, then added in expert order.", BATCH);
 	lg_open(b, "for (int i0 = 0; i0 < n; i0 += %d) {", BATCH);
-	lg_line(b, "lg_pc g[%d][%d];", BATCH, k->r.kp);
+	lg_line(b, "lg_pc gr[%d][%d];", BATCH, k->r.kp);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", BATCH);
 	lg_line(b, "if (i0 + i >= n) break;");
 	lg_line(b, "const i64 r = rows[i0 + i];");
 	open_pieces(b, &k->r);
-	lg_line(b, "g[i][k] = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
+	lg_line(b, "gr[i][k] = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "#pragma unroll");
@@ -348,7 +348,7 @@ void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe
 		lg_line(b, "const float wr = wts[i0 + i];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
-	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] += %slg_pget(g[i][k], j);", ne, k->weights ? "wr * " : "");
+	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] += %slg_pget(gr[i][k], j);", ne, k->weights ? "wr * " : "");
 	lg_close(b);
 	lg_close(b);
 	open_pieces(b, &k->r);

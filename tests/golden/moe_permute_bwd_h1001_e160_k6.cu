@@ -82,7 +82,7 @@ lg_moe_permute_bwd_bf16_h1001_e160_k6_m16(
 		for (int j = 0; j < 1; j++) acc[k][j] = 0.0f;
 	// 8 rows at a time: all their pieces loaded, then added in expert order.
 	for (int i0 = 0; i0 < n; i0 += 8) {
-		lg_pc g[8][4];
+		lg_pc gr[8][4];
 		#pragma unroll
 		for (int i = 0; i < 8; i++) {
 			if (i0 + i >= n) break;
@@ -91,7 +91,7 @@ lg_moe_permute_bwd_bf16_h1001_e160_k6_m16(
 			for (int k = 0; k < 4; k++) {
 				const int c = tid + k * 256;
 				if (c >= 1001) continue;
-				g[i][k] = lg_ldp((const u8 *)dout + r * 2002 + c * 2);
+				gr[i][k] = lg_ldp((const u8 *)dout + r * 2002 + c * 2);
 			}
 		}
 		#pragma unroll
@@ -99,7 +99,7 @@ lg_moe_permute_bwd_bf16_h1001_e160_k6_m16(
 			if (i0 + i >= n) break;
 			#pragma unroll
 			for (int k = 0; k < 4; k++)
-				for (int j = 0; j < 1; j++) acc[k][j] += lg_pget(g[i][k], j);
+				for (int j = 0; j < 1; j++) acc[k][j] += lg_pget(gr[i][k], j);
 		}
 	}
 	#pragma unroll

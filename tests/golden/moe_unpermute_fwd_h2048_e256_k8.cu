@@ -84,7 +84,7 @@ lg_moe_unpermute_fwd_bf16_h2048_e256_k8_m16(
 		for (int j = 0; j < 8; j++) acc[k][j] = 0.0f;
 	// 8 rows at a time: all their pieces loaded, then added in expert order.
 	for (int i0 = 0; i0 < n; i0 += 8) {
-		lg_pc g[8][1];
+		lg_pc gr[8][1];
 		#pragma unroll
 		for (int i = 0; i < 8; i++) {
 			if (i0 + i >= n) break;
@@ -92,7 +92,7 @@ lg_moe_unpermute_fwd_bf16_h2048_e256_k8_m16(
 			#pragma unroll
 			for (int k = 0; k < 1; k++) {
 				const int c = tid + k * 256;
-				g[i][k] = lg_ldp((const u8 *)g + r * 4096 + c * 16);
+				gr[i][k] = lg_ldp((const u8 *)g + r * 4096 + c * 16);
 			}
 		}
 		#pragma unroll
@@ -100,7 +100,7 @@ lg_moe_unpermute_fwd_bf16_h2048_e256_k8_m16(
 			if (i0 + i >= n) break;
 			#pragma unroll
 			for (int k = 0; k < 1; k++)
-				for (int j = 0; j < 8; j++) acc[k][j] += lg_pget(g[i][k], j);
+				for (int j = 0; j < 8; j++) acc[k][j] += lg_pget(gr[i][k], j);
 		}
 	}
 	#pragma unroll

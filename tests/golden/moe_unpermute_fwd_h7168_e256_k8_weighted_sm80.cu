@@ -87,7 +87,7 @@ lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted(
 		for (int j = 0; j < 8; j++) acc[k][j] = 0.0f;
 	// 8 rows at a time: all their pieces loaded, then added in expert order.
 	for (int i0 = 0; i0 < n; i0 += 8) {
-		lg_pc g[8][4];
+		lg_pc gr[8][4];
 		#pragma unroll
 		for (int i = 0; i < 8; i++) {
 			if (i0 + i >= n) break;
@@ -96,7 +96,7 @@ lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted(
 			for (int k = 0; k < 4; k++) {
 				const int c = tid + k * 256;
 				if (c >= 896) continue;
-				g[i][k] = lg_ldp((const u8 *)g + r * 14336 + c * 16);
+				gr[i][k] = lg_ldp((const u8 *)g + r * 14336 + c * 16);
 			}
 		}
 		#pragma unroll
@@ -105,7 +105,7 @@ lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted(
 			const float wr = wts[i0 + i];
 			#pragma unroll
 			for (int k = 0; k < 4; k++)
-				for (int j = 0; j < 8; j++) acc[k][j] += wr * lg_pget(g[i][k], j);
+				for (int j = 0; j < 8; j++) acc[k][j] += wr * lg_pget(gr[i][k], j);
 		}
 	}
 	#pragma unroll
