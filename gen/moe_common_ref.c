@@ -16,10 +16,15 @@ int64_t lg_moe_ref_cap(int64_t T, int64_t E, int64_t K, int64_t M)
 	return T * K + E * (M - 1);
 }
 
+int lg_moe_ref_pattern(uint64_t seed)
+{
+	return (int)((seed + 3) % 4);
+}
+
 void lg_moe_ref_routing(uint8_t *mask, int64_t T, int64_t E, int64_t K, uint64_t seed)
 {
 	uint64_t st = seed * 0x9e3779b97f4a7c15ull + 1;
-	int pattern = (int)(seed % 4);
+	int pattern = lg_moe_ref_pattern(seed);
 	int64_t pool = pattern == 2 ? (E < K + 2 ? E : K + 2) : E;
 	memset(mask, 0, (size_t)(T * E));
 	for (int64_t t = 0; t < T; t++) {
@@ -46,7 +51,7 @@ void lg_moe_ref_routing(uint8_t *mask, int64_t T, int64_t E, int64_t K, uint64_t
 void lg_moe_ref_topk(const uint8_t *mask, int64_t *idx, int64_t T, int64_t E, int64_t K, uint64_t seed)
 {
 	uint64_t st = seed * 0xbf58476d1ce4e5b9ull + 7;
-	bool odd = seed % 4 == 3;
+	bool odd = lg_moe_ref_pattern(seed) == 3;
 	for (int64_t t = 0; t < T; t++) {
 		int64_t *slot = idx + t * K, n = 0;
 		for (int64_t j = 0; j < K; j++)

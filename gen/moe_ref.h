@@ -11,7 +11,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* A random routing mask [T][E] (1 routed). The pattern is seed % 4:
+/* The routing pattern of a seed: (seed + 3) % 4, so that the fixed seed of
+ * `lingen bench` (12345) gets pattern 0, the even top-k of a trained router. */
+int lg_moe_ref_pattern(uint64_t seed);
+
+/* A random routing mask [T][E] (1 routed). The pattern (lg_moe_ref_pattern):
  *   0: each token K distinct random experts;
  *   1: every token routed to one expert only (E / 2): the rest get none,
  *      tokens have fewer than K experts;

@@ -8,8 +8,8 @@
  * (1001, 2050, 7, 1), experts not a power of two (96, 160, 5, 7), experts
  * with 0 tokens, tokens routed to fewer than top_k experts, 1 token, 0
  * tokens, every token on one expert, multiples 1, 3, 16 and 128. Every
- * routing pattern of the references (moe_ref.h: the input seed mod 4) runs
- * at each shape. Integer outputs and copies must be bit-equal, the fp32
+ * routing pattern of the references (moe_ref.h: lg_moe_ref_pattern of the
+ * input seed) runs at each shape. Integer outputs and copies must be bit-equal, the fp32
  * sums of the combine bit-equal (same adds, same order), the weighted
  * forms within tolerance; poisoned outputs, nothing left unwritten; a
  * second launch gives the same bytes.
@@ -30,6 +30,7 @@
 #include "cuda.h"
 #include "gpu.h"
 #include "harness.h"
+#include "moe_ref.h"
 #include "testutil.h"
 
 static lg_ctx *ctx;
@@ -70,7 +71,8 @@ static void check_one(const lg_spec *s, int64_t T, int p)
 	bool written = true;
 	for (int i = 0; i < r.nmeasures; i++)
 		written = written && r.m[i].unwritten == 0;
-	printf("%s T=%lld pattern %d (seed %llu): %s\n", lg_spec_entry(s), (long long)T, p, (unsigned long long)sd,
+	printf("%s T=%lld pattern %d (seed %llu): %s\n", lg_spec_entry(s), (long long)T, lg_moe_ref_pattern(sd),
+	       (unsigned long long)sd,
 	       r.pass && written ? "PASS" : "FAIL");
 	for (int i = 0; i < r.nmeasures; i++)
 		if (!r.m[i].pass || r.m[i].unwritten)
