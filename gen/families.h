@@ -14,6 +14,8 @@
 	X(rmsnorm_quant, RMSNORM_QUANT) /* K1: RMSNorm + 1x128/128x1 FP8 quantisation */ \
 	X(rmsnorm, RMSNORM)             /* K1: plain RMSNorm forward / backward */       \
 	X(fp8_quant, FP8_QUANT)         /* 1.3: blockwise FP8 quantisation of x */       \
+	X(fp8_quant_batched, FP8_QUANT_BATCHED) /* 1.3: per-expert FP8 quantisation */   \
+	X(fp8_quant_weight, FP8_QUANT_WEIGHT) /* 1.3: weights, 128x128 tiles */          \
 	X(group_rmsnorm_gate, GROUP_RMSNORM_GATE) /* K8: group RMSNorm x sigmoid gate */ \
 	X(qk_norm_rope, QK_NORM_ROPE)   /* K2: split qkv + q/k RMSNorm + half RoPE */ \
 	X(moe_row_map, MOE_ROW_MAP)     /* K4: padded MoE row map from a mask or top-k */ \

@@ -272,6 +272,10 @@ int lg_candidate_add(const struct lg_spec *s, const struct lg_target *t, struct 
 /* lg_candidate_add of one choice per value of key k (values 0-terminated). */
 int lg_candidate_values(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 			int n, int max, int k, const int64_t *values);
+/* lg_candidate_add of one choice per pair of values of keys k1 and k2
+ * (each list 0-terminated), k1 the outer loop. */
+int lg_candidate_grid(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int n,
+		      int max, int k1, const int64_t *values1, int k2, const int64_t *values2);
 /* A tile choice of one key. */
 struct lg_tile_choice lg_tile1(int key, int64_t v);
 /* The spec s with tile c in place of its own (c NULL: none), entry name

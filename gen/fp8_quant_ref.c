@@ -3,7 +3,6 @@
  * the bf16 input widened to fp32 (exact), then the shared blockwise e4m3
  * quantisation (quant_ref.c).
  */
-#include <math.h>
 #include <stdlib.h>
 
 #include "error.h"
@@ -21,38 +20,10 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 	c->buf[ST].cmp = LG_CMP_SCALE;
 }
 
-/* Rows of varied magnitude (2^-8 .. 2^8), a few rows of +0 and of -0, rows
- * far below the 1e-30 scale floor and far above 448, outliers, and an
- * all-zero feature: scales of every size, floored scales, zero blocks
- * (rowwise and columnwise) and signed zeros get exercised. */
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
-	size_t n = (size_t)lg_ref_int(s, "hidden");
-	int64_t m = c->sizes[0];
 	uint64_t st = seed;
-	uint16_t *x = c->buf[X].host;
-	size_t zero_col = (size_t)(lg_ref_rand(&st) % n);
-	for (int64_t i = 0; i < m; i++) {
-		uint16_t *row = x + (size_t)i * n;
-		uint64_t kind = lg_ref_rand(&st) % 101;
-		float scale = ldexpf(1.0f, (int)(lg_ref_rand(&st) % 17) - 8);
-		if (m > 1 && kind == 0)
-			scale = 0.0f;
-		else if (kind == 1)
-			scale = 0x1p-120f; /* amax / 448 below 1e-30 */
-		else if (kind == 2)
-			scale = 0x1p100f;
-		lg_ref_fill_bf16(row, n, scale, &st);
-		if (m > 1 && kind == 3)
-			for (size_t k = 0; k < n; k++)
-				row[k] = 0x8000; /* -0: amax 0, payload -0 (0x80) */
-		if (scale != 0.0f && lg_ref_rand(&st) % 7 == 0) {
-			size_t k = (size_t)(lg_ref_rand(&st) % n);
-			row[k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(row[k]) * 40.0f);
-		}
-		if (m > 1)
-			row[zero_col] = 0;
-	}
+	lg_ref_fill_quant_input(c->buf[X].host, (size_t)c->sizes[0], (size_t)lg_ref_int(s, "hidden"), &st);
 }
 
 static void run(const struct lg_spec *s, struct lg_ref_case *c)

@@ -98,6 +98,19 @@ int lg_candidate_add(const struct lg_spec *s, const struct lg_target *t, struct 
 	return n;
 }
 
+int lg_candidate_grid(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int n,
+		      int max, int k1, const int64_t *values1, int k2, const int64_t *values2)
+{
+	for (int i = 0; values1[i]; i++)
+		for (int j = 0; values2[j]; j++) {
+			struct lg_tile_choice c = lg_tile1(k1, values1[i]);
+			c.v[k2] = values2[j];
+			c.set |= (uint64_t)1 << k2;
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+	return n;
+}
+
 int lg_candidate_values(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 			int n, int max, int k, const int64_t *values)
 {

@@ -63,17 +63,30 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y)
 	lg_line(b, "\tlg_q(%s[6], %s), lg_q(%s[7], %s));", y, qa, y, qa);
 }
 
+static void qt_lines(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
+
 void lg_emit_qt_lines(lg_buf *b, int threads)
 {
 	lg_comment(b, "qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.");
 	lg_line(b, "u8 *const qtg = (u8 *)qt;");
-	lg_line(b, "const bool vec_ok = (M & 15) == 0; // 16-byte aligned qt rows");
+	qt_lines(b, threads, "qtg", "M", "m0");
+}
+
+void lg_emit_qt_lines_to(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
+{
+	lg_comment(b, "qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.");
+	qt_lines(b, threads, base, ld, t0);
+}
+
+static void qt_lines(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
+{
+	lg_line(b, "const bool vec_ok = (%s & 15) == 0; // 16-byte aligned qt rows", ld);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", 128 * 8, threads);
 	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
 	lg_line(b, "uint4 v = *(const uint4 *)(stage + c * 128 + ((h ^ (sw >> 1)) << 4));");
 	lg_line(b, "if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);");
-	lg_line(b, "u8 *const dst = qtg + (k0 + c) * M + m0 + 16 * h;");
+	lg_line(b, "u8 *const dst = %s + (k0 + c) * %s + %s + 16 * h;", base, ld, t0);
 	lg_open(b, "if (vec_ok && 16 * h + 16 <= rows) {");
 	lg_line(b, "lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});");
 	lg_close_with(b, "} else {");

@@ -49,5 +49,9 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y);
  * otherwise. Uses stage, qt, M, k0 (first feature), m0 (first token) and
  * rows (tokens in the tile). */
 void lg_emit_qt_lines(lg_buf *b, int threads);
+/* The same for a qt of any layout: `base` (a u8 * expression: the tensor's
+ * first byte), `ld` (tokens a qt row: its row stride in bytes) and `t0`
+ * (the tile's first token within those rows) replace qt, M and m0. */
+void lg_emit_qt_lines_to(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
 
 #endif

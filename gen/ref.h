@@ -86,4 +86,19 @@ double lg_ref_sumsq_bf16(const uint16_t *row, size_t n);
 void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant qr, uint8_t *q, float *s,
 			    uint8_t *qt, float *st);
 
+/* The per-expert form (KERNELS.md 1.3): the tokens of y [m, n] grouped by
+ * expert in segments of counts[e] rows, each quantised as a tensor of its
+ * own by lg_ref_quant_blockwise into the concatenated layout (s, qt: the
+ * expert's block at element start_e n/128, start_e n; st: its rows at row
+ * sum of the earlier experts' cdiv(count, 128)). Elements no expert writes
+ * (tokens past the counts' sum, st rows past the last expert's: st has
+ * st_rows) are set to 0xff bytes, the harness's poison, as the kernel
+ * leaves them. Experts past the capacity m (bad counts) stop the walk. */
+void lg_ref_quant_experts(const float *y, size_t m, size_t n, const int32_t *counts, size_t experts,
+			  struct lg_quant qr, uint8_t *q, float *s, uint8_t *qt, float *st, size_t st_rows);
+/* Random bf16 input for a quantiser test (x [m, n]): rows of varied
+ * magnitude, rows of +0 and -0, rows below the scale floor and above 448,
+ * outliers, an all-zero feature. */
+void lg_ref_fill_quant_input(uint16_t *x, size_t m, size_t n, uint64_t *state);
+
 #endif

@@ -248,6 +248,31 @@ lg_status lg_rmsnorm_quant_forward(const lg_kernel *k, lg_stream stream, int64_t
 				   lg_dptr x, lg_dptr w, lg_dptr q, lg_dptr s, lg_dptr rms,
 				   lg_dptr qt, lg_dptr st);
 
+/* Blockwise FP8 quantisation of activations (op "fp8_quant", KERNELS.md
+ *   1.3): x [tokens, hidden] bf16; q, s, qt, st as lg_rmsnorm_quant_forward
+ *   (0 for a copy quant.output does not ask for). */
+lg_status lg_fp8_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x, lg_dptr q,
+			       lg_dptr s, lg_dptr qt, lg_dptr st);
+/* Per-expert (batched) FP8 quantisation (op "fp8_quant_batched", KERNELS.md
+ *   1.3): x [tokens, hidden] bf16, tokens grouped by expert; counts
+ *   [experts] int32 in device memory (read by the kernel, sum <= tokens);
+ *   each expert's segment quantised as a tensor of its own, outputs
+ *   concatenated in expert order: q [tokens, hidden]; s: a [hidden/128,
+ *   count_e] block at element start_e * hidden/128 (buffer hidden/128 *
+ *   tokens floats); qt: a [hidden, count_e] block at element start_e *
+ *   hidden (buffer hidden * tokens bytes); st: cdiv(count_e, 128) rows of
+ *   hidden floats an expert, one after the other (buffer capacity
+ *   (cdiv(tokens, 128) + experts) * hidden floats; rows past the last are
+ *   not written). */
+lg_status lg_fp8_quant_batched_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, int64_t experts,
+				       lg_dptr x, lg_dptr counts, lg_dptr q, lg_dptr s, lg_dptr qt, lg_dptr st);
+/* FP8 quantisation of a weight in 128 x 128 tiles (op "fp8_quant_weight"):
+ *   w [rows, hidden] bf16 -> q [rows, hidden] e4m3, s [cdiv(rows, 128),
+ *   hidden/128] fp32, one scale a tile (a partial last row of tiles over its
+ *   real rows). */
+lg_status lg_fp8_quant_weight_forward(const lg_kernel *k, lg_stream stream, int64_t rows, lg_dptr w, lg_dptr q,
+				      lg_dptr s);
+
 /* Plain RMSNorm forward (op "rmsnorm", pass "forward"):
  *   y [tokens, hidden] bf16 = x * r * w; rms [tokens] fp32 optional. */
 lg_status lg_rmsnorm_forward(const lg_kernel *k, lg_stream stream, int64_t tokens,

@@ -128,6 +128,24 @@ lg_status lg_rmsnorm_quant_forward(const lg_kernel *k, lg_stream stream, int64_t
 	LG_TYPED(LG_OP_RMSNORM_QUANT, LG_PASS_FORWARD, LG_SIZES(tokens), x, w, q, s, rms, qt, st);
 }
 
+lg_status lg_fp8_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x, lg_dptr q,
+			       lg_dptr s, lg_dptr qt, lg_dptr st)
+{
+	LG_TYPED(LG_OP_FP8_QUANT, LG_PASS_FORWARD, LG_SIZES(tokens), x, q, s, qt, st);
+}
+
+lg_status lg_fp8_quant_batched_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, int64_t experts,
+				       lg_dptr x, lg_dptr counts, lg_dptr q, lg_dptr s, lg_dptr qt, lg_dptr st)
+{
+	LG_TYPED(LG_OP_FP8_QUANT_BATCHED, LG_PASS_FORWARD, LG_SIZES(tokens, experts), x, counts, q, s, qt, st);
+}
+
+lg_status lg_fp8_quant_weight_forward(const lg_kernel *k, lg_stream stream, int64_t rows, lg_dptr w, lg_dptr q,
+				      lg_dptr s)
+{
+	LG_TYPED(LG_OP_FP8_QUANT_WEIGHT, LG_PASS_FORWARD, LG_SIZES(rows), w, q, s);
+}
+
 lg_status lg_rmsnorm_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
 			     lg_dptr w, lg_dptr y, lg_dptr rms)
 {

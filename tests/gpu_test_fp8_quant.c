@@ -3,7 +3,7 @@
  * KERNELS.md 1.3) on the GPU against the CPU reference (label "gpu"): every
  * output mode, with and without power-of-two scales, at tokens 1, 127, 128,
  * 8191 and 8192 and hidden 128, 384, 2048 and 7168, and the 512-thread tile
- * at a few of them. The quantiser's arithmetic is exactly reproducible (y
+ * at a few of them, and the quant engine's fp32 path (tile.values 32). The quantiser's arithmetic is exactly reproducible (y
  * is the bf16 input itself), so scales and e4m3 payloads must be equal bit
  * for bit, and nothing may be left unwritten. Fresh random inputs, poisoned
  * outputs. Also: no tokens launch nothing.
@@ -95,6 +95,15 @@ static void test_threads512(void **state)
 	sweep(2048, ", \"tile\": {\"threads\": 512}");
 }
 
+/* The quant engine's fp32 path (values 32): the same bytes. */
+static void test_values32(void **state)
+{
+	(void)state;
+	sweep(384, ", \"tile\": {\"values\": 32}");
+	sweep(2048, ", \"tile\": {\"values\": 32}");
+	sweep(2048, ", \"tile\": {\"values\": 32, \"threads\": 256}");
+}
+
 /* No tokens: a zero grid, nothing launched, the pointers never touched. */
 static void test_no_tokens(void **state)
 {
@@ -125,6 +134,7 @@ int main(void)
 		cmocka_unit_test(test_h2048),
 		cmocka_unit_test(test_h7168),
 		cmocka_unit_test(test_threads512),
+		cmocka_unit_test(test_values32),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -86,6 +86,31 @@ static const struct golden cases[] = {
 	{"fp8_quant_h1152_colwise_sm80", "sm_80",
 	 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1152, "
 	 "\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"columnwise\"}}"},
+	/* the quant engine's fp32 path (values 32), exact scales, 512 threads */
+	{"fp8_quant_h2048_both_exact_f32", "sm_90a",
+	 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"quant\": {\"round_scale\": false}, \"tile\": {\"values\": 32}}"},
+	{"fp8_quant_h256_both_f32_t256_sm80", "sm_80",
+	 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 256, "
+	 "\"quant\": {}, \"tile\": {\"values\": 32, \"threads\": 256}}"},
+	/* per expert: the block scan of counts, feature blocks in turn */
+	{"fp8_quant_batched_h1024_both_pow2", "sm_90a",
+	 "{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1024, "
+	 "\"quant\": {}}"},
+	{"fp8_quant_batched_h384_rowwise_exact_f32", "sm_90a",
+	 "{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
+	 "\"quant\": {\"round_scale\": false, \"output\": \"rowwise\"}, \"tile\": {\"values\": 32, "
+	 "\"fblocks\": 2}}"},
+	{"fp8_quant_batched_h512_colwise_sm80", "sm_80",
+	 "{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 512, "
+	 "\"quant\": {\"output\": \"columnwise\"}, \"tile\": {\"fblocks\": 1}}"},
+	/* weights: one scale a 128 x 128 tile */
+	{"fp8_quant_weight_h2048_pow2", "sm_90a",
+	 "{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"quant\": {}}"},
+	{"fp8_quant_weight_h384_exact_f32_f2_sm80", "sm_80",
+	 "{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
+	 "\"quant\": {\"round_scale\": false}, \"tile\": {\"values\": 32, \"fblocks\": 2}}"},
 	{"rmsnorm_fwd_h2048", "sm_90a",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6}"},

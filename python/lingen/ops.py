@@ -75,6 +75,38 @@ def fp8_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream
     return r["q"], r["s"], r["qt"], r["st"]
 
 
+def fp8_quant_batched(x, counts, *, round_scale=True, output="both", tile=None, out=None,
+                      stream=None, context=None, alloc=None):
+    """Per-expert blockwise FP8 quantisation (KERNELS.md 1.3): x [tokens,
+    hidden] bf16 with the tokens grouped by expert, counts [experts] int32
+    on the device (read by the kernel: no host synchronisation; sum <=
+    tokens) -> (q, s, qt, st), each expert's segment quantised as a tensor
+    of its own and the copies concatenated in expert order: q [tokens,
+    hidden] (x's row order); s [hidden/128, tokens], flat: expert e's
+    [hidden/128, count_e] block at element start_e * hidden/128; qt
+    [hidden, tokens], flat: expert e's [hidden, count_e] block at element
+    start_e * hidden; st [cdiv(tokens, 128) + experts, hidden]: expert e's
+    cdiv(count_e, 128) rows after the earlier experts' (a capacity: rows
+    past the last expert's are not written). start_e = sum of the earlier
+    counts. As linghe's per-expert block quantisation of batched tensors."""
+    r = call("lingen.fp8_quant_batched", "fp8_quant_batched", "forward",
+             {"x": x, "counts": counts}, _quant(round_scale, output, tile=tile),
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["q"], r["s"], r["qt"], r["st"]
+
+
+def fp8_quant_weight(w, *, round_scale=True, tile=None, out=None, stream=None, context=None,
+                     alloc=None):
+    """FP8 quantisation of a weight in 128 x 128 tiles (KERNELS.md 1.3): w
+    [rows, hidden] bf16 -> (q [rows, hidden] e4m3, s [cdiv(rows, 128),
+    hidden/128] fp32, one dequantisation scale a tile). As linghe's
+    triton_block_quant."""
+    r = call("lingen.fp8_quant_weight", "fp8_quant_weight", "forward", {"w": w},
+             {"quant.round_scale": bool(round_scale), "tile": tile},
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["q"], r["s"]
+
+
 # ------------------------------------------------- q/k norm + RoPE (K2)
 
 def _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, **heads):

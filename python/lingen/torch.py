@@ -342,6 +342,22 @@ def fp8_quant(x, round_scale=True, output="both"):
     return (q.view(x.shape) if q is not None else None), s, qt, st
 
 
+def fp8_quant_batched(x, counts, round_scale=True, output="both"):
+    """Per-expert blockwise FP8 quantisation of x [tokens, hidden] (bf16,
+    tokens grouped by expert) with counts [experts] int32 on the device:
+    (q, s, qt, st) as lingen.fp8_quant_batched, the copies output does not
+    ask for None."""
+    res = _run("fp8_quant_batched_forward", x, counts, quant_round_scale=round_scale,
+               quant_output=output)
+    return _none_unused(res, _used("fp8_quant_batched", "forward", (("quant.output", output),)))
+
+
+def fp8_quant_weight(w, round_scale=True):
+    """(q, s): w [rows, hidden] (bf16) in 128 x 128 tiles, as
+    lingen.fp8_quant_weight."""
+    return _run("fp8_quant_weight_forward", w, quant_round_scale=round_scale)
+
+
 # ------------------------------------------------- q/k norm + RoPE (K2)
 
 def _rope_kw(eps, rotary_fraction, interleaved, transposed, silu):

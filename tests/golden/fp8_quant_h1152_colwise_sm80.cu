@@ -109,76 +109,80 @@ static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
 extern "C" __global__ void __launch_bounds__(256)
 lg_fp8_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 part)
 {
-	// qt staging (128 features x 128 tokens, swizzled); each warp's column amax,
-	// feature pairs as bf16x2.
+	// qt staging (128 features x 128 tokens, swizzled).
 	__shared__ __align__(16) u8 stage[128 * 128];
-	__shared__ __align__(16) u32 cpart[8][64];
+	__shared__ __align__(16) u32 cpart[8][64]; // each warp's column amax, bf16x2
 	__shared__ __align__(16) float cinv[128]; // 1 / column scale
 	// lb: this thread's block of 8 features; rb: its block of 8 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
 	const int r0 = 8 * rb; // this thread's first token in the tile
-	const i64 tile = blockIdx.x / 9u; // token tile
-	const int cb = blockIdx.x % 9u; // feature block
-	const i64 m0 = tile * 128, k0 = (i64)cb * 128; // the tile's first token and feature
+	const i64 tt = blockIdx.x / 9u; // token tile
+	const int cg = blockIdx.x % 9u; // feature group
+	const i64 m0 = tt * 128; // the tile's first token
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128); // tokens in the tile
-	// x, read once: 8 tokens x 16 bytes a thread (a half warp reads a token's 256 bytes),
-	// every load issued before any use. Tokens past M load the tile's last token instead
-	// (in bounds) and are then zeroed: they count as 0 in every amax.
-	const u8 *const xt = (const u8 *)x + (m0 * 1152 + k0 + 8 * lb) * 2;
-	lg_u32x4 xv[8];
+	u8 *const qtg = (u8 *)qt; // columnwise data [1152, M]
+	float *const stg = (float *)st + tt * 1152; // this tile's row of st
+	const int cb = cg; // the feature block
+	const i64 k0 = (i64)cb * 128; // its first feature
+	// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
+	// a token past the tile's last computes the last one's, then counts as 0).
+	lg_u32x4 v[8];
+	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
-	for (int i = 0; i < 8; i++) xv[i] = lg_ld16_cs(xt + min(r0 + i, rows - 1) * 2304);
-	if (rows < 128) { // the last tile, short of tokens
+	for (int i = 0; i < 8; i++) {
+		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1152 + qe_col) * 2);
+	}
+	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
 		for (int i = 0; i < 8; i++)
-			if (r0 + i >= rows) xv[i] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (r0 + i >= rows) v[i] = lg_u32x4{0u, 0u, 0u, 0u};
 	}
-	// Block maxima of the thread's values on the bf16 bits (|x|: sign bits cleared).
-	// cmax[j]: features 8 lb + 2j (low half) and 8 lb + 2j + 1 (high half) over its 8 tokens.
+	// Block maxima of the thread's values on the bf16 bits (sign bits cleared).
+	// cmax[j]: features 8 lb + 2j (low half), 8 lb + 2j + 1 (high) over 8 tokens.
 	u32 cmax[4] = {0u, 0u, 0u, 0u};
 	#pragma unroll
 	for (int i = 0; i < 8; i++) {
-		const lg_u32x4 w = xv[i];
+		const lg_u32x4 w = v[i];
 		const u32 a[4] = {w.x & 0x7fff7fffu, w.y & 0x7fff7fffu,
 			w.z & 0x7fff7fffu, w.w & 0x7fff7fffu};
 		#pragma unroll
 		for (int j = 0; j < 4; j++) cmax[j] = lg_max_bf16x2(cmax[j], a[j]);
 	}
-	// Column amax: the warp's two row blocks (lanes l, l ^ 16), then the 8 warps through
-	// shared memory.
+	// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 8 warps
+	// through shared memory.
 	#pragma unroll
 	for (int j = 0; j < 4; j++)
-		cmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(0xffffffffu, cmax[j], 16));
+		cmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));
 	if ((threadIdx.x & 16) == 0)
 		*(uint4 *)&cpart[threadIdx.x >> 5][4 * lb] =
 			make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);
 	__syncthreads();
-	// Column scales: thread t < 64 for features 2t, 2t + 1; st gets one 512-byte row a tile.
+	// Column scales: thread t < 64 for features 2t, 2t + 1; st: a 512-byte row.
 	if (threadIdx.x < 64) {
 		u32 a = cpart[0][threadIdx.x];
 		#pragma unroll
 		for (int w = 1; w < 8; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);
 		const float sc0 = lg_scale_pow2(lg_bf16_lo(a)), inv0 = lg_inv_pow2(sc0);
 		const float sc1 = lg_scale_pow2(lg_bf16_hi(a)), inv1 = lg_inv_pow2(sc1);
-		float *const str = (float *)st + tile * 1152 + k0; // this tile's row of st
-		*(float2 *)(str + 2 * threadIdx.x) = make_float2(sc0, sc1);
+		*(float2 *)(stg + k0 + 2 * threadIdx.x) = make_float2(sc0, sc1);
 		*(float2 *)(cinv + 2 * threadIdx.x) = make_float2(inv0, inv1);
 	}
 	__syncthreads();
 	// Quantise every value once per copy.
-	//   columnwise: with its feature's scale, two tokens per e4m3x2; cw[c] collects the 8 bytes
-	//   of feature 8 lb + c, token r0 first.
+	//   columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets
+	//   the 8 bytes of feature 8 lb + c, token r0 first.
 	const float4 c0 = *(const float4 *)(cinv + 8 * lb);
 	const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);
 	const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 	u32 cw[8][2];
 	#pragma unroll
 	for (int p = 0; p < 4; p++) {
-		const lg_u32x4 w0 = xv[2 * p], w1 = xv[2 * p + 1];
+		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
 		const u32 a[4] = {w0.x, w0.y, w0.z, w0.w}, b[4] = {w1.x, w1.y, w1.z, w1.w};
-		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1 (bf16 -> fp32 is exact)
 		#pragma unroll
-		for (int e = 0; e < 4; e++) {
+		for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
 			y0[2 * e] = lg_bf16_lo(a[e]), y0[2 * e + 1] = lg_bf16_hi(a[e]);
 			y1[2 * e] = lg_bf16_lo(b[e]), y1[2 * e + 1] = lg_bf16_hi(b[e]);
 		}
@@ -189,15 +193,14 @@ lg_fp8_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 			cw[c][p / 2] = p % 2 == 0 ? h : cw[c][p / 2] | h << 16;
 		}
 	}
-	// Stage the columns: token byte t of feature c's 128-byte line sits at t ^ (8 (c / 8)), so
-	// the 8-byte stores of a half warp (one row block, lb = 0..15) hit 16 distinct bank pairs.
+	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
+	// the 8-byte stores of a half warp (lb = 0..15) hit 16 distinct bank pairs.
 	#pragma unroll
 	for (int c = 0; c < 8; c++)
 		*(uint2 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) =
 			make_uint2(cw[c][0], cw[c][1]);
 	__syncthreads();
 	// qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.
-	u8 *const qtg = (u8 *)qt;
 	const bool vec_ok = (M & 15) == 0; // 16-byte aligned qt rows
 	#pragma unroll
 	for (int e = threadIdx.x; e < 1024; e += 256) {

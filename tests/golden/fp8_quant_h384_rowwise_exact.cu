@@ -96,54 +96,63 @@ lg_fp8_quant_fwd_bf16_h384_rowwise_exact(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 	// lb: this thread's block of 8 features; rb: its block of 4 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
 	const int r0 = 4 * rb; // this thread's first token in the tile
-	const i64 tile = blockIdx.x / 3u; // token tile
-	const int cb = blockIdx.x % 3u; // feature block
-	const i64 m0 = tile * 128, k0 = (i64)cb * 128; // the tile's first token and feature
+	const i64 tt = blockIdx.x / 3u; // token tile
+	const int cg = blockIdx.x % 3u; // feature group
+	const i64 m0 = tt * 128; // the tile's first token
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128); // tokens in the tile
-	// x, read once: 4 tokens x 16 bytes a thread (a half warp reads a token's 256 bytes),
-	// every load issued before any use. Tokens past M load the tile's last token instead
-	// (in bounds) and are then zeroed: they count as 0 in every amax.
-	const u8 *const xt = (const u8 *)x + (m0 * 384 + k0 + 8 * lb) * 2;
-	lg_u32x4 xv[4];
+	float *const sg = (float *)s; // rowwise scales [3, M]
+	const int cb = cg; // the feature block
+	const i64 k0 = (i64)cb * 128; // its first feature
+	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
+	// a token past the tile's last computes the last one's, then counts as 0).
+	lg_u32x4 v[4];
+	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
-	for (int i = 0; i < 4; i++) xv[i] = lg_ld16_cs(xt + min(r0 + i, rows - 1) * 768);
-	if (rows < 128) { // the last tile, short of tokens
+	for (int i = 0; i < 4; i++) {
+		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 384 + qe_col) * 2);
+	}
+	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
 		for (int i = 0; i < 4; i++)
-			if (r0 + i >= rows) xv[i] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (r0 + i >= rows) v[i] = lg_u32x4{0u, 0u, 0u, 0u};
 	}
-	// Block maxima of the thread's values on the bf16 bits (|x|: sign bits cleared).
-	// rmax[p]: tokens r0 + 2p (low half) and r0 + 2p + 1 (high half) over its 8 features.
+	// Block maxima of the thread's values on the bf16 bits (sign bits cleared).
+	// rmax[p]: tokens r0 + 2p (low half), r0 + 2p + 1 (high) over its 8 features.
 	u32 rmax[2];
 	#pragma unroll
 	for (int p = 0; p < 2; p++) {
 		u32 pr[2];
 		#pragma unroll
 		for (int i = 0; i < 2; i++) {
-			const lg_u32x4 w = xv[2 * p + i];
+			const lg_u32x4 w = v[2 * p + i];
 			const u32 a[4] = {w.x & 0x7fff7fffu, w.y & 0x7fff7fffu,
 				w.z & 0x7fff7fffu, w.w & 0x7fff7fffu};
-			pr[i] = lg_max_bf16x2(lg_max_bf16x2(a[0], a[1]), lg_max_bf16x2(a[2], a[3]));
+			pr[i] = lg_max_bf16x2(lg_max_bf16x2(a[0], a[1]),
+				lg_max_bf16x2(a[2], a[3]));
 		}
 		// even features' maxima of both tokens against the odd features'
 		rmax[p] = lg_max_bf16x2(__byte_perm(pr[0], pr[1], 0x5410),
 			__byte_perm(pr[0], pr[1], 0x7632));
 	}
-	// Row amax: a butterfly over the 16 lanes of the half warp (one row block).
+	// Row amax: a butterfly over the half warp's 16 lanes (a token's 128 features).
 	#pragma unroll
 	for (int m = 1; m < 16; m <<= 1) {
 		#pragma unroll
-		for (int p = 0; p < 2; p++)
-			rmax[p] = lg_max_bf16x2(rmax[p], __shfl_xor_sync(0xffffffffu, rmax[p], m));
+		for (int p = 0; p < 2; p++) {
+			const u32 o = __shfl_xor_sync(0xffffffffu, rmax[p], m);
+			rmax[p] = lg_max_bf16x2(rmax[p], o);
+		}
 	}
-	// Row scales, a lane a row: lane lb takes token r0 + lb % 4; lanes 0..3 of each half warp
-	// store them (s is [hidden / 128, M]: 32 contiguous bytes a warp), then every lane
-	// fetches the inverses of its 4 tokens from the lanes that own them.
+	// Row scales, a lane a token: lane lb takes token r0 + lb % 4; lanes 0..3
+	// of a half warp store them (32 bytes a warp), then each lane fetches the inverses
+	// of its 4 tokens from the lanes that own them.
 	const int own = lb & 3;
 	const u32 rp = own < 2 ? rmax[0] : rmax[1];
 	const float ramax = own & 1 ? lg_bf16_hi(rp) : lg_bf16_lo(rp);
 	const float rsc = lg_scale_exact(ramax), rinv = 1.0f / rsc;
-	if (lb < 4 && r0 + lb < rows) ((float *)s)[cb * M + m0 + r0 + lb] = rsc;
+	if (lb < 4 && r0 + lb < rows)
+		sg[cb * M + m0 + r0 + lb] = rsc;
 	float ri[4];
 	float rs[4];
 	#pragma unroll
@@ -152,15 +161,15 @@ lg_fp8_quant_fwd_bf16_h384_rowwise_exact(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 		rs[i] = __shfl_sync(0xffffffffu, rsc, (threadIdx.x & 16) + i);
 	}
 	// Quantise every value once per copy.
-	//   rowwise: with its token's scale; a half warp stores a token's 128-byte q line.
+	//   rowwise: with its token's scale; a half warp stores a token's q line.
 	u8 *const qrow = (u8 *)q + (m0 + r0) * 384 + k0 + 8 * lb;
 	#pragma unroll
 	for (int p = 0; p < 2; p++) {
-		const lg_u32x4 w0 = xv[2 * p], w1 = xv[2 * p + 1];
+		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
 		const u32 a[4] = {w0.x, w0.y, w0.z, w0.w}, b[4] = {w1.x, w1.y, w1.z, w1.w};
-		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1 (bf16 -> fp32 is exact)
 		#pragma unroll
-		for (int e = 0; e < 4; e++) {
+		for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
 			y0[2 * e] = lg_bf16_lo(a[e]), y0[2 * e + 1] = lg_bf16_hi(a[e]);
 			y1[2 * e] = lg_bf16_lo(b[e]), y1[2 * e + 1] = lg_bf16_hi(b[e]);
 		}
@@ -169,12 +178,17 @@ lg_fp8_quant_fwd_bf16_h384_rowwise_exact(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 		u32 qa[2], qb[2];
 		#pragma unroll
 		for (int e = 0; e < 2; e++) {
-			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0), lg_q(y0[4 * e + 1], s0, i0),
-				lg_q(y0[4 * e + 2], s0, i0), lg_q(y0[4 * e + 3], s0, i0));
-			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1), lg_q(y1[4 * e + 1], s1, i1),
-				lg_q(y1[4 * e + 2], s1, i1), lg_q(y1[4 * e + 3], s1, i1));
+			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0),
+				lg_q(y0[4 * e + 1], s0, i0),
+				lg_q(y0[4 * e + 2], s0, i0),
+				lg_q(y0[4 * e + 3], s0, i0));
+			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1),
+				lg_q(y1[4 * e + 1], s1, i1),
+				lg_q(y1[4 * e + 2], s1, i1),
+				lg_q(y1[4 * e + 3], s1, i1));
 		}
 		if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 384, qa[0], qa[1]);
-		if (r0 + 2 * p + 1 < rows) lg_st8_cs(qrow + (2 * p + 1) * 384, qb[0], qb[1]);
+		if (r0 + 2 * p + 1 < rows)
+			lg_st8_cs(qrow + (2 * p + 1) * 384, qb[0], qb[1]);
 	}
 }

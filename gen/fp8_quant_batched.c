@@ -1,0 +1,172 @@
+/*
+ * fp8_quant_batched.c - family "fp8_quant_batched" (KERNELS.md 1.3, per-
+ * expert tensors): the blockwise FP8 activation quantiser of MoE expert
+ * inputs. x [tokens, hidden] bf16 holds the tokens grouped by expert in
+ * contiguous segments of counts[e] tokens (counts [experts] int32, read
+ * from device memory: no host synchronisation, one launch for every
+ * expert); each segment is quantised as a tensor of its own (its 128-token
+ * blocks start at its first token) and the copies are concatenated in
+ * expert order:
+ *   q  [tokens, hidden]: rowwise data, x's row order;
+ *   s: for expert e a [hidden/128, count_e] block (count_e contiguous) at
+ *      element start_e * hidden/128 (declared [hidden/128, tokens]: only
+ *      the flat order is meaningful);
+ *   qt: for expert e a [hidden, count_e] block at element start_e * hidden
+ *      (declared [hidden, tokens]);
+ *   st: for expert e cdiv(count_e, 128) rows of hidden at row
+ *      sum_{e' < e} cdiv(count_e', 128) (declared [cdiv(tokens, 128) +
+ *      experts, hidden]: a capacity; the rows past the last expert's are
+ *      not written).
+ * start_e is the exclusive prefix sum of counts; experts of count 0
+ * contribute nothing; any number of experts. Counts must sum to at most
+ * `tokens` (the tokens past the sum are neither read nor written); an
+ * expert whose segment would run past `tokens` is not written at all.
+ *
+ * Strategy: the quant engine (quant_engine.h), layout LG_QE_EXPERTS: a 1-D
+ * grid of cdiv(tokens, 128) + experts token tiles (a static bound: each
+ * expert adds at most one partial tile) x feature groups; each CTA finds
+ * the expert of its token tile by a block scan of counts (L2-resident)
+ * and leaves when its tile is past the last; a tile never straddles two
+ * experts. A CTA then quantises `fblocks` 128 x 128 tiles along the
+ * features in turn (default 4), which spreads the scan over several tiles.
+ * x is read once, 16 bytes a load; maxima on the bf16 bits.
+ *
+ * Tile options: `threads` 256 / 512 (as fp8_quant), `fblocks` 1, 2, 4, 8
+ * (128-feature blocks a CTA), `values` 16 / 32 (as fp8_quant).
+ */
+#include <stdio.h>
+
+#include "family.h"
+
+#include "quant_common.h"
+#include "quant_engine.h"
+
+#define TILE 128
+#define HIDDEN_MAX 65536
+#define EXPERTS_MAX 65536
+/* The grid, (cdiv(tokens, 128) + experts) x feature groups, within 2^31 - 1. */
+#define TOKENS_MAX (((int64_t)INT32_MAX / (HIDDEN_MAX / TILE) - EXPERTS_MAX) * TILE)
+
+enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_VALUES, NKEYS };
+static const int64_t threads_ok[] = {256, 512, 0};
+static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
+static const int64_t values_ok[] = {16, 32, 0};
+static const struct lg_key keys[NKEYS] = {
+	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, HIDDEN_MAX, 128, "features per row"),
+	LG_KEYS_QUANT(K_QUANT),
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_THREADS] = LG_KEY_TILE("threads", "t", 256, 512, threads_ok,
+				  "threads per 128 x 128 tile: 256 (8 tokens a thread) or 512 (4 tokens)"),
+	[K_FBLOCKS] = LG_KEY_TILE("fblocks", "f", 1, 8, fblocks_ok,
+				  "128-feature blocks a CTA quantises in turn (the expert lookup spread over them)"),
+	[K_VALUES] = LG_KEY_TILE("values", "v", 16, 32, values_ok,
+				 "bits a value is held in: 16 (bf16, the fast path) or 32 (the engine's fp32 path)"),
+};
+
+static const struct lg_size sizes[] = {
+	{"tokens", "M", 0, TOKENS_MAX, "rows of x: every expert's tokens, grouped by expert (a capacity: counts may sum "
+			      "to less)", 0},
+	{"experts", "E", 1, EXPERTS_MAX, "experts (entries of counts)", 256},
+};
+
+enum { ARG_X, ARG_COUNTS, ARG_Q, ARG_S, ARG_QT, ARG_ST, NARGS };
+static const struct lg_arg fwd_args[NARGS] = {
+	[ARG_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, "tokens grouped by expert"},
+	[ARG_COUNTS] = {"counts", LG_ARG_IN, LG_ELEM_I32, "experts", 4,
+			"tokens of each expert (device memory; sum <= tokens)"},
+	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, hidden", 8, "rowwise (0 for columnwise)"},
+	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, tokens", 4,
+		   "rowwise scales: a [hidden/128, count_e] block an expert, in expert order (0 for columnwise)"},
+	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, tokens", 16,
+		    "columnwise: a [hidden, count_e] block an expert, in expert order (0 for rowwise)"},
+	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128) + experts, hidden", 8,
+		    "columnwise scales: cdiv(count_e, 128) rows an expert, in expert order (a capacity; 0 for "
+		    "rowwise)"},
+};
+
+enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_F32 };
+
+static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct lg_qe e = {.n = p->v[P_HIDDEN], .threads = (int)p->v[P_THREADS], .fblocks = (int)p->v[P_FBLOCKS],
+			  .vals = p->v[P_F32] ? LG_QE_F32 : LG_QE_BF16, .layout = LG_QE_EXPERTS};
+	if (s) {
+		e.rows = lg_quant_rowwise(s);
+		e.cols = lg_quant_colwise(s);
+		e.pow2 = lg_quant_pow2(s);
+	}
+	return e;
+}
+
+static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	(void)t;
+	bool f32 = lg_spec_has(s, K_VALUES) && lg_spec_int(s, K_VALUES) == 32;
+	int64_t nb = lg_spec_int(s, K_HIDDEN) / TILE;
+	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) && !f32 ? 256 : 512;
+	int64_t fb = lg_spec_has(s, K_FBLOCKS) ? lg_spec_int(s, K_FBLOCKS) : 4;
+	p->v[P_HIDDEN] = nb * TILE;
+	p->tile[K_THREADS] = p->v[P_THREADS] = threads;
+	p->tile[K_FBLOCKS] = p->v[P_FBLOCKS] = fb < nb ? fb : nb;
+	p->tile[K_VALUES] = f32 ? 32 : 16;
+	p->v[P_F32] = f32;
+	p->nentries = 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	return LG_OK;
+}
+
+static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
+{
+	(void)e;
+	struct lg_qe q = engine(NULL, p);
+	lg_qe_geometry(&q, sz[0], sz[1], d);
+}
+
+static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	(void)ctx;
+	lg_qe_emit_load_bf16(b, e, r, "x");
+}
+
+static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
+{
+	struct lg_qe e = engine(s, p);
+	struct lg_qe_hooks h = {.values = values};
+	(void)t;
+	lg_section(b, "helpers for this spec", NULL);
+	lg_qe_emit_helpers(b, &e);
+	lg_section(b, p->entry[0], "per-expert blockwise FP8 quantisation");
+	lg_comment(b, "CTA: a token tile of one expert (found from counts) x %d feature blocks of 128;",
+		   (int)p->v[P_FBLOCKS]);
+	lg_comment(b, "%d threads, %d tokens x 8 features a thread.", e.threads, lg_qe_tokens_per_thread(&e));
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e.threads);
+	lg_open(b, "{");
+	lg_qe_emit_body(b, &e, &h);
+	lg_close(b);
+}
+
+/* Tile variants for `lingen tune`: feature blocks a CTA x threads. */
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	return lg_candidate_grid(s, t, out, 0, max, K_FBLOCKS, fblocks_ok, K_THREADS, threads_ok);
+}
+
+static void uses(const struct lg_spec *s, unsigned char *used)
+{
+	lg_quant_uses(s, used, ARG_Q, ARG_S, ARG_QT, ARG_ST);
+}
+
+const struct lg_family lg_family_fp8_quant_batched = {
+	.op = "fp8_quant_batched",
+	.summary = "per-expert blockwise FP8 quantisation (tokens grouped by expert, counts on the device)",
+	.passes = 1u << LG_PASS_FORWARD,
+	.dtypes = 1u << LG_DTYPE_BF16,
+	.nkeys = NKEYS,
+	.keys = keys,
+	.sig = {[LG_PASS_FORWARD] = {2, sizes, NARGS, fwd_args}},
+	.uses = uses,
+	.plan = plan,
+	.emit = emit,
+	.geometry = geometry,
+	.candidates = candidates,
+};

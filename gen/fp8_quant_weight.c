@@ -1,0 +1,142 @@
+/*
+ * fp8_quant_weight.c - family "fp8_quant_weight" (KERNELS.md 1.3,
+ * weights; linghe's triton_block_quant): blockwise FP8 quantisation of a
+ * weight w [rows, hidden] bf16 in 128 x 128 tiles, one scale a tile:
+ * q [rows, hidden] e4m3 and s [cdiv(rows, 128), hidden / 128] fp32
+ * (row-major), s = the dequantisation multiplier of KERNELS.md 1.2
+ * (quant.round_scale as everywhere; quant.output must be "both", its
+ * default: a weight has one copy).
+ * hidden must be a multiple of 128; rows may be any count: a partial last
+ * row of tiles takes its amax over its real rows (absent rows count as 0)
+ * and stores nothing past them.
+ *
+ * Strategy: the quant engine (quant_engine.h), layout LG_QE_TILE128: one
+ * CTA a 128 x 128 tile (`fblocks` of them along the features in turn),
+ * w read once by 16-byte loads into registers; the column maxima of the
+ * engine's columnwise path reduced once more to the tile's amax; then the
+ * rowwise pass of the engine with the tile's scale (a half warp stores a
+ * row's 128-byte q line).
+ *
+ * Tile options: `threads` 256 / 512, `fblocks` 1, 2, 4, 8, `values`
+ * 16 / 32 (as fp8_quant_batched).
+ */
+#include <stdio.h>
+
+#include "error.h"
+#include "family.h"
+
+#include "quant_common.h"
+#include "quant_engine.h"
+
+#define TILE 128
+#define HIDDEN_MAX 65536
+#define ROWS_MAX (((int64_t)INT32_MAX / (HIDDEN_MAX / TILE)) * TILE)
+
+enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_VALUES, NKEYS };
+static const int64_t threads_ok[] = {256, 512, 0};
+static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
+static const int64_t values_ok[] = {16, 32, 0};
+static const struct lg_key keys[NKEYS] = {
+	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, HIDDEN_MAX, 128, "columns of the weight (its input features)"),
+	LG_KEYS_QUANT(K_QUANT),
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_THREADS] = LG_KEY_TILE("threads", "t", 256, 512, threads_ok,
+				  "threads per 128 x 128 tile: 256 (8 rows a thread) or 512 (4 rows)"),
+	[K_FBLOCKS] = LG_KEY_TILE("fblocks", "f", 1, 8, fblocks_ok, "128 x 128 tiles a CTA quantises in turn"),
+	[K_VALUES] = LG_KEY_TILE("values", "v", 16, 32, values_ok,
+				 "bits a value is held in: 16 (bf16, the fast path) or 32 (the engine's fp32 path)"),
+};
+
+static const struct lg_size sizes[] = {
+	{"rows", "M", 0, ROWS_MAX, "rows of the weight (its output features)", 0},
+};
+
+enum { ARG_W, ARG_Q, ARG_S, NARGS };
+static const struct lg_arg fwd_args[NARGS] = {
+	[ARG_W] = {"w", LG_ARG_IN, LG_ELEM_BF16, "rows, hidden", 16, NULL},
+	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "rows, hidden", 8, NULL},
+	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(rows, 128), hidden / 128", 4, "one scale a 128 x 128 tile"},
+};
+
+enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_F32 };
+
+static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
+{
+	return (struct lg_qe){.n = p->v[P_HIDDEN], .threads = (int)p->v[P_THREADS], .fblocks = (int)p->v[P_FBLOCKS],
+			      .rows = true, .pow2 = s && lg_quant_pow2(s), .vals = p->v[P_F32] ? LG_QE_F32 : LG_QE_BF16,
+			      .layout = LG_QE_TILE128};
+}
+
+static lg_status validate(const struct lg_spec *s, const char *where)
+{
+	if (lg_spec_quant(s).output != LG_QOUT_BOTH)
+		return lg_spec_error(where, "quant.output: found \"%s\", allowed: \"both\" (a weight has one copy, "
+				     "128 x 128 tiles)", lg_quant_output_names[lg_spec_quant(s).output]);
+	return LG_OK;
+}
+
+static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	(void)t;
+	bool f32 = lg_spec_has(s, K_VALUES) && lg_spec_int(s, K_VALUES) == 32;
+	int64_t nb = lg_spec_int(s, K_HIDDEN) / TILE;
+	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) && !f32 ? 256 : 512;
+	int64_t fb = lg_spec_has(s, K_FBLOCKS) ? lg_spec_int(s, K_FBLOCKS) : 1;
+	p->v[P_HIDDEN] = nb * TILE;
+	p->tile[K_THREADS] = p->v[P_THREADS] = threads;
+	p->tile[K_FBLOCKS] = p->v[P_FBLOCKS] = fb < nb ? fb : nb;
+	p->tile[K_VALUES] = f32 ? 32 : 16;
+	p->v[P_F32] = f32;
+	p->nentries = 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	return LG_OK;
+}
+
+static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
+{
+	(void)e;
+	struct lg_qe q = engine(NULL, p);
+	lg_qe_geometry(&q, sz[0], 0, d);
+}
+
+static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	(void)ctx;
+	lg_qe_emit_load_bf16(b, e, r, "w");
+}
+
+static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
+{
+	struct lg_qe e = engine(s, p);
+	struct lg_qe_hooks h = {.values = values};
+	(void)t;
+	lg_section(b, "helpers for this spec", NULL);
+	lg_qe_emit_helpers(b, &e);
+	lg_section(b, p->entry[0], "FP8 quantisation of a weight in 128 x 128 tiles");
+	lg_comment(b, "CTA: 128 rows x %d tiles of 128 columns; %d threads, %d rows x 8 columns a thread.",
+		   (int)p->v[P_FBLOCKS], e.threads, lg_qe_tokens_per_thread(&e));
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e.threads);
+	lg_open(b, "{");
+	lg_qe_emit_body(b, &e, &h);
+	lg_close(b);
+}
+
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	return lg_candidate_grid(s, t, out, 0, max, K_FBLOCKS, fblocks_ok, K_THREADS, threads_ok);
+}
+
+const struct lg_family lg_family_fp8_quant_weight = {
+	.op = "fp8_quant_weight",
+	.summary = "FP8 quantisation of a weight in 128 x 128 tiles, one scale a tile",
+	.passes = 1u << LG_PASS_FORWARD,
+	.dtypes = 1u << LG_DTYPE_BF16,
+	.nkeys = NKEYS,
+	.keys = keys,
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args}},
+	.validate = validate,
+	.plan = plan,
+	.emit = emit,
+	.geometry = geometry,
+	.candidates = candidates,
+};

@@ -1,0 +1,50 @@
+/*
+ * fp8_quant_weight_ref.c - CPU reference of family "fp8_quant_weight"
+ * (KERNELS.md 1.3, weights): one scale per 128 x 128 tile of w (the amax
+ * over its real rows), s [cdiv(rows, 128), hidden / 128], each value
+ * quantised with its tile's scale (KERNELS.md 1.2).
+ */
+#include <math.h>
+
+#include "numeric_ref.h"
+#include "ref.h"
+
+enum { W, Q, S };
+
+static void describe(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	(void)s;
+	c->buf[Q].cmp = LG_CMP_E4M3_ULP; /* bit-equal: ulps 0 */
+	c->buf[S].cmp = LG_CMP_SCALE;
+}
+
+static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
+{
+	uint64_t st = seed;
+	lg_ref_fill_quant_input(c->buf[W].host, (size_t)c->sizes[0], (size_t)lg_ref_int(s, "hidden"), &st);
+}
+
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	size_t n = (size_t)lg_ref_int(s, "hidden"), m = (size_t)c->sizes[0], nb = n / 128;
+	bool pow2 = lg_spec_quant(s).round_scale;
+	const uint16_t *w = c->buf[W].host;
+	uint8_t *q = c->buf[Q].host;
+	float *sc = c->buf[S].host;
+	for (size_t r0 = 0; r0 < m; r0 += 128) {
+		size_t rows = m - r0 < 128 ? m - r0 : 128;
+		for (size_t b = 0; b < nb; b++) {
+			float amax = 0.0f;
+			for (size_t i = r0; i < r0 + rows; i++)
+				for (size_t k = b * 128; k < b * 128 + 128; k++)
+					amax = fmaxf(amax, fabsf(lg_ref_bf16_to_f32(w[i * n + k])));
+			float sv = lg_ref_scale(amax, pow2);
+			sc[(r0 / 128) * nb + b] = sv;
+			for (size_t i = r0; i < r0 + rows; i++)
+				for (size_t k = b * 128; k < b * 128 + 128; k++)
+					q[i * n + k] = lg_ref_quant(lg_ref_bf16_to_f32(w[i * n + k]), sv, pow2);
+		}
+	}
+}
+
+const struct lg_ref_family lg_ref_fp8_quant_weight = {describe, fill, run};

@@ -1,0 +1,555 @@
+/*
+ * quant_engine.c - the blockwise FP8 quantiser engine (quant_engine.h).
+ *
+ * Strategy (the one fp8_quant measured at 22.3 us, ~69% of copy, at
+ * 8192 x 2048 bf16 on the H200): one CTA a 128 x 128 tile (or a run of
+ * `fblocks` tiles along the features), every value loaded once into
+ * registers by 16-byte loads, all issued before any use; block maxima
+ * rowwise by a butterfly over the half warp that holds a token's 128
+ * features, columnwise over the thread's R tokens, the two half warps and
+ * the warps (shared memory); one lane a token computes the rowwise scale
+ * (s gets contiguous stores) and hands the inverse around by shuffles; one
+ * thread a feature (a feature pair with bf16) the columnwise scale (st: one
+ * 512-byte row a tile). One pass then quantises every value once per copy:
+ * the rowwise bytes straight to q (a half warp stores a token's 128-byte
+ * line), the columnwise bytes, two tokens per e4m3x2, into a swizzled
+ * shared tile that leaves as 128-byte qt lines.
+ */
+#include "quant_engine.h"
+
+#include "quant_common.h"
+
+#define TILE 128
+
+static const char *nm(const char *name, const char *def)
+{
+	return name ? name : def;
+}
+
+int lg_qe_tokens_per_thread(const struct lg_qe *e)
+{
+	return TILE * 16 / e->threads;
+}
+
+static int fblocks(const struct lg_qe *e)
+{
+	int nb = (int)(e->n / TILE);
+	return e->fblocks <= 1 ? 1 : e->fblocks > nb ? nb : e->fblocks;
+}
+
+/* Feature groups of a token tile (CTAs along the features). */
+static int64_t groups(const struct lg_qe *e)
+{
+	int64_t nb = e->n / TILE, fb = fblocks(e);
+	return (nb + fb - 1) / fb;
+}
+
+void lg_qe_geometry(const struct lg_qe *e, int64_t m, int64_t experts, struct lg_launch_dim *d)
+{
+	int64_t tiles = (m + TILE - 1) / TILE;
+	if (e->layout == LG_QE_EXPERTS && m > 0)
+		tiles += experts;
+	d->grid[0] = (unsigned)(tiles * groups(e));
+	d->grid[1] = d->grid[2] = 1;
+	d->block[0] = (unsigned)e->threads;
+	d->block[1] = d->block[2] = 1;
+	d->smem = 0;
+}
+
+int64_t lg_qe_tokens_max(int64_t n_max, int64_t e_max)
+{
+	return (INT32_MAX / (n_max / TILE) - e_max) * TILE;
+}
+
+void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, const char *x)
+{
+	long long n = (long long)e->n;
+	if (e->vals == LG_QE_BF16) {
+		lg_line(b, "%s = lg_ld16_cs((const u8 *)%s + (%s * %lld + %s) * 2);", r->dst, x, r->row, n, r->col);
+		return;
+	}
+	lg_open(b, "{ // bf16 -> fp32 is exact");
+	lg_line(b, "const u8 *const qe_p = (const u8 *)%s + (%s * %lld + %s) * 2;", x, r->row, n, r->col);
+	lg_line(b, "const lg_u32x4 qe_w = lg_ld16_cs(qe_p);");
+	lg_line(b, "const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < 4; j++) {");
+	lg_line(b, "%s[2 * j] = lg_bf16_lo(qe_a[j]);", r->dst);
+	lg_line(b, "%s[2 * j + 1] = lg_bf16_hi(qe_a[j]);", r->dst);
+	lg_close(b);
+	lg_close(b);
+}
+
+void lg_qe_emit_helpers(lg_buf *b, const struct lg_qe *e)
+{
+	lg_emit_quant_q(b, e->pow2);
+	if (e->vals != LG_QE_BF16)
+		return;
+	lg_comment(b, "Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so on");
+	lg_comment(b, "|x| (sign bits cleared) it gives block amax two values an instruction.");
+	lg_line(b, "static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)");
+	lg_open(b, "{");
+	lg_line(b, "u32 d;");
+	lg_line(b, "asm(\"max.bf16x2 %%0, %%1, %%2;\" : \"=r\"(d) : \"r\"(a), \"r\"(b));");
+	lg_line(b, "return d;");
+	lg_close(b);
+}
+
+/* The emission state of one body. */
+struct ctx {
+	const struct lg_qe *e;
+	const struct lg_qe_hooks *h;
+	int r, warps, fb;
+	int64_t nb;
+	bool bf16, tile, cmax; /* bf16 values; one scale a 128x128 tile; column maxima needed */
+	const char *q, *s, *qt, *st, *m;
+};
+
+/* Shared memory, the thread's place, the tile's place (and expert). */
+static void emit_place(lg_buf *b, const struct ctx *k)
+{
+	const struct lg_qe *e = k->e;
+	if (e->cols) {
+		lg_comment(b, "qt staging (128 features x 128 tokens, swizzled).");
+		lg_line(b, "__shared__ __align__(16) u8 stage[128 * 128];");
+	}
+	if (k->cmax) {
+		if (k->bf16)
+			lg_line(b, "__shared__ __align__(16) u32 cpart[%d][64]; // each warp's column amax, bf16x2", k->warps);
+		else
+			lg_line(b, "__shared__ __align__(16) float cpart[%d][128]; // each warp's column amax", k->warps);
+	}
+	if (e->cols) {
+		lg_line(b, "__shared__ __align__(16) float cinv[128]; // 1 / column scale");
+		if (!e->pow2)
+			lg_line(b, "__shared__ __align__(16) float csc[128]; // column scales");
+	}
+	if (k->tile)
+		lg_line(b, "__shared__ float tmax[4]; // the tile amax of each warp that reduces it");
+	lg_comment(b, "lb: this thread's block of 8 features; rb: its block of %d tokens.", k->r);
+	lg_line(b, "const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;");
+	lg_line(b, "const int r0 = %d * rb; // this thread's first token in the tile", k->r);
+	int64_t g = groups(e);
+	if (g > 1) {
+		lg_line(b, "const i64 tt = blockIdx.x / %lldu; // token tile", (long long)g);
+		lg_line(b, "const int cg = blockIdx.x %% %lldu; // feature group", (long long)g);
+	} else {
+		lg_line(b, "const i64 tt = blockIdx.x; // token tile");
+		lg_line(b, "const int cg = 0; // feature group");
+	}
+	if (e->layout != LG_QE_EXPERTS) {
+		lg_line(b, "const i64 m0 = tt * 128; // the tile's first token");
+		lg_line(b, "const int rows = (int)(%s - m0 < 128 ? %s - m0 : 128); // tokens in the tile", k->m, k->m);
+		if (e->rows && !k->tile)
+			lg_line(b, "float *const sg = (float *)%s; // rowwise scales [%lld, %s]", k->s, (long long)k->nb,
+				k->m);
+		if (e->cols) {
+			lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, %s]", k->qt, (long long)e->n, k->m);
+			lg_line(b, "float *const stg = (float *)%s + tt * %lld; // this tile's row of st", k->st,
+				(long long)e->n);
+		}
+		return;
+	}
+	lg_comment(b, "The expert segment holding token tile tt (a block scan of counts); tiles");
+	lg_comment(b, "past the last (the grid is a bound) and experts overrunning %s leave.", k->m);
+	lg_line(b, "int ex;");
+	lg_line(b, "i64 seg0, segn, tbeg;");
+	lg_line(b, "if (!lg_expert_tile((const int *)%s, %s, tt, &ex, &seg0, &segn, &tbeg)) return;",
+		nm(e->counts, "counts"), nm(e->experts, "E"));
+	lg_line(b, "if (seg0 + segn > %s) return;", k->m);
+	lg_line(b, "const i64 lt = tt - tbeg; // the tile within the segment");
+	lg_line(b, "const i64 m0 = seg0 + lt * 128; // the tile's first token in x and q");
+	lg_line(b, "const int rows = (int)(segn - lt * 128 < 128 ? segn - lt * 128 : 128); // its tokens");
+	if (e->rows)
+		lg_line(b, "float *const sg = (float *)%s + seg0 * %lld; // [%lld, segn] scales", k->s,
+			(long long)k->nb, (long long)k->nb);
+	if (e->cols) {
+		lg_line(b, "u8 *const qtg = (u8 *)%s + seg0 * %lld; // the expert's [%lld, segn] qt", k->qt,
+			(long long)e->n, (long long)e->n);
+		lg_line(b, "float *const stg = (float *)%s + (tbeg + lt) * %lld; // the tile's st row", k->st,
+			(long long)e->n);
+	}
+}
+
+/* v: the thread's R tokens x 8 features, from the family's hook. */
+static void emit_values(lg_buf *b, const struct ctx *k)
+{
+	lg_comment(b, "The values: %d tokens x 8 features a thread (the family's code, a token a step;",
+		   k->r);
+	lg_comment(b, "a token past the tile's last computes the last one's, then counts as 0).");
+	if (k->bf16)
+		lg_line(b, "lg_u32x4 v[%d];", k->r);
+	else
+		lg_line(b, "float v[%d][8];", k->r);
+	lg_line(b, "const i64 qe_col = k0 + 8 * lb; // the thread's first feature");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
+	lg_line(b, "const i64 qe_row = m0 + min(r0 + i, rows - 1);");
+	struct lg_qe_row r = {.row = "qe_row", .lrow = "(r0 + i)", .col = "qe_col", .dst = "v[i]",
+			      .valid = "(r0 + i < rows)"};
+	k->h->values(b, k->e, &r, k->h->ctx);
+	lg_close(b);
+	lg_open(b, "if (rows < 128) { // a tile short of tokens: the absent ones count as 0");
+	lg_line(b, "#pragma unroll");
+	if (k->bf16) {
+		lg_line(b, "for (int i = 0; i < %d; i++)", k->r);
+		lg_line(b, "\tif (r0 + i >= rows) v[i] = lg_u32x4{0u, 0u, 0u, 0u};");
+	} else {
+		lg_line(b, "for (int i = 0; i < %d; i++)", k->r);
+		lg_line(b, "\tif (r0 + i >= rows)");
+		lg_line(b, "\t\tfor (int j = 0; j < 8; j++) v[i][j] = 0.0f;");
+	}
+	lg_close(b);
+}
+
+static void emit_thread_amax_bf16(lg_buf *b, const struct ctx *k)
+{
+	bool rows = k->e->rows && !k->tile;
+	lg_comment(b, "Block maxima of the thread's values on the bf16 bits (sign bits cleared).");
+	if (rows) {
+		lg_comment(b, "rmax[p]: tokens r0 + 2p (low half), r0 + 2p + 1 (high) over its 8 features.");
+		lg_line(b, "u32 rmax[%d];", k->r / 2);
+	}
+	if (k->cmax) {
+		lg_comment(b, "cmax[j]: features 8 lb + 2j (low half), 8 lb + 2j + 1 (high) over %d tokens.",
+			   k->r);
+		lg_line(b, "u32 cmax[4] = {0u, 0u, 0u, 0u};");
+	}
+	lg_line(b, "#pragma unroll");
+	if (rows) { /* two tokens at a time: their row maxima share a word */
+		lg_open(b, "for (int p = 0; p < %d; p++) {", k->r / 2);
+		lg_line(b, "u32 pr[2];");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int i = 0; i < 2; i++) {");
+		lg_line(b, "const lg_u32x4 w = v[2 * p + i];");
+	} else {
+		lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
+		lg_line(b, "const lg_u32x4 w = v[i];");
+	}
+	lg_line(b, "const u32 a[4] = {w.x & 0x7fff7fffu, w.y & 0x7fff7fffu,");
+	lg_line(b, "\tw.z & 0x7fff7fffu, w.w & 0x7fff7fffu};");
+	if (rows) {
+		lg_line(b, "pr[i] = lg_max_bf16x2(lg_max_bf16x2(a[0], a[1]),");
+		lg_line(b, "\tlg_max_bf16x2(a[2], a[3]));");
+	}
+	if (k->cmax) {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int j = 0; j < 4; j++) cmax[j] = lg_max_bf16x2(cmax[j], a[j]);");
+	}
+	lg_close(b);
+	if (rows) {
+		lg_comment(b, "even features' maxima of both tokens against the odd features'");
+		lg_line(b, "rmax[p] = lg_max_bf16x2(__byte_perm(pr[0], pr[1], 0x5410),");
+		lg_line(b, "\t__byte_perm(pr[0], pr[1], 0x7632));");
+		lg_close(b);
+	}
+}
+
+static void emit_thread_amax_f32(lg_buf *b, const struct ctx *k)
+{
+	bool rows = k->e->rows && !k->tile;
+	lg_comment(b, "Block maxima of |v| over the thread's values:");
+	if (rows) {
+		lg_comment(b, "rmax[i]: token r0 + i over its 8 features.");
+		lg_line(b, "float rmax[%d];", k->r);
+	}
+	if (k->cmax) {
+		lg_comment(b, "cmax[j]: feature 8 lb + j over its %d tokens.", k->r);
+		lg_line(b, "float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};");
+	}
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
+	if (rows)
+		lg_line(b, "float a = 0.0f;");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < 8; j++) {");
+	if (rows)
+		lg_line(b, "a = fmaxf(a, fabsf(v[i][j]));");
+	if (k->cmax)
+		lg_line(b, "cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));");
+	lg_close(b);
+	if (rows)
+		lg_line(b, "rmax[i] = a;");
+	lg_close(b);
+}
+
+/* Row scales: one lane a token, s stores, the inverses (and with exact
+ * scales the scales) of the thread's R tokens in ri[] (rs[]). */
+static void emit_row_scales(lg_buf *b, const struct ctx *k)
+{
+	bool pow2 = k->e->pow2;
+	lg_comment(b, "Row amax: a butterfly over the half warp's 16 lanes (a token's 128 features).");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int m = 1; m < 16; m <<= 1) {");
+	lg_line(b, "#pragma unroll");
+	if (k->bf16) {
+		lg_open(b, "for (int p = 0; p < %d; p++) {", k->r / 2);
+		lg_line(b, "const u32 o = __shfl_xor_sync(0xffffffffu, rmax[p], m);");
+		lg_line(b, "rmax[p] = lg_max_bf16x2(rmax[p], o);");
+		lg_close(b);
+	} else {
+		lg_line(b, "for (int i = 0; i < %d; i++)", k->r);
+		lg_line(b, "\trmax[i] = fmaxf(rmax[i], __shfl_xor_sync(~0u, rmax[i], m));");
+	}
+	lg_close(b);
+	lg_comment(b, "Row scales, a lane a token: lane lb takes token r0 + lb %% %d; lanes 0..%d",
+		   k->r, k->r - 1);
+	lg_comment(b, "of a half warp store them (%d bytes a warp), then each lane fetches the inverses",
+		   8 * k->r);
+	lg_comment(b, "of its %d tokens from the lanes that own them.", k->r);
+	lg_line(b, "const int own = lb & %d;", k->r - 1);
+	if (k->bf16) {
+		lg_line(b, "const u32 rp = %s;",
+			k->r == 8 ? "own < 2 ? rmax[0] : own < 4 ? rmax[1] : own < 6 ? rmax[2] : rmax[3]"
+				  : "own < 2 ? rmax[0] : rmax[1]");
+		lg_line(b, "const float ramax = own & 1 ? lg_bf16_hi(rp) : lg_bf16_lo(rp);");
+	} else {
+		lg_line(b, "float ramax = rmax[0];");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int i = 1; i < %d; i++) ramax = own == i ? rmax[i] : ramax;", k->r);
+	}
+	lg_emit_scale(b, pow2, "rsc", "ramax", "rinv");
+	const char *ld = k->e->layout == LG_QE_EXPERTS ? "segn" : k->m;
+	const char *t0 = k->e->layout == LG_QE_EXPERTS ? "lt * 128" : "m0";
+	lg_line(b, "if (lb < %d && r0 + lb < rows)", k->r);
+	lg_line(b, "\tsg[cb * %s + %s + r0 + lb] = rsc;", ld, t0);
+	lg_line(b, "float ri[%d];", k->r);
+	if (!pow2)
+		lg_line(b, "float rs[%d];", k->r);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
+	lg_line(b, "ri[i] = __shfl_sync(0xffffffffu, rinv, (threadIdx.x & 16) + i);");
+	if (!pow2)
+		lg_line(b, "rs[i] = __shfl_sync(0xffffffffu, rsc, (threadIdx.x & 16) + i);");
+	lg_close(b);
+}
+
+/* Column maxima across the CTA: cpart after the barrier. */
+static void emit_col_amax(lg_buf *b, const struct ctx *k)
+{
+	lg_comment(b, "Column amax: the warp's two token blocks (lanes l, l ^ 16), then the %d warps", k->warps);
+	lg_comment(b, "through shared memory.");
+	lg_line(b, "#pragma unroll");
+	if (k->bf16) {
+		lg_line(b, "for (int j = 0; j < 4; j++)");
+		lg_line(b, "\tcmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));");
+		lg_line(b, "if ((threadIdx.x & 16) == 0)");
+		lg_line(b, "\t*(uint4 *)&cpart[threadIdx.x >> 5][4 * lb] =");
+		lg_line(b, "\t\tmake_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);");
+	} else {
+		lg_line(b, "for (int j = 0; j < 8; j++)");
+		lg_line(b, "\tcmax[j] = fmaxf(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));");
+		lg_open(b, "if ((threadIdx.x & 16) == 0) {");
+		lg_line(b, "float *const cp = &cpart[threadIdx.x >> 5][8 * lb];");
+		lg_line(b, "*(float4 *)cp = make_float4(cmax[0], cmax[1], cmax[2], cmax[3]);");
+		lg_line(b, "*(float4 *)(cp + 4) = make_float4(cmax[4], cmax[5], cmax[6], cmax[7]);");
+		lg_close(b);
+	}
+	lg_line(b, "__syncthreads();");
+}
+
+/* Column scales into st and shared memory (cinv, csc); the barrier after
+ * leaves them visible to every thread. */
+static void emit_col_scales(lg_buf *b, const struct ctx *k)
+{
+	bool pow2 = k->e->pow2;
+	if (k->bf16) {
+		lg_comment(b, "Column scales: thread t < 64 for features 2t, 2t + 1; st: a 512-byte row.");
+		lg_open(b, "if (threadIdx.x < 64) {");
+		lg_line(b, "u32 a = cpart[0][threadIdx.x];");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int w = 1; w < %d; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);", k->warps);
+		lg_emit_scale(b, pow2, "sc0", "lg_bf16_lo(a)", "inv0");
+		lg_emit_scale(b, pow2, "sc1", "lg_bf16_hi(a)", "inv1");
+		lg_line(b, "*(float2 *)(stg + k0 + 2 * threadIdx.x) = make_float2(sc0, sc1);");
+		lg_line(b, "*(float2 *)(cinv + 2 * threadIdx.x) = make_float2(inv0, inv1);");
+		if (!pow2)
+			lg_line(b, "*(float2 *)(csc + 2 * threadIdx.x) = make_float2(sc0, sc1);");
+	} else {
+		lg_comment(b, "Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.");
+		lg_open(b, "if (threadIdx.x < 128) {");
+		lg_line(b, "float a = cpart[0][threadIdx.x];");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int w = 1; w < %d; w++) a = fmaxf(a, cpart[w][threadIdx.x]);", k->warps);
+		lg_emit_scale(b, pow2, "sc", "a", "inv");
+		lg_line(b, "stg[k0 + threadIdx.x] = sc;");
+		lg_line(b, "cinv[threadIdx.x] = inv;");
+		if (!pow2)
+			lg_line(b, "csc[threadIdx.x] = sc;");
+	}
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+}
+
+/* One scale for the whole 128 x 128 tile (weights): the column maxima
+ * reduced by the warps that hold them, then every thread takes the scale. */
+static void emit_tile_scale(lg_buf *b, const struct ctx *k)
+{
+	int nt = k->bf16 ? 64 : 128; /* threads holding column maxima: whole warps */
+	lg_comment(b, "Tile amax: the column maxima over the %d threads holding them, a butterfly,", nt);
+	lg_comment(b, "then across those %d warps.", nt / 32);
+	lg_open(b, "if (threadIdx.x < %d) {", nt);
+	if (k->bf16) {
+		lg_line(b, "u32 a = cpart[0][threadIdx.x];");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int w = 1; w < %d; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);", k->warps);
+		lg_line(b, "float t = fmaxf(lg_bf16_lo(a), lg_bf16_hi(a));");
+	} else {
+		lg_line(b, "float t = cpart[0][threadIdx.x];");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int w = 1; w < %d; w++) t = fmaxf(t, cpart[w][threadIdx.x]);", k->warps);
+	}
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int m = 16; m > 0; m >>= 1)");
+	lg_line(b, "\tt = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, m));");
+	lg_line(b, "if ((threadIdx.x & 31) == 0) tmax[threadIdx.x >> 5] = t;");
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	if (nt == 64)
+		lg_line(b, "const float tamax = fmaxf(tmax[0], tmax[1]);");
+	else
+		lg_line(b, "const float tamax = fmaxf(fmaxf(tmax[0], tmax[1]), fmaxf(tmax[2], tmax[3]));");
+	lg_emit_scale(b, k->e->pow2, "tsc", "tamax", "tinv");
+	lg_line(b, "if (threadIdx.x == 0) ((float *)%s)[tt * %lld + cb] = tsc;", k->s, (long long)k->nb);
+}
+
+/* One pass over the thread's values: q rows, and the column bytes into the
+ * staging tile, then the qt lines. */
+static void emit_quantise(lg_buf *b, const struct ctx *k)
+{
+	const struct lg_qe *e = k->e;
+	bool pow2 = e->pow2;
+	int words = k->r / 4; /* u32 words of a column's R bytes */
+	long long n = (long long)e->n;
+	lg_comment(b, "Quantise every value once per copy%s", e->rows && e->cols ? ":" : ".");
+	if (e->rows)
+		lg_comment(b, "  rowwise: with its %s scale; a half warp stores a token's q line.",
+			   k->tile ? "tile's" : "token's");
+	if (e->cols) {
+		lg_comment(b, "  columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets");
+		lg_comment(b, "  the %d bytes of feature 8 lb + c, token r0 first.", k->r);
+		lg_line(b, "const float4 c0 = *(const float4 *)(cinv + 8 * lb);");
+		lg_line(b, "const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);");
+		lg_line(b, "const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};");
+		if (!pow2) {
+			lg_line(b, "const float4 s0 = *(const float4 *)(csc + 8 * lb);");
+			lg_line(b, "const float4 s1 = *(const float4 *)(csc + 8 * lb + 4);");
+			lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
+		}
+		lg_line(b, "u32 cw[8]%s;", words == 2 ? "[2]" : "");
+	}
+	if (e->rows)
+		lg_line(b, "u8 *const qrow = (u8 *)%s + (m0 + r0) * %lld + k0 + 8 * lb;", k->q, n);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int p = 0; p < %d; p++) {", k->r / 2);
+	lg_line(b, "float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1");
+	if (k->bf16) {
+		lg_line(b, "const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];");
+		lg_line(b, "const u32 a[4] = {w0.x, w0.y, w0.z, w0.w}, b[4] = {w1.x, w1.y, w1.z, w1.w};");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact");
+		lg_line(b, "y0[2 * e] = lg_bf16_lo(a[e]), y0[2 * e + 1] = lg_bf16_hi(a[e]);");
+		lg_line(b, "y1[2 * e] = lg_bf16_lo(b[e]), y1[2 * e + 1] = lg_bf16_hi(b[e]);");
+		lg_close(b);
+	} else {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];");
+	}
+	if (e->rows) {
+		const char *a0, *a1;
+		if (k->tile) {
+			a0 = a1 = lg_quant_q_args(pow2, "tsc, tinv", "tinv");
+		} else {
+			a0 = lg_quant_q_args(pow2, "s0, i0", "i0");
+			a1 = lg_quant_q_args(pow2, "s1, i1", "i1");
+			lg_line(b, "const float i0 = ri[2 * p], i1 = ri[2 * p + 1];");
+			if (!pow2)
+				lg_line(b, "const float s0 = rs[2 * p], s1 = rs[2 * p + 1];");
+		}
+		lg_line(b, "u32 qa[2], qb[2];");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int e = 0; e < 2; e++) {");
+		lg_line(b, "qa[e] = lg_e4m3x4(lg_q(y0[4 * e], %s),", a0);
+		lg_line(b, "\tlg_q(y0[4 * e + 1], %s),", a0);
+		lg_line(b, "\tlg_q(y0[4 * e + 2], %s),", a0);
+		lg_line(b, "\tlg_q(y0[4 * e + 3], %s));", a0);
+		lg_line(b, "qb[e] = lg_e4m3x4(lg_q(y1[4 * e], %s),", a1);
+		lg_line(b, "\tlg_q(y1[4 * e + 1], %s),", a1);
+		lg_line(b, "\tlg_q(y1[4 * e + 2], %s),", a1);
+		lg_line(b, "\tlg_q(y1[4 * e + 3], %s));", a1);
+		lg_close(b);
+		lg_line(b, "if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * %lld, qa[0], qa[1]);", n);
+		lg_line(b, "if (r0 + 2 * p + 1 < rows)");
+		lg_line(b, "\tlg_st8_cs(qrow + (2 * p + 1) * %lld, qb[0], qb[1]);", n);
+	}
+	if (e->cols) {
+		const char *ca = lg_quant_q_args(pow2, "cs[c], ci[c]", "ci[c]");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int c = 0; c < 8; c++) {");
+		lg_line(b, "const u32 h =");
+		lg_line(b, "\tlg_e4m3x2(lg_q(y0[c], %s), lg_q(y1[c], %s));", ca, ca);
+		if (words == 2)
+			lg_line(b, "cw[c][p / 2] = p %% 2 == 0 ? h : cw[c][p / 2] | h << 16;");
+		else
+			lg_line(b, "cw[c] = p == 0 ? h : cw[c] | h << 16;");
+		lg_close(b);
+	}
+	lg_close(b);
+	if (!e->cols)
+		return;
+	lg_comment(b, "Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so");
+	if (words == 2)
+		lg_comment(b, "the 8-byte stores of a half warp (lb = 0..15) hit 16 distinct bank pairs.");
+	else
+		lg_comment(b, "the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int c = 0; c < 8; c++)");
+	if (words == 2) {
+		lg_line(b, "\t*(uint2 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) =");
+		lg_line(b, "\t\tmake_uint2(cw[c][0], cw[c][1]);");
+	} else
+		lg_line(b, "\t*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];");
+	lg_line(b, "__syncthreads();");
+	if (e->layout == LG_QE_EXPERTS)
+		lg_emit_qt_lines_to(b, e->threads, "qtg", "segn", "lt * 128");
+	else
+		lg_emit_qt_lines_to(b, e->threads, "qtg", k->m, "m0");
+}
+
+void lg_qe_emit_body(lg_buf *b, const struct lg_qe *e, const struct lg_qe_hooks *h)
+{
+	struct ctx k = {.e = e, .h = h, .r = lg_qe_tokens_per_thread(e), .warps = e->threads / 32,
+			.fb = fblocks(e), .nb = e->n / TILE, .bf16 = e->vals == LG_QE_BF16,
+			.tile = e->layout == LG_QE_TILE128, .q = nm(e->q, "q"), .s = nm(e->s, "s"),
+			.qt = nm(e->qt, "qt"), .st = nm(e->st, "st"), .m = nm(e->m, "M")};
+	k.cmax = e->cols || k.tile;
+	emit_place(b, &k);
+	if (h->prologue)
+		h->prologue(b, e, h->ctx);
+	if (k.fb > 1) {
+		lg_line(b, "const int cb_end = cg * %d + %d < %lld ? cg * %d + %d : %lld;", k.fb, k.fb, (long long)k.nb,
+			k.fb, k.fb, (long long)k.nb);
+		lg_open(b, "for (int cb = cg * %d; cb < cb_end; cb++) { // the feature blocks of this CTA", k.fb);
+	} else {
+		lg_line(b, "const int cb = cg; // the feature block");
+	}
+	lg_line(b, "const i64 k0 = (i64)cb * 128; // its first feature");
+	emit_values(b, &k);
+	if (k.bf16)
+		emit_thread_amax_bf16(b, &k);
+	else
+		emit_thread_amax_f32(b, &k);
+	if (e->rows && !k.tile)
+		emit_row_scales(b, &k);
+	if (k.cmax)
+		emit_col_amax(b, &k);
+	if (e->cols)
+		emit_col_scales(b, &k);
+	if (k.tile)
+		emit_tile_scale(b, &k);
+	emit_quantise(b, &k);
+	if (h->epilogue)
+		h->epilogue(b, e, h->ctx);
+	if (k.fb > 1)
+		lg_close(b);
+}

@@ -1,0 +1,122 @@
+/*
+ * quant_engine.h - the one blockwise FP8 quantiser of lingen (KERNELS.md
+ * 1.2, 1.3): the generator piece every quantising family calls to emit the
+ * body of a kernel that quantises values the family computes.
+ *
+ * The unit of work is a tile of 128 tokens x 128 features (one 128x1
+ * block per feature, one 1x128 block per token). Thread (rb, lb) of the
+ * CTA holds R = 2048 / threads consecutive tokens r0 = R rb .. r0 + R - 1
+ * of the tile by the 8 features 8 lb .. 8 lb + 7 of the current 128-feature
+ * block, in registers:
+ *   - LG_QE_F32:  `float v[R][8]`, the family's fp32 values;
+ *   - LG_QE_BF16: `lg_u32x4 v[R]`, 8 bf16 values a token (the fast path of
+ *     inputs that are bf16 already: block maxima on the bf16 bits, two
+ *     values an instruction; bf16 -> fp32 is exact, so the result is the
+ *     same as that of F32 on the widened values).
+ * The family writes those values through its `values` hook, one token row
+ * of 8 features at a time; the engine does the rest: block maxima (absent
+ * rows of a partial tile zeroed first, so they count as 0), scales (power
+ * of two with round_scale, else the correctly rounded divide), the rowwise
+ * copy q [M, K] with s [K/128, M], the columnwise copy written transposed
+ * qt [K, M] with st [cdiv(M, 128), K] (staged in a swizzled shared tile and
+ * stored as 128-byte lines), any of rowwise / columnwise / both, and no
+ * store past the last token.
+ *
+ * Layouts (struct lg_qe.layout):
+ *   - LG_QE_FLAT: one tensor of M tokens.
+ *   - LG_QE_EXPERTS: per expert (KERNELS.md 1.3): tokens grouped by expert
+ *     in contiguous segments of counts[e] tokens (counts: E int32 in device
+ *     memory, read by the kernel; never the host), each segment quantised
+ *     as a tensor of its own (its 128-token blocks start at its first
+ *     token), the buffers concatenated in expert order: q rows as x; s: a
+ *     [K/128, count_e] block at element start_e K/128; qt: a [K, count_e]
+ *     block at element start_e K; st: [cdiv(count_e, 128), K] rows at row
+ *     sum_{e' < e} cdiv(count_e', 128). A tile never straddles two experts.
+ *     The grid is a static bound, cdiv(M, 128) + E token tiles, each CTA
+ *     finds its expert by a block scan of counts and the surplus exits.
+ *     Counts must sum to at most M; an expert whose segment runs past M
+ *     (bad counts) is not written at all, so nothing is stored out of
+ *     bounds.
+ *   - LG_QE_TILE128: weights: one scale per 128 x 128 tile, q [M, K] and
+ *     s [cdiv(M, 128), K/128] (row-major); `rows` must be on, `cols` off. A
+ *     partial last token tile takes its amax over its real tokens.
+ *
+ * Names the generated body defines, for the hooks: m0 (i64, the tile's
+ * first token in x / q), rows (int, real tokens in the tile, 1..128), lb,
+ * rb, r0 (the thread's place), and inside the feature-block loop cb (the
+ * 128-feature block) and k0 (i64, its first feature), v (the values). With
+ * LG_QE_EXPERTS also ex (the expert), seg0 (i64, its first token), segn
+ * (i64, its tokens) and lt (the tile's index within the segment).
+ * The kernel's arguments the body reads are named by struct lg_qe (the
+ * family's argument and run-time size names).
+ */
+#ifndef LG_QUANT_ENGINE_H
+#define LG_QUANT_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "family.h"
+
+enum lg_qe_vals { LG_QE_F32, LG_QE_BF16 };
+enum lg_qe_layout { LG_QE_FLAT, LG_QE_EXPERTS, LG_QE_TILE128 };
+
+struct lg_qe {
+	int64_t n;      /* features K, a multiple of 128 (static) */
+	int threads;    /* 256 (8 tokens a thread) or 512 (4) */
+	int fblocks;    /* 128-feature blocks a CTA does in turn (0 or 1: one) */
+	bool rows;      /* the rowwise copy (q, s) */
+	bool cols;      /* the columnwise copy (qt, st) */
+	bool pow2;      /* round_scale */
+	enum lg_qe_vals vals;
+	enum lg_qe_layout layout;
+	/* Names in the generated code (NULL: the default in brackets): the
+	 * outputs [q, s, qt, st], the tokens [M], the counts [counts] and the
+	 * number of experts [E] (LG_QE_EXPERTS). */
+	const char *q, *s, *qt, *st, *m, *counts, *experts;
+};
+
+/* What the values hook is given for one token row of 8 features. */
+struct lg_qe_row {
+	const char *row;  /* i64 expression: the token (in x / q), always in bounds (a
+			     token past the tile's last is replaced by the last) */
+	const char *lrow; /* int expression: the token within the tile (0..127) */
+	const char *col;  /* i64 expression: the first of the 8 features */
+	const char *dst;  /* where to write: F32 `float[8]` (dst[j] = value of col + j),
+			     BF16 an lg_u32x4 of 8 bf16 (feature col + 2j in the low half of word j) */
+	const char *valid; /* bool expression: the token is real (else the values are
+			      discarded; extra per-row stores must test it) */
+};
+
+struct lg_qe_hooks {
+	void *ctx;
+	/* Required: emit the code computing the values of one token row (a
+	 * statement or block; it runs inside an unrolled loop over the R rows,
+	 * so loads are issued together). */
+	void (*values)(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx);
+	/* Optional: once a CTA, after m0 / rows (and the expert) are known,
+	 * before the feature-block loop (shared memory, per-token loads, ...). */
+	void (*prologue)(lg_buf *b, const struct lg_qe *e, void *ctx);
+	/* Optional: after each 128 x 128 block is quantised and stored (v still
+	 * in scope): extra per-row outputs, partial sums, ... */
+	void (*epilogue)(lg_buf *b, const struct lg_qe *e, void *ctx);
+};
+
+/* A values hook body for a row-major bf16 input `x` [*, e->n]: one 16-byte
+ * streaming load of the 8 values (widened to fp32 with LG_QE_F32). */
+void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, const char *x);
+/* Tokens a thread (R) for the engine's thread count. */
+int lg_qe_tokens_per_thread(const struct lg_qe *e);
+/* Emit the helpers the body needs (before the kernel; once a file). */
+void lg_qe_emit_helpers(lg_buf *b, const struct lg_qe *e);
+/* Emit the kernel body (inside its braces) for the hooks. */
+void lg_qe_emit_body(lg_buf *b, const struct lg_qe *e, const struct lg_qe_hooks *h);
+/* The launch shape for tokens m and experts (LG_QE_EXPERTS; else ignored):
+ * a 1-D grid of token tiles x feature groups, e->threads a CTA, no dynamic
+ * shared memory. No tokens: grid 0 (nothing launched). */
+void lg_qe_geometry(const struct lg_qe *e, int64_t m, int64_t experts, struct lg_launch_dim *d);
+/* The largest number of tokens whose grid fits 2^31 - 1 CTAs for features
+ * up to n_max and experts up to e_max (for a family's size ranges). */
+int64_t lg_qe_tokens_max(int64_t n_max, int64_t e_max);
+
+#endif

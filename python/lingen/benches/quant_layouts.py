@@ -1,0 +1,86 @@
+"""The per-expert (batched) activation quantiser and the weight quantiser
+(KERNELS.md 1.3, families fp8_quant_batched and fp8_quant_weight). Eager
+and compiled PyTorch peers: the per-expert quantiser as a loop over the
+experts (what linghe's tests compare with), counts copied to the host once
+at setup (lingen reads them on the device); the weight quantiser in
+128 x 128 tiles. linghe has no H200 figure for these in TARGETS.md."""
+from . import Case, Setup
+from .quant import dequant, pow2, torch_quant
+
+
+def _counts(torch, gen, tokens, experts):
+    """Random counts summing to tokens (a multinomial draw: some 0s)."""
+    p = torch.ones(experts, device="cuda")
+    idx = torch.multinomial(p, tokens, replacement=True, generator=gen)
+    return torch.bincount(idx, minlength=experts).int()
+
+
+def batched_quant(torch, x, counts):
+    """Per expert: torch_quant of its rows, concatenated as KERNELS.md 1.3."""
+    qs, ss, qts, sts = [], [], [], []
+    start = 0
+    for c in counts:
+        if c:
+            q, s, qt, st = torch_quant(torch, x[start:start + c].float())
+            qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
+        start += c
+    return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
+
+
+def dequant_batched(torch, counts, q, s, qt, st):
+    """Both per-expert copies back to [tokens, hidden] fp32 (x's row order)."""
+    t, h = q.shape[0], q.shape[1]
+    sf, qtf = s.reshape(-1), qt.reshape(-1)
+    rows, cols = [], []
+    start, trow = 0, 0
+    for c in counts:
+        if c:
+            nt = (c + 127) // 128
+            r, col = dequant(torch, q[start:start + c], sf[start * h // 128:(start + c) * h // 128]
+                             .view(h // 128, c), qtf[start * h:(start + c) * h].view(h, c),
+                             st[trow:trow + nt])
+            rows.append(r), cols.append(col)
+            trow += nt
+        start += c
+    return torch.cat(rows), torch.cat(cols)
+
+
+def _batched(env, t, h, e):
+    torch, lt = env.torch, env.lt
+    x = env.randn(t, h)
+    cdev = _counts(torch, env.gen, t, e)
+    counts = [int(c) for c in cdev.tolist()]
+    return Setup({"lingen": lambda: lt.fp8_quant_batched(x, cdev),
+                  "eager": lambda: batched_quant(torch, x, counts)}, (x, cdev),
+                 lambda r: dequant_batched(torch, counts, *r))
+
+
+def weight_quant(torch, w):
+    n, k = w.shape
+    b = w.float().view(n // 128, 128, k // 128, 128)
+    s = pow2(torch, b.abs().amax(dim=(1, 3)))
+    q = (b / s[:, None, :, None]).view(n, k).to(torch.float8_e4m3fn)
+    return q, s
+
+
+def _weight(env, n, k):
+    torch, lt = env.torch, env.lt
+    w = env.randn(n, k) * 0.02
+    fn = env.compiled(weight_quant)
+
+    def norm(r):
+        q, s = r
+        return (q.float() * s.repeat_interleave(128, 0).repeat_interleave(128, 1),)
+    return Setup({"lingen": lambda: lt.fp8_quant_weight(w),
+                  "eager": lambda: weight_quant(torch, w),
+                  "compile": lambda: fn(w)}, (w,), norm)
+
+
+def cases(quick):
+    out = [Case("fp8_quant_batched", "65536x1024 E256",
+                lambda env: _batched(env, 65536, 1024, 256))]
+    if not quick:
+        out.append(Case("fp8_quant_batched", "8192x2048 E32", lambda env: _batched(env, 8192, 2048, 32)))
+    for n, k in ((2048, 2048),) if quick else ((2048, 2048), (7168, 2048), (4096, 7168)):
+        out.append(Case("fp8_quant_weight", f"{n}x{k}", lambda env, n=n, k=k: _weight(env, n, k)))
+    return out
