@@ -20,7 +20,10 @@
  *     sizes them by the static bound tokens * top_k + experts * (multiple
  *     - 1), which every dispatch buffer uses;
  *   row_index [tokens * top_k + experts * (multiple - 1)] int32 (optional):
- *     the source token of row r < P, -1 for a padding row and for r >= P.
+ *     the source token of row r < P, -1 for a padding row and for r >= P;
+ *   padded_counts [experts] int32 (optional): round_up(count_e, multiple),
+ *     the segments of the per-expert layout (moe_permute_quant) and the
+ *     row counts a grouped GEMM takes.
  * A mask with more than top_k experts in a token may give P past the
  * bound: row_index and the dispatch kernels drop the rows past it.
  *
@@ -62,7 +65,7 @@ static const struct lg_key keys[NKEYS] = {
 
 static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0}};
 
-enum { A_MASK, A_I32, A_I64, A_MAP, A_COUNTS, A_OFFSETS, A_INDEX, A_WS, NARGS };
+enum { A_MASK, A_I32, A_I64, A_MAP, A_COUNTS, A_OFFSETS, A_INDEX, A_PADDED, A_WS, NARGS };
 static const struct lg_arg args[NARGS] = {
 	[A_MASK] = {"mask", LG_ARG_IN, LG_ELEM_U8, "tokens, experts", 4, "routing \"mask\": non-zero = routed"},
 	[A_I32] = {"topk", LG_ARG_IN, LG_ELEM_I32, "tokens, top_k", 4, "routing \"topk_i32\""},
@@ -73,6 +76,8 @@ static const struct lg_arg args[NARGS] = {
 		       "padded offsets; offsets[experts] = P, the padded total"},
 	[A_INDEX] = {"row_index", LG_ARG_OPT_OUT, LG_ELEM_I32, LG_MOE_ROWS, 4,
 		     "source token of each padded row, -1: padding or past P"},
+	[A_PADDED] = {"padded_counts", LG_ARG_OPT_OUT, LG_ELEM_I32, "experts", 4,
+		      "round_up(counts, multiple): each expert's rows (the per-expert quantiser's segments)"},
 	[A_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
 };
 

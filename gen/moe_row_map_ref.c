@@ -2,7 +2,8 @@
  * moe_row_map_ref.c - CPU reference of family "moe_row_map" (KERNELS.md
  * K4): the routing (a mask, or top-k slots read into a mask: an index
  * outside [0, E) is nothing, a repeat counts once), then the padded row
- * map of moe_common_ref.c. Every output is an integer: compared exactly.
+ * map of moe_common_ref.c, and the padded counts. Every output is an
+ * integer: compared exactly.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -11,12 +12,12 @@
 #include "moe_ref.h"
 #include "ref.h"
 
-enum { A_MASK, A_I32, A_I64, A_MAP, A_COUNTS, A_OFFSETS, A_INDEX, A_WS };
+enum { A_MASK, A_I32, A_I64, A_MAP, A_COUNTS, A_OFFSETS, A_INDEX, A_PADDED, A_WS };
 
 static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	(void)s;
-	for (int i = A_MAP; i <= A_INDEX; i++)
+	for (int i = A_MAP; i <= A_PADDED; i++)
 		c->buf[i].cmp = LG_CMP_INT;
 }
 
@@ -73,6 +74,12 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 	lg_moe_ref_map(mask, d.T, d.E, d.M, lg_moe_ref_cap(d.T, d.E, d.K, d.M), c->buf[A_MAP].host,
 		       c->buf[A_COUNTS].host, c->buf[A_OFFSETS].host, c->buf[A_INDEX].count ? c->buf[A_INDEX].host : NULL);
 	free(mask);
+	if (!c->buf[A_PADDED].count)
+		return;
+	for (int64_t e = 0; e < d.E; e++) {
+		int32_t n = ((const int32_t *)c->buf[A_COUNTS].host)[e];
+		((int32_t *)c->buf[A_PADDED].host)[e] = (int32_t)((n + d.M - 1) / d.M * d.M);
+	}
 }
 
 const struct lg_ref_family lg_ref_moe_row_map = {describe, fill, run};

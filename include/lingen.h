@@ -328,10 +328,13 @@ lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t
  *   of offsets[experts] (cuMemcpyDtoH), or sizes buffers by the bound
  *   rows = tokens * top_k + experts * (multiple - 1) that every dispatch
  *   buffer uses. row_index [rows] int32 or 0: the source token of row r < P,
- *   -1 for padding rows and rows >= P. workspace: lg_kernel_workspace_size. */
+ *   -1 for padding rows and rows >= P. padded_counts [experts] int32 or 0:
+ *   round_up(counts, multiple), each expert's rows (the segments of
+ *   moe_permute_quant; a grouped GEMM's row counts). workspace:
+ *   lg_kernel_workspace_size(k) bytes. */
 lg_status lg_moe_row_map_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr routing,
 				 lg_dptr row_id_map, lg_dptr counts, lg_dptr offsets, lg_dptr row_index,
-				 lg_dptr workspace);
+				 lg_dptr padded_counts, lg_dptr workspace);
 /* K4: MoE permute (op "moe_permute", pass "forward"), dtype bf16 or e4m3:
  *   x [tokens, hidden], x_scale [tokens, hidden / 128] fp32 (e4m3; else 0),
  *   probs [tokens, experts] fp32 or 0, the row map's row_id_map, offsets,

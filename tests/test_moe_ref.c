@@ -74,7 +74,7 @@ static const int32_t hand_counts[4] = {1, 3, 0, 1}, hand_offsets[5] = {0, 2, 6, 
 static const int32_t hand_index[10] = {2, -1, 0, 1, 2, -1, 0, -1, -1, -1};
 #define HAND_KEYS "\"experts\": 4, \"top_k\": 2, \"multiple\": 2"
 
-enum { A_MASK, A_I32, A_I64, A_MAP, A_COUNTS, A_OFFSETS, A_INDEX };
+enum { A_MASK, A_I32, A_I64, A_MAP, A_COUNTS, A_OFFSETS, A_INDEX, A_PADDED };
 
 static void check_hand_map(const struct lg_ref_case *c)
 {
@@ -83,6 +83,8 @@ static void check_hand_map(const struct lg_ref_case *c)
 	assert_memory_equal(c->buf[A_OFFSETS].host, hand_offsets, sizeof hand_offsets);
 	assert_int_equal(c->buf[A_INDEX].count, 10);
 	assert_memory_equal(c->buf[A_INDEX].host, hand_index, sizeof hand_index);
+	static const int32_t padded[4] = {2, 4, 0, 2};
+	assert_memory_equal(c->buf[A_PADDED].host, padded, sizeof padded);
 }
 
 static void test_row_map_by_hand(void **state)
@@ -91,7 +93,7 @@ static void test_row_map_by_hand(void **state)
 	lg_spec *s = parse("moe_row_map", "forward", "bf16", HAND_KEYS);
 	struct lg_ref_case c;
 	case_init(&c, s, 3);
-	for (int i = A_MAP; i <= A_INDEX; i++)
+	for (int i = A_MAP; i <= A_PADDED; i++)
 		assert_int_equal(c.buf[i].cmp, LG_CMP_INT);
 	uint8_t *m = c.buf[A_MASK].host;
 	for (int i = 0; i < 12; i++)

@@ -245,7 +245,9 @@ def moe_row_map(routing, *, top_k, experts=None, multiple=16, row_index=True, ti
     int32 (padded row, -1 where not routed), counts [experts] int32,
     offsets [experts + 1] int32 (padded, offsets[experts] = P, the padded
     total), row_index [rows] int32 (source token of each row, -1 for
-    padding and rows >= P; None with row_index=False)). rows = tokens *
+    padding and rows >= P; None with row_index=False), padded_counts
+    [experts] int32 (counts rounded up to the multiple: each expert's rows,
+    the segments of moe_permute_quant)). rows = tokens *
     top_k + experts * (multiple - 1) bounds P: the dispatch buffers have
     that many rows, since P stays on the device (offsets[-1].item() reads
     it, one 4-byte copy). As linghe's triton_make_row_id_map(routing_map,
@@ -259,7 +261,7 @@ def moe_row_map(routing, *, top_k, experts=None, multiple=16, row_index=True, ti
         raise ValueError("lingen.moe_row_map: top-k routing: pass experts=")
     r = call("lingen.moe_row_map", "moe_row_map", "forward", {arg: arr}, opts, out=out,
              skip=() if row_index else ("row_index",), stream=stream, context=context, alloc=alloc)
-    return r["row_id_map"], r["counts"], r["offsets"], r["row_index"]
+    return r["row_id_map"], r["counts"], r["offsets"], r["row_index"], r["padded_counts"]
 
 
 def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top_k, multiple=16,

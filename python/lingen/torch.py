@@ -461,7 +461,7 @@ def group_rms_norm_gate_backward(dy, x, gate, weight, eps=1e-6, groups=4, transp
 # ------------------------------------- MoE dispatch and combine (K4, K5)
 
 def moe_row_map(routing, top_k, experts=None, multiple=16):
-    """(row_id_map, counts, offsets, row_index) of a routing mask [tokens,
+    """(row_id_map, counts, offsets, row_index, padded_counts) of a routing mask [tokens,
     experts] (bool / uint8) or top-k indices [tokens, top_k] (int32 / int64;
     experts= required), as lingen.moe_row_map; not differentiable. The
     padded total is offsets[-1] (on the device; .item() copies 4 bytes)."""

@@ -40,7 +40,8 @@ def test_declarations():
     rm = fams["moe_row_map"]
     assert set(rm.passes) == {"forward"}
     assert [a.name for a in rm.passes["forward"].args] == [
-        "mask", "topk", "topk64", "row_id_map", "counts", "offsets", "row_index", "workspace"]
+        "mask", "topk", "topk64", "row_id_map", "counts", "offsets", "row_index", "padded_counts",
+        "workspace"]
     assert rm.key("routing").values == ("mask", "topk_i32", "topk_i64")
     assert rm.key("multiple").default == 16 and rm.key("top_k").shape
     perm = fams["moe_permute"]

@@ -18,7 +18,7 @@ typedef long long i64;
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_count(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 ws, i64 T, i64 part)
+	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
 	__shared__ int cnt[256];
 	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
@@ -49,7 +49,7 @@ lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_count(
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e256_k8_m16_mask(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 ws, i64 T, i64 part)
+	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
 	__shared__ int pe[256]; // padded counts, then their exclusive prefix sums
 	__shared__ int cn[256]; // counts

@@ -26,7 +26,7 @@ static __device__ __forceinline__ int lg_expert(const long long *ix, i64 tt, int
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64_count(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 ws, i64 T, i64 part)
+	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
 	__shared__ int cnt[96];
 	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
@@ -50,7 +50,7 @@ lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64_count(
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 ws, i64 T, i64 part)
+	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
 	__shared__ int pe[96]; // padded counts, then their exclusive prefix sums
 	__shared__ int cn[96]; // counts

@@ -27,7 +27,8 @@ def routing(torch, gen, tokens, experts, top_k):
 
 
 def row_map(torch, mask, top_k, multiple=16):
-    """(row_id_map, counts, offsets, row_index) of KERNELS.md K4 in PyTorch."""
+    """(row_id_map, counts, offsets, row_index, padded_counts) of KERNELS.md
+    K4 in PyTorch."""
     tokens, experts = mask.shape
     m = mask.to(torch.int32)
     counts = m.sum(0, dtype=torch.int32)
@@ -40,7 +41,7 @@ def row_map(torch, mask, top_k, multiple=16):
     row_index = torch.full((rows,), -1, dtype=torch.int32, device=mask.device)
     t, e = mask.nonzero(as_tuple=True)
     row_index[rmap[t, e].long()] = t.to(torch.int32)
-    return rmap, counts, offsets, row_index
+    return rmap, counts, offsets, row_index, padded
 
 
 def permute(torch, x, probs, rmap, rows):
@@ -82,7 +83,7 @@ def _permute(env, t, h, e, k):
     torch, lt = env.torch, env.lt
     x = env.randn(t, h)
     mask, probs, _ = routing(torch, env.gen, t, e, k)
-    rmap, counts, offsets, _ = row_map(torch, mask, k)
+    rmap, counts, offsets = row_map(torch, mask, k)[:3]
     rows = t * k + e * 15
     fn = env.compiled(permute)
     return Setup({"lingen": lambda: lt.moe_permute(x, rmap, offsets, counts, probs, top_k=k),
@@ -94,7 +95,7 @@ def _permute(env, t, h, e, k):
 def _unpermute(env, t, h, e, k):
     torch, lt = env.torch, env.lt
     mask, probs, _ = routing(torch, env.gen, t, e, k)
-    rmap, counts, offsets, _ = row_map(torch, mask, k)
+    rmap, counts, offsets = row_map(torch, mask, k)[:3]
     rows = t * k + e * 15
     g = env.randn(rows, h)
     fn = env.compiled(unpermute)
