@@ -56,13 +56,15 @@ def permute(torch, x, probs, rmap, rows):
 
 def unpermute(torch, g, rmap, probs=None, weighted=False):
     """(out [tokens, hidden], restore_probs [tokens, experts]): each token's
-    rows added in fp32 (times probs[r] when weighted); differentiable."""
+    rows added in fp32 (float64 for float64 rows; times probs[r] when
+    weighted); differentiable."""
     t, e = (rmap >= 0).nonzero(as_tuple=True)
     r = rmap[t, e].long()
-    rows = g[r].float()
+    acc = torch.float64 if g.dtype == torch.float64 else torch.float32
+    rows = g[r].to(acc)
     if weighted:
-        rows = rows * probs[r][:, None]
-    out = torch.zeros(rmap.shape[0], g.shape[1], device=g.device).index_add(0, t, rows)
+        rows = rows * probs[r][:, None].to(acc)
+    out = torch.zeros(rmap.shape[0], g.shape[1], dtype=acc, device=g.device).index_add(0, t, rows)
     restore = None
     if probs is not None:
         restore = probs.new_zeros(rmap.shape).index_put((t, e), probs[r])
