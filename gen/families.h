@@ -20,6 +20,7 @@
 	X(qk_norm_rope, QK_NORM_ROPE)   /* K2: split qkv + q/k RMSNorm + half RoPE */ \
 	X(moe_row_map, MOE_ROW_MAP)     /* K4: padded MoE row map from a mask or top-k */ \
 	X(moe_permute, MOE_PERMUTE)     /* K4: MoE dispatch into padded expert rows */ \
-	X(moe_unpermute, MOE_UNPERMUTE) /* K5: MoE combine of expert rows into tokens */
+	X(moe_unpermute, MOE_UNPERMUTE) /* K5: MoE combine of expert rows into tokens */ \
+	X(moe_permute_quant, MOE_PERMUTE_QUANT) /* K4b: MoE permute + pad + per-expert FP8 quant */
 
 #endif

@@ -368,6 +368,20 @@ lg_status lg_moe_unpermute_backward(const lg_kernel *k, lg_stream stream, int64_
 				    lg_dptr drestore, lg_dptr row_id_map, lg_dptr offsets, lg_dptr counts,
 				    lg_dptr g, lg_dptr probs, lg_dptr dg, lg_dptr dprobs);
 
+/* K4b: MoE permute + pad + per-expert blockwise FP8 quantisation (op
+ *   "moe_permute_quant"): x [tokens, hidden] bf16 (hidden a multiple of
+ *   128), probs [tokens, experts] fp32 or 0, moe_row_map's row_index [rows]
+ *   and padded_counts [experts] (rows = tokens * top_k + experts *
+ *   (multiple - 1)). Each expert's padded segment (padding rows zeros) is
+ *   quantised as its own tensor (KERNELS.md 1.3): q [rows, hidden] e4m3,
+ *   s a [hidden/128, P_e] block an expert; qt a [hidden, P_e] block an
+ *   expert, st [cdiv(rows, 128) + experts, hidden] (cdiv(P_e, 128) rows an
+ *   expert); the copies quant.output does not ask for take 0. out_probs
+ *   [rows] fp32 or 0. Rows past the padded total are not written. */
+lg_status lg_moe_permute_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				       lg_dptr probs, lg_dptr row_index, lg_dptr padded_counts, lg_dptr q,
+				       lg_dptr s, lg_dptr qt, lg_dptr st, lg_dptr out_probs);
+
 #ifdef __cplusplus
 }
 #endif

@@ -253,3 +253,11 @@ lg_status lg_moe_unpermute_backward(const lg_kernel *k, lg_stream stream, int64_
 	LG_TYPED(LG_OP_MOE_UNPERMUTE, LG_PASS_BACKWARD, LG_SIZES(tokens), dout, drestore, row_id_map, offsets,
 		 counts, g, probs, dg, dprobs);
 }
+
+lg_status lg_moe_permute_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				       lg_dptr probs, lg_dptr row_index, lg_dptr padded_counts, lg_dptr q,
+				       lg_dptr s, lg_dptr qt, lg_dptr st, lg_dptr out_probs)
+{
+	LG_TYPED(LG_OP_MOE_PERMUTE_QUANT, LG_PASS_FORWARD, LG_SIZES(tokens), x, probs, row_index, padded_counts, q,
+		 s, qt, st, out_probs);
+}

@@ -10,7 +10,8 @@
  * tokens, every token on one expert, multiples 1, 3, 16 and 128. Every
  * routing pattern of the references (moe_ref.h: lg_moe_ref_pattern of the
  * input seed) runs at each shape. Integer outputs and copies must be bit-equal, the fp32
- * sums of the combine bit-equal (same adds, same order), the weighted
+ * sums of the combine bit-equal (same adds, same order), the fused
+ * permute + FP8 quantisation (moe_permute_quant, K4b) bit-equal, the weighted
  * forms within tolerance; poisoned outputs, nothing left unwritten; a
  * second launch gives the same bytes.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
@@ -180,6 +181,29 @@ static void test_unpermute(void **state)
 	}
 }
 
+/* K4b: permute + pad + per-expert FP8 (bit-equal to the shared reference
+ * quantisation of the padded rows), every copy, both scale kinds. */
+static void test_permute_quant(void **state)
+{
+	(void)state;
+	static const char *const outs[] = {"both", "rowwise", "columnwise"};
+	for (int o = 0; o < 3; o++)
+		for (int pow2 = 0; pow2 < 2; pow2++) {
+			char keys[256];
+			snprintf(keys, sizeof keys, "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": \"%s\", "
+				 "\"round_scale\": %s}", outs[o], pow2 ? "true" : "false");
+			if (o == 0)
+				check("moe_permute_quant", "forward", "bf16", keys, target, 1);
+			check("moe_permute_quant", "forward", "bf16", keys, odd, NODD);
+		}
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, "
+	      "\"multiple\": 128, \"quant\": {\"output\": \"both\"}", odd, NODD);
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, \"experts\": 5, \"top_k\": 2, "
+	      "\"multiple\": 1, \"quant\": {\"output\": \"both\"}", odd, NODD);
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 7168, \"experts\": 160, \"top_k\": 6, "
+	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8}", odd, NODD);
+}
+
 /* The optional arguments left out (0): probs, out_probs, row_index, ... */
 static void test_no_optional(void **state)
 {
@@ -256,6 +280,7 @@ int main(void)
 		cmocka_unit_test(test_permute),
 		cmocka_unit_test(test_permute_backward),
 		cmocka_unit_test(test_unpermute),
+		cmocka_unit_test(test_permute_quant),
 		cmocka_unit_test(test_no_optional),
 		cmocka_unit_test(test_deterministic),
 	};

@@ -202,6 +202,15 @@ static const struct golden cases[] = {
 	{"moe_unpermute_bwd_h2048_e256_k8_weighted", "sm_90a",
 	 "{\"op\": \"moe_unpermute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"experts\": 256, \"top_k\": 8, \"weighted\": true}"},
+	/* K4b: permute + pad + per-expert FP8 at the target (both copies, pow2); rowwise exact with
+	 * 96 experts padded to 128 */
+	{"moe_permute_quant_h2048_e256_k8_both_pow2", "sm_90a",
+	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"top_k\": 8, \"quant\": {\"output\": \"both\"}}"},
+	{"moe_permute_quant_h384_e96_k6_m128_rowwise_exact_sm80", "sm_80",
+	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
+	 "\"experts\": 96, \"top_k\": 6, \"multiple\": 128, \"quant\": {\"output\": \"rowwise\", "
+	 "\"round_scale\": false}}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])

@@ -318,6 +318,50 @@ static void test_unpermute_by_hand(void **state)
 	lg_spec_free(s);
 }
 
+enum { Q_X, Q_PROBS, Q_INDEX, Q_PADDED, Q_Q, Q_S, Q_QT, Q_ST, Q_OUTP };
+
+/* K4b on the hand routing, hidden 128, power-of-two scales: token t is all
+ * t + 1, so each real row's 1x128 block has scale 2^ceil(log2((t + 1) /
+ * 448)) (2^-8 for 1, 2^-7 for 2 and 3) and payload (t + 1) / scale; padding rows are zero
+ * blocks (scale 2^-99, payload 0); segments of 2, 4, 0 and 2 rows; rows
+ * past P = 8 are left alone (the poison); out_probs probs[t, e]. */
+static void test_permute_quant_by_hand(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, " HAND_KEYS ", \"quant\": {}");
+	struct lg_ref_case c;
+	case_init(&c, s, 3);
+	assert_int_equal(c.buf[Q_Q].count, 10 * 128);
+	memcpy(c.buf[Q_INDEX].host, hand_index, sizeof hand_index);
+	static const int32_t padded[4] = {2, 4, 0, 2};
+	memcpy(c.buf[Q_PADDED].host, padded, sizeof padded);
+	for (int t = 0; t < 3; t++)
+		for (int h = 0; h < 128; h++)
+			set_bf(&c, Q_X, t * 128 + h, (float)(t + 1));
+	for (int i = 0; i < 12; i++)
+		((float *)c.buf[Q_PROBS].host)[i] = (float)i;
+	lg_ref_family_get(s->op)->run(s, &c);
+	const uint8_t *q = c.buf[Q_Q].host;
+	const float *sc = c.buf[Q_S].host, *op = c.buf[Q_OUTP].host;
+	static const int seg0[4] = {0, 2, 6, 6}, expert_of[8] = {0, 0, 1, 1, 1, 1, 3, 3};
+	for (int r = 0; r < 10; r++) {
+		int t = hand_index[r];
+		if (r >= 8) { /* past P: not written */
+			assert_int_equal(q[r * 128], 0xff);
+			continue;
+		}
+		int e = expert_of[r];
+		float want_s = t < 0 ? 0x1p-99f : lg_ref_scale((float)(t + 1), true);
+		/* s: a [1, P_e] block an expert, at element seg0 */
+		assert_true(sc[seg0[e] + (r - seg0[e])] == want_s);
+		assert_int_equal(q[r * 128 + 5], t < 0 ? 0 : lg_ref_quant((float)(t + 1), want_s, true));
+		assert_true(t < 0 || want_s == ((t + 1) == 1 ? 0x1p-8f : 0x1p-7f));
+		assert_true(op[r] == (t < 0 ? 0.0f : (float)(t * 4 + e)));
+	}
+	case_free(&c);
+	lg_spec_free(s);
+}
+
 /* Round trip on the references: permute then the permute's backward gives
  * each token times its number of experts (small integers: exact). */
 static void test_round_trip(void **state)
@@ -418,6 +462,10 @@ static void test_spec_checks(void **state)
 	refused("moe_unpermute", "forward", "bf16", "\"hidden\": 64, \"experts\": 4", "top_k", "missing");
 	refused("moe_unpermute", "forward", "bf16", "\"hidden\": 64, \"experts\": 4, \"top_k\": 2, \"quant\": {}",
 		"quant", "allowed");
+	refused("moe_permute_quant", "forward", "bf16", "\"hidden\": 100, \"experts\": 4, \"top_k\": 2, \"quant\": {}",
+		"hidden", "multiple of 128");
+	refused("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, \"experts\": 4, \"top_k\": 2", "quant",
+		"missing");
 }
 
 static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p)
@@ -504,8 +552,10 @@ static void test_candidates(void **state)
 		{"moe_unpermute", "forward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8"},
 		{"moe_unpermute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8"},
 		{"moe_unpermute", "forward", "bf16", "\"hidden\": 64, \"experts\": 4, \"top_k\": 2"},
+		{"moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
+		 "\"quant\": {}"},
 	};
-	static const int want[] = {4, 3, 2, 3, 3, 3, 0}; /* threads up to a row's pieces */
+	static const int want[] = {4, 3, 2, 3, 3, 3, 0, 8}; /* threads up to a row's pieces */
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
 		lg_spec *s = parse(specs[i][0], specs[i][1], specs[i][2], specs[i][3]);
 		const struct lg_family *f = lg_family_get(s->op);
@@ -536,6 +586,7 @@ int main(void)
 		cmocka_unit_test(test_row_map_patterns),
 		cmocka_unit_test(test_permute_by_hand),
 		cmocka_unit_test(test_unpermute_by_hand),
+		cmocka_unit_test(test_permute_quant_by_hand),
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_shapes),
 		cmocka_unit_test(test_spec_checks),

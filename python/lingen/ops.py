@@ -337,3 +337,24 @@ def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=N
              _moe(top_k, multiple, tile, weighted=bool(weighted)), out=out,
              skip=() if want else ("dprobs",), stream=stream, context=context, alloc=alloc)
     return r["dg"], r["dprobs"]
+
+
+def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multiple=16,
+                      round_scale=True, output="both", tile=None, out=None, stream=None,
+                      context=None, alloc=None):
+    """MoE permute + pad + per-expert blockwise FP8 quantisation in one
+    kernel (KERNELS.md K4b): x [tokens, hidden] bf16 (hidden a multiple of
+    128), moe_row_map's row_index [rows] and padded_counts [experts], probs
+    [tokens, experts] fp32 or None -> (q [rows, hidden] e4m3, s (a
+    [hidden/128, P_e] block an expert), qt (a [hidden, P_e] block an
+    expert), st [cdiv(rows, 128) + experts, hidden] (cdiv(P_e, 128) rows an
+    expert), out_probs [rows] fp32 or None): each expert's padded segment
+    (padding rows zeros) quantised as its own tensor (KERNELS.md 1.3); the
+    copies output= does not ask for are None; rows past the padded total
+    are not written. As linghe's triton_batch_block_pad_permute_with_indices."""
+    r = call("lingen.moe_permute_quant", "moe_permute_quant", "forward",
+             {"x": x, "probs": probs, "row_index": row_index, "padded_counts": padded_counts},
+             _quant(round_scale, output, top_k=int(top_k), multiple=int(multiple), tile=tile),
+             out=out, skip=() if probs is not None else ("out_probs",), stream=stream,
+             context=context, alloc=alloc)
+    return r["q"], r["s"], r["qt"], r["st"], r["out_probs"]

@@ -569,3 +569,19 @@ def moe_unpermute(rows, row_id_map, offsets, counts, probs=None, top_k=None, mul
         raise ValueError("lingen.torch.moe_unpermute: weighted=True needs probs")
     return MoeUnpermuteFunction.apply(rows, probs, row_id_map, offsets, counts, top_k, multiple,
                                       weighted)
+
+
+def moe_permute_quant(x, row_index, padded_counts, probs=None, top_k=None, multiple=16,
+                      round_scale=True, output="both"):
+    """(q, s, qt, st, out_probs) of lingen.moe_permute_quant for x [..., hidden]
+    bf16 (K4b: permute + pad + per-expert blockwise FP8 in one kernel); the
+    copies output does not ask for, and out_probs without probs, None. Not
+    differentiable (its backward is the unpermute of the gradient)."""
+    if top_k is None:
+        raise ValueError("lingen.torch.moe_permute_quant: pass top_k= (it sizes the padded rows)")
+    res = _run("moe_permute_quant_forward", _flat(x), probs, row_index, padded_counts,
+               top_k=int(top_k), multiple=int(multiple), quant_round_scale=bool(round_scale),
+               quant_output=output)
+    q, s, qt, st, op = _none_unused(res, _used("moe_permute_quant", "forward",
+                                               (("quant.output", output),)))
+    return q, s, qt, st, (op if probs is not None else None)

@@ -169,3 +169,29 @@ def test_round_trip(seed):
     back, _ = lt.moe_unpermute(out, rmap, offsets, counts, None, top_k=k, multiple=m)
     n = (rmap >= 0).sum(1, keepdim=True)
     assert torch.equal(back, (x.float() * n).bfloat16())
+
+
+@pytest.mark.parametrize("case", [(8192, 2048, 256, 8, 16), (333, 384, 96, 6, 128), (1, 128, 5, 2, 1)])
+def test_permute_quant(case, seed):
+    """K4b bit-equal to PyTorch's permute then per-expert quantisation of
+    the padded segments (power-of-two scales), out_probs the permute's."""
+    torch = torch_cuda()
+    import lingen.torch as lt
+    from lingen.benches.quant_layouts import batched_quant
+    t, h, e, k, m = case
+    for kind in ("even", "drop"):
+        mask, probs, _ = routing(torch, seed, t, e, k, kind)
+        rmap, counts, offsets, row_index, padded = ref.row_map(torch, mask, k, m)
+        rows = t * k + e * (m - 1)
+        gen = torch.Generator(device="cuda").manual_seed(seed + 5)
+        x = torch.randn(t, h, generator=gen, device="cuda").bfloat16()
+        q, s, qt, st, op = lt.moe_permute_quant(x, row_index, padded, probs, top_k=k, multiple=m)
+        out, pp = ref.permute(torch, x, probs, rmap, rows)
+        plist = [int(c) for c in padded.tolist()]
+        P = sum(plist)
+        wq, ws, wqt, wst = batched_quant(torch, out, plist)
+        assert torch.equal(q[:P].view(torch.uint8), wq.view(torch.uint8)), f"q {kind} {case}"
+        assert torch.equal(s.reshape(-1)[:P * h // 128], ws), f"s {kind} {case}"
+        assert torch.equal(qt.reshape(-1)[:P * h].view(torch.uint8), wqt.view(torch.uint8))
+        assert torch.equal(st[:wst.shape[0]], wst), f"st {kind} {case}"
+        assert torch.equal(op[:P], pp[:P])

@@ -153,3 +153,21 @@ def test_ops_refuse_bad_shapes(ctx):
         lingen.moe_unpermute(bad, m, top_k=K, context=ctx)
     with pytest.raises(ValueError, match="weighted=True needs probs"):
         lingen.moe_unpermute(bad, m, top_k=K, weighted=True, context=ctx)
+
+
+def test_ops_bind_permute_quant(ctx):
+    none = dict(context=ctx, alloc=lambda s, e: None)
+    T, H, E, K = 333, 1024, 96, 6
+    rows = T * K + E * 15
+    x = CAI((T, H))
+    ri = CAI((rows,), typestr=I32, ptr=0x7F0000100000)
+    pc = CAI((E,), typestr=I32, ptr=0x7F0000200000)
+    probs = CAI((T, E), typestr=F32, ptr=0x7F0000300000)
+    for output in ("both", "rowwise", "columnwise"):
+        assert reaches_the_device(lambda: lingen.moe_permute_quant(x, ri, pc, probs, top_k=K,
+                                                                   output=output, **none))
+    s = lingen.Spec({"op": "moe_permute_quant", "pass": "forward", "dtype": "bf16", "hidden": H,
+                     "experts": E, "top_k": K, "quant": {}})
+    decl = lingen.families()["moe_permute_quant"].passes["forward"]
+    assert s.arg_shape(decl.arg("st").index, [T]) == ((rows + 127) // 128 + E, H)
+    assert s.arg_shape(decl.arg("s").index, [T]) == (H // 128, rows)

@@ -1,16 +1,18 @@
-"""MoE dispatch and combine (KERNELS.md K4, K5): the padded row map, the
-permute into padded expert rows (bf16 with probs), and the unpermute
-(combine), at the README shape (8192 tokens, hidden 2048, 256 experts,
+"""MoE dispatch and combine (KERNELS.md K4, K4b, K5): the padded row map,
+the permute into padded expert rows (bf16 with probs), the fused permute +
+pad + per-expert FP8 quantisation, and the unpermute (combine), at the README shape (8192 tokens, hidden 2048, 256 experts,
 top-8, rows padded to 16) and, in the full run, hidden 7168 (DeepSeek-V3)
 and 160 experts (not a power of two). The eager rows are the plain PyTorch
 references below (also the GPU tests' autograd references)."""
 from . import Case, Setup
+from .quant_layouts import batched_quant, dequant_batched
 
 # linghe on one H200 (shared/TARGETS.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
     ("moe row map", "8192x256 top8 m16"): 34.4,
     ("moe permute", "8192x2048 e256 top8"): 124.7,
     ("moe unpermute", "8192x2048 e256 top8"): 88.4,
+    ("moe permute+quant", "8192x2048 e256 top8"): 281.0,
 }
 
 
@@ -107,6 +109,24 @@ def _unpermute(env, t, h, e, k):
                  lambda r: (r.float(),))
 
 
+def _permute_quant(env, t, h, e, k):
+    """K4b: lingen's one kernel against PyTorch's permute then the
+    per-expert quantiser over the padded segments (counts on the host)."""
+    torch, lt = env.torch, env.lt
+    x = env.randn(t, h)
+    mask, probs, _ = routing(torch, env.gen, t, e, k)
+    rmap, counts, offsets, row_index, padded = row_map(torch, mask, k)
+    rows = t * k + e * 15
+    plist = [int(c) for c in padded.tolist()]
+
+    def eager():
+        out = permute(torch, x, probs, rmap, rows)[0]
+        return batched_quant(torch, out, plist)
+    return Setup({"lingen": lambda: lt.moe_permute_quant(x, row_index, padded, probs, top_k=k),
+                  "eager": eager}, (x, probs, row_index),
+                 lambda r: dequant_batched(torch, plist, *r[:4]))
+
+
 def cases(quick):
     shapes = [(8192, 2048, 256, 8)]
     if not quick:
@@ -118,7 +138,8 @@ def cases(quick):
             out.append(Case("moe row map", shape, lambda env, t=t, e=e, k=k: _map(env, t, e, k),
                             LINGHE_US.get(("moe row map", shape)), rtol=0.0))
         shape = f"{t}x{h} e{e} top{k}"
-        for kernel, make in (("moe permute", _permute), ("moe unpermute", _unpermute)):
+        for kernel, make in (("moe permute", _permute), ("moe unpermute", _unpermute),
+                             ("moe permute+quant", _permute_quant)):
             out.append(Case(kernel, shape,
                             lambda env, t=t, h=h, e=e, k=k, make=make: make(env, t, h, e, k),
                             LINGHE_US.get((kernel, shape))))
