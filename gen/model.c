@@ -315,6 +315,8 @@ static const struct step steps[] = {
 	 * backward */
 	{"moe_row_map", "K4", FWD, "bf16", ROWMAP, 0},
 	{"moe_permute", "K4", FWD, "bf16", PERM, 0},
+	/* the FP8 recipe's dispatch: permute + pad + per-expert quantisation */
+	{"moe_permute_quant", "K4b", FWD, "bf16", PERM, QUANT},
 	{"moe_permute", "K4", BWD, "bf16", PERM, 0},
 	{"moe_unpermute", "K5", FWD, "bf16", PERM, 0},
 	{"moe_unpermute", "K5", BWD, "bf16", PERM, 0},
@@ -344,6 +346,7 @@ static const char *why_of(const char *section, bool family)
 	static const struct { const char *section, *family, *pass; } whys[] = {
 		{"K1", WHY("K1"), WHY_PASS("K1")},   {"K2", WHY("K2"), WHY_PASS("K2")},
 		{"K3", WHY("K3"), WHY_PASS("K3")},   {"K4", WHY("K4"), WHY_PASS("K4")},
+		{"K4b", WHY("K4b"), WHY_PASS("K4b")},
 		{"K5", WHY("K5"), WHY_PASS("K5")},   {"K6", WHY("K6"), WHY_PASS("K6")},
 		{"K7", WHY("K7"), WHY_PASS("K7")},   {"K9", WHY("K9"), WHY_PASS("K9")},
 		{"K10", WHY("K10"), WHY_PASS("K10")}, {"K11", WHY("K11"), WHY_PASS("K11")},

@@ -128,6 +128,9 @@ static const char *const mini_kernels[] = {
 	"\"multiple\": 16, \"routing\": \"mask\"}",
 	"{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
 	"\"top_k\": 8, \"multiple\": 16, \"round_scale\": true}",
+	"{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	"\"experts\": 256, \"top_k\": 8, \"multiple\": 16, \"quant\": {\"format\": \"e4m3\", \"block\": 128, "
+	"\"round_scale\": true, \"output\": \"both\"}}",
 	"{\"op\": \"moe_permute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
 	"\"top_k\": 8, \"multiple\": 16, \"round_scale\": true}",
 	"{\"op\": \"moe_unpermute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
