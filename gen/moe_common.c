@@ -69,6 +69,31 @@ void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens,
 	d->smem = 0;
 }
 
+enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS };
+
+void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch,
+		 int kthreads)
+{
+	p->v[P_HIDDEN] = hidden;
+	p->v[P_ES] = es;
+	p->v[P_DISPATCH] = dispatch;
+	p->v[P_THREADS] = p->tile[kthreads] = lg_spec_has(s, kthreads) ? lg_spec_int(s, kthreads) : 0;
+	p->nentries = 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+}
+
+struct lg_moe_rows lg_moe_plan_rows(const struct lg_plan *p)
+{
+	return lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]);
+}
+
+void lg_moe_plan_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d)
+{
+	(void)e;
+	struct lg_moe_rows r = lg_moe_plan_rows(p);
+	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sizes[0], d);
+}
+
 /* The piece type of the rows (vb bytes), its load and store, and for bf16
  * arithmetic its elements as floats. */
 static void emit_pieces(lg_buf *b, const struct lg_moe_rows *r, bool math)

@@ -93,4 +93,13 @@ void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_mo
 void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k);
 void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens, struct lg_launch_dim *d);
 
+/* The plan of a one-entry dispatch or combine family (moe_permute,
+ * moe_unpermute): rows of `hidden` elements of es bytes, tile.threads at
+ * key kthreads, kept in the plan's first values; lg_moe_plan_geometry is
+ * such a family's geometry(), lg_moe_plan_rows the rows it emits for. */
+void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch,
+		 int kthreads);
+struct lg_moe_rows lg_moe_plan_rows(const struct lg_plan *p);
+void lg_moe_plan_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d);
+
 #endif

@@ -97,6 +97,22 @@ int64_t lg_moe_ref_map(const uint8_t *mask, int64_t T, int64_t E, int64_t M, int
 	return base;
 }
 
+struct lg_moe_ref_io lg_moe_ref_io_of(const struct lg_spec *s, const struct lg_ref_case *c)
+{
+	const struct lg_family *f = lg_family_get(s->op);
+	struct lg_moe_ref_io io = {.T = c->sizes[0], .E = lg_ref_int(s, "experts"), .K = lg_ref_int(s, "top_k"),
+				   .M = lg_ref_int(s, "multiple"), .H = lg_ref_int(s, "hidden"),
+				   .es = s->dtype == LG_DTYPE_E4M3 ? 1 : 2};
+	io.pow2 = lg_family_key(f, "round_scale") >= 0 && lg_ref_int(s, "round_scale") != 0;
+	io.cap = lg_moe_ref_cap(io.T, io.E, io.K, io.M);
+	return io;
+}
+
+void *lg_moe_ref_opt(const struct lg_ref_case *c, int i)
+{
+	return c->buf[i].count ? c->buf[i].host : NULL;
+}
+
 void lg_moe_ref_fill_map(int64_t T, int64_t E, int64_t K, int64_t M, uint64_t seed, int32_t *map,
 			 int32_t *offsets, int32_t *counts)
 {

@@ -85,25 +85,11 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 		used[F_XS] = used[F_OUTS] = s->dtype == LG_DTYPE_E4M3;
 }
 
-enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS };
-
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
-	p->v[P_HIDDEN] = lg_spec_int(s, K_HIDDEN);
-	p->v[P_ES] = s->dtype == LG_DTYPE_E4M3 ? 1 : 2;
-	p->v[P_DISPATCH] = s->pass == LG_PASS_FORWARD;
-	p->v[P_THREADS] = p->tile[K_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 0;
-	p->nentries = 1;
-	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), s->dtype == LG_DTYPE_E4M3 ? 1 : 2, s->pass == LG_PASS_FORWARD, K_THREADS);
 	return LG_OK;
-}
-
-static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
-{
-	(void)e;
-	struct lg_moe_rows r = lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]);
-	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sz[0], d);
 }
 
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
@@ -111,7 +97,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	(void)t;
 	struct lg_moe_kernel k = {
 		.entry = p->entry[0], .experts = lg_spec_int(s, K_EXPERTS), .top_k = lg_spec_int(s, K_TOPK),
-		.multiple = lg_spec_int(s, K_MULTIPLE), .r = lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]),
+		.multiple = lg_spec_int(s, K_MULTIPLE), .r = lg_moe_plan_rows(p),
 		.fp8 = s->dtype == LG_DTYPE_E4M3, .pow2 = lg_spec_int(s, K_ROUND) != 0, .map = "row_id_map"};
 	if (s->pass == LG_PASS_FORWARD) {
 		k.what = "MoE permute: tokens to expert-major padded rows";
@@ -143,6 +129,6 @@ const struct lg_family lg_family_moe_permute = {
 	.uses = uses,
 	.plan = plan,
 	.emit = emit,
-	.geometry = geometry,
+	.geometry = lg_moe_plan_geometry,
 	.candidates = candidates,
 };

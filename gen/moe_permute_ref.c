@@ -24,23 +24,9 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 	c->buf[B_DPROBS].cmp = LG_CMP_SCALE;
 }
 
-static struct lg_moe_ref_io io_of(const struct lg_spec *s, const struct lg_ref_case *c)
-{
-	struct lg_moe_ref_io io = {.T = c->sizes[0], .E = lg_ref_int(s, "experts"), .K = lg_ref_int(s, "top_k"),
-				   .M = lg_ref_int(s, "multiple"), .H = lg_ref_int(s, "hidden"),
-				   .es = s->dtype == LG_DTYPE_E4M3 ? 1 : 2, .pow2 = lg_ref_int(s, "round_scale") != 0};
-	io.cap = lg_moe_ref_cap(io.T, io.E, io.K, io.M);
-	return io;
-}
-
-static void *opt(const struct lg_ref_case *c, int i)
-{
-	return c->buf[i].count ? c->buf[i].host : NULL;
-}
-
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
-	struct lg_moe_ref_io io = io_of(s, c);
+	struct lg_moe_ref_io io = lg_moe_ref_io_of(s, c);
 	uint64_t st = seed ^ 0x5bd1e995u;
 	if (s->pass == LG_PASS_FORWARD) {
 		lg_moe_ref_fill_map(io.T, io.E, io.K, io.M, seed, c->buf[F_MAP].host, c->buf[F_OFF].host,
@@ -63,16 +49,16 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 
 static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	struct lg_moe_ref_io io = io_of(s, c);
+	struct lg_moe_ref_io io = lg_moe_ref_io_of(s, c);
 	if (s->pass == LG_PASS_FORWARD) {
 		io.map = c->buf[F_MAP].host, io.offsets = c->buf[F_OFF].host, io.counts = c->buf[F_CNT].host;
-		io.src = c->buf[F_X].host, io.src_s = opt(c, F_XS), io.dst = c->buf[F_OUT].host;
-		io.dst_s = opt(c, F_OUTS), io.pin = opt(c, F_PROBS), io.pout = opt(c, F_OUTP);
+		io.src = c->buf[F_X].host, io.src_s = lg_moe_ref_opt(c, F_XS), io.dst = c->buf[F_OUT].host;
+		io.dst_s = lg_moe_ref_opt(c, F_OUTS), io.pin = lg_moe_ref_opt(c, F_PROBS), io.pout = lg_moe_ref_opt(c, F_OUTP);
 		lg_moe_ref_dispatch(&io);
 		return;
 	}
 	io.map = c->buf[B_MAP].host, io.src = c->buf[B_DOUT].host, io.dst = c->buf[B_DX].host;
-	io.pin = opt(c, B_DOUTP), io.pout = opt(c, B_DPROBS);
+	io.pin = lg_moe_ref_opt(c, B_DOUTP), io.pout = lg_moe_ref_opt(c, B_DPROBS);
 	lg_moe_ref_combine(&io);
 }
 

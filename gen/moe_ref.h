@@ -53,6 +53,14 @@ struct lg_moe_ref_io {
 	const float *weights;
 	const uint16_t *other; float *dot;
 };
+/* The sizes of a dispatch or combine spec at c's tokens (es from the
+ * dtype; pow2 from round_scale where the family has it); no pointers. */
+struct lg_ref_case;
+struct lg_spec;
+struct lg_moe_ref_io lg_moe_ref_io_of(const struct lg_spec *s, const struct lg_ref_case *c);
+/* The host buffer of argument i, NULL when the spec does not use it. */
+void *lg_moe_ref_opt(const struct lg_ref_case *c, int i);
+
 /* Dispatch: every row below cap written (the routed ones from their token,
  * every other one zeros). */
 void lg_moe_ref_dispatch(const struct lg_moe_ref_io *io);

@@ -78,24 +78,11 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 		used[B_G] = used[B_PROBS] = lg_spec_int(s, K_WEIGHTED) != 0;
 }
 
-enum { P_HIDDEN, P_DISPATCH, P_THREADS };
-
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
-	p->v[P_HIDDEN] = lg_spec_int(s, K_HIDDEN);
-	p->v[P_DISPATCH] = s->pass == LG_PASS_BACKWARD;
-	p->v[P_THREADS] = p->tile[K_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 0;
-	p->nentries = 1;
-	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), 2, s->pass == LG_PASS_BACKWARD, K_THREADS);
 	return LG_OK;
-}
-
-static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
-{
-	(void)e;
-	struct lg_moe_rows r = lg_moe_rows_of(p->v[P_HIDDEN], 2, (int)p->v[P_THREADS]);
-	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sz[0], d);
 }
 
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
@@ -104,7 +91,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	bool weighted = lg_spec_int(s, K_WEIGHTED) != 0;
 	struct lg_moe_kernel k = {.entry = p->entry[0], .experts = lg_spec_int(s, K_EXPERTS),
 				  .top_k = lg_spec_int(s, K_TOPK), .multiple = lg_spec_int(s, K_MULTIPLE),
-				  .r = lg_moe_rows_of(p->v[P_HIDDEN], 2, (int)p->v[P_THREADS]), .map = "row_id_map",
+				  .r = lg_moe_plan_rows(p), .map = "row_id_map",
 				  .weights = weighted ? "probs" : NULL};
 	if (s->pass == LG_PASS_FORWARD) {
 		k.what = weighted ? "MoE unpermute: each token's rows times their probability, added"
@@ -139,6 +126,6 @@ const struct lg_family lg_family_moe_unpermute = {
 	.uses = uses,
 	.plan = plan,
 	.emit = emit,
-	.geometry = geometry,
+	.geometry = lg_moe_plan_geometry,
 	.candidates = candidates,
 };

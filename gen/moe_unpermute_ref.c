@@ -34,22 +34,9 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 		c->buf[B_DPROBS].cmp = LG_CMP_FP32, c->buf[B_DPROBS].rtol = 1e-4, c->buf[B_DPROBS].atol = 1e-4;
 }
 
-static struct lg_moe_ref_io io_of(const struct lg_spec *s, const struct lg_ref_case *c)
-{
-	struct lg_moe_ref_io io = {.T = c->sizes[0], .E = lg_ref_int(s, "experts"), .K = lg_ref_int(s, "top_k"),
-				   .M = lg_ref_int(s, "multiple"), .H = lg_ref_int(s, "hidden"), .es = 2};
-	io.cap = lg_moe_ref_cap(io.T, io.E, io.K, io.M);
-	return io;
-}
-
-static void *opt(const struct lg_ref_case *c, int i)
-{
-	return c->buf[i].count ? c->buf[i].host : NULL;
-}
-
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
-	struct lg_moe_ref_io io = io_of(s, c);
+	struct lg_moe_ref_io io = lg_moe_ref_io_of(s, c);
 	uint64_t st = seed ^ 0x27d4eb2fu;
 	if (s->pass == LG_PASS_FORWARD) {
 		lg_moe_ref_fill_map(io.T, io.E, io.K, io.M, seed, c->buf[F_MAP].host, NULL, NULL);
@@ -70,21 +57,21 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 
 static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	struct lg_moe_ref_io io = io_of(s, c);
+	struct lg_moe_ref_io io = lg_moe_ref_io_of(s, c);
 	if (s->pass == LG_PASS_FORWARD) {
 		io.map = c->buf[F_MAP].host, io.src = c->buf[F_G].host, io.dst = c->buf[F_OUT].host;
-		io.pin = opt(c, F_PROBS), io.pout = opt(c, F_RPROBS);
+		io.pin = lg_moe_ref_opt(c, F_PROBS), io.pout = lg_moe_ref_opt(c, F_RPROBS);
 		io.weights = weighted(s) ? io.pin : NULL;
 		lg_moe_ref_combine(&io);
 		return;
 	}
 	io.map = c->buf[B_MAP].host, io.offsets = c->buf[B_OFF].host, io.counts = c->buf[B_CNT].host;
 	io.src = c->buf[B_DOUT].host, io.dst = c->buf[B_DG].host;
-	io.pin = opt(c, B_DRP), io.pout = opt(c, B_DPROBS);
+	io.pin = lg_moe_ref_opt(c, B_DRP), io.pout = lg_moe_ref_opt(c, B_DPROBS);
 	if (weighted(s)) {
-		io.weights = opt(c, B_PROBS);
-		io.other = opt(c, B_G);
-		io.dot = opt(c, B_DPROBS);
+		io.weights = lg_moe_ref_opt(c, B_PROBS);
+		io.other = lg_moe_ref_opt(c, B_G);
+		io.dot = lg_moe_ref_opt(c, B_DPROBS);
 	}
 	lg_moe_ref_dispatch(&io);
 }
