@@ -22,6 +22,7 @@ static const char *const key_types[] = {
 static const char *const roles[] = {
 	[LG_ARG_IN] = "in", [LG_ARG_OUT] = "out", [LG_ARG_OPT_IN] = "optional_in",
 	[LG_ARG_OPT_OUT] = "optional_out", [LG_ARG_WORKSPACE] = "workspace",
+	[LG_ARG_LIST] = "list",
 };
 
 static cJSON *key_json(const struct lg_key *k)

@@ -17,7 +17,9 @@
 	X(fp8_quant_batched, FP8_QUANT_BATCHED) /* 1.3: per-expert FP8 quantisation */   \
 	X(fp8_quant_weight, FP8_QUANT_WEIGHT) /* 1.3: weights, 128x128 tiles */          \
 	X(group_rmsnorm_gate, GROUP_RMSNORM_GATE) /* K8: group RMSNorm x sigmoid gate */ \
-	X(qk_norm_rope, QK_NORM_ROPE)   /* K2: split qkv + q/k RMSNorm + half RoPE */ \
+	X(qk_norm_rope, QK_NORM_ROPE)   /* K2: split qkv + q/k RMSNorm + half RoPE */  \
+	X(grad_norm, GRAD_NORM)         /* K10: L2 / L1 / max norm of a tensor list */  \
+	X(count_zero, COUNT_ZERO)       /* K11: zeros in a tensor list */ \
 	X(moe_row_map, MOE_ROW_MAP)     /* K4: padded MoE row map from a mask or top-k */ \
 	X(moe_permute, MOE_PERMUTE)     /* K4: MoE dispatch into padded expert rows */ \
 	X(moe_unpermute, MOE_UNPERMUTE) /* K5: MoE combine of expert rows into tokens */ \

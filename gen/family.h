@@ -144,6 +144,11 @@ enum lg_arg_role {
 	LG_ARG_OPT_IN,  /* may be 0 (e.g. recomputed) */
 	LG_ARG_OPT_OUT, /* may be 0 (not written) */
 	LG_ARG_WORKSPACE, /* lg_kernel_workspace_size() bytes of scratch */
+	/* The device table of a tensor list (lingen.h, lg_tensor_list_table):
+	 * elem U8, shape "items, 16" (a run-time size "items" of the pass, the
+	 * table's rows). The kernel reads the tensors the rows point to; the
+	 * harness cannot make one from random bytes (tests build lists). */
+	LG_ARG_LIST,
 };
 enum lg_elem {
 	LG_ELEM_DTYPE, /* the spec's dtype */
@@ -315,7 +320,9 @@ lg_status lg_arg_shape(const struct lg_spec *s, int i, const int64_t *sizes, int
 /* Elements of argument i (the product of its dimensions). */
 lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int64_t *count);
 /* Minimum bytes a launch moves: each used input read once, each used
- * output written once (workspaces not counted); `used` from the plan. */
+ * output written once (workspaces not counted), a list's table and its
+ * items as if each were a whole LG_LIST_ITEM_BYTES (the harness's lists
+ * are); `used` from the plan. */
 double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const int64_t *sizes);
 
 /* Every run-time size of f's pass set to n (or to its declared `at`),

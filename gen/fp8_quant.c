@@ -65,24 +65,15 @@ static const struct lg_arg fwd_args[NARGS] = {
 		    "columnwise scales (0 for rowwise)"},
 };
 
-/* Plan values. */
-enum { P_HIDDEN, P_THREADS, P_R /* tokens a thread */, P_F32 /* fp32 values */ };
-
-
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
 	/* Power-of-two scales: 256 threads (71 registers on sm_90a, 3 CTAs an
 	 * SM); measured on H200 at 8192 x 2048, 22.21 us against 22.66 at 512
 	 * (bench/h200-2026-11-30-families). The exact divide needs 102
-	 * registers at 256 threads, 58 at 512: 512 (not measured against 256). */
-	bool f32 = lg_spec_has(s, K_VALUES) && lg_spec_int(s, K_VALUES) == 32;
-	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) && !f32 ? 256 : 512;
-	p->v[P_HIDDEN] = lg_spec_int(s, K_HIDDEN);
-	p->tile[K_VALUES] = f32 ? 32 : 16;
-	p->v[P_F32] = f32;
-	p->tile[K_THREADS] = p->v[P_THREADS] = threads;
-	p->v[P_R] = TILE * 16 / threads;
+	 * registers at 256 threads, 58 at 512: 512 (not measured against 256).
+	 * Both are lg_qe_plan's defaults. */
+	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, -1, K_VALUES, 1);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -92,42 +83,17 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	(void)e;
-	struct lg_qe q = {.n = p->v[P_HIDDEN], .threads = (int)p->v[P_THREADS], .layout = LG_QE_FLAT};
+	struct lg_qe q = lg_qe_planned(NULL, p, LG_QE_FLAT);
 	lg_qe_geometry(&q, sz[0], 0, d);
 }
 
-/* ------------------------------------------------------------ emission */
-
-static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
-{
-	return (struct lg_qe){.n = p->v[P_HIDDEN], .threads = (int)p->v[P_THREADS], .rows = lg_quant_rowwise(s),
-			      .cols = lg_quant_colwise(s), .pow2 = lg_quant_pow2(s), .vals = p->v[P_F32] ? LG_QE_F32 : LG_QE_BF16,
-			      .layout = LG_QE_FLAT};
-}
-
-/* The values: x itself, 16 bytes of bf16 a token (streaming loads). */
-static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
-{
-	(void)ctx;
-	lg_qe_emit_load_bf16(b, e, r, "x");
-}
-
+/* The values: x itself (16-byte streaming loads). */
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
-	struct lg_qe e = engine(s, p);
-	struct lg_qe_hooks h = {.values = values};
+	struct lg_qe e = lg_qe_planned(s, p, LG_QE_FLAT);
+	struct lg_qe_hooks h = {.values = lg_qe_hook_load_bf16, .ctx = (void *)"x"};
 	(void)t;
-	lg_section(b, "helpers for this spec", NULL);
-	lg_qe_emit_helpers(b, &e);
-	lg_section(b, p->entry[0], "blockwise FP8 quantisation");
-	lg_comment(b, "One CTA per tile of 128 tokens x 128 features (%lld feature blocks a token tile):",
-		   (long long)(e.n / TILE));
-	lg_comment(b, "thread (rb, lb) holds tokens %d rb .. %d rb + %d x features 8 lb .. 8 lb + 7 (%d threads).",
-		   (int)p->v[P_R], (int)p->v[P_R], (int)p->v[P_R] - 1, e.threads);
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e.threads);
-	lg_open(b, "{");
-	lg_qe_emit_body(b, &e, &h);
-	lg_close(b);
+	lg_qe_emit_kernel(b, s, p, &e, &h, "blockwise FP8 quantisation");
 }
 
 /* Tile variants for `lingen tune`: 256 and 512 threads per tile. */

@@ -84,32 +84,10 @@ static const struct lg_arg fwd_args[NARGS] = {
 		    "rowwise)"},
 };
 
-enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_F32 };
-
-static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
-{
-	struct lg_qe e = {.n = p->v[P_HIDDEN], .threads = (int)p->v[P_THREADS], .fblocks = (int)p->v[P_FBLOCKS],
-			  .vals = p->v[P_F32] ? LG_QE_F32 : LG_QE_BF16, .layout = LG_QE_EXPERTS};
-	if (s) {
-		e.rows = lg_quant_rowwise(s);
-		e.cols = lg_quant_colwise(s);
-		e.pow2 = lg_quant_pow2(s);
-	}
-	return e;
-}
-
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
-	bool f32 = lg_spec_has(s, K_VALUES) && lg_spec_int(s, K_VALUES) == 32;
-	int64_t nb = lg_spec_int(s, K_HIDDEN) / TILE;
-	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) && !f32 ? 256 : 512;
-	int64_t fb = lg_spec_has(s, K_FBLOCKS) ? lg_spec_int(s, K_FBLOCKS) : 4;
-	p->v[P_HIDDEN] = nb * TILE;
-	p->tile[K_THREADS] = p->v[P_THREADS] = threads;
-	p->tile[K_FBLOCKS] = p->v[P_FBLOCKS] = fb < nb ? fb : nb;
-	p->tile[K_VALUES] = f32 ? 32 : 16;
-	p->v[P_F32] = f32;
+	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, K_FBLOCKS, K_VALUES, 4);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -118,31 +96,17 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	(void)e;
-	struct lg_qe q = engine(NULL, p);
+	struct lg_qe q = lg_qe_planned(NULL, p, LG_QE_EXPERTS);
 	lg_qe_geometry(&q, sz[0], sz[1], d);
 }
 
-static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
-{
-	(void)ctx;
-	lg_qe_emit_load_bf16(b, e, r, "x");
-}
-
+/* The values: x itself (16-byte streaming loads). */
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
-	struct lg_qe e = engine(s, p);
-	struct lg_qe_hooks h = {.values = values};
+	struct lg_qe e = lg_qe_planned(s, p, LG_QE_EXPERTS);
+	struct lg_qe_hooks h = {.values = lg_qe_hook_load_bf16, .ctx = (void *)"x"};
 	(void)t;
-	lg_section(b, "helpers for this spec", NULL);
-	lg_qe_emit_helpers(b, &e);
-	lg_section(b, p->entry[0], "per-expert blockwise FP8 quantisation");
-	lg_comment(b, "CTA: a token tile of one expert (found from counts) x %d feature blocks of 128;",
-		   (int)p->v[P_FBLOCKS]);
-	lg_comment(b, "%d threads, %d tokens x 8 features a thread.", e.threads, lg_qe_tokens_per_thread(&e));
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e.threads);
-	lg_open(b, "{");
-	lg_qe_emit_body(b, &e, &h);
-	lg_close(b);
+	lg_qe_emit_kernel(b, s, p, &e, &h, "per-expert blockwise FP8 quantisation");
 }
 
 /* Tile variants for `lingen tune`: feature blocks a CTA x threads. */

@@ -18,7 +18,7 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	(void)s;
 	for (int i = A_MAP; i <= A_PADDED; i++)
-		c->buf[i].cmp = LG_CMP_INT;
+		c->buf[i].cmp = LG_CMP_EXACT;
 }
 
 struct dims {

@@ -66,6 +66,15 @@ void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum)
 	}
 }
 
+void lg_emit_row_index(lg_buf *b, const struct lg_rowlayout *l)
+{
+	if (l->rows > 1)
+		lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l->rows);
+	else
+		lg_line(b, "const i64 m = blockIdx.x;");
+	lg_line(b, "const bool live = m < M;");
+}
+
 void lg_emit_row_load_at(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
 			 const char *ld, const char *extra, const char *m, const char *live)
 {

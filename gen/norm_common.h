@@ -35,6 +35,9 @@ struct lg_rowlayout lg_rowlayout_load(const struct lg_plan *p);
  * and the shared scratch the row sums go through: fp64 always, fp32 too if
  * fsum (the kernel calls lg_emit_row_sum with "float"). */
 void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum);
+/* `const i64 m` = the CTA's row of this lane (blockIdx.x rows of
+ * l->rows), `const bool live = m < M`. */
+void lg_emit_row_index(lg_buf *b, const struct lg_rowlayout *l);
 /* dst[k] = the pieces of row m of `base` (bf16 [.., hidden]); zeros when
  * !live or past the row. `ld` is the load function (lg_ld16, ...), called as
  * ld(pointer) or ld(pointer, extra) when extra is not NULL. */

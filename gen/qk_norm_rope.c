@@ -52,6 +52,10 @@ enum {
 	K_ORDER,
 	K_HEADS,
 	K_SILU,
+	K_VARLEN,
+	K_MSCALE,
+	K_CP_SIZE,
+	K_CP_RANK,
 	K_EPS,
 	K_TILE,
 	K_TOKENS,
@@ -67,6 +71,7 @@ static const char *const order_words[] = {"sb", "bs"};
 static const char *const heads_names[] = {"interleaved", "plain"};
 static const char *const heads_words[] = {"il", "plain"};
 static const char *const silu_words[] = {"nosilu", "silu"};
+static const char *const varlen_words[] = {"fixed", "varlen"};
 static const struct lg_key keys[NKEYS] = {
 	[K_HEAD_DIM] = {.path = "head_dim", .type = LG_KEY_INT, .flags = LG_KEY_REQUIRED | LG_KEY_SHAPE,
 			.min = 64, .max = 256, .only = head_dims, .naming = LG_NAME_ALWAYS, .rank = 10,
@@ -91,6 +96,19 @@ static const struct lg_key keys[NKEYS] = {
 	[K_SILU] = {.path = "silu", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
 		    .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 23, .words = silu_words,
 		    .doc = "SiLU on the input first (q, k and v)"},
+	[K_VARLEN] = {.path = "varlen", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
+		      .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 24, .words = varlen_words,
+		      .doc = "packed sequences: qkv [T, 1, .] (seq = T tokens, batch = sequences), "
+			     "positions restart at each cu_seqlens boundary"},
+	[K_MSCALE] = {.path = "mscale", .type = LG_KEY_NUMBER, .lo = 0.0, .hi = 1e30, .has_def = true,
+		      .def_num = 1.0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 25, .abbrev = "ms",
+		      .doc = "multiplies cos and sin (YaRN-style attention scaling)"},
+	[K_CP_SIZE] = {.path = "cp_size", .type = LG_KEY_INT, .min = 1, .max = 1024, .has_def = true,
+		       .def = 1, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 26, .abbrev = "cp",
+		       .doc = "context-parallel ranks: each holds two zig-zag halves of every sequence"},
+	[K_CP_RANK] = {.path = "cp_rank", .type = LG_KEY_INT, .min = 0, .max = 1023, .has_def = true,
+		       .def = 0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 27, .abbrev = "cr",
+		       .doc = "this rank (< cp_size): its halves are rank and 2 cp_size - 1 - rank"},
 	[K_EPS] = LG_KEY_EPS,
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_TOKENS] = LG_KEY_TILE("tokens", "n", 1, 8, tokens_ok, "tokens a CTA takes at a time"),
@@ -101,34 +119,41 @@ static const struct lg_key keys[NKEYS] = {
 
 static const struct lg_size sizes[] = {
 	/* seq x batch < 2^31: the forward's grid, one CTA per `tokens` tokens */
-	{"seq", "S", 0, 1 << 22, "positions (S)", 0},
-	{"batch", "B", 0, 511, "sequences (B)", 2}, /* check and bench at N tokens: seq N, batch 2 */
+	{"seq", "S", 0, 1 << 22, "positions (S); varlen: tokens (T)", 0},
+	/* check and bench at N tokens: seq N, batch 2 */
+	{"batch", "B", 0, 511, "sequences (B); varlen: sequences in cu_seqlens", 2},
 };
 
-#define QKV_SHAPE "pick(qkv_order, seq, batch), pick(qkv_order, batch, seq), " \
+#define QKV_SHAPE "pick(qkv_order, seq, batch), pick(varlen, pick(qkv_order, batch, seq), 1), " \
 		  "(q_heads + 2 * kv_heads) * head_dim"
-enum { F_QKV, F_QW, F_KW, F_FREQS, F_Q, F_K, F_V, F_NARGS };
-enum { B_GQ, B_GK, B_GV, B_QKV, B_QW, B_KW, B_FREQS, B_DQKV, B_DQW, B_DKW, B_WS, B_NARGS };
+#define OUT_SHAPE(heads) "pick(varlen, batch, 1), seq, " heads ", head_dim"
+#define FREQS_SHAPE "seq * cp_size, head_dim * rotary_fraction"
+#define CU_DOC "varlen: cumulative global sequence lengths, from 0 (this rank's tokens of " \
+	       "sequence i: [cu[i] / cp_size, cu[i + 1] / cp_size))"
+enum { F_QKV, F_QW, F_KW, F_FREQS, F_CU, F_Q, F_K, F_V, F_NARGS };
+enum { B_GQ, B_GK, B_GV, B_QKV, B_QW, B_KW, B_FREQS, B_CU, B_DQKV, B_DQW, B_DKW, B_WS, B_NARGS };
 
 static const struct lg_arg fwd_args[F_NARGS] = {
 	[F_QKV] = {"qkv", LG_ARG_IN, LG_ELEM_BF16, QKV_SHAPE, 16, "fused projection, heads as head_layout"},
 	[F_QW] = {"q_weight", LG_ARG_IN, LG_ELEM_BF16, "head_dim", 16, "q norm weight"},
 	[F_KW] = {"k_weight", LG_ARG_IN, LG_ELEM_BF16, "head_dim", 16, "k norm weight"},
-	[F_FREQS] = {"freqs", LG_ARG_IN, LG_ELEM_FP32, "seq, head_dim * rotary_fraction", 4,
-		     "angles, cat(f, f): only [:, 0:R/2] is read"},
-	[F_Q] = {"q", LG_ARG_OUT, LG_ELEM_BF16, "batch, seq, q_heads, head_dim", 16, NULL},
-	[F_K] = {"k", LG_ARG_OUT, LG_ELEM_BF16, "batch, seq, kv_heads, head_dim", 16, NULL},
-	[F_V] = {"v", LG_ARG_OUT, LG_ELEM_BF16, "batch, seq, kv_heads, head_dim", 16, NULL},
+	[F_FREQS] = {"freqs", LG_ARG_IN, LG_ELEM_FP32, FREQS_SHAPE, 4,
+		     "angles of positions 0.., cat(f, f): only [:, 0:R/2] is read"},
+	[F_CU] = {"cu_seqlens", LG_ARG_OPT_IN, LG_ELEM_I32, "batch + 1", 4, CU_DOC},
+	[F_Q] = {"q", LG_ARG_OUT, LG_ELEM_BF16, OUT_SHAPE("q_heads"), 16, NULL},
+	[F_K] = {"k", LG_ARG_OUT, LG_ELEM_BF16, OUT_SHAPE("kv_heads"), 16, NULL},
+	[F_V] = {"v", LG_ARG_OUT, LG_ELEM_BF16, OUT_SHAPE("kv_heads"), 16, NULL},
 };
 
 static const struct lg_arg bwd_args[B_NARGS] = {
-	[B_GQ] = {"gq", LG_ARG_IN, LG_ELEM_BF16, "batch, seq, q_heads, head_dim", 16, NULL},
-	[B_GK] = {"gk", LG_ARG_IN, LG_ELEM_BF16, "batch, seq, kv_heads, head_dim", 16, NULL},
-	[B_GV] = {"gv", LG_ARG_IN, LG_ELEM_BF16, "batch, seq, kv_heads, head_dim", 16, NULL},
+	[B_GQ] = {"gq", LG_ARG_IN, LG_ELEM_BF16, OUT_SHAPE("q_heads"), 16, NULL},
+	[B_GK] = {"gk", LG_ARG_IN, LG_ELEM_BF16, OUT_SHAPE("kv_heads"), 16, NULL},
+	[B_GV] = {"gv", LG_ARG_IN, LG_ELEM_BF16, OUT_SHAPE("kv_heads"), 16, NULL},
 	[B_QKV] = {"qkv", LG_ARG_IN, LG_ELEM_BF16, QKV_SHAPE, 16, "the forward's input"},
 	[B_QW] = {"q_weight", LG_ARG_IN, LG_ELEM_BF16, "head_dim", 16, NULL},
 	[B_KW] = {"k_weight", LG_ARG_IN, LG_ELEM_BF16, "head_dim", 16, NULL},
-	[B_FREQS] = {"freqs", LG_ARG_IN, LG_ELEM_FP32, "seq, head_dim * rotary_fraction", 4, NULL},
+	[B_FREQS] = {"freqs", LG_ARG_IN, LG_ELEM_FP32, FREQS_SHAPE, 4, NULL},
+	[B_CU] = {"cu_seqlens", LG_ARG_OPT_IN, LG_ELEM_I32, "batch + 1", 4, CU_DOC},
 	[B_DQKV] = {"dqkv", LG_ARG_OUT, LG_ELEM_BF16, QKV_SHAPE, 16, "in qkv's layout"},
 	[B_DQW] = {"dq_weight", LG_ARG_OUT, LG_ELEM_FP32, "head_dim", 16, "overwritten, deterministic"},
 	[B_DKW] = {"dk_weight", LG_ARG_OUT, LG_ELEM_FP32, "head_dim", 16, "overwritten, deterministic"},
@@ -136,7 +161,7 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 };
 
 /* Plan values. */
-enum { P_D, P_H, P_HKV, P_R, P_TOKENS, P_THREADS, P_BWD, P_CTAS };
+enum { P_D, P_H, P_HKV, P_R, P_TOKENS, P_THREADS, P_BWD, P_CTAS, P_VARLEN };
 
 /* The rotated width R (0 when the fraction does not give a whole number). */
 static int64_t rotated(const struct lg_spec *s)
@@ -157,6 +182,12 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 				     (long long)lg_spec_int(s, K_CTAS));
 	if (f > 1.0)
 		return lg_spec_error(where, "rotary_fraction: found %g, allowed: above 0, at most 1", f);
+	if (lg_spec_int(s, K_VARLEN) && lg_spec_int(s, K_ORDER) != 0)
+		return lg_spec_error(where, "qkv_order: found \"batch_seq\", allowed: \"seq_batch\" with varlen "
+					    "(packed tokens [T, 1, .])");
+	if (lg_spec_int(s, K_CP_RANK) >= lg_spec_int(s, K_CP_SIZE))
+		return lg_spec_error(where, "cp_rank: found %lld, allowed: 0 to cp_size - 1 (%lld)",
+				     (long long)lg_spec_int(s, K_CP_RANK), (long long)lg_spec_int(s, K_CP_SIZE) - 1);
 	int64_t r = rotated(s);
 	if (r == 0 || r % 16 != 0)
 		return lg_spec_error(where, "rotary_fraction: found %g (rotated width %g of head_dim %lld), "
@@ -175,6 +206,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_HKV] = lg_spec_int(s, K_KV_HEADS);
 	p->v[P_R] = rotated(s);
 	p->v[P_BWD] = bwd;
+	p->v[P_VARLEN] = lg_spec_int(s, K_VARLEN);
 	p->tile[K_TOKENS] = p->v[P_TOKENS] = lg_spec_has(s, K_TOKENS) ? lg_spec_int(s, K_TOKENS) : bwd ? 2 : 4;
 	p->tile[K_THREADS] = p->v[P_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 256;
 	p->v[P_CTAS] = lg_spec_has(s, K_CTAS) ? lg_spec_int(s, K_CTAS) : PMAX;
@@ -203,7 +235,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 		d->block[0] = 1024;
 		return;
 	}
-	d->grid[0] = (unsigned)ctas(p, sz[0] * sz[1]);
+	d->grid[0] = (unsigned)ctas(p, p->v[P_VARLEN] ? sz[0] : sz[0] * sz[1]);
 	d->block[0] = (unsigned)p->v[P_THREADS];
 }
 
@@ -221,6 +253,9 @@ struct shape {
 	int64_t units; /* tokens x heads: (token, head) units a CTA takes at a time */
 	int batch;     /* units a lane group loads before working on them */
 	bool bs, plain, silu, bwd, pdl; /* pdl: the dw entry launches early (sm_90+) */
+	bool varlen;
+	int64_t cp, cp_rank;
+	double mscale;
 };
 
 static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
@@ -229,7 +264,8 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 			  .tokens = (int)p->v[P_TOKENS], .threads = (int)p->v[P_THREADS], .ctas = (int)p->v[P_CTAS],
 			  .bs = lg_spec_int(s, K_ORDER) == 1, .plain = lg_spec_int(s, K_HEADS) == 1,
 			  .silu = lg_spec_int(s, K_SILU) != 0, .bwd = p->v[P_BWD] != 0,
-			  .pdl = p->early[1]};
+			  .pdl = p->early[1], .varlen = p->v[P_VARLEN] != 0, .cp = lg_spec_int(s, K_CP_SIZE),
+			  .cp_rank = lg_spec_int(s, K_CP_RANK), .mscale = lg_spec_num(s, K_MSCALE)};
 	k.heads = k.hq + 2 * k.hkv;
 	k.lanes = (int)(k.d / 8);
 	k.slots = k.threads / k.lanes;
@@ -237,6 +273,54 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 	int64_t rounds = (k.units + k.slots - 1) / k.slots, most = k.bwd ? 4 : 8; /* registers */
 	k.batch = (int)(rounds < most ? rounds : most);
 	return k;
+}
+
+/* lg_tokens(S, B): the qkv rows; lg_position(n, S, B, cu): the rotary
+ * position of row n (KERNELS.md K2, K2b). */
+static void emit_position(lg_buf *b, const struct shape *k)
+{
+	lg_comment(b, "The tokens (qkv rows): %s.", k->varlen ? "S, packed sequences" : "S x B");
+	lg_line(b, "static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 B) { return %s; }",
+		k->varlen ? "(void)B, S" : "S * B");
+	lg_comment(b, "The rotary position of qkv row n%s.",
+		   k->varlen ? ": its index in its sequence (cu: global bounds / cp_size)" : "");
+	lg_line(b, "static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int *cu)");
+	lg_open(b, "{");
+	if (!k->varlen && k->cp == 1) {
+		lg_line(b, "(void)cu;");
+		lg_line(b, "return %s;", k->bs ? "n % S" : "n / B");
+		lg_close(b);
+		return;
+	}
+	if (k->varlen) {
+		lg_line(b, "i64 lo = 0, start = 0%s;", k->cp > 1 ? ", l = S" : "");
+		lg_open(b, "if (B > 0) { // the last sequence starting at or before n");
+		lg_line(b, "i64 hi = B - 1;");
+		lg_open(b, "while (lo < hi) {");
+		lg_line(b, "const i64 mid = (lo + hi + 1) / 2;");
+		lg_line(b, "if ((i64)cu[mid] / %lld <= n) lo = mid; else hi = mid - 1;", (long long)k->cp);
+		lg_close(b);
+		lg_line(b, "start = (i64)cu[lo] / %lld;", (long long)k->cp);
+		if (k->cp > 1)
+			lg_line(b, "l = (i64)cu[lo + 1] / %lld - start;", (long long)k->cp);
+		lg_close(b);
+		lg_line(b, "const i64 i = n - start;");
+	} else {
+		lg_line(b, "(void)cu;");
+		lg_line(b, "const i64 i = %s, l = S;", k->bs ? "n %% S" : "n / B");
+	}
+	if (k->cp > 1) {
+		lg_comment(b, "Context parallel: this rank holds halves %lld and %lld of each sequence.",
+			   (long long)k->cp_rank, (long long)(2 * k->cp - 1 - k->cp_rank));
+		lg_line(b, "const i64 h = l / 2;");
+		lg_line(b, "const i64 p = i < h ? %lld * h + i : %lld * h + (i - h);", (long long)k->cp_rank,
+			(long long)(2 * k->cp - 1 - k->cp_rank));
+	} else {
+		lg_line(b, "const i64 p = i;");
+	}
+	lg_comment(b, "Within the freqs table whatever cu holds.");
+	lg_line(b, "return p < 0 ? 0 : p >= S * %lld ? S * %lld - 1 : p;", (long long)k->cp, (long long)k->cp);
+	lg_close(b);
 }
 
 static void emit_helpers(lg_buf *b, const struct lg_spec *s, const struct shape *k)
@@ -268,6 +352,7 @@ static void emit_helpers(lg_buf *b, const struct lg_spec *s, const struct shape 
 		lg_comment(b, "The logistic function, with an accurate exp (expf).");
 		lg_line(b, "static __device__ __forceinline__ float lg_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }");
 	}
+	emit_position(b, k);
 	lg_comment(b, "Where head j of a token (q heads, then k, then v) sits in its qkv row, in heads.");
 	lg_line(b, "static __device__ __forceinline__ int lg_qkv_slot(int j)");
 	lg_open(b, "{");
@@ -295,7 +380,7 @@ static void emit_walk_open(lg_buf *b, const struct shape *k)
 		k->tokens, (long long)half, k->tokens, (long long)half);
 	lg_line(b, "const int c = threadIdx.x %% %d; // the lane's piece: features 8c .. 8c + 7", k->lanes);
 	lg_line(b, "const int slot = threadIdx.x / %d; // the lane group", k->lanes);
-	lg_line(b, "const i64 N = S * B; // tokens");
+	lg_line(b, "const i64 N = lg_tokens(S, B);");
 	if (k->bwd) {
 		lg_open(b, "for (i64 n0 = (i64)blockIdx.x * %d; n0 < N; n0 += lg_ctas(N) * %d) {", k->tokens,
 			k->tokens);
@@ -307,10 +392,15 @@ static void emit_walk_open(lg_buf *b, const struct shape *k)
 	lg_open(b, "for (int i = threadIdx.x; i < %lld; i += %d) {", (long long)(k->tokens * half), k->threads);
 	lg_line(b, "const i64 n = n0 + i / %lld;", (long long)half);
 	lg_line(b, "if (n >= N) break;");
-	lg_line(b, "const i64 p = %s; // position", k->bs ? "n % S" : "n / B");
+	lg_line(b, "const i64 p = lg_position(n, S, B, (const int *)cu_seqlens);");
 	lg_line(b, "float sn, cn;");
 	lg_line(b, "sincosf(((const float *)freqs)[p * %lld + i %% %lld], &sn, &cn);", (long long)k->r,
 		(long long)half);
+	if (k->mscale != 1.0) {
+		char ms[32];
+		lg_json_number_text(k->mscale, ms);
+		lg_line(b, "sn *= %sf, cn *= %sf; // mscale", ms, ms);
+	}
 	lg_line(b, "ct[i / %lld][i %% %lld] = cn, st[i / %lld][i %% %lld] = sn;", (long long)half,
 		(long long)half, (long long)half, (long long)half);
 	lg_close(b);
@@ -323,7 +413,7 @@ static void emit_walk_open(lg_buf *b, const struct shape *k)
 		lg_line(b, "lg_u32x4 gr[%d];", k->batch);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int ub = 0; ub < %d; ub++) {", k->batch);
-	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + ub * %d + slot, c, S, B);", k->slots);
+	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + ub * %d + slot, c, N, S, B);", k->slots);
 	lg_line(b, "xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);");
 	if (k->bwd) {
 		lg_line(b, "const u64 gp = t.isq ? gq : t.isv ? gv : gk;");
@@ -332,7 +422,7 @@ static void emit_walk_open(lg_buf *b, const struct shape *k)
 	lg_close(b);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int ub = 0; ub < %d; ub++) {", k->batch);
-	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + ub * %d + slot, c, S, B);", k->slots);
+	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + ub * %d + slot, c, N, S, B);", k->slots);
 	lg_line(b, "const int tl = t.tl;");
 	lg_line(b, "const bool live = t.live, isq = t.isq, isv = t.isv;");
 }
@@ -344,15 +434,15 @@ static void emit_unit(lg_buf *b, const struct shape *k)
 	lg_comment(b, "token in the group and head (q, k, v heads in order); xo, oo: this lane's bytes");
 	lg_comment(b, "into qkv and into q, k or v (the gradients likewise).");
 	lg_line(b, "struct lg_unit { i64 xo, oo; int tl, j; bool live, isq, isv; };");
-	lg_line(b, "static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 S, i64 B)");
+	lg_line(b, "static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 N, i64 S, i64 B)");
 	lg_open(b, "{");
 	lg_line(b, "lg_unit t;");
 	lg_line(b, "const int un = min(u, %lld);", (long long)(k->units - 1));
 	lg_line(b, "t.tl = un / %lld, t.j = un %% %lld;", (long long)k->heads, (long long)k->heads);
 	lg_line(b, "const i64 n = n0 + t.tl; // the qkv row");
-	lg_line(b, "t.live = u < %lld && n < S * B;", (long long)k->units);
-	if (k->bs)
-		lg_line(b, "const i64 ob = n; // the [batch, seq] row");
+	lg_line(b, "t.live = u < %lld && n < N;", (long long)k->units);
+	if (k->bs || k->varlen)
+		lg_line(b, "const i64 ob = n; // the [batch, seq] row%s", k->varlen ? " (packed: [1, T])" : "");
 	else
 		lg_line(b, "const i64 ob = (n %% B) * S + n / B; // the [batch, seq] row");
 	lg_line(b, "t.xo = (n * %lld + (i64)lg_qkv_slot(t.j) * %lld + c * 8) * 2;", (long long)(k->heads * k->d),
@@ -524,7 +614,7 @@ static void emit_backward_dw(lg_buf *b, const struct lg_spec *s, const struct sh
 		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\"); // the partials are written");
 	lg_line(b, "const int lane = threadIdx.x %% %d, rg = threadIdx.x / %d;", DW_COLS, DW_COLS);
 	lg_line(b, "const int col = blockIdx.x * %d + lane;", DW_COLS);
-	lg_line(b, "const i64 n = lg_ctas(S * B);");
+	lg_line(b, "const i64 n = lg_ctas(lg_tokens(S, B));");
 	lg_line(b, "float sum = 0.0f;");
 	lg_line(b, "#pragma unroll 4");
 	lg_line(b, "for (i64 i = rg; i < n; i += 32) sum += ((const float *)ws)[i * %lld + col];",
@@ -551,6 +641,13 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	} else {
 		emit_forward(b, s, &k, p->entry[0]);
 	}
+}
+
+/* cu_seqlens is read only by the varlen form. */
+static void uses(const struct lg_spec *s, unsigned char *used)
+{
+	if (!lg_spec_int(s, K_VARLEN))
+		used[s->pass == LG_PASS_FORWARD ? F_CU : B_CU] = 0;
 }
 
 /* Tile variants for `lingen tune`: tokens at a time x threads per CTA;
@@ -581,6 +678,7 @@ const struct lg_family lg_family_qk_norm_rope = {
 	.sig = {[LG_PASS_FORWARD] = {2, sizes, F_NARGS, fwd_args},
 		[LG_PASS_BACKWARD] = {2, sizes, B_NARGS, bwd_args}},
 	.validate = validate,
+	.uses = uses,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,

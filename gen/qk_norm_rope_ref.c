@@ -2,7 +2,9 @@
  * qk_norm_rope_ref.c - CPU reference of family "qk_norm_rope" (KERNELS.md
  * K2), in float64: per token (s, b) and head, u = x (or silu(x)); q and k
  * heads y = u r w with r = 1 / sqrt(sum u^2 / D + eps), then rotate-half
- * over [0, R) with the angles freqs[s, 0:R/2]; v heads u. The backward is
+ * over [0, R) with the angles freqs[p, 0:R/2] (times mscale) at the token's
+ * position p (its sequence index s; varlen: its index in its packed
+ * sequence; context parallel: the zig-zag halves remapped); v heads u. The backward is
  * the exact transpose: the gradient un-rotated, the RMSNorm backward
  * (du = r g w - r^3 u (sum u g w) / D, dw += u r g), then through the SiLU.
  *
@@ -18,14 +20,16 @@
 #include "numeric_ref.h"
 #include "ref.h"
 
-enum { F_QKV, F_QW, F_KW, F_FREQS, F_Q, F_K, F_V };
-enum { B_GQ, B_GK, B_GV, B_QKV, B_QW, B_KW, B_FREQS, B_DQKV, B_DQW, B_DKW };
+enum { F_QKV, F_QW, F_KW, F_FREQS, F_CU, F_Q, F_K, F_V };
+enum { B_GQ, B_GK, B_GV, B_QKV, B_QW, B_KW, B_FREQS, B_CU, B_DQKV, B_DQW, B_DKW };
 
 /* The spec's numbers, read by key name. */
 struct dims {
 	size_t d, hq, hkv, r, heads, seq, batch;
-	bool bs, plain, silu;
-	double eps;
+	bool bs, plain, silu, varlen;
+	size_t nseq, cp, cp_rank; /* varlen: sequences in cu (the size "batch"), batch 1 */
+	double eps, mscale;
+	const int32_t *cu;        /* varlen: cumulative global sequence lengths */
 };
 
 static struct dims dims_of(const struct lg_spec *s, const struct lg_ref_case *c)
@@ -34,8 +38,14 @@ static struct dims dims_of(const struct lg_spec *s, const struct lg_ref_case *c)
 			 .hkv = (size_t)lg_ref_int(s, "kv_heads"), .seq = (size_t)c->sizes[0],
 			 .batch = (size_t)c->sizes[1], .bs = lg_ref_int(s, "qkv_order") == 1,
 			 .plain = lg_ref_int(s, "head_layout") == 1, .silu = lg_ref_int(s, "silu") != 0,
-			 .eps = lg_ref_num(s, "eps")};
+			 .eps = lg_ref_num(s, "eps"), .varlen = lg_ref_int(s, "varlen") != 0,
+			 .cp = (size_t)lg_ref_int(s, "cp_size"), .cp_rank = (size_t)lg_ref_int(s, "cp_rank"),
+			 .mscale = lg_ref_num(s, "mscale")};
 	k.r = (size_t)(lg_ref_num(s, "rotary_fraction") * (double)k.d);
+	if (k.varlen) {
+		k.nseq = k.batch, k.batch = 1;
+		k.cu = c->buf[s->pass == LG_PASS_FORWARD ? F_CU : B_CU].host;
+	}
 	k.heads = k.hq + 2 * k.hkv;
 	return k;
 }
@@ -55,6 +65,30 @@ static size_t slot_of(const struct dims *k, size_t j)
 
 /* The qkv row of (s, b), and the output row (b, s). */
 static size_t in_row(const struct dims *k, size_t s, size_t b) { return k->bs ? b * k->seq + s : s * k->batch + b; }
+
+/* The rotary position of token (s, b): its index in its sequence (varlen:
+ * the last sequence of cu starting at or before s), the context-parallel
+ * halves remapped, kept within the freqs table [seq * cp, R]. */
+static size_t position(const struct dims *k, size_t s)
+{
+	int64_t i = (int64_t)s, l = (int64_t)k->seq, cp = (int64_t)k->cp;
+	if (k->varlen && k->nseq > 0) {
+		size_t j = 0;
+		for (size_t q = 1; q < k->nseq; q++)
+			if ((int64_t)k->cu[q] / cp <= (int64_t)s)
+				j = q;
+		int64_t start = (int64_t)k->cu[j] / cp;
+		i = (int64_t)s - start;
+		l = (int64_t)k->cu[j + 1] / cp - start;
+	}
+	int64_t p = i;
+	if (cp > 1) {
+		int64_t h = l / 2, r = (int64_t)k->cp_rank;
+		p = i < h ? r * h + i : (2 * cp - 1 - r) * h + (i - h);
+	}
+	int64_t top = (int64_t)(k->seq * k->cp) - 1;
+	return (size_t)(p < 0 ? 0 : p > top ? top : p);
+}
 
 static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -79,6 +113,18 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	uint64_t st = seed;
 	uint16_t *qkv = c->buf[fwd ? F_QKV : B_QKV].host;
 	size_t width = k.heads * k.d, rows = k.seq * k.batch;
+	if (k.varlen) { /* random global lengths (cp times the local ones), some empty */
+		int32_t *cu = c->buf[fwd ? F_CU : B_CU].host;
+		size_t left = k.seq;
+		cu[0] = 0;
+		for (size_t q = 0; q < k.nseq; q++) {
+			size_t len = q + 1 == k.nseq ? left : lg_ref_rand(&st) % (left + 1);
+			len = q % 5 == 3 ? 0 : len;
+			cu[q + 1] = cu[q] + (int32_t)(len * k.cp);
+			left -= len;
+		}
+		cu[k.nseq] += (int32_t)(left * k.cp);
+	}
 	for (size_t n = 0; n < rows; n++)
 		lg_ref_fill_bf16(qkv + n * width, width, ldexpf(1.0f, (int)(lg_ref_rand(&st) % 9) - 4), &st);
 	for (int w = 0; w < 2; w++) {
@@ -88,7 +134,7 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	}
 	float *fr = c->buf[fwd ? F_FREQS : B_FREQS].host;
 	size_t half = k.r / 2;
-	for (size_t p = 0; p < k.seq; p++)
+	for (size_t p = 0; p < k.seq * k.cp; p++)
 		for (size_t i = 0; i < k.r; i++)
 			fr[p * k.r + i] = (float)((double)p * pow(10000.0, -2.0 * (double)(i % half) / (double)k.r));
 	if (fwd)
@@ -119,7 +165,7 @@ static void rotate(const struct dims *k, const float *fr, const double *y, doubl
 	for (size_t i = 0; i < k->d; i++)
 		out[i] = y[i];
 	for (size_t i = 0; i < h; i++) {
-		double cs = cos((double)fr[i]), sn = sin((double)fr[i]);
+		double cs = k->mscale * cos((double)fr[i]), sn = k->mscale * sin((double)fr[i]);
 		out[i] = y[i] * cs - sg * y[i + h] * sn;
 		out[i + h] = y[i + h] * cs + sg * y[i] * sn;
 	}
@@ -153,7 +199,7 @@ static void run_fwd(const struct dims *k, struct lg_ref_case *c)
 				if (which == 2)
 					memcpy(o, y, k->d * sizeof *o);
 				else
-					rotate(k, freqs + s * k->r, y, o, false);
+					rotate(k, freqs + position(k, s) * k->r, y, o, false);
 				uint16_t *dst = outs[which] + ((b * k->seq + s) * nh[which] + hh) * k->d;
 				for (size_t i = 0; i < k->d; i++)
 					dst[i] = lg_ref_f32_to_bf16((float)o[i]);
@@ -183,7 +229,7 @@ static void run_bwd(const struct dims *k, struct lg_ref_case *c)
 					g[i] = lg_ref_bf16_to_f32(gsrc[i]);
 				if (which < 2) {
 					const uint16_t *w = which == 0 ? wq : wk;
-					rotate(k, freqs + s * k->r, g, gh, true);
+					rotate(k, freqs + position(k, s) * k->r, g, gh, true);
 					double dot = 0.0;
 					for (size_t i = 0; i < k->d; i++)
 						dot += u[i] * gh[i] * lg_ref_bf16_to_f32(w[i]);

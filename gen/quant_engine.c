@@ -80,6 +80,62 @@ void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_r
 	lg_close(b);
 }
 
+void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	lg_qe_emit_load_bf16(b, e, r, (const char *)ctx);
+}
+
+void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
+		int fblocks_def)
+{
+	bool f32 = k_values >= 0 && lg_spec_has(s, k_values) && lg_spec_int(s, k_values) == 32;
+	int64_t nb = n / TILE;
+	int64_t threads = k_threads >= 0 && lg_spec_has(s, k_threads) ? lg_spec_int(s, k_threads)
+				 : lg_quant_pow2(s) && !f32 ? 256 : 512;
+	int64_t fb = k_fblocks >= 0 && lg_spec_has(s, k_fblocks) ? lg_spec_int(s, k_fblocks) : fblocks_def;
+	p->v[LG_QE_PV_N] = n;
+	p->v[LG_QE_PV_THREADS] = threads;
+	p->v[LG_QE_PV_FBLOCKS] = fb < nb ? fb : nb;
+	p->v[LG_QE_PV_F32] = f32;
+	if (k_threads >= 0)
+		p->tile[k_threads] = threads;
+	if (k_fblocks >= 0)
+		p->tile[k_fblocks] = p->v[LG_QE_PV_FBLOCKS];
+	if (k_values >= 0)
+		p->tile[k_values] = f32 ? 32 : 16;
+}
+
+struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enum lg_qe_layout layout)
+{
+	struct lg_qe e = {.n = p->v[LG_QE_PV_N], .threads = (int)p->v[LG_QE_PV_THREADS],
+			  .fblocks = (int)p->v[LG_QE_PV_FBLOCKS], .vals = p->v[LG_QE_PV_F32] ? LG_QE_F32 : LG_QE_BF16,
+			  .layout = layout};
+	if (s) {
+		e.rows = layout == LG_QE_TILE128 || lg_quant_rowwise(s);
+		e.cols = layout != LG_QE_TILE128 && lg_quant_colwise(s);
+		e.pow2 = lg_quant_pow2(s);
+	}
+	return e;
+}
+
+void lg_qe_emit_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const struct lg_qe *e,
+		       const struct lg_qe_hooks *h, const char *title)
+{
+	lg_section(b, "helpers for this spec", NULL);
+	lg_qe_emit_helpers(b, e);
+	lg_section(b, p->entry[0], title);
+	int r = lg_qe_tokens_per_thread(e), fb = fblocks(e);
+	lg_comment(b, "CTA: %s x %d block%s of 128 features%s.",
+		   e->layout == LG_QE_EXPERTS ? "a token tile of one expert (from counts)" : "128 tokens", fb,
+		   fb > 1 ? "s" : "", fb > 1 ? " in turn" : "");
+	lg_comment(b, "%d threads: thread (rb, lb) holds tokens %d rb .. %d rb + %d x features 8 lb .. 8 lb + 7.",
+		   e->threads, r, r, r - 1);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e->threads);
+	lg_open(b, "{");
+	lg_qe_emit_body(b, e, h);
+	lg_close(b);
+}
+
 void lg_qe_emit_helpers(lg_buf *b, const struct lg_qe *e)
 {
 	lg_emit_quant_q(b, e->pow2);
@@ -130,7 +186,10 @@ static void emit_place(lg_buf *b, const struct ctx *k)
 	lg_line(b, "const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;");
 	lg_line(b, "const int r0 = %d * rb; // this thread's first token in the tile", k->r);
 	int64_t g = groups(e);
-	if (g > 1) {
+	if (e->tile) {
+		lg_line(b, "const i64 tt = %s; // token tile", e->tile);
+		lg_line(b, "const int cg = %s; // feature group", e->group ? e->group : "0");
+	} else if (g > 1) {
 		lg_line(b, "const i64 tt = blockIdx.x / %lldu; // token tile", (long long)g);
 		lg_line(b, "const int cg = blockIdx.x %% %lldu; // feature group", (long long)g);
 	} else {
@@ -358,7 +417,7 @@ static void emit_col_scales(lg_buf *b, const struct ctx *k)
 		lg_open(b, "if (threadIdx.x < 64) {");
 		lg_line(b, "u32 a = cpart[0][threadIdx.x];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int w = 1; w < %d; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);", k->warps);
+		lg_line(b, "for (int k = 1; k < %d; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_emit_scale(b, pow2, "sc0", "lg_bf16_lo(a)", "inv0");
 		lg_emit_scale(b, pow2, "sc1", "lg_bf16_hi(a)", "inv1");
 		lg_line(b, "*(float2 *)(stg + k0 + 2 * threadIdx.x) = make_float2(sc0, sc1);");
@@ -370,7 +429,7 @@ static void emit_col_scales(lg_buf *b, const struct ctx *k)
 		lg_open(b, "if (threadIdx.x < 128) {");
 		lg_line(b, "float a = cpart[0][threadIdx.x];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int w = 1; w < %d; w++) a = fmaxf(a, cpart[w][threadIdx.x]);", k->warps);
+		lg_line(b, "for (int k = 1; k < %d; k++) a = fmaxf(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_emit_scale(b, pow2, "sc", "a", "inv");
 		lg_line(b, "stg[k0 + threadIdx.x] = sc;");
 		lg_line(b, "cinv[threadIdx.x] = inv;");
@@ -392,12 +451,12 @@ static void emit_tile_scale(lg_buf *b, const struct ctx *k)
 	if (k->bf16) {
 		lg_line(b, "u32 a = cpart[0][threadIdx.x];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int w = 1; w < %d; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);", k->warps);
+		lg_line(b, "for (int k = 1; k < %d; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_line(b, "float t = fmaxf(lg_bf16_lo(a), lg_bf16_hi(a));");
 	} else {
 		lg_line(b, "float t = cpart[0][threadIdx.x];");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int w = 1; w < %d; w++) t = fmaxf(t, cpart[w][threadIdx.x]);", k->warps);
+		lg_line(b, "for (int k = 1; k < %d; k++) t = fmaxf(t, cpart[k][threadIdx.x]);", k->warps);
 	}
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int m = 16; m > 0; m >>= 1)");
@@ -534,6 +593,8 @@ void lg_qe_emit_body(lg_buf *b, const struct lg_qe *e, const struct lg_qe_hooks 
 		lg_line(b, "const int cb = cg; // the feature block");
 	}
 	lg_line(b, "const i64 k0 = (i64)cb * 128; // its first feature");
+	if (h->block)
+		h->block(b, e, h->ctx);
 	emit_values(b, &k);
 	if (k.bf16)
 		emit_thread_amax_bf16(b, &k);

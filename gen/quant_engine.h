@@ -74,6 +74,11 @@ struct lg_qe {
 	 * outputs [q, s, qt, st], the tokens [M], the counts [counts] and the
 	 * number of experts [E] (LG_QE_EXPERTS). */
 	const char *q, *s, *qt, *st, *m, *counts, *experts;
+	/* The CTA's place (NULL: from blockIdx.x, as lg_qe_geometry launches):
+	 * an i64 expression of its token tile and an int expression of its
+	 * feature group (blocks fblocks * group ...). A family with a grid of
+	 * its own (2-D, reversed, sliced) gives both and its own geometry(). */
+	const char *tile, *group;
 };
 
 /* What the values hook is given for one token row of 8 features. */
@@ -100,11 +105,37 @@ struct lg_qe_hooks {
 	/* Optional: after each 128 x 128 block is quantised and stored (v still
 	 * in scope): extra per-row outputs, partial sums, ... */
 	void (*epilogue)(lg_buf *b, const struct lg_qe *e, void *ctx);
+	/* Optional: at the start of each 128-feature block, before the values
+	 * (k0 known): per-feature loads the values hook uses (a weight). */
+	void (*block)(lg_buf *b, const struct lg_qe *e, void *ctx);
 };
 
 /* A values hook body for a row-major bf16 input `x` [*, e->n]: one 16-byte
  * streaming load of the 8 values (widened to fp32 with LG_QE_F32). */
 void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, const char *x);
+/* The same as a ready values hook: ctx is the input's name (const char *). */
+void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx);
+
+/* Plan helpers for families whose tile is the engine's own keys: plan
+ * values LG_QE_PV_* of struct lg_plan.v (a family using them keeps its own
+ * values after LG_QE_PV_COUNT). */
+enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_COUNT };
+/* Resolve tile keys threads, fblocks and values (key indices; -1: the
+ * family has no such key) for features n: threads 256 with power-of-two
+ * scales and bf16 values, else 512 (the fp32 values and the exact divide
+ * need the registers); fblocks default fblocks_def (clamped to n / 128);
+ * values 16 unless 32 is given. Sets p->tile[] of the keys declared and
+ * p->v[LG_QE_PV_*]. */
+void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
+		int fblocks_def);
+/* The engine as planned (lg_qe_plan), for a layout; s NULL (geometry):
+ * the quant recipe left off. LG_QE_TILE128 has rows on and cols off. */
+struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enum lg_qe_layout layout);
+/* A whole one-entry kernel: helpers, section `title`, the signature of
+ * p->entry[0] with launch bounds, the body. */
+void lg_qe_emit_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const struct lg_qe *e,
+		       const struct lg_qe_hooks *h, const char *title);
+
 /* Tokens a thread (R) for the engine's thread count. */
 int lg_qe_tokens_per_thread(const struct lg_qe *e);
 /* Emit the helpers the body needs (before the kernel; once a file). */

@@ -27,7 +27,7 @@ enum lg_cmp {
 	LG_CMP_E4M3_ULP, /* e4m3, within ulps (+ slack[i]) e4m3 steps */
 	LG_CMP_BF16_ULP, /* bf16, within ulps (+ slack[i]) bf16 ulps */
 	LG_CMP_FP32_ULP, /* fp32, within ulps (+ slack[i]) fp32 ulps */
-	LG_CMP_INT,    /* int32, equal (KERNELS.md 4.6: row maps are exact) */
+	LG_CMP_EXACT,  /* any element type (fp32, int64), bit-equal */
 };
 
 struct lg_ref_buf {
@@ -47,6 +47,12 @@ struct lg_ref_case {
 	int n; /* == the family's argument count for the pass */
 	int64_t sizes[LG_MAX_SIZES]; /* the run-time sizes */
 	struct lg_ref_buf buf[LG_MAX_ARGS];
+	/* A list family's tensors (host memory, malloc'd by fill(), freed by
+	 * whoever frees the buffers): the rows of its list argument's table
+	 * point into them; the harness copies them to the device and points a
+	 * device copy of the table there. NULL for other families. */
+	void *data;
+	size_t data_bytes;
 };
 
 /* A case's buffers as the family declares them (family.h: name, element

@@ -167,6 +167,20 @@ static void emit_ctas(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "%s", "");
 }
 
+/* The loads of row mp (when livep) into <dst[i]>n; with rn (the start of
+ * a statement: "float rn = "), its rms too. */
+static void emit_next_loads(lg_buf *b, const struct lg_rowlayout *l, int n, const char *const *dst,
+			    const char *const *src, const char *rn)
+{
+	for (int i = 0; i < n; i++) {
+		char nm[16];
+		snprintf(nm, sizeof nm, "%sn", dst[i]);
+		lg_emit_row_load_at(b, l, nm, src[i], "lg_ld16", NULL, "mp", "livep");
+	}
+	if (rn)
+		lg_line(b, "%srms && livep ? ((const float *)rms)[mp] : 0.0f;", rn);
+}
+
 /* Open the persistent loop over rows m (each with `live`) and load row m's
  * pieces of each of the n tensors src[i] into lg_u32x4 dst[i][k]; with
  * prefetch, from registers the previous iteration filled, loading the next
@@ -186,13 +200,7 @@ static void emit_row_loop(lg_buf *b, const struct lg_plan *p, const struct lg_ro
 			lg_line(b, "lg_u32x4 %sn[%d];", dst[i], k);
 		lg_line(b, "i64 mp = first%s;", rows > 1 ? " + slot" : "");
 		lg_line(b, "bool livep = mp < M;");
-		for (int i = 0; i < n; i++) {
-			char nm[16];
-			snprintf(nm, sizeof nm, "%sn", dst[i]);
-			lg_emit_row_load_at(b, l, nm, src[i], "lg_ld16", NULL, "mp", "livep");
-		}
-		if (rms)
-			lg_line(b, "float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;");
+		emit_next_loads(b, l, n, dst, src, rms ? "float rn = " : NULL);
 	}
 	lg_open(b, "for (i64 base = first; base < M; base += stride) {");
 	lg_line(b, "const i64 m = base%s;", rows > 1 ? " + slot" : "");
@@ -213,13 +221,7 @@ static void emit_row_loop(lg_buf *b, const struct lg_plan *p, const struct lg_ro
 		lg_line(b, "const float rc = rn;");
 	lg_line(b, "mp = m + stride;");
 	lg_line(b, "livep = mp < M;");
-	for (int i = 0; i < n; i++) {
-		char nm[16];
-		snprintf(nm, sizeof nm, "%sn", dst[i]);
-		lg_emit_row_load_at(b, l, nm, src[i], "lg_ld16", NULL, "mp", "livep");
-	}
-	if (rms)
-		lg_line(b, "rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;");
+	emit_next_loads(b, l, n, dst, src, rms ? "rn = " : NULL);
 }
 
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
@@ -244,11 +246,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 		lg_emit_row_weights(b, &l, "wv", "w");
 		emit_row_loop(b, p, &l, 1, dst, src, false);
 	} else {
-		if (l.rows > 1)
-			lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
-		else
-			lg_line(b, "const i64 m = blockIdx.x;");
-		lg_line(b, "const bool live = m < M;");
+		lg_emit_row_index(b, &l);
 		lg_line(b, "lg_u32x4 v[%lld];", (long long)p->v[P_K]);
 		lg_emit_row_load(b, &l, "v", "xg", "lg_ld16", NULL);
 		lg_emit_row_weights(b, &l, "wv", "w");

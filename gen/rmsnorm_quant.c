@@ -37,6 +37,7 @@
 #include "error.h"
 #include "norm_common.h"
 #include "quant_common.h"
+#include "quant_engine.h"
 #include "templates.h"
 
 #define ROWS 128 /* tokens per tile = one 128x1 scale block */
@@ -207,7 +208,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	d->grid[0] = (unsigned)(p->v[P_HIDDEN] / COLS);
 	d->grid[1] = (unsigned)(n ? n : 1);
 	d->block[0] = K2_THREADS;
-	d->smem = K2_SMEM;
+	d->smem = 0; /* the quant engine's shared memory is static */
 }
 
 /* ------------------------------------------------------------ emission */
@@ -250,11 +251,7 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 			lg_line(b, "const i64 m = t0 * %d + blockIdx.x;", ROWS);
 		lg_line(b, "const bool live = m < (t1 * %d < M ? t1 * %d : M);", ROWS, ROWS);
 	} else {
-		if (l.rows > 1)
-			lg_line(b, "const i64 m = (i64)blockIdx.x * %d + slot;", l.rows);
-		else
-			lg_line(b, "const i64 m = blockIdx.x;");
-		lg_line(b, "const bool live = m < M;");
+		lg_emit_row_index(b, &l);
 	}
 	lg_line(b, "lg_u32x4 v[%d];", l.k);
 	if (lg_quant_colwise(s)) {
@@ -319,17 +316,6 @@ static void emit_tile_prologue(lg_buf *b, const char *tile_row)
 		COLS);
 	if (tile_row)
 		emit_tile_rows(b, tile_row);
-}
-
-/* xv[4]: the thread's 4 rows x 8 columns of x (rows past M read as 0). */
-static void emit_tile_load_x(lg_buf *b, int64_t n, const char *ld)
-{
-	lg_line(b, "const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * %lld + col0) * 2;", (long long)n);
-	lg_line(b, "lg_u32x4 xv[4];");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++)");
-	lg_line(b, "\txv[i] = 4 * rb + i < rows ? %s(xrow + i * %lld) : lg_u32x4{0u, 0u, 0u, 0u};", ld,
-		(long long)(2 * n));
 }
 
 /* y[4][8] = (x r) w in registers, from xv and rr[4]. */
@@ -423,39 +409,69 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_close(b);
 }
 
-/* Kernel 2 (two-kernel mode): the columnwise copy of one 128 x 128 tile. */
+/* Kernel 2's hooks on the quant engine: y = (x r) w in fp32, as the
+ * fused kernel computes it. */
+static void k2_prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
+{
+	(void)e;
+	if (((const struct lg_plan *)ctx)->early[1]) {
+		lg_comment(b, "Wait until the rows launch before this one is done, its rms visible.");
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+	}
+}
+
+static void k2_block(lg_buf *b, const struct lg_qe *e, void *ctx)
+{
+	(void)e, (void)ctx;
+	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + (k0 + 8 * lb) * 2);");
+	lg_line(b, "const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};");
+}
+
+static void k2_values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	(void)ctx;
+	lg_open(b, "{ // x re-read from L2 (evict first), times its row's rms, times w");
+	lg_line(b, "const u8 *const xp = (const u8 *)x + (%s * %lld + %s) * 2;", r->row, (long long)e->n, r->col);
+	lg_line(b, "const lg_u32x4 xv = lg_ld16_cs(xp);");
+	lg_line(b, "const u32 xw[4] = {xv.x, xv.y, xv.z, xv.w};");
+	lg_line(b, "const float rr = ((const float *)rms)[%s];", r->row);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < 4; j++) {");
+	lg_line(b, "%s[2 * j] = (lg_bf16_lo(xw[j]) * rr) * lg_bf16_lo(ww[j]);", r->dst);
+	lg_line(b, "%s[2 * j + 1] = (lg_bf16_hi(xw[j]) * rr) * lg_bf16_hi(ww[j]);", r->dst);
+	lg_close(b);
+	lg_close(b);
+}
+
+/* Kernel 2 (two-kernel mode): the columnwise copy of one 128 x 128 tile, by
+ * the quant engine (fp32 values, 512 threads: 4 tokens x 8 features a
+ * thread) on this family's grid: features on x, tiles on y in reverse. */
 static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	lg_section(b, p->entry[1], "columnwise copy");
-	lg_comment(b, "Kernel 2: the columnwise copy of a tile of 128 tokens x %d features; thread =", COLS);
-	lg_comment(b, "4 rows x 8 columns (%d threads). x re-read from L2 (evict first), streaming stores.",
-		   K2_THREADS);
+	lg_comment(b, "Kernel 2: the columnwise copy of a tile of 128 tokens x %d features (the quant", COLS);
+	lg_comment(b, "engine); x re-read from L2 (evict first), streaming stores.");
 	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(%d, 2)", K2_THREADS);
 	lg_open(b, "{");
 	if (p->early[1])
 		emit_launch_dependents(b);
 	lg_comment(b, "Tiles in the reverse of kernel 1's order: the rows it read last are the likeliest");
 	lg_comment(b, "to be still in L2.");
+	const char *tile;
 	if (p->v[P_STAGES] > 1) {
 		emit_slice(b, (int)p->v[P_STAGES]);
 		lg_line(b, "if (t0 + (i64)blockIdx.y >= t1) return; // an empty slice");
-		emit_tile_prologue(b, "t1 - 1 - blockIdx.y");
+		tile = "t1 - 1 - (i64)blockIdx.y";
 	} else {
 		lg_line(b, "const i64 tiles = (M + %d) / %d;", ROWS - 1, ROWS);
 		lg_line(b, "if (tiles == 0) return; // no tokens: the one CTA launched has nothing to do");
-		emit_tile_prologue(b, "tiles - 1 - blockIdx.y");
+		tile = "tiles - 1 - (i64)blockIdx.y";
 	}
-	if (p->early[1]) {
-		lg_comment(b, "Wait until the rows launch before this one is done, its rms visible.");
-		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
-	}
-	emit_tile_load_x(b, p->v[P_HIDDEN], "lg_ld16_cs");
-	lg_line(b, "float rr[4];");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++)");
-	lg_line(b, "\trr[i] = 4 * rb + i < rows ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;");
-	emit_tile_y(b);
-	emit_tile_colwise(b, s, p->v[P_HIDDEN]);
+	struct lg_qe e = {.n = p->v[P_HIDDEN], .threads = K2_THREADS, .cols = true, .pow2 = lg_quant_pow2(s),
+			  .vals = LG_QE_F32, .layout = LG_QE_FLAT, .tile = tile, .group = "(int)blockIdx.x"};
+	struct lg_qe_hooks h = {.values = k2_values, .prologue = k2_prologue, .block = k2_block,
+				.ctx = (void *)p};
+	lg_qe_emit_body(b, &e, &h);
 	lg_close(b);
 }
 

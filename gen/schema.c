@@ -633,7 +633,8 @@ char *lg_family_help(const struct lg_family *f)
 			lg_emit(&b, "%s %s (%lld to %lld: %s)", i ? "," : "", g->sizes[i].name,
 				(long long)g->sizes[i].min, (long long)g->sizes[i].max, g->sizes[i].doc);
 		lg_emit(&b, "\n");
-		static const char *const roles[] = {"in", "out", "optional in", "optional out", "workspace"};
+		static const char *const roles[] = {"in", "out", "optional in", "optional out", "workspace",
+							    "tensor list"};
 		for (int i = 0; i < g->nargs; i++) {
 			const struct lg_arg *a = &g->args[i];
 			if (a->role == LG_ARG_WORKSPACE)

@@ -231,6 +231,8 @@ double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const 
 		if (!used[i] || g->args[i].role == LG_ARG_WORKSPACE || lg_arg_count(s, i, sizes, &n) != LG_OK)
 			continue;
 		bytes += (double)n * lg_elem_bytes[lg_arg_elem(s, &g->args[i])];
+		if (g->args[i].role == LG_ARG_LIST) /* the items the rows point at, read in full */
+			bytes += (double)(n / LG_LIST_ROW_BYTES) * LG_LIST_ITEM_BYTES;
 	}
 	return bytes;
 }

@@ -116,7 +116,7 @@ lg_status lg_model_expand_file(const char *path, char **spec_json);
  *               "below", "values", "default", "doc"}...],
  *     "passes": {"forward": {"sizes": [{"name", "min", "max", "doc"}...],
  *                            "args": [{"name", "role" (in|out|optional_in|
- *                                      optional_out|workspace), "elem"
+ *                                      optional_out|workspace|list), "elem"
  *                                      (bf16|fp32|e4m3|int32|int64|uint8|dtype),
  *                                      "shape", "align", "doc"}...]}, ...}}...]}
  * Arguments and sizes are in launch order (lg_kernel_run). The caller frees
@@ -302,19 +302,83 @@ lg_status lg_group_rmsnorm_gate_backward(const lg_kernel *k, lg_stream stream, i
 /* K2: split qkv + q/k RMSNorm + rotate-half RoPE + transpose, forward (op
  *   "qk_norm_rope"): qkv [seq, batch, (H + 2h) * D] bf16 (qkv_order
  *   "seq_batch", the default; [batch, seq, ...] for "batch_seq"), heads as
- *   head_layout; q_weight, k_weight [D] bf16; freqs [seq, R] fp32 (R =
- *   rotary_fraction * D, cat(f, f): only [:, 0:R/2] is read); q [batch, seq,
- *   H, D], k_out and v [batch, seq, h, D] bf16. */
+ *   head_layout; q_weight, k_weight [D] bf16; freqs [seq * cp_size, R] fp32
+ *   (R = rotary_fraction * D, cat(f, f): only [:, 0:R/2] is read); q [batch,
+ *   seq, H, D], k_out and v [batch, seq, h, D] bf16; cu_seqlens 0.
+ *   K2b (varlen): seq = T packed tokens, batch = the number of sequences:
+ *   qkv [T, 1, ...], cu_seqlens [batch + 1] int32 (cumulative global lengths
+ *   from 0; this rank's tokens of sequence i are rows cu[i] / cp_size ..
+ *   cu[i + 1] / cp_size - 1), q [1, T, H, D], k_out and v [1, T, h, D]. */
 lg_status lg_qk_norm_rope_forward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
-				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs, lg_dptr q,
-				  lg_dptr k_out, lg_dptr v);
-/* Its backward: gq, gk, gv as q, k, v; qkv, the weights and freqs as in the
- *   forward; dqkv in qkv's layout bf16; dq_weight, dk_weight [D] fp32
- *   (overwritten, deterministic). workspace: lg_kernel_workspace_size(k). */
+				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs,
+				  lg_dptr cu_seqlens, lg_dptr q, lg_dptr k_out, lg_dptr v);
+/* Its backward: gq, gk, gv as q, k, v; qkv, the weights, freqs and
+ *   cu_seqlens as in the forward; dqkv in qkv's layout bf16; dq_weight,
+ *   dk_weight [D] fp32 (overwritten, deterministic). workspace:
+ *   lg_kernel_workspace_size(k). */
 lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
 				   lg_dptr gq, lg_dptr gk, lg_dptr gv, lg_dptr qkv, lg_dptr q_weight,
-				   lg_dptr k_weight, lg_dptr freqs, lg_dptr dqkv, lg_dptr dq_weight,
-				   lg_dptr dk_weight, lg_dptr workspace);
+				   lg_dptr k_weight, lg_dptr freqs, lg_dptr cu_seqlens, lg_dptr dqkv,
+				   lg_dptr dq_weight, lg_dptr dk_weight, lg_dptr workspace);
+
+/* ------------------------------------------------------- tensor lists */
+
+/* A list of device tensors, for the families that reduce over one (K10 grad
+ * norm, K11 count-zero). lg_tensor_list_create builds the list's table
+ * ONCE: each tensor cut into items of at most LG_LIST_ITEM_BYTES (cuts at
+ * multiples of it from the tensor's 16-byte-aligned base, so every item
+ * but a tensor's first starts 16-byte aligned), uploaded to device memory
+ * the list owns. A launch passes the table's device pointer and its item
+ * count (the run-time size "items"): it copies nothing from the host and
+ * never synchronises, so it can be captured in a CUDA graph.
+ *
+ * The table on the device, one 16-byte row per item, in tensor order:
+ *   u64 ptr   first element of the item (element-aligned, any address)
+ *   u32 count elements of the item (1 .. LG_LIST_ITEM_BYTES / element size)
+ *   u32 elem  lg_list_elem of the item's tensor
+ * Tensors of 0 elements have no item. The tensors' memory must outlive
+ * every launch over the list (the list holds addresses, not references). */
+#define LG_LIST_ITEM_BYTES 16384
+#define LG_LIST_ROW_BYTES 16
+
+typedef enum lg_list_elem { LG_LIST_BF16 = 0, LG_LIST_FP32 = 1, LG_LIST_ELEM_COUNT } lg_list_elem;
+
+typedef struct lg_tensor_list lg_tensor_list;
+
+/* Build the table of n tensors: ptrs[i] (device pointers, each aligned to
+ * its element size; 0 only for a tensor of 0 elements), elems[i] (an
+ * lg_list_elem) and counts[i] (elements, >= 0). Allocates the table on the
+ * current CUDA context's device and copies it there (synchronously, once).
+ * n may be 0. The caller destroys *out with lg_tensor_list_destroy. */
+lg_status lg_tensor_list_create(const lg_dptr *ptrs, const int *elems, const int64_t *counts, size_t n,
+				lg_tensor_list **out);
+/* Frees the table's device memory. No launch over the list may be in
+ * flight. NULL is a no-op. */
+void lg_tensor_list_destroy(lg_tensor_list *l);
+/* The table's device pointer (0 for a list with no item). */
+lg_dptr lg_tensor_list_table(const lg_tensor_list *l);
+/* Rows of the table: the run-time size "items" of a launch over the list. */
+int64_t lg_tensor_list_items(const lg_tensor_list *l);
+/* Tensors of the list, and elements over all of them. */
+size_t lg_tensor_list_count(const lg_tensor_list *l);
+int64_t lg_tensor_list_numel(const lg_tensor_list *l);
+/* Bit (1 << lg_list_elem) for each element type with at least one element. */
+unsigned lg_tensor_list_elems(const lg_tensor_list *l);
+
+/* K10: grad norm over a list (op "grad_norm", pass "forward"): out, a 0-d
+ *   fp32, = (sum |x|^2)^(1/2) (ord "2"; sum x^2 with "norm": false), sum |x|
+ *   (ord "1") or max |x| (ord "inf", NaN if any is NaN), over every element
+ *   of every tensor, accumulated in fp64 in a fixed order: the same list
+ *   gives the same bits on every call. The kernel's dtype must be the
+ *   list's only element type, unless its spec has "mixed": true.
+ *   workspace: lg_kernel_workspace_size(k) bytes. */
+lg_status lg_grad_norm(const lg_kernel *k, lg_stream stream, const lg_tensor_list *list, lg_dptr out,
+		       lg_dptr workspace);
+/* K11: count-zero over a list (op "count_zero", pass "forward"): out, a
+ *   0-d int64, = the number of elements equal to 0 (+0.0 and -0.0).
+ *   Element types and workspace as lg_grad_norm. */
+lg_status lg_count_zero(const lg_kernel *k, lg_stream stream, const lg_tensor_list *list, lg_dptr out,
+			lg_dptr workspace);
 
 /* K4: the padded MoE row map (op "moe_row_map"): routing is the mask
  *   [tokens, experts] u8/bool (non-zero: routed; routing "mask"), or the

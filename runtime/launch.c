@@ -174,20 +174,59 @@ lg_status lg_group_rmsnorm_gate_backward(const lg_kernel *k, lg_stream stream, i
 }
 
 lg_status lg_qk_norm_rope_forward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
-				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs, lg_dptr q,
-				  lg_dptr k_out, lg_dptr v)
+				  lg_dptr qkv, lg_dptr q_weight, lg_dptr k_weight, lg_dptr freqs,
+				  lg_dptr cu_seqlens, lg_dptr q, lg_dptr k_out, lg_dptr v)
 {
-	LG_TYPED(LG_OP_QK_NORM_ROPE, LG_PASS_FORWARD, LG_SIZES(seq, batch), qkv, q_weight, k_weight, freqs, q,
-		 k_out, v);
+	LG_TYPED(LG_OP_QK_NORM_ROPE, LG_PASS_FORWARD, LG_SIZES(seq, batch), qkv, q_weight, k_weight, freqs,
+		 cu_seqlens, q, k_out, v);
 }
 
 lg_status lg_qk_norm_rope_backward(const lg_kernel *k, lg_stream stream, int64_t seq, int64_t batch,
 				   lg_dptr gq, lg_dptr gk, lg_dptr gv, lg_dptr qkv, lg_dptr q_weight,
-				   lg_dptr k_weight, lg_dptr freqs, lg_dptr dqkv, lg_dptr dq_weight,
-				   lg_dptr dk_weight, lg_dptr workspace)
+				   lg_dptr k_weight, lg_dptr freqs, lg_dptr cu_seqlens, lg_dptr dqkv,
+				   lg_dptr dq_weight, lg_dptr dk_weight, lg_dptr workspace)
 {
 	LG_TYPED(LG_OP_QK_NORM_ROPE, LG_PASS_BACKWARD, LG_SIZES(seq, batch), gq, gk, gv, qkv, q_weight,
-		 k_weight, freqs, dqkv, dq_weight, dk_weight, workspace);
+		 k_weight, freqs, cu_seqlens, dqkv, dq_weight, dk_weight, workspace);
+}
+
+/* A launch over a tensor list: the kernel's element types must cover the
+ * list's (its dtype, or both with "mixed"); the table and its row count
+ * are the launch's list argument and its run-time size "items". */
+static lg_status run_list(const lg_kernel *k, lg_stream stream, enum lg_op op, const char *fn,
+			  const lg_tensor_list *list, lg_dptr out, lg_dptr workspace)
+{
+	if (!list)
+		return lg_fail(LG_ERR_INVALID_ARG, "%s: list must not be NULL", fn);
+	if (k && k->spec.op == op) {
+		int mk = lg_family_key(k->fam, "mixed");
+		bool mixed = mk >= 0 && k->spec.v[mk];
+		unsigned has = lg_tensor_list_elems(list);
+		unsigned can = mixed ? (1u << LG_LIST_BF16) | (1u << LG_LIST_FP32)
+				     : 1u << (k->spec.dtype == LG_DTYPE_FP32 ? LG_LIST_FP32 : LG_LIST_BF16);
+		if (has & ~can)
+			return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s reads %s tensors only, the list holds %s%s%s; "
+				       "use a spec with dtype of the list or \"mixed\": true", fn, k->plan.entry[0],
+				       mixed ? "bf16 and fp32" : lg_dtype_names[k->spec.dtype],
+				       has & (1u << LG_LIST_BF16) ? "bf16" : "",
+				       has == ((1u << LG_LIST_BF16) | (1u << LG_LIST_FP32)) ? " and " : "",
+				       has & (1u << LG_LIST_FP32) ? "fp32" : "");
+	}
+	const int64_t items = lg_tensor_list_items(list);
+	const lg_dptr p[] = {lg_tensor_list_table(list), out, workspace};
+	return run_typed(k, stream, op, LG_PASS_FORWARD, fn, &items, 1, p, 3);
+}
+
+lg_status lg_grad_norm(const lg_kernel *k, lg_stream stream, const lg_tensor_list *list, lg_dptr out,
+		       lg_dptr workspace)
+{
+	return run_list(k, stream, LG_OP_GRAD_NORM, __func__, list, out, workspace);
+}
+
+lg_status lg_count_zero(const lg_kernel *k, lg_stream stream, const lg_tensor_list *list, lg_dptr out,
+			lg_dptr workspace)
+{
+	return run_list(k, stream, LG_OP_COUNT_ZERO, __func__, list, out, workspace);
 }
 
 /* The integer value of spec key `path` of k's family (0 when absent). */

@@ -1,12 +1,23 @@
 /*
- * gpu_test_fp8_quant.c - the blockwise FP8 quantiser (family fp8_quant,
- * KERNELS.md 1.3) on the GPU against the CPU reference (label "gpu"): every
- * output mode, with and without power-of-two scales, at tokens 1, 127, 128,
- * 8191 and 8192 and hidden 128, 384, 2048 and 7168, and the 512-thread tile
- * at a few of them, and the quant engine's fp32 path (tile.values 32). The quantiser's arithmetic is exactly reproducible (y
- * is the bf16 input itself), so scales and e4m3 payloads must be equal bit
- * for bit, and nothing may be left unwritten. Fresh random inputs, poisoned
- * outputs. Also: no tokens launch nothing.
+ * gpu_test_fp8_quant.c - the FP8 quantisers on the quant engine (families
+ * fp8_quant, fp8_quant_batched and fp8_quant_weight, KERNELS.md 1.3) on
+ * the GPU against the CPU reference (label "gpu").
+ * fp8_quant: every output mode, with and without power-of-two scales, at
+ * tokens 1, 127, 128, 8191 and 8192 and hidden 128, 384, 2048 and 7168,
+ * the 512-thread tile at a few of them, and the engine's fp32 path
+ * (tile.values 32).
+ * fp8_quant_batched (per expert): every output mode, both scale kinds, at
+ * the target shape (65536 tokens x 1024, 256 experts) and odd ones: one
+ * token, expert counts of 0, 1, 127, 128, 129 and random sizes (the
+ * reference's fill; counts summing to the tokens), experts not a power of
+ * two (3, 96, 160) and more experts than threads (1000: the block scan
+ * over several steps), every tile option (threads, fblocks, fp32 path).
+ * fp8_quant_weight: 128 x 128 tiles at 2048 x 2048 and odd row counts.
+ * The quantisers' arithmetic is exactly reproducible (the values are the
+ * bf16 input), so scales and e4m3 payloads must be equal bit for bit and
+ * nothing may be left unwritten (the per-expert reference leaves the st
+ * rows past the last expert as the harness's poison, as the kernel must).
+ * Fresh random inputs, poisoned outputs. Also: no tokens launch nothing.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
  */
@@ -41,27 +52,37 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* One spec at one token count: every output bit-exact, nothing unwritten. */
-static void check(const char *json, int64_t tokens)
+/* One spec at one size pair: every output bit-exact, nothing unwritten. */
+static void check(const char *json, int64_t tokens, int64_t experts)
 {
 	lg_spec *s = NULL;
 	if (lg_spec_parse(json, &s) != LG_OK)
 		fail_msg("%s", lg_last_error());
-	struct lg_check_opts o = {.tokens = tokens, .seed = seed + (uint64_t)tokens};
+	const int64_t sizes[2] = {tokens, experts};
+	struct lg_check_opts o = {.tokens = tokens, .sizes = experts ? sizes : NULL,
+				  .seed = seed + (uint64_t)tokens * 7919u + (uint64_t)experts};
 	struct lg_check_result r;
 	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
-		fail_msg("%s x %lld: %s", lg_spec_entry(s), (long long)tokens, lg_last_error());
+		fail_msg("%s x %lld, %lld: %s", lg_spec_entry(s), (long long)tokens, (long long)experts,
+			 lg_last_error());
 	bool exact = r.nmeasures > 0;
 	for (int i = 0; i < r.nmeasures; i++)
 		exact = exact && r.m[i].mismatches == 0 && r.m[i].unwritten == 0;
-	printf("%s M=%lld: %s\n", lg_spec_entry(s), (long long)tokens, r.pass && exact ? "PASS" : "FAIL");
+	printf("%s M=%lld E=%lld: %s\n", lg_spec_entry(s), (long long)tokens, (long long)experts,
+	       r.pass && exact ? "PASS" : "FAIL");
 	for (int i = 0; i < r.nmeasures; i++)
-		printf("  %-3s %-5s n=%llu equal=%.9f mismatches=%llu unwritten=%llu %s\n", r.m[i].name, r.m[i].kind,
+		printf("  %-6s %-5s n=%llu equal=%.9f mismatches=%llu unwritten=%llu %s\n", r.m[i].name, r.m[i].kind,
 		       (unsigned long long)r.m[i].count, r.m[i].equal_frac, (unsigned long long)r.m[i].mismatches,
 		       (unsigned long long)r.m[i].unwritten, r.m[i].pass ? "ok" : "FAIL");
 	assert_true(r.pass);
 	assert_true(exact);
 	lg_spec_free(s);
+}
+
+/* A family of one run-time size at tokens. */
+static void check1(const char *json, int64_t tokens)
+{
+	check(json, tokens, 0);
 }
 
 static const char *const outputs[] = {"both", "rowwise", "columnwise"};
@@ -78,7 +99,7 @@ static void sweep(int hidden, const char *tile)
 				 "\"quant\": {\"round_scale\": %s, \"output\": \"%s\"}%s}",
 				 hidden, pow2 ? "true" : "false", outputs[o], tile);
 			for (size_t t = 0; t < sizeof tokens / sizeof tokens[0]; t++)
-				check(json, tokens[t]);
+				check1(json, tokens[t]);
 		}
 }
 
@@ -123,6 +144,102 @@ static void test_no_tokens(void **state)
 	lg_spec_free(s);
 }
 
+/* ---------------------------------- per expert (fp8_quant_batched) */
+
+static void batched(int hidden, const char *tile, const int64_t (*cases)[2], size_t ncases)
+{
+	for (size_t o = 0; o < 3; o++)
+		for (int pow2 = 1; pow2 >= 0; pow2--) {
+			char json[512];
+			snprintf(json, sizeof json,
+				 "{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				 "\"hidden\": %d, \"quant\": {\"round_scale\": %s, \"output\": \"%s\"}%s}",
+				 hidden, pow2 ? "true" : "false", outputs[o], tile);
+			for (size_t c = 0; c < ncases; c++)
+				check(json, cases[c][0], cases[c][1]);
+		}
+}
+
+static const int64_t odd[][2] = {{1, 1}, {1, 5}, {129, 3}, {1000, 96}, {8191, 160}, {5000, 1000}};
+
+/* The target shape: 65536 tokens x 1024, 256 experts. */
+static void test_batched_target(void **state)
+{
+	(void)state;
+	static const int64_t target[][2] = {{65536, 256}};
+	batched(1024, "", target, 1);
+}
+
+static void test_batched_odd(void **state)
+{
+	(void)state;
+	batched(1024, "", odd, sizeof odd / sizeof odd[0]);
+	batched(384, "", odd, sizeof odd / sizeof odd[0]);
+	batched(128, "", odd, 4);
+}
+
+/* Every tile option: threads, fblocks (a partial last group at 384 = 3
+ * blocks), the fp32 path. */
+static void test_batched_tiles(void **state)
+{
+	(void)state;
+	static const char *const tiles[] = {
+		", \"tile\": {\"threads\": 512}", ", \"tile\": {\"threads\": 256}",
+		", \"tile\": {\"fblocks\": 1}",   ", \"tile\": {\"fblocks\": 2}",
+		", \"tile\": {\"fblocks\": 8}",   ", \"tile\": {\"values\": 32}",
+		", \"tile\": {\"values\": 32, \"threads\": 256, \"fblocks\": 2}",
+	};
+	for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
+		batched(384, tiles[t], odd, sizeof odd / sizeof odd[0]);
+		batched(2048, tiles[t], odd + 3, 2);
+	}
+}
+
+/* No tokens: a zero grid, nothing launched, the pointers never touched. */
+static void test_batched_no_tokens(void **state)
+{
+	(void)state;
+	lg_spec *s = NULL;
+	assert_int_equal(lg_spec_parse("{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				       "\"hidden\": 1024, \"quant\": {}}",
+				       &s),
+			 LG_OK);
+	lg_kernel *k = NULL;
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	if (lg_fp8_quant_batched_forward(k, NULL, 0, 256, 256, 256, 256, 256, 256, 256) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	lg_spec_free(s);
+}
+
+/* ------------------------------------------ weights (fp8_quant_weight) */
+
+static void weight(int hidden, const char *tile, const int64_t *rows, size_t nrows)
+{
+	for (int pow2 = 1; pow2 >= 0; pow2--) {
+		char json[512];
+		snprintf(json, sizeof json,
+			 "{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": %d, "
+			 "\"quant\": {\"round_scale\": %s}%s}",
+			 hidden, pow2 ? "true" : "false", tile);
+		for (size_t r = 0; r < nrows; r++)
+			check(json, rows[r], 0);
+	}
+}
+
+static void test_weight(void **state)
+{
+	(void)state;
+	static const int64_t rows[] = {1, 127, 128, 129, 2048, 2049};
+	weight(2048, "", rows, 6);
+	weight(384, "", rows, 6);
+	weight(7168, "", rows + 4, 1);
+	static const char *const tiles[] = {", \"tile\": {\"threads\": 512}", ", \"tile\": {\"fblocks\": 2}",
+					    ", \"tile\": {\"values\": 32}", ", \"tile\": {\"fblocks\": 8}"};
+	for (size_t t = 0; t < 4; t++)
+		weight(384, tiles[t], rows, 6);
+}
+
 int main(void)
 {
 	lg_test_require_gpu("gpu_test_fp8_quant");
@@ -135,6 +252,11 @@ int main(void)
 		cmocka_unit_test(test_h7168),
 		cmocka_unit_test(test_threads512),
 		cmocka_unit_test(test_values32),
+		cmocka_unit_test(test_batched_no_tokens),
+		cmocka_unit_test(test_batched_target),
+		cmocka_unit_test(test_batched_odd),
+		cmocka_unit_test(test_batched_tiles),
+		cmocka_unit_test(test_weight),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,7 +4,8 @@
  * "gpu"), forward and backward: the target shape (S 4096, B 2, H 16, h 4,
  * D 128) and odd ones: S = B = 1; S 7, B 3, H 12, h 4, D 64 (3 q heads a
  * group); D 256 with H 40, h 8; rotary fraction 1 and 0.25; SiLU; the
- * [B, S] order; plain heads; other tiles. Tolerances as the reference
+ * [B, S] order; plain heads; other tiles; packed sequences (varlen), context
+ * parallel, mscale. Tolerances as the reference
  * describes them (about one bf16 ulp; the weight gradients relative);
  * nothing may be left unwritten. Fresh random inputs, poisoned outputs.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
@@ -145,6 +146,23 @@ static void test_tiles(void **state)
 	      31, 3);
 }
 
+/* K2b: packed sequences (seq = T tokens, batch = sequences: random lengths
+ * from the reference, some empty), context parallel ranks, mscale; the
+ * target head shape at 8192 tokens in 4 sequences too. */
+static void test_varlen(void **state)
+{
+	(void)state;
+	check(TARGET ", \"varlen\": true", 8192, 4);
+	check(TARGET ", \"varlen\": true", 1, 1);
+	check(TARGET ", \"varlen\": true", 77, 0); /* no sequences: one from 0 */
+	check(TARGET ", \"varlen\": true, \"mscale\": 0.75", 1000, 9);
+	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4, \"varlen\": true, \"cp_size\": 2, "
+	      "\"cp_rank\": 1",
+	      301, 7);
+	check(TARGET ", \"varlen\": true, \"cp_size\": 4, \"cp_rank\": 2, \"silu\": true", 513, 3);
+	check(TARGET ", \"cp_size\": 2, \"cp_rank\": 0", 64, 2); /* fixed length, context parallel */
+}
+
 int main(void)
 {
 	lg_test_require_gpu("gpu_test_qk_norm_rope");
@@ -152,7 +170,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_one_token), cmocka_unit_test(test_odd),    cmocka_unit_test(test_target),
 		cmocka_unit_test(test_d256),      cmocka_unit_test(test_rotary), cmocka_unit_test(test_silu),
-		cmocka_unit_test(test_layouts),   cmocka_unit_test(test_tiles),
+		cmocka_unit_test(test_layouts),   cmocka_unit_test(test_tiles),  cmocka_unit_test(test_varlen),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -340,8 +340,8 @@ static void test_export(void **state)
 	assert_int_equal(lg_group_rmsnorm_gate_forward(NULL, NULL, 2, 8, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
 	assert_int_equal(lg_group_rmsnorm_gate_backward(NULL, NULL, 2, 8, 0, 0, 0, 0, 0, 0, 0, 0),
 			 LG_ERR_INVALID_ARG);
-	assert_int_equal(lg_qk_norm_rope_forward(NULL, NULL, 8, 2, 0, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
-	assert_int_equal(lg_qk_norm_rope_backward(NULL, NULL, 8, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
+	assert_int_equal(lg_qk_norm_rope_forward(NULL, NULL, 8, 2, 0, 0, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_qk_norm_rope_backward(NULL, NULL, 8, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0),
 			 LG_ERR_INVALID_ARG);
 	assert_int_equal(lg_rmsnorm_forward(NULL, NULL, 8, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
 	assert_int_equal(lg_fp8_quant_forward(NULL, NULL, 8, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);

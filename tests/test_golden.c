@@ -60,6 +60,14 @@ static const struct golden cases[] = {
 	 "{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 64, "
 	 "\"q_heads\": 12, \"kv_heads\": 4, \"rotary_fraction\": 1, \"qkv_order\": \"batch_seq\", "
 	 "\"head_layout\": \"plain\", \"silu\": true}"},
+	/* K2b: packed sequences (positions from cu_seqlens), context parallel, mscale */
+	{"qk_norm_rope_fwd_d128_hq12_hkv4_varlen_cp2", "sm_90a",
+	 "{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, "
+	 "\"q_heads\": 12, \"kv_heads\": 4, \"varlen\": true, \"cp_size\": 2, \"cp_rank\": 1, "
+	 "\"mscale\": 1.25}"},
+	{"qk_norm_rope_bwd_d64_hq8_hkv8_varlen_sm80", "sm_80",
+	 "{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 64, "
+	 "\"q_heads\": 8, \"kv_heads\": 8, \"varlen\": true, \"rotary_fraction\": 1}"},
 	{"qk_norm_rope_bwd_d256_silu_sm80", "sm_80",
 	 "{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 256, "
 	 "\"q_heads\": 40, \"kv_heads\": 8, \"silu\": true, \"tile\": {\"tokens\": 1, \"threads\": 128}}"},
@@ -171,6 +179,20 @@ static const struct golden cases[] = {
 	{"group_rmsnorm_gate_fwd_d16384_g1_sm80", "sm_80",
 	 "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"dim\": 16384, "
 	 "\"groups\": 1}"},
+	/* K10: the target (L2 of fp32), L1 of bf16 on sm_80, max over a mixed list */
+	{"grad_norm_fp32_l2", "sm_90a", "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\"}"},
+	{"grad_norm_bf16_l1_sm80", "sm_80",
+	 "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"ord\": \"1\"}"},
+	{"grad_norm_mixed_linf_sumsq", "sm_90a",
+	 "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"ord\": \"inf\", "
+	 "\"mixed\": true, \"tile\": {\"threads\": 512, \"per_sm\": 2, \"unroll\": 8}}"},
+	{"grad_norm_fp32_sumsq_sm80", "sm_80",
+	 "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"norm\": false}"},
+	/* K11: the target (fp32), bf16 on sm_80, a mixed list */
+	{"count_zero_fp32", "sm_90a", "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"fp32\"}"},
+	{"count_zero_bf16_sm80", "sm_80", "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"bf16\"}"},
+	{"count_zero_mixed", "sm_90a",
+	 "{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"mixed\": true}"},
 	/* K4: the padded row map at the target (mask, multiple 16), top-k int64 with 96 experts
 	 * and multiple 128, top-k int32 with 5 experts unpadded (a byte mask path) */
 	{"moe_row_map_e256_k8_m16_mask", "sm_90a",

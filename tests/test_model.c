@@ -120,10 +120,10 @@ static const char *const mini_kernels[] = {
 	"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
 	"{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
 	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
-	"\"silu\": false, \"eps\": 1e-06}",
+	"\"silu\": false, \"varlen\": false, \"mscale\": 1, \"cp_size\": 1, \"cp_rank\": 0, \"eps\": 1e-06}",
 	"{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
 	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
-	"\"silu\": false, \"eps\": 1e-06}",
+	"\"silu\": false, \"varlen\": false, \"mscale\": 1, \"cp_size\": 1, \"cp_rank\": 0, \"eps\": 1e-06}",
 	"{\"op\": \"moe_row_map\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"experts\": 256, \"top_k\": 8, "
 	"\"multiple\": 16, \"routing\": \"mask\"}",
 	"{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
@@ -138,6 +138,9 @@ static const char *const mini_kernels[] = {
 	"{\"op\": \"moe_unpermute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
 	"\"top_k\": 8, \"multiple\": 16, \"weighted\": false}",
 	"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
+	"{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"ord\": \"2\", \"norm\": true, "
+	"\"mixed\": false}",
+	"{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"mixed\": false}",
 };
 
 /* op, pass, KERNELS.md section of each skipped kernel, in step order */
@@ -146,7 +149,6 @@ static const char *const mini_skipped[][3] = {
 	{"batch_swiglu_quant", "forward", "K6"},  {"batch_swiglu_quant", "backward", "K6"},
 	{"swiglu_quant", "forward", "K7"},        {"swiglu_quant", "backward", "K7"},
 	{"cross_entropy", "forward", "K9"},       {"cross_entropy", "backward", "K9"},
-	{"grad_norm", "forward", "K10"},          {"count_zero", "forward", "K11"},
 };
 
 static void test_ling_mini(void **state)

@@ -94,7 +94,7 @@ static void test_row_map_by_hand(void **state)
 	struct lg_ref_case c;
 	case_init(&c, s, 3);
 	for (int i = A_MAP; i <= A_PADDED; i++)
-		assert_int_equal(c.buf[i].cmp, LG_CMP_INT);
+		assert_int_equal(c.buf[i].cmp, LG_CMP_EXACT);
 	uint8_t *m = c.buf[A_MASK].host;
 	for (int i = 0; i < 12; i++)
 		m[i] = hand_mask[i] ? (uint8_t)(i % 2 ? 1 : 0xff) : 0; /* any non-zero byte is routed */

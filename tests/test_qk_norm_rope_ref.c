@@ -5,7 +5,9 @@
  * backward of a normalised head along its own direction is ~0 and its weight
  * gradient is r per feature, also through a rotation (the transpose undoes
  * it); the interleaved and plain head layouts, and the [S, B] and [B, S]
- * orders, give the same outputs for the same heads. Also the family's spec
+ * orders, give the same outputs for the same heads; packed sequences
+ * (varlen) restart their positions, context parallelism remaps them, mscale
+ * scales the rotation. Also the family's spec
  * checks (H % h, head_dim, the rotary fraction), its buffers, geometry and
  * tuning candidates. No GPU.
  */
@@ -29,8 +31,8 @@
 #define BF16_ONE 0x3f80
 #define BF16_MINUS_ONE 0xbf80
 
-enum { F_QKV, F_QW, F_KW, F_FREQS, F_Q, F_K, F_V };
-enum { B_GQ, B_GK, B_GV, B_QKV, B_QW, B_KW, B_FREQS, B_DQKV, B_DQW, B_DKW };
+enum { F_QKV, F_QW, F_KW, F_FREQS, F_CU, F_Q, F_K, F_V };
+enum { B_GQ, B_GK, B_GV, B_QKV, B_QW, B_KW, B_FREQS, B_CU, B_DQKV, B_DQW, B_DKW };
 
 static lg_spec *spec(const char *json)
 {
@@ -282,6 +284,12 @@ static void test_spec_errors(void **state)
 		 {"head_layout: found \"grouped\"", "\"interleaved\", \"plain\""}},
 		{"\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4, \"tile\": {\"ctas\": 528}",
 		 {"tile.ctas: found 528", "only in the backward"}},
+		{"\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4, \"varlen\": true, \"qkv_order\": \"batch_seq\"",
+		 {"qkv_order: found \"batch_seq\"", "\"seq_batch\" with varlen"}},
+		{"\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4, \"cp_size\": 2, \"cp_rank\": 2",
+		 {"cp_rank: found 2", "allowed: 0 to cp_size - 1 (1)"}},
+		{"\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4, \"mscale\": 0",
+		 {"mscale: found 0", "allowed"}},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		char json[512];
@@ -295,6 +303,102 @@ static void test_spec_errors(void **state)
 	}
 }
 
+/* Random rows (varied scale), weights and cat(f, f) angles p theta^(-2i/R)
+ * for positions 0 .. npos - 1, into the forward buffers of c. */
+static void fill_rows(struct lg_ref_case *c, size_t rows, size_t width, size_t npos, size_t r, uint64_t seed)
+{
+	uint64_t st = seed; /* the weights first: the same for any number of rows */
+	lg_ref_fill_bf16(c->buf[F_QW].host, 64, 1.0f, &st);
+	lg_ref_fill_bf16(c->buf[F_KW].host, 64, 1.0f, &st);
+	uint16_t *x = c->buf[F_QKV].host;
+	for (size_t n = 0; n < rows; n++)
+		lg_ref_fill_bf16(x + n * width, width, 1.0f + (float)(n % 3), &st);
+	float *f = c->buf[F_FREQS].host;
+	for (size_t p = 0; p < npos; p++)
+		for (size_t i = 0; i < r; i++)
+			f[p * r + i] = (float)((double)p * pow(10000.0, -2.0 * (double)(i % (r / 2)) / (double)r));
+}
+
+#define VARLEN(extra)                                                                                 \
+	"{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 64, "  \
+	"\"q_heads\": 3, \"kv_heads\": 1, \"varlen\": true" extra "}"
+#define FIXED                                                                                         \
+	"{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 64, "  \
+	"\"q_heads\": 3, \"kv_heads\": 1}"
+
+/* The outputs of varlen token n equal those of fixed token (position) pos[n]
+ * when both have the same qkv row, weights and freqs: the positions restart
+ * at each sequence (an empty one included) and follow the zig-zag halves of
+ * context parallelism. Also the varlen buffers as declared. */
+static void check_positions(const char *extra, const int32_t *cu, size_t nseq, size_t tokens, size_t cp,
+			    const size_t *pos)
+{
+	lg_spec *v = spec(extra), *f = spec(FIXED);
+	size_t width = 5 * 64, npos = tokens * cp;
+	struct lg_ref_case cv = make_case(v, (int64_t)tokens, (int64_t)nseq);
+	assert_int_equal(cv.buf[F_CU].count, nseq + 1);
+	assert_int_equal(cv.buf[F_QKV].count, tokens * width);
+	assert_int_equal(cv.buf[F_FREQS].count, npos * 32);
+	assert_int_equal(cv.buf[F_Q].count, tokens * 3 * 64);
+	memcpy(cv.buf[F_CU].host, cu, (nseq + 1) * sizeof *cu);
+	fill_rows(&cv, tokens, width, npos, 32, 7);
+	run(v, &cv);
+	/* the fixed form at seq npos, batch 1, with varlen row n at row pos[n] */
+	struct lg_ref_case cf = make_case(f, (int64_t)npos, 1);
+	fill_rows(&cf, npos, width, npos, 32, 7);
+	for (size_t n = 0; n < tokens; n++) {
+		memcpy((uint16_t *)cf.buf[F_QKV].host + pos[n] * width, (uint16_t *)cv.buf[F_QKV].host + n * width,
+		       width * 2);
+		run(f, &cf);
+		assert_memory_equal((uint16_t *)cv.buf[F_Q].host + n * 192, (uint16_t *)cf.buf[F_Q].host + pos[n] * 192,
+				    192 * 2);
+		assert_memory_equal((uint16_t *)cv.buf[F_K].host + n * 64, (uint16_t *)cf.buf[F_K].host + pos[n] * 64,
+				    64 * 2);
+	}
+	case_free(&cv);
+	case_free(&cf);
+	lg_spec_free(v);
+	lg_spec_free(f);
+}
+
+static void test_varlen_positions(void **state)
+{
+	(void)state;
+	/* three sequences (5, 0, 7 tokens): positions restart at each */
+	static const int32_t cu[] = {0, 5, 5, 12};
+	static const size_t pos[] = {0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 5, 6};
+	check_positions(VARLEN(""), cu, 3, 12, 1, pos);
+	/* context parallel over 2 ranks: global lengths 8 and 12, local 4 and 6;
+	 * rank 1 holds halves 1 and 2: positions 2 3 4 5 and 3 4 5 6 7 8 */
+	static const int32_t cu2[] = {0, 8, 20};
+	static const size_t pos2[] = {2, 3, 4, 5, 3, 4, 5, 6, 7, 8};
+	check_positions(VARLEN(", \"cp_size\": 2, \"cp_rank\": 1"), cu2, 2, 10, 2, pos2);
+	/* rank 0 of the same: halves 0 and 3 */
+	static const size_t pos0[] = {0, 1, 6, 7, 0, 1, 2, 9, 10, 11};
+	check_positions(VARLEN(", \"cp_size\": 2, \"cp_rank\": 0"), cu2, 2, 10, 2, pos0);
+}
+
+/* mscale multiplies cos and sin: at angle 0, the rotated part scales by it. */
+static void test_mscale(void **state)
+{
+	(void)state;
+	lg_spec *s = spec(VARLEN(", \"mscale\": 2"));
+	static const int32_t cu[] = {0, 1};
+	struct lg_ref_case c = make_case(s, 1, 1);
+	memcpy(c.buf[F_CU].host, cu, sizeof cu);
+	uint16_t *x = c.buf[F_QKV].host;
+	for (size_t i = 0; i < 5 * 64; i++)
+		x[i] = BF16_ONE;
+	for (size_t i = 0; i < 64; i++)
+		((uint16_t *)c.buf[F_QW].host)[i] = ((uint16_t *)c.buf[F_KW].host)[i] = BF16_ONE;
+	run(s, &c); /* freqs all 0: cos 1, sin 0 */
+	const uint16_t *q = c.buf[F_Q].host;
+	for (size_t i = 0; i < 64; i++)
+		assert_int_equal(q[i], i < 32 ? 0x4000 : BF16_ONE); /* 2 on the rotated half, else 1 */
+	case_free(&c);
+	lg_spec_free(s);
+}
+
 /* Buffers as declared ([S, B] and [B, S] qkv, freqs [S, R]); geometry (one
  * CTA per 4 tokens forward, at most 264 backward, none for no tokens). */
 static void test_buffers_geometry(void **state)
@@ -302,7 +406,8 @@ static void test_buffers_geometry(void **state)
 	(void)state;
 	lg_spec *s = spec(LAYOUT("backward", "batch_seq", "plain"));
 	struct lg_ref_case c = make_case(s, 7, 3);
-	assert_int_equal(c.n, 11);
+	assert_int_equal(c.n, 12);
+	assert_int_equal(c.buf[B_CU].count, 0); /* read by the varlen form only */
 	assert_int_equal(c.buf[B_QKV].count, 7 * 3 * 10 * 64);
 	assert_int_equal(c.buf[B_FREQS].count, 7 * 32);
 	assert_int_equal(c.buf[B_GQ].count, 3 * 7 * 6 * 64);
@@ -386,6 +491,7 @@ int main(void)
 		cmocka_unit_test(test_rotation),      cmocka_unit_test(test_backward_invariance),
 		cmocka_unit_test(test_layouts),       cmocka_unit_test(test_spec_errors),
 		cmocka_unit_test(test_buffers_geometry), cmocka_unit_test(test_candidates),
+		cmocka_unit_test(test_varlen_positions), cmocka_unit_test(test_mscale),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,11 +16,11 @@ from ._version import __version__
 from ._lib import LingenError, LibraryError, SpecError
 from ._core import Context, Kernel, Spec, call, default_context, set_default_context
 from ._families import families
+from .lists import TensorList, count_zero, grad_norm
 from .ops import (fp8_quant, fp8_quant_batched, fp8_quant_weight, group_rmsnorm_gate,
                   group_rmsnorm_gate_backward, moe_permute, moe_permute_backward, moe_permute_quant,
-                  moe_row_map,
-                  moe_unpermute, moe_unpermute_backward, qk_norm_rope, qk_norm_rope_backward,
-                  rmsnorm, rmsnorm_backward, rmsnorm_quant)
+                  moe_row_map, moe_unpermute, moe_unpermute_backward, qk_norm_rope,
+                  qk_norm_rope_backward, rmsnorm, rmsnorm_backward, rmsnorm_quant)
 
 __all__ = [
     "__version__", "LingenError", "LibraryError", "SpecError", "Context", "Kernel", "Spec",
@@ -28,6 +28,7 @@ __all__ = [
     "rmsnorm_quant", "rmsnorm", "rmsnorm_backward", "fp8_quant", "fp8_quant_batched",
     "fp8_quant_weight", "qk_norm_rope",
     "qk_norm_rope_backward", "group_rmsnorm_gate", "group_rmsnorm_gate_backward",
+    "TensorList", "grad_norm", "count_zero",
     "moe_row_map", "moe_permute", "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",
     "moe_permute_quant",
 ]

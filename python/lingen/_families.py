@@ -31,7 +31,7 @@ class Key:
 class Arg:
     index: int
     name: str
-    role: str      # in | out | optional_in | optional_out | workspace
+    role: str      # in | out | optional_in | optional_out | workspace | list
     elem: str      # bf16 | fp32 | e4m3 | int32 | int64 | uint8 | dtype
     shape: str     # the declared expression; "" for a workspace
     align: int
@@ -143,7 +143,17 @@ def bare_name(node, fam=None, options=None):
             v = list(k.values).index(v) if v in k.values else None
         if v is None:
             return None
-        return bare_name(node.args[2] if v else node.args[1])
+        return bare_name(node.args[2] if v else node.args[1], fam, options)
+    return None
+
+
+def offset_name(node):
+    """(name, c) for a dimension `name + c` (c an integer constant): the
+    size it binds is the dimension minus c (cu_seqlens [batch + 1])."""
+    if (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)
+            and isinstance(node.left, ast.Name) and isinstance(node.right, ast.Constant)
+            and isinstance(node.right.value, int)):
+        return node.left.id, node.right.value
     return None
 
 
@@ -202,4 +212,12 @@ def bind(fam, decl, shapes, options):
             name = bare_name(d, fam, options)
             if name and name not in env:
                 env[name], origin[name] = n, f"{a.name}.shape[{i}]"
+    for a in decl.args:  # then `name + c` dimensions, for what the others leave unbound
+        shape = shapes.get(a.name)
+        if shape is None or len(shape) != len(a.dims):
+            continue
+        for i, (d, n) in enumerate(zip(a.dims, shape)):
+            off = offset_name(d)
+            if off and off[0] not in env:
+                env[off[0]], origin[off[0]] = n - off[1], f"{a.name}.shape[{i}] - {off[1]}"
     return env, origin, bad

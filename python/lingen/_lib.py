@@ -71,6 +71,13 @@ PROTOTYPES = {
     "lg_kernel_get": (ctypes.c_int, [_c_p, _c_p, ctypes.POINTER(_c_p)]),
     "lg_kernel_workspace_size": (ctypes.c_size_t, [_c_p]),
     "lg_kernel_run": (ctypes.c_int, [_c_p, _c_p, _i64p, ctypes.c_int, _u64p, ctypes.c_int]),
+    "lg_tensor_list_create": (ctypes.c_int, [_u64p, ctypes.POINTER(ctypes.c_int), _i64p,
+                                             ctypes.c_size_t, ctypes.POINTER(_c_p)]),
+    "lg_tensor_list_destroy": (None, [_c_p]),
+    "lg_tensor_list_items": (ctypes.c_int64, [_c_p]),
+    "lg_tensor_list_numel": (ctypes.c_int64, [_c_p]),
+    "lg_grad_norm": (ctypes.c_int, [_c_p, _c_p, _c_p, ctypes.c_uint64, ctypes.c_uint64]),
+    "lg_count_zero": (ctypes.c_int, [_c_p, _c_p, _c_p, ctypes.c_uint64, ctypes.c_uint64]),
 }
 
 

@@ -24,7 +24,8 @@ class Env:
     """What a case's make(env) builds its inputs and peers from."""
 
     def __init__(self, torch, lt, liger):
-        self.torch, self.lt, self.liger = torch, lt, liger
+        import lingen
+        self.torch, self.lt, self.liger, self.lingen = torch, lt, liger, lingen
         self.gen = torch.Generator(device="cuda").manual_seed(0)
         self._compiled = {}
 

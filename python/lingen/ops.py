@@ -109,48 +109,93 @@ def fp8_quant_weight(w, *, round_scale=True, tile=None, out=None, stream=None, c
 
 # ------------------------------------------------- q/k norm + RoPE (K2)
 
-def _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, **heads):
+def _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale, cp_size,
+          cp_rank, **heads):
     """Options of qk_norm_rope (heads: q_heads, kv_heads where the arrays
     cannot tell them: qkv's last dimension is (H + 2h) D)."""
     return {"eps": eps, "rotary_fraction": rotary_fraction,
-            "qkv_order": "seq_batch" if transposed else "batch_seq",
+            "qkv_order": "seq_batch" if transposed or cu_seqlens is not None else "batch_seq",
             "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu),
-            "tile": tile, **{k: int(v) for k, v in heads.items()}}
+            "varlen": cu_seqlens is not None, "mscale": float(mscale), "cp_size": int(cp_size),
+            "cp_rank": int(cp_rank), "tile": tile, **{k: int(v) for k, v in heads.items()}}
+
+
+def _reshape(a, *shape):
+    """a viewed as shape (packed sequences: [T, .] <-> [T, 1, .])."""
+    if a is None or not hasattr(a, "reshape"):
+        return a
+    return a.reshape(*shape)
 
 
 def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=1e-6, *, q_heads, kv_heads,
-                 rotary_fraction=0.5, interleaved=True, transposed=True, silu=False, tile=None,
-                 out=None, stream=None, context=None, alloc=None):
+                 rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
+                 cu_seqlens=None, mscale=1.0, cp_size=1, cp_rank=0, tile=None, out=None,
+                 stream=None, context=None, alloc=None):
     """Split + q/k RMSNorm + rotate-half RoPE + transpose (KERNELS.md K2).
 
     qkv [S, B, (H + 2h) D] bf16 (transposed=True, Megatron; else [B, S, .]),
     heads per kv group [H/h q, k, v] (interleaved=True) or q | k | v;
-    q_weight, k_weight [D] bf16; freqs [S, R] fp32 in the cat(f, f) layout
-    with R = rotary_fraction * D (only [:, :R/2] is read) -> (q [B, S, H, D],
-    k [B, S, h, D], v [B, S, h, D]) bf16. silu: SiLU on qkv first. As
-    linghe's triton_qk_norm_and_half_rope_forward (H=q_heads, h=kv_heads;
-    its rotary fraction is 0.5)."""
+    q_weight, k_weight [D] bf16; freqs [S * cp_size, R] fp32 in the cat(f, f)
+    layout with R = rotary_fraction * D (only [:, :R/2] is read) -> (q [B,
+    S, H, D], k [B, S, h, D], v [B, S, h, D]) bf16. silu: SiLU on qkv first;
+    mscale multiplies cos and sin.
+
+    Packed sequences (K2b): cu_seqlens [n + 1] int32 on the device, the
+    cumulative global lengths of the n sequences from 0; qkv [T, (H + 2h) D]
+    -> q [T, H, D], k, v [T, h, D]; each sequence's positions start at 0.
+    With context parallelism (cp_size ranks), this rank holds T = cu[n] /
+    cp_size tokens, two zig-zag halves of each sequence (halves cp_rank and
+    2 cp_size - 1 - cp_rank), and freqs covers T * cp_size positions.
+
+    As linghe's triton_qk_norm_and_half_rope_forward and
+    triton_varlen_qk_norm_and_half_rope_forward (H=q_heads, h=kv_heads; its
+    rotary fraction is 0.5; one cu_seqlens for q and k, its reuse=True)."""
+    varlen = cu_seqlens is not None
+    if varlen and out:
+        raise ValueError("lingen.qk_norm_rope: out= is not supported with cu_seqlens")
+    shape = _shape(qkv)
+    if varlen and shape is not None and len(shape) == 2:
+        qkv = _reshape(qkv, shape[0], 1, shape[1])
     r = call("lingen.qk_norm_rope", "qk_norm_rope", "forward",
-             {"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight, "freqs": freqs},
-             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, q_heads=q_heads,
-                   kv_heads=kv_heads),
+             {"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight, "freqs": freqs,
+              "cu_seqlens": cu_seqlens},
+             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale,
+                   cp_size, cp_rank, q_heads=q_heads, kv_heads=kv_heads),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["q"], r["k"], r["v"]
+    q, k, v = r["q"], r["k"], r["v"]
+    if varlen:
+        q, k, v = (_reshape(t, *_shape(t)[1:]) for t in (q, k, v))
+    return q, k, v
 
 
 def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=1e-6, *,
                           rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
-                          tile=None, out=None, stream=None, context=None, alloc=None):
+                          cu_seqlens=None, mscale=1.0, cp_size=1, cp_rank=0, tile=None, out=None,
+                          stream=None, context=None, alloc=None):
     """The backward of qk_norm_rope: gq [B, S, H, D], gk, gv [B, S, h, D]
-    bf16, the forward's qkv, weights and freqs -> (dqkv in qkv's layout
-    bf16, dq_weight [D] fp32, dk_weight [D] fp32; deterministic). As linghe's
-    triton_qk_norm_and_half_rope_backward (same argument and return order)."""
+    bf16 (packed: [T, heads, D]), the forward's qkv, weights, freqs and
+    cu_seqlens -> (dqkv in qkv's layout bf16, dq_weight [D] fp32, dk_weight
+    [D] fp32; deterministic). As linghe's triton_qk_norm_and_half_rope_backward
+    and its varlen form (same argument and return order)."""
+    varlen = cu_seqlens is not None
+    if varlen and out:
+        raise ValueError("lingen.qk_norm_rope_backward: out= is not supported with cu_seqlens")
+    shape = _shape(qkv)
+    if varlen:
+        if shape is not None and len(shape) == 2:
+            qkv = _reshape(qkv, shape[0], 1, shape[1])
+        gq, gk, gv = (_reshape(t, 1, *_shape(t)) if _shape(t) is not None and len(_shape(t)) == 3
+                      else t for t in (gq, gk, gv))
     r = call("lingen.qk_norm_rope_backward", "qk_norm_rope", "backward",
              {"gq": gq, "gk": gk, "gv": gv, "qkv": qkv, "q_weight": q_weight,
-              "k_weight": k_weight, "freqs": freqs},
-             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile),
+              "k_weight": k_weight, "freqs": freqs, "cu_seqlens": cu_seqlens},
+             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale,
+                   cp_size, cp_rank),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["dqkv"], r["dq_weight"], r["dk_weight"]
+    dqkv = r["dqkv"]
+    if varlen and shape is not None and len(shape) == 2:
+        dqkv = _reshape(dqkv, *shape)
+    return dqkv, r["dq_weight"], r["dk_weight"]
 
 
 # ------------------------------------- group RMSNorm x sigmoid gate (K8)

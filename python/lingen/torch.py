@@ -96,9 +96,12 @@ def _default(k):
 
 def schema(fam, decl):
     """The torch schema of one family pass, from its declaration."""
+    inputs = [a for a in decl.args if a.is_input]
     maybe = _maybe_unused(fam, decl)
-    ins = [f"Tensor{'?' if a.role == 'optional_in' or a.name in maybe else ''} {a.name}"
-           for a in decl.args if a.is_input]
+    opt = [a.role == "optional_in" or a.name in maybe for a in inputs]
+    # an optional input defaults to None when every later input is optional too
+    ins = [f"Tensor{'?' if opt[i] else ''} {a.name}" + ("=None" if all(opt[i:]) else "")
+           for i, a in enumerate(inputs)]
     keys = _scalar_keys(fam, decl)
     if keys:
         ins.append("*")
@@ -205,11 +208,39 @@ def _register(op, pass_, fam, decl):
     return custom
 
 
+def _register_list(op, pass_, fam, decl):
+    """A family over a tensor list (grad_norm, count_zero): the op takes
+    Tensor[] and the scalar keys but "mixed" (which the list's element
+    types decide) and returns the 0-d result (lingen.lists)."""
+    from . import lists  # imports nothing of torch's
+    name = f"{NAMESPACE}::{op}_{pass_}"
+    out = next(a for a in decl.args if a.is_output)
+    keys = [k for k in _scalar_keys(fam, decl) if k.path != "mixed"]
+    params = [f"{_SCALAR[k.type]} {_param(k.path)}{_default(k)}" for k in keys]
+    schema_ = "(Tensor[] tensors" + (", *, " + ", ".join(params) if params else "") + ") -> Tensor"
+    fn = f"torch.ops.lingen.{op}_{pass_}"
+
+    def impl(tensors, **kwargs):
+        opts = {k.path: kwargs.get(_param(k.path), k.default) for k in keys}
+        return lists._launch(fn, op, tensors, opts, out.elem, None, None, None)
+
+    def fake(tensors, **kwargs):
+        like = tensors[0] if tensors else torch.empty(0, device="meta")
+        return like.new_empty((), dtype=torch_elems()[1][out.elem])
+
+    impl.__name__ = fake.__name__ = f"{op}_{pass_}"
+    custom = torch.library.custom_op(name, impl, mutates_args=(), schema=schema_)
+    custom.register_fake(fake)
+    _eager[f"{op}_{pass_}"] = impl
+    return custom
+
+
 ops = {}
 _eager = {}
 for _op, _fam in _families.families().items():
     for _pass, _decl in _fam.passes.items():
-        ops[f"{_op}_{_pass}"] = _register(_op, _pass, _fam, _decl)
+        _reg = _register_list if any(a.role == "list" for a in _decl.args) else _register
+        ops[f"{_op}_{_pass}"] = _reg(_op, _pass, _fam, _decl)
 
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
 
@@ -360,44 +391,65 @@ def fp8_quant_weight(w, round_scale=True):
 
 # ------------------------------------------------- q/k norm + RoPE (K2)
 
-def _rope_kw(eps, rotary_fraction, interleaved, transposed, silu):
+def _rope_kw(eps, rotary_fraction, interleaved, transposed, silu, varlen=False, mscale=1.0,
+             cp_size=1, cp_rank=0):
     return {"eps": eps, "rotary_fraction": rotary_fraction,
-            "qkv_order": "seq_batch" if transposed else "batch_seq",
-            "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu)}
+            "qkv_order": "seq_batch" if transposed or varlen else "batch_seq",
+            "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu),
+            "varlen": bool(varlen), "mscale": float(mscale), "cp_size": int(cp_size),
+            "cp_rank": int(cp_rank)}
 
 
 class QKNormRopeFunction(torch.autograd.Function):
     """Split qkv + q/k RMSNorm + rotate-half RoPE + [B, S, heads, D]
-    (lingen.qk_norm_rope), with lingen's backward (dq_weight, dk_weight in
-    fp32, deterministic, cast to the weights' dtype for autograd)."""
+    (lingen.qk_norm_rope; packed sequences with cu_seqlens: qkv [T, .] ->
+    [T, heads, D]), with lingen's backward (dq_weight, dk_weight in fp32,
+    deterministic, cast to the weights' dtype for autograd)."""
 
     @staticmethod
     def forward(ctx, qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=1e-6,
-                rotary_fraction=0.5, interleaved=True, transposed=True, silu=False):
-        kw = _rope_kw(eps, rotary_fraction, interleaved, transposed, silu)
-        q, k, v = _run("qk_norm_rope_forward", qkv, q_weight, k_weight, freqs, q_heads=q_heads,
-                       kv_heads=kv_heads, **kw)
-        ctx.save_for_backward(qkv, q_weight, k_weight, freqs)
+                rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
+                cu_seqlens=None, mscale=1.0, cp_size=1, cp_rank=0):
+        varlen = cu_seqlens is not None
+        kw = _rope_kw(eps, rotary_fraction, interleaved, transposed, silu, varlen, mscale,
+                      cp_size, cp_rank)
+        x = qkv.view(qkv.shape[0], 1, qkv.shape[1]) if varlen and qkv.dim() == 2 else qkv
+        q, k, v = _run("qk_norm_rope_forward", x, q_weight, k_weight, freqs, cu_seqlens,
+                       q_heads=q_heads, kv_heads=kv_heads, **kw)
+        if varlen:
+            q, k, v = q[0], k[0], v[0]
+        ctx.save_for_backward(qkv, q_weight, k_weight, freqs, cu_seqlens)
         ctx.kw = kw
         return q, k, v
 
     @staticmethod
     def backward(ctx, gq, gk, gv):
-        qkv, q_weight, k_weight, freqs = ctx.saved_tensors
-        dqkv, dqw, dkw = _run("qk_norm_rope_backward", gq, gk, gv, qkv, q_weight, k_weight,
-                              freqs, **ctx.kw)
+        qkv, q_weight, k_weight, freqs, cu_seqlens = ctx.saved_tensors
+        x = qkv
+        if cu_seqlens is not None:
+            gq, gk, gv = gq.unsqueeze(0), gk.unsqueeze(0), gv.unsqueeze(0)
+            if qkv.dim() == 2:
+                x = qkv.view(qkv.shape[0], 1, qkv.shape[1])
+        dqkv, dqw, dkw = _run("qk_norm_rope_backward", gq, gk, gv, x, q_weight, k_weight,
+                              freqs, cu_seqlens, **ctx.kw)
+        dqkv = dqkv.view(qkv.shape)
         dqw = dqw.to(q_weight.dtype) if ctx.needs_input_grad[1] else None
         dkw = dkw.to(k_weight.dtype) if ctx.needs_input_grad[2] else None
-        return dqkv, dqw, dkw, None, None, None, None, None, None, None, None
+        return (dqkv, dqw, dkw) + (None,) * 12
 
 
 def qk_norm_rope(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=1e-6, rotary_fraction=0.5,
-                 interleaved=True, transposed=True, silu=False):
+                 interleaved=True, transposed=True, silu=False, cu_seqlens=None, mscale=1.0,
+                 cp_size=1, cp_rank=0):
     """(q, k, v) [B, S, heads, D] from qkv [S, B, (H + 2h) D] (transposed;
     else [B, S, .]), differentiable; as linghe's qk_norm_half_rope with
-    H=q_heads, h=kv_heads (rotary_fraction 0.5 there)."""
+    H=q_heads, h=kv_heads (rotary_fraction 0.5 there). With cu_seqlens
+    (int32 [n + 1], cumulative global lengths): qkv [T, .] packed sequences
+    -> [T, heads, D], positions restarting at each sequence (linghe's varlen
+    form; cp_size, cp_rank: context parallelism's zig-zag halves)."""
     return QKNormRopeFunction.apply(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps,
-                                    rotary_fraction, interleaved, transposed, silu)
+                                    rotary_fraction, interleaved, transposed, silu, cu_seqlens,
+                                    mscale, cp_size, cp_rank)
 
 
 # ------------------------------------- group RMSNorm x sigmoid gate (K8)
@@ -456,6 +508,32 @@ def group_rms_norm_gate_backward(dy, x, gate, weight, eps=1e-6, groups=4, transp
                          groups=groups, transpose=bool(transpose),
                          shared_weight=weight.shape[0] != x3.shape[-1])
     return dx.view(x.shape), dgate.view(gate.shape), dw
+
+
+# ------------------------------------------------ tensor lists (K10, K11)
+
+from . import lists as _lists  # noqa: E402
+from .lists import TensorList  # noqa: E402,F401  (re-exported: a list's table, built once)
+
+
+def grad_norm(tensors, ord=2, norm=True):
+    """The norm of a list of gradients (a lingen.TensorList, or a list of
+    bf16 / fp32 CUDA tensors): ord 2, 1 or inf (-1 too), a 0-d fp32 tensor;
+    fp64 sums, deterministic. As linghe's triton_batch_norm(xs, ord, norm)
+    with scalar=True and high_precision=True, with no host copy and no
+    synchronisation per call (CUDA graphs capture it)."""
+    if isinstance(tensors, TensorList) or not (_compiling and _compiling()):
+        return _lists.grad_norm(tensors, ord, norm)
+    return torch.ops.lingen.grad_norm_forward(list(tensors), ord=_lists._ord(ord), norm=bool(norm))
+
+
+def count_zero(tensors):
+    """The zeros (+0.0 and -0.0) of a list of bf16 / fp32 CUDA tensors, a 0-d
+    int64 tensor. As linghe's triton_batch_count_zero (which reads bf16
+    wrongly)."""
+    if isinstance(tensors, TensorList) or not (_compiling and _compiling()):
+        return _lists.count_zero(tensors)
+    return torch.ops.lingen.count_zero_forward(list(tensors))
 
 
 # ------------------------------------- MoE dispatch and combine (K4, K5)

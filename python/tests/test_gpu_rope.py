@@ -32,8 +32,10 @@ def slots(H, h, interleaved):
     return q, k, v
 
 
-def reference(torch, qkv, qw, kw, freqs, H, h, eps, rotary, interleaved, transposed, silu):
-    """(q, k, v) [B, S, heads, D] in float64, differentiable in qkv, qw, kw."""
+def reference(torch, qkv, qw, kw, freqs, H, h, eps, rotary, interleaved, transposed, silu,
+              mscale=1.0):
+    """(q, k, v) [B, S, heads, D] in float64, differentiable in qkv, qw, kw;
+    position s takes the angles of freqs row s."""
     x = qkv if not transposed else qkv.transpose(0, 1)  # [B, S, W]
     B, S, W = x.shape
     D = W // (H + 2 * h)
@@ -43,7 +45,7 @@ def reference(torch, qkv, qw, kw, freqs, H, h, eps, rotary, interleaved, transpo
     qs, ks, vs = slots(H, h, interleaved)
     R = int(rotary * D)
     ang = freqs[:, :R // 2].double()  # [S, R/2]
-    c, s = torch.cos(ang)[None, :, None, :], torch.sin(ang)[None, :, None, :]
+    c, s = torch.cos(ang)[None, :, None, :] * mscale, torch.sin(ang)[None, :, None, :] * mscale
 
     def norm_rope(u, w):
         r = torch.rsqrt((u * u).mean(-1, keepdim=True) + eps)
@@ -111,3 +113,59 @@ def test_autograd(seed):
     ref.check_rel(qkv.grad, x64.grad, 2 ** -5, "dqkv")
     ref.check_rel(qw.grad, qw64.grad, 2 ** -6, "dq_weight")
     ref.check_rel(kw.grad, kw64.grad, 2 ** -6, "dk_weight")
+
+
+def positions(cu, cp, rank, T):
+    """Each packed token's position, as KERNELS.md K2b defines it: its index
+    in its sequence (this rank's rows cu[i] / cp .. cu[i + 1] / cp - 1), the
+    zig-zag halves of context parallelism remapped."""
+    out = []
+    for i in range(len(cu) - 1):
+        start, end = cu[i] // cp, cu[i + 1] // cp
+        n, h = end - start, (end - start) // 2
+        for j in range(n):
+            out.append(rank * h + j if j < h or cp == 1 else (2 * cp - 1 - rank) * h + j - h)
+    assert len(out) == T
+    return out
+
+
+@pytest.mark.parametrize("lens, cp, rank, mscale", [
+    ([4096, 4096], 1, 0, 1.0),        # the target's tokens as two packed sequences
+    ([1], 1, 0, 1.0),
+    ([5, 0, 300, 1, 77], 1, 0, 0.75),  # an empty one, odd lengths
+    ([64, 200, 36], 2, 1, 1.0),        # context parallel: global lengths, this rank's halves
+    ([128, 512], 4, 2, 1.25),
+])
+def test_varlen(seed, lens, cp, rank, mscale):
+    torch = torch_cuda()
+    import lingen.torch as lt
+    H, h, D = 16, 4, 128
+    cu = [0]
+    for n in lens:
+        cu.append(cu[-1] + n * cp)
+    T = cu[-1] // cp
+    qkv, qw, kw, fr = inputs(torch, seed, T * cp, 1, H, h, D, 0.5, True)
+    qkv = qkv[:T, 0].contiguous()  # [T, W]
+    cu_t = torch.tensor(cu, dtype=torch.int32, device="cuda")
+    kw_ = dict(cu_seqlens=cu_t, cp_size=cp, cp_rank=rank, mscale=mscale)
+    q, k, v = lingen.qk_norm_rope(qkv, qw, kw, fr, q_heads=H, kv_heads=h, **kw_)
+    assert q.shape == (T, H, D) and k.shape == (T, h, D) and v.shape == (T, h, D)
+    pos = torch.tensor(positions(cu, cp, rank, T), device="cuda")
+    x64 = qkv.double().requires_grad_()
+    qw64, kw64 = qw.double().requires_grad_(), kw.double().requires_grad_()
+    rq, rk, rv = reference(torch, x64[:, None], qw64, kw64, fr[pos], H, h, 1e-6, 0.5, True, True,
+                           False, mscale)
+    for got, want, name in ((q, rq[0], "q"), (k, rk[0], "k"), (v, rv[0], "v")):
+        ref.check_rel(got, want.detach(), 2 ** -7, name)
+    # the backward through lingen.torch's autograd function
+    xt, qwt, kwt = (t.detach().clone().requires_grad_() for t in (qkv, qw, kw))
+    lq, lk, lv = lt.qk_norm_rope(xt, qwt, kwt, fr, H, h, cu_seqlens=cu_t, cp_size=cp,
+                                 cp_rank=rank, mscale=mscale)
+    g = torch.Generator(device="cuda").manual_seed(seed + 1)
+    gq, gk, gv = (torch.randn(t.shape, generator=g, device="cuda").bfloat16() for t in (lq, lk, lv))
+    torch.autograd.backward((lq, lk, lv), (gq, gk, gv))
+    torch.autograd.backward((rq[0], rk[0], rv[0]), (gq.double(), gk.double(), gv.double()))
+    assert xt.grad.shape == qkv.shape
+    ref.check_rel(xt.grad, x64.grad, 2 ** -6, "dqkv")
+    ref.check_rel(qwt.grad, qw64.grad, 2 ** -6, "dq_weight")
+    ref.check_rel(kwt.grad, kw64.grad, 2 ** -6, "dk_weight")

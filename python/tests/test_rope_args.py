@@ -71,19 +71,49 @@ def test_bare_name_follows_pick():
     assert _families.bare_name(qkv.dims[1], fam, {"qkv_order": "batch_seq"}) == "seq"
 
 
-@pytest.mark.parametrize("order", ["seq_batch", "batch_seq"])
+@pytest.mark.parametrize("order,varlen,cp", [("seq_batch", False, 1), ("batch_seq", False, 1),
+                                             ("seq_batch", True, 1), ("seq_batch", True, 4),
+                                             ("batch_seq", False, 2)])
 @pytest.mark.parametrize("rotary", [0.5, 1.0, 0.25])
-def test_python_shapes_agree_with_the_library(order, rotary):
+def test_python_shapes_agree_with_the_library(order, varlen, cp, rotary):
     fam = lingen.families()["qk_norm_rope"]
     for pass_, decl in fam.passes.items():
         s = lingen.Spec({"op": "qk_norm_rope", "pass": pass_, "dtype": "bf16", "head_dim": 128,
                          "q_heads": 12, "kv_heads": 4, "qkv_order": order,
-                         "rotary_fraction": rotary})
-        for seq, batch in ((1, 1), (7, 3), (4096, 2)):
+                         "rotary_fraction": rotary, "varlen": varlen, "cp_size": cp})
+        for seq, batch in ((1, 1), (7, 3), (4096, 2), (5, 0)):
             env = {"seq": seq, "batch": batch, "head_dim": 128, "q_heads": 12, "kv_heads": 4,
                    "qkv_order": ["seq_batch", "batch_seq"].index(order),
-                   "rotary_fraction": rotary}
+                   "rotary_fraction": rotary, "varlen": int(varlen), "cp_size": cp}
             for a in decl.args:
                 if a.role != "workspace":
                     assert _families.eval_shape(a, env) == s.arg_shape(a.index, [seq, batch]), \
-                        (pass_, a.name, order, rotary)
+                        (pass_, a.name, order, varlen, cp, rotary)
+
+
+def test_varlen_binds_the_sequences_from_cu_seqlens():
+    """Packed sequences: seq from qkv [T, 1, .], batch from cu_seqlens [n + 1]."""
+    fam = lingen.families()["qk_norm_rope"]
+    decl = fam.passes["forward"]
+    env, origin, bad = _families.bind(fam, decl, {"qkv": (300, 1, 3072), "cu_seqlens": (8,)},
+                                      {"varlen": True})
+    assert bad is None
+    assert env["seq"] == 300 and origin["seq"] == "qkv.shape[0]"
+    assert env["batch"] == 7 and origin["batch"] == "cu_seqlens.shape[0] - 1"
+
+
+def test_varlen_call_reaches_the_device_with_packed_shapes(ctx):
+    """qkv [T, 1, dim] (arrays without reshape; torch tensors may be [T,
+    dim]) and cu_seqlens [n + 1]: the call layer binds n sequences and gets
+    as far as the device; freqs must cover T * cp_size positions."""
+    qkv = CAI((300, 1, 3072), BF16)
+    qw, kw = CAI((128,), BF16, ptr=0x7F0000100000), CAI((128,), BF16, ptr=0x7F0000200000)
+    cu = CAI((8,), "<i4", ptr=0x7F0000400000)
+    fr = CAI((600, 64), F32, ptr=0x7F0000300000)
+    assert reaches_the_device(lambda: lingen.qk_norm_rope(
+        qkv, qw, kw, fr, q_heads=16, kv_heads=4, cu_seqlens=cu, cp_size=2, context=ctx,
+        alloc=lambda s, e: None))
+    with pytest.raises(ValueError) as e:
+        lingen.qk_norm_rope(qkv, qw, kw, CAI((300, 64), F32), q_heads=16, kv_heads=4,
+                            cu_seqlens=cu, cp_size=2, context=ctx)
+    assert "freqs" in str(e.value) and "(600, 64)" in str(e.value)

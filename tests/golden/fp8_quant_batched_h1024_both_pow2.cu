@@ -142,8 +142,8 @@ static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
 }
 
 // ----- lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2: per-expert blockwise FP8 quantisation -----
-// CTA: a token tile of one expert (found from counts) x 4 feature blocks of 128;
-// 256 threads, 8 tokens x 8 features a thread.
+// CTA: a token tile of one expert (from counts) x 4 blocks of 128 features in turn.
+// 256 threads: thread (rb, lb) holds tokens 8 rb .. 8 rb + 7 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(256)
 lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 	u64 x, u64 counts, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 E, i64 part)
@@ -244,7 +244,7 @@ lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 		if (threadIdx.x < 64) {
 			u32 a = cpart[0][threadIdx.x];
 			#pragma unroll
-			for (int w = 1; w < 8; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);
+			for (int k = 1; k < 8; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);
 			const float sc0 = lg_scale_pow2(lg_bf16_lo(a)), inv0 = lg_inv_pow2(sc0);
 			const float sc1 = lg_scale_pow2(lg_bf16_hi(a)), inv1 = lg_inv_pow2(sc1);
 			*(float2 *)(stg + k0 + 2 * threadIdx.x) = make_float2(sc0, sc1);

@@ -129,8 +129,8 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv)
 
 // ----- lg_fp8_quant_batched_fwd_bf16_h384_rowwise_exact_tf2v32 -----
 // per-expert blockwise FP8 quantisation
-// CTA: a token tile of one expert (found from counts) x 2 feature blocks of 128;
-// 512 threads, 4 tokens x 8 features a thread.
+// CTA: a token tile of one expert (from counts) x 2 blocks of 128 features in turn.
+// 512 threads: thread (rb, lb) holds tokens 4 rb .. 4 rb + 3 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(512)
 lg_fp8_quant_batched_fwd_bf16_h384_rowwise_exact_tf2v32(
 	u64 x, u64 counts, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 E, i64 part)

@@ -88,8 +88,8 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv)
 }
 
 // ----- lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32: blockwise FP8 quantisation -----
-// One CTA per tile of 128 tokens x 128 features (16 feature blocks a token tile):
-// thread (rb, lb) holds tokens 4 rb .. 4 rb + 3 x features 8 lb .. 8 lb + 7 (512 threads).
+// CTA: 128 tokens x 1 block of 128 features.
+// 512 threads: thread (rb, lb) holds tokens 4 rb .. 4 rb + 3 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(512)
 lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 part)
 {
@@ -188,7 +188,7 @@ lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(u64 x, u64 q, u64 s, u64 qt, u64 st,
 	if (threadIdx.x < 128) {
 		float a = cpart[0][threadIdx.x];
 		#pragma unroll
-		for (int w = 1; w < 16; w++) a = fmaxf(a, cpart[w][threadIdx.x]);
+		for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
 		const float sc = lg_scale_exact(a), inv = 1.0f / sc;
 		stg[k0 + threadIdx.x] = sc;
 		cinv[threadIdx.x] = inv;

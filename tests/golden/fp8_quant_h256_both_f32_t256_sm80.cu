@@ -110,8 +110,8 @@ static __device__ __forceinline__ void lg_st8_cs(void *p, u32 a, u32 b)
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
 
 // ----- lg_fp8_quant_fwd_bf16_h256_both_pow2_tt256v32: blockwise FP8 quantisation -----
-// One CTA per tile of 128 tokens x 128 features (2 feature blocks a token tile):
-// thread (rb, lb) holds tokens 8 rb .. 8 rb + 7 x features 8 lb .. 8 lb + 7 (256 threads).
+// CTA: 128 tokens x 1 block of 128 features.
+// 256 threads: thread (rb, lb) holds tokens 8 rb .. 8 rb + 7 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(256)
 lg_fp8_quant_fwd_bf16_h256_both_pow2_tt256v32(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 part)
 {
@@ -207,7 +207,7 @@ lg_fp8_quant_fwd_bf16_h256_both_pow2_tt256v32(u64 x, u64 q, u64 s, u64 qt, u64 s
 	if (threadIdx.x < 128) {
 		float a = cpart[0][threadIdx.x];
 		#pragma unroll
-		for (int w = 1; w < 8; w++) a = fmaxf(a, cpart[w][threadIdx.x]);
+		for (int k = 1; k < 8; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
 		const float sc = lg_scale_pow2(a), inv = lg_inv_pow2(sc);
 		stg[k0 + threadIdx.x] = sc;
 		cinv[threadIdx.x] = inv;

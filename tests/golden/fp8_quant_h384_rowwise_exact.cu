@@ -88,8 +88,8 @@ static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
 }
 
 // ----- lg_fp8_quant_fwd_bf16_h384_rowwise_exact: blockwise FP8 quantisation -----
-// One CTA per tile of 128 tokens x 128 features (3 feature blocks a token tile):
-// thread (rb, lb) holds tokens 4 rb .. 4 rb + 3 x features 8 lb .. 8 lb + 7 (512 threads).
+// CTA: 128 tokens x 1 block of 128 features.
+// 512 threads: thread (rb, lb) holds tokens 4 rb .. 4 rb + 3 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(512)
 lg_fp8_quant_fwd_bf16_h384_rowwise_exact(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 part)
 {

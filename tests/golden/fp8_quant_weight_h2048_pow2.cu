@@ -89,7 +89,8 @@ static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
 
 // ----- lg_fp8_quant_weight_fwd_bf16_h2048_both_pow2 -----
 // FP8 quantisation of a weight in 128 x 128 tiles
-// CTA: 128 rows x 1 tiles of 128 columns; 256 threads, 8 rows x 8 columns a thread.
+// CTA: 128 tokens x 1 block of 128 features.
+// 256 threads: thread (rb, lb) holds tokens 8 rb .. 8 rb + 7 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(256)
 lg_fp8_quant_weight_fwd_bf16_h2048_both_pow2(u64 w, u64 q, u64 s, i64 M, i64 part)
 {
@@ -143,7 +144,7 @@ lg_fp8_quant_weight_fwd_bf16_h2048_both_pow2(u64 w, u64 q, u64 s, i64 M, i64 par
 	if (threadIdx.x < 64) {
 		u32 a = cpart[0][threadIdx.x];
 		#pragma unroll
-		for (int w = 1; w < 8; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);
+		for (int k = 1; k < 8; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);
 		float t = fmaxf(lg_bf16_lo(a), lg_bf16_hi(a));
 		#pragma unroll
 		for (int m = 16; m > 0; m >>= 1)

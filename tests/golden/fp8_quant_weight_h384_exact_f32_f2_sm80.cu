@@ -104,7 +104,8 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv)
 
 // ----- lg_fp8_quant_weight_fwd_bf16_h384_both_exact_tf2v32 -----
 // FP8 quantisation of a weight in 128 x 128 tiles
-// CTA: 128 rows x 2 tiles of 128 columns; 512 threads, 4 rows x 8 columns a thread.
+// CTA: 128 tokens x 2 blocks of 128 features in turn.
+// 512 threads: thread (rb, lb) holds tokens 4 rb .. 4 rb + 3 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(512)
 lg_fp8_quant_weight_fwd_bf16_h384_both_exact_tf2v32(u64 w, u64 q, u64 s, i64 M, i64 part)
 {
@@ -170,7 +171,7 @@ lg_fp8_quant_weight_fwd_bf16_h384_both_exact_tf2v32(u64 w, u64 q, u64 s, i64 M, 
 		if (threadIdx.x < 128) {
 			float t = cpart[0][threadIdx.x];
 			#pragma unroll
-			for (int w = 1; w < 16; w++) t = fmaxf(t, cpart[w][threadIdx.x]);
+			for (int k = 1; k < 16; k++) t = fmaxf(t, cpart[k][threadIdx.x]);
 			#pragma unroll
 			for (int m = 16; m > 0; m >>= 1)
 				t = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, m));

@@ -262,7 +262,7 @@ lg_moe_permute_quant_fwd_bf16_h2048_e256_k8_m16_both_pow2(
 		if (threadIdx.x < 64) {
 			u32 a = cpart[0][threadIdx.x];
 			#pragma unroll
-			for (int w = 1; w < 8; w++) a = lg_max_bf16x2(a, cpart[w][threadIdx.x]);
+			for (int k = 1; k < 8; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);
 			const float sc0 = lg_scale_pow2(lg_bf16_lo(a)), inv0 = lg_inv_pow2(sc0);
 			const float sc1 = lg_scale_pow2(lg_bf16_hi(a)), inv1 = lg_inv_pow2(sc1);
 			*(float2 *)(stg + k0 + 2 * threadIdx.x) = make_float2(sc0, sc1);

@@ -73,12 +73,6 @@ static __device__ __forceinline__ u32 lg_e4m3x2(float lo, float hi)
 	return lg_e4m3(lo) | (lg_e4m3(hi) << 8);
 }
 
-// Four floats to e4m3, a in the low byte, d in the high one.
-static __device__ __forceinline__ u32 lg_e4m3x4(float a, float b, float c, float d)
-{
-	return lg_e4m3x2(a, b) | (lg_e4m3x2(c, d) << 16);
-}
-
 // s = max(amax / 448, 1e-30), the dequantisation multiplier of a block, the
 // divide correctly rounded (one FMA correction of amax * (1/448); quotients
 // too small for it are clamped to 1e-30 anyway, and an infinite amax stays
@@ -207,8 +201,8 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2_rows(
 }
 
 // ----- lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2: columnwise copy -----
-// Kernel 2: the columnwise copy of a tile of 128 tokens x 128 features; thread =
-// 4 rows x 8 columns (512 threads). x re-read from L2 (evict first), streaming stores.
+// Kernel 2: the columnwise copy of a tile of 128 tokens x 128 features (the quant
+// engine); x re-read from L2 (evict first), streaming stores.
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(
 	u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
@@ -217,76 +211,105 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(
 	// to be still in L2.
 	const i64 tiles = (M + 127) / 128;
 	if (tiles == 0) return; // no tokens: the one CTA launched has nothing to do
-	extern __shared__ __align__(128) u8 smem[];
-	u8 *const stage = smem; // qt staging [128 columns][128 tokens], 4-byte slots swizzled
-	float *const cpart = (float *)(stage + 16384); // [16][128] column maxima of row-block pairs
-	float *const csc = cpart + 2048, *const cinv = csc + 128; // column scales, inverses
-	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block
-	const i64 k0 = (i64)blockIdx.x * 128, col0 = k0 + lb * 8; // this thread's first column
-	const i64 tr = tiles - 1 - blockIdx.y, m0 = tr * 128;
-	const int rows = (int)(M - m0 < 128 ? M - m0 : 128);
-	const u8 *const xrow = (const u8 *)x + ((m0 + 4 * rb) * 1152 + col0) * 2;
-	lg_u32x4 xv[4];
-	#pragma unroll
-	for (int i = 0; i < 4; i++)
-		xv[i] = 4 * rb + i < rows ? lg_ld16_cs(xrow + i * 2304) : lg_u32x4{0u, 0u, 0u, 0u};
-	float rr[4];
-	#pragma unroll
-	for (int i = 0; i < 4; i++)
-		rr[i] = 4 * rb + i < rows ? ((const float *)rms)[m0 + 4 * rb + i] : 0.0f;
-	const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + col0 * 2);
+	// qt staging (128 features x 128 tokens, swizzled).
+	__shared__ __align__(16) u8 stage[128 * 128];
+	__shared__ __align__(16) float cpart[16][128]; // each warp's column amax
+	__shared__ __align__(16) float cinv[128]; // 1 / column scale
+	// lb: this thread's block of 8 features; rb: its block of 4 tokens.
+	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
+	const int r0 = 4 * rb; // this thread's first token in the tile
+	const i64 tt = tiles - 1 - (i64)blockIdx.y; // token tile
+	const int cg = (int)blockIdx.x; // feature group
+	const i64 m0 = tt * 128; // the tile's first token
+	const int rows = (int)(M - m0 < 128 ? M - m0 : 128); // tokens in the tile
+	u8 *const qtg = (u8 *)qt; // columnwise data [1152, M]
+	float *const stg = (float *)st + tt * 1152; // this tile's row of st
+	const int cb = cg; // the feature block
+	const i64 k0 = (i64)cb * 128; // its first feature
+	const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + (k0 + 8 * lb) * 2);
 	const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
-	float y[4][8];
+	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
+	// a token past the tile's last computes the last one's, then counts as 0).
+	float v[4][8];
+	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const u32 xw[4] = {xv[i].x, xv[i].y, xv[i].z, xv[i].w};
-		#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			y[i][2 * e] = (lg_bf16_lo(xw[e]) * rr[i]) * lg_bf16_lo(ww[e]);
-			y[i][2 * e + 1] = (lg_bf16_hi(xw[e]) * rr[i]) * lg_bf16_hi(ww[e]);
+		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		{ // x re-read from L2 (evict first), times its row's rms, times w
+			const u8 *const xp = (const u8 *)x + (qe_row * 1152 + qe_col) * 2;
+			const lg_u32x4 xv = lg_ld16_cs(xp);
+			const u32 xw[4] = {xv.x, xv.y, xv.z, xv.w};
+			const float rr = ((const float *)rms)[qe_row];
+			#pragma unroll
+			for (int j = 0; j < 4; j++) {
+				v[i][2 * j] = (lg_bf16_lo(xw[j]) * rr) * lg_bf16_lo(ww[j]);
+				v[i][2 * j + 1] = (lg_bf16_hi(xw[j]) * rr) * lg_bf16_hi(ww[j]);
+			}
 		}
 	}
-	float cm[8];
-	#pragma unroll
-	for (int c = 0; c < 8; c++) {
-		cm[c] = fmaxf(fmaxf(fabsf(y[0][c]), fabsf(y[1][c])),
-			fmaxf(fabsf(y[2][c]), fabsf(y[3][c])));
-		cm[c] = fmaxf(cm[c], __shfl_xor_sync(0xffffffffu, cm[c], 16));
-	}
-	if ((threadIdx.x & 16) == 0) {
-		*(float4 *)(cpart + (rb >> 1) * 128 + lb * 8) =
-			make_float4(cm[0], cm[1], cm[2], cm[3]);
-		*(float4 *)(cpart + (rb >> 1) * 128 + lb * 8 + 4) =
-			make_float4(cm[4], cm[5], cm[6], cm[7]);
-	}
-	__syncthreads();
-	if (threadIdx.x < 128) {
-		float amax = cpart[threadIdx.x];
+	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
-		for (int q2 = 1; q2 < 16; q2++)
-			amax = fmaxf(amax, cpart[q2 * 128 + threadIdx.x]);
-		const float sc = lg_scale_pow2(amax), inv = lg_inv_pow2(sc);
-		cinv[threadIdx.x] = inv;
-		((float *)st)[tr * 1152 + k0 + threadIdx.x] = sc;
+		for (int i = 0; i < 4; i++)
+			if (r0 + i >= rows)
+				for (int j = 0; j < 8; j++) v[i][j] = 0.0f;
+	}
+	// Block maxima of |v| over the thread's values:
+	// cmax[j]: feature 8 lb + j over its 4 tokens.
+	float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));
+		}
+	}
+	// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 16 warps
+	// through shared memory.
+	#pragma unroll
+	for (int j = 0; j < 8; j++)
+		cmax[j] = fmaxf(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));
+	if ((threadIdx.x & 16) == 0) {
+		float *const cp = &cpart[threadIdx.x >> 5][8 * lb];
+		*(float4 *)cp = make_float4(cmax[0], cmax[1], cmax[2], cmax[3]);
+		*(float4 *)(cp + 4) = make_float4(cmax[4], cmax[5], cmax[6], cmax[7]);
 	}
 	__syncthreads();
-	// Quantise with the column scales; 4 rows of a column make one 4-byte slot of the
-	// staging tile, slot index XOR (2 x column / 8): conflict-free writes and reads.
-	{
-		const float4 i0 = *(const float4 *)(cinv + lb * 8);
-		const float4 i1 = *(const float4 *)(cinv + lb * 8 + 4);
-		const float ci[8] = {i0.x, i0.y, i0.z, i0.w, i1.x, i1.y, i1.z, i1.w};
+	// Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.
+	if (threadIdx.x < 128) {
+		float a = cpart[0][threadIdx.x];
+		#pragma unroll
+		for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
+		const float sc = lg_scale_pow2(a), inv = lg_inv_pow2(sc);
+		stg[k0 + threadIdx.x] = sc;
+		cinv[threadIdx.x] = inv;
+	}
+	__syncthreads();
+	// Quantise every value once per copy.
+	//   columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets
+	//   the 4 bytes of feature 8 lb + c, token r0 first.
+	const float4 c0 = *(const float4 *)(cinv + 8 * lb);
+	const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);
+	const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+	u32 cw[8];
+	#pragma unroll
+	for (int p = 0; p < 2; p++) {
+		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		#pragma unroll
+		for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
 		#pragma unroll
 		for (int c = 0; c < 8; c++) {
-			const u32 v4 = lg_e4m3x4(
-				lg_q(y[0][c], ci[c]), lg_q(y[1][c], ci[c]),
-				lg_q(y[2][c], ci[c]), lg_q(y[3][c], ci[c]));
-			*(u32 *)(stage + (lb * 8 + c) * 128 + ((rb ^ (lb << 1)) << 2)) = v4;
+			const u32 h =
+				lg_e4m3x2(lg_q(y0[c], ci[c]), lg_q(y1[c], ci[c]));
+			cw[c] = p == 0 ? h : cw[c] | h << 16;
 		}
 	}
+	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
+	// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.
+	#pragma unroll
+	for (int c = 0; c < 8; c++)
+		*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];
 	__syncthreads();
 	// qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.
-	u8 *const qtg = (u8 *)qt;
 	const bool vec_ok = (M & 15) == 0; // 16-byte aligned qt rows
 	#pragma unroll
 	for (int e = threadIdx.x; e < 1024; e += 512) {

@@ -5,7 +5,7 @@
  *   scale: fp32 bit-equal (4.2);
  *   fp32, bf16: |got - ref| <= rtol |ref| + atol max(1, rms(ref)) elementwise
  *               (the tolerances of 1.4, the absolute one scaled by the output);
- *   int:   int32, equal;
+ *   exact: bit-equal, any element type (int32 row maps, int64 counts);
  *   e4m3, bf16, fp32 by ulps: every element within ulps (+ its slack) steps
  *               of its format from the reference; 0 ulps is bit-equality.
  * Every kind counts elements still holding the 0xff poison as unwritten.
@@ -31,8 +31,10 @@ static double value(const struct lg_ref_buf *b, const void *p, size_t i)
 	case LG_CMP_BF16:
 	case LG_CMP_BF16_ULP:
 		return lg_ref_bf16_to_f32(((const uint16_t *)p)[i]);
-	case LG_CMP_INT:
-		return ((const int32_t *)p)[i];
+	case LG_CMP_EXACT:
+		if (b->elem == 8)
+			return (double)((const int64_t *)p)[i];
+		return ((const float *)p)[i];
 	default:
 		return ((const float *)p)[i];
 	}
@@ -104,7 +106,7 @@ static const char *kind_name(enum lg_cmp c)
 	case LG_CMP_E4M3_ULP:
 		return "fp8";
 	case LG_CMP_SCALE: return "scale";
-	case LG_CMP_INT: return "int32";
+	case LG_CMP_EXACT: return "exact";
 	case LG_CMP_BF16:
 	case LG_CMP_BF16_ULP:
 		return "bf16";
@@ -177,7 +179,7 @@ void lg_compare(const struct lg_ref_buf *b, const void *got, int max_report, FIL
 			bool bad;
 			if (b->cmp == LG_CMP_E4M3)
 				bad = !(d <= e4m3_step(r) * 1.0000001);
-			else if (b->cmp == LG_CMP_SCALE || b->cmp == LG_CMP_INT)
+			else if (b->cmp == LG_CMP_SCALE || b->cmp == LG_CMP_EXACT)
 				bad = true;
 			else
 				bad = !(d <= b->rtol * fabs(r) + b->atol * scale);

@@ -8,6 +8,34 @@
 
 #include "error.h"
 
+/* A list family's case: its tensors (ref.data) on the device, and the
+ * table of its list argument pointing there instead of at the host. */
+static lg_status upload_list(struct lg_gpu_case *g, const struct lg_spec *s)
+{
+	const struct lg_sig *sig = &lg_family_get(s->op)->sig[s->pass];
+	int li = 0;
+	while (li < sig->nargs && sig->args[li].role != LG_ARG_LIST)
+		li++;
+	LG_ASSERT(li < sig->nargs);
+	struct lg_ref_buf *t = &g->ref.buf[li];
+	LG_CU_TRY(g->cu, cuMemAlloc, (&g->data, g->ref.data_bytes));
+	LG_CU_TRY(g->cu, cuMemcpyHtoD, (g->data, g->ref.data, g->ref.data_bytes));
+	size_t rows = t->count * t->elem / LG_LIST_ROW_BYTES;
+	unsigned char *dt = malloc(t->count * t->elem);
+	if (!dt)
+		return lg_fail(LG_ERR_NO_MEMORY, "out of host memory for the list's table");
+	memcpy(dt, t->host, t->count * t->elem);
+	for (size_t r = 0; r < rows; r++) {
+		uint64_t p;
+		memcpy(&p, dt + r * LG_LIST_ROW_BYTES, 8);
+		p = g->data + (p - (uint64_t)(uintptr_t)g->ref.data);
+		memcpy(dt + r * LG_LIST_ROW_BYTES, &p, 8);
+	}
+	CUresult e = g->cu->cuMemcpyHtoD(g->dev[li], dt, t->count * t->elem);
+	free(dt);
+	return e == CUDA_SUCCESS ? LG_OK : lg_cu_fail(e, "cuMemcpyHtoD (the list's table)");
+}
+
 lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64_t tokens,
 			   const int64_t *sizes_given, uint64_t seed, const lg_kernel *k)
 {
@@ -46,7 +74,7 @@ lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64
 		if (b->count && !b->output && b->cmp == LG_CMP_NONE && g->dev[i])
 			LG_CU_TRY(g->cu, cuMemcpyHtoD, (g->dev[i], b->host, b->count * b->elem));
 	}
-	return LG_OK;
+	return g->ref.data ? upload_list(g, s) : LG_OK;
 }
 
 lg_status lg_gpu_case_launch(const struct lg_gpu_case *g, const lg_kernel *k, lg_stream stream)
@@ -80,5 +108,8 @@ void lg_gpu_case_free(struct lg_gpu_case *g)
 		free(g->ref.buf[i].slack);
 		free(g->got[i]);
 	}
+	if (g->data)
+		g->cu->cuMemFree(g->data);
+	free(g->ref.data);
 	memset(g, 0, sizeof *g);
 }

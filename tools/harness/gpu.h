@@ -15,6 +15,7 @@ struct lg_gpu_case {
 	void *got[LG_MAX_ARGS];      /* host copies of the GPU outputs */
 	CUdeviceptr dev[LG_MAX_ARGS];
 	lg_dptr ptrs[LG_MAX_ARGS];   /* what the launch gets (0 for unused) */
+	CUdeviceptr data;            /* a list family's tensors (ref.data) */
 };
 
 /* The buffers of kernel k (spec s) at `tokens` (every run-time size set

@@ -1,0 +1,43 @@
+/*
+ * list_ref.h - plain-C references of the tensor-list reductions (K10 grad
+ * norm, K11 count-zero), over host tensors, with nothing shared with the
+ * generated code: element by element, in list order, fp64 sums with
+ * Neumaier's compensation (so the reference is exact to about one fp64
+ * rounding, whatever the list's length), exact maxima and counts.
+ */
+#ifndef LG_LIST_REF_H
+#define LG_LIST_REF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ref.h"
+
+struct lg_ref_tensor {
+	const void *data; /* host memory */
+	int elem;         /* lg_list_elem (lingen.h) */
+	int64_t count;
+};
+
+enum lg_ref_ord { LG_REF_ORD_2, LG_REF_ORD_1, LG_REF_ORD_INF };
+
+/* Sum of squares (ord 2, its square root with root), sum of |x| (ord 1)
+ * or max |x| (ord inf, NaN if any element is NaN; 0 for no element). */
+double lg_ref_list_norm(const struct lg_ref_tensor *t, size_t n, enum lg_ref_ord ord, bool root);
+/* Elements equal to zero (+0.0 and -0.0). */
+int64_t lg_ref_list_count_zero(const struct lg_ref_tensor *t, size_t n);
+
+/* The tensors of a host table (rows as lingen.h lays them out, pointers
+ * into host memory): the rows' items as tensors. The caller frees the
+ * result with free(); NULL for 0 rows or out of memory. */
+struct lg_ref_tensor *lg_ref_list_rows(const void *table, size_t rows);
+
+/* fill() of a list family's reference case (list, out, workspace) at
+ * c->sizes[0] items: tensors of 1 to 7 whole items (16 KiB), the last
+ * shorter, of the spec's dtype (alternating bf16 and fp32 when mixed), in
+ * c->data (16-byte aligned), values about normal with 3% zeros of either
+ * sign; the table rows (buf[0]) point into c->data. */
+void lg_ref_list_fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed);
+
+#endif
