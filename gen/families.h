@@ -23,6 +23,10 @@
 	X(count_zero, COUNT_ZERO)       /* K11: zeros in a tensor list */                \
 	X(swiglu_quant, SWIGLU_QUANT)   /* K7: SwiGLU + 1x128/128x1 FP8 quantisation */  \
 	X(batch_swiglu_quant, BATCH_SWIGLU_QUANT) /* K6: per-expert weighted SwiGLU + FP8 */  \
-	X(router_gemm, ROUTER_GEMM)     /* K3: router GEMM, fp32 logits, fwd / bwd */
+	X(router_gemm, ROUTER_GEMM)     /* K3: router GEMM, fp32 logits, fwd / bwd */  \
+	X(moe_row_map, MOE_ROW_MAP)     /* K4: padded MoE row map from a mask or top-k */ \
+	X(moe_permute, MOE_PERMUTE)     /* K4: MoE dispatch into padded expert rows */    \
+	X(moe_unpermute, MOE_UNPERMUTE) /* K5: MoE combine of expert rows into tokens */  \
+	X(moe_permute_quant, MOE_PERMUTE_QUANT) /* K4b: MoE permute + pad + per-expert FP8 quant */
 
 #endif

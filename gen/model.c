@@ -288,7 +288,8 @@ enum {
 #define NODIM {{"hidden", LG_MK_HIDDEN}}, 0
 #define ATTN D3("head_dim", LG_MK_HEAD_DIM, "q_heads", LG_MK_Q_HEADS, "kv_heads", LG_MK_KV_HEADS)
 #define ROUTE D2("hidden", LG_MK_HIDDEN, "experts", LG_MK_EXPERTS)
-#define PERM D3("hidden", LG_MK_HIDDEN, "experts", LG_MK_EXPERTS, "topk", LG_MK_TOPK)
+#define PERM D3("hidden", LG_MK_HIDDEN, "experts", LG_MK_EXPERTS, "top_k", LG_MK_TOPK)
+#define ROWMAP D2("experts", LG_MK_EXPERTS, "top_k", LG_MK_TOPK)
 #define EXPERT D2("intermediate", LG_MK_EXPERT_INTERMEDIATE, "experts", LG_MK_EXPERTS)
 #define SHARED D1("intermediate", LG_MK_SHARED_INTERMEDIATE)
 #define VOCAB D1("vocab", LG_MK_VOCAB)
@@ -309,8 +310,13 @@ static const struct step steps[] = {
 	/* post-attention RMSNorm + FP8: the same kernels as the input norm */
 	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT},
 	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
-	/* MoE dispatch and combine */
+	/* MoE dispatch and combine: the padded row map of the router's mask,
+	 * the permute into expert rows and its backward, the combine and its
+	 * backward */
+	{"moe_row_map", "K4", FWD, "bf16", ROWMAP, 0},
 	{"moe_permute", "K4", FWD, "bf16", PERM, 0},
+	/* the FP8 recipe's dispatch: permute + pad + per-expert quantisation */
+	{"moe_permute_quant", "K4b", FWD, "bf16", PERM, QUANT},
 	{"moe_permute", "K4", BWD, "bf16", PERM, 0},
 	{"moe_unpermute", "K5", FWD, "bf16", PERM, 0},
 	{"moe_unpermute", "K5", BWD, "bf16", PERM, 0},
@@ -340,6 +346,7 @@ static const char *why_of(const char *section, bool family)
 	static const struct { const char *section, *family, *pass; } whys[] = {
 		{"K1", WHY("K1"), WHY_PASS("K1")},   {"K2", WHY("K2"), WHY_PASS("K2")},
 		{"K3", WHY("K3"), WHY_PASS("K3")},   {"K4", WHY("K4"), WHY_PASS("K4")},
+		{"K4b", WHY("K4b"), WHY_PASS("K4b")},
 		{"K5", WHY("K5"), WHY_PASS("K5")},   {"K6", WHY("K6"), WHY_PASS("K6")},
 		{"K7", WHY("K7"), WHY_PASS("K7")},   {"K9", WHY("K9"), WHY_PASS("K9")},
 		{"K10", WHY("K10"), WHY_PASS("K10")}, {"K11", WHY("K11"), WHY_PASS("K11")},

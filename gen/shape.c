@@ -40,7 +40,7 @@ enum lg_elem lg_arg_elem(const struct lg_spec *s, const struct lg_arg *a)
 	}
 	if (a->elem != LG_ELEM_DTYPE)
 		return a->elem;
-	return s->dtype == LG_DTYPE_FP32 ? LG_ELEM_FP32 : LG_ELEM_BF16;
+	return s->dtype == LG_DTYPE_FP32 ? LG_ELEM_FP32 : s->dtype == LG_DTYPE_E4M3 ? LG_ELEM_E4M3 : LG_ELEM_BF16;
 }
 
 struct parser {

@@ -37,6 +37,7 @@ const char *const lg_pass_names[LG_PASS_COUNT] = {
 const char *const lg_dtype_names[LG_DTYPE_COUNT] = {
 	[LG_DTYPE_BF16] = "bf16",
 	[LG_DTYPE_FP32] = "fp32",
+	[LG_DTYPE_E4M3] = "e4m3",
 };
 const char *const lg_quant_format_names[LG_QFMT_COUNT] = {
 	[LG_QFMT_E4M3] = "e4m3",

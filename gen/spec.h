@@ -30,7 +30,9 @@ enum lg_op {
 
 enum lg_pass { LG_PASS_FORWARD, LG_PASS_BACKWARD, LG_PASS_COUNT };
 
-enum lg_dtype { LG_DTYPE_BF16, LG_DTYPE_FP32, LG_DTYPE_COUNT };
+/* e4m3: FP8 tokens (with their blockwise scales), for the families that
+ * move data without arithmetic (moe_permute). */
+enum lg_dtype { LG_DTYPE_BF16, LG_DTYPE_FP32, LG_DTYPE_E4M3, LG_DTYPE_COUNT };
 
 /* The shared quantisation recipe (KERNELS.md §1), read from the "quant"
  * keys of a quantising family (LG_KEYS_QUANT in family.h). */

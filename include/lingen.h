@@ -458,6 +458,71 @@ lg_status lg_cross_entropy_shard_stats(const lg_kernel *k, lg_stream stream, int
 lg_status lg_cross_entropy_merge(const lg_kernel *k, lg_stream stream, int64_t tokens, int64_t shards,
 				 lg_dptr labels, lg_dptr stats_in, lg_dptr loss, lg_dptr sum_exp,
 				 lg_dptr max_logit);
+/* K4: the padded MoE row map (op "moe_row_map"): routing is the mask
+ *   [tokens, experts] u8/bool (non-zero: routed; routing "mask"), or the
+ *   top-k indices [tokens, top_k] int32 ("topk_i32") / int64 ("topk_i64"),
+ *   where an index outside [0, experts) is no expert and a repeat counts
+ *   once. row_id_map [tokens, experts] int32 (the padded row, -1 where not
+ *   routed; rows expert-major, ascending token within an expert); counts
+ *   [experts] int32; offsets [experts + 1] int32, each expert's first row
+ *   with counts padded to `multiple`, offsets[experts] = P, the padded
+ *   total. P stays on the device: a host that needs it copies the 4 bytes
+ *   of offsets[experts] (cuMemcpyDtoH), or sizes buffers by the bound
+ *   rows = tokens * top_k + experts * (multiple - 1) that every dispatch
+ *   buffer uses. row_index [rows] int32 or 0: the source token of row r < P,
+ *   -1 for padding rows and rows >= P. padded_counts [experts] int32 or 0:
+ *   round_up(counts, multiple), each expert's rows (the segments of
+ *   moe_permute_quant; a grouped GEMM's row counts). workspace:
+ *   lg_kernel_workspace_size(k) bytes. */
+lg_status lg_moe_row_map_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr routing,
+				 lg_dptr row_id_map, lg_dptr counts, lg_dptr offsets, lg_dptr row_index,
+				 lg_dptr padded_counts, lg_dptr workspace);
+/* K4: MoE permute (op "moe_permute", pass "forward"), dtype bf16 or e4m3:
+ *   x [tokens, hidden], x_scale [tokens, hidden / 128] fp32 (e4m3; else 0),
+ *   probs [tokens, experts] fp32 or 0, the row map's row_id_map, offsets,
+ *   counts; out [rows, hidden] (rows = tokens * top_k + experts * (multiple
+ *   - 1): a static bound, since P is known on the device only), out_scale
+ *   [rows, hidden / 128] (e4m3), out_probs [rows] fp32 or 0. Row r < P of
+ *   (t, e) is x[t] with probs[t, e]; every other row is zeros, probability
+ *   0, scale that of a zero block (2^-99 with round_scale, else 1e-30). */
+lg_status lg_moe_permute_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				 lg_dptr x_scale, lg_dptr probs, lg_dptr row_id_map, lg_dptr offsets,
+				 lg_dptr counts, lg_dptr out, lg_dptr out_scale, lg_dptr out_probs);
+/* Its backward (bf16): dout [rows, hidden], dout_probs [rows] fp32 or 0;
+ *   dx [tokens, hidden] = fp32 sum of the token's rows in ascending expert
+ *   order; dprobs [tokens, experts] fp32 or 0 (dout_probs of each routed
+ *   pair, else 0). */
+lg_status lg_moe_permute_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dout,
+				  lg_dptr dout_probs, lg_dptr row_id_map, lg_dptr dx, lg_dptr dprobs);
+/* K5: MoE unpermute (op "moe_unpermute", pass "forward"): g [rows, hidden]
+ *   bf16, probs [rows] fp32 (required when weighted, else optional);
+ *   out [tokens, hidden] bf16 = fp32 sum in ascending expert order of the
+ *   token's rows (weighted: each times probs[r]); restore_probs [tokens,
+ *   experts] fp32 or 0 (probs[r] where routed, else 0). Any hidden. */
+lg_status lg_moe_unpermute_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr g,
+				   lg_dptr probs, lg_dptr row_id_map, lg_dptr out, lg_dptr restore_probs);
+/* Its backward: dout [tokens, hidden] bf16, drestore [tokens, experts] fp32
+ *   or 0, the row map; weighted: g and probs of the forward. dg [rows,
+ *   hidden] bf16 (dout[t], weighted times probs[r]; other rows zeros);
+ *   dprobs [rows] fp32 or 0 (drestore[t, e], weighted plus <dout[t], g[r]>;
+ *   0 on other rows). */
+lg_status lg_moe_unpermute_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dout,
+				    lg_dptr drestore, lg_dptr row_id_map, lg_dptr offsets, lg_dptr counts,
+				    lg_dptr g, lg_dptr probs, lg_dptr dg, lg_dptr dprobs);
+
+/* K4b: MoE permute + pad + per-expert blockwise FP8 quantisation (op
+ *   "moe_permute_quant"): x [tokens, hidden] bf16 (hidden a multiple of
+ *   128), probs [tokens, experts] fp32 or 0, moe_row_map's row_index [rows]
+ *   and padded_counts [experts] (rows = tokens * top_k + experts *
+ *   (multiple - 1)). Each expert's padded segment (padding rows zeros) is
+ *   quantised as its own tensor (KERNELS.md 1.3): q [rows, hidden] e4m3,
+ *   s a [hidden/128, P_e] block an expert; qt a [hidden, P_e] block an
+ *   expert, st [cdiv(rows, 128) + experts, hidden] (cdiv(P_e, 128) rows an
+ *   expert); the copies quant.output does not ask for take 0. out_probs
+ *   [rows] fp32 or 0. Rows past the padded total are not written. */
+lg_status lg_moe_permute_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				       lg_dptr probs, lg_dptr row_index, lg_dptr padded_counts, lg_dptr q,
+				       lg_dptr s, lg_dptr qt, lg_dptr st, lg_dptr out_probs);
 
 #ifdef __cplusplus
 }

@@ -331,3 +331,75 @@ lg_status lg_cross_entropy_merge(const lg_kernel *k, lg_stream stream, int64_t t
 	LG_TYPED(LG_OP_CROSS_ENTROPY, LG_PASS_FORWARD, LG_SIZES(tokens, 0, shards), 0, labels, stats_in, 0, loss,
 		 sum_exp, max_logit, 0, 0);
 }
+
+/* The integer value of spec key `path` of k's family (0 when absent). */
+static int64_t key_of(const lg_kernel *k, const char *path)
+{
+	int i = k ? lg_family_key(k->fam, path) : -1;
+	return i >= 0 ? lg_spec_int(&k->spec, i) : 0;
+}
+
+lg_status lg_moe_row_map_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr routing,
+				 lg_dptr row_id_map, lg_dptr counts, lg_dptr offsets, lg_dptr row_index,
+				 lg_dptr padded_counts, lg_dptr workspace)
+{
+	int64_t r = k && k->spec.op == LG_OP_MOE_ROW_MAP ? key_of(k, "routing") : 0;
+	lg_dptr mask = r == 0 ? routing : 0, topk = r == 1 ? routing : 0, topk64 = r == 2 ? routing : 0;
+	LG_TYPED(LG_OP_MOE_ROW_MAP, LG_PASS_FORWARD, LG_SIZES(tokens), mask, topk, topk64, row_id_map, counts,
+		 offsets, row_index, padded_counts, workspace);
+}
+
+lg_status lg_moe_permute_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				 lg_dptr x_scale, lg_dptr probs, lg_dptr row_id_map, lg_dptr offsets,
+				 lg_dptr counts, lg_dptr out, lg_dptr out_scale, lg_dptr out_probs)
+{
+	LG_TYPED(LG_OP_MOE_PERMUTE, LG_PASS_FORWARD, LG_SIZES(tokens), x, x_scale, probs, row_id_map, offsets,
+		 counts, out, out_scale, out_probs);
+}
+
+lg_status lg_moe_permute_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dout,
+				  lg_dptr dout_probs, lg_dptr row_id_map, lg_dptr dx, lg_dptr dprobs)
+{
+	LG_TYPED(LG_OP_MOE_PERMUTE, LG_PASS_BACKWARD, LG_SIZES(tokens), dout, dout_probs, row_id_map, dx, dprobs);
+}
+
+/* A weighted unpermute needs its weights (a raw launch without them adds
+ * the rows unweighted). */
+static lg_status weights_given(const lg_kernel *k, lg_dptr probs, const char *fn)
+{
+	if (k && k->spec.op == LG_OP_MOE_UNPERMUTE && key_of(k, "weighted") && !probs)
+		return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s is weighted: probs must not be 0", fn,
+			       k->plan.entry[0]);
+	return LG_OK;
+}
+
+lg_status lg_moe_unpermute_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr g,
+				   lg_dptr probs, lg_dptr row_id_map, lg_dptr out, lg_dptr restore_probs)
+{
+	lg_status st = weights_given(k, probs, __func__);
+	if (st != LG_OK)
+		return st;
+	LG_TYPED(LG_OP_MOE_UNPERMUTE, LG_PASS_FORWARD, LG_SIZES(tokens), g, probs, row_id_map, out, restore_probs);
+}
+
+lg_status lg_moe_unpermute_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dout,
+				    lg_dptr drestore, lg_dptr row_id_map, lg_dptr offsets, lg_dptr counts,
+				    lg_dptr g, lg_dptr probs, lg_dptr dg, lg_dptr dprobs)
+{
+	lg_status st = weights_given(k, probs, __func__);
+	if (st != LG_OK)
+		return st;
+	if (k && k->spec.op == LG_OP_MOE_UNPERMUTE && key_of(k, "weighted") && dprobs && !g)
+		return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s is weighted: dprobs needs g (the forward's rows)",
+			       __func__, k->plan.entry[0]);
+	LG_TYPED(LG_OP_MOE_UNPERMUTE, LG_PASS_BACKWARD, LG_SIZES(tokens), dout, drestore, row_id_map, offsets,
+		 counts, g, probs, dg, dprobs);
+}
+
+lg_status lg_moe_permute_quant_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				       lg_dptr probs, lg_dptr row_index, lg_dptr padded_counts, lg_dptr q,
+				       lg_dptr s, lg_dptr qt, lg_dptr st, lg_dptr out_probs)
+{
+	LG_TYPED(LG_OP_MOE_PERMUTE_QUANT, LG_PASS_FORWARD, LG_SIZES(tokens), x, probs, row_index, padded_counts, q,
+		 s, qt, st, out_probs);
+}

@@ -261,6 +261,46 @@ static const struct golden cases[] = {
 	{"router_gemm_bwd_h1000_e97_bf16x3_sm80", "sm_80",
 	 "{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
 	 "\"experts\": 97, \"precision\": \"bf16x3\", \"tile\": {\"k\": 64, \"stages\": 3}}"},
+	/* K4: the padded row map at the target (mask, multiple 16), top-k int64 with 96 experts
+	 * and multiple 128, top-k int32 with 5 experts unpadded (a byte mask path) */
+	{"moe_row_map_e256_k8_m16_mask", "sm_90a",
+	 "{\"op\": \"moe_row_map\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"experts\": 256, "
+	 "\"top_k\": 8, \"multiple\": 16}"},
+	{"moe_row_map_e96_k6_m128_topk_i64_sm80", "sm_80",
+	 "{\"op\": \"moe_row_map\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"experts\": 96, "
+	 "\"top_k\": 6, \"multiple\": 128, \"routing\": \"topk_i64\"}"},
+	{"moe_row_map_e5_k2_m1_topk_i32", "sm_90a",
+	 "{\"op\": \"moe_row_map\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"experts\": 5, "
+	 "\"top_k\": 2, \"multiple\": 1, \"routing\": \"topk_i32\"}"},
+	/* K4 permute at the target, bf16 and e4m3 with scales; an odd hidden (2-byte pieces) */
+	{"moe_permute_fwd_h2048_e256_k8", "sm_90a",
+	 "{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"top_k\": 8}"},
+	{"moe_permute_fwd_e4m3_h2048_e256_k8_sm80", "sm_80",
+	 "{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"e4m3\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"top_k\": 8}"},
+	{"moe_permute_bwd_h1001_e160_k6", "sm_90a",
+	 "{\"op\": \"moe_permute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1001, "
+	 "\"experts\": 160, \"top_k\": 6}"},
+	/* K5 unpermute at the target, and weighted with its backward (dot products) */
+	{"moe_unpermute_fwd_h2048_e256_k8", "sm_90a",
+	 "{\"op\": \"moe_unpermute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"top_k\": 8}"},
+	{"moe_unpermute_fwd_h7168_e256_k8_weighted_sm80", "sm_80",
+	 "{\"op\": \"moe_unpermute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 7168, "
+	 "\"experts\": 256, \"top_k\": 8, \"weighted\": true}"},
+	{"moe_unpermute_bwd_h2048_e256_k8_weighted", "sm_90a",
+	 "{\"op\": \"moe_unpermute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"top_k\": 8, \"weighted\": true}"},
+	/* K4b: permute + pad + per-expert FP8 at the target (both copies, pow2); rowwise exact with
+	 * 96 experts padded to 128 */
+	{"moe_permute_quant_h2048_e256_k8_both_pow2", "sm_90a",
+	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"top_k\": 8, \"quant\": {\"output\": \"both\"}}"},
+	{"moe_permute_quant_h384_e96_k6_m128_rowwise_exact_sm80", "sm_80",
+	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
+	 "\"experts\": 96, \"top_k\": 6, \"multiple\": 128, \"quant\": {\"output\": \"rowwise\", "
+	 "\"round_scale\": false}}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])

@@ -128,6 +128,19 @@ static const char *const mini_kernels[] = {
 	"\"precision\": \"bf16\"}",
 	"{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
 	"\"precision\": \"bf16\"}",
+	"{\"op\": \"moe_row_map\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"experts\": 256, \"top_k\": 8, "
+	"\"multiple\": 16, \"routing\": \"mask\"}",
+	"{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
+	"\"top_k\": 8, \"multiple\": 16, \"round_scale\": true}",
+	"{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	"\"experts\": 256, \"top_k\": 8, \"multiple\": 16, \"quant\": {\"format\": \"e4m3\", \"block\": 128, "
+	"\"round_scale\": true, \"output\": \"both\"}}",
+	"{\"op\": \"moe_permute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
+	"\"top_k\": 8, \"multiple\": 16, \"round_scale\": true}",
+	"{\"op\": \"moe_unpermute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
+	"\"top_k\": 8, \"multiple\": 16, \"weighted\": false}",
+	"{\"op\": \"moe_unpermute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
+	"\"top_k\": 8, \"multiple\": 16, \"weighted\": false}",
 	"{\"op\": \"batch_swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"experts\": 256, \"dx_bf16\": false, "
 	"\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}",
 	"{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"experts\": 256, \"dx_bf16\": false, "
@@ -148,11 +161,6 @@ static const char *const mini_kernels[] = {
 	"{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"mixed\": false}",
 };
 
-/* op, pass, KERNELS.md section of each skipped kernel, in step order */
-static const char *const mini_skipped[][3] = {
-	{"moe_permute", "forward", "K4"},         {"moe_permute", "backward", "K4"},
-	{"moe_unpermute", "forward", "K5"},       {"moe_unpermute", "backward", "K5"},
-};
 
 static void test_ling_mini(void **state)
 {
@@ -181,27 +189,18 @@ static void test_ling_mini(void **state)
 		assert_string_equal(c, mini_kernels[i]);
 		free(c);
 	}
-	size_t ns = sizeof mini_skipped / sizeof mini_skipped[0];
-	assert_int_equal(s->nskipped, ns);
-	for (size_t i = 0; i < ns; i++) {
-		char why[64];
-		snprintf(why, sizeof why, "family not implemented yet (KERNELS.md %s)", mini_skipped[i][2]);
-		assert_string_equal(s->skipped[i].op, mini_skipped[i][0]);
-		assert_string_equal(lg_pass_names[s->skipped[i].pass], mini_skipped[i][1]);
-		assert_string_equal(s->skipped[i].why, why);
-	}
+	assert_int_equal(s->nskipped, 0); /* every family of the step exists */
 
 	/* the spec file text: model name, 2-space indent, one kernel a line */
 	char *json = lg_model_step_json(&m, s);
 	assert_non_null(json);
 	assert_non_null(strstr(json, "{\n  \"name\": \"ling-mini-2.0 training step\",\n"
 				     "  \"model\": \"ling-mini-2.0\",\n  \"kernels\": [\n    {"));
-	assert_non_null(strstr(json, "\n    {\"op\": \"moe_permute\", \"pass\": \"forward\", "
-				     "\"why\": \"family not implemented yet (KERNELS.md K4)\"},\n"));
+	assert_null(strstr(json, "\"why\"")); /* nothing skipped */
 	assert_int_equal(json[strlen(json) - 1], '\n');
 	cJSON *j = cJSON_Parse(json);
 	assert_non_null(j);
-	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "skipped")), (int)ns);
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "skipped")), 0);
 	cJSON_Delete(j);
 	free(json);
 	free(s);
@@ -229,9 +228,7 @@ static void test_no_shared_expert(void **state)
 		free(c);
 	}
 	assert_int_equal(rope, 2);
-	assert_int_equal(s->nskipped, sizeof mini_skipped / sizeof mini_skipped[0]);
-	for (size_t i = 0; i < s->nskipped; i++)
-		assert_string_not_equal(s->skipped[i].op, "swiglu_quant");
+	assert_int_equal(s->nskipped, 0);
 	free(s);
 }
 

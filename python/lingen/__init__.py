@@ -20,9 +20,11 @@ from .lists import TensorList, count_zero, grad_norm
 from .ops import (batch_swiglu_quant, batch_swiglu_quant_backward, cross_entropy_backward,
                   cross_entropy_forward, cross_entropy_fused, cross_entropy_merge,
                   cross_entropy_shard_stats, fp8_quant, fp8_quant_batched, fp8_quant_weight,
-                  group_rmsnorm_gate, group_rmsnorm_gate_backward, qk_norm_rope,
-                  qk_norm_rope_backward, rmsnorm, rmsnorm_backward, rmsnorm_quant, router_gemm,
-                  router_gemm_backward, swiglu_quant, swiglu_quant_backward)
+                  group_rmsnorm_gate, group_rmsnorm_gate_backward, moe_permute,
+                  moe_permute_backward, moe_permute_quant, moe_row_map, moe_unpermute,
+                  moe_unpermute_backward, qk_norm_rope, qk_norm_rope_backward, rmsnorm,
+                  rmsnorm_backward, rmsnorm_quant, router_gemm, router_gemm_backward, swiglu_quant,
+                  swiglu_quant_backward)
 
 __all__ = [
     "__version__", "LingenError", "LibraryError", "SpecError", "Context", "Kernel", "Spec",
@@ -35,6 +37,8 @@ __all__ = [
     "TensorList", "grad_norm", "count_zero",
     "swiglu_quant", "swiglu_quant_backward", "batch_swiglu_quant", "batch_swiglu_quant_backward",
     "router_gemm", "router_gemm_backward",
+    "moe_row_map", "moe_permute", "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",
+    "moe_permute_quant",
 ]
 
 

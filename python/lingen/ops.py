@@ -445,3 +445,156 @@ def router_gemm_backward(dy, x, w, *, precision="bf16", dx=True, dw=True, tile=N
              {"dy": dy, "x": x, "w": w}, {"precision": precision, "tile": tile}, out=out, skip=skip,
              stream=stream, context=context, alloc=alloc)
     return r["dx"], r["dw"]
+
+
+# ------------------------------------- MoE dispatch and combine (K4, K5)
+
+def _routing_kind(routing):
+    """The moe_row_map routing of an array: "mask" (bool / uint8), else the
+    top-k indices' "topk_i32" / "topk_i64"; a torch bool mask is read as
+    uint8 (the same bytes)."""
+    import sys
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(routing, torch.Tensor):
+        if routing.dtype == torch.bool:
+            return "mask", routing.view(torch.uint8)
+        kinds = {torch.int32: "topk_i32", torch.int64: "topk_i64", torch.uint8: "mask"}
+        if routing.dtype not in kinds:
+            raise TypeError(f"lingen.moe_row_map: routing: found {routing.dtype}, expected bool / "
+                            "uint8 (a mask) or int32 / int64 (top-k indices)")
+        return kinds[routing.dtype], routing
+    from ._arrays import view
+    elems = view(routing).elems
+    if "int32" in elems:
+        return "topk_i32", routing
+    if "int64" in elems:
+        return "topk_i64", routing
+    return "mask", routing
+
+
+def _moe(top_k, multiple, tile, **more):
+    return {"top_k": int(top_k), "multiple": int(multiple), "tile": tile, **more}
+
+
+def moe_row_map(routing, *, top_k, experts=None, multiple=16, row_index=True, tile=None,
+                out=None, stream=None, context=None, alloc=None):
+    """The padded MoE row map (KERNELS.md K4): routing is a mask [tokens,
+    experts] bool / uint8 (experts from its shape), or top-k indices [tokens,
+    top_k] int32 / int64 (experts= required; an index outside [0, experts)
+    is a dropped slot, a repeat counts once) -> (row_id_map [tokens, experts]
+    int32 (padded row, -1 where not routed), counts [experts] int32,
+    offsets [experts + 1] int32 (padded, offsets[experts] = P, the padded
+    total), row_index [rows] int32 (source token of each row, -1 for
+    padding and rows >= P; None with row_index=False), padded_counts
+    [experts] int32 (counts rounded up to the multiple: each expert's rows,
+    the segments of moe_permute_quant)). rows = tokens *
+    top_k + experts * (multiple - 1) bounds P: the dispatch buffers have
+    that many rows, since P stays on the device (offsets[-1].item() reads
+    it, one 4-byte copy). As linghe's triton_make_row_id_map(routing_map,
+    multiple_of) and triton_make_row_id_map_and_index, in one call."""
+    kind, arr = _routing_kind(routing)
+    arg = {"mask": "mask", "topk_i32": "topk", "topk_i64": "topk64"}[kind]
+    opts = _moe(top_k, multiple, tile, routing=kind)
+    if experts is not None:
+        opts["experts"] = int(experts)
+    elif kind != "mask":
+        raise ValueError("lingen.moe_row_map: top-k routing: pass experts=")
+    r = call("lingen.moe_row_map", "moe_row_map", "forward", {arg: arr}, opts, out=out,
+             skip=() if row_index else ("row_index",), stream=stream, context=context, alloc=alloc)
+    return r["row_id_map"], r["counts"], r["offsets"], r["row_index"], r["padded_counts"]
+
+
+def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top_k, multiple=16,
+                round_scale=True, tile=None, out=None, stream=None, context=None, alloc=None):
+    """MoE permute into expert-major padded rows (KERNELS.md K4): x [tokens,
+    hidden] bf16, or e4m3 with x_scale [tokens, hidden / 128] fp32; the row
+    map of moe_row_map; probs [tokens, experts] fp32 or None -> (out [rows,
+    hidden] in x's type, out_scale [rows, hidden / 128] fp32 (e4m3, else
+    None), out_probs [rows] fp32 (None without probs)). Row
+    row_id_map[t, e] is x[t] with probs[t, e]; every other row (padding,
+    rows >= P) zeros with probability 0 and the zero block's scale (2^-99
+    with round_scale, else 1e-30). As linghe's
+    triton_permute_with_mask_map(..., contiguous=False) for any hidden size
+    and expert count."""
+    r = call("lingen.moe_permute", "moe_permute", "forward",
+             {"x": x, "x_scale": x_scale, "probs": probs, "row_id_map": row_id_map,
+              "offsets": offsets, "counts": counts},
+             _moe(top_k, multiple, tile, round_scale=bool(round_scale)), out=out,
+             skip=() if probs is not None else ("out_probs",), stream=stream, context=context,
+             alloc=alloc)
+    return r["out"], r["out_scale"], r["out_probs"]
+
+
+def moe_permute_backward(dout, row_id_map, dout_probs=None, *, top_k, multiple=16, tile=None,
+                         out=None, stream=None, context=None, alloc=None):
+    """The backward of moe_permute: dout [rows, hidden] bf16, dout_probs
+    [rows] fp32 or None -> (dx [tokens, hidden] bf16, the fp32 sum of each
+    token's rows in ascending expert order; dprobs [tokens, experts] fp32,
+    dout_probs at each routed pair, else 0; None without dout_probs)."""
+    r = call("lingen.moe_permute_backward", "moe_permute", "backward",
+             {"dout": dout, "dout_probs": dout_probs, "row_id_map": row_id_map},
+             _moe(top_k, multiple, tile), out=out,
+             skip=() if dout_probs is not None else ("dprobs",), stream=stream, context=context,
+             alloc=alloc)
+    return r["dx"], r["dprobs"]
+
+
+def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=16, weighted=False, tile=None,
+                  out=None, stream=None, context=None, alloc=None):
+    """MoE unpermute (combine, KERNELS.md K5): g [rows, hidden] bf16 (any
+    hidden), probs [rows] fp32 (required with weighted=True) -> (out
+    [tokens, hidden] bf16 = fp32 sum in ascending expert order of each
+    token's rows, each times probs[r] when weighted; restore_probs [tokens,
+    experts] fp32, probs[r] where routed else 0, None without probs).
+    Padding rows are never read. As linghe's
+    triton_unpermute_with_mask_map(grad, row_id_map, probs), which has no
+    weighting."""
+    if weighted and probs is None:
+        raise ValueError("lingen.moe_unpermute: weighted=True needs probs")
+    r = call("lingen.moe_unpermute", "moe_unpermute", "forward",
+             {"g": g, "probs": probs, "row_id_map": row_id_map},
+             _moe(top_k, multiple, tile, weighted=bool(weighted)), out=out,
+             skip=() if probs is not None else ("restore_probs",), stream=stream, context=context,
+             alloc=alloc)
+    return r["out"], r["restore_probs"]
+
+
+def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=None, probs=None, *,
+                           top_k, multiple=16, weighted=False, tile=None, out=None, stream=None,
+                           context=None, alloc=None):
+    """The backward of moe_unpermute: dout [tokens, hidden] bf16, drestore
+    [tokens, experts] fp32 or None; weighted: g and probs of the forward ->
+    (dg [rows, hidden] bf16: dout[t] in each of t's rows (weighted: times
+    probs[r], rounded once), zeros elsewhere; dprobs [rows] fp32:
+    drestore[t, e] (weighted: plus the fp32 dot product of dout[t] and
+    g[r]); None when nothing asks for it)."""
+    if weighted and probs is None:
+        raise ValueError("lingen.moe_unpermute_backward: weighted=True needs probs")
+    want = drestore is not None or (weighted and g is not None)
+    r = call("lingen.moe_unpermute_backward", "moe_unpermute", "backward",
+             {"dout": dout, "drestore": drestore, "row_id_map": row_id_map, "offsets": offsets,
+              "counts": counts, "g": g if weighted else None, "probs": probs if weighted else None},
+             _moe(top_k, multiple, tile, weighted=bool(weighted)), out=out,
+             skip=() if want else ("dprobs",), stream=stream, context=context, alloc=alloc)
+    return r["dg"], r["dprobs"]
+
+
+def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multiple=16,
+                      round_scale=True, output="both", tile=None, out=None, stream=None,
+                      context=None, alloc=None):
+    """MoE permute + pad + per-expert blockwise FP8 quantisation in one
+    kernel (KERNELS.md K4b): x [tokens, hidden] bf16 (hidden a multiple of
+    128), moe_row_map's row_index [rows] and padded_counts [experts], probs
+    [tokens, experts] fp32 or None -> (q [rows, hidden] e4m3, s (a
+    [hidden/128, P_e] block an expert), qt (a [hidden, P_e] block an
+    expert), st [cdiv(rows, 128) + experts, hidden] (cdiv(P_e, 128) rows an
+    expert), out_probs [rows] fp32 or None): each expert's padded segment
+    (padding rows zeros) quantised as its own tensor (KERNELS.md 1.3); the
+    copies output= does not ask for are None; rows past the padded total
+    are not written. As linghe's triton_batch_block_pad_permute_with_indices."""
+    r = call("lingen.moe_permute_quant", "moe_permute_quant", "forward",
+             {"x": x, "probs": probs, "row_index": row_index, "padded_counts": padded_counts},
+             _quant(round_scale, output, top_k=int(top_k), multiple=int(multiple), tile=tile),
+             out=out, skip=() if probs is not None else ("out_probs",), stream=stream,
+             context=context, alloc=alloc)
+    return r["q"], r["s"], r["qt"], r["st"], r["out_probs"]

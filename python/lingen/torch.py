@@ -33,10 +33,51 @@ def _scalar_keys(fam, decl):
     """The spec keys an op takes as keyword arguments: every scalar key
     that is not a tile, nor a shape the pass's inputs show as a dimension of
     their own (qk_norm_rope's q_heads and kv_heads, in qkv's last dimension
-    only as an expression, are keyword arguments of its forward)."""
-    bound = {_families.bare_name(d) for a in decl.args if a.is_input for d in a.dims}
+    only as an expression, are keyword arguments of its forward). Inputs
+    some specs leave unused (moe_row_map's mask or top-k) bind nothing."""
+    skip = _maybe_unused(fam, decl)
+    bound = {_families.bare_name(d) for a in decl.args if a.is_input and a.name not in skip
+             for d in a.dims}
     return [k for k in fam.keys
             if k.type in _SCALAR and not k.tile and not (k.shape and k.path in bound)]
+
+
+def _maybe_unused(fam, decl):
+    """The inputs of a pass that some spec does not use (the family's
+    uses() clears them: moe_permute's x_scale for bf16, moe_row_map's
+    routing arrays but one): probed over the dtypes and the values of the
+    enum and bool keys (at most 64 combinations) at the smallest shape.
+    They are optional tensors of the torch op."""
+    key = (fam.op, decl.name)
+    got = _unused_cache.get(key)
+    if got is not None:
+        return got
+    combos = [{"dtype": d} for d in fam.dtypes]
+    for k in fam.keys:
+        if k.tile or k.type not in ("enum", "bool"):
+            continue
+        values = list(k.values) if k.type == "enum" else [False, True]
+        if len(combos) * len(values) > 64:
+            break
+        combos = [dict(c, **{k.path: v}) for c in combos for v in values]
+    names = set()
+    for c in combos:
+        spec = {"op": fam.op, "pass": decl.name, "dtype": c.pop("dtype")}
+        for k in fam.keys:
+            if k.shape:
+                _core._set_path(spec, k.path, k.min)
+        for path, v in c.items():
+            _core._set_path(spec, path, v)
+        try:
+            sp = _core.Spec(spec)
+        except _core.SpecError:
+            continue
+        names |= {a.name for a in decl.args if a.role == "in" and not sp.arg_used(a.index)}
+    got = _unused_cache[key] = frozenset(names)
+    return got
+
+
+_unused_cache = {}
 
 
 def _param(path):
@@ -58,9 +99,10 @@ def _default(k):
 def schema(fam, decl):
     """The torch schema of one family pass, from its declaration."""
     inputs = [a for a in decl.args if a.is_input]
+    maybe = _maybe_unused(fam, decl)
+    opt = [a.role == "optional_in" or a.name in maybe for a in inputs]
     # an optional input defaults to None when every later input is optional too
-    ins = [f"Tensor{'?' if a.role == 'optional_in' else ''} {a.name}"
-           + ("=None" if all(b.role == "optional_in" for b in inputs[i:]) else "")
+    ins = [f"Tensor{'?' if opt[i] else ''} {a.name}" + ("=None" if all(opt[i:]) else "")
            for i, a in enumerate(inputs)]
     keys = _scalar_keys(fam, decl)
     if keys:
@@ -85,13 +127,14 @@ def _options(fam, decl, kwargs):
 _specs = {}
 
 
-def _spec_for(op, pass_, shapes, opts):
-    """The spec of a call from the input shapes (ints or SymInts) and options,
-    and the environment its declared shapes evaluate in."""
+def _spec_for(op, pass_, shapes, opts, dtype=None):
+    """The spec of a call from the input shapes (ints or SymInts), options
+    and dtype (None: the family's first), and the environment its declared
+    shapes evaluate in."""
     fam = _families.families()[op]
     decl = fam.passes[pass_]
     env = _families.bind(fam, decl, shapes, opts)[0]
-    spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
+    spec = {"op": op, "pass": pass_, "dtype": dtype or fam.dtypes[0]}
     for k in fam.keys:
         if k.shape and k.path in env:
             _core._set_path(spec, k.path, int(env[k.path]))  # shape keys are static
@@ -130,7 +173,7 @@ def _register(op, pass_, fam, decl):
 
     def impl(*args, **kwargs):
         tensors = args[:len(ins)]
-        like = tensors[0]
+        like = next(t for t in tensors if t is not None)
         arrays = {a.name: (t.contiguous() if t is not None else None)
                   for a, t in zip(ins, tensors)}
         key = tuple(kwargs.items())
@@ -145,9 +188,12 @@ def _register(op, pass_, fam, decl):
 
     def fake(*args, **kwargs):
         tensors = args[:len(ins)]
-        like = tensors[0]
+        like = next(t for t in tensors if t is not None)
         shapes = {a.name: tuple(t.shape) for a, t in zip(ins, tensors) if t is not None}
-        s, env = _spec_for(op, pass_, shapes, _options(fam, decl, kwargs))
+        dtype = next((torch_elems()[0].get(t.dtype) for a, t in zip(ins, tensors)
+                      if a.elem == "dtype" and t is not None), None)
+        s, env = _spec_for(op, pass_, shapes, _options(fam, decl, kwargs),
+                           dtype if dtype in fam.dtypes else None)
         res = []
         for a in outs:
             if s.arg_used(a.index):
@@ -770,3 +816,132 @@ def batch_swiglu_quant_backward(g, x, prob, counts, round_scale=True, dx_bf16=Fa
     res = _run("batch_swiglu_quant_backward", g, x, _prob2(prob), counts,
                quant_round_scale=round_scale, quant_output="both", dx_bf16=bool(dx_bf16))
     return res if dx_bf16 else res[:5]
+
+
+# ------------------------------------- MoE dispatch and combine (K4, K5)
+
+def moe_row_map(routing, top_k, experts=None, multiple=16):
+    """(row_id_map, counts, offsets, row_index, padded_counts) of a routing mask [tokens,
+    experts] (bool / uint8) or top-k indices [tokens, top_k] (int32 / int64;
+    experts= required), as lingen.moe_row_map; not differentiable. The
+    padded total is offsets[-1] (on the device; .item() copies 4 bytes)."""
+    if routing.dtype == torch.bool:
+        routing = routing.view(torch.uint8)
+    kinds = {torch.uint8: ("mask", 0), torch.int32: ("topk_i32", 1), torch.int64: ("topk_i64", 2)}
+    if routing.dtype not in kinds:
+        raise TypeError(f"lingen.torch.moe_row_map: routing: found {routing.dtype}, expected bool / "
+                        "uint8 (a mask) or int32 / int64 (top-k indices)")
+    kind, at = kinds[routing.dtype]
+    if experts is None:
+        if kind != "mask":
+            raise ValueError("lingen.torch.moe_row_map: top-k routing: pass experts=")
+        experts = routing.shape[1]
+    arrays = [None, None, None]
+    arrays[at] = routing
+    return _run("moe_row_map_forward", *arrays, experts=int(experts), top_k=int(top_k),
+                multiple=int(multiple), routing=kind)
+
+
+class MoePermuteFunction(torch.autograd.Function):
+    """MoE dispatch (KERNELS.md K4): tokens x [tokens, hidden] bf16 and
+    probs [tokens, experts] fp32 into expert-major padded rows [rows,
+    hidden] and their probabilities [rows] (zeros on padding rows). Its
+    backward is the combine of the gradients (dx: the fp32 sum of each
+    token's row gradients; dprobs: each routed pair's row gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, probs, row_id_map, offsets, counts, top_k, multiple=16):
+        out, _, out_probs = _run("moe_permute_forward", x, None, probs, row_id_map, offsets, counts,
+                                 top_k=int(top_k), multiple=int(multiple))
+        ctx.save_for_backward(row_id_map)
+        ctx.kw = dict(top_k=int(top_k), multiple=int(multiple))
+        ctx.has_probs = probs is not None
+        return out, out_probs
+
+    @staticmethod
+    def backward(ctx, dout, dout_probs):
+        (row_id_map,) = ctx.saved_tensors
+        dx, dprobs = _run("moe_permute_backward", dout.contiguous(),
+                          dout_probs.contiguous() if ctx.has_probs else None, row_id_map, **ctx.kw)
+        return dx, (dprobs if ctx.has_probs else None), None, None, None, None, None
+
+
+class MoeUnpermuteFunction(torch.autograd.Function):
+    """MoE combine (KERNELS.md K5): rows g [rows, hidden] bf16 back into
+    tokens, out[t] = the fp32 sum of t's rows in ascending expert order
+    (weighted: each times probs[r]), and probs [rows] restored to [tokens,
+    experts]. Its backward dispatches the gradient into the rows (weighted:
+    times probs[r], and dprobs[r] = <dout[t], g[r]>)."""
+
+    @staticmethod
+    def forward(ctx, g, probs, row_id_map, offsets, counts, top_k, multiple=16, weighted=False):
+        out, restore = _run("moe_unpermute_forward", g, probs, row_id_map, top_k=int(top_k),
+                            multiple=int(multiple), weighted=bool(weighted))
+        ctx.save_for_backward(g if weighted else None, probs if weighted else None, row_id_map,
+                              offsets, counts)
+        ctx.kw = dict(top_k=int(top_k), multiple=int(multiple), weighted=bool(weighted))
+        ctx.has_probs = probs is not None
+        return out, restore
+
+    @staticmethod
+    def backward(ctx, dout, drestore):
+        g, probs, row_id_map, offsets, counts = ctx.saved_tensors
+        dg, dprobs = _run("moe_unpermute_backward", dout.contiguous(),
+                          drestore.contiguous() if ctx.has_probs else None, row_id_map, offsets,
+                          counts, g, probs, **ctx.kw)
+        return dg, (dprobs if ctx.has_probs else None), None, None, None, None, None, None
+
+
+def moe_permute(x, row_id_map, offsets, counts, probs=None, top_k=None, multiple=16):
+    """(rows [rows, hidden], rows_probs [rows]) of x [..., hidden] bf16 (leading
+    dimensions flattened into tokens) and probs [tokens, experts] fp32 or
+    None, differentiable; rows = tokens * top_k + experts * (multiple - 1),
+    the rows past the padded total offsets[-1] zeros. As linghe's facade
+    padded_permute, without its host-side expert counts."""
+    if top_k is None:
+        raise ValueError("lingen.torch.moe_permute: pass top_k= (it sizes the padded rows)")
+    return MoePermuteFunction.apply(_flat(x), probs, row_id_map, offsets, counts, top_k, multiple)
+
+
+def moe_permute_fp8(xq, x_scale, row_id_map, offsets, counts, probs=None, top_k=None, multiple=16,
+                    round_scale=True):
+    """(rows e4m3, rows_scale [rows, hidden / 128] fp32, rows_probs or None):
+    the permute of FP8 tokens xq [tokens, hidden] float8_e4m3fn with their
+    scales [tokens, hidden / 128]; padding rows take the zero block's scale
+    (2^-99 with round_scale, else 1e-30). Not differentiable."""
+    if top_k is None:
+        raise ValueError("lingen.torch.moe_permute_fp8: pass top_k=")
+    out, scale, out_probs = _run("moe_permute_forward", xq, x_scale, probs, row_id_map, offsets,
+                                 counts, top_k=int(top_k), multiple=int(multiple),
+                                 round_scale=bool(round_scale))
+    return out, scale, (out_probs if probs is not None else None)
+
+
+def moe_unpermute(rows, row_id_map, offsets, counts, probs=None, top_k=None, multiple=16,
+                  weighted=False):
+    """(out [tokens, hidden] bf16, restore_probs [tokens, experts] fp32) of
+    rows [rows, hidden] bf16 and their probs [rows] fp32 (None: no
+    restore; required with weighted=True), differentiable. As linghe's
+    facade padded_unpermute, plus the weighting."""
+    if top_k is None:
+        raise ValueError("lingen.torch.moe_unpermute: pass top_k= (it sizes the padded rows)")
+    if weighted and probs is None:
+        raise ValueError("lingen.torch.moe_unpermute: weighted=True needs probs")
+    return MoeUnpermuteFunction.apply(rows, probs, row_id_map, offsets, counts, top_k, multiple,
+                                      weighted)
+
+
+def moe_permute_quant(x, row_index, padded_counts, probs=None, top_k=None, multiple=16,
+                      round_scale=True, output="both"):
+    """(q, s, qt, st, out_probs) of lingen.moe_permute_quant for x [..., hidden]
+    bf16 (K4b: permute + pad + per-expert blockwise FP8 in one kernel); the
+    copies output does not ask for, and out_probs without probs, None. Not
+    differentiable (its backward is the unpermute of the gradient)."""
+    if top_k is None:
+        raise ValueError("lingen.torch.moe_permute_quant: pass top_k= (it sizes the padded rows)")
+    res = _run("moe_permute_quant_forward", _flat(x), probs, row_index, padded_counts,
+               top_k=int(top_k), multiple=int(multiple), quant_round_scale=bool(round_scale),
+               quant_output=output)
+    q, s, qt, st, op = _none_unused(res, _used("moe_permute_quant", "forward",
+                                               (("quant.output", output),)))
+    return q, s, qt, st, (op if probs is not None else None)

@@ -5,6 +5,7 @@
  *   scale: fp32 bit-equal (4.2);
  *   fp32, bf16: |got - ref| <= rtol |ref| + atol max(1, rms(ref)) elementwise
  *               (the tolerances of 1.4, the absolute one scaled by the output);
+ *   exact: bit-equal, any element type (int32 row maps, int64 counts);
  *   e4m3, bf16, fp32 by ulps: every element within ulps (+ its slack) steps
  *               of its format from the reference; 0 ulps is bit-equality.
  * Every kind counts elements still holding the 0xff poison as unwritten.

@@ -1,0 +1,383 @@
+/*
+ * moe_common.c - the dispatch and combine kernels of the MoE families
+ * (moe_common.h says what each does).
+ *
+ * Both are token-driven: CTA t owns token t. Warp 0 reads row_id_map[t, :]
+ * 32 experts at a time (coalesced) and packs the token's rows into shared
+ * memory in ascending expert order (a ballot and a prefix popcount per 32
+ * experts: the order, and so every byte written, is fixed), while the other
+ * warps already load the token's row (dispatch). A row is held as `kp`
+ * pieces a thread in registers: dispatch stores them to each expert row;
+ * combine loads up to 8 expert rows at once (their pieces all in flight)
+ * and adds them in expert order in fp32. Nothing is atomic, nothing depends
+ * on timing: the same inputs give the same bytes.
+ */
+#include "moe_common.h"
+
+#include <stdio.h>
+
+#include "error.h"
+
+lg_status lg_moe_validate(const struct lg_spec *s, int e, const char *where)
+{
+	int64_t experts = lg_spec_int(s, e), k = lg_spec_int(s, e + 1);
+	if (k > experts)
+		return lg_spec_error(where, "top_k: found %lld, allowed: 1 to experts = %lld", (long long)k,
+				     (long long)experts);
+	return LG_OK;
+}
+
+const int64_t lg_moe_threads_ok[] = {32, 64, 128, 256, 512, 1024, 0};
+
+struct lg_moe_rows lg_moe_rows_of(int64_t hidden, int es, int threads)
+{
+	struct lg_moe_rows r = {.hidden = hidden, .bytes = hidden * es, .vb = 16};
+	while (r.bytes % r.vb)
+		r.vb /= 2;
+	r.pieces = (int)(r.bytes / r.vb);
+	r.threads = r.pieces >= 256 ? 256 : (r.pieces + 31) / 32 * 32;
+	if (threads)
+		r.threads = threads;
+	r.kp = (r.pieces + r.threads - 1) / r.threads;
+	return r;
+}
+
+lg_status lg_moe_validate_threads(const struct lg_spec *s, int k, int64_t hidden, int es, const char *where)
+{
+	if (!lg_spec_has(s, k))
+		return LG_OK;
+	struct lg_moe_rows r = lg_moe_rows_of(hidden, es, 0);
+	int64_t most = (r.pieces + 31) / 32 * 32, t = lg_spec_int(s, k);
+	if (t > most)
+		return lg_spec_error(where, "tile.threads: found %lld, allowed: at most %lld (a row is %d pieces of %d "
+				     "bytes)", (long long)t, (long long)most, r.pieces, r.vb);
+	return LG_OK;
+}
+
+int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
+		      int k)
+{
+	static const int64_t threads[] = {64, 128, 256, 512, 0};
+	return lg_candidate_values(s, t, out, 0, max, k, threads);
+}
+
+void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens, struct lg_launch_dim *d)
+{
+	d->grid[0] = (unsigned)(tokens + (dispatch ? LG_MOE_ZERO_CTAS : 0));
+	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
+	d->block[0] = (unsigned)r->threads;
+	d->smem = 0;
+}
+
+enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS };
+
+void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch,
+		 int kthreads)
+{
+	p->v[P_HIDDEN] = hidden;
+	p->v[P_ES] = es;
+	p->v[P_DISPATCH] = dispatch;
+	p->v[P_THREADS] = p->tile[kthreads] = lg_spec_has(s, kthreads) ? lg_spec_int(s, kthreads) : 0;
+	p->nentries = 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+}
+
+struct lg_moe_rows lg_moe_plan_rows(const struct lg_plan *p)
+{
+	return lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]);
+}
+
+void lg_moe_plan_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d)
+{
+	(void)e;
+	struct lg_moe_rows r = lg_moe_plan_rows(p);
+	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sizes[0], d);
+}
+
+/* The piece type of the rows (vb bytes), its load and store, and for bf16
+ * arithmetic its elements as floats. */
+static void emit_pieces(lg_buf *b, const struct lg_moe_rows *r, bool math)
+{
+	lg_comment(b, "A piece: %d byte%s of a row (the largest power of two up to 16 dividing %lld).", r->vb,
+		   r->vb > 1 ? "s" : "", (long long)r->bytes);
+	if (r->vb >= 4)
+		lg_line(b, "struct __attribute__((aligned(%d))) lg_pc { u32 w[%d]; };", r->vb, r->vb / 4);
+	else if (r->vb == 2)
+		lg_line(b, "struct __attribute__((aligned(2))) lg_pc { u16 w[1]; };");
+	else
+		lg_line(b, "struct lg_pc { u8 w[1]; };");
+	lg_line(b, "static __device__ __forceinline__ lg_pc lg_ldp(const u8 *p) { return *(const lg_pc *)p; }");
+	lg_line(b, "static __device__ __forceinline__ void lg_stp(u8 *p, lg_pc v) { *(lg_pc *)p = v; }");
+	if (!math)
+		return;
+	int ne = r->vb / 2;
+	lg_comment(b, "Element i (0 to %d) of a piece of bf16, as fp32; %d floats to a piece (RNE).", ne - 1, ne);
+	lg_line(b, "static __device__ __forceinline__ float lg_pget(const lg_pc &v, int i)");
+	lg_open(b, "{");
+	if (r->vb >= 4)
+		lg_line(b, "return i & 1 ? lg_bf16_hi(v.w[i >> 1]) : lg_bf16_lo(v.w[i >> 1]);");
+	else
+		lg_line(b, "return lg_bf16_lo((u32)v.w[0]);");
+	lg_close(b);
+	lg_line(b, "static __device__ __forceinline__ lg_pc lg_pmake(const float *f)");
+	lg_open(b, "{");
+	lg_line(b, "lg_pc v;");
+	if (r->vb >= 4) {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int i = 0; i < %d; i++) v.w[i] = lg_pack_bf16x2(f[2 * i], f[2 * i + 1]);", r->vb / 4);
+	} else {
+		lg_line(b, "v.w[0] = (u16)(lg_pack_bf16x2(f[0], 0.0f) & 0xffffu);");
+	}
+	lg_line(b, "return v;");
+	lg_close(b);
+}
+
+/* Warp 0 packs token t's expert rows (ascending expert) into rows[0..nrows)
+ * of shared memory; `extra` lines run for each routed expert e at slot `at`
+ * with its row r (and for every expert, routed or not, where `every`). */
+static void emit_rowlist(lg_buf *b, int64_t experts, const char *every, void (*extra)(lg_buf *, const void *),
+			 const void *arg)
+{
+	lg_comment(b, "Warp 0: the token's rows in ascending expert order, 32 experts a step.");
+	lg_open(b, "if (tid < 32) {");
+	lg_line(b, "int n = 0;");
+	lg_line(b, "#pragma unroll 8");
+	lg_open(b, "for (int c = 0; c < %lld; c += 32) {", (long long)experts);
+	lg_line(b, "const int e = c + tid;");
+	lg_line(b, "const int r = e < %lld ? mp[t * %lld + e] : -1;", (long long)experts, (long long)experts);
+	lg_line(b, "const bool routed = r >= 0 && r < cap; // r >= cap: never within top_k");
+	lg_line(b, "const unsigned m = __ballot_sync(0xffffffffu, routed);");
+	if (every)
+		lg_line(b, "%s", every);
+	lg_open(b, "if (routed) {");
+	lg_line(b, "const int at = n + __popc(m & ((1u << tid) - 1u));");
+	lg_line(b, "rows[at] = r;");
+	if (extra)
+		extra(b, arg);
+	lg_close(b);
+	lg_line(b, "n += __popc(m);");
+	lg_close(b);
+	lg_line(b, "if (tid == 0) nrows = n;");
+	lg_close(b);
+}
+
+/* The kernel's head: signature, shared row list, token t, capacity. */
+static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k, bool dispatch)
+{
+	lg_section(b, k->entry, k->what);
+	lg_comment(b, "CTA t < T: token t, %d threads, %d piece%s of %d bytes each a thread.", k->r.threads, k->r.kp,
+		   k->r.kp > 1 ? "s" : "", k->r.vb);
+	if (dispatch)
+		lg_comment(b, "CTAs T to T + %d: the zero rows (padding, and past the padded total).",
+			   LG_MOE_ZERO_CTAS - 1);
+	lg_emit_signature(b, s, k->entry, "__launch_bounds__(%d)", k->r.threads);
+	lg_open(b, "{");
+	lg_line(b, "__shared__ int rows[%lld]; // the token's rows, ascending expert", (long long)k->experts);
+	if (k->dot)
+		lg_line(b, "__shared__ int exps[%lld]; // their experts", (long long)k->experts);
+	if (k->weights || k->dot)
+		lg_line(b, "__shared__ float wts[%lld]; // their weights", (long long)k->experts);
+	if (k->dot)
+		lg_line(b, "__shared__ float red[%d];", k->r.threads / 32);
+	lg_line(b, "__shared__ int nrows;");
+	lg_line(b, "const int tid = threadIdx.x;");
+	lg_line(b, "const i64 cap = T * %lld + %lld; // rows of the padded buffers", (long long)k->top_k,
+		(long long)(k->experts * (k->multiple - 1)));
+	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
+	if (k->fp8)
+		lg_line(b, "const float *const xs = (const float *)%s; float *const ys = (float *)%s;", k->src_s,
+			k->dst_s);
+	if (k->pin)
+		lg_line(b, "const float *const pi = (const float *)%s; // may be 0", k->pin);
+	if (k->pout)
+		lg_line(b, "float *const po = (float *)%s; // may be 0", k->pout);
+}
+
+static void open_pieces(lg_buf *b, const struct lg_moe_rows *r)
+{
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", r->kp);
+	lg_line(b, "const int c = tid + k * %d;", r->threads);
+	if (r->pieces % r->threads)
+		lg_line(b, "if (c >= %d) continue;", r->pieces);
+}
+
+/* Row r of a dispatch's output written as zeros (probability 0, the zero
+ * block's scale). */
+static void emit_zero_row(lg_buf *b, const struct lg_moe_kernel *k)
+{
+	int64_t ns = k->r.hidden / 128;
+	open_pieces(b, &k->r);
+	lg_line(b, "lg_stp((u8 *)%s + r * %lld + c * %d, zero);", k->dst, (long long)k->r.bytes, k->r.vb);
+	lg_close(b);
+	if (k->fp8)
+		lg_line(b, "for (int j = tid; j < %lld; j += %d) ys[r * %lld + j] = %s;", (long long)ns, k->r.threads,
+			(long long)ns, k->pow2 ? "0x1p-99f" : "1e-30f");
+	if (k->pout)
+		lg_line(b, "if (tid == 0 && po) po[r] = 0.0f;");
+	if (k->dot && k->dot != k->pout)
+		lg_line(b, "if (tid == 0 && %s) ((float *)%s)[r] = 0.0f;", k->dot, k->dot);
+}
+
+/* The zero rows of a dispatch: each expert's padding, then [P, cap). */
+static void emit_zero_rows(lg_buf *b, const struct lg_moe_kernel *k)
+{
+	lg_open(b, "if (blockIdx.x >= T) {");
+	lg_comment(b, "Padding rows [offsets[e] + counts[e], offsets[e + 1]) of experts e = z, z + %d,",
+		   LG_MOE_ZERO_CTAS);
+	lg_comment(b, "..., then the rows past the padded total P = offsets[E], every %d-th from P + z.",
+		   LG_MOE_ZERO_CTAS);
+	if (k->fp8)
+		lg_comment(b, "Their scale: that of a zero block, %s.", k->pow2 ? "2^-99 (power of two)" : "1e-30");
+	lg_line(b, "const int z = (int)(blockIdx.x - T);");
+	lg_line(b, "const int *const off = (const int *)%s, *const cnt = (const int *)%s;", k->offsets, k->counts);
+	lg_line(b, "lg_pc zero;");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) zero.w[i] = 0;", k->r.vb >= 4 ? k->r.vb / 4 : 1);
+	lg_open(b, "for (int e = z; e < %lld; e += %d) {", (long long)k->experts, LG_MOE_ZERO_CTAS);
+	lg_line(b, "const i64 end = off[e + 1] < cap ? (i64)off[e + 1] : cap;");
+	lg_open(b, "for (i64 r = (i64)off[e] + cnt[e]; r < end; r++) {");
+	emit_zero_row(b, k);
+	lg_close(b);
+	lg_close(b);
+	lg_open(b, "for (i64 r = (i64)off[%lld] + z; r < cap; r += %d) {", (long long)k->experts, LG_MOE_ZERO_CTAS);
+	emit_zero_row(b, k);
+	lg_close(b);
+	lg_line(b, "return;");
+	lg_close(b);
+}
+
+static void dispatch_extra(lg_buf *b, const void *arg)
+{
+	const struct lg_moe_kernel *k = arg;
+	if (k->pout)
+		lg_line(b, "if (po) po[r] = pi ? pi[t * %lld + e] : 0.0f;", (long long)k->experts);
+	if (k->dot)
+		lg_line(b, "exps[at] = e;");
+	if (k->weights)
+		lg_line(b, "wts[at] = %s ? ((const float *)%s)[r] : 1.0f; // no weights: 1", k->weights, k->weights);
+}
+
+/* dot[r] = <token row, other[r]> + pin[t, e]: a block sum in a fixed order. */
+static void emit_dot(lg_buf *b, const struct lg_moe_kernel *k)
+{
+	int warps = k->r.threads / 32, ne = k->r.vb / 2;
+	lg_comment(b, "%s[r] = the token's row times %s[r], summed (fp32: lanes, then warps",
+		   k->dot, k->other);
+	lg_comment(b, "in order), plus %s[t, e].", k->pin);
+	lg_line(b, "float part = 0.0f;");
+	open_pieces(b, &k->r);
+	lg_line(b, "const lg_pc o = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->other, (long long)k->r.bytes,
+		k->r.vb);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int j = 0; j < %d; j++)", ne);
+	lg_line(b, "\tpart += lg_pget(v[k], j) * lg_pget(o, j);");
+	lg_close(b);
+	lg_line(b, "part = lg_sum_xor(part, 1, 16);");
+	lg_line(b, "if ((tid & 31) == 0) red[tid >> 5] = part;");
+	lg_line(b, "__syncthreads();");
+	lg_open(b, "if (tid == 0) {");
+	lg_line(b, "float sum = 0.0f;");
+	lg_line(b, "for (int w = 0; w < %d; w++) sum += red[w];", warps);
+	lg_line(b, "if (pi) sum += pi[t * %lld + exps[i]];", (long long)k->experts);
+	lg_line(b, "((float *)%s)[r] = sum;", k->dot);
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+}
+
+void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
+{
+	int64_t ns = k->r.hidden / 128;
+	bool math = k->weights || k->dot;
+	lg_section(b, "helpers for this spec", NULL);
+	emit_pieces(b, &k->r, math);
+	emit_head(b, s, k, true);
+	emit_zero_rows(b, k);
+	lg_line(b, "const i64 t = blockIdx.x;");
+	lg_comment(b, "The token's row, in flight while warp 0 reads its experts.");
+	lg_line(b, "lg_pc v[%d];", k->r.kp);
+	open_pieces(b, &k->r);
+	lg_line(b, "v[k] = lg_ldp((const u8 *)%s + t * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
+	lg_close(b);
+	emit_rowlist(b, k->experts, NULL, dispatch_extra, k);
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "const int n = nrows;");
+	lg_open(b, "for (int i = 0; i < n; i++) {");
+	lg_line(b, "const i64 r = rows[i];");
+	if (k->weights)
+		lg_line(b, "const float wr = wts[i];");
+	open_pieces(b, &k->r);
+	if (k->weights) {
+		lg_line(b, "float f[%d];", k->r.vb / 2);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int j = 0; j < %d; j++) f[j] = wr * lg_pget(v[k], j);", k->r.vb / 2);
+		lg_line(b, "lg_stp((u8 *)%s + r * %lld + c * %d, lg_pmake(f));", k->dst, (long long)k->r.bytes, k->r.vb);
+	} else {
+		lg_line(b, "lg_stp((u8 *)%s + r * %lld + c * %d, v[k]);", k->dst, (long long)k->r.bytes, k->r.vb);
+	}
+	lg_close(b);
+	if (k->fp8) {
+		lg_line(b, "for (int j = tid; j < %lld; j += %d) ys[r * %lld + j] = xs[t * %lld + j];", (long long)ns,
+			k->r.threads, (long long)ns, (long long)ns);
+	}
+	if (k->dot) {
+		lg_open(b, "if (%s && %s) { // the dot products asked for (a uniform branch)", k->dot, k->other);
+		emit_dot(b, k);
+		lg_close(b);
+	}
+	lg_close(b);
+	lg_close(b);
+}
+
+static void combine_extra(lg_buf *b, const void *arg)
+{
+	const struct lg_moe_kernel *k = arg;
+	if (k->weights)
+		lg_line(b, "wts[at] = %s ? ((const float *)%s)[r] : 1.0f; // no weights: 1", k->weights, k->weights);
+}
+
+void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
+{
+	int ne = k->r.vb / 2;
+	enum { BATCH = 8 };
+	lg_section(b, "helpers for this spec", NULL);
+	emit_pieces(b, &k->r, true);
+	emit_head(b, s, k, false);
+	lg_line(b, "const i64 t = blockIdx.x;");
+	char every[256] = "";
+	if (k->pout)
+		snprintf(every, sizeof every, "if (po && e < %lld) po[t * %lld + e] = routed && pi ? pi[r] : 0.0f;",
+			 (long long)k->experts, (long long)k->experts);
+	emit_rowlist(b, k->experts, k->pout ? every : NULL, combine_extra, k);
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "const int n = nrows;");
+	lg_line(b, "float acc[%d][%d];", k->r.kp, ne);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
+	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] = 0.0f;", ne);
+	lg_comment(b, "%d rows at a time: all their pieces loaded, then added in expert order.", BATCH);
+	lg_open(b, "for (int i0 = 0; i0 < n; i0 += %d) {", BATCH);
+	lg_line(b, "lg_pc gr[%d][%d];", BATCH, k->r.kp);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", BATCH);
+	lg_line(b, "if (i0 + i >= n) break;");
+	lg_line(b, "const i64 r = rows[i0 + i];");
+	open_pieces(b, &k->r);
+	lg_line(b, "gr[i][k] = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", BATCH);
+	lg_line(b, "if (i0 + i >= n) break;");
+	if (k->weights)
+		lg_line(b, "const float wr = wts[i0 + i];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
+	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] += %slg_pget(gr[i][k], j);", ne, k->weights ? "wr * " : "");
+	lg_close(b);
+	lg_close(b);
+	open_pieces(b, &k->r);
+	lg_line(b, "lg_stp((u8 *)%s + t * %lld + c * %d, lg_pmake(acc[k]));", k->dst, (long long)k->r.bytes, k->r.vb);
+	lg_close(b);
+	lg_close(b);
+}

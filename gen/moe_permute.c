@@ -1,0 +1,134 @@
+/*
+ * moe_permute.c - family "moe_permute" (KERNELS.md K4): MoE dispatch of
+ * tokens into expert-major padded rows, and its backward.
+ *
+ * forward (dtype bf16, or e4m3 with scales): for every (t, e) with
+ *   r = row_id_map[t, e] >= 0: out[r] = x[t], out_scale[r] = x_scale[t]
+ *   (e4m3: [., hidden / 128] fp32), out_probs[r] = probs[t, e]. Every other
+ *   row below the capacity rows = tokens * top_k + experts * (multiple - 1)
+ *   (each expert's padding, and the rows past the padded total P =
+ *   offsets[experts]) is written as zeros, probability 0, e4m3 scale that
+ *   of a zero block (1e-30, 2^-99 with round_scale). The capacity is a
+ *   static bound because P is known only on the device (moe_row_map).
+ * backward (bf16): the combine of the output gradient, dx[t] = sum over t's
+ *   rows in ascending expert order (fp32, rounded once), and dprobs[t, e] =
+ *   dout_probs[row_id_map[t, e]] (0 where not routed): the forward of
+ *   moe_unpermute without weights. Padding rows are never read.
+ *
+ * Strategy: moe_common.c (one CTA per token; the token's row read once,
+ * in 16-byte pieces where the row allows, and stored to each of its rows;
+ * 256 more CTAs write the zero rows).
+ */
+#include <stdio.h>
+
+#include "family.h"
+
+#include "error.h"
+#include "moe_common.h"
+
+enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_ROUND, K_TILE, K_THREADS, NKEYS };
+static const struct lg_key keys[NKEYS] = {
+	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 1, 65536, 0, "features per token (any count; e4m3: a multiple of 128)"),
+	LG_KEYS_MOE(K_EXPERTS),
+	[K_ROUND] = {.path = "round_scale", .type = LG_KEY_BOOL, .has_def = true, .def = 1,
+		     .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 21, .words = lg_round_scale_words,
+		     .doc = "e4m3: the padding rows' scale is 2^-99 (power-of-two scales), else 1e-30"},
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_THREADS] = LG_KEY_MOE_THREADS,
+};
+
+static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0}};
+
+#define ROWS_H LG_MOE_ROWS ", hidden"
+#define ROWS_S LG_MOE_ROWS ", cdiv(hidden, 128)"
+
+enum { F_X, F_XS, F_PROBS, F_MAP, F_OFF, F_CNT, F_OUT, F_OUTS, F_OUTP, F_NARGS };
+static const struct lg_arg fwd_args[F_NARGS] = {
+	[F_X] = {"x", LG_ARG_IN, LG_ELEM_DTYPE, "tokens, hidden", 16, "the tokens"},
+	[F_XS] = {"x_scale", LG_ARG_IN, LG_ELEM_FP32, "tokens, cdiv(hidden, 128)", 4, "e4m3: the tokens' scales"},
+	[F_PROBS] = {"probs", LG_ARG_OPT_IN, LG_ELEM_FP32, "tokens, experts", 4, "router probabilities (0: none)"},
+	[F_MAP] = {"row_id_map", LG_ARG_IN, LG_ELEM_I32, "tokens, experts", 4, "moe_row_map"},
+	[F_OFF] = {"offsets", LG_ARG_IN, LG_ELEM_I32, "experts + 1", 4, "moe_row_map"},
+	[F_CNT] = {"counts", LG_ARG_IN, LG_ELEM_I32, "experts", 4, "moe_row_map"},
+	[F_OUT] = {"out", LG_ARG_OUT, LG_ELEM_DTYPE, ROWS_H, 16, "expert-major padded rows"},
+	[F_OUTS] = {"out_scale", LG_ARG_OUT, LG_ELEM_FP32, ROWS_S, 4, "e4m3: their scales"},
+	[F_OUTP] = {"out_probs", LG_ARG_OPT_OUT, LG_ELEM_FP32, LG_MOE_ROWS, 4,
+		    "probs[t, e] of each row (0: padding, or no probs)"},
+};
+
+enum { B_DOUT, B_DOUTP, B_MAP, B_DX, B_DPROBS, B_NARGS };
+static const struct lg_arg bwd_args[B_NARGS] = {
+	[B_DOUT] = {"dout", LG_ARG_IN, LG_ELEM_BF16, ROWS_H, 16, "gradient of out"},
+	[B_DOUTP] = {"dout_probs", LG_ARG_OPT_IN, LG_ELEM_FP32, LG_MOE_ROWS, 4, "gradient of out_probs"},
+	[B_MAP] = {"row_id_map", LG_ARG_IN, LG_ELEM_I32, "tokens, experts", 4, "moe_row_map"},
+	[B_DX] = {"dx", LG_ARG_OUT, LG_ELEM_BF16, "tokens, hidden", 16, "fp32 sum of the token's rows"},
+	[B_DPROBS] = {"dprobs", LG_ARG_OPT_OUT, LG_ELEM_FP32, "tokens, experts", 4,
+		      "dout_probs at each routed (t, e), else 0"},
+};
+
+static lg_status validate(const struct lg_spec *s, const char *where)
+{
+	int64_t h = lg_spec_int(s, K_HIDDEN);
+	if (s->dtype == LG_DTYPE_E4M3 && s->pass == LG_PASS_BACKWARD)
+		return lg_spec_error(where, "dtype: found e4m3 with pass backward, allowed: bf16 (the backward "
+				     "combines bf16 gradients)");
+	if (s->dtype == LG_DTYPE_E4M3 && (h % 128 != 0 || h > 32768))
+		return lg_spec_error(where, "hidden: found %lld with dtype e4m3, allowed: a multiple of 128 up to "
+				     "32768 (one scale per 128 values)", (long long)h);
+	lg_status st = lg_moe_validate_threads(s, K_THREADS, h, s->dtype == LG_DTYPE_E4M3 ? 1 : 2, where);
+	return st != LG_OK ? st : lg_moe_validate(s, K_EXPERTS, where);
+}
+
+static void uses(const struct lg_spec *s, unsigned char *used)
+{
+	if (s->pass == LG_PASS_FORWARD)
+		used[F_XS] = used[F_OUTS] = s->dtype == LG_DTYPE_E4M3;
+}
+
+static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	(void)t;
+	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), s->dtype == LG_DTYPE_E4M3 ? 1 : 2, s->pass == LG_PASS_FORWARD, K_THREADS);
+	return LG_OK;
+}
+
+static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
+{
+	(void)t;
+	struct lg_moe_kernel k = {
+		.entry = p->entry[0], .experts = lg_spec_int(s, K_EXPERTS), .top_k = lg_spec_int(s, K_TOPK),
+		.multiple = lg_spec_int(s, K_MULTIPLE), .r = lg_moe_plan_rows(p),
+		.fp8 = s->dtype == LG_DTYPE_E4M3, .pow2 = lg_spec_int(s, K_ROUND) != 0, .map = "row_id_map"};
+	if (s->pass == LG_PASS_FORWARD) {
+		k.what = "MoE permute: tokens to expert-major padded rows";
+		k.src = "x", k.src_s = "x_scale", k.dst = "out", k.dst_s = "out_scale";
+		k.offsets = "offsets", k.counts = "counts", k.pin = "probs", k.pout = "out_probs";
+		lg_moe_emit_dispatch(b, s, &k);
+	} else {
+		k.what = "MoE permute, backward: the token's rows added, probabilities restored";
+		k.src = "dout", k.dst = "dx", k.pin = "dout_probs", k.pout = "dprobs";
+		lg_moe_emit_combine(b, s, &k);
+	}
+}
+
+/* Tile variants for `lingen tune`: threads a token. */
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	return lg_moe_candidates(s, t, out, max, K_THREADS);
+}
+
+const struct lg_family lg_family_moe_permute = {
+	.op = "moe_permute",
+	.summary = "MoE permute into expert-major padded rows (+ probs; bf16 or e4m3 + scales), backward (K4)",
+	.passes = (1u << LG_PASS_FORWARD) | (1u << LG_PASS_BACKWARD),
+	.dtypes = (1u << LG_DTYPE_BF16) | (1u << LG_DTYPE_E4M3),
+	.nkeys = NKEYS,
+	.keys = keys,
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args}, [LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
+	.validate = validate,
+	.uses = uses,
+	.plan = plan,
+	.emit = emit,
+	.geometry = lg_moe_plan_geometry,
+	.candidates = candidates,
+};

@@ -1,0 +1,196 @@
+/*
+ * moe_permute_quant.c - family "moe_permute_quant" (KERNELS.md K4b): MoE
+ * permute + pad + blockwise FP8 quantisation in one kernel, into the
+ * per-expert layout a grouped FP8 GEMM takes (KERNELS.md 1.3).
+ *
+ * Padded row r of expert e (rows [offsets[e], offsets[e + 1]) of the
+ * padded dispatch, padded_counts[e] = round_up(count_e, multiple) of them)
+ * holds x[row_index[r]], or zeros for a padding row (row_index[r] < 0);
+ * each expert's padded segment is quantised as a tensor of its own: q
+ * [rows, hidden] e4m3 with s a [hidden / 128, P_e] block an expert (rowwise
+ * 1x128), qt a [hidden, P_e] block an expert with st cdiv(P_e, 128) rows an
+ * expert (columnwise 128x1, transposed); the copies quant.output asks for.
+ * Padding rows are quantised zeros (their 1x128 scales the zero block's).
+ * out_probs[r] = probs[row_index[r], e] (0 on padding rows). The inputs are
+ * moe_row_map's row_index and padded_counts; rows = tokens * top_k +
+ * experts * (multiple - 1) is the static capacity (P is known on the device
+ * only), and rows past P (and st rows past the last expert's) are not
+ * written.
+ *
+ * Strategy: the FP8 quant engine (quant_engine.h, the per-expert layout):
+ * a CTA quantises a 128-row tile of one expert's segment x its feature
+ * blocks, the engine finding the expert by a block scan of padded_counts;
+ * this family's values hook gathers each row from its source token
+ * (row_index, one 16-byte load of 8 bf16 a thread and row, the loads of a
+ * thread's rows issued together; x rows are read once per expert they go
+ * to, from L2 after the first) and the prologue writes the tile's
+ * probabilities. No intermediate permuted bf16 copy is written.
+ */
+#include <stdio.h>
+
+#include "family.h"
+
+#include "error.h"
+#include "moe_common.h"
+#include "quant_common.h"
+#include "quant_engine.h"
+
+#define HIDDEN_MAX 32768
+
+enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS,
+       K_FBLOCKS, NKEYS };
+static const int64_t threads_ok[] = {256, 512, 0};
+static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
+static const struct lg_key keys[NKEYS] = {
+	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, HIDDEN_MAX, 128, "features per token (a multiple of 128)"),
+	LG_KEYS_MOE(K_EXPERTS),
+	LG_KEYS_QUANT(K_QUANT),
+	[K_TILE] = LG_KEY_TILE_OBJ,
+	[K_THREADS] = LG_KEY_TILE("threads", "t", 256, 512, threads_ok,
+				  "threads per 128 x 128 tile: 256 (8 rows a thread) or 512 (4 rows)"),
+	[K_FBLOCKS] = LG_KEY_TILE("fblocks", "f", 1, 8, fblocks_ok,
+				  "128-feature blocks a CTA quantises in turn (one expert lookup for all)"),
+};
+
+static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 24, "tokens", 0}};
+
+#define ROWS LG_MOE_ROWS
+enum { A_X, A_PROBS, A_INDEX, A_PADDED, A_Q, A_S, A_QT, A_ST, A_OUTP, NARGS };
+static const struct lg_arg args[NARGS] = {
+	[A_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, "the tokens"},
+	[A_PROBS] = {"probs", LG_ARG_OPT_IN, LG_ELEM_FP32, "tokens, experts", 4, "router probabilities (0: none)"},
+	[A_INDEX] = {"row_index", LG_ARG_IN, LG_ELEM_I32, ROWS, 4, "moe_row_map: source token of each row"},
+	[A_PADDED] = {"padded_counts", LG_ARG_IN, LG_ELEM_I32, "experts", 4, "moe_row_map: rows of each expert"},
+	[A_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, ROWS ", hidden", 16, "rowwise data (0 for columnwise)"},
+	[A_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, " ROWS, 4,
+		 "rowwise scales: a [hidden/128, P_e] block an expert (0 for columnwise)"},
+	[A_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, " ROWS, 16,
+		  "columnwise data: a [hidden, P_e] block an expert (0 for rowwise)"},
+	[A_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(" ROWS ", 128) + experts, hidden", 8,
+		  "columnwise scales: cdiv(P_e, 128) rows an expert (a capacity; 0 for rowwise)"},
+	[A_OUTP] = {"out_probs", LG_ARG_OPT_OUT, LG_ELEM_FP32, ROWS, 4, "probs[t, e] of each row (0: padding)"},
+};
+
+enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE };
+
+static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p, char *m, size_t mlen, char *ne,
+			   size_t nlen)
+{
+	snprintf(m, mlen, "(T * %lld + %lld)", (long long)p->v[P_TOPK],
+		 (long long)(p->v[P_EXPERTS] * (p->v[P_MULTIPLE] - 1)));
+	snprintf(ne, nlen, "%lld", (long long)p->v[P_EXPERTS]);
+	struct lg_qe e = {.n = p->v[P_HIDDEN], .threads = (int)p->v[P_THREADS], .fblocks = (int)p->v[P_FBLOCKS],
+			  .vals = LG_QE_BF16, .layout = LG_QE_EXPERTS, .m = m, .counts = "padded_counts",
+			  .experts = ne};
+	if (s) {
+		e.rows = lg_quant_rowwise(s);
+		e.cols = lg_quant_colwise(s);
+		e.pow2 = lg_quant_pow2(s);
+	}
+	return e;
+}
+
+static lg_status validate(const struct lg_spec *s, const char *where)
+{
+	return lg_moe_validate(s, K_EXPERTS, where);
+}
+
+static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	(void)t;
+	int64_t nb = lg_spec_int(s, K_HIDDEN) / 128;
+	int64_t fb = lg_spec_has(s, K_FBLOCKS) ? lg_spec_int(s, K_FBLOCKS) : 4;
+	p->v[P_HIDDEN] = nb * 128;
+	p->tile[K_THREADS] = p->v[P_THREADS] =
+		lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) ? 256 : 512;
+	p->tile[K_FBLOCKS] = p->v[P_FBLOCKS] = fb < nb ? fb : nb;
+	p->v[P_EXPERTS] = lg_spec_int(s, K_EXPERTS);
+	p->v[P_TOPK] = lg_spec_int(s, K_TOPK);
+	p->v[P_MULTIPLE] = lg_spec_int(s, K_MULTIPLE);
+	p->nentries = 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	return LG_OK;
+}
+
+static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
+{
+	(void)e;
+	char m[64], ne[24];
+	struct lg_qe q = engine(NULL, p, m, sizeof m, ne, sizeof ne);
+	int64_t rows = sz[0] * p->v[P_TOPK] + p->v[P_EXPERTS] * (p->v[P_MULTIPLE] - 1);
+	lg_qe_geometry(&q, sz[0] > 0 ? rows : 0, p->v[P_EXPERTS], d);
+}
+
+/* Row qe_row's 8 features: those of its source token, zeros for padding. */
+static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	(void)ctx;
+	lg_open(b, "{");
+	lg_line(b, "const int src = ((const int *)row_index)[%s];", r->row);
+	lg_line(b, "%s = lg_u32x4{0u, 0u, 0u, 0u};", r->dst);
+	lg_line(b, "const u8 *const xr = (const u8 *)x + (i64)src * %lld;", (long long)e->n * 2);
+	lg_line(b, "if (src >= 0) %s = lg_ld16(xr + %s * 2);", r->dst, r->col);
+	lg_close(b);
+}
+
+/* The tile's probabilities, by the CTAs of the first feature group. */
+static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
+{
+	(void)ctx;
+	lg_comment(b, "The tile's rows' probabilities probs[row_index[r], ex] (0 for padding rows).");
+	lg_open(b, "if (cg == 0 && out_probs) {");
+	lg_open(b, "for (int i = threadIdx.x; i < rows; i += %d) {", e->threads);
+	lg_line(b, "const int src = ((const int *)row_index)[m0 + i];");
+	lg_line(b, "const float *const pin = (const float *)probs;");
+	lg_line(b, "const float p = src >= 0 && pin ? pin[(i64)src * %s + ex] : 0.0f;", e->experts);
+	lg_line(b, "((float *)out_probs)[m0 + i] = p;");
+	lg_close(b);
+	lg_close(b);
+}
+
+static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
+{
+	char m[64], ne[24];
+	struct lg_qe e = engine(s, p, m, sizeof m, ne, sizeof ne);
+	struct lg_qe_hooks h = {.values = values, .prologue = prologue};
+	(void)t;
+	lg_section(b, "helpers for this spec", NULL);
+	lg_qe_emit_helpers(b, &e);
+	lg_section(b, p->entry[0], "MoE permute + pad + per-expert blockwise FP8 quantisation");
+	lg_comment(b, "CTA: a 128-row tile of one expert's padded segment (found from padded_counts) x %d",
+		   (int)p->v[P_FBLOCKS]);
+	lg_comment(b, "feature blocks of 128; %d threads, %d rows x 8 features a thread, each row gathered",
+		   e.threads, lg_qe_tokens_per_thread(&e));
+	lg_comment(b, "from its source token (row_index; padding rows are zeros).");
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e.threads);
+	lg_open(b, "{");
+	lg_qe_emit_body(b, &e, &h);
+	lg_close(b);
+}
+
+static void uses(const struct lg_spec *s, unsigned char *used)
+{
+	lg_quant_uses(s, used, A_Q, A_S, A_QT, A_ST);
+}
+
+/* Tile variants for `lingen tune`: feature blocks a CTA x threads. */
+static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
+{
+	return lg_candidate_grid(s, t, out, 0, max, K_FBLOCKS, fblocks_ok, K_THREADS, threads_ok);
+}
+
+const struct lg_family lg_family_moe_permute_quant = {
+	.op = "moe_permute_quant",
+	.summary = "MoE permute + pad + per-expert blockwise FP8 quantisation in one kernel (K4b)",
+	.passes = 1u << LG_PASS_FORWARD,
+	.dtypes = 1u << LG_DTYPE_BF16,
+	.nkeys = NKEYS,
+	.keys = keys,
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, args}},
+	.validate = validate,
+	.uses = uses,
+	.plan = plan,
+	.emit = emit,
+	.geometry = geometry,
+	.candidates = candidates,
+};

@@ -1,0 +1,288 @@
+/*
+ * gpu_test_moe.c - the MoE dispatch and combine families on the GPU
+ * against their CPU references (label "gpu"): moe_row_map (mask, top-k
+ * int32 and int64), moe_permute (bf16 and e4m3 with scales, forward and
+ * backward) and moe_unpermute (plain and weighted, forward and backward).
+ * Each at the target shape (8192 tokens, 256 experts, top-8, hidden 2048)
+ * and at the cases linghe gets wrong or refuses: hidden not a power of two
+ * (1001, 2050, 7, 1), experts not a power of two (96, 160, 5, 7), experts
+ * with 0 tokens, tokens routed to fewer than top_k experts, 1 token, 0
+ * tokens, every token on one expert, multiples 1, 3, 16 and 128. Every
+ * routing pattern of the references (moe_ref.h: lg_moe_ref_pattern of the
+ * input seed) runs at each shape. Integer outputs and copies must be bit-equal, the fp32
+ * sums of the combine bit-equal (same adds, same order), the fused
+ * permute + FP8 quantisation (moe_permute_quant, K4b) bit-equal, the weighted
+ * forms within tolerance; poisoned outputs, nothing left unwritten; a
+ * second launch gives the same bytes.
+ * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
+ * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cuda.h"
+#include "gpu.h"
+#include "harness.h"
+#include "moe_ref.h"
+#include "testutil.h"
+
+static lg_ctx *ctx;
+static uint64_t seed;
+
+static int setup(void **state)
+{
+	(void)state;
+	return lg_test_gpu_ctx(&ctx);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	lg_ctx_destroy(ctx);
+	return 0;
+}
+
+static lg_spec *parse(const char *op, const char *pass, const char *dtype, const char *keys)
+{
+	char json[512];
+	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", op, pass, dtype,
+		 keys);
+	lg_spec *s = NULL;
+	if (lg_spec_parse(json, &s) != LG_OK)
+		fail_msg("%s: %s", json, lg_last_error());
+	return s;
+}
+
+/* One spec at T tokens with routing pattern p: every output as the reference, nothing unwritten. */
+static void check_one(const lg_spec *s, int64_t T, int p)
+{
+	uint64_t sd = ((seed + (uint64_t)T * 7919u) & ~3ull) | (uint64_t)p;
+	struct lg_check_opts o = {.tokens = T, .seed = sd};
+	struct lg_check_result r;
+	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
+		fail_msg("%s at %lld tokens: %s", lg_spec_entry(s), (long long)T, lg_last_error());
+	bool written = true;
+	for (int i = 0; i < r.nmeasures; i++)
+		written = written && r.m[i].unwritten == 0;
+	printf("%s T=%lld pattern %d (seed %llu): %s\n", lg_spec_entry(s), (long long)T, lg_moe_ref_pattern(sd),
+	       (unsigned long long)sd,
+	       r.pass && written ? "PASS" : "FAIL");
+	for (int i = 0; i < r.nmeasures; i++)
+		if (!r.m[i].pass || r.m[i].unwritten)
+			printf("  %-14s %-5s n=%llu max_rel=%.3g mismatches=%llu unwritten=%llu FAIL\n", r.m[i].name,
+			       r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].max_rel,
+			       (unsigned long long)r.m[i].mismatches, (unsigned long long)r.m[i].unwritten);
+	assert_true(r.pass);
+	assert_true(written);
+}
+
+/* A spec at each token count, each routing pattern. */
+static void check(const char *op, const char *pass, const char *dtype, const char *keys, const int64_t *T,
+		  size_t n)
+{
+	lg_spec *s = parse(op, pass, dtype, keys);
+	for (size_t i = 0; i < n; i++)
+		for (int p = 0; p < 4; p++)
+			check_one(s, T[i], p);
+	lg_spec_free(s);
+}
+
+static const int64_t target[] = {8192};
+static const int64_t odd[] = {1, 0, 7, 333, 1000};
+#define NODD (sizeof odd / sizeof odd[0])
+
+#define TARGET_KEYS "\"experts\": 256, \"top_k\": 8, \"multiple\": 16"
+
+static void test_row_map(void **state)
+{
+	(void)state;
+	static const char *const routings[] = {"mask", "topk_i32", "topk_i64"};
+	for (int i = 0; i < 3; i++) {
+		char keys[256];
+		snprintf(keys, sizeof keys, TARGET_KEYS ", \"routing\": \"%s\"", routings[i]);
+		check("moe_row_map", "forward", "bf16", keys, target, 1);
+		check("moe_row_map", "forward", "bf16", keys, odd, NODD);
+		snprintf(keys, sizeof keys, "\"experts\": 96, \"top_k\": 6, \"multiple\": 128, \"routing\": \"%s\"",
+			 routings[i]);
+		check("moe_row_map", "forward", "bf16", keys, odd, NODD);
+		snprintf(keys, sizeof keys, "\"experts\": 7, \"top_k\": 3, \"multiple\": 3, \"routing\": \"%s\"",
+			 routings[i]);
+		check("moe_row_map", "forward", "bf16", keys, odd, NODD);
+		snprintf(keys, sizeof keys, "\"experts\": 160, \"top_k\": 6, \"multiple\": 1, \"routing\": \"%s\"",
+			 routings[i]);
+		check("moe_row_map", "forward", "bf16", keys, odd, NODD);
+	}
+	/* one expert, more experts than threads, a slice count of the tuner */
+	check("moe_row_map", "forward", "bf16", "\"experts\": 1, \"top_k\": 1, \"multiple\": 16", odd, NODD);
+	check("moe_row_map", "forward", "bf16", "\"experts\": 1024, \"top_k\": 8, \"multiple\": 16", odd, NODD);
+	static const int64_t more[] = {5000};
+	for (int sl = 32; sl <= 256; sl *= 2) {
+		char keys[256];
+		snprintf(keys, sizeof keys, TARGET_KEYS ", \"tile\": {\"slices\": %d}", sl);
+		check("moe_row_map", "forward", "bf16", keys, more, 1);
+	}
+}
+
+static void test_permute(void **state)
+{
+	(void)state;
+	check("moe_permute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS, target, 1);
+	check("moe_permute", "forward", "e4m3", "\"hidden\": 2048, " TARGET_KEYS, target, 1);
+	check("moe_permute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS, odd, NODD);
+	check("moe_permute", "forward", "e4m3", "\"hidden\": 2048, " TARGET_KEYS ", \"round_scale\": false", odd,
+	      NODD);
+	check("moe_permute", "forward", "e4m3", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6", odd, NODD);
+	check("moe_permute", "forward", "bf16", "\"hidden\": 1001, \"experts\": 160, \"top_k\": 6", odd, NODD);
+	check("moe_permute", "forward", "bf16", "\"hidden\": 7168, \"experts\": 7, \"top_k\": 3, \"multiple\": 128",
+	      odd, NODD);
+	check("moe_permute", "forward", "bf16", "\"hidden\": 1, \"experts\": 5, \"top_k\": 2, \"multiple\": 1", odd,
+	      NODD);
+}
+
+static void test_permute_backward(void **state)
+{
+	(void)state;
+	check("moe_permute", "backward", "bf16", "\"hidden\": 2048, " TARGET_KEYS, target, 1);
+	check("moe_permute", "backward", "bf16", "\"hidden\": 2048, " TARGET_KEYS, odd, NODD);
+	check("moe_permute", "backward", "bf16", "\"hidden\": 2050, \"experts\": 96, \"top_k\": 8", odd, NODD);
+	check("moe_permute", "backward", "bf16", "\"hidden\": 7, \"experts\": 160, \"top_k\": 6, \"multiple\": 1",
+	      odd, NODD);
+	check("moe_permute", "backward", "bf16", "\"hidden\": 9000, \"experts\": 5, \"top_k\": 2", odd, NODD);
+}
+
+static void test_unpermute(void **state)
+{
+	(void)state;
+	for (int w = 0; w < 2; w++) {
+		char keys[256];
+		const char *ws = w ? ", \"weighted\": true" : "";
+		snprintf(keys, sizeof keys, "\"hidden\": 2048, " TARGET_KEYS "%s", ws);
+		check("moe_unpermute", "forward", "bf16", keys, target, 1);
+		check("moe_unpermute", "backward", "bf16", keys, target, 1);
+		check("moe_unpermute", "forward", "bf16", keys, odd, NODD);
+		check("moe_unpermute", "backward", "bf16", keys, odd, NODD);
+		snprintf(keys, sizeof keys, "\"hidden\": 1001, \"experts\": 160, \"top_k\": 6%s", ws);
+		check("moe_unpermute", "forward", "bf16", keys, odd, NODD);
+		check("moe_unpermute", "backward", "bf16", keys, odd, NODD);
+		snprintf(keys, sizeof keys, "\"hidden\": 7168, \"experts\": 96, \"top_k\": 8, \"multiple\": 128%s", ws);
+		check("moe_unpermute", "forward", "bf16", keys, odd, NODD);
+		check("moe_unpermute", "backward", "bf16", keys, odd, NODD);
+		snprintf(keys, sizeof keys, "\"hidden\": 3, \"experts\": 7, \"top_k\": 3, \"multiple\": 1%s", ws);
+		check("moe_unpermute", "forward", "bf16", keys, odd, NODD);
+		check("moe_unpermute", "backward", "bf16", keys, odd, NODD);
+	}
+}
+
+/* K4b: permute + pad + per-expert FP8 (bit-equal to the shared reference
+ * quantisation of the padded rows), every copy, both scale kinds. */
+static void test_permute_quant(void **state)
+{
+	(void)state;
+	static const char *const outs[] = {"both", "rowwise", "columnwise"};
+	for (int o = 0; o < 3; o++)
+		for (int pow2 = 0; pow2 < 2; pow2++) {
+			char keys[256];
+			snprintf(keys, sizeof keys, "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": \"%s\", "
+				 "\"round_scale\": %s}", outs[o], pow2 ? "true" : "false");
+			if (o == 0)
+				check("moe_permute_quant", "forward", "bf16", keys, target, 1);
+			check("moe_permute_quant", "forward", "bf16", keys, odd, NODD);
+		}
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, "
+	      "\"multiple\": 128, \"quant\": {\"output\": \"both\"}", odd, NODD);
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, \"experts\": 5, \"top_k\": 2, "
+	      "\"multiple\": 1, \"quant\": {\"output\": \"both\"}", odd, NODD);
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 7168, \"experts\": 160, \"top_k\": 6, "
+	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8}", odd, NODD);
+}
+
+/* The optional arguments left out (0): probs, out_probs, row_index, ... */
+static void test_no_optional(void **state)
+{
+	(void)state;
+	static const char *const specs[][3] = {
+		{"moe_row_map", "forward", "\"experts\": 96, \"top_k\": 6"},
+		{"moe_permute", "forward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6"},
+		{"moe_permute", "backward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6"},
+		{"moe_unpermute", "forward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6"},
+		{"moe_unpermute", "backward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6"},
+	};
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+		lg_spec *s = parse(specs[i][0], specs[i][1], "bf16", specs[i][2]);
+		struct lg_check_opts o = {.tokens = 333, .seed = seed, .no_optional = true};
+		struct lg_check_result r;
+		if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
+			fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());
+		printf("%s without optional arguments: %s\n", lg_spec_entry(s), r.pass ? "PASS" : "FAIL");
+		assert_true(r.pass);
+		lg_spec_free(s);
+	}
+}
+
+/* The same bytes on a second launch (weighted forms: fp32 sums and dots). */
+static void same_twice(const char *op, const char *pass, const char *keys)
+{
+	lg_spec *s = parse(op, pass, "bf16", keys);
+	lg_kernel *k = NULL;
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	const int64_t sizes[1] = {8192};
+	struct lg_gpu_case g;
+	if (lg_gpu_case_init(&g, s, 0, sizes, seed, k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	void *first[LG_MAX_ARGS] = {0};
+	for (int i = 0; i < g.ref.n; i++) {
+		size_t bytes = g.ref.buf[i].count * g.ref.buf[i].elem;
+		if (!g.ref.buf[i].output || !bytes)
+			continue;
+		first[i] = malloc(bytes);
+		assert_non_null(first[i]);
+		memcpy(first[i], g.got[i], bytes);
+	}
+	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	for (int i = 0; i < g.ref.n; i++) {
+		if (!first[i])
+			continue;
+		assert_memory_equal(first[i], g.got[i], g.ref.buf[i].count * g.ref.buf[i].elem);
+		free(first[i]);
+	}
+	printf("%s: the same bytes twice\n", lg_spec_entry(s));
+	lg_gpu_case_free(&g);
+	lg_spec_free(s);
+}
+
+static void test_deterministic(void **state)
+{
+	(void)state;
+	same_twice("moe_row_map", "forward", TARGET_KEYS);
+	same_twice("moe_unpermute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
+	same_twice("moe_unpermute", "backward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
+}
+
+int main(void)
+{
+	lg_test_require_gpu("gpu_test_moe");
+	seed = lg_test_seed("gpu_test_moe");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_row_map),
+		cmocka_unit_test(test_permute),
+		cmocka_unit_test(test_permute_backward),
+		cmocka_unit_test(test_unpermute),
+		cmocka_unit_test(test_permute_quant),
+		cmocka_unit_test(test_no_optional),
+		cmocka_unit_test(test_deterministic),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
