@@ -45,10 +45,14 @@ static void tol(struct lg_ref_buf *b, enum lg_cmp cmp, double rtol, double atol)
 	b->cmp = cmp, b->rtol = rtol, b->atol = atol;
 }
 
+/* Gradients: p g (less the target's share) in fp32. With label smoothing,
+ * p - e/C cancels where p is near the smoothing target e/C: the absolute
+ * error is then a few fp32 ulps of e/C (times |g|, O(1) in the checks), not
+ * a relative one (measured on the H200: 2.8e-9 at e/C = 0.025). */
 static void grad_tol(const struct ce *k, struct lg_ref_buf *b)
 {
 	if (k->f32)
-		tol(b, LG_CMP_FP32, 1e-5, 1e-9);
+		tol(b, LG_CMP_FP32, 1e-5, 1e-9 + 1e-6 * k->e / k->C);
 	else
 		tol(b, LG_CMP_BF16, 8e-3, 1e-9);
 }

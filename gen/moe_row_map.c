@@ -380,6 +380,8 @@ static void emit_map(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p
 	lg_line(b, "((int *)counts)[e] = cn[e];");
 	lg_line(b, "((int *)offsets)[e] = pe[e];");
 	lg_line(b, "if (e == 0) ((int *)offsets)[%lld] = P;", (long long)k.e);
+	lg_line(b, "if (padded_counts) // the padded count: the next offset minus this one");
+	lg_line(b, "\t((int *)padded_counts)[e] = (e + 1 < %lld ? pe[e + 1] : P) - pe[e];", (long long)k.e);
 	lg_close(b);
 	lg_close(b);
 	lg_comment(b, "row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.");

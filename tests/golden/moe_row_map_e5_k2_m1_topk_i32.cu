@@ -136,6 +136,8 @@ lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32(
 			((int *)counts)[e] = cn[e];
 			((int *)offsets)[e] = pe[e];
 			if (e == 0) ((int *)offsets)[5] = P;
+			if (padded_counts) // the padded count: the next offset minus this one
+				((int *)padded_counts)[e] = (e + 1 < 5 ? pe[e + 1] : P) - pe[e];
 		}
 	}
 	// row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.

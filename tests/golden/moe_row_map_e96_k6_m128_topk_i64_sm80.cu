@@ -132,6 +132,8 @@ lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64(
 			((int *)counts)[e] = cn[e];
 			((int *)offsets)[e] = pe[e];
 			if (e == 0) ((int *)offsets)[96] = P;
+			if (padded_counts) // the padded count: the next offset minus this one
+				((int *)padded_counts)[e] = (e + 1 < 96 ? pe[e + 1] : P) - pe[e];
 		}
 	}
 	// row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.
