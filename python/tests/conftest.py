@@ -53,3 +53,28 @@ class CAI:
         self.__cuda_array_interface__ = dict(shape=tuple(shape), typestr=typestr,
                                              data=(ptr, readonly), strides=strides, version=3,
                                              stream=stream)
+
+
+class Reached(Exception):
+    """The call got past every check and asked the driver about a pointer."""
+
+
+@pytest.fixture
+def no_device(monkeypatch):
+    """The fake pointers must never reach a driver, on machines with a GPU
+    too: asking where a pointer lives is where the checks end. A CPU test
+    module takes it for all its tests with
+    pytestmark = pytest.mark.usefixtures("no_device")."""
+    from lingen import _cuda
+
+    def stop(*a):
+        raise Reached()
+    monkeypatch.setattr(_cuda, "pointer_device", stop)
+    monkeypatch.setattr(_cuda, "enter_device", stop)
+
+
+def reaches_the_device(fn):
+    """fn() passes every check and stops where the driver would be asked."""
+    with pytest.raises(Reached):
+        fn()
+    return True

@@ -10,29 +10,11 @@ import pytest
 import lingen
 from lingen import _arrays
 
-from conftest import CAI
+from conftest import CAI, reaches_the_device
 
 
-class Reached(Exception):
-    """The call got past every check and asked the driver about a pointer."""
+pytestmark = pytest.mark.usefixtures("no_device")
 
-
-@pytest.fixture(autouse=True)
-def no_device(monkeypatch):
-    """The fake pointers must never reach a driver, on machines with a GPU
-    too: asking where a pointer lives is where the checks end."""
-    from lingen import _cuda
-
-    def stop(*a):
-        raise Reached()
-    monkeypatch.setattr(_cuda, "pointer_device", stop)
-    monkeypatch.setattr(_cuda, "enter_device", stop)
-
-
-def reaches_the_device(fn):
-    with pytest.raises(Reached):
-        fn()
-    return True
 
 
 def good(tokens=64, hidden=1024):

@@ -8,23 +8,12 @@ import pytest
 import lingen
 from lingen import _families
 
-from conftest import CAI
+from conftest import CAI, reaches_the_device
 
 OP = "group_rmsnorm_gate"
 
 
-class Reached(Exception):
-    """The call got past every check and asked the driver about a pointer."""
-
-
-@pytest.fixture(autouse=True)
-def no_device(monkeypatch):
-    from lingen import _cuda
-
-    def stop(*a):
-        raise Reached()
-    monkeypatch.setattr(_cuda, "pointer_device", stop)
-    monkeypatch.setattr(_cuda, "enter_device", stop)
+pytestmark = pytest.mark.usefixtures("no_device")
 
 
 def test_declaration():
@@ -67,11 +56,6 @@ def test_spec_errors_say_what_is_allowed():
     with pytest.raises(lingen.SpecError, match="multiple of groups = 3"):
         lingen.Spec({"op": OP, "pass": "forward", "dtype": "bf16", "dim": 1000, "groups": 3})
 
-
-def reaches_the_device(fn):
-    with pytest.raises(Reached):
-        fn()
-    return True
 
 
 def test_ops_bind_sizes_and_the_shared_weight(ctx):

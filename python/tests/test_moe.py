@@ -10,29 +10,13 @@ import pytest
 import lingen
 from lingen import _families
 
-from conftest import CAI
+from conftest import CAI, reaches_the_device
 
 I32, I64, U8, F32 = "<i4", "<i8", "|u1", "<f4"
 
 
-class Reached(Exception):
-    """The call got past every check and asked the driver about a pointer."""
+pytestmark = pytest.mark.usefixtures("no_device")
 
-
-@pytest.fixture(autouse=True)
-def no_device(monkeypatch):
-    from lingen import _cuda
-
-    def stop(*a):
-        raise Reached()
-    monkeypatch.setattr(_cuda, "pointer_device", stop)
-    monkeypatch.setattr(_cuda, "enter_device", stop)
-
-
-def reaches_the_device(fn):
-    with pytest.raises(Reached):
-        fn()
-    return True
 
 
 def test_declarations():

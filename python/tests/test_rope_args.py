@@ -8,9 +8,9 @@ import pytest
 import lingen
 from lingen import _families
 
-from conftest import CAI
-from test_args import Reached, reaches_the_device  # noqa: F401  (the no_device fixture)
-from test_args import no_device  # noqa: F401
+from conftest import CAI, reaches_the_device
+
+pytestmark = pytest.mark.usefixtures("no_device")
 
 BF16, F32 = "<V2", "<f4"
 

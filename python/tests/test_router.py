@@ -8,23 +8,12 @@ import pytest
 import lingen
 from lingen import _families
 
-from conftest import CAI
+from conftest import CAI, reaches_the_device
 
 OP = "router_gemm"
 
 
-class Reached(Exception):
-    """The call got past every check and asked the driver about a pointer."""
-
-
-@pytest.fixture(autouse=True)
-def no_device(monkeypatch):
-    from lingen import _cuda
-
-    def stop(*a):
-        raise Reached()
-    monkeypatch.setattr(_cuda, "pointer_device", stop)
-    monkeypatch.setattr(_cuda, "enter_device", stop)
+pytestmark = pytest.mark.usefixtures("no_device")
 
 
 def test_declaration():
@@ -71,11 +60,6 @@ def test_generated_source():
     assert "ldmatrix.sync.aligned.m8n8.x4.trans" in src
     assert "lg_split_bf16x2(t, 3, v0, v1)" in src
 
-
-def reaches_the_device(fn):
-    with pytest.raises(Reached):
-        fn()
-    return True
 
 
 def test_ops_bind_sizes(ctx):

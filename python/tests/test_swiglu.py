@@ -9,23 +9,12 @@ import pytest
 import lingen
 from lingen import _families
 
-from conftest import CAI
+from conftest import CAI, reaches_the_device
 
 K7, K6 = "swiglu_quant", "batch_swiglu_quant"
 
 
-class Reached(Exception):
-    """The call got past every check and asked the driver about a pointer."""
-
-
-@pytest.fixture(autouse=True)
-def no_device(monkeypatch):
-    from lingen import _cuda
-
-    def stop(*a):
-        raise Reached()
-    monkeypatch.setattr(_cuda, "pointer_device", stop)
-    monkeypatch.setattr(_cuda, "enter_device", stop)
+pytestmark = pytest.mark.usefixtures("no_device")
 
 
 def test_declarations():
@@ -73,11 +62,6 @@ def test_spec_errors_say_what_is_allowed():
         lingen.Spec({"op": K6, "pass": "backward", "dtype": "bf16", "intermediate": 512,
                      "experts": 8, "quant": {"output": "rowwise"}})
 
-
-def reaches_the_device(fn):
-    with pytest.raises(Reached):
-        fn()
-    return True
 
 
 def test_ops_bind_sizes(ctx):
