@@ -228,6 +228,13 @@ lg_status lg_router_gemm_backward(const lg_kernel *k, lg_stream stream, int64_t 
 	LG_TYPED(LG_OP_ROUTER_GEMM, LG_PASS_BACKWARD, LG_SIZES(tokens), dy, x, w, dx, dw, workspace);
 }
 
+/* The integer value of spec key `path` of k's family (0 when absent). */
+static int64_t key_of(const lg_kernel *k, const char *path)
+{
+	int i = k ? lg_family_key(k->fam, path) : -1;
+	return i >= 0 ? lg_spec_int(&k->spec, i) : 0;
+}
+
 /* A launch over a tensor list: the kernel's element types must cover the
  * list's (its dtype, or both with "mixed"); the table and its row count
  * are the launch's list argument and its run-time size "items". */
@@ -237,8 +244,7 @@ static lg_status run_list(const lg_kernel *k, lg_stream stream, enum lg_op op, c
 	if (!list)
 		return lg_fail(LG_ERR_INVALID_ARG, "%s: list must not be NULL", fn);
 	if (k && k->spec.op == op) {
-		int mk = lg_family_key(k->fam, "mixed");
-		bool mixed = mk >= 0 && k->spec.v[mk];
+		bool mixed = key_of(k, "mixed") != 0;
 		unsigned has = lg_tensor_list_elems(list);
 		unsigned can = mixed ? (1u << LG_LIST_BF16) | (1u << LG_LIST_FP32)
 				     : 1u << (k->spec.dtype == LG_DTYPE_FP32 ? LG_LIST_FP32 : LG_LIST_BF16);
@@ -273,8 +279,7 @@ static lg_status ce_part(const lg_kernel *k, const char *fn, int part, int fused
 	static const char *const parts[] = {"full", "shard", "merge"};
 	if (!k || k->spec.op != LG_OP_CROSS_ENTROPY)
 		return LG_OK; /* run_typed says what is wrong */
-	int kp = lg_family_key(k->fam, "part"), kf = lg_family_key(k->fam, "fused");
-	int got = (int)lg_spec_int(&k->spec, kp), gotf = (int)lg_spec_int(&k->spec, kf);
+	int got = (int)key_of(k, "part"), gotf = (int)key_of(k, "fused");
 	if (got != part || (fused >= 0 && gotf != fused))
 		return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s is part \"%s\"%s; this launcher takes part "
 			       "\"%s\"%s", fn, k->plan.entry[0], parts[got], gotf ? ", fused" : "", parts[part],
@@ -330,13 +335,6 @@ lg_status lg_cross_entropy_merge(const lg_kernel *k, lg_stream stream, int64_t t
 		return st;
 	LG_TYPED(LG_OP_CROSS_ENTROPY, LG_PASS_FORWARD, LG_SIZES(tokens, 0, shards), 0, labels, stats_in, 0, loss,
 		 sum_exp, max_logit, 0, 0);
-}
-
-/* The integer value of spec key `path` of k's family (0 when absent). */
-static int64_t key_of(const lg_kernel *k, const char *path)
-{
-	int i = k ? lg_family_key(k->fam, path) : -1;
-	return i >= 0 ? lg_spec_int(&k->spec, i) : 0;
 }
 
 lg_status lg_moe_row_map_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr routing,
