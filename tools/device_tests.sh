@@ -10,15 +10,21 @@
 #       tools/device_tests.sh [SECONDS] [SPEC:TOKENS ...]
 #
 # CTESTS defaults to every build-device/tests/gpu_test_*, PYTESTS to every
-# python/tests/test_gpu_*.py and test_torch.py; SECONDS (each) to 300. Logs
-# go to $OUT (default out/device), one file a test: keep the list short
-# when the logs must come back through a device call.
+# python/tests/test_gpu_*.py and test_torch.py; SECONDS (each) to 300. A C
+# test named TEST:PATTERN runs only its cmocka tests matching PATTERN
+# (LINGEN_TEST_FILTER), so one long test can be spread over several
+# processes (e.g. gpu_test_moe:test_row_map gpu_test_moe:test_unpermute).
+# Logs go to $LOGS (default out/device-logs), one file a test, and are
+# packed into $OUT/logs.tar.gz (OUT default out/device) with the summary
+# in $OUT/summary.txt: two files come back from a device call.
 set -u
 cd "$(dirname "$0")/.."
 lim=${1:-300}
 [[ $# -gt 0 ]] && shift
-out=${OUT:-out/device}
-mkdir -p "$out"
+res=${OUT:-out/device}
+out=${LOGS:-out/device-logs}
+mkdir -p "$out" "$res"
+exec > >(tee "$res/summary.txt") 2>&1
 if [[ -f build-device/lingen-source-dir ]]; then
 	src=$(cat build-device/lingen-source-dir)
 	mkdir -p "$(dirname "$src")" 2>/dev/null
@@ -31,8 +37,11 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" dis
 export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 ctests=${CTESTS:-$(cd build-device/tests && ls gpu_test_* 2>/dev/null | tr '\n' ' ')}
 pytests=${PYTESTS:-$(ls python/tests/test_gpu_*.py python/tests/test_torch.py | tr '\n' ' ')}
+log() { echo "${1//:/-}"; } # the log's name of a C test entry
 for t in $ctests; do
-	(timeout "$lim" "build-device/tests/$t" > "$out/$t.txt" 2>&1; echo "rc=$?" >> "$out/$t.txt") &
+	(LINGEN_TEST_FILTER=$([[ $t == *:* ]] && echo "${t#*:}") \
+		timeout "$lim" "build-device/tests/${t%%:*}" > "$out/$(log "$t").txt" 2>&1
+	 echo "rc=$?" >> "$out/$(log "$t").txt") &
 done
 for f in $pytests; do
 	n=$(basename "$f" .py)
@@ -41,8 +50,9 @@ for f in $pytests; do
 done
 wait
 for t in $ctests; do
-	echo "C  $t: $(tail -n 1 "$out/$t.txt") $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$out/$t.txt" | tr '\n' ' ')"
-	grep -E ": FAIL|^\[  FAILED  \] [a-z]|ERROR \]|LINE" "$out/$t.txt" | head -n 6
+	f="$out/$(log "$t").txt"
+	echo "C  $t: $(tail -n 1 "$f") $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$f" | tr '\n' ' ')"
+	grep -E ": FAIL|^\[  FAILED  \] [a-z]|ERROR \]|LINE" "$f" | head -n 6
 done
 for f in $pytests; do
 	n=$(basename "$f" .py)
@@ -54,3 +64,4 @@ for b in "$@"; do
 	echo "== lingen bench $spec --tokens $tok"
 	build-device/lingen bench "$spec" --tokens "$tok" 2>&1 | grep -E "^lg_|ceiling|rror"
 done
+tar -czf "$res/logs.tar.gz" -C "$out" .

@@ -212,8 +212,15 @@ void lg_test_assert_cubin(const void *cubin, size_t size)
 void lg_test_require_gpu(const char *test)
 {
 	const struct lg_cu *cu;
-	if (lg_cu_get(&cu) == LG_OK && lg_cu_ensure_context(0) == LG_OK)
+	if (lg_cu_get(&cu) == LG_OK && lg_cu_ensure_context(0) == LG_OK) {
+		/* LINGEN_TEST_FILTER: run only the cmocka tests matching this
+		 * pattern (so tools/device_tests.sh can spread one long GPU test
+		 * over several processes) */
+		const char *filter = getenv("LINGEN_TEST_FILTER");
+		if (filter && *filter)
+			cmocka_set_test_filter(filter);
 		return;
+	}
 	printf("SKIP %s: no CUDA device or driver: %s\n", test, lg_last_error());
 	fflush(stdout);
 	exit(LG_TEST_SKIP);

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# tools/device_ncu.sh - on the GPU machine, from the repository root, with
+# build-device/ (tools/device.sh) carried along: Nsight Compute on chosen
+# kernels of `lingen bench`, one process each, then a table of what bounds
+# them (duration, DRAM and L2 throughput, issue slots, the top warp stall).
+#
+#   tools/device_ncu.sh SPEC:TOKENS:REGEX[:COUNT] ...
+#
+# REGEX picks kernel names (ncu -k regex:REGEX); COUNT launches are
+# profiled (default 1: e.g. 2 for a family's two kernels). Clocks are left
+# alone (--clock-control none, METHOD.md). Reports go to $LOGS (default
+# out/ncu-logs) and are packed into $OUT/ncu.tar.gz with the table in
+# $OUT/ncu.txt (OUT default out/device).
+set -u
+cd "$(dirname "$0")/.."
+res=${OUT:-out/device}
+out=${LOGS:-out/ncu-logs}
+mkdir -p "$out" "$res"
+if [[ -f build-device/lingen-source-dir ]]; then
+	src=$(cat build-device/lingen-source-dir)
+	mkdir -p "$(dirname "$src")" 2>/dev/null
+	[[ -e $src ]] || ln -s "$PWD" "$src"
+fi
+export LINGEN_CACHE_DIR=${LINGEN_CACHE_DIR:-/tmp/lingen-device-cache}
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
+	--section SchedulerStats --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis"
+for e in "$@"; do
+	IFS=: read -r spec tok re cnt <<< "$e"
+	n=$(echo "$re" | tr -c 'A-Za-z0-9_\n' '_')
+	# shellcheck disable=SC2086
+	timeout 120 "$ncu" --clock-control none $sections -k "regex:$re" -c "${cnt:-1}" \
+		build-device/lingen bench "$spec" --tokens "$tok" --reps 3 > "$out/$n.txt" 2>&1
+done
+metric() { # FILE NAME: the values of one metric line, in launch order
+	awk -v m="$2" 'index($0, m) == 5 || index($0, " " m " ") { print $NF }' "$1" | tr '\n' ' '
+}
+{
+	printf "%-44s %-14s %-10s %-10s %-9s %-9s %-8s %s\n" kernel "duration us" "DRAM %" "L2 %" "issue %" \
+		"occup %" "regs" "top stall"
+	for f in "$out"/*.txt; do
+		k=$(grep -oE '^  lg_[a-z0-9_]+' "$f" | head -n 1 | tr -d ' ')
+		printf "%-44s %-14s %-10s %-10s %-9s %-9s %-8s %s\n" "${k:-$(basename "$f")}" \
+			"$(metric "$f" Duration)" "$(metric "$f" "DRAM Throughput")" \
+			"$(metric "$f" "L2 Cache Throughput")" "$(metric "$f" "Issue Slots Busy")" \
+			"$(metric "$f" "Achieved Occupancy")" "$(metric "$f" "Registers Per Thread")" \
+			"$(grep -oE 'Stall [A-Za-z ]+|stalled [a-z ]+ waiting [a-z ]+' "$f" | head -n 1)"
+	done
+} > "$res/ncu.txt"
+cat "$res/ncu.txt"
+tar -czf "$res/ncu.tar.gz" -C "$out" .
