@@ -24,7 +24,6 @@ lim=${1:-300}
 res=${OUT:-out/device}
 out=${LOGS:-out/device-logs}
 mkdir -p "$out" "$res"
-exec > >(tee "$res/summary.txt") 2>&1
 if [[ -f build-device/lingen-source-dir ]]; then
 	src=$(cat build-device/lingen-source-dir)
 	mkdir -p "$(dirname "$src")" 2>/dev/null
@@ -49,6 +48,7 @@ for f in $pytests; do
 	 echo "rc=$?" >> "$out/$n.txt") &
 done
 wait
+summary() {
 for t in $ctests; do
 	f="$out/$(log "$t").txt"
 	echo "C  $t: $(tail -n 1 "$f") $(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$f" | tr '\n' ' ')"
@@ -64,4 +64,6 @@ for b in "$@"; do
 	echo "== lingen bench $spec --tokens $tok"
 	build-device/lingen bench "$spec" --tokens "$tok" 2>&1 | grep -E "^lg_|ceiling|rror"
 done
+}
+summary 2>&1 | tee "$res/summary.txt"
 tar -czf "$res/logs.tar.gz" -C "$out" .
