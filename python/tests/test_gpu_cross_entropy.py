@@ -65,12 +65,14 @@ def test_forward_backward(seed, vocab, dt, smooth):
         g = torch.ones(rows, device="cuda")
         grad = lingen.cross_entropy_backward(x, y, s, m, g, label_smoothing=smooth)
         assert grad.dtype == dtype and grad.shape == x.shape
-        close(torch, grad, grad_ref, grad_rel(torch, dtype), "grad", 1e-9)
+        # p - smooth / vocab cancels: the error is of the terms, not of the result
+        floor = 1e-9 + grad_rel(torch, dtype) * smooth / vocab
+        close(torch, grad, grad_ref, grad_rel(torch, dtype), "grad", floor)
         # fused: the same gradient with g[0] on every row
         g0 = torch.full((1,), 0.25, device="cuda")
         loss2, _, _, grad2 = lingen.cross_entropy_fused(x, y, g0, label_smoothing=smooth)
         close(torch, loss2, loss_ref, 1e-6, "fused loss", 1e-7)
-        close(torch, grad2, grad_ref * 0.25, grad_rel(torch, dtype), "fused grad", 1e-9)
+        close(torch, grad2, grad_ref * 0.25, grad_rel(torch, dtype), "fused grad", floor * 0.25)
 
 
 @pytest.mark.parametrize("index", ["int64", "int32"])

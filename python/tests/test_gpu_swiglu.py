@@ -40,9 +40,11 @@ def quant_experts(torch, y, counts):
     return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
 
 
-def same_payloads(torch, got, want, what):
+def same_payloads(torch, got, want, what, scales=None):
     """e4m3 bytes: at most 1e-4 differ (a value on a rounding boundary), each
-    by one step."""
+    by one step, but for the 128 payloads of a block whose scale itself fell
+    on the other side of a power-of-two boundary (scales: (got, want) of this
+    copy; same_scales bounds how many may differ)."""
     g, w = got.reshape(-1).view(torch.uint8).long(), want.reshape(-1).view(torch.uint8).long()
     diff = g != w
     assert diff.float().mean() <= 1e-4, f"{what}: {int(diff.sum())} of {g.numel()} payloads differ"
@@ -50,7 +52,9 @@ def same_payloads(torch, got, want, what):
     def ordinal(c):  # sign-magnitude code -> a line of consecutive e4m3 values
         return torch.where(c >= 128, -(c & 127), c & 127)
     steps = (ordinal(g) - ordinal(w)).abs()
-    assert not (steps > 1).any(), f"{what}: a payload more than one e4m3 step off"
+    moved = 128 * int((scales[0].reshape(-1) != scales[1].reshape(-1)).sum()) if scales else 0
+    assert int((steps > 1).sum()) <= moved, \
+        f"{what}: {int((steps > 1).sum())} payloads more than one e4m3 step off ({moved // 128} scales differ)"
 
 
 def same_scales(torch, got, want, what):
@@ -70,12 +74,13 @@ def test_k7_forward_backward(m, n):
     g = torch.randn(m, n, generator=gen, device="cuda").bfloat16()
     q, s, qt, st = lingen.swiglu_quant(x)
     rq, rs, rqt, rst = torch_quant(torch, swiglu64(torch, x).float())
-    same_payloads(torch, q, rq, "q"), same_payloads(torch, qt, rqt, "qt")
+    same_payloads(torch, q, rq, "q", (s, rs)), same_payloads(torch, qt, rqt, "qt", (st, rst))
     same_scales(torch, s, rs, "s"), same_scales(torch, st, rst, "st")
     dxq, dxs, dxqt, dxst, dx = lingen.swiglu_quant_backward(g, x, dx_bf16=True)
     rdx, _ = swiglu64(torch, x, g)
     rq, rs, rqt, rst = torch_quant(torch, rdx.float())
-    same_payloads(torch, dxq, rq, "dxq"), same_payloads(torch, dxqt, rqt, "dxqt")
+    same_payloads(torch, dxq, rq, "dxq", (dxs, rs))
+    same_payloads(torch, dxqt, rqt, "dxqt", (dxst, rst))
     same_scales(torch, dxs, rs, "dxs"), same_scales(torch, dxst, rst, "dxst")
     torch.testing.assert_close(dx.float(), rdx.float(), rtol=2 ** -7, atol=1e-6)
 
@@ -113,12 +118,14 @@ def test_k6_forward_backward(m, n, experts):
     q, s, qt, st = lingen.batch_swiglu_quant(x, p, cnt)
     rq, rs, rqt, rst = quant_experts(torch, swiglu64(torch, x, p=p).float(), counts)
     rows = rst.shape[0]
-    same_payloads(torch, q, rq, "q"), same_payloads(torch, qt.view(-1), rqt, "qt")
+    same_payloads(torch, q, rq, "q", (s, rs))
+    same_payloads(torch, qt.view(-1), rqt, "qt", (st[:rows], rst))
     same_scales(torch, s.view(-1), rs, "s"), same_scales(torch, st[:rows], rst, "st")
     dxq, dxs, dp, dxqt, dxst = lingen.batch_swiglu_quant_backward(g, x, p, cnt)
     rdx, rdp = swiglu64(torch, x, g, p)
     rq, rs, rqt, rst = quant_experts(torch, rdx.float(), counts)
-    same_payloads(torch, dxq, rq, "dxq"), same_payloads(torch, dxqt.view(-1), rqt, "dxqt")
+    same_payloads(torch, dxq, rq, "dxq", (dxs, rs))
+    same_payloads(torch, dxqt.view(-1), rqt, "dxqt", (dxst[:rows], rst))
     same_scales(torch, dxs.view(-1), rs, "dxs"), same_scales(torch, dxst[:rows], rst, "dxst")
     torch.testing.assert_close(dp.double(), rdp, rtol=1e-4, atol=1e-4 * float(rdp.abs().mean() + 1))
     again = lingen.batch_swiglu_quant_backward(g, x, p, cnt)[2]
