@@ -171,5 +171,5 @@ int lg_spec_arg_used(const lg_spec *s, int i)
 		return -1;
 	unsigned char used[LG_MAX_ARGS];
 	lg_spec_uses(s, used);
-	return used[i] ? 1 : 0;
+	return used[i] == LG_ARG_REQUIRED ? 2 : used[i] ? 1 : 0;
 }

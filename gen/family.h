@@ -176,6 +176,10 @@ struct lg_arg {
 	const char *doc;
 };
 
+/* plan.used[i] (family.uses): an argument optional by its role that this
+ * spec requires. */
+#define LG_ARG_REQUIRED 2
+
 /* The launch signature of one pass. */
 struct lg_sig {
 	int nsizes;
@@ -240,8 +244,11 @@ struct lg_family {
 	 * NULL: none. */
 	lg_status (*validate)(const struct lg_spec *s, const char *where);
 	/* Clear used[i] for each argument i the spec leaves out (an output
-	 * copy its options do not ask for); every argument starts used. Never
-	 * depends on the target. NULL: the spec uses every argument. */
+	 * copy its options do not ask for); every argument starts used (1).
+	 * Set used[i] = LG_ARG_REQUIRED for an optional argument (OPT_IN,
+	 * OPT_OUT) that this spec's keys make required (a weighted sum needs
+	 * its weights): launches, bindings and the harness then refuse 0 for
+	 * it. Never depends on the target. NULL: the spec uses every argument. */
 	void (*uses)(const struct lg_spec *s, unsigned char *used);
 	/* Resolve the tile and entry points for a target. May fail when a
 	 * spec-given tile does not fit the target: LG_ERR_SPEC, naming the key,

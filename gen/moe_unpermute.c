@@ -7,8 +7,7 @@
  *   rounded once to bf16; restore_probs[t, e] = probs[r] where routed, else
  *   0. Any hidden size. Padding rows are never read. `weighted` applies the
  *   router probability here (linghe has no such switch); probs is then
- *   required (the typed launcher refuses 0; a raw launch without it adds
- *   the rows unweighted).
+ *   required (declared through uses(): every launch refuses 0).
  * backward: the dispatch of the output gradient into the padded rows:
  *   dg[r] = dout[t] (weighted: probs[r] * dout[t], rounded to bf16) and
  *   dprobs[r] = drestore[t, e] (weighted, with g given: plus <dout[t], g[r]>
@@ -74,8 +73,13 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 
 static void uses(const struct lg_spec *s, unsigned char *used)
 {
-	if (s->pass == LG_PASS_BACKWARD)
-		used[B_G] = used[B_PROBS] = lg_spec_int(s, K_WEIGHTED) != 0;
+	bool weighted = lg_spec_int(s, K_WEIGHTED) != 0;
+	if (s->pass == LG_PASS_FORWARD) {
+		used[F_PROBS] = weighted ? LG_ARG_REQUIRED : 1;
+		return;
+	}
+	used[B_G] = weighted;
+	used[B_PROBS] = weighted ? LG_ARG_REQUIRED : 0;
 }
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)

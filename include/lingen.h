@@ -130,7 +130,9 @@ lg_status lg_spec_arg_shape(const lg_spec *s, int i, const int64_t *sizes, int n
 			    int maxdims, int *ndims);
 
 /* Whether kernels of spec s use argument i (launch order): 1 when they
- * read or write it, 0 when the spec leaves it out (an output copy its
+ * read or write it, 2 when it is optional by its role but this spec
+ * requires it (e.g. the weights of a weighted moe_unpermute: launches
+ * refuse 0 there), 0 when the spec leaves it out (an output copy its
  * quant.output does not ask for: pass 0 there), -1 when s is NULL or i is
  * out of range. The same on every arch. Bindings allocate outputs by it. */
 int lg_spec_arg_used(const lg_spec *s, int i);

@@ -350,8 +350,9 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 	k->workspace = f->workspace ? f->workspace(&e->plan) : 0;
 	for (int i = 0; i < k->nargs && i < LG_MAX_ARGS; i++) {
 		enum lg_arg_role role = k->sig->args[i].role;
-		k->need[i] = e->plan.used[i] && (role == LG_ARG_IN || role == LG_ARG_OUT || role == LG_ARG_LIST ||
-						 (role == LG_ARG_WORKSPACE && k->workspace > 0));
+		k->need[i] = e->plan.used[i] == LG_ARG_REQUIRED ||
+			     (e->plan.used[i] && (role == LG_ARG_IN || role == LG_ARG_OUT || role == LG_ARG_LIST ||
+						  (role == LG_ARG_WORKSPACE && k->workspace > 0)));
 		k->align[i] = (unsigned)k->sig->args[i].align;
 	}
 	int64_t one[LG_MAX_SIZES];

@@ -361,22 +361,9 @@ lg_status lg_moe_permute_backward(const lg_kernel *k, lg_stream stream, int64_t 
 	LG_TYPED(LG_OP_MOE_PERMUTE, LG_PASS_BACKWARD, LG_SIZES(tokens), dout, dout_probs, row_id_map, dx, dprobs);
 }
 
-/* A weighted unpermute needs its weights (a raw launch without them adds
- * the rows unweighted). */
-static lg_status weights_given(const lg_kernel *k, lg_dptr probs, const char *fn)
-{
-	if (k && k->spec.op == LG_OP_MOE_UNPERMUTE && key_of(k, "weighted") && !probs)
-		return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s is weighted: probs must not be 0", fn,
-			       k->plan.entry[0]);
-	return LG_OK;
-}
-
 lg_status lg_moe_unpermute_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr g,
 				   lg_dptr probs, lg_dptr row_id_map, lg_dptr out, lg_dptr restore_probs)
 {
-	lg_status st = weights_given(k, probs, __func__);
-	if (st != LG_OK)
-		return st;
 	LG_TYPED(LG_OP_MOE_UNPERMUTE, LG_PASS_FORWARD, LG_SIZES(tokens), g, probs, row_id_map, out, restore_probs);
 }
 
@@ -384,9 +371,7 @@ lg_status lg_moe_unpermute_backward(const lg_kernel *k, lg_stream stream, int64_
 				    lg_dptr drestore, lg_dptr row_id_map, lg_dptr offsets, lg_dptr counts,
 				    lg_dptr g, lg_dptr probs, lg_dptr dg, lg_dptr dprobs)
 {
-	lg_status st = weights_given(k, probs, __func__);
-	if (st != LG_OK)
-		return st;
+	/* weighted: probs is required (declared); dprobs also needs g */
 	if (k && k->spec.op == LG_OP_MOE_UNPERMUTE && key_of(k, "weighted") && dprobs && !g)
 		return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s is weighted: dprobs needs g (the forward's rows)",
 			       __func__, k->plan.entry[0]);

@@ -481,6 +481,27 @@ static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p)
  * token (256 threads of 16 bytes at hidden 2048, 128 for e4m3) plus 256
  * for the zero rows; the backward and unpermute a CTA a token; odd hidden
  * sizes move 2-byte pieces. */
+/* weighted: the optional probs becomes required (lg_spec_arg_used 2), in
+ * both passes; unweighted the forward may leave it out and the backward
+ * ignores it. Arguments: forward g, probs, ...; backward dout, drestore,
+ * row_id_map, offsets, counts, g, probs, ... */
+static void test_required_by_keys(void **state)
+{
+	(void)state;
+	for (int w = 0; w < 2; w++) {
+		const char *keys = w ? "\"hidden\": 64, \"experts\": 8, \"top_k\": 2, \"weighted\": true"
+				     : "\"hidden\": 64, \"experts\": 8, \"top_k\": 2";
+		lg_spec *f = parse("moe_unpermute", "forward", "bf16", keys);
+		lg_spec *b = parse("moe_unpermute", "backward", "bf16", keys);
+		assert_int_equal(lg_spec_arg_used(f, 1), w ? 2 : 1);
+		assert_int_equal(lg_spec_arg_used(f, 0), 1);
+		assert_int_equal(lg_spec_arg_used(b, 6), w ? 2 : 0);
+		assert_int_equal(lg_spec_arg_used(b, 5), w ? 1 : 0);
+		lg_spec_free(f);
+		lg_spec_free(b);
+	}
+}
+
 static void test_geometry(void **state)
 {
 	(void)state;
@@ -590,6 +611,7 @@ int main(void)
 		cmocka_unit_test(test_round_trip),
 		cmocka_unit_test(test_shapes),
 		cmocka_unit_test(test_spec_checks),
+		cmocka_unit_test(test_required_by_keys),
 		cmocka_unit_test(test_geometry),
 		cmocka_unit_test(test_candidates),
 	};

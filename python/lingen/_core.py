@@ -62,7 +62,8 @@ class Spec:
         return tuple(dims[k] for k in range(nd.value))
 
     def arg_used(self, i):
-        return self._lib.lg_spec_arg_used(self._p, i) == 1
+        """0: left out; 1: used; 2: optional by its role, required by this spec."""
+        return max(self._lib.lg_spec_arg_used(self._p, i), 0)
 
     def generate(self, arch="sm_90a"):
         """The generated CUDA source for arch (no GPU, no NVRTC needed)."""
@@ -267,7 +268,7 @@ def _set_path(d, path, value):
 class _Plan:
     """What a call with given shapes, types and options resolves to: per
     argument (name, kind, shape, element type, declaration)."""
-    __slots__ = ("spec", "kernel", "sizes", "decl", "args")
+    __slots__ = ("spec", "kernel", "sizes", "decl", "args", "required")
 
 
 IN, OUT, OPT_OUT, SKIP_IN, SKIP_OUT, WORKSPACE = range(6)
@@ -345,6 +346,7 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
     plan = _Plan()
     plan.spec, plan.kernel, plan.sizes, plan.decl = s, None, tuple(sizes), decl
     used = [s.arg_used(a.index) for a in decl.args]
+    plan.required = tuple(u == 2 for u in used)
     index = spec.get("index", "int64")
     plan.args = tuple((a.name, kind, s.arg_shape(a.index, sizes) if kind != WORKSPACE else None,
                        spec["dtype"] if a.elem == "dtype" else index if a.elem == "index" else a.elem,
@@ -451,7 +453,7 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
     for name, kind, shape, elem, a in plan.args:
         v = views.get(name)
         if v is None:
-            if kind == IN and a.role == "in":
+            if kind == IN and (a.role == "in" or plan.required[a.index]):
                 raise TypeError(_where(fn, f"{name} is required"))
             continue
         if kind == SKIP_OUT:

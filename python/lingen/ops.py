@@ -549,8 +549,6 @@ def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=16, weighted=Fal
     Padding rows are never read. As linghe's
     triton_unpermute_with_mask_map(grad, row_id_map, probs), which has no
     weighting."""
-    if weighted and probs is None:
-        raise ValueError("lingen.moe_unpermute: weighted=True needs probs")
     r = call("lingen.moe_unpermute", "moe_unpermute", "forward",
              {"g": g, "probs": probs, "row_id_map": row_id_map},
              _moe(top_k, multiple, tile, weighted=bool(weighted)), out=out,
@@ -568,8 +566,6 @@ def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=N
     probs[r], rounded once), zeros elsewhere; dprobs [rows] fp32:
     drestore[t, e] (weighted: plus the fp32 dot product of dout[t] and
     g[r]); None when nothing asks for it)."""
-    if weighted and probs is None:
-        raise ValueError("lingen.moe_unpermute_backward: weighted=True needs probs")
     want = drestore is not None or (weighted and g is not None)
     r = call("lingen.moe_unpermute_backward", "moe_unpermute", "backward",
              {"dout": dout, "drestore": drestore, "row_id_map": row_id_map, "offsets": offsets,

@@ -135,8 +135,14 @@ def test_ops_refuse_bad_shapes(ctx):
     want = r"g: found shape \(1998, 1001\), expected \(3438, 1001\)"
     with pytest.raises(ValueError, match=want):
         lingen.moe_unpermute(bad, m, top_k=K, context=ctx)
-    with pytest.raises(ValueError, match="weighted=True needs probs"):
-        lingen.moe_unpermute(bad, m, top_k=K, weighted=True, context=ctx)
+    # the spec's declaration makes the optional probs required when weighted
+    good = CAI((T * K + E * 15, H), ptr=0x7F0000500000)
+    with pytest.raises(TypeError, match="moe_unpermute: probs is required"):
+        lingen.moe_unpermute(good, m, top_k=K, weighted=True, context=ctx)
+    with pytest.raises(TypeError, match="moe_unpermute_backward: probs is required"):
+        lingen.moe_unpermute_backward(CAI((T, H)), m, CAI((E + 1,), typestr=I32, ptr=0x7F0000200000),
+                                      CAI((E,), typestr=I32, ptr=0x7F0000300000), g=good, top_k=K,
+                                      weighted=True, context=ctx)
 
 
 def test_ops_bind_permute_quant(ctx):

@@ -57,7 +57,8 @@ lg_status lg_check_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_check_o
 	const struct lg_family *f = lg_family_get(s->op);
 	bool dropped[LG_MAX_ARGS] = {false};
 	for (int i = 0; st == LG_OK && o->no_optional && i < g.ref.n; i++)
-		if (f->sig[s->pass].args[i].role == LG_ARG_OPT_IN || f->sig[s->pass].args[i].role == LG_ARG_OPT_OUT) {
+		if ((f->sig[s->pass].args[i].role == LG_ARG_OPT_IN || f->sig[s->pass].args[i].role == LG_ARG_OPT_OUT) &&
+		    k->plan.used[i] != LG_ARG_REQUIRED) {
 			g.ptrs[i] = 0; /* recomputed (inputs) or not written (outputs) */
 			dropped[i] = true;
 		}
