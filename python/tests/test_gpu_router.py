@@ -81,7 +81,9 @@ def test_backward(seed, case, precision):
     # the declared products
     g = dy_terms(torch, dy, TERMS[precision])
     check(torch, dx, g @ w.double(), "dx", 2e-5, rel=2.0 ** -8)
-    check(torch, dw, g.T @ x.double(), "dw", 2e-5)
+    # dw sums over the m tokens in fp32 (slices of them, then the slices):
+    # rounding errors grow as a random walk, about sqrt(m)
+    check(torch, dw, g.T @ x.double(), "dw", 2e-5 * max(1.0, (m / 1024) ** 0.5))
     _, dw2 = lingen.router_gemm_backward(dy, x, w, precision=precision)
     assert torch.equal(dw, dw2), "dw differs between two identical calls"
 
