@@ -439,7 +439,7 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 		/* m, n, warps_m, warps_n, stages */
 		{64, 256, 2, 4, 2}, {64, 256, 2, 4, 3}, {32, 256, 1, 8, 2}, {32, 256, 2, 4, 3},
 		{128, 256, 4, 2, 2}, {64, 128, 2, 4, 2}, {64, 128, 2, 2, 3}, {128, 128, 4, 2, 2},
-		{32, 128, 1, 4, 3}, {64, 256, 4, 2, 2},
+		{32, 128, 1, 4, 3}, {64, 256, 4, 2, 2}, {32, 128, 1, 4, 2}, {64, 64, 2, 2, 2},
 	};
 	int n = 0;
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
