@@ -8,8 +8,9 @@
  *   logits = y . route_w^T                             [M, experts] fp32
  *   q, s   = the 1x128 blockwise e4m3 copy of fp32 y   (KERNELS.md 1.2, 1.3)
  *
- * and with quant.output "both" also the columnwise copy qt, st (linghe's
- * mode 1, "the transposed copy from the saved rms"). The columnwise copy
+ * (quant.output "rowwise", the default: linghe's mode 0), and with "both"
+ * also the columnwise copy qt, st (linghe's mode 1, "the transposed copy
+ * from the saved rms", as a second entry). The columnwise copy
  * alone ("columnwise") is not this family's: from a saved rms it is the
  * second entry below, which rmsnorm_quant with quant.output "columnwise"
  * also gives (it recomputes rms with the same fp64 arithmetic: the same
@@ -95,7 +96,7 @@ static const struct lg_key keys[NKEYS] = {
 			 .has_def = true, .def = 0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 24,
 			 .doc = "y in the router GEMM: bf16 (the y written), or fp32 y as 2 or 3 bf16 terms "
 				"(bf16x3: exact)"},
-	LG_KEYS_QUANT(K_QUANT),
+	LG_KEYS_QUANT_OUT(K_QUANT, LG_QOUT_ROWWISE),
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_TM] = LG_KEY_TILE("m", "m", 32, 128, tm_ok, "tokens a CTA"),
 	[K_TN] = LG_KEY_TILE("n", "n", 32, 256, tn_ok, "experts a CTA (more: column tiles that remake y)"),
