@@ -36,6 +36,20 @@ static unsigned tile_bytes(const struct lg_gemm *g, const struct lg_gemm_operand
 
 int lg_gemm_threads(const struct lg_gemm_tile *t) { return 32 * t->warps_m * t->warps_n; }
 
+void lg_gemm_tile_from_spec(const struct lg_spec *s, const struct lg_gemm_tile_keys *k, struct lg_gemm_tile *t)
+{
+	const int key[6] = {k->bm, k->bn, k->bk, k->stages, k->warps_m, k->warps_n};
+	int *const field[6] = {&t->bm, &t->bn, &t->bk, &t->stages, &t->warps_m, &t->warps_n};
+	for (int i = 0; i < 6; i++)
+		if (key[i] >= 0 && lg_spec_has(s, key[i]))
+			*field[i] = (int)lg_spec_int(s, key[i]);
+}
+
+unsigned lg_gemm_smem_limit(const struct lg_target *t)
+{
+	return t->sm >= 90 ? 227u * 1024u : t->sm == 80 ? 163u * 1024u : 99u * 1024u;
+}
+
 unsigned lg_gemm_smem(const struct lg_gemm *g)
 {
 	return (unsigned)g->t.stages * (tile_bytes(g, &g->a, g->t.bm) + tile_bytes(g, &g->b, g->t.bn));

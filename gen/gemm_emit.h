@@ -33,6 +33,7 @@
 #include <stdbool.h>
 
 #include "buf.h"
+#include "family.h"
 
 struct lg_gemm_operand {
 	const char *name;    /* "a" or "b": the prefix of its generated loader */
@@ -57,6 +58,17 @@ struct lg_gemm {
 	struct lg_gemm_operand a, b;
 	int terms; /* bf16 terms of an fp32 A: 1..3 (1 for bf16) */
 };
+
+/* The spec keys (key indices of a family's table, -1: not declared) that
+ * set a tile's fields. */
+struct lg_gemm_tile_keys {
+	int bm, bn, bk, stages, warps_m, warps_n;
+};
+/* t with each field whose key the spec s gives replaced by its value. */
+void lg_gemm_tile_from_spec(const struct lg_spec *s, const struct lg_gemm_tile_keys *k, struct lg_gemm_tile *t);
+/* The dynamic shared memory a CTA may have on t (bytes): 227 KB on sm_90
+ * and newer, 163 KB on sm_80, 99 KB on the others (sm_86, sm_89). */
+unsigned lg_gemm_smem_limit(const struct lg_target *t);
 
 /* Threads of a CTA (32 a warp). */
 int lg_gemm_threads(const struct lg_gemm_tile *t);

@@ -138,16 +138,8 @@ static struct lg_gemm_tile tile_of(const struct lg_spec *s)
 		t.bn = 32, t.warps_n = 2;
 	else if (n < 256)
 		t.bn = (int)((n + 63) / 64 * 64);
-	if (lg_spec_has(s, K_TM))
-		t.bm = (int)lg_spec_int(s, K_TM);
-	if (lg_spec_has(s, K_TN))
-		t.bn = (int)lg_spec_int(s, K_TN);
-	if (lg_spec_has(s, K_STAGES))
-		t.stages = (int)lg_spec_int(s, K_STAGES);
-	if (lg_spec_has(s, K_WM))
-		t.warps_m = (int)lg_spec_int(s, K_WM);
-	if (lg_spec_has(s, K_WN))
-		t.warps_n = (int)lg_spec_int(s, K_WN);
+	static const struct lg_gemm_tile_keys tk = {K_TM, K_TN, -1, K_STAGES, K_WM, K_WN};
+	lg_gemm_tile_from_spec(s, &tk, &t);
 	return t;
 }
 
@@ -158,11 +150,6 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, struct lg_gemm_tile t)
 	g.a = (struct lg_gemm_operand){"a", terms > 1, false, NULL, "LG_K", "M", "LG_K", 16};
 	g.b = (struct lg_gemm_operand){"b", false, false, "route_w", "LG_K", "LG_N", "LG_K", 16};
 	return g;
-}
-
-static unsigned smem_limit(const struct lg_target *t)
-{
-	return t->sm >= 90 ? 227u * 1024u : t->sm == 80 ? 163u * 1024u : 99u * 1024u;
 }
 
 static unsigned smem_of(const struct lg_gemm *g) { return lg_gemm_smem(g) + (unsigned)g->t.bm * 4u; }
@@ -198,16 +185,16 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	struct lg_gemm_tile tl = tile_of(s);
 	struct lg_gemm g = gemm_of(s, tl);
 	/* the heuristic's tile: fewer experts a column tile until it fits */
-	while (smem_of(&g) > smem_limit(t) && !lg_spec_has(s, K_TN) && g.t.bn > 64) {
+	while (smem_of(&g) > lg_gemm_smem_limit(t) && !lg_spec_has(s, K_TN) && g.t.bn > 64) {
 		g.t.bn /= 2;
 		g.t.bn = g.t.bn / 32 * 32;
 	}
 	unsigned smem = smem_of(&g);
-	if (smem > smem_limit(t))
+	if (smem > lg_gemm_smem_limit(t))
 		return lg_fail(LG_ERR_SPEC,
 			       "%s: tile: found m %d, n %d, stages %d, needing %u bytes of shared memory; allowed: at "
 			       "most %u bytes on %s (fewer stages or a smaller tile)",
-			       s->entry, g.t.bm, g.t.bn, g.t.stages, smem, smem_limit(t), t->name);
+			       s->entry, g.t.bm, g.t.bn, g.t.stages, smem, lg_gemm_smem_limit(t), t->name);
 	p->tile[K_TM] = p->v[P_BM] = g.t.bm;
 	p->tile[K_TN] = p->v[P_BN] = g.t.bn;
 	p->tile[K_STAGES] = p->v[P_STAGES] = g.t.stages;
