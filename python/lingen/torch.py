@@ -678,10 +678,10 @@ class RMSNormRouterFunction(torch.autograd.Function):
         x2 = _flat(x)
         y, rms, logits, q, s, qt, st = _rms_norm_router_run(x2, weight, route_weight, eps, precision,
                                                             round_scale, output)
-        ctx.mark_non_differentiable(*(t for t in (rms, q, s, qt, st) if t is not None))
         ctx.save_for_backward(x2, weight, route_weight, y, rms)
         ctx.opts = (eps, precision, x.shape)
         q = q.view(x.shape) if q is not None else None
+        ctx.mark_non_differentiable(*(t for t in (rms, q, s, qt, st) if t is not None))
         return (y.view(x.shape), rms, logits.view(*x.shape[:-1], route_weight.shape[0]), q, s, qt,
                 st)
 
