@@ -659,7 +659,9 @@ def router_gemm_backward(dy, x, weight, precision="bf16"):
 def _rms_norm_router_run(x2, weight, route_weight, eps, precision, round_scale, output):
     res = _run("rmsnorm_router_forward", x2, weight, route_weight, eps=eps, precision=precision,
                quant_round_scale=round_scale, quant_output=output)
-    return _none_unused(res, _used("rmsnorm_router", "forward", (("quant.output", output),)))
+    # (hidden 128: the smallest shape, 8, takes no columnwise copy)
+    used = _used("rmsnorm_router", "forward", (("hidden", 128), ("quant.output", output)))
+    return _none_unused(res, used)
 
 
 class RMSNormRouterFunction(torch.autograd.Function):

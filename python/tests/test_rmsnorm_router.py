@@ -74,7 +74,8 @@ def test_ops_bind_sizes(ctx):
     none = dict(context=ctx, alloc=lambda s, e: None)
     x, w, rw = _arrays()
     for precision in ("bf16", "bf16x2", "bf16x3"):
-        assert reaches_the_device(lambda: lingen.rmsnorm_router(x, w, rw, precision=precision, **none))
+        assert reaches_the_device(
+            lambda: lingen.rmsnorm_router(x, w, rw, precision=precision, **none))
     assert reaches_the_device(lambda: lingen.rmsnorm_router(x, w, rw, round_scale=False, **none))
     x, w, rw = _arrays(1, 2048, 1)
     assert reaches_the_device(lambda: lingen.rmsnorm_router(x, w, rw, output="both", **none))
