@@ -27,6 +27,7 @@
 	X(moe_row_map, MOE_ROW_MAP)     /* K4: padded MoE row map from a mask or top-k */ \
 	X(moe_permute, MOE_PERMUTE)     /* K4: MoE dispatch into padded expert rows */    \
 	X(moe_unpermute, MOE_UNPERMUTE) /* K5: MoE combine of expert rows into tokens */  \
-	X(moe_permute_quant, MOE_PERMUTE_QUANT) /* K4b: MoE permute + pad + per-expert FP8 quant */
+	X(moe_permute_quant, MOE_PERMUTE_QUANT) /* K4b: MoE permute + pad + per-expert FP8 quant */ \
+	X(rmsnorm_router, RMSNORM_ROUTER) /* K3b: RMSNorm + router GEMM + 1x128 FP8 quant */
 
 #endif

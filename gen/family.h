@@ -109,7 +109,9 @@ struct lg_key {
 #define LG_QUANT_KEYS 5
 extern const char *const lg_quant_output_words[LG_QOUT_COUNT];
 extern const char *const lg_round_scale_words[2];
-#define LG_KEYS_QUANT(k)                                                                        \
+#define LG_KEYS_QUANT(k) LG_KEYS_QUANT_OUT(k, LG_QOUT_BOTH)
+/* The same with another default quant.output. */
+#define LG_KEYS_QUANT_OUT(k, out_def)                                                          \
 	[(k)] = {.path = "quant", .type = LG_KEY_OBJECT, .flags = LG_KEY_REQUIRED,                 \
 		 .doc = "blockwise FP8 recipe (KERNELS.md 1)"},                                     \
 	[(k) + 1] = {.path = "quant.format", .type = LG_KEY_ENUM, .values = lg_quant_format_names, \
@@ -122,7 +124,7 @@ extern const char *const lg_round_scale_words[2];
 		     .naming = LG_NAME_ALWAYS, .rank = 21, .words = lg_round_scale_words,          \
 		     .doc = "power-of-two scales, rounded up"},                                     \
 	[(k) + 4] = {.path = "quant.output", .type = LG_KEY_ENUM, .values = lg_quant_output_names, \
-		     .nvalues = LG_QOUT_COUNT, .has_def = true, .def = LG_QOUT_BOTH,               \
+		     .nvalues = LG_QOUT_COUNT, .has_def = true, .def = (out_def),                  \
 		     .naming = LG_NAME_ALWAYS, .rank = 20, .words = lg_quant_output_words,         \
 		     .doc = "which copies: rowwise 1x128, columnwise 128x1 (transposed), both"}
 

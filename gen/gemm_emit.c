@@ -36,6 +36,20 @@ static unsigned tile_bytes(const struct lg_gemm *g, const struct lg_gemm_operand
 
 int lg_gemm_threads(const struct lg_gemm_tile *t) { return 32 * t->warps_m * t->warps_n; }
 
+void lg_gemm_tile_from_spec(const struct lg_spec *s, const struct lg_gemm_tile_keys *k, struct lg_gemm_tile *t)
+{
+	const int key[6] = {k->bm, k->bn, k->bk, k->stages, k->warps_m, k->warps_n};
+	int *const field[6] = {&t->bm, &t->bn, &t->bk, &t->stages, &t->warps_m, &t->warps_n};
+	for (int i = 0; i < 6; i++)
+		if (key[i] >= 0 && lg_spec_has(s, key[i]))
+			*field[i] = (int)lg_spec_int(s, key[i]);
+}
+
+unsigned lg_gemm_smem_limit(const struct lg_target *t)
+{
+	return t->sm >= 90 ? 227u * 1024u : t->sm == 80 ? 163u * 1024u : 99u * 1024u;
+}
+
 unsigned lg_gemm_smem(const struct lg_gemm *g)
 {
 	return (unsigned)g->t.stages * (tile_bytes(g, &g->a, g->t.bm) + tile_bytes(g, &g->b, g->t.bn));
@@ -105,9 +119,36 @@ static void emit_frag_a(lg_buf *b, const struct lg_gemm *g, const char *prefix);
 static void emit_frag_b(lg_buf *b, const struct lg_gemm *g, const char *prefix);
 static void emit_mma(lg_buf *b, const struct lg_gemm *g, const char *prefix);
 
+/* The store of a produced A (a.ptr NULL): 8 values of one row at col.. (col a
+ * multiple of 8) into a stage, in the layout the fragment loads read. */
+static void emit_store_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
+{
+	int rb = tile_rb(g, &g->a, g->t.bm);
+	char name[64];
+	snprintf(name, sizeof name, "%s_st_a", prefix);
+	lg_comment(b, "Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple");
+	lg_comment(b, "of 8) of a [%d][%d bytes] stage, as %s (swizzled as a loaded tile).", g->t.bm, rb,
+		   g->a.fp32 ? "fp32" : "bf16");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, "u8 *s, int row, int col, const float v[8]");
+	lg_open(b, "{");
+	if (g->a.fp32) {
+		lg_line(b, "*(float4 *)(s + lg_swz(row, col * 4, %d)) = make_float4(v[0], v[1], v[2], v[3]);", rb);
+		lg_line(b, "*(float4 *)(s + lg_swz(row, col * 4 + 16, %d)) = make_float4(v[4], v[5], v[6], v[7]);",
+			rb);
+	} else {
+		lg_line(b, "*(uint4 *)(s + lg_swz(row, col * 2, %d)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),", rb);
+		lg_line(b, "	lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));");
+	}
+	lg_close(b);
+}
+
 void lg_gemm_emit_loaders(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 {
-	emit_loader(b, g, &g->a, g->t.bm, prefix);
+	if (g->a.ptr)
+		emit_loader(b, g, &g->a, g->t.bm, prefix);
+	else
+		emit_store_a(b, g, prefix);
 	emit_loader(b, g, &g->b, g->t.bn, prefix);
 	emit_frag_a(b, g, prefix);
 	emit_frag_b(b, g, prefix);
@@ -233,19 +274,32 @@ static void emit_mma(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 
 /* Issue the loads of reduction tile `kt` (relative) into stage `st`. */
 static void emit_stage_load(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
-			    const char *o0b, const char *kt0, const char *kt, const char *st)
+			    const char *o0b, const char *kt0, const char *kt, const char *st,
+			    const struct lg_gemm_fill *fill)
 {
 	unsigned ab = tile_bytes(g, &g->a, g->t.bm), bb = tile_bytes(g, &g->b, g->t.bn);
 	lg_line(b, "const int st = %s;", st);
 	lg_line(b, "const i64 r0 = (%s + %s) * %d;", kt0, kt, g->t.bk);
-	lg_line(b, "%s_load_a(sa + st * %u, (const u8 *)%s, %s, r0, %s, %s, %s);", prefix, ab, g->a.ptr, o0a,
-		g->a.out_ext, g->a.red_ext, g->a.ld);
+	if (!fill) {
+		lg_line(b, "%s_load_a(sa + st * %u, (const u8 *)%s, %s, r0, %s, %s, %s);", prefix, ab, g->a.ptr,
+			o0a, g->a.out_ext, g->a.red_ext, g->a.ld);
+		lg_line(b, "%s_load_b(sb + st * %u, (const u8 *)%s, %s, r0, %s, %s, %s);", prefix, bb, g->b.ptr,
+			o0b, g->b.out_ext, g->b.red_ext, g->b.ld);
+		return;
+	}
+	/* B's copies first, so that they fly while A is made */
 	lg_line(b, "%s_load_b(sb + st * %u, (const u8 *)%s, %s, r0, %s, %s, %s);", prefix, bb, g->b.ptr, o0b,
 		g->b.out_ext, g->b.red_ext, g->b.ld);
+	lg_line(b, "u8 *const adst = sa + st * %u;", ab);
+	fill->fill(b, g, "r0", "adst", fill->ctx);
+	lg_open(b, "if (%s + 1 < nkt) {", kt);
+	lg_line(b, "const i64 r1 = r0 + %d;", g->t.bk);
+	fill->fetch(b, g, "r1", fill->ctx);
+	lg_close(b);
 }
 
-void lg_gemm_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
-			   const char *o0b, const char *kt0, const char *kt1)
+static void emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			  const char *o0b, const char *kt0, const char *kt1, const struct lg_gemm_fill *fill)
 {
 	const struct lg_gemm_tile *t = &g->t;
 	int wmt = t->bm / t->warps_m, wnt = t->bn / t->warps_n, mi_n = wmt / 16, ni_n = wnt / 8;
@@ -262,11 +316,18 @@ void lg_gemm_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefi
 	lg_close(b);
 	lg_line(b, "u8 *const sa = smem, *const sb = smem + %u;", (unsigned)t->stages * ab);
 	lg_line(b, "const int nkt = (int)(%s - %s);", kt1, kt0);
+	if (fill) {
+		lg_comment(b, "A is made by the kernel: the loads of its first reduction tile.");
+		lg_open(b, "if (nkt > 0) {");
+		lg_line(b, "const i64 r1 = (i64)(%s) * %d;", kt0, g->t.bk);
+		fill->fetch(b, g, "r1", fill->ctx);
+		lg_close(b);
+	}
 	lg_comment(b, "Prologue: the first %d reduction tiles in flight, one commit group each.", t->stages - 1);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int s = 0; s < %d; s++) {", t->stages - 1);
 	lg_open(b, "if (s < nkt) {");
-	emit_stage_load(b, g, prefix, o0a, o0b, kt0, "s", "s");
+	emit_stage_load(b, g, prefix, o0a, o0b, kt0, "s", "s", fill);
 	lg_close(b);
 	lg_line(b, "lg_cp_commit();");
 	lg_close(b);
@@ -278,7 +339,7 @@ void lg_gemm_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefi
 	lg_open(b, "if (nx < nkt) {");
 	char st[32];
 	snprintf(st, sizeof st, "nx %% %d", t->stages);
-	emit_stage_load(b, g, prefix, o0a, o0b, kt0, "nx", st);
+	emit_stage_load(b, g, prefix, o0a, o0b, kt0, "nx", st, fill);
 	lg_close(b);
 	lg_line(b, "lg_cp_commit();");
 	lg_line(b, "const int cs = kt %% %d; // the stage of tile kt", t->stages);
@@ -291,6 +352,34 @@ void lg_gemm_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefi
 	lg_line(b, "%s_mma(acc, af, bfr);", prefix);
 	lg_close(b); /* ks */
 	lg_close(b); /* kt */
+}
+
+void lg_gemm_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			   const char *o0b, const char *kt0, const char *kt1)
+{
+	emit_mainloop(b, g, prefix, o0a, o0b, kt0, kt1, NULL);
+}
+
+void lg_gemm_emit_mainloop_fill(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+				const char *o0b, const char *kt0, const char *kt1, const struct lg_gemm_fill *fill)
+{
+	emit_mainloop(b, g, prefix, o0a, o0b, kt0, kt1, fill);
+}
+
+void lg_gemm_emit_store_f32(lg_buf *b, const char *name, bool even)
+{
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, "float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1");
+	lg_open(b, "{");
+	lg_line(b, "if (row >= rows || col >= cols) return;");
+	if (even) {
+		lg_comment(b, "cols even: col + 1 is in the row too");
+		lg_line(b, "*(float2 *)(out + row * cols + col) = make_float2(v0, v1);");
+	} else {
+		lg_line(b, "out[row * cols + col] = v0;");
+		lg_line(b, "if (col + 1 < cols) out[row * cols + col + 1] = v1;");
+	}
+	lg_close(b);
 }
 
 void lg_gemm_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,

@@ -33,12 +33,14 @@
 #include <stdbool.h>
 
 #include "buf.h"
+#include "family.h"
 
 struct lg_gemm_operand {
 	const char *name;    /* "a" or "b": the prefix of its generated loader */
 	bool fp32;           /* fp32 in memory (A only), else bf16 */
 	bool mn_major;       /* the output dimension contiguous in memory (else the reduction) */
-	const char *ptr;     /* the u64 kernel argument holding its address */
+	const char *ptr;     /* the u64 kernel argument holding its address; NULL (A only):
+				produced by the kernel (lg_gemm_emit_mainloop_fill) */
 	const char *ld;      /* elements between consecutive rows in memory (an expression) */
 	const char *out_ext; /* extent of its output dimension (an expression) */
 	const char *red_ext; /* extent of its reduction dimension (an expression) */
@@ -57,6 +59,17 @@ struct lg_gemm {
 	int terms; /* bf16 terms of an fp32 A: 1..3 (1 for bf16) */
 };
 
+/* The spec keys (key indices of a family's table, -1: not declared) that
+ * set a tile's fields. */
+struct lg_gemm_tile_keys {
+	int bm, bn, bk, stages, warps_m, warps_n;
+};
+/* t with each field whose key the spec s gives replaced by its value. */
+void lg_gemm_tile_from_spec(const struct lg_spec *s, const struct lg_gemm_tile_keys *k, struct lg_gemm_tile *t);
+/* The dynamic shared memory a CTA may have on t (bytes): 227 KB on sm_90
+ * and newer, 163 KB on sm_80, 99 KB on the others (sm_86, sm_89). */
+unsigned lg_gemm_smem_limit(const struct lg_target *t);
+
 /* Threads of a CTA (32 a warp). */
 int lg_gemm_threads(const struct lg_gemm_tile *t);
 /* Dynamic shared memory bytes of g's pipeline. */
@@ -74,6 +87,28 @@ void lg_gemm_emit_loaders(lg_buf *b, const struct lg_gemm *g, const char *prefix
  * tiles [kt0, kt1) (i64 expressions). */
 void lg_gemm_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
 			   const char *o0b, const char *kt0, const char *kt1);
+/* A main loop whose A the kernel makes itself (g->a.ptr NULL; e.g. a
+ * normalised input, so that it is never read back from memory). Two hooks
+ * emit code inside the loop, at an i64 expression `r0` (the first reduction
+ * index of a tile): fetch issues the global loads of tile r0 into registers
+ * the kernel declared before the loop; fill, called one tile later (the
+ * loads have had a whole tile of mma to land), turns them into the A values
+ * and writes them into the stage `dst` (a u8 * expression) with
+ * <prefix>_st_a(dst, row, col, v) (plain shared stores, so complete when it
+ * returns), zeros for rows and reduction indices past the operand. Each
+ * tile is fetched once and filled once, in order; B's cp.async copies of
+ * the tile are issued before its fill. */
+struct lg_gemm_fill {
+	void *ctx;
+	void (*fetch)(lg_buf *b, const struct lg_gemm *g, const char *r0, void *ctx);
+	void (*fill)(lg_buf *b, const struct lg_gemm *g, const char *r0, const char *dst, void *ctx);
+};
+void lg_gemm_emit_mainloop_fill(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+				const char *o0b, const char *kt0, const char *kt1, const struct lg_gemm_fill *fill);
+/* `name(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float
+ * v1)`: the store of an fp32 accumulator pair into a row-major [rows, cols]
+ * output, predicated (even: cols is even, one 8-byte store). */
+void lg_gemm_emit_store_f32(lg_buf *b, const char *name, bool even);
 /* The epilogue after the main loop: `<store>row, col, v0, v1)` for every
  * accumulator pair (store is e.g. "lg_store(y, M, "). */
 void lg_gemm_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,

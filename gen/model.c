@@ -56,7 +56,7 @@ static const int64_t key_range[LG_MK_COUNT][2] = {
 };
 
 /* Keys of a model config, in the order messages list them. */
-#define NKEYS (LG_MK_COUNT + 6)
+#define NKEYS (LG_MK_COUNT + 7)
 static const char *const fp8_keys[] = {"format", "block", "round_scale"};
 
 #define NAME_CHARS "A-Z a-z 0-9 . _ -"
@@ -79,6 +79,7 @@ static void model_keys(const char *names[NKEYS])
 	names[n++] = "eps";
 	names[n++] = "rotary_fraction";
 	names[n++] = "fp8";
+	names[n++] = "fused_router";
 	LG_ASSERT(n == NKEYS);
 }
 
@@ -155,6 +156,16 @@ static lg_status parse_rotary(const struct lg_jreader *r, const cJSON *root, str
 	return LG_OK;
 }
 
+/* "fused_router" (optional): true, false; false when absent. */
+static lg_status parse_fused_router(const struct lg_jreader *r, const cJSON *root, struct lg_model *m)
+{
+	const cJSON *v = member(root, "fused_router");
+	m->fused_router = false;
+	if (!v)
+		return LG_OK;
+	return lg_json_bool(r, "fused_router", v, &m->fused_router);
+}
+
 static lg_status parse_fp8_fields(const struct lg_jreader *r, const cJSON *q, struct lg_quant *qt)
 {
 	const cJSON *v;
@@ -228,7 +239,8 @@ static lg_status parse_model(struct lg_jreader *r, const cJSON *root, struct lg_
 		return st;
 	if ((st = parse_name(r, root, m)) != LG_OK || (st = parse_texts(r, root)) != LG_OK ||
 	    (st = parse_ints(r, root, m)) != LG_OK || (st = parse_eps(r, root, m)) != LG_OK ||
-	    (st = parse_rotary(r, root, m)) != LG_OK || (st = parse_fp8(r, root, m)) != LG_OK)
+	    (st = parse_rotary(r, root, m)) != LG_OK || (st = parse_fp8(r, root, m)) != LG_OK ||
+	    (st = parse_fused_router(r, root, m)) != LG_OK)
 		return st;
 	return check_model(r, m);
 }
@@ -270,13 +282,15 @@ struct step {
 	const char *dtype;   /* input dtype */
 	struct { const char *key; enum lg_model_key from; } dims[3]; /* spec key, model key */
 	int ndims;
-	unsigned flags;      /* EPS, QUANT, SHARED_ONLY, ROPE */
+	unsigned flags;      /* EPS, QUANT, SHARED_ONLY, ROPE, UNFUSED, FUSED */
 };
 enum {
 	EPS = 1,         /* takes the model's eps */
 	QUANT = 2,       /* takes the model's fp8 recipe, output "both" */
 	SHARED_ONLY = 4, /* only for models with shared experts */
 	ROPE = 8,        /* takes the model's rotary_fraction */
+	UNFUSED = 16,    /* only when the model's fused_router is false */
+	FUSED = 32,      /* only when it is true */
 };
 
 #define FWD LG_PASS_FORWARD
@@ -305,10 +319,13 @@ static const struct step steps[] = {
 	{"qk_norm_rope", "K2", FWD, "bf16", ATTN, EPS | ROPE},
 	{"qk_norm_rope", "K2", BWD, "bf16", ATTN, EPS | ROPE},
 	/* router logits in fp32 */
-	{"router_gemm", "K3", FWD, "bf16", ROUTE, 0},
+	{"router_gemm", "K3", FWD, "bf16", ROUTE, UNFUSED},
 	{"router_gemm", "K3", BWD, "bf16", ROUTE, 0}, /* x, w bf16; dy is fp32 */
-	/* post-attention RMSNorm + FP8: the same kernels as the input norm */
-	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT},
+	/* post-attention RMSNorm + FP8: the same kernels as the input norm;
+	 * with fused_router, this norm and the router's forward are one
+	 * kernel (both copies: the recipe's output) */
+	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT | UNFUSED},
+	{"rmsnorm_router", "K3b", FWD, "bf16", ROUTE, EPS | QUANT | FUSED},
 	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
 	/* MoE dispatch and combine: the padded row map of the router's mask,
 	 * the permute into expert rows and its backward, the combine and its
@@ -345,7 +362,8 @@ static const char *why_of(const char *section, bool family)
 {
 	static const struct { const char *section, *family, *pass; } whys[] = {
 		{"K1", WHY("K1"), WHY_PASS("K1")},   {"K2", WHY("K2"), WHY_PASS("K2")},
-		{"K3", WHY("K3"), WHY_PASS("K3")},   {"K4", WHY("K4"), WHY_PASS("K4")},
+		{"K3", WHY("K3"), WHY_PASS("K3")},   {"K3b", WHY("K3b"), WHY_PASS("K3b")},
+		{"K4", WHY("K4"), WHY_PASS("K4")},
 		{"K4b", WHY("K4b"), WHY_PASS("K4b")},
 		{"K5", WHY("K5"), WHY_PASS("K5")},   {"K6", WHY("K6"), WHY_PASS("K6")},
 		{"K7", WHY("K7"), WHY_PASS("K7")},   {"K9", WHY("K9"), WHY_PASS("K9")},
@@ -466,6 +484,8 @@ lg_status lg_model_expand(const struct lg_model *m, const char *file, struct lg_
 	for (size_t i = 0; i < COUNT(steps); i++) {
 		const struct step *st = &steps[i];
 		if ((st->flags & SHARED_ONLY) && m->v[LG_MK_SHARED_EXPERTS] == 0)
+			continue;
+		if ((st->flags & (m->fused_router ? UNFUSED : FUSED)) != 0)
 			continue;
 		int op = find_op(st->op);
 		if (op < 0 || !((lg_family_get((enum lg_op)op)->passes >> st->pass) & 1u)) {

@@ -48,6 +48,8 @@ struct lg_model {
 	double eps;            /* rms_norm_eps */
 	double rotary_fraction; /* share of head_dim RoPE rotates (optional, 0.5: Ling; 1: Qwen3) */
 	struct lg_quant fp8;   /* format, block, round_scale; output unused */
+	bool fused_router;     /* optional, false: the MoE input's RMSNorm and the router GEMM
+				  as one kernel (rmsnorm_router, KERNELS.md K3b) */
 };
 
 /* Upper bound on the entries of one expansion (the step table's size). */

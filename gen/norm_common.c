@@ -4,6 +4,7 @@
 #include "norm_common.h"
 
 #include "json.h" /* lg_json_number_text */
+#include "quant_engine.h"
 
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 {
@@ -195,4 +196,27 @@ void lg_dw_reduce_geometry(int64_t n, bool sliced, struct lg_launch_dim *d)
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	d->block[0] = 256;
 	d->smem = 0;
+}
+
+void lg_norm_qe_block(lg_buf *b, const struct lg_qe *e, void *ctx)
+{
+	(void)e, (void)ctx;
+	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + (k0 + 8 * lb) * 2);");
+	lg_line(b, "const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};");
+}
+
+void lg_norm_qe_values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	(void)ctx;
+	lg_open(b, "{ // x re-read from L2 (evict first), times its row's rms, times w");
+	lg_line(b, "const u8 *const xp = (const u8 *)x + (%s * %lld + %s) * 2;", r->row, (long long)e->n, r->col);
+	lg_line(b, "const lg_u32x4 xv = lg_ld16_cs(xp);");
+	lg_line(b, "const u32 xw[4] = {xv.x, xv.y, xv.z, xv.w};");
+	lg_line(b, "const float rr = ((const float *)rms)[%s];", r->row);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < 4; j++) {");
+	lg_line(b, "%s[2 * j] = (lg_bf16_lo(xw[j]) * rr) * lg_bf16_lo(ww[j]);", r->dst);
+	lg_line(b, "%s[2 * j + 1] = (lg_bf16_hi(xw[j]) * rr) * lg_bf16_hi(ww[j]);", r->dst);
+	lg_close(b);
+	lg_close(b);
 }

@@ -68,4 +68,15 @@ void lg_emit_dw_reduce(lg_buf *b, const struct lg_spec *s, const char *entry, in
 /* Its launch shape for n columns (launched also at 0 tokens: dw = 0). */
 void lg_dw_reduce_geometry(int64_t n, bool sliced, struct lg_launch_dim *d);
 
+/* The quant engine's hooks (quant_engine.h) for the copies of an RMSNorm
+ * output y = (x r) w, in fp32 as the norm computes it, from the kernel's
+ * arguments x (bf16 [*, n], re-read with evict-first loads: it is expected
+ * in L2), rms (the saved reciprocal RMS, fp32 [*]) and w (bf16 [n]):
+ * block loads the 8 weights of the thread's features, values a row. ctx
+ * unused. rmsnorm_quant's columnwise kernel and rmsnorm_router's. */
+struct lg_qe;
+struct lg_qe_row;
+void lg_norm_qe_block(lg_buf *b, const struct lg_qe *e, void *ctx);
+void lg_norm_qe_values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx);
+
 #endif

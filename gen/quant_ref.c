@@ -264,3 +264,22 @@ void lg_ref_quant_experts(const float *y, size_t m, size_t n, const int32_t *cou
 		trow += (c + 127) / 128;
 	}
 }
+
+void lg_ref_fill_norm_input(uint16_t *x, int64_t m, size_t n, double eps, uint64_t *state)
+{
+	uint64_t st = *state;
+	for (int64_t i = 0; i < m; i++) {
+		float scale = ldexpf(1.0f, (int)(lg_ref_rand(&st) % 13) - 6);
+		if (m > 1 && lg_ref_rand(&st) % 97 == 0)
+			scale = 0.0f;
+		uint16_t *row = x + (size_t)i * n;
+		do { /* a row whose r the GPU's summation order could change: draw again */
+			lg_ref_fill_bf16(row, n, scale, &st);
+			if (scale != 0.0f && lg_ref_rand(&st) % 7 == 0) {
+				size_t k = (size_t)(lg_ref_rand(&st) % n);
+				row[k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(row[k]) * 40.0f);
+			}
+		} while (!lg_ref_rrms_stable(lg_ref_sumsq_bf16(row, n), (int64_t)n, eps));
+	}
+	*state = st;
+}

@@ -107,6 +107,12 @@ void lg_ref_quant_experts(const float *y, size_t m, size_t n, const int32_t *cou
  * outliers, an all-zero feature. */
 void lg_ref_fill_quant_input(uint16_t *x, size_t m, size_t n, uint64_t *state);
 
+/* Random bf16 input of an RMSNorm, x [m, n]: rows of varied magnitude
+ * (2^-6 .. 2^6), a few all-zero rows, a few outliers (x 40), each row
+ * drawn again until its reciprocal RMS is one no fp64 summation order
+ * changes (lg_ref_rrms_stable): the GPU's r is then the reference's. */
+void lg_ref_fill_norm_input(uint16_t *x, int64_t m, size_t n, double eps, uint64_t *state);
+
 /* The distance compare.c measures between two sign-magnitude encodings
  * of nbits bits (e4m3 8, bf16 16, fp32 32): how many representable values
  * apart they are (+0 and -0: 1), capped at UINT16_MAX: a slack. */

@@ -410,7 +410,7 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 }
 
 /* Kernel 2's hooks on the quant engine: y = (x r) w in fp32, as the
- * fused kernel computes it. */
+ * fused kernel computes it (norm_common.h: lg_norm_qe_values, _block). */
 static void k2_prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 {
 	(void)e;
@@ -418,29 +418,6 @@ static void k2_prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 		lg_comment(b, "Wait until the rows launch before this one is done, its rms visible.");
 		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
 	}
-}
-
-static void k2_block(lg_buf *b, const struct lg_qe *e, void *ctx)
-{
-	(void)e, (void)ctx;
-	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + (k0 + 8 * lb) * 2);");
-	lg_line(b, "const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};");
-}
-
-static void k2_values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
-{
-	(void)ctx;
-	lg_open(b, "{ // x re-read from L2 (evict first), times its row's rms, times w");
-	lg_line(b, "const u8 *const xp = (const u8 *)x + (%s * %lld + %s) * 2;", r->row, (long long)e->n, r->col);
-	lg_line(b, "const lg_u32x4 xv = lg_ld16_cs(xp);");
-	lg_line(b, "const u32 xw[4] = {xv.x, xv.y, xv.z, xv.w};");
-	lg_line(b, "const float rr = ((const float *)rms)[%s];", r->row);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int j = 0; j < 4; j++) {");
-	lg_line(b, "%s[2 * j] = (lg_bf16_lo(xw[j]) * rr) * lg_bf16_lo(ww[j]);", r->dst);
-	lg_line(b, "%s[2 * j + 1] = (lg_bf16_hi(xw[j]) * rr) * lg_bf16_hi(ww[j]);", r->dst);
-	lg_close(b);
-	lg_close(b);
 }
 
 /* Kernel 2 (two-kernel mode): the columnwise copy of one 128 x 128 tile, by
@@ -469,7 +446,7 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	}
 	struct lg_qe e = {.n = p->v[P_HIDDEN], .threads = K2_THREADS, .cols = true, .pow2 = lg_quant_pow2(s),
 			  .vals = LG_QE_F32, .layout = LG_QE_FLAT, .tile = tile, .group = "(int)blockIdx.x"};
-	struct lg_qe_hooks h = {.values = k2_values, .prologue = k2_prologue, .block = k2_block,
+	struct lg_qe_hooks h = {.values = lg_norm_qe_values, .prologue = k2_prologue, .block = lg_norm_qe_block,
 				.ctx = (void *)p};
 	lg_qe_emit_body(b, &e, &h);
 	lg_close(b);

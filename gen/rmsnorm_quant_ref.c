@@ -29,28 +29,14 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 	c->buf[ST].cmp = LG_CMP_SCALE;
 }
 
-/* Rows of varied magnitude (2^-6 .. 2^6), a few all-zero rows, a few
- * outlier channels: scales of every size and zero blocks get exercised. */
+/* x: lg_ref_fill_norm_input (rows of every magnitude, zero rows, outliers,
+ * each with a stable r); w about 1. */
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
 	size_t n = (size_t)lg_ref_int(s, "hidden");
-	int64_t m = c->sizes[0];
-	double eps = lg_ref_num(s, "eps");
 	uint64_t st = seed;
-	uint16_t *x = c->buf[X].host, *w = c->buf[W].host;
-	for (int64_t i = 0; i < m; i++) {
-		float scale = ldexpf(1.0f, (int)(lg_ref_rand(&st) % 13) - 6);
-		if (m > 1 && lg_ref_rand(&st) % 97 == 0)
-			scale = 0.0f;
-		uint16_t *row = x + (size_t)i * n;
-		do { /* a row whose r the GPU's summation order could change: draw again */
-			lg_ref_fill_bf16(row, n, scale, &st);
-			if (scale != 0.0f && lg_ref_rand(&st) % 7 == 0) {
-				size_t k = (size_t)(lg_ref_rand(&st) % n);
-				row[k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(row[k]) * 40.0f);
-			}
-		} while (!lg_ref_rrms_stable(lg_ref_sumsq_bf16(row, n), (int64_t)n, eps));
-	}
+	uint16_t *w = c->buf[W].host;
+	lg_ref_fill_norm_input(c->buf[X].host, c->sizes[0], n, lg_ref_num(s, "eps"), &st);
 	for (size_t k = 0; k < n; k++)
 		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
 }

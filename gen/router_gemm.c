@@ -168,11 +168,6 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 /* Row tiles a column sweep of the forward's raster covers. */
 #define RASTER 16
 
-static unsigned smem_limit(const struct lg_target *t)
-{
-	return t->sm >= 90 ? 227u * 1024u : t->sm == 80 ? 163u * 1024u : 99u * 1024u;
-}
-
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	int split;
@@ -206,15 +201,15 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 			smem = m > smem ? m : smem;
 		}
 		/* the heuristic's stages: as many as fit the target */
-		if (smem <= smem_limit(t) || lg_spec_has(s, K_STAGES) || tl.stages <= 2)
+		if (smem <= lg_gemm_smem_limit(t) || lg_spec_has(s, K_STAGES) || tl.stages <= 2)
 			break;
 		tl.stages--;
 	}
-	if (smem > smem_limit(t))
+	if (smem > lg_gemm_smem_limit(t))
 		return lg_fail(LG_ERR_SPEC,
 			       "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at most "
 			       "%u bytes on %s (fewer stages or a smaller tile)",
-			       s->entry, tl.stages, smem, smem_limit(t), t->name);
+			       s->entry, tl.stages, smem, lg_gemm_smem_limit(t), t->name);
 	p->tile[K_TM] = p->v[P_BM] = tl.bm;
 	p->tile[K_TN] = p->v[P_BN] = tl.bn;
 	p->tile[K_TK] = p->v[P_BK] = tl.bk;
@@ -284,23 +279,6 @@ static void emit_dims(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "#define LG_N %lldll // experts", (long long)p->v[P_N]);
 }
 
-/* Store of an fp32 pair (row, col), (row, col + 1) of a [rows, cols] output. */
-static void emit_store_f32(lg_buf *b, const char *name, bool even)
-{
-	lg_line(b, "static __device__ __forceinline__ void");
-	lg_head(b, name, "float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1");
-	lg_open(b, "{");
-	lg_line(b, "if (row >= rows || col >= cols) return;");
-	if (even) {
-		lg_comment(b, "cols even: col + 1 is in the row too");
-		lg_line(b, "*(float2 *)(out + row * cols + col) = make_float2(v0, v1);");
-	} else {
-		lg_line(b, "out[row * cols + col] = v0;");
-		lg_line(b, "if (col + 1 < cols) out[row * cols + col + 1] = v1;");
-	}
-	lg_close(b);
-}
-
 /* The kernel's head: the signature, shared memory, its tile's origin. */
 static void emit_head(lg_buf *b, const struct lg_spec *s, const char *entry, const struct lg_gemm *g,
 		      const char *what)
@@ -318,7 +296,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_section(b, "helpers for this spec", NULL);
 	emit_dims(b, p);
 	lg_gemm_emit_loaders(b, &g, "fw");
-	emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
+	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
 	emit_head(b, s, p->entry[0], &g, "router GEMM forward: logits fp32 = x . w^T");
 	int64_t tn = (p->v[P_N] + g.t.bn - 1) / g.t.bn;
 	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
@@ -343,7 +321,7 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	emit_dims(b, p);
 	lg_gemm_emit_loaders(b, &gx, "dx");
 	lg_gemm_emit_loaders(b, &gw, "dw");
-	emit_store_f32(b, "lg_store_f32", true);
+	lg_gemm_emit_store_f32(b, "lg_store_f32", true);
 	lg_comment(b, "Store of a bf16 pair (row, col), (row, col + 1) of dx [M, K] (K even).");
 	lg_line(b, "static __device__ __forceinline__ void");
 	lg_head(b, "lg_store_dx", "u8 *out, i64 rows, i64 row, i64 col, float v0, float v1");

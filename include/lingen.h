@@ -365,6 +365,17 @@ lg_status lg_router_gemm_forward(const lg_kernel *k, lg_stream stream, int64_t t
 lg_status lg_router_gemm_backward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr dy,
 				  lg_dptr x, lg_dptr w, lg_dptr dx, lg_dptr dw, lg_dptr workspace);
 
+/* K3b: RMSNorm + router GEMM + rowwise FP8 in one pass (op "rmsnorm_router"):
+ *   x [tokens, hidden] bf16, w [hidden] bf16 (the norm's weight), route_w
+ *   [experts, hidden] bf16; y [tokens, hidden] bf16 = (x r) w, rms [tokens]
+ *   fp32 = r (reciprocal RMS), logits [tokens, experts] fp32 = y . route_w^T
+ *   (y as the spec's precision), q, s the rowwise copy of fp32 y (s
+ *   [cdiv(hidden, 128), tokens]), qt, st the columnwise copy (quant.output
+ *   "both"; else 0). */
+lg_status lg_rmsnorm_router_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				    lg_dptr w, lg_dptr route_w, lg_dptr y, lg_dptr rms, lg_dptr logits,
+				    lg_dptr q, lg_dptr s, lg_dptr qt, lg_dptr st);
+
 /* ------------------------------------------------------- tensor lists */
 
 /* A list of device tensors, for the families that reduce over one (K10 grad

@@ -228,6 +228,14 @@ lg_status lg_router_gemm_backward(const lg_kernel *k, lg_stream stream, int64_t 
 	LG_TYPED(LG_OP_ROUTER_GEMM, LG_PASS_BACKWARD, LG_SIZES(tokens), dy, x, w, dx, dw, workspace);
 }
 
+lg_status lg_rmsnorm_router_forward(const lg_kernel *k, lg_stream stream, int64_t tokens, lg_dptr x,
+				    lg_dptr w, lg_dptr route_w, lg_dptr y, lg_dptr rms, lg_dptr logits,
+				    lg_dptr q, lg_dptr s, lg_dptr qt, lg_dptr st)
+{
+	LG_TYPED(LG_OP_RMSNORM_ROUTER, LG_PASS_FORWARD, LG_SIZES(tokens), x, w, route_w, y, rms, logits, q, s,
+		 qt, st);
+}
+
 /* The integer value of spec key `path` of k's family (0 when absent). */
 static int64_t key_of(const lg_kernel *k, const char *path)
 {

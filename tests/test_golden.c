@@ -261,6 +261,18 @@ static const struct golden cases[] = {
 	{"router_gemm_bwd_h1000_e97_bf16x3_sm80", "sm_80",
 	 "{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
 	 "\"experts\": 97, \"precision\": \"bf16x3\", \"tile\": {\"k\": 64, \"stages\": 3}}"},
+	/* K3b at the target (rowwise, pow2; "both": the columnwise entry), sm_80: odd experts, a
+	 * partial last quant block, y as 3 terms, exact scales */
+	{"rmsnorm_router_h2048_e256_rowwise", "sm_90a",
+	 "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"quant\": {\"output\": \"rowwise\"}}"},
+	{"rmsnorm_router_h2048_e256_both_bf16x2", "sm_90a",
+	 "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"precision\": \"bf16x2\", \"quant\": {\"output\": \"both\"}}"},
+	{"rmsnorm_router_h1000_e97_bf16x3_exact_sm80", "sm_80",
+	 "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
+	 "\"experts\": 97, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\", "
+	 "\"round_scale\": false}}"},
 	/* K4: the padded row map at the target (mask, multiple 16), top-k int64 with 96 experts
 	 * and multiple 128, top-k int32 with 5 experts unpadded (a byte mask path) */
 	{"moe_row_map_e256_k8_m16_mask", "sm_90a",

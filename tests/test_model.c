@@ -232,6 +232,34 @@ static void test_no_shared_expert(void **state)
 	free(s);
 }
 
+/* fused_router: the MoE input's norm and the router's forward become one
+ * rmsnorm_router kernel (both copies, the model's eps and recipe); the
+ * router's backward stays; absent or false: router_gemm's forward, no
+ * rmsnorm_router. */
+static char *mutate(const char *key, const char *value);
+static void test_fused_router(void **state)
+{
+	(void)state;
+	for (int fused = 0; fused < 3; fused++) {
+		char *text = mutate("fused_router", fused == 2 ? NULL : fused ? "true" : "false");
+		char *json = NULL;
+		if (lg_model_expand_text(text, strlen(text), "m.json", &json) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		const bool on = fused == 1;
+		const char *k3b = strstr(json, "\"op\": \"rmsnorm_router\", \"pass\": \"forward\"");
+		assert_true(on ? k3b != NULL : k3b == NULL);
+		if (on)
+			assert_non_null(strstr(k3b, "\"hidden\": 2048, \"experts\": 256, \"eps\": 1e-06"));
+		if (on)
+			assert_non_null(strstr(k3b, "\"output\": \"both\""));
+		assert_true(on == !strstr(json, "\"op\": \"router_gemm\", \"pass\": \"forward\""));
+		assert_non_null(strstr(json, "\"op\": \"router_gemm\", \"pass\": \"backward\""));
+		assert_non_null(strstr(json, "\"op\": \"rmsnorm_quant\", \"pass\": \"forward\""));
+		free(json);
+		free(text);
+	}
+}
+
 /* ------------------------------------------------------- bad configs */
 
 /* The ling-mini config with one member replaced by `value` (raw JSON),
@@ -309,6 +337,7 @@ static const struct bad bad_models[] = {
 	{"fp8", "{\"format\": \"e4m3\", \"blocks\": 128, \"round_scale\": true}", NULL,
 	 {"m.json: fp8: unknown key \"blocks\"", "allowed keys: format, block, round_scale",
 	  "did you mean \"block\"?"}},
+	{"fused_router", "1", NULL, {"m.json: fused_router: found 1", "allowed: true, false"}},
 	{NULL, NULL, "{\n  \"name\": \"m\",\n  \"hidden\": }", {"m.json: line 3, column 13",
 								 "malformed JSON", "found \"}\""}},
 	{NULL, NULL, "[1, 2]", {"m.json: top level: found an array", "allowed: a model config object"}},
@@ -418,7 +447,8 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shipped_models), cmocka_unit_test(test_ling_mini),
-		cmocka_unit_test(test_no_shared_expert), cmocka_unit_test(test_bad_models),
+		cmocka_unit_test(test_no_shared_expert), cmocka_unit_test(test_fused_router),
+		cmocka_unit_test(test_bad_models),
 		cmocka_unit_test(test_api_errors),     cmocka_unit_test(test_fuzz),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

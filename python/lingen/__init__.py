@@ -23,8 +23,8 @@ from .ops import (batch_swiglu_quant, batch_swiglu_quant_backward, cross_entropy
                   group_rmsnorm_gate, group_rmsnorm_gate_backward, moe_permute,
                   moe_permute_backward, moe_permute_quant, moe_row_map, moe_unpermute,
                   moe_unpermute_backward, qk_norm_rope, qk_norm_rope_backward, rmsnorm,
-                  rmsnorm_backward, rmsnorm_quant, router_gemm, router_gemm_backward, swiglu_quant,
-                  swiglu_quant_backward)
+                  rmsnorm_backward, rmsnorm_quant, rmsnorm_router, router_gemm, router_gemm_backward,
+                  swiglu_quant, swiglu_quant_backward)
 
 __all__ = [
     "__version__", "LingenError", "LibraryError", "SpecError", "Context", "Kernel", "Spec",
@@ -36,7 +36,7 @@ __all__ = [
     "cross_entropy_shard_stats", "cross_entropy_merge",
     "TensorList", "grad_norm", "count_zero",
     "swiglu_quant", "swiglu_quant_backward", "batch_swiglu_quant", "batch_swiglu_quant_backward",
-    "router_gemm", "router_gemm_backward",
+    "router_gemm", "router_gemm_backward", "rmsnorm_router",
     "moe_row_map", "moe_permute", "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",
     "moe_permute_quant",
 ]

@@ -447,6 +447,29 @@ def router_gemm_backward(dy, x, w, *, precision="bf16", dx=True, dw=True, tile=N
     return r["dx"], r["dw"]
 
 
+def rmsnorm_router(x, w, route_w, eps=1e-6, *, precision="bf16", round_scale=True, output="rowwise",
+                   tile=None, out=None, stream=None, context=None, alloc=None):
+    """RMSNorm + router GEMM + rowwise FP8 in one pass (KERNELS.md K3b): x
+    [tokens, hidden] bf16, w [hidden] bf16 (the norm's weight), route_w
+    [experts, hidden] bf16 -> (y, rms, logits, q, s, qt, st): y [tokens,
+    hidden] bf16 = (x r) w, rms [tokens] fp32 (r, the reciprocal RMS),
+    logits [tokens, experts] fp32 = y . route_w^T, q, s the rowwise copy of
+    fp32 y (s [cdiv(hidden, 128), tokens]; a partial last block for hidden
+    not a multiple of 128), qt, st the columnwise copy with output="both"
+    (else None). precision: y on the tensor cores as "bf16" (the y
+    returned: the logits are router_gemm's of y), "bf16x2" (2^-17 of y, more
+    accurate than linghe's tf32) or "bf16x3" (fp32 y exactly). As linghe's
+    triton_rms_norm_fp32_gemm_block_quant_forward (same return order; its
+    output_mode 0 is "rowwise"; its mode 1, the columnwise copy alone from
+    a saved rms, is rmsnorm_quant(..., output="columnwise"), which remakes
+    the same rms)."""
+    r = call("lingen.rmsnorm_router", "rmsnorm_router", "forward",
+             {"x": x, "w": w, "route_w": route_w},
+             _quant(round_scale, output, eps=eps, precision=precision, tile=tile),
+             out=out, stream=stream, context=context, alloc=alloc)
+    return r["y"], r["rms"], r["logits"], r["q"], r["s"], r["qt"], r["st"]
+
+
 # ------------------------------------- MoE dispatch and combine (K4, K5)
 
 def _routing_kind(routing):

@@ -654,6 +654,78 @@ def router_gemm_backward(dy, x, weight, precision="bf16"):
     return dx.view(x.shape), dw
 
 
+# ------------------------------ RMSNorm + router GEMM + FP8, fused (K3b)
+
+def _rms_norm_router_run(x2, weight, route_weight, eps, precision, round_scale, output):
+    res = _run("rmsnorm_router_forward", x2, weight, route_weight, eps=eps, precision=precision,
+               quant_round_scale=round_scale, quant_output=output)
+    # (hidden 128: the smallest shape, 8, takes no columnwise copy)
+    used = _used("rmsnorm_router", "forward", (("hidden", 128), ("quant.output", output)))
+    return _none_unused(res, used)
+
+
+class RMSNormRouterFunction(torch.autograd.Function):
+    """y = rmsnorm(x) * weight, the router logits y . route_weight^T (fp32)
+    and y's FP8 copies in one lingen kernel (KERNELS.md K3b); y and the
+    logits are differentiable. The backward composes the existing ones:
+    router_gemm's (dy from the logits, as `precision` bf16 terms of the fp32
+    dlogits, and d route_weight = dlogits^T . y), added to y's own
+    gradient, then the RMSNorm backward (dx, d weight) from the saved rms.
+    Returns (y, rms, logits, q, s, qt, st); rms and the copies carry no
+    gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, route_weight, eps=1e-6, precision="bf16", round_scale=True,
+                output="rowwise"):
+        x2 = _flat(x)
+        y, rms, logits, q, s, qt, st = _rms_norm_router_run(x2, weight, route_weight, eps, precision,
+                                                            round_scale, output)
+        ctx.save_for_backward(x2, weight, route_weight, y, rms)
+        ctx.opts = (eps, precision, x.shape)
+        q = q.view(x.shape) if q is not None else None
+        ctx.mark_non_differentiable(*(t for t in (rms, q, s, qt, st) if t is not None))
+        return (y.view(x.shape), rms, logits.view(*x.shape[:-1], route_weight.shape[0]), q, s, qt,
+                st)
+
+    @staticmethod
+    def backward(ctx, gy, grms, glogits, *_):
+        x2, weight, route_weight, y, rms = ctx.saved_tensors
+        eps, precision, shape = ctx.opts
+        g = None if gy is None else _flat(gy).float()
+        dr = None
+        if glogits is not None:
+            want = ctx.needs_input_grad
+            dyr, dr = _run("router_gemm_backward", _flat(glogits).float().contiguous(), y,
+                           route_weight, precision=precision)
+            g = dyr.float() if g is None else g + dyr.float()
+            dr = dr.to(route_weight.dtype) if want[2] else None
+        if g is None:
+            return None, None, dr, None, None, None, None
+        dx, dw = _run("rmsnorm_backward", g.to(torch.bfloat16).contiguous(), x2, weight, rms, eps=eps)
+        dw = dw.to(weight.dtype) if ctx.needs_input_grad[1] else None
+        return dx.view(shape), dw, dr, None, None, None, None
+
+
+def rms_norm_router(x, weight, route_weight, eps=1e-6, precision="bf16", round_scale=True,
+                    output="rowwise"):
+    """RMSNorm + router logits + FP8 copies of x [..., hidden] (bf16),
+    differentiable in y and the logits: (y, rms, logits, q, s, qt, st) as
+    RMSNormRouterFunction (the copies output leaves out None)."""
+    return RMSNormRouterFunction.apply(x, weight, route_weight, eps, precision, round_scale, output)
+
+
+def rms_norm_router_forward(x, weight, route_weight, eps=1e-6, precision="bf16", round_scale=True,
+                            output="rowwise"):
+    """(y, rms, logits, q, s, qt, st) without autograd, as linghe's
+    triton_rms_norm_fp32_gemm_block_quant_forward (output "rowwise": its
+    output_mode 0); leading dimensions flattened into tokens (y, q and the
+    logits keep them)."""
+    y, rms, logits, q, s, qt, st = _rms_norm_router_run(_flat(x), weight, route_weight, eps,
+                                                        precision, round_scale, output)
+    return (y.view(x.shape), rms, logits.view(*x.shape[:-1], route_weight.shape[0]),
+            q.view(x.shape) if q is not None else None, s, qt, st)
+
+
 # ------------------------------------------------ tensor lists (K10, K11)
 
 from . import lists as _lists  # noqa: E402

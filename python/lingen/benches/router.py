@@ -1,7 +1,10 @@
 """The router GEMM (KERNELS.md K3), forward and backward, and a square
 8192^3 bf16 GEMM with fp32 output on the same emitter, each beside
-cuBLAS (torch.mm, bf16 output) in the same run; rows report TFLOP/s."""
+cuBLAS (torch.mm, bf16 output) in the same run; rows report TFLOP/s. And
+the fused RMSNorm + router GEMM + rowwise FP8 (K3b) beside its eager
+composition (F.rms_norm, an fp32 mm, the rowwise quantiser)."""
 from . import Case, Setup
+from .quant import dequant, pow2
 
 # linghe on one H200 (shared/TARGETS.md): (kernel, shape) -> us
 LINGHE_US = {("router fwd", "8192x2048x256"): 37.0, ("router bwd", "8192x2048x256"): 178.4}
@@ -43,6 +46,35 @@ def _bwd(env, m, k, n, precision):
                  (dy, x, w), lambda r: tuple(t.float() for t in r))
 
 
+def rmsnorm_router(torch, x, w, rw, eps=1e-6):
+    """Eager K3b: y = F.rms_norm in fp32 (written as bf16), rms, logits of
+    the bf16 y in fp32, and the rowwise copy of fp32 y (pow2 scales)."""
+    t, h = x.shape
+    xf = x.float()
+    rms = torch.rsqrt(xf.square().mean(-1) + eps)
+    y32 = torch.nn.functional.rms_norm(xf, (h,), w.float(), eps)
+    y = y32.to(x.dtype)
+    logits = torch.mm(y.float(), rw.float().T)
+    b = y32.view(t, h // 128, 128)
+    s = pow2(torch, b.abs().amax(-1))
+    q = (b / s[..., None]).view(t, h).to(torch.float8_e4m3fn)
+    return y, rms, logits, q, s.t().contiguous()
+
+
+def _fused(env, m, k, n):
+    torch, lt = env.torch, env.lt
+    x, w, rw = env.randn(m, k), env.weight(k), env.randn(n, k) / k ** 0.5
+    fn = env.compiled(rmsnorm_router)
+
+    def norm(r):
+        y, rms, logits, q, s = r[:5]
+        return y.float(), rms, logits, dequant(torch, q, s, None, None)[0]
+    return Setup({"lingen": lambda: lt.rms_norm_router_forward(x, w, rw),
+                  "eager": lambda: rmsnorm_router(torch, x, w, rw),
+                  "compile": lambda: fn(x, w, rw)},
+                 (x, w, rw), norm)
+
+
 def cases(quick):
     out = []
     shapes = [(8192, 2048, 256)] if quick else [(8192, 2048, 256), (8192, 7168, 256),
@@ -56,6 +88,10 @@ def cases(quick):
             kernel = "router bwd" if p == "bf16" else f"router bwd {p}"
             out.append(Case(kernel, shape, lambda env, m=m, k=k, n=n, p=p: _bwd(env, m, k, n, p),
                             LINGHE_US.get((kernel, shape)), extra={"flops": 2 * flops}))
+    for m, k, n in shapes[:1] if quick else shapes[:2]:
+        out.append(Case("rmsnorm_router", f"{m}x{k}x{n}",
+                        lambda env, m=m, k=k, n=n: _fused(env, m, k, n),
+                        extra={"flops": 2.0 * m * k * n}))
     if not quick:
         out.append(Case("gemm bf16->fp32", "8192x8192x8192",
                         lambda env: _fwd(env, 8192, 8192, 8192),
