@@ -104,6 +104,16 @@ struct lg_key {
 #define LG_KEY_TILE(name, ab, lo_, hi_, only_, doc_)                                            \
 	{.path = "tile." name, .type = LG_KEY_INT, .min = (lo_), .max = (hi_), .only = (only_),     \
 	 .abbrev = (ab), .doc = (doc_)}
+/* tile.min_ctas: CTAs of the kernel each SM must hold at once, the second
+ * value of __launch_bounds__ (ptxas then caps the registers a thread to fit
+ * them, spilling if it must); 1, the default, asks nothing. Families whose
+ * occupancy is set by registers declare it; lg_launch_bounds emits it. */
+extern const int64_t lg_min_ctas_ok[];
+#define LG_KEY_TILE_MIN_CTAS                                                                    \
+	LG_KEY_TILE("min_ctas", "o", 1, 4, lg_min_ctas_ok,                                     \
+		    "CTAs an SM must hold at once (__launch_bounds__ minimum; caps registers)")
+/* "__launch_bounds__(threads)" or, for min_ctas > 1, "(threads, min_ctas)". */
+const char *lg_launch_bounds(char buf[48], int threads, int64_t min_ctas);
 /* The quantisation recipe (KERNELS.md §1): five keys, in this order,
  * at indices k .. k + LG_QUANT_KEYS - 1 of a family's table. */
 #define LG_QUANT_KEYS 5
@@ -291,6 +301,11 @@ int lg_candidate_values(const struct lg_spec *s, const struct lg_target *t, stru
  * (each list 0-terminated), k1 the outer loop. */
 int lg_candidate_grid(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int n,
 		      int max, int k1, const int64_t *values1, int k2, const int64_t *values2);
+/* Each of the candidates out[n0 .. n) again with key k at each value of
+ * values (0-terminated) after the first (the first is what they have),
+ * appended while max allows; returns the new count. */
+int lg_candidate_times(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int n0,
+		       int n, int max, int k, const int64_t *values);
 /* A tile choice of one key. */
 struct lg_tile_choice lg_tile1(int key, int64_t v);
 /* The spec s with tile c in place of its own (c NULL: none), entry name

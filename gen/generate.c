@@ -4,6 +4,7 @@
  */
 #include "generate.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,6 +110,31 @@ int lg_candidate_grid(const struct lg_spec *s, const struct lg_target *t, struct
 			n = lg_candidate_add(s, t, out, n, max, c);
 		}
 	return n;
+}
+
+int lg_candidate_times(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int n0,
+		       int n, int max, int k, const int64_t *values)
+{
+	int end = n;
+	for (int j = 1; values[0] && values[j]; j++)
+		for (int i = n0; i < end; i++) {
+			struct lg_tile_choice c = out[i];
+			c.v[k] = values[j];
+			c.set |= (uint64_t)1 << k;
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+	return n;
+}
+
+const int64_t lg_min_ctas_ok[] = {1, 2, 3, 4, 0};
+
+const char *lg_launch_bounds(char buf[48], int threads, int64_t min_ctas)
+{
+	if (min_ctas > 1)
+		snprintf(buf, 48, "__launch_bounds__(%d, %lld)", threads, (long long)min_ctas);
+	else
+		snprintf(buf, 48, "__launch_bounds__(%d)", threads);
+	return buf;
 }
 
 int lg_candidate_values(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,

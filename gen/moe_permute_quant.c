@@ -38,7 +38,7 @@
 #define HIDDEN_MAX 32768
 
 enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS,
-       K_FBLOCKS, NKEYS };
+       K_FBLOCKS, K_MIN_CTAS, NKEYS };
 static const int64_t threads_ok[] = {256, 512, 0};
 static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
 static const struct lg_key keys[NKEYS] = {
@@ -50,6 +50,7 @@ static const struct lg_key keys[NKEYS] = {
 				  "threads per 128 x 128 tile: 256 (8 rows a thread) or 512 (4 rows)"),
 	[K_FBLOCKS] = LG_KEY_TILE("fblocks", "f", 1, 8, fblocks_ok,
 				  "128-feature blocks a CTA quantises in turn (one expert lookup for all)"),
+	[K_MIN_CTAS] = LG_KEY_TILE_MIN_CTAS,
 };
 
 static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 24, "tokens", 0}};
@@ -71,7 +72,7 @@ static const struct lg_arg args[NARGS] = {
 	[A_OUTP] = {"out_probs", LG_ARG_OPT_OUT, LG_ELEM_FP32, ROWS, 4, "probs[t, e] of each row (0: padding)"},
 };
 
-enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE };
+enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE, P_MIN_CTAS };
 
 static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p, char *m, size_t mlen, char *ne,
 			   size_t nlen)
@@ -104,6 +105,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_THREADS] = p->v[P_THREADS] =
 		lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) ? 256 : 512;
 	p->tile[K_FBLOCKS] = p->v[P_FBLOCKS] = fb < nb ? fb : nb;
+	/* 103 registers a thread at 256 threads: 2 CTAs an SM (ptxas); a
+	 * higher minimum is a tuning choice */
+	p->tile[K_MIN_CTAS] = p->v[P_MIN_CTAS] = lg_spec_has(s, K_MIN_CTAS) ? lg_spec_int(s, K_MIN_CTAS) : 1;
 	p->v[P_EXPERTS] = lg_spec_int(s, K_EXPERTS);
 	p->v[P_TOPK] = lg_spec_int(s, K_TOPK);
 	p->v[P_MULTIPLE] = lg_spec_int(s, K_MULTIPLE);
@@ -162,7 +166,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_comment(b, "feature blocks of 128; %d threads, %d rows x 8 features a thread, each row gathered",
 		   e.threads, lg_qe_tokens_per_thread(&e));
 	lg_comment(b, "from its source token (row_index; padding rows are zeros).");
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e.threads);
+	char lb[48];
+	lg_emit_signature(b, s, p->entry[0], "%s", lg_launch_bounds(lb, e.threads, p->v[P_MIN_CTAS]));
 	lg_open(b, "{");
 	lg_qe_emit_body(b, &e, &h);
 	lg_close(b);
@@ -176,7 +181,9 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 /* Tile variants for `lingen tune`: feature blocks a CTA x threads. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
-	return lg_candidate_grid(s, t, out, 0, max, K_FBLOCKS, fblocks_ok, K_THREADS, threads_ok);
+	static const int64_t min_ctas[] = {1, 3, 0}; /* and each again with 3 CTAs an SM */
+	int n = lg_candidate_grid(s, t, out, 0, max, K_FBLOCKS, fblocks_ok, K_THREADS, threads_ok);
+	return lg_candidate_times(s, t, out, 0, n, max, K_MIN_CTAS, min_ctas);
 }
 
 const struct lg_family lg_family_moe_permute_quant = {

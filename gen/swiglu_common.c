@@ -38,7 +38,7 @@
 const int64_t lg_swiglu_threads_ok[] = {256, 512, 0};
 const int64_t lg_swiglu_fblocks_ok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 0};
 
-enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS };
+enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS };
 
 static const struct lg_swiglu_kind *kind_of(const struct lg_spec *s)
 {
@@ -97,6 +97,10 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	p->v[P_FBLOCKS] = fb < nb ? fb : nb;
 	p->tile[k->key_threads] = p->v[P_THREADS];
 	p->tile[k->key_fblocks] = p->v[P_FBLOCKS];
+	/* registers set the occupancy (K6: 90-100 a thread at 512 threads, one
+	 * CTA an SM, by ptxas): the minimum is a tuning choice, none by default */
+	p->tile[k->key_min_ctas] = p->v[P_MIN_CTAS] =
+		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : 1;
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -297,7 +301,8 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 		lg_comment(b, "CTA: a tile of 128 tokens x %d feature blocks of 128;", (int)p->v[P_FBLOCKS]);
 	lg_comment(b, "%d threads, %d tokens x 8 features a thread, values from x%s in registers.", e.threads, h.r,
 		   h.bwd ? " and g" : "");
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", e.threads);
+	char lb[48];
+	lg_emit_signature(b, s, p->entry[0], "%s", lg_launch_bounds(lb, e.threads, p->v[P_MIN_CTAS]));
 	lg_open(b, "{");
 	lg_qe_emit_body(b, &e, &hk);
 	lg_close(b);
@@ -308,11 +313,16 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	const struct lg_swiglu_kind *k = kind_of(s);
-	if (k->weighted && s->pass == LG_PASS_BACKWARD)
-		return lg_candidate_values(s, t, out, 0, max, k->key_threads, lg_swiglu_threads_ok);
-	/* 1, 2, 4, 8 blocks a CTA, those the output has */
-	int64_t fb[5] = {0}, nb = out_features(s, k) / 128;
-	for (int i = 0, v = 1; v <= 8 && v <= nb; i++, v *= 2)
-		fb[i] = v;
-	return lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
+	static const int64_t min_ctas[] = {1, 2, 0}; /* and each again with 2 CTAs an SM */
+	int n;
+	if (k->weighted && s->pass == LG_PASS_BACKWARD) {
+		n = lg_candidate_values(s, t, out, 0, max, k->key_threads, lg_swiglu_threads_ok);
+	} else {
+		/* 1, 2, 4, 8 blocks a CTA, those the output has */
+		int64_t fb[5] = {0}, nb = out_features(s, k) / 128;
+		for (int i = 0, v = 1; v <= 8 && v <= nb; i++, v *= 2)
+			fb[i] = v;
+		n = lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
+	}
+	return lg_candidate_times(s, t, out, 0, n, max, k->key_min_ctas, min_ctas);
 }

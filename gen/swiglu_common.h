@@ -16,15 +16,17 @@
 #define LG_SWIGLU_TOKENS_MAX (1 << 28) /* rows of x (the grid stays far below 2^31 CTAs) */
 #define LG_SWIGLU_EXPERTS_MAX 4096
 
-/* The tile keys both families declare: threads a CTA, feature blocks a CTA. */
+/* The tile keys both families declare: threads a CTA, feature blocks a CTA,
+ * CTAs an SM (family.h). */
 extern const int64_t lg_swiglu_threads_ok[];
 extern const int64_t lg_swiglu_fblocks_ok[];
-#define LG_SWIGLU_TILE_KEYS(kt, kf)                                                                     \
+#define LG_SWIGLU_TILE_KEYS(kt, kf, ko)                                                                 \
 	[(kt)] = LG_KEY_TILE("threads", "t", 256, 512, lg_swiglu_threads_ok,                              \
 			     "threads per 128 x 128 tile: 512 (4 tokens a thread, the default) or 256 (8)"), \
 	[(kf)] = LG_KEY_TILE("fblocks", "f", 1, 256, lg_swiglu_fblocks_ok,                                \
 			     "128-feature blocks of the output a CTA quantises in turn (batch_swiglu_quant "  \
-			     "backward: all of them, for dprob)")
+			     "backward: all of them, for dprob)"),                                          \
+	[(ko)] = LG_KEY_TILE_MIN_CTAS
 
 /* What differs between the two families: the prob weight, dprob and the
  * experts (K6), and their key indices (-1: none). */
@@ -33,7 +35,7 @@ struct lg_swiglu_kind {
 	int key_n;       /* "intermediate" */
 	int key_dx_bf16; /* "dx_bf16" */
 	int key_experts; /* "experts" */
-	int key_threads, key_fblocks; /* "tile.threads", "tile.fblocks" */
+	int key_threads, key_fblocks, key_min_ctas; /* "tile.threads", "tile.fblocks", "tile.min_ctas" */
 };
 
 /* Each family file's kind (swiglu_quant.c, batch_swiglu_quant.c). */

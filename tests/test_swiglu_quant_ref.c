@@ -536,7 +536,7 @@ static void test_geometry(void **state)
 }
 
 /* Every tuning candidate validates, plans and generates (K6's backward:
- * threads only). */
+ * threads only); each again with 2 CTAs an SM, whose launch bounds say so. */
 static void test_candidates(void **state)
 {
 	(void)state;
@@ -544,10 +544,10 @@ static void test_candidates(void **state)
 		const char *op, *pass, *keys;
 		int n;
 	} c[] = {
-		{"swiglu_quant", "forward", "\"intermediate\": 512", 8},
-		{"swiglu_quant", "backward", "\"intermediate\": 128", 6}, /* 2 blocks: fblocks 1, 2 */
-		{"batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256", 8},
-		{"batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 256", 2},
+		{"swiglu_quant", "forward", "\"intermediate\": 512", 16},
+		{"swiglu_quant", "backward", "\"intermediate\": 128", 12}, /* 2 blocks: fblocks 1, 2 */
+		{"batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256", 16},
+		{"batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 256", 4},
 	};
 	struct lg_target t;
 	assert_true(lg_target_parse("sm_90a", &t));
@@ -556,7 +556,8 @@ static void test_candidates(void **state)
 		const struct lg_family *f = lg_family_get(s->op);
 		struct lg_tile_choice tc[LG_MAX_CANDIDATES];
 		int n = f->candidates(s, &t, tc, LG_MAX_CANDIDATES);
-		assert_true(n >= 2 && n <= c[i].n);
+		assert_true(n >= 4 && n <= c[i].n);
+		int bounded = 0;
 		for (int j = 0; j < n; j++) {
 			struct lg_spec v;
 			assert_int_equal(lg_spec_with_tile(s, &tc[j], &v), LG_OK);
@@ -565,8 +566,12 @@ static void test_candidates(void **state)
 			if (lg_generate_for(&v, &t, &pl, &src, NULL) != LG_OK)
 				fail_msg("%s: %s", v.entry, lg_last_error());
 			assert_non_null(strstr(src, v.entry));
+			bool two = strstr(src, ", 2)") != NULL; /* __launch_bounds__(threads, 2) */
+			assert_true(two == (pl.tile[lg_family_key(f, "tile.min_ctas")] == 2));
+			bounded += two;
 			free(src);
 		}
+		assert_int_equal(bounded, n / 2);
 		lg_spec_free(s);
 	}
 }
