@@ -47,6 +47,11 @@ struct lg_ctx {
 	size_t n, cap;
 };
 
+/* Encode tensor map m of k's plan for a launch at these sizes and pointers
+ * (launch.c does at every launch; the launch benchmark's raw baseline once). */
+lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const int64_t *sizes,
+			 const lg_dptr *ptrs, CUtensorMap *out);
+
 /* The plan of a spec for the context's arch, as its cubin was (or will be)
  * generated with: for `lingen build` and `lingen aot`, which record it. */
 lg_status lg_ctx_plan(lg_ctx *c, const lg_spec *s, struct lg_plan *out);
