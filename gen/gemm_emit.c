@@ -372,30 +372,34 @@ void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *pref
 	lg_head(b, name, params);
 	lg_open(b, "{");
 	lg_line(b, "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"", regs + 2);
-	lg_buf regl;
-	lg_buf_init(&regl);
-	for (int i = 0; i < regs; i++)
-		lg_emit(&regl, "%s%%%d", i ? ", " : "", i);
-	char *list = lg_buf_finish(&regl, NULL);
-	if (!list) {
-		b->failed = true;
-		return;
+	lg_line(b, "\t\"wgmma.mma_async.sync.aligned.m64n%dk16.f32.bf16.bf16\\n\"", n);
+	for (int i = 0; i < regs; i += 12) { /* the accumulators, 12 a line */
+		lg_buf l;
+		lg_buf_init(&l);
+		for (int j = i; j < i + 12 && j < regs; j++)
+			lg_emit(&l, "%s%%%d", j > i ? ", " : "", j);
+		char *t = lg_buf_finish(&l, NULL);
+		if (!t) {
+			b->failed = true;
+			return;
+		}
+		lg_line(b, "\t\"%s%s%s\"", i ? " " : "{", t, i + 12 >= regs ? "}," : ",");
+		free(t);
 	}
-	lg_line(b, "\t\"wgmma.mma_async.sync.aligned.m64n%dk16.f32.bf16.bf16 {%s}, %%%d, %%%d, p, 1, 1, 0, "
-		   "0;\\n}\"",
-		n, list, regs, regs + 1);
-	free(list);
-	lg_buf ops;
-	lg_buf_init(&ops);
-	for (int i = 0; i < regs; i++)
-		lg_emit(&ops, "%s\"+f\"(acc[%d])", i ? ", " : "", i);
-	char *ol = lg_buf_finish(&ops, NULL);
-	if (!ol) {
-		b->failed = true;
-		return;
+	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1, 0, 0;\\n}\"", regs, regs + 1);
+	for (int i = 0; i < regs; i += 5) {
+		lg_buf l;
+		lg_buf_init(&l);
+		for (int j = i; j < i + 5 && j < regs; j++)
+			lg_emit(&l, "%s\"+f\"(acc[%d])", j > i ? ", " : "", j);
+		char *t = lg_buf_finish(&l, NULL);
+		if (!t) {
+			b->failed = true;
+			return;
+		}
+		lg_line(b, "\t%s %s%s", i ? " " : ":", t, i + 5 >= regs ? "" : ",");
+		free(t);
 	}
-	lg_line(b, "\t: %s", ol);
-	free(ol);
 	lg_line(b, "\t: \"l\"(da), \"l\"(db), \"r\"(1));");
 	lg_close(b);
 }
@@ -435,8 +439,9 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	lg_line(b, "if (kt >= %d) lg_mbar_wait(&empty[s], ((kt / %d) - 1) & 1);", S, S);
 	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
 	lg_line(b, "const int r0 = (int)((%s + kt) * %d);", kt0, G90_BK);
-	lg_line(b, "lg_tma_load_2d(ring + s * %u, &%s, &full[s], r0, (int)(%s));", st, g->a.tmap, o0a);
-	lg_line(b, "lg_tma_load_2d(ring + s * %u + %u, &%s, &full[s], r0, (int)(%s));", st, sa, g->b.tmap, o0b);
+	lg_line(b, "u8 *const sd = ring + s * %u;", st);
+	lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, (int)(%s));", g->a.tmap, o0a);
+	lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, (int)(%s));", sa, g->b.tmap, o0b);
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "return;");
@@ -475,7 +480,8 @@ void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->t.bn / 8);
 	lg_line(b, "const i64 col = (i64)(%s) + j * 8 + (lane & 3) * 2;", o0b);
-	lg_line(b, "%srow, col, acc[4 * j], acc[4 * j + 1]);", store);
-	lg_line(b, "%srow + 8, col, acc[4 * j + 2], acc[4 * j + 3]);", store);
+	lg_line(b, "const float *const v = acc + 4 * j;");
+	lg_line(b, "%srow, col, v[0], v[1]);", store);
+	lg_line(b, "%srow + 8, col, v[2], v[3]);", store);
 	lg_close(b);
 }

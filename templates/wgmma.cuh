@@ -23,7 +23,8 @@ static __device__ __forceinline__ u32 lg_smem_addr(const void *p)
 // Initialise the mbarrier at bar (shared) for `count` arrivals a phase.
 static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
 {
-	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(lg_smem_addr(bar)), "r"(count) : "memory");
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+		     :: "r"(lg_smem_addr(bar)), "r"(count) : "memory");
 }
 
 // @helper lg_mbar_fence_init
@@ -31,7 +32,8 @@ static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
 // the other threads (a __syncthreads follows).
 static __device__ __forceinline__ void lg_mbar_fence_init(void)
 {
-	asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+	asm volatile("fence.mbarrier_init.release.cluster;\n\t"
+		     "fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // @helper lg_mbar_expect
@@ -46,7 +48,8 @@ static __device__ __forceinline__ void lg_mbar_expect(u64 *bar, u32 bytes)
 // Arrive on bar (one of its `count` arrivals).
 static __device__ __forceinline__ void lg_mbar_arrive(u64 *bar)
 {
-	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(lg_smem_addr(bar)) : "memory");
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
+		     :: "r"(lg_smem_addr(bar)) : "memory");
 }
 
 // @helper lg_mbar_wait
@@ -64,12 +67,13 @@ static __device__ __forceinline__ void lg_mbar_wait(u64 *bar, u32 parity)
 // TMA: the box of tensor map tm at element coordinates (c0 inner, c1 outer)
 // into shared dst (1024-byte aligned for the 128-byte swizzle), completing
 // its bytes on bar. Elements outside the tensor arrive as zeros.
-static __device__ __forceinline__ void lg_tma_load_2d(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1)
+static __device__ __forceinline__ void
+lg_tma_load_2d(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1)
 {
 	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
 		     " [%0], [%1, {%3, %4}], [%2];"
-		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)), "r"(c0), "r"(c1)
-		     : "memory");
+		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
+		     "r"(c0), "r"(c1) : "memory");
 }
 
 // @helper lg_tma_prefetch
