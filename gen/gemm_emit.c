@@ -328,6 +328,8 @@ static int consumers(const struct lg_gemm_tile *t) { return t->bm / 64; }
 
 int lg_gemm90_threads(const struct lg_gemm_tile *t) { return 128 * (consumers(t) + 1); }
 
+int lg_gemm90_cluster(const struct lg_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
+
 static unsigned stage_bytes(const struct lg_gemm *g) { return (unsigned)((g->t.bm + g->t.bn) * G90_ROWB); }
 
 unsigned lg_gemm90_smem(const struct lg_gemm *g)
@@ -349,6 +351,8 @@ const char *lg_gemm90_tile_problem(const struct lg_gemm *g)
 		return "tile.k 64 (128-byte rows of the 128-byte swizzle)";
 	if (t->stages < 2 || t->stages > 8)
 		return "tile.stages 2 to 8";
+	if (lg_gemm90_cluster(g) > 2)
+		return "tile.cluster 1 or 2";
 	return NULL;
 }
 
@@ -356,7 +360,7 @@ void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[
 {
 	box_a[0] = box_b[0] = G90_BK;
 	box_a[1] = (unsigned)g->t.bm;
-	box_b[1] = (unsigned)g->t.bn;
+	box_b[1] = (unsigned)(g->t.bn / lg_gemm90_cluster(g));
 	*swizzle = G90_ROWB;
 }
 
@@ -408,7 +412,7 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 			     const char *o0b, const char *kt0, const char *kt1)
 {
 	const struct lg_gemm_tile *t = &g->t;
-	int c = consumers(t), S = t->stages, regs = t->bn / 2;
+	int c = consumers(t), S = t->stages, regs = t->bn / 2, cl = lg_gemm90_cluster(g);
 	unsigned sa = (unsigned)t->bm * G90_ROWB, sb = (unsigned)t->bn * G90_ROWB, st = stage_bytes(g);
 	lg_comment(b, "%dx%d tile: %d consumer warpgroup%s (64 rows each) and a producer warpgroup; %d stages", t->bm,
 		   t->bn, c, c > 1 ? "s" : "", S);
@@ -418,17 +422,24 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	lg_line(b, "u64 *const full = (u64 *)(ring + %u), *const empty = full + %d;", (unsigned)S * st, S);
 	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
 	lg_line(b, "const int nkt = (int)(%s - %s);", kt1, kt0);
+	if (cl > 1)
+		lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster: B rows [rank %d, (rank + 1) %d)", cl,
+			t->bn / cl, t->bn / cl);
 	lg_open(b, "if (threadIdx.x == 0) {");
 	lg_line(b, "lg_tma_prefetch(&%s);", g->a.tmap);
 	lg_line(b, "lg_tma_prefetch(&%s);", g->b.tmap);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
 	lg_line(b, "lg_mbar_init(&full[s], 1);");
-	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp", 4 * c);
+	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp%s", 4 * c * cl,
+		cl > 1 ? " of the cluster" : "");
 	lg_close(b);
 	lg_line(b, "lg_mbar_fence_init();");
 	lg_close(b);
-	lg_line(b, "__syncthreads();");
+	if (cl > 1)
+		lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
+	else
+		lg_line(b, "__syncthreads();");
 	lg_open(b, "if (wg == %d) {", c);
 	lg_comment(b, "Producer: one thread refills each stage once its consumers released it.");
 	if (c > 1)
@@ -441,12 +452,20 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	lg_line(b, "const int r0 = (int)((%s + kt) * %d);", kt0, G90_BK);
 	lg_line(b, "u8 *const sd = ring + s * %u;", st);
 	lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, (int)(%s));", g->a.tmap, o0a);
-	lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, (int)(%s));", sa, g->b.tmap, o0b);
+	if (cl > 1)
+	{
+		lg_line(b, "const int o1 = (int)(%s) + (int)rank * %d; // this CTA's half of B", o0b, t->bn / cl);
+		lg_line(b, "u8 *const sh = sd + %u + rank * %u;", sa, sb / cl);
+		lg_line(b, "lg_tma_load_2d_mc(sh, &%s, &full[s], r0, o1, %u);", g->b.tmap, (1u << cl) - 1);
+	}
+	else
+		lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, (int)(%s));", sa, g->b.tmap, o0b);
 	lg_close(b);
 	lg_close(b);
+	if (cl > 1)
+		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
 	lg_line(b, "return;");
 	lg_close(b);
-	(void)sb;
 	if (c > 1)
 		lg_line(b, "lg_setmaxnreg_inc(232);");
 	lg_comment(b, "Consumers: warpgroup wg, rows 64 wg.. of the tile; one wgmma group in flight.");
@@ -465,7 +484,14 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	lg_line(b, "lg_wg_commit();");
 	lg_line(b, "lg_wg_wait(1);");
 	lg_comment(b, "tile kt - 1's group is done: its stage may be refilled");
-	lg_line(b, "if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(kt + %d) %% %d]);", S - 1, S);
+	if (cl > 1) {
+		lg_open(b, "if (kt > 0 && lane == 0) {");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(kt + %d) %% %d], r);", cl, S - 1, S);
+		lg_close(b);
+	} else {
+		lg_line(b, "if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(kt + %d) %% %d]);", S - 1, S);
+	}
 	lg_close(b);
 	lg_line(b, "lg_wg_wait(0);");
 	lg_line(b, "#pragma unroll");
@@ -484,4 +510,6 @@ void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a
 	lg_line(b, "%srow, col, v[0], v[1]);", store);
 	lg_line(b, "%srow + 8, col, v[2], v[3]);", store);
 	lg_close(b);
+	if (lg_gemm90_cluster(g) > 1)
+		lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
 }

@@ -39,6 +39,12 @@
  * fills what lies outside the operands, so any M, N, K work (K a
  * multiple of 8: TMA's 16-byte row stride); the family passes each
  * operand's tensor map (box 64 x bm or bn, swizzle 128) in its plan.
+ * With a cluster of 2 CTAs (consecutive blockIdx.x, tiles at consecutive
+ * row blocks, the same columns), each loads half of the B tile (box
+ * 64 x bn / 2) and multicasts it to both, halving B's L2 traffic: a stage
+ * is refilled once the consumer warps of both CTAs released it (their
+ * arrivals on each CTA's `empty`), and neither CTA leaves before the other
+ * is done with it (a cluster barrier at the start and the end).
  *
  * The epilogue hands each pair of accumulators (row, col) and (row,
  * col + 1), col even, to a store function the family emits: it
@@ -73,6 +79,9 @@ struct lg_gemm {
 	struct lg_gemm_tile t;
 	struct lg_gemm_operand a, b;
 	int terms; /* bf16 terms of an fp32 A: 1..3 (1 for bf16) */
+	/* sm_90a: CTAs of a cluster along the rows (1 or 2) sharing B: each
+	 * loads 1 / cluster of B's rows and multicasts it to all (0: 1). */
+	int cluster;
 };
 
 /* Threads of a CTA (32 a warp). */
@@ -109,6 +118,8 @@ unsigned lg_gemm90_smem(const struct lg_gemm *g);
 const char *lg_gemm90_tile_problem(const struct lg_gemm *g);
 /* The tensor map box of each operand (elements, rows) with its swizzle. */
 void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[2], int *swizzle);
+/* CTAs of g's cluster (1 or 2). */
+int lg_gemm90_cluster(const struct lg_gemm *g);
 /* <prefix>_wgmma: one wgmma.mma_async of the tile's width. */
 void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *prefix);
 /* The producer / consumer main loop, inline in a kernel body with `smem`
@@ -118,7 +129,8 @@ void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *pref
  * declared for lg_gemm90_emit_epilogue. */
 void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
 			     const char *o0b, const char *kt0, const char *kt1);
-/* The consumers' epilogue: `<store>row, col, v0, v1)` as lg_gemm_emit_epilogue. */
+/* The consumers' epilogue: `<store>row, col, v0, v1)` as lg_gemm_emit_epilogue
+ * (then, with a cluster, the cluster barrier the producer also waits at). */
 void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,
 			     const char *store);
 

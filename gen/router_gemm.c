@@ -51,6 +51,7 @@ enum {
 	K_WM,
 	K_WN,
 	K_SPLIT,
+	K_CLUSTER,
 	NKEYS
 };
 
@@ -58,6 +59,7 @@ static const char *const precision_names[] = {"bf16", "bf16x2", "bf16x3"};
 static const int64_t tmn_ok[] = {32, 64, 128, 256, 0};
 static const int64_t tk_ok[] = {32, 64, 0};
 static const int64_t warps_ok[] = {1, 2, 4, 8, 0};
+static const int64_t cluster_ok[] = {1, 2, 0};
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 8, 1 << 20, 8, "K: features of x and w (a multiple of 8)"),
 	[K_EXPERTS] = {.path = "experts", .type = LG_KEY_INT, .flags = LG_KEY_REQUIRED | LG_KEY_SHAPE, .min = 1,
@@ -76,6 +78,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_WN] = LG_KEY_TILE("warps_n", "wn", 1, 8, warps_ok, "warps along the tile's columns"),
 	[K_SPLIT] = LG_KEY_TILE("split", "z", 1, 32, NULL,
 				"backward: token slices of dw, added in order by a second kernel"),
+	[K_CLUSTER] = LG_KEY_TILE("cluster", "cl", 1, 2, cluster_ok,
+				  "sm_90a forward: CTAs a cluster along the tokens sharing w's tile (TMA multicast)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -102,7 +106,7 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 };
 
 /* Plan values. */
-enum { P_BM, P_BN, P_BK, P_STAGES, P_WM, P_WN, P_SPLIT, P_K, P_N, P_TERMS, P_BWD, P_SMEM, P_WG };
+enum { P_BM, P_BN, P_BK, P_STAGES, P_WM, P_WN, P_SPLIT, P_K, P_N, P_TERMS, P_BWD, P_SMEM, P_WG, P_CLUSTER };
 
 /* The forward runs on wgmma + TMA (gemm_emit.h, sm_90a path) on sm_90a. */
 static bool wgmma_path(const struct lg_spec *s, const struct lg_target *t)
@@ -220,6 +224,7 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	if (lg_spec_has(s, K_STAGES))
 		tl.stages = (int)lg_spec_int(s, K_STAGES);
 	struct lg_gemm g = gemm_of(s, 0, tl);
+	g.cluster = lg_spec_has(s, K_CLUSTER) ? (int)lg_spec_int(s, K_CLUSTER) : 1;
 	while (!lg_spec_has(s, K_STAGES) && g.t.stages > 2 && lg_gemm90_smem(&g) > smem_limit(t))
 		g.t.stages--;
 	const char *why = lg_gemm90_tile_problem(&g);
@@ -238,6 +243,8 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	p->tile[K_WM] = p->v[P_WM] = g.t.bm / 16; /* four warps a consumer warpgroup */
 	p->tile[K_WN] = p->v[P_WN] = 1;
 	p->tile[K_SPLIT] = p->v[P_SPLIT] = 1;
+	p->tile[K_CLUSTER] = p->v[P_CLUSTER] = g.cluster;
+	p->cluster[0] = g.cluster > 1 ? (unsigned)g.cluster : 0;
 	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
 	p->v[P_N] = n;
 	p->v[P_TERMS] = 1;
@@ -258,6 +265,11 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	if (wgmma_path(s, t))
 		return plan90(s, t, p);
+	if (lg_spec_has(s, K_CLUSTER) && lg_spec_int(s, K_CLUSTER) != 1)
+		return lg_fail(LG_ERR_SPEC, "%s: tile.cluster: found %lld, allowed on %s%s: 1 (clusters are for the "
+			       "sm_90a forward)", s->entry, (long long)lg_spec_int(s, K_CLUSTER), t->name,
+			       s->pass == LG_PASS_BACKWARD ? " in the backward" : "");
+	p->tile[K_CLUSTER] = 1;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int split;
 	struct lg_gemm_tile tl = tile_of(s, &split);
@@ -313,8 +325,9 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	if (p->v[P_WG]) /* consumer warpgroups and the producer */
 		d->block[0] = (unsigned)(128 * (p->v[P_BM] / 64 + 1));
 	d->smem = (unsigned)p->v[P_SMEM];
-	if (!p->v[P_BWD]) { /* tiles, in a grouped raster */
-		d->grid[0] = cdiv(M, bm) * cdiv(N, bn);
+	if (!p->v[P_BWD]) { /* tiles, in a grouped raster (whole clusters of row tiles) */
+		unsigned cl = p->v[P_CLUSTER] > 1 ? (unsigned)p->v[P_CLUSTER] : 1;
+		d->grid[0] = (cdiv(M, bm) + cl - 1) / cl * cl * cdiv(N, bn);
 		return;
 	}
 	if (e == 0) { /* dw tiles x slices (also at 0 tokens: dw = 0), then dx tiles */
@@ -409,7 +422,12 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 	lg_gemm90_emit_helpers(b, &g, "fw");
 	emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
 	lg_section(b, p->entry[0], "router GEMM forward (wgmma, TMA): logits fp32 = x . w^T");
-	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_gemm90_threads(&g.t));
+	g.cluster = (int)p->v[P_CLUSTER];
+	if (g.cluster > 1)
+		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
+					g.cluster, lg_gemm90_threads(&g.t));
+	else
+		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_gemm90_threads(&g.t));
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
 	lg_line(b, "(void)part;");
@@ -419,7 +437,14 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
 		   g.t.bm, g.t.bn, (long long)tn, tn > 1 ? "s" : "", RASTER);
 	lg_comment(b, "at a time sweep the columns, so x is read from memory once and w stays in L2.");
-	lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g.t.bm - 1, g.t.bm);
+	if (g.cluster > 1) {
+		lg_comment(b, "Row tiles rounded up to whole clusters of %d: a cluster's CTAs are consecutive", g.cluster);
+		lg_comment(b, "row tiles of one column (groups of whole clusters); one past M reads zeros, stores none.");
+		lg_line(b, "const i64 rows = ((M + %d) / %d + %d) / %d * %d, pid = blockIdx.x;", g.t.bm - 1, g.t.bm,
+			g.cluster - 1, g.cluster, g.cluster);
+	} else {
+		lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g.t.bm - 1, g.t.bm);
+	}
 	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
 		(long long)(tn * RASTER));
 	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
@@ -538,17 +563,18 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 		{256, 128, 4, 2, 3, 32}, {64, 64, 2, 2, 6, 32},   {128, 128, 2, 2, 4, 32},
 		{128, 128, 2, 4, 6, 32},
 	};
-	static const int64_t shapes90[][4] = {
-		/* m, n, stages, k: the sm_90a forward (wgmma) */
-		{128, 128, 6, 64}, {128, 128, 4, 64}, {128, 256, 4, 64}, {128, 256, 3, 64},
-		{64, 256, 4, 64},  {64, 128, 8, 64},  {128, 64, 8, 64},  {64, 64, 8, 64},
+	static const int64_t shapes90[][5] = {
+		/* m, n, stages, k, cluster: the sm_90a forward (wgmma) */
+		{128, 128, 6, 64, 1}, {128, 128, 6, 64, 2}, {128, 128, 4, 64, 2}, {128, 256, 4, 64, 1},
+		{128, 256, 4, 64, 2}, {64, 256, 4, 64, 1},  {64, 256, 4, 64, 2},  {64, 128, 8, 64, 2},
+		{128, 64, 8, 64, 1},  {64, 64, 8, 64, 1},
 	};
 	int n = 0;
 	if (wgmma_path(s, t)) {
 		for (size_t i = 0; i < sizeof shapes90 / sizeof shapes90[0]; i++) {
 			struct lg_tile_choice c = {0};
-			const int key[4] = {K_TM, K_TN, K_STAGES, K_TK};
-			for (int j = 0; j < 4; j++) {
+			const int key[5] = {K_TM, K_TN, K_STAGES, K_TK, K_CLUSTER};
+			for (int j = 0; j < 5; j++) {
 				c.v[key[j]] = shapes90[i][j];
 				c.set |= (uint64_t)1 << key[j];
 			}

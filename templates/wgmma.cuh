@@ -120,3 +120,26 @@ static __device__ __forceinline__ void lg_wg_commit(void)
 // @helper lg_setmaxnreg_inc
 // Raise this warpgroup's registers a thread to n (the consumers' accumulators).
 #define lg_setmaxnreg_inc(n) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(n))
+
+// @helper lg_tma_load_2d_mc
+// lg_tma_load_2d multicast: the box lands at dst's offset in the shared
+// memory of every CTA of the cluster in `mask` (bit r: rank r), completing
+// its bytes on the mbarrier at bar's offset in each of them.
+static __device__ __forceinline__ void
+lg_tma_load_2d_mc(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1, u16 mask)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
+		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
+		     "r"(c0), "r"(c1), "h"(mask) : "memory");
+}
+
+// @helper lg_mbar_arrive_cta
+// Arrive on the mbarrier at bar's offset in CTA `rank` of the cluster.
+static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
+{
+	asm volatile("{\n\t.reg .b32 ra;\n\t"
+		     "mapa.shared::cluster.u32 ra, %0, %1;\n\t"
+		     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}"
+		     :: "r"(lg_smem_addr(bar)), "r"(rank) : "memory");
+}

@@ -282,6 +282,27 @@ static void test_geometry(void **state)
 	assert_non_null(strstr(lg_last_error(), "tile.k 64"));
 	plan_at(s, "sm_80", &p, LG_OK);
 	lg_spec_free(s);
+	/* a cluster of 2 along the tokens: whole clusters of row tiles, w's box halved */
+	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"cluster\": 2}");
+	plan_at(s, "sm_90a", &p, LG_OK);
+	assert_int_equal(p.cluster[0], 2);
+	assert_true(p.tmap[0].box[1] == 128 && p.tmap[1].box[1] == 64);
+	M = 8192;
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 64 * 2);
+	M = 8191 - 128; /* 63 row tiles: 64 */
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 64 * 2);
+	M = 1;
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 2 * 2);
+	plan_at(s, "sm_80", &p, LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "tile.cluster"));
+	lg_spec_free(s);
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"cluster\": 2}");
+	plan_at(s, "sm_90a", &p, LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "tile.cluster"));
+	lg_spec_free(s);
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"m\": 256}");
 	plan_at(s, "sm_90a", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "tile.m 64 or 128"));
@@ -340,7 +361,7 @@ static void test_candidates(void **state)
 			assert_true(lg_target_parse("sm_90a", &t));
 			struct lg_tile_choice c[LG_MAX_CANDIDATES];
 			int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
-			assert_int_equal(n, q == 0 ? 8 : 14);
+			assert_int_equal(n, q == 0 ? 10 : 14);
 			for (int j = 0; j < n; j++) {
 				struct lg_spec v;
 				assert_int_equal(lg_spec_with_tile(s, &c[j], &v), LG_OK);

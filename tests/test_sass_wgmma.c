@@ -4,7 +4,7 @@
  * by `cuobjdump -sass` (PATH, else /usr/local/cuda/bin), shows HGMMA (the
  * warpgroup MMA), UTMALDG (TMA loads) and no local memory (spills), at the
  * target shape (two consumer warpgroups, 128x128) and a 64x256 tile at odd
- * sizes; the sm_80 build of the same spec has no HGMMA. Exits with 77
+ * sizes in clusters of 2 (UTMALDG.2D.MULTICAST); the sm_80 build of the same spec has no HGMMA. Exits with 77
  * (ctest: skipped), saying why, when cuobjdump (or its nvdisasm) is missing.
  */
 #include <setjmp.h>
@@ -101,7 +101,7 @@ static char *sass_of(const char *json, const char *arch, bool *skip)
 static const char *const specs[] = {
 	"{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256}",
 	"{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, \"experts\": 97, "
-	"\"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4}}",
+	"\"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4, \"cluster\": 2}}",
 };
 static const char *const shapes[] = {"HGMMA.64x128x16.F32.BF16", "HGMMA.64x256x16.F32.BF16"};
 
@@ -113,10 +113,12 @@ static void test_hgmma(void **state)
 		if (!sass)
 			return;
 		if (!strstr(sass, shapes[i]) || !strstr(sass, "UTMALDG") || strstr(sass, "STL") ||
-		    strstr(sass, "LDL"))
-			fail_msg("spec %s for sm_90a: want %s and UTMALDG, no STL / LDL; the SASS:\n%.4000s", specs[i],
-				 shapes[i], sass);
+		    strstr(sass, "LDL") || !strstr(sass, "UTMALDG.2D.MULTICAST") != (i == 0))
+			fail_msg("spec %s for sm_90a: want %s and UTMALDG (multicast with a cluster), no STL / LDL; "
+				 "the SASS:\n%.4000s", specs[i], shapes[i], sass);
 		free(sass);
+		if (i > 0)
+			continue; /* clusters are for sm_90a */
 		sass = sass_of(specs[i], "sm_80", skip);
 		if (!sass)
 			return;
