@@ -26,6 +26,7 @@ struct lg_kernel {
 	unsigned char need[LG_MAX_ARGS]; /* pointer i must not be 0 */
 	unsigned align[LG_MAX_ARGS];     /* pointer i must be a multiple of this */
 	bool early; /* programmatic dependent launch allowed ($LINGEN_PDL != 0) */
+	uint64_t id; /* unique in the process (the launch's tensor map cache key) */
 };
 
 /* One spec known to a context: its source plan, cubin and loaded kernel. */

@@ -30,7 +30,7 @@ static bool empty_arg(const lg_kernel *k, int i, const int64_t *sizes)
 /* Tensor map m of a launch (family.h, struct lg_tmap_decl): the argument's
  * pointer and shape at these sizes, rows folded. A null pointer or an
  * empty tensor leaves a zero map, never read. Encoding is host work only
- * (no driver round trip): it is done at every launch, not cached. */
+ * (no driver round trip); lg_kernel_run keeps the last maps of each thread. */
 lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const int64_t *sizes,
 			    const lg_dptr *ptrs, CUtensorMap *out)
 {
@@ -68,6 +68,18 @@ lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const
 	return LG_OK;
 }
 
+/* The tensor maps of a thread's last launch, one a slot of the plan's
+ * maps: a launch with the same kernel (its id), pointer and sizes reuses
+ * the map (the driver copies it at the call) instead of encoding it again.
+ * Thread-local: no lock on the hot path. */
+struct tmap_slot {
+	uint64_t id; /* 0: empty */
+	lg_dptr ptr;
+	int64_t sizes[LG_MAX_SIZES];
+	CUtensorMap map;
+};
+static _Thread_local struct tmap_slot tmap_cache[LG_MAX_TMAPS];
+
 /* The largest grid the hardware launches. */
 static bool grid_ok(const struct lg_launch_dim *d)
 {
@@ -85,7 +97,6 @@ lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *siz
 		return lg_fail(LG_ERR_INVALID_ARG, "%s: %d pointers and %d sizes given, the kernel takes %d and %d",
 			       p->entry[0], nptrs, nsizes, k->nargs, k->nsizes);
 	void *params[LG_MAX_ARGS + LG_MAX_SIZES + 1 + LG_MAX_TMAPS];
-	CUtensorMap maps[LG_MAX_TMAPS];
 	int64_t part = 0;
 	for (int i = 0; i < nsizes; i++) {
 		if (sizes[i] < g->sizes[i].min || sizes[i] > g->sizes[i].max)
@@ -105,10 +116,19 @@ lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *siz
 	}
 	params[nptrs + nsizes] = (void *)&part;
 	for (int i = 0; i < p->ntmaps; i++) {
-		lg_status st = lg_kernel_tmap(k, &p->tmap[i], sizes, ptrs, &maps[i]);
-		if (st != LG_OK)
-			return st;
-		params[nptrs + nsizes + 1 + i] = (void *)&maps[i];
+		/* this thread's last map of slot i, when it is of the same kernel, pointer and sizes */
+		struct tmap_slot *c = &tmap_cache[i];
+		lg_dptr ptr = ptrs[p->tmap[i].arg];
+		if (c->id != k->id || c->ptr != ptr || memcmp(c->sizes, sizes, (size_t)nsizes * sizeof *sizes) != 0) {
+			c->id = 0;
+			lg_status st = lg_kernel_tmap(k, &p->tmap[i], sizes, ptrs, &c->map);
+			if (st != LG_OK)
+				return st;
+			c->id = k->id;
+			c->ptr = ptr;
+			memcpy(c->sizes, sizes, (size_t)nsizes * sizeof *sizes);
+		}
+		params[nptrs + nsizes + 1 + i] = (void *)&c->map;
 	}
 	struct lg_launch_dim d[LG_MAX_ENTRIES];
 	for (int e = 0; e < p->nentries; e++) {
