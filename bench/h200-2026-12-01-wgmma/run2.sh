@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The wgmma session's second GPU run (H200), staged as run.sh says (B, default
+# The wgmma session's second GPU run (H200; NOT RUN: the device time ran out, run3.sh was
+# cut from it), staged as run.sh says (B, default
 # build-wgmma, also holding this folder's *.json): the tile and cluster
 # variants of the sm_90a forward (lingen bench), the square GEMM with
 # clusters, the launch host cost with the tensor map cache, the SASS test,
