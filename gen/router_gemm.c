@@ -403,6 +403,31 @@ static void emit_head(lg_buf *b, const struct lg_spec *s, const char *entry, con
 	lg_line(b, "(void)part;");
 }
 
+/* The forward's tile origin o0a, o0b of CTA blockIdx.x and its reduction
+ * tiles kts: a grouped raster, RASTER row tiles at a time sweeping the
+ * columns (with clusters: whole clusters of consecutive row tiles). */
+static void emit_raster(lg_buf *b, const struct lg_plan *p, const struct lg_gemm *g, const char *why)
+{
+	int64_t tn = (p->v[P_N] + g->t.bn - 1) / g->t.bn;
+	int cl = g->cluster > 1 ? g->cluster : 1;
+	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
+		   g->t.bm, g->t.bn, (long long)tn, tn > 1 ? "s" : "", RASTER);
+	lg_comment(b, "at a time sweep the columns, so %s", why);
+	if (cl > 1) {
+		lg_comment(b, "Row tiles rounded up to whole clusters of %d: a cluster's CTAs are consecutive", cl);
+		lg_comment(b, "row tiles of one column (groups of whole clusters); one past M reads zeros, stores none.");
+		lg_line(b, "const i64 rows = ((M + %d) / %d + %d) / %d * %d, pid = blockIdx.x;", g->t.bm - 1, g->t.bm,
+			cl - 1, cl, cl);
+	} else {
+		lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g->t.bm - 1, g->t.bm);
+	}
+	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
+		(long long)(tn * RASTER));
+	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
+	lg_line(b, "const i64 o0a = (first + r %% gs) * %d, o0b = r / gs * %d;", g->t.bm, g->t.bn);
+	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", g->t.bk - 1, g->t.bk);
+}
+
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct lg_gemm g = gemm_of(s, 0, plan_tile(p));
@@ -411,16 +436,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_gemm_emit_loaders(b, &g, "fw");
 	emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
 	emit_head(b, s, p->entry[0], &g, "router GEMM forward: logits fp32 = x . w^T");
-	int64_t tn = (p->v[P_N] + g.t.bn - 1) / g.t.bn;
-	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
-		   g.t.bm, g.t.bn, (long long)tn, tn > 1 ? "s" : "", RASTER);
-	lg_comment(b, "at a time sweep the columns, so a wave's x and w tiles stay in L2.");
-	lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g.t.bm - 1, g.t.bm);
-	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
-		(long long)(tn * RASTER));
-	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
-	lg_line(b, "const i64 o0a = (first + r %% gs) * %d, o0b = r / gs * %d;", g.t.bm, g.t.bn);
-	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", g.t.bk - 1, g.t.bk);
+	emit_raster(b, p, &g, "a wave's x and w tiles stay in L2.");
 	lg_gemm_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
 	lg_gemm_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
 	lg_close(b);
@@ -445,23 +461,7 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 	lg_line(b, "(void)part;");
 	lg_line(b, "(void)x;");
 	lg_line(b, "(void)w;");
-	int64_t tn = (p->v[P_N] + g.t.bn - 1) / g.t.bn;
-	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
-		   g.t.bm, g.t.bn, (long long)tn, tn > 1 ? "s" : "", RASTER);
-	lg_comment(b, "at a time sweep the columns, so x is read from memory once and w stays in L2.");
-	if (g.cluster > 1) {
-		lg_comment(b, "Row tiles rounded up to whole clusters of %d: a cluster's CTAs are consecutive", g.cluster);
-		lg_comment(b, "row tiles of one column (groups of whole clusters); one past M reads zeros, stores none.");
-		lg_line(b, "const i64 rows = ((M + %d) / %d + %d) / %d * %d, pid = blockIdx.x;", g.t.bm - 1, g.t.bm,
-			g.cluster - 1, g.cluster, g.cluster);
-	} else {
-		lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g.t.bm - 1, g.t.bm);
-	}
-	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
-		(long long)(tn * RASTER));
-	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
-	lg_line(b, "const i64 o0a = (first + r %% gs) * %d, o0b = r / gs * %d;", g.t.bm, g.t.bn);
-	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", g.t.bk - 1, g.t.bk);
+	emit_raster(b, p, &g, "x is read from memory once and w stays in L2.");
 	lg_gemm90_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
 	lg_gemm90_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
 	lg_close(b);
