@@ -17,6 +17,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int esize(const struct lg_gemm_operand *o) { return o->fp32 ? 4 : 2; }
 
@@ -364,6 +365,31 @@ void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[
 	*swizzle = G90_ROWB;
 }
 
+/* Items 0..n-1 (`pre` index `suf`), `per` a line: each line is `lead`, then
+ * `first` (the first line) or as many spaces, the items, then `last` (the
+ * last line) or `more`. False (b failed) when out of memory. */
+static bool emit_list(lg_buf *b, int n, int per, const char *pre, const char *suf, const char *lead,
+		      const char *first, const char *last, const char *more)
+{
+	for (int i = 0; i < n; i += per) {
+		lg_buf l;
+		lg_buf_init(&l);
+		for (int j = i; j < i + per && j < n; j++) {
+			if (j > i)
+				lg_emit(&l, ", ");
+			lg_emit(&l, "%s%d%s", pre, j, suf);
+		}
+		char *t = lg_buf_finish(&l, NULL);
+		if (!t) {
+			b->failed = true;
+			return false;
+		}
+		lg_line(b, "%s%*s%s%s", lead, (int)strlen(first), i ? "" : first, t, i + per >= n ? last : more);
+		free(t);
+	}
+	return true;
+}
+
 void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 {
 	int n = g->t.bn, regs = n / 2;
@@ -377,33 +403,12 @@ void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *pref
 	lg_open(b, "{");
 	lg_line(b, "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"", regs + 2);
 	lg_line(b, "\t\"wgmma.mma_async.sync.aligned.m64n%dk16.f32.bf16.bf16\\n\"", n);
-	for (int i = 0; i < regs; i += 12) { /* the accumulators, 12 a line */
-		lg_buf l;
-		lg_buf_init(&l);
-		for (int j = i; j < i + 12 && j < regs; j++)
-			lg_emit(&l, "%s%%%d", j > i ? ", " : "", j);
-		char *t = lg_buf_finish(&l, NULL);
-		if (!t) {
-			b->failed = true;
-			return;
-		}
-		lg_line(b, "\t\"%s%s%s\"", i ? " " : "{", t, i + 12 >= regs ? "}," : ",");
-		free(t);
-	}
+	/* the accumulators' names in the instruction, 12 a line; their operands, 5 a line */
+	if (!emit_list(b, regs, 12, "%", "", "\t\"", "{", "},\"", ",\""))
+		return;
 	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1, 0, 0;\\n}\"", regs, regs + 1);
-	for (int i = 0; i < regs; i += 5) {
-		lg_buf l;
-		lg_buf_init(&l);
-		for (int j = i; j < i + 5 && j < regs; j++)
-			lg_emit(&l, "%s\"+f\"(acc[%d])", j > i ? ", " : "", j);
-		char *t = lg_buf_finish(&l, NULL);
-		if (!t) {
-			b->failed = true;
-			return;
-		}
-		lg_line(b, "\t%s %s%s", i ? " " : ":", t, i + 5 >= regs ? "" : ",");
-		free(t);
-	}
+	if (!emit_list(b, regs, 5, "\"+f\"(acc[", "])", "\t", ": ", "", ","))
+		return;
 	lg_line(b, "\t: \"l\"(da), \"l\"(db), \"r\"(1));");
 	lg_close(b);
 }

@@ -126,6 +126,16 @@ static bool wgmma_path(const struct lg_spec *s, const struct lg_target *t)
 	return s->pass == LG_PASS_FORWARD && t->sm == 90 && t->arch_specific;
 }
 
+/* The spec's tile.m, n, k and stages over t's. */
+static void spec_tile(const struct lg_spec *s, struct lg_gemm_tile *t)
+{
+	static const int key[4] = {K_TM, K_TN, K_TK, K_STAGES};
+	int *const v[4] = {&t->bm, &t->bn, &t->bk, &t->stages};
+	for (int i = 0; i < 4; i++)
+		if (lg_spec_has(s, key[i]))
+			*v[i] = (int)lg_spec_int(s, key[i]);
+}
+
 /* The tile of a spec: its own keys, else the heuristic. The forward's
  * columns are the experts (a 128-wide tile up to 64 CTAs of tokens at
  * the target: 128 CTAs); the backward's are hidden features. dw's token
@@ -140,14 +150,7 @@ static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
 		t.warps_n = t.bn / 32;
 		t.warps_m = 4;
 	}
-	if (lg_spec_has(s, K_TM))
-		t.bm = (int)lg_spec_int(s, K_TM);
-	if (lg_spec_has(s, K_TN))
-		t.bn = (int)lg_spec_int(s, K_TN);
-	if (lg_spec_has(s, K_TK))
-		t.bk = (int)lg_spec_int(s, K_TK);
-	if (lg_spec_has(s, K_STAGES))
-		t.stages = (int)lg_spec_int(s, K_STAGES);
+	spec_tile(s, &t);
 	if (lg_spec_has(s, K_WM))
 		t.warps_m = (int)lg_spec_int(s, K_WM);
 	if (lg_spec_has(s, K_WN))
@@ -227,14 +230,7 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 		tl.bn = n <= 32 ? 32 : 64;
 	else if (n > 128 && (8192 / 128) * ((n + 255) / 256) >= 2 * 132)
 		tl.bn = 256;
-	if (lg_spec_has(s, K_TM))
-		tl.bm = (int)lg_spec_int(s, K_TM);
-	if (lg_spec_has(s, K_TN))
-		tl.bn = (int)lg_spec_int(s, K_TN);
-	if (lg_spec_has(s, K_TK))
-		tl.bk = (int)lg_spec_int(s, K_TK);
-	if (lg_spec_has(s, K_STAGES))
-		tl.stages = (int)lg_spec_int(s, K_STAGES);
+	spec_tile(s, &tl);
 	struct lg_gemm g = gemm_of(s, 0, tl);
 	g.cluster = lg_spec_has(s, K_CLUSTER) ? (int)lg_spec_int(s, K_CLUSTER) : 1;
 	while (!lg_spec_has(s, K_STAGES) && g.t.stages > 2 && lg_gemm90_smem(&g) > smem_limit(t))
