@@ -48,7 +48,8 @@ void lg_emit_banner(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	free(json);
 }
 
-void lg_emit_signature(lg_buf *b, const struct lg_spec *s, const char *name, const char *attrs, ...)
+static void signature(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const char *name,
+		      const char *attrs, va_list ap)
 {
 	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
 	lg_buf params;
@@ -58,16 +59,32 @@ void lg_emit_signature(lg_buf *b, const struct lg_spec *s, const char *name, con
 	for (int i = 0; i < g->nsizes; i++)
 		lg_emit(&params, "i64 %s, ", g->sizes[i].cname);
 	lg_emit(&params, "i64 part");
+	for (int i = 0; p && i < p->ntmaps; i++)
+		lg_emit(&params, ", const __grid_constant__ lg_tmap tm_%s", g->args[p->tmap[i].arg].name);
 	char *text = lg_buf_finish(&params, NULL);
 	char attr[256];
-	va_list ap;
-	va_start(ap, attrs);
 	vsnprintf(attr, sizeof attr, attrs, ap);
-	va_end(ap);
 	lg_line(b, "extern \"C\" __global__ void %s", attr);
 	if (text)
 		lg_head(b, name, text);
 	else
 		b->failed = true;
 	free(text);
+}
+
+void lg_emit_signature(lg_buf *b, const struct lg_spec *s, const char *name, const char *attrs, ...)
+{
+	va_list ap;
+	va_start(ap, attrs);
+	signature(b, s, NULL, name, attrs, ap);
+	va_end(ap);
+}
+
+void lg_emit_signature_tmaps(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const char *name,
+			     const char *attrs, ...)
+{
+	va_list ap;
+	va_start(ap, attrs);
+	signature(b, s, p, name, attrs, ap);
+	va_end(ap);
 }

@@ -42,6 +42,7 @@
 #define LG_MAX_SIZES 4
 #define LG_MAX_ENTRIES 8
 #define LG_PLAN_VALUES 16
+#define LG_MAX_TMAPS 4
 
 /* The compile target, parsed from "sm_90a", "sm_80", ... */
 struct lg_target {
@@ -209,6 +210,21 @@ struct lg_tile_choice {
 };
 #define LG_MAX_CANDIDATES 16
 
+/* A TMA tensor map of one pointer argument, declared by a plan: the runtime
+ * encodes it at every launch (cuTensorMapEncodeTiled) from the argument's
+ * pointer and declared shape at the launch's sizes, row-major (the last
+ * dimension contiguous, the others folded into rows; its row bytes a
+ * multiple of 16), and passes it to every entry point after `part` as
+ * `const __grid_constant__ lg_tmap tm_<arg name>` (lg_emit_signature_tmaps).
+ * A box is box[0] elements of a row x box[1] rows; elements outside the
+ * tensor read as zeros. A null pointer or an empty tensor gives a zero map
+ * (the kernel must not read it). */
+struct lg_tmap_decl {
+	int arg;          /* index of the pointer argument */
+	unsigned box[2];  /* elements (inner), rows (outer), each 1..256 */
+	int swizzle;      /* bytes: 0 (none), 32, 64 or 128 (box[0] elements at most that many bytes) */
+};
+
 /* Resolved parameters of one kernel for one target: the entry points and
  * how to launch them. Filled by plan(); stored in the kernel handle, so
  * launches compute geometry from it without touching the spec. */
@@ -236,6 +252,9 @@ struct lg_plan {
 	bool early[LG_MAX_ENTRIES];
 	/* The `part` argument of each launch (see the calling convention). */
 	int64_t part[LG_MAX_ENTRIES];
+	/* The tensor maps every entry takes after `part` (sm_90+ TMA). */
+	int ntmaps;
+	struct lg_tmap_decl tmap[LG_MAX_TMAPS];
 };
 
 struct lg_launch_dim {
@@ -363,5 +382,8 @@ void lg_emit_banner(lg_buf *b, const struct lg_spec *s, const struct lg_target *
  * sizes by the calling convention, then part>)`, from the declaration. */
 void lg_emit_signature(lg_buf *b, const struct lg_spec *s, const char *name, const char *attrs, ...)
 	__attribute__((format(printf, 4, 5)));
+/* lg_emit_signature, then the plan's tensor maps after `part`. */
+void lg_emit_signature_tmaps(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const char *name,
+			     const char *attrs, ...) __attribute__((format(printf, 5, 6)));
 
 #endif

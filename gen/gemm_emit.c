@@ -16,6 +16,8 @@
 #include "gemm_emit.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int esize(const struct lg_gemm_operand *o) { return o->fp32 ? 4 : 2; }
 
@@ -399,4 +401,209 @@ void lg_gemm_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, 
 	lg_line(b, "%srow + 8, col, v[2], v[3]);", store);
 	lg_close(b);
 	lg_close(b);
+}
+
+/* ------------------------------------------------------------ sm_90a
+ *
+ * wgmma m64nNk16 accumulator layout (fp32, per warpgroup): warp w of the
+ * group holds rows 16 w.., lane l rows l / 4 and l / 4 + 8; of each n8
+ * block j, acc[4 j], acc[4 j + 1] are (l / 4, 8 j + 2 (l % 4) + 0, 1) and
+ * acc[4 j + 2], acc[4 j + 3] the same columns 8 rows down.
+ */
+
+#define G90_BK 64     /* reduction a stage: one 128-byte row of bf16 */
+#define G90_ROWB 128  /* bytes of a shared row (the swizzle atom's width) */
+
+static int consumers(const struct lg_gemm_tile *t) { return t->bm / 64; }
+
+int lg_gemm90_threads(const struct lg_gemm_tile *t) { return 128 * (consumers(t) + 1); }
+
+int lg_gemm90_cluster(const struct lg_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
+
+static unsigned stage_bytes(const struct lg_gemm *g) { return (unsigned)((g->t.bm + g->t.bn) * G90_ROWB); }
+
+unsigned lg_gemm90_smem(const struct lg_gemm *g)
+{
+	/* 1024 of slack to align the ring; two mbarriers a stage */
+	return 1024u + (unsigned)g->t.stages * (stage_bytes(g) + 16u);
+}
+
+const char *lg_gemm90_tile_problem(const struct lg_gemm *g)
+{
+	const struct lg_gemm_tile *t = &g->t;
+	if (g->a.fp32 || g->b.fp32 || g->a.mn_major || g->b.mn_major || g->terms != 1)
+		return "bf16 operands with the reduction contiguous (the sm_90a wgmma path)";
+	if (t->bm != 64 && t->bm != 128)
+		return "tile.m 64 or 128 (one consumer warpgroup a 64 rows)";
+	if (t->bn < 16 || t->bn > 256 || t->bn % 16 != 0)
+		return "tile.n a multiple of 16 up to 256";
+	if (t->bk != G90_BK)
+		return "tile.k 64 (128-byte rows of the 128-byte swizzle)";
+	if (t->stages < 2 || t->stages > 8)
+		return "tile.stages 2 to 8";
+	if (lg_gemm90_cluster(g) > 2)
+		return "tile.cluster 1 or 2";
+	return NULL;
+}
+
+void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[2], int *swizzle)
+{
+	box_a[0] = box_b[0] = G90_BK;
+	box_a[1] = (unsigned)g->t.bm;
+	box_b[1] = (unsigned)(g->t.bn / lg_gemm90_cluster(g));
+	*swizzle = G90_ROWB;
+}
+
+/* Items 0..n-1 (`pre` index `suf`), `per` a line: each line is `lead`, then
+ * `first` (the first line) or as many spaces, the items, then `last` (the
+ * last line) or `more`. False (b failed) when out of memory. */
+static bool emit_list(lg_buf *b, int n, int per, const char *pre, const char *suf, const char *lead,
+		      const char *first, const char *last, const char *more)
+{
+	for (int i = 0; i < n; i += per) {
+		lg_buf l;
+		lg_buf_init(&l);
+		for (int j = i; j < i + per && j < n; j++) {
+			if (j > i)
+				lg_emit(&l, ", ");
+			lg_emit(&l, "%s%d%s", pre, j, suf);
+		}
+		char *t = lg_buf_finish(&l, NULL);
+		if (!t) {
+			b->failed = true;
+			return false;
+		}
+		lg_line(b, "%s%*s%s%s", lead, (int)strlen(first), i ? "" : first, t, i + per >= n ? last : more);
+		free(t);
+	}
+	return true;
+}
+
+void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *prefix)
+{
+	int n = g->t.bn, regs = n / 2;
+	char name[64], params[64];
+	snprintf(name, sizeof name, "%s_wgmma", prefix);
+	snprintf(params, sizeof params, "float acc[%d], u64 da, u64 db", regs);
+	lg_comment(b, "acc (64 x %d, fp32) += A (64 x 16 at descriptor da) . B (%d x 16 at db)^T, both bf16", n, n);
+	lg_comment(b, "K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	lg_line(b, "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"", regs + 2);
+	lg_line(b, "\t\"wgmma.mma_async.sync.aligned.m64n%dk16.f32.bf16.bf16\\n\"", n);
+	/* the accumulators' names in the instruction, 12 a line; their operands, 5 a line */
+	if (!emit_list(b, regs, 12, "%", "", "\t\"", "{", "},\"", ",\""))
+		return;
+	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1, 0, 0;\\n}\"", regs, regs + 1);
+	if (!emit_list(b, regs, 5, "\"+f\"(acc[", "])", "\t", ": ", "", ","))
+		return;
+	lg_line(b, "\t: \"l\"(da), \"l\"(db), \"r\"(1));");
+	lg_close(b);
+}
+
+void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			     const char *o0b, const char *kt0, const char *kt1)
+{
+	const struct lg_gemm_tile *t = &g->t;
+	int c = consumers(t), S = t->stages, regs = t->bn / 2, cl = lg_gemm90_cluster(g);
+	unsigned sa = (unsigned)t->bm * G90_ROWB, sb = (unsigned)t->bn * G90_ROWB, st = stage_bytes(g);
+	lg_comment(b, "%dx%d tile: %d consumer warpgroup%s (64 rows each) and a producer warpgroup; %d stages", t->bm,
+		   t->bn, c, c > 1 ? "s" : "", S);
+	lg_comment(b, "of A [%d][128 B] and B [%d][128 B] at 1024-byte boundaries, then full[%d], empty[%d].", t->bm,
+		   t->bn, S, S);
+	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
+	lg_line(b, "u64 *const full = (u64 *)(ring + %u), *const empty = full + %d;", (unsigned)S * st, S);
+	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
+	lg_line(b, "const int nkt = (int)(%s - %s);", kt1, kt0);
+	if (cl > 1)
+		lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster: B rows [rank %d, (rank + 1) %d)", cl,
+			t->bn / cl, t->bn / cl);
+	lg_open(b, "if (threadIdx.x == 0) {");
+	lg_line(b, "lg_tma_prefetch(&%s);", g->a.tmap);
+	lg_line(b, "lg_tma_prefetch(&%s);", g->b.tmap);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
+	lg_line(b, "lg_mbar_init(&full[s], 1);");
+	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp%s", 4 * c * cl,
+		cl > 1 ? " of the cluster" : "");
+	lg_close(b);
+	lg_line(b, "lg_mbar_fence_init();");
+	lg_close(b);
+	if (cl > 1)
+		lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
+	else
+		lg_line(b, "__syncthreads();");
+	lg_open(b, "if (wg == %d) {", c);
+	lg_comment(b, "Producer: one thread refills each stage once its consumers released it.");
+	if (c > 1)
+		lg_line(b, "lg_setmaxnreg_dec(40);");
+	lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
+	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
+	lg_line(b, "const int s = kt %% %d;", S);
+	lg_line(b, "if (kt >= %d) lg_mbar_wait(&empty[s], ((kt / %d) - 1) & 1);", S, S);
+	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
+	lg_line(b, "const int r0 = (int)((%s + kt) * %d);", kt0, G90_BK);
+	lg_line(b, "u8 *const sd = ring + s * %u;", st);
+	lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, (int)(%s));", g->a.tmap, o0a);
+	if (cl > 1)
+	{
+		lg_line(b, "const int o1 = (int)(%s) + (int)rank * %d; // this CTA's half of B", o0b, t->bn / cl);
+		lg_line(b, "u8 *const sh = sd + %u + rank * %u;", sa, sb / cl);
+		lg_line(b, "lg_tma_load_2d_mc(sh, &%s, &full[s], r0, o1, %u);", g->b.tmap, (1u << cl) - 1);
+	}
+	else
+		lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, (int)(%s));", sa, g->b.tmap, o0b);
+	lg_close(b);
+	lg_close(b);
+	if (cl > 1)
+		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
+	lg_line(b, "return;");
+	lg_close(b);
+	if (c > 1)
+		lg_line(b, "lg_setmaxnreg_inc(232);");
+	lg_comment(b, "Consumers: warpgroup wg, rows 64 wg.. of the tile; one wgmma group in flight.");
+	lg_line(b, "float acc[%d];", regs);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
+	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
+	lg_line(b, "const int s = kt %% %d;", S);
+	lg_line(b, "lg_mbar_wait(&full[s], (kt / %d) & 1);", S);
+	lg_line(b, "const u64 da = lg_wg_desc(ring + s * %u + wg * %u);", st, 64u * G90_ROWB);
+	lg_line(b, "const u64 db = lg_wg_desc(ring + s * %u + %u);", st, sa);
+	lg_line(b, "lg_wg_fence();");
+	lg_line(b, "#pragma unroll");
+	lg_comment(b, "k16 steps: 32 bytes along the swizzled row, 2 in descriptor units");
+	lg_line(b, "for (int ks = 0; ks < %d; ks++) %s_wgmma(acc, da + 2 * ks, db + 2 * ks);", G90_BK / 16, prefix);
+	lg_line(b, "lg_wg_commit();");
+	lg_line(b, "lg_wg_wait(1);");
+	lg_comment(b, "tile kt - 1's group is done: its stage may be refilled");
+	if (cl > 1) {
+		lg_open(b, "if (kt > 0 && lane == 0) {");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(kt + %d) %% %d], r);", cl, S - 1, S);
+		lg_close(b);
+	} else {
+		lg_line(b, "if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(kt + %d) %% %d]);", S - 1, S);
+	}
+	lg_close(b);
+	lg_line(b, "lg_wg_wait(0);");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");", regs);
+}
+
+void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,
+			     const char *store)
+{
+	lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
+	lg_line(b, "const i64 row = (i64)(%s) + wg * 64 + warp * 16 + (lane >> 2);", o0a);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", g->t.bn / 8);
+	lg_line(b, "const i64 col = (i64)(%s) + j * 8 + (lane & 3) * 2;", o0b);
+	lg_line(b, "const float *const v = acc + 4 * j;");
+	lg_line(b, "%srow, col, v[0], v[1]);", store);
+	lg_line(b, "%srow + 8, col, v[2], v[3]);", store);
+	lg_close(b);
+	if (lg_gemm90_cluster(g) > 1)
+		lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
 }

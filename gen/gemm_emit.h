@@ -23,6 +23,29 @@
  * K work given that each operand's contiguous extent and row stride are
  * multiples of its chunk's elements (the family validates that).
  *
+ * The sm_90a path (lg_gemm90_*; bf16 operands, both K-major): a CTA of
+ * bm / 64 consumer warpgroups and one producer warpgroup computes a
+ * bm x bn tile. One thread of the producer issues TMA loads of the A
+ * (bm x 64) and B (bn x 64) boxes of each reduction tile of 64 into a
+ * `stages`-deep ring of 1024-byte aligned stages (128-byte rows, the
+ * 128-byte swizzle TMA writes and wgmma reads), each stage's `full`
+ * mbarrier completing on the bytes, its `empty` mbarrier on one arrival
+ * of every consumer warp. Consumer warpgroup c issues wgmma.mma_async
+ * m64 n<bn> k16 (both operands by shared memory descriptors, fp32
+ * accumulators in registers: bn / 2 a thread) over its 64 rows, four a
+ * stage, commits them as one group and keeps one group in flight: the
+ * stage of the previous group is released when it completes. The
+ * producer gives up registers (setmaxnreg) to the consumers. TMA zero-
+ * fills what lies outside the operands, so any M, N, K work (K a
+ * multiple of 8: TMA's 16-byte row stride); the family passes each
+ * operand's tensor map (box 64 x bm or bn, swizzle 128) in its plan.
+ * With a cluster of 2 CTAs (consecutive blockIdx.x, tiles at consecutive
+ * row blocks, the same columns), each loads half of the B tile (box
+ * 64 x bn / 2) and multicasts it to both, halving B's L2 traffic: a stage
+ * is refilled once the consumer warps of both CTAs released it (their
+ * arrivals on each CTA's `empty`), and neither CTA leaves before the other
+ * is done with it (a cluster barrier at the start and the end).
+ *
  * The epilogue hands each pair of accumulators (row, col) and (row,
  * col + 1), col even, to a store function the family emits: it
  * predicates, converts and writes.
@@ -45,6 +68,7 @@ struct lg_gemm_operand {
 	const char *out_ext; /* extent of its output dimension (an expression) */
 	const char *red_ext; /* extent of its reduction dimension (an expression) */
 	int chunk;           /* bytes one cp.async copies: 16, or 4 (fp32 only) */
+	const char *tmap;    /* sm_90a: its tensor map parameter ("tm_x"; family.h, lg_tmap_decl) */
 };
 
 struct lg_gemm_tile {
@@ -57,6 +81,9 @@ struct lg_gemm {
 	struct lg_gemm_tile t;
 	struct lg_gemm_operand a, b;
 	int terms; /* bf16 terms of an fp32 A: 1..3 (1 for bf16) */
+	/* sm_90a: CTAs of a cluster along the rows (1 or 2) sharing B: each
+	 * loads 1 / cluster of B's rows and multicasts it to all (0: 1). */
+	int cluster;
 };
 
 /* The spec keys (key indices of a family's table, -1: not declared) that
@@ -113,5 +140,33 @@ void lg_gemm_emit_store_f32(lg_buf *b, const char *name, bool even);
  * accumulator pair (store is e.g. "lg_store(y, M, "). */
 void lg_gemm_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,
 			   const char *store);
+
+/* ------------------------------------------------------------ sm_90a */
+
+/* Threads of a CTA: bm / 64 consumer warpgroups and the producer's. */
+int lg_gemm90_threads(const struct lg_gemm_tile *t);
+/* Dynamic shared memory bytes (the ring, its mbarriers, alignment slack). */
+unsigned lg_gemm90_smem(const struct lg_gemm *g);
+/* NULL when g can run on the sm_90a path, else why not: bf16 K-major
+ * operands, tile.m 64 or 128, tile.n a multiple of 16 up to 256, tile.k
+ * 64, stages 2 to 8. */
+const char *lg_gemm90_tile_problem(const struct lg_gemm *g);
+/* The tensor map box of each operand (elements, rows) with its swizzle. */
+void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[2], int *swizzle);
+/* CTAs of g's cluster (1 or 2). */
+int lg_gemm90_cluster(const struct lg_gemm *g);
+/* <prefix>_wgmma: one wgmma.mma_async of the tile's width. */
+void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *prefix);
+/* The producer / consumer main loop, inline in a kernel body with `smem`
+ * (dynamic shared memory) in scope, over reduction tiles [kt0, kt1) of
+ * the tile at A rows o0a.., B rows o0b.. (int expressions). The producer
+ * warpgroup returns; consumers leave with `acc`, `wg`, `lane`, `warp`
+ * declared for lg_gemm90_emit_epilogue. */
+void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			     const char *o0b, const char *kt0, const char *kt1);
+/* The consumers' epilogue: `<store>row, col, v0, v1)` as lg_gemm_emit_epilogue
+ * (then, with a cluster, the cluster barrier the producer also waits at). */
+void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,
+			     const char *store);
 
 #endif

@@ -19,6 +19,28 @@ void lg_spec_uses(const struct lg_spec *s, unsigned char used[LG_MAX_ARGS])
 		f->uses(s, used);
 }
 
+/* A plan's tensor maps are what cuTensorMapEncodeTiled takes (a bug in the
+ * family otherwise): sm_90+, pointer arguments of 1-byte to 8-byte
+ * elements, boxes of 1 to 256, a row of the box a multiple of 16 bytes and
+ * within the swizzle's span. */
+static void check_tmaps(const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
+{
+	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	LG_ASSERT(p->ntmaps >= 0 && p->ntmaps <= LG_MAX_TMAPS);
+	LG_ASSERT(p->ntmaps == 0 || t->sm >= 90);
+	for (int i = 0; i < p->ntmaps; i++) {
+		const struct lg_tmap_decl *m = &p->tmap[i];
+		LG_ASSERT(m->arg >= 0 && m->arg < g->nargs);
+		const struct lg_arg *a = &g->args[m->arg];
+		LG_ASSERT(a->role != LG_ARG_WORKSPACE && a->role != LG_ARG_LIST && a->align % 16 == 0);
+		unsigned row = m->box[0] * (unsigned)lg_elem_bytes[lg_arg_elem(s, a)];
+		LG_ASSERT(m->box[0] >= 1 && m->box[0] <= 256 && m->box[1] >= 1 && m->box[1] <= 256);
+		LG_ASSERT(row % 16 == 0);
+		LG_ASSERT(m->swizzle == 0 || m->swizzle == 32 || m->swizzle == 64 || m->swizzle == 128);
+		LG_ASSERT(m->swizzle == 0 || row <= (unsigned)m->swizzle);
+	}
+}
+
 lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	const struct lg_family *f = lg_family_get(s->op);
@@ -31,7 +53,10 @@ lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct
 			p->given.v[k] = s->v[k];
 			p->given.set |= (uint64_t)1 << k;
 		}
-	return f->plan(s, t, p);
+	lg_status st = f->plan(s, t, p);
+	if (st == LG_OK)
+		check_tmaps(s, t, p);
+	return st;
 }
 
 lg_status lg_generate_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p,

@@ -10,7 +10,19 @@
  * Any M and N; K a multiple of 8 (rows of x and w are read in 16-byte
  * pieces). linghe needs M % 32, K % 128, N % 16.
  *
- * Strategy: every product is a tensor-core GEMM of gemm_emit.c (ldmatrix,
+ * Strategy, sm_90a forward: the wgmma + TMA path of gemm_emit.c. The plan
+ * declares tensor maps of x and w (boxes of 64 hidden x tile rows, 128-byte
+ * swizzle; runtime/launch.c encodes them); a CTA of two consumer
+ * warpgroups and a producer warpgroup computes a 128x128 tile of logits
+ * (128 CTAs at the target for 132 SMs: 128x256 would give 64), up to 7
+ * stages of 32 KB in flight, fp32 accumulators in registers stored
+ * predicated; 128x256 when that still gives two waves at 8192 tokens (a
+ * large GEMM). tile.cluster 2 shares w's tile between two CTAs by TMA
+ * multicast (correct, but measured twice as slow on the H200: opt-in).
+ * H200: 21.5 us at the target (was 40.5 on the path below), 672 TFLOP/s on
+ * 8192^3 against cuBLAS's 685 (bench/h200-2026-12-01-wgmma).
+ *
+ * Strategy, backward and other targets: every product is a tensor-core GEMM of gemm_emit.c (ldmatrix,
  * mma.sync m16n8k16 bf16 -> fp32, a cp.async ring of `tile.stages`
  * reduction tiles, predicated tails). The forward is one GEMM, both
  * operands K-major (one CTA a tile.m x tile.n tile of logits; w stays in
@@ -51,6 +63,7 @@ enum {
 	K_WM,
 	K_WN,
 	K_SPLIT,
+	K_CLUSTER,
 	NKEYS
 };
 
@@ -58,6 +71,7 @@ static const char *const precision_names[] = {"bf16", "bf16x2", "bf16x3"};
 static const int64_t tmn_ok[] = {32, 64, 128, 256, 0};
 static const int64_t tk_ok[] = {32, 64, 0};
 static const int64_t warps_ok[] = {1, 2, 4, 8, 0};
+static const int64_t cluster_ok[] = {1, 2, 0};
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 8, 1 << 20, 8, "K: features of x and w (a multiple of 8)"),
 	[K_EXPERTS] = {.path = "experts", .type = LG_KEY_INT, .flags = LG_KEY_REQUIRED | LG_KEY_SHAPE, .min = 1,
@@ -76,6 +90,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_WN] = LG_KEY_TILE("warps_n", "wn", 1, 8, warps_ok, "warps along the tile's columns"),
 	[K_SPLIT] = LG_KEY_TILE("split", "z", 1, 32, NULL,
 				"backward: token slices of dw, added in order by a second kernel"),
+	[K_CLUSTER] = LG_KEY_TILE("cluster", "cl", 1, 2, cluster_ok,
+				  "sm_90a forward: CTAs a cluster along the tokens sharing w's tile (TMA multicast)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -102,7 +118,23 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 };
 
 /* Plan values. */
-enum { P_BM, P_BN, P_BK, P_STAGES, P_WM, P_WN, P_SPLIT, P_K, P_N, P_TERMS, P_BWD, P_SMEM };
+enum { P_BM, P_BN, P_BK, P_STAGES, P_WM, P_WN, P_SPLIT, P_K, P_N, P_TERMS, P_BWD, P_SMEM, P_WG, P_CLUSTER };
+
+/* The forward runs on wgmma + TMA (gemm_emit.h, sm_90a path) on sm_90a. */
+static bool wgmma_path(const struct lg_spec *s, const struct lg_target *t)
+{
+	return s->pass == LG_PASS_FORWARD && t->sm == 90 && t->arch_specific;
+}
+
+/* The spec's tile.m, n, k and stages over t's. */
+static void spec_tile(const struct lg_spec *s, struct lg_gemm_tile *t)
+{
+	static const int key[4] = {K_TM, K_TN, K_TK, K_STAGES};
+	int *const v[4] = {&t->bm, &t->bn, &t->bk, &t->stages};
+	for (int i = 0; i < 4; i++)
+		if (lg_spec_has(s, key[i]))
+			*v[i] = (int)lg_spec_int(s, key[i]);
+}
 
 /* The tile of a spec: its own keys, else the heuristic. The forward's
  * columns are the experts (a 128-wide tile up to 64 CTAs of tokens at
@@ -118,14 +150,7 @@ static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
 		t.warps_n = t.bn / 32;
 		t.warps_m = 4;
 	}
-	if (lg_spec_has(s, K_TM))
-		t.bm = (int)lg_spec_int(s, K_TM);
-	if (lg_spec_has(s, K_TN))
-		t.bn = (int)lg_spec_int(s, K_TN);
-	if (lg_spec_has(s, K_TK))
-		t.bk = (int)lg_spec_int(s, K_TK);
-	if (lg_spec_has(s, K_STAGES))
-		t.stages = (int)lg_spec_int(s, K_STAGES);
+	spec_tile(s, &t);
 	if (lg_spec_has(s, K_WM))
 		t.warps_m = (int)lg_spec_int(s, K_WM);
 	if (lg_spec_has(s, K_WN))
@@ -148,18 +173,18 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 	struct lg_gemm g = {.t = t, .terms = 1};
 	switch (which) {
 	case 0:
-		g.a = (struct lg_gemm_operand){"a", false, false, "x", "LG_K", "M", "LG_K", 16};
-		g.b = (struct lg_gemm_operand){"b", false, false, "w", "LG_K", "LG_N", "LG_K", 16};
+		g.a = (struct lg_gemm_operand){"a", false, false, "x", "LG_K", "M", "LG_K", 16, "tm_x"};
+		g.b = (struct lg_gemm_operand){"b", false, false, "w", "LG_K", "LG_N", "LG_K", 16, "tm_w"};
 		break;
 	case 1:
 		g.terms = terms;
-		g.a = (struct lg_gemm_operand){"a", true, false, "dy", "LG_N", "M", "LG_N", dych};
-		g.b = (struct lg_gemm_operand){"b", false, true, "w", "LG_K", "LG_K", "LG_N", 16};
+		g.a = (struct lg_gemm_operand){"a", true, false, "dy", "LG_N", "M", "LG_N", dych, NULL};
+		g.b = (struct lg_gemm_operand){"b", false, true, "w", "LG_K", "LG_K", "LG_N", 16, NULL};
 		break;
 	default:
 		g.terms = terms;
-		g.a = (struct lg_gemm_operand){"a", true, true, "dy", "LG_N", "LG_N", "M", dych};
-		g.b = (struct lg_gemm_operand){"b", false, true, "x", "LG_K", "LG_K", "M", 16};
+		g.a = (struct lg_gemm_operand){"a", true, true, "dy", "LG_N", "LG_N", "M", dych, NULL};
+		g.b = (struct lg_gemm_operand){"b", false, true, "x", "LG_K", "LG_K", "M", 16, NULL};
 		break;
 	}
 	return g;
@@ -187,8 +212,67 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	return LG_OK;
 }
 
+/* The sm_90a forward's tile: the spec's m, n, k, stages, else 128 rows and
+ * 128 columns (two consumer warpgroups; 128 CTAs at the target shape, whose
+ * 256 experts make only 64 tiles of 128x256 for 132 SMs), 256 columns when
+ * that still gives two waves or more (a large GEMM: less L2 traffic a
+ * FLOP), and as many stages as fit. warps_m / warps_n are not used. */
+static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	int64_t n = lg_spec_int(s, K_EXPERTS);
+	struct lg_gemm_tile tl = {.bm = 128, .bn = 128, .bk = 64, .stages = 8};
+	if (n <= 64)
+		tl.bn = n <= 32 ? 32 : 64;
+	else if (n > 128 && (8192 / 128) * ((n + 255) / 256) >= 2 * 132)
+		tl.bn = 256;
+	spec_tile(s, &tl);
+	struct lg_gemm g = gemm_of(s, 0, tl);
+	g.cluster = lg_spec_has(s, K_CLUSTER) ? (int)lg_spec_int(s, K_CLUSTER) : 1;
+	while (!lg_spec_has(s, K_STAGES) && g.t.stages > 2 && lg_gemm90_smem(&g) > smem_limit(t))
+		g.t.stages--;
+	const char *why = lg_gemm90_tile_problem(&g);
+	if (why)
+		return lg_fail(LG_ERR_SPEC, "%s: tile: found m %d, n %d, k %d, stages %d; allowed on %s: %s", s->entry,
+			       g.t.bm, g.t.bn, g.t.bk, g.t.stages, t->name, why);
+	if (lg_gemm90_smem(&g) > smem_limit(t))
+		return lg_fail(LG_ERR_SPEC,
+			       "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at most "
+			       "%u bytes on %s (fewer stages or a smaller tile)",
+			       s->entry, g.t.stages, lg_gemm90_smem(&g), smem_limit(t), t->name);
+	p->tile[K_TM] = p->v[P_BM] = g.t.bm;
+	p->tile[K_TN] = p->v[P_BN] = g.t.bn;
+	p->tile[K_TK] = p->v[P_BK] = g.t.bk;
+	p->tile[K_STAGES] = p->v[P_STAGES] = g.t.stages;
+	p->tile[K_WM] = p->v[P_WM] = g.t.bm / 16; /* four warps a consumer warpgroup */
+	p->tile[K_WN] = p->v[P_WN] = 1;
+	p->tile[K_SPLIT] = p->v[P_SPLIT] = 1;
+	p->tile[K_CLUSTER] = p->v[P_CLUSTER] = g.cluster;
+	p->cluster[0] = g.cluster > 1 ? (unsigned)g.cluster : 0;
+	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
+	p->v[P_N] = n;
+	p->v[P_TERMS] = 1;
+	p->v[P_BWD] = 0;
+	p->v[P_SMEM] = lg_gemm90_smem(&g);
+	p->v[P_WG] = 1;
+	p->nentries = 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	p->ntmaps = 2;
+	p->tmap[0].arg = F_X;
+	p->tmap[1].arg = F_W;
+	lg_gemm90_boxes(&g, p->tmap[0].box, p->tmap[1].box, &p->tmap[0].swizzle);
+	p->tmap[1].swizzle = p->tmap[0].swizzle;
+	return LG_OK;
+}
+
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
+	if (wgmma_path(s, t))
+		return plan90(s, t, p);
+	if (lg_spec_has(s, K_CLUSTER) && lg_spec_int(s, K_CLUSTER) != 1)
+		return lg_fail(LG_ERR_SPEC, "%s: tile.cluster: found %lld, allowed on %s%s: 1 (clusters are for the "
+			       "sm_90a forward)", s->entry, (long long)lg_spec_int(s, K_CLUSTER), t->name,
+			       s->pass == LG_PASS_BACKWARD ? " in the backward" : "");
+	p->tile[K_CLUSTER] = 1;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int split;
 	struct lg_gemm_tile tl = tile_of(s, &split);
@@ -241,9 +325,12 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	int64_t M = sz[0], K = p->v[P_K], N = p->v[P_N], bm = p->v[P_BM], bn = p->v[P_BN];
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	d->block[0] = (unsigned)(32 * p->v[P_WM] * p->v[P_WN]);
+	if (p->v[P_WG]) /* consumer warpgroups and the producer */
+		d->block[0] = (unsigned)(128 * (p->v[P_BM] / 64 + 1));
 	d->smem = (unsigned)p->v[P_SMEM];
-	if (!p->v[P_BWD]) { /* tiles, in a grouped raster */
-		d->grid[0] = cdiv(M, bm) * cdiv(N, bn);
+	if (!p->v[P_BWD]) { /* tiles, in a grouped raster (whole clusters of row tiles) */
+		unsigned cl = p->v[P_CLUSTER] > 1 ? (unsigned)p->v[P_CLUSTER] : 1;
+		d->grid[0] = (cdiv(M, bm) + cl - 1) / cl * cl * cdiv(N, bn);
 		return;
 	}
 	if (e == 0) { /* dw tiles x slices (also at 0 tokens: dw = 0), then dx tiles */
@@ -290,6 +377,31 @@ static void emit_head(lg_buf *b, const struct lg_spec *s, const char *entry, con
 	lg_line(b, "(void)part;");
 }
 
+/* The forward's tile origin o0a, o0b of CTA blockIdx.x and its reduction
+ * tiles kts: a grouped raster, RASTER row tiles at a time sweeping the
+ * columns (with clusters: whole clusters of consecutive row tiles). */
+static void emit_raster(lg_buf *b, const struct lg_plan *p, const struct lg_gemm *g, const char *why)
+{
+	int64_t tn = (p->v[P_N] + g->t.bn - 1) / g->t.bn;
+	int cl = g->cluster > 1 ? g->cluster : 1;
+	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
+		   g->t.bm, g->t.bn, (long long)tn, tn > 1 ? "s" : "", RASTER);
+	lg_comment(b, "at a time sweep the columns, so %s", why);
+	if (cl > 1) {
+		lg_comment(b, "Row tiles rounded up to whole clusters of %d: a cluster's CTAs are consecutive", cl);
+		lg_comment(b, "row tiles of one column (groups of whole clusters); one past M reads zeros, stores none.");
+		lg_line(b, "const i64 rows = ((M + %d) / %d + %d) / %d * %d, pid = blockIdx.x;", g->t.bm - 1, g->t.bm,
+			cl - 1, cl, cl);
+	} else {
+		lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g->t.bm - 1, g->t.bm);
+	}
+	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
+		(long long)(tn * RASTER));
+	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
+	lg_line(b, "const i64 o0a = (first + r %% gs) * %d, o0b = r / gs * %d;", g->t.bm, g->t.bn);
+	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", g->t.bk - 1, g->t.bk);
+}
+
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct lg_gemm g = gemm_of(s, 0, plan_tile(p));
@@ -298,18 +410,34 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_gemm_emit_loaders(b, &g, "fw");
 	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
 	emit_head(b, s, p->entry[0], &g, "router GEMM forward: logits fp32 = x . w^T");
-	int64_t tn = (p->v[P_N] + g.t.bn - 1) / g.t.bn;
-	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
-		   g.t.bm, g.t.bn, (long long)tn, tn > 1 ? "s" : "", RASTER);
-	lg_comment(b, "at a time sweep the columns, so a wave's x and w tiles stay in L2.");
-	lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g.t.bm - 1, g.t.bm);
-	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
-		(long long)(tn * RASTER));
-	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
-	lg_line(b, "const i64 o0a = (first + r %% gs) * %d, o0b = r / gs * %d;", g.t.bm, g.t.bn);
-	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", g.t.bk - 1, g.t.bk);
+	emit_raster(b, p, &g, "a wave's x and w tiles stay in L2.");
 	lg_gemm_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
 	lg_gemm_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
+	lg_close(b);
+}
+
+static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct lg_gemm g = gemm_of(s, 0, plan_tile(p));
+	lg_section(b, "helpers for this spec", NULL);
+	emit_dims(b, p);
+	lg_gemm90_emit_helpers(b, &g, "fw");
+	emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
+	lg_section(b, p->entry[0], "router GEMM forward (wgmma, TMA): logits fp32 = x . w^T");
+	g.cluster = (int)p->v[P_CLUSTER];
+	if (g.cluster > 1)
+		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
+					g.cluster, lg_gemm90_threads(&g.t));
+	else
+		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_gemm90_threads(&g.t));
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
+	lg_line(b, "(void)part;");
+	lg_line(b, "(void)x;");
+	lg_line(b, "(void)w;");
+	emit_raster(b, p, &g, "x is read from memory once and w stays in L2.");
+	lg_gemm90_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
+	lg_gemm90_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
 	lg_close(b);
 }
 
@@ -402,12 +530,15 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	(void)t;
 	if (p->v[P_BWD])
 		emit_backward(b, s, p);
+	else if (p->v[P_WG])
+		emit_forward90(b, s, p);
 	else
 		emit_forward(b, s, p);
 }
 
 /* Tile variants for `lingen tune`: tile shapes and warp grids, stages, and
- * (backward) dw's token slices. */
+ * (backward) dw's token slices; on the sm_90a forward, tile shapes and
+ * stages of the wgmma path. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
@@ -418,7 +549,26 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 		{256, 128, 4, 2, 3, 32}, {64, 64, 2, 2, 6, 32},   {128, 128, 2, 2, 4, 32},
 		{128, 128, 2, 4, 6, 32},
 	};
+	static const int64_t shapes90[][5] = {
+		/* m, n, stages, k, cluster: the sm_90a forward (wgmma; one cluster of 2, measured
+		 * twice as slow on the H200 for now) */
+		{128, 128, 6, 64, 1}, {128, 128, 4, 64, 1}, {128, 128, 6, 64, 2}, {128, 256, 4, 64, 1},
+		{128, 256, 3, 64, 1}, {64, 256, 4, 64, 1},  {64, 128, 8, 64, 1},  {128, 64, 8, 64, 1},
+		{64, 64, 8, 64, 1},
+	};
 	int n = 0;
+	if (wgmma_path(s, t)) {
+		for (size_t i = 0; i < sizeof shapes90 / sizeof shapes90[0]; i++) {
+			struct lg_tile_choice c = {0};
+			const int key[5] = {K_TM, K_TN, K_STAGES, K_TK, K_CLUSTER};
+			for (int j = 0; j < 5; j++) {
+				c.v[key[j]] = shapes90[i][j];
+				c.set |= (uint64_t)1 << key[j];
+			}
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+		return n;
+	}
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		struct lg_tile_choice c = {0};
 		const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};

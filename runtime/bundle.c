@@ -20,7 +20,9 @@
  *         "entries": [ { "name": "lg_rmsnorm_fwd_bf16_h2048",
  *                        "block": [256, 1, 1], "smem": 0, "cluster": 0,
  *                        "persistent": false, "early": false, "part": 0,
- *                        "grid_at_1": [1, 1, 1], "grid_at_8192": [1024, 1, 1] } ] } } ] }
+ *                        "grid_at_1": [1, 1, 1], "grid_at_8192": [1024, 1, 1] } ],
+ *         "tmaps": [ {"arg": "x", "box": [64, 128], "swizzle": 128} ]  TMA tensor maps
+ *                                        built at launch (only when the plan has some) } } ] }
  *   The grid of an entry point is the family's geometry() of the plan and the
  *   run-time sizes (persistent entries are capped at what is co-resident on
  *   the device, known only at load); grid_at_1 and grid_at_8192 show it at
@@ -149,6 +151,18 @@ cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p)
 	cJSON *entries = cJSON_AddArrayToObject(o, "entries");
 	for (int e = 0; entries && e < p->nentries; e++)
 		add_entry(entries, f, s->pass, p, e);
+	if (p->ntmaps > 0) { /* the TMA tensor maps the launch builds */
+		cJSON *maps = cJSON_AddArrayToObject(o, "tmaps");
+		for (int i = 0; maps && i < p->ntmaps; i++) {
+			const struct lg_tmap_decl *m = &p->tmap[i];
+			cJSON *t = cJSON_CreateObject();
+			cJSON_AddStringToObject(t, "arg", f->sig[s->pass].args[m->arg].name);
+			int64_t box[2] = {m->box[0], m->box[1]};
+			cJSON_AddItemToObject(t, "box", int_array(box, 2));
+			cJSON_AddNumberToObject(t, "swizzle", m->swizzle);
+			cJSON_AddItemToArray(maps, t);
+		}
+	}
 	/* cJSON's adders fail quietly: check the whole tree once */
 	char *text = o && entries ? cJSON_PrintUnformatted(o) : NULL;
 	if (!text) {

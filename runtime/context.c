@@ -359,6 +359,8 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 	lg_sizes_at(f, s->pass, 1, one);
 	const char *pdl = lg_env_get(LG_ENV_PDL);
 	k->early = !(pdl && strcmp(pdl, "0") == 0);
+	static _Atomic uint64_t next_id = 1;
+	k->id = next_id++;
 	LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
 	int ndev = 0;
 	LG_CU_TRY(cu, cuDeviceGetCount, (&ndev));

@@ -26,6 +26,7 @@ struct lg_kernel {
 	unsigned char need[LG_MAX_ARGS]; /* pointer i must not be 0 */
 	unsigned align[LG_MAX_ARGS];     /* pointer i must be a multiple of this */
 	bool early; /* programmatic dependent launch allowed ($LINGEN_PDL != 0) */
+	uint64_t id; /* unique in the process (the launch's tensor map cache key) */
 };
 
 /* One spec known to a context: its source plan, cubin and loaded kernel. */
@@ -46,6 +47,11 @@ struct lg_ctx {
 	struct lg_ctx_entry **entries;
 	size_t n, cap;
 };
+
+/* Encode tensor map m of k's plan for a launch at these sizes and pointers
+ * (launch.c does at every launch; the launch benchmark's raw baseline once). */
+lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const int64_t *sizes,
+			 const lg_dptr *ptrs, CUtensorMap *out);
 
 /* The plan of a spec for the context's arch, as its cubin was (or will be)
  * generated with: for `lingen build` and `lingen aot`, which record it. */

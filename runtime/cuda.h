@@ -61,7 +61,11 @@
 	X(cuEventDestroy, "cuEventDestroy_v2", (CUevent))                                  \
 	X(cuEventRecord, "cuEventRecord", (CUevent, CUstream))                             \
 	X(cuEventSynchronize, "cuEventSynchronize", (CUevent))                             \
-	X(cuEventElapsedTime, "cuEventElapsedTime_v2", (float *, CUevent, CUevent))
+	X(cuEventElapsedTime, "cuEventElapsedTime_v2", (float *, CUevent, CUevent))            \
+	X(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled",                                \
+	  (CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,      \
+	   const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, \
+	   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill))
 
 struct lg_cu {
 	void *lib;

@@ -6,6 +6,7 @@
  * hardware's grid limits), cuLaunchKernel per entry with a non-empty grid.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "context.h"
 #include "error.h"
@@ -26,6 +27,59 @@ static bool empty_arg(const lg_kernel *k, int i, const int64_t *sizes)
 	return false;
 }
 
+/* Tensor map m of a launch (family.h, struct lg_tmap_decl): the argument's
+ * pointer and shape at these sizes, rows folded. A null pointer or an
+ * empty tensor leaves a zero map, never read. Encoding is host work only
+ * (no driver round trip); lg_kernel_run keeps the last maps of each thread. */
+lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const int64_t *sizes,
+			    const lg_dptr *ptrs, CUtensorMap *out)
+{
+	static const CUtensorMapDataType types[LG_ELEM_COUNT] = {
+		[LG_ELEM_BF16] = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, [LG_ELEM_FP32] = CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+		[LG_ELEM_E4M3] = CU_TENSOR_MAP_DATA_TYPE_UINT8,    [LG_ELEM_U8] = CU_TENSOR_MAP_DATA_TYPE_UINT8,
+		[LG_ELEM_I32] = CU_TENSOR_MAP_DATA_TYPE_INT32,     [LG_ELEM_I64] = CU_TENSOR_MAP_DATA_TYPE_INT64,
+	};
+	static const CUtensorMapSwizzle swz[] = {CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_SWIZZLE_32B,
+						 CU_TENSOR_MAP_SWIZZLE_64B, CU_TENSOR_MAP_SWIZZLE_128B};
+	memset(out, 0, sizeof *out);
+	int64_t sz[LG_MAX_SIZES] = {0}, d[8];
+	int n = 0;
+	for (int j = 0; j < k->nsizes; j++)
+		sz[j] = sizes[j];
+	lg_status st = lg_arg_shape(&k->spec, m->arg, sz, d, &n);
+	if (st != LG_OK)
+		return st;
+	uint64_t rows = 1, cols = n ? (uint64_t)d[n - 1] : 0;
+	for (int j = 0; j + 1 < n; j++)
+		rows *= (uint64_t)d[j];
+	if (!ptrs[m->arg] || !rows || !cols)
+		return LG_OK;
+	const struct lg_arg *a = &k->sig->args[m->arg];
+	enum lg_elem el = lg_arg_elem(&k->spec, a);
+	const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols * (uint64_t)lg_elem_bytes[el]};
+	const cuuint32_t box[2] = {m->box[0], m->box[1]}, estr[2] = {1, 1};
+	int si = m->swizzle == 128 ? 3 : m->swizzle == 64 ? 2 : m->swizzle == 32 ? 1 : 0;
+	CUresult r = k->cu->cuTensorMapEncodeTiled(out, types[el], 2, (void *)(uintptr_t)ptrs[m->arg], dims, strides,
+						   box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, swz[si],
+						   CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+						   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+	if (r != CUDA_SUCCESS)
+		return lg_cu_fail(r, "cuTensorMapEncodeTiled");
+	return LG_OK;
+}
+
+/* The tensor maps of a thread's last launch, one a slot of the plan's
+ * maps: a launch with the same kernel (its id), pointer and sizes reuses
+ * the map (the driver copies it at the call) instead of encoding it again.
+ * Thread-local: no lock on the hot path. */
+struct tmap_slot {
+	uint64_t id; /* 0: empty */
+	lg_dptr ptr;
+	int64_t sizes[LG_MAX_SIZES];
+	CUtensorMap map;
+};
+static _Thread_local struct tmap_slot tmap_cache[LG_MAX_TMAPS];
+
 /* The largest grid the hardware launches. */
 static bool grid_ok(const struct lg_launch_dim *d)
 {
@@ -42,7 +96,7 @@ lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *siz
 	if (nptrs != k->nargs || nsizes != k->nsizes)
 		return lg_fail(LG_ERR_INVALID_ARG, "%s: %d pointers and %d sizes given, the kernel takes %d and %d",
 			       p->entry[0], nptrs, nsizes, k->nargs, k->nsizes);
-	void *params[LG_MAX_ARGS + LG_MAX_SIZES + 1];
+	void *params[LG_MAX_ARGS + LG_MAX_SIZES + 1 + LG_MAX_TMAPS];
 	int64_t part = 0;
 	for (int i = 0; i < nsizes; i++) {
 		if (sizes[i] < g->sizes[i].min || sizes[i] > g->sizes[i].max)
@@ -61,6 +115,21 @@ lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *siz
 		params[i] = (void *)&ptrs[i];
 	}
 	params[nptrs + nsizes] = (void *)&part;
+	for (int i = 0; i < p->ntmaps; i++) {
+		/* this thread's last map of slot i, when it is of the same kernel, pointer and sizes */
+		struct tmap_slot *c = &tmap_cache[i];
+		lg_dptr ptr = ptrs[p->tmap[i].arg];
+		if (c->id != k->id || c->ptr != ptr || memcmp(c->sizes, sizes, (size_t)nsizes * sizeof *sizes) != 0) {
+			c->id = 0;
+			lg_status st = lg_kernel_tmap(k, &p->tmap[i], sizes, ptrs, &c->map);
+			if (st != LG_OK)
+				return st;
+			c->id = k->id;
+			c->ptr = ptr;
+			memcpy(c->sizes, sizes, (size_t)nsizes * sizeof *sizes);
+		}
+		params[nptrs + nsizes + 1 + i] = (void *)&c->map;
+	}
 	struct lg_launch_dim d[LG_MAX_ENTRIES];
 	for (int e = 0; e < p->nentries; e++) {
 		k->fam->geometry(p, e, sizes, &d[e]);

@@ -4,8 +4,11 @@
  * and backward dx, dw at the target shape (x [8192, 2048], w [256, 2048])
  * and at sizes that are multiples of nothing (M = 1, 127, 8191; K = 7168,
  * 1000; N = 96, 160, 1), each backward precision (bf16, bf16x2, bf16x3),
- * the tiles `lingen tune` sweeps, 0 tokens (dw = 0), dx or dw alone (the
- * other pointer 0), and dw the same bits on a second launch. Fresh random
+ * the tiles `lingen tune` sweeps (on sm_90a: the wgmma forward's tiles and
+ * clusters, and the mma.sync forward through an sm_90 context), 0 tokens
+ * (dw = 0), dx or dw alone (the other pointer 0), dw the same bits on a
+ * second launch, and the launch's tensor maps following the pointers and
+ * sizes. Fresh random
  * inputs, poisoned outputs, nothing left unwritten.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
@@ -27,19 +30,34 @@
 #include "testutil.h"
 
 static lg_ctx *ctx;
+/* The mma.sync path on this device: ctx itself, or on sm_90a (where ctx's
+ * forward is the wgmma path) a context compiling for sm_90 (no "a"). */
+static lg_ctx *ctx_mma;
 static uint64_t seed;
 
 enum { B_DY, B_X, B_W, B_DX, B_DW, B_WS };
 
+static bool wgmma(void) { return strcmp(lg_ctx_arch(ctx), "sm_90a") == 0; }
+
 static int setup(void **state)
 {
 	(void)state;
-	return lg_test_gpu_ctx(&ctx);
+	if (lg_test_gpu_ctx(&ctx) != 0)
+		return -1;
+	ctx_mma = ctx;
+	lg_ctx_opts o = {.arch = "sm_90"};
+	if (wgmma() && lg_ctx_create(&o, &ctx_mma) != LG_OK) {
+		fprintf(stderr, "an sm_90 context: %s\n", lg_last_error());
+		return -1;
+	}
+	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
+	if (ctx_mma != ctx)
+		lg_ctx_destroy(ctx_mma);
 	lg_ctx_destroy(ctx);
 	return 0;
 }
@@ -55,18 +73,19 @@ static lg_spec *parse(const char *pass, const char *keys)
 	return s;
 }
 
-/* One spec at M tokens: every output within tolerance, nothing unwritten. */
-static void check(const char *pass, const char *keys, int64_t M)
+/* One spec at M tokens on context c: every output within tolerance, nothing unwritten. */
+static void check_on(lg_ctx *c, const char *pass, const char *keys, int64_t M)
 {
 	lg_spec *s = parse(pass, keys);
 	struct lg_check_opts o = {.tokens = M, .seed = seed + (uint64_t)M * 7919};
 	struct lg_check_result r;
-	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
+	if (lg_check_kernel(c, s, &o, &r) != LG_OK)
 		fail_msg("%s at %lld tokens: %s", lg_spec_entry(s), (long long)M, lg_last_error());
 	bool written = M == 0 || r.nmeasures > 0; /* at 0 tokens the forward has no output */
 	for (int i = 0; i < r.nmeasures; i++)
 		written = written && r.m[i].unwritten == 0;
-	printf("%s M=%lld: %s\n", lg_spec_entry(s), (long long)M, r.pass && written ? "PASS" : "FAIL");
+	printf("%s %s M=%lld: %s\n", lg_spec_entry(s), lg_ctx_arch(c), (long long)M,
+	       r.pass && written ? "PASS" : "FAIL");
 	for (int i = 0; i < r.nmeasures; i++)
 		printf("  %-6s %-5s n=%llu max_rel=%.3g rel_l2=%.3g mismatches=%llu unwritten=%llu %s\n",
 		       r.m[i].name, r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].max_rel, r.m[i].rel_l2,
@@ -76,6 +95,8 @@ static void check(const char *pass, const char *keys, int64_t M)
 	assert_true(written);
 	lg_spec_free(s);
 }
+
+static void check(const char *pass, const char *keys, int64_t M) { check_on(ctx, pass, keys, M); }
 
 static void both(const char *keys, const int64_t *ms, size_t n)
 {
@@ -134,7 +155,8 @@ static void test_precision(void **state)
 				check("backward", keys[k], ms[i]);
 }
 
-/* The tiles of `lingen tune`, and dw's slices. */
+/* The tiles of `lingen tune` of the mma.sync path (its forward on ctx_mma),
+ * and dw's slices. */
 static void test_tiles(void **state)
 {
 	(void)state;
@@ -157,10 +179,92 @@ static void test_tiles(void **state)
 		snprintf(keys, sizeof keys, "\"hidden\": 1000, \"experts\": 160, \"tile\": %s", tiles[t]);
 		for (size_t i = 0; i < N_OF(ms); i++) {
 			if (!strstr(tiles[t], "split"))
-				check("forward", keys, ms[i]);
+				check_on(ctx_mma, "forward", keys, ms[i]);
 			check("backward", keys, ms[i]);
 		}
 	}
+}
+
+/* The sm_90a forward's tiles (wgmma + TMA): one and two consumer
+ * warpgroups, widths 32 to 256, clusters of 2 (w's tile multicast), at
+ * sizes of no multiple; and the mma.sync forward at the target beside it. */
+static void test_tiles90(void **state)
+{
+	(void)state;
+	if (!wgmma()) {
+		printf("test_tiles90: the device is %s, not sm_90a: nothing to check\n", lg_ctx_arch(ctx));
+		return;
+	}
+	static const char *const tiles[] = {
+		"{\"m\": 64, \"n\": 256, \"stages\": 4}", "{\"m\": 128, \"n\": 256, \"stages\": 4}",
+		"{\"m\": 64, \"n\": 64, \"stages\": 8}",  "{\"m\": 128, \"n\": 32, \"stages\": 2}",
+		"{\"cluster\": 2}",                           "{\"m\": 64, \"n\": 256, \"stages\": 4, \"cluster\": 2}",
+	};
+	static const char *const shapes[] = {"\"hidden\": 1000, \"experts\": 160", "\"hidden\": 2048, \"experts\": 97"};
+	static const int64_t ms[] = {1, 127, 1000};
+	for (size_t t = 0; t < N_OF(tiles); t++)
+		for (size_t h = 0; h < N_OF(shapes); h++) {
+			char keys[256];
+			snprintf(keys, sizeof keys, "%s, \"tile\": %s", shapes[h], tiles[t]);
+			for (size_t i = 0; i < N_OF(ms); i++)
+				check("forward", keys, ms[i]);
+		}
+	check_on(ctx_mma, "forward", "\"hidden\": 2048, \"experts\": 256", 8192);
+}
+
+/* The launch's tensor maps follow the pointers and sizes (launch.c keeps
+ * the last ones): the forward on buffers A, then B (same sizes), then A
+ * again: A's logits the same bits twice, B's others and the same bits on
+ * a rerun; then A at 1000 tokens (its first 1000 rows the same bits, the
+ * rest untouched) and at 8192 again (all the same bits: a map kept from
+ * the 1000-token launch would read zeros past row 1000). */
+static void test_tmap_cache(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("forward", "\"hidden\": 2048, \"experts\": 256");
+	lg_kernel *k;
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	const int64_t sizes[1] = {8192};
+	struct lg_gpu_case a, b;
+	if (lg_gpu_case_init(&a, s, 8192, sizes, seed, k) != LG_OK ||
+	    lg_gpu_case_init(&b, s, 8192, sizes, seed + 1, k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	enum { F_Y = 2 };
+	size_t bytes = a.ref.buf[F_Y].count * 4, row = 256 * 4;
+	char *a1 = malloc(bytes), *b1 = malloc(bytes);
+	assert_true(a1 && b1);
+	assert_int_equal(lg_gpu_case_launch(&a, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&a), LG_OK);
+	memcpy(a1, a.got[F_Y], bytes);
+	assert_int_equal(lg_gpu_case_launch(&b, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&b), LG_OK);
+	memcpy(b1, b.got[F_Y], bytes);
+	assert_memory_not_equal(a1, b1, row);
+	assert_int_equal(lg_gpu_case_poison(&a), LG_OK);
+	assert_int_equal(lg_gpu_case_launch(&a, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&a), LG_OK);
+	assert_memory_equal(a1, a.got[F_Y], bytes);
+	assert_int_equal(lg_gpu_case_poison(&b), LG_OK);
+	assert_int_equal(lg_gpu_case_launch(&b, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&b), LG_OK);
+	assert_memory_equal(b1, b.got[F_Y], bytes);
+	assert_int_equal(lg_gpu_case_poison(&a), LG_OK);
+	assert_int_equal(lg_router_gemm_forward(k, NULL, 1000, a.ptrs[0], a.ptrs[1], a.ptrs[F_Y]), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&a), LG_OK);
+	assert_memory_equal(a1, a.got[F_Y], 1000 * row);
+	const unsigned char *rest = (const unsigned char *)a.got[F_Y] + 1000 * row;
+	for (size_t i = 0; i < bytes - 1000 * row; i++)
+		if (rest[i] != 0xff)
+			fail_msg("byte %zu past the 1000 rows written", i);
+	assert_int_equal(lg_gpu_case_launch(&a, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&a), LG_OK);
+	assert_memory_equal(a1, a.got[F_Y], bytes);
+	free(a1);
+	free(b1);
+	lg_gpu_case_free(&a);
+	lg_gpu_case_free(&b);
+	lg_spec_free(s);
 }
 
 /* No tokens: the forward launches nothing, the backward writes dw = 0. */
@@ -260,6 +364,8 @@ int main(void)
 		cmocka_unit_test(test_experts),
 		cmocka_unit_test(test_precision),
 		cmocka_unit_test(test_tiles),
+		cmocka_unit_test(test_tiles90),
+		cmocka_unit_test(test_tmap_cache),
 		cmocka_unit_test(test_no_tokens),
 		cmocka_unit_test(test_dw_deterministic),
 		cmocka_unit_test(test_one_output),

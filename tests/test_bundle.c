@@ -29,6 +29,7 @@
 #include <xxhash.h>
 
 #include "bundle.h"
+#include "generate.h"
 #include "lingen.h"
 #include "nvrtc.h"
 #include "proc.h"
@@ -187,6 +188,40 @@ static void test_manifest(void **state)
 		free(canon);
 	}
 	cJSON_Delete(m);
+}
+
+/* A plan's tensor maps are recorded (argument by name, box, swizzle): the
+ * router GEMM forward's on sm_90a; none on sm_80. */
+static void test_plan_tmaps(void **state)
+{
+	(void)state;
+	lg_spec *s = NULL;
+	assert_int_equal(lg_spec_parse("{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				       "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"cluster\": 2}}", &s),
+			 LG_OK);
+	struct lg_target t;
+	struct lg_plan p;
+	assert_true(lg_target_parse("sm_90a", &t));
+	assert_int_equal(lg_plan_for(s, &t, &p), LG_OK);
+	cJSON *o = lg_plan_to_json(s, &p);
+	assert_non_null(o);
+	cJSON *want = cJSON_Parse("[{\"arg\": \"x\", \"box\": [64, 128], \"swizzle\": 128}, "
+				  "{\"arg\": \"w\", \"box\": [64, 64], \"swizzle\": 128}]");
+	assert_true(cJSON_Compare(cJSON_GetObjectItem(o, "tmaps"), want, true));
+	cJSON *e = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "entries"), 0);
+	assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(e, "cluster")), 2);
+	cJSON_Delete(want);
+	cJSON_Delete(o);
+	lg_spec_free(s);
+	assert_int_equal(lg_spec_parse("{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				       "\"hidden\": 2048, \"experts\": 256}", &s),
+			 LG_OK);
+	assert_true(lg_target_parse("sm_80", &t));
+	assert_int_equal(lg_plan_for(s, &t, &p), LG_OK);
+	o = lg_plan_to_json(s, &p);
+	assert_null(cJSON_GetObjectItem(o, "tmaps"));
+	cJSON_Delete(o);
+	lg_spec_free(s);
 }
 
 static lg_ctx *bundle_ctx(const char *arch, const char *cache)
@@ -605,6 +640,7 @@ int main(void)
 	unsetenv("LINGEN_ARCH");
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_manifest),     cmocka_unit_test(test_load_without_nvrtc),
+		cmocka_unit_test(test_plan_tmaps),
 		cmocka_unit_test(test_corrupt_cubin), cmocka_unit_test(test_bad_manifest),
 		cmocka_unit_test(test_swapped_cubins),
 		cmocka_unit_test(test_aot_table),    cmocka_unit_test(test_aot_cli),

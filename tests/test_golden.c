@@ -247,7 +247,16 @@ static const struct golden cases[] = {
 	{"cross_entropy_bwd_v19648_shard_i32_sm80", "sm_80",
 	 "{\"op\": \"cross_entropy\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"vocab\": 19648, "
 	 "\"part\": \"shard\", \"classes\": 157184, \"index\": \"int32\", \"label_smoothing\": 0.1}"},
-	/* K3 at the target shape: the forward, the backward (bf16 dy, 4 dw slices) */
+	/* K3 at the target shape: the forward (wgmma + TMA), the backward (bf16 dy, 4 dw slices);
+	 * the wgmma forward at odd sizes with one consumer warpgroup, a 256-wide tile and a
+	 * cluster of 2 CTAs sharing w's tile (TMA multicast); the
+	 * target forward on sm_80 (mma.sync) */
+	{"router_gemm_fwd_h1000_e97_m64_n256_cl2", "sm_90a",
+	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
+	 "\"experts\": 97, \"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4, \"cluster\": 2}}"},
+	{"router_gemm_fwd_h2048_e256_sm80", "sm_80",
+	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256}"},
 	{"router_gemm_fwd_h2048_e256", "sm_90a",
 	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"experts\": 256}"},

@@ -9,125 +9,139 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
-// Copy 16 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
-static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
+// A CUtensorMap as the driver encodes it (cuTensorMapEncodeTiled, at
+// launch): 128 opaque bytes, 64-byte aligned, passed by value as a
+// `const __grid_constant__` parameter so TMA reads it from parameter space.
+struct __align__(64) lg_tmap {
+	u64 v[16];
+};
+
+// The shared-window address of a generic pointer to shared memory.
+static __device__ __forceinline__ u32 lg_smem_addr(const void *p)
 {
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
+	return (u32)__cvta_generic_to_shared(p);
 }
 
-// Close the group of this thread's copies issued since the last commit.
-static __device__ __forceinline__ void lg_cp_commit(void)
+// Initialise the mbarrier at bar (shared) for `count` arrivals a phase.
+static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
 {
-	asm volatile("cp.async.commit_group;" ::: "memory");
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+		     :: "r"(lg_smem_addr(bar)), "r"(count) : "memory");
 }
 
-// Wait until at most n committed groups are still in flight.
-#define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
-
-// Byte offset of byte `byte` of row `row` in a swizzled shared tile of rows
-// of rb bytes (rb 64, or a multiple of 128): the 16-byte chunk index is
-// XORed with the row (rb >= 128), or with the 128-byte line (rb 64, two rows
-// a line), mod 8. Eight rows at one logical chunk (an ldmatrix) then hit
-// eight distinct chunks of a 128-byte line: no bank conflict.
-static __device__ __forceinline__ u32 lg_swz(u32 row, u32 byte, u32 rb)
+// Make mbarrier initialisations visible to the async proxy (TMA) and to
+// the other threads (a __syncthreads follows).
+static __device__ __forceinline__ void lg_mbar_fence_init(void)
 {
-	const u32 o = row * rb + byte;
-	const u32 line = rb >= 128u ? row : o >> 7;
-	return o ^ ((line & 7u) << 4);
+	asm volatile("fence.mbarrier_init.release.cluster;\n\t"
+		     "fence.proxy.async.shared::cta;" ::: "memory");
 }
 
-// ldmatrix .x4: four 8x8 b16 matrices; lane l gives the address of row
-// l % 8 of matrix l / 8 and gets, of each matrix j, row l / 4, elements
-// 2 (l % 4) and 2 (l % 4) + 1 in r[j].
-static __device__ __forceinline__ void lg_ldsm4(u32 r[4], const void *p)
+// Arrive on bar and announce `bytes` of TMA transactions for this phase.
+static __device__ __forceinline__ void lg_mbar_expect(u64 *bar, u32 bytes)
 {
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"((u32)__cvta_generic_to_shared(p)));
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+		     :: "r"(lg_smem_addr(bar)), "r"(bytes) : "memory");
 }
 
-// d += a . b on a 16x8x16 tile: bf16 operands, fp32 accumulators
-// (mma.sync m16n8k16, A row-major, B column-major).
-static __device__ __forceinline__ void lg_mma_bf16(float d[4], const u32 a[4], const u32 b[2])
+// Arrive on bar (one of its `count` arrivals).
+static __device__ __forceinline__ void lg_mbar_arrive(u64 *bar)
 {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
+		     :: "r"(lg_smem_addr(bar)) : "memory");
 }
+
+// Wait until the phase of bar with parity `parity` has completed.
+static __device__ __forceinline__ void lg_mbar_wait(u64 *bar, u32 parity)
+{
+	asm volatile("{\n\t.reg .pred p;\n"
+		     "LG_WAIT_%=:\n\t"
+		     "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+		     "@!p bra LG_WAIT_%=;\n}"
+		     :: "r"(lg_smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// TMA: the box of tensor map tm at element coordinates (c0 inner, c1 outer)
+// into shared dst (1024-byte aligned for the 128-byte swizzle), completing
+// its bytes on bar. Elements outside the tensor arrive as zeros.
+static __device__ __forceinline__ void
+lg_tma_load_2d(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     " [%0], [%1, {%3, %4}], [%2];"
+		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
+		     "r"(c0), "r"(c1) : "memory");
+}
+
+// Fetch tensor map tm's descriptor into the TMA unit's cache.
+static __device__ __forceinline__ void lg_tma_prefetch(const lg_tmap *tm)
+{
+	asm volatile("prefetch.tensormap [%0];" :: "l"((u64)tm) : "memory");
+}
+
+// The wgmma shared memory descriptor of a K-major tile of 128-byte rows
+// with the 128-byte swizzle (as TMA writes it): start address >> 4 (bits
+// 0-13), leading byte offset unused (1), stride byte offset 1024 >> 4 (the
+// next 8-row group, bits 32-45), layout 1 = 128-byte swizzle (bits 62-63).
+// Stepping 16 elements of K inside the row adds 32 bytes (2) to it.
+static __device__ __forceinline__ u64 lg_wg_desc(const void *p)
+{
+	const u64 a = (u64)((lg_smem_addr(p) & 0x3FFFFu) >> 4);
+	return a | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// Order register and shared memory accesses before the wgmma that follows.
+static __device__ __forceinline__ void lg_wg_fence(void)
+{
+	asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+// Close the group of wgmma operations issued since the last commit.
+static __device__ __forceinline__ void lg_wg_commit(void)
+{
+	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Wait until at most n committed wgmma groups are pending.
+#define lg_wg_wait(n) asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(n) : "memory")
+
+// Lower this warpgroup's registers a thread to n (the producer's few).
+#define lg_setmaxnreg_dec(n) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(n))
+
+// Raise this warpgroup's registers a thread to n (the consumers' accumulators).
+#define lg_setmaxnreg_inc(n) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(n))
 
 // ----- helpers for this spec -----
 #define LG_K 2048ll // hidden
 #define LG_N 256ll // experts
-// Operand a: bf16 [output][reduction], a [128][64 bytes] shared tile (swizzled), 16-byte cp.async
-// copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
+// acc (64 x 128, fp32) += A (64 x 16 at descriptor da) . B (128 x 16 at db)^T, both bf16
+// K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.
 static __device__ __forceinline__ void
-fw_load_a(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
+fw_wgmma(float acc[64], u64 da, u64 db)
 {
-	#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		const int c = threadIdx.x + i * 256;
-		const int row = c / 4, cc = c % 4;
-		const i64 o = o0 + row, r = r0 + cc * 8;
-		const bool ok = o < oext && r < rext;
-		const u8 *src = ok ? g + (o * ld + r) * 2 : g;
-		lg_cp16(s + lg_swz(row, cc * 16, 64), src, ok ? 16u : 0u);
-	}
-}
-// Operand b: bf16 [output][reduction], a [128][64 bytes] shared tile (swizzled), 16-byte cp.async
-// copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
-static __device__ __forceinline__ void
-fw_load_b(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
-{
-	#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		const int c = threadIdx.x + i * 256;
-		const int row = c / 4, cc = c % 4;
-		const i64 o = o0 + row, r = r0 + cc * 8;
-		const bool ok = o < oext && r < rext;
-		const u8 *src = ok ? g + (o * ld + r) * 2 : g;
-		lg_cp16(s + lg_swz(row, cc * 16, 64), src, ok ? 16u : 0u);
-	}
-}
-// A's fragments of warp row wm's 4 m16 tiles at reduction step ks (1 term).
-static __device__ __forceinline__ void
-fw_frag_a(u32 af[4][1][4], const u8 *ca, int ks, int wm, int lane)
-{
-	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		const int row = wm * 64 + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-		const int col = ks + (lane >> 4) * 8;
-		lg_ldsm4(af[mi][0], ca + lg_swz(row, col * 2, 64));
-	}
-}
-// B's fragments of warp column wn's 4 n8 tiles at reduction step ks.
-static __device__ __forceinline__ void
-fw_frag_b(u32 bfr[4][2], const u8 *cb, int ks, int wn, int lane)
-{
-	#pragma unroll
-	for (int nj = 0; nj < 2; nj++) {
-		u32 r[4];
-		const int row = wn * 32 + nj * 16 + (lane & 7) + (lane >> 4) * 8;
-		const int col = ks + ((lane >> 3) & 1) * 8;
-		lg_ldsm4(r, cb + lg_swz(row, col * 2, 64));
-		bfr[2 * nj][0] = r[0];
-		bfr[2 * nj][1] = r[1];
-		bfr[2 * nj + 1][0] = r[2];
-		bfr[2 * nj + 1][1] = r[3];
-	}
-}
-// The warp's 4x4 mma tiles of one k16 step.
-static __device__ __forceinline__ void
-fw_mma(float acc[4][4][4], const u32 af[4][1][4], const u32 bfr[4][2])
-{
-	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		#pragma unroll
-		for (int ni = 0; ni < 4; ni++) {
-			lg_mma_bf16(acc[mi][ni], af[mi][0], bfr[ni]);
-		}
-	}
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
+		"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11,"
+		" %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23,"
+		" %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,"
+		" %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+		" %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59,"
+		" %60, %61, %62, %63},"
+		" %64, %65, p, 1, 1, 0, 0;\n}"
+		: "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]),
+		  "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]), "+f"(acc[8]), "+f"(acc[9]),
+		  "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]),
+		  "+f"(acc[15]), "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]),
+		  "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]), "+f"(acc[24]),
+		  "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]),
+		  "+f"(acc[30]), "+f"(acc[31]), "+f"(acc[32]), "+f"(acc[33]), "+f"(acc[34]),
+		  "+f"(acc[35]), "+f"(acc[36]), "+f"(acc[37]), "+f"(acc[38]), "+f"(acc[39]),
+		  "+f"(acc[40]), "+f"(acc[41]), "+f"(acc[42]), "+f"(acc[43]), "+f"(acc[44]),
+		  "+f"(acc[45]), "+f"(acc[46]), "+f"(acc[47]), "+f"(acc[48]), "+f"(acc[49]),
+		  "+f"(acc[50]), "+f"(acc[51]), "+f"(acc[52]), "+f"(acc[53]), "+f"(acc[54]),
+		  "+f"(acc[55]), "+f"(acc[56]), "+f"(acc[57]), "+f"(acc[58]), "+f"(acc[59]),
+		  "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63])
+		: "l"(da), "l"(db), "r"(1));
 }
 static __device__ __forceinline__ void
 lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1)
@@ -137,76 +151,86 @@ lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v
 	*(float2 *)(out + row * cols + col) = make_float2(v0, v1);
 }
 
-// ----- lg_router_gemm_fwd_bf16_h2048_e256: router GEMM forward: logits fp32 = x . w^T -----
-extern "C" __global__ void __launch_bounds__(256, 1)
-lg_router_gemm_fwd_bf16_h2048_e256(u64 x, u64 w, u64 logits, i64 M, i64 part)
+// ----- lg_router_gemm_fwd_bf16_h2048_e256 -----
+// router GEMM forward (wgmma, TMA): logits fp32 = x . w^T
+extern "C" __global__ void __launch_bounds__(384, 1)
+lg_router_gemm_fwd_bf16_h2048_e256(
+	u64 x, u64 w, u64 logits, i64 M, i64 part, const __grid_constant__ lg_tmap tm_x,
+	const __grid_constant__ lg_tmap tm_w)
 {
-	extern __shared__ __align__(128) u8 smem[];
+	extern __shared__ __align__(1024) u8 smem[];
 	(void)part;
+	(void)x;
+	(void)w;
 	// One CTA a 128x128 tile of the logits, 2 tile columns; grouped raster: 16 row tiles
-	// at a time sweep the columns, so a wave's x and w tiles stay in L2.
+	// at a time sweep the columns, so x is read from memory once and w stays in L2.
 	const i64 rows = (M + 127) / 128, pid = blockIdx.x;
 	const i64 first = pid / 32 * 16, r = pid % 32;
 	const i64 gs = rows - first < 16 ? rows - first : 16;
 	const i64 o0a = (first + r % gs) * 128, o0b = r / gs * 128;
-	const i64 kts = (LG_K + 31) / 32;
-	// 128x128 tile, 2x4 warps of 64x32, reduction steps of 32, 4 stages in flight.
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int wm = warp % 2, wn = warp / 2;
-	float acc[4][4][4];
-	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		#pragma unroll
-		for (int ni = 0; ni < 4; ni++) {
-			#pragma unroll
-			for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
-		}
-	}
-	u8 *const sa = smem, *const sb = smem + 32768;
+	const i64 kts = (LG_K + 63) / 64;
+	// 128x128 tile: 2 consumer warpgroups (64 rows each) and a producer warpgroup; 7 stages
+	// of A [128][128 B] and B [128][128 B] at 1024-byte boundaries, then full[7], empty[7].
+	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u64 *const full = (u64 *)(ring + 229376), *const empty = full + 7;
+	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const int nkt = (int)(kts - 0);
-	// Prologue: the first 3 reduction tiles in flight, one commit group each.
-	#pragma unroll
-	for (int s = 0; s < 3; s++) {
-		if (s < nkt) {
-			const int st = s;
-			const i64 r0 = (0 + s) * 32;
-			fw_load_a(sa + st * 8192, (const u8 *)x, o0a, r0, M, LG_K, LG_K);
-			fw_load_b(sb + st * 8192, (const u8 *)w, o0b, r0, LG_N, LG_K, LG_K);
+	if (threadIdx.x == 0) {
+		lg_tma_prefetch(&tm_x);
+		lg_tma_prefetch(&tm_w);
+		#pragma unroll
+		for (int s = 0; s < 7; s++) {
+			lg_mbar_init(&full[s], 1);
+			lg_mbar_init(&empty[s], 8); // every consumer warp
 		}
-		lg_cp_commit();
+		lg_mbar_fence_init();
 	}
+	__syncthreads();
+	if (wg == 2) {
+		// Producer: one thread refills each stage once its consumers released it.
+		lg_setmaxnreg_dec(40);
+		if (threadIdx.x == 256) {
+			for (int kt = 0; kt < nkt; kt++) {
+				const int s = kt % 7;
+				if (kt >= 7) lg_mbar_wait(&empty[s], ((kt / 7) - 1) & 1);
+				lg_mbar_expect(&full[s], 32768u);
+				const int r0 = (int)((0 + kt) * 64);
+				u8 *const sd = ring + s * 32768;
+				lg_tma_load_2d(sd, &tm_x, &full[s], r0, (int)(o0a));
+				lg_tma_load_2d(sd + 16384, &tm_w, &full[s], r0, (int)(o0b));
+			}
+		}
+		return;
+	}
+	lg_setmaxnreg_inc(232);
+	// Consumers: warpgroup wg, rows 64 wg.. of the tile; one wgmma group in flight.
+	float acc[64];
+	#pragma unroll
+	for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 	for (int kt = 0; kt < nkt; kt++) {
-		// Tile kt has landed; every warp is done with the stage refilled next.
-		lg_cp_wait(2);
-		__syncthreads();
-		const int nx = kt + 3;
-		if (nx < nkt) {
-			const int st = nx % 4;
-			const i64 r0 = (0 + nx) * 32;
-			fw_load_a(sa + st * 8192, (const u8 *)x, o0a, r0, M, LG_K, LG_K);
-			fw_load_b(sb + st * 8192, (const u8 *)w, o0b, r0, LG_N, LG_K, LG_K);
-		}
-		lg_cp_commit();
-		const int cs = kt % 4; // the stage of tile kt
-		const u8 *const ca = sa + cs * 8192, *const cb = sb + cs * 8192;
+		const int s = kt % 7;
+		lg_mbar_wait(&full[s], (kt / 7) & 1);
+		const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
+		const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
+		lg_wg_fence();
 		#pragma unroll
-		for (int ks = 0; ks < 32; ks += 16) {
-			u32 af[4][1][4], bfr[4][2];
-			fw_frag_a(af, ca, ks, wm, lane);
-			fw_frag_b(bfr, cb, ks, wn, lane);
-			fw_mma(acc, af, bfr);
-		}
+		// k16 steps: 32 bytes along the swizzled row, 2 in descriptor units
+		for (int ks = 0; ks < 4; ks++) fw_wgmma(acc, da + 2 * ks, db + 2 * ks);
+		lg_wg_commit();
+		lg_wg_wait(1);
+		// tile kt - 1's group is done: its stage may be refilled
+		if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(kt + 6) % 7]);
 	}
-	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
+	lg_wg_wait(0);
 	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		const i64 row = o0a + wm * 64 + mi * 16 + (lane >> 2);
-		#pragma unroll
-		for (int ni = 0; ni < 4; ni++) {
-			const i64 col = o0b + wn * 32 + ni * 8 + (lane & 3) * 2;
-			const float *const v = acc[mi][ni];
-			lg_store_f32((float *)logits, M, LG_N, row, col, v[0], v[1]);
-			lg_store_f32((float *)logits, M, LG_N, row + 8, col, v[2], v[3]);
-		}
+	for (int i = 0; i < 64; i++) asm volatile("" : "+f"(acc[i]) :: "memory");
+	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
+	const i64 row = (i64)(o0a) + wg * 64 + warp * 16 + (lane >> 2);
+	#pragma unroll
+	for (int j = 0; j < 16; j++) {
+		const i64 col = (i64)(o0b) + j * 8 + (lane & 3) * 2;
+		const float *const v = acc + 4 * j;
+		lg_store_f32((float *)logits, M, LG_N, row, col, v[0], v[1]);
+		lg_store_f32((float *)logits, M, LG_N, row + 8, col, v[2], v[3]);
 	}
 }

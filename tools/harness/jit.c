@@ -14,7 +14,7 @@
  *      The first repetition is a warm-up and is dropped. Median per kernel.
  *   3. launch: the first kernel, `launches` lg_kernel_launch calls versus the
  *      same cuLaunchKernel calls made directly (same CUkernel, params and
- *      geometry, precomputed), on one stream, synchronised before and after
+ *      geometry and tensor maps, precomputed), on one stream, synchronised before and after
  *      each loop; median of `loops` loops, interleaved. Two ways:
  *        batched: a stream sync every BATCH launches, outside the timed
  *                 spans, so the driver's launch queue never fills and the
@@ -246,7 +246,8 @@ struct launcher {
 	int nsizes;
 	const lg_dptr *ptrs;
 	int nptrs;
-	void *params[LG_MAX_ARGS + LG_MAX_SIZES + 1];
+	void *params[LG_MAX_ARGS + LG_MAX_SIZES + 1 + LG_MAX_TMAPS];
+	CUtensorMap maps[LG_MAX_TMAPS]; /* encoded once (lg_kernel_run: every launch) */
 	int64_t part;
 	struct lg_launch_dim d[LG_MAX_ENTRIES];
 };
@@ -351,6 +352,12 @@ static lg_status launch_setup(struct launcher *l, struct lg_gpu_case *g, const l
 	for (int i = 0; i < l->nsizes; i++)
 		l->params[l->nptrs + i] = (void *)&l->sizes[i];
 	l->params[l->nptrs + l->nsizes] = (void *)&l->part;
+	for (int i = 0; i < k->plan.ntmaps; i++) {
+		lg_status st = lg_kernel_tmap(k, &k->plan.tmap[i], l->sizes, l->ptrs, &l->maps[i]);
+		if (st != LG_OK)
+			return st;
+		l->params[l->nptrs + l->nsizes + 1 + i] = (void *)&l->maps[i];
+	}
 	for (int e = 0; e < k->plan.nentries; e++)
 		k->fam->geometry(&k->plan, e, l->sizes, &l->d[e]);
 	LG_CU_TRY(l->cu, cuStreamCreate, (&l->stream, CU_STREAM_NON_BLOCKING));
