@@ -147,8 +147,8 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, struct lg_gemm_tile t)
 {
 	int terms = 1 + (int)lg_spec_int(s, K_PRECISION);
 	struct lg_gemm g = {.t = t, .terms = terms};
-	g.a = (struct lg_gemm_operand){"a", terms > 1, false, NULL, "LG_K", "M", "LG_K", 16};
-	g.b = (struct lg_gemm_operand){"b", false, false, "route_w", "LG_K", "LG_N", "LG_K", 16};
+	g.a = (struct lg_gemm_operand){"a", terms > 1, false, NULL, "LG_K", "M", "LG_K", 16, NULL};
+	g.b = (struct lg_gemm_operand){"b", false, false, "route_w", "LG_K", "LG_N", "LG_K", 16, NULL};
 	return g;
 }
 

@@ -228,17 +228,17 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	spec_tile(s, &tl);
 	struct lg_gemm g = gemm_of(s, 0, tl);
 	g.cluster = lg_spec_has(s, K_CLUSTER) ? (int)lg_spec_int(s, K_CLUSTER) : 1;
-	while (!lg_spec_has(s, K_STAGES) && g.t.stages > 2 && lg_gemm90_smem(&g) > smem_limit(t))
+	while (!lg_spec_has(s, K_STAGES) && g.t.stages > 2 && lg_gemm90_smem(&g) > lg_gemm_smem_limit(t))
 		g.t.stages--;
 	const char *why = lg_gemm90_tile_problem(&g);
 	if (why)
 		return lg_fail(LG_ERR_SPEC, "%s: tile: found m %d, n %d, k %d, stages %d; allowed on %s: %s", s->entry,
 			       g.t.bm, g.t.bn, g.t.bk, g.t.stages, t->name, why);
-	if (lg_gemm90_smem(&g) > smem_limit(t))
+	if (lg_gemm90_smem(&g) > lg_gemm_smem_limit(t))
 		return lg_fail(LG_ERR_SPEC,
 			       "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at most "
 			       "%u bytes on %s (fewer stages or a smaller tile)",
-			       s->entry, g.t.stages, lg_gemm90_smem(&g), smem_limit(t), t->name);
+			       s->entry, g.t.stages, lg_gemm90_smem(&g), lg_gemm_smem_limit(t), t->name);
 	p->tile[K_TM] = p->v[P_BM] = g.t.bm;
 	p->tile[K_TN] = p->v[P_BN] = g.t.bn;
 	p->tile[K_TK] = p->v[P_BK] = g.t.bk;
@@ -422,7 +422,7 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 	lg_section(b, "helpers for this spec", NULL);
 	emit_dims(b, p);
 	lg_gemm90_emit_helpers(b, &g, "fw");
-	emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
+	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
 	lg_section(b, p->entry[0], "router GEMM forward (wgmma, TMA): logits fp32 = x . w^T");
 	g.cluster = (int)p->v[P_CLUSTER];
 	if (g.cluster > 1)
