@@ -3,8 +3,8 @@
  * each case (a spec and its run-time sizes), the buffers as
  * lg_gpu_case_init makes them (calloc), the reference's fill, its run, and
  * the comparison of every output against a copy of itself (a GPU that got
- * everything right: the comparison's common path). Prints the seconds of
- * each step. The built-in cases are the heavy ones of the GPU tests
+ * everything right: the comparison's common path). Prints the CPU seconds
+ * of each step (all threads), and the wall seconds of all. The built-in cases are the heavy ones of the GPU tests
  * (tests/gpu_test_*.c); or give cases on the command line:
  *
  *   build-rel/bench/ref_time                       (the built-in list)
@@ -25,7 +25,17 @@
 #include "ref.h"
 #include "spec.h"
 
+/* CPU seconds of the process (all its threads): the work, which a
+ * shared machine's load does not change; LINGEN_REF_THREADS=1 makes it
+ * the serial time. */
 static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double wall(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -141,7 +151,7 @@ int main(int argc, char **argv)
 {
 	struct times tot = {0};
 	int rc = 0;
-	double t0 = now();
+	double t0 = now(), w0 = wall();
 	if (argc > 1) {
 		for (int a = 1; a + 1 < argc; a += 2) {
 			int64_t sizes[3] = {0};
@@ -159,7 +169,7 @@ int main(int argc, char **argv)
 			rc |= one(heavy[i].json, heavy[i].sizes, n, &tot);
 		}
 	}
-	printf("all: alloc %.2f  fill %.2f  run %.2f  compare %.2f  total %.2f s\n", tot.alloc, tot.fill, tot.run,
-	       tot.cmp, now() - t0);
+	printf("all (CPU s): alloc %.2f  fill %.2f  run %.2f  compare %.2f  total %.2f; wall %.2f s, %d threads\n",
+	       tot.alloc, tot.fill, tot.run, tot.cmp, now() - t0, wall() - w0, lg_ref_threads());
 	return rc;
 }
