@@ -63,45 +63,85 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 
 static double bf(const uint16_t *p, size_t i) { return lg_ref_bf16_to_f32(p[i]); }
 
+/* The products, in parallel: y and dx by rows m (each a sum over k, or
+ * over n in order), dw by rows n (each element a sum over m in order):
+ * every sum in the order of the plain loops, so the bits of a serial run. */
+struct gemm {
+	size_t M, K, N;
+	int terms;
+	const uint16_t *x, *w;
+	const float *dy;
+	float *y, *dw;
+	uint16_t *dx;
+};
+
+static void y_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct gemm *g = ctx;
+	for (size_t m = lo; m < hi; m++)
+		for (size_t n = 0; n < g->N; n++) {
+			double acc = 0.0;
+			for (size_t k = 0; k < g->K; k++)
+				acc += bf(g->x, m * g->K + k) * bf(g->w, n * g->K + k);
+			g->y[m * g->N + n] = (float)acc;
+		}
+}
+
+static void dx_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct gemm *g = ctx;
+	double *row = calloc(g->K + 1, sizeof *row);
+	LG_ASSERT(row);
+	for (size_t m = lo; m < hi; m++) {
+		for (size_t k = 0; k < g->K; k++)
+			row[k] = 0.0;
+		for (size_t n = 0; n < g->N; n++) {
+			double d = dy_terms(g->dy[m * g->N + n], g->terms);
+			for (size_t k = 0; k < g->K; k++)
+				row[k] += d * bf(g->w, n * g->K + k);
+		}
+		for (size_t k = 0; k < g->K; k++)
+			g->dx[m * g->K + k] = lg_ref_f32_to_bf16((float)row[k]);
+	}
+	free(row);
+}
+
+static void dw_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct gemm *g = ctx;
+	double *acc = calloc(g->K + 1, sizeof *acc);
+	LG_ASSERT(acc);
+	for (size_t n = lo; n < hi; n++) {
+		for (size_t k = 0; k < g->K; k++)
+			acc[k] = 0.0;
+		for (size_t m = 0; m < g->M; m++) {
+			double d = dy_terms(g->dy[m * g->N + n], g->terms);
+			for (size_t k = 0; k < g->K; k++)
+				acc[k] += d * bf(g->x, m * g->K + k);
+		}
+		for (size_t k = 0; k < g->K; k++)
+			g->dw[n * g->K + k] = (float)acc[k];
+	}
+	free(acc);
+}
+
 static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	size_t M = (size_t)c->sizes[0], K = (size_t)lg_ref_int(s, "hidden"), N = (size_t)lg_ref_int(s, "experts");
+	struct gemm g = {.M = (size_t)c->sizes[0], .K = (size_t)lg_ref_int(s, "hidden"),
+			 .N = (size_t)lg_ref_int(s, "experts")};
 	if (s->pass == LG_PASS_FORWARD) {
-		const uint16_t *x = c->buf[F_X].host, *w = c->buf[F_W].host;
-		float *y = c->buf[F_Y].host;
-		for (size_t m = 0; m < M; m++)
-			for (size_t n = 0; n < N; n++) {
-				double acc = 0.0;
-				for (size_t k = 0; k < K; k++)
-					acc += bf(x, m * K + k) * bf(w, n * K + k);
-				y[m * N + n] = (float)acc;
-			}
+		g.x = c->buf[F_X].host, g.w = c->buf[F_W].host, g.y = c->buf[F_Y].host;
+		lg_ref_parallel_rows(g.M, g.N * g.K * 2, y_rows, &g);
 		return;
 	}
-	const float *dy = c->buf[B_DY].host;
-	int terms = (int)lg_ref_int(s, "precision") + 1;
-	const uint16_t *x = c->buf[B_X].host, *w = c->buf[B_W].host;
-	double *row = calloc(K + 1, sizeof *row), *dw = calloc(N * K + 1, sizeof *dw);
-	LG_ASSERT(row && dw);
-	for (size_t m = 0; m < M; m++) {
-		for (size_t k = 0; k < K; k++)
-			row[k] = 0.0;
-		for (size_t n = 0; n < N; n++) {
-			double g = dy_terms(dy[m * N + n], terms);
-			for (size_t k = 0; k < K; k++) {
-				row[k] += g * bf(w, n * K + k);
-				dw[n * K + k] += g * bf(x, m * K + k);
-			}
-		}
-		if (c->buf[B_DX].count)
-			for (size_t k = 0; k < K; k++)
-				((uint16_t *)c->buf[B_DX].host)[m * K + k] = lg_ref_f32_to_bf16((float)row[k]);
-	}
-	if (c->buf[B_DW].count)
-		for (size_t i = 0; i < N * K; i++)
-			((float *)c->buf[B_DW].host)[i] = (float)dw[i];
-	free(row);
-	free(dw);
+	g.terms = (int)lg_ref_int(s, "precision") + 1;
+	g.x = c->buf[B_X].host, g.w = c->buf[B_W].host, g.dy = c->buf[B_DY].host;
+	g.dx = c->buf[B_DX].count ? c->buf[B_DX].host : NULL;
+	g.dw = c->buf[B_DW].count ? c->buf[B_DW].host : NULL;
+	if (g.dx)
+		lg_ref_parallel_rows(g.M, g.N * g.K * 2, dx_rows, &g);
+	if (g.dw)
+		lg_ref_parallel_rows(g.N, g.M * g.K * 2, dw_rows, &g);
 }
 
 const struct lg_ref_family lg_ref_router_gemm = {describe, fill, run};

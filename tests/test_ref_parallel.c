@@ -171,6 +171,13 @@ static void test_moe(void **state)
 	     "\"top_k\": 6}", 700, 0);
 }
 
+static void test_router_gemm(void **state)
+{
+	(void)state;
+	same(K("router_gemm", "forward", "\"hidden\": 1000, \"experts\": 96"), 300, 0);
+	same(K("router_gemm", "backward", "\"hidden\": 1000, \"experts\": 96, \"precision\": \"bf16x2\""), 300, 0);
+}
+
 /* lg_ref_parallel_rows: each row exactly once, on any thread count. */
 struct count {
 	atomic_uint *hits;
@@ -217,6 +224,7 @@ int main(void)
 		cmocka_unit_test(test_swiglu),
 		cmocka_unit_test(test_cross_entropy),
 		cmocka_unit_test(test_moe),
+		cmocka_unit_test(test_router_gemm),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
