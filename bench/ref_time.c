@@ -11,6 +11,10 @@
  *   build-rel/bench/ref_time 'SPEC JSON' SIZE[,SIZE...] ...
  *
  * LINGEN_REF_THREADS sets the references' threads (lg_ref_parallel_rows).
+ * REF_TIME_DUMP=DIR writes every buffer (and slack) after the run, case k's
+ * argument i to DIR/k.i (DIR/k.i.slack); REF_TIME_LOAD=DIR takes the inputs
+ * from such files instead of the fill: two builds' references compared on
+ * the same inputs (cmp the files).
  * Not a test: it asserts nothing; the references' own tests do.
  */
 #include <stdio.h>
@@ -45,6 +49,20 @@ static double wall(void)
 struct times {
 	double alloc, fill, run, cmp;
 };
+
+static int ncase;
+
+static void dump(const char *dir, const char *what, int i, const void *p, size_t bytes, bool load)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%d.%d%s", dir, ncase, i, what);
+	FILE *f = fopen(path, load ? "rb" : "wb");
+	if (!f || (load ? fread((void *)p, 1, bytes, f) : fwrite(p, 1, bytes, f)) != bytes) {
+		fprintf(stderr, "%s: cannot %s\n", path, load ? "read" : "write");
+		exit(1);
+	}
+	fclose(f);
+}
 
 static int one(const char *json, const int64_t *sizes, int nsizes, struct times *tot)
 {
@@ -82,10 +100,24 @@ static int one(const char *json, const int64_t *sizes, int nsizes, struct times 
 		}
 	}
 	double t1 = now();
-	rf->fill(s, &c, 12345);
+	const char *load = getenv("REF_TIME_LOAD"), *save = getenv("REF_TIME_DUMP");
+	if (load) {
+		for (int i = 0; i < c.n; i++)
+			if (!c.buf[i].output && c.buf[i].count)
+				dump(load, "", i, c.buf[i].host, c.buf[i].count * c.buf[i].elem, true);
+	} else {
+		rf->fill(s, &c, 12345);
+	}
 	double t2 = now();
 	rf->run(s, &c);
 	double t3 = now();
+	for (int i = 0; save && i < c.n; i++) {
+		if (c.buf[i].count)
+			dump(save, "", i, c.buf[i].host, c.buf[i].count * c.buf[i].elem, false);
+		if (c.buf[i].slack)
+			dump(save, ".slack", i, c.buf[i].slack, c.buf[i].count * sizeof *c.buf[i].slack, false);
+	}
+	ncase++;
 	bool pass = true;
 	for (int i = 0; i < c.n; i++) {
 		if (!c.buf[i].output || !c.buf[i].count)

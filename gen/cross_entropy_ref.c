@@ -11,8 +11,10 @@
  * above 1e-9 absolute.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "error.h"
 #include "numeric_ref.h"
 #include "ref.h"
 
@@ -98,9 +100,9 @@ static void put_grad(const struct ce *k, void *p, size_t i, double v)
 }
 
 /* Row r's m, S (relative to m), sum of x, and its logit at local column
- * yl (-inf when outside the row). */
+ * yl (-inf when outside the row); ex (or NULL) gets each exp(x - m). */
 static void row_stats(const struct ce *k, const void *x, size_t r, int64_t yl, double *m, double *S, double *sx,
-		      double *xy)
+		      double *xy, double *ex)
 {
 	*m = -INFINITY, *S = 0.0, *sx = 0.0;
 	for (size_t j = 0; j < k->V; j++) {
@@ -108,8 +110,12 @@ static void row_stats(const struct ce *k, const void *x, size_t r, int64_t yl, d
 		*m = v > *m ? v : *m;
 		*sx += v;
 	}
-	for (size_t j = 0; j < k->V; j++)
-		*S += exp(logit(k, x, r * k->V + j) - *m);
+	for (size_t j = 0; j < k->V; j++) {
+		double e = exp(logit(k, x, r * k->V + j) - *m);
+		*S += e;
+		if (ex)
+			ex[j] = e;
+	}
 	*xy = yl >= 0 && (size_t)yl < k->V ? logit(k, x, r * k->V + (size_t)yl) : -INFINITY;
 }
 
@@ -118,14 +124,15 @@ static double loss_of(const struct ce *k, double lse, double xy, double sx)
 	return (1.0 - k->e) * (lse - xy) + (k->e > 0.0 ? k->e * (lse - sx / k->C) : 0.0);
 }
 
-/* The gradient of row r into out from m, S, g (zeros when ign). */
+/* The gradient of row r into out from m, S, g (zeros when ign); ex (or
+ * NULL) holds exp(x - m) of the row, as row_stats left it for this m. */
 static void grad_row(const struct ce *k, const void *x, void *out, size_t r, int64_t yl, bool ign, double m,
-		     double S, double g)
+		     double S, double g, const double *ex)
 {
 	for (size_t j = 0; j < k->V; j++) {
 		double v = 0.0;
 		if (!ign) {
-			v = exp(logit(k, x, r * k->V + j) - m) / S - k->e / k->C;
+			v = (ex ? ex[j] : exp(logit(k, x, r * k->V + j) - m)) / S - k->e / k->C;
 			if ((int64_t)j == yl)
 				v -= 1.0 - k->e;
 			v *= g;
@@ -169,7 +176,7 @@ static void stats_rows(void *ctx, size_t lo, size_t hi)
 	struct lg_ref_case *c = j->c;
 	for (size_t r = lo; r < hi; r++) {
 		double m, S, sx, xy;
-		row_stats(j->k, c->buf[B_LOGITS].host, r, -1, &m, &S, &sx, &xy);
+		row_stats(j->k, c->buf[B_LOGITS].host, r, -1, &m, &S, &sx, &xy, NULL);
 		((float *)c->buf[B_SUM].host)[r] = (float)S;
 		((float *)c->buf[B_MAX].host)[r] = (float)m;
 	}
@@ -266,7 +273,7 @@ static void backward_rows(void *ctx, size_t lo, size_t hi)
 		int64_t y = label(k, c->buf[B_LABELS].host, r);
 		grad_row(k, c->buf[B_LOGITS].host, c->buf[B_GRAD].host, r, y - k->v0, y == k->ignore,
 			 ((const float *)c->buf[B_MAX].host)[r], ((const float *)c->buf[B_SUM].host)[r],
-			 ((const float *)c->buf[B_DLOSS].host)[r]);
+			 ((const float *)c->buf[B_DLOSS].host)[r], NULL);
 	}
 }
 
@@ -275,11 +282,14 @@ static void forward_rows(void *ctx, size_t lo, size_t hi)
 	const struct rows *j = ctx;
 	const struct ce *k = j->k;
 	struct lg_ref_case *c = j->c;
+	bool grad = k->fused && c->buf[F_GRAD].host; /* in place: nothing to compare */
+	double *ex = grad ? malloc(k->V * sizeof *ex + 1) : NULL; /* the exps, once for both */
+	LG_ASSERT(!grad || ex);
 	for (size_t r = lo; r < hi; r++) {
 		int64_t y = label(k, c->buf[F_LABELS].host, r);
 		bool ign = y == k->ignore;
 		double m, S, sx, xy;
-		row_stats(k, c->buf[F_LOGITS].host, r, y - k->v0, &m, &S, &sx, &xy);
+		row_stats(k, c->buf[F_LOGITS].host, r, y - k->v0, &m, &S, &sx, &xy, ex);
 		if (ign)
 			m = S = sx = xy = 0.0;
 		if (k->part == PART_SHARD) {
@@ -293,10 +303,11 @@ static void forward_rows(void *ctx, size_t lo, size_t hi)
 			((float *)c->buf[F_SUM].host)[r] = (float)S;
 		if (c->buf[F_MAX].host)
 			((float *)c->buf[F_MAX].host)[r] = (float)m;
-		if (k->fused && c->buf[F_GRAD].host) /* in place: nothing to compare */
+		if (grad)
 			grad_row(k, c->buf[F_LOGITS].host, c->buf[F_GRAD].host, r, y, ign, m, S,
-				 *(const float *)c->buf[F_G].host);
+				 *(const float *)c->buf[F_G].host, ex);
 	}
+	free(ex);
 }
 
 /* Rows are independent: they run on lg_ref_parallel_rows's threads. */

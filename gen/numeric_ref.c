@@ -84,10 +84,14 @@ uint8_t lg_ref_f32_to_e4m3(float f)
 	double a = fabs((double)f);
 	if (a >= e4m3_value[126])
 		return (uint8_t)(sign | 126);
-	/* the largest lo with value[lo] <= a (value[0] = 0 <= a, value[127]
-	 * the sentinel), by halving steps; then value[lo] <= a < value[hi] */
-	int lo = 0;
-	for (int step = 64; step; step /= 2)
+	/* the largest lo with value[lo] <= a (value[127] the sentinel), by
+	 * halving steps in the 8 codes of a's binade: |f| in [2^(E-127),
+	 * 2^(E-126)) for fp32 exponent field E, whose first e4m3 code is
+	 * (E - 120) 8; below 2^-6, the subnormal codes 0 .. 7 */
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	int e = (int)((u >> 23) & 0xff), lo = e >= 121 ? (e - 120) * 8 : 0;
+	for (int step = 4; step; step /= 2)
 		lo += step & -(int)(e4m3_value[lo + step] <= a);
 	/* both differences are exact in double (a and the neighbours are floats
 	 * within a factor of two of each other, or the lower one is 0); the

@@ -116,9 +116,9 @@ static double unit_open(uint64_t *s)
 	return ((double)(lg_ref_rand(s) >> 11) + 0.5) * 0x1p-53;
 }
 
-float lg_ref_randn(uint64_t *s)
+/* One draw; the tables must be made (zig_once). */
+static inline float zig_draw(uint64_t *s)
 {
-	pthread_once(&zig_once, zig_init);
 	for (;;) {
 		uint64_t r = lg_ref_rand(s);
 		unsigned i = (unsigned)(r & (ZIG_N - 1));          /* the layer: bits 0..6 */
@@ -141,6 +141,12 @@ float lg_ref_randn(uint64_t *s)
 	}
 }
 
+float lg_ref_randn(uint64_t *s)
+{
+	pthread_once(&zig_once, zig_init);
+	return zig_draw(s);
+}
+
 uint64_t lg_ref_stream(uint64_t base, uint64_t index)
 {
 	uint64_t s = base ^ (index * 0xd1342543de82ef95ull);
@@ -161,11 +167,12 @@ struct fill_bf16 {
 static void fill_bf16_pieces(void *ctx, size_t lo, size_t hi)
 {
 	const struct fill_bf16 *f = ctx;
+	pthread_once(&zig_once, zig_init);
 	for (size_t c = lo; c < hi; c++) {
 		uint64_t st = lg_ref_stream(f->base, c);
 		size_t end = (c + 1) * FILL_PIECE < f->n ? (c + 1) * FILL_PIECE : f->n;
 		for (size_t i = c * FILL_PIECE; i < end; i++)
-			f->p[i] = lg_ref_f32_to_bf16(lg_ref_randn(&st) * f->scale);
+			f->p[i] = lg_ref_f32_to_bf16(zig_draw(&st) * f->scale);
 	}
 }
 
