@@ -17,6 +17,8 @@
  * value's bound straddles a power of two times 448 (where the scale of a
  * block it is the amax of could go either way). dp, an fp32 sum, gets a
  * relative tolerance; dx in bf16 a slack like the payloads.
+ * Inputs and values are drawn and computed row by row on
+ * lg_ref_parallel_rows's threads (each row from its own random stream).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -70,18 +72,32 @@ static int column(const struct io *t, size_t i, size_t j, float v[2], float e[2]
 	return 2;
 }
 
-/* Every value of the pass: [m, n] (forward) or [m, 2n] (backward). */
+/* Every value of the pass: [m, n] (forward) or [m, 2n] (backward), the
+ * rows in parallel. */
+struct values_job {
+	const struct io *t;
+	float *v, *e;
+};
+
+static void values_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct values_job *j = ctx;
+	const struct io *t = j->t;
+	size_t w = t->g ? 2 * t->n : t->n;
+	for (size_t i = lo; i < hi; i++)
+		for (size_t k = 0; k < t->n; k++) {
+			float cv[2], ce[2];
+			int nv = column(t, i, k, cv, ce);
+			j->v[i * w + k] = cv[0], j->e[i * w + k] = ce[0];
+			if (nv == 2)
+				j->v[i * w + t->n + k] = cv[1], j->e[i * w + t->n + k] = ce[1];
+		}
+}
+
 static void values(const struct io *t, float *v, float *e)
 {
-	size_t w = t->g ? 2 * t->n : t->n;
-	for (size_t i = 0; i < t->m; i++)
-		for (size_t j = 0; j < t->n; j++) {
-			float cv[2], ce[2];
-			int k = column(t, i, j, cv, ce);
-			v[i * w + j] = cv[0], e[i * w + j] = ce[0];
-			if (k == 2)
-				v[i * w + t->n + j] = cv[1], e[i * w + t->n + j] = ce[1];
-		}
+	struct values_job j = {t, v, e};
+	lg_ref_parallel_rows(t->m, t->n * 60, values_rows, &j);
 }
 
 static struct io io_of(const struct lg_spec *s, const struct lg_ref_case *c, const struct lg_swiglu_ref_args *a)
@@ -134,35 +150,69 @@ static void fill_counts(int32_t *counts, size_t experts, size_t m, uint64_t *st)
 	}
 }
 
-/* x1 about N(0, 4) with a few values far out (|a| up to 12, where silu's
- * sigmoid saturates); x2 and g by row at scales 2^-8 .. 2^8 (g 2^-4 ..
- * 2^4), a few rows of zeros, one feature of zeros; probs in (0, 1], a few
- * 0. Then every input whose value straddles a power-of-two scale boundary
- * is nudged (x2 forward, g backward, by 3/4) until none does. */
-void lg_swiglu_ref_fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed,
-			const struct lg_swiglu_ref_args *a)
+/* One row of inputs: x1 about N(0, 4) with a few values far out (|a| up
+ * to 12, where silu's sigmoid saturates); x2 and g at scales 2^-8 .. 2^8
+ * (g 2^-4 .. 2^4), a few rows of zeros, one feature of zeros. Then every
+ * input of the row whose value straddles a power-of-two scale boundary is
+ * nudged (x2 forward, g backward, by 3/4) until none does. */
+struct fill_job {
+	const struct io *t; /* the inputs being written (p already drawn) */
+	uint16_t *x, *g;
+	size_t zero_col;
+	uint64_t base;
+	bool pow2;
+};
+
+static void fill_rows(void *ctx, size_t lo, size_t hi)
 {
-	uint64_t st = seed;
-	size_t m = (size_t)c->sizes[0], n = (size_t)lg_ref_int(s, "intermediate");
-	uint16_t *x = c->buf[a->x].host, *g = a->g >= 0 && s->pass == LG_PASS_BACKWARD ? c->buf[a->g].host : NULL;
-	size_t zero_col = n ? (size_t)(lg_ref_rand(&st) % n) : 0;
-	for (size_t i = 0; i < m; i++) {
-		uint16_t *row = x + i * 2 * n;
-		lg_ref_fill_bf16(row, n, 2.0f, &st);
+	const struct fill_job *f = ctx;
+	size_t m = f->t->m, n = f->t->n;
+	for (size_t i = lo; i < hi; i++) {
+		uint64_t st = lg_ref_stream(f->base, i);
+		uint16_t *row = f->x + i * 2 * n;
+		for (size_t j = 0; j < n; j++)
+			row[j] = lg_ref_f32_to_bf16(lg_ref_randn(&st) * 2.0f);
 		for (size_t j = 0; j < n; j++)
 			if (lg_ref_rand(&st) % 64 == 0)
 				row[j] = lg_ref_f32_to_bf16((lg_ref_rand(&st) % 2 ? 1.0f : -1.0f) *
 							    (8.0f + (float)(lg_ref_rand(&st) % 5)));
 		uint64_t kind = lg_ref_rand(&st) % 61;
 		float scale = m > 1 && kind == 0 ? 0.0f : ldexpf(1.0f, (int)(lg_ref_rand(&st) % 17) - 8);
-		lg_ref_fill_bf16(row + n, n, scale, &st);
+		for (size_t j = 0; j < n; j++)
+			row[n + j] = lg_ref_f32_to_bf16(lg_ref_randn(&st) * scale);
 		if (m > 1)
-			row[n + zero_col] = 0;
-		if (g) {
+			row[n + f->zero_col] = 0;
+		if (f->g) {
 			float gs = m > 1 && kind == 1 ? 0.0f : ldexpf(1.0f, (int)(lg_ref_rand(&st) % 9) - 4);
-			lg_ref_fill_bf16(g + i * n, n, gs, &st);
+			for (size_t j = 0; j < n; j++)
+				f->g[i * n + j] = lg_ref_f32_to_bf16(lg_ref_randn(&st) * gs);
+		}
+		for (size_t j = 0; f->pow2 && j < n; j++) {
+			uint16_t *in = f->g ? f->g + i * n + j : row + n + j;
+			for (int tries = 0;; tries++) {
+				float v[2], e[2];
+				int k = column(f->t, i, j, v, e);
+				bool bad = straddles(v[0], e[0]) || (k == 2 && straddles(v[1], e[1]));
+				if (!bad)
+					break;
+				*in = tries < 64 ? lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(*in) * 0.75f) : 0;
+			}
 		}
 	}
+}
+
+/* The rows' inputs as fill_rows draws them, each row from its own stream,
+ * in parallel; probs in (0, 1], a few 0 (drawn first: the nudging reads
+ * them); the expert counts. */
+void lg_swiglu_ref_fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed,
+			const struct lg_swiglu_ref_args *a)
+{
+	uint64_t st = seed;
+	size_t m = (size_t)c->sizes[0], n = (size_t)lg_ref_int(s, "intermediate");
+	struct fill_job f = {.x = c->buf[a->x].host, .pow2 = lg_spec_quant(s).round_scale};
+	f.g = a->g >= 0 && s->pass == LG_PASS_BACKWARD ? c->buf[a->g].host : NULL;
+	f.zero_col = n ? (size_t)(lg_ref_rand(&st) % n) : 0;
+	f.base = lg_ref_rand(&st);
 	if (a->p >= 0) {
 		float *p = c->buf[a->p].host;
 		for (size_t i = 0; i < m; i++)
@@ -170,21 +220,9 @@ void lg_swiglu_ref_fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t
 	}
 	if (a->counts >= 0)
 		fill_counts(c->buf[a->counts].host, c->buf[a->counts].count, m, &st);
-	if (!lg_spec_quant(s).round_scale)
-		return;
 	struct io t = io_of(s, c, a);
-	for (size_t i = 0; i < m; i++)
-		for (size_t j = 0; j < n; j++) {
-			uint16_t *in = g ? g + i * n + j : x + i * 2 * n + n + j;
-			for (int tries = 0;; tries++) {
-				float v[2], e[2];
-				int k = column(&t, i, j, v, e);
-				bool bad = straddles(v[0], e[0]) || (k == 2 && straddles(v[1], e[1]));
-				if (!bad)
-					break;
-				*in = tries < 64 ? lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(*in) * 0.75f) : 0;
-			}
-		}
+	f.t = &t;
+	lg_ref_parallel_rows(m, n * 80, fill_rows, &f);
 }
 
 /* ---------------------------------------------------------------- run */
@@ -197,15 +235,52 @@ static uint16_t *slack_of(struct lg_ref_buf *b)
 	return b->slack;
 }
 
-/* The bf16 of each value, with the slack of its bound. */
+/* The bf16 of each value, with the slack of its bound (in pieces, in
+ * parallel). */
+struct bf16_job {
+	const float *v, *e;
+	size_t count;
+	uint16_t *out, *slack;
+};
+
+#define PIECE 65536
+
+static void bf16_pieces(void *ctx, size_t lo, size_t hi)
+{
+	const struct bf16_job *j = ctx;
+	size_t end = hi * PIECE < j->count ? hi * PIECE : j->count;
+	for (size_t i = lo * PIECE; i < end; i++) {
+		uint16_t nom = lg_ref_f32_to_bf16(j->v[i]), lo16 = lg_ref_f32_to_bf16(j->v[i] - j->e[i]),
+			 hi16 = lg_ref_f32_to_bf16(j->v[i] + j->e[i]);
+		j->out[i] = nom;
+		uint16_t dl = lg_ref_steps(nom, lo16, 16), dh = lg_ref_steps(nom, hi16, 16);
+		j->slack[i] = dl > dh ? dl : dh;
+	}
+}
+
 static void bf16_tol(const float *v, const float *e, size_t count, uint16_t *out, uint16_t *slack)
 {
-	for (size_t i = 0; i < count; i++) {
-		uint16_t nom = lg_ref_f32_to_bf16(v[i]), lo = lg_ref_f32_to_bf16(v[i] - e[i]),
-			 hi = lg_ref_f32_to_bf16(v[i] + e[i]);
-		out[i] = nom;
-		uint16_t dl = lg_ref_steps(nom, lo, 16), dh = lg_ref_steps(nom, hi, 16);
-		slack[i] = dl > dh ? dl : dh;
+	struct bf16_job j = {v, e, count, out, slack};
+	lg_ref_parallel_rows((count + PIECE - 1) / PIECE, PIECE * 12, bf16_pieces, &j);
+}
+
+/* dp of each row: sum_j a s(a) u g in float64, in order (rows in parallel). */
+struct dp_job {
+	const struct io *t;
+	float *dp;
+};
+
+static void dp_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct dp_job *j = ctx;
+	const struct io *t = j->t;
+	for (size_t i = lo; i < hi; i++) {
+		double sum = 0.0;
+		for (size_t k = 0; k < t->n; k++) {
+			double x1 = bf(t->x, i * 2 * t->n + k), x2 = bf(t->x, i * 2 * t->n + t->n + k);
+			sum += x1 * sigmoid(x1) * x2 * bf(t->g, i * t->n + k);
+		}
+		j->dp[i] = (float)sum;
 	}
 }
 
@@ -234,15 +309,8 @@ void lg_swiglu_ref_run(const struct lg_spec *s, struct lg_ref_case *c, const str
 	if (bwd && a->dx >= 0 && c->buf[a->dx].count)
 		bf16_tol(v, e, count, c->buf[a->dx].host, slack_of(&c->buf[a->dx]));
 	if (bwd && a->dp >= 0) {
-		float *dp = c->buf[a->dp].host;
-		for (size_t i = 0; i < t.m; i++) {
-			double sum = 0.0;
-			for (size_t j = 0; j < t.n; j++) {
-				double x1 = bf(t.x, i * 2 * t.n + j), x2 = bf(t.x, i * 2 * t.n + t.n + j);
-				sum += x1 * sigmoid(x1) * x2 * bf(t.g, i * t.n + j);
-			}
-			dp[i] = (float)sum;
-		}
+		struct dp_job j = {&t, c->buf[a->dp].host};
+		lg_ref_parallel_rows(t.m, t.n * 30, dp_rows, &j);
 	}
 	free(v);
 	free(e);

@@ -11,8 +11,10 @@
  * above 1e-9 absolute.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "error.h"
 #include "numeric_ref.h"
 #include "ref.h"
 
@@ -98,9 +100,9 @@ static void put_grad(const struct ce *k, void *p, size_t i, double v)
 }
 
 /* Row r's m, S (relative to m), sum of x, and its logit at local column
- * yl (-inf when outside the row). */
+ * yl (-inf when outside the row); ex (or NULL) gets each exp(x - m). */
 static void row_stats(const struct ce *k, const void *x, size_t r, int64_t yl, double *m, double *S, double *sx,
-		      double *xy)
+		      double *xy, double *ex)
 {
 	*m = -INFINITY, *S = 0.0, *sx = 0.0;
 	for (size_t j = 0; j < k->V; j++) {
@@ -108,8 +110,12 @@ static void row_stats(const struct ce *k, const void *x, size_t r, int64_t yl, d
 		*m = v > *m ? v : *m;
 		*sx += v;
 	}
-	for (size_t j = 0; j < k->V; j++)
-		*S += exp(logit(k, x, r * k->V + j) - *m);
+	for (size_t j = 0; j < k->V; j++) {
+		double e = exp(logit(k, x, r * k->V + j) - *m);
+		*S += e;
+		if (ex)
+			ex[j] = e;
+	}
 	*xy = yl >= 0 && (size_t)yl < k->V ? logit(k, x, r * k->V + (size_t)yl) : -INFINITY;
 }
 
@@ -118,19 +124,61 @@ static double loss_of(const struct ce *k, double lse, double xy, double sx)
 	return (1.0 - k->e) * (lse - xy) + (k->e > 0.0 ? k->e * (lse - sx / k->C) : 0.0);
 }
 
-/* The gradient of row r into out from m, S, g (zeros when ign). */
+/* The gradient of row r into out from m, S, g (zeros when ign); ex (or
+ * NULL) holds exp(x - m) of the row, as row_stats left it for this m. */
 static void grad_row(const struct ce *k, const void *x, void *out, size_t r, int64_t yl, bool ign, double m,
-		     double S, double g)
+		     double S, double g, const double *ex)
 {
 	for (size_t j = 0; j < k->V; j++) {
 		double v = 0.0;
 		if (!ign) {
-			v = exp(logit(k, x, r * k->V + j) - m) / S - k->e / k->C;
+			v = (ex ? ex[j] : exp(logit(k, x, r * k->V + j) - m)) / S - k->e / k->C;
 			if ((int64_t)j == yl)
 				v -= 1.0 - k->e;
 			v *= g;
 		}
 		put_grad(k, out, r * k->V + j, v);
+	}
+}
+
+/* fp32 logits 2 N(0, 1), in pieces of their own streams, in parallel. */
+#define PIECE 4096
+
+struct fill_f32 {
+	float *x;
+	size_t n;
+	uint64_t base;
+};
+
+static void fill_f32_pieces(void *ctx, size_t lo, size_t hi)
+{
+	const struct fill_f32 *f = ctx;
+	for (size_t c = lo; c < hi; c++) {
+		uint64_t st = lg_ref_stream(f->base, c);
+		size_t end = (c + 1) * PIECE < f->n ? (c + 1) * PIECE : f->n;
+		for (size_t i = c * PIECE; i < end; i++)
+			f->x[i] = 2.0f * lg_ref_randn(&st);
+	}
+}
+
+/* A row loop of the case, on lg_ref_parallel_rows's threads: every row
+ * writes only its own outputs. */
+struct rows {
+	const struct ce *k;
+	struct lg_ref_case *c;
+	const struct lg_spec *s;
+};
+
+/* The backward's inputs S and m of each row's own logits. */
+static void stats_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct rows *j = ctx;
+	struct lg_ref_case *c = j->c;
+	for (size_t r = lo; r < hi; r++) {
+		double m, S, sx, xy;
+		row_stats(j->k, c->buf[B_LOGITS].host, r, -1, &m, &S, &sx, &xy, NULL);
+		((float *)c->buf[B_SUM].host)[r] = (float)S;
+		((float *)c->buf[B_MAX].host)[r] = (float)m;
 	}
 }
 
@@ -142,11 +190,12 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	void *x = c->buf[bwd ? B_LOGITS : F_LOGITS].host, *y = c->buf[bwd ? B_LABELS : F_LABELS].host;
 	if (x) {
 		size_t n = k.M * k.V;
-		if (k.f32)
-			for (size_t i = 0; i < n; i++)
-				((float *)x)[i] = 2.0f * lg_ref_randn(&st);
-		else
+		if (k.f32) {
+			struct fill_f32 f = {x, n, lg_ref_rand(&st)};
+			lg_ref_parallel_rows((n + PIECE - 1) / PIECE, PIECE * 8, fill_f32_pieces, &f);
+		} else {
 			lg_ref_fill_bf16(x, n, 2.0f, &st);
+		}
 	}
 	/* labels: 1 row in 8 ignored, the rest in [0, C) (a shard: around
 	 * its columns, so some rows have their label in it and some not) */
@@ -182,14 +231,11 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	if (!bwd && k.fused)
 		*(float *)c->buf[F_G].host = 0.37f;
 	if (bwd) {
-		/* S, m of each row's own logits; g random */
-		for (size_t r = 0; r < k.M; r++) {
-			double m, S, sx, xy;
-			row_stats(&k, x, r, -1, &m, &S, &sx, &xy);
-			((float *)c->buf[B_SUM].host)[r] = (float)S;
-			((float *)c->buf[B_MAX].host)[r] = (float)m;
+		/* S, m of each row's own logits (rows in parallel); g random */
+		struct rows j = {&k, c, s};
+		lg_ref_parallel_rows(k.M, k.V * 20, stats_rows, &j);
+		for (size_t r = 0; r < k.M; r++)
 			((float *)c->buf[B_DLOSS].host)[r] = 1.0f + 0.5f * lg_ref_randn(&st);
-		}
 	}
 }
 
@@ -218,44 +264,68 @@ static void run_merge(const struct ce *k, struct lg_ref_case *c)
 	}
 }
 
+static void backward_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct rows *j = ctx;
+	const struct ce *k = j->k;
+	struct lg_ref_case *c = j->c;
+	for (size_t r = lo; r < hi; r++) {
+		int64_t y = label(k, c->buf[B_LABELS].host, r);
+		grad_row(k, c->buf[B_LOGITS].host, c->buf[B_GRAD].host, r, y - k->v0, y == k->ignore,
+			 ((const float *)c->buf[B_MAX].host)[r], ((const float *)c->buf[B_SUM].host)[r],
+			 ((const float *)c->buf[B_DLOSS].host)[r], NULL);
+	}
+}
+
+static void forward_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct rows *j = ctx;
+	const struct ce *k = j->k;
+	struct lg_ref_case *c = j->c;
+	bool grad = k->fused && c->buf[F_GRAD].host; /* in place: nothing to compare */
+	double *ex = grad ? malloc(k->V * sizeof *ex + 1) : NULL; /* the exps, once for both */
+	LG_ASSERT(!grad || ex);
+	for (size_t r = lo; r < hi; r++) {
+		int64_t y = label(k, c->buf[F_LABELS].host, r);
+		bool ign = y == k->ignore;
+		double m, S, sx, xy;
+		row_stats(k, c->buf[F_LOGITS].host, r, y - k->v0, &m, &S, &sx, &xy, ex);
+		if (ign)
+			m = S = sx = xy = 0.0;
+		if (k->part == PART_SHARD) {
+			float *o = (float *)c->buf[F_STATS].host + r * STATS;
+			o[0] = (float)m, o[1] = (float)S, o[2] = (float)(S - (double)o[1]), o[3] = (float)xy;
+			o[4] = k->e > 0.0 ? (float)sx : 0.0f, o[5] = k->e > 0.0 ? (float)(sx - (double)(float)sx) : 0.0f;
+			continue;
+		}
+		((float *)c->buf[F_LOSS].host)[r] = ign ? 0.0f : (float)loss_of(k, log(S) + m, xy, sx);
+		if (c->buf[F_SUM].host)
+			((float *)c->buf[F_SUM].host)[r] = (float)S;
+		if (c->buf[F_MAX].host)
+			((float *)c->buf[F_MAX].host)[r] = (float)m;
+		if (grad)
+			grad_row(k, c->buf[F_LOGITS].host, c->buf[F_GRAD].host, r, y, ign, m, S,
+				 *(const float *)c->buf[F_G].host, ex);
+	}
+	free(ex);
+}
+
+/* Rows are independent: they run on lg_ref_parallel_rows's threads. */
 static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	struct ce k = ce_of(s, c);
+	struct rows j = {&k, c, s};
 	if (s->pass == LG_PASS_BACKWARD) {
 		/* in place: nothing to compare (the inputs stay as drawn) */
-		for (size_t r = 0; r < k.M && c->buf[B_GRAD].host; r++) {
-			int64_t y = label(&k, c->buf[B_LABELS].host, r);
-			grad_row(&k, c->buf[B_LOGITS].host, c->buf[B_GRAD].host, r, y - k.v0, y == k.ignore, ((const float *)c->buf[B_MAX].host)[r],
-				 ((const float *)c->buf[B_SUM].host)[r], ((const float *)c->buf[B_DLOSS].host)[r]);
-		}
+		if (c->buf[B_GRAD].host)
+			lg_ref_parallel_rows(k.M, k.V * 30, backward_rows, &j);
 		return;
 	}
 	if (k.part == PART_MERGE) {
 		run_merge(&k, c);
 		return;
 	}
-	for (size_t r = 0; r < k.M; r++) {
-		int64_t y = label(&k, c->buf[F_LABELS].host, r);
-		bool ign = y == k.ignore;
-		double m, S, sx, xy;
-		row_stats(&k, c->buf[F_LOGITS].host, r, y - k.v0, &m, &S, &sx, &xy);
-		if (ign)
-			m = S = sx = xy = 0.0;
-		if (k.part == PART_SHARD) {
-			float *o = (float *)c->buf[F_STATS].host + r * STATS;
-			o[0] = (float)m, o[1] = (float)S, o[2] = (float)(S - (double)o[1]), o[3] = (float)xy;
-			o[4] = k.e > 0.0 ? (float)sx : 0.0f, o[5] = k.e > 0.0 ? (float)(sx - (double)(float)sx) : 0.0f;
-			continue;
-		}
-		((float *)c->buf[F_LOSS].host)[r] = ign ? 0.0f : (float)loss_of(&k, log(S) + m, xy, sx);
-		if (c->buf[F_SUM].host)
-			((float *)c->buf[F_SUM].host)[r] = (float)S;
-		if (c->buf[F_MAX].host)
-			((float *)c->buf[F_MAX].host)[r] = (float)m;
-		if (k.fused && c->buf[F_GRAD].host) /* in place: nothing to compare */
-			grad_row(&k, c->buf[F_LOGITS].host, c->buf[F_GRAD].host, r, y, ign, m, S,
-				 *(const float *)c->buf[F_G].host);
-	}
+	lg_ref_parallel_rows(k.M, k.V * (k.fused ? 50 : 20), forward_rows, &j);
 }
 
 const struct lg_ref_family lg_ref_cross_entropy = {describe, fill, run};

@@ -49,8 +49,7 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 	const uint16_t *x = c->buf[X].host;
 	float *y = malloc((count ? count : 1) * sizeof *y);
 	LG_ASSERT(y);
-	for (size_t i = 0; i < count; i++)
-		y[i] = lg_ref_bf16_to_f32(x[i]);
+	lg_ref_widen_bf16(x, y, count);
 	lg_ref_quant_experts(y, m, n, c->buf[COUNTS].host, ne, lg_spec_quant(s), c->buf[Q].host, c->buf[S].host,
 			     c->buf[QT].host, c->buf[ST].host, c->buf[ST].count / (n ? n : 1));
 	free(y);

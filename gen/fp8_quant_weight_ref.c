@@ -24,27 +24,40 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	lg_ref_fill_quant_input(c->buf[W].host, (size_t)c->sizes[0], (size_t)lg_ref_int(s, "hidden"), &st);
 }
 
-static void run(const struct lg_spec *s, struct lg_ref_case *c)
+struct tiles {
+	const uint16_t *w;
+	uint8_t *q;
+	float *sc;
+	size_t m, n;
+	bool pow2;
+};
+
+/* The tiles of the 128-row blocks [lo, hi). */
+static void tile_rows(void *ctx, size_t lo, size_t hi)
 {
-	size_t n = (size_t)lg_ref_int(s, "hidden"), m = (size_t)c->sizes[0], nb = n / 128;
-	bool pow2 = lg_spec_quant(s).round_scale;
-	const uint16_t *w = c->buf[W].host;
-	uint8_t *q = c->buf[Q].host;
-	float *sc = c->buf[S].host;
-	for (size_t r0 = 0; r0 < m; r0 += 128) {
+	const struct tiles *t = ctx;
+	size_t m = t->m, n = t->n, nb = n / 128;
+	for (size_t r0 = lo * 128; r0 < hi * 128 && r0 < m; r0 += 128) {
 		size_t rows = m - r0 < 128 ? m - r0 : 128;
 		for (size_t b = 0; b < nb; b++) {
 			float amax = 0.0f;
 			for (size_t i = r0; i < r0 + rows; i++)
 				for (size_t k = b * 128; k < b * 128 + 128; k++)
-					amax = fmaxf(amax, fabsf(lg_ref_bf16_to_f32(w[i * n + k])));
-			float sv = lg_ref_scale(amax, pow2);
-			sc[(r0 / 128) * nb + b] = sv;
+					amax = fmaxf(amax, fabsf(lg_ref_bf16_to_f32(t->w[i * n + k])));
+			float sv = lg_ref_scale(amax, t->pow2);
+			t->sc[(r0 / 128) * nb + b] = sv;
 			for (size_t i = r0; i < r0 + rows; i++)
 				for (size_t k = b * 128; k < b * 128 + 128; k++)
-					q[i * n + k] = lg_ref_quant(lg_ref_bf16_to_f32(w[i * n + k]), sv, pow2);
+					t->q[i * n + k] = lg_ref_quant(lg_ref_bf16_to_f32(t->w[i * n + k]), sv, t->pow2);
 		}
 	}
+}
+
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	struct tiles t = {c->buf[W].host, c->buf[Q].host, c->buf[S].host, (size_t)c->sizes[0],
+			  (size_t)lg_ref_int(s, "hidden"), lg_spec_quant(s).round_scale};
+	lg_ref_parallel_rows((t.m + 127) / 128, 128 * t.n * 40, tile_rows, &t); /* block rows: independent */
 }
 
 const struct lg_ref_family lg_ref_fp8_quant_weight = {describe, fill, run};

@@ -1,7 +1,8 @@
 /*
  * moe_common_ref.c - routings and the padded row map for the MoE CPU
  * references (moe_ref.h). Plain loops: a token's experts in ascending
- * order, rows assigned expert by expert, token by token.
+ * order, rows assigned expert by expert, token by token; dispatch and
+ * combine over the tokens in parallel (a token's rows are its own).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -142,20 +143,13 @@ static const uint8_t *row_of(const void *base, int64_t r, int64_t bytes)
 	return (const uint8_t *)base + r * bytes;
 }
 
-void lg_moe_ref_dispatch(const struct lg_moe_ref_io *io)
+/* The rows of tokens [lo, hi): a token's rows are its own (the map is
+ * one to one), so tokens run in parallel. */
+static void dispatch_tokens(void *ctx, size_t lo, size_t hi)
 {
+	const struct lg_moe_ref_io *io = ctx;
 	int64_t bytes = io->H * io->es, ns = io->H / 128;
-	memset(io->dst, 0, (size_t)(io->cap * bytes));
-	for (int64_t r = 0; r < io->cap; r++) {
-		if (io->dst_s)
-			for (int64_t j = 0; j < ns; j++)
-				io->dst_s[r * ns + j] = io->pow2 ? 0x1p-99f : 1e-30f;
-		if (io->pout)
-			io->pout[r] = 0.0f;
-		if (io->dot)
-			io->dot[r] = 0.0f;
-	}
-	for (int64_t t = 0; t < io->T; t++)
+	for (int64_t t = (int64_t)lo; t < (int64_t)hi; t++)
 		for (int64_t e = 0; e < io->E; e++) {
 			int64_t r = io->map[t * io->E + e];
 			if (r < 0 || r >= io->cap)
@@ -185,14 +179,47 @@ void lg_moe_ref_dispatch(const struct lg_moe_ref_io *io)
 		}
 }
 
-void lg_moe_ref_combine(const struct lg_moe_ref_io *io)
+void lg_moe_ref_dispatch(const struct lg_moe_ref_io *io)
 {
+	int64_t bytes = io->H * io->es, ns = io->H / 128;
+	memset(io->dst, 0, (size_t)(io->cap * bytes));
+	for (int64_t r = 0; r < io->cap; r++) {
+		if (io->dst_s)
+			for (int64_t j = 0; j < ns; j++)
+				io->dst_s[r * ns + j] = io->pow2 ? 0x1p-99f : 1e-30f;
+		if (io->pout)
+			io->pout[r] = 0.0f;
+		if (io->dot)
+			io->dot[r] = 0.0f;
+	}
+	/* a map that sends two tokens to one row (a hand-made one): serially,
+	 * the later token's row stays, as before */
+	uint8_t *seen = calloc((size_t)io->cap + 1, 1);
+	LG_ASSERT(seen);
+	bool unique = true;
+	for (int64_t i = 0; i < io->T * io->E && unique; i++) {
+		int64_t r = io->map[i];
+		if (r >= 0 && r < io->cap)
+			unique = !seen[r]++;
+	}
+	free(seen);
+	size_t cost = (size_t)(io->E + io->K * io->H * (io->weights ? 8 : 1));
+	if (unique)
+		lg_ref_parallel_rows((size_t)io->T, cost, dispatch_tokens, (void *)io);
+	else
+		dispatch_tokens((void *)io, 0, (size_t)io->T);
+}
+
+/* Tokens [lo, hi): each writes its own output row and pout row. */
+static void combine_tokens(void *ctx, size_t lo, size_t hi)
+{
+	const struct lg_moe_ref_io *io = ctx;
 	const uint16_t *g = io->src;
 	uint16_t *out = io->dst;
 	double *acc = malloc((size_t)io->H * sizeof *acc + 1);
 	float *acc32 = malloc((size_t)io->H * sizeof *acc32 + 1);
 	LG_ASSERT(acc && acc32);
-	for (int64_t t = 0; t < io->T; t++) {
+	for (int64_t t = (int64_t)lo; t < (int64_t)hi; t++) {
 		for (int64_t h = 0; h < io->H; h++)
 			acc[h] = 0.0, acc32[h] = 0.0f;
 		for (int64_t e = 0; e < io->E; e++) {
@@ -215,4 +242,9 @@ void lg_moe_ref_combine(const struct lg_moe_ref_io *io)
 	}
 	free(acc);
 	free(acc32);
+}
+
+void lg_moe_ref_combine(const struct lg_moe_ref_io *io)
+{
+	lg_ref_parallel_rows((size_t)io->T, (size_t)(io->E + io->K * io->H * 2), combine_tokens, (void *)io);
 }

@@ -56,6 +56,22 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	free(counts);
 }
 
+/* The padded rows widened: x[index[r]], zeros for padding. */
+struct gather {
+	float *y;
+	const uint16_t *x;
+	const int32_t *index;
+	int64_t H;
+};
+
+static void gather_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct gather *g = ctx;
+	for (size_t r = lo; r < hi; r++)
+		for (int64_t h = 0; g->index[r] >= 0 && h < g->H; h++)
+			g->y[(int64_t)r * g->H + h] = lg_ref_bf16_to_f32(g->x[(int64_t)g->index[r] * g->H + h]);
+}
+
 static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	struct dims d = dims_of(s, c);
@@ -64,9 +80,8 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 	size_t count = (size_t)(d.cap * d.H);
 	float *y = calloc(count ? count : 1, sizeof *y);
 	LG_ASSERT(y);
-	for (int64_t r = 0; r < d.cap; r++)
-		for (int64_t h = 0; index[r] >= 0 && h < d.H; h++)
-			y[r * d.H + h] = lg_ref_bf16_to_f32(x[(int64_t)index[r] * d.H + h]);
+	struct gather g = {y, x, index, d.H};
+	lg_ref_parallel_rows((size_t)d.cap, (size_t)d.H, gather_rows, &g);
 	lg_ref_quant_experts(y, (size_t)d.cap, (size_t)d.H, padded, (size_t)d.E, lg_spec_quant(s), c->buf[A_Q].host,
 			     c->buf[A_S].host, c->buf[A_QT].host, c->buf[A_ST].host,
 			     c->buf[A_ST].count / (size_t)d.H);

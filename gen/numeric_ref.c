@@ -1,12 +1,13 @@
 /*
  * numeric_ref.c - number formats for the CPU references (numeric_ref.h),
  * written from the definitions of the formats and of KERNELS.md 1.2, with
- * nothing taken from the generator's bit tricks (templates/): bf16
- * rounding on the integer significand, the e4m3 encoder a nearest-value
- * search over the 127 non-negative finite e4m3 numbers, the power-of-two scale
+ * nothing taken from the generator's bit tricks (templates/; the GPU
+ * rounds with cvt instructions): bf16 rounding on the integer significand
+ * of the fp32 encoding, the e4m3 encoder a nearest-value search over the
+ * 127 non-negative finite e4m3 numbers, the power-of-two scale
  * 2^ceil(log2 s), and v / s a plain IEEE division. The tests check these
- * against hand-worked values (tests/test_numeric.c); gpu_test_k1 checks
- * the GPU's kernels against them.
+ * against hand-worked values and against the slow textbook forms
+ * (tests/test_numeric.c); gpu_test_k1 checks the GPU's kernels against them.
  */
 #include "numeric_ref.h"
 
@@ -24,45 +25,28 @@ float lg_ref_bf16_to_f32(uint16_t h)
 	return f;
 }
 
-/* Round to the nearest bf16, ties to the even significand. A bf16 has 8
- * significant bits, so in the binade [2^(e-1), 2^e) of |f| its numbers are
- * the multiples of 2^(e-8); below 2^-126 (subnormal) of 2^-133. So |f| in
- * units of that spacing, rounded to the nearest integer with ties to even
- * (rint, in the default rounding mode), is the significand of the result.
- * Overflow goes to infinity, as IEEE rounding to nearest does. */
+/* Round to the nearest bf16, ties to the even significand. A bf16 is the
+ * fp32 encoding's upper half, so the bf16 numbers are the fp32 numbers
+ * whose low 16 bits are zero, and the encoding is sign-magnitude with the
+ * magnitudes in increasing order: the fp32 significand (with its exponent
+ * above it) is rounded to a multiple of 2^16 as an integer, to nearest,
+ * ties to the even multiple. A carry out of the significand moves to the
+ * next binade, and out of the largest finite binade to infinity, as IEEE
+ * rounding does; subnormals are the same integers with exponent 0. */
 uint16_t lg_ref_f32_to_bf16(float f)
 {
 	if (isnan(f))
 		return signbit(f) ? 0xffc0 : 0x7fc0;
-	double a = fabs((double)f);
-	if (a != 0 && !isinf(a)) {
-		int e;
-		frexp(a, &e);
-		double unit = ldexp(1.0, (e < -125 ? -125 : e) - 8); /* the bf16 spacing at a */
-		a = rint(a / unit) * unit; /* both steps exact: powers of two, < 2^9 units */
-	}
-	float r = (float)(signbit(f) ? -a : a); /* exact: a is a bf16 number (or inf) */
 	uint32_t u;
-	memcpy(&u, &r, sizeof u);
-	return (uint16_t)(u >> 16);
+	memcpy(&u, &f, sizeof u);
+	uint32_t sign = u & 0x80000000u, mag = u & 0x7fffffffu, low = mag & 0xffffu;
+	mag -= low;
+	if (low > 0x8000u || (low == 0x8000u && (mag & 0x10000u)))
+		mag += 0x10000u;
+	return (uint16_t)((sign | mag) >> 16);
 }
 
 /* ------------------------------------------------------------------ e4m3 */
-
-/* e4m3 "fn": sign, 4 exponent bits (bias 7), 3 mantissa bits; no
- * infinities; 0x7f and 0xff are NaN; the largest finite is 0x7e = 448. */
-float lg_ref_e4m3_to_f32(uint8_t b)
-{
-	int e = (b >> 3) & 15, m = b & 7;
-	float v;
-	if ((b & 0x7f) == 0x7f)
-		v = NAN;
-	else if (e == 0)
-		v = ldexpf((float)m, -9); /* subnormal: m * 2^-9 */
-	else
-		v = ldexpf(1.0f + (float)m / 8.0f, e - 7);
-	return (b & 0x80) ? -v : v;
-}
 
 /* The 127 non-negative finite e4m3 numbers, by code 0x00 .. 0x7e, which
  * is increasing order: codes 0-7 are the subnormals c 2^-9, code c >= 8 is
@@ -70,12 +54,23 @@ float lg_ref_e4m3_to_f32(uint8_t b)
 #define E4M3(c) ((c) < 8 ? (c) * 0x1p-9 : (double)(8 + ((c) & 7)) * (double)(1u << ((c) >> 3)) * 0x1p-10)
 #define E4M3x8(c) E4M3(c), E4M3(c + 1), E4M3(c + 2), E4M3(c + 3), E4M3(c + 4), E4M3(c + 5), \
 		  E4M3(c + 6), E4M3(c + 7)
-static const double e4m3_value[127] = {
+static const double e4m3_value[128] = {
 	E4M3x8(0),  E4M3x8(8),  E4M3x8(16), E4M3x8(24), E4M3x8(32), E4M3x8(40),
 	E4M3x8(48), E4M3x8(56), E4M3x8(64), E4M3x8(72), E4M3x8(80), E4M3x8(88),
 	E4M3x8(96), E4M3x8(104), E4M3x8(112), E4M3(120), E4M3(121), E4M3(122),
-	E4M3(123), E4M3(124), E4M3(125), E4M3(126),
+	E4M3(123), E4M3(124), E4M3(125), E4M3(126), INFINITY, /* [127]: the search's sentinel */
 };
+
+/* e4m3 "fn": sign, 4 exponent bits (bias 7), 3 mantissa bits; no
+ * infinities; 0x7f and 0xff are NaN; the largest finite is 0x7e = 448.
+ * The magnitude is the table's (the formula of each code above). */
+float lg_ref_e4m3_to_f32(uint8_t b)
+{
+	if ((b & 0x7f) == 0x7f)
+		return (b & 0x80) ? -NAN : NAN;
+	float v = (float)e4m3_value[b & 0x7f]; /* exact: 4 significant bits */
+	return (b & 0x80) ? -v : v;
+}
 
 /* Round to the nearest e4m3 number, ties to the even code (even mantissa),
  * by searching the table; magnitudes above 448, infinities included,
@@ -89,19 +84,21 @@ uint8_t lg_ref_f32_to_e4m3(float f)
 	double a = fabs((double)f);
 	if (a >= e4m3_value[126])
 		return (uint8_t)(sign | 126);
-	int lo = 0, hi = 126; /* value[lo] <= a < value[hi] */
-	while (hi - lo > 1) {
-		int mid = (lo + hi) / 2;
-		if (e4m3_value[mid] <= a)
-			lo = mid;
-		else
-			hi = mid;
-	}
+	/* the largest lo with value[lo] <= a (value[127] the sentinel), by
+	 * halving steps in the 8 codes of a's binade: |f| in [2^(E-127),
+	 * 2^(E-126)) for fp32 exponent field E, whose first e4m3 code is
+	 * (E - 120) 8; below 2^-6, the subnormal codes 0 .. 7 */
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	int e = (int)((u >> 23) & 0xff), lo = e >= 121 ? (e - 120) * 8 : 0;
+	for (int step = 4; step; step /= 2)
+		lo += step & -(int)(e4m3_value[lo + step] <= a);
 	/* both differences are exact in double (a and the neighbours are floats
-	 * within a factor of two of each other, or the lower one is 0) */
-	double below = a - e4m3_value[lo], above = e4m3_value[hi] - a;
-	int c = below < above ? lo : above < below ? hi : (lo % 2 == 0 ? lo : hi);
-	return (uint8_t)(sign | c);
+	 * within a factor of two of each other, or the lower one is 0); the
+	 * upper neighbour when nearer, or as near with lo odd (ties to even) */
+	double below = a - e4m3_value[lo], above = e4m3_value[lo + 1] - a;
+	int up = (above < below) | ((above == below) & (lo & 1));
+	return (uint8_t)(sign | (lo + up));
 }
 
 /* ---------------------------------------------------------- scales, rms */

@@ -6,9 +6,12 @@
  * qt [n, m], scales st [ceil(m/128), n]). A partial last token block takes
  * its amax over its real rows only. Also the same for values the GPU
  * computes only to a bound (a slack per element from the bound), and the
- * per-expert layout.
+ * per-expert layout. The exact quantisation is the bounded one with no
+ * error; both run on lg_ref_parallel_rows's threads (rows, and blocks of
+ * columns of a 128-token block), bit for bit a serial run's.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,40 +19,6 @@
 
 #include "numeric_ref.h"
 #include "ref.h"
-
-void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant qr, uint8_t *q, float *s,
-			    uint8_t *qt, float *st)
-{
-	bool pow2 = qr.round_scale;
-	size_t nb = n / 128;
-	if (qr.output != LG_QOUT_COLUMNWISE) {
-		for (size_t i = 0; i < m; i++)
-			for (size_t b = 0; b < nb; b++) {
-				const float *v = y + i * n + b * 128;
-				float amax = 0.0f;
-				for (int k = 0; k < 128; k++)
-					amax = fmaxf(amax, fabsf(v[k]));
-				float sv = lg_ref_scale(amax, pow2);
-				s[b * m + i] = sv;
-				for (int k = 0; k < 128; k++)
-					q[i * n + b * 128 + (size_t)k] = lg_ref_quant(v[k], sv, pow2);
-			}
-	}
-	if (qr.output != LG_QOUT_ROWWISE) {
-		for (size_t t = 0; t * 128 < m; t++) {
-			size_t r0 = t * 128, rows = m - r0 < 128 ? m - r0 : 128;
-			for (size_t k = 0; k < n; k++) {
-				float amax = 0.0f;
-				for (size_t i = 0; i < rows; i++)
-					amax = fmaxf(amax, fabsf(y[(r0 + i) * n + k]));
-				float sv = lg_ref_scale(amax, pow2);
-				st[t * n + k] = sv;
-				for (size_t i = 0; i < rows; i++)
-					qt[k * m + r0 + i] = lg_ref_quant(y[(r0 + i) * n + k], sv, pow2);
-			}
-		}
-	}
-}
 
 /* ------------------------------------------- values known to a bound */
 
@@ -112,60 +81,103 @@ static uint16_t payload_tol(float v, float e, float slo, float shi, uint8_t nom)
 	return d;
 }
 
+/* One quantisation in parallel: rows of the rowwise copy, and units of
+ * (128-token block, COLS columns) of the columnwise one; each writes only
+ * its own payloads, scales and slacks (max is the same in any order), so
+ * the bits are those of a serial run. */
+#define COLS 64
+
+struct qjob {
+	const float *y, *err;
+	size_t m, n;
+	bool pow2;
+	const struct lg_ref_qout *o;
+	atomic_size_t ambiguous;
+};
+
+static void rows_fn(void *ctx, size_t lo_row, size_t hi_row)
+{
+	struct qjob *j = ctx;
+	const struct lg_ref_qout *o = j->o;
+	size_t m = j->m, n = j->n, nb = n / 128, ambiguous = 0;
+	for (size_t i = lo_row; i < hi_row; i++)
+		for (size_t b = 0; b < nb; b++) {
+			size_t at = i * n + b * 128;
+			float amax = 0.0f, lo = 0.0f, hi = 0.0f;
+			for (int k = 0; k < 128; k++) {
+				float a = fabsf(j->y[at + (size_t)k]), e = j->err ? j->err[at + (size_t)k] : 0.0f;
+				amax = fmaxf(amax, a), lo = fmaxf(lo, a - e), hi = fmaxf(hi, a + e);
+			}
+			float sv, slo, shi;
+			uint16_t ss = scale_tol(amax, lo, hi, j->pow2, &sv, &slo, &shi);
+			ambiguous += ss == UINT16_MAX;
+			o->s[b * m + i] = sv;
+			if (o->s_slack)
+				o->s_slack[b * m + i] = ss;
+			for (size_t k = 0; k < 128; k++) {
+				o->q[at + k] = lg_ref_quant(j->y[at + k], sv, j->pow2);
+				if (o->q_slack)
+					o->q_slack[at + k] = j->err ? payload_tol(j->y[at + k], j->err[at + k], slo, shi,
+										  o->q[at + k]) : 0;
+			}
+		}
+	atomic_fetch_add(&j->ambiguous, ambiguous);
+}
+
+static void cols_fn(void *ctx, size_t lo_unit, size_t hi_unit)
+{
+	struct qjob *j = ctx;
+	const struct lg_ref_qout *o = j->o;
+	size_t m = j->m, n = j->n, nkc = (n + COLS - 1) / COLS, ambiguous = 0;
+	for (size_t u = lo_unit; u < hi_unit; u++) {
+		size_t t = u / nkc, k0 = u % nkc * COLS, k1 = k0 + COLS < n ? k0 + COLS : n;
+		size_t r0 = t * 128, rows = m - r0 < 128 ? m - r0 : 128;
+		float amax[COLS] = {0}, lo[COLS] = {0}, hi[COLS] = {0}, sv[COLS], slo[COLS], shi[COLS];
+		for (size_t i = 0; i < rows; i++) /* row by row: the reads in order */
+			for (size_t k = k0; k < k1; k++) {
+				size_t at = (r0 + i) * n + k;
+				float a = fabsf(j->y[at]), e = j->err ? j->err[at] : 0.0f;
+				amax[k - k0] = fmaxf(amax[k - k0], a), lo[k - k0] = fmaxf(lo[k - k0], a - e);
+				hi[k - k0] = fmaxf(hi[k - k0], a + e);
+			}
+		for (size_t k = k0; k < k1; k++) {
+			uint16_t ss = scale_tol(amax[k - k0], lo[k - k0], hi[k - k0], j->pow2, &sv[k - k0], &slo[k - k0],
+						&shi[k - k0]);
+			ambiguous += ss == UINT16_MAX;
+			o->st[t * n + k] = sv[k - k0];
+			if (o->st_slack)
+				o->st_slack[t * n + k] = ss;
+		}
+		for (size_t i = 0; i < rows; i++)
+			for (size_t k = k0; k < k1; k++) {
+				size_t at = (r0 + i) * n + k, to = k * m + r0 + i;
+				o->qt[to] = lg_ref_quant(j->y[at], sv[k - k0], j->pow2);
+				if (o->qt_slack)
+					o->qt_slack[to] = j->err ? payload_tol(j->y[at], j->err[at], slo[k - k0], shi[k - k0],
+									       o->qt[to]) : 0;
+			}
+	}
+	atomic_fetch_add(&j->ambiguous, ambiguous);
+}
+
 size_t lg_ref_quant_tol(const float *y, const float *err, size_t m, size_t n, struct lg_quant qr,
 			const struct lg_ref_qout *o)
 {
-	bool pow2 = qr.round_scale;
-	size_t nb = n / 128, ambiguous = 0;
-	if (qr.output != LG_QOUT_COLUMNWISE) {
-		for (size_t i = 0; i < m; i++)
-			for (size_t b = 0; b < nb; b++) {
-				size_t at = i * n + b * 128;
-				float amax = 0.0f, lo = 0.0f, hi = 0.0f;
-				for (int k = 0; k < 128; k++) {
-					float a = fabsf(y[at + (size_t)k]), e = err ? err[at + (size_t)k] : 0.0f;
-					amax = fmaxf(amax, a), lo = fmaxf(lo, a - e), hi = fmaxf(hi, a + e);
-				}
-				float sv, slo, shi;
-				uint16_t ss = scale_tol(amax, lo, hi, pow2, &sv, &slo, &shi);
-				ambiguous += ss == UINT16_MAX;
-				o->s[b * m + i] = sv;
-				if (o->s_slack)
-					o->s_slack[b * m + i] = ss;
-				for (size_t k = 0; k < 128; k++) {
-					o->q[at + k] = lg_ref_quant(y[at + k], sv, pow2);
-					if (o->q_slack)
-						o->q_slack[at + k] = err ? payload_tol(y[at + k], err[at + k], slo, shi,
-										       o->q[at + k]) : 0;
-				}
-			}
-	}
-	if (qr.output != LG_QOUT_ROWWISE) {
-		for (size_t t = 0; t * 128 < m; t++) {
-			size_t r0 = t * 128, rows = m - r0 < 128 ? m - r0 : 128;
-			for (size_t k = 0; k < n; k++) {
-				float amax = 0.0f, lo = 0.0f, hi = 0.0f;
-				for (size_t i = 0; i < rows; i++) {
-					size_t at = (r0 + i) * n + k;
-					float a = fabsf(y[at]), e = err ? err[at] : 0.0f;
-					amax = fmaxf(amax, a), lo = fmaxf(lo, a - e), hi = fmaxf(hi, a + e);
-				}
-				float sv, slo, shi;
-				uint16_t ss = scale_tol(amax, lo, hi, pow2, &sv, &slo, &shi);
-				ambiguous += ss == UINT16_MAX;
-				o->st[t * n + k] = sv;
-				if (o->st_slack)
-					o->st_slack[t * n + k] = ss;
-				for (size_t i = 0; i < rows; i++) {
-					size_t at = (r0 + i) * n + k, to = k * m + r0 + i;
-					o->qt[to] = lg_ref_quant(y[at], sv, pow2);
-					if (o->qt_slack)
-						o->qt_slack[to] = err ? payload_tol(y[at], err[at], slo, shi, o->qt[to]) : 0;
-				}
-			}
-		}
-	}
-	return ambiguous;
+	struct qjob j = {.y = y, .err = err, .m = m, .n = n, .pow2 = qr.round_scale, .o = o};
+	atomic_init(&j.ambiguous, 0);
+	size_t cost = err ? 120 : 40; /* per value: a division, the e4m3 search (and the slack's) */
+	if (qr.output != LG_QOUT_COLUMNWISE)
+		lg_ref_parallel_rows(m, n * cost, rows_fn, &j);
+	if (qr.output != LG_QOUT_ROWWISE)
+		lg_ref_parallel_rows((m + 127) / 128 * ((n + COLS - 1) / COLS), 128 * COLS * cost, cols_fn, &j);
+	return atomic_load(&j.ambiguous);
+}
+
+void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant qr, uint8_t *q, float *s,
+			    uint8_t *qt, float *st)
+{
+	struct lg_ref_qout o = {.q = q, .s = s, .qt = qt, .st = st};
+	lg_ref_quant_tol(y, NULL, m, n, qr, &o); /* exact values: the nominal copies, no slack */
 }
 
 /* The same copy, the pointers of one expert's segment. */
@@ -210,31 +222,49 @@ size_t lg_ref_quant_experts_tol(const float *y, const float *err, size_t m, size
 /* Rows of varied magnitude (2^-8 .. 2^8), a few rows of +0 and of -0, rows
  * far below the 1e-30 scale floor and far above 448, outliers, and an
  * all-zero feature: scales of every size, floored scales, zero blocks
- * (rowwise and columnwise) and signed zeros get exercised. */
-void lg_ref_fill_quant_input(uint16_t *x, size_t m, size_t n, uint64_t *st)
+ * (rowwise and columnwise) and signed zeros get exercised. Each row from
+ * its own stream, the rows in parallel. */
+struct quant_input {
+	uint16_t *x;
+	size_t m, n, zero_col;
+	uint64_t base;
+};
+
+static void quant_input_rows(void *ctx, size_t lo, size_t hi)
 {
-	size_t zero_col = (size_t)(lg_ref_rand(st) % n);
-	for (size_t i = 0; i < m; i++) {
-		uint16_t *row = x + i * n;
-		uint64_t kind = lg_ref_rand(st) % 101;
-		float scale = ldexpf(1.0f, (int)(lg_ref_rand(st) % 17) - 8);
+	const struct quant_input *f = ctx;
+	size_t m = f->m, n = f->n;
+	for (size_t i = lo; i < hi; i++) {
+		uint64_t st = lg_ref_stream(f->base, i);
+		uint16_t *row = f->x + i * n;
+		uint64_t kind = lg_ref_rand(&st) % 101;
+		float scale = ldexpf(1.0f, (int)(lg_ref_rand(&st) % 17) - 8);
 		if (m > 1 && kind == 0)
 			scale = 0.0f;
 		else if (kind == 1)
 			scale = 0x1p-120f; /* amax / 448 below 1e-30 */
 		else if (kind == 2)
 			scale = 0x1p100f;
-		lg_ref_fill_bf16(row, n, scale, st);
+		for (size_t k = 0; k < n; k++)
+			row[k] = lg_ref_f32_to_bf16(lg_ref_randn(&st) * scale);
 		if (m > 1 && kind == 3)
 			for (size_t k = 0; k < n; k++)
 				row[k] = 0x8000; /* -0: amax 0, payload -0 (0x80) */
-		if (scale != 0.0f && lg_ref_rand(st) % 7 == 0) {
-			size_t k = (size_t)(lg_ref_rand(st) % n);
+		if (scale != 0.0f && lg_ref_rand(&st) % 7 == 0) {
+			size_t k = (size_t)(lg_ref_rand(&st) % n);
 			row[k] = lg_ref_f32_to_bf16(lg_ref_bf16_to_f32(row[k]) * 40.0f);
 		}
 		if (m > 1)
-			row[zero_col] = 0;
+			row[f->zero_col] = 0;
 	}
+}
+
+void lg_ref_fill_quant_input(uint16_t *x, size_t m, size_t n, uint64_t *st)
+{
+	struct quant_input f = {x, m, n, 0, 0};
+	f.zero_col = (size_t)(lg_ref_rand(st) % n);
+	f.base = lg_ref_rand(st);
+	lg_ref_parallel_rows(m, n * 16, quant_input_rows, &f);
 }
 
 void lg_ref_quant_experts(const float *y, size_t m, size_t n, const int32_t *counts, size_t experts,

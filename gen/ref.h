@@ -79,8 +79,27 @@ double lg_ref_num(const struct lg_spec *s, const char *path);
 
 /* Helpers shared by the references. */
 uint64_t lg_ref_rand(uint64_t *state);       /* splitmix64 */
-float lg_ref_randn(uint64_t *state);         /* standard normal */
+float lg_ref_randn(uint64_t *state);         /* standard normal (ziggurat) */
+/* The start of stream `index` of a family of independent streams named by
+ * base (a row's or a piece's own random numbers, so rows can be filled in
+ * parallel and in any order). */
+uint64_t lg_ref_stream(uint64_t base, uint64_t index);
+/* n values bf16(scale N(0, 1)); advances *state by one draw (the pieces of
+ * p take streams of it), so the values do not depend on the threads. */
 void lg_ref_fill_bf16(uint16_t *p, size_t n, float scale, uint64_t *state);
+
+/* The references' threads: LINGEN_REF_THREADS, else the online CPUs (at
+ * most 64); lg_ref_threads_set(n > 0) fixes it (tests), 0 restores that. */
+int lg_ref_threads(void);
+void lg_ref_threads_set(int n);
+/* fn(ctx, lo, hi) over the rows [0, n) in pieces, on lg_ref_threads()
+ * threads at once (on the calling thread alone when n x cost, the rough
+ * operations of all rows, is small). fn may write only what belongs to
+ * its rows; then the result is fn(ctx, 0, n)'s, bit for bit. */
+typedef void (*lg_ref_rows_fn)(void *ctx, size_t lo, size_t hi);
+void lg_ref_parallel_rows(size_t n, size_t cost, lg_ref_rows_fn fn, void *ctx);
+/* y[i] = x[i] widened (exact), for i < n, in parallel. */
+void lg_ref_widen_bf16(const uint16_t *x, float *y, size_t n);
 /* The float64 sum of squares of n bf16 values, in order. */
 double lg_ref_sumsq_bf16(const uint16_t *row, size_t n);
 

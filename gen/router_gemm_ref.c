@@ -63,45 +63,133 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 
 static double bf(const uint16_t *p, size_t i) { return lg_ref_bf16_to_f32(p[i]); }
 
-static void run(const struct lg_spec *s, struct lg_ref_case *c)
+/* The products, in parallel: y and dx by rows m (each a sum over k, or
+ * over n in order), dw by blocks of rows n (each element a sum over m in
+ * order): every sum in the order of the plain loops, so the bits of a
+ * serial run. The bf16 operands are widened to double once (exact); y
+ * keeps four sums going at once (four n, each in k order) so that the adds
+ * overlap. */
+struct gemm {
+	size_t M, K, N;
+	int terms;
+	const uint16_t *x;
+	const double *w; /* w widened, [N, K] */
+	const float *dy;
+	float *y, *dw;
+	uint16_t *dx;
+};
+
+static void widen_row(const uint16_t *p, size_t K, double *out)
 {
-	size_t M = (size_t)c->sizes[0], K = (size_t)lg_ref_int(s, "hidden"), N = (size_t)lg_ref_int(s, "experts");
-	if (s->pass == LG_PASS_FORWARD) {
-		const uint16_t *x = c->buf[F_X].host, *w = c->buf[F_W].host;
-		float *y = c->buf[F_Y].host;
-		for (size_t m = 0; m < M; m++)
-			for (size_t n = 0; n < N; n++) {
-				double acc = 0.0;
-				for (size_t k = 0; k < K; k++)
-					acc += bf(x, m * K + k) * bf(w, n * K + k);
-				y[m * N + n] = (float)acc;
+	for (size_t k = 0; k < K; k++)
+		out[k] = bf(p, k);
+}
+
+static void y_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct gemm *g = ctx;
+	size_t K = g->K, N = g->N;
+	double *xr = malloc(K * sizeof *xr + 1);
+	LG_ASSERT(xr);
+	for (size_t m = lo; m < hi; m++) {
+		widen_row(g->x + m * K, K, xr);
+		size_t n = 0;
+		for (; n + 4 <= N; n += 4) {
+			const double *w0 = g->w + n * K, *w1 = w0 + K, *w2 = w1 + K, *w3 = w2 + K;
+			double a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;
+			for (size_t k = 0; k < K; k++) {
+				a0 += xr[k] * w0[k];
+				a1 += xr[k] * w1[k];
+				a2 += xr[k] * w2[k];
+				a3 += xr[k] * w3[k];
 			}
-		return;
+			g->y[m * N + n] = (float)a0, g->y[m * N + n + 1] = (float)a1;
+			g->y[m * N + n + 2] = (float)a2, g->y[m * N + n + 3] = (float)a3;
+		}
+		for (; n < N; n++) {
+			double acc = 0.0;
+			for (size_t k = 0; k < K; k++)
+				acc += xr[k] * g->w[n * K + k];
+			g->y[m * N + n] = (float)acc;
+		}
 	}
-	const float *dy = c->buf[B_DY].host;
-	int terms = (int)lg_ref_int(s, "precision") + 1;
-	const uint16_t *x = c->buf[B_X].host, *w = c->buf[B_W].host;
-	double *row = calloc(K + 1, sizeof *row), *dw = calloc(N * K + 1, sizeof *dw);
-	LG_ASSERT(row && dw);
-	for (size_t m = 0; m < M; m++) {
+	free(xr);
+}
+
+static void dx_rows(void *ctx, size_t lo, size_t hi)
+{
+	const struct gemm *g = ctx;
+	size_t K = g->K;
+	double *row = malloc(K * sizeof *row + 1);
+	LG_ASSERT(row);
+	for (size_t m = lo; m < hi; m++) {
 		for (size_t k = 0; k < K; k++)
 			row[k] = 0.0;
-		for (size_t n = 0; n < N; n++) {
-			double g = dy_terms(dy[m * N + n], terms);
-			for (size_t k = 0; k < K; k++) {
-				row[k] += g * bf(w, n * K + k);
-				dw[n * K + k] += g * bf(x, m * K + k);
+		for (size_t n = 0; n < g->N; n++) {
+			double d = dy_terms(g->dy[m * g->N + n], g->terms);
+			const double *wn = g->w + n * K;
+			for (size_t k = 0; k < K; k++)
+				row[k] += d * wn[k];
+		}
+		for (size_t k = 0; k < K; k++)
+			g->dx[m * K + k] = lg_ref_f32_to_bf16((float)row[k]);
+	}
+	free(row);
+}
+
+#define DW_BLOCK 8 /* rows n of dw a unit: x is read once for all of them */
+
+static void dw_blocks(void *ctx, size_t lo, size_t hi)
+{
+	const struct gemm *g = ctx;
+	size_t K = g->K, N = g->N;
+	double *acc = malloc(DW_BLOCK * K * sizeof *acc + 1), *xr = malloc(K * sizeof *xr + 1);
+	LG_ASSERT(acc && xr);
+	for (size_t u = lo; u < hi; u++) {
+		size_t n0 = u * DW_BLOCK, nb = N - n0 < DW_BLOCK ? N - n0 : DW_BLOCK;
+		for (size_t i = 0; i < nb * K; i++)
+			acc[i] = 0.0;
+		for (size_t m = 0; m < g->M; m++) {
+			widen_row(g->x + m * K, K, xr);
+			for (size_t j = 0; j < nb; j++) {
+				double d = dy_terms(g->dy[m * N + n0 + j], g->terms);
+				double *a = acc + j * K;
+				for (size_t k = 0; k < K; k++)
+					a[k] += d * xr[k];
 			}
 		}
-		if (c->buf[B_DX].count)
-			for (size_t k = 0; k < K; k++)
-				((uint16_t *)c->buf[B_DX].host)[m * K + k] = lg_ref_f32_to_bf16((float)row[k]);
+		for (size_t i = 0; i < nb * K; i++)
+			g->dw[n0 * K + i] = (float)acc[i];
 	}
-	if (c->buf[B_DW].count)
-		for (size_t i = 0; i < N * K; i++)
-			((float *)c->buf[B_DW].host)[i] = (float)dw[i];
-	free(row);
-	free(dw);
+	free(acc);
+	free(xr);
+}
+
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	struct gemm g = {.M = (size_t)c->sizes[0], .K = (size_t)lg_ref_int(s, "hidden"),
+			 .N = (size_t)lg_ref_int(s, "experts")};
+	bool fwd = s->pass == LG_PASS_FORWARD;
+	const uint16_t *w = c->buf[fwd ? F_W : B_W].host;
+	double *wd = malloc(g.N * g.K * sizeof *wd + 1);
+	LG_ASSERT(wd);
+	for (size_t i = 0; i < g.N * g.K; i++)
+		wd[i] = bf(w, i);
+	g.w = wd;
+	if (fwd) {
+		g.x = c->buf[F_X].host, g.y = c->buf[F_Y].host;
+		lg_ref_parallel_rows(g.M, g.N * g.K, y_rows, &g);
+	} else {
+		g.terms = (int)lg_ref_int(s, "precision") + 1;
+		g.x = c->buf[B_X].host, g.dy = c->buf[B_DY].host;
+		g.dx = c->buf[B_DX].count ? c->buf[B_DX].host : NULL;
+		g.dw = c->buf[B_DW].count ? c->buf[B_DW].host : NULL;
+		if (g.dx)
+			lg_ref_parallel_rows(g.M, g.N * g.K, dx_rows, &g);
+		if (g.dw)
+			lg_ref_parallel_rows((g.N + DW_BLOCK - 1) / DW_BLOCK, DW_BLOCK * g.M * g.K, dw_blocks, &g);
+	}
+	free(wd);
 }
 
 const struct lg_ref_family lg_ref_router_gemm = {describe, fill, run};

@@ -38,6 +38,10 @@ const struct lg_env_var lg_env_vars[LG_ENV_COUNT] = {
 			 "seed of the random inputs of `lingen check` (without --seed) and of the "
 			 "tests, to replay a run; each prints the seed it used",
 			 "a new seed from the clock"},
+	[LG_ENV_REF_THREADS] = {"LINGEN_REF_THREADS",
+				"threads of the CPU references and comparisons of `lingen check` and "
+				"the GPU tests (the results do not depend on it)",
+				"the online CPUs, at most 64"},
 };
 _Static_assert(sizeof lg_env_vars / sizeof lg_env_vars[0] == LG_ENV_COUNT,
 	       "every environment variable is in the table");

@@ -222,12 +222,64 @@ static void test_against_bit_algorithms(void **state)
 	assert_int_equal(bad16, 0);
 }
 
+/* The textbook forms the references used first (slow: libm calls), kept
+ * as oracles: bf16 by frexp / ldexp / rint on the binade's spacing, e4m3
+ * decoded by its formula. */
+static uint16_t bf16_textbook(float f)
+{
+	double a = fabs((double)f);
+	if (a != 0 && !isinf(a)) {
+		int e;
+		frexp(a, &e);
+		double unit = ldexp(1.0, (e < -125 ? -125 : e) - 8);
+		a = rint(a / unit) * unit;
+	}
+	float r = (float)(signbit(f) ? -a : a);
+	return (uint16_t)(f2u(r) >> 16);
+}
+
+static float e4m3_textbook(uint8_t b)
+{
+	int e = (b >> 3) & 15, m = b & 7;
+	float v = e == 0 ? ldexpf((float)m, -9) : ldexpf(1.0f + (float)m / 8.0f, e - 7);
+	return (b & 0x80) ? -v : v;
+}
+
+/* Every rounding case of bf16: each upper half with the low halves that
+ * decide it (0, 1, just below, at and just above the tie, all ones), and
+ * every e4m3 code, against the textbook forms. */
+static void test_against_textbook(void **state)
+{
+	(void)state;
+	static const uint32_t lows[] = {0, 1, 0x7fff, 0x8000, 0x8001, 0xffff, 0x1234, 0xc000};
+	long bad = 0;
+	for (uint32_t h = 0; h < 0x10000u; h++)
+		for (size_t l = 0; l < sizeof lows / sizeof lows[0]; l++) {
+			float f = u2f(h << 16 | lows[l]);
+			if (isnan(f))
+				continue;
+			if (lg_ref_f32_to_bf16(f) != bf16_textbook(f) && bad++ < 5)
+				print_error("bf16(%a): 0x%04x, textbook 0x%04x\n", (double)f, lg_ref_f32_to_bf16(f),
+					    bf16_textbook(f));
+		}
+	assert_int_equal(bad, 0);
+	assert_int_equal(lg_ref_f32_to_bf16(NAN), 0x7fc0);
+	assert_int_equal(lg_ref_f32_to_bf16(-NAN), 0xffc0);
+	for (int b = 0; b < 256; b++) {
+		float v = lg_ref_e4m3_to_f32((uint8_t)b);
+		if ((b & 0x7f) == 0x7f)
+			assert_true(isnan(v));
+		else
+			assert_int_equal(f2u(v), f2u(e4m3_textbook((uint8_t)b)));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_e4m3_hand_worked), cmocka_unit_test(test_bf16_hand_worked),
 		cmocka_unit_test(test_scale),           cmocka_unit_test(test_rrms_stable),
-		cmocka_unit_test(test_against_bit_algorithms),
+		cmocka_unit_test(test_against_bit_algorithms), cmocka_unit_test(test_against_textbook),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
