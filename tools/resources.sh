@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/resources.sh - registers, static shared memory and the resulting CTAs
 # per SM of every kernel of the given spec files, from ptxas on this machine
-# (no GPU needed): `lingen gen`, then nvcc -cubin -Xptxas -v per source.
+# (no GPU needed): `lingen gen`, then nvcc -cubin -Xptxas -v per source;
+# spill B: the bytes of spill stores ptxas reports for the entry.
 #
 #   tools/resources.sh [--arch sm_90a] SPEC...
 #
@@ -25,18 +26,18 @@ for f in "$work"/*.cu; do
 done
 python3 - "$work" <<'PY'
 import glob, re, sys
-print(f"{'kernel':60} {'threads':>7} {'regs':>5} {'smem':>10} {'CTA/SM':>6} {'warps/SM':>8}")
+print(f"{'kernel':60} {'threads':>7} {'regs':>5} {'spill B':>7} {'smem':>10} {'CTA/SM':>6} {'warps/SM':>8}")
 for f in sorted(glob.glob(sys.argv[1] + "/*.cu")):
     src, log = open(f).read(), open(f[:-3] + ".log").read()
     dyn = "extern __shared__" in src
     for m in re.finditer(r"__global__\s+void\s+__launch_bounds__\(\s*(\d+)[^)]*\)\s*(\w+)\s*\(", src):
         th, name = int(m.group(1)), m.group(2)
-        u = re.search(r"Compiling entry function '" + name + r"'.*?Used (\d+) registers(?:.*?(\d+) bytes smem)?",
-                      log, re.S)
-        regs, smem = (int(u.group(1)), int(u.group(2) or 0)) if u else (0, 0)
+        u = re.search(r"Compiling entry function '" + name + r"'.*?(\d+) bytes spill stores.*?"
+                      r"Used (\d+) registers(?:[^\n]*?(\d+) bytes smem)?", log, re.S)
+        spill, regs, smem = (int(u.group(1)), int(u.group(2)), int(u.group(3) or 0)) if u else (0, 0, 0)
         warps = (th + 31) // 32
         per_warp = (regs * 32 + 255) // 256 * 256
         cta = min(65536 // (per_warp * warps) if per_warp else 32,
                   233472 // (smem + 1024), 2048 // (warps * 32), 32)
-        print(f"{name:60} {th:>7} {regs:>5} {str(smem) + ('+dyn' if dyn else ''):>10} {cta:>6} {cta * warps:>8}")
+        print(f"{name:60} {th:>7} {regs:>5} {spill:>7} {str(smem) + ('+dyn' if dyn else ''):>10} {cta:>6} {cta * warps:>8}")
 PY
