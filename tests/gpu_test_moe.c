@@ -202,6 +202,9 @@ static void test_permute_quant(void **state)
 	      "\"multiple\": 1, \"quant\": {\"output\": \"both\"}", odd, NODD);
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 7168, \"experts\": 160, \"top_k\": 6, "
 	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8}", odd, NODD);
+	/* the occupancy variant lingen tune tries: 3 CTAs an SM, registers capped */
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {}, "
+	      "\"tile\": {\"min_ctas\": 3}", target, 1);
 }
 
 /* The optional arguments left out (0): probs, out_probs, row_index, ... */

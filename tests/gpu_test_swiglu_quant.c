@@ -153,6 +153,21 @@ static void test_k6_target(void **state)
 	both_passes("batch_swiglu_quant", "\"intermediate\": 512, \"experts\": 256, " EXACT, m, 1);
 }
 
+/* The occupancy variants lingen tune tries (tile.min_ctas: registers capped,
+ * some spilled): the same results at the target shapes and odd ones. */
+static void test_min_ctas(void **state)
+{
+	(void)state;
+	static const int64_t m[] = {65536, 333};
+	both_passes("batch_swiglu_quant", "\"intermediate\": 512, \"experts\": 256, \"tile\": {\"min_ctas\": 2}, " POW2,
+		    m, 2);
+	both_passes("batch_swiglu_quant",
+		    "\"intermediate\": 512, \"experts\": 96, \"tile\": {\"threads\": 256, \"min_ctas\": 3}, " EXACT, m,
+		    2);
+	static const int64_t m7[] = {8192, 129};
+	both_passes("swiglu_quant", "\"intermediate\": 512, \"tile\": {\"min_ctas\": 2}, " POW2, m7, 2);
+}
+
 /* Any number of experts (96, 160, 1, 3), few and many rows, 0 and 1. */
 static void test_k6_experts(void **state)
 {
@@ -238,6 +253,7 @@ int main(void)
 		cmocka_unit_test(test_k6_experts),
 		cmocka_unit_test(test_k6_outputs),
 		cmocka_unit_test(test_k6_deterministic),
+		cmocka_unit_test(test_min_ctas),
 		cmocka_unit_test(test_no_tokens),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
