@@ -37,14 +37,14 @@ metric() { # FILE NAME: the values of one metric line, in launch order
 }
 {
 	printf "%-44s %-14s %-10s %-10s %-9s %-9s %-8s %s\n" kernel "duration us" "DRAM %" "L2 %" "issue %" \
-		"occup %" "regs" "top stall"
+		"occup %" "regs" "stall ncu names first"
 	for f in "$out"/*.txt; do
 		k=$(grep -oE '^  lg_[a-z0-9_]+' "$f" | head -n 1 | tr -d ' ')
 		printf "%-44s %-14s %-10s %-10s %-9s %-9s %-8s %s\n" "${k:-$(basename "$f")}" \
 			"$(metric "$f" Duration)" "$(metric "$f" "DRAM Throughput")" \
 			"$(metric "$f" "L2 Cache Throughput")" "$(metric "$f" "Issue Slots Busy")" \
 			"$(metric "$f" "Achieved Occupancy")" "$(metric "$f" "Registers Per Thread")" \
-			"$(grep -oE 'Stall [A-Za-z ]+|stalled [a-z ]+ waiting [a-z ]+' "$f" | head -n 1)"
+			"$(grep -oE 'spends [0-9.]+ cycles being stalled [a-zA-Z ]+' "$f" | head -n 1 | sed 's/ *$//')"
 	done
 } > "$res/ncu.txt"
 cat "$res/ncu.txt"
