@@ -61,6 +61,7 @@ enum {
 	K_TOKENS,
 	K_THREADS,
 	K_CTAS,
+	K_MIN_CTAS,
 	NKEYS
 };
 static const int64_t head_dims[] = {64, 128, 256, 0};
@@ -113,6 +114,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_TOKENS] = LG_KEY_TILE("tokens", "n", 1, 8, tokens_ok, "tokens a CTA takes at a time"),
 	[K_THREADS] = LG_KEY_TILE("threads", "t", 128, 512, threads_ok, "threads per CTA"),
+	[K_MIN_CTAS] = LG_KEY_TILE_MIN_CTAS,
 	[K_CTAS] = LG_KEY_TILE("ctas", "g", PMAX, 4 * PMAX, ctas_ok,
 			       "backward: CTAs of the persistent grid (workspace rows)"),
 };
@@ -161,7 +163,7 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 };
 
 /* Plan values. */
-enum { P_D, P_H, P_HKV, P_R, P_TOKENS, P_THREADS, P_BWD, P_CTAS, P_VARLEN };
+enum { P_D, P_H, P_HKV, P_R, P_TOKENS, P_THREADS, P_BWD, P_CTAS, P_VARLEN, P_MIN_CTAS };
 
 /* The rotated width R (0 when the fraction does not give a whole number). */
 static int64_t rotated(const struct lg_spec *s)
@@ -210,6 +212,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_TOKENS] = p->v[P_TOKENS] = lg_spec_has(s, K_TOKENS) ? lg_spec_int(s, K_TOKENS) : bwd ? 2 : 4;
 	p->tile[K_THREADS] = p->v[P_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 256;
 	p->v[P_CTAS] = lg_spec_has(s, K_CTAS) ? lg_spec_int(s, K_CTAS) : PMAX;
+	/* 93-123 registers a thread at 256 threads (ptxas): 2 CTAs an SM; a
+	 * higher minimum is a tuning choice */
+	p->tile[K_MIN_CTAS] = p->v[P_MIN_CTAS] = lg_spec_has(s, K_MIN_CTAS) ? lg_spec_int(s, K_MIN_CTAS) : 1;
 	if (bwd)
 		p->tile[K_CTAS] = p->v[P_CTAS];
 	p->nentries = bwd ? 2 : 1;
@@ -249,7 +254,7 @@ static size_t workspace(const struct lg_plan *p)
 /* The kernel's shape, for the emitters below. */
 struct shape {
 	int64_t d, hq, hkv, r, heads; /* heads: q_heads + 2 kv_heads per token */
-	int lanes, slots, tokens, threads, ctas;
+	int lanes, slots, tokens, threads, ctas, min_ctas;
 	int64_t units; /* tokens x heads: (token, head) units a CTA takes at a time */
 	int batch;     /* units a lane group loads before working on them */
 	bool bs, plain, silu, bwd, pdl; /* pdl: the dw entry launches early (sm_90+) */
@@ -262,6 +267,7 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct shape k = {.d = p->v[P_D], .hq = p->v[P_H], .hkv = p->v[P_HKV], .r = p->v[P_R],
 			  .tokens = (int)p->v[P_TOKENS], .threads = (int)p->v[P_THREADS], .ctas = (int)p->v[P_CTAS],
+			  .min_ctas = (int)p->v[P_MIN_CTAS],
 			  .bs = lg_spec_int(s, K_ORDER) == 1, .plain = lg_spec_int(s, K_HEADS) == 1,
 			  .silu = lg_spec_int(s, K_SILU) != 0, .bwd = p->v[P_BWD] != 0,
 			  .pdl = p->early[1], .varlen = p->v[P_VARLEN] != 0, .cp = lg_spec_int(s, K_CP_SIZE),
@@ -495,7 +501,8 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct shape 
 	lg_section(b, name, "q/k RMSNorm + RoPE + split, forward");
 	lg_comment(b, "%d lanes a head vector, %d lane groups a CTA, %d tokens at a time.", k->lanes, k->slots,
 		   k->tokens);
-	lg_emit_signature(b, s, name, "__launch_bounds__(%d)", k->threads);
+	char lb[48];
+	lg_emit_signature(b, s, name, "%s", lg_launch_bounds(lb, k->threads, k->min_ctas));
 	lg_open(b, "{");
 	emit_walk_open(b, k);
 	lg_line(b, "float x[8];");
@@ -534,7 +541,8 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "return n < %d ? n : %d;", k->ctas, k->ctas);
 	lg_close(b);
 	lg_line(b, "%s", "");
-	lg_emit_signature(b, s, name, "__launch_bounds__(%d)", k->threads);
+	char lb[48];
+	lg_emit_signature(b, s, name, "%s", lg_launch_bounds(lb, k->threads, k->min_ctas));
 	lg_open(b, "{");
 	lg_line(b, "__shared__ float dwp[%d][%lld]; // lane groups' partials: dq_weight | dk_weight", k->slots,
 		(long long)(2 * k->d));
@@ -651,7 +659,8 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 }
 
 /* Tile variants for `lingen tune`: tokens at a time x threads per CTA;
- * the backward also with a persistent grid of 2 and 4 x 264 CTAs. */
+ * the backward also with a persistent grid of 2 and 4 x 264 CTAs, the
+ * forward with 3 and 4 CTAs an SM (tile.min_ctas). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	static const int64_t tok[] = {1, 2, 4, 8}, thr[] = {128, 256, 512};
@@ -665,6 +674,9 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 		}
 	for (int i = 1; s->pass == LG_PASS_BACKWARD && i < 3; i++)
 		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_CTAS, ctas_ok[i]));
+	/* the default tile with registers capped for 3 and 4 CTAs an SM */
+	for (int m = 3; s->pass == LG_PASS_FORWARD && m <= 4; m++)
+		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_MIN_CTAS, m));
 	return n;
 }
 
