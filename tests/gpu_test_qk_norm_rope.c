@@ -134,7 +134,7 @@ static void test_layouts(void **state)
 	      7, 3);
 }
 
-/* Other tiles: one token and 8 at a time, 128 and 512 threads. */
+/* Other tiles: one token and 8 at a time, 128 and 512 threads, min_ctas. */
 static void test_tiles(void **state)
 {
 	(void)state;
@@ -142,6 +142,9 @@ static void test_tiles(void **state)
 	check(TARGET ", \"tile\": {\"tokens\": 8, \"threads\": 512}", 301, 2);
 	check_from(1, TARGET ", \"tile\": {\"ctas\": 1056}", 4096, 2); /* the backward's grid */
 	check_from(1, TARGET ", \"tile\": {\"ctas\": 528}", 33, 3);
+	/* registers capped for 3 and 4 CTAs an SM (tile.min_ctas; 4 spills) */
+	check(TARGET ", \"tile\": {\"min_ctas\": 3}", 4096, 2);
+	check(TARGET ", \"tile\": {\"min_ctas\": 4}", 301, 3);
 	check("\"head_dim\": 256, \"q_heads\": 12, \"kv_heads\": 4, \"tile\": {\"tokens\": 8, \"threads\": 512}",
 	      31, 3);
 }
