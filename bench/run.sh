@@ -21,13 +21,8 @@ out=${1:-${OUT:-out/bench}}
 mkdir -p "$out"
 bin=build-device
 # The test binaries name configs/ and the CLI by the build machine's paths.
-if [[ -f $bin/lingen-source-dir ]]; then
-	src=$(cat "$bin/lingen-source-dir")
-	if [[ ! -e $src && $src != "$PWD" ]]; then
-		mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"
-	fi
-fi
-export LINGEN_CACHE_DIR=${LINGEN_CACHE_DIR:-$(mktemp -d /tmp/lingen-bench.XXXXXX)}
+. tools/device_env.sh
+device_env "$bin"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$out/gpu.txt" 2>&1
 "$bin/tests/gpu_test_k1" > "$out/gpu_test.txt" 2>&1
 echo "gpu_test_k1: exit $?"

@@ -16,12 +16,8 @@ cd "$(dirname "$0")/.."
 res=${OUT:-out/device}
 out=${LOGS:-out/ncu-logs}
 mkdir -p "$out" "$res"
-if [[ -f build-device/lingen-source-dir ]]; then
-	src=$(cat build-device/lingen-source-dir)
-	mkdir -p "$(dirname "$src")" 2>/dev/null
-	[[ -e $src ]] || ln -s "$PWD" "$src"
-fi
-export LINGEN_CACHE_DIR=${LINGEN_CACHE_DIR:-/tmp/lingen-device-cache}
+. tools/device_env.sh
+device_env build-device
 ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
 sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats
 	--section SchedulerStats --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis"

@@ -34,14 +34,8 @@ if [[ ! -x $dir/lingen ]]; then
 fi
 
 # The tests look for configs/ under the source path they were built in.
-if [[ -f $dir/lingen-source-dir ]]; then
-	src=$(cat "$dir/lingen-source-dir")
-	if [[ ! -e $src && $src != "$PWD" ]]; then
-		mkdir -p "$(dirname "$src")" 2>/dev/null && ln -s "$PWD" "$src" 2>/dev/null ||
-			echo "tools/device_run.sh: warning: cannot link $src to $PWD; tests reading configs/ may fail" >&2
-	fi
-fi
-export LINGEN_CACHE_DIR=${LINGEN_CACHE_DIR:-$(mktemp -d /tmp/lingen-device-cache.XXXXXX)}
+. tools/device_env.sh
+device_env "$dir"
 nvidia-smi -L 2>/dev/null || echo "tools/device_run.sh: nvidia-smi not found"
 
 names=()

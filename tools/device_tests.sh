@@ -24,12 +24,8 @@ lim=${1:-300}
 res=${OUT:-out/device}
 out=${LOGS:-out/device-logs}
 mkdir -p "$out" "$res"
-if [[ -f build-device/lingen-source-dir ]]; then
-	src=$(cat build-device/lingen-source-dir)
-	mkdir -p "$(dirname "$src")" 2>/dev/null
-	[[ -e $src ]] || ln -s "$PWD" "$src"
-fi
-export LINGEN_CACHE_DIR=${LINGEN_CACHE_DIR:-/tmp/lingen-device-cache}
+. tools/device_env.sh
+device_env build-device
 site=${SITE:-/tmp/site}
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" dist/lingen-*.whl .whl/*.whl \
 	>/dev/null 2>&1 || echo "tools/device_tests.sh: the wheels did not install; Python tests will fail"
