@@ -54,44 +54,65 @@ lg_status lg_moe_validate_threads(const struct lg_spec *s, int k, int64_t hidden
 	return LG_OK;
 }
 
-int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
-		      int k)
+lg_status lg_moe_validate_pipeline(const struct lg_spec *s, int kp, int kt, bool dispatch, const char *where)
 {
-	static const int64_t threads[] = {64, 128, 256, 512, 0};
-	return lg_candidate_values(s, t, out, 0, max, k, threads);
+	if (!lg_spec_has(s, kp) || lg_spec_int(s, kp) == 1)
+		return LG_OK;
+	if (dispatch)
+		return lg_spec_error(where, "tile.pipeline: found %lld on pass %s, allowed: 1 (the pipelined form is "
+				     "the combine's: moe_unpermute forward, moe_permute backward)",
+				     (long long)lg_spec_int(s, kp), lg_pass_names[s->pass]);
+	if (lg_spec_has(s, kt) && lg_spec_int(s, kt) > 992)
+		return lg_spec_error(where, "tile.threads: found %lld with tile.pipeline 2, allowed: at most 992 (the "
+				     "map warp makes 32 more, 1024 a CTA)", (long long)lg_spec_int(s, kt));
+	return LG_OK;
 }
 
-void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens, struct lg_launch_dim *d)
+int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
+		      int k, int kp)
+{
+	static const int64_t threads[] = {64, 128, 256, 512, 0}, pipeline[] = {1, 2, 0};
+	int n = lg_candidate_values(s, t, out, 0, max, k, threads);
+	return lg_candidate_times(s, t, out, 0, n, max, kp, pipeline);
+}
+
+void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens, unsigned resident,
+		     struct lg_launch_dim *d)
 {
 	d->grid[0] = (unsigned)(tokens + (dispatch ? LG_MOE_ZERO_CTAS : 0));
+	if (r->pipelined && resident && resident < d->grid[0])
+		d->grid[0] = resident;
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	d->block[0] = (unsigned)r->threads;
+	d->block[0] = (unsigned)(r->threads + (r->pipelined ? 32 : 0));
 	d->smem = 0;
 }
 
-enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS };
+enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS, P_PIPELINE };
 
 void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch,
-		 int kthreads)
+		 int kthreads, int kpipe)
 {
 	p->v[P_HIDDEN] = hidden;
 	p->v[P_ES] = es;
 	p->v[P_DISPATCH] = dispatch;
 	p->v[P_THREADS] = p->tile[kthreads] = lg_spec_has(s, kthreads) ? lg_spec_int(s, kthreads) : 0;
+	p->v[P_PIPELINE] = p->tile[kpipe] = lg_spec_has(s, kpipe) ? lg_spec_int(s, kpipe) : 1;
 	p->nentries = 1;
+	p->persistent[0] = p->v[P_PIPELINE] == 2;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 }
 
 struct lg_moe_rows lg_moe_plan_rows(const struct lg_plan *p)
 {
-	return lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]);
+	struct lg_moe_rows r = lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]);
+	r.pipelined = p->v[P_PIPELINE] == 2;
+	return r;
 }
 
 void lg_moe_plan_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d)
 {
-	(void)e;
 	struct lg_moe_rows r = lg_moe_plan_rows(p);
-	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sizes[0], d);
+	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sizes[0], p->persistent[e] ? p->resident[e] : 0, d);
 }
 
 /* The piece type of the rows (vb bytes), its load and store, and for bf16
@@ -336,12 +357,163 @@ static void combine_extra(lg_buf *b, const void *arg)
 		lg_line(b, "wts[at] = %s ? ((const float *)%s)[r] : 1.0f; // no weights: 1", k->weights, k->weights);
 }
 
-void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
+/* Token t's sum into out[t]: acc, then the rows in batches of `batch`
+ * (rows[i0 + i] in shared memory; `after` a line after a batch's loads, `wr`
+ * the line giving row i0 + i's weight wr, NULL: unweighted), each batch's
+ * pieces all loaded, then added in expert order; the row stored. */
+static void emit_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch, const char *rows, const char *after,
+		     const char *wr)
 {
 	int ne = k->r.vb / 2;
-	enum { BATCH = 8 };
+	lg_line(b, "float acc[%d][%d];", k->r.kp, ne);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
+	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] = 0.0f;", ne);
+	lg_comment(b, "%d rows at a time: all their pieces loaded, then added in expert order.", batch);
+	lg_open(b, "for (int i0 = 0; i0 < n; i0 += %d) {", batch);
+	lg_line(b, "lg_pc gr[%d][%d];", batch, k->r.kp);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", batch);
+	lg_line(b, "if (i0 + i >= n) break;");
+	lg_line(b, "const i64 r = %s[i0 + i];", rows);
+	open_pieces(b, &k->r);
+	lg_line(b, "gr[i][k] = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
+	lg_close(b);
+	lg_close(b);
+	if (after)
+		lg_line(b, "%s", after);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", batch);
+	lg_line(b, "if (i0 + i >= n) break;");
+	if (wr)
+		lg_line(b, "%s", wr);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
+	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] += %slg_pget(gr[i][k], j);", ne, wr ? "wr * " : "");
+	lg_close(b);
+	lg_close(b);
+	open_pieces(b, &k->r);
+	lg_line(b, "lg_stp((u8 *)%s + t * %lld + c * %d, lg_pmake(acc[k]));", k->dst, (long long)k->r.bytes, k->r.vb);
+	lg_close(b);
+}
+
+/* The map warp's helper of the pipelined combine: token t's rows in
+ * ascending expert order into rw[0..*nr), each expert's row (-1: not
+ * routed) into em; the map row loaded `ch` 32-expert steps at once (all in
+ * flight), then balloted step by step. */
+static void emit_map_row(lg_buf *b, int64_t experts)
+{
+	int ch = experts >= 256 ? 8 : (int)((experts + 31) / 32);
+	lg_comment(b, "The map warp: token t's rows (ascending expert) into rw[0..*nr), each expert's row");
+	lg_comment(b, "(-1: not routed) into em; %d experts of the map row loaded at once.", ch * 32);
+	lg_line(b, "static __device__ __forceinline__ void lg_map_row(const int *mp, i64 t, i64 cap, int lane, int *rw,");
+	lg_line(b, "\t\t\t\t\t\t\t  int *em, int *nr)");
+	lg_open(b, "{");
+	lg_line(b, "int n = 0;");
+	lg_open(b, "for (int c0 = 0; c0 < %lld; c0 += %d) {", (long long)experts, ch * 32);
+	lg_line(b, "int v[%d];", ch);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", ch);
+	lg_line(b, "const int e = c0 + j * 32 + lane;");
+	lg_line(b, "v[j] = e < %lld ? mp[t * %lld + e] : -1;", (long long)experts, (long long)experts);
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", ch);
+	lg_line(b, "const int e = c0 + j * 32 + lane, r = v[j];");
+	lg_line(b, "const bool routed = r >= 0 && r < cap; // r >= cap: never within top_k");
+	lg_line(b, "const unsigned m = __ballot_sync(0xffffffffu, routed);");
+	lg_line(b, "if (e < %lld) em[e] = routed ? r : -1;", (long long)experts);
+	lg_line(b, "if (routed) rw[n + __popc(m & ((1u << lane) - 1u))] = r;");
+	lg_line(b, "n += __popc(m);");
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "if (lane == 0) *nr = n;");
+	lg_close(b);
+}
+
+/* The pipelined combine (tile.pipeline 2): persistent CTAs; the last warp
+ * reads token t + G's map row into one buffer while the other warps add
+ * token t's rows from the other; the weights gathered by lanes 0 to
+ * batch - 1 of each warp beside the row loads and passed by shuffles, the
+ * restored probabilities loaded beside them and stored last. */
+static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
+{
+	const int th = k->r.threads, pk = (int)((k->experts + th - 1) / th);
+	const int batch = k->r.kp == 1 ? 8 : k->r.kp == 2 ? 4 : 2;
+	const long long E = (long long)k->experts;
+	emit_map_row(b, k->experts);
+	lg_section(b, k->entry, k->what);
+	lg_comment(b, "Persistent: CTA b takes tokens b, b + G, ... (G = gridDim.x, the co-resident CTAs at most).");
+	lg_comment(b, "Warps 0 to %d (%d piece%s of %d bytes each a thread) add token t's rows while warp %d,", th / 32 - 1,
+		   k->r.kp, k->r.kp > 1 ? "s" : "", k->r.vb, th / 32);
+	lg_comment(b, "the map warp, reads token t + G's map row into the other buffer: one __syncthreads a token.");
+	/* One piece a thread (and few experts a thread): registers capped at 56
+	 * through __launch_bounds__'s minimum CTAs (4 of 288 threads an SM
+	 * where ptxas takes 62 to 64 for 3; no spills at H = 2048). */
+	int minc = 1;
+	if (k->r.kp == 1 && pk <= 2) {
+		minc = 65536 / ((th + 32) * 56);
+		if (minc > 2048 / (th + 32))
+			minc = 2048 / (th + 32);
+	}
+	char lb[48];
+	lg_comment(b, "%d adding threads and the map warp%s.", th,
+		   minc > 1 ? ", at least that many CTAs an SM (registers capped)" : "");
+	lg_emit_signature(b, s, k->entry, "%s", lg_launch_bounds(lb, th + 32, minc));
+	lg_open(b, "{");
+	lg_line(b, "__shared__ int rows[2][%lld]; // two tokens' rows, ascending expert", E);
+	lg_line(b, "__shared__ int emap[2][%lld]; // their row of each expert (-1: not routed)", E);
+	lg_line(b, "__shared__ int nrows[2];");
+	lg_line(b, "const int tid = threadIdx.x, lane = tid & 31;");
+	lg_line(b, "const i64 cap = T * %lld + %lld; // rows of the padded buffers", (long long)k->top_k,
+		(long long)(k->experts * (k->multiple - 1)));
+	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
+	lg_line(b, "const float *const pi = (const float *)%s; // may be 0", k->pin);
+	lg_line(b, "float *const po = (float *)%s; // may be 0", k->pout);
+	lg_line(b, "const i64 G = gridDim.x;");
+	lg_line(b, "i64 t = blockIdx.x; // < T: the grid is at most T");
+	lg_line(b, "if (tid >= %d) lg_map_row(mp, t, cap, lane, rows[0], emap[0], &nrows[0]);", th);
+	lg_line(b, "__syncthreads();");
+	lg_open(b, "for (int b = 0; t < T; t += G, b ^= 1) {");
+	lg_open(b, "if (tid >= %d) {", th);
+	lg_line(b, "if (t + G < T) lg_map_row(mp, t + G, cap, lane, rows[b ^ 1], emap[b ^ 1], &nrows[b ^ 1]);");
+	lg_close_with(b, "} else {");
+	lg_line(b, "const int *const rw = rows[b];");
+	lg_line(b, "const int n = nrows[b];");
+	lg_comment(b, "%s[t, :]: loaded beside the rows, stored last.", k->pout);
+	lg_line(b, "float rp[%d];", pk);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int q = 0; q < %d; q++) {", pk);
+	lg_line(b, "const int e = tid + q * %d, r = e < %lld ? emap[b][e] : -1;", th, E);
+	lg_line(b, "rp[q] = po && r >= 0 && pi ? pi[r] : 0.0f;");
+	lg_close(b);
+	char after[256], wr[128];
+	if (k->weights) {
+		snprintf(after, sizeof after,
+			 "const float wl = lane < %d && i0 + lane < n && %s ? ((const float *)%s)[rw[i0 + lane]] : 1.0f; "
+			 "// lane i: row i0 + i's weight", batch, k->weights, k->weights);
+		snprintf(wr, sizeof wr, "const float wr = __shfl_sync(0xffffffffu, wl, i);");
+	}
+	emit_sum(b, k, batch, "rw", k->weights ? after : NULL, k->weights ? wr : NULL);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int q = 0; q < %d; q++) {", pk);
+	lg_line(b, "const int e = tid + q * %d;", th);
+	lg_line(b, "if (po && e < %lld) po[t * %lld + e] = rp[q];", E, E);
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_close(b);
+	lg_close(b);
+}
+
+void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
+{
 	lg_section(b, "helpers for this spec", NULL);
 	emit_pieces(b, &k->r, true);
+	if (k->r.pipelined) {
+		emit_combine_pipelined(b, s, k);
+		return;
+	}
 	emit_head(b, s, k, false);
 	lg_line(b, "const i64 t = blockIdx.x;");
 	char every[256] = "";
@@ -351,33 +523,6 @@ void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe
 	emit_rowlist(b, k->experts, k->pout ? every : NULL, combine_extra, k);
 	lg_line(b, "__syncthreads();");
 	lg_line(b, "const int n = nrows;");
-	lg_line(b, "float acc[%d][%d];", k->r.kp, ne);
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
-	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] = 0.0f;", ne);
-	lg_comment(b, "%d rows at a time: all their pieces loaded, then added in expert order.", BATCH);
-	lg_open(b, "for (int i0 = 0; i0 < n; i0 += %d) {", BATCH);
-	lg_line(b, "lg_pc gr[%d][%d];", BATCH, k->r.kp);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", BATCH);
-	lg_line(b, "if (i0 + i >= n) break;");
-	lg_line(b, "const i64 r = rows[i0 + i];");
-	open_pieces(b, &k->r);
-	lg_line(b, "gr[i][k] = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
-	lg_close(b);
-	lg_close(b);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", BATCH);
-	lg_line(b, "if (i0 + i >= n) break;");
-	if (k->weights)
-		lg_line(b, "const float wr = wts[i0 + i];");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
-	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] += %slg_pget(gr[i][k], j);", ne, k->weights ? "wr * " : "");
-	lg_close(b);
-	lg_close(b);
-	open_pieces(b, &k->r);
-	lg_line(b, "lg_stp((u8 *)%s + t * %lld + c * %d, lg_pmake(acc[k]));", k->dst, (long long)k->r.bytes, k->r.vb);
-	lg_close(b);
+	emit_sum(b, k, 8, "rows", NULL, k->weights ? "const float wr = wts[i0 + i];" : NULL);
 	lg_close(b);
 }
