@@ -73,6 +73,8 @@ int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	static const int64_t threads[] = {64, 128, 256, 512, 0}, pipeline[] = {1, 2, 0};
 	int n = lg_candidate_values(s, t, out, 0, max, k, threads);
+	if (n == 0) /* no thread count but the default (short rows): the pipelined form alone */
+		return lg_candidate_add(s, t, out, 0, max, lg_tile1(kp, 2));
 	return lg_candidate_times(s, t, out, 0, n, max, kp, pipeline);
 }
 

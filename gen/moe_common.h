@@ -86,7 +86,8 @@ lg_status lg_moe_validate_pipeline(const struct lg_spec *s, int kp, int kt, bool
 /* tile.threads (key k) no more than a row's pieces rounded up to a warp. */
 lg_status lg_moe_validate_threads(const struct lg_spec *s, int k, int64_t hidden, int es, const char *where);
 /* Tuning candidates: tile.threads (key k) 64, 128, 256, 512 where valid,
- * each again with tile.pipeline (key kp) 2 where valid (combine passes). */
+ * each again with tile.pipeline (key kp) 2 where valid (combine passes);
+ * none valid: tile.pipeline 2 alone where valid. */
 int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
 		      int k, int kp);
 
