@@ -360,11 +360,11 @@ static void combine_extra(lg_buf *b, const void *arg)
 }
 
 /* Token t's sum into out[t]: acc, then the rows in batches of `batch`
- * (rows[i0 + i] in shared memory; `after` a line after a batch's loads, `wr`
+ * (rows[i0 + i] in shared memory; `after` lines after a batch's loads, `wr`
  * the line giving row i0 + i's weight wr, NULL: unweighted), each batch's
  * pieces all loaded, then added in expert order; the row stored. */
-static void emit_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch, const char *rows, const char *after,
-		     const char *wr)
+static void emit_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch, const char *rows,
+		     const char *const *after, const char *wr)
 {
 	int ne = k->r.vb / 2;
 	lg_line(b, "float acc[%d][%d];", k->r.kp, ne);
@@ -382,8 +382,8 @@ static void emit_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch, const 
 	lg_line(b, "gr[i][k] = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
 	lg_close(b);
 	lg_close(b);
-	if (after)
-		lg_line(b, "%s", after);
+	for (int i = 0; after && after[i]; i++)
+		lg_line(b, "%s", after[i]);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", batch);
 	lg_line(b, "if (i0 + i >= n) break;");
@@ -438,12 +438,43 @@ static void emit_map_row(lg_buf *b, int64_t experts)
  * token t's rows from the other; the weights gathered by lanes 0 to
  * batch - 1 of each warp beside the row loads and passed by shuffles, the
  * restored probabilities loaded beside them and stored last. */
+/* The adding warps' part of the pipelined combine, a function of its own:
+ * token t's n rows rw[0..n) summed into its output row, the weights
+ * (weighted) gathered by lanes 0 to batch - 1 beside the row loads and
+ * passed by shuffles. */
+static void emit_token_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch)
+{
+	/* pw is never 0 (weighted: the launch requires it); testing it too took
+	 * ptxas from 64 to 94 registers at hidden 2048. */
+	lg_comment(b, "The adding warps: token t's n rows rw[0..n) (ascending expert) added into %s[t]%s.", k->dst,
+		   k->weights ? ", each" : "");
+	if (k->weights)
+		lg_comment(b, "times its weight pw[r], gathered by lanes 0 to %d beside the row loads", batch - 1);
+	lg_line(b, "static __device__ __forceinline__ void lg_token_sum(u64 %s, u64 %s, const int *rw, int n, i64 t,",
+		k->src, k->dst);
+	lg_line(b, "\t\t\t\t\t\t\t    int tid%s)", k->weights ? ", const float *pw" : "");
+	lg_open(b, "{");
+	char own[96];
+	snprintf(own, sizeof own, "const bool wo = lane < %d && i0 + lane < n; // lane i: row i0 + i's weight", batch);
+	const char *const after[] = {own, "const float wl = wo ? pw[rw[i0 + lane]] : 1.0f;", NULL};
+	if (k->weights)
+		lg_line(b, "const int lane = tid & 31;");
+	emit_sum(b, k, batch, "rw", k->weights ? after : NULL,
+		 k->weights ? "const float wr = __shfl_sync(0xffffffffu, wl, i);" : NULL);
+	lg_close(b);
+}
+
+/* The pipelined combine (tile.pipeline 2): persistent CTAs; the last warp
+ * reads token t + G's map row into one buffer while the other warps add
+ * token t's rows from the other (lg_token_sum); the restored probabilities
+ * loaded beside the rows and stored last. */
 static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
 {
 	const int th = k->r.threads, pk = (int)((k->experts + th - 1) / th);
 	const int batch = k->r.kp == 1 ? 8 : k->r.kp == 2 ? 4 : 2;
 	const long long E = (long long)k->experts;
 	emit_map_row(b, k->experts);
+	emit_token_sum(b, k, batch);
 	lg_section(b, k->entry, k->what);
 	lg_comment(b, "Persistent: CTA b takes tokens b, b + G, ... (G = gridDim.x, the co-resident CTAs at most).");
 	lg_comment(b, "Warps 0 to %d (%d piece%s of %d bytes each a thread) add token t's rows while warp %d,", th / 32 - 1,
@@ -472,16 +503,18 @@ static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const str
 	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
 	lg_line(b, "const float *const pi = (const float *)%s; // may be 0", k->pin);
 	lg_line(b, "float *const po = (float *)%s; // may be 0", k->pout);
+	if (k->weights)
+		lg_line(b, "const float *const pw = (const float *)%s; // the weights", k->weights);
 	lg_line(b, "const i64 G = gridDim.x;");
 	lg_line(b, "i64 t = blockIdx.x; // < T: the grid is at most T");
 	lg_line(b, "if (tid >= %d) lg_map_row(mp, t, cap, lane, rows[0], emap[0], &nrows[0]);", th);
 	lg_line(b, "__syncthreads();");
 	lg_open(b, "for (int b = 0; t < T; t += G, b ^= 1) {");
 	lg_open(b, "if (tid >= %d) {", th);
-	lg_line(b, "if (t + G < T) lg_map_row(mp, t + G, cap, lane, rows[b ^ 1], emap[b ^ 1], &nrows[b ^ 1]);");
+	lg_line(b, "const int o = b ^ 1;");
+	lg_line(b, "const i64 tn = t + G; // the next token");
+	lg_line(b, "if (tn < T) lg_map_row(mp, tn, cap, lane, rows[o], emap[o], &nrows[o]);");
 	lg_close_with(b, "} else {");
-	lg_line(b, "const int *const rw = rows[b];");
-	lg_line(b, "const int n = nrows[b];");
 	lg_comment(b, "%s[t, :]: loaded beside the rows, stored last.", k->pout);
 	lg_line(b, "float rp[%d];", pk);
 	lg_line(b, "#pragma unroll");
@@ -489,14 +522,7 @@ static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const str
 	lg_line(b, "const int e = tid + q * %d, r = e < %lld ? emap[b][e] : -1;", th, E);
 	lg_line(b, "rp[q] = po && r >= 0 && pi ? pi[r] : 0.0f;");
 	lg_close(b);
-	char after[256], wr[128];
-	if (k->weights) {
-		snprintf(after, sizeof after,
-			 "const float wl = lane < %d && i0 + lane < n && %s ? ((const float *)%s)[rw[i0 + lane]] : 1.0f; "
-			 "// lane i: row i0 + i's weight", batch, k->weights, k->weights);
-		snprintf(wr, sizeof wr, "const float wr = __shfl_sync(0xffffffffu, wl, i);");
-	}
-	emit_sum(b, k, batch, "rw", k->weights ? after : NULL, k->weights ? wr : NULL);
+	lg_line(b, "lg_token_sum(%s, %s, rows[b], nrows[b], t, tid%s);", k->src, k->dst, k->weights ? ", pw" : "");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int q = 0; q < %d; q++) {", pk);
 	lg_line(b, "const int e = tid + q * %d;", th);

@@ -649,7 +649,7 @@ static void test_pipelined_source(void **state)
 		lg_spec *s = parse("moe_unpermute", "forward", "bf16", pk), *d = parse("moe_unpermute", "forward", "bf16", keys);
 		for (int a = 0; a < 2; a++) {
 			char *src = generate(s, a ? "sm_80" : "sm_90a"), *def = generate(d, a ? "sm_80" : "sm_90a");
-			assert_non_null(strstr(src, "lg_map_row(mp, t + G, cap, lane, rows[b ^ 1], emap[b ^ 1], &nrows[b ^ 1]);"));
+			assert_non_null(strstr(src, "lg_map_row(mp, tn, cap, lane, rows[o], emap[o], &nrows[o]);"));
 			assert_non_null(strstr(src, "__shared__ int rows[2][256];"));
 			assert_non_null(strstr(src, "for (int b = 0; t < T; t += G, b ^= 1) {"));
 			assert_non_null(strstr(src, "__launch_bounds__(288, 4)"));
