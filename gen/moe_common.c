@@ -11,6 +11,22 @@
  * combine loads up to 8 expert rows at once (their pieces all in flight)
  * and adds them in expert order in fp32. Nothing is atomic, nothing depends
  * on timing: the same inputs give the same bytes.
+ *
+ * The combine's critical path is three dependent DRAM trips a token (the
+ * map row, then the probabilities of the routed rows, then the rows), with
+ * 4 CTAs of 256 threads an SM at hidden 2048 (52-54 registers). The
+ * pipelined form (tile.pipeline 2, opt-in) makes it one trip a token:
+ * persistent CTAs (the co-resident count, lg_plan.persistent) loop over
+ * tokens t, t + G, ...; one more warp, the map warp, loads the next token's
+ * map row (up to 256 experts at once in registers) and packs its rows and
+ * each expert's row into the other of two shared buffers, while the adding
+ * warps load this token's rows, their lanes 0..7 gather the rows' weights
+ * beside them (passed by shuffles: the weights are needed only by the
+ * adds), and the restored probabilities are loaded beside them and stored
+ * last; one __syncthreads a token. The adds are those of the default form
+ * (ascending expert, fp32, the same expressions): the same bytes. One
+ * piece a thread: registers capped at 56 (4 CTAs of 288 threads an SM),
+ * else rows 4 (two pieces a thread) or 2 at a time.
  */
 #include "moe_common.h"
 
@@ -184,6 +200,21 @@ static void emit_rowlist(lg_buf *b, int64_t experts, const char *every, void (*e
 	lg_close(b);
 }
 
+/* The capacity and the typed pointers of a kernel's arguments. */
+static void emit_pointers(lg_buf *b, const struct lg_moe_kernel *k)
+{
+	lg_line(b, "const i64 cap = T * %lld + %lld; // rows of the padded buffers", (long long)k->top_k,
+		(long long)(k->experts * (k->multiple - 1)));
+	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
+	if (k->fp8)
+		lg_line(b, "const float *const xs = (const float *)%s; float *const ys = (float *)%s;", k->src_s,
+			k->dst_s);
+	if (k->pin)
+		lg_line(b, "const float *const pi = (const float *)%s; // may be 0", k->pin);
+	if (k->pout)
+		lg_line(b, "float *const po = (float *)%s; // may be 0", k->pout);
+}
+
 /* The kernel's head: signature, shared row list, token t, capacity. */
 static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k, bool dispatch)
 {
@@ -204,16 +235,7 @@ static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_moe_ke
 		lg_line(b, "__shared__ float red[%d];", k->r.threads / 32);
 	lg_line(b, "__shared__ int nrows;");
 	lg_line(b, "const int tid = threadIdx.x;");
-	lg_line(b, "const i64 cap = T * %lld + %lld; // rows of the padded buffers", (long long)k->top_k,
-		(long long)(k->experts * (k->multiple - 1)));
-	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
-	if (k->fp8)
-		lg_line(b, "const float *const xs = (const float *)%s; float *const ys = (float *)%s;", k->src_s,
-			k->dst_s);
-	if (k->pin)
-		lg_line(b, "const float *const pi = (const float *)%s; // may be 0", k->pin);
-	if (k->pout)
-		lg_line(b, "float *const po = (float *)%s; // may be 0", k->pout);
+	emit_pointers(b, k);
 }
 
 static void open_pieces(lg_buf *b, const struct lg_moe_rows *r)
@@ -498,11 +520,7 @@ static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const str
 	lg_line(b, "__shared__ int emap[2][%lld]; // their row of each expert (-1: not routed)", E);
 	lg_line(b, "__shared__ int nrows[2];");
 	lg_line(b, "const int tid = threadIdx.x, lane = tid & 31;");
-	lg_line(b, "const i64 cap = T * %lld + %lld; // rows of the padded buffers", (long long)k->top_k,
-		(long long)(k->experts * (k->multiple - 1)));
-	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
-	lg_line(b, "const float *const pi = (const float *)%s; // may be 0", k->pin);
-	lg_line(b, "float *const po = (float *)%s; // may be 0", k->pout);
+	emit_pointers(b, k);
 	if (k->weights)
 		lg_line(b, "const float *const pw = (const float *)%s; // the weights", k->weights);
 	lg_line(b, "const i64 G = gridDim.x;");
