@@ -25,8 +25,8 @@
  * adds), and the restored probabilities are loaded beside them and stored
  * last; one __syncthreads a token. The adds are those of the default form
  * (ascending expert, fp32, the same expressions): the same bytes. One
- * piece a thread: registers capped at 56 (4 CTAs of 288 threads an SM),
- * else rows 4 (two pieces a thread) or 2 at a time.
+ * piece a thread: registers capped at 56 (4 CTAs of 288 threads an SM);
+ * rows 8, 4 or 2 at a time: at most 32 registers of pieces a thread.
  */
 #include "moe_common.h"
 
@@ -493,7 +493,10 @@ static void emit_token_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch)
 static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
 {
 	const int th = k->r.threads, pk = (int)((k->experts + th - 1) / th);
-	const int batch = k->r.kp == 1 ? 8 : k->r.kp == 2 ? 4 : 2;
+	/* rows at once: at most 32 registers of pieces a thread (8 rows of one
+	 * 16-byte piece, 4 of two, 2 of four; 8 of four 2-byte pieces) */
+	const int regs = k->r.kp * (k->r.vb >= 4 ? k->r.vb / 4 : 1);
+	const int batch = regs <= 4 ? 8 : regs <= 8 ? 4 : 2;
 	const long long E = (long long)k->experts;
 	emit_map_row(b, k->experts);
 	emit_token_sum(b, k, batch);

@@ -73,11 +73,11 @@ static __device__ __forceinline__ void lg_token_sum(u64 dout, u64 dx, const int 
 	#pragma unroll
 	for (int k = 0; k < 4; k++)
 		for (int j = 0; j < 1; j++) acc[k][j] = 0.0f;
-	// 2 rows at a time: all their pieces loaded, then added in expert order.
-	for (int i0 = 0; i0 < n; i0 += 2) {
-		lg_pc gr[2][4];
+	// 8 rows at a time: all their pieces loaded, then added in expert order.
+	for (int i0 = 0; i0 < n; i0 += 8) {
+		lg_pc gr[8][4];
 		#pragma unroll
-		for (int i = 0; i < 2; i++) {
+		for (int i = 0; i < 8; i++) {
 			if (i0 + i >= n) break;
 			const i64 r = rw[i0 + i];
 			#pragma unroll
@@ -88,7 +88,7 @@ static __device__ __forceinline__ void lg_token_sum(u64 dout, u64 dx, const int 
 			}
 		}
 		#pragma unroll
-		for (int i = 0; i < 2; i++) {
+		for (int i = 0; i < 8; i++) {
 			if (i0 + i >= n) break;
 			#pragma unroll
 			for (int k = 0; k < 4; k++)
