@@ -513,6 +513,8 @@ static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const str
 		minc = 65536 / ((th + 32) * 56);
 		if (minc > 2048 / (th + 32))
 			minc = 2048 / (th + 32);
+		if (minc > 16) /* sm_86's most CTAs an SM (ptxas ignores more) */
+			minc = 16;
 	}
 	char lb[48];
 	lg_comment(b, "%d adding threads and the map warp%s.", th,
