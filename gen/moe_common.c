@@ -11,6 +11,22 @@
  * combine loads up to 8 expert rows at once (their pieces all in flight)
  * and adds them in expert order in fp32. Nothing is atomic, nothing depends
  * on timing: the same inputs give the same bytes.
+ *
+ * The combine's critical path is three dependent DRAM trips a token (the
+ * map row, then the probabilities of the routed rows, then the rows), with
+ * 4 CTAs of 256 threads an SM at hidden 2048 (52-54 registers). The
+ * pipelined form (tile.pipeline 2, opt-in) makes it one trip a token:
+ * persistent CTAs (the co-resident count, lg_plan.persistent) loop over
+ * tokens t, t + G, ...; one more warp, the map warp, loads the next token's
+ * map row (up to 256 experts at once in registers) and packs its rows and
+ * each expert's row into the other of two shared buffers, while the adding
+ * warps load this token's rows, their lanes 0..7 gather the rows' weights
+ * beside them (passed by shuffles: the weights are needed only by the
+ * adds), and the restored probabilities are loaded beside them and stored
+ * last; one __syncthreads a token. The adds are those of the default form
+ * (ascending expert, fp32, the same expressions): the same bytes. One
+ * piece a thread: registers capped at 56 (4 CTAs of 288 threads an SM);
+ * rows 8, 4 or 2 at a time: at most 32 registers of pieces a thread.
  */
 #include "moe_common.h"
 
@@ -54,44 +70,67 @@ lg_status lg_moe_validate_threads(const struct lg_spec *s, int k, int64_t hidden
 	return LG_OK;
 }
 
-int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
-		      int k)
+lg_status lg_moe_validate_pipeline(const struct lg_spec *s, int kp, int kt, bool dispatch, const char *where)
 {
-	static const int64_t threads[] = {64, 128, 256, 512, 0};
-	return lg_candidate_values(s, t, out, 0, max, k, threads);
+	if (!lg_spec_has(s, kp) || lg_spec_int(s, kp) == 1)
+		return LG_OK;
+	if (dispatch)
+		return lg_spec_error(where, "tile.pipeline: found %lld on pass %s, allowed: 1 (the pipelined form is "
+				     "the combine's: moe_unpermute forward, moe_permute backward)",
+				     (long long)lg_spec_int(s, kp), lg_pass_names[s->pass]);
+	if (lg_spec_has(s, kt) && lg_spec_int(s, kt) > 992)
+		return lg_spec_error(where, "tile.threads: found %lld with tile.pipeline 2, allowed: at most 992 (the "
+				     "map warp makes 32 more, 1024 a CTA)", (long long)lg_spec_int(s, kt));
+	return LG_OK;
 }
 
-void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens, struct lg_launch_dim *d)
+int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
+		      int k, int kp)
+{
+	static const int64_t threads[] = {64, 128, 256, 512, 0}, pipeline[] = {1, 2, 0};
+	int n = lg_candidate_values(s, t, out, 0, max, k, threads);
+	if (n == 0) /* no thread count but the default (short rows): the pipelined form alone */
+		return lg_candidate_add(s, t, out, 0, max, lg_tile1(kp, 2));
+	return lg_candidate_times(s, t, out, 0, n, max, kp, pipeline);
+}
+
+void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens, unsigned resident,
+		     struct lg_launch_dim *d)
 {
 	d->grid[0] = (unsigned)(tokens + (dispatch ? LG_MOE_ZERO_CTAS : 0));
+	if (r->pipelined && resident && resident < d->grid[0])
+		d->grid[0] = resident;
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	d->block[0] = (unsigned)r->threads;
+	d->block[0] = (unsigned)(r->threads + (r->pipelined ? 32 : 0));
 	d->smem = 0;
 }
 
-enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS };
+enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS, P_PIPELINE };
 
 void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch,
-		 int kthreads)
+		 int kthreads, int kpipe)
 {
 	p->v[P_HIDDEN] = hidden;
 	p->v[P_ES] = es;
 	p->v[P_DISPATCH] = dispatch;
 	p->v[P_THREADS] = p->tile[kthreads] = lg_spec_has(s, kthreads) ? lg_spec_int(s, kthreads) : 0;
+	p->v[P_PIPELINE] = p->tile[kpipe] = lg_spec_has(s, kpipe) ? lg_spec_int(s, kpipe) : 1;
 	p->nentries = 1;
+	p->persistent[0] = p->v[P_PIPELINE] == 2;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 }
 
 struct lg_moe_rows lg_moe_plan_rows(const struct lg_plan *p)
 {
-	return lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]);
+	struct lg_moe_rows r = lg_moe_rows_of(p->v[P_HIDDEN], (int)p->v[P_ES], (int)p->v[P_THREADS]);
+	r.pipelined = p->v[P_PIPELINE] == 2;
+	return r;
 }
 
 void lg_moe_plan_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d)
 {
-	(void)e;
 	struct lg_moe_rows r = lg_moe_plan_rows(p);
-	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sizes[0], d);
+	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sizes[0], p->persistent[e] ? p->resident[e] : 0, d);
 }
 
 /* The piece type of the rows (vb bytes), its load and store, and for bf16
@@ -161,6 +200,21 @@ static void emit_rowlist(lg_buf *b, int64_t experts, const char *every, void (*e
 	lg_close(b);
 }
 
+/* The capacity and the typed pointers of a kernel's arguments. */
+static void emit_pointers(lg_buf *b, const struct lg_moe_kernel *k)
+{
+	lg_line(b, "const i64 cap = T * %lld + %lld; // rows of the padded buffers", (long long)k->top_k,
+		(long long)(k->experts * (k->multiple - 1)));
+	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
+	if (k->fp8)
+		lg_line(b, "const float *const xs = (const float *)%s; float *const ys = (float *)%s;", k->src_s,
+			k->dst_s);
+	if (k->pin)
+		lg_line(b, "const float *const pi = (const float *)%s; // may be 0", k->pin);
+	if (k->pout)
+		lg_line(b, "float *const po = (float *)%s; // may be 0", k->pout);
+}
+
 /* The kernel's head: signature, shared row list, token t, capacity. */
 static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k, bool dispatch)
 {
@@ -181,16 +235,7 @@ static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_moe_ke
 		lg_line(b, "__shared__ float red[%d];", k->r.threads / 32);
 	lg_line(b, "__shared__ int nrows;");
 	lg_line(b, "const int tid = threadIdx.x;");
-	lg_line(b, "const i64 cap = T * %lld + %lld; // rows of the padded buffers", (long long)k->top_k,
-		(long long)(k->experts * (k->multiple - 1)));
-	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
-	if (k->fp8)
-		lg_line(b, "const float *const xs = (const float *)%s; float *const ys = (float *)%s;", k->src_s,
-			k->dst_s);
-	if (k->pin)
-		lg_line(b, "const float *const pi = (const float *)%s; // may be 0", k->pin);
-	if (k->pout)
-		lg_line(b, "float *const po = (float *)%s; // may be 0", k->pout);
+	emit_pointers(b, k);
 }
 
 static void open_pieces(lg_buf *b, const struct lg_moe_rows *r)
@@ -336,12 +381,190 @@ static void combine_extra(lg_buf *b, const void *arg)
 		lg_line(b, "wts[at] = %s ? ((const float *)%s)[r] : 1.0f; // no weights: 1", k->weights, k->weights);
 }
 
-void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
+/* Token t's sum into out[t]: acc, then the rows in batches of `batch`
+ * (rows[i0 + i] in shared memory; `after` lines after a batch's loads, `wr`
+ * the line giving row i0 + i's weight wr, NULL: unweighted), each batch's
+ * pieces all loaded, then added in expert order; the row stored. */
+static void emit_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch, const char *rows,
+		     const char *const *after, const char *wr)
 {
 	int ne = k->r.vb / 2;
-	enum { BATCH = 8 };
+	lg_line(b, "float acc[%d][%d];", k->r.kp, ne);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
+	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] = 0.0f;", ne);
+	lg_comment(b, "%d rows at a time: all their pieces loaded, then added in expert order.", batch);
+	lg_open(b, "for (int i0 = 0; i0 < n; i0 += %d) {", batch);
+	lg_line(b, "lg_pc gr[%d][%d];", batch, k->r.kp);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", batch);
+	lg_line(b, "if (i0 + i >= n) break;");
+	lg_line(b, "const i64 r = %s[i0 + i];", rows);
+	open_pieces(b, &k->r);
+	lg_line(b, "gr[i][k] = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
+	lg_close(b);
+	lg_close(b);
+	for (int i = 0; after && after[i]; i++)
+		lg_line(b, "%s", after[i]);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", batch);
+	lg_line(b, "if (i0 + i >= n) break;");
+	if (wr)
+		lg_line(b, "%s", wr);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
+	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] += %slg_pget(gr[i][k], j);", ne, wr ? "wr * " : "");
+	lg_close(b);
+	lg_close(b);
+	open_pieces(b, &k->r);
+	lg_line(b, "lg_stp((u8 *)%s + t * %lld + c * %d, lg_pmake(acc[k]));", k->dst, (long long)k->r.bytes, k->r.vb);
+	lg_close(b);
+}
+
+/* The map warp's helper of the pipelined combine: token t's rows in
+ * ascending expert order into rw[0..*nr), each expert's row (-1: not
+ * routed) into em; the map row loaded `ch` 32-expert steps at once (all in
+ * flight), then balloted step by step. */
+static void emit_map_row(lg_buf *b, int64_t experts)
+{
+	int ch = experts >= 256 ? 8 : (int)((experts + 31) / 32);
+	lg_comment(b, "The map warp: token t's rows (ascending expert) into rw[0..*nr), each expert's row");
+	lg_comment(b, "(-1: not routed) into em; %d experts of the map row loaded at once.", ch * 32);
+	lg_line(b, "static __device__ __forceinline__ void lg_map_row(const int *mp, i64 t, i64 cap, int lane, int *rw,");
+	lg_line(b, "\t\t\t\t\t\t\t  int *em, int *nr)");
+	lg_open(b, "{");
+	lg_line(b, "int n = 0;");
+	lg_open(b, "for (int c0 = 0; c0 < %lld; c0 += %d) {", (long long)experts, ch * 32);
+	lg_line(b, "int v[%d];", ch);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", ch);
+	lg_line(b, "const int e = c0 + j * 32 + lane;");
+	lg_line(b, "v[j] = e < %lld ? mp[t * %lld + e] : -1;", (long long)experts, (long long)experts);
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", ch);
+	lg_line(b, "const int e = c0 + j * 32 + lane, r = v[j];");
+	lg_line(b, "const bool routed = r >= 0 && r < cap; // r >= cap: never within top_k");
+	lg_line(b, "const unsigned m = __ballot_sync(0xffffffffu, routed);");
+	lg_line(b, "if (e < %lld) em[e] = routed ? r : -1;", (long long)experts);
+	lg_line(b, "if (routed) rw[n + __popc(m & ((1u << lane) - 1u))] = r;");
+	lg_line(b, "n += __popc(m);");
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "if (lane == 0) *nr = n;");
+	lg_close(b);
+}
+
+/* The pipelined combine (tile.pipeline 2): persistent CTAs; the last warp
+ * reads token t + G's map row into one buffer while the other warps add
+ * token t's rows from the other; the weights gathered by lanes 0 to
+ * batch - 1 of each warp beside the row loads and passed by shuffles, the
+ * restored probabilities loaded beside them and stored last. */
+/* The adding warps' part of the pipelined combine, a function of its own:
+ * token t's n rows rw[0..n) summed into its output row, the weights
+ * (weighted) gathered by lanes 0 to batch - 1 beside the row loads and
+ * passed by shuffles. */
+static void emit_token_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch)
+{
+	/* pw is never 0 (weighted: the launch requires it); testing it too took
+	 * ptxas from 64 to 94 registers at hidden 2048. */
+	lg_comment(b, "The adding warps: token t's n rows rw[0..n) (ascending expert) added into %s[t]%s.", k->dst,
+		   k->weights ? ", each" : "");
+	if (k->weights)
+		lg_comment(b, "times its weight pw[r], gathered by lanes 0 to %d beside the row loads", batch - 1);
+	lg_line(b, "static __device__ __forceinline__ void lg_token_sum(u64 %s, u64 %s, const int *rw, int n, i64 t,",
+		k->src, k->dst);
+	lg_line(b, "\t\t\t\t\t\t\t    int tid%s)", k->weights ? ", const float *pw" : "");
+	lg_open(b, "{");
+	char own[96];
+	snprintf(own, sizeof own, "const bool wo = lane < %d && i0 + lane < n; // lane i: row i0 + i's weight", batch);
+	const char *const after[] = {own, "const float wl = wo ? pw[rw[i0 + lane]] : 1.0f;", NULL};
+	if (k->weights)
+		lg_line(b, "const int lane = tid & 31;");
+	emit_sum(b, k, batch, "rw", k->weights ? after : NULL,
+		 k->weights ? "const float wr = __shfl_sync(0xffffffffu, wl, i);" : NULL);
+	lg_close(b);
+}
+
+/* The pipelined combine (tile.pipeline 2): persistent CTAs; the last warp
+ * reads token t + G's map row into one buffer while the other warps add
+ * token t's rows from the other (lg_token_sum); the restored probabilities
+ * loaded beside the rows and stored last. */
+static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
+{
+	const int th = k->r.threads, pk = (int)((k->experts + th - 1) / th);
+	/* rows at once: at most 32 registers of pieces a thread (8 rows of one
+	 * 16-byte piece, 4 of two, 2 of four; 8 of four 2-byte pieces) */
+	const int regs = k->r.kp * (k->r.vb >= 4 ? k->r.vb / 4 : 1);
+	const int batch = regs <= 4 ? 8 : regs <= 8 ? 4 : 2;
+	const long long E = (long long)k->experts;
+	emit_map_row(b, k->experts);
+	emit_token_sum(b, k, batch);
+	lg_section(b, k->entry, k->what);
+	lg_comment(b, "Persistent: CTA b takes tokens b, b + G, ... (G = gridDim.x, the co-resident CTAs at most).");
+	lg_comment(b, "Warps 0 to %d (%d piece%s of %d bytes each a thread) add token t's rows while warp %d,", th / 32 - 1,
+		   k->r.kp, k->r.kp > 1 ? "s" : "", k->r.vb, th / 32);
+	lg_comment(b, "the map warp, reads token t + G's map row into the other buffer: one __syncthreads a token.");
+	/* One piece a thread (and few experts a thread): registers capped at 56
+	 * through __launch_bounds__'s minimum CTAs (4 of 288 threads an SM
+	 * where ptxas takes 62 to 64 for 3; no spills at H = 2048). */
+	int minc = 1;
+	if (k->r.kp == 1 && pk <= 2) {
+		minc = 65536 / ((th + 32) * 56);
+		if (minc > 2048 / (th + 32))
+			minc = 2048 / (th + 32);
+		if (minc > 16) /* sm_86's most CTAs an SM (ptxas ignores more) */
+			minc = 16;
+	}
+	char lb[48];
+	lg_comment(b, "%d adding threads and the map warp%s.", th,
+		   minc > 1 ? ", at least that many CTAs an SM (registers capped)" : "");
+	lg_emit_signature(b, s, k->entry, "%s", lg_launch_bounds(lb, th + 32, minc));
+	lg_open(b, "{");
+	lg_line(b, "__shared__ int rows[2][%lld]; // two tokens' rows, ascending expert", E);
+	lg_line(b, "__shared__ int emap[2][%lld]; // their row of each expert (-1: not routed)", E);
+	lg_line(b, "__shared__ int nrows[2];");
+	lg_line(b, "const int tid = threadIdx.x, lane = tid & 31;");
+	emit_pointers(b, k);
+	if (k->weights)
+		lg_line(b, "const float *const pw = (const float *)%s; // the weights", k->weights);
+	lg_line(b, "const i64 G = gridDim.x;");
+	lg_line(b, "i64 t = blockIdx.x; // < T: the grid is at most T");
+	lg_line(b, "if (tid >= %d) lg_map_row(mp, t, cap, lane, rows[0], emap[0], &nrows[0]);", th);
+	lg_line(b, "__syncthreads();");
+	lg_open(b, "for (int b = 0; t < T; t += G, b ^= 1) {");
+	lg_open(b, "if (tid >= %d) {", th);
+	lg_line(b, "const int o = b ^ 1;");
+	lg_line(b, "const i64 tn = t + G; // the next token");
+	lg_line(b, "if (tn < T) lg_map_row(mp, tn, cap, lane, rows[o], emap[o], &nrows[o]);");
+	lg_close_with(b, "} else {");
+	lg_comment(b, "%s[t, :]: loaded beside the rows, stored last.", k->pout);
+	lg_line(b, "float rp[%d];", pk);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int q = 0; q < %d; q++) {", pk);
+	lg_line(b, "const int e = tid + q * %d, r = e < %lld ? emap[b][e] : -1;", th, E);
+	lg_line(b, "rp[q] = po && r >= 0 && pi ? pi[r] : 0.0f;");
+	lg_close(b);
+	lg_line(b, "lg_token_sum(%s, %s, rows[b], nrows[b], t, tid%s);", k->src, k->dst, k->weights ? ", pw" : "");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int q = 0; q < %d; q++) {", pk);
+	lg_line(b, "const int e = tid + q * %d;", th);
+	lg_line(b, "if (po && e < %lld) po[t * %lld + e] = rp[q];", E, E);
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_close(b);
+	lg_close(b);
+}
+
+void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
+{
 	lg_section(b, "helpers for this spec", NULL);
 	emit_pieces(b, &k->r, true);
+	if (k->r.pipelined) {
+		emit_combine_pipelined(b, s, k);
+		return;
+	}
 	emit_head(b, s, k, false);
 	lg_line(b, "const i64 t = blockIdx.x;");
 	char every[256] = "";
@@ -351,33 +574,6 @@ void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe
 	emit_rowlist(b, k->experts, k->pout ? every : NULL, combine_extra, k);
 	lg_line(b, "__syncthreads();");
 	lg_line(b, "const int n = nrows;");
-	lg_line(b, "float acc[%d][%d];", k->r.kp, ne);
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
-	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] = 0.0f;", ne);
-	lg_comment(b, "%d rows at a time: all their pieces loaded, then added in expert order.", BATCH);
-	lg_open(b, "for (int i0 = 0; i0 < n; i0 += %d) {", BATCH);
-	lg_line(b, "lg_pc gr[%d][%d];", BATCH, k->r.kp);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", BATCH);
-	lg_line(b, "if (i0 + i >= n) break;");
-	lg_line(b, "const i64 r = rows[i0 + i];");
-	open_pieces(b, &k->r);
-	lg_line(b, "gr[i][k] = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
-	lg_close(b);
-	lg_close(b);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", BATCH);
-	lg_line(b, "if (i0 + i >= n) break;");
-	if (k->weights)
-		lg_line(b, "const float wr = wts[i0 + i];");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int k = 0; k < %d; k++)", k->r.kp);
-	lg_line(b, "\tfor (int j = 0; j < %d; j++) acc[k][j] += %slg_pget(gr[i][k], j);", ne, k->weights ? "wr * " : "");
-	lg_close(b);
-	lg_close(b);
-	open_pieces(b, &k->r);
-	lg_line(b, "lg_stp((u8 *)%s + t * %lld + c * %d, lg_pmake(acc[k]));", k->dst, (long long)k->r.bytes, k->r.vb);
-	lg_close(b);
+	emit_sum(b, k, 8, "rows", NULL, k->weights ? "const float wr = wts[i0 + i];" : NULL);
 	lg_close(b);
 }

@@ -14,7 +14,10 @@
  *   combine: one CTA per token adds its expert rows in ascending expert
  *     order in fp32 (optionally weighted by a per-row probability) and
  *     writes the token's row once; optionally the probabilities restored
- *     to [tokens, experts] (0 where not routed).
+ *     to [tokens, experts] (0 where not routed). tile.pipeline 2 (opt-in):
+ *     persistent CTAs looping over tokens, a map warp reading the next
+ *     token's row_id_map row while the others add this token's rows
+ *     (the same bytes as the default form).
  *
  * Rows are moved in pieces of the largest power of two up to 16 bytes that
  * divides a row's bytes, so every hidden size works (an odd bf16 hidden in
@@ -54,7 +57,8 @@ lg_status lg_moe_validate(const struct lg_spec *s, int e, const char *where);
 struct lg_moe_rows {
 	int64_t hidden, bytes; /* elements, bytes of a row */
 	int vb, pieces;        /* bytes a piece, pieces a row */
-	int threads, kp;       /* threads a CTA, pieces a thread */
+	int threads, kp;       /* threads a CTA, pieces a thread (pipelined: the adding threads) */
+	bool pipelined;        /* combine, tile.pipeline 2: persistent CTAs, + one map warp */
 };
 /* threads: the spec's tile.threads, or 0 for the default (one piece a
  * thread up to 256 threads, whole warps). */
@@ -65,11 +69,27 @@ struct lg_moe_rows lg_moe_rows_of(int64_t hidden, int es, int threads);
 	LG_KEY_TILE("threads", "t", 32, 1024, lg_moe_threads_ok,                                 \
 		    "threads a CTA (one token); default: one 16-byte piece each up to 256")
 extern const int64_t lg_moe_threads_ok[];
+/* tile.pipeline of a combine family's table (after tile.threads): 1, the
+ * default, one CTA a token (three dependent DRAM trips: map row, then rows
+ * and weights, then the adds); 2, persistent CTAs (a grid of what is
+ * co-resident) looping over tokens, threads + 32 a CTA: the last warp reads
+ * the next token's map row into a second shared buffer while the other
+ * warps load, weight and add this token's rows (one trip a token). Only the
+ * combine passes take 2 (lg_moe_validate_pipeline). */
+#define LG_KEY_MOE_PIPELINE                                                                      \
+	LG_KEY_TILE("pipeline", "p", 1, 2, NULL,                                                 \
+		    "combine: 1 one CTA a token; 2 persistent CTAs, the next token's map read "   \
+		    "while this one's rows are added")
+/* tile.pipeline (key kp) 2 only on a combine pass (dispatch false) and with
+ * tile.threads (key kt) at most 992 (the map warp makes 32 more). */
+lg_status lg_moe_validate_pipeline(const struct lg_spec *s, int kp, int kt, bool dispatch, const char *where);
 /* tile.threads (key k) no more than a row's pieces rounded up to a warp. */
 lg_status lg_moe_validate_threads(const struct lg_spec *s, int k, int64_t hidden, int es, const char *where);
-/* Tuning candidates: tile.threads (key k) 64, 128, 256, 512 where valid. */
+/* Tuning candidates: tile.threads (key k) 64, 128, 256, 512 where valid,
+ * each again with tile.pipeline (key kp) 2 where valid (combine passes);
+ * none valid: tile.pipeline 2 alone where valid. */
 int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
-		      int k);
+		      int k, int kp);
 
 /* One pass of moe_permute / moe_unpermute, by the names of its arguments
  * (NULL: not an argument of this pass). */
@@ -87,18 +107,21 @@ struct lg_moe_kernel {
 };
 
 /* The dispatch kernel (grid: tokens + LG_MOE_ZERO_CTAS) and the combine
- * kernel (grid: tokens). */
+ * kernel (grid: tokens; pipelined: tokens capped at `resident`, the CTAs
+ * co-resident on the device, when known, i.e. not 0). */
 #define LG_MOE_ZERO_CTAS 256
 void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k);
 void lg_moe_emit_combine(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k);
-void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens, struct lg_launch_dim *d);
+void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens, unsigned resident,
+		     struct lg_launch_dim *d);
 
 /* The plan of a one-entry dispatch or combine family (moe_permute,
  * moe_unpermute): rows of `hidden` elements of es bytes, tile.threads at
- * key kthreads, kept in the plan's first values; lg_moe_plan_geometry is
- * such a family's geometry(), lg_moe_plan_rows the rows it emits for. */
+ * key kthreads and tile.pipeline at key kpipe, kept in the plan's first
+ * values (pipeline 2: a persistent entry); lg_moe_plan_geometry is such a
+ * family's geometry(), lg_moe_plan_rows the rows it emits for. */
 void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch,
-		 int kthreads);
+		 int kthreads, int kpipe);
 struct lg_moe_rows lg_moe_plan_rows(const struct lg_plan *p);
 void lg_moe_plan_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d);
 

@@ -17,7 +17,9 @@
  *
  * Strategy: moe_common.c (one CTA per token; the token's row read once,
  * in 16-byte pieces where the row allows, and stored to each of its rows;
- * 256 more CTAs write the zero rows).
+ * 256 more CTAs write the zero rows; the backward's combine takes
+ * tile.pipeline 2: persistent CTAs, the next token's map row read while
+ * this one's rows are added).
  */
 #include <stdio.h>
 
@@ -26,7 +28,7 @@
 #include "error.h"
 #include "moe_common.h"
 
-enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_ROUND, K_TILE, K_THREADS, NKEYS };
+enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_ROUND, K_TILE, K_THREADS, K_PIPELINE, NKEYS };
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 1, 65536, 0, "features per token (any count; e4m3: a multiple of 128)"),
 	LG_KEYS_MOE(K_EXPERTS),
@@ -35,6 +37,7 @@ static const struct lg_key keys[NKEYS] = {
 		     .doc = "e4m3: the padding rows' scale is 2^-99 (power-of-two scales), else 1e-30"},
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_THREADS] = LG_KEY_MOE_THREADS,
+	[K_PIPELINE] = LG_KEY_MOE_PIPELINE,
 };
 
 static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0}};
@@ -76,6 +79,8 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 		return lg_spec_error(where, "hidden: found %lld with dtype e4m3, allowed: a multiple of 128 up to "
 				     "32768 (one scale per 128 values)", (long long)h);
 	lg_status st = lg_moe_validate_threads(s, K_THREADS, h, s->dtype == LG_DTYPE_E4M3 ? 1 : 2, where);
+	if (st == LG_OK)
+		st = lg_moe_validate_pipeline(s, K_PIPELINE, K_THREADS, s->pass == LG_PASS_FORWARD, where);
 	return st != LG_OK ? st : lg_moe_validate(s, K_EXPERTS, where);
 }
 
@@ -88,7 +93,8 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
-	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), s->dtype == LG_DTYPE_E4M3 ? 1 : 2, s->pass == LG_PASS_FORWARD, K_THREADS);
+	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), s->dtype == LG_DTYPE_E4M3 ? 1 : 2, s->pass == LG_PASS_FORWARD,
+		    K_THREADS, K_PIPELINE);
 	return LG_OK;
 }
 
@@ -111,10 +117,10 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
-/* Tile variants for `lingen tune`: threads a token. */
+/* Tile variants for `lingen tune`: threads a token, the pipelined combine. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
-	return lg_moe_candidates(s, t, out, max, K_THREADS);
+	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE);
 }
 
 const struct lg_family lg_family_moe_permute = {

@@ -16,7 +16,8 @@
  *   Unweighted it is moe_permute's forward.
  *
  * Strategy: moe_common.c (one CTA per token; up to 8 expert rows loaded at
- * once, then added in order).
+ * once, then added in order; tile.pipeline 2: persistent CTAs, the next
+ * token's map row read while this one's rows are added).
  */
 #include <stdio.h>
 
@@ -25,7 +26,7 @@
 #include "error.h"
 #include "moe_common.h"
 
-enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_WEIGHTED, K_TILE, K_THREADS, NKEYS };
+enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_WEIGHTED, K_TILE, K_THREADS, K_PIPELINE, NKEYS };
 static const char *const weighted_words[2] = {"sum", "weighted"};
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 1, 65536, 0, "features per token (any count)"),
@@ -35,6 +36,7 @@ static const struct lg_key keys[NKEYS] = {
 			.doc = "each row times its router probability probs[r] before the sum"},
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_THREADS] = LG_KEY_MOE_THREADS,
+	[K_PIPELINE] = LG_KEY_MOE_PIPELINE,
 };
 
 static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0}};
@@ -68,6 +70,8 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	lg_status st = lg_moe_validate_threads(s, K_THREADS, lg_spec_int(s, K_HIDDEN), 2, where);
+	if (st == LG_OK)
+		st = lg_moe_validate_pipeline(s, K_PIPELINE, K_THREADS, s->pass == LG_PASS_BACKWARD, where);
 	return st != LG_OK ? st : lg_moe_validate(s, K_EXPERTS, where);
 }
 
@@ -85,7 +89,7 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
-	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), 2, s->pass == LG_PASS_BACKWARD, K_THREADS);
+	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), 2, s->pass == LG_PASS_BACKWARD, K_THREADS, K_PIPELINE);
 	return LG_OK;
 }
 
@@ -112,10 +116,10 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
-/* Tile variants for `lingen tune`: threads a token. */
+/* Tile variants for `lingen tune`: threads a token, the pipelined combine. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
-	return lg_moe_candidates(s, t, out, max, K_THREADS);
+	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE);
 }
 
 const struct lg_family lg_family_moe_unpermute = {

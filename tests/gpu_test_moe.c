@@ -13,7 +13,11 @@
  * sums of the combine bit-equal (same adds, same order), the fused
  * permute + FP8 quantisation (moe_permute_quant, K4b) bit-equal, the weighted
  * forms within tolerance; poisoned outputs, nothing left unwritten; a
- * second launch gives the same bytes.
+ * second launch gives the same bytes. The pipelined combine (tile.pipeline
+ * 2: persistent CTAs, moe_unpermute forward plain and weighted, moe_permute
+ * backward) against the same references at hidden 2048, 1001, 7168 and 3
+ * and 0, 1, 7, 333 and 8192 tokens, and the same bytes as the default form
+ * on the same inputs.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
  */
@@ -217,6 +221,8 @@ static void test_no_optional(void **state)
 		{"moe_permute", "backward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6"},
 		{"moe_unpermute", "forward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6"},
 		{"moe_unpermute", "backward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6"},
+		{"moe_unpermute", "forward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6, \"tile\": {\"pipeline\": 2}"},
+		{"moe_permute", "backward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6, \"tile\": {\"pipeline\": 2}"},
 	};
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
 		lg_spec *s = parse(specs[i][0], specs[i][1], "bf16", specs[i][2]);
@@ -227,6 +233,19 @@ static void test_no_optional(void **state)
 		printf("%s without optional arguments: %s\n", lg_spec_entry(s), r.pass ? "PASS" : "FAIL");
 		assert_true(r.pass);
 		lg_spec_free(s);
+	}
+}
+
+/* A copy of every output of g downloaded (first[i]: NULL where none). */
+static void copy_outputs(const struct lg_gpu_case *g, void *first[LG_MAX_ARGS])
+{
+	for (int i = 0; i < g->ref.n; i++) {
+		size_t bytes = g->ref.buf[i].count * g->ref.buf[i].elem;
+		if (!g->ref.buf[i].output || !bytes)
+			continue;
+		first[i] = malloc(bytes);
+		assert_non_null(first[i]);
+		memcpy(first[i], g->got[i], bytes);
 	}
 }
 
@@ -244,14 +263,7 @@ static void same_twice(const char *op, const char *pass, const char *keys)
 	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 	void *first[LG_MAX_ARGS] = {0};
-	for (int i = 0; i < g.ref.n; i++) {
-		size_t bytes = g.ref.buf[i].count * g.ref.buf[i].elem;
-		if (!g.ref.buf[i].output || !bytes)
-			continue;
-		first[i] = malloc(bytes);
-		assert_non_null(first[i]);
-		memcpy(first[i], g.got[i], bytes);
-	}
+	copy_outputs(&g, first);
 	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
@@ -266,12 +278,93 @@ static void same_twice(const char *op, const char *pass, const char *keys)
 	lg_spec_free(s);
 }
 
+/* The pipelined form of spec `keys` gives the bytes of the default form on
+ * the same inputs at T tokens (every output; weighted sums included). */
+static void same_as_default(const char *op, const char *pass, const char *keys, int64_t T)
+{
+	char pk[512];
+	snprintf(pk, sizeof pk, "%s, \"tile\": {\"pipeline\": 2}", keys);
+	lg_spec *s0 = parse(op, pass, "bf16", keys), *s1 = parse(op, pass, "bf16", pk);
+	lg_kernel *k0 = NULL, *k1 = NULL;
+	if (lg_kernel_get(ctx, s0, &k0) != LG_OK || lg_kernel_get(ctx, s1, &k1) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	const int64_t sizes[1] = {T};
+	struct lg_gpu_case g;
+	if (lg_gpu_case_init(&g, s1, 0, sizes, seed + (uint64_t)T, k1) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+	assert_int_equal(lg_gpu_case_launch(&g, k0, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	void *first[LG_MAX_ARGS] = {0};
+	copy_outputs(&g, first);
+	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+	assert_int_equal(lg_gpu_case_launch(&g, k1, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	bool same = true;
+	for (int i = 0; i < g.ref.n; i++) {
+		if (!first[i])
+			continue;
+		size_t n = g.ref.buf[i].count * g.ref.buf[i].elem, diff = 0, at = 0;
+		for (size_t j = 0; j < n; j++)
+			if (((const unsigned char *)first[i])[j] != ((const unsigned char *)g.got[i])[j] && !diff++)
+				at = j;
+		if (diff) {
+			printf("  %s: %zu of %zu bytes differ, the first at byte %zu (element %zu)\n", g.ref.buf[i].name,
+			       diff, n, at, at / g.ref.buf[i].elem);
+			same = false;
+		}
+		free(first[i]);
+	}
+	printf("%s vs %s at T=%lld (seed %llu): %s\n", lg_spec_entry(s1), lg_spec_entry(s0), (long long)T,
+	       (unsigned long long)(seed + (uint64_t)T), same ? "the same bytes" : "FAIL");
+	assert_true(same);
+	lg_gpu_case_free(&g);
+	lg_spec_free(s0);
+	lg_spec_free(s1);
+}
+
+/* The pipelined combine against the references at the target and odd
+ * shapes (every routing pattern), then against the default form byte for
+ * byte (one pattern). */
+static void test_pipelined(void **state)
+{
+	(void)state;
+	static const int64_t tokens[] = {0, 1, 7, 333, 8192};
+	static const char *const shapes[] = {
+		"\"hidden\": 2048, " TARGET_KEYS,
+		"\"hidden\": 1001, \"experts\": 160, \"top_k\": 6",
+		"\"hidden\": 7168, \"experts\": 96, \"top_k\": 8, \"multiple\": 128",
+		"\"hidden\": 3, \"experts\": 7, \"top_k\": 3, \"multiple\": 1",
+	};
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+		for (int w = 0; w < 3; w++) {
+			/* w: moe_unpermute forward plain, weighted; moe_permute backward */
+			const char *op = w < 2 ? "moe_unpermute" : "moe_permute", *pass = w < 2 ? "forward" : "backward";
+			char keys[256], pk[320];
+			snprintf(keys, sizeof keys, "%s%s", shapes[i], w == 1 ? ", \"weighted\": true" : "");
+			snprintf(pk, sizeof pk, "%s, \"tile\": {\"pipeline\": 2}", keys);
+			/* hidden 7168 at 8192 tokens (1.1 GB of rows): against the default form only */
+			check(op, pass, "bf16", pk, tokens, sizeof tokens / sizeof tokens[0] - (i == 2));
+			for (size_t t = 1; t < sizeof tokens / sizeof tokens[0]; t++)
+				same_as_default(op, pass, keys, tokens[t]);
+		}
+	/* other thread counts (the map warp beside 64 and 512 adding threads), many experts */
+	check("moe_unpermute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true, "
+	      "\"tile\": {\"pipeline\": 2, \"threads\": 64}", odd, NODD);
+	check("moe_permute", "backward", "bf16", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
+	      "\"tile\": {\"pipeline\": 2, \"threads\": 512}", odd, NODD);
+	same_as_default("moe_unpermute", "forward", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
+			"\"weighted\": true", 8192);
+}
+
 static void test_deterministic(void **state)
 {
 	(void)state;
 	same_twice("moe_row_map", "forward", TARGET_KEYS);
 	same_twice("moe_unpermute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
 	same_twice("moe_unpermute", "backward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
+	same_twice("moe_unpermute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true, "
+		   "\"tile\": {\"pipeline\": 2}");
 }
 
 int main(void)
@@ -286,6 +379,7 @@ int main(void)
 		cmocka_unit_test(test_permute_quant),
 		cmocka_unit_test(test_no_optional),
 		cmocka_unit_test(test_deterministic),
+		cmocka_unit_test(test_pipelined),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

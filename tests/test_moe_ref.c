@@ -9,7 +9,8 @@
  * trips; the routing patterns of the references; the declared shapes, the
  * spec checks and their messages, uses(), the launch geometry, the
  * workspace, and the tuning candidates (each validates, plans and
- * generates).
+ * generates); the pipelined combine (tile.pipeline 2): its checks, its
+ * persistent geometry and what it generates.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -466,6 +467,15 @@ static void test_spec_checks(void **state)
 		"hidden", "multiple of 128");
 	refused("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, \"experts\": 4, \"top_k\": 2", "quant",
 		"missing");
+	/* the pipelined form: combine passes only, room for the map warp, 1 or 2 */
+	refused("moe_permute", "forward", "bf16", "\"hidden\": 2048, \"experts\": 4, \"top_k\": 2, \"tile\": "
+		"{\"pipeline\": 2}", "tile.pipeline: found 2 on pass forward", "allowed: 1");
+	refused("moe_unpermute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 4, \"top_k\": 2, \"tile\": "
+		"{\"pipeline\": 2}", "tile.pipeline: found 2 on pass backward", "combine");
+	refused("moe_unpermute", "forward", "bf16", "\"hidden\": 16384, \"experts\": 4, \"top_k\": 2, \"tile\": "
+		"{\"pipeline\": 2, \"threads\": 1024}", "tile.threads: found 1024", "at most 992");
+	refused("moe_permute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 4, \"top_k\": 2, \"tile\": "
+		"{\"pipeline\": 3}", "pipeline", "3");
 }
 
 static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p)
@@ -558,6 +568,115 @@ static void test_geometry(void **state)
 	T = 7;
 	f->geometry(&p, 0, &T, &d);
 	assert_true(d.grid[0] == 7 + 256 && d.block[0] == 128);
+	assert_false(p.persistent[0]);
+	lg_spec_free(s);
+}
+
+/* The pipelined combine: a persistent entry of threads + 32 (the map warp),
+ * a CTA a token until the context knows what is co-resident, then at most
+ * that; the default form not persistent, one CTA a token. */
+static void test_pipelined_geometry(void **state)
+{
+	(void)state;
+	static const char *const specs[][2] = {
+		{"moe_unpermute", "forward"},
+		{"moe_permute", "backward"},
+	};
+	for (int i = 0; i < 2; i++) {
+		struct lg_launch_dim d;
+		struct lg_plan p;
+		lg_spec *s = parse(specs[i][0], specs[i][1], "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
+				   "\"tile\": {\"pipeline\": 2}");
+		const struct lg_family *f = lg_family_get(s->op);
+		assert_non_null(strstr(lg_spec_entry(s), "_tp2"));
+		plan_at(s, "sm_90a", &p);
+		assert_true(p.nentries == 1 && p.persistent[0]);
+		assert_int_equal(p.tile[lg_family_key(f, "tile.pipeline")], 2);
+		int64_t T = 8192;
+		f->geometry(&p, 0, &T, &d);
+		assert_true(d.grid[0] == 8192 && d.block[0] == 288 && d.smem == 0);
+		p.resident[0] = 132 * 4;
+		f->geometry(&p, 0, &T, &d);
+		assert_int_equal(d.grid[0], 132 * 4);
+		T = 7;
+		f->geometry(&p, 0, &T, &d);
+		assert_int_equal(d.grid[0], 7);
+		T = 0;
+		f->geometry(&p, 0, &T, &d);
+		assert_int_equal(d.grid[0], 0);
+		lg_spec_free(s);
+		s = parse(specs[i][0], specs[i][1], "bf16", "\"hidden\": 7, \"experts\": 5, \"top_k\": 2, "
+			  "\"tile\": {\"pipeline\": 2}");
+		plan_at(s, "sm_80", &p);
+		T = 333;
+		f->geometry(&p, 0, &T, &d);
+		assert_true(d.grid[0] == 333 && d.block[0] == 64);
+		lg_spec_free(s);
+		s = parse(specs[i][0], specs[i][1], "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
+			  "\"tile\": {\"pipeline\": 1}");
+		plan_at(s, "sm_90a", &p);
+		assert_false(p.persistent[0]);
+		p.resident[0] = 132 * 4;
+		T = 8192;
+		f->geometry(&p, 0, &T, &d);
+		assert_true(d.grid[0] == 8192 && d.block[0] == 256);
+		lg_spec_free(s);
+	}
+}
+
+static char *generate(const lg_spec *s, const char *arch)
+{
+	struct lg_target t;
+	assert_true(lg_target_parse(arch, &t));
+	struct lg_plan p;
+	char *src = NULL;
+	if (lg_generate_for(s, &t, &p, &src, NULL) != LG_OK)
+		fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());
+	return src;
+}
+
+/* What the pipelined form generates: the map warp's helper, two buffers, a
+ * token loop with one barrier, the weights by shuffles (weighted), the
+ * registers capped at one piece a thread; the default form none of it. */
+static void test_pipelined_source(void **state)
+{
+	(void)state;
+	for (int w = 0; w < 2; w++) {
+		const char *keys = w ? "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, \"weighted\": true"
+				     : "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8";
+		char pk[256];
+		snprintf(pk, sizeof pk, "%s, \"tile\": {\"pipeline\": 2}", keys);
+		lg_spec *s = parse("moe_unpermute", "forward", "bf16", pk), *d = parse("moe_unpermute", "forward", "bf16", keys);
+		for (int a = 0; a < 2; a++) {
+			char *src = generate(s, a ? "sm_80" : "sm_90a"), *def = generate(d, a ? "sm_80" : "sm_90a");
+			assert_non_null(strstr(src, "lg_map_row(mp, tn, cap, lane, rows[o], emap[o], &nrows[o]);"));
+			assert_non_null(strstr(src, "__shared__ int rows[2][256];"));
+			assert_non_null(strstr(src, "for (int b = 0; t < T; t += G, b ^= 1) {"));
+			assert_non_null(strstr(src, "__launch_bounds__(288, 4)"));
+			assert_non_null(strstr(src, "int v[8];"));
+			const char *loop = strstr(src, "for (int b = 0;");
+			const char *sync = strstr(loop, "__syncthreads();");
+			assert_non_null(sync);
+			assert_null(strstr(sync + 1, "__syncthreads();"));
+			assert_true((strstr(src, "__shfl_sync(0xffffffffu, wl, i)") != NULL) == (w == 1));
+			assert_null(strstr(def, "lg_map_row"));
+			assert_null(strstr(def, "__shfl_sync"));
+			assert_non_null(strstr(def, "__launch_bounds__(256)"));
+			free(src);
+			free(def);
+		}
+		lg_spec_free(s);
+		lg_spec_free(d);
+	}
+	/* more pieces a thread: fewer rows at once, no register cap; many experts: the map row in steps of 256 */
+	lg_spec *s = parse("moe_unpermute", "forward", "bf16", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
+			   "\"weighted\": true, \"tile\": {\"pipeline\": 2}");
+	char *src = generate(s, "sm_90a");
+	assert_non_null(strstr(src, "lg_pc gr[2][4];"));
+	assert_non_null(strstr(src, "__launch_bounds__(288)"));
+	assert_non_null(strstr(src, "for (int c0 = 0; c0 < 1024; c0 += 256) {"));
+	assert_non_null(strstr(src, "float rp[4];"));
+	free(src);
 	lg_spec_free(s);
 }
 
@@ -576,8 +695,9 @@ static void test_candidates(void **state)
 		{"moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
 		 "\"quant\": {}"},
 	};
-	/* threads up to a row's pieces; K4b: fblocks x threads, each with 1 and 3 CTAs an SM */
-	static const int want[] = {4, 3, 2, 3, 3, 3, 0, 16};
+	/* threads up to a row's pieces, the combines each again pipelined (short rows: that alone);
+	 * K4b: fblocks x threads, each with 1 and 3 CTAs an SM */
+	static const int want[] = {4, 3, 2, 6, 6, 3, 1, 16};
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
 		lg_spec *s = parse(specs[i][0], specs[i][1], specs[i][2], specs[i][3]);
 		const struct lg_family *f = lg_family_get(s->op);
@@ -615,6 +735,8 @@ int main(void)
 		cmocka_unit_test(test_required_by_keys),
 		cmocka_unit_test(test_geometry),
 		cmocka_unit_test(test_candidates),
+		cmocka_unit_test(test_pipelined_geometry),
+		cmocka_unit_test(test_pipelined_source),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
