@@ -56,7 +56,7 @@ static int teardown(void **state)
 
 static lg_spec *parse(const char *op, const char *pass, const char *dtype, const char *keys)
 {
-	char json[512];
+	char json[1024];
 	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", op, pass, dtype,
 		 keys);
 	lg_spec *s = NULL;
