@@ -353,9 +353,10 @@ lg_status lg_count_zero(const lg_kernel *k, lg_stream stream, const lg_tensor_li
 /* The cross-entropy launchers: the kernel's part (and fused) must match. */
 static lg_status ce_part(const lg_kernel *k, const char *fn, int part, int fused)
 {
-	static const char *const parts[] = {"full", "shard", "merge"};
 	if (!k || k->spec.op != LG_OP_CROSS_ENTROPY)
 		return LG_OK; /* run_typed says what is wrong */
+	/* the part names as the family declares them */
+	const char *const *parts = k->fam->keys[lg_family_key(k->fam, "part")].values;
 	int got = (int)key_of(k, "part"), gotf = (int)key_of(k, "fused");
 	if (got != part || (fused >= 0 && gotf != fused))
 		return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s is part \"%s\"%s; this launcher takes part "
