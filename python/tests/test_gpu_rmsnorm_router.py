@@ -174,8 +174,9 @@ def test_autograd_function(seed):
     bound = 2.0 ** -8 * ((r * w64).detach().abs() * (dyr64.abs() + y64.grad.abs())
                          + x64.grad.abs()) + 1e-3 * x64.grad.square().mean().sqrt()
     err = (x.grad.double() - x64.grad).abs()
-    assert not (err > bound).any(), (f"dx: {int((err > bound).sum())} of {err.numel()} values "
-                                     f"outside their bound; max error/bound {float((err / bound).max()):.3g}")
+    bad = err > bound
+    assert not bad.any(), (f"dx: {int(bad.sum())} of {err.numel()} values outside their bound; "
+                           f"max error/bound {float((err / bound).max()):.3g}")
     check_abs(w.grad, w64.grad, 2e-2, "dw")
     check_abs(rw.grad, rw64.grad, 2e-2, "d route_w")
     # only the logits used: y's gradient is None
