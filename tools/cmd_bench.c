@@ -41,16 +41,19 @@ struct row {
 	double pct; /* floor time at the copy ceiling / median time, in % */
 };
 
-static void print_table(const struct row *rows, size_t n, double copy_gbps, const char *arch)
+/* The ceilings of this run: [0] device-to-device copy, [1] DRAM read. */
+enum { COPY, READ };
+
+static void print_table(const struct row *rows, size_t n, const double *ceil, const char *arch)
 {
 	printf("%-44s %8s %10s %9s %8s\n", "kernel", "tokens", "median us", "GB/s", "% copy");
 	for (size_t i = 0; i < n; i++)
 		printf("%-44s %8lld %10.2f %9.1f %7.1f%%\n", lg_spec_entry(rows[i].spec),
 		       (long long)rows[i].tokens, rows[i].r.median_us, rows[i].r.gbps, rows[i].pct);
-	printf("copy ceiling %.0f GB/s on %s\n", copy_gbps, arch);
+	printf("copy ceiling %.0f GB/s, read ceiling %.0f GB/s on %s\n", ceil[COPY], ceil[READ], arch);
 }
 
-static int print_json(const struct row *rows, size_t n, double copy_gbps, const char *arch)
+static int print_json(const struct row *rows, size_t n, const double *ceil, const char *arch)
 {
 	cJSON *a = cJSON_CreateArray();
 	bool ok = a != NULL;
@@ -72,7 +75,8 @@ static int print_json(const struct row *rows, size_t n, double copy_gbps, const 
 		cJSON_AddNumberToObject(o, "min_us", w->r.min_us);
 		cJSON_AddNumberToObject(o, "bytes", w->r.bytes);
 		cJSON_AddNumberToObject(o, "gbps", w->r.gbps);
-		cJSON_AddNumberToObject(o, "copy_gbps", copy_gbps);
+		cJSON_AddNumberToObject(o, "copy_gbps", ceil[COPY]);
+		cJSON_AddNumberToObject(o, "read_gbps", ceil[READ]);
 		cJSON_AddNumberToObject(o, "pct_copy", w->pct);
 		cJSON_AddStringToObject(o, "lingen", lg_version());
 		cJSON_AddItemToArray(a, o);
@@ -114,14 +118,16 @@ static int bench(const struct lg_cli_args *a, const int64_t *tokens, int nt, int
 	struct lg_cli_specs specs = {0};
 	lg_ctx *ctx = NULL;
 	struct row *rows = NULL;
-	double copy_gbps = 0;
+	double ceil[2] = {0, 0};
 	int rc = lg_cli_load_specs(a->pos, a->npos, &specs);
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_gpu_ctx("bench", &ctx);
 	if (rc == LG_EXIT_OK) {
-		lg_status st = lg_bench_copy_ceiling(&copy_gbps);
-		if (st != LG_OK || copy_gbps <= 0)
-			rc = lg_cli_fail(LG_EXIT_FAIL, "copy ceiling: %s",
+		lg_status st = lg_bench_copy_ceiling(&ceil[COPY]);
+		if (st == LG_OK && ceil[COPY] > 0)
+			st = lg_bench_read_ceiling(&ceil[READ]);
+		if (st != LG_OK || ceil[COPY] <= 0 || ceil[READ] <= 0)
+			rc = lg_cli_fail(LG_EXIT_FAIL, "copy/read ceiling: %s",
 					 st != LG_OK ? lg_cli_error(st) : "not positive");
 	}
 	if (rc == LG_EXIT_OK) {
@@ -129,11 +135,11 @@ static int bench(const struct lg_cli_args *a, const int64_t *tokens, int nt, int
 		rc = rows ? LG_EXIT_OK : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 	}
 	if (rc == LG_EXIT_OK)
-		rc = bench_all(ctx, &specs, tokens, nt, reps, copy_gbps, rows);
+		rc = bench_all(ctx, &specs, tokens, nt, reps, ceil[COPY], rows);
 	if (rc == LG_EXIT_OK && a->val[O_JSON])
-		rc = print_json(rows, specs.n * (size_t)nt, copy_gbps, lg_ctx_arch(ctx));
+		rc = print_json(rows, specs.n * (size_t)nt, ceil, lg_ctx_arch(ctx));
 	else if (rc == LG_EXIT_OK)
-		print_table(rows, specs.n * (size_t)nt, copy_gbps, lg_ctx_arch(ctx));
+		print_table(rows, specs.n * (size_t)nt, ceil, lg_ctx_arch(ctx));
 	free(rows);
 	if (ctx)
 		lg_ctx_destroy(ctx);
@@ -386,7 +392,9 @@ const struct lg_cli_cmd lg_cmd_bench = {
 	.summary = "time each kernel: median us, GB/s and % of the copy ceiling",
 	.details = "Method (TARGETS.md): warm-up, L2 flushed before each repetition, median\n"
 		   "GPU time from CUDA events. '% copy' = (min bytes / copy ceiling) / median,\n"
-		   "with the device-to-device copy ceiling measured once in the same run.\n"
+		   "with the device-to-device copy ceiling measured once in the same run; the\n"
+		   "DRAM read ceiling (a read-only stream over 1 GiB, the bound of kernels that\n"
+		   "only read) is measured and printed beside it.\n"
 		   "Needs a GPU.\n"
 		   "\n"
 		   "--jit measures the JIT itself (TARGETS.md), for every kernel of the specs:\n"

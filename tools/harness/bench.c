@@ -2,7 +2,8 @@
  * bench.c - `lingen bench`: GPU time of a kernel by TARGETS.md's method.
  * Variants timed: the kernel alone, CUDA events around each launch, the L2
  * flushed (a 256 MB memset) before every repetition, the median reported;
- * and the device-to-device copy ceiling in the same process.
+ * and the device-to-device copy ceiling in the same process (the read
+ * ceiling is read_ceiling.c's).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,18 @@ static lg_status time_median(struct timer *t, int reps, lg_status (*fn)(void *),
 		*min_us = v[0];
 	}
 	free(v);
+	return st;
+}
+
+lg_status lg_bench_time_median(int reps, lg_status (*fn)(void *), void *arg, double *median_us,
+				double *min_us)
+{
+	struct timer t;
+	double mn = 0;
+	lg_status st = timer_init(&t);
+	if (st == LG_OK)
+		st = time_median(&t, reps, fn, arg, median_us, min_us ? min_us : &mn);
+	timer_free(&t);
 	return st;
 }
 

@@ -82,6 +82,12 @@ lg_status lg_bench_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_bench_o
 			  struct lg_bench_result *r);
 /* Measure the device-to-device copy ceiling (bytes read + written per s). */
 lg_status lg_bench_copy_ceiling(double *gbps);
+/* Measure the DRAM read ceiling (a read-only stream over 1 GiB, bytes read per s). */
+lg_status lg_bench_read_ceiling(double *gbps);
+/* Median (and min, when not NULL) of reps timings of fn(arg), the L2
+ * flushed before each, CUDA events around it. */
+lg_status lg_bench_time_median(int reps, lg_status (*fn)(void *), void *arg, double *median_us,
+				double *min_us);
 
 /* ----------------------------------------------------- the JIT itself */
 

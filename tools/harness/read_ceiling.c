@@ -1,0 +1,125 @@
+/*
+ * read_ceiling.c - the device's DRAM read ceiling, measured in the run that
+ * times the kernels (`lingen bench`): a plain read-only stream over 1 GiB,
+ * the L2 flushed before each repetition, the median of 20. Kernels that only
+ * read (grad norm, count-zero, the cross-entropy forward) are bounded by this,
+ * not by the copy ceiling, which a read-only stream can pass by a few %.
+ *
+ * The stream is a small kernel of its own (not one of lingen's families, so
+ * it measures the machine, not the generator): every thread keeps UNROLL
+ * 16-byte non-coherent loads in flight, 2048 threads an SM, and folds them
+ * into a value it stores only if it is impossible (so the loads stay). Two
+ * depths are timed and the faster one is the ceiling.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "gpu.h"
+#include "harness.h"
+#include "nvrtc.h"
+
+static const char src[] =
+	"extern \"C\" __global__ void __launch_bounds__(512)\n"
+	"lg_read_ceiling(const unsigned *p, unsigned long long n16, unsigned *out)\n"
+	"{\n"
+	"\tunsigned acc = 0;\n"
+	"\tunsigned long long step = (unsigned long long)gridDim.x * 512;\n"
+	"\tunsigned long long i = (unsigned long long)blockIdx.x * 512 + threadIdx.x;\n"
+	"\tfor (; i + (UNROLL - 1) * step < n16; i += UNROLL * step) {\n"
+	"\t\tunsigned v[UNROLL][4];\n"
+	"#pragma unroll\n"
+	"\t\tfor (int u = 0; u < UNROLL; u++)\n"
+	"\t\t\tasm volatile(\"ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\"\n"
+	"\t\t\t\t     : \"=r\"(v[u][0]), \"=r\"(v[u][1]), \"=r\"(v[u][2]), \"=r\"(v[u][3])\n"
+	"\t\t\t\t     : \"l\"(p + 4 * (i + u * step)));\n"
+	"#pragma unroll\n"
+	"\t\tfor (int u = 0; u < UNROLL; u++)\n"
+	"\t\t\tacc ^= v[u][0] ^ v[u][1] ^ v[u][2] ^ v[u][3];\n"
+	"\t}\n"
+	"\tfor (; i < n16; i += step)\n"
+	"\t\tacc ^= p[4 * i] ^ p[4 * i + 1] ^ p[4 * i + 2] ^ p[4 * i + 3];\n"
+	"\tif (acc == 0x9e3779b9u)\n"
+	"\t\t*out = acc;\n"
+	"}\n";
+
+struct read_arg {
+	const struct lg_cu *cu;
+	CUfunction f;
+	CUdeviceptr p, out;
+	unsigned long long n16;
+	unsigned grid;
+};
+
+static lg_status run_read(void *v)
+{
+	struct read_arg *a = v;
+	void *args[] = {&a->p, &a->n16, &a->out};
+	CUresult r = a->cu->cuLaunchKernel(a->f, a->grid, 1, 1, 512, 1, 1, 0, NULL, args, NULL);
+	return r == CUDA_SUCCESS ? LG_OK : lg_cu_fail(r, "the read-ceiling kernel");
+}
+
+/* Compile the stream at one depth and time it: its GB/s into *gbps. */
+static lg_status time_depth(struct read_arg *a, const char *arch, int unroll, double *gbps)
+{
+	char text[sizeof src + 32];
+	snprintf(text, sizeof text, "#define UNROLL %d\n%s", unroll, src);
+	void *cubin = NULL;
+	size_t size = 0;
+	char *log = NULL;
+	lg_status st = lg_nvrtc_compile(text, "read_ceiling.cu", arch, &cubin, &size, &log);
+	free(log);
+	CUlibrary lib = NULL;
+	CUkernel k = NULL;
+	if (st == LG_OK && a->cu->cuLibraryLoadData(&lib, cubin, NULL, NULL, 0, NULL, NULL, 0) != CUDA_SUCCESS)
+		st = lg_fail(LG_ERR_CUDA, "cannot load the read-ceiling kernel");
+	free(cubin);
+	if (st == LG_OK && (a->cu->cuLibraryGetKernel(&k, lib, "lg_read_ceiling") != CUDA_SUCCESS ||
+			    a->cu->cuKernelGetFunction(&a->f, k) != CUDA_SUCCESS))
+		st = lg_fail(LG_ERR_CUDA, "cannot find the read-ceiling kernel");
+	double med = 0;
+	if (st == LG_OK)
+		st = run_read(a);
+	if (st == LG_OK)
+		st = lg_bench_time_median(20, run_read, a, &med, NULL);
+	if (st == LG_OK)
+		*gbps = (double)a->n16 * 16.0 / (med * 1e-6) / 1e9;
+	if (lib)
+		a->cu->cuLibraryUnload(lib);
+	return st;
+}
+
+lg_status lg_bench_read_ceiling(double *gbps)
+{
+	struct read_arg a = {.n16 = (1ull << 30) / 16};
+	char arch[16];
+	int sms = 0;
+	CUdevice dev;
+	lg_status st = lg_cu_get(&a.cu);
+	if (st == LG_OK)
+		st = lg_cu_ensure_context(0);
+	if (st == LG_OK)
+		st = lg_cu_device_arch(arch);
+	if (st == LG_OK && (a.cu->cuCtxGetDevice(&dev) != CUDA_SUCCESS ||
+			    a.cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev) !=
+				    CUDA_SUCCESS))
+		st = lg_fail(LG_ERR_CUDA, "cannot query the device's SMs");
+	a.grid = (unsigned)(sms > 0 ? sms : 1) * 4;
+	if (st == LG_OK && a.cu->cuMemAlloc(&a.p, a.n16 * 16 + 64) != CUDA_SUCCESS)
+		st = lg_fail(LG_ERR_CUDA, "cannot allocate 1 GiB for the read ceiling");
+	if (st == LG_OK && a.cu->cuMemsetD8(a.p, 0x3c, a.n16 * 16 + 64) != CUDA_SUCCESS)
+		st = lg_fail(LG_ERR_CUDA, "cuMemsetD8 failed");
+	a.out = a.p + a.n16 * 16;
+	*gbps = 0;
+	static const int depth[] = {4, 8};
+	for (size_t i = 0; i < sizeof depth / sizeof *depth && st == LG_OK; i++) {
+		double g = 0;
+		st = time_depth(&a, arch, depth[i], &g);
+		if (g > *gbps)
+			*gbps = g;
+	}
+	if (a.p)
+		a.cu->cuMemFree(a.p);
+	return st;
+}
