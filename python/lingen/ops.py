@@ -496,10 +496,12 @@ def _routing_kind(routing):
 
 
 def _moe(top_k, multiple, tile, **more):
-    return {"top_k": int(top_k), "multiple": int(multiple), "tile": tile, **more}
+    """The MoE families' keys; multiple None: the declared default."""
+    mult = {} if multiple is None else {"multiple": int(multiple)}
+    return {"top_k": int(top_k), **mult, "tile": tile, **more}
 
 
-def moe_row_map(routing, *, top_k, experts=None, multiple=16, row_index=True, tile=None,
+def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, tile=None,
                 out=None, stream=None, context=None, alloc=None):
     """The padded MoE row map (KERNELS.md K4): routing is a mask [tokens,
     experts] bool / uint8 (experts from its shape), or top-k indices [tokens,
@@ -527,7 +529,7 @@ def moe_row_map(routing, *, top_k, experts=None, multiple=16, row_index=True, ti
     return r["row_id_map"], r["counts"], r["offsets"], r["row_index"], r["padded_counts"]
 
 
-def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top_k, multiple=16,
+def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top_k, multiple=None,
                 round_scale=True, tile=None, out=None, stream=None, context=None, alloc=None):
     """MoE permute into expert-major padded rows (KERNELS.md K4): x [tokens,
     hidden] bf16, or e4m3 with x_scale [tokens, hidden / 128] fp32; the row
@@ -548,7 +550,7 @@ def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top
     return r["out"], r["out_scale"], r["out_probs"]
 
 
-def moe_permute_backward(dout, row_id_map, dout_probs=None, *, top_k, multiple=16, tile=None,
+def moe_permute_backward(dout, row_id_map, dout_probs=None, *, top_k, multiple=None, tile=None,
                          out=None, stream=None, context=None, alloc=None):
     """The backward of moe_permute: dout [rows, hidden] bf16, dout_probs
     [rows] fp32 or None -> (dx [tokens, hidden] bf16, the fp32 sum of each
@@ -562,7 +564,7 @@ def moe_permute_backward(dout, row_id_map, dout_probs=None, *, top_k, multiple=1
     return r["dx"], r["dprobs"]
 
 
-def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=16, weighted=False, tile=None,
+def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=None, weighted=False, tile=None,
                   out=None, stream=None, context=None, alloc=None):
     """MoE unpermute (combine, KERNELS.md K5): g [rows, hidden] bf16 (any
     hidden), probs [rows] fp32 (required with weighted=True) -> (out
@@ -581,7 +583,7 @@ def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=16, weighted=Fal
 
 
 def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=None, probs=None, *,
-                           top_k, multiple=16, weighted=False, tile=None, out=None, stream=None,
+                           top_k, multiple=None, weighted=False, tile=None, out=None, stream=None,
                            context=None, alloc=None):
     """The backward of moe_unpermute: dout [tokens, hidden] bf16, drestore
     [tokens, experts] fp32 or None; weighted: g and probs of the forward ->
@@ -598,7 +600,7 @@ def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=N
     return r["dg"], r["dprobs"]
 
 
-def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multiple=16,
+def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multiple=None,
                       round_scale=True, output="both", tile=None, out=None, stream=None,
                       context=None, alloc=None):
     """MoE permute + pad + per-expert blockwise FP8 quantisation in one
@@ -613,7 +615,7 @@ def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multipl
     are not written. As linghe's triton_batch_block_pad_permute_with_indices."""
     r = call("lingen.moe_permute_quant", "moe_permute_quant", "forward",
              {"x": x, "probs": probs, "row_index": row_index, "padded_counts": padded_counts},
-             _quant(round_scale, output, top_k=int(top_k), multiple=int(multiple), tile=tile),
+             _quant(round_scale, output, **_moe(top_k, multiple, tile)),
              out=out, skip=() if probs is not None else ("out_probs",), stream=stream,
              context=context, alloc=alloc)
     return r["q"], r["s"], r["qt"], r["st"], r["out_probs"]

@@ -892,7 +892,13 @@ def batch_swiglu_quant_backward(g, x, prob, counts, round_scale=True, dx_bf16=Fa
 
 # ------------------------------------- MoE dispatch and combine (K4, K5)
 
-def moe_row_map(routing, top_k, experts=None, multiple=16):
+def _mult(multiple):
+    """The `multiple` key as given, or nothing: the family's declared default
+    (moe_row_map's, which the dispatch and combine kernels must match)."""
+    return {} if multiple is None else {"multiple": int(multiple)}
+
+
+def moe_row_map(routing, top_k, experts=None, multiple=None):
     """(row_id_map, counts, offsets, row_index, padded_counts) of a routing mask [tokens,
     experts] (bool / uint8) or top-k indices [tokens, top_k] (int32 / int64;
     experts= required), as lingen.moe_row_map; not differentiable. The
@@ -911,7 +917,7 @@ def moe_row_map(routing, top_k, experts=None, multiple=16):
     arrays = [None, None, None]
     arrays[at] = routing
     return _run("moe_row_map_forward", *arrays, experts=int(experts), top_k=int(top_k),
-                multiple=int(multiple), routing=kind)
+                **_mult(multiple), routing=kind)
 
 
 class MoePermuteFunction(torch.autograd.Function):
@@ -922,11 +928,11 @@ class MoePermuteFunction(torch.autograd.Function):
     token's row gradients; dprobs: each routed pair's row gradient)."""
 
     @staticmethod
-    def forward(ctx, x, probs, row_id_map, offsets, counts, top_k, multiple=16):
+    def forward(ctx, x, probs, row_id_map, offsets, counts, top_k, multiple=None):
         out, _, out_probs = _run("moe_permute_forward", x, None, probs, row_id_map, offsets, counts,
-                                 top_k=int(top_k), multiple=int(multiple))
+                                 top_k=int(top_k), **_mult(multiple))
         ctx.save_for_backward(row_id_map)
-        ctx.kw = dict(top_k=int(top_k), multiple=int(multiple))
+        ctx.kw = dict(top_k=int(top_k), **_mult(multiple))
         ctx.has_probs = probs is not None
         return out, out_probs
 
@@ -946,12 +952,12 @@ class MoeUnpermuteFunction(torch.autograd.Function):
     times probs[r], and dprobs[r] = <dout[t], g[r]>)."""
 
     @staticmethod
-    def forward(ctx, g, probs, row_id_map, offsets, counts, top_k, multiple=16, weighted=False):
+    def forward(ctx, g, probs, row_id_map, offsets, counts, top_k, multiple=None, weighted=False):
         out, restore = _run("moe_unpermute_forward", g, probs, row_id_map, top_k=int(top_k),
-                            multiple=int(multiple), weighted=bool(weighted))
+                            **_mult(multiple), weighted=bool(weighted))
         ctx.save_for_backward(g if weighted else None, probs if weighted else None, row_id_map,
                               offsets, counts)
-        ctx.kw = dict(top_k=int(top_k), multiple=int(multiple), weighted=bool(weighted))
+        ctx.kw = dict(top_k=int(top_k), **_mult(multiple), weighted=bool(weighted))
         ctx.has_probs = probs is not None
         return out, restore
 
@@ -964,7 +970,7 @@ class MoeUnpermuteFunction(torch.autograd.Function):
         return dg, (dprobs if ctx.has_probs else None), None, None, None, None, None, None
 
 
-def moe_permute(x, row_id_map, offsets, counts, probs=None, top_k=None, multiple=16):
+def moe_permute(x, row_id_map, offsets, counts, probs=None, top_k=None, multiple=None):
     """(rows [rows, hidden], rows_probs [rows]) of x [..., hidden] bf16 (leading
     dimensions flattened into tokens) and probs [tokens, experts] fp32 or
     None, differentiable; rows = tokens * top_k + experts * (multiple - 1),
@@ -975,7 +981,7 @@ def moe_permute(x, row_id_map, offsets, counts, probs=None, top_k=None, multiple
     return MoePermuteFunction.apply(_flat(x), probs, row_id_map, offsets, counts, top_k, multiple)
 
 
-def moe_permute_fp8(xq, x_scale, row_id_map, offsets, counts, probs=None, top_k=None, multiple=16,
+def moe_permute_fp8(xq, x_scale, row_id_map, offsets, counts, probs=None, top_k=None, multiple=None,
                     round_scale=True):
     """(rows e4m3, rows_scale [rows, hidden / 128] fp32, rows_probs or None):
     the permute of FP8 tokens xq [tokens, hidden] float8_e4m3fn with their
@@ -984,12 +990,12 @@ def moe_permute_fp8(xq, x_scale, row_id_map, offsets, counts, probs=None, top_k=
     if top_k is None:
         raise ValueError("lingen.torch.moe_permute_fp8: pass top_k=")
     out, scale, out_probs = _run("moe_permute_forward", xq, x_scale, probs, row_id_map, offsets,
-                                 counts, top_k=int(top_k), multiple=int(multiple),
+                                 counts, top_k=int(top_k), **_mult(multiple),
                                  round_scale=bool(round_scale))
     return out, scale, (out_probs if probs is not None else None)
 
 
-def moe_unpermute(rows, row_id_map, offsets, counts, probs=None, top_k=None, multiple=16,
+def moe_unpermute(rows, row_id_map, offsets, counts, probs=None, top_k=None, multiple=None,
                   weighted=False):
     """(out [tokens, hidden] bf16, restore_probs [tokens, experts] fp32) of
     rows [rows, hidden] bf16 and their probs [rows] fp32 (None: no
@@ -1003,7 +1009,7 @@ def moe_unpermute(rows, row_id_map, offsets, counts, probs=None, top_k=None, mul
                                       weighted)
 
 
-def moe_permute_quant(x, row_index, padded_counts, probs=None, top_k=None, multiple=16,
+def moe_permute_quant(x, row_index, padded_counts, probs=None, top_k=None, multiple=None,
                       round_scale=True, output="both"):
     """(q, s, qt, st, out_probs) of lingen.moe_permute_quant for x [..., hidden]
     bf16 (K4b: permute + pad + per-expert blockwise FP8 in one kernel); the
@@ -1012,7 +1018,7 @@ def moe_permute_quant(x, row_index, padded_counts, probs=None, top_k=None, multi
     if top_k is None:
         raise ValueError("lingen.torch.moe_permute_quant: pass top_k= (it sizes the padded rows)")
     res = _run("moe_permute_quant_forward", _flat(x), probs, row_index, padded_counts,
-               top_k=int(top_k), multiple=int(multiple), quant_round_scale=bool(round_scale),
+               top_k=int(top_k), **_mult(multiple), quant_round_scale=bool(round_scale),
                quant_output=output)
     q, s, qt, st, op = _none_unused(res, _used("moe_permute_quant", "forward",
                                                (("quant.output", output),)))
