@@ -49,7 +49,7 @@
  *     there: the fewest CTAs whose slices fit 100 KiB, 4 at the target): a
  *     cluster of n CTAs a row, each copying its slice of the row into
  *     shared memory with cp.async (all in flight at once, at most 8 commit
- *     groups a thread), merging (m, S) through distributed shared memory,
+ *     groups a thread, issued before the label is known), merging (m, S) through distributed shared memory,
  *     then writing the gradient from shared memory. HBM sees one read of
  *     the logits and one write of the gradient, 2 x M x V values, instead
  *     of forward + backward's 3 x M x V (at the target 5.15 GB, not 7.73).
@@ -648,10 +648,13 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_section(b, p->entry[0], k.part == PART_SHARD ? "cross entropy, one vocab shard's statistics"
 					    : k.fused ? "cross entropy, fused forward + backward"
 						      : "cross entropy, forward");
-	/* the plain forward and the shard: 1024 threads an SM at most 64
-	 * registers (two CTAs of 512: one's loads go on while the other
-	 * reduces its row); the fused one keeps one CTA an SM (L2 reuse) */
-	int ctas = k.fused || k.threads >= 1024 ? 1 : 1024 / k.threads;
+	/* the plain forward and the shard: as many threads an SM as the
+	 * registers of `unroll` pieces a thread allow (8: 1024 threads at 64
+	 * registers, 2 CTAs of 512, one's loads going on while the other starts
+	 * or reduces its row; fewer: 1536 at 40 (2048 at 32 spills in the
+	 * unaligned fp32 forms)); the fused one keeps one CTA an SM (L2 reuse) */
+	int per_sm = k.unroll >= 8 ? 1024 : 1536;
+	int ctas = k.fused || k.threads >= per_sm ? 1 : per_sm / k.threads;
 	lg_comment(b, "One row a CTA of %d threads (%d an SM), %d 16-byte loads in flight each a step; %lld columns.",
 		   k.threads, ctas, k.unroll, (long long)k.v);
 	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", k.threads, ctas);
@@ -756,15 +759,6 @@ static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struc
 		per, nb, per);
 	lg_line(b, "u8 *const gb = (u8 *)%s + row * %lld + c0 * 16; // the slice's gradient",
 		k.inplace ? "logits" : "grad", rowb);
-	lg_open(b, "if (ign) {");
-	lg_open(b, "if (rank == 0 && t == 0) {");
-	lg_line(b, "((float *)loss)[row] = 0.0f;");
-	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = 0.0f;");
-	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = 0.0f;");
-	lg_close(b);
-	lg_line(b, "for (int c = t; c < np; c += %d) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});", T);
-	lg_line(b, "return;");
-	lg_close(b);
 	lg_line(b, "const u8 *const xs = (const u8 *)logits + row * %lld + c0 * 16; // the slice", rowb);
 	lg_comment(b, "Every copy of the slice in flight: %d groups of %d pieces a thread.", groups, chunk);
 	lg_line(b, "#pragma unroll");
@@ -775,6 +769,17 @@ static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struc
 	lg_line(b, "if (c < np) lg_cp16(&rs[c], xs + c * 16, 16);");
 	lg_close(b);
 	lg_line(b, "lg_cp_commit();");
+	lg_close(b);
+	lg_comment(b, "An ignored row (its copies already issued): wait for them, write zeros.");
+	lg_open(b, "if (ign) {");
+	lg_line(b, "lg_cp_wait(0);");
+	lg_open(b, "if (rank == 0 && t == 0) {");
+	lg_line(b, "((float *)loss)[row] = 0.0f;");
+	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = 0.0f;");
+	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = 0.0f;");
+	lg_close(b);
+	lg_line(b, "for (int c = t; c < np; c += %d) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});", T);
+	lg_line(b, "return;");
 	lg_close(b);
 	lg_line(b, "float mt = lg_ce_ninf();");
 	lg_line(b, "double st = 0.0%s;", k.smooth ? ", sx = 0.0" : "");

@@ -149,15 +149,6 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 	const i64 c0 = (i64)rank * 4912; // the slice's first piece
 	const int np = (int)(c0 >= 19648 ? 0 : 19648 - c0 < 4912 ? 19648 - c0 : 4912); // its pieces
 	u8 *const gb = (u8 *)grad + row * 314368 + c0 * 16; // the slice's gradient
-	if (ign) {
-		if (rank == 0 && t == 0) {
-			((float *)loss)[row] = 0.0f;
-			if (sum_exp) ((float *)sum_exp)[row] = 0.0f;
-			if (max_logit) ((float *)max_logit)[row] = 0.0f;
-		}
-		for (int c = t; c < np; c += 512) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});
-		return;
-	}
 	const u8 *const xs = (const u8 *)logits + row * 314368 + c0 * 16; // the slice
 	// Every copy of the slice in flight: 5 groups of 2 pieces a thread.
 	#pragma unroll
@@ -168,6 +159,17 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 			if (c < np) lg_cp16(&rs[c], xs + c * 16, 16);
 		}
 		lg_cp_commit();
+	}
+	// An ignored row (its copies already issued): wait for them, write zeros.
+	if (ign) {
+		lg_cp_wait(0);
+		if (rank == 0 && t == 0) {
+			((float *)loss)[row] = 0.0f;
+			if (sum_exp) ((float *)sum_exp)[row] = 0.0f;
+			if (max_logit) ((float *)max_logit)[row] = 0.0f;
+		}
+		for (int c = t; c < np; c += 512) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});
+		return;
 	}
 	float mt = lg_ce_ninf();
 	double st = 0.0, sx = 0.0;
