@@ -34,9 +34,10 @@
  * warp a lane). It is a pure read stream, so what bounds it is keeping the
  * loads going through each row's start and end: the first step's loads
  * are issued before the label is known (an ignored row wastes them), and
- * the kernel is held to 64 registers so that two CTAs of 512 share an SM
- * (1024 threads x 128 bytes in flight at most), one streaming while the
- * other starts or reduces its row. The backward streams the row
+ * the registers are held so that several CTAs share an SM, one streaming
+ * while another starts or reduces its row (unroll 8: 64 registers, two
+ * CTAs of 512, 1024 threads x 128 bytes in flight at most; unroll 4: 40,
+ * 1536 threads). The backward streams the row
  * again with 16-byte loads and stores (to a new buffer, or in place over
  * the logits). Rows need not start 16-byte aligned (any vocab): a row's
  * first and last values outside its aligned middle are handled one per
@@ -49,8 +50,9 @@
  *     there: the fewest CTAs whose slices fit 100 KiB, 4 at the target): a
  *     cluster of n CTAs a row, each copying its slice of the row into
  *     shared memory with cp.async (all in flight at once, at most 8 commit
- *     groups a thread, issued before the label is known), merging (m, S) through distributed shared memory,
- *     then writing the gradient from shared memory. HBM sees one read of
+ *     groups a thread, issued before the label is known), merging (m, S)
+ *     through distributed shared memory, then writing the gradient from
+ *     shared memory. HBM sees one read of
  *     the logits and one write of the gradient, 2 x M x V values, instead
  *     of forward + backward's 3 x M x V (at the target 5.15 GB, not 7.73).
  *   - tile.cluster 1 (sm_80, odd vocabs): one CTA a row streams it twice;
