@@ -25,11 +25,19 @@
  *
  * Strategy (full and shard): one row per CTA, `tile.threads` threads, each
  * keeping `tile.unroll` 16-byte loads in flight per step (at 512 x 8: 64
- * KiB a CTA, several CTAs an SM). The forward is one streaming pass with an
- * online max: per step a thread takes the max of its values, rescales its
- * sum when the max grows, and adds exp(x - m) (ex2.approx) of each 16-byte
- * piece in fp32 (8 bf16 or 4 fp32 values) into an fp64 running sum; the
- * CTA merges (m, S) by log-sum-exp in fp64. The backward streams the row
+ * KiB a CTA). The forward is one streaming pass with an online max: per
+ * step a thread takes the max of its values (bf16: packed max.bf16x2, 3 a
+ * piece), rescales its sum when the max grows, and adds exp(x - m)
+ * (ex2.approx of the exact difference times log2 e) of each 16-byte piece
+ * in fp32 (8 bf16 or 4 fp32 values) into an fp64 running sum; the CTA
+ * merges (m, S) by log-sum-exp in fp64 (warps by shuffles, then warp 0, a
+ * warp a lane). It is a pure read stream, so what bounds it is keeping the
+ * loads going through each row's start and end: the first step's loads
+ * are issued before the label is known (an ignored row wastes them), and
+ * the registers are held so that several CTAs share an SM, one streaming
+ * while another starts or reduces its row (unroll 8: 64 registers, two
+ * CTAs of 512, 1024 threads x 128 bytes in flight at most; unroll 4: 40,
+ * 1536 threads). The backward streams the row
  * again with 16-byte loads and stores (to a new buffer, or in place over
  * the logits). Rows need not start 16-byte aligned (any vocab): a row's
  * first and last values outside its aligned middle are handled one per
@@ -42,8 +50,9 @@
  *     there: the fewest CTAs whose slices fit 100 KiB, 4 at the target): a
  *     cluster of n CTAs a row, each copying its slice of the row into
  *     shared memory with cp.async (all in flight at once, at most 8 commit
- *     groups a thread), merging (m, S) through distributed shared memory,
- *     then writing the gradient from shared memory. HBM sees one read of
+ *     groups a thread, issued before the label is known), merging (m, S)
+ *     through distributed shared memory, then writing the gradient from
+ *     shared memory. HBM sees one read of
  *     the logits and one write of the gradient, 2 x M x V values, instead
  *     of forward + backward's 3 x M x V (at the target 5.15 GB, not 7.73).
  *   - tile.cluster 1 (sm_80, odd vocabs): one CTA a row streams it twice;
@@ -341,6 +350,20 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
 	lg_line(b, "asm(\"ex2.approx.ftz.f32 %%0, %%1;\" : \"=f\"(r) : \"f\"(d * 1.44269504088896341f));");
 	lg_line(b, "return r;");
 	lg_close(b);
+	if (!k->bwd && !k->f32) {
+		lg_comment(b, "Max of two bf16x2 words, per half (exact; a NaN loses, as with fmaxf).");
+		lg_line(b, "static __device__ __forceinline__ u32 lg_ce_max2(u32 a, u32 c)");
+		lg_open(b, "{");
+		lg_line(b, "u32 r;");
+		lg_line(b, "asm(\"max.bf16x2 %%0, %%1, %%2;\" : \"=r\"(r) : \"r\"(a), \"r\"(c));");
+		lg_line(b, "return r;");
+		lg_close(b);
+		lg_comment(b, "The max of a 16-byte piece's eight bf16, as a bf16x2 word (max of its halves).");
+		lg_line(b, "static __device__ __forceinline__ u32 lg_ce_max8(lg_u32x4 v)");
+		lg_open(b, "{");
+		lg_line(b, "return lg_ce_max2(lg_ce_max2(v.x, v.y), lg_ce_max2(v.z, v.w));");
+		lg_close(b);
+	}
 	if (one) {
 		lg_comment(b, "Logit j of a row (byte pointer) as fp32.");
 		lg_line(b, "static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)");
@@ -389,11 +412,11 @@ static void emit_label(lg_buf *b, const struct shape *k)
 	lg_line(b, "const bool ign = y == %lldLL;", (long long)k->ignore);
 }
 
-/* One step of the forward's streaming pass over pieces [base, base +
- * threads x unroll), `checked` when some may be past nb. */
-static void emit_fwd_step(lg_buf *b, const struct shape *k, bool checked, bool keep)
+/* The loads of one step of the forward's streaming pass into v[]: pieces
+ * [base, base + threads x unroll), `checked` when some may be past nb
+ * (those read as -inf). */
+static void emit_fwd_load(lg_buf *b, const struct shape *k, bool checked, bool keep)
 {
-	lg_line(b, "lg_u32x4 v[%d];", k->unroll);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int u = 0; u < %d; u++) {", k->unroll);
 	lg_line(b, "const i64 c = base + u * %d + t;", k->threads);
@@ -403,10 +426,46 @@ static void emit_fwd_step(lg_buf *b, const struct shape *k, bool checked, bool k
 	lg_line(b, "%sv[u] = %s;", checked ? "if (c < nb) " : "",
 		keep ? "lg_ld16_last(xb + c * 16, pol)" : "lg_ld16(xb + c * 16)");
 	lg_close(b);
-	lg_line(b, "float bm = lg_ce_ninf();");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int u = 0; u < %d; u++)", k->unroll);
-	lg_line(b, "\tfor (int i = 0; i < %d; i++) bm = fmaxf(bm, %s(v[u], i));", k->vec, at_of(k));
+}
+
+/* The loads of the step at base: whole (the step ends by nb) or checked. */
+static void emit_fwd_load_step(lg_buf *b, const struct shape *k)
+{
+	lg_open(b, "if (base + %d <= nb) {", k->threads * k->unroll);
+	emit_fwd_load(b, k, false, k->fused);
+	lg_close(b);
+	lg_open(b, "else if (base < nb) {");
+	emit_fwd_load(b, k, true, k->fused);
+	lg_close(b);
+}
+
+/* bm: the max of the piece v (arr false) or of the n pieces v[0..n) as
+ * fp32; bf16 by packed max.bf16x2 (exact), 3 of them a piece. */
+static void emit_piece_max(lg_buf *b, const struct shape *k, bool arr, int n)
+{
+	if (k->f32) {
+		lg_line(b, "float bm = lg_ce_ninf();");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int u = 0; u < %d; u++)", n);
+		lg_line(b, "\tfor (int i = 0; i < %d; i++) bm = fmaxf(bm, %s(%s, i));", k->vec, at_of(k),
+			arr ? "v[u]" : "v");
+	} else {
+		lg_line(b, "u32 pm = lg_ce_max8(%s);", arr ? "v[0]" : "v");
+		if (n > 1) {
+			lg_line(b, "#pragma unroll");
+			lg_line(b, "for (int u = 1; u < %d; u++) pm = lg_ce_max2(pm, lg_ce_max8(v[u]));", n);
+		}
+		lg_line(b, "const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));");
+	}
+}
+
+/* The math of one step on v[] (`checked`: pieces past nb read as -inf):
+ * the step's max (bf16: packed max.bf16x2, exact), the rescale of st when
+ * it grows, and exp(x - mt) of each piece summed in fp32, then into st in
+ * fp64. */
+static void emit_fwd_math(lg_buf *b, const struct shape *k, bool checked)
+{
+	emit_piece_max(b, k, true, k->unroll);
 	lg_open(b, "if (bm > mt) {");
 	lg_line(b, "st *= (double)lg_ce_exp(mt - bm);");
 	lg_line(b, "mt = bm;");
@@ -431,8 +490,11 @@ static void emit_fwd_step(lg_buf *b, const struct shape *k, bool checked, bool k
 
 static void emit_cta_reduce(lg_buf *b, const struct shape *k, const char *m, const char *sum);
 
-/* The forward's pass over one row: mt, st (and sx) per thread, then the
- * CTA's M, S (and SX) in every thread. */
+/* The forward's pass over one row, its first step's loads already in v[]
+ * (issued before the label is known): mt, st (and sx) per thread, then the
+ * CTA's M, S (and SX) in every thread. Each step's math runs on v[] while
+ * nothing else is in flight for this thread; the other warps, and the
+ * other CTAs of the SM, keep the loads going. */
 static void emit_fwd_pass(lg_buf *b, const struct shape *k)
 {
 	int step = k->threads * k->unroll;
@@ -448,24 +510,30 @@ static void emit_fwd_pass(lg_buf *b, const struct shape *k)
 			lg_line(b, "sx += (double)x;");
 		lg_close(b);
 	}
-	lg_line(b, "i64 base = 0;");
-	lg_open(b, "for (; base + %d <= nb; base += %d) {", step, step);
-	emit_fwd_step(b, k, false, k->fused);
+	lg_open(b, "while (base + %d <= nb) {", step);
+	emit_fwd_math(b, k, false);
+	lg_line(b, "base += %d;", step);
+	emit_fwd_load_step(b, k);
 	lg_close(b);
 	lg_open(b, "if (base < nb) {");
-	emit_fwd_step(b, k, true, k->fused);
+	emit_fwd_math(b, k, true);
 	lg_close(b);
 	emit_cta_reduce(b, k, "mr", "S");
 }
 
 /* The CTA's max and sum from each thread's mt, st (and sx): const float
  * <m>, const double <sum> in every thread (and the shared bX: the sum of
- * the logits). */
+ * the logits). Each warp merges by shuffles; then warp 0 merges the warps'
+ * (max, sum) pairs, one a lane, the fp64 e^(m_w - m) of all at once. */
 static void emit_cta_reduce(lg_buf *b, const struct shape *k, const char *m, const char *sum)
 {
-	lg_comment(b, "The CTA's max and sum: log-sum-exp merges in fp64, warps then CTA.");
-	lg_line(b, "__shared__ float sm[%d];", k->threads / 32);
-	lg_line(b, "__shared__ double ss[%d]%s;", k->threads / 32, k->smooth ? ", sq[32]" : "");
+	int nw = k->threads / 32;
+	lg_comment(b, "The CTA's max and sum: log-sum-exp merges in fp64, warps then warp 0 (a warp a lane).");
+	lg_line(b, "__shared__ float sm[%d];", nw);
+	if (k->smooth)
+		lg_line(b, "__shared__ double ss[%d], sq[%d];", nw, nw);
+	else
+		lg_line(b, "__shared__ double ss[%d];", nw);
 	lg_line(b, "__shared__ float bM;");
 	lg_line(b, "__shared__ double bS%s;", k->smooth ? ", bX" : "");
 	lg_line(b, "const float mw = lg_max_xor(mt, 1, 16);");
@@ -480,19 +548,19 @@ static void emit_cta_reduce(lg_buf *b, const struct shape *k, const char *m, con
 		lg_line(b, "sq[t >> 5] = sx;");
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_open(b, "if (t == 0) {");
-	lg_line(b, "float mr = lg_ce_ninf();");
-	lg_line(b, "for (int w = 0; w < %d; w++) mr = fmaxf(mr, sm[w]);", k->threads / 32);
-	lg_line(b, "double S = 0.0%s;", k->smooth ? ", X = 0.0" : "");
-	lg_open(b, "for (int w = 0; w < %d; w++) {", k->threads / 32);
-	lg_line(b, "if (sm[w] != lg_ce_ninf()) S += ss[w] * exp((double)sm[w] - (double)mr);");
+	lg_open(b, "if (t < 32) {");
+	lg_line(b, "const float mo = t < %d ? sm[t] : lg_ce_ninf();", nw);
+	lg_line(b, "const float mr = lg_max_xor(mo, 1, %d);", nw / 2);
+	lg_line(b, "double S = mo == lg_ce_ninf() ? 0.0 : ss[t] * exp((double)mo - (double)mr);");
+	lg_line(b, "S = lg_dsum_xor(S, 1, %d);", nw / 2);
 	if (k->smooth)
-		lg_line(b, "X += sq[w];");
-	lg_close(b);
+		lg_line(b, "const double X = lg_dsum_xor(t < %d ? sq[t] : 0.0, 1, %d);", nw, nw / 2);
+	lg_open(b, "if (t == 0) {");
 	lg_line(b, "bM = mr;");
 	lg_line(b, "bS = S;");
 	if (k->smooth)
 		lg_line(b, "bX = X;");
+	lg_close(b);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
 	lg_line(b, "const float %s = bM;", m);
@@ -582,13 +650,27 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_section(b, p->entry[0], k.part == PART_SHARD ? "cross entropy, one vocab shard's statistics"
 					    : k.fused ? "cross entropy, fused forward + backward"
 						      : "cross entropy, forward");
-	lg_comment(b, "One row a CTA of %d threads, %d 16-byte loads in flight each a step; %lld columns.",
-		   k.threads, k.unroll, (long long)k.v);
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.threads);
+	/* the plain forward and the shard: as many threads an SM as the
+	 * registers of `unroll` pieces a thread allow (8: 1024 threads at 64
+	 * registers, 2 CTAs of 512, one's loads going on while the other starts
+	 * or reduces its row; fewer: 1536 at 40 (2048 at 32 spills in the
+	 * unaligned fp32 forms)); the fused one keeps one CTA an SM (L2 reuse) */
+	int per_sm = k.unroll >= 8 ? 1024 : 1536;
+	int ctas = k.fused || k.threads >= per_sm ? 1 : per_sm / k.threads;
+	lg_comment(b, "One row a CTA of %d threads (%d an SM), %d 16-byte loads in flight each a step; %lld columns.",
+		   k.threads, ctas, k.unroll, (long long)k.v);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", k.threads, ctas);
 	lg_open(b, "{");
 	lg_line(b, "const i64 row = blockIdx.x;");
 	lg_line(b, "const int t = threadIdx.x;");
 	emit_label(b, &k);
+	if (k.fused)
+		lg_line(b, "const u64 pol = lg_policy_evict_last();");
+	emit_row_geometry(b, &k, "logits");
+	lg_comment(b, "The first step's loads, in flight while the label arrives (an ignored row wastes them).");
+	lg_line(b, "lg_u32x4 v[%d];", k.unroll);
+	lg_line(b, "i64 base = 0;");
+	emit_fwd_load_step(b, &k);
 	lg_open(b, "if (ign) {");
 	lg_open(b, "if (t == 0) {");
 	if (k.part == PART_SHARD) {
@@ -603,16 +685,8 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 		emit_zero_row(b, &k);
 	lg_line(b, "return;");
 	lg_close(b);
-	if (k.fused)
-		lg_line(b, "const u64 pol = lg_policy_evict_last();");
-	emit_row_geometry(b, &k, "logits");
-	if (k.part == PART_SHARD) {
-		lg_line(b, "const i64 yl = y - V0; // the label's column in this shard");
-		lg_line(b, "const float xy = yl >= 0 && yl < %lld ? lg_ce_one(xr, yl) : lg_ce_ninf();", (long long)k.v);
-	} else {
-		lg_line(b, "const i64 yl = y;");
-		lg_line(b, "const float xy = yl >= 0 && yl < %lld ? lg_ce_one(xr, yl) : lg_ce_ninf();", (long long)k.v);
-	}
+	lg_line(b, "const i64 yl = y%s; // the label's column in these rows", k.part == PART_SHARD ? " - V0" : "");
+	lg_line(b, "const float xy = yl >= 0 && yl < %lld ? lg_ce_one(xr, yl) : lg_ce_ninf();", (long long)k.v);
 	emit_fwd_pass(b, &k);
 	lg_open(b, "if (t == 0) {");
 	if (k.part == PART_SHARD) {
@@ -687,15 +761,6 @@ static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struc
 		per, nb, per);
 	lg_line(b, "u8 *const gb = (u8 *)%s + row * %lld + c0 * 16; // the slice's gradient",
 		k.inplace ? "logits" : "grad", rowb);
-	lg_open(b, "if (ign) {");
-	lg_open(b, "if (rank == 0 && t == 0) {");
-	lg_line(b, "((float *)loss)[row] = 0.0f;");
-	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = 0.0f;");
-	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = 0.0f;");
-	lg_close(b);
-	lg_line(b, "for (int c = t; c < np; c += %d) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});", T);
-	lg_line(b, "return;");
-	lg_close(b);
 	lg_line(b, "const u8 *const xs = (const u8 *)logits + row * %lld + c0 * 16; // the slice", rowb);
 	lg_comment(b, "Every copy of the slice in flight: %d groups of %d pieces a thread.", groups, chunk);
 	lg_line(b, "#pragma unroll");
@@ -707,6 +772,17 @@ static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struc
 	lg_close(b);
 	lg_line(b, "lg_cp_commit();");
 	lg_close(b);
+	lg_comment(b, "An ignored row (its copies already issued): wait for them, write zeros.");
+	lg_open(b, "if (ign) {");
+	lg_line(b, "lg_cp_wait(0);");
+	lg_open(b, "if (rank == 0 && t == 0) {");
+	lg_line(b, "((float *)loss)[row] = 0.0f;");
+	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = 0.0f;");
+	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = 0.0f;");
+	lg_close(b);
+	lg_line(b, "for (int c = t; c < np; c += %d) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});", T);
+	lg_line(b, "return;");
+	lg_close(b);
 	lg_line(b, "float mt = lg_ce_ninf();");
 	lg_line(b, "double st = 0.0%s;", k.smooth ? ", sx = 0.0" : "");
 	for (int g = 0; g < groups; g++) {
@@ -717,8 +793,8 @@ static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struc
 		lg_line(b, "const int c = t + (%d + j) * %d;", g * chunk, T);
 		lg_line(b, "if (c >= np) continue;");
 		lg_line(b, "const lg_u32x4 v = rs[c];");
-		lg_line(b, "float bm = lg_ce_ninf(), pe = 0.0f%s;", k.smooth ? ", q = 0.0f" : "");
-		lg_line(b, "for (int i = 0; i < %d; i++) bm = fmaxf(bm, %s(v, i));", k.vec, at_of(&k));
+		lg_line(b, "float pe = 0.0f%s;", k.smooth ? ", q = 0.0f" : "");
+		emit_piece_max(b, &k, false, 1);
 		lg_line(b, "if (bm > mt) { st *= (double)lg_ce_exp(mt - bm); mt = bm; }");
 		lg_line(b, "#pragma unroll");
 		lg_open(b, "for (int i = 0; i < %d; i++) {", k.vec);

@@ -62,8 +62,8 @@ static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 }
 
 // ----- lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1: cross entropy, forward -----
-// One row a CTA of 512 threads, 8 16-byte loads in flight each a step; 50257 columns.
-extern "C" __global__ void __launch_bounds__(512)
+// One row a CTA of 512 threads (2 an SM), 8 16-byte loads in flight each a step; 50257 columns.
+extern "C" __global__ void __launch_bounds__(512, 2)
 lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 	u64 logits, u64 labels, u64 stats_in, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
 	u64 stats, u64 grad, i64 M, i64 V0, i64 NS, i64 part)
@@ -72,6 +72,31 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 	const int t = threadIdx.x;
 	const i64 y = (i64)((const int *)labels)[row];
 	const bool ign = y == -1LL;
+	const u8 *const xr = (const u8 *)logits + row * 201028;
+	// Rows are not 16-byte aligned: head values, whole pieces, tail values.
+	const int h = (int)(((16u - (u32)((u64)xr & 15u)) & 15u) / 4);
+	const int hh = h < 50257 ? h : 50257;
+	const i64 nb = (50257 - hh) / 4;
+	const int tl = (int)(50257 - hh - nb * 4);
+	const u8 *const xb = xr + hh * 4; // the whole pieces
+	// The first step's loads, in flight while the label arrives (an ignored row wastes them).
+	lg_u32x4 v[8];
+	i64 base = 0;
+	if (base + 4096 <= nb) {
+		#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const i64 c = base + u * 512 + t;
+			v[u] = lg_ld16(xb + c * 16);
+		}
+	}
+	else if (base < nb) {
+		#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const i64 c = base + u * 512 + t;
+			v[u] = lg_u32x4{0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u};
+			if (c < nb) v[u] = lg_ld16(xb + c * 16);
+		}
+	}
 	if (ign) {
 		if (t == 0) {
 			((float *)loss)[row] = 0.0f;
@@ -80,14 +105,7 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 		}
 		return;
 	}
-	const u8 *const xr = (const u8 *)logits + row * 201028;
-	// Rows are not 16-byte aligned: head values, whole pieces, tail values.
-	const int h = (int)(((16u - (u32)((u64)xr & 15u)) & 15u) / 4);
-	const int hh = h < 50257 ? h : 50257;
-	const i64 nb = (50257 - hh) / 4;
-	const int tl = (int)(50257 - hh - nb * 4);
-	const u8 *const xb = xr + hh * 4; // the whole pieces
-	const i64 yl = y;
+	const i64 yl = y; // the label's column in these rows
 	const float xy = yl >= 0 && yl < 50257 ? lg_ce_one(xr, yl) : lg_ce_ninf();
 	float mt = lg_ce_ninf();
 	double st = 0.0, sx = 0.0;
@@ -98,14 +116,7 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 		st += (double)lg_ce_exp(x - mt);
 		sx += (double)x;
 	}
-	i64 base = 0;
-	for (; base + 4096 <= nb; base += 4096) {
-		lg_u32x4 v[8];
-		#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const i64 c = base + u * 512 + t;
-			v[u] = lg_ld16(xb + c * 16);
-		}
+	while (base + 4096 <= nb) {
 		float bm = lg_ce_ninf();
 		#pragma unroll
 		for (int u = 0; u < 8; u++)
@@ -127,15 +138,24 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 			st += (double)p;
 			sx += (double)q;
 		}
+		base += 4096;
+		if (base + 4096 <= nb) {
+			#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const i64 c = base + u * 512 + t;
+				v[u] = lg_ld16(xb + c * 16);
+			}
+		}
+		else if (base < nb) {
+			#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const i64 c = base + u * 512 + t;
+				v[u] = lg_u32x4{0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u};
+				if (c < nb) v[u] = lg_ld16(xb + c * 16);
+			}
+		}
 	}
 	if (base < nb) {
-		lg_u32x4 v[8];
-		#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const i64 c = base + u * 512 + t;
-			v[u] = lg_u32x4{0xff800000u, 0xff800000u, 0xff800000u, 0xff800000u};
-			if (c < nb) v[u] = lg_ld16(xb + c * 16);
-		}
 		float bm = lg_ce_ninf();
 		#pragma unroll
 		for (int u = 0; u < 8; u++)
@@ -158,9 +178,9 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 			sx += (double)q;
 		}
 	}
-	// The CTA's max and sum: log-sum-exp merges in fp64, warps then CTA.
+	// The CTA's max and sum: log-sum-exp merges in fp64, warps then warp 0 (a warp a lane).
 	__shared__ float sm[16];
-	__shared__ double ss[16], sq[32];
+	__shared__ double ss[16], sq[16];
 	__shared__ float bM;
 	__shared__ double bS, bX;
 	const float mw = lg_max_xor(mt, 1, 16);
@@ -173,17 +193,17 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 		sq[t >> 5] = sx;
 	}
 	__syncthreads();
-	if (t == 0) {
-		float mr = lg_ce_ninf();
-		for (int w = 0; w < 16; w++) mr = fmaxf(mr, sm[w]);
-		double S = 0.0, X = 0.0;
-		for (int w = 0; w < 16; w++) {
-			if (sm[w] != lg_ce_ninf()) S += ss[w] * exp((double)sm[w] - (double)mr);
-			X += sq[w];
+	if (t < 32) {
+		const float mo = t < 16 ? sm[t] : lg_ce_ninf();
+		const float mr = lg_max_xor(mo, 1, 8);
+		double S = mo == lg_ce_ninf() ? 0.0 : ss[t] * exp((double)mo - (double)mr);
+		S = lg_dsum_xor(S, 1, 8);
+		const double X = lg_dsum_xor(t < 16 ? sq[t] : 0.0, 1, 8);
+		if (t == 0) {
+			bM = mr;
+			bS = S;
+			bX = X;
 		}
-		bM = mr;
-		bS = S;
-		bX = X;
 	}
 	__syncthreads();
 	const float mr = bM;

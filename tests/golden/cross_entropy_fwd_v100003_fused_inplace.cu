@@ -104,6 +104,18 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
 	return r;
 }
+// Max of two bf16x2 words, per half (exact; a NaN loses, as with fmaxf).
+static __device__ __forceinline__ u32 lg_ce_max2(u32 a, u32 c)
+{
+	u32 r;
+	asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(c));
+	return r;
+}
+// The max of a 16-byte piece's eight bf16, as a bf16x2 word (max of its halves).
+static __device__ __forceinline__ u32 lg_ce_max8(lg_u32x4 v)
+{
+	return lg_ce_max2(lg_ce_max2(v.x, v.y), lg_ce_max2(v.z, v.w));
+}
 // Logit j of a row (byte pointer) as fp32.
 static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 {
@@ -117,8 +129,8 @@ static __device__ __forceinline__ void lg_ce_put(u8 *row, i64 j, float v)
 
 // ----- lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused -----
 // cross entropy, fused forward + backward
-// One row a CTA of 1024 threads, 8 16-byte loads in flight each a step; 100003 columns.
-extern "C" __global__ void __launch_bounds__(1024)
+// One row a CTA of 1024 threads (1 an SM), 8 16-byte loads in flight each a step; 100003 columns.
+extern "C" __global__ void __launch_bounds__(1024, 1)
 lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 	u64 logits, u64 labels, u64 stats_in, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
 	u64 stats, u64 grad, i64 M, i64 V0, i64 NS, i64 part)
@@ -127,6 +139,32 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 	const int t = threadIdx.x;
 	const i64 y = (i64)((const i64 *)labels)[row];
 	const bool ign = y == -100LL;
+	const u64 pol = lg_policy_evict_last();
+	const u8 *const xr = (const u8 *)logits + row * 200006;
+	// Rows are not 16-byte aligned: head values, whole pieces, tail values.
+	const int h = (int)(((16u - (u32)((u64)xr & 15u)) & 15u) / 2);
+	const int hh = h < 100003 ? h : 100003;
+	const i64 nb = (100003 - hh) / 8;
+	const int tl = (int)(100003 - hh - nb * 8);
+	const u8 *const xb = xr + hh * 2; // the whole pieces
+	// The first step's loads, in flight while the label arrives (an ignored row wastes them).
+	lg_u32x4 v[8];
+	i64 base = 0;
+	if (base + 8192 <= nb) {
+		#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const i64 c = base + u * 1024 + t;
+			v[u] = lg_ld16_last(xb + c * 16, pol);
+		}
+	}
+	else if (base < nb) {
+		#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const i64 c = base + u * 1024 + t;
+			v[u] = lg_u32x4{0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u};
+			if (c < nb) v[u] = lg_ld16_last(xb + c * 16, pol);
+		}
+	}
 	if (ign) {
 		if (t == 0) {
 			((float *)loss)[row] = 0.0f;
@@ -137,15 +175,7 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 		for (i64 j = t; j < 100003; j += 1024) lg_ce_put(gr, j, 0.0f);
 		return;
 	}
-	const u64 pol = lg_policy_evict_last();
-	const u8 *const xr = (const u8 *)logits + row * 200006;
-	// Rows are not 16-byte aligned: head values, whole pieces, tail values.
-	const int h = (int)(((16u - (u32)((u64)xr & 15u)) & 15u) / 2);
-	const int hh = h < 100003 ? h : 100003;
-	const i64 nb = (100003 - hh) / 8;
-	const int tl = (int)(100003 - hh - nb * 8);
-	const u8 *const xb = xr + hh * 2; // the whole pieces
-	const i64 yl = y;
+	const i64 yl = y; // the label's column in these rows
 	const float xy = yl >= 0 && yl < 100003 ? lg_ce_one(xr, yl) : lg_ce_ninf();
 	float mt = lg_ce_ninf();
 	double st = 0.0, sx = 0.0;
@@ -156,18 +186,11 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 		st += (double)lg_ce_exp(x - mt);
 		sx += (double)x;
 	}
-	i64 base = 0;
-	for (; base + 8192 <= nb; base += 8192) {
-		lg_u32x4 v[8];
+	while (base + 8192 <= nb) {
+		u32 pm = lg_ce_max8(v[0]);
 		#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const i64 c = base + u * 1024 + t;
-			v[u] = lg_ld16_last(xb + c * 16, pol);
-		}
-		float bm = lg_ce_ninf();
-		#pragma unroll
-		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v[u], i));
+		for (int u = 1; u < 8; u++) pm = lg_ce_max2(pm, lg_ce_max8(v[u]));
+		const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -185,19 +208,28 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 			st += (double)p;
 			sx += (double)q;
 		}
+		base += 8192;
+		if (base + 8192 <= nb) {
+			#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const i64 c = base + u * 1024 + t;
+				v[u] = lg_ld16_last(xb + c * 16, pol);
+			}
+		}
+		else if (base < nb) {
+			#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const i64 c = base + u * 1024 + t;
+				v[u] = lg_u32x4{0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u};
+				if (c < nb) v[u] = lg_ld16_last(xb + c * 16, pol);
+			}
+		}
 	}
 	if (base < nb) {
-		lg_u32x4 v[8];
+		u32 pm = lg_ce_max8(v[0]);
 		#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const i64 c = base + u * 1024 + t;
-			v[u] = lg_u32x4{0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u};
-			if (c < nb) v[u] = lg_ld16_last(xb + c * 16, pol);
-		}
-		float bm = lg_ce_ninf();
-		#pragma unroll
-		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v[u], i));
+		for (int u = 1; u < 8; u++) pm = lg_ce_max2(pm, lg_ce_max8(v[u]));
+		const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -216,7 +248,7 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 			sx += (double)q;
 		}
 	}
-	// The CTA's max and sum: log-sum-exp merges in fp64, warps then CTA.
+	// The CTA's max and sum: log-sum-exp merges in fp64, warps then warp 0 (a warp a lane).
 	__shared__ float sm[32];
 	__shared__ double ss[32], sq[32];
 	__shared__ float bM;
@@ -231,17 +263,17 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 		sq[t >> 5] = sx;
 	}
 	__syncthreads();
-	if (t == 0) {
-		float mr = lg_ce_ninf();
-		for (int w = 0; w < 32; w++) mr = fmaxf(mr, sm[w]);
-		double S = 0.0, X = 0.0;
-		for (int w = 0; w < 32; w++) {
-			if (sm[w] != lg_ce_ninf()) S += ss[w] * exp((double)sm[w] - (double)mr);
-			X += sq[w];
+	if (t < 32) {
+		const float mo = t < 32 ? sm[t] : lg_ce_ninf();
+		const float mr = lg_max_xor(mo, 1, 16);
+		double S = mo == lg_ce_ninf() ? 0.0 : ss[t] * exp((double)mo - (double)mr);
+		S = lg_dsum_xor(S, 1, 16);
+		const double X = lg_dsum_xor(t < 32 ? sq[t] : 0.0, 1, 16);
+		if (t == 0) {
+			bM = mr;
+			bS = S;
+			bX = X;
 		}
-		bM = mr;
-		bS = S;
-		bX = X;
 	}
 	__syncthreads();
 	const float mr = bM;

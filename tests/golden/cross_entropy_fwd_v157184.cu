@@ -63,6 +63,18 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
 	return r;
 }
+// Max of two bf16x2 words, per half (exact; a NaN loses, as with fmaxf).
+static __device__ __forceinline__ u32 lg_ce_max2(u32 a, u32 c)
+{
+	u32 r;
+	asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(c));
+	return r;
+}
+// The max of a 16-byte piece's eight bf16, as a bf16x2 word (max of its halves).
+static __device__ __forceinline__ u32 lg_ce_max8(lg_u32x4 v)
+{
+	return lg_ce_max2(lg_ce_max2(v.x, v.y), lg_ce_max2(v.z, v.w));
+}
 // Logit j of a row (byte pointer) as fp32.
 static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 {
@@ -70,8 +82,8 @@ static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 }
 
 // ----- lg_cross_entropy_fwd_bf16_v157184: cross entropy, forward -----
-// One row a CTA of 512 threads, 8 16-byte loads in flight each a step; 157184 columns.
-extern "C" __global__ void __launch_bounds__(512)
+// One row a CTA of 512 threads (2 an SM), 8 16-byte loads in flight each a step; 157184 columns.
+extern "C" __global__ void __launch_bounds__(512, 2)
 lg_cross_entropy_fwd_bf16_v157184(
 	u64 logits, u64 labels, u64 stats_in, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
 	u64 stats, u64 grad, i64 M, i64 V0, i64 NS, i64 part)
@@ -80,6 +92,27 @@ lg_cross_entropy_fwd_bf16_v157184(
 	const int t = threadIdx.x;
 	const i64 y = (i64)((const i64 *)labels)[row];
 	const bool ign = y == -100LL;
+	const u8 *const xr = (const u8 *)logits + row * 314368;
+	const i64 nb = 19648; // whole pieces (rows start 16-byte aligned)
+	const u8 *const xb = xr + 0 * 2; // the whole pieces
+	// The first step's loads, in flight while the label arrives (an ignored row wastes them).
+	lg_u32x4 v[8];
+	i64 base = 0;
+	if (base + 4096 <= nb) {
+		#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const i64 c = base + u * 512 + t;
+			v[u] = lg_ld16(xb + c * 16);
+		}
+	}
+	else if (base < nb) {
+		#pragma unroll
+		for (int u = 0; u < 8; u++) {
+			const i64 c = base + u * 512 + t;
+			v[u] = lg_u32x4{0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u};
+			if (c < nb) v[u] = lg_ld16(xb + c * 16);
+		}
+	}
 	if (ign) {
 		if (t == 0) {
 			((float *)loss)[row] = 0.0f;
@@ -88,25 +121,15 @@ lg_cross_entropy_fwd_bf16_v157184(
 		}
 		return;
 	}
-	const u8 *const xr = (const u8 *)logits + row * 314368;
-	const i64 nb = 19648; // whole pieces (rows start 16-byte aligned)
-	const u8 *const xb = xr + 0 * 2; // the whole pieces
-	const i64 yl = y;
+	const i64 yl = y; // the label's column in these rows
 	const float xy = yl >= 0 && yl < 157184 ? lg_ce_one(xr, yl) : lg_ce_ninf();
 	float mt = lg_ce_ninf();
 	double st = 0.0;
-	i64 base = 0;
-	for (; base + 4096 <= nb; base += 4096) {
-		lg_u32x4 v[8];
+	while (base + 4096 <= nb) {
+		u32 pm = lg_ce_max8(v[0]);
 		#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const i64 c = base + u * 512 + t;
-			v[u] = lg_ld16(xb + c * 16);
-		}
-		float bm = lg_ce_ninf();
-		#pragma unroll
-		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v[u], i));
+		for (int u = 1; u < 8; u++) pm = lg_ce_max2(pm, lg_ce_max8(v[u]));
+		const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -120,20 +143,29 @@ lg_cross_entropy_fwd_bf16_v157184(
 				p += lg_ce_exp(x - mt);
 			}
 			st += (double)p;
+		}
+		base += 4096;
+		if (base + 4096 <= nb) {
+			#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const i64 c = base + u * 512 + t;
+				v[u] = lg_ld16(xb + c * 16);
+			}
+		}
+		else if (base < nb) {
+			#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				const i64 c = base + u * 512 + t;
+				v[u] = lg_u32x4{0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u};
+				if (c < nb) v[u] = lg_ld16(xb + c * 16);
+			}
 		}
 	}
 	if (base < nb) {
-		lg_u32x4 v[8];
+		u32 pm = lg_ce_max8(v[0]);
 		#pragma unroll
-		for (int u = 0; u < 8; u++) {
-			const i64 c = base + u * 512 + t;
-			v[u] = lg_u32x4{0xff80ff80u, 0xff80ff80u, 0xff80ff80u, 0xff80ff80u};
-			if (c < nb) v[u] = lg_ld16(xb + c * 16);
-		}
-		float bm = lg_ce_ninf();
-		#pragma unroll
-		for (int u = 0; u < 8; u++)
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v[u], i));
+		for (int u = 1; u < 8; u++) pm = lg_ce_max2(pm, lg_ce_max8(v[u]));
+		const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
 			mt = bm;
@@ -149,7 +181,7 @@ lg_cross_entropy_fwd_bf16_v157184(
 			st += (double)p;
 		}
 	}
-	// The CTA's max and sum: log-sum-exp merges in fp64, warps then CTA.
+	// The CTA's max and sum: log-sum-exp merges in fp64, warps then warp 0 (a warp a lane).
 	__shared__ float sm[16];
 	__shared__ double ss[16];
 	__shared__ float bM;
@@ -162,15 +194,15 @@ lg_cross_entropy_fwd_bf16_v157184(
 		ss[t >> 5] = sw;
 	}
 	__syncthreads();
-	if (t == 0) {
-		float mr = lg_ce_ninf();
-		for (int w = 0; w < 16; w++) mr = fmaxf(mr, sm[w]);
-		double S = 0.0;
-		for (int w = 0; w < 16; w++) {
-			if (sm[w] != lg_ce_ninf()) S += ss[w] * exp((double)sm[w] - (double)mr);
+	if (t < 32) {
+		const float mo = t < 16 ? sm[t] : lg_ce_ninf();
+		const float mr = lg_max_xor(mo, 1, 8);
+		double S = mo == lg_ce_ninf() ? 0.0 : ss[t] * exp((double)mo - (double)mr);
+		S = lg_dsum_xor(S, 1, 8);
+		if (t == 0) {
+			bM = mr;
+			bS = S;
 		}
-		bM = mr;
-		bS = S;
 	}
 	__syncthreads();
 	const float mr = bM;

@@ -112,6 +112,18 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
 	return r;
 }
+// Max of two bf16x2 words, per half (exact; a NaN loses, as with fmaxf).
+static __device__ __forceinline__ u32 lg_ce_max2(u32 a, u32 c)
+{
+	u32 r;
+	asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(c));
+	return r;
+}
+// The max of a 16-byte piece's eight bf16, as a bf16x2 word (max of its halves).
+static __device__ __forceinline__ u32 lg_ce_max8(lg_u32x4 v)
+{
+	return lg_ce_max2(lg_ce_max2(v.x, v.y), lg_ce_max2(v.z, v.w));
+}
 // Logit j of a row (byte pointer) as fp32.
 static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 {
@@ -137,15 +149,6 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 	const i64 c0 = (i64)rank * 4912; // the slice's first piece
 	const int np = (int)(c0 >= 19648 ? 0 : 19648 - c0 < 4912 ? 19648 - c0 : 4912); // its pieces
 	u8 *const gb = (u8 *)grad + row * 314368 + c0 * 16; // the slice's gradient
-	if (ign) {
-		if (rank == 0 && t == 0) {
-			((float *)loss)[row] = 0.0f;
-			if (sum_exp) ((float *)sum_exp)[row] = 0.0f;
-			if (max_logit) ((float *)max_logit)[row] = 0.0f;
-		}
-		for (int c = t; c < np; c += 512) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});
-		return;
-	}
 	const u8 *const xs = (const u8 *)logits + row * 314368 + c0 * 16; // the slice
 	// Every copy of the slice in flight: 5 groups of 2 pieces a thread.
 	#pragma unroll
@@ -157,6 +160,17 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 		}
 		lg_cp_commit();
 	}
+	// An ignored row (its copies already issued): wait for them, write zeros.
+	if (ign) {
+		lg_cp_wait(0);
+		if (rank == 0 && t == 0) {
+			((float *)loss)[row] = 0.0f;
+			if (sum_exp) ((float *)sum_exp)[row] = 0.0f;
+			if (max_logit) ((float *)max_logit)[row] = 0.0f;
+		}
+		for (int c = t; c < np; c += 512) lg_st16_cs(gb + c * 16, lg_u32x4{0u, 0u, 0u, 0u});
+		return;
+	}
 	float mt = lg_ce_ninf();
 	double st = 0.0, sx = 0.0;
 	{
@@ -166,8 +180,9 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 			const int c = t + (0 + j) * 512;
 			if (c >= np) continue;
 			const lg_u32x4 v = rs[c];
-			float bm = lg_ce_ninf(), pe = 0.0f, q = 0.0f;
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v, i));
+			float pe = 0.0f, q = 0.0f;
+			u32 pm = lg_ce_max8(v);
+			const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 			if (bm > mt) { st *= (double)lg_ce_exp(mt - bm); mt = bm; }
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
@@ -185,8 +200,9 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 			const int c = t + (2 + j) * 512;
 			if (c >= np) continue;
 			const lg_u32x4 v = rs[c];
-			float bm = lg_ce_ninf(), pe = 0.0f, q = 0.0f;
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v, i));
+			float pe = 0.0f, q = 0.0f;
+			u32 pm = lg_ce_max8(v);
+			const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 			if (bm > mt) { st *= (double)lg_ce_exp(mt - bm); mt = bm; }
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
@@ -204,8 +220,9 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 			const int c = t + (4 + j) * 512;
 			if (c >= np) continue;
 			const lg_u32x4 v = rs[c];
-			float bm = lg_ce_ninf(), pe = 0.0f, q = 0.0f;
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v, i));
+			float pe = 0.0f, q = 0.0f;
+			u32 pm = lg_ce_max8(v);
+			const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 			if (bm > mt) { st *= (double)lg_ce_exp(mt - bm); mt = bm; }
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
@@ -223,8 +240,9 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 			const int c = t + (6 + j) * 512;
 			if (c >= np) continue;
 			const lg_u32x4 v = rs[c];
-			float bm = lg_ce_ninf(), pe = 0.0f, q = 0.0f;
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v, i));
+			float pe = 0.0f, q = 0.0f;
+			u32 pm = lg_ce_max8(v);
+			const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 			if (bm > mt) { st *= (double)lg_ce_exp(mt - bm); mt = bm; }
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
@@ -242,8 +260,9 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 			const int c = t + (8 + j) * 512;
 			if (c >= np) continue;
 			const lg_u32x4 v = rs[c];
-			float bm = lg_ce_ninf(), pe = 0.0f, q = 0.0f;
-			for (int i = 0; i < 8; i++) bm = fmaxf(bm, lg_bf16_at(v, i));
+			float pe = 0.0f, q = 0.0f;
+			u32 pm = lg_ce_max8(v);
+			const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 			if (bm > mt) { st *= (double)lg_ce_exp(mt - bm); mt = bm; }
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
@@ -254,9 +273,9 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 			sx += (double)q;
 		}
 	}
-	// The CTA's max and sum: log-sum-exp merges in fp64, warps then CTA.
+	// The CTA's max and sum: log-sum-exp merges in fp64, warps then warp 0 (a warp a lane).
 	__shared__ float sm[16];
-	__shared__ double ss[16], sq[32];
+	__shared__ double ss[16], sq[16];
 	__shared__ float bM;
 	__shared__ double bS, bX;
 	const float mw = lg_max_xor(mt, 1, 16);
@@ -269,17 +288,17 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 		sq[t >> 5] = sx;
 	}
 	__syncthreads();
-	if (t == 0) {
-		float mr = lg_ce_ninf();
-		for (int w = 0; w < 16; w++) mr = fmaxf(mr, sm[w]);
-		double S = 0.0, X = 0.0;
-		for (int w = 0; w < 16; w++) {
-			if (sm[w] != lg_ce_ninf()) S += ss[w] * exp((double)sm[w] - (double)mr);
-			X += sq[w];
+	if (t < 32) {
+		const float mo = t < 16 ? sm[t] : lg_ce_ninf();
+		const float mr = lg_max_xor(mo, 1, 8);
+		double S = mo == lg_ce_ninf() ? 0.0 : ss[t] * exp((double)mo - (double)mr);
+		S = lg_dsum_xor(S, 1, 8);
+		const double X = lg_dsum_xor(t < 16 ? sq[t] : 0.0, 1, 8);
+		if (t == 0) {
+			bM = mr;
+			bS = S;
+			bX = X;
 		}
-		bM = mr;
-		bS = S;
-		bX = X;
 	}
 	__syncthreads();
 	const float mc = bM;
