@@ -215,6 +215,11 @@ static void test_k6_deterministic(void **state)
 		first[i] = malloc(bytes + 1);
 		assert_non_null(first[i]);
 	}
+	/* Both launches on poisoned outputs: dxst's container rows past the
+	 * experts' (cdiv(tokens, 128) + experts is a bound) are not written by
+	 * contract, so they must hold the same bytes before each launch (fresh
+	 * device memory holds whatever a previous test freed there). */
+	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 	for (int i = 4; i < g.ref.n; i++)
@@ -223,8 +228,13 @@ static void test_k6_deterministic(void **state)
 	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 	for (int i = 4; i < g.ref.n; i++) {
-		if (memcmp(first[i], g.got[i], g.ref.buf[i].count * g.ref.buf[i].elem) != 0)
-			fail_msg("%s: output %s differs between two launches", lg_spec_entry(s), g.ref.buf[i].name);
+		const unsigned char *a = first[i], *b = g.got[i];
+		size_t bytes = g.ref.buf[i].count * g.ref.buf[i].elem, at = 0;
+		while (at < bytes && a[at] == b[at])
+			at++;
+		if (at < bytes)
+			fail_msg("%s: output %s differs between two launches (first at element %zu of %zu)",
+				 lg_spec_entry(s), g.ref.buf[i].name, at / g.ref.buf[i].elem, (size_t)g.ref.buf[i].count);
 		free(first[i]);
 	}
 	lg_gpu_case_free(&g);
