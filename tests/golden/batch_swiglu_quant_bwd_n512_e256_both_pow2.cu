@@ -198,7 +198,7 @@ static __device__ __forceinline__ void lg_swiglu_dx(float a, float u, float g, f
 
 // ----- lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2 -----
 // SwiGLU backward + blockwise FP8 of dx (K = 2n)
-// CTA: a token tile of one expert (of 256, from counts) x 8 feature blocks of 128;
+// CTA: a token tile of one expert (of 256, from counts) x 4 feature blocks of 128;
 // 512 threads, 4 tokens x 8 features a thread, values from x and g in registers.
 extern "C" __global__ void __launch_bounds__(512)
 lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
@@ -212,8 +212,8 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	// lb: this thread's block of 8 features; rb: its block of 4 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
 	const int r0 = 4 * rb; // this thread's first token in the tile
-	const i64 tt = blockIdx.x; // token tile
-	const int cg = 0; // feature group
+	const i64 tt = blockIdx.x / 2u; // token tile
+	const int cg = blockIdx.x % 2u; // feature group
 	// The expert segment holding token tile tt (a block scan of counts); tiles
 	// past the last (the grid is a bound) and experts overrunning M leave.
 	int ex;
@@ -234,8 +234,8 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	float dpp[4];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) dpp[i] = 0.0f;
-	const int cb_end = cg * 8 + 8 < 8 ? cg * 8 + 8 : 8;
-	for (int cb = cg * 8; cb < cb_end; cb++) { // the feature blocks of this CTA
+	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
+	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
 		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
 		// a token past the tile's last computes the last one's, then counts as 0).
