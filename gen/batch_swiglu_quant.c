@@ -24,11 +24,16 @@
  * Strategy (swiglu_common.c, shared with swiglu_quant): the quantiser
  * engine's per-expert layout (quant_engine.h: a CTA finds its expert by a
  * block scan of counts, tiles never straddle experts, the grid a static
- * bound of cdiv(tokens, 128) + experts token tiles); a values hook computes
+ * bound of cdiv(tokens, 128) + experts token tiles; the rows past an
+ * expert's last token are skipped by whole threads); a values hook computes
  * the SwiGLU values from 16-byte loads, times each token's prob (loaded
- * once a CTA). The backward's CTA takes all 2n/128 feature blocks of its
- * tokens so that dprob is summed in a fixed order within it. Tile options:
- * threads 512 / 256, fblocks (forward, default 4).
+ * once a CTA). The forward's CTA takes one 128 x 128 block (by ptxas 62
+ * registers at 512 threads: 2 CTAs an SM; a loop over 4 blocks, which runs
+ * the expert scan once for them, needs 87: one CTA an SM). The backward's
+ * CTA takes the n/128 blocks of the gate half of its tokens (dprob summed
+ * in a fixed order within it) or of the up half; it is bound by registers
+ * (125 at 512 threads, one CTA an SM). Tile options: threads 512 / 256,
+ * fblocks (forward default 1; backward n/128, default, or 2n/128), min_ctas.
  */
 #include <stdio.h>
 

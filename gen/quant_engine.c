@@ -13,7 +13,11 @@
  * 512-byte row a tile). One pass then quantises every value once per copy:
  * the rowwise bytes straight to q (a half warp stores a token's 128-byte
  * line), the columnwise bytes, two tokens per e4m3x2, into a swizzled
- * shared tile that leaves as 128-byte qt lines.
+ * shared tile that leaves as 128-byte qt lines. In a tile short of tokens
+ * (the last one; with experts, every expert's last) a thread whose tokens
+ * are all absent neither loads, computes nor quantises (its column bytes
+ * are zeros); the others compute their absent tokens from the last one's
+ * row (straight-line code keeps the loads together) and zero them.
  */
 #include "quant_engine.h"
 
@@ -240,6 +244,10 @@ static void emit_values(lg_buf *b, const struct ctx *k)
 		lg_line(b, "lg_u32x4 v[%d];", k->r);
 	else
 		lg_line(b, "float v[%d][8];", k->r);
+	lg_comment(b, "A thread whose tokens are all absent (a short tile: experts' last tiles) neither");
+	lg_comment(b, "loads nor computes; the others run straight-line code, loads first. (The");
+	lg_comment(b, "block is not indented: the hook's lines keep their width.)");
+	lg_line(b, "if (r0 < rows) {");
 	lg_line(b, "const i64 qe_col = k0 + 8 * lb; // the thread's first feature");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
@@ -248,6 +256,7 @@ static void emit_values(lg_buf *b, const struct ctx *k)
 			      .valid = "(r0 + i < rows)"};
 	k->h->values(b, k->e, &r, k->h->ctx);
 	lg_close(b);
+	lg_line(b, "} // r0 < rows");
 	lg_open(b, "if (rows < 128) { // a tile short of tokens: the absent ones count as 0");
 	lg_line(b, "#pragma unroll");
 	if (k->bf16) {
@@ -499,6 +508,21 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 	}
 	if (e->rows)
 		lg_line(b, "u8 *const qrow = (u8 *)%s + (m0 + r0) * %lld + k0 + 8 * lb;", k->q, n);
+	if (e->cols) {
+		lg_comment(b, "A thread whose tokens are all absent has nothing to store but zero bytes");
+		lg_comment(b, "(+0 quantises to 0x00 under any scale).");
+		lg_comment(b, "(The else block is not indented: its lines keep their width.)");
+		lg_open(b, "if (r0 >= rows) {");
+		lg_line(b, "#pragma unroll");
+		if (words == 2)
+			lg_line(b, "for (int c = 0; c < 8; c++) cw[c][0] = cw[c][1] = 0u;");
+		else
+			lg_line(b, "for (int c = 0; c < 8; c++) cw[c] = 0u;");
+		lg_close(b);
+		lg_line(b, "else {");
+	} else {
+		lg_line(b, "if (r0 < rows) { // else: no token of this thread to store (not indented)");
+	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int p = 0; p < %d; p++) {", k->r / 2);
 	lg_line(b, "float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1");
@@ -554,6 +578,7 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 		lg_close(b);
 	}
 	lg_close(b);
+	lg_line(b, "} // r0 < rows");
 	if (!e->cols)
 		return;
 	lg_comment(b, "Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so");

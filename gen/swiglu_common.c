@@ -22,10 +22,11 @@
  * experts (K6) the engine's per-expert layout reads the counts on the
  * device; the prob of each token is loaded once a CTA (prologue). dprob
  * needs every gate-half block of a token: the backward of K6 gives a CTA
- * all 2n / 128 blocks of its token tile; each thread adds its 8 features'
- * terms in a fixed order into dpp[] across the blocks, and after the last
- * gate-half block a butterfly over the 16 lanes of a token (a fixed tree)
- * gives dprob: deterministic. dx in bf16 (dx_bf16) is stored from the
+ * the n / 128 gate-half blocks of its token tile (another CTA the up
+ * half's), or all 2n / 128; each thread adds its 8 features' terms in a
+ * fixed order into dpp[] across the blocks, and after the last gate-half
+ * block a butterfly over the 16 lanes of a token (a fixed tree) gives
+ * dprob: deterministic. dx in bf16 (dx_bf16) is stored from the
  * values after each block, 16 bytes a thread.
  */
 #include <stdio.h>
@@ -64,11 +65,12 @@ lg_status lg_swiglu_validate(const struct lg_spec *s, const char *where)
 				     "backward writes dx)");
 	int64_t nb = out_features(s, k) / 128;
 	if (k->weighted && s->pass == LG_PASS_BACKWARD && lg_spec_has(s, k->key_fblocks) &&
-	    lg_spec_int(s, k->key_fblocks) < nb)
+	    lg_spec_int(s, k->key_fblocks) < nb && lg_spec_int(s, k->key_fblocks) != nb / 2)
 		return lg_spec_error(where,
-				     "tile.fblocks: found %lld, allowed: at least %lld = 2 intermediate / 128 (the "
-				     "backward's CTA takes every feature block of its tokens, for dprob)",
-				     (long long)lg_spec_int(s, k->key_fblocks), (long long)nb);
+				     "tile.fblocks: found %lld, allowed: %lld = intermediate / 128 or at least %lld "
+				     "= 2 intermediate / 128 (for dprob a CTA takes the whole gate half of its "
+				     "tokens: the half, or every block)",
+				     (long long)lg_spec_int(s, k->key_fblocks), (long long)(nb / 2), (long long)nb);
 	return LG_OK;
 }
 
@@ -86,19 +88,23 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	/* fp32 values: 512 threads (4 tokens a thread), the engine's advice
 	 * for computed values (not yet measured against 256 here) */
 	p->v[P_THREADS] = lg_spec_has(s, k->key_threads) ? lg_spec_int(s, k->key_threads) : 512;
-	/* feature blocks a CTA: one (K7: enough CTAs at 8192 tokens); 4 with
-	 * experts (the expert scan spread over them); every block for K6's
-	 * backward (dprob) */
-	int64_t fb = k->weighted ? (bwd ? nb : 4) : 1;
+	/* feature blocks a CTA: one (K7: enough CTAs at 8192 tokens; K6's
+	 * forward: 59 registers, 2 CTAs an SM at 512 threads, against 87 and 1
+	 * for 4 blocks a CTA, whose loop keeps the row addresses live: the
+	 * expert scan is then done for each block, its latency hidden by the
+	 * other CTA); K6's backward: the gate half (dprob's terms, fixed order),
+	 * the up half in a CTA of its own, or every block */
+	int64_t fb = k->weighted && bwd ? nb / 2 : 1;
 	if (lg_spec_has(s, k->key_fblocks))
 		fb = lg_spec_int(s, k->key_fblocks);
-	if (k->weighted && bwd)
+	if (k->weighted && bwd && fb != nb / 2)
 		fb = nb;
 	p->v[P_FBLOCKS] = fb < nb ? fb : nb;
 	p->tile[k->key_threads] = p->v[P_THREADS];
 	p->tile[k->key_fblocks] = p->v[P_FBLOCKS];
-	/* registers set the occupancy (K6: 90-100 a thread at 512 threads, one
-	 * CTA an SM, by ptxas): the minimum is a tuning choice, none by default */
+	/* registers set the occupancy (K6's backward: 125 a thread at 512
+	 * threads, one CTA an SM, by ptxas; 64 with 2 spill 260 bytes): the
+	 * minimum is a tuning choice, none by default */
 	p->tile[k->key_min_ctas] = p->v[P_MIN_CTAS] =
 		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : 1;
 	p->nentries = 1;
@@ -309,14 +315,16 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 }
 
 /* Tile variants for `lingen tune`: feature blocks a CTA (up to 8, the
- * output's) x threads (K6's backward: threads only, it takes every block). */
+ * output's) x threads (K6's backward: the gate half or every block). */
 int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	const struct lg_swiglu_kind *k = kind_of(s);
 	static const int64_t min_ctas[] = {1, 2, 0}; /* and each again with 2 CTAs an SM */
 	int n;
 	if (k->weighted && s->pass == LG_PASS_BACKWARD) {
-		n = lg_candidate_values(s, t, out, 0, max, k->key_threads, lg_swiglu_threads_ok);
+		/* (the half is dropped where the key refuses it: not a power of two) */
+		int64_t nb = out_features(s, k) / 128, fb[3] = {nb / 2, nb, 0};
+		n = lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
 	} else {
 		/* 1, 2, 4, 8 blocks a CTA, those the output has */
 		int64_t fb[5] = {0}, nb = out_features(s, k) / 128;

@@ -25,7 +25,7 @@ extern const int64_t lg_swiglu_fblocks_ok[];
 			     "threads per 128 x 128 tile: 512 (4 tokens a thread, the default) or 256 (8)"), \
 	[(kf)] = LG_KEY_TILE("fblocks", "f", 1, 256, lg_swiglu_fblocks_ok,                                \
 			     "128-feature blocks of the output a CTA quantises in turn (batch_swiglu_quant "  \
-			     "backward: all of them, for dprob)"),                                          \
+			     "backward: the gate half's n/128 or all 2n/128, for dprob)"),                                          \
 	[(ko)] = LG_KEY_TILE_MIN_CTAS
 
 /* What differs between the two families: the prob weight, dprob and the

@@ -492,8 +492,9 @@ static void geometry_at(const lg_spec *s, int64_t m, struct lg_launch_dim *d)
 
 /* The targets: K7 one CTA (512 threads) a 128 x 128 tile: 8192 x 512 is 64
  * token tiles x 4 blocks forward, x 8 blocks backward (K = 2n); K6 a token
- * tile (cdiv(65536, 128) + 256 experts, a bound) x 4 blocks forward in one
- * CTA, all 8 backward; no tokens: nothing launched. */
+ * tile (cdiv(65536, 128) + 256 experts, a bound) x 4 blocks forward, a CTA
+ * each, backward the gate half's 4 blocks and the up half's 4 in a CTA
+ * each (or all 8 in one); no tokens: nothing launched. */
 static void test_geometry(void **state)
 {
 	(void)state;
@@ -516,13 +517,18 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 	s = parse("batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256");
 	geometry_at(s, 65536, &d);
-	assert_true(d.grid[0] == 768 && d.block[0] == 512);
+	assert_true(d.grid[0] == 768 * 4 && d.block[0] == 512);
 	geometry_at(s, 0, &d);
 	assert_int_equal(d.grid[0], 0);
 	lg_spec_free(s);
 	s = parse("batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 256");
 	geometry_at(s, 65536, &d);
-	assert_true(d.grid[0] == 768 && d.block[0] == 512);
+	assert_true(d.grid[0] == 768 * 2 && d.block[0] == 512);
+	lg_spec_free(s);
+	s = parse("batch_swiglu_quant", "backward",
+		  "\"intermediate\": 512, \"experts\": 256, \"tile\": {\"fblocks\": 8}");
+	geometry_at(s, 65536, &d);
+	assert_int_equal(d.grid[0], 768);
 	lg_spec_free(s);
 	/* K6 backward: every block a CTA, whatever fblocks says above that */
 	s = parse("batch_swiglu_quant", "backward",
@@ -530,13 +536,13 @@ static void test_geometry(void **state)
 	geometry_at(s, 300, &d);
 	assert_int_equal(d.grid[0], 3 + 3);
 	lg_spec_free(s);
-	refused("batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 8, \"tile\": {\"fblocks\": 4}",
-		"tile.fblocks: found 4", "at least 8");
+	refused("batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 8, \"tile\": {\"fblocks\": 2}",
+		"tile.fblocks: found 2", "4 = intermediate / 128 or at least 8");
 	refused("swiglu_quant", "forward", "\"intermediate\": 512, \"tile\": {\"fblocks\": 3}", "fblocks", "3");
 }
 
 /* Every tuning candidate validates, plans and generates (K6's backward:
- * threads only); each again with 2 CTAs an SM, whose launch bounds say so. */
+ * the gate half or every block a CTA); each again with 2 CTAs an SM, whose launch bounds say so. */
 static void test_candidates(void **state)
 {
 	(void)state;
@@ -547,7 +553,7 @@ static void test_candidates(void **state)
 		{"swiglu_quant", "forward", "\"intermediate\": 512", 16},
 		{"swiglu_quant", "backward", "\"intermediate\": 128", 12}, /* 2 blocks: fblocks 1, 2 */
 		{"batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256", 16},
-		{"batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 256", 4},
+		{"batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 256", 8},
 	};
 	struct lg_target t;
 	assert_true(lg_target_parse("sm_90a", &t));

@@ -198,7 +198,7 @@ static __device__ __forceinline__ void lg_swiglu_dx(float a, float u, float g, f
 
 // ----- lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2 -----
 // SwiGLU backward + blockwise FP8 of dx (K = 2n)
-// CTA: a token tile of one expert (of 256, from counts) x 8 feature blocks of 128;
+// CTA: a token tile of one expert (of 256, from counts) x 4 feature blocks of 128;
 // 512 threads, 4 tokens x 8 features a thread, values from x and g in registers.
 extern "C" __global__ void __launch_bounds__(512)
 lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
@@ -212,8 +212,8 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	// lb: this thread's block of 8 features; rb: its block of 4 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
 	const int r0 = 4 * rb; // this thread's first token in the tile
-	const i64 tt = blockIdx.x; // token tile
-	const int cg = 0; // feature group
+	const i64 tt = blockIdx.x / 2u; // token tile
+	const int cg = blockIdx.x % 2u; // feature group
 	// The expert segment holding token tile tt (a block scan of counts); tiles
 	// past the last (the grid is a bound) and experts overrunning M leave.
 	int ex;
@@ -234,12 +234,16 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	float dpp[4];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) dpp[i] = 0.0f;
-	const int cb_end = cg * 8 + 8 < 8 ? cg * 8 + 8 : 8;
-	for (int cb = cg * 8; cb < cb_end; cb++) { // the feature blocks of this CTA
+	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
+	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
 		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
 		// a token past the tile's last computes the last one's, then counts as 0).
 		float v[4][8];
+		// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
+		// loads nor computes; the others run straight-line code, loads first. (The
+		// block is not indented: the hook's lines keep their width.)
+		if (r0 < rows) {
 		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
@@ -269,6 +273,7 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 			}
 			if (first) dpp[(r0 + i) - r0] += dps;
 		}
+		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 			#pragma unroll
 			for (int i = 0; i < 4; i++)
@@ -342,6 +347,14 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 		u32 cw[8];
 		u8 *const qrow = (u8 *)dxq + (m0 + r0) * 1024 + k0 + 8 * lb;
+		// A thread whose tokens are all absent has nothing to store but zero bytes
+		// (+0 quantises to 0x00 under any scale).
+		// (The else block is not indented: its lines keep their width.)
+		if (r0 >= rows) {
+			#pragma unroll
+			for (int c = 0; c < 8; c++) cw[c] = 0u;
+		}
+		else {
 		#pragma unroll
 		for (int p = 0; p < 2; p++) {
 			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
@@ -370,6 +383,7 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 				cw[c] = p == 0 ? h : cw[c] | h << 16;
 			}
 		}
+		} // r0 < rows
 		// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
 		// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.
 		#pragma unroll

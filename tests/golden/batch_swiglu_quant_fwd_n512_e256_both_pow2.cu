@@ -176,7 +176,7 @@ static __device__ __forceinline__ float lg_swiglu_y(float a, float u, float p)
 
 // ----- lg_batch_swiglu_quant_fwd_bf16_n512_e256_both_pow2 -----
 // SwiGLU forward + blockwise FP8 of y
-// CTA: a token tile of one expert (of 256, from counts) x 4 feature blocks of 128;
+// CTA: a token tile of one expert (of 256, from counts) x 1 feature blocks of 128;
 // 512 threads, 4 tokens x 8 features a thread, values from x in registers.
 extern "C" __global__ void __launch_bounds__(512)
 lg_batch_swiglu_quant_fwd_bf16_n512_e256_both_pow2(
@@ -189,8 +189,8 @@ lg_batch_swiglu_quant_fwd_bf16_n512_e256_both_pow2(
 	// lb: this thread's block of 8 features; rb: its block of 4 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
 	const int r0 = 4 * rb; // this thread's first token in the tile
-	const i64 tt = blockIdx.x; // token tile
-	const int cg = 0; // feature group
+	const i64 tt = blockIdx.x / 4u; // token tile
+	const int cg = blockIdx.x % 4u; // feature group
 	// The expert segment holding token tile tt (a block scan of counts); tiles
 	// past the last (the grid is a bound) and experts overrunning M leave.
 	int ex;
@@ -207,150 +207,162 @@ lg_batch_swiglu_quant_fwd_bf16_n512_e256_both_pow2(
 	float pr[4];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) pr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];
-	const int cb_end = cg * 4 + 4 < 4 ? cg * 4 + 4 : 4;
-	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
-		const i64 k0 = (i64)cb * 128; // its first feature
-		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
-		// a token past the tile's last computes the last one's, then counts as 0).
-		float v[4][8];
-		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+	const int cb = cg; // the feature block
+	const i64 k0 = (i64)cb * 128; // its first feature
+	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
+	// a token past the tile's last computes the last one's, then counts as 0).
+	float v[4][8];
+	// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
+	// loads nor computes; the others run straight-line code, loads first. (The
+	// block is not indented: the hook's lines keep their width.)
+	if (r0 < rows) {
+	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		// gate at xa, up 1024 bytes on; both read once (streaming)
+		const u8 *const xa = (const u8 *)x + (qe_row * 1024 + qe_col) * 2;
+		const lg_u32x4 aw = lg_ld16_cs(xa), uw = lg_ld16_cs(xa + 1024);
+		const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};
+		const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};
+		const float pv = pr[(r0 + i) - r0];
 		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + min(r0 + i, rows - 1);
-			// gate at xa, up 1024 bytes on; both read once (streaming)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + qe_col) * 2;
-			const lg_u32x4 aw = lg_ld16_cs(xa), uw = lg_ld16_cs(xa + 1024);
-			const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};
-			const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};
-			const float pv = pr[(r0 + i) - r0];
-			#pragma unroll
-			for (int f = 0; f < 8; f++) {
-				const u32 wa = aa[f >> 1], wu = ua[f >> 1];
-				const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
-				const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);
-				v[i][f] = lg_swiglu_y(a, u, pv);
-			}
+		for (int f = 0; f < 8; f++) {
+			const u32 wa = aa[f >> 1], wu = ua[f >> 1];
+			const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
+			const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);
+			v[i][f] = lg_swiglu_y(a, u, pv);
 		}
-		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
-			#pragma unroll
-			for (int i = 0; i < 4; i++)
-				if (r0 + i >= rows)
-					for (int j = 0; j < 8; j++) v[i][j] = 0.0f;
-		}
-		// Block maxima of |v| over the thread's values:
-		// rmax[i]: token r0 + i over its 8 features.
-		float rmax[4];
-		// cmax[j]: feature 8 lb + j over its 4 tokens.
-		float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	}
+	} // r0 < rows
+	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			float a = 0.0f;
-			#pragma unroll
-			for (int j = 0; j < 8; j++) {
-				a = fmaxf(a, fabsf(v[i][j]));
-				cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));
-			}
-			rmax[i] = a;
-		}
-		// Row amax: a butterfly over the half warp's 16 lanes (a token's 128 features).
+		for (int i = 0; i < 4; i++)
+			if (r0 + i >= rows)
+				for (int j = 0; j < 8; j++) v[i][j] = 0.0f;
+	}
+	// Block maxima of |v| over the thread's values:
+	// rmax[i]: token r0 + i over its 8 features.
+	float rmax[4];
+	// cmax[j]: feature 8 lb + j over its 4 tokens.
+	float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float a = 0.0f;
 		#pragma unroll
-		for (int m = 1; m < 16; m <<= 1) {
-			#pragma unroll
-			for (int i = 0; i < 4; i++)
-				rmax[i] = fmaxf(rmax[i], __shfl_xor_sync(~0u, rmax[i], m));
+		for (int j = 0; j < 8; j++) {
+			a = fmaxf(a, fabsf(v[i][j]));
+			cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));
 		}
-		// Row scales, a lane a token: lane lb takes token r0 + lb % 4; lanes 0..3
-		// of a half warp store them (32 bytes a warp), then each lane fetches the inverses
-		// of its 4 tokens from the lanes that own them.
-		const int own = lb & 3;
-		float ramax = rmax[0];
+		rmax[i] = a;
+	}
+	// Row amax: a butterfly over the half warp's 16 lanes (a token's 128 features).
+	#pragma unroll
+	for (int m = 1; m < 16; m <<= 1) {
 		#pragma unroll
-		for (int i = 1; i < 4; i++) ramax = own == i ? rmax[i] : ramax;
-		const float rsc = lg_scale_pow2(ramax), rinv = lg_inv_pow2(rsc);
-		if (lb < 4 && r0 + lb < rows)
-			sg[cb * segn + lt * 128 + r0 + lb] = rsc;
-		float ri[4];
+		for (int i = 0; i < 4; i++)
+			rmax[i] = fmaxf(rmax[i], __shfl_xor_sync(~0u, rmax[i], m));
+	}
+	// Row scales, a lane a token: lane lb takes token r0 + lb % 4; lanes 0..3
+	// of a half warp store them (32 bytes a warp), then each lane fetches the inverses
+	// of its 4 tokens from the lanes that own them.
+	const int own = lb & 3;
+	float ramax = rmax[0];
+	#pragma unroll
+	for (int i = 1; i < 4; i++) ramax = own == i ? rmax[i] : ramax;
+	const float rsc = lg_scale_pow2(ramax), rinv = lg_inv_pow2(rsc);
+	if (lb < 4 && r0 + lb < rows)
+		sg[cb * segn + lt * 128 + r0 + lb] = rsc;
+	float ri[4];
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		ri[i] = __shfl_sync(0xffffffffu, rinv, (threadIdx.x & 16) + i);
+	}
+	// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 16 warps
+	// through shared memory.
+	#pragma unroll
+	for (int j = 0; j < 8; j++)
+		cmax[j] = fmaxf(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));
+	if ((threadIdx.x & 16) == 0) {
+		float *const cp = &cpart[threadIdx.x >> 5][8 * lb];
+		*(float4 *)cp = make_float4(cmax[0], cmax[1], cmax[2], cmax[3]);
+		*(float4 *)(cp + 4) = make_float4(cmax[4], cmax[5], cmax[6], cmax[7]);
+	}
+	__syncthreads();
+	// Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.
+	if (threadIdx.x < 128) {
+		float a = cpart[0][threadIdx.x];
 		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			ri[i] = __shfl_sync(0xffffffffu, rinv, (threadIdx.x & 16) + i);
+		for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
+		const float sc = lg_scale_pow2(a), inv = lg_inv_pow2(sc);
+		stg[k0 + threadIdx.x] = sc;
+		cinv[threadIdx.x] = inv;
+	}
+	__syncthreads();
+	// Quantise every value once per copy:
+	//   rowwise: with its token's scale; a half warp stores a token's q line.
+	//   columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets
+	//   the 4 bytes of feature 8 lb + c, token r0 first.
+	const float4 c0 = *(const float4 *)(cinv + 8 * lb);
+	const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);
+	const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+	u32 cw[8];
+	u8 *const qrow = (u8 *)q + (m0 + r0) * 512 + k0 + 8 * lb;
+	// A thread whose tokens are all absent has nothing to store but zero bytes
+	// (+0 quantises to 0x00 under any scale).
+	// (The else block is not indented: its lines keep their width.)
+	if (r0 >= rows) {
+		#pragma unroll
+		for (int c = 0; c < 8; c++) cw[c] = 0u;
+	}
+	else {
+	#pragma unroll
+	for (int p = 0; p < 2; p++) {
+		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		#pragma unroll
+		for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
+		const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+		u32 qa[2], qb[2];
+		#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
+				lg_q(y0[4 * e + 1], i0),
+				lg_q(y0[4 * e + 2], i0),
+				lg_q(y0[4 * e + 3], i0));
+			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
+				lg_q(y1[4 * e + 1], i1),
+				lg_q(y1[4 * e + 2], i1),
+				lg_q(y1[4 * e + 3], i1));
 		}
-		// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 16 warps
-		// through shared memory.
+		if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 512, qa[0], qa[1]);
+		if (r0 + 2 * p + 1 < rows)
+			lg_st8_cs(qrow + (2 * p + 1) * 512, qb[0], qb[1]);
 		#pragma unroll
-		for (int j = 0; j < 8; j++)
-			cmax[j] = fmaxf(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));
-		if ((threadIdx.x & 16) == 0) {
-			float *const cp = &cpart[threadIdx.x >> 5][8 * lb];
-			*(float4 *)cp = make_float4(cmax[0], cmax[1], cmax[2], cmax[3]);
-			*(float4 *)(cp + 4) = make_float4(cmax[4], cmax[5], cmax[6], cmax[7]);
+		for (int c = 0; c < 8; c++) {
+			const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
+				lg_q(y1[c], ci[c]));
+			cw[c] = p == 0 ? h : cw[c] | h << 16;
 		}
-		__syncthreads();
-		// Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.
-		if (threadIdx.x < 128) {
-			float a = cpart[0][threadIdx.x];
-			#pragma unroll
-			for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
-			const float sc = lg_scale_pow2(a), inv = lg_inv_pow2(sc);
-			stg[k0 + threadIdx.x] = sc;
-			cinv[threadIdx.x] = inv;
-		}
-		__syncthreads();
-		// Quantise every value once per copy:
-		//   rowwise: with its token's scale; a half warp stores a token's q line.
-		//   columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets
-		//   the 4 bytes of feature 8 lb + c, token r0 first.
-		const float4 c0 = *(const float4 *)(cinv + 8 * lb);
-		const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);
-		const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
-		u32 cw[8];
-		u8 *const qrow = (u8 *)q + (m0 + r0) * 512 + k0 + 8 * lb;
-		#pragma unroll
-		for (int p = 0; p < 2; p++) {
-			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
-			#pragma unroll
-			for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
-			const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
-			u32 qa[2], qb[2];
-			#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
-					lg_q(y0[4 * e + 1], i0),
-					lg_q(y0[4 * e + 2], i0),
-					lg_q(y0[4 * e + 3], i0));
-				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
-					lg_q(y1[4 * e + 1], i1),
-					lg_q(y1[4 * e + 2], i1),
-					lg_q(y1[4 * e + 3], i1));
-			}
-			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 512, qa[0], qa[1]);
-			if (r0 + 2 * p + 1 < rows)
-				lg_st8_cs(qrow + (2 * p + 1) * 512, qb[0], qb[1]);
-			#pragma unroll
-			for (int c = 0; c < 8; c++) {
-				const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
-					lg_q(y1[c], ci[c]));
-				cw[c] = p == 0 ? h : cw[c] | h << 16;
-			}
-		}
-		// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
-		// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.
-		#pragma unroll
-		for (int c = 0; c < 8; c++)
-			*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];
-		__syncthreads();
-		// qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.
-		const bool vec_ok = (segn & 15) == 0; // 16-byte aligned qt rows
-		#pragma unroll
-		for (int e = threadIdx.x; e < 1024; e += 512) {
-			const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
-			uint4 v = *(const uint4 *)(stage + c * 128 + ((h ^ (sw >> 1)) << 4));
-			if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);
-			u8 *const dst = qtg + (k0 + c) * segn + lt * 128 + 16 * h;
-			if (vec_ok && 16 * h + 16 <= rows) {
-				lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
-			} else { // unaligned rows or the tile's last tokens
-			lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
-		}
+	}
+	} // r0 < rows
+	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
+	// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.
+	#pragma unroll
+	for (int c = 0; c < 8; c++)
+		*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];
+	__syncthreads();
+	// qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.
+	const bool vec_ok = (segn & 15) == 0; // 16-byte aligned qt rows
+	#pragma unroll
+	for (int e = threadIdx.x; e < 1024; e += 512) {
+		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
+		uint4 v = *(const uint4 *)(stage + c * 128 + ((h ^ (sw >> 1)) << 4));
+		if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);
+		u8 *const dst = qtg + (k0 + c) * segn + lt * 128 + 16 * h;
+		if (vec_ok && 16 * h + 16 <= rows) {
+			lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
+		} else { // unaligned rows or the tile's last tokens
+		lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
 	}
 }
 }

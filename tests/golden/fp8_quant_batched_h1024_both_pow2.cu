@@ -203,12 +203,17 @@ lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 	// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
 	// a token past the tile's last computes the last one's, then counts as 0).
 	lg_u32x4 v[8];
+	// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
+	// loads nor computes; the others run straight-line code, loads first. (The
+	// block is not indented: the hook's lines keep their width.)
+	if (r0 < rows) {
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 8; i++) {
 		const i64 qe_row = m0 + min(r0 + i, rows - 1);
 		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1024 + qe_col) * 2);
 	}
+	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
 		for (int i = 0; i < 8; i++)
@@ -288,6 +293,14 @@ lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 	const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 	u32 cw[8][2];
 	u8 *const qrow = (u8 *)q + (m0 + r0) * 1024 + k0 + 8 * lb;
+	// A thread whose tokens are all absent has nothing to store but zero bytes
+	// (+0 quantises to 0x00 under any scale).
+	// (The else block is not indented: its lines keep their width.)
+	if (r0 >= rows) {
+		#pragma unroll
+		for (int c = 0; c < 8; c++) cw[c][0] = cw[c][1] = 0u;
+	}
+	else {
 	#pragma unroll
 	for (int p = 0; p < 4; p++) {
 		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
@@ -321,6 +334,7 @@ lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 			cw[c][p / 2] = p % 2 == 0 ? h : cw[c][p / 2] | h << 16;
 		}
 	}
+	} // r0 < rows
 	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
 	// the 8-byte stores of a half warp (lb = 0..15) hit 16 distinct bank pairs.
 	#pragma unroll

@@ -197,6 +197,10 @@ lg_moe_permute_quant_fwd_bf16_h384_e96_k6_m128_rowwise_exact(
 		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
 		// a token past the tile's last computes the last one's, then counts as 0).
 		lg_u32x4 v[4];
+		// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
+		// loads nor computes; the others run straight-line code, loads first. (The
+		// block is not indented: the hook's lines keep their width.)
+		if (r0 < rows) {
 		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
@@ -208,6 +212,7 @@ lg_moe_permute_quant_fwd_bf16_h384_e96_k6_m128_rowwise_exact(
 				if (src >= 0) v[i] = lg_ld16(xr + qe_col * 2);
 			}
 		}
+		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 			#pragma unroll
 			for (int i = 0; i < 4; i++)
@@ -259,6 +264,7 @@ lg_moe_permute_quant_fwd_bf16_h384_e96_k6_m128_rowwise_exact(
 		// Quantise every value once per copy.
 		//   rowwise: with its token's scale; a half warp stores a token's q line.
 		u8 *const qrow = (u8 *)q + (m0 + r0) * 384 + k0 + 8 * lb;
+		if (r0 < rows) { // else: no token of this thread to store (not indented)
 		#pragma unroll
 		for (int p = 0; p < 2; p++) {
 			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
@@ -287,5 +293,6 @@ lg_moe_permute_quant_fwd_bf16_h384_e96_k6_m128_rowwise_exact(
 			if (r0 + 2 * p + 1 < rows)
 				lg_st8_cs(qrow + (2 * p + 1) * 384, qb[0], qb[1]);
 		}
+		} // r0 < rows
 	}
 }

@@ -260,6 +260,10 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(
 	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
 	// a token past the tile's last computes the last one's, then counts as 0).
 	float v[4][8];
+	// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
+	// loads nor computes; the others run straight-line code, loads first. (The
+	// block is not indented: the hook's lines keep their width.)
+	if (r0 < rows) {
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
@@ -276,6 +280,7 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(
 			}
 		}
 	}
+	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
 		for (int i = 0; i < 4; i++)
@@ -320,6 +325,14 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(
 	const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);
 	const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
 	u32 cw[8];
+	// A thread whose tokens are all absent has nothing to store but zero bytes
+	// (+0 quantises to 0x00 under any scale).
+	// (The else block is not indented: its lines keep their width.)
+	if (r0 >= rows) {
+		#pragma unroll
+		for (int c = 0; c < 8; c++) cw[c] = 0u;
+	}
+	else {
 	#pragma unroll
 	for (int p = 0; p < 2; p++) {
 		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
@@ -332,6 +345,7 @@ lg_rmsnorm_quant_fwd_bf16_h1152_colwise_pow2(
 			cw[c] = p == 0 ? h : cw[c] | h << 16;
 		}
 	}
+	} // r0 < rows
 	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
 	// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.
 	#pragma unroll
