@@ -21,10 +21,14 @@
  * past the last is loaded as zeros and stores nothing). With
  * tile.prefetch the grid is persistent (132 SMs) and loads the next
  * token's inputs before the current one's reductions and stores (fewer
- * pieces a lane, so that both fit in registers): the backward's default
- * where a token's lanes fit a CTA, an option of the forward (whose default
- * is one CTA per tile.tokens tokens, no loop). The backward's grid is
- * always persistent (2 CTAs an SM up to 160 threads, else 1); its CTAs
+ * pieces a lane, so that both fit in registers): the default of both
+ * passes where a token's lanes fit a CTA (the forward with 2 pieces a
+ * lane where they fit: 32 lanes a group of 512, 78 registers, 3 CTAs of
+ * 256 threads an SM; without prefetch one CTA per tile.tokens tokens, no
+ * loop). What bounds it: latency (few bytes in flight at low occupancy),
+ * so pieces a lane are traded for resident warps. The backward's grid is
+ * always persistent (3 CTAs an SM up to 128 threads with prefetch, 2 up to
+ * 160, else 1); its CTAs
  * write one workspace row of dw partials each (their unit slots added in
  * a fixed order through shared memory), and a second entry point adds the
  * rows, 8 row slices a column, in a fixed order: dw is deterministic.
@@ -124,18 +128,21 @@ static bool fits(const struct lg_spec *s, int kmax)
 
 /* Pieces a lane at most, and whether the token loop prefetches (the
  * spec's choice, else the default: the backward where a token's lanes fit
- * a CTA, not yet measured against off on the GPU; never the forward). The
- * forward 4 with prefetch, else 8; the backward 2 with prefetch, else 4,
- * or 8 where 4 do not fit. */
+ * a CTA, not yet measured against off on the GPU; the forward where they
+ * fit with 4 pieces, the faster at every tile.tokens in
+ * bench/h200-2026-11-30-issue10/tune.txt). The forward 2 where they fit
+ * (ptxas 13.0 at the target: 78 registers with prefetch, 64 without; 128
+ * and 103 with 4 and 8), else 4, else (without prefetch) 8; the backward 2
+ * with prefetch, else 4, or 8 where 4 do not fit. */
 static int kmax_of(const struct lg_spec *s, bool *pf)
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	if (lg_spec_has(s, K_PREFETCH))
 		*pf = lg_spec_int(s, K_PREFETCH) != 0;
 	else
-		*pf = bwd && PREFETCH_DEFAULT && fits(s, 2);
+		*pf = bwd ? PREFETCH_DEFAULT && fits(s, 2) : fits(s, 4);
 	if (!bwd)
-		return *pf ? 4 : 8;
+		return fits(s, 2) ? 2 : fits(s, 4) || *pf ? 4 : 8;
 	return *pf ? 2 : fits(s, 4) ? 4 : 8;
 }
 
@@ -203,14 +210,15 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	bool pf;
 	kmax_of(s, &pf);
 	/* CTAs an SM of a persistent grid (the backward, a prefetching
-	 * forward), which must be co-resident: the backward 2 up to 160
-	 * threads (about 200 registers a thread: 161 at the target with
-	 * prefetch, 244 without; 256 threads at 128 spill), else 1; the
-	 * forward 512 threads an SM (about 128 registers a thread) */
+	 * forward), which must be co-resident: the backward 3 up to 128
+	 * threads with prefetch (about 170 registers a thread: 161 at the
+	 * target; 4 CTAs spill), 2 up to 160 (200 registers; 244 without
+	 * prefetch), else 1; the forward 768 threads an SM (about 80
+	 * registers a thread: 78 at the target) */
 	if (bwd)
-		p->v[P_PER_SM] = l.threads <= 160 ? 2 : 1;
+		p->v[P_PER_SM] = l.threads <= 128 && pf ? 3 : l.threads <= 160 ? 2 : 1;
 	else
-		p->v[P_PER_SM] = l.threads <= 512 ? 512 / l.threads : 1;
+		p->v[P_PER_SM] = l.threads <= 768 ? 768 / l.threads : 1;
 	p->v[P_PREFETCH] = pf;
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
 	p->nentries = bwd ? 2 : 1;

@@ -10,26 +10,37 @@
  * freqs[p, 0:R/2], freqs [seq, R] fp32 in the cat(f, f) layout):
  *   out[0:R/2] = a c - b s,  out[R/2:R] = b c + a s,  out[R:D] = v[R:D].
  *
- * Strategy: a head vector of D features is held by D/8 lanes, one 16-byte
- * piece each (8, 16 or 32 lanes: a lane group never straddles a warp). The
- * RMS is a butterfly over the group in fp32; the partner piece of the
- * rotation (R/2 features away: R a multiple of 16) comes from a shuffle. A
- * CTA takes `tokens` tokens at a time: it first puts sin and cos of each
- * token's R/2 angles in shared memory (sincosf, the accurate version:
- * computed once per position and shared by the token's heads), then its
- * lane groups walk the tokens' heads in output order (q, k, v), issuing the
- * loads of up to 8 heads (backward: 4) before working on them. qkv is read
+ * Strategy: a head vector of D features is held by D/16 lanes (4, 8 or 16:
+ * a lane group never straddles a warp), two 16-byte pieces each: a
+ * rotating lane holds pieces l and l + R/16, the halves a and b of the
+ * same 8 angles, so the rotation needs no shuffle; the other lanes hold two
+ * pieces of [R, D). The RMS is a butterfly over the lane group in fp32. A
+ * CTA takes `tokens` tokens at a time (the default: the count whose lane
+ * groups idle least, see default_tokens); it first puts in shared memory
+ * sin and cos of each token's R/2 angles (sincosf, computed once per
+ * position and shared by the token's heads), the tokens' output rows (one
+ * division each) and, once, both norm weights as floats. Each lane group
+ * then keeps one token and walks its q heads, then its k and v heads, with
+ * a stride of the lane groups a token (so a round's weight, and whether
+ * it is a q head, are known when the code is generated), issuing the
+ * loads of up to 2 heads (backward: 1) before working on them. qkv is read
  * once and each output written once, 16 bytes a lane. Loops run the same
  * number of times in every lane of a warp (the shuffles need all lanes);
- * past the last token a lane loads and stores nothing.
+ * past the last token or head a lane loads and stores nothing.
+ * What bounds it: instructions and latency more than bytes (about 70 a
+ * 16-byte piece in the forward), so registers are kept low for occupancy:
+ * ptxas (13.0, sm_90a, 256 threads) gives the forward 48-58 registers (4
+ * CTAs an SM) and the backward 71-80 (3 CTAs an SM, its default
+ * tile.min_ctas; its default grid is 3 CTAs an SM of an H200).
  * Arithmetic: fp32 throughout (the RMS as 1 / sqrtf, IEEE; SiLU with expf);
  * sin and cos by sincosf, the accurate library version (NVRTC without fast
  * math), not __sinf / __cosf, whose error grows with the angle (positions
  * up to thousands of radians).
- * The backward runs a persistent grid (tile.ctas CTAs) whose lanes keep
- * their dq_weight and dk_weight partial sums (8 columns each) in
- * registers, adds the lane groups' partials in shared memory in slot order
- * and writes one workspace row per CTA; a second entry point adds the rows
+ * The backward runs a persistent grid (tile.ctas CTAs) whose lane groups
+ * keep their dq_weight and dk_weight partial sums in a shared-memory row
+ * each (every lane adds to its own 32 floats: no atomics; 128 bytes a
+ * thread, so at most 256 threads), adds the rows in lane-group order and
+ * writes one workspace row per CTA; a second entry point adds the rows
  * (32 row groups per column, each in CTA order, then the groups in order),
  * so the weight gradients are deterministic.
  */
@@ -41,7 +52,9 @@
 #include "json.h" /* lg_json_number_text */
 #include "templates.h"
 
-#define PMAX 264 /* CTAs of the backward's persistent grid by default (2 per SM on H200) */
+#define SMS 132 /* SMs of an H200 */
+#define PMAX (2 * SMS) /* the fewest CTAs of the backward's persistent grid (tile.ctas) */
+#define PDEF (3 * SMS) /* its default: 3 CTAs an SM (tile.min_ctas 3 by default in the backward) */
 #define DW_COLS 32 /* columns of the weight gradients per CTA of the dw kernel */
 
 enum {
@@ -66,7 +79,7 @@ enum {
 };
 static const int64_t head_dims[] = {64, 128, 256, 0};
 static const int64_t tokens_ok[] = {1, 2, 4, 8, 0}, threads_ok[] = {128, 256, 512, 0};
-static const int64_t ctas_ok[] = {PMAX, 2 * PMAX, 4 * PMAX, 0};
+static const int64_t ctas_ok[] = {PMAX, PDEF, 2 * PMAX, 4 * PMAX, 0};
 static const char *const order_names[] = {"seq_batch", "batch_seq"};
 static const char *const order_words[] = {"sb", "bs"};
 static const char *const heads_names[] = {"interleaved", "plain"};
@@ -172,6 +185,31 @@ static int64_t rotated(const struct lg_spec *s)
 	return r == (double)(int64_t)r ? (int64_t)r : 0;
 }
 
+/* Rounds of `gt` lane groups over n heads. */
+static int64_t rounds_of(int64_t n, int64_t gt)
+{
+	return (n + gt - 1) / gt;
+}
+
+/* The share of a token's lane-group rounds that hold a head, with `gt`
+ * lane groups a token: q heads and k | v heads are walked separately. */
+static double use_of(int64_t hq, int64_t hkv, int64_t gt)
+{
+	return (double)(hq + 2 * hkv) / (double)((rounds_of(hq, gt) + rounds_of(2 * hkv, gt)) * gt);
+}
+
+/* The default tokens a CTA takes: the most of its lane-group rounds used
+ * (4 first, then 8, 2, 1 on a tie). */
+static int64_t default_tokens(int64_t d, int64_t hq, int64_t hkv, int64_t threads)
+{
+	static const int64_t order[] = {4, 8, 2, 1};
+	int64_t groups = threads / (d / 16), best = 0;
+	for (int i = 0; i < 4; i++)
+		if (best == 0 || use_of(hq, hkv, groups / order[i]) > use_of(hq, hkv, groups / best))
+			best = order[i];
+	return best;
+}
+
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	int64_t d = lg_spec_int(s, K_HEAD_DIM), hq = lg_spec_int(s, K_Q_HEADS), hkv = lg_spec_int(s, K_KV_HEADS);
@@ -182,6 +220,10 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	if (lg_spec_has(s, K_CTAS) && s->pass != LG_PASS_BACKWARD)
 		return lg_spec_error(where, "tile.ctas: found %lld, allowed: only in the backward (its persistent grid)",
 				     (long long)lg_spec_int(s, K_CTAS));
+	if (s->pass == LG_PASS_BACKWARD && lg_spec_has(s, K_THREADS) && lg_spec_int(s, K_THREADS) > 256)
+		return lg_spec_error(where, "tile.threads: found %lld, allowed: 128 or 256 in the backward (its lane "
+					    "groups' weight partials in 48 KiB of static shared memory)",
+				     (long long)lg_spec_int(s, K_THREADS));
 	if (f > 1.0)
 		return lg_spec_error(where, "rotary_fraction: found %g, allowed: above 0, at most 1", f);
 	if (lg_spec_int(s, K_VARLEN) && lg_spec_int(s, K_ORDER) != 0)
@@ -209,12 +251,16 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_R] = rotated(s);
 	p->v[P_BWD] = bwd;
 	p->v[P_VARLEN] = lg_spec_int(s, K_VARLEN);
-	p->tile[K_TOKENS] = p->v[P_TOKENS] = lg_spec_has(s, K_TOKENS) ? lg_spec_int(s, K_TOKENS) : bwd ? 2 : 4;
 	p->tile[K_THREADS] = p->v[P_THREADS] = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 256;
-	p->v[P_CTAS] = lg_spec_has(s, K_CTAS) ? lg_spec_int(s, K_CTAS) : PMAX;
-	/* 93-123 registers a thread at 256 threads (ptxas): 2 CTAs an SM; a
-	 * higher minimum is a tuning choice */
-	p->tile[K_MIN_CTAS] = p->v[P_MIN_CTAS] = lg_spec_has(s, K_MIN_CTAS) ? lg_spec_int(s, K_MIN_CTAS) : 1;
+	p->tile[K_TOKENS] = p->v[P_TOKENS] = lg_spec_has(s, K_TOKENS) ? lg_spec_int(s, K_TOKENS)
+						    : default_tokens(p->v[P_D], p->v[P_H], p->v[P_HKV], p->v[P_THREADS]);
+	p->v[P_CTAS] = lg_spec_has(s, K_CTAS) ? lg_spec_int(s, K_CTAS) : PDEF;
+	/* ptxas 13.0, sm_90a, 256 threads: forward 49-62 registers a thread
+	 * (4 CTAs an SM) with no minimum; backward 76 without SiLU, 102 with
+	 * it, so the backward asks for 3 CTAs an SM (80 registers), which its
+	 * default persistent grid fills */
+	p->tile[K_MIN_CTAS] = p->v[P_MIN_CTAS] = lg_spec_has(s, K_MIN_CTAS) ? lg_spec_int(s, K_MIN_CTAS)
+									    : bwd ? 3 : 1;
 	if (bwd)
 		p->tile[K_CTAS] = p->v[P_CTAS];
 	p->nentries = bwd ? 2 : 1;
@@ -251,12 +297,14 @@ static size_t workspace(const struct lg_plan *p)
 
 /* ------------------------------------------------------------ emission */
 
-/* The kernel's shape, for the emitters below. */
+/* The kernel's shape, for the emitters below. A head vector of d features
+ * is held by `lanes` = d / 16 lanes, two 16-byte pieces each; a CTA's
+ * `groups` lane groups take `tokens` tokens, `gt` lane groups a token. */
 struct shape {
 	int64_t d, hq, hkv, r, heads; /* heads: q_heads + 2 kv_heads per token */
-	int lanes, slots, tokens, threads, ctas, min_ctas;
-	int64_t units; /* tokens x heads: (token, head) units a CTA takes at a time */
-	int batch;     /* units a lane group loads before working on them */
+	int lanes, groups, gt, tokens, threads, ctas, min_ctas;
+	int64_t nq, nkv; /* rounds of a lane group: over the q heads, over the k and v heads */
+	int bq, bkv;     /* rounds whose loads are issued together */
 	bool bs, plain, silu, bwd, pdl; /* pdl: the dw entry launches early (sm_90+) */
 	bool varlen;
 	int64_t cp, cp_rank;
@@ -273,11 +321,16 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 			  .pdl = p->early[1], .varlen = p->v[P_VARLEN] != 0, .cp = lg_spec_int(s, K_CP_SIZE),
 			  .cp_rank = lg_spec_int(s, K_CP_RANK), .mscale = lg_spec_num(s, K_MSCALE)};
 	k.heads = k.hq + 2 * k.hkv;
-	k.lanes = (int)(k.d / 8);
-	k.slots = k.threads / k.lanes;
-	k.units = k.tokens * k.heads;
-	int64_t rounds = (k.units + k.slots - 1) / k.slots, most = k.bwd ? 4 : 8; /* registers */
-	k.batch = (int)(rounds < most ? rounds : most);
+	k.lanes = (int)(k.d / 16);
+	k.groups = k.threads / k.lanes;
+	k.gt = k.groups / k.tokens;
+	k.nq = rounds_of(k.hq, k.gt);
+	k.nkv = rounds_of(2 * k.hkv, k.gt);
+	/* registers: 32 of loaded pieces a lane (forward 4 rounds of x,
+	 * backward 2 of x and g) */
+	int64_t most = k.bwd ? 1 : 2;
+	k.bq = (int)(k.nq < most ? k.nq : most);
+	k.bkv = (int)(k.nkv < most ? k.nkv : most);
 	return k;
 }
 
@@ -294,7 +347,7 @@ static void emit_position(lg_buf *b, const struct shape *k)
 	lg_open(b, "{");
 	if (!k->varlen && k->cp == 1) {
 		lg_line(b, "(void)cu;");
-		lg_line(b, "return %s;", k->bs ? "n % S" : "n / B");
+		lg_line(b, "return %s; // 32-bit: S B < 2^31", k->bs ? "(u32)n % (u32)S" : "(u32)n / (u32)B");
 		lg_close(b);
 		return;
 	}
@@ -313,7 +366,7 @@ static void emit_position(lg_buf *b, const struct shape *k)
 		lg_line(b, "const i64 i = n - start;");
 	} else {
 		lg_line(b, "(void)cu;");
-		lg_line(b, "const i64 i = %s, l = S;", k->bs ? "n %% S" : "n / B");
+		lg_line(b, "const i64 i = %s, l = S; // 32-bit: S B < 2^31", k->bs ? "(u32)n % (u32)S" : "(u32)n / (u32)B");
 	}
 	if (k->cp > 1) {
 		lg_comment(b, "Context parallel: this rank holds halves %lld and %lld of each sequence.",
@@ -354,11 +407,108 @@ static void emit_helpers(lg_buf *b, const struct lg_spec *s, const struct shape 
 	lg_line(b, "return lg_u32x4{lg_pack_bf16x2(f[0], f[1]), lg_pack_bf16x2(f[2], f[3]),");
 	lg_line(b, "\tlg_pack_bf16x2(f[4], f[5]), lg_pack_bf16x2(f[6], f[7])};");
 	lg_close(b);
+	lg_comment(b, "8 floats of shared memory (16-byte aligned), two 16-byte reads.");
+	lg_line(b, "static __device__ __forceinline__ void lg_lds8(const float *p, float *f)");
+	lg_open(b, "{");
+	lg_line(b, "const float4 u = ((const float4 *)p)[0], w = ((const float4 *)p)[1];");
+	lg_line(b, "f[0] = u.x, f[1] = u.y, f[2] = u.z, f[3] = u.w;");
+	lg_line(b, "f[4] = w.x, f[5] = w.y, f[6] = w.z, f[7] = w.w;");
+	lg_close(b);
+	lg_comment(b, "The lane's two pieces of a head (features e0.., e1..): loads (zeros when not");
+	lg_comment(b, "live), as floats, stores.");
+	lg_line(b, "static __device__ __forceinline__ void lg_ld2(const u8 *p, int e0, int e1, bool live,");
+	lg_line(b, "\tlg_u32x4 &a, lg_u32x4 &b)");
+	lg_open(b, "{");
+	lg_line(b, "a = lg_ld16_if(p + e0 * 2, live), b = lg_ld16_if(p + e1 * 2, live);");
+	lg_close(b);
+	lg_line(b, "static __device__ __forceinline__ void lg_unpack2(lg_u32x4 a, lg_u32x4 b, float *fa, float *fb)");
+	lg_open(b, "{");
+	lg_line(b, "lg_unpack8(a, fa), lg_unpack8(b, fb);");
+	lg_close(b);
+	lg_line(b, "static __device__ __forceinline__ void lg_st2(u8 *p, int e0, int e1, const float *a, const float *b)");
+	lg_open(b, "{");
+	lg_line(b, "lg_st16(p + e0 * 2, lg_pack8(a)), lg_st16(p + e1 * 2, lg_pack8(b));");
+	lg_close(b);
+	lg_comment(b, "The sum of squares of the two pieces (two chains).");
+	lg_line(b, "static __device__ __forceinline__ float lg_sumsq2(const float *a, const float *b)");
+	lg_open(b, "{");
+	lg_line(b, "float sa = 0.0f, sb = 0.0f;");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int e = 0; e < 8; e++) sa += a[e] * a[e], sb += b[e] * b[e];");
+	lg_line(b, "return sa + sb;");
+	lg_close(b);
+	lg_comment(b, "%s rotate-half RoPE of the halves a, b (8 floats each) by the angles",
+		   k->bwd ? "Transposed" : "The");
+	lg_comment(b, "whose cos and sin are at c and s (shared memory): %s.",
+		   k->bwd ? "a c + b s, b c - a s" : "a c - b s, b c + a s");
+	lg_line(b, "static __device__ __forceinline__ void lg_rope8(float *a, float *b, const float *c, const float *s)");
+	lg_open(b, "{");
+	lg_line(b, "float cs[8], sn[8];");
+	lg_line(b, "lg_lds8(c, cs), lg_lds8(s, sn);");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int e = 0; e < 8; e++) {");
+	lg_line(b, "const float x = a[e], y = b[e];");
+	lg_line(b, "a[e] = x * cs[e] %c y * sn[e];", k->bwd ? '+' : '-');
+	lg_line(b, "b[e] = y * cs[e] %c x * sn[e];", k->bwd ? '-' : '+');
+	lg_close(b);
+	lg_close(b);
+	if (k->bwd) {
+		lg_comment(b, "p[0..7] += u r g (shared memory, 16-byte aligned; one lane's own floats).");
+		lg_line(b, "static __device__ __forceinline__ void lg_acc8(float *p, const float *u, float r, "
+			   "const float *g)");
+		lg_open(b, "{");
+		lg_line(b, "float f[8];");
+		lg_line(b, "lg_lds8(p, f);");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int e = 0; e < 8; e++) f[e] += u[e] * r * g[e];");
+		lg_line(b, "((float4 *)p)[0] = make_float4(f[0], f[1], f[2], f[3]);");
+		lg_line(b, "((float4 *)p)[1] = make_float4(f[4], f[5], f[6], f[7]);");
+		lg_close(b);
+		lg_comment(b, "The RMSNorm backward of a piece: g = r g w - c3 u, w at p (shared memory).");
+		lg_line(b, "static __device__ __forceinline__ void lg_dnorm8(float *g, const float *u, float r, float c3,");
+		lg_line(b, "\tconst float *p)");
+		lg_open(b, "{");
+		lg_line(b, "float w[8];");
+		lg_line(b, "lg_lds8(p, w);");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int e = 0; e < 8; e++) g[e] = r * g[e] * w[e] - c3 * u[e];");
+		lg_close(b);
+		lg_comment(b, "sum u g w of a piece, w at p (shared memory).");
+		lg_line(b, "static __device__ __forceinline__ float lg_dot8(const float *u, const float *g, const float *p)");
+		lg_open(b, "{");
+		lg_line(b, "float w[8], d = 0.0f;");
+		lg_line(b, "lg_lds8(p, w);");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int e = 0; e < 8; e++) d += u[e] * g[e] * w[e];");
+		lg_line(b, "return d;");
+		lg_close(b);
+	} else {
+		lg_comment(b, "The RMSNorm of a piece: y = (y r) w, w at p (shared memory).");
+		lg_line(b, "static __device__ __forceinline__ void lg_norm8(float *y, float r, const float *p)");
+		lg_open(b, "{");
+		lg_line(b, "float w[8];");
+		lg_line(b, "lg_lds8(p, w);");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int e = 0; e < 8; e++) y[e] = (y[e] * r) * w[e];");
+		lg_close(b);
+	}
 	if (k->silu) {
 		lg_comment(b, "The logistic function, with an accurate exp (expf).");
 		lg_line(b, "static __device__ __forceinline__ float lg_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }");
 	}
 	emit_position(b, k);
+	lg_comment(b, "The [batch, seq] row of the outputs of qkv row n.");
+	lg_line(b, "static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 S, i64 B)");
+	lg_open(b, "{");
+	if (k->bs || k->varlen) {
+		lg_line(b, "(void)S, (void)B;");
+		lg_line(b, "return n;%s", k->varlen ? " // packed: [1, T]" : "");
+	} else {
+		lg_comment(b, "32-bit division: S B < 2^31 (the sizes' bounds).");
+		lg_line(b, "const u32 m = (u32)n, b = (u32)B;");
+		lg_line(b, "return (i64)(m %% b) * S + m / b;");
+	}
+	lg_close(b);
 	lg_comment(b, "Where head j of a token (q heads, then k, then v) sits in its qkv row, in heads.");
 	lg_line(b, "static __device__ __forceinline__ int lg_qkv_slot(int j)");
 	lg_open(b, "{");
@@ -377,15 +527,32 @@ static void emit_helpers(lg_buf *b, const struct lg_spec *s, const struct shape 
 	lg_close(b);
 }
 
-/* Declarations shared by both kernels' token loops: lane, slot, the sin/cos
- * table, and the opening of the loop over units (token, head). */
+/* Declarations shared by both kernels: the lane's pieces, its lane group's
+ * token and first head, the sin/cos table, and (the backward) the opening
+ * of the persistent loop over token groups. Leaves n, tok, xrow, ob. */
 static void emit_walk_open(lg_buf *b, const struct shape *k)
 {
-	int64_t half = k->r / 2;
-	lg_line(b, "__shared__ float ct[%d][%lld], st[%d][%lld]; // cos, sin of each token's R/2 angles",
+	int64_t half = k->r / 2, rp = k->r / 16;
+	lg_line(b, "__shared__ __align__(16) float ct[%d][%lld], st[%d][%lld]; // cos, sin of each token's R/2 angles",
 		k->tokens, (long long)half, k->tokens, (long long)half);
-	lg_line(b, "const int c = threadIdx.x %% %d; // the lane's piece: features 8c .. 8c + 7", k->lanes);
-	lg_line(b, "const int slot = threadIdx.x / %d; // the lane group", k->lanes);
+	lg_line(b, "__shared__ i64 orow[%d]; // the tokens' [batch, seq] rows", k->tokens);
+	lg_line(b, "const int l = threadIdx.x %% %d; // the lane in its group", k->lanes);
+	lg_line(b, "const int grp = threadIdx.x / %d; // the lane group", k->lanes);
+	lg_line(b, "const int tl = grp / %d, jg = grp %% %d; // its token of the CTA's, its first head", k->gt,
+		k->gt);
+	lg_comment(b, "Rotating lanes hold pieces l and l + %lld (the halves a, b of [0, %lld)); the others",
+		   (long long)rp, (long long)k->r);
+	lg_comment(b, "two of [%lld, %lld), %lld features apart. e0, e1: the pieces' first features.",
+		   (long long)k->r, (long long)k->d, (long long)(k->d - k->r) / 2);
+	lg_line(b, "const bool rot = l < %lld;", (long long)rp);
+	lg_line(b, "const int e0 = (rot ? l : l + %lld) * 8, e1 = e0 + (rot ? %lld : %lld);", (long long)rp,
+		(long long)half, (long long)(k->d - k->r) / 2);
+	lg_line(b, "__shared__ __align__(16) float wt[2][%lld]; // q_weight | k_weight as floats", (long long)k->d);
+	lg_line(b, "for (int i = threadIdx.x; i < %lld; i += %d) // read after the first __syncthreads", (long long)(2 * k->d),
+		k->threads);
+	lg_line(b, "\twt[i / %lld][i %% %lld] = lg_u2f((u32)((const unsigned short *)(i < %lld ? q_weight",
+		(long long)k->d, (long long)k->d, (long long)k->d);
+	lg_line(b, "\t\t: k_weight))[i %% %lld] << 16);", (long long)k->d);
 	lg_line(b, "const i64 N = lg_tokens(S, B);");
 	if (k->bwd) {
 		lg_open(b, "for (i64 n0 = (i64)blockIdx.x * %d; n0 < N; n0 += lg_ctas(N) * %d) {", k->tokens,
@@ -410,131 +577,163 @@ static void emit_walk_open(lg_buf *b, const struct shape *k)
 	lg_line(b, "ct[i / %lld][i %% %lld] = cn, st[i / %lld][i %% %lld] = sn;", (long long)half,
 		(long long)half, (long long)half, (long long)half);
 	lg_close(b);
+	lg_comment(b, "The tokens' output rows (one 32-bit division each, not one a lane).");
+	lg_line(b, "if (threadIdx.x < %d) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);", k->tokens);
 	lg_line(b, "__syncthreads();");
-	lg_comment(b, "Units (token, head) in output order, %d a lane group at a time: their loads first", k->batch);
-	lg_comment(b, "(in flight together), then the work. Every lane of a warp runs every iteration.");
-	lg_open(b, "for (int u0 = 0; u0 < %lld; u0 += %d) {", (long long)k->units, k->slots * k->batch);
-	lg_line(b, "lg_u32x4 xr[%d];", k->batch);
-	if (k->bwd)
-		lg_line(b, "lg_u32x4 gr[%d];", k->batch);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int ub = 0; ub < %d; ub++) {", k->batch);
-	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + ub * %d + slot, c, N, S, B);", k->slots);
-	lg_line(b, "xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);");
-	if (k->bwd) {
-		lg_line(b, "const u64 gp = t.isq ? gq : t.isv ? gv : gk;");
-		lg_line(b, "gr[ub] = lg_ld16_if((const u8 *)gp + t.oo, t.live);");
+	lg_line(b, "const i64 n = n0 + tl; // the lane group's token (qkv row)");
+	lg_line(b, "const bool tok = n < N;");
+	lg_line(b, "const u8 *const xrow = (const u8 *)qkv + n * %lld;", (long long)(k->heads * k->d * 2));
+	lg_line(b, "const i64 ob = orow[tl];");
+}
+
+/* j, live, isv (kv) of round i0 + ib; with `out`, ho and po: the output
+ * head (the backward: the gradient's); with `in`, px: the qkv head. */
+static void emit_round(lg_buf *b, const struct shape *k, bool kv, bool out, bool in)
+{
+	lg_line(b, "const int j = jg + (i0 + ib) * %d; // %s", k->gt, kv ? "k heads, then v heads" : "q head");
+	lg_line(b, "const bool live = tok && j < %lld;", (long long)(kv ? 2 * k->hkv : k->hq));
+	if (kv && (out || !in || k->bwd))
+		lg_line(b, "const bool isv = j >= %lld;", (long long)k->hkv);
+	if (in) {
+		if (kv)
+			lg_line(b, "const u8 *const px = xrow + lg_qkv_slot(%lld + j) * %lld;", (long long)k->hq,
+				(long long)(k->d * 2));
+		else
+			lg_line(b, "const u8 *const px = xrow + lg_qkv_slot(j) * %lld;", (long long)(k->d * 2));
 	}
-	lg_close(b);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int ub = 0; ub < %d; ub++) {", k->batch);
-	lg_line(b, "const lg_unit t = lg_unit_at(n0, u0 + ub * %d + slot, c, N, S, B);", k->slots);
-	lg_line(b, "const int tl = t.tl;");
-	lg_line(b, "const bool live = t.live, isq = t.isq, isv = t.isv;");
+	if (!out)
+		return;
+	if (kv) {
+		lg_line(b, "const i64 ho = ob * %lld + (isv ? j - %lld : j);", (long long)k->hkv, (long long)k->hkv);
+		lg_line(b, "%su8 *const po = (%su8 *)(isv ? %s : %s) + ho * %lld;", k->bwd ? "const " : "",
+			k->bwd ? "const " : "", k->bwd ? "gv" : "v", k->bwd ? "gk" : "k", (long long)(k->d * 2));
+	} else {
+		lg_line(b, "%su8 *const po = (%su8 *)%s + (ob * %lld + j) * %lld;", k->bwd ? "const " : "",
+			k->bwd ? "const " : "", k->bwd ? "gq" : "q", (long long)k->hq, (long long)(k->d * 2));
+	}
 }
 
-/* The unit helper: where unit u of the token group at n0 reads and writes. */
-static void emit_unit(lg_buf *b, const struct shape *k)
+/* One kind of heads of the lane group's token: q (kv false: hq heads, q
+ * weight) or k then v (2 kv_heads, k weight). Opens the loop over its
+ * rounds, `batch` at a time, issues their loads (x, and g in the backward)
+ * and opens the loop over them that does the work (emit_round's names). */
+static void emit_heads_open(lg_buf *b, const struct shape *k, bool kv)
 {
-	lg_comment(b, "Unit u of the tokens from n0 (past the last: a copy of it, not live): tl, j: its");
-	lg_comment(b, "token in the group and head (q, k, v heads in order); xo, oo: this lane's bytes");
-	lg_comment(b, "into qkv and into q, k or v (the gradients likewise).");
-	lg_line(b, "struct lg_unit { i64 xo, oo; int tl, j; bool live, isq, isv; };");
-	lg_line(b, "static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 N, i64 S, i64 B)");
-	lg_open(b, "{");
-	lg_line(b, "lg_unit t;");
-	lg_line(b, "const int un = min(u, %lld);", (long long)(k->units - 1));
-	lg_line(b, "t.tl = un / %lld, t.j = un %% %lld;", (long long)k->heads, (long long)k->heads);
-	lg_line(b, "const i64 n = n0 + t.tl; // the qkv row");
-	lg_line(b, "t.live = u < %lld && n < N;", (long long)k->units);
-	if (k->bs || k->varlen)
-		lg_line(b, "const i64 ob = n; // the [batch, seq] row%s", k->varlen ? " (packed: [1, T])" : "");
-	else
-		lg_line(b, "const i64 ob = (n %% B) * S + n / B; // the [batch, seq] row");
-	lg_line(b, "t.xo = (n * %lld + (i64)lg_qkv_slot(t.j) * %lld + c * 8) * 2;", (long long)(k->heads * k->d),
-		(long long)k->d);
-	lg_line(b, "t.isq = t.j < %lld, t.isv = t.j >= %lld;", (long long)k->hq, (long long)(k->hq + k->hkv));
-	lg_line(b, "const i64 hh = t.isq ? t.j : t.isv ? t.j - %lld : t.j - %lld; // head in q, k or v",
-		(long long)(k->hq + k->hkv), (long long)k->hq);
-	lg_line(b, "t.oo = ((ob * (t.isq ? %lld : %lld) + hh) * %lld + c * 8) * 2;", (long long)k->hq,
-		(long long)k->hkv, (long long)k->d);
-	lg_line(b, "return t;");
+	int64_t nr = kv ? k->nkv : k->nq;
+	int batch = kv ? k->bkv : k->bq;
+	lg_comment(b, "%s heads jg, jg + %d, ...: %lld round(s), the loads of %d at a time.", kv ? "k then v" : "q",
+		   k->gt, (long long)nr, batch);
+	lg_open(b, "for (int i0 = 0; i0 < %lld; i0 += %d) {", (long long)nr, batch);
+	lg_line(b, "lg_u32x4 xa[%d], xb[%d];", batch, batch);
+	if (k->bwd)
+		lg_line(b, "lg_u32x4 ga[%d], gb[%d];", batch, batch);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int ib = 0; ib < %d; ib++) {", batch);
+	emit_round(b, k, kv, k->bwd, true);
+	lg_line(b, "lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);");
+	if (k->bwd)
+		lg_line(b, "lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);");
 	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int ib = 0; ib < %d; ib++) {", batch);
+	emit_round(b, k, kv, !k->bwd, k->bwd);
 }
 
-/* The rotation of y (8 floats, the lane's piece) in place; cs[tl] is the
- * token's table. Every lane calls it (shuffles). g: the backward's
- * transpose (the sign of the partner's term flips). */
-static void emit_rotate(lg_buf *b, const struct shape *k, const char *y, bool transpose)
+/* Closes emit_heads_open's loops. */
+static void emit_heads_close(lg_buf *b)
 {
-	int64_t hp = k->r / 16; /* pieces in R/2 */
-	lg_comment(b, "%s over [0, %lld): partner piece %lld lanes away.",
-		   transpose ? "Transposed RoPE" : "Rotate-half RoPE", (long long)k->r, (long long)hp);
-	lg_line(b, "const bool lo = c < %lld, rot = c < %lld;", (long long)hp, (long long)(2 * hp));
-	lg_line(b, "const int src = lo ? c + %lld : rot ? c - %lld : c;", (long long)hp, (long long)hp);
-	lg_line(b, "const int from = (threadIdx.x & 31 & ~%d) + src;", k->lanes - 1);
-	lg_line(b, "float pr[8];");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, %s[e], from);", y);
-	lg_open(b, "if (rot && !isv) {");
-	lg_comment(b, "%s", transpose ? "first half: g c + g' s; second half: g c - g' s"
-				      : "first half: a c - b s; second half: b c + a s");
-	lg_line(b, "const float sg = lo ? %s : %s;", transpose ? "1.0f" : "-1.0f", transpose ? "-1.0f" : "1.0f");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = 0; e < 8; e++) {");
-	lg_line(b, "const int a = (c %% %lld) * 8 + e; // the angle", (long long)hp);
-	lg_line(b, "%s[e] = %s[e] * ct[tl][a] + sg * pr[e] * st[tl][a];", y, y);
-	lg_close(b);
-	lg_close(b);
+	lg_close(b); /* the rounds of the batch */
+	lg_close(b); /* the batches */
 }
 
-/* wf: the q or k weight's piece as floats. */
-static void emit_weight(lg_buf *b)
+/* The forward's work on one head (ya, yb: the lane's two pieces). */
+static void emit_forward_head(lg_buf *b, const struct shape *k, bool kv)
 {
-	lg_line(b, "const u64 wsrc = isq ? q_weight : k_weight;");
-	lg_line(b, "float wf[8];");
-	lg_line(b, "lg_unpack8(lg_ld16_keep((const u8 *)wsrc + c * 16), wf);");
+	lg_line(b, "float ya[8], yb[8];");
+	lg_line(b, "lg_unpack2(xa[ib], xb[ib], ya, yb);");
+	if (k->silu) {
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int e = 0; e < 8; e++) { // SiLU");
+		lg_line(b, "ya[e] *= lg_sigmoid(ya[e]);");
+		lg_line(b, "yb[e] *= lg_sigmoid(yb[e]);");
+		lg_close(b);
+	}
+	lg_comment(b, "RMS of the head vector (lane group), fp32: a fixed butterfly, every lane.");
+	lg_line(b, "const float r = lg_rrms_head(lg_sum_xor(lg_sumsq2(ya, yb), 1, %d));", k->lanes / 2);
+	if (kv)
+		lg_open(b, "if (!isv) { // v: copied");
+	lg_line(b, "lg_norm8(ya, r, &wt[%d][e0]), lg_norm8(yb, r, &wt[%d][e1]);", kv, kv);
+	lg_line(b, "if (rot) lg_rope8(ya, yb, &ct[tl][e0], &st[tl][e0]);");
+	if (kv)
+		lg_close(b);
+	lg_line(b, "if (live) lg_st2(po, e0, e1, ya, yb);");
 }
 
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct shape *k, const char *name)
 {
 	lg_section(b, name, "q/k RMSNorm + RoPE + split, forward");
-	lg_comment(b, "%d lanes a head vector, %d lane groups a CTA, %d tokens at a time.", k->lanes, k->slots,
-		   k->tokens);
+	lg_comment(b, "%d lanes a head vector, %d lane groups a CTA, %d tokens: %d lane groups a token.", k->lanes,
+		   k->groups, k->tokens, k->gt);
 	char lb[48];
 	lg_emit_signature(b, s, name, "%s", lg_launch_bounds(lb, k->threads, k->min_ctas));
 	lg_open(b, "{");
 	emit_walk_open(b, k);
-	lg_line(b, "float x[8];");
-	lg_line(b, "lg_unpack8(xr[ub], x);");
-	if (k->silu) {
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int e = 0; e < 8; e++) x[e] = x[e] * lg_sigmoid(x[e]); // SiLU");
+	for (int kv = 0; kv < 2; kv++) {
+		emit_heads_open(b, k, kv);
+		emit_forward_head(b, k, kv);
+		emit_heads_close(b);
 	}
-	lg_comment(b, "RMS over the head vector (lane group): fp32, a fixed butterfly.");
-	lg_line(b, "float ss = 0.0f;");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int e = 0; e < 8; e++) ss += x[e] * x[e];");
-	lg_line(b, "ss = lg_sum_xor(ss, 1, %d);", k->lanes / 2);
-	lg_open(b, "if (!isv) {");
+	lg_close(b);
+}
+
+/* The backward's work on one head: dqkv from x, g (two pieces each). */
+static void emit_backward_head(lg_buf *b, const struct shape *k, bool kv)
+{
+	lg_line(b, "float x0[8], x1[8], g0[8], g1[8];");
+	lg_line(b, "lg_unpack2(xa[ib], xb[ib], x0, x1);");
+	lg_line(b, "lg_unpack2(ga[ib], gb[ib], g0, g1);");
+	if (k->silu) {
+		lg_line(b, "float u0[8], u1[8], s0[8], s1[8]; // SiLU: u = x s(x)");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int e = 0; e < 8; e++) {");
+		lg_line(b, "s0[e] = lg_sigmoid(x0[e]), s1[e] = lg_sigmoid(x1[e]);");
+		lg_line(b, "u0[e] = x0[e] * s0[e], u1[e] = x1[e] * s1[e];");
+		lg_close(b);
+	} else {
+		lg_line(b, "const float *const u0 = x0, *const u1 = x1;");
+	}
+	lg_line(b, "if (rot%s) lg_rope8(g0, g1, &ct[tl][e0], &st[tl][e0]);", kv ? " && !isv" : "");
+	lg_comment(b, "Butterflies over the lane group (every lane).");
+	lg_line(b, "const float ss = lg_sum_xor(lg_sumsq2(u0, u1), 1, %d);", k->lanes / 2);
+	lg_line(b, "float dot = lg_dot8(u0, g0, &wt[%d][e0]);", kv);
+	lg_line(b, "dot = lg_sum_xor(dot + lg_dot8(u1, g1, &wt[%d][e1]), 1, %d);", kv, k->lanes / 2);
+	lg_open(b, "if (live%s) {", kv ? " && !isv" : "");
+	lg_comment(b, "du = r g w - r^3 u dot / D; the lane group's dw += u r g.");
 	lg_line(b, "const float r = lg_rrms_head(ss);");
-	emit_weight(b);
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int e = 0; e < 8; e++) x[e] = (x[e] * r) * wf[e];");
+	lg_line(b, "const float c3 = r * r * r * (dot / %lld.0f);", (long long)k->d);
+	lg_line(b, "float *const acc = dwp[grp] + %lld;", (long long)(kv ? k->d : 0));
+	lg_line(b, "lg_acc8(acc + e0, u0, r, g0), lg_acc8(acc + e1, u1, r, g1);");
+	lg_line(b, "lg_dnorm8(g0, u0, r, c3, &wt[%d][e0]);", kv);
+	lg_line(b, "lg_dnorm8(g1, u1, r, c3, &wt[%d][e1]);", kv);
 	lg_close(b);
-	emit_rotate(b, k, "x", false);
-	lg_line(b, "if (live) lg_st16((u8 *)(isq ? q : t.j < %lld ? k : v) + t.oo, lg_pack8(x));",
-		(long long)(k->hq + k->hkv));
-	lg_close(b); /* the units */
-	lg_close(b); /* the batches of units */
-	lg_close(b);
+	if (k->silu) {
+		lg_comment(b, "Through the SiLU: d/dx x s(x) = s (1 + x (1 - s)).");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int e = 0; e < 8; e++) {");
+		lg_line(b, "g0[e] *= s0[e] * (1.0f + x0[e] * (1.0f - s0[e]));");
+		lg_line(b, "g1[e] *= s1[e] * (1.0f + x1[e] * (1.0f - s1[e]));");
+		lg_close(b);
+	}
+	lg_line(b, "u8 *const pd = (u8 *)dqkv + (px - (const u8 *)qkv); // in dqkv");
+	lg_line(b, "if (live) lg_st2(pd, e0, e1, g0, g1);");
 }
 
 static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct shape *k, const char *name)
 {
 	lg_section(b, name, "q/k RMSNorm + RoPE + split, backward: dqkv and weight partials");
-	lg_comment(b, "Persistent grid of min(ceil(S B / %d), %d) CTAs; %d lanes a head vector.", k->tokens,
-		   k->ctas, k->lanes);
+	lg_comment(b, "Persistent grid of min(ceil(S B / %d), %d) CTAs; %d lanes a head vector, %d lane groups",
+		   k->tokens, k->ctas, k->lanes, k->groups);
+	lg_comment(b, "a CTA, %d a token.", k->gt);
 	lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 N)");
 	lg_open(b, "{");
 	lg_line(b, "const i64 n = (N + %d) / %d;", k->tokens - 1, k->tokens);
@@ -544,67 +743,24 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	char lb[48];
 	lg_emit_signature(b, s, name, "%s", lg_launch_bounds(lb, k->threads, k->min_ctas));
 	lg_open(b, "{");
-	lg_line(b, "__shared__ float dwp[%d][%lld]; // lane groups' partials: dq_weight | dk_weight", k->slots,
-		(long long)(2 * k->d));
+	lg_line(b, "__shared__ __align__(16) float dwp[%d][%lld]; // lane groups' partials: dq_weight | dk_weight",
+		k->groups, (long long)(2 * k->d));
+	lg_line(b, "for (int i = threadIdx.x; i < %lld; i += %d) dwp[i / %lld][i %% %lld] = 0.0f;",
+		(long long)(k->groups * 2 * k->d), k->threads, (long long)(2 * k->d), (long long)(2 * k->d));
 	if (k->pdl)
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\"); // dw may be scheduled");
-	lg_line(b, "float aq[8], ak[8];");
-	lg_line(b, "for (int e = 0; e < 8; e++) aq[e] = ak[e] = 0.0f;");
 	emit_walk_open(b, k);
-	lg_line(b, "float x[8], g[8];");
-	lg_line(b, "lg_unpack8(xr[ub], x);");
-	lg_line(b, "lg_unpack8(gr[ub], g);");
-	lg_line(b, "float u[8];");
-	if (k->silu) {
-		lg_line(b, "float sg[8];");
-		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int e = 0; e < 8; e++) { // SiLU");
-		lg_line(b, "sg[e] = lg_sigmoid(x[e]);");
-		lg_line(b, "u[e] = x[e] * sg[e];");
-		lg_close(b);
-	} else {
-		lg_line(b, "for (int e = 0; e < 8; e++) u[e] = x[e];");
+	for (int kv = 0; kv < 2; kv++) {
+		emit_heads_open(b, k, kv);
+		emit_backward_head(b, k, kv);
+		emit_heads_close(b);
 	}
-	emit_rotate(b, k, "g", true);
-	lg_line(b, "float ss = 0.0f, dot = 0.0f;");
-	emit_weight(b);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = 0; e < 8; e++) {");
-	lg_line(b, "ss += u[e] * u[e];");
-	lg_line(b, "dot += u[e] * g[e] * wf[e];");
-	lg_close(b);
-	lg_line(b, "ss = lg_sum_xor(ss, 1, %d);", k->lanes / 2);
-	lg_line(b, "dot = lg_sum_xor(dot, 1, %d);", k->lanes / 2);
-	lg_open(b, "if (!isv && live) {");
-	lg_comment(b, "du = r g w - r^3 u dot / D; weight partial += u r g.");
-	lg_line(b, "const float r = lg_rrms_head(ss);");
-	lg_line(b, "const float c3 = r * r * r * (dot / %lld.0f);", (long long)k->d);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = 0; e < 8; e++) {");
-	lg_line(b, "const float pw = u[e] * r * g[e];");
-	lg_line(b, "if (isq) aq[e] += pw; else ak[e] += pw;");
-	lg_line(b, "g[e] = r * g[e] * wf[e] - c3 * u[e];");
-	lg_close(b);
-	lg_close(b);
-	if (k->silu) {
-		lg_comment(b, "Through the SiLU: d/dx x s(x) = s (1 + x (1 - s)).");
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int e = 0; e < 8; e++)");
-		lg_line(b, "\tg[e] *= sg[e] * (1.0f + x[e] * (1.0f - sg[e]));");
-	}
-	lg_line(b, "if (live) lg_st16((u8 *)dqkv + t.xo, lg_pack8(g));");
-	lg_close(b);
-	lg_close(b);
-	lg_close(b);
-	lg_comment(b, "The lane groups' partials, added in slot order: one workspace row per CTA.");
-	lg_open(b, "for (int e = 0; e < 8; e++) {");
-	lg_line(b, "dwp[slot][c * 8 + e] = aq[e];");
-	lg_line(b, "dwp[slot][%lld + c * 8 + e] = ak[e];", (long long)k->d);
-	lg_close(b);
+	lg_close(b); /* the token groups */
+	lg_comment(b, "The lane groups' partials, added in group order: one workspace row per CTA.");
 	lg_line(b, "__syncthreads();");
 	lg_open(b, "for (int col = threadIdx.x; col < %lld; col += %d) {", (long long)(2 * k->d), k->threads);
 	lg_line(b, "float sum = 0.0f;");
-	lg_line(b, "for (int sl = 0; sl < %d; sl++) sum += dwp[sl][col];", k->slots);
+	lg_line(b, "for (int g = 0; g < %d; g++) sum += dwp[g][col];", k->groups);
 	lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = sum;", (long long)(2 * k->d));
 	lg_close(b);
 	lg_close(b);
@@ -642,7 +798,6 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	struct shape k = shape_of(s, p);
 	lg_section(b, "helpers for this spec", NULL);
 	emit_helpers(b, s, &k);
-	emit_unit(b, &k);
 	if (k.bwd) {
 		emit_backward_rows(b, s, &k, p->entry[0]);
 		emit_backward_dw(b, s, &k, p->entry[1]);
@@ -658,9 +813,10 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 		used[s->pass == LG_PASS_FORWARD ? F_CU : B_CU] = 0;
 }
 
-/* Tile variants for `lingen tune`: tokens at a time x threads per CTA;
- * the backward also with a persistent grid of 2 and 4 x 264 CTAs, the
- * forward with 3 and 4 CTAs an SM (tile.min_ctas). */
+/* Tile variants for `lingen tune`: tokens at a time x threads per CTA
+ * (the backward at most 256); the backward also with a persistent grid of
+ * 2, 4 and 8 CTAs an SM, the forward with 3 and 4 CTAs an SM
+ * (tile.min_ctas). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	static const int64_t tok[] = {1, 2, 4, 8}, thr[] = {128, 256, 512};
@@ -672,8 +828,16 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 			c.set |= 1u << K_THREADS;
 			n = lg_candidate_add(s, t, out, n, max, c);
 		}
-	for (int i = 1; s->pass == LG_PASS_BACKWARD && i < 3; i++)
-		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_CTAS, ctas_ok[i]));
+	/* the backward's persistent grid of 2, 4 and 8 CTAs an SM, registers
+	 * capped for 2, 4 and 4 resident */
+	for (int i = 0; s->pass == LG_PASS_BACKWARD && i < 4; i++) {
+		if (ctas_ok[i] == PDEF)
+			continue;
+		struct lg_tile_choice c = lg_tile1(K_CTAS, ctas_ok[i]);
+		c.v[K_MIN_CTAS] = ctas_ok[i] == PMAX ? 2 : 4;
+		c.set |= 1u << K_MIN_CTAS;
+		n = lg_candidate_add(s, t, out, n, max, c);
+	}
 	/* the default tile with registers capped for 3 and 4 CTAs an SM */
 	for (int m = 3; s->pass == LG_PASS_FORWARD && m <= 4; m++)
 		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_MIN_CTAS, m));

@@ -42,12 +42,12 @@ static int teardown(void **state)
 	return 0;
 }
 
-/* One spec (keys after op, pass, dtype) at seq x batch, passes from `first`
- * (0: forward and backward, 1: backward). */
-static void check_from(int first, const char *keys, int64_t seq, int64_t batch)
+/* One spec (keys after op, pass, dtype) at seq x batch, passes `first` to
+ * `last` (0: forward, 1: backward). */
+static void check_passes(int first, int last, const char *keys, int64_t seq, int64_t batch)
 {
 	static const char *const passes[] = {"forward", "backward"};
-	for (int p = first; p < 2; p++) {
+	for (int p = first; p <= last; p++) {
 		char json[768];
 		snprintf(json, sizeof json, "{\"op\": \"qk_norm_rope\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}",
 			 passes[p], keys);
@@ -76,7 +76,7 @@ static void check_from(int first, const char *keys, int64_t seq, int64_t batch)
 	}
 }
 
-static void check(const char *keys, int64_t seq, int64_t batch) { check_from(0, keys, seq, batch); }
+static void check(const char *keys, int64_t seq, int64_t batch) { check_passes(0, 1, keys, seq, batch); }
 
 #define TARGET "\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4"
 
@@ -134,18 +134,23 @@ static void test_layouts(void **state)
 	      7, 3);
 }
 
-/* Other tiles: one token and 8 at a time, 128 and 512 threads, min_ctas. */
+/* Other tiles: 1, 2 and 8 tokens at a time, 128, 256 and 512 threads (512:
+ * the forward only), the backward's grid, min_ctas. */
 static void test_tiles(void **state)
 {
 	(void)state;
 	check(TARGET ", \"tile\": {\"tokens\": 1, \"threads\": 128}", 301, 2);
-	check(TARGET ", \"tile\": {\"tokens\": 8, \"threads\": 512}", 301, 2);
-	check_from(1, TARGET ", \"tile\": {\"ctas\": 1056}", 4096, 2); /* the backward's grid */
-	check_from(1, TARGET ", \"tile\": {\"ctas\": 528}", 33, 3);
+	check_passes(0, 0, TARGET ", \"tile\": {\"tokens\": 8, \"threads\": 512}", 301, 2); /* forward only */
+	check(TARGET ", \"tile\": {\"tokens\": 8, \"threads\": 256}", 301, 2);
+	check(TARGET ", \"tile\": {\"tokens\": 2, \"threads\": 128}", 33, 3);
+	check_passes(1, 1, TARGET ", \"tile\": {\"ctas\": 1056, \"min_ctas\": 4}", 4096, 2); /* the backward's grid */
+	check_passes(1, 1, TARGET ", \"tile\": {\"ctas\": 264, \"min_ctas\": 2}", 33, 3);
 	/* registers capped for 3 and 4 CTAs an SM (tile.min_ctas; 4 spills) */
 	check(TARGET ", \"tile\": {\"min_ctas\": 3}", 4096, 2);
 	check(TARGET ", \"tile\": {\"min_ctas\": 4}", 301, 3);
-	check("\"head_dim\": 256, \"q_heads\": 12, \"kv_heads\": 4, \"tile\": {\"tokens\": 8, \"threads\": 512}",
+	check_passes(0, 0, "\"head_dim\": 256, \"q_heads\": 12, \"kv_heads\": 4, \"tile\": {\"tokens\": 8, "
+		     "\"threads\": 512}", 31, 3);
+	check("\"head_dim\": 256, \"q_heads\": 12, \"kv_heads\": 4, \"tile\": {\"tokens\": 8, \"threads\": 128}",
 	      31, 3);
 }
 

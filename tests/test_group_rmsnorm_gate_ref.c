@@ -266,33 +266,35 @@ static void geometry_at(const lg_spec *s, int e, int64_t B, int64_t L, struct lg
 	f->geometry(&p, e, sz, d);
 }
 
-/* The target shape: forward 4 tokens (256 threads) a CTA, one CTA per 4
- * tokens; backward (prefetch: 2 pieces a lane, 32 lanes a group) a
- * persistent grid of 264 CTAs (2 an SM) of 1 token (128 threads), 2048
- * fp32 of shared memory, a 264-row workspace, and the dw kernel 32 weights
- * a CTA, also with no tokens; without prefetch 2 tokens a CTA. */
+/* The target shape: forward (prefetch, 2 pieces a lane, 32 lanes a group)
+ * 2 tokens (256 threads) a CTA, a persistent grid of 396 CTAs (3 an SM),
+ * without prefetch one CTA per 2 tokens; backward (prefetch: 2 pieces a
+ * lane, 32 lanes a group) a persistent grid of 396 CTAs (3 an SM) of 1
+ * token (128 threads), 2048 fp32 of shared memory, a 396-row workspace,
+ * and the dw kernel 32 weights a CTA, also with no tokens; without
+ * prefetch 2 tokens a CTA, 2 CTAs an SM. */
 static void test_geometry(void **state)
 {
 	(void)state;
 	struct lg_launch_dim d;
 	lg_spec *s = parse("forward", "\"dim\": 2048, \"groups\": 4");
 	geometry_at(s, 0, 2, 4096, &d);
-	assert_true(d.grid[0] == 2048 && d.block[0] == 256 && d.smem == 0);
+	assert_true(d.grid[0] == 396 && d.block[0] == 256 && d.smem == 0);
 	geometry_at(s, 0, 3, 7, &d);
-	assert_true(d.grid[0] == 6);
+	assert_true(d.grid[0] == 11);
 	geometry_at(s, 0, 0, 7, &d);
 	assert_true(d.grid[0] == 0);
 	lg_spec_free(s);
-	/* a prefetching forward: persistent, 2 CTAs of 256 threads an SM */
-	s = parse("forward", "\"dim\": 2048, \"groups\": 4, \"tile\": {\"prefetch\": 1}");
+	/* a forward without prefetch: one CTA of 256 threads per 2 tokens */
+	s = parse("forward", "\"dim\": 2048, \"groups\": 4, \"tile\": {\"prefetch\": 0}");
 	geometry_at(s, 0, 2, 4096, &d);
-	assert_true(d.grid[0] == 264 && d.block[0] == 256 && d.smem == 0);
+	assert_true(d.grid[0] == 4096 && d.block[0] == 256 && d.smem == 0);
 	geometry_at(s, 0, 3, 7, &d);
-	assert_true(d.grid[0] == 6);
+	assert_true(d.grid[0] == 11);
 	lg_spec_free(s);
 	s = parse("backward", "\"dim\": 2048, \"groups\": 4");
 	geometry_at(s, 0, 2, 4096, &d);
-	assert_true(d.grid[0] == 264 && d.block[0] == 128 && d.smem == 2048 * 4);
+	assert_true(d.grid[0] == 396 && d.block[0] == 128 && d.smem == 2048 * 4);
 	geometry_at(s, 0, 1, 1, &d);
 	assert_true(d.grid[0] == 1);
 	geometry_at(s, 1, 0, 0, &d);
@@ -304,7 +306,7 @@ static void test_geometry(void **state)
 	memset(&p, 0, sizeof p);
 	assert_int_equal(f->plan(s, &t, &p), LG_OK);
 	assert_int_equal(p.nentries, 2);
-	assert_int_equal(f->workspace(&p), (size_t)264 * 2048 * 4);
+	assert_int_equal(f->workspace(&p), (size_t)396 * 2048 * 4);
 	lg_spec_free(s);
 	s = parse("backward", "\"dim\": 2048, \"groups\": 4, \"tile\": {\"prefetch\": 0}");
 	geometry_at(s, 0, 2, 4096, &d);

@@ -400,7 +400,8 @@ static void test_mscale(void **state)
 }
 
 /* Buffers as declared ([S, B] and [B, S] qkv, freqs [S, R]); geometry (one
- * CTA per 4 tokens forward, at most 264 backward, none for no tokens). */
+ * CTA per tile.tokens tokens forward, at most tile.ctas backward, none for
+ * no tokens). */
 static void test_buffers_geometry(void **state)
 {
 	(void)state;
@@ -436,20 +437,20 @@ static void test_buffers_geometry(void **state)
 	f->geometry(&p, 0, one, &d);
 	assert_int_equal(d.grid[0], 1);
 	f->geometry(&p, 0, big, &d);
-	assert_int_equal(d.grid[0], 8192 / 4);
+	assert_int_equal(d.grid[0], 8192 / 8); /* 8 tokens a CTA: 8 lane groups for a token's 10 heads */
 	lg_spec_free(s);
 	s = spec(ONE_GROUP("backward", "0.5"));
 	assert_int_equal(lg_plan_for(s, &t, &p), LG_OK);
 	assert_int_equal(p.nentries, 2);
 	f->geometry(&p, 0, big, &d);
-	assert_int_equal(d.grid[0], 264);
+	assert_int_equal(d.grid[0], 3 * 132); /* the default persistent grid, 3 CTAs an SM */
 	f->geometry(&p, 1, none, &d);
 	assert_int_equal(d.grid[0], 2 * 64 / 32); /* dq_weight, dk_weight written also for no tokens */
 	assert_int_equal(d.block[0], 1024);
 	assert_true(f->workspace(&p) >= 264 * 2 * 64 * 4);
 	lg_spec_free(s);
 	s = spec("{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 64, "
-		 "\"q_heads\": 2, \"kv_heads\": 1, \"tile\": {\"ctas\": 1056}}");
+		 "\"q_heads\": 2, \"kv_heads\": 1, \"tile\": {\"ctas\": 1056, \"tokens\": 4}}");
 	assert_int_equal(lg_plan_for(s, &t, &p), LG_OK);
 	f->geometry(&p, 0, big, &d);
 	assert_int_equal(d.grid[0], 1056);
@@ -469,7 +470,7 @@ static void test_candidates(void **state)
 		struct lg_tile_choice cands[LG_MAX_CANDIDATES];
 		assert_true(lg_target_parse(archs[a], &t));
 		int n = f->candidates(s, &t, cands, LG_MAX_CANDIDATES);
-		assert_int_equal(n, 14); /* 4 x 3 tokens x threads, 2 grids */
+		assert_int_equal(n, 11); /* 4 x 2 tokens x threads (512 threads: forward only), 3 grids */
 		for (int i = 0; i < n; i++) {
 			struct lg_spec v;
 			struct lg_plan p;

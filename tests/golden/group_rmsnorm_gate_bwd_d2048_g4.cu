@@ -122,15 +122,15 @@ static __device__ __forceinline__ float lg_sigmoid(float v)
 
 // ----- lg_group_rmsnorm_gate_bwd_bf16_d2048_g4 -----
 // group RMSNorm x sigmoid gate, backward: dx, dgate, dw partials
-// Persistent grid of min(ceil(B L / 1), 264) CTAs (2 an SM) of 1 token; 4 groups
+// Persistent grid of min(ceil(B L / 1), 396) CTAs (3 an SM) of 1 token; 4 groups
 // of 512, 32 lanes per group, 2 16-byte pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M)
 {
 	const i64 n = M;
-	return n < 264 ? n : 264;
+	return n < 396 ? n : 396;
 }
 
-extern "C" __global__ void __launch_bounds__(128, 2)
+extern "C" __global__ void __launch_bounds__(128, 3)
 lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 dw, u64 ws, i64 B, i64 L, i64 part)
 {

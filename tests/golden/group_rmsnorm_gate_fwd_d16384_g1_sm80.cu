@@ -112,62 +112,82 @@ static __device__ __forceinline__ float lg_sigmoid(float v)
 }
 
 // ----- lg_group_rmsnorm_gate_fwd_bf16_d16384_g1: group RMSNorm x sigmoid gate, forward -----
-// 1 groups of 16384; 256 lanes per group, 8 16-byte pieces each; 1 token per CTA,
-// grid-stride over tokens.
-extern "C" __global__ void __launch_bounds__(256)
+// 1 groups of 16384; 1024 lanes per group, 2 16-byte pieces each; 1 token per CTA,
+// persistent (1 CTAs an SM), the next token's inputs loaded before this one's math.
+extern "C" __global__ void __launch_bounds__(1024, 1)
 lg_group_rmsnorm_gate_fwd_bf16_d16384_g1(u64 x, u64 gate, u64 w, u64 y, i64 B, i64 L, i64 part)
 {
 	const int t = threadIdx.x; // lane in the row (one row per CTA)
 	const int lane = threadIdx.x & 31;
-	__shared__ double dred[8];
+	__shared__ double dred[32];
 	const int g = 0, ts = 0; // one unit per CTA
 	const i64 M = B * L;
 	const u8 *const wu = (const u8 *)w + g * 32768;
-	lg_u32x4 wv[8];
+	lg_u32x4 wv[2];
 	#pragma unroll
-	for (int k = 0; k < 8; k++) {
-		const int c = t + k * 256;
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 1024;
 		wv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (c < 2048) wv[k] = lg_ld16_keep(wu + c * 16);
 	}
 	const i64 stride = (i64)gridDim.x * 1;
-	for (i64 base = (i64)blockIdx.x * 1; base < M; base += stride) {
-		const i64 m = base + ts; // token b * L + l
-		const bool live = m < M;
-		const i64 ox = (m * 16384 + g * 16384) * 2;
-		const i64 og = (((m % L) * B + m / L) * 16384 + g * 16384) * 2; // [L, B, dim]
-		lg_u32x4 xv[8], gv[8];
+	i64 base = (i64)blockIdx.x * 1;
+	bool live;
+	i64 ox, og;
+	live = (base + ts) < M;
+	ox = ((base + ts) * 16384 + g * 16384) * 2;
+	og = ((((base + ts) % L) * B + (base + ts) / L) * 16384 + g * 16384) * 2; // [L, B, dim]
+	lg_u32x4 xv[2], gv[2];
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 1024;
+		xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 2048) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
+	}
+	#pragma unroll
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 1024;
+		gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (live && c < 2048) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
+	}
+	for (; base < M; base += stride) {
+		// The next token's inputs, in flight during this one's math.
+		const i64 mn = base + stride + ts;
+		const bool liven = mn < M;
+		const i64 oxn = (mn * 16384 + g * 16384) * 2;
+		const i64 ogn = (((mn % L) * B + mn / L) * 16384 + g * 16384) * 2; // [L, B, dim]
+		lg_u32x4 xn[2], gn[2];
 		#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			const int c = t + k * 256;
-			xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 2048) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 1024;
+			xn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 2048) xn[k] = lg_ld16((const u8 *)x + oxn + c * 16);
 		}
 		#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			const int c = t + k * 256;
-			gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (live && c < 2048) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 1024;
+			gn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (liven && c < 2048) gn[k] = lg_ld16((const u8 *)gate + ogn + c * 16);
 		}
 		// Sum of squares: one fp64 chain per piece, added in a fixed order.
-		double sk[8];
+		double sk[2];
 		#pragma unroll
-		for (int k = 0; k < 8; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
+		for (int k = 0; k < 2; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
 		double ss = sk[0];
 		#pragma unroll
-		for (int k = 1; k < 8; k++) ss += sk[k];
+		for (int k = 1; k < 2; k++) ss += sk[k];
 		ss = lg_dsum_xor(ss, 1, 16);
 		if (lane == 0) dred[threadIdx.x >> 5] = ss;
 		__syncthreads();
 		ss = 0;
 		#pragma unroll
-		for (int i = 0; i < 8; i++) ss += dred[i]; // fixed order
+		for (int i = 0; i < 32; i++) ss += dred[i]; // fixed order
 		__syncthreads();
 		const float r = lg_rrms(ss);
 		// y = ((x * r) * w) * sigmoid(gate) in fp32, rounded to bf16 (RNE).
 		#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			const int c = t + k * 256;
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 1024;
 			if (!live || c >= 2048) continue;
 			float v[8];
 			#pragma unroll
@@ -177,5 +197,13 @@ lg_group_rmsnorm_gate_fwd_bf16_d16384_g1(u64 x, u64 gate, u64 w, u64 y, i64 B, i
 			}
 			lg_st16((u8 *)y + og + c * 16, lg_pack_bf16x8(v));
 		}
+		#pragma unroll
+		for (int k = 0; k < 2; k++) {
+			xv[k] = xn[k];
+			gv[k] = gn[k];
+		}
+		live = liven;
+		ox = oxn;
+		og = ogn;
 	}
 }

@@ -112,39 +112,39 @@ static __device__ __forceinline__ float lg_sigmoid(float v)
 }
 
 // ----- lg_group_rmsnorm_gate_fwd_bf16_d2048_g4_tp1: group RMSNorm x sigmoid gate, forward -----
-// 4 groups of 512; 16 lanes per group, 4 16-byte pieces each; 4 tokens per CTA,
-// persistent (2 CTAs an SM), the next token's inputs loaded before this one's math.
-extern "C" __global__ void __launch_bounds__(256, 2)
+// 4 groups of 512; 32 lanes per group, 2 16-byte pieces each; 2 tokens per CTA,
+// persistent (3 CTAs an SM), the next token's inputs loaded before this one's math.
+extern "C" __global__ void __launch_bounds__(256, 3)
 lg_group_rmsnorm_gate_fwd_bf16_d2048_g4_tp1(u64 x, u64 gate, u64 w, u64 y, i64 B, i64 L, i64 part)
 {
-	const int slot = threadIdx.x / 16, t = threadIdx.x % 16; // row, lane in the row
+	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
 	const int g = slot % 4, ts = slot / 4; // the unit's group, token in the CTA
 	const i64 M = B * L;
 	const u8 *const wu = (const u8 *)w + g * 1024;
-	lg_u32x4 wv[4];
+	lg_u32x4 wv[2];
 	#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 16;
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 32;
 		wv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (c < 64) wv[k] = lg_ld16_keep(wu + c * 16);
 	}
-	const i64 stride = (i64)gridDim.x * 4;
-	i64 base = (i64)blockIdx.x * 4;
+	const i64 stride = (i64)gridDim.x * 2;
+	i64 base = (i64)blockIdx.x * 2;
 	bool live;
 	i64 ox, og;
 	live = (base + ts) < M;
 	ox = ((base + ts) * 2048 + g * 512) * 2;
 	og = ((((base + ts) % L) * B + (base + ts) / L) * 2048 + g * 512) * 2; // [L, B, dim]
-	lg_u32x4 xv[4], gv[4];
+	lg_u32x4 xv[2], gv[2];
 	#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 16;
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 32;
 		xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 64) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
 	}
 	#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 16;
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 32;
 		gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 64) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
 	}
@@ -154,32 +154,32 @@ lg_group_rmsnorm_gate_fwd_bf16_d2048_g4_tp1(u64 x, u64 gate, u64 w, u64 y, i64 B
 		const bool liven = mn < M;
 		const i64 oxn = (mn * 2048 + g * 512) * 2;
 		const i64 ogn = (((mn % L) * B + mn / L) * 2048 + g * 512) * 2; // [L, B, dim]
-		lg_u32x4 xn[4], gn[4];
+		lg_u32x4 xn[2], gn[2];
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 16;
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 32;
 			xn[k] = lg_u32x4{0u, 0u, 0u, 0u};
 			if (liven && c < 64) xn[k] = lg_ld16((const u8 *)x + oxn + c * 16);
 		}
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 16;
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 32;
 			gn[k] = lg_u32x4{0u, 0u, 0u, 0u};
 			if (liven && c < 64) gn[k] = lg_ld16((const u8 *)gate + ogn + c * 16);
 		}
 		// Sum of squares: one fp64 chain per piece, added in a fixed order.
-		double sk[4];
+		double sk[2];
 		#pragma unroll
-		for (int k = 0; k < 4; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
+		for (int k = 0; k < 2; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
 		double ss = sk[0];
 		#pragma unroll
-		for (int k = 1; k < 4; k++) ss += sk[k];
-		ss = lg_dsum_xor(ss, 1, 8);
+		for (int k = 1; k < 2; k++) ss += sk[k];
+		ss = lg_dsum_xor(ss, 1, 16);
 		const float r = lg_rrms(ss);
 		// y = ((x * r) * w) * sigmoid(gate) in fp32, rounded to bf16 (RNE).
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 16;
+		for (int k = 0; k < 2; k++) {
+			const int c = t + k * 32;
 			if (!live || c >= 64) continue;
 			float v[8];
 			#pragma unroll
@@ -190,7 +190,7 @@ lg_group_rmsnorm_gate_fwd_bf16_d2048_g4_tp1(u64 x, u64 gate, u64 w, u64 y, i64 B
 			lg_st16((u8 *)y + og + c * 16, lg_pack_bf16x8(v));
 		}
 		#pragma unroll
-		for (int k = 0; k < 4; k++) {
+		for (int k = 0; k < 2; k++) {
 			xv[k] = xn[k];
 			gv[k] = gn[k];
 		}

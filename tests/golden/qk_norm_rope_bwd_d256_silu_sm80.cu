@@ -47,15 +47,6 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
 	return v;
 }
 
-// 16-byte load of data that is read again (the weights): it may stay in L1.
-static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-	return v;
-}
-
 // 16-byte store.
 static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 {
@@ -85,6 +76,77 @@ static __device__ __forceinline__ lg_u32x4 lg_pack8(const float *f)
 	return lg_u32x4{lg_pack_bf16x2(f[0], f[1]), lg_pack_bf16x2(f[2], f[3]),
 		lg_pack_bf16x2(f[4], f[5]), lg_pack_bf16x2(f[6], f[7])};
 }
+// 8 floats of shared memory (16-byte aligned), two 16-byte reads.
+static __device__ __forceinline__ void lg_lds8(const float *p, float *f)
+{
+	const float4 u = ((const float4 *)p)[0], w = ((const float4 *)p)[1];
+	f[0] = u.x, f[1] = u.y, f[2] = u.z, f[3] = u.w;
+	f[4] = w.x, f[5] = w.y, f[6] = w.z, f[7] = w.w;
+}
+// The lane's two pieces of a head (features e0.., e1..): loads (zeros when not
+// live), as floats, stores.
+static __device__ __forceinline__ void lg_ld2(const u8 *p, int e0, int e1, bool live,
+	lg_u32x4 &a, lg_u32x4 &b)
+{
+	a = lg_ld16_if(p + e0 * 2, live), b = lg_ld16_if(p + e1 * 2, live);
+}
+static __device__ __forceinline__ void lg_unpack2(lg_u32x4 a, lg_u32x4 b, float *fa, float *fb)
+{
+	lg_unpack8(a, fa), lg_unpack8(b, fb);
+}
+static __device__ __forceinline__ void lg_st2(u8 *p, int e0, int e1, const float *a, const float *b)
+{
+	lg_st16(p + e0 * 2, lg_pack8(a)), lg_st16(p + e1 * 2, lg_pack8(b));
+}
+// The sum of squares of the two pieces (two chains).
+static __device__ __forceinline__ float lg_sumsq2(const float *a, const float *b)
+{
+	float sa = 0.0f, sb = 0.0f;
+	#pragma unroll
+	for (int e = 0; e < 8; e++) sa += a[e] * a[e], sb += b[e] * b[e];
+	return sa + sb;
+}
+// Transposed rotate-half RoPE of the halves a, b (8 floats each) by the angles
+// whose cos and sin are at c and s (shared memory): a c + b s, b c - a s.
+static __device__ __forceinline__ void lg_rope8(float *a, float *b, const float *c, const float *s)
+{
+	float cs[8], sn[8];
+	lg_lds8(c, cs), lg_lds8(s, sn);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) {
+		const float x = a[e], y = b[e];
+		a[e] = x * cs[e] + y * sn[e];
+		b[e] = y * cs[e] - x * sn[e];
+	}
+}
+// p[0..7] += u r g (shared memory, 16-byte aligned; one lane's own floats).
+static __device__ __forceinline__ void lg_acc8(float *p, const float *u, float r, const float *g)
+{
+	float f[8];
+	lg_lds8(p, f);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) f[e] += u[e] * r * g[e];
+	((float4 *)p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+	((float4 *)p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+// The RMSNorm backward of a piece: g = r g w - c3 u, w at p (shared memory).
+static __device__ __forceinline__ void lg_dnorm8(float *g, const float *u, float r, float c3,
+	const float *p)
+{
+	float w[8];
+	lg_lds8(p, w);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) g[e] = r * g[e] * w[e] - c3 * u[e];
+}
+// sum u g w of a piece, w at p (shared memory).
+static __device__ __forceinline__ float lg_dot8(const float *u, const float *g, const float *p)
+{
+	float w[8], d = 0.0f;
+	lg_lds8(p, w);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) d += u[e] * g[e] * w[e];
+	return d;
+}
 // The logistic function, with an accurate exp (expf).
 static __device__ __forceinline__ float lg_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 // The tokens (qkv rows): S x B.
@@ -93,7 +155,14 @@ static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 B) { return S * B; }
 static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int *cu)
 {
 	(void)cu;
-	return n / B;
+	return (u32)n / (u32)B; // 32-bit: S B < 2^31
+}
+// The [batch, seq] row of the outputs of qkv row n.
+static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 S, i64 B)
+{
+	// 32-bit division: S B < 2^31 (the sizes' bounds).
+	const u32 m = (u32)n, b = (u32)B;
+	return (i64)(m % b) * S + m / b;
 }
 // Where head j of a token (q heads, then k, then v) sits in its qkv row, in heads.
 static __device__ __forceinline__ int lg_qkv_slot(int j)
@@ -103,45 +172,37 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 	if (j < 48) return (j - 40) * 7 + 5;
 	return (j - 48) * 7 + 6;
 }
-// Unit u of the tokens from n0 (past the last: a copy of it, not live): tl, j: its
-// token in the group and head (q, k, v heads in order); xo, oo: this lane's bytes
-// into qkv and into q, k or v (the gradients likewise).
-struct lg_unit { i64 xo, oo; int tl, j; bool live, isq, isv; };
-static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 N, i64 S, i64 B)
-{
-	lg_unit t;
-	const int un = min(u, 55);
-	t.tl = un / 56, t.j = un % 56;
-	const i64 n = n0 + t.tl; // the qkv row
-	t.live = u < 56 && n < N;
-	const i64 ob = (n % B) * S + n / B; // the [batch, seq] row
-	t.xo = (n * 14336 + (i64)lg_qkv_slot(t.j) * 256 + c * 8) * 2;
-	t.isq = t.j < 40, t.isv = t.j >= 48;
-	const i64 hh = t.isq ? t.j : t.isv ? t.j - 48 : t.j - 40; // head in q, k or v
-	t.oo = ((ob * (t.isq ? 40 : 8) + hh) * 256 + c * 8) * 2;
-	return t;
-}
 
 // ----- lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128 -----
 // q/k RMSNorm + RoPE + split, backward: dqkv and weight partials
-// Persistent grid of min(ceil(S B / 1), 264) CTAs; 32 lanes a head vector.
+// Persistent grid of min(ceil(S B / 1), 396) CTAs; 16 lanes a head vector, 8 lane groups
+// a CTA, 8 a token.
 static __device__ __forceinline__ i64 lg_ctas(i64 N)
 {
 	const i64 n = (N + 0) / 1;
-	return n < 264 ? n : 264;
+	return n < 396 ? n : 396;
 }
 
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, 3)
 lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 	u64 gq, u64 gk, u64 gv, u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens,
 	u64 dqkv, u64 dq_weight, u64 dk_weight, u64 ws, i64 S, i64 B, i64 part)
 {
-	__shared__ float dwp[4][512]; // lane groups' partials: dq_weight | dk_weight
-	float aq[8], ak[8];
-	for (int e = 0; e < 8; e++) aq[e] = ak[e] = 0.0f;
-	__shared__ float ct[1][64], st[1][64]; // cos, sin of each token's R/2 angles
-	const int c = threadIdx.x % 32; // the lane's piece: features 8c .. 8c + 7
-	const int slot = threadIdx.x / 32; // the lane group
+	__shared__ __align__(16) float dwp[8][512]; // lane groups' partials: dq_weight | dk_weight
+	for (int i = threadIdx.x; i < 4096; i += 128) dwp[i / 512][i % 512] = 0.0f;
+	__shared__ __align__(16) float ct[1][64], st[1][64]; // cos, sin of each token's R/2 angles
+	__shared__ i64 orow[1]; // the tokens' [batch, seq] rows
+	const int l = threadIdx.x % 16; // the lane in its group
+	const int grp = threadIdx.x / 16; // the lane group
+	const int tl = grp / 8, jg = grp % 8; // its token of the CTA's, its first head
+	// Rotating lanes hold pieces l and l + 8 (the halves a, b of [0, 128)); the others
+	// two of [128, 256), 64 features apart. e0, e1: the pieces' first features.
+	const bool rot = l < 8;
+	const int e0 = (rot ? l : l + 8) * 8, e1 = e0 + (rot ? 64 : 64);
+	__shared__ __align__(16) float wt[2][256]; // q_weight | k_weight as floats
+	for (int i = threadIdx.x; i < 512; i += 128) // read after the first __syncthreads
+		wt[i / 256][i % 256] = lg_u2f((u32)((const unsigned short *)(i < 256 ? q_weight
+			: k_weight))[i % 256] << 16);
 	const i64 N = lg_tokens(S, B);
 	for (i64 n0 = (i64)blockIdx.x * 1; n0 < N; n0 += lg_ctas(N) * 1) {
 		__syncthreads(); // the previous tokens' table is no longer read
@@ -154,89 +215,124 @@ lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 			sincosf(((const float *)freqs)[p * 128 + i % 64], &sn, &cn);
 			ct[i / 64][i % 64] = cn, st[i / 64][i % 64] = sn;
 		}
+		// The tokens' output rows (one 32-bit division each, not one a lane).
+		if (threadIdx.x < 1) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);
 		__syncthreads();
-		// Units (token, head) in output order, 4 a lane group at a time: their loads first
-		// (in flight together), then the work. Every lane of a warp runs every iteration.
-		for (int u0 = 0; u0 < 56; u0 += 16) {
-			lg_u32x4 xr[4];
-			lg_u32x4 gr[4];
+		const i64 n = n0 + tl; // the lane group's token (qkv row)
+		const bool tok = n < N;
+		const u8 *const xrow = (const u8 *)qkv + n * 28672;
+		const i64 ob = orow[tl];
+		// q heads jg, jg + 8, ...: 5 round(s), the loads of 1 at a time.
+		for (int i0 = 0; i0 < 5; i0 += 1) {
+			lg_u32x4 xa[1], xb[1];
+			lg_u32x4 ga[1], gb[1];
 			#pragma unroll
-			for (int ub = 0; ub < 4; ub++) {
-				const lg_unit t = lg_unit_at(n0, u0 + ub * 4 + slot, c, N, S, B);
-				xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
-				const u64 gp = t.isq ? gq : t.isv ? gv : gk;
-				gr[ub] = lg_ld16_if((const u8 *)gp + t.oo, t.live);
+			for (int ib = 0; ib < 1; ib++) {
+				const int j = jg + (i0 + ib) * 8; // q head
+				const bool live = tok && j < 40;
+				const u8 *const px = xrow + lg_qkv_slot(j) * 512;
+				const u8 *const po = (const u8 *)gq + (ob * 40 + j) * 512;
+				lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
+				lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);
 			}
 			#pragma unroll
-			for (int ub = 0; ub < 4; ub++) {
-				const lg_unit t = lg_unit_at(n0, u0 + ub * 4 + slot, c, N, S, B);
-				const int tl = t.tl;
-				const bool live = t.live, isq = t.isq, isv = t.isv;
-				float x[8], g[8];
-				lg_unpack8(xr[ub], x);
-				lg_unpack8(gr[ub], g);
-				float u[8];
-				float sg[8];
-				#pragma unroll
-				for (int e = 0; e < 8; e++) { // SiLU
-					sg[e] = lg_sigmoid(x[e]);
-					u[e] = x[e] * sg[e];
-				}
-				// Transposed RoPE over [0, 128): partner piece 8 lanes away.
-				const bool lo = c < 8, rot = c < 16;
-				const int src = lo ? c + 8 : rot ? c - 8 : c;
-				const int from = (threadIdx.x & 31 & ~31) + src;
-				float pr[8];
-				#pragma unroll
-				for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, g[e], from);
-				if (rot && !isv) {
-					// first half: g c + g' s; second half: g c - g' s
-					const float sg = lo ? 1.0f : -1.0f;
-					#pragma unroll
-					for (int e = 0; e < 8; e++) {
-						const int a = (c % 8) * 8 + e; // the angle
-						g[e] = g[e] * ct[tl][a] + sg * pr[e] * st[tl][a];
-					}
-				}
-				float ss = 0.0f, dot = 0.0f;
-				const u64 wsrc = isq ? q_weight : k_weight;
-				float wf[8];
-				lg_unpack8(lg_ld16_keep((const u8 *)wsrc + c * 16), wf);
+			for (int ib = 0; ib < 1; ib++) {
+				const int j = jg + (i0 + ib) * 8; // q head
+				const bool live = tok && j < 40;
+				const u8 *const px = xrow + lg_qkv_slot(j) * 512;
+				float x0[8], x1[8], g0[8], g1[8];
+				lg_unpack2(xa[ib], xb[ib], x0, x1);
+				lg_unpack2(ga[ib], gb[ib], g0, g1);
+				float u0[8], u1[8], s0[8], s1[8]; // SiLU: u = x s(x)
 				#pragma unroll
 				for (int e = 0; e < 8; e++) {
-					ss += u[e] * u[e];
-					dot += u[e] * g[e] * wf[e];
+					s0[e] = lg_sigmoid(x0[e]), s1[e] = lg_sigmoid(x1[e]);
+					u0[e] = x0[e] * s0[e], u1[e] = x1[e] * s1[e];
 				}
-				ss = lg_sum_xor(ss, 1, 16);
-				dot = lg_sum_xor(dot, 1, 16);
-				if (!isv && live) {
-					// du = r g w - r^3 u dot / D; weight partial += u r g.
+				if (rot) lg_rope8(g0, g1, &ct[tl][e0], &st[tl][e0]);
+				// Butterflies over the lane group (every lane).
+				const float ss = lg_sum_xor(lg_sumsq2(u0, u1), 1, 8);
+				float dot = lg_dot8(u0, g0, &wt[0][e0]);
+				dot = lg_sum_xor(dot + lg_dot8(u1, g1, &wt[0][e1]), 1, 8);
+				if (live) {
+					// du = r g w - r^3 u dot / D; the lane group's dw += u r g.
 					const float r = lg_rrms_head(ss);
 					const float c3 = r * r * r * (dot / 256.0f);
-					#pragma unroll
-					for (int e = 0; e < 8; e++) {
-						const float pw = u[e] * r * g[e];
-						if (isq) aq[e] += pw; else ak[e] += pw;
-						g[e] = r * g[e] * wf[e] - c3 * u[e];
-					}
+					float *const acc = dwp[grp] + 0;
+					lg_acc8(acc + e0, u0, r, g0), lg_acc8(acc + e1, u1, r, g1);
+					lg_dnorm8(g0, u0, r, c3, &wt[0][e0]);
+					lg_dnorm8(g1, u1, r, c3, &wt[0][e1]);
 				}
 				// Through the SiLU: d/dx x s(x) = s (1 + x (1 - s)).
 				#pragma unroll
-				for (int e = 0; e < 8; e++)
-					g[e] *= sg[e] * (1.0f + x[e] * (1.0f - sg[e]));
-				if (live) lg_st16((u8 *)dqkv + t.xo, lg_pack8(g));
+				for (int e = 0; e < 8; e++) {
+					g0[e] *= s0[e] * (1.0f + x0[e] * (1.0f - s0[e]));
+					g1[e] *= s1[e] * (1.0f + x1[e] * (1.0f - s1[e]));
+				}
+				u8 *const pd = (u8 *)dqkv + (px - (const u8 *)qkv); // in dqkv
+				if (live) lg_st2(pd, e0, e1, g0, g1);
+			}
+		}
+		// k then v heads jg, jg + 8, ...: 2 round(s), the loads of 1 at a time.
+		for (int i0 = 0; i0 < 2; i0 += 1) {
+			lg_u32x4 xa[1], xb[1];
+			lg_u32x4 ga[1], gb[1];
+			#pragma unroll
+			for (int ib = 0; ib < 1; ib++) {
+				const int j = jg + (i0 + ib) * 8; // k heads, then v heads
+				const bool live = tok && j < 16;
+				const bool isv = j >= 8;
+				const u8 *const px = xrow + lg_qkv_slot(40 + j) * 512;
+				const i64 ho = ob * 8 + (isv ? j - 8 : j);
+				const u8 *const po = (const u8 *)(isv ? gv : gk) + ho * 512;
+				lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
+				lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);
+			}
+			#pragma unroll
+			for (int ib = 0; ib < 1; ib++) {
+				const int j = jg + (i0 + ib) * 8; // k heads, then v heads
+				const bool live = tok && j < 16;
+				const bool isv = j >= 8;
+				const u8 *const px = xrow + lg_qkv_slot(40 + j) * 512;
+				float x0[8], x1[8], g0[8], g1[8];
+				lg_unpack2(xa[ib], xb[ib], x0, x1);
+				lg_unpack2(ga[ib], gb[ib], g0, g1);
+				float u0[8], u1[8], s0[8], s1[8]; // SiLU: u = x s(x)
+				#pragma unroll
+				for (int e = 0; e < 8; e++) {
+					s0[e] = lg_sigmoid(x0[e]), s1[e] = lg_sigmoid(x1[e]);
+					u0[e] = x0[e] * s0[e], u1[e] = x1[e] * s1[e];
+				}
+				if (rot && !isv) lg_rope8(g0, g1, &ct[tl][e0], &st[tl][e0]);
+				// Butterflies over the lane group (every lane).
+				const float ss = lg_sum_xor(lg_sumsq2(u0, u1), 1, 8);
+				float dot = lg_dot8(u0, g0, &wt[1][e0]);
+				dot = lg_sum_xor(dot + lg_dot8(u1, g1, &wt[1][e1]), 1, 8);
+				if (live && !isv) {
+					// du = r g w - r^3 u dot / D; the lane group's dw += u r g.
+					const float r = lg_rrms_head(ss);
+					const float c3 = r * r * r * (dot / 256.0f);
+					float *const acc = dwp[grp] + 256;
+					lg_acc8(acc + e0, u0, r, g0), lg_acc8(acc + e1, u1, r, g1);
+					lg_dnorm8(g0, u0, r, c3, &wt[1][e0]);
+					lg_dnorm8(g1, u1, r, c3, &wt[1][e1]);
+				}
+				// Through the SiLU: d/dx x s(x) = s (1 + x (1 - s)).
+				#pragma unroll
+				for (int e = 0; e < 8; e++) {
+					g0[e] *= s0[e] * (1.0f + x0[e] * (1.0f - s0[e]));
+					g1[e] *= s1[e] * (1.0f + x1[e] * (1.0f - s1[e]));
+				}
+				u8 *const pd = (u8 *)dqkv + (px - (const u8 *)qkv); // in dqkv
+				if (live) lg_st2(pd, e0, e1, g0, g1);
 			}
 		}
 	}
-	// The lane groups' partials, added in slot order: one workspace row per CTA.
-	for (int e = 0; e < 8; e++) {
-		dwp[slot][c * 8 + e] = aq[e];
-		dwp[slot][256 + c * 8 + e] = ak[e];
-	}
+	// The lane groups' partials, added in group order: one workspace row per CTA.
 	__syncthreads();
 	for (int col = threadIdx.x; col < 512; col += 128) {
 		float sum = 0.0f;
-		for (int sl = 0; sl < 4; sl++) sum += dwp[sl][col];
+		for (int g = 0; g < 8; g++) sum += dwp[g][col];
 		((float *)ws)[(i64)blockIdx.x * 512 + col] = sum;
 	}
 }

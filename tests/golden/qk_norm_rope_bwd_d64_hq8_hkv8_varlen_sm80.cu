@@ -47,15 +47,6 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
 	return v;
 }
 
-// 16-byte load of data that is read again (the weights): it may stay in L1.
-static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-	return v;
-}
-
 // 16-byte store.
 static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 {
@@ -85,6 +76,77 @@ static __device__ __forceinline__ lg_u32x4 lg_pack8(const float *f)
 	return lg_u32x4{lg_pack_bf16x2(f[0], f[1]), lg_pack_bf16x2(f[2], f[3]),
 		lg_pack_bf16x2(f[4], f[5]), lg_pack_bf16x2(f[6], f[7])};
 }
+// 8 floats of shared memory (16-byte aligned), two 16-byte reads.
+static __device__ __forceinline__ void lg_lds8(const float *p, float *f)
+{
+	const float4 u = ((const float4 *)p)[0], w = ((const float4 *)p)[1];
+	f[0] = u.x, f[1] = u.y, f[2] = u.z, f[3] = u.w;
+	f[4] = w.x, f[5] = w.y, f[6] = w.z, f[7] = w.w;
+}
+// The lane's two pieces of a head (features e0.., e1..): loads (zeros when not
+// live), as floats, stores.
+static __device__ __forceinline__ void lg_ld2(const u8 *p, int e0, int e1, bool live,
+	lg_u32x4 &a, lg_u32x4 &b)
+{
+	a = lg_ld16_if(p + e0 * 2, live), b = lg_ld16_if(p + e1 * 2, live);
+}
+static __device__ __forceinline__ void lg_unpack2(lg_u32x4 a, lg_u32x4 b, float *fa, float *fb)
+{
+	lg_unpack8(a, fa), lg_unpack8(b, fb);
+}
+static __device__ __forceinline__ void lg_st2(u8 *p, int e0, int e1, const float *a, const float *b)
+{
+	lg_st16(p + e0 * 2, lg_pack8(a)), lg_st16(p + e1 * 2, lg_pack8(b));
+}
+// The sum of squares of the two pieces (two chains).
+static __device__ __forceinline__ float lg_sumsq2(const float *a, const float *b)
+{
+	float sa = 0.0f, sb = 0.0f;
+	#pragma unroll
+	for (int e = 0; e < 8; e++) sa += a[e] * a[e], sb += b[e] * b[e];
+	return sa + sb;
+}
+// Transposed rotate-half RoPE of the halves a, b (8 floats each) by the angles
+// whose cos and sin are at c and s (shared memory): a c + b s, b c - a s.
+static __device__ __forceinline__ void lg_rope8(float *a, float *b, const float *c, const float *s)
+{
+	float cs[8], sn[8];
+	lg_lds8(c, cs), lg_lds8(s, sn);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) {
+		const float x = a[e], y = b[e];
+		a[e] = x * cs[e] + y * sn[e];
+		b[e] = y * cs[e] - x * sn[e];
+	}
+}
+// p[0..7] += u r g (shared memory, 16-byte aligned; one lane's own floats).
+static __device__ __forceinline__ void lg_acc8(float *p, const float *u, float r, const float *g)
+{
+	float f[8];
+	lg_lds8(p, f);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) f[e] += u[e] * r * g[e];
+	((float4 *)p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+	((float4 *)p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+// The RMSNorm backward of a piece: g = r g w - c3 u, w at p (shared memory).
+static __device__ __forceinline__ void lg_dnorm8(float *g, const float *u, float r, float c3,
+	const float *p)
+{
+	float w[8];
+	lg_lds8(p, w);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) g[e] = r * g[e] * w[e] - c3 * u[e];
+}
+// sum u g w of a piece, w at p (shared memory).
+static __device__ __forceinline__ float lg_dot8(const float *u, const float *g, const float *p)
+{
+	float w[8], d = 0.0f;
+	lg_lds8(p, w);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) d += u[e] * g[e] * w[e];
+	return d;
+}
 // The tokens (qkv rows): S, packed sequences.
 static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 B) { return (void)B, S; }
 // The rotary position of qkv row n: its index in its sequence (cu: global bounds / cp_size).
@@ -104,6 +166,12 @@ static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int
 	// Within the freqs table whatever cu holds.
 	return p < 0 ? 0 : p >= S * 1 ? S * 1 - 1 : p;
 }
+// The [batch, seq] row of the outputs of qkv row n.
+static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 S, i64 B)
+{
+	(void)S, (void)B;
+	return n; // packed: [1, T]
+}
 // Where head j of a token (q heads, then k, then v) sits in its qkv row, in heads.
 static __device__ __forceinline__ int lg_qkv_slot(int j)
 {
@@ -112,50 +180,42 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 	if (j < 16) return (j - 8) * 3 + 1;
 	return (j - 16) * 3 + 2;
 }
-// Unit u of the tokens from n0 (past the last: a copy of it, not live): tl, j: its
-// token in the group and head (q, k, v heads in order); xo, oo: this lane's bytes
-// into qkv and into q, k or v (the gradients likewise).
-struct lg_unit { i64 xo, oo; int tl, j; bool live, isq, isv; };
-static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 N, i64 S, i64 B)
-{
-	lg_unit t;
-	const int un = min(u, 47);
-	t.tl = un / 24, t.j = un % 24;
-	const i64 n = n0 + t.tl; // the qkv row
-	t.live = u < 48 && n < N;
-	const i64 ob = n; // the [batch, seq] row (packed: [1, T])
-	t.xo = (n * 1536 + (i64)lg_qkv_slot(t.j) * 64 + c * 8) * 2;
-	t.isq = t.j < 8, t.isv = t.j >= 16;
-	const i64 hh = t.isq ? t.j : t.isv ? t.j - 16 : t.j - 8; // head in q, k or v
-	t.oo = ((ob * (t.isq ? 8 : 8) + hh) * 64 + c * 8) * 2;
-	return t;
-}
 
 // ----- lg_qk_norm_rope_bwd_bf16_d64_hq8_hkv8_rf1_varlen -----
 // q/k RMSNorm + RoPE + split, backward: dqkv and weight partials
-// Persistent grid of min(ceil(S B / 2), 264) CTAs; 8 lanes a head vector.
+// Persistent grid of min(ceil(S B / 8), 396) CTAs; 4 lanes a head vector, 64 lane groups
+// a CTA, 8 a token.
 static __device__ __forceinline__ i64 lg_ctas(i64 N)
 {
-	const i64 n = (N + 1) / 2;
-	return n < 264 ? n : 264;
+	const i64 n = (N + 7) / 8;
+	return n < 396 ? n : 396;
 }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 3)
 lg_qk_norm_rope_bwd_bf16_d64_hq8_hkv8_rf1_varlen(
 	u64 gq, u64 gk, u64 gv, u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens,
 	u64 dqkv, u64 dq_weight, u64 dk_weight, u64 ws, i64 S, i64 B, i64 part)
 {
-	__shared__ float dwp[32][128]; // lane groups' partials: dq_weight | dk_weight
-	float aq[8], ak[8];
-	for (int e = 0; e < 8; e++) aq[e] = ak[e] = 0.0f;
-	__shared__ float ct[2][32], st[2][32]; // cos, sin of each token's R/2 angles
-	const int c = threadIdx.x % 8; // the lane's piece: features 8c .. 8c + 7
-	const int slot = threadIdx.x / 8; // the lane group
+	__shared__ __align__(16) float dwp[64][128]; // lane groups' partials: dq_weight | dk_weight
+	for (int i = threadIdx.x; i < 8192; i += 256) dwp[i / 128][i % 128] = 0.0f;
+	__shared__ __align__(16) float ct[8][32], st[8][32]; // cos, sin of each token's R/2 angles
+	__shared__ i64 orow[8]; // the tokens' [batch, seq] rows
+	const int l = threadIdx.x % 4; // the lane in its group
+	const int grp = threadIdx.x / 4; // the lane group
+	const int tl = grp / 8, jg = grp % 8; // its token of the CTA's, its first head
+	// Rotating lanes hold pieces l and l + 4 (the halves a, b of [0, 64)); the others
+	// two of [64, 64), 0 features apart. e0, e1: the pieces' first features.
+	const bool rot = l < 4;
+	const int e0 = (rot ? l : l + 4) * 8, e1 = e0 + (rot ? 32 : 0);
+	__shared__ __align__(16) float wt[2][64]; // q_weight | k_weight as floats
+	for (int i = threadIdx.x; i < 128; i += 256) // read after the first __syncthreads
+		wt[i / 64][i % 64] = lg_u2f((u32)((const unsigned short *)(i < 64 ? q_weight
+			: k_weight))[i % 64] << 16);
 	const i64 N = lg_tokens(S, B);
-	for (i64 n0 = (i64)blockIdx.x * 2; n0 < N; n0 += lg_ctas(N) * 2) {
+	for (i64 n0 = (i64)blockIdx.x * 8; n0 < N; n0 += lg_ctas(N) * 8) {
 		__syncthreads(); // the previous tokens' table is no longer read
 		// sin and cos once per token, shared by its heads.
-		for (int i = threadIdx.x; i < 64; i += 256) {
+		for (int i = threadIdx.x; i < 256; i += 256) {
 			const i64 n = n0 + i / 32;
 			if (n >= N) break;
 			const i64 p = lg_position(n, S, B, (const int *)cu_seqlens);
@@ -163,80 +223,102 @@ lg_qk_norm_rope_bwd_bf16_d64_hq8_hkv8_rf1_varlen(
 			sincosf(((const float *)freqs)[p * 64 + i % 32], &sn, &cn);
 			ct[i / 32][i % 32] = cn, st[i / 32][i % 32] = sn;
 		}
+		// The tokens' output rows (one 32-bit division each, not one a lane).
+		if (threadIdx.x < 8) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);
 		__syncthreads();
-		// Units (token, head) in output order, 2 a lane group at a time: their loads first
-		// (in flight together), then the work. Every lane of a warp runs every iteration.
-		for (int u0 = 0; u0 < 48; u0 += 64) {
-			lg_u32x4 xr[2];
-			lg_u32x4 gr[2];
+		const i64 n = n0 + tl; // the lane group's token (qkv row)
+		const bool tok = n < N;
+		const u8 *const xrow = (const u8 *)qkv + n * 3072;
+		const i64 ob = orow[tl];
+		// q heads jg, jg + 8, ...: 1 round(s), the loads of 1 at a time.
+		for (int i0 = 0; i0 < 1; i0 += 1) {
+			lg_u32x4 xa[1], xb[1];
+			lg_u32x4 ga[1], gb[1];
 			#pragma unroll
-			for (int ub = 0; ub < 2; ub++) {
-				const lg_unit t = lg_unit_at(n0, u0 + ub * 32 + slot, c, N, S, B);
-				xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
-				const u64 gp = t.isq ? gq : t.isv ? gv : gk;
-				gr[ub] = lg_ld16_if((const u8 *)gp + t.oo, t.live);
+			for (int ib = 0; ib < 1; ib++) {
+				const int j = jg + (i0 + ib) * 8; // q head
+				const bool live = tok && j < 8;
+				const u8 *const px = xrow + lg_qkv_slot(j) * 128;
+				const u8 *const po = (const u8 *)gq + (ob * 8 + j) * 128;
+				lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
+				lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);
 			}
 			#pragma unroll
-			for (int ub = 0; ub < 2; ub++) {
-				const lg_unit t = lg_unit_at(n0, u0 + ub * 32 + slot, c, N, S, B);
-				const int tl = t.tl;
-				const bool live = t.live, isq = t.isq, isv = t.isv;
-				float x[8], g[8];
-				lg_unpack8(xr[ub], x);
-				lg_unpack8(gr[ub], g);
-				float u[8];
-				for (int e = 0; e < 8; e++) u[e] = x[e];
-				// Transposed RoPE over [0, 64): partner piece 4 lanes away.
-				const bool lo = c < 4, rot = c < 8;
-				const int src = lo ? c + 4 : rot ? c - 4 : c;
-				const int from = (threadIdx.x & 31 & ~7) + src;
-				float pr[8];
-				#pragma unroll
-				for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, g[e], from);
-				if (rot && !isv) {
-					// first half: g c + g' s; second half: g c - g' s
-					const float sg = lo ? 1.0f : -1.0f;
-					#pragma unroll
-					for (int e = 0; e < 8; e++) {
-						const int a = (c % 4) * 8 + e; // the angle
-						g[e] = g[e] * ct[tl][a] + sg * pr[e] * st[tl][a];
-					}
-				}
-				float ss = 0.0f, dot = 0.0f;
-				const u64 wsrc = isq ? q_weight : k_weight;
-				float wf[8];
-				lg_unpack8(lg_ld16_keep((const u8 *)wsrc + c * 16), wf);
-				#pragma unroll
-				for (int e = 0; e < 8; e++) {
-					ss += u[e] * u[e];
-					dot += u[e] * g[e] * wf[e];
-				}
-				ss = lg_sum_xor(ss, 1, 4);
-				dot = lg_sum_xor(dot, 1, 4);
-				if (!isv && live) {
-					// du = r g w - r^3 u dot / D; weight partial += u r g.
+			for (int ib = 0; ib < 1; ib++) {
+				const int j = jg + (i0 + ib) * 8; // q head
+				const bool live = tok && j < 8;
+				const u8 *const px = xrow + lg_qkv_slot(j) * 128;
+				float x0[8], x1[8], g0[8], g1[8];
+				lg_unpack2(xa[ib], xb[ib], x0, x1);
+				lg_unpack2(ga[ib], gb[ib], g0, g1);
+				const float *const u0 = x0, *const u1 = x1;
+				if (rot) lg_rope8(g0, g1, &ct[tl][e0], &st[tl][e0]);
+				// Butterflies over the lane group (every lane).
+				const float ss = lg_sum_xor(lg_sumsq2(u0, u1), 1, 2);
+				float dot = lg_dot8(u0, g0, &wt[0][e0]);
+				dot = lg_sum_xor(dot + lg_dot8(u1, g1, &wt[0][e1]), 1, 2);
+				if (live) {
+					// du = r g w - r^3 u dot / D; the lane group's dw += u r g.
 					const float r = lg_rrms_head(ss);
 					const float c3 = r * r * r * (dot / 64.0f);
-					#pragma unroll
-					for (int e = 0; e < 8; e++) {
-						const float pw = u[e] * r * g[e];
-						if (isq) aq[e] += pw; else ak[e] += pw;
-						g[e] = r * g[e] * wf[e] - c3 * u[e];
-					}
+					float *const acc = dwp[grp] + 0;
+					lg_acc8(acc + e0, u0, r, g0), lg_acc8(acc + e1, u1, r, g1);
+					lg_dnorm8(g0, u0, r, c3, &wt[0][e0]);
+					lg_dnorm8(g1, u1, r, c3, &wt[0][e1]);
 				}
-				if (live) lg_st16((u8 *)dqkv + t.xo, lg_pack8(g));
+				u8 *const pd = (u8 *)dqkv + (px - (const u8 *)qkv); // in dqkv
+				if (live) lg_st2(pd, e0, e1, g0, g1);
+			}
+		}
+		// k then v heads jg, jg + 8, ...: 2 round(s), the loads of 1 at a time.
+		for (int i0 = 0; i0 < 2; i0 += 1) {
+			lg_u32x4 xa[1], xb[1];
+			lg_u32x4 ga[1], gb[1];
+			#pragma unroll
+			for (int ib = 0; ib < 1; ib++) {
+				const int j = jg + (i0 + ib) * 8; // k heads, then v heads
+				const bool live = tok && j < 16;
+				const bool isv = j >= 8;
+				const u8 *const px = xrow + lg_qkv_slot(8 + j) * 128;
+				const i64 ho = ob * 8 + (isv ? j - 8 : j);
+				const u8 *const po = (const u8 *)(isv ? gv : gk) + ho * 128;
+				lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
+				lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);
+			}
+			#pragma unroll
+			for (int ib = 0; ib < 1; ib++) {
+				const int j = jg + (i0 + ib) * 8; // k heads, then v heads
+				const bool live = tok && j < 16;
+				const bool isv = j >= 8;
+				const u8 *const px = xrow + lg_qkv_slot(8 + j) * 128;
+				float x0[8], x1[8], g0[8], g1[8];
+				lg_unpack2(xa[ib], xb[ib], x0, x1);
+				lg_unpack2(ga[ib], gb[ib], g0, g1);
+				const float *const u0 = x0, *const u1 = x1;
+				if (rot && !isv) lg_rope8(g0, g1, &ct[tl][e0], &st[tl][e0]);
+				// Butterflies over the lane group (every lane).
+				const float ss = lg_sum_xor(lg_sumsq2(u0, u1), 1, 2);
+				float dot = lg_dot8(u0, g0, &wt[1][e0]);
+				dot = lg_sum_xor(dot + lg_dot8(u1, g1, &wt[1][e1]), 1, 2);
+				if (live && !isv) {
+					// du = r g w - r^3 u dot / D; the lane group's dw += u r g.
+					const float r = lg_rrms_head(ss);
+					const float c3 = r * r * r * (dot / 64.0f);
+					float *const acc = dwp[grp] + 64;
+					lg_acc8(acc + e0, u0, r, g0), lg_acc8(acc + e1, u1, r, g1);
+					lg_dnorm8(g0, u0, r, c3, &wt[1][e0]);
+					lg_dnorm8(g1, u1, r, c3, &wt[1][e1]);
+				}
+				u8 *const pd = (u8 *)dqkv + (px - (const u8 *)qkv); // in dqkv
+				if (live) lg_st2(pd, e0, e1, g0, g1);
 			}
 		}
 	}
-	// The lane groups' partials, added in slot order: one workspace row per CTA.
-	for (int e = 0; e < 8; e++) {
-		dwp[slot][c * 8 + e] = aq[e];
-		dwp[slot][64 + c * 8 + e] = ak[e];
-	}
+	// The lane groups' partials, added in group order: one workspace row per CTA.
 	__syncthreads();
 	for (int col = threadIdx.x; col < 128; col += 256) {
 		float sum = 0.0f;
-		for (int sl = 0; sl < 32; sl++) sum += dwp[sl][col];
+		for (int g = 0; g < 64; g++) sum += dwp[g][col];
 		((float *)ws)[(i64)blockIdx.x * 128 + col] = sum;
 	}
 }

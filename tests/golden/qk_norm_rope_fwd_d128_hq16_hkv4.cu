@@ -47,15 +47,6 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
 	return v;
 }
 
-// 16-byte load of data that is read again (the weights): it may stay in L1.
-static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-	return v;
-}
-
 // 16-byte store.
 static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 {
@@ -85,13 +76,71 @@ static __device__ __forceinline__ lg_u32x4 lg_pack8(const float *f)
 	return lg_u32x4{lg_pack_bf16x2(f[0], f[1]), lg_pack_bf16x2(f[2], f[3]),
 		lg_pack_bf16x2(f[4], f[5]), lg_pack_bf16x2(f[6], f[7])};
 }
+// 8 floats of shared memory (16-byte aligned), two 16-byte reads.
+static __device__ __forceinline__ void lg_lds8(const float *p, float *f)
+{
+	const float4 u = ((const float4 *)p)[0], w = ((const float4 *)p)[1];
+	f[0] = u.x, f[1] = u.y, f[2] = u.z, f[3] = u.w;
+	f[4] = w.x, f[5] = w.y, f[6] = w.z, f[7] = w.w;
+}
+// The lane's two pieces of a head (features e0.., e1..): loads (zeros when not
+// live), as floats, stores.
+static __device__ __forceinline__ void lg_ld2(const u8 *p, int e0, int e1, bool live,
+	lg_u32x4 &a, lg_u32x4 &b)
+{
+	a = lg_ld16_if(p + e0 * 2, live), b = lg_ld16_if(p + e1 * 2, live);
+}
+static __device__ __forceinline__ void lg_unpack2(lg_u32x4 a, lg_u32x4 b, float *fa, float *fb)
+{
+	lg_unpack8(a, fa), lg_unpack8(b, fb);
+}
+static __device__ __forceinline__ void lg_st2(u8 *p, int e0, int e1, const float *a, const float *b)
+{
+	lg_st16(p + e0 * 2, lg_pack8(a)), lg_st16(p + e1 * 2, lg_pack8(b));
+}
+// The sum of squares of the two pieces (two chains).
+static __device__ __forceinline__ float lg_sumsq2(const float *a, const float *b)
+{
+	float sa = 0.0f, sb = 0.0f;
+	#pragma unroll
+	for (int e = 0; e < 8; e++) sa += a[e] * a[e], sb += b[e] * b[e];
+	return sa + sb;
+}
+// The rotate-half RoPE of the halves a, b (8 floats each) by the angles
+// whose cos and sin are at c and s (shared memory): a c - b s, b c + a s.
+static __device__ __forceinline__ void lg_rope8(float *a, float *b, const float *c, const float *s)
+{
+	float cs[8], sn[8];
+	lg_lds8(c, cs), lg_lds8(s, sn);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) {
+		const float x = a[e], y = b[e];
+		a[e] = x * cs[e] - y * sn[e];
+		b[e] = y * cs[e] + x * sn[e];
+	}
+}
+// The RMSNorm of a piece: y = (y r) w, w at p (shared memory).
+static __device__ __forceinline__ void lg_norm8(float *y, float r, const float *p)
+{
+	float w[8];
+	lg_lds8(p, w);
+	#pragma unroll
+	for (int e = 0; e < 8; e++) y[e] = (y[e] * r) * w[e];
+}
 // The tokens (qkv rows): S x B.
 static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 B) { return S * B; }
 // The rotary position of qkv row n.
 static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int *cu)
 {
 	(void)cu;
-	return n / B;
+	return (u32)n / (u32)B; // 32-bit: S B < 2^31
+}
+// The [batch, seq] row of the outputs of qkv row n.
+static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 S, i64 B)
+{
+	// 32-bit division: S B < 2^31 (the sizes' bounds).
+	const u32 m = (u32)n, b = (u32)B;
+	return (i64)(m % b) * S + m / b;
 }
 // Where head j of a token (q heads, then k, then v) sits in its qkv row, in heads.
 static __device__ __forceinline__ int lg_qkv_slot(int j)
@@ -101,35 +150,27 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 	if (j < 20) return (j - 16) * 6 + 4;
 	return (j - 20) * 6 + 5;
 }
-// Unit u of the tokens from n0 (past the last: a copy of it, not live): tl, j: its
-// token in the group and head (q, k, v heads in order); xo, oo: this lane's bytes
-// into qkv and into q, k or v (the gradients likewise).
-struct lg_unit { i64 xo, oo; int tl, j; bool live, isq, isv; };
-static __device__ __forceinline__ lg_unit lg_unit_at(i64 n0, int u, int c, i64 N, i64 S, i64 B)
-{
-	lg_unit t;
-	const int un = min(u, 95);
-	t.tl = un / 24, t.j = un % 24;
-	const i64 n = n0 + t.tl; // the qkv row
-	t.live = u < 96 && n < N;
-	const i64 ob = (n % B) * S + n / B; // the [batch, seq] row
-	t.xo = (n * 3072 + (i64)lg_qkv_slot(t.j) * 128 + c * 8) * 2;
-	t.isq = t.j < 16, t.isv = t.j >= 20;
-	const i64 hh = t.isq ? t.j : t.isv ? t.j - 20 : t.j - 16; // head in q, k or v
-	t.oo = ((ob * (t.isq ? 16 : 4) + hh) * 128 + c * 8) * 2;
-	return t;
-}
 
 // ----- lg_qk_norm_rope_fwd_bf16_d128_hq16_hkv4: q/k RMSNorm + RoPE + split, forward -----
-// 16 lanes a head vector, 16 lane groups a CTA, 4 tokens at a time.
+// 8 lanes a head vector, 32 lane groups a CTA, 4 tokens: 8 lane groups a token.
 extern "C" __global__ void __launch_bounds__(256)
 lg_qk_norm_rope_fwd_bf16_d128_hq16_hkv4(
 	u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens, u64 q, u64 k, u64 v, i64 S,
 	i64 B, i64 part)
 {
-	__shared__ float ct[4][32], st[4][32]; // cos, sin of each token's R/2 angles
-	const int c = threadIdx.x % 16; // the lane's piece: features 8c .. 8c + 7
-	const int slot = threadIdx.x / 16; // the lane group
+	__shared__ __align__(16) float ct[4][32], st[4][32]; // cos, sin of each token's R/2 angles
+	__shared__ i64 orow[4]; // the tokens' [batch, seq] rows
+	const int l = threadIdx.x % 8; // the lane in its group
+	const int grp = threadIdx.x / 8; // the lane group
+	const int tl = grp / 8, jg = grp % 8; // its token of the CTA's, its first head
+	// Rotating lanes hold pieces l and l + 4 (the halves a, b of [0, 64)); the others
+	// two of [64, 128), 32 features apart. e0, e1: the pieces' first features.
+	const bool rot = l < 4;
+	const int e0 = (rot ? l : l + 4) * 8, e1 = e0 + (rot ? 32 : 32);
+	__shared__ __align__(16) float wt[2][128]; // q_weight | k_weight as floats
+	for (int i = threadIdx.x; i < 256; i += 256) // read after the first __syncthreads
+		wt[i / 128][i % 128] = lg_u2f((u32)((const unsigned short *)(i < 128 ? q_weight
+			: k_weight))[i % 128] << 16);
 	const i64 N = lg_tokens(S, B);
 	const i64 n0 = (i64)blockIdx.x * 4; // the CTA's tokens
 	// sin and cos once per token, shared by its heads.
@@ -141,53 +182,63 @@ lg_qk_norm_rope_fwd_bf16_d128_hq16_hkv4(
 		sincosf(((const float *)freqs)[p * 64 + i % 32], &sn, &cn);
 		ct[i / 32][i % 32] = cn, st[i / 32][i % 32] = sn;
 	}
+	// The tokens' output rows (one 32-bit division each, not one a lane).
+	if (threadIdx.x < 4) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);
 	__syncthreads();
-	// Units (token, head) in output order, 6 a lane group at a time: their loads first
-	// (in flight together), then the work. Every lane of a warp runs every iteration.
-	for (int u0 = 0; u0 < 96; u0 += 96) {
-		lg_u32x4 xr[6];
+	const i64 n = n0 + tl; // the lane group's token (qkv row)
+	const bool tok = n < N;
+	const u8 *const xrow = (const u8 *)qkv + n * 6144;
+	const i64 ob = orow[tl];
+	// q heads jg, jg + 8, ...: 2 round(s), the loads of 2 at a time.
+	for (int i0 = 0; i0 < 2; i0 += 2) {
+		lg_u32x4 xa[2], xb[2];
 		#pragma unroll
-		for (int ub = 0; ub < 6; ub++) {
-			const lg_unit t = lg_unit_at(n0, u0 + ub * 16 + slot, c, N, S, B);
-			xr[ub] = lg_ld16_if((const u8 *)qkv + t.xo, t.live);
+		for (int ib = 0; ib < 2; ib++) {
+			const int j = jg + (i0 + ib) * 8; // q head
+			const bool live = tok && j < 16;
+			const u8 *const px = xrow + lg_qkv_slot(j) * 256;
+			lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
 		}
 		#pragma unroll
-		for (int ub = 0; ub < 6; ub++) {
-			const lg_unit t = lg_unit_at(n0, u0 + ub * 16 + slot, c, N, S, B);
-			const int tl = t.tl;
-			const bool live = t.live, isq = t.isq, isv = t.isv;
-			float x[8];
-			lg_unpack8(xr[ub], x);
-			// RMS over the head vector (lane group): fp32, a fixed butterfly.
-			float ss = 0.0f;
-			#pragma unroll
-			for (int e = 0; e < 8; e++) ss += x[e] * x[e];
-			ss = lg_sum_xor(ss, 1, 8);
-			if (!isv) {
-				const float r = lg_rrms_head(ss);
-				const u64 wsrc = isq ? q_weight : k_weight;
-				float wf[8];
-				lg_unpack8(lg_ld16_keep((const u8 *)wsrc + c * 16), wf);
-				#pragma unroll
-				for (int e = 0; e < 8; e++) x[e] = (x[e] * r) * wf[e];
+		for (int ib = 0; ib < 2; ib++) {
+			const int j = jg + (i0 + ib) * 8; // q head
+			const bool live = tok && j < 16;
+			u8 *const po = (u8 *)q + (ob * 16 + j) * 256;
+			float ya[8], yb[8];
+			lg_unpack2(xa[ib], xb[ib], ya, yb);
+			// RMS of the head vector (lane group), fp32: a fixed butterfly, every lane.
+			const float r = lg_rrms_head(lg_sum_xor(lg_sumsq2(ya, yb), 1, 4));
+			lg_norm8(ya, r, &wt[0][e0]), lg_norm8(yb, r, &wt[0][e1]);
+			if (rot) lg_rope8(ya, yb, &ct[tl][e0], &st[tl][e0]);
+			if (live) lg_st2(po, e0, e1, ya, yb);
+		}
+	}
+	// k then v heads jg, jg + 8, ...: 1 round(s), the loads of 1 at a time.
+	for (int i0 = 0; i0 < 1; i0 += 1) {
+		lg_u32x4 xa[1], xb[1];
+		#pragma unroll
+		for (int ib = 0; ib < 1; ib++) {
+			const int j = jg + (i0 + ib) * 8; // k heads, then v heads
+			const bool live = tok && j < 8;
+			const u8 *const px = xrow + lg_qkv_slot(16 + j) * 256;
+			lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
+		}
+		#pragma unroll
+		for (int ib = 0; ib < 1; ib++) {
+			const int j = jg + (i0 + ib) * 8; // k heads, then v heads
+			const bool live = tok && j < 8;
+			const bool isv = j >= 4;
+			const i64 ho = ob * 4 + (isv ? j - 4 : j);
+			u8 *const po = (u8 *)(isv ? v : k) + ho * 256;
+			float ya[8], yb[8];
+			lg_unpack2(xa[ib], xb[ib], ya, yb);
+			// RMS of the head vector (lane group), fp32: a fixed butterfly, every lane.
+			const float r = lg_rrms_head(lg_sum_xor(lg_sumsq2(ya, yb), 1, 4));
+			if (!isv) { // v: copied
+				lg_norm8(ya, r, &wt[1][e0]), lg_norm8(yb, r, &wt[1][e1]);
+				if (rot) lg_rope8(ya, yb, &ct[tl][e0], &st[tl][e0]);
 			}
-			// Rotate-half RoPE over [0, 64): partner piece 4 lanes away.
-			const bool lo = c < 4, rot = c < 8;
-			const int src = lo ? c + 4 : rot ? c - 4 : c;
-			const int from = (threadIdx.x & 31 & ~15) + src;
-			float pr[8];
-			#pragma unroll
-			for (int e = 0; e < 8; e++) pr[e] = __shfl_sync(~0u, x[e], from);
-			if (rot && !isv) {
-				// first half: a c - b s; second half: b c + a s
-				const float sg = lo ? -1.0f : 1.0f;
-				#pragma unroll
-				for (int e = 0; e < 8; e++) {
-					const int a = (c % 4) * 8 + e; // the angle
-					x[e] = x[e] * ct[tl][a] + sg * pr[e] * st[tl][a];
-				}
-			}
-			if (live) lg_st16((u8 *)(isq ? q : t.j < 20 ? k : v) + t.oo, lg_pack8(x));
+			if (live) lg_st2(po, e0, e1, ya, yb);
 		}
 	}
 }
