@@ -31,9 +31,20 @@ static int tile_rb(const struct lg_gemm *g, const struct lg_gemm_operand *o, int
 {
 	return (o->mn_major ? out : g->t.bk) * esize(o);
 }
-static unsigned tile_bytes(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
+/* Planes of an operand's shared tile: a bf16 A of `terms` terms (made by
+ * the kernel: lg_gemm.terms) has one a term, one after another. */
+static int planes(const struct lg_gemm *g, const struct lg_gemm_operand *o)
+{
+	return o == &g->a && !o->fp32 && g->terms > 1 ? g->terms : 1;
+}
+/* Bytes of one plane of an operand's shared tile. */
+static unsigned plane_bytes(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
 {
 	return (unsigned)(tile_rows(g, o, out) * tile_rb(g, o, out));
+}
+static unsigned tile_bytes(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
+{
+	return plane_bytes(g, o, out) * (unsigned)planes(g, o);
 }
 
 int lg_gemm_threads(const struct lg_gemm_tile *t) { return 32 * t->warps_m * t->warps_n; }
@@ -75,6 +86,8 @@ const char *lg_gemm_tile_problem(const struct lg_gemm *g)
 		       "multiples of 32)";
 	if (t->stages < 2 || t->stages > 8)
 		return "tile.stages 2 to 8";
+	if (planes(g, &g->a) > 1 && g->a.ptr)
+		return "a bf16 A of several terms made by the kernel (lg_gemm_emit_mainloop_fill)";
 	return NULL;
 }
 
@@ -128,8 +141,12 @@ static void emit_store_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 	int rb = tile_rb(g, &g->a, g->t.bm);
 	char name[64];
 	snprintf(name, sizeof name, "%s_st_a", prefix);
-	lg_comment(b, "Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple");
-	lg_comment(b, "of 8) of a [%d][%d bytes] stage, as %s (swizzled as a loaded tile).", g->t.bm, rb,
+	if (g->a.mn_major)
+		lg_comment(b, "Operand a, produced by the kernel: 8 values of reduction row `row` at output col..");
+	else
+		lg_comment(b, "Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple");
+	lg_comment(b, "%s a [%d][%d bytes] stage, as %s (swizzled as a loaded tile).",
+		   g->a.mn_major ? "(a multiple of 8) of" : "of 8) of", tile_rows(g, &g->a, g->t.bm), rb,
 		   g->a.fp32 ? "fp32" : "bf16");
 	lg_line(b, "static __device__ __forceinline__ void");
 	lg_head(b, name, "u8 *s, int row, int col, const float v[8]");
@@ -138,9 +155,20 @@ static void emit_store_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 		lg_line(b, "*(float4 *)(s + lg_swz(row, col * 4, %d)) = make_float4(v[0], v[1], v[2], v[3]);", rb);
 		lg_line(b, "*(float4 *)(s + lg_swz(row, col * 4 + 16, %d)) = make_float4(v[4], v[5], v[6], v[7]);",
 			rb);
-	} else {
+	} else if (planes(g, &g->a) == 1) {
 		lg_line(b, "*(uint4 *)(s + lg_swz(row, col * 2, %d)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),", rb);
 		lg_line(b, "	lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));");
+	} else {
+		lg_comment(b, "fp32 values split into %d bf16 terms, term e into plane e (%u bytes apart)", g->terms,
+			   plane_bytes(g, &g->a, g->t.bm));
+		lg_line(b, "u32 t[4][%d];", g->terms);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int j = 0; j < 4; j++) lg_split_bf16x2(t[j], %d, v[2 * j], v[2 * j + 1]);", g->terms);
+		lg_line(b, "const u32 at = lg_swz(row, col * 2, %d);", rb);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int e = 0; e < %d; e++)", g->terms);
+		lg_line(b, "\t*(uint4 *)(s + e * %u + at) = make_uint4(t[0][e], t[1][e], t[2][e], t[3][e]);",
+			plane_bytes(g, &g->a, g->t.bm));
 	}
 	lg_close(b);
 }
@@ -176,11 +204,17 @@ static void emit_frag_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 		if (o->mn_major) {
 			lg_line(b, "const int row = ks + (lane & 7) + (lane >> 4) * 8;");
 			lg_line(b, "const int col = wm * %d + mi * 16 + ((lane >> 3) & 1) * 8;", wmt);
-			lg_line(b, "lg_ldsm4t(af[mi][0], ca + lg_swz(row, col * 2, %d));", rb);
 		} else {
 			lg_line(b, "const int row = wm * %d + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;", wmt);
 			lg_line(b, "const int col = ks + (lane >> 4) * 8;");
-			lg_line(b, "lg_ldsm4(af[mi][0], ca + lg_swz(row, col * 2, %d));", rb);
+		}
+		if (planes(g, o) == 1) {
+			lg_line(b, "lg_ldsm4%s(af[mi][0], ca + lg_swz(row, col * 2, %d));", o->mn_major ? "t" : "", rb);
+		} else {
+			lg_line(b, "const u32 at = lg_swz(row, col * 2, %d);", rb);
+			lg_line(b, "#pragma unroll");
+			lg_line(b, "for (int e = 0; e < %d; e++) lg_ldsm4%s(af[mi][e], ca + e * %u + at);", g->terms,
+				o->mn_major ? "t" : "", plane_bytes(g, o, g->t.bm));
 		}
 		lg_close(b);
 		lg_close(b);

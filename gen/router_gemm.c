@@ -64,6 +64,12 @@ enum {
 	K_WN,
 	K_SPLIT,
 	K_CLUSTER,
+	K_XM,
+	K_XN,
+	K_XK,
+	K_XS,
+	K_XWM,
+	K_XWN,
 	NKEYS
 };
 
@@ -92,6 +98,12 @@ static const struct lg_key keys[NKEYS] = {
 				"backward: token slices of dw, added in order by a second kernel"),
 	[K_CLUSTER] = LG_KEY_TILE("cluster", "cl", 1, 2, cluster_ok,
 				  "sm_90a forward: CTAs a cluster along the tokens sharing w's tile (TMA multicast)"),
+	[K_XM] = LG_KEY_TILE("dx_m", "xm", 32, 256, tmn_ok, "backward: tokens a dx CTA (the tile.* keys: dw's)"),
+	[K_XN] = LG_KEY_TILE("dx_n", "xn", 32, 256, tmn_ok, "backward: hidden features a dx CTA"),
+	[K_XK] = LG_KEY_TILE("dx_k", "xk", 32, 64, tk_ok, "backward: experts a dx pipeline stage"),
+	[K_XS] = LG_KEY_TILE("dx_stages", "xs", 2, 8, NULL, "backward: dx's reduction tiles in flight"),
+	[K_XWM] = LG_KEY_TILE("dx_warps_m", "xwm", 1, 8, warps_ok, "backward: dx's warps along the tokens"),
+	[K_XWN] = LG_KEY_TILE("dx_warps_n", "xwn", 1, 8, warps_ok, "backward: dx's warps along the hidden features"),
 };
 
 static const struct lg_size sizes[] = {
@@ -118,7 +130,24 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 };
 
 /* Plan values. */
-enum { P_BM, P_BN, P_BK, P_STAGES, P_WM, P_WN, P_SPLIT, P_K, P_N, P_TERMS, P_BWD, P_SMEM, P_WG, P_CLUSTER };
+enum {
+	P_BM, /* P_BM .. P_WN, P_SMEM: the forward's tile, or the backward's dw */
+	P_BN,
+	P_BK,
+	P_STAGES,
+	P_WM,
+	P_WN,
+	P_SPLIT,
+	P_K,
+	P_N,
+	P_TERMS,
+	P_BWD,
+	P_SMEM,
+	P_WG,
+	P_CLUSTER,
+	P_XTILE, /* the backward's dx tile (pack_tile) */
+	P_XSMEM
+};
 
 /* The forward runs on wgmma + TMA (gemm_emit.h, sm_90a path) on sm_90a. */
 static bool wgmma_path(const struct lg_spec *s, const struct lg_target *t)
@@ -164,11 +193,41 @@ static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
 	return t;
 }
 
+/* The backward's dx tile: the spec's dx_* keys, else 128 tokens x 256
+ * features (128 at 128 features or fewer; 64 wide warp tiles), 4 x 4 warps,
+ * experts 32 a stage, 4 stages: dy's tile is read from L2 (and split) once
+ * for 256 features, one CTA of 16 warps an SM. */
+static struct lg_gemm_tile dx_tile_of(const struct lg_spec *s)
+{
+	static const struct lg_gemm_tile_keys k = {K_XM, K_XN, K_XK, K_XS, K_XWM, K_XWN};
+	bool narrow = lg_spec_int(s, K_HIDDEN) <= 128;
+	struct lg_gemm_tile t = {.bm = 128, .bn = narrow ? 128 : 256, .bk = 32, .warps_m = 4,
+				 .warps_n = narrow ? 2 : 4, .stages = 4};
+	lg_gemm_tile_from_spec(s, &k, &t);
+	return t;
+}
+
+/* A tile in one plan value and back (each field below 1024). */
+static int64_t pack_tile(const struct lg_gemm_tile *t)
+{
+	const int f[6] = {t->bm, t->bn, t->bk, t->stages, t->warps_m, t->warps_n};
+	int64_t v = 0;
+	for (int i = 5; i >= 0; i--)
+		v = v << 10 | f[i];
+	return v;
+}
+static struct lg_gemm_tile unpack_tile(int64_t v)
+{
+	int f[6];
+	for (int i = 0; i < 6; i++, v >>= 10)
+		f[i] = (int)(v & 1023);
+	return (struct lg_gemm_tile){.bm = f[0], .bn = f[1], .bk = f[2], .stages = f[3], .warps_m = f[4],
+				     .warps_n = f[5]};
+}
+
 /* The GEMMs of a spec: 0 the forward, or 1 dx and 2 dw. */
 static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm_tile t)
 {
-	int64_t n = lg_spec_int(s, K_EXPERTS);
-	int dych = n % 4 == 0 ? 16 : 4; /* dy rows 16-byte aligned or not */
 	int terms = 1 + (int)lg_spec_int(s, K_PRECISION);
 	struct lg_gemm g = {.t = t, .terms = 1};
 	switch (which) {
@@ -176,14 +235,16 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 		g.a = (struct lg_gemm_operand){"a", false, false, "x", "LG_K", "M", "LG_K", 16, "tm_x"};
 		g.b = (struct lg_gemm_operand){"b", false, false, "w", "LG_K", "LG_N", "LG_K", 16, "tm_w"};
 		break;
+	/* the backward's A is dy made by the kernel (emit_dy_helpers): split into
+	 * `terms` bf16 planes as it is stored to shared memory */
 	case 1:
 		g.terms = terms;
-		g.a = (struct lg_gemm_operand){"a", true, false, "dy", "LG_N", "M", "LG_N", dych, NULL};
+		g.a = (struct lg_gemm_operand){"a", false, false, NULL, "LG_N", "M", "LG_N", 16, NULL};
 		g.b = (struct lg_gemm_operand){"b", false, true, "w", "LG_K", "LG_K", "LG_N", 16, NULL};
 		break;
 	default:
 		g.terms = terms;
-		g.a = (struct lg_gemm_operand){"a", true, true, "dy", "LG_N", "LG_N", "M", dych, NULL};
+		g.a = (struct lg_gemm_operand){"a", false, true, NULL, "LG_N", "LG_N", "M", 16, NULL};
 		g.b = (struct lg_gemm_operand){"b", false, true, "x", "LG_K", "LG_K", "M", 16, NULL};
 		break;
 	}
@@ -196,19 +257,23 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	int split;
-	struct lg_gemm_tile t = tile_of(s, &split);
-	int first = s->pass == LG_PASS_BACKWARD ? 1 : 0, last = first ? 2 : 0;
-	for (int i = first; i <= last; i++) {
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	for (int i = bwd ? 1 : 0; i <= (bwd ? 2 : 0); i++) {
+		struct lg_gemm_tile t = i == 1 ? dx_tile_of(s) : tile_of(s, &split);
 		struct lg_gemm g = gemm_of(s, i, t);
 		const char *why = lg_gemm_tile_problem(&g);
 		if (why)
 			return lg_spec_error(where,
-					     "tile: found m %d, n %d, k %d, warps_m %d, warps_n %d, stages %d; "
+					     "tile: found %sm %d, n %d, k %d, warps_m %d, warps_n %d, stages %d; "
 					     "allowed: %s",
-					     t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages, why);
+					     i == 1 ? "dx_" : "", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages, why);
 	}
-	if (s->pass == LG_PASS_FORWARD && lg_spec_has(s, K_SPLIT) && split != 1)
+	tile_of(s, &split);
+	if (!bwd && lg_spec_has(s, K_SPLIT) && split != 1)
 		return lg_spec_error(where, "tile.split: found %d, allowed: 1 in the forward (dw only)", split);
+	for (int k = K_XM; !bwd && k <= K_XWN; k++)
+		if (lg_spec_has(s, k))
+			return lg_spec_error(where, "%s: allowed only in the backward (dx's tile)", keys[k].path);
 	return LG_OK;
 }
 
@@ -264,6 +329,22 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	return LG_OK;
 }
 
+/* g's stages: the spec's (key `stages`), else as many as fit t; its shared
+ * memory in *smem, or an error when it does not fit. */
+static lg_status fit(const struct lg_spec *s, const struct lg_target *t, struct lg_gemm *g, int stages,
+		     const char *name, int64_t *smem)
+{
+	while (!lg_spec_has(s, stages) && g->t.stages > 2 && lg_gemm_smem(g) > lg_gemm_smem_limit(t))
+		g->t.stages--;
+	*smem = lg_gemm_smem(g);
+	if (lg_gemm_smem(g) > lg_gemm_smem_limit(t))
+		return lg_fail(LG_ERR_SPEC,
+			       "%s: tile.%s: found %d, needing %u bytes of shared memory; allowed: at most "
+			       "%u bytes on %s (fewer stages or a smaller tile)",
+			       s->entry, name, g->t.stages, lg_gemm_smem(g), lg_gemm_smem_limit(t), t->name);
+	return LG_OK;
+}
+
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	if (wgmma_path(s, t))
@@ -275,46 +356,42 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_CLUSTER] = 1;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int split;
-	struct lg_gemm_tile tl = tile_of(s, &split);
-	unsigned smem;
-	for (;;) {
-		smem = 0;
-		for (int i = bwd ? 1 : 0; i <= (bwd ? 2 : 0); i++) {
-			struct lg_gemm g = gemm_of(s, i, tl);
-			unsigned m = lg_gemm_smem(&g);
-			smem = m > smem ? m : smem;
-		}
-		/* the heuristic's stages: as many as fit the target */
-		if (smem <= lg_gemm_smem_limit(t) || lg_spec_has(s, K_STAGES) || tl.stages <= 2)
-			break;
-		tl.stages--;
-	}
-	if (smem > lg_gemm_smem_limit(t))
-		return lg_fail(LG_ERR_SPEC,
-			       "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at most "
-			       "%u bytes on %s (fewer stages or a smaller tile)",
-			       s->entry, tl.stages, smem, lg_gemm_smem_limit(t), t->name);
-	p->tile[K_TM] = p->v[P_BM] = tl.bm;
-	p->tile[K_TN] = p->v[P_BN] = tl.bn;
-	p->tile[K_TK] = p->v[P_BK] = tl.bk;
-	p->tile[K_STAGES] = p->v[P_STAGES] = tl.stages;
-	p->tile[K_WM] = p->v[P_WM] = tl.warps_m;
-	p->tile[K_WN] = p->v[P_WN] = tl.warps_n;
+	struct lg_gemm g = gemm_of(s, bwd ? 2 : 0, tile_of(s, &split));
+	lg_status st = fit(s, t, &g, K_STAGES, "stages", &p->v[P_SMEM]);
+	if (st != LG_OK)
+		return st;
+	p->tile[K_TM] = p->v[P_BM] = g.t.bm;
+	p->tile[K_TN] = p->v[P_BN] = g.t.bn;
+	p->tile[K_TK] = p->v[P_BK] = g.t.bk;
+	p->tile[K_STAGES] = p->v[P_STAGES] = g.t.stages;
+	p->tile[K_WM] = p->v[P_WM] = g.t.warps_m;
+	p->tile[K_WN] = p->v[P_WN] = g.t.warps_n;
 	p->tile[K_SPLIT] = p->v[P_SPLIT] = split;
 	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
 	p->v[P_N] = lg_spec_int(s, K_EXPERTS);
 	p->v[P_TERMS] = 1 + lg_spec_int(s, K_PRECISION);
 	p->v[P_BWD] = bwd;
-	p->v[P_SMEM] = smem;
 	if (!bwd) {
 		p->nentries = 1;
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 		return LG_OK;
 	}
-	p->nentries = split > 1 ? 2 : 1;
-	snprintf(p->entry[0], sizeof p->entry[0], "%s_grad", s->entry);
+	struct lg_gemm gx = gemm_of(s, 1, dx_tile_of(s));
+	st = fit(s, t, &gx, K_XS, "dx_stages", &p->v[P_XSMEM]);
+	if (st != LG_OK)
+		return st;
+	p->v[P_XTILE] = pack_tile(&gx.t);
+	p->tile[K_XM] = gx.t.bm;
+	p->tile[K_XN] = gx.t.bn;
+	p->tile[K_XK] = gx.t.bk;
+	p->tile[K_XS] = gx.t.stages;
+	p->tile[K_XWM] = gx.t.warps_m;
+	p->tile[K_XWN] = gx.t.warps_n;
+	p->nentries = split > 1 ? 3 : 2;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s_dx", s->entry);
+	snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
 	if (split > 1)
-		snprintf(p->entry[1], sizeof p->entry[1], "%s_dwsum", s->entry);
+		snprintf(p->entry[2], sizeof p->entry[2], "%s_dwsum", s->entry);
 	return LG_OK;
 }
 
@@ -333,8 +410,15 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 		d->grid[0] = (cdiv(M, bm) + cl - 1) / cl * cl * cdiv(N, bn);
 		return;
 	}
-	if (e == 0) { /* dw tiles x slices (also at 0 tokens: dw = 0), then dx tiles */
-		d->grid[0] = cdiv(N, bm) * cdiv(K, bn) * (unsigned)p->v[P_SPLIT] + cdiv(M, bm) * cdiv(K, bn);
+	if (e == 0) { /* dx tiles (none at 0 tokens) */
+		struct lg_gemm_tile x = unpack_tile(p->v[P_XTILE]);
+		d->grid[0] = cdiv(M, x.bm) * cdiv(K, x.bn);
+		d->block[0] = (unsigned)lg_gemm_threads(&x);
+		d->smem = (unsigned)p->v[P_XSMEM];
+		return;
+	}
+	if (e == 1) { /* dw tiles x slices (also at 0 tokens: dw = 0) */
+		d->grid[0] = cdiv(N, bm) * cdiv(K, bn) * (unsigned)p->v[P_SPLIT];
 		return;
 	}
 	/* the sum of the partials, four values a thread */
@@ -441,14 +525,97 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 	lg_close(b);
 }
 
+/* The fill hooks' helpers of dy's A (gemm_emit.h, lg_gemm_emit_mainloop_fill):
+ * <prefix>_fetch loads the thread's groups of 8 experts of one token of a
+ * tile (tokens t0.., experts e0..; dx: bm tokens x bk experts, dw: bk x bm)
+ * into dv, zeros past M and N; <prefix>_fill stores them into the A stage,
+ * split into the bf16 terms (<prefix>_st_a). */
+static void emit_dy_helpers(lg_buf *b, const struct lg_gemm *g, const char *prefix, bool dx, int64_t n)
+{
+	int tokens = dx ? g->t.bm : g->t.bk, experts = dx ? g->t.bk : g->t.bm, cpr = experts / 8;
+	int groups = tokens * cpr, threads = lg_gemm_threads(&g->t), r = (groups + threads - 1) / threads;
+	char params[160];
+	lg_comment(b, "dy's tile of %d tokens x %d experts at t0, e0: the thread's %d group%s of 8 experts", tokens,
+		   experts, r, r > 1 ? "s" : "");
+	lg_comment(b, "(group c: token c / %d, experts c %% %d * 8..), zeros past M and the experts.", cpr, cpr);
+	lg_line(b, "static __device__ __forceinline__ void");
+	snprintf(params, sizeof params, "float dv[%d][8], u64 dy, i64 t0, i64 e0, i64 M", r);
+	char name[64];
+	snprintf(name, sizeof name, "%s_fetch", prefix);
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", r);
+	lg_line(b, "const int c = threadIdx.x + i * %d;", threads);
+	if (groups % threads != 0)
+		lg_line(b, "if (c >= %d) break;", groups);
+	lg_line(b, "const i64 t = t0 + c / %d, e = e0 + c %% %d * 8;", cpr, cpr);
+	lg_line(b, "const float *const p = (const float *)dy + t * LG_N + e;");
+	if (n % 4 == 0) {
+		lg_comment(b, "rows of dy 16-byte aligned; e + 3 < N when e < N");
+		lg_line(b, "const float4 z = {0.0f, 0.0f, 0.0f, 0.0f};");
+		lg_line(b, "const float4 lo = t < M && e < LG_N ? *(const float4 *)p : z;");
+		lg_line(b, "const float4 hi = t < M && e + 4 < LG_N ? *(const float4 *)(p + 4) : z;");
+		lg_line(b, "dv[i][0] = lo.x, dv[i][1] = lo.y, dv[i][2] = lo.z, dv[i][3] = lo.w;");
+		lg_line(b, "dv[i][4] = hi.x, dv[i][5] = hi.y, dv[i][6] = hi.z, dv[i][7] = hi.w;");
+	} else {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int j = 0; j < 8; j++) dv[i][j] = t < M && e + j < LG_N ? p[j] : 0.0f;");
+	}
+	lg_close(b);
+	lg_close(b);
+	snprintf(name, sizeof name, "%s_fill", prefix);
+	snprintf(params, sizeof params, "u8 *s, const float dv[%d][8]", r);
+	lg_comment(b, "The fetched groups into the A stage s (as %d bf16 term%s).", g->terms, g->terms > 1 ? "s" : "");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", r);
+	lg_line(b, "const int c = threadIdx.x + i * %d;", threads);
+	if (groups % threads != 0)
+		lg_line(b, "if (c >= %d) break;", groups);
+	lg_line(b, "%s_st_a(s, c / %d, c %% %d * 8, dv[i]);", prefix, cpr, cpr);
+	lg_close(b);
+	lg_close(b);
+}
+
+/* The fill hooks: dy's tile at reduction r0 (experts for dx, tokens for dw). */
+static void dy_fetch(lg_buf *b, const struct lg_gemm *g, const char *r0, void *ctx)
+{
+	(void)g;
+	if (ctx)
+		lg_line(b, "dx_fetch(dv, dy, o0a, %s, M);", r0);
+	else
+		lg_line(b, "dw_fetch(dv, dy, %s, o0a, M);", r0);
+}
+
+static void dy_fill(lg_buf *b, const struct lg_gemm *g, const char *r0, const char *dst, void *ctx)
+{
+	(void)g, (void)r0;
+	lg_line(b, "%s_fill(%s, dv);", ctx ? "dx" : "dw", dst);
+}
+
+/* The registers of the fetched dy: dv. */
+static void emit_dv(lg_buf *b, const struct lg_gemm *g)
+{
+	int groups = g->t.bm * g->t.bk / 8, threads = lg_gemm_threads(&g->t);
+	lg_line(b, "float dv[%d][8];", (groups + threads - 1) / threads);
+}
+
 static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
-	struct lg_gemm gx = gemm_of(s, 1, plan_tile(p)), gw = gemm_of(s, 2, plan_tile(p));
+	struct lg_gemm gx = gemm_of(s, 1, unpack_tile(p->v[P_XTILE])), gw = gemm_of(s, 2, plan_tile(p));
 	int split = (int)p->v[P_SPLIT];
+	static int dx_ctx; /* any non-null pointer: the hooks of dx */
+	const struct lg_gemm_fill fx = {.ctx = &dx_ctx, .fetch = dy_fetch, .fill = dy_fill};
+	const struct lg_gemm_fill fw = {.ctx = NULL, .fetch = dy_fetch, .fill = dy_fill};
 	lg_section(b, "helpers for this spec", NULL);
 	emit_dims(b, p);
 	lg_gemm_emit_loaders(b, &gx, "dx");
+	emit_dy_helpers(b, &gx, "dx", true, p->v[P_N]);
 	lg_gemm_emit_loaders(b, &gw, "dw");
+	emit_dy_helpers(b, &gw, "dw", false, p->v[P_N]);
 	lg_gemm_emit_store_f32(b, "lg_store_f32", true);
 	lg_comment(b, "Store of a bf16 pair (row, col), (row, col + 1) of dx [M, K] (K even).");
 	lg_line(b, "static __device__ __forceinline__ void");
@@ -458,17 +625,35 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_line(b, "*(u32 *)(out + (row * LG_K + col) * 2) = lg_pack_bf16x2(v0, v1);");
 	lg_close(b);
 
+	int64_t xcols = (p->v[P_K] + gx.t.bn - 1) / gx.t.bn;
+	emit_head(b, s, p->entry[0], &gx, "router GEMM backward: dx = dy . w");
+	lg_comment(b, "One CTA a %dx%d tile of dx (%lld a row of %d tokens: they share dy's rows in L2),",
+		   gx.t.bm, gx.t.bn, (long long)xcols, gx.t.bm);
+	lg_comment(b, "reduction over the experts; dy as %d bf16 term%s.", gx.terms, gx.terms > 1 ? "s" : "");
+	lg_line(b, "(void)x;");
+	lg_line(b, "(void)dw;");
+	lg_line(b, "(void)ws;");
+	lg_line(b, "if (!dx) return;");
+	lg_line(b, "const i64 t = blockIdx.x;");
+	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
+		(long long)xcols, gx.t.bn);
+	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
+	emit_dv(b, &gx);
+	lg_gemm_emit_mainloop_fill(b, &gx, "dx", "o0a", "o0b", "0", "kts", &fx);
+	lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+	lg_close(b);
+
 	int64_t cols = (p->v[P_K] + gw.t.bn - 1) / gw.t.bn, tw = (p->v[P_N] + gw.t.bm - 1) / gw.t.bm * cols;
-	emit_head(b, s, p->entry[0], &gw, "router GEMM backward: dw and dx tiles, one grid");
-	lg_comment(b, "CTAs 0 .. %lld: dw tiles (%lld of %dx%d, x %d token slice%s: the long ones, first); then",
-		   (long long)(tw * split - 1), (long long)tw, gw.t.bm, gw.t.bn, split, split > 1 ? "s" : "");
-	lg_comment(b, "dx tiles of %dx%d, %lld a row of %d tokens. dy as %d bf16 term%s.", gx.t.bm, gx.t.bn,
-		   (long long)cols, gx.t.bm, gx.terms, gx.terms > 1 ? "s" : "");
+	emit_head(b, s, p->entry[1], &gw, "router GEMM backward: dw = dy^T . x");
+	lg_comment(b, "%lld tiles of %dx%d x %d token slice%s; slice z adds its share of the token tiles (none",
+		   (long long)tw, gw.t.bm, gw.t.bn, split, split > 1 ? "s" : "");
+	lg_comment(b, "at 0 tokens: zeros) and %s. dy as %d bf16 term%s.",
+		   split > 1 ? "writes its partial [N][K] to the workspace" : "writes dw", gw.terms,
+		   gw.terms > 1 ? "s" : "");
+	lg_line(b, "(void)w;");
+	lg_line(b, "(void)dx;");
 	if (split == 1)
 		lg_line(b, "(void)ws;");
-	lg_open(b, "if ((i64)blockIdx.x < %lld) {", (long long)(tw * split));
-	lg_comment(b, "dw: slice z adds its share of the token tiles (none at 0 tokens: zeros)");
-	lg_comment(b, "and %s.", split > 1 ? "writes its partial [N][K] to the workspace" : "writes dw");
 	lg_line(b, "if (!dw) return;");
 	lg_line(b, "const i64 t = (i64)blockIdx.x %% %lld, z = (i64)blockIdx.x / %lld;", (long long)tw,
 		(long long)tw);
@@ -478,30 +663,21 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 		split);
 	lg_line(b, "const i64 kt0 = z * per < kts ? z * per : kts;");
 	lg_line(b, "const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;");
-	lg_gemm_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
+	emit_dv(b, &gw);
+	lg_gemm_emit_mainloop_fill(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1", &fw);
 	if (split > 1) {
 		lg_line(b, "float *const part_out = (float *)ws + z * LG_N * LG_K;");
 		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32(part_out, LG_N, LG_K, ");
 	} else {
 		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32((float *)dw, LG_N, LG_K, ");
 	}
-	lg_line(b, "return;");
-	lg_close(b);
-	lg_comment(b, "dx: reduction over the experts");
-	lg_line(b, "if (!dx) return;");
-	lg_line(b, "const i64 t = (i64)blockIdx.x - %lld;", (long long)(tw * split));
-	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gx.t.bm,
-		(long long)cols, gx.t.bn);
-	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
-	lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-	lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
 	lg_close(b);
 	if (split == 1)
 		return;
 
-	lg_section(b, p->entry[1], "router GEMM backward: dw = the slices' partials, in order");
+	lg_section(b, p->entry[2], "router GEMM backward: dw = the slices' partials, in order");
 	lg_comment(b, "Four values a thread (N K is a multiple of 8); the same order every run.");
-	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(256)");
+	lg_emit_signature(b, s, p->entry[2], "__launch_bounds__(256)");
 	lg_open(b, "{");
 	lg_line(b, "(void)dy;");
 	lg_line(b, "(void)x;");
