@@ -228,6 +228,8 @@ static struct lg_gemm_tile unpack_tile(int64_t v)
 /* The GEMMs of a spec: 0 the forward, or 1 dx and 2 dw. */
 static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm_tile t)
 {
+	int64_t n = lg_spec_int(s, K_EXPERTS);
+	int dych = n % 4 == 0 ? 16 : 4; /* dy rows 16-byte aligned or not */
 	int terms = 1 + (int)lg_spec_int(s, K_PRECISION);
 	struct lg_gemm g = {.t = t, .terms = 1};
 	switch (which) {
@@ -235,16 +237,18 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 		g.a = (struct lg_gemm_operand){"a", false, false, "x", "LG_K", "M", "LG_K", 16, "tm_x"};
 		g.b = (struct lg_gemm_operand){"b", false, false, "w", "LG_K", "LG_N", "LG_K", 16, "tm_w"};
 		break;
-	/* the backward's A is dy made by the kernel (emit_dy_helpers): split into
-	 * `terms` bf16 planes as it is stored to shared memory */
+	/* the backward's A is dy, fp32, split into `terms` bf16 planes in shared
+	 * memory by the CTA once a tile (convert) */
 	case 1:
 		g.terms = terms;
-		g.a = (struct lg_gemm_operand){"a", false, false, NULL, "LG_N", "M", "LG_N", 16, NULL};
+		g.convert = true;
+		g.a = (struct lg_gemm_operand){"a", true, false, "dy", "LG_N", "M", "LG_N", dych, NULL};
 		g.b = (struct lg_gemm_operand){"b", false, true, "w", "LG_K", "LG_K", "LG_N", 16, NULL};
 		break;
 	default:
 		g.terms = terms;
-		g.a = (struct lg_gemm_operand){"a", false, true, NULL, "LG_N", "LG_N", "M", 16, NULL};
+		g.convert = true;
+		g.a = (struct lg_gemm_operand){"a", true, true, "dy", "LG_N", "LG_N", "M", dych, NULL};
 		g.b = (struct lg_gemm_operand){"b", false, true, "x", "LG_K", "LG_K", "M", 16, NULL};
 		break;
 	}
@@ -334,7 +338,8 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 static lg_status fit(const struct lg_spec *s, const struct lg_target *t, struct lg_gemm *g, int stages,
 		     const char *name, int64_t *smem)
 {
-	while (!lg_spec_has(s, stages) && g->t.stages > 2 && lg_gemm_smem(g) > lg_gemm_smem_limit(t))
+	while (!lg_spec_has(s, stages) && g->t.stages > (g->convert ? 3 : 2) &&
+	       lg_gemm_smem(g) > lg_gemm_smem_limit(t))
 		g->t.stages--;
 	*smem = lg_gemm_smem(g);
 	if (lg_gemm_smem(g) > lg_gemm_smem_limit(t))
@@ -525,97 +530,14 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 	lg_close(b);
 }
 
-/* The fill hooks' helpers of dy's A (gemm_emit.h, lg_gemm_emit_mainloop_fill):
- * <prefix>_fetch loads the thread's groups of 8 experts of one token of a
- * tile (tokens t0.., experts e0..; dx: bm tokens x bk experts, dw: bk x bm)
- * into dv, zeros past M and N; <prefix>_fill stores them into the A stage,
- * split into the bf16 terms (<prefix>_st_a). */
-static void emit_dy_helpers(lg_buf *b, const struct lg_gemm *g, const char *prefix, bool dx, int64_t n)
-{
-	int tokens = dx ? g->t.bm : g->t.bk, experts = dx ? g->t.bk : g->t.bm, cpr = experts / 8;
-	int groups = tokens * cpr, threads = lg_gemm_threads(&g->t), r = (groups + threads - 1) / threads;
-	char params[160];
-	lg_comment(b, "dy's tile of %d tokens x %d experts at t0, e0: the thread's %d group%s of 8 experts", tokens,
-		   experts, r, r > 1 ? "s" : "");
-	lg_comment(b, "(group c: token c / %d, experts c %% %d * 8..), zeros past M and the experts.", cpr, cpr);
-	lg_line(b, "static __device__ __forceinline__ void");
-	snprintf(params, sizeof params, "float dv[%d][8], u64 dy, i64 t0, i64 e0, i64 M", r);
-	char name[64];
-	snprintf(name, sizeof name, "%s_fetch", prefix);
-	lg_head(b, name, params);
-	lg_open(b, "{");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", r);
-	lg_line(b, "const int c = threadIdx.x + i * %d;", threads);
-	if (groups % threads != 0)
-		lg_line(b, "if (c >= %d) break;", groups);
-	lg_line(b, "const i64 t = t0 + c / %d, e = e0 + c %% %d * 8;", cpr, cpr);
-	lg_line(b, "const float *const p = (const float *)dy + t * LG_N + e;");
-	if (n % 4 == 0) {
-		lg_comment(b, "rows of dy 16-byte aligned; e + 3 < N when e < N");
-		lg_line(b, "const float4 z = {0.0f, 0.0f, 0.0f, 0.0f};");
-		lg_line(b, "const float4 lo = t < M && e < LG_N ? *(const float4 *)p : z;");
-		lg_line(b, "const float4 hi = t < M && e + 4 < LG_N ? *(const float4 *)(p + 4) : z;");
-		lg_line(b, "dv[i][0] = lo.x, dv[i][1] = lo.y, dv[i][2] = lo.z, dv[i][3] = lo.w;");
-		lg_line(b, "dv[i][4] = hi.x, dv[i][5] = hi.y, dv[i][6] = hi.z, dv[i][7] = hi.w;");
-	} else {
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int j = 0; j < 8; j++) dv[i][j] = t < M && e + j < LG_N ? p[j] : 0.0f;");
-	}
-	lg_close(b);
-	lg_close(b);
-	snprintf(name, sizeof name, "%s_fill", prefix);
-	snprintf(params, sizeof params, "u8 *s, const float dv[%d][8]", r);
-	lg_comment(b, "The fetched groups into the A stage s (as %d bf16 term%s).", g->terms, g->terms > 1 ? "s" : "");
-	lg_line(b, "static __device__ __forceinline__ void");
-	lg_head(b, name, params);
-	lg_open(b, "{");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", r);
-	lg_line(b, "const int c = threadIdx.x + i * %d;", threads);
-	if (groups % threads != 0)
-		lg_line(b, "if (c >= %d) break;", groups);
-	lg_line(b, "%s_st_a(s, c / %d, c %% %d * 8, dv[i]);", prefix, cpr, cpr);
-	lg_close(b);
-	lg_close(b);
-}
-
-/* The fill hooks: dy's tile at reduction r0 (experts for dx, tokens for dw). */
-static void dy_fetch(lg_buf *b, const struct lg_gemm *g, const char *r0, void *ctx)
-{
-	(void)g;
-	if (ctx)
-		lg_line(b, "dx_fetch(dv, dy, o0a, %s, M);", r0);
-	else
-		lg_line(b, "dw_fetch(dv, dy, %s, o0a, M);", r0);
-}
-
-static void dy_fill(lg_buf *b, const struct lg_gemm *g, const char *r0, const char *dst, void *ctx)
-{
-	(void)g, (void)r0;
-	lg_line(b, "%s_fill(%s, dv);", ctx ? "dx" : "dw", dst);
-}
-
-/* The registers of the fetched dy: dv. */
-static void emit_dv(lg_buf *b, const struct lg_gemm *g)
-{
-	int groups = g->t.bm * g->t.bk / 8, threads = lg_gemm_threads(&g->t);
-	lg_line(b, "float dv[%d][8];", (groups + threads - 1) / threads);
-}
-
 static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct lg_gemm gx = gemm_of(s, 1, unpack_tile(p->v[P_XTILE])), gw = gemm_of(s, 2, plan_tile(p));
 	int split = (int)p->v[P_SPLIT];
-	static int dx_ctx; /* any non-null pointer: the hooks of dx */
-	const struct lg_gemm_fill fx = {.ctx = &dx_ctx, .fetch = dy_fetch, .fill = dy_fill};
-	const struct lg_gemm_fill fw = {.ctx = NULL, .fetch = dy_fetch, .fill = dy_fill};
 	lg_section(b, "helpers for this spec", NULL);
 	emit_dims(b, p);
 	lg_gemm_emit_loaders(b, &gx, "dx");
-	emit_dy_helpers(b, &gx, "dx", true, p->v[P_N]);
 	lg_gemm_emit_loaders(b, &gw, "dw");
-	emit_dy_helpers(b, &gw, "dw", false, p->v[P_N]);
 	lg_gemm_emit_store_f32(b, "lg_store_f32", true);
 	lg_comment(b, "Store of a bf16 pair (row, col), (row, col + 1) of dx [M, K] (K even).");
 	lg_line(b, "static __device__ __forceinline__ void");
@@ -638,8 +560,7 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
 		(long long)xcols, gx.t.bn);
 	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
-	emit_dv(b, &gx);
-	lg_gemm_emit_mainloop_fill(b, &gx, "dx", "o0a", "o0b", "0", "kts", &fx);
+	lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
 	lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
 	lg_close(b);
 
@@ -663,8 +584,7 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 		split);
 	lg_line(b, "const i64 kt0 = z * per < kts ? z * per : kts;");
 	lg_line(b, "const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;");
-	emit_dv(b, &gw);
-	lg_gemm_emit_mainloop_fill(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1", &fw);
+	lg_gemm_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
 	if (split > 1) {
 		lg_line(b, "float *const part_out = (float *)ws + z * LG_N * LG_K;");
 		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32(part_out, LG_N, LG_K, ");

@@ -174,7 +174,7 @@ static void test_tiles(void **state)
 		"{\"split\": 8}",
 		"{\"dx_m\": 64, \"dx_n\": 128, \"dx_warps_m\": 2, \"dx_warps_n\": 2}",
 		"{\"dx_m\": 128, \"dx_n\": 128, \"dx_warps_m\": 2, \"dx_warps_n\": 4, \"dx_k\": 64}",
-		"{\"dx_m\": 256, \"dx_n\": 64, \"dx_warps_m\": 8, \"dx_warps_n\": 1, \"dx_stages\": 2}",
+		"{\"dx_m\": 256, \"dx_n\": 64, \"dx_warps_m\": 8, \"dx_warps_n\": 1, \"dx_stages\": 3}",
 	};
 	static const int64_t ms[] = {127, 1000};
 	for (size_t t = 0; t < N_OF(tiles); t++) {

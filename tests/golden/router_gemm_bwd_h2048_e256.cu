@@ -78,13 +78,20 @@ static __device__ __forceinline__ void lg_mma_bf16(float d[4], const u32 a[4], c
 // ----- helpers for this spec -----
 #define LG_K 2048ll // hidden
 #define LG_N 256ll // experts
-// Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple
-// of 8) of a [128][64 bytes] stage, as bf16 (swizzled as a loaded tile).
+// Operand a: fp32 [output][reduction], a [128][128 bytes] shared tile (swizzled), 16-byte cp.async
+// copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
 static __device__ __forceinline__ void
-dx_st_a(u8 *s, int row, int col, const float v[8])
+dx_load_a(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 {
-	*(uint4 *)(s + lg_swz(row, col * 2, 64)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),
-		lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));
+	#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		const int c = threadIdx.x + i * 512;
+		const int row = c / 8, cc = c % 8;
+		const i64 o = o0 + row, r = r0 + cc * 4;
+		const bool ok = o < oext && r < rext;
+		const u8 *src = ok ? g + (o * ld + r) * 4 : g;
+		lg_cp16(s + lg_swz(row, cc * 16, 128), src, ok ? 16u : 0u);
+	}
 }
 // Operand b: bf16 [reduction][output], a [32][512 bytes] shared tile (swizzled), 16-byte cp.async
 // copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
@@ -99,6 +106,29 @@ dx_load_b(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 		const bool ok = o < oext && r < rext;
 		const u8 *src = ok ? g + (r * ld + o) * 2 : g;
 		lg_cp16(s + lg_swz(row, cc * 16, 512), src, ok ? 16u : 0u);
+	}
+}
+// Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple
+// of 8) of a [128][64 bytes] stage, as bf16 (swizzled as a loaded tile).
+static __device__ __forceinline__ void
+dx_st_a(u8 *s, int row, int col, const float v[8])
+{
+	*(uint4 *)(s + lg_swz(row, col * 2, 64)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),
+		lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));
+}
+// A's fp32 stage s ([128][128 bytes]) split into the bf16 planes at d: groups of 8 values
+// along a row, 4 a row, 1 a thread.
+static __device__ __forceinline__ void
+dx_cvt_a(u8 *d, const u8 *s)
+{
+	#pragma unroll
+	for (int i = 0; i < 1; i++) {
+		const int c = threadIdx.x + i * 512;
+		const int row = c / 4, col = c % 4 * 8;
+		const float4 lo = *(const float4 *)(s + lg_swz(row, col * 4, 128));
+		const float4 hi = *(const float4 *)(s + lg_swz(row, col * 4 + 16, 128));
+		const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+		dx_st_a(d, row, col, v);
 	}
 }
 // A's fragments of warp row wm's 2 m16 tiles at reduction step ks (1 term).
@@ -140,41 +170,20 @@ dx_mma(float acc[2][8][4], const u32 af[2][1][4], const u32 bfr[8][2])
 		}
 	}
 }
-// dy's tile of 128 tokens x 32 experts at t0, e0: the thread's 1 group of 8 experts
-// (group c: token c / 4, experts c % 4 * 8..), zeros past M and the experts.
+// Operand a: fp32 [reduction][output], a [32][512 bytes] shared tile (swizzled), 16-byte cp.async
+// copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
 static __device__ __forceinline__ void
-dx_fetch(float dv[1][8], u64 dy, i64 t0, i64 e0, i64 M)
+dw_load_a(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 {
 	#pragma unroll
-	for (int i = 0; i < 1; i++) {
-		const int c = threadIdx.x + i * 512;
-		const i64 t = t0 + c / 4, e = e0 + c % 4 * 8;
-		const float *const p = (const float *)dy + t * LG_N + e;
-		// rows of dy 16-byte aligned; e + 3 < N when e < N
-		const float4 z = {0.0f, 0.0f, 0.0f, 0.0f};
-		const float4 lo = t < M && e < LG_N ? *(const float4 *)p : z;
-		const float4 hi = t < M && e + 4 < LG_N ? *(const float4 *)(p + 4) : z;
-		dv[i][0] = lo.x, dv[i][1] = lo.y, dv[i][2] = lo.z, dv[i][3] = lo.w;
-		dv[i][4] = hi.x, dv[i][5] = hi.y, dv[i][6] = hi.z, dv[i][7] = hi.w;
+	for (int i = 0; i < 4; i++) {
+		const int c = threadIdx.x + i * 256;
+		const int row = c / 32, cc = c % 32;
+		const i64 r = r0 + row, o = o0 + cc * 4;
+		const bool ok = o < oext && r < rext;
+		const u8 *src = ok ? g + (r * ld + o) * 4 : g;
+		lg_cp16(s + lg_swz(row, cc * 16, 512), src, ok ? 16u : 0u);
 	}
-}
-// The fetched groups into the A stage s (as 1 bf16 term).
-static __device__ __forceinline__ void
-dx_fill(u8 *s, const float dv[1][8])
-{
-	#pragma unroll
-	for (int i = 0; i < 1; i++) {
-		const int c = threadIdx.x + i * 512;
-		dx_st_a(s, c / 4, c % 4 * 8, dv[i]);
-	}
-}
-// Operand a, produced by the kernel: 8 values of reduction row `row` at output col..
-// (a multiple of 8) of a [32][256 bytes] stage, as bf16 (swizzled as a loaded tile).
-static __device__ __forceinline__ void
-dw_st_a(u8 *s, int row, int col, const float v[8])
-{
-	*(uint4 *)(s + lg_swz(row, col * 2, 256)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),
-		lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));
 }
 // Operand b: bf16 [reduction][output], a [32][256 bytes] shared tile (swizzled), 16-byte cp.async
 // copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
@@ -189,6 +198,29 @@ dw_load_b(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 		const bool ok = o < oext && r < rext;
 		const u8 *src = ok ? g + (r * ld + o) * 2 : g;
 		lg_cp16(s + lg_swz(row, cc * 16, 256), src, ok ? 16u : 0u);
+	}
+}
+// Operand a, produced by the kernel: 8 values of reduction row `row` at output col..
+// (a multiple of 8) of a [32][256 bytes] stage, as bf16 (swizzled as a loaded tile).
+static __device__ __forceinline__ void
+dw_st_a(u8 *s, int row, int col, const float v[8])
+{
+	*(uint4 *)(s + lg_swz(row, col * 2, 256)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),
+		lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));
+}
+// A's fp32 stage s ([32][512 bytes]) split into the bf16 planes at d: groups of 8 values
+// along a row, 16 a row, 2 a thread.
+static __device__ __forceinline__ void
+dw_cvt_a(u8 *d, const u8 *s)
+{
+	#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		const int c = threadIdx.x + i * 256;
+		const int row = c / 16, col = c % 16 * 8;
+		const float4 lo = *(const float4 *)(s + lg_swz(row, col * 4, 512));
+		const float4 hi = *(const float4 *)(s + lg_swz(row, col * 4 + 16, 512));
+		const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+		dw_st_a(d, row, col, v);
 	}
 }
 // A's fragments of warp row wm's 4 m16 tiles at reduction step ks (1 term).
@@ -230,34 +262,6 @@ dw_mma(float acc[4][4][4], const u32 af[4][1][4], const u32 bfr[4][2])
 		}
 	}
 }
-// dy's tile of 32 tokens x 128 experts at t0, e0: the thread's 2 groups of 8 experts
-// (group c: token c / 16, experts c % 16 * 8..), zeros past M and the experts.
-static __device__ __forceinline__ void
-dw_fetch(float dv[2][8], u64 dy, i64 t0, i64 e0, i64 M)
-{
-	#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		const int c = threadIdx.x + i * 256;
-		const i64 t = t0 + c / 16, e = e0 + c % 16 * 8;
-		const float *const p = (const float *)dy + t * LG_N + e;
-		// rows of dy 16-byte aligned; e + 3 < N when e < N
-		const float4 z = {0.0f, 0.0f, 0.0f, 0.0f};
-		const float4 lo = t < M && e < LG_N ? *(const float4 *)p : z;
-		const float4 hi = t < M && e + 4 < LG_N ? *(const float4 *)(p + 4) : z;
-		dv[i][0] = lo.x, dv[i][1] = lo.y, dv[i][2] = lo.z, dv[i][3] = lo.w;
-		dv[i][4] = hi.x, dv[i][5] = hi.y, dv[i][6] = hi.z, dv[i][7] = hi.w;
-	}
-}
-// The fetched groups into the A stage s (as 1 bf16 term).
-static __device__ __forceinline__ void
-dw_fill(u8 *s, const float dv[2][8])
-{
-	#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		const int c = threadIdx.x + i * 256;
-		dw_st_a(s, c / 16, c % 16 * 8, dv[i]);
-	}
-}
 static __device__ __forceinline__ void
 lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1)
 {
@@ -288,7 +292,6 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 	const i64 t = blockIdx.x;
 	const i64 o0a = t / 8 * 128, o0b = t % 8 * 256;
 	const i64 kts = (LG_N + 31) / 32;
-	float dv[1][8];
 	// 128x256 tile, 4x4 warps of 32x64, reduction steps of 32, 4 stages in flight.
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int wm = warp % 4, wn = warp / 4;
@@ -301,48 +304,43 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 			for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 		}
 	}
-	u8 *const sa = smem, *const sb = smem + 32768;
+	u8 *const sa = smem, *const sb = smem + 65536;
+	u8 *const sp = smem + 131072; // two buffers of A's bf16 planes, 8192 bytes each
 	const int nkt = (int)(kts - 0);
-	// A is made by the kernel: the loads of its first reduction tile.
-	if (nkt > 0) {
-		const i64 r1 = (i64)(0) * 32;
-		dx_fetch(dv, dy, o0a, r1, M);
-	}
 	// Prologue: the first 3 reduction tiles in flight, one commit group each.
 	#pragma unroll
 	for (int s = 0; s < 3; s++) {
 		if (s < nkt) {
 			const int st = s;
 			const i64 r0 = (0 + s) * 32;
+			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
 			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
-			u8 *const adst = sa + st * 8192;
-			dx_fill(adst, dv);
-			if (s + 1 < nkt) {
-				const i64 r1 = r0 + 32;
-				dx_fetch(dv, dy, o0a, r1, M);
-			}
 		}
 		lg_cp_commit();
 	}
-	for (int kt = 0; kt < nkt; kt++) {
-		// Tile kt has landed; every warp is done with the stage refilled next.
+	// Tile 0's A split into planes 0.
+	if (nkt > 0) {
 		lg_cp_wait(2);
+		__syncthreads();
+		dx_cvt_a(sp, sa);
+	}
+	for (int kt = 0; kt < nkt; kt++) {
+		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
+		// and with the planes of tile kt - 1; tile kt's planes are complete.
+		lg_cp_wait(1);
 		__syncthreads();
 		const int nx = kt + 3;
 		if (nx < nkt) {
 			const int st = nx % 4;
 			const i64 r0 = (0 + nx) * 32;
+			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
 			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
-			u8 *const adst = sa + st * 8192;
-			dx_fill(adst, dv);
-			if (nx + 1 < nkt) {
-				const i64 r1 = r0 + 32;
-				dx_fetch(dv, dy, o0a, r1, M);
-			}
 		}
 		lg_cp_commit();
 		const int cs = kt % 4; // the stage of tile kt
-		const u8 *const ca = sa + cs * 8192, *const cb = sb + cs * 16384;
+		const int kn = kt + 1; // split the next tile's A into the other planes
+		if (kn < nkt) dx_cvt_a(sp + (kn & 1) * 8192, sa + (kn % 4) * 16384);
+		const u8 *const ca = sp + (kt & 1) * 8192, *const cb = sb + cs * 16384;
 		#pragma unroll
 		for (int ks = 0; ks < 32; ks += 16) {
 			u32 af[2][1][4], bfr[8][2];
@@ -381,7 +379,6 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 	const i64 kts = (M + 31) / 32, per = (kts + 3) / 4;
 	const i64 kt0 = z * per < kts ? z * per : kts;
 	const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;
-	float dv[2][8];
 	// 128x128 tile, 2x4 warps of 64x32, reduction steps of 32, 4 stages in flight.
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int wm = warp % 2, wn = warp / 2;
@@ -394,48 +391,43 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 			for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 		}
 	}
-	u8 *const sa = smem, *const sb = smem + 32768;
+	u8 *const sa = smem, *const sb = smem + 65536;
+	u8 *const sp = smem + 98304; // two buffers of A's bf16 planes, 8192 bytes each
 	const int nkt = (int)(kt1 - kt0);
-	// A is made by the kernel: the loads of its first reduction tile.
-	if (nkt > 0) {
-		const i64 r1 = (i64)(kt0) * 32;
-		dw_fetch(dv, dy, r1, o0a, M);
-	}
 	// Prologue: the first 3 reduction tiles in flight, one commit group each.
 	#pragma unroll
 	for (int s = 0; s < 3; s++) {
 		if (s < nkt) {
 			const int st = s;
 			const i64 r0 = (kt0 + s) * 32;
+			dw_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
 			dw_load_b(sb + st * 8192, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
-			u8 *const adst = sa + st * 8192;
-			dw_fill(adst, dv);
-			if (s + 1 < nkt) {
-				const i64 r1 = r0 + 32;
-				dw_fetch(dv, dy, r1, o0a, M);
-			}
 		}
 		lg_cp_commit();
 	}
-	for (int kt = 0; kt < nkt; kt++) {
-		// Tile kt has landed; every warp is done with the stage refilled next.
+	// Tile 0's A split into planes 0.
+	if (nkt > 0) {
 		lg_cp_wait(2);
+		__syncthreads();
+		dw_cvt_a(sp, sa);
+	}
+	for (int kt = 0; kt < nkt; kt++) {
+		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
+		// and with the planes of tile kt - 1; tile kt's planes are complete.
+		lg_cp_wait(1);
 		__syncthreads();
 		const int nx = kt + 3;
 		if (nx < nkt) {
 			const int st = nx % 4;
 			const i64 r0 = (kt0 + nx) * 32;
+			dw_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
 			dw_load_b(sb + st * 8192, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
-			u8 *const adst = sa + st * 8192;
-			dw_fill(adst, dv);
-			if (nx + 1 < nkt) {
-				const i64 r1 = r0 + 32;
-				dw_fetch(dv, dy, r1, o0a, M);
-			}
 		}
 		lg_cp_commit();
 		const int cs = kt % 4; // the stage of tile kt
-		const u8 *const ca = sa + cs * 8192, *const cb = sb + cs * 8192;
+		const int kn = kt + 1; // split the next tile's A into the other planes
+		if (kn < nkt) dw_cvt_a(sp + (kn & 1) * 8192, sa + (kn % 4) * 16384);
+		const u8 *const ca = sp + (kt & 1) * 8192, *const cb = sb + cs * 8192;
 		#pragma unroll
 		for (int ks = 0; ks < 32; ks += 16) {
 			u32 af[4][1][4], bfr[4][2];
