@@ -393,6 +393,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_XWM] = gx.t.warps_m;
 	p->tile[K_XWN] = gx.t.warps_n;
 	p->nentries = split > 1 ? 3 : 2;
+	p->early[1] = t->sm >= 90; /* dw's CTAs may start on the SMs dx's last wave leaves */
 	snprintf(p->entry[0], sizeof p->entry[0], "%s_dx", s->entry);
 	snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
 	if (split > 1)
@@ -555,6 +556,10 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_line(b, "(void)x;");
 	lg_line(b, "(void)dw;");
 	lg_line(b, "(void)ws;");
+	if (p->early[1]) {
+		lg_comment(b, "dw (independent of dx) may be scheduled once every CTA of this grid runs.");
+		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
+	}
 	lg_line(b, "if (!dx) return;");
 	lg_line(b, "const i64 t = blockIdx.x;");
 	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
@@ -575,7 +580,16 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_line(b, "(void)dx;");
 	if (split == 1)
 		lg_line(b, "(void)ws;");
-	lg_line(b, "if (!dw) return;");
+	if (p->early[1]) {
+		lg_comment(b, "Launched early (beside dx's last wave): this grid completes only after dx's, so");
+		lg_comment(b, "that what follows on the stream finds dx written.");
+		lg_open(b, "if (!dw) {");
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+		lg_line(b, "return;");
+		lg_close(b);
+	} else {
+		lg_line(b, "if (!dw) return;");
+	}
 	lg_line(b, "const i64 t = (i64)blockIdx.x %% %lld, z = (i64)blockIdx.x / %lld;", (long long)tw,
 		(long long)tw);
 	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gw.t.bm,
@@ -591,6 +605,8 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	} else {
 		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32((float *)dw, LG_N, LG_K, ");
 	}
+	if (p->early[1])
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
 	lg_close(b);
 	if (split == 1)
 		return;

@@ -257,6 +257,7 @@ static void test_geometry(void **state)
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256");
 	plan_at(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 3);
+	assert_true(!p.early[0] && p.early[1] && !p.early[2]); /* dw may start beside dx's last wave */
 	M = 8192;
 	/* dx: 64 x 8 tiles of 128 x 256, 16 warps; 4 stages of fp32 dy and bf16 w, two of dy's planes */
 	f->geometry(&p, 0, &M, &d);
@@ -278,6 +279,7 @@ static void test_geometry(void **state)
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"tile\": "
 			      "{\"dx_m\": 64, \"dx_n\": 128, \"dx_k\": 64, \"dx_warps_m\": 2, \"dx_warps_n\": 2}");
 	plan_at(s, "sm_80", &p, LG_OK);
+	assert_false(p.early[1]);
 	f->geometry(&p, 0, &M, &d);
 	assert_true(d.block[0] == 128 && d.smem == 3 * (16384 + 16384) + 2 * 3 * 8192);
 	M = 1000;

@@ -288,6 +288,8 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 	(void)x;
 	(void)dw;
 	(void)ws;
+	// dw (independent of dx) may be scheduled once every CTA of this grid runs.
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	if (!dx) return;
 	const i64 t = blockIdx.x;
 	const i64 o0a = t / 8 * 128, o0b = t % 8 * 256;
@@ -373,7 +375,12 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 	// at 0 tokens: zeros) and writes its partial [N][K] to the workspace. dy as 1 bf16 term.
 	(void)w;
 	(void)dx;
-	if (!dw) return;
+	// Launched early (beside dx's last wave): this grid completes only after dx's, so
+	// that what follows on the stream finds dx written.
+	if (!dw) {
+		asm volatile("griddepcontrol.wait;" ::: "memory");
+		return;
+	}
 	const i64 t = (i64)blockIdx.x % 32, z = (i64)blockIdx.x / 32;
 	const i64 o0a = t / 16 * 128, o0b = t % 16 * 128;
 	const i64 kts = (M + 31) / 32, per = (kts + 3) / 4;
@@ -449,6 +456,7 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 			lg_store_f32(part_out, LG_N, LG_K, row + 8, col, v[2], v[3]);
 		}
 	}
+	asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 // ----- lg_router_gemm_bwd_bf16_h2048_e256_dwsum -----
