@@ -648,53 +648,57 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 		emit_forward(b, s, p);
 }
 
-/* Tile variants for `lingen tune`: tile shapes and warp grids, stages, and
- * (backward) dw's token slices; on the sm_90a forward, tile shapes and
- * stages of the wgmma path. */
+/* Candidates from rows of values of keys key[0..nk). */
+static int add_rows(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int n, int max,
+		    const int *key, int nk, const int64_t (*rows)[6], size_t nrows)
+{
+	for (size_t i = 0; i < nrows; i++) {
+		struct lg_tile_choice c = {0};
+		for (int j = 0; j < nk; j++) {
+			c.v[key[j]] = rows[i][j];
+			c.set |= (uint64_t)1 << key[j];
+		}
+		n = lg_candidate_add(s, t, out, n, max, c);
+	}
+	return n;
+}
+
+/* Tile variants for `lingen tune`: on the sm_90a forward, tile shapes,
+ * stages and clusters of the wgmma path; on the mma.sync forward, tile
+ * shapes and warp grids, stages; in the backward a few of dw's tiles, dw's
+ * token slices and dx's tiles (the two kernels' tiles are independent). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
 	static const int64_t shapes[][6] = {
 		/* m, n, warps_m, warps_n, stages, k */
-		{128, 128, 2, 4, 4, 32}, {128, 128, 2, 4, 3, 64}, {128, 64, 4, 2, 4, 32},
-		{64, 128, 2, 4, 4, 32},  {128, 256, 2, 4, 3, 32}, {128, 256, 2, 4, 3, 64},
-		{256, 128, 4, 2, 3, 32}, {64, 64, 2, 2, 6, 32},   {128, 128, 2, 2, 4, 32},
-		{128, 128, 2, 4, 6, 32},
+		{128, 128, 2, 4, 4, 32}, {128, 128, 2, 4, 3, 64}, {64, 128, 2, 4, 4, 32},  {128, 256, 2, 4, 3, 32},
+		{128, 64, 4, 2, 4, 32},  {128, 256, 2, 4, 3, 64}, {256, 128, 4, 2, 3, 32}, {64, 64, 2, 2, 6, 32},
+		{128, 128, 2, 2, 4, 32}, {128, 128, 2, 4, 6, 32},
 	};
-	static const int64_t shapes90[][5] = {
+	static const int64_t dx_shapes[][6] = {
+		/* dx_m, dx_n, dx_warps_m, dx_warps_n, dx_stages, dx_k */
+		{128, 256, 4, 4, 4, 32}, {128, 256, 4, 4, 3, 64}, {128, 128, 2, 4, 4, 32}, {64, 256, 2, 4, 4, 32},
+		{256, 128, 4, 2, 3, 32}, {128, 128, 4, 2, 4, 64}, {64, 128, 2, 2, 4, 32},
+	};
+	static const int64_t shapes90[][6] = {
 		/* m, n, stages, k, cluster: the sm_90a forward (wgmma; one cluster of 2, measured
 		 * twice as slow on the H200 for now) */
 		{128, 128, 6, 64, 1}, {128, 128, 4, 64, 1}, {128, 128, 6, 64, 2}, {128, 256, 4, 64, 1},
 		{128, 256, 3, 64, 1}, {64, 256, 4, 64, 1},  {64, 128, 8, 64, 1},  {128, 64, 8, 64, 1},
 		{64, 64, 8, 64, 1},
 	};
-	int n = 0;
-	if (wgmma_path(s, t)) {
-		for (size_t i = 0; i < sizeof shapes90 / sizeof shapes90[0]; i++) {
-			struct lg_tile_choice c = {0};
-			const int key[5] = {K_TM, K_TN, K_STAGES, K_TK, K_CLUSTER};
-			for (int j = 0; j < 5; j++) {
-				c.v[key[j]] = shapes90[i][j];
-				c.set |= (uint64_t)1 << key[j];
-			}
-			n = lg_candidate_add(s, t, out, n, max, c);
-		}
-		return n;
-	}
-	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-		struct lg_tile_choice c = {0};
-		const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};
-		for (int j = 0; j < 6; j++) {
-			c.v[key[j]] = shapes[i][j];
-			c.set |= (uint64_t)1 << key[j];
-		}
-		n = lg_candidate_add(s, t, out, n, max, c);
-	}
-	if (s->pass == LG_PASS_BACKWARD) {
-		static const int64_t splits[] = {1, 2, 4, 8, 0};
-		n = lg_candidate_values(s, t, out, n, max, K_SPLIT, splits);
-	}
-	return n;
+	static const int key90[5] = {K_TM, K_TN, K_STAGES, K_TK, K_CLUSTER};
+	static const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};
+	static const int dx_key[6] = {K_XM, K_XN, K_XWM, K_XWN, K_XS, K_XK};
+	static const int64_t splits[] = {1, 2, 4, 8, 0};
+	if (wgmma_path(s, t))
+		return add_rows(s, t, out, 0, max, key90, 5, shapes90, sizeof shapes90 / sizeof shapes90[0]);
+	if (s->pass == LG_PASS_FORWARD)
+		return add_rows(s, t, out, 0, max, key, 6, shapes, sizeof shapes / sizeof shapes[0]);
+	int n = add_rows(s, t, out, 0, max, key, 6, shapes, 4);
+	n = lg_candidate_values(s, t, out, n, max, K_SPLIT, splits);
+	return add_rows(s, t, out, n, max, dx_key, 6, dx_shapes, sizeof dx_shapes / sizeof dx_shapes[0]);
 }
 
 const struct lg_family lg_family_router_gemm = {

@@ -397,7 +397,7 @@ static void test_candidates(void **state)
 			assert_true(lg_target_parse("sm_90a", &t));
 			struct lg_tile_choice c[LG_MAX_CANDIDATES];
 			int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
-			assert_int_equal(n, q == 0 ? 9 : 14);
+			assert_int_equal(n, q == 0 ? 9 : 15);
 			for (int j = 0; j < n; j++) {
 				struct lg_spec v;
 				assert_int_equal(lg_spec_with_tile(s, &c[j], &v), LG_OK);
