@@ -457,11 +457,11 @@ static void emit_dims(lg_buf *b, const struct lg_plan *p)
 }
 
 /* The kernel's head: the signature, shared memory, its tile's origin. */
-static void emit_head(lg_buf *b, const struct lg_spec *s, const char *entry, const struct lg_gemm *g,
+static void emit_head(lg_buf *b, const struct lg_spec *s, const char *entry, const struct lg_gemm *g, int ctas,
 		      const char *what)
 {
 	lg_section(b, entry, what);
-	lg_emit_signature(b, s, entry, "__launch_bounds__(%d, 1)", lg_gemm_threads(&g->t));
+	lg_emit_signature(b, s, entry, "__launch_bounds__(%d, %d)", lg_gemm_threads(&g->t), ctas);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
 	lg_line(b, "(void)part;");
@@ -499,7 +499,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	emit_dims(b, p);
 	lg_gemm_emit_loaders(b, &g, "fw");
 	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
-	emit_head(b, s, p->entry[0], &g, "router GEMM forward: logits fp32 = x . w^T");
+	emit_head(b, s, p->entry[0], &g, 1, "router GEMM forward: logits fp32 = x . w^T");
 	emit_raster(b, p, &g, "a wave's x and w tiles stay in L2.");
 	lg_gemm_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
 	lg_gemm_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
@@ -531,6 +531,18 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 	lg_close(b);
 }
 
+/* The CTAs of dx an SM should hold (__launch_bounds__' minimum, which caps
+ * the registers): 16 warps an SM in all, as shared memory allows (228 KB an
+ * SM, 1 KB reserved a CTA); a tile's reduction is short (the experts), so
+ * that CTAs of smaller tiles overlap one's prologue with another's mma. */
+static int dx_ctas(const struct lg_gemm *g, unsigned smem)
+{
+	int warps = lg_gemm_threads(&g->t) / 32, n = 16 / warps;
+	while (n > 1 && (unsigned)n * (smem + 1024u) > 228u * 1024u)
+		n--;
+	return n < 1 ? 1 : n;
+}
+
 static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct lg_gemm gx = gemm_of(s, 1, unpack_tile(p->v[P_XTILE])), gw = gemm_of(s, 2, plan_tile(p));
@@ -549,7 +561,8 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_close(b);
 
 	int64_t xcols = (p->v[P_K] + gx.t.bn - 1) / gx.t.bn;
-	emit_head(b, s, p->entry[0], &gx, "router GEMM backward: dx = dy . w");
+	emit_head(b, s, p->entry[0], &gx, dx_ctas(&gx, (unsigned)p->v[P_XSMEM]),
+		  "router GEMM backward: dx = dy . w");
 	lg_comment(b, "One CTA a %dx%d tile of dx (%lld a row of %d tokens: they share dy's rows in L2),",
 		   gx.t.bm, gx.t.bn, (long long)xcols, gx.t.bm);
 	lg_comment(b, "reduction over the experts; dy as %d bf16 term%s.", gx.terms, gx.terms > 1 ? "s" : "");
@@ -570,7 +583,7 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_close(b);
 
 	int64_t cols = (p->v[P_K] + gw.t.bn - 1) / gw.t.bn, tw = (p->v[P_N] + gw.t.bm - 1) / gw.t.bm * cols;
-	emit_head(b, s, p->entry[1], &gw, "router GEMM backward: dw = dy^T . x");
+	emit_head(b, s, p->entry[1], &gw, 1, "router GEMM backward: dw = dy^T . x");
 	lg_comment(b, "%lld tiles of %dx%d x %d token slice%s; slice z adds its share of the token tiles (none",
 		   (long long)tw, gw.t.bm, gw.t.bn, split, split > 1 ? "s" : "");
 	lg_comment(b, "at 0 tokens: zeros) and %s. dy as %d bf16 term%s.",
@@ -649,8 +662,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 }
 
 /* Candidates from rows of values of keys key[0..nk). */
-static int add_rows(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int n, int max,
-		    const int *key, int nk, const int64_t (*rows)[6], size_t nrows)
+static int add_rows(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int n,
+		    int max, const int *key, int nk, const int64_t (*rows)[6], size_t nrows)
 {
 	for (size_t i = 0; i < nrows; i++) {
 		struct lg_tile_choice c = {0};

@@ -366,6 +366,20 @@ static void test_source(void **state)
 	assert_non_null(strstr(src, "_dwsum("));
 	free(src);
 	lg_spec_free(s);
+	/* dx of 8 warps: two CTAs an SM (16 warps), registers capped by __launch_bounds__; 3 dy
+	 * terms: one (shared memory) */
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_m\": 64, \"dx_warps_m\": 2}");
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_non_null(strstr(src, "__launch_bounds__(256, 2)\nlg_router_gemm_bwd_bf16_h2048_e256_txm64xwm2_dx("));
+	free(src);
+	lg_spec_free(s);
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"tile\": "
+			      "{\"dx_m\": 64, \"dx_warps_m\": 2}");
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_non_null(
+		strstr(src, "__launch_bounds__(256, 1)\nlg_router_gemm_bwd_bf16_h2048_e256_bf16x3_txm64xwm2_dx("));
+	free(src);
+	lg_spec_free(s);
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256");
 	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
 	assert_null(strstr(src, "ldmatrix"));
