@@ -22,26 +22,40 @@
  * H200: 21.5 us at the target (was 40.5 on the path below), 672 TFLOP/s on
  * 8192^3 against cuBLAS's 685 (bench/h200-2026-12-01-wgmma).
  *
- * Strategy, backward and other targets: every product is a tensor-core GEMM of gemm_emit.c (ldmatrix,
- * mma.sync m16n8k16 bf16 -> fp32, a cp.async ring of `tile.stages`
- * reduction tiles, predicated tails). The forward is one GEMM, both
- * operands K-major (one CTA a tile.m x tile.n tile of logits; w stays in
- * L2). The backward's dy is fp32: it is copied to shared memory as is and
- * split into `precision` bf16 terms when the fragments are built (bf16:
- * dy rounded to bf16; bf16x2: 16 significant bits, error 2^-17 of dy, far
- * below tf32's 2^-11 at the same cost as a tf32 product; bf16x3: dy exact,
- * only fp32 summation error), each term an mma with the same bf16 w or x
- * fragment (products of bf16 are exact). Two entry points:
- *   _grad  one grid of dw tiles, then dx tiles, so the two GEMMs share the
- *          machine (dw's few long CTAs first, dx's many short ones fill in):
- *          dw: A = dy (its [M][N] read MN-major), B = x [M][K] (MN-major,
- *          ldmatrix .trans), reduction over a slice of the tokens; with
- *          tile.split slices each writes its partial [N][K] to the
- *          workspace (tile.split 1: straight to dw). dx: A = dy [M][N]
- *          (K-major fp32), B = w [N][K] (MN-major, .trans), reduction
- *          over the experts.
+ * Strategy, the forward on other targets: one tensor-core GEMM of
+ * gemm_emit.c (ldmatrix, mma.sync m16n8k16 bf16 -> fp32, a cp.async ring
+ * of `tile.stages` reduction tiles, predicated tails), both operands
+ * K-major, one CTA a tile.m x tile.n tile of logits (w stays in L2).
+ *
+ * Strategy, backward (every target): two mma.sync GEMMs of gemm_emit.c,
+ * each its own kernel and tile. dy is fp32: its tiles come through the
+ * cp.async ring as they are, and the CTA splits each once into `precision`
+ * bf16 planes in shared memory, one tile ahead of the mma (gemm_emit's
+ * convert; bf16: dy rounded; bf16x2: 16 significant bits, error 2^-17 of
+ * dy, far below tf32's 2^-11; bf16x3: dy exact, only fp32 summation
+ * error); every term is an mma with the same bf16 fragment of w or x
+ * (products of bf16 are exact), its fragments by ldmatrix. (Splitting at
+ * fragment time instead, every warp again, took ~10 instructions an mma:
+ * 147 us at the target, issue-bound at one CTA an SM.) Entry points:
+ *   _dx    dx = dy . w: A = dy [M][N] (K-major), B = w [N][K] (MN-major,
+ *          ldmatrix .trans), reduction over the experts; tile.dx_*: 128
+ *          tokens x 256 features, 16 warps (L2 reads at the target: dy
+ *          8 times, 64 MB, and w 64 times, 64 MB),
+ *          __launch_bounds__ asking 16 warps an SM (two CTAs of 8 warps
+ *          when shared memory allows).
+ *   _dw    dw = dy^T . x: A = dy (MN-major), B = x [M][K] (MN-major),
+ *          reduction over a slice of the tokens: tile.* (128 x 128) x
+ *          tile.split slices (enough CTAs for 132 SMs), each writing its
+ *          partial [N][K] to the workspace (tile.split 1: straight to dw).
+ *          On sm_90+ launched early (programmatic dependent launch): its
+ *          CTAs take the SMs dx's last wave leaves; it completes only
+ *          after dx (griddepcontrol.wait at its end).
  *   _dwsum dw = the partials added in slice order (split > 1): fixed
  *          order, so dw is the same bits on every run.
+ * Bounds at the target (8192 tokens): 8.6 GFLOP a GEMM a term, ~41 MB
+ * (dx) and ~40 MB (dw) of DRAM traffic: the mma.sync rate (about 2/3 of
+ * wgmma's) bounds it, not memory. Shared memory: 3 planes of bf16x3 and
+ * the fp32 ring make bf16x3 the tightest (sm_80: fewer stages).
  * A null dx or dw skips that output (its kernels return at once).
  */
 #include <stdio.h>
