@@ -86,7 +86,10 @@ struct lg_gemm_tile {
 struct lg_gemm {
 	struct lg_gemm_tile t;
 	struct lg_gemm_operand a, b;
-	int terms; /* bf16 terms of an fp32 A: 1..3 (1 for bf16) */
+	/* bf16 terms of an fp32 A: 1..3 (1 for bf16 loaded); a bf16 A made by
+	 * the kernel (or split by `convert`) of several terms is held as that
+	 * many planes, <prefix>_st_a splitting the fp32 values it is given */
+	int terms;
 	/* fp32 A (loaded): split into `terms` bf16 planes in shared memory once
 	 * a reduction tile, by the whole CTA one tile ahead of the mma (two
 	 * plane buffers), instead of by every warp as it builds its fragments
