@@ -438,6 +438,8 @@ static void emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix
 		lg_line(b, "%s_cvt_a(sp, sa);", prefix);
 		lg_close(b);
 	}
+	if (g->convert)
+		lg_line(b, "#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers");
 	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
 	if (g->convert) {
 		lg_comment(b, "Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next");

@@ -374,6 +374,7 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dx(
 		__syncthreads();
 		dx_cvt_a(sp, sa);
 	}
+	#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers
 	for (int kt = 0; kt < nkt; kt++) {
 		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
 		// and with the planes of tile kt - 1; tile kt's planes are complete.
@@ -463,6 +464,7 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dw(
 		__syncthreads();
 		dw_cvt_a(sp, sa);
 	}
+	#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers
 	for (int kt = 0; kt < nkt; kt++) {
 		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
 		// and with the planes of tile kt - 1; tile kt's planes are complete.

@@ -326,6 +326,7 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 		__syncthreads();
 		dx_cvt_a(sp, sa);
 	}
+	#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers
 	for (int kt = 0; kt < nkt; kt++) {
 		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
 		// and with the planes of tile kt - 1; tile kt's planes are complete.
@@ -418,6 +419,7 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 		__syncthreads();
 		dw_cvt_a(sp, sa);
 	}
+	#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers
 	for (int kt = 0; kt < nkt; kt++) {
 		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
 		// and with the planes of tile kt - 1; tile kt's planes are complete.
