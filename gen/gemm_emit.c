@@ -31,9 +31,21 @@ static int tile_rb(const struct lg_gemm *g, const struct lg_gemm_operand *o, int
 {
 	return (o->mn_major ? out : g->t.bk) * esize(o);
 }
-static unsigned tile_bytes(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
+/* Planes of an operand's shared tile: a bf16 A of `terms` terms (made by
+ * the kernel, or split from fp32: lg_gemm.convert) has one a term, one
+ * after another. */
+static int planes(const struct lg_gemm *g, const struct lg_gemm_operand *o)
+{
+	return o == &g->a && !o->fp32 && g->terms > 1 ? g->terms : 1;
+}
+/* Bytes of one plane of an operand's shared tile. */
+static unsigned plane_bytes(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
 {
 	return (unsigned)(tile_rows(g, o, out) * tile_rb(g, o, out));
+}
+static unsigned tile_bytes(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
+{
+	return plane_bytes(g, o, out) * (unsigned)planes(g, o);
 }
 
 int lg_gemm_threads(const struct lg_gemm_tile *t) { return 32 * t->warps_m * t->warps_n; }
@@ -52,9 +64,22 @@ unsigned lg_gemm_smem_limit(const struct lg_target *t)
 	return t->sm >= 90 ? 227u * 1024u : t->sm == 80 ? 163u * 1024u : 99u * 1024u;
 }
 
+/* With convert: g as the mma sees it, A its bf16 planes. */
+static struct lg_gemm planes_view(const struct lg_gemm *g)
+{
+	struct lg_gemm v = *g;
+	v.a.fp32 = false;
+	v.convert = false;
+	return v;
+}
+
 unsigned lg_gemm_smem(const struct lg_gemm *g)
 {
-	return (unsigned)g->t.stages * (tile_bytes(g, &g->a, g->t.bm) + tile_bytes(g, &g->b, g->t.bn));
+	unsigned ring = (unsigned)g->t.stages * (tile_bytes(g, &g->a, g->t.bm) + tile_bytes(g, &g->b, g->t.bn));
+	if (!g->convert)
+		return ring;
+	struct lg_gemm v = planes_view(g);
+	return ring + 2u * tile_bytes(&v, &v.a, v.t.bm);
 }
 
 static bool rb_ok(int rb) { return rb == 64 || (rb >= 128 && rb % 128 == 0); }
@@ -75,6 +100,17 @@ const char *lg_gemm_tile_problem(const struct lg_gemm *g)
 		       "multiples of 32)";
 	if (t->stages < 2 || t->stages > 8)
 		return "tile.stages 2 to 8";
+	if (planes(g, &g->a) > 1 && g->a.ptr)
+		return "a bf16 A of several terms made by the kernel (lg_gemm_emit_mainloop_fill)";
+	if (g->convert) {
+		struct lg_gemm v = planes_view(g);
+		if (!g->a.fp32 || !g->a.ptr)
+			return "an A split in shared memory loaded and fp32";
+		if (!rb_ok(tile_rb(&v, &v.a, t->bm)))
+			return "bf16 planes of A with rows of 64 bytes or a multiple of 128";
+		if (t->stages < 3)
+			return "tile.stages 3 to 8 (dy's split takes one stage)";
+	}
 	return NULL;
 }
 
@@ -128,8 +164,12 @@ static void emit_store_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 	int rb = tile_rb(g, &g->a, g->t.bm);
 	char name[64];
 	snprintf(name, sizeof name, "%s_st_a", prefix);
-	lg_comment(b, "Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple");
-	lg_comment(b, "of 8) of a [%d][%d bytes] stage, as %s (swizzled as a loaded tile).", g->t.bm, rb,
+	if (g->a.mn_major)
+		lg_comment(b, "Operand a, produced by the kernel: 8 values of reduction row `row` at output col..");
+	else
+		lg_comment(b, "Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple");
+	lg_comment(b, "%s a [%d][%d bytes] stage, as %s (swizzled as a loaded tile).",
+		   g->a.mn_major ? "(a multiple of 8) of" : "of 8) of", tile_rows(g, &g->a, g->t.bm), rb,
 		   g->a.fp32 ? "fp32" : "bf16");
 	lg_line(b, "static __device__ __forceinline__ void");
 	lg_head(b, name, "u8 *s, int row, int col, const float v[8]");
@@ -138,10 +178,51 @@ static void emit_store_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 		lg_line(b, "*(float4 *)(s + lg_swz(row, col * 4, %d)) = make_float4(v[0], v[1], v[2], v[3]);", rb);
 		lg_line(b, "*(float4 *)(s + lg_swz(row, col * 4 + 16, %d)) = make_float4(v[4], v[5], v[6], v[7]);",
 			rb);
-	} else {
+	} else if (planes(g, &g->a) == 1) {
 		lg_line(b, "*(uint4 *)(s + lg_swz(row, col * 2, %d)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),", rb);
 		lg_line(b, "	lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));");
+	} else {
+		lg_comment(b, "fp32 values split into %d bf16 terms, term e into plane e (%u bytes apart)", g->terms,
+			   plane_bytes(g, &g->a, g->t.bm));
+		lg_line(b, "u32 t[4][%d];", g->terms);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int j = 0; j < 4; j++) lg_split_bf16x2(t[j], %d, v[2 * j], v[2 * j + 1]);", g->terms);
+		lg_line(b, "const u32 at = lg_swz(row, col * 2, %d);", rb);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int e = 0; e < %d; e++)", g->terms);
+		lg_line(b, "\t*(uint4 *)(s + e * %u + at) = make_uint4(t[0][e], t[1][e], t[2][e], t[3][e]);",
+			plane_bytes(g, &g->a, g->t.bm));
 	}
+	lg_close(b);
+}
+
+/* convert: <prefix>_cvt_a, the CTA's split of an fp32 A stage into bf16
+ * planes (by <prefix>_st_a of the planes' view). */
+static void emit_convert(lg_buf *b, const struct lg_gemm *g, const char *prefix)
+{
+	struct lg_gemm v = planes_view(g);
+	emit_store_a(b, &v, prefix);
+	int rows = tile_rows(g, &g->a, g->t.bm), rb = tile_rb(g, &g->a, g->t.bm), cpr = rb / 32;
+	int groups = rows * cpr, threads = lg_gemm_threads(&g->t), iters = (groups + threads - 1) / threads;
+	char name[64];
+	snprintf(name, sizeof name, "%s_cvt_a", prefix);
+	lg_comment(b, "A's fp32 stage s ([%d][%d bytes]) split into the bf16 planes at d: groups of 8 values", rows,
+		   rb);
+	lg_comment(b, "along a row, %d a row, %d a thread.", cpr, iters);
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, "u8 *d, const u8 *s");
+	lg_open(b, "{");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", iters);
+	lg_line(b, "const int c = threadIdx.x + i * %d;", threads);
+	if (groups % threads != 0)
+		lg_line(b, "if (c >= %d) break;", groups);
+	lg_line(b, "const int row = c / %d, col = c %% %d * 8;", cpr, cpr);
+	lg_line(b, "const float4 lo = *(const float4 *)(s + lg_swz(row, col * 4, %d));", rb);
+	lg_line(b, "const float4 hi = *(const float4 *)(s + lg_swz(row, col * 4 + 16, %d));", rb);
+	lg_line(b, "const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};");
+	lg_line(b, "%s_st_a(d, row, col, v);", prefix);
+	lg_close(b);
 	lg_close(b);
 }
 
@@ -152,7 +233,10 @@ void lg_gemm_emit_loaders(lg_buf *b, const struct lg_gemm *g, const char *prefix
 	else
 		emit_store_a(b, g, prefix);
 	emit_loader(b, g, &g->b, g->t.bn, prefix);
-	emit_frag_a(b, g, prefix);
+	if (g->convert)
+		emit_convert(b, g, prefix);
+	struct lg_gemm v = g->convert ? planes_view(g) : *g;
+	emit_frag_a(b, &v, prefix);
 	emit_frag_b(b, g, prefix);
 	emit_mma(b, g, prefix);
 }
@@ -176,11 +260,17 @@ static void emit_frag_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 		if (o->mn_major) {
 			lg_line(b, "const int row = ks + (lane & 7) + (lane >> 4) * 8;");
 			lg_line(b, "const int col = wm * %d + mi * 16 + ((lane >> 3) & 1) * 8;", wmt);
-			lg_line(b, "lg_ldsm4t(af[mi][0], ca + lg_swz(row, col * 2, %d));", rb);
 		} else {
 			lg_line(b, "const int row = wm * %d + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;", wmt);
 			lg_line(b, "const int col = ks + (lane >> 4) * 8;");
-			lg_line(b, "lg_ldsm4(af[mi][0], ca + lg_swz(row, col * 2, %d));", rb);
+		}
+		if (planes(g, o) == 1) {
+			lg_line(b, "lg_ldsm4%s(af[mi][0], ca + lg_swz(row, col * 2, %d));", o->mn_major ? "t" : "", rb);
+		} else {
+			lg_line(b, "const u32 at = lg_swz(row, col * 2, %d);", rb);
+			lg_line(b, "#pragma unroll");
+			lg_line(b, "for (int e = 0; e < %d; e++) lg_ldsm4%s(af[mi][e], ca + e * %u + at);", g->terms,
+				o->mn_major ? "t" : "", plane_bytes(g, o, g->t.bm));
 		}
 		lg_close(b);
 		lg_close(b);
@@ -317,6 +407,13 @@ static void emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "u8 *const sa = smem, *const sb = smem + %u;", (unsigned)t->stages * ab);
+	unsigned pb = 0;
+	if (g->convert) {
+		struct lg_gemm v = planes_view(g);
+		pb = tile_bytes(&v, &v.a, t->bm);
+		lg_line(b, "u8 *const sp = smem + %u; // two buffers of A's bf16 planes, %u bytes each",
+			(unsigned)t->stages * (ab + bb), pb);
+	}
 	lg_line(b, "const int nkt = (int)(%s - %s);", kt1, kt0);
 	if (fill) {
 		lg_comment(b, "A is made by the kernel: the loads of its first reduction tile.");
@@ -333,9 +430,25 @@ static void emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix
 	lg_close(b);
 	lg_line(b, "lg_cp_commit();");
 	lg_close(b);
+	if (g->convert) {
+		lg_comment(b, "Tile 0's A split into planes 0.");
+		lg_open(b, "if (nkt > 0) {");
+		lg_line(b, "lg_cp_wait(%d);", t->stages - 2);
+		lg_line(b, "__syncthreads();");
+		lg_line(b, "%s_cvt_a(sp, sa);", prefix);
+		lg_close(b);
+	}
+	if (g->convert)
+		lg_line(b, "#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers");
 	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
-	lg_comment(b, "Tile kt has landed; every warp is done with the stage refilled next.");
-	lg_line(b, "lg_cp_wait(%d);", t->stages - 2);
+	if (g->convert) {
+		lg_comment(b, "Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next");
+		lg_comment(b, "and with the planes of tile kt - 1; tile kt's planes are complete.");
+		lg_line(b, "lg_cp_wait(%d);", t->stages - 3);
+	} else {
+		lg_comment(b, "Tile kt has landed; every warp is done with the stage refilled next.");
+		lg_line(b, "lg_cp_wait(%d);", t->stages - 2);
+	}
 	lg_line(b, "__syncthreads();");
 	lg_line(b, "const int nx = kt + %d;", t->stages - 1);
 	lg_open(b, "if (nx < nkt) {");
@@ -345,7 +458,14 @@ static void emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix
 	lg_close(b);
 	lg_line(b, "lg_cp_commit();");
 	lg_line(b, "const int cs = kt %% %d; // the stage of tile kt", t->stages);
-	lg_line(b, "const u8 *const ca = sa + cs * %u, *const cb = sb + cs * %u;", ab, bb);
+	if (g->convert) {
+		lg_line(b, "const int kn = kt + 1; // split the next tile's A into the other planes");
+		lg_line(b, "if (kn < nkt) %s_cvt_a(sp + (kn & 1) * %u, sa + (kn %% %d) * %u);", prefix, pb, t->stages,
+			ab);
+		lg_line(b, "const u8 *const ca = sp + (kt & 1) * %u, *const cb = sb + cs * %u;", pb, bb);
+	} else {
+		lg_line(b, "const u8 *const ca = sa + cs * %u, *const cb = sb + cs * %u;", ab, bb);
+	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int ks = 0; ks < %d; ks += 16) {", t->bk);
 	lg_line(b, "u32 af[%d][%d][4], bfr[%d][2];", mi_n, g->terms, ni_n);

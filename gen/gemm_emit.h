@@ -46,6 +46,12 @@
  * arrivals on each CTA's `empty`), and neither CTA leaves before the other
  * is done with it (a cluster barrier at the start and the end).
  *
+ * With `convert`, an fp32 A's tile is split once by the CTA: in the
+ * iteration of tile kt the CTA waits for tile kt + 1 (one stage less of
+ * look-ahead), splits its A into bf16 planes (buffer (kt + 1) % 2) and runs
+ * the mma of tile kt on buffer kt % 2: one __syncthreads a tile still
+ * orders both buffers and the ring.
+ *
  * The epilogue hands each pair of accumulators (row, col) and (row,
  * col + 1), col even, to a store function the family emits: it
  * predicates, converts and writes.
@@ -80,7 +86,15 @@ struct lg_gemm_tile {
 struct lg_gemm {
 	struct lg_gemm_tile t;
 	struct lg_gemm_operand a, b;
-	int terms; /* bf16 terms of an fp32 A: 1..3 (1 for bf16) */
+	/* bf16 terms of an fp32 A: 1..3 (1 for bf16 loaded); a bf16 A made by
+	 * the kernel (or split by `convert`) of several terms is held as that
+	 * many planes, <prefix>_st_a splitting the fp32 values it is given */
+	int terms;
+	/* fp32 A (loaded): split into `terms` bf16 planes in shared memory once
+	 * a reduction tile, by the whole CTA one tile ahead of the mma (two
+	 * plane buffers), instead of by every warp as it builds its fragments
+	 * (ldmatrix then reads the planes); stages >= 3. */
+	bool convert;
 	/* sm_90a: CTAs of a cluster along the rows (1 or 2) sharing B: each
 	 * loads 1 / cluster of B's rows and multicasts it to all (0: 1). */
 	int cluster;

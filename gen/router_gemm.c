@@ -22,26 +22,40 @@
  * H200: 21.5 us at the target (was 40.5 on the path below), 672 TFLOP/s on
  * 8192^3 against cuBLAS's 685 (bench/h200-2026-12-01-wgmma).
  *
- * Strategy, backward and other targets: every product is a tensor-core GEMM of gemm_emit.c (ldmatrix,
- * mma.sync m16n8k16 bf16 -> fp32, a cp.async ring of `tile.stages`
- * reduction tiles, predicated tails). The forward is one GEMM, both
- * operands K-major (one CTA a tile.m x tile.n tile of logits; w stays in
- * L2). The backward's dy is fp32: it is copied to shared memory as is and
- * split into `precision` bf16 terms when the fragments are built (bf16:
- * dy rounded to bf16; bf16x2: 16 significant bits, error 2^-17 of dy, far
- * below tf32's 2^-11 at the same cost as a tf32 product; bf16x3: dy exact,
- * only fp32 summation error), each term an mma with the same bf16 w or x
- * fragment (products of bf16 are exact). Two entry points:
- *   _grad  one grid of dw tiles, then dx tiles, so the two GEMMs share the
- *          machine (dw's few long CTAs first, dx's many short ones fill in):
- *          dw: A = dy (its [M][N] read MN-major), B = x [M][K] (MN-major,
- *          ldmatrix .trans), reduction over a slice of the tokens; with
- *          tile.split slices each writes its partial [N][K] to the
- *          workspace (tile.split 1: straight to dw). dx: A = dy [M][N]
- *          (K-major fp32), B = w [N][K] (MN-major, .trans), reduction
- *          over the experts.
+ * Strategy, the forward on other targets: one tensor-core GEMM of
+ * gemm_emit.c (ldmatrix, mma.sync m16n8k16 bf16 -> fp32, a cp.async ring
+ * of `tile.stages` reduction tiles, predicated tails), both operands
+ * K-major, one CTA a tile.m x tile.n tile of logits (w stays in L2).
+ *
+ * Strategy, backward (every target): two mma.sync GEMMs of gemm_emit.c,
+ * each its own kernel and tile. dy is fp32: its tiles come through the
+ * cp.async ring as they are, and the CTA splits each once into `precision`
+ * bf16 planes in shared memory, one tile ahead of the mma (gemm_emit's
+ * convert; bf16: dy rounded; bf16x2: 16 significant bits, error 2^-17 of
+ * dy, far below tf32's 2^-11; bf16x3: dy exact, only fp32 summation
+ * error); every term is an mma with the same bf16 fragment of w or x
+ * (products of bf16 are exact), its fragments by ldmatrix. (Splitting at
+ * fragment time instead, every warp again, took ~10 instructions an mma:
+ * 147 us at the target, issue-bound at one CTA an SM.) Entry points:
+ *   _dx    dx = dy . w: A = dy [M][N] (K-major), B = w [N][K] (MN-major,
+ *          ldmatrix .trans), reduction over the experts; tile.dx_*: 128
+ *          tokens x 256 features, 16 warps (L2 reads at the target: dy
+ *          8 times, 64 MB, and w 64 times, 64 MB),
+ *          __launch_bounds__ asking 16 warps an SM (two CTAs of 8 warps
+ *          when shared memory allows).
+ *   _dw    dw = dy^T . x: A = dy (MN-major), B = x [M][K] (MN-major),
+ *          reduction over a slice of the tokens: tile.* (128 x 128) x
+ *          tile.split slices (enough CTAs for 132 SMs), each writing its
+ *          partial [N][K] to the workspace (tile.split 1: straight to dw).
+ *          On sm_90+ launched early (programmatic dependent launch): its
+ *          CTAs take the SMs dx's last wave leaves; it completes only
+ *          after dx (griddepcontrol.wait at its end).
  *   _dwsum dw = the partials added in slice order (split > 1): fixed
  *          order, so dw is the same bits on every run.
+ * Bounds at the target (8192 tokens): 8.6 GFLOP a GEMM a term, ~41 MB
+ * (dx) and ~40 MB (dw) of DRAM traffic: the mma.sync rate (about 2/3 of
+ * wgmma's) bounds it, not memory. Shared memory: 3 planes of bf16x3 and
+ * the fp32 ring make bf16x3 the tightest (sm_80: fewer stages).
  * A null dx or dw skips that output (its kernels return at once).
  */
 #include <stdio.h>
@@ -64,6 +78,12 @@ enum {
 	K_WN,
 	K_SPLIT,
 	K_CLUSTER,
+	K_XM,
+	K_XN,
+	K_XK,
+	K_XS,
+	K_XWM,
+	K_XWN,
 	NKEYS
 };
 
@@ -92,6 +112,12 @@ static const struct lg_key keys[NKEYS] = {
 				"backward: token slices of dw, added in order by a second kernel"),
 	[K_CLUSTER] = LG_KEY_TILE("cluster", "cl", 1, 2, cluster_ok,
 				  "sm_90a forward: CTAs a cluster along the tokens sharing w's tile (TMA multicast)"),
+	[K_XM] = LG_KEY_TILE("dx_m", "xm", 32, 256, tmn_ok, "backward: tokens a dx CTA (the tile.* keys: dw's)"),
+	[K_XN] = LG_KEY_TILE("dx_n", "xn", 32, 256, tmn_ok, "backward: hidden features a dx CTA"),
+	[K_XK] = LG_KEY_TILE("dx_k", "xk", 32, 64, tk_ok, "backward: experts a dx pipeline stage"),
+	[K_XS] = LG_KEY_TILE("dx_stages", "xs", 2, 8, NULL, "backward: dx's reduction tiles in flight"),
+	[K_XWM] = LG_KEY_TILE("dx_warps_m", "xwm", 1, 8, warps_ok, "backward: dx's warps along the tokens"),
+	[K_XWN] = LG_KEY_TILE("dx_warps_n", "xwn", 1, 8, warps_ok, "backward: dx's warps along the hidden features"),
 };
 
 static const struct lg_size sizes[] = {
@@ -118,7 +144,24 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 };
 
 /* Plan values. */
-enum { P_BM, P_BN, P_BK, P_STAGES, P_WM, P_WN, P_SPLIT, P_K, P_N, P_TERMS, P_BWD, P_SMEM, P_WG, P_CLUSTER };
+enum {
+	P_BM, /* P_BM .. P_WN, P_SMEM: the forward's tile, or the backward's dw */
+	P_BN,
+	P_BK,
+	P_STAGES,
+	P_WM,
+	P_WN,
+	P_SPLIT,
+	P_K,
+	P_N,
+	P_TERMS,
+	P_BWD,
+	P_SMEM,
+	P_WG,
+	P_CLUSTER,
+	P_XTILE, /* the backward's dx tile (pack_tile) */
+	P_XSMEM
+};
 
 /* The forward runs on wgmma + TMA (gemm_emit.h, sm_90a path) on sm_90a. */
 static bool wgmma_path(const struct lg_spec *s, const struct lg_target *t)
@@ -180,6 +223,38 @@ static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
 	return t;
 }
 
+/* The backward's dx tile: the spec's dx_* keys, else 128 tokens x 256
+ * features (128 at 128 features or fewer; 64 wide warp tiles), 4 x 4 warps,
+ * experts 32 a stage, 4 stages: dy's tile is read from L2 (and split) once
+ * for 256 features, one CTA of 16 warps an SM. */
+static struct lg_gemm_tile dx_tile_of(const struct lg_spec *s)
+{
+	static const struct lg_gemm_tile_keys k = {K_XM, K_XN, K_XK, K_XS, K_XWM, K_XWN};
+	bool narrow = lg_spec_int(s, K_HIDDEN) <= 128;
+	struct lg_gemm_tile t = {.bm = 128, .bn = narrow ? 128 : 256, .bk = 32, .warps_m = 4,
+				 .warps_n = narrow ? 2 : 4, .stages = 4};
+	lg_gemm_tile_from_spec(s, &k, &t);
+	return t;
+}
+
+/* A tile in one plan value and back (each field below 1024). */
+static int64_t pack_tile(const struct lg_gemm_tile *t)
+{
+	const int f[6] = {t->bm, t->bn, t->bk, t->stages, t->warps_m, t->warps_n};
+	int64_t v = 0;
+	for (int i = 5; i >= 0; i--)
+		v = v << 10 | f[i];
+	return v;
+}
+static struct lg_gemm_tile unpack_tile(int64_t v)
+{
+	int f[6];
+	for (int i = 0; i < 6; i++, v >>= 10)
+		f[i] = (int)(v & 1023);
+	return (struct lg_gemm_tile){.bm = f[0], .bn = f[1], .bk = f[2], .stages = f[3], .warps_m = f[4],
+				     .warps_n = f[5]};
+}
+
 /* The GEMMs of a spec: 0 the forward, or 1 dx and 2 dw. */
 static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm_tile t)
 {
@@ -192,13 +267,17 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 		g.a = (struct lg_gemm_operand){"a", false, false, "x", "LG_K", "M", "LG_K", 16, "tm_x"};
 		g.b = (struct lg_gemm_operand){"b", false, false, "w", "LG_K", "LG_N", "LG_K", 16, "tm_w"};
 		break;
+	/* the backward's A is dy, fp32, split into `terms` bf16 planes in shared
+	 * memory by the CTA once a tile (convert) */
 	case 1:
 		g.terms = terms;
+		g.convert = true;
 		g.a = (struct lg_gemm_operand){"a", true, false, "dy", "LG_N", "M", "LG_N", dych, NULL};
 		g.b = (struct lg_gemm_operand){"b", false, true, "w", "LG_K", "LG_K", "LG_N", 16, NULL};
 		break;
 	default:
 		g.terms = terms;
+		g.convert = true;
 		g.a = (struct lg_gemm_operand){"a", true, true, "dy", "LG_N", "LG_N", "M", dych, NULL};
 		g.b = (struct lg_gemm_operand){"b", false, true, "x", "LG_K", "LG_K", "M", 16, NULL};
 		break;
@@ -212,19 +291,23 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	int split;
-	struct lg_gemm_tile t = tile_of(s, &split);
-	int first = s->pass == LG_PASS_BACKWARD ? 1 : 0, last = first ? 2 : 0;
-	for (int i = first; i <= last; i++) {
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	for (int i = bwd ? 1 : 0; i <= (bwd ? 2 : 0); i++) {
+		struct lg_gemm_tile t = i == 1 ? dx_tile_of(s) : tile_of(s, &split);
 		struct lg_gemm g = gemm_of(s, i, t);
 		const char *why = lg_gemm_tile_problem(&g);
 		if (why)
 			return lg_spec_error(where,
-					     "tile: found m %d, n %d, k %d, warps_m %d, warps_n %d, stages %d; "
+					     "tile: found %sm %d, n %d, k %d, warps_m %d, warps_n %d, stages %d; "
 					     "allowed: %s",
-					     t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages, why);
+					     i == 1 ? "dx_" : "", t.bm, t.bn, t.bk, t.warps_m, t.warps_n, t.stages, why);
 	}
-	if (s->pass == LG_PASS_FORWARD && lg_spec_has(s, K_SPLIT) && split != 1)
+	tile_of(s, &split);
+	if (!bwd && lg_spec_has(s, K_SPLIT) && split != 1)
 		return lg_spec_error(where, "tile.split: found %d, allowed: 1 in the forward (dw only)", split);
+	for (int k = K_XM; !bwd && k <= K_XWN; k++)
+		if (lg_spec_has(s, k))
+			return lg_spec_error(where, "%s: allowed only in the backward (dx's tile)", keys[k].path);
 	return LG_OK;
 }
 
@@ -280,6 +363,23 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	return LG_OK;
 }
 
+/* g's stages: the spec's (key `stages`), else as many as fit t; its shared
+ * memory in *smem, or an error when it does not fit. */
+static lg_status fit(const struct lg_spec *s, const struct lg_target *t, struct lg_gemm *g, int stages,
+		     const char *name, int64_t *smem)
+{
+	while (!lg_spec_has(s, stages) && g->t.stages > (g->convert ? 3 : 2) &&
+	       lg_gemm_smem(g) > lg_gemm_smem_limit(t))
+		g->t.stages--;
+	*smem = lg_gemm_smem(g);
+	if (lg_gemm_smem(g) > lg_gemm_smem_limit(t))
+		return lg_fail(LG_ERR_SPEC,
+			       "%s: tile.%s: found %d, needing %u bytes of shared memory; allowed: at most "
+			       "%u bytes on %s (fewer stages or a smaller tile)",
+			       s->entry, name, g->t.stages, lg_gemm_smem(g), lg_gemm_smem_limit(t), t->name);
+	return LG_OK;
+}
+
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	if (wgmma_path(s, t))
@@ -291,46 +391,43 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_CLUSTER] = 1;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int split;
-	struct lg_gemm_tile tl = tile_of(s, &split);
-	unsigned smem;
-	for (;;) {
-		smem = 0;
-		for (int i = bwd ? 1 : 0; i <= (bwd ? 2 : 0); i++) {
-			struct lg_gemm g = gemm_of(s, i, tl);
-			unsigned m = lg_gemm_smem(&g);
-			smem = m > smem ? m : smem;
-		}
-		/* the heuristic's stages: as many as fit the target */
-		if (smem <= lg_gemm_smem_limit(t) || lg_spec_has(s, K_STAGES) || tl.stages <= 2)
-			break;
-		tl.stages--;
-	}
-	if (smem > lg_gemm_smem_limit(t))
-		return lg_fail(LG_ERR_SPEC,
-			       "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at most "
-			       "%u bytes on %s (fewer stages or a smaller tile)",
-			       s->entry, tl.stages, smem, lg_gemm_smem_limit(t), t->name);
-	p->tile[K_TM] = p->v[P_BM] = tl.bm;
-	p->tile[K_TN] = p->v[P_BN] = tl.bn;
-	p->tile[K_TK] = p->v[P_BK] = tl.bk;
-	p->tile[K_STAGES] = p->v[P_STAGES] = tl.stages;
-	p->tile[K_WM] = p->v[P_WM] = tl.warps_m;
-	p->tile[K_WN] = p->v[P_WN] = tl.warps_n;
+	struct lg_gemm g = gemm_of(s, bwd ? 2 : 0, tile_of(s, &split));
+	lg_status st = fit(s, t, &g, K_STAGES, "stages", &p->v[P_SMEM]);
+	if (st != LG_OK)
+		return st;
+	p->tile[K_TM] = p->v[P_BM] = g.t.bm;
+	p->tile[K_TN] = p->v[P_BN] = g.t.bn;
+	p->tile[K_TK] = p->v[P_BK] = g.t.bk;
+	p->tile[K_STAGES] = p->v[P_STAGES] = g.t.stages;
+	p->tile[K_WM] = p->v[P_WM] = g.t.warps_m;
+	p->tile[K_WN] = p->v[P_WN] = g.t.warps_n;
 	p->tile[K_SPLIT] = p->v[P_SPLIT] = split;
 	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
 	p->v[P_N] = lg_spec_int(s, K_EXPERTS);
 	p->v[P_TERMS] = 1 + lg_spec_int(s, K_PRECISION);
 	p->v[P_BWD] = bwd;
-	p->v[P_SMEM] = smem;
 	if (!bwd) {
 		p->nentries = 1;
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 		return LG_OK;
 	}
-	p->nentries = split > 1 ? 2 : 1;
-	snprintf(p->entry[0], sizeof p->entry[0], "%s_grad", s->entry);
+	struct lg_gemm gx = gemm_of(s, 1, dx_tile_of(s));
+	st = fit(s, t, &gx, K_XS, "dx_stages", &p->v[P_XSMEM]);
+	if (st != LG_OK)
+		return st;
+	p->v[P_XTILE] = pack_tile(&gx.t);
+	p->tile[K_XM] = gx.t.bm;
+	p->tile[K_XN] = gx.t.bn;
+	p->tile[K_XK] = gx.t.bk;
+	p->tile[K_XS] = gx.t.stages;
+	p->tile[K_XWM] = gx.t.warps_m;
+	p->tile[K_XWN] = gx.t.warps_n;
+	p->nentries = split > 1 ? 3 : 2;
+	p->early[1] = t->sm >= 90; /* dw's CTAs may start on the SMs dx's last wave leaves */
+	snprintf(p->entry[0], sizeof p->entry[0], "%s_dx", s->entry);
+	snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
 	if (split > 1)
-		snprintf(p->entry[1], sizeof p->entry[1], "%s_dwsum", s->entry);
+		snprintf(p->entry[2], sizeof p->entry[2], "%s_dwsum", s->entry);
 	return LG_OK;
 }
 
@@ -349,8 +446,15 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 		d->grid[0] = (cdiv(M, bm) + cl - 1) / cl * cl * cdiv(N, bn);
 		return;
 	}
-	if (e == 0) { /* dw tiles x slices (also at 0 tokens: dw = 0), then dx tiles */
-		d->grid[0] = cdiv(N, bm) * cdiv(K, bn) * (unsigned)p->v[P_SPLIT] + cdiv(M, bm) * cdiv(K, bn);
+	if (e == 0) { /* dx tiles (none at 0 tokens) */
+		struct lg_gemm_tile x = unpack_tile(p->v[P_XTILE]);
+		d->grid[0] = cdiv(M, x.bm) * cdiv(K, x.bn);
+		d->block[0] = (unsigned)lg_gemm_threads(&x);
+		d->smem = (unsigned)p->v[P_XSMEM];
+		return;
+	}
+	if (e == 1) { /* dw tiles x slices (also at 0 tokens: dw = 0) */
+		d->grid[0] = cdiv(N, bm) * cdiv(K, bn) * (unsigned)p->v[P_SPLIT];
 		return;
 	}
 	/* the sum of the partials, four values a thread */
@@ -383,11 +487,11 @@ static void emit_dims(lg_buf *b, const struct lg_plan *p)
 }
 
 /* The kernel's head: the signature, shared memory, its tile's origin. */
-static void emit_head(lg_buf *b, const struct lg_spec *s, const char *entry, const struct lg_gemm *g,
+static void emit_head(lg_buf *b, const struct lg_spec *s, const char *entry, const struct lg_gemm *g, int ctas,
 		      const char *what)
 {
 	lg_section(b, entry, what);
-	lg_emit_signature(b, s, entry, "__launch_bounds__(%d, 1)", lg_gemm_threads(&g->t));
+	lg_emit_signature(b, s, entry, "__launch_bounds__(%d, %d)", lg_gemm_threads(&g->t), ctas);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
 	lg_line(b, "(void)part;");
@@ -425,7 +529,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	emit_dims(b, p);
 	lg_gemm_emit_loaders(b, &g, "fw");
 	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
-	emit_head(b, s, p->entry[0], &g, "router GEMM forward: logits fp32 = x . w^T");
+	emit_head(b, s, p->entry[0], &g, 1, "router GEMM forward: logits fp32 = x . w^T");
 	emit_raster(b, p, &g, "a wave's x and w tiles stay in L2.");
 	lg_gemm_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
 	lg_gemm_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
@@ -457,9 +561,21 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 	lg_close(b);
 }
 
+/* The CTAs of dx an SM should hold (__launch_bounds__' minimum, which caps
+ * the registers): 16 warps an SM in all, as shared memory allows (228 KB an
+ * SM, 1 KB reserved a CTA); a tile's reduction is short (the experts), so
+ * that CTAs of smaller tiles overlap one's prologue with another's mma. */
+static int dx_ctas(const struct lg_gemm *g, unsigned smem)
+{
+	int warps = lg_gemm_threads(&g->t) / 32, n = 16 / warps;
+	while (n > 1 && (unsigned)n * (smem + 1024u) > 228u * 1024u)
+		n--;
+	return n < 1 ? 1 : n;
+}
+
 static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
-	struct lg_gemm gx = gemm_of(s, 1, plan_tile(p)), gw = gemm_of(s, 2, plan_tile(p));
+	struct lg_gemm gx = gemm_of(s, 1, unpack_tile(p->v[P_XTILE])), gw = gemm_of(s, 2, plan_tile(p));
 	int split = (int)p->v[P_SPLIT];
 	lg_section(b, "helpers for this spec", NULL);
 	emit_dims(b, p);
@@ -474,18 +590,49 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_line(b, "*(u32 *)(out + (row * LG_K + col) * 2) = lg_pack_bf16x2(v0, v1);");
 	lg_close(b);
 
+	int64_t xcols = (p->v[P_K] + gx.t.bn - 1) / gx.t.bn;
+	emit_head(b, s, p->entry[0], &gx, dx_ctas(&gx, (unsigned)p->v[P_XSMEM]),
+		  "router GEMM backward: dx = dy . w");
+	lg_comment(b, "One CTA a %dx%d tile of dx (%lld a row of %d tokens: they share dy's rows in L2),",
+		   gx.t.bm, gx.t.bn, (long long)xcols, gx.t.bm);
+	lg_comment(b, "reduction over the experts; dy as %d bf16 term%s.", gx.terms, gx.terms > 1 ? "s" : "");
+	lg_line(b, "(void)x;");
+	lg_line(b, "(void)dw;");
+	lg_line(b, "(void)ws;");
+	if (p->early[1]) {
+		lg_comment(b, "dw (independent of dx) may be scheduled once every CTA of this grid runs.");
+		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
+	}
+	lg_line(b, "if (!dx) return;");
+	lg_line(b, "const i64 t = blockIdx.x;");
+	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
+		(long long)xcols, gx.t.bn);
+	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
+	lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
+	lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+	lg_close(b);
+
 	int64_t cols = (p->v[P_K] + gw.t.bn - 1) / gw.t.bn, tw = (p->v[P_N] + gw.t.bm - 1) / gw.t.bm * cols;
-	emit_head(b, s, p->entry[0], &gw, "router GEMM backward: dw and dx tiles, one grid");
-	lg_comment(b, "CTAs 0 .. %lld: dw tiles (%lld of %dx%d, x %d token slice%s: the long ones, first); then",
-		   (long long)(tw * split - 1), (long long)tw, gw.t.bm, gw.t.bn, split, split > 1 ? "s" : "");
-	lg_comment(b, "dx tiles of %dx%d, %lld a row of %d tokens. dy as %d bf16 term%s.", gx.t.bm, gx.t.bn,
-		   (long long)cols, gx.t.bm, gx.terms, gx.terms > 1 ? "s" : "");
+	emit_head(b, s, p->entry[1], &gw, 1, "router GEMM backward: dw = dy^T . x");
+	lg_comment(b, "%lld tiles of %dx%d x %d token slice%s; slice z adds its share of the token tiles (none",
+		   (long long)tw, gw.t.bm, gw.t.bn, split, split > 1 ? "s" : "");
+	lg_comment(b, "at 0 tokens: zeros) and %s. dy as %d bf16 term%s.",
+		   split > 1 ? "writes its partial [N][K] to the workspace" : "writes dw", gw.terms,
+		   gw.terms > 1 ? "s" : "");
+	lg_line(b, "(void)w;");
+	lg_line(b, "(void)dx;");
 	if (split == 1)
 		lg_line(b, "(void)ws;");
-	lg_open(b, "if ((i64)blockIdx.x < %lld) {", (long long)(tw * split));
-	lg_comment(b, "dw: slice z adds its share of the token tiles (none at 0 tokens: zeros)");
-	lg_comment(b, "and %s.", split > 1 ? "writes its partial [N][K] to the workspace" : "writes dw");
-	lg_line(b, "if (!dw) return;");
+	if (p->early[1]) {
+		lg_comment(b, "Launched early (beside dx's last wave): this grid completes only after dx's, so");
+		lg_comment(b, "that what follows on the stream finds dx written.");
+		lg_open(b, "if (!dw) {");
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+		lg_line(b, "return;");
+		lg_close(b);
+	} else {
+		lg_line(b, "if (!dw) return;");
+	}
 	lg_line(b, "const i64 t = (i64)blockIdx.x %% %lld, z = (i64)blockIdx.x / %lld;", (long long)tw,
 		(long long)tw);
 	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gw.t.bm,
@@ -501,23 +648,15 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	} else {
 		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32((float *)dw, LG_N, LG_K, ");
 	}
-	lg_line(b, "return;");
-	lg_close(b);
-	lg_comment(b, "dx: reduction over the experts");
-	lg_line(b, "if (!dx) return;");
-	lg_line(b, "const i64 t = (i64)blockIdx.x - %lld;", (long long)(tw * split));
-	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gx.t.bm,
-		(long long)cols, gx.t.bn);
-	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
-	lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-	lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+	if (p->early[1])
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
 	lg_close(b);
 	if (split == 1)
 		return;
 
-	lg_section(b, p->entry[1], "router GEMM backward: dw = the slices' partials, in order");
+	lg_section(b, p->entry[2], "router GEMM backward: dw = the slices' partials, in order");
 	lg_comment(b, "Four values a thread (N K is a multiple of 8); the same order every run.");
-	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(256)");
+	lg_emit_signature(b, s, p->entry[2], "__launch_bounds__(256)");
 	lg_open(b, "{");
 	lg_line(b, "(void)dy;");
 	lg_line(b, "(void)x;");
@@ -552,53 +691,57 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 		emit_forward(b, s, p);
 }
 
-/* Tile variants for `lingen tune`: tile shapes and warp grids, stages, and
- * (backward) dw's token slices; on the sm_90a forward, tile shapes and
- * stages of the wgmma path. */
+/* Candidates from rows of values of keys key[0..nk). */
+static int add_rows(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int n,
+		    int max, const int *key, int nk, const int64_t (*rows)[6], size_t nrows)
+{
+	for (size_t i = 0; i < nrows; i++) {
+		struct lg_tile_choice c = {0};
+		for (int j = 0; j < nk; j++) {
+			c.v[key[j]] = rows[i][j];
+			c.set |= (uint64_t)1 << key[j];
+		}
+		n = lg_candidate_add(s, t, out, n, max, c);
+	}
+	return n;
+}
+
+/* Tile variants for `lingen tune`: on the sm_90a forward, tile shapes,
+ * stages and clusters of the wgmma path; on the mma.sync forward, tile
+ * shapes and warp grids, stages; in the backward a few of dw's tiles, dw's
+ * token slices and dx's tiles (the two kernels' tiles are independent). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
 	static const int64_t shapes[][6] = {
 		/* m, n, warps_m, warps_n, stages, k */
-		{128, 128, 2, 4, 4, 32}, {128, 128, 2, 4, 3, 64}, {128, 64, 4, 2, 4, 32},
-		{64, 128, 2, 4, 4, 32},  {128, 256, 2, 4, 3, 32}, {128, 256, 2, 4, 3, 64},
-		{256, 128, 4, 2, 3, 32}, {64, 64, 2, 2, 6, 32},   {128, 128, 2, 2, 4, 32},
-		{128, 128, 2, 4, 6, 32},
+		{128, 128, 2, 4, 4, 32}, {128, 128, 2, 4, 3, 64}, {64, 128, 2, 4, 4, 32},  {128, 256, 2, 4, 3, 32},
+		{128, 64, 4, 2, 4, 32},  {128, 256, 2, 4, 3, 64}, {256, 128, 4, 2, 3, 32}, {64, 64, 2, 2, 6, 32},
+		{128, 128, 2, 2, 4, 32}, {128, 128, 2, 4, 6, 32},
 	};
-	static const int64_t shapes90[][5] = {
+	static const int64_t dx_shapes[][6] = {
+		/* dx_m, dx_n, dx_warps_m, dx_warps_n, dx_stages, dx_k */
+		{128, 256, 4, 4, 4, 32}, {128, 256, 4, 4, 3, 64}, {128, 128, 2, 4, 4, 32}, {64, 256, 2, 4, 4, 32},
+		{256, 128, 4, 2, 3, 32}, {128, 128, 4, 2, 4, 64}, {64, 128, 2, 2, 4, 32},
+	};
+	static const int64_t shapes90[][6] = {
 		/* m, n, stages, k, cluster: the sm_90a forward (wgmma; one cluster of 2, measured
 		 * twice as slow on the H200 for now) */
 		{128, 128, 6, 64, 1}, {128, 128, 4, 64, 1}, {128, 128, 6, 64, 2}, {128, 256, 4, 64, 1},
 		{128, 256, 3, 64, 1}, {64, 256, 4, 64, 1},  {64, 128, 8, 64, 1},  {128, 64, 8, 64, 1},
 		{64, 64, 8, 64, 1},
 	};
-	int n = 0;
-	if (wgmma_path(s, t)) {
-		for (size_t i = 0; i < sizeof shapes90 / sizeof shapes90[0]; i++) {
-			struct lg_tile_choice c = {0};
-			const int key[5] = {K_TM, K_TN, K_STAGES, K_TK, K_CLUSTER};
-			for (int j = 0; j < 5; j++) {
-				c.v[key[j]] = shapes90[i][j];
-				c.set |= (uint64_t)1 << key[j];
-			}
-			n = lg_candidate_add(s, t, out, n, max, c);
-		}
-		return n;
-	}
-	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
-		struct lg_tile_choice c = {0};
-		const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};
-		for (int j = 0; j < 6; j++) {
-			c.v[key[j]] = shapes[i][j];
-			c.set |= (uint64_t)1 << key[j];
-		}
-		n = lg_candidate_add(s, t, out, n, max, c);
-	}
-	if (s->pass == LG_PASS_BACKWARD) {
-		static const int64_t splits[] = {1, 2, 4, 8, 0};
-		n = lg_candidate_values(s, t, out, n, max, K_SPLIT, splits);
-	}
-	return n;
+	static const int key90[5] = {K_TM, K_TN, K_STAGES, K_TK, K_CLUSTER};
+	static const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};
+	static const int dx_key[6] = {K_XM, K_XN, K_XWM, K_XWN, K_XS, K_XK};
+	static const int64_t splits[] = {1, 2, 4, 8, 0};
+	if (wgmma_path(s, t))
+		return add_rows(s, t, out, 0, max, key90, 5, shapes90, sizeof shapes90 / sizeof shapes90[0]);
+	if (s->pass == LG_PASS_FORWARD)
+		return add_rows(s, t, out, 0, max, key, 6, shapes, sizeof shapes / sizeof shapes[0]);
+	int n = add_rows(s, t, out, 0, max, key, 6, shapes, 4);
+	n = lg_candidate_values(s, t, out, n, max, K_SPLIT, splits);
+	return add_rows(s, t, out, n, max, dx_key, 6, dx_shapes, sizeof dx_shapes / sizeof dx_shapes[0]);
 }
 
 const struct lg_family lg_family_router_gemm = {

@@ -155,8 +155,8 @@ static void test_precision(void **state)
 				check("backward", keys[k], ms[i]);
 }
 
-/* The tiles of `lingen tune` of the mma.sync path (its forward on ctx_mma),
- * and dw's slices. */
+/* The tiles of `lingen tune` of the mma.sync path (its forward on ctx_mma;
+ * in the backward dw's), dw's slices and dx's own tiles (backward only). */
 static void test_tiles(void **state)
 {
 	(void)state;
@@ -172,13 +172,16 @@ static void test_tiles(void **state)
 		"{\"split\": 1}",
 		"{\"split\": 3}",
 		"{\"split\": 8}",
+		"{\"dx_m\": 64, \"dx_n\": 128, \"dx_warps_m\": 2, \"dx_warps_n\": 2}",
+		"{\"dx_m\": 128, \"dx_n\": 128, \"dx_warps_m\": 2, \"dx_warps_n\": 4, \"dx_k\": 64}",
+		"{\"dx_m\": 256, \"dx_n\": 64, \"dx_warps_m\": 8, \"dx_warps_n\": 1, \"dx_stages\": 3}",
 	};
 	static const int64_t ms[] = {127, 1000};
 	for (size_t t = 0; t < N_OF(tiles); t++) {
 		char keys[256];
 		snprintf(keys, sizeof keys, "\"hidden\": 1000, \"experts\": 160, \"tile\": %s", tiles[t]);
 		for (size_t i = 0; i < N_OF(ms); i++) {
-			if (!strstr(tiles[t], "split"))
+			if (!strstr(tiles[t], "split") && !strstr(tiles[t], "dx_"))
 				check_on(ctx_mma, "forward", keys, ms[i]);
 			check("backward", keys, ms[i]);
 		}

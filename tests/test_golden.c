@@ -263,13 +263,13 @@ static const struct golden cases[] = {
 	{"router_gemm_bwd_h2048_e256", "sm_90a",
 	 "{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"experts\": 256}"},
-	/* sm_80: odd experts (scalar stores, 4-byte dy copies), dy exact in 3 terms, k 64 */
+	/* sm_80: odd experts (scalar stores, 4-byte dy copies), dy exact in 3 terms, dw's k 64 */
 	{"router_gemm_fwd_h1000_e1_sm80", "sm_80",
 	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
 	 "\"experts\": 1}"},
 	{"router_gemm_bwd_h1000_e97_bf16x3_sm80", "sm_80",
 	 "{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
-	 "\"experts\": 97, \"precision\": \"bf16x3\", \"tile\": {\"k\": 64, \"stages\": 3}}"},
+	 "\"experts\": 97, \"precision\": \"bf16x3\", \"tile\": {\"k\": 64, \"m\": 64, \"warps_m\": 1, \"stages\": 3}}"},
 	/* K3b at the target (rowwise, pow2; "both": the columnwise entry), sm_80: odd experts, a
 	 * partial last quant block, y as 3 terms, exact scales */
 	{"rmsnorm_router_h2048_e256_rowwise", "sm_90a",

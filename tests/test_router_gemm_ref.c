@@ -199,6 +199,9 @@ static void test_spec_checks(void **state)
 	refused("forward", "\"hidden\": 1000, \"experts\": 8, \"tile\": {\"split\": 2}", "tile.split",
 		"forward");
 	refused("forward", "\"hidden\": 1000, \"experts\": 8, \"tile\": {\"stages\": 9}", "stages", "9");
+	refused("forward", "\"hidden\": 1000, \"experts\": 8, \"tile\": {\"dx_m\": 64}", "tile.dx_m", "backward");
+	refused("backward", "\"hidden\": 1000, \"experts\": 8, \"tile\": {\"dx_m\": 32, \"dx_warps_m\": 4}",
+		"tile", "dx_m 32");
 	/* odd sizes are fine */
 	lg_spec_free(parse("forward", "\"hidden\": 1000, \"experts\": 1"));
 	lg_spec_free(parse("backward", "\"hidden\": 8, \"experts\": 97, \"precision\": \"bf16x3\""));
@@ -217,9 +220,9 @@ static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_st
  * dimension: a grouped raster), two consumer warpgroups and a producer, 7
  * stages of 32 KB, tensor maps of x and w in boxes of 64 x 128 with the
  * 128-byte swizzle; on sm_80 and sm_90 (no "a") 64 x 2 tiles of 256
- * threads, 4 cp.async stages, no tensor map; backward one grid
- * of dw's 2 x 16 tiles x 4 slices and dx's 64 x 16 tiles, then the sum of
- * the slices (a 4-slice workspace), dw also at 0 tokens; a tile too big for
+ * threads, 4 cp.async stages, no tensor map; backward dx's 64 x 8 tiles
+ * of 512 threads, dw's 2 x 16 tiles x 4 slices, then the sum of the slices
+ * (a 4-slice workspace), dw also at 0 tokens, dy's bf16 planes; a tile too big for
  * sm_80's shared memory. */
 static void test_geometry(void **state)
 {
@@ -253,23 +256,43 @@ static void test_geometry(void **state)
 
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256");
 	plan_at(s, "sm_90a", &p, LG_OK);
-	assert_int_equal(p.nentries, 2);
+	assert_int_equal(p.nentries, 3);
+	assert_true(!p.early[0] && p.early[1] && !p.early[2]); /* dw may start beside dx's last wave */
 	M = 8192;
-	f->geometry(&p, 0, &M, &d); /* dw: 2 x 16 tiles x 4 slices, then dx: 64 x 16 tiles */
-	assert_true(d.grid[0] == 2 * 16 * 4 + 64 * 16 && d.grid[1] == 1 && d.block[0] == 256);
-	assert_true(d.smem == 4 * (16384 + 8192));
-	f->geometry(&p, 1, &M, &d);
+	/* dx: 64 x 8 tiles of 128 x 256, 16 warps; 4 stages of fp32 dy and bf16 w, two of dy's planes */
+	f->geometry(&p, 0, &M, &d);
+	assert_true(d.grid[0] == 64 * 8 && d.grid[1] == 1 && d.block[0] == 512);
+	assert_true(d.smem == 4 * (16384 + 16384) + 2 * 8192);
+	f->geometry(&p, 1, &M, &d); /* dw: 2 x 16 tiles x 4 slices */
+	assert_true(d.grid[0] == 2 * 16 * 4 && d.grid[1] == 1 && d.block[0] == 256);
+	assert_true(d.smem == 4 * (16384 + 8192) + 2 * 8192);
+	f->geometry(&p, 2, &M, &d);
 	assert_true(d.grid[0] == 256 * 2048 / 4 / 256 && d.block[0] == 256 && d.smem == 0);
 	assert_int_equal(f->workspace(&p), (size_t)4 * 256 * 2048 * 4);
 	M = 0;
 	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 0);
+	f->geometry(&p, 1, &M, &d);
 	assert_int_equal(d.grid[0], 2 * 16 * 4);
+	lg_spec_free(s);
+	/* dy in 3 terms: 3 planes; dx's tile by its own keys, its stages as many as fit sm_80 */
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"tile\": "
+			      "{\"dx_m\": 64, \"dx_n\": 128, \"dx_k\": 64, \"dx_warps_m\": 2, \"dx_warps_n\": 2}");
+	plan_at(s, "sm_80", &p, LG_OK);
+	assert_false(p.early[1]);
+	f->geometry(&p, 0, &M, &d);
+	assert_true(d.block[0] == 128 && d.smem == 3 * (16384 + 16384) + 2 * 3 * 8192);
+	M = 1000;
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 16 * 16);
+	f->geometry(&p, 1, &M, &d);
+	assert_true(d.block[0] == 256 && d.smem == 4 * (16384 + 8192) + 2 * 3 * 8192);
 	lg_spec_free(s);
 
 	/* one slice: no sum, no workspace */
 	s = parse("backward", "\"hidden\": 7168, \"experts\": 256, \"tile\": {\"split\": 1}");
 	plan_at(s, "sm_90a", &p, LG_OK);
-	assert_int_equal(p.nentries, 1);
+	assert_int_equal(p.nentries, 2);
 	assert_int_equal(f->workspace(&p), 0);
 	lg_spec_free(s);
 
@@ -333,9 +356,28 @@ static void test_source(void **state)
 	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
 	assert_non_null(strstr(src, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
 	assert_non_null(strstr(src, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
-	assert_non_null(strstr(src, "lg_split_bf16x2(t, 2, v0, v1)"));
+	/* dy split into 2 bf16 planes in shared memory once a tile, read by ldmatrix */
+	assert_non_null(strstr(src, "lg_split_bf16x2(t[j], 2, v[2 * j], v[2 * j + 1])"));
+	assert_non_null(strstr(src, "dx_cvt_a(sp + (kn & 1) * "));
+	assert_null(strstr(src, "lg_split_bf16x2(t, 2, v0, v1)"));
 	assert_non_null(strstr(src, "lg_cp4(")); /* 7 experts: dy rows are not 16-byte aligned */
-	assert_non_null(strstr(src, "_dwsum"));
+	assert_non_null(strstr(src, "_dx("));
+	assert_non_null(strstr(src, "_dw("));
+	assert_non_null(strstr(src, "_dwsum("));
+	free(src);
+	lg_spec_free(s);
+	/* dx of 8 warps: two CTAs an SM (16 warps), registers capped by __launch_bounds__; 3 dy
+	 * terms: one (shared memory) */
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_m\": 64, \"dx_warps_m\": 2}");
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_non_null(strstr(src, "__launch_bounds__(256, 2)\nlg_router_gemm_bwd_bf16_h2048_e256_txm64xwm2_dx("));
+	free(src);
+	lg_spec_free(s);
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"tile\": "
+			      "{\"dx_m\": 64, \"dx_warps_m\": 2}");
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_non_null(
+		strstr(src, "__launch_bounds__(256, 1)\nlg_router_gemm_bwd_bf16_h2048_e256_bf16x3_txm64xwm2_dx("));
 	free(src);
 	lg_spec_free(s);
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256");
@@ -369,7 +411,7 @@ static void test_candidates(void **state)
 			assert_true(lg_target_parse("sm_90a", &t));
 			struct lg_tile_choice c[LG_MAX_CANDIDATES];
 			int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
-			assert_int_equal(n, q == 0 ? 9 : 14);
+			assert_int_equal(n, q == 0 ? 9 : 15);
 			for (int j = 0; j < n; j++) {
 				struct lg_spec v;
 				assert_int_equal(lg_spec_with_tile(s, &c[j], &v), LG_OK);

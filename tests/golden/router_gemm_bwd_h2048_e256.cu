@@ -9,8 +9,6 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
-static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
-
 // Copy 16 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
 static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
 {
@@ -26,12 +24,6 @@ static __device__ __forceinline__ void lg_cp_commit(void)
 
 // Wait until at most n committed groups are still in flight.
 #define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
-
-// The low bf16 of w as fp32 (exact: a shift).
-static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
-
-// The high bf16 of w as fp32 (exact: a mask).
-static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 
 // Two floats to bf16x2 (lo in the low half, hi in the high half),
 // round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
@@ -54,6 +46,16 @@ static __device__ __forceinline__ u32 lg_swz(u32 row, u32 byte, u32 rb)
 	return o ^ ((line & 7u) << 4);
 }
 
+// ldmatrix .x4: four 8x8 b16 matrices; lane l gives the address of row
+// l % 8 of matrix l / 8 and gets, of each matrix j, row l / 4, elements
+// 2 (l % 4) and 2 (l % 4) + 1 in r[j].
+static __device__ __forceinline__ void lg_ldsm4(u32 r[4], const void *p)
+{
+	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+		     : "r"((u32)__cvta_generic_to_shared(p)));
+}
+
 // ldmatrix .x4 .trans: as lg_ldsm4 of the transposed matrices (lane l
 // gets column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1 of each).
 static __device__ __forceinline__ void lg_ldsm4t(u32 r[4], const void *p)
@@ -73,19 +75,6 @@ static __device__ __forceinline__ void lg_mma_bf16(float d[4], const u32 a[4], c
 		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// The two fp32 values (lo, hi) as n bf16x2 terms t[0..n): t[0] their
-// rounding to bf16, each next term the rounding of what the terms before
-// leave (exact fp32 differences). Their sum has 8 n significant bits: n = 3
-// gives every fp32 value exactly (the last term may be a subnormal bf16).
-static __device__ __forceinline__ void lg_split_bf16x2(u32 *t, int n, float lo, float hi)
-{
-	for (int i = 0; i < n; i++) {
-		t[i] = lg_pack_bf16x2(lo, hi);
-		lo -= lg_bf16_lo(t[i]);
-		hi -= lg_bf16_hi(t[i]);
-	}
-}
-
 // ----- helpers for this spec -----
 #define LG_K 2048ll // hidden
 #define LG_N 256ll // experts
@@ -95,8 +84,8 @@ static __device__ __forceinline__ void
 dx_load_a(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 {
 	#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const int c = threadIdx.x + i * 256;
+	for (int i = 0; i < 2; i++) {
+		const int c = threadIdx.x + i * 512;
 		const int row = c / 8, cc = c % 8;
 		const i64 o = o0 + row, r = r0 + cc * 4;
 		const bool ok = o < oext && r < rext;
@@ -104,65 +93,79 @@ dx_load_a(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 		lg_cp16(s + lg_swz(row, cc * 16, 128), src, ok ? 16u : 0u);
 	}
 }
-// Operand b: bf16 [reduction][output], a [32][256 bytes] shared tile (swizzled), 16-byte cp.async
+// Operand b: bf16 [reduction][output], a [32][512 bytes] shared tile (swizzled), 16-byte cp.async
 // copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
 static __device__ __forceinline__ void
 dx_load_b(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 {
 	#pragma unroll
 	for (int i = 0; i < 2; i++) {
-		const int c = threadIdx.x + i * 256;
-		const int row = c / 16, cc = c % 16;
+		const int c = threadIdx.x + i * 512;
+		const int row = c / 32, cc = c % 32;
 		const i64 r = r0 + row, o = o0 + cc * 8;
 		const bool ok = o < oext && r < rext;
 		const u8 *src = ok ? g + (r * ld + o) * 2 : g;
-		lg_cp16(s + lg_swz(row, cc * 16, 256), src, ok ? 16u : 0u);
+		lg_cp16(s + lg_swz(row, cc * 16, 512), src, ok ? 16u : 0u);
 	}
 }
-// A's fragments of warp row wm's 4 m16 tiles at reduction step ks (1 term).
+// Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple
+// of 8) of a [128][64 bytes] stage, as bf16 (swizzled as a loaded tile).
 static __device__ __forceinline__ void
-dx_frag_a(u32 af[4][1][4], const u8 *ca, int ks, int wm, int lane)
+dx_st_a(u8 *s, int row, int col, const float v[8])
+{
+	*(uint4 *)(s + lg_swz(row, col * 2, 64)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),
+		lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));
+}
+// A's fp32 stage s ([128][128 bytes]) split into the bf16 planes at d: groups of 8 values
+// along a row, 4 a row, 1 a thread.
+static __device__ __forceinline__ void
+dx_cvt_a(u8 *d, const u8 *s)
 {
 	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		// register j: output g + 8 (j & 1), reduction 2q + 8 (j >> 1), + 1
-		#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			const int o = wm * 64 + mi * 16 + (lane >> 2) + (j & 1) * 8;
-			const int r = ks + (lane & 3) * 2 + (j >> 1) * 8;
-			const float2 v = *(const float2 *)(ca + lg_swz(o, r * 4, 128));
-			const float v0 = v.x, v1 = v.y;
-			u32 t[1];
-			lg_split_bf16x2(t, 1, v0, v1);
-			#pragma unroll
-			for (int e = 0; e < 1; e++) af[mi][e][j] = t[e];
-		}
+	for (int i = 0; i < 1; i++) {
+		const int c = threadIdx.x + i * 512;
+		const int row = c / 4, col = c % 4 * 8;
+		const float4 lo = *(const float4 *)(s + lg_swz(row, col * 4, 128));
+		const float4 hi = *(const float4 *)(s + lg_swz(row, col * 4 + 16, 128));
+		const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+		dx_st_a(d, row, col, v);
 	}
 }
-// B's fragments of warp column wn's 4 n8 tiles at reduction step ks.
+// A's fragments of warp row wm's 2 m16 tiles at reduction step ks (1 term).
 static __device__ __forceinline__ void
-dx_frag_b(u32 bfr[4][2], const u8 *cb, int ks, int wn, int lane)
+dx_frag_a(u32 af[2][1][4], const u8 *ca, int ks, int wm, int lane)
 {
 	#pragma unroll
-	for (int nj = 0; nj < 2; nj++) {
+	for (int mi = 0; mi < 2; mi++) {
+		const int row = wm * 32 + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
+		const int col = ks + (lane >> 4) * 8;
+		lg_ldsm4(af[mi][0], ca + lg_swz(row, col * 2, 64));
+	}
+}
+// B's fragments of warp column wn's 8 n8 tiles at reduction step ks.
+static __device__ __forceinline__ void
+dx_frag_b(u32 bfr[8][2], const u8 *cb, int ks, int wn, int lane)
+{
+	#pragma unroll
+	for (int nj = 0; nj < 4; nj++) {
 		u32 r[4];
 		const int row = ks + (lane & 7) + ((lane >> 3) & 1) * 8;
-		const int col = wn * 32 + nj * 16 + (lane >> 4) * 8;
-		lg_ldsm4t(r, cb + lg_swz(row, col * 2, 256));
+		const int col = wn * 64 + nj * 16 + (lane >> 4) * 8;
+		lg_ldsm4t(r, cb + lg_swz(row, col * 2, 512));
 		bfr[2 * nj][0] = r[0];
 		bfr[2 * nj][1] = r[1];
 		bfr[2 * nj + 1][0] = r[2];
 		bfr[2 * nj + 1][1] = r[3];
 	}
 }
-// The warp's 4x4 mma tiles of one k16 step.
+// The warp's 2x8 mma tiles of one k16 step.
 static __device__ __forceinline__ void
-dx_mma(float acc[4][4][4], const u32 af[4][1][4], const u32 bfr[4][2])
+dx_mma(float acc[2][8][4], const u32 af[2][1][4], const u32 bfr[8][2])
 {
 	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
+	for (int mi = 0; mi < 2; mi++) {
 		#pragma unroll
-		for (int ni = 0; ni < 4; ni++) {
+		for (int ni = 0; ni < 8; ni++) {
 			lg_mma_bf16(acc[mi][ni], af[mi][0], bfr[ni]);
 		}
 	}
@@ -197,24 +200,38 @@ dw_load_b(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 		lg_cp16(s + lg_swz(row, cc * 16, 256), src, ok ? 16u : 0u);
 	}
 }
+// Operand a, produced by the kernel: 8 values of reduction row `row` at output col..
+// (a multiple of 8) of a [32][256 bytes] stage, as bf16 (swizzled as a loaded tile).
+static __device__ __forceinline__ void
+dw_st_a(u8 *s, int row, int col, const float v[8])
+{
+	*(uint4 *)(s + lg_swz(row, col * 2, 256)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),
+		lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));
+}
+// A's fp32 stage s ([32][512 bytes]) split into the bf16 planes at d: groups of 8 values
+// along a row, 16 a row, 2 a thread.
+static __device__ __forceinline__ void
+dw_cvt_a(u8 *d, const u8 *s)
+{
+	#pragma unroll
+	for (int i = 0; i < 2; i++) {
+		const int c = threadIdx.x + i * 256;
+		const int row = c / 16, col = c % 16 * 8;
+		const float4 lo = *(const float4 *)(s + lg_swz(row, col * 4, 512));
+		const float4 hi = *(const float4 *)(s + lg_swz(row, col * 4 + 16, 512));
+		const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+		dw_st_a(d, row, col, v);
+	}
+}
 // A's fragments of warp row wm's 4 m16 tiles at reduction step ks (1 term).
 static __device__ __forceinline__ void
 dw_frag_a(u32 af[4][1][4], const u8 *ca, int ks, int wm, int lane)
 {
 	#pragma unroll
 	for (int mi = 0; mi < 4; mi++) {
-		// register j: output g + 8 (j & 1), reduction 2q + 8 (j >> 1), + 1
-		#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			const int o = wm * 64 + mi * 16 + (lane >> 2) + (j & 1) * 8;
-			const int r = ks + (lane & 3) * 2 + (j >> 1) * 8;
-			const float v0 = *(const float *)(ca + lg_swz(r, o * 4, 512));
-			const float v1 = *(const float *)(ca + lg_swz(r + 1, o * 4, 512));
-			u32 t[1];
-			lg_split_bf16x2(t, 1, v0, v1);
-			#pragma unroll
-			for (int e = 0; e < 1; e++) af[mi][e][j] = t[e];
-		}
+		const int row = ks + (lane & 7) + (lane >> 4) * 8;
+		const int col = wm * 64 + mi * 16 + ((lane >> 3) & 1) * 8;
+		lg_ldsm4t(af[mi][0], ca + lg_swz(row, col * 2, 256));
 	}
 }
 // B's fragments of warp column wn's 4 n8 tiles at reduction step ks.
@@ -260,92 +277,116 @@ lg_store_dx(u8 *out, i64 rows, i64 row, i64 col, float v0, float v1)
 	*(u32 *)(out + (row * LG_K + col) * 2) = lg_pack_bf16x2(v0, v1);
 }
 
-// ----- lg_router_gemm_bwd_bf16_h2048_e256_grad -----
-// router GEMM backward: dw and dx tiles, one grid
-extern "C" __global__ void __launch_bounds__(256, 1)
-lg_router_gemm_bwd_bf16_h2048_e256_grad(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+// ----- lg_router_gemm_bwd_bf16_h2048_e256_dx: router GEMM backward: dx = dy . w -----
+extern "C" __global__ void __launch_bounds__(512, 1)
+lg_router_gemm_bwd_bf16_h2048_e256_dx(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
 	extern __shared__ __align__(128) u8 smem[];
 	(void)part;
-	// CTAs 0 .. 127: dw tiles (32 of 128x128, x 4 token slices: the long ones, first); then
-	// dx tiles of 128x128, 16 a row of 128 tokens. dy as 1 bf16 term.
-	if ((i64)blockIdx.x < 128) {
-		// dw: slice z adds its share of the token tiles (none at 0 tokens: zeros)
-		// and writes its partial [N][K] to the workspace.
-		if (!dw) return;
-		const i64 t = (i64)blockIdx.x % 32, z = (i64)blockIdx.x / 32;
-		const i64 o0a = t / 16 * 128, o0b = t % 16 * 128;
-		const i64 kts = (M + 31) / 32, per = (kts + 3) / 4;
-		const i64 kt0 = z * per < kts ? z * per : kts;
-		const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;
-		// 128x128 tile, 2x4 warps of 64x32, reduction steps of 32, 4 stages in flight.
-		const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-		const int wm = warp % 2, wn = warp / 2;
-		float acc[4][4][4];
+	// One CTA a 128x256 tile of dx (8 a row of 128 tokens: they share dy's rows in L2),
+	// reduction over the experts; dy as 1 bf16 term.
+	(void)x;
+	(void)dw;
+	(void)ws;
+	// dw (independent of dx) may be scheduled once every CTA of this grid runs.
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+	if (!dx) return;
+	const i64 t = blockIdx.x;
+	const i64 o0a = t / 8 * 128, o0b = t % 8 * 256;
+	const i64 kts = (LG_N + 31) / 32;
+	// 128x256 tile, 4x4 warps of 32x64, reduction steps of 32, 4 stages in flight.
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int wm = warp % 4, wn = warp / 4;
+	float acc[2][8][4];
+	#pragma unroll
+	for (int mi = 0; mi < 2; mi++) {
 		#pragma unroll
-		for (int mi = 0; mi < 4; mi++) {
+		for (int ni = 0; ni < 8; ni++) {
 			#pragma unroll
-			for (int ni = 0; ni < 4; ni++) {
-				#pragma unroll
-				for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
-			}
+			for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
 		}
-		u8 *const sa = smem, *const sb = smem + 65536;
-		const int nkt = (int)(kt1 - kt0);
-		// Prologue: the first 3 reduction tiles in flight, one commit group each.
+	}
+	u8 *const sa = smem, *const sb = smem + 65536;
+	u8 *const sp = smem + 131072; // two buffers of A's bf16 planes, 8192 bytes each
+	const int nkt = (int)(kts - 0);
+	// Prologue: the first 3 reduction tiles in flight, one commit group each.
+	#pragma unroll
+	for (int s = 0; s < 3; s++) {
+		if (s < nkt) {
+			const int st = s;
+			const i64 r0 = (0 + s) * 32;
+			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
+			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
+		}
+		lg_cp_commit();
+	}
+	// Tile 0's A split into planes 0.
+	if (nkt > 0) {
+		lg_cp_wait(2);
+		__syncthreads();
+		dx_cvt_a(sp, sa);
+	}
+	#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers
+	for (int kt = 0; kt < nkt; kt++) {
+		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
+		// and with the planes of tile kt - 1; tile kt's planes are complete.
+		lg_cp_wait(1);
+		__syncthreads();
+		const int nx = kt + 3;
+		if (nx < nkt) {
+			const int st = nx % 4;
+			const i64 r0 = (0 + nx) * 32;
+			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
+			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
+		}
+		lg_cp_commit();
+		const int cs = kt % 4; // the stage of tile kt
+		const int kn = kt + 1; // split the next tile's A into the other planes
+		if (kn < nkt) dx_cvt_a(sp + (kn & 1) * 8192, sa + (kn % 4) * 16384);
+		const u8 *const ca = sp + (kt & 1) * 8192, *const cb = sb + cs * 16384;
 		#pragma unroll
-		for (int s = 0; s < 3; s++) {
-			if (s < nkt) {
-				const int st = s;
-				const i64 r0 = (kt0 + s) * 32;
-				dw_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
-				dw_load_b(sb + st * 8192, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
-			}
-			lg_cp_commit();
+		for (int ks = 0; ks < 32; ks += 16) {
+			u32 af[2][1][4], bfr[8][2];
+			dx_frag_a(af, ca, ks, wm, lane);
+			dx_frag_b(bfr, cb, ks, wn, lane);
+			dx_mma(acc, af, bfr);
 		}
-		for (int kt = 0; kt < nkt; kt++) {
-			// Tile kt has landed; every warp is done with the stage refilled next.
-			lg_cp_wait(2);
-			__syncthreads();
-			const int nx = kt + 3;
-			if (nx < nkt) {
-				const int st = nx % 4;
-				const i64 r0 = (kt0 + nx) * 32;
-				dw_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
-				dw_load_b(sb + st * 8192, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
-			}
-			lg_cp_commit();
-			const int cs = kt % 4; // the stage of tile kt
-			const u8 *const ca = sa + cs * 16384, *const cb = sb + cs * 8192;
-			#pragma unroll
-			for (int ks = 0; ks < 32; ks += 16) {
-				u32 af[4][1][4], bfr[4][2];
-				dw_frag_a(af, ca, ks, wm, lane);
-				dw_frag_b(bfr, cb, ks, wn, lane);
-				dw_mma(acc, af, bfr);
-			}
-		}
-		float *const part_out = (float *)ws + z * LG_N * LG_K;
-		// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
+	}
+	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
+	#pragma unroll
+	for (int mi = 0; mi < 2; mi++) {
+		const i64 row = o0a + wm * 32 + mi * 16 + (lane >> 2);
 		#pragma unroll
-		for (int mi = 0; mi < 4; mi++) {
-			const i64 row = o0a + wm * 64 + mi * 16 + (lane >> 2);
-			#pragma unroll
-			for (int ni = 0; ni < 4; ni++) {
-				const i64 col = o0b + wn * 32 + ni * 8 + (lane & 3) * 2;
-				const float *const v = acc[mi][ni];
-				lg_store_f32(part_out, LG_N, LG_K, row, col, v[0], v[1]);
-				lg_store_f32(part_out, LG_N, LG_K, row + 8, col, v[2], v[3]);
-			}
+		for (int ni = 0; ni < 8; ni++) {
+			const i64 col = o0b + wn * 64 + ni * 8 + (lane & 3) * 2;
+			const float *const v = acc[mi][ni];
+			lg_store_dx((u8 *)dx, M, row, col, v[0], v[1]);
+			lg_store_dx((u8 *)dx, M, row + 8, col, v[2], v[3]);
 		}
+	}
+}
+
+// ----- lg_router_gemm_bwd_bf16_h2048_e256_dw: router GEMM backward: dw = dy^T . x -----
+extern "C" __global__ void __launch_bounds__(256, 1)
+lg_router_gemm_bwd_bf16_h2048_e256_dw(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+{
+	extern __shared__ __align__(128) u8 smem[];
+	(void)part;
+	// 32 tiles of 128x128 x 4 token slices; slice z adds its share of the token tiles (none
+	// at 0 tokens: zeros) and writes its partial [N][K] to the workspace. dy as 1 bf16 term.
+	(void)w;
+	(void)dx;
+	// Launched early (beside dx's last wave): this grid completes only after dx's, so
+	// that what follows on the stream finds dx written.
+	if (!dw) {
+		asm volatile("griddepcontrol.wait;" ::: "memory");
 		return;
 	}
-	// dx: reduction over the experts
-	if (!dx) return;
-	const i64 t = (i64)blockIdx.x - 128;
+	const i64 t = (i64)blockIdx.x % 32, z = (i64)blockIdx.x / 32;
 	const i64 o0a = t / 16 * 128, o0b = t % 16 * 128;
-	const i64 kts = (LG_N + 31) / 32;
+	const i64 kts = (M + 31) / 32, per = (kts + 3) / 4;
+	const i64 kt0 = z * per < kts ? z * per : kts;
+	const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;
 	// 128x128 tile, 2x4 warps of 64x32, reduction steps of 32, 4 stages in flight.
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 	const int wm = warp % 2, wn = warp / 2;
@@ -359,40 +400,52 @@ lg_router_gemm_bwd_bf16_h2048_e256_grad(
 		}
 	}
 	u8 *const sa = smem, *const sb = smem + 65536;
-	const int nkt = (int)(kts - 0);
+	u8 *const sp = smem + 98304; // two buffers of A's bf16 planes, 8192 bytes each
+	const int nkt = (int)(kt1 - kt0);
 	// Prologue: the first 3 reduction tiles in flight, one commit group each.
 	#pragma unroll
 	for (int s = 0; s < 3; s++) {
 		if (s < nkt) {
 			const int st = s;
-			const i64 r0 = (0 + s) * 32;
-			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
-			dx_load_b(sb + st * 8192, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
+			const i64 r0 = (kt0 + s) * 32;
+			dw_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
+			dw_load_b(sb + st * 8192, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
 		}
 		lg_cp_commit();
 	}
-	for (int kt = 0; kt < nkt; kt++) {
-		// Tile kt has landed; every warp is done with the stage refilled next.
+	// Tile 0's A split into planes 0.
+	if (nkt > 0) {
 		lg_cp_wait(2);
+		__syncthreads();
+		dw_cvt_a(sp, sa);
+	}
+	#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers
+	for (int kt = 0; kt < nkt; kt++) {
+		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
+		// and with the planes of tile kt - 1; tile kt's planes are complete.
+		lg_cp_wait(1);
 		__syncthreads();
 		const int nx = kt + 3;
 		if (nx < nkt) {
 			const int st = nx % 4;
-			const i64 r0 = (0 + nx) * 32;
-			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
-			dx_load_b(sb + st * 8192, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
+			const i64 r0 = (kt0 + nx) * 32;
+			dw_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
+			dw_load_b(sb + st * 8192, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
 		}
 		lg_cp_commit();
 		const int cs = kt % 4; // the stage of tile kt
-		const u8 *const ca = sa + cs * 16384, *const cb = sb + cs * 8192;
+		const int kn = kt + 1; // split the next tile's A into the other planes
+		if (kn < nkt) dw_cvt_a(sp + (kn & 1) * 8192, sa + (kn % 4) * 16384);
+		const u8 *const ca = sp + (kt & 1) * 8192, *const cb = sb + cs * 8192;
 		#pragma unroll
 		for (int ks = 0; ks < 32; ks += 16) {
 			u32 af[4][1][4], bfr[4][2];
-			dx_frag_a(af, ca, ks, wm, lane);
-			dx_frag_b(bfr, cb, ks, wn, lane);
-			dx_mma(acc, af, bfr);
+			dw_frag_a(af, ca, ks, wm, lane);
+			dw_frag_b(bfr, cb, ks, wn, lane);
+			dw_mma(acc, af, bfr);
 		}
 	}
+	float *const part_out = (float *)ws + z * LG_N * LG_K;
 	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
 	#pragma unroll
 	for (int mi = 0; mi < 4; mi++) {
@@ -401,10 +454,11 @@ lg_router_gemm_bwd_bf16_h2048_e256_grad(
 		for (int ni = 0; ni < 4; ni++) {
 			const i64 col = o0b + wn * 32 + ni * 8 + (lane & 3) * 2;
 			const float *const v = acc[mi][ni];
-			lg_store_dx((u8 *)dx, M, row, col, v[0], v[1]);
-			lg_store_dx((u8 *)dx, M, row + 8, col, v[2], v[3]);
+			lg_store_f32(part_out, LG_N, LG_K, row, col, v[0], v[1]);
+			lg_store_f32(part_out, LG_N, LG_K, row + 8, col, v[2], v[3]);
 		}
 	}
+	asm volatile("griddepcontrol.wait;" ::: "memory");
 }
 
 // ----- lg_router_gemm_bwd_bf16_h2048_e256_dwsum -----

@@ -5,8 +5,11 @@
 #include <cstdlib>
 #include <random>
 #include "emu.h"
+struct uint4 { u32 x, y, z, w; };
+static inline uint4 make_uint4(u32 a, u32 b, u32 c, u32 d) { return uint4{a, b, c, d}; }
 #include "kernel.inc"
 // -DHID -DEXP -DMTOK -DBM -DBN -DTHREADS -DBWD -DSPLIT -DFWD_ENTRY / DX_ENTRY DW_ENTRY SUM_ENTRY -DTERMS
+// -DXBM -DXBN -DXTHREADS (the backward's dx tile; BM BN THREADS: dw's)
 static u16 tobf(float f) { return bf16_rne(f); }
 static float frombf(u16 h) { return lg_u2f((u32)h << 16); }
 int main() {
@@ -32,9 +35,12 @@ int main() {
 	for (auto &v : dy) v = nd(rng);
 	{
 		unsigned ndw = (unsigned)(((N + BM - 1) / BM) * ((K + BN - 1) / BN) * SPLIT);
-		unsigned ndx = (unsigned)(((M + BM - 1) / BM) * ((K + BN - 1) / BN));
-		launch({ndw + ndx, 1, 1}, THREADS,
-		       [&] { DX_ENTRY((u64)dy.data(), (u64)x.data(), (u64)w.data(), (u64)dx.data(), (u64)dw.data(), (u64)ws.data(), M, 0); });
+		unsigned ndx = (unsigned)(((M + XBM - 1) / XBM) * ((K + XBN - 1) / XBN));
+		if (ndx)
+			launch({ndx, 1, 1}, XTHREADS,
+			       [&] { DX_ENTRY((u64)dy.data(), (u64)x.data(), (u64)w.data(), (u64)dx.data(), (u64)dw.data(), (u64)ws.data(), M, 0); });
+		launch({ndw, 1, 1}, THREADS,
+		       [&] { DW_ENTRY((u64)dy.data(), (u64)x.data(), (u64)w.data(), (u64)dx.data(), (u64)dw.data(), (u64)ws.data(), M, 0); });
 	}
 #if SPLIT > 1
 	launch({(unsigned)((N * K / 4 + 255) / 256), 1, 1}, 256,
