@@ -32,14 +32,19 @@
  * without tile.warps_m / warps_n and with tile.m 64 if any): one CTA a tile
  * of 64 tokens by tile.n experts (all of them up to 256, a multiple of 16;
  * more experts: further column tiles remake y for their GEMM and only the
- * first writes y, rms, q, s), 128 CTAs, one wave; two consumer
+ * first writes y, rms, q, s), 128 CTAs, one wave, in clusters of 2 (row
+ * tiles 2 i, 2 i + 1 of one column tile; the row tiles rounded up to
+ * whole clusters: one past M reads zeros and stores nothing); two consumer
  * warpgroups (each half of the experts) and a producer warp.
  *   1. The consumers read the tile's rows of x once from HBM (16-byte
  *      loads, 16 lanes a row, an L2 evict-last policy) for the fp64 sums of
  *      squares; r goes to shared memory (and rms).
- *   2. The producer loads route_w's blocks of 128 features (two TMA boxes
- *      of 64 features x tile.n, 128-byte swizzle) into a ring of
- *      tile.stages stages (full / empty mbarriers). The consumers, for each
+ *   2. The producer loads its CTA's half of route_w's blocks of 128
+ *      features (two TMA boxes of 64 features x tile.n / 2, 128-byte
+ *      swizzle), multicast to both CTAs of the cluster (halving route_w's
+ *      L2 traffic: 64 MB at the target, not 128), into a ring of
+ *      tile.stages stages (full / empty mbarriers; a stage is refilled once
+ *      the consumer warps of both CTAs released it). The consumers, for each
  *      block: fetch x's next block (from L2) into registers, turn the
  *      current one into y = (x r) w in fp32 (8 features x 4 tokens a
  *      thread), write y, q, s as on sm_80 (below; the first column tile)
@@ -57,7 +62,7 @@
  * The bound: x 32 MB from HBM (+ 32 MB from L2), y 32 MB, q 16 MB,
  * logits 8 MB (about 22 us of HBM at the target), with 11 us of bf16
  * tensor work (22, 33 for bf16x2, bf16x3) run under the y making; route_w
- * (1 MB) from L2 by every CTA.
+ * (1 MB) from L2 by every cluster and x's second read: 96 MB from L2.
  *
  * Strategy elsewhere (sm_80, sm_89, sm_90 without "a", and sm_90a specs
  * with a warp grid): one CTA a tile of tile.m tokens (64) by tile.n experts
@@ -163,6 +168,7 @@ enum { P_BM, P_BN, P_STAGES, P_WM, P_WN, P_K, P_N, P_TERMS, P_SMEM, P_BOTH, P_WG
 #define WG_BM 64
 #define WG_THREADS 288 /* 256 consumers + the producer warp */
 #define WG_HALF 8192u  /* 64 rows x 128 bytes: one swizzled half of an A block */
+#define WG_CLUSTER 2   /* CTAs sharing route_w's stages (each loads half, multicast) */
 
 /* The tile of a spec: its own keys, else the heuristic (64 tokens; every
  * expert up to 256 in one column tile). */
@@ -248,7 +254,8 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	if (p->v[P_BOTH])
 		snprintf(p->entry[1], sizeof p->entry[1], "%s_cols", s->entry);
 	p->ntmaps = 1;
-	p->tmap[0] = (struct lg_tmap_decl){.arg = A_RW, .box = {64, (unsigned)bn}, .swizzle = 128};
+	p->tmap[0] = (struct lg_tmap_decl){.arg = A_RW, .box = {64, (unsigned)(bn / WG_CLUSTER)}, .swizzle = 128};
+	p->cluster[0] = WG_CLUSTER;
 	return LG_OK;
 }
 
@@ -321,6 +328,8 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	if (e == 0) { /* row tiles x column tiles, the column tiles of a row tile adjacent */
 		d->grid[0] = cdiv(M, p->v[P_BM]) * cdiv(p->v[P_N], p->v[P_BN]);
+		if (p->v[P_WG]) /* whole clusters of row tiles */
+			d->grid[0] = cdiv(cdiv(M, WG_BM), WG_CLUSTER) * WG_CLUSTER * cdiv(p->v[P_N], p->v[P_BN]);
 		d->block[0] = p->v[P_WG] ? WG_THREADS : (unsigned)(32 * p->v[P_WM] * p->v[P_WN]);
 		d->smem = (unsigned)p->v[P_SMEM];
 		return;
@@ -397,11 +406,19 @@ static void emit_fill_helpers(lg_buf *b, const struct lg_spec *s, int r, int rg,
 
 /* The CTA's tile (o0a, o0b), whether it leads its row tile, the thread's
  * lane in its row (lb) and row group (rg), and the outputs' pointers. */
-static void emit_tile_vars(lg_buf *b, int64_t nct, int bm, int bn)
+static void emit_tile_vars(lg_buf *b, int64_t nct, int bm, int bn, int cl)
 {
-	lg_line(b, "const i64 o0a = (i64)(blockIdx.x / %lld) * %d, o0b = (i64)(blockIdx.x %% %lld) * %d;",
-		(long long)nct, bm, (long long)nct, bn);
-	lg_line(b, "const bool lead = blockIdx.x %% %lld == 0;", (long long)nct);
+	if (cl > 1) {
+		lg_line(b, "const i64 pair = blockIdx.x / %d; // cluster: rank blockIdx.x %% %d, row tile %d pair..",
+			cl, cl, cl);
+		lg_line(b, "const i64 o0a = (pair / %lld * %d + blockIdx.x %% %d) * %d, o0b = pair %% %lld * %d;",
+			(long long)nct, cl, cl, bm, (long long)nct, bn);
+		lg_line(b, "const bool lead = pair %% %lld == 0;", (long long)nct);
+	} else {
+		lg_line(b, "const i64 o0a = (i64)(blockIdx.x / %lld) * %d, o0b = (i64)(blockIdx.x %% %lld) * %d;",
+			(long long)nct, bm, (long long)nct, bn);
+		lg_line(b, "const bool lead = blockIdx.x %% %lld == 0;", (long long)nct);
+	}
 	lg_line(b, "const int lb = threadIdx.x & 15, rg = threadIdx.x >> 4;");
 	lg_line(b, "u8 *const yo = (u8 *)y, *const qo = (u8 *)q;");
 	lg_line(b, "float *const so = (float *)s;");
@@ -478,7 +495,7 @@ static void emit_fused(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 		   g.t.bm, g.t.bn, (long long)nct, nct > 1 ? "s" : "");
 	lg_comment(b, "the first writes y, rms, q and s. Thread: features 8 lb.. of rows rg + %d i, i < %d.", rg,
 		   r);
-	emit_tile_vars(b, nct, g.t.bm, g.t.bn);
+	emit_tile_vars(b, nct, g.t.bm, g.t.bn, 1);
 
 	emit_sumsq(b, r, rg, kp, "__syncthreads();");
 	lg_comment(b, "2. The GEMM over blocks of 128 features, y made into the A stages as it goes.");
@@ -555,7 +572,8 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	emit_fill_helpers(b, s, 4, 16, "lg_st_a90");
 
 	lg_section(b, p->entry[0], "RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass");
-	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", WG_THREADS);
+	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
+				WG_CLUSTER, WG_THREADS);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
 	lg_line(b, "(void)part;");
@@ -573,22 +591,26 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 		   bn, (long long)nct, nct > 1 ? "s" : "");
 	lg_comment(b, "the first writes y, rms, q and s. Consumer thread: features 8 lb.. of rows");
 	lg_comment(b, "rg + 16 i, i < 4.");
-	emit_tile_vars(b, nct, WG_BM, bn);
+	emit_tile_vars(b, nct, WG_BM, bn, WG_CLUSTER);
+	lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster", WG_CLUSTER);
 	lg_line(b, "const int nkb = (int)((LG_K + 127) / 128); // blocks of 128 features");
 	lg_open(b, "if (threadIdx.x == 0) {");
 	lg_line(b, "lg_tma_prefetch(&tm_route_w);");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
 	lg_line(b, "lg_mbar_init(&full[s], 1);");
-	lg_line(b, "lg_mbar_init(&empty[s], 8); // every consumer warp");
+	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp of the cluster", 8 * WG_CLUSTER);
 	lg_close(b);
 	lg_line(b, "lg_mbar_fence_init();");
 	lg_close(b);
-	lg_line(b, "__syncthreads();");
+	lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
 	lg_open(b, "if (threadIdx.x >= 256) {");
-	lg_comment(b, "Producer: one thread loads route_w's block kb (two 64-feature boxes)");
-	lg_comment(b, "into stage kb %% %d once the consumers released it.", S);
+	lg_comment(b, "Producer: one thread loads its half of route_w's block kb (two 64-feature");
+	lg_comment(b, "boxes, multicast to the cluster) into stage kb %% %d once both CTAs' consumers", S);
+	lg_comment(b, "released it.");
 	lg_open(b, "if (threadIdx.x == 256) {");
+	lg_line(b, "const lg_tmap *const tm = &tm_route_w;");
+	lg_line(b, "const int e0 = (int)o0b + (int)rank * %d; // its route_w rows", half);
 	lg_open(b, "for (int kb = 0; kb < nkb; kb++) {");
 	lg_line(b, "const int s = kb %% %d;", S);
 	lg_line(b, "if (kb >= %d) lg_mbar_wait(&empty[s], ((kb / %d) - 1) & 1);", S, S);
@@ -600,14 +622,16 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	} else {
 		lg_line(b, "lg_mbar_expect(fs, %uu);", sb);
 	}
-	lg_line(b, "const int k0 = kb * 128, e0 = (int)o0b; // features, experts");
-	lg_line(b, "lg_tma_load_2d(sd, &tm_route_w, fs, k0, e0);");
+	lg_line(b, "const int k0 = kb * 128;");
+	lg_line(b, "u8 *const sh = sd + rank * %u;", (unsigned)half * 128u);
+	lg_line(b, "lg_tma_load_2d_mc(sh, tm, fs, k0, e0, %u);", (1u << WG_CLUSTER) - 1);
 	if (two)
 		lg_line(b, "if (two)");
-	lg_line(b, "%slg_tma_load_2d(sd + %u, &tm_route_w, fs, k0 + 64, e0);", two ? "\t" : "",
-		sb / 2);
+	lg_line(b, "%slg_tma_load_2d_mc(sh + %u, tm, fs, k0 + 64, e0, %u);", two ? "\t" : "", sb / 2,
+		(1u << WG_CLUSTER) - 1);
 	lg_close(b);
 	lg_close(b);
+	lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
 	lg_line(b, "return;");
 	lg_close(b);
 
@@ -645,10 +669,18 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "lg_wg_commit();");
 	if (na == 3) {
 		lg_line(b, "lg_wg_wait(1);");
-		lg_line(b, "if (kb > 0 && lane == 0) lg_mbar_arrive(&empty[(kb + %d) %% %d]); // block kb - 1's", S - 1, S);
+		lg_comment(b, "block kb - 1's stage released in both CTAs");
+		lg_open(b, "if (kb > 0 && lane == 0) {");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(kb + %d) %% %d], r);", WG_CLUSTER,
+			S - 1, S);
+		lg_close(b);
 	} else {
 		lg_line(b, "lg_wg_wait(0);");
-		lg_line(b, "if (lane == 0) lg_mbar_arrive(&empty[s]);");
+		lg_open(b, "if (lane == 0) {");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[s], r);", WG_CLUSTER);
+		lg_close(b);
 	}
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < 4; i++) xf[i] = xn[i];");
@@ -666,6 +698,7 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "lg_store_f32(lo, M, LG_N, row, col, acc[4 * j], acc[4 * j + 1]);");
 	lg_line(b, "lg_store_f32(lo, M, LG_N, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);");
 	lg_close(b);
+	lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
 	lg_close(b);
 }
 

@@ -300,9 +300,9 @@ static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_st
 }
 
 /* The target shape: 128 CTAs of 64 tokens x 256 experts; on sm_90a 288
- * threads (two consumer warpgroups, a producer warp), three A buffers of
- * 16 KB and two route_w stages of 64 KB (with their mbarriers) and the
- * alignment slack; on sm_80 256 threads, two route_w stages of 64 KB and
+ * threads (two consumer warpgroups, a producer warp) in clusters of 2,
+ * three A buffers of 16 KB and two route_w stages of 64 KB (with their
+ * mbarriers) and the alignment slack; on sm_80 256 threads, two route_w stages of 64 KB and
  * two A stages of 16 KB; "both" adds the columnwise entry over 16 x 64
  * tiles; fp32 A (bf16x3) on sm_80 halves the experts a CTA to fit; bf16x3
  * on sm_90a keeps two A buffers; nothing launched at 0 tokens. */
@@ -319,7 +319,12 @@ static void test_geometry(void **state)
 	f->geometry(&p, 0, &M, &d);
 	assert_true(d.grid[0] == 128 && d.grid[1] == 1 && d.block[0] == 288);
 	assert_int_equal(d.smem, 1024 + 3 * 16384 + 2 * (65536 + 16) + 64 * 4);
-	assert_true(p.ntmaps == 1 && p.tmap[0].box[0] == 64 && p.tmap[0].box[1] == 256 && p.tmap[0].swizzle == 128);
+	/* clusters of 2 CTAs, each loading half of route_w's rows (multicast) */
+	assert_true(p.ntmaps == 1 && p.tmap[0].box[0] == 64 && p.tmap[0].box[1] == 128 && p.tmap[0].swizzle == 128);
+	assert_int_equal(p.cluster[0], 2);
+	M = 1;
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 2); /* whole clusters: the second tile past M */
 	M = 0;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 0);
@@ -385,7 +390,7 @@ static void test_source(void **state)
 	/* sm_90a: wgmma on route_w's TMA stages and A buffers the kernel writes */
 	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
 	assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16"));
-	assert_non_null(strstr(src, "lg_tma_load_2d(sd, &tm_route_w"));
+	assert_non_null(strstr(src, "lg_tma_load_2d_mc(sh, tm, fs, k0, e0, 3)"));
 	assert_non_null(strstr(src, "lg_split_bf16x2(t[j], 2, v[2 * j], v[2 * j + 1])"));
 	assert_non_null(strstr(src, "lg_st_a90(dst, lr, lb * 8, yv)"));
 	assert_non_null(strstr(src, "lg_fence_proxy_async()"));

@@ -60,6 +60,14 @@ static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 	return lg_sumsq_bf16x2(acc, v.w);
 }
 
+// Barrier over every thread of the cluster; shared memory writes before it
+// are visible to the cluster's CTAs after it.
+static __device__ __forceinline__ void lg_cluster_sync(void)
+{
+	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // Two floats to e4m3 by the hardware conversion; lo in the low byte.
 static __device__ __forceinline__ u32 lg_e4m3x2(float lo, float hi)
 {
@@ -195,13 +203,6 @@ static __device__ __forceinline__ void lg_mbar_expect(u64 *bar, u32 bytes)
 		     :: "r"(lg_smem_addr(bar)), "r"(bytes) : "memory");
 }
 
-// Arrive on bar (one of its `count` arrivals).
-static __device__ __forceinline__ void lg_mbar_arrive(u64 *bar)
-{
-	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
-		     :: "r"(lg_smem_addr(bar)) : "memory");
-}
-
 // Wait until the phase of bar with parity `parity` has completed.
 static __device__ __forceinline__ void lg_mbar_wait(u64 *bar, u32 parity)
 {
@@ -210,18 +211,6 @@ static __device__ __forceinline__ void lg_mbar_wait(u64 *bar, u32 parity)
 		     "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
 		     "@!p bra LG_WAIT_%=;\n}"
 		     :: "r"(lg_smem_addr(bar)), "r"(parity) : "memory");
-}
-
-// TMA: the box of tensor map tm at element coordinates (c0 inner, c1 outer)
-// into shared dst (1024-byte aligned for the 128-byte swizzle), completing
-// its bytes on bar. Elements outside the tensor arrive as zeros.
-static __device__ __forceinline__ void
-lg_tma_load_2d(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1)
-{
-	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-		     " [%0], [%1, {%3, %4}], [%2];"
-		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
-		     "r"(c0), "r"(c1) : "memory");
 }
 
 // Fetch tensor map tm's descriptor into the TMA unit's cache.
@@ -255,6 +244,27 @@ static __device__ __forceinline__ void lg_wg_commit(void)
 
 // Wait until at most n committed wgmma groups are pending.
 #define lg_wg_wait(n) asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(n) : "memory")
+
+// lg_tma_load_2d multicast: the box lands at dst's offset in the shared
+// memory of every CTA of the cluster in `mask` (bit r: rank r), completing
+// its bytes on the mbarrier at bar's offset in each of them.
+static __device__ __forceinline__ void
+lg_tma_load_2d_mc(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1, u16 mask)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
+		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
+		     "r"(c0), "r"(c1), "h"(mask) : "memory");
+}
+
+// Arrive on the mbarrier at bar's offset in CTA `rank` of the cluster.
+static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
+{
+	asm volatile("{\n\t.reg .b32 ra;\n\t"
+		     "mapa.shared::cluster.u32 ra, %0, %1;\n\t"
+		     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}"
+		     :: "r"(lg_smem_addr(bar)), "r"(rank) : "memory");
+}
 
 // Order this thread's generic-proxy writes to shared memory (st.shared)
 // before later async-proxy reads of them (wgmma operands, TMA stores); a
@@ -380,7 +390,7 @@ lg_make_a(
 
 // ----- lg_rmsnorm_router_fwd_bf16_h2048_e256_rowwise_pow2 -----
 // RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass
-extern "C" __global__ void __launch_bounds__(288, 1)
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 lg_rmsnorm_router_fwd_bf16_h2048_e256_rowwise_pow2(
 	u64 x, u64 w, u64 route_w, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 qt, u64 st, i64 M,
 	i64 part, const __grid_constant__ lg_tmap tm_route_w)
@@ -399,37 +409,44 @@ lg_rmsnorm_router_fwd_bf16_h2048_e256_rowwise_pow2(
 	// A 64x256 tile of the logits (1 column tile a row tile, adjacent: they share x in L2);
 	// the first writes y, rms, q and s. Consumer thread: features 8 lb.. of rows
 	// rg + 16 i, i < 4.
-	const i64 o0a = (i64)(blockIdx.x / 1) * 64, o0b = (i64)(blockIdx.x % 1) * 256;
-	const bool lead = blockIdx.x % 1 == 0;
+	const i64 pair = blockIdx.x / 2; // cluster: rank blockIdx.x % 2, row tile 2 pair..
+	const i64 o0a = (pair / 1 * 2 + blockIdx.x % 2) * 64, o0b = pair % 1 * 256;
+	const bool lead = pair % 1 == 0;
 	const int lb = threadIdx.x & 15, rg = threadIdx.x >> 4;
 	u8 *const yo = (u8 *)y, *const qo = (u8 *)q;
 	float *const so = (float *)s;
+	const u32 rank = blockIdx.x % 2; // in the cluster
 	const int nkb = (int)((LG_K + 127) / 128); // blocks of 128 features
 	if (threadIdx.x == 0) {
 		lg_tma_prefetch(&tm_route_w);
 		#pragma unroll
 		for (int s = 0; s < 2; s++) {
 			lg_mbar_init(&full[s], 1);
-			lg_mbar_init(&empty[s], 8); // every consumer warp
+			lg_mbar_init(&empty[s], 16); // every consumer warp of the cluster
 		}
 		lg_mbar_fence_init();
 	}
-	__syncthreads();
+	lg_cluster_sync(); // the cluster's barriers ready before any multicast
 	if (threadIdx.x >= 256) {
-		// Producer: one thread loads route_w's block kb (two 64-feature boxes)
-		// into stage kb % 2 once the consumers released it.
+		// Producer: one thread loads its half of route_w's block kb (two 64-feature
+		// boxes, multicast to the cluster) into stage kb % 2 once both CTAs' consumers
+		// released it.
 		if (threadIdx.x == 256) {
+			const lg_tmap *const tm = &tm_route_w;
+			const int e0 = (int)o0b + (int)rank * 128; // its route_w rows
 			for (int kb = 0; kb < nkb; kb++) {
 				const int s = kb % 2;
 				if (kb >= 2) lg_mbar_wait(&empty[s], ((kb / 2) - 1) & 1);
 				u8 *const sd = bbuf + s * 65536;
 				u64 *const fs = &full[s];
 				lg_mbar_expect(fs, 65536u);
-				const int k0 = kb * 128, e0 = (int)o0b; // features, experts
-				lg_tma_load_2d(sd, &tm_route_w, fs, k0, e0);
-				lg_tma_load_2d(sd + 32768, &tm_route_w, fs, k0 + 64, e0);
+				const int k0 = kb * 128;
+				u8 *const sh = sd + rank * 16384;
+				lg_tma_load_2d_mc(sh, tm, fs, k0, e0, 3);
+				lg_tma_load_2d_mc(sh + 32768, tm, fs, k0 + 64, e0, 3);
 			}
 		}
+		lg_cluster_sync(); // the other CTA is done with this one's stages
 		return;
 	}
 	// 1. Sums of squares (fp64) of the tile's rows: 16 lanes a row, x kept in L2 for step 2.
@@ -488,7 +505,11 @@ lg_rmsnorm_router_fwd_bf16_h2048_e256_rowwise_pow2(
 			rt_wgmma(acc, da + 512u + 2 * ks, db + 2048u + 2 * ks);
 		lg_wg_commit();
 		lg_wg_wait(1);
-		if (kb > 0 && lane == 0) lg_mbar_arrive(&empty[(kb + 1) % 2]); // block kb - 1's
+		// block kb - 1's stage released in both CTAs
+		if (kb > 0 && lane == 0) {
+			#pragma unroll
+			for (u32 r = 0; r < 2; r++) lg_mbar_arrive_cta(&empty[(kb + 1) % 2], r);
+		}
 		#pragma unroll
 		for (int i = 0; i < 4; i++) xf[i] = xn[i];
 		wf = wn;
@@ -505,4 +526,5 @@ lg_rmsnorm_router_fwd_bf16_h2048_e256_rowwise_pow2(
 		lg_store_f32(lo, M, LG_N, row, col, acc[4 * j], acc[4 * j + 1]);
 		lg_store_f32(lo, M, LG_N, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
 	}
+	lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done
 }
