@@ -135,8 +135,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TM] = LG_KEY_TILE("m", "m", 32, 128, tm_ok, "tokens a CTA"),
 	[K_TN] = LG_KEY_TILE("n", "n", 32, 256, tn_ok, "experts a CTA (more: column tiles that remake y)"),
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 4, NULL, "route_w blocks of 128 features in flight"),
-	[K_WM] = LG_KEY_TILE("warps_m", "wm", 1, 8, warps_ok, "warps along the tokens"),
-	[K_WN] = LG_KEY_TILE("warps_n", "wn", 1, 8, warps_ok, "warps along the experts"),
+	[K_WM] = LG_KEY_TILE("warps_m", "wm", 1, 8, warps_ok, "warps along the tokens (sm_90a: the mma.sync path)"),
+	[K_WN] = LG_KEY_TILE("warps_n", "wn", 1, 8, warps_ok, "warps along the experts (sm_90a: mma.sync)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -658,7 +658,8 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "lg_bar_named(1, 256);");
 	lg_line(b, "const int s = kb %% %d;", S);
 	lg_line(b, "lg_mbar_wait(&full[s], (kb / %d) & 1);", S);
-	lg_line(b, "const u64 da = lg_wg_desc(ab), db = lg_wg_desc(bbuf + s * %u + wg * %u);", sb, (unsigned)half * 128u);
+	lg_line(b, "const u64 da = lg_wg_desc(ab), db = lg_wg_desc(bbuf + s * %u + wg * %u);", sb,
+		(unsigned)half * 128u);
 	lg_line(b, "lg_wg_fence();");
 	emit_half_mma(b, terms, 0, 0);
 	if (two)
