@@ -28,10 +28,45 @@
  * are static. "both" needs hidden % 128 == 0 (the columnwise quantiser's
  * 128-feature blocks).
  *
- * Strategy (H200, 8192 tokens x 2048 -> 256 experts): one CTA a tile of
- * tile.m tokens (64) by tile.n experts (256: all of them, so y is made once;
- * more experts: further column tiles recompute y for their GEMM and only
- * the first writes y, rms, q, s). 128 CTAs, one wave.
+ * Strategy on sm_90a (H200, 8192 tokens x 2048 -> 256 experts; any spec
+ * without tile.warps_m / warps_n and with tile.m 64 if any): one CTA a tile
+ * of 64 tokens by tile.n experts (all of them up to 256, a multiple of 16;
+ * more experts: further column tiles remake y for their GEMM and only the
+ * first writes y, rms, q, s), 128 CTAs, one wave, in clusters of 2 (row
+ * tiles 2 i, 2 i + 1 of one column tile; the row tiles rounded up to
+ * whole clusters: one past M reads zeros and stores nothing); two consumer
+ * warpgroups (each half of the experts) and a producer warp.
+ *   1. The consumers read the tile's rows of x once from HBM (16-byte
+ *      loads, 16 lanes a row, an L2 evict-last policy) for the fp64 sums of
+ *      squares; r goes to shared memory (and rms).
+ *   2. The producer loads its CTA's half of route_w's blocks of 128
+ *      features (two TMA boxes of 64 features x tile.n / 2, 128-byte
+ *      swizzle), multicast to both CTAs of the cluster (halving route_w's
+ *      L2 traffic: 64 MB at the target, not 128), into a ring of
+ *      tile.stages stages (full / empty mbarriers; a stage is refilled once
+ *      the consumer warps of both CTAs released it). The consumers, for each
+ *      block: fetch x's next block (from L2) into registers, turn the
+ *      current one into y = (x r) w in fp32 (8 features x 4 tokens a
+ *      thread), write y, q, s as on sm_80 (below; the first column tile)
+ *      and the bf16 term(s) of y into an A buffer [64][128 features] laid
+ *      out as TMA's 128-byte swizzle (16-byte chunk XOR row mod 8), then
+ *      fence.proxy.async, a named barrier of the 256 consumers, and
+ *      wgmma.mma_async m64 n<tile.n / 2> k16 over it and the stage (shared
+ *      memory descriptors, fp32 accumulators in registers), one group in
+ *      flight while the next block is made: three A buffers (a buffer is
+ *      rewritten once both warpgroups met past the wait of its group); two
+ *      where three do not fit (bf16x3 at 256 experts), each group then
+ *      waited for. The last block's second 64 features, when all past
+ *      hidden, are neither loaded nor multiplied.
+ *   3. The epilogue stores the logits (fp32 pairs).
+ * The bound: x 32 MB from HBM (+ 32 MB from L2), y 32 MB, q 16 MB,
+ * logits 8 MB (about 22 us of HBM at the target), with 11 us of bf16
+ * tensor work (22, 33 for bf16x2, bf16x3) run under the y making; route_w
+ * (1 MB) from L2 by every cluster and x's second read: 96 MB from L2.
+ *
+ * Strategy elsewhere (sm_80, sm_89, sm_90 without "a", and sm_90a specs
+ * with a warp grid): one CTA a tile of tile.m tokens (64) by tile.n experts
+ * (256), warps_m x warps_n warps. 128 CTAs, one wave.
  *   1. The tile's rows of x are read once from HBM (16-byte loads, 16 lanes
  *      a row, 16 loads in flight a thread, an L2 evict-last policy) for the
  *      fp64 sums of squares; r goes to shared memory (and rms).
@@ -48,8 +83,7 @@
  *      quantiser), y (16-byte stores) and q, s. The norm output never goes
  *      back to memory to be read again.
  *   3. The epilogue stores the logits (fp32 pairs).
- * Traffic at the target: x 32 MB from HBM (+ 32 MB from L2), y 32 MB,
- * q 16 MB, logits 8 MB; route_w (1 MB) from L2 by every CTA.
+ * H200, rowwise bf16: 91.7 us this way (mma.sync-bound at one wave).
  * With "both", a second entry is K1's columnwise kernel: the quant engine
  * (quant_engine.h) over 128 x 128 tiles with norm_common.h's hooks, y
  * remade from x, the rms just written and w.
@@ -101,8 +135,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TM] = LG_KEY_TILE("m", "m", 32, 128, tm_ok, "tokens a CTA"),
 	[K_TN] = LG_KEY_TILE("n", "n", 32, 256, tn_ok, "experts a CTA (more: column tiles that remake y)"),
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 4, NULL, "route_w blocks of 128 features in flight"),
-	[K_WM] = LG_KEY_TILE("warps_m", "wm", 1, 8, warps_ok, "warps along the tokens"),
-	[K_WN] = LG_KEY_TILE("warps_n", "wn", 1, 8, warps_ok, "warps along the experts"),
+	[K_WM] = LG_KEY_TILE("warps_m", "wm", 1, 8, warps_ok, "warps along the tokens (sm_90a: the mma.sync path)"),
+	[K_WN] = LG_KEY_TILE("warps_n", "wn", 1, 8, warps_ok, "warps along the experts (sm_90a: mma.sync)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -126,7 +160,15 @@ static const struct lg_arg fwd_args[NARGS] = {
 };
 
 /* Plan values. */
-enum { P_BM, P_BN, P_STAGES, P_WM, P_WN, P_K, P_N, P_TERMS, P_SMEM, P_BOTH };
+enum { P_BM, P_BN, P_STAGES, P_WM, P_WN, P_K, P_N, P_TERMS, P_SMEM, P_BOTH, P_WG, P_NA };
+
+/* The sm_90a path (wgmma): 64 tokens a CTA, two consumer warpgroups (each
+ * half of the tile's experts) and a producer warp; A buffers of 64 tokens
+ * x 128 features (two 128-byte swizzled halves) a bf16 term. */
+#define WG_BM 64
+#define WG_THREADS 288 /* 256 consumers + the producer warp */
+#define WG_HALF 8192u  /* 64 rows x 128 bytes: one swizzled half of an A block */
+#define WG_CLUSTER 2   /* CTAs sharing route_w's stages (each loads half, multicast) */
 
 /* The tile of a spec: its own keys, else the heuristic (64 tokens; every
  * expert up to 256 in one column tile). */
@@ -153,6 +195,69 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, struct lg_gemm_tile t)
 }
 
 static unsigned smem_of(const struct lg_gemm *g) { return lg_gemm_smem(g) + (unsigned)g->t.bm * 4u; }
+
+/* The sm_90a path's shared memory: 1024 bytes of alignment slack, na A
+ * buffers of `terms` bf16 terms, `stages` route_w blocks (bn rows x 128
+ * features) with their two mbarriers, the tile's reciprocal RMS. */
+static unsigned smem90_of(int bn, int terms, int na, int stages)
+{
+	return 1024u + (unsigned)(na * terms) * 2u * WG_HALF + (unsigned)stages * ((unsigned)bn * 256u + 16u) +
+	       WG_BM * 4u;
+}
+
+/* The wgmma path runs on sm_90a for the specs whose tile it can take:
+ * tile.m 64 (or none) and no warp grid (tile.warps_m / warps_n select the
+ * mma.sync path, the tiles `lingen tune` sweeps there). */
+static bool wgmma_path(const struct lg_spec *s, const struct lg_target *t)
+{
+	return t->sm == 90 && t->arch_specific && (!lg_spec_has(s, K_TM) || lg_spec_int(s, K_TM) == WG_BM) &&
+	       !lg_spec_has(s, K_WM) && !lg_spec_has(s, K_WN);
+}
+
+/* The sm_90a plan: tile.n (else every expert up to 256, a multiple of 16:
+ * each consumer warpgroup a multiple of 8), three A buffers (the wgmma of a
+ * block runs while the next is made; see emit_fused90) unless only two fit
+ * with two route_w stages, and as many stages as fit up to 4. */
+static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	int64_t n = lg_spec_int(s, K_EXPERTS);
+	int bn = lg_spec_has(s, K_TN) ? (int)lg_spec_int(s, K_TN) : n >= 256 ? 256 : (int)((n + 15) / 16 * 16);
+	int terms = 1 + (int)lg_spec_int(s, K_PRECISION), na = 3, st = 4;
+	unsigned lim = lg_gemm_smem_limit(t);
+	if (lg_spec_has(s, K_STAGES))
+		st = (int)lg_spec_int(s, K_STAGES);
+	else
+		while (st > 2 && smem90_of(bn, terms, na, st) > lim)
+			st--;
+	if (smem90_of(bn, terms, na, st) > lim)
+		na = 2;
+	unsigned smem = smem90_of(bn, terms, na, st);
+	if (smem > lim)
+		return lg_fail(LG_ERR_SPEC,
+			       "%s: tile: found n %d, stages %d, needing %u bytes of shared memory; allowed: at most "
+			       "%u bytes on %s (fewer stages or a smaller tile)",
+			       s->entry, bn, st, smem, lim, t->name);
+	p->tile[K_TM] = p->v[P_BM] = WG_BM;
+	p->tile[K_TN] = p->v[P_BN] = bn;
+	p->tile[K_STAGES] = p->v[P_STAGES] = st;
+	p->tile[K_WM] = p->v[P_WM] = 1; /* a consumer warpgroup's 64 tokens */
+	p->tile[K_WN] = p->v[P_WN] = 2; /* two warpgroups along the experts */
+	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
+	p->v[P_N] = n;
+	p->v[P_TERMS] = terms;
+	p->v[P_SMEM] = smem;
+	p->v[P_BOTH] = lg_quant_colwise(s);
+	p->v[P_WG] = 1;
+	p->v[P_NA] = na;
+	p->nentries = p->v[P_BOTH] ? 2 : 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	if (p->v[P_BOTH])
+		snprintf(p->entry[1], sizeof p->entry[1], "%s_cols", s->entry);
+	p->ntmaps = 1;
+	p->tmap[0] = (struct lg_tmap_decl){.arg = A_RW, .box = {64, (unsigned)(bn / WG_CLUSTER)}, .swizzle = 128};
+	p->cluster[0] = WG_CLUSTER;
+	return LG_OK;
+}
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -182,6 +287,8 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
+	if (wgmma_path(s, t))
+		return plan90(s, t, p);
 	struct lg_gemm_tile tl = tile_of(s);
 	struct lg_gemm g = gemm_of(s, tl);
 	/* the heuristic's tile: fewer experts a column tile until it fits */
@@ -205,6 +312,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_TERMS] = g.terms;
 	p->v[P_SMEM] = smem;
 	p->v[P_BOTH] = lg_quant_colwise(s);
+	p->v[P_WG] = 0;
 	p->nentries = p->v[P_BOTH] ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	if (p->v[P_BOTH])
@@ -220,7 +328,9 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	if (e == 0) { /* row tiles x column tiles, the column tiles of a row tile adjacent */
 		d->grid[0] = cdiv(M, p->v[P_BM]) * cdiv(p->v[P_N], p->v[P_BN]);
-		d->block[0] = (unsigned)(32 * p->v[P_WM] * p->v[P_WN]);
+		if (p->v[P_WG]) /* whole clusters of row tiles */
+			d->grid[0] = cdiv(cdiv(M, WG_BM), WG_CLUSTER) * WG_CLUSTER * cdiv(p->v[P_N], p->v[P_BN]);
+		d->block[0] = p->v[P_WG] ? WG_THREADS : (unsigned)(32 * p->v[P_WM] * p->v[P_WN]);
 		d->smem = (unsigned)p->v[P_SMEM];
 		return;
 	}
@@ -237,7 +347,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
  * thread's 8 features x R tokens of x, and w's 8) and lg_make_a (y = (x r)
  * w of the fetched block into an A stage; in the first column tile also y,
  * q and s). */
-static void emit_fill_helpers(lg_buf *b, const struct lg_spec *s, int r, int rg)
+static void emit_fill_helpers(lg_buf *b, const struct lg_spec *s, int r, int rg, const char *store)
 {
 	lg_comment(b, "A's block at feature r0: the thread's 8 features of its %d tokens of x, and of w.", r);
 	lg_line(b, "static __device__ __forceinline__ void");
@@ -280,7 +390,7 @@ static void emit_fill_helpers(lg_buf *b, const struct lg_spec *s, int r, int rg)
 	lg_line(b, "yv[2 * e + 1] = (lg_bf16_hi(xw[e]) * rr) * lg_bf16_hi(ww[e]);");
 	lg_line(b, "amax = fmaxf(amax, fmaxf(fabsf(yv[2 * e]), fabsf(yv[2 * e + 1])));");
 	lg_close(b);
-	lg_line(b, "a_st_a(dst, lr, lb * 8, yv);");
+	lg_line(b, "%s(dst, lr, lb * 8, yv);", store);
 	lg_line(b, "if (!lead) continue; // CTA-uniform");
 	lg_line(b, "amax = lg_max_xor(amax, 1, 8);");
 	lg_emit_pack8(b, lg_quant_pow2(s), "yv");
@@ -294,50 +404,31 @@ static void emit_fill_helpers(lg_buf *b, const struct lg_spec *s, int r, int rg)
 	lg_close(b);
 }
 
-static void fetch(lg_buf *b, const struct lg_gemm *g, const char *r0, void *ctx)
+/* The CTA's tile (o0a, o0b), whether it leads its row tile, the thread's
+ * lane in its row (lb) and row group (rg), and the outputs' pointers. */
+static void emit_tile_vars(lg_buf *b, int64_t nct, int bm, int bn, int cl)
 {
-	(void)g, (void)ctx;
-	lg_line(b, "lg_fetch_a(xf, wf, %s, x, w, o0a, M);", r0);
-}
-
-static void fill(lg_buf *b, const struct lg_gemm *g, const char *r0, const char *dst, void *ctx)
-{
-	(void)g, (void)ctx;
-	lg_line(b, "lg_make_a(%s, %s, xf, wf, rs, o0a, M, lead, yo, qo, so);", dst, r0);
-}
-
-static void emit_fused(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
-{
-	struct lg_gemm g = gemm_of(s, (struct lg_gemm_tile){.bm = (int)p->v[P_BM], .bn = (int)p->v[P_BN],
-							   .bk = BK, .warps_m = (int)p->v[P_WM],
-							   .warps_n = (int)p->v[P_WN],
-							   .stages = (int)p->v[P_STAGES]});
-	int threads = lg_gemm_threads(&g.t), rg = threads / 16, r = g.t.bm / rg;
-	int64_t nct = (p->v[P_N] + g.t.bn - 1) / g.t.bn, kp = p->v[P_K] / 8;
-	lg_gemm_emit_loaders(b, &g, "a");
-	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
-	emit_fill_helpers(b, s, r, rg);
-
-	lg_section(b, p->entry[0], "RMSNorm, router GEMM, rowwise copy: one pass");
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, 1)", threads);
-	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
-	lg_line(b, "(void)part;");
-	lg_line(b, "(void)qt;");
-	lg_line(b, "(void)st;");
-	lg_line(b, "float *const rs = (float *)(smem + %u); // [%d] the tile's reciprocal RMS", lg_gemm_smem(&g),
-		g.t.bm);
-	lg_comment(b, "A %dx%d tile of the logits (%lld column tile%s a row tile, adjacent: they share x in L2);",
-		   g.t.bm, g.t.bn, (long long)nct, nct > 1 ? "s" : "");
-	lg_comment(b, "the first writes y, rms, q and s. Thread: features 8 lb.. of rows rg + %d i, i < %d.", rg,
-		   r);
-	lg_line(b, "const i64 o0a = (i64)(blockIdx.x / %lld) * %d, o0b = (i64)(blockIdx.x %% %lld) * %d;",
-		(long long)nct, g.t.bm, (long long)nct, g.t.bn);
-	lg_line(b, "const bool lead = blockIdx.x %% %lld == 0;", (long long)nct);
+	if (cl > 1) {
+		lg_line(b, "const i64 pair = blockIdx.x / %d; // cluster: rank blockIdx.x %% %d, row tile %d pair..",
+			cl, cl, cl);
+		lg_line(b, "const i64 o0a = (pair / %lld * %d + blockIdx.x %% %d) * %d, o0b = pair %% %lld * %d;",
+			(long long)nct, cl, cl, bm, (long long)nct, bn);
+		lg_line(b, "const bool lead = pair %% %lld == 0;", (long long)nct);
+	} else {
+		lg_line(b, "const i64 o0a = (i64)(blockIdx.x / %lld) * %d, o0b = (i64)(blockIdx.x %% %lld) * %d;",
+			(long long)nct, bm, (long long)nct, bn);
+		lg_line(b, "const bool lead = blockIdx.x %% %lld == 0;", (long long)nct);
+	}
 	lg_line(b, "const int lb = threadIdx.x & 15, rg = threadIdx.x >> 4;");
 	lg_line(b, "u8 *const yo = (u8 *)y, *const qo = (u8 *)q;");
 	lg_line(b, "float *const so = (float *)s;");
+}
 
+/* Step 1 of both paths: the fp64 sums of squares of the tile's rows (16
+ * lanes a row, rows rg + rg_n i, i < r, of 8-feature pieces lb..; kp pieces
+ * a row), r to shared `rs` (and rms in the first column tile), then `sync`. */
+static void emit_sumsq(lg_buf *b, int r, int rg, int64_t kp, const char *sync)
+{
 	lg_comment(b, "1. Sums of squares (fp64) of the tile's rows: 16 lanes a row, x kept in L2 for step 2.");
 	lg_open(b, "{");
 	lg_line(b, "const u64 keep = lg_policy_evict_last();");
@@ -364,8 +455,49 @@ static void emit_fused(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 	lg_close(b);
 	lg_close(b);
 	lg_close(b);
-	lg_line(b, "__syncthreads();");
+	lg_line(b, "%s", sync);
+}
 
+static void fetch(lg_buf *b, const struct lg_gemm *g, const char *r0, void *ctx)
+{
+	(void)g, (void)ctx;
+	lg_line(b, "lg_fetch_a(xf, wf, %s, x, w, o0a, M);", r0);
+}
+
+static void fill(lg_buf *b, const struct lg_gemm *g, const char *r0, const char *dst, void *ctx)
+{
+	(void)g, (void)ctx;
+	lg_line(b, "lg_make_a(%s, %s, xf, wf, rs, o0a, M, lead, yo, qo, so);", dst, r0);
+}
+
+static void emit_fused(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct lg_gemm g = gemm_of(s, (struct lg_gemm_tile){.bm = (int)p->v[P_BM], .bn = (int)p->v[P_BN],
+							   .bk = BK, .warps_m = (int)p->v[P_WM],
+							   .warps_n = (int)p->v[P_WN],
+							   .stages = (int)p->v[P_STAGES]});
+	int threads = lg_gemm_threads(&g.t), rg = threads / 16, r = g.t.bm / rg;
+	int64_t nct = (p->v[P_N] + g.t.bn - 1) / g.t.bn, kp = p->v[P_K] / 8;
+	lg_gemm_emit_loaders(b, &g, "a");
+	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
+	emit_fill_helpers(b, s, r, rg, "a_st_a");
+
+	lg_section(b, p->entry[0], "RMSNorm, router GEMM, rowwise copy: one pass");
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, 1)", threads);
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
+	lg_line(b, "(void)part;");
+	lg_line(b, "(void)qt;");
+	lg_line(b, "(void)st;");
+	lg_line(b, "float *const rs = (float *)(smem + %u); // [%d] the tile's reciprocal RMS", lg_gemm_smem(&g),
+		g.t.bm);
+	lg_comment(b, "A %dx%d tile of the logits (%lld column tile%s a row tile, adjacent: they share x in L2);",
+		   g.t.bm, g.t.bn, (long long)nct, nct > 1 ? "s" : "");
+	lg_comment(b, "the first writes y, rms, q and s. Thread: features 8 lb.. of rows rg + %d i, i < %d.", rg,
+		   r);
+	emit_tile_vars(b, nct, g.t.bm, g.t.bn, 1);
+
+	emit_sumsq(b, r, rg, kp, "__syncthreads();");
 	lg_comment(b, "2. The GEMM over blocks of 128 features, y made into the A stages as it goes.");
 	lg_line(b, "lg_u32x4 xf[%d], wf;", r);
 	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", BK - 1, BK);
@@ -376,6 +508,201 @@ static void emit_fused(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 	lg_close(b);
 }
 
+/* ------------------------------------------------------------ sm_90a */
+
+/* The A store of the wgmma path: 8 values of row `row` at feature col.. of
+ * a block (col a multiple of 8 below 128) into an A buffer [term][half]
+ * [64 rows][128 bytes], the 16-byte chunks of each 128-byte row XOR the
+ * row mod 8: the 128-byte swizzle TMA writes and lg_wg_desc describes. */
+static void emit_store_a90(lg_buf *b, int terms)
+{
+	lg_comment(b, "8 values of A's row `row` at col.. of a block into buffer s (%d bf16 term%s, %u bytes",
+		   terms, terms > 1 ? "s" : "", 2u * WG_HALF);
+	lg_comment(b, "each; 128-byte swizzled halves of 64 features).");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, "lg_st_a90", "u8 *s, int row, int col, const float v[8]");
+	lg_open(b, "{");
+	lg_line(b, "u8 *const p = s + (col >> 6) * %u + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4);", WG_HALF);
+	if (terms == 1) {
+		lg_line(b, "*(uint4 *)p = make_uint4(lg_pack_bf16x2(v[0], v[1]), lg_pack_bf16x2(v[2], v[3]),");
+		lg_line(b, "\tlg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));");
+	} else {
+		lg_line(b, "u32 t[4][%d];", terms);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int j = 0; j < 4; j++) lg_split_bf16x2(t[j], %d, v[2 * j], v[2 * j + 1]);", terms);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int e = 0; e < %d; e++)", terms);
+		lg_line(b, "\t*(uint4 *)(p + e * %u) = make_uint4(t[0][e], t[1][e], t[2][e], t[3][e]);", 2u * WG_HALF);
+	}
+	lg_close(b);
+}
+
+/* The wgmma of one 64-feature half of a block: every term of A (the small
+ * ones first), four k16 steps each (32 bytes along the swizzled rows: 2 in
+ * descriptor units). */
+static void emit_half_mma(lg_buf *b, int terms, unsigned a_off, unsigned b_off)
+{
+	if (terms > 1) {
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int e = %d; e >= 0; e--) {", terms - 1);
+	}
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int ks = 0; ks < 4; ks++)");
+	if (terms > 1)
+		lg_line(b, "\trt_wgmma(acc, da + %uu + e * %uu + 2 * ks, db + %uu + 2 * ks);", a_off >> 4,
+			(2u * WG_HALF) >> 4, b_off >> 4);
+	else
+		lg_line(b, "\trt_wgmma(acc, da + %uu + 2 * ks, db + %uu + 2 * ks);", a_off >> 4, b_off >> 4);
+	if (terms > 1)
+		lg_close(b);
+}
+
+static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	int bn = (int)p->v[P_BN], half = bn / 2, S = (int)p->v[P_STAGES], na = (int)p->v[P_NA];
+	int terms = (int)p->v[P_TERMS];
+	int64_t K = p->v[P_K], nct = (p->v[P_N] + bn - 1) / bn;
+	unsigned ab = 2u * WG_HALF * (unsigned)terms, sb = (unsigned)bn * 256u;
+	/* the last block's second half past hidden: not loaded, not multiplied */
+	const char *two = K % 128 != 0 && K % 128 <= 64 ? "kb + 1 < nkb" : NULL;
+	struct lg_gemm g = {.t = {.bm = WG_BM, .bn = half, .bk = 64, .stages = S}, .terms = 1};
+	lg_gemm90_emit_helpers(b, &g, "rt");
+	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
+	emit_store_a90(b, terms);
+	emit_fill_helpers(b, s, 4, 16, "lg_st_a90");
+
+	lg_section(b, p->entry[0], "RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass");
+	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
+				WG_CLUSTER, WG_THREADS);
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
+	lg_line(b, "(void)part;");
+	lg_line(b, "(void)route_w;");
+	lg_line(b, "(void)qt;");
+	lg_line(b, "(void)st;");
+	lg_comment(b, "%d A buffers [%d term%s][2][64][128 B], %d route_w stages [2][%d][128 B] (at 1024-byte", na,
+		   terms, terms > 1 ? "s" : "", S, bn);
+	lg_comment(b, "boundaries), full[%d], empty[%d], the tile's reciprocal RMS [64].", S, S);
+	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
+	lg_line(b, "u8 *const abuf = ring, *const bbuf = ring + %u;", (unsigned)na * ab);
+	lg_line(b, "u64 *const full = (u64 *)(bbuf + %u), *const empty = full + %d;", (unsigned)S * sb, S);
+	lg_line(b, "float *const rs = (float *)(empty + %d);", S);
+	lg_comment(b, "A 64x%d tile of the logits (%lld column tile%s a row tile, adjacent: they share x in L2);",
+		   bn, (long long)nct, nct > 1 ? "s" : "");
+	lg_comment(b, "the first writes y, rms, q and s. Consumer thread: features 8 lb.. of rows");
+	lg_comment(b, "rg + 16 i, i < 4.");
+	emit_tile_vars(b, nct, WG_BM, bn, WG_CLUSTER);
+	lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster", WG_CLUSTER);
+	lg_line(b, "const int nkb = (int)((LG_K + 127) / 128); // blocks of 128 features");
+	lg_open(b, "if (threadIdx.x == 0) {");
+	lg_line(b, "lg_tma_prefetch(&tm_route_w);");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
+	lg_line(b, "lg_mbar_init(&full[s], 1);");
+	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp of the cluster", 8 * WG_CLUSTER);
+	lg_close(b);
+	lg_line(b, "lg_mbar_fence_init();");
+	lg_close(b);
+	lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
+	lg_open(b, "if (threadIdx.x >= 256) {");
+	lg_comment(b, "Producer: one thread loads its half of route_w's block kb (two 64-feature");
+	lg_comment(b, "boxes, multicast to the cluster) into stage kb %% %d once both CTAs' consumers", S);
+	lg_comment(b, "released it.");
+	lg_open(b, "if (threadIdx.x == 256) {");
+	lg_line(b, "const lg_tmap *const tm = &tm_route_w;");
+	lg_line(b, "const int e0 = (int)o0b + (int)rank * %d; // its route_w rows", half);
+	lg_open(b, "for (int kb = 0; kb < nkb; kb++) {");
+	lg_line(b, "const int s = kb %% %d;", S);
+	lg_line(b, "if (kb >= %d) lg_mbar_wait(&empty[s], ((kb / %d) - 1) & 1);", S, S);
+	lg_line(b, "u8 *const sd = bbuf + s * %u;", sb);
+	lg_line(b, "u64 *const fs = &full[s];");
+	if (two) {
+		lg_line(b, "const bool two = %s;", two);
+		lg_line(b, "lg_mbar_expect(fs, two ? %uu : %uu);", sb, sb / 2);
+	} else {
+		lg_line(b, "lg_mbar_expect(fs, %uu);", sb);
+	}
+	lg_line(b, "const int k0 = kb * 128;");
+	lg_line(b, "u8 *const sh = sd + rank * %u;", (unsigned)half * 128u);
+	lg_line(b, "lg_tma_load_2d_mc(sh, tm, fs, k0, e0, %u);", (1u << WG_CLUSTER) - 1);
+	if (two)
+		lg_line(b, "if (two)");
+	lg_line(b, "%slg_tma_load_2d_mc(sh + %u, tm, fs, k0 + 64, e0, %u);", two ? "\t" : "", sb / 2,
+		(1u << WG_CLUSTER) - 1);
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
+	lg_line(b, "return;");
+	lg_close(b);
+
+	emit_sumsq(b, 4, 16, K / 8, "lg_bar_named(1, 256); // the consumers");
+
+	lg_comment(b, "2. Consumer warpgroup wg: experts %d wg.. of the tile. Block kb: x's next block is", half);
+	lg_comment(b, "fetched, y made into A buffer kb %% %d (and y, q, s written), then, once both warpgroups", na);
+	lg_comment(b, "wrote it, its wgmma group issued; %s", na == 3 ? "one group kept in flight (so a buffer is"
+		   : "each group waited for (two A buffers");
+	lg_comment(b, "%s", na == 3 ? "rewritten 3 blocks on: both warpgroups met past its wait)."
+		   : "fit, not three: the wgmma does not overlap the next block's making).");
+	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
+	lg_line(b, "float acc[%d];", half / 2);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", half / 2);
+	lg_line(b, "lg_u32x4 xf[4], wf, xn[4], wn;");
+	lg_line(b, "lg_fetch_a(xf, wf, 0, x, w, o0a, M);");
+	lg_open(b, "for (int kb = 0; kb < nkb; kb++) {");
+	lg_line(b, "const i64 r0 = (i64)kb * 128;");
+	lg_line(b, "if (kb + 1 < nkb) lg_fetch_a(xn, wn, r0 + 128, x, w, o0a, M);");
+	lg_line(b, "u8 *const ab = abuf + (kb %% %d) * %u;", na, ab);
+	lg_line(b, "lg_make_a(ab, r0, xf, wf, rs, o0a, M, lead, yo, qo, so);");
+	lg_line(b, "lg_fence_proxy_async(); // the generic stores, then the wgmma's async-proxy reads");
+	lg_line(b, "lg_bar_named(1, 256);");
+	lg_line(b, "const int s = kb %% %d;", S);
+	lg_line(b, "lg_mbar_wait(&full[s], (kb / %d) & 1);", S);
+	lg_line(b, "const u64 da = lg_wg_desc(ab), db = lg_wg_desc(bbuf + s * %u + wg * %u);", sb,
+		(unsigned)half * 128u);
+	lg_line(b, "lg_wg_fence();");
+	emit_half_mma(b, terms, 0, 0);
+	if (two)
+		lg_open(b, "if (%s) {", two);
+	emit_half_mma(b, terms, WG_HALF, sb / 2);
+	if (two)
+		lg_close(b);
+	lg_line(b, "lg_wg_commit();");
+	if (na == 3) {
+		lg_line(b, "lg_wg_wait(1);");
+		lg_comment(b, "block kb - 1's stage released in both CTAs");
+		lg_open(b, "if (kb > 0 && lane == 0) {");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(kb + %d) %% %d], r);", WG_CLUSTER,
+			S - 1, S);
+		lg_close(b);
+	} else {
+		lg_line(b, "lg_wg_wait(0);");
+		lg_open(b, "if (lane == 0) {");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[s], r);", WG_CLUSTER);
+		lg_close(b);
+	}
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++) xf[i] = xn[i];");
+	lg_line(b, "wf = wn;");
+	lg_close(b);
+	lg_line(b, "lg_wg_wait(0);");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");", half / 2);
+	lg_comment(b, "3. The logits: accumulator pairs (row, col), (row, col + 1).");
+	lg_line(b, "const i64 row = o0a + warp * 16 + (lane >> 2);");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", half / 8);
+	lg_line(b, "const i64 col = o0b + wg * %d + j * 8 + (lane & 3) * 2;", half);
+	lg_line(b, "float *const lo = (float *)logits;");
+	lg_line(b, "lg_store_f32(lo, M, LG_N, row, col, acc[4 * j], acc[4 * j + 1]);");
+	lg_line(b, "lg_store_f32(lo, M, LG_N, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);");
+	lg_close(b);
+	lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
+	lg_close(b);
+}
+
 /* The columnwise copy (quant.output both): K1's columnwise kernel, the
  * quant engine on norm_common's hooks, after the fused pass (its rms). */
 static void emit_cols(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
@@ -383,7 +710,7 @@ static void emit_cols(lg_buf *b, const struct lg_spec *s, const struct lg_plan *
 	lg_section(b, p->entry[1], "columnwise copy of y, from x, rms and w");
 	lg_comment(b, "128 tokens x 128 features a CTA (the quant engine); x re-read (evict first), the rms");
 	lg_comment(b, "the first entry wrote; tiles in reverse: the last rows read are likeliest in L2.");
-	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(%d, 2)", CT_THREADS);
+	lg_emit_signature_tmaps(b, s, p, p->entry[1], "__launch_bounds__(%d, 2)", CT_THREADS);
 	lg_open(b, "{");
 	lg_line(b, "(void)route_w;");
 	lg_line(b, "(void)y;");
@@ -408,7 +735,10 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_line(b, "#define LG_N %lldll // experts", (long long)p->v[P_N]);
 	lg_emit_rrms(b, s);
 	lg_emit_quant_q(b, lg_quant_pow2(s));
-	emit_fused(b, s, p);
+	if (p->v[P_WG])
+		emit_fused90(b, s, p);
+	else
+		emit_fused(b, s, p);
 	if (p->v[P_BOTH])
 		emit_cols(b, s, p);
 }
@@ -418,18 +748,29 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 	lg_quant_uses(s, used, A_Q, A_S, A_QT, A_ST);
 }
 
-/* Tile variants for `lingen tune`: tokens a CTA and warp grids, experts a
- * column tile, route_w stages. */
+/* Tile variants for `lingen tune`: on sm_90a first the wgmma path's
+ * experts a column tile and route_w stages; then tokens a CTA and warp
+ * grids (the mma.sync path), experts a column tile, route_w stages. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
+	int n = 0;
+	if (wgmma_path(s, t)) {
+		static const int64_t wg[][2] = {{256, 2}, {128, 2}, {128, 4}, {64, 4}};
+		for (size_t i = 0; i < sizeof wg / sizeof wg[0]; i++) {
+			struct lg_tile_choice c = {0};
+			c.v[K_TN] = wg[i][0];
+			c.v[K_STAGES] = wg[i][1];
+			c.set = (uint64_t)1 << K_TN | (uint64_t)1 << K_STAGES;
+			n = lg_candidate_add(s, t, out, n, max, c);
+		}
+	}
 	static const int64_t shapes[][5] = {
 		/* m, n, warps_m, warps_n, stages */
 		{64, 256, 2, 4, 2}, {64, 256, 2, 4, 3}, {32, 256, 1, 8, 2}, {32, 256, 2, 4, 3},
 		{128, 256, 4, 2, 2}, {64, 128, 2, 4, 2}, {64, 128, 2, 2, 3}, {128, 128, 4, 2, 2},
 		{32, 128, 1, 4, 3}, {64, 256, 4, 2, 2}, {32, 128, 1, 4, 2}, {64, 64, 2, 2, 2},
 	};
-	int n = 0;
 	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
 		struct lg_tile_choice c = {0};
 		const int key[5] = {K_TM, K_TN, K_WM, K_WN, K_STAGES};

@@ -143,3 +143,17 @@ static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
 		     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}"
 		     :: "r"(lg_smem_addr(bar)), "r"(rank) : "memory");
 }
+
+// @helper lg_fence_proxy_async
+// Order this thread's generic-proxy writes to shared memory (st.shared)
+// before later async-proxy reads of them (wgmma operands, TMA stores); a
+// barrier then hands them to the threads that issue those.
+static __device__ __forceinline__ void lg_fence_proxy_async(void)
+{
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// @helper lg_bar_named
+// Named barrier `id` (1..15; 0 is __syncthreads') over n threads (whole
+// warps): a subset of the CTA meets without the others.
+#define lg_bar_named(id, n) asm volatile("bar.sync %0, %1;" :: "n"(id), "n"(n) : "memory")

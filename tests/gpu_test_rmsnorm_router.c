@@ -140,7 +140,7 @@ static void test_precision_and_scales(void **state)
 			check(keys[k], ms[i]);
 }
 
-/* The tiles of `lingen tune`. */
+/* The tiles of `lingen tune` (with a warp grid: mma.sync; without: wgmma on sm_90a). */
 static void test_tiles(void **state)
 {
 	(void)state;
@@ -155,6 +155,11 @@ static void test_tiles(void **state)
 		"{\"m\": 32, \"n\": 128, \"warps_m\": 1, \"warps_n\": 4, \"stages\": 3}",
 		"{\"m\": 64, \"n\": 256, \"warps_m\": 4, \"warps_n\": 2, \"stages\": 2}",
 		"{\"m\": 64, \"n\": 64, \"warps_m\": 2, \"warps_n\": 2, \"stages\": 2}",
+		/* no warp grid: the wgmma path on sm_90a */
+		"{\"m\": 64, \"n\": 256, \"stages\": 2}",
+		"{\"n\": 128, \"stages\": 4}",
+		"{\"n\": 64, \"stages\": 3}",
+		"{\"n\": 96}",
 	};
 	static const int64_t ms[] = {127, 1000};
 	for (size_t t = 0; t < N_OF(tiles); t++) {

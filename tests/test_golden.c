@@ -270,14 +270,22 @@ static const struct golden cases[] = {
 	{"router_gemm_bwd_h1000_e97_bf16x3_sm80", "sm_80",
 	 "{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
 	 "\"experts\": 97, \"precision\": \"bf16x3\", \"tile\": {\"k\": 64, \"m\": 64, \"warps_m\": 1, \"stages\": 3}}"},
-	/* K3b at the target (rowwise, pow2; "both": the columnwise entry), sm_80: odd experts, a
-	 * partial last quant block, y as 3 terms, exact scales */
+	/* K3b at the target (rowwise, pow2; "both": the columnwise entry; sm_90a: wgmma), sm_90a
+	 * and sm_80: odd experts, a partial last quant block, y as 3 terms, exact scales; sm_90a:
+	 * hidden 8 (half a block, the second half skipped) */
 	{"rmsnorm_router_h2048_e256_rowwise", "sm_90a",
 	 "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"experts\": 256, \"quant\": {\"output\": \"rowwise\"}}"},
 	{"rmsnorm_router_h2048_e256_both_bf16x2", "sm_90a",
 	 "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"experts\": 256, \"precision\": \"bf16x2\", \"quant\": {\"output\": \"both\"}}"},
+	{"rmsnorm_router_h1000_e97_bf16x3_exact", "sm_90a",
+	 "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
+	 "\"experts\": 97, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\", "
+	 "\"round_scale\": false}}"},
+	{"rmsnorm_router_h8_e3", "sm_90a",
+	 "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 8, "
+	 "\"experts\": 3, \"quant\": {\"output\": \"rowwise\"}}"},
 	{"rmsnorm_router_h1000_e97_bf16x3_exact_sm80", "sm_80",
 	 "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
 	 "\"experts\": 97, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\", "

@@ -299,10 +299,13 @@ static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_st
 	assert_int_equal(f->plan(s, &t, p), want);
 }
 
-/* The target shape: 128 CTAs of 64 tokens x 256 experts, 256 threads, two
- * route_w stages of 64 KB and two A stages of 16 KB; "both" adds the
- * columnwise entry over 16 x 64 tiles; fp32 A (bf16x3) on sm_80 halves the
- * experts a CTA to fit; nothing launched at 0 tokens. */
+/* The target shape: 128 CTAs of 64 tokens x 256 experts; on sm_90a 288
+ * threads (two consumer warpgroups, a producer warp) in clusters of 2,
+ * three A buffers of 16 KB and two route_w stages of 64 KB (with their
+ * mbarriers) and the alignment slack; on sm_80 256 threads, two route_w stages of 64 KB and
+ * two A stages of 16 KB; "both" adds the columnwise entry over 16 x 64
+ * tiles; fp32 A (bf16x3) on sm_80 halves the experts a CTA to fit; bf16x3
+ * on sm_90a keeps two A buffers; nothing launched at 0 tokens. */
 static void test_geometry(void **state)
 {
 	(void)state;
@@ -314,11 +317,30 @@ static void test_geometry(void **state)
 	assert_int_equal(p.nentries, 1);
 	int64_t M = 8192;
 	f->geometry(&p, 0, &M, &d);
-	assert_true(d.grid[0] == 128 && d.grid[1] == 1 && d.block[0] == 256);
-	assert_int_equal(d.smem, 2 * (16384 + 65536) + 64 * 4);
+	assert_true(d.grid[0] == 128 && d.grid[1] == 1 && d.block[0] == 288);
+	assert_int_equal(d.smem, 1024 + 3 * 16384 + 2 * (65536 + 16) + 64 * 4);
+	/* clusters of 2 CTAs, each loading half of route_w's rows (multicast) */
+	assert_true(p.ntmaps == 1 && p.tmap[0].box[0] == 64 && p.tmap[0].box[1] == 128 && p.tmap[0].swizzle == 128);
+	assert_int_equal(p.cluster[0], 2);
+	M = 1;
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 2); /* whole clusters: the second tile past M */
 	M = 0;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 0);
+	plan_at(s, "sm_80", &p, LG_OK);
+	M = 8192;
+	f->geometry(&p, 0, &M, &d);
+	assert_true(d.grid[0] == 128 && d.grid[1] == 1 && d.block[0] == 256);
+	assert_int_equal(d.smem, 2 * (16384 + 65536) + 64 * 4);
+	assert_int_equal(p.ntmaps, 0);
+	lg_spec_free(s);
+
+	s = parse("\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\"}");
+	plan_at(s, "sm_90a", &p, LG_OK);
+	M = 8192;
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.smem, 1024 + 2 * 3 * 16384 + 2 * (65536 + 16) + 64 * 4);
 	lg_spec_free(s);
 
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"quant\": {\"output\": \"both\"}");
@@ -365,6 +387,17 @@ static void test_source(void **state)
 	struct lg_plan p;
 	char *src = NULL;
 	lg_spec *s = parse("\"hidden\": 1000, \"experts\": 7, \"precision\": \"bf16x2\", \"quant\": {\"output\": \"rowwise\"}");
+	/* sm_90a: wgmma on route_w's TMA stages and A buffers the kernel writes */
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16"));
+	assert_non_null(strstr(src, "lg_tma_load_2d_mc(sh, tm, fs, k0, e0, 3)"));
+	assert_non_null(strstr(src, "lg_split_bf16x2(t[j], 2, v[2 * j], v[2 * j + 1])"));
+	assert_non_null(strstr(src, "lg_st_a90(dst, lr, lb * 8, yv)"));
+	assert_non_null(strstr(src, "lg_fence_proxy_async()"));
+	assert_null(strstr(src, "mma.sync"));
+	free(src);
+	/* sm_80 (and a warp grid on sm_90a): mma.sync, A stages in fp32 */
+	assert_true(lg_target_parse("sm_80", &t));
 	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
 	assert_non_null(strstr(src, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
 	assert_non_null(strstr(src, "lg_split_bf16x2(t, 2, v0, v1)"));
@@ -373,6 +406,14 @@ static void test_source(void **state)
 	assert_non_null(strstr(src, "make_float4")); /* fp32 A stages */
 	assert_null(strstr(src, "a_load_a")); /* A is never copied from memory */
 	assert_null(strstr(src, "_cols"));
+	free(src);
+	lg_spec_free(s);
+	assert_true(lg_target_parse("sm_90a", &t));
+	s = parse("\"hidden\": 1000, \"experts\": 96, \"quant\": {\"output\": \"rowwise\"}, "
+		  "\"tile\": {\"warps_m\": 2, \"warps_n\": 4}");
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_non_null(strstr(src, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+	assert_null(strstr(src, "wgmma"));
 	free(src);
 	lg_spec_free(s);
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"quant\": {\"output\": \"both\"}");

@@ -30,7 +30,7 @@ print(f"{'kernel':60} {'threads':>7} {'regs':>5} {'spill B':>7} {'smem':>10} {'C
 for f in sorted(glob.glob(sys.argv[1] + "/*.cu")):
     src, log = open(f).read(), open(f[:-3] + ".log").read()
     dyn = "extern __shared__" in src
-    for m in re.finditer(r"__global__\s+void\s+__launch_bounds__\(\s*(\d+)[^)]*\)\s*(\w+)\s*\(", src):
+    for m in re.finditer(r"__global__\s+void\s+(?:__cluster_dims__\([^)]*\)\s*)?__launch_bounds__\(\s*(\d+)[^)]*\)\s*(\w+)\s*\(", src):
         th, name = int(m.group(1)), m.group(2)
         u = re.search(r"Compiling entry function '" + name + r"'.*?(\d+) bytes spill stores.*?"
                       r"Used (\d+) registers(?:[^\n]*?(\d+) bytes smem)?", log, re.S)

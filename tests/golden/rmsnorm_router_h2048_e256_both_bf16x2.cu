@@ -12,24 +12,15 @@ typedef unsigned long long u64;
 typedef long long i64;
 struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 
+// A CUtensorMap as the driver encodes it (cuTensorMapEncodeTiled, at
+// launch): 128 opaque bytes, 64-byte aligned, passed by value as a
+// `const __grid_constant__` parameter so TMA reads it from parameter space.
+struct __align__(64) lg_tmap {
+	u64 v[16];
+};
+
 static __device__ __forceinline__ u32 lg_f2u(float f) { return __float_as_uint(f); }
 static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
-
-// Copy 16 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
-static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
-}
-
-// Close the group of this thread's copies issued since the last commit.
-static __device__ __forceinline__ void lg_cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Wait until at most n committed groups are still in flight.
-#define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
 
 // The low bf16 of w as fp32 (exact: a shift).
 static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
@@ -69,6 +60,14 @@ static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 	return lg_sumsq_bf16x2(acc, v.w);
 }
 
+// Barrier over every thread of the cluster; shared memory writes before it
+// are visible to the cluster's CTAs after it.
+static __device__ __forceinline__ void lg_cluster_sync(void)
+{
+	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // Two floats to e4m3 by the hardware conversion; lo in the low byte.
 static __device__ __forceinline__ u32 lg_e4m3x2(float lo, float hi)
 {
@@ -81,38 +80,6 @@ static __device__ __forceinline__ u32 lg_e4m3x2(float lo, float hi)
 static __device__ __forceinline__ u32 lg_e4m3x4(float a, float b, float c, float d)
 {
 	return lg_e4m3x2(a, b) | (lg_e4m3x2(c, d) << 16);
-}
-
-// Byte offset of byte `byte` of row `row` in a swizzled shared tile of rows
-// of rb bytes (rb 64, or a multiple of 128): the 16-byte chunk index is
-// XORed with the row (rb >= 128), or with the 128-byte line (rb 64, two rows
-// a line), mod 8. Eight rows at one logical chunk (an ldmatrix) then hit
-// eight distinct chunks of a 128-byte line: no bank conflict.
-static __device__ __forceinline__ u32 lg_swz(u32 row, u32 byte, u32 rb)
-{
-	const u32 o = row * rb + byte;
-	const u32 line = rb >= 128u ? row : o >> 7;
-	return o ^ ((line & 7u) << 4);
-}
-
-// ldmatrix .x4: four 8x8 b16 matrices; lane l gives the address of row
-// l % 8 of matrix l / 8 and gets, of each matrix j, row l / 4, elements
-// 2 (l % 4) and 2 (l % 4) + 1 in r[j].
-static __device__ __forceinline__ void lg_ldsm4(u32 r[4], const void *p)
-{
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"((u32)__cvta_generic_to_shared(p)));
-}
-
-// d += a . b on a 16x8x16 tile: bf16 operands, fp32 accumulators
-// (mma.sync m16n8k16, A row-major, B column-major).
-static __device__ __forceinline__ void lg_mma_bf16(float d[4], const u32 a[4], const u32 b[2])
-{
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
 // The two fp32 values (lo, hi) as n bf16x2 terms t[0..n): t[0] their
@@ -250,6 +217,109 @@ static __device__ __forceinline__ void lg_st16_any(u8 *dst, lg_u32x4 v, int n)
 	}
 }
 
+// The shared-window address of a generic pointer to shared memory.
+static __device__ __forceinline__ u32 lg_smem_addr(const void *p)
+{
+	return (u32)__cvta_generic_to_shared(p);
+}
+
+// Initialise the mbarrier at bar (shared) for `count` arrivals a phase.
+static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
+{
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+		     :: "r"(lg_smem_addr(bar)), "r"(count) : "memory");
+}
+
+// Make mbarrier initialisations visible to the async proxy (TMA) and to
+// the other threads (a __syncthreads follows).
+static __device__ __forceinline__ void lg_mbar_fence_init(void)
+{
+	asm volatile("fence.mbarrier_init.release.cluster;\n\t"
+		     "fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Arrive on bar and announce `bytes` of TMA transactions for this phase.
+static __device__ __forceinline__ void lg_mbar_expect(u64 *bar, u32 bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+		     :: "r"(lg_smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// Wait until the phase of bar with parity `parity` has completed.
+static __device__ __forceinline__ void lg_mbar_wait(u64 *bar, u32 parity)
+{
+	asm volatile("{\n\t.reg .pred p;\n"
+		     "LG_WAIT_%=:\n\t"
+		     "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+		     "@!p bra LG_WAIT_%=;\n}"
+		     :: "r"(lg_smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// Fetch tensor map tm's descriptor into the TMA unit's cache.
+static __device__ __forceinline__ void lg_tma_prefetch(const lg_tmap *tm)
+{
+	asm volatile("prefetch.tensormap [%0];" :: "l"((u64)tm) : "memory");
+}
+
+// The wgmma shared memory descriptor of a K-major tile of 128-byte rows
+// with the 128-byte swizzle (as TMA writes it): start address >> 4 (bits
+// 0-13), leading byte offset unused (1), stride byte offset 1024 >> 4 (the
+// next 8-row group, bits 32-45), layout 1 = 128-byte swizzle (bits 62-63).
+// Stepping 16 elements of K inside the row adds 32 bytes (2) to it.
+static __device__ __forceinline__ u64 lg_wg_desc(const void *p)
+{
+	const u64 a = (u64)((lg_smem_addr(p) & 0x3FFFFu) >> 4);
+	return a | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// Order register and shared memory accesses before the wgmma that follows.
+static __device__ __forceinline__ void lg_wg_fence(void)
+{
+	asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+// Close the group of wgmma operations issued since the last commit.
+static __device__ __forceinline__ void lg_wg_commit(void)
+{
+	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Wait until at most n committed wgmma groups are pending.
+#define lg_wg_wait(n) asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(n) : "memory")
+
+// lg_tma_load_2d multicast: the box lands at dst's offset in the shared
+// memory of every CTA of the cluster in `mask` (bit r: rank r), completing
+// its bytes on the mbarrier at bar's offset in each of them.
+static __device__ __forceinline__ void
+lg_tma_load_2d_mc(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1, u16 mask)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
+		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
+		     "r"(c0), "r"(c1), "h"(mask) : "memory");
+}
+
+// Arrive on the mbarrier at bar's offset in CTA `rank` of the cluster.
+static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
+{
+	asm volatile("{\n\t.reg .b32 ra;\n\t"
+		     "mapa.shared::cluster.u32 ra, %0, %1;\n\t"
+		     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}"
+		     :: "r"(lg_smem_addr(bar)), "r"(rank) : "memory");
+}
+
+// Order this thread's generic-proxy writes to shared memory (st.shared)
+// before later async-proxy reads of them (wgmma operands, TMA stores); a
+// barrier then hands them to the threads that issue those.
+static __device__ __forceinline__ void lg_fence_proxy_async(void)
+{
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Named barrier `id` (1..15; 0 is __syncthreads') over n threads (whole
+// warps): a subset of the CTA meets without the others.
+#define lg_bar_named(id, n) asm volatile("bar.sync %0, %1;" :: "n"(id), "n"(n) : "memory")
+
 // ----- helpers for this spec -----
 #define LG_K 2048ll // hidden
 #define LG_N 256ll // experts
@@ -261,78 +331,34 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 }
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
-// Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple
-// of 8) of a [64][512 bytes] stage, as fp32 (swizzled as a loaded tile).
+// acc (64 x 128, fp32) += A (64 x 16 at descriptor da) . B (128 x 16 at db)^T, both bf16
+// K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.
 static __device__ __forceinline__ void
-a_st_a(u8 *s, int row, int col, const float v[8])
+rt_wgmma(float acc[64], u64 da, u64 db)
 {
-	*(float4 *)(s + lg_swz(row, col * 4, 512)) = make_float4(v[0], v[1], v[2], v[3]);
-	*(float4 *)(s + lg_swz(row, col * 4 + 16, 512)) = make_float4(v[4], v[5], v[6], v[7]);
-}
-// Operand b: bf16 [output][reduction], a [256][256 bytes] shared tile (swizzled), 16-byte cp.async
-// copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
-static __device__ __forceinline__ void
-a_load_b(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
-{
-	#pragma unroll
-	for (int i = 0; i < 16; i++) {
-		const int c = threadIdx.x + i * 256;
-		const int row = c / 16, cc = c % 16;
-		const i64 o = o0 + row, r = r0 + cc * 8;
-		const bool ok = o < oext && r < rext;
-		const u8 *src = ok ? g + (o * ld + r) * 2 : g;
-		lg_cp16(s + lg_swz(row, cc * 16, 256), src, ok ? 16u : 0u);
-	}
-}
-// A's fragments of warp row wm's 2 m16 tiles at reduction step ks (2 terms).
-static __device__ __forceinline__ void
-a_frag_a(u32 af[2][2][4], const u8 *ca, int ks, int wm, int lane)
-{
-	#pragma unroll
-	for (int mi = 0; mi < 2; mi++) {
-		// register j: output g + 8 (j & 1), reduction 2q + 8 (j >> 1), + 1
-		#pragma unroll
-		for (int j = 0; j < 4; j++) {
-			const int o = wm * 32 + mi * 16 + (lane >> 2) + (j & 1) * 8;
-			const int r = ks + (lane & 3) * 2 + (j >> 1) * 8;
-			const float2 v = *(const float2 *)(ca + lg_swz(o, r * 4, 512));
-			const float v0 = v.x, v1 = v.y;
-			u32 t[2];
-			lg_split_bf16x2(t, 2, v0, v1);
-			#pragma unroll
-			for (int e = 0; e < 2; e++) af[mi][e][j] = t[e];
-		}
-	}
-}
-// B's fragments of warp column wn's 8 n8 tiles at reduction step ks.
-static __device__ __forceinline__ void
-a_frag_b(u32 bfr[8][2], const u8 *cb, int ks, int wn, int lane)
-{
-	#pragma unroll
-	for (int nj = 0; nj < 4; nj++) {
-		u32 r[4];
-		const int row = wn * 64 + nj * 16 + (lane & 7) + (lane >> 4) * 8;
-		const int col = ks + ((lane >> 3) & 1) * 8;
-		lg_ldsm4(r, cb + lg_swz(row, col * 2, 256));
-		bfr[2 * nj][0] = r[0];
-		bfr[2 * nj][1] = r[1];
-		bfr[2 * nj + 1][0] = r[2];
-		bfr[2 * nj + 1][1] = r[3];
-	}
-}
-// The warp's 2x8 mma tiles of one k16 step, each term of A (the small ones first).
-static __device__ __forceinline__ void
-a_mma(float acc[2][8][4], const u32 af[2][2][4], const u32 bfr[8][2])
-{
-	#pragma unroll
-	for (int mi = 0; mi < 2; mi++) {
-		#pragma unroll
-		for (int ni = 0; ni < 8; ni++) {
-			#pragma unroll
-			for (int e = 1; e >= 0; e--)
-				lg_mma_bf16(acc[mi][ni], af[mi][e], bfr[ni]);
-		}
-	}
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
+		"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11,"
+		" %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23,"
+		" %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,"
+		" %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+		" %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59,"
+		" %60, %61, %62, %63},"
+		" %64, %65, p, 1, 1, 0, 0;\n}"
+		: "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]),
+		  "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]), "+f"(acc[8]), "+f"(acc[9]),
+		  "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]),
+		  "+f"(acc[15]), "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]),
+		  "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]), "+f"(acc[24]),
+		  "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]),
+		  "+f"(acc[30]), "+f"(acc[31]), "+f"(acc[32]), "+f"(acc[33]), "+f"(acc[34]),
+		  "+f"(acc[35]), "+f"(acc[36]), "+f"(acc[37]), "+f"(acc[38]), "+f"(acc[39]),
+		  "+f"(acc[40]), "+f"(acc[41]), "+f"(acc[42]), "+f"(acc[43]), "+f"(acc[44]),
+		  "+f"(acc[45]), "+f"(acc[46]), "+f"(acc[47]), "+f"(acc[48]), "+f"(acc[49]),
+		  "+f"(acc[50]), "+f"(acc[51]), "+f"(acc[52]), "+f"(acc[53]), "+f"(acc[54]),
+		  "+f"(acc[55]), "+f"(acc[56]), "+f"(acc[57]), "+f"(acc[58]), "+f"(acc[59]),
+		  "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63])
+		: "l"(da), "l"(db), "r"(1));
 }
 static __device__ __forceinline__ void
 lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1)
@@ -340,6 +366,19 @@ lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v
 	if (row >= rows || col >= cols) return;
 	// cols even: col + 1 is in the row too
 	*(float2 *)(out + row * cols + col) = make_float2(v0, v1);
+}
+// 8 values of A's row `row` at col.. of a block into buffer s (2 bf16 terms, 16384 bytes
+// each; 128-byte swizzled halves of 64 features).
+static __device__ __forceinline__ void
+lg_st_a90(u8 *s, int row, int col, const float v[8])
+{
+	u8 *const p = s + (col >> 6) * 8192 + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4);
+	u32 t[4][2];
+	#pragma unroll
+	for (int j = 0; j < 4; j++) lg_split_bf16x2(t[j], 2, v[2 * j], v[2 * j + 1]);
+	#pragma unroll
+	for (int e = 0; e < 2; e++)
+		*(uint4 *)(p + e * 16384) = make_uint4(t[0][e], t[1][e], t[2][e], t[3][e]);
 }
 // A's block at feature r0: the thread's 8 features of its 4 tokens of x, and of w.
 static __device__ __forceinline__ void
@@ -378,7 +417,7 @@ lg_make_a(
 			yv[2 * e + 1] = (lg_bf16_hi(xw[e]) * rr) * lg_bf16_hi(ww[e]);
 			amax = fmaxf(amax, fmaxf(fabsf(yv[2 * e]), fabsf(yv[2 * e + 1])));
 		}
-		a_st_a(dst, lr, lb * 8, yv);
+		lg_st_a90(dst, lr, lb * 8, yv);
 		if (!lead) continue; // CTA-uniform
 		amax = lg_max_xor(amax, 1, 8);
 		const float sc = lg_scale_pow2(amax), inv = lg_inv_pow2(sc);
@@ -396,24 +435,66 @@ lg_make_a(
 }
 
 // ----- lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2 -----
-// RMSNorm, router GEMM, rowwise copy: one pass
-extern "C" __global__ void __launch_bounds__(256, 1)
+// RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2(
 	u64 x, u64 w, u64 route_w, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 qt, u64 st, i64 M,
-	i64 part)
+	i64 part, const __grid_constant__ lg_tmap tm_route_w)
 {
-	extern __shared__ __align__(128) u8 smem[];
+	extern __shared__ __align__(1024) u8 smem[];
 	(void)part;
+	(void)route_w;
 	(void)qt;
 	(void)st;
-	float *const rs = (float *)(smem + 196608); // [64] the tile's reciprocal RMS
+	// 3 A buffers [2 terms][2][64][128 B], 2 route_w stages [2][256][128 B] (at 1024-byte
+	// boundaries), full[2], empty[2], the tile's reciprocal RMS [64].
+	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const abuf = ring, *const bbuf = ring + 98304;
+	u64 *const full = (u64 *)(bbuf + 131072), *const empty = full + 2;
+	float *const rs = (float *)(empty + 2);
 	// A 64x256 tile of the logits (1 column tile a row tile, adjacent: they share x in L2);
-	// the first writes y, rms, q and s. Thread: features 8 lb.. of rows rg + 16 i, i < 4.
-	const i64 o0a = (i64)(blockIdx.x / 1) * 64, o0b = (i64)(blockIdx.x % 1) * 256;
-	const bool lead = blockIdx.x % 1 == 0;
+	// the first writes y, rms, q and s. Consumer thread: features 8 lb.. of rows
+	// rg + 16 i, i < 4.
+	const i64 pair = blockIdx.x / 2; // cluster: rank blockIdx.x % 2, row tile 2 pair..
+	const i64 o0a = (pair / 1 * 2 + blockIdx.x % 2) * 64, o0b = pair % 1 * 256;
+	const bool lead = pair % 1 == 0;
 	const int lb = threadIdx.x & 15, rg = threadIdx.x >> 4;
 	u8 *const yo = (u8 *)y, *const qo = (u8 *)q;
 	float *const so = (float *)s;
+	const u32 rank = blockIdx.x % 2; // in the cluster
+	const int nkb = (int)((LG_K + 127) / 128); // blocks of 128 features
+	if (threadIdx.x == 0) {
+		lg_tma_prefetch(&tm_route_w);
+		#pragma unroll
+		for (int s = 0; s < 2; s++) {
+			lg_mbar_init(&full[s], 1);
+			lg_mbar_init(&empty[s], 16); // every consumer warp of the cluster
+		}
+		lg_mbar_fence_init();
+	}
+	lg_cluster_sync(); // the cluster's barriers ready before any multicast
+	if (threadIdx.x >= 256) {
+		// Producer: one thread loads its half of route_w's block kb (two 64-feature
+		// boxes, multicast to the cluster) into stage kb % 2 once both CTAs' consumers
+		// released it.
+		if (threadIdx.x == 256) {
+			const lg_tmap *const tm = &tm_route_w;
+			const int e0 = (int)o0b + (int)rank * 128; // its route_w rows
+			for (int kb = 0; kb < nkb; kb++) {
+				const int s = kb % 2;
+				if (kb >= 2) lg_mbar_wait(&empty[s], ((kb / 2) - 1) & 1);
+				u8 *const sd = bbuf + s * 65536;
+				u64 *const fs = &full[s];
+				lg_mbar_expect(fs, 65536u);
+				const int k0 = kb * 128;
+				u8 *const sh = sd + rank * 16384;
+				lg_tma_load_2d_mc(sh, tm, fs, k0, e0, 3);
+				lg_tma_load_2d_mc(sh + 32768, tm, fs, k0 + 64, e0, 3);
+			}
+		}
+		lg_cluster_sync(); // the other CTA is done with this one's stages
+		return;
+	}
 	// 1. Sums of squares (fp64) of the tile's rows: 16 lanes a row, x kept in L2 for step 2.
 	{
 		const u64 keep = lg_policy_evict_last();
@@ -440,85 +521,64 @@ lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2(
 			}
 		}
 	}
-	__syncthreads();
-	// 2. The GEMM over blocks of 128 features, y made into the A stages as it goes.
-	lg_u32x4 xf[4], wf;
-	const i64 kts = (LG_K + 127) / 128;
-	// 64x256 tile, 2x4 warps of 32x64, reduction steps of 128, 2 stages in flight.
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int wm = warp % 2, wn = warp / 2;
-	float acc[2][8][4];
+	lg_bar_named(1, 256); // the consumers
+	// 2. Consumer warpgroup wg: experts 128 wg.. of the tile. Block kb: x's next block is
+	// fetched, y made into A buffer kb % 3 (and y, q, s written), then, once both warpgroups
+	// wrote it, its wgmma group issued; one group kept in flight (so a buffer is
+	// rewritten 3 blocks on: both warpgroups met past its wait).
+	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+	float acc[64];
 	#pragma unroll
-	for (int mi = 0; mi < 2; mi++) {
+	for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+	lg_u32x4 xf[4], wf, xn[4], wn;
+	lg_fetch_a(xf, wf, 0, x, w, o0a, M);
+	for (int kb = 0; kb < nkb; kb++) {
+		const i64 r0 = (i64)kb * 128;
+		if (kb + 1 < nkb) lg_fetch_a(xn, wn, r0 + 128, x, w, o0a, M);
+		u8 *const ab = abuf + (kb % 3) * 32768;
+		lg_make_a(ab, r0, xf, wf, rs, o0a, M, lead, yo, qo, so);
+		lg_fence_proxy_async(); // the generic stores, then the wgmma's async-proxy reads
+		lg_bar_named(1, 256);
+		const int s = kb % 2;
+		lg_mbar_wait(&full[s], (kb / 2) & 1);
+		const u64 da = lg_wg_desc(ab), db = lg_wg_desc(bbuf + s * 65536 + wg * 16384);
+		lg_wg_fence();
 		#pragma unroll
-		for (int ni = 0; ni < 8; ni++) {
+		for (int e = 1; e >= 0; e--) {
 			#pragma unroll
-			for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
+			for (int ks = 0; ks < 4; ks++)
+				rt_wgmma(acc, da + 0u + e * 1024u + 2 * ks, db + 0u + 2 * ks);
 		}
-	}
-	u8 *const sa = smem, *const sb = smem + 65536;
-	const int nkt = (int)(kts - 0);
-	// A is made by the kernel: the loads of its first reduction tile.
-	if (nkt > 0) {
-		const i64 r1 = (i64)(0) * 128;
-		lg_fetch_a(xf, wf, r1, x, w, o0a, M);
-	}
-	// Prologue: the first 1 reduction tiles in flight, one commit group each.
-	#pragma unroll
-	for (int s = 0; s < 1; s++) {
-		if (s < nkt) {
-			const int st = s;
-			const i64 r0 = (0 + s) * 128;
-			a_load_b(sb + st * 65536, (const u8 *)route_w, o0b, r0, LG_N, LG_K, LG_K);
-			u8 *const adst = sa + st * 32768;
-			lg_make_a(adst, r0, xf, wf, rs, o0a, M, lead, yo, qo, so);
-			if (s + 1 < nkt) {
-				const i64 r1 = r0 + 128;
-				lg_fetch_a(xf, wf, r1, x, w, o0a, M);
-			}
-		}
-		lg_cp_commit();
-	}
-	for (int kt = 0; kt < nkt; kt++) {
-		// Tile kt has landed; every warp is done with the stage refilled next.
-		lg_cp_wait(0);
-		__syncthreads();
-		const int nx = kt + 1;
-		if (nx < nkt) {
-			const int st = nx % 2;
-			const i64 r0 = (0 + nx) * 128;
-			a_load_b(sb + st * 65536, (const u8 *)route_w, o0b, r0, LG_N, LG_K, LG_K);
-			u8 *const adst = sa + st * 32768;
-			lg_make_a(adst, r0, xf, wf, rs, o0a, M, lead, yo, qo, so);
-			if (nx + 1 < nkt) {
-				const i64 r1 = r0 + 128;
-				lg_fetch_a(xf, wf, r1, x, w, o0a, M);
-			}
-		}
-		lg_cp_commit();
-		const int cs = kt % 2; // the stage of tile kt
-		const u8 *const ca = sa + cs * 32768, *const cb = sb + cs * 65536;
 		#pragma unroll
-		for (int ks = 0; ks < 128; ks += 16) {
-			u32 af[2][2][4], bfr[8][2];
-			a_frag_a(af, ca, ks, wm, lane);
-			a_frag_b(bfr, cb, ks, wn, lane);
-			a_mma(acc, af, bfr);
+		for (int e = 1; e >= 0; e--) {
+			#pragma unroll
+			for (int ks = 0; ks < 4; ks++)
+				rt_wgmma(acc, da + 512u + e * 1024u + 2 * ks, db + 2048u + 2 * ks);
 		}
-	}
-	// 3. The logits.
-	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
-	#pragma unroll
-	for (int mi = 0; mi < 2; mi++) {
-		const i64 row = o0a + wm * 32 + mi * 16 + (lane >> 2);
+		lg_wg_commit();
+		lg_wg_wait(1);
+		// block kb - 1's stage released in both CTAs
+		if (kb > 0 && lane == 0) {
+			#pragma unroll
+			for (u32 r = 0; r < 2; r++) lg_mbar_arrive_cta(&empty[(kb + 1) % 2], r);
+		}
 		#pragma unroll
-		for (int ni = 0; ni < 8; ni++) {
-			const i64 col = o0b + wn * 64 + ni * 8 + (lane & 3) * 2;
-			const float *const v = acc[mi][ni];
-			lg_store_f32((float *)logits, M, LG_N, row, col, v[0], v[1]);
-			lg_store_f32((float *)logits, M, LG_N, row + 8, col, v[2], v[3]);
-		}
+		for (int i = 0; i < 4; i++) xf[i] = xn[i];
+		wf = wn;
 	}
+	lg_wg_wait(0);
+	#pragma unroll
+	for (int i = 0; i < 64; i++) asm volatile("" : "+f"(acc[i]) :: "memory");
+	// 3. The logits: accumulator pairs (row, col), (row, col + 1).
+	const i64 row = o0a + warp * 16 + (lane >> 2);
+	#pragma unroll
+	for (int j = 0; j < 16; j++) {
+		const i64 col = o0b + wg * 128 + j * 8 + (lane & 3) * 2;
+		float *const lo = (float *)logits;
+		lg_store_f32(lo, M, LG_N, row, col, acc[4 * j], acc[4 * j + 1]);
+		lg_store_f32(lo, M, LG_N, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);
+	}
+	lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done
 }
 
 // ----- lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2_cols -----
@@ -528,7 +588,7 @@ lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2(
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2_cols(
 	u64 x, u64 w, u64 route_w, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 qt, u64 st, i64 M,
-	i64 part)
+	i64 part, const __grid_constant__ lg_tmap tm_route_w)
 {
 	(void)route_w;
 	(void)y;
