@@ -145,7 +145,7 @@ static void test_tiles(void **state)
 {
 	(void)state;
 	static const char *const tiles[] = {
-		"{\"m\": 64, \"n\": 256, \"warps_m\": 2, \"warps_n\": 4, \"stages\": 3}",
+		"{\"m\": 64, \"n\": 256, \"warps_m\": 2, \"warps_n\": 4, \"stages\": 2}",
 		"{\"m\": 32, \"n\": 256, \"warps_m\": 1, \"warps_n\": 8, \"stages\": 2}",
 		"{\"m\": 32, \"n\": 256, \"warps_m\": 2, \"warps_n\": 4, \"stages\": 3}",
 		"{\"m\": 128, \"n\": 256, \"warps_m\": 4, \"warps_n\": 2, \"stages\": 2}",
