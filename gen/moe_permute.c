@@ -17,9 +17,9 @@
  *
  * Strategy: moe_common.c (one CTA per token; the token's row read once,
  * in 16-byte pieces where the row allows, and stored to each of its rows;
- * 256 more CTAs write the zero rows; the backward's combine takes
- * tile.pipeline 2: persistent CTAs, the next token's map row read while
- * this one's rows are added).
+ * 256 more CTAs write the zero rows; the backward's combine by default
+ * pipelined, tile.pipeline 2: persistent CTAs, the next token's map row
+ * read while this one's rows are added; tile.pipeline 1 one CTA a token).
  */
 #include <stdio.h>
 
@@ -117,10 +117,10 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
-/* Tile variants for `lingen tune`: threads a token, the pipelined combine. */
+/* Tile variants for `lingen tune`: threads a token; the combine in both forms. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
-	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE);
+	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE, s->pass == LG_PASS_BACKWARD);
 }
 
 const struct lg_family lg_family_moe_permute = {

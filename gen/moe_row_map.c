@@ -28,18 +28,30 @@
  * bound: row_index and the dispatch kernels drop the rows past it.
  *
  * Strategy: the tokens are cut into S = min(tile.slices, tokens) slices of
- * consecutive tokens, one CTA each, in two kernels. The first counts each
- * expert's tokens in its slice (shared-memory integer atomics: the sums
- * do not depend on their order) into a workspace row [S][experts]. The
- * second (launched early with programmatic dependent launch on sm_90,
- * waiting for the first) sums the workspace column of each expert
- * (total, and the part before its slice), scans the padded counts over the
- * experts in warp 0, then walks its slice: a chunk of tokens of the
- * routing is staged in shared memory as a dense [tokens][experts] byte
- * mask (the next chunk's loads in flight meanwhile), one thread per expert
- * walks the chunk's tokens in order assigning rows, and the chunk's
- * row_id_map block, which is contiguous, is stored by every thread, 4
- * bytes each, coalesced. Deterministic: no result depends on timing.
+ * consecutive tokens, and one kernel of S CTAs gives every output; a
+ * one-CTA kernel before it zeroes its counters in the workspace (the
+ * caller's scratch: nothing is assumed of its bytes), and on sm_90 the map
+ * kernel is launched early (programmatic dependent launch), loading its
+ * slice's routing while the zeros are written. A chunk of up to 64 tokens
+ * is made into bits in shared memory: bits[h][e] holds, one bit a token,
+ * the chunk's tokens of expert e in 32-token group h (a mask: staged in
+ * rows of an odd word count, then one __ballot_sync an expert per 32
+ * tokens; top-k slots: or-ed in, so a repeated expert counts once).
+ * Phase 1: each slice is counted (popcounts) by the CTA that claims it,
+ * its own first, then any still unclaimed (an atomic exchange on its
+ * claim), so no CTA ever waits for a slice held by a CTA that is not
+ * running: the kernel needs no co-residency. The counts go to the
+ * workspace row of the slice and are added to the totals (integer atomics:
+ * any order gives the same sums); a counter of counted slices is raised.
+ * Phase 2, once it reaches S: each CTA scans the padded totals over the
+ * experts (warp 0), adds the counts of the slices before each of its own
+ * (16-byte L2 loads, 4 experts a load), and gives each chunk's rows: row =
+ * the expert's next row + popc(bits below the token); the chunk's
+ * row_id_map block [chunk][E] is contiguous, so every thread stores 4
+ * bytes, coalesced. The last slice a CTA counted keeps its bits in shared
+ * memory (one chunk: no second read). No result depends on timing.
+ * Bounded by latency (T = 8192, E = 256: 2 MB read, 8.5 MB written):
+ * the routing read, one L2 round trip for the counts, the stores.
  */
 #include <stdio.h>
 
@@ -83,6 +95,10 @@ static const struct lg_arg args[NARGS] = {
 
 enum { P_E, P_K, P_M, P_ROUTING, P_SLICES, P_THREADS, P_CHUNK, P_EARLY };
 
+#define THREADS 512      /* threads of the map kernel */
+#define RESET_THREADS 256 /* threads of the reset kernel (one CTA) */
+#define LOADS_MAX 16     /* routing units a thread holds for a chunk at most */
+
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	return lg_moe_validate(s, K_EXPERTS, where);
@@ -96,6 +112,20 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 	used[A_I64] = r == R_I64;
 }
 
+/* Routing units a token: 4-byte words of its mask row (experts % 4 == 0),
+ * bytes of it, or top-k slots. */
+static int64_t units_per_token(int routing, int64_t e, int64_t k)
+{
+	return routing != R_MASK ? k : e % 4 == 0 ? e / 4 : e;
+}
+
+/* Words a staged mask row (odd: the lanes of a warp reading one column of
+ * 32 rows hit 32 distinct banks). */
+static int64_t stage_words(int64_t e)
+{
+	return ((e + 3) / 4) | 1;
+}
+
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	int64_t e = lg_spec_int(s, K_EXPERTS);
@@ -104,14 +134,16 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_M] = lg_spec_int(s, K_MULTIPLE);
 	p->v[P_ROUTING] = lg_spec_int(s, K_ROUTING);
 	p->v[P_SLICES] = p->tile[K_SLICES] = lg_spec_has(s, K_SLICES) ? lg_spec_int(s, K_SLICES) : 128;
-	p->v[P_THREADS] = 512;
-	/* a chunk of up to 32 tokens: its byte mask and row ids (5 bytes a pair)
-	 * and the counts and offsets (8 bytes an expert) within 40 KB of
-	 * static shared memory */
-	int64_t chunk = (40960 - 8 * e) / (5 * e);
-	p->v[P_CHUNK] = chunk < 1 ? 1 : chunk > 32 ? 32 : chunk;
+	p->v[P_THREADS] = THREADS;
+	/* a chunk of up to 64 tokens: its routing at most LOADS_MAX units a
+	 * thread, its staged mask within 32 KB of shared memory */
+	int64_t chunk = 64, upt = units_per_token((int)p->v[P_ROUTING], e, p->v[P_K]);
+	while (chunk > 8 && ((chunk * upt + THREADS - 1) / THREADS > LOADS_MAX ||
+			     (p->v[P_ROUTING] == R_MASK && chunk * stage_words(e) * 4 > 32768)))
+		chunk /= 2;
+	p->v[P_CHUNK] = chunk;
 	p->nentries = 2;
-	snprintf(p->entry[0], sizeof p->entry[0], "%s_count", s->entry);
+	snprintf(p->entry[0], sizeof p->entry[0], "%s_reset", s->entry);
 	snprintf(p->entry[1], sizeof p->entry[1], "%s", s->entry);
 	p->v[P_EARLY] = t->sm >= 90;
 	p->early[1] = p->v[P_EARLY] != 0;
@@ -120,55 +152,39 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
-	(void)e;
 	int64_t n = sz[0] < p->v[P_SLICES] ? sz[0] : p->v[P_SLICES];
-	d->grid[0] = (unsigned)(n < 1 ? 1 : n);
+	d->grid[0] = e == 0 ? 1u : (unsigned)(n < 1 ? 1 : n);
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	d->block[0] = (unsigned)p->v[P_THREADS];
+	d->block[0] = e == 0 ? RESET_THREADS : (unsigned)p->v[P_THREADS];
 	d->smem = 0;
 }
 
+/* The workspace, int32: each slice's counts [slices][experts], the totals
+ * [experts], the claims [slices], the counted slices [1]. */
 static size_t workspace(const struct lg_plan *p)
 {
-	return (size_t)(p->v[P_SLICES] * p->v[P_E]) * 4;
+	return (size_t)((p->v[P_SLICES] * p->v[P_E] + p->v[P_E] + p->v[P_SLICES] + 1 + 3) / 4 * 4) * 4;
 }
 
 /* ------------------------------------------------------------ emission */
 
 struct shape {
-	int64_t e, k, m, chunk;
-	int routing, threads, slices;
+	int64_t e, k, m, chunk, upt, sw;
+	int routing, threads, slices, groups, nr;
+	bool words; /* mask rows loaded 4 bytes at a time */
 };
 
 static struct shape shape_of(const struct lg_plan *p)
 {
-	return (struct shape){.e = p->v[P_E], .k = p->v[P_K], .m = p->v[P_M], .chunk = p->v[P_CHUNK],
-			      .routing = (int)p->v[P_ROUTING], .threads = (int)p->v[P_THREADS],
-			      .slices = (int)p->v[P_SLICES]};
-}
-
-/* The slice of CTA blockIdx.x: tokens [t0, t1) of S slices. */
-static void emit_slice(lg_buf *b, const struct shape *k)
-{
-	lg_line(b, "const i64 S = T < %d ? (T > 0 ? T : 1) : %d; // slices", k->slices, k->slices);
-	lg_line(b, "const i64 t0 = T * (i64)blockIdx.x / S, t1 = T * ((i64)blockIdx.x + 1) / S;");
-	lg_line(b, "const int tid = threadIdx.x;");
-}
-
-/* Top-k slot j of token tt: its expert, or -1 (out of range, or a repeat of
- * an earlier slot of the token). */
-static void emit_topk_helper(lg_buf *b, const struct shape *k)
-{
-	const char *ty = k->routing == R_I64 ? "long long" : "int";
-	lg_comment(b, "Slot j of token tt's top-k list: its expert, or -1 (no expert, or one an earlier slot has).");
-	lg_line(b, "static __device__ __forceinline__ int lg_expert(const %s *ix, i64 tt, int j)", ty);
-	lg_open(b, "{");
-	lg_line(b, "const %s e = ix[tt * %lld + j];", ty, (long long)k->k);
-	lg_line(b, "if (e < 0 || e >= %lld) return -1;", (long long)k->e);
-	lg_line(b, "for (int i = 0; i < j; i++)");
-	lg_line(b, "\tif (ix[tt * %lld + i] == e) return -1;", (long long)k->k);
-	lg_line(b, "return (int)e;");
-	lg_close(b);
+	struct shape k = {.e = p->v[P_E], .k = p->v[P_K], .m = p->v[P_M], .chunk = p->v[P_CHUNK],
+			  .routing = (int)p->v[P_ROUTING], .threads = (int)p->v[P_THREADS],
+			  .slices = (int)p->v[P_SLICES]};
+	k.upt = units_per_token(k.routing, k.e, k.k);
+	k.sw = stage_words(k.e);
+	k.groups = (int)((k.chunk + 31) / 32);
+	k.nr = (int)((k.chunk * k.upt + k.threads - 1) / k.threads);
+	k.words = k.routing == R_MASK && k.e % 4 == 0;
+	return k;
 }
 
 static const char *routing_ptr(const struct shape *k)
@@ -176,185 +192,253 @@ static const char *routing_ptr(const struct shape *k)
 	return k->routing == R_MASK ? "mask" : k->routing == R_I32 ? "topk" : "topk64";
 }
 
-static void emit_count(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+static const char *unit_type(const struct shape *k)
 {
-	struct shape k = shape_of(p);
-	lg_section(b, p->entry[0], "each expert's tokens in a slice of tokens");
-	lg_comment(b, "CTA i counts slice i into workspace row i (shared-memory integer atomics).");
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.threads);
+	return k->routing == R_MASK ? (k->words ? "u32" : "u8") : "int";
+}
+
+static const char *source_type(const struct shape *k)
+{
+	return k->routing == R_MASK ? unit_type(k) : k->routing == R_I64 ? "long long" : "int";
+}
+
+/* The workspace's parts, the slice bounds, the L2 loads of what other CTAs
+ * wrote, the chunk's routing loaded into registers and made into bits. */
+static void emit_helpers(lg_buf *b, const struct shape *k)
+{
+	const long long E = (long long)k->e;
+	lg_line(b, "#define CHUNK %lld // tokens a chunk", (long long)k->chunk);
+	lg_comment(b, "Tokens [*t0, *t1) of slice i of S.");
+	lg_line(b, "static __device__ __forceinline__ void lg_slice(i64 T, i64 S, i64 i, i64 *t0, i64 *t1)");
 	lg_open(b, "{");
-	lg_line(b, "__shared__ int cnt[%lld];", (long long)k.e);
-	emit_slice(b, &k);
-	if (p->v[P_EARLY]) {
-		lg_comment(b, "The second kernel may be scheduled (it waits for this one's results).");
-		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
-	}
-	lg_line(b, "for (int e = tid; e < %lld; e += %d) cnt[e] = 0;", (long long)k.e, k.threads);
-	lg_line(b, "__syncthreads();");
-	if (k.routing == R_MASK && k.e % 4 == 0) {
-		lg_comment(b, "The slice's mask, 4 bytes a load (rows of %lld bytes: 4-byte aligned).", (long long)k.e);
-		lg_line(b, "const u32 *const w = (const u32 *)((const u8 *)mask + t0 * %lld);", (long long)k.e);
-		lg_line(b, "const i64 nw = (t1 - t0) * %lld;", (long long)(k.e / 4));
-		lg_line(b, "#pragma unroll 4");
-		lg_open(b, "for (i64 j = tid; j < nw; j += %d) {", k.threads);
-		lg_line(b, "const u32 v = w[j];");
-		lg_line(b, "if (!v) continue;");
-		lg_line(b, "const int e0 = (int)(j %% %lld) * 4;", (long long)(k.e / 4));
-		lg_line(b, "for (int q = 0; q < 4; q++)");
-		lg_line(b, "\tif ((v >> (8 * q)) & 0xffu) atomicAdd(&cnt[e0 + q], 1);");
-		lg_close(b);
-	} else if (k.routing == R_MASK) {
-		lg_comment(b, "The slice's mask, a byte a load.");
-		lg_line(b, "const u8 *const w = (const u8 *)mask + t0 * %lld;", (long long)k.e);
-		lg_line(b, "const i64 nw = (t1 - t0) * %lld;", (long long)k.e);
-		lg_line(b, "#pragma unroll 4");
-		lg_line(b, "for (i64 j = tid; j < nw; j += %d)", k.threads);
-		lg_line(b, "\tif (w[j]) atomicAdd(&cnt[(int)(j %% %lld)], 1);", (long long)k.e);
-	} else {
-		lg_comment(b, "The slice's top-k slots.");
-		lg_line(b, "const i64 nw = (t1 - t0) * %lld;", (long long)k.k);
-		lg_open(b, "for (i64 j = tid; j < nw; j += %d) {", k.threads);
-		lg_line(b, "const int e = lg_expert((const %s *)%s, t0 + j / %lld, (int)(j %% %lld));",
-			k.routing == R_I64 ? "long long" : "int", routing_ptr(&k), (long long)k.k, (long long)k.k);
-		lg_line(b, "if (e >= 0) atomicAdd(&cnt[e], 1);");
-		lg_close(b);
-	}
-	lg_line(b, "__syncthreads();");
-	lg_line(b, "for (int e = tid; e < %lld; e += %d) ((int *)ws)[(i64)blockIdx.x * %lld + e] = cnt[e];",
-		(long long)k.e, k.threads, (long long)k.e);
+	lg_line(b, "*t0 = T * i / S;");
+	lg_line(b, "*t1 = T * (i + 1) / S;");
 	lg_close(b);
-}
-
-/* Load the routing of chunk [c0, c0 + n) into registers ld[]; store them
- * into the dense byte mask sm[n][E]. */
-static int chunk_regs(const struct shape *k)
-{
-	int64_t units = k->routing == R_MASK ? (k->e % 4 == 0 ? k->chunk * k->e / 4 : k->chunk * k->e)
-					     : k->chunk * k->k;
-	return (int)((units + k->threads - 1) / k->threads);
-}
-
-static void emit_chunk_load(lg_buf *b, const struct shape *k, const char *c0)
-{
-	int nr = chunk_regs(k);
-	bool words = k->routing == R_MASK && k->e % 4 == 0;
-	int64_t per = k->routing == R_MASK ? (words ? k->e / 4 : k->e) : k->k;
-	const char *ty = k->routing == R_MASK ? (words ? "u32" : "u8") : k->routing == R_I64 ? "long long" : "int";
+	lg_comment(b, "What other CTAs wrote: read at L2 (acquire: the count of counted slices).");
+	lg_line(b, "static __device__ __forceinline__ int lg_ld_acquire(const int *p)");
 	lg_open(b, "{");
-	lg_line(b, "const i64 left = t1 - %s;", c0);
-	lg_line(b, "const i64 nl = left < CHUNK ? (left > 0 ? left : 0) : CHUNK;");
+	lg_line(b, "int v;");
+	lg_line(b, "asm volatile(\"ld.acquire.gpu.global.b32 %%0, [%%1];\" : \"=r\"(v) : \"l\"(p) : \"memory\");");
+	lg_line(b, "return v;");
+	lg_close(b);
+	lg_line(b, "static __device__ __forceinline__ int lg_ld_l2(const int *p)");
+	lg_open(b, "{");
+	lg_line(b, "int v;");
+	lg_line(b, "asm volatile(\"ld.global.cg.b32 %%0, [%%1];\" : \"=r\"(v) : \"l\"(p) : \"memory\");");
+	lg_line(b, "return v;");
+	lg_close(b);
+	if (k->e % 4 == 0) {
+		lg_line(b, "static __device__ __forceinline__ uint4 lg_ld4_l2(const int *p)");
+		lg_open(b, "{");
+		lg_line(b, "uint4 v;");
+		lg_line(b, "asm volatile(\"ld.global.cg.v4.u32 {%%0, %%1, %%2, %%3}, [%%4];\"");
+		lg_line(b, "\t     : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p) : \"memory\");");
+		lg_line(b, "return v;");
+		lg_close(b);
+	}
+	/* the chunk's routing into registers */
+	lg_comment(b, "The routing of tokens [c0, c0 + n) into registers, %d unit%s a thread", k->nr,
+		   k->nr > 1 ? "s" : "");
+	lg_comment(b, "(%s).", k->routing != R_MASK ? "top-k slots as experts, -1: none"
+			       : k->words ? "4 mask bytes a unit" : "a mask byte a unit");
+	lg_line(b, "static __device__ __forceinline__ void lg_load(const %s *src, i64 c0, int n, int tid,",
+		source_type(k));
+	lg_line(b, "\t\t\t\t\t\t       %s *ld)", unit_type(k));
+	lg_open(b, "{");
 	if (k->routing == R_MASK)
-		lg_line(b, "const %s *const w = (const %s *)((const u8 *)mask + %s * %lld);", ty, ty, c0, (long long)k->e);
-	else
-		lg_line(b, "const %s *const w = (const %s *)%s;", ty, ty, routing_ptr(k));
+		lg_line(b, "const %s *const w = (const %s *)((const u8 *)src + c0 * %lld);", unit_type(k), unit_type(k),
+			E);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int q = 0; q < %d; q++) {", nr);
-	lg_line(b, "const i64 j = tid + q * %d;", k->threads);
-	if (k->routing == R_MASK)
-		lg_line(b, "ld[q] = j < nl * %lld ? w[j] : 0;", (long long)per);
-	else
-		lg_line(b, "ld[q] = j < nl * %lld ? lg_expert(w, %s + j / %lld, (int)(j %% %lld)) : -1;", (long long)per,
-			c0, (long long)k->k, (long long)k->k);
-	lg_close(b);
-	lg_close(b);
-}
-
-static void emit_chunk_store(lg_buf *b, const struct shape *k)
-{
-	int nr = chunk_regs(k);
+	lg_open(b, "for (int q = 0; q < %d; q++) {", k->nr);
+	lg_line(b, "const int j = tid + q * %d;", k->threads);
 	if (k->routing == R_MASK) {
-		bool words = k->e % 4 == 0;
+		lg_line(b, "ld[q] = j < n * %lld ? w[j] : 0;", (long long)k->upt);
+	} else {
+		lg_line(b, "const %s e = j < n * %lld ? src[c0 * %lld + j] : -1;", source_type(k), (long long)k->k,
+			(long long)k->k);
+		lg_line(b, "ld[q] = e >= 0 && e < %lld ? (int)e : -1; // outside [0, %lld): no expert", E, E);
+	}
+	lg_close(b);
+	lg_close(b);
+	/* registers to bits */
+	lg_comment(b, "The chunk's bits: bit l of bits[h][e] set when token c0 + 32 h + l is routed to e.");
+	if (k->routing != R_MASK)
+		lg_comment(b, "Top-k slots or-ed in (a repeated expert counts once).");
+	else
+		lg_comment(b, "The mask staged in rows of %lld words, then a warp a (32 tokens, 32 experts)",
+			   (long long)k->sw);
+	if (k->routing == R_MASK)
+		lg_comment(b, "block: a ballot an expert.");
+	lg_line(b, "static __device__ __forceinline__ void lg_bits(const %s *ld, int n, int tid, u32 *stage,",
+		unit_type(k));
+	lg_line(b, "\t\t\t\t\t\t       u32 (*bits)[%lld])", E);
+	lg_open(b, "{");
+	if (k->routing != R_MASK) {
+		lg_line(b, "(void)stage;");
+		lg_line(b, "for (int j = tid; j < %lld; j += %d) bits[0][j] = 0;", (long long)k->groups * k->e,
+			k->threads);
+		lg_line(b, "__syncthreads();");
 		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int q = 0; q < %d; q++) {", nr);
-		lg_line(b, "const int j = tid + q * %d;", k->threads);
-		lg_line(b, "if (j >= %lld) break;", (long long)(words ? k->chunk * k->e / 4 : k->chunk * k->e));
-		if (words) {
-			lg_comment(b, "each byte to 0 or 1");
-			lg_line(b, "const u32 v = ld[q];");
-			lg_line(b, "((u32 *)sm)[j] = (((v & 0x7f7f7f7fu) + 0x7f7f7f7fu) | v) >> 7 & 0x01010101u;");
-		} else {
-			lg_line(b, "sm[j] = ld[q] != 0;");
-		}
+		lg_open(b, "for (int q = 0; q < %d; q++) {", k->nr);
+		lg_line(b, "const int tk = (tid + q * %d) / %lld; // a token of the chunk", k->threads, (long long)k->k);
+		lg_line(b, "if (ld[q] >= 0) atomicOr(&bits[tk >> 5][ld[q]], 1u << (tk & 31));");
+		lg_close(b);
+		lg_line(b, "__syncthreads();");
 		lg_close(b);
 		return;
 	}
-	lg_line(b, "for (int j = tid; j < %lld; j += %d) sm[j] = 0;", (long long)(k->chunk * k->e), k->threads);
-	lg_line(b, "__syncthreads();");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int q = 0; q < %d; q++) {", nr);
+	lg_open(b, "for (int q = 0; q < %d; q++) {", k->nr);
 	lg_line(b, "const int j = tid + q * %d;", k->threads);
-	lg_line(b, "if (ld[q] >= 0) sm[(j / %lld) * %lld + ld[q]] = 1;", (long long)k->k, (long long)k->e);
+	if (k->words)
+		lg_line(b, "if (j < n * %lld) stage[(j / %lld) * %lld + j %% %lld] = ld[q];", (long long)k->upt,
+			(long long)k->upt, (long long)k->sw, (long long)k->upt);
+	else
+		lg_line(b, "if (j < n * %lld) ((u8 *)stage)[(j / %lld) * %lld + j %% %lld] = ld[q];", E, E,
+			(long long)k->sw * 4, E);
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "const int lane = tid & 31;");
+	long long ec = (k->e + 31) / 32;
+	lg_open(b, "for (int task = tid >> 5; task < %lld; task += %d) {", (long long)k->groups * ec, k->threads / 32);
+	lg_line(b, "const int h = task / %lld, c = task %% %lld, row = h * 32 + lane;", ec, ec);
+	lg_line(b, "const u8 *const src = (const u8 *)(stage + row * %lld) + c * 32;", (long long)k->sw);
+	lg_line(b, "u32 mine = 0;");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int x = 0; x < 32; x++) {");
+	lg_line(b, "const bool on = row < n && c * 32 + x < %lld && src[x] != 0;", E);
+	lg_line(b, "const u32 m = __ballot_sync(0xffffffffu, on);");
+	lg_line(b, "if (lane == x) mine = m;");
+	lg_close(b);
+	lg_line(b, "if (c * 32 + lane < %lld) bits[h][c * 32 + lane] = mine;", E);
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
 	lg_close(b);
 }
 
-static void emit_map(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+static void emit_reset(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct shape k = shape_of(p);
-	int ept = (int)((k.e + k.threads - 1) / k.threads); /* experts a thread */
-	int64_t per_e = (k.e + 31) / 32; /* experts a lane in the scan */
-	int tpe = 1; /* threads an expert in the workspace sums */
-	while (tpe * 2 * k.e <= k.threads)
-		tpe *= 2;
-	lg_section(b, p->entry[1], "row_id_map, counts, padded offsets, row_index");
-	lg_comment(b, "CTA i: slice i, in chunks of %lld tokens staged as a byte mask [%lld][%lld].", (long long)k.chunk,
-		   (long long)k.chunk, (long long)k.e);
-	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(%d)", k.threads);
+	lg_section(b, p->entry[0], "the map kernel's counters zeroed");
+	lg_comment(b, "One CTA: the totals, the claims and the count of counted slices (the workspace is");
+	lg_comment(b, "the caller's scratch: nothing is assumed of its bytes).");
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", RESET_THREADS);
 	lg_open(b, "{");
-	lg_line(b, "__shared__ int pe[%lld]; // padded counts, then their exclusive prefix sums", (long long)k.e);
-	lg_line(b, "__shared__ int cn[%lld]; // counts", (long long)k.e);
-	lg_line(b, "__shared__ int ptot;");
-	lg_line(b, "__shared__ __align__(16) u8 sm[%lld];", (long long)(k.chunk * k.e));
-	lg_line(b, "__shared__ int ids[%lld];", (long long)(k.chunk * k.e));
-	emit_slice(b, &k);
-	lg_line(b, "const i64 cap = T * %lld + %lld;", (long long)k.k, (long long)(k.e * (k.m - 1)));
-	lg_line(b, "int *const rix = (int *)row_index; // may be 0");
-	lg_line(b, "%s ld[%d];", k.routing == R_MASK ? (k.e % 4 == 0 ? "u32" : "u8") : "int", chunk_regs(&k));
-	lg_comment(b, "The first chunk's routing is loaded before the wait (the routing is an input).");
-	lg_line(b, "i64 c0 = t0;");
-	emit_chunk_load(b, &k, "c0");
 	if (p->v[P_EARLY]) {
-		lg_comment(b, "Wait for the counts of the first kernel.");
-		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+		lg_comment(b, "The map kernel may be scheduled (it waits for this one before using the counters).");
+		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
 	}
-	lg_comment(b, "Each expert's total and its tokens before this slice: the workspace column, %d thread%s",
-		   tpe, tpe > 1 ? "s" : "");
-	lg_comment(b, "an expert, the slices i with i %% %d == sub, 16 loads in flight (integer sums: any", tpe);
-	lg_comment(b, "order gives the same).");
-	lg_line(b, "for (int e = tid; e < %lld; e += %d) cn[e] = 0, pe[e] = 0;", (long long)k.e, k.threads);
-	lg_line(b, "__syncthreads();");
-	if (tpe > 1) {
-		lg_open(b, "if (tid < %lld) {", (long long)(tpe * k.e));
-		lg_line(b, "const int e = tid %% %lld, sub = tid / %lld;", (long long)k.e, (long long)k.e);
-	} else {
-		lg_open(b, "for (int e = tid; e < %lld; e += %d) {", (long long)k.e, k.threads);
-		lg_line(b, "const int sub = 0;");
-	}
-	lg_line(b, "int a = 0, before = 0;");
-	lg_line(b, "#pragma unroll 16");
-	lg_open(b, "for (i64 i = sub; i < S; i += %d) {", tpe);
-	lg_line(b, "const int v = ((const int *)ws)[i * %lld + e];", (long long)k.e);
-	lg_line(b, "a += v;");
-	lg_line(b, "if (i < (i64)blockIdx.x) before += v;");
+	lg_line(b, "int *const z = (int *)ws + %lld;", (long long)k.slices * k.e);
+	lg_line(b, "for (int j = threadIdx.x; j < %lld; j += %d) z[j] = 0;", (long long)(k.e + k.slices + 1),
+		RESET_THREADS);
 	lg_close(b);
-	lg_line(b, "atomicAdd(&cn[e], a);");
-	lg_line(b, "atomicAdd(&pe[e], before); // the tokens before the slice, for now");
-	lg_close(b);
-	lg_line(b, "__syncthreads();");
-	lg_line(b, "int nxt[%d];", ept);
+}
+
+/* Phase 1 helpers: a slice counted (its first chunk's routing already in
+ * ld[] when pre), the counts published to its workspace row and the
+ * totals; warp 0's pick of the next slice to count. */
+static void emit_phase1_helpers(lg_buf *b, const struct shape *k, int ept)
+{
+	const long long E = (long long)k->e;
+	lg_comment(b, "Slice cur counted (pre: ld holds its first chunk), its counts published to its workspace");
+	lg_comment(b, "row and added to the totals (integer sums, any order).");
+	lg_line(b, "static __device__ __forceinline__ void lg_count(const %s *src, i64 T, i64 S, i64 cur,",
+		source_type(k));
+	lg_line(b, "\tbool pre, int tid, %s *ld, u32 *stage, u32 (*bits)[%lld], int *wsi, int *tot)", unit_type(k), E);
+	lg_open(b, "{");
+	lg_line(b, "i64 t0, t1;");
+	lg_line(b, "lg_slice(T, S, cur, &t0, &t1);");
+	lg_line(b, "int acc[%d];", ept);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int q = 0; q < %d; q++) acc[q] = 0;", ept);
+	lg_open(b, "for (i64 c0 = t0; c0 < t1; c0 += CHUNK, pre = false) {");
+	lg_line(b, "const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);");
+	lg_line(b, "if (!pre) lg_load(src, c0, n, tid, ld);");
+	lg_line(b, "lg_bits(ld, n, tid, stage, bits);");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int q = 0; q < %d; q++) {", ept);
-	lg_line(b, "const int e = tid + q * %d;", k.threads);
-	lg_line(b, "nxt[q] = e < %lld ? pe[e] : 0;", (long long)k.e);
+	lg_line(b, "const int e = tid + q * %d;", k->threads);
+	lg_line(b, "for (int h = 0; e < %lld && h < %d; h++) acc[q] += __popc(bits[h][e]);", E, k->groups);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_line(b, "for (int e = tid; e < %lld; e += %d) pe[e] = (cn[e] + %lld) / %lld * %lld;", (long long)k.e,
-		k.threads, (long long)(k.m - 1), (long long)k.m, (long long)k.m);
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int q = 0; q < %d; q++) {", ept);
+	lg_line(b, "const int e = tid + q * %d;", k->threads);
+	lg_open(b, "if (e < %lld) {", E);
+	lg_line(b, "wsi[cur * %lld + e] = acc[q];", E);
+	lg_line(b, "if (acc[q]) atomicAdd(&tot[e], acc[q]);");
+	lg_close(b);
+	lg_close(b);
+	lg_close(b);
+	lg_comment(b, "Warp 0: the next slice to count, one it claimed; -1: none unclaimed while some are not");
+	lg_comment(b, "counted yet; -2: every slice counted (d, read by lane 0: one value for the warp).");
+	lg_line(b, "static __device__ __forceinline__ int lg_pick(bool all, int S, const int *done, int *claim,");
+	lg_line(b, "\tint lane)");
+	lg_open(b, "{");
+	lg_line(b, "int d = S;");
+	lg_line(b, "if (lane == 0 && !all) d = lg_ld_acquire(done);");
+	lg_line(b, "if (__shfl_sync(0xffffffffu, d, 0) >= S) return -2;");
+	lg_open(b, "for (int c0 = 0; c0 < S; c0 += 32) {");
+	lg_line(b, "const int c = c0 + lane;");
+	lg_line(b, "unsigned m = __ballot_sync(0xffffffffu, c < S && *(volatile int *)&claim[c] == 0);");
+	lg_open(b, "for (; m; m &= m - 1) {");
+	lg_line(b, "const int f = c0 + __ffs(m) - 1;");
+	lg_line(b, "const int won = lane ? 0 : atomicExch(&claim[f], 1) == 0;");
+	lg_line(b, "if (__shfl_sync(0xffffffffu, won, 0)) return f;");
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "return -1;");
+	lg_close(b);
+}
+
+/* Phase 1 in the kernel: count, publish, raise the counter of counted
+ * slices; warp 0 picks the next. */
+static void emit_phase1(lg_buf *b, const struct shape *k)
+{
+	lg_comment(b, "Phase 1: count slices until every slice is counted.");
+	lg_open(b, "for (;; pre = false) {");
+	lg_open(b, "if (cur >= 0) {");
+	lg_line(b, "lg_count((const %s *)%s, T, S, cur, pre, tid, ld, stage, bits,", source_type(k), routing_ptr(k));
+	lg_line(b, "\t wsi, tot);");
+	lg_line(b, "lg_slice(T, S, cur, &t0, &t1);");
+	lg_line(b, "cached = t1 > t0 && t1 - t0 <= CHUNK ? (int)cur : -1;");
+	lg_line(b, "__threadfence();");
 	lg_line(b, "__syncthreads();");
-	lg_comment(b, "Exclusive scan of the padded counts over the experts: warp 0, %lld a lane.", (long long)per_e);
+	lg_open(b, "if (tid == 0) {");
+	lg_line(b, "mine[nmine++] = (int)cur;");
+	lg_line(b, "if (atomicAdd(done, 1) == (int)S - 1) // the last: all out");
+	lg_line(b, "\t__threadfence(), all = 1;");
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_close(b);
+	lg_line(b, "if (tid < 32) {");
+	lg_line(b, "\tconst int c = lg_pick(all != 0, (int)S, done, claim, lane);");
+	lg_line(b, "\tif (lane == 0) next = c;");
+	lg_line(b, "}");
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "cur = next;");
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "if (cur == -2) break;");
+	lg_line(b, "if (cur == -1 && tid == 0) asm volatile(\"nanosleep.u32 200;\");");
+	lg_close(b);
+}
+
+/* Phase 2 preamble: the totals, their padded exclusive scan over the
+ * experts (warp 0), P. */
+static void emit_offsets(lg_buf *b, const struct shape *k)
+{
+	const long long E = (long long)k->e, per_e = (k->e + 31) / 32;
+	lg_open(b, "for (int e = tid; e < %lld; e += %d) {", E, k->threads);
+	lg_line(b, "cn[e] = lg_ld_l2(tot + e);");
+	lg_line(b, "pe[e] = (cn[e] + %lld) / %lld * %lld;", (long long)(k->m - 1), (long long)k->m, (long long)k->m);
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_comment(b, "Exclusive scan of the padded counts over the experts: warp 0, %lld a lane.", per_e);
 	lg_open(b, "if (tid < 32) {");
-	lg_line(b, "const int e0 = tid * %lld;", (long long)per_e);
+	lg_line(b, "const int e0 = tid * %lld;", per_e);
 	lg_line(b, "int sum = 0;");
-	lg_line(b, "for (int e = e0; e < e0 + %lld && e < %lld; e++) sum += pe[e];", (long long)per_e, (long long)k.e);
+	lg_line(b, "for (int e = e0; e < e0 + %lld && e < %lld; e++) sum += pe[e];", per_e, E);
 	lg_line(b, "int inc = sum;");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int d = 1; d < 32; d <<= 1) {");
@@ -362,7 +446,7 @@ static void emit_map(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p
 	lg_line(b, "if (tid >= d) inc += o;");
 	lg_close(b);
 	lg_line(b, "int run = inc - sum;");
-	lg_open(b, "for (int e = e0; e < e0 + %lld && e < %lld; e++) {", (long long)per_e, (long long)k.e);
+	lg_open(b, "for (int e = e0; e < e0 + %lld && e < %lld; e++) {", per_e, E);
 	lg_line(b, "const int v = pe[e];");
 	lg_line(b, "pe[e] = run;");
 	lg_line(b, "run += v;");
@@ -370,56 +454,174 @@ static void emit_map(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p
 	lg_line(b, "if (tid == 31) ptot = inc;");
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_line(b, "const int P = ptot;");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int q = 0; q < %d; q++) {", ept);
-	lg_line(b, "const int e = tid + q * %d;", k.threads);
-	lg_line(b, "if (e >= %lld) break;", (long long)k.e);
-	lg_line(b, "nxt[q] += pe[e]; // the row of the slice's first token of e");
-	lg_open(b, "if (blockIdx.x == 0) {");
+}
+
+/* Phase 2, slice i: nx[e] = offsets[e] + the tokens of e in the slices
+ * before i (workspace rows 0 .. i - 1, read at L2, 4 experts a load where
+ * the rows allow). */
+static void emit_before(lg_buf *b, const struct shape *k)
+{
+	const long long E = (long long)k->e;
+	bool quad = k->e % 4 == 0;
+	long long units = quad ? E / 4 : E, tpe = 1;
+	while (tpe * 2 * units <= k->threads)
+		tpe *= 2;
+	lg_line(b, "for (int e = tid; e < %lld; e += %d) nx[e] = pe[e];", E, k->threads);
+	lg_line(b, "__syncthreads();");
+	lg_comment(b, "The slices before i: %lld thread%s a%s (every %lld-th row).", tpe, tpe > 1 ? "s" : "",
+		   quad ? " 4 experts" : "n expert", tpe);
+	lg_open(b, "for (int x = tid; x < %lld; x += %d) {", tpe * units, k->threads);
+	lg_line(b, "const int u = x %% %lld, sub = x / %lld;", units, units);
+	if (quad) {
+		lg_line(b, "int a0 = 0, a1 = 0, a2 = 0, a3 = 0;");
+		lg_line(b, "#pragma unroll 8");
+		lg_open(b, "for (i64 j = sub; j < i; j += %lld) {", tpe);
+		lg_line(b, "const uint4 v = lg_ld4_l2(wsi + j * %lld + 4 * u);", E);
+		lg_line(b, "a0 += (int)v.x, a1 += (int)v.y, a2 += (int)v.z, a3 += (int)v.w;");
+		lg_close(b);
+		lg_line(b, "if (a0) atomicAdd(&nx[4 * u], a0);");
+		lg_line(b, "if (a1) atomicAdd(&nx[4 * u + 1], a1);");
+		lg_line(b, "if (a2) atomicAdd(&nx[4 * u + 2], a2);");
+		lg_line(b, "if (a3) atomicAdd(&nx[4 * u + 3], a3);");
+	} else {
+		lg_line(b, "int a = 0;");
+		lg_line(b, "#pragma unroll 8");
+		lg_line(b, "for (i64 j = sub; j < i; j += %lld) a += lg_ld_l2(wsi + j * %lld + u);", tpe, E);
+		lg_line(b, "if (a) atomicAdd(&nx[u], a);");
+	}
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+}
+
+/* Phase 2, slice i: counts and offsets (slice 0), the row_index of padding
+ * rows (experts i, i + S, ...) and past P (every S-th block from i). */
+static void emit_slice_extras(lg_buf *b, const struct shape *k)
+{
+	const long long E = (long long)k->e;
+	lg_open(b, "if (i == 0) {");
+	lg_open(b, "for (int e = tid; e < %lld; e += %d) {", E, k->threads);
 	lg_line(b, "((int *)counts)[e] = cn[e];");
 	lg_line(b, "((int *)offsets)[e] = pe[e];");
-	lg_line(b, "if (e == 0) ((int *)offsets)[%lld] = P;", (long long)k.e);
-	lg_line(b, "if (padded_counts) // the padded count: the next offset minus this one");
-	lg_line(b, "\t((int *)padded_counts)[e] = (e + 1 < %lld ? pe[e + 1] : P) - pe[e];", (long long)k.e);
+	lg_line(b, "if (e == 0) ((int *)offsets)[%lld] = P;", E);
+	lg_line(b, "const int end = e + 1 < %lld ? pe[e + 1] : P; // the next offset", E);
+	lg_line(b, "if (padded_counts) ((int *)padded_counts)[e] = end - pe[e];");
 	lg_close(b);
 	lg_close(b);
 	lg_comment(b, "row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.");
 	lg_open(b, "if (rix) {");
-	lg_open(b, "for (i64 e = blockIdx.x; e < %lld; e += S) {", (long long)k.e);
-	lg_line(b, "const i64 r1 = e + 1 < %lld ? (i64)pe[e + 1] : (i64)P;", (long long)k.e);
-	lg_line(b, "for (i64 r = pe[e] + cn[e] + tid; r < r1 && r < cap; r += %d) rix[r] = -1;", k.threads);
+	lg_open(b, "for (i64 e = i; e < %lld; e += S) {", E);
+	lg_line(b, "const i64 end = e + 1 < %lld ? (i64)pe[e + 1] : (i64)P;", E);
+	lg_line(b, "const i64 r1 = end < cap ? end : cap;");
+	lg_line(b, "for (i64 r = pe[e] + cn[e] + tid; r < r1; r += %d) rix[r] = -1;", k->threads);
 	lg_close(b);
-	lg_line(b, "for (i64 r = P + (i64)blockIdx.x * %d + tid; r < cap; r += S * %d) rix[r] = -1;", k.threads,
-		k.threads);
+	lg_line(b, "for (i64 r = P + i * %d + tid; r < cap; r += S * %d) rix[r] = -1;", k->threads, k->threads);
 	lg_close(b);
-	lg_line(b, "__syncthreads();");
-	lg_open(b, "for (; c0 < t1; c0 += %lld) {", (long long)k.chunk);
-	lg_line(b, "const int n = (int)(t1 - c0 < %lld ? t1 - c0 : %lld);", (long long)k.chunk, (long long)k.chunk);
-	emit_chunk_store(b, &k);
-	lg_line(b, "__syncthreads();");
-	lg_comment(b, "The next chunk's routing, in flight during this one's walk and stores.");
-	lg_line(b, "const i64 cnext = c0 + %lld;", (long long)k.chunk);
-	emit_chunk_load(b, &k, "cnext");
-	lg_comment(b, "One thread an expert walks the chunk's tokens in order.");
+}
+
+/* Phase 2, slice i's chunks: bits (those in shared memory if cached), each
+ * 32-token group's first row of each expert, then the chunk's row_id_map
+ * block [n][E] (contiguous: coalesced 4-byte stores) and row_index. */
+static void emit_rows(lg_buf *b, const struct shape *k, int ept)
+{
+	const long long E = (long long)k->e;
+	lg_open(b, "for (i64 c0 = t0; c0 < t1; c0 += CHUNK) {");
+	lg_line(b, "const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);");
+	lg_open(b, "if (cached != (int)i) {");
+	lg_line(b, "lg_load((const %s *)%s, c0, n, tid, ld);", source_type(k), routing_ptr(k));
+	lg_line(b, "lg_bits(ld, n, tid, stage, bits);");
+	lg_close(b);
+	lg_line(b, "cached = -1;");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int q = 0; q < %d; q++) {", ept);
-	lg_line(b, "const int e = tid + q * %d;", k.threads);
-	lg_line(b, "if (e >= %lld) break;", (long long)k.e);
-	lg_open(b, "for (int j = 0; j < n; j++) {");
+	lg_line(b, "const int e = tid + q * %d;", k->threads);
+	lg_open(b, "if (e < %lld) {", E);
+	lg_line(b, "int run = nx[e];");
+	lg_open(b, "for (int h = 0; h < %d; h++) {", k->groups);
+	lg_line(b, "first[h][e] = run;");
+	lg_line(b, "run += __popc(bits[h][e]);");
+	lg_close(b);
+	lg_line(b, "nx[e] = run;");
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "int *const out = (int *)row_id_map + c0 * %lld;", E);
+	lg_open(b, "for (int j = tid; j < n * %lld; j += %d) {", E, k->threads);
+	lg_line(b, "const int tk = j / %lld, e = j - tk * %lld; // token, expert", E, E);
+	lg_line(b, "const int h = tk >> 5, l = tk & 31;");
+	lg_line(b, "const u32 w = bits[h][e];");
 	lg_line(b, "int r = -1;");
-	lg_open(b, "if (sm[j * %lld + e]) {", (long long)k.e);
-	lg_line(b, "r = nxt[q]++;");
-	lg_line(b, "if (rix && r < cap) rix[r] = (int)(c0 + j);");
+	lg_open(b, "if ((w >> l) & 1u) {");
+	lg_line(b, "r = first[h][e] + __popc(w & ((1u << l) - 1u));");
+	lg_line(b, "if (rix && r < cap) rix[r] = (int)(c0 + tk);");
 	lg_close(b);
-	lg_line(b, "ids[j * %lld + e] = r;", (long long)k.e);
-	lg_close(b);
+	lg_line(b, "out[j] = r;");
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_comment(b, "The chunk's row_id_map block [n][%lld] is contiguous: coalesced 4-byte stores.", (long long)k.e);
-	lg_line(b, "int *const out = (int *)row_id_map + c0 * %lld;", (long long)k.e);
-	lg_line(b, "for (int j = tid; j < n * %lld; j += %d) out[j] = ids[j];", (long long)k.e, k.threads);
+	lg_close(b);
+}
+
+static void emit_map(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(p);
+	const long long E = (long long)k.e;
+	int ept = (int)((k.e + k.threads - 1) / k.threads); /* experts a thread */
+	lg_section(b, p->entry[1], "row_id_map, counts, padded offsets, row_index");
+	lg_comment(b, "Phase 1: each slice of tokens counted once, by the CTA that claims it (its own first,");
+	lg_comment(b, "then any unclaimed: no CTA waits for one not running). Phase 2, when every slice is");
+	lg_comment(b, "counted: each CTA gives the rows of the slices it counted. Chunks of %lld tokens.",
+		   (long long)k.chunk);
+	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(%d)", k.threads);
+	lg_open(b, "{");
+	if (k.routing == R_MASK)
+		lg_line(b, "__shared__ u32 stage[%lld]; // the chunk's mask, rows of %lld words",
+			(long long)(k.chunk * k.sw), (long long)k.sw);
+	else
+		lg_line(b, "u32 *const stage = 0;");
+	lg_line(b, "__shared__ u32 bits[%d][%lld]; // the chunk's tokens of each expert, 32 a word", k.groups, E);
+	lg_line(b, "__shared__ int first[%d][%lld]; // each 32-token group's first row of each expert", k.groups,
+		E);
+	lg_line(b, "__shared__ int cn[%lld], pe[%lld], nx[%lld]; // totals, offsets, the next row of each expert",
+		E, E, E);
+	lg_line(b, "__shared__ int mine[%d]; // the slices this CTA counted", k.slices);
+	lg_line(b, "__shared__ int nmine, next, own, all, ptot;");
+	lg_line(b, "const i64 S = T < %d ? (T > 0 ? T : 1) : %d; // slices", k.slices, k.slices);
+	lg_line(b, "const int tid = threadIdx.x, lane = tid & 31;");
+	lg_line(b, "const i64 cap = T * %lld + %lld;", (long long)k.k, (long long)(k.e * (k.m - 1)));
+	lg_line(b, "int *const wsi = (int *)ws, *const tot = wsi + %lld; // the slices' counts, the totals",
+		(long long)k.slices * k.e);
+	lg_line(b, "int *const claim = tot + %lld, *const done = claim + %d; // the claims, the counted slices", E,
+		k.slices);
+	lg_line(b, "int *const rix = (int *)row_index; // may be 0");
+	lg_line(b, "%s ld[%d];", unit_type(&k), k.nr);
+	lg_line(b, "i64 t0, t1;");
+	lg_comment(b, "The own slice's first chunk loaded before the wait (the routing is an input).");
+	lg_line(b, "lg_slice(T, S, blockIdx.x, &t0, &t1);");
+	lg_line(b, "lg_load((const %s *)%s, t0, (int)(t1 - t0 < CHUNK ? t1 - t0 : CHUNK), tid, ld);", source_type(&k),
+		routing_ptr(&k));
+	if (p->v[P_EARLY]) {
+		lg_comment(b, "Wait for the reset kernel's zeros.");
+		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+	}
+	lg_open(b, "if (tid == 0) {");
+	lg_line(b, "nmine = 0;");
+	lg_line(b, "all = 0;");
+	lg_line(b, "own = atomicExch(&claim[blockIdx.x], 1) == 0;");
+	lg_close(b);
 	lg_line(b, "__syncthreads();");
+	lg_line(b, "i64 cur = own ? (i64)blockIdx.x : -1;");
+	lg_line(b, "bool pre = cur >= 0; // ld holds cur's first chunk");
+	lg_line(b, "int cached = -1; // the slice whose one chunk's bits are in shared memory");
+	emit_phase1(b, &k);
+	lg_comment(b, "Phase 2: the padded offsets, then the rows of this CTA's slices (the last counted first:");
+	lg_comment(b, "its bits may still be in shared memory).");
+	emit_offsets(b, &k);
+	lg_line(b, "const int P = ptot;");
+	lg_open(b, "for (int mi = nmine - 1; mi >= 0; mi--) {");
+	lg_line(b, "const i64 i = mine[mi];");
+	lg_line(b, "lg_slice(T, S, i, &t0, &t1);");
+	emit_before(b, &k);
+	emit_slice_extras(b, &k);
+	emit_rows(b, &k, ept);
 	lg_close(b);
 	lg_close(b);
 }
@@ -429,10 +631,9 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	(void)t;
 	struct shape k = shape_of(p);
 	lg_section(b, "helpers for this spec", NULL);
-	lg_line(b, "#define CHUNK %lld // tokens a chunk of the second kernel", (long long)k.chunk);
-	if (k.routing != R_MASK)
-		emit_topk_helper(b, &k);
-	emit_count(b, s, p);
+	emit_helpers(b, &k);
+	emit_phase1_helpers(b, &k, (int)((k.e + k.threads - 1) / k.threads));
+	emit_reset(b, s, p);
 	emit_map(b, s, p);
 }
 

@@ -15,9 +15,10 @@
  *   below the capacity tokens * top_k + experts * (multiple - 1) zeros.
  *   Unweighted it is moe_permute's forward.
  *
- * Strategy: moe_common.c (one CTA per token; up to 8 expert rows loaded at
- * once, then added in order; tile.pipeline 2: persistent CTAs, the next
- * token's map row read while this one's rows are added).
+ * Strategy: moe_common.c (the forward by default pipelined, tile.pipeline
+ * 2: persistent CTAs, the next token's map row read while this one's rows
+ * are loaded and added in order; tile.pipeline 1: one CTA per token, up to
+ * 8 expert rows loaded at once; the backward one CTA per token).
  */
 #include <stdio.h>
 
@@ -116,10 +117,10 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
-/* Tile variants for `lingen tune`: threads a token, the pipelined combine. */
+/* Tile variants for `lingen tune`: threads a token; the combine in both forms. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
-	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE);
+	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE, s->pass == LG_PASS_FORWARD);
 }
 
 const struct lg_family lg_family_moe_unpermute = {

@@ -14,10 +14,10 @@
  * permute + FP8 quantisation (moe_permute_quant, K4b) bit-equal, the weighted
  * forms within tolerance; poisoned outputs, nothing left unwritten; a
  * second launch gives the same bytes. The pipelined combine (tile.pipeline
- * 2: persistent CTAs, moe_unpermute forward plain and weighted, moe_permute
- * backward) against the same references at hidden 2048, 1001, 7168 and 3
- * and 0, 1, 7, 333 and 8192 tokens, and the same bytes as the default form
- * on the same inputs.
+ * 2, the default: persistent CTAs, moe_unpermute forward plain and
+ * weighted, moe_permute backward) against the same references at hidden
+ * 2048, 1001, 7168 and 3 and 0, 1, 7, 333 and 8192 tokens, and the same
+ * bytes as the one-CTA-a-token form (tile.pipeline 1) on the same inputs.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
  */
@@ -278,13 +278,15 @@ static void same_twice(const char *op, const char *pass, const char *keys)
 	lg_spec_free(s);
 }
 
-/* The pipelined form of spec `keys` gives the bytes of the default form on
- * the same inputs at T tokens (every output; weighted sums included). */
-static void same_as_default(const char *op, const char *pass, const char *keys, int64_t T)
+/* The pipelined form of spec `keys` (tile.pipeline 2, the default) gives
+ * the bytes of the one-CTA-a-token form (tile.pipeline 1) on the same
+ * inputs at T tokens (every output; weighted sums included). */
+static void same_as_one_cta(const char *op, const char *pass, const char *keys, int64_t T)
 {
-	char pk[512];
-	snprintf(pk, sizeof pk, "%s, \"tile\": {\"pipeline\": 2}", keys);
-	lg_spec *s0 = parse(op, pass, "bf16", keys), *s1 = parse(op, pass, "bf16", pk);
+	char p1[512], p2[512];
+	snprintf(p1, sizeof p1, "%s, \"tile\": {\"pipeline\": 1}", keys);
+	snprintf(p2, sizeof p2, "%s, \"tile\": {\"pipeline\": 2}", keys);
+	lg_spec *s0 = parse(op, pass, "bf16", p1), *s1 = parse(op, pass, "bf16", p2);
 	lg_kernel *k0 = NULL, *k1 = NULL;
 	if (lg_kernel_get(ctx, s0, &k0) != LG_OK || lg_kernel_get(ctx, s1, &k1) != LG_OK)
 		fail_msg("%s", lg_last_error());
@@ -324,8 +326,8 @@ static void same_as_default(const char *op, const char *pass, const char *keys, 
 }
 
 /* The pipelined combine against the references at the target and odd
- * shapes (every routing pattern), then against the default form byte for
- * byte (one pattern). */
+ * shapes (every routing pattern), then against the one-CTA-a-token form
+ * byte for byte (one pattern). */
 static void test_pipelined(void **state)
 {
 	(void)state;
@@ -343,17 +345,17 @@ static void test_pipelined(void **state)
 			char keys[256], pk[320];
 			snprintf(keys, sizeof keys, "%s%s", shapes[i], w == 1 ? ", \"weighted\": true" : "");
 			snprintf(pk, sizeof pk, "%s, \"tile\": {\"pipeline\": 2}", keys);
-			/* hidden 7168 at 8192 tokens (1.1 GB of rows): against the default form only */
+			/* hidden 7168 at 8192 tokens (1.1 GB of rows): against the one-CTA form only */
 			check(op, pass, "bf16", pk, tokens, sizeof tokens / sizeof tokens[0] - (i == 2));
 			for (size_t t = 1; t < sizeof tokens / sizeof tokens[0]; t++)
-				same_as_default(op, pass, keys, tokens[t]);
+				same_as_one_cta(op, pass, keys, tokens[t]);
 		}
 	/* other thread counts (the map warp beside 64 and 512 adding threads), many experts */
 	check("moe_unpermute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true, "
 	      "\"tile\": {\"pipeline\": 2, \"threads\": 64}", odd, NODD);
 	check("moe_permute", "backward", "bf16", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
 	      "\"tile\": {\"pipeline\": 2, \"threads\": 512}", odd, NODD);
-	same_as_default("moe_unpermute", "forward", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
+	same_as_one_cta("moe_unpermute", "forward", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
 			"\"weighted\": true", 8192);
 }
 
@@ -364,7 +366,7 @@ static void test_deterministic(void **state)
 	same_twice("moe_unpermute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
 	same_twice("moe_unpermute", "backward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
 	same_twice("moe_unpermute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true, "
-		   "\"tile\": {\"pipeline\": 2}");
+		   "\"tile\": {\"pipeline\": 1}");
 }
 
 int main(void)

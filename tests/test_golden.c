@@ -311,7 +311,7 @@ static const struct golden cases[] = {
 	{"moe_permute_bwd_h1001_e160_k6", "sm_90a",
 	 "{\"op\": \"moe_permute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1001, "
 	 "\"experts\": 160, \"top_k\": 6}"},
-	/* K5 unpermute at the target, and weighted with its backward (dot products) */
+	/* K5 unpermute at the target, and weighted (hidden 7168) with its backward (dot products) */
 	{"moe_unpermute_fwd_h2048_e256_k8", "sm_90a",
 	 "{\"op\": \"moe_unpermute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"experts\": 256, \"top_k\": 8}"},
@@ -321,14 +321,15 @@ static const struct golden cases[] = {
 	{"moe_unpermute_bwd_h2048_e256_k8_weighted", "sm_90a",
 	 "{\"op\": \"moe_unpermute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"experts\": 256, \"top_k\": 8, \"weighted\": true}"},
-	/* the pipelined combine (tile.pipeline 2): weighted at the target; the permute's backward at an
-	 * odd hidden size (2-byte pieces, 4 a thread) and expert count on sm_80 */
-	{"moe_unpermute_fwd_h2048_e256_k8_weighted_tp2", "sm_90a",
+	/* the combines above are pipelined (tile.pipeline 2, the default); the one-CTA-a-token form
+	 * (tile.pipeline 1): weighted at the target; the permute's backward at an odd hidden size
+	 * (2-byte pieces, 4 a thread) and expert count on sm_80 */
+	{"moe_unpermute_fwd_h2048_e256_k8_weighted_tp1", "sm_90a",
 	 "{\"op\": \"moe_unpermute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
-	 "\"experts\": 256, \"top_k\": 8, \"weighted\": true, \"tile\": {\"pipeline\": 2}}"},
-	{"moe_permute_bwd_h1001_e160_k6_tp2_sm80", "sm_80",
+	 "\"experts\": 256, \"top_k\": 8, \"weighted\": true, \"tile\": {\"pipeline\": 1}}"},
+	{"moe_permute_bwd_h1001_e160_k6_tp1_sm80", "sm_80",
 	 "{\"op\": \"moe_permute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1001, "
-	 "\"experts\": 160, \"top_k\": 6, \"tile\": {\"pipeline\": 2}}"},
+	 "\"experts\": 160, \"top_k\": 6, \"tile\": {\"pipeline\": 1}}"},
 	/* K4b: permute + pad + per-expert FP8 at the target (both copies, pow2); rowwise exact with
 	 * 96 experts padded to 128 */
 	{"moe_permute_quant_h2048_e256_k8_both_pow2", "sm_90a",

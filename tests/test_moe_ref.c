@@ -522,9 +522,12 @@ static void test_geometry(void **state)
 	plan_at(s, "sm_90a", &p);
 	assert_int_equal(p.nentries, 2);
 	assert_true(p.early[1]);
-	assert_int_equal(f->workspace(&p), (size_t)128 * 256 * 4);
+	/* the slices' counts, the totals, the claims, the counted slices (16-byte multiple) */
+	assert_int_equal(f->workspace(&p), (size_t)(128 * 256 + 256 + 128 + 4) * 4);
 	int64_t T = 8192;
-	f->geometry(&p, 0, &T, &d);
+	f->geometry(&p, 0, &T, &d); /* the reset kernel: one CTA */
+	assert_true(d.grid[0] == 1 && d.block[0] == 256);
+	f->geometry(&p, 1, &T, &d);
 	assert_true(d.grid[0] == 128 && d.block[0] == 512);
 	T = 0;
 	f->geometry(&p, 1, &T, &d);
@@ -551,7 +554,8 @@ static void test_geometry(void **state)
 	s = parse("moe_permute", "backward", "bf16", "\"hidden\": 1001, \"experts\": 160, \"top_k\": 6");
 	plan_at(s, "sm_90a", &p);
 	f->geometry(&p, 0, &T, &d);
-	assert_true(d.grid[0] == 8192 && d.block[0] == 256);
+	/* the combine pipelined by default: the map warp beside 256 threads, persistent */
+	assert_true(d.grid[0] == 8192 && d.block[0] == 288 && p.persistent[0]);
 	struct lg_moe_rows r = lg_moe_rows_of(1001, 2, 0);
 	assert_true(r.vb == 2 && r.pieces == 1001 && r.kp == 4);
 	r = lg_moe_rows_of(7168, 2, 0);
@@ -646,9 +650,15 @@ static void test_pipelined_source(void **state)
 				     : "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8";
 		char pk[256];
 		snprintf(pk, sizeof pk, "%s, \"tile\": {\"pipeline\": 2}", keys);
-		lg_spec *s = parse("moe_unpermute", "forward", "bf16", pk), *d = parse("moe_unpermute", "forward", "bf16", keys);
+		char p1[256];
+		snprintf(p1, sizeof p1, "%s, \"tile\": {\"pipeline\": 1}", keys);
+		lg_spec *s = parse("moe_unpermute", "forward", "bf16", pk), *d = parse("moe_unpermute", "forward", "bf16", p1);
+		lg_spec *dflt = parse("moe_unpermute", "forward", "bf16", keys);
 		for (int a = 0; a < 2; a++) {
 			char *src = generate(s, a ? "sm_80" : "sm_90a"), *def = generate(d, a ? "sm_80" : "sm_90a");
+			char *dsrc = generate(dflt, a ? "sm_80" : "sm_90a");
+			assert_non_null(strstr(dsrc, "lg_map_row(mp, tn, cap, lane, rows[o], emap[o], &nrows[o]);"));
+			free(dsrc);
 			assert_non_null(strstr(src, "lg_map_row(mp, tn, cap, lane, rows[o], emap[o], &nrows[o]);"));
 			assert_non_null(strstr(src, "__shared__ int rows[2][256];"));
 			assert_non_null(strstr(src, "for (int b = 0; t < T; t += G, b ^= 1) {"));
@@ -667,7 +677,15 @@ static void test_pipelined_source(void **state)
 		}
 		lg_spec_free(s);
 		lg_spec_free(d);
+		lg_spec_free(dflt);
 	}
+	/* 1024 threads leave no room for the map warp: the one-CTA form */
+	lg_spec *w = parse("moe_unpermute", "forward", "bf16", "\"hidden\": 8192, \"experts\": 256, \"top_k\": 8, "
+			   "\"tile\": {\"threads\": 1024}");
+	struct lg_plan pw;
+	plan_at(w, "sm_90a", &pw);
+	assert_false(pw.persistent[0]);
+	lg_spec_free(w);
 	/* more pieces a thread: fewer rows at once, no register cap; many experts: the map row in steps of 256 */
 	lg_spec *s = parse("moe_unpermute", "forward", "bf16", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
 			   "\"weighted\": true, \"tile\": {\"pipeline\": 2}");
@@ -695,9 +713,9 @@ static void test_candidates(void **state)
 		{"moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
 		 "\"quant\": {}"},
 	};
-	/* threads up to a row's pieces, the combines each again pipelined (short rows: that alone);
+	/* threads up to a row's pieces, the combines each in both forms (short rows: those alone);
 	 * K4b: fblocks x threads, each with 1 and 3 CTAs an SM */
-	static const int want[] = {4, 3, 2, 6, 6, 3, 1, 16};
+	static const int want[] = {4, 3, 2, 6, 6, 3, 2, 16};
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
 		lg_spec *s = parse(specs[i][0], specs[i][1], specs[i][2], specs[i][3]);
 		const struct lg_family *f = lg_family_get(s->op);

@@ -40,42 +40,35 @@ static __device__ __forceinline__ lg_pc lg_pmake(const float *f)
 	v.w[0] = (u16)(lg_pack_bf16x2(f[0], 0.0f) & 0xffffu);
 	return v;
 }
-
-// ----- lg_moe_permute_bwd_bf16_h1001_e160_k6_m16 -----
-// MoE permute, backward: the token's rows added, probabilities restored
-// CTA t < T: token t, 256 threads, 4 pieces of 2 bytes each a thread.
-extern "C" __global__ void __launch_bounds__(256)
-lg_moe_permute_bwd_bf16_h1001_e160_k6_m16(
-	u64 dout, u64 dout_probs, u64 row_id_map, u64 dx, u64 dprobs, i64 T, i64 part)
+// The map warp: token t's rows (ascending expert) into rw[0..*nr), each expert's row
+// (-1: not routed) into em; 160 experts of the map row loaded at once.
+static __device__ __forceinline__ void lg_map_row(const int *mp, i64 t, i64 cap, int lane, int *rw,
+							  int *em, int *nr)
 {
-	__shared__ int rows[160]; // the token's rows, ascending expert
-	__shared__ int nrows;
-	const int tid = threadIdx.x;
-	const i64 cap = T * 6 + 2400; // rows of the padded buffers
-	const int *const mp = (const int *)row_id_map;
-	const float *const pi = (const float *)dout_probs; // may be 0
-	float *const po = (float *)dprobs; // may be 0
-	const i64 t = blockIdx.x;
-	// Warp 0: the token's rows in ascending expert order, 32 experts a step.
-	if (tid < 32) {
-		int n = 0;
-		#pragma unroll 8
-		for (int c = 0; c < 160; c += 32) {
-			const int e = c + tid;
-			const int r = e < 160 ? mp[t * 160 + e] : -1;
+	int n = 0;
+	for (int c0 = 0; c0 < 160; c0 += 160) {
+		int v[5];
+		#pragma unroll
+		for (int j = 0; j < 5; j++) {
+			const int e = c0 + j * 32 + lane;
+			v[j] = e < 160 ? mp[t * 160 + e] : -1;
+		}
+		#pragma unroll
+		for (int j = 0; j < 5; j++) {
+			const int e = c0 + j * 32 + lane, r = v[j];
 			const bool routed = r >= 0 && r < cap; // r >= cap: never within top_k
 			const unsigned m = __ballot_sync(0xffffffffu, routed);
-			if (po && e < 160) po[t * 160 + e] = routed && pi ? pi[r] : 0.0f;
-			if (routed) {
-				const int at = n + __popc(m & ((1u << tid) - 1u));
-				rows[at] = r;
-			}
+			if (e < 160) em[e] = routed ? r : -1;
+			if (routed) rw[n + __popc(m & ((1u << lane) - 1u))] = r;
 			n += __popc(m);
 		}
-		if (tid == 0) nrows = n;
 	}
-	__syncthreads();
-	const int n = nrows;
+	if (lane == 0) *nr = n;
+}
+// The adding warps: token t's n rows rw[0..n) (ascending expert) added into dx[t].
+static __device__ __forceinline__ void lg_token_sum(u64 dout, u64 dx, const int *rw, int n, i64 t,
+							    int tid)
+{
 	float acc[4][1];
 	#pragma unroll
 	for (int k = 0; k < 4; k++)
@@ -86,7 +79,7 @@ lg_moe_permute_bwd_bf16_h1001_e160_k6_m16(
 		#pragma unroll
 		for (int i = 0; i < 8; i++) {
 			if (i0 + i >= n) break;
-			const i64 r = rows[i0 + i];
+			const i64 r = rw[i0 + i];
 			#pragma unroll
 			for (int k = 0; k < 4; k++) {
 				const int c = tid + k * 256;
@@ -107,5 +100,51 @@ lg_moe_permute_bwd_bf16_h1001_e160_k6_m16(
 		const int c = tid + k * 256;
 		if (c >= 1001) continue;
 		lg_stp((u8 *)dx + t * 2002 + c * 2, lg_pmake(acc[k]));
+	}
+}
+
+// ----- lg_moe_permute_bwd_bf16_h1001_e160_k6_m16 -----
+// MoE permute, backward: the token's rows added, probabilities restored
+// Persistent: CTA b takes tokens b, b + G, ... (G = gridDim.x, the co-resident CTAs at most).
+// Warps 0 to 7 (4 pieces of 2 bytes each a thread) add token t's rows while warp 8,
+// the map warp, reads token t + G's map row into the other buffer: one __syncthreads a token.
+// 256 adding threads and the map warp.
+extern "C" __global__ void __launch_bounds__(288)
+lg_moe_permute_bwd_bf16_h1001_e160_k6_m16(
+	u64 dout, u64 dout_probs, u64 row_id_map, u64 dx, u64 dprobs, i64 T, i64 part)
+{
+	__shared__ int rows[2][160]; // two tokens' rows, ascending expert
+	__shared__ int emap[2][160]; // their row of each expert (-1: not routed)
+	__shared__ int nrows[2];
+	const int tid = threadIdx.x, lane = tid & 31;
+	const i64 cap = T * 6 + 2400; // rows of the padded buffers
+	const int *const mp = (const int *)row_id_map;
+	const float *const pi = (const float *)dout_probs; // may be 0
+	float *const po = (float *)dprobs; // may be 0
+	const i64 G = gridDim.x;
+	i64 t = blockIdx.x; // < T: the grid is at most T
+	if (tid >= 256) lg_map_row(mp, t, cap, lane, rows[0], emap[0], &nrows[0]);
+	__syncthreads();
+	for (int b = 0; t < T; t += G, b ^= 1) {
+		if (tid >= 256) {
+			const int o = b ^ 1;
+			const i64 tn = t + G; // the next token
+			if (tn < T) lg_map_row(mp, tn, cap, lane, rows[o], emap[o], &nrows[o]);
+		} else {
+			// dprobs[t, :]: loaded beside the rows, stored last.
+			float rp[1];
+			#pragma unroll
+			for (int q = 0; q < 1; q++) {
+				const int e = tid + q * 256, r = e < 160 ? emap[b][e] : -1;
+				rp[q] = po && r >= 0 && pi ? pi[r] : 0.0f;
+			}
+			lg_token_sum(dout, dx, rows[b], nrows[b], t, tid);
+			#pragma unroll
+			for (int q = 0; q < 1; q++) {
+				const int e = tid + q * 256;
+				if (po && e < 160) po[t * 160 + e] = rp[q];
+			}
+		}
+		__syncthreads();
 	}
 }

@@ -10,98 +10,206 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 // ----- helpers for this spec -----
-#define CHUNK 30 // tokens a chunk of the second kernel
+#define CHUNK 64 // tokens a chunk
+// Tokens [*t0, *t1) of slice i of S.
+static __device__ __forceinline__ void lg_slice(i64 T, i64 S, i64 i, i64 *t0, i64 *t1)
+{
+	*t0 = T * i / S;
+	*t1 = T * (i + 1) / S;
+}
+// What other CTAs wrote: read at L2 (acquire: the count of counted slices).
+static __device__ __forceinline__ int lg_ld_acquire(const int *p)
+{
+	int v;
+	asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+static __device__ __forceinline__ int lg_ld_l2(const int *p)
+{
+	int v;
+	asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+static __device__ __forceinline__ uint4 lg_ld4_l2(const int *p)
+{
+	uint4 v;
+	asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+	return v;
+}
+// The routing of tokens [c0, c0 + n) into registers, 8 units a thread
+// (4 mask bytes a unit).
+static __device__ __forceinline__ void lg_load(const u32 *src, i64 c0, int n, int tid,
+						       u32 *ld)
+{
+	const u32 *const w = (const u32 *)((const u8 *)src + c0 * 256);
+	#pragma unroll
+	for (int q = 0; q < 8; q++) {
+		const int j = tid + q * 512;
+		ld[q] = j < n * 64 ? w[j] : 0;
+	}
+}
+// The chunk's bits: bit l of bits[h][e] set when token c0 + 32 h + l is routed to e.
+// The mask staged in rows of 65 words, then a warp a (32 tokens, 32 experts)
+// block: a ballot an expert.
+static __device__ __forceinline__ void lg_bits(const u32 *ld, int n, int tid, u32 *stage,
+						       u32 (*bits)[256])
+{
+	#pragma unroll
+	for (int q = 0; q < 8; q++) {
+		const int j = tid + q * 512;
+		if (j < n * 64) stage[(j / 64) * 65 + j % 64] = ld[q];
+	}
+	__syncthreads();
+	const int lane = tid & 31;
+	for (int task = tid >> 5; task < 16; task += 16) {
+		const int h = task / 8, c = task % 8, row = h * 32 + lane;
+		const u8 *const src = (const u8 *)(stage + row * 65) + c * 32;
+		u32 mine = 0;
+		#pragma unroll
+		for (int x = 0; x < 32; x++) {
+			const bool on = row < n && c * 32 + x < 256 && src[x] != 0;
+			const u32 m = __ballot_sync(0xffffffffu, on);
+			if (lane == x) mine = m;
+		}
+		if (c * 32 + lane < 256) bits[h][c * 32 + lane] = mine;
+	}
+	__syncthreads();
+}
+// Slice cur counted (pre: ld holds its first chunk), its counts published to its workspace
+// row and added to the totals (integer sums, any order).
+static __device__ __forceinline__ void lg_count(const u32 *src, i64 T, i64 S, i64 cur,
+	bool pre, int tid, u32 *ld, u32 *stage, u32 (*bits)[256], int *wsi, int *tot)
+{
+	i64 t0, t1;
+	lg_slice(T, S, cur, &t0, &t1);
+	int acc[1];
+	#pragma unroll
+	for (int q = 0; q < 1; q++) acc[q] = 0;
+	for (i64 c0 = t0; c0 < t1; c0 += CHUNK, pre = false) {
+		const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);
+		if (!pre) lg_load(src, c0, n, tid, ld);
+		lg_bits(ld, n, tid, stage, bits);
+		#pragma unroll
+		for (int q = 0; q < 1; q++) {
+			const int e = tid + q * 512;
+			for (int h = 0; e < 256 && h < 2; h++) acc[q] += __popc(bits[h][e]);
+		}
+		__syncthreads();
+	}
+	#pragma unroll
+	for (int q = 0; q < 1; q++) {
+		const int e = tid + q * 512;
+		if (e < 256) {
+			wsi[cur * 256 + e] = acc[q];
+			if (acc[q]) atomicAdd(&tot[e], acc[q]);
+		}
+	}
+}
+// Warp 0: the next slice to count, one it claimed; -1: none unclaimed while some are not
+// counted yet; -2: every slice counted (d, read by lane 0: one value for the warp).
+static __device__ __forceinline__ int lg_pick(bool all, int S, const int *done, int *claim,
+	int lane)
+{
+	int d = S;
+	if (lane == 0 && !all) d = lg_ld_acquire(done);
+	if (__shfl_sync(0xffffffffu, d, 0) >= S) return -2;
+	for (int c0 = 0; c0 < S; c0 += 32) {
+		const int c = c0 + lane;
+		unsigned m = __ballot_sync(0xffffffffu, c < S && *(volatile int *)&claim[c] == 0);
+		for (; m; m &= m - 1) {
+			const int f = c0 + __ffs(m) - 1;
+			const int won = lane ? 0 : atomicExch(&claim[f], 1) == 0;
+			if (__shfl_sync(0xffffffffu, won, 0)) return f;
+		}
+	}
+	return -1;
+}
 
-// ----- lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_count -----
-// each expert's tokens in a slice of tokens
-// CTA i counts slice i into workspace row i (shared-memory integer atomics).
-extern "C" __global__ void __launch_bounds__(512)
-lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_count(
+// ----- lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_reset: the map kernel's counters zeroed -----
+// One CTA: the totals, the claims and the count of counted slices (the workspace is
+// the caller's scratch: nothing is assumed of its bytes).
+extern "C" __global__ void __launch_bounds__(256)
+lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_reset(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
 	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
-	__shared__ int cnt[256];
-	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
-	const i64 t0 = T * (i64)blockIdx.x / S, t1 = T * ((i64)blockIdx.x + 1) / S;
-	const int tid = threadIdx.x;
-	// The second kernel may be scheduled (it waits for this one's results).
+	// The map kernel may be scheduled (it waits for this one before using the counters).
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	for (int e = tid; e < 256; e += 512) cnt[e] = 0;
-	__syncthreads();
-	// The slice's mask, 4 bytes a load (rows of 256 bytes: 4-byte aligned).
-	const u32 *const w = (const u32 *)((const u8 *)mask + t0 * 256);
-	const i64 nw = (t1 - t0) * 64;
-	#pragma unroll 4
-	for (i64 j = tid; j < nw; j += 512) {
-		const u32 v = w[j];
-		if (!v) continue;
-		const int e0 = (int)(j % 64) * 4;
-		for (int q = 0; q < 4; q++)
-			if ((v >> (8 * q)) & 0xffu) atomicAdd(&cnt[e0 + q], 1);
-	}
-	__syncthreads();
-	for (int e = tid; e < 256; e += 512) ((int *)ws)[(i64)blockIdx.x * 256 + e] = cnt[e];
+	int *const z = (int *)ws + 32768;
+	for (int j = threadIdx.x; j < 385; j += 256) z[j] = 0;
 }
 
 // ----- lg_moe_row_map_fwd_bf16_e256_k8_m16_mask -----
 // row_id_map, counts, padded offsets, row_index
-// CTA i: slice i, in chunks of 30 tokens staged as a byte mask [30][256].
+// Phase 1: each slice of tokens counted once, by the CTA that claims it (its own first,
+// then any unclaimed: no CTA waits for one not running). Phase 2, when every slice is
+// counted: each CTA gives the rows of the slices it counted. Chunks of 64 tokens.
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e256_k8_m16_mask(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
 	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
-	__shared__ int pe[256]; // padded counts, then their exclusive prefix sums
-	__shared__ int cn[256]; // counts
-	__shared__ int ptot;
-	__shared__ __align__(16) u8 sm[7680];
-	__shared__ int ids[7680];
+	__shared__ u32 stage[4160]; // the chunk's mask, rows of 65 words
+	__shared__ u32 bits[2][256]; // the chunk's tokens of each expert, 32 a word
+	__shared__ int first[2][256]; // each 32-token group's first row of each expert
+	__shared__ int cn[256], pe[256], nx[256]; // totals, offsets, the next row of each expert
+	__shared__ int mine[128]; // the slices this CTA counted
+	__shared__ int nmine, next, own, all, ptot;
 	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
-	const i64 t0 = T * (i64)blockIdx.x / S, t1 = T * ((i64)blockIdx.x + 1) / S;
-	const int tid = threadIdx.x;
+	const int tid = threadIdx.x, lane = tid & 31;
 	const i64 cap = T * 8 + 3840;
+	int *const wsi = (int *)ws, *const tot = wsi + 32768; // the slices' counts, the totals
+	int *const claim = tot + 256, *const done = claim + 128; // the claims, the counted slices
 	int *const rix = (int *)row_index; // may be 0
-	u32 ld[4];
-	// The first chunk's routing is loaded before the wait (the routing is an input).
-	i64 c0 = t0;
-	{
-		const i64 left = t1 - c0;
-		const i64 nl = left < CHUNK ? (left > 0 ? left : 0) : CHUNK;
-		const u32 *const w = (const u32 *)((const u8 *)mask + c0 * 256);
-		#pragma unroll
-		for (int q = 0; q < 4; q++) {
-			const i64 j = tid + q * 512;
-			ld[q] = j < nl * 64 ? w[j] : 0;
-		}
-	}
-	// Wait for the counts of the first kernel.
+	u32 ld[8];
+	i64 t0, t1;
+	// The own slice's first chunk loaded before the wait (the routing is an input).
+	lg_slice(T, S, blockIdx.x, &t0, &t1);
+	lg_load((const u32 *)mask, t0, (int)(t1 - t0 < CHUNK ? t1 - t0 : CHUNK), tid, ld);
+	// Wait for the reset kernel's zeros.
 	asm volatile("griddepcontrol.wait;" ::: "memory");
-	// Each expert's total and its tokens before this slice: the workspace column, 2 threads
-	// an expert, the slices i with i % 2 == sub, 16 loads in flight (integer sums: any
-	// order gives the same).
-	for (int e = tid; e < 256; e += 512) cn[e] = 0, pe[e] = 0;
+	if (tid == 0) {
+		nmine = 0;
+		all = 0;
+		own = atomicExch(&claim[blockIdx.x], 1) == 0;
+	}
 	__syncthreads();
-	if (tid < 512) {
-		const int e = tid % 256, sub = tid / 256;
-		int a = 0, before = 0;
-		#pragma unroll 16
-		for (i64 i = sub; i < S; i += 2) {
-			const int v = ((const int *)ws)[i * 256 + e];
-			a += v;
-			if (i < (i64)blockIdx.x) before += v;
+	i64 cur = own ? (i64)blockIdx.x : -1;
+	bool pre = cur >= 0; // ld holds cur's first chunk
+	int cached = -1; // the slice whose one chunk's bits are in shared memory
+	// Phase 1: count slices until every slice is counted.
+	for (;; pre = false) {
+		if (cur >= 0) {
+			lg_count((const u32 *)mask, T, S, cur, pre, tid, ld, stage, bits,
+				 wsi, tot);
+			lg_slice(T, S, cur, &t0, &t1);
+			cached = t1 > t0 && t1 - t0 <= CHUNK ? (int)cur : -1;
+			__threadfence();
+			__syncthreads();
+			if (tid == 0) {
+				mine[nmine++] = (int)cur;
+				if (atomicAdd(done, 1) == (int)S - 1) // the last: all out
+					__threadfence(), all = 1;
+			}
+			__syncthreads();
 		}
-		atomicAdd(&cn[e], a);
-		atomicAdd(&pe[e], before); // the tokens before the slice, for now
+		if (tid < 32) {
+			const int c = lg_pick(all != 0, (int)S, done, claim, lane);
+			if (lane == 0) next = c;
+		}
+		__syncthreads();
+		cur = next;
+		__syncthreads();
+		if (cur == -2) break;
+		if (cur == -1 && tid == 0) asm volatile("nanosleep.u32 200;");
 	}
-	__syncthreads();
-	int nxt[1];
-	#pragma unroll
-	for (int q = 0; q < 1; q++) {
-		const int e = tid + q * 512;
-		nxt[q] = e < 256 ? pe[e] : 0;
+	// Phase 2: the padded offsets, then the rows of this CTA's slices (the last counted first:
+	// its bits may still be in shared memory).
+	for (int e = tid; e < 256; e += 512) {
+		cn[e] = lg_ld_l2(tot + e);
+		pe[e] = (cn[e] + 15) / 16 * 16;
 	}
-	__syncthreads();
-	for (int e = tid; e < 256; e += 512) pe[e] = (cn[e] + 15) / 16 * 16;
 	__syncthreads();
 	// Exclusive scan of the padded counts over the experts: warp 0, 8 a lane.
 	if (tid < 32) {
@@ -124,69 +232,77 @@ lg_moe_row_map_fwd_bf16_e256_k8_m16_mask(
 	}
 	__syncthreads();
 	const int P = ptot;
-	#pragma unroll
-	for (int q = 0; q < 1; q++) {
-		const int e = tid + q * 512;
-		if (e >= 256) break;
-		nxt[q] += pe[e]; // the row of the slice's first token of e
-		if (blockIdx.x == 0) {
-			((int *)counts)[e] = cn[e];
-			((int *)offsets)[e] = pe[e];
-			if (e == 0) ((int *)offsets)[256] = P;
-			if (padded_counts) // the padded count: the next offset minus this one
-				((int *)padded_counts)[e] = (e + 1 < 256 ? pe[e + 1] : P) - pe[e];
-		}
-	}
-	// row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.
-	if (rix) {
-		for (i64 e = blockIdx.x; e < 256; e += S) {
-			const i64 r1 = e + 1 < 256 ? (i64)pe[e + 1] : (i64)P;
-			for (i64 r = pe[e] + cn[e] + tid; r < r1 && r < cap; r += 512) rix[r] = -1;
-		}
-		for (i64 r = P + (i64)blockIdx.x * 512 + tid; r < cap; r += S * 512) rix[r] = -1;
-	}
-	__syncthreads();
-	for (; c0 < t1; c0 += 30) {
-		const int n = (int)(t1 - c0 < 30 ? t1 - c0 : 30);
-		#pragma unroll
-		for (int q = 0; q < 4; q++) {
-			const int j = tid + q * 512;
-			if (j >= 1920) break;
-			// each byte to 0 or 1
-			const u32 v = ld[q];
-			((u32 *)sm)[j] = (((v & 0x7f7f7f7fu) + 0x7f7f7f7fu) | v) >> 7 & 0x01010101u;
+	for (int mi = nmine - 1; mi >= 0; mi--) {
+		const i64 i = mine[mi];
+		lg_slice(T, S, i, &t0, &t1);
+		for (int e = tid; e < 256; e += 512) nx[e] = pe[e];
+		__syncthreads();
+		// The slices before i: 8 threads a 4 experts (every 8-th row).
+		for (int x = tid; x < 512; x += 512) {
+			const int u = x % 64, sub = x / 64;
+			int a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+			#pragma unroll 8
+			for (i64 j = sub; j < i; j += 8) {
+				const uint4 v = lg_ld4_l2(wsi + j * 256 + 4 * u);
+				a0 += (int)v.x, a1 += (int)v.y, a2 += (int)v.z, a3 += (int)v.w;
+			}
+			if (a0) atomicAdd(&nx[4 * u], a0);
+			if (a1) atomicAdd(&nx[4 * u + 1], a1);
+			if (a2) atomicAdd(&nx[4 * u + 2], a2);
+			if (a3) atomicAdd(&nx[4 * u + 3], a3);
 		}
 		__syncthreads();
-		// The next chunk's routing, in flight during this one's walk and stores.
-		const i64 cnext = c0 + 30;
-		{
-			const i64 left = t1 - cnext;
-			const i64 nl = left < CHUNK ? (left > 0 ? left : 0) : CHUNK;
-			const u32 *const w = (const u32 *)((const u8 *)mask + cnext * 256);
+		if (i == 0) {
+			for (int e = tid; e < 256; e += 512) {
+				((int *)counts)[e] = cn[e];
+				((int *)offsets)[e] = pe[e];
+				if (e == 0) ((int *)offsets)[256] = P;
+				const int end = e + 1 < 256 ? pe[e + 1] : P; // the next offset
+				if (padded_counts) ((int *)padded_counts)[e] = end - pe[e];
+			}
+		}
+		// row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.
+		if (rix) {
+			for (i64 e = i; e < 256; e += S) {
+				const i64 end = e + 1 < 256 ? (i64)pe[e + 1] : (i64)P;
+				const i64 r1 = end < cap ? end : cap;
+				for (i64 r = pe[e] + cn[e] + tid; r < r1; r += 512) rix[r] = -1;
+			}
+			for (i64 r = P + i * 512 + tid; r < cap; r += S * 512) rix[r] = -1;
+		}
+		for (i64 c0 = t0; c0 < t1; c0 += CHUNK) {
+			const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);
+			if (cached != (int)i) {
+				lg_load((const u32 *)mask, c0, n, tid, ld);
+				lg_bits(ld, n, tid, stage, bits);
+			}
+			cached = -1;
 			#pragma unroll
-			for (int q = 0; q < 4; q++) {
-				const i64 j = tid + q * 512;
-				ld[q] = j < nl * 64 ? w[j] : 0;
-			}
-		}
-		// One thread an expert walks the chunk's tokens in order.
-		#pragma unroll
-		for (int q = 0; q < 1; q++) {
-			const int e = tid + q * 512;
-			if (e >= 256) break;
-			for (int j = 0; j < n; j++) {
-				int r = -1;
-				if (sm[j * 256 + e]) {
-					r = nxt[q]++;
-					if (rix && r < cap) rix[r] = (int)(c0 + j);
+			for (int q = 0; q < 1; q++) {
+				const int e = tid + q * 512;
+				if (e < 256) {
+					int run = nx[e];
+					for (int h = 0; h < 2; h++) {
+						first[h][e] = run;
+						run += __popc(bits[h][e]);
+					}
+					nx[e] = run;
 				}
-				ids[j * 256 + e] = r;
 			}
+			__syncthreads();
+			int *const out = (int *)row_id_map + c0 * 256;
+			for (int j = tid; j < n * 256; j += 512) {
+				const int tk = j / 256, e = j - tk * 256; // token, expert
+				const int h = tk >> 5, l = tk & 31;
+				const u32 w = bits[h][e];
+				int r = -1;
+				if ((w >> l) & 1u) {
+					r = first[h][e] + __popc(w & ((1u << l) - 1u));
+					if (rix && r < cap) rix[r] = (int)(c0 + tk);
+				}
+				out[j] = r;
+			}
+			__syncthreads();
 		}
-		__syncthreads();
-		// The chunk's row_id_map block [n][256] is contiguous: coalesced 4-byte stores.
-		int *const out = (int *)row_id_map + c0 * 256;
-		for (int j = tid; j < n * 256; j += 512) out[j] = ids[j];
-		__syncthreads();
 	}
 }

@@ -4,107 +4,192 @@
 // generated, do not edit
 
 // ----- helpers from templates/, those the code below uses -----
-typedef unsigned char u8;
+typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
 // ----- helpers for this spec -----
-#define CHUNK 32 // tokens a chunk of the second kernel
-// Slot j of token tt's top-k list: its expert, or -1 (no expert, or one an earlier slot has).
-static __device__ __forceinline__ int lg_expert(const int *ix, i64 tt, int j)
+#define CHUNK 64 // tokens a chunk
+// Tokens [*t0, *t1) of slice i of S.
+static __device__ __forceinline__ void lg_slice(i64 T, i64 S, i64 i, i64 *t0, i64 *t1)
 {
-	const int e = ix[tt * 2 + j];
-	if (e < 0 || e >= 5) return -1;
-	for (int i = 0; i < j; i++)
-		if (ix[tt * 2 + i] == e) return -1;
-	return (int)e;
+	*t0 = T * i / S;
+	*t1 = T * (i + 1) / S;
+}
+// What other CTAs wrote: read at L2 (acquire: the count of counted slices).
+static __device__ __forceinline__ int lg_ld_acquire(const int *p)
+{
+	int v;
+	asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+static __device__ __forceinline__ int lg_ld_l2(const int *p)
+{
+	int v;
+	asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+// The routing of tokens [c0, c0 + n) into registers, 1 unit a thread
+// (top-k slots as experts, -1: none).
+static __device__ __forceinline__ void lg_load(const int *src, i64 c0, int n, int tid,
+						       int *ld)
+{
+	#pragma unroll
+	for (int q = 0; q < 1; q++) {
+		const int j = tid + q * 512;
+		const int e = j < n * 2 ? src[c0 * 2 + j] : -1;
+		ld[q] = e >= 0 && e < 5 ? (int)e : -1; // outside [0, 5): no expert
+	}
+}
+// The chunk's bits: bit l of bits[h][e] set when token c0 + 32 h + l is routed to e.
+// Top-k slots or-ed in (a repeated expert counts once).
+static __device__ __forceinline__ void lg_bits(const int *ld, int n, int tid, u32 *stage,
+						       u32 (*bits)[5])
+{
+	(void)stage;
+	for (int j = tid; j < 10; j += 512) bits[0][j] = 0;
+	__syncthreads();
+	#pragma unroll
+	for (int q = 0; q < 1; q++) {
+		const int tk = (tid + q * 512) / 2; // a token of the chunk
+		if (ld[q] >= 0) atomicOr(&bits[tk >> 5][ld[q]], 1u << (tk & 31));
+	}
+	__syncthreads();
+}
+// Slice cur counted (pre: ld holds its first chunk), its counts published to its workspace
+// row and added to the totals (integer sums, any order).
+static __device__ __forceinline__ void lg_count(const int *src, i64 T, i64 S, i64 cur,
+	bool pre, int tid, int *ld, u32 *stage, u32 (*bits)[5], int *wsi, int *tot)
+{
+	i64 t0, t1;
+	lg_slice(T, S, cur, &t0, &t1);
+	int acc[1];
+	#pragma unroll
+	for (int q = 0; q < 1; q++) acc[q] = 0;
+	for (i64 c0 = t0; c0 < t1; c0 += CHUNK, pre = false) {
+		const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);
+		if (!pre) lg_load(src, c0, n, tid, ld);
+		lg_bits(ld, n, tid, stage, bits);
+		#pragma unroll
+		for (int q = 0; q < 1; q++) {
+			const int e = tid + q * 512;
+			for (int h = 0; e < 5 && h < 2; h++) acc[q] += __popc(bits[h][e]);
+		}
+		__syncthreads();
+	}
+	#pragma unroll
+	for (int q = 0; q < 1; q++) {
+		const int e = tid + q * 512;
+		if (e < 5) {
+			wsi[cur * 5 + e] = acc[q];
+			if (acc[q]) atomicAdd(&tot[e], acc[q]);
+		}
+	}
+}
+// Warp 0: the next slice to count, one it claimed; -1: none unclaimed while some are not
+// counted yet; -2: every slice counted (d, read by lane 0: one value for the warp).
+static __device__ __forceinline__ int lg_pick(bool all, int S, const int *done, int *claim,
+	int lane)
+{
+	int d = S;
+	if (lane == 0 && !all) d = lg_ld_acquire(done);
+	if (__shfl_sync(0xffffffffu, d, 0) >= S) return -2;
+	for (int c0 = 0; c0 < S; c0 += 32) {
+		const int c = c0 + lane;
+		unsigned m = __ballot_sync(0xffffffffu, c < S && *(volatile int *)&claim[c] == 0);
+		for (; m; m &= m - 1) {
+			const int f = c0 + __ffs(m) - 1;
+			const int won = lane ? 0 : atomicExch(&claim[f], 1) == 0;
+			if (__shfl_sync(0xffffffffu, won, 0)) return f;
+		}
+	}
+	return -1;
 }
 
-// ----- lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32_count -----
-// each expert's tokens in a slice of tokens
-// CTA i counts slice i into workspace row i (shared-memory integer atomics).
-extern "C" __global__ void __launch_bounds__(512)
-lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32_count(
+// ----- lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32_reset: the map kernel's counters zeroed -----
+// One CTA: the totals, the claims and the count of counted slices (the workspace is
+// the caller's scratch: nothing is assumed of its bytes).
+extern "C" __global__ void __launch_bounds__(256)
+lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32_reset(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
 	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
-	__shared__ int cnt[5];
-	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
-	const i64 t0 = T * (i64)blockIdx.x / S, t1 = T * ((i64)blockIdx.x + 1) / S;
-	const int tid = threadIdx.x;
-	// The second kernel may be scheduled (it waits for this one's results).
+	// The map kernel may be scheduled (it waits for this one before using the counters).
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	for (int e = tid; e < 5; e += 512) cnt[e] = 0;
-	__syncthreads();
-	// The slice's top-k slots.
-	const i64 nw = (t1 - t0) * 2;
-	for (i64 j = tid; j < nw; j += 512) {
-		const int e = lg_expert((const int *)topk, t0 + j / 2, (int)(j % 2));
-		if (e >= 0) atomicAdd(&cnt[e], 1);
-	}
-	__syncthreads();
-	for (int e = tid; e < 5; e += 512) ((int *)ws)[(i64)blockIdx.x * 5 + e] = cnt[e];
+	int *const z = (int *)ws + 640;
+	for (int j = threadIdx.x; j < 134; j += 256) z[j] = 0;
 }
 
 // ----- lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32 -----
 // row_id_map, counts, padded offsets, row_index
-// CTA i: slice i, in chunks of 32 tokens staged as a byte mask [32][5].
+// Phase 1: each slice of tokens counted once, by the CTA that claims it (its own first,
+// then any unclaimed: no CTA waits for one not running). Phase 2, when every slice is
+// counted: each CTA gives the rows of the slices it counted. Chunks of 64 tokens.
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
 	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
-	__shared__ int pe[5]; // padded counts, then their exclusive prefix sums
-	__shared__ int cn[5]; // counts
-	__shared__ int ptot;
-	__shared__ __align__(16) u8 sm[160];
-	__shared__ int ids[160];
+	u32 *const stage = 0;
+	__shared__ u32 bits[2][5]; // the chunk's tokens of each expert, 32 a word
+	__shared__ int first[2][5]; // each 32-token group's first row of each expert
+	__shared__ int cn[5], pe[5], nx[5]; // totals, offsets, the next row of each expert
+	__shared__ int mine[128]; // the slices this CTA counted
+	__shared__ int nmine, next, own, all, ptot;
 	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
-	const i64 t0 = T * (i64)blockIdx.x / S, t1 = T * ((i64)blockIdx.x + 1) / S;
-	const int tid = threadIdx.x;
+	const int tid = threadIdx.x, lane = tid & 31;
 	const i64 cap = T * 2 + 0;
+	int *const wsi = (int *)ws, *const tot = wsi + 640; // the slices' counts, the totals
+	int *const claim = tot + 5, *const done = claim + 128; // the claims, the counted slices
 	int *const rix = (int *)row_index; // may be 0
 	int ld[1];
-	// The first chunk's routing is loaded before the wait (the routing is an input).
-	i64 c0 = t0;
-	{
-		const i64 left = t1 - c0;
-		const i64 nl = left < CHUNK ? (left > 0 ? left : 0) : CHUNK;
-		const int *const w = (const int *)topk;
-		#pragma unroll
-		for (int q = 0; q < 1; q++) {
-			const i64 j = tid + q * 512;
-			ld[q] = j < nl * 2 ? lg_expert(w, c0 + j / 2, (int)(j % 2)) : -1;
-		}
-	}
-	// Wait for the counts of the first kernel.
+	i64 t0, t1;
+	// The own slice's first chunk loaded before the wait (the routing is an input).
+	lg_slice(T, S, blockIdx.x, &t0, &t1);
+	lg_load((const int *)topk, t0, (int)(t1 - t0 < CHUNK ? t1 - t0 : CHUNK), tid, ld);
+	// Wait for the reset kernel's zeros.
 	asm volatile("griddepcontrol.wait;" ::: "memory");
-	// Each expert's total and its tokens before this slice: the workspace column, 64 threads
-	// an expert, the slices i with i % 64 == sub, 16 loads in flight (integer sums: any
-	// order gives the same).
-	for (int e = tid; e < 5; e += 512) cn[e] = 0, pe[e] = 0;
+	if (tid == 0) {
+		nmine = 0;
+		all = 0;
+		own = atomicExch(&claim[blockIdx.x], 1) == 0;
+	}
 	__syncthreads();
-	if (tid < 320) {
-		const int e = tid % 5, sub = tid / 5;
-		int a = 0, before = 0;
-		#pragma unroll 16
-		for (i64 i = sub; i < S; i += 64) {
-			const int v = ((const int *)ws)[i * 5 + e];
-			a += v;
-			if (i < (i64)blockIdx.x) before += v;
+	i64 cur = own ? (i64)blockIdx.x : -1;
+	bool pre = cur >= 0; // ld holds cur's first chunk
+	int cached = -1; // the slice whose one chunk's bits are in shared memory
+	// Phase 1: count slices until every slice is counted.
+	for (;; pre = false) {
+		if (cur >= 0) {
+			lg_count((const int *)topk, T, S, cur, pre, tid, ld, stage, bits,
+				 wsi, tot);
+			lg_slice(T, S, cur, &t0, &t1);
+			cached = t1 > t0 && t1 - t0 <= CHUNK ? (int)cur : -1;
+			__threadfence();
+			__syncthreads();
+			if (tid == 0) {
+				mine[nmine++] = (int)cur;
+				if (atomicAdd(done, 1) == (int)S - 1) // the last: all out
+					__threadfence(), all = 1;
+			}
+			__syncthreads();
 		}
-		atomicAdd(&cn[e], a);
-		atomicAdd(&pe[e], before); // the tokens before the slice, for now
+		if (tid < 32) {
+			const int c = lg_pick(all != 0, (int)S, done, claim, lane);
+			if (lane == 0) next = c;
+		}
+		__syncthreads();
+		cur = next;
+		__syncthreads();
+		if (cur == -2) break;
+		if (cur == -1 && tid == 0) asm volatile("nanosleep.u32 200;");
 	}
-	__syncthreads();
-	int nxt[1];
-	#pragma unroll
-	for (int q = 0; q < 1; q++) {
-		const int e = tid + q * 512;
-		nxt[q] = e < 5 ? pe[e] : 0;
+	// Phase 2: the padded offsets, then the rows of this CTA's slices (the last counted first:
+	// its bits may still be in shared memory).
+	for (int e = tid; e < 5; e += 512) {
+		cn[e] = lg_ld_l2(tot + e);
+		pe[e] = (cn[e] + 0) / 1 * 1;
 	}
-	__syncthreads();
-	for (int e = tid; e < 5; e += 512) pe[e] = (cn[e] + 0) / 1 * 1;
 	__syncthreads();
 	// Exclusive scan of the padded counts over the experts: warp 0, 1 a lane.
 	if (tid < 32) {
@@ -127,68 +212,71 @@ lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32(
 	}
 	__syncthreads();
 	const int P = ptot;
-	#pragma unroll
-	for (int q = 0; q < 1; q++) {
-		const int e = tid + q * 512;
-		if (e >= 5) break;
-		nxt[q] += pe[e]; // the row of the slice's first token of e
-		if (blockIdx.x == 0) {
-			((int *)counts)[e] = cn[e];
-			((int *)offsets)[e] = pe[e];
-			if (e == 0) ((int *)offsets)[5] = P;
-			if (padded_counts) // the padded count: the next offset minus this one
-				((int *)padded_counts)[e] = (e + 1 < 5 ? pe[e + 1] : P) - pe[e];
-		}
-	}
-	// row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.
-	if (rix) {
-		for (i64 e = blockIdx.x; e < 5; e += S) {
-			const i64 r1 = e + 1 < 5 ? (i64)pe[e + 1] : (i64)P;
-			for (i64 r = pe[e] + cn[e] + tid; r < r1 && r < cap; r += 512) rix[r] = -1;
-		}
-		for (i64 r = P + (i64)blockIdx.x * 512 + tid; r < cap; r += S * 512) rix[r] = -1;
-	}
-	__syncthreads();
-	for (; c0 < t1; c0 += 32) {
-		const int n = (int)(t1 - c0 < 32 ? t1 - c0 : 32);
-		for (int j = tid; j < 160; j += 512) sm[j] = 0;
+	for (int mi = nmine - 1; mi >= 0; mi--) {
+		const i64 i = mine[mi];
+		lg_slice(T, S, i, &t0, &t1);
+		for (int e = tid; e < 5; e += 512) nx[e] = pe[e];
 		__syncthreads();
-		#pragma unroll
-		for (int q = 0; q < 1; q++) {
-			const int j = tid + q * 512;
-			if (ld[q] >= 0) sm[(j / 2) * 5 + ld[q]] = 1;
+		// The slices before i: 64 threads an expert (every 64-th row).
+		for (int x = tid; x < 320; x += 512) {
+			const int u = x % 5, sub = x / 5;
+			int a = 0;
+			#pragma unroll 8
+			for (i64 j = sub; j < i; j += 64) a += lg_ld_l2(wsi + j * 5 + u);
+			if (a) atomicAdd(&nx[u], a);
 		}
 		__syncthreads();
-		// The next chunk's routing, in flight during this one's walk and stores.
-		const i64 cnext = c0 + 32;
-		{
-			const i64 left = t1 - cnext;
-			const i64 nl = left < CHUNK ? (left > 0 ? left : 0) : CHUNK;
-			const int *const w = (const int *)topk;
+		if (i == 0) {
+			for (int e = tid; e < 5; e += 512) {
+				((int *)counts)[e] = cn[e];
+				((int *)offsets)[e] = pe[e];
+				if (e == 0) ((int *)offsets)[5] = P;
+				const int end = e + 1 < 5 ? pe[e + 1] : P; // the next offset
+				if (padded_counts) ((int *)padded_counts)[e] = end - pe[e];
+			}
+		}
+		// row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.
+		if (rix) {
+			for (i64 e = i; e < 5; e += S) {
+				const i64 end = e + 1 < 5 ? (i64)pe[e + 1] : (i64)P;
+				const i64 r1 = end < cap ? end : cap;
+				for (i64 r = pe[e] + cn[e] + tid; r < r1; r += 512) rix[r] = -1;
+			}
+			for (i64 r = P + i * 512 + tid; r < cap; r += S * 512) rix[r] = -1;
+		}
+		for (i64 c0 = t0; c0 < t1; c0 += CHUNK) {
+			const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);
+			if (cached != (int)i) {
+				lg_load((const int *)topk, c0, n, tid, ld);
+				lg_bits(ld, n, tid, stage, bits);
+			}
+			cached = -1;
 			#pragma unroll
 			for (int q = 0; q < 1; q++) {
-				const i64 j = tid + q * 512;
-				ld[q] = j < nl * 2 ? lg_expert(w, cnext + j / 2, (int)(j % 2)) : -1;
-			}
-		}
-		// One thread an expert walks the chunk's tokens in order.
-		#pragma unroll
-		for (int q = 0; q < 1; q++) {
-			const int e = tid + q * 512;
-			if (e >= 5) break;
-			for (int j = 0; j < n; j++) {
-				int r = -1;
-				if (sm[j * 5 + e]) {
-					r = nxt[q]++;
-					if (rix && r < cap) rix[r] = (int)(c0 + j);
+				const int e = tid + q * 512;
+				if (e < 5) {
+					int run = nx[e];
+					for (int h = 0; h < 2; h++) {
+						first[h][e] = run;
+						run += __popc(bits[h][e]);
+					}
+					nx[e] = run;
 				}
-				ids[j * 5 + e] = r;
 			}
+			__syncthreads();
+			int *const out = (int *)row_id_map + c0 * 5;
+			for (int j = tid; j < n * 5; j += 512) {
+				const int tk = j / 5, e = j - tk * 5; // token, expert
+				const int h = tk >> 5, l = tk & 31;
+				const u32 w = bits[h][e];
+				int r = -1;
+				if ((w >> l) & 1u) {
+					r = first[h][e] + __popc(w & ((1u << l) - 1u));
+					if (rix && r < cap) rix[r] = (int)(c0 + tk);
+				}
+				out[j] = r;
+			}
+			__syncthreads();
 		}
-		__syncthreads();
-		// The chunk's row_id_map block [n][5] is contiguous: coalesced 4-byte stores.
-		int *const out = (int *)row_id_map + c0 * 5;
-		for (int j = tid; j < n * 5; j += 512) out[j] = ids[j];
-		__syncthreads();
 	}
 }

@@ -43,55 +43,48 @@ static __device__ __forceinline__ lg_pc lg_pmake(const float *f)
 	for (int i = 0; i < 4; i++) v.w[i] = lg_pack_bf16x2(f[2 * i], f[2 * i + 1]);
 	return v;
 }
-
-// ----- lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted -----
-// MoE unpermute: each token's rows times their probability, added
-// CTA t < T: token t, 256 threads, 4 pieces of 16 bytes each a thread.
-extern "C" __global__ void __launch_bounds__(256)
-lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted(
-	u64 g, u64 probs, u64 row_id_map, u64 out, u64 restore_probs, i64 T, i64 part)
+// The map warp: token t's rows (ascending expert) into rw[0..*nr), each expert's row
+// (-1: not routed) into em; 256 experts of the map row loaded at once.
+static __device__ __forceinline__ void lg_map_row(const int *mp, i64 t, i64 cap, int lane, int *rw,
+							  int *em, int *nr)
 {
-	__shared__ int rows[256]; // the token's rows, ascending expert
-	__shared__ float wts[256]; // their weights
-	__shared__ int nrows;
-	const int tid = threadIdx.x;
-	const i64 cap = T * 8 + 3840; // rows of the padded buffers
-	const int *const mp = (const int *)row_id_map;
-	const float *const pi = (const float *)probs; // may be 0
-	float *const po = (float *)restore_probs; // may be 0
-	const i64 t = blockIdx.x;
-	// Warp 0: the token's rows in ascending expert order, 32 experts a step.
-	if (tid < 32) {
-		int n = 0;
-		#pragma unroll 8
-		for (int c = 0; c < 256; c += 32) {
-			const int e = c + tid;
-			const int r = e < 256 ? mp[t * 256 + e] : -1;
+	int n = 0;
+	for (int c0 = 0; c0 < 256; c0 += 256) {
+		int v[8];
+		#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const int e = c0 + j * 32 + lane;
+			v[j] = e < 256 ? mp[t * 256 + e] : -1;
+		}
+		#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const int e = c0 + j * 32 + lane, r = v[j];
 			const bool routed = r >= 0 && r < cap; // r >= cap: never within top_k
 			const unsigned m = __ballot_sync(0xffffffffu, routed);
-			if (po && e < 256) po[t * 256 + e] = routed && pi ? pi[r] : 0.0f;
-			if (routed) {
-				const int at = n + __popc(m & ((1u << tid) - 1u));
-				rows[at] = r;
-				wts[at] = probs ? ((const float *)probs)[r] : 1.0f; // no weights: 1
-			}
+			if (e < 256) em[e] = routed ? r : -1;
+			if (routed) rw[n + __popc(m & ((1u << lane) - 1u))] = r;
 			n += __popc(m);
 		}
-		if (tid == 0) nrows = n;
 	}
-	__syncthreads();
-	const int n = nrows;
+	if (lane == 0) *nr = n;
+}
+// The adding warps: token t's n rows rw[0..n) (ascending expert) added into out[t], each.
+// times its weight pw[r], gathered by lanes 0 to 1 beside the row loads
+static __device__ __forceinline__ void lg_token_sum(u64 g, u64 out, const int *rw, int n, i64 t,
+							    int tid, const float *pw)
+{
+	const int lane = tid & 31;
 	float acc[4][8];
 	#pragma unroll
 	for (int k = 0; k < 4; k++)
 		for (int j = 0; j < 8; j++) acc[k][j] = 0.0f;
-	// 8 rows at a time: all their pieces loaded, then added in expert order.
-	for (int i0 = 0; i0 < n; i0 += 8) {
-		lg_pc gr[8][4];
+	// 2 rows at a time: all their pieces loaded, then added in expert order.
+	for (int i0 = 0; i0 < n; i0 += 2) {
+		lg_pc gr[2][4];
 		#pragma unroll
-		for (int i = 0; i < 8; i++) {
+		for (int i = 0; i < 2; i++) {
 			if (i0 + i >= n) break;
-			const i64 r = rows[i0 + i];
+			const i64 r = rw[i0 + i];
 			#pragma unroll
 			for (int k = 0; k < 4; k++) {
 				const int c = tid + k * 256;
@@ -99,10 +92,12 @@ lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted(
 				gr[i][k] = lg_ldp((const u8 *)g + r * 14336 + c * 16);
 			}
 		}
+		const bool wo = lane < 2 && i0 + lane < n; // lane i: row i0 + i's weight
+		const float wl = wo ? pw[rw[i0 + lane]] : 1.0f;
 		#pragma unroll
-		for (int i = 0; i < 8; i++) {
+		for (int i = 0; i < 2; i++) {
 			if (i0 + i >= n) break;
-			const float wr = wts[i0 + i];
+			const float wr = __shfl_sync(0xffffffffu, wl, i);
 			#pragma unroll
 			for (int k = 0; k < 4; k++)
 				for (int j = 0; j < 8; j++) acc[k][j] += wr * lg_pget(gr[i][k], j);
@@ -113,5 +108,52 @@ lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted(
 		const int c = tid + k * 256;
 		if (c >= 896) continue;
 		lg_stp((u8 *)out + t * 14336 + c * 16, lg_pmake(acc[k]));
+	}
+}
+
+// ----- lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted -----
+// MoE unpermute: each token's rows times their probability, added
+// Persistent: CTA b takes tokens b, b + G, ... (G = gridDim.x, the co-resident CTAs at most).
+// Warps 0 to 7 (4 pieces of 16 bytes each a thread) add token t's rows while warp 8,
+// the map warp, reads token t + G's map row into the other buffer: one __syncthreads a token.
+// 256 adding threads and the map warp.
+extern "C" __global__ void __launch_bounds__(288)
+lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted(
+	u64 g, u64 probs, u64 row_id_map, u64 out, u64 restore_probs, i64 T, i64 part)
+{
+	__shared__ int rows[2][256]; // two tokens' rows, ascending expert
+	__shared__ int emap[2][256]; // their row of each expert (-1: not routed)
+	__shared__ int nrows[2];
+	const int tid = threadIdx.x, lane = tid & 31;
+	const i64 cap = T * 8 + 3840; // rows of the padded buffers
+	const int *const mp = (const int *)row_id_map;
+	const float *const pi = (const float *)probs; // may be 0
+	float *const po = (float *)restore_probs; // may be 0
+	const float *const pw = (const float *)probs; // the weights
+	const i64 G = gridDim.x;
+	i64 t = blockIdx.x; // < T: the grid is at most T
+	if (tid >= 256) lg_map_row(mp, t, cap, lane, rows[0], emap[0], &nrows[0]);
+	__syncthreads();
+	for (int b = 0; t < T; t += G, b ^= 1) {
+		if (tid >= 256) {
+			const int o = b ^ 1;
+			const i64 tn = t + G; // the next token
+			if (tn < T) lg_map_row(mp, tn, cap, lane, rows[o], emap[o], &nrows[o]);
+		} else {
+			// restore_probs[t, :]: loaded beside the rows, stored last.
+			float rp[1];
+			#pragma unroll
+			for (int q = 0; q < 1; q++) {
+				const int e = tid + q * 256, r = e < 256 ? emap[b][e] : -1;
+				rp[q] = po && r >= 0 && pi ? pi[r] : 0.0f;
+			}
+			lg_token_sum(g, out, rows[b], nrows[b], t, tid, pw);
+			#pragma unroll
+			for (int q = 0; q < 1; q++) {
+				const int e = tid + q * 256;
+				if (po && e < 256) po[t * 256 + e] = rp[q];
+			}
+		}
+		__syncthreads();
 	}
 }
