@@ -9,12 +9,8 @@
  * warps already load the token's row (dispatch). A row is held as `kp`
  * pieces a thread in registers: dispatch stores them to each expert row;
  * combine loads up to 8 expert rows at once (their pieces all in flight)
- * and adds them in expert order in fp32. The weighted combine's backward
- * moves 1.9 times the bytes of the plain one (the forward's rows are read
- * for the dot products): those rows are loaded a batch at once (8 at hidden
- * 2048), each row's block sum in the order of one at a time (the same
- * bytes), one barrier pair a batch instead of a row. Nothing is atomic,
- * nothing depends on timing: the same inputs give the same bytes.
+ * and adds them in expert order in fp32. Nothing is atomic, nothing depends
+ * on timing: the same inputs give the same bytes.
  *
  * The combine's critical path is three dependent DRAM trips a token (the
  * map row, then the probabilities of the routed rows, then the rows), with
@@ -211,15 +207,6 @@ static void emit_rowlist(lg_buf *b, int64_t experts, const char *every, void (*e
 	lg_close(b);
 }
 
-/* Rows at once of a batched pass over a token's rows: at most 32
- * registers of pieces a thread (8 rows of one 16-byte piece, 4 of two, 2 of
- * four; 8 of four 2-byte pieces). */
-static int rows_at_once(const struct lg_moe_rows *r)
-{
-	const int regs = r->kp * (r->vb >= 4 ? r->vb / 4 : 1);
-	return regs <= 4 ? 8 : regs <= 8 ? 4 : 2;
-}
-
 /* The capacity and the typed pointers of a kernel's arguments. */
 static void emit_pointers(lg_buf *b, const struct lg_moe_kernel *k)
 {
@@ -252,7 +239,7 @@ static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_moe_ke
 	if (k->weights || k->dot)
 		lg_line(b, "__shared__ float wts[%lld]; // their weights", (long long)k->experts);
 	if (k->dot)
-		lg_line(b, "__shared__ float red[%d][%d];", rows_at_once(&k->r), k->r.threads / 32);
+		lg_line(b, "__shared__ float red[%d];", k->r.threads / 32);
 	lg_line(b, "__shared__ int nrows;");
 	lg_line(b, "const int tid = threadIdx.x;");
 	emit_pointers(b, k);
@@ -323,50 +310,31 @@ static void dispatch_extra(lg_buf *b, const void *arg)
 		lg_line(b, "wts[at] = %s ? ((const float *)%s)[r] : 1.0f; // no weights: 1", k->weights, k->weights);
 }
 
-/* dot[r] = <token row, other[r]> + pin[t, e] for each of the token's rows,
- * `batch` rows at a time: their rows of `other` all loaded, then each row's
- * block sum in a fixed order (lanes, then warps in order), one barrier
- * pair a batch. */
-static void emit_dots(lg_buf *b, const struct lg_moe_kernel *k, int batch)
+/* dot[r] = <token row, other[r]> + pin[t, e]: a block sum in a fixed order. */
+static void emit_dot(lg_buf *b, const struct lg_moe_kernel *k)
 {
 	int warps = k->r.threads / 32, ne = k->r.vb / 2;
-	lg_comment(b, "%s[r] = the token's row times %s[r], summed (fp32: lanes, then warps", k->dot, k->other);
-	lg_comment(b, "in order), plus %s[t, e]; %d rows at a time, their loads all in flight.", k->pin, batch);
-	lg_open(b, "for (int i0 = 0; i0 < n; i0 += %d) {", batch);
-	lg_line(b, "lg_pc o[%d][%d];", batch, k->r.kp);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", batch);
-	lg_line(b, "if (i0 + i >= n) break;");
-	lg_line(b, "const i64 r = rows[i0 + i];");
-	open_pieces(b, &k->r);
-	lg_line(b, "o[i][k] = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->other, (long long)k->r.bytes,
-		k->r.vb);
-	lg_close(b);
-	lg_close(b);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", batch);
-	lg_line(b, "if (i0 + i >= n) break;");
+	lg_comment(b, "%s[r] = the token's row times %s[r], summed (fp32: lanes, then warps",
+		   k->dot, k->other);
+	lg_comment(b, "in order), plus %s[t, e].", k->pin);
 	lg_line(b, "float part = 0.0f;");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %d; k++) {", k->r.kp);
-	if (k->r.pieces % k->r.threads)
-		lg_line(b, "if (tid + k * %d >= %d) continue;", k->r.threads, k->r.pieces);
+	open_pieces(b, &k->r);
+	lg_line(b, "const lg_pc o = lg_ldp((const u8 *)%s + r * %lld + c * %d);", k->other, (long long)k->r.bytes,
+		k->r.vb);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int j = 0; j < %d; j++)", ne);
-	lg_line(b, "\tpart += lg_pget(v[k], j) * lg_pget(o[i][k], j);");
+	lg_line(b, "\tpart += lg_pget(v[k], j) * lg_pget(o, j);");
 	lg_close(b);
 	lg_line(b, "part = lg_sum_xor(part, 1, 16);");
-	lg_line(b, "if ((tid & 31) == 0) red[i][tid >> 5] = part;");
-	lg_close(b);
+	lg_line(b, "if ((tid & 31) == 0) red[tid >> 5] = part;");
 	lg_line(b, "__syncthreads();");
-	lg_open(b, "if (tid < %d && i0 + tid < n) {", batch);
+	lg_open(b, "if (tid == 0) {");
 	lg_line(b, "float sum = 0.0f;");
-	lg_line(b, "for (int w = 0; w < %d; w++) sum += red[tid][w];", warps);
-	lg_line(b, "if (pi) sum += pi[t * %lld + exps[i0 + tid]];", (long long)k->experts);
-	lg_line(b, "((float *)%s)[rows[i0 + tid]] = sum;", k->dot);
+	lg_line(b, "for (int w = 0; w < %d; w++) sum += red[w];", warps);
+	lg_line(b, "if (pi) sum += pi[t * %lld + exps[i]];", (long long)k->experts);
+	lg_line(b, "((float *)%s)[r] = sum;", k->dot);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_close(b);
 }
 
 void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
@@ -404,12 +372,12 @@ void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_mo
 		lg_line(b, "for (int j = tid; j < %lld; j += %d) ys[r * %lld + j] = xs[t * %lld + j];", (long long)ns,
 			k->r.threads, (long long)ns, (long long)ns);
 	}
-	lg_close(b);
 	if (k->dot) {
 		lg_open(b, "if (%s && %s) { // the dot products asked for (a uniform branch)", k->dot, k->other);
-		emit_dots(b, k, rows_at_once(&k->r));
+		emit_dot(b, k);
 		lg_close(b);
 	}
+	lg_close(b);
 	lg_close(b);
 }
 
@@ -531,7 +499,11 @@ static void emit_token_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch)
  * loaded beside the rows and stored last. */
 static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
 {
-	const int th = k->r.threads, pk = (int)((k->experts + th - 1) / th), batch = rows_at_once(&k->r);
+	const int th = k->r.threads, pk = (int)((k->experts + th - 1) / th);
+	/* rows at once: at most 32 registers of pieces a thread (8 rows of one
+	 * 16-byte piece, 4 of two, 2 of four; 8 of four 2-byte pieces) */
+	const int regs = k->r.kp * (k->r.vb >= 4 ? k->r.vb / 4 : 1);
+	const int batch = regs <= 4 ? 8 : regs <= 8 ? 4 : 2;
 	const long long E = (long long)k->experts;
 	emit_map_row(b, k->experts);
 	emit_token_sum(b, k, batch);

@@ -10,8 +10,7 @@
  *     rows of each expert and the rows past the padded total as zeros
  *     (probability 0; an FP8 scale of the zero block). Optionally each row
  *     scaled by a per-row weight and the dot product of the token's row
- *     with another row (the backward of a weighted combine: those rows
- *     loaded up to 8 at once, one barrier pair a batch).
+ *     with another row (the backward of a weighted combine).
  *   combine: each token's expert rows added in ascending expert order in
  *     fp32 (optionally weighted by a per-row probability), the token's row
  *     written once; optionally the probabilities restored to [tokens,

@@ -65,7 +65,7 @@ lg_moe_unpermute_bwd_bf16_h2048_e256_k8_m16_weighted(
 	__shared__ int rows[256]; // the token's rows, ascending expert
 	__shared__ int exps[256]; // their experts
 	__shared__ float wts[256]; // their weights
-	__shared__ float red[8][8];
+	__shared__ float red[8];
 	__shared__ int nrows;
 	const int tid = threadIdx.x;
 	const i64 cap = T * 8 + 3840; // rows of the padded buffers
@@ -142,41 +142,26 @@ lg_moe_unpermute_bwd_bf16_h2048_e256_k8_m16_weighted(
 			for (int j = 0; j < 8; j++) f[j] = wr * lg_pget(v[k], j);
 			lg_stp((u8 *)dg + r * 4096 + c * 16, lg_pmake(f));
 		}
-	}
-	if (dprobs && g) { // the dot products asked for (a uniform branch)
-		// dprobs[r] = the token's row times g[r], summed (fp32: lanes, then warps
-		// in order), plus drestore[t, e]; 8 rows at a time, their loads all in flight.
-		for (int i0 = 0; i0 < n; i0 += 8) {
-			lg_pc o[8][1];
+		if (dprobs && g) { // the dot products asked for (a uniform branch)
+			// dprobs[r] = the token's row times g[r], summed (fp32: lanes, then warps
+			// in order), plus drestore[t, e].
+			float part = 0.0f;
 			#pragma unroll
-			for (int i = 0; i < 8; i++) {
-				if (i0 + i >= n) break;
-				const i64 r = rows[i0 + i];
+			for (int k = 0; k < 1; k++) {
+				const int c = tid + k * 256;
+				const lg_pc o = lg_ldp((const u8 *)g + r * 4096 + c * 16);
 				#pragma unroll
-				for (int k = 0; k < 1; k++) {
-					const int c = tid + k * 256;
-					o[i][k] = lg_ldp((const u8 *)g + r * 4096 + c * 16);
-				}
+				for (int j = 0; j < 8; j++)
+					part += lg_pget(v[k], j) * lg_pget(o, j);
 			}
-			#pragma unroll
-			for (int i = 0; i < 8; i++) {
-				if (i0 + i >= n) break;
-				float part = 0.0f;
-				#pragma unroll
-				for (int k = 0; k < 1; k++) {
-					#pragma unroll
-					for (int j = 0; j < 8; j++)
-						part += lg_pget(v[k], j) * lg_pget(o[i][k], j);
-				}
-				part = lg_sum_xor(part, 1, 16);
-				if ((tid & 31) == 0) red[i][tid >> 5] = part;
-			}
+			part = lg_sum_xor(part, 1, 16);
+			if ((tid & 31) == 0) red[tid >> 5] = part;
 			__syncthreads();
-			if (tid < 8 && i0 + tid < n) {
+			if (tid == 0) {
 				float sum = 0.0f;
-				for (int w = 0; w < 8; w++) sum += red[tid][w];
-				if (pi) sum += pi[t * 256 + exps[i0 + tid]];
-				((float *)dprobs)[rows[i0 + tid]] = sum;
+				for (int w = 0; w < 8; w++) sum += red[w];
+				if (pi) sum += pi[t * 256 + exps[i]];
+				((float *)dprobs)[r] = sum;
 			}
 			__syncthreads();
 		}
