@@ -59,6 +59,21 @@ void lg_gemm_tile_from_spec(const struct lg_spec *s, const struct lg_gemm_tile_k
 			*field[i] = (int)lg_spec_int(s, key[i]);
 }
 
+/* Warps for a tile the spec sized itself (unless it names them too): a
+ * power of two, up to 4 across its columns and 8 in all, each warp's share
+ * of rows and columns a multiple of 16 (the heuristic's tiles: 2x4, 4x2,
+ * 4x1). */
+void lg_gemm_fit_warps(struct lg_gemm_tile *t)
+{
+	int wn = 4;
+	while (wn > 1 && (wn > t->bn / 32 || t->bn % wn != 0 || (t->bn / wn) % 16 != 0))
+		wn /= 2;
+	int wm = 8 / wn > 4 ? 4 : 8 / wn;
+	while (wm > 1 && (t->bm % wm != 0 || (t->bm / wm) % 16 != 0))
+		wm /= 2;
+	t->warps_m = wm, t->warps_n = wn;
+}
+
 unsigned lg_gemm_smem_limit(const struct lg_target *t)
 {
 	return t->sm >= 90 ? 227u * 1024u : t->sm == 80 ? 163u * 1024u : 99u * 1024u;

@@ -113,6 +113,11 @@ unsigned lg_gemm_smem_limit(const struct lg_target *t);
 
 /* Threads of a CTA (32 a warp). */
 int lg_gemm_threads(const struct lg_gemm_tile *t);
+
+/* Warps for a tile the spec sized itself (unless it names them too): a
+ * power of two, up to 4 across its columns and 8 in all, each warp's share
+ * of rows and columns a multiple of 16. */
+void lg_gemm_fit_warps(struct lg_gemm_tile *t);
 /* Dynamic shared memory bytes of g's pipeline. */
 unsigned lg_gemm_smem(const struct lg_gemm *g);
 /* NULL when t is a valid tile for operands of these kinds, else why not

@@ -180,8 +180,14 @@ static struct lg_gemm_tile tile_of(const struct lg_spec *s)
 		t.bn = 32, t.warps_n = 2;
 	else if (n < 256)
 		t.bn = (int)((n + 63) / 64 * 64);
-	static const struct lg_gemm_tile_keys tk = {K_TM, K_TN, -1, K_STAGES, K_WM, K_WN};
+	static const struct lg_gemm_tile_keys tk = {K_TM, K_TN, -1, K_STAGES, -1, -1};
 	lg_gemm_tile_from_spec(s, &tk, &t);
+	if (lg_spec_has(s, K_TM) || lg_spec_has(s, K_TN))
+		lg_gemm_fit_warps(&t);
+	if (lg_spec_has(s, K_WM))
+		t.warps_m = (int)lg_spec_int(s, K_WM);
+	if (lg_spec_has(s, K_WN))
+		t.warps_n = (int)lg_spec_int(s, K_WN);
 	return t;
 }
 

@@ -179,20 +179,6 @@ static void spec_tile(const struct lg_spec *s, struct lg_gemm_tile *t)
 			*v[i] = (int)lg_spec_int(s, key[i]);
 }
 
-/* Warps for a tile the spec sized itself (unless it names them too): up
- * to 4 across its columns and 8 in all, each warp's share of rows and
- * columns a multiple of 16 (the heuristic's tiles get 2x4, 4x2, 4x1). */
-static void fit_warps(struct lg_gemm_tile *t)
-{
-	int wn = t->bn / 32 < 1 ? 1 : t->bn / 32 > 4 ? 4 : t->bn / 32;
-	while (wn > 1 && (t->bn % wn != 0 || (t->bn / wn) % 16 != 0))
-		wn /= 2;
-	int wm = 8 / wn > 4 ? 4 : 8 / wn;
-	while (wm > 1 && (t->bm % wm != 0 || (t->bm / wm) % 16 != 0))
-		wm /= 2;
-	t->warps_m = wm, t->warps_n = wn;
-}
-
 /* The tile of a spec: its own keys, else the heuristic. The forward's
  * columns are the experts (a 128-wide tile up to 64 CTAs of tokens at
  * the target: 128 CTAs); the backward's are hidden features. dw's token
@@ -209,7 +195,7 @@ static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
 	}
 	spec_tile(s, &t);
 	if (lg_spec_has(s, K_TM) || lg_spec_has(s, K_TN))
-		fit_warps(&t);
+		lg_gemm_fit_warps(&t);
 	if (lg_spec_has(s, K_WM))
 		t.warps_m = (int)lg_spec_int(s, K_WM);
 	if (lg_spec_has(s, K_WN))
