@@ -58,7 +58,7 @@ def test_generated_source():
                            "experts": 160, "precision": "bf16x3"}, "sm_80")
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src
     assert "ldmatrix.sync.aligned.m8n8.x4.trans" in src
-    assert "lg_split_bf16x2(t, 3, v0, v1)" in src
+    assert "lg_split_bf16x2(t[j], 3, v[2 * j], v[2 * j + 1])" in src  # dy into 3 bf16 planes
 
 
 
