@@ -34,9 +34,14 @@
  * piece a thread: registers capped at 56 (4 CTAs of 288 threads an SM);
  * rows 8, 4 or 2 at a time: at most 32 registers of pieces a thread.
  *
- * The plain dispatch's critical path is one DRAM trip a token (the token
- * row and the map row load together), but each CTA pays a launch, that
- * trip and a barrier before its stores. Its pipelined form (tile.pipeline
+ * The plain dispatch's warp 0 (and the pipelined form's map warp) loads
+ * up to 256 experts of the map row at once, then the routed experts'
+ * probabilities at once, before any store (the stores to out_probs may
+ * alias probs for the compiler: in one loop each load waited for the
+ * previous store, up to top_k dependent DRAM trips before the CTA's
+ * barrier); two trips a token, the token row loading beside the first.
+ * Each CTA still pays a launch, those trips and a barrier before its
+ * stores. Its pipelined form (tile.pipeline
  * 2, not yet the default: unmeasured) is the combine's: persistent CTAs
  * (the co-resident count) loop over tokens; the map warp reads token
  * t + G's map row into the other shared buffer and writes its rows'
@@ -393,6 +398,7 @@ static void emit_dots(lg_buf *b, const struct lg_moe_kernel *k, int batch)
 	lg_close(b);
 }
 
+static void emit_map_row(lg_buf *b, int64_t experts, bool disp);
 static void emit_dispatch_pipelined(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k);
 
 void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
@@ -405,6 +411,8 @@ void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_mo
 		emit_dispatch_pipelined(b, s, k);
 		return;
 	}
+	if (!math) /* warp 0's row list: the map warp's, its loads all in flight at once */
+		emit_map_row(b, k->experts, true);
 	emit_head(b, s, k, true);
 	emit_zero_rows(b, k);
 	lg_line(b, "const i64 t = blockIdx.x;");
@@ -413,7 +421,10 @@ void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_mo
 	open_pieces(b, &k->r);
 	lg_line(b, "v[k] = lg_ldp((const u8 *)%s + t * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
 	lg_close(b);
-	emit_rowlist(b, k->experts, NULL, dispatch_extra, k);
+	if (math)
+		emit_rowlist(b, k->experts, NULL, dispatch_extra, k);
+	else
+		lg_line(b, "if (tid < 32) lg_map_row(mp, t, cap, tid, rows, pi, po, &nrows);");
 	lg_line(b, "__syncthreads();");
 	lg_line(b, "const int n = nrows;");
 	lg_open(b, "for (int i = 0; i < n; i++) {");
@@ -499,7 +510,8 @@ static void emit_map_row(lg_buf *b, int64_t experts, bool disp)
 	int ch = experts >= 256 ? 8 : (int)((experts + 31) / 32);
 	if (disp) {
 		lg_comment(b, "The map warp: token t's rows (ascending expert) into rw[0..*nr), and po[r] = pi[t, e]");
-		lg_comment(b, "of each (0: no pi); %d experts of the map row loaded at once.", ch * 32);
+		lg_comment(b, "of each (0: no pi); %d experts of the map row loaded at once, then their", ch * 32);
+		lg_comment(b, "probabilities all at once (before any store: pi and po may alias for the compiler).");
 	} else {
 		lg_comment(b, "The map warp: token t's rows (ascending expert) into rw[0..*nr), each expert's row");
 		lg_comment(b, "(-1: not routed) into em; %d experts of the map row loaded at once.", ch * 32);
@@ -515,15 +527,23 @@ static void emit_map_row(lg_buf *b, int64_t experts, bool disp)
 	lg_line(b, "const int e = c0 + j * 32 + lane;");
 	lg_line(b, "v[j] = e < %lld ? mp[t * %lld + e] : -1;", (long long)experts, (long long)experts);
 	lg_close(b);
+	if (disp) {
+		lg_line(b, "float pv[%d];", ch);
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int j = 0; j < %d; j++) {", ch);
+		lg_line(b, "const int e = c0 + j * 32 + lane, r = v[j];");
+		lg_line(b, "pv[j] = r >= 0 && r < cap && po && pi ? pi[t * %lld + e] : 0.0f;", (long long)experts);
+		lg_close(b);
+	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", ch);
-	lg_line(b, "const int e = c0 + j * 32 + lane, r = v[j];");
+	lg_line(b, "const int %sr = v[j];", disp ? "" : "e = c0 + j * 32 + lane, ");
 	lg_line(b, "const bool routed = r >= 0 && r < cap; // r >= cap: never within top_k");
 	lg_line(b, "const unsigned m = __ballot_sync(0xffffffffu, routed);");
 	if (disp) {
 		lg_open(b, "if (routed) {");
 		lg_line(b, "rw[n + __popc(m & ((1u << lane) - 1u))] = r;");
-		lg_line(b, "if (po) po[r] = pi ? pi[t * %lld + e] : 0.0f;", (long long)experts);
+		lg_line(b, "if (po) po[r] = pv[j];");
 		lg_close(b);
 	} else {
 		lg_line(b, "if (e < %lld) em[e] = routed ? r : -1;", (long long)experts);

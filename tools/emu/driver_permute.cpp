@@ -1,6 +1,6 @@
 // driver_permute.cpp - runs the two forms of a generated moe_permute forward
 // (k1.inc: tile.pipeline 1, a CTA a token; k2.inc: 2, persistent with a map
-// warp; from permute.sh) through emu.h on one routing and compares every
+// warp, or with PIPED 0 another build's one-CTA form; from permute.sh) through emu.h on one routing and compares every
 // output byte; argv[1] is the pipelined form's grid. The -D flags come from
 // permute.sh.
 #include <cstdio>
@@ -21,11 +21,11 @@ static unsigned __ballot_sync(unsigned, bool p) {
 static int __popc(u32 v) { return __builtin_popcount(v); }
 #include "k1.inc"
 #include "k2.inc"
-// -DHH -DEE -DKK -DMM -DTOK -DFP8 -DENTRY1 -DENTRY2 -DTH1 -DTH2
+// -DHH -DEE -DKK -DMM -DTOK -DFP8 -DENTRY1 -DENTRY2 -DTH1 -DTH2 -DPIPED (0: k2 is a one-CTA form too)
 int main(int argc, char **argv) {
 	const i64 T = TOK, E = EE, Kk = KK, Mm = MM, H = HH, cap = T * Kk + E * (Mm - 1);
 	const i64 rb = FP8 ? H : 2 * H, ns = H / 128;
-	const unsigned G = argc > 1 ? (unsigned)atoi(argv[1]) : 7;
+	const unsigned G = !PIPED ? (unsigned)T + 256 : argc > 1 ? (unsigned)atoi(argv[1]) : 7; // one CTA a token: T + 256
 	std::mt19937 rng(11);
 	std::vector<int> cnt(E, 0), off(E + 1, 0), map(T * E, -1);
 	std::vector<u8> routed(T * E, 0);
