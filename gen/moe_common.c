@@ -29,6 +29,25 @@
  * (ascending expert, fp32, the same expressions): the same bytes. One
  * piece a thread: registers capped at 56 (4 CTAs of 288 threads an SM);
  * rows 8, 4 or 2 at a time: at most 32 registers of pieces a thread.
+ *
+ * The plain dispatch's warp 0 (and the pipelined form's map warp) loads
+ * up to 256 experts of the map row at once, then the routed experts'
+ * probabilities at once, before any store (the stores to out_probs may
+ * alias probs for the compiler: in one loop each load waited for the
+ * previous store, up to top_k dependent DRAM trips before the CTA's
+ * barrier); two trips a token, the token row loading beside the first.
+ * Each CTA still pays a launch, those trips and a barrier before its
+ * stores. Its pipelined form (tile.pipeline
+ * 2, not yet the default: unmeasured) is the combine's: persistent CTAs
+ * (the co-resident count) loop over tokens; the map warp reads token
+ * t + G's map row into the other shared buffer and writes its rows'
+ * probabilities, while the moving warps load token t + G's row (and
+ * scales) into registers and store token t's, loaded the token before, to
+ * its rows; one __syncthreads a token. The zero rows go to all CTAs (worker
+ * b of G), before the first token, while its loads are in flight. The same
+ * bytes as one CTA a token (tools/emu/permute.sh). No register cap: the
+ * inlined map row takes 51 to 56 registers (4 CTAs of 288 an SM at hidden
+ * 2048; 32 without it; capped at 40, ptxas spills).
  */
 #include "moe_common.h"
 
@@ -72,13 +91,14 @@ lg_status lg_moe_validate_threads(const struct lg_spec *s, int k, int64_t hidden
 	return LG_OK;
 }
 
-lg_status lg_moe_validate_pipeline(const struct lg_spec *s, int kp, int kt, bool dispatch, const char *where)
+lg_status lg_moe_validate_pipeline(const struct lg_spec *s, int kp, int kt, bool piped, const char *where)
 {
 	if (!lg_spec_has(s, kp) || lg_spec_int(s, kp) == 1)
 		return LG_OK;
-	if (dispatch)
-		return lg_spec_error(where, "tile.pipeline: found %lld on pass %s, allowed: 1 (the pipelined form is "
-				     "the combine's: moe_unpermute forward, moe_permute backward)",
+	if (!piped)
+		return lg_spec_error(where, "tile.pipeline: found %lld on pass %s, allowed: 1 (the pipelined forms are "
+				     "the combine's, moe_unpermute forward and moe_permute backward, and the plain "
+				     "dispatch's, moe_permute forward)",
 				     (long long)lg_spec_int(s, kp), lg_pass_names[s->pass]);
 	if (lg_spec_has(s, kt) && lg_spec_int(s, kt) > 992)
 		return lg_spec_error(where, "tile.threads: found %lld with tile.pipeline 2, allowed: at most 992 (the "
@@ -87,10 +107,10 @@ lg_status lg_moe_validate_pipeline(const struct lg_spec *s, int kp, int kt, bool
 }
 
 int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
-		      int k, int kp, bool combine)
+		      int k, int kp, bool piped)
 {
 	static const int64_t threads[] = {64, 128, 256, 512, 0}, pipeline[] = {1, 2, 0};
-	if (!combine)
+	if (!piped)
 		return lg_candidate_values(s, t, out, 0, max, k, threads);
 	/* both forms named (the default is the pipelined one) */
 	int n = lg_candidate_grid(s, t, out, 0, max, k, threads, kp, pipeline);
@@ -271,6 +291,25 @@ static void emit_zero_row(lg_buf *b, const struct lg_moe_kernel *k)
 		lg_line(b, "if (tid == 0 && %s) ((float *)%s)[r] = 0.0f;", k->dot, k->dot);
 }
 
+/* Zero-row worker z's rows (one of `step` workers): the padding of experts
+ * z, z + step, ..., then the rows P + z, P + z + step, ... below cap. */
+static void emit_zero_work(lg_buf *b, const struct lg_moe_kernel *k, const char *step)
+{
+	lg_line(b, "const int *const off = (const int *)%s, *const cnt = (const int *)%s;", k->offsets, k->counts);
+	lg_line(b, "lg_pc zero;");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) zero.w[i] = 0;", k->r.vb >= 4 ? k->r.vb / 4 : 1);
+	lg_open(b, "for (int e = z; e < %lld; e += %s) {", (long long)k->experts, step);
+	lg_line(b, "const i64 end = off[e + 1] < cap ? (i64)off[e + 1] : cap;");
+	lg_open(b, "for (i64 r = (i64)off[e] + cnt[e]; r < end; r++) {");
+	emit_zero_row(b, k);
+	lg_close(b);
+	lg_close(b);
+	lg_open(b, "for (i64 r = (i64)off[%lld] + z; r < cap; r += %s) {", (long long)k->experts, step);
+	emit_zero_row(b, k);
+	lg_close(b);
+}
+
 /* The zero rows of a dispatch: each expert's padding, then [P, cap). */
 static void emit_zero_rows(lg_buf *b, const struct lg_moe_kernel *k)
 {
@@ -282,19 +321,9 @@ static void emit_zero_rows(lg_buf *b, const struct lg_moe_kernel *k)
 	if (k->fp8)
 		lg_comment(b, "Their scale: that of a zero block, %s.", k->pow2 ? "2^-99 (power of two)" : "1e-30");
 	lg_line(b, "const int z = (int)(blockIdx.x - T);");
-	lg_line(b, "const int *const off = (const int *)%s, *const cnt = (const int *)%s;", k->offsets, k->counts);
-	lg_line(b, "lg_pc zero;");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) zero.w[i] = 0;", k->r.vb >= 4 ? k->r.vb / 4 : 1);
-	lg_open(b, "for (int e = z; e < %lld; e += %d) {", (long long)k->experts, LG_MOE_ZERO_CTAS);
-	lg_line(b, "const i64 end = off[e + 1] < cap ? (i64)off[e + 1] : cap;");
-	lg_open(b, "for (i64 r = (i64)off[e] + cnt[e]; r < end; r++) {");
-	emit_zero_row(b, k);
-	lg_close(b);
-	lg_close(b);
-	lg_open(b, "for (i64 r = (i64)off[%lld] + z; r < cap; r += %d) {", (long long)k->experts, LG_MOE_ZERO_CTAS);
-	emit_zero_row(b, k);
-	lg_close(b);
+	char step[16];
+	snprintf(step, sizeof step, "%d", LG_MOE_ZERO_CTAS);
+	emit_zero_work(b, k, step);
 	lg_line(b, "return;");
 	lg_close(b);
 }
@@ -337,12 +366,21 @@ static void emit_dot(lg_buf *b, const struct lg_moe_kernel *k)
 	lg_line(b, "__syncthreads();");
 }
 
+static void emit_map_row(lg_buf *b, int64_t experts, bool disp);
+static void emit_dispatch_pipelined(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k);
+
 void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
 {
 	int64_t ns = k->r.hidden / 128;
 	bool math = k->weights || k->dot;
 	lg_section(b, "helpers for this spec", NULL);
 	emit_pieces(b, &k->r, math);
+	if (k->r.pipelined) { /* only the plain dispatch (lg_moe_validate_pipeline) */
+		emit_dispatch_pipelined(b, s, k);
+		return;
+	}
+	if (!math) /* warp 0's row list: the map warp's, its loads all in flight at once */
+		emit_map_row(b, k->experts, true);
 	emit_head(b, s, k, true);
 	emit_zero_rows(b, k);
 	lg_line(b, "const i64 t = blockIdx.x;");
@@ -351,7 +389,10 @@ void lg_moe_emit_dispatch(lg_buf *b, const struct lg_spec *s, const struct lg_mo
 	open_pieces(b, &k->r);
 	lg_line(b, "v[k] = lg_ldp((const u8 *)%s + t * %lld + c * %d);", k->src, (long long)k->r.bytes, k->r.vb);
 	lg_close(b);
-	emit_rowlist(b, k->experts, NULL, dispatch_extra, k);
+	if (math)
+		emit_rowlist(b, k->experts, NULL, dispatch_extra, k);
+	else
+		lg_line(b, "if (tid < 32) lg_map_row(mp, t, cap, tid, rows, pi, po, &nrows);");
 	lg_line(b, "__syncthreads();");
 	lg_line(b, "const int n = nrows;");
 	lg_open(b, "for (int i = 0; i < n; i++) {");
@@ -432,13 +473,19 @@ static void emit_sum(lg_buf *b, const struct lg_moe_kernel *k, int batch, const 
  * ascending expert order into rw[0..*nr), each expert's row (-1: not
  * routed) into em; the map row loaded `ch` 32-expert steps at once (all in
  * flight), then balloted step by step. */
-static void emit_map_row(lg_buf *b, int64_t experts)
+static void emit_map_row(lg_buf *b, int64_t experts, bool disp)
 {
 	int ch = experts >= 256 ? 8 : (int)((experts + 31) / 32);
-	lg_comment(b, "The map warp: token t's rows (ascending expert) into rw[0..*nr), each expert's row");
-	lg_comment(b, "(-1: not routed) into em; %d experts of the map row loaded at once.", ch * 32);
+	if (disp) {
+		lg_comment(b, "The map warp: token t's rows (ascending expert) into rw[0..*nr), and po[r] = pi[t, e]");
+		lg_comment(b, "of each (0: no pi); %d experts of the map row loaded at once, then their", ch * 32);
+		lg_comment(b, "probabilities all at once (before any store: pi and po may alias for the compiler).");
+	} else {
+		lg_comment(b, "The map warp: token t's rows (ascending expert) into rw[0..*nr), each expert's row");
+		lg_comment(b, "(-1: not routed) into em; %d experts of the map row loaded at once.", ch * 32);
+	}
 	lg_line(b, "static __device__ __forceinline__ void lg_map_row(const int *mp, i64 t, i64 cap, int lane, int *rw,");
-	lg_line(b, "\t\t\t\t\t\t\t  int *em, int *nr)");
+	lg_line(b, "\t\t\t\t\t\t\t  %s, int *nr)", disp ? "const float *pi, float *po" : "int *em");
 	lg_open(b, "{");
 	lg_line(b, "int n = 0;");
 	lg_open(b, "for (int c0 = 0; c0 < %lld; c0 += %d) {", (long long)experts, ch * 32);
@@ -448,18 +495,49 @@ static void emit_map_row(lg_buf *b, int64_t experts)
 	lg_line(b, "const int e = c0 + j * 32 + lane;");
 	lg_line(b, "v[j] = e < %lld ? mp[t * %lld + e] : -1;", (long long)experts, (long long)experts);
 	lg_close(b);
+	if (disp) {
+		lg_line(b, "float pv[%d];", ch);
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int j = 0; j < %d; j++) {", ch);
+		lg_line(b, "const int e = c0 + j * 32 + lane, r = v[j];");
+		lg_line(b, "pv[j] = r >= 0 && r < cap && po && pi ? pi[t * %lld + e] : 0.0f;", (long long)experts);
+		lg_close(b);
+	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", ch);
-	lg_line(b, "const int e = c0 + j * 32 + lane, r = v[j];");
+	lg_line(b, "const int %sr = v[j];", disp ? "" : "e = c0 + j * 32 + lane, ");
 	lg_line(b, "const bool routed = r >= 0 && r < cap; // r >= cap: never within top_k");
 	lg_line(b, "const unsigned m = __ballot_sync(0xffffffffu, routed);");
-	lg_line(b, "if (e < %lld) em[e] = routed ? r : -1;", (long long)experts);
-	lg_line(b, "if (routed) rw[n + __popc(m & ((1u << lane) - 1u))] = r;");
+	if (disp) {
+		lg_open(b, "if (routed) {");
+		lg_line(b, "rw[n + __popc(m & ((1u << lane) - 1u))] = r;");
+		lg_line(b, "if (po) po[r] = pv[j];");
+		lg_close(b);
+	} else {
+		lg_line(b, "if (e < %lld) em[e] = routed ? r : -1;", (long long)experts);
+		lg_line(b, "if (routed) rw[n + __popc(m & ((1u << lane) - 1u))] = r;");
+	}
 	lg_line(b, "n += __popc(m);");
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "if (lane == 0) *nr = n;");
 	lg_close(b);
+}
+
+/* The minimum CTAs an SM of a pipelined kernel (threads + the map warp)
+ * that leaves `regs` registers a thread: at most what fits 2048 threads,
+ * and 16; each of an SM's four quarters holds 16384 registers (whole warps,
+ * a multiple of 8 registers a thread). */
+static int pipelined_min_ctas(const struct lg_moe_rows *r, int regs)
+{
+	int th = r->threads + 32, minc = 65536 / (th * regs);
+	if (minc > 2048 / th)
+		minc = 2048 / th;
+	if (minc > 16) /* sm_86's most CTAs an SM (ptxas ignores more) */
+		minc = 16;
+	while (minc > 1 && 16384 / ((minc * th / 32 + 3) / 4 * 32) / 8 * 8 < regs)
+		minc--;
+	return minc;
 }
 
 /* The pipelined combine (tile.pipeline 2): persistent CTAs; the last warp
@@ -505,7 +583,7 @@ static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const str
 	const int regs = k->r.kp * (k->r.vb >= 4 ? k->r.vb / 4 : 1);
 	const int batch = regs <= 4 ? 8 : regs <= 8 ? 4 : 2;
 	const long long E = (long long)k->experts;
-	emit_map_row(b, k->experts);
+	emit_map_row(b, k->experts, false);
 	emit_token_sum(b, k, batch);
 	lg_section(b, k->entry, k->what);
 	lg_comment(b, "Persistent: CTA b takes tokens b, b + G, ... (G = gridDim.x, the co-resident CTAs at most).");
@@ -515,14 +593,7 @@ static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const str
 	/* One piece a thread (and few experts a thread): registers capped at 56
 	 * through __launch_bounds__'s minimum CTAs (4 of 288 threads an SM
 	 * where ptxas takes 62 to 64 for 3; no spills at H = 2048). */
-	int minc = 1;
-	if (k->r.kp == 1 && pk <= 2) {
-		minc = 65536 / ((th + 32) * 56);
-		if (minc > 2048 / (th + 32))
-			minc = 2048 / (th + 32);
-		if (minc > 16) /* sm_86's most CTAs an SM (ptxas ignores more) */
-			minc = 16;
-	}
+	int minc = k->r.kp == 1 && pk <= 2 ? pipelined_min_ctas(&k->r, 56) : 1;
 	char lb[48];
 	lg_comment(b, "%d adding threads and the map warp%s.", th,
 		   minc > 1 ? ", at least that many CTAs an SM (registers capped)" : "");
@@ -558,6 +629,110 @@ static void emit_combine_pipelined(lg_buf *b, const struct lg_spec *s, const str
 	lg_line(b, "const int e = tid + q * %d;", th);
 	lg_line(b, "if (po && e < %lld) po[t * %lld + e] = rp[q];", E, E);
 	lg_close(b);
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_close(b);
+	lg_close(b);
+}
+
+/* Token `tok`'s row (and e4m3 scales) into registers v (sv) of the moving
+ * threads. */
+static void emit_load_token(lg_buf *b, const struct lg_moe_kernel *k, const char *v, const char *tok, int nsk)
+{
+	open_pieces(b, &k->r);
+	lg_line(b, "%s[k] = lg_ldp((const u8 *)%s + %s * %lld + c * %d);", v, k->src, tok, (long long)k->r.bytes,
+		k->r.vb);
+	lg_close(b);
+	if (!k->fp8)
+		return;
+	int64_t ns = k->r.hidden / 128;
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int q = 0; q < %d; q++) {", nsk);
+	lg_line(b, "const int j = tid + q * %d;", k->r.threads);
+	lg_line(b, "if (j < %lld) s%s[q] = xs[%s * %lld + j];", (long long)ns, v, tok, (long long)ns);
+	lg_close(b);
+}
+
+/* The pipelined plain dispatch (tile.pipeline 2; no weights, no dot
+ * products): persistent CTAs; the map warp reads token t + G's map row
+ * (and writes its rows' probabilities) into one buffer while the other
+ * warps store token t's row, loaded one token ahead, to the rows of the
+ * other; the zero rows spread over all CTAs, first (while the first map
+ * row and token row are in flight). */
+static void emit_dispatch_pipelined(lg_buf *b, const struct lg_spec *s, const struct lg_moe_kernel *k)
+{
+	const int th = k->r.threads;
+	const int64_t ns = k->r.hidden / 128;
+	const int nsk = k->fp8 ? (int)((ns + th - 1) / th) : 0;
+	const long long E = (long long)k->experts;
+	emit_map_row(b, k->experts, true);
+	lg_section(b, k->entry, k->what);
+	lg_comment(b, "Persistent: CTA b takes tokens b, b + G, ... (G = gridDim.x) and the zero rows of worker b");
+	lg_comment(b, "of G (padding of experts b, b + G, ..., rows P + b, P + b + G, ...). Warps 0 to %d (%d",
+		   th / 32 - 1, k->r.kp);
+	lg_comment(b, "piece%s of %d bytes each a thread) store token t's row, loaded while token t - G's was",
+		   k->r.kp > 1 ? "s" : "", k->r.vb);
+	lg_comment(b, "stored, while warp %d, the map warp, reads token t + G's map row into the other buffer.",
+		   th / 32);
+	/* No register cap: the inlined map row takes the registers (51 to 56 at
+	 * H = 2048, 4 CTAs of 288 an SM; 32 without it); capped at 40 (5 CTAs)
+	 * ptxas spills 8 bytes, at 32 (7 CTAs) 108. */
+	char lb[48];
+	lg_comment(b, "%d moving threads and the map warp.", th);
+	lg_emit_signature(b, s, k->entry, "%s", lg_launch_bounds(lb, th + 32, 1));
+	lg_open(b, "{");
+	lg_line(b, "__shared__ int rows[2][%lld]; // two tokens' rows, ascending expert", E);
+	lg_line(b, "__shared__ int nrows[2];");
+	lg_line(b, "const int tid = threadIdx.x, lane = tid & 31;");
+	emit_pointers(b, k);
+	lg_line(b, "const i64 G = gridDim.x;");
+	lg_line(b, "i64 t = blockIdx.x;");
+	lg_line(b, "lg_pc v[%d];", k->r.kp);
+	if (k->fp8)
+		lg_line(b, "float sv[%d];", nsk);
+	lg_open(b, "if (tid >= %d) {", th);
+	lg_line(b, "if (t < T) lg_map_row(mp, t, cap, lane, rows[0], pi, po, &nrows[0]);");
+	lg_close_with(b, "} else {");
+	lg_open(b, "if (t < T) {");
+	emit_load_token(b, k, "v", "t", nsk);
+	lg_close(b);
+	lg_comment(b, "This CTA's zero rows (padding, and past the padded total P = offsets[E]).");
+	lg_line(b, "const int z = (int)blockIdx.x;");
+	emit_zero_work(b, k, "G");
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_open(b, "for (int b = 0; t < T; t += G, b ^= 1) {");
+	lg_line(b, "const i64 tn = t + G; // the next token");
+	lg_open(b, "if (tid >= %d) {", th);
+	lg_line(b, "const int o = b ^ 1;");
+	lg_line(b, "if (tn < T) lg_map_row(mp, tn, cap, lane, rows[o], pi, po, &nrows[o]);");
+	lg_close_with(b, "} else {");
+	lg_line(b, "lg_pc w[%d];", k->r.kp);
+	if (k->fp8)
+		lg_line(b, "float sw[%d];", nsk);
+	lg_open(b, "if (tn < T) {");
+	emit_load_token(b, k, "w", "tn", nsk);
+	lg_close(b);
+	lg_line(b, "const int n = nrows[b];");
+	lg_open(b, "for (int i = 0; i < n; i++) {");
+	lg_line(b, "const i64 r = rows[b][i];");
+	open_pieces(b, &k->r);
+	lg_line(b, "lg_stp((u8 *)%s + r * %lld + c * %d, v[k]);", k->dst, (long long)k->r.bytes, k->r.vb);
+	lg_close(b);
+	if (k->fp8) {
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int q = 0; q < %d; q++) {", nsk);
+		lg_line(b, "const int j = tid + q * %d;", th);
+		lg_line(b, "if (j < %lld) ys[r * %lld + j] = sv[q];", (long long)ns, (long long)ns);
+		lg_close(b);
+	}
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 0; k < %d; k++) v[k] = w[k];", k->r.kp);
+	if (k->fp8) {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int q = 0; q < %d; q++) sv[q] = sw[q];", nsk);
+	}
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
 	lg_close(b);

@@ -8,7 +8,10 @@
  *     each of its expert rows (row_id_map[t, e] >= 0, ascending e), with
  *     the token's probability of that expert; extra CTAs write the padding
  *     rows of each expert and the rows past the padded total as zeros
- *     (probability 0; an FP8 scale of the zero block). Optionally each row
+ *     (probability 0; an FP8 scale of the zero block). Plain (no weights,
+ *     no dot products) it has a pipelined form too (tile.pipeline 2):
+ *     persistent CTAs, a map warp reading the next token's map row while
+ *     the others store this token's row. Optionally each row
  *     scaled by a per-row weight and the dot product of the token's row
  *     with another row (the backward of a weighted combine).
  *   combine: each token's expert rows added in ascending expert order in
@@ -58,7 +61,7 @@ struct lg_moe_rows {
 	int64_t hidden, bytes; /* elements, bytes of a row */
 	int vb, pieces;        /* bytes a piece, pieces a row */
 	int threads, kp;       /* threads a CTA, pieces a thread (pipelined: the adding threads) */
-	bool pipelined;        /* combine, tile.pipeline 2: persistent CTAs, + one map warp */
+	bool pipelined;        /* tile.pipeline 2: persistent CTAs, + one map warp */
 };
 /* threads: the spec's tile.threads, or 0 for the default (one piece a
  * thread up to 256 threads, whole warps). */
@@ -76,23 +79,27 @@ extern const int64_t lg_moe_threads_ok[];
  * warps load, weight and add this token's rows (one dependent DRAM trip a
  * token); 1, one CTA a token (three dependent trips: map row, then rows
  * and weights, then the adds; more registers past one piece a thread).
- * H200, 8192 tokens, hidden 2048, top-8: 83.4 us against 120.1. The
- * dispatch passes take only 1 (lg_moe_validate_pipeline). */
+ * H200, 8192 tokens, hidden 2048, top-8: 83.4 us against 120.1. The plain
+ * dispatch (moe_permute forward) takes 2 too, 1 its default: persistent
+ * CTAs, the map warp reading the next token's map row while the others
+ * store this token's row and load the next one's; the weighted dispatch
+ * (moe_unpermute backward) takes only 1 (lg_moe_validate_pipeline). */
 #define LG_KEY_MOE_PIPELINE                                                                      \
 	LG_KEY_TILE("pipeline", "p", 1, 2, NULL,                                                 \
-		    "combine: 2 (default) persistent CTAs, the next token's map read while this "  \
-		    "one's rows are added; 1 one CTA a token")
-/* tile.pipeline (key kp) 2 only on a combine pass (dispatch false) and with
- * tile.threads (key kt) at most 992 (the map warp makes 32 more; without
- * tile.pipeline, more threads than that take the form 1). */
-lg_status lg_moe_validate_pipeline(const struct lg_spec *s, int kp, int kt, bool dispatch, const char *where);
+		    "2 (the combines' default) persistent CTAs, the next token's map read while "  \
+		    "this one's rows are added or stored; 1 (the dispatch's) one CTA a token")
+/* tile.pipeline (key kp) 2 only on a pass with a pipelined form (piped: the
+ * combines and the plain dispatch) and with tile.threads (key kt) at most
+ * 992 (the map warp makes 32 more; without tile.pipeline, more threads than
+ * that take the form 1). */
+lg_status lg_moe_validate_pipeline(const struct lg_spec *s, int kp, int kt, bool piped, const char *where);
 /* tile.threads (key k) no more than a row's pieces rounded up to a warp. */
 lg_status lg_moe_validate_threads(const struct lg_spec *s, int k, int64_t hidden, int es, const char *where);
 /* Tuning candidates: tile.threads (key k) 64, 128, 256, 512 where valid;
- * a combine pass (combine) each with tile.pipeline (key kp) 1 and 2, both
- * named (none valid: the two forms alone). */
+ * a pass with a pipelined form (piped) each with tile.pipeline (key kp) 1
+ * and 2, both named (none valid: the two forms alone). */
 int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
-		      int k, int kp, bool combine);
+		      int k, int kp, bool piped);
 
 /* One pass of moe_permute / moe_unpermute, by the names of its arguments
  * (NULL: not an argument of this pass). */

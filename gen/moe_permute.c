@@ -15,11 +15,16 @@
  *   dout_probs[row_id_map[t, e]] (0 where not routed): the forward of
  *   moe_unpermute without weights. Padding rows are never read.
  *
- * Strategy: moe_common.c (one CTA per token; the token's row read once,
- * in 16-byte pieces where the row allows, and stored to each of its rows;
- * 256 more CTAs write the zero rows; the backward's combine by default
- * pipelined, tile.pipeline 2: persistent CTAs, the next token's map row
- * read while this one's rows are added; tile.pipeline 1 one CTA a token).
+ * Strategy: moe_common.c (forward, tile.pipeline 1, the default: one CTA
+ * per token; the token's row read once, in 16-byte pieces where the row
+ * allows, and stored to each of its rows; 256 more CTAs write the zero
+ * rows. tile.pipeline 2: persistent CTAs, a map warp reading the next
+ * token's map row (and writing its probabilities) while the other warps
+ * store this token's row, the next token's row loaded meanwhile; the zero
+ * rows spread over the grid; the same bytes. The backward's combine by
+ * default pipelined, tile.pipeline 2: persistent CTAs, the next token's
+ * map row read while this one's rows are added; tile.pipeline 1 one CTA a
+ * token).
  */
 #include <stdio.h>
 
@@ -80,7 +85,7 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 				     "32768 (one scale per 128 values)", (long long)h);
 	lg_status st = lg_moe_validate_threads(s, K_THREADS, h, s->dtype == LG_DTYPE_E4M3 ? 1 : 2, where);
 	if (st == LG_OK)
-		st = lg_moe_validate_pipeline(s, K_PIPELINE, K_THREADS, s->pass == LG_PASS_FORWARD, where);
+		st = lg_moe_validate_pipeline(s, K_PIPELINE, K_THREADS, true, where);
 	return st != LG_OK ? st : lg_moe_validate(s, K_EXPERTS, where);
 }
 
@@ -117,10 +122,10 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
-/* Tile variants for `lingen tune`: threads a token; the combine in both forms. */
+/* Tile variants for `lingen tune`: threads a token, each pass in both forms. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
-	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE, s->pass == LG_PASS_BACKWARD);
+	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE, true);
 }
 
 const struct lg_family lg_family_moe_permute = {

@@ -72,7 +72,7 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	lg_status st = lg_moe_validate_threads(s, K_THREADS, lg_spec_int(s, K_HIDDEN), 2, where);
 	if (st == LG_OK)
-		st = lg_moe_validate_pipeline(s, K_PIPELINE, K_THREADS, s->pass == LG_PASS_BACKWARD, where);
+		st = lg_moe_validate_pipeline(s, K_PIPELINE, K_THREADS, s->pass == LG_PASS_FORWARD, where);
 	return st != LG_OK ? st : lg_moe_validate(s, K_EXPERTS, where);
 }
 

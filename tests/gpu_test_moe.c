@@ -17,7 +17,9 @@
  * 2, the default: persistent CTAs, moe_unpermute forward plain and
  * weighted, moe_permute backward) against the same references at hidden
  * 2048, 1001, 7168 and 3 and 0, 1, 7, 333 and 8192 tokens, and the same
- * bytes as the one-CTA-a-token form (tile.pipeline 1) on the same inputs.
+ * bytes as the one-CTA-a-token form (tile.pipeline 1) on the same inputs;
+ * so is the pipelined dispatch (moe_permute forward, tile.pipeline 2, bf16
+ * and e4m3; test_permute_pipelined).
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
  */
@@ -281,12 +283,12 @@ static void same_twice(const char *op, const char *pass, const char *keys)
 /* The pipelined form of spec `keys` (tile.pipeline 2, the default) gives
  * the bytes of the one-CTA-a-token form (tile.pipeline 1) on the same
  * inputs at T tokens (every output; weighted sums included). */
-static void same_as_one_cta(const char *op, const char *pass, const char *keys, int64_t T)
+static void same_as_one_cta(const char *op, const char *pass, const char *dtype, const char *keys, int64_t T)
 {
 	char p1[512], p2[512];
 	snprintf(p1, sizeof p1, "%s, \"tile\": {\"pipeline\": 1}", keys);
 	snprintf(p2, sizeof p2, "%s, \"tile\": {\"pipeline\": 2}", keys);
-	lg_spec *s0 = parse(op, pass, "bf16", p1), *s1 = parse(op, pass, "bf16", p2);
+	lg_spec *s0 = parse(op, pass, dtype, p1), *s1 = parse(op, pass, dtype, p2);
 	lg_kernel *k0 = NULL, *k1 = NULL;
 	if (lg_kernel_get(ctx, s0, &k0) != LG_OK || lg_kernel_get(ctx, s1, &k1) != LG_OK)
 		fail_msg("%s", lg_last_error());
@@ -348,15 +350,43 @@ static void test_pipelined(void **state)
 			/* hidden 7168 at 8192 tokens (1.1 GB of rows): against the one-CTA form only */
 			check(op, pass, "bf16", pk, tokens, sizeof tokens / sizeof tokens[0] - (i == 2));
 			for (size_t t = 1; t < sizeof tokens / sizeof tokens[0]; t++)
-				same_as_one_cta(op, pass, keys, tokens[t]);
+				same_as_one_cta(op, pass, "bf16", keys, tokens[t]);
 		}
 	/* other thread counts (the map warp beside 64 and 512 adding threads), many experts */
 	check("moe_unpermute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true, "
 	      "\"tile\": {\"pipeline\": 2, \"threads\": 64}", odd, NODD);
 	check("moe_permute", "backward", "bf16", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
 	      "\"tile\": {\"pipeline\": 2, \"threads\": 512}", odd, NODD);
-	same_as_one_cta("moe_unpermute", "forward", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
+	same_as_one_cta("moe_unpermute", "forward", "bf16", "\"hidden\": 7168, \"experts\": 1024, \"top_k\": 8, "
 			"\"weighted\": true", 8192);
+}
+
+/* The pipelined dispatch (moe_permute forward, tile.pipeline 2) against the
+ * references (every routing pattern; 0 tokens: the zero rows alone), then
+ * against the one-CTA-a-token form byte for byte (1 token and more). */
+static void test_permute_pipelined(void **state)
+{
+	(void)state;
+	static const int64_t tokens[] = {0, 1, 7, 333, 8192};
+	static const char *const shapes[][2] = {
+		{"bf16", "\"hidden\": 2048, " TARGET_KEYS},
+		{"e4m3", "\"hidden\": 2048, " TARGET_KEYS},
+		{"e4m3", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, \"round_scale\": false"},
+		{"bf16", "\"hidden\": 1001, \"experts\": 160, \"top_k\": 6"},
+		{"bf16", "\"hidden\": 7168, \"experts\": 7, \"top_k\": 3, \"multiple\": 128"},
+		{"bf16", "\"hidden\": 1, \"experts\": 5, \"top_k\": 2, \"multiple\": 1"},
+		{"bf16", "\"hidden\": 2048, \"experts\": 1024, \"top_k\": 8"},
+	};
+	for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+		char pk[320];
+		snprintf(pk, sizeof pk, "%s, \"tile\": {\"pipeline\": 2}", shapes[i][1]);
+		check("moe_permute", "forward", shapes[i][0], pk, tokens, sizeof tokens / sizeof tokens[0]);
+		for (size_t t = 1; t < sizeof tokens / sizeof tokens[0]; t++)
+			same_as_one_cta("moe_permute", "forward", shapes[i][0], shapes[i][1], tokens[t]);
+	}
+	/* the map warp beside 64 moving threads (4 pieces a thread) */
+	check("moe_permute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"tile\": {\"pipeline\": 2, "
+	      "\"threads\": 64}", odd, NODD);
 }
 
 static void test_deterministic(void **state)
@@ -367,6 +397,7 @@ static void test_deterministic(void **state)
 	same_twice("moe_unpermute", "backward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
 	same_twice("moe_unpermute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true, "
 		   "\"tile\": {\"pipeline\": 1}");
+	same_twice("moe_permute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"tile\": {\"pipeline\": 2}");
 }
 
 int main(void)
@@ -376,6 +407,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_row_map),
 		cmocka_unit_test(test_permute),
+		cmocka_unit_test(test_permute_pipelined),
 		cmocka_unit_test(test_permute_backward),
 		cmocka_unit_test(test_unpermute),
 		cmocka_unit_test(test_permute_quant),

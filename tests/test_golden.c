@@ -308,6 +308,14 @@ static const struct golden cases[] = {
 	{"moe_permute_fwd_e4m3_h2048_e256_k8_sm80", "sm_80",
 	 "{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"e4m3\", \"hidden\": 2048, "
 	 "\"experts\": 256, \"top_k\": 8}"},
+	/* the pipelined dispatch (tile.pipeline 2: persistent, a map warp), bf16 at the target and
+	 * e4m3 on sm_80 */
+	{"moe_permute_fwd_h2048_e256_k8_tp2", "sm_90a",
+	 "{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"top_k\": 8, \"tile\": {\"pipeline\": 2}}"},
+	{"moe_permute_fwd_e4m3_h2048_e256_k8_tp2_sm80", "sm_80",
+	 "{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"e4m3\", \"hidden\": 2048, "
+	 "\"experts\": 256, \"top_k\": 8, \"tile\": {\"pipeline\": 2}}"},
 	{"moe_permute_bwd_h1001_e160_k6", "sm_90a",
 	 "{\"op\": \"moe_permute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1001, "
 	 "\"experts\": 160, \"top_k\": 6}"},

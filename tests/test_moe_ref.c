@@ -467,11 +467,12 @@ static void test_spec_checks(void **state)
 		"hidden", "multiple of 128");
 	refused("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, \"experts\": 4, \"top_k\": 2", "quant",
 		"missing");
-	/* the pipelined form: combine passes only, room for the map warp, 1 or 2 */
-	refused("moe_permute", "forward", "bf16", "\"hidden\": 2048, \"experts\": 4, \"top_k\": 2, \"tile\": "
-		"{\"pipeline\": 2}", "tile.pipeline: found 2 on pass forward", "allowed: 1");
+	/* the pipelined form: the combines and the plain dispatch (moe_permute forward) only, room
+	 * for the map warp, 1 or 2 */
 	refused("moe_unpermute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 4, \"top_k\": 2, \"tile\": "
-		"{\"pipeline\": 2}", "tile.pipeline: found 2 on pass backward", "combine");
+		"{\"pipeline\": 2}", "tile.pipeline: found 2 on pass backward", "allowed: 1");
+	refused("moe_permute", "forward", "bf16", "\"hidden\": 16384, \"experts\": 4, \"top_k\": 2, \"tile\": "
+		"{\"pipeline\": 2, \"threads\": 1024}", "tile.threads: found 1024", "at most 992");
 	refused("moe_unpermute", "forward", "bf16", "\"hidden\": 16384, \"experts\": 4, \"top_k\": 2, \"tile\": "
 		"{\"pipeline\": 2, \"threads\": 1024}", "tile.threads: found 1024", "at most 992");
 	refused("moe_permute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 4, \"top_k\": 2, \"tile\": "
@@ -576,6 +577,17 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 }
 
+static char *generate(const lg_spec *s, const char *arch)
+{
+	struct lg_target t;
+	assert_true(lg_target_parse(arch, &t));
+	struct lg_plan p;
+	char *src = NULL;
+	if (lg_generate_for(s, &t, &p, &src, NULL) != LG_OK)
+		fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());
+	return src;
+}
+
 /* The pipelined combine: a persistent entry of threads + 32 (the map warp),
  * a CTA a token until the context knows what is co-resident, then at most
  * that; the default form not persistent, one CTA a token. */
@@ -626,18 +638,31 @@ static void test_pipelined_geometry(void **state)
 		assert_true(d.grid[0] == 8192 && d.block[0] == 256);
 		lg_spec_free(s);
 	}
+	/* the pipelined dispatch (moe_permute forward): tokens + the zero-row CTAs, at most the
+	 * co-resident ones; the zero rows then spread over the grid */
+	struct lg_launch_dim d;
+	struct lg_plan p;
+	lg_spec *s = parse("moe_permute", "forward", "e4m3", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
+			   "\"tile\": {\"pipeline\": 2}");
+	const struct lg_family *f = lg_family_get(s->op);
+	plan_at(s, "sm_90a", &p);
+	assert_true(p.nentries == 1 && p.persistent[0]);
+	int64_t T = 8192;
+	f->geometry(&p, 0, &T, &d);
+	assert_true(d.grid[0] == 8192 + 256 && d.block[0] == 160 && d.smem == 0);
+	p.resident[0] = 132 * 8;
+	f->geometry(&p, 0, &T, &d);
+	assert_int_equal(d.grid[0], 132 * 8);
+	T = 0;
+	f->geometry(&p, 0, &T, &d);
+	assert_int_equal(d.grid[0], 256);
+	char *src = generate(s, "sm_90a");
+	assert_non_null(strstr(src, "lg_map_row(mp, tn, cap, lane, rows[o], pi, po, &nrows[o]);"));
+	assert_non_null(strstr(src, "for (int e = z; e < 256; e += G) {"));
+	free(src);
+	lg_spec_free(s);
 }
 
-static char *generate(const lg_spec *s, const char *arch)
-{
-	struct lg_target t;
-	assert_true(lg_target_parse(arch, &t));
-	struct lg_plan p;
-	char *src = NULL;
-	if (lg_generate_for(s, &t, &p, &src, NULL) != LG_OK)
-		fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());
-	return src;
-}
 
 /* What the pipelined form generates: the map warp's helper, two buffers, a
  * token loop with one barrier, the weights by shuffles (weighted), the
@@ -713,9 +738,9 @@ static void test_candidates(void **state)
 		{"moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
 		 "\"quant\": {}"},
 	};
-	/* threads up to a row's pieces, the combines each in both forms (short rows: those alone);
-	 * K4b: fblocks x threads, each with 1 and 3 CTAs an SM */
-	static const int want[] = {4, 3, 2, 6, 6, 3, 2, 16};
+	/* threads up to a row's pieces, the combines and moe_permute forward each in both forms
+	 * (short rows: those alone); K4b: fblocks x threads, each with 1 and 3 CTAs an SM */
+	static const int want[] = {4, 6, 4, 6, 6, 3, 2, 16};
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
 		lg_spec *s = parse(specs[i][0], specs[i][1], specs[i][2], specs[i][3]);
 		const struct lg_family *f = lg_family_get(s->op);

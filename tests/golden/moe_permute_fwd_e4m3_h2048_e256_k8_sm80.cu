@@ -14,6 +14,40 @@ typedef long long i64;
 struct __attribute__((aligned(16))) lg_pc { u32 w[4]; };
 static __device__ __forceinline__ lg_pc lg_ldp(const u8 *p) { return *(const lg_pc *)p; }
 static __device__ __forceinline__ void lg_stp(u8 *p, lg_pc v) { *(lg_pc *)p = v; }
+// The map warp: token t's rows (ascending expert) into rw[0..*nr), and po[r] = pi[t, e]
+// of each (0: no pi); 256 experts of the map row loaded at once, then their
+// probabilities all at once (before any store: pi and po may alias for the compiler).
+static __device__ __forceinline__ void lg_map_row(const int *mp, i64 t, i64 cap, int lane, int *rw,
+							  const float *pi, float *po, int *nr)
+{
+	int n = 0;
+	for (int c0 = 0; c0 < 256; c0 += 256) {
+		int v[8];
+		#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const int e = c0 + j * 32 + lane;
+			v[j] = e < 256 ? mp[t * 256 + e] : -1;
+		}
+		float pv[8];
+		#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const int e = c0 + j * 32 + lane, r = v[j];
+			pv[j] = r >= 0 && r < cap && po && pi ? pi[t * 256 + e] : 0.0f;
+		}
+		#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			const int r = v[j];
+			const bool routed = r >= 0 && r < cap; // r >= cap: never within top_k
+			const unsigned m = __ballot_sync(0xffffffffu, routed);
+			if (routed) {
+				rw[n + __popc(m & ((1u << lane) - 1u))] = r;
+				if (po) po[r] = pv[j];
+			}
+			n += __popc(m);
+		}
+	}
+	if (lane == 0) *nr = n;
+}
 
 // ----- lg_moe_permute_fwd_e4m3_h2048_e256_k8_m16 -----
 // MoE permute: tokens to expert-major padded rows
@@ -72,24 +106,7 @@ lg_moe_permute_fwd_e4m3_h2048_e256_k8_m16(
 		const int c = tid + k * 128;
 		v[k] = lg_ldp((const u8 *)x + t * 2048 + c * 16);
 	}
-	// Warp 0: the token's rows in ascending expert order, 32 experts a step.
-	if (tid < 32) {
-		int n = 0;
-		#pragma unroll 8
-		for (int c = 0; c < 256; c += 32) {
-			const int e = c + tid;
-			const int r = e < 256 ? mp[t * 256 + e] : -1;
-			const bool routed = r >= 0 && r < cap; // r >= cap: never within top_k
-			const unsigned m = __ballot_sync(0xffffffffu, routed);
-			if (routed) {
-				const int at = n + __popc(m & ((1u << tid) - 1u));
-				rows[at] = r;
-				if (po) po[r] = pi ? pi[t * 256 + e] : 0.0f;
-			}
-			n += __popc(m);
-		}
-		if (tid == 0) nrows = n;
-	}
+	if (tid < 32) lg_map_row(mp, t, cap, tid, rows, pi, po, &nrows);
 	__syncthreads();
 	const int n = nrows;
 	for (int i = 0; i < n; i++) {
