@@ -13,17 +13,18 @@
  * tile.per_sm CTAs an SM (4 of 128 threads by default: 16 warps, one row
  * a warp at hidden 2048), and each lane issues all the loads of its next
  * row before the math and stores of this one, so two rows a warp are in
- * flight. Under 255 registers a thread (more than 256 threads an SM) w is
- * read from L1 a piece at a time instead of being kept in registers, which
- * keeps the two rows spill-free in the 128 registers of 4 CTAs an SM.
+ * flight. Under 255 registers a thread (a persistent grid of more than
+ * 256 threads an SM, either pass) w is prefetched into L1 and read from
+ * there a piece at a time instead of being kept in registers, which keeps
+ * the forward's two rows spill-free in the 128 registers of 4 CTAs an SM.
  *
  * Backward: a persistent grid (tile.per_sm CTAs an SM, 2 of 128 threads
- * by default: its registers hold two rows of x and dy and the dw partials;
- * with tile.prefetch, each lane loads its next row's x and dy before the
- * math of this one) whose CTAs keep their dw partial sums in registers,
- * reduce them across row slots in shared memory, and write one row of a
- * workspace; a second entry point adds the workspace rows in a fixed
- * order, so dw is deterministic.
+ * by default: its registers hold two rows of x and dy, w and the dw
+ * partials; 3 or 4 spill; with tile.prefetch, each lane loads its next
+ * row's x and dy before the math of this one) whose CTAs keep their dw
+ * partial sums in registers, reduce them across row slots in shared
+ * memory, and write one row of a workspace (one per CTA); a second entry
+ * point adds the workspace rows in a fixed order, so dw is deterministic.
  */
 #include <stdio.h>
 
@@ -86,7 +87,7 @@ enum {
 	P_BWD,                  /* 1 for the backward */
 	P_PREFETCH,             /* the next row loaded ahead (a persistent grid) */
 	P_PER_SM,               /* persistent grid: CTAs an SM */
-	P_W_L1,                 /* forward: w read from L1 per piece, not kept in registers */
+	P_W_L1,                 /* w read from L1 per piece, not kept in registers */
 };
 
 /* tile.per_sm by default: 4 CTAs (16 warps) an SM for the persistent forward
@@ -149,10 +150,10 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_PER_SM] = per_sm_of(s, &l);
 	if (p->v[P_PREFETCH] || bwd)
 		p->tile[K_PER_SM] = p->v[P_PER_SM];
-	/* below 255 registers a thread, the persistent forward's two rows (this
-	 * one and the next) and w do not fit without spills: w then comes from
-	 * L1, one piece at a time as the row is written */
-	p->v[P_W_L1] = !bwd && p->v[P_PREFETCH] && l.threads * p->v[P_PER_SM] > 256;
+	/* below 255 registers a thread, a persistent grid's two rows (this one
+	 * and the next) and w do not fit without spills: w then comes from L1,
+	 * one piece at a time as it is used */
+	p->v[P_W_L1] = p->v[P_PREFETCH] && l.threads * p->v[P_PER_SM] > 256;
 	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : 0;
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
@@ -265,6 +266,41 @@ static void emit_row_loop(lg_buf *b, const struct lg_plan *p, const struct lg_ro
 	emit_next_loads(b, l, n, dst, src, rms ? "rn = " : NULL);
 }
 
+/* `const u32 ww[4]`: the bf16 pairs of w's piece k (column piece c), from
+ * registers wv or, with P_W_L1, from L1 (zero past the row). */
+static void emit_w_piece(lg_buf *b, const struct lg_plan *p)
+{
+	int64_t pieces = p->v[P_HIDDEN] / 8;
+	if (!p->v[P_W_L1]) {
+		lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
+		return;
+	}
+	if (pieces % p->v[P_LPR]) { /* the last piece k has lanes past the row */
+		lg_line(b, "const lg_u32x4 wk = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) // L1",
+			(long long)pieces);
+		lg_line(b, "\t: lg_u32x4{0u, 0u, 0u, 0u};");
+	} else {
+		lg_line(b, "const lg_u32x4 wk = lg_ld16_keep((const u8 *)w + c * 16); // from L1");
+	}
+	lg_line(b, "const u32 ww[4] = {wk.x, wk.y, wk.z, wk.w};");
+}
+
+/* w in registers wv, or with P_W_L1 only prefetched into L1 (so its later
+ * reads a piece at a time do not each wait on L2). */
+static void emit_w(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout *l)
+{
+	if (!p->v[P_W_L1]) {
+		lg_emit_row_weights(b, l, "wv", "w");
+		return;
+	}
+	lg_comment(b, "w into L1, read from there a piece at a time.");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
+	lg_line(b, "const int c = t + k * %d;", l->lpr);
+	lg_line(b, "if (c < %lld) lg_prefetch_l1((const u8 *)w + c * 16);", (long long)(l->hidden / 8));
+	lg_close(b);
+}
+
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int64_t pieces = p->v[P_HIDDEN] / 8;
@@ -287,8 +323,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "const u8 *const xg = (const u8 *)x;");
 	if (pre) {
 		static const char *const dst[] = {"v"}, *const src[] = {"xg"};
-		if (!p->v[P_W_L1])
-			lg_emit_row_weights(b, &l, "wv", "w");
+		emit_w(b, p, &l);
 		emit_row_loop(b, p, &l, 1, dst, src, false);
 	} else {
 		lg_emit_row_index(b, &l);
@@ -304,12 +339,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
 	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};");
-	if (p->v[P_W_L1]) {
-		lg_line(b, "const lg_u32x4 wk = lg_ld16_keep((const u8 *)w + c * 16); // from L1");
-		lg_line(b, "const u32 ww[4] = {wk.x, wk.y, wk.z, wk.w};");
-	} else {
-		lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
-	}
+	emit_w_piece(b, p);
 	lg_line(b, "u32 o[4];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int e = 0; e < 4; e++)");
@@ -341,7 +371,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
 	}
 	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
-	lg_emit_row_weights(b, &l, "wv", "w");
+	emit_w(b, p, &l);
 	lg_line(b, "float acc[%lld][8];", (long long)p->v[P_K]);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int k = 0; k < %lld; k++)", (long long)p->v[P_K]);
@@ -360,9 +390,11 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "float dot = 0.0f;");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
+	if (p->v[P_W_L1])
+		lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};");
 	lg_line(b, "const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
-	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
+	emit_w_piece(b, p);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 4; e++) {");
 	lg_line(b, "dot += lg_bf16_lo(a[e]) * lg_bf16_lo(g[e]) * lg_bf16_lo(ww[e]);");
@@ -378,7 +410,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
 	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};");
 	lg_line(b, "const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
-	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
+	emit_w_piece(b, p);
 	lg_line(b, "u32 o[4];");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 4; e++) {");

@@ -76,6 +76,12 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 	return v;
 }
 
+// Bring the line of p into L1, holding no register: data read soon, from L1.
+static __device__ __forceinline__ void lg_prefetch_l1(const void *p)
+{
+	asm volatile("prefetch.global.L1 [%0];" :: "l"(p));
+}
+
 // 16-byte streaming store ("evict first").
 static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 {
@@ -104,6 +110,12 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 {
 	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
 	const u8 *const xg = (const u8 *)x;
+	// w into L1, read from there a piece at a time.
+	#pragma unroll
+	for (int k = 0; k < 8; k++) {
+		const int c = t + k * 32;
+		if (c < 256) lg_prefetch_l1((const u8 *)w + c * 16);
+	}
 	const i64 stride = lg_ctas(M) * 4, first = (i64)blockIdx.x * 4;
 	// Each lane loads its next row before this row's math.
 	lg_u32x4 vn[8];
