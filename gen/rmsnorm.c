@@ -5,12 +5,26 @@
  * Strategy: `lpr` lanes share one row, each holding up to 8 (forward) or 4
  * (backward) 16-byte pieces of it in registers, so x is read once; the row
  * reductions are warp butterflies, plus a fixed-order pass through shared
- * memory when a row spans several warps. The backward runs a persistent
- * grid (with tile.prefetch, each lane loads its next row's x and dy
- * before the math of this one) whose CTAs keep their dw partial sums in registers, reduce them
- * across row slots in shared memory, and write one row of a workspace; a
- * second entry point adds the workspace rows in a fixed order, so dw is
- * deterministic.
+ * memory when a row spans several warps. Outputs are stored evict-first.
+ *
+ * Forward: bound by HBM (x read, y written once: 64 MB at 8192 x 2048),
+ * so what counts is the bytes in flight on every SM. With tile.prefetch
+ * (the default up to hidden 2048) the grid is persistent, one wave of
+ * tile.per_sm CTAs an SM (4 of 128 threads by default: 16 warps, one row
+ * a warp at hidden 2048), and each lane issues all the loads of its next
+ * row before the math and stores of this one, so two rows a warp are in
+ * flight. Under 255 registers a thread (a persistent grid of more than
+ * 256 threads an SM, either pass) w is prefetched into L1 and read from
+ * there a piece at a time instead of being kept in registers, which keeps
+ * the forward's two rows spill-free in the 128 registers of 4 CTAs an SM.
+ *
+ * Backward: a persistent grid (tile.per_sm CTAs an SM, 2 of 128 threads
+ * by default: its registers hold two rows of x and dy, w and the dw
+ * partials; 3 or 4 spill; with tile.prefetch, each lane loads its next
+ * row's x and dy before the math of this one) whose CTAs keep their dw
+ * partial sums in registers, reduce them across row slots in shared
+ * memory, and write one row of a workspace (one per CTA); a second entry
+ * point adds the workspace rows in a fixed order, so dw is deterministic.
  */
 #include <stdio.h>
 
@@ -20,10 +34,11 @@
 #include "norm_common.h"
 #include "templates.h"
 
-#define PMAX 264 /* CTAs of the backward's persistent grid (2 per SM on H200) */
+#define SMS 132 /* SMs of an H200: a persistent grid is one wave of tile.per_sm CTAs each */
 
-enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, K_PREFETCH, NKEYS };
-static const int64_t rows_ok[] = {1, 2, 4, 8, 16, 0}, threads_ok[] = {128, 256, 512, 1024, 0};
+enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, K_PREFETCH, K_PER_SM, NKEYS };
+static const int64_t rows_ok[] = {1, 2, 4, 8, 16, 0}, threads_ok[] = {128, 256, 512, 1024, 0},
+		     per_sm_ok[] = {1, 2, 3, 4, 0};
 static const struct lg_key keys[NKEYS] = {
 	/* rows are read in 16-byte pieces: any multiple of 8 features */
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 8, 16384, 8, "features per row"),
@@ -33,6 +48,8 @@ static const struct lg_key keys[NKEYS] = {
 	[K_THREADS] = LG_KEY_TILE("threads", "t", 128, 1024, threads_ok, "threads per CTA"),
 	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 1, NULL,
 				   "1: a persistent grid whose lanes load their next row before this row's math"),
+	[K_PER_SM] = LG_KEY_TILE("per_sm", "s", 1, 4, per_sm_ok,
+				 "persistent grid: CTAs an SM (the grid is one wave of them; registers are capped to fit)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -68,8 +85,22 @@ enum {
 	P_THREADS = LG_ROW_THREADS,
 	P_SMEM = LG_ROW_VALUES, /* dynamic shared memory (backward) */
 	P_BWD,                  /* 1 for the backward */
-	P_PREFETCH,             /* backward: the next row loaded ahead */
+	P_PREFETCH,             /* the next row loaded ahead (a persistent grid) */
+	P_PER_SM,               /* persistent grid: CTAs an SM */
+	P_W_L1,                 /* w read from L1 per piece, not kept in registers */
 };
+
+/* tile.per_sm by default: 4 CTAs (16 warps) an SM for the persistent forward
+ * of 128 threads, so twice the rows are in flight of the 2 that fit the
+ * backward's registers. */
+static int64_t per_sm_of(const struct lg_spec *s, const struct lg_rowlayout *l)
+{
+	if (lg_spec_has(s, K_PER_SM))
+		return lg_spec_int(s, K_PER_SM);
+	if (s->pass == LG_PASS_FORWARD)
+		return l->threads <= 128 ? 4 : 2;
+	return l->threads <= 128 ? 2 : 1;
+}
 
 /* The row layout of a spec: `threads` (else the default), or `rows` rows
  * of as many lanes as the row needs. */
@@ -92,6 +123,9 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	if (l.threads > 1024)
 		return lg_spec_error(where, "tile.rows: found %lld, allowed: 1 to %d (rows x %d lanes per row <= 1024 threads)",
 				     (long long)lg_spec_int(s, K_ROWS), 1024 / l.lpr, l.lpr);
+	if (l.threads * per_sm_of(s, &l) > 2048)
+		return lg_spec_error(where, "tile.per_sm: found %lld with %d threads a CTA, allowed: at most %d (2048 threads an SM)",
+				     (long long)per_sm_of(s, &l), l.threads, 2048 / l.threads);
 	return LG_OK;
 }
 
@@ -113,6 +147,13 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0
 						      : bwd || (h <= 2048 && l.threads <= 256);
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
+	p->v[P_PER_SM] = per_sm_of(s, &l);
+	if (p->v[P_PREFETCH] || bwd)
+		p->tile[K_PER_SM] = p->v[P_PER_SM];
+	/* below 255 registers a thread, a persistent grid's two rows (this one
+	 * and the next) and w do not fit without spills: w then comes from L1,
+	 * one piece at a time as it is used */
+	p->v[P_W_L1] = p->v[P_PREFETCH] && l.threads * p->v[P_PER_SM] > 256;
 	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : 0;
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
@@ -125,7 +166,8 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 {
 	int64_t rows = p->v[P_ROWS], n = (tokens + rows - 1) / rows;
-	return (p->v[P_BWD] || p->v[P_PREFETCH]) && n > PMAX ? PMAX : n;
+	int64_t pmax = SMS * p->v[P_PER_SM];
+	return (p->v[P_BWD] || p->v[P_PREFETCH]) && n > pmax ? pmax : n;
 }
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
@@ -142,27 +184,27 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 
 static size_t workspace(const struct lg_plan *p)
 {
-	return p->v[P_BWD] ? (size_t)PMAX * (size_t)p->v[P_HIDDEN] * 4 : 0;
+	return p->v[P_BWD] ? (size_t)(SMS * p->v[P_PER_SM]) * (size_t)p->v[P_HIDDEN] * 4 : 0;
 }
 
 /* ------------------------------------------------------------ emission */
 
 
-/* `lg_ctas(M)`: the CTAs of a persistent grid, min(ceil(M / rows), PMAX). */
+/* `lg_ctas(M)`: the CTAs of a persistent grid, min(ceil(M / rows), SMS x per_sm). */
 static void emit_ctas(lg_buf *b, const struct lg_plan *p)
 {
-	int rows = (int)p->v[P_ROWS];
-	lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs; %lld lanes per row, %lld pieces each.",
-		   rows, PMAX, (long long)p->v[P_LPR], (long long)p->v[P_K]);
+	int rows = (int)p->v[P_ROWS], pmax = (int)(SMS * p->v[P_PER_SM]);
+	lg_comment(b, "Persistent grid of min(ceil(M / %d), %d) CTAs (%lld an SM); %lld lanes per row, %lld pieces each.",
+		   rows, pmax, (long long)p->v[P_PER_SM], (long long)p->v[P_LPR], (long long)p->v[P_K]);
 	if (rows > 1) {
 		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M)");
 		lg_open(b, "{");
 		lg_line(b, "i64 n = (M + %d) / %d;", rows - 1, rows);
-		lg_line(b, "return n < %d ? n : %d;", PMAX, PMAX);
+		lg_line(b, "return n < %d ? n : %d;", pmax, pmax);
 		lg_close(b);
 	} else {
-		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < %d ? M : %d; }", PMAX,
-			PMAX);
+		lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < %d ? M : %d; }", pmax,
+			pmax);
 	}
 	lg_line(b, "%s", "");
 }
@@ -224,6 +266,41 @@ static void emit_row_loop(lg_buf *b, const struct lg_plan *p, const struct lg_ro
 	emit_next_loads(b, l, n, dst, src, rms ? "rn = " : NULL);
 }
 
+/* `const u32 ww[4]`: the bf16 pairs of w's piece k (column piece c), from
+ * registers wv or, with P_W_L1, from L1 (zero past the row). */
+static void emit_w_piece(lg_buf *b, const struct lg_plan *p)
+{
+	int64_t pieces = p->v[P_HIDDEN] / 8;
+	if (!p->v[P_W_L1]) {
+		lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
+		return;
+	}
+	if (pieces % p->v[P_LPR]) { /* the last piece k has lanes past the row */
+		lg_line(b, "const lg_u32x4 wk = c < %lld ? lg_ld16_keep((const u8 *)w + c * 16) // L1",
+			(long long)pieces);
+		lg_line(b, "\t: lg_u32x4{0u, 0u, 0u, 0u};");
+	} else {
+		lg_line(b, "const lg_u32x4 wk = lg_ld16_keep((const u8 *)w + c * 16); // from L1");
+	}
+	lg_line(b, "const u32 ww[4] = {wk.x, wk.y, wk.z, wk.w};");
+}
+
+/* w in registers wv, or with P_W_L1 only prefetched into L1 (so its later
+ * reads a piece at a time do not each wait on L2). */
+static void emit_w(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout *l)
+{
+	if (!p->v[P_W_L1]) {
+		lg_emit_row_weights(b, l, "wv", "w");
+		return;
+	}
+	lg_comment(b, "w into L1, read from there a piece at a time.");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
+	lg_line(b, "const int c = t + k * %d;", l->lpr);
+	lg_line(b, "if (c < %lld) lg_prefetch_l1((const u8 *)w + c * 16);", (long long)(l->hidden / 8));
+	lg_close(b);
+}
+
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int64_t pieces = p->v[P_HIDDEN] / 8;
@@ -234,16 +311,19 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	else
 		lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.",
 			   (long long)p->v[P_LPR], (long long)p->v[P_K], (int)p->v[P_ROWS]);
-	/* persistent: two CTAs an SM (PMAX), so at most half the registers each */
-	lg_emit_signature(b, s, p->entry[0], pre ? "__launch_bounds__(%d, 2)" : "__launch_bounds__(%d)",
-			  (int)p->v[P_THREADS]);
+	/* persistent: per_sm CTAs an SM, registers capped to fit them */
+	if (pre)
+		lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", (int)p->v[P_THREADS],
+				  (int)p->v[P_PER_SM]);
+	else
+		lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", (int)p->v[P_THREADS]);
 	lg_open(b, "{");
 	struct lg_rowlayout l = lg_rowlayout_load(p);
 	lg_emit_row_prologue(b, &l, false);
 	lg_line(b, "const u8 *const xg = (const u8 *)x;");
 	if (pre) {
 		static const char *const dst[] = {"v"}, *const src[] = {"xg"};
-		lg_emit_row_weights(b, &l, "wv", "w");
+		emit_w(b, p, &l);
 		emit_row_loop(b, p, &l, 1, dst, src, false);
 	} else {
 		lg_emit_row_index(b, &l);
@@ -259,14 +339,14 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
 	lg_line(b, "const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};");
-	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
+	emit_w_piece(b, p);
 	lg_line(b, "u32 o[4];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int e = 0; e < 4; e++)");
 	lg_line(b, "\to[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]),");
 	lg_line(b, "\t\t(lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));");
-	lg_line(b, "lg_st16((u8 *)y + (m * %lld + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});",
-		(long long)p->v[P_HIDDEN]);
+	lg_line(b, "lg_st16_cs((u8 *)y + (m * %lld + c * 8) * 2,", (long long)p->v[P_HIDDEN]);
+	lg_line(b, "\tlg_u32x4{o[0], o[1], o[2], o[3]});");
 	lg_close(b);
 	lg_line(b, "if (rms && live && t == 0) ((float *)rms)[m] = r;");
 	if (pre)
@@ -281,7 +361,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	int rows = (int)p->v[P_ROWS], threads = (int)p->v[P_THREADS];
 	lg_section(b, p->entry[0], "RMSNorm backward, dx and dw partials");
 	emit_ctas(b, p);
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", threads);
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", threads, (int)p->v[P_PER_SM]);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums");
 	struct lg_rowlayout l = lg_rowlayout_load(p);
@@ -291,7 +371,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
 	}
 	lg_line(b, "const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;");
-	lg_emit_row_weights(b, &l, "wv", "w");
+	emit_w(b, p, &l);
 	lg_line(b, "float acc[%lld][8];", (long long)p->v[P_K]);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int k = 0; k < %lld; k++)", (long long)p->v[P_K]);
@@ -310,9 +390,11 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "float dot = 0.0f;");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
+	if (p->v[P_W_L1])
+		lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
 	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};");
 	lg_line(b, "const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
-	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
+	emit_w_piece(b, p);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 4; e++) {");
 	lg_line(b, "dot += lg_bf16_lo(a[e]) * lg_bf16_lo(g[e]) * lg_bf16_lo(ww[e]);");
@@ -328,7 +410,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "if (!live || c >= %lld) continue;", (long long)pieces);
 	lg_line(b, "const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};");
 	lg_line(b, "const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};");
-	lg_line(b, "const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};");
+	emit_w_piece(b, p);
 	lg_line(b, "u32 o[4];");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = 0; e < 4; e++) {");
@@ -339,7 +421,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "acc[k][2 * e] += x0 * g0 * r;");
 	lg_line(b, "acc[k][2 * e + 1] += x1 * g1 * r;");
 	lg_close(b);
-	lg_line(b, "lg_st16((u8 *)dx + (m * %lld + c * 8) * 2,", (long long)h);
+	lg_line(b, "lg_st16_cs((u8 *)dx + (m * %lld + c * 8) * 2,", (long long)h);
 	lg_line(b, "\tlg_u32x4{o[0], o[1], o[2], o[3]});");
 	lg_close(b);
 	lg_close(b);
@@ -384,21 +466,29 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 
 /* Tile variants for `lingen tune`: 128, 256 and 512 threads per CTA (rows
  * per CTA follow), the backward also 1024 where it plans, each without and
- * with prefetch (the forward's persistent form up to 256 threads). */
+ * with prefetch; the forward's persistent form with 128 threads and 2, 3 or
+ * 4 CTAs an SM, or 256 threads and 2. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	/* the persistent forward keeps two CTAs an SM: 512 threads would spill */
-	static const int64_t fwd[] = {128, 256, 512, 0}, fwd_pre[] = {128, 256, 0};
+	/* the persistent forward: {threads, per_sm}; 512 threads would spill */
+	static const int64_t fwd[] = {128, 256, 512, 0}, fwd_pre[][2] = {{128, 2}, {128, 3}, {128, 4}, {256, 2}};
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int n = 0;
-	for (int pre = 0; pre < 2; pre++)
-		for (const int64_t *v = bwd ? threads_ok : pre ? fwd_pre : fwd; *v; v++) {
+	for (int pre = 0; pre < (bwd ? 2 : 1); pre++)
+		for (const int64_t *v = bwd ? threads_ok : fwd; *v; v++) {
 			struct lg_tile_choice c = lg_tile1(K_THREADS, *v);
 			c.v[K_PREFETCH] = pre;
 			c.set |= 1ull << K_PREFETCH;
 			n = lg_candidate_add(s, t, out, n, max, c);
 		}
+	for (size_t i = 0; !bwd && i < sizeof fwd_pre / sizeof fwd_pre[0]; i++) {
+		struct lg_tile_choice c = lg_tile1(K_THREADS, fwd_pre[i][0]);
+		c.v[K_PREFETCH] = 1;
+		c.v[K_PER_SM] = fwd_pre[i][1];
+		c.set |= 1ull << K_PREFETCH | 1ull << K_PER_SM;
+		n = lg_candidate_add(s, t, out, n, max, c);
+	}
 	return n;
 }
 

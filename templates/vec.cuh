@@ -21,6 +21,13 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 	return v;
 }
 
+// @helper lg_prefetch_l1
+// Bring the line of p into L1, holding no register: data read soon, from L1.
+static __device__ __forceinline__ void lg_prefetch_l1(const void *p)
+{
+	asm volatile("prefetch.global.L1 [%0];" :: "l"(p));
+}
+
 // @helper lg_st16
 // 16-byte store.
 static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)

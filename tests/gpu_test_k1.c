@@ -147,6 +147,10 @@ static void test_rmsnorm(void **state)
 	check(NORM_TILE(forward, 2048, "{\"prefetch\": 1}"), 2113);
 	check(NORM_TILE(forward, 5120, "{\"prefetch\": 1}"), 8191);
 	check(NORM_TILE(forward, 8, "{\"prefetch\": 1}"), 1);
+	/* CTAs an SM of the persistent grid: w in registers (2), or from L1 (3, 4) */
+	check(NORM_TILE(forward, 2048, "{\"per_sm\": 2}"), 2113);
+	check(NORM_TILE(backward, 2048, "{\"per_sm\": 3}"), 8192);
+	check(NORM_TILE(backward, 1000, "{\"per_sm\": 4}"), 2113);
 	/* without rms: the backward recomputes it, the forward does not write it */
 	check_opt(NORM(backward, 2048), 4099, true);
 	check_opt(NORM(forward, 2048), 4099, true);

@@ -125,6 +125,10 @@ static const struct golden cases[] = {
 	{"rmsnorm_bwd_h5120", "sm_90a",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 5120, "
 	 "\"eps\": 1e-6}"},
+	/* 2 CTAs of 256 threads an SM: w from L1, zero past the row's 640 pieces */
+	{"rmsnorm_bwd_h5120_s2", "sm_90a",
+	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 5120, "
+	 "\"eps\": 1e-6, \"tile\": {\"per_sm\": 2}}"},
 	/* two rows per CTA: the row slots' partial sums go through shared memory */
 	{"rmsnorm_bwd_h2048", "sm_90a",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "

@@ -86,10 +86,10 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 	return v;
 }
 
-// 16-byte store.
-static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
+// 16-byte streaming store ("evict first").
+static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 {
-	asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
+	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};"
 		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
@@ -102,14 +102,14 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 }
 
 // ----- lg_rmsnorm_bwd_bf16_h2048_tp0: RMSNorm backward, dx and dw partials -----
-// Persistent grid of min(ceil(M / 2), 264) CTAs; 64 lanes per row, 4 pieces each.
+// Persistent grid of min(ceil(M / 2), 264) CTAs (2 an SM); 64 lanes per row, 4 pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M)
 {
 	i64 n = (M + 1) / 2;
 	return n < 264 ? n : 264;
 }
 
-extern "C" __global__ void __launch_bounds__(128)
+extern "C" __global__ void __launch_bounds__(128, 2)
 lg_rmsnorm_bwd_bf16_h2048_tp0(
 	u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
@@ -208,7 +208,7 @@ lg_rmsnorm_bwd_bf16_h2048_tp0(
 				acc[k][2 * e] += x0 * g0 * r;
 				acc[k][2 * e + 1] += x1 * g1 * r;
 			}
-			lg_st16((u8 *)dx + (m * 2048 + c * 8) * 2,
+			lg_st16_cs((u8 *)dx + (m * 2048 + c * 8) * 2,
 				lg_u32x4{o[0], o[1], o[2], o[3]});
 		}
 	}

@@ -85,10 +85,10 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 	return v;
 }
 
-// 16-byte store.
-static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
+// 16-byte streaming store ("evict first").
+static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 {
-	asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
+	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};"
 		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
@@ -101,10 +101,10 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 }
 
 // ----- lg_rmsnorm_bwd_bf16_h5120: RMSNorm backward, dx and dw partials -----
-// Persistent grid of min(ceil(M / 1), 264) CTAs; 256 lanes per row, 3 pieces each.
-static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < 264 ? M : 264; }
+// Persistent grid of min(ceil(M / 1), 132) CTAs (1 an SM); 256 lanes per row, 3 pieces each.
+static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < 132 ? M : 132; }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 1)
 lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
 {
 	extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums
@@ -233,7 +233,7 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 				acc[k][2 * e] += x0 * g0 * r;
 				acc[k][2 * e + 1] += x1 * g1 * r;
 			}
-			lg_st16((u8 *)dx + (m * 5120 + c * 8) * 2,
+			lg_st16_cs((u8 *)dx + (m * 5120 + c * 8) * 2,
 				lg_u32x4{o[0], o[1], o[2], o[3]});
 		}
 	}

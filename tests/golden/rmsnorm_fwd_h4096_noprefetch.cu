@@ -77,10 +77,10 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 	return v;
 }
 
-// 16-byte store.
-static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
+// 16-byte streaming store ("evict first").
+static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 {
-	asm volatile("st.global.v4.u32 [%0], {%1,%2,%3,%4};"
+	asm volatile("st.global.cs.v4.u32 [%0], {%1,%2,%3,%4};"
 		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
@@ -144,7 +144,8 @@ lg_rmsnorm_fwd_bf16_h4096_tp0(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 		for (int e = 0; e < 4; e++)
 			o[e] = lg_pack_bf16x2((lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]),
 				(lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]));
-		lg_st16((u8 *)y + (m * 4096 + c * 8) * 2, lg_u32x4{o[0], o[1], o[2], o[3]});
+		lg_st16_cs((u8 *)y + (m * 4096 + c * 8) * 2,
+			lg_u32x4{o[0], o[1], o[2], o[3]});
 	}
 	if (rms && live && t == 0) ((float *)rms)[m] = r;
 }
