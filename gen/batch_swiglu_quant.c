@@ -27,7 +27,10 @@
  * bound of cdiv(tokens, 128) + experts token tiles; the rows past an
  * expert's last token are skipped by whole threads); a values hook computes
  * the SwiGLU values from 16-byte loads, times each token's prob (loaded
- * once a CTA). The forward's CTA takes one 128 x 128 block (by ptxas 62
+ * once a CTA). An expert's qt rows (count_e bytes) start at any byte: the
+ * staged lines are stored by memory's aligned 16-byte chunks (one store a
+ * whole chunk; partial ones only at a line's two ends), not by misaligned
+ * 16-byte pieces of ~7 small stores each. The forward's CTA takes one 128 x 128 block (by ptxas 62
  * registers at 512 threads: 2 CTAs an SM; a loop over 4 blocks, which runs
  * the expert scan once for them, needs 87: one CTA an SM). The backward's
  * CTA takes the n/128 blocks of the gate half of its tokens (dprob summed

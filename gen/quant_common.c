@@ -94,3 +94,41 @@ static void qt_lines(lg_buf *b, int threads, const char *base, const char *ld, c
 	lg_close(b);
 	lg_close(b);
 }
+
+void lg_emit_qt_lines_realign(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
+{
+	lg_comment(b, "qt: each column's tokens are one line of up to 128 bytes at any byte address:");
+	lg_comment(b, "the line is cut at the 16-byte boundaries of memory, so every whole chunk is one");
+	lg_comment(b, "aligned 16-byte store (taken from the staged line at a byte offset o, three");
+	lg_comment(b, "8-byte words shifted) and only the line's head and tail are partial chunks.");
+	lg_comment(b, "Thread h of a line takes chunk h (+ 1 when the line is unaligned: thread 7 then");
+	lg_comment(b, "the tail, thread 0 the head too).");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", 128 * 8, threads);
+	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
+	lg_line(b, "const u8 *const sl = stage + c * 128; // staged line c");
+	lg_line(b, "u8 *const line = %s + (k0 + c) * %s + %s;", base, ld, t0);
+	lg_line(b, "const int d = (int)((size_t)line & 15); // its offset in a chunk");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int pass = 0; pass < 2; pass++) {");
+	lg_line(b, "if (pass == 1 && (h != 0 || d == 0)) break; // pass 1: the head");
+	lg_line(b, "const int o = pass ? -d : 16 * h + (d ? 16 - d : 0); // o..o+15");
+	lg_line(b, "const int w0 = ((o + 16) >> 3) - 2, sh = 8 * (o & 7); // word, shift");
+	lg_line(b, "u64 wd[3];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int k = 0; k < 3; k++) // word w of line c: at 8 (w ^ sw)");
+	lg_line(b, "	wd[k] = w0 + k >= 0 && w0 + k < 16 && (k < 2 || sh)");
+	lg_line(b, "		? *(const u64 *)(sl + ((w0 + k) ^ sw) * 8) : 0ull;");
+	lg_line(b, "const u64 lo = sh ? wd[0] >> sh | wd[1] << (64 - sh) : wd[0];");
+	lg_line(b, "const u64 hi = sh ? wd[1] >> sh | wd[2] << (64 - sh) : wd[1];");
+	lg_line(b, "const lg_u32x4 v = lg_u32x4{(u32)lo, (u32)(lo >> 32),");
+	lg_line(b, "\t(u32)hi, (u32)(hi >> 32)};");
+	lg_open(b, "if (o >= 0 && o + 16 <= rows) {");
+	lg_line(b, "lg_st16_cs(line + o, v);");
+	lg_close_with(b, "} else { // a partial chunk: tokens 0 .. rows - 1 only");
+	lg_line(b, "const int blo = o < 0 ? -o : 0, bhi = rows - o < 16 ? rows - o : 16;");
+	lg_line(b, "if (blo < bhi) lg_st16_part(line + o, v, blo, bhi);");
+	lg_close(b);
+	lg_close(b);
+	lg_close(b);
+}

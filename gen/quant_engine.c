@@ -13,7 +13,9 @@
  * 512-byte row a tile). One pass then quantises every value once per copy:
  * the rowwise bytes straight to q (a half warp stores a token's 128-byte
  * line), the columnwise bytes, two tokens per e4m3x2, into a swizzled
- * shared tile that leaves as 128-byte qt lines. In a tile short of tokens
+ * shared tile that leaves as 128-byte qt lines (per expert, where a qt row
+ * starts at any byte, cut at memory's 16-byte boundaries: whole aligned
+ * chunks in one store each, lg_emit_qt_lines_realign). In a tile short of tokens
  * (the last one; with experts, every expert's last) a thread whose tokens
  * are all absent neither loads, computes nor quantises (its column bytes
  * are zeros); the others compute their absent tokens from the last one's
@@ -595,7 +597,7 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 		lg_line(b, "\t*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];");
 	lg_line(b, "__syncthreads();");
 	if (e->layout == LG_QE_EXPERTS)
-		lg_emit_qt_lines_to(b, e->threads, "qtg", "segn", "lt * 128");
+		lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
 	else
 		lg_emit_qt_lines_to(b, e->threads, "qtg", k->m, "m0");
 }

@@ -111,3 +111,28 @@ static __device__ __forceinline__ void lg_st16_any(u8 *dst, lg_u32x4 v, int n)
 				dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));
 	}
 }
+
+// @helper lg_st16_part
+// Bytes lo .. hi - 1 (0 <= lo <= hi <= 16) of v (byte i at dst + i) where dst
+// is 16-byte aligned: the fewest naturally aligned 8-, 4-, 2- and 1-byte
+// stores (at most 6; a chunk's head or tail: at most 4).
+static __device__ __forceinline__ void lg_st16_part(u8 *dst, lg_u32x4 v, int lo, int hi)
+{
+	const u64 w0 = (u64)v.y << 32 | v.x, w1 = (u64)v.w << 32 | v.z;
+	for (int i = lo; i < hi;) {
+		const u64 x = (i < 8 ? w0 : w1) >> (8 * (i & 7));
+		if ((i & 7) == 0 && i + 8 <= hi) {
+			*(u64 *)(dst + i) = x;
+			i += 8;
+		} else if ((i & 3) == 0 && i + 4 <= hi) {
+			*(u32 *)(dst + i) = (u32)x;
+			i += 4;
+		} else if ((i & 1) == 0 && i + 2 <= hi) {
+			*(unsigned short *)(dst + i) = (unsigned short)x;
+			i += 2;
+		} else {
+			dst[i] = (u8)x;
+			i += 1;
+		}
+	}
+}

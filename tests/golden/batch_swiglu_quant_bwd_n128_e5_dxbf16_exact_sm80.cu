@@ -176,32 +176,27 @@ static __device__ __forceinline__ void lg_st8_cs(void *p, u32 a, u32 b)
 		     :: "l"(p), "r"(a), "r"(b) : "memory");
 }
 
-// The first n (<= 16) bytes of v (byte i at dst + i) at any address: when
-// all 16 are stored, whole aligned 4-byte words (funnel shifts across the
-// words of v) and bytes only at the two ends; else bytes.
-static __device__ __forceinline__ void lg_st16_any(u8 *dst, lg_u32x4 v, int n)
+// Bytes lo .. hi - 1 (0 <= lo <= hi <= 16) of v (byte i at dst + i) where dst
+// is 16-byte aligned: the fewest naturally aligned 8-, 4-, 2- and 1-byte
+// stores (at most 6; a chunk's head or tail: at most 4).
+static __device__ __forceinline__ void lg_st16_part(u8 *dst, lg_u32x4 v, int lo, int hi)
 {
-	const u32 u[4] = {v.x, v.y, v.z, v.w};
-	const int a = (int)((size_t)dst & 3);
-	if (n >= 16 && a == 0) {
-		u32 *const w = (u32 *)dst;
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			w[k] = u[k];
-	} else if (n >= 16) {
-		u32 *const w = (u32 *)(dst - a); // word k holds bytes 4k - a .. 4k + 3 - a
-#pragma unroll
-		for (int k = 1; k < 4; k++)
-			w[k] = __funnelshift_r(u[k - 1], u[k], 32 - 8 * a);
-		for (int j = 0; j < 4 - a; j++)
-			dst[j] = (u8)(u[0] >> (8 * j));
-		for (int j = 16 - a; j < 16; j++)
-			dst[j] = (u8)(u[3] >> (8 * (j - 12)));
-	} else {
-#pragma unroll
-		for (int i = 0; i < 16; i++)
-			if (i < n)
-				dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));
+	const u64 w0 = (u64)v.y << 32 | v.x, w1 = (u64)v.w << 32 | v.z;
+	for (int i = lo; i < hi;) {
+		const u64 x = (i < 8 ? w0 : w1) >> (8 * (i & 7));
+		if ((i & 7) == 0 && i + 8 <= hi) {
+			*(u64 *)(dst + i) = x;
+			i += 8;
+		} else if ((i & 3) == 0 && i + 4 <= hi) {
+			*(u32 *)(dst + i) = (u32)x;
+			i += 4;
+		} else if ((i & 1) == 0 && i + 2 <= hi) {
+			*(unsigned short *)(dst + i) = (unsigned short)x;
+			i += 2;
+		} else {
+			dst[i] = (u8)x;
+			i += 1;
+		}
 	}
 }
 
@@ -428,18 +423,38 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 	for (int c = 0; c < 8; c++)
 		*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];
 	__syncthreads();
-	// qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.
-	const bool vec_ok = (segn & 15) == 0; // 16-byte aligned qt rows
+	// qt: each column's tokens are one line of up to 128 bytes at any byte address:
+	// the line is cut at the 16-byte boundaries of memory, so every whole chunk is one
+	// aligned 16-byte store (taken from the staged line at a byte offset o, three
+	// 8-byte words shifted) and only the line's head and tail are partial chunks.
+	// Thread h of a line takes chunk h (+ 1 when the line is unaligned: thread 7 then
+	// the tail, thread 0 the head too).
 	#pragma unroll
 	for (int e = threadIdx.x; e < 1024; e += 512) {
 		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
-		uint4 v = *(const uint4 *)(stage + c * 128 + ((h ^ (sw >> 1)) << 4));
-		if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);
-		u8 *const dst = qtg + (k0 + c) * segn + lt * 128 + 16 * h;
-		if (vec_ok && 16 * h + 16 <= rows) {
-			lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
-		} else { // unaligned rows or the tile's last tokens
-		lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+		const u8 *const sl = stage + c * 128; // staged line c
+		u8 *const line = qtg + (k0 + c) * segn + lt * 128;
+		const int d = (int)((size_t)line & 15); // its offset in a chunk
+		#pragma unroll
+		for (int pass = 0; pass < 2; pass++) {
+			if (pass == 1 && (h != 0 || d == 0)) break; // pass 1: the head
+			const int o = pass ? -d : 16 * h + (d ? 16 - d : 0); // o..o+15
+			const int w0 = ((o + 16) >> 3) - 2, sh = 8 * (o & 7); // word, shift
+			u64 wd[3];
+			#pragma unroll
+			for (int k = 0; k < 3; k++) // word w of line c: at 8 (w ^ sw)
+				wd[k] = w0 + k >= 0 && w0 + k < 16 && (k < 2 || sh)
+					? *(const u64 *)(sl + ((w0 + k) ^ sw) * 8) : 0ull;
+			const u64 lo = sh ? wd[0] >> sh | wd[1] << (64 - sh) : wd[0];
+			const u64 hi = sh ? wd[1] >> sh | wd[2] << (64 - sh) : wd[1];
+			const lg_u32x4 v = lg_u32x4{(u32)lo, (u32)(lo >> 32),
+				(u32)hi, (u32)(hi >> 32)};
+			if (o >= 0 && o + 16 <= rows) {
+				lg_st16_cs(line + o, v);
+			} else { // a partial chunk: tokens 0 .. rows - 1 only
+			const int blo = o < 0 ? -o : 0, bhi = rows - o < 16 ? rows - o : 16;
+			if (blo < bhi) lg_st16_part(line + o, v, blo, bhi);
+		}
 	}
 }
 // dx in bf16: the thread's 8 values of each real token, 16 bytes.
