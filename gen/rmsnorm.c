@@ -10,13 +10,14 @@
  * Forward: bound by HBM (x read, y written once: 64 MB at 8192 x 2048),
  * so what counts is the bytes in flight on every SM. With tile.prefetch
  * (the default up to hidden 2048) the grid is persistent, one wave of
- * tile.per_sm CTAs an SM (4 of 128 threads by default: 16 warps, one row
+ * tile.per_sm CTAs an SM (2 of 128 threads by default: 8 warps, one row
  * a warp at hidden 2048), and each lane issues all the loads of its next
  * row before the math and stores of this one, so two rows a warp are in
  * flight. Under 255 registers a thread (a persistent grid of more than
- * 256 threads an SM, either pass) w is prefetched into L1 and read from
- * there a piece at a time instead of being kept in registers, which keeps
- * the forward's two rows spill-free in the 128 registers of 4 CTAs an SM.
+ * 256 threads an SM, either pass: tile.per_sm 3, 4) w is prefetched into
+ * L1 and read from there a piece at a time instead of being kept in
+ * registers, which keeps the rows spill-free; on the H200 that was slower
+ * (per_sm 4: 26.6 us against 22.5 at 8192 x 2048), so it is opt-in.
  *
  * Backward: a persistent grid (tile.per_sm CTAs an SM, 2 of 128 threads
  * by default: its registers hold two rows of x and dy, w and the dw
@@ -90,15 +91,14 @@ enum {
 	P_W_L1,                 /* w read from L1 per piece, not kept in registers */
 };
 
-/* tile.per_sm by default: 4 CTAs (16 warps) an SM for the persistent forward
- * of 128 threads, so twice the rows are in flight of the 2 that fit the
- * backward's registers. */
+/* tile.per_sm by default: 2 CTAs of 128 threads an SM (w kept in
+ * registers). H200, 8192 x 2048 forward: 2 a SM 22.50 us, 3 25.57, 4 (w
+ * from L1) 26.59 (bench/h200-2026-12-01c/bench-run4.txt): the L1 reads of
+ * w cost more than the rows in flight gain. */
 static int64_t per_sm_of(const struct lg_spec *s, const struct lg_rowlayout *l)
 {
 	if (lg_spec_has(s, K_PER_SM))
 		return lg_spec_int(s, K_PER_SM);
-	if (s->pass == LG_PASS_FORWARD)
-		return l->threads <= 128 ? 4 : 2;
 	return l->threads <= 128 ? 2 : 1;
 }
 

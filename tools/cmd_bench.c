@@ -50,7 +50,7 @@ static void print_table(const struct row *rows, size_t n, const double *ceil, co
 	for (size_t i = 0; i < n; i++)
 		printf("%-44s %8lld %10.2f %9.1f %7.1f%%\n", lg_spec_entry(rows[i].spec),
 		       (long long)rows[i].tokens, rows[i].r.median_us, rows[i].r.gbps, rows[i].pct);
-	printf("copy ceiling %.0f GB/s, read ceiling %.0f GB/s on %s\n", ceil[COPY], ceil[READ], arch);
+	printf("copy ceiling %.0f GB/s, plain read stream %.0f GB/s on %s\n", ceil[COPY], ceil[READ], arch);
 }
 
 static int print_json(const struct row *rows, size_t n, const double *ceil, const char *arch)
@@ -392,9 +392,9 @@ const struct lg_cli_cmd lg_cmd_bench = {
 	.summary = "time each kernel: median us, GB/s and % of the copy ceiling",
 	.details = "Method (TARGETS.md): warm-up, L2 flushed before each repetition, median\n"
 		   "GPU time from CUDA events. '% copy' = (min bytes / copy ceiling) / median,\n"
-		   "with the device-to-device copy ceiling measured once in the same run; the\n"
-		   "DRAM read ceiling (a read-only stream over 1 GiB, the bound of kernels that\n"
-		   "only read) is measured and printed beside it.\n"
+		   "with the device-to-device copy ceiling measured once in the same run; a\n"
+		   "plain read-only stream over 1 GiB is timed and printed beside it (a guide\n"
+		   "for kernels that only read; lingen's list kernels read a few % faster).\n"
 		   "Needs a GPU.\n"
 		   "\n"
 		   "--jit measures the JIT itself (TARGETS.md), for every kernel of the specs:\n"

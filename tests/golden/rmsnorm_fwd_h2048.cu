@@ -76,12 +76,6 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 	return v;
 }
 
-// Bring the line of p into L1, holding no register: data read soon, from L1.
-static __device__ __forceinline__ void lg_prefetch_l1(const void *p)
-{
-	asm volatile("prefetch.global.L1 [%0];" :: "l"(p));
-}
-
 // 16-byte streaming store ("evict first").
 static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 {
@@ -98,23 +92,23 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 }
 
 // ----- lg_rmsnorm_fwd_bf16_h2048: RMSNorm forward -----
-// Persistent grid of min(ceil(M / 4), 528) CTAs (4 an SM); 32 lanes per row, 8 pieces each.
+// Persistent grid of min(ceil(M / 4), 264) CTAs (2 an SM); 32 lanes per row, 8 pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M)
 {
 	i64 n = (M + 3) / 4;
-	return n < 528 ? n : 528;
+	return n < 264 ? n : 264;
 }
 
-extern "C" __global__ void __launch_bounds__(128, 4)
+extern "C" __global__ void __launch_bounds__(128, 2)
 lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 {
 	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
 	const u8 *const xg = (const u8 *)x;
-	// w into L1, read from there a piece at a time.
+	lg_u32x4 wv[8];
 	#pragma unroll
 	for (int k = 0; k < 8; k++) {
 		const int c = t + k * 32;
-		if (c < 256) lg_prefetch_l1((const u8 *)w + c * 16);
+		wv[k] = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
 	}
 	const i64 stride = lg_ctas(M) * 4, first = (i64)blockIdx.x * 4;
 	// Each lane loads its next row before this row's math.
@@ -160,8 +154,7 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 			const int c = t + k * 32;
 			if (!live || c >= 256) continue;
 			const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-			const lg_u32x4 wk = lg_ld16_keep((const u8 *)w + c * 16); // from L1
-			const u32 ww[4] = {wk.x, wk.y, wk.z, wk.w};
+			const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
 			u32 o[4];
 			#pragma unroll
 			for (int e = 0; e < 4; e++)

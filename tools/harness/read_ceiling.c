@@ -10,9 +10,10 @@
  * thread keeping UNROLL 16-byte non-coherent loads in flight, folded into a
  * value stored only if it is impossible (so the loads stay). Two ways of
  * spreading the loads over the buffer at two depths are timed and the
- * fastest is the ceiling. (H200: the grid-strided form read at 4.20 TB/s,
- * contiguous slabs a CTA at 3.80, count-zero's 16 KiB items a warp at 4.29
- * to 4.36.)
+ * fastest is reported. (H200: the grid-strided form read at 4.20 TB/s,
+ * contiguous slabs a CTA at 3.80, both forms here 4.21-4.22, while
+ * count-zero and grad norm read at 4.29-4.36: this is a guide, printed as
+ * "plain read stream", not a bound.)
  */
 #include <stdio.h>
 #include <stdlib.h>
