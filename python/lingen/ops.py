@@ -495,10 +495,15 @@ def _routing_kind(routing):
     return "mask", routing
 
 
+def _multiple(multiple):
+    """The `multiple` key as given, or nothing: the family's declared default
+    (moe_row_map's, which the dispatch and combine kernels must match)."""
+    return {} if multiple is None else {"multiple": int(multiple)}
+
+
 def _moe(top_k, multiple, tile, **more):
     """The MoE families' keys; multiple None: the declared default."""
-    mult = {} if multiple is None else {"multiple": int(multiple)}
-    return {"top_k": int(top_k), **mult, "tile": tile, **more}
+    return {"top_k": int(top_k), **_multiple(multiple), "tile": tile, **more}
 
 
 def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, tile=None,

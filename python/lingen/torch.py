@@ -24,6 +24,7 @@ import torch
 
 from . import _core, _families
 from ._arrays import torch_elems
+from .ops import _multiple
 
 NAMESPACE = "lingen"
 _SCALAR = {"number": "float", "bool": "bool", "enum": "str", "int": "int"}
@@ -892,12 +893,6 @@ def batch_swiglu_quant_backward(g, x, prob, counts, round_scale=True, dx_bf16=Fa
 
 # ------------------------------------- MoE dispatch and combine (K4, K5)
 
-def _mult(multiple):
-    """The `multiple` key as given, or nothing: the family's declared default
-    (moe_row_map's, which the dispatch and combine kernels must match)."""
-    return {} if multiple is None else {"multiple": int(multiple)}
-
-
 def moe_row_map(routing, top_k, experts=None, multiple=None):
     """(row_id_map, counts, offsets, row_index, padded_counts) of a routing mask [tokens,
     experts] (bool / uint8) or top-k indices [tokens, top_k] (int32 / int64;
@@ -917,7 +912,7 @@ def moe_row_map(routing, top_k, experts=None, multiple=None):
     arrays = [None, None, None]
     arrays[at] = routing
     return _run("moe_row_map_forward", *arrays, experts=int(experts), top_k=int(top_k),
-                **_mult(multiple), routing=kind)
+                **_multiple(multiple), routing=kind)
 
 
 class MoePermuteFunction(torch.autograd.Function):
@@ -930,9 +925,9 @@ class MoePermuteFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, probs, row_id_map, offsets, counts, top_k, multiple=None):
         out, _, out_probs = _run("moe_permute_forward", x, None, probs, row_id_map, offsets, counts,
-                                 top_k=int(top_k), **_mult(multiple))
+                                 top_k=int(top_k), **_multiple(multiple))
         ctx.save_for_backward(row_id_map)
-        ctx.kw = dict(top_k=int(top_k), **_mult(multiple))
+        ctx.kw = dict(top_k=int(top_k), **_multiple(multiple))
         ctx.has_probs = probs is not None
         return out, out_probs
 
@@ -954,10 +949,10 @@ class MoeUnpermuteFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, g, probs, row_id_map, offsets, counts, top_k, multiple=None, weighted=False):
         out, restore = _run("moe_unpermute_forward", g, probs, row_id_map, top_k=int(top_k),
-                            **_mult(multiple), weighted=bool(weighted))
+                            **_multiple(multiple), weighted=bool(weighted))
         ctx.save_for_backward(g if weighted else None, probs if weighted else None, row_id_map,
                               offsets, counts)
-        ctx.kw = dict(top_k=int(top_k), **_mult(multiple), weighted=bool(weighted))
+        ctx.kw = dict(top_k=int(top_k), **_multiple(multiple), weighted=bool(weighted))
         ctx.has_probs = probs is not None
         return out, restore
 
@@ -990,7 +985,7 @@ def moe_permute_fp8(xq, x_scale, row_id_map, offsets, counts, probs=None, top_k=
     if top_k is None:
         raise ValueError("lingen.torch.moe_permute_fp8: pass top_k=")
     out, scale, out_probs = _run("moe_permute_forward", xq, x_scale, probs, row_id_map, offsets,
-                                 counts, top_k=int(top_k), **_mult(multiple),
+                                 counts, top_k=int(top_k), **_multiple(multiple),
                                  round_scale=bool(round_scale))
     return out, scale, (out_probs if probs is not None else None)
 
@@ -1018,7 +1013,7 @@ def moe_permute_quant(x, row_index, padded_counts, probs=None, top_k=None, multi
     if top_k is None:
         raise ValueError("lingen.torch.moe_permute_quant: pass top_k= (it sizes the padded rows)")
     res = _run("moe_permute_quant_forward", _flat(x), probs, row_index, padded_counts,
-               top_k=int(top_k), **_mult(multiple), quant_round_scale=bool(round_scale),
+               top_k=int(top_k), **_multiple(multiple), quant_round_scale=bool(round_scale),
                quant_output=output)
     q, s, qt, st, op = _none_unused(res, _used("moe_permute_quant", "forward",
                                                (("quant.output", output),)))
