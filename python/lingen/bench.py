@@ -7,11 +7,15 @@ on the same inputs, with linghe's H200 figures (shared/TARGETS.md) beside.
 
 GPU time only: a CUDA graph of N x (L2 flush + op) minus a graph of N x
 flush, median of several replays (the flush writes 256 MB, more than the
-60 MB L2 of an H200). Every result is checked against eager PyTorch before
-it is timed; % of copy = (each input read once + each output written once)
-/ time, against a device-to-device copy measured in the same run.
+60 MB L2 of an H200). An op that cannot be captured (one that waits for the
+host, as a data-dependent size does) is timed instead by CUDA events around
+each call after a flush, median of N (its row says "events"). Every result is
+checked against eager PyTorch before it is timed; % of copy = (each input
+read once + each output written once) / time, against a device-to-device
+copy measured in the same run.
 """
 import argparse
+import functools
 import json
 import platform
 import statistics
@@ -39,13 +43,11 @@ class Env:
 
     def compiled(self, fn):
         """torch.compile of fn(torch, *args), once per function, called
-        with the args alone."""
+        with the args alone. Each function is compiled as itself (a shared
+        wrapper would be one code object for dynamo, recompiled for every
+        function until its recompile limit sends the rest to eager)."""
         if fn not in self._compiled:
-            torch = self.torch
-
-            def bound(*args, **kwargs):
-                return fn(torch, *args, **kwargs)
-            self._compiled[fn] = torch.compile(bound)
+            self._compiled[fn] = self.torch.compile(functools.partial(fn, self.torch))
         return self._compiled[fn]
 
 
@@ -82,12 +84,38 @@ class Timer:
             out.append(a.elapsed_time(b) * 1e3)
         return statistics.median(out)
 
+    def _events(self, fn):
+        """Median GPU microseconds of fn() between two events, each call
+        after a flush (for what a graph cannot capture)."""
+        torch = self.torch
+        fn()
+        out = []
+        for _ in range(self.n * 2):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.flush.zero_()
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            out.append(a.elapsed_time(b) * 1e3)
+        return statistics.median(out)
+
     def us(self, fn):
-        """Median GPU microseconds of one fn() (the flushes subtracted)."""
+        """(median GPU microseconds of one fn(), how it was timed): a graph
+        (the flushes subtracted), tried twice (a first capture can fail on
+        lazy set-up), else events."""
         if self._base is None:
             self._base = self._replay(self._graph(lambda: None))
-        t = self._replay(self._graph(fn))
-        return max(t - self._base, 0.0) / self.n
+        for _ in range(2):
+            try:
+                t = self._replay(self._graph(fn))
+                return max(t - self._base, 0.0) / self.n, "graph"
+            except Exception:  # not capturable (or lazy set-up on the first try)
+                try:
+                    self.torch.cuda.synchronize()
+                except Exception:
+                    pass
+        return self._events(fn), "events"
 
 
 def _nbytes(ts):
@@ -128,7 +156,7 @@ def run(quick=False, only=None):
     timer = Timer(torch, n=10 if quick else 20)
     src = torch.empty(256 << 20, dtype=torch.uint8, device="cuda").fill_(1)
     dst = torch.empty_like(src)
-    copy_us = timer.us(lambda: dst.copy_(src))
+    copy_us = timer.us(lambda: dst.copy_(src))[0]
     copy_gbps = 2 * src.numel() / copy_us / 1e3
     rows = []
     for case in all_cases(quick):
@@ -150,11 +178,7 @@ def run(quick=False, only=None):
             row = dict(kernel=kernel, shape=shape, impl=name, bytes=nbytes)
             try:
                 _close(torch, setup.norm(fn()), want, f"{kernel} {shape} {name}", case.rtol)
-                try:
-                    row["us"] = timer.us(fn)
-                except RuntimeError:  # a first capture can fail on lazy set-up: once more
-                    torch.cuda.synchronize()
-                    row["us"] = timer.us(fn)
+                row["us"], row["timer"] = timer.us(fn)
                 row["pct_copy"] = 100.0 * nbytes / (row["us"] * 1e3) / copy_gbps
                 if case.extra.get("flops"):
                     row["tflops"] = case.extra["flops"] / (row["us"] * 1e6)
@@ -220,8 +244,9 @@ def _line(r):
     if "error" in r:
         return f"{r['kernel']:14} {r['shape']:10} {r['impl']:10} {r['error']}"
     flops = f" {r['tflops']:7.1f} TFLOP/s" if "tflops" in r else ""
+    how = " (events)" if r.get("timer") == "events" else ""
     return (f"{r['kernel']:14} {r['shape']:10} {r['impl']:10} {r['us']:9.2f} us "
-            f"{r['pct_copy']:6.1f}% of copy{flops}")
+            f"{r['pct_copy']:6.1f}% of copy{flops}{how}")
 
 
 def _impls(res):
@@ -242,6 +267,7 @@ def table(res):
     for r in res["rows"]:
         by.setdefault((r["kernel"], r["shape"]), {})[r["impl"]] = r
     out = [f"copy ceiling measured in this run: {res['copy_gbps']:.0f} GB/s; "
+           "ev: timed by events (not capturable in a graph); "
            f"{res['device']}, torch {res['torch']}, triton {res['triton']}, "
            f"Liger-Kernel {res['liger']}, lingen {res['lingen']}", "",
            "| kernel | shape | " + " | ".join(impls) + " | lingen speed-up |",
@@ -258,6 +284,8 @@ def table(res):
                 cells.append(f"{r['us']:.1f} ({r['tflops']:.0f} TFLOP/s)")
             else:
                 cells.append(f"{r['us']:.1f} ({r['pct_copy']:.0f}%)")
+            if r is not None and r.get("timer") == "events":
+                cells[-1] += " ev"
         ln = d.get("lingen", {}).get("us")
         ups = [f"{i.split()[0]} {d[i]['us'] / ln:.2f}x" for i in impls[1:]
                if ln and i in d and "us" in d[i]]

@@ -30,3 +30,108 @@ def test_table_lists_every_impl_and_speedup():
     line = next(ln for ln in text.splitlines() if ln.startswith("| k |"))
     assert "2.0 (50%)" in line and "failed" in line
     assert "eager 3.00x" in line and "torch.mm 2.00x" in line and "linghe 4.00x" in line
+
+
+class _FakeCuda:
+    """Enough of torch.cuda for bench.Timer: captures fail for ops marked
+    uncapturable (as a host sync does), events tick 5 us an op."""
+
+    def __init__(self):
+        self.clock, self.capturing, self.synced = 0.0, False, 0
+
+    class _G:
+        def replay(self):
+            pass
+
+    def CUDAGraph(self):
+        return self._G()
+
+    def graph(self, g):
+        cuda = self
+
+        class Ctx:
+            def __enter__(self):
+                cuda.capturing = True
+
+            def __exit__(self, *exc):
+                cuda.capturing = False
+        return Ctx()
+
+    def Stream(self):
+        return _Null()
+
+    def stream(self, s):
+        return _Null()
+
+    def current_stream(self):
+        return _Null()
+
+    def synchronize(self):
+        self.synced += 1
+
+    def Event(self, enable_timing=True):
+        cuda = self
+
+        class E:
+            def record(self):
+                self.t = cuda.clock
+
+            def synchronize(self):
+                pass
+
+            def elapsed_time(self, other):
+                return (other.t - self.t) / 1e3
+        return E()
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def wait_stream(self, s):
+        pass
+
+
+class _FakeTorch:
+    uint8 = "u8"
+
+    def __init__(self):
+        self.cuda = _FakeCuda()
+
+    def empty(self, n, dtype=None, device=None):
+        class Flush:
+            def zero_(self):
+                pass
+        return Flush()
+
+
+def test_timer_falls_back_to_events_when_capture_fails():
+    torch = _FakeTorch()
+    timer = bench.Timer(torch, n=4, reps=3)
+
+    def host_sync_op():  # as .item() or nonzero(): illegal while capturing
+        if torch.cuda.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        torch.cuda.clock += 5.0
+
+    us, how = timer.us(host_sync_op)
+    assert how == "events" and abs(us - 5.0) < 1e-9
+    assert torch.cuda.synced >= 2  # the failed captures were waited out
+
+    def plain_op():
+        torch.cuda.clock += 5.0
+    us, how = timer.us(plain_op)
+    assert how == "graph"
+
+
+def test_events_rows_are_marked():
+    rows = [dict(kernel="k", shape="s", impl="lingen", us=2.0, pct_copy=50.0, timer="graph"),
+            dict(kernel="k", shape="s", impl="eager", us=9.0, pct_copy=11.0, timer="events")]
+    res = dict(rows=rows, copy_gbps=4000.0, device="dev", torch="t", triton="tr",
+               liger=None, lingen="0", host={})
+    line = next(ln for ln in bench.table(res).splitlines() if ln.startswith("| k |"))
+    assert "9.0 (11%) ev" in line and "2.0 (50%) |" in line
+    assert "(events)" in bench._line(rows[1]) and "(events)" not in bench._line(rows[0])
