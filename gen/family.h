@@ -192,6 +192,14 @@ struct lg_arg {
 /* plan.used[i] (family.uses): an argument optional by its role that this
  * spec requires. */
 #define LG_ARG_REQUIRED 2
+/* plan.used[i] (family.uses): used, optional, and when given, argument j
+ * must be given too (a gradient computed from a saved input). */
+#define LG_ARG_NEEDS(j) (3 + (j))
+/* The argument that plan.used value u makes needed with it, or -1. */
+static inline int lg_arg_needs(unsigned u)
+{
+	return u >= 3 ? (int)u - 3 : -1;
+}
 
 /* The launch signature of one pass. */
 struct lg_sig {
@@ -279,7 +287,9 @@ struct lg_family {
 	 * Set used[i] = LG_ARG_REQUIRED for an optional argument (OPT_IN,
 	 * OPT_OUT) that this spec's keys make required (a weighted sum needs
 	 * its weights): launches, bindings and the harness then refuse 0 for
-	 * it. Never depends on the target. NULL: the spec uses every argument. */
+	 * it. Set used[i] = LG_ARG_NEEDS(j) for an optional argument that, when
+	 * given, needs argument j given too: launches refuse it without j.
+	 * Never depends on the target. NULL: the spec uses every argument. */
 	void (*uses)(const struct lg_spec *s, unsigned char *used);
 	/* Resolve the tile and entry points for a target. May fail when a
 	 * spec-given tile does not fit the target: LG_ERR_SPEC, naming the key,

@@ -85,6 +85,8 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 	}
 	used[B_G] = weighted;
 	used[B_PROBS] = weighted ? LG_ARG_REQUIRED : 0;
+	if (weighted) /* d(probs) = dout . g: given with g only */
+		used[B_DPROBS] = LG_ARG_NEEDS(B_G);
 }
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)

@@ -354,6 +354,9 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 			     (e->plan.used[i] && (role == LG_ARG_IN || role == LG_ARG_OUT || role == LG_ARG_LIST ||
 						  (role == LG_ARG_WORKSPACE && k->workspace > 0)));
 		k->align[i] = (unsigned)k->sig->args[i].align;
+		int j = lg_arg_needs(e->plan.used[i]);
+		LG_ASSERT(j < k->nargs);
+		k->with[i] = (signed char)j;
 	}
 	int64_t one[LG_MAX_SIZES];
 	lg_sizes_at(f, s->pass, 1, one);

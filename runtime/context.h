@@ -24,6 +24,7 @@ struct lg_kernel {
 	size_t workspace;
 	int nargs, nsizes;
 	unsigned char need[LG_MAX_ARGS]; /* pointer i must not be 0 */
+	signed char with[LG_MAX_ARGS];   /* pointer i, when not 0, needs pointer with[i] (-1: none) */
 	unsigned align[LG_MAX_ARGS];     /* pointer i must be a multiple of this */
 	bool early; /* programmatic dependent launch allowed ($LINGEN_PDL != 0) */
 	uint64_t id; /* unique in the process (the launch's tensor map cache key) */

@@ -109,6 +109,9 @@ lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *siz
 		if (k->need[i] && !ptrs[i] && !empty_arg(k, i, sizes))
 			return lg_fail(LG_ERR_INVALID_ARG, "%s: %s (argument %d) must not be 0", p->entry[0],
 				       g->args[i].name, i);
+		if (ptrs[i] && k->with[i] >= 0 && !ptrs[k->with[i]] && !empty_arg(k, k->with[i], sizes))
+			return lg_fail(LG_ERR_INVALID_ARG, "%s: %s (argument %d) needs %s (argument %d), which is 0",
+				       p->entry[0], g->args[i].name, i, g->args[k->with[i]].name, k->with[i]);
 		if (ptrs[i] % k->align[i])
 			return lg_fail(LG_ERR_INVALID_ARG, "%s: %s (argument %d, 0x%llx) is not %u-byte aligned",
 				       p->entry[0], g->args[i].name, i, ptrs[i], k->align[i]);
@@ -449,10 +452,6 @@ lg_status lg_moe_unpermute_backward(const lg_kernel *k, lg_stream stream, int64_
 				    lg_dptr drestore, lg_dptr row_id_map, lg_dptr offsets, lg_dptr counts,
 				    lg_dptr g, lg_dptr probs, lg_dptr dg, lg_dptr dprobs)
 {
-	/* weighted: probs is required (declared); dprobs also needs g */
-	if (k && k->spec.op == LG_OP_MOE_UNPERMUTE && key_of(k, "weighted") && dprobs && !g)
-		return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s is weighted: dprobs needs g (the forward's rows)",
-			       __func__, k->plan.entry[0]);
 	LG_TYPED(LG_OP_MOE_UNPERMUTE, LG_PASS_BACKWARD, LG_SIZES(tokens), dout, drestore, row_id_map, offsets,
 		 counts, g, probs, dg, dprobs);
 }

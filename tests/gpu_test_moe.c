@@ -400,6 +400,23 @@ static void test_deterministic(void **state)
 	same_twice("moe_permute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"tile\": {\"pipeline\": 2}");
 }
 
+/* Declared argument rules reach the launch: the weighted combine's
+ * backward refuses dprobs without g (dprobs = dout . g), names both, and
+ * takes it with g or without dprobs (checks before any kernel runs). */
+static void test_arg_needs(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("moe_unpermute", "backward", "bf16",
+			   "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
+	lg_kernel *k;
+	assert_int_equal(lg_kernel_get(ctx, s, &k), LG_OK);
+	lg_dptr p = 0x100000; /* aligned, never dereferenced: the launch is refused first */
+	assert_int_equal(lg_moe_unpermute_backward(k, NULL, 8, p, p, p, p, p, 0, p, p, p), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "dprobs"));
+	assert_non_null(strstr(lg_last_error(), "needs g"));
+	lg_spec_free(s);
+}
+
 int main(void)
 {
 	lg_test_require_gpu("gpu_test_moe");
@@ -414,6 +431,7 @@ int main(void)
 		cmocka_unit_test(test_no_optional),
 		cmocka_unit_test(test_deterministic),
 		cmocka_unit_test(test_pipelined),
+		cmocka_unit_test(test_arg_needs),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

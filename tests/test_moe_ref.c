@@ -426,7 +426,15 @@ static void test_shapes(void **state)
 	lg_spec_free(s);
 	s = parse("moe_unpermute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8");
 	lg_spec_uses(s, used);
-	assert_true(!used[UB_G] && !used[UB_PROBS]);
+	assert_true(!used[UB_G] && !used[UB_PROBS] && lg_arg_needs(used[UB_DPROBS]) == -1);
+	lg_spec_free(s);
+	/* weighted: probs required; dprobs (dout . g) given only with g, declared so that launches check it */
+	s = parse("moe_unpermute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
+		  "\"weighted\": true");
+	lg_spec_uses(s, used);
+	assert_true(used[UB_G] == 1 && used[UB_PROBS] == LG_ARG_REQUIRED);
+	assert_int_equal(lg_arg_needs(used[UB_DPROBS]), UB_G);
+	assert_int_equal(lg_spec_arg_used(s, UB_DPROBS), 1);
 	lg_spec_free(s);
 }
 
