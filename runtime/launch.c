@@ -422,8 +422,10 @@ lg_status lg_moe_row_map_forward(const lg_kernel *k, lg_stream stream, int64_t t
 				 lg_dptr row_id_map, lg_dptr counts, lg_dptr offsets, lg_dptr row_index,
 				 lg_dptr padded_counts, lg_dptr workspace)
 {
-	int64_t r = k && k->spec.op == LG_OP_MOE_ROW_MAP ? key_of(k, "routing") : 0;
-	lg_dptr mask = r == 0 ? routing : 0, topk = r == 1 ? routing : 0, topk64 = r == 2 ? routing : 0;
+	/* routing goes to the one input slot the spec uses (its uses(): by the routing key) */
+	bool ok = k && k->spec.op == LG_OP_MOE_ROW_MAP;
+	lg_dptr mask = ok && k->plan.used[0] ? routing : 0, topk = ok && k->plan.used[1] ? routing : 0,
+		topk64 = ok && k->plan.used[2] ? routing : 0;
 	LG_TYPED(LG_OP_MOE_ROW_MAP, LG_PASS_FORWARD, LG_SIZES(tokens), mask, topk, topk64, row_id_map, counts,
 		 offsets, row_index, padded_counts, workspace);
 }
