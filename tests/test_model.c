@@ -113,54 +113,40 @@ static void test_shipped_models(void **state)
 	lg_test_free_list(files);
 }
 
-static const char *const mini_kernels[] = {
-	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
-	"\"eps\": 1e-06, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, "
-	"\"output\": \"both\"}}",
-	"{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
-	"{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
-	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
-	"\"silu\": false, \"varlen\": false, \"mscale\": 1, \"cp_size\": 1, \"cp_rank\": 0, \"eps\": 1e-06}",
-	"{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
-	"\"kv_heads\": 4, \"rotary_fraction\": 0.5, \"qkv_order\": \"seq_batch\", \"head_layout\": \"interleaved\", "
-	"\"silu\": false, \"varlen\": false, \"mscale\": 1, \"cp_size\": 1, \"cp_rank\": 0, \"eps\": 1e-06}",
-	"{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
-	"\"precision\": \"bf16\"}",
-	"{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
-	"\"precision\": \"bf16\"}",
-	"{\"op\": \"moe_row_map\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"experts\": 256, \"top_k\": 8, "
-	"\"multiple\": 16, \"routing\": \"mask\"}",
-	"{\"op\": \"moe_permute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
-	"\"top_k\": 8, \"multiple\": 16, \"round_scale\": true}",
-	"{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
-	"\"experts\": 256, \"top_k\": 8, \"multiple\": 16, \"quant\": {\"format\": \"e4m3\", \"block\": 128, "
-	"\"round_scale\": true, \"output\": \"both\"}}",
-	"{\"op\": \"moe_permute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
-	"\"top_k\": 8, \"multiple\": 16, \"round_scale\": true}",
-	"{\"op\": \"moe_unpermute\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
-	"\"top_k\": 8, \"multiple\": 16, \"weighted\": false}",
-	"{\"op\": \"moe_unpermute\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256, "
-	"\"top_k\": 8, \"multiple\": 16, \"weighted\": false}",
-	"{\"op\": \"batch_swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"experts\": 256, \"dx_bf16\": false, "
-	"\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}",
-	"{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"experts\": 256, \"dx_bf16\": false, "
-	"\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}",
-	"{\"op\": \"swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"dx_bf16\": false, "
-	"\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}",
-	"{\"op\": \"swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, \"dx_bf16\": false, "
-	"\"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, \"output\": \"both\"}}",
-	"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1e-06}",
-	"{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 157184, \"part\": \"full\", "
-	"\"classes\": 0, \"index\": \"int64\", \"ignore_index\": -100, \"label_smoothing\": 0, \"inplace\": false, "
-	"\"fused\": false}",
-	"{\"op\": \"cross_entropy\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"vocab\": 157184, \"part\": \"full\", "
-	"\"classes\": 0, \"index\": \"int64\", \"ignore_index\": -100, \"label_smoothing\": 0, \"inplace\": false, "
-	"\"fused\": false}",
-	"{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"ord\": \"2\", \"norm\": true, "
-	"\"mixed\": false}",
-	"{\"op\": \"count_zero\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"mixed\": false}",
-};
+/* The canonical specs the ling-mini-2.0 step expands to, one a line:
+ * tests/golden/expand/ling-mini-2.0.txt (LINGEN_UPDATE_GOLDEN=1 rewrites it). */
+#define MINI_KERNELS LG_SOURCE_DIR "/tests/golden/expand/ling-mini-2.0.txt"
 
+
+/* The step's kernels, canonical, one a line, are the text of file (with
+ * LINGEN_UPDATE_GOLDEN=1: written there, then compared). */
+static void check_step_kernels(const struct lg_model_step *s, const char *file)
+{
+	size_t len = 0, cap = 4096;
+	char *got = malloc(cap);
+	assert_non_null(got);
+	got[0] = '\0';
+	for (size_t i = 0; i < s->nkernels; i++) {
+		char *c = lg_spec_canonical(&s->kernels[i]);
+		assert_non_null(c);
+		size_t n = strlen(c);
+		while (len + n + 2 > cap)
+			assert_non_null(got = realloc(got, cap *= 2));
+		memcpy(got + len, c, n);
+		len += n;
+		got[len++] = '\n';
+		got[len] = '\0';
+		free(c);
+	}
+	const char *up = getenv("LINGEN_UPDATE_GOLDEN");
+	if (up && strcmp(up, "1") == 0)
+		lg_test_write_file(file, got, len);
+	char *want = lg_test_read_file(file, NULL);
+	if (strcmp(got, want) != 0)
+		fail_msg("the step's kernels differ from %s (LINGEN_UPDATE_GOLDEN=1 rewrites it):\n%s", file, got);
+	free(want);
+	free(got);
+}
 
 static void test_ling_mini(void **state)
 {
@@ -182,13 +168,7 @@ static void test_ling_mini(void **state)
 	assert_true(m.fp8.round_scale);
 	assert_int_equal(m.fp8.block, 128);
 
-	size_t nk = sizeof mini_kernels / sizeof mini_kernels[0];
-	assert_int_equal(s->nkernels, nk);
-	for (size_t i = 0; i < nk; i++) {
-		char *c = lg_spec_canonical(&s->kernels[i]);
-		assert_string_equal(c, mini_kernels[i]);
-		free(c);
-	}
+	check_step_kernels(s, MINI_KERNELS);
 	assert_int_equal(s->nskipped, 0); /* every family of the step exists */
 
 	/* the spec file text: model name, 2-space indent, one kernel a line */
