@@ -23,7 +23,7 @@
  *
  * Strategy (swiglu_common.c, shared with swiglu_quant): the quantiser
  * engine's per-expert layout (quant_engine.h: a CTA finds its expert by a
- * block scan of counts, tiles never straddle experts, the grid a static
+ * warp scan of counts (no barrier), tiles never straddle experts, the grid a static
  * bound of cdiv(tokens, 128) + experts token tiles; the rows past an
  * expert's last token are skipped by whole threads); a values hook computes
  * the SwiGLU values from 16-byte loads, times each token's prob (loaded
