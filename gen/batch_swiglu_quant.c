@@ -23,7 +23,7 @@
  *
  * Strategy (swiglu_common.c, shared with swiglu_quant): the quantiser
  * engine's per-expert layout (quant_engine.h: a CTA finds its expert by a
- * block scan of counts, tiles never straddle experts, the grid a static
+ * warp scan of counts (no barrier), tiles never straddle experts, the grid a static
  * bound of cdiv(tokens, 128) + experts token tiles; the rows past an
  * expert's last token are skipped by whole threads); a values hook computes
  * the SwiGLU values from 16-byte loads, times each token's prob (loaded
@@ -37,6 +37,16 @@
  * in a fixed order within it) or of the up half; it is bound by registers
  * (125 at 512 threads, one CTA an SM). Tile options: threads 512 / 256,
  * fblocks (forward default 1; backward n/128, default, or 2n/128), min_ctas.
+ *
+ * What bounds it (H200, 65536 x 1024, 256 experts; copy ceiling 48 us
+ * forward, 80 backward): the engine's tile chain (loads, amax, two
+ * barriers, stores; nothing else in flight but the other CTA), as in
+ * swiglu_quant at the same size (65 us forward, 126 backward), times the
+ * tile count: with the benchmark's counts ~645 tiles of which ~250 are an
+ * expert's partial last one (against 512 flat), each paying a whole
+ * chain; the backward also runs its 4 gate-half blocks one after the other
+ * at one CTA an SM. Moving it needs the engine to overlap tiles (the next
+ * tile's loads issued before this one's barriers and stores).
  */
 #include <stdio.h>
 

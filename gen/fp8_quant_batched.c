@@ -25,7 +25,7 @@
  * Strategy: the quant engine (quant_engine.h), layout LG_QE_EXPERTS: a 1-D
  * grid of cdiv(tokens, 128) + experts token tiles (a static bound: each
  * expert adds at most one partial tile) x feature groups; each CTA finds
- * the expert of its token tile by a block scan of counts (L2-resident)
+ * the expert of its token tile by a warp scan of counts (L2-resident)
  * and leaves when its tile is past the last; a tile never straddles two
  * experts. A CTA then quantises `fblocks` 128 x 128 tiles along the
  * features in turn, which spreads the scan over several tiles; default 1:

@@ -19,7 +19,7 @@
  *
  * Strategy: the FP8 quant engine (quant_engine.h, the per-expert layout):
  * a CTA quantises a 128-row tile of one expert's segment x its feature
- * blocks, the engine finding the expert by a block scan of padded_counts;
+ * blocks, the engine finding the expert by a warp scan of padded_counts;
  * this family's values hook gathers each row from its source token
  * (row_index, one 16-byte load of 8 bf16 a thread and row, the loads of a
  * thread's rows issued together; x rows are read once per expert they go

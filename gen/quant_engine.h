@@ -33,7 +33,7 @@
  *     block at element start_e K; st: [cdiv(count_e, 128), K] rows at row
  *     sum_{e' < e} cdiv(count_e', 128). A tile never straddles two experts.
  *     The grid is a static bound, cdiv(M, 128) + E token tiles, each CTA
- *     finds its expert by a block scan of counts and the surplus exits.
+ *     finds its expert by a warp scan of counts and the surplus exits.
  *     Counts must sum to at most M; an expert whose segment runs past M
  *     (bad counts) is not written at all, so nothing is stored out of
  *     bounds.

@@ -38,6 +38,12 @@ template <class T> static T shfl_any(T v, int src_of_lane) {
 template <class T> static T __shfl_xor_sync(unsigned, T v, int m) { return shfl_any(v, (threadIdx.x & 31) ^ m); }
 template <class T> static T __shfl_sync(unsigned, T v, int s) { return shfl_any(v, s); }
 template <class T> static T __shfl_up_sync(unsigned, T v, int d) { int l = threadIdx.x & 31; return shfl_any(v, l >= d ? l - d : l); }
+static unsigned __ballot_sync(unsigned, int pred) {
+	unsigned m = 0;
+	for (int l = 0; l < 32; l++) m |= (unsigned)(shfl_any(pred ? 1 : 0, l) != 0) << l;
+	return m;
+}
+static inline int __ffs(unsigned m) { return m ? __builtin_ctz(m) + 1 : 0; }
 namespace oldk {
 #include "old.inc"
 }
