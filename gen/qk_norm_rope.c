@@ -146,9 +146,9 @@ static const struct lg_key keys[NKEYS] = {
 	[K_BATCH] = LG_KEY_TILE("batch", "b", 1, 4, batch_ok,
 				"rounds of a lane group whose loads are issued together (default: forward 2, "
 				"backward 1)"),
-	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 1, NULL,
-				   "1 (the default): the first batch of q heads and of k | v heads loaded before "
-				   "the sin/cos table is built"),
+	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 2, NULL,
+				   "1 (the default): the first batch of q heads (forward: and of k | v heads) "
+				   "loaded before the sin/cos table is built; 2: the backward's k | v too"),
 };
 
 static const struct lg_size sizes[] = {
@@ -329,7 +329,7 @@ struct shape {
 	int64_t nq, nkv; /* rounds of a lane group: over the q heads, over the k and v heads */
 	int bq, bkv;     /* rounds whose loads are issued together */
 	bool bs, plain, silu, bwd, pdl; /* pdl: the dw entry launches early (sm_90+) */
-	bool varlen, pf; /* pf: the first batches loaded before the sin/cos table */
+	bool varlen, pf, pf2; /* the first batches loaded before the table; pf2: tile.prefetch 2 */
 	int64_t cp, cp_rank;
 	double mscale;
 };
@@ -342,6 +342,7 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 			  .bs = lg_spec_int(s, K_ORDER) == 1, .plain = lg_spec_int(s, K_HEADS) == 1,
 			  .silu = lg_spec_int(s, K_SILU) != 0, .bwd = p->v[P_BWD] != 0,
 			  .pdl = p->early[1], .varlen = p->v[P_VARLEN] != 0, .pf = p->v[P_PREFETCH] != 0,
+			  .pf2 = p->v[P_PREFETCH] == 2,
 			  .cp = lg_spec_int(s, K_CP_SIZE),
 			  .cp_rank = lg_spec_int(s, K_CP_RANK), .mscale = lg_spec_num(s, K_MSCALE)};
 	k.heads = k.hq + 2 * k.hkv;
@@ -598,11 +599,13 @@ static bool orow_table(const struct shape *k)
 /* Whether the first batch of q heads (kv false) or of k | v heads is
  * loaded before the sin/cos table, with prefetch: the q heads' always, the
  * k | v heads' in the forward when the q heads are one batch (else it
- * would be held across the q heads' later batches; in the backward, 16
- * more registers than 3 CTAs an SM allow). */
+ * would be held across the q heads' later batches), in the backward only
+ * with tile.prefetch 2 (16 more registers than 3 CTAs an SM allow: for
+ * 2 CTAs an SM, with tile.batch covering the q heads all heads of the lane
+ * group are in flight before the table). */
 static bool preloaded(const struct shape *k, bool kv)
 {
-	return k->pf && (!kv || (!k->bwd && k->nq <= k->bq));
+	return k->pf && (!kv || ((!k->bwd || k->pf2) && k->nq <= k->bq));
 }
 
 /* The loads of a batch of rounds (i0 + ib) of q heads (kv false) or k | v
