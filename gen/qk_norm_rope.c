@@ -23,15 +23,25 @@
  * then keeps one token and walks its q heads, then its k and v heads, with
  * a stride of the lane groups a token (so a round's weight, and whether
  * it is a q head, are known when the code is generated), issuing the
- * loads of up to 2 heads (backward: 1) before working on them. qkv is read
- * once and each output written once, 16 bytes a lane. Loops run the same
- * number of times in every lane of a warp (the shuffles need all lanes);
- * past the last token or head a lane loads and stores nothing.
- * What bounds it: instructions and latency more than bytes (about 70 a
- * 16-byte piece in the forward), so registers are kept low for occupancy:
- * ptxas (13.0, sm_90a, 256 threads) gives the forward 48-58 registers (4
- * CTAs an SM) and the backward 71-80 (3 CTAs an SM, its default
- * tile.min_ctas; its default grid is 3 CTAs an SM of an H200).
+ * loads of tile.batch heads (default 2, backward 1) before working on
+ * them. With tile.prefetch (the default) the first batch of q heads (and
+ * in the forward, when the q heads are one batch, that of the k | v heads)
+ * is loaded before the sin/cos table is built and the CTA synchronises,
+ * so that DRAM latency overlaps the table's (freqs load, sincosf,
+ * __syncthreads) instead of following it: at the target shape (D 128,
+ * 16 | 4 heads, 4 tokens of 256 threads) the forward then has all its
+ * 3 heads a lane group in flight from the start. qkv is read once and
+ * each output written once, 16 bytes a lane. Loops run the same number of
+ * times in every lane of a warp (the shuffles need all lanes); past the
+ * last token or head a lane loads and stores nothing.
+ * What bounds it: latency (ncu, forward at the target: DRAM 55%, issue
+ * 40%, half the stalls on the loads, each CTA waiting on the table and
+ * then on its loads) and instructions (about 70 a 16-byte piece in the
+ * forward), so registers are kept low for occupancy: ptxas (13.0, sm_90a,
+ * 256 threads) gives the forward 63-64 registers with prefetch at its
+ * default tile.min_ctas 4 (4 CTAs an SM; 48-58 without) and the backward
+ * 80 (3 CTAs an SM, its default tile.min_ctas; its default grid is 3 CTAs
+ * an SM of an H200).
  * Arithmetic: fp32 throughout (the RMS as 1 / sqrtf, IEEE; SiLU with expf);
  * sin and cos by sincosf, the accurate library version (NVRTC without fast
  * math), not __sinf / __cosf, whose error grows with the angle (positions
@@ -75,11 +85,14 @@ enum {
 	K_THREADS,
 	K_CTAS,
 	K_MIN_CTAS,
+	K_BATCH,
+	K_PREFETCH,
 	NKEYS
 };
 static const int64_t head_dims[] = {64, 128, 256, 0};
 static const int64_t tokens_ok[] = {1, 2, 4, 8, 0}, threads_ok[] = {128, 256, 512, 0};
 static const int64_t ctas_ok[] = {PMAX, PDEF, 2 * PMAX, 4 * PMAX, 0};
+static const int64_t batch_ok[] = {1, 2, 4, 0};
 static const char *const order_names[] = {"seq_batch", "batch_seq"};
 static const char *const order_words[] = {"sb", "bs"};
 static const char *const heads_names[] = {"interleaved", "plain"};
@@ -130,6 +143,12 @@ static const struct lg_key keys[NKEYS] = {
 	[K_MIN_CTAS] = LG_KEY_TILE_MIN_CTAS,
 	[K_CTAS] = LG_KEY_TILE("ctas", "g", PMAX, 4 * PMAX, ctas_ok,
 			       "backward: CTAs of the persistent grid (workspace rows)"),
+	[K_BATCH] = LG_KEY_TILE("batch", "b", 1, 4, batch_ok,
+				"rounds of a lane group whose loads are issued together (default: forward 2, "
+				"backward 1)"),
+	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 2, NULL,
+				   "1 (the default): the first batch of q heads (forward: and of k | v heads) "
+				   "loaded before the sin/cos table is built; 2: the backward's k | v too"),
 };
 
 static const struct lg_size sizes[] = {
@@ -176,7 +195,7 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 };
 
 /* Plan values. */
-enum { P_D, P_H, P_HKV, P_R, P_TOKENS, P_THREADS, P_BWD, P_CTAS, P_VARLEN, P_MIN_CTAS };
+enum { P_D, P_H, P_HKV, P_R, P_TOKENS, P_THREADS, P_BWD, P_CTAS, P_VARLEN, P_MIN_CTAS, P_BATCH, P_PREFETCH };
 
 /* The rotated width R (0 when the fraction does not give a whole number). */
 static int64_t rotated(const struct lg_spec *s)
@@ -255,12 +274,16 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_TOKENS] = p->v[P_TOKENS] = lg_spec_has(s, K_TOKENS) ? lg_spec_int(s, K_TOKENS)
 						    : default_tokens(p->v[P_D], p->v[P_H], p->v[P_HKV], p->v[P_THREADS]);
 	p->v[P_CTAS] = lg_spec_has(s, K_CTAS) ? lg_spec_int(s, K_CTAS) : PDEF;
+	p->tile[K_BATCH] = p->v[P_BATCH] = lg_spec_has(s, K_BATCH) ? lg_spec_int(s, K_BATCH) : bwd ? 1 : 2;
+	p->tile[K_PREFETCH] = p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) : 1;
 	/* ptxas 13.0, sm_90a, 256 threads: forward 49-62 registers a thread
-	 * (4 CTAs an SM) with no minimum; backward 76 without SiLU, 102 with
-	 * it, so the backward asks for 3 CTAs an SM (80 registers), which its
-	 * default persistent grid fills */
+	 * (4 CTAs an SM) with no minimum, 65 with prefetch (the loads held
+	 * across the table), so it then asks for 1024 threads an SM (64
+	 * registers, no spill at D 128); backward 76 without SiLU, 102 with it, so the
+	 * backward asks for 3 CTAs an SM (80 registers), which its default
+	 * persistent grid fills */
 	p->tile[K_MIN_CTAS] = p->v[P_MIN_CTAS] = lg_spec_has(s, K_MIN_CTAS) ? lg_spec_int(s, K_MIN_CTAS)
-									    : bwd ? 3 : 1;
+						 : bwd ? 3 : p->v[P_PREFETCH] ? 1024 / p->v[P_THREADS] : 1;
 	if (bwd)
 		p->tile[K_CTAS] = p->v[P_CTAS];
 	p->nentries = bwd ? 2 : 1;
@@ -306,7 +329,7 @@ struct shape {
 	int64_t nq, nkv; /* rounds of a lane group: over the q heads, over the k and v heads */
 	int bq, bkv;     /* rounds whose loads are issued together */
 	bool bs, plain, silu, bwd, pdl; /* pdl: the dw entry launches early (sm_90+) */
-	bool varlen;
+	bool varlen, pf, pf2; /* the first batches loaded before the table; pf2: tile.prefetch 2 */
 	int64_t cp, cp_rank;
 	double mscale;
 };
@@ -318,7 +341,9 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 			  .min_ctas = (int)p->v[P_MIN_CTAS],
 			  .bs = lg_spec_int(s, K_ORDER) == 1, .plain = lg_spec_int(s, K_HEADS) == 1,
 			  .silu = lg_spec_int(s, K_SILU) != 0, .bwd = p->v[P_BWD] != 0,
-			  .pdl = p->early[1], .varlen = p->v[P_VARLEN] != 0, .cp = lg_spec_int(s, K_CP_SIZE),
+			  .pdl = p->early[1], .varlen = p->v[P_VARLEN] != 0, .pf = p->v[P_PREFETCH] != 0,
+			  .pf2 = p->v[P_PREFETCH] == 2,
+			  .cp = lg_spec_int(s, K_CP_SIZE),
 			  .cp_rank = lg_spec_int(s, K_CP_RANK), .mscale = lg_spec_num(s, K_MSCALE)};
 	k.heads = k.hq + 2 * k.hkv;
 	k.lanes = (int)(k.d / 16);
@@ -326,9 +351,10 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 	k.gt = k.groups / k.tokens;
 	k.nq = rounds_of(k.hq, k.gt);
 	k.nkv = rounds_of(2 * k.hkv, k.gt);
-	/* registers: 32 of loaded pieces a lane (forward 4 rounds of x,
-	 * backward 2 of x and g) */
-	int64_t most = k.bwd ? 1 : 2;
+	/* tile.batch rounds loaded together: 8 registers a round (x), 16 in
+	 * the backward (x and g); with prefetch, a batch of q heads and one of
+	 * k | v heads are held at once */
+	int64_t most = p->v[P_BATCH];
 	k.bq = (int)(k.nq < most ? k.nq : most);
 	k.bkv = (int)(k.nkv < most ? k.nkv : most);
 	return k;
@@ -527,65 +553,6 @@ static void emit_helpers(lg_buf *b, const struct lg_spec *s, const struct shape 
 	lg_close(b);
 }
 
-/* Declarations shared by both kernels: the lane's pieces, its lane group's
- * token and first head, the sin/cos table, and (the backward) the opening
- * of the persistent loop over token groups. Leaves n, tok, xrow, ob. */
-static void emit_walk_open(lg_buf *b, const struct shape *k)
-{
-	int64_t half = k->r / 2, rp = k->r / 16;
-	lg_line(b, "__shared__ __align__(16) float ct[%d][%lld], st[%d][%lld]; // cos, sin of each token's R/2 angles",
-		k->tokens, (long long)half, k->tokens, (long long)half);
-	lg_line(b, "__shared__ i64 orow[%d]; // the tokens' [batch, seq] rows", k->tokens);
-	lg_line(b, "const int l = threadIdx.x %% %d; // the lane in its group", k->lanes);
-	lg_line(b, "const int grp = threadIdx.x / %d; // the lane group", k->lanes);
-	lg_line(b, "const int tl = grp / %d, jg = grp %% %d; // its token of the CTA's, its first head", k->gt,
-		k->gt);
-	lg_comment(b, "Rotating lanes hold pieces l and l + %lld (the halves a, b of [0, %lld)); the others",
-		   (long long)rp, (long long)k->r);
-	lg_comment(b, "two of [%lld, %lld), %lld features apart. e0, e1: the pieces' first features.",
-		   (long long)k->r, (long long)k->d, (long long)(k->d - k->r) / 2);
-	lg_line(b, "const bool rot = l < %lld;", (long long)rp);
-	lg_line(b, "const int e0 = (rot ? l : l + %lld) * 8, e1 = e0 + (rot ? %lld : %lld);", (long long)rp,
-		(long long)half, (long long)(k->d - k->r) / 2);
-	lg_line(b, "__shared__ __align__(16) float wt[2][%lld]; // q_weight | k_weight as floats", (long long)k->d);
-	lg_line(b, "for (int i = threadIdx.x; i < %lld; i += %d) // read after the first __syncthreads", (long long)(2 * k->d),
-		k->threads);
-	lg_line(b, "\twt[i / %lld][i %% %lld] = lg_u2f((u32)((const unsigned short *)(i < %lld ? q_weight",
-		(long long)k->d, (long long)k->d, (long long)k->d);
-	lg_line(b, "\t\t: k_weight))[i %% %lld] << 16);", (long long)k->d);
-	lg_line(b, "const i64 N = lg_tokens(S, B);");
-	if (k->bwd) {
-		lg_open(b, "for (i64 n0 = (i64)blockIdx.x * %d; n0 < N; n0 += lg_ctas(N) * %d) {", k->tokens,
-			k->tokens);
-		lg_line(b, "__syncthreads(); // the previous tokens' table is no longer read");
-	} else {
-		lg_line(b, "const i64 n0 = (i64)blockIdx.x * %d; // the CTA's tokens", k->tokens);
-	}
-	lg_comment(b, "sin and cos once per token, shared by its heads.");
-	lg_open(b, "for (int i = threadIdx.x; i < %lld; i += %d) {", (long long)(k->tokens * half), k->threads);
-	lg_line(b, "const i64 n = n0 + i / %lld;", (long long)half);
-	lg_line(b, "if (n >= N) break;");
-	lg_line(b, "const i64 p = lg_position(n, S, B, (const int *)cu_seqlens);");
-	lg_line(b, "float sn, cn;");
-	lg_line(b, "sincosf(((const float *)freqs)[p * %lld + i %% %lld], &sn, &cn);", (long long)k->r,
-		(long long)half);
-	if (k->mscale != 1.0) {
-		char ms[32];
-		lg_json_number_text(k->mscale, ms);
-		lg_line(b, "sn *= %sf, cn *= %sf; // mscale", ms, ms);
-	}
-	lg_line(b, "ct[i / %lld][i %% %lld] = cn, st[i / %lld][i %% %lld] = sn;", (long long)half,
-		(long long)half, (long long)half, (long long)half);
-	lg_close(b);
-	lg_comment(b, "The tokens' output rows (one 32-bit division each, not one a lane).");
-	lg_line(b, "if (threadIdx.x < %d) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);", k->tokens);
-	lg_line(b, "__syncthreads();");
-	lg_line(b, "const i64 n = n0 + tl; // the lane group's token (qkv row)");
-	lg_line(b, "const bool tok = n < N;");
-	lg_line(b, "const u8 *const xrow = (const u8 *)qkv + n * %lld;", (long long)(k->heads * k->d * 2));
-	lg_line(b, "const i64 ob = orow[tl];");
-}
-
 /* j, live, isv (kv) of round i0 + ib; with `out`, ho and po: the output
  * head (the backward: the gradient's); with `in`, px: the qkv head. */
 static void emit_round(lg_buf *b, const struct shape *k, bool kv, bool out, bool in)
@@ -613,27 +580,164 @@ static void emit_round(lg_buf *b, const struct shape *k, bool kv, bool out, bool
 	}
 }
 
+/* The lane group's token n (qkv row), whether it exists and its qkv row. */
+static void emit_token(lg_buf *b, const struct shape *k)
+{
+	lg_line(b, "const i64 n = n0 + tl; // the lane group's token (qkv row)");
+	lg_line(b, "const bool tok = n < N;");
+	lg_line(b, "const u8 *const xrow = (const u8 *)qkv + n * %lld;", (long long)(k->heads * k->d * 2));
+}
+
+/* Whether the tokens' output rows are a shared table (one division a
+ * token) rather than one division a lane: all but the backward with
+ * prefetch, whose first gradient loads need them before the table. */
+static bool orow_table(const struct shape *k)
+{
+	return !(k->pf && k->bwd);
+}
+
+/* Whether the first batch of q heads (kv false) or of k | v heads is
+ * loaded before the sin/cos table, with prefetch: the q heads' always, the
+ * k | v heads' in the forward when the q heads are one batch (else it
+ * would be held across the q heads' later batches), in the backward only
+ * with tile.prefetch 2 (16 more registers than 3 CTAs an SM allow: for
+ * 2 CTAs an SM, with tile.batch covering the q heads all heads of the lane
+ * group are in flight before the table). */
+static bool preloaded(const struct shape *k, bool kv)
+{
+	return k->pf && (!kv || ((!k->bwd || k->pf2) && k->nq <= k->bq));
+}
+
+/* The loads of a batch of rounds (i0 + ib) of q heads (kv false) or k | v
+ * heads: x into <c>xa, <c>xb (and the backward's g into <c>ga, <c>gb). */
+static void emit_load_rounds(lg_buf *b, const struct shape *k, bool kv, const char *c)
+{
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int ib = 0; ib < %d; ib++) {", kv ? k->bkv : k->bq);
+	emit_round(b, k, kv, k->bwd, true);
+	lg_line(b, "lg_ld2(px, e0, e1, live, %sxa[ib], %sxb[ib]);", c, c);
+	if (k->bwd)
+		lg_line(b, "lg_ld2(po, e0, e1, live, %sga[ib], %sgb[ib]);", c, c);
+	lg_close(b);
+}
+
+/* Declares a batch's registers <c>xa, <c>xb (<c>ga, <c>gb) and loads them;
+ * `pre`: the first batch, before the table (c: "q" or "k", for its kind),
+ * which emit_heads_open takes over. */
+static void emit_loads(lg_buf *b, const struct shape *k, bool kv, bool pre)
+{
+	int batch = kv ? k->bkv : k->bq;
+	const char *c = pre ? (kv ? "k" : "q") : "";
+	lg_line(b, "lg_u32x4 %sxa[%d], %sxb[%d];", c, batch, c, batch);
+	if (k->bwd)
+		lg_line(b, "lg_u32x4 %sga[%d], %sgb[%d];", c, batch, c, batch);
+	if (pre) {
+		lg_open(b, "{");
+		lg_line(b, "const int i0 = 0;");
+	}
+	emit_load_rounds(b, k, kv, c);
+	if (pre)
+		lg_close(b);
+}
+
+/* Declarations shared by both kernels: the lane's pieces, its lane group's
+ * token and first head, the sin/cos table, and (the backward) the opening
+ * of the persistent loop over token groups; with prefetch, the first
+ * batches' loads (emit_loads) before the table. Leaves n, tok, xrow, ob. */
+static void emit_walk_open(lg_buf *b, const struct shape *k)
+{
+	int64_t half = k->r / 2, rp = k->r / 16;
+	lg_line(b, "__shared__ __align__(16) float ct[%d][%lld], st[%d][%lld]; // cos, sin of each token's R/2 angles",
+		k->tokens, (long long)half, k->tokens, (long long)half);
+	if (orow_table(k))
+		lg_line(b, "__shared__ i64 orow[%d]; // the tokens' [batch, seq] rows", k->tokens);
+	lg_line(b, "const int l = threadIdx.x %% %d; // the lane in its group", k->lanes);
+	lg_line(b, "const int grp = threadIdx.x / %d; // the lane group", k->lanes);
+	lg_line(b, "const int tl = grp / %d, jg = grp %% %d; // its token of the CTA's, its first head", k->gt,
+		k->gt);
+	lg_comment(b, "Rotating lanes hold pieces l and l + %lld (the halves a, b of [0, %lld)); the others",
+		   (long long)rp, (long long)k->r);
+	lg_comment(b, "two of [%lld, %lld), %lld features apart. e0, e1: the pieces' first features.",
+		   (long long)k->r, (long long)k->d, (long long)(k->d - k->r) / 2);
+	lg_line(b, "const bool rot = l < %lld;", (long long)rp);
+	lg_line(b, "const int e0 = (rot ? l : l + %lld) * 8, e1 = e0 + (rot ? %lld : %lld);", (long long)rp,
+		(long long)half, (long long)(k->d - k->r) / 2);
+	lg_line(b, "__shared__ __align__(16) float wt[2][%lld]; // q_weight | k_weight as floats", (long long)k->d);
+	lg_line(b, "for (int i = threadIdx.x; i < %lld; i += %d) // read after the first __syncthreads", (long long)(2 * k->d),
+		k->threads);
+	lg_line(b, "\twt[i / %lld][i %% %lld] = lg_u2f((u32)((const unsigned short *)(i < %lld ? q_weight",
+		(long long)k->d, (long long)k->d, (long long)k->d);
+	lg_line(b, "\t\t: k_weight))[i %% %lld] << 16);", (long long)k->d);
+	lg_line(b, "const i64 N = lg_tokens(S, B);");
+	if (k->bwd) {
+		lg_open(b, "for (i64 n0 = (i64)blockIdx.x * %d; n0 < N; n0 += lg_ctas(N) * %d) {", k->tokens,
+			k->tokens);
+	} else {
+		lg_line(b, "const i64 n0 = (i64)blockIdx.x * %d; // the CTA's tokens", k->tokens);
+	}
+	if (k->pf) {
+		emit_token(b, k);
+		if (!orow_table(k))
+			lg_line(b, "const i64 ob = lg_out_row(n, S, B); // the output row");
+		lg_comment(b, "The first loads (prefetch), in flight while the table is built.");
+		emit_loads(b, k, false, true);
+		if (preloaded(k, true))
+			emit_loads(b, k, true, true);
+	}
+	if (k->bwd)
+		lg_line(b, "__syncthreads(); // the previous tokens' table is no longer read");
+	lg_comment(b, "sin and cos once per token, shared by its heads.");
+	lg_open(b, "for (int i = threadIdx.x; i < %lld; i += %d) {", (long long)(k->tokens * half), k->threads);
+	lg_line(b, "const i64 nt = n0 + i / %lld; // its token", (long long)half);
+	lg_line(b, "if (nt >= N) break;");
+	lg_line(b, "const i64 p = lg_position(nt, S, B, (const int *)cu_seqlens);");
+	lg_line(b, "float sn, cn;");
+	lg_line(b, "sincosf(((const float *)freqs)[p * %lld + i %% %lld], &sn, &cn);", (long long)k->r,
+		(long long)half);
+	if (k->mscale != 1.0) {
+		char ms[32];
+		lg_json_number_text(k->mscale, ms);
+		lg_line(b, "sn *= %sf, cn *= %sf; // mscale", ms, ms);
+	}
+	lg_line(b, "ct[i / %lld][i %% %lld] = cn, st[i / %lld][i %% %lld] = sn;", (long long)half,
+		(long long)half, (long long)half, (long long)half);
+	lg_close(b);
+	if (orow_table(k)) {
+		lg_comment(b, "The tokens' output rows (one 32-bit division each, not one a lane).");
+		lg_line(b, "if (threadIdx.x < %d) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);", k->tokens);
+	}
+	lg_line(b, "__syncthreads();");
+	if (!k->pf)
+		emit_token(b, k);
+	if (orow_table(k))
+		lg_line(b, "const i64 ob = orow[tl];");
+}
+
 /* One kind of heads of the lane group's token: q (kv false: hq heads, q
  * weight) or k then v (2 kv_heads, k weight). Opens the loop over its
- * rounds, `batch` at a time, issues their loads (x, and g in the backward)
- * and opens the loop over them that does the work (emit_round's names). */
+ * rounds, `batch` at a time, issues their loads (x, and g in the backward;
+ * with prefetch the first batch's are those of emit_walk_open) and opens
+ * the loop over them that does the work (emit_round's names). */
 static void emit_heads_open(lg_buf *b, const struct shape *k, bool kv)
 {
 	int64_t nr = kv ? k->nkv : k->nq;
 	int batch = kv ? k->bkv : k->bq;
+	const char *c = kv ? "k" : "q";
 	lg_comment(b, "%s heads jg, jg + %d, ...: %lld round(s), the loads of %d at a time.", kv ? "k then v" : "q",
 		   k->gt, (long long)nr, batch);
 	lg_open(b, "for (int i0 = 0; i0 < %lld; i0 += %d) {", (long long)nr, batch);
-	lg_line(b, "lg_u32x4 xa[%d], xb[%d];", batch, batch);
-	if (k->bwd)
-		lg_line(b, "lg_u32x4 ga[%d], gb[%d];", batch, batch);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int ib = 0; ib < %d; ib++) {", batch);
-	emit_round(b, k, kv, k->bwd, true);
-	lg_line(b, "lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);");
-	if (k->bwd)
-		lg_line(b, "lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);");
-	lg_close(b);
+	if (preloaded(k, kv)) {
+		lg_line(b, "lg_u32x4 *const xa = %sxa, *const xb = %sxb; // the first batch: prefetched", c, c);
+		if (k->bwd)
+			lg_line(b, "lg_u32x4 *const ga = %sga, *const gb = %sgb;", c, c);
+		if (nr > batch) {
+			lg_open(b, "if (i0 > 0) {");
+			emit_load_rounds(b, k, kv, "");
+			lg_close(b);
+		}
+	} else {
+		emit_loads(b, k, kv, false);
+	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int ib = 0; ib < %d; ib++) {", batch);
 	emit_round(b, k, kv, !k->bwd, k->bwd);
@@ -814,15 +918,16 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 }
 
 /* Tile variants for `lingen tune`: tokens at a time x threads per CTA
- * (the backward at most 256); the backward also with a persistent grid of
- * 2, 4 and 8 CTAs an SM, the forward with 3 and 4 CTAs an SM
- * (tile.min_ctas). */
+ * (the backward at most 256; 512 only with 4 or more tokens, the 1 and 2
+ * token forms were twice as slow); the backward also with a persistent grid of
+ * 2, 4 and 8 CTAs an SM, the forward with registers for 1 and 3 CTAs an
+ * SM (tile.min_ctas); both without prefetch and with other batches. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	static const int64_t tok[] = {1, 2, 4, 8}, thr[] = {128, 256, 512};
 	int n = 0;
 	for (int i = 0; i < 4; i++)
-		for (int j = 0; j < 3; j++) {
+		for (int j = 0; j < 3 - (tok[i] < 4); j++) { /* 512 threads: 4 tokens or more */
 			struct lg_tile_choice c = lg_tile1(K_TOKENS, tok[i]);
 			c.v[K_THREADS] = thr[j];
 			c.set |= 1u << K_THREADS;
@@ -838,9 +943,23 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 		c.set |= 1u << K_MIN_CTAS;
 		n = lg_candidate_add(s, t, out, n, max, c);
 	}
-	/* the default tile with registers capped for 3 and 4 CTAs an SM */
-	for (int m = 3; s->pass == LG_PASS_FORWARD && m <= 4; m++)
+	/* the forward's default tile with registers uncapped and capped for 3
+	 * CTAs an SM (the default caps them for 4) */
+	for (int m = 1; s->pass == LG_PASS_FORWARD && m <= 3; m += 2)
 		n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_MIN_CTAS, m));
+	/* without prefetch; other batches (the backward's 2 with 2 CTAs an
+	 * SM, for its registers) */
+	n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_PREFETCH, 0));
+	for (int i = 0; batch_ok[i]; i++) {
+		if (batch_ok[i] == (s->pass == LG_PASS_BACKWARD ? 1 : 2))
+			continue;
+		struct lg_tile_choice c = lg_tile1(K_BATCH, batch_ok[i]);
+		if (s->pass == LG_PASS_BACKWARD) {
+			c.v[K_CTAS] = PMAX, c.v[K_MIN_CTAS] = 2;
+			c.set |= (1u << K_CTAS) | (1u << K_MIN_CTAS);
+		}
+		n = lg_candidate_add(s, t, out, n, max, c);
+	}
 	return n;
 }
 

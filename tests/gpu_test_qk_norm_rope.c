@@ -154,6 +154,26 @@ static void test_tiles(void **state)
 	      31, 3);
 }
 
+/* Where the loads are issued: without prefetch (the loads after the
+ * table), batches of 1, 2 and 4 rounds with prefetch 1 and 2 (the
+ * backward's k | v heads before the table too), H/h = 3 (q heads in two
+ * batches), a varlen form. */
+static void test_prefetch(void **state)
+{
+	(void)state;
+	check(TARGET ", \"tile\": {\"prefetch\": 0}", 301, 3);
+	check(TARGET ", \"tile\": {\"batch\": 1}", 33, 3);
+	check(TARGET ", \"tile\": {\"batch\": 4}", 301, 2);
+	check_passes(1, 1, TARGET ", \"tile\": {\"prefetch\": 2, \"batch\": 2, \"ctas\": 264, \"min_ctas\": 2}",
+		     301, 3);
+	check_passes(1, 1, TARGET ", \"tile\": {\"prefetch\": 2, \"batch\": 2, \"tokens\": 2, \"threads\": 128, "
+		     "\"ctas\": 528, \"min_ctas\": 4}", 33, 3);
+	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4, \"tile\": {\"prefetch\": 2, \"tokens\": 1}",
+	      31, 3);
+	check("\"head_dim\": 128, \"q_heads\": 32, \"kv_heads\": 4, \"rotary_fraction\": 1, "
+	      "\"tile\": {\"prefetch\": 2}", 300, 3);
+}
+
 /* K2b: packed sequences (seq = T tokens, batch = sequences: random lengths
  * from the reference, some empty), context parallel ranks, mscale; the
  * target head shape at 8192 tokens in 4 sequences too. */
@@ -178,7 +198,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_one_token), cmocka_unit_test(test_odd),    cmocka_unit_test(test_target),
 		cmocka_unit_test(test_d256),      cmocka_unit_test(test_rotary), cmocka_unit_test(test_silu),
-		cmocka_unit_test(test_layouts),   cmocka_unit_test(test_tiles),  cmocka_unit_test(test_varlen),
+		cmocka_unit_test(test_layouts),   cmocka_unit_test(test_tiles),  cmocka_unit_test(test_prefetch),
+		cmocka_unit_test(test_varlen),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -470,7 +470,9 @@ static void test_candidates(void **state)
 		struct lg_tile_choice cands[LG_MAX_CANDIDATES];
 		assert_true(lg_target_parse(archs[a], &t));
 		int n = f->candidates(s, &t, cands, LG_MAX_CANDIDATES);
-		assert_int_equal(n, 11); /* 4 x 2 tokens x threads (512 threads: forward only), 3 grids */
+		/* 4 x 2 tokens x threads (512 threads: forward only), 3 grids, no
+		 * prefetch, batches 2 and 4 */
+		assert_int_equal(n, 14);
 		for (int i = 0; i < n; i++) {
 			struct lg_spec v;
 			struct lg_plan p;

@@ -190,7 +190,6 @@ lg_qk_norm_rope_bwd_bf16_d128_hq16_hkv4(
 	for (int i = threadIdx.x; i < 8192; i += 256) dwp[i / 256][i % 256] = 0.0f;
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); // dw may be scheduled
 	__shared__ __align__(16) float ct[4][32], st[4][32]; // cos, sin of each token's R/2 angles
-	__shared__ i64 orow[4]; // the tokens' [batch, seq] rows
 	const int l = threadIdx.x % 8; // the lane in its group
 	const int grp = threadIdx.x / 8; // the lane group
 	const int tl = grp / 8, jg = grp % 8; // its token of the CTA's, its first head
@@ -204,35 +203,50 @@ lg_qk_norm_rope_bwd_bf16_d128_hq16_hkv4(
 			: k_weight))[i % 128] << 16);
 	const i64 N = lg_tokens(S, B);
 	for (i64 n0 = (i64)blockIdx.x * 4; n0 < N; n0 += lg_ctas(N) * 4) {
-		__syncthreads(); // the previous tokens' table is no longer read
-		// sin and cos once per token, shared by its heads.
-		for (int i = threadIdx.x; i < 128; i += 256) {
-			const i64 n = n0 + i / 32;
-			if (n >= N) break;
-			const i64 p = lg_position(n, S, B, (const int *)cu_seqlens);
-			float sn, cn;
-			sincosf(((const float *)freqs)[p * 64 + i % 32], &sn, &cn);
-			ct[i / 32][i % 32] = cn, st[i / 32][i % 32] = sn;
-		}
-		// The tokens' output rows (one 32-bit division each, not one a lane).
-		if (threadIdx.x < 4) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);
-		__syncthreads();
 		const i64 n = n0 + tl; // the lane group's token (qkv row)
 		const bool tok = n < N;
 		const u8 *const xrow = (const u8 *)qkv + n * 6144;
-		const i64 ob = orow[tl];
-		// q heads jg, jg + 8, ...: 2 round(s), the loads of 1 at a time.
-		for (int i0 = 0; i0 < 2; i0 += 1) {
-			lg_u32x4 xa[1], xb[1];
-			lg_u32x4 ga[1], gb[1];
+		const i64 ob = lg_out_row(n, S, B); // the output row
+		// The first loads (prefetch), in flight while the table is built.
+		lg_u32x4 qxa[1], qxb[1];
+		lg_u32x4 qga[1], qgb[1];
+		{
+			const int i0 = 0;
 			#pragma unroll
 			for (int ib = 0; ib < 1; ib++) {
 				const int j = jg + (i0 + ib) * 8; // q head
 				const bool live = tok && j < 16;
 				const u8 *const px = xrow + lg_qkv_slot(j) * 256;
 				const u8 *const po = (const u8 *)gq + (ob * 16 + j) * 256;
-				lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
-				lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);
+				lg_ld2(px, e0, e1, live, qxa[ib], qxb[ib]);
+				lg_ld2(po, e0, e1, live, qga[ib], qgb[ib]);
+			}
+		}
+		__syncthreads(); // the previous tokens' table is no longer read
+		// sin and cos once per token, shared by its heads.
+		for (int i = threadIdx.x; i < 128; i += 256) {
+			const i64 nt = n0 + i / 32; // its token
+			if (nt >= N) break;
+			const i64 p = lg_position(nt, S, B, (const int *)cu_seqlens);
+			float sn, cn;
+			sincosf(((const float *)freqs)[p * 64 + i % 32], &sn, &cn);
+			ct[i / 32][i % 32] = cn, st[i / 32][i % 32] = sn;
+		}
+		__syncthreads();
+		// q heads jg, jg + 8, ...: 2 round(s), the loads of 1 at a time.
+		for (int i0 = 0; i0 < 2; i0 += 1) {
+			lg_u32x4 *const xa = qxa, *const xb = qxb; // the first batch: prefetched
+			lg_u32x4 *const ga = qga, *const gb = qgb;
+			if (i0 > 0) {
+				#pragma unroll
+				for (int ib = 0; ib < 1; ib++) {
+					const int j = jg + (i0 + ib) * 8; // q head
+					const bool live = tok && j < 16;
+					const u8 *const px = xrow + lg_qkv_slot(j) * 256;
+					const u8 *const po = (const u8 *)gq + (ob * 16 + j) * 256;
+					lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
+					lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);
+				}
 			}
 			#pragma unroll
 			for (int ib = 0; ib < 1; ib++) {

@@ -191,7 +191,6 @@ lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 	__shared__ __align__(16) float dwp[8][512]; // lane groups' partials: dq_weight | dk_weight
 	for (int i = threadIdx.x; i < 4096; i += 128) dwp[i / 512][i % 512] = 0.0f;
 	__shared__ __align__(16) float ct[1][64], st[1][64]; // cos, sin of each token's R/2 angles
-	__shared__ i64 orow[1]; // the tokens' [batch, seq] rows
 	const int l = threadIdx.x % 16; // the lane in its group
 	const int grp = threadIdx.x / 16; // the lane group
 	const int tl = grp / 8, jg = grp % 8; // its token of the CTA's, its first head
@@ -205,35 +204,50 @@ lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 			: k_weight))[i % 256] << 16);
 	const i64 N = lg_tokens(S, B);
 	for (i64 n0 = (i64)blockIdx.x * 1; n0 < N; n0 += lg_ctas(N) * 1) {
-		__syncthreads(); // the previous tokens' table is no longer read
-		// sin and cos once per token, shared by its heads.
-		for (int i = threadIdx.x; i < 64; i += 128) {
-			const i64 n = n0 + i / 64;
-			if (n >= N) break;
-			const i64 p = lg_position(n, S, B, (const int *)cu_seqlens);
-			float sn, cn;
-			sincosf(((const float *)freqs)[p * 128 + i % 64], &sn, &cn);
-			ct[i / 64][i % 64] = cn, st[i / 64][i % 64] = sn;
-		}
-		// The tokens' output rows (one 32-bit division each, not one a lane).
-		if (threadIdx.x < 1) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);
-		__syncthreads();
 		const i64 n = n0 + tl; // the lane group's token (qkv row)
 		const bool tok = n < N;
 		const u8 *const xrow = (const u8 *)qkv + n * 28672;
-		const i64 ob = orow[tl];
-		// q heads jg, jg + 8, ...: 5 round(s), the loads of 1 at a time.
-		for (int i0 = 0; i0 < 5; i0 += 1) {
-			lg_u32x4 xa[1], xb[1];
-			lg_u32x4 ga[1], gb[1];
+		const i64 ob = lg_out_row(n, S, B); // the output row
+		// The first loads (prefetch), in flight while the table is built.
+		lg_u32x4 qxa[1], qxb[1];
+		lg_u32x4 qga[1], qgb[1];
+		{
+			const int i0 = 0;
 			#pragma unroll
 			for (int ib = 0; ib < 1; ib++) {
 				const int j = jg + (i0 + ib) * 8; // q head
 				const bool live = tok && j < 40;
 				const u8 *const px = xrow + lg_qkv_slot(j) * 512;
 				const u8 *const po = (const u8 *)gq + (ob * 40 + j) * 512;
-				lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
-				lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);
+				lg_ld2(px, e0, e1, live, qxa[ib], qxb[ib]);
+				lg_ld2(po, e0, e1, live, qga[ib], qgb[ib]);
+			}
+		}
+		__syncthreads(); // the previous tokens' table is no longer read
+		// sin and cos once per token, shared by its heads.
+		for (int i = threadIdx.x; i < 64; i += 128) {
+			const i64 nt = n0 + i / 64; // its token
+			if (nt >= N) break;
+			const i64 p = lg_position(nt, S, B, (const int *)cu_seqlens);
+			float sn, cn;
+			sincosf(((const float *)freqs)[p * 128 + i % 64], &sn, &cn);
+			ct[i / 64][i % 64] = cn, st[i / 64][i % 64] = sn;
+		}
+		__syncthreads();
+		// q heads jg, jg + 8, ...: 5 round(s), the loads of 1 at a time.
+		for (int i0 = 0; i0 < 5; i0 += 1) {
+			lg_u32x4 *const xa = qxa, *const xb = qxb; // the first batch: prefetched
+			lg_u32x4 *const ga = qga, *const gb = qgb;
+			if (i0 > 0) {
+				#pragma unroll
+				for (int ib = 0; ib < 1; ib++) {
+					const int j = jg + (i0 + ib) * 8; // q head
+					const bool live = tok && j < 40;
+					const u8 *const px = xrow + lg_qkv_slot(j) * 512;
+					const u8 *const po = (const u8 *)gq + (ob * 40 + j) * 512;
+					lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
+					lg_ld2(po, e0, e1, live, ga[ib], gb[ib]);
+				}
 			}
 			#pragma unroll
 			for (int ib = 0; ib < 1; ib++) {

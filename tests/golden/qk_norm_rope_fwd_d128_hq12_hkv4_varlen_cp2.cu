@@ -167,7 +167,7 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 // ----- lg_qk_norm_rope_fwd_bf16_d128_hq12_hkv4_varlen_ms1p25_cp2_cr1 -----
 // q/k RMSNorm + RoPE + split, forward
 // 8 lanes a head vector, 32 lane groups a CTA, 8 tokens: 4 lane groups a token.
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 4)
 lg_qk_norm_rope_fwd_bf16_d128_hq12_hkv4_varlen_ms1p25_cp2_cr1(
 	u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens, u64 q, u64 k, u64 v, i64 S,
 	i64 B, i64 part)
@@ -187,11 +187,26 @@ lg_qk_norm_rope_fwd_bf16_d128_hq12_hkv4_varlen_ms1p25_cp2_cr1(
 			: k_weight))[i % 128] << 16);
 	const i64 N = lg_tokens(S, B);
 	const i64 n0 = (i64)blockIdx.x * 8; // the CTA's tokens
+	const i64 n = n0 + tl; // the lane group's token (qkv row)
+	const bool tok = n < N;
+	const u8 *const xrow = (const u8 *)qkv + n * 5120;
+	// The first loads (prefetch), in flight while the table is built.
+	lg_u32x4 qxa[2], qxb[2];
+	{
+		const int i0 = 0;
+		#pragma unroll
+		for (int ib = 0; ib < 2; ib++) {
+			const int j = jg + (i0 + ib) * 4; // q head
+			const bool live = tok && j < 12;
+			const u8 *const px = xrow + lg_qkv_slot(j) * 256;
+			lg_ld2(px, e0, e1, live, qxa[ib], qxb[ib]);
+		}
+	}
 	// sin and cos once per token, shared by its heads.
 	for (int i = threadIdx.x; i < 256; i += 256) {
-		const i64 n = n0 + i / 32;
-		if (n >= N) break;
-		const i64 p = lg_position(n, S, B, (const int *)cu_seqlens);
+		const i64 nt = n0 + i / 32; // its token
+		if (nt >= N) break;
+		const i64 p = lg_position(nt, S, B, (const int *)cu_seqlens);
 		float sn, cn;
 		sincosf(((const float *)freqs)[p * 64 + i % 32], &sn, &cn);
 		sn *= 1.25f, cn *= 1.25f; // mscale
@@ -200,19 +215,18 @@ lg_qk_norm_rope_fwd_bf16_d128_hq12_hkv4_varlen_ms1p25_cp2_cr1(
 	// The tokens' output rows (one 32-bit division each, not one a lane).
 	if (threadIdx.x < 8) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);
 	__syncthreads();
-	const i64 n = n0 + tl; // the lane group's token (qkv row)
-	const bool tok = n < N;
-	const u8 *const xrow = (const u8 *)qkv + n * 5120;
 	const i64 ob = orow[tl];
 	// q heads jg, jg + 4, ...: 3 round(s), the loads of 2 at a time.
 	for (int i0 = 0; i0 < 3; i0 += 2) {
-		lg_u32x4 xa[2], xb[2];
-		#pragma unroll
-		for (int ib = 0; ib < 2; ib++) {
-			const int j = jg + (i0 + ib) * 4; // q head
-			const bool live = tok && j < 12;
-			const u8 *const px = xrow + lg_qkv_slot(j) * 256;
-			lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
+		lg_u32x4 *const xa = qxa, *const xb = qxb; // the first batch: prefetched
+		if (i0 > 0) {
+			#pragma unroll
+			for (int ib = 0; ib < 2; ib++) {
+				const int j = jg + (i0 + ib) * 4; // q head
+				const bool live = tok && j < 12;
+				const u8 *const px = xrow + lg_qkv_slot(j) * 256;
+				lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
+			}
 		}
 		#pragma unroll
 		for (int ib = 0; ib < 2; ib++) {

@@ -152,7 +152,7 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 // ----- lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf1_bs_plain_silu -----
 // q/k RMSNorm + RoPE + split, forward
 // 4 lanes a head vector, 64 lane groups a CTA, 8 tokens: 8 lane groups a token.
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, 4)
 lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf1_bs_plain_silu(
 	u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens, u64 q, u64 k, u64 v, i64 S,
 	i64 B, i64 part)
@@ -172,11 +172,37 @@ lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf1_bs_plain_silu(
 			: k_weight))[i % 64] << 16);
 	const i64 N = lg_tokens(S, B);
 	const i64 n0 = (i64)blockIdx.x * 8; // the CTA's tokens
+	const i64 n = n0 + tl; // the lane group's token (qkv row)
+	const bool tok = n < N;
+	const u8 *const xrow = (const u8 *)qkv + n * 2560;
+	// The first loads (prefetch), in flight while the table is built.
+	lg_u32x4 qxa[2], qxb[2];
+	{
+		const int i0 = 0;
+		#pragma unroll
+		for (int ib = 0; ib < 2; ib++) {
+			const int j = jg + (i0 + ib) * 8; // q head
+			const bool live = tok && j < 12;
+			const u8 *const px = xrow + lg_qkv_slot(j) * 128;
+			lg_ld2(px, e0, e1, live, qxa[ib], qxb[ib]);
+		}
+	}
+	lg_u32x4 kxa[1], kxb[1];
+	{
+		const int i0 = 0;
+		#pragma unroll
+		for (int ib = 0; ib < 1; ib++) {
+			const int j = jg + (i0 + ib) * 8; // k heads, then v heads
+			const bool live = tok && j < 8;
+			const u8 *const px = xrow + lg_qkv_slot(12 + j) * 128;
+			lg_ld2(px, e0, e1, live, kxa[ib], kxb[ib]);
+		}
+	}
 	// sin and cos once per token, shared by its heads.
 	for (int i = threadIdx.x; i < 256; i += 256) {
-		const i64 n = n0 + i / 32;
-		if (n >= N) break;
-		const i64 p = lg_position(n, S, B, (const int *)cu_seqlens);
+		const i64 nt = n0 + i / 32; // its token
+		if (nt >= N) break;
+		const i64 p = lg_position(nt, S, B, (const int *)cu_seqlens);
 		float sn, cn;
 		sincosf(((const float *)freqs)[p * 64 + i % 32], &sn, &cn);
 		ct[i / 32][i % 32] = cn, st[i / 32][i % 32] = sn;
@@ -184,20 +210,10 @@ lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf1_bs_plain_silu(
 	// The tokens' output rows (one 32-bit division each, not one a lane).
 	if (threadIdx.x < 8) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);
 	__syncthreads();
-	const i64 n = n0 + tl; // the lane group's token (qkv row)
-	const bool tok = n < N;
-	const u8 *const xrow = (const u8 *)qkv + n * 2560;
 	const i64 ob = orow[tl];
 	// q heads jg, jg + 8, ...: 2 round(s), the loads of 2 at a time.
 	for (int i0 = 0; i0 < 2; i0 += 2) {
-		lg_u32x4 xa[2], xb[2];
-		#pragma unroll
-		for (int ib = 0; ib < 2; ib++) {
-			const int j = jg + (i0 + ib) * 8; // q head
-			const bool live = tok && j < 12;
-			const u8 *const px = xrow + lg_qkv_slot(j) * 128;
-			lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
-		}
+		lg_u32x4 *const xa = qxa, *const xb = qxb; // the first batch: prefetched
 		#pragma unroll
 		for (int ib = 0; ib < 2; ib++) {
 			const int j = jg + (i0 + ib) * 8; // q head
@@ -219,14 +235,7 @@ lg_qk_norm_rope_fwd_bf16_d64_hq12_hkv4_rf1_bs_plain_silu(
 	}
 	// k then v heads jg, jg + 8, ...: 1 round(s), the loads of 1 at a time.
 	for (int i0 = 0; i0 < 1; i0 += 1) {
-		lg_u32x4 xa[1], xb[1];
-		#pragma unroll
-		for (int ib = 0; ib < 1; ib++) {
-			const int j = jg + (i0 + ib) * 8; // k heads, then v heads
-			const bool live = tok && j < 8;
-			const u8 *const px = xrow + lg_qkv_slot(12 + j) * 128;
-			lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
-		}
+		lg_u32x4 *const xa = kxa, *const xb = kxb; // the first batch: prefetched
 		#pragma unroll
 		for (int ib = 0; ib < 1; ib++) {
 			const int j = jg + (i0 + ib) * 8; // k heads, then v heads
