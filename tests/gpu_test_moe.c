@@ -34,6 +34,7 @@
 
 #include <cmocka.h>
 
+#include "context.h"
 #include "cuda.h"
 #include "gpu.h"
 #include "harness.h"
@@ -387,6 +388,16 @@ static void test_permute_pipelined(void **state)
 	/* the map warp beside 64 moving threads (4 pieces a thread) */
 	check("moe_permute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"tile\": {\"pipeline\": 2, "
 	      "\"threads\": 64}", odd, NODD);
+	/* its grid: the co-resident CTAs (at one token its geometry has 257 CTAs,
+	 * once taken for a cluster: a grid of one CTA, 13.2 ms at the target) */
+	lg_spec *s = parse("moe_permute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"tile\": "
+			   "{\"pipeline\": 2}");
+	lg_kernel *k = NULL;
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	printf("%s: %u co-resident CTAs\n", lg_spec_entry(s), k->plan.resident[0]);
+	assert_true(k->plan.resident[0] > 1);
+	lg_spec_free(s);
 }
 
 static void test_deterministic(void **state)
