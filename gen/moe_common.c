@@ -38,7 +38,7 @@
  * barrier); two trips a token, the token row loading beside the first.
  * Each CTA still pays a launch, those trips and a barrier before its
  * stores. Its pipelined form (tile.pipeline
- * 2, not yet the default: unmeasured) is the combine's: persistent CTAs
+ * 2, opt-in; see moe_permute.c) is the combine's: persistent CTAs
  * (the co-resident count) loop over tokens; the map warp reads token
  * t + G's map row into the other shared buffer and writes its rows'
  * probabilities, while the moving warps load token t + G's row (and
@@ -112,7 +112,7 @@ int lg_moe_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	static const int64_t threads[] = {64, 128, 256, 512, 0}, pipeline[] = {1, 2, 0};
 	if (!piped)
 		return lg_candidate_values(s, t, out, 0, max, k, threads);
-	/* both forms named (the default is the pipelined one) */
+	/* both forms named (the combine's default is the pipelined one, the dispatch's the other) */
 	int n = lg_candidate_grid(s, t, out, 0, max, k, threads, kp, pipeline);
 	if (n == 0) /* no thread count but the default (short rows): the two forms alone */
 		n = lg_candidate_values(s, t, out, 0, max, kp, pipeline);

@@ -18,12 +18,13 @@
  * Strategy: moe_common.c (forward, tile.pipeline 1, the default: one CTA
  * per token; the token's row read once, in 16-byte pieces where the row
  * allows, and stored to each of its rows; 256 more CTAs write the zero
- * rows. tile.pipeline 2 (opt-in, not offered by `lingen tune`): persistent
+ * rows. tile.pipeline 2 (opt-in, offered by `lingen tune`): persistent
  * CTAs, a map warp reading the next token's map row (and writing its
  * probabilities) while the other warps store this token's row, the next
  * token's row loaded meanwhile; the zero rows spread over the grid; the
- * same bytes, but measured 13.2 ms at the target on the H200 (a defect:
- * do not use it until it is found). The backward's combine by
+ * same bytes. (It once measured 13.2 ms at the target: the context took
+ * its one-token geometry, 1 + 256 CTAs, for a cluster and launched one
+ * CTA; runtime/context.c now asks the plan.) The backward's combine by
  * default pipelined, tile.pipeline 2: persistent CTAs, the next token's
  * map row read while this one's rows are added; tile.pipeline 1 one CTA a
  * token).
@@ -124,13 +125,11 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	}
 }
 
-/* Tile variants for `lingen tune`: threads a token; the backward (a
- * combine) in both forms. The forward's pipelined form is not offered: on
- * the H200 it took 13.2 ms at the target against 93.5 us for one CTA a
- * token (bench/h200-2026-12-01c/bench-run4.txt), a defect not yet found. */
+/* Tile variants for `lingen tune`: threads a token, in both forms (the
+ * forward's plain and pipelined dispatch, the backward's combine). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
-	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE, s->pass == LG_PASS_BACKWARD);
+	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE, true);
 }
 
 const struct lg_family lg_family_moe_permute = {

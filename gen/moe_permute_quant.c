@@ -25,6 +25,25 @@
  * thread's rows issued together; x rows are read once per expert they go
  * to, from L2 after the first) and the prologue writes the tile's
  * probabilities. No intermediate permuted bf16 copy is written.
+ * tile.prefetch 1 (opt-in, unmeasured): the rows of each feature block
+ * are copied by cp.async into one of two 32 KB shared stages (dynamic
+ * shared memory) while the block before is quantised, each thread copying
+ * the 16-byte pieces it then reads itself (no barrier); the gathers of the
+ * next block overlap this one's maxima and stores instead of waiting for
+ * them (2 CTAs an SM, as the default's registers allow). The first block
+ * still waits for its copies.
+ *
+ * Bytes at the target (8192 tokens, hidden 2048, top-8, 256 experts,
+ * multiple 16, output both): x read once from DRAM (32 MB; its 8 reads a
+ * token hit L2 after the first), q and qt P x 2048 bytes each (P about
+ * 67.5K padded rows: 138 MB each), s P x 16 and st about 3 x 256 rows of
+ * 2048 fp32 (4.3 + 6.3 MB), row_index and out_probs (0.3 MB each): about
+ * 320 MB, 76 us at the 4.23 TB/s copy ceiling (the bench counts 338 MB at
+ * the capacity rows, 80 us); the goal of 95 us is 84% of it. Measured
+ * 186 us (DRAM 56%, issue 46%, 2 CTAs of 8 warps an SM by registers): a
+ * tile's critical path is three dependent trips (padded_counts' block
+ * scan, row_index, the gathered rows) and then its loads, maxima and
+ * stores in turn, with only 16 warps an SM to overlap them.
  */
 #include <stdio.h>
 
@@ -38,7 +57,7 @@
 #define HIDDEN_MAX 32768
 
 enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS,
-       K_FBLOCKS, K_MIN_CTAS, NKEYS };
+       K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, NKEYS };
 static const int64_t threads_ok[] = {256, 512, 0};
 static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
 static const struct lg_key keys[NKEYS] = {
@@ -51,6 +70,9 @@ static const struct lg_key keys[NKEYS] = {
 	[K_FBLOCKS] = LG_KEY_TILE("fblocks", "f", 1, 8, fblocks_ok,
 				  "128-feature blocks a CTA quantises in turn (one expert lookup for all)"),
 	[K_MIN_CTAS] = LG_KEY_TILE_MIN_CTAS,
+	[K_PREFETCH] = LG_KEY_TILE("prefetch", "a", 0, 1, NULL,
+				   "1: each feature block's rows copied into shared memory (cp.async) while the "
+				   "block before is quantised; 0: loaded into registers"),
 };
 
 static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 24, "tokens", 0}};
@@ -72,7 +94,11 @@ static const struct lg_arg args[NARGS] = {
 	[A_OUTP] = {"out_probs", LG_ARG_OPT_OUT, LG_ELEM_FP32, ROWS, 4, "probs[t, e] of each row (0: padding)"},
 };
 
-enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE, P_MIN_CTAS };
+enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE, P_MIN_CTAS, P_PREFETCH };
+
+/* tile.prefetch: two stages of a 128-row x 128-feature bf16 block (dynamic
+ * shared memory) */
+#define STAGE_BYTES (128 * 128 * 2)
 
 static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p, char *m, size_t mlen, char *ne,
 			   size_t nlen)
@@ -105,9 +131,12 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_THREADS] = p->v[P_THREADS] =
 		lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) ? 256 : 512;
 	p->tile[K_FBLOCKS] = p->v[P_FBLOCKS] = fb < nb ? fb : nb;
-	/* 103 registers a thread at 256 threads: 2 CTAs an SM (ptxas); a
-	 * higher minimum is a tuning choice */
-	p->tile[K_MIN_CTAS] = p->v[P_MIN_CTAS] = lg_spec_has(s, K_MIN_CTAS) ? lg_spec_int(s, K_MIN_CTAS) : 1;
+	p->tile[K_PREFETCH] = p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) : 0;
+	/* 100 to 128 registers a thread at 256 threads: 2 CTAs an SM (ptxas);
+	 * a higher minimum is a tuning choice. tile.prefetch: 2 (its 64 KB of
+	 * stages allow no more; uncapped, ptxas took 164 registers, 1 CTA) */
+	p->tile[K_MIN_CTAS] = p->v[P_MIN_CTAS] =
+		lg_spec_has(s, K_MIN_CTAS) ? lg_spec_int(s, K_MIN_CTAS) : p->v[P_PREFETCH] ? 2 : 1;
 	p->v[P_EXPERTS] = lg_spec_int(s, K_EXPERTS);
 	p->v[P_TOPK] = lg_spec_int(s, K_TOPK);
 	p->v[P_MULTIPLE] = lg_spec_int(s, K_MULTIPLE);
@@ -123,12 +152,72 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	struct lg_qe q = engine(NULL, p, m, sizeof m, ne, sizeof ne);
 	int64_t rows = sz[0] * p->v[P_TOPK] + p->v[P_EXPERTS] * (p->v[P_MULTIPLE] - 1);
 	lg_qe_geometry(&q, sz[0] > 0 ? rows : 0, p->v[P_EXPERTS], d);
+	if (p->v[P_PREFETCH])
+		d->smem = 2 * STAGE_BYTES;
 }
 
-/* Row qe_row's 8 features: those of its source token, zeros for padding. */
+/* tile.prefetch: lg_gather, the cp.async copies of a thread's rows (those
+ * the values hook reads: r0 + i, a row past the tile's last taking the last
+ * one's source) x its 16 bytes of the feature block at feature k0, into a
+ * stage (row r0 + i at 256 (r0 + i) bytes; a padding row's copy fills
+ * zeros); none for a thread whose rows are all absent; one commit group. */
+static void emit_gather_helper(lg_buf *b, const struct lg_qe *e)
+{
+	lg_comment(b, "tile.prefetch: this thread's rows r0 + i (past the tile's last: the last one's source)");
+	lg_comment(b, "x its 16 bytes of feature block k0 into `stage` (row r0 + i at 256 (r0 + i); padding rows");
+	lg_comment(b, "zero-filled) by cp.async, one commit group (empty for a thread with no row).");
+	lg_line(b, "static __device__ __forceinline__ void lg_gather(u8 *stage, u64 x, const int *ri, i64 m0, int rows,");
+	lg_line(b, "\t\t\t\t\t\t\t int r0, int lb, i64 k0)");
+	lg_open(b, "{");
+	lg_open(b, "if (r0 < rows) {");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", lg_qe_tokens_per_thread(e));
+	lg_line(b, "const int src = ri[m0 + min(r0 + i, rows - 1)];");
+	lg_line(b, "const u8 *const xr = (const u8 *)x + (i64)(src >= 0 ? src : 0) * %lld;", (long long)e->n * 2);
+	lg_line(b, "lg_cp16(stage + (r0 + i) * 256 + lb * 16, xr + (k0 + 8 * lb) * 2,");
+	lg_line(b, "\tsrc >= 0 ? 16 : 0);");
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "lg_cp_commit();");
+	lg_close(b);
+}
+
+/* A call of lg_gather into stage `st` of gx at feature `k0`. */
+static void emit_gather(lg_buf *b, const char *k0, const char *st)
+{
+	lg_line(b, "lg_gather(gx + (%s) * %d, x, (const int *)row_index, m0, rows,", st, STAGE_BYTES);
+	lg_line(b, "\t  r0, lb, %s);", k0);
+}
+
+/* tile.prefetch, at each feature block: the next block's rows copied into
+ * the other stage, then this block's copies awaited (each thread reads only
+ * the bytes it copied: no barrier). */
+static void block_prefetch(lg_buf *b, const struct lg_qe *e, void *ctx)
+{
+	const struct lg_plan *p = ctx;
+	(void)e;
+	long long fb = (long long)p->v[P_FBLOCKS], nb = (long long)(p->v[P_HIDDEN] / 128);
+	lg_comment(b, "Block cb + 1's rows copied into the other stage while this block's are used, then");
+	lg_comment(b, "this block's copies (issued a block before) awaited.");
+	lg_line(b, "const int qe_st = (cb - cg * %lld) & 1; // this block's stage", fb);
+	lg_open(b, "if (cb + 1 < cg * %lld + %lld && cb + 1 < %lld) {", fb, fb, nb);
+	emit_gather(b, "k0 + 128", "qe_st ^ 1");
+	lg_close_with(b, "} else {");
+	lg_line(b, "lg_cp_commit(); // an empty group: one a block");
+	lg_close(b);
+	lg_line(b, "lg_cp_wait(1);");
+	lg_line(b, "const u8 *const qe_gs = gx + qe_st * %d; // this block's rows", STAGE_BYTES);
+}
+
+/* Row qe_row's 8 features: those of its source token, zeros for padding
+ * (tile.prefetch: from the stage this thread copied them into). */
 static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
 {
-	(void)ctx;
+	const struct lg_plan *p = ctx;
+	if (p->v[P_PREFETCH]) {
+		lg_line(b, "%s = *(const lg_u32x4 *)(qe_gs + %s * 256 + (%s - k0) * 2);", r->dst, r->lrow, r->col);
+		return;
+	}
 	lg_open(b, "{");
 	lg_line(b, "const int src = ((const int *)row_index)[%s];", r->row);
 	lg_line(b, "%s = lg_u32x4{0u, 0u, 0u, 0u};", r->dst);
@@ -137,10 +226,11 @@ static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, 
 	lg_close(b);
 }
 
-/* The tile's probabilities, by the CTAs of the first feature group. */
+/* The tile's probabilities, by the CTAs of the first feature group
+ * (tile.prefetch: then the group's first feature block's copies issued). */
 static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 {
-	(void)ctx;
+	const struct lg_plan *p = ctx;
 	lg_comment(b, "The tile's rows' probabilities probs[row_index[r], ex] (0 for padding rows).");
 	lg_open(b, "if (cg == 0 && out_probs) {");
 	lg_open(b, "for (int i = threadIdx.x; i < rows; i += %d) {", e->threads);
@@ -150,22 +240,36 @@ static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 	lg_line(b, "((float *)out_probs)[m0 + i] = p;");
 	lg_close(b);
 	lg_close(b);
+	if (!p->v[P_PREFETCH])
+		return;
+	lg_comment(b, "The rows of the group's feature blocks, copied a block ahead into two stages");
+	lg_comment(b, "of 128 rows x 256 bytes (row r0 + i of a thread at 256 (r0 + i)): the first now.");
+	lg_line(b, "extern __shared__ __align__(16) u8 gx[];");
+	char k0[48];
+	snprintf(k0, sizeof k0, "(i64)cg * %lld", (long long)p->v[P_FBLOCKS] * 128);
+	emit_gather(b, k0, "0");
 }
 
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	char m[64], ne[24];
 	struct lg_qe e = engine(s, p, m, sizeof m, ne, sizeof ne);
-	struct lg_qe_hooks h = {.values = values, .prologue = prologue};
+	struct lg_qe_hooks h = {.ctx = (void *)p, .values = values, .prologue = prologue,
+				.block = p->v[P_PREFETCH] ? block_prefetch : NULL};
 	(void)t;
 	lg_section(b, "helpers for this spec", NULL);
 	lg_qe_emit_helpers(b, &e);
+	if (p->v[P_PREFETCH])
+		emit_gather_helper(b, &e);
 	lg_section(b, p->entry[0], "MoE permute + pad + per-expert blockwise FP8 quantisation");
 	lg_comment(b, "CTA: a 128-row tile of one expert's padded segment (found from padded_counts) x %d",
 		   (int)p->v[P_FBLOCKS]);
 	lg_comment(b, "feature blocks of 128; %d threads, %d rows x 8 features a thread, each row gathered",
 		   e.threads, lg_qe_tokens_per_thread(&e));
-	lg_comment(b, "from its source token (row_index; padding rows are zeros).");
+	lg_comment(b, "from its source token (row_index; padding rows are zeros)%s", p->v[P_PREFETCH] ?
+		   ", copied into shared" : ".");
+	if (p->v[P_PREFETCH])
+		lg_comment(b, "memory a feature block ahead (cp.async).");
 	char lb[48];
 	lg_emit_signature(b, s, p->entry[0], "%s", lg_launch_bounds(lb, e.threads, p->v[P_MIN_CTAS]));
 	lg_open(b, "{");

@@ -300,15 +300,19 @@ lg_status lg_ctx_cubin(lg_ctx *c, const lg_spec *s, const void **cubin, size_t *
 	return LG_OK;
 }
 
-/* How many CTAs (or clusters, for clustered entries) of a persistent entry
- * are co-resident on the current device. */
+/* How many CTAs (or clusters, for clustered entries: `cluster` CTAs a
+ * compile-time cluster, plan.cluster, above 1) of a persistent entry are
+ * co-resident on the current device. Whether the entry is clustered is the
+ * plan's word, not the geometry's: a grid of more than one CTA at one token
+ * (moe_permute's pipelined dispatch: 1 + 256 CTAs) taken for a cluster gave
+ * a grid of one CTA, 13.2 ms at its target on the H200). */
 static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const struct lg_launch_dim *d,
-				unsigned *out)
+				unsigned cluster, unsigned *out)
 {
 	CUfunction fn;
 	LG_CU_TRY(cu, cuKernelGetFunction, (&fn, kern));
 	int n = 0;
-	if (d->grid[0] > 1) { /* compile-time cluster of grid[0] CTAs */
+	if (cluster > 1) { /* compile-time cluster of grid[0] CTAs */
 		CUlaunchConfig cfg = {.gridDimX = d->grid[0], .gridDimY = 1, .gridDimZ = 1,
 				      .blockDimX = d->block[0], .blockDimY = d->block[1],
 				      .blockDimZ = d->block[2], .sharedMemBytes = d->smem};
@@ -381,7 +385,7 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 				LG_CU_TRY(cu, cuKernelSetAttribute,
 					  (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, k->fn[i], dev));
 		if (e->plan.persistent[i]) {
-			st = query_resident(cu, k->fn[i], &d, &k->plan.resident[i]);
+			st = query_resident(cu, k->fn[i], &d, e->plan.cluster[i], &k->plan.resident[i]);
 			if (st != LG_OK)
 				return st;
 		}

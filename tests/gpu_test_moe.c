@@ -11,7 +11,8 @@
  * routing pattern of the references (moe_ref.h: lg_moe_ref_pattern of the
  * input seed) runs at each shape. Integer outputs and copies must be bit-equal, the fp32
  * sums of the combine bit-equal (same adds, same order), the fused
- * permute + FP8 quantisation (moe_permute_quant, K4b) bit-equal, the weighted
+ * permute + FP8 quantisation (moe_permute_quant, K4b; also its tile.prefetch
+ * form, rows copied into shared memory a block ahead) bit-equal, the weighted
  * forms within tolerance; poisoned outputs, nothing left unwritten; a
  * second launch gives the same bytes. The pipelined combine (tile.pipeline
  * 2, the default: persistent CTAs, moe_unpermute forward plain and
@@ -34,6 +35,7 @@
 
 #include <cmocka.h>
 
+#include "context.h"
 #include "cuda.h"
 #include "gpu.h"
 #include "harness.h"
@@ -211,6 +213,19 @@ static void test_permute_quant(void **state)
 	/* the occupancy variant lingen tune tries: 3 CTAs an SM, registers capped */
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {}, "
 	      "\"tile\": {\"min_ctas\": 3}", target, 1);
+	/* tile.prefetch (rows copied into shared memory a feature block ahead): the target, a
+	 * group shorter than fblocks (3 blocks), one block, 512 threads over 8 blocks */
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
+	      "\"both\"}, \"tile\": {\"prefetch\": 1}", target, 1);
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
+	      "\"columnwise\", \"round_scale\": false}, \"tile\": {\"prefetch\": 1}", odd, NODD);
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, "
+	      "\"multiple\": 128, \"quant\": {\"output\": \"both\"}, \"tile\": {\"prefetch\": 1}", odd, NODD);
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, \"experts\": 5, \"top_k\": 2, "
+	      "\"multiple\": 1, \"quant\": {\"output\": \"rowwise\"}, \"tile\": {\"prefetch\": 1}", odd, NODD);
+	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 7168, \"experts\": 160, \"top_k\": 6, "
+	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8, \"prefetch\": 1}",
+	      odd, NODD);
 }
 
 /* The optional arguments left out (0): probs, out_probs, row_index, ... */
@@ -387,6 +402,16 @@ static void test_permute_pipelined(void **state)
 	/* the map warp beside 64 moving threads (4 pieces a thread) */
 	check("moe_permute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"tile\": {\"pipeline\": 2, "
 	      "\"threads\": 64}", odd, NODD);
+	/* its grid: the co-resident CTAs (at one token its geometry has 257 CTAs,
+	 * once taken for a cluster: a grid of one CTA, 13.2 ms at the target) */
+	lg_spec *s = parse("moe_permute", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"tile\": "
+			   "{\"pipeline\": 2}");
+	lg_kernel *k = NULL;
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	printf("%s: %u co-resident CTAs\n", lg_spec_entry(s), k->plan.resident[0]);
+	assert_true(k->plan.resident[0] > 1);
+	lg_spec_free(s);
 }
 
 static void test_deterministic(void **state)
@@ -398,6 +423,8 @@ static void test_deterministic(void **state)
 	same_twice("moe_unpermute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true, "
 		   "\"tile\": {\"pipeline\": 1}");
 	same_twice("moe_permute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"tile\": {\"pipeline\": 2}");
+	same_twice("moe_permute_quant", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
+		   "\"both\"}, \"tile\": {\"prefetch\": 1}");
 }
 
 /* Declared argument rules reach the launch: the weighted combine's
