@@ -23,7 +23,7 @@
  * K work given that each operand's contiguous extent and row stride are
  * multiples of its chunk's elements (the family validates that).
  *
- * The sm_90a path (lg_gemm90_*; bf16 operands): a CTA of bm / 64
+ * The sm_90a path (lg_gemm90_*; bf16 operands, or an fp32 A): a CTA of bm / 64
  * consumer warpgroups and one producer warpgroup computes a bm x bn tile.
  * One thread of the producer issues TMA loads of the A (bm x 64) and B
  * (bn x 64) tiles of each reduction tile of 64 into a `stages`-deep ring
@@ -41,8 +41,7 @@
  * and issues one wgmma a plane with the same B tile into the same
  * accumulators; the split of tile kt runs while the group of tile kt - 1
  * computes. (Its tensor map needs rows of a multiple of 16 bytes.) Each
- * stage's `full`
- * mbarrier completing on the bytes, its `empty` mbarrier on one arrival
+ * stage's `full` mbarrier completes on the bytes, its `empty` mbarrier on one arrival
  * of every consumer warp. Consumer warpgroup c issues wgmma.mma_async
  * m64 n<bn> k16 (both operands by shared memory descriptors, fp32
  * accumulators in registers: bn / 2 a thread) over its 64 rows, four a
@@ -51,7 +50,7 @@
  * producer gives up registers (setmaxnreg) to the consumers. TMA zero-
  * fills what lies outside the operands, so any M, N, K work (K a
  * multiple of 8: TMA's 16-byte row stride); the family passes each
- * operand's tensor map (box 64 x bm or bn, swizzle 128) in its plan.
+ * operand's tensor map (lg_gemm90_boxes) in its plan.
  * With a cluster of 2 CTAs (consecutive blockIdx.x, tiles at consecutive
  * row blocks, the same columns), each loads half of the B tile (box
  * 64 x bn / 2) and multicasts it to both, halving B's L2 traffic: a stage
