@@ -555,19 +555,29 @@ int lg_gemm90_threads(const struct lg_gemm_tile *t) { return 128 * (consumers(t)
 
 int lg_gemm90_cluster(const struct lg_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
 
-static unsigned stage_bytes(const struct lg_gemm *g) { return (unsigned)((g->t.bm + g->t.bn) * G90_ROWB); }
+/* Bytes of A's tile in a stage: bf16 rows of 128 bytes, or fp32 boxes of
+ * 64 x 64 unswizzled (256-byte rows); then B's. */
+static unsigned a_bytes90(const struct lg_gemm *g) { return (unsigned)g->t.bm * (g->a.fp32 ? 256u : G90_ROWB); }
+
+static unsigned stage_bytes(const struct lg_gemm *g) { return a_bytes90(g) + (unsigned)(g->t.bn * G90_ROWB); }
+
+/* Bytes of one buffer of an fp32 A's bf16 planes (none for a bf16 A). */
+static unsigned planes_bytes90(const struct lg_gemm *g)
+{
+	return g->a.fp32 ? (unsigned)(g->terms * g->t.bm * G90_ROWB) : 0u;
+}
 
 unsigned lg_gemm90_smem(const struct lg_gemm *g)
 {
-	/* 1024 of slack to align the ring; two mbarriers a stage */
-	return 1024u + (unsigned)g->t.stages * (stage_bytes(g) + 16u);
+	/* 1024 of slack to align the ring; two mbarriers a stage; two plane buffers */
+	return 1024u + (unsigned)g->t.stages * (stage_bytes(g) + 16u) + 2u * planes_bytes90(g);
 }
 
 const char *lg_gemm90_tile_problem(const struct lg_gemm *g)
 {
 	const struct lg_gemm_tile *t = &g->t;
-	if (g->a.fp32 || g->b.fp32 || g->a.mn_major || g->b.mn_major || g->terms != 1)
-		return "bf16 operands with the reduction contiguous (the sm_90a wgmma path)";
+	if (g->b.fp32 || g->convert || (!g->a.fp32 && g->terms != 1) || g->terms < 1 || g->terms > 3)
+		return "bf16 operands or an fp32 A of 1 to 3 bf16 terms (the sm_90a wgmma path)";
 	if (t->bm != 64 && t->bm != 128)
 		return "tile.m 64 or 128 (one consumer warpgroup a 64 rows)";
 	if (t->bn < 16 || t->bn > 256 || t->bn % 16 != 0)
@@ -576,17 +586,25 @@ const char *lg_gemm90_tile_problem(const struct lg_gemm *g)
 		return "tile.k 64 (128-byte rows of the 128-byte swizzle)";
 	if (t->stages < 2 || t->stages > 8)
 		return "tile.stages 2 to 8";
-	if (lg_gemm90_cluster(g) > 2)
-		return "tile.cluster 1 or 2";
+	if (g->b.mn_major && t->bn % 64 != 0)
+		return "tile.n a multiple of 64 (boxes of 64 contiguous outputs of an MN-major B)";
+	if (lg_gemm90_cluster(g) > 2 || (lg_gemm90_cluster(g) > 1 && (g->b.mn_major || g->a.fp32)))
+		return "tile.cluster 1 or 2 (1 with an fp32 A or an MN-major B)";
 	return NULL;
 }
 
-void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[2], int *swizzle)
+/* Operand o's boxes are 64 x 64 (several a tile) rather than one of 64 x
+ * its rows: MN-major (64 contiguous outputs), or fp32 (one a warpgroup). */
+static bool boxed64(const struct lg_gemm_operand *o) { return o->mn_major || o->fp32; }
+
+void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[2], int *swizzle_a,
+		     int *swizzle_b)
 {
 	box_a[0] = box_b[0] = G90_BK;
-	box_a[1] = (unsigned)g->t.bm;
-	box_b[1] = (unsigned)(g->t.bn / lg_gemm90_cluster(g));
-	*swizzle = G90_ROWB;
+	box_a[1] = boxed64(&g->a) ? (unsigned)G90_BK : (unsigned)g->t.bm;
+	box_b[1] = boxed64(&g->b) ? (unsigned)G90_BK : (unsigned)(g->t.bn / lg_gemm90_cluster(g));
+	*swizzle_a = g->a.fp32 ? 0 : G90_ROWB;
+	*swizzle_b = G90_ROWB;
 }
 
 /* Items 0..n-1 (`pre` index `suf`), `per` a line: each line is `lead`, then
@@ -621,7 +639,11 @@ void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *pref
 	snprintf(name, sizeof name, "%s_wgmma", prefix);
 	snprintf(params, sizeof params, "float acc[%d], u64 da, u64 db", regs);
 	lg_comment(b, "acc (64 x %d, fp32) += A (64 x 16 at descriptor da) . B (%d x 16 at db)^T, both bf16", n, n);
-	lg_comment(b, "K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.");
+	if (g->a.mn_major || g->b.mn_major)
+		lg_comment(b, "in 128-byte swizzled shared memory, A %s, B %s (MN-major: transposed);",
+			   g->a.mn_major ? "M-major" : "K-major", g->b.mn_major ? "N-major" : "K-major");
+	lg_comment(b, "%sasynchronous until lg_wg_wait.",
+		   g->a.mn_major || g->b.mn_major ? "" : "K-major in 128-byte swizzled shared memory; ");
 	lg_line(b, "static __device__ __forceinline__ void");
 	lg_head(b, name, params);
 	lg_open(b, "{");
@@ -630,11 +652,63 @@ void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *pref
 	/* the accumulators' names in the instruction, 12 a line; their operands, 5 a line */
 	if (!emit_list(b, regs, 12, "%", "", "\t\"", "{", "},\"", ",\""))
 		return;
-	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1, 0, 0;\\n}\"", regs, regs + 1);
+	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1, %d, %d;\\n}\"", regs, regs + 1, g->a.mn_major, g->b.mn_major);
 	if (!emit_list(b, regs, 5, "\"+f\"(acc[", "])", "\t", ": ", "", ","))
 		return;
 	lg_line(b, "\t: \"l\"(da), \"l\"(db), \"r\"(1));");
 	lg_close(b);
+}
+
+/* The producer's TMA loads of operand o's tile (`rows` outputs from `o0`)
+ * of the reduction tile at r0 into the stage at sd + off, completing on
+ * full[s]: one box (K-major bf16) or rows / 64 boxes of 64 x 64. */
+static void emit_tma90(lg_buf *b, const struct lg_gemm_operand *o, int rows, const char *o0, unsigned off)
+{
+	int nb = boxed64(o) ? rows / 64 : 1;
+	unsigned box = 64u * (o->fp32 ? 256u : G90_ROWB);
+	for (int j = 0; j < nb; j++) {
+		char out[96], dst[32];
+		if (j)
+			snprintf(out, sizeof out, "(int)(%s) + %d", o0, 64 * j);
+		else
+			snprintf(out, sizeof out, "(int)(%s)", o0);
+		if (off + (unsigned)j * box)
+			snprintf(dst, sizeof dst, "sd + %u", off + (unsigned)j * box);
+		else
+			snprintf(dst, sizeof dst, "sd");
+		/* coordinates, inner first: the reduction then the output (K-major), or the reverse */
+		const char *c0 = o->mn_major ? out : "r0", *c1 = o->mn_major ? "r0" : out;
+		lg_line(b, "lg_tma_load_2d(%s, &%s, &full[s], %s, %s);", dst, o->tmap, c0, c1);
+	}
+}
+
+/* A consumer warpgroup's split of its fp32 box of A (64 rows of 256 bytes
+ * at `src`, either major: rows are along the box's outer dimension) into
+ * g->terms bf16 planes at `dst` (64 rows of 128 bytes, 128-byte swizzle,
+ * planes `stride` bytes apart): 8 values a thread at a time, then the
+ * fence to the async proxy and the warpgroup's named barrier. */
+static void emit_split90(lg_buf *b, const struct lg_gemm *g, unsigned stride)
+{
+	lg_comment(b, "This warpgroup's fp32 box of A into %d bf16 plane%s (swizzled 16-byte chunks).", g->terms,
+		   g->terms > 1 ? "s" : "");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < 4; i++) {");
+	lg_line(b, "const int q = (threadIdx.x & 127) + i * 128, r = q >> 3, c = q & 7;");
+	lg_line(b, "const float4 lo = *(const float4 *)(src + r * 256 + c * 32);");
+	lg_line(b, "const float4 hi = *(const float4 *)(src + r * 256 + c * 32 + 16);");
+	lg_line(b, "u32 t[4][%d];", g->terms);
+	lg_line(b, "lg_split_bf16x2(t[0], %d, lo.x, lo.y);", g->terms);
+	lg_line(b, "lg_split_bf16x2(t[1], %d, lo.z, lo.w);", g->terms);
+	lg_line(b, "lg_split_bf16x2(t[2], %d, hi.x, hi.y);", g->terms);
+	lg_line(b, "lg_split_bf16x2(t[3], %d, hi.z, hi.w);", g->terms);
+	lg_line(b, "u8 *const d = dst + r * 128 + ((c ^ (r & 7)) << 4);");
+	for (int e = 0; e < g->terms; e++)
+		lg_line(b, "*(uint4 *)(d + %u) = make_uint4(t[0][%d], t[1][%d], t[2][%d], t[3][%d]);", e * stride, e, e, e,
+			e);
+	lg_close(b);
+	lg_line(b, "lg_fence_proxy_async();");
+	lg_comment(b, "this warpgroup's four warps meet (named barrier 1 + wg)");
+	lg_line(b, "asm volatile(\"bar.sync %%0, 128;\" :: \"r\"(1 + wg) : \"memory\");");
 }
 
 void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
@@ -642,21 +716,40 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 {
 	const struct lg_gemm_tile *t = &g->t;
 	int c = consumers(t), S = t->stages, regs = t->bn / 2, cl = lg_gemm90_cluster(g);
-	unsigned sa = (unsigned)t->bm * G90_ROWB, sb = (unsigned)t->bn * G90_ROWB, st = stage_bytes(g);
+	unsigned sa = a_bytes90(g), sb = (unsigned)t->bn * G90_ROWB, st = stage_bytes(g), pb = planes_bytes90(g);
+	unsigned plane = (unsigned)t->bm * G90_ROWB;
+	bool split = g->a.fp32;
 	lg_comment(b, "%dx%d tile: %d consumer warpgroup%s (64 rows each) and a producer warpgroup; %d stages", t->bm,
 		   t->bn, c, c > 1 ? "s" : "", S);
-	lg_comment(b, "of A [%d][128 B] and B [%d][128 B] at 1024-byte boundaries, then full[%d], empty[%d].", t->bm,
-		   t->bn, S, S);
+	if (split) {
+		lg_comment(b, "of A fp32 [%d][256 B] and B [%d][128 B] at 1024-byte boundaries, two buffers of A's", t->bm,
+			   t->bn);
+		lg_comment(b, "%d bf16 plane%s [%d][128 B], then full[%d], empty[%d] (128-byte rows: 64 reductions", g->terms,
+			   g->terms > 1 ? "s" : "", t->bm, S, S);
+		lg_comment(b, "K-major, 64 outputs MN-major).");
+	} else {
+		lg_comment(b, "of A [%d][128 B] and B [%d][128 B] at 1024-byte boundaries, then full[%d], empty[%d].", t->bm,
+			   t->bn, S, S);
+	}
 	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
-	lg_line(b, "u64 *const full = (u64 *)(ring + %u), *const empty = full + %d;", (unsigned)S * st, S);
+	if (split)
+		lg_line(b, "u8 *const planes = ring + %u; // [2][%d][%d][128 B]", (unsigned)S * st, g->terms, t->bm);
+	lg_line(b, "u64 *const full = (u64 *)(ring + %u), *const empty = full + %d;", (unsigned)S * st + 2u * pb, S);
 	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
 	lg_line(b, "const int nkt = (int)(%s - %s);", kt1, kt0);
 	if (cl > 1)
 		lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster: B rows [rank %d, (rank + 1) %d)", cl,
 			t->bn / cl, t->bn / cl);
 	lg_open(b, "if (threadIdx.x == 0) {");
-	lg_line(b, "lg_tma_prefetch(&%s);", g->a.tmap);
-	lg_line(b, "lg_tma_prefetch(&%s);", g->b.tmap);
+	if (split) { /* dw at 0 tokens: no map to read */
+		lg_open(b, "if (nkt > 0) {");
+		lg_line(b, "lg_tma_prefetch(&%s);", g->a.tmap);
+		lg_line(b, "lg_tma_prefetch(&%s);", g->b.tmap);
+		lg_close(b);
+	} else {
+		lg_line(b, "lg_tma_prefetch(&%s);", g->a.tmap);
+		lg_line(b, "lg_tma_prefetch(&%s);", g->b.tmap);
+	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
 	lg_line(b, "lg_mbar_init(&full[s], 1);");
@@ -680,15 +773,14 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
 	lg_line(b, "const int r0 = (int)((%s + kt) * %d);", kt0, G90_BK);
 	lg_line(b, "u8 *const sd = ring + s * %u;", st);
-	lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, (int)(%s));", g->a.tmap, o0a);
-	if (cl > 1)
-	{
+	emit_tma90(b, &g->a, t->bm, o0a, 0);
+	if (cl > 1) {
 		lg_line(b, "const int o1 = (int)(%s) + (int)rank * %d; // this CTA's half of B", o0b, t->bn / cl);
 		lg_line(b, "u8 *const sh = sd + %u + rank * %u;", sa, sb / cl);
 		lg_line(b, "lg_tma_load_2d_mc(sh, &%s, &full[s], r0, o1, %u);", g->b.tmap, (1u << cl) - 1);
+	} else {
+		emit_tma90(b, &g->b, t->bn, o0b, sa);
 	}
-	else
-		lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, (int)(%s));", sa, g->b.tmap, o0b);
 	lg_close(b);
 	lg_close(b);
 	if (cl > 1)
@@ -704,12 +796,37 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
 	lg_line(b, "const int s = kt %% %d;", S);
 	lg_line(b, "lg_mbar_wait(&full[s], (kt / %d) & 1);", S);
-	lg_line(b, "const u64 da = lg_wg_desc(ring + s * %u + wg * %u);", st, 64u * G90_ROWB);
-	lg_line(b, "const u64 db = lg_wg_desc(ring + s * %u + %u);", st, sa);
+	/* a k16 step: 32 bytes along a K-major row, 16 rows of an MN-major tile (descriptor units of 16 B) */
+	int ka = g->a.mn_major ? 16 * G90_ROWB / 16 : 2, kb = g->b.mn_major ? 16 * G90_ROWB / 16 : 2;
+	const char *dma = g->a.mn_major ? "_mn" : "", *dmb = g->b.mn_major ? "_mn" : "";
+	if (split) {
+		lg_comment(b, "plane buffer kt %% 2: its last reader, the group of kt - 2, is done");
+		lg_line(b, "u8 *const dst = planes + (kt & 1) * %u + wg * %u;", pb, 64u * G90_ROWB);
+		lg_line(b, "const u8 *const src = ring + s * %u + wg * %u;", st, 64u * 256u);
+		emit_split90(b, g, plane);
+		lg_line(b, "const u64 da = lg_wg_desc%s(dst);", dma);
+	} else {
+		lg_line(b, "const u64 da = lg_wg_desc%s(ring + s * %u + wg * %u);", dma, st, 64u * G90_ROWB);
+	}
+	lg_line(b, "const u64 db = lg_wg_desc%s(ring + s * %u + %u);", dmb, st, sa);
 	lg_line(b, "lg_wg_fence();");
+	if (g->a.mn_major || g->b.mn_major)
+		lg_comment(b, "k16 steps: %s of A, %s of B (%d, %d descriptor units)%s",
+			   g->a.mn_major ? "16 rows" : "32 bytes", g->b.mn_major ? "16 rows" : "32 bytes", ka, kb,
+			   g->terms > 1 ? "; a plane each" : "");
+	else
+		lg_comment(b, "k16 steps: 32 bytes along the swizzled row, 2 in descriptor units%s",
+			   g->terms > 1 ? "; a wgmma a plane of A" : "");
 	lg_line(b, "#pragma unroll");
-	lg_comment(b, "k16 steps: 32 bytes along the swizzled row, 2 in descriptor units");
-	lg_line(b, "for (int ks = 0; ks < %d; ks++) %s_wgmma(acc, da + 2 * ks, db + 2 * ks);", G90_BK / 16, prefix);
+	if (g->terms > 1) {
+		lg_open(b, "for (int ks = 0; ks < %d; ks++) {", G90_BK / 16);
+		for (int e = 0; e < g->terms; e++)
+			lg_line(b, "%s_wgmma(acc, da + %u + %d * ks, db + %d * ks);", prefix, e * plane / 16, ka, kb);
+		lg_close(b);
+	} else {
+		lg_line(b, "for (int ks = 0; ks < %d; ks++) %s_wgmma(acc, da + %d * ks, db + %d * ks);", G90_BK / 16, prefix,
+			ka, kb);
+	}
 	lg_line(b, "lg_wg_commit();");
 	lg_line(b, "lg_wg_wait(1);");
 	lg_comment(b, "tile kt - 1's group is done: its stage may be refilled");

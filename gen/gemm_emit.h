@@ -23,13 +23,25 @@
  * K work given that each operand's contiguous extent and row stride are
  * multiples of its chunk's elements (the family validates that).
  *
- * The sm_90a path (lg_gemm90_*; bf16 operands, both K-major): a CTA of
- * bm / 64 consumer warpgroups and one producer warpgroup computes a
- * bm x bn tile. One thread of the producer issues TMA loads of the A
- * (bm x 64) and B (bn x 64) boxes of each reduction tile of 64 into a
- * `stages`-deep ring of 1024-byte aligned stages (128-byte rows, the
- * 128-byte swizzle TMA writes and wgmma reads), each stage's `full`
- * mbarrier completing on the bytes, its `empty` mbarrier on one arrival
+ * The sm_90a path (lg_gemm90_*; bf16 operands, or an fp32 A): a CTA of bm / 64
+ * consumer warpgroups and one producer warpgroup computes a bm x bn tile.
+ * One thread of the producer issues TMA loads of the A (bm x 64) and B
+ * (bn x 64) tiles of each reduction tile of 64 into a `stages`-deep ring
+ * of 1024-byte aligned stages (128-byte rows, the 128-byte swizzle TMA
+ * writes and wgmma reads). A K-major operand is one box of 64 reduction
+ * elements x its rows; an MN-major one boxes of 64 outputs x the 64
+ * reduction rows, 8 KB each, read by wgmma transposed (imm-trans 1,
+ * lg_wg_desc_mn: the boxes 8 KB apart, 8-row groups 1 KB apart). An fp32
+ * A arrives in unswizzled boxes of 64 x 64 (16 KB, one a consumer
+ * warpgroup: its 64 rows, either major): each consumer warpgroup splits
+ * its box into `terms` bf16 planes (lg_split_bf16x2) in the swizzled
+ * layout wgmma reads, in one of two plane buffers outside the ring (tile
+ * kt in buffer kt % 2: the group of tile kt - 2 that read it is done),
+ * fences them to the async proxy, meets its four warps at a named barrier
+ * and issues one wgmma a plane with the same B tile into the same
+ * accumulators; the split of tile kt runs while the group of tile kt - 1
+ * computes. (Its tensor map needs rows of a multiple of 16 bytes.) Each
+ * stage's `full` mbarrier completes on the bytes, its `empty` mbarrier on one arrival
  * of every consumer warp. Consumer warpgroup c issues wgmma.mma_async
  * m64 n<bn> k16 (both operands by shared memory descriptors, fp32
  * accumulators in registers: bn / 2 a thread) over its 64 rows, four a
@@ -38,7 +50,7 @@
  * producer gives up registers (setmaxnreg) to the consumers. TMA zero-
  * fills what lies outside the operands, so any M, N, K work (K a
  * multiple of 8: TMA's 16-byte row stride); the family passes each
- * operand's tensor map (box 64 x bm or bn, swizzle 128) in its plan.
+ * operand's tensor map (lg_gemm90_boxes) in its plan.
  * With a cluster of 2 CTAs (consecutive blockIdx.x, tiles at consecutive
  * row blocks, the same columns), each loads half of the B tile (box
  * 64 x bn / 2) and multicasts it to both, halving B's L2 traffic: a stage
@@ -166,12 +178,15 @@ void lg_gemm_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, 
 int lg_gemm90_threads(const struct lg_gemm_tile *t);
 /* Dynamic shared memory bytes (the ring, its mbarriers, alignment slack). */
 unsigned lg_gemm90_smem(const struct lg_gemm *g);
-/* NULL when g can run on the sm_90a path, else why not: bf16 K-major
- * operands, tile.m 64 or 128, tile.n a multiple of 16 up to 256, tile.k
- * 64, stages 2 to 8. */
+/* NULL when g can run on the sm_90a path, else why not: bf16 operands or
+ * an fp32 A (1 to 3 terms, no `convert`), tile.m 64 or 128, tile.n a
+ * multiple of 16 up to 256 (of 64 when B is MN-major), tile.k 64, stages
+ * 2 to 8, a cluster only with a bf16 A and a K-major B. */
 const char *lg_gemm90_tile_problem(const struct lg_gemm *g);
-/* The tensor map box of each operand (elements, rows) with its swizzle. */
-void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[2], int *swizzle);
+/* The tensor map box of each operand (elements, rows) with its swizzle
+ * (bytes: 128, none for an fp32 A). */
+void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[2], int *swizzle_a,
+		     int *swizzle_b);
 /* CTAs of g's cluster (1 or 2). */
 int lg_gemm90_cluster(const struct lg_gemm *g);
 /* <prefix>_wgmma: one wgmma.mma_async of the tile's width. */

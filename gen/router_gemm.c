@@ -27,14 +27,36 @@
  * of `tile.stages` reduction tiles, predicated tails), both operands
  * K-major, one CTA a tile.m x tile.n tile of logits (w stays in L2).
  *
- * Strategy, backward (every target): two mma.sync GEMMs of gemm_emit.c,
- * each its own kernel and tile. dy is fp32: its tiles come through the
- * cp.async ring as they are, and the CTA splits each once into `precision`
- * bf16 planes in shared memory, one tile ahead of the mma (gemm_emit's
- * convert; bf16: dy rounded; bf16x2: 16 significant bits, error 2^-17 of
- * dy, far below tf32's 2^-11; bf16x3: dy exact, only fp32 summation
- * error); every term is an mma with the same bf16 fragment of w or x
- * (products of bf16 are exact), its fragments by ldmatrix. (Splitting at
+ * Strategy, sm_90a backward (experts a multiple of 4: dy's rows, 16-byte
+ * multiples, are read by TMA): two wgmma + TMA GEMMs of gemm_emit.c, each
+ * its own kernel and tile, a producer warpgroup and 64-row consumer
+ * warpgroups. dy comes through the ring as fp32 boxes of 64 x 64 (no
+ * swizzle); each consumer warpgroup splits its box into `precision` bf16
+ * planes in the 128-byte swizzled layout wgmma reads (two plane buffers:
+ * the split of tile kt overlaps the wgmma group of tile kt - 1) and issues
+ * one wgmma a plane into the same fp32 accumulators (bf16: dy rounded;
+ * bf16x2: 16 significant bits, error 2^-17 of dy, far below tf32's 2^-11;
+ * bf16x3: dy exact, only fp32 summation error; products of bf16 are
+ * exact). w and x are MN-major (output-contiguous) operands: boxes of 64
+ * outputs x 64 reduction rows, read transposed (imm-trans-b 1).
+ *   _dx    dx = dy . w: A = dy (K-major over the experts), B = w [N][K]
+ *          (N-major); tile.dx_*: 128 tokens x 256 features, tile.k 64 (4
+ *          reduction tiles at 256 experts), the stages that fit (3 at
+ *          bf16, 2 at bf16x3): 512 CTAs at the target, one an SM.
+ *   _dw    dw = dy^T . x: A = dy (M-major: experts contiguous), B = x
+ *          [M][K] (N-major), reduction over a token slice: tile.* 128
+ *          experts (64 up to 64) x 128 features x tile.split slices
+ *          (132 / tiles: 32 x 4 = 128 CTAs at the target); launched early
+ *          as below.
+ * Other experts (1, 7: dy rows not 16-byte multiples) take the mma.sync
+ * backward below on sm_90a too.
+ *
+ * Strategy, backward on the other targets: two mma.sync GEMMs of
+ * gemm_emit.c, each its own kernel and tile. dy is fp32: its tiles come
+ * through the cp.async ring as they are, and the CTA splits each once into
+ * `precision` bf16 planes in shared memory, one tile ahead of the mma
+ * (gemm_emit's convert); every term is an mma with the same bf16 fragment
+ * of w or x, its fragments by ldmatrix. (Splitting at
  * fragment time instead, every warp again, took ~10 instructions an mma:
  * 147 us at the target, issue-bound at one CTA an SM.) Entry points:
  *   _dx    dx = dy . w: A = dy [M][N] (K-major), B = w [N][K] (MN-major,
@@ -51,11 +73,15 @@
  *          CTAs take the SMs dx's last wave leaves; it completes only
  *          after dx (griddepcontrol.wait at its end).
  *   _dwsum dw = the partials added in slice order (split > 1): fixed
- *          order, so dw is the same bits on every run.
+ *          order, so dw is the same bits on every run (both paths).
  * Bounds at the target (8192 tokens): 8.6 GFLOP a GEMM a term, ~41 MB
- * (dx) and ~40 MB (dw) of DRAM traffic: the mma.sync rate (about 2/3 of
- * wgmma's) bounds it, not memory. Shared memory: 3 planes of bf16x3 and
- * the fp32 ring make bf16x3 the tightest (sm_80: fewer stages).
+ * (dx) and ~40 MB (dw) of DRAM traffic. mma.sync (sm_80..sm_90): its rate
+ * (about 2/3 of wgmma's) and latency at 12-24% occupancy bound it (H200:
+ * 122 us for both, 108 tuned). sm_90a (wgmma, not yet measured): at the
+ * forward's ~650 TFLOP/s a term is ~13 us a GEMM; dx's 4 reduction tiles
+ * a CTA make its prologue and epilogue (64 KB of dx a CTA) weigh, dw adds
+ * 8 MB of partials (4 slices) and _dwsum. Shared memory: bf16x3's three
+ * plane buffers beside the fp32 ring make it the tightest (fewer stages).
  * A null dx or dw skips that output (its kernels return at once).
  */
 #include <stdio.h>
@@ -163,10 +189,13 @@ enum {
 	P_XSMEM
 };
 
-/* The forward runs on wgmma + TMA (gemm_emit.h, sm_90a path) on sm_90a. */
+/* On sm_90a the forward runs on wgmma + TMA (gemm_emit.h, sm_90a path),
+ * and so does the backward when dy's rows are 16-byte multiples (its TMA
+ * tensor map): experts a multiple of 4. */
 static bool wgmma_path(const struct lg_spec *s, const struct lg_target *t)
 {
-	return s->pass == LG_PASS_FORWARD && t->sm == 90 && t->arch_specific;
+	return t->sm == 90 && t->arch_specific &&
+	       (s->pass == LG_PASS_FORWARD || lg_spec_int(s, K_EXPERTS) % 4 == 0);
 }
 
 /* The spec's tile.m, n, k and stages over t's. */
@@ -241,7 +270,9 @@ static struct lg_gemm_tile unpack_tile(int64_t v)
 				     .warps_n = f[5]};
 }
 
-/* The GEMMs of a spec: 0 the forward, or 1 dx and 2 dw. */
+/* The GEMMs of a spec: 0 the forward, or 1 dx and 2 dw; 3 dx and 4 dw on
+ * the sm_90a path (dy fp32 by TMA, split into bf16 planes by the
+ * consumers; w and x MN-major). */
 static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm_tile t)
 {
 	int64_t n = lg_spec_int(s, K_EXPERTS);
@@ -261,11 +292,21 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 		g.a = (struct lg_gemm_operand){"a", true, false, "dy", "LG_N", "M", "LG_N", dych, NULL};
 		g.b = (struct lg_gemm_operand){"b", false, true, "w", "LG_K", "LG_K", "LG_N", 16, NULL};
 		break;
-	default:
+	case 2:
 		g.terms = terms;
 		g.convert = true;
 		g.a = (struct lg_gemm_operand){"a", true, true, "dy", "LG_N", "LG_N", "M", dych, NULL};
 		g.b = (struct lg_gemm_operand){"b", false, true, "x", "LG_K", "LG_K", "M", 16, NULL};
+		break;
+	case 3:
+		g.terms = terms;
+		g.a = (struct lg_gemm_operand){"a", true, false, "dy", "LG_N", "M", "LG_N", 16, "tm_dy"};
+		g.b = (struct lg_gemm_operand){"b", false, true, "w", "LG_K", "LG_K", "LG_N", 16, "tm_w"};
+		break;
+	default:
+		g.terms = terms;
+		g.a = (struct lg_gemm_operand){"a", true, true, "dy", "LG_N", "LG_N", "M", 16, "tm_dy"};
+		g.b = (struct lg_gemm_operand){"b", false, true, "x", "LG_K", "LG_K", "M", 16, "tm_x"};
 		break;
 	}
 	return g;
@@ -297,6 +338,43 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	return LG_OK;
 }
 
+/* The plan's tile keys and sizes of the forward's tile or dw's. */
+static void plan_tile_set(const struct lg_spec *s, struct lg_plan *p, const struct lg_gemm_tile *t, int split)
+{
+	p->tile[K_TM] = p->v[P_BM] = t->bm;
+	p->tile[K_TN] = p->v[P_BN] = t->bn;
+	p->tile[K_TK] = p->v[P_BK] = t->bk;
+	p->tile[K_STAGES] = p->v[P_STAGES] = t->stages;
+	p->tile[K_WM] = p->v[P_WM] = t->warps_m;
+	p->tile[K_WN] = p->v[P_WN] = t->warps_n;
+	p->tile[K_SPLIT] = p->v[P_SPLIT] = split;
+	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
+	p->v[P_N] = lg_spec_int(s, K_EXPERTS);
+	p->v[P_TERMS] = 1 + lg_spec_int(s, K_PRECISION);
+	p->v[P_BWD] = s->pass == LG_PASS_BACKWARD;
+}
+
+/* g (sm_90a) with its stages: the spec's (key `stages`), else as many as
+ * fit t (at most 8); its shared memory in *smem, or an error. `pre` names
+ * the tile's keys ("" or "dx_"). */
+static lg_status fit90(const struct lg_spec *s, const struct lg_target *t, struct lg_gemm *g, int stages,
+		       const char *pre, int64_t *smem)
+{
+	while (!lg_spec_has(s, stages) && g->t.stages > 2 && lg_gemm90_smem(g) > lg_gemm_smem_limit(t))
+		g->t.stages--;
+	const char *why = lg_gemm90_tile_problem(g);
+	if (why)
+		return lg_fail(LG_ERR_SPEC, "%s: tile: found %sm %d, %sn %d, %sk %d, %sstages %d; allowed on %s: %s",
+			       s->entry, pre, g->t.bm, pre, g->t.bn, pre, g->t.bk, pre, g->t.stages, t->name, why);
+	*smem = lg_gemm90_smem(g);
+	if (lg_gemm90_smem(g) > lg_gemm_smem_limit(t))
+		return lg_fail(LG_ERR_SPEC,
+			       "%s: tile.%sstages: found %d, needing %u bytes of shared memory; allowed: at most "
+			       "%u bytes on %s (fewer stages or a smaller tile)",
+			       s->entry, pre, g->t.stages, lg_gemm90_smem(g), lg_gemm_smem_limit(t), t->name);
+	return LG_OK;
+}
+
 /* The sm_90a forward's tile: the spec's m, n, k, stages, else 128 rows and
  * 128 columns (two consumer warpgroups; 128 CTAs at the target shape, whose
  * 256 experts make only 64 tiles of 128x256 for 132 SMs), 256 columns when
@@ -313,39 +391,22 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	spec_tile(s, &tl);
 	struct lg_gemm g = gemm_of(s, 0, tl);
 	g.cluster = lg_spec_has(s, K_CLUSTER) ? (int)lg_spec_int(s, K_CLUSTER) : 1;
-	while (!lg_spec_has(s, K_STAGES) && g.t.stages > 2 && lg_gemm90_smem(&g) > lg_gemm_smem_limit(t))
-		g.t.stages--;
-	const char *why = lg_gemm90_tile_problem(&g);
-	if (why)
-		return lg_fail(LG_ERR_SPEC, "%s: tile: found m %d, n %d, k %d, stages %d; allowed on %s: %s", s->entry,
-			       g.t.bm, g.t.bn, g.t.bk, g.t.stages, t->name, why);
-	if (lg_gemm90_smem(&g) > lg_gemm_smem_limit(t))
-		return lg_fail(LG_ERR_SPEC,
-			       "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at most "
-			       "%u bytes on %s (fewer stages or a smaller tile)",
-			       s->entry, g.t.stages, lg_gemm90_smem(&g), lg_gemm_smem_limit(t), t->name);
-	p->tile[K_TM] = p->v[P_BM] = g.t.bm;
-	p->tile[K_TN] = p->v[P_BN] = g.t.bn;
-	p->tile[K_TK] = p->v[P_BK] = g.t.bk;
-	p->tile[K_STAGES] = p->v[P_STAGES] = g.t.stages;
-	p->tile[K_WM] = p->v[P_WM] = g.t.bm / 16; /* four warps a consumer warpgroup */
-	p->tile[K_WN] = p->v[P_WN] = 1;
-	p->tile[K_SPLIT] = p->v[P_SPLIT] = 1;
+	lg_status st = fit90(s, t, &g, K_STAGES, "", &p->v[P_SMEM]);
+	if (st != LG_OK)
+		return st;
+	g.t.warps_m = g.t.bm / 16; /* four warps a consumer warpgroup */
+	g.t.warps_n = 1;
+	plan_tile_set(s, p, &g.t, 1);
 	p->tile[K_CLUSTER] = p->v[P_CLUSTER] = g.cluster;
 	p->cluster[0] = g.cluster > 1 ? (unsigned)g.cluster : 0;
-	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
-	p->v[P_N] = n;
 	p->v[P_TERMS] = 1;
-	p->v[P_BWD] = 0;
-	p->v[P_SMEM] = lg_gemm90_smem(&g);
 	p->v[P_WG] = 1;
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	p->ntmaps = 2;
 	p->tmap[0].arg = F_X;
 	p->tmap[1].arg = F_W;
-	lg_gemm90_boxes(&g, p->tmap[0].box, p->tmap[1].box, &p->tmap[0].swizzle);
-	p->tmap[1].swizzle = p->tmap[0].swizzle;
+	lg_gemm90_boxes(&g, p->tmap[0].box, p->tmap[1].box, &p->tmap[0].swizzle, &p->tmap[1].swizzle);
 	return LG_OK;
 }
 
@@ -366,33 +427,81 @@ static lg_status fit(const struct lg_spec *s, const struct lg_target *t, struct 
 	return LG_OK;
 }
 
+/* The backward's plan from its dw and dx GEMMs (either path). */
+static lg_status plan_bwd(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p,
+			  const struct lg_gemm *gw, const struct lg_gemm *gx, int split)
+{
+	plan_tile_set(s, p, &gw->t, split);
+	p->v[P_XTILE] = pack_tile(&gx->t);
+	p->tile[K_XM] = gx->t.bm;
+	p->tile[K_XN] = gx->t.bn;
+	p->tile[K_XK] = gx->t.bk;
+	p->tile[K_XS] = gx->t.stages;
+	p->tile[K_XWM] = gx->t.warps_m;
+	p->tile[K_XWN] = gx->t.warps_n;
+	p->nentries = split > 1 ? 3 : 2;
+	p->early[1] = t->sm >= 90; /* dw's CTAs may start on the SMs dx's last wave leaves */
+	snprintf(p->entry[0], sizeof p->entry[0], "%s_dx", s->entry);
+	snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
+	if (split > 1)
+		snprintf(p->entry[2], sizeof p->entry[2], "%s_dwsum", s->entry);
+	return LG_OK;
+}
+
+/* The sm_90a backward: dx's tile (the spec's dx_* keys, else 128 tokens x
+ * 256 features: dy's tile is read and split once for 256 features, 512
+ * CTAs at the target) and dw's (tile.*, else 128 experts (64 up to 64) x
+ * 128 features, token slices for 132 SMs: 32 tiles x 4 at the target),
+ * tile.k 64, as many stages as fit; the warps fields are the consumer
+ * warps (4 a 64 rows), not used. */
+static lg_status plan90_bwd(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	static const struct lg_gemm_tile_keys xk = {K_XM, K_XN, K_XK, K_XS, -1, -1};
+	int64_t n = lg_spec_int(s, K_EXPERTS), k = lg_spec_int(s, K_HIDDEN);
+	struct lg_gemm_tile tx = {.bm = 128, .bn = k <= 128 ? 128 : 256, .bk = 64, .stages = 8};
+	struct lg_gemm_tile tw = {.bm = n <= 64 ? 64 : 128, .bn = 128, .bk = 64, .stages = 8};
+	lg_gemm_tile_from_spec(s, &xk, &tx);
+	spec_tile(s, &tw);
+	struct lg_gemm gx = gemm_of(s, 3, tx), gw = gemm_of(s, 4, tw);
+	lg_status st = fit90(s, t, &gx, K_XS, "dx_", &p->v[P_XSMEM]);
+	if (st == LG_OK)
+		st = fit90(s, t, &gw, K_STAGES, "", &p->v[P_SMEM]);
+	if (st != LG_OK)
+		return st;
+	int64_t tiles = ((n + gw.t.bm - 1) / gw.t.bm) * ((k + gw.t.bn - 1) / gw.t.bn), z = 132 / tiles;
+	int split = lg_spec_has(s, K_SPLIT) ? (int)lg_spec_int(s, K_SPLIT) : (int)(z < 1 ? 1 : z > 16 ? 16 : z);
+	gx.t.warps_m = gx.t.bm / 16; /* four warps a consumer warpgroup */
+	gw.t.warps_m = gw.t.bm / 16;
+	gx.t.warps_n = gw.t.warps_n = 1;
+	p->v[P_WG] = 1;
+	p->ntmaps = 3;
+	p->tmap[0].arg = B_DY;
+	p->tmap[1].arg = B_W;
+	p->tmap[2].arg = B_X;
+	lg_gemm90_boxes(&gx, p->tmap[0].box, p->tmap[1].box, &p->tmap[0].swizzle, &p->tmap[1].swizzle);
+	lg_gemm90_boxes(&gw, p->tmap[0].box, p->tmap[2].box, &p->tmap[0].swizzle, &p->tmap[2].swizzle);
+	return plan_bwd(s, t, p, &gw, &gx, split);
+}
+
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
-	if (wgmma_path(s, t))
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	if (wgmma_path(s, t) && !bwd)
 		return plan90(s, t, p);
 	if (lg_spec_has(s, K_CLUSTER) && lg_spec_int(s, K_CLUSTER) != 1)
 		return lg_fail(LG_ERR_SPEC, "%s: tile.cluster: found %lld, allowed on %s%s: 1 (clusters are for the "
 			       "sm_90a forward)", s->entry, (long long)lg_spec_int(s, K_CLUSTER), t->name,
-			       s->pass == LG_PASS_BACKWARD ? " in the backward" : "");
+			       bwd ? " in the backward" : "");
 	p->tile[K_CLUSTER] = 1;
-	bool bwd = s->pass == LG_PASS_BACKWARD;
+	if (wgmma_path(s, t))
+		return plan90_bwd(s, t, p);
 	int split;
 	struct lg_gemm g = gemm_of(s, bwd ? 2 : 0, tile_of(s, &split));
 	lg_status st = fit(s, t, &g, K_STAGES, "stages", &p->v[P_SMEM]);
 	if (st != LG_OK)
 		return st;
-	p->tile[K_TM] = p->v[P_BM] = g.t.bm;
-	p->tile[K_TN] = p->v[P_BN] = g.t.bn;
-	p->tile[K_TK] = p->v[P_BK] = g.t.bk;
-	p->tile[K_STAGES] = p->v[P_STAGES] = g.t.stages;
-	p->tile[K_WM] = p->v[P_WM] = g.t.warps_m;
-	p->tile[K_WN] = p->v[P_WN] = g.t.warps_n;
-	p->tile[K_SPLIT] = p->v[P_SPLIT] = split;
-	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
-	p->v[P_N] = lg_spec_int(s, K_EXPERTS);
-	p->v[P_TERMS] = 1 + lg_spec_int(s, K_PRECISION);
-	p->v[P_BWD] = bwd;
 	if (!bwd) {
+		plan_tile_set(s, p, &g.t, split);
 		p->nentries = 1;
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 		return LG_OK;
@@ -401,20 +510,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	st = fit(s, t, &gx, K_XS, "dx_stages", &p->v[P_XSMEM]);
 	if (st != LG_OK)
 		return st;
-	p->v[P_XTILE] = pack_tile(&gx.t);
-	p->tile[K_XM] = gx.t.bm;
-	p->tile[K_XN] = gx.t.bn;
-	p->tile[K_XK] = gx.t.bk;
-	p->tile[K_XS] = gx.t.stages;
-	p->tile[K_XWM] = gx.t.warps_m;
-	p->tile[K_XWN] = gx.t.warps_n;
-	p->nentries = split > 1 ? 3 : 2;
-	p->early[1] = t->sm >= 90; /* dw's CTAs may start on the SMs dx's last wave leaves */
-	snprintf(p->entry[0], sizeof p->entry[0], "%s_dx", s->entry);
-	snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
-	if (split > 1)
-		snprintf(p->entry[2], sizeof p->entry[2], "%s_dwsum", s->entry);
-	return LG_OK;
+	return plan_bwd(s, t, p, &g, &gx, split);
 }
 
 static unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
@@ -435,7 +531,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	if (e == 0) { /* dx tiles (none at 0 tokens) */
 		struct lg_gemm_tile x = unpack_tile(p->v[P_XTILE]);
 		d->grid[0] = cdiv(M, x.bm) * cdiv(K, x.bn);
-		d->block[0] = (unsigned)lg_gemm_threads(&x);
+		d->block[0] = (unsigned)(p->v[P_WG] ? lg_gemm90_threads(&x) : lg_gemm_threads(&x));
 		d->smem = (unsigned)p->v[P_XSMEM];
 		return;
 	}
@@ -472,15 +568,21 @@ static void emit_dims(lg_buf *b, const struct lg_plan *p)
 	lg_line(b, "#define LG_N %lldll // experts", (long long)p->v[P_N]);
 }
 
-/* The kernel's head: the signature, shared memory, its tile's origin. */
-static void emit_head(lg_buf *b, const struct lg_spec *s, const char *entry, const struct lg_gemm *g, int ctas,
-		      const char *what)
+/* The kernel's head: the signature (with the tensor maps on the wgmma
+ * path: one CTA an SM), shared memory. */
+static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const char *entry,
+		      const struct lg_gemm *g, int ctas, const char *what)
 {
 	lg_section(b, entry, what);
-	lg_emit_signature(b, s, entry, "__launch_bounds__(%d, %d)", lg_gemm_threads(&g->t), ctas);
+	if (p->v[P_WG])
+		lg_emit_signature_tmaps(b, s, p, entry, "__launch_bounds__(%d, 1)", lg_gemm90_threads(&g->t));
+	else
+		lg_emit_signature(b, s, entry, "__launch_bounds__(%d, %d)", lg_gemm_threads(&g->t), ctas);
 	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
+	lg_line(b, "extern __shared__ __align__(%d) u8 smem[];", p->v[P_WG] ? 1024 : 128);
 	lg_line(b, "(void)part;");
+	for (int i = 0; i < p->ntmaps; i++)
+		lg_line(b, "(void)tm_%s;", (p->v[P_BWD] ? bwd_args : fwd_args)[p->tmap[i].arg].name);
 }
 
 /* The forward's tile origin o0a, o0b of CTA blockIdx.x and its reduction
@@ -515,7 +617,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	emit_dims(b, p);
 	lg_gemm_emit_loaders(b, &g, "fw");
 	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
-	emit_head(b, s, p->entry[0], &g, 1, "router GEMM forward: logits fp32 = x . w^T");
+	emit_head(b, s, p, p->entry[0], &g, 1, "router GEMM forward: logits fp32 = x . w^T");
 	emit_raster(b, p, &g, "a wave's x and w tiles stay in L2.");
 	lg_gemm_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
 	lg_gemm_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
@@ -561,12 +663,19 @@ static int dx_ctas(const struct lg_gemm *g, unsigned smem)
 
 static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
-	struct lg_gemm gx = gemm_of(s, 1, unpack_tile(p->v[P_XTILE])), gw = gemm_of(s, 2, plan_tile(p));
+	bool wg = p->v[P_WG];
+	struct lg_gemm gx = gemm_of(s, wg ? 3 : 1, unpack_tile(p->v[P_XTILE]));
+	struct lg_gemm gw = gemm_of(s, wg ? 4 : 2, plan_tile(p));
 	int split = (int)p->v[P_SPLIT];
 	lg_section(b, "helpers for this spec", NULL);
 	emit_dims(b, p);
-	lg_gemm_emit_loaders(b, &gx, "dx");
-	lg_gemm_emit_loaders(b, &gw, "dw");
+	if (wg) {
+		lg_gemm90_emit_helpers(b, &gx, "dx");
+		lg_gemm90_emit_helpers(b, &gw, "dw");
+	} else {
+		lg_gemm_emit_loaders(b, &gx, "dx");
+		lg_gemm_emit_loaders(b, &gw, "dw");
+	}
 	lg_gemm_emit_store_f32(b, "lg_store_f32", true);
 	lg_comment(b, "Store of a bf16 pair (row, col), (row, col + 1) of dx [M, K] (K even).");
 	lg_line(b, "static __device__ __forceinline__ void");
@@ -577,8 +686,8 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_close(b);
 
 	int64_t xcols = (p->v[P_K] + gx.t.bn - 1) / gx.t.bn;
-	emit_head(b, s, p->entry[0], &gx, dx_ctas(&gx, (unsigned)p->v[P_XSMEM]),
-		  "router GEMM backward: dx = dy . w");
+	emit_head(b, s, p, p->entry[0], &gx, wg ? 1 : dx_ctas(&gx, (unsigned)p->v[P_XSMEM]),
+		  wg ? "router GEMM backward (wgmma, TMA): dx = dy . w" : "router GEMM backward: dx = dy . w");
 	lg_comment(b, "One CTA a %dx%d tile of dx (%lld a row of %d tokens: they share dy's rows in L2),",
 		   gx.t.bm, gx.t.bn, (long long)xcols, gx.t.bm);
 	lg_comment(b, "reduction over the experts; dy as %d bf16 term%s.", gx.terms, gx.terms > 1 ? "s" : "");
@@ -594,12 +703,18 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
 		(long long)xcols, gx.t.bn);
 	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
-	lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-	lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+	if (wg) {
+		lg_gemm90_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
+		lg_gemm90_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+	} else {
+		lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
+		lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+	}
 	lg_close(b);
 
 	int64_t cols = (p->v[P_K] + gw.t.bn - 1) / gw.t.bn, tw = (p->v[P_N] + gw.t.bm - 1) / gw.t.bm * cols;
-	emit_head(b, s, p->entry[1], &gw, 1, "router GEMM backward: dw = dy^T . x");
+	emit_head(b, s, p, p->entry[1], &gw, 1,
+		  wg ? "router GEMM backward (wgmma, TMA): dw = dy^T . x" : "router GEMM backward: dw = dy^T . x");
 	lg_comment(b, "%lld tiles of %dx%d x %d token slice%s; slice z adds its share of the token tiles (none",
 		   (long long)tw, gw.t.bm, gw.t.bn, split, split > 1 ? "s" : "");
 	lg_comment(b, "at 0 tokens: zeros) and %s. dy as %d bf16 term%s.",
@@ -627,13 +742,19 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 		split);
 	lg_line(b, "const i64 kt0 = z * per < kts ? z * per : kts;");
 	lg_line(b, "const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;");
-	lg_gemm_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
+	if (wg)
+		lg_gemm90_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
+	else
+		lg_gemm_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
+	const char *store = "lg_store_f32((float *)dw, LG_N, LG_K, ";
 	if (split > 1) {
 		lg_line(b, "float *const part_out = (float *)ws + z * LG_N * LG_K;");
-		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32(part_out, LG_N, LG_K, ");
-	} else {
-		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", "lg_store_f32((float *)dw, LG_N, LG_K, ");
+		store = "lg_store_f32(part_out, LG_N, LG_K, ";
 	}
+	if (wg)
+		lg_gemm90_emit_epilogue(b, &gw, "o0a", "o0b", store);
+	else
+		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", store);
 	if (p->early[1])
 		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
 	lg_close(b);
@@ -642,8 +763,13 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 
 	lg_section(b, p->entry[2], "router GEMM backward: dw = the slices' partials, in order");
 	lg_comment(b, "Four values a thread (N K is a multiple of 8); the same order every run.");
-	lg_emit_signature(b, s, p->entry[2], "__launch_bounds__(256)");
+	if (wg) /* every entry takes the tensor maps */
+		lg_emit_signature_tmaps(b, s, p, p->entry[2], "__launch_bounds__(256)");
+	else
+		lg_emit_signature(b, s, p->entry[2], "__launch_bounds__(256)");
 	lg_open(b, "{");
+	for (int i = 0; i < p->ntmaps; i++)
+		lg_line(b, "(void)tm_%s;", bwd_args[p->tmap[i].arg].name);
 	lg_line(b, "(void)dy;");
 	lg_line(b, "(void)x;");
 	lg_line(b, "(void)w;");
@@ -693,7 +819,8 @@ static int add_rows(const struct lg_spec *s, const struct lg_target *t, struct l
 }
 
 /* Tile variants for `lingen tune`: on the sm_90a forward, tile shapes,
- * stages and clusters of the wgmma path; on the mma.sync forward, tile
+ * stages and clusters of the wgmma path; on the sm_90a backward, dw's and
+ * dx's tiles and stages and dw's token slices; on the mma.sync forward, tile
  * shapes and warp grids, stages; in the backward a few of dw's tiles, dw's
  * token slices and dx's tiles (the two kernels' tiles are independent). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
@@ -717,10 +844,20 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 		{128, 256, 3, 64, 1}, {64, 256, 4, 64, 1},  {64, 128, 8, 64, 1},  {128, 64, 8, 64, 1},
 		{64, 64, 8, 64, 1},
 	};
+	static const int64_t bwd90[][6] = {
+		/* m, n, dx_m, dx_n: the sm_90a backward (dw's tile, dx's; the stages that fit) */
+		{128, 128, 128, 256}, {128, 256, 128, 256}, {64, 128, 128, 256}, {128, 128, 128, 128},
+		{128, 128, 64, 256},  {128, 128, 64, 128},  {128, 64, 128, 256},
+	};
 	static const int key90[5] = {K_TM, K_TN, K_STAGES, K_TK, K_CLUSTER};
+	static const int keyb90[4] = {K_TM, K_TN, K_XM, K_XN};
 	static const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};
 	static const int dx_key[6] = {K_XM, K_XN, K_XWM, K_XWN, K_XS, K_XK};
 	static const int64_t splits[] = {1, 2, 4, 8, 0};
+	if (wgmma_path(s, t) && s->pass == LG_PASS_BACKWARD) {
+		int n = add_rows(s, t, out, 0, max, keyb90, 4, bwd90, sizeof bwd90 / sizeof bwd90[0]);
+		return lg_candidate_values(s, t, out, n, max, K_SPLIT, splits);
+	}
 	if (wgmma_path(s, t))
 		return add_rows(s, t, out, 0, max, key90, 5, shapes90, sizeof shapes90 / sizeof shapes90[0]);
 	if (s->pass == LG_PASS_FORWARD)

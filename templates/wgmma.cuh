@@ -95,6 +95,20 @@ static __device__ __forceinline__ u64 lg_wg_desc(const void *p)
 	return a | (1ull << 16) | (64ull << 32) | (1ull << 62);
 }
 
+// @helper lg_wg_desc_mn
+// The descriptor of an MN-major tile (wgmma's imm-trans 1) as TMA writes
+// boxes of 64 elements (128 bytes, contiguous along M or N) x 64 rows of
+// the reduction with the 128-byte swizzle, the boxes 8192 bytes apart:
+// leading byte offset 8192 >> 4 (the next 64 elements of M or N, bits
+// 16-29), stride byte offset 1024 >> 4 (the next 8 reduction rows),
+// layout 1 = 128-byte swizzle. Stepping 16 of the reduction adds 16 rows,
+// 2048 bytes (128).
+static __device__ __forceinline__ u64 lg_wg_desc_mn(const void *p)
+{
+	const u64 a = (u64)((lg_smem_addr(p) & 0x3FFFFu) >> 4);
+	return a | (512ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
 // @helper lg_wg_fence
 // Order register and shared memory accesses before the wgmma that follows.
 static __device__ __forceinline__ void lg_wg_fence(void)

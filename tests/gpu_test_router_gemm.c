@@ -4,8 +4,9 @@
  * and backward dx, dw at the target shape (x [8192, 2048], w [256, 2048])
  * and at sizes that are multiples of nothing (M = 1, 127, 8191; K = 7168,
  * 1000; N = 96, 160, 1), each backward precision (bf16, bf16x2, bf16x3),
- * the tiles `lingen tune` sweeps (on sm_90a: the wgmma forward's tiles and
- * clusters, and the mma.sync forward through an sm_90 context), 0 tokens
+ * the tiles `lingen tune` sweeps (on sm_90a: the wgmma forward's and
+ * backward's tiles, the forward's clusters, and the mma.sync passes through
+ * an sm_90 context), 0 tokens
  * (dw = 0), dx or dw alone (the other pointer 0), dw the same bits on a
  * second launch, and the launch's tensor maps following the pointers and
  * sizes. Fresh random
@@ -155,8 +156,9 @@ static void test_precision(void **state)
 				check("backward", keys[k], ms[i]);
 }
 
-/* The tiles of `lingen tune` of the mma.sync path (its forward on ctx_mma;
- * in the backward dw's), dw's slices and dx's own tiles (backward only). */
+/* The tiles of `lingen tune` of the mma.sync path (on ctx_mma: on sm_90a
+ * both passes run on wgmma; in the backward dw's), dw's slices and dx's own
+ * tiles (backward only). */
 static void test_tiles(void **state)
 {
 	(void)state;
@@ -183,7 +185,7 @@ static void test_tiles(void **state)
 		for (size_t i = 0; i < N_OF(ms); i++) {
 			if (!strstr(tiles[t], "split") && !strstr(tiles[t], "dx_"))
 				check_on(ctx_mma, "forward", keys, ms[i]);
-			check("backward", keys, ms[i]);
+			check_on(ctx_mma, "backward", keys, ms[i]);
 		}
 	}
 }
@@ -213,6 +215,42 @@ static void test_tiles90(void **state)
 				check("forward", keys, ms[i]);
 		}
 	check_on(ctx_mma, "forward", "\"hidden\": 2048, \"experts\": 256", 8192);
+}
+
+/* The sm_90a backward's tiles (wgmma + TMA; dy split into bf16 planes by
+ * the consumers, w and x MN-major): dw's and dx's widths 64 to 256, one
+ * and two consumer warpgroups, few stages, dw's slices, at sizes of no
+ * multiple and each precision; and the mma.sync backward at the target
+ * beside it. */
+static void test_tiles90_bwd(void **state)
+{
+	(void)state;
+	if (!wgmma()) {
+		printf("test_tiles90_bwd: the device is %s, not sm_90a: nothing to check\n", lg_ctx_arch(ctx));
+		return;
+	}
+	static const char *const tiles[] = {
+		"{\"m\": 64, \"n\": 64, \"stages\": 4}",
+		"{\"m\": 128, \"n\": 256, \"split\": 1}",
+		"{\"m\": 64, \"n\": 256, \"split\": 5}",
+		"{\"dx_m\": 64, \"dx_n\": 128}",
+		"{\"dx_m\": 128, \"dx_n\": 64, \"dx_stages\": 3}",
+		"{\"dx_m\": 64, \"dx_n\": 256, \"dx_stages\": 3}",
+	};
+	static const char *const shapes[] = {
+		"\"hidden\": 1000, \"experts\": 160",
+		"\"hidden\": 2048, \"experts\": 96, \"precision\": \"bf16x3\"",
+		"\"hidden\": 1000, \"experts\": 4, \"precision\": \"bf16x2\"",
+	};
+	static const int64_t ms[] = {1, 127, 1000};
+	for (size_t t = 0; t < N_OF(tiles); t++)
+		for (size_t h = 0; h < N_OF(shapes); h++) {
+			char keys[256];
+			snprintf(keys, sizeof keys, "%s, \"tile\": %s", shapes[h], tiles[t]);
+			for (size_t i = 0; i < N_OF(ms); i++)
+				check("backward", keys, ms[i]);
+		}
+	check_on(ctx_mma, "backward", "\"hidden\": 2048, \"experts\": 256", 8192);
 }
 
 /* The launch's tensor maps follow the pointers and sizes (launch.c keeps
@@ -368,6 +406,7 @@ int main(void)
 		cmocka_unit_test(test_precision),
 		cmocka_unit_test(test_tiles),
 		cmocka_unit_test(test_tiles90),
+		cmocka_unit_test(test_tiles90_bwd),
 		cmocka_unit_test(test_tmap_cache),
 		cmocka_unit_test(test_no_tokens),
 		cmocka_unit_test(test_dw_deterministic),

@@ -255,10 +255,27 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256");
+	/* sm_90a: wgmma; dx 64 x 8 tiles of 128 x 256, 3 stages of fp32 dy (32 KB) and w (32 KB), two
+	 * buffers of dy's plane (16 KB); dw 2 x 16 tiles of 128 x 128 x 4 slices, 4 stages of fp32 dy
+	 * (32 KB) and x (16 KB); two consumer warpgroups and the producer; dy's fp32 boxes unswizzled */
 	plan_at(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 3);
-	assert_true(!p.early[0] && p.early[1] && !p.early[2]); /* dw may start beside dx's last wave */
+	assert_true(!p.early[0] && p.early[1] && !p.early[2]);
 	M = 8192;
+	f->geometry(&p, 0, &M, &d);
+	assert_true(d.grid[0] == 64 * 8 && d.block[0] == 384);
+	assert_int_equal(d.smem, 1024 + 3 * (65536 + 16) + 2 * 16384);
+	f->geometry(&p, 1, &M, &d);
+	assert_true(d.grid[0] == 2 * 16 * 4 && d.block[0] == 384);
+	assert_int_equal(d.smem, 1024 + 4 * (49152 + 16) + 2 * 16384);
+	assert_int_equal(f->workspace(&p), (size_t)4 * 256 * 2048 * 4);
+	assert_int_equal(p.ntmaps, 3);
+	assert_true(p.tmap[0].arg == 0 && p.tmap[0].box[0] == 64 && p.tmap[0].box[1] == 64 && p.tmap[0].swizzle == 0);
+	assert_true(p.tmap[1].arg == 2 && p.tmap[1].box[0] == 64 && p.tmap[1].box[1] == 64 && p.tmap[1].swizzle == 128);
+	assert_true(p.tmap[2].arg == 1 && p.tmap[2].box[0] == 64 && p.tmap[2].box[1] == 64 && p.tmap[2].swizzle == 128);
+	plan_at(s, "sm_90", &p, LG_OK); /* mma.sync */
+	assert_int_equal(p.nentries, 3);
+	assert_true(!p.early[0] && p.early[1] && !p.early[2]); /* dw may start beside dx's last wave */
 	/* dx: 64 x 8 tiles of 128 x 256, 16 warps; 4 stages of fp32 dy and bf16 w, two of dy's planes */
 	f->geometry(&p, 0, &M, &d);
 	assert_true(d.grid[0] == 64 * 8 && d.grid[1] == 1 && d.block[0] == 512);
@@ -291,9 +308,11 @@ static void test_geometry(void **state)
 
 	/* one slice: no sum, no workspace */
 	s = parse("backward", "\"hidden\": 7168, \"experts\": 256, \"tile\": {\"split\": 1}");
-	plan_at(s, "sm_90a", &p, LG_OK);
-	assert_int_equal(p.nentries, 2);
-	assert_int_equal(f->workspace(&p), 0);
+	for (int a = 0; a < 2; a++) {
+		plan_at(s, a ? "sm_90a" : "sm_90", &p, LG_OK);
+		assert_int_equal(p.nentries, 2);
+		assert_int_equal(f->workspace(&p), 0);
+	}
 	lg_spec_free(s);
 
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"m\": 256, \"n\": 256, \"k\": 64, "
@@ -367,7 +386,8 @@ static void test_source(void **state)
 	free(src);
 	lg_spec_free(s);
 	/* dx of 8 warps: two CTAs an SM (16 warps), registers capped by __launch_bounds__; 3 dy
-	 * terms: one (shared memory) */
+	 * terms: one (shared memory); mma.sync (sm_90) */
+	assert_true(lg_target_parse("sm_90", &t));
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_m\": 64, \"dx_warps_m\": 2}");
 	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
 	assert_non_null(strstr(src, "__launch_bounds__(256, 2)\nlg_router_gemm_bwd_bf16_h2048_e256_txm64xwm2_dx("));
@@ -378,6 +398,18 @@ static void test_source(void **state)
 	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
 	assert_non_null(
 		strstr(src, "__launch_bounds__(256, 1)\nlg_router_gemm_bwd_bf16_h2048_e256_bf16x3_txm64xwm2_dx("));
+	free(src);
+	/* sm_90a: wgmma, dx's B (w) N-major, dw's A (dy) M-major and B (x) N-major; dy as 3 planes */
+	assert_true(lg_target_parse("sm_90a", &t));
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_null(strstr(src, "ldmatrix"));
+	assert_non_null(strstr(src, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16"));
+	assert_non_null(strstr(src, " p, 1, 1, 0, 1;"));
+	assert_non_null(strstr(src, " p, 1, 1, 1, 1;"));
+	assert_non_null(strstr(src, "lg_wg_desc_mn("));
+	assert_non_null(strstr(src, "lg_split_bf16x2(t[0], 3, lo.x, lo.y);"));
+	assert_non_null(strstr(src, "const __grid_constant__ lg_tmap tm_dy,"));
+	assert_non_null(strstr(src, "_dwsum("));
 	free(src);
 	lg_spec_free(s);
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256");
@@ -411,7 +443,7 @@ static void test_candidates(void **state)
 			assert_true(lg_target_parse("sm_90a", &t));
 			struct lg_tile_choice c[LG_MAX_CANDIDATES];
 			int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
-			assert_int_equal(n, q == 0 ? 9 : 15);
+			assert_int_equal(n, q == 0 ? 9 : i == 0 ? 11 : 15); /* the sm_90a backward: wgmma's */
 			for (int j = 0; j < n; j++) {
 				struct lg_spec v;
 				assert_int_equal(lg_spec_with_tile(s, &c[j], &v), LG_OK);

@@ -9,21 +9,20 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
-// Copy 16 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
-static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
-}
+// A CUtensorMap as the driver encodes it (cuTensorMapEncodeTiled, at
+// launch): 128 opaque bytes, 64-byte aligned, passed by value as a
+// `const __grid_constant__` parameter so TMA reads it from parameter space.
+struct __align__(64) lg_tmap {
+	u64 v[16];
+};
 
-// Close the group of this thread's copies issued since the last commit.
-static __device__ __forceinline__ void lg_cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;" ::: "memory");
-}
+static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
 
-// Wait until at most n committed groups are still in flight.
-#define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
+// The low bf16 of w as fp32 (exact: a shift).
+static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
+
+// The high bf16 of w as fp32 (exact: a mask).
+static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 
 // Two floats to bf16x2 (lo in the low half, hi in the high half),
 // round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
@@ -34,233 +33,215 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 	return d;
 }
 
-// Byte offset of byte `byte` of row `row` in a swizzled shared tile of rows
-// of rb bytes (rb 64, or a multiple of 128): the 16-byte chunk index is
-// XORed with the row (rb >= 128), or with the 128-byte line (rb 64, two rows
-// a line), mod 8. Eight rows at one logical chunk (an ldmatrix) then hit
-// eight distinct chunks of a 128-byte line: no bank conflict.
-static __device__ __forceinline__ u32 lg_swz(u32 row, u32 byte, u32 rb)
+// The two fp32 values (lo, hi) as n bf16x2 terms t[0..n): t[0] their
+// rounding to bf16, each next term the rounding of what the terms before
+// leave (exact fp32 differences). Their sum has 8 n significant bits: n = 3
+// gives every fp32 value exactly (the last term may be a subnormal bf16).
+static __device__ __forceinline__ void lg_split_bf16x2(u32 *t, int n, float lo, float hi)
 {
-	const u32 o = row * rb + byte;
-	const u32 line = rb >= 128u ? row : o >> 7;
-	return o ^ ((line & 7u) << 4);
+	for (int i = 0; i < n; i++) {
+		t[i] = lg_pack_bf16x2(lo, hi);
+		lo -= lg_bf16_lo(t[i]);
+		hi -= lg_bf16_hi(t[i]);
+	}
 }
 
-// ldmatrix .x4: four 8x8 b16 matrices; lane l gives the address of row
-// l % 8 of matrix l / 8 and gets, of each matrix j, row l / 4, elements
-// 2 (l % 4) and 2 (l % 4) + 1 in r[j].
-static __device__ __forceinline__ void lg_ldsm4(u32 r[4], const void *p)
+// The shared-window address of a generic pointer to shared memory.
+static __device__ __forceinline__ u32 lg_smem_addr(const void *p)
 {
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"((u32)__cvta_generic_to_shared(p)));
+	return (u32)__cvta_generic_to_shared(p);
 }
 
-// ldmatrix .x4 .trans: as lg_ldsm4 of the transposed matrices (lane l
-// gets column l / 4, rows 2 (l % 4) and 2 (l % 4) + 1 of each).
-static __device__ __forceinline__ void lg_ldsm4t(u32 r[4], const void *p)
+// Initialise the mbarrier at bar (shared) for `count` arrivals a phase.
+static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
 {
-	asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-		     : "r"((u32)__cvta_generic_to_shared(p)));
+	asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;"
+		     :: "r"(lg_smem_addr(bar)), "r"(count) : "memory");
 }
 
-// d += a . b on a 16x8x16 tile: bf16 operands, fp32 accumulators
-// (mma.sync m16n8k16, A row-major, B column-major).
-static __device__ __forceinline__ void lg_mma_bf16(float d[4], const u32 a[4], const u32 b[2])
+// Make mbarrier initialisations visible to the async proxy (TMA) and to
+// the other threads (a __syncthreads follows).
+static __device__ __forceinline__ void lg_mbar_fence_init(void)
 {
-	asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-		     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-		     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-		     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+	asm volatile("fence.mbarrier_init.release.cluster;\n\t"
+		     "fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// Arrive on bar and announce `bytes` of TMA transactions for this phase.
+static __device__ __forceinline__ void lg_mbar_expect(u64 *bar, u32 bytes)
+{
+	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+		     :: "r"(lg_smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// Arrive on bar (one of its `count` arrivals).
+static __device__ __forceinline__ void lg_mbar_arrive(u64 *bar)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
+		     :: "r"(lg_smem_addr(bar)) : "memory");
+}
+
+// Wait until the phase of bar with parity `parity` has completed.
+static __device__ __forceinline__ void lg_mbar_wait(u64 *bar, u32 parity)
+{
+	asm volatile("{\n\t.reg .pred p;\n"
+		     "LG_WAIT_%=:\n\t"
+		     "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+		     "@!p bra LG_WAIT_%=;\n}"
+		     :: "r"(lg_smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// TMA: the box of tensor map tm at element coordinates (c0 inner, c1 outer)
+// into shared dst (1024-byte aligned for the 128-byte swizzle), completing
+// its bytes on bar. Elements outside the tensor arrive as zeros.
+static __device__ __forceinline__ void
+lg_tma_load_2d(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     " [%0], [%1, {%3, %4}], [%2];"
+		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
+		     "r"(c0), "r"(c1) : "memory");
+}
+
+// Fetch tensor map tm's descriptor into the TMA unit's cache.
+static __device__ __forceinline__ void lg_tma_prefetch(const lg_tmap *tm)
+{
+	asm volatile("prefetch.tensormap [%0];" :: "l"((u64)tm) : "memory");
+}
+
+// The wgmma shared memory descriptor of a K-major tile of 128-byte rows
+// with the 128-byte swizzle (as TMA writes it): start address >> 4 (bits
+// 0-13), leading byte offset unused (1), stride byte offset 1024 >> 4 (the
+// next 8-row group, bits 32-45), layout 1 = 128-byte swizzle (bits 62-63).
+// Stepping 16 elements of K inside the row adds 32 bytes (2) to it.
+static __device__ __forceinline__ u64 lg_wg_desc(const void *p)
+{
+	const u64 a = (u64)((lg_smem_addr(p) & 0x3FFFFu) >> 4);
+	return a | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// The descriptor of an MN-major tile (wgmma's imm-trans 1) as TMA writes
+// boxes of 64 elements (128 bytes, contiguous along M or N) x 64 rows of
+// the reduction with the 128-byte swizzle, the boxes 8192 bytes apart:
+// leading byte offset 8192 >> 4 (the next 64 elements of M or N, bits
+// 16-29), stride byte offset 1024 >> 4 (the next 8 reduction rows),
+// layout 1 = 128-byte swizzle. Stepping 16 of the reduction adds 16 rows,
+// 2048 bytes (128).
+static __device__ __forceinline__ u64 lg_wg_desc_mn(const void *p)
+{
+	const u64 a = (u64)((lg_smem_addr(p) & 0x3FFFFu) >> 4);
+	return a | (512ull << 16) | (64ull << 32) | (1ull << 62);
+}
+
+// Order register and shared memory accesses before the wgmma that follows.
+static __device__ __forceinline__ void lg_wg_fence(void)
+{
+	asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+
+// Close the group of wgmma operations issued since the last commit.
+static __device__ __forceinline__ void lg_wg_commit(void)
+{
+	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+
+// Wait until at most n committed wgmma groups are pending.
+#define lg_wg_wait(n) asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(n) : "memory")
+
+// Lower this warpgroup's registers a thread to n (the producer's few).
+#define lg_setmaxnreg_dec(n) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(n))
+
+// Raise this warpgroup's registers a thread to n (the consumers' accumulators).
+#define lg_setmaxnreg_inc(n) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(n))
+
+// Order this thread's generic-proxy writes to shared memory (st.shared)
+// before later async-proxy reads of them (wgmma operands, TMA stores); a
+// barrier then hands them to the threads that issue those.
+static __device__ __forceinline__ void lg_fence_proxy_async(void)
+{
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
 
 // ----- helpers for this spec -----
 #define LG_K 2048ll // hidden
 #define LG_N 256ll // experts
-// Operand a: fp32 [output][reduction], a [128][128 bytes] shared tile (swizzled), 16-byte cp.async
-// copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
+// acc (64 x 256, fp32) += A (64 x 16 at descriptor da) . B (256 x 16 at db)^T, both bf16
+// in 128-byte swizzled shared memory, A K-major, B N-major (MN-major: transposed);
+// asynchronous until lg_wg_wait.
 static __device__ __forceinline__ void
-dx_load_a(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
+dx_wgmma(float acc[128], u64 da, u64 db)
 {
-	#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		const int c = threadIdx.x + i * 512;
-		const int row = c / 8, cc = c % 8;
-		const i64 o = o0 + row, r = r0 + cc * 4;
-		const bool ok = o < oext && r < rext;
-		const u8 *src = ok ? g + (o * ld + r) * 4 : g;
-		lg_cp16(s + lg_swz(row, cc * 16, 128), src, ok ? 16u : 0u);
-	}
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+		"wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16\n"
+		"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11,"
+		" %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23,"
+		" %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,"
+		" %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+		" %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59,"
+		" %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71,"
+		" %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83,"
+		" %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+		" %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107,"
+		" %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119,"
+		" %120, %121, %122, %123, %124, %125, %126, %127},"
+		" %128, %129, p, 1, 1, 0, 1;\n}"
+		: "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]),
+		  "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]), "+f"(acc[8]), "+f"(acc[9]),
+		  "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]),
+		  "+f"(acc[15]), "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]),
+		  "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]), "+f"(acc[24]),
+		  "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]),
+		  "+f"(acc[30]), "+f"(acc[31]), "+f"(acc[32]), "+f"(acc[33]), "+f"(acc[34]),
+		  "+f"(acc[35]), "+f"(acc[36]), "+f"(acc[37]), "+f"(acc[38]), "+f"(acc[39]),
+		  "+f"(acc[40]), "+f"(acc[41]), "+f"(acc[42]), "+f"(acc[43]), "+f"(acc[44]),
+		  "+f"(acc[45]), "+f"(acc[46]), "+f"(acc[47]), "+f"(acc[48]), "+f"(acc[49]),
+		  "+f"(acc[50]), "+f"(acc[51]), "+f"(acc[52]), "+f"(acc[53]), "+f"(acc[54]),
+		  "+f"(acc[55]), "+f"(acc[56]), "+f"(acc[57]), "+f"(acc[58]), "+f"(acc[59]),
+		  "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63]), "+f"(acc[64]),
+		  "+f"(acc[65]), "+f"(acc[66]), "+f"(acc[67]), "+f"(acc[68]), "+f"(acc[69]),
+		  "+f"(acc[70]), "+f"(acc[71]), "+f"(acc[72]), "+f"(acc[73]), "+f"(acc[74]),
+		  "+f"(acc[75]), "+f"(acc[76]), "+f"(acc[77]), "+f"(acc[78]), "+f"(acc[79]),
+		  "+f"(acc[80]), "+f"(acc[81]), "+f"(acc[82]), "+f"(acc[83]), "+f"(acc[84]),
+		  "+f"(acc[85]), "+f"(acc[86]), "+f"(acc[87]), "+f"(acc[88]), "+f"(acc[89]),
+		  "+f"(acc[90]), "+f"(acc[91]), "+f"(acc[92]), "+f"(acc[93]), "+f"(acc[94]),
+		  "+f"(acc[95]), "+f"(acc[96]), "+f"(acc[97]), "+f"(acc[98]), "+f"(acc[99]),
+		  "+f"(acc[100]), "+f"(acc[101]), "+f"(acc[102]), "+f"(acc[103]), "+f"(acc[104]),
+		  "+f"(acc[105]), "+f"(acc[106]), "+f"(acc[107]), "+f"(acc[108]), "+f"(acc[109]),
+		  "+f"(acc[110]), "+f"(acc[111]), "+f"(acc[112]), "+f"(acc[113]), "+f"(acc[114]),
+		  "+f"(acc[115]), "+f"(acc[116]), "+f"(acc[117]), "+f"(acc[118]), "+f"(acc[119]),
+		  "+f"(acc[120]), "+f"(acc[121]), "+f"(acc[122]), "+f"(acc[123]), "+f"(acc[124]),
+		  "+f"(acc[125]), "+f"(acc[126]), "+f"(acc[127])
+		: "l"(da), "l"(db), "r"(1));
 }
-// Operand b: bf16 [reduction][output], a [32][512 bytes] shared tile (swizzled), 16-byte cp.async
-// copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
+// acc (64 x 128, fp32) += A (64 x 16 at descriptor da) . B (128 x 16 at db)^T, both bf16
+// in 128-byte swizzled shared memory, A M-major, B N-major (MN-major: transposed);
+// asynchronous until lg_wg_wait.
 static __device__ __forceinline__ void
-dx_load_b(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
+dw_wgmma(float acc[64], u64 da, u64 db)
 {
-	#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		const int c = threadIdx.x + i * 512;
-		const int row = c / 32, cc = c % 32;
-		const i64 r = r0 + row, o = o0 + cc * 8;
-		const bool ok = o < oext && r < rext;
-		const u8 *src = ok ? g + (r * ld + o) * 2 : g;
-		lg_cp16(s + lg_swz(row, cc * 16, 512), src, ok ? 16u : 0u);
-	}
-}
-// Operand a, produced by the kernel: 8 values of row `row` at reduction col.. (a multiple
-// of 8) of a [128][64 bytes] stage, as bf16 (swizzled as a loaded tile).
-static __device__ __forceinline__ void
-dx_st_a(u8 *s, int row, int col, const float v[8])
-{
-	*(uint4 *)(s + lg_swz(row, col * 2, 64)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),
-		lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));
-}
-// A's fp32 stage s ([128][128 bytes]) split into the bf16 planes at d: groups of 8 values
-// along a row, 4 a row, 1 a thread.
-static __device__ __forceinline__ void
-dx_cvt_a(u8 *d, const u8 *s)
-{
-	#pragma unroll
-	for (int i = 0; i < 1; i++) {
-		const int c = threadIdx.x + i * 512;
-		const int row = c / 4, col = c % 4 * 8;
-		const float4 lo = *(const float4 *)(s + lg_swz(row, col * 4, 128));
-		const float4 hi = *(const float4 *)(s + lg_swz(row, col * 4 + 16, 128));
-		const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-		dx_st_a(d, row, col, v);
-	}
-}
-// A's fragments of warp row wm's 2 m16 tiles at reduction step ks (1 term).
-static __device__ __forceinline__ void
-dx_frag_a(u32 af[2][1][4], const u8 *ca, int ks, int wm, int lane)
-{
-	#pragma unroll
-	for (int mi = 0; mi < 2; mi++) {
-		const int row = wm * 32 + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-		const int col = ks + (lane >> 4) * 8;
-		lg_ldsm4(af[mi][0], ca + lg_swz(row, col * 2, 64));
-	}
-}
-// B's fragments of warp column wn's 8 n8 tiles at reduction step ks.
-static __device__ __forceinline__ void
-dx_frag_b(u32 bfr[8][2], const u8 *cb, int ks, int wn, int lane)
-{
-	#pragma unroll
-	for (int nj = 0; nj < 4; nj++) {
-		u32 r[4];
-		const int row = ks + (lane & 7) + ((lane >> 3) & 1) * 8;
-		const int col = wn * 64 + nj * 16 + (lane >> 4) * 8;
-		lg_ldsm4t(r, cb + lg_swz(row, col * 2, 512));
-		bfr[2 * nj][0] = r[0];
-		bfr[2 * nj][1] = r[1];
-		bfr[2 * nj + 1][0] = r[2];
-		bfr[2 * nj + 1][1] = r[3];
-	}
-}
-// The warp's 2x8 mma tiles of one k16 step.
-static __device__ __forceinline__ void
-dx_mma(float acc[2][8][4], const u32 af[2][1][4], const u32 bfr[8][2])
-{
-	#pragma unroll
-	for (int mi = 0; mi < 2; mi++) {
-		#pragma unroll
-		for (int ni = 0; ni < 8; ni++) {
-			lg_mma_bf16(acc[mi][ni], af[mi][0], bfr[ni]);
-		}
-	}
-}
-// Operand a: fp32 [reduction][output], a [32][512 bytes] shared tile (swizzled), 16-byte cp.async
-// copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
-static __device__ __forceinline__ void
-dw_load_a(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
-{
-	#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const int c = threadIdx.x + i * 256;
-		const int row = c / 32, cc = c % 32;
-		const i64 r = r0 + row, o = o0 + cc * 4;
-		const bool ok = o < oext && r < rext;
-		const u8 *src = ok ? g + (r * ld + o) * 4 : g;
-		lg_cp16(s + lg_swz(row, cc * 16, 512), src, ok ? 16u : 0u);
-	}
-}
-// Operand b: bf16 [reduction][output], a [32][256 bytes] shared tile (swizzled), 16-byte cp.async
-// copies of the elements at output o0.., reduction r0.. (zeros past oext, rext).
-static __device__ __forceinline__ void
-dw_load_b(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
-{
-	#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		const int c = threadIdx.x + i * 256;
-		const int row = c / 16, cc = c % 16;
-		const i64 r = r0 + row, o = o0 + cc * 8;
-		const bool ok = o < oext && r < rext;
-		const u8 *src = ok ? g + (r * ld + o) * 2 : g;
-		lg_cp16(s + lg_swz(row, cc * 16, 256), src, ok ? 16u : 0u);
-	}
-}
-// Operand a, produced by the kernel: 8 values of reduction row `row` at output col..
-// (a multiple of 8) of a [32][256 bytes] stage, as bf16 (swizzled as a loaded tile).
-static __device__ __forceinline__ void
-dw_st_a(u8 *s, int row, int col, const float v[8])
-{
-	*(uint4 *)(s + lg_swz(row, col * 2, 256)) = make_uint4(lg_pack_bf16x2(v[0], v[1]),
-		lg_pack_bf16x2(v[2], v[3]), lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7]));
-}
-// A's fp32 stage s ([32][512 bytes]) split into the bf16 planes at d: groups of 8 values
-// along a row, 16 a row, 2 a thread.
-static __device__ __forceinline__ void
-dw_cvt_a(u8 *d, const u8 *s)
-{
-	#pragma unroll
-	for (int i = 0; i < 2; i++) {
-		const int c = threadIdx.x + i * 256;
-		const int row = c / 16, col = c % 16 * 8;
-		const float4 lo = *(const float4 *)(s + lg_swz(row, col * 4, 512));
-		const float4 hi = *(const float4 *)(s + lg_swz(row, col * 4 + 16, 512));
-		const float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-		dw_st_a(d, row, col, v);
-	}
-}
-// A's fragments of warp row wm's 4 m16 tiles at reduction step ks (1 term).
-static __device__ __forceinline__ void
-dw_frag_a(u32 af[4][1][4], const u8 *ca, int ks, int wm, int lane)
-{
-	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		const int row = ks + (lane & 7) + (lane >> 4) * 8;
-		const int col = wm * 64 + mi * 16 + ((lane >> 3) & 1) * 8;
-		lg_ldsm4t(af[mi][0], ca + lg_swz(row, col * 2, 256));
-	}
-}
-// B's fragments of warp column wn's 4 n8 tiles at reduction step ks.
-static __device__ __forceinline__ void
-dw_frag_b(u32 bfr[4][2], const u8 *cb, int ks, int wn, int lane)
-{
-	#pragma unroll
-	for (int nj = 0; nj < 2; nj++) {
-		u32 r[4];
-		const int row = ks + (lane & 7) + ((lane >> 3) & 1) * 8;
-		const int col = wn * 32 + nj * 16 + (lane >> 4) * 8;
-		lg_ldsm4t(r, cb + lg_swz(row, col * 2, 256));
-		bfr[2 * nj][0] = r[0];
-		bfr[2 * nj][1] = r[1];
-		bfr[2 * nj + 1][0] = r[2];
-		bfr[2 * nj + 1][1] = r[3];
-	}
-}
-// The warp's 4x4 mma tiles of one k16 step.
-static __device__ __forceinline__ void
-dw_mma(float acc[4][4][4], const u32 af[4][1][4], const u32 bfr[4][2])
-{
-	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		#pragma unroll
-		for (int ni = 0; ni < 4; ni++) {
-			lg_mma_bf16(acc[mi][ni], af[mi][0], bfr[ni]);
-		}
-	}
+	asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+		"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16\n"
+		"{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11,"
+		" %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23,"
+		" %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35,"
+		" %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+		" %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59,"
+		" %60, %61, %62, %63},"
+		" %64, %65, p, 1, 1, 1, 1;\n}"
+		: "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3]), "+f"(acc[4]),
+		  "+f"(acc[5]), "+f"(acc[6]), "+f"(acc[7]), "+f"(acc[8]), "+f"(acc[9]),
+		  "+f"(acc[10]), "+f"(acc[11]), "+f"(acc[12]), "+f"(acc[13]), "+f"(acc[14]),
+		  "+f"(acc[15]), "+f"(acc[16]), "+f"(acc[17]), "+f"(acc[18]), "+f"(acc[19]),
+		  "+f"(acc[20]), "+f"(acc[21]), "+f"(acc[22]), "+f"(acc[23]), "+f"(acc[24]),
+		  "+f"(acc[25]), "+f"(acc[26]), "+f"(acc[27]), "+f"(acc[28]), "+f"(acc[29]),
+		  "+f"(acc[30]), "+f"(acc[31]), "+f"(acc[32]), "+f"(acc[33]), "+f"(acc[34]),
+		  "+f"(acc[35]), "+f"(acc[36]), "+f"(acc[37]), "+f"(acc[38]), "+f"(acc[39]),
+		  "+f"(acc[40]), "+f"(acc[41]), "+f"(acc[42]), "+f"(acc[43]), "+f"(acc[44]),
+		  "+f"(acc[45]), "+f"(acc[46]), "+f"(acc[47]), "+f"(acc[48]), "+f"(acc[49]),
+		  "+f"(acc[50]), "+f"(acc[51]), "+f"(acc[52]), "+f"(acc[53]), "+f"(acc[54]),
+		  "+f"(acc[55]), "+f"(acc[56]), "+f"(acc[57]), "+f"(acc[58]), "+f"(acc[59]),
+		  "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63])
+		: "l"(da), "l"(db), "r"(1));
 }
 static __device__ __forceinline__ void
 lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1)
@@ -277,12 +258,18 @@ lg_store_dx(u8 *out, i64 rows, i64 row, i64 col, float v0, float v1)
 	*(u32 *)(out + (row * LG_K + col) * 2) = lg_pack_bf16x2(v0, v1);
 }
 
-// ----- lg_router_gemm_bwd_bf16_h2048_e256_dx: router GEMM backward: dx = dy . w -----
-extern "C" __global__ void __launch_bounds__(512, 1)
-lg_router_gemm_bwd_bf16_h2048_e256_dx(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+// ----- lg_router_gemm_bwd_bf16_h2048_e256_dx: router GEMM backward (wgmma, TMA): dx = dy . w -----
+extern "C" __global__ void __launch_bounds__(384, 1)
+lg_router_gemm_bwd_bf16_h2048_e256_dx(
+	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
+	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
+	const __grid_constant__ lg_tmap tm_x)
 {
-	extern __shared__ __align__(128) u8 smem[];
+	extern __shared__ __align__(1024) u8 smem[];
 	(void)part;
+	(void)tm_dy;
+	(void)tm_w;
+	(void)tm_x;
 	// One CTA a 128x256 tile of dx (8 a row of 128 tokens: they share dy's rows in L2),
 	// reduction over the experts; dy as 1 bf16 term.
 	(void)x;
@@ -293,85 +280,115 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 	if (!dx) return;
 	const i64 t = blockIdx.x;
 	const i64 o0a = t / 8 * 128, o0b = t % 8 * 256;
-	const i64 kts = (LG_N + 31) / 32;
-	// 128x256 tile, 4x4 warps of 32x64, reduction steps of 32, 4 stages in flight.
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int wm = warp % 4, wn = warp / 4;
-	float acc[2][8][4];
-	#pragma unroll
-	for (int mi = 0; mi < 2; mi++) {
-		#pragma unroll
-		for (int ni = 0; ni < 8; ni++) {
-			#pragma unroll
-			for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
-		}
-	}
-	u8 *const sa = smem, *const sb = smem + 65536;
-	u8 *const sp = smem + 131072; // two buffers of A's bf16 planes, 8192 bytes each
+	const i64 kts = (LG_N + 63) / 64;
+	// 128x256 tile: 2 consumer warpgroups (64 rows each) and a producer warpgroup; 3 stages
+	// of A fp32 [128][256 B] and B [256][128 B] at 1024-byte boundaries, two buffers of A's
+	// 1 bf16 plane [128][128 B], then full[3], empty[3] (128-byte rows: 64 reductions
+	// K-major, 64 outputs MN-major).
+	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const planes = ring + 196608; // [2][1][128][128 B]
+	u64 *const full = (u64 *)(ring + 229376), *const empty = full + 3;
+	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const int nkt = (int)(kts - 0);
-	// Prologue: the first 3 reduction tiles in flight, one commit group each.
-	#pragma unroll
-	for (int s = 0; s < 3; s++) {
-		if (s < nkt) {
-			const int st = s;
-			const i64 r0 = (0 + s) * 32;
-			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
-			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
+	if (threadIdx.x == 0) {
+		if (nkt > 0) {
+			lg_tma_prefetch(&tm_dy);
+			lg_tma_prefetch(&tm_w);
 		}
-		lg_cp_commit();
+		#pragma unroll
+		for (int s = 0; s < 3; s++) {
+			lg_mbar_init(&full[s], 1);
+			lg_mbar_init(&empty[s], 8); // every consumer warp
+		}
+		lg_mbar_fence_init();
 	}
-	// Tile 0's A split into planes 0.
-	if (nkt > 0) {
-		lg_cp_wait(2);
-		__syncthreads();
-		dx_cvt_a(sp, sa);
+	__syncthreads();
+	if (wg == 2) {
+		// Producer: one thread refills each stage once its consumers released it.
+		lg_setmaxnreg_dec(40);
+		if (threadIdx.x == 256) {
+			for (int kt = 0; kt < nkt; kt++) {
+				const int s = kt % 3;
+				if (kt >= 3) lg_mbar_wait(&empty[s], ((kt / 3) - 1) & 1);
+				lg_mbar_expect(&full[s], 65536u);
+				const int r0 = (int)((0 + kt) * 64);
+				u8 *const sd = ring + s * 65536;
+				lg_tma_load_2d(sd, &tm_dy, &full[s], r0, (int)(o0a));
+				lg_tma_load_2d(sd + 16384, &tm_dy, &full[s], r0, (int)(o0a) + 64);
+				lg_tma_load_2d(sd + 32768, &tm_w, &full[s], (int)(o0b), r0);
+				lg_tma_load_2d(sd + 40960, &tm_w, &full[s], (int)(o0b) + 64, r0);
+				lg_tma_load_2d(sd + 49152, &tm_w, &full[s], (int)(o0b) + 128, r0);
+				lg_tma_load_2d(sd + 57344, &tm_w, &full[s], (int)(o0b) + 192, r0);
+			}
+		}
+		return;
 	}
-	#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers
+	lg_setmaxnreg_inc(232);
+	// Consumers: warpgroup wg, rows 64 wg.. of the tile; one wgmma group in flight.
+	float acc[128];
+	#pragma unroll
+	for (int i = 0; i < 128; i++) acc[i] = 0.0f;
 	for (int kt = 0; kt < nkt; kt++) {
-		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
-		// and with the planes of tile kt - 1; tile kt's planes are complete.
-		lg_cp_wait(1);
-		__syncthreads();
-		const int nx = kt + 3;
-		if (nx < nkt) {
-			const int st = nx % 4;
-			const i64 r0 = (0 + nx) * 32;
-			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
-			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
-		}
-		lg_cp_commit();
-		const int cs = kt % 4; // the stage of tile kt
-		const int kn = kt + 1; // split the next tile's A into the other planes
-		if (kn < nkt) dx_cvt_a(sp + (kn & 1) * 8192, sa + (kn % 4) * 16384);
-		const u8 *const ca = sp + (kt & 1) * 8192, *const cb = sb + cs * 16384;
+		const int s = kt % 3;
+		lg_mbar_wait(&full[s], (kt / 3) & 1);
+		// plane buffer kt % 2: its last reader, the group of kt - 2, is done
+		u8 *const dst = planes + (kt & 1) * 16384 + wg * 8192;
+		const u8 *const src = ring + s * 65536 + wg * 16384;
+		// This warpgroup's fp32 box of A into 1 bf16 plane (swizzled 16-byte chunks).
 		#pragma unroll
-		for (int ks = 0; ks < 32; ks += 16) {
-			u32 af[2][1][4], bfr[8][2];
-			dx_frag_a(af, ca, ks, wm, lane);
-			dx_frag_b(bfr, cb, ks, wn, lane);
-			dx_mma(acc, af, bfr);
+		for (int i = 0; i < 4; i++) {
+			const int q = (threadIdx.x & 127) + i * 128, r = q >> 3, c = q & 7;
+			const float4 lo = *(const float4 *)(src + r * 256 + c * 32);
+			const float4 hi = *(const float4 *)(src + r * 256 + c * 32 + 16);
+			u32 t[4][1];
+			lg_split_bf16x2(t[0], 1, lo.x, lo.y);
+			lg_split_bf16x2(t[1], 1, lo.z, lo.w);
+			lg_split_bf16x2(t[2], 1, hi.x, hi.y);
+			lg_split_bf16x2(t[3], 1, hi.z, hi.w);
+			u8 *const d = dst + r * 128 + ((c ^ (r & 7)) << 4);
+			*(uint4 *)(d + 0) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
 		}
+		lg_fence_proxy_async();
+		// this warpgroup's four warps meet (named barrier 1 + wg)
+		asm volatile("bar.sync %0, 128;" :: "r"(1 + wg) : "memory");
+		const u64 da = lg_wg_desc(dst);
+		const u64 db = lg_wg_desc_mn(ring + s * 65536 + 32768);
+		lg_wg_fence();
+		// k16 steps: 32 bytes of A, 16 rows of B (2, 128 descriptor units)
+		#pragma unroll
+		for (int ks = 0; ks < 4; ks++) dx_wgmma(acc, da + 2 * ks, db + 128 * ks);
+		lg_wg_commit();
+		lg_wg_wait(1);
+		// tile kt - 1's group is done: its stage may be refilled
+		if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(kt + 2) % 3]);
 	}
-	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
+	lg_wg_wait(0);
 	#pragma unroll
-	for (int mi = 0; mi < 2; mi++) {
-		const i64 row = o0a + wm * 32 + mi * 16 + (lane >> 2);
-		#pragma unroll
-		for (int ni = 0; ni < 8; ni++) {
-			const i64 col = o0b + wn * 64 + ni * 8 + (lane & 3) * 2;
-			const float *const v = acc[mi][ni];
-			lg_store_dx((u8 *)dx, M, row, col, v[0], v[1]);
-			lg_store_dx((u8 *)dx, M, row + 8, col, v[2], v[3]);
-		}
+	for (int i = 0; i < 128; i++) asm volatile("" : "+f"(acc[i]) :: "memory");
+	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
+	const i64 row = (i64)(o0a) + wg * 64 + warp * 16 + (lane >> 2);
+	#pragma unroll
+	for (int j = 0; j < 32; j++) {
+		const i64 col = (i64)(o0b) + j * 8 + (lane & 3) * 2;
+		const float *const v = acc + 4 * j;
+		lg_store_dx((u8 *)dx, M, row, col, v[0], v[1]);
+		lg_store_dx((u8 *)dx, M, row + 8, col, v[2], v[3]);
 	}
 }
 
-// ----- lg_router_gemm_bwd_bf16_h2048_e256_dw: router GEMM backward: dw = dy^T . x -----
-extern "C" __global__ void __launch_bounds__(256, 1)
-lg_router_gemm_bwd_bf16_h2048_e256_dw(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+// ----- lg_router_gemm_bwd_bf16_h2048_e256_dw -----
+// router GEMM backward (wgmma, TMA): dw = dy^T . x
+extern "C" __global__ void __launch_bounds__(384, 1)
+lg_router_gemm_bwd_bf16_h2048_e256_dw(
+	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
+	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
+	const __grid_constant__ lg_tmap tm_x)
 {
-	extern __shared__ __align__(128) u8 smem[];
+	extern __shared__ __align__(1024) u8 smem[];
 	(void)part;
+	(void)tm_dy;
+	(void)tm_w;
+	(void)tm_x;
 	// 32 tiles of 128x128 x 4 token slices; slice z adds its share of the token tiles (none
 	// at 0 tokens: zeros) and writes its partial [N][K] to the workspace. dy as 1 bf16 term.
 	(void)w;
@@ -384,79 +401,100 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 	}
 	const i64 t = (i64)blockIdx.x % 32, z = (i64)blockIdx.x / 32;
 	const i64 o0a = t / 16 * 128, o0b = t % 16 * 128;
-	const i64 kts = (M + 31) / 32, per = (kts + 3) / 4;
+	const i64 kts = (M + 63) / 64, per = (kts + 3) / 4;
 	const i64 kt0 = z * per < kts ? z * per : kts;
 	const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;
-	// 128x128 tile, 2x4 warps of 64x32, reduction steps of 32, 4 stages in flight.
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int wm = warp % 2, wn = warp / 2;
-	float acc[4][4][4];
-	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		#pragma unroll
-		for (int ni = 0; ni < 4; ni++) {
-			#pragma unroll
-			for (int e = 0; e < 4; e++) acc[mi][ni][e] = 0.0f;
-		}
-	}
-	u8 *const sa = smem, *const sb = smem + 65536;
-	u8 *const sp = smem + 98304; // two buffers of A's bf16 planes, 8192 bytes each
+	// 128x128 tile: 2 consumer warpgroups (64 rows each) and a producer warpgroup; 4 stages
+	// of A fp32 [128][256 B] and B [128][128 B] at 1024-byte boundaries, two buffers of A's
+	// 1 bf16 plane [128][128 B], then full[4], empty[4] (128-byte rows: 64 reductions
+	// K-major, 64 outputs MN-major).
+	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const planes = ring + 196608; // [2][1][128][128 B]
+	u64 *const full = (u64 *)(ring + 229376), *const empty = full + 4;
+	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const int nkt = (int)(kt1 - kt0);
-	// Prologue: the first 3 reduction tiles in flight, one commit group each.
-	#pragma unroll
-	for (int s = 0; s < 3; s++) {
-		if (s < nkt) {
-			const int st = s;
-			const i64 r0 = (kt0 + s) * 32;
-			dw_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
-			dw_load_b(sb + st * 8192, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
+	if (threadIdx.x == 0) {
+		if (nkt > 0) {
+			lg_tma_prefetch(&tm_dy);
+			lg_tma_prefetch(&tm_x);
 		}
-		lg_cp_commit();
-	}
-	// Tile 0's A split into planes 0.
-	if (nkt > 0) {
-		lg_cp_wait(2);
-		__syncthreads();
-		dw_cvt_a(sp, sa);
-	}
-	#pragma unroll 1 // a few tiles (a short reduction) would be unrolled: registers
-	for (int kt = 0; kt < nkt; kt++) {
-		// Tiles kt and kt + 1 have landed; every warp is done with the stage refilled next
-		// and with the planes of tile kt - 1; tile kt's planes are complete.
-		lg_cp_wait(1);
-		__syncthreads();
-		const int nx = kt + 3;
-		if (nx < nkt) {
-			const int st = nx % 4;
-			const i64 r0 = (kt0 + nx) * 32;
-			dw_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, LG_N, M, LG_N);
-			dw_load_b(sb + st * 8192, (const u8 *)x, o0b, r0, LG_K, M, LG_K);
-		}
-		lg_cp_commit();
-		const int cs = kt % 4; // the stage of tile kt
-		const int kn = kt + 1; // split the next tile's A into the other planes
-		if (kn < nkt) dw_cvt_a(sp + (kn & 1) * 8192, sa + (kn % 4) * 16384);
-		const u8 *const ca = sp + (kt & 1) * 8192, *const cb = sb + cs * 8192;
 		#pragma unroll
-		for (int ks = 0; ks < 32; ks += 16) {
-			u32 af[4][1][4], bfr[4][2];
-			dw_frag_a(af, ca, ks, wm, lane);
-			dw_frag_b(bfr, cb, ks, wn, lane);
-			dw_mma(acc, af, bfr);
+		for (int s = 0; s < 4; s++) {
+			lg_mbar_init(&full[s], 1);
+			lg_mbar_init(&empty[s], 8); // every consumer warp
 		}
+		lg_mbar_fence_init();
 	}
+	__syncthreads();
+	if (wg == 2) {
+		// Producer: one thread refills each stage once its consumers released it.
+		lg_setmaxnreg_dec(40);
+		if (threadIdx.x == 256) {
+			for (int kt = 0; kt < nkt; kt++) {
+				const int s = kt % 4;
+				if (kt >= 4) lg_mbar_wait(&empty[s], ((kt / 4) - 1) & 1);
+				lg_mbar_expect(&full[s], 49152u);
+				const int r0 = (int)((kt0 + kt) * 64);
+				u8 *const sd = ring + s * 49152;
+				lg_tma_load_2d(sd, &tm_dy, &full[s], (int)(o0a), r0);
+				lg_tma_load_2d(sd + 16384, &tm_dy, &full[s], (int)(o0a) + 64, r0);
+				lg_tma_load_2d(sd + 32768, &tm_x, &full[s], (int)(o0b), r0);
+				lg_tma_load_2d(sd + 40960, &tm_x, &full[s], (int)(o0b) + 64, r0);
+			}
+		}
+		return;
+	}
+	lg_setmaxnreg_inc(232);
+	// Consumers: warpgroup wg, rows 64 wg.. of the tile; one wgmma group in flight.
+	float acc[64];
+	#pragma unroll
+	for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+	for (int kt = 0; kt < nkt; kt++) {
+		const int s = kt % 4;
+		lg_mbar_wait(&full[s], (kt / 4) & 1);
+		// plane buffer kt % 2: its last reader, the group of kt - 2, is done
+		u8 *const dst = planes + (kt & 1) * 16384 + wg * 8192;
+		const u8 *const src = ring + s * 49152 + wg * 16384;
+		// This warpgroup's fp32 box of A into 1 bf16 plane (swizzled 16-byte chunks).
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const int q = (threadIdx.x & 127) + i * 128, r = q >> 3, c = q & 7;
+			const float4 lo = *(const float4 *)(src + r * 256 + c * 32);
+			const float4 hi = *(const float4 *)(src + r * 256 + c * 32 + 16);
+			u32 t[4][1];
+			lg_split_bf16x2(t[0], 1, lo.x, lo.y);
+			lg_split_bf16x2(t[1], 1, lo.z, lo.w);
+			lg_split_bf16x2(t[2], 1, hi.x, hi.y);
+			lg_split_bf16x2(t[3], 1, hi.z, hi.w);
+			u8 *const d = dst + r * 128 + ((c ^ (r & 7)) << 4);
+			*(uint4 *)(d + 0) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
+		}
+		lg_fence_proxy_async();
+		// this warpgroup's four warps meet (named barrier 1 + wg)
+		asm volatile("bar.sync %0, 128;" :: "r"(1 + wg) : "memory");
+		const u64 da = lg_wg_desc_mn(dst);
+		const u64 db = lg_wg_desc_mn(ring + s * 49152 + 32768);
+		lg_wg_fence();
+		// k16 steps: 16 rows of A, 16 rows of B (128, 128 descriptor units)
+		#pragma unroll
+		for (int ks = 0; ks < 4; ks++) dw_wgmma(acc, da + 128 * ks, db + 128 * ks);
+		lg_wg_commit();
+		lg_wg_wait(1);
+		// tile kt - 1's group is done: its stage may be refilled
+		if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(kt + 3) % 4]);
+	}
+	lg_wg_wait(0);
+	#pragma unroll
+	for (int i = 0; i < 64; i++) asm volatile("" : "+f"(acc[i]) :: "memory");
 	float *const part_out = (float *)ws + z * LG_N * LG_K;
 	// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
+	const i64 row = (i64)(o0a) + wg * 64 + warp * 16 + (lane >> 2);
 	#pragma unroll
-	for (int mi = 0; mi < 4; mi++) {
-		const i64 row = o0a + wm * 64 + mi * 16 + (lane >> 2);
-		#pragma unroll
-		for (int ni = 0; ni < 4; ni++) {
-			const i64 col = o0b + wn * 32 + ni * 8 + (lane & 3) * 2;
-			const float *const v = acc[mi][ni];
-			lg_store_f32(part_out, LG_N, LG_K, row, col, v[0], v[1]);
-			lg_store_f32(part_out, LG_N, LG_K, row + 8, col, v[2], v[3]);
-		}
+	for (int j = 0; j < 16; j++) {
+		const i64 col = (i64)(o0b) + j * 8 + (lane & 3) * 2;
+		const float *const v = acc + 4 * j;
+		lg_store_f32(part_out, LG_N, LG_K, row, col, v[0], v[1]);
+		lg_store_f32(part_out, LG_N, LG_K, row + 8, col, v[2], v[3]);
 	}
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 }
@@ -466,8 +504,13 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 
 // Four values a thread (N K is a multiple of 8); the same order every run.
 extern "C" __global__ void __launch_bounds__(256)
 lg_router_gemm_bwd_bf16_h2048_e256_dwsum(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
+	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
+	const __grid_constant__ lg_tmap tm_x)
 {
+	(void)tm_dy;
+	(void)tm_w;
+	(void)tm_x;
 	(void)dy;
 	(void)x;
 	(void)w;

@@ -213,8 +213,8 @@ lg_router_gemm_fwd_bf16_h2048_e256(
 		const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 		const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 		lg_wg_fence();
-		#pragma unroll
 		// k16 steps: 32 bytes along the swizzled row, 2 in descriptor units
+		#pragma unroll
 		for (int ks = 0; ks < 4; ks++) fw_wgmma(acc, da + 2 * ks, db + 2 * ks);
 		lg_wg_commit();
 		lg_wg_wait(1);
