@@ -303,7 +303,7 @@ lg_status lg_ctx_cubin(lg_ctx *c, const lg_spec *s, const void **cubin, size_t *
 /* How many CTAs (or clusters, for clustered entries) of a persistent entry
  * are co-resident on the current device. */
 static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const struct lg_launch_dim *d,
-				unsigned *out)
+				unsigned per_sm, unsigned *out)
 {
 	CUfunction fn;
 	LG_CU_TRY(cu, cuKernelGetFunction, (&fn, kern));
@@ -320,6 +320,8 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
 		LG_CU_TRY(cu, cuDeviceGetAttribute, (&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
 		LG_CU_TRY(cu, cuOccupancyMaxActiveBlocksPerMultiprocessor,
 			  (&n, fn, (int)(d->block[0] * d->block[1] * d->block[2]), d->smem));
+		if (per_sm && n > (int)per_sm)
+			n = (int)per_sm;
 		n *= sms;
 	}
 	*out = n > 0 ? (unsigned)n : 1;
@@ -378,7 +380,7 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 				LG_CU_TRY(cu, cuKernelSetAttribute,
 					  (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, k->fn[i], dev));
 		if (e->plan.persistent[i]) {
-			st = query_resident(cu, k->fn[i], &d, &k->plan.resident[i]);
+			st = query_resident(cu, k->fn[i], &d, e->plan.per_sm[i], &k->plan.resident[i]);
 			if (st != LG_OK)
 				return st;
 		}

@@ -151,6 +151,20 @@ static void test_rmsnorm(void **state)
 	check(NORM_TILE(forward, 2048, "{\"per_sm\": 2}"), 2113);
 	check(NORM_TILE(backward, 2048, "{\"per_sm\": 3}"), 8192);
 	check(NORM_TILE(backward, 1000, "{\"per_sm\": 4}"), 2113);
+	/* the forward's cp.async ring (the default): stages 1 to 4, CTAs an SM,
+	 * lanes past the row (hidden 1000, 72), several rows a warp's loop */
+	check(NORM_TILE(forward, 2048, "{\"stages\": 1}"), 2113);
+	check(NORM_TILE(forward, 2048, "{\"stages\": 2}"), 8191);
+	check(NORM_TILE(forward, 2048, "{\"stages\": 4}"), 4099);
+	check(NORM_TILE(forward, 2048, "{\"stages\": 3, \"per_sm\": 4}"), 8192);
+	check(NORM_TILE(forward, 2048, "{\"stages\": 2, \"threads\": 256, \"per_sm\": 2}"), 2113);
+	check(NORM_TILE(forward, 4096, "{\"stages\": 2, \"threads\": 128, \"per_sm\": 4}"), 8192);
+	check(NORM(forward, 4096), 8192);
+	check(NORM(forward, 4096), 1025);
+	check(NORM(forward, 1000), 100000);
+	check(NORM(forward, 72), 3001);
+	check(NORM(forward, 2048), 128);
+	check(NORM(forward, 2048), 1024);
 	/* without rms: the backward recomputes it, the forward does not write it */
 	check_opt(NORM(backward, 2048), 4099, true);
 	check_opt(NORM(forward, 2048), 4099, true);

@@ -129,7 +129,7 @@ lg_rmsnorm_bwd_bf16_h2048(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	#pragma unroll
 	for (int k = 0; k < 4; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
-	const i64 stride = lg_ctas(M) * 2, first = (i64)blockIdx.x * 2;
+	const i64 stride = (i64)gridDim.x * 2, first = (i64)blockIdx.x * 2;
 	// Each lane loads its next row before this row's math.
 	lg_u32x4 xvn[4];
 	lg_u32x4 gvn[4];

@@ -133,7 +133,7 @@ lg_rmsnorm_bwd_bf16_h5120_ts2(
 	#pragma unroll
 	for (int k = 0; k < 3; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
-	const i64 stride = lg_ctas(M), first = blockIdx.x;
+	const i64 stride = gridDim.x, first = blockIdx.x;
 	// Each lane loads its next row before this row's math.
 	lg_u32x4 xvn[3];
 	lg_u32x4 gvn[3];
