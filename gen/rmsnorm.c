@@ -27,9 +27,12 @@
  * 4 with prefetch: 26.6 us against 22.5 at 8192 x 2048).
  *
  * Backward: a persistent grid (tile.per_sm CTAs an SM, 2 of 128 threads
- * by default: its registers hold two rows of x and dy, w and the dw
- * partials; 3 or 4 spill; with tile.prefetch, each lane loads its next
- * row's x and dy before the math of this one) whose CTAs keep their dw
+ * by default, two rows of 64 lanes a CTA at hidden 2048) whose rows of x
+ * and dy (and their rms) come through the same cp.async ring (tile.stages,
+ * 3 by default where it fits: 2 rows ahead, 4 row slots an SM x 2 rows x
+ * 8 KB = 64 KB in flight at hidden 2048, 197 registers), or with
+ * tile.prefetch 1 are loaded into registers a row ahead (32 KB; 34.7-35.2
+ * us on the H200 at 8192 x 2048, 240 registers; 3 or 4 CTAs an SM spill). Its CTAs keep their dw
  * partial sums in registers, reduce them across row slots in shared
  * memory, and write one row of a workspace (one per CTA); a second entry
  * point adds the workspace rows in a fixed order, so dw is deterministic.
@@ -143,25 +146,31 @@ static int64_t smem_sm(const struct lg_target *t)
 	return t->sm >= 90 ? SMEM_SM90 : t->sm == 80 || t->sm == 87 ? 163 * 1024 : 99 * 1024;
 }
 
-/* Bytes of the staged forward's ring: `stages` rows of every row slot. */
-static int64_t ring_bytes(int64_t stages, const struct lg_rowlayout *l)
+/* Bytes of a ring stage: a row of every row slot of x (and the
+ * backward's dy), then the backward's rms, a float a thread. */
+static int64_t stage_bytes(bool bwd, const struct lg_rowlayout *l)
 {
-	return stages * l->rows * l->hidden * 2;
+	return bwd ? 2 * l->rows * l->hidden * 2 + l->threads * 4 : l->rows * l->hidden * 2;
 }
 
-/* tile.stages: given, or for the forward without tile.prefetch, 3 (two
- * rows a slot in flight while the third is worked on) or, where the ring
- * would not fit per_sm CTAs an SM, 2, else 0. */
+/* Dynamic shared memory of a CTA: the backward's dw partials, then the ring. */
+static int64_t cta_smem(bool bwd, int64_t stages, const struct lg_rowlayout *l)
+{
+	return (bwd ? l->rows * l->hidden * 4 : 0) + stages * stage_bytes(bwd, l);
+}
+
+/* tile.stages: given, or without tile.prefetch, 3 (two rows a slot in
+ * flight while the third is worked on) or, where the ring would not fit
+ * per_sm CTAs an SM, 2, else 0. */
 static int64_t stages_of(const struct lg_spec *s, const struct lg_rowlayout *l, int64_t per_sm, int64_t smem)
 {
-	if (s->pass == LG_PASS_BACKWARD)
-		return 0;
+	bool bwd = s->pass == LG_PASS_BACKWARD;
 	if (lg_spec_has(s, K_STAGES))
 		return lg_spec_int(s, K_STAGES);
 	if (lg_spec_has(s, K_PREFETCH))
 		return 0;
 	for (int64_t n = 3; n >= 2; n--)
-		if (ring_bytes(n, l) * per_sm <= smem)
+		if (cta_smem(bwd, n, l) * per_sm <= smem)
 			return n;
 	return 0;
 }
@@ -175,13 +184,12 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	if (l.threads * per_sm_of(s, &l) > 2048)
 		return lg_spec_error(where, "tile.per_sm: found %lld with %d threads a CTA, allowed: at most %d (2048 threads an SM)",
 				     (long long)per_sm_of(s, &l), l.threads, 2048 / l.threads);
-	if (lg_spec_has(s, K_STAGES) && s->pass == LG_PASS_BACKWARD && lg_spec_int(s, K_STAGES))
-		return lg_spec_error(where, "tile.stages: the forward's option (the backward keeps its rows in registers)");
 	if (lg_spec_has(s, K_STAGES) && lg_spec_int(s, K_STAGES) && lg_spec_has(s, K_PREFETCH) &&
 	    lg_spec_int(s, K_PREFETCH))
 		return lg_spec_error(where, "tile.stages: found %lld with tile.prefetch 1, allowed: one of the two",
 				     (long long)lg_spec_int(s, K_STAGES));
-	int64_t ring = ring_bytes(stages_of(s, &l, per_sm_of(s, &l), SMEM_SM90), &l) * per_sm_of(s, &l);
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int64_t ring = cta_smem(bwd, stages_of(s, &l, per_sm_of(s, &l), SMEM_SM90), &l) * per_sm_of(s, &l);
 	if (ring > SMEM_SM90)
 		return lg_spec_error(where, "tile.stages: %lld rows of %lld slots of %lld bytes for %lld CTAs an SM "
 				     "need %lld bytes of shared memory, allowed: at most %d",
@@ -208,14 +216,13 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_PER_SM] = per_sm_of(s, &l);
 	int64_t smem = smem_sm(t);
 	p->v[P_STAGES] = stages_of(s, &l, p->v[P_PER_SM], smem);
-	if (ring_bytes(p->v[P_STAGES], &l) * p->v[P_PER_SM] > smem)
+	if (cta_smem(bwd, p->v[P_STAGES], &l) * p->v[P_PER_SM] > smem)
 		return lg_fail(LG_ERR_SPEC, "%s: tile.stages %lld: %lld bytes of shared memory an SM, sm_%d has %lld",
 			       s->entry, (long long)p->v[P_STAGES],
-			       (long long)(ring_bytes(p->v[P_STAGES], &l) * p->v[P_PER_SM]), t->sm, (long long)smem);
-	if (!bwd)
-		p->tile[K_STAGES] = p->v[P_STAGES];
+			       (long long)(cta_smem(bwd, p->v[P_STAGES], &l) * p->v[P_PER_SM]), t->sm, (long long)smem);
+	p->tile[K_STAGES] = p->v[P_STAGES];
 	p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0
-						      : bwd || (!p->v[P_STAGES] && h <= 2048 && l.threads <= 256);
+						      : !p->v[P_STAGES] && (bwd || (h <= 2048 && l.threads <= 256));
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
 	if (p->v[P_PREFETCH] || p->v[P_STAGES] || bwd)
 		p->tile[K_PER_SM] = p->v[P_PER_SM];
@@ -228,7 +235,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	 * w stays in registers down to 128 a thread */
 	p->v[P_W_L1] = p->v[P_STAGES] ? l.threads * p->v[P_PER_SM] > 512
 				      : p->v[P_PREFETCH] && l.threads * p->v[P_PER_SM] > 256;
-	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : ring_bytes(p->v[P_STAGES], &l);
+	p->v[P_SMEM] = cta_smem(bwd, p->v[P_STAGES], &l);
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	if (bwd)
@@ -309,40 +316,57 @@ static void emit_stride(lg_buf *b, int rows)
 		lg_line(b, "const i64 stride = gridDim.x, first = blockIdx.x;");
 }
 
-/* The cp.async copies of this lane's pieces of row mq (if mq < M) into
- * ring stage `st`, closed as one group (empty past the rows). */
-static void emit_ring_copy(lg_buf *b, const struct lg_rowlayout *l)
+/* The cp.async copies of this lane's pieces of row mq (if mq < M) of
+ * each of the n tensors src[i] into ring stage `st` (and, with rms, its
+ * rms into the lane's cell), closed as one group (empty past the rows). */
+static void emit_ring_copy(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout *l, int n,
+			   const char *const *src, bool rms)
 {
-	lg_line(b, "const u8 *const xq = xg + mq * %lld; // row mq", (long long)l->hidden * 2);
-	lg_line(b, "u8 *const sq = rs + st * %lld; // its stage", (long long)(l->rows * l->hidden * 2));
+	int64_t tb = (int64_t)l->rows * l->hidden * 2; /* a tensor's rows in a stage */
+	lg_line(b, "u8 *const sq = rs + st * %lld; // its stage", (long long)stage_bytes(p->v[P_BWD], l));
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
 	lg_line(b, "const int c = t + k * %d;", l->lpr);
-	lg_line(b, "if (mq < M && c < %lld) lg_cp16(sq + c * 16, xq + c * 16, 16);", (long long)(l->hidden / 8));
+	lg_line(b, "if (mq >= M || c >= %lld) continue;", (long long)(l->hidden / 8));
+	for (int i = 0; i < n; i++)
+		lg_line(b, "lg_cp16(sq + %lld + c * 16, %s + (mq * %lld + c * 8) * 2, 16);", (long long)(i * tb),
+			src[i], (long long)l->hidden);
 	lg_close(b);
+	if (rms)
+		lg_line(b, "if (rms && mq < M) lg_cp4(rcell + st * %lld, (const float *)rms + mq, 4);",
+			(long long)stage_bytes(p->v[P_BWD], l));
 	lg_line(b, "lg_cp_commit();");
 }
 
-/* The staged forward: open the persistent loop over rows m (each with
- * `live`) whose pieces reach `lg_u32x4 v[k]` through a ring of P_STAGES
- * rows a row slot in shared memory: a lane copies the row stages - 1
- * ahead (cp.async: no registers held while in flight), waits for row m's
- * group and reads back only the pieces it copied, so no barrier. */
-static void emit_ring_loop(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout *l)
+/* The staged form: open the persistent loop over rows m (each with
+ * `live`) whose pieces of the n tensors src[i] reach `lg_u32x4 dst[i][k]`
+ * (with rms, its rms `float rc`) through a ring of P_STAGES stages in
+ * shared memory at `ring` (an expression; NULL: dynamic shared memory): a
+ * lane copies the row stages - 1 ahead (cp.async: no registers held while
+ * in flight), waits for row m's group and reads back only what it copied,
+ * so no barrier. */
+static void emit_ring_loop(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout *l, int n,
+			   const char *const *dst, const char *const *src, bool rms, const char *ring)
 {
 	int rows = l->rows, st = (int)p->v[P_STAGES];
+	int64_t sb = stage_bytes(p->v[P_BWD], l), tb = (int64_t)rows * l->hidden * 2;
 	lg_comment(b, "Rows through a ring of %d stages a row slot in shared memory, %d ahead.", st, st - 1);
-	lg_line(b, "extern __shared__ __align__(16) u8 ring[]; // [stage][row slot][hidden] bf16");
+	if (ring)
+		lg_line(b, "u8 *const ring = %s; // [stage][tensor][row slot][hidden] bf16 (+ rms)", ring);
+	else
+		lg_line(b, "extern __shared__ __align__(16) u8 ring[]; // [stage][row slot][hidden] bf16");
 	if (rows > 1)
 		lg_line(b, "u8 *const rs = ring + slot * %lld; // this row slot's stage 0", (long long)l->hidden * 2);
 	else
 		lg_line(b, "u8 *const rs = ring;");
+	if (rms)
+		lg_line(b, "u8 *const rcell = ring + %lld + threadIdx.x * 4; // the lane's rms", (long long)(n * tb));
 	emit_stride(b, rows);
 	if (st > 1) {
 		lg_line(b, "#pragma unroll");
 		lg_open(b, "for (int st = 0; st < %d; st++) {", st - 1);
 		lg_line(b, "const i64 mq = first%s + st * stride;", rows > 1 ? " + slot" : "");
-		emit_ring_copy(b, l);
+		emit_ring_copy(b, p, l, n, src, rms);
 		lg_close(b);
 	}
 	lg_line(b, "int sr = 0; // the stage of row m");
@@ -353,17 +377,22 @@ static void emit_ring_loop(lg_buf *b, const struct lg_plan *p, const struct lg_r
 	lg_line(b, "const i64 mq = m + %d * stride;", st - 1);
 	lg_line(b, "const int st = sr + %d < %d ? sr + %d : sr - 1; // (sr + %d) %% %d", st - 1, st, st - 1,
 		st - 1, st);
-	emit_ring_copy(b, l);
+	emit_ring_copy(b, p, l, n, src, rms);
 	lg_close(b);
 	lg_line(b, "lg_cp_wait(%d); // row m's group is in", st - 1);
-	lg_line(b, "lg_u32x4 v[%d];", l->k);
+	for (int i = 0; i < n; i++)
+		lg_line(b, "lg_u32x4 %s[%d];", dst[i], l->k);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
 	lg_line(b, "const int c = t + k * %d;", l->lpr);
-	lg_line(b, "v[k] = live && c < %lld ? *(const lg_u32x4 *)(rs + sr * %lld + c * 16)",
-		(long long)(l->hidden / 8), (long long)(l->rows * l->hidden * 2));
-	lg_line(b, "\t: lg_u32x4{0u, 0u, 0u, 0u};");
+	lg_line(b, "const bool in = live && c < %lld;", (long long)(l->hidden / 8));
+	lg_line(b, "const u8 *const sp = rs + sr * %lld + c * 16; // piece c of row m", (long long)sb);
+	for (int i = 0; i < n; i++)
+		lg_line(b, "%s[k] = in ? *(const lg_u32x4 *)(sp + %lld) : lg_u32x4{0u, 0u, 0u, 0u};", dst[i],
+			(long long)(i * tb));
 	lg_close(b);
+	if (rms)
+		lg_line(b, "const float rc = rms && live ? *(const float *)(rcell + sr * %lld) : 0.0f;", (long long)sb);
 	lg_line(b, "sr = sr + 1 < %d ? sr + 1 : 0;", st);
 }
 
@@ -466,7 +495,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 		static const char *const dst[] = {"v"}, *const src[] = {"xg"};
 		emit_w(b, p, &l);
 		if (p->v[P_STAGES])
-			emit_ring_loop(b, p, &l);
+			emit_ring_loop(b, p, &l, 1, dst, src, false, NULL);
 		else
 			emit_row_loop(b, p, &l, 1, dst, src, false);
 	} else {
@@ -521,8 +550,14 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "for (int k = 0; k < %lld; k++)", (long long)p->v[P_K]);
 	lg_line(b, "\tfor (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
 	static const char *const dst[] = {"xv", "gv"}, *const src[] = {"xg", "gg"};
-	bool pre = p->v[P_PREFETCH];
-	emit_row_loop(b, p, &l, 2, dst, src, true);
+	bool pre = p->v[P_PREFETCH] || p->v[P_STAGES]; /* rc: row m's rms */
+	if (p->v[P_STAGES]) {
+		char ring[64];
+		snprintf(ring, sizeof ring, "(u8 *)dwp + %lld", (long long)(l.rows * l.hidden * 4));
+		emit_ring_loop(b, p, &l, 2, dst, src, true, ring);
+	} else {
+		emit_row_loop(b, p, &l, 2, dst, src, true);
+	}
 	lg_line(b, "float r;");
 	lg_open(b, "if (rms) {");
 	lg_line(b, pre ? "r = rc;" : "r = live ? ((const float *)rms)[m] : 0.0f;");
@@ -613,7 +648,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
  * with prefetch; the forward's persistent forms: the register prefetch
  * with 128 threads and 2, 3 or 4 CTAs an SM, or 256 threads and 2; the
  * cp.async ring with 2 to 4 stages and 1 to 4 CTAs an SM (those whose
- * ring fits). */
+ * ring fits); the backward's ring with 128 threads and 2, 3 or 4 CTAs an
+ * SM, or 256 and 1. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
@@ -621,7 +657,8 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	static const int64_t fwd[] = {128, 256, 512, 0},
 			     fwd_pre[][3] = {{128, 2, 0}, {128, 3, 0}, {128, 4, 0}, {256, 2, 0}, {128, 2, 2},
 					     {128, 2, 3}, {128, 2, 4}, {128, 3, 3}, {128, 4, 2}, {256, 1, 3},
-					     {256, 2, 2}, {256, 2, 3}};
+					     {256, 2, 2}, {256, 2, 3}},
+			     bwd_ring[][3] = {{128, 2, 3}, {128, 3, 3}, {128, 4, 2}, {256, 1, 3}};
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int n = 0;
 	for (int pre = 0; pre < (bwd ? 2 : 1); pre++)
@@ -631,11 +668,13 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 			c.set |= 1ull << K_PREFETCH;
 			n = lg_candidate_add(s, t, out, n, max, c);
 		}
-	for (size_t i = 0; !bwd && i < sizeof fwd_pre / sizeof fwd_pre[0]; i++) {
-		struct lg_tile_choice c = lg_tile1(K_THREADS, fwd_pre[i][0]);
-		int key = fwd_pre[i][2] ? K_STAGES : K_PREFETCH;
-		c.v[key] = fwd_pre[i][2] ? fwd_pre[i][2] : 1;
-		c.v[K_PER_SM] = fwd_pre[i][1];
+	const int64_t(*pre)[3] = bwd ? bwd_ring : fwd_pre;
+	size_t npre = bwd ? sizeof bwd_ring / sizeof bwd_ring[0] : sizeof fwd_pre / sizeof fwd_pre[0];
+	for (size_t i = 0; i < npre; i++) {
+		struct lg_tile_choice c = lg_tile1(K_THREADS, pre[i][0]);
+		int key = pre[i][2] ? K_STAGES : K_PREFETCH;
+		c.v[key] = pre[i][2] ? pre[i][2] : 1;
+		c.v[K_PER_SM] = pre[i][1];
 		c.set |= 1ull << key | 1ull << K_PER_SM;
 		n = lg_candidate_add(s, t, out, n, max, c);
 	}

@@ -454,11 +454,14 @@ static void test_candidates(void **state)
 	assert_int_equal(c[7].v[NT("per_sm")], 2);
 	assert_int_equal(c[14].v[NT("threads")], 256);
 	assert_int_equal(c[14].v[NT("stages")], 3);
-	assert_int_equal(fn->candidates(b, &h, c, LG_MAX_CANDIDATES), 8); /* 4 threads, with and without prefetch */
+	/* 4 threads, with and without prefetch, 4 cp.async ring */
+	assert_int_equal(fn->candidates(b, &h, c, LG_MAX_CANDIDATES), 12);
 	assert_int_equal(c[3].v[NT("threads")], 1024);
 	assert_int_equal(c[3].v[NT("prefetch")], 0);
 	assert_int_equal(c[7].v[NT("threads")], 1024);
 	assert_int_equal(c[7].v[NT("prefetch")], 1);
+	assert_int_equal(c[8].v[NT("stages")], 3);
+	assert_int_equal(c[11].v[NT("threads")], 256);
 	lg_spec_free(q);
 	lg_spec_free(n);
 	lg_spec_free(b);

@@ -119,12 +119,12 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 	#pragma unroll
 	for (int st = 0; st < 2; st++) {
 		const i64 mq = first + slot + st * stride;
-		const u8 *const xq = xg + mq * 4096; // row mq
 		u8 *const sq = rs + st * 16384; // its stage
 		#pragma unroll
 		for (int k = 0; k < 8; k++) {
 			const int c = t + k * 32;
-			if (mq < M && c < 256) lg_cp16(sq + c * 16, xq + c * 16, 16);
+			if (mq >= M || c >= 256) continue;
+			lg_cp16(sq + 0 + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
 		}
 		lg_cp_commit();
 	}
@@ -135,12 +135,12 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 		{
 			const i64 mq = m + 2 * stride;
 			const int st = sr + 2 < 3 ? sr + 2 : sr - 1; // (sr + 2) % 3
-			const u8 *const xq = xg + mq * 4096; // row mq
 			u8 *const sq = rs + st * 16384; // its stage
 			#pragma unroll
 			for (int k = 0; k < 8; k++) {
 				const int c = t + k * 32;
-				if (mq < M && c < 256) lg_cp16(sq + c * 16, xq + c * 16, 16);
+				if (mq >= M || c >= 256) continue;
+				lg_cp16(sq + 0 + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
 			}
 			lg_cp_commit();
 		}
@@ -149,8 +149,9 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 		#pragma unroll
 		for (int k = 0; k < 8; k++) {
 			const int c = t + k * 32;
-			v[k] = live && c < 256 ? *(const lg_u32x4 *)(rs + sr * 16384 + c * 16)
-				: lg_u32x4{0u, 0u, 0u, 0u};
+			const bool in = live && c < 256;
+			const u8 *const sp = rs + sr * 16384 + c * 16; // piece c of row m
+			v[k] = in ? *(const lg_u32x4 *)(sp + 0) : lg_u32x4{0u, 0u, 0u, 0u};
 		}
 		sr = sr + 1 < 3 ? sr + 1 : 0;
 		// Sum of squares: one fp64 chain per piece, added in a fixed order.
