@@ -329,8 +329,9 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
 }
 
 /* Load a cubin and resolve its entry points; raise the dynamic shared
- * memory limit on every device where an entry needs more than 48 KB, and
- * size the grids of persistent entries for the current device. */
+ * memory limit on every device where an entry needs more than 32 KB (the
+ * default is 48 KB less the static), and size the grids of persistent
+ * entries for the current device. */
 static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k)
 {
 	const struct lg_family *f = lg_family_get(s->op);
@@ -370,7 +371,10 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 		LG_CU_TRY(cu, cuLibraryGetKernel, (&k->fn[i], k->lib, e->plan.entry[i]));
 		struct lg_launch_dim d;
 		f->geometry(&e->plan, i, one, &d);
-		if (d.smem > 48 * 1024)
+		/* the default dynamic limit is 48 KB less the static shared memory:
+		 * raise it for any entry within 16 KB of that (a ring of 48 KB
+		 * plus a reduction scratch would otherwise not launch) */
+		if (d.smem > 32 * 1024)
 			for (int dev = 0; dev < ndev; dev++)
 				LG_CU_TRY(cu, cuKernelSetAttribute,
 					  (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.smem,
