@@ -251,6 +251,9 @@ struct lg_plan {
 	 * entry uses clusters) when it loads the kernel; 0 when not loaded. */
 	bool persistent[LG_MAX_ENTRIES];
 	unsigned resident[LG_MAX_ENTRIES];
+	/* At most this many CTAs an SM count as resident (0: all that fit), for
+	 * entries whose occupancy may exceed the one they were planned for. */
+	unsigned per_sm[LG_MAX_ENTRIES];
 	/* CTAs per compile-time cluster of each entry (0 or 1: none); above 8
 	 * the context allows non-portable cluster sizes when loading. */
 	unsigned cluster[LG_MAX_ENTRIES];

@@ -8,24 +8,38 @@
  * memory when a row spans several warps. Outputs are stored evict-first.
  *
  * Forward: bound by HBM (x read, y written once: 64 MB at 8192 x 2048),
- * so what counts is the bytes in flight on every SM. With tile.prefetch
- * (the default up to hidden 2048) the grid is persistent, one wave of
- * tile.per_sm CTAs an SM (2 of 128 threads by default: 8 warps, one row
- * a warp at hidden 2048), and each lane issues all the loads of its next
- * row before the math and stores of this one, so two rows a warp are in
- * flight. Under 255 registers a thread (a persistent grid of more than
- * 256 threads an SM, either pass: tile.per_sm 3, 4) w is prefetched into
- * L1 and read from there a piece at a time instead of being kept in
- * registers, which keeps the rows spill-free; on the H200 that was slower
- * (per_sm 4: 26.6 us against 22.5 at 8192 x 2048), so it is opt-in.
+ * so what counts is the bytes in flight on every SM (Little's law: ~4.5
+ * TB/s x ~0.7 us is ~24 KB an SM). By default (tile.stages 3) the grid is
+ * persistent, one wave of tile.per_sm CTAs an SM (2 of 128 threads up to
+ * hidden 2048, one row a warp; 1 of 256 above) on the device it runs on
+ * (the context's occupancy query, capped at per_sm), and the rows come
+ * through a ring of `stages` rows a row slot in shared memory: each lane
+ * copies its pieces of the row stages - 1 ahead with cp.async, which holds
+ * no registers while in flight, then waits for this row's group and reads
+ * back only the pieces it copied (no barrier). At hidden 2048 that is 8
+ * warps x 2 rows x 4 KB = 64 KB an SM in flight with w and one row in
+ * registers (167 a thread), where tile.prefetch 1 (the register prefetch:
+ * each lane loads its next row into registers before this row's math)
+ * has 32 KB at 254 registers and measured 22.5 us on the H200. Under 255
+ * registers a thread (a register-prefetch grid of more than 256 threads
+ * an SM, a staged one of more than 512) w is prefetched into L1 and read
+ * from there a piece at a time instead of being kept in registers (per_sm
+ * 4 with prefetch: 26.6 us against 22.5 at 8192 x 2048).
  *
  * Backward: a persistent grid (tile.per_sm CTAs an SM, 2 of 128 threads
- * by default: its registers hold two rows of x and dy, w and the dw
- * partials; 3 or 4 spill; with tile.prefetch, each lane loads its next
- * row's x and dy before the math of this one) whose CTAs keep their dw
+ * by default, two rows of 64 lanes a CTA at hidden 2048) whose rows of x
+ * and dy (and their rms) come through the same cp.async ring (tile.stages,
+ * 3 by default where it fits: 2 rows ahead, 4 row slots an SM x 2 rows x
+ * 8 KB = 64 KB in flight at hidden 2048, 197 registers), or with
+ * tile.prefetch 1 are loaded into registers a row ahead (32 KB; 34.7-35.2
+ * us on the H200 at 8192 x 2048, 240 registers; 3 or 4 CTAs an SM spill). Its CTAs keep their dw
  * partial sums in registers, reduce them across row slots in shared
  * memory, and write one row of a workspace (one per CTA); a second entry
  * point adds the workspace rows in a fixed order, so dw is deterministic.
+ * Its grid stays SMS x per_sm (a compile-time 132, the H200's SMs): the
+ * workspace is sized and the dw kernel's row count emitted before the
+ * device is known. On another device the result is the same; only a
+ * partial second wave (fewer SMs) or idle SMs (more) cost time.
  */
 #include <stdio.h>
 
@@ -35,9 +49,12 @@
 #include "norm_common.h"
 #include "templates.h"
 
-#define SMS 132 /* SMs of an H200: a persistent grid is one wave of tile.per_sm CTAs each */
+/* SMs of an H200: the backward's grid (one wave of tile.per_sm CTAs each,
+ * one workspace row a CTA) and the forward's before the context has
+ * counted the device's (struct lg_plan.resident). */
+#define SMS 132
 
-enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, K_PREFETCH, K_PER_SM, NKEYS };
+enum { K_HIDDEN, K_EPS, K_TILE, K_ROWS, K_THREADS, K_PREFETCH, K_PER_SM, K_STAGES, NKEYS };
 static const int64_t rows_ok[] = {1, 2, 4, 8, 16, 0}, threads_ok[] = {128, 256, 512, 1024, 0},
 		     per_sm_ok[] = {1, 2, 3, 4, 0};
 static const struct lg_key keys[NKEYS] = {
@@ -51,6 +68,9 @@ static const struct lg_key keys[NKEYS] = {
 				   "1: a persistent grid whose lanes load their next row before this row's math"),
 	[K_PER_SM] = LG_KEY_TILE("per_sm", "s", 1, 4, per_sm_ok,
 				 "persistent grid: CTAs an SM (the grid is one wave of them; registers are capped to fit)"),
+	[K_STAGES] = LG_KEY_TILE("stages", "st", 0, 4, NULL,
+				 "forward: a persistent grid whose rows come through a cp.async ring of this many "
+				 "rows a row slot in shared memory (0: the register prefetch)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -89,6 +109,7 @@ enum {
 	P_PREFETCH,             /* the next row loaded ahead (a persistent grid) */
 	P_PER_SM,               /* persistent grid: CTAs an SM */
 	P_W_L1,                 /* w read from L1 per piece, not kept in registers */
+	P_STAGES,               /* forward: rows a row slot has in the cp.async ring (0: none) */
 };
 
 /* tile.per_sm by default: 2 CTAs of 128 threads an SM (w kept in
@@ -117,6 +138,43 @@ static struct lg_rowlayout layout(const struct lg_spec *s)
 	return l;
 }
 
+/* Shared memory an SM gives its CTAs (sm_90: 228 KB, less 1 KB a CTA;
+ * sm_80: 164 KB; sm_86, sm_89: 100 KB), the cp.async ring's budget. */
+#define SMEM_SM90 (227 * 1024)
+static int64_t smem_sm(const struct lg_target *t)
+{
+	return t->sm >= 90 ? SMEM_SM90 : t->sm == 80 || t->sm == 87 ? 163 * 1024 : 99 * 1024;
+}
+
+/* Bytes of a ring stage: a row of every row slot of x (and the
+ * backward's dy), then the backward's rms, a float a thread. */
+static int64_t stage_bytes(bool bwd, const struct lg_rowlayout *l)
+{
+	return bwd ? 2 * l->rows * l->hidden * 2 + l->threads * 4 : l->rows * l->hidden * 2;
+}
+
+/* Dynamic shared memory of a CTA: the backward's dw partials, then the ring. */
+static int64_t cta_smem(bool bwd, int64_t stages, const struct lg_rowlayout *l)
+{
+	return (bwd ? l->rows * l->hidden * 4 : 0) + stages * stage_bytes(bwd, l);
+}
+
+/* tile.stages: given, or without tile.prefetch, 3 (two rows a slot in
+ * flight while the third is worked on) or, where the ring would not fit
+ * per_sm CTAs an SM, 2, else 0. */
+static int64_t stages_of(const struct lg_spec *s, const struct lg_rowlayout *l, int64_t per_sm, int64_t smem)
+{
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	if (lg_spec_has(s, K_STAGES))
+		return lg_spec_int(s, K_STAGES);
+	if (lg_spec_has(s, K_PREFETCH))
+		return 0;
+	for (int64_t n = 3; n >= 2; n--)
+		if (cta_smem(bwd, n, l) * per_sm <= smem)
+			return n;
+	return 0;
+}
+
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	struct lg_rowlayout l = layout(s);
@@ -126,6 +184,17 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	if (l.threads * per_sm_of(s, &l) > 2048)
 		return lg_spec_error(where, "tile.per_sm: found %lld with %d threads a CTA, allowed: at most %d (2048 threads an SM)",
 				     (long long)per_sm_of(s, &l), l.threads, 2048 / l.threads);
+	if (lg_spec_has(s, K_STAGES) && lg_spec_int(s, K_STAGES) && lg_spec_has(s, K_PREFETCH) &&
+	    lg_spec_int(s, K_PREFETCH))
+		return lg_spec_error(where, "tile.stages: found %lld with tile.prefetch 1, allowed: one of the two",
+				     (long long)lg_spec_int(s, K_STAGES));
+	bool bwd = s->pass == LG_PASS_BACKWARD;
+	int64_t ring = cta_smem(bwd, stages_of(s, &l, per_sm_of(s, &l), SMEM_SM90), &l) * per_sm_of(s, &l);
+	if (ring > SMEM_SM90)
+		return lg_spec_error(where, "tile.stages: %lld rows of %lld slots of %lld bytes for %lld CTAs an SM "
+				     "need %lld bytes of shared memory, allowed: at most %d",
+				     (long long)lg_spec_int(s, K_STAGES), (long long)l.rows, (long long)l.hidden * 2,
+				     (long long)per_sm_of(s, &l), (long long)ring, SMEM_SM90);
 	return LG_OK;
 }
 
@@ -144,17 +213,29 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	/* prefetch by default where it measured faster on the H200: the backward,
 	 * and the forward up to hidden 2048 (at 128, 1024 and 8192 tokens) and
 	 * 256 threads (two CTAs an SM: 512 threads would spill) */
-	p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0
-						      : bwd || (h <= 2048 && l.threads <= 256);
-	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
 	p->v[P_PER_SM] = per_sm_of(s, &l);
-	if (p->v[P_PREFETCH] || bwd)
+	int64_t smem = smem_sm(t);
+	p->v[P_STAGES] = stages_of(s, &l, p->v[P_PER_SM], smem);
+	if (cta_smem(bwd, p->v[P_STAGES], &l) * p->v[P_PER_SM] > smem)
+		return lg_fail(LG_ERR_SPEC, "%s: tile.stages %lld: %lld bytes of shared memory an SM, sm_%d has %lld",
+			       s->entry, (long long)p->v[P_STAGES],
+			       (long long)(cta_smem(bwd, p->v[P_STAGES], &l) * p->v[P_PER_SM]), t->sm, (long long)smem);
+	p->tile[K_STAGES] = p->v[P_STAGES];
+	p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) != 0
+						      : !p->v[P_STAGES] && (bwd || (h <= 2048 && l.threads <= 256));
+	p->tile[K_PREFETCH] = p->v[P_PREFETCH];
+	if (p->v[P_PREFETCH] || p->v[P_STAGES] || bwd)
 		p->tile[K_PER_SM] = p->v[P_PER_SM];
+	/* the forward's persistent grid is one wave on the device it runs on */
+	p->persistent[0] = !bwd && (p->v[P_PREFETCH] || p->v[P_STAGES]);
+	p->per_sm[0] = p->persistent[0] ? (unsigned)p->v[P_PER_SM] : 0;
 	/* below 255 registers a thread, a persistent grid's two rows (this one
 	 * and the next) and w do not fit without spills: w then comes from L1,
-	 * one piece at a time as it is used */
-	p->v[P_W_L1] = p->v[P_PREFETCH] && l.threads * p->v[P_PER_SM] > 256;
-	p->v[P_SMEM] = bwd ? (int64_t)l.rows * h * 4 : 0;
+	 * one piece at a time as it is used; the staged form holds one row, so
+	 * w stays in registers down to 128 a thread */
+	p->v[P_W_L1] = p->v[P_STAGES] ? l.threads * p->v[P_PER_SM] > 512
+				      : p->v[P_PREFETCH] && l.threads * p->v[P_PER_SM] > 256;
+	p->v[P_SMEM] = cta_smem(bwd, p->v[P_STAGES], &l);
 	p->nentries = bwd ? 2 : 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	if (bwd)
@@ -163,11 +244,14 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	return LG_OK;
 }
 
+/* CTAs of the rows kernel: a CTA a `rows` rows, at most one wave of a
+ * persistent grid: the CTAs the device holds (the forward), or SMS x
+ * per_sm (the backward, whose dw kernel sums that many workspace rows). */
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
 {
 	int64_t rows = p->v[P_ROWS], n = (tokens + rows - 1) / rows;
-	int64_t pmax = SMS * p->v[P_PER_SM];
-	return (p->v[P_BWD] || p->v[P_PREFETCH]) && n > pmax ? pmax : n;
+	int64_t pmax = p->persistent[0] && p->resident[0] ? p->resident[0] : SMS * p->v[P_PER_SM];
+	return (p->v[P_BWD] || p->persistent[0]) && n > pmax ? pmax : n;
 }
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
@@ -223,6 +307,95 @@ static void emit_next_loads(lg_buf *b, const struct lg_rowlayout *l, int n, cons
 		lg_line(b, "%srms && livep ? ((const float *)rms)[mp] : 0.0f;", rn);
 }
 
+/* `stride` (rows of the whole grid) and `first` (the CTA's first row). */
+static void emit_stride(lg_buf *b, int rows)
+{
+	if (rows > 1)
+		lg_line(b, "const i64 stride = (i64)gridDim.x * %d, first = (i64)blockIdx.x * %d;", rows, rows);
+	else
+		lg_line(b, "const i64 stride = gridDim.x, first = blockIdx.x;");
+}
+
+/* The cp.async copies of this lane's pieces of row mq (if mq < M) of
+ * each of the n tensors src[i] into ring stage `st` (and, with rms, its
+ * rms into the lane's cell), closed as one group (empty past the rows). */
+static void emit_ring_copy(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout *l, int n,
+			   const char *const *src, bool rms)
+{
+	int64_t tb = (int64_t)l->rows * l->hidden * 2; /* a tensor's rows in a stage */
+	lg_line(b, "u8 *const sq = rs + st * %lld; // its stage", (long long)stage_bytes(p->v[P_BWD], l));
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
+	lg_line(b, "const int c = t + k * %d;", l->lpr);
+	lg_line(b, "if (mq >= M || c >= %lld) continue;", (long long)(l->hidden / 8));
+	for (int i = 0; i < n; i++)
+		lg_line(b, "lg_cp16(sq + %lld + c * 16, %s + (mq * %lld + c * 8) * 2, 16);", (long long)(i * tb),
+			src[i], (long long)l->hidden);
+	lg_close(b);
+	if (rms)
+		lg_line(b, "if (rms && mq < M) lg_cp4(rcell + st * %lld, (const float *)rms + mq, 4);",
+			(long long)stage_bytes(p->v[P_BWD], l));
+	lg_line(b, "lg_cp_commit();");
+}
+
+/* The staged form: open the persistent loop over rows m (each with
+ * `live`) whose pieces of the n tensors src[i] reach `lg_u32x4 dst[i][k]`
+ * (with rms, its rms `float rc`) through a ring of P_STAGES stages in
+ * shared memory at `ring` (an expression; NULL: dynamic shared memory): a
+ * lane copies the row stages - 1 ahead (cp.async: no registers held while
+ * in flight), waits for row m's group and reads back only what it copied,
+ * so no barrier. */
+static void emit_ring_loop(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout *l, int n,
+			   const char *const *dst, const char *const *src, bool rms, const char *ring)
+{
+	int rows = l->rows, st = (int)p->v[P_STAGES];
+	int64_t sb = stage_bytes(p->v[P_BWD], l), tb = (int64_t)rows * l->hidden * 2;
+	lg_comment(b, "Rows through a ring of %d stages a row slot in shared memory, %d ahead.", st, st - 1);
+	if (ring)
+		lg_line(b, "u8 *const ring = %s; // [stage][tensor][row slot][hidden] bf16 (+ rms)", ring);
+	else
+		lg_line(b, "extern __shared__ __align__(16) u8 ring[]; // [stage][row slot][hidden] bf16");
+	if (rows > 1)
+		lg_line(b, "u8 *const rs = ring + slot * %lld; // this row slot's stage 0", (long long)l->hidden * 2);
+	else
+		lg_line(b, "u8 *const rs = ring;");
+	if (rms)
+		lg_line(b, "u8 *const rcell = ring + %lld + threadIdx.x * 4; // the lane's rms", (long long)(n * tb));
+	emit_stride(b, rows);
+	if (st > 1) {
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int st = 0; st < %d; st++) {", st - 1);
+		lg_line(b, "const i64 mq = first%s + st * stride;", rows > 1 ? " + slot" : "");
+		emit_ring_copy(b, p, l, n, src, rms);
+		lg_close(b);
+	}
+	lg_line(b, "int sr = 0; // the stage of row m");
+	lg_open(b, "for (i64 base = first; base < M; base += stride) {");
+	lg_line(b, "const i64 m = base%s;", rows > 1 ? " + slot" : "");
+	lg_line(b, "const bool live = m < M;");
+	lg_open(b, "{");
+	lg_line(b, "const i64 mq = m + %d * stride;", st - 1);
+	lg_line(b, "const int st = sr + %d < %d ? sr + %d : sr - 1; // (sr + %d) %% %d", st - 1, st, st - 1,
+		st - 1, st);
+	emit_ring_copy(b, p, l, n, src, rms);
+	lg_close(b);
+	lg_line(b, "lg_cp_wait(%d); // row m's group is in", st - 1);
+	for (int i = 0; i < n; i++)
+		lg_line(b, "lg_u32x4 %s[%d];", dst[i], l->k);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
+	lg_line(b, "const int c = t + k * %d;", l->lpr);
+	lg_line(b, "const bool in = live && c < %lld;", (long long)(l->hidden / 8));
+	lg_line(b, "const u8 *const sp = rs + sr * %lld + c * 16; // piece c of row m", (long long)sb);
+	for (int i = 0; i < n; i++)
+		lg_line(b, "%s[k] = in ? *(const lg_u32x4 *)(sp + %lld) : lg_u32x4{0u, 0u, 0u, 0u};", dst[i],
+			(long long)(i * tb));
+	lg_close(b);
+	if (rms)
+		lg_line(b, "const float rc = rms && live ? *(const float *)(rcell + sr * %lld) : 0.0f;", (long long)sb);
+	lg_line(b, "sr = sr + 1 < %d ? sr + 1 : 0;", st);
+}
+
 /* Open the persistent loop over rows m (each with `live`) and load row m's
  * pieces of each of the n tensors src[i] into lg_u32x4 dst[i][k]; with
  * prefetch, from registers the previous iteration filled, loading the next
@@ -232,10 +405,7 @@ static void emit_row_loop(lg_buf *b, const struct lg_plan *p, const struct lg_ro
 {
 	int rows = (int)p->v[P_ROWS], k = (int)p->v[P_K];
 	bool pre = p->v[P_PREFETCH];
-	if (rows > 1)
-		lg_line(b, "const i64 stride = lg_ctas(M) * %d, first = (i64)blockIdx.x * %d;", rows, rows);
-	else
-		lg_line(b, "const i64 stride = lg_ctas(M), first = blockIdx.x;");
+	emit_stride(b, rows);
 	if (pre) {
 		lg_comment(b, "Each lane loads its next row before this row's math.");
 		for (int i = 0; i < n; i++)
@@ -304,13 +474,13 @@ static void emit_w(lg_buf *b, const struct lg_plan *p, const struct lg_rowlayout
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int64_t pieces = p->v[P_HIDDEN] / 8;
-	bool pre = p->v[P_PREFETCH];
+	bool pre = p->v[P_PREFETCH] || p->v[P_STAGES]; /* a persistent grid */
 	lg_section(b, p->entry[0], "RMSNorm forward");
+	lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.", (long long)p->v[P_LPR],
+		   (long long)p->v[P_K], (int)p->v[P_ROWS]);
 	if (pre)
-		emit_ctas(b, p);
-	else
-		lg_comment(b, "%lld lanes per row, %lld 16-byte pieces each; %d rows per CTA.",
-			   (long long)p->v[P_LPR], (long long)p->v[P_K], (int)p->v[P_ROWS]);
+		lg_comment(b, "A persistent grid: one wave of %lld CTAs an SM on the device it runs on.",
+			   (long long)p->v[P_PER_SM]);
 	/* persistent: per_sm CTAs an SM, registers capped to fit them */
 	if (pre)
 		lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", (int)p->v[P_THREADS],
@@ -324,7 +494,10 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	if (pre) {
 		static const char *const dst[] = {"v"}, *const src[] = {"xg"};
 		emit_w(b, p, &l);
-		emit_row_loop(b, p, &l, 1, dst, src, false);
+		if (p->v[P_STAGES])
+			emit_ring_loop(b, p, &l, 1, dst, src, false, NULL);
+		else
+			emit_row_loop(b, p, &l, 1, dst, src, false);
 	} else {
 		lg_emit_row_index(b, &l);
 		lg_line(b, "lg_u32x4 v[%lld];", (long long)p->v[P_K]);
@@ -377,8 +550,14 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "for (int k = 0; k < %lld; k++)", (long long)p->v[P_K]);
 	lg_line(b, "\tfor (int e = 0; e < 8; e++) acc[k][e] = 0.0f;");
 	static const char *const dst[] = {"xv", "gv"}, *const src[] = {"xg", "gg"};
-	bool pre = p->v[P_PREFETCH];
-	emit_row_loop(b, p, &l, 2, dst, src, true);
+	bool pre = p->v[P_PREFETCH] || p->v[P_STAGES]; /* rc: row m's rms */
+	if (p->v[P_STAGES]) {
+		char ring[64];
+		snprintf(ring, sizeof ring, "(u8 *)dwp + %lld", (long long)(l.rows * l.hidden * 4));
+		emit_ring_loop(b, p, &l, 2, dst, src, true, ring);
+	} else {
+		emit_row_loop(b, p, &l, 2, dst, src, true);
+	}
 	lg_line(b, "float r;");
 	lg_open(b, "if (rms) {");
 	lg_line(b, pre ? "r = rc;" : "r = live ? ((const float *)rms)[m] : 0.0f;");
@@ -466,13 +645,20 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 
 /* Tile variants for `lingen tune`: 128, 256 and 512 threads per CTA (rows
  * per CTA follow), the backward also 1024 where it plans, each without and
- * with prefetch; the forward's persistent form with 128 threads and 2, 3 or
- * 4 CTAs an SM, or 256 threads and 2. */
+ * with prefetch; the forward's persistent forms: the register prefetch
+ * with 128 threads and 2, 3 or 4 CTAs an SM, or 256 threads and 2; the
+ * cp.async ring with 2 to 4 stages and 1 to 4 CTAs an SM (those whose
+ * ring fits); the backward's ring with 128 threads and 2, 3 or 4 CTAs an
+ * SM, or 256 and 1. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	/* the persistent forward: {threads, per_sm}; 512 threads would spill */
-	static const int64_t fwd[] = {128, 256, 512, 0}, fwd_pre[][2] = {{128, 2}, {128, 3}, {128, 4}, {256, 2}};
+	/* the persistent forward: {threads, per_sm, stages (0: prefetch 1)}; 512 threads would spill */
+	static const int64_t fwd[] = {128, 256, 512, 0},
+			     fwd_pre[][3] = {{128, 2, 0}, {128, 3, 0}, {128, 4, 0}, {256, 2, 0}, {128, 2, 2},
+					     {128, 2, 3}, {128, 2, 4}, {128, 3, 3}, {128, 4, 2}, {256, 1, 3},
+					     {256, 2, 2}, {256, 2, 3}},
+			     bwd_ring[][3] = {{128, 2, 3}, {128, 3, 3}, {128, 4, 2}, {256, 1, 3}};
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int n = 0;
 	for (int pre = 0; pre < (bwd ? 2 : 1); pre++)
@@ -482,11 +668,14 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 			c.set |= 1ull << K_PREFETCH;
 			n = lg_candidate_add(s, t, out, n, max, c);
 		}
-	for (size_t i = 0; !bwd && i < sizeof fwd_pre / sizeof fwd_pre[0]; i++) {
-		struct lg_tile_choice c = lg_tile1(K_THREADS, fwd_pre[i][0]);
-		c.v[K_PREFETCH] = 1;
-		c.v[K_PER_SM] = fwd_pre[i][1];
-		c.set |= 1ull << K_PREFETCH | 1ull << K_PER_SM;
+	const int64_t(*pre)[3] = bwd ? bwd_ring : fwd_pre;
+	size_t npre = bwd ? sizeof bwd_ring / sizeof bwd_ring[0] : sizeof fwd_pre / sizeof fwd_pre[0];
+	for (size_t i = 0; i < npre; i++) {
+		struct lg_tile_choice c = lg_tile1(K_THREADS, pre[i][0]);
+		int key = pre[i][2] ? K_STAGES : K_PREFETCH;
+		c.v[key] = pre[i][2] ? pre[i][2] : 1;
+		c.v[K_PER_SM] = pre[i][1];
+		c.set |= 1ull << key | 1ull << K_PER_SM;
 		n = lg_candidate_add(s, t, out, n, max, c);
 	}
 	return n;

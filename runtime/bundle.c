@@ -19,13 +19,14 @@
  *         "used": [1, 1, 1, 1],          which arguments the kernel uses
  *         "entries": [ { "name": "lg_rmsnorm_fwd_bf16_h2048",
  *                        "block": [256, 1, 1], "smem": 0, "cluster": 0,
- *                        "persistent": false, "early": false, "part": 0,
+ *                        "persistent": false, "per_sm": 0, "early": false, "part": 0,
  *                        "grid_at_1": [1, 1, 1], "grid_at_8192": [1024, 1, 1] } ],
  *         "tmaps": [ {"arg": "x", "box": [64, 128], "swizzle": 128} ]  TMA tensor maps
  *                                        built at launch (only when the plan has some) } } ] }
  *   The grid of an entry point is the family's geometry() of the plan and the
  *   run-time sizes (persistent entries are capped at what is co-resident on
- *   the device, known only at load); grid_at_1 and grid_at_8192 show it at
+ *   the device, known only at load, counting at most per_sm CTAs an SM when
+ *   it is not 0); grid_at_1 and grid_at_8192 show it at
  *   every size 1 and 8192. Formats 1 and 2 are refused.
  *
  * The loader never trusts a stored plan: it plans the spec again with the
@@ -117,6 +118,7 @@ static void add_entry(cJSON *entries, const struct lg_family *f, enum lg_pass pa
 	cJSON_AddNumberToObject(o, "smem", d1.smem);
 	cJSON_AddNumberToObject(o, "cluster", p->cluster[e]);
 	cJSON_AddBoolToObject(o, "persistent", p->persistent[e]);
+	cJSON_AddNumberToObject(o, "per_sm", p->per_sm[e]);
 	cJSON_AddBoolToObject(o, "early", p->early[e]);
 	cJSON_AddNumberToObject(o, "part", (double)p->part[e]);
 	cJSON_AddItemToObject(o, "grid_at_1", dim3(d1.grid));

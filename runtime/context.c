@@ -302,12 +302,13 @@ lg_status lg_ctx_cubin(lg_ctx *c, const lg_spec *s, const void **cubin, size_t *
 
 /* How many CTAs (or clusters, for clustered entries: `cluster` CTAs a
  * compile-time cluster, plan.cluster, above 1) of a persistent entry are
- * co-resident on the current device. Whether the entry is clustered is the
+ * co-resident on the current device, at most per_sm CTAs an SM when
+ * per_sm is not 0 (plan.per_sm). Whether the entry is clustered is the
  * plan's word, not the geometry's: a grid of more than one CTA at one token
  * (moe_permute's pipelined dispatch: 1 + 256 CTAs) taken for a cluster gave
  * a grid of one CTA, 13.2 ms at its target on the H200). */
 static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const struct lg_launch_dim *d,
-				unsigned cluster, unsigned *out)
+				unsigned cluster, unsigned per_sm, unsigned *out)
 {
 	CUfunction fn;
 	LG_CU_TRY(cu, cuKernelGetFunction, (&fn, kern));
@@ -324,6 +325,8 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
 		LG_CU_TRY(cu, cuDeviceGetAttribute, (&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
 		LG_CU_TRY(cu, cuOccupancyMaxActiveBlocksPerMultiprocessor,
 			  (&n, fn, (int)(d->block[0] * d->block[1] * d->block[2]), d->smem));
+		if (per_sm && n > (int)per_sm)
+			n = (int)per_sm;
 		n *= sms;
 	}
 	*out = n > 0 ? (unsigned)n : 1;
@@ -331,8 +334,9 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
 }
 
 /* Load a cubin and resolve its entry points; raise the dynamic shared
- * memory limit on every device where an entry needs more than 48 KB, and
- * size the grids of persistent entries for the current device. */
+ * memory limit on every device where an entry needs more than 32 KB (the
+ * default is 48 KB less the static), and size the grids of persistent
+ * entries for the current device. */
 static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k)
 {
 	const struct lg_family *f = lg_family_get(s->op);
@@ -375,7 +379,10 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 		LG_CU_TRY(cu, cuLibraryGetKernel, (&k->fn[i], k->lib, e->plan.entry[i]));
 		struct lg_launch_dim d;
 		f->geometry(&e->plan, i, one, &d);
-		if (d.smem > 48 * 1024)
+		/* the default dynamic limit is 48 KB less the static shared memory:
+		 * raise it for any entry within 16 KB of that (a ring of 48 KB
+		 * plus a reduction scratch would otherwise not launch) */
+		if (d.smem > 32 * 1024)
 			for (int dev = 0; dev < ndev; dev++)
 				LG_CU_TRY(cu, cuKernelSetAttribute,
 					  (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.smem,
@@ -385,7 +392,8 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 				LG_CU_TRY(cu, cuKernelSetAttribute,
 					  (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, k->fn[i], dev));
 		if (e->plan.persistent[i]) {
-			st = query_resident(cu, k->fn[i], &d, e->plan.cluster[i], &k->plan.resident[i]);
+			st = query_resident(cu, k->fn[i], &d, e->plan.cluster[i], e->plan.per_sm[i],
+					    &k->plan.resident[i]);
 			if (st != LG_OK)
 				return st;
 		}

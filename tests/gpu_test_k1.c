@@ -140,7 +140,7 @@ static void test_rmsnorm(void **state)
 	check(NORM(backward, 1000), 8191);
 	check(NORM(backward, 72), 300);
 	check(NORM(backward, 8), 1);
-	/* the backward without prefetch, the forward with (persistent), every loop count */
+	/* the backward and the forward without their rings, every loop count */
 	check(NORM_TILE(backward, 2048, "{\"prefetch\": 0}"), 8192);
 	check(NORM_TILE(backward, 1000, "{\"prefetch\": 0, \"threads\": 256}"), 529);
 	check(NORM_TILE(forward, 2048, "{\"prefetch\": 0}"), 8192);
@@ -151,6 +151,30 @@ static void test_rmsnorm(void **state)
 	check(NORM_TILE(forward, 2048, "{\"per_sm\": 2}"), 2113);
 	check(NORM_TILE(backward, 2048, "{\"per_sm\": 3}"), 8192);
 	check(NORM_TILE(backward, 1000, "{\"per_sm\": 4}"), 2113);
+	/* the forward's cp.async ring (the default): stages 1 to 4, CTAs an SM,
+	 * lanes past the row (hidden 1000, 72), several rows a warp's loop */
+	check(NORM_TILE(forward, 2048, "{\"stages\": 1}"), 2113);
+	check(NORM_TILE(forward, 2048, "{\"stages\": 2}"), 8191);
+	check(NORM_TILE(forward, 2048, "{\"stages\": 4}"), 4099);
+	check(NORM_TILE(forward, 2048, "{\"stages\": 3, \"per_sm\": 4}"), 8192);
+	check(NORM_TILE(forward, 2048, "{\"stages\": 2, \"threads\": 256, \"per_sm\": 2}"), 2113);
+	check(NORM_TILE(forward, 4096, "{\"stages\": 2, \"threads\": 128, \"per_sm\": 4}"), 8192);
+	check(NORM(forward, 4096), 8192);
+	check(NORM(forward, 4096), 1025);
+	check(NORM(forward, 1000), 100000);
+	check(NORM(forward, 72), 3001);
+	check(NORM(forward, 2048), 128);
+	check(NORM(forward, 2048), 1024);
+	/* the backward's ring (the default) and its register prefetch */
+	check(NORM_TILE(backward, 2048, "{\"prefetch\": 1}"), 8192);
+	check(NORM_TILE(backward, 2048, "{\"stages\": 2}"), 2113);
+	check(NORM_TILE(backward, 1000, "{\"stages\": 4}"), 8191);
+	check(NORM_TILE(backward, 2048, "{\"stages\": 2, \"per_sm\": 4}"), 4099);
+	check(NORM_TILE(backward, 2048, "{\"stages\": 3, \"threads\": 256}"), 8192);
+	check(NORM(backward, 4096), 8192);
+	check(NORM(backward, 2048), 1024);
+	check(NORM(backward, 2048), 128);
+	check_opt(NORM_TILE(backward, 2048, "{\"stages\": 1}"), 3001, true);
 	/* without rms: the backward recomputes it, the forward does not write it */
 	check_opt(NORM(backward, 2048), 4099, true);
 	check_opt(NORM(forward, 2048), 4099, true);

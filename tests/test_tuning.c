@@ -443,17 +443,25 @@ static void test_candidates(void **state)
 	assert_int_equal(fq->candidates(q, &a, c, LG_MAX_CANDIDATES), 4);      /* no fused on sm_80 */
 	assert_int_equal(fq->candidates(big, &h, c, LG_MAX_CANDIDATES), 4);    /* hidden/128 > 16 */
 	assert_int_equal(fq->candidates(q, &h, c, 2), 2);                      /* max honoured */
-	assert_int_equal(fn->candidates(n, &h, c, LG_MAX_CANDIDATES), 7); /* 3 threads, 4 persistent */
+	/* 3 threads, 4 register-prefetch persistent, 8 cp.async ring */
+	assert_int_equal(fn->candidates(n, &h, c, LG_MAX_CANDIDATES), 15);
 	assert_int_equal(c[5].v[NT("threads")], 128);
 	assert_int_equal(c[5].v[NT("per_sm")], 4);
 	assert_int_equal(c[6].v[NT("threads")], 256);
 	assert_int_equal(c[6].v[NT("prefetch")], 1);
 	assert_int_equal(c[6].v[NT("per_sm")], 2);
-	assert_int_equal(fn->candidates(b, &h, c, LG_MAX_CANDIDATES), 8); /* 4 threads, with and without prefetch */
+	assert_int_equal(c[7].v[NT("stages")], 2);
+	assert_int_equal(c[7].v[NT("per_sm")], 2);
+	assert_int_equal(c[14].v[NT("threads")], 256);
+	assert_int_equal(c[14].v[NT("stages")], 3);
+	/* 4 threads, with and without prefetch, 4 cp.async ring */
+	assert_int_equal(fn->candidates(b, &h, c, LG_MAX_CANDIDATES), 12);
 	assert_int_equal(c[3].v[NT("threads")], 1024);
 	assert_int_equal(c[3].v[NT("prefetch")], 0);
 	assert_int_equal(c[7].v[NT("threads")], 1024);
 	assert_int_equal(c[7].v[NT("prefetch")], 1);
+	assert_int_equal(c[8].v[NT("stages")], 3);
+	assert_int_equal(c[11].v[NT("threads")], 256);
 	lg_spec_free(q);
 	lg_spec_free(n);
 	lg_spec_free(b);

@@ -129,7 +129,7 @@ lg_rmsnorm_bwd_bf16_h2048_tp0(
 	#pragma unroll
 	for (int k = 0; k < 4; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
-	const i64 stride = lg_ctas(M) * 2, first = (i64)blockIdx.x * 2;
+	const i64 stride = (i64)gridDim.x * 2, first = (i64)blockIdx.x * 2;
 	for (i64 base = first; base < M; base += stride) {
 		const i64 m = base + slot;
 		const bool live = m < M;

@@ -11,6 +11,22 @@ struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 
 static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
 
+// Copy 16 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
+static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
+}
+
+// Close the group of this thread's copies issued since the last commit.
+static __device__ __forceinline__ void lg_cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Wait until at most n committed groups are still in flight.
+#define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
+
 // The low bf16 of w as fp32 (exact: a shift).
 static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
 
@@ -58,15 +74,6 @@ static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
 	return v;
 }
 
-// 16-byte load of data read once: no L1 allocation.
-static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-	return v;
-}
-
 // 16-byte load of data that is read again (the weights): it may stay in L1.
 static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 {
@@ -92,13 +99,8 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 }
 
 // ----- lg_rmsnorm_fwd_bf16_h2048: RMSNorm forward -----
-// Persistent grid of min(ceil(M / 4), 264) CTAs (2 an SM); 32 lanes per row, 8 pieces each.
-static __device__ __forceinline__ i64 lg_ctas(i64 M)
-{
-	i64 n = (M + 3) / 4;
-	return n < 264 ? n : 264;
-}
-
+// 32 lanes per row, 8 16-byte pieces each; 4 rows per CTA.
+// A persistent grid: one wave of 2 CTAs an SM on the device it runs on.
 extern "C" __global__ void __launch_bounds__(128, 2)
 lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 {
@@ -110,35 +112,48 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 		const int c = t + k * 32;
 		wv[k] = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
 	}
-	const i64 stride = lg_ctas(M) * 4, first = (i64)blockIdx.x * 4;
-	// Each lane loads its next row before this row's math.
-	lg_u32x4 vn[8];
-	i64 mp = first + slot;
-	bool livep = mp < M;
+	// Rows through a ring of 3 stages a row slot in shared memory, 2 ahead.
+	extern __shared__ __align__(16) u8 ring[]; // [stage][row slot][hidden] bf16
+	u8 *const rs = ring + slot * 4096; // this row slot's stage 0
+	const i64 stride = (i64)gridDim.x * 4, first = (i64)blockIdx.x * 4;
 	#pragma unroll
-	for (int k = 0; k < 8; k++) {
-		const int c = t + k * 32;
-		vn[k] = lg_u32x4{0u, 0u, 0u, 0u};
-		if (livep && c < 256)
-			vn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
-	}
-	for (i64 base = first; base < M; base += stride) {
-		const i64 m = base + slot;
-		const bool live = m < M;
-		lg_u32x4 v[8];
-		#pragma unroll
-		for (int k = 0; k < 8; k++) {
-			v[k] = vn[k];
-		}
-		mp = m + stride;
-		livep = mp < M;
+	for (int st = 0; st < 2; st++) {
+		const i64 mq = first + slot + st * stride;
+		u8 *const sq = rs + st * 16384; // its stage
 		#pragma unroll
 		for (int k = 0; k < 8; k++) {
 			const int c = t + k * 32;
-			vn[k] = lg_u32x4{0u, 0u, 0u, 0u};
-			if (livep && c < 256)
-				vn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
+			if (mq >= M || c >= 256) continue;
+			lg_cp16(sq + 0 + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
 		}
+		lg_cp_commit();
+	}
+	int sr = 0; // the stage of row m
+	for (i64 base = first; base < M; base += stride) {
+		const i64 m = base + slot;
+		const bool live = m < M;
+		{
+			const i64 mq = m + 2 * stride;
+			const int st = sr + 2 < 3 ? sr + 2 : sr - 1; // (sr + 2) % 3
+			u8 *const sq = rs + st * 16384; // its stage
+			#pragma unroll
+			for (int k = 0; k < 8; k++) {
+				const int c = t + k * 32;
+				if (mq >= M || c >= 256) continue;
+				lg_cp16(sq + 0 + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
+			}
+			lg_cp_commit();
+		}
+		lg_cp_wait(2); // row m's group is in
+		lg_u32x4 v[8];
+		#pragma unroll
+		for (int k = 0; k < 8; k++) {
+			const int c = t + k * 32;
+			const bool in = live && c < 256;
+			const u8 *const sp = rs + sr * 16384 + c * 16; // piece c of row m
+			v[k] = in ? *(const lg_u32x4 *)(sp + 0) : lg_u32x4{0u, 0u, 0u, 0u};
+		}
+		sr = sr + 1 < 3 ? sr + 1 : 0;
 		// Sum of squares: one fp64 chain per piece, added in a fixed order.
 		double sk[8];
 		#pragma unroll
