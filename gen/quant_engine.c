@@ -144,17 +144,7 @@ void lg_qe_emit_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 
 void lg_qe_emit_helpers(lg_buf *b, const struct lg_qe *e)
 {
-	lg_emit_quant_q(b, e->pow2);
-	if (e->vals != LG_QE_BF16)
-		return;
-	lg_comment(b, "Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so on");
-	lg_comment(b, "|x| (sign bits cleared) it gives block amax two values an instruction.");
-	lg_line(b, "static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)");
-	lg_open(b, "{");
-	lg_line(b, "u32 d;");
-	lg_line(b, "asm(\"max.bf16x2 %%0, %%1, %%2;\" : \"=r\"(d) : \"r\"(a), \"r\"(b));");
-	lg_line(b, "return d;");
-	lg_close(b);
+	lg_emit_quant_q(b, e->pow2); /* lg_max_bf16x2 (bf16 values) is a template helper */
 }
 
 /* The emission state of one body. */

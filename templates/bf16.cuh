@@ -1,4 +1,5 @@
-// bf16.cuh - bf16 <-> fp32, and the fp64 sum of squares of bf16 pairs.
+// bf16.cuh - bf16 <-> fp32, packed bf16x2 max, and the fp64 sum of squares of
+// bf16 pairs.
 
 // @helper lg_bf16_lo
 // The low bf16 of w as fp32 (exact: a shift).
@@ -14,6 +15,17 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 {
 	u32 d;
 	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+	return d;
+}
+
+// @helper lg_max_bf16x2
+// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so
+// on |x| (sign bits cleared) it gives block amax two values an instruction;
+// a NaN half loses to a number, as with fmaxf.
+static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
+{
+	u32 d;
+	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
 	return d;
 }
 
