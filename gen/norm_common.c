@@ -16,11 +16,12 @@ void lg_emit_rrms_n(lg_buf *b, const struct lg_spec *s, int64_t n)
 	const struct lg_family *f = lg_family_get(s->op);
 	char eps[32];
 	lg_json_number_text(lg_spec_num(s, lg_family_key(f, "eps")), eps);
-	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row, every step correctly");
+	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row as lg_sumsq_bf16x8 gives it");
+	lg_comment(b, "(times 2^256: the exact multiply by 2^-256 takes it off), every step correctly");
 	lg_comment(b, "rounded in fp64, so it matches the float64 reference bit for bit.");
 	lg_line(b, "static __device__ __forceinline__ float lg_rrms(double sumsq)");
 	lg_open(b, "{");
-	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));", (long long)n, eps);
+	lg_line(b, "return (float)(1.0 / sqrt(sumsq * 0x1p-256 / %lld.0 + %s));", (long long)n, eps);
 	lg_close(b);
 }
 

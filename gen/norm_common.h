@@ -9,8 +9,10 @@
 
 #include "family.h"
 
-/* `lg_rrms(double S)`: (float)(1 / sqrt(S / hidden + eps)), every step in
- * correctly rounded fp64, as the CPU reference computes it. */
+/* `lg_rrms(double S)`: (float)(1 / sqrt(S 2^-256 / hidden + eps)), every
+ * step in correctly rounded fp64, as the CPU reference computes it from the
+ * unscaled sum: S is the sum of squares scaled by 2^256, as
+ * lg_sumsq_bf16x2 / _x8 accumulate it (the exact multiply takes it off). */
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s);
 /* The same over n values (the family's key "eps"; no key "hidden" needed). */
 void lg_emit_rrms_n(lg_buf *b, const struct lg_spec *s, int64_t n);
