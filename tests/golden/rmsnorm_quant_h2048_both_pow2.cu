@@ -225,7 +225,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(
 	const u64 keep = lg_policy_evict_last();
 	#pragma unroll
 	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 64;
+		const int c = 16 * ((t >> 3) + (k >> 1) * 8) + (t & 7) + 8 * (k & 1);
 		v[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 256)
 			v[k] = lg_ld16_last((const u8 *)x + (m * 2048 + c * 8) * 2, keep);
@@ -233,7 +233,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(
 	lg_u32x4 wv[4];
 	#pragma unroll
 	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 64;
+		const int c = 16 * ((t >> 3) + (k >> 1) * 8) + (t & 7) + 8 * (k & 1);
 		wv[k] = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
 	}
 	// Sum of squares: one fp64 chain per piece, added in a fixed order.
@@ -252,29 +252,37 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(
 	__syncthreads();
 	const float r = lg_rrms(ss);
 	if (live && t == 0) ((float *)rms)[m] = r;
-	// Rowwise copy: y = (x r) w; a 1x128 block is 16 consecutive pieces (16 lanes).
+	// Rowwise copy: y = (x r) w; a 1x128 block is pieces i and i + 8 of 8 lanes.
 	#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 64;
+	for (int j = 0; j < 2; j++) {
+		const int c = 16 * ((t >> 3) + ((2 * j) >> 1) * 8) + (t & 7) + 8 * ((2 * j) & 1);
 		const bool ok = live && c < 256;
-		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-		const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
-		float y[8], amax = 0.0f;
+		float y[16], amax = 0.0f;
 		#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			y[2 * e] = (lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]);
-			y[2 * e + 1] = (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]);
-			amax = fmaxf(amax, fmaxf(fabsf(y[2 * e]), fabsf(y[2 * e + 1])));
+		for (int h = 0; h < 2; h++) {
+			const lg_u32x4 xh = v[2 * j + h], wh = wv[2 * j + h];
+			const u32 xv[4] = {xh.x, xh.y, xh.z, xh.w};
+			const u32 ww[4] = {wh.x, wh.y, wh.z, wh.w};
+			#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float *const yp = y + 8 * h + 2 * e;
+				yp[0] = (lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]);
+				yp[1] = (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]);
+				amax = fmaxf(amax, fmaxf(fabsf(yp[0]), fabsf(yp[1])));
+			}
 		}
-		amax = lg_max_xor(amax, 1, 8);
+		amax = lg_max_xor(amax, 1, 4);
 		const float sc = lg_scale_pow2(amax), inv = lg_inv_pow2(sc);
-		const u32 p0 = lg_e4m3x4(lg_q(y[0], inv), lg_q(y[1], inv),
-			lg_q(y[2], inv), lg_q(y[3], inv));
-		const u32 p1 = lg_e4m3x4(lg_q(y[4], inv), lg_q(y[5], inv),
-			lg_q(y[6], inv), lg_q(y[7], inv));
+		u32 pk[4];
+		#pragma unroll
+		for (int e = 0; e < 4; e++)
+			pk[e] = lg_e4m3x4(lg_q(y[4 * e], inv), lg_q(y[4 * e + 1], inv),
+				lg_q(y[4 * e + 2], inv), lg_q(y[4 * e + 3], inv));
 		if (ok) {
-			lg_st8_cs((u8 *)q + m * 2048 + c * 8, p0, p1);
-			if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;
+			u8 *const qp = (u8 *)q + m * 2048 + c * 8;
+			lg_st8_cs(qp, pk[0], pk[1]);
+			lg_st8_cs(qp + 64, pk[2], pk[3]);
+			if ((t & 7) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;
 		}
 	}
 }
