@@ -5,9 +5,15 @@
  *
  * Strategy: x is read from HBM once, by two kernels.
  *   1. `<entry>_rows`: `lpr` lanes per row, the row in registers. fp64 sum of
- *      squares, reciprocal RMS (written to rms), then the rowwise copy: a
- *      1x128 block is 16 lanes (amax by butterfly), 8-byte stores of q, one
- *      scale per row and block. When the columnwise copy is wanted, x is
+ *      squares (lg_sumsq_bf16x8: 3 instructions a value), reciprocal RMS
+ *      (written to rms), then the rowwise copy: when a lane holds 2 or 4
+ *      pieces (h2048: 4), a 1x128 block is 8 lanes of 16 values
+ *      (pieces i and i + 8 of the block, the pair8 row layout: half the amax
+ *      shuffles and scale computations a value), else 16 lanes of 8; amax by
+ *      butterfly, 8-byte stores of q, one scale per row and block. This
+ *      kernel is bound by instruction issue (ncu: ~20 instructions a value
+ *      before the pair8 layout and the cheaper sum of squares, IPC ~0.6 a
+ *      scheduler), not by DRAM. When the columnwise copy is wanted, x is
  *      loaded with an L2 evict-last policy so that it stays in L2 (32 MB at
  *      8192 x 2048, of 60 MB) for kernel 2.
  *   2. `<entry>` (columnwise copy only): a CTA per tile of 128 tokens (one
@@ -273,7 +279,9 @@ static void emit_rows_rowwise_pairs(lg_buf *b, const struct lg_spec *s, const st
 static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct lg_rowlayout l = lg_rowlayout_load(p);
-	l.pair8 = lg_quant_rowwise(s) && l.k % 2 == 0; /* a lane holds 16 values of a 1x128 block */
+	/* a lane holds 16 values of a 1x128 block (not at 8 pieces a lane: 94 registers
+	 * against 80, 2 CTAs of 256 an SM against 3) */
+	l.pair8 = lg_quant_rowwise(s) && (l.k == 2 || l.k == 4);
 	int64_t pieces = p->v[P_HIDDEN] / 8;
 	lg_section(b, p->entry[0], lg_quant_rowwise(s) ? "reciprocal RMS, rowwise copy" : "reciprocal RMS");
 	lg_comment(b, "Kernel 1: reciprocal RMS%s of each row; %d lanes per row, %d pieces of 8",
