@@ -314,8 +314,9 @@ static void emit_thread_amax_f32(lg_buf *b, const struct ctx *k)
 		lg_line(b, "float rmax[%d];", k->r);
 	}
 	if (k->cmax) {
-		lg_comment(b, "cmax[j]: feature 8 lb + j over its %d tokens.", k->r);
-		lg_line(b, "float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};");
+		lg_comment(b, "cmax[j]: feature 8 lb + j over its %d tokens; the 0 a max starts from", k->r);
+		lg_comment(b, "joins once, at the scale (a max that ignores NaN is order-free: same bits).");
+		lg_line(b, "float cmax[8];");
 	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
@@ -326,7 +327,7 @@ static void emit_thread_amax_f32(lg_buf *b, const struct ctx *k)
 	if (rows)
 		lg_line(b, "a = fmaxf(a, fabsf(v[i][j]));");
 	if (k->cmax)
-		lg_line(b, "cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));");
+		lg_line(b, "cmax[j] = i == 0 ? fabsf(v[i][j]) : fmaxf(cmax[j], fabsf(v[i][j]));");
 	lg_close(b);
 	if (rows)
 		lg_line(b, "rmax[i] = a;");
@@ -428,7 +429,7 @@ static void emit_col_scales(lg_buf *b, const struct ctx *k)
 	} else {
 		lg_comment(b, "Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.");
 		lg_open(b, "if (threadIdx.x < 128) {");
-		lg_line(b, "float a = cpart[0][threadIdx.x];");
+		lg_line(b, "float a = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from");
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int k = 1; k < %d; k++) a = fmaxf(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_emit_scale(b, pow2, "sc", "a", "inv");
@@ -455,7 +456,7 @@ static void emit_tile_scale(lg_buf *b, const struct ctx *k)
 		lg_line(b, "for (int k = 1; k < %d; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_line(b, "float t = fmaxf(lg_bf16_lo(a), lg_bf16_hi(a));");
 	} else {
-		lg_line(b, "float t = cpart[0][threadIdx.x];");
+		lg_line(b, "float t = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from");
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int k = 1; k < %d; k++) t = fmaxf(t, cpart[k][threadIdx.x]);", k->warps);
 	}
