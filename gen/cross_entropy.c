@@ -351,17 +351,10 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
 	lg_line(b, "return r;");
 	lg_close(b);
 	if (!k->bwd && !k->f32) {
-		lg_comment(b, "Max of two bf16x2 words, per half (exact; a NaN loses, as with fmaxf).");
-		lg_line(b, "static __device__ __forceinline__ u32 lg_ce_max2(u32 a, u32 c)");
-		lg_open(b, "{");
-		lg_line(b, "u32 r;");
-		lg_line(b, "asm(\"max.bf16x2 %%0, %%1, %%2;\" : \"=r\"(r) : \"r\"(a), \"r\"(c));");
-		lg_line(b, "return r;");
-		lg_close(b);
 		lg_comment(b, "The max of a 16-byte piece's eight bf16, as a bf16x2 word (max of its halves).");
 		lg_line(b, "static __device__ __forceinline__ u32 lg_ce_max8(lg_u32x4 v)");
 		lg_open(b, "{");
-		lg_line(b, "return lg_ce_max2(lg_ce_max2(v.x, v.y), lg_ce_max2(v.z, v.w));");
+		lg_line(b, "return lg_max_bf16x2(lg_max_bf16x2(v.x, v.y), lg_max_bf16x2(v.z, v.w));");
 		lg_close(b);
 	}
 	if (one) {
@@ -453,7 +446,7 @@ static void emit_piece_max(lg_buf *b, const struct shape *k, bool arr, int n)
 		lg_line(b, "u32 pm = lg_ce_max8(%s);", arr ? "v[0]" : "v");
 		if (n > 1) {
 			lg_line(b, "#pragma unroll");
-			lg_line(b, "for (int u = 1; u < %d; u++) pm = lg_ce_max2(pm, lg_ce_max8(v[u]));", n);
+			lg_line(b, "for (int u = 1; u < %d; u++) pm = lg_max_bf16x2(pm, lg_ce_max8(v[u]));", n);
 		}
 		lg_line(b, "const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));");
 	}

@@ -16,11 +16,12 @@ void lg_emit_rrms_n(lg_buf *b, const struct lg_spec *s, int64_t n)
 	const struct lg_family *f = lg_family_get(s->op);
 	char eps[32];
 	lg_json_number_text(lg_spec_num(s, lg_family_key(f, "eps")), eps);
-	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row, every step correctly");
+	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row as lg_sumsq_bf16x8 gives it");
+	lg_comment(b, "(times 2^256: the exact multiply by 2^-256 takes it off), every step correctly");
 	lg_comment(b, "rounded in fp64, so it matches the float64 reference bit for bit.");
 	lg_line(b, "static __device__ __forceinline__ float lg_rrms(double sumsq)");
 	lg_open(b, "{");
-	lg_line(b, "return (float)(1.0 / sqrt(sumsq / %lld.0 + %s));", (long long)n, eps);
+	lg_line(b, "return (float)(1.0 / sqrt(sumsq * 0x1p-256 / %lld.0 + %s));", (long long)n, eps);
 	lg_close(b);
 }
 
@@ -76,13 +77,21 @@ void lg_emit_row_index(lg_buf *b, const struct lg_rowlayout *l)
 	lg_line(b, "const bool live = m < M;");
 }
 
+void lg_emit_row_piece(lg_buf *b, const struct lg_rowlayout *l, const char *k)
+{
+	if (l->pair8)
+		lg_line(b, "const int c = 16 * ((t >> 3) + (%s >> 1) * %d) + (t & 7) + 8 * (%s & 1);", k, l->lpr / 8, k);
+	else
+		lg_line(b, "const int c = t + %s * %d;", k, l->lpr);
+}
+
 void lg_emit_row_load_at(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *base,
 			 const char *ld, const char *extra, const char *m, const char *live)
 {
 	int64_t pieces = l->hidden / 8;
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
-	lg_line(b, "const int c = t + k * %d;", l->lpr);
+	lg_emit_row_piece(b, l, "k");
 	lg_line(b, "%s[k] = lg_u32x4{0u, 0u, 0u, 0u};", dst);
 	lg_line(b, "if (%s && c < %lld)", live, (long long)pieces);
 	lg_line(b, "\t%s[k] = %s(%s + (%s * %lld + c * 8) * 2%s%s);", dst, ld, base, m, (long long)l->hidden,
@@ -101,7 +110,7 @@ void lg_emit_row_weights(lg_buf *b, const struct lg_rowlayout *l, const char *ds
 	lg_line(b, "lg_u32x4 %s[%d];", dst, l->k);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int k = 0; k < %d; k++) {", l->k);
-	lg_line(b, "const int c = t + k * %d;", l->lpr);
+	lg_emit_row_piece(b, l, "k");
 	lg_line(b, "%s[k] = c < %lld ? lg_ld16_keep((const u8 *)%s + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};", dst,
 		(long long)(l->hidden / 8), w);
 	lg_close(b);

@@ -9,17 +9,24 @@
 
 #include "family.h"
 
-/* `lg_rrms(double S)`: (float)(1 / sqrt(S / hidden + eps)), every step in
- * correctly rounded fp64, as the CPU reference computes it. */
+/* `lg_rrms(double S)`: (float)(1 / sqrt(S 2^-256 / hidden + eps)), every
+ * step in correctly rounded fp64, as the CPU reference computes it from the
+ * unscaled sum: S is the sum of squares scaled by 2^256, as
+ * lg_sumsq_bf16x2 / _x8 accumulate it (the exact multiply takes it off). */
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s);
 /* The same over n values (the family's key "eps"; no key "hidden" needed). */
 void lg_emit_rrms_n(lg_buf *b, const struct lg_spec *s, int64_t n);
 
 /* lpr lanes per row (16 to 1024, a power of two), k pieces of 16 bytes
- * each (piece c of a row is held by lane c % lpr), threads per CTA. */
+ * each (piece c of a row is held by lane c % lpr), threads per CTA.
+ * pair8 (k even; set by the family after make / load): piece slot k of lane
+ * t is instead c = 16 (t / 8 + (k / 2) lpr / 8) + t % 8 + 8 (k % 2), so
+ * slots 2j and 2j + 1 are pieces i and i + 8 of one 128-feature block
+ * (8 lanes a block, each 128-byte line still one warp segment). */
 struct lg_rowlayout {
 	int64_t hidden;
 	int lpr, k, threads, rows; /* rows = threads / lpr rows per CTA */
+	bool pair8;
 };
 /* The smallest lpr that gives each lane at most kmax pieces; threads is
  * raised to lpr if smaller. */
@@ -50,6 +57,8 @@ void lg_emit_row_load_at(lg_buf *b, const struct lg_rowlayout *l, const char *ds
  * zeros past the row; loaded at once, so that their latency overlaps the
  * loads of x and the row reductions (small batches wait on nothing else). */
 void lg_emit_row_weights(lg_buf *b, const struct lg_rowlayout *l, const char *dst, const char *w);
+/* `const int c` = the piece of slot `k` (an int expression) of lane t. */
+void lg_emit_row_piece(lg_buf *b, const struct lg_rowlayout *l, const char *k);
 /* `double ss` = the row's sum of squares (fp64), in every lane of the row. */
 void lg_emit_row_sumsq(lg_buf *b, const struct lg_rowlayout *l, const char *v);
 /* var (float or double) summed over the lanes of each row, in a fixed order. */

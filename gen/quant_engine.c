@@ -144,17 +144,7 @@ void lg_qe_emit_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 
 void lg_qe_emit_helpers(lg_buf *b, const struct lg_qe *e)
 {
-	lg_emit_quant_q(b, e->pow2);
-	if (e->vals != LG_QE_BF16)
-		return;
-	lg_comment(b, "Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so on");
-	lg_comment(b, "|x| (sign bits cleared) it gives block amax two values an instruction.");
-	lg_line(b, "static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)");
-	lg_open(b, "{");
-	lg_line(b, "u32 d;");
-	lg_line(b, "asm(\"max.bf16x2 %%0, %%1, %%2;\" : \"=r\"(d) : \"r\"(a), \"r\"(b));");
-	lg_line(b, "return d;");
-	lg_close(b);
+	lg_emit_quant_q(b, e->pow2); /* lg_max_bf16x2 (bf16 values) is a template helper */
 }
 
 /* The emission state of one body. */
@@ -324,8 +314,9 @@ static void emit_thread_amax_f32(lg_buf *b, const struct ctx *k)
 		lg_line(b, "float rmax[%d];", k->r);
 	}
 	if (k->cmax) {
-		lg_comment(b, "cmax[j]: feature 8 lb + j over its %d tokens.", k->r);
-		lg_line(b, "float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};");
+		lg_comment(b, "cmax[j]: feature 8 lb + j over its %d tokens; the 0 a max starts from", k->r);
+		lg_comment(b, "joins once, at the scale (a max that ignores NaN is order-free: same bits).");
+		lg_line(b, "float cmax[8];");
 	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
@@ -336,7 +327,7 @@ static void emit_thread_amax_f32(lg_buf *b, const struct ctx *k)
 	if (rows)
 		lg_line(b, "a = fmaxf(a, fabsf(v[i][j]));");
 	if (k->cmax)
-		lg_line(b, "cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));");
+		lg_line(b, "cmax[j] = i == 0 ? fabsf(v[i][j]) : fmaxf(cmax[j], fabsf(v[i][j]));");
 	lg_close(b);
 	if (rows)
 		lg_line(b, "rmax[i] = a;");
@@ -438,7 +429,7 @@ static void emit_col_scales(lg_buf *b, const struct ctx *k)
 	} else {
 		lg_comment(b, "Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.");
 		lg_open(b, "if (threadIdx.x < 128) {");
-		lg_line(b, "float a = cpart[0][threadIdx.x];");
+		lg_line(b, "float a = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from");
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int k = 1; k < %d; k++) a = fmaxf(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_emit_scale(b, pow2, "sc", "a", "inv");
@@ -465,7 +456,7 @@ static void emit_tile_scale(lg_buf *b, const struct ctx *k)
 		lg_line(b, "for (int k = 1; k < %d; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);", k->warps);
 		lg_line(b, "float t = fmaxf(lg_bf16_lo(a), lg_bf16_hi(a));");
 	} else {
-		lg_line(b, "float t = cpart[0][threadIdx.x];");
+		lg_line(b, "float t = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from");
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int k = 1; k < %d; k++) t = fmaxf(t, cpart[k][threadIdx.x]);", k->warps);
 	}

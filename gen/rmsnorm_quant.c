@@ -5,9 +5,15 @@
  *
  * Strategy: x is read from HBM once, by two kernels.
  *   1. `<entry>_rows`: `lpr` lanes per row, the row in registers. fp64 sum of
- *      squares, reciprocal RMS (written to rms), then the rowwise copy: a
- *      1x128 block is 16 lanes (amax by butterfly), 8-byte stores of q, one
- *      scale per row and block. When the columnwise copy is wanted, x is
+ *      squares (lg_sumsq_bf16x8: 3 instructions a value), reciprocal RMS
+ *      (written to rms), then the rowwise copy: when a lane holds 2 or 4
+ *      pieces (h2048: 4), a 1x128 block is 8 lanes of 16 values
+ *      (pieces i and i + 8 of the block, the pair8 row layout: half the amax
+ *      shuffles and scale computations a value), else 16 lanes of 8; amax by
+ *      butterfly, 8-byte stores of q, one scale per row and block. This
+ *      kernel is bound by instruction issue (ncu: ~20 instructions a value
+ *      before the pair8 layout and the cheaper sum of squares, IPC ~0.6 a
+ *      scheduler), not by DRAM. When the columnwise copy is wanted, x is
  *      loaded with an L2 evict-last policy so that it stays in L2 (32 MB at
  *      8192 x 2048, of 60 MB) for kernel 2.
  *   2. `<entry>` (columnwise copy only): a CTA per tile of 128 tokens (one
@@ -228,10 +234,54 @@ static void emit_slice(lg_buf *b, int parts)
 	lg_line(b, "const i64 t0 = part * per, t1 = t0 + per < tiles ? t0 + per : tiles; // this launch's tiles");
 }
 
+/* Kernel 1's rowwise copy with the pair8 layout: slots 2j, 2j + 1 are
+ * pieces i, i + 8 of one 1x128 block, so a block is 8 lanes of 16 values:
+ * half the shuffles and scale computations a value of 16 lanes of 8. */
+static void emit_rows_rowwise_pairs(lg_buf *b, const struct lg_spec *s, const struct lg_rowlayout *l)
+{
+	const char *qa = lg_quant_q_args(lg_quant_pow2(s), "sc, inv", "inv");
+	lg_comment(b, "Rowwise copy: y = (x r) w; a 1x128 block is pieces i and i + 8 of 8 lanes.");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", l->k / 2);
+	lg_emit_row_piece(b, l, "(2 * j)");
+	lg_line(b, "const bool ok = live && c < %lld;", (long long)(l->hidden / 8));
+	lg_line(b, "float y[16], amax = 0.0f;");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int h = 0; h < 2; h++) {");
+	lg_line(b, "const lg_u32x4 xh = v[2 * j + h], wh = wv[2 * j + h];");
+	lg_line(b, "const u32 xv[4] = {xh.x, xh.y, xh.z, xh.w};");
+	lg_line(b, "const u32 ww[4] = {wh.x, wh.y, wh.z, wh.w};");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int e = 0; e < 4; e++) {");
+	lg_line(b, "float *const yp = y + 8 * h + 2 * e;");
+	lg_line(b, "yp[0] = (lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]);");
+	lg_line(b, "yp[1] = (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]);");
+	lg_line(b, "amax = fmaxf(amax, fmaxf(fabsf(yp[0]), fabsf(yp[1])));");
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "amax = lg_max_xor(amax, 1, 4);");
+	lg_emit_scale(b, lg_quant_pow2(s), "sc", "amax", "inv");
+	lg_line(b, "u32 pk[4];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int e = 0; e < 4; e++)");
+	lg_line(b, "	pk[e] = lg_e4m3x4(lg_q(y[4 * e], %s), lg_q(y[4 * e + 1], %s),", qa, qa);
+	lg_line(b, "		lg_q(y[4 * e + 2], %s), lg_q(y[4 * e + 3], %s));", qa, qa);
+	lg_open(b, "if (ok) {");
+	lg_line(b, "u8 *const qp = (u8 *)q + m * %lld + c * 8;", (long long)l->hidden);
+	lg_line(b, "lg_st8_cs(qp, pk[0], pk[1]);");
+	lg_line(b, "lg_st8_cs(qp + 64, pk[2], pk[3]);");
+	lg_line(b, "if ((t & 7) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;");
+	lg_close(b);
+	lg_close(b);
+}
+
 /* Kernel 1: reciprocal RMS and the rowwise copy, lpr lanes per row. */
 static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct lg_rowlayout l = lg_rowlayout_load(p);
+	/* a lane holds 16 values of a 1x128 block (not at 8 pieces a lane: 94 registers
+	 * against 80, 2 CTAs of 256 an SM against 3) */
+	l.pair8 = lg_quant_rowwise(s) && (l.k == 2 || l.k == 4);
 	int64_t pieces = p->v[P_HIDDEN] / 8;
 	lg_section(b, p->entry[0], lg_quant_rowwise(s) ? "reciprocal RMS, rowwise copy" : "reciprocal RMS");
 	lg_comment(b, "Kernel 1: reciprocal RMS%s of each row; %d lanes per row, %d pieces of 8",
@@ -266,6 +316,11 @@ static void emit_rows_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_line(b, "const float r = lg_rrms(ss);");
 	lg_line(b, "if (live && t == 0) ((float *)rms)[m] = r;");
 	if (!lg_quant_rowwise(s)) {
+		lg_close(b);
+		return;
+	}
+	if (l.pair8) {
+		emit_rows_rowwise_pairs(b, s, &l);
 		lg_close(b);
 		return;
 	}

@@ -253,13 +253,14 @@ lg_batch_swiglu_quant_fwd_bf16_n256_e160_colwise_pow2(
 				for (int j = 0; j < 8; j++) v[i][j] = 0.0f;
 	}
 	// Block maxima of |v| over the thread's values:
-	// cmax[j]: feature 8 lb + j over its 4 tokens.
-	float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	// cmax[j]: feature 8 lb + j over its 4 tokens; the 0 a max starts from
+	// joins once, at the scale (a max that ignores NaN is order-free: same bits).
+	float cmax[8];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
 		#pragma unroll
 		for (int j = 0; j < 8; j++) {
-			cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));
+			cmax[j] = i == 0 ? fabsf(v[i][j]) : fmaxf(cmax[j], fabsf(v[i][j]));
 		}
 	}
 	// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 16 warps
@@ -275,7 +276,7 @@ lg_batch_swiglu_quant_fwd_bf16_n256_e160_colwise_pow2(
 	__syncthreads();
 	// Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.
 	if (threadIdx.x < 128) {
-		float a = cpart[0][threadIdx.x];
+		float a = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from
 		#pragma unroll
 		for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
 		const float sc = lg_scale_pow2(a), inv = lg_inv_pow2(sc);

@@ -29,6 +29,16 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 	return d;
 }
 
+// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so
+// on |x| (sign bits cleared) it gives block amax two values an instruction;
+// a NaN half loses to a number, as with fmaxf.
+static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
+{
+	u32 d;
+	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+	return d;
+}
+
 // Value i (0 to 7) of the eight bf16 in v, as fp32.
 static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)
 {
@@ -104,17 +114,10 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 	asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
 	return r;
 }
-// Max of two bf16x2 words, per half (exact; a NaN loses, as with fmaxf).
-static __device__ __forceinline__ u32 lg_ce_max2(u32 a, u32 c)
-{
-	u32 r;
-	asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(c));
-	return r;
-}
 // The max of a 16-byte piece's eight bf16, as a bf16x2 word (max of its halves).
 static __device__ __forceinline__ u32 lg_ce_max8(lg_u32x4 v)
 {
-	return lg_ce_max2(lg_ce_max2(v.x, v.y), lg_ce_max2(v.z, v.w));
+	return lg_max_bf16x2(lg_max_bf16x2(v.x, v.y), lg_max_bf16x2(v.z, v.w));
 }
 // Logit j of a row (byte pointer) as fp32.
 static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
@@ -173,7 +176,7 @@ lg_cross_entropy_fwd_bf16_v157184_fused(
 	while (base + 8192 <= nb) {
 		u32 pm = lg_ce_max8(v[0]);
 		#pragma unroll
-		for (int u = 1; u < 8; u++) pm = lg_ce_max2(pm, lg_ce_max8(v[u]));
+		for (int u = 1; u < 8; u++) pm = lg_max_bf16x2(pm, lg_ce_max8(v[u]));
 		const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);
@@ -209,7 +212,7 @@ lg_cross_entropy_fwd_bf16_v157184_fused(
 	if (base < nb) {
 		u32 pm = lg_ce_max8(v[0]);
 		#pragma unroll
-		for (int u = 1; u < 8; u++) pm = lg_ce_max2(pm, lg_ce_max8(v[u]));
+		for (int u = 1; u < 8; u++) pm = lg_max_bf16x2(pm, lg_ce_max8(v[u]));
 		const float bm = fmaxf(lg_bf16_lo(pm), lg_bf16_hi(pm));
 		if (bm > mt) {
 			st *= (double)lg_ce_exp(mt - bm);

@@ -20,6 +20,16 @@ static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 1
 // The high bf16 of w as fp32 (exact: a mask).
 static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 
+// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so
+// on |x| (sign bits cleared) it gives block amax two values an instruction;
+// a NaN half loses to a number, as with fmaxf.
+static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
+{
+	u32 d;
+	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+	return d;
+}
+
 // fp32 -> e4m3 in software, bit-exact with cvt.rn.satfinite.e4m3x2.f32:
 // round-to-nearest-even, magnitudes above 448 (infinities too) saturate to
 // 448, NaN gives 0x7f whatever its sign.
@@ -174,14 +184,6 @@ static __device__ __forceinline__ void lg_st16_part(u8 *dst, lg_u32x4 v, int lo,
 // ----- helpers for this spec -----
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
-// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so on
-// |x| (sign bits cleared) it gives block amax two values an instruction.
-static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
-{
-	u32 d;
-	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-	return d;
-}
 
 // ----- lg_fp8_quant_batched_fwd_bf16_h512_colwise_pow2_tf1 -----
 // per-expert blockwise FP8 quantisation

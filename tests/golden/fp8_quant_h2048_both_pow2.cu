@@ -20,6 +20,16 @@ static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 1
 // The high bf16 of w as fp32 (exact: a mask).
 static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 
+// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so
+// on |x| (sign bits cleared) it gives block amax two values an instruction;
+// a NaN half loses to a number, as with fmaxf.
+static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
+{
+	u32 d;
+	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+	return d;
+}
+
 // Two floats to e4m3 by the hardware conversion; lo in the low byte.
 static __device__ __forceinline__ u32 lg_e4m3x2(float lo, float hi)
 {
@@ -114,14 +124,6 @@ static __device__ __forceinline__ void lg_st16_any(u8 *dst, lg_u32x4 v, int n)
 // ----- helpers for this spec -----
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
-// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so on
-// |x| (sign bits cleared) it gives block amax two values an instruction.
-static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
-{
-	u32 d;
-	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-	return d;
-}
 
 // ----- lg_fp8_quant_fwd_bf16_h2048_both_pow2: blockwise FP8 quantisation -----
 // CTA: 128 tokens x 1 block of 128 features.

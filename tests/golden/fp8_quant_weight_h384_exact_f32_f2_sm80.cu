@@ -151,13 +151,14 @@ lg_fp8_quant_weight_fwd_bf16_h384_both_exact_tf2v32(u64 w, u64 q, u64 s, i64 M, 
 					for (int j = 0; j < 8; j++) v[i][j] = 0.0f;
 		}
 		// Block maxima of |v| over the thread's values:
-		// cmax[j]: feature 8 lb + j over its 4 tokens.
-		float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+		// cmax[j]: feature 8 lb + j over its 4 tokens; the 0 a max starts from
+		// joins once, at the scale (a max that ignores NaN is order-free: same bits).
+		float cmax[8];
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			#pragma unroll
 			for (int j = 0; j < 8; j++) {
-				cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));
+				cmax[j] = i == 0 ? fabsf(v[i][j]) : fmaxf(cmax[j], fabsf(v[i][j]));
 			}
 		}
 		// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 16 warps
@@ -174,7 +175,7 @@ lg_fp8_quant_weight_fwd_bf16_h384_both_exact_tf2v32(u64 w, u64 q, u64 s, i64 M, 
 		// Tile amax: the column maxima over the 128 threads holding them, a butterfly,
 		// then across those 4 warps.
 		if (threadIdx.x < 128) {
-			float t = cpart[0][threadIdx.x];
+			float t = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from
 			#pragma unroll
 			for (int k = 1; k < 16; k++) t = fmaxf(t, cpart[k][threadIdx.x]);
 			#pragma unroll

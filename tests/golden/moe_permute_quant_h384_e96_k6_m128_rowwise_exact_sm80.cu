@@ -20,6 +20,16 @@ static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 1
 // The high bf16 of w as fp32 (exact: a mask).
 static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 
+// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so
+// on |x| (sign bits cleared) it gives block amax two values an instruction;
+// a NaN half loses to a number, as with fmaxf.
+static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
+{
+	u32 d;
+	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+	return d;
+}
+
 // fp32 -> e4m3 in software, bit-exact with cvt.rn.satfinite.e4m3x2.f32:
 // round-to-nearest-even, magnitudes above 448 (infinities too) saturate to
 // 448, NaN gives 0x7f whatever its sign.
@@ -155,14 +165,6 @@ static __device__ __forceinline__ void lg_st8_cs(void *p, u32 a, u32 b)
 static __device__ __forceinline__ float lg_q(float y, float sc, float inv)
 {
 	return lg_div_rn(y, sc, inv);
-}
-// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so on
-// |x| (sign bits cleared) it gives block amax two values an instruction.
-static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
-{
-	u32 d;
-	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-	return d;
 }
 
 // ----- lg_moe_permute_quant_fwd_bf16_h384_e96_k6_m128_rowwise_exact -----

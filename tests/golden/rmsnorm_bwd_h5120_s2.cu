@@ -50,21 +50,37 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 	return d;
 }
 
-// |x|^2 of the two bf16 in w, accumulated in fp64. The fp64 operand is
-// built from the bf16 bits by integer operations (exact for normal values;
-// a zero becomes 2^-127, whose square, 2^-254, is far below any eps), which
-// is four times cheaper than cvt.f64.f32 on sm_90.
+// (a & m) | c in one lop3 (ptxas splits the C expression into two).
+static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
+{
+	u32 d;
+	asm("lop3.b32 %0, %1, %2, %3, 0xf8;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+	return d;
+}
+
+// |x|^2 of the two bf16 in w, accumulated in fp64, SCALED BY 2^256 (lg_rrms
+// takes the scale off). The fp64 operand, x 2^128, is built from the bf16
+// bits by a shift and one lop3 (exponent field e + 1024, an OR since bit 10
+// is clear in the 8-bit e, where e + 896 took an add as well): 3 SASS
+// instructions a value with the DFMA, where the unscaled form took 5 (ptxas
+// also re-zeroed the low word each time) and cvt.f64.f32 is a quarter-rate
+// conversion. Every square and partial sum is exactly 2^256
+// times that of the unscaled operands (no fp64 overflow: at most 2^526; no
+// subnormal: at least 2^2), so the sum times 2^-256 is the same bits. Exact
+// for normal values; a zero becomes 2^-127 (times 2^128), whose square,
+// 2^-254, is far below any eps.
 static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
 {
-	u32 lo = ((w & 0x7fffu) << 13) + 0x38000000u;
-	u32 hi = ((w >> 3) & 0x0fffe000u) + 0x38000000u;
+	u32 lo = lg_and_or(w << 13, 0x0fffe000u, 0x40000000u);
+	u32 hi = lg_and_or(w >> 3, 0x0fffe000u, 0x40000000u);
 	double a = __hiloint2double((int)lo, 0);
 	double b = __hiloint2double((int)hi, 0);
 	acc = fma(a, a, acc);
 	return fma(b, b, acc);
 }
 
-// |x|^2 of the eight bf16 in v, accumulated in fp64 in the order x, y, z, w.
+// |x|^2 of the eight bf16 in v, accumulated in fp64 in the order x, y, z, w,
+// scaled by 2^256 (lg_sumsq_bf16x2).
 static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 {
 	acc = lg_sumsq_bf16x2(acc, v.x);
@@ -108,11 +124,12 @@ static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 }
 
 // ----- helpers for this spec -----
-// Reciprocal RMS from the fp64 sum of squares of one row, every step correctly
+// Reciprocal RMS from the fp64 sum of squares of one row as lg_sumsq_bf16x8 gives it
+// (times 2^256: the exact multiply by 2^-256 takes it off), every step correctly
 // rounded in fp64, so it matches the float64 reference bit for bit.
 static __device__ __forceinline__ float lg_rrms(double sumsq)
 {
-	return (float)(1.0 / sqrt(sumsq / 5120.0 + 1e-06));
+	return (float)(1.0 / sqrt(sumsq * 0x1p-256 / 5120.0 + 1e-06));
 }
 
 // ----- lg_rmsnorm_bwd_bf16_h5120_ts2: RMSNorm backward, dx and dw partials -----

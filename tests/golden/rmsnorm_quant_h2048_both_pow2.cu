@@ -20,21 +20,37 @@ static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 1
 // The high bf16 of w as fp32 (exact: a mask).
 static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 
-// |x|^2 of the two bf16 in w, accumulated in fp64. The fp64 operand is
-// built from the bf16 bits by integer operations (exact for normal values;
-// a zero becomes 2^-127, whose square, 2^-254, is far below any eps), which
-// is four times cheaper than cvt.f64.f32 on sm_90.
+// (a & m) | c in one lop3 (ptxas splits the C expression into two).
+static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
+{
+	u32 d;
+	asm("lop3.b32 %0, %1, %2, %3, 0xf8;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+	return d;
+}
+
+// |x|^2 of the two bf16 in w, accumulated in fp64, SCALED BY 2^256 (lg_rrms
+// takes the scale off). The fp64 operand, x 2^128, is built from the bf16
+// bits by a shift and one lop3 (exponent field e + 1024, an OR since bit 10
+// is clear in the 8-bit e, where e + 896 took an add as well): 3 SASS
+// instructions a value with the DFMA, where the unscaled form took 5 (ptxas
+// also re-zeroed the low word each time) and cvt.f64.f32 is a quarter-rate
+// conversion. Every square and partial sum is exactly 2^256
+// times that of the unscaled operands (no fp64 overflow: at most 2^526; no
+// subnormal: at least 2^2), so the sum times 2^-256 is the same bits. Exact
+// for normal values; a zero becomes 2^-127 (times 2^128), whose square,
+// 2^-254, is far below any eps.
 static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
 {
-	u32 lo = ((w & 0x7fffu) << 13) + 0x38000000u;
-	u32 hi = ((w >> 3) & 0x0fffe000u) + 0x38000000u;
+	u32 lo = lg_and_or(w << 13, 0x0fffe000u, 0x40000000u);
+	u32 hi = lg_and_or(w >> 3, 0x0fffe000u, 0x40000000u);
 	double a = __hiloint2double((int)lo, 0);
 	double b = __hiloint2double((int)hi, 0);
 	acc = fma(a, a, acc);
 	return fma(b, b, acc);
 }
 
-// |x|^2 of the eight bf16 in v, accumulated in fp64 in the order x, y, z, w.
+// |x|^2 of the eight bf16 in v, accumulated in fp64 in the order x, y, z, w,
+// scaled by 2^256 (lg_sumsq_bf16x2).
 static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 {
 	acc = lg_sumsq_bf16x2(acc, v.x);
@@ -180,11 +196,12 @@ static __device__ __forceinline__ void lg_st16_any(u8 *dst, lg_u32x4 v, int n)
 }
 
 // ----- helpers for this spec -----
-// Reciprocal RMS from the fp64 sum of squares of one row, every step correctly
+// Reciprocal RMS from the fp64 sum of squares of one row as lg_sumsq_bf16x8 gives it
+// (times 2^256: the exact multiply by 2^-256 takes it off), every step correctly
 // rounded in fp64, so it matches the float64 reference bit for bit.
 static __device__ __forceinline__ float lg_rrms(double sumsq)
 {
-	return (float)(1.0 / sqrt(sumsq / 2048.0 + 1e-06));
+	return (float)(1.0 / sqrt(sumsq * 0x1p-256 / 2048.0 + 1e-06));
 }
 
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
@@ -208,7 +225,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(
 	const u64 keep = lg_policy_evict_last();
 	#pragma unroll
 	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 64;
+		const int c = 16 * ((t >> 3) + (k >> 1) * 8) + (t & 7) + 8 * (k & 1);
 		v[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 256)
 			v[k] = lg_ld16_last((const u8 *)x + (m * 2048 + c * 8) * 2, keep);
@@ -216,7 +233,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(
 	lg_u32x4 wv[4];
 	#pragma unroll
 	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 64;
+		const int c = 16 * ((t >> 3) + (k >> 1) * 8) + (t & 7) + 8 * (k & 1);
 		wv[k] = c < 256 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
 	}
 	// Sum of squares: one fp64 chain per piece, added in a fixed order.
@@ -235,29 +252,37 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_rows(
 	__syncthreads();
 	const float r = lg_rrms(ss);
 	if (live && t == 0) ((float *)rms)[m] = r;
-	// Rowwise copy: y = (x r) w; a 1x128 block is 16 consecutive pieces (16 lanes).
+	// Rowwise copy: y = (x r) w; a 1x128 block is pieces i and i + 8 of 8 lanes.
 	#pragma unroll
-	for (int k = 0; k < 4; k++) {
-		const int c = t + k * 64;
+	for (int j = 0; j < 2; j++) {
+		const int c = 16 * ((t >> 3) + ((2 * j) >> 1) * 8) + (t & 7) + 8 * ((2 * j) & 1);
 		const bool ok = live && c < 256;
-		const u32 xv[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-		const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
-		float y[8], amax = 0.0f;
+		float y[16], amax = 0.0f;
 		#pragma unroll
-		for (int e = 0; e < 4; e++) {
-			y[2 * e] = (lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]);
-			y[2 * e + 1] = (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]);
-			amax = fmaxf(amax, fmaxf(fabsf(y[2 * e]), fabsf(y[2 * e + 1])));
+		for (int h = 0; h < 2; h++) {
+			const lg_u32x4 xh = v[2 * j + h], wh = wv[2 * j + h];
+			const u32 xv[4] = {xh.x, xh.y, xh.z, xh.w};
+			const u32 ww[4] = {wh.x, wh.y, wh.z, wh.w};
+			#pragma unroll
+			for (int e = 0; e < 4; e++) {
+				float *const yp = y + 8 * h + 2 * e;
+				yp[0] = (lg_bf16_lo(xv[e]) * r) * lg_bf16_lo(ww[e]);
+				yp[1] = (lg_bf16_hi(xv[e]) * r) * lg_bf16_hi(ww[e]);
+				amax = fmaxf(amax, fmaxf(fabsf(yp[0]), fabsf(yp[1])));
+			}
 		}
-		amax = lg_max_xor(amax, 1, 8);
+		amax = lg_max_xor(amax, 1, 4);
 		const float sc = lg_scale_pow2(amax), inv = lg_inv_pow2(sc);
-		const u32 p0 = lg_e4m3x4(lg_q(y[0], inv), lg_q(y[1], inv),
-			lg_q(y[2], inv), lg_q(y[3], inv));
-		const u32 p1 = lg_e4m3x4(lg_q(y[4], inv), lg_q(y[5], inv),
-			lg_q(y[6], inv), lg_q(y[7], inv));
+		u32 pk[4];
+		#pragma unroll
+		for (int e = 0; e < 4; e++)
+			pk[e] = lg_e4m3x4(lg_q(y[4 * e], inv), lg_q(y[4 * e + 1], inv),
+				lg_q(y[4 * e + 2], inv), lg_q(y[4 * e + 3], inv));
 		if (ok) {
-			lg_st8_cs((u8 *)q + m * 2048 + c * 8, p0, p1);
-			if ((c & 15) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;
+			u8 *const qp = (u8 *)q + m * 2048 + c * 8;
+			lg_st8_cs(qp, pk[0], pk[1]);
+			lg_st8_cs(qp + 64, pk[2], pk[3]);
+			if ((t & 7) == 0) ((float *)s)[(i64)(c >> 4) * M + m] = sc;
 		}
 	}
 }
@@ -325,13 +350,14 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(
 				for (int j = 0; j < 8; j++) v[i][j] = 0.0f;
 	}
 	// Block maxima of |v| over the thread's values:
-	// cmax[j]: feature 8 lb + j over its 4 tokens.
-	float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	// cmax[j]: feature 8 lb + j over its 4 tokens; the 0 a max starts from
+	// joins once, at the scale (a max that ignores NaN is order-free: same bits).
+	float cmax[8];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
 		#pragma unroll
 		for (int j = 0; j < 8; j++) {
-			cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));
+			cmax[j] = i == 0 ? fabsf(v[i][j]) : fmaxf(cmax[j], fabsf(v[i][j]));
 		}
 	}
 	// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 16 warps
@@ -347,7 +373,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(
 	__syncthreads();
 	// Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.
 	if (threadIdx.x < 128) {
-		float a = cpart[0][threadIdx.x];
+		float a = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from
 		#pragma unroll
 		for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
 		const float sc = lg_scale_pow2(a), inv = lg_inv_pow2(sc);

@@ -238,15 +238,16 @@ lg_swiglu_quant_bwd_bf16_n384_both_exact_dxbf16(
 	// Block maxima of |v| over the thread's values:
 	// rmax[i]: token r0 + i over its 8 features.
 	float rmax[4];
-	// cmax[j]: feature 8 lb + j over its 4 tokens.
-	float cmax[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+	// cmax[j]: feature 8 lb + j over its 4 tokens; the 0 a max starts from
+	// joins once, at the scale (a max that ignores NaN is order-free: same bits).
+	float cmax[8];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
 		float a = 0.0f;
 		#pragma unroll
 		for (int j = 0; j < 8; j++) {
 			a = fmaxf(a, fabsf(v[i][j]));
-			cmax[j] = fmaxf(cmax[j], fabsf(v[i][j]));
+			cmax[j] = i == 0 ? fabsf(v[i][j]) : fmaxf(cmax[j], fabsf(v[i][j]));
 		}
 		rmax[i] = a;
 	}
@@ -287,7 +288,7 @@ lg_swiglu_quant_bwd_bf16_n384_both_exact_dxbf16(
 	__syncthreads();
 	// Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.
 	if (threadIdx.x < 128) {
-		float a = cpart[0][threadIdx.x];
+		float a = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from
 		#pragma unroll
 		for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
 		const float sc = lg_scale_exact(a), inv = 1.0f / sc;

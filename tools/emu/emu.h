@@ -33,6 +33,7 @@ static std::barrier<> *warp_bar[32];
 static inline void __syncthreads() { block_bar->arrive_and_wait(); }
 static inline float lg_u2f(u32 u) { float f; memcpy(&f, &u, 4); return f; }
 static inline u32 lg_f2u(float f) { u32 u; memcpy(&u, &f, 4); return u; }
+static inline u32 lg_and_or(u32 a, u32 m, u32 c) { return (a & m) | c; }
 static inline float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
 static inline float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 static inline u16 bf16_rne(float f) { u32 u = lg_f2u(f); if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (u16)(u >> 16); }
