@@ -37,6 +37,16 @@ static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 1
 // The high bf16 of w as fp32 (exact: a mask).
 static __device__ __forceinline__ float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 
+// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so
+// on |x| (sign bits cleared) it gives block amax two values an instruction;
+// a NaN half loses to a number, as with fmaxf.
+static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
+{
+	u32 d;
+	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+	return d;
+}
+
 // Two floats to e4m3 by the hardware conversion; lo in the low byte.
 static __device__ __forceinline__ u32 lg_e4m3x2(float lo, float hi)
 {
@@ -79,48 +89,56 @@ static __device__ __forceinline__ float lg_inv_pow2(float s)
 // Per-expert (batched) tensors (KERNELS.md 1.3): the expert segment that
 // holds token tile t, where expert e has counts[e] tokens (E of them, in
 // device memory; negative counts count as 0) and cdiv(counts[e], 128) token
-// tiles, segments and tiles in expert order. A block scan of the counts,
-// blockDim.x experts a step, stopping at the step that holds t; every
-// thread of the block must call it. Gives the expert, its first token, its
-// tokens and its first tile; false when t is past the last tile.
+// tiles, segments and tiles in expert order. Every warp scans the counts on
+// its own, 256 experts a step (8 consecutive ones a lane: its sums, then an
+// inclusive scan over the lanes), and stops at the step that holds t: no
+// shared memory and no barrier, so the CTA's loads start one L1/L2 round
+// trip after its launch. Every lane of a warp must call it (whole warps).
+// Gives the expert, its first token, its tokens and its first tile; false
+// when t is past the last tile.
 static __device__ __noinline__ bool lg_expert_tile(const int *__restrict__ counts, i64 E, i64 t,
 						   int *ex, i64 *seg0, i64 *segn, i64 *tbeg)
 {
-	__shared__ i64 wr[32], wt[32]; // each warp's tokens and tiles
-	__shared__ i64 f_seg0, f_segn, f_tbeg;
-	__shared__ int f_ex;
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-	if (threadIdx.x == 0) f_ex = -1;
+	const int lane = threadIdx.x & 31;
 	i64 rbase = 0, tbase = 0; // tokens and tiles of the experts before this step
-	for (i64 c0 = 0; c0 < E; c0 += blockDim.x) {
-		const i64 e = c0 + threadIdx.x;
-		const i64 n = e < E ? max(__ldg(counts + e), 0) : 0, nt = (n + 127) >> 7;
-		i64 r = n, tl = nt; // inclusive scans over the warp
+	for (i64 c0 = 0; c0 < E; c0 += 256) {
+		const i64 e0 = c0 + 8 * lane; // this lane's first expert
+		int n[8];
+#pragma unroll
+		for (int j = 0; j < 8; j++) n[j] = e0 + j < E ? max(__ldg(counts + e0 + j), 0) : 0;
+		i64 sr = 0, st = 0; // the lane's tokens and tiles
+#pragma unroll
+		for (int j = 0; j < 8; j++) sr += n[j], st += (n[j] + 127) >> 7;
+		i64 r = sr, tl = st; // inclusive scans over the warp
 #pragma unroll
 		for (int d = 1; d < 32; d <<= 1) {
 			const i64 a = __shfl_up_sync(0xffffffffu, r, d);
 			const i64 b = __shfl_up_sync(0xffffffffu, tl, d);
 			if (lane >= d) r += a, tl += b;
 		}
-		if (lane == 31) wr[warp] = r, wt[warp] = tl;
-		__syncthreads();
-		i64 pr = 0, pt = 0, sr = 0, stl = 0;
-		for (int w = 0; w < nw; w++) {
-			if (w < warp) pr += wr[w], pt += wt[w];
-			sr += wr[w], stl += wt[w];
+		const i64 tot = __shfl_sync(0xffffffffu, tl, 31); // the step's tiles
+		const i64 rtot = __shfl_sync(0xffffffffu, r, 31); // and tokens
+		if (t < tbase + tot) {
+			// the first lane whose tiles end past t holds it; it walks its 8 experts
+			const int L = __ffs(__ballot_sync(0xffffffffu, t < tbase + tl)) - 1;
+			i64 tb = tbase + tl - st, rb = rbase + r - sr, fs = 0, fn = 0, ft = 0;
+			int fe = -1;
+#pragma unroll
+			for (int j = 0; j < 8; j++) {
+				const i64 nt = (n[j] + 127) >> 7;
+				if (fe < 0 && t >= tb && t < tb + nt)
+					fe = (int)(e0 + j), fs = rb, fn = n[j], ft = tb;
+				tb += nt, rb += n[j];
+			}
+			*ex = __shfl_sync(0xffffffffu, fe, L);
+			*seg0 = __shfl_sync(0xffffffffu, fs, L);
+			*segn = __shfl_sync(0xffffffffu, fn, L);
+			*tbeg = __shfl_sync(0xffffffffu, ft, L);
+			return true;
 		}
-		const i64 tend = tbase + pt + tl; // one past this expert's last tile
-		if (nt > 0 && t >= tend - nt && t < tend) {
-			f_ex = (int)e, f_seg0 = rbase + pr + r - n, f_segn = n, f_tbeg = tend - nt;
-		}
-		rbase += sr, tbase += stl;
-		__syncthreads();
-		if (f_ex >= 0 || t < tbase) break;
+		tbase += tot, rbase += rtot;
 	}
-	__syncthreads();
-	if (f_ex < 0) return false;
-	*ex = f_ex, *seg0 = f_seg0, *segn = f_segn, *tbeg = f_tbeg;
-	return true;
+	return false;
 }
 
 // 16-byte streaming store ("evict first").
@@ -164,14 +182,6 @@ static __device__ __forceinline__ void lg_st16_part(u8 *dst, lg_u32x4 v, int lo,
 // ----- helpers for this spec -----
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
-// Maximum of each half of two bf16x2 words (max.bf16x2, sm_80+): exact, so on
-// |x| (sign bits cleared) it gives block amax two values an instruction.
-static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
-{
-	u32 d;
-	asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-	return d;
-}
 // tile.prefetch: this thread's rows r0 + i (past the tile's last: the last one's source)
 // x its 16 bytes of feature block k0 into `stage` (row r0 + i at 256 (r0 + i); padding rows
 // zero-filled) by cp.async, one commit group (empty for a thread with no row).
