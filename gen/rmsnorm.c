@@ -10,8 +10,9 @@
  * Forward: bound by HBM (x read, y written once: 64 MB at 8192 x 2048),
  * so what counts is the bytes in flight on every SM (Little's law: ~4.5
  * TB/s x ~0.7 us is ~24 KB an SM). By default (tile.stages 3) the grid is
- * persistent, one wave of tile.per_sm CTAs an SM (2 of 128 threads up to
- * hidden 2048, one row a warp; 1 of 256 above) on the device it runs on
+ * persistent, one wave of tile.per_sm CTAs an SM (128 threads, one row a
+ * warp: 3 at hidden 2048, 4 at 4096, 2 at other widths up to 2048; 1 of
+ * 256 above) on the device it runs on
  * (the context's occupancy query, capped at per_sm), and the rows come
  * through a ring of `stages` rows a row slot in shared memory: each lane
  * copies its pieces of the row stages - 1 ahead with cp.async, which holds
@@ -20,7 +21,10 @@
  * warps x 2 rows x 4 KB = 64 KB an SM in flight with w and one row in
  * registers (167 a thread), where tile.prefetch 1 (the register prefetch:
  * each lane loads its next row into registers before this row's math)
- * has 32 KB at 254 registers and measured 22.5 us on the H200. Under 255
+ * has 32 KB at 254 registers. H200, 8192 x 2048: 20.5 us with 3 CTAs an
+ * SM (21.6 with 2, 23.9 register-prefetched); 8192 x 4096: 38.5 us with 4
+ * of 128 threads, 2 stages (41.6 with 1 of 256): not yet the goals (17.5,
+ * 35), bench/h200-2026-12-01d. Under 255
  * registers a thread (a register-prefetch grid of more than 256 threads
  * an SM, a staged one of more than 512) w is prefetched into L1 and read
  * from there a piece at a time instead of being kept in registers (per_sm
@@ -28,11 +32,13 @@
  *
  * Backward: a persistent grid (tile.per_sm CTAs an SM, 2 of 128 threads
  * by default, two rows of 64 lanes a CTA at hidden 2048) whose rows of x
- * and dy (and their rms) come through the same cp.async ring (tile.stages,
- * 3 by default where it fits: 2 rows ahead, 4 row slots an SM x 2 rows x
- * 8 KB = 64 KB in flight at hidden 2048, 197 registers), or with
- * tile.prefetch 1 are loaded into registers a row ahead (32 KB; 34.7-35.2
- * us on the H200 at 8192 x 2048, 240 registers; 3 or 4 CTAs an SM spill). Its CTAs keep their dw
+ * and dy (and their rms) are loaded into registers a row ahead (the
+ * default, tile.prefetch 1: 32 KB an SM in flight, 240 registers; 34.7 us
+ * on the H200 at 8192 x 2048; 3 or 4 CTAs an SM spill) or come through the
+ * forward's cp.async ring (tile.stages N: 4 row slots an SM x 2 rows x
+ * 8 KB = 64 KB in flight at hidden 2048, 197 registers, but 39.2 us at 3
+ * stages: the ring's extra shared-memory round trip costs more than the
+ * bytes in flight gain here). Its CTAs keep their dw
  * partial sums in registers, reduce them across row slots in shared
  * memory, and write one row of a workspace (one per CTA); a second entry
  * point adds the workspace rows in a fixed order, so dw is deterministic.
@@ -69,7 +75,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_PER_SM] = LG_KEY_TILE("per_sm", "s", 1, 4, per_sm_ok,
 				 "persistent grid: CTAs an SM (the grid is one wave of them; registers are capped to fit)"),
 	[K_STAGES] = LG_KEY_TILE("stages", "st", 0, 4, NULL,
-				 "forward: a persistent grid whose rows come through a cp.async ring of this many "
+				 "a persistent grid whose rows come through a cp.async ring of this many "
 				 "rows a row slot in shared memory (0: the register prefetch)"),
 };
 
@@ -120,6 +126,11 @@ static int64_t per_sm_of(const struct lg_spec *s, const struct lg_rowlayout *l)
 {
 	if (lg_spec_has(s, K_PER_SM))
 		return lg_spec_int(s, K_PER_SM);
+	/* the forward's ring at 128 threads, H200 8192 tokens: per_sm 3 at hidden
+	 * 2048 (20.5 us against 21.6 with 2), 4 at 4096 (38.5 against 41.6 with
+	 * 256 threads, 1 an SM); bench/h200-2026-12-01d */
+	if (s->pass == LG_PASS_FORWARD && l->threads == 128 && (l->hidden == 2048 || l->hidden == 4096))
+		return l->hidden == 2048 ? 3 : 4;
 	return l->threads <= 128 ? 2 : 1;
 }
 
@@ -131,7 +142,8 @@ static struct lg_rowlayout layout(const struct lg_spec *s)
 	int64_t h = lg_spec_int(s, K_HIDDEN);
 	/* measured on H200 at 8192 x 2048: the backward is fastest with 128; so is
 	 * the forward up to hidden 2048 (with prefetch: 22.4 us against 23.3) */
-	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS) : bwd || h <= 2048 ? 128 : 256;
+	int threads = lg_spec_has(s, K_THREADS) ? (int)lg_spec_int(s, K_THREADS)
+			: bwd || h <= 2048 || h == 4096 ? 128 : 256;
 	struct lg_rowlayout l = lg_rowlayout_make(h, bwd ? 4 : 8, threads);
 	if (lg_spec_has(s, K_ROWS))
 		l = lg_rowlayout_make(h, bwd ? 4 : 8, (int)lg_spec_int(s, K_ROWS) * l.lpr);
@@ -167,7 +179,8 @@ static int64_t stages_of(const struct lg_spec *s, const struct lg_rowlayout *l, 
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	if (lg_spec_has(s, K_STAGES))
 		return lg_spec_int(s, K_STAGES);
-	if (lg_spec_has(s, K_PREFETCH))
+	if (lg_spec_has(s, K_PREFETCH) || bwd) /* the backward's ring measured slower on the H200:
+						  39.2 us against 34.7 prefetched at 8192 x 2048 */
 		return 0;
 	for (int64_t n = 3; n >= 2; n--)
 		if (cta_smem(bwd, n, l) * per_sm <= smem)

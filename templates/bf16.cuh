@@ -34,7 +34,7 @@ static __device__ __forceinline__ u32 lg_max_bf16x2(u32 a, u32 b)
 static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
 {
 	u32 d;
-	asm("lop3.b32 %0, %1, %2, %3, 0xf8;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+	asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
 	return d;
 }
 

@@ -31,7 +31,7 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
 {
 	u32 d;
-	asm("lop3.b32 %0, %1, %2, %3, 0xf8;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+	asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
 	return d;
 }
 

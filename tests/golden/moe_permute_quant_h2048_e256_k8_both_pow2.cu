@@ -15,6 +15,22 @@ struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 static __device__ __forceinline__ u32 lg_f2u(float f) { return __float_as_uint(f); }
 static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
 
+// Copy 16 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
+static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
+{
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
+}
+
+// Close the group of this thread's copies issued since the last commit.
+static __device__ __forceinline__ void lg_cp_commit(void)
+{
+	asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+// Wait until at most n committed groups are still in flight.
+#define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
+
 // The low bf16 of w as fp32 (exact: a shift).
 static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
 
@@ -125,15 +141,6 @@ static __device__ __noinline__ bool lg_expert_tile(const int *__restrict__ count
 	return false;
 }
 
-// 16-byte load of data read once: no L1 allocation.
-static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
-{
-	lg_u32x4 v;
-	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-	return v;
-}
-
 // 16-byte streaming store ("evict first").
 static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 {
@@ -175,13 +182,31 @@ static __device__ __forceinline__ void lg_st16_part(u8 *dst, lg_u32x4 v, int lo,
 // ----- helpers for this spec -----
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
+// tile.prefetch: this thread's rows r0 + i (past the tile's last: the last one's source)
+// x its 16 bytes of feature block k0 into `stage` (row r0 + i at 256 (r0 + i); padding rows
+// zero-filled) by cp.async, one commit group (empty for a thread with no row).
+static __device__ __forceinline__ void lg_gather(u8 *stage, u64 x, const int *ri, i64 m0, int rows,
+							 int r0, int lb, i64 k0)
+{
+	if (r0 < rows) {
+		#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			const int src = ri[m0 + min(r0 + i, rows - 1)];
+			const u8 *const xr = (const u8 *)x + (i64)(src >= 0 ? src : 0) * 4096;
+			lg_cp16(stage + (r0 + i) * 256 + lb * 16, xr + (k0 + 8 * lb) * 2,
+				src >= 0 ? 16 : 0);
+		}
+	}
+	lg_cp_commit();
+}
 
 // ----- lg_moe_permute_quant_fwd_bf16_h2048_e256_k8_m16_both_pow2 -----
 // MoE permute + pad + per-expert blockwise FP8 quantisation
 // CTA: a 128-row tile of one expert's padded segment (found from padded_counts) x 4
 // feature blocks of 128; 256 threads, 8 rows x 8 features a thread, each row gathered
-// from its source token (row_index; padding rows are zeros).
-extern "C" __global__ void __launch_bounds__(256)
+// from its source token (row_index; padding rows are zeros), copied into shared
+// memory a feature block ahead (cp.async).
+extern "C" __global__ void __launch_bounds__(256, 2)
 lg_moe_permute_quant_fwd_bf16_h2048_e256_k8_m16_both_pow2(
 	u64 x, u64 probs, u64 row_index, u64 padded_counts, u64 q, u64 s, u64 qt, u64 st,
 	u64 out_probs, i64 T, i64 part)
@@ -216,9 +241,25 @@ lg_moe_permute_quant_fwd_bf16_h2048_e256_k8_m16_both_pow2(
 			((float *)out_probs)[m0 + i] = p;
 		}
 	}
+	// The rows of the group's feature blocks, copied a block ahead into two stages
+	// of 128 rows x 256 bytes (row r0 + i of a thread at 256 (r0 + i)): the first now.
+	extern __shared__ __align__(16) u8 gx[];
+	lg_gather(gx + (0) * 32768, x, (const int *)row_index, m0, rows,
+		  r0, lb, (i64)cg * 512);
 	const int cb_end = cg * 4 + 4 < 16 ? cg * 4 + 4 : 16;
 	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
+		// Block cb + 1's rows copied into the other stage while this block's are used, then
+		// this block's copies (issued a block before) awaited.
+		const int qe_st = (cb - cg * 4) & 1; // this block's stage
+		if (cb + 1 < cg * 4 + 4 && cb + 1 < 16) {
+			lg_gather(gx + (qe_st ^ 1) * 32768, x, (const int *)row_index, m0, rows,
+				  r0, lb, k0 + 128);
+		} else {
+			lg_cp_commit(); // an empty group: one a block
+		}
+		lg_cp_wait(1);
+		const u8 *const qe_gs = gx + qe_st * 32768; // this block's rows
 		// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
 		// a token past the tile's last computes the last one's, then counts as 0).
 		lg_u32x4 v[8];
@@ -230,12 +271,7 @@ lg_moe_permute_quant_fwd_bf16_h2048_e256_k8_m16_both_pow2(
 		#pragma unroll
 		for (int i = 0; i < 8; i++) {
 			const i64 qe_row = m0 + min(r0 + i, rows - 1);
-			{
-				const int src = ((const int *)row_index)[qe_row];
-				v[i] = lg_u32x4{0u, 0u, 0u, 0u};
-				const u8 *const xr = (const u8 *)x + (i64)src * 4096;
-				if (src >= 0) v[i] = lg_ld16(xr + qe_col * 2);
-			}
+			v[i] = *(const lg_u32x4 *)(qe_gs + (r0 + i) * 256 + (qe_col - k0) * 2);
 		}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0

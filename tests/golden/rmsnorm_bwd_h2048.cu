@@ -11,29 +11,6 @@ struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 
 static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
 
-// Copy 16 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
-static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
-}
-
-// Close the group of this thread's copies issued since the last commit.
-static __device__ __forceinline__ void lg_cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Wait until at most n committed groups are still in flight.
-#define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
-
-// Copy 4 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
-static __device__ __forceinline__ void lg_cp4(void *dst, const void *src, u32 bytes)
-{
-	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
-}
-
 // The low bf16 of w as fp32 (exact: a shift).
 static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
 
@@ -53,7 +30,7 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
 {
 	u32 d;
-	asm("lop3.b32 %0, %1, %2, %3, 0xf8;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+	asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
 	return d;
 }
 
@@ -103,6 +80,15 @@ static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
 {
 	for (int m = from; m <= to; m <<= 1)
 		v += __shfl_xor_sync(0xffffffffu, v, m);
+	return v;
+}
+
+// 16-byte load of data read once: no L1 allocation.
+static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
+{
+	lg_u32x4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
 	return v;
 }
 
@@ -160,56 +146,55 @@ lg_rmsnorm_bwd_bf16_h2048(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 	#pragma unroll
 	for (int k = 0; k < 4; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
-	// Rows through a ring of 3 stages a row slot in shared memory, 2 ahead.
-	u8 *const ring = (u8 *)dwp + 16384; // [stage][tensor][row slot][hidden] bf16 (+ rms)
-	u8 *const rs = ring + slot * 4096; // this row slot's stage 0
-	u8 *const rcell = ring + 16384 + threadIdx.x * 4; // the lane's rms
 	const i64 stride = (i64)gridDim.x * 2, first = (i64)blockIdx.x * 2;
+	// Each lane loads its next row before this row's math.
+	lg_u32x4 xvn[4];
+	lg_u32x4 gvn[4];
+	i64 mp = first + slot;
+	bool livep = mp < M;
 	#pragma unroll
-	for (int st = 0; st < 2; st++) {
-		const i64 mq = first + slot + st * stride;
-		u8 *const sq = rs + st * 16896; // its stage
-		#pragma unroll
-		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 64;
-			if (mq >= M || c >= 256) continue;
-			lg_cp16(sq + 0 + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
-			lg_cp16(sq + 8192 + c * 16, gg + (mq * 2048 + c * 8) * 2, 16);
-		}
-		if (rms && mq < M) lg_cp4(rcell + st * 16896, (const float *)rms + mq, 4);
-		lg_cp_commit();
+	for (int k = 0; k < 4; k++) {
+		const int c = t + k * 64;
+		xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 256)
+			xvn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
 	}
-	int sr = 0; // the stage of row m
+	#pragma unroll
+	for (int k = 0; k < 4; k++) {
+		const int c = t + k * 64;
+		gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 256)
+			gvn[k] = lg_ld16(gg + (mp * 2048 + c * 8) * 2);
+	}
+	float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 	for (i64 base = first; base < M; base += stride) {
 		const i64 m = base + slot;
 		const bool live = m < M;
-		{
-			const i64 mq = m + 2 * stride;
-			const int st = sr + 2 < 3 ? sr + 2 : sr - 1; // (sr + 2) % 3
-			u8 *const sq = rs + st * 16896; // its stage
-			#pragma unroll
-			for (int k = 0; k < 4; k++) {
-				const int c = t + k * 64;
-				if (mq >= M || c >= 256) continue;
-				lg_cp16(sq + 0 + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
-				lg_cp16(sq + 8192 + c * 16, gg + (mq * 2048 + c * 8) * 2, 16);
-			}
-			if (rms && mq < M) lg_cp4(rcell + st * 16896, (const float *)rms + mq, 4);
-			lg_cp_commit();
-		}
-		lg_cp_wait(2); // row m's group is in
 		lg_u32x4 xv[4];
 		lg_u32x4 gv[4];
 		#pragma unroll
 		for (int k = 0; k < 4; k++) {
-			const int c = t + k * 64;
-			const bool in = live && c < 256;
-			const u8 *const sp = rs + sr * 16896 + c * 16; // piece c of row m
-			xv[k] = in ? *(const lg_u32x4 *)(sp + 0) : lg_u32x4{0u, 0u, 0u, 0u};
-			gv[k] = in ? *(const lg_u32x4 *)(sp + 8192) : lg_u32x4{0u, 0u, 0u, 0u};
+			xv[k] = xvn[k];
+			gv[k] = gvn[k];
 		}
-		const float rc = rms && live ? *(const float *)(rcell + sr * 16896) : 0.0f;
-		sr = sr + 1 < 3 ? sr + 1 : 0;
+		const float rc = rn;
+		mp = m + stride;
+		livep = mp < M;
+		#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			const int c = t + k * 64;
+			xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 256)
+				xvn[k] = lg_ld16(xg + (mp * 2048 + c * 8) * 2);
+		}
+		#pragma unroll
+		for (int k = 0; k < 4; k++) {
+			const int c = t + k * 64;
+			gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 256)
+				gvn[k] = lg_ld16(gg + (mp * 2048 + c * 8) * 2);
+		}
+		rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 		float r;
 		if (rms) {
 			r = rc;

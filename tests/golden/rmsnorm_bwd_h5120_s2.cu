@@ -12,29 +12,6 @@ struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 
 static __device__ __forceinline__ float lg_u2f(u32 u) { return __uint_as_float(u); }
 
-// Copy 16 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
-static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
-}
-
-// Close the group of this thread's copies issued since the last commit.
-static __device__ __forceinline__ void lg_cp_commit(void)
-{
-	asm volatile("cp.async.commit_group;" ::: "memory");
-}
-
-// Wait until at most n committed groups are still in flight.
-#define lg_cp_wait(n) asm volatile("cp.async.wait_group %0;" :: "n"(n) : "memory")
-
-// Copy 4 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
-static __device__ __forceinline__ void lg_cp4(void *dst, const void *src, u32 bytes)
-{
-	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
-		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
-}
-
 // The low bf16 of w as fp32 (exact: a shift).
 static __device__ __forceinline__ float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
 
@@ -54,7 +31,7 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
 {
 	u32 d;
-	asm("lop3.b32 %0, %1, %2, %3, 0xf8;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+	asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
 	return d;
 }
 
@@ -107,6 +84,15 @@ static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
 	return v;
 }
 
+// 16-byte load of data read once: no L1 allocation.
+static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
+{
+	lg_u32x4 v;
+	asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+	return v;
+}
+
 // 16-byte load of data that is read again (the weights): it may stay in L1.
 static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 {
@@ -114,6 +100,12 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_keep(const void *p)
 	asm volatile("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];"
 		     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
 	return v;
+}
+
+// Bring the line of p into L1, holding no register: data read soon, from L1.
+static __device__ __forceinline__ void lg_prefetch_l1(const void *p)
+{
+	asm volatile("prefetch.global.L1 [%0];" :: "l"(p));
 }
 
 // 16-byte streaming store ("evict first").
@@ -148,66 +140,65 @@ lg_rmsnorm_bwd_bf16_h5120_ts2(
 	// The dw kernel may be scheduled.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	const u8 *const xg = (const u8 *)x, *const gg = (const u8 *)dy;
-	lg_u32x4 wv[3];
+	// w into L1, read from there a piece at a time.
 	#pragma unroll
 	for (int k = 0; k < 3; k++) {
 		const int c = t + k * 256;
-		wv[k] = c < 640 ? lg_ld16_keep((const u8 *)w + c * 16) : lg_u32x4{0u, 0u, 0u, 0u};
+		if (c < 640) lg_prefetch_l1((const u8 *)w + c * 16);
 	}
 	float acc[3][8];
 	#pragma unroll
 	for (int k = 0; k < 3; k++)
 		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
-	// Rows through a ring of 3 stages a row slot in shared memory, 2 ahead.
-	u8 *const ring = (u8 *)dwp + 20480; // [stage][tensor][row slot][hidden] bf16 (+ rms)
-	u8 *const rs = ring;
-	u8 *const rcell = ring + 20480 + threadIdx.x * 4; // the lane's rms
 	const i64 stride = gridDim.x, first = blockIdx.x;
+	// Each lane loads its next row before this row's math.
+	lg_u32x4 xvn[3];
+	lg_u32x4 gvn[3];
+	i64 mp = first;
+	bool livep = mp < M;
 	#pragma unroll
-	for (int st = 0; st < 2; st++) {
-		const i64 mq = first + st * stride;
-		u8 *const sq = rs + st * 21504; // its stage
-		#pragma unroll
-		for (int k = 0; k < 3; k++) {
-			const int c = t + k * 256;
-			if (mq >= M || c >= 640) continue;
-			lg_cp16(sq + 0 + c * 16, xg + (mq * 5120 + c * 8) * 2, 16);
-			lg_cp16(sq + 10240 + c * 16, gg + (mq * 5120 + c * 8) * 2, 16);
-		}
-		if (rms && mq < M) lg_cp4(rcell + st * 21504, (const float *)rms + mq, 4);
-		lg_cp_commit();
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 256;
+		xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 640)
+			xvn[k] = lg_ld16(xg + (mp * 5120 + c * 8) * 2);
 	}
-	int sr = 0; // the stage of row m
+	#pragma unroll
+	for (int k = 0; k < 3; k++) {
+		const int c = t + k * 256;
+		gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+		if (livep && c < 640)
+			gvn[k] = lg_ld16(gg + (mp * 5120 + c * 8) * 2);
+	}
+	float rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 	for (i64 base = first; base < M; base += stride) {
 		const i64 m = base;
 		const bool live = m < M;
-		{
-			const i64 mq = m + 2 * stride;
-			const int st = sr + 2 < 3 ? sr + 2 : sr - 1; // (sr + 2) % 3
-			u8 *const sq = rs + st * 21504; // its stage
-			#pragma unroll
-			for (int k = 0; k < 3; k++) {
-				const int c = t + k * 256;
-				if (mq >= M || c >= 640) continue;
-				lg_cp16(sq + 0 + c * 16, xg + (mq * 5120 + c * 8) * 2, 16);
-				lg_cp16(sq + 10240 + c * 16, gg + (mq * 5120 + c * 8) * 2, 16);
-			}
-			if (rms && mq < M) lg_cp4(rcell + st * 21504, (const float *)rms + mq, 4);
-			lg_cp_commit();
-		}
-		lg_cp_wait(2); // row m's group is in
 		lg_u32x4 xv[3];
 		lg_u32x4 gv[3];
 		#pragma unroll
 		for (int k = 0; k < 3; k++) {
-			const int c = t + k * 256;
-			const bool in = live && c < 640;
-			const u8 *const sp = rs + sr * 21504 + c * 16; // piece c of row m
-			xv[k] = in ? *(const lg_u32x4 *)(sp + 0) : lg_u32x4{0u, 0u, 0u, 0u};
-			gv[k] = in ? *(const lg_u32x4 *)(sp + 10240) : lg_u32x4{0u, 0u, 0u, 0u};
+			xv[k] = xvn[k];
+			gv[k] = gvn[k];
 		}
-		const float rc = rms && live ? *(const float *)(rcell + sr * 21504) : 0.0f;
-		sr = sr + 1 < 3 ? sr + 1 : 0;
+		const float rc = rn;
+		mp = m + stride;
+		livep = mp < M;
+		#pragma unroll
+		for (int k = 0; k < 3; k++) {
+			const int c = t + k * 256;
+			xvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 640)
+				xvn[k] = lg_ld16(xg + (mp * 5120 + c * 8) * 2);
+		}
+		#pragma unroll
+		for (int k = 0; k < 3; k++) {
+			const int c = t + k * 256;
+			gvn[k] = lg_u32x4{0u, 0u, 0u, 0u};
+			if (livep && c < 640)
+				gvn[k] = lg_ld16(gg + (mp * 5120 + c * 8) * 2);
+		}
+		rn = rms && livep ? ((const float *)rms)[mp] : 0.0f;
 		float r;
 		if (rms) {
 			r = rc;
@@ -232,9 +223,12 @@ lg_rmsnorm_bwd_bf16_h5120_ts2(
 		float dot = 0.0f;
 		#pragma unroll
 		for (int k = 0; k < 3; k++) {
+			const int c = t + k * 256;
 			const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};
 			const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};
-			const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
+			const lg_u32x4 wk = c < 640 ? lg_ld16_keep((const u8 *)w + c * 16) // L1
+				: lg_u32x4{0u, 0u, 0u, 0u};
+			const u32 ww[4] = {wk.x, wk.y, wk.z, wk.w};
 			#pragma unroll
 			for (int e = 0; e < 4; e++) {
 				dot += lg_bf16_lo(a[e]) * lg_bf16_lo(g[e]) * lg_bf16_lo(ww[e]);
@@ -256,7 +250,9 @@ lg_rmsnorm_bwd_bf16_h5120_ts2(
 			if (!live || c >= 640) continue;
 			const u32 a[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};
 			const u32 g[4] = {gv[k].x, gv[k].y, gv[k].z, gv[k].w};
-			const u32 ww[4] = {wv[k].x, wv[k].y, wv[k].z, wv[k].w};
+			const lg_u32x4 wk = c < 640 ? lg_ld16_keep((const u8 *)w + c * 16) // L1
+				: lg_u32x4{0u, 0u, 0u, 0u};
+			const u32 ww[4] = {wk.x, wk.y, wk.z, wk.w};
 			u32 o[4];
 			#pragma unroll
 			for (int e = 0; e < 4; e++) {

@@ -46,7 +46,7 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
 {
 	u32 d;
-	asm("lop3.b32 %0, %1, %2, %3, 0xf8;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+	asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
 	return d;
 }
 
@@ -117,8 +117,8 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 
 // ----- lg_rmsnorm_fwd_bf16_h2048: RMSNorm forward -----
 // 32 lanes per row, 8 16-byte pieces each; 4 rows per CTA.
-// A persistent grid: one wave of 2 CTAs an SM on the device it runs on.
-extern "C" __global__ void __launch_bounds__(128, 2)
+// A persistent grid: one wave of 3 CTAs an SM on the device it runs on.
+extern "C" __global__ void __launch_bounds__(128, 3)
 lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 {
 	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row

@@ -31,7 +31,7 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
 {
 	u32 d;
-	asm("lop3.b32 %0, %1, %2, %3, 0xf8;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
+	asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
 	return d;
 }
 
@@ -110,15 +110,15 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 }
 
 // ----- lg_rmsnorm_fwd_bf16_h4096_tp0: RMSNorm forward -----
-// 64 lanes per row, 8 16-byte pieces each; 4 rows per CTA.
-extern "C" __global__ void __launch_bounds__(256)
+// 64 lanes per row, 8 16-byte pieces each; 2 rows per CTA.
+extern "C" __global__ void __launch_bounds__(128)
 lg_rmsnorm_fwd_bf16_h4096_tp0(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 {
 	const int slot = threadIdx.x / 64, t = threadIdx.x % 64; // row, lane in the row
 	const int lane = threadIdx.x & 31;
-	__shared__ double dred[8];
+	__shared__ double dred[4];
 	const u8 *const xg = (const u8 *)x;
-	const i64 m = (i64)blockIdx.x * 4 + slot;
+	const i64 m = (i64)blockIdx.x * 2 + slot;
 	const bool live = m < M;
 	lg_u32x4 v[8];
 	#pragma unroll
