@@ -37,19 +37,6 @@ static uint64_t seed;
 enum { F_LOGITS, F_LABELS, F_STATS_IN, F_G, F_LOSS, F_SUM, F_MAX, F_STATS, F_GRAD };
 enum { B_LOGITS, B_LABELS, B_SUM, B_MAX, B_DLOSS, B_GRAD };
 
-static int setup(void **state)
-{
-	(void)state;
-	return lg_test_gpu_ctx(&ctx);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	lg_ctx_destroy(ctx);
-	return 0;
-}
-
 static lg_spec *parse(const char *pass, const char *dtype, const char *keys)
 {
 	char json[512];
@@ -297,5 +284,5 @@ int main(void)
 		cmocka_unit_test(test_fused_clusters),
 		cmocka_unit_test(test_inplace),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return LG_TEST_RUN_GPU(tests, &ctx);
 }

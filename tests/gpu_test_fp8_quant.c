@@ -39,19 +39,6 @@
 static lg_ctx *ctx;
 static uint64_t seed;
 
-static int setup(void **state)
-{
-	(void)state;
-	return lg_test_gpu_ctx(&ctx);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	lg_ctx_destroy(ctx);
-	return 0;
-}
-
 /* One spec at one size pair: every output bit-exact, nothing unwritten. */
 static void check(const char *json, int64_t tokens, int64_t experts)
 {
@@ -259,5 +246,5 @@ int main(void)
 		cmocka_unit_test(test_batched_tiles),
 		cmocka_unit_test(test_weight),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return LG_TEST_RUN_GPU(tests, &ctx);
 }

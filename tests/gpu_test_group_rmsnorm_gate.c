@@ -32,19 +32,6 @@
 static lg_ctx *ctx;
 static uint64_t seed;
 
-static int setup(void **state)
-{
-	(void)state;
-	return lg_test_gpu_ctx(&ctx);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	lg_ctx_destroy(ctx);
-	return 0;
-}
-
 static lg_spec *parse(const char *pass, const char *keys)
 {
 	char json[512];
@@ -215,5 +202,5 @@ int main(void)
 		cmocka_unit_test(test_dw_deterministic),
 		cmocka_unit_test(test_no_tokens),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return LG_TEST_RUN_GPU(tests, &ctx);
 }

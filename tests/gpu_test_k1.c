@@ -33,19 +33,6 @@
 static lg_ctx *ctx;
 static uint64_t seed; /* every check's inputs (as `lingen check --seed`) */
 
-static int setup(void **state)
-{
-	(void)state;
-	return lg_test_gpu_ctx(&ctx);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	lg_ctx_destroy(ctx);
-	return 0;
-}
-
 static void check_opt(const char *json, int64_t tokens, bool no_optional)
 {
 	lg_spec *s = NULL;
@@ -251,5 +238,5 @@ int main(void)
 		cmocka_unit_test(test_k1_fused),
 		cmocka_unit_test(test_rmsnorm),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return LG_TEST_RUN_GPU(tests, &ctx);
 }

@@ -45,19 +45,6 @@
 static lg_ctx *ctx;
 static uint64_t seed;
 
-static int setup(void **state)
-{
-	(void)state;
-	return lg_test_gpu_ctx(&ctx);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	lg_ctx_destroy(ctx);
-	return 0;
-}
-
 static lg_spec *parse(const char *op, const char *pass, const char *dtype, const char *keys)
 {
 	char json[1024];
@@ -462,5 +449,5 @@ int main(void)
 		cmocka_unit_test(test_pipelined),
 		cmocka_unit_test(test_arg_needs),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return LG_TEST_RUN_GPU(tests, &ctx);
 }

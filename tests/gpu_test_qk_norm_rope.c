@@ -29,19 +29,6 @@
 static lg_ctx *ctx;
 static uint64_t seed;
 
-static int setup(void **state)
-{
-	(void)state;
-	return lg_test_gpu_ctx(&ctx);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	lg_ctx_destroy(ctx);
-	return 0;
-}
-
 /* One spec (keys after op, pass, dtype) at seq x batch, passes `first` to
  * `last` (0: forward, 1: backward). */
 static void check_passes(int first, int last, const char *keys, int64_t seq, int64_t batch)
@@ -201,5 +188,5 @@ int main(void)
 		cmocka_unit_test(test_layouts),   cmocka_unit_test(test_tiles),  cmocka_unit_test(test_prefetch),
 		cmocka_unit_test(test_varlen),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return LG_TEST_RUN_GPU(tests, &ctx);
 }

@@ -33,19 +33,6 @@ static uint64_t seed;
 
 enum { X, W, RW, Y, RMS, LOGITS, Q, S, QT, ST };
 
-static int setup(void **state)
-{
-	(void)state;
-	return lg_test_gpu_ctx(&ctx);
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	lg_ctx_destroy(ctx);
-	return 0;
-}
-
 static lg_spec *parse(const char *keys)
 {
 	char json[512];
@@ -238,5 +225,5 @@ int main(void)
 		cmocka_unit_test(test_no_tokens),
 		cmocka_unit_test(test_typed_launcher),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return LG_TEST_RUN_GPU(tests, &ctx);
 }

@@ -235,6 +235,28 @@ int lg_test_gpu_ctx(lg_ctx **ctx)
 	return 0;
 }
 
+static lg_ctx **group_ctx;
+
+static int group_setup(void **state)
+{
+	(void)state;
+	return lg_test_gpu_ctx(group_ctx);
+}
+
+static int group_teardown(void **state)
+{
+	(void)state;
+	lg_ctx_destroy(*group_ctx);
+	*group_ctx = NULL;
+	return 0;
+}
+
+int lg_test_run_gpu(const char *name, const struct CMUnitTest *tests, size_t n, lg_ctx **ctx)
+{
+	group_ctx = ctx;
+	return _cmocka_run_group_tests(name, tests, n, group_setup, group_teardown);
+}
+
 uint64_t lg_test_seed(const char *test)
 {
 	uint64_t seed = 0;

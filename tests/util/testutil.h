@@ -27,6 +27,12 @@ void lg_test_require_gpu(const char *test);
  * context (default options) in *ctx; 0, or -1 after printing why. */
 int lg_test_gpu_ctx(lg_ctx **ctx);
 
+struct CMUnitTest;
+/* Run a GPU test's cmocka group with *ctx made by lg_test_gpu_ctx before
+ * it and destroyed after it: LG_TEST_RUN_GPU(tests, &ctx) in main. */
+int lg_test_run_gpu(const char *name, const struct CMUnitTest *tests, size_t n, lg_ctx **ctx);
+#define LG_TEST_RUN_GPU(tests, ctx) lg_test_run_gpu(#tests, tests, sizeof(tests) / sizeof((tests)[0]), ctx)
+
 /* The seed of a test's random inputs: $LINGEN_SEED when set, else a new one
  * from the clock. Prints "<test>: seed: N (replay with LINGEN_SEED=N)". A
  * LINGEN_SEED that is not a number aborts the test. */
