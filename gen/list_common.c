@@ -8,7 +8,12 @@
 
 #include "error.h"
 
-#define SMS 132 /* SMs of an H200: the grid is one wave of per_sm CTAs each */
+/* SMs of an H200: the grid is one wave of per_sm CTAs each there. A static
+ * count, not the device's: the partition of the items over the CTAs, the
+ * workspace (a partial a CTA) and the final kernel's fixed-order sum are
+ * fixed by the plan, so a norm is the same bits on every device (on
+ * another device only the wave's fit changes, not the result). */
+#define SMS 132
 #define THREADS_DEFAULT 256
 #define PER_SM_DEFAULT 4
 #define UNROLL_DEFAULT 4

@@ -62,7 +62,11 @@
 #include "json.h" /* lg_json_number_text */
 #include "templates.h"
 
-#define SMS 132 /* SMs of an H200 */
+/* SMs of an H200. The backward's grid is static, not the device's: its
+ * CTAs' dq_weight / dk_weight partials and their fixed-order sum are laid
+ * out by the plan, so the weight gradients are the same bits on every
+ * device (elsewhere only the wave's fit changes). */
+#define SMS 132
 #define PMAX (2 * SMS) /* the fewest CTAs of the backward's persistent grid (tile.ctas) */
 #define PDEF (3 * SMS) /* its default: 3 CTAs an SM (tile.min_ctas 3 by default in the backward) */
 #define DW_COLS 32 /* columns of the weight gradients per CTA of the dw kernel */
