@@ -15,7 +15,6 @@ read once + each output written once) / time, against a device-to-device
 copy measured in the same run.
 """
 import argparse
-import functools
 import json
 import platform
 import statistics
@@ -44,10 +43,11 @@ class Env:
     def compiled(self, fn):
         """torch.compile of fn(torch, *args), once per function, called
         with the args alone. Each function is compiled as itself (a shared
-        wrapper would be one code object for dynamo, recompiled for every
-        function until its recompile limit sends the rest to eager)."""
+        wrapper, a partial too, is one code object for dynamo, recompiled for
+        every function until its recompile limit sends the rest to eager)."""
         if fn not in self._compiled:
-            self._compiled[fn] = self.torch.compile(functools.partial(fn, self.torch))
+            c, torch = self.torch.compile(fn), self.torch
+            self._compiled[fn] = lambda *args, **kwargs: c(torch, *args, **kwargs)
         return self._compiled[fn]
 
 
