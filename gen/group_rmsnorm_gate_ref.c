@@ -9,8 +9,9 @@
  * gate, y, dy and dgate are [seq, batch, dim] with transpose, else [batch,
  * seq, dim] as x.
  *
- * How exact: the GPU works in fp32 (r rounded to fp32, an approximate
- * exponential in the sigmoid, fp32 sums), so bf16 outputs get a relative
+ * How exact: the GPU works in fp32 (r from an fp32 sum of squares and
+ * rsqrt.approx by default, else rounded to fp32 from fp64; ex2.approx and
+ * rcp.approx in the sigmoid; fp32 sums), so bf16 outputs get a relative
  * tolerance of two bf16 ulps and an absolute one for the cancellation in
  * dx; dw, a long fp32 sum, a relative tolerance.
  */

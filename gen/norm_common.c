@@ -55,6 +55,11 @@ struct lg_rowlayout lg_rowlayout_load(const struct lg_plan *p)
 
 void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum)
 {
+	lg_emit_row_prologue_sums(b, l, true, fsum);
+}
+
+void lg_emit_row_prologue_sums(lg_buf *b, const struct lg_rowlayout *l, bool dsum, bool fsum)
+{
 	if (l->rows > 1)
 		lg_line(b, "const int slot = threadIdx.x / %d, t = threadIdx.x %% %d; // row, lane in the row",
 			l->lpr, l->lpr);
@@ -62,7 +67,8 @@ void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum)
 		lg_line(b, "const int t = threadIdx.x; // lane in the row (one row per CTA)");
 	if (l->lpr > 32) {
 		lg_line(b, "const int lane = threadIdx.x & 31;");
-		lg_line(b, "__shared__ double dred[%d];", l->threads / 32);
+		if (dsum)
+			lg_line(b, "__shared__ double dred[%d];", l->threads / 32);
 		if (fsum)
 			lg_line(b, "__shared__ float fred[%d];", l->threads / 32);
 	}

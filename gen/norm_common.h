@@ -42,6 +42,9 @@ struct lg_rowlayout lg_rowlayout_load(const struct lg_plan *p);
  * and the shared scratch the row sums go through: fp64 always, fp32 too if
  * fsum (the kernel calls lg_emit_row_sum with "float"). */
 void lg_emit_row_prologue(lg_buf *b, const struct lg_rowlayout *l, bool fsum);
+/* The same with the fp64 scratch only if dsum (no lg_emit_row_sum with
+ * "double" follows). */
+void lg_emit_row_prologue_sums(lg_buf *b, const struct lg_rowlayout *l, bool dsum, bool fsum);
 /* `const i64 m` = the CTA's row of this lane (blockIdx.x rows of
  * l->rows), `const bool live = m < M`. */
 void lg_emit_row_index(lg_buf *b, const struct lg_rowlayout *l);

@@ -152,6 +152,27 @@ static void test_tiles(void **state)
 		      odd[i][1]);
 }
 
+/* The other forms of bench/grg-variants.json (fp64 r, pieces a lane,
+ * CTAs an SM), at odd shapes and where the persistent loops go round. */
+static void test_forms(void **state)
+{
+	(void)state;
+	static const char *const forms[] = {
+		"\"fsum\": 0", "\"pieces\": 1", "\"pieces\": 1, \"per_sm\": 3", "\"pieces\": 4, \"per_sm\": 2",
+		"\"prefetch\": 0, \"pieces\": 4", "\"prefetch\": 0, \"pieces\": 1", "\"per_sm\": 3",
+	};
+	static const int64_t bl[][2] = {{2, 4096}};
+	for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+		char keys[160];
+		snprintf(keys, sizeof keys, "\"dim\": 2048, \"groups\": 4, \"tile\": {%s}", forms[i]);
+		both(keys, bl, 1);
+		both(keys, odd, NODD);
+		snprintf(keys, sizeof keys, "\"dim\": 1000, \"groups\": 5, \"shared_weight\": true, \"tile\": {%s}",
+			 forms[i]);
+		both(keys, odd, NODD);
+	}
+}
+
 /* dw of the backward: the same bits on a second launch. */
 static void test_dw_deterministic(void **state)
 {
@@ -199,6 +220,7 @@ int main(void)
 		cmocka_unit_test(test_odd_dims),
 		cmocka_unit_test(test_wide_groups),
 		cmocka_unit_test(test_tiles),
+		cmocka_unit_test(test_forms),
 		cmocka_unit_test(test_dw_deterministic),
 		cmocka_unit_test(test_no_tokens),
 	};

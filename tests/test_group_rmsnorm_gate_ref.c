@@ -268,9 +268,10 @@ static void geometry_at(const lg_spec *s, int e, int64_t B, int64_t L, struct lg
 
 /* The target shape: forward (prefetch, 2 pieces a lane, 32 lanes a group)
  * 2 tokens (256 threads) a CTA, a persistent grid of 396 CTAs (3 an SM),
- * without prefetch one CTA per 2 tokens; backward (prefetch: 2 pieces a
- * lane, 32 lanes a group) a persistent grid of 396 CTAs (3 an SM) of 1
- * token (128 threads), 2048 fp32 of shared memory, a 396-row workspace,
+ * (the device's resident CTAs once loaded), without prefetch one CTA per
+ * 2 tokens; backward (prefetch: 2 pieces a lane, 32 lanes a group) a
+ * persistent grid of 528 CTAs (4 an SM) of 1 token (128 threads), 2048
+ * fp32 of shared memory, a 528-row workspace,
  * and the dw kernel 32 weights a CTA, also with no tokens; without
  * prefetch 2 tokens a CTA, 2 CTAs an SM. */
 static void test_geometry(void **state)
@@ -284,6 +285,19 @@ static void test_geometry(void **state)
 	assert_true(d.grid[0] == 11);
 	geometry_at(s, 0, 0, 7, &d);
 	assert_true(d.grid[0] == 0);
+	{
+		const struct lg_family *f = lg_family_get(s->op);
+		struct lg_target t;
+		assert_true(lg_target_parse("sm_90a", &t));
+		struct lg_plan p;
+		memset(&p, 0, sizeof p);
+		assert_int_equal(f->plan(s, &t, &p), LG_OK);
+		assert_true(p.persistent[0] && p.per_sm[0] == 0);
+		p.resident[0] = 500; /* what the context's occupancy query found */
+		const int64_t sz[2] = {2, 4096};
+		f->geometry(&p, 0, sz, &d);
+		assert_true(d.grid[0] == 500);
+	}
 	lg_spec_free(s);
 	/* a forward without prefetch: one CTA of 256 threads per 2 tokens */
 	s = parse("forward", "\"dim\": 2048, \"groups\": 4, \"tile\": {\"prefetch\": 0}");
@@ -294,7 +308,7 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 	s = parse("backward", "\"dim\": 2048, \"groups\": 4");
 	geometry_at(s, 0, 2, 4096, &d);
-	assert_true(d.grid[0] == 396 && d.block[0] == 128 && d.smem == 2048 * 4);
+	assert_true(d.grid[0] == 528 && d.block[0] == 128 && d.smem == 2048 * 4);
 	geometry_at(s, 0, 1, 1, &d);
 	assert_true(d.grid[0] == 1);
 	geometry_at(s, 1, 0, 0, &d);
@@ -306,7 +320,7 @@ static void test_geometry(void **state)
 	memset(&p, 0, sizeof p);
 	assert_int_equal(f->plan(s, &t, &p), LG_OK);
 	assert_int_equal(p.nentries, 2);
-	assert_int_equal(f->workspace(&p), (size_t)396 * 2048 * 4);
+	assert_int_equal(f->workspace(&p), (size_t)528 * 2048 * 4);
 	lg_spec_free(s);
 	s = parse("backward", "\"dim\": 2048, \"groups\": 4, \"tile\": {\"prefetch\": 0}");
 	geometry_at(s, 0, 2, 4096, &d);

@@ -27,45 +27,6 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 	return d;
 }
 
-// (a & m) | c in one lop3 (ptxas splits the C expression into two).
-static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
-{
-	u32 d;
-	asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
-	return d;
-}
-
-// |x|^2 of the two bf16 in w, accumulated in fp64, SCALED BY 2^256 (lg_rrms
-// takes the scale off). The fp64 operand, x 2^128, is built from the bf16
-// bits by a shift and one lop3 (exponent field e + 1024, an OR since bit 10
-// is clear in the 8-bit e, where e + 896 took an add as well): 3 SASS
-// instructions a value with the DFMA, where the unscaled form took 5 (ptxas
-// also re-zeroed the low word each time) and cvt.f64.f32 is a quarter-rate
-// conversion. Every square and partial sum is exactly 2^256
-// times that of the unscaled operands (no fp64 overflow: at most 2^526; no
-// subnormal: at least 2^2), so the sum times 2^-256 is the same bits. Exact
-// for normal values; a zero becomes 2^-127 (times 2^128), whose square,
-// 2^-254, is far below any eps.
-static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
-{
-	u32 lo = lg_and_or(w << 13, 0x0fffe000u, 0x40000000u);
-	u32 hi = lg_and_or(w >> 3, 0x0fffe000u, 0x40000000u);
-	double a = __hiloint2double((int)lo, 0);
-	double b = __hiloint2double((int)hi, 0);
-	acc = fma(a, a, acc);
-	return fma(b, b, acc);
-}
-
-// |x|^2 of the eight bf16 in v, accumulated in fp64 in the order x, y, z, w,
-// scaled by 2^256 (lg_sumsq_bf16x2).
-static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
-{
-	acc = lg_sumsq_bf16x2(acc, v.x);
-	acc = lg_sumsq_bf16x2(acc, v.y);
-	acc = lg_sumsq_bf16x2(acc, v.z);
-	return lg_sumsq_bf16x2(acc, v.w);
-}
-
 // Value i (0 to 7) of the eight bf16 in v, as fp32.
 static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)
 {
@@ -83,15 +44,6 @@ static __device__ __forceinline__ lg_u32x4 lg_pack_bf16x8(const float v[8])
 // Butterfly sum of v over the lanes whose ids differ only in the bits from
 // `from` to `to` (powers of two); every lane of the group gets it.
 static __device__ __forceinline__ float lg_sum_xor(float v, int from, int to)
-{
-	for (int m = from; m <= to; m <<= 1)
-		v += __shfl_xor_sync(0xffffffffu, v, m);
-	return v;
-}
-
-// Butterfly fp64 sum of v over the lanes whose ids differ only in the bits
-// from `from` to `to` (powers of two); every lane of the group gets it.
-static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
 {
 	for (int m = from; m <= to; m <<= 1)
 		v += __shfl_xor_sync(0xffffffffu, v, m);
@@ -124,30 +76,39 @@ static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 }
 
 // ----- helpers for this spec -----
-// Reciprocal RMS from the fp64 sum of squares of one row as lg_sumsq_bf16x8 gives it
-// (times 2^256: the exact multiply by 2^-256 takes it off), every step correctly
-// rounded in fp64, so it matches the float64 reference bit for bit.
-static __device__ __forceinline__ float lg_rrms(double sumsq)
-{
-	return (float)(1.0 / sqrt(sumsq * 0x1p-256 / 512.0 + 1e-06));
-}
-// sigmoid in fp32: 1 / (1 + e^-v) (ex2.approx; 0 and 1 at the ends, never NaN).
+// sigmoid in fp32: 1 / (1 + e^-v) by ex2.approx and rcp.approx (two MUFU ops, no
+// division's slow path); 0 and 1 at the ends, never NaN.
 static __device__ __forceinline__ float lg_sigmoid(float v)
 {
-	return 1.0f / (1.0f + __expf(-v));
+	return __fdividef(1.0f, 1.0f + __expf(-v));
+}
+// Sum of squares of the eight bf16 in v, added to acc in fp32 (in order).
+static __device__ __forceinline__ float lg_ssq8(float acc, lg_u32x4 v)
+{
+	#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		const float e = lg_bf16_at(v, i);
+		acc = fmaf(e, e, acc);
+	}
+	return acc;
+}
+// Reciprocal RMS of a group from its fp32 sum of squares (rsqrt.approx: 2 ulp).
+static __device__ __forceinline__ float lg_rrmsf(float ss)
+{
+	return rsqrtf(ss * (1.0f / 512.0f) + (float)(1e-06));
 }
 
 // ----- lg_group_rmsnorm_gate_bwd_bf16_d2048_g4 -----
 // group RMSNorm x sigmoid gate, backward: dx, dgate, dw partials
-// Persistent grid of min(ceil(B L / 1), 396) CTAs (3 an SM) of 1 token; 4 groups
+// Persistent grid of min(ceil(B L / 1), 528) CTAs (4 an SM) of 1 token; 4 groups
 // of 512, 32 lanes per group, 2 16-byte pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M)
 {
 	const i64 n = M;
-	return n < 396 ? n : 396;
+	return n < 528 ? n : 528;
 }
 
-extern "C" __global__ void __launch_bounds__(128, 3)
+extern "C" __global__ void __launch_bounds__(128, 4)
 lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 dw, u64 ws, i64 B, i64 L, i64 part)
 {
@@ -155,10 +116,13 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
 	// The dw kernel may be scheduled.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	float acc[2][8];
+	// The unit's dw partials, each lane's own (no other lane touches them until the end).
+	float4 *const dwq = (float4 *)(dwp + slot * 512);
 	#pragma unroll
-	for (int k = 0; k < 2; k++)
-		for (int e = 0; e < 8; e++) acc[k][e] = 0.0f;
+	for (int k = 0; k < 2; k++) {
+		const int c = t + k * 32;
+		if (c < 64) dwq[c] = dwq[c + 64] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+	}
 	const int g = slot % 4, ts = slot / 4; // the unit's group, token in the CTA
 	const i64 M = B * L;
 	const u8 *const wu = (const u8 *)w + g * 1024;
@@ -170,12 +134,16 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 		if (c < 64) wv[k] = lg_ld16_keep(wu + c * 16);
 	}
 	const i64 stride = (i64)lg_ctas(B * L) * 1;
+	// The token's (b, l) = (tb, tl), stepped by the stride's (sq, sr): no division in the loop.
+	const i64 m0 = (i64)blockIdx.x * 1 + ts;
+	const i64 sq = L > 0 ? stride / L : 0, sr = L > 0 ? stride % L : 0;
+	i64 tb = L > 0 ? m0 / L : 0, tl = L > 0 ? m0 % L : 0;
 	i64 base = (i64)blockIdx.x * 1;
 	bool live;
 	i64 ox, og;
 	live = (base + ts) < M;
 	ox = ((base + ts) * 2048 + g * 512) * 2;
-	og = ((((base + ts) % L) * B + (base + ts) / L) * 2048 + g * 512) * 2; // [L, B, dim]
+	og = ((tl * B + tb) * 2048 + g * 512) * 2; // [L, B, dim]
 	lg_u32x4 xv[2], gv[2], dv[2];
 	#pragma unroll
 	for (int k = 0; k < 2; k++) {
@@ -198,9 +166,14 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 	for (; base < M; base += stride) {
 		// The next token's inputs, in flight during this one's math.
 		const i64 mn = base + stride + ts;
+		i64 tbn = tb + sq, tln = tl + sr;
+		if (tln >= L) {
+			tln -= L;
+			tbn++;
+		}
 		const bool liven = mn < M;
 		const i64 oxn = (mn * 2048 + g * 512) * 2;
-		const i64 ogn = (((mn % L) * B + mn / L) * 2048 + g * 512) * 2; // [L, B, dim]
+		const i64 ogn = ((tln * B + tbn) * 2048 + g * 512) * 2; // [L, B, dim]
 		lg_u32x4 xn[2], gn[2], dn[2];
 		#pragma unroll
 		for (int k = 0; k < 2; k++) {
@@ -220,15 +193,15 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 			dn[k] = lg_u32x4{0u, 0u, 0u, 0u};
 			if (liven && c < 64) dn[k] = lg_ld16((const u8 *)dy + ogn + c * 16);
 		}
-		// Sum of squares: one fp64 chain per piece, added in a fixed order.
-		double sk[2];
+		// Sum of squares in fp32: one chain per piece, added in a fixed order.
+		float sk[2];
 		#pragma unroll
-		for (int k = 0; k < 2; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
-		double ss = sk[0];
+		for (int k = 0; k < 2; k++) sk[k] = lg_ssq8(0.0f, xv[k]);
+		float ss = sk[0];
 		#pragma unroll
 		for (int k = 1; k < 2; k++) ss += sk[k];
-		ss = lg_dsum_xor(ss, 1, 16);
-		const float r = lg_rrms(ss);
+		ss = lg_sum_xor(ss, 1, 16);
+		const float r = lg_rrmsf(ss);
 		// dot = sum over the unit of x * dy * w * s (fp32), s = sigmoid(gate).
 		float dot = 0.0f, sg[2][8];
 		#pragma unroll
@@ -242,13 +215,14 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 			}
 		}
 		dot = lg_sum_xor(dot, 1, 16);
-		// dx = r u - c3 x, dgate = r x u (1 - s) (bf16); dw += r x dy s (fp32, registers).
-		const float c3 = r * r * r * (dot / 512.0f);
+		// dx = r u - c3 x, dgate = r x u (1 - s) (bf16); dw += r x dy s (fp32, the lane's
+		// partials of piece c in shared memory: values 0-3 at dwq[c], 4-7 at dwq[c + 64]).
+		const float c3 = r * r * r * (dot * (1.0f / 512.0f));
 		#pragma unroll
 		for (int k = 0; k < 2; k++) {
 			const int c = t + k * 32;
 			if (!live || c >= 64) continue;
-			float vx[8], vg[8];
+			float vx[8], vg[8], vw[8];
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
 				const float xe = lg_bf16_at(xv[k], i), se = sg[k][i];
@@ -256,8 +230,12 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 				const float u = ds * lg_bf16_at(wv[k], i);
 				vx[i] = r * u - c3 * xe;
 				vg[i] = (r * xe) * u * (1.0f - se);
-				acc[k][i] += (r * xe) * ds;
+				vw[i] = (r * xe) * ds;
 			}
+			float4 a = dwq[c], e = dwq[c + 64];
+			a.x += vw[0], a.y += vw[1], a.z += vw[2], a.w += vw[3];
+			e.x += vw[4], e.y += vw[5], e.z += vw[6], e.w += vw[7];
+			dwq[c] = a, dwq[c + 64] = e;
 			lg_st16((u8 *)dx + ox + c * 16, lg_pack_bf16x8(vx));
 			lg_st16((u8 *)dgate + og + c * 16, lg_pack_bf16x8(vg));
 		}
@@ -270,20 +248,17 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4(
 		live = liven;
 		ox = oxn;
 		og = ogn;
+		tb = tbn, tl = tln;
 	}
 	// The unit slots' dw partials, added in a fixed order; one workspace row per CTA.
-	#pragma unroll
-	for (int k = 0; k < 2; k++) {
-		const int c = t + k * 32;
-		if (c < 64)
-			for (int e = 0; e < 8; e++) dwp[slot * 512 + c * 8 + e] = acc[k][e];
-	}
+	// Value j of a slot is at (j & 4) * 64 + (j >> 3) * 4 + (j & 3) (see dwq).
 	__syncthreads();
 	for (int col = threadIdx.x; col < 2048; col += 128) {
 		float sum = 0.0f;
 		// col is value col % 512 of group col / 512: that group's slot of each token
 		const int gc = col / 512, j = col % 512;
-		for (int u = 0; u < 1; u++) sum += dwp[(u * 4 + gc) * 512 + j];
+		const int o = (j & 4) * 64 + (j >> 3) * 4 + (j & 3);
+		for (int u = 0; u < 1; u++) sum += dwp[(u * 4 + gc) * 512 + o];
 		((float *)ws)[(i64)blockIdx.x * 2048 + col] = sum;
 	}
 }

@@ -27,45 +27,6 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 	return d;
 }
 
-// (a & m) | c in one lop3 (ptxas splits the C expression into two).
-static __device__ __forceinline__ u32 lg_and_or(u32 a, u32 m, u32 c)
-{
-	u32 d;
-	asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(d) : "r"(a), "r"(m), "r"(c));
-	return d;
-}
-
-// |x|^2 of the two bf16 in w, accumulated in fp64, SCALED BY 2^256 (lg_rrms
-// takes the scale off). The fp64 operand, x 2^128, is built from the bf16
-// bits by a shift and one lop3 (exponent field e + 1024, an OR since bit 10
-// is clear in the 8-bit e, where e + 896 took an add as well): 3 SASS
-// instructions a value with the DFMA, where the unscaled form took 5 (ptxas
-// also re-zeroed the low word each time) and cvt.f64.f32 is a quarter-rate
-// conversion. Every square and partial sum is exactly 2^256
-// times that of the unscaled operands (no fp64 overflow: at most 2^526; no
-// subnormal: at least 2^2), so the sum times 2^-256 is the same bits. Exact
-// for normal values; a zero becomes 2^-127 (times 2^128), whose square,
-// 2^-254, is far below any eps.
-static __device__ __forceinline__ double lg_sumsq_bf16x2(double acc, u32 w)
-{
-	u32 lo = lg_and_or(w << 13, 0x0fffe000u, 0x40000000u);
-	u32 hi = lg_and_or(w >> 3, 0x0fffe000u, 0x40000000u);
-	double a = __hiloint2double((int)lo, 0);
-	double b = __hiloint2double((int)hi, 0);
-	acc = fma(a, a, acc);
-	return fma(b, b, acc);
-}
-
-// |x|^2 of the eight bf16 in v, accumulated in fp64 in the order x, y, z, w,
-// scaled by 2^256 (lg_sumsq_bf16x2).
-static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
-{
-	acc = lg_sumsq_bf16x2(acc, v.x);
-	acc = lg_sumsq_bf16x2(acc, v.y);
-	acc = lg_sumsq_bf16x2(acc, v.z);
-	return lg_sumsq_bf16x2(acc, v.w);
-}
-
 // Value i (0 to 7) of the eight bf16 in v, as fp32.
 static __device__ __forceinline__ float lg_bf16_at(lg_u32x4 v, int i)
 {
@@ -80,9 +41,9 @@ static __device__ __forceinline__ lg_u32x4 lg_pack_bf16x8(const float v[8])
 		lg_pack_bf16x2(v[4], v[5]), lg_pack_bf16x2(v[6], v[7])};
 }
 
-// Butterfly fp64 sum of v over the lanes whose ids differ only in the bits
-// from `from` to `to` (powers of two); every lane of the group gets it.
-static __device__ __forceinline__ double lg_dsum_xor(double v, int from, int to)
+// Butterfly sum of v over the lanes whose ids differ only in the bits from
+// `from` to `to` (powers of two); every lane of the group gets it.
+static __device__ __forceinline__ float lg_sum_xor(float v, int from, int to)
 {
 	for (int m = from; m <= to; m <<= 1)
 		v += __shfl_xor_sync(0xffffffffu, v, m);
@@ -115,17 +76,26 @@ static __device__ __forceinline__ void lg_st16(void *p, lg_u32x4 v)
 }
 
 // ----- helpers for this spec -----
-// Reciprocal RMS from the fp64 sum of squares of one row as lg_sumsq_bf16x8 gives it
-// (times 2^256: the exact multiply by 2^-256 takes it off), every step correctly
-// rounded in fp64, so it matches the float64 reference bit for bit.
-static __device__ __forceinline__ float lg_rrms(double sumsq)
-{
-	return (float)(1.0 / sqrt(sumsq * 0x1p-256 / 512.0 + 1e-06));
-}
-// sigmoid in fp32: 1 / (1 + e^-v) (ex2.approx; 0 and 1 at the ends, never NaN).
+// sigmoid in fp32: 1 / (1 + e^-v) by ex2.approx and rcp.approx (two MUFU ops, no
+// division's slow path); 0 and 1 at the ends, never NaN.
 static __device__ __forceinline__ float lg_sigmoid(float v)
 {
-	return 1.0f / (1.0f + __expf(-v));
+	return __fdividef(1.0f, 1.0f + __expf(-v));
+}
+// Sum of squares of the eight bf16 in v, added to acc in fp32 (in order).
+static __device__ __forceinline__ float lg_ssq8(float acc, lg_u32x4 v)
+{
+	#pragma unroll
+	for (int i = 0; i < 8; i++) {
+		const float e = lg_bf16_at(v, i);
+		acc = fmaf(e, e, acc);
+	}
+	return acc;
+}
+// Reciprocal RMS of a group from its fp32 sum of squares (rsqrt.approx: 2 ulp).
+static __device__ __forceinline__ float lg_rrmsf(float ss)
+{
+	return rsqrtf(ss * (1.0f / 512.0f) + (float)(1e-06));
 }
 
 // ----- lg_group_rmsnorm_gate_fwd_bf16_d2048_g4: group RMSNorm x sigmoid gate, forward -----
@@ -146,12 +116,16 @@ lg_group_rmsnorm_gate_fwd_bf16_d2048_g4(u64 x, u64 gate, u64 w, u64 y, i64 B, i6
 		if (c < 64) wv[k] = lg_ld16_keep(wu + c * 16);
 	}
 	const i64 stride = (i64)gridDim.x * 2;
+	// The token's (b, l) = (tb, tl), stepped by the stride's (sq, sr): no division in the loop.
+	const i64 m0 = (i64)blockIdx.x * 2 + ts;
+	const i64 sq = L > 0 ? stride / L : 0, sr = L > 0 ? stride % L : 0;
+	i64 tb = L > 0 ? m0 / L : 0, tl = L > 0 ? m0 % L : 0;
 	i64 base = (i64)blockIdx.x * 2;
 	bool live;
 	i64 ox, og;
 	live = (base + ts) < M;
 	ox = ((base + ts) * 2048 + g * 512) * 2;
-	og = ((((base + ts) % L) * B + (base + ts) / L) * 2048 + g * 512) * 2; // [L, B, dim]
+	og = ((tl * B + tb) * 2048 + g * 512) * 2; // [L, B, dim]
 	lg_u32x4 xv[2], gv[2];
 	#pragma unroll
 	for (int k = 0; k < 2; k++) {
@@ -168,9 +142,14 @@ lg_group_rmsnorm_gate_fwd_bf16_d2048_g4(u64 x, u64 gate, u64 w, u64 y, i64 B, i6
 	for (; base < M; base += stride) {
 		// The next token's inputs, in flight during this one's math.
 		const i64 mn = base + stride + ts;
+		i64 tbn = tb + sq, tln = tl + sr;
+		if (tln >= L) {
+			tln -= L;
+			tbn++;
+		}
 		const bool liven = mn < M;
 		const i64 oxn = (mn * 2048 + g * 512) * 2;
-		const i64 ogn = (((mn % L) * B + mn / L) * 2048 + g * 512) * 2; // [L, B, dim]
+		const i64 ogn = ((tln * B + tbn) * 2048 + g * 512) * 2; // [L, B, dim]
 		lg_u32x4 xn[2], gn[2];
 		#pragma unroll
 		for (int k = 0; k < 2; k++) {
@@ -184,15 +163,15 @@ lg_group_rmsnorm_gate_fwd_bf16_d2048_g4(u64 x, u64 gate, u64 w, u64 y, i64 B, i6
 			gn[k] = lg_u32x4{0u, 0u, 0u, 0u};
 			if (liven && c < 64) gn[k] = lg_ld16((const u8 *)gate + ogn + c * 16);
 		}
-		// Sum of squares: one fp64 chain per piece, added in a fixed order.
-		double sk[2];
+		// Sum of squares in fp32: one chain per piece, added in a fixed order.
+		float sk[2];
 		#pragma unroll
-		for (int k = 0; k < 2; k++) sk[k] = lg_sumsq_bf16x8(0.0, xv[k]);
-		double ss = sk[0];
+		for (int k = 0; k < 2; k++) sk[k] = lg_ssq8(0.0f, xv[k]);
+		float ss = sk[0];
 		#pragma unroll
 		for (int k = 1; k < 2; k++) ss += sk[k];
-		ss = lg_dsum_xor(ss, 1, 16);
-		const float r = lg_rrms(ss);
+		ss = lg_sum_xor(ss, 1, 16);
+		const float r = lg_rrmsf(ss);
 		// y = ((x * r) * w) * sigmoid(gate) in fp32, rounded to bf16 (RNE).
 		#pragma unroll
 		for (int k = 0; k < 2; k++) {
@@ -214,5 +193,6 @@ lg_group_rmsnorm_gate_fwd_bf16_d2048_g4(u64 x, u64 gate, u64 w, u64 y, i64 B, i6
 		live = liven;
 		ox = oxn;
 		og = ogn;
+		tb = tbn, tl = tln;
 	}
 }
