@@ -711,10 +711,26 @@ static void emit_split90(lg_buf *b, const struct lg_gemm *g, unsigned stride)
 	lg_line(b, "asm volatile(\"bar.sync %%0, 128;\" :: \"r\"(1 + wg) : \"memory\");");
 }
 
-void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
-			     const char *o0b, const char *kt0, const char *kt1)
+/* Persistent CTAs (lg_gemm90_emit_tiles): `tiles` output tiles in row-major
+ * order of `cols` tile columns, CTA blockIdx.x taking every gridDim.x-th;
+ * tiles NULL: the one tile at o0a, o0b. */
+struct loop90 {
+	const char *tiles;
+	long long cols;
+};
+
+/* The origin o0a, o0b of tile `tile` (persistent CTAs). */
+static void emit_origin90(lg_buf *b, const struct lg_gemm *g, const struct loop90 *l)
+{
+	lg_line(b, "const i64 o0a = tile / %lld * %d, o0b = tile %% %lld * %d;", l->cols, g->t.bm, l->cols, g->t.bn);
+}
+
+static void emit_mainloop90(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			    const char *o0b, const char *kt0, const char *kt1, const struct loop90 *l)
 {
 	const struct lg_gemm_tile *t = &g->t;
+	/* the stage counter: the reduction tile, or (persistent) `it`, counting on across tiles */
+	const char *ctr = l->tiles ? "it" : "kt", *inc = l->tiles ? "kt++, it++" : "kt++";
 	int c = consumers(t), S = t->stages, regs = t->bn / 2, cl = lg_gemm90_cluster(g);
 	unsigned sa = a_bytes90(g), sb = (unsigned)t->bn * G90_ROWB, st = stage_bytes(g), pb = planes_bytes90(g);
 	unsigned plane = (unsigned)t->bm * G90_ROWB;
@@ -767,9 +783,15 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	if (c > 1)
 		lg_line(b, "lg_setmaxnreg_dec(40);");
 	lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
-	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
-	lg_line(b, "const int s = kt %% %d;", S);
-	lg_line(b, "if (kt >= %d) lg_mbar_wait(&empty[s], ((kt / %d) - 1) & 1);", S, S);
+	if (l->tiles) {
+		lg_comment(b, "The next tile's stages load while the consumers store this one.");
+		lg_line(b, "int it = 0;");
+		lg_open(b, "for (i64 tile = blockIdx.x; tile < %s; tile += gridDim.x) {", l->tiles);
+		emit_origin90(b, g, l);
+	}
+	lg_open(b, "for (int kt = 0; kt < nkt; %s) {", inc);
+	lg_line(b, "const int s = %s %% %d;", ctr, S);
+	lg_line(b, "if (%s >= %d) lg_mbar_wait(&empty[s], ((%s / %d) - 1) & 1);", ctr, S, ctr, S);
 	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
 	lg_line(b, "const int r0 = (int)((%s + kt) * %d);", kt0, G90_BK);
 	lg_line(b, "u8 *const sd = ring + s * %u;", st);
@@ -782,6 +804,8 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 		emit_tma90(b, &g->b, t->bn, o0b, sa);
 	}
 	lg_close(b);
+	if (l->tiles)
+		lg_close(b);
 	lg_close(b);
 	if (cl > 1)
 		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
@@ -790,18 +814,23 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	if (c > 1)
 		lg_line(b, "lg_setmaxnreg_inc(232);");
 	lg_comment(b, "Consumers: warpgroup wg, rows 64 wg.. of the tile; one wgmma group in flight.");
+	if (l->tiles) {
+		lg_line(b, "int it = 0;");
+		lg_open(b, "for (i64 tile = blockIdx.x; tile < %s; tile += gridDim.x) {", l->tiles);
+		emit_origin90(b, g, l);
+	}
 	lg_line(b, "float acc[%d];", regs);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
-	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
-	lg_line(b, "const int s = kt %% %d;", S);
-	lg_line(b, "lg_mbar_wait(&full[s], (kt / %d) & 1);", S);
+	lg_open(b, "for (int kt = 0; kt < nkt; %s) {", inc);
+	lg_line(b, "const int s = %s %% %d;", ctr, S);
+	lg_line(b, "lg_mbar_wait(&full[s], (%s / %d) & 1);", ctr, S);
 	/* a k16 step: 32 bytes along a K-major row, 16 rows of an MN-major tile (descriptor units of 16 B) */
 	int ka = g->a.mn_major ? 16 * G90_ROWB / 16 : 2, kb = g->b.mn_major ? 16 * G90_ROWB / 16 : 2;
 	const char *dma = g->a.mn_major ? "_mn" : "", *dmb = g->b.mn_major ? "_mn" : "";
 	if (split) {
-		lg_comment(b, "plane buffer kt %% 2: its last reader, the group of kt - 2, is done");
-		lg_line(b, "u8 *const dst = planes + (kt & 1) * %u + wg * %u;", pb, 64u * G90_ROWB);
+		lg_comment(b, "plane buffer %s %% 2: its last reader, the group of %s - 2, is done", ctr, ctr);
+		lg_line(b, "u8 *const dst = planes + (%s & 1) * %u + wg * %u;", ctr, pb, 64u * G90_ROWB);
 		lg_line(b, "const u8 *const src = ring + s * %u + wg * %u;", st, 64u * 256u);
 		emit_split90(b, g, plane);
 		lg_line(b, "const u64 da = lg_wg_desc%s(dst);", dma);
@@ -833,15 +862,39 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	if (cl > 1) {
 		lg_open(b, "if (kt > 0 && lane == 0) {");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(kt + %d) %% %d], r);", cl, S - 1, S);
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(%s + %d) %% %d], r);", cl, ctr, S - 1,
+			S);
 		lg_close(b);
 	} else {
-		lg_line(b, "if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(kt + %d) %% %d]);", S - 1, S);
+		lg_line(b, "if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(%s + %d) %% %d]);", ctr, S - 1, S);
 	}
 	lg_close(b);
 	lg_line(b, "lg_wg_wait(0);");
+	if (l->tiles) {
+		lg_comment(b, "the tile's last stage too (the producer loads on into the next tile)");
+		lg_line(b, "if (nkt > 0 && lane == 0) lg_mbar_arrive(&empty[(it + %d) %% %d]);", S - 1, S);
+	}
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");", regs);
+}
+
+void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			     const char *o0b, const char *kt0, const char *kt1)
+{
+	const struct loop90 l = {NULL, 0};
+	emit_mainloop90(b, g, prefix, o0a, o0b, kt0, kt1, &l);
+}
+
+void lg_gemm90_emit_tiles(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *tiles, long long cols,
+			  const char *kt0, const char *kt1)
+{
+	const struct loop90 l = {tiles, cols};
+	emit_mainloop90(b, g, prefix, "o0a", "o0b", kt0, kt1, &l);
+}
+
+void lg_gemm90_emit_tiles_end(lg_buf *b)
+{
+	lg_close(b);
 }
 
 void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,

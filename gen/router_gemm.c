@@ -110,6 +110,7 @@ enum {
 	K_XS,
 	K_XWM,
 	K_XWN,
+	K_XP,
 	NKEYS
 };
 
@@ -144,6 +145,9 @@ static const struct lg_key keys[NKEYS] = {
 	[K_XS] = LG_KEY_TILE("dx_stages", "xs", 2, 8, NULL, "backward: dx's reduction tiles in flight"),
 	[K_XWM] = LG_KEY_TILE("dx_warps_m", "xwm", 1, 8, warps_ok, "backward: dx's warps along the tokens"),
 	[K_XWN] = LG_KEY_TILE("dx_warps_n", "xwn", 1, 8, warps_ok, "backward: dx's warps along the hidden features"),
+	[K_XP] = LG_KEY_TILE("dx_persistent", "xp", 0, 1, NULL,
+			     "sm_90a backward: dx on one CTA an SM looping over its tiles (the next tile's loads "
+			     "overlap this one's stores)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -186,7 +190,8 @@ enum {
 	P_WG,
 	P_CLUSTER,
 	P_XTILE, /* the backward's dx tile (pack_tile) */
-	P_XSMEM
+	P_XSMEM,
+	P_XPERS /* dx on persistent CTAs (sm_90a) */
 };
 
 /* On sm_90a the forward runs on wgmma + TMA (gemm_emit.h, sm_90a path),
@@ -332,7 +337,7 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	tile_of(s, &split);
 	if (!bwd && lg_spec_has(s, K_SPLIT) && split != 1)
 		return lg_spec_error(where, "tile.split: found %d, allowed: 1 in the forward (dw only)", split);
-	for (int k = K_XM; !bwd && k <= K_XWN; k++)
+	for (int k = K_XM; !bwd && k <= K_XP; k++)
 		if (lg_spec_has(s, k))
 			return lg_spec_error(where, "%s: allowed only in the backward (dx's tile)", keys[k].path);
 	return LG_OK;
@@ -472,6 +477,9 @@ static lg_status plan90_bwd(const struct lg_spec *s, const struct lg_target *t, 
 	int split = lg_spec_has(s, K_SPLIT) ? (int)lg_spec_int(s, K_SPLIT) : (int)(z < 1 ? 1 : z > 16 ? 16 : z);
 	gx.t.warps_m = gx.t.bm / 16; /* four warps a consumer warpgroup */
 	gw.t.warps_m = gw.t.bm / 16;
+	p->tile[K_XP] = p->v[P_XPERS] = lg_spec_has(s, K_XP) && lg_spec_int(s, K_XP);
+	p->persistent[0] = p->v[P_XPERS] != 0;
+	p->per_sm[0] = p->persistent[0] ? 1u : 0u;
 	gx.t.warps_n = gw.t.warps_n = 1;
 	p->v[P_WG] = 1;
 	p->ntmaps = 3;
@@ -495,6 +503,10 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_CLUSTER] = 1;
 	if (wgmma_path(s, t))
 		return plan90_bwd(s, t, p);
+	if (lg_spec_has(s, K_XP) && lg_spec_int(s, K_XP))
+		return lg_fail(LG_ERR_SPEC, "%s: tile.dx_persistent: found 1, allowed on %s: 0 (the sm_90a backward "
+			       "with experts a multiple of 4 only)", s->entry, t->name);
+	p->tile[K_XP] = 0;
 	int split;
 	struct lg_gemm g = gemm_of(s, bwd ? 2 : 0, tile_of(s, &split));
 	lg_status st = fit(s, t, &g, K_STAGES, "stages", &p->v[P_SMEM]);
@@ -513,6 +525,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	return plan_bwd(s, t, p, &g, &gx, split);
 }
 
+/* SMs of the target (H200) when the device's count is not known. */
+#define SMS 132u
+
 static unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
@@ -528,9 +543,12 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 		d->grid[0] = (cdiv(M, bm) + cl - 1) / cl * cl * cdiv(N, bn);
 		return;
 	}
-	if (e == 0) { /* dx tiles (none at 0 tokens) */
+	if (e == 0) { /* dx tiles (none at 0 tokens); persistent: at most one CTA an SM */
 		struct lg_gemm_tile x = unpack_tile(p->v[P_XTILE]);
 		d->grid[0] = cdiv(M, x.bm) * cdiv(K, x.bn);
+		unsigned cap = p->resident[0] ? p->resident[0] : SMS;
+		if (p->v[P_XPERS] && d->grid[0] > cap)
+			d->grid[0] = cap;
 		d->block[0] = (unsigned)(p->v[P_WG] ? lg_gemm90_threads(&x) : lg_gemm_threads(&x));
 		d->smem = (unsigned)p->v[P_XSMEM];
 		return;
@@ -699,16 +717,26 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
 	}
 	lg_line(b, "if (!dx) return;");
-	lg_line(b, "const i64 t = blockIdx.x;");
-	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
-		(long long)xcols, gx.t.bn);
-	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
-	if (wg) {
-		lg_gemm90_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-		lg_gemm90_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+	const char *store = "lg_store_dx((u8 *)dx, M, ";
+	if (p->v[P_XPERS]) {
+		lg_comment(b, "Persistent: CTA blockIdx.x takes tiles blockIdx.x, + gridDim.x, ...");
+		lg_line(b, "const i64 tiles = (M + %d) / %d * %lld;", gx.t.bm - 1, gx.t.bm, (long long)xcols);
+		lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
+		lg_gemm90_emit_tiles(b, &gx, "dx", "tiles", xcols, "0", "kts");
+		lg_gemm90_emit_epilogue(b, &gx, "o0a", "o0b", store);
+		lg_gemm90_emit_tiles_end(b);
 	} else {
-		lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-		lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+		lg_line(b, "const i64 t = blockIdx.x;");
+		lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
+			(long long)xcols, gx.t.bn);
+		lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
+		if (wg) {
+			lg_gemm90_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
+			lg_gemm90_emit_epilogue(b, &gx, "o0a", "o0b", store);
+		} else {
+			lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
+			lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", store);
+		}
 	}
 	lg_close(b);
 
@@ -746,7 +774,7 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 		lg_gemm90_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
 	else
 		lg_gemm_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
-	const char *store = "lg_store_f32((float *)dw, LG_N, LG_K, ";
+	store = "lg_store_f32((float *)dw, LG_N, LG_K, ";
 	if (split > 1) {
 		lg_line(b, "float *const part_out = (float *)ws + z * LG_N * LG_K;");
 		store = "lg_store_f32(part_out, LG_N, LG_K, ";
