@@ -862,8 +862,8 @@ static void emit_mainloop90(lg_buf *b, const struct lg_gemm *g, const char *pref
 	if (cl > 1) {
 		lg_open(b, "if (kt > 0 && lane == 0) {");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(%s + %d) %% %d], r);", cl, ctr, S - 1,
-			S);
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(%s + %d) %% %d], r);", cl,
+			ctr, S - 1, S);
 		lg_close(b);
 	} else {
 		lg_line(b, "if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(%s + %d) %% %d]);", ctr, S - 1, S);

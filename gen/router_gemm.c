@@ -848,7 +848,7 @@ static int add_rows(const struct lg_spec *s, const struct lg_target *t, struct l
 
 /* Tile variants for `lingen tune`: on the sm_90a forward, tile shapes,
  * stages and clusters of the wgmma path; on the sm_90a backward, dw's and
- * dx's tiles and stages and dw's token slices; on the mma.sync forward, tile
+ * dx's tiles and stages, persistent dx CTAs and dw's token slices; on the mma.sync forward, tile
  * shapes and warp grids, stages; in the backward a few of dw's tiles, dw's
  * token slices and dx's tiles (the two kernels' tiles are independent). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
@@ -877,6 +877,11 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 		{128, 128, 128, 256}, {128, 256, 128, 256}, {64, 128, 128, 256}, {128, 128, 128, 128},
 		{128, 128, 64, 256},  {128, 128, 64, 128},  {128, 64, 128, 256},
 	};
+	static const int64_t pers90[][6] = {
+		/* m, n, dx_m, dx_n, dx_persistent: the sm_90a backward with persistent dx CTAs */
+		{128, 128, 128, 256, 1}, {128, 256, 128, 256, 1}, {128, 128, 128, 128, 1}, {128, 128, 64, 256, 1},
+	};
+	static const int keyp90[5] = {K_TM, K_TN, K_XM, K_XN, K_XP};
 	static const int key90[5] = {K_TM, K_TN, K_STAGES, K_TK, K_CLUSTER};
 	static const int keyb90[4] = {K_TM, K_TN, K_XM, K_XN};
 	static const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};
@@ -884,6 +889,7 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	static const int64_t splits[] = {1, 2, 4, 8, 0};
 	if (wgmma_path(s, t) && s->pass == LG_PASS_BACKWARD) {
 		int n = add_rows(s, t, out, 0, max, keyb90, 4, bwd90, sizeof bwd90 / sizeof bwd90[0]);
+		n = add_rows(s, t, out, n, max, keyp90, 5, pers90, sizeof pers90 / sizeof pers90[0]);
 		return lg_candidate_values(s, t, out, n, max, K_SPLIT, splits);
 	}
 	if (wgmma_path(s, t))
