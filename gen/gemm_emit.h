@@ -58,6 +58,11 @@
  * arrivals on each CTA's `empty`), and neither CTA leaves before the other
  * is done with it (a cluster barrier at the start and the end).
  *
+ * Persistent CTAs (lg_gemm90_emit_tiles, no cluster) loop over tiles: the
+ * stage and phase counts run on across tiles and the consumers release the
+ * last stage of each tile, so that the producer loads the next tile while
+ * the consumers store this one.
+ *
  * With `convert`, an fp32 A's tile is split once by the CTA: in the
  * iteration of tile kt the CTA waits for tile kt + 1 (one stage less of
  * look-ahead), splits its A into bf16 planes (buffer (kt + 1) % 2) and runs

@@ -42,7 +42,15 @@
  *   _dx    dx = dy . w: A = dy (K-major over the experts), B = w [N][K]
  *          (N-major); tile.dx_*: 128 tokens x 256 features, tile.k 64 (4
  *          reduction tiles at 256 experts), the stages that fit (3 at
- *          bf16, 2 at bf16x3): 512 CTAs at the target, one an SM.
+ *          bf16, 2 at bf16x3): 512 CTAs at the target, one an SM. H200:
+ *          47.8 us (ncu), latency-bound: with 4 reduction tiles a CTA its
+ *          prologue (barriers, the first TMA loads) and epilogue (64 KB of
+ *          dx stored from registers) overlap nothing. tile.dx_persistent 1
+ *          (opt-in until measured): one CTA an SM (grid: what is
+ *          co-resident, 132 at the target) loops over the tiles, its
+ *          producer's stage count running on across them, so that it loads
+ *          the next tile's stages while the consumers store this one and
+ *          one prologue serves ~4 tiles.
  *   _dw    dw = dy^T . x: A = dy (M-major: experts contiguous), B = x
  *          [M][K] (N-major), reduction over a token slice: tile.* 128
  *          experts (64 up to 64) x 128 features x tile.split slices
@@ -75,12 +83,19 @@
  *   _dwsum dw = the partials added in slice order (split > 1): fixed
  *          order, so dw is the same bits on every run (both paths).
  * Bounds at the target (8192 tokens): 8.6 GFLOP a GEMM a term, ~41 MB
- * (dx) and ~40 MB (dw) of DRAM traffic. mma.sync (sm_80..sm_90): its rate
+ * (dx) and ~40 MB (dw) of DRAM traffic; from L2, dx reads dy (fp32) once a
+ * column tile (8 times: 64 MB) and w once a row block (64 MB), dw dy once
+ * a feature tile (16 times at tile.n 128: 128 MB; 8 at 256) and x once an
+ * expert tile (2 times: 64 MB). mma.sync (sm_80..sm_90): its rate
  * (about 2/3 of wgmma's) and latency at 12-24% occupancy bound it (H200:
- * 122 us for both, 108 tuned). sm_90a (wgmma, not yet measured): at the
- * forward's ~650 TFLOP/s a term is ~13 us a GEMM; dx's 4 reduction tiles
- * a CTA make its prologue and epilogue (64 KB of dx a CTA) weigh, dw adds
- * 8 MB of partials (4 slices) and _dwsum. Shared memory: bf16x3's three
+ * 122 us for both, 108 tuned). sm_90a (wgmma): at the forward's ~650
+ * TFLOP/s a term is ~13 us a GEMM; H200 (bench/h200-2026-12-01d, bf16):
+ * 78.7 us in all, _dx 47.8, _dw 29.2, _dwsum 4.6 (ncu): dx's 4 reduction
+ * tiles a CTA make its prologue and epilogue (64 KB of dx a CTA) weigh
+ * (tile.dx_persistent above); dw, whose top stall is the split's shared
+ * memory reads (issue active 19%), adds 8 MB of partials (4 slices) and
+ * _dwsum: tile.n 256 halves dy's reads and splits a FLOP (16 tiles x 8
+ * slices), for 16 MB of partials. Shared memory: bf16x3's three
  * plane buffers beside the fp32 ring make it the tightest (fewer stages).
  * A null dx or dw skips that output (its kernels return at once).
  */
