@@ -685,17 +685,23 @@ static void emit_tma90(lg_buf *b, const struct lg_gemm_operand *o, int rows, con
 /* A consumer warpgroup's split of its fp32 box of A (64 rows of 256 bytes
  * at `src`, either major: rows are along the box's outer dimension) into
  * g->terms bf16 planes at `dst` (64 rows of 128 bytes, 128-byte swizzle,
- * planes `stride` bytes apart): 8 values a thread at a time, then the
- * fence to the async proxy and the warpgroup's named barrier. */
+ * planes `stride` bytes apart): 8 values a thread at a time (two 16-byte
+ * loads, ordered so that a row's 8 lanes are free of bank conflicts), then
+ * the fence to the async proxy and the warpgroup's named barrier. */
 static void emit_split90(lg_buf *b, const struct lg_gemm *g, unsigned stride)
 {
-	lg_comment(b, "This warpgroup's fp32 box of A into %d bf16 plane%s (swizzled 16-byte chunks).", g->terms,
+	lg_comment(b, "This warpgroup's fp32 box of A into %d bf16 plane%s (swizzled).", g->terms,
 		   g->terms > 1 ? "s" : "");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < 4; i++) {");
+	lg_comment(b, "Row r's 32-byte chunk c, chunks 4..7 upper half first: a");
+	lg_comment(b, "row's 8 lanes read the 32 banks once (else c, c + 4 clash).");
 	lg_line(b, "const int q = (threadIdx.x & 127) + i * 128, r = q >> 3, c = q & 7;");
-	lg_line(b, "const float4 lo = *(const float4 *)(src + r * 256 + c * 32);");
-	lg_line(b, "const float4 hi = *(const float4 *)(src + r * 256 + c * 32 + 16);");
+	lg_line(b, "const int h = c >> 2;");
+	lg_line(b, "const u8 *const p = src + r * 256 + c * 32;");
+	lg_line(b, "const float4 u0 = *(const float4 *)(p + h * 16);");
+	lg_line(b, "const float4 u1 = *(const float4 *)(p + (h ^ 1) * 16);");
+	lg_line(b, "const float4 lo = h ? u1 : u0, hi = h ? u0 : u1;");
 	lg_line(b, "u32 t[4][%d];", g->terms);
 	lg_line(b, "lg_split_bf16x2(t[0], %d, lo.x, lo.y);", g->terms);
 	lg_line(b, "lg_split_bf16x2(t[1], %d, lo.z, lo.w);", g->terms);
@@ -783,13 +789,18 @@ static void emit_mainloop90(lg_buf *b, const struct lg_gemm *g, const char *pref
 	if (c > 1)
 		lg_line(b, "lg_setmaxnreg_dec(40);");
 	lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
-	if (l->tiles) {
-		lg_comment(b, "The next tile's stages load while the consumers store this one.");
-		lg_line(b, "int it = 0;");
-		lg_open(b, "for (i64 tile = blockIdx.x; tile < %s; tile += gridDim.x) {", l->tiles);
+	if (l->tiles) { /* one loop over this CTA's tiles' reduction tiles */
+		lg_comment(b, "Reduction tile kt of this CTA's tile it / nkt (of `mine`): the next");
+		lg_comment(b, "tile's stages load while the consumers store this one.");
+		lg_line(b, "const i64 left = %s - (i64)blockIdx.x;", l->tiles);
+		lg_line(b, "const i64 mine = left > 0 ? (left + gridDim.x - 1) / gridDim.x : 0;");
+		lg_open(b, "for (int it = 0; it < mine * nkt; it++) {");
+		lg_line(b, "const i64 tile = blockIdx.x + (i64)(it / nkt) * gridDim.x;");
+		lg_line(b, "const int kt = it %% nkt;");
 		emit_origin90(b, g, l);
+	} else {
+		lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
 	}
-	lg_open(b, "for (int kt = 0; kt < nkt; %s) {", inc);
 	lg_line(b, "const int s = %s %% %d;", ctr, S);
 	lg_line(b, "if (%s >= %d) lg_mbar_wait(&empty[s], ((%s / %d) - 1) & 1);", ctr, S, ctr, S);
 	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
@@ -804,8 +815,6 @@ static void emit_mainloop90(lg_buf *b, const struct lg_gemm *g, const char *pref
 		emit_tma90(b, &g->b, t->bn, o0b, sa);
 	}
 	lg_close(b);
-	if (l->tiles)
-		lg_close(b);
 	lg_close(b);
 	if (cl > 1)
 		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
