@@ -41,7 +41,7 @@
 #define LG_MAX_ARGS 12
 #define LG_MAX_SIZES 4
 #define LG_MAX_ENTRIES 8
-#define LG_PLAN_VALUES 16
+#define LG_PLAN_VALUES 20
 #define LG_MAX_TMAPS 4
 
 /* The compile target, parsed from "sm_90a", "sm_80", ... */

@@ -685,17 +685,23 @@ static void emit_tma90(lg_buf *b, const struct lg_gemm_operand *o, int rows, con
 /* A consumer warpgroup's split of its fp32 box of A (64 rows of 256 bytes
  * at `src`, either major: rows are along the box's outer dimension) into
  * g->terms bf16 planes at `dst` (64 rows of 128 bytes, 128-byte swizzle,
- * planes `stride` bytes apart): 8 values a thread at a time, then the
- * fence to the async proxy and the warpgroup's named barrier. */
+ * planes `stride` bytes apart): 8 values a thread at a time (two 16-byte
+ * loads, ordered so that a row's 8 lanes are free of bank conflicts), then
+ * the fence to the async proxy and the warpgroup's named barrier. */
 static void emit_split90(lg_buf *b, const struct lg_gemm *g, unsigned stride)
 {
-	lg_comment(b, "This warpgroup's fp32 box of A into %d bf16 plane%s (swizzled 16-byte chunks).", g->terms,
+	lg_comment(b, "This warpgroup's fp32 box of A into %d bf16 plane%s (swizzled).", g->terms,
 		   g->terms > 1 ? "s" : "");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < 4; i++) {");
+	lg_comment(b, "Row r's 32-byte chunk c, chunks 4..7 upper half first: a");
+	lg_comment(b, "row's 8 lanes read the 32 banks once (else c, c + 4 clash).");
 	lg_line(b, "const int q = (threadIdx.x & 127) + i * 128, r = q >> 3, c = q & 7;");
-	lg_line(b, "const float4 lo = *(const float4 *)(src + r * 256 + c * 32);");
-	lg_line(b, "const float4 hi = *(const float4 *)(src + r * 256 + c * 32 + 16);");
+	lg_line(b, "const int h = c >> 2;");
+	lg_line(b, "const u8 *const p = src + r * 256 + c * 32;");
+	lg_line(b, "const float4 u0 = *(const float4 *)(p + h * 16);");
+	lg_line(b, "const float4 u1 = *(const float4 *)(p + (h ^ 1) * 16);");
+	lg_line(b, "const float4 lo = h ? u1 : u0, hi = h ? u0 : u1;");
 	lg_line(b, "u32 t[4][%d];", g->terms);
 	lg_line(b, "lg_split_bf16x2(t[0], %d, lo.x, lo.y);", g->terms);
 	lg_line(b, "lg_split_bf16x2(t[1], %d, lo.z, lo.w);", g->terms);
@@ -711,10 +717,26 @@ static void emit_split90(lg_buf *b, const struct lg_gemm *g, unsigned stride)
 	lg_line(b, "asm volatile(\"bar.sync %%0, 128;\" :: \"r\"(1 + wg) : \"memory\");");
 }
 
-void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
-			     const char *o0b, const char *kt0, const char *kt1)
+/* Persistent CTAs (lg_gemm90_emit_tiles): `tiles` output tiles in row-major
+ * order of `cols` tile columns, CTA blockIdx.x taking every gridDim.x-th;
+ * tiles NULL: the one tile at o0a, o0b. */
+struct loop90 {
+	const char *tiles;
+	long long cols;
+};
+
+/* The origin o0a, o0b of tile `tile` (persistent CTAs). */
+static void emit_origin90(lg_buf *b, const struct lg_gemm *g, const struct loop90 *l)
+{
+	lg_line(b, "const i64 o0a = tile / %lld * %d, o0b = tile %% %lld * %d;", l->cols, g->t.bm, l->cols, g->t.bn);
+}
+
+static void emit_mainloop90(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			    const char *o0b, const char *kt0, const char *kt1, const struct loop90 *l)
 {
 	const struct lg_gemm_tile *t = &g->t;
+	/* the stage counter: the reduction tile, or (persistent) `it`, counting on across tiles */
+	const char *ctr = l->tiles ? "it" : "kt", *inc = l->tiles ? "kt++, it++" : "kt++";
 	int c = consumers(t), S = t->stages, regs = t->bn / 2, cl = lg_gemm90_cluster(g);
 	unsigned sa = a_bytes90(g), sb = (unsigned)t->bn * G90_ROWB, st = stage_bytes(g), pb = planes_bytes90(g);
 	unsigned plane = (unsigned)t->bm * G90_ROWB;
@@ -767,9 +789,20 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	if (c > 1)
 		lg_line(b, "lg_setmaxnreg_dec(40);");
 	lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
-	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
-	lg_line(b, "const int s = kt %% %d;", S);
-	lg_line(b, "if (kt >= %d) lg_mbar_wait(&empty[s], ((kt / %d) - 1) & 1);", S, S);
+	if (l->tiles) { /* one loop over this CTA's tiles' reduction tiles */
+		lg_comment(b, "Reduction tile kt of this CTA's tile it / nkt (of `mine`): the next");
+		lg_comment(b, "tile's stages load while the consumers store this one.");
+		lg_line(b, "const i64 left = %s - (i64)blockIdx.x;", l->tiles);
+		lg_line(b, "const i64 mine = left > 0 ? (left + gridDim.x - 1) / gridDim.x : 0;");
+		lg_open(b, "for (int it = 0; it < mine * nkt; it++) {");
+		lg_line(b, "const i64 tile = blockIdx.x + (i64)(it / nkt) * gridDim.x;");
+		lg_line(b, "const int kt = it %% nkt;");
+		emit_origin90(b, g, l);
+	} else {
+		lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
+	}
+	lg_line(b, "const int s = %s %% %d;", ctr, S);
+	lg_line(b, "if (%s >= %d) lg_mbar_wait(&empty[s], ((%s / %d) - 1) & 1);", ctr, S, ctr, S);
 	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
 	lg_line(b, "const int r0 = (int)((%s + kt) * %d);", kt0, G90_BK);
 	lg_line(b, "u8 *const sd = ring + s * %u;", st);
@@ -790,18 +823,23 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	if (c > 1)
 		lg_line(b, "lg_setmaxnreg_inc(232);");
 	lg_comment(b, "Consumers: warpgroup wg, rows 64 wg.. of the tile; one wgmma group in flight.");
+	if (l->tiles) {
+		lg_line(b, "int it = 0;");
+		lg_open(b, "for (i64 tile = blockIdx.x; tile < %s; tile += gridDim.x) {", l->tiles);
+		emit_origin90(b, g, l);
+	}
 	lg_line(b, "float acc[%d];", regs);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
-	lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
-	lg_line(b, "const int s = kt %% %d;", S);
-	lg_line(b, "lg_mbar_wait(&full[s], (kt / %d) & 1);", S);
+	lg_open(b, "for (int kt = 0; kt < nkt; %s) {", inc);
+	lg_line(b, "const int s = %s %% %d;", ctr, S);
+	lg_line(b, "lg_mbar_wait(&full[s], (%s / %d) & 1);", ctr, S);
 	/* a k16 step: 32 bytes along a K-major row, 16 rows of an MN-major tile (descriptor units of 16 B) */
 	int ka = g->a.mn_major ? 16 * G90_ROWB / 16 : 2, kb = g->b.mn_major ? 16 * G90_ROWB / 16 : 2;
 	const char *dma = g->a.mn_major ? "_mn" : "", *dmb = g->b.mn_major ? "_mn" : "";
 	if (split) {
-		lg_comment(b, "plane buffer kt %% 2: its last reader, the group of kt - 2, is done");
-		lg_line(b, "u8 *const dst = planes + (kt & 1) * %u + wg * %u;", pb, 64u * G90_ROWB);
+		lg_comment(b, "plane buffer %s %% 2: its last reader, the group of %s - 2, is done", ctr, ctr);
+		lg_line(b, "u8 *const dst = planes + (%s & 1) * %u + wg * %u;", ctr, pb, 64u * G90_ROWB);
 		lg_line(b, "const u8 *const src = ring + s * %u + wg * %u;", st, 64u * 256u);
 		emit_split90(b, g, plane);
 		lg_line(b, "const u64 da = lg_wg_desc%s(dst);", dma);
@@ -833,15 +871,39 @@ void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *pre
 	if (cl > 1) {
 		lg_open(b, "if (kt > 0 && lane == 0) {");
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(kt + %d) %% %d], r);", cl, S - 1, S);
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(%s + %d) %% %d], r);", cl,
+			ctr, S - 1, S);
 		lg_close(b);
 	} else {
-		lg_line(b, "if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(kt + %d) %% %d]);", S - 1, S);
+		lg_line(b, "if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(%s + %d) %% %d]);", ctr, S - 1, S);
 	}
 	lg_close(b);
 	lg_line(b, "lg_wg_wait(0);");
+	if (l->tiles) {
+		lg_comment(b, "the tile's last stage too (the producer loads on into the next tile)");
+		lg_line(b, "if (nkt > 0 && lane == 0) lg_mbar_arrive(&empty[(it + %d) %% %d]);", S - 1, S);
+	}
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");", regs);
+}
+
+void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
+			     const char *o0b, const char *kt0, const char *kt1)
+{
+	const struct loop90 l = {NULL, 0};
+	emit_mainloop90(b, g, prefix, o0a, o0b, kt0, kt1, &l);
+}
+
+void lg_gemm90_emit_tiles(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *tiles, long long cols,
+			  const char *kt0, const char *kt1)
+{
+	const struct loop90 l = {tiles, cols};
+	emit_mainloop90(b, g, prefix, "o0a", "o0b", kt0, kt1, &l);
+}
+
+void lg_gemm90_emit_tiles_end(lg_buf *b)
+{
+	lg_close(b);
 }
 
 void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,

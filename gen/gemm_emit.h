@@ -58,6 +58,11 @@
  * arrivals on each CTA's `empty`), and neither CTA leaves before the other
  * is done with it (a cluster barrier at the start and the end).
  *
+ * Persistent CTAs (lg_gemm90_emit_tiles, no cluster) loop over tiles: the
+ * stage and phase counts run on across tiles and the consumers release the
+ * last stage of each tile, so that the producer loads the next tile while
+ * the consumers store this one.
+ *
  * With `convert`, an fp32 A's tile is split once by the CTA: in the
  * iteration of tile kt the CTA waits for tile kt + 1 (one stage less of
  * look-ahead), splits its A into bf16 planes (buffer (kt + 1) % 2) and runs
@@ -198,6 +203,18 @@ void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *pref
  * declared for lg_gemm90_emit_epilogue. */
 void lg_gemm90_emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
 			     const char *o0b, const char *kt0, const char *kt1);
+/* The main loop of persistent CTAs (no cluster): CTA blockIdx.x computes
+ * tiles blockIdx.x, + gridDim.x, ... of `tiles` (an i64 expression) in
+ * row-major order of `cols` tile columns, each over reduction tiles
+ * [kt0, kt1). Each consumer warpgroup opens its loop over the tiles and
+ * declares `o0a`, `o0b` (the tile's origin) there: the family emits the
+ * epilogue, then lg_gemm90_emit_tiles_end closes the loop. The producer
+ * counts its stages on across tiles, so it loads the next tile's first
+ * stages while the consumers store this one, and one CTA's prologue
+ * (barriers, tensor map prefetch, the first loads' latency) serves all. */
+void lg_gemm90_emit_tiles(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *tiles, long long cols,
+			  const char *kt0, const char *kt1);
+void lg_gemm90_emit_tiles_end(lg_buf *b);
 /* The consumers' epilogue: `<store>row, col, v0, v1)` as lg_gemm_emit_epilogue
  * (then, with a cluster, the cluster barrier the producer also waits at). */
 void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b,

@@ -42,7 +42,15 @@
  *   _dx    dx = dy . w: A = dy (K-major over the experts), B = w [N][K]
  *          (N-major); tile.dx_*: 128 tokens x 256 features, tile.k 64 (4
  *          reduction tiles at 256 experts), the stages that fit (3 at
- *          bf16, 2 at bf16x3): 512 CTAs at the target, one an SM.
+ *          bf16, 2 at bf16x3): 512 CTAs at the target, one an SM. H200:
+ *          47.8 us (ncu), latency-bound: with 4 reduction tiles a CTA its
+ *          prologue (barriers, the first TMA loads) and epilogue (64 KB of
+ *          dx stored from registers) overlap nothing. tile.dx_persistent 1
+ *          (opt-in until measured): one CTA an SM (grid: what is
+ *          co-resident, 132 at the target) loops over the tiles, its
+ *          producer's stage count running on across them, so that it loads
+ *          the next tile's stages while the consumers store this one and
+ *          one prologue serves ~4 tiles.
  *   _dw    dw = dy^T . x: A = dy (M-major: experts contiguous), B = x
  *          [M][K] (N-major), reduction over a token slice: tile.* 128
  *          experts (64 up to 64) x 128 features x tile.split slices
@@ -75,12 +83,19 @@
  *   _dwsum dw = the partials added in slice order (split > 1): fixed
  *          order, so dw is the same bits on every run (both paths).
  * Bounds at the target (8192 tokens): 8.6 GFLOP a GEMM a term, ~41 MB
- * (dx) and ~40 MB (dw) of DRAM traffic. mma.sync (sm_80..sm_90): its rate
+ * (dx) and ~40 MB (dw) of DRAM traffic; from L2, dx reads dy (fp32) once a
+ * column tile (8 times: 64 MB) and w once a row block (64 MB), dw dy once
+ * a feature tile (16 times at tile.n 128: 128 MB; 8 at 256) and x once an
+ * expert tile (2 times: 64 MB). mma.sync (sm_80..sm_90): its rate
  * (about 2/3 of wgmma's) and latency at 12-24% occupancy bound it (H200:
- * 122 us for both, 108 tuned). sm_90a (wgmma, not yet measured): at the
- * forward's ~650 TFLOP/s a term is ~13 us a GEMM; dx's 4 reduction tiles
- * a CTA make its prologue and epilogue (64 KB of dx a CTA) weigh, dw adds
- * 8 MB of partials (4 slices) and _dwsum. Shared memory: bf16x3's three
+ * 122 us for both, 108 tuned). sm_90a (wgmma): at the forward's ~650
+ * TFLOP/s a term is ~13 us a GEMM; H200 (bench/h200-2026-12-01d, bf16):
+ * 78.7 us in all, _dx 47.8, _dw 29.2, _dwsum 4.6 (ncu): dx's 4 reduction
+ * tiles a CTA make its prologue and epilogue (64 KB of dx a CTA) weigh
+ * (tile.dx_persistent above); dw, whose top stall is the split's shared
+ * memory reads (issue active 19%), adds 8 MB of partials (4 slices) and
+ * _dwsum: tile.n 256 halves dy's reads and splits a FLOP (16 tiles x 8
+ * slices), for 16 MB of partials. Shared memory: bf16x3's three
  * plane buffers beside the fp32 ring make it the tightest (fewer stages).
  * A null dx or dw skips that output (its kernels return at once).
  */
@@ -110,6 +125,7 @@ enum {
 	K_XS,
 	K_XWM,
 	K_XWN,
+	K_XP,
 	NKEYS
 };
 
@@ -144,6 +160,9 @@ static const struct lg_key keys[NKEYS] = {
 	[K_XS] = LG_KEY_TILE("dx_stages", "xs", 2, 8, NULL, "backward: dx's reduction tiles in flight"),
 	[K_XWM] = LG_KEY_TILE("dx_warps_m", "xwm", 1, 8, warps_ok, "backward: dx's warps along the tokens"),
 	[K_XWN] = LG_KEY_TILE("dx_warps_n", "xwn", 1, 8, warps_ok, "backward: dx's warps along the hidden features"),
+	[K_XP] = LG_KEY_TILE("dx_persistent", "xp", 0, 1, NULL,
+			     "sm_90a backward: dx on one CTA an SM looping over its tiles (the next tile's loads "
+			     "overlap this one's stores)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -186,7 +205,8 @@ enum {
 	P_WG,
 	P_CLUSTER,
 	P_XTILE, /* the backward's dx tile (pack_tile) */
-	P_XSMEM
+	P_XSMEM,
+	P_XPERS /* dx on persistent CTAs (sm_90a) */
 };
 
 /* On sm_90a the forward runs on wgmma + TMA (gemm_emit.h, sm_90a path),
@@ -332,7 +352,7 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	tile_of(s, &split);
 	if (!bwd && lg_spec_has(s, K_SPLIT) && split != 1)
 		return lg_spec_error(where, "tile.split: found %d, allowed: 1 in the forward (dw only)", split);
-	for (int k = K_XM; !bwd && k <= K_XWN; k++)
+	for (int k = K_XM; !bwd && k <= K_XP; k++)
 		if (lg_spec_has(s, k))
 			return lg_spec_error(where, "%s: allowed only in the backward (dx's tile)", keys[k].path);
 	return LG_OK;
@@ -472,6 +492,9 @@ static lg_status plan90_bwd(const struct lg_spec *s, const struct lg_target *t, 
 	int split = lg_spec_has(s, K_SPLIT) ? (int)lg_spec_int(s, K_SPLIT) : (int)(z < 1 ? 1 : z > 16 ? 16 : z);
 	gx.t.warps_m = gx.t.bm / 16; /* four warps a consumer warpgroup */
 	gw.t.warps_m = gw.t.bm / 16;
+	p->tile[K_XP] = p->v[P_XPERS] = lg_spec_has(s, K_XP) && lg_spec_int(s, K_XP);
+	p->persistent[0] = p->v[P_XPERS] != 0;
+	p->per_sm[0] = p->persistent[0] ? 1u : 0u;
 	gx.t.warps_n = gw.t.warps_n = 1;
 	p->v[P_WG] = 1;
 	p->ntmaps = 3;
@@ -495,6 +518,10 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_CLUSTER] = 1;
 	if (wgmma_path(s, t))
 		return plan90_bwd(s, t, p);
+	if (lg_spec_has(s, K_XP) && lg_spec_int(s, K_XP))
+		return lg_fail(LG_ERR_SPEC, "%s: tile.dx_persistent: found 1, allowed on %s: 0 (the sm_90a backward "
+			       "with experts a multiple of 4 only)", s->entry, t->name);
+	p->tile[K_XP] = 0;
 	int split;
 	struct lg_gemm g = gemm_of(s, bwd ? 2 : 0, tile_of(s, &split));
 	lg_status st = fit(s, t, &g, K_STAGES, "stages", &p->v[P_SMEM]);
@@ -513,6 +540,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	return plan_bwd(s, t, p, &g, &gx, split);
 }
 
+/* SMs of the target (H200) when the device's count is not known. */
+#define SMS 132u
+
 static unsigned cdiv(int64_t a, int64_t b) { return (unsigned)((a + b - 1) / b); }
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
@@ -528,9 +558,12 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 		d->grid[0] = (cdiv(M, bm) + cl - 1) / cl * cl * cdiv(N, bn);
 		return;
 	}
-	if (e == 0) { /* dx tiles (none at 0 tokens) */
+	if (e == 0) { /* dx tiles (none at 0 tokens); persistent: at most one CTA an SM */
 		struct lg_gemm_tile x = unpack_tile(p->v[P_XTILE]);
 		d->grid[0] = cdiv(M, x.bm) * cdiv(K, x.bn);
+		unsigned cap = p->resident[0] ? p->resident[0] : SMS;
+		if (p->v[P_XPERS] && d->grid[0] > cap)
+			d->grid[0] = cap;
 		d->block[0] = (unsigned)(p->v[P_WG] ? lg_gemm90_threads(&x) : lg_gemm_threads(&x));
 		d->smem = (unsigned)p->v[P_XSMEM];
 		return;
@@ -699,16 +732,26 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
 	}
 	lg_line(b, "if (!dx) return;");
-	lg_line(b, "const i64 t = blockIdx.x;");
-	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
-		(long long)xcols, gx.t.bn);
-	lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
-	if (wg) {
-		lg_gemm90_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-		lg_gemm90_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+	const char *store = "lg_store_dx((u8 *)dx, M, ";
+	if (p->v[P_XPERS]) {
+		lg_comment(b, "Persistent: CTA blockIdx.x takes tiles blockIdx.x, + gridDim.x, ...");
+		lg_line(b, "const i64 tiles = (M + %d) / %d * %lld;", gx.t.bm - 1, gx.t.bm, (long long)xcols);
+		lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
+		lg_gemm90_emit_tiles(b, &gx, "dx", "tiles", xcols, "0", "kts");
+		lg_gemm90_emit_epilogue(b, &gx, "o0a", "o0b", store);
+		lg_gemm90_emit_tiles_end(b);
 	} else {
-		lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-		lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", "lg_store_dx((u8 *)dx, M, ");
+		lg_line(b, "const i64 t = blockIdx.x;");
+		lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
+			(long long)xcols, gx.t.bn);
+		lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
+		if (wg) {
+			lg_gemm90_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
+			lg_gemm90_emit_epilogue(b, &gx, "o0a", "o0b", store);
+		} else {
+			lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
+			lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", store);
+		}
 	}
 	lg_close(b);
 
@@ -746,7 +789,7 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 		lg_gemm90_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
 	else
 		lg_gemm_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
-	const char *store = "lg_store_f32((float *)dw, LG_N, LG_K, ";
+	store = "lg_store_f32((float *)dw, LG_N, LG_K, ";
 	if (split > 1) {
 		lg_line(b, "float *const part_out = (float *)ws + z * LG_N * LG_K;");
 		store = "lg_store_f32(part_out, LG_N, LG_K, ";
@@ -820,7 +863,7 @@ static int add_rows(const struct lg_spec *s, const struct lg_target *t, struct l
 
 /* Tile variants for `lingen tune`: on the sm_90a forward, tile shapes,
  * stages and clusters of the wgmma path; on the sm_90a backward, dw's and
- * dx's tiles and stages and dw's token slices; on the mma.sync forward, tile
+ * dx's tiles and stages, persistent dx CTAs and dw's token slices; on the mma.sync forward, tile
  * shapes and warp grids, stages; in the backward a few of dw's tiles, dw's
  * token slices and dx's tiles (the two kernels' tiles are independent). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
@@ -849,6 +892,11 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 		{128, 128, 128, 256}, {128, 256, 128, 256}, {64, 128, 128, 256}, {128, 128, 128, 128},
 		{128, 128, 64, 256},  {128, 128, 64, 128},  {128, 64, 128, 256},
 	};
+	static const int64_t pers90[][6] = {
+		/* m, n, dx_m, dx_n, dx_persistent: the sm_90a backward with persistent dx CTAs */
+		{128, 128, 128, 256, 1}, {128, 256, 128, 256, 1}, {128, 128, 128, 128, 1}, {128, 128, 64, 256, 1},
+	};
+	static const int keyp90[5] = {K_TM, K_TN, K_XM, K_XN, K_XP};
 	static const int key90[5] = {K_TM, K_TN, K_STAGES, K_TK, K_CLUSTER};
 	static const int keyb90[4] = {K_TM, K_TN, K_XM, K_XN};
 	static const int key[6] = {K_TM, K_TN, K_WM, K_WN, K_STAGES, K_TK};
@@ -856,6 +904,7 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	static const int64_t splits[] = {1, 2, 4, 8, 0};
 	if (wgmma_path(s, t) && s->pass == LG_PASS_BACKWARD) {
 		int n = add_rows(s, t, out, 0, max, keyb90, 4, bwd90, sizeof bwd90 / sizeof bwd90[0]);
+		n = add_rows(s, t, out, n, max, keyp90, 5, pers90, sizeof pers90 / sizeof pers90[0]);
 		return lg_candidate_values(s, t, out, n, max, K_SPLIT, splits);
 	}
 	if (wgmma_path(s, t))

@@ -5,8 +5,8 @@
  * and at sizes that are multiples of nothing (M = 1, 127, 8191; K = 7168,
  * 1000; N = 96, 160, 1), each backward precision (bf16, bf16x2, bf16x3),
  * the tiles `lingen tune` sweeps (on sm_90a: the wgmma forward's and
- * backward's tiles, the forward's clusters, and the mma.sync passes through
- * an sm_90 context), 0 tokens
+ * backward's tiles, the forward's clusters, persistent dx CTAs, and the
+ * mma.sync passes through an sm_90 context), 0 tokens
  * (dw = 0), dx or dw alone (the other pointer 0), dw the same bits on a
  * second launch, and the launch's tensor maps following the pointers and
  * sizes. Fresh random
@@ -253,6 +253,40 @@ static void test_tiles90_bwd(void **state)
 	check_on(ctx_mma, "backward", "\"hidden\": 2048, \"experts\": 256", 8192);
 }
 
+/* Persistent dx CTAs (sm_90a, tile.dx_persistent): a CTA loops over tiles
+ * (about 4 each at the target, 2 at 8191 x 1000), its stage count running
+ * on across them (3 stages at bf16, 2 at bf16x3: the ring wraps at other
+ * tiles' reduction steps), at odd shapes and the other dx tiles. */
+static void test_dx_persistent(void **state)
+{
+	(void)state;
+	if (!wgmma()) {
+		printf("test_dx_persistent: the device is %s, not sm_90a: nothing to check\n", lg_ctx_arch(ctx));
+		return;
+	}
+	static const char *const shapes[] = {
+		"\"hidden\": 2048, \"experts\": 256",
+		"\"hidden\": 1000, \"experts\": 160",
+		"\"hidden\": 2048, \"experts\": 96, \"precision\": \"bf16x3\"",
+		"\"hidden\": 1000, \"experts\": 4, \"precision\": \"bf16x2\"",
+		"\"hidden\": 7168, \"experts\": 256, \"precision\": \"bf16x2\"",
+	};
+	static const char *const tiles[] = {
+		"{\"dx_persistent\": 1}",
+		"{\"dx_persistent\": 1, \"dx_n\": 128}",
+		"{\"dx_persistent\": 1, \"dx_m\": 64, \"dx_stages\": 2}",
+	};
+	static const int64_t ms[] = {8192, 1, 127, 8191};
+	for (size_t t = 0; t < N_OF(tiles); t++)
+		for (size_t h = 0; h < N_OF(shapes); h++) {
+			char keys[256];
+			snprintf(keys, sizeof keys, "%s, \"tile\": %s", shapes[h], tiles[t]);
+			for (size_t i = 0; i < N_OF(ms); i++)
+				if (t == 0 || ms[i] != 1)
+					check("backward", keys, ms[i]);
+		}
+}
+
 /* The launch's tensor maps follow the pointers and sizes (launch.c keeps
  * the last ones): the forward on buffers A, then B (same sizes), then A
  * again: A's logits the same bits twice, B's others and the same bits on
@@ -315,6 +349,8 @@ static void test_no_tokens(void **state)
 	static const int64_t ms[] = {0};
 	both("\"hidden\": 2048, \"experts\": 256", ms, 1);
 	check("backward", "\"hidden\": 1000, \"experts\": 7, \"tile\": {\"split\": 1}", 0);
+	if (wgmma()) /* no dx CTA at all */
+		check("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_persistent\": 1}", 0);
 }
 
 /* A backward case at the target shape: its kernel and buffers. */
@@ -407,6 +443,7 @@ int main(void)
 		cmocka_unit_test(test_tiles),
 		cmocka_unit_test(test_tiles90),
 		cmocka_unit_test(test_tiles90_bwd),
+		cmocka_unit_test(test_dx_persistent),
 		cmocka_unit_test(test_tmap_cache),
 		cmocka_unit_test(test_no_tokens),
 		cmocka_unit_test(test_dw_deterministic),

@@ -222,8 +222,8 @@ static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_st
  * 128-byte swizzle; on sm_80 and sm_90 (no "a") 64 x 2 tiles of 256
  * threads, 4 cp.async stages, no tensor map; backward dx's 64 x 8 tiles
  * of 512 threads, dw's 2 x 16 tiles x 4 slices, then the sum of the slices
- * (a 4-slice workspace), dw also at 0 tokens, dy's bf16 planes; a tile too big for
- * sm_80's shared memory. */
+ * (a 4-slice workspace), dw also at 0 tokens, dy's bf16 planes; persistent
+ * dx CTAs (sm_90a); a tile too big for sm_80's shared memory. */
 static void test_geometry(void **state)
 {
 	(void)state;
@@ -304,6 +304,32 @@ static void test_geometry(void **state)
 	assert_int_equal(d.grid[0], 16 * 16);
 	f->geometry(&p, 1, &M, &d);
 	assert_true(d.block[0] == 256 && d.smem == 4 * (16384 + 8192) + 2 * 3 * 8192);
+	lg_spec_free(s);
+
+	/* persistent dx (sm_90a): one CTA an SM, at most one a tile; not on mma.sync */
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_persistent\": 1}");
+	plan_at(s, "sm_90a", &p, LG_OK);
+	assert_true(p.persistent[0] && !p.persistent[1] && p.per_sm[0] == 1);
+	assert_int_equal(p.tile[lg_family_key(f, "tile.dx_persistent")], 1);
+	M = 8192;
+	f->geometry(&p, 0, &M, &d);
+	assert_true(d.grid[0] == 132 && d.block[0] == 384);
+	assert_int_equal(d.smem, 1024 + 3 * (65536 + 16) + 2 * 16384);
+	p.resident[0] = 114; /* what the context found co-resident */
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 114);
+	M = 1000; /* 8 x 8 tiles */
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 64);
+	M = 0;
+	f->geometry(&p, 0, &M, &d);
+	assert_int_equal(d.grid[0], 0);
+	plan_at(s, "sm_90", &p, LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "tile.dx_persistent"));
+	lg_spec_free(s);
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256");
+	plan_at(s, "sm_90a", &p, LG_OK);
+	assert_true(!p.persistent[0] && p.tile[lg_family_key(f, "tile.dx_persistent")] == 0);
 	lg_spec_free(s);
 
 	/* one slice: no sum, no workspace */
@@ -412,6 +438,15 @@ static void test_source(void **state)
 	assert_non_null(strstr(src, "_dwsum("));
 	free(src);
 	lg_spec_free(s);
+	/* persistent dx: the tile loop, the stage count across tiles, the last stage released */
+	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_persistent\": 1}");
+	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+	assert_non_null(strstr(src, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {"));
+	assert_non_null(strstr(src, "const i64 o0a = tile / 8 * 128, o0b = tile % 8 * 256;"));
+	assert_non_null(strstr(src, "lg_mbar_wait(&full[s], (it / 3) & 1);"));
+	assert_non_null(strstr(src, "if (nkt > 0 && lane == 0) lg_mbar_arrive(&empty[(it + 2) % 3]);"));
+	free(src);
+	lg_spec_free(s);
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256");
 	assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
 	assert_null(strstr(src, "ldmatrix"));
@@ -443,7 +478,8 @@ static void test_candidates(void **state)
 			assert_true(lg_target_parse("sm_90a", &t));
 			struct lg_tile_choice c[LG_MAX_CANDIDATES];
 			int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
-			assert_int_equal(n, q == 0 ? 9 : i == 0 ? 11 : 15); /* the sm_90a backward: wgmma's */
+			/* the sm_90a backward: wgmma's (7 tiles, 4 with persistent dx, 4 splits) */
+			assert_int_equal(n, q == 0 ? 9 : 15);
 			for (int j = 0; j < n; j++) {
 				struct lg_spec v;
 				assert_int_equal(lg_spec_with_tile(s, &c[j], &v), LG_OK);

@@ -334,12 +334,17 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(
 		// plane buffer kt % 2: its last reader, the group of kt - 2, is done
 		u8 *const dst = planes + (kt & 1) * 16384 + wg * 8192;
 		const u8 *const src = ring + s * 65536 + wg * 16384;
-		// This warpgroup's fp32 box of A into 1 bf16 plane (swizzled 16-byte chunks).
+		// This warpgroup's fp32 box of A into 1 bf16 plane (swizzled).
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
+			// Row r's 32-byte chunk c, chunks 4..7 upper half first: a
+			// row's 8 lanes read the 32 banks once (else c, c + 4 clash).
 			const int q = (threadIdx.x & 127) + i * 128, r = q >> 3, c = q & 7;
-			const float4 lo = *(const float4 *)(src + r * 256 + c * 32);
-			const float4 hi = *(const float4 *)(src + r * 256 + c * 32 + 16);
+			const int h = c >> 2;
+			const u8 *const p = src + r * 256 + c * 32;
+			const float4 u0 = *(const float4 *)(p + h * 16);
+			const float4 u1 = *(const float4 *)(p + (h ^ 1) * 16);
+			const float4 lo = h ? u1 : u0, hi = h ? u0 : u1;
 			u32 t[4][1];
 			lg_split_bf16x2(t[0], 1, lo.x, lo.y);
 			lg_split_bf16x2(t[1], 1, lo.z, lo.w);
@@ -455,12 +460,17 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(
 		// plane buffer kt % 2: its last reader, the group of kt - 2, is done
 		u8 *const dst = planes + (kt & 1) * 16384 + wg * 8192;
 		const u8 *const src = ring + s * 49152 + wg * 16384;
-		// This warpgroup's fp32 box of A into 1 bf16 plane (swizzled 16-byte chunks).
+		// This warpgroup's fp32 box of A into 1 bf16 plane (swizzled).
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
+			// Row r's 32-byte chunk c, chunks 4..7 upper half first: a
+			// row's 8 lanes read the 32 banks once (else c, c + 4 clash).
 			const int q = (threadIdx.x & 127) + i * 128, r = q >> 3, c = q & 7;
-			const float4 lo = *(const float4 *)(src + r * 256 + c * 32);
-			const float4 hi = *(const float4 *)(src + r * 256 + c * 32 + 16);
+			const int h = c >> 2;
+			const u8 *const p = src + r * 256 + c * 32;
+			const float4 u0 = *(const float4 *)(p + h * 16);
+			const float4 u1 = *(const float4 *)(p + (h ^ 1) * 16);
+			const float4 lo = h ? u1 : u0, hi = h ? u0 : u1;
 			u32 t[4][1];
 			lg_split_bf16x2(t[0], 1, lo.x, lo.y);
 			lg_split_bf16x2(t[1], 1, lo.z, lo.w);
