@@ -34,6 +34,20 @@
  * kernel, a cluster of hidden/128 CTAs per 128-token tile exchanging row sums
  * through distributed shared memory, x read once into registers through
  * cp.async stages.
+ *
+ * `slab` (sm_90, hidden a multiple of slab, hidden/slab <= 8) selects the
+ * one-pass TMA form: one persistent kernel, a cluster of hidden/slab CTAs
+ * per 128-token tile, each CTA's 128 x slab piece of x loaded by TMA (boxes
+ * of up to 256 features x 128 tokens, tails zero-filled) into a ring of
+ * shared-memory stages (2 where they fit in 227 KB: slab <= 256; or
+ * `stages`), so that the next tile's load overlaps this tile's math and x
+ * is read from HBM once by few instructions. fp64 row partial sums are
+ * exchanged through distributed shared memory (one cluster barrier a tile);
+ * then each 128 x 128 block of the slab is worked as in the fused form
+ * (512 threads, 4 rows x 8 features a thread): y from shared memory, the
+ * rowwise block, the columnwise block (all 128 tokens are in the CTA), qt
+ * through the swizzled staging tile. One CTA an SM (16 warps): what bounds
+ * it is still to be measured (bench/k1-fused.json).
  */
 #include <stdio.h>
 #include <string.h>
@@ -49,8 +63,9 @@
 #define ROWS 128 /* tokens per tile = one 128x1 scale block */
 
 enum { K_HIDDEN, K_EPS, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_ROWS, K_THREADS, K_CLUSTER,
-       K_STAGES, NKEYS };
+       K_STAGES, K_SLAB, NKEYS };
 static const int64_t threads_ok[] = {128, 256, 512, 1024, 0};
+static const int64_t slab_ok[] = {128, 256, 512, 0};
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, 16384, 128, "features per row"),
 	[K_EPS] = LG_KEY_EPS,
@@ -63,6 +78,8 @@ static const struct lg_key keys[NKEYS] = {
 				  "1: two kernels; hidden/128: one fused kernel, a cluster per 128 tokens (sm_90+)"),
 	[K_STAGES] = LG_KEY_TILE("stages", "st", 1, 4, NULL,
 				 "fused: x tiles in flight; two kernels: token slices"),
+	[K_SLAB] = LG_KEY_TILE("slab", "sl", 128, 512, slab_ok,
+			       "one-pass TMA form (sm_90+): features per CTA, a cluster of hidden/slab <= 8 CTAs"),
 };
 
 static const struct lg_size sizes[] = {
@@ -92,12 +109,14 @@ enum {
 	P_THREADS = LG_ROW_THREADS, /* kernel 1: threads per CTA */
 	P_FUSED = LG_ROW_VALUES,    /* 1: one fused kernel with a cluster of hidden/128 CTAs */
 	P_STAGES,                   /* fused: x tiles in flight per CTA; two kernels: parts */
+	P_SLAB,                     /* one-pass TMA form: features per CTA (0: not that form) */
 };
 #define COLS 128     /* kernel 2: features per tile */
 #define K2_THREADS 512 /* kernel 2: 32 row blocks of 4 x 16 column blocks of 8 */
 
 
 #define FUSED_MAX_CLUSTER 16 /* non-portable above 8: allowed on sm_90 */
+#define SLAB_MAX_CLUSTER 8   /* the one-pass TMA form: portable cluster sizes */
 
 /* Checks across keys that hold on every target (the rest is plan()'s). */
 static lg_status validate(const struct lg_spec *s, const char *where)
@@ -109,6 +128,14 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	if (lg_spec_has(s, K_CLUSTER) && cl > FUSED_MAX_CLUSTER)
 		return lg_spec_error(where, "tile.cluster: found %lld, allowed: 1 (the fused form takes hidden <= %d)",
 				     (long long)cl, FUSED_MAX_CLUSTER * COLS);
+	if (lg_spec_has(s, K_SLAB)) {
+		int64_t sl = lg_spec_int(s, K_SLAB);
+		if (lg_spec_has(s, K_CLUSTER))
+			return lg_spec_error(where, "tile.slab: found with tile.cluster, allowed: one of the two");
+		if (h % sl || h / sl > SLAB_MAX_CLUSTER)
+			return lg_spec_error(where, "tile.slab: found %lld, allowed: a divisor of hidden = %lld, at least "
+						    "hidden/%d", (long long)sl, (long long)h, SLAB_MAX_CLUSTER);
+	}
 	if (lg_spec_has(s, K_ROWS)) {
 		int64_t threads = lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : 128;
 		int64_t rows = lg_spec_int(s, K_ROWS), lpr = threads / rows;
@@ -129,9 +156,51 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 #define K2_SMEM (COLS * ROWS + 16 * COLS * 4 + 2 * COLS * 4)
 /* The fused kernel adds psum[2][128] (fp64), rs[128] and its x stages. */
 #define FUSED_SMEM(stages) (K2_SMEM + 2 * ROWS * 8 + ROWS * 4 + (stages) * ROWS * COLS * 2)
+/* The one-pass TMA form: qt staging, column maxima, scales, psum[2][128]
+ * (fp64), rs[128] and the stage mbarriers, then (1024-byte aligned) its x
+ * stages of 128 tokens x slab features. */
+#define SLAB_HEAD 29696 /* K2_SMEM + 2 * ROWS * 8 + ROWS * 4 + 8 * 8, rounded up to 1024 */
+#define SLAB_STAGE(slab) ((slab) * ROWS * 2)
+#define SLAB_SMEM(slab, stages) (SLAB_HEAD + (stages) * SLAB_STAGE(slab))
+#define SLAB_SMEM_MAX (227 * 1024)
+#define SLAB_BOX(slab) ((slab) < 256 ? (slab) : 256) /* TMA box columns (at most 256) */
+_Static_assert(SLAB_HEAD >= K2_SMEM + 2 * ROWS * 8 + ROWS * 4 + 8 * 8 && SLAB_HEAD % 1024 == 0, "SLAB_HEAD");
+
+/* The one-pass TMA form: sm_90, a cluster of hidden/slab CTAs, x stages in
+ * shared memory (2 where they fit, or tile.stages). */
+static lg_status plan_slab(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	int64_t h = lg_spec_int(s, K_HIDDEN), sl = lg_spec_int(s, K_SLAB);
+	if (t->sm < 90)
+		return lg_fail(LG_ERR_SPEC, "%s: tile.slab: found %lld, allowed for %s: none (the one-pass form "
+					    "needs TMA and clusters, sm_90 or newer)", s->entry, (long long)sl, t->name);
+	int64_t st = SLAB_SMEM(sl, 2) <= SLAB_SMEM_MAX ? 2 : 1;
+	if (lg_spec_has(s, K_STAGES))
+		st = lg_spec_int(s, K_STAGES);
+	if (SLAB_SMEM(sl, st) > SLAB_SMEM_MAX)
+		return lg_fail(LG_ERR_SPEC, "%s: tile.stages: found %lld, allowed at tile.slab = %lld: at most %lld "
+					    "(%d KB of shared memory)", s->entry, (long long)st, (long long)sl,
+			       (long long)((SLAB_SMEM_MAX - SLAB_HEAD) / SLAB_STAGE(sl)), SLAB_SMEM_MAX / 1024);
+	struct lg_rowlayout l = lg_rowlayout_make(h, 4, 128); /* unused by this form; keeps the plan whole */
+	lg_rowlayout_save(&l, p);
+	p->v[P_FUSED] = 1;
+	p->v[P_SLAB] = p->tile[K_SLAB] = sl;
+	p->v[P_STAGES] = p->tile[K_STAGES] = st;
+	p->tile[K_CLUSTER] = h / sl;
+	p->nentries = 1;
+	p->persistent[0] = true;
+	p->cluster[0] = (unsigned)(h / sl);
+	p->ntmaps = 1;
+	p->tmap[0] = (struct lg_tmap_decl){.arg = ARG_X, .box = {(unsigned)SLAB_BOX(sl), ROWS}, .swizzle = 0};
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	return LG_OK;
+}
+
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	int64_t h = lg_spec_int(s, K_HIDDEN);
+	if (lg_spec_has(s, K_SLAB))
+		return plan_slab(s, t, p);
 	/* Measured on H200 at 8192 x 2048 (bench/k1-h200.md): the two-kernel
 	 * form is the faster default; the fused cluster kernel is a tile option. */
 	bool fused = false;
@@ -188,13 +257,13 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 {
 	const int64_t tokens = sz[0];
 	d->grid[2] = d->block[1] = d->block[2] = 1;
-	if (p->v[P_FUSED]) { /* a cluster of hidden/128 CTAs per 128-token tile */
-		d->grid[0] = (unsigned)(p->v[P_HIDDEN] / COLS);
+	if (p->v[P_FUSED]) { /* a cluster of hidden/128 (hidden/slab) CTAs per 128-token tile */
+		d->grid[0] = (unsigned)(p->v[P_HIDDEN] / (p->v[P_SLAB] ? p->v[P_SLAB] : COLS));
 		d->grid[1] = (unsigned)((tokens + ROWS - 1) / ROWS);
 		if (p->persistent[e] && p->resident[e] && p->resident[e] < d->grid[1])
 			d->grid[1] = p->resident[e];
 		d->block[0] = K2_THREADS;
-		d->smem = (unsigned)FUSED_SMEM(p->v[P_STAGES]);
+		d->smem = (unsigned)(p->v[P_SLAB] ? SLAB_SMEM(p->v[P_SLAB], p->v[P_STAGES]) : FUSED_SMEM(p->v[P_STAGES]));
 		return;
 	}
 	/* slice `part` of the tokens: tiles [t0, t1) of 128 (an empty slice
@@ -358,17 +427,19 @@ static void emit_tile_rows(lg_buf *b, const char *tile_row)
 /* Declarations every tile kernel starts with: shared memory, the thread's
  * 4 x 8 block (row block rb, column block lb), the tile (unless tile_row is
  * NULL: a persistent kernel declares it per tile). */
-static void emit_tile_prologue(lg_buf *b, const char *tile_row)
+static void emit_tile_prologue(lg_buf *b, const char *tile_row, bool cols, bool decl)
 {
-	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
+	if (decl)
+		lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
 	lg_line(b, "u8 *const stage = smem; // qt staging [%d columns][128 tokens], 4-byte slots swizzled", COLS);
 	lg_line(b, "float *const cpart = (float *)(stage + %d); // [16][%d] column maxima of row-block pairs",
 		COLS * ROWS, COLS);
 	lg_line(b, "float *const csc = cpart + %d, *const cinv = csc + %d; // column scales, inverses",
 		16 * COLS, COLS);
 	lg_line(b, "const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4; // column block, row block");
-	lg_line(b, "const i64 k0 = (i64)blockIdx.x * %d, col0 = k0 + lb * 8; // this thread's first column",
-		COLS);
+	if (cols)
+		lg_line(b, "const i64 k0 = (i64)blockIdx.x * %d, col0 = k0 + lb * 8; // this thread's first column",
+			COLS);
 	if (tile_row)
 		emit_tile_rows(b, tile_row);
 }
@@ -447,7 +518,7 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 
 /* The rowwise copy of the tile from y: the tile's 128 columns are one 1x128
  * block, 16 lanes. */
-static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
+static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n, const char *kblock)
 {
 	lg_comment(b, "Rowwise copy: the tile's 128 columns are one 1x128 block (16 lanes).");
 	lg_line(b, "#pragma unroll");
@@ -459,7 +530,7 @@ static void emit_tile_rowwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_emit_pack8(b, lg_quant_pow2(s), "y[i]");
 	lg_open(b, "if (4 * rb + i < rows) {");
 	lg_line(b, "lg_st8_cs((u8 *)q + (m0 + 4 * rb + i) * %lld + col0, p0, p1);", (long long)n);
-	lg_line(b, "if (lb == 0) ((float *)s)[blockIdx.x * M + m0 + 4 * rb + i] = sc;");
+	lg_line(b, "if (lb == 0) ((float *)s)[%s * M + m0 + 4 * rb + i] = sc;", kblock);
 	lg_close(b);
 	lg_close(b);
 }
@@ -527,6 +598,33 @@ static void emit_copy_tile(lg_buf *b, int64_t n)
 	lg_line(b, "%s", "");
 }
 
+/* The row sums ps[4] (this CTA's columns, reduced over the 16 column lanes)
+ * into psum, exchanged over the cluster's `cl` CTAs in rank order: rs[] the
+ * tile's reciprocal RMS, written to rms by rank 0. */
+static void emit_row_rrms(lg_buf *b, int cl)
+{
+	lg_open(b, "if (lb == 0) {");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++) psum[4 * rb + i] = ps[i];");
+	lg_close(b);
+	if (cl > 1) {
+		lg_line(b, "lg_cluster_sync();");
+		lg_open(b, "if (threadIdx.x < %d) {", ROWS);
+		lg_line(b, "double sum = 0.0;");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (u32 c = 0; c < %du; c++) // in rank order", cl);
+		lg_line(b, "\tsum += lg_dsmem_ld_f64(&psum[threadIdx.x], c);");
+		lg_line(b, "rs[threadIdx.x] = lg_rrms(sum);");
+		lg_close(b);
+	} else {
+		lg_line(b, "__syncthreads();");
+		lg_line(b, "if (threadIdx.x < %d) rs[threadIdx.x] = lg_rrms(psum[threadIdx.x]);", ROWS);
+	}
+	lg_line(b, "__syncthreads();");
+	lg_line(b, "if (blockIdx.x == 0 && threadIdx.x < rows)");
+	lg_line(b, "\t((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];");
+}
+
 /* Fused mode (sm_90, hidden <= 2048): one kernel, a cluster of hidden/128
  * CTAs per 128-token tile; row sums exchanged through distributed shared
  * memory; x read once. Persistent: the clusters that fit walk the tiles,
@@ -547,7 +645,7 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	else
 		lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, 2)", K2_THREADS);
 	lg_open(b, "{");
-	emit_tile_prologue(b, NULL);
+	emit_tile_prologue(b, NULL, true, true);
 	lg_line(b, "double *const psum2 = (double *)(cinv + %d); // [2][128] partial sums of squares", COLS);
 	lg_line(b, "float *const rs = (float *)(psum2 + %d); // [128] reciprocal RMS", 2 * ROWS);
 	lg_line(b, "u8 *const xs = (u8 *)(rs + %d); // [%d stage%s][128][128] bf16 tiles of x", ROWS, st,
@@ -593,35 +691,156 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	lg_line(b, "ps[i] = lg_sumsq_bf16x8(0.0, xv[i]);");
 	lg_line(b, "ps[i] = lg_dsum_xor(ps[i], 1, 8);");
 	lg_close(b);
-	lg_open(b, "if (lb == 0) {");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++) psum[4 * rb + i] = ps[i];");
-	lg_close(b);
-	if (cl > 1) {
-		lg_line(b, "lg_cluster_sync();");
-		lg_open(b, "if (threadIdx.x < %d) {", ROWS);
-		lg_line(b, "double sum = 0.0;");
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (u32 c = 0; c < %du; c++) // in rank order", cl);
-		lg_line(b, "\tsum += lg_dsmem_ld_f64(&psum[threadIdx.x], c);");
-		lg_line(b, "rs[threadIdx.x] = lg_rrms(sum);");
-		lg_close(b);
-	} else {
-		lg_line(b, "__syncthreads();");
-		lg_line(b, "if (threadIdx.x < %d) rs[threadIdx.x] = lg_rrms(psum[threadIdx.x]);", ROWS);
-	}
-	lg_line(b, "__syncthreads();");
-	lg_line(b, "if (blockIdx.x == 0 && threadIdx.x < rows)");
-	lg_line(b, "\t((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];");
+	emit_row_rrms(b, cl);
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];");
 	emit_tile_y(b);
 	if (lg_quant_rowwise(s))
-		emit_tile_rowwise(b, s, p->v[P_HIDDEN]);
+		emit_tile_rowwise(b, s, p->v[P_HIDDEN], "blockIdx.x");
 	if (lg_quant_colwise(s))
 		emit_tile_colwise(b, s, p->v[P_HIDDEN]);
 	lg_line(b, "__syncthreads(); // staging, scales and the x stage are free");
+	lg_close(b);
+	if (cl > 1)
+		lg_line(b, "lg_cluster_sync(); // keep psum alive until every CTA has read it");
+	lg_close(b);
+}
+
+/* The one-pass TMA form's x loads: tile `tile` of this CTA's slab into
+ * stage `sl`, completing on full[sl] (thread 0). */
+static void emit_slab_load(lg_buf *b, int64_t slab, const char *sl, const char *tile)
+{
+	int box = SLAB_BOX((int)slab), nbox = (int)(slab / box);
+	lg_line(b, "u8 *const d = xs + %s * %d;", sl, (int)SLAB_STAGE(slab));
+	lg_line(b, "const int r = (int)%s * %d;", tile, ROWS);
+	lg_line(b, "u64 *const fb = &full[%s];", sl);
+	lg_line(b, "lg_mbar_expect(fb, %du);", (int)SLAB_STAGE(slab));
+	if (nbox == 1) {
+		lg_line(b, "lg_tma_load_2d(d, &tm_x, fb, kx, r);");
+		return;
+	}
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int bx = 0; bx < %d; bx++)", nbox);
+	lg_line(b, "\tlg_tma_load_2d(d + bx * %d, &tm_x, fb, kx + bx * %d, r);", box * ROWS * 2, box);
+}
+
+/* xb: this thread's 16 bytes of its first row (4 rb) of block kb of the slab
+ * (xt: of block 0): box kb / (box/128), columns (kb % (box/128)) * 128 of it. */
+static void emit_slab_block(lg_buf *b, int box)
+{
+	if (box == COLS)
+		lg_line(b, "const u8 *const xb = xt + kb * %d;", box * ROWS * 2);
+	else
+		lg_line(b, "const u8 *const xb = xt + (kb / %d) * %d + (kb %% %d) * 256;", box / COLS, box * ROWS * 2,
+			box / COLS);
+}
+
+/* `lg_slab_block(xb, ...)`: one 128 x 128 block of the one-pass form (first
+ * column k0), its x in shared memory at xb (this thread's first row, rows
+ * `rowb` bytes apart): y, then the rowwise and the columnwise copies. */
+static void emit_slab_block_fn(lg_buf *b, const struct lg_spec *s, int64_t n, int rowb)
+{
+	lg_line(b, "static __device__ __forceinline__ void lg_slab_block(const u8 *xb, u64 w, u64 q, u64 s, u64 qt,");
+	lg_line(b, "\tu64 st, i64 M, i64 tr, int rows, i64 k0, const float *rr, u8 *smem)");
+	lg_open(b, "{");
+	emit_tile_prologue(b, NULL, false, false);
+	lg_line(b, "const i64 m0 = tr * %d, col0 = k0 + lb * 8; // this thread's first column", ROWS);
+	lg_line(b, "lg_u32x4 xv[4];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++) xv[i] = *(const lg_u32x4 *)(xb + i * %d);", rowb);
+	emit_tile_y(b);
+	if (lg_quant_rowwise(s))
+		emit_tile_rowwise(b, s, n, "(k0 >> 7)");
+	if (lg_quant_colwise(s))
+		emit_tile_colwise(b, s, n);
+	lg_close(b);
+	lg_line(b, "%s", "");
+}
+
+/* One-pass TMA form (sm_90): a cluster of hidden/slab CTAs per 128-token
+ * tile, each CTA a slab of 128 tokens x slab features loaded by TMA into a
+ * ring of shared-memory stages; row sums exchanged through distributed
+ * shared memory; then, per 128 x 128 block of the slab, y, the rowwise and
+ * the columnwise copies (the tile's 128 tokens are all in the CTA).
+ * Persistent: the next tiles' x are in flight while this one is worked. */
+static void emit_slab_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	int64_t slab = p->v[P_SLAB], n = p->v[P_HIDDEN];
+	int cl = (int)(n / slab), st = (int)p->v[P_STAGES], nb = (int)(slab / COLS), box = SLAB_BOX((int)slab);
+	lg_section(b, p->entry[0], "RMSNorm and the copies, one pass (TMA slabs)");
+	lg_comment(b, "One pass: a cluster of %d CTA(s) per 128-token tile, each CTA 128 tokens x %lld features", cl,
+		   (long long)slab);
+	lg_comment(b, "of x, loaded once by TMA into a ring of %d shared-memory stage(s) (box %d x %d, rows past", st,
+		   box, ROWS);
+	lg_comment(b, "M zero-filled); fp64 row partial sums exchanged through distributed shared memory");
+	lg_comment(b, "(double-buffered by tile parity, one cluster barrier per tile); then per 128 x 128");
+	lg_comment(b, "block: y = (x r) w, the rowwise and the columnwise copies.");
+	emit_slab_block_fn(b, s, n, box * 2);
+	if (cl > 1)
+		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)", cl,
+					K2_THREADS);
+	else
+		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", K2_THREADS);
+	lg_open(b, "{");
+	emit_tile_prologue(b, NULL, false, true);
+	lg_line(b, "double *const psum2 = (double *)(cinv + %d); // [2][128] partial sums of squares", COLS);
+	lg_line(b, "float *const rs = (float *)(psum2 + %d); // [128] reciprocal RMS", 2 * ROWS);
+	lg_line(b, "u64 *const full = (u64 *)(rs + %d); // [%d] stage mbarriers", ROWS, st);
+	lg_line(b, "u8 *const xs = smem + %d; // [%d][%d][128][%d] bf16: stage, box, token, feature", SLAB_HEAD, st,
+		(int)(slab / box), box);
+	lg_line(b, "const int kx = (int)blockIdx.x * %d; // this CTA's first feature", (int)slab);
+	lg_line(b, "const i64 tiles = (M + %d) / %d;", ROWS - 1, ROWS);
+	lg_open(b, "if (threadIdx.x == 0) {");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) lg_mbar_init(&full[i], 1);", st);
+	lg_line(b, "lg_mbar_fence_init();");
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_open(b, "if (threadIdx.x == 0) {");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int ps = 0; ps < %d; ps++) {", st);
+	lg_line(b, "const i64 tp = blockIdx.y + (i64)ps * gridDim.y;");
+	lg_line(b, "if (tp >= tiles) break;");
+	emit_slab_load(b, slab, "ps", "tp");
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "int it = 0;");
+	lg_line(b, "#pragma unroll 1");
+	lg_open(b, "for (i64 t = blockIdx.y; t < tiles; t += gridDim.y, it++) {");
+	lg_line(b, "const int sl = %s;", st > 1 ? "it % 2" : "0");
+	lg_line(b, "lg_mbar_wait(&full[sl], (u32)(it / %d) & 1u); // tile t's x has landed", st);
+	emit_tile_rows(b, "t");
+	lg_line(b, "double *const psum = psum2 + (it & 1) * %d;", ROWS);
+	lg_line(b, "const u8 *const xt = xs + sl * %d + rb * %d + lb * 16; // block 0, mine",
+		(int)SLAB_STAGE(slab), 4 * box * 2);
+	lg_comment(b, "Partial sums of squares of the 4 rows over this CTA's %lld features (fp64).", (long long)slab);
+	lg_line(b, "double ps[4] = {0.0, 0.0, 0.0, 0.0};");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int kb = 0; kb < %d; kb++) {", nb);
+	emit_slab_block(b, box);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++)");
+	lg_line(b, "\tps[i] = lg_sumsq_bf16x8(ps[i], *(const lg_u32x4 *)(xb + i * %d));", box * 2);
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++) ps[i] = lg_dsum_xor(ps[i], 1, 8);");
+	emit_row_rrms(b, cl);
+	lg_line(b, "float rr[4];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];");
+	lg_line(b, "#pragma unroll 1");
+	lg_open(b, "for (int kb = 0; kb < %d; kb++) {", nb);
+	emit_slab_block(b, box);
+	lg_line(b, "lg_slab_block(xb, w, q, s, qt, st, M, tr, rows, kx + kb * %d, rr, smem);", COLS);
+	lg_close(b);
+	lg_line(b, "__syncthreads(); // stage sl, the staging tile and the scales are free");
+	lg_open(b, "if (threadIdx.x == 0) {");
+	lg_line(b, "const i64 tn = t + (i64)%d * gridDim.y;", st);
+	lg_open(b, "if (tn < tiles) {");
+	emit_slab_load(b, slab, "sl", "tn");
+	lg_close(b);
+	lg_close(b);
 	lg_close(b);
 	if (cl > 1)
 		lg_line(b, "lg_cluster_sync(); // keep psum alive until every CTA has read it");
@@ -635,6 +854,10 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_emit_rrms(b, s);
 	lg_line(b, "%s", "");
 	lg_emit_quant_q(b, lg_quant_pow2(s));
+	if (p->v[P_SLAB]) {
+		emit_slab_kernel(b, s, p);
+		return;
+	}
 	if (p->v[P_FUSED]) {
 		emit_fused_kernel(b, s, p);
 		return;
@@ -647,7 +870,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 /* Tile variants for `lingen tune`: the two-kernel form at 128, 256 and 512
  * threads (rows per CTA from the heuristic) and at 256 threads x 8 rows;
  * the fused cluster form with 1 and 2 x tiles in flight where it runs
- * (sm_90+, hidden <= 2048). */
+ * (sm_90+, hidden <= 2048); the one-pass TMA form at every slab that gives
+ * a portable cluster (sm_90+). */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
@@ -665,6 +889,10 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 			c.set |= (uint64_t)1 << K_STAGES;
 			n = lg_candidate_add(s, t, out, n, max, c);
 		}
+	if (t->sm >= 90)
+		for (const int64_t *sl = slab_ok; *sl; sl++)
+			if (lg_spec_int(s, K_HIDDEN) % *sl == 0 && lg_spec_int(s, K_HIDDEN) / *sl <= SLAB_MAX_CLUSTER)
+				n = lg_candidate_add(s, t, out, n, max, lg_tile1(K_SLAB, *sl));
 	return n;
 }
 

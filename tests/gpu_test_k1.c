@@ -71,6 +71,9 @@ static void check(const char *json, int64_t tokens) { check_opt(json, tokens, fa
 #define K1_FUSED(hidden, cluster)                                                                   \
 	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #hidden   \
 	", \"quant\": {}, \"tile\": {\"cluster\": " #cluster "}}"
+#define K1_SLAB(out, pow2, hidden, slab)                                                           \
+	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #hidden   \
+	", \"quant\": {\"round_scale\": " #pow2 ", \"output\": \"" #out "\"}, \"tile\": {\"slab\": " #slab "}}"
 #define NORM(pass, hidden)                                                                          \
 	"{\"op\": \"rmsnorm\", \"pass\": \"" #pass "\", \"dtype\": \"bf16\", \"hidden\": " #hidden "}"
 #define NORM_TILE(pass, hidden, tile)                                                               \
@@ -106,6 +109,25 @@ static void test_k1_fused(void **state)
 	check(K1_FUSED(2048, 16), 127);
 	check(K1_FUSED(1152, 9), 1000);
 	check(K1_FUSED(128, 1), 1);
+}
+
+/* The one-pass TMA form (a tile option, sm_90): clusters of hidden/slab <= 8
+ * CTAs, tails zero-filled by TMA. */
+static void test_k1_slab(void **state)
+{
+	(void)state;
+	static const int64_t tokens[] = {8192, 1, 127, 129, 8191};
+	for (size_t i = 0; i < sizeof tokens / sizeof *tokens; i++) {
+		check(K1_SLAB(both, true, 2048, 256), tokens[i]);
+		check(K1_SLAB(both, false, 1024, 128), tokens[i]);
+		check(K1_SLAB(both, true, 4096, 512), tokens[i]);
+	}
+	check(K1_SLAB(both, true, 2048, 512), 8192);
+	check(K1_SLAB(both, true, 1024, 256), 1000);
+	check(K1_SLAB(rowwise, true, 2048, 256), 8191);
+	check(K1_SLAB(columnwise, false, 2048, 256), 8191);
+	check(K1_SLAB(both, true, 256, 256), 300); /* one CTA, no cluster */
+	check(K1_SLAB(both, true, 2048, 256), 100000); /* several tiles a cluster */
 }
 
 static void test_rmsnorm(void **state)
@@ -236,6 +258,7 @@ int main(void)
 		cmocka_unit_test(test_k1_target_shape),
 		cmocka_unit_test(test_k1_odd_shapes),
 		cmocka_unit_test(test_k1_fused),
+		cmocka_unit_test(test_k1_slab),
 		cmocka_unit_test(test_rmsnorm),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);

@@ -146,6 +146,16 @@ static const struct golden cases[] = {
 	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, "
 	 "\"output\": \"both\"}, \"tile\": {\"cluster\": 16, \"stages\": 2}}"},
+	/* the one-pass TMA form: a cluster of 8 CTAs of 256 features, two x stages */
+	{"rmsnorm_quant_h2048_slab256_both_pow2", "sm_90a",
+	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": true, "
+	 "\"output\": \"both\"}, \"tile\": {\"slab\": 256}}"},
+	/* the one-pass TMA form at 512 features a CTA: two TMA boxes, one x stage */
+	{"rmsnorm_quant_h4096_slab512_colwise_exact", "sm_90a",
+	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096, "
+	 "\"eps\": 1e-6, \"quant\": {\"format\": \"e4m3\", \"block\": 128, \"round_scale\": false, "
+	 "\"output\": \"columnwise\"}, \"tile\": {\"slab\": 512}}"},
 	/* the fused kernel without a cluster (hidden 128), one x tile in flight */
 	{"rmsnorm_quant_h128_fused_rowwise_exact", "sm_90a",
 	 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 128, "

@@ -437,11 +437,14 @@ static void test_candidates(void **state)
 	assert_true(lg_target_parse("sm_90a", &h) && lg_target_parse("sm_80", &a));
 	lg_spec *q = spec(KQ(2048)), *n = spec(KN), *b = spec(specs[8]), *big = spec(KQ(5120));
 	const struct lg_family *fq = lg_family_get(LG_OP_RMSNORM_QUANT), *fn = lg_family_get(LG_OP_RMSNORM);
-	assert_int_equal(fq->candidates(q, &h, c, LG_MAX_CANDIDATES), 6); /* 3 threads, 256x8, 2 fused */
+	/* 3 threads, 256x8, 2 fused, 2 one-pass (slab 256, 512; 128 needs a cluster of 16) */
+	assert_int_equal(fq->candidates(q, &h, c, LG_MAX_CANDIDATES), 8);
 	assert_int_equal(c[4].v[QT("cluster")], 16);
 	assert_int_equal(c[5].v[QT("stages")], 2);
+	assert_int_equal(c[6].v[QT("slab")], 256);
+	assert_int_equal(c[7].v[QT("slab")], 512);
 	assert_int_equal(fq->candidates(q, &a, c, LG_MAX_CANDIDATES), 4);      /* no fused on sm_80 */
-	assert_int_equal(fq->candidates(big, &h, c, LG_MAX_CANDIDATES), 4);    /* hidden/128 > 16 */
+	assert_int_equal(fq->candidates(big, &h, c, LG_MAX_CANDIDATES), 4);    /* hidden/128 > 16, /512 > 8 */
 	assert_int_equal(fq->candidates(q, &h, c, 2), 2);                      /* max honoured */
 	/* 3 threads, 4 register-prefetch persistent, 8 cp.async ring */
 	assert_int_equal(fn->candidates(n, &h, c, LG_MAX_CANDIDATES), 15);
