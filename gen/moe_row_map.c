@@ -28,30 +28,34 @@
  * bound: row_index and the dispatch kernels drop the rows past it.
  *
  * Strategy: the tokens are cut into S = min(tile.slices, tokens) slices of
- * consecutive tokens, and one kernel of S CTAs gives every output; a
- * one-CTA kernel before it zeroes its counters in the workspace (the
- * caller's scratch: nothing is assumed of its bytes), and on sm_90 the map
- * kernel is launched early (programmatic dependent launch), loading its
- * slice's routing while the zeros are written. A chunk of up to 64 tokens
- * is made into bits in shared memory: bits[h][e] holds, one bit a token,
- * the chunk's tokens of expert e in 32-token group h (a mask: staged in
- * rows of an odd word count, then one __ballot_sync an expert per 32
- * tokens; top-k slots: or-ed in, so a repeated expert counts once).
- * Phase 1: each slice is counted (popcounts) by the CTA that claims it,
- * its own first, then any still unclaimed (an atomic exchange on its
- * claim), so no CTA ever waits for a slice held by a CTA that is not
- * running: the kernel needs no co-residency. The counts go to the
- * workspace row of the slice and are added to the totals (integer atomics:
- * any order gives the same sums); a counter of counted slices is raised.
- * Phase 2, once it reaches S: each CTA scans the padded totals over the
- * experts (warp 0), adds the counts of the slices before each of its own
- * (16-byte L2 loads, 4 experts a load), and gives each chunk's rows: row =
- * the expert's next row + popc(bits below the token); the chunk's
+ * consecutive tokens; two kernels of S CTAs of 512 threads, CTA i owning
+ * slice i, with no atomics in global memory and nothing assumed of the
+ * workspace (the caller's scratch): every byte read of it is written
+ * first by the same launch. A chunk of up to 64 tokens is made into bits
+ * in shared memory: bits[h][e] holds, one bit a token, the chunk's tokens
+ * of expert e in 32-token group h (a mask: staged in rows of an odd word
+ * count, then one __ballot_sync an expert per 32 tokens; top-k slots:
+ * or-ed in, so a repeated expert counts once). Chunks go in batches of
+ * CACHE (2): every load of a batch is issued before its bits are made.
+ * Kernel 1 (_count): CTA i counts slice i's tokens of each expert
+ * (popcounts) and stores them plainly to workspace row i: a table
+ * [S][experts]. Kernel 2, launched early on sm_90 (programmatic dependent
+ * launch; kernel 1 allows it first thing): CTA i makes the bits of its
+ * slice's first batch before griddepcontrol.wait (the routing is an
+ * input), then reads the whole table at L2 (16-byte loads, all in
+ * flight): each expert's total (every row) and its tokens in the slices
+ * before i (rows < i); a warp scans the padded totals over the experts
+ * (every CTA the same scan: the offsets), and each chunk's rows follow:
+ * row = the expert's next row + popc(bits below the token); the chunk's
  * row_id_map block [chunk][E] is contiguous, so every thread stores 4
- * bytes, coalesced. The last slice a CTA counted keeps its bits in shared
- * memory (one chunk: no second read). No result depends on timing.
- * Bounded by latency (T = 8192, E = 256: 2 MB read, 8.5 MB written):
- * the routing read, one L2 round trip for the counts, the stores.
+ * bytes, coalesced. CTA 0 writes counts, offsets, padded_counts. Integer
+ * sums only: the bytes never depend on timing.
+ * Bounded by latency (T = 8192, E = 256: 2 MB read, 8.5 MB written): per
+ * kernel one launch, the routing read (DRAM), the table's plain stores
+ * (kernel 1) or one L2 trip for it (kernel 2, overlapped with kernel 1's
+ * tail by the early launch), the row stores. The table read grows as S^2
+ * x E (S = 64: 64 KB a CTA, 4 MB in all), hence the default of 64
+ * slices; more slices give more CTAs for the stores (`lingen tune`).
  */
 #include <stdio.h>
 
@@ -95,9 +99,9 @@ static const struct lg_arg args[NARGS] = {
 
 enum { P_E, P_K, P_M, P_ROUTING, P_SLICES, P_THREADS, P_CHUNK, P_EARLY };
 
-#define THREADS 512      /* threads of the map kernel */
-#define RESET_THREADS 256 /* threads of the reset kernel (one CTA) */
-#define LOADS_MAX 16     /* routing units a thread holds for a chunk at most */
+#define THREADS 512  /* threads of each kernel */
+#define LOADS_MAX 16 /* routing units a thread holds for a chunk at most */
+#define CACHE 2      /* chunks a batch: loaded together, their bits in shared memory */
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -133,7 +137,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_K] = lg_spec_int(s, K_TOPK);
 	p->v[P_M] = lg_spec_int(s, K_MULTIPLE);
 	p->v[P_ROUTING] = lg_spec_int(s, K_ROUTING);
-	p->v[P_SLICES] = p->tile[K_SLICES] = lg_spec_has(s, K_SLICES) ? lg_spec_int(s, K_SLICES) : 128;
+	p->v[P_SLICES] = p->tile[K_SLICES] = lg_spec_has(s, K_SLICES) ? lg_spec_int(s, K_SLICES) : 64;
 	p->v[P_THREADS] = THREADS;
 	/* a chunk of up to 64 tokens: its routing at most LOADS_MAX units a
 	 * thread, its staged mask within 32 KB of shared memory */
@@ -143,7 +147,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		chunk /= 2;
 	p->v[P_CHUNK] = chunk;
 	p->nentries = 2;
-	snprintf(p->entry[0], sizeof p->entry[0], "%s_reset", s->entry);
+	snprintf(p->entry[0], sizeof p->entry[0], "%s_count", s->entry);
 	snprintf(p->entry[1], sizeof p->entry[1], "%s", s->entry);
 	p->v[P_EARLY] = t->sm >= 90;
 	p->early[1] = p->v[P_EARLY] != 0;
@@ -153,17 +157,18 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	int64_t n = sz[0] < p->v[P_SLICES] ? sz[0] : p->v[P_SLICES];
-	d->grid[0] = e == 0 ? 1u : (unsigned)(n < 1 ? 1 : n);
+	(void)e;
+	d->grid[0] = (unsigned)(n < 1 ? 1 : n);
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	d->block[0] = e == 0 ? RESET_THREADS : (unsigned)p->v[P_THREADS];
+	d->block[0] = (unsigned)p->v[P_THREADS];
 	d->smem = 0;
 }
 
-/* The workspace, int32: each slice's counts [slices][experts], the totals
- * [experts], the claims [slices], the counted slices [1]. */
+/* The workspace, int32: each slice's counts [slices][experts], written by
+ * the count kernel, read by the map kernel. */
 static size_t workspace(const struct lg_plan *p)
 {
-	return (size_t)((p->v[P_SLICES] * p->v[P_E] + p->v[P_E] + p->v[P_SLICES] + 1 + 3) / 4 * 4) * 4;
+	return (size_t)((p->v[P_SLICES] * p->v[P_E] + 3) / 4 * 4) * 4;
 }
 
 /* ------------------------------------------------------------ emission */
@@ -214,20 +219,20 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
 	lg_line(b, "*t0 = T * i / S;");
 	lg_line(b, "*t1 = T * (i + 1) / S;");
 	lg_close(b);
-	lg_comment(b, "What other CTAs wrote: read at L2 (acquire: the count of counted slices).");
-	lg_line(b, "static __device__ __forceinline__ int lg_ld_acquire(const int *p)");
+	lg_comment(b, "Tokens of the chunk from c0 in a slice ending at t1 (0: past it).");
+	lg_line(b, "static __device__ __forceinline__ int lg_chunk_n(i64 c0, i64 t1)");
 	lg_open(b, "{");
-	lg_line(b, "int v;");
-	lg_line(b, "asm volatile(\"ld.acquire.gpu.global.b32 %%0, [%%1];\" : \"=r\"(v) : \"l\"(p) : \"memory\");");
-	lg_line(b, "return v;");
+	lg_line(b, "return (int)(t1 - c0 < CHUNK ? (t1 > c0 ? t1 - c0 : 0) : CHUNK);");
 	lg_close(b);
-	lg_line(b, "static __device__ __forceinline__ int lg_ld_l2(const int *p)");
-	lg_open(b, "{");
-	lg_line(b, "int v;");
-	lg_line(b, "asm volatile(\"ld.global.cg.b32 %%0, [%%1];\" : \"=r\"(v) : \"l\"(p) : \"memory\");");
-	lg_line(b, "return v;");
-	lg_close(b);
-	if (k->e % 4 == 0) {
+	lg_comment(b, "The count kernel's table: read at L2.");
+	if (k->e % 4 != 0) {
+		lg_line(b, "static __device__ __forceinline__ int lg_ld_l2(const int *p)");
+		lg_open(b, "{");
+		lg_line(b, "int v;");
+		lg_line(b, "asm volatile(\"ld.global.cg.b32 %%0, [%%1];\" : \"=r\"(v) : \"l\"(p) : \"memory\");");
+		lg_line(b, "return v;");
+		lg_close(b);
+	} else {
 		lg_line(b, "static __device__ __forceinline__ uint4 lg_ld4_l2(const int *p)");
 		lg_open(b, "{");
 		lg_line(b, "uint4 v;");
@@ -316,123 +321,144 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
 	lg_close(b);
 }
 
-static void emit_reset(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+/* The chunks of a batch (up to CACHE chunks from c0, within the slice's
+ * end t1): their routing loaded into registers first (every load in
+ * flight at once), then made into bits, chunk c into bits[c]. */
+static void emit_batch(lg_buf *b, const struct shape *k)
 {
-	struct shape k = shape_of(p);
-	lg_section(b, p->entry[0], "the map kernel's counters zeroed");
-	lg_comment(b, "One CTA: the totals, the claims and the count of counted slices (the workspace is");
-	lg_comment(b, "the caller's scratch: nothing is assumed of its bytes).");
-	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", RESET_THREADS);
+	const long long E = (long long)k->e;
+	lg_comment(b, "The chunks of tokens [c0, c0 + %d CHUNK) within t1: every load issued, then chunk c's bits",
+		   CACHE);
+	lg_comment(b, "into bits[c] (a chunk past t1 is skipped: n = 0).");
+	lg_line(b, "static __device__ __forceinline__ void lg_batch(const %s *src, i64 c0, i64 t1, int tid,",
+		source_type(k));
+	lg_line(b, "\t\t\t\t\t\t\tu32 *stage, u32 (*bits)[%d][%lld])", k->groups, E);
 	lg_open(b, "{");
-	if (p->v[P_EARLY]) {
-		lg_comment(b, "The map kernel may be scheduled (it waits for this one before using the counters).");
-		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
-	}
-	lg_line(b, "int *const z = (int *)ws + %lld;", (long long)k.slices * k.e);
-	lg_line(b, "for (int j = threadIdx.x; j < %lld; j += %d) z[j] = 0;", (long long)(k.e + k.slices + 1),
-		RESET_THREADS);
+	lg_line(b, "%s ld[%d][%d];", unit_type(k), CACHE, k->nr);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int c = 0; c < %d; c++) {", CACHE);
+	lg_line(b, "const i64 a = c0 + c * CHUNK;");
+	lg_line(b, "lg_load(src, a, lg_chunk_n(a, t1), tid, ld[c]);");
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int c = 0; c < %d; c++) {", CACHE);
+	lg_line(b, "const int n = lg_chunk_n(c0 + c * CHUNK, t1);");
+	lg_line(b, "if (n > 0) lg_bits(ld[c], n, tid, stage, bits[c]);");
+	lg_close(b);
 	lg_close(b);
 }
 
-/* Phase 1 helpers: a slice counted (its first chunk's routing already in
- * ld[] when pre), the counts published to its workspace row and the
- * totals; warp 0's pick of the next slice to count. */
-static void emit_phase1_helpers(lg_buf *b, const struct shape *k, int ept)
+/* Shared declarations of both kernels: the staged mask and the batch's
+ * bits. */
+static void emit_batch_smem(lg_buf *b, const struct shape *k)
 {
-	const long long E = (long long)k->e;
-	lg_comment(b, "Slice cur counted (pre: ld holds its first chunk), its counts published to its workspace");
-	lg_comment(b, "row and added to the totals (integer sums, any order).");
-	lg_line(b, "static __device__ __forceinline__ void lg_count(const %s *src, i64 T, i64 S, i64 cur,",
-		source_type(k));
-	lg_line(b, "\tbool pre, int tid, %s *ld, u32 *stage, u32 (*bits)[%lld], int *wsi, int *tot)", unit_type(k), E);
+	if (k->routing == R_MASK)
+		lg_line(b, "__shared__ u32 stage[%lld]; // a chunk's mask, rows of %lld words",
+			(long long)(k->chunk * k->sw), (long long)k->sw);
+	else
+		lg_line(b, "u32 *const stage = 0;");
+	lg_line(b, "__shared__ u32 bits[%d][%d][%lld]; // the batch's tokens of each expert, 32 a word", CACHE,
+		k->groups, (long long)k->e);
+	lg_line(b, "const i64 S = T < %d ? (T > 0 ? T : 1) : %d; // slices", k->slices, k->slices);
+	lg_line(b, "const int tid = threadIdx.x;");
+	lg_line(b, "i64 t0, t1; // this CTA's slice");
+	lg_line(b, "lg_slice(T, S, blockIdx.x, &t0, &t1);");
+}
+
+/* Kernel 1: each CTA counts its slice's tokens of each expert and writes
+ * them, plainly, to its workspace row. */
+static void emit_count(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct shape k = shape_of(p);
+	const long long E = (long long)k.e;
+	int ept = (int)((k.e + k.threads - 1) / k.threads);
+	lg_section(b, p->entry[0], "each slice's tokens of each expert");
+	lg_comment(b, "CTA i counts slice i (chunks of %lld tokens, %d at a time) into workspace row i: plain",
+		   (long long)k.chunk, CACHE);
+	lg_comment(b, "stores, no atomics, nothing read of the workspace.");
+	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.threads);
 	lg_open(b, "{");
-	lg_line(b, "i64 t0, t1;");
-	lg_line(b, "lg_slice(T, S, cur, &t0, &t1);");
+	if (p->v[P_EARLY]) {
+		lg_comment(b, "The map kernel may be scheduled: it loads its routing, then waits for this grid.");
+		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
+	}
+	emit_batch_smem(b, &k);
 	lg_line(b, "int acc[%d];", ept);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int q = 0; q < %d; q++) acc[q] = 0;", ept);
-	lg_open(b, "for (i64 c0 = t0; c0 < t1; c0 += CHUNK, pre = false) {");
-	lg_line(b, "const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);");
-	lg_line(b, "if (!pre) lg_load(src, c0, n, tid, ld);");
-	lg_line(b, "lg_bits(ld, n, tid, stage, bits);");
+	lg_open(b, "for (i64 c0 = t0; c0 < t1; c0 += %d * CHUNK) {", CACHE);
+	lg_line(b, "lg_batch((const %s *)%s, c0, t1, tid, stage, bits);", source_type(&k), routing_ptr(&k));
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int q = 0; q < %d; q++) {", ept);
-	lg_line(b, "const int e = tid + q * %d;", k->threads);
-	lg_line(b, "for (int h = 0; e < %lld && h < %d; h++) acc[q] += __popc(bits[h][e]);", E, k->groups);
+	lg_line(b, "const int e = tid + q * %d;", k.threads);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int c = 0; c < %d; c++)", CACHE);
+	lg_line(b, "\tif (e < %lld && lg_chunk_n(c0 + c * CHUNK, t1) > 0)", E);
+	lg_line(b, "\t\tfor (int h = 0; h < %d; h++) acc[q] += __popc(bits[c][h][e]);", k.groups);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
 	lg_close(b);
+	lg_line(b, "int *const row = (int *)ws + (i64)blockIdx.x * %lld;", E);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int q = 0; q < %d; q++) {", ept);
-	lg_line(b, "const int e = tid + q * %d;", k->threads);
-	lg_open(b, "if (e < %lld) {", E);
-	lg_line(b, "wsi[cur * %lld + e] = acc[q];", E);
-	lg_line(b, "if (acc[q]) atomicAdd(&tot[e], acc[q]);");
+	lg_line(b, "const int e = tid + q * %d;", k.threads);
+	lg_line(b, "if (e < %lld) row[e] = acc[q];", E);
 	lg_close(b);
-	lg_close(b);
-	lg_close(b);
-	lg_comment(b, "Warp 0: the next slice to count, one it claimed; -1: none unclaimed while some are not");
-	lg_comment(b, "counted yet; -2: every slice counted (d, read by lane 0: one value for the warp).");
-	lg_line(b, "static __device__ __forceinline__ int lg_pick(bool all, int S, const int *done, int *claim,");
-	lg_line(b, "\tint lane)");
-	lg_open(b, "{");
-	lg_line(b, "int d = S;");
-	lg_line(b, "if (lane == 0 && !all) d = lg_ld_acquire(done);");
-	lg_line(b, "if (__shfl_sync(0xffffffffu, d, 0) >= S) return -2;");
-	lg_open(b, "for (int c0 = 0; c0 < S; c0 += 32) {");
-	lg_line(b, "const int c = c0 + lane;");
-	lg_line(b, "unsigned m = __ballot_sync(0xffffffffu, c < S && *(volatile int *)&claim[c] == 0);");
-	lg_open(b, "for (; m; m &= m - 1) {");
-	lg_line(b, "const int f = c0 + __ffs(m) - 1;");
-	lg_line(b, "const int won = lane ? 0 : atomicExch(&claim[f], 1) == 0;");
-	lg_line(b, "if (__shfl_sync(0xffffffffu, won, 0)) return f;");
-	lg_close(b);
-	lg_close(b);
-	lg_line(b, "return -1;");
 	lg_close(b);
 }
 
-/* Phase 1 in the kernel: count, publish, raise the counter of counted
- * slices; warp 0 picks the next. */
-static void emit_phase1(lg_buf *b, const struct shape *k)
+/* Kernel 2 after the wait: the workspace table [S][E] read at L2, each
+ * expert's total (every row) into cn[] and its tokens before slice i (rows
+ * 0 .. i - 1) into nx[], both zeroed before the wait. */
+static void emit_table(lg_buf *b, const struct shape *k)
 {
-	lg_comment(b, "Phase 1: count slices until every slice is counted.");
-	lg_open(b, "for (;; pre = false) {");
-	lg_open(b, "if (cur >= 0) {");
-	lg_line(b, "lg_count((const %s *)%s, T, S, cur, pre, tid, ld, stage, bits,", source_type(k), routing_ptr(k));
-	lg_line(b, "\t wsi, tot);");
-	lg_line(b, "lg_slice(T, S, cur, &t0, &t1);");
-	lg_line(b, "cached = t1 > t0 && t1 - t0 <= CHUNK ? (int)cur : -1;");
-	lg_line(b, "__threadfence();");
-	lg_line(b, "__syncthreads();");
-	lg_open(b, "if (tid == 0) {");
-	lg_line(b, "mine[nmine++] = (int)cur;");
-	lg_line(b, "if (atomicAdd(done, 1) == (int)S - 1) // the last: all out");
-	lg_line(b, "\t__threadfence(), all = 1;");
+	const long long E = (long long)k->e;
+	bool quad = k->e % 4 == 0;
+	long long units = quad ? E / 4 : E, tpe = 1;
+	while (tpe * 2 * units <= k->threads)
+		tpe *= 2;
+	lg_comment(b, "The table: %lld thread%s a%s (every %lld-th row), all loads independent.", tpe,
+		   tpe > 1 ? "s" : "", quad ? " 4 experts" : "n expert", tpe);
+	lg_line(b, "const int *const wsi = (const int *)ws;");
+	lg_open(b, "for (int x = tid; x < %lld; x += %d) {", tpe * units, k->threads);
+	lg_line(b, "const int u = x %% %lld, sub = x / %lld;", units, units);
+	if (quad) {
+		lg_line(b, "int a[4] = {0, 0, 0, 0}, bf[4] = {0, 0, 0, 0}; // every slice, the slices before i");
+		lg_line(b, "#pragma unroll 8");
+		lg_open(b, "for (int j = sub; j < (int)S; j += %lld) {", tpe);
+		lg_line(b, "const uint4 v = lg_ld4_l2(wsi + (i64)j * %lld + 4 * u);", E);
+		lg_line(b, "const int w[4] = {(int)v.x, (int)v.y, (int)v.z, (int)v.w};");
+		lg_line(b, "const int bm = j < i ? -1 : 0; // a slice before i");
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int z = 0; z < 4; z++) a[z] += w[z], bf[z] += w[z] & bm;");
+		lg_close(b);
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int z = 0; z < 4; z++) {");
+		lg_line(b, "if (a[z]) atomicAdd(&cn[4 * u + z], a[z]);");
+		lg_line(b, "if (bf[z]) atomicAdd(&nx[4 * u + z], bf[z]);");
+		lg_close(b);
+	} else {
+		lg_line(b, "int a = 0, bf = 0;");
+		lg_line(b, "#pragma unroll 8");
+		lg_open(b, "for (int j = sub; j < (int)S; j += %lld) {", tpe);
+		lg_line(b, "const int v = lg_ld_l2(wsi + (i64)j * %lld + u);", E);
+		lg_line(b, "a += v;");
+		lg_line(b, "bf += j < i ? v : 0; // a slice before i");
+		lg_close(b);
+		lg_line(b, "if (a) atomicAdd(&cn[u], a);");
+		lg_line(b, "if (bf) atomicAdd(&nx[u], bf);");
+	}
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_close(b);
-	lg_line(b, "if (tid < 32) {");
-	lg_line(b, "\tconst int c = lg_pick(all != 0, (int)S, done, claim, lane);");
-	lg_line(b, "\tif (lane == 0) next = c;");
-	lg_line(b, "}");
-	lg_line(b, "__syncthreads();");
-	lg_line(b, "cur = next;");
-	lg_line(b, "__syncthreads();");
-	lg_line(b, "if (cur == -2) break;");
-	lg_line(b, "if (cur == -1 && tid == 0) asm volatile(\"nanosleep.u32 200;\");");
-	lg_close(b);
 }
 
-/* Phase 2 preamble: the totals, their padded exclusive scan over the
- * experts (warp 0), P. */
+/* The padded exclusive scan of the totals over the experts (warp 0), P,
+ * and each expert's first row in slice i. */
 static void emit_offsets(lg_buf *b, const struct shape *k)
 {
 	const long long E = (long long)k->e, per_e = (k->e + 31) / 32;
-	lg_open(b, "for (int e = tid; e < %lld; e += %d) {", E, k->threads);
-	lg_line(b, "cn[e] = lg_ld_l2(tot + e);");
-	lg_line(b, "pe[e] = (cn[e] + %lld) / %lld * %lld;", (long long)(k->m - 1), (long long)k->m, (long long)k->m);
-	lg_close(b);
+	lg_line(b, "for (int e = tid; e < %lld; e += %d) pe[e] = (cn[e] + %lld) / %lld * %lld;", E, k->threads,
+		(long long)(k->m - 1), (long long)k->m, (long long)k->m);
 	lg_line(b, "__syncthreads();");
 	lg_comment(b, "Exclusive scan of the padded counts over the experts: warp 0, %lld a lane.", per_e);
 	lg_open(b, "if (tid < 32) {");
@@ -449,6 +475,7 @@ static void emit_offsets(lg_buf *b, const struct shape *k)
 	lg_open(b, "for (int e = e0; e < e0 + %lld && e < %lld; e++) {", per_e, E);
 	lg_line(b, "const int v = pe[e];");
 	lg_line(b, "pe[e] = run;");
+	lg_line(b, "nx[e] += run;");
 	lg_line(b, "run += v;");
 	lg_close(b);
 	lg_line(b, "if (tid == 31) ptot = inc;");
@@ -456,45 +483,8 @@ static void emit_offsets(lg_buf *b, const struct shape *k)
 	lg_line(b, "__syncthreads();");
 }
 
-/* Phase 2, slice i: nx[e] = offsets[e] + the tokens of e in the slices
- * before i (workspace rows 0 .. i - 1, read at L2, 4 experts a load where
- * the rows allow). */
-static void emit_before(lg_buf *b, const struct shape *k)
-{
-	const long long E = (long long)k->e;
-	bool quad = k->e % 4 == 0;
-	long long units = quad ? E / 4 : E, tpe = 1;
-	while (tpe * 2 * units <= k->threads)
-		tpe *= 2;
-	lg_line(b, "for (int e = tid; e < %lld; e += %d) nx[e] = pe[e];", E, k->threads);
-	lg_line(b, "__syncthreads();");
-	lg_comment(b, "The slices before i: %lld thread%s a%s (every %lld-th row).", tpe, tpe > 1 ? "s" : "",
-		   quad ? " 4 experts" : "n expert", tpe);
-	lg_open(b, "for (int x = tid; x < %lld; x += %d) {", tpe * units, k->threads);
-	lg_line(b, "const int u = x %% %lld, sub = x / %lld;", units, units);
-	if (quad) {
-		lg_line(b, "int a0 = 0, a1 = 0, a2 = 0, a3 = 0;");
-		lg_line(b, "#pragma unroll 8");
-		lg_open(b, "for (i64 j = sub; j < i; j += %lld) {", tpe);
-		lg_line(b, "const uint4 v = lg_ld4_l2(wsi + j * %lld + 4 * u);", E);
-		lg_line(b, "a0 += (int)v.x, a1 += (int)v.y, a2 += (int)v.z, a3 += (int)v.w;");
-		lg_close(b);
-		lg_line(b, "if (a0) atomicAdd(&nx[4 * u], a0);");
-		lg_line(b, "if (a1) atomicAdd(&nx[4 * u + 1], a1);");
-		lg_line(b, "if (a2) atomicAdd(&nx[4 * u + 2], a2);");
-		lg_line(b, "if (a3) atomicAdd(&nx[4 * u + 3], a3);");
-	} else {
-		lg_line(b, "int a = 0;");
-		lg_line(b, "#pragma unroll 8");
-		lg_line(b, "for (i64 j = sub; j < i; j += %lld) a += lg_ld_l2(wsi + j * %lld + u);", tpe, E);
-		lg_line(b, "if (a) atomicAdd(&nx[u], a);");
-	}
-	lg_close(b);
-	lg_line(b, "__syncthreads();");
-}
-
-/* Phase 2, slice i: counts and offsets (slice 0), the row_index of padding
- * rows (experts i, i + S, ...) and past P (every S-th block from i). */
+/* Slice i: counts and offsets (slice 0), the row_index of padding rows
+ * (experts i, i + S, ...) and past P (every S-th block from i). */
 static void emit_slice_extras(lg_buf *b, const struct shape *k)
 {
 	const long long E = (long long)k->e;
@@ -518,19 +508,20 @@ static void emit_slice_extras(lg_buf *b, const struct shape *k)
 	lg_close(b);
 }
 
-/* Phase 2, slice i's chunks: bits (those in shared memory if cached), each
- * 32-token group's first row of each expert, then the chunk's row_id_map
- * block [n][E] (contiguous: coalesced 4-byte stores) and row_index. */
+/* Slice i's batches (the first loaded before the wait), each chunk's rows:
+ * each 32-token group's first row of each expert, then the chunk's
+ * row_id_map block [n][E] (contiguous: coalesced 4-byte stores) and
+ * row_index. */
 static void emit_rows(lg_buf *b, const struct shape *k, int ept)
 {
 	const long long E = (long long)k->e;
-	lg_open(b, "for (i64 c0 = t0; c0 < t1; c0 += CHUNK) {");
-	lg_line(b, "const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);");
-	lg_open(b, "if (cached != (int)i) {");
-	lg_line(b, "lg_load((const %s *)%s, c0, n, tid, ld);", source_type(k), routing_ptr(k));
-	lg_line(b, "lg_bits(ld, n, tid, stage, bits);");
-	lg_close(b);
-	lg_line(b, "cached = -1;");
+	lg_open(b, "for (i64 b0 = t0; b0 < t1; b0 += %d * CHUNK) {", CACHE);
+	lg_line(b, "if (b0 != t0) lg_batch((const %s *)%s, b0, t1, tid, stage, bits);", source_type(k),
+		routing_ptr(k));
+	lg_open(b, "for (int c = 0; c < %d; c++) {", CACHE);
+	lg_line(b, "const i64 c0 = b0 + c * CHUNK;");
+	lg_line(b, "const int n = lg_chunk_n(c0, t1);");
+	lg_line(b, "if (n <= 0) break;");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int q = 0; q < %d; q++) {", ept);
 	lg_line(b, "const int e = tid + q * %d;", k->threads);
@@ -538,7 +529,7 @@ static void emit_rows(lg_buf *b, const struct shape *k, int ept)
 	lg_line(b, "int run = nx[e];");
 	lg_open(b, "for (int h = 0; h < %d; h++) {", k->groups);
 	lg_line(b, "first[h][e] = run;");
-	lg_line(b, "run += __popc(bits[h][e]);");
+	lg_line(b, "run += __popc(bits[c][h][e]);");
 	lg_close(b);
 	lg_line(b, "nx[e] = run;");
 	lg_close(b);
@@ -548,7 +539,7 @@ static void emit_rows(lg_buf *b, const struct shape *k, int ept)
 	lg_open(b, "for (int j = tid; j < n * %lld; j += %d) {", E, k->threads);
 	lg_line(b, "const int tk = j / %lld, e = j - tk * %lld; // token, expert", E, E);
 	lg_line(b, "const int h = tk >> 5, l = tk & 31;");
-	lg_line(b, "const u32 w = bits[h][e];");
+	lg_line(b, "const u32 w = bits[c][h][e];");
 	lg_line(b, "int r = -1;");
 	lg_open(b, "if ((w >> l) & 1u) {");
 	lg_line(b, "r = first[h][e] + __popc(w & ((1u << l) - 1u));");
@@ -558,6 +549,7 @@ static void emit_rows(lg_buf *b, const struct shape *k, int ept)
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
 	lg_close(b);
+	lg_close(b);
 }
 
 static void emit_map(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
@@ -566,63 +558,34 @@ static void emit_map(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p
 	const long long E = (long long)k.e;
 	int ept = (int)((k.e + k.threads - 1) / k.threads); /* experts a thread */
 	lg_section(b, p->entry[1], "row_id_map, counts, padded offsets, row_index");
-	lg_comment(b, "Phase 1: each slice of tokens counted once, by the CTA that claims it (its own first,");
-	lg_comment(b, "then any unclaimed: no CTA waits for one not running). Phase 2, when every slice is");
-	lg_comment(b, "counted: each CTA gives the rows of the slices it counted. Chunks of %lld tokens.",
-		   (long long)k.chunk);
+	lg_comment(b, "CTA i: slice i's first %d chunks of %lld tokens made into bits, then (after the count",
+		   CACHE, (long long)k.chunk);
+	lg_comment(b, "kernel) the totals and the tokens of the slices before i from the table, the padded");
+	lg_comment(b, "offsets, and slice i's rows.");
 	lg_emit_signature(b, s, p->entry[1], "__launch_bounds__(%d)", k.threads);
 	lg_open(b, "{");
-	if (k.routing == R_MASK)
-		lg_line(b, "__shared__ u32 stage[%lld]; // the chunk's mask, rows of %lld words",
-			(long long)(k.chunk * k.sw), (long long)k.sw);
-	else
-		lg_line(b, "u32 *const stage = 0;");
-	lg_line(b, "__shared__ u32 bits[%d][%lld]; // the chunk's tokens of each expert, 32 a word", k.groups, E);
+	emit_batch_smem(b, &k);
 	lg_line(b, "__shared__ int first[%d][%lld]; // each 32-token group's first row of each expert", k.groups,
 		E);
 	lg_line(b, "__shared__ int cn[%lld], pe[%lld], nx[%lld]; // totals, offsets, the next row of each expert",
 		E, E, E);
-	lg_line(b, "__shared__ int mine[%d]; // the slices this CTA counted", k.slices);
-	lg_line(b, "__shared__ int nmine, next, own, all, ptot;");
-	lg_line(b, "const i64 S = T < %d ? (T > 0 ? T : 1) : %d; // slices", k.slices, k.slices);
-	lg_line(b, "const int tid = threadIdx.x, lane = tid & 31;");
+	lg_line(b, "__shared__ int ptot;");
+	lg_line(b, "const i64 i = blockIdx.x;");
 	lg_line(b, "const i64 cap = T * %lld + %lld;", (long long)k.k, (long long)(k.e * (k.m - 1)));
-	lg_line(b, "int *const wsi = (int *)ws, *const tot = wsi + %lld; // the slices' counts, the totals",
-		(long long)k.slices * k.e);
-	lg_line(b, "int *const claim = tot + %lld, *const done = claim + %d; // the claims, the counted slices", E,
-		k.slices);
 	lg_line(b, "int *const rix = (int *)row_index; // may be 0");
-	lg_line(b, "%s ld[%d];", unit_type(&k), k.nr);
-	lg_line(b, "i64 t0, t1;");
-	lg_comment(b, "The own slice's first chunk loaded before the wait (the routing is an input).");
-	lg_line(b, "lg_slice(T, S, blockIdx.x, &t0, &t1);");
-	lg_line(b, "lg_load((const %s *)%s, t0, (int)(t1 - t0 < CHUNK ? t1 - t0 : CHUNK), tid, ld);", source_type(&k),
-		routing_ptr(&k));
+	lg_line(b, "for (int e = tid; e < %lld; e += %d) cn[e] = nx[e] = 0;", E, k.threads);
+	lg_comment(b, "The slice's first batch made into bits before the wait (the routing is an input).");
+	lg_line(b, "lg_batch((const %s *)%s, t0, t1, tid, stage, bits);", source_type(&k), routing_ptr(&k));
 	if (p->v[P_EARLY]) {
-		lg_comment(b, "Wait for the reset kernel's zeros.");
+		lg_comment(b, "Wait for the count kernel's table.");
 		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
 	}
-	lg_open(b, "if (tid == 0) {");
-	lg_line(b, "nmine = 0;");
-	lg_line(b, "all = 0;");
-	lg_line(b, "own = atomicExch(&claim[blockIdx.x], 1) == 0;");
-	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_line(b, "i64 cur = own ? (i64)blockIdx.x : -1;");
-	lg_line(b, "bool pre = cur >= 0; // ld holds cur's first chunk");
-	lg_line(b, "int cached = -1; // the slice whose one chunk's bits are in shared memory");
-	emit_phase1(b, &k);
-	lg_comment(b, "Phase 2: the padded offsets, then the rows of this CTA's slices (the last counted first:");
-	lg_comment(b, "its bits may still be in shared memory).");
+	emit_table(b, &k);
 	emit_offsets(b, &k);
 	lg_line(b, "const int P = ptot;");
-	lg_open(b, "for (int mi = nmine - 1; mi >= 0; mi--) {");
-	lg_line(b, "const i64 i = mine[mi];");
-	lg_line(b, "lg_slice(T, S, i, &t0, &t1);");
-	emit_before(b, &k);
 	emit_slice_extras(b, &k);
 	emit_rows(b, &k, ept);
-	lg_close(b);
 	lg_close(b);
 }
 
@@ -632,8 +595,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	struct shape k = shape_of(p);
 	lg_section(b, "helpers for this spec", NULL);
 	emit_helpers(b, &k);
-	emit_phase1_helpers(b, &k, (int)((k.e + k.threads - 1) / k.threads));
-	emit_reset(b, s, p);
+	emit_batch(b, &k);
+	emit_count(b, s, p);
 	emit_map(b, s, p);
 }
 

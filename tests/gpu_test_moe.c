@@ -115,15 +115,18 @@ static void test_row_map(void **state)
 			 routings[i]);
 		check("moe_row_map", "forward", "bf16", keys, odd, NODD);
 	}
-	/* one expert, more experts than threads, a slice count of the tuner */
+	/* one expert, more experts than threads, each slice count of the tuner (slices of more
+	 * than one batch of chunks: 32 slices of 5000 or 8192 tokens) */
 	check("moe_row_map", "forward", "bf16", "\"experts\": 1, \"top_k\": 1, \"multiple\": 16", odd, NODD);
 	check("moe_row_map", "forward", "bf16", "\"experts\": 1024, \"top_k\": 8, \"multiple\": 16", odd, NODD);
-	static const int64_t more[] = {5000};
-	for (int sl = 32; sl <= 256; sl *= 2) {
-		char keys[256];
-		snprintf(keys, sizeof keys, TARGET_KEYS ", \"tile\": {\"slices\": %d}", sl);
-		check("moe_row_map", "forward", "bf16", keys, more, 1);
-	}
+	static const int64_t more[] = {5000, 8192};
+	for (int sl = 32; sl <= 256; sl *= 2)
+		for (int i = 0; i < 3; i++) {
+			char keys[256];
+			snprintf(keys, sizeof keys, TARGET_KEYS ", \"routing\": \"%s\", \"tile\": {\"slices\": %d}",
+				 routings[i], sl);
+			check("moe_row_map", "forward", "bf16", keys, more, 2);
+		}
 }
 
 static void test_permute(void **state)
@@ -407,6 +410,7 @@ static void test_deterministic(void **state)
 {
 	(void)state;
 	same_twice("moe_row_map", "forward", TARGET_KEYS);
+	same_twice("moe_row_map", "forward", TARGET_KEYS ", \"routing\": \"topk_i64\"");
 	same_twice("moe_unpermute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
 	same_twice("moe_unpermute", "backward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true");
 	same_twice("moe_unpermute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"weighted\": true, "

@@ -530,14 +530,14 @@ static void test_geometry(void **state)
 	const struct lg_family *f = lg_family_get(s->op);
 	plan_at(s, "sm_90a", &p);
 	assert_int_equal(p.nentries, 2);
-	assert_true(p.early[1]);
-	/* the slices' counts, the totals, the claims, the counted slices (16-byte multiple) */
-	assert_int_equal(f->workspace(&p), (size_t)(128 * 256 + 256 + 128 + 4) * 4);
+	assert_true(!p.early[0] && p.early[1]);
+	/* the slices' counts [64][256] */
+	assert_int_equal(f->workspace(&p), (size_t)64 * 256 * 4);
 	int64_t T = 8192;
-	f->geometry(&p, 0, &T, &d); /* the reset kernel: one CTA */
-	assert_true(d.grid[0] == 1 && d.block[0] == 256);
-	f->geometry(&p, 1, &T, &d);
-	assert_true(d.grid[0] == 128 && d.block[0] == 512);
+	for (int e = 0; e < 2; e++) { /* the count kernel, the map kernel: a CTA a slice */
+		f->geometry(&p, e, &T, &d);
+		assert_true(d.grid[0] == 64 && d.block[0] == 512);
+	}
 	T = 0;
 	f->geometry(&p, 1, &T, &d);
 	assert_int_equal(d.grid[0], 1);

@@ -16,19 +16,12 @@ static __device__ __forceinline__ void lg_slice(i64 T, i64 S, i64 i, i64 *t0, i6
 	*t0 = T * i / S;
 	*t1 = T * (i + 1) / S;
 }
-// What other CTAs wrote: read at L2 (acquire: the count of counted slices).
-static __device__ __forceinline__ int lg_ld_acquire(const int *p)
+// Tokens of the chunk from c0 in a slice ending at t1 (0: past it).
+static __device__ __forceinline__ int lg_chunk_n(i64 c0, i64 t1)
 {
-	int v;
-	asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
+	return (int)(t1 - c0 < CHUNK ? (t1 > c0 ? t1 - c0 : 0) : CHUNK);
 }
-static __device__ __forceinline__ int lg_ld_l2(const int *p)
-{
-	int v;
-	asm volatile("ld.global.cg.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
+// The count kernel's table: read at L2.
 static __device__ __forceinline__ uint4 lg_ld4_l2(const int *p)
 {
 	uint4 v;
@@ -63,136 +56,109 @@ static __device__ __forceinline__ void lg_bits(const int *ld, int n, int tid, u3
 	}
 	__syncthreads();
 }
-// Slice cur counted (pre: ld holds its first chunk), its counts published to its workspace
-// row and added to the totals (integer sums, any order).
-static __device__ __forceinline__ void lg_count(const long long *src, i64 T, i64 S, i64 cur,
-	bool pre, int tid, int *ld, u32 *stage, u32 (*bits)[96], int *wsi, int *tot)
+// The chunks of tokens [c0, c0 + 2 CHUNK) within t1: every load issued, then chunk c's bits
+// into bits[c] (a chunk past t1 is skipped: n = 0).
+static __device__ __forceinline__ void lg_batch(const long long *src, i64 c0, i64 t1, int tid,
+							u32 *stage, u32 (*bits)[2][96])
 {
-	i64 t0, t1;
-	lg_slice(T, S, cur, &t0, &t1);
-	int acc[1];
+	int ld[2][1];
 	#pragma unroll
-	for (int q = 0; q < 1; q++) acc[q] = 0;
-	for (i64 c0 = t0; c0 < t1; c0 += CHUNK, pre = false) {
-		const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);
-		if (!pre) lg_load(src, c0, n, tid, ld);
-		lg_bits(ld, n, tid, stage, bits);
-		#pragma unroll
-		for (int q = 0; q < 1; q++) {
-			const int e = tid + q * 512;
-			for (int h = 0; e < 96 && h < 2; h++) acc[q] += __popc(bits[h][e]);
-		}
-		__syncthreads();
+	for (int c = 0; c < 2; c++) {
+		const i64 a = c0 + c * CHUNK;
+		lg_load(src, a, lg_chunk_n(a, t1), tid, ld[c]);
 	}
 	#pragma unroll
-	for (int q = 0; q < 1; q++) {
-		const int e = tid + q * 512;
-		if (e < 96) {
-			wsi[cur * 96 + e] = acc[q];
-			if (acc[q]) atomicAdd(&tot[e], acc[q]);
-		}
+	for (int c = 0; c < 2; c++) {
+		const int n = lg_chunk_n(c0 + c * CHUNK, t1);
+		if (n > 0) lg_bits(ld[c], n, tid, stage, bits[c]);
 	}
-}
-// Warp 0: the next slice to count, one it claimed; -1: none unclaimed while some are not
-// counted yet; -2: every slice counted (d, read by lane 0: one value for the warp).
-static __device__ __forceinline__ int lg_pick(bool all, int S, const int *done, int *claim,
-	int lane)
-{
-	int d = S;
-	if (lane == 0 && !all) d = lg_ld_acquire(done);
-	if (__shfl_sync(0xffffffffu, d, 0) >= S) return -2;
-	for (int c0 = 0; c0 < S; c0 += 32) {
-		const int c = c0 + lane;
-		unsigned m = __ballot_sync(0xffffffffu, c < S && *(volatile int *)&claim[c] == 0);
-		for (; m; m &= m - 1) {
-			const int f = c0 + __ffs(m) - 1;
-			const int won = lane ? 0 : atomicExch(&claim[f], 1) == 0;
-			if (__shfl_sync(0xffffffffu, won, 0)) return f;
-		}
-	}
-	return -1;
 }
 
-// ----- lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64_reset: the map kernel's counters zeroed -----
-// One CTA: the totals, the claims and the count of counted slices (the workspace is
-// the caller's scratch: nothing is assumed of its bytes).
-extern "C" __global__ void __launch_bounds__(256)
-lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64_reset(
+// ----- lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64_count -----
+// each slice's tokens of each expert
+// CTA i counts slice i (chunks of 64 tokens, 2 at a time) into workspace row i: plain
+// stores, no atomics, nothing read of the workspace.
+extern "C" __global__ void __launch_bounds__(512)
+lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64_count(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
 	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
-	int *const z = (int *)ws + 12288;
-	for (int j = threadIdx.x; j < 225; j += 256) z[j] = 0;
+	u32 *const stage = 0;
+	__shared__ u32 bits[2][2][96]; // the batch's tokens of each expert, 32 a word
+	const i64 S = T < 64 ? (T > 0 ? T : 1) : 64; // slices
+	const int tid = threadIdx.x;
+	i64 t0, t1; // this CTA's slice
+	lg_slice(T, S, blockIdx.x, &t0, &t1);
+	int acc[1];
+	#pragma unroll
+	for (int q = 0; q < 1; q++) acc[q] = 0;
+	for (i64 c0 = t0; c0 < t1; c0 += 2 * CHUNK) {
+		lg_batch((const long long *)topk64, c0, t1, tid, stage, bits);
+		#pragma unroll
+		for (int q = 0; q < 1; q++) {
+			const int e = tid + q * 512;
+			#pragma unroll
+			for (int c = 0; c < 2; c++)
+				if (e < 96 && lg_chunk_n(c0 + c * CHUNK, t1) > 0)
+					for (int h = 0; h < 2; h++) acc[q] += __popc(bits[c][h][e]);
+		}
+		__syncthreads();
+	}
+	int *const row = (int *)ws + (i64)blockIdx.x * 96;
+	#pragma unroll
+	for (int q = 0; q < 1; q++) {
+		const int e = tid + q * 512;
+		if (e < 96) row[e] = acc[q];
+	}
 }
 
 // ----- lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64 -----
 // row_id_map, counts, padded offsets, row_index
-// Phase 1: each slice of tokens counted once, by the CTA that claims it (its own first,
-// then any unclaimed: no CTA waits for one not running). Phase 2, when every slice is
-// counted: each CTA gives the rows of the slices it counted. Chunks of 64 tokens.
+// CTA i: slice i's first 2 chunks of 64 tokens made into bits, then (after the count
+// kernel) the totals and the tokens of the slices before i from the table, the padded
+// offsets, and slice i's rows.
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64(
 	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
 	u64 padded_counts, u64 ws, i64 T, i64 part)
 {
 	u32 *const stage = 0;
-	__shared__ u32 bits[2][96]; // the chunk's tokens of each expert, 32 a word
+	__shared__ u32 bits[2][2][96]; // the batch's tokens of each expert, 32 a word
+	const i64 S = T < 64 ? (T > 0 ? T : 1) : 64; // slices
+	const int tid = threadIdx.x;
+	i64 t0, t1; // this CTA's slice
+	lg_slice(T, S, blockIdx.x, &t0, &t1);
 	__shared__ int first[2][96]; // each 32-token group's first row of each expert
 	__shared__ int cn[96], pe[96], nx[96]; // totals, offsets, the next row of each expert
-	__shared__ int mine[128]; // the slices this CTA counted
-	__shared__ int nmine, next, own, all, ptot;
-	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
-	const int tid = threadIdx.x, lane = tid & 31;
+	__shared__ int ptot;
+	const i64 i = blockIdx.x;
 	const i64 cap = T * 6 + 12192;
-	int *const wsi = (int *)ws, *const tot = wsi + 12288; // the slices' counts, the totals
-	int *const claim = tot + 96, *const done = claim + 128; // the claims, the counted slices
 	int *const rix = (int *)row_index; // may be 0
-	int ld[1];
-	i64 t0, t1;
-	// The own slice's first chunk loaded before the wait (the routing is an input).
-	lg_slice(T, S, blockIdx.x, &t0, &t1);
-	lg_load((const long long *)topk64, t0, (int)(t1 - t0 < CHUNK ? t1 - t0 : CHUNK), tid, ld);
-	if (tid == 0) {
-		nmine = 0;
-		all = 0;
-		own = atomicExch(&claim[blockIdx.x], 1) == 0;
+	for (int e = tid; e < 96; e += 512) cn[e] = nx[e] = 0;
+	// The slice's first batch made into bits before the wait (the routing is an input).
+	lg_batch((const long long *)topk64, t0, t1, tid, stage, bits);
+	__syncthreads();
+	// The table: 16 threads a 4 experts (every 16-th row), all loads independent.
+	const int *const wsi = (const int *)ws;
+	for (int x = tid; x < 384; x += 512) {
+		const int u = x % 24, sub = x / 24;
+		int a[4] = {0, 0, 0, 0}, bf[4] = {0, 0, 0, 0}; // every slice, the slices before i
+		#pragma unroll 8
+		for (int j = sub; j < (int)S; j += 16) {
+			const uint4 v = lg_ld4_l2(wsi + (i64)j * 96 + 4 * u);
+			const int w[4] = {(int)v.x, (int)v.y, (int)v.z, (int)v.w};
+			const int bm = j < i ? -1 : 0; // a slice before i
+			#pragma unroll
+			for (int z = 0; z < 4; z++) a[z] += w[z], bf[z] += w[z] & bm;
+		}
+		#pragma unroll
+		for (int z = 0; z < 4; z++) {
+			if (a[z]) atomicAdd(&cn[4 * u + z], a[z]);
+			if (bf[z]) atomicAdd(&nx[4 * u + z], bf[z]);
+		}
 	}
 	__syncthreads();
-	i64 cur = own ? (i64)blockIdx.x : -1;
-	bool pre = cur >= 0; // ld holds cur's first chunk
-	int cached = -1; // the slice whose one chunk's bits are in shared memory
-	// Phase 1: count slices until every slice is counted.
-	for (;; pre = false) {
-		if (cur >= 0) {
-			lg_count((const long long *)topk64, T, S, cur, pre, tid, ld, stage, bits,
-				 wsi, tot);
-			lg_slice(T, S, cur, &t0, &t1);
-			cached = t1 > t0 && t1 - t0 <= CHUNK ? (int)cur : -1;
-			__threadfence();
-			__syncthreads();
-			if (tid == 0) {
-				mine[nmine++] = (int)cur;
-				if (atomicAdd(done, 1) == (int)S - 1) // the last: all out
-					__threadfence(), all = 1;
-			}
-			__syncthreads();
-		}
-		if (tid < 32) {
-			const int c = lg_pick(all != 0, (int)S, done, claim, lane);
-			if (lane == 0) next = c;
-		}
-		__syncthreads();
-		cur = next;
-		__syncthreads();
-		if (cur == -2) break;
-		if (cur == -1 && tid == 0) asm volatile("nanosleep.u32 200;");
-	}
-	// Phase 2: the padded offsets, then the rows of this CTA's slices (the last counted first:
-	// its bits may still be in shared memory).
-	for (int e = tid; e < 96; e += 512) {
-		cn[e] = lg_ld_l2(tot + e);
-		pe[e] = (cn[e] + 127) / 128 * 128;
-	}
+	for (int e = tid; e < 96; e += 512) pe[e] = (cn[e] + 127) / 128 * 128;
 	__syncthreads();
 	// Exclusive scan of the padded counts over the experts: warp 0, 3 a lane.
 	if (tid < 32) {
@@ -209,57 +175,37 @@ lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64(
 		for (int e = e0; e < e0 + 3 && e < 96; e++) {
 			const int v = pe[e];
 			pe[e] = run;
+			nx[e] += run;
 			run += v;
 		}
 		if (tid == 31) ptot = inc;
 	}
 	__syncthreads();
 	const int P = ptot;
-	for (int mi = nmine - 1; mi >= 0; mi--) {
-		const i64 i = mine[mi];
-		lg_slice(T, S, i, &t0, &t1);
-		for (int e = tid; e < 96; e += 512) nx[e] = pe[e];
-		__syncthreads();
-		// The slices before i: 16 threads a 4 experts (every 16-th row).
-		for (int x = tid; x < 384; x += 512) {
-			const int u = x % 24, sub = x / 24;
-			int a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-			#pragma unroll 8
-			for (i64 j = sub; j < i; j += 16) {
-				const uint4 v = lg_ld4_l2(wsi + j * 96 + 4 * u);
-				a0 += (int)v.x, a1 += (int)v.y, a2 += (int)v.z, a3 += (int)v.w;
-			}
-			if (a0) atomicAdd(&nx[4 * u], a0);
-			if (a1) atomicAdd(&nx[4 * u + 1], a1);
-			if (a2) atomicAdd(&nx[4 * u + 2], a2);
-			if (a3) atomicAdd(&nx[4 * u + 3], a3);
+	if (i == 0) {
+		for (int e = tid; e < 96; e += 512) {
+			((int *)counts)[e] = cn[e];
+			((int *)offsets)[e] = pe[e];
+			if (e == 0) ((int *)offsets)[96] = P;
+			const int end = e + 1 < 96 ? pe[e + 1] : P; // the next offset
+			if (padded_counts) ((int *)padded_counts)[e] = end - pe[e];
 		}
-		__syncthreads();
-		if (i == 0) {
-			for (int e = tid; e < 96; e += 512) {
-				((int *)counts)[e] = cn[e];
-				((int *)offsets)[e] = pe[e];
-				if (e == 0) ((int *)offsets)[96] = P;
-				const int end = e + 1 < 96 ? pe[e + 1] : P; // the next offset
-				if (padded_counts) ((int *)padded_counts)[e] = end - pe[e];
-			}
+	}
+	// row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.
+	if (rix) {
+		for (i64 e = i; e < 96; e += S) {
+			const i64 end = e + 1 < 96 ? (i64)pe[e + 1] : (i64)P;
+			const i64 r1 = end < cap ? end : cap;
+			for (i64 r = pe[e] + cn[e] + tid; r < r1; r += 512) rix[r] = -1;
 		}
-		// row_index of the padding rows (experts i, i + S, ...) and of the rows past P: -1.
-		if (rix) {
-			for (i64 e = i; e < 96; e += S) {
-				const i64 end = e + 1 < 96 ? (i64)pe[e + 1] : (i64)P;
-				const i64 r1 = end < cap ? end : cap;
-				for (i64 r = pe[e] + cn[e] + tid; r < r1; r += 512) rix[r] = -1;
-			}
-			for (i64 r = P + i * 512 + tid; r < cap; r += S * 512) rix[r] = -1;
-		}
-		for (i64 c0 = t0; c0 < t1; c0 += CHUNK) {
-			const int n = (int)(t1 - c0 < CHUNK ? t1 - c0 : CHUNK);
-			if (cached != (int)i) {
-				lg_load((const long long *)topk64, c0, n, tid, ld);
-				lg_bits(ld, n, tid, stage, bits);
-			}
-			cached = -1;
+		for (i64 r = P + i * 512 + tid; r < cap; r += S * 512) rix[r] = -1;
+	}
+	for (i64 b0 = t0; b0 < t1; b0 += 2 * CHUNK) {
+		if (b0 != t0) lg_batch((const long long *)topk64, b0, t1, tid, stage, bits);
+		for (int c = 0; c < 2; c++) {
+			const i64 c0 = b0 + c * CHUNK;
+			const int n = lg_chunk_n(c0, t1);
+			if (n <= 0) break;
 			#pragma unroll
 			for (int q = 0; q < 1; q++) {
 				const int e = tid + q * 512;
@@ -267,7 +213,7 @@ lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64(
 					int run = nx[e];
 					for (int h = 0; h < 2; h++) {
 						first[h][e] = run;
-						run += __popc(bits[h][e]);
+						run += __popc(bits[c][h][e]);
 					}
 					nx[e] = run;
 				}
@@ -277,7 +223,7 @@ lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64(
 			for (int j = tid; j < n * 96; j += 512) {
 				const int tk = j / 96, e = j - tk * 96; // token, expert
 				const int h = tk >> 5, l = tk & 31;
-				const u32 w = bits[h][e];
+				const u32 w = bits[c][h][e];
 				int r = -1;
 				if ((w >> l) & 1u) {
 					r = first[h][e] + __popc(w & ((1u << l) - 1u));

@@ -1,8 +1,7 @@
 // driver_row_map.cpp - runs a generated moe_row_map (kernel.inc from
 // row_map.sh: its PTX loads made plain) through emu.h and checks every
-// output against a plain reference. Blocks run one after another, so CTA 0
-// claims and counts every slice (the stealing path) and gives all rows;
-// the -D flags come from row_map.sh.
+// output against a plain reference. The count kernel, then the map kernel
+// (blocks one after another); the -D flags come from row_map.sh.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -32,14 +31,12 @@ template <class T> static T __shfl_up_sync(unsigned, T v, int d) { int l = threa
 static int __popc(u32 v) { return __builtin_popcount(v); }
 static int __ffs(u32 v) { return __builtin_ffs((int)v); }
 template <class T> static T atomicAdd(T *p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-template <class T> static T atomicExch(T *p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_SEQ_CST); }
 template <class T> static T atomicOr(T *p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 static void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
-static int lg_ld_acquire(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static int lg_ld_l2(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
 static uint4 lg_ld4_l2(const int *p) { if ((uintptr_t)p % 16) abort(); return uint4{(u32)p[0], (u32)p[1], (u32)p[2], (u32)p[3]}; }
 #include "kernel.inc"
-// -DE -DK -DM -DTOK -DROUTING (0 mask, 1 topk_i32, 2 topk_i64) -DSLICES -DTHREADS -DENTRY -DRESET
+// -DE -DK -DM -DTOK -DROUTING (0 mask, 1 topk_i32, 2 topk_i64) -DSLICES -DTHREADS -DENTRY -DCOUNT
 int main() {
 	const i64 T = TOK, E = EE, Kk = KK, Mm = MM, cap = T * Kk + E * (Mm - 1);
 	std::mt19937 rng(7);
@@ -63,12 +60,12 @@ int main() {
 	for (i64 e = 0; e < E; e++) for (i64 t = 0; t < T; t++) if (mask[t * E + e]) { int r = run[e]++; map[t * E + e] = r; if (r < cap) rix[r] = (int)t; }
 	// the kernel
 	std::vector<int> gmap(T * E + 4, 0x55555555), gcnt(E, 77), goff(E + 1, 77), grix(cap + 4, 77), gpad(E, 77);
-	size_t wsn = (size_t)(SLICES * E + E + SLICES + 1 + 3) / 4 * 4;
-	std::vector<int> ws(wsn + 4, 0x12345678); // garbage: the reset kernel zeroes what must be
+	size_t wsn = (size_t)(SLICES * E + 3) / 4 * 4;
+	std::vector<int> ws(wsn + 4, 0x12345678); // garbage: nothing is assumed of the workspace
 	int *wsp = ws.data(); while ((uintptr_t)wsp % 16) wsp++;
 	u64 a_mask = (u64)mask.data(), a_t32 = (u64)top32.data(), a_t64 = (u64)top.data();
 	unsigned S = (unsigned)std::max<i64>(1, std::min<i64>(T, SLICES));
-	launch({1, 1, 1}, 256, [&] { RESET(a_mask, a_t32, a_t64, (u64)gmap.data(), (u64)gcnt.data(), (u64)goff.data(), (u64)grix.data(), (u64)gpad.data(), (u64)wsp, T, 0); });
+	launch({S, 1, 1}, THREADS, [&] { COUNT(a_mask, a_t32, a_t64, (u64)gmap.data(), (u64)gcnt.data(), (u64)goff.data(), (u64)grix.data(), (u64)gpad.data(), (u64)wsp, T, 0); });
 	launch({S, 1, 1}, THREADS, [&] { ENTRY(a_mask, a_t32, a_t64, (u64)gmap.data(), (u64)gcnt.data(), (u64)goff.data(), (u64)grix.data(), (u64)gpad.data(), (u64)wsp, T, 0); });
 	int bad = 0;
 	auto cmp = [&](const char *what, const std::vector<int> &g, const std::vector<int> &r, size_t n) {
