@@ -46,6 +46,17 @@
  * stores in turn, with only 16 warps an SM to overlap them. With the
  * prefetch (the default since): 148.8 us, the first block's three trips
  * per tile still exposed.
+ *
+ * tile.persist 1 (opt-in, with the prefetch; not yet measured): one wave
+ * of CTAs (the co-resident count, lg_plan.resident) loops over the work
+ * items (token tile x feature group, in tile order, so the first past the
+ * last tile ends the loop); at an item's first block the next item's
+ * lookup and its rows' sources (row_index, into registers) are read while
+ * this block's copies are in flight, and its first block's copies are
+ * issued at this item's last block, into the stage the next block uses
+ * (the stages alternate by a count of the CTA's blocks). Only the CTA's
+ * first item waits for its three trips. The engine still repeats the
+ * lookup at each item's start (padded_counts from L1).
  */
 #include <stdio.h>
 
