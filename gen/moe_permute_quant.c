@@ -46,17 +46,6 @@
  * stores in turn, with only 16 warps an SM to overlap them. With the
  * prefetch (the default since): 148.8 us, the first block's three trips
  * per tile still exposed.
- *
- * tile.persist 1 (opt-in, with the prefetch; not yet measured): one wave
- * of CTAs (the co-resident count, lg_plan.resident) loops over the work
- * items (token tile x feature group, in tile order, so the first past the
- * last tile ends the loop); at an item's first block the next item's
- * lookup and its rows' sources (row_index, into registers) are read while
- * this block's copies are in flight, and its first block's copies are
- * issued at this item's last block, into the stage the next block uses
- * (the stages alternate by a count of the CTA's blocks). Only the CTA's
- * first item waits for its three trips. The engine still repeats the
- * lookup at each item's start (padded_counts from L1).
  */
 #include <stdio.h>
 
@@ -70,7 +59,7 @@
 #define HIDDEN_MAX 32768
 
 enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS,
-       K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, K_PERSIST, NKEYS };
+       K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, NKEYS };
 static const int64_t threads_ok[] = {256, 512, 0};
 static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
 static const struct lg_key keys[NKEYS] = {
@@ -86,9 +75,6 @@ static const struct lg_key keys[NKEYS] = {
 	[K_PREFETCH] = LG_KEY_TILE("prefetch", "a", 0, 1, NULL,
 				   "1: each feature block's rows copied into shared memory (cp.async) while the "
 				   "block before is quantised; 0: loaded into registers"),
-	[K_PERSIST] = LG_KEY_TILE("persist", "w", 0, 1, NULL,
-				  "1 (with prefetch): one wave of CTAs looping over the tiles, the next tile's lookup, "
-				  "sources and first block's copies issued during this one"),
 };
 
 static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 24, "tokens", 0}};
@@ -110,7 +96,7 @@ static const struct lg_arg args[NARGS] = {
 	[A_OUTP] = {"out_probs", LG_ARG_OPT_OUT, LG_ELEM_FP32, ROWS, 4, "probs[t, e] of each row (0: padding)"},
 };
 
-enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE, P_MIN_CTAS, P_PREFETCH, P_PERSIST };
+enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE, P_MIN_CTAS, P_PREFETCH };
 
 /* tile.prefetch: two stages of a 128-row x 128-feature bf16 block (dynamic
  * shared memory) */
@@ -150,12 +136,6 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	/* prefetch by default: 148.8 us against 188.3 without on the H200 at the
 	 * target (bench/h200-2026-12-01d) */
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) : 1;
-	p->tile[K_PERSIST] = p->v[P_PERSIST] = lg_spec_has(s, K_PERSIST) ? lg_spec_int(s, K_PERSIST) : 0;
-	if (p->v[P_PERSIST] && !p->v[P_PREFETCH])
-		return lg_fail(LG_ERR_SPEC, "%s: tile.persist 1 needs tile.prefetch 1 (the next tile's rows are "
-			       "copied into shared memory)", s->entry);
-	/* one wave: the grid is the co-resident CTAs (lg_plan.resident) */
-	p->persistent[0] = p->v[P_PERSIST] != 0;
 	/* 100 to 128 registers a thread at 256 threads: 2 CTAs an SM (ptxas);
 	 * a higher minimum is a tuning choice. tile.prefetch: 2 (its 64 KB of
 	 * stages allow no more; uncapped, ptxas took 164 registers, 1 CTA) */
@@ -178,50 +158,31 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	lg_qe_geometry(&q, sz[0] > 0 ? rows : 0, p->v[P_EXPERTS], d);
 	if (p->v[P_PREFETCH])
 		d->smem = 2 * STAGE_BYTES;
-	if (p->persistent[0] && p->resident[0] && p->resident[0] < d->grid[0])
-		d->grid[0] = p->resident[0];
 }
 
-/* tile.prefetch: lg_gather_rows, the source tokens of a thread's rows (those
+/* tile.prefetch: lg_gather, the cp.async copies of a thread's rows (those
  * the values hook reads: r0 + i, a row past the tile's last taking the last
- * one's source), none for a thread whose rows are all absent;
- * lg_gather_copy, their cp.async copies x the thread's 16 bytes of the
- * feature block at feature k0 into a stage (row r0 + i at 256 (r0 + i)
- * bytes; a padding row's copy fills zeros), one commit group; lg_gather,
- * both. */
+ * one's source) x its 16 bytes of the feature block at feature k0, into a
+ * stage (row r0 + i at 256 (r0 + i) bytes; a padding row's copy fills
+ * zeros); none for a thread whose rows are all absent; one commit group. */
 static void emit_gather_helper(lg_buf *b, const struct lg_qe *e)
 {
-	int r = lg_qe_tokens_per_thread(e);
-	lg_comment(b, "tile.prefetch: the sources of this thread's rows r0 + i (past the tile's last: the");
-	lg_comment(b, "last one's), none for a thread with no row.");
-	lg_line(b, "static __device__ __forceinline__ void lg_gather_rows(int *src, const int *ri, i64 m0, int rows,");
-	lg_line(b, "							      int r0)");
-	lg_open(b, "{");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) src[i] = r0 < rows ? ri[m0 + min(r0 + i, rows - 1)] : -1;", r);
-	lg_close(b);
-	lg_comment(b, "Their 16 bytes of feature block k0 into `stage` (row r0 + i at 256 (r0 + i); padding");
-	lg_comment(b, "rows zero-filled) by cp.async, one commit group (empty for a thread with no row).");
-	lg_line(b, "static __device__ __forceinline__ void lg_gather_copy(u8 *stage, u64 x, const int *src, int rows,");
-	lg_line(b, "							      int r0, int lb, i64 k0)");
+	lg_comment(b, "tile.prefetch: this thread's rows r0 + i (past the tile's last: the last one's source)");
+	lg_comment(b, "x its 16 bytes of feature block k0 into `stage` (row r0 + i at 256 (r0 + i); padding rows");
+	lg_comment(b, "zero-filled) by cp.async, one commit group (empty for a thread with no row).");
+	lg_line(b, "static __device__ __forceinline__ void lg_gather(u8 *stage, u64 x, const int *ri, i64 m0, int rows,");
+	lg_line(b, "\t\t\t\t\t\t\t int r0, int lb, i64 k0)");
 	lg_open(b, "{");
 	lg_open(b, "if (r0 < rows) {");
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", r);
-	lg_line(b, "const u8 *const xr = (const u8 *)x + (i64)(src[i] >= 0 ? src[i] : 0) * %lld;", (long long)e->n * 2);
+	lg_open(b, "for (int i = 0; i < %d; i++) {", lg_qe_tokens_per_thread(e));
+	lg_line(b, "const int src = ri[m0 + min(r0 + i, rows - 1)];");
+	lg_line(b, "const u8 *const xr = (const u8 *)x + (i64)(src >= 0 ? src : 0) * %lld;", (long long)e->n * 2);
 	lg_line(b, "lg_cp16(stage + (r0 + i) * 256 + lb * 16, xr + (k0 + 8 * lb) * 2,");
-	lg_line(b, "	src[i] >= 0 ? 16 : 0);");
+	lg_line(b, "\tsrc >= 0 ? 16 : 0);");
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "lg_cp_commit();");
-	lg_close(b);
-	lg_comment(b, "Both: the rows of the tile at m0 (rows of them) into `stage`.");
-	lg_line(b, "static __device__ __forceinline__ void lg_gather(u8 *stage, u64 x, const int *ri, i64 m0, int rows,");
-	lg_line(b, "							 int r0, int lb, i64 k0)");
-	lg_open(b, "{");
-	lg_line(b, "int src[%d];", r);
-	lg_line(b, "lg_gather_rows(src, ri, m0, rows, r0);");
-	lg_line(b, "lg_gather_copy(stage, x, src, rows, r0, lb, k0);");
 	lg_close(b);
 }
 
@@ -232,74 +193,24 @@ static void emit_gather(lg_buf *b, const char *k0, const char *st)
 	lg_line(b, "\t  r0, lb, %s);", k0);
 }
 
-/* Feature groups of a token tile (CTAs along the features; the engine's). */
-static long long feature_groups(const struct lg_plan *p)
-{
-	long long fb = (long long)p->v[P_FBLOCKS], nb = (long long)(p->v[P_HIDDEN] / 128);
-	return (nb + fb - 1) / fb;
-}
-
-/* tile.persist, at the first feature block of a work item: the next item's
- * tile (the engine's lookup, its conditions) and its rows' sources, into
- * qe_nv (it exists), qe_m0n, qe_rn, qe_k0n, qe_src. */
-static void next_item(lg_buf *b, const struct lg_qe *e, const struct lg_plan *p)
-{
-	long long g = feature_groups(p);
-	lg_comment(b, "The item's first block: the next item's tile (the engine's lookup, done early)");
-	lg_comment(b, "and its rows' sources, while this block's copies are in flight.");
-	lg_open(b, "if (cb == cg * %lld && qe_w + gridDim.x < qe_items) {", (long long)p->v[P_FBLOCKS]);
-	lg_line(b, "const i64 qe_tn = (qe_w + gridDim.x) / %lld; // its token tile", g);
-	lg_line(b, "int qe_ex;");
-	lg_line(b, "i64 qe_s0, qe_sn, qe_tb;");
-	lg_line(b, "qe_nv = lg_expert_tile((const int *)%s, %s, qe_tn,", e->counts, e->experts);
-	lg_line(b, "	&qe_ex, &qe_s0, &qe_sn, &qe_tb) && qe_s0 + qe_sn <= %s;", e->m);
-	lg_open(b, "if (qe_nv) {");
-	lg_line(b, "const i64 qe_lt = qe_tn - qe_tb;");
-	lg_line(b, "qe_m0n = qe_s0 + qe_lt * 128;");
-	lg_line(b, "qe_rn = (int)min(qe_sn - qe_lt * 128, (i64)128);");
-	lg_line(b, "qe_k0n = (qe_w + gridDim.x) %% %lld * %lld;", g, (long long)p->v[P_FBLOCKS] * 128);
-	lg_line(b, "lg_gather_rows(qe_src, (const int *)row_index, qe_m0n, qe_rn, r0);");
-	lg_close(b);
-	lg_close(b);
-}
-
 /* tile.prefetch, at each feature block: the next block's rows copied into
- * the other stage (tile.persist: past the item's last block, the next
- * item's first), then this block's copies awaited (each thread reads only
+ * the other stage, then this block's copies awaited (each thread reads only
  * the bytes it copied: no barrier). */
 static void block_prefetch(lg_buf *b, const struct lg_qe *e, void *ctx)
 {
 	const struct lg_plan *p = ctx;
+	(void)e;
 	long long fb = (long long)p->v[P_FBLOCKS], nb = (long long)(p->v[P_HIDDEN] / 128);
-	bool persist = p->v[P_PERSIST] != 0;
-	if (persist)
-		next_item(b, e, p);
 	lg_comment(b, "Block cb + 1's rows copied into the other stage while this block's are used, then");
 	lg_comment(b, "this block's copies (issued a block before) awaited.");
-	if (persist)
-		lg_line(b, "const int qe_st = qe_n & 1; // this block's stage");
-	else
-		lg_line(b, "const int qe_st = (cb - cg * %lld) & 1; // this block's stage", fb);
+	lg_line(b, "const int qe_st = (cb - cg * %lld) & 1; // this block's stage", fb);
 	lg_open(b, "if (cb + 1 < cg * %lld + %lld && cb + 1 < %lld) {", fb, fb, nb);
 	emit_gather(b, "k0 + 128", "qe_st ^ 1");
-	if (persist) {
-		lg_close_with(b, "} else if (qe_nv) {");
-		lg_comment(b, "the next item's first block");
-		lg_line(b, "lg_gather_copy(gx + (qe_st ^ 1) * %d, x, qe_src, qe_rn, r0, lb, qe_k0n);", STAGE_BYTES);
-	}
 	lg_close_with(b, "} else {");
 	lg_line(b, "lg_cp_commit(); // an empty group: one a block");
 	lg_close(b);
 	lg_line(b, "lg_cp_wait(1);");
 	lg_line(b, "const u8 *const qe_gs = gx + qe_st * %d; // this block's rows", STAGE_BYTES);
-}
-
-/* tile.persist: after each feature block, the count the stages alternate by. */
-static void block_done(lg_buf *b, const struct lg_qe *e, void *ctx)
-{
-	(void)e;
-	(void)ctx;
-	lg_line(b, "qe_n++; // the next block's stage is the other");
 }
 
 /* Row qe_row's 8 features: those of its source token, zeros for padding
@@ -336,24 +247,11 @@ static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 	if (!p->v[P_PREFETCH])
 		return;
 	lg_comment(b, "The rows of the group's feature blocks, copied a block ahead into two stages");
-	lg_comment(b, "of 128 rows x 256 bytes (row r0 + i of a thread at 256 (r0 + i)): the first now%s",
-		   p->v[P_PERSIST] ? "" : ".");
-	if (p->v[P_PERSIST]) {
-		lg_comment(b, "(the CTA's first item; the others' were issued during the item before).");
-		lg_comment(b, "qe_nv: the next item exists, its first token qe_m0n, rows qe_rn, first");
-		lg_comment(b, "feature qe_k0n, this thread's sources qe_src (next_item, at the first block).");
-		lg_line(b, "bool qe_nv = false;");
-		lg_line(b, "i64 qe_m0n = 0, qe_k0n = 0;");
-		lg_line(b, "int qe_rn = 0, qe_src[%d];", lg_qe_tokens_per_thread(e));
-	}
+	lg_comment(b, "of 128 rows x 256 bytes (row r0 + i of a thread at 256 (r0 + i)): the first now.");
 	lg_line(b, "extern __shared__ __align__(16) u8 gx[];");
 	char k0[48];
 	snprintf(k0, sizeof k0, "(i64)cg * %lld", (long long)p->v[P_FBLOCKS] * 128);
-	if (p->v[P_PERSIST])
-		lg_open(b, "if (qe_n == 0) {");
 	emit_gather(b, k0, "0");
-	if (p->v[P_PERSIST])
-		lg_close(b);
 }
 
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
@@ -361,15 +259,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	char m[64], ne[24];
 	struct lg_qe e = engine(s, p, m, sizeof m, ne, sizeof ne);
 	struct lg_qe_hooks h = {.ctx = (void *)p, .values = values, .prologue = prologue,
-				.block = p->v[P_PREFETCH] ? block_prefetch : NULL,
-				.epilogue = p->v[P_PERSIST] ? block_done : NULL};
-	char tile[48], group[48];
-	if (p->v[P_PERSIST]) {
-		snprintf(tile, sizeof tile, "qe_w / %lld", feature_groups(p));
-		snprintf(group, sizeof group, "(int)(qe_w %% %lld)", feature_groups(p));
-		e.tile = tile;
-		e.group = group;
-	}
+				.block = p->v[P_PREFETCH] ? block_prefetch : NULL};
 	(void)t;
 	lg_section(b, "helpers for this spec", NULL);
 	lg_qe_emit_helpers(b, &e);
@@ -387,20 +277,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	char lb[48];
 	lg_emit_signature(b, s, p->entry[0], "%s", lg_launch_bounds(lb, e.threads, p->v[P_MIN_CTAS]));
 	lg_open(b, "{");
-	if (p->v[P_PERSIST]) {
-		lg_comment(b, "tile.persist: work item w (token tile w / %lld, feature group w %% %lld) for w =",
-			   feature_groups(p), feature_groups(p));
-		lg_comment(b, "blockIdx.x, + gridDim.x, ... (the grid: the co-resident CTAs). Items are in tile");
-		lg_comment(b, "order, so the first past the last tile ends the loop (the engine's return).");
-		lg_line(b, "const i64 qe_items = ((%s + 127) / 128 + %s) * %lld; // tiles (a bound) x groups", m, ne,
-			feature_groups(p));
-		lg_line(b, "int qe_n = 0; // feature blocks begun by this CTA: block qe_n's stage is qe_n & 1");
-		lg_comment(b, "(The loop's body, the engine's, is not indented: its lines keep their width.)");
-		lg_line(b, "for (i64 qe_w = blockIdx.x; qe_w < qe_items; qe_w += gridDim.x) {");
-	}
 	lg_qe_emit_body(b, &e, &h);
-	if (p->v[P_PERSIST])
-		lg_line(b, "} // qe_w");
 	lg_close(b);
 }
 

@@ -216,21 +216,6 @@ static void test_permute_quant(void **state)
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 7168, \"experts\": 160, \"top_k\": 6, "
 	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8, \"prefetch\": 1}",
 	      odd, NODD);
-	/* tile.persist (one wave of CTAs over the tiles, the next tile's rows copied during this
-	 * one): the target at fblocks 4 and 1, odd shapes, 0-token experts (the patterns) */
-	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
-	      "\"both\"}, \"tile\": {\"persist\": 1}", target, 1);
-	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
-	      "\"both\"}, \"tile\": {\"persist\": 1, \"fblocks\": 1}", target, 1);
-	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
-	      "\"columnwise\", \"round_scale\": false}, \"tile\": {\"persist\": 1}", odd, NODD);
-	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, "
-	      "\"multiple\": 128, \"quant\": {\"output\": \"both\"}, \"tile\": {\"persist\": 1}", odd, NODD);
-	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, \"experts\": 5, \"top_k\": 2, "
-	      "\"multiple\": 1, \"quant\": {\"output\": \"rowwise\"}, \"tile\": {\"persist\": 1}", odd, NODD);
-	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 7168, \"experts\": 160, \"top_k\": 6, "
-	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8, \"persist\": 1}",
-	      odd, NODD);
 }
 
 /* The optional arguments left out (0): probs, out_probs, row_index, ... */
@@ -433,8 +418,6 @@ static void test_deterministic(void **state)
 	same_twice("moe_permute", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"tile\": {\"pipeline\": 2}");
 	same_twice("moe_permute_quant", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
 		   "\"both\"}, \"tile\": {\"prefetch\": 1}");
-	same_twice("moe_permute_quant", "forward", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
-		   "\"both\"}, \"tile\": {\"persist\": 1}");
 }
 
 /* Declared argument rules reach the launch: the weighted combine's

@@ -369,11 +369,6 @@ static const struct golden cases[] = {
 	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
 	 "\"experts\": 96, \"top_k\": 6, \"multiple\": 128, \"quant\": {\"output\": \"both\"}, "
 	 "\"tile\": {\"prefetch\": 1}}"},
-	/* K4b persistent (one wave of CTAs looping over the tiles, the next tile's rows copied
-	 * during this one's last block) */
-	{"moe_permute_quant_h2048_e256_k8_both_pow2_tw1", "sm_90a",
-	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
-	 "\"experts\": 256, \"top_k\": 8, \"quant\": {\"output\": \"both\"}, \"tile\": {\"persist\": 1}}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])

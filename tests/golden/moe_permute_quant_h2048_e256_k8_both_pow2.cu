@@ -182,36 +182,22 @@ static __device__ __forceinline__ void lg_st16_part(u8 *dst, lg_u32x4 v, int lo,
 // ----- helpers for this spec -----
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
-// tile.prefetch: the sources of this thread's rows r0 + i (past the tile's last: the
-// last one's), none for a thread with no row.
-static __device__ __forceinline__ void lg_gather_rows(int *src, const int *ri, i64 m0, int rows,
-							      int r0)
-{
-	#pragma unroll
-	for (int i = 0; i < 8; i++) src[i] = r0 < rows ? ri[m0 + min(r0 + i, rows - 1)] : -1;
-}
-// Their 16 bytes of feature block k0 into `stage` (row r0 + i at 256 (r0 + i); padding
-// rows zero-filled) by cp.async, one commit group (empty for a thread with no row).
-static __device__ __forceinline__ void lg_gather_copy(u8 *stage, u64 x, const int *src, int rows,
-							      int r0, int lb, i64 k0)
+// tile.prefetch: this thread's rows r0 + i (past the tile's last: the last one's source)
+// x its 16 bytes of feature block k0 into `stage` (row r0 + i at 256 (r0 + i); padding rows
+// zero-filled) by cp.async, one commit group (empty for a thread with no row).
+static __device__ __forceinline__ void lg_gather(u8 *stage, u64 x, const int *ri, i64 m0, int rows,
+							 int r0, int lb, i64 k0)
 {
 	if (r0 < rows) {
 		#pragma unroll
 		for (int i = 0; i < 8; i++) {
-			const u8 *const xr = (const u8 *)x + (i64)(src[i] >= 0 ? src[i] : 0) * 4096;
+			const int src = ri[m0 + min(r0 + i, rows - 1)];
+			const u8 *const xr = (const u8 *)x + (i64)(src >= 0 ? src : 0) * 4096;
 			lg_cp16(stage + (r0 + i) * 256 + lb * 16, xr + (k0 + 8 * lb) * 2,
-				src[i] >= 0 ? 16 : 0);
+				src >= 0 ? 16 : 0);
 		}
 	}
 	lg_cp_commit();
-}
-// Both: the rows of the tile at m0 (rows of them) into `stage`.
-static __device__ __forceinline__ void lg_gather(u8 *stage, u64 x, const int *ri, i64 m0, int rows,
-							 int r0, int lb, i64 k0)
-{
-	int src[8];
-	lg_gather_rows(src, ri, m0, rows, r0);
-	lg_gather_copy(stage, x, src, rows, r0, lb, k0);
 }
 
 // ----- lg_moe_permute_quant_fwd_bf16_h2048_e256_k8_m16_both_pow2 -----
