@@ -531,12 +531,12 @@ static void test_geometry(void **state)
 	plan_at(s, "sm_90a", &p);
 	assert_int_equal(p.nentries, 2);
 	assert_true(!p.early[0] && p.early[1]);
-	/* the slices' counts [64][256] */
-	assert_int_equal(f->workspace(&p), (size_t)64 * 256 * 4);
+	/* the slices' counts [128][256] */
+	assert_int_equal(f->workspace(&p), (size_t)128 * 256 * 4);
 	int64_t T = 8192;
 	for (int e = 0; e < 2; e++) { /* the count kernel, the map kernel: a CTA a slice */
 		f->geometry(&p, e, &T, &d);
-		assert_true(d.grid[0] == 64 && d.block[0] == 512);
+		assert_true(d.grid[0] == 128 && d.block[0] == 512);
 	}
 	T = 0;
 	f->geometry(&p, 1, &T, &d);

@@ -99,7 +99,7 @@ lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_count(
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	__shared__ u32 stage[4160]; // a chunk's mask, rows of 65 words
 	__shared__ u32 bits[2][2][256]; // the batch's tokens of each expert, 32 a word
-	const i64 S = T < 64 ? (T > 0 ? T : 1) : 64; // slices
+	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
 	const int tid = threadIdx.x;
 	i64 t0, t1; // this CTA's slice
 	lg_slice(T, S, blockIdx.x, &t0, &t1);
@@ -138,7 +138,7 @@ lg_moe_row_map_fwd_bf16_e256_k8_m16_mask(
 {
 	__shared__ u32 stage[4160]; // a chunk's mask, rows of 65 words
 	__shared__ u32 bits[2][2][256]; // the batch's tokens of each expert, 32 a word
-	const i64 S = T < 64 ? (T > 0 ? T : 1) : 64; // slices
+	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
 	const int tid = threadIdx.x;
 	i64 t0, t1; // this CTA's slice
 	lg_slice(T, S, blockIdx.x, &t0, &t1);

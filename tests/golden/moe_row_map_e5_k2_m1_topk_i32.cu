@@ -85,7 +85,7 @@ lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32_count(
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	u32 *const stage = 0;
 	__shared__ u32 bits[2][2][5]; // the batch's tokens of each expert, 32 a word
-	const i64 S = T < 64 ? (T > 0 ? T : 1) : 64; // slices
+	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
 	const int tid = threadIdx.x;
 	i64 t0, t1; // this CTA's slice
 	lg_slice(T, S, blockIdx.x, &t0, &t1);
@@ -124,7 +124,7 @@ lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32(
 {
 	u32 *const stage = 0;
 	__shared__ u32 bits[2][2][5]; // the batch's tokens of each expert, 32 a word
-	const i64 S = T < 64 ? (T > 0 ? T : 1) : 64; // slices
+	const i64 S = T < 128 ? (T > 0 ? T : 1) : 128; // slices
 	const int tid = threadIdx.x;
 	i64 t0, t1; // this CTA's slice
 	lg_slice(T, S, blockIdx.x, &t0, &t1);
