@@ -46,8 +46,13 @@
  * then each 128 x 128 block of the slab is worked as in the fused form
  * (512 threads, 4 rows x 8 features a thread): y from shared memory, the
  * rowwise block, the columnwise block (all 128 tokens are in the CTA), qt
- * through the swizzled staging tile. One CTA an SM (16 warps): what bounds
- * it is still to be measured (bench/k1-fused.json).
+ * through the swizzled staging tile. One CTA an SM (16 warps). Correct on
+ * the H200 (gpu_test_k1:test_k1_slab) but slower than the two kernels at
+ * 8192 x 2048 (bench/h200-2026-12-01d, bench/k1-fused.json): slab 256
+ * 44.6 us (1 stage: 36.7), slab 512 50.3, the default 34.2: the per-element
+ * work is the fused form's (~20 instructions) at 16 warps an SM, with a
+ * cluster barrier a tile; a producer warp, packed e4m3x2 math and 2 CTAs
+ * an SM are what it lacks.
  */
 #include <stdio.h>
 #include <string.h>
