@@ -46,8 +46,8 @@
  *          47.8 us (ncu), latency-bound: with 4 reduction tiles a CTA its
  *          prologue (barriers, the first TMA loads) and epilogue (64 KB of
  *          dx stored from registers) overlap nothing. tile.dx_persistent 1
- *          (opt-in: 73.3 us in all against 75.8 on the H200): one CTA an SM (grid: what is
- *          co-resident, 132 at the target) loops over the tiles, its
+ *          (opt-in: 73.3 us in all against 75.8 on the H200): one CTA an
+ *          SM (grid: what is co-resident, 132 at the target) loops over the tiles, its
  *          producer's stage count running on across them, so that it loads
  *          the next tile's stages while the consumers store this one and
  *          one prologue serves ~4 tiles.
