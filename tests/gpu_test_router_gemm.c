@@ -274,7 +274,7 @@ static void test_dx_persistent(void **state)
 	static const char *const tiles[] = {
 		"{\"dx_persistent\": 1}",
 		"{\"dx_persistent\": 1, \"dx_n\": 128}",
-		"{\"dx_persistent\": 1, \"dx_m\": 64, \"dx_stages\": 2}",
+		"{\"dx_persistent\": 1, \"dx_m\": 64, \"dx_stages\": 3}",
 	};
 	static const int64_t ms[] = {8192, 1, 127, 8191};
 	for (size_t t = 0; t < N_OF(tiles); t++)
