@@ -361,14 +361,14 @@ static const struct golden cases[] = {
 	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
 	 "\"experts\": 96, \"top_k\": 6, \"multiple\": 128, \"quant\": {\"output\": \"rowwise\", "
 	 "\"round_scale\": false}}"},
-	/* K4b with its rows copied into shared memory a feature block ahead (cp.async) */
-	{"moe_permute_quant_h2048_e256_k8_both_pow2_ta1", "sm_90a",
+	/* K4b without its default prefetch: each thread's rows gathered into registers */
+	{"moe_permute_quant_h2048_e256_k8_both_pow2_ta0", "sm_90a",
 	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
-	 "\"experts\": 256, \"top_k\": 8, \"quant\": {\"output\": \"both\"}, \"tile\": {\"prefetch\": 1}}"},
-	{"moe_permute_quant_h384_e96_k6_m128_both_ta1_sm80", "sm_80",
+	 "\"experts\": 256, \"top_k\": 8, \"quant\": {\"output\": \"both\"}, \"tile\": {\"prefetch\": 0}}"},
+	{"moe_permute_quant_h384_e96_k6_m128_both_ta0_sm80", "sm_80",
 	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
 	 "\"experts\": 96, \"top_k\": 6, \"multiple\": 128, \"quant\": {\"output\": \"both\"}, "
-	 "\"tile\": {\"prefetch\": 1}}"},
+	 "\"tile\": {\"prefetch\": 0}}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])
