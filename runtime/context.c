@@ -313,8 +313,8 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
 	CUfunction fn;
 	LG_CU_TRY(cu, cuKernelGetFunction, (&fn, kern));
 	int n = 0;
-	if (cluster > 1) { /* compile-time cluster of grid[0] CTAs */
-		CUlaunchConfig cfg = {.gridDimX = d->grid[0], .gridDimY = 1, .gridDimZ = 1,
+	if (cluster > 1) { /* a compile-time cluster of `cluster` CTAs */
+		CUlaunchConfig cfg = {.gridDimX = cluster, .gridDimY = 1, .gridDimZ = 1,
 				      .blockDimX = d->block[0], .blockDimY = d->block[1],
 				      .blockDimZ = d->block[2], .sharedMemBytes = d->smem};
 		LG_CU_TRY(cu, cuOccupancyMaxActiveClusters, (&n, fn, &cfg));

@@ -99,6 +99,21 @@ static void check_on(lg_ctx *c, const char *pass, const char *keys, int64_t M)
 
 static void check(const char *pass, const char *keys, int64_t M) { check_on(ctx, pass, keys, M); }
 
+/* Each tile at each shape and token count of a pass (once1: 1 token at the
+ * first tile only). */
+static void check_grid(const char *pass, const char *const *tiles, size_t nt, const char *const *shapes,
+		       size_t ns, const int64_t *ms, size_t nm, bool once1)
+{
+	for (size_t t = 0; t < nt; t++)
+		for (size_t h = 0; h < ns; h++) {
+			char keys[256];
+			snprintf(keys, sizeof keys, "%s, \"tile\": %s", shapes[h], tiles[t]);
+			for (size_t i = 0; i < nm; i++)
+				if (!once1 || t == 0 || ms[i] != 1)
+					check(pass, keys, ms[i]);
+		}
+}
+
 static void both(const char *keys, const int64_t *ms, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
@@ -207,13 +222,7 @@ static void test_tiles90(void **state)
 	};
 	static const char *const shapes[] = {"\"hidden\": 1000, \"experts\": 160", "\"hidden\": 2048, \"experts\": 97"};
 	static const int64_t ms[] = {1, 127, 1000};
-	for (size_t t = 0; t < N_OF(tiles); t++)
-		for (size_t h = 0; h < N_OF(shapes); h++) {
-			char keys[256];
-			snprintf(keys, sizeof keys, "%s, \"tile\": %s", shapes[h], tiles[t]);
-			for (size_t i = 0; i < N_OF(ms); i++)
-				check("forward", keys, ms[i]);
-		}
+	check_grid("forward", tiles, N_OF(tiles), shapes, N_OF(shapes), ms, N_OF(ms), false);
 	check_on(ctx_mma, "forward", "\"hidden\": 2048, \"experts\": 256", 8192);
 }
 
@@ -243,13 +252,7 @@ static void test_tiles90_bwd(void **state)
 		"\"hidden\": 1000, \"experts\": 4, \"precision\": \"bf16x2\"",
 	};
 	static const int64_t ms[] = {1, 127, 1000};
-	for (size_t t = 0; t < N_OF(tiles); t++)
-		for (size_t h = 0; h < N_OF(shapes); h++) {
-			char keys[256];
-			snprintf(keys, sizeof keys, "%s, \"tile\": %s", shapes[h], tiles[t]);
-			for (size_t i = 0; i < N_OF(ms); i++)
-				check("backward", keys, ms[i]);
-		}
+	check_grid("backward", tiles, N_OF(tiles), shapes, N_OF(shapes), ms, N_OF(ms), false);
 	check_on(ctx_mma, "backward", "\"hidden\": 2048, \"experts\": 256", 8192);
 }
 
@@ -277,14 +280,7 @@ static void test_dx_persistent(void **state)
 		"{\"dx_persistent\": 1, \"dx_m\": 64, \"dx_stages\": 3}",
 	};
 	static const int64_t ms[] = {8192, 1, 127, 8191};
-	for (size_t t = 0; t < N_OF(tiles); t++)
-		for (size_t h = 0; h < N_OF(shapes); h++) {
-			char keys[256];
-			snprintf(keys, sizeof keys, "%s, \"tile\": %s", shapes[h], tiles[t]);
-			for (size_t i = 0; i < N_OF(ms); i++)
-				if (t == 0 || ms[i] != 1)
-					check("backward", keys, ms[i]);
-		}
+	check_grid("backward", tiles, N_OF(tiles), shapes, N_OF(shapes), ms, N_OF(ms), true);
 }
 
 /* The launch's tensor maps follow the pointers and sizes (launch.c keeps

@@ -15,6 +15,7 @@ Every op takes, after its own arguments:
 Inputs are C-contiguous CUDA arrays: x is [tokens, hidden] (2-D; flatten
 leading dimensions first -- lingen.torch does it for you).
 """
+from . import _core, _families
 from ._core import call
 
 
@@ -495,6 +496,38 @@ def _routing_kind(routing):
     return "mask", routing
 
 
+_uses_cache = {}
+
+
+def _uses(op, pass_, options):
+    """arg_used of every argument of a pass for options ((path, value),
+    ...): 0 left out, 1 used, 2 required. A family's uses() reads its
+    options, never its shape keys, so this is evaluated at the smallest
+    shape the family declares (cached)."""
+    key = (op, pass_, options)
+    used = _uses_cache.get(key)
+    if used is None:
+        fam = _families.families()[op]
+        spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
+        for k in fam.keys:
+            if k.shape:
+                _core._set_path(spec, k.path, k.min)
+        for path, value in options:
+            _core._set_path(spec, path, value)
+        s = _core.Spec(spec)
+        used = _uses_cache.setdefault(key, tuple(s.arg_used(a.index)
+                                                 for a in fam.passes[pass_].args))
+    return used
+
+
+def _routing_arg(kind):
+    """The moe_row_map input that takes routing of this kind: the one input
+    its declaration (uses()) keeps for routing = kind."""
+    args = _families.families()["moe_row_map"].passes["forward"].args
+    used = _uses("moe_row_map", "forward", (("routing", kind),))
+    return next(a for a, u in zip(args, used) if a.is_input and u)
+
+
 def _multiple(multiple):
     """The `multiple` key as given, or nothing: the family's declared default
     (moe_row_map's, which the dispatch and combine kernels must match)."""
@@ -523,7 +556,7 @@ def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, 
     it, one 4-byte copy). As linghe's triton_make_row_id_map(routing_map,
     multiple_of) and triton_make_row_id_map_and_index, in one call."""
     kind, arr = _routing_kind(routing)
-    arg = {"mask": "mask", "topk_i32": "topk", "topk_i64": "topk64"}[kind]
+    arg = _routing_arg(kind).name
     opts = _moe(top_k, multiple, tile, routing=kind)
     if experts is not None:
         opts["experts"] = int(experts)

@@ -24,7 +24,7 @@ import torch
 
 from . import _core, _families
 from ._arrays import torch_elems
-from .ops import _multiple
+from .ops import _multiple, _routing_arg, _routing_kind, _uses
 
 NAMESPACE = "lingen"
 _SCALAR = {"number": "float", "bool": "bool", "enum": "str", "int": "int"}
@@ -264,28 +264,10 @@ def _constant(fn):
 
 @_constant
 def _used(op, pass_, options):
-    """Which outputs a call produces, for options ((path, value), ...).
-    A family's uses() reads its options, never its shape keys, so this is
-    evaluated at the smallest shape the family declares, and torch.compile
-    takes the result as a constant."""
-    key = (op, pass_, options)
-    used = _used_cache.get(key)
-    if used is None:
-        fam = _families.families()[op]
-        decl = fam.passes[pass_]
-        spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
-        for k in fam.keys:
-            if k.shape:
-                _core._set_path(spec, k.path, k.min)
-        for path, value in options:
-            _core._set_path(spec, path, value)
-        s = _core.Spec(spec)
-        used = _used_cache.setdefault(key, tuple(s.arg_used(a.index) for a in decl.args
-                                                 if a.is_output))
-    return used
-
-
-_used_cache = {}
+    """Which outputs a call produces, for options ((path, value), ...)
+    (ops._uses, a constant to torch.compile)."""
+    args = _families.families()[op].passes[pass_].args
+    return tuple(u for a, u in zip(args, _uses(op, pass_, options)) if a.is_output)
 
 
 def _flat(x):
@@ -898,19 +880,13 @@ def moe_row_map(routing, top_k, experts=None, multiple=None):
     experts] (bool / uint8) or top-k indices [tokens, top_k] (int32 / int64;
     experts= required), as lingen.moe_row_map; not differentiable. The
     padded total is offsets[-1] (on the device; .item() copies 4 bytes)."""
-    if routing.dtype == torch.bool:
-        routing = routing.view(torch.uint8)
-    kinds = {torch.uint8: ("mask", 0), torch.int32: ("topk_i32", 1), torch.int64: ("topk_i64", 2)}
-    if routing.dtype not in kinds:
-        raise TypeError(f"lingen.torch.moe_row_map: routing: found {routing.dtype}, expected bool / "
-                        "uint8 (a mask) or int32 / int64 (top-k indices)")
-    kind, at = kinds[routing.dtype]
+    kind, routing = _routing_kind(routing)
     if experts is None:
         if kind != "mask":
             raise ValueError("lingen.torch.moe_row_map: top-k routing: pass experts=")
         experts = routing.shape[1]
-    arrays = [None, None, None]
-    arrays[at] = routing
+    arrays = [None, None, None]  # the routing inputs, in declared order
+    arrays[_routing_arg(kind).index] = routing
     return _run("moe_row_map_forward", *arrays, experts=int(experts), top_k=int(top_k),
                 **_multiple(multiple), routing=kind)
 
