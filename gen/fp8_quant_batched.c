@@ -36,7 +36,9 @@
  * threads. x is read once, 16 bytes a load; maxima on the bf16 bits.
  *
  * Tile options: `threads` 256 / 512 (as fp8_quant), `fblocks` 1, 2, 4, 8
- * (128-feature blocks a CTA), `values` 16 / 32 (as fp8_quant).
+ * (128-feature blocks a CTA), `values` 16 / 32 (as fp8_quant), `prefetch`
+ * (with fblocks > 1: the next block's loads issued before this block's
+ * stores; off by default).
  */
 #include <stdio.h>
 
@@ -51,7 +53,7 @@
 /* The grid, (cdiv(tokens, 128) + experts) x feature groups, within 2^31 - 1. */
 #define TOKENS_MAX (((int64_t)INT32_MAX / (HIDDEN_MAX / TILE) - EXPERTS_MAX) * TILE)
 
-enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_VALUES, NKEYS };
+enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_VALUES, K_PREFETCH, NKEYS };
 static const int64_t threads_ok[] = {256, 512, 0};
 static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
 static const int64_t values_ok[] = {16, 32, 0};
@@ -65,6 +67,9 @@ static const struct lg_key keys[NKEYS] = {
 				  "128-feature blocks a CTA quantises in turn (the expert lookup spread over them)"),
 	[K_VALUES] = LG_KEY_TILE("values", "v", 16, 32, values_ok,
 				 "bits a value is held in: 16 (bf16, the fast path) or 32 (the engine's fp32 path)"),
+	[K_PREFETCH] = LG_KEY_TILE("prefetch", "a", 0, 1, NULL,
+				   "1: with fblocks > 1, the next feature block's loads issued (into registers) "
+				   "before this block's barriers and stores"),
 };
 
 static const struct lg_size sizes[] = {
@@ -91,7 +96,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
-	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, K_FBLOCKS, K_VALUES, 1);
+	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, K_FBLOCKS, K_VALUES, K_PREFETCH, 1);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -108,7 +113,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	struct lg_qe e = lg_qe_planned(s, p, LG_QE_EXPERTS);
-	struct lg_qe_hooks h = {.values = lg_qe_hook_load_bf16, .ctx = (void *)"x"};
+	struct lg_qe_hooks h = lg_qe_hooks_bf16("x");
 	(void)t;
 	lg_qe_emit_kernel(b, s, p, &e, &h, "per-expert blockwise FP8 quantisation");
 }

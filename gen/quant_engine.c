@@ -91,8 +91,41 @@ void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_r
 	lg_qe_emit_load_bf16(b, e, r, (const char *)ctx);
 }
 
+static void raw_bf16(lg_buf *b, const struct lg_qe *e, int r, void *ctx)
+{
+	(void)e, (void)ctx;
+	lg_line(b, "lg_u32x4 qe_raw[%d]; // the loaded bf16 of each row", r);
+}
+
+static void fetch_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	lg_line(b, "qe_raw[%s] = lg_ld16_cs((const u8 *)%s + (%s * %lld + %s) * 2);", r->slot, (const char *)ctx, r->row,
+		(long long)e->n, r->col);
+}
+
+static void compute_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	(void)ctx;
+	if (e->vals == LG_QE_BF16) {
+		lg_line(b, "%s = qe_raw[%s];", r->dst, r->slot);
+		return;
+	}
+	lg_line(b, "const lg_u32x4 qe_w = qe_raw[%s]; // bf16 -> fp32 is exact", r->slot);
+	lg_line(b, "const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < 4; j++) {");
+	lg_line(b, "%s[2 * j] = lg_bf16_lo(qe_a[j]);", r->dst);
+	lg_line(b, "%s[2 * j + 1] = lg_bf16_hi(qe_a[j]);", r->dst);
+	lg_close(b);
+}
+
+struct lg_qe_hooks lg_qe_hooks_bf16(const char *x)
+{
+	return (struct lg_qe_hooks){.ctx = (void *)x, .raw = raw_bf16, .fetch = fetch_bf16, .compute = compute_bf16};
+}
+
 void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
-		int fblocks_def)
+		int k_prefetch, int fblocks_def)
 {
 	bool f32 = k_values >= 0 && lg_spec_has(s, k_values) && lg_spec_int(s, k_values) == 32;
 	int64_t nb = n / TILE;
@@ -109,12 +142,16 @@ void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_thr
 		p->tile[k_fblocks] = p->v[LG_QE_PV_FBLOCKS];
 	if (k_values >= 0)
 		p->tile[k_values] = f32 ? 32 : 16;
+	p->v[LG_QE_PV_PREFETCH] = k_prefetch >= 0 && lg_spec_has(s, k_prefetch) && lg_spec_int(s, k_prefetch);
+	if (k_prefetch >= 0)
+		p->tile[k_prefetch] = p->v[LG_QE_PV_PREFETCH];
 }
 
 struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enum lg_qe_layout layout)
 {
 	struct lg_qe e = {.n = p->v[LG_QE_PV_N], .threads = (int)p->v[LG_QE_PV_THREADS],
-			  .fblocks = (int)p->v[LG_QE_PV_FBLOCKS], .vals = p->v[LG_QE_PV_F32] ? LG_QE_F32 : LG_QE_BF16,
+			  .fblocks = (int)p->v[LG_QE_PV_FBLOCKS], .prefetch = p->v[LG_QE_PV_PREFETCH] != 0,
+			  .vals = p->v[LG_QE_PV_F32] ? LG_QE_F32 : LG_QE_BF16,
 			  .layout = layout};
 	if (s) {
 		e.rows = layout == LG_QE_TILE128 || lg_quant_rowwise(s);
@@ -226,6 +263,48 @@ static void emit_place(lg_buf *b, const struct ctx *k)
 	}
 }
 
+/* Whether the hooks split the values (fetch, compute) and the engine
+ * prefetches the next feature block. */
+static bool split(const struct ctx *k)
+{
+	return k->h->fetch && k->h->compute;
+}
+
+static bool prefetching(const struct ctx *k)
+{
+	return k->e->prefetch && k->fb > 1 && split(k);
+}
+
+/* The hook `fn` for each of the thread's rows at column col (an i64
+ * expression), in an unrolled loop. */
+static void emit_rows(lg_buf *b, const struct ctx *k, const char *col,
+		      void (*fn)(lg_buf *, const struct lg_qe *, const struct lg_qe_row *, void *))
+{
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
+	lg_line(b, "const i64 qe_row = m0 + min(r0 + i, rows - 1);");
+	struct lg_qe_row r = {.row = "qe_row", .lrow = "(r0 + i)", .col = col, .dst = "v[i]",
+			      .valid = "(r0 + i < rows)", .slot = "i"};
+	fn(b, k->e, &r, k->h->ctx);
+	lg_close(b);
+}
+
+/* With split hooks: the raw registers and (prefetch) the loads of the
+ * CTA's first feature block, before the feature-block loop. */
+static void emit_raw(lg_buf *b, const struct ctx *k)
+{
+	if (!split(k))
+		return;
+	k->h->raw(b, k->e, k->r, k->h->ctx);
+	if (!prefetching(k))
+		return;
+	lg_comment(b, "The first feature block's loads (each block's compute is followed by the next's).");
+	lg_open(b, "if (r0 < rows) {");
+	lg_line(b, "const i64 qe_col = (i64)cg * %d + 8 * lb; // the thread's first feature", 128 * k->fb);
+	emit_rows(b, k, "qe_col", k->h->fetch);
+	lg_close(b);
+}
+
 /* v: the thread's R tokens x 8 features, from the family's hook. */
 static void emit_values(lg_buf *b, const struct ctx *k)
 {
@@ -241,13 +320,20 @@ static void emit_values(lg_buf *b, const struct ctx *k)
 	lg_comment(b, "block is not indented: the hook's lines keep their width.)");
 	lg_line(b, "if (r0 < rows) {");
 	lg_line(b, "const i64 qe_col = k0 + 8 * lb; // the thread's first feature");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
-	lg_line(b, "const i64 qe_row = m0 + min(r0 + i, rows - 1);");
-	struct lg_qe_row r = {.row = "qe_row", .lrow = "(r0 + i)", .col = "qe_col", .dst = "v[i]",
-			      .valid = "(r0 + i < rows)"};
-	k->h->values(b, k->e, &r, k->h->ctx);
-	lg_close(b);
+	if (!split(k)) {
+		emit_rows(b, k, "qe_col", k->h->values);
+	} else {
+		if (!prefetching(k))
+			emit_rows(b, k, "qe_col", k->h->fetch);
+		emit_rows(b, k, "qe_col", k->h->compute);
+		if (prefetching(k)) {
+			lg_comment(b, "The next feature block's loads, in flight during this block's stores.");
+			lg_line(b, "if (cb + 1 < cb_end) {");
+			lg_line(b, "const i64 qe_next = qe_col + 128;");
+			emit_rows(b, k, "qe_next", k->h->fetch);
+			lg_line(b, "}");
+		}
+	}
 	lg_line(b, "} // r0 < rows");
 	lg_open(b, "if (rows < 128) { // a tile short of tokens: the absent ones count as 0");
 	lg_line(b, "#pragma unroll");
@@ -603,6 +689,7 @@ void lg_qe_emit_body(lg_buf *b, const struct lg_qe *e, const struct lg_qe_hooks 
 	emit_place(b, &k);
 	if (h->prologue)
 		h->prologue(b, e, h->ctx);
+	emit_raw(b, &k);
 	if (k.fb > 1) {
 		lg_line(b, "const int cb_end = cg * %d + %d < %lld ? cg * %d + %d : %lld;", k.fb, k.fb, (long long)k.nb,
 			k.fb, k.fb, (long long)k.nb);

@@ -65,6 +65,9 @@ struct lg_qe {
 	int64_t n;      /* features K, a multiple of 128 (static) */
 	int threads;    /* 256 (8 tokens a thread) or 512 (4) */
 	int fblocks;    /* 128-feature blocks a CTA does in turn (0 or 1: one) */
+	bool prefetch;  /* with fblocks > 1 and the hooks' fetch / compute: the next
+			   feature block's loads issued (into registers) before this
+			   block's barriers and stores */
 	bool rows;      /* the rowwise copy (q, s) */
 	bool cols;      /* the columnwise copy (qt, st) */
 	bool pow2;      /* round_scale */
@@ -91,14 +94,26 @@ struct lg_qe_row {
 			     BF16 an lg_u32x4 of 8 bf16 (feature col + 2j in the low half of word j) */
 	const char *valid; /* bool expression: the token is real (else the values are
 			      discarded; extra per-row stores must test it) */
+	const char *slot; /* int expression: the row's index 0..R-1 among the thread's
+			     (fetch / compute: its place in the raw registers) */
 };
 
 struct lg_qe_hooks {
 	void *ctx;
-	/* Required: emit the code computing the values of one token row (a
-	 * statement or block; it runs inside an unrolled loop over the R rows,
-	 * so loads are issued together). */
+	/* Emit the code computing the values of one token row (a statement or
+	 * block; it runs inside an unrolled loop over the R rows, so loads are
+	 * issued together). Required unless the three below are given. */
 	void (*values)(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx);
+	/* The values in two steps (instead of `values`; what lg_qe.prefetch
+	 * needs): raw declares the registers a thread's r rows load into (once,
+	 * before the feature-block loop), fetch issues the loads of one row
+	 * into them (row r->slot; no use of the loaded values), compute turns
+	 * them into r->dst. The engine runs every row's fetch, then every
+	 * row's compute; with prefetch the next block's fetch follows this
+	 * block's compute. */
+	void (*raw)(lg_buf *b, const struct lg_qe *e, int r, void *ctx);
+	void (*fetch)(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx);
+	void (*compute)(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx);
 	/* Optional: once a CTA, after m0 / rows (and the expert) are known,
 	 * before the feature-block loop (shared memory, per-token loads, ...). */
 	void (*prologue)(lg_buf *b, const struct lg_qe *e, void *ctx);
@@ -115,19 +130,22 @@ struct lg_qe_hooks {
 void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, const char *x);
 /* The same as a ready values hook: ctx is the input's name (const char *). */
 void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx);
+/* The same as raw / fetch / compute hooks for input x (kept as ctx): one
+ * lg_u32x4 a row, widened by compute with LG_QE_F32. */
+struct lg_qe_hooks lg_qe_hooks_bf16(const char *x);
 
 /* Plan helpers for families whose tile is the engine's own keys: plan
  * values LG_QE_PV_* of struct lg_plan.v (a family using them keeps its own
  * values after LG_QE_PV_COUNT). */
-enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_COUNT };
-/* Resolve tile keys threads, fblocks and values (key indices; -1: the
- * family has no such key) for features n: threads 256 with power-of-two
+enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_PREFETCH, LG_QE_PV_COUNT };
+/* Resolve tile keys threads, fblocks, values and prefetch (key indices;
+ * -1: the family has no such key; prefetch off by default) for features n: threads 256 with power-of-two
  * scales and bf16 values, else 512 (the fp32 values and the exact divide
  * need the registers); fblocks default fblocks_def (clamped to n / 128);
  * values 16 unless 32 is given. Sets p->tile[] of the keys declared and
  * p->v[LG_QE_PV_*]. */
 void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
-		int fblocks_def);
+		int k_prefetch, int fblocks_def);
 /* The engine as planned (lg_qe_plan), for a layout; s NULL (geometry):
  * the quant recipe left off. LG_QE_TILE128 has rows on and cols off. */
 struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enum lg_qe_layout layout);

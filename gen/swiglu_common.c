@@ -39,7 +39,7 @@
 const int64_t lg_swiglu_threads_ok[] = {256, 512, 0};
 const int64_t lg_swiglu_fblocks_ok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 0};
 
-enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS };
+enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH };
 
 static const struct lg_swiglu_kind *kind_of(const struct lg_spec *s)
 {
@@ -107,6 +107,9 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	 * minimum is a tuning choice, none by default */
 	p->tile[k->key_min_ctas] = p->v[P_MIN_CTAS] =
 		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : 1;
+	/* prefetch: off by default (not yet measured against it) */
+	p->tile[k->key_prefetch] = p->v[P_PREFETCH] =
+		lg_spec_has(s, k->key_prefetch) ? lg_spec_int(s, k->key_prefetch) : 0;
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -117,7 +120,7 @@ static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
 {
 	bool bwd = p->v[P_BWD] != 0;
 	struct lg_qe e = {.n = bwd ? 2 * p->v[P_N] : p->v[P_N], .threads = (int)p->v[P_THREADS],
-			  .fblocks = (int)p->v[P_FBLOCKS], .vals = LG_QE_F32,
+			  .fblocks = (int)p->v[P_FBLOCKS], .prefetch = p->v[P_PREFETCH] != 0, .vals = LG_QE_F32,
 			  .layout = p->v[P_WEIGHTED] ? LG_QE_EXPERTS : LG_QE_FLAT};
 	if (bwd)
 		e.q = "dxq", e.s = "dxs", e.qt = "dxqt", e.st = "dxst";
@@ -196,13 +199,40 @@ static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 	}
 }
 
-static void values_forward(lg_buf *b, const struct hook *h, const struct lg_qe_row *r)
+/* The raw registers of the thread's r rows: gate and up (forward), gate,
+ * g and up (backward), 16 bytes a row each. */
+static void raw(lg_buf *b, const struct lg_qe *e, int r, void *ctx)
 {
-	lg_comment(b, "gate at xa, up %lld bytes on; both read once (streaming)", 2 * h->n);
-	lg_line(b, "const u8 *const xa = (const u8 *)x + (%s * %lld + %s) * 2;", r->row, 2 * h->n, r->col);
-	lg_line(b, "const lg_u32x4 aw = lg_ld16_cs(xa), uw = lg_ld16_cs(xa + %lld);", 2 * h->n);
-	lg_line(b, "const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};");
-	lg_line(b, "const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};");
+	const struct hook *h = ctx;
+	(void)e;
+	lg_line(b, "lg_u32x4 ra[%d], ru[%d]; // gate, up of each row", r, r);
+	if (h->bwd)
+		lg_line(b, "lg_u32x4 rg[%d]; // g of each row", r);
+}
+
+static void fetch(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+{
+	const struct hook *h = ctx;
+	(void)e;
+	if (!h->bwd) {
+		lg_comment(b, "gate at xa, up %lld bytes on; both read once (streaming)", 2 * h->n);
+		lg_line(b, "const u8 *const xa = (const u8 *)x + (%s * %lld + %s) * 2;", r->row, 2 * h->n, r->col);
+		lg_line(b, "ra[%s] = lg_ld16_cs(xa), ru[%s] = lg_ld16_cs(xa + %lld);", r->slot, r->slot, 2 * h->n);
+		return;
+	}
+	lg_line(b, "const bool first = %s < %lld; // dx1 (the gate half), else dx2", r->col, h->n);
+	lg_line(b, "const i64 c = first ? %s : %s - %lld; // the input column", r->col, r->col, h->n);
+	lg_line(b, "const u8 *const xa = (const u8 *)x + (%s * %lld + c) * 2;", r->row, 2 * h->n);
+	lg_comment(b, "gate, g: read by both halves (kept in L2); up: by the first only");
+	lg_line(b, "ra[%s] = lg_ld16(xa);", r->slot);
+	lg_line(b, "rg[%s] = lg_ld16((const u8 *)g + (%s * %lld + c) * 2);", r->slot, r->row, h->n);
+	lg_line(b, "ru[%s] = first ? lg_ld16_cs(xa + %lld) : lg_u32x4{0u, 0u, 0u, 0u};", r->slot, 2 * h->n);
+}
+
+static void compute_forward(lg_buf *b, const struct hook *h, const struct lg_qe_row *r)
+{
+	lg_line(b, "const u32 aa[4] = {ra[%s].x, ra[%s].y, ra[%s].z, ra[%s].w};", r->slot, r->slot, r->slot, r->slot);
+	lg_line(b, "const u32 ua[4] = {ru[%s].x, ru[%s].y, ru[%s].z, ru[%s].w};", r->slot, r->slot, r->slot, r->slot);
 	if (h->weighted)
 		lg_line(b, "const float pv = pr[%s - r0];", r->lrow);
 	lg_line(b, "#pragma unroll");
@@ -214,19 +244,12 @@ static void values_forward(lg_buf *b, const struct hook *h, const struct lg_qe_r
 	lg_close(b);
 }
 
-static void values_backward(lg_buf *b, const struct hook *h, const struct lg_qe_row *r)
+static void compute_backward(lg_buf *b, const struct hook *h, const struct lg_qe_row *r)
 {
-	lg_line(b, "const bool first = k0 < %lld; // dx1 (the gate half), else dx2", h->n);
-	lg_line(b, "const i64 c = first ? %s : %s - %lld; // the input column", r->col, r->col, h->n);
-	lg_line(b, "const u8 *const xa = (const u8 *)x + (%s * %lld + c) * 2;", r->row, 2 * h->n);
-	lg_comment(b, "gate, g: read by both halves (kept in L2); up: by the first only");
-	lg_line(b, "const lg_u32x4 aw = lg_ld16(xa);");
-	lg_line(b, "const lg_u32x4 gw = lg_ld16((const u8 *)g + (%s * %lld + c) * 2);", r->row, h->n);
-	lg_line(b, "lg_u32x4 uw = lg_u32x4{0u, 0u, 0u, 0u};");
-	lg_line(b, "if (first) uw = lg_ld16_cs(xa + %lld);", 2 * h->n);
-	lg_line(b, "const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};");
-	lg_line(b, "const u32 ga[4] = {gw.x, gw.y, gw.z, gw.w};");
-	lg_line(b, "const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};");
+	lg_line(b, "const bool first = %s < %lld; // dx1 (the gate half), else dx2", r->col, h->n);
+	lg_line(b, "const u32 aa[4] = {ra[%s].x, ra[%s].y, ra[%s].z, ra[%s].w};", r->slot, r->slot, r->slot, r->slot);
+	lg_line(b, "const u32 ga[4] = {rg[%s].x, rg[%s].y, rg[%s].z, rg[%s].w};", r->slot, r->slot, r->slot, r->slot);
+	lg_line(b, "const u32 ua[4] = {ru[%s].x, ru[%s].y, ru[%s].z, ru[%s].w};", r->slot, r->slot, r->slot, r->slot);
 	if (h->weighted) {
 		lg_line(b, "const float pv = pr[%s - r0];", r->lrow);
 		lg_line(b, "float dps = 0.0f;");
@@ -245,14 +268,14 @@ static void values_backward(lg_buf *b, const struct hook *h, const struct lg_qe_
 		lg_line(b, "if (first) dpp[%s - r0] += dps;", r->lrow);
 }
 
-static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
+static void compute(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
 {
 	const struct hook *h = ctx;
 	(void)e;
 	if (h->bwd)
-		values_backward(b, h, r);
+		compute_backward(b, h, r);
 	else
-		values_forward(b, h, r);
+		compute_forward(b, h, r);
 }
 
 /* After each block: dx in bf16; after the gate half's last block, dprob. */
@@ -293,7 +316,7 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	e.experts = experts;
 	struct hook h = {.n = (long long)p->v[P_N], .bwd = p->v[P_BWD] != 0, .weighted = p->v[P_WEIGHTED] != 0,
 			 .dxbf16 = p->v[P_DXBF16] != 0, .r = lg_qe_tokens_per_thread(&e)};
-	struct lg_qe_hooks hk = {.ctx = &h, .values = values, .prologue = prologue,
+	struct lg_qe_hooks hk = {.ctx = &h, .raw = raw, .fetch = fetch, .compute = compute, .prologue = prologue,
 				 .epilogue = h.dxbf16 || (h.bwd && h.weighted) ? epilogue : NULL};
 	lg_section(b, "helpers for this spec", NULL);
 	lg_qe_emit_helpers(b, &e);

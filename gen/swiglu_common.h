@@ -20,13 +20,16 @@
  * CTAs an SM (family.h). */
 extern const int64_t lg_swiglu_threads_ok[];
 extern const int64_t lg_swiglu_fblocks_ok[];
-#define LG_SWIGLU_TILE_KEYS(kt, kf, ko)                                                                 \
+#define LG_SWIGLU_TILE_KEYS(kt, kf, ko, kp)                                                             \
 	[(kt)] = LG_KEY_TILE("threads", "t", 256, 512, lg_swiglu_threads_ok,                              \
 			     "threads per 128 x 128 tile: 512 (4 tokens a thread, the default) or 256 (8)"), \
 	[(kf)] = LG_KEY_TILE("fblocks", "f", 1, 256, lg_swiglu_fblocks_ok,                                \
 			     "128-feature blocks of the output a CTA quantises in turn (batch_swiglu_quant "  \
 			     "backward: the gate half's n/128 or all 2n/128, for dprob)"),                                          \
-	[(ko)] = LG_KEY_TILE_MIN_CTAS
+	[(ko)] = LG_KEY_TILE_MIN_CTAS,                                                                     \
+	[(kp)] = LG_KEY_TILE("prefetch", "a", 0, 1, NULL,                                                \
+			     "1: with fblocks > 1, the next feature block's loads issued (into registers) " \
+			     "before this block's barriers and stores")
 
 /* What differs between the two families: the prob weight, dprob and the
  * experts (K6), and their key indices (-1: none). */
@@ -35,7 +38,8 @@ struct lg_swiglu_kind {
 	int key_n;       /* "intermediate" */
 	int key_dx_bf16; /* "dx_bf16" */
 	int key_experts; /* "experts" */
-	int key_threads, key_fblocks, key_min_ctas; /* "tile.threads", "tile.fblocks", "tile.min_ctas" */
+	/* "tile.threads", "tile.fblocks", "tile.min_ctas", "tile.prefetch" */
+	int key_threads, key_fblocks, key_min_ctas, key_prefetch;
 };
 
 /* Each family file's kind (swiglu_quant.c, batch_swiglu_quant.c). */

@@ -27,7 +27,7 @@
 #include "quant_common.h"
 #include "swiglu_common.h"
 
-enum { K_N, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, NKEYS };
+enum { K_N, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, NKEYS };
 static const char *const dxbf16_words[2] = {"dxq", "dxbf16"};
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("intermediate", "n", 128, LG_SWIGLU_N_MAX, 128,
@@ -37,7 +37,7 @@ static const struct lg_key keys[NKEYS] = {
 		      .doc = "backward: also write dx [tokens, 2n] in bf16, unquantised"},
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
-	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS, K_MIN_CTAS),
+	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH),
 };
 
 static const struct lg_size sizes[] = {
@@ -92,6 +92,7 @@ const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant = {
 	.key_threads = K_THREADS,
 	.key_fblocks = K_FBLOCKS,
 	.key_min_ctas = K_MIN_CTAS,
+	.key_prefetch = K_PREFETCH,
 };
 
 

@@ -167,7 +167,7 @@ static void test_batched_odd(void **state)
 }
 
 /* Every tile option: threads, fblocks (a partial last group at 384 = 3
- * blocks), the fp32 path. */
+ * blocks), the fp32 path, prefetch. */
 static void test_batched_tiles(void **state)
 {
 	(void)state;
@@ -176,6 +176,9 @@ static void test_batched_tiles(void **state)
 		", \"tile\": {\"fblocks\": 1}",   ", \"tile\": {\"fblocks\": 2}",
 		", \"tile\": {\"fblocks\": 8}",   ", \"tile\": {\"values\": 32}",
 		", \"tile\": {\"values\": 32, \"threads\": 256, \"fblocks\": 2}",
+		", \"tile\": {\"fblocks\": 2, \"prefetch\": 1}",
+		", \"tile\": {\"fblocks\": 8, \"prefetch\": 1, \"threads\": 512}",
+		", \"tile\": {\"values\": 32, \"fblocks\": 4, \"prefetch\": 1}",
 	};
 	for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
 		batched(384, tiles[t], odd, sizeof odd / sizeof odd[0]);

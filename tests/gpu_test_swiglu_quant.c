@@ -11,6 +11,7 @@
  *       reference's fill), 0 and 1 rows, both scale modes, every forward
  *       output, dx in bf16, the non-default tiles; dprob the same bits on a
  *       second launch (deterministic).
+ *   Both: tile.prefetch at 2 to 8 feature blocks a CTA.
  * Payloads and scales are compared element by element with the slack the
  * reference derives from its bound on the GPU's fp32 values: bit-equal
  * where no value in the bound crosses a rounding boundary; power-of-two
@@ -173,6 +174,42 @@ static void test_k6_tiles(void **state)
 	}
 }
 
+/* tile.prefetch: the next feature block's loads issued before this
+ * block's stores, at 2, 4 and 8 blocks a CTA (and a group cut short: 3 of
+ * 4 blocks), every output, dx in bf16, both scale modes. */
+static void test_prefetch(void **state)
+{
+	(void)state;
+	static const int64_t m[] = {65536, 1, 333, 20000};
+	for (size_t i = 0; i < 4; i++) {
+		check("batch_swiglu_quant", "forward",
+		      "\"intermediate\": 512, \"experts\": 256, \"tile\": {\"fblocks\": 4, \"prefetch\": 1}, " POW2,
+		      m[i]);
+		check("batch_swiglu_quant", "forward",
+		      "\"intermediate\": 384, \"experts\": 96, \"tile\": {\"fblocks\": 2, \"prefetch\": 1}, " EXACT,
+		      m[i]);
+		check("batch_swiglu_quant", "forward",
+		      "\"intermediate\": 512, \"experts\": 160, \"tile\": {\"fblocks\": 2, \"prefetch\": 1}, "
+		      "\"quant\": {\"output\": \"columnwise\"}",
+		      m[i]);
+		check("batch_swiglu_quant", "backward",
+		      "\"intermediate\": 512, \"experts\": 256, \"tile\": {\"prefetch\": 1}, " POW2, m[i]);
+		check("batch_swiglu_quant", "backward",
+		      "\"intermediate\": 384, \"experts\": 96, \"dx_bf16\": true, \"tile\": {\"fblocks\": 8, "
+		      "\"prefetch\": 1}, " EXACT,
+		      m[i]);
+	}
+	static const int64_t m7[] = {8192, 1, 129, 4097};
+	both_passes("swiglu_quant", "\"intermediate\": 512, \"tile\": {\"fblocks\": 4, \"prefetch\": 1}, " POW2, m7,
+		    4);
+	both_passes("swiglu_quant", "\"intermediate\": 2048, \"tile\": {\"fblocks\": 2, \"prefetch\": 1}, " EXACT,
+		    m7, 4);
+	both_passes("swiglu_quant", "\"intermediate\": 384, \"tile\": {\"fblocks\": 4, \"prefetch\": 1}, " POW2, m7,
+		    4);
+	check("swiglu_quant", "backward",
+	      "\"intermediate\": 512, \"dx_bf16\": true, \"tile\": {\"fblocks\": 8, \"prefetch\": 1}, " POW2, 333);
+}
+
 /* Any number of experts (96, 160, 1, 3), few and many rows, 0 and 1. */
 static void test_k6_experts(void **state)
 {
@@ -269,6 +306,7 @@ int main(void)
 		cmocka_unit_test(test_k6_outputs),
 		cmocka_unit_test(test_k6_tiles),
 		cmocka_unit_test(test_k6_deterministic),
+		cmocka_unit_test(test_prefetch),
 		cmocka_unit_test(test_min_ctas),
 		cmocka_unit_test(test_no_tokens),
 	};

@@ -237,6 +237,8 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	float dpp[4];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) dpp[i] = 0.0f;
+	lg_u32x4 ra[4], ru[4]; // gate, up of each row
+	lg_u32x4 rg[4]; // g of each row
 	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
 	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
@@ -251,17 +253,21 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + min(r0 + i, rows - 1);
-			const bool first = k0 < 512; // dx1 (the gate half), else dx2
+			const bool first = qe_col < 512; // dx1 (the gate half), else dx2
 			const i64 c = first ? qe_col : qe_col - 512; // the input column
 			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
 			// gate, g: read by both halves (kept in L2); up: by the first only
-			const lg_u32x4 aw = lg_ld16(xa);
-			const lg_u32x4 gw = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
-			lg_u32x4 uw = lg_u32x4{0u, 0u, 0u, 0u};
-			if (first) uw = lg_ld16_cs(xa + 1024);
-			const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};
-			const u32 ga[4] = {gw.x, gw.y, gw.z, gw.w};
-			const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};
+			ra[i] = lg_ld16(xa);
+			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+			ru[i] = first ? lg_ld16_cs(xa + 1024) : lg_u32x4{0u, 0u, 0u, 0u};
+		}
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + min(r0 + i, rows - 1);
+			const bool first = qe_col < 512; // dx1 (the gate half), else dx2
+			const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+			const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
+			const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
 			const float pv = pr[(r0 + i) - r0];
 			float dps = 0.0f;
 			#pragma unroll

@@ -218,6 +218,7 @@ lg_batch_swiglu_quant_fwd_bf16_n256_e160_colwise_pow2(
 	float pr[4];
 	#pragma unroll
 	for (int i = 0; i < 4; i++) pr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];
+	lg_u32x4 ra[4], ru[4]; // gate, up of each row
 	const int cb = cg; // the feature block
 	const i64 k0 = (i64)cb * 128; // its first feature
 	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
@@ -233,9 +234,13 @@ lg_batch_swiglu_quant_fwd_bf16_n256_e160_colwise_pow2(
 		const i64 qe_row = m0 + min(r0 + i, rows - 1);
 		// gate at xa, up 512 bytes on; both read once (streaming)
 		const u8 *const xa = (const u8 *)x + (qe_row * 512 + qe_col) * 2;
-		const lg_u32x4 aw = lg_ld16_cs(xa), uw = lg_ld16_cs(xa + 512);
-		const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};
-		const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};
+		ra[i] = lg_ld16_cs(xa), ru[i] = lg_ld16_cs(xa + 512);
+	}
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+		const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
 		const float pv = pr[(r0 + i) - r0];
 		#pragma unroll
 		for (int f = 0; f < 8; f++) {

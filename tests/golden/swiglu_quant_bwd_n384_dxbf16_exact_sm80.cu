@@ -193,6 +193,8 @@ lg_swiglu_quant_bwd_bf16_n384_both_exact_dxbf16(
 	float *const sg = (float *)dxs; // rowwise scales [6, M]
 	u8 *const qtg = (u8 *)dxqt; // columnwise data [768, M]
 	float *const stg = (float *)dxst + tt * 768; // this tile's row of st
+	lg_u32x4 ra[4], ru[4]; // gate, up of each row
+	lg_u32x4 rg[4]; // g of each row
 	const int cb = cg; // the feature block
 	const i64 k0 = (i64)cb * 128; // its first feature
 	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
@@ -206,17 +208,21 @@ lg_swiglu_quant_bwd_bf16_n384_both_exact_dxbf16(
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
 		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		const bool first = k0 < 384; // dx1 (the gate half), else dx2
+		const bool first = qe_col < 384; // dx1 (the gate half), else dx2
 		const i64 c = first ? qe_col : qe_col - 384; // the input column
 		const u8 *const xa = (const u8 *)x + (qe_row * 768 + c) * 2;
 		// gate, g: read by both halves (kept in L2); up: by the first only
-		const lg_u32x4 aw = lg_ld16(xa);
-		const lg_u32x4 gw = lg_ld16((const u8 *)g + (qe_row * 384 + c) * 2);
-		lg_u32x4 uw = lg_u32x4{0u, 0u, 0u, 0u};
-		if (first) uw = lg_ld16_cs(xa + 768);
-		const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};
-		const u32 ga[4] = {gw.x, gw.y, gw.z, gw.w};
-		const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};
+		ra[i] = lg_ld16(xa);
+		rg[i] = lg_ld16((const u8 *)g + (qe_row * 384 + c) * 2);
+		ru[i] = first ? lg_ld16_cs(xa + 768) : lg_u32x4{0u, 0u, 0u, 0u};
+	}
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const bool first = qe_col < 384; // dx1 (the gate half), else dx2
+		const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+		const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
+		const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
 		#pragma unroll
 		for (int f = 0; f < 8; f++) {
 			const u32 wa = aa[f >> 1], wu = ua[f >> 1], wg = ga[f >> 1];

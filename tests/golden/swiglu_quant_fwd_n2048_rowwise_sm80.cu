@@ -129,6 +129,7 @@ lg_swiglu_quant_fwd_bf16_n2048_rowwise_pow2_tt256f2(
 	const i64 m0 = tt * 128; // the tile's first token
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128); // tokens in the tile
 	float *const sg = (float *)s; // rowwise scales [16, M]
+	lg_u32x4 ra[8], ru[8]; // gate, up of each row
 	const int cb_end = cg * 2 + 2 < 16 ? cg * 2 + 2 : 16;
 	for (int cb = cg * 2; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
@@ -145,9 +146,13 @@ lg_swiglu_quant_fwd_bf16_n2048_rowwise_pow2_tt256f2(
 			const i64 qe_row = m0 + min(r0 + i, rows - 1);
 			// gate at xa, up 4096 bytes on; both read once (streaming)
 			const u8 *const xa = (const u8 *)x + (qe_row * 4096 + qe_col) * 2;
-			const lg_u32x4 aw = lg_ld16_cs(xa), uw = lg_ld16_cs(xa + 4096);
-			const u32 aa[4] = {aw.x, aw.y, aw.z, aw.w};
-			const u32 ua[4] = {uw.x, uw.y, uw.z, uw.w};
+			ra[i] = lg_ld16_cs(xa), ru[i] = lg_ld16_cs(xa + 4096);
+		}
+		#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			const i64 qe_row = m0 + min(r0 + i, rows - 1);
+			const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+			const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
 			#pragma unroll
 			for (int f = 0; f < 8; f++) {
 				const u32 wa = aa[f >> 1], wu = ua[f >> 1];
