@@ -84,13 +84,17 @@ static void test_one_token(void **state)
 	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4", 1, 1);
 }
 
-/* H / h = 3, D 64, odd S and B (a partial last group of tokens). */
+/* H / h = 3, D 64, odd S and B (a partial last group of tokens); 28 / 4,
+ * 32 / 4; 15 / 5 (h odd). */
 static void test_odd(void **state)
 {
 	(void)state;
 	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4", 7, 3);
 	check("\"head_dim\": 128, \"q_heads\": 28, \"kv_heads\": 4", 33, 5);
 	check("\"head_dim\": 128, \"q_heads\": 32, \"kv_heads\": 4", 129, 1);
+	/* kv heads not a power of two (5 groups of 3 q heads), plain heads too */
+	check("\"head_dim\": 128, \"q_heads\": 15, \"kv_heads\": 5", 9, 2);
+	check("\"head_dim\": 64, \"q_heads\": 15, \"kv_heads\": 5, \"head_layout\": \"plain\"", 9, 2);
 }
 
 static void test_d256(void **state)

@@ -458,34 +458,40 @@ static void test_buffers_geometry(void **state)
 	lg_spec_free(s);
 }
 
-/* `lingen tune`'s candidates: several, each generating for sm_90a and sm_80. */
+/* `lingen tune`'s candidates of both passes: several, each generating for
+ * sm_90a and sm_80 (the backward's dw entry too). */
 static void test_candidates(void **state)
 {
 	(void)state;
 	static const char *const archs[] = {"sm_90a", "sm_80"};
-	lg_spec *s = spec(LAYOUT("backward", "seq_batch", "interleaved"));
-	const struct lg_family *f = lg_family_get(s->op);
-	for (int a = 0; a < 2; a++) {
-		struct lg_target t;
-		struct lg_tile_choice cands[LG_MAX_CANDIDATES];
-		assert_true(lg_target_parse(archs[a], &t));
-		int n = f->candidates(s, &t, cands, LG_MAX_CANDIDATES);
-		/* 4 x 2 tokens x threads (512 threads: forward only), 3 grids, no
-		 * prefetch, batches 2 and 4 */
-		assert_int_equal(n, 14);
-		for (int i = 0; i < n; i++) {
-			struct lg_spec v;
-			struct lg_plan p;
-			assert_int_equal(lg_spec_with_tile(s, &cands[i], &v), LG_OK);
-			assert_int_equal(lg_spec_check(&v, ""), LG_OK);
-			assert_int_equal(lg_plan_for(&v, &t, &p), LG_OK);
-			char *src = NULL;
-			assert_int_equal(lg_generate_for(&v, &t, &p, &src, NULL), LG_OK);
-			assert_non_null(strstr(src, p.entry[1]));
-			free(src);
+	/* forward: 4 x 2 tokens x threads, 512 threads with 4 and 8 tokens,
+	 * min_ctas 1 and 3, no prefetch, batches 1 and 4; backward: 4 x 2
+	 * (512 threads: forward only), 3 grids, no prefetch, batches 2 and 4 */
+	static const int want[2] = {15, 14};
+	for (int pass = 0; pass < 2; pass++) {
+		lg_spec *s = spec(pass ? LAYOUT("backward", "seq_batch", "interleaved")
+				       : LAYOUT("forward", "seq_batch", "interleaved"));
+		const struct lg_family *f = lg_family_get(s->op);
+		for (int a = 0; a < 2; a++) {
+			struct lg_target t;
+			struct lg_tile_choice cands[LG_MAX_CANDIDATES];
+			assert_true(lg_target_parse(archs[a], &t));
+			int n = f->candidates(s, &t, cands, LG_MAX_CANDIDATES);
+			assert_int_equal(n, want[pass]);
+			for (int i = 0; i < n; i++) {
+				struct lg_spec v;
+				struct lg_plan p;
+				assert_int_equal(lg_spec_with_tile(s, &cands[i], &v), LG_OK);
+				assert_int_equal(lg_spec_check(&v, ""), LG_OK);
+				assert_int_equal(lg_plan_for(&v, &t, &p), LG_OK);
+				char *src = NULL;
+				assert_int_equal(lg_generate_for(&v, &t, &p, &src, NULL), LG_OK);
+				assert_non_null(strstr(src, p.entry[p.nentries - 1]));
+				free(src);
+			}
 		}
+		lg_spec_free(s);
 	}
-	lg_spec_free(s);
 }
 
 int main(void)
