@@ -5,7 +5,8 @@
  * D 128) and odd ones: S = B = 1; S 7, B 3, H 12, h 4, D 64 (3 q heads a
  * group); D 256 with H 40, h 8; rotary fraction 1 and 0.25; SiLU; the
  * [B, S] order; plain heads; other tiles; packed sequences (varlen), context
- * parallel, mscale; no tokens (the weight gradients written as 0).
+ * parallel, mscale, 600 sequences; no tokens (the weight gradients written
+ * as 0); a fixed batch of 600, and seq x batch >= 2^31 refused at launch.
  * Tolerances as the reference describes them (about one bf16 ulp; the weight
  * gradients relative); nothing may be left unwritten. Fresh random inputs,
  * poisoned outputs. The typed launchers of include/lingen.h give the same
@@ -184,6 +185,25 @@ static void test_varlen(void **state)
 	      301, 7);
 	check(TARGET ", \"varlen\": true, \"cp_size\": 4, \"cp_rank\": 2, \"silu\": true", 513, 3);
 	check(TARGET ", \"cp_size\": 2, \"cp_rank\": 0", 64, 2); /* fixed length, context parallel */
+	check(TARGET ", \"varlen\": true", 3000, 600); /* more sequences than 511 (the old bound) */
+}
+
+/* A batch over 511 (the old bound) in the fixed form; seq x batch of 2^31
+ * or more is refused at launch, naming both, before any pointer is read. */
+static void test_sizes(void **state)
+{
+	(void)state;
+	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4", 3, 600);
+	lg_spec *s = NULL;
+	if (lg_spec_parse("{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", " TARGET "}",
+			  &s) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	lg_kernel *k = NULL;
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	assert_int_equal(lg_qk_norm_rope_forward(k, NULL, 1 << 22, 512, 0, 0, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "seq x batch = 4194304 x 512, allowed: a product below 2^31"));
+	lg_spec_free(s);
 }
 
 /* No tokens (fixed S = 0, or B = 0): the backward still writes dq_weight
@@ -275,7 +295,7 @@ int main(void)
 		cmocka_unit_test(test_d256),      cmocka_unit_test(test_rotary), cmocka_unit_test(test_silu),
 		cmocka_unit_test(test_layouts),   cmocka_unit_test(test_tiles),  cmocka_unit_test(test_prefetch),
 		cmocka_unit_test(test_varlen),    cmocka_unit_test(test_no_tokens),
-		cmocka_unit_test(test_typed_deterministic),
+		cmocka_unit_test(test_typed_deterministic), cmocka_unit_test(test_sizes),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);
 }
