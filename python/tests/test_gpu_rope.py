@@ -143,6 +143,7 @@ def positions(cu, cp, rank, T):
     ([5, 0, 300, 1, 77], 1, 0, 0.75),  # an empty one, odd lengths
     ([64, 200, 36], 2, 1, 1.0),        # context parallel: global lengths, this rank's halves
     ([128, 512], 4, 2, 1.25),
+    ([3, 0, 2] * 200, 1, 0, 1.0),     # 600 sequences (more than the old bound of 511)
 ])
 def test_varlen(seed, lens, cp, rank, mscale):
     torch = torch_cuda()
