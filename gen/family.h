@@ -306,6 +306,11 @@ struct lg_family {
 	void (*geometry)(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d);
 	/* Device workspace bytes a launch needs (NULL: none). */
 	size_t (*workspace)(const struct lg_plan *p);
+	/* Checks across the run-time sizes of a launch, each already within
+	 * its declared range (a bound on their product, say): on failure
+	 * LG_ERR_INVALID_ARG through lg_fail, naming the entry p->entry[0], the
+	 * sizes found and what is allowed. NULL: none. */
+	lg_status (*check_sizes)(const struct lg_plan *p, const int64_t *sizes);
 	/* The tile variants worth sweeping for a spec (its own tile ignored)
 	 * and target, at most max, each passing validate() and plan(); returns
 	 * how many. NULL: nothing to tune. */

@@ -56,7 +56,7 @@ static const int64_t key_range[LG_MK_COUNT][2] = {
 };
 
 /* Keys of a model config, in the order messages list them. */
-#define NKEYS (LG_MK_COUNT + 7)
+#define NKEYS (LG_MK_COUNT + 8)
 static const char *const fp8_keys[] = {"format", "block", "round_scale"};
 
 #define NAME_CHARS "A-Z a-z 0-9 . _ -"
@@ -78,6 +78,7 @@ static void model_keys(const char *names[NKEYS])
 		names[n++] = lg_model_key_names[i];
 	names[n++] = "eps";
 	names[n++] = "rotary_fraction";
+	names[n++] = "head_layout";
 	names[n++] = "fp8";
 	names[n++] = "fused_router";
 	LG_ASSERT(n == NKEYS);
@@ -154,6 +155,20 @@ static lg_status parse_rotary(const struct lg_jreader *r, const cJSON *root, str
 				    lg_json_show(v).s);
 	m->rotary_fraction = v->valuedouble;
 	return LG_OK;
+}
+
+/* "head_layout" (optional): how the fused qkv projection orders a token's
+ * heads, the K2 kernels' head_layout: "interleaved" (Megatron's GQA groups
+ * [q x H/h, k, v], when absent) or "plain" (all q | k | v). */
+static const char *const head_layouts[] = {"interleaved", "plain"};
+static lg_status parse_head_layout(const struct lg_jreader *r, const cJSON *root, struct lg_model *m)
+{
+	const cJSON *v = member(root, "head_layout");
+	int layout = 0;
+	lg_status st = v ? lg_json_enum(r, "head_layout", v, head_layouts, COUNT(head_layouts), ~0u, "", &layout)
+			 : LG_OK;
+	m->plain_heads = layout == 1;
+	return st;
 }
 
 /* "fused_router" (optional): true, false; false when absent. */
@@ -239,7 +254,8 @@ static lg_status parse_model(struct lg_jreader *r, const cJSON *root, struct lg_
 		return st;
 	if ((st = parse_name(r, root, m)) != LG_OK || (st = parse_texts(r, root)) != LG_OK ||
 	    (st = parse_ints(r, root, m)) != LG_OK || (st = parse_eps(r, root, m)) != LG_OK ||
-	    (st = parse_rotary(r, root, m)) != LG_OK || (st = parse_fp8(r, root, m)) != LG_OK ||
+	    (st = parse_rotary(r, root, m)) != LG_OK || (st = parse_head_layout(r, root, m)) != LG_OK ||
+	    (st = parse_fp8(r, root, m)) != LG_OK ||
 	    (st = parse_fused_router(r, root, m)) != LG_OK)
 		return st;
 	return check_model(r, m);
@@ -288,7 +304,7 @@ enum {
 	EPS = 1,         /* takes the model's eps */
 	QUANT = 2,       /* takes the model's fp8 recipe, output "both" */
 	SHARED_ONLY = 4, /* only for models with shared experts */
-	ROPE = 8,        /* takes the model's rotary_fraction */
+	ROPE = 8,        /* takes the model's rotary_fraction and head_layout */
 	UNFUSED = 16,    /* only when the model's fused_router is false */
 	FUSED = 32,      /* only when it is true */
 };
@@ -403,7 +419,8 @@ static char *step_json(const struct lg_model *m, const struct step *st)
 	if (st->flags & ROPE) {
 		char f[32];
 		lg_json_number_text(m->rotary_fraction, f);
-		lg_emit(&b, ", \"rotary_fraction\": %s", f);
+		lg_emit(&b, ", \"rotary_fraction\": %s, \"head_layout\": \"%s\"", f,
+			head_layouts[m->plain_heads]);
 	}
 	if (st->flags & QUANT)
 		lg_emit(&b, ", \"quant\": {\"format\": \"%s\", \"block\": %d, \"round_scale\": %s, "

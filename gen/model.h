@@ -47,6 +47,8 @@ struct lg_model {
 	int64_t v[LG_MK_COUNT];
 	double eps;            /* rms_norm_eps */
 	double rotary_fraction; /* share of head_dim RoPE rotates (optional, 0.5: Ling; 1: Qwen3) */
+	bool plain_heads;      /* optional "head_layout": "plain" (q | k | v) rather than "interleaved"
+				  (Megatron's GQA groups), the K2 kernels' head_layout */
 	struct lg_quant fp8;   /* format, block, round_scale; output unused */
 	bool fused_router;     /* optional, false: the MoE input's RMSNorm and the router GEMM
 				  as one kernel (rmsnorm_router, KERNELS.md K3b) */

@@ -155,11 +155,13 @@ static const struct lg_key keys[NKEYS] = {
 				   "loaded before the sin/cos table is built; 2: the backward's k | v too"),
 };
 
+/* The fixed form also needs seq x batch below 2^31 (check_sizes); the
+ * varlen form indexes tokens by seq alone (batch: the binary search of cu). */
+#define TOKENS_MAX (1 << 22)
 static const struct lg_size sizes[] = {
-	/* seq x batch < 2^31: the forward's grid, one CTA per `tokens` tokens */
-	{"seq", "S", 0, 1 << 22, "positions (S); varlen: tokens (T)", 0},
+	{"seq", "S", 0, TOKENS_MAX, "positions (S); varlen: tokens (T)", 0},
 	/* check and bench at N tokens: seq N, batch 2 */
-	{"batch", "B", 0, 511, "sequences (B); varlen: sequences in cu_seqlens", 2},
+	{"batch", "B", 0, TOKENS_MAX, "sequences (B; seq x batch below 2^31); varlen: sequences in cu_seqlens", 2},
 };
 
 #define QKV_SHAPE "pick(qkv_order, seq, batch), pick(varlen, pick(qkv_order, batch, seq), 1), " \
@@ -296,6 +298,16 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		snprintf(p->entry[1], sizeof p->entry[1], "%s_dw", s->entry);
 	p->early[1] = bwd && t->sm >= 90;
 	return LG_OK;
+}
+
+/* The fixed form's tokens (qkv rows) seq x batch below 2^31: the 32-bit
+ * divisions of lg_position and lg_out_row, and the forward's grid. */
+static lg_status check_sizes(const struct lg_plan *p, const int64_t *sz)
+{
+	if (p->v[P_VARLEN] || sz[0] * sz[1] < ((int64_t)1 << 31))
+		return LG_OK;
+	return lg_fail(LG_ERR_INVALID_ARG, "%s: seq x batch = %lld x %lld, allowed: a product below 2^31 "
+		       "(tokens indexed in 32 bits)", p->entry[0], (long long)sz[0], (long long)sz[1]);
 }
 
 static int64_t ctas(const struct lg_plan *p, int64_t tokens)
@@ -982,5 +994,6 @@ const struct lg_family lg_family_qk_norm_rope = {
 	.emit = emit,
 	.geometry = geometry,
 	.workspace = workspace,
+	.check_sizes = check_sizes,
 	.candidates = candidates,
 };

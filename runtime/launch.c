@@ -105,6 +105,11 @@ lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *siz
 				       (long long)g->sizes[i].max);
 		params[nptrs + i] = (void *)&sizes[i];
 	}
+	if (k->fam->check_sizes) {
+		lg_status st = k->fam->check_sizes(p, sizes);
+		if (st != LG_OK)
+			return st;
+	}
 	for (int i = 0; i < nptrs; i++) {
 		if (k->need[i] && !ptrs[i] && !empty_arg(k, i, sizes))
 			return lg_fail(LG_ERR_INVALID_ARG, "%s: %s (argument %d) must not be 0", p->entry[0],

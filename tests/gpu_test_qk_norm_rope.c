@@ -5,9 +5,13 @@
  * D 128) and odd ones: S = B = 1; S 7, B 3, H 12, h 4, D 64 (3 q heads a
  * group); D 256 with H 40, h 8; rotary fraction 1 and 0.25; SiLU; the
  * [B, S] order; plain heads; other tiles; packed sequences (varlen), context
- * parallel, mscale. Tolerances as the reference
- * describes them (about one bf16 ulp; the weight gradients relative);
- * nothing may be left unwritten. Fresh random inputs, poisoned outputs.
+ * parallel, mscale, 600 sequences; no tokens (the weight gradients written
+ * as 0); a fixed batch of 600, and seq x batch >= 2^31 refused at launch.
+ * Tolerances as the reference describes them (about one bf16 ulp; the weight
+ * gradients relative); nothing may be left unwritten. Fresh random inputs,
+ * poisoned outputs. The typed launchers of include/lingen.h give the same
+ * bits as the generic launch, and a second backward the same bits as the
+ * first (deterministic dq_weight, dk_weight).
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
  */
@@ -23,6 +27,7 @@
 #include <cmocka.h>
 
 #include "cuda.h"
+#include "gpu.h"
 #include "harness.h"
 #include "testutil.h"
 
@@ -80,13 +85,17 @@ static void test_one_token(void **state)
 	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4", 1, 1);
 }
 
-/* H / h = 3, D 64, odd S and B (a partial last group of tokens). */
+/* H / h = 3, D 64, odd S and B (a partial last group of tokens); 28 / 4,
+ * 32 / 4; 15 / 5 (h odd). */
 static void test_odd(void **state)
 {
 	(void)state;
 	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4", 7, 3);
 	check("\"head_dim\": 128, \"q_heads\": 28, \"kv_heads\": 4", 33, 5);
 	check("\"head_dim\": 128, \"q_heads\": 32, \"kv_heads\": 4", 129, 1);
+	/* kv heads not a power of two (5 groups of 3 q heads), plain heads too */
+	check("\"head_dim\": 128, \"q_heads\": 15, \"kv_heads\": 5", 9, 2);
+	check("\"head_dim\": 64, \"q_heads\": 15, \"kv_heads\": 5, \"head_layout\": \"plain\"", 9, 2);
 }
 
 static void test_d256(void **state)
@@ -176,6 +185,105 @@ static void test_varlen(void **state)
 	      301, 7);
 	check(TARGET ", \"varlen\": true, \"cp_size\": 4, \"cp_rank\": 2, \"silu\": true", 513, 3);
 	check(TARGET ", \"cp_size\": 2, \"cp_rank\": 0", 64, 2); /* fixed length, context parallel */
+	check(TARGET ", \"varlen\": true", 3000, 600); /* more sequences than 511 (the old bound) */
+}
+
+/* A batch over 511 (the old bound) in the fixed form; seq x batch of 2^31
+ * or more is refused at launch, naming both, before any pointer is read. */
+static void test_sizes(void **state)
+{
+	(void)state;
+	check("\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4", 3, 600);
+	lg_spec *s = NULL;
+	if (lg_spec_parse("{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", " TARGET "}",
+			  &s) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	lg_kernel *k = NULL;
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	assert_int_equal(lg_qk_norm_rope_forward(k, NULL, 1 << 22, 512, 0, 0, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "seq x batch = 4194304 x 512, allowed: a product below 2^31"));
+	lg_spec_free(s);
+}
+
+/* No tokens (fixed S = 0, or B = 0): the backward still writes dq_weight
+ * and dk_weight (as 0); the forward launches nothing. */
+static void test_no_tokens(void **state)
+{
+	(void)state;
+	check_passes(1, 1, TARGET, 0, 2);
+	check_passes(1, 1, TARGET, 5, 0);
+}
+
+/* Launch case g of kernel k through its typed launcher (include/lingen.h). */
+static lg_status launch_typed(const struct lg_gpu_case *g, const lg_kernel *k, bool bwd)
+{
+	const lg_dptr *a = g->ptrs;
+	int64_t S = g->ref.sizes[0], B = g->ref.sizes[1];
+	if (!bwd)
+		return lg_qk_norm_rope_forward(k, NULL, S, B, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+	return lg_qk_norm_rope_backward(k, NULL, S, B, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
+					a[10], a[11]);
+}
+
+/* One spec at seq x batch: the generic launch, then (outputs poisoned) the
+ * typed launcher; every output the same bits both times (the backward's
+ * dq_weight, dk_weight: deterministic). */
+static void check_same_bits(const char *pass, const char *keys, int64_t seq, int64_t batch)
+{
+	char json[512];
+	snprintf(json, sizeof json, "{\"op\": \"qk_norm_rope\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}",
+		 pass, keys);
+	lg_spec *s = NULL;
+	if (lg_spec_parse(json, &s) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	lg_kernel *k = NULL;
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	const int64_t sizes[2] = {seq, batch};
+	struct lg_gpu_case g;
+	if (lg_gpu_case_init(&g, s, 0, sizes, seed + 17, k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	void *first[LG_MAX_ARGS] = {0};
+	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	for (int i = 0; i < g.ref.n; i++)
+		if (g.ref.buf[i].output && g.got[i]) {
+			size_t bytes = g.ref.buf[i].count * g.ref.buf[i].elem;
+			first[i] = malloc(bytes);
+			assert_non_null(first[i]);
+			memcpy(first[i], g.got[i], bytes);
+		}
+	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+	if (launch_typed(&g, k, strcmp(pass, "backward") == 0) != LG_OK)
+		fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	int outputs = 0;
+	for (int i = 0; i < g.ref.n; i++)
+		if (first[i]) {
+			if (memcmp(first[i], g.got[i], g.ref.buf[i].count * g.ref.buf[i].elem) != 0)
+				fail_msg("%s S=%lld B=%lld: output %d differs between two launches", lg_spec_entry(s),
+					 (long long)seq, (long long)batch, i);
+			free(first[i]);
+			outputs++;
+		}
+	assert_int_equal(outputs, 3); /* q, k, v; dqkv, dq_weight, dk_weight */
+	printf("%s S=%lld B=%lld: typed launch, same bits: PASS\n", lg_spec_entry(s), (long long)seq,
+	       (long long)batch);
+	lg_gpu_case_free(&g);
+	lg_spec_free(s);
+}
+
+static void test_typed_deterministic(void **state)
+{
+	(void)state;
+	static const char *const passes[] = {"forward", "backward"};
+	for (int p = 0; p < 2; p++) {
+		check_same_bits(passes[p], TARGET, 4096, 2);
+		check_same_bits(passes[p], "\"head_dim\": 64, \"q_heads\": 12, \"kv_heads\": 4", 7, 3);
+		check_same_bits(passes[p], TARGET ", \"varlen\": true, \"mscale\": 0.75", 1000, 9);
+	}
 }
 
 int main(void)
@@ -186,7 +294,8 @@ int main(void)
 		cmocka_unit_test(test_one_token), cmocka_unit_test(test_odd),    cmocka_unit_test(test_target),
 		cmocka_unit_test(test_d256),      cmocka_unit_test(test_rotary), cmocka_unit_test(test_silu),
 		cmocka_unit_test(test_layouts),   cmocka_unit_test(test_tiles),  cmocka_unit_test(test_prefetch),
-		cmocka_unit_test(test_varlen),
+		cmocka_unit_test(test_varlen),    cmocka_unit_test(test_no_tokens),
+		cmocka_unit_test(test_typed_deterministic), cmocka_unit_test(test_sizes),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);
 }

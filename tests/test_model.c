@@ -240,6 +240,32 @@ static void test_fused_router(void **state)
 	}
 }
 
+/* head_layout: the K2 kernels (both passes) take the model's, "interleaved"
+ * when absent (Megatron's GQA groups), "plain" when the config says so. */
+static void test_head_layout(void **state)
+{
+	(void)state;
+	static const char *const values[] = {NULL, "\"interleaved\"", "\"plain\""};
+	for (int i = 0; i < 3; i++) {
+		char *text = mutate("head_layout", values[i]);
+		char *json = NULL;
+		if (lg_model_expand_text(text, strlen(text), "m.json", &json) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		const char *want = i == 2 ? "\"head_layout\": \"plain\"" : "\"head_layout\": \"interleaved\"";
+		int rope = 0;
+		for (const char *k = strstr(json, "\"op\": \"qk_norm_rope\""); k;
+		     k = strstr(k + 1, "\"op\": \"qk_norm_rope\"")) {
+			const char *end = strchr(k, '}');
+			const char *h = strstr(k, want);
+			assert_true(end && h && h < end);
+			rope++;
+		}
+		assert_int_equal(rope, 2);
+		free(json);
+		free(text);
+	}
+}
+
 /* ------------------------------------------------------- bad configs */
 
 /* The ling-mini config with one member replaced by `value` (raw JSON),
@@ -302,6 +328,9 @@ static const struct bad bad_models[] = {
 	{"name", "7", NULL, {"m.json: name: found 7 (a number)", "allowed: 1 to 63 characters"}},
 	{"source", NULL, NULL, {"m.json: source: missing", "allowed: a string"}},
 	{"notes", "[]", NULL, {"m.json: notes: found an array (an array)", "allowed: a string"}},
+	{"head_layout", "\"grouped\"", NULL, {"m.json: head_layout: found \"grouped\"",
+					       "allowed: \"interleaved\", \"plain\""}},
+	{"head_layout", "1", NULL, {"m.json: head_layout: found 1", "allowed: \"interleaved\", \"plain\""}},
 	{"fp8", NULL, NULL, {"m.json: fp8: missing", "format, block, round_scale"}},
 	{"fp8", "\"e4m3\"", NULL, {"m.json: fp8: found \"e4m3\"", "allowed: an object with keys format, "
 				   "block, round_scale"}},
@@ -428,6 +457,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shipped_models), cmocka_unit_test(test_ling_mini),
 		cmocka_unit_test(test_no_shared_expert), cmocka_unit_test(test_fused_router),
+		cmocka_unit_test(test_head_layout),
 		cmocka_unit_test(test_bad_models),
 		cmocka_unit_test(test_api_errors),     cmocka_unit_test(test_fuzz),
 	};

@@ -8,8 +8,8 @@
  * orders, give the same outputs for the same heads; packed sequences
  * (varlen) restart their positions, context parallelism remaps them, mscale
  * scales the rotation. Also the family's spec
- * checks (H % h, head_dim, the rotary fraction), its buffers, geometry and
- * tuning candidates. No GPU.
+ * checks (H % h, head_dim, the rotary fraction), its buffers, geometry,
+ * run-time size checks and tuning candidates. No GPU.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -458,34 +458,67 @@ static void test_buffers_geometry(void **state)
 	lg_spec_free(s);
 }
 
-/* `lingen tune`'s candidates: several, each generating for sm_90a and sm_80. */
+/* The run-time sizes: each up to 2^22; the fixed form's seq x batch below
+ * 2^31 (its 32-bit token indices), refused with a message naming both; the
+ * varlen form's batch (sequences) bounded by its range alone. */
+static void test_sizes(void **state)
+{
+	(void)state;
+	struct lg_target t;
+	struct lg_plan p;
+	assert_true(lg_target_parse("sm_90a", &t));
+	static const char *const specs[2] = {ONE_GROUP("forward", "0.5"), VARLEN("")};
+	for (int v = 0; v < 2; v++) {
+		lg_spec *s = spec(specs[v]);
+		const struct lg_family *f = lg_family_get(s->op);
+		assert_int_equal(f->sig[LG_PASS_FORWARD].sizes[1].max, 1 << 22);
+		assert_int_equal(lg_plan_for(s, &t, &p), LG_OK);
+		const int64_t ok[2] = {4096, 600}, edge[2] = {(1 << 22) - 1, 512}, big[2] = {1 << 22, 512};
+		assert_int_equal(f->check_sizes(&p, ok), LG_OK);
+		assert_int_equal(f->check_sizes(&p, edge), LG_OK); /* 2^31 - 512 tokens */
+		assert_int_equal(f->check_sizes(&p, big), v ? LG_OK : LG_ERR_INVALID_ARG);
+		if (!v) {
+			assert_non_null(strstr(lg_last_error(), "seq x batch = 4194304 x 512"));
+			assert_non_null(strstr(lg_last_error(), "allowed: a product below 2^31"));
+		}
+		lg_spec_free(s);
+	}
+}
+
+/* `lingen tune`'s candidates of both passes: several, each generating for
+ * sm_90a and sm_80 (the backward's dw entry too). */
 static void test_candidates(void **state)
 {
 	(void)state;
 	static const char *const archs[] = {"sm_90a", "sm_80"};
-	lg_spec *s = spec(LAYOUT("backward", "seq_batch", "interleaved"));
-	const struct lg_family *f = lg_family_get(s->op);
-	for (int a = 0; a < 2; a++) {
-		struct lg_target t;
-		struct lg_tile_choice cands[LG_MAX_CANDIDATES];
-		assert_true(lg_target_parse(archs[a], &t));
-		int n = f->candidates(s, &t, cands, LG_MAX_CANDIDATES);
-		/* 4 x 2 tokens x threads (512 threads: forward only), 3 grids, no
-		 * prefetch, batches 2 and 4 */
-		assert_int_equal(n, 14);
-		for (int i = 0; i < n; i++) {
-			struct lg_spec v;
-			struct lg_plan p;
-			assert_int_equal(lg_spec_with_tile(s, &cands[i], &v), LG_OK);
-			assert_int_equal(lg_spec_check(&v, ""), LG_OK);
-			assert_int_equal(lg_plan_for(&v, &t, &p), LG_OK);
-			char *src = NULL;
-			assert_int_equal(lg_generate_for(&v, &t, &p, &src, NULL), LG_OK);
-			assert_non_null(strstr(src, p.entry[1]));
-			free(src);
+	/* forward: 4 x 2 tokens x threads, 512 threads with 4 and 8 tokens,
+	 * min_ctas 1 and 3, no prefetch, batches 1 and 4; backward: 4 x 2
+	 * (512 threads: forward only), 3 grids, no prefetch, batches 2 and 4 */
+	static const int want[2] = {15, 14};
+	for (int pass = 0; pass < 2; pass++) {
+		lg_spec *s = spec(pass ? LAYOUT("backward", "seq_batch", "interleaved")
+				       : LAYOUT("forward", "seq_batch", "interleaved"));
+		const struct lg_family *f = lg_family_get(s->op);
+		for (int a = 0; a < 2; a++) {
+			struct lg_target t;
+			struct lg_tile_choice cands[LG_MAX_CANDIDATES];
+			assert_true(lg_target_parse(archs[a], &t));
+			int n = f->candidates(s, &t, cands, LG_MAX_CANDIDATES);
+			assert_int_equal(n, want[pass]);
+			for (int i = 0; i < n; i++) {
+				struct lg_spec v;
+				struct lg_plan p;
+				assert_int_equal(lg_spec_with_tile(s, &cands[i], &v), LG_OK);
+				assert_int_equal(lg_spec_check(&v, ""), LG_OK);
+				assert_int_equal(lg_plan_for(&v, &t, &p), LG_OK);
+				char *src = NULL;
+				assert_int_equal(lg_generate_for(&v, &t, &p, &src, NULL), LG_OK);
+				assert_non_null(strstr(src, p.entry[p.nentries - 1]));
+				free(src);
+			}
 		}
+		lg_spec_free(s);
 	}
-	lg_spec_free(s);
 }
 
 int main(void)
@@ -495,6 +528,7 @@ int main(void)
 		cmocka_unit_test(test_layouts),       cmocka_unit_test(test_spec_errors),
 		cmocka_unit_test(test_buffers_geometry), cmocka_unit_test(test_candidates),
 		cmocka_unit_test(test_varlen_positions), cmocka_unit_test(test_mscale),
+		cmocka_unit_test(test_sizes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

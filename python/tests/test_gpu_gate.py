@@ -3,7 +3,8 @@ reference (autograd of the plain formula, independent of lingen's C
 reference): forward and backward at the target shape (x [2, 4096, 2048],
 4 groups) and odd ones (B = 1 L = 1, B = 3 L = 7, dim 1000 in 5 groups),
 the shared weight, gate in x's layout; dw bit-identical across calls; the
-autograd function of lingen.torch with x as [batch, seq, heads, head_dim].
+autograd function of lingen.torch with x as [batch, seq, heads, head_dim]
+(gate transposed or not, the weight per dim or shared, one token).
 Skipped without torch or a GPU."""
 import pytest
 
@@ -81,20 +82,27 @@ def test_group_rmsnorm_gate(seed, case, transpose, shared):
     assert torch.equal(dw, dw2), "dw differs between two identical calls"
 
 
-def test_autograd_function(seed):
+@pytest.mark.parametrize("b, l, heads, hd, groups, transpose, shared", [
+    (2, 77, 16, 128, 4, True, False),
+    (3, 7, 5, 40, 5, False, True),   # gate in x's layout, one weight shared by the groups, dim 200
+    (1, 1, 16, 128, 4, False, False),
+])
+def test_autograd_function(seed, b, l, heads, hd, groups, transpose, shared):
     torch = torch_cuda()
     import lingen.torch as lt
     gen = torch.Generator(device="cuda").manual_seed(seed)
-    b, l, heads, hd = 2, 77, 16, 128
+    dim = heads * hd
+    gshape = (l, b, dim) if transpose else (b, l, dim)
     x = torch.randn(b, l, heads, hd, generator=gen, device="cuda").bfloat16().requires_grad_()
-    gate = torch.randn(l, b, heads * hd, generator=gen, device="cuda").bfloat16().requires_grad_()
-    w = (torch.rand(heads * hd, generator=gen, device="cuda") + 0.5).bfloat16().requires_grad_()
-    dy = torch.randn(l, b, heads * hd, generator=gen, device="cuda").bfloat16()
-    y = lt.group_rms_norm_gate(x, gate, w, 1e-6, 4)
-    assert y.shape == (l, b, heads * hd) and y.dtype == torch.bfloat16
+    gate = torch.randn(gshape, generator=gen, device="cuda").bfloat16().requires_grad_()
+    n = dim // groups if shared else dim
+    w = (torch.rand(n, generator=gen, device="cuda") + 0.5).bfloat16().requires_grad_()
+    dy = torch.randn(gshape, generator=gen, device="cuda").bfloat16()
+    y = lt.group_rms_norm_gate(x, gate, w, 1e-6, groups, transpose)
+    assert y.shape == gshape and y.dtype == torch.bfloat16
     y.backward(dy)
     y_ref, dx_ref, dg_ref, dw_ref = reference(torch, x.detach().reshape(b, l, -1), gate.detach(),
-                                              w.detach(), dy, 1e-6, 4, True)
+                                              w.detach(), dy, 1e-6, groups, transpose)
     check(torch, y.detach(), y_ref, "y")
     check(torch, x.grad.reshape(b, l, -1), dx_ref, "dx")
     check(torch, gate.grad, dg_ref, "dgate")

@@ -1,7 +1,8 @@
 """qk_norm_rope (K2) on the GPU against a float64 torch reference: forward
 and backward at the target shape (S 4096, B 2, H 16, h 4, D 128) and odd
 ones, both qkv orders, both head layouts, rotary fraction 0.5 and 1, SiLU;
-autograd through lingen.torch against torch autograd of the reference.
+autograd through lingen.torch against torch autograd of the reference (both
+orders, both head layouts, rotary fraction 1, SiLU, one token).
 Skipped without torch or a GPU."""
 import math
 
@@ -96,19 +97,26 @@ def test_forward_backward(seed, S, B, H, h, D, transposed, interleaved, rotary, 
     assert torch.equal(again[1], dqw) and torch.equal(again[2], dkw), "weight grads deterministic"
 
 
-def test_autograd(seed):
+@pytest.mark.parametrize("S, B, H, h, D, rotary, interleaved, transposed, silu", [
+    (64, 2, 16, 4, 128, 0.5, True, True, False),   # linghe's facade
+    (7, 3, 12, 4, 64, 1.0, False, False, True),    # Qwen3's full rotation, plain heads, [B, S, .], SiLU
+    (1, 1, 15, 5, 256, 0.5, True, False, False),   # one token, kv heads not a power of two
+])
+def test_autograd(seed, S, B, H, h, D, rotary, interleaved, transposed, silu):
     torch = torch_cuda()
     import lingen.torch as lt
-    S, B, H, h, D = 64, 2, 16, 4, 128
-    qkv, qw, kw, fr = inputs(torch, seed, S, B, H, h, D, 0.5, True)
+    qkv, qw, kw, fr = inputs(torch, seed, S, B, H, h, D, rotary, transposed)
     qkv.requires_grad_()
     qw.requires_grad_()
     kw.requires_grad_()
-    q, k, v = lt.qk_norm_rope(qkv, qw, kw, fr, H, h)
+    q, k, v = lt.qk_norm_rope(qkv, qw, kw, fr, H, h, rotary_fraction=rotary, interleaved=interleaved,
+                              transposed=transposed, silu=silu)
+    assert q.shape == (B, S, H, D) and k.shape == (B, S, h, D) and v.shape == (B, S, h, D)
     (q.float().square().sum() + k.float().sum() + v.float().sum()).backward()
     x64 = qkv.detach().double().requires_grad_()
     qw64, kw64 = qw.detach().double().requires_grad_(), kw.detach().double().requires_grad_()
-    rq, rk, rv = reference(torch, x64, qw64, kw64, fr, H, h, 1e-6, 0.5, True, True, False)
+    rq, rk, rv = reference(torch, x64, qw64, kw64, fr, H, h, 1e-6, rotary, interleaved, transposed,
+                           silu)
     (rq.square().sum() + rk.sum() + rv.sum()).backward()
     ref.check_rel(qkv.grad, x64.grad, 2 ** -5, "dqkv")
     ref.check_rel(qw.grad, qw64.grad, 2 ** -6, "dq_weight")
@@ -135,6 +143,7 @@ def positions(cu, cp, rank, T):
     ([5, 0, 300, 1, 77], 1, 0, 0.75),  # an empty one, odd lengths
     ([64, 200, 36], 2, 1, 1.0),        # context parallel: global lengths, this rank's halves
     ([128, 512], 4, 2, 1.25),
+    ([3, 0, 2] * 200, 1, 0, 1.0),     # 600 sequences (more than the old bound of 511)
 ])
 def test_varlen(seed, lens, cp, rank, mscale):
     torch = torch_cuda()
