@@ -10,7 +10,8 @@
  * spec checks and their messages, uses(), the launch geometry, the
  * workspace, and the tuning candidates (each validates, plans and
  * generates); the pipelined combine (tile.pipeline 2): its checks, its
- * persistent geometry and what it generates.
+ * persistent geometry and what it generates; the typed launchers refuse a
+ * NULL kernel.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -780,6 +781,21 @@ static void test_candidates(void **state)
 	}
 }
 
+/* The typed launchers (include/lingen.h) refuse a NULL kernel before
+ * touching anything (test_typed_launchers of gpu_test_moe runs them). */
+static void test_typed_null(void **state)
+{
+	(void)state;
+	const lg_dptr p = 0x100000;
+	assert_int_equal(lg_moe_row_map_forward(NULL, NULL, 8, p, p, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_permute_forward(NULL, NULL, 8, p, 0, p, p, p, p, p, 0, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_permute_backward(NULL, NULL, 8, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_unpermute_forward(NULL, NULL, 8, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_unpermute_backward(NULL, NULL, 8, p, p, p, p, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_permute_quant_forward(NULL, NULL, 8, p, p, p, p, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "must not be NULL"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -796,6 +812,7 @@ int main(void)
 		cmocka_unit_test(test_candidates),
 		cmocka_unit_test(test_pipelined_geometry),
 		cmocka_unit_test(test_pipelined_source),
+		cmocka_unit_test(test_typed_null),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
