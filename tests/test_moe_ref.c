@@ -326,7 +326,8 @@ enum { Q_X, Q_PROBS, Q_INDEX, Q_PADDED, Q_Q, Q_S, Q_QT, Q_ST, Q_OUTP };
  * t + 1, so each real row's 1x128 block has scale 2^ceil(log2((t + 1) /
  * 448)) (2^-8 for 1, 2^-7 for 2 and 3) and payload (t + 1) / scale; padding rows are zero
  * blocks (scale 2^-99, payload 0); segments of 2, 4, 0 and 2 rows; rows
- * past P = 8 are left alone (the poison); out_probs probs[t, e]. */
+ * past P = 8 are left alone (the poison); out_probs probs[t, e]; the
+ * columnwise copy per expert segment (KERNELS.md 1.3). */
 static void test_permute_quant_by_hand(void **state)
 {
 	(void)state;
@@ -360,6 +361,27 @@ static void test_permute_quant_by_hand(void **state)
 		assert_true(t < 0 || want_s == ((t + 1) == 1 ? 0x1p-8f : 0x1p-7f));
 		assert_true(op[r] == (t < 0 ? 0.0f : (float)(t * 4 + e)));
 	}
+	/* the columnwise copy: each expert's segment a tensor of its own (its 128-row block
+	 * starts at the segment, never straddles two experts; padding rows count as 0): qt a
+	 * [128, P_e] block at element seg0 * 128, st one row an expert (e0, e1, e3; expert 2 has
+	 * none), the scale of the segment's amax: 3 (e0, e1) or 1 (e3) */
+	const uint8_t *qt = c.buf[Q_QT].host;
+	const float *st = c.buf[Q_ST].host;
+	static const int st_row[4] = {0, 1, -1, 2}, seg_n[4] = {2, 4, 0, 2};
+	for (int e = 0; e < 4; e++) {
+		if (st_row[e] < 0)
+			continue;
+		float want_st = lg_ref_scale(e == 3 ? 1.0f : 3.0f, true);
+		for (int h = 0; h < 128; h += 37) {
+			assert_true(st[st_row[e] * 128 + h] == want_st);
+			for (int i = 0; i < seg_n[e]; i++) {
+				int t = hand_index[seg0[e] + i];
+				uint8_t want = t < 0 ? 0 : lg_ref_quant((float)(t + 1), want_st, true);
+				assert_int_equal(qt[seg0[e] * 128 + h * seg_n[e] + i], want);
+			}
+		}
+	}
+	assert_true(lg_ref_scale(3.0f, true) == 0x1p-7f && lg_ref_scale(1.0f, true) == 0x1p-8f);
 	case_free(&c);
 	lg_spec_free(s);
 }
