@@ -11,8 +11,9 @@
  * routing pattern of the references (moe_ref.h: lg_moe_ref_pattern of the
  * input seed) runs at each shape. Integer outputs and copies must be bit-equal, the fp32
  * sums of the combine bit-equal (same adds, same order), the fused
- * permute + FP8 quantisation (moe_permute_quant, K4b; also its tile.prefetch
- * form, rows copied into shared memory a block ahead) bit-equal, the weighted
+ * permute + FP8 quantisation (moe_permute_quant, K4b: its default form, rows
+ * copied into shared memory a block ahead, and tile.prefetch 0, rows gathered
+ * into registers; without probs and out_probs too) bit-equal, the weighted
  * forms within tolerance; poisoned outputs, nothing left unwritten; a
  * second launch gives the same bytes. The pipelined combine (tile.pipeline
  * 2, the default: persistent CTAs, moe_unpermute forward plain and
@@ -205,22 +206,24 @@ static void test_permute_quant(void **state)
 	/* the occupancy variant lingen tune tries: 3 CTAs an SM, registers capped */
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {}, "
 	      "\"tile\": {\"min_ctas\": 3}", target, 1);
-	/* tile.prefetch (rows copied into shared memory a feature block ahead): the target, a
-	 * group shorter than fblocks (3 blocks), one block, 512 threads over 8 blocks */
+	/* tile.prefetch 0 (each row gathered into registers; the default, 1, copies the rows into
+	 * shared memory a feature block ahead): the target, a group shorter than fblocks (3 blocks),
+	 * one block, 512 threads over 8 blocks */
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
-	      "\"both\"}, \"tile\": {\"prefetch\": 1}", target, 1);
+	      "\"both\"}, \"tile\": {\"prefetch\": 0}", target, 1);
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
-	      "\"columnwise\", \"round_scale\": false}, \"tile\": {\"prefetch\": 1}", odd, NODD);
+	      "\"columnwise\", \"round_scale\": false}, \"tile\": {\"prefetch\": 0}", odd, NODD);
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, "
-	      "\"multiple\": 128, \"quant\": {\"output\": \"both\"}, \"tile\": {\"prefetch\": 1}", odd, NODD);
+	      "\"multiple\": 128, \"quant\": {\"output\": \"both\"}, \"tile\": {\"prefetch\": 0}", odd, NODD);
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, \"experts\": 5, \"top_k\": 2, "
-	      "\"multiple\": 1, \"quant\": {\"output\": \"rowwise\"}, \"tile\": {\"prefetch\": 1}", odd, NODD);
+	      "\"multiple\": 1, \"quant\": {\"output\": \"rowwise\"}, \"tile\": {\"prefetch\": 0}", odd, NODD);
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 7168, \"experts\": 160, \"top_k\": 6, "
-	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8, \"prefetch\": 1}",
+	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8, \"prefetch\": 0}",
 	      odd, NODD);
 }
 
-/* The optional arguments left out (0): probs, out_probs, row_index, ... */
+/* The optional arguments left out (0): probs, out_probs, row_index, ...
+ * (K4b: no probs, no out_probs, in both of its forms). */
 static void test_no_optional(void **state)
 {
 	(void)state;
@@ -232,6 +235,9 @@ static void test_no_optional(void **state)
 		{"moe_unpermute", "backward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6"},
 		{"moe_unpermute", "forward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6, \"tile\": {\"pipeline\": 2}"},
 		{"moe_permute", "backward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6, \"tile\": {\"pipeline\": 2}"},
+		{"moe_permute_quant", "forward", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, \"quant\": {}"},
+		{"moe_permute_quant", "forward", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, \"quant\": {}, "
+		 "\"tile\": {\"prefetch\": 0}"},
 	};
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
 		lg_spec *s = parse(specs[i][0], specs[i][1], "bf16", specs[i][2]);
