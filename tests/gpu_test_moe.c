@@ -23,7 +23,8 @@
  * so is the pipelined dispatch (moe_permute forward, tile.pipeline 2, bf16
  * and e4m3; test_permute_pipelined). Each typed launcher of include/lingen.h
  * gives the bytes of the generic launch and refuses a kernel of another op
- * (test_typed_launchers).
+ * (test_typed_launchers); a size past int32 row ids is refused
+ * (test_int32_rows).
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
  */
@@ -547,6 +548,22 @@ static void test_arg_needs(void **state)
 	lg_spec_free(s);
 }
 
+/* A size whose capacity rows pass int32 row ids is refused at the launch,
+ * before any kernel runs; one token fewer is within the bound. */
+static void test_int32_rows(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("moe_row_map", "forward", "bf16", "\"experts\": 8, \"top_k\": 8, \"multiple\": 1");
+	lg_kernel *k;
+	assert_int_equal(lg_kernel_get(ctx, s, &k), LG_OK);
+	const lg_dptr p = 0x100000; /* aligned, never dereferenced: the launch is refused first */
+	const int64_t T = (int64_t)INT32_MAX / 8 + 1; /* T * 8 rows: 2^31 */
+	assert_int_equal(lg_moe_row_map_forward(k, NULL, T, p, p, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "launch geometry"));
+	printf("%s at %lld tokens: %s\n", lg_spec_entry(s), (long long)T, lg_last_error());
+	lg_spec_free(s);
+}
+
 int main(void)
 {
 	lg_test_require_gpu("gpu_test_moe");
@@ -563,6 +580,7 @@ int main(void)
 		cmocka_unit_test(test_pipelined),
 		cmocka_unit_test(test_arg_needs),
 		cmocka_unit_test(test_typed_launchers),
+		cmocka_unit_test(test_int32_rows),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);
 }

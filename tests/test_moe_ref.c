@@ -8,7 +8,8 @@
  * restored probabilities, the weighted backward's dot products, round
  * trips; the routing patterns of the references; the declared shapes, the
  * spec checks and their messages, uses(), the launch geometry, the
- * workspace, and the tuning candidates (each validates, plans and
+ * workspace, the refusal of sizes past int32 row ids, and the tuning
+ * candidates (each validates, plans and
  * generates); the pipelined combine (tile.pipeline 2): its checks, its
  * persistent geometry and what it generates; the typed launchers refuse a
  * NULL kernel.
@@ -608,6 +609,38 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 }
 
+/* Row ids are int32: at a token count whose capacity rows (tokens * top_k +
+ * experts * (multiple - 1)) pass 2^31 - 1, every MoE family's geometry is
+ * one the runtime refuses (a grid past INT32_MAX); one token fewer than the
+ * bound, the ordinary one. */
+static void test_int32_rows(void **state)
+{
+	(void)state;
+	static const char *const specs[][3] = {
+		{"moe_row_map", "forward", "\"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_permute", "forward", "\"hidden\": 1, \"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_permute", "backward", "\"hidden\": 1, \"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_unpermute", "forward", "\"hidden\": 1, \"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_unpermute", "backward", "\"hidden\": 1, \"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_permute_quant", "forward", "\"hidden\": 128, \"experts\": 512, \"top_k\": 512, "
+		 "\"multiple\": 1, \"quant\": {}"},
+	};
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+		lg_spec *s = parse(specs[i][0], specs[i][1], "bf16", specs[i][2]);
+		const struct lg_family *f = lg_family_get(s->op);
+		struct lg_plan p;
+		plan_at(s, "sm_90a", &p);
+		const int64_t k = i == 5 ? 512 : 8, last = INT32_MAX / k; /* multiple 1: the capacity is T * k */
+		for (int64_t T = last; T <= last + 1; T++) {
+			struct lg_launch_dim d;
+			f->geometry(&p, p.nentries - 1, &T, &d);
+			if ((d.grid[0] > INT32_MAX) != (T > last))
+				fail_msg("%s at %lld tokens: grid %u", lg_spec_entry(s), (long long)T, d.grid[0]);
+		}
+		lg_spec_free(s);
+	}
+}
+
 static char *generate(const lg_spec *s, const char *arch)
 {
 	struct lg_target t;
@@ -831,6 +864,7 @@ int main(void)
 		cmocka_unit_test(test_spec_checks),
 		cmocka_unit_test(test_required_by_keys),
 		cmocka_unit_test(test_geometry),
+		cmocka_unit_test(test_int32_rows),
 		cmocka_unit_test(test_candidates),
 		cmocka_unit_test(test_pipelined_geometry),
 		cmocka_unit_test(test_pipelined_source),
