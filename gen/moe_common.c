@@ -130,14 +130,25 @@ void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens,
 	d->smem = 0;
 }
 
-enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS, P_PIPELINE };
+void lg_moe_refuse_past_int32(int64_t tokens, int64_t top_k, int64_t experts, int64_t multiple,
+			      struct lg_launch_dim *d)
+{
+	/* tokens <= 2^30 and the keys <= 1024: no int64 overflow */
+	if (tokens * top_k + experts * (multiple - 1) > INT32_MAX)
+		d->grid[0] = UINT32_MAX;
+}
 
-void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch,
+enum { P_HIDDEN, P_ES, P_DISPATCH, P_THREADS, P_PIPELINE, P_EXPERTS, P_TOPK, P_MULTIPLE };
+
+void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch, int kmoe,
 		 int kthreads, int kpipe)
 {
 	p->v[P_HIDDEN] = hidden;
 	p->v[P_ES] = es;
 	p->v[P_DISPATCH] = dispatch;
+	p->v[P_EXPERTS] = lg_spec_int(s, kmoe);
+	p->v[P_TOPK] = lg_spec_int(s, kmoe + 1);
+	p->v[P_MULTIPLE] = lg_spec_int(s, kmoe + 2);
 	p->v[P_THREADS] = p->tile[kthreads] = lg_spec_has(s, kthreads) ? lg_spec_int(s, kthreads) : 0;
 	/* the combine pipelined by default, unless tile.threads leaves no room for the map warp */
 	int64_t pipe = dispatch || p->v[P_THREADS] > 992 ? 1 : 2;
@@ -158,6 +169,7 @@ void lg_moe_plan_geometry(const struct lg_plan *p, int e, const int64_t *sizes, 
 {
 	struct lg_moe_rows r = lg_moe_plan_rows(p);
 	lg_moe_geometry(&r, p->v[P_DISPATCH] != 0, sizes[0], p->persistent[e] ? p->resident[e] : 0, d);
+	lg_moe_refuse_past_int32(sizes[0], p->v[P_TOPK], p->v[P_EXPERTS], p->v[P_MULTIPLE], d);
 }
 
 /* The piece type of the rows (vb bytes), its load and store, and for bf16

@@ -27,7 +27,8 @@
  * 2-byte pieces). Padded rows: P_e = round_up(count_e, multiple); the
  * output buffers hold the static capacity tokens * top_k + experts *
  * (multiple - 1) rows (LG_MOE_ROWS), since the padded total is known only
- * on the device.
+ * on the device. Row ids are int32: a launch whose capacity passes 2^31 - 1
+ * is refused (lg_moe_refuse_past_int32, in every MoE family's geometry).
  */
 #ifndef LG_MOE_COMMON_H
 #define LG_MOE_COMMON_H
@@ -116,6 +117,14 @@ struct lg_moe_kernel {
 	const char *other, *dot;  /* dispatch: dot[r] = <src[t], other[r]> (+ pin[t, e]) */
 };
 
+/* Row ids are int32 (row_id_map, row_index, offsets): the capacity rows
+ * (LG_MOE_ROWS) at `tokens` must stay below 2^31. Past it, d becomes a
+ * geometry the runtime refuses (a grid wider than the hardware's: "sizes
+ * beyond this kernel's launch geometry"), so such a launch fails instead of
+ * wrapping the ids. Every MoE family's geometry() ends with it. */
+void lg_moe_refuse_past_int32(int64_t tokens, int64_t top_k, int64_t experts, int64_t multiple,
+			      struct lg_launch_dim *d);
+
 /* The dispatch kernel (grid: tokens + LG_MOE_ZERO_CTAS) and the combine
  * kernel (grid: tokens; pipelined: tokens capped at `resident`, the CTAs
  * co-resident on the device, when known, i.e. not 0). */
@@ -126,12 +135,13 @@ void lg_moe_geometry(const struct lg_moe_rows *r, bool dispatch, int64_t tokens,
 		     struct lg_launch_dim *d);
 
 /* The plan of a one-entry dispatch or combine family (moe_permute,
- * moe_unpermute): rows of `hidden` elements of es bytes, tile.threads at
- * key kthreads and tile.pipeline at key kpipe, kept in the plan's first
- * values (tile.pipeline: 2 by default on a combine pass, a persistent
- * entry; 1 on a dispatch); lg_moe_plan_geometry is such a
- * family's geometry(), lg_moe_plan_rows the rows it emits for. */
-void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch,
+ * moe_unpermute): rows of `hidden` elements of es bytes, the routing keys
+ * at key kmoe (LG_KEYS_MOE), tile.threads at key kthreads and
+ * tile.pipeline at key kpipe, kept in the plan's first values
+ * (tile.pipeline: 2 by default on a combine pass, a persistent entry; 1 on
+ * a dispatch); lg_moe_plan_geometry is such a family's geometry(),
+ * lg_moe_plan_rows the rows it emits for. */
+void lg_moe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t hidden, int es, bool dispatch, int kmoe,
 		 int kthreads, int kpipe);
 struct lg_moe_rows lg_moe_plan_rows(const struct lg_plan *p);
 void lg_moe_plan_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d);

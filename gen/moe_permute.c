@@ -102,7 +102,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	(void)t;
 	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), s->dtype == LG_DTYPE_E4M3 ? 1 : 2, s->pass == LG_PASS_FORWARD,
-		    K_THREADS, K_PIPELINE);
+		    K_EXPERTS, K_THREADS, K_PIPELINE);
 	return LG_OK;
 }
 

@@ -14,8 +14,8 @@
  * out_probs[r] = probs[row_index[r], e] (0 on padding rows). The inputs are
  * moe_row_map's row_index and padded_counts; rows = tokens * top_k +
  * experts * (multiple - 1) is the static capacity (P is known on the device
- * only), and rows past P (and st rows past the last expert's) are not
- * written.
+ * only; past 2^31 - 1 the launch is refused: int32 row ids), and rows past
+ * P (and st rows past the last expert's) are not written.
  *
  * Strategy: the FP8 quant engine (quant_engine.h, the per-expert layout):
  * a CTA quantises a 128-row tile of one expert's segment x its feature
@@ -158,6 +158,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	lg_qe_geometry(&q, sz[0] > 0 ? rows : 0, p->v[P_EXPERTS], d);
 	if (p->v[P_PREFETCH])
 		d->smem = 2 * STAGE_BYTES;
+	lg_moe_refuse_past_int32(sz[0], p->v[P_TOPK], p->v[P_EXPERTS], p->v[P_MULTIPLE], d);
 }
 
 /* tile.prefetch: lg_gather, the cp.async copies of a thread's rows (those

@@ -25,7 +25,9 @@
  *     the segments of the per-expert layout (moe_permute_quant) and the
  *     row counts a grouped GEMM takes.
  * A mask with more than top_k experts in a token may give P past the
- * bound: row_index and the dispatch kernels drop the rows past it.
+ * bound: row_index and the dispatch kernels drop the rows past it. Row ids
+ * are int32: a token count whose bound passes 2^31 - 1 is refused at the
+ * launch.
  *
  * Strategy: the tokens are cut into S = min(tile.slices, tokens) slices of
  * consecutive tokens; two kernels of S CTAs of 512 threads, CTA i owning
@@ -166,6 +168,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	d->block[0] = (unsigned)p->v[P_THREADS];
 	d->smem = 0;
+	lg_moe_refuse_past_int32(sz[0], p->v[P_K], p->v[P_E], p->v[P_M], d);
 }
 
 /* The workspace, int32: each slice's counts [slices][experts], written by

@@ -92,7 +92,8 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
-	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), 2, s->pass == LG_PASS_BACKWARD, K_THREADS, K_PIPELINE);
+	lg_moe_plan(s, p, lg_spec_int(s, K_HIDDEN), 2, s->pass == LG_PASS_BACKWARD, K_EXPERTS, K_THREADS,
+		    K_PIPELINE);
 	return LG_OK;
 }
 

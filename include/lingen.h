@@ -482,7 +482,8 @@ lg_status lg_cross_entropy_merge(const lg_kernel *k, lg_stream stream, int64_t t
  *   total. P stays on the device: a host that needs it copies the 4 bytes
  *   of offsets[experts] (cuMemcpyDtoH), or sizes buffers by the bound
  *   rows = tokens * top_k + experts * (multiple - 1) that every dispatch
- *   buffer uses. row_index [rows] int32 or 0: the source token of row r < P,
+ *   buffer uses (below 2^31, the row ids being int32: every MoE launcher
+ *   refuses a larger one). row_index [rows] int32 or 0: the source token of row r < P,
  *   -1 for padding rows and rows >= P. padded_counts [experts] int32 or 0:
  *   round_up(counts, multiple), each expert's rows (the segments of
  *   moe_permute_quant; a grouped GEMM's row counts). workspace:

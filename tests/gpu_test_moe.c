@@ -11,8 +11,9 @@
  * routing pattern of the references (moe_ref.h: lg_moe_ref_pattern of the
  * input seed) runs at each shape. Integer outputs and copies must be bit-equal, the fp32
  * sums of the combine bit-equal (same adds, same order), the fused
- * permute + FP8 quantisation (moe_permute_quant, K4b; also its tile.prefetch
- * form, rows copied into shared memory a block ahead) bit-equal, the weighted
+ * permute + FP8 quantisation (moe_permute_quant, K4b: its default form, rows
+ * copied into shared memory a block ahead, and tile.prefetch 0, rows gathered
+ * into registers; without probs and out_probs too) bit-equal, the weighted
  * forms within tolerance; poisoned outputs, nothing left unwritten; a
  * second launch gives the same bytes. The pipelined combine (tile.pipeline
  * 2, the default: persistent CTAs, moe_unpermute forward plain and
@@ -20,7 +21,10 @@
  * 2048, 1001, 7168 and 3 and 0, 1, 7, 333 and 8192 tokens, and the same
  * bytes as the one-CTA-a-token form (tile.pipeline 1) on the same inputs;
  * so is the pipelined dispatch (moe_permute forward, tile.pipeline 2, bf16
- * and e4m3; test_permute_pipelined).
+ * and e4m3; test_permute_pipelined). Each typed launcher of include/lingen.h
+ * gives the bytes of the generic launch and refuses a kernel of another op
+ * (test_typed_launchers); a size past int32 row ids is refused
+ * (test_int32_rows).
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
  */
@@ -203,22 +207,24 @@ static void test_permute_quant(void **state)
 	/* the occupancy variant lingen tune tries: 3 CTAs an SM, registers capped */
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {}, "
 	      "\"tile\": {\"min_ctas\": 3}", target, 1);
-	/* tile.prefetch (rows copied into shared memory a feature block ahead): the target, a
-	 * group shorter than fblocks (3 blocks), one block, 512 threads over 8 blocks */
+	/* tile.prefetch 0 (each row gathered into registers; the default, 1, copies the rows into
+	 * shared memory a feature block ahead): the target, a group shorter than fblocks (3 blocks),
+	 * one block, 512 threads over 8 blocks */
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
-	      "\"both\"}, \"tile\": {\"prefetch\": 1}", target, 1);
+	      "\"both\"}, \"tile\": {\"prefetch\": 0}", target, 1);
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 2048, " TARGET_KEYS ", \"quant\": {\"output\": "
-	      "\"columnwise\", \"round_scale\": false}, \"tile\": {\"prefetch\": 1}", odd, NODD);
+	      "\"columnwise\", \"round_scale\": false}, \"tile\": {\"prefetch\": 0}", odd, NODD);
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, "
-	      "\"multiple\": 128, \"quant\": {\"output\": \"both\"}, \"tile\": {\"prefetch\": 1}", odd, NODD);
+	      "\"multiple\": 128, \"quant\": {\"output\": \"both\"}, \"tile\": {\"prefetch\": 0}", odd, NODD);
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 128, \"experts\": 5, \"top_k\": 2, "
-	      "\"multiple\": 1, \"quant\": {\"output\": \"rowwise\"}, \"tile\": {\"prefetch\": 1}", odd, NODD);
+	      "\"multiple\": 1, \"quant\": {\"output\": \"rowwise\"}, \"tile\": {\"prefetch\": 0}", odd, NODD);
 	check("moe_permute_quant", "forward", "bf16", "\"hidden\": 7168, \"experts\": 160, \"top_k\": 6, "
-	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8, \"prefetch\": 1}",
+	      "\"quant\": {\"output\": \"both\"}, \"tile\": {\"threads\": 512, \"fblocks\": 8, \"prefetch\": 0}",
 	      odd, NODD);
 }
 
-/* The optional arguments left out (0): probs, out_probs, row_index, ... */
+/* The optional arguments left out (0): probs, out_probs, row_index, ...
+ * (K4b: no probs, no out_probs, in both of its forms). */
 static void test_no_optional(void **state)
 {
 	(void)state;
@@ -230,6 +236,9 @@ static void test_no_optional(void **state)
 		{"moe_unpermute", "backward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6"},
 		{"moe_unpermute", "forward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6, \"tile\": {\"pipeline\": 2}"},
 		{"moe_permute", "backward", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6, \"tile\": {\"pipeline\": 2}"},
+		{"moe_permute_quant", "forward", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, \"quant\": {}"},
+		{"moe_permute_quant", "forward", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, \"quant\": {}, "
+		 "\"tile\": {\"prefetch\": 0}"},
 	};
 	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
 		lg_spec *s = parse(specs[i][0], specs[i][1], "bf16", specs[i][2]);
@@ -287,6 +296,29 @@ static void same_twice(const char *op, const char *pass, const char *keys)
 	lg_spec_free(s);
 }
 
+/* Every output of g (downloaded) against first[] (copy_outputs; freed):
+ * true when all bytes are the same, else each output that differs named. */
+static bool same_outputs(const struct lg_gpu_case *g, void *first[LG_MAX_ARGS])
+{
+	bool same = true;
+	for (int i = 0; i < g->ref.n; i++) {
+		if (!first[i])
+			continue;
+		size_t n = g->ref.buf[i].count * g->ref.buf[i].elem, diff = 0, at = 0;
+		for (size_t j = 0; j < n; j++)
+			if (((const unsigned char *)first[i])[j] != ((const unsigned char *)g->got[i])[j] && !diff++)
+				at = j;
+		if (diff) {
+			printf("  %s: %zu of %zu bytes differ, the first at byte %zu (element %zu)\n", g->ref.buf[i].name,
+			       diff, n, at, at / g->ref.buf[i].elem);
+			same = false;
+		}
+		free(first[i]);
+		first[i] = NULL;
+	}
+	return same;
+}
+
 /* The pipelined form of spec `keys` (tile.pipeline 2, the default) gives
  * the bytes of the one-CTA-a-token form (tile.pipeline 1) on the same
  * inputs at T tokens (every output; weighted sums included). */
@@ -311,21 +343,7 @@ static void same_as_one_cta(const char *op, const char *pass, const char *dtype,
 	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 	assert_int_equal(lg_gpu_case_launch(&g, k1, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
-	bool same = true;
-	for (int i = 0; i < g.ref.n; i++) {
-		if (!first[i])
-			continue;
-		size_t n = g.ref.buf[i].count * g.ref.buf[i].elem, diff = 0, at = 0;
-		for (size_t j = 0; j < n; j++)
-			if (((const unsigned char *)first[i])[j] != ((const unsigned char *)g.got[i])[j] && !diff++)
-				at = j;
-		if (diff) {
-			printf("  %s: %zu of %zu bytes differ, the first at byte %zu (element %zu)\n", g.ref.buf[i].name,
-			       diff, n, at, at / g.ref.buf[i].elem);
-			same = false;
-		}
-		free(first[i]);
-	}
+	bool same = same_outputs(&g, first);
 	printf("%s vs %s at T=%lld (seed %llu): %s\n", lg_spec_entry(s1), lg_spec_entry(s0), (long long)T,
 	       (unsigned long long)(seed + (uint64_t)T), same ? "the same bytes" : "FAIL");
 	assert_true(same);
@@ -420,6 +438,99 @@ static void test_deterministic(void **state)
 		   "\"both\"}, \"tile\": {\"prefetch\": 1}");
 }
 
+/* The typed launchers of include/lingen.h, each on a case's pointers p
+ * (the family's declared order; 0 where the spec uses none). */
+static lg_status typed_row_map(const lg_kernel *k, int64_t T, const lg_dptr *p)
+{
+	/* the routing: whichever of mask, topk, topk64 the spec uses */
+	return lg_moe_row_map_forward(k, NULL, T, p[0] ? p[0] : p[1] ? p[1] : p[2], p[3], p[4], p[5], p[6], p[7],
+				      p[8]);
+}
+
+static lg_status typed_permute(const lg_kernel *k, int64_t T, const lg_dptr *p)
+{
+	return lg_moe_permute_forward(k, NULL, T, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]);
+}
+
+static lg_status typed_permute_bwd(const lg_kernel *k, int64_t T, const lg_dptr *p)
+{
+	return lg_moe_permute_backward(k, NULL, T, p[0], p[1], p[2], p[3], p[4]);
+}
+
+static lg_status typed_unpermute(const lg_kernel *k, int64_t T, const lg_dptr *p)
+{
+	return lg_moe_unpermute_forward(k, NULL, T, p[0], p[1], p[2], p[3], p[4]);
+}
+
+static lg_status typed_unpermute_bwd(const lg_kernel *k, int64_t T, const lg_dptr *p)
+{
+	return lg_moe_unpermute_backward(k, NULL, T, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]);
+}
+
+static lg_status typed_permute_quant(const lg_kernel *k, int64_t T, const lg_dptr *p)
+{
+	return lg_moe_permute_quant_forward(k, NULL, T, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]);
+}
+
+/* Each typed launcher gives the bytes of the generic launch (lg_kernel_run,
+ * checked against the references above) on the same inputs, at an odd
+ * token count, every output poisoned first; a kernel of another op or
+ * pass, or none, is refused with a message naming both. */
+static void test_typed_launchers(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *op, *pass, *dtype, *keys;
+		lg_status (*fn)(const lg_kernel *, int64_t, const lg_dptr *);
+	} cases[] = {
+		{"moe_row_map", "forward", "bf16", "\"experts\": 160, \"top_k\": 6", typed_row_map},
+		{"moe_row_map", "forward", "bf16", "\"experts\": 96, \"top_k\": 6, \"routing\": \"topk_i32\"",
+		 typed_row_map},
+		{"moe_row_map", "forward", "bf16", "\"experts\": 7, \"top_k\": 3, \"routing\": \"topk_i64\"",
+		 typed_row_map},
+		{"moe_permute", "forward", "bf16", "\"hidden\": 1001, \"experts\": 160, \"top_k\": 6", typed_permute},
+		{"moe_permute", "forward", "e4m3", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6", typed_permute},
+		{"moe_permute", "backward", "bf16", "\"hidden\": 2050, \"experts\": 96, \"top_k\": 8", typed_permute_bwd},
+		{"moe_unpermute", "forward", "bf16", "\"hidden\": 1001, \"experts\": 160, \"top_k\": 6, "
+		 "\"weighted\": true", typed_unpermute},
+		{"moe_unpermute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 96, \"top_k\": 6, "
+		 "\"weighted\": true", typed_unpermute_bwd},
+		{"moe_permute_quant", "forward", "bf16", "\"hidden\": 384, \"experts\": 96, \"top_k\": 6, "
+		 "\"multiple\": 128, \"quant\": {}", typed_permute_quant},
+	};
+	const size_t n = sizeof cases / sizeof cases[0];
+	const int64_t sizes[1] = {333};
+	for (size_t c = 0; c < n; c++) {
+		lg_spec *s = parse(cases[c].op, cases[c].pass, cases[c].dtype, cases[c].keys);
+		lg_kernel *k = NULL;
+		if (lg_kernel_get(ctx, s, &k) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		struct lg_gpu_case g;
+		if (lg_gpu_case_init(&g, s, 0, sizes, seed + c, k) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+		assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+		assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+		void *first[LG_MAX_ARGS] = {0};
+		copy_outputs(&g, first);
+		assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+		if (cases[c].fn(k, sizes[0], g.ptrs) != LG_OK)
+			fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());
+		assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+		bool same = same_outputs(&g, first);
+		printf("%s: typed launcher %s\n", lg_spec_entry(s), same ? "the same bytes" : "FAIL");
+		assert_true(same);
+		/* the launcher of the next case (another op or pass) refuses this kernel */
+		const size_t o = (c + 3) % n;
+		assert_int_equal(cases[o].fn(k, sizes[0], g.ptrs), LG_ERR_INVALID_ARG);
+		if (!strstr(lg_last_error(), "this launcher takes") || !strstr(lg_last_error(), cases[o].op))
+			fail_msg("%s given to the %s launcher: \"%s\"", lg_spec_entry(s), cases[o].op, lg_last_error());
+		assert_int_equal(cases[c].fn(NULL, sizes[0], g.ptrs), LG_ERR_INVALID_ARG);
+		lg_gpu_case_free(&g);
+		lg_spec_free(s);
+	}
+}
+
 /* Declared argument rules reach the launch: the weighted combine's
  * backward refuses dprobs without g (dprobs = dout . g), names both, and
  * takes it with g or without dprobs (checks before any kernel runs). */
@@ -434,6 +545,22 @@ static void test_arg_needs(void **state)
 	assert_int_equal(lg_moe_unpermute_backward(k, NULL, 8, p, p, p, p, p, 0, p, p, p), LG_ERR_INVALID_ARG);
 	assert_non_null(strstr(lg_last_error(), "dprobs"));
 	assert_non_null(strstr(lg_last_error(), "needs g"));
+	lg_spec_free(s);
+}
+
+/* A size whose capacity rows pass int32 row ids is refused at the launch,
+ * before any kernel runs; one token fewer is within the bound. */
+static void test_int32_rows(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("moe_row_map", "forward", "bf16", "\"experts\": 8, \"top_k\": 8, \"multiple\": 1");
+	lg_kernel *k;
+	assert_int_equal(lg_kernel_get(ctx, s, &k), LG_OK);
+	const lg_dptr p = 0x100000; /* aligned, never dereferenced: the launch is refused first */
+	const int64_t T = (int64_t)INT32_MAX / 8 + 1; /* T * 8 rows: 2^31 */
+	assert_int_equal(lg_moe_row_map_forward(k, NULL, T, p, p, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "launch geometry"));
+	printf("%s at %lld tokens: %s\n", lg_spec_entry(s), (long long)T, lg_last_error());
 	lg_spec_free(s);
 }
 
@@ -452,6 +579,8 @@ int main(void)
 		cmocka_unit_test(test_deterministic),
 		cmocka_unit_test(test_pipelined),
 		cmocka_unit_test(test_arg_needs),
+		cmocka_unit_test(test_typed_launchers),
+		cmocka_unit_test(test_int32_rows),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);
 }

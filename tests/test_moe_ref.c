@@ -8,9 +8,11 @@
  * restored probabilities, the weighted backward's dot products, round
  * trips; the routing patterns of the references; the declared shapes, the
  * spec checks and their messages, uses(), the launch geometry, the
- * workspace, and the tuning candidates (each validates, plans and
+ * workspace, the refusal of sizes past int32 row ids, and the tuning
+ * candidates (each validates, plans and
  * generates); the pipelined combine (tile.pipeline 2): its checks, its
- * persistent geometry and what it generates.
+ * persistent geometry and what it generates; the typed launchers refuse a
+ * NULL kernel.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -325,7 +327,8 @@ enum { Q_X, Q_PROBS, Q_INDEX, Q_PADDED, Q_Q, Q_S, Q_QT, Q_ST, Q_OUTP };
  * t + 1, so each real row's 1x128 block has scale 2^ceil(log2((t + 1) /
  * 448)) (2^-8 for 1, 2^-7 for 2 and 3) and payload (t + 1) / scale; padding rows are zero
  * blocks (scale 2^-99, payload 0); segments of 2, 4, 0 and 2 rows; rows
- * past P = 8 are left alone (the poison); out_probs probs[t, e]. */
+ * past P = 8 are left alone (the poison); out_probs probs[t, e]; the
+ * columnwise copy per expert segment (KERNELS.md 1.3). */
 static void test_permute_quant_by_hand(void **state)
 {
 	(void)state;
@@ -359,6 +362,27 @@ static void test_permute_quant_by_hand(void **state)
 		assert_true(t < 0 || want_s == ((t + 1) == 1 ? 0x1p-8f : 0x1p-7f));
 		assert_true(op[r] == (t < 0 ? 0.0f : (float)(t * 4 + e)));
 	}
+	/* the columnwise copy: each expert's segment a tensor of its own (its 128-row block
+	 * starts at the segment, never straddles two experts; padding rows count as 0): qt a
+	 * [128, P_e] block at element seg0 * 128, st one row an expert (e0, e1, e3; expert 2 has
+	 * none), the scale of the segment's amax: 3 (e0, e1) or 1 (e3) */
+	const uint8_t *qt = c.buf[Q_QT].host;
+	const float *st = c.buf[Q_ST].host;
+	static const int st_row[4] = {0, 1, -1, 2}, seg_n[4] = {2, 4, 0, 2};
+	for (int e = 0; e < 4; e++) {
+		if (st_row[e] < 0)
+			continue;
+		float want_st = lg_ref_scale(e == 3 ? 1.0f : 3.0f, true);
+		for (int h = 0; h < 128; h += 37) {
+			assert_true(st[st_row[e] * 128 + h] == want_st);
+			for (int i = 0; i < seg_n[e]; i++) {
+				int t = hand_index[seg0[e] + i];
+				uint8_t want = t < 0 ? 0 : lg_ref_quant((float)(t + 1), want_st, true);
+				assert_int_equal(qt[seg0[e] * 128 + h * seg_n[e] + i], want);
+			}
+		}
+	}
+	assert_true(lg_ref_scale(3.0f, true) == 0x1p-7f && lg_ref_scale(1.0f, true) == 0x1p-8f);
 	case_free(&c);
 	lg_spec_free(s);
 }
@@ -585,6 +609,38 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 }
 
+/* Row ids are int32: at a token count whose capacity rows (tokens * top_k +
+ * experts * (multiple - 1)) pass 2^31 - 1, every MoE family's geometry is
+ * one the runtime refuses (a grid past INT32_MAX); one token fewer than the
+ * bound, the ordinary one. */
+static void test_int32_rows(void **state)
+{
+	(void)state;
+	static const char *const specs[][3] = {
+		{"moe_row_map", "forward", "\"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_permute", "forward", "\"hidden\": 1, \"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_permute", "backward", "\"hidden\": 1, \"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_unpermute", "forward", "\"hidden\": 1, \"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_unpermute", "backward", "\"hidden\": 1, \"experts\": 8, \"top_k\": 8, \"multiple\": 1"},
+		{"moe_permute_quant", "forward", "\"hidden\": 128, \"experts\": 512, \"top_k\": 512, "
+		 "\"multiple\": 1, \"quant\": {}"},
+	};
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+		lg_spec *s = parse(specs[i][0], specs[i][1], "bf16", specs[i][2]);
+		const struct lg_family *f = lg_family_get(s->op);
+		struct lg_plan p;
+		plan_at(s, "sm_90a", &p);
+		const int64_t k = i == 5 ? 512 : 8, last = INT32_MAX / k; /* multiple 1: the capacity is T * k */
+		for (int64_t T = last; T <= last + 1; T++) {
+			struct lg_launch_dim d;
+			f->geometry(&p, p.nentries - 1, &T, &d);
+			if ((d.grid[0] > INT32_MAX) != (T > last))
+				fail_msg("%s at %lld tokens: grid %u", lg_spec_entry(s), (long long)T, d.grid[0]);
+		}
+		lg_spec_free(s);
+	}
+}
+
 static char *generate(const lg_spec *s, const char *arch)
 {
 	struct lg_target t;
@@ -780,6 +836,21 @@ static void test_candidates(void **state)
 	}
 }
 
+/* The typed launchers (include/lingen.h) refuse a NULL kernel before
+ * touching anything (test_typed_launchers of gpu_test_moe runs them). */
+static void test_typed_null(void **state)
+{
+	(void)state;
+	const lg_dptr p = 0x100000;
+	assert_int_equal(lg_moe_row_map_forward(NULL, NULL, 8, p, p, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_permute_forward(NULL, NULL, 8, p, 0, p, p, p, p, p, 0, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_permute_backward(NULL, NULL, 8, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_unpermute_forward(NULL, NULL, 8, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_unpermute_backward(NULL, NULL, 8, p, p, p, p, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_moe_permute_quant_forward(NULL, NULL, 8, p, p, p, p, p, p, p, p, p), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "must not be NULL"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -793,9 +864,11 @@ int main(void)
 		cmocka_unit_test(test_spec_checks),
 		cmocka_unit_test(test_required_by_keys),
 		cmocka_unit_test(test_geometry),
+		cmocka_unit_test(test_int32_rows),
 		cmocka_unit_test(test_candidates),
 		cmocka_unit_test(test_pipelined_geometry),
 		cmocka_unit_test(test_pipelined_source),
+		cmocka_unit_test(test_typed_null),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,8 @@ combine; independent of lingen's C references): the row map from a mask
 and from top-k indices (int32, int64, with dropped slots), exactly; the
 permute (bf16 with probs, e4m3 with scales), the unpermute (plain and
 weighted) and the autograd of lingen.torch's permute and unpermute against
-torch autograd of the references; round trips; at the target shape (8192
+torch autograd of the references; each one's backward the other's forward
+of the gradients, byte for byte; round trips; at the target shape (8192
 tokens, hidden 2048, 256 experts, top-8) and odd ones (hidden 1001 and 7,
 96 / 160 / 5 experts, 1 token, every token on one expert, experts with no
 tokens); the same bytes on a second call. Skipped without torch or a GPU."""
@@ -134,6 +135,38 @@ def test_unpermute_and_its_autograd(case, weighted, seed):
         scale = 1 + wdp.abs().max()
         assert ((dp - wdp).abs() <= 1e-4 * wdp.abs() + 1e-5 * scale * (h ** 0.5)).all(), \
             f"dprobs {weighted} {kind} {case}"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_backward_pairs(case, seed):
+    """The pairs of KERNELS.md K4 and K5, byte for byte: the autograd
+    backward of lingen.torch's permute is the unpermute of its gradients
+    (dx the combine of dout, dprobs the restore of dout_probs), and the
+    backward of the unpermute is the permute of its gradients (dg the
+    dispatch of dout with zero padding, dprobs drestore at each row)."""
+    torch = torch_cuda()
+    import lingen.torch as lt
+    t, h, e, k, m = case
+    for kind in ("even", "drop"):
+        probs, rmap, counts, offsets, rows = _map(torch, seed, case, kind)
+        gen = torch.Generator(device="cuda").manual_seed(seed + 6)
+        kw = dict(top_k=k, multiple=m)
+        x = torch.randn(t, h, generator=gen, device="cuda").bfloat16().requires_grad_()
+        p = probs.clone().requires_grad_()
+        out, pp = lt.moe_permute(x, rmap, offsets, counts, p, **kw)
+        dout = torch.randn(rows, h, generator=gen, device="cuda").bfloat16()
+        dpp = torch.randn(rows, generator=gen, device="cuda")
+        torch.autograd.backward((out, pp), (dout, dpp))
+        back, restore = lt.moe_unpermute(dout, rmap, offsets, counts, dpp, **kw)
+        assert torch.equal(x.grad, back) and torch.equal(p.grad, restore), f"permute {kind} {case}"
+        g = torch.randn(rows, h, generator=gen, device="cuda").bfloat16().requires_grad_()
+        gp = torch.rand(rows, generator=gen, device="cuda").requires_grad_()
+        o, r = lt.moe_unpermute(g, rmap, offsets, counts, gp, **kw)
+        do = torch.randn(t, h, generator=gen, device="cuda").bfloat16()
+        dr = torch.randn(t, e, generator=gen, device="cuda")
+        torch.autograd.backward((o, r), (do, dr))
+        fwd, fp = lt.moe_permute(do, rmap, offsets, counts, dr, **kw)
+        assert torch.equal(g.grad, fwd) and torch.equal(gp.grad, fp), f"unpermute {kind} {case}"
 
 
 def test_fp8_permute(seed):

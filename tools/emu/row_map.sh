@@ -26,7 +26,7 @@ rest = re.sub(r"static __device__ __forceinline__ (int|uint4) (lg_ld_l2|lg_ld4_l
               flags=re.S)
 print(head + "\n// ----- helpers for this spec" + rest)
 PY
-get() { python3 -c "import json,sys; k=json.load(open('spec.json'))['kernels'][0]; print(k.get('$1', '$2') if '$1' != 'slices' else k.get('tile', {}).get('slices', 64))"; }
+get() { python3 -c "import json,sys; k=json.load(open('spec.json'))['kernels'][0]; print(k.get('$1', '$2') if '$1' != 'slices' else k.get('tile', {}).get('slices', 128))"; }
 E=$(get experts) K=$(get top_k) M=$(get multiple 16) R=$(get routing mask) SL=$(get slices)
 case $R in mask) RI=0 ;; topk_i32) RI=1 ;; *) RI=2 ;; esac
 base=$(basename "$f" .cu)

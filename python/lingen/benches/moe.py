@@ -1,9 +1,12 @@
-"""MoE dispatch and combine (KERNELS.md K4, K4b, K5): the padded row map,
-the permute into padded expert rows (bf16 with probs), the fused permute +
-pad + per-expert FP8 quantisation, and the unpermute (combine), at the README shape (8192 tokens, hidden 2048, 256 experts,
-top-8, rows padded to 16) and, in the full run, hidden 7168 (DeepSeek-V3)
-and 160 experts (not a power of two). The eager rows are the plain PyTorch
-references below (also the GPU tests' autograd references)."""
+"""MoE dispatch and combine (KERNELS.md K4, K4b, K5): the padded row map
+(from a mask, and from top-k indices), the permute into padded expert rows
+(bf16 with probs; e4m3 with its scales), the fused permute + pad +
+per-expert FP8 quantisation, the unpermute (combine), and the backward of
+the permute and of the weighted unpermute (eager and compile rows: torch
+autograd of the references), at the README shape (8192 tokens, hidden 2048,
+256 experts, top-8, rows padded to 16) and, in the full run, hidden 7168
+(DeepSeek-V3) and 160 experts (not a power of two). The eager rows are the
+plain PyTorch references below (also the GPU tests' autograd references)."""
 from . import Case, Setup
 from .quant_layouts import batched_quant, dequant_batched
 
@@ -56,6 +59,23 @@ def permute(torch, x, probs, rmap, rows):
     return out, pp
 
 
+def row_map_topk(torch, idx, experts, top_k, multiple=16):
+    """row_map of top-k indices [tokens, top_k] (scattered into a mask)."""
+    mask = torch.zeros(idx.shape[0], experts, dtype=torch.bool, device=idx.device)
+    mask.scatter_(1, idx, True)
+    return row_map(torch, mask, top_k, multiple)
+
+
+def permute_fp8(torch, xq, xs, probs, rmap, rows):
+    """(out e4m3, out_scale [rows, hidden / 128], out_probs): the payload
+    bytes and the scales permuted; the other rows zeros with the zero
+    block's scale 2^-99 (power-of-two scales)."""
+    q, pp = permute(torch, xq.view(torch.uint8), probs, rmap, rows)
+    t, e = (rmap >= 0).nonzero(as_tuple=True)
+    s = xs.new_full((rows, xs.shape[1]), 2.0 ** -99).index_copy(0, rmap[t, e].long(), xs[t])
+    return q.view(torch.float8_e4m3fn), s, pp
+
+
 def unpermute(torch, g, rmap, probs=None, weighted=False):
     """(out [tokens, hidden], restore_probs [tokens, experts]): each token's
     rows added in fp32 (float64 for float64 rows; times probs[r] when
@@ -83,6 +103,29 @@ def _map(env, t, e, k):
                  lambda r: tuple(v.float() for v in r))
 
 
+def _map_topk(env, t, e, k):
+    """The row map from top-k indices (int64, as routers emit them): lingen
+    reads them as they are; PyTorch scatters them into a mask first."""
+    torch, lt = env.torch, env.lt
+    idx = routing(torch, env.gen, t, e, k)[2]
+    fn = env.compiled(row_map_topk)
+    return Setup({"lingen": lambda: lt.moe_row_map(idx, k, experts=e),
+                  "eager": lambda: row_map_topk(torch, idx, e, k),
+                  "compile": lambda: fn(idx, e, k)}, (idx,),
+                 lambda r: tuple(v.float() for v in r))
+
+
+def _autograd(torch, f, inputs, grads):
+    """Torch autograd of f(*inputs) (fresh leaves), grads its output
+    gradients: a callable giving the inputs' gradients (graph kept)."""
+    xs = [x.detach().clone().requires_grad_() for x in inputs]
+    outs = f(*xs)
+
+    def run():
+        return torch.autograd.grad(outs, xs, grads, retain_graph=True)
+    return run
+
+
 def _permute(env, t, h, e, k):
     torch, lt = env.torch, env.lt
     x = env.randn(t, h)
@@ -94,6 +137,58 @@ def _permute(env, t, h, e, k):
                   "eager": lambda: permute(torch, x, probs, rmap, rows),
                   "compile": lambda: fn(x, probs, rmap, rows)}, (x, probs, rmap),
                  lambda r: (r[0].float(), r[1]))
+
+
+def _permute_fp8(env, t, h, e, k):
+    torch, lt = env.torch, env.lt
+    xq = env.randn(t, h).to(torch.float8_e4m3fn)
+    xs = torch.rand(t, h // 128, generator=env.gen, device="cuda")
+    mask, probs, _ = routing(torch, env.gen, t, e, k)
+    rmap, counts, offsets = row_map(torch, mask, k)[:3]
+    rows = t * k + e * 15
+    fn = env.compiled(permute_fp8)
+    return Setup({"lingen": lambda: lt.moe_permute_fp8(xq, xs, rmap, offsets, counts, probs,
+                                                       top_k=k),
+                  "eager": lambda: permute_fp8(torch, xq, xs, probs, rmap, rows),
+                  "compile": lambda: fn(xq, xs, probs, rmap, rows)}, (xq, xs, probs, rmap),
+                 lambda r: (r[0].float(), r[1], r[2]))
+
+
+def _permute_bwd(env, t, h, e, k):
+    """The permute's backward: dx (each token's row gradients added) and
+    dprobs [tokens, experts]."""
+    torch, lingen = env.torch, env.lingen
+    x = env.randn(t, h)
+    mask, probs, _ = routing(torch, env.gen, t, e, k)
+    rmap = row_map(torch, mask, k)[0]
+    rows = t * k + e * 15
+    dout, dpp = env.randn(rows, h), torch.randn(rows, generator=env.gen, device="cuda")
+    fn = env.compiled(permute)
+    return Setup({"lingen": lambda: lingen.moe_permute_backward(dout, rmap, dpp, top_k=k),
+                  "eager": _autograd(torch, lambda a, p: permute(torch, a, p, rmap, rows),
+                                     (x, probs), (dout, dpp)),
+                  "compile": _autograd(torch, lambda a, p: fn(a, p, rmap, rows), (x, probs),
+                                       (dout, dpp))},
+                 (dout, dpp, rmap), lambda r: (r[0].float(), r[1]))
+
+
+def _unpermute_bwd(env, t, h, e, k):
+    """The weighted unpermute's backward: dg (the gradient times each row's
+    probability) and dprobs (its dot product with the row)."""
+    torch, lingen = env.torch, env.lingen
+    mask = routing(torch, env.gen, t, e, k)[0]
+    rmap, counts, offsets = row_map(torch, mask, k)[:3]
+    rows = t * k + e * 15
+    g, dout = env.randn(rows, h), env.randn(t, h)
+    pp = torch.rand(rows, generator=env.gen, device="cuda")
+    fn = env.compiled(unpermute)
+    return Setup({"lingen": lambda: lingen.moe_unpermute_backward(
+                      dout, rmap, offsets, counts, None, g, pp, top_k=k, weighted=True),
+                  "eager": _autograd(torch, lambda a, p: unpermute(torch, a, rmap, p, True)[0],
+                                     (g, pp), (dout,)),
+                  "compile": _autograd(torch, lambda a, p: fn(a, rmap, p, True)[0], (g, pp),
+                                       (dout,))},
+                 (dout, g, pp, rmap), lambda r: (r[0].float(), r[1]))
 
 
 def _unpermute(env, t, h, e, k):
@@ -135,12 +230,18 @@ def cases(quick):
     for t, h, e, k in shapes:
         if h == 2048:
             shape = f"{t}x{e} top{k} m16"
-            out.append(Case("moe row map", shape, lambda env, t=t, e=e, k=k: _map(env, t, e, k),
-                            LINGHE_US.get(("moe row map", shape)), rtol=0.0))
+            for kernel, make in (("moe row map", _map), ("moe row map top-k", _map_topk)):
+                out.append(Case(kernel, shape,
+                                lambda env, t=t, e=e, k=k, make=make: make(env, t, e, k),
+                                LINGHE_US.get((kernel, shape)), rtol=0.0))
         shape = f"{t}x{h} e{e} top{k}"
-        for kernel, make in (("moe permute", _permute), ("moe unpermute", _unpermute),
-                             ("moe permute+quant", _permute_quant)):
+        for kernel, make, rtol in (("moe permute", _permute, 2e-2),
+                                   ("moe permute fp8", _permute_fp8, 0.0),
+                                   ("moe unpermute", _unpermute, 2e-2),
+                                   ("moe permute+quant", _permute_quant, 2e-2),
+                                   ("moe permute bwd", _permute_bwd, 2e-2),
+                                   ("moe unpermute bwd weighted", _unpermute_bwd, 2e-2)):
             out.append(Case(kernel, shape,
                             lambda env, t=t, h=h, e=e, k=k, make=make: make(env, t, h, e, k),
-                            LINGHE_US.get((kernel, shape))))
+                            LINGHE_US.get((kernel, shape)), rtol=rtol))
     return out
