@@ -9,7 +9,8 @@
  *   grad_v = (exp(x_v - m) / S - (1 - e) [v == y] - e / C) g
  * where m = max_v x_v and S = sum_v exp(x_v - m). Rows whose label is
  * ignore_index get loss = S = m = 0 and a zero gradient. A label outside
- * [0, C) that is not ignore_index gives loss +inf (torch raises instead).
+ * [0, C) that is not ignore_index gives loss +inf (NaN with e = 1; torch
+ * raises instead). e is in [0, 1], as torch allows.
  *
  * Parts (key `part`), each one kernel, for a vocab-parallel trainer that
  * puts its own all-gather between them:
@@ -113,9 +114,9 @@ static const struct lg_key keys[NKEYS] = {
 	[K_IGNORE] = {.path = "ignore_index", .type = LG_KEY_INT, .min = INT32_MIN, .max = INT32_MAX,
 		      .has_def = true, .def = -100, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 21, .abbrev = "ii",
 		      .doc = "rows with this label get loss 0 and a zero gradient"},
-	[K_SMOOTH] = {.path = "label_smoothing", .type = LG_KEY_NUMBER, .lo = -1.0, .hi = 1.0, .has_def = true,
+	[K_SMOOTH] = {.path = "label_smoothing", .type = LG_KEY_NUMBER, .lo = -1.0, .hi = 2.0, .has_def = true,
 		      .def_num = 0.0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 22, .abbrev = "ls",
-		      .doc = "e in [0, 1): torch's label smoothing (target (1 - e) onehot + e / C)"},
+		      .doc = "e in [0, 1], as torch: label smoothing (target (1 - e) onehot + e / C)"},
 	[K_INPLACE] = {.path = "inplace", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
 		       .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 23, .words = inplace_words,
 		       .doc = "the gradient written over the logits (grad not used)"},
@@ -178,8 +179,8 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	int part = part_of(s);
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t v = lg_spec_int(s, K_VOCAB), c = lg_spec_int(s, K_CLASSES);
-	if (!(e >= 0.0))
-		return lg_spec_error(where, "label_smoothing: found %g, allowed: 0 <= e < 1", e);
+	if (!(e >= 0.0 && e <= 1.0)) /* torch's range: e = 1 is the uniform target */
+		return lg_spec_error(where, "label_smoothing: found %g, allowed: 0 <= e <= 1", e);
 	if (bwd && part == PART_MERGE)
 		return lg_spec_error(where, "part: found \"merge\" with pass \"backward\", allowed: \"full\" or "
 					    "\"shard\" (the merge is a forward kernel)");

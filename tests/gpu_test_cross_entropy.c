@@ -118,7 +118,8 @@ static void test_vocabs(void **state)
 	}
 }
 
-/* int32 labels, a custom ignore_index, label smoothing (with each). */
+/* int32 labels, a custom ignore_index, label smoothing (with each; and
+ * e = 1, the end of torch's range). */
 static void test_options(void **state)
 {
 	(void)state;
@@ -129,6 +130,7 @@ static void test_options(void **state)
 		"\"vocab\": 50257, \"ignore_index\": 0",
 		"\"vocab\": 157184, \"label_smoothing\": 0.1",
 		"\"vocab\": 100003, \"label_smoothing\": 0.25, \"index\": \"int32\", \"ignore_index\": 5",
+		"\"vocab\": 157184, \"label_smoothing\": 1", /* torch's upper end: the uniform target */
 	};
 	for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) {
 		all("bf16", opts[i], rows, 3);
@@ -158,6 +160,8 @@ static void test_vocab_parallel(void **state)
 		for (int64_t ns = 1; ns <= 8; ns *= 2)
 			check_at("forward", "bf16", "\"vocab\": 157184, \"part\": \"merge\"", rows[i], 0, ns);
 		check_at("forward", "bf16", "\"vocab\": 50257, \"part\": \"merge\", \"label_smoothing\": 0.1", rows[i],
+			 0, 3);
+		check_at("forward", "bf16", "\"vocab\": 50257, \"part\": \"merge\", \"label_smoothing\": 1", rows[i],
 			 0, 3);
 	}
 	check_at("forward", "bf16", "\"vocab\": 157184, \"part\": \"merge\"", 0, 0, 2);

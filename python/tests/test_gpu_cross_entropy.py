@@ -75,6 +75,24 @@ def test_forward_backward(seed, vocab, dt, smooth):
         close(torch, grad2, grad_ref * 0.25, grad_rel(torch, dtype), "fused grad", floor * 0.25)
 
 
+@pytest.mark.parametrize("vocab", [157184, 50257])
+def test_label_smoothing_one(seed, vocab):
+    """e = 1, the end of torch's range (the uniform target): the label no
+    longer counts."""
+    torch = torch_cuda()
+    x, y = make(torch, seed, 65, vocab, torch.bfloat16)
+    loss_ref, _, _, grad_ref = ref_rows(torch, x, y, -100, 1.0)
+    loss, s, m = lingen.cross_entropy_forward(x, y, label_smoothing=1.0)
+    close(torch, loss, loss_ref, 1e-6, "loss", 1e-7)
+    floor = 1e-9 + 2.0 ** -7 / vocab
+    grad = lingen.cross_entropy_backward(x, y, s, m, torch.ones(65, device="cuda"),
+                                         label_smoothing=1.0)
+    close(torch, grad, grad_ref, 2.0 ** -7, "grad", floor)
+    _, _, _, g2 = lingen.cross_entropy_fused(x, y, torch.ones(1, device="cuda"),
+                                             label_smoothing=1.0)
+    close(torch, g2, grad_ref, 2.0 ** -7, "fused grad", floor)
+
+
 @pytest.mark.parametrize("index", ["int64", "int32"])
 @pytest.mark.parametrize("ignore", [-100, -1, 3])
 def test_labels_and_ignore_index(seed, index, ignore):
