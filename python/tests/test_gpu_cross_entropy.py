@@ -4,7 +4,9 @@ logsumexp / max, the gradient against float64 autograd (a bf16 or fp32
 rounding), for vocabs 157184 (target), 151936, 129280, 50257, 100003 and
 tiny ones, bf16 and fp32 logits, int64 and int32 labels, ignore_index,
 label smoothing (torch's definition), every reduction; the drop-in
-lingen.torch.cross_entropy (fused and in place too); the vocab-parallel
+lingen.torch.cross_entropy (fused and in place too; F.cross_entropy's
+parameter order; unaligned and strided inputs; captured in a CUDA graph
+with its backward); the vocab-parallel
 pieces chained on one GPU (shards' statistics, stacked as an all-gather
 would, merged, each shard's backward) against the whole rows. Skipped
 without torch or a GPU."""
@@ -158,6 +160,69 @@ def test_drop_in_fp32_int32_ignore(seed):
     close(torch, got, want.detach(), 1e-6, "loss")
     got.backward()
     close(torch, xl.grad, x64.grad, 1e-5, "grad", 1e-10)
+
+
+def test_drop_in_signature_and_views(seed):
+    """F.cross_entropy's parameters in its order (weight, size_average,
+    ignore_index, reduce, reduction, label_smoothing); logits that are a
+    slice of rows starting off a 16-byte boundary (odd vocab), strided
+    logits, strided labels: taken as F.cross_entropy takes them."""
+    torch = torch_cuda()
+    import lingen.torch as lt
+    F = torch.nn.functional
+    big, yb = make(torch, seed, 41, 50257, torch.bfloat16, frac_ignored=0.2)
+    x, y = big[1:], yb[1:]  # x starts 100514 bytes in: not 16-byte aligned
+    assert x.data_ptr() % 16 != 0
+    x64 = x.double().requires_grad_()
+    want = F.cross_entropy(x64, y, None, None, -100, None, "sum", 0.1)
+    want.backward()
+    xl = x.detach().requires_grad_()
+    got = lt.cross_entropy(xl, y, None, None, -100, None, "sum", 0.1)
+    close(torch, got.float(), want.detach(), 2.0 ** -8, "positional loss")
+    got.backward()
+    close(torch, xl.grad, x64.grad, 2.0 ** -6, "unaligned grad", 1e-9)
+    # strided logits (a transposed copy's transpose) and strided labels
+    xt = x.t().contiguous().t()
+    y2 = torch.stack([y, y], 1)[:, 0]
+    assert not xt.is_contiguous() and not y2.is_contiguous()
+    xl = xt.detach().requires_grad_()
+    got = lt.cross_entropy(xl, y2, label_smoothing=0.1, reduction="sum")
+    close(torch, got.float(), want.detach(), 2.0 ** -8, "strided loss")
+    got.backward()
+    close(torch, xl.grad, x64.grad, 2.0 ** -6, "strided grad", 1e-9)
+    # the deprecated size_average / reduce, read as torch reads them
+    s = lt.cross_entropy(x, y, size_average=False)
+    close(torch, s.float(), F.cross_entropy(x.double(), y, reduction="sum"), 2.0 ** -8, "legacy sum")
+    with pytest.raises(ValueError, match="weight"):
+        lt.cross_entropy(x, y, torch.ones(50257, device="cuda"))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_drop_in_cuda_graph(seed, fused):
+    """The loss and its backward captured in a CUDA graph (the fused form
+    scales by the output gradient instead of checking it on the host) and
+    replayed: the same loss and gradient as eager torch."""
+    torch = torch_cuda()
+    import lingen.torch as lt
+    x, y = make(torch, seed, 64, 157184, torch.bfloat16)
+    x64 = x.double().requires_grad_()
+    want = torch.nn.functional.cross_entropy(x64, y, label_smoothing=0.1)
+    want.backward()
+    xl = x.clone().requires_grad_()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: compile and load before the capture
+        lt.cross_entropy(xl, y, label_smoothing=0.1, fused=fused).backward()
+    torch.cuda.current_stream().wait_stream(side)
+    xl.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = lt.cross_entropy(xl, y, label_smoothing=0.1, fused=fused)
+        loss.backward()
+    graph.replay()
+    torch.cuda.synchronize()
+    close(torch, loss.float(), want.detach(), 2.0 ** -8, "captured loss")
+    close(torch, xl.grad, x64.grad, 2.0 ** -6, "captured grad", 1e-9)
 
 
 @pytest.mark.parametrize("vocab,shards", [(157184, 8), (50257, 3), (129280, 2)])
