@@ -592,6 +592,80 @@ def cross_entropy(logits, labels, weight=None, size_average=None, ignore_index=-
                                       fused, inplace)
 
 
+def _gather_stats(stats, group, all_gather):
+    """Every rank's stats [tokens, 6] as [shards, tokens, 6], in rank order:
+    all_gather(stats) when given, else torch.distributed's
+    all_gather_into_tensor over the group."""
+    if all_gather is not None:
+        return all_gather(stats)
+    import torch.distributed as dist
+    out = stats.new_empty((dist.get_world_size(group),) + tuple(stats.shape))
+    dist.all_gather_into_tensor(out, stats, group=group)
+    return out
+
+
+class VocabParallelCrossEntropyFunction(torch.autograd.Function):
+    """Cross entropy with the vocabulary split over tensor-parallel ranks
+    (KERNELS.md K9, vocab parallel): this rank holds the columns
+    [vocab_start, vocab_start + logits.shape[1]) of `classes`. Forward: the
+    shard's statistics, the all-gather (the group's, or all_gather(stats)),
+    the merge; the loss is the whole rows' on every rank, reduced as
+    CrossEntropyFunction. Backward: this shard's gradient from the merged S
+    and m, with no communication. Everything the backward reads is saved by
+    this forward (linghe's facade reads a ctx.tp_group its forward never
+    sets)."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, vocab_start, classes, group=None, all_gather=None,
+                ignore_index=-100, label_smoothing=0.0, reduction="mean", inplace=False):
+        from . import ops
+        if reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"reduction: found {reduction!r}, expected 'mean', 'sum' or 'none'")
+        logits, labels = _ce_dense(logits, 16), _ce_dense(labels, 8)
+        kw = dict(ignore_index=int(ignore_index), label_smoothing=float(label_smoothing))
+        stats = ops.cross_entropy_shard_stats(logits, labels, int(vocab_start), int(classes), **kw)
+        loss, s, m = ops.cross_entropy_merge(_gather_stats(stats, group, all_gather), labels,
+                                             int(classes), **kw)
+        count = _ce_count(labels, ignore_index) if reduction == "mean" else None
+        ctx.save_for_backward(logits, labels, s, m, count if count is not None else s[:0])
+        ctx.kw, ctx.reduction, ctx.inplace = kw, reduction, inplace
+        ctx.vocab_start, ctx.classes = int(vocab_start), int(classes)
+        if reduction == "none":
+            return loss.to(logits.dtype)
+        total = loss.sum()
+        return (total / count if count is not None else total).to(logits.dtype)
+
+    @staticmethod
+    def backward(ctx, dout):
+        from . import ops
+        logits, labels, s, m, count = ctx.saved_tensors
+        if ctx.reduction == "none":
+            dloss = dout.float().contiguous()
+        else:
+            g = dout.float() / count if ctx.reduction == "mean" else dout.float()
+            dloss = g.reshape(1).expand(logits.shape[0]).contiguous()
+        grad = ops.cross_entropy_backward(logits, labels, s, m, dloss, inplace=ctx.inplace,
+                                          vocab_start=ctx.vocab_start, classes=ctx.classes,
+                                          **ctx.kw)
+        return grad, None, None, None, None, None, None, None, None, None
+
+
+def vocab_parallel_cross_entropy(logits, labels, vocab_start, classes, group=None, *,
+                                 ignore_index=-100, reduction="mean", label_smoothing=0.0,
+                                 inplace=False, all_gather=None):
+    """F.cross_entropy over logits split by columns across the ranks of a
+    tensor-parallel group: logits [tokens, V_rank] are the columns
+    [vocab_start, vocab_start + V_rank) of `classes`, labels [tokens] the
+    global columns. The shards' statistics are all-gathered over `group`
+    (torch.distributed), or by all_gather(stats [tokens, 6]) ->
+    [shards, tokens, 6] in rank order when given. As linghe's
+    softmax_cross_entropy(..., tp_group) facade; see
+    VocabParallelCrossEntropyFunction."""
+    return VocabParallelCrossEntropyFunction.apply(logits, labels, vocab_start, classes, group,
+                                                   all_gather, ignore_index, label_smoothing,
+                                                   reduction, inplace)
+
+
 def cross_entropy_forward(logits, labels, ignore_index=-100, label_smoothing=0.0):
     """(loss, sum_exp, max_logit) [tokens] fp32 without autograd, as linghe's
     triton_softmax_cross_entropy_forward."""

@@ -8,8 +8,9 @@ lingen.torch.cross_entropy (fused and in place too; F.cross_entropy's
 parameter order; unaligned and strided inputs; captured in a CUDA graph
 with its backward); the vocab-parallel
 pieces chained on one GPU (shards' statistics, stacked as an all-gather
-would, merged, each shard's backward) against the whole rows. Skipped
-without torch or a GPU."""
+would, merged, each shard's backward) against the whole rows, and their
+autograd function on each of 3 simulated ranks. Skipped without torch or
+a GPU."""
 import pytest
 
 import lingen
@@ -250,3 +251,36 @@ def test_vocab_parallel(seed, vocab, shards, smooth):
                                            classes=vocab, label_smoothing=smooth)
              for k in range(shards)]
     close(torch, torch.cat(grads, 1), grad_ref, 2.0 ** -7, "shard grads", 1e-9)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smooth", [0.0, 0.1])
+def test_vocab_parallel_autograd(seed, reduction, smooth):
+    """lingen.torch.vocab_parallel_cross_entropy on each of 3 "ranks" of one
+    GPU, the all-gather played by a function that puts this rank's stats
+    among the others' (computed beforehand): on every rank the whole rows'
+    loss, and this shard's columns of the whole rows' gradient."""
+    torch = torch_cuda()
+    import lingen.torch as lt
+    vocab, shards, rows = 50257, 3, 97
+    x, y = make(torch, seed, rows, vocab, torch.bfloat16, frac_ignored=0.2)
+    x64 = x.double().requires_grad_()
+    want = torch.nn.functional.cross_entropy(x64, y, reduction=reduction, label_smoothing=smooth)
+    dout = torch.rand(want.shape, dtype=torch.float64, device="cuda") + 0.5
+    want.backward(dout)
+    bounds = [vocab * k // shards for k in range(shards + 1)]
+    parts = [x[:, bounds[k]:bounds[k + 1]].contiguous() for k in range(shards)]
+    others = [lingen.cross_entropy_shard_stats(parts[k], y, bounds[k], vocab, label_smoothing=smooth)
+              for k in range(shards)]
+    for k in range(shards):
+        def gather(st, k=k):
+            return torch.stack([st if j == k else others[j] for j in range(shards)])
+        leaf = parts[k].clone().requires_grad_()
+        got = lt.vocab_parallel_cross_entropy(leaf, y, bounds[k], vocab, reduction=reduction,
+                                              label_smoothing=smooth, all_gather=gather)
+        assert got.dtype == torch.bfloat16 and got.shape == want.shape
+        close(torch, got.float(), want.detach(), 2.0 ** -8, f"rank {k} loss")
+        got.backward(dout.to(got.dtype))
+        close(torch, leaf.grad, x64.grad[:, bounds[k]:bounds[k + 1]], 2.0 ** -6, f"rank {k} grad",
+              1e-9)
+
