@@ -146,7 +146,7 @@ enum { B_LOGITS, B_LABELS, B_SUM, B_MAX, B_DLOSS, B_GRAD, B_NARGS };
 
 static const struct lg_arg fwd_args[F_NARGS] = {
 	[F_LOGITS] = {"logits", LG_ARG_IN, LG_ELEM_DTYPE, "tokens, vocab", 16, "written with inplace"},
-	[F_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 8, NULL},
+	[F_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 4, "int64 read as two words: 4-byte aligned"},
 	[F_STATS_IN] = {"stats_in", LG_ARG_IN, LG_ELEM_FP32, "shards, tokens, 6", 16,
 			"part merge: every shard's stats, gathered"},
 	[F_G] = {"g", LG_ARG_IN, LG_ELEM_FP32, "1", 4, "fused: the output gradient of every row"},
@@ -159,7 +159,7 @@ static const struct lg_arg fwd_args[F_NARGS] = {
 };
 static const struct lg_arg bwd_args[B_NARGS] = {
 	[B_LOGITS] = {"logits", LG_ARG_IN, LG_ELEM_DTYPE, "tokens, vocab", 16, "written with inplace"},
-	[B_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 8, NULL},
+	[B_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 4, "int64 read as two words: 4-byte aligned"},
 	[B_SUM] = {"sum_exp", LG_ARG_IN, LG_ELEM_FP32, "tokens", 4, "S (the merged S with part shard)"},
 	[B_MAX] = {"max_logit", LG_ARG_IN, LG_ELEM_FP32, "tokens", 4, "m (the merged m with part shard)"},
 	[B_DLOSS] = {"dloss", LG_ARG_IN, LG_ELEM_FP32, "tokens", 4, "the output gradient per row"},
@@ -399,10 +399,17 @@ static void emit_row_geometry(lg_buf *b, const struct shape *k, const char *ptr)
 	lg_line(b, "const u8 *const xb = xr + %s * %d; // the whole pieces", k->aligned ? "0" : "hh", k->esz);
 }
 
-/* The label of the row: y (i64), ign. */
+/* The label of the row: y (i64), ign. Labels need only be 4-byte aligned
+ * (a slice of int32 labels at any element): an int64 one is read as its
+ * two 32-bit words. */
 static void emit_label(lg_buf *b, const struct shape *k)
 {
-	lg_line(b, "const i64 y = (i64)((const %s *)labels)[row];", k->i32 ? "int" : "i64");
+	if (k->i32) {
+		lg_line(b, "const i64 y = (i64)((const int *)labels)[row];");
+	} else {
+		lg_line(b, "const u32 *const yw = (const u32 *)labels + 2 * row; // 4-byte aligned");
+		lg_line(b, "const i64 y = (i64)((u64)yw[0] | (u64)yw[1] << 32);");
+	}
 	lg_line(b, "const bool ign = y == %lldLL;", (long long)k->ignore);
 }
 

@@ -9,8 +9,8 @@
  * ignore_index (1 row in 8, and a custom value), label smoothing, one row,
  * no rows, every label ignored (in every kernel), the tiles `lingen tune`
  * sweeps, and the fused forward's clusters (1, 2, 4, 8 CTAs a row); the
- * same bits on a second launch. Fresh random inputs, poisoned outputs,
- * nothing left unwritten.
+ * same bits on a second launch; labels 4 bytes off an 8-byte boundary.
+ * Fresh random inputs, poisoned outputs, nothing left unwritten.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays).
  */
@@ -424,6 +424,59 @@ static void test_deterministic(void **state)
 	same_bits("forward", "bf16", "\"vocab\": 157184, \"part\": \"merge\", \"label_smoothing\": 0.1", 200, 0, 8);
 }
 
+/* Labels 4 bytes past an 8-byte boundary (a slice of int32 labels at an
+ * odd element; int64 labels there are read as two words): every output as
+ * the reference's. */
+static void offset_labels(const char *pass, const char *dtype, const char *keys, int64_t M, int64_t v0,
+			  int64_t ns)
+{
+	lg_spec *s = parse(pass, dtype, keys);
+	struct lg_gpu_case g;
+	lg_kernel *k = case_of(s, &g, M, v0, ns, seed + 37);
+	int lab = s->pass == LG_PASS_BACKWARD ? B_LABELS : F_LABELS;
+	const struct lg_ref_buf *lb = &g.ref.buf[lab];
+	size_t bytes = lb->count * lb->elem;
+	CUdeviceptr shifted = 0;
+	assert_int_equal(g.cu->cuMemAlloc(&shifted, bytes + 8), CUDA_SUCCESS);
+	assert_int_equal(g.cu->cuMemcpyHtoD(shifted + 4, lb->host, bytes), CUDA_SUCCESS);
+	g.ptrs[lab] = shifted + 4;
+	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+	if (lg_gpu_case_launch(&g, k, NULL) != LG_OK)
+		fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	lg_ref_family_get(s->op)->run(s, &g.ref);
+	bool ok = true;
+	for (int i = 0; i < g.ref.n; i++) {
+		const struct lg_ref_buf *b = &g.ref.buf[i];
+		if (!b->output || !b->count)
+			continue;
+		struct lg_check_measure m;
+		lg_compare(b, g.got[i], 5, stdout, &m);
+		ok = ok && m.pass;
+	}
+	printf("%s M=%lld, labels at 4 mod 8: %s\n", lg_spec_entry(s), (long long)M, ok ? "PASS" : "FAIL");
+	assert_true(ok);
+	g.cu->cuMemFree(shifted);
+	lg_gpu_case_free(&g);
+	lg_spec_free(s);
+}
+
+static void test_labels_offset(void **state)
+{
+	(void)state;
+	static const int64_t rows[] = {1, 77};
+	for (size_t r = 0; r < 2; r++) {
+		offset_labels("forward", "bf16", "\"vocab\": 50257, \"index\": \"int32\"", rows[r], 0, 1);
+		offset_labels("forward", "bf16", "\"vocab\": 157184", rows[r], 0, 1);
+		offset_labels("forward", "bf16", "\"vocab\": 157184, \"fused\": true", rows[r], 0, 1);
+		offset_labels("backward", "fp32", "\"vocab\": 100003, \"index\": \"int32\"", rows[r], 0, 1);
+		offset_labels("forward", "bf16", "\"vocab\": 19648, \"part\": \"shard\", \"classes\": 157184",
+			      rows[r], 19648, 1);
+		offset_labels("forward", "bf16", "\"vocab\": 157184, \"part\": \"merge\", \"index\": \"int32\"",
+			      rows[r], 0, 3);
+	}
+}
+
 int main(void)
 {
 	lg_test_require_gpu("gpu_test_cross_entropy");
@@ -438,6 +491,7 @@ int main(void)
 		cmocka_unit_test(test_inplace),
 		cmocka_unit_test(test_all_ignored),
 		cmocka_unit_test(test_deterministic),
+		cmocka_unit_test(test_labels_offset),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);
 }

@@ -537,7 +537,7 @@ class CrossEntropyFunction(torch.autograd.Function):
             raise ValueError(f"reduction: found {reduction!r}, expected 'mean', 'sum' or 'none'")
         if fused and reduction == "none":
             raise ValueError("fused=True needs a uniform output gradient: reduction 'mean' or 'sum'")
-        logits, labels = _ce_dense(logits, 16), _ce_dense(labels, 8)
+        logits, labels = _ce_dense(logits, 16), _ce_dense(labels, 4)
         kw = dict(ignore_index=int(ignore_index), label_smoothing=float(label_smoothing))
         count = _ce_count(labels, ignore_index) if reduction == "mean" else None
         if fused:
@@ -621,7 +621,7 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
         from . import ops
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"reduction: found {reduction!r}, expected 'mean', 'sum' or 'none'")
-        logits, labels = _ce_dense(logits, 16), _ce_dense(labels, 8)
+        logits, labels = _ce_dense(logits, 16), _ce_dense(labels, 4)
         kw = dict(ignore_index=int(ignore_index), label_smoothing=float(label_smoothing))
         stats = ops.cross_entropy_shard_stats(logits, labels, int(vocab_start), int(classes), **kw)
         loss, s, m = ops.cross_entropy_merge(_gather_stats(stats, group, all_gather), labels,

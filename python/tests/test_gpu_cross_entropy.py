@@ -111,6 +111,20 @@ def test_labels_and_ignore_index(seed, index, ignore):
     assert (grad[y == ignore] == 0).all()
 
 
+def test_int32_labels_at_an_odd_element(seed):
+    """int32 labels 4 bytes past an 8-byte boundary (a slice): taken as
+    they are (labels need only 4-byte alignment)."""
+    torch = torch_cuda()
+    x, y = make(torch, seed, 65, 50257, torch.bfloat16, torch.int32)
+    yy = torch.cat([y[:1], y])[1:]
+    assert yy.data_ptr() % 8 == 4
+    loss_ref, _, _, grad_ref = ref_rows(torch, x, y, -100, 0.0)
+    loss, s, m = lingen.cross_entropy_forward(x, yy)
+    close(torch, loss, loss_ref, 1e-6, "loss", 1e-7)
+    grad = lingen.cross_entropy_backward(x, yy, s, m, torch.ones(65, device="cuda"))
+    close(torch, grad, grad_ref, 2.0 ** -7, "grad", 1e-9)
+
+
 def test_every_label_ignored():
     torch = torch_cuda()
     x = torch.randn(5, 100003, device="cuda").bfloat16()
