@@ -9,7 +9,8 @@
  *   grad_v = (exp(x_v - m) / S - (1 - e) [v == y] - e / C) g
  * where m = max_v x_v and S = sum_v exp(x_v - m). Rows whose label is
  * ignore_index get loss = S = m = 0 and a zero gradient. A label outside
- * [0, C) that is not ignore_index gives loss +inf (torch raises instead).
+ * [0, C) that is not ignore_index gives loss +inf (NaN with e = 1; torch
+ * raises instead). e is in [0, 1], as torch allows.
  *
  * Parts (key `part`), each one kernel, for a vocab-parallel trainer that
  * puts its own all-gather between them:
@@ -113,9 +114,9 @@ static const struct lg_key keys[NKEYS] = {
 	[K_IGNORE] = {.path = "ignore_index", .type = LG_KEY_INT, .min = INT32_MIN, .max = INT32_MAX,
 		      .has_def = true, .def = -100, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 21, .abbrev = "ii",
 		      .doc = "rows with this label get loss 0 and a zero gradient"},
-	[K_SMOOTH] = {.path = "label_smoothing", .type = LG_KEY_NUMBER, .lo = -1.0, .hi = 1.0, .has_def = true,
+	[K_SMOOTH] = {.path = "label_smoothing", .type = LG_KEY_NUMBER, .lo = -1.0, .hi = 2.0, .has_def = true,
 		      .def_num = 0.0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 22, .abbrev = "ls",
-		      .doc = "e in [0, 1): torch's label smoothing (target (1 - e) onehot + e / C)"},
+		      .doc = "e in [0, 1], as torch: label smoothing (target (1 - e) onehot + e / C)"},
 	[K_INPLACE] = {.path = "inplace", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
 		       .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 23, .words = inplace_words,
 		       .doc = "the gradient written over the logits (grad not used)"},
@@ -145,7 +146,7 @@ enum { B_LOGITS, B_LABELS, B_SUM, B_MAX, B_DLOSS, B_GRAD, B_NARGS };
 
 static const struct lg_arg fwd_args[F_NARGS] = {
 	[F_LOGITS] = {"logits", LG_ARG_IN, LG_ELEM_DTYPE, "tokens, vocab", 16, "written with inplace"},
-	[F_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 8, NULL},
+	[F_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 4, "int64 read as two words: 4-byte aligned"},
 	[F_STATS_IN] = {"stats_in", LG_ARG_IN, LG_ELEM_FP32, "shards, tokens, 6", 16,
 			"part merge: every shard's stats, gathered"},
 	[F_G] = {"g", LG_ARG_IN, LG_ELEM_FP32, "1", 4, "fused: the output gradient of every row"},
@@ -158,7 +159,7 @@ static const struct lg_arg fwd_args[F_NARGS] = {
 };
 static const struct lg_arg bwd_args[B_NARGS] = {
 	[B_LOGITS] = {"logits", LG_ARG_IN, LG_ELEM_DTYPE, "tokens, vocab", 16, "written with inplace"},
-	[B_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 8, NULL},
+	[B_LABELS] = {"labels", LG_ARG_IN, LG_ELEM_INDEX, "tokens", 4, "int64 read as two words: 4-byte aligned"},
 	[B_SUM] = {"sum_exp", LG_ARG_IN, LG_ELEM_FP32, "tokens", 4, "S (the merged S with part shard)"},
 	[B_MAX] = {"max_logit", LG_ARG_IN, LG_ELEM_FP32, "tokens", 4, "m (the merged m with part shard)"},
 	[B_DLOSS] = {"dloss", LG_ARG_IN, LG_ELEM_FP32, "tokens", 4, "the output gradient per row"},
@@ -178,8 +179,8 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	int part = part_of(s);
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t v = lg_spec_int(s, K_VOCAB), c = lg_spec_int(s, K_CLASSES);
-	if (!(e >= 0.0))
-		return lg_spec_error(where, "label_smoothing: found %g, allowed: 0 <= e < 1", e);
+	if (!(e >= 0.0 && e <= 1.0)) /* torch's range: e = 1 is the uniform target */
+		return lg_spec_error(where, "label_smoothing: found %g, allowed: 0 <= e <= 1", e);
 	if (bwd && part == PART_MERGE)
 		return lg_spec_error(where, "part: found \"merge\" with pass \"backward\", allowed: \"full\" or "
 					    "\"shard\" (the merge is a forward kernel)");
@@ -398,10 +399,17 @@ static void emit_row_geometry(lg_buf *b, const struct shape *k, const char *ptr)
 	lg_line(b, "const u8 *const xb = xr + %s * %d; // the whole pieces", k->aligned ? "0" : "hh", k->esz);
 }
 
-/* The label of the row: y (i64), ign. */
+/* The label of the row: y (i64), ign. Labels need only be 4-byte aligned
+ * (a slice of int32 labels at any element): an int64 one is read as its
+ * two 32-bit words. */
 static void emit_label(lg_buf *b, const struct shape *k)
 {
-	lg_line(b, "const i64 y = (i64)((const %s *)labels)[row];", k->i32 ? "int" : "i64");
+	if (k->i32) {
+		lg_line(b, "const i64 y = (i64)((const int *)labels)[row];");
+	} else {
+		lg_line(b, "const u32 *const yw = (const u32 *)labels + 2 * row; // 4-byte aligned");
+		lg_line(b, "const i64 y = (i64)((u64)yw[0] | (u64)yw[1] << 32);");
+	}
 	lg_line(b, "const bool ign = y == %lldLL;", (long long)k->ignore);
 }
 

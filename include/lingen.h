@@ -436,8 +436,9 @@ lg_status lg_count_zero(const lg_kernel *k, lg_stream stream, const lg_tensor_li
 			lg_dptr workspace);
 
 /* K9: softmax cross entropy (op "cross_entropy"). logits [tokens, vocab]
- *   bf16 or fp32 (rows need not be 16-byte aligned: any vocab), labels
- *   [tokens] int64 (int32 with "index": "int32"); a row whose label is the
+ *   bf16 or fp32, 16-byte aligned (its rows need not be: any vocab), labels
+ *   [tokens] int64 (int32 with "index": "int32"), 4-byte aligned (int64 ones
+ *   too: read as two words); a row whose label is the
  *   spec's ignore_index gets loss = S = m = 0 and a zero gradient. Each
  *   launcher refuses a kernel of another op, pass or part.
  * Forward (part "full"): loss, sum_exp S = sum exp(x - m), max_logit m

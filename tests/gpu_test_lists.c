@@ -7,7 +7,7 @@
  * tensor of one element, 10 000 tiny tensors of odd sizes, starts that
  * are not 16-byte aligned, sizes that are no multiple of the vector
  * width, bf16 and mixed lists, empty lists and tensors of no element,
- * zeros of both signs, a NaN for the max, the tiles `lingen tune` sweeps.
+ * zeros of both signs, a NaN for the max, every tile `lingen tune` sweeps.
  * The result must be the same bits on a second launch, and a kernel of
  * another element type than the list's must be refused.
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "cuda.h"
+#include "family.h"
 #include "list_ref.h"
 #include "numeric_ref.h"
 #include "testutil.h"
@@ -396,7 +397,24 @@ static void test_wrong_type(void **state)
 	hlist_free(&h);
 }
 
-/* Every tile `lingen tune` sweeps, on a list of mixed sizes. */
+/* The tile object of a candidate: ", \"tile\": {...}" of the keys it sets. */
+static void tile_json(const struct lg_family *f, const struct lg_tile_choice *c, char *out, size_t n)
+{
+	int at = snprintf(out, n, ", \"tile\": {");
+	const char *sep = "";
+	for (int k = 0; k < f->nkeys && at > 0 && (size_t)at < n; k++)
+		if (((c->set >> k) & 1) && strncmp(f->keys[k].path, "tile.", 5) == 0) {
+			at += snprintf(out + at, n - (size_t)at, "%s\"%s\": %lld", sep, f->keys[k].path + 5,
+				       (long long)c->v[k]);
+			sep = ", ";
+		}
+	if (at > 0 && (size_t)at < n)
+		snprintf(out + at, n - (size_t)at, "}");
+}
+
+/* Every tile `lingen tune` sweeps (the family's candidates on sm_90a; the
+ * list families share them), and two extremes outside them, on a list of
+ * mixed sizes. */
 static void test_tiles(void **state)
 {
 	(void)state;
@@ -407,14 +425,27 @@ static void test_tiles(void **state)
 		counts[i] = sizes[i % 6], elems[i] = LG_LIST_FP32, mis[i] = i & 3;
 	struct hlist h;
 	hlist_make(&h, 24, counts, elems, mis, 0.1, seed + 5);
-	static const char *const tiles[] = {
-		", \"tile\": {\"threads\": 512, \"per_sm\": 2, \"unroll\": 8}",
-		", \"tile\": {\"threads\": 256, \"per_sm\": 8, \"unroll\": 8}",
+	lg_spec *s = NULL;
+	if (lg_spec_parse("{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\"}", &s) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	const struct lg_family *f = lg_family_get(s->op);
+	struct lg_target t;
+	assert_true(lg_target_parse("sm_90a", &t));
+	struct lg_tile_choice c[LG_MAX_CANDIDATES];
+	int n = f->candidates(s, &t, c, LG_MAX_CANDIDATES);
+	assert_true(n >= 8);
+	char tile[160];
+	for (int i = 0; i < n; i++) {
+		tile_json(f, &c[i], tile, sizeof tile);
+		check_all(tile + 2, &h, tile);
+	}
+	static const char *const extremes[] = {
 		", \"tile\": {\"threads\": 128, \"per_sm\": 1, \"unroll\": 1}",
 		", \"tile\": {\"threads\": 1024, \"per_sm\": 2, \"unroll\": 2}",
 	};
-	for (size_t i = 0; i < sizeof tiles / sizeof tiles[0]; i++)
-		check_all(tiles[i] + 10, &h, tiles[i]);
+	for (size_t i = 0; i < sizeof extremes / sizeof extremes[0]; i++)
+		check_all(extremes[i] + 2, &h, extremes[i]);
+	lg_spec_free(s);
 	hlist_free(&h);
 }
 

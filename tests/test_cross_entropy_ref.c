@@ -199,26 +199,32 @@ static void test_odd_vocab(void **state)
 	lg_spec_free(s);
 }
 
-/* Label smoothing e = 0.1 on logits 0, 1, 2 (label 0), exactly torch's:
- * loss = (1 - e)(lse - x_0) + e (lse - mean x); gradient p - (1 - e) onehot
- * - e / 3. */
+/* Label smoothing e on logits 0, 1, 2 (label 0), exactly torch's: loss =
+ * (1 - e)(lse - x_0) + e (lse - mean x); gradient p - (1 - e) onehot - e /
+ * 3. e = 0.1, and e = 1 (torch's upper end: the uniform target). */
 static void test_label_smoothing(void **state)
 {
 	(void)state;
-	lg_spec *s = parse("forward", "fp32", "\"vocab\": 3, \"label_smoothing\": 0.1, \"fused\": true");
-	struct lg_ref_case c;
-	case_init(&c, s, 1, 0, 1);
-	for (int j = 0; j < 3; j++)
-		set_f32(&c, F_LOGITS, (size_t)j, (float)j);
-	set_label(&c, F_LABELS, 0, 0);
-	set_f32(&c, F_G, 0, 1.0f);
-	lg_ref_family_get(s->op)->run(s, &c);
-	double lse = log(1.0 + exp(1.0) + exp(2.0));
-	near(f32_at(&c, F_LOSS, 0), 0.9 * lse + 0.1 * (lse - 1.0), 1e-7);
-	for (int j = 0; j < 3; j++)
-		near(f32_at(&c, F_GRAD, (size_t)j), exp(j - lse) - (j == 0 ? 0.9 : 0.0) - 0.1 / 3.0, 1e-6);
-	case_free(&c);
-	lg_spec_free(s);
+	static const char *const es[] = {"0.1", "1"};
+	for (int i = 0; i < 2; i++) {
+		char keys[96];
+		snprintf(keys, sizeof keys, "\"vocab\": 3, \"label_smoothing\": %s, \"fused\": true", es[i]);
+		lg_spec *s = parse("forward", "fp32", keys);
+		double e = atof(es[i]);
+		struct lg_ref_case c;
+		case_init(&c, s, 1, 0, 1);
+		for (int j = 0; j < 3; j++)
+			set_f32(&c, F_LOGITS, (size_t)j, (float)j);
+		set_label(&c, F_LABELS, 0, 0);
+		set_f32(&c, F_G, 0, 1.0f);
+		lg_ref_family_get(s->op)->run(s, &c);
+		double lse = log(1.0 + exp(1.0) + exp(2.0));
+		near(f32_at(&c, F_LOSS, 0), (1.0 - e) * lse + e * (lse - 1.0), 1e-7);
+		for (int j = 0; j < 3; j++)
+			near(f32_at(&c, F_GRAD, (size_t)j), exp(j - lse) - (j == 0 ? 1.0 - e : 0.0) - e / 3.0, 1e-6);
+		case_free(&c);
+		lg_spec_free(s);
+	}
 }
 
 /* Rows of 40 columns cut into shards of 16, 16 and 8: each shard's
@@ -397,8 +403,9 @@ static void refused(const char *pass, const char *keys, const char *want1, const
 static void test_spec_checks(void **state)
 {
 	(void)state;
-	refused("forward", "\"vocab\": 100, \"label_smoothing\": -0.5", "label_smoothing: found -0.5", "0 <= e < 1");
-	refused("forward", "\"vocab\": 100, \"label_smoothing\": 1", "label_smoothing", "1");
+	refused("forward", "\"vocab\": 100, \"label_smoothing\": -0.5", "label_smoothing: found -0.5", "0 <= e <= 1");
+	refused("forward", "\"vocab\": 100, \"label_smoothing\": 1.5", "label_smoothing: found 1.5", "0 <= e <= 1");
+	refused("forward", "\"vocab\": 100, \"label_smoothing\": 7", "label_smoothing: found 7", "2");
 	refused("backward", "\"vocab\": 100, \"part\": \"merge\"", "part: found \"merge\"", "\"shard\"");
 	refused("backward", "\"vocab\": 100, \"fused\": true", "fused: found true", "part \"full\"");
 	refused("forward", "\"vocab\": 100, \"fused\": true, \"part\": \"shard\"", "fused", "part \"full\"");
@@ -437,6 +444,9 @@ static void test_names(void **state)
 	lg_spec_free(s);
 	s = parse("forward", "bf16", "\"vocab\": 50257, \"ignore_index\": 7");
 	assert_string_equal(lg_spec_entry(s), "lg_cross_entropy_fwd_bf16_v50257_ii7");
+	lg_spec_free(s);
+	s = parse("backward", "bf16", "\"vocab\": 50257, \"label_smoothing\": 1");
+	assert_string_equal(lg_spec_entry(s), "lg_cross_entropy_bwd_bf16_v50257_ls1");
 	lg_spec_free(s);
 }
 

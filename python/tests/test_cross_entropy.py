@@ -60,13 +60,23 @@ def test_python_shapes_agree_with_the_library():
 
 
 def test_spec_errors():
-    with pytest.raises(lingen.SpecError, match=r"label_smoothing: found -0.1.*0 <= e < 1"):
+    with pytest.raises(lingen.SpecError, match=r"label_smoothing: found -0.1.*0 <= e <= 1"):
         lingen.Spec({"op": OP, "pass": "forward", "dtype": "bf16", "vocab": 10,
                      "label_smoothing": -0.1})
     with pytest.raises(lingen.SpecError, match=r"fused: found true"):
         lingen.Spec({"op": OP, "pass": "backward", "dtype": "bf16", "vocab": 10, "fused": True})
     with pytest.raises(lingen.SpecError, match=r"index"):
         lingen.Spec({"op": OP, "pass": "forward", "dtype": "bf16", "vocab": 10, "index": "int8"})
+
+
+def test_label_smoothing_one_is_allowed():
+    """torch takes label_smoothing in [0, 1]: 1 (the uniform target) too."""
+    s = lingen.Spec({"op": OP, "pass": "forward", "dtype": "bf16", "vocab": 10,
+                     "label_smoothing": 1.0})
+    assert "_ls1" in s.entry
+    with pytest.raises(lingen.SpecError, match=r"label_smoothing: found 1.5.*0 <= e <= 1"):
+        lingen.Spec({"op": OP, "pass": "forward", "dtype": "bf16", "vocab": 10,
+                     "label_smoothing": 1.5})
 
 
 def test_generate_has_one_entry():

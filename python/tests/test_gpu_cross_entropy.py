@@ -4,10 +4,13 @@ logsumexp / max, the gradient against float64 autograd (a bf16 or fp32
 rounding), for vocabs 157184 (target), 151936, 129280, 50257, 100003 and
 tiny ones, bf16 and fp32 logits, int64 and int32 labels, ignore_index,
 label smoothing (torch's definition), every reduction; the drop-in
-lingen.torch.cross_entropy (fused and in place too); the vocab-parallel
+lingen.torch.cross_entropy (fused and in place too; F.cross_entropy's
+parameter order; unaligned and strided inputs; captured in a CUDA graph
+with its backward); the vocab-parallel
 pieces chained on one GPU (shards' statistics, stacked as an all-gather
-would, merged, each shard's backward) against the whole rows. Skipped
-without torch or a GPU."""
+would, merged, each shard's backward) against the whole rows, and their
+autograd function on each of 3 simulated ranks. Skipped without torch or
+a GPU."""
 import pytest
 
 import lingen
@@ -75,6 +78,24 @@ def test_forward_backward(seed, vocab, dt, smooth):
         close(torch, grad2, grad_ref * 0.25, grad_rel(torch, dtype), "fused grad", floor * 0.25)
 
 
+@pytest.mark.parametrize("vocab", [157184, 50257])
+def test_label_smoothing_one(seed, vocab):
+    """e = 1, the end of torch's range (the uniform target): the label no
+    longer counts."""
+    torch = torch_cuda()
+    x, y = make(torch, seed, 65, vocab, torch.bfloat16)
+    loss_ref, _, _, grad_ref = ref_rows(torch, x, y, -100, 1.0)
+    loss, s, m = lingen.cross_entropy_forward(x, y, label_smoothing=1.0)
+    close(torch, loss, loss_ref, 1e-6, "loss", 1e-7)
+    floor = 1e-9 + 2.0 ** -7 / vocab
+    grad = lingen.cross_entropy_backward(x, y, s, m, torch.ones(65, device="cuda"),
+                                         label_smoothing=1.0)
+    close(torch, grad, grad_ref, 2.0 ** -7, "grad", floor)
+    _, _, _, g2 = lingen.cross_entropy_fused(x, y, torch.ones(1, device="cuda"),
+                                             label_smoothing=1.0)
+    close(torch, g2, grad_ref, 2.0 ** -7, "fused grad", floor)
+
+
 @pytest.mark.parametrize("index", ["int64", "int32"])
 @pytest.mark.parametrize("ignore", [-100, -1, 3])
 def test_labels_and_ignore_index(seed, index, ignore):
@@ -88,6 +109,20 @@ def test_labels_and_ignore_index(seed, index, ignore):
                                          ignore_index=ignore)
     close(torch, grad, grad_ref, 2.0 ** -7, "grad", 1e-9)
     assert (grad[y == ignore] == 0).all()
+
+
+def test_int32_labels_at_an_odd_element(seed):
+    """int32 labels 4 bytes past an 8-byte boundary (a slice): taken as
+    they are (labels need only 4-byte alignment)."""
+    torch = torch_cuda()
+    x, y = make(torch, seed, 65, 50257, torch.bfloat16, torch.int32)
+    yy = torch.cat([y[:1], y])[1:]
+    assert yy.data_ptr() % 8 == 4
+    loss_ref, _, _, grad_ref = ref_rows(torch, x, y, -100, 0.0)
+    loss, s, m = lingen.cross_entropy_forward(x, yy)
+    close(torch, loss, loss_ref, 1e-6, "loss", 1e-7)
+    grad = lingen.cross_entropy_backward(x, yy, s, m, torch.ones(65, device="cuda"))
+    close(torch, grad, grad_ref, 2.0 ** -7, "grad", 1e-9)
 
 
 def test_every_label_ignored():
@@ -142,6 +177,69 @@ def test_drop_in_fp32_int32_ignore(seed):
     close(torch, xl.grad, x64.grad, 1e-5, "grad", 1e-10)
 
 
+def test_drop_in_signature_and_views(seed):
+    """F.cross_entropy's parameters in its order (weight, size_average,
+    ignore_index, reduce, reduction, label_smoothing); logits that are a
+    slice of rows starting off a 16-byte boundary (odd vocab), strided
+    logits, strided labels: taken as F.cross_entropy takes them."""
+    torch = torch_cuda()
+    import lingen.torch as lt
+    F = torch.nn.functional
+    big, yb = make(torch, seed, 41, 50257, torch.bfloat16, frac_ignored=0.2)
+    x, y = big[1:], yb[1:]  # x starts 100514 bytes in: not 16-byte aligned
+    assert x.data_ptr() % 16 != 0
+    x64 = x.double().requires_grad_()
+    want = F.cross_entropy(x64, y, None, None, -100, None, "sum", 0.1)
+    want.backward()
+    xl = x.detach().requires_grad_()
+    got = lt.cross_entropy(xl, y, None, None, -100, None, "sum", 0.1)
+    close(torch, got.float(), want.detach(), 2.0 ** -8, "positional loss")
+    got.backward()
+    close(torch, xl.grad, x64.grad, 2.0 ** -6, "unaligned grad", 1e-9)
+    # strided logits (a transposed copy's transpose) and strided labels
+    xt = x.t().contiguous().t()
+    y2 = torch.stack([y, y], 1)[:, 0]
+    assert not xt.is_contiguous() and not y2.is_contiguous()
+    xl = xt.detach().requires_grad_()
+    got = lt.cross_entropy(xl, y2, label_smoothing=0.1, reduction="sum")
+    close(torch, got.float(), want.detach(), 2.0 ** -8, "strided loss")
+    got.backward()
+    close(torch, xl.grad, x64.grad, 2.0 ** -6, "strided grad", 1e-9)
+    # the deprecated size_average / reduce, read as torch reads them
+    s = lt.cross_entropy(x, y, size_average=False)
+    close(torch, s.float(), F.cross_entropy(x.double(), y, reduction="sum"), 2.0 ** -8, "legacy sum")
+    with pytest.raises(ValueError, match="weight"):
+        lt.cross_entropy(x, y, torch.ones(50257, device="cuda"))
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_drop_in_cuda_graph(seed, fused):
+    """The loss and its backward captured in a CUDA graph (the fused form
+    scales by the output gradient instead of checking it on the host) and
+    replayed: the same loss and gradient as eager torch."""
+    torch = torch_cuda()
+    import lingen.torch as lt
+    x, y = make(torch, seed, 64, 157184, torch.bfloat16)
+    x64 = x.double().requires_grad_()
+    want = torch.nn.functional.cross_entropy(x64, y, label_smoothing=0.1)
+    want.backward()
+    xl = x.clone().requires_grad_()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up: compile and load before the capture
+        lt.cross_entropy(xl, y, label_smoothing=0.1, fused=fused).backward()
+    torch.cuda.current_stream().wait_stream(side)
+    xl.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss = lt.cross_entropy(xl, y, label_smoothing=0.1, fused=fused)
+        loss.backward()
+    graph.replay()
+    torch.cuda.synchronize()
+    close(torch, loss.float(), want.detach(), 2.0 ** -8, "captured loss")
+    close(torch, xl.grad, x64.grad, 2.0 ** -6, "captured grad", 1e-9)
+
+
 @pytest.mark.parametrize("vocab,shards", [(157184, 8), (50257, 3), (129280, 2)])
 @pytest.mark.parametrize("smooth", [0.0, 0.1])
 def test_vocab_parallel(seed, vocab, shards, smooth):
@@ -167,3 +265,36 @@ def test_vocab_parallel(seed, vocab, shards, smooth):
                                            classes=vocab, label_smoothing=smooth)
              for k in range(shards)]
     close(torch, torch.cat(grads, 1), grad_ref, 2.0 ** -7, "shard grads", 1e-9)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("smooth", [0.0, 0.1])
+def test_vocab_parallel_autograd(seed, reduction, smooth):
+    """lingen.torch.vocab_parallel_cross_entropy on each of 3 "ranks" of one
+    GPU, the all-gather played by a function that puts this rank's stats
+    among the others' (computed beforehand): on every rank the whole rows'
+    loss, and this shard's columns of the whole rows' gradient."""
+    torch = torch_cuda()
+    import lingen.torch as lt
+    vocab, shards, rows = 50257, 3, 97
+    x, y = make(torch, seed, rows, vocab, torch.bfloat16, frac_ignored=0.2)
+    x64 = x.double().requires_grad_()
+    want = torch.nn.functional.cross_entropy(x64, y, reduction=reduction, label_smoothing=smooth)
+    dout = torch.rand(want.shape, dtype=torch.float64, device="cuda") + 0.5
+    want.backward(dout)
+    bounds = [vocab * k // shards for k in range(shards + 1)]
+    parts = [x[:, bounds[k]:bounds[k + 1]].contiguous() for k in range(shards)]
+    others = [lingen.cross_entropy_shard_stats(parts[k], y, bounds[k], vocab, label_smoothing=smooth)
+              for k in range(shards)]
+    for k in range(shards):
+        def gather(st, k=k):
+            return torch.stack([st if j == k else others[j] for j in range(shards)])
+        leaf = parts[k].clone().requires_grad_()
+        got = lt.vocab_parallel_cross_entropy(leaf, y, bounds[k], vocab, reduction=reduction,
+                                              label_smoothing=smooth, all_gather=gather)
+        assert got.dtype == torch.bfloat16 and got.shape == want.shape
+        close(torch, got.float(), want.detach(), 2.0 ** -8, f"rank {k} loss")
+        got.backward(dout.to(got.dtype))
+        close(torch, leaf.grad, x64.grad[:, bounds[k]:bounds[k + 1]], 2.0 ** -6, f"rank {k} grad",
+              1e-9)
+

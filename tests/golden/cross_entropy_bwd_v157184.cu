@@ -77,7 +77,8 @@ lg_cross_entropy_bwd_bf16_v157184(
 {
 	const i64 row = blockIdx.x;
 	const int t = threadIdx.x;
-	const i64 y = (i64)((const i64 *)labels)[row];
+	const u32 *const yw = (const u32 *)labels + 2 * row; // 4-byte aligned
+	const i64 y = (i64)((u64)yw[0] | (u64)yw[1] << 32);
 	const bool ign = y == -100LL;
 	if (ign) {
 		u8 *const gr = (u8 *)grad + row * 314368;

@@ -147,7 +147,8 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 	const i64 row = blockIdx.x / 4;
 	const u32 rank = blockIdx.x % 4; // the CTA's rank in its cluster
 	const int t = threadIdx.x;
-	const i64 y = (i64)((const i64 *)labels)[row];
+	const u32 *const yw = (const u32 *)labels + 2 * row; // 4-byte aligned
+	const i64 y = (i64)((u64)yw[0] | (u64)yw[1] << 32);
 	const bool ign = y == -100LL;
 	const i64 c0 = (i64)rank * 4912; // the slice's first piece
 	const int np = (int)(c0 >= 19648 ? 0 : 19648 - c0 < 4912 ? 19648 - c0 : 4912); // its pieces

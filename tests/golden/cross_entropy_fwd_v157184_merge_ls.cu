@@ -5,6 +5,7 @@
 // generated, do not edit
 
 // ----- helpers from templates/, those the code below uses -----
+typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
@@ -21,7 +22,8 @@ lg_cross_entropy_fwd_bf16_v157184_merge_ls0p1(
 {
 	const i64 row = (i64)blockIdx.x * 256 + threadIdx.x;
 	if (row >= M) return;
-	const i64 y = (i64)((const i64 *)labels)[row];
+	const u32 *const yw = (const u32 *)labels + 2 * row; // 4-byte aligned
+	const i64 y = (i64)((u64)yw[0] | (u64)yw[1] << 32);
 	const bool ign = y == -100LL;
 	if (ign) {
 		((float *)loss)[row] = 0.0f;

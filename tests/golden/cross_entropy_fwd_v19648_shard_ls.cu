@@ -94,7 +94,8 @@ lg_cross_entropy_fwd_bf16_v19648_shard_c157184_ls0p1(
 {
 	const i64 row = blockIdx.x;
 	const int t = threadIdx.x;
-	const i64 y = (i64)((const i64 *)labels)[row];
+	const u32 *const yw = (const u32 *)labels + 2 * row; // 4-byte aligned
+	const i64 y = (i64)((u64)yw[0] | (u64)yw[1] << 32);
 	const bool ign = y == -100LL;
 	const u8 *const xr = (const u8 *)logits + row * 39296;
 	const i64 nb = 2456; // whole pieces (rows start 16-byte aligned)
