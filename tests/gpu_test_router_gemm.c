@@ -3,7 +3,8 @@
  * K3) on the GPU against the CPU reference (label "gpu"): forward logits
  * and backward dx, dw at the target shape (x [8192, 2048], w [256, 2048])
  * and at sizes that are multiples of nothing (M = 1, 127, 8191; K = 7168,
- * 1000; N = 96, 160, 1), each backward precision (bf16, bf16x2, bf16x3),
+ * 1000; N = 96, 160, 1), each backward precision (bf16, bf16x2, bf16x3;
+ * on sm_90a on both the wgmma and the mma.sync backward),
  * the tiles `lingen tune` sweeps (on sm_90a: the wgmma forward's and
  * backward's tiles, the forward's clusters, persistent dx CTAs, and the
  * mma.sync passes through an sm_90 context), 0 tokens
@@ -154,7 +155,9 @@ static void test_experts(void **state)
 	both("\"hidden\": 7168, \"experts\": 160", ms, N_OF(ms));
 }
 
-/* dy as 2 and 3 bf16 terms: the tighter tolerances of the reference. */
+/* dy as 2 and 3 bf16 terms: the tighter tolerances of the reference. On
+ * sm_90a also the mma.sync backward (ctx_mma: dy's planes split by the
+ * CTA's convert), which otherwise runs them only at 1 expert. */
 static void test_precision(void **state)
 {
 	(void)state;
@@ -166,9 +169,12 @@ static void test_precision(void **state)
 		"\"hidden\": 1000, \"experts\": 1, \"precision\": \"bf16x2\"",
 	};
 	for (size_t k = 0; k < N_OF(keys); k++)
-		for (size_t i = 0; i < N_OF(ms); i++)
+		for (size_t i = 0; i < N_OF(ms); i++) {
 			if (k < 2 || ms[i] < 8192)
 				check("backward", keys[k], ms[i]);
+			if (ctx_mma != ctx && k < 3 && (ms[i] == 127 || (k == 1 && ms[i] == 8192)))
+				check_on(ctx_mma, "backward", keys[k], ms[i]);
+		}
 }
 
 /* The tiles of `lingen tune` of the mma.sync path (on ctx_mma: on sm_90a
