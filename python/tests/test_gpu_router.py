@@ -2,7 +2,8 @@
 and its gradients, independent of lingen's C reference): the forward and
 the backward at each precision, at the target shape (8192 x 2048 -> 256)
 and odd ones (M = 1, 127, 8191; K = 7168, 1000; N = 96, 160, 1), dw
-bit-identical across calls, dx or dw alone, and the autograd function of
+bit-identical across calls, each precision's measured error beside
+linghe's tf32, dx or dw alone, and the autograd function of
 lingen.torch with x as [batch, seq, hidden]. Skipped without torch or a GPU."""
 import pytest
 
@@ -86,6 +87,41 @@ def test_backward(seed, case, precision):
     check(torch, dw, g.T @ x.double(), "dw", 2e-5 * max(1.0, (m / 1024) ** 0.5))
     _, dw2 = lingen.router_gemm_backward(dy, x, w, precision=precision)
     assert torch.equal(dw, dw2), "dw differs between two identical calls"
+
+
+def test_precision_errors(seed):
+    """What each backward precision loses against dx, dw of the fp32 dy
+    (float64), measured on the GPU beside linghe's precision (tl.dot's
+    default TF32: dy rounded to tf32; the upcast bf16 operands are exact),
+    as the largest error over the rms, printed (pytest -s): dw orders bf16 >
+    tf32 > bf16x2 (the CPU reference's figures: bf16 7e-3, tf32 9e-4,
+    bf16x2 1e-5, bf16x3 2e-7, in router_gemm.c's header; here the tensor
+    cores' fp32 sums of 1024 tokens add up to ~5e-5 to the last two); dx is
+    bf16, its rounding (~2^-9) dominates."""
+    torch = torch_cuda()
+    m, k, n = 1024, 2048, 256
+    x, w, dy = inputs(torch, seed, m, k, n)
+    d64 = dy.double()
+    want_dx, want_dw = d64 @ w.double(), d64.T @ x.double()
+
+    def err(got, want):
+        return float((got.double() - want).abs().max() / want.square().mean().sqrt())
+
+    # dy rounded to tf32 as cvt.rna.tf32.f32 (nearest, ties away), float64 sums
+    t32 = ((dy.view(torch.int32) + 0x1000) & ~0x1FFF).view(torch.float32).double()
+    tf_dx, tf_dw = (t32 @ w.double()).bfloat16(), (t32.T @ x.double()).float()
+    errs = {"tf32": (err(tf_dx, want_dx), err(tf_dw, want_dw))}
+    for p in TERMS:
+        dx, dw = lingen.router_gemm_backward(dy, x, w, precision=p)
+        errs[p] = (err(dx, want_dx), err(dw, want_dw))
+    for p, (ex, ew) in errs.items():
+        print(f"precision {p:6}: dw {ew:.3g}, dx {ex:.3g} of the rms")
+    dw_err = {p: e[1] for p, e in errs.items()}
+    assert dw_err["bf16"] > 2 * dw_err["tf32"] > 8 * dw_err["bf16x2"], dw_err
+    # bf16x2 and bf16x3: the tensor cores' fp32 sums (each k16 step may
+    # truncate half an ulp) bound them, as the C reference's tolerance says
+    assert max(dw_err["bf16x2"], dw_err["bf16x3"]) < 5e-5, dw_err
+    assert all(e[0] < 4e-2 for e in errs.values()), errs
 
 
 def test_one_output(seed):
