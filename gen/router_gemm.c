@@ -82,6 +82,10 @@
  *          after dx (griddepcontrol.wait at its end).
  *   _dwsum dw = the partials added in slice order (split > 1): fixed
  *          order, so dw is the same bits on every run (both paths).
+ * On sm_86 and sm_89 (99 KB of shared memory a CTA) the default dx and dw
+ * tiles do not fit at 3 stages with dy's planes (112-120 KB): a tile the
+ * spec does not size is halved (rows or columns, whichever needs less)
+ * until it fits (fit; e.g. dx 64 x 256 at bf16).
  * Bounds at the target (8192 tokens): 8.6 GFLOP a GEMM a term, ~41 MB
  * (dx) and ~40 MB (dw) of DRAM traffic; from L2, dx reads dy (fp32) once a
  * column tile (8 times: 64 MB) and w once a row block (64 MB), dw dy once
@@ -241,6 +245,17 @@ static void spec_tile(const struct lg_spec *s, struct lg_gemm_tile *t)
 			*v[i] = (int)lg_spec_int(s, key[i]);
 }
 
+/* dw's token slices: the spec's, else enough CTAs for 132 SMs (1 to 16)
+ * with dw's tile t. */
+static int split_of(const struct lg_spec *s, const struct lg_gemm_tile *t)
+{
+	if (lg_spec_has(s, K_SPLIT))
+		return (int)lg_spec_int(s, K_SPLIT);
+	int64_t n = lg_spec_int(s, K_EXPERTS), k = lg_spec_int(s, K_HIDDEN);
+	int64_t tiles = ((n + t->bm - 1) / t->bm) * ((k + t->bn - 1) / t->bn), z = 132 / tiles;
+	return (int)(z < 1 ? 1 : z > 16 ? 16 : z);
+}
+
 /* The tile of a spec: its own keys, else the heuristic. The forward's
  * columns are the experts (a 128-wide tile up to 64 CTAs of tokens at
  * the target: 128 CTAs); the backward's are hidden features. dw's token
@@ -248,7 +263,7 @@ static void spec_tile(const struct lg_spec *s, struct lg_gemm_tile *t)
 static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
-	int64_t n = lg_spec_int(s, K_EXPERTS), k = lg_spec_int(s, K_HIDDEN);
+	int64_t n = lg_spec_int(s, K_EXPERTS);
 	struct lg_gemm_tile t = {.bm = 128, .bn = 128, .bk = 32, .warps_m = 2, .warps_n = 4, .stages = 4};
 	if (!bwd && n <= 64) {
 		t.bn = n <= 32 ? 32 : 64;
@@ -262,12 +277,7 @@ static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
 		t.warps_m = (int)lg_spec_int(s, K_WM);
 	if (lg_spec_has(s, K_WN))
 		t.warps_n = (int)lg_spec_int(s, K_WN);
-	if (lg_spec_has(s, K_SPLIT)) {
-		*split = (int)lg_spec_int(s, K_SPLIT);
-	} else {
-		int64_t tiles = ((n + t.bm - 1) / t.bm) * ((k + t.bn - 1) / t.bn), z = 132 / tiles;
-		*split = bwd ? (int)(z < 1 ? 1 : z > 16 ? 16 : z) : 1;
-	}
+	*split = bwd ? split_of(s, &t) : lg_spec_has(s, K_SPLIT) ? (int)lg_spec_int(s, K_SPLIT) : 1;
 	return t;
 }
 
@@ -443,14 +453,39 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	return LG_OK;
 }
 
-/* g's stages: the spec's (key `stages`), else as many as fit t; its shared
- * memory in *smem, or an error when it does not fit. */
-static lg_status fit(const struct lg_spec *s, const struct lg_target *t, struct lg_gemm *g, int stages,
+/* g's stages: the spec's (key[2], `stages`), else as many as fit t. When
+ * even the fewest do not fit and the spec sizes no tile (keys m, n,
+ * warps_m, warps_n: key[0], key[1], key[3], key[4]), the heuristic's tile
+ * is halved, on the side whose half needs less shared memory, with warps
+ * refitted, until it fits (sm_86, sm_89: 99 KB; the backward's default
+ * tiles of 128 x 256 and 128 x 128 with dy's planes need 112-120 KB).
+ * Its shared memory in *smem, or an error when it does not fit. */
+static lg_status fit(const struct lg_spec *s, const struct lg_target *t, struct lg_gemm *g, const int key[5],
 		     const char *name, int64_t *smem)
 {
-	while (!lg_spec_has(s, stages) && g->t.stages > (g->convert ? 3 : 2) &&
-	       lg_gemm_smem(g) > lg_gemm_smem_limit(t))
-		g->t.stages--;
+	const int min = g->convert ? 3 : 2, top = g->t.stages;
+	bool sized = false;
+	for (int i = 0; i < 5; i++)
+		sized = sized || (i != 2 && lg_spec_has(s, key[i]));
+	for (;;) {
+		while (!lg_spec_has(s, key[2]) && g->t.stages > min && lg_gemm_smem(g) > lg_gemm_smem_limit(t))
+			g->t.stages--;
+		if (sized || lg_gemm_smem(g) <= lg_gemm_smem_limit(t))
+			break;
+		struct lg_gemm half[2] = {*g, *g}, *best = NULL;
+		half[0].t.bm /= 2;
+		half[1].t.bn /= 2;
+		for (int h = 0; h < 2; h++) {
+			lg_gemm_fit_warps(&half[h].t);
+			if (half[h].t.bm >= 32 && half[h].t.bn >= 32 && !lg_gemm_tile_problem(&half[h]) &&
+			    (!best || lg_gemm_smem(&half[h]) < lg_gemm_smem(best)))
+				best = &half[h];
+		}
+		if (!best)
+			break;
+		*g = *best;
+		g->t.stages = top;
+	}
 	*smem = lg_gemm_smem(g);
 	if (lg_gemm_smem(g) > lg_gemm_smem_limit(t))
 		return lg_fail(LG_ERR_SPEC,
@@ -501,8 +536,7 @@ static lg_status plan90_bwd(const struct lg_spec *s, const struct lg_target *t, 
 		st = fit90(s, t, &gw, K_STAGES, "", &p->v[P_SMEM]);
 	if (st != LG_OK)
 		return st;
-	int64_t tiles = ((n + gw.t.bm - 1) / gw.t.bm) * ((k + gw.t.bn - 1) / gw.t.bn), z = 132 / tiles;
-	int split = lg_spec_has(s, K_SPLIT) ? (int)lg_spec_int(s, K_SPLIT) : (int)(z < 1 ? 1 : z > 16 ? 16 : z);
+	int split = split_of(s, &gw.t);
 	gx.t.warps_m = gx.t.bm / 16; /* four warps a consumer warpgroup */
 	gw.t.warps_m = gw.t.bm / 16;
 	p->tile[K_XP] = p->v[P_XPERS] = lg_spec_has(s, K_XP) && lg_spec_int(s, K_XP);
@@ -536,10 +570,13 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 			       "with experts a multiple of 4 only)", s->entry, t->name);
 	p->tile[K_XP] = 0;
 	int split;
+	static const int tkeys[5] = {K_TM, K_TN, K_STAGES, K_WM, K_WN}, xkeys[5] = {K_XM, K_XN, K_XS, K_XWM, K_XWN};
 	struct lg_gemm g = gemm_of(s, bwd ? 2 : 0, tile_of(s, &split));
-	lg_status st = fit(s, t, &g, K_STAGES, "stages", &p->v[P_SMEM]);
+	lg_status st = fit(s, t, &g, tkeys, "stages", &p->v[P_SMEM]);
 	if (st != LG_OK)
 		return st;
+	if (bwd)
+		split = split_of(s, &g.t); /* of the tile that fits */
 	if (!bwd) {
 		plan_tile_set(s, p, &g.t, split);
 		p->nentries = 1;
@@ -547,7 +584,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		return LG_OK;
 	}
 	struct lg_gemm gx = gemm_of(s, 1, dx_tile_of(s));
-	st = fit(s, t, &gx, K_XS, "dx_stages", &p->v[P_XSMEM]);
+	st = fit(s, t, &gx, xkeys, "dx_stages", &p->v[P_XSMEM]);
 	if (st != LG_OK)
 		return st;
 	return plan_bwd(s, t, p, &g, &gx, split);

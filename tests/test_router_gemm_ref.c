@@ -22,6 +22,7 @@
 #include "generate.h"
 #include "lingen.h"
 #include "numeric_ref.h"
+#include "nvrtc.h"
 #include "ref.h"
 
 enum { F_X, F_W, F_Y };
@@ -551,6 +552,59 @@ static void test_source(void **state)
 	lg_spec_free(s);
 }
 
+/* sm_86 and sm_89 (99 KB of shared memory a CTA): the backward's default
+ * tiles (dx 128 x 256, dw 128 x 128, with dy's planes: 112-120 KB at 3
+ * stages) are halved until they fit, at each precision, at the target and
+ * at hidden 7168; each plans within the limit, generates and compiles
+ * (NVRTC, sm_89). A tile the spec sizes is not halved: refused. */
+static void test_small_smem(void **state)
+{
+	(void)state;
+	static const char *const keys[] = {
+		"\"hidden\": 2048, \"experts\": 256",
+		"\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x2\"",
+		"\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\"",
+		"\"hidden\": 7168, \"experts\": 160, \"precision\": \"bf16x3\"",
+		"\"hidden\": 1000, \"experts\": 7, \"precision\": \"bf16x2\"",
+	};
+	const struct lg_family *f = lg_family_get(LG_OP_ROUTER_GEMM);
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+		for (int a = 0; a < 2; a++) {
+			const char *arch = a ? "sm_89" : "sm_86";
+			lg_spec *s = parse("backward", keys[i]);
+			struct lg_plan p;
+			plan_at(s, arch, &p, LG_OK);
+			const int64_t M = 1000;
+			for (int e = 0; e < p.nentries; e++) {
+				struct lg_launch_dim d;
+				f->geometry(&p, e, &M, &d);
+				if (d.smem > 101376)
+					fail_msg("%s on %s: entry %d asks %u bytes of shared memory", keys[i], arch, e,
+						 d.smem);
+			}
+			if (a == 1 && (i == 0 || i == 2 || i == 3)) {
+				struct lg_target t;
+				assert_true(lg_target_parse(arch, &t));
+				char *src = NULL;
+				assert_int_equal(lg_generate_for(s, &t, &p, &src, NULL), LG_OK);
+				void *cubin = NULL;
+				char *log = NULL;
+				size_t size = 0;
+				if (lg_nvrtc_compile(src, lg_spec_entry(s), arch, &cubin, &size, &log) != LG_OK)
+					fail_msg("%s for %s: %s", keys[i], arch, lg_last_error());
+				free(cubin);
+				free(log);
+				free(src);
+			}
+			lg_spec_free(s);
+		}
+	lg_spec *s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_n\": 256}");
+	struct lg_plan p;
+	plan_at(s, "sm_89", &p, LG_ERR_SPEC);
+	assert_non_null(strstr(lg_last_error(), "tile.dx_stages"));
+	lg_spec_free(s);
+}
+
 /* Every tuning candidate validates, plans and generates. */
 static void test_candidates(void **state)
 {
@@ -591,6 +645,7 @@ int main(void)
 		cmocka_unit_test(test_shapes),
 		cmocka_unit_test(test_spec_checks),
 		cmocka_unit_test(test_geometry),
+		cmocka_unit_test(test_small_smem),
 		cmocka_unit_test(test_source),
 		cmocka_unit_test(test_candidates),
 	};
