@@ -177,6 +177,13 @@ static void test_precision(void **state)
 		}
 }
 
+/* The backward's default tiles on sm_86 / sm_89 (99 KB of shared memory:
+ * dx and dw halved to fit, router_gemm.c's fit), run here on the mma.sync
+ * path of this device. */
+#define SM89_TILES                                                                                             \
+	"{\"m\": 64, \"n\": 128, \"warps_m\": 2, \"warps_n\": 4, \"stages\": 4, \"dx_m\": 64, \"dx_n\": 256, "     \
+	"\"dx_warps_m\": 2, \"dx_warps_n\": 4, \"dx_stages\": 3}"
+
 /* The tiles of `lingen tune` of the mma.sync path (on ctx_mma: on sm_90a
  * both passes run on wgmma; in the backward dw's), dw's slices and dx's own
  * tiles (backward only). */
@@ -198,10 +205,11 @@ static void test_tiles(void **state)
 		"{\"dx_m\": 64, \"dx_n\": 128, \"dx_warps_m\": 2, \"dx_warps_n\": 2}",
 		"{\"dx_m\": 128, \"dx_n\": 128, \"dx_warps_m\": 2, \"dx_warps_n\": 4, \"dx_k\": 64}",
 		"{\"dx_m\": 256, \"dx_n\": 64, \"dx_warps_m\": 8, \"dx_warps_n\": 1, \"dx_stages\": 3}",
+		SM89_TILES,
 	};
 	static const int64_t ms[] = {127, 1000};
 	for (size_t t = 0; t < N_OF(tiles); t++) {
-		char keys[256];
+		char keys[320];
 		snprintf(keys, sizeof keys, "\"hidden\": 1000, \"experts\": 160, \"tile\": %s", tiles[t]);
 		for (size_t i = 0; i < N_OF(ms); i++) {
 			if (!strstr(tiles[t], "split") && !strstr(tiles[t], "dx_"))
@@ -209,6 +217,10 @@ static void test_tiles(void **state)
 			check_on(ctx_mma, "backward", keys, ms[i]);
 		}
 	}
+	/* sm_89's halved tiles at three terms, the target's sizes */
+	for (size_t i = 0; i < N_OF(ms); i++)
+		check_on(ctx_mma, "backward",
+			 "\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"tile\": " SM89_TILES, ms[i]);
 }
 
 /* The sm_90a forward's tiles (wgmma + TMA): one and two consumer
