@@ -555,8 +555,9 @@ static void test_source(void **state)
 /* sm_86 and sm_89 (99 KB of shared memory a CTA): the backward's default
  * tiles (dx 128 x 256, dw 128 x 128, with dy's planes: 112-120 KB at 3
  * stages) are halved until they fit, at each precision, at the target and
- * at hidden 7168; each plans within the limit, generates and compiles
- * (NVRTC, sm_89). A tile the spec sizes is not halved: refused. */
+ * at hidden 7168; each plans within the limit, has tuning candidates,
+ * generates and compiles (NVRTC, sm_89). A tile the spec sizes is not
+ * halved: refused. */
 static void test_small_smem(void **state)
 {
 	(void)state;
@@ -582,6 +583,11 @@ static void test_small_smem(void **state)
 					fail_msg("%s on %s: entry %d asks %u bytes of shared memory", keys[i], arch, e,
 						 d.smem);
 			}
+			struct lg_target tc;
+			assert_true(lg_target_parse(arch, &tc));
+			struct lg_tile_choice c[LG_MAX_CANDIDATES];
+			if (f->candidates(s, &tc, c, LG_MAX_CANDIDATES) < 4) /* lingen tune has tiles to try */
+				fail_msg("%s on %s: fewer than 4 tuning candidates", keys[i], arch);
 			if (a == 1 && (i == 0 || i == 2 || i == 3)) {
 				struct lg_target t;
 				assert_true(lg_target_parse(arch, &t));
