@@ -87,7 +87,7 @@ def cases(quick):
         flops = 2.0 * m * k * n
         out.append(Case("router fwd", shape, lambda env, m=m, k=k, n=n: _fwd(env, m, k, n),
                         LINGHE_US.get(("router fwd", shape)), extra={"flops": flops}))
-        for p in ("bf16",) if quick else ("bf16", "bf16x2", "bf16x3"):
+        for p in ("bf16",) if quick else ("bf16", "bf16x2", "bf16x3", "tf32"):
             kernel = "router bwd" if p == "bf16" else f"router bwd {p}"
             out.append(Case(kernel, shape, lambda env, m=m, k=k, n=n, p=p: _bwd(env, m, k, n, p),
                             LINGHE_US.get((kernel, shape)), extra={"flops": 2 * flops}))
