@@ -48,6 +48,9 @@ static unsigned tile_bytes(const struct lg_gemm *g, const struct lg_gemm_operand
 	return plane_bytes(g, o, out) * (unsigned)planes(g, o);
 }
 
+/* The device function that splits an fp32 pair of A into its terms. */
+static const char *split_fn(const struct lg_gemm *g) { return g->tf32 ? "lg_split_tf32" : "lg_split_bf16x2"; }
+
 int lg_gemm_threads(const struct lg_gemm_tile *t) { return 32 * t->warps_m * t->warps_n; }
 
 void lg_gemm_tile_from_spec(const struct lg_spec *s, const struct lg_gemm_tile_keys *k, struct lg_gemm_tile *t)
@@ -115,6 +118,8 @@ const char *lg_gemm_tile_problem(const struct lg_gemm *g)
 		       "multiples of 32)";
 	if (t->stages < 2 || t->stages > 8)
 		return "tile.stages 2 to 8";
+	if (g->tf32 && g->terms != 2)
+		return "an A rounded to tf32 as 2 bf16 terms";
 	if (planes(g, &g->a) > 1 && g->a.ptr)
 		return "a bf16 A of several terms made by the kernel (lg_gemm_emit_mainloop_fill)";
 	if (g->convert) {
@@ -201,7 +206,7 @@ static void emit_store_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 			   plane_bytes(g, &g->a, g->t.bm));
 		lg_line(b, "u32 t[4][%d];", g->terms);
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int j = 0; j < 4; j++) lg_split_bf16x2(t[j], %d, v[2 * j], v[2 * j + 1]);", g->terms);
+		lg_line(b, "for (int j = 0; j < 4; j++) %s(t[j], %d, v[2 * j], v[2 * j + 1]);", split_fn(g), g->terms);
 		lg_line(b, "const u32 at = lg_swz(row, col * 2, %d);", rb);
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int e = 0; e < %d; e++)", g->terms);
@@ -304,7 +309,7 @@ static void emit_frag_a(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 		lg_line(b, "const float v0 = v.x, v1 = v.y;");
 	}
 	lg_line(b, "u32 t[%d];", g->terms);
-	lg_line(b, "lg_split_bf16x2(t, %d, v0, v1);", g->terms);
+	lg_line(b, "%s(t, %d, v0, v1);", split_fn(g), g->terms);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int e = 0; e < %d; e++) af[mi][e][j] = t[e];", g->terms);
 	lg_close(b);
@@ -578,6 +583,8 @@ const char *lg_gemm90_tile_problem(const struct lg_gemm *g)
 	const struct lg_gemm_tile *t = &g->t;
 	if (g->b.fp32 || g->convert || (!g->a.fp32 && g->terms != 1) || g->terms < 1 || g->terms > 3)
 		return "bf16 operands or an fp32 A of 1 to 3 bf16 terms (the sm_90a wgmma path)";
+	if (g->tf32 && g->terms != 2)
+		return "an A rounded to tf32 as 2 bf16 terms";
 	if (t->bm != 64 && t->bm != 128)
 		return "tile.m 64 or 128 (one consumer warpgroup a 64 rows)";
 	if (t->bn < 16 || t->bn > 256 || t->bn % 16 != 0)
@@ -703,10 +710,10 @@ static void emit_split90(lg_buf *b, const struct lg_gemm *g, unsigned stride)
 	lg_line(b, "const float4 u1 = *(const float4 *)(p + (h ^ 1) * 16);");
 	lg_line(b, "const float4 lo = h ? u1 : u0, hi = h ? u0 : u1;");
 	lg_line(b, "u32 t[4][%d];", g->terms);
-	lg_line(b, "lg_split_bf16x2(t[0], %d, lo.x, lo.y);", g->terms);
-	lg_line(b, "lg_split_bf16x2(t[1], %d, lo.z, lo.w);", g->terms);
-	lg_line(b, "lg_split_bf16x2(t[2], %d, hi.x, hi.y);", g->terms);
-	lg_line(b, "lg_split_bf16x2(t[3], %d, hi.z, hi.w);", g->terms);
+	lg_line(b, "%s(t[0], %d, lo.x, lo.y);", split_fn(g), g->terms);
+	lg_line(b, "%s(t[1], %d, lo.z, lo.w);", split_fn(g), g->terms);
+	lg_line(b, "%s(t[2], %d, hi.x, hi.y);", split_fn(g), g->terms);
+	lg_line(b, "%s(t[3], %d, hi.z, hi.w);", split_fn(g), g->terms);
 	lg_line(b, "u8 *const d = dst + r * 128 + ((c ^ (r & 7)) << 4);");
 	for (int e = 0; e < g->terms; e++)
 		lg_line(b, "*(uint4 *)(d + %u) = make_uint4(t[0][%d], t[1][%d], t[2][%d], t[3][%d]);", e * stride, e, e, e,

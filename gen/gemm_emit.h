@@ -9,7 +9,8 @@
  * r * ld + o), bf16, or (A only) fp32 split in registers into 1 to 3 bf16
  * terms (lg_split_bf16x2): t terms give 8 t significant bits of A, so 3
  * terms give fp32 A exactly; products with a bf16 B are exact and the
- * accumulation is fp32.
+ * accumulation is fp32 (with `tf32`, A is rounded to tf32 first: its 2
+ * terms hold it exactly, the products of tf32 tensor cores).
  *
  * The sm_80 path (also what sm_89 and sm_90 run): a CTA computes a
  * bm x bn tile with warps_m x warps_n warps (each a (bm / warps_m) x
@@ -107,6 +108,9 @@ struct lg_gemm {
 	 * the kernel (or split by `convert`) of several terms is held as that
 	 * many planes, <prefix>_st_a splitting the fp32 values it is given */
 	int terms;
+	/* fp32 A rounded to tf32 before its split (lg_split_tf32; terms 2,
+	 * which hold it exactly): the products of tf32 tensor cores */
+	bool tf32;
 	/* fp32 A (loaded): split into `terms` bf16 planes in shared memory once
 	 * a reduction tile, by the whole CTA one tile ahead of the mma (two
 	 * plane buffers), instead of by every warp as it builds its fragments

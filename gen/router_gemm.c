@@ -36,8 +36,8 @@
  * the split of tile kt overlaps the wgmma group of tile kt - 1) and issues
  * one wgmma a plane into the same fp32 accumulators (bf16: dy rounded;
  * bf16x2: 16 significant bits, error 2^-17 of dy, far below tf32's 2^-11;
- * bf16x3: dy exact, only fp32 summation error; products of bf16 are
- * exact). w and x are MN-major (output-contiguous) operands: boxes of 64
+ * bf16x3: dy exact, only fp32 summation error; tf32: dy rounded to tf32,
+ * in 2 planes; products of bf16 are exact). w and x are MN-major (output-contiguous) operands: boxes of 64
  * outputs x 64 reduction rows, read transposed (imm-trans-b 1).
  *   _dx    dx = dy . w: A = dy (K-major over the experts), B = w [N][K]
  *          (N-major); tile.dx_*: 128 tokens x 256 features, tile.k 64 (4
@@ -82,6 +82,10 @@
  *          after dx (griddepcontrol.wait at its end).
  *   _dwsum dw = the partials added in slice order (split > 1): fixed
  *          order, so dw is the same bits on every run (both paths).
+ * On sm_86 and sm_89 (99 KB of shared memory a CTA) the default dx and dw
+ * tiles do not fit at 3 stages with dy's planes (112-120 KB): a tile the
+ * spec does not size is halved (rows or columns, whichever needs less)
+ * until it fits (fit; e.g. dx 64 x 256 at bf16).
  * Bounds at the target (8192 tokens): 8.6 GFLOP a GEMM a term, ~41 MB
  * (dx) and ~40 MB (dw) of DRAM traffic; from L2, dx reads dy (fp32) once a
  * column tile (8 times: 64 MB) and w once a row block (64 MB), dw dy once
@@ -101,6 +105,18 @@
  * tokens at hidden 7168, where split is 1) truncates up to half an ulp a
  * k16 step; the reference's bound for dw grows with the tokens and terms
  * (router_gemm_ref.c). H200: 4e-5 of dw's rms at hidden 7168, bf16x2.
+ * Precision (spec key `precision`; the largest error over the rms against
+ * dx, dw of the fp32 dy, measured on the reference by
+ * test_router_gemm_ref's test_precision_errors: 512 tokens, hidden 256,
+ * 64 experts): dw bf16 7.0e-3, bf16x2 1.0e-5, bf16x3 1.7e-7 (dw's own fp32
+ * rounding), tf32 8.6e-4. dx 1.5e-2 at every precision (its bf16 output
+ * rounding), 1.8e-2 at bf16. `tf32` is linghe's (tl.dot's default on fp32
+ * operands): dy rounded to tf32 (cvt.rna), which 2 bf16 terms hold
+ * exactly, so it runs as bf16x2 does (lg_split_tf32) with tf32's products,
+ * for results that match linghe's; bf16x2 costs the same and is 80 times
+ * closer. (Real tf32 mma would cost as much, tf32 running at half bf16's
+ * rate, and wgmma takes tf32 only K-major: w and x are MN-major here.)
+ * bf16x3 is exact dy: what the issue's 3xtf32 asks, and more.
  * A null dx or dw skips that output (its kernels return at once).
  */
 #include <stdio.h>
@@ -133,7 +149,8 @@ enum {
 	NKEYS
 };
 
-static const char *const precision_names[] = {"bf16", "bf16x2", "bf16x3"};
+static const char *const precision_names[] = {"bf16", "bf16x2", "bf16x3", "tf32"};
+enum { PREC_TF32 = 3 }; /* dy rounded to tf32 (linghe's), as 2 bf16 terms */
 static const int64_t tmn_ok[] = {32, 64, 128, 256, 0};
 static const int64_t tk_ok[] = {32, 64, 0};
 static const int64_t warps_ok[] = {1, 2, 4, 8, 0};
@@ -143,10 +160,11 @@ static const struct lg_key keys[NKEYS] = {
 	[K_EXPERTS] = {.path = "experts", .type = LG_KEY_INT, .flags = LG_KEY_REQUIRED | LG_KEY_SHAPE, .min = 1,
 		       .max = 1 << 16, .naming = LG_NAME_ALWAYS, .rank = 11, .abbrev = "e",
 		       .doc = "N: experts, rows of w, columns of the logits"},
-	[K_PRECISION] = {.path = "precision", .type = LG_KEY_ENUM, .values = precision_names, .nvalues = 3,
+	[K_PRECISION] = {.path = "precision", .type = LG_KEY_ENUM, .values = precision_names, .nvalues = 4,
 			 .has_def = true, .def = 0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 20,
 			 .doc = "backward: dy (fp32) as 1, 2 or 3 bf16 terms on the tensor cores "
-				"(bf16x3: dy exact; the forward is exact in any case)"},
+				"(bf16x3: dy exact), or tf32: dy rounded to tf32 as linghe's tl.dot, in 2 terms "
+				"(the forward is exact in any case)"},
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_TM] = LG_KEY_TILE("m", "m", 32, 256, tmn_ok, "output rows a CTA (tokens; experts for dw)"),
 	[K_TN] = LG_KEY_TILE("n", "n", 32, 256, tmn_ok, "output columns a CTA (experts; hidden for dx, dw)"),
@@ -222,6 +240,13 @@ static bool wgmma_path(const struct lg_spec *s, const struct lg_target *t)
 	       (s->pass == LG_PASS_FORWARD || lg_spec_int(s, K_EXPERTS) % 4 == 0);
 }
 
+/* The bf16 terms of dy: 1, 2, 3 (bf16x3), or 2 (tf32: a tf32 value in 2 terms). */
+static int terms_of(const struct lg_spec *s)
+{
+	int p = (int)lg_spec_int(s, K_PRECISION);
+	return p == PREC_TF32 ? 2 : p + 1;
+}
+
 /* The spec's tile.m, n, k and stages over t's. */
 static void spec_tile(const struct lg_spec *s, struct lg_gemm_tile *t)
 {
@@ -232,6 +257,17 @@ static void spec_tile(const struct lg_spec *s, struct lg_gemm_tile *t)
 			*v[i] = (int)lg_spec_int(s, key[i]);
 }
 
+/* dw's token slices: the spec's, else enough CTAs for 132 SMs (1 to 16)
+ * with dw's tile t. */
+static int split_of(const struct lg_spec *s, const struct lg_gemm_tile *t)
+{
+	if (lg_spec_has(s, K_SPLIT))
+		return (int)lg_spec_int(s, K_SPLIT);
+	int64_t n = lg_spec_int(s, K_EXPERTS), k = lg_spec_int(s, K_HIDDEN);
+	int64_t tiles = ((n + t->bm - 1) / t->bm) * ((k + t->bn - 1) / t->bn), z = 132 / tiles;
+	return (int)(z < 1 ? 1 : z > 16 ? 16 : z);
+}
+
 /* The tile of a spec: its own keys, else the heuristic. The forward's
  * columns are the experts (a 128-wide tile up to 64 CTAs of tokens at
  * the target: 128 CTAs); the backward's are hidden features. dw's token
@@ -239,7 +275,7 @@ static void spec_tile(const struct lg_spec *s, struct lg_gemm_tile *t)
 static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
-	int64_t n = lg_spec_int(s, K_EXPERTS), k = lg_spec_int(s, K_HIDDEN);
+	int64_t n = lg_spec_int(s, K_EXPERTS);
 	struct lg_gemm_tile t = {.bm = 128, .bn = 128, .bk = 32, .warps_m = 2, .warps_n = 4, .stages = 4};
 	if (!bwd && n <= 64) {
 		t.bn = n <= 32 ? 32 : 64;
@@ -253,12 +289,7 @@ static struct lg_gemm_tile tile_of(const struct lg_spec *s, int *split)
 		t.warps_m = (int)lg_spec_int(s, K_WM);
 	if (lg_spec_has(s, K_WN))
 		t.warps_n = (int)lg_spec_int(s, K_WN);
-	if (lg_spec_has(s, K_SPLIT)) {
-		*split = (int)lg_spec_int(s, K_SPLIT);
-	} else {
-		int64_t tiles = ((n + t.bm - 1) / t.bm) * ((k + t.bn - 1) / t.bn), z = 132 / tiles;
-		*split = bwd ? (int)(z < 1 ? 1 : z > 16 ? 16 : z) : 1;
-	}
+	*split = bwd ? split_of(s, &t) : lg_spec_has(s, K_SPLIT) ? (int)lg_spec_int(s, K_SPLIT) : 1;
 	return t;
 }
 
@@ -301,8 +332,8 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 {
 	int64_t n = lg_spec_int(s, K_EXPERTS);
 	int dych = n % 4 == 0 ? 16 : 4; /* dy rows 16-byte aligned or not */
-	int terms = 1 + (int)lg_spec_int(s, K_PRECISION);
-	struct lg_gemm g = {.t = t, .terms = 1};
+	int terms = terms_of(s);
+	struct lg_gemm g = {.t = t, .terms = 1, .tf32 = which > 0 && lg_spec_int(s, K_PRECISION) == PREC_TF32};
 	switch (which) {
 	case 0:
 		g.a = (struct lg_gemm_operand){"a", false, false, "x", "LG_K", "M", "LG_K", 16, "tm_x"};
@@ -374,7 +405,7 @@ static void plan_tile_set(const struct lg_spec *s, struct lg_plan *p, const stru
 	p->tile[K_SPLIT] = p->v[P_SPLIT] = split;
 	p->v[P_K] = lg_spec_int(s, K_HIDDEN);
 	p->v[P_N] = lg_spec_int(s, K_EXPERTS);
-	p->v[P_TERMS] = 1 + lg_spec_int(s, K_PRECISION);
+	p->v[P_TERMS] = terms_of(s);
 	p->v[P_BWD] = s->pass == LG_PASS_BACKWARD;
 }
 
@@ -434,14 +465,39 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	return LG_OK;
 }
 
-/* g's stages: the spec's (key `stages`), else as many as fit t; its shared
- * memory in *smem, or an error when it does not fit. */
-static lg_status fit(const struct lg_spec *s, const struct lg_target *t, struct lg_gemm *g, int stages,
+/* g's stages: the spec's (key[2], `stages`), else as many as fit t. When
+ * even the fewest do not fit and the spec sizes no tile (keys m, n,
+ * warps_m, warps_n: key[0], key[1], key[3], key[4]), the heuristic's tile
+ * is halved, on the side whose half needs less shared memory, with warps
+ * refitted, until it fits (sm_86, sm_89: 99 KB; the backward's default
+ * tiles of 128 x 256 and 128 x 128 with dy's planes need 112-120 KB).
+ * Its shared memory in *smem, or an error when it does not fit. */
+static lg_status fit(const struct lg_spec *s, const struct lg_target *t, struct lg_gemm *g, const int key[5],
 		     const char *name, int64_t *smem)
 {
-	while (!lg_spec_has(s, stages) && g->t.stages > (g->convert ? 3 : 2) &&
-	       lg_gemm_smem(g) > lg_gemm_smem_limit(t))
-		g->t.stages--;
+	const int min = g->convert ? 3 : 2, top = g->t.stages;
+	bool sized = false;
+	for (int i = 0; i < 5; i++)
+		sized = sized || (i != 2 && lg_spec_has(s, key[i]));
+	for (;;) {
+		while (!lg_spec_has(s, key[2]) && g->t.stages > min && lg_gemm_smem(g) > lg_gemm_smem_limit(t))
+			g->t.stages--;
+		if (sized || lg_gemm_smem(g) <= lg_gemm_smem_limit(t))
+			break;
+		struct lg_gemm half[2] = {*g, *g}, *best = NULL;
+		half[0].t.bm /= 2;
+		half[1].t.bn /= 2;
+		for (int h = 0; h < 2; h++) {
+			lg_gemm_fit_warps(&half[h].t);
+			if (half[h].t.bm >= 32 && half[h].t.bn >= 32 && !lg_gemm_tile_problem(&half[h]) &&
+			    (!best || lg_gemm_smem(&half[h]) < lg_gemm_smem(best)))
+				best = &half[h];
+		}
+		if (!best)
+			break;
+		*g = *best;
+		g->t.stages = top;
+	}
 	*smem = lg_gemm_smem(g);
 	if (lg_gemm_smem(g) > lg_gemm_smem_limit(t))
 		return lg_fail(LG_ERR_SPEC,
@@ -492,8 +548,7 @@ static lg_status plan90_bwd(const struct lg_spec *s, const struct lg_target *t, 
 		st = fit90(s, t, &gw, K_STAGES, "", &p->v[P_SMEM]);
 	if (st != LG_OK)
 		return st;
-	int64_t tiles = ((n + gw.t.bm - 1) / gw.t.bm) * ((k + gw.t.bn - 1) / gw.t.bn), z = 132 / tiles;
-	int split = lg_spec_has(s, K_SPLIT) ? (int)lg_spec_int(s, K_SPLIT) : (int)(z < 1 ? 1 : z > 16 ? 16 : z);
+	int split = split_of(s, &gw.t);
 	gx.t.warps_m = gx.t.bm / 16; /* four warps a consumer warpgroup */
 	gw.t.warps_m = gw.t.bm / 16;
 	p->tile[K_XP] = p->v[P_XPERS] = lg_spec_has(s, K_XP) && lg_spec_int(s, K_XP);
@@ -527,10 +582,13 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 			       "with experts a multiple of 4 only)", s->entry, t->name);
 	p->tile[K_XP] = 0;
 	int split;
+	static const int tkeys[5] = {K_TM, K_TN, K_STAGES, K_WM, K_WN}, xkeys[5] = {K_XM, K_XN, K_XS, K_XWM, K_XWN};
 	struct lg_gemm g = gemm_of(s, bwd ? 2 : 0, tile_of(s, &split));
-	lg_status st = fit(s, t, &g, K_STAGES, "stages", &p->v[P_SMEM]);
+	lg_status st = fit(s, t, &g, tkeys, "stages", &p->v[P_SMEM]);
 	if (st != LG_OK)
 		return st;
+	if (bwd)
+		split = split_of(s, &g.t); /* of the tile that fits */
 	if (!bwd) {
 		plan_tile_set(s, p, &g.t, split);
 		p->nentries = 1;
@@ -538,7 +596,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		return LG_OK;
 	}
 	struct lg_gemm gx = gemm_of(s, 1, dx_tile_of(s));
-	st = fit(s, t, &gx, K_XS, "dx_stages", &p->v[P_XSMEM]);
+	st = fit(s, t, &gx, xkeys, "dx_stages", &p->v[P_XSMEM]);
 	if (st != LG_OK)
 		return st;
 	return plan_bwd(s, t, p, &g, &gx, split);

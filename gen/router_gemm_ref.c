@@ -5,7 +5,8 @@
  *   backward  dx [M, K] = g [M, N] . w (rounded to bf16), dw [N, K] = g^T . x
  * with g = dy as the declared `precision` defines it: the sum of dy's
  * first 1, 2 or 3 bf16 terms, each the rounding (to nearest even) of what
- * the terms before leave (bf16: dy rounded; bf16x3: dy exactly).
+ * the terms before leave (bf16: dy rounded; bf16x3: dy exactly); tf32: dy
+ * rounded to tf32 (to nearest, ties away), which 2 terms hold exactly.
  *
  * How exact: products of bf16 terms are exact on the GPU and summed in
  * fp32 by the tensor cores, whose accumulation may truncate (up to one
@@ -19,7 +20,9 @@
  * rounding (rtol).
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 #include "numeric_ref.h"
@@ -28,9 +31,32 @@
 enum { F_X, F_W, F_Y };
 enum { B_DY, B_X, B_W, B_DX, B_DW, B_WS };
 
-/* dy as the backward multiplies it: the sum of its first `terms` bf16 terms. */
-static double dy_terms(float v, int terms)
+enum { PREC_TF32 = 3 }; /* "tf32" in router_gemm.c's precision_names: dy rounded to tf32 */
+
+/* v rounded to tf32 as cvt.rna.tf32.f32: to nearest, ties away from zero
+ * (10 fraction bits; finite v). */
+static float tf32_rna(float v)
 {
+	uint32_t u;
+	memcpy(&u, &v, sizeof u);
+	u = (u + 0x1000u) & ~0x1fffu;
+	memcpy(&v, &u, sizeof v);
+	return v;
+}
+
+/* The bf16 terms of dy at the spec's precision (tf32: 2). */
+static int terms_of(const struct lg_spec *s)
+{
+	int p = (int)lg_ref_int(s, "precision");
+	return p == PREC_TF32 ? 2 : p + 1;
+}
+
+/* dy as the backward multiplies it: the sum of its first `terms` bf16 terms
+ * (of its tf32 rounding: 2 hold it exactly). */
+static double dy_terms(float v, int terms, bool tf32)
+{
+	if (tf32)
+		v = tf32_rna(v);
 	double sum = 0.0;
 	for (int i = 0; i < terms; i++) {
 		float t = lg_ref_bf16_to_f32(lg_ref_f32_to_bf16(v));
@@ -47,7 +73,7 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 		return;
 	}
 	c->buf[B_DX].cmp = LG_CMP_BF16, c->buf[B_DX].rtol = 1.6e-2, c->buf[B_DX].atol = 2e-5;
-	double steps = (double)((int)lg_ref_int(s, "precision") + 1) * (double)c->sizes[0];
+	double steps = (double)terms_of(s) * (double)c->sizes[0];
 	c->buf[B_DW].cmp = LG_CMP_FP32, c->buf[B_DW].rtol = 2e-5, c->buf[B_DW].atol = fmax(2e-5, steps * 0x1p-26);
 }
 
@@ -78,6 +104,7 @@ static double bf(const uint16_t *p, size_t i) { return lg_ref_bf16_to_f32(p[i]);
 struct gemm {
 	size_t M, K, N;
 	int terms;
+	bool tf32;
 	const uint16_t *x;
 	const double *w; /* w widened, [N, K] */
 	const float *dy;
@@ -132,7 +159,7 @@ static void dx_rows(void *ctx, size_t lo, size_t hi)
 		for (size_t k = 0; k < K; k++)
 			row[k] = 0.0;
 		for (size_t n = 0; n < g->N; n++) {
-			double d = dy_terms(g->dy[m * g->N + n], g->terms);
+			double d = dy_terms(g->dy[m * g->N + n], g->terms, g->tf32);
 			const double *wn = g->w + n * K;
 			for (size_t k = 0; k < K; k++)
 				row[k] += d * wn[k];
@@ -158,7 +185,7 @@ static void dw_blocks(void *ctx, size_t lo, size_t hi)
 		for (size_t m = 0; m < g->M; m++) {
 			widen_row(g->x + m * K, K, xr);
 			for (size_t j = 0; j < nb; j++) {
-				double d = dy_terms(g->dy[m * N + n0 + j], g->terms);
+				double d = dy_terms(g->dy[m * N + n0 + j], g->terms, g->tf32);
 				double *a = acc + j * K;
 				for (size_t k = 0; k < K; k++)
 					a[k] += d * xr[k];
@@ -186,7 +213,8 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 		g.x = c->buf[F_X].host, g.y = c->buf[F_Y].host;
 		lg_ref_parallel_rows(g.M, g.N * g.K, y_rows, &g);
 	} else {
-		g.terms = (int)lg_ref_int(s, "precision") + 1;
+		g.terms = terms_of(s);
+		g.tf32 = lg_ref_int(s, "precision") == PREC_TF32;
 		g.x = c->buf[B_X].host, g.dy = c->buf[B_DY].host;
 		g.dx = c->buf[B_DX].count ? c->buf[B_DX].host : NULL;
 		g.dw = c->buf[B_DW].count ? c->buf[B_DW].host : NULL;

@@ -60,3 +60,16 @@ static __device__ __forceinline__ void lg_split_bf16x2(u32 *t, int n, float lo, 
 		hi -= lg_bf16_hi(t[i]);
 	}
 }
+
+// @helper lg_split_tf32
+// lg_split_bf16x2 of (lo, hi) rounded to tf32 first (cvt.rna: to nearest,
+// ties away from zero, 11 significant bits, as tf32 tensor-core operands):
+// 2 terms hold a tf32 value exactly, so the products are tf32's. (The 13
+// bits below tf32's are cleared: PTX leaves them to the implementation.)
+static __device__ __forceinline__ void lg_split_tf32(u32 *t, int n, float lo, float hi)
+{
+	u32 a, b;
+	asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(a) : "f"(lo));
+	asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(b) : "f"(hi));
+	lg_split_bf16x2(t, n, __uint_as_float(a & ~0x1fffu), __uint_as_float(b & ~0x1fffu));
+}

@@ -3,7 +3,8 @@
  * K3) on the GPU against the CPU reference (label "gpu"): forward logits
  * and backward dx, dw at the target shape (x [8192, 2048], w [256, 2048])
  * and at sizes that are multiples of nothing (M = 1, 127, 8191; K = 7168,
- * 1000; N = 96, 160, 1), each backward precision (bf16, bf16x2, bf16x3),
+ * 1000; N = 96, 160, 1), each backward precision (bf16, bf16x2, bf16x3,
+ * tf32; on sm_90a on both the wgmma and the mma.sync backward),
  * the tiles `lingen tune` sweeps (on sm_90a: the wgmma forward's and
  * backward's tiles, the forward's clusters, persistent dx CTAs, and the
  * mma.sync passes through an sm_90 context), 0 tokens
@@ -154,7 +155,10 @@ static void test_experts(void **state)
 	both("\"hidden\": 7168, \"experts\": 160", ms, N_OF(ms));
 }
 
-/* dy as 2 and 3 bf16 terms: the tighter tolerances of the reference. */
+/* dy as 2 and 3 bf16 terms, and rounded to tf32 (2 terms): the tighter
+ * tolerances of the reference (tf32: its products, not fp32 dy's). On
+ * sm_90a also the mma.sync backward (ctx_mma: dy's planes split by the
+ * CTA's convert), which otherwise runs them only at 1 and 7 experts. */
 static void test_precision(void **state)
 {
 	(void)state;
@@ -164,12 +168,25 @@ static void test_precision(void **state)
 		"\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\"",
 		"\"hidden\": 1000, \"experts\": 160, \"precision\": \"bf16x3\"",
 		"\"hidden\": 1000, \"experts\": 1, \"precision\": \"bf16x2\"",
+		"\"hidden\": 2048, \"experts\": 256, \"precision\": \"tf32\"",
+		"\"hidden\": 1000, \"experts\": 7, \"precision\": \"tf32\"",
 	};
 	for (size_t k = 0; k < N_OF(keys); k++)
-		for (size_t i = 0; i < N_OF(ms); i++)
-			if (k < 2 || ms[i] < 8192)
+		for (size_t i = 0; i < N_OF(ms); i++) {
+			bool big = k < 2 || k == 4; /* the target shape */
+			if (big || ms[i] < 8192)
 				check("backward", keys[k], ms[i]);
+			if (ctx_mma != ctx && k != 3 && k != 5 && (ms[i] == 127 || (big && k != 0 && ms[i] == 8192)))
+				check_on(ctx_mma, "backward", keys[k], ms[i]);
+		}
 }
+
+/* The backward's default tiles on sm_86 / sm_89 (99 KB of shared memory:
+ * dx and dw halved to fit, router_gemm.c's fit), run here on the mma.sync
+ * path of this device. */
+#define SM89_TILES                                                                                             \
+	"{\"m\": 64, \"n\": 128, \"warps_m\": 2, \"warps_n\": 4, \"stages\": 4, \"dx_m\": 64, \"dx_n\": 256, "     \
+	"\"dx_warps_m\": 2, \"dx_warps_n\": 4, \"dx_stages\": 3}"
 
 /* The tiles of `lingen tune` of the mma.sync path (on ctx_mma: on sm_90a
  * both passes run on wgmma; in the backward dw's), dw's slices and dx's own
@@ -192,10 +209,11 @@ static void test_tiles(void **state)
 		"{\"dx_m\": 64, \"dx_n\": 128, \"dx_warps_m\": 2, \"dx_warps_n\": 2}",
 		"{\"dx_m\": 128, \"dx_n\": 128, \"dx_warps_m\": 2, \"dx_warps_n\": 4, \"dx_k\": 64}",
 		"{\"dx_m\": 256, \"dx_n\": 64, \"dx_warps_m\": 8, \"dx_warps_n\": 1, \"dx_stages\": 3}",
+		SM89_TILES,
 	};
 	static const int64_t ms[] = {127, 1000};
 	for (size_t t = 0; t < N_OF(tiles); t++) {
-		char keys[256];
+		char keys[320];
 		snprintf(keys, sizeof keys, "\"hidden\": 1000, \"experts\": 160, \"tile\": %s", tiles[t]);
 		for (size_t i = 0; i < N_OF(ms); i++) {
 			if (!strstr(tiles[t], "split") && !strstr(tiles[t], "dx_"))
@@ -203,6 +221,10 @@ static void test_tiles(void **state)
 			check_on(ctx_mma, "backward", keys, ms[i]);
 		}
 	}
+	/* sm_89's halved tiles at three terms, the target's sizes */
+	for (size_t i = 0; i < N_OF(ms); i++)
+		check_on(ctx_mma, "backward",
+			 "\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"tile\": " SM89_TILES, ms[i]);
 }
 
 /* The sm_90a forward's tiles (wgmma + TMA): one and two consumer

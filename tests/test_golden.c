@@ -280,6 +280,10 @@ static const struct golden cases[] = {
 	{"router_gemm_bwd_h2048_e256", "sm_90a",
 	 "{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"experts\": 256}"},
+	/* sm_90a: dy rounded to tf32 (linghe's precision) in 2 planes, at odd sizes */
+	{"router_gemm_bwd_h1000_e96_tf32", "sm_90a",
+	 "{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
+	 "\"experts\": 96, \"precision\": \"tf32\"}"},
 	/* sm_80: odd experts (scalar stores, 4-byte dy copies), dy exact in 3 terms, dw's k 64 */
 	{"router_gemm_fwd_h1000_e1_sm80", "sm_80",
 	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "

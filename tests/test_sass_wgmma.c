@@ -1,14 +1,19 @@
 /*
  * test_sass_wgmma.c - the sm_90a GEMM path is what the hardware runs: the
- * router GEMM forward for sm_90a, compiled by NVRTC (no GPU), disassembled
- * by `cuobjdump -sass` (PATH, else /usr/local/cuda/bin), shows HGMMA (the
- * warpgroup MMA), UTMALDG (TMA loads) and no local memory (spills), at the
- * target shape (two consumer warpgroups, 128x128) and a 64x256 tile at odd
- * sizes in clusters of 2 (UTMALDG.2D.MULTICAST); the sm_80 build of the same spec has no HGMMA. Exits with 77
+ * router GEMM (forward and backward) and the fused RMSNorm + router GEMM
+ * (K3b) for sm_90a, compiled by NVRTC (no GPU), disassembled by
+ * `cuobjdump -sass` (PATH, else /usr/local/cuda/bin), show HGMMA (the
+ * warpgroup MMA) of each width their kernels use, UTMALDG (TMA loads) and
+ * no local memory (spills): the forward at the target shape (two consumer
+ * warpgroups, 128x128) and a 64x256 tile at odd sizes in clusters of 2
+ * (UTMALDG.2D.MULTICAST), the backward's _dx and _dw at the target and at
+ * odd sizes (bf16x3), K3b at the target and odd sizes (clusters of 2);
+ * the sm_80 build of each unclustered spec has HMMA, no HGMMA. Exits with 77
  * (ctest: skipped), saying why, when cuobjdump (or its nvdisasm) is missing.
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -98,32 +103,63 @@ static char *sass_of(const char *json, const char *arch, bool *skip)
 	return out;
 }
 
-static const char *const specs[] = {
-	"{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"experts\": 256}",
-	"{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, \"experts\": 97, "
-	"\"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4, \"cluster\": 2}}",
+#define RG "{\"op\": \"router_gemm\", \"dtype\": \"bf16\", \"pass\": "
+#define RR "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+#define QUANT "\"quant\": {\"format\": \"e4m3\", \"block\": 128}"
+
+/* Each spec of the emitter's sm_90a path: the HGMMA shapes its kernels
+ * must show (every wgmma width the generated source names) and whether its
+ * TMA loads multicast (a cluster). */
+static const struct {
+	const char *json;
+	const char *hgmma[2];
+	bool multicast;
+} specs[] = {
+	/* the forward at the target: two consumer warpgroups, 128x128 */
+	{RG "\"forward\", \"hidden\": 2048, \"experts\": 256}", {"HGMMA.64x128x16.F32.BF16", NULL}, false},
+	/* a 64x256 tile at odd sizes in clusters of 2 */
+	{RG "\"forward\", \"hidden\": 1000, \"experts\": 97, \"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4, "
+	    "\"cluster\": 2}}",
+	 {"HGMMA.64x256x16.F32.BF16", NULL},
+	 true},
+	/* the backward: _dx 256 features wide, _dw 128 (dy's bf16 planes, MN-major w and x) */
+	{RG "\"backward\", \"hidden\": 2048, \"experts\": 256}",
+	 {"HGMMA.64x256x16.F32.BF16", "HGMMA.64x128x16.F32.BF16"},
+	 false},
+	{RG "\"backward\", \"hidden\": 1000, \"experts\": 160, \"precision\": \"bf16x3\"}",
+	 {"HGMMA.64x256x16.F32.BF16", "HGMMA.64x128x16.F32.BF16"},
+	 false},
+	/* K3b: y made in shared memory, route_w multicast in clusters of 2 */
+	{RR "\"hidden\": 2048, \"experts\": 256, " QUANT "}", {"HGMMA.64x128x16.F32.BF16", NULL}, true},
+	{RR "\"hidden\": 1000, \"experts\": 97, \"precision\": \"bf16x3\", " QUANT "}",
+	 {"HGMMA.64x56x16.F32.BF16", NULL},
+	 true},
 };
-static const char *const shapes[] = {"HGMMA.64x128x16.F32.BF16", "HGMMA.64x256x16.F32.BF16"};
 
 static void test_hgmma(void **state)
 {
 	bool *skip = *state;
-	for (int i = 0; i < 2 && !*skip; i++) {
-		char *sass = sass_of(specs[i], "sm_90a", skip);
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0] && !*skip; i++) {
+		char *sass = sass_of(specs[i].json, "sm_90a", skip);
 		if (!sass)
 			return;
-		if (!strstr(sass, shapes[i]) || !strstr(sass, "UTMALDG") || strstr(sass, "STL") ||
-		    strstr(sass, "LDL") || !strstr(sass, "UTMALDG.2D.MULTICAST") != (i == 0))
-			fail_msg("spec %s for sm_90a: want %s and UTMALDG (multicast with a cluster), no STL / LDL; "
-				 "the SASS:\n%.4000s", specs[i], shapes[i], sass);
+		bool ok = strstr(sass, "UTMALDG") && !strstr(sass, "STL") && !strstr(sass, "LDL") &&
+			  !strstr(sass, "UTMALDG.2D.MULTICAST") == !specs[i].multicast;
+		for (int h = 0; h < 2; h++)
+			ok = ok && (!specs[i].hgmma[h] || strstr(sass, specs[i].hgmma[h]));
+		if (!ok)
+			fail_msg("spec %s for sm_90a: want %s%s%s and UTMALDG (%s), no STL / LDL; the SASS:\n%.4000s",
+				 specs[i].json, specs[i].hgmma[0], specs[i].hgmma[1] ? ", " : "",
+				 specs[i].hgmma[1] ? specs[i].hgmma[1] : "",
+				 specs[i].multicast ? "multicast: a cluster" : "not multicast", sass);
 		free(sass);
-		if (i > 0)
+		if (specs[i].multicast)
 			continue; /* clusters are for sm_90a */
-		sass = sass_of(specs[i], "sm_80", skip);
+		sass = sass_of(specs[i].json, "sm_80", skip);
 		if (!sass)
 			return;
-		assert_null(strstr(sass, "HGMMA"));
-		assert_non_null(strstr(sass, "HMMA"));
+		if (strstr(sass, "HGMMA") || !strstr(sass, "HMMA"))
+			fail_msg("spec %s for sm_80: want HMMA (mma.sync), no HGMMA", specs[i].json);
 		free(sass);
 	}
 }

@@ -438,8 +438,9 @@ def router_gemm_backward(dy, x, w, *, precision="bf16", dx=True, dw=True, tile=N
     router_gemm -> (dx [tokens, hidden] bf16 = dy . w, dw [experts, hidden]
     fp32 = dy^T . x, deterministic); dx=False or dw=False skips that one
     (None). precision: dy on the tensor cores as "bf16" (rounded, 2^-9),
-    "bf16x2" (two bf16 terms, 2^-17: more accurate than linghe's tf32) or
-    "bf16x3" (exact dy: fp32 sums only). As linghe's
+    "bf16x2" (two bf16 terms, 2^-17: more accurate than linghe's tf32),
+    "bf16x3" (exact dy: fp32 sums only) or "tf32" (dy rounded to tf32, 2^-11:
+    linghe's products, at bf16x2's cost). As linghe's
     triton_fp32_gemm_for_backward and triton_fp32_gemm_for_update."""
     skip = tuple(n for n, want in (("dx", dx), ("dw", dw)) if not want)
     r = call("lingen.router_gemm_backward", "router_gemm", "backward",

@@ -9,7 +9,7 @@ struct uint4 { u32 x, y, z, w; };
 static inline uint4 make_uint4(u32 a, u32 b, u32 c, u32 d) { return uint4{a, b, c, d}; }
 #include "kernel.inc"
 // -DHID -DEXP -DMTOK -DBM -DBN -DTHREADS -DBWD -DSPLIT -DFWD_ENTRY / DX_ENTRY DW_ENTRY SUM_ENTRY -DTERMS
-// -DXBM -DXBN -DXTHREADS (the backward's dx tile; BM BN THREADS: dw's)
+// -DXBM -DXBN -DXTHREADS (the backward's dx tile; BM BN THREADS: dw's) -DTF32 (precision "tf32")
 static u16 tobf(float f) { return bf16_rne(f); }
 static float frombf(u16 h) { return lg_u2f((u32)h << 16); }
 int main() {
@@ -46,7 +46,12 @@ int main() {
 	launch({(unsigned)((N * K / 4 + 255) / 256), 1, 1}, 256,
 	       [&] { SUM_ENTRY((u64)dy.data(), (u64)x.data(), (u64)w.data(), (u64)dx.data(), (u64)dw.data(), (u64)ws.data(), M, 0); });
 #endif
+#if TF32 /* dy rounded to tf32 (precision "tf32"): exact products of that */
+	for (auto &v : dy) v = tf32_rna(v);
+	double tol = 2e-5;
+#else
 	double tol = TERMS == 1 ? 1e-2 : TERMS == 2 ? 1e-4 : 2e-5;
+#endif
 	for (i64 m = 0; m < M; m++) for (i64 k = 0; k < K; k++) {
 		double r = 0; for (i64 n = 0; n < N; n++) r += (double)dy[m * N + n] * frombf(w[n * K + k]);
 		double g = frombf(dx[m * K + k]);

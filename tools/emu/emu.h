@@ -83,6 +83,8 @@ static inline void lg_mma_bf16(float d[4], const u32 a[4], const u32 b[2]) {
 static inline void lg_split_bf16x2(u32 *t, int n, float lo, float hi) {
 	for (int i = 0; i < n; i++) { t[i] = lg_pack_bf16x2(lo, hi); lo -= lg_bf16_lo(t[i]); hi -= lg_bf16_hi(t[i]); }
 }
+static inline float tf32_rna(float f) { return lg_u2f((lg_f2u(f) + 0x1000u) & ~0x1fffu); }
+static inline void lg_split_tf32(u32 *t, int n, float lo, float hi) { lg_split_bf16x2(t, n, tf32_rna(lo), tf32_rna(hi)); }
 // Run kernel fn over a grid, blocks one after another.
 static void launch(dim3e grid, unsigned threads, std::function<void()> fn) {
 	gridDim = grid; blockDim = {threads, 1, 1};

@@ -2,7 +2,8 @@
 8192^3 bf16 GEMM with fp32 output on the same emitter, each beside
 cuBLAS (torch.mm, bf16 output) in the same run; rows report TFLOP/s. And
 the fused RMSNorm + router GEMM + rowwise FP8 (K3b) beside its eager
-composition (F.rms_norm, an fp32 mm, the rowwise quantiser)."""
+composition (F.rms_norm, an fp32 mm, the rowwise quantiser) and the same
+with cuBLAS's bf16 GEMM (torch.mm)."""
 from . import Case, Setup
 from .quant import dequant, pow2
 
@@ -46,15 +47,16 @@ def _bwd(env, m, k, n, precision):
                  (dy, x, w), lambda r: tuple(t.float() for t in r))
 
 
-def rmsnorm_router(torch, x, w, rw, eps=1e-6):
+def rmsnorm_router(torch, x, w, rw, eps=1e-6, bf16_mm=False):
     """Eager K3b: y = F.rms_norm in fp32 (written as bf16), rms, logits of
-    the bf16 y in fp32, and the rowwise copy of fp32 y (pow2 scales)."""
+    the bf16 y in fp32 (bf16_mm: cuBLAS's bf16 GEMM, bf16 logits), and the
+    rowwise copy of fp32 y (pow2 scales)."""
     t, h = x.shape
     xf = x.float()
     rms = torch.rsqrt(xf.square().mean(-1) + eps)
     y32 = torch.nn.functional.rms_norm(xf, (h,), w.float(), eps)
     y = y32.to(x.dtype)
-    logits = torch.mm(y.float(), rw.float().T)
+    logits = torch.mm(y, rw.T) if bf16_mm else torch.mm(y.float(), rw.float().T)
     b = y32.view(t, h // 128, 128)
     s = pow2(torch, b.abs().amax(-1))
     q = (b / s[..., None]).view(t, h).to(torch.float8_e4m3fn)
@@ -71,7 +73,8 @@ def _fused(env, m, k, n):
         return y.float(), rms, logits, dequant(torch, q, s, None, None)[0]
     return Setup({"lingen": lambda: lt.rms_norm_router_forward(x, w, rw),
                   "eager": lambda: rmsnorm_router(torch, x, w, rw),
-                  "compile": lambda: fn(x, w, rw)},
+                  "compile": lambda: fn(x, w, rw),
+                  "torch.mm": lambda: rmsnorm_router(torch, x, w, rw, bf16_mm=True)},
                  (x, w, rw), norm)
 
 
@@ -84,7 +87,7 @@ def cases(quick):
         flops = 2.0 * m * k * n
         out.append(Case("router fwd", shape, lambda env, m=m, k=k, n=n: _fwd(env, m, k, n),
                         LINGHE_US.get(("router fwd", shape)), extra={"flops": flops}))
-        for p in ("bf16",) if quick else ("bf16", "bf16x2", "bf16x3"):
+        for p in ("bf16",) if quick else ("bf16", "bf16x2", "bf16x3", "tf32"):
             kernel = "router bwd" if p == "bf16" else f"router bwd {p}"
             out.append(Case(kernel, shape, lambda env, m=m, k=k, n=n, p=p: _bwd(env, m, k, n, p),
                             LINGHE_US.get((kernel, shape)), extra={"flops": 2 * flops}))
