@@ -55,7 +55,7 @@
 #include "quant_common.h"
 #include "swiglu_common.h"
 
-enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, K_CLUSTER, NKEYS };
+enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, NKEYS };
 static const char *const dxbf16_words[2] = {"dxq", "dxbf16"};
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("intermediate", "n", 128, LG_SWIGLU_N_MAX, 128,
@@ -69,10 +69,6 @@ static const struct lg_key keys[NKEYS] = {
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH),
-	[K_CLUSTER] = LG_KEY_TILE("cluster", "cl", 1, 8, NULL,
-				  "backward, sm_90+: CTAs of a cluster sharing a token tile's gate half, each "
-				  "intermediate / 128 / cluster blocks, dprob summed over them in rank order through "
-				  "distributed shared memory (a divisor of intermediate / 128; 1: one CTA)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -127,7 +123,6 @@ const struct lg_swiglu_kind lg_swiglu_kind_batch_swiglu_quant = {
 	.key_fblocks = K_FBLOCKS,
 	.key_min_ctas = K_MIN_CTAS,
 	.key_prefetch = K_PREFETCH,
-	.key_cluster = K_CLUSTER,
 };
 
 static void uses(const struct lg_spec *s, unsigned char *used)

@@ -33,14 +33,13 @@
 
 #include "swiglu_common.h"
 
-#include "error.h"
 #include "quant_common.h"
 #include "quant_engine.h"
 
 const int64_t lg_swiglu_threads_ok[] = {256, 512, 0};
 const int64_t lg_swiglu_fblocks_ok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 0};
 
-enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH, P_CLUSTER };
+enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH };
 
 static const struct lg_swiglu_kind *kind_of(const struct lg_spec *s)
 {
@@ -65,22 +64,7 @@ lg_status lg_swiglu_validate(const struct lg_spec *s, const char *where)
 		return lg_spec_error(where, "dx_bf16: found true in a forward spec, allowed: false (only the "
 				     "backward writes dx)");
 	int64_t nb = out_features(s, k) / 128;
-	if (k->key_cluster >= 0 && lg_spec_has(s, k->key_cluster)) {
-		int64_t cl = lg_spec_int(s, k->key_cluster), nbh = lg_spec_int(s, k->key_n) / 128;
-		if (s->pass != LG_PASS_BACKWARD && cl != 1)
-			return lg_spec_error(where, "tile.cluster: found %lld in a forward spec, allowed: 1 (the "
-					     "backward's dprob takes a cluster)", (long long)cl);
-		if (nbh % cl != 0)
-			return lg_spec_error(where, "tile.cluster: found %lld, allowed: a divisor of intermediate / 128 "
-					     "= %lld, at most 8 (the CTAs sharing the gate half)",
-					     (long long)cl, (long long)nbh);
-		if (cl > 1 && lg_spec_has(s, k->key_fblocks) && lg_spec_int(s, k->key_fblocks) != nbh / cl)
-			return lg_spec_error(where, "tile.fblocks: found %lld with tile.cluster %lld, allowed: %lld = "
-					     "intermediate / 128 / cluster (or leave it out)",
-					     (long long)lg_spec_int(s, k->key_fblocks), (long long)cl, (long long)(nbh / cl));
-	}
 	if (k->weighted && s->pass == LG_PASS_BACKWARD && lg_spec_has(s, k->key_fblocks) &&
-	    !(k->key_cluster >= 0 && lg_spec_has(s, k->key_cluster) && lg_spec_int(s, k->key_cluster) > 1) &&
 	    lg_spec_int(s, k->key_fblocks) < nb && lg_spec_int(s, k->key_fblocks) != nb / 2)
 		return lg_spec_error(where,
 				     "tile.fblocks: found %lld, allowed: %lld = intermediate / 128 or at least %lld "
@@ -93,6 +77,7 @@ lg_status lg_swiglu_validate(const struct lg_spec *s, const char *where)
 lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	const struct lg_swiglu_kind *k = kind_of(s);
+	(void)t;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t nb = out_features(s, k) / 128;
 	p->v[P_N] = lg_spec_int(s, k->key_n);
@@ -114,18 +99,6 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 		fb = lg_spec_int(s, k->key_fblocks);
 	if (k->weighted && bwd && fb != nb / 2)
 		fb = nb;
-	/* K6's backward on sm_90+: the gate half over a cluster (tile.cluster;
-	 * validated a divisor of n / 128), each CTA n / 128 / cluster blocks */
-	int64_t cl = k->key_cluster >= 0 && lg_spec_has(s, k->key_cluster) ? lg_spec_int(s, k->key_cluster) : 1;
-	if (cl > 1 && t->sm < 90)
-		return lg_fail(LG_ERR_SPEC, "%s: tile.cluster: found %lld, allowed for %s: 1 (clusters need sm_90 or "
-			       "newer)", s->entry, (long long)cl, t->name);
-	if (cl > 1)
-		fb = nb / 2 / cl;
-	p->v[P_CLUSTER] = cl;
-	if (k->key_cluster >= 0)
-		p->tile[k->key_cluster] = cl;
-	p->cluster[0] = cl > 1 ? (unsigned)cl : 0;
 	p->v[P_FBLOCKS] = fb < nb ? fb : nb;
 	p->tile[k->key_threads] = p->v[P_THREADS];
 	p->tile[k->key_fblocks] = p->v[P_FBLOCKS];
@@ -172,8 +145,6 @@ struct hook {
 	long long n; /* intermediate */
 	bool bwd, weighted, dxbf16;
 	int r;       /* tokens a thread */
-	int cluster; /* K6 backward: CTAs sharing the gate half (1: one CTA) */
-	int fb;      /* feature blocks a CTA */
 };
 
 /* The SwiGLU values as device helpers (see the header comment). */
@@ -220,8 +191,6 @@ static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) pr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];",
 		h->r);
-	if (h->bwd && h->cluster > 1)
-		lg_line(b, "__shared__ float dpc[128]; // this CTA's dprob terms of each token (cluster rank order)");
 	if (h->bwd) {
 		lg_comment(b, "dprob: the thread's terms of each token, added in a fixed order.");
 		lg_line(b, "float dpp[%d];", h->r);
@@ -327,30 +296,6 @@ static void epilogue(lg_buf *b, const struct lg_qe *e, void *ctx)
 	}
 	if (!(h->bwd && h->weighted))
 		return;
-	if (h->cluster > 1) {
-		lg_comment(b, "dprob after this CTA's last gate-half block: a token's 16 lanes summed by a fixed");
-		lg_comment(b, "butterfly, then the %d CTAs' sums added in rank order by rank 0 (distributed", h->cluster);
-		lg_comment(b, "shared memory): the same bits on every run.");
-		if (h->fb > 1)
-			lg_open(b, "if (cg < %d && cb == cb_end - 1) {", h->cluster);
-		else
-			lg_open(b, "if (cg < %d) {", h->cluster);
-		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int i = 0; i < %d; i++) {", h->r);
-		lg_line(b, "const float t = lg_sum_xor(dpp[i], 1, 8);");
-		lg_line(b, "if (lb == 0) dpc[r0 + i] = t;");
-		lg_close(b);
-		lg_line(b, "lg_cluster_sync();");
-		lg_open(b, "if (cg == 0 && (int)threadIdx.x < rows) {");
-		lg_line(b, "float d = lg_dsmem_ld_f32(&dpc[threadIdx.x], 0u);");
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (u32 c = 1; c < %du; c++) d += lg_dsmem_ld_f32(&dpc[threadIdx.x], c);", h->cluster);
-		lg_line(b, "((float *)dprob)[m0 + threadIdx.x] = d;");
-		lg_close(b);
-		lg_line(b, "lg_cluster_sync(); // rank 0 has read every CTA's dpc");
-		lg_close(b);
-		return;
-	}
 	lg_comment(b, "dprob after the gate half's last block: a token's 16 lanes summed by a fixed");
 	lg_comment(b, "butterfly (the same bits in every lane and on every run).");
 	lg_open(b, "if (cb == %lld) {", h->n / 128 - 1);
@@ -370,8 +315,7 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	snprintf(experts, sizeof experts, "%lld", (long long)p->v[P_EXPERTS]);
 	e.experts = experts;
 	struct hook h = {.n = (long long)p->v[P_N], .bwd = p->v[P_BWD] != 0, .weighted = p->v[P_WEIGHTED] != 0,
-			 .dxbf16 = p->v[P_DXBF16] != 0, .r = lg_qe_tokens_per_thread(&e),
-			 .cluster = (int)p->v[P_CLUSTER], .fb = (int)p->v[P_FBLOCKS]};
+			 .dxbf16 = p->v[P_DXBF16] != 0, .r = lg_qe_tokens_per_thread(&e)};
 	struct lg_qe_hooks hk = {.ctx = &h, .raw = raw, .fetch = fetch, .compute = compute, .prologue = prologue,
 				 .epilogue = h.dxbf16 || (h.bwd && h.weighted) ? epilogue : NULL};
 	lg_section(b, "helpers for this spec", NULL);
@@ -387,21 +331,14 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	lg_comment(b, "%d threads, %d tokens x 8 features a thread, values from x%s in registers.", e.threads, h.r,
 		   h.bwd ? " and g" : "");
 	char lb[48];
-	if (h.cluster > 1) {
-		lg_comment(b, "A cluster of %d CTAs: a token tile's gate half (or its up half).", h.cluster);
-		lg_emit_signature(b, s, p->entry[0], "__cluster_dims__(%d, 1, 1) %s", h.cluster,
-				  lg_launch_bounds(lb, e.threads, p->v[P_MIN_CTAS]));
-	} else {
-		lg_emit_signature(b, s, p->entry[0], "%s", lg_launch_bounds(lb, e.threads, p->v[P_MIN_CTAS]));
-	}
+	lg_emit_signature(b, s, p->entry[0], "%s", lg_launch_bounds(lb, e.threads, p->v[P_MIN_CTAS]));
 	lg_open(b, "{");
 	lg_qe_emit_body(b, &e, &hk);
 	lg_close(b);
 }
 
 /* Tile variants for `lingen tune`: feature blocks a CTA (up to 8, the
- * output's) x threads (K6's backward: the gate half or every block, or
- * the gate half over a cluster), each again with 2 CTAs an SM. */
+ * output's) x threads (K6's backward: the gate half or every block). */
 int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	const struct lg_swiglu_kind *k = kind_of(s);
@@ -411,11 +348,6 @@ int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, str
 		/* (the half is dropped where the key refuses it: not a power of two) */
 		int64_t nb = out_features(s, k) / 128, fb[3] = {nb / 2, nb, 0};
 		n = lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
-		/* and the gate half over a cluster (sm_90+: plan() refuses it
-		 * elsewhere), of each divisor of n / 128 up to 8 */
-		for (int64_t c = 2; c <= 8 && c <= nb / 2; c++)
-			if ((nb / 2) % c == 0)
-				n = lg_candidate_add(s, t, out, n, max, lg_tile1(k->key_cluster, c));
 	} else {
 		/* 1, 2, 4, 8 blocks a CTA, those the output has */
 		int64_t fb[5] = {0}, nb = out_features(s, k) / 128;

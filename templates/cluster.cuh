@@ -21,15 +21,3 @@ static __device__ __forceinline__ double lg_dsmem_ld_f64(const double *p, u32 ra
 	asm volatile("ld.shared::cluster.f64 %0, [%1];" : "=d"(v) : "r"(remote) : "memory");
 	return v;
 }
-
-// @helper lg_dsmem_ld_f32
-// Read a float from the shared memory of CTA `rank` of this cluster, at the
-// address that `p` has in this CTA's shared memory.
-static __device__ __forceinline__ float lg_dsmem_ld_f32(const float *p, u32 rank)
-{
-	u32 local = (u32)__cvta_generic_to_shared(p), remote;
-	float v;
-	asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-	asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-	return v;
-}

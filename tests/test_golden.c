@@ -185,9 +185,6 @@ static const struct golden cases[] = {
 	{"batch_swiglu_quant_bwd_n512_e256_both_pow2", "sm_90a",
 	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, "
 	 "\"experts\": 256, \"quant\": {}}"},
-	{"batch_swiglu_quant_bwd_n768_e96_cl3_prefetch", "sm_90a",
-	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 768, "
-	 "\"experts\": 96, \"quant\": {}, \"tile\": {\"cluster\": 3, \"prefetch\": 1}}"},
 	{"batch_swiglu_quant_bwd_n128_e5_dxbf16_exact_sm80", "sm_80",
 	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 128, "
 	 "\"experts\": 5, \"dx_bf16\": true, \"quant\": {\"round_scale\": false}}"},
