@@ -157,27 +157,28 @@ static __device__ __forceinline__ void lg_st8_cs(void *p, u32 a, u32 b)
 }
 
 // Bytes lo .. hi - 1 (0 <= lo <= hi <= 16) of v (byte i at dst + i) where dst
-// is 16-byte aligned: the fewest naturally aligned 8-, 4-, 2- and 1-byte
-// stores (at most 6; a chunk's head or tail: at most 4).
+// is 16-byte aligned: naturally aligned 1-, 2-, 4- and 8-byte stores in a
+// fixed order, each under its own predicate (straight-line code: lanes with
+// different ranges do not diverge), at most 8 of them: upwards 1, 2, 4 while
+// lo is not aligned to the next size, two 8s, then downwards 4, 2, 1.
 static __device__ __forceinline__ void lg_st16_part(u8 *dst, lg_u32x4 v, int lo, int hi)
 {
 	const u64 w0 = (u64)v.y << 32 | v.x, w1 = (u64)v.w << 32 | v.z;
-	for (int i = lo; i < hi;) {
-		const u64 x = (i < 8 ? w0 : w1) >> (8 * (i & 7));
-		if ((i & 7) == 0 && i + 8 <= hi) {
-			*(u64 *)(dst + i) = x;
-			i += 8;
-		} else if ((i & 3) == 0 && i + 4 <= hi) {
-			*(u32 *)(dst + i) = (u32)x;
-			i += 4;
-		} else if ((i & 1) == 0 && i + 2 <= hi) {
-			*(unsigned short *)(dst + i) = (unsigned short)x;
-			i += 2;
-		} else {
-			dst[i] = (u8)x;
-			i += 1;
-		}
+#define LG_ST_PIECE(sz, T, cond)                                                      \
+	if (cond) {                                                                    \
+		const u64 x = (lo < 8 ? w0 : w1) >> (8 * (lo & 7));                        \
+		*(T *)(dst + lo) = (T)x;                                                   \
+		lo += (sz);                                                                \
 	}
+	LG_ST_PIECE(1, u8, (lo & 1) && lo + 1 <= hi)
+	LG_ST_PIECE(2, unsigned short, (lo & 2) && lo + 2 <= hi)
+	LG_ST_PIECE(4, u32, (lo & 4) && lo + 4 <= hi)
+	LG_ST_PIECE(8, u64, (lo & 7) == 0 && lo + 8 <= hi)
+	LG_ST_PIECE(8, u64, lo + 8 <= hi)
+	LG_ST_PIECE(4, u32, lo + 4 <= hi)
+	LG_ST_PIECE(2, unsigned short, lo + 2 <= hi)
+	LG_ST_PIECE(1, u8, lo + 1 <= hi)
+#undef LG_ST_PIECE
 }
 
 // ----- helpers for this spec -----
