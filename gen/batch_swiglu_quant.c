@@ -35,18 +35,28 @@
  * the expert scan once for them, needs 87: one CTA an SM). The backward's
  * CTA takes the n/128 blocks of the gate half of its tokens (dprob summed
  * in a fixed order within it) or of the up half; it is bound by registers
- * (125 at 512 threads, one CTA an SM). Tile options: threads 512 / 256,
- * fblocks (forward default 1; backward n/128, default, or 2n/128), min_ctas.
+ * (125 at 512 threads, one CTA an SM; 128 with prefetch, its default:
+ * the next gate-half block's loads in flight during this block's stores).
+ * Tile options: threads 512 / 256, fblocks (forward default 1; backward
+ * n/128, default, or 2n/128), min_ctas, prefetch.
  *
  * What bounds it (H200, 65536 x 1024, 256 experts; copy ceiling 48 us
- * forward, 80 backward): the engine's tile chain (loads, amax, two
- * barriers, stores; nothing else in flight but the other CTA), as in
- * swiglu_quant at the same size (65 us forward, 126 backward), times the
- * tile count: with the benchmark's counts ~645 tiles of which ~250 are an
- * expert's partial last one (against 512 flat), each paying a whole
- * chain; the backward also runs its 4 gate-half blocks one after the other
- * at one CTA an SM. Moving it needs the engine to overlap tiles (the next
- * tile's loads issued before this one's barriers and stores).
+ * forward, 80 backward; ncu, bench/h200-2026-12-01e): against
+ * swiglu_quant at the same size (64.9 us forward, 112.4 backward) the
+ * forward executes 62.6M warp instructions to its 27.9M and sends L2 1.98M
+ * write requests to its 0.56M (6.4M written sectors to 3.2M). The causes:
+ * ~645 token tiles to 512 (every expert's partial last tile pays a whole
+ * tile's chain), and the qt lines, which start at any byte of an expert's
+ * [n, count] block: each 128-byte line segment is 7 whole 16-byte chunks
+ * and two partial ones, up to 8 small stores each (lg_st16_part), where a
+ * flat tile stores 8 whole chunks. Neither L2 (70%) nor DRAM (41%) nor
+ * issue (57%) is saturated: the tile chain at 2 CTAs an SM is latency-bound.
+ * Tried and measured slower: the next block's loads issued early
+ * (tile.prefetch, forward; one CTA an SM), and the backward's gate half over
+ * a cluster of CTAs with dprob summed through distributed shared memory
+ * (253-377 us). What would move it: a CTA owning a run of an expert's
+ * tiles, so its qt lines leave as one contiguous region (whole chunks only)
+ * and the partial tiles share one CTA's chain.
  */
 #include <stdio.h>
 

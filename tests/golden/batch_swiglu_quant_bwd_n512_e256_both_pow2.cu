@@ -240,17 +240,9 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	for (int i = 0; i < 4; i++) dpp[i] = 0.0f;
 	lg_u32x4 ra[4], ru[4]; // gate, up of each row
 	lg_u32x4 rg[4]; // g of each row
-	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
-	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
-		const i64 k0 = (i64)cb * 128; // its first feature
-		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
-		// a token past the tile's last computes the last one's, then counts as 0).
-		float v[4][8];
-		// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-		// loads nor computes; the others run straight-line code, loads first. (The
-		// block is not indented: the hook's lines keep their width.)
-		if (r0 < rows) {
-		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+	// The first feature block's loads (each block's compute is followed by the next's).
+	if (r0 < rows) {
+		const i64 qe_col = (i64)cg * 512 + 8 * lb; // the thread's first feature
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + min(r0 + i, rows - 1);
@@ -262,6 +254,18 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
 			ru[i] = first ? lg_ld16_cs(xa + 1024) : lg_u32x4{0u, 0u, 0u, 0u};
 		}
+	}
+	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
+	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
+		const i64 k0 = (i64)cb * 128; // its first feature
+		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
+		// a token past the tile's last computes the last one's, then counts as 0).
+		float v[4][8];
+		// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
+		// loads nor computes; the others run straight-line code, loads first. (The
+		// block is not indented: the hook's lines keep their width.)
+		if (r0 < rows) {
+		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + min(r0 + i, rows - 1);
@@ -282,6 +286,21 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 				v[i][f] = first ? d1 : d2;
 			}
 			if (first) dpp[(r0 + i) - r0] += dps;
+		}
+		// The next feature block's loads, in flight during this block's stores.
+		if (cb + 1 < cb_end) {
+		const i64 qe_next = qe_col + 128;
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + min(r0 + i, rows - 1);
+			const bool first = qe_next < 512; // dx1 (the gate half), else dx2
+			const i64 c = first ? qe_next : qe_next - 512; // the input column
+			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
+			// gate, g: read by both halves (kept in L2); up: by the first only
+			ra[i] = lg_ld16(xa);
+			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+			ru[i] = first ? lg_ld16_cs(xa + 1024) : lg_u32x4{0u, 0u, 0u, 0u};
+		}
 		}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
