@@ -65,7 +65,7 @@
 #include "quant_common.h"
 #include "swiglu_common.h"
 
-enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, K_TMA, NKEYS };
+enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, NKEYS };
 static const char *const dxbf16_words[2] = {"dxq", "dxbf16"};
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("intermediate", "n", 128, LG_SWIGLU_N_MAX, 128,
@@ -79,9 +79,6 @@ static const struct lg_key keys[NKEYS] = {
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH),
-	[K_TMA] = LG_KEY_TILE("tma", "m", 0, 1, NULL,
-			      "sm_90+: a whole token tile's qt lines leave by TMA, one store a line at any byte "
-			      "(0: 16-byte chunks and partial ones)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -136,8 +133,6 @@ const struct lg_swiglu_kind lg_swiglu_kind_batch_swiglu_quant = {
 	.key_fblocks = K_FBLOCKS,
 	.key_min_ctas = K_MIN_CTAS,
 	.key_prefetch = K_PREFETCH,
-	.key_tma = K_TMA,
-	.arg_qt = {F_QT, B_DXQT},
 };
 
 static void uses(const struct lg_spec *s, unsigned char *used)

@@ -231,9 +231,6 @@ struct lg_tmap_decl {
 	int arg;          /* index of the pointer argument */
 	unsigned box[2];  /* elements (inner), rows (outer), each 1..256 */
 	int swizzle;      /* bytes: 0 (none), 32, 64 or 128 (box[0] elements at most that many bytes) */
-	bool flat;        /* the whole tensor as one row of its elements in memory order (box[1]
-			     1): boxes at any element offset; at most 2^31 - 1 elements (int32
-			     coordinates: the kernel must not address past them) */
 };
 
 /* Resolved parameters of one kernel for one target: the entry points and

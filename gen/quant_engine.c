@@ -208,8 +208,6 @@ static void emit_place(lg_buf *b, const struct ctx *k)
 		else
 			lg_line(b, "__shared__ __align__(16) float cpart[%d][128]; // each warp's column amax", k->warps);
 	}
-	if (e->cols && e->qt_tma && e->layout == LG_QE_EXPERTS)
-		lg_line(b, "__shared__ __align__(128) u8 qtn[128 * 128]; // qt lines in token order (TMA)");
 	if (e->cols) {
 		lg_line(b, "__shared__ __align__(16) float cinv[128]; // 1 / column scale");
 		if (!e->pow2)
@@ -564,37 +562,6 @@ static void emit_tile_scale(lg_buf *b, const struct ctx *k)
 
 /* One pass over the thread's values: q rows, and the column bytes into the
  * staging tile, then the qt lines. */
-/* qt of a whole tile by TMA (lg_qe.qt_tma): the staged lines copied into
- * token order, then one 128-byte store a line at its byte; a short tile
- * (or an element past int32's coordinates) takes the 16-byte chunks. */
-static void emit_qt_tma(lg_buf *b, const struct ctx *k)
-{
-	const struct lg_qe *e = k->e;
-	lg_comment(b, "qt: a whole tile's lines leave by TMA, one 128-byte store a line at any byte");
-	lg_comment(b, "(line c: element seg0 n + (k0 + c) segn + lt 128 of the flat map), from a copy in");
-	lg_comment(b, "token order; a tile short of tokens takes 16-byte chunks (the bytes past it are");
-	lg_comment(b, "another tile's).");
-	lg_open(b, "if (rows == 128 && (seg0 + segn) * %lld <= 2147483647ll) {", (long long)e->n);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = threadIdx.x; e < 1024; e += %d) {", e->threads);
-	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
-	lg_line(b, "const u64 w0 = *(const u64 *)(stage + c * 128 + ((2 * h) ^ sw) * 8);");
-	lg_line(b, "const u64 w1 = *(const u64 *)(stage + c * 128 + ((2 * h + 1) ^ sw) * 8);");
-	lg_line(b, "*(lg_u32x4 *)(qtn + c * 128 + 16 * h) =");
-	lg_line(b, "\tlg_u32x4{(u32)w0, (u32)(w0 >> 32), (u32)w1, (u32)(w1 >> 32)};");
-	lg_close(b);
-	lg_line(b, "lg_fence_async_smem();");
-	lg_line(b, "__syncthreads();");
-	lg_open(b, "if (threadIdx.x < 128) {");
-	lg_line(b, "lg_tma_store_2d(&%s, qtn + threadIdx.x * 128,", e->qt_tma);
-	lg_line(b, "\t(int)(seg0 * %lld + (k0 + threadIdx.x) * segn + lt * 128), 0);", (long long)e->n);
-	lg_line(b, "lg_tma_store_wait_read();");
-	lg_close(b);
-	lg_close_with(b, "} else {");
-	lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
-	lg_close(b);
-}
-
 static void emit_quantise(lg_buf *b, const struct ctx *k)
 {
 	const struct lg_qe *e = k->e;
@@ -706,9 +673,7 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 	} else
 		lg_line(b, "\t*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];");
 	lg_line(b, "__syncthreads();");
-	if (e->layout == LG_QE_EXPERTS && e->qt_tma)
-		emit_qt_tma(b, k);
-	else if (e->layout == LG_QE_EXPERTS)
+	if (e->layout == LG_QE_EXPERTS)
 		lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
 	else
 		lg_emit_qt_lines_to(b, e->threads, "qtg", k->m, "m0");

@@ -82,12 +82,6 @@ struct lg_qe {
 	 * feature group (blocks fblocks * group ...). A family with a grid of
 	 * its own (2-D, reversed, sliced) gives both and its own geometry(). */
 	const char *tile, *group;
-	/* LG_QE_EXPERTS with cols, sm_90+: the parameter name of a flat tensor
-	 * map of qt (struct lg_tmap_decl: flat, box {128, 1}); a whole token
-	 * tile's qt lines then leave by one TMA store each, at any byte, from a
-	 * second staging tile in token order (NULL: 16-byte chunks and partial
-	 * ones, as a tile short of tokens always does). */
-	const char *qt_tma;
 };
 
 /* What the values hook is given for one token row of 8 features. */

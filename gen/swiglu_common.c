@@ -33,14 +33,13 @@
 
 #include "swiglu_common.h"
 
-#include "error.h"
 #include "quant_common.h"
 #include "quant_engine.h"
 
 const int64_t lg_swiglu_threads_ok[] = {256, 512, 0};
 const int64_t lg_swiglu_fblocks_ok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 0};
 
-enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH, P_TMA };
+enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH };
 
 static const struct lg_swiglu_kind *kind_of(const struct lg_spec *s)
 {
@@ -78,6 +77,7 @@ lg_status lg_swiglu_validate(const struct lg_spec *s, const char *where)
 lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	const struct lg_swiglu_kind *k = kind_of(s);
+	(void)t;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t nb = out_features(s, k) / 128;
 	p->v[P_N] = lg_spec_int(s, k->key_n);
@@ -116,19 +116,6 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	bool pf_def = k->weighted && bwd && p->v[P_FBLOCKS] > 1;
 	p->tile[k->key_prefetch] = p->v[P_PREFETCH] =
 		lg_spec_has(s, k->key_prefetch) ? lg_spec_int(s, k->key_prefetch) : pf_def;
-	/* tma (K6, sm_90+): qt as a flat tensor map, a 128-byte box a line
-	 * (nothing to store by it without the columnwise copy) */
-	int64_t tma = k->key_tma >= 0 && lg_spec_has(s, k->key_tma) ? lg_spec_int(s, k->key_tma) : 0;
-	if (tma && t->sm < 90)
-		return lg_fail(LG_ERR_SPEC, "%s: tile.tma: found 1, allowed for %s: 0 (TMA needs sm_90 or newer)",
-			       s->entry, t->name);
-	if (k->key_tma >= 0)
-		p->tile[k->key_tma] = tma;
-	p->v[P_TMA] = tma && lg_quant_colwise(s);
-	if (p->v[P_TMA]) {
-		p->ntmaps = 1;
-		p->tmap[0] = (struct lg_tmap_decl){.arg = k->arg_qt[bwd], .box = {128, 1}, .flat = true};
-	}
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -333,8 +320,6 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	char experts[24];
 	snprintf(experts, sizeof experts, "%lld", (long long)p->v[P_EXPERTS]);
 	e.experts = experts;
-	if (p->v[P_TMA])
-		e.qt_tma = p->v[P_BWD] ? "tm_dxqt" : "tm_qt";
 	struct hook h = {.n = (long long)p->v[P_N], .bwd = p->v[P_BWD] != 0, .weighted = p->v[P_WEIGHTED] != 0,
 			 .dxbf16 = p->v[P_DXBF16] != 0, .r = lg_qe_tokens_per_thread(&e)};
 	struct lg_qe_hooks hk = {.ctx = &h, .raw = raw, .fetch = fetch, .compute = compute, .prologue = prologue,
@@ -352,15 +337,14 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	lg_comment(b, "%d threads, %d tokens x 8 features a thread, values from x%s in registers.", e.threads, h.r,
 		   h.bwd ? " and g" : "");
 	char lb[48];
-	lg_emit_signature_tmaps(b, s, p, p->entry[0], "%s", lg_launch_bounds(lb, e.threads, p->v[P_MIN_CTAS]));
+	lg_emit_signature(b, s, p->entry[0], "%s", lg_launch_bounds(lb, e.threads, p->v[P_MIN_CTAS]));
 	lg_open(b, "{");
 	lg_qe_emit_body(b, &e, &hk);
 	lg_close(b);
 }
 
 /* Tile variants for `lingen tune`: feature blocks a CTA (up to 8, the
- * output's) x threads (K6's backward: the gate half or every block), K6's
- * qt by TMA; each again with 2 CTAs an SM. */
+ * output's) x threads (K6's backward: the gate half or every block). */
 int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	const struct lg_swiglu_kind *k = kind_of(s);
@@ -377,8 +361,5 @@ int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, str
 			fb[i] = v;
 		n = lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
 	}
-	/* and K6's qt by TMA (sm_90+: plan() refuses it elsewhere) */
-	if (k->key_tma >= 0)
-		n = lg_candidate_add(s, t, out, n, max, lg_tile1(k->key_tma, 1));
 	return lg_candidate_times(s, t, out, 0, n, max, k->key_min_ctas, min_ctas);
 }

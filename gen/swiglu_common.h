@@ -38,10 +38,8 @@ struct lg_swiglu_kind {
 	int key_n;       /* "intermediate" */
 	int key_dx_bf16; /* "dx_bf16" */
 	int key_experts; /* "experts" */
-	/* "tile.threads", "tile.fblocks", "tile.min_ctas", "tile.prefetch",
-	 * "tile.tma" (K6: qt by TMA; -1: none) */
-	int key_threads, key_fblocks, key_min_ctas, key_prefetch, key_tma;
-	int arg_qt[2]; /* K6: the argument index of qt (forward) and dxqt (backward) */
+	/* "tile.threads", "tile.fblocks", "tile.min_ctas", "tile.prefetch" */
+	int key_threads, key_fblocks, key_min_ctas, key_prefetch;
 };
 
 /* Each family file's kind (swiglu_quant.c, batch_swiglu_quant.c). */

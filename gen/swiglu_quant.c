@@ -93,7 +93,6 @@ const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant = {
 	.key_fblocks = K_FBLOCKS,
 	.key_min_ctas = K_MIN_CTAS,
 	.key_prefetch = K_PREFETCH,
-	.key_tma = -1,
 };
 
 

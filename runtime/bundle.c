@@ -162,8 +162,6 @@ cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p)
 			int64_t box[2] = {m->box[0], m->box[1]};
 			cJSON_AddItemToObject(t, "box", int_array(box, 2));
 			cJSON_AddNumberToObject(t, "swizzle", m->swizzle);
-			if (m->flat)
-				cJSON_AddBoolToObject(t, "flat", 1);
 			cJSON_AddItemToArray(maps, t);
 		}
 	}

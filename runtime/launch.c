@@ -56,14 +56,7 @@ lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const
 		return LG_OK;
 	const struct lg_arg *a = &k->sig->args[m->arg];
 	enum lg_elem el = lg_arg_elem(&k->spec, a);
-	if (m->flat) { /* one row of every element, int32-addressable */
-		cols *= rows, rows = 1;
-		if (cols > INT32_MAX)
-			cols = INT32_MAX;
-	}
-	/* (a flat map's one row: its stride only has to be valid) */
-	const cuuint64_t dims[2] = {cols, rows},
-			 strides[1] = {(cols * (uint64_t)lg_elem_bytes[el] + 15) / 16 * 16};
+	const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols * (uint64_t)lg_elem_bytes[el]};
 	const cuuint32_t box[2] = {m->box[0], m->box[1]}, estr[2] = {1, 1};
 	int si = m->swizzle == 128 ? 3 : m->swizzle == 64 ? 2 : m->swizzle == 32 ? 1 : 0;
 	CUresult r = k->cu->cuTensorMapEncodeTiled(out, types[el], 2, (void *)(uintptr_t)ptrs[m->arg], dims, strides,

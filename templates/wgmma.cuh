@@ -171,31 +171,3 @@ static __device__ __forceinline__ void lg_fence_proxy_async(void)
 // Named barrier `id` (1..15; 0 is __syncthreads') over n threads (whole
 // warps): a subset of the CTA meets without the others.
 #define lg_bar_named(id, n) asm volatile("bar.sync %0, %1;" :: "n"(id), "n"(n) : "memory")
-
-// @helper lg_fence_async_smem
-// Order this thread's shared memory writes before later async-proxy (TMA)
-// reads of them (then a barrier before another thread issues the copy).
-static __device__ __forceinline__ void lg_fence_async_smem(void)
-{
-	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// @helper lg_tma_store_2d
-// TMA: shared src (16-byte aligned) to the box of tensor map tm at element
-// coordinates (c0 inner, c1 outer); parts of the box outside the tensor are
-// not written. Asynchronous: lg_tma_store_wait_read before src changes.
-static __device__ __forceinline__ void
-lg_tma_store_2d(const lg_tmap *tm, const void *src, int c0, int c1)
-{
-	asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
-		     :: "l"((u64)tm), "r"(lg_smem_addr(src)), "r"(c0), "r"(c1) : "memory");
-}
-
-// @helper lg_tma_store_wait_read
-// Close this thread's TMA stores into a group and wait until every one has
-// read its shared memory source (the global writes may still be in flight).
-static __device__ __forceinline__ void lg_tma_store_wait_read(void)
-{
-	asm volatile("cp.async.bulk.commit_group;\n\t"
-		     "cp.async.bulk.wait_group.read 0;" ::: "memory");
-}

@@ -11,8 +11,7 @@
  *       reference's fill), 0 and 1 rows, both scale modes, every forward
  *       output, dx in bf16, the non-default tiles; dprob the same bits on a
  *       second launch (deterministic).
- *   Both: tile.prefetch at 2 to 8 feature blocks a CTA. K6: tile.tma (qt by
- *   TMA, sm_90+).
+ *   Both: tile.prefetch at 2 to 8 feature blocks a CTA.
  * Payloads and scales are compared element by element with the slack the
  * reference derives from its bound on the GPU's fp32 values: bit-equal
  * where no value in the bound crosses a rounding boundary; power-of-two
@@ -212,33 +211,6 @@ static void test_prefetch(void **state)
 	      "\"intermediate\": 512, \"dx_bf16\": true, \"tile\": {\"fblocks\": 8, \"prefetch\": 1}, " POW2, 333);
 }
 
-/* tile.tma (sm_90+): a whole tile's qt lines by TMA, one store a line at
- * any byte (short tiles by 16-byte chunks): the target, counts of any kind
- * (the reference's fill), one row, 96 and 160 experts, both scale modes,
- * the columnwise copy alone, dx in bf16, prefetch off and on. */
-static void test_k6_tma(void **state)
-{
-	(void)state;
-	if (atoi(lg_ctx_arch(ctx) + 3) < 90) {
-		printf("test_k6_tma: the device is %s, no TMA before sm_90: nothing to check\n", lg_ctx_arch(ctx));
-		return;
-	}
-	static const int64_t m[] = {65536, 1, 333, 20000, 128};
-	for (size_t i = 0; i < 5; i++) {
-		both_passes("batch_swiglu_quant", "\"intermediate\": 512, \"experts\": 256, \"tile\": {\"tma\": 1}, " POW2,
-			    m + i, 1);
-		both_passes("batch_swiglu_quant", "\"intermediate\": 384, \"experts\": 96, \"tile\": {\"tma\": 1}, " EXACT,
-			    m + i, 1);
-		check("batch_swiglu_quant", "forward",
-		      "\"intermediate\": 512, \"experts\": 160, \"quant\": {\"output\": \"columnwise\"}, "
-		      "\"tile\": {\"tma\": 1, \"fblocks\": 4}",
-		      m[i]);
-		check("batch_swiglu_quant", "backward",
-		      "\"intermediate\": 256, \"experts\": 3, \"dx_bf16\": true, \"tile\": {\"tma\": 1, \"prefetch\": 0}, "
-		      POW2, m[i]);
-	}
-}
-
 /* Any number of experts (96, 160, 1, 3), few and many rows, 0 and 1. */
 static void test_k6_experts(void **state)
 {
@@ -336,7 +308,6 @@ int main(void)
 		cmocka_unit_test(test_k6_tiles),
 		cmocka_unit_test(test_k6_deterministic),
 		cmocka_unit_test(test_prefetch),
-		cmocka_unit_test(test_k6_tma),
 		cmocka_unit_test(test_min_ctas),
 		cmocka_unit_test(test_no_tokens),
 	};

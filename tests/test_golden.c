@@ -185,9 +185,6 @@ static const struct golden cases[] = {
 	{"batch_swiglu_quant_bwd_n512_e256_both_pow2", "sm_90a",
 	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 512, "
 	 "\"experts\": 256, \"quant\": {}}"},
-	{"batch_swiglu_quant_fwd_n384_e96_tma", "sm_90a",
-	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 384, "
-	 "\"experts\": 96, \"quant\": {}, \"tile\": {\"tma\": 1}}"},
 	{"batch_swiglu_quant_bwd_n128_e5_dxbf16_exact_sm80", "sm_80",
 	 "{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"intermediate\": 128, "
 	 "\"experts\": 5, \"dx_bf16\": true, \"quant\": {\"round_scale\": false}}"},
