@@ -48,8 +48,9 @@
  * ~645 token tiles to 512 (every expert's partial last tile pays a whole
  * tile's chain), and the qt lines, which start at any byte of an expert's
  * [n, count] block: each 128-byte line segment is 7 whole 16-byte chunks
- * and two partial ones, up to 8 small stores each (lg_st16_part), where a
- * flat tile stores 8 whole chunks. Neither L2 (70%) nor DRAM (41%) nor
+ * and two partial ones, where a flat tile stores 8 whole chunks (the
+ * partial ones were up to 8 small stores each; now a byte a lane, a warp
+ * a line: lg_emit_qt_lines_realign). Neither L2 (70%) nor DRAM (41%) nor
  * issue (57%) is saturated: the tile chain at 2 CTAs an SM is latency-bound.
  * Tried and measured slower: the next block's loads issued early
  * (tile.prefetch, forward; one CTA an SM), and the backward's gate half over

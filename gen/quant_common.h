@@ -55,10 +55,10 @@ void lg_emit_qt_lines(lg_buf *b, int threads);
  * (the tile's first token within those rows) replace qt, M and m0. */
 void lg_emit_qt_lines_to(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
 /* The same, for qt rows at any byte offset (per-expert layouts: ld is an
- * expert's count): each line is stored by the aligned 16-byte chunks of
- * memory it covers (whole ones in one store, its head and tail by
- * lg_st16_part), not by its own 16-byte pieces (up to 7 stores each when
- * unaligned). The same bytes as lg_emit_qt_lines_to. */
+ * expert's count): each line's whole aligned 16-byte chunks of memory in
+ * one store each, its head and tail (the partial chunks, at most 30
+ * bytes) a byte a lane, a warp a line. The same bytes as
+ * lg_emit_qt_lines_to. */
 void lg_emit_qt_lines_realign(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
 
 #endif

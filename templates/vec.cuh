@@ -111,29 +111,3 @@ static __device__ __forceinline__ void lg_st16_any(u8 *dst, lg_u32x4 v, int n)
 				dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));
 	}
 }
-
-// @helper lg_st16_part
-// Bytes lo .. hi - 1 (0 <= lo <= hi <= 16) of v (byte i at dst + i) where dst
-// is 16-byte aligned: naturally aligned 1-, 2-, 4- and 8-byte stores in a
-// fixed order, each under its own predicate (straight-line code: lanes with
-// different ranges do not diverge), at most 8 of them: upwards 1, 2, 4 while
-// lo is not aligned to the next size, two 8s, then downwards 4, 2, 1.
-static __device__ __forceinline__ void lg_st16_part(u8 *dst, lg_u32x4 v, int lo, int hi)
-{
-	const u64 w0 = (u64)v.y << 32 | v.x, w1 = (u64)v.w << 32 | v.z;
-#define LG_ST_PIECE(sz, T, cond)                                                      \
-	if (cond) {                                                                    \
-		const u64 x = (lo < 8 ? w0 : w1) >> (8 * (lo & 7));                        \
-		*(T *)(dst + lo) = (T)x;                                                   \
-		lo += (sz);                                                                \
-	}
-	LG_ST_PIECE(1, u8, (lo & 1) && lo + 1 <= hi)
-	LG_ST_PIECE(2, unsigned short, (lo & 2) && lo + 2 <= hi)
-	LG_ST_PIECE(4, u32, (lo & 4) && lo + 4 <= hi)
-	LG_ST_PIECE(8, u64, (lo & 7) == 0 && lo + 8 <= hi)
-	LG_ST_PIECE(8, u64, lo + 8 <= hi)
-	LG_ST_PIECE(4, u32, lo + 4 <= hi)
-	LG_ST_PIECE(2, unsigned short, lo + 2 <= hi)
-	LG_ST_PIECE(1, u8, lo + 1 <= hi)
-#undef LG_ST_PIECE
-}

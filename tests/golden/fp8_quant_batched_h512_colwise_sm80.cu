@@ -157,31 +157,6 @@ static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 		     :: "l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
-// Bytes lo .. hi - 1 (0 <= lo <= hi <= 16) of v (byte i at dst + i) where dst
-// is 16-byte aligned: naturally aligned 1-, 2-, 4- and 8-byte stores in a
-// fixed order, each under its own predicate (straight-line code: lanes with
-// different ranges do not diverge), at most 8 of them: upwards 1, 2, 4 while
-// lo is not aligned to the next size, two 8s, then downwards 4, 2, 1.
-static __device__ __forceinline__ void lg_st16_part(u8 *dst, lg_u32x4 v, int lo, int hi)
-{
-	const u64 w0 = (u64)v.y << 32 | v.x, w1 = (u64)v.w << 32 | v.z;
-#define LG_ST_PIECE(sz, T, cond)                                                      \
-	if (cond) {                                                                    \
-		const u64 x = (lo < 8 ? w0 : w1) >> (8 * (lo & 7));                        \
-		*(T *)(dst + lo) = (T)x;                                                   \
-		lo += (sz);                                                                \
-	}
-	LG_ST_PIECE(1, u8, (lo & 1) && lo + 1 <= hi)
-	LG_ST_PIECE(2, unsigned short, (lo & 2) && lo + 2 <= hi)
-	LG_ST_PIECE(4, u32, (lo & 4) && lo + 4 <= hi)
-	LG_ST_PIECE(8, u64, (lo & 7) == 0 && lo + 8 <= hi)
-	LG_ST_PIECE(8, u64, lo + 8 <= hi)
-	LG_ST_PIECE(4, u32, lo + 4 <= hi)
-	LG_ST_PIECE(2, unsigned short, lo + 2 <= hi)
-	LG_ST_PIECE(1, u8, lo + 1 <= hi)
-#undef LG_ST_PIECE
-}
-
 // ----- helpers for this spec -----
 // The e4m3 input of y under a power-of-two scale of inverse inv (exact).
 static __device__ __forceinline__ float lg_q(float y, float inv) { return y * inv; }
@@ -312,38 +287,38 @@ lg_fp8_quant_batched_fwd_bf16_h512_colwise_pow2_tf1(
 		*(uint2 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) =
 			make_uint2(cw[c][0], cw[c][1]);
 	__syncthreads();
-	// qt: each column's tokens are one line of up to 128 bytes at any byte address:
-	// the line is cut at the 16-byte boundaries of memory, so every whole chunk is one
-	// aligned 16-byte store (taken from the staged line at a byte offset o, three
-	// 8-byte words shifted) and only the line's head and tail are partial chunks.
-	// Thread h of a line takes chunk h (+ 1 when the line is unaligned: thread 7 then
-	// the tail, thread 0 the head too).
+	// qt: each column's tokens are one line of up to 128 bytes at any byte address, cut
+	// at the 16-byte boundaries of memory: a head of (16 - addr) % 16 bytes, whole
+	// chunks, a tail. Thread h of a line stores whole chunk h in one aligned 16-byte
+	// store (taken from the staged line at byte o: three 8-byte words shifted); then
+	// a warp a line, lane q a byte, stores the head's and the tail's bytes (at most
+	// 30): one store instruction a warp for both, where a chunk at a time takes up to
+	// eight small stores for each.
 	#pragma unroll
 	for (int e = threadIdx.x; e < 1024; e += 256) {
 		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
 		const u8 *const sl = stage + c * 128; // staged line c
 		u8 *const line = qtg + (k0 + c) * segn + lt * 128;
-		const int d = (int)((size_t)line & 15); // its offset in a chunk
+		const int head = min((16 - (int)((size_t)line & 15)) & 15, rows);
+		if (h >= (rows - head) >> 4) continue; // not a whole chunk of the line
+		const int o = head + 16 * h; // its bytes o..o+15
+		const int w0 = o >> 3, sh = 8 * (o & 7); // word, shift
+		u64 wd[3];
 		#pragma unroll
-		for (int pass = 0; pass < 2; pass++) {
-			if (pass == 1 && (h != 0 || d == 0)) break; // pass 1: the head
-			const int o = pass ? -d : 16 * h + (d ? 16 - d : 0); // o..o+15
-			const int w0 = ((o + 16) >> 3) - 2, sh = 8 * (o & 7); // word, shift
-			u64 wd[3];
-			#pragma unroll
-			for (int k = 0; k < 3; k++) // word w of line c: at 8 (w ^ sw)
-				wd[k] = w0 + k >= 0 && w0 + k < 16 && (k < 2 || sh)
-					? *(const u64 *)(sl + ((w0 + k) ^ sw) * 8) : 0ull;
-			const u64 lo = sh ? wd[0] >> sh | wd[1] << (64 - sh) : wd[0];
-			const u64 hi = sh ? wd[1] >> sh | wd[2] << (64 - sh) : wd[1];
-			const lg_u32x4 v = lg_u32x4{(u32)lo, (u32)(lo >> 32),
-				(u32)hi, (u32)(hi >> 32)};
-			if (o >= 0 && o + 16 <= rows) {
-				lg_st16_cs(line + o, v);
-			} else { // a partial chunk: tokens 0 .. rows - 1 only
-			const int blo = o < 0 ? -o : 0, bhi = rows - o < 16 ? rows - o : 16;
-			if (blo < bhi) lg_st16_part(line + o, v, blo, bhi);
-		}
+		for (int k = 0; k < 3; k++) // word w of line c: at 8 (w ^ sw)
+			wd[k] = w0 + k < 16 && (k < 2 || sh)
+				? *(const u64 *)(sl + ((w0 + k) ^ sw) * 8) : 0ull;
+		const u64 lo = sh ? wd[0] >> sh | wd[1] << (64 - sh) : wd[0];
+		const u64 hi = sh ? wd[1] >> sh | wd[2] << (64 - sh) : wd[1];
+		lg_st16_cs(line + o, lg_u32x4{(u32)lo, (u32)(lo >> 32), (u32)hi,
+			(u32)(hi >> 32)});
 	}
-}
+	#pragma unroll
+	for (int e = threadIdx.x; e < 4096; e += 256) {
+		const int c = e >> 5, q = e & 31; // line c, lane q
+		u8 *const line = qtg + (k0 + c) * segn + lt * 128;
+		const int head = min((16 - (int)((size_t)line & 15)) & 15, rows);
+		const int t = q < head ? q : ((rows - head) & ~15) + q; // head, tail
+		if (t < rows) line[t] = stage[c * 128 + (t ^ (8 * (c >> 3)))];
+	}
 }
