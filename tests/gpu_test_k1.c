@@ -74,6 +74,9 @@ static void check(const char *json, int64_t tokens) { check_opt(json, tokens, fa
 #define K1_SLAB(out, pow2, hidden, slab)                                                           \
 	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #hidden   \
 	", \"quant\": {\"round_scale\": " #pow2 ", \"output\": \"" #out "\"}, \"tile\": {\"slab\": " #slab "}}"
+#define K1_TILE(hidden, tile)                                                                      \
+	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #hidden   \
+	", \"quant\": {}, \"tile\": " tile "}"
 #define NORM(pass, hidden)                                                                          \
 	"{\"op\": \"rmsnorm\", \"pass\": \"" #pass "\", \"dtype\": \"bf16\", \"hidden\": " #hidden "}"
 #define NORM_TILE(pass, hidden, tile)                                                               \
@@ -99,6 +102,45 @@ static void test_k1_odd_shapes(void **state)
 	check(K1(columnwise, true, 384), 129);
 	check(K1(both, true, 1152), 1000);
 	check(K1(rowwise, false, 256), 77);
+}
+
+/* The goal shapes beyond the target: hidden 4096 and 7168, 16384 tokens. */
+static void test_k1_goal_shapes(void **state)
+{
+	(void)state;
+	check(K1(both, true, 4096), 8192);
+	check(K1(both, true, 7168), 8192);
+	check(K1(both, true, 2048), 16384);
+	check(K1(both, false, 4096), 16384);
+	check(K1(both, true, 2048), 128);
+	check(K1(both, true, 2048), 1024);
+}
+
+/* Every tile `lingen tune` tries on the two-kernel form (the fused and slab
+ * candidates are test_k1_fused's and test_k1_slab's): kernel 1's threads
+ * and rows, and the token slices (tile.stages) with their partial last
+ * slice and slices of no tile. */
+static void test_k1_candidates(void **state)
+{
+	(void)state;
+	static const char *const tiles[] = {
+		"{\"threads\": 128}", "{\"threads\": 256}", "{\"threads\": 512}", "{\"threads\": 256, \"rows\": 8}",
+		"{\"stages\": 2}", "{\"stages\": 4}", "{\"stages\": 3, \"threads\": 256}",
+	};
+	static const int64_t tokens[] = {8192, 1, 129, 333, 8191};
+	static const int hidden[] = {2048, 1152};
+	for (size_t t = 0; t < sizeof tiles / sizeof *tiles; t++)
+		for (size_t h = 0; h < 2; h++) {
+			char json[320];
+			snprintf(json, sizeof json,
+				 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				 "\"hidden\": %d, \"quant\": {}, \"tile\": %s}",
+				 hidden[h], tiles[t]);
+			for (size_t m = 0; m < sizeof tokens / sizeof *tokens; m++)
+				check(json, tokens[m]);
+		}
+	check(K1_TILE(2048, "{\"cluster\": 16, \"stages\": 1}"), 8191);
+	check(K1_TILE(1152, "{\"cluster\": 9, \"stages\": 1}"), 129);
 }
 
 /* The fused single-kernel form (a tile option): clusters of up to 16 CTAs. */
@@ -257,6 +299,8 @@ int main(void)
 		cmocka_unit_test(test_e4m3_soft_equals_hardware),
 		cmocka_unit_test(test_k1_target_shape),
 		cmocka_unit_test(test_k1_odd_shapes),
+		cmocka_unit_test(test_k1_goal_shapes),
+		cmocka_unit_test(test_k1_candidates),
 		cmocka_unit_test(test_k1_fused),
 		cmocka_unit_test(test_k1_slab),
 		cmocka_unit_test(test_rmsnorm),
