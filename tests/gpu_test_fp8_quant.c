@@ -134,6 +134,16 @@ static void test_no_tokens(void **state)
 	if (lg_kernel_run(k, NULL, &none, 1, ptrs, 5) != LG_OK)
 		fail_msg("%s", lg_last_error());
 	lg_spec_free(s);
+	/* a weight of no rows likewise */
+	assert_int_equal(lg_spec_parse("{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				       "\"hidden\": 2048, \"quant\": {}}",
+				       &s),
+			 LG_OK);
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	if (lg_fp8_quant_weight_forward(k, NULL, 0, 256, 256, 256) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	lg_spec_free(s);
 }
 
 /* ---------------------------------- per expert (fp8_quant_batched) */

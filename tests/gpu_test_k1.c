@@ -3,7 +3,7 @@
  * RMSNorm + FP8 quantisation in every output mode with and without
  * power-of-two scales, plain RMSNorm forward and backward, at the target
  * shape 8192x2048 and at odd shapes (1x128, 127x2048, 8191x5120,
- * 300x16384, ...). Fresh random inputs, poisoned outputs. Also: the
+ * 300x16384, ...) and no tokens. Fresh random inputs, poisoned outputs. Also: the
  * software e4m3 conversion (for targets before sm_89) equals the hardware
  * cvt for every one of the 2^32 fp32 bit patterns.
  * Exactness: y, rms, q, qt, s and st must equal the reference bit for bit,
@@ -25,6 +25,7 @@
 
 #include "buf.h"
 #include "cuda.h"
+#include "gpu.h"
 #include "harness.h"
 #include "nvrtc.h"
 #include "templates.h"
@@ -231,6 +232,40 @@ static void test_rmsnorm(void **state)
 	check_opt(NORM(forward, 2048), 4099, true);
 }
 
+/* No tokens: every K1 form and the plain forward launch without error (the
+ * two-kernel form's one CTA a launch returns at once, the persistent forms
+ * launch nothing) on buffers of no tokens; the backward still writes dw = 0. */
+static void test_no_tokens(void **state)
+{
+	(void)state;
+	static const char *const specs[] = {
+		K1(both, true, 2048), K1(rowwise, false, 384), K1(columnwise, true, 128), K1_FUSED(2048, 16),
+		K1_SLAB(both, true, 2048, 256), K1_TILE(2048, "{\"stages\": 2}"), NORM(forward, 2048),
+		NORM_TILE(forward, 2048, "{\"prefetch\": 1}"),
+	};
+	for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+		lg_spec *s = NULL;
+		if (lg_spec_parse(specs[i], &s) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		lg_kernel *k = NULL;
+		if (lg_kernel_get(ctx, s, &k) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		struct lg_gpu_case g;
+		if (lg_gpu_case_init(&g, s, 0, NULL, seed, k) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+		if (lg_gpu_case_launch(&g, k, NULL) != LG_OK)
+			fail_msg("%s at no tokens: %s", lg_spec_entry(s), lg_last_error());
+		assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+		printf("%s M=0: PASS\n", lg_spec_entry(s));
+		lg_gpu_case_free(&g);
+		lg_spec_free(s);
+	}
+	check(NORM(backward, 2048), 0);
+	check(NORM(backward, 1000), 0);
+	check(NORM_TILE(backward, 2048, "{\"prefetch\": 0}"), 0);
+}
+
 /* Every fp32 bit pattern through both e4m3 conversions. */
 static void test_e4m3_soft_equals_hardware(void **state)
 {
@@ -304,6 +339,7 @@ int main(void)
 		cmocka_unit_test(test_k1_fused),
 		cmocka_unit_test(test_k1_slab),
 		cmocka_unit_test(test_rmsnorm),
+		cmocka_unit_test(test_no_tokens),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);
 }
