@@ -12,6 +12,8 @@
  * reference's fill; counts summing to the tokens), experts not a power of
  * two (3, 96, 160) and more experts than threads (1000: the block scan
  * over several steps), every tile option (threads, fblocks, fp32 path).
+ * Also counts that do not sum to the tokens (fewer: a capacity; more: the
+ * expert that overruns is not written), one expert, none.
  * fp8_quant_weight: 128 x 128 tiles at 2048 x 2048 and odd row counts.
  * The quantisers' arithmetic is exactly reproducible (the values are the
  * bf16 input), so scales and e4m3 payloads must be equal bit for bit and
@@ -32,8 +34,11 @@
 
 #include <cmocka.h>
 
+#include "compare.h"
 #include "cuda.h"
+#include "gpu.h"
 #include "harness.h"
+#include "ref.h"
 #include "testutil.h"
 
 static lg_ctx *ctx;
@@ -129,6 +134,16 @@ static void test_no_tokens(void **state)
 	if (lg_kernel_run(k, NULL, &none, 1, ptrs, 5) != LG_OK)
 		fail_msg("%s", lg_last_error());
 	lg_spec_free(s);
+	/* a weight of no rows likewise */
+	assert_int_equal(lg_spec_parse("{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				       "\"hidden\": 2048, \"quant\": {}}",
+				       &s),
+			 LG_OK);
+	if (lg_kernel_get(ctx, s, &k) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	if (lg_fp8_quant_weight_forward(k, NULL, 0, 256, 256, 256) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	lg_spec_free(s);
 }
 
 /* ---------------------------------- per expert (fp8_quant_batched) */
@@ -203,6 +218,69 @@ static void test_batched_no_tokens(void **state)
 	lg_spec_free(s);
 }
 
+/* Counts the reference's fill never gives: summing to less than the tokens
+ * (a capacity: the tokens past the sum neither read nor written), past
+ * them (the expert that overruns and those after it not written at all,
+ * nothing stored out of bounds), one expert of every token, every expert
+ * empty. The case's counts are replaced and uploaded, the reference run on
+ * them; every output bit-exact, the unwritten regions still poison. */
+static void test_batched_counts(void **state)
+{
+	(void)state;
+	enum { E = 5 };
+	static const int32_t counts[][E] = {
+		{0, 129, 300, 1, 200},   /* 630 of 1000 */
+		{129, 500, 600, 1, 0},   /* 1230: expert 2 runs past the 1000 tokens */
+		{1000, 0, 0, 0, 0},      /* one expert */
+		{0, 0, 0, 0, 0},         /* nothing */
+		{128, 128, 128, 128, 0}, /* whole tiles, 512 of 1000 */
+	};
+	static const char *const tiles[] = {"", ", \"tile\": {\"fblocks\": 2, \"prefetch\": 1}",
+					    ", \"tile\": {\"values\": 32, \"threads\": 256}"};
+	for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
+		for (int pow2 = 1; pow2 >= 0; pow2--)
+			for (size_t o = 0; o < 3; o++) {
+				char json[512];
+				snprintf(json, sizeof json,
+					 "{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+					 "\"hidden\": 384, \"quant\": {\"round_scale\": %s, \"output\": \"%s\"}%s}",
+					 pow2 ? "true" : "false", outputs[o], tiles[t]);
+				lg_spec *s = NULL;
+				if (lg_spec_parse(json, &s) != LG_OK)
+					fail_msg("%s", lg_last_error());
+				lg_kernel *k = NULL;
+				if (lg_kernel_get(ctx, s, &k) != LG_OK)
+					fail_msg("%s", lg_last_error());
+				for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+					const int64_t sizes[2] = {1000, E};
+					struct lg_gpu_case g;
+					if (lg_gpu_case_init(&g, s, 0, sizes, seed + c, k) != LG_OK)
+						fail_msg("%s", lg_last_error());
+					memcpy(g.ref.buf[1].host, counts[c], sizeof counts[c]); /* counts: argument 1 */
+					assert_int_equal(g.cu->cuMemcpyHtoD(g.dev[1], counts[c], sizeof counts[c]),
+							 CUDA_SUCCESS);
+					assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+					assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+					assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+					lg_ref_family_get(s->op)->run(s, &g.ref);
+					bool ok = true;
+					for (int i = 0; i < g.ref.n; i++) {
+						const struct lg_ref_buf *b = &g.ref.buf[i];
+						if (!b->output || !b->count)
+							continue;
+						struct lg_check_measure m;
+						lg_compare(b, g.got[i], 5, stdout, &m);
+						ok = ok && m.pass && m.mismatches == 0 && m.unwritten == 0;
+					}
+					printf("%s counts %d %d %d %d %d: %s\n", lg_spec_entry(s), counts[c][0], counts[c][1],
+					       counts[c][2], counts[c][3], counts[c][4], ok ? "PASS" : "FAIL");
+					assert_true(ok);
+					lg_gpu_case_free(&g);
+				}
+				lg_spec_free(s);
+			}
+}
+
 /* ------------------------------------------ weights (fp8_quant_weight) */
 
 static void weight(int hidden, const char *tile, const int64_t *rows, size_t nrows)
@@ -247,6 +325,7 @@ int main(void)
 		cmocka_unit_test(test_batched_target),
 		cmocka_unit_test(test_batched_odd),
 		cmocka_unit_test(test_batched_tiles),
+		cmocka_unit_test(test_batched_counts),
 		cmocka_unit_test(test_weight),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);

@@ -3,7 +3,7 @@
  * RMSNorm + FP8 quantisation in every output mode with and without
  * power-of-two scales, plain RMSNorm forward and backward, at the target
  * shape 8192x2048 and at odd shapes (1x128, 127x2048, 8191x5120,
- * 300x16384, ...). Fresh random inputs, poisoned outputs. Also: the
+ * 300x16384, ...) and no tokens. Fresh random inputs, poisoned outputs. Also: the
  * software e4m3 conversion (for targets before sm_89) equals the hardware
  * cvt for every one of the 2^32 fp32 bit patterns.
  * Exactness: y, rms, q, qt, s and st must equal the reference bit for bit,
@@ -25,6 +25,7 @@
 
 #include "buf.h"
 #include "cuda.h"
+#include "gpu.h"
 #include "harness.h"
 #include "nvrtc.h"
 #include "templates.h"
@@ -74,6 +75,9 @@ static void check(const char *json, int64_t tokens) { check_opt(json, tokens, fa
 #define K1_SLAB(out, pow2, hidden, slab)                                                           \
 	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #hidden   \
 	", \"quant\": {\"round_scale\": " #pow2 ", \"output\": \"" #out "\"}, \"tile\": {\"slab\": " #slab "}}"
+#define K1_TILE(hidden, tile)                                                                      \
+	"{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": " #hidden   \
+	", \"quant\": {}, \"tile\": " tile "}"
 #define NORM(pass, hidden)                                                                          \
 	"{\"op\": \"rmsnorm\", \"pass\": \"" #pass "\", \"dtype\": \"bf16\", \"hidden\": " #hidden "}"
 #define NORM_TILE(pass, hidden, tile)                                                               \
@@ -99,6 +103,45 @@ static void test_k1_odd_shapes(void **state)
 	check(K1(columnwise, true, 384), 129);
 	check(K1(both, true, 1152), 1000);
 	check(K1(rowwise, false, 256), 77);
+}
+
+/* The goal shapes beyond the target: hidden 4096 and 7168, 16384 tokens. */
+static void test_k1_goal_shapes(void **state)
+{
+	(void)state;
+	check(K1(both, true, 4096), 8192);
+	check(K1(both, true, 7168), 8192);
+	check(K1(both, true, 2048), 16384);
+	check(K1(both, false, 4096), 16384);
+	check(K1(both, true, 2048), 128);
+	check(K1(both, true, 2048), 1024);
+}
+
+/* Every tile `lingen tune` tries on the two-kernel form (the fused and slab
+ * candidates are test_k1_fused's and test_k1_slab's): kernel 1's threads
+ * and rows, and the token slices (tile.stages) with their partial last
+ * slice and slices of no tile. */
+static void test_k1_candidates(void **state)
+{
+	(void)state;
+	static const char *const tiles[] = {
+		"{\"threads\": 128}", "{\"threads\": 256}", "{\"threads\": 512}", "{\"threads\": 256, \"rows\": 8}",
+		"{\"stages\": 2}", "{\"stages\": 4}", "{\"stages\": 3, \"threads\": 256}",
+	};
+	static const int64_t tokens[] = {8192, 1, 129, 333, 8191};
+	static const int hidden[] = {2048, 1152};
+	for (size_t t = 0; t < sizeof tiles / sizeof *tiles; t++)
+		for (size_t h = 0; h < 2; h++) {
+			char json[320];
+			snprintf(json, sizeof json,
+				 "{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				 "\"hidden\": %d, \"quant\": {}, \"tile\": %s}",
+				 hidden[h], tiles[t]);
+			for (size_t m = 0; m < sizeof tokens / sizeof *tokens; m++)
+				check(json, tokens[m]);
+		}
+	check(K1_TILE(2048, "{\"cluster\": 16, \"stages\": 1}"), 8191);
+	check(K1_TILE(1152, "{\"cluster\": 9, \"stages\": 1}"), 129);
 }
 
 /* The fused single-kernel form (a tile option): clusters of up to 16 CTAs. */
@@ -189,6 +232,40 @@ static void test_rmsnorm(void **state)
 	check_opt(NORM(forward, 2048), 4099, true);
 }
 
+/* No tokens: every K1 form and the plain forward launch without error (the
+ * two-kernel form's one CTA a launch returns at once, the persistent forms
+ * launch nothing) on buffers of no tokens; the backward still writes dw = 0. */
+static void test_no_tokens(void **state)
+{
+	(void)state;
+	static const char *const specs[] = {
+		K1(both, true, 2048), K1(rowwise, false, 384), K1(columnwise, true, 128), K1_FUSED(2048, 16),
+		K1_SLAB(both, true, 2048, 256), K1_TILE(2048, "{\"stages\": 2}"), NORM(forward, 2048),
+		NORM_TILE(forward, 2048, "{\"prefetch\": 1}"),
+	};
+	for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
+		lg_spec *s = NULL;
+		if (lg_spec_parse(specs[i], &s) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		lg_kernel *k = NULL;
+		if (lg_kernel_get(ctx, s, &k) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		struct lg_gpu_case g;
+		if (lg_gpu_case_init(&g, s, 0, NULL, seed, k) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+		if (lg_gpu_case_launch(&g, k, NULL) != LG_OK)
+			fail_msg("%s at no tokens: %s", lg_spec_entry(s), lg_last_error());
+		assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+		printf("%s M=0: PASS\n", lg_spec_entry(s));
+		lg_gpu_case_free(&g);
+		lg_spec_free(s);
+	}
+	check(NORM(backward, 2048), 0);
+	check(NORM(backward, 1000), 0);
+	check(NORM_TILE(backward, 2048, "{\"prefetch\": 0}"), 0);
+}
+
 /* Every fp32 bit pattern through both e4m3 conversions. */
 static void test_e4m3_soft_equals_hardware(void **state)
 {
@@ -257,9 +334,12 @@ int main(void)
 		cmocka_unit_test(test_e4m3_soft_equals_hardware),
 		cmocka_unit_test(test_k1_target_shape),
 		cmocka_unit_test(test_k1_odd_shapes),
+		cmocka_unit_test(test_k1_goal_shapes),
+		cmocka_unit_test(test_k1_candidates),
 		cmocka_unit_test(test_k1_fused),
 		cmocka_unit_test(test_k1_slab),
 		cmocka_unit_test(test_rmsnorm),
+		cmocka_unit_test(test_no_tokens),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);
 }

@@ -137,6 +137,10 @@ static const struct golden cases[] = {
 	{"rmsnorm_bwd_h2048_noprefetch_sm80", "sm_80",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"eps\": 1e-6, \"tile\": {\"prefetch\": 0}}"},
+	/* the forward's default on sm_80 (the cp.async ring), hidden no multiple of 128 */
+	{"rmsnorm_fwd_h1000_sm80", "sm_80",
+	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
+	 "\"eps\": 1e-6}"},
 	/* the forward without prefetch: a CTA per 8 rows, x loaded once */
 	{"rmsnorm_fwd_h4096_noprefetch", "sm_90a",
 	 "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096, "

@@ -144,6 +144,42 @@ static const struct bad bad_specs[] = {
 	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 16384, "
 	       "\"quant\": {}, \"tile\": {\"cluster\": 128}}"),
 	 {"kernels[0].tile.cluster: found 128", "the fused form takes hidden <= 2048"}},
+	/* rmsnorm_quant's forms: cluster 1 or hidden/128, slab a divisor of hidden
+	 * of at most 8 CTAs, not both */
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	       "\"quant\": {}, \"tile\": {\"cluster\": 4}}"),
+	 {"kernels[0].tile.cluster: found 4", "allowed: 1 (two kernels) or hidden/128 = 16 (fused)"}},
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	       "\"quant\": {}, \"tile\": {\"cluster\": 16, \"slab\": 256}}"),
+	 {"kernels[0].tile.slab: found with tile.cluster", "allowed: one of the two"}},
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1152, "
+	       "\"quant\": {}, \"tile\": {\"slab\": 256}}"),
+	 {"kernels[0].tile.slab: found 256", "allowed: a divisor of hidden = 1152, at least hidden/8"}},
+	{FILE1("{\"op\": \"rmsnorm_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 16384, "
+	       "\"quant\": {}, \"tile\": {\"slab\": 128}}"),
+	 {"kernels[0].tile.slab: found 128", "allowed: a divisor of hidden = 16384, at least hidden/8"}},
+	/* the other quantising families (issue 9), with their paths */
+	{FILE1("{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
+	       "\"quant\": {}}"),
+	 {"kernels[0].hidden: found 1000", "allowed: a multiple of 128 from 128 to 65536"}},
+	{FILE1("{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1024, "
+	       "\"quant\": {}, \"tile\": {\"threads\": 128}}"),
+	 {"kernels[0].tile.threads: found 128", "allowed: 256, 512"}},
+	{FILE1("{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1024, "
+	       "\"quant\": {}, \"tile\": {\"fblocks\": 3}}"),
+	 {"kernels[0].tile.fblocks: found 3", "allowed: 1, 2, 4, 8"}},
+	{FILE1("{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1024, "
+	       "\"quant\": {\"output\": \"rowwise\"}}"),
+	 {"kernels[0].quant.output: found \"rowwise\"", "allowed: \"both\""}},
+	{FILE1("{\"op\": \"swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": 500, "
+	       "\"quant\": {}}"),
+	 {"kernels[0].intermediate: found 500", "allowed: a multiple of 128 from 128 to 16384"}},
+	{FILE1("{\"op\": \"batch_swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+	       "\"intermediate\": 1024, \"quant\": {}}"),
+	 {"kernels[0].experts: missing, required by op batch_swiglu_quant", "allowed: an integer from 1 to"}},
+	{FILE1("{\"op\": \"batch_swiglu_quant\", \"pass\": \"backward\", \"dtype\": \"bf16\", "
+	       "\"intermediate\": 1024, \"experts\": 8, \"quant\": {\"output\": \"rowwise\"}}"),
+	 {"kernels[0].quant.output: found \"rowwise\" in a backward spec", "allowed: \"both\""}},
 	{FILE1("{\"op\": \"rmsnorm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 16384, "
 	       "\"tile\": {\"rows\": 16}}"),
 	 {"kernels[0].tile.rows: found 16", "allowed: 1 to 2"}},

@@ -329,12 +329,52 @@ def rms_norm_quant(x, weight, eps=1e-6, round_scale=True, output="both"):
     lingen.rmsnorm_quant: (q, s, rms, qt, st), the copies output does not
     ask for None. Leading dimensions are flattened into tokens; q keeps x's
     shape, qt is [hidden, tokens]. Not differentiable (its backward is the
-    RMSNorm backward: lingen.torch.rms_norm_backward)."""
+    RMSNorm backward: lingen.torch.rms_norm_backward; rms_norm_quant_autograd
+    is the differentiable form)."""
     res = _run("rmsnorm_quant_forward", _flat(x), weight, eps=eps,
                                                  quant_round_scale=round_scale,
                                                  quant_output=output)
     q, s, rms, qt, st = _none_unused(res, _used("rmsnorm_quant", "forward", (("quant.output", output),)))
     return (q.view(x.shape) if q is not None else None), s, rms, qt, st
+
+
+class RMSNormQuantFunction(torch.autograd.Function):
+    """RMSNorm + blockwise FP8 of x [..., hidden] (bf16), K1's forward and
+    backward pair: the forward is lingen.rmsnorm_quant, the backward the
+    RMSNorm backward (lingen.rmsnorm_backward with the forward's rms; dw in
+    fp32, deterministic, cast to the weight's dtype). Returns (y, q, s, qt,
+    st): y is a gradient carrier (bf16 [..., hidden], no memory, values not
+    the normalised x) through which the consumer of the FP8 copies gives
+    dL/dy, as SwiGLUQuantFunction's; the copies output does not ask for
+    None."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps=1e-6, round_scale=True, output="both"):
+        x2 = _flat(x)
+        res = _run("rmsnorm_quant_forward", x2, weight, eps=eps, quant_round_scale=round_scale,
+                   quant_output=output)
+        q, s, rms, qt, st = _none_unused(res, _used("rmsnorm_quant", "forward",
+                                                    (("quant.output", output),)))
+        copies = (q.view(x.shape) if q is not None else None, s, qt, st)
+        ctx.mark_non_differentiable(*(c for c in copies if c is not None))
+        ctx.save_for_backward(x2, weight, rms)
+        ctx.opts = (eps, x.shape)
+        return (_grad_carrier(x, x.shape[-1]), *copies)
+
+    @staticmethod
+    def backward(ctx, gy, *_):
+        x2, weight, rms = ctx.saved_tensors
+        eps, shape = ctx.opts
+        dx, dw = _run("rmsnorm_backward", _flat(gy).contiguous(), x2, weight, rms, eps=eps)
+        dw = dw.to(weight.dtype) if ctx.needs_input_grad[1] else None
+        return dx.view(shape), dw, None, None, None
+
+
+def rms_norm_quant_autograd(x, weight, eps=1e-6, round_scale=True, output="both"):
+    """RMSNorm + blockwise FP8 of x [..., hidden], differentiable in x and
+    weight: (y, q, s, qt, st) as RMSNormQuantFunction (y a gradient
+    carrier; rms_norm_quant is the same forward without autograd)."""
+    return RMSNormQuantFunction.apply(x, weight, eps, round_scale, output)
 
 
 def rms_norm_forward(x, weight, eps=1e-6):

@@ -59,6 +59,37 @@ def test_autograd_matches_torch(seed):
     assert xt.grad.shape == xt.shape
 
 
+def test_rms_norm_quant_autograd(seed):
+    """K1's pair as one autograd Function: the copies are rms_norm_quant's
+    bytes, dL/dy through the gradient carrier gives dx and dw of the RMSNorm
+    backward (float64 reference), at an odd token count and both outputs."""
+    torch = torch_cuda()
+    import lingen.torch as lt
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(3, 111, 2048, generator=g, device="cuda").bfloat16().requires_grad_()
+    w = (torch.rand(2048, generator=g, device="cuda") + 0.5).bfloat16().requires_grad_()
+    dy = torch.randn(3, 111, 2048, generator=g, device="cuda").bfloat16()
+    y, q, s, qt, st = lt.rms_norm_quant_autograd(x, w)
+    assert y.shape == x.shape and y.requires_grad and not q.requires_grad
+    wq, ws, _, wqt, wst = lt.rms_norm_quant(x.detach(), w.detach())
+    for got, want in ((q, wq), (s, ws), (qt, wqt), (st, wst)):
+        assert torch.equal(got.view(torch.uint8) if got.dtype != torch.float32 else got,
+                           want.view(torch.uint8) if want.dtype != torch.float32 else want)
+    y.backward(dy)
+    x64 = x.detach().double().requires_grad_()
+    w64 = w.detach().double().requires_grad_()
+    y64 = x64 * (x64.square().mean(-1, keepdim=True) + 1e-6).rsqrt() * w64
+    y64.backward(dy.double())
+    ref.check_rel(x.grad, x64.grad, 1e-2, "dx")
+    ref.check_rel(w.grad, w64.grad, 1e-2, "dw (bf16)")
+    assert w.grad.dtype == torch.bfloat16
+    y, q, s, qt, st = lt.rms_norm_quant_autograd(x, w, output="rowwise")
+    assert qt is None and st is None and q.shape == x.shape
+    x.grad = None
+    y.backward(dy)
+    assert x.grad.shape == x.shape
+
+
 def test_module_and_quant_functions(seed):
     torch = torch_cuda()
     import lingen.torch as lt
