@@ -123,12 +123,18 @@ void lg_emit_qt_lines_realign(lg_buf *b, int threads, const char *base, const ch
 	lg_line(b, "lg_st16_cs(line + o, lg_u32x4{(u32)lo, (u32)(lo >> 32), (u32)hi,");
 	lg_line(b, "\t(u32)(hi >> 32)});");
 	lg_close(b);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", 128 * 32, threads);
-	lg_line(b, "const int c = e >> 5, q = e & 31; // line c, lane q");
+	lg_comment(b, "The heads and tails: none when every line starts and ends on a chunk");
+	lg_comment(b, "boundary (the line stride %s and the tokens a multiple of 16); 16 bytes", ld);
+	lg_comment(b, "a line in a whole tile (16 lanes a line), at most 30 in a short one (32).");
+	lg_open(b, "if (((%s | rows) & 15) != 0) {", ld);
+	lg_line(b, "const int lb2 = rows == 128 ? 4 : 5; // log2 of the lanes a line");
+	lg_line(b, "#pragma unroll 2");
+	lg_open(b, "for (int e = threadIdx.x; e < (128 << lb2); e += %d) {", threads);
+	lg_line(b, "const int c = e >> lb2, q = e & ((1 << lb2) - 1); // line c, lane q");
 	lg_line(b, "u8 *const line = %s + (k0 + c) * %s + %s;", base, ld, t0);
 	lg_line(b, "const int head = min((16 - (int)((size_t)line & 15)) & 15, rows);");
-	lg_line(b, "const int t = q < head ? q : ((rows - head) & ~15) + q; // head, tail");
+	lg_line(b, "const int t = q < head ? q : ((rows - head) & ~15) + q;");
 	lg_line(b, "if (t < rows) line[t] = stage[c * 128 + (t ^ (8 * (c >> 3)))];");
+	lg_close(b);
 	lg_close(b);
 }

@@ -351,9 +351,16 @@ int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, str
 	static const int64_t min_ctas[] = {1, 2, 0}; /* and each again with 2 CTAs an SM */
 	int n;
 	if (k->weighted && s->pass == LG_PASS_BACKWARD) {
-		/* (the half is dropped where the key refuses it: not a power of two) */
-		int64_t nb = out_features(s, k) / 128, fb[3] = {nb / 2, nb, 0};
-		n = lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
+		/* the gate half (the plan's default: fblocks left out, so any
+		 * n / 128 has it) and every block (the key's first value at
+		 * least 2n / 128: it clamps to the output's), each at both
+		 * thread counts */
+		int64_t nb = out_features(s, k) / 128, every = 1;
+		while (every < nb)
+			every *= 2;
+		int64_t fb[2] = {every, 0};
+		n = lg_candidate_values(s, t, out, 0, max, k->key_threads, lg_swiglu_threads_ok);
+		n = lg_candidate_grid(s, t, out, n, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
 	} else {
 		/* 1, 2, 4, 8 blocks a CTA, those the output has */
 		int64_t fb[5] = {0}, nb = out_features(s, k) / 128;

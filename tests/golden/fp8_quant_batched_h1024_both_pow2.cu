@@ -355,12 +355,18 @@ lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 		lg_st16_cs(line + o, lg_u32x4{(u32)lo, (u32)(lo >> 32), (u32)hi,
 			(u32)(hi >> 32)});
 	}
-	#pragma unroll
-	for (int e = threadIdx.x; e < 4096; e += 256) {
-		const int c = e >> 5, q = e & 31; // line c, lane q
-		u8 *const line = qtg + (k0 + c) * segn + lt * 128;
-		const int head = min((16 - (int)((size_t)line & 15)) & 15, rows);
-		const int t = q < head ? q : ((rows - head) & ~15) + q; // head, tail
-		if (t < rows) line[t] = stage[c * 128 + (t ^ (8 * (c >> 3)))];
+	// The heads and tails: none when every line starts and ends on a chunk
+	// boundary (the line stride segn and the tokens a multiple of 16); 16 bytes
+	// a line in a whole tile (16 lanes a line), at most 30 in a short one (32).
+	if (((segn | rows) & 15) != 0) {
+		const int lb2 = rows == 128 ? 4 : 5; // log2 of the lanes a line
+		#pragma unroll 2
+		for (int e = threadIdx.x; e < (128 << lb2); e += 256) {
+			const int c = e >> lb2, q = e & ((1 << lb2) - 1); // line c, lane q
+			u8 *const line = qtg + (k0 + c) * segn + lt * 128;
+			const int head = min((16 - (int)((size_t)line & 15)) & 15, rows);
+			const int t = q < head ? q : ((rows - head) & ~15) + q;
+			if (t < rows) line[t] = stage[c * 128 + (t ^ (8 * (c >> 3)))];
+		}
 	}
 }
