@@ -73,7 +73,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	 * (bench/h200-2026-11-30-families). The exact divide needs 102
 	 * registers at 256 threads, 58 at 512: 512 (not measured against 256).
 	 * Both are lg_qe_plan's defaults. */
-	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, -1, K_VALUES, -1, 1);
+	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, -1, K_VALUES, 1);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;

@@ -91,41 +91,8 @@ void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_r
 	lg_qe_emit_load_bf16(b, e, r, (const char *)ctx);
 }
 
-static void raw_bf16(lg_buf *b, const struct lg_qe *e, int r, void *ctx)
-{
-	(void)e, (void)ctx;
-	lg_line(b, "lg_u32x4 qe_raw[%d]; // the loaded bf16 of each row", r);
-}
-
-static void fetch_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
-{
-	lg_line(b, "qe_raw[%s] = lg_ld16_cs((const u8 *)%s + (%s * %lld + %s) * 2);", r->slot, (const char *)ctx, r->row,
-		(long long)e->n, r->col);
-}
-
-static void compute_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
-{
-	(void)ctx;
-	if (e->vals == LG_QE_BF16) {
-		lg_line(b, "%s = qe_raw[%s];", r->dst, r->slot);
-		return;
-	}
-	lg_line(b, "const lg_u32x4 qe_w = qe_raw[%s]; // bf16 -> fp32 is exact", r->slot);
-	lg_line(b, "const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int j = 0; j < 4; j++) {");
-	lg_line(b, "%s[2 * j] = lg_bf16_lo(qe_a[j]);", r->dst);
-	lg_line(b, "%s[2 * j + 1] = lg_bf16_hi(qe_a[j]);", r->dst);
-	lg_close(b);
-}
-
-struct lg_qe_hooks lg_qe_hooks_bf16(const char *x)
-{
-	return (struct lg_qe_hooks){.ctx = (void *)x, .raw = raw_bf16, .fetch = fetch_bf16, .compute = compute_bf16};
-}
-
 void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
-		int k_prefetch, int fblocks_def)
+		int fblocks_def)
 {
 	bool f32 = k_values >= 0 && lg_spec_has(s, k_values) && lg_spec_int(s, k_values) == 32;
 	int64_t nb = n / TILE;
@@ -142,16 +109,12 @@ void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_thr
 		p->tile[k_fblocks] = p->v[LG_QE_PV_FBLOCKS];
 	if (k_values >= 0)
 		p->tile[k_values] = f32 ? 32 : 16;
-	p->v[LG_QE_PV_PREFETCH] = k_prefetch >= 0 && lg_spec_has(s, k_prefetch) && lg_spec_int(s, k_prefetch);
-	if (k_prefetch >= 0)
-		p->tile[k_prefetch] = p->v[LG_QE_PV_PREFETCH];
 }
 
 struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enum lg_qe_layout layout)
 {
 	struct lg_qe e = {.n = p->v[LG_QE_PV_N], .threads = (int)p->v[LG_QE_PV_THREADS],
-			  .fblocks = (int)p->v[LG_QE_PV_FBLOCKS], .prefetch = p->v[LG_QE_PV_PREFETCH] != 0,
-			  .vals = p->v[LG_QE_PV_F32] ? LG_QE_F32 : LG_QE_BF16,
+			  .fblocks = (int)p->v[LG_QE_PV_FBLOCKS], .vals = p->v[LG_QE_PV_F32] ? LG_QE_F32 : LG_QE_BF16,
 			  .layout = layout};
 	if (s) {
 		e.rows = layout == LG_QE_TILE128 || lg_quant_rowwise(s);

@@ -130,22 +130,19 @@ struct lg_qe_hooks {
 void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, const char *x);
 /* The same as a ready values hook: ctx is the input's name (const char *). */
 void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx);
-/* The same as raw / fetch / compute hooks for input x (kept as ctx): one
- * lg_u32x4 a row, widened by compute with LG_QE_F32. */
-struct lg_qe_hooks lg_qe_hooks_bf16(const char *x);
 
 /* Plan helpers for families whose tile is the engine's own keys: plan
  * values LG_QE_PV_* of struct lg_plan.v (a family using them keeps its own
  * values after LG_QE_PV_COUNT). */
-enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_PREFETCH, LG_QE_PV_COUNT };
-/* Resolve tile keys threads, fblocks, values and prefetch (key indices;
- * -1: the family has no such key; prefetch off by default) for features n: threads 256 with power-of-two
+enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_COUNT };
+/* Resolve tile keys threads, fblocks and values (key indices; -1: the
+ * family has no such key) for features n: threads 256 with power-of-two
  * scales and bf16 values, else 512 (the fp32 values and the exact divide
  * need the registers); fblocks default fblocks_def (clamped to n / 128);
  * values 16 unless 32 is given. Sets p->tile[] of the keys declared and
  * p->v[LG_QE_PV_*]. */
 void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
-		int k_prefetch, int fblocks_def);
+		int fblocks_def);
 /* The engine as planned (lg_qe_plan), for a layout; s NULL (geometry):
  * the quant recipe left off. LG_QE_TILE128 has rows on and cols off. */
 struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enum lg_qe_layout layout);

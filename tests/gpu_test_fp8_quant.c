@@ -182,7 +182,7 @@ static void test_batched_odd(void **state)
 }
 
 /* Every tile option: threads, fblocks (a partial last group at 384 = 3
- * blocks), the fp32 path, prefetch. */
+ * blocks), the fp32 path. */
 static void test_batched_tiles(void **state)
 {
 	(void)state;
@@ -191,9 +191,6 @@ static void test_batched_tiles(void **state)
 		", \"tile\": {\"fblocks\": 1}",   ", \"tile\": {\"fblocks\": 2}",
 		", \"tile\": {\"fblocks\": 8}",   ", \"tile\": {\"values\": 32}",
 		", \"tile\": {\"values\": 32, \"threads\": 256, \"fblocks\": 2}",
-		", \"tile\": {\"fblocks\": 2, \"prefetch\": 1}",
-		", \"tile\": {\"fblocks\": 8, \"prefetch\": 1, \"threads\": 512}",
-		", \"tile\": {\"values\": 32, \"fblocks\": 4, \"prefetch\": 1}",
 	};
 	for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++) {
 		batched(384, tiles[t], odd, sizeof odd / sizeof odd[0]);
@@ -235,7 +232,7 @@ static void test_batched_counts(void **state)
 		{0, 0, 0, 0, 0},         /* nothing */
 		{128, 128, 128, 128, 0}, /* whole tiles, 512 of 1000 */
 	};
-	static const char *const tiles[] = {"", ", \"tile\": {\"fblocks\": 2, \"prefetch\": 1}",
+	static const char *const tiles[] = {"", ", \"tile\": {\"fblocks\": 2}",
 					    ", \"tile\": {\"values\": 32, \"threads\": 256}"};
 	for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
 		for (int pow2 = 1; pow2 >= 0; pow2--)

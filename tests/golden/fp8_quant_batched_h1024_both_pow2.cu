@@ -179,7 +179,6 @@ lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 	float *const sg = (float *)s + seg0 * 8; // [8, segn] scales
 	u8 *const qtg = (u8 *)qt + seg0 * 1024; // the expert's [1024, segn] qt
 	float *const stg = (float *)st + (tbeg + lt) * 1024; // the tile's st row
-	lg_u32x4 qe_raw[8]; // the loaded bf16 of each row
 	const int cb = cg; // the feature block
 	const i64 k0 = (i64)cb * 128; // its first feature
 	// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
@@ -193,12 +192,7 @@ lg_fp8_quant_batched_fwd_bf16_h1024_both_pow2(
 	#pragma unroll
 	for (int i = 0; i < 8; i++) {
 		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		qe_raw[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1024 + qe_col) * 2);
-	}
-	#pragma unroll
-	for (int i = 0; i < 8; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		v[i] = qe_raw[i];
+		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1024 + qe_col) * 2);
 	}
 	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0

@@ -158,7 +158,6 @@ lg_fp8_quant_batched_fwd_bf16_h384_rowwise_exact_tf2v32(
 	const i64 m0 = seg0 + lt * 128; // the tile's first token in x and q
 	const int rows = (int)(segn - lt * 128 < 128 ? segn - lt * 128 : 128); // its tokens
 	float *const sg = (float *)s + seg0 * 3; // [3, segn] scales
-	lg_u32x4 qe_raw[4]; // the loaded bf16 of each row
 	const int cb_end = cg * 2 + 2 < 3 ? cg * 2 + 2 : 3;
 	for (int cb = cg * 2; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
@@ -173,17 +172,15 @@ lg_fp8_quant_batched_fwd_bf16_h384_rowwise_exact_tf2v32(
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + min(r0 + i, rows - 1);
-			qe_raw[i] = lg_ld16_cs((const u8 *)x + (qe_row * 384 + qe_col) * 2);
-		}
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + min(r0 + i, rows - 1);
-			const lg_u32x4 qe_w = qe_raw[i]; // bf16 -> fp32 is exact
-			const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};
-			#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				v[i][2 * j] = lg_bf16_lo(qe_a[j]);
-				v[i][2 * j + 1] = lg_bf16_hi(qe_a[j]);
+			{ // bf16 -> fp32 is exact
+				const u8 *const qe_p = (const u8 *)x + (qe_row * 384 + qe_col) * 2;
+				const lg_u32x4 qe_w = lg_ld16_cs(qe_p);
+				const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};
+				#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					v[i][2 * j] = lg_bf16_lo(qe_a[j]);
+					v[i][2 * j + 1] = lg_bf16_hi(qe_a[j]);
+				}
 			}
 		}
 		} // r0 < rows

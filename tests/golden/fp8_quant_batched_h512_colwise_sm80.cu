@@ -189,7 +189,6 @@ lg_fp8_quant_batched_fwd_bf16_h512_colwise_pow2_tf1(
 	const int rows = (int)(segn - lt * 128 < 128 ? segn - lt * 128 : 128); // its tokens
 	u8 *const qtg = (u8 *)qt + seg0 * 512; // the expert's [512, segn] qt
 	float *const stg = (float *)st + (tbeg + lt) * 512; // the tile's st row
-	lg_u32x4 qe_raw[8]; // the loaded bf16 of each row
 	const int cb = cg; // the feature block
 	const i64 k0 = (i64)cb * 128; // its first feature
 	// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
@@ -203,12 +202,7 @@ lg_fp8_quant_batched_fwd_bf16_h512_colwise_pow2_tf1(
 	#pragma unroll
 	for (int i = 0; i < 8; i++) {
 		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		qe_raw[i] = lg_ld16_cs((const u8 *)x + (qe_row * 512 + qe_col) * 2);
-	}
-	#pragma unroll
-	for (int i = 0; i < 8; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		v[i] = qe_raw[i];
+		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 512 + qe_col) * 2);
 	}
 	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
