@@ -11,9 +11,12 @@
  *
  * Strategy: the engine owns the tiles (128 tokens x 128 features a CTA, or
  * `fblocks` such tiles along the features in turn), the scales and both
- * copies; the values hook loads the 8 features of a token with 16-byte
- * loads (gate and up at the same column of x's two halves) and computes
- * them in registers, so x is read once by the forward. The backward's
+ * copies; the values come in two hooks: fetch loads the 8 features of a
+ * token with 16-byte loads (gate and up at the same column of x's two
+ * halves) into raw registers, compute makes the values from them, so x is
+ * read once by the forward. With tile.prefetch (K6's backward by
+ * default) the engine issues the next feature block's fetch right after
+ * this block's compute, before its barriers and stores. The backward's
  * output has K = 2n features: a block of the first half is dx1 (from g,
  * gate, up), of the second half dx2 (from g, gate, at the same input
  * column). Its g and gate are read by both blocks: the loads keep them in
