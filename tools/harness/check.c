@@ -8,7 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "compare.h"
 #include "env.h"
 #include "error.h"
 #include "gpu.h"
@@ -72,17 +71,7 @@ lg_status lg_check_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_check_o
 		lg_gpu_case_free(&g);
 		return st;
 	}
-	lg_ref_family_get(s->op)->run(s, &g.ref);
-	r->pass = true;
-	int maxr = o->max_report ? o->max_report : 5;
-	for (int i = 0; i < g.ref.n && r->nmeasures < 8; i++) {
-		const struct lg_ref_buf *b = &g.ref.buf[i];
-		if (!b->output || !b->count || dropped[i])
-			continue;
-		struct lg_check_measure *m = &r->m[r->nmeasures++];
-		lg_compare(b, g.got[i], maxr, out, m);
-		r->pass = r->pass && m->pass;
-	}
+	lg_gpu_case_check(&g, s, dropped, o->max_report ? o->max_report : 5, out, r);
 	lg_gpu_case_free(&g);
 	return LG_OK;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compare.h"
 #include "error.h"
 
 /* A list family's case: its tensors (ref.data) on the device, and the
@@ -112,4 +113,20 @@ void lg_gpu_case_free(struct lg_gpu_case *g)
 		g->cu->cuMemFree(g->data);
 	free(g->ref.data);
 	memset(g, 0, sizeof *g);
+}
+
+void lg_gpu_case_check(struct lg_gpu_case *g, const struct lg_spec *s, const bool *skip, int max_report, FILE *out,
+		       struct lg_check_result *r)
+{
+	lg_ref_family_get(s->op)->run(s, &g->ref);
+	r->pass = true;
+	r->nmeasures = 0;
+	for (int i = 0; i < g->ref.n && r->nmeasures < 8; i++) {
+		const struct lg_ref_buf *b = &g->ref.buf[i];
+		if (!b->output || !b->count || (skip && skip[i]))
+			continue;
+		struct lg_check_measure *m = &r->m[r->nmeasures++];
+		lg_compare(b, g->got[i], max_report, out, m);
+		r->pass = r->pass && m->pass;
+	}
 }

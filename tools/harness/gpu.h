@@ -5,8 +5,12 @@
 #ifndef LG_HARNESS_GPU_H
 #define LG_HARNESS_GPU_H
 
+#include <stdbool.h>
+#include <stdio.h>
+
 #include "context.h"
 #include "cuda.h"
+#include "harness.h"
 #include "ref.h"
 
 struct lg_gpu_case {
@@ -31,5 +35,12 @@ lg_status lg_gpu_case_poison(struct lg_gpu_case *g);
 /* Copy the outputs back into got[]. */
 lg_status lg_gpu_case_download(struct lg_gpu_case *g);
 void lg_gpu_case_free(struct lg_gpu_case *g);
+/* After a launch and lg_gpu_case_download: run spec s's CPU reference on
+ * the case's inputs and compare every output it writes (but those with
+ * skip[i] set; skip may be NULL) with the GPU's, printing up to
+ * max_report mismatches an output to out: r->pass and the first 8
+ * measures (r->seed untouched). */
+void lg_gpu_case_check(struct lg_gpu_case *g, const struct lg_spec *s, const bool *skip, int max_report, FILE *out,
+		       struct lg_check_result *r);
 
 #endif
