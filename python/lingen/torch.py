@@ -542,6 +542,23 @@ def _ce_count(labels, ignore_index):
     return (labels != ignore_index).sum().float()
 
 
+def _ce_reduce(loss, count, reduction, dtype):
+    """The per-row losses reduced as F.cross_entropy's reduction asks
+    (count: the rows not ignored, for "mean")."""
+    if reduction == "none":
+        return loss.to(dtype)
+    total = loss.sum()
+    return (total / count if count is not None else total).to(dtype)
+
+
+def _ce_dloss(dout, count, reduction, rows):
+    """The per-row output gradient [rows] fp32 of a reduced loss's dout."""
+    if reduction == "none":
+        return dout.float().contiguous()
+    g = dout.float() / count if reduction == "mean" else dout.float()
+    return g.reshape(1).expand(rows).contiguous()
+
+
 def _ce_dense(t, align):
     """t as the kernels take it: contiguous and `align`-byte aligned (a
     fresh copy of a strided view, or of a slice starting off the boundary,
@@ -590,10 +607,7 @@ class CrossEntropyFunction(torch.autograd.Function):
             loss, s, m = ops.cross_entropy_forward(logits, labels, **kw)
             ctx.save_for_backward(logits, labels, s, m, count if count is not None else s[:0])
         ctx.kw, ctx.reduction, ctx.fused, ctx.inplace = kw, reduction, fused, inplace
-        if reduction == "none":
-            return loss.to(logits.dtype)
-        total = loss.sum()
-        return (total / count if count is not None else total).to(logits.dtype)
+        return _ce_reduce(loss, count, reduction, logits.dtype)
 
     @staticmethod
     def backward(ctx, dout):
@@ -605,11 +619,7 @@ class CrossEntropyFunction(torch.autograd.Function):
                 grad = grad * dout.to(grad.dtype)
             return grad, None, None, None, None, None, None
         logits, labels, s, m, count = ctx.saved_tensors
-        if ctx.reduction == "none":
-            dloss = dout.float().contiguous()
-        else:
-            g = dout.float() / count if ctx.reduction == "mean" else dout.float()
-            dloss = g.reshape(1).expand(logits.shape[0]).contiguous()
+        dloss = _ce_dloss(dout, count, ctx.reduction, logits.shape[0])
         grad = ops.cross_entropy_backward(logits, labels, s, m, dloss, inplace=ctx.inplace,
                                           **ctx.kw)
         return grad, None, None, None, None, None, None
@@ -670,20 +680,13 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
         ctx.save_for_backward(logits, labels, s, m, count if count is not None else s[:0])
         ctx.kw, ctx.reduction, ctx.inplace = kw, reduction, inplace
         ctx.vocab_start, ctx.classes = int(vocab_start), int(classes)
-        if reduction == "none":
-            return loss.to(logits.dtype)
-        total = loss.sum()
-        return (total / count if count is not None else total).to(logits.dtype)
+        return _ce_reduce(loss, count, reduction, logits.dtype)
 
     @staticmethod
     def backward(ctx, dout):
         from . import ops
         logits, labels, s, m, count = ctx.saved_tensors
-        if ctx.reduction == "none":
-            dloss = dout.float().contiguous()
-        else:
-            g = dout.float() / count if ctx.reduction == "mean" else dout.float()
-            dloss = g.reshape(1).expand(logits.shape[0]).contiguous()
+        dloss = _ce_dloss(dout, count, ctx.reduction, logits.shape[0])
         grad = ops.cross_entropy_backward(logits, labels, s, m, dloss, inplace=ctx.inplace,
                                           vocab_start=ctx.vocab_start, classes=ctx.classes,
                                           **ctx.kw)
