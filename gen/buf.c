@@ -118,8 +118,9 @@ void lg_close_with(lg_buf *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	vline(b, fmt, ap);
 	va_end(ap);
-	/* "} else {" reopens the block it closed */
-	size_t n = strlen(fmt);
+	/* "} else {" (with a comment after it or not) reopens the block it closed */
+	const char *comment = strstr(fmt, " //");
+	size_t n = comment ? (size_t)(comment - fmt) : strlen(fmt);
 	if (n && fmt[n - 1] == '{')
 		b->depth++;
 }

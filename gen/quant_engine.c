@@ -245,20 +245,24 @@ static void emit_rows(lg_buf *b, const struct ctx *k, const char *col,
 {
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
-	lg_line(b, "const i64 qe_row = m0 + min(r0 + i, rows - 1);");
+	lg_line(b, "const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);");
 	struct lg_qe_row r = {.row = "qe_row", .lrow = "(r0 + i)", .col = col, .dst = "v[i]",
 			      .valid = "(r0 + i < rows)", .slot = "i"};
 	fn(b, k->e, &r, k->h->ctx);
 	lg_close(b);
 }
 
-/* With split hooks: the raw registers and (prefetch) the loads of the
- * CTA's first feature block, before the feature-block loop. */
+/* With split hooks: the raw registers, before the feature-block loop. */
 static void emit_raw(lg_buf *b, const struct ctx *k)
 {
-	if (!split(k))
-		return;
-	k->h->raw(b, k->e, k->r, k->h->ctx);
+	if (split(k))
+		k->h->raw(b, k->e, k->r, k->h->ctx);
+}
+
+/* With prefetch: the loads of the CTA's first feature block, before the
+ * feature-block loop. */
+static void emit_first_fetch(lg_buf *b, const struct ctx *k)
+{
 	if (!prefetching(k))
 		return;
 	lg_comment(b, "The first feature block's loads (each block's compute is followed by the next's).");
@@ -642,43 +646,66 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 		lg_emit_qt_lines_to(b, e->threads, "qtg", k->m, "m0");
 }
 
-void lg_qe_emit_body(lg_buf *b, const struct lg_qe *e, const struct lg_qe_hooks *h)
+/* The feature-block loop (or the one block) for the engine as given
+ * (its variant set). */
+static void emit_blocks(lg_buf *b, const struct ctx *k)
 {
-	struct ctx k = {.e = e, .h = h, .r = lg_qe_tokens_per_thread(e), .warps = e->threads / 32,
-			.fb = fblocks(e), .nb = e->n / TILE, .bf16 = e->vals == LG_QE_BF16,
-			.tile = e->layout == LG_QE_TILE128, .q = nm(e->q, "q"), .s = nm(e->s, "s"),
-			.qt = nm(e->qt, "qt"), .st = nm(e->st, "st"), .m = nm(e->m, "M")};
-	k.cmax = e->cols || k.tile;
-	emit_place(b, &k);
-	if (h->prologue)
-		h->prologue(b, e, h->ctx);
-	emit_raw(b, &k);
-	if (k.fb > 1) {
-		lg_line(b, "const int cb_end = cg * %d + %d < %lld ? cg * %d + %d : %lld;", k.fb, k.fb, (long long)k.nb,
-			k.fb, k.fb, (long long)k.nb);
-		lg_open(b, "for (int cb = cg * %d; cb < cb_end; cb++) { // the feature blocks of this CTA", k.fb);
+	const struct lg_qe *e = k->e;
+	const struct lg_qe_hooks *h = k->h;
+	emit_first_fetch(b, k);
+	if (k->fb > 1) {
+		lg_line(b, "const int cb_end = cg * %d + %d < %lld ? cg * %d + %d : %lld;", k->fb, k->fb,
+			(long long)k->nb, k->fb, k->fb, (long long)k->nb);
+		lg_open(b, "for (int cb = cg * %d; cb < cb_end; cb++) { // the feature blocks of this CTA", k->fb);
 	} else {
 		lg_line(b, "const int cb = cg; // the feature block");
 	}
 	lg_line(b, "const i64 k0 = (i64)cb * 128; // its first feature");
 	if (h->block)
 		h->block(b, e, h->ctx);
-	emit_values(b, &k);
-	if (k.bf16)
-		emit_thread_amax_bf16(b, &k);
+	emit_values(b, k);
+	if (k->bf16)
+		emit_thread_amax_bf16(b, k);
 	else
-		emit_thread_amax_f32(b, &k);
-	if (e->rows && !k.tile)
-		emit_row_scales(b, &k);
-	if (k.cmax)
-		emit_col_amax(b, &k);
+		emit_thread_amax_f32(b, k);
+	if (e->rows && !k->tile)
+		emit_row_scales(b, k);
+	if (k->cmax)
+		emit_col_amax(b, k);
 	if (e->cols)
-		emit_col_scales(b, &k);
-	if (k.tile)
-		emit_tile_scale(b, &k);
-	emit_quantise(b, &k);
+		emit_col_scales(b, k);
+	if (k->tile)
+		emit_tile_scale(b, k);
+	emit_quantise(b, k);
 	if (h->epilogue)
 		h->epilogue(b, e, h->ctx);
-	if (k.fb > 1)
+	if (k->fb > 1)
 		lg_close(b);
+}
+
+void lg_qe_emit_body(lg_buf *b, const struct lg_qe *e, const struct lg_qe_hooks *h)
+{
+	struct lg_qe ev = *e;
+	ev.variant = -1;
+	struct ctx k = {.e = &ev, .h = h, .r = lg_qe_tokens_per_thread(e), .warps = e->threads / 32,
+			.fb = fblocks(e), .nb = e->n / TILE, .bf16 = e->vals == LG_QE_BF16,
+			.tile = e->layout == LG_QE_TILE128, .q = nm(e->q, "q"), .s = nm(e->s, "s"),
+			.qt = nm(e->qt, "qt"), .st = nm(e->st, "st"), .m = nm(e->m, "M")};
+	k.cmax = e->cols || k.tile;
+	emit_place(b, &k);
+	if (h->prologue)
+		h->prologue(b, &ev, h->ctx);
+	emit_raw(b, &k);
+	if (!e->cta_case) {
+		emit_blocks(b, &k);
+		return;
+	}
+	lg_comment(b, "Two copies of the feature blocks, each compiled for its case (the condition is");
+	lg_comment(b, "the same in every thread of the CTA; the copies are not indented).");
+	for (int v = 1; v >= 0; v--) {
+		ev.variant = v;
+		lg_line(b, v ? "if (%s) {" : "} else { // not %s", e->cta_case);
+		emit_blocks(b, &k);
+	}
+	lg_line(b, "}");
 }

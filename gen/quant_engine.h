@@ -82,6 +82,14 @@ struct lg_qe {
 	 * feature group (blocks fblocks * group ...). A family with a grid of
 	 * its own (2-D, reversed, sliced) gives both and its own geometry(). */
 	const char *tile, *group;
+	/* A condition on the CTA (the same in all its threads; NULL: none)
+	 * that splits the feature-block loop into two copies, each compiled
+	 * for its case: the hooks see variant 1 in the copy where it holds, 0
+	 * in the other, -1 without a split (set by the engine). A family
+	 * whose values differ by feature block (a backward's two halves)
+	 * names the case so that each copy computes only its own. */
+	const char *cta_case;
+	int variant;
 };
 
 /* What the values hook is given for one token row of 8 features. */

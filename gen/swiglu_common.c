@@ -219,23 +219,47 @@ static void raw(lg_buf *b, const struct lg_qe *e, int r, void *ctx)
 		lg_line(b, "lg_u32x4 rg[%d]; // g of each row", r);
 }
 
+/* The backward's half of a block whose first output feature is col: "true"
+ * (dx1, the gate half) or "false" (dx2) where the engine's copy is
+ * compiled for one (lg_qe.cta_case), else a bool expression. */
+static const char *gate_half(char *buf, size_t size, const struct lg_qe *e, const struct lg_qe_row *r,
+			     const struct hook *h)
+{
+	if (e->variant >= 0)
+		return e->variant ? "true" : "false";
+	snprintf(buf, size, "%s < %lld", r->col, h->n);
+	return buf;
+}
+
 static void fetch(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
 {
 	const struct hook *h = ctx;
-	(void)e;
 	if (!h->bwd) {
 		lg_comment(b, "gate at xa, up %lld bytes on; both read once (streaming)", 2 * h->n);
 		lg_line(b, "const u8 *const xa = (const u8 *)x + (%s * %lld + %s) * 2;", r->row, 2 * h->n, r->col);
 		lg_line(b, "ra[%s] = lg_ld16_cs(xa), ru[%s] = lg_ld16_cs(xa + %lld);", r->slot, r->slot, 2 * h->n);
 		return;
 	}
-	lg_line(b, "const bool first = %s < %lld; // dx1 (the gate half), else dx2", r->col, h->n);
-	lg_line(b, "const i64 c = first ? %s : %s - %lld; // the input column", r->col, r->col, h->n);
+	char fb[96];
+	const char *first = gate_half(fb, sizeof fb, e, r, h);
+	if (e->variant == 1)
+		lg_line(b, "const i64 c = %s; // the input column (the gate half: dx1)", r->col);
+	else if (e->variant == 0)
+		lg_line(b, "const i64 c = %s - %lld; // the input column (the up half: dx2)", r->col, h->n);
+	else {
+		lg_line(b, "const bool first = %s; // dx1 (the gate half), else dx2", first);
+		lg_line(b, "const i64 c = first ? %s : %s - %lld; // the input column", r->col, r->col, h->n);
+		first = "first";
+	}
 	lg_line(b, "const u8 *const xa = (const u8 *)x + (%s * %lld + c) * 2;", r->row, 2 * h->n);
 	lg_comment(b, "gate, g: read by both halves (kept in L2); up: by the first only");
 	lg_line(b, "ra[%s] = lg_ld16(xa);", r->slot);
 	lg_line(b, "rg[%s] = lg_ld16((const u8 *)g + (%s * %lld + c) * 2);", r->slot, r->row, h->n);
-	lg_line(b, "ru[%s] = first ? lg_ld16_cs(xa + %lld) : lg_u32x4{0u, 0u, 0u, 0u};", r->slot, 2 * h->n);
+	if (e->variant == 1)
+		lg_line(b, "ru[%s] = lg_ld16_cs(xa + %lld);", r->slot, 2 * h->n);
+	else if (e->variant < 0)
+		lg_line(b, "ru[%s] = %s ? lg_ld16_cs(xa + %lld) : lg_u32x4{0u, 0u, 0u, 0u};", r->slot, first,
+			2 * h->n);
 }
 
 static void compute_forward(lg_buf *b, const struct hook *h, const struct lg_qe_row *r)
@@ -253,36 +277,49 @@ static void compute_forward(lg_buf *b, const struct hook *h, const struct lg_qe_
 	lg_close(b);
 }
 
-static void compute_backward(lg_buf *b, const struct hook *h, const struct lg_qe_row *r)
+static void compute_backward(lg_buf *b, const struct lg_qe *e, const struct hook *h, const struct lg_qe_row *r)
 {
-	lg_line(b, "const bool first = %s < %lld; // dx1 (the gate half), else dx2", r->col, h->n);
+	char fb[96];
+	const char *first = gate_half(fb, sizeof fb, e, r, h);
+	bool up = e->variant != 0; /* the up values are used (dx1) */
 	lg_line(b, "const u32 aa[4] = {ra[%s].x, ra[%s].y, ra[%s].z, ra[%s].w};", r->slot, r->slot, r->slot, r->slot);
 	lg_line(b, "const u32 ga[4] = {rg[%s].x, rg[%s].y, rg[%s].z, rg[%s].w};", r->slot, r->slot, r->slot, r->slot);
-	lg_line(b, "const u32 ua[4] = {ru[%s].x, ru[%s].y, ru[%s].z, ru[%s].w};", r->slot, r->slot, r->slot, r->slot);
+	if (up)
+		lg_line(b, "const u32 ua[4] = {ru[%s].x, ru[%s].y, ru[%s].z, ru[%s].w};", r->slot, r->slot, r->slot,
+			r->slot);
 	if (h->weighted) {
 		lg_line(b, "const float pv = pr[%s - r0];", r->lrow);
 		lg_line(b, "float dps = 0.0f;");
 	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int f = 0; f < 8; f++) {");
-	lg_line(b, "const u32 wa = aa[f >> 1], wu = ua[f >> 1], wg = ga[f >> 1];");
+	lg_line(b, "const u32 wa = aa[f >> 1], wg = ga[f >> 1];");
 	lg_line(b, "const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);");
-	lg_line(b, "const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);");
+	if (up) {
+		lg_line(b, "const u32 wu = ua[f >> 1];");
+		lg_line(b, "const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);");
+	} else {
+		lg_line(b, "const float u = 0.0f; // dx2 does not use up");
+	}
 	lg_line(b, "const float gv = f & 1 ? lg_bf16_hi(wg) : lg_bf16_lo(wg);");
 	lg_line(b, "float d1, d2;");
 	lg_line(b, "lg_swiglu_dx(a, u, gv%s, d1, d2%s);", h->weighted ? ", pv" : "", h->weighted ? ", dps" : "");
-	lg_line(b, "%s[f] = first ? d1 : d2;", r->dst);
+	if (e->variant >= 0)
+		lg_line(b, "%s[f] = %s;", r->dst, e->variant ? "d1" : "d2");
+	else
+		lg_line(b, "%s[f] = %s ? d1 : d2;", r->dst, first);
 	lg_close(b);
-	if (h->weighted)
-		lg_line(b, "if (first) dpp[%s - r0] += dps;", r->lrow);
+	if (h->weighted && e->variant == 1)
+		lg_line(b, "dpp[%s - r0] += dps;", r->lrow);
+	else if (h->weighted && e->variant < 0)
+		lg_line(b, "if (%s) dpp[%s - r0] += dps;", first, r->lrow);
 }
 
 static void compute(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
 {
 	const struct hook *h = ctx;
-	(void)e;
 	if (h->bwd)
-		compute_backward(b, h, r);
+		compute_backward(b, e, h, r);
 	else
 		compute_forward(b, h, r);
 }
@@ -291,7 +328,6 @@ static void compute(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r,
 static void epilogue(lg_buf *b, const struct lg_qe *e, void *ctx)
 {
 	const struct hook *h = ctx;
-	(void)e;
 	if (h->dxbf16) {
 		lg_comment(b, "dx in bf16: the thread's 8 values of each real token, 16 bytes.");
 		lg_line(b, "#pragma unroll");
@@ -303,7 +339,7 @@ static void epilogue(lg_buf *b, const struct lg_qe *e, void *ctx)
 		lg_line(b, "\tlg_pack_bf16x2(v[i][6], v[i][7])});");
 		lg_close(b);
 	}
-	if (!(h->bwd && h->weighted))
+	if (!(h->bwd && h->weighted) || e->variant == 0) /* none in the up half's copy */
 		return;
 	lg_comment(b, "dprob after the gate half's last block: a token's 16 lanes summed by a fixed");
 	lg_comment(b, "butterfly (the same bits in every lane and on every run).");
@@ -323,6 +359,17 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 	char experts[24];
 	snprintf(experts, sizeof experts, "%lld", (long long)p->v[P_EXPERTS]);
 	e.experts = experts;
+	/* The backward's CTAs whose blocks all lie in one half (every block
+	 * count dividing the half's n / 128): a copy of the loop for each
+	 * half, so that dx1's copy computes no dx2 and dx2's loads no up (by
+	 * ptxas on K6: 100 registers for the gate half's copy against 127
+	 * for one copy of both). */
+	char half[48];
+	int64_t nb2 = p->v[P_N] / 128, fbl = p->v[P_FBLOCKS];
+	if (p->v[P_BWD] && nb2 % fbl == 0) {
+		snprintf(half, sizeof half, "cg < %lld", (long long)(nb2 / fbl));
+		e.cta_case = half;
+	}
 	struct hook h = {.n = (long long)p->v[P_N], .bwd = p->v[P_BWD] != 0, .weighted = p->v[P_WEIGHTED] != 0,
 			 .dxbf16 = p->v[P_DXBF16] != 0, .r = lg_qe_tokens_per_thread(&e)};
 	struct lg_qe_hooks hk = {.ctx = &h, .raw = raw, .fetch = fetch, .compute = compute, .prologue = prologue,

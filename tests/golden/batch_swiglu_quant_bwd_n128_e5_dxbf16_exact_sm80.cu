@@ -247,6 +247,9 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 	for (int i = 0; i < 4; i++) dpp[i] = 0.0f;
 	lg_u32x4 ra[4], ru[4]; // gate, up of each row
 	lg_u32x4 rg[4]; // g of each row
+	// Two copies of the feature blocks, each compiled for its case (the condition is
+	// the same in every thread of the CTA; the copies are not indented).
+	if (cg < 1) {
 	const int cb = cg; // the feature block
 	const i64 k0 = (i64)cb * 128; // its first feature
 	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
@@ -259,19 +262,17 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		const bool first = qe_col < 128; // dx1 (the gate half), else dx2
-		const i64 c = first ? qe_col : qe_col - 128; // the input column
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+		const i64 c = qe_col; // the input column (the gate half: dx1)
 		const u8 *const xa = (const u8 *)x + (qe_row * 256 + c) * 2;
 		// gate, g: read by both halves (kept in L2); up: by the first only
 		ra[i] = lg_ld16(xa);
 		rg[i] = lg_ld16((const u8 *)g + (qe_row * 128 + c) * 2);
-		ru[i] = first ? lg_ld16_cs(xa + 256) : lg_u32x4{0u, 0u, 0u, 0u};
+		ru[i] = lg_ld16_cs(xa + 256);
 	}
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
-		const bool first = qe_col < 128; // dx1 (the gate half), else dx2
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
 		const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
 		const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
@@ -279,15 +280,16 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 		float dps = 0.0f;
 		#pragma unroll
 		for (int f = 0; f < 8; f++) {
-			const u32 wa = aa[f >> 1], wu = ua[f >> 1], wg = ga[f >> 1];
+			const u32 wa = aa[f >> 1], wg = ga[f >> 1];
 			const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
+			const u32 wu = ua[f >> 1];
 			const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);
 			const float gv = f & 1 ? lg_bf16_hi(wg) : lg_bf16_lo(wg);
 			float d1, d2;
 			lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
-			v[i][f] = first ? d1 : d2;
+			v[i][f] = d1;
 		}
-		if (first) dpp[(r0 + i) - r0] += dps;
+		dpp[(r0 + i) - r0] += dps;
 	}
 	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
@@ -471,5 +473,218 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 			const float t = lg_sum_xor(dpp[i], 1, 8);
 			if (lb == 0 && r0 + i < rows) ((float *)dprob)[m0 + r0 + i] = t;
 		}
+	}
+	} else { // not cg < 1
+	const int cb = cg; // the feature block
+	const i64 k0 = (i64)cb * 128; // its first feature
+	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
+	// a token past the tile's last computes the last one's, then counts as 0).
+	float v[4][8];
+	// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
+	// loads nor computes; the others run straight-line code, loads first. (The
+	// block is not indented: the hook's lines keep their width.)
+	if (r0 < rows) {
+	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+		const i64 c = qe_col - 128; // the input column (the up half: dx2)
+		const u8 *const xa = (const u8 *)x + (qe_row * 256 + c) * 2;
+		// gate, g: read by both halves (kept in L2); up: by the first only
+		ra[i] = lg_ld16(xa);
+		rg[i] = lg_ld16((const u8 *)g + (qe_row * 128 + c) * 2);
+	}
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+		const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+		const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
+		const float pv = pr[(r0 + i) - r0];
+		float dps = 0.0f;
+		#pragma unroll
+		for (int f = 0; f < 8; f++) {
+			const u32 wa = aa[f >> 1], wg = ga[f >> 1];
+			const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
+			const float u = 0.0f; // dx2 does not use up
+			const float gv = f & 1 ? lg_bf16_hi(wg) : lg_bf16_lo(wg);
+			float d1, d2;
+			lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
+			v[i][f] = d2;
+		}
+	}
+	} // r0 < rows
+	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
+		#pragma unroll
+		for (int i = 0; i < 4; i++)
+			if (r0 + i >= rows)
+				for (int j = 0; j < 8; j++) v[i][j] = 0.0f;
+	}
+	// Block maxima of |v| over the thread's values:
+	// rmax[i]: token r0 + i over its 8 features.
+	float rmax[4];
+	// cmax[j]: feature 8 lb + j over its 4 tokens; the 0 a max starts from
+	// joins once, at the scale (a max that ignores NaN is order-free: same bits).
+	float cmax[8];
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		float a = 0.0f;
+		#pragma unroll
+		for (int j = 0; j < 8; j++) {
+			a = fmaxf(a, fabsf(v[i][j]));
+			cmax[j] = i == 0 ? fabsf(v[i][j]) : fmaxf(cmax[j], fabsf(v[i][j]));
+		}
+		rmax[i] = a;
+	}
+	// Row amax: a butterfly over the half warp's 16 lanes (a token's 128 features).
+	#pragma unroll
+	for (int m = 1; m < 16; m <<= 1) {
+		#pragma unroll
+		for (int i = 0; i < 4; i++)
+			rmax[i] = fmaxf(rmax[i], __shfl_xor_sync(~0u, rmax[i], m));
+	}
+	// Row scales, a lane a token: lane lb takes token r0 + lb % 4; lanes 0..3
+	// of a half warp store them (32 bytes a warp), then each lane fetches the inverses
+	// of its 4 tokens from the lanes that own them.
+	const int own = lb & 3;
+	float ramax = rmax[0];
+	#pragma unroll
+	for (int i = 1; i < 4; i++) ramax = own == i ? rmax[i] : ramax;
+	const float rsc = lg_scale_exact(ramax), rinv = 1.0f / rsc;
+	if (lb < 4 && r0 + lb < rows)
+		sg[cb * segn + lt * 128 + r0 + lb] = rsc;
+	float ri[4];
+	float rs[4];
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		ri[i] = __shfl_sync(0xffffffffu, rinv, (threadIdx.x & 16) + i);
+		rs[i] = __shfl_sync(0xffffffffu, rsc, (threadIdx.x & 16) + i);
+	}
+	// Column amax: the warp's two token blocks (lanes l, l ^ 16), then the 16 warps
+	// through shared memory.
+	#pragma unroll
+	for (int j = 0; j < 8; j++)
+		cmax[j] = fmaxf(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));
+	if ((threadIdx.x & 16) == 0) {
+		float *const cp = &cpart[threadIdx.x >> 5][8 * lb];
+		*(float4 *)cp = make_float4(cmax[0], cmax[1], cmax[2], cmax[3]);
+		*(float4 *)(cp + 4) = make_float4(cmax[4], cmax[5], cmax[6], cmax[7]);
+	}
+	__syncthreads();
+	// Column scales: thread t < 128 for feature t; st: a 512-byte row a tile.
+	if (threadIdx.x < 128) {
+		float a = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from
+		#pragma unroll
+		for (int k = 1; k < 16; k++) a = fmaxf(a, cpart[k][threadIdx.x]);
+		const float sc = lg_scale_exact(a), inv = 1.0f / sc;
+		stg[k0 + threadIdx.x] = sc;
+		cinv[threadIdx.x] = inv;
+		csc[threadIdx.x] = sc;
+	}
+	__syncthreads();
+	// Quantise every value once per copy:
+	//   rowwise: with its token's scale; a half warp stores a token's q line.
+	//   columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets
+	//   the 4 bytes of feature 8 lb + c, token r0 first.
+	const float4 c0 = *(const float4 *)(cinv + 8 * lb);
+	const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);
+	const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+	const float4 s0 = *(const float4 *)(csc + 8 * lb);
+	const float4 s1 = *(const float4 *)(csc + 8 * lb + 4);
+	const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+	u32 cw[8];
+	u8 *const qrow = (u8 *)dxq + (m0 + r0) * 256 + k0 + 8 * lb;
+	// A thread whose tokens are all absent has nothing to store but zero bytes
+	// (+0 quantises to 0x00 under any scale).
+	// (The else block is not indented: its lines keep their width.)
+	if (r0 >= rows) {
+		#pragma unroll
+		for (int c = 0; c < 8; c++) cw[c] = 0u;
+	}
+	else {
+	#pragma unroll
+	for (int p = 0; p < 2; p++) {
+		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		#pragma unroll
+		for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
+		const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+		const float s0 = rs[2 * p], s1 = rs[2 * p + 1];
+		u32 qa[2], qb[2];
+		#pragma unroll
+		for (int e = 0; e < 2; e++) {
+			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0),
+				lg_q(y0[4 * e + 1], s0, i0),
+				lg_q(y0[4 * e + 2], s0, i0),
+				lg_q(y0[4 * e + 3], s0, i0));
+			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1),
+				lg_q(y1[4 * e + 1], s1, i1),
+				lg_q(y1[4 * e + 2], s1, i1),
+				lg_q(y1[4 * e + 3], s1, i1));
+		}
+		if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 256, qa[0], qa[1]);
+		if (r0 + 2 * p + 1 < rows)
+			lg_st8_cs(qrow + (2 * p + 1) * 256, qb[0], qb[1]);
+		#pragma unroll
+		for (int c = 0; c < 8; c++) {
+			const u32 h = lg_e4m3x2(lg_q(y0[c], cs[c], ci[c]),
+				lg_q(y1[c], cs[c], ci[c]));
+			cw[c] = p == 0 ? h : cw[c] | h << 16;
+		}
+	}
+	} // r0 < rows
+	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
+	// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.
+	#pragma unroll
+	for (int c = 0; c < 8; c++)
+		*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];
+	__syncthreads();
+	// qt: each column's tokens are one line of up to 128 bytes at any byte address, cut
+	// at the 16-byte boundaries of memory: a head of (16 - addr) % 16 bytes, whole
+	// chunks, a tail. Thread h of a line stores whole chunk h in one aligned 16-byte
+	// store (taken from the staged line at byte o: three 8-byte words shifted); then
+	// a warp a line, lane q a byte, stores the head's and the tail's bytes (at most
+	// 30): one store instruction a warp for both, where a chunk at a time takes up to
+	// eight small stores for each.
+	#pragma unroll
+	for (int e = threadIdx.x; e < 1024; e += 512) {
+		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
+		const u8 *const sl = stage + c * 128; // staged line c
+		u8 *const line = qtg + (k0 + c) * segn + lt * 128;
+		const int head = min((16 - (int)((size_t)line & 15)) & 15, rows);
+		if (h >= (rows - head) >> 4) continue; // not a whole chunk of the line
+		const int o = head + 16 * h; // its bytes o..o+15
+		const int w0 = o >> 3, sh = 8 * (o & 7); // word, shift
+		u64 wd[3];
+		#pragma unroll
+		for (int k = 0; k < 3; k++) // word w of line c: at 8 (w ^ sw)
+			wd[k] = w0 + k < 16 && (k < 2 || sh)
+				? *(const u64 *)(sl + ((w0 + k) ^ sw) * 8) : 0ull;
+		const u64 lo = sh ? wd[0] >> sh | wd[1] << (64 - sh) : wd[0];
+		const u64 hi = sh ? wd[1] >> sh | wd[2] << (64 - sh) : wd[1];
+		lg_st16_cs(line + o, lg_u32x4{(u32)lo, (u32)(lo >> 32), (u32)hi,
+			(u32)(hi >> 32)});
+	}
+	// The heads and tails: none when every line starts and ends on a chunk
+	// boundary (the line stride segn and the tokens a multiple of 16); 16 bytes
+	// a line in a whole tile (16 lanes a line), at most 30 in a short one (32).
+	if (((segn | rows) & 15) != 0) {
+		const int lb2 = rows == 128 ? 4 : 5; // log2 of the lanes a line
+		#pragma unroll 2
+		for (int e = threadIdx.x; e < (128 << lb2); e += 512) {
+			const int c = e >> lb2, q = e & ((1 << lb2) - 1); // line c, lane q
+			u8 *const line = qtg + (k0 + c) * segn + lt * 128;
+			const int head = min((16 - (int)((size_t)line & 15)) & 15, rows);
+			const int t = q < head ? q : ((rows - head) & ~15) + q;
+			if (t < rows) line[t] = stage[c * 128 + (t ^ (8 * (c >> 3)))];
+		}
+	}
+	// dx in bf16: the thread's 8 values of each real token, 16 bytes.
+	#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (r0 + i >= rows) continue;
+		u8 *const dxp = (u8 *)dx + ((m0 + r0 + i) * 256 + k0 + 8 * lb) * 2;
+		lg_st16_cs(dxp, lg_u32x4{lg_pack_bf16x2(v[i][0], v[i][1]),
+			lg_pack_bf16x2(v[i][2], v[i][3]), lg_pack_bf16x2(v[i][4], v[i][5]),
+			lg_pack_bf16x2(v[i][6], v[i][7])});
+	}
 	}
 }

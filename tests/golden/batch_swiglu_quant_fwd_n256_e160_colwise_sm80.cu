@@ -207,14 +207,14 @@ lg_batch_swiglu_quant_fwd_bf16_n256_e160_colwise_pow2(
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		// gate at xa, up 512 bytes on; both read once (streaming)
 		const u8 *const xa = (const u8 *)x + (qe_row * 512 + qe_col) * 2;
 		ra[i] = lg_ld16_cs(xa), ru[i] = lg_ld16_cs(xa + 512);
 	}
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
 		const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
 		const float pv = pr[(r0 + i) - r0];

@@ -201,7 +201,7 @@ lg_fp8_quant_batched_fwd_bf16_h512_colwise_pow2_tf1(
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 8; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 512 + qe_col) * 2);
 	}
 	} // r0 < rows

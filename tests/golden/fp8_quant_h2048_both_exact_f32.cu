@@ -149,7 +149,7 @@ lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(u64 x, u64 q, u64 s, u64 qt, u64 st,
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		{ // bf16 -> fp32 is exact
 			const u8 *const qe_p = (const u8 *)x + (qe_row * 2048 + qe_col) * 2;
 			const lg_u32x4 qe_w = lg_ld16_cs(qe_p);
@@ -297,7 +297,7 @@ lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(u64 x, u64 q, u64 s, u64 qt, u64 st,
 		if (vec_ok && 16 * h + 16 <= rows) {
 			lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
 		} else { // unaligned rows or the tile's last tokens
-		lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+			lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+		}
 	}
-}
 }

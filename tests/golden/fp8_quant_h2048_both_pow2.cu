@@ -157,7 +157,7 @@ lg_fp8_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 8; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 2048 + qe_col) * 2);
 	}
 	} // r0 < rows
@@ -300,7 +300,7 @@ lg_fp8_quant_fwd_bf16_h2048_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M
 		if (vec_ok && 16 * h + 16 <= rows) {
 			lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
 		} else { // unaligned rows or the tile's last tokens
-		lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+			lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+		}
 	}
-}
 }

@@ -115,7 +115,7 @@ lg_fp8_quant_fwd_bf16_h384_rowwise_exact(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 384 + qe_col) * 2);
 	}
 	} // r0 < rows

@@ -117,7 +117,7 @@ lg_fp8_quant_weight_fwd_bf16_h2048_both_pow2(u64 w, u64 q, u64 s, i64 M, i64 par
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 8; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		v[i] = lg_ld16_cs((const u8 *)w + (qe_row * 2048 + qe_col) * 2);
 	}
 	} // r0 < rows

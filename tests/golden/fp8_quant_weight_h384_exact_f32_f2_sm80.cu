@@ -131,7 +131,7 @@ lg_fp8_quant_weight_fwd_bf16_h384_both_exact_tf2v32(u64 w, u64 q, u64 s, i64 M, 
 		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + min(r0 + i, rows - 1);
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 			{ // bf16 -> fp32 is exact
 				const u8 *const qe_p = (const u8 *)w + (qe_row * 384 + qe_col) * 2;
 				const lg_u32x4 qe_w = lg_ld16_cs(qe_p);

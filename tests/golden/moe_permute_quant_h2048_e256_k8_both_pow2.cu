@@ -246,7 +246,7 @@ lg_moe_permute_quant_fwd_bf16_h2048_e256_k8_m16_both_pow2(
 		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 		#pragma unroll
 		for (int i = 0; i < 8; i++) {
-			const i64 qe_row = m0 + min(r0 + i, rows - 1);
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 			v[i] = *(const lg_u32x4 *)(qe_gs + (r0 + i) * 256 + (qe_col - k0) * 2);
 		}
 		} // r0 < rows

@@ -227,7 +227,7 @@ lg_moe_permute_quant_fwd_bf16_h384_e96_k6_m128_both_pow2_ta0(
 		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 		#pragma unroll
 		for (int i = 0; i < 8; i++) {
-			const i64 qe_row = m0 + min(r0 + i, rows - 1);
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 			{
 				const int src = ((const int *)row_index)[qe_row];
 				v[i] = lg_u32x4{0u, 0u, 0u, 0u};

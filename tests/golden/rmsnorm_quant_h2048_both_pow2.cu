@@ -329,7 +329,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		{ // x re-read from L2 (evict first), times its row's rms, times w
 			const u8 *const xp = (const u8 *)x + (qe_row * 2048 + qe_col) * 2;
 			const lg_u32x4 xv = lg_ld16_cs(xp);
@@ -426,7 +426,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2(
 		if (vec_ok && 16 * h + 16 <= rows) {
 			lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
 		} else { // unaligned rows or the tile's last tokens
-		lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+			lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+		}
 	}
-}
 }

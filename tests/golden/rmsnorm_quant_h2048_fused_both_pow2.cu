@@ -371,10 +371,10 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_tcl16st2(
 			if (vec_ok && 16 * h + 16 <= rows) {
 				lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
 			} else { // unaligned rows or the tile's last tokens
-			lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+				lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+			}
 		}
+		__syncthreads(); // staging, scales and the x stage are free
 	}
-	__syncthreads(); // staging, scales and the x stage are free
-}
-lg_cluster_sync(); // keep psum alive until every CTA has read it
+	lg_cluster_sync(); // keep psum alive until every CTA has read it
 }

@@ -355,9 +355,9 @@ static __device__ __forceinline__ void lg_slab_block(const u8 *xb, u64 w, u64 q,
 		if (vec_ok && 16 * h + 16 <= rows) {
 			lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
 		} else { // unaligned rows or the tile's last tokens
-		lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+			lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+		}
 	}
-}
 }
 
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1)

@@ -160,14 +160,14 @@ lg_swiglu_quant_fwd_bf16_n512_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64
 	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		// gate at xa, up 1024 bytes on; both read once (streaming)
 		const u8 *const xa = (const u8 *)x + (qe_row * 1024 + qe_col) * 2;
 		ra[i] = lg_ld16_cs(xa), ru[i] = lg_ld16_cs(xa + 1024);
 	}
 	#pragma unroll
 	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + min(r0 + i, rows - 1);
+		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
 		const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
 		#pragma unroll
@@ -307,7 +307,7 @@ lg_swiglu_quant_fwd_bf16_n512_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64
 		if (vec_ok && 16 * h + 16 <= rows) {
 			lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});
 		} else { // unaligned rows or the tile's last tokens
-		lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+			lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);
+		}
 	}
-}
 }

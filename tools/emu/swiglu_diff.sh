@@ -21,9 +21,8 @@ trap 'rm -rf "$work"' EXIT
 cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_io.h" "$root/tools/emu/driver_swiglu.cpp" "$work/"
 for v in old new; do
 	f=$OLD; [ $v = new ] && f=$NEW
-	# C++ linkage (both in one program, in namespaces); lg_ld16 as emu_io.h's loads
+	# C++ linkage (both in one program, in namespaces)
 	python3 "$root/tools/emu/cut.py" "$f" | sed 's/^extern "C" //' > "$work/$v.inc"
-	sed -i 's|#include "emu_io.h"|#include "emu_io.h"\nstatic inline lg_u32x4 lg_ld16(const void *p) { return lg_ld16_any_(p); }|' "$work/$v.inc"
 done
 fb() { grep -o "x [0-9]* feature blocks\|x [0-9]* block" "$1" | head -1 | grep -o "[0-9]*"; }
 th() { grep -o "__launch_bounds__([0-9]*" "$1" | grep -o "[0-9]*$"; }
