@@ -105,18 +105,19 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	p->v[P_FBLOCKS] = fb < nb ? fb : nb;
 	p->tile[k->key_threads] = p->v[P_THREADS];
 	p->tile[k->key_fblocks] = p->v[P_FBLOCKS];
-	/* registers set the occupancy (K6's backward: 125 a thread at 512
-	 * threads, one CTA an SM, by ptxas; 64 with 2 spill 260 bytes): the
-	 * minimum is a tuning choice, none by default */
+	/* registers set the occupancy: K6's backward, whose CTA takes the gate
+	 * half's blocks in turn, at 64 registers (its probs and dprob terms
+	 * in shared memory; ptxas: 28 bytes spilled) runs two CTAs an SM
+	 * (MEASURE); elsewhere none by default */
+	bool k6b = k->weighted && bwd && p->v[P_FBLOCKS] == nb / 2;
 	p->tile[k->key_min_ctas] = p->v[P_MIN_CTAS] =
-		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : 1;
-	/* prefetch: K6's backward by default (its CTA runs the 4 gate-half
-	 * blocks in turn at one CTA an SM: 223.1 / 226.2 us against 229.4 /
-	 * 234.9 without, two runs on the H200 at 65536 x 512, 256 experts,
-	 * bench/h200-2026-12-01e); off elsewhere, where it measured slower
-	 * (one CTA an SM instead of two: K6 forward 109.2 against 98.7 at 4
-	 * blocks a CTA, K7 backward 116.2 against 112.4) */
-	bool pf_def = k->weighted && bwd && p->v[P_FBLOCKS] > 1;
+		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : k6b ? 2 : 1;
+	/* prefetch (the next block's loads in registers): only at one CTA an
+	 * SM, where K6's backward took it (223.1 / 226.2 us against 229.4 /
+	 * 234.9 without, bench/h200-2026-12-01e); off elsewhere, where it
+	 * measured slower (one CTA an SM instead of two: K6 forward 109.2
+	 * against 98.7 at 4 blocks a CTA, K7 backward 116.2 against 112.4) */
+	bool pf_def = k->weighted && bwd && p->v[P_FBLOCKS] > 1 && p->v[P_MIN_CTAS] < 2;
 	p->tile[k->key_prefetch] = p->v[P_PREFETCH] =
 		lg_spec_has(s, k->key_prefetch) ? lg_spec_int(s, k->key_prefetch) : pf_def;
 	p->nentries = 1;
@@ -188,24 +189,34 @@ static void emit_math(lg_buf *b, const struct hook *h)
 	lg_close(b);
 }
 
-/* Once a CTA: the probs of the thread's tokens; dprob's partial sums. */
+/* Once a CTA: the probs of the tile's tokens; dprob's partial sums. The
+ * forward keeps the thread's probs in registers; the backward, bound by
+ * registers (two CTAs an SM need 64), keeps the tile's probs and the
+ * thread's dprob terms in shared memory (read once a row a block; by
+ * ptxas at 64 registers: 28 spilled bytes against 92). */
 static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 {
 	const struct hook *h = ctx;
 	(void)e;
 	if (!h->weighted)
 		return;
-	lg_comment(b, "The prob of each of the thread's tokens (a token past the tile's last: the last's).");
-	lg_line(b, "float pr[%d];", h->r);
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) pr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];",
-		h->r);
-	if (h->bwd) {
-		lg_comment(b, "dprob: the thread's terms of each token, added in a fixed order.");
-		lg_line(b, "float dpp[%d];", h->r);
+	if (!h->bwd) {
+		lg_comment(b, "The prob of each of the thread's tokens (a token past the tile's last: the last's).");
+		lg_line(b, "float pr[%d];", h->r);
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int i = 0; i < %d; i++) dpp[i] = 0.0f;", h->r);
+		lg_line(b, "for (int i = 0; i < %d; i++) pr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];",
+			h->r);
+		return;
 	}
+	lg_comment(b, "The prob of each token of the tile (a token past the tile's last: the last's);");
+	lg_comment(b, "dprob: the thread's terms of each of its tokens, added in a fixed order.");
+	lg_line(b, "__shared__ float prs[128];");
+	lg_line(b, "__shared__ float dpp[%d][%d];", h->r, e->threads);
+	lg_line(b, "if (threadIdx.x < 128)");
+	lg_line(b, "\tprs[threadIdx.x] = ((const float *)prob)[m0 + min((int)threadIdx.x, rows - 1)];");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) dpp[i][threadIdx.x] = 0.0f;", h->r);
+	lg_line(b, "__syncthreads();");
 }
 
 /* The raw registers of the thread's r rows: gate and up (forward), gate,
@@ -288,7 +299,7 @@ static void compute_backward(lg_buf *b, const struct lg_qe *e, const struct hook
 		lg_line(b, "const u32 ua[4] = {ru[%s].x, ru[%s].y, ru[%s].z, ru[%s].w};", r->slot, r->slot, r->slot,
 			r->slot);
 	if (h->weighted) {
-		lg_line(b, "const float pv = pr[%s - r0];", r->lrow);
+		lg_line(b, "const float pv = prs[%s];", r->lrow);
 		lg_line(b, "float dps = 0.0f;");
 	}
 	lg_line(b, "#pragma unroll");
@@ -310,9 +321,9 @@ static void compute_backward(lg_buf *b, const struct lg_qe *e, const struct hook
 		lg_line(b, "%s[f] = %s ? d1 : d2;", r->dst, first);
 	lg_close(b);
 	if (h->weighted && e->variant == 1)
-		lg_line(b, "dpp[%s - r0] += dps;", r->lrow);
+		lg_line(b, "dpp[%s][threadIdx.x] += dps;", r->slot);
 	else if (h->weighted && e->variant < 0)
-		lg_line(b, "if (%s) dpp[%s - r0] += dps;", first, r->lrow);
+		lg_line(b, "if (%s) dpp[%s][threadIdx.x] += dps;", first, r->slot);
 }
 
 static void compute(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx)
@@ -346,7 +357,7 @@ static void epilogue(lg_buf *b, const struct lg_qe *e, void *ctx)
 	lg_open(b, "if (cb == %lld) {", h->n / 128 - 1);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", h->r);
-	lg_line(b, "const float t = lg_sum_xor(dpp[i], 1, 8);");
+	lg_line(b, "const float t = lg_sum_xor(dpp[i][threadIdx.x], 1, 8);");
 	lg_line(b, "if (lb == 0 && r0 + i < rows) ((float *)dprob)[m0 + r0 + i] = t;");
 	lg_close(b);
 	lg_close(b);

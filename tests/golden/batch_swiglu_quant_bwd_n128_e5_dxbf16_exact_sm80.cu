@@ -210,7 +210,7 @@ static __device__ __forceinline__ void lg_swiglu_dx(float a, float u, float g, f
 // SwiGLU backward + blockwise FP8 of dx (K = 2n)
 // CTA: a token tile of one expert (of 5, from counts) x 1 feature blocks of 128;
 // 512 threads, 4 tokens x 8 features a thread, values from x and g in registers.
-extern "C" __global__ void __launch_bounds__(512)
+extern "C" __global__ void __launch_bounds__(512, 2)
 lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 	u64 g, u64 x, u64 prob, u64 counts, u64 dxq, u64 dxs, u64 dprob, u64 dxqt, u64 dxst, u64 dx,
 	i64 M, i64 part)
@@ -237,14 +237,15 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 	float *const sg = (float *)dxs + seg0 * 2; // [2, segn] scales
 	u8 *const qtg = (u8 *)dxqt + seg0 * 256; // the expert's [256, segn] qt
 	float *const stg = (float *)dxst + (tbeg + lt) * 256; // the tile's st row
-	// The prob of each of the thread's tokens (a token past the tile's last: the last's).
-	float pr[4];
+	// The prob of each token of the tile (a token past the tile's last: the last's);
+	// dprob: the thread's terms of each of its tokens, added in a fixed order.
+	__shared__ float prs[128];
+	__shared__ float dpp[4][512];
+	if (threadIdx.x < 128)
+		prs[threadIdx.x] = ((const float *)prob)[m0 + min((int)threadIdx.x, rows - 1)];
 	#pragma unroll
-	for (int i = 0; i < 4; i++) pr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];
-	// dprob: the thread's terms of each token, added in a fixed order.
-	float dpp[4];
-	#pragma unroll
-	for (int i = 0; i < 4; i++) dpp[i] = 0.0f;
+	for (int i = 0; i < 4; i++) dpp[i][threadIdx.x] = 0.0f;
+	__syncthreads();
 	lg_u32x4 ra[4], ru[4]; // gate, up of each row
 	lg_u32x4 rg[4]; // g of each row
 	// Two copies of the feature blocks, each compiled for its case (the condition is
@@ -276,7 +277,7 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 		const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
 		const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
 		const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
-		const float pv = pr[(r0 + i) - r0];
+		const float pv = prs[(r0 + i)];
 		float dps = 0.0f;
 		#pragma unroll
 		for (int f = 0; f < 8; f++) {
@@ -289,7 +290,7 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 			lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
 			v[i][f] = d1;
 		}
-		dpp[(r0 + i) - r0] += dps;
+		dpp[i][threadIdx.x] += dps;
 	}
 	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
@@ -470,7 +471,7 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 	if (cb == 0) {
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
-			const float t = lg_sum_xor(dpp[i], 1, 8);
+			const float t = lg_sum_xor(dpp[i][threadIdx.x], 1, 8);
 			if (lb == 0 && r0 + i < rows) ((float *)dprob)[m0 + r0 + i] = t;
 		}
 	}
@@ -499,7 +500,7 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 		const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
 		const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
-		const float pv = pr[(r0 + i) - r0];
+		const float pv = prs[(r0 + i)];
 		float dps = 0.0f;
 		#pragma unroll
 		for (int f = 0; f < 8; f++) {

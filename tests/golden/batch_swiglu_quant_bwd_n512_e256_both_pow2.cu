@@ -179,7 +179,7 @@ static __device__ __forceinline__ void lg_swiglu_dx(float a, float u, float g, f
 // SwiGLU backward + blockwise FP8 of dx (K = 2n)
 // CTA: a token tile of one expert (of 256, from counts) x 4 feature blocks of 128;
 // 512 threads, 4 tokens x 8 features a thread, values from x and g in registers.
-extern "C" __global__ void __launch_bounds__(512)
+extern "C" __global__ void __launch_bounds__(512, 2)
 lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	u64 g, u64 x, u64 prob, u64 counts, u64 dxq, u64 dxs, u64 dprob, u64 dxqt, u64 dxst, u64 dx,
 	i64 M, i64 part)
@@ -205,33 +205,20 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	float *const sg = (float *)dxs + seg0 * 8; // [8, segn] scales
 	u8 *const qtg = (u8 *)dxqt + seg0 * 1024; // the expert's [1024, segn] qt
 	float *const stg = (float *)dxst + (tbeg + lt) * 1024; // the tile's st row
-	// The prob of each of the thread's tokens (a token past the tile's last: the last's).
-	float pr[4];
+	// The prob of each token of the tile (a token past the tile's last: the last's);
+	// dprob: the thread's terms of each of its tokens, added in a fixed order.
+	__shared__ float prs[128];
+	__shared__ float dpp[4][512];
+	if (threadIdx.x < 128)
+		prs[threadIdx.x] = ((const float *)prob)[m0 + min((int)threadIdx.x, rows - 1)];
 	#pragma unroll
-	for (int i = 0; i < 4; i++) pr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];
-	// dprob: the thread's terms of each token, added in a fixed order.
-	float dpp[4];
-	#pragma unroll
-	for (int i = 0; i < 4; i++) dpp[i] = 0.0f;
+	for (int i = 0; i < 4; i++) dpp[i][threadIdx.x] = 0.0f;
+	__syncthreads();
 	lg_u32x4 ra[4], ru[4]; // gate, up of each row
 	lg_u32x4 rg[4]; // g of each row
 	// Two copies of the feature blocks, each compiled for its case (the condition is
 	// the same in every thread of the CTA; the copies are not indented).
 	if (cg < 1) {
-	// The first feature block's loads (each block's compute is followed by the next's).
-	if (r0 < rows) {
-		const i64 qe_col = (i64)cg * 512 + 8 * lb; // the thread's first feature
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_col; // the input column (the gate half: dx1)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
-			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
-			ru[i] = lg_ld16_cs(xa + 1024);
-		}
-	}
 	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
 	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
@@ -246,10 +233,20 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			const i64 c = qe_col; // the input column (the gate half: dx1)
+			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
+			// gate, g: read by both halves (kept in L2); up: by the first only
+			ra[i] = lg_ld16(xa);
+			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+			ru[i] = lg_ld16_cs(xa + 1024);
+		}
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 			const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
 			const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
 			const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
-			const float pv = pr[(r0 + i) - r0];
+			const float pv = prs[(r0 + i)];
 			float dps = 0.0f;
 			#pragma unroll
 			for (int f = 0; f < 8; f++) {
@@ -262,21 +259,7 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 				lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
 				v[i][f] = d1;
 			}
-			dpp[(r0 + i) - r0] += dps;
-		}
-		// The next feature block's loads, in flight during this block's stores.
-		if (cb + 1 < cb_end) {
-		const i64 qe_next = qe_col + 128;
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_next; // the input column (the gate half: dx1)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
-			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
-			ru[i] = lg_ld16_cs(xa + 1024);
-		}
+			dpp[i][threadIdx.x] += dps;
 		}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
@@ -441,25 +424,12 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		if (cb == 3) {
 			#pragma unroll
 			for (int i = 0; i < 4; i++) {
-				const float t = lg_sum_xor(dpp[i], 1, 8);
+				const float t = lg_sum_xor(dpp[i][threadIdx.x], 1, 8);
 				if (lb == 0 && r0 + i < rows) ((float *)dprob)[m0 + r0 + i] = t;
 			}
 		}
 	}
 	} else { // not cg < 1
-	// The first feature block's loads (each block's compute is followed by the next's).
-	if (r0 < rows) {
-		const i64 qe_col = (i64)cg * 512 + 8 * lb; // the thread's first feature
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_col - 512; // the input column (the up half: dx2)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
-			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
-		}
-	}
 	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
 	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
@@ -474,9 +444,18 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			const i64 c = qe_col - 512; // the input column (the up half: dx2)
+			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
+			// gate, g: read by both halves (kept in L2); up: by the first only
+			ra[i] = lg_ld16(xa);
+			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+		}
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
 			const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
 			const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
-			const float pv = pr[(r0 + i) - r0];
+			const float pv = prs[(r0 + i)];
 			float dps = 0.0f;
 			#pragma unroll
 			for (int f = 0; f < 8; f++) {
@@ -488,19 +467,6 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 				lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
 				v[i][f] = d2;
 			}
-		}
-		// The next feature block's loads, in flight during this block's stores.
-		if (cb + 1 < cb_end) {
-		const i64 qe_next = qe_col + 128;
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_next - 512; // the input column (the up half: dx2)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
-			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
-		}
 		}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
