@@ -105,18 +105,19 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	p->v[P_FBLOCKS] = fb < nb ? fb : nb;
 	p->tile[k->key_threads] = p->v[P_THREADS];
 	p->tile[k->key_fblocks] = p->v[P_FBLOCKS];
-	/* registers set the occupancy: K6's backward, whose CTA takes the gate
-	 * half's blocks in turn, at 64 registers (its probs and dprob terms
-	 * in shared memory; ptxas: 28 bytes spilled) runs two CTAs an SM
-	 * (MEASURE); elsewhere none by default */
-	bool k6b = k->weighted && bwd && p->v[P_FBLOCKS] == nb / 2;
+	/* registers set the occupancy; none by default: K6's backward at 64
+	 * registers (two CTAs an SM; probs and dprob terms in shared memory,
+	 * 24 bytes spilled) measured 178.3 us against 177.4 at one CTA an SM
+	 * with prefetch (65536 x 512, 256 experts, random counts), 149.4
+	 * against 136.3 at whole tiles (bench/h200-2026-12-01f) */
 	p->tile[k->key_min_ctas] = p->v[P_MIN_CTAS] =
-		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : k6b ? 2 : 1;
+		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : 1;
 	/* prefetch (the next block's loads in registers): only at one CTA an
-	 * SM, where K6's backward took it (223.1 / 226.2 us against 229.4 /
-	 * 234.9 without, bench/h200-2026-12-01e); off elsewhere, where it
-	 * measured slower (one CTA an SM instead of two: K6 forward 109.2
-	 * against 98.7 at 4 blocks a CTA, K7 backward 116.2 against 112.4) */
+	 * SM, where K6's backward takes it (223.1 / 226.2 us against 229.4 /
+	 * 234.9 without, bench/h200-2026-12-01e; 177.4 against 211.9 with the
+	 * halves' copies, 12-01f); off elsewhere, where it measured slower
+	 * (one CTA an SM instead of two: K6 forward 109.2 against 98.7 at 4
+	 * blocks a CTA, K7 backward 116.2 against 112.4) */
 	bool pf_def = k->weighted && bwd && p->v[P_FBLOCKS] > 1 && p->v[P_MIN_CTAS] < 2;
 	p->tile[k->key_prefetch] = p->v[P_PREFETCH] =
 		lg_spec_has(s, k->key_prefetch) ? lg_spec_int(s, k->key_prefetch) : pf_def;
@@ -190,10 +191,10 @@ static void emit_math(lg_buf *b, const struct hook *h)
 }
 
 /* Once a CTA: the probs of the tile's tokens; dprob's partial sums. The
- * forward keeps the thread's probs in registers; the backward, bound by
- * registers (two CTAs an SM need 64), keeps the tile's probs and the
- * thread's dprob terms in shared memory (read once a row a block; by
- * ptxas at 64 registers: 28 spilled bytes against 92). */
+ * forward keeps the thread's probs in registers; the backward keeps the
+ * tile's probs and the thread's dprob terms in shared memory (read once a
+ * row a block), so that its form at two CTAs an SM (tile.min_ctas 2, 64
+ * registers) spills 24 bytes by ptxas instead of 92. */
 static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 {
 	const struct hook *h = ctx;

@@ -210,7 +210,7 @@ static __device__ __forceinline__ void lg_swiglu_dx(float a, float u, float g, f
 // SwiGLU backward + blockwise FP8 of dx (K = 2n)
 // CTA: a token tile of one expert (of 5, from counts) x 1 feature blocks of 128;
 // 512 threads, 4 tokens x 8 features a thread, values from x and g in registers.
-extern "C" __global__ void __launch_bounds__(512, 2)
+extern "C" __global__ void __launch_bounds__(512)
 lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 	u64 g, u64 x, u64 prob, u64 counts, u64 dxq, u64 dxs, u64 dprob, u64 dxqt, u64 dxst, u64 dx,
 	i64 M, i64 part)

@@ -179,7 +179,7 @@ static __device__ __forceinline__ void lg_swiglu_dx(float a, float u, float g, f
 // SwiGLU backward + blockwise FP8 of dx (K = 2n)
 // CTA: a token tile of one expert (of 256, from counts) x 4 feature blocks of 128;
 // 512 threads, 4 tokens x 8 features a thread, values from x and g in registers.
-extern "C" __global__ void __launch_bounds__(512, 2)
+extern "C" __global__ void __launch_bounds__(512)
 lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	u64 g, u64 x, u64 prob, u64 counts, u64 dxq, u64 dxs, u64 dprob, u64 dxqt, u64 dxst, u64 dx,
 	i64 M, i64 part)
@@ -219,6 +219,20 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	// Two copies of the feature blocks, each compiled for its case (the condition is
 	// the same in every thread of the CTA; the copies are not indented).
 	if (cg < 1) {
+	// The first feature block's loads (each block's compute is followed by the next's).
+	if (r0 < rows) {
+		const i64 qe_col = (i64)cg * 512 + 8 * lb; // the thread's first feature
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			const i64 c = qe_col; // the input column (the gate half: dx1)
+			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
+			// gate, g: read by both halves (kept in L2); up: by the first only
+			ra[i] = lg_ld16(xa);
+			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+			ru[i] = lg_ld16_cs(xa + 1024);
+		}
+	}
 	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
 	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
@@ -230,16 +244,6 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		// block is not indented: the hook's lines keep their width.)
 		if (r0 < rows) {
 		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_col; // the input column (the gate half: dx1)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
-			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
-			ru[i] = lg_ld16_cs(xa + 1024);
-		}
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
@@ -260,6 +264,20 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 				v[i][f] = d1;
 			}
 			dpp[i][threadIdx.x] += dps;
+		}
+		// The next feature block's loads, in flight during this block's stores.
+		if (cb + 1 < cb_end) {
+		const i64 qe_next = qe_col + 128;
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			const i64 c = qe_next; // the input column (the gate half: dx1)
+			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
+			// gate, g: read by both halves (kept in L2); up: by the first only
+			ra[i] = lg_ld16(xa);
+			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+			ru[i] = lg_ld16_cs(xa + 1024);
+		}
 		}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
@@ -430,6 +448,19 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		}
 	}
 	} else { // not cg < 1
+	// The first feature block's loads (each block's compute is followed by the next's).
+	if (r0 < rows) {
+		const i64 qe_col = (i64)cg * 512 + 8 * lb; // the thread's first feature
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			const i64 c = qe_col - 512; // the input column (the up half: dx2)
+			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
+			// gate, g: read by both halves (kept in L2); up: by the first only
+			ra[i] = lg_ld16(xa);
+			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+		}
+	}
 	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
 	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
@@ -441,15 +472,6 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		// block is not indented: the hook's lines keep their width.)
 		if (r0 < rows) {
 		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_col - 512; // the input column (the up half: dx2)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
-			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
-		}
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
@@ -467,6 +489,19 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 				lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
 				v[i][f] = d2;
 			}
+		}
+		// The next feature block's loads, in flight during this block's stores.
+		if (cb + 1 < cb_end) {
+		const i64 qe_next = qe_col + 128;
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			const i64 c = qe_next - 512; // the input column (the up half: dx2)
+			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
+			// gate, g: read by both halves (kept in L2); up: by the first only
+			ra[i] = lg_ld16(xa);
+			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+		}
 		}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
