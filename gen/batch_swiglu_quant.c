@@ -66,7 +66,8 @@
 #include "quant_common.h"
 #include "swiglu_common.h"
 
-enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, NKEYS };
+enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH,
+       K_TILES, NKEYS };
 static const char *const dxbf16_words[2] = {"dxq", "dxbf16"};
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("intermediate", "n", 128, LG_SWIGLU_N_MAX, 128,
@@ -80,6 +81,9 @@ static const struct lg_key keys[NKEYS] = {
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH),
+	[K_TILES] = LG_KEY_TILE("tiles", "k", 1, 8, lg_swiglu_tiles_ok,
+				"token tiles a CTA takes in turn (the counts scan paid once for them; forward "
+				"default 4, backward 1)"),
 };
 
 static const struct lg_size sizes[] = {
@@ -134,6 +138,7 @@ const struct lg_swiglu_kind lg_swiglu_kind_batch_swiglu_quant = {
 	.key_fblocks = K_FBLOCKS,
 	.key_min_ctas = K_MIN_CTAS,
 	.key_prefetch = K_PREFETCH,
+	.key_tiles = K_TILES,
 };
 
 static void uses(const struct lg_spec *s, unsigned char *used)

@@ -32,8 +32,10 @@
  *     [K/128, count_e] block at element start_e K/128; qt: a [K, count_e]
  *     block at element start_e K; st: [cdiv(count_e, 128), K] rows at row
  *     sum_{e' < e} cdiv(count_e', 128). A tile never straddles two experts.
- *     The grid is a static bound, cdiv(M, 128) + E token tiles, each CTA
- *     finds its expert by a warp scan of counts and the surplus exits.
+ *     The grid is a static bound, cdiv(M, 128) + E token tiles (a CTA
+ *     takes `tiles` of them in turn: tiles slot, slot + slots, ...);
+ *     one warp scans the counts once for the CTA's tiles; a CTA past
+ *     the last tile exits.
  *     Counts must sum to at most M; an expert whose segment runs past M
  *     (bad counts) is not written at all, so nothing is stored out of
  *     bounds.
@@ -65,6 +67,8 @@ struct lg_qe {
 	int64_t n;      /* features K, a multiple of 128 (static) */
 	int threads;    /* 256 (8 tokens a thread) or 512 (4) */
 	int fblocks;    /* 128-feature blocks a CTA does in turn (0 or 1: one) */
+	int tiles;      /* LG_QE_EXPERTS: token tiles a CTA takes in turn, at most (0 or
+			   1: one, and a grid of cdiv(M, 128) + E tiles, a bound) */
 	bool prefetch;  /* with fblocks > 1 and the hooks' fetch / compute: the next
 			   feature block's loads issued (into registers) before this
 			   block's barriers and stores */

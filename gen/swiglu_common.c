@@ -41,8 +41,9 @@
 
 const int64_t lg_swiglu_threads_ok[] = {256, 512, 0};
 const int64_t lg_swiglu_fblocks_ok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 0};
+const int64_t lg_swiglu_tiles_ok[] = {1, 2, 4, 8, 0};
 
-enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH };
+enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH, P_TILES };
 
 static const struct lg_swiglu_kind *kind_of(const struct lg_spec *s)
 {
@@ -110,8 +111,18 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	 * 24 bytes spilled) measured 178.3 us against 177.4 at one CTA an SM
 	 * with prefetch (65536 x 512, 256 experts, random counts), 149.4
 	 * against 136.3 at whole tiles (bench/h200-2026-12-01f) */
+	/* token tiles a CTA (K6): the forward 4 (the counts scan's latency
+	 * paid once for them, MEASURE), the backward 1 (its CTA takes the
+	 * gate half's blocks in turn already: 128 registers) */
+	p->v[P_TILES] = 1;
+	if (k->key_tiles >= 0)
+		p->tile[k->key_tiles] = p->v[P_TILES] =
+			lg_spec_has(s, k->key_tiles) ? lg_spec_int(s, k->key_tiles) : bwd ? 1 : 4;
+	/* the loop over tiles keeps more registers live (ptxas: K6's forward
+	 * 74 at 4 tiles against 62 at 1): asking for two CTAs an SM gets 64
+	 * with no spill */
 	p->tile[k->key_min_ctas] = p->v[P_MIN_CTAS] =
-		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : 1;
+		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : !bwd && p->v[P_TILES] > 1 ? 2 : 1;
 	/* prefetch (the next block's loads in registers): only at one CTA an
 	 * SM, where K6's backward takes it (223.1 / 226.2 us against 229.4 /
 	 * 234.9 without, bench/h200-2026-12-01e; 177.4 against 211.9 with the
@@ -131,7 +142,8 @@ static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
 {
 	bool bwd = p->v[P_BWD] != 0;
 	struct lg_qe e = {.n = bwd ? 2 * p->v[P_N] : p->v[P_N], .threads = (int)p->v[P_THREADS],
-			  .fblocks = (int)p->v[P_FBLOCKS], .prefetch = p->v[P_PREFETCH] != 0, .vals = LG_QE_F32,
+			  .fblocks = (int)p->v[P_FBLOCKS], .tiles = (int)p->v[P_TILES],
+			  .prefetch = p->v[P_PREFETCH] != 0, .vals = LG_QE_F32,
 			  .layout = p->v[P_WEIGHTED] ? LG_QE_EXPERTS : LG_QE_FLAT};
 	if (bwd)
 		e.q = "dxq", e.s = "dxs", e.qt = "dxqt", e.st = "dxst";
@@ -406,7 +418,8 @@ void lg_swiglu_emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *
 }
 
 /* Tile variants for `lingen tune`: feature blocks a CTA (up to 8, the
- * output's) x threads (K6's backward: the gate half or every block). */
+ * output's) x threads (K6's backward: the gate half or every block), each
+ * at one and two CTAs an SM (K6's forward: at 4 and 1 token tiles a CTA). */
 int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
 	const struct lg_swiglu_kind *k = kind_of(s);
@@ -429,6 +442,12 @@ int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, str
 		for (int i = 0, v = 1; v <= 8 && v <= nb; i++, v *= 2)
 			fb[i] = v;
 		n = lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
+	}
+	if (k->key_tiles >= 0 && s->pass == LG_PASS_FORWARD) {
+		/* K6's forward: 4 token tiles a CTA (the default, at two CTAs an
+		 * SM by default) and 1 (no minimum) */
+		static const int64_t tiles[] = {4, 1, 0};
+		return lg_candidate_times(s, t, out, 0, n, max, k->key_tiles, tiles);
 	}
 	return lg_candidate_times(s, t, out, 0, n, max, k->key_min_ctas, min_ctas);
 }

@@ -38,9 +38,13 @@ struct lg_swiglu_kind {
 	int key_n;       /* "intermediate" */
 	int key_dx_bf16; /* "dx_bf16" */
 	int key_experts; /* "experts" */
-	/* "tile.threads", "tile.fblocks", "tile.min_ctas", "tile.prefetch" */
-	int key_threads, key_fblocks, key_min_ctas, key_prefetch;
+	/* "tile.threads", "tile.fblocks", "tile.min_ctas", "tile.prefetch",
+	 * "tile.tiles" (K6: token tiles a CTA) */
+	int key_threads, key_fblocks, key_min_ctas, key_prefetch, key_tiles;
 };
+
+/* K6's tile.tiles values. */
+extern const int64_t lg_swiglu_tiles_ok[];
 
 /* Each family file's kind (swiglu_quant.c, batch_swiglu_quant.c). */
 extern const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant, lg_swiglu_kind_batch_swiglu_quant;

@@ -93,6 +93,7 @@ const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant = {
 	.key_fblocks = K_FBLOCKS,
 	.key_min_ctas = K_MIN_CTAS,
 	.key_prefetch = K_PREFETCH,
+	.key_tiles = -1,
 };
 
 

@@ -40,23 +40,25 @@ static __device__ __forceinline__ float lg_div_rn(float y, float s, float r)
 	return lg_u2f(lg_f2u(fmaf(fmaf(-q, s, y), r, q)) | (lg_f2u(q) & 0x80000000u));
 }
 
-// @helper lg_expert_tile
-// Per-expert (batched) tensors (KERNELS.md 1.3): the expert segment that
-// holds token tile t, where expert e has counts[e] tokens (E of them, in
-// device memory; negative counts count as 0) and cdiv(counts[e], 128) token
-// tiles, segments and tiles in expert order. Every warp scans the counts on
-// its own, 256 experts a step (8 consecutive ones a lane: its sums, then an
-// inclusive scan over the lanes), and stops at the step that holds t: no
-// shared memory and no barrier, so the CTA's loads start one L1/L2 round
-// trip after its launch. Every lane of a warp must call it (whole warps).
-// Gives the expert, its first token, its tokens and its first tile; false
-// when t is past the last tile.
-static __device__ __noinline__ bool lg_expert_tile(const int *__restrict__ counts, i64 E, i64 t,
-						   int *ex, i64 *seg0, i64 *segn, i64 *tbeg)
+// @helper lg_expert_tiles
+// Per-expert (batched) tensors (KERNELS.md 1.3): the expert segments that
+// hold token tiles t0, t0 + stride, ... (k of them), where expert e has
+// counts[e] tokens (E of them, in device memory; negative counts count as
+// 0) and cdiv(counts[e], 128) token tiles, segments and tiles in expert
+// order. One warp scans the counts once for all k, 256 experts a step (8
+// consecutive ones a lane: its sums, then an inclusive scan over the
+// lanes); the lane holding a tile walks its 8 experts and writes seg[4 i ..
+// 4 i + 3] = the expert, its first token, its tokens, its first tile (the
+// expert -1 for a tile past the last). Every warp of the CTA calls it (a
+// call in warp 0 only takes ~20 registers more by ptxas) and warp 0 writes
+// seg, shared memory read after a barrier.
+static __device__ __noinline__ void lg_expert_tiles(const int *__restrict__ counts, i64 E, i64 t0,
+						    i64 stride, int k, i64 *seg)
 {
 	const int lane = threadIdx.x & 31;
 	i64 rbase = 0, tbase = 0; // tokens and tiles of the experts before this step
-	for (i64 c0 = 0; c0 < E; c0 += 256) {
+	int i = 0;                // the next tile to find: t0 + i stride
+	for (i64 c0 = 0; c0 < E && i < k; c0 += 256) {
 		const i64 e0 = c0 + 8 * lane; // this lane's first expert
 		int n[8];
 #pragma unroll
@@ -73,25 +75,23 @@ static __device__ __noinline__ bool lg_expert_tile(const int *__restrict__ count
 		}
 		const i64 tot = __shfl_sync(0xffffffffu, tl, 31); // the step's tiles
 		const i64 rtot = __shfl_sync(0xffffffffu, r, 31); // and tokens
-		if (t < tbase + tot) {
+		for (i64 t = t0 + i * stride; i < k && t < tbase + tot; i++, t += stride) {
 			// the first lane whose tiles end past t holds it; it walks its 8 experts
 			const int L = __ffs(__ballot_sync(0xffffffffu, t < tbase + tl)) - 1;
-			i64 tb = tbase + tl - st, rb = rbase + r - sr, fs = 0, fn = 0, ft = 0;
-			int fe = -1;
+			if (lane != L || threadIdx.x >= 32)
+				continue;
+			i64 tb = tbase + tl - st, rb = rbase + r - sr;
 #pragma unroll
 			for (int j = 0; j < 8; j++) {
 				const i64 nt = (n[j] + 127) >> 7;
-				if (fe < 0 && t >= tb && t < tb + nt)
-					fe = (int)(e0 + j), fs = rb, fn = n[j], ft = tb;
+				i64 *const sp = seg + 4 * i;
+				if (t >= tb && t < tb + nt)
+					sp[0] = e0 + j, sp[1] = rb, sp[2] = n[j], sp[3] = tb;
 				tb += nt, rb += n[j];
 			}
-			*ex = __shfl_sync(0xffffffffu, fe, L);
-			*seg0 = __shfl_sync(0xffffffffu, fs, L);
-			*segn = __shfl_sync(0xffffffffu, fn, L);
-			*tbeg = __shfl_sync(0xffffffffu, ft, L);
-			return true;
 		}
 		tbase += tot, rbase += rtot;
 	}
-	return false;
+	if (threadIdx.x == 0)
+		for (; i < k; i++) seg[4 * i] = -1;
 }

@@ -368,7 +368,7 @@ static void test_candidates(void **state)
 				assert_int_equal(lg_generate_for(&v, &tg, &p, &src, NULL), LG_OK);
 				assert_non_null(strstr(src, p.entry[0]));
 				if (s->op == LG_OP_FP8_QUANT_BATCHED)
-					assert_non_null(strstr(src, "lg_expert_tile("));
+					assert_non_null(strstr(src, "lg_expert_tiles("));
 				else
 					assert_non_null(strstr(src, "tmax"));
 				free(src);

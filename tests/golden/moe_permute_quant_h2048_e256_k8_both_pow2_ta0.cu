@@ -70,22 +70,24 @@ static __device__ __forceinline__ float lg_inv_pow2(float s)
 	return lg_u2f(0x7f000000u - (lg_f2u(s) & 0x7f800000u));
 }
 
-// Per-expert (batched) tensors (KERNELS.md 1.3): the expert segment that
-// holds token tile t, where expert e has counts[e] tokens (E of them, in
-// device memory; negative counts count as 0) and cdiv(counts[e], 128) token
-// tiles, segments and tiles in expert order. Every warp scans the counts on
-// its own, 256 experts a step (8 consecutive ones a lane: its sums, then an
-// inclusive scan over the lanes), and stops at the step that holds t: no
-// shared memory and no barrier, so the CTA's loads start one L1/L2 round
-// trip after its launch. Every lane of a warp must call it (whole warps).
-// Gives the expert, its first token, its tokens and its first tile; false
-// when t is past the last tile.
-static __device__ __noinline__ bool lg_expert_tile(const int *__restrict__ counts, i64 E, i64 t,
-						   int *ex, i64 *seg0, i64 *segn, i64 *tbeg)
+// Per-expert (batched) tensors (KERNELS.md 1.3): the expert segments that
+// hold token tiles t0, t0 + stride, ... (k of them), where expert e has
+// counts[e] tokens (E of them, in device memory; negative counts count as
+// 0) and cdiv(counts[e], 128) token tiles, segments and tiles in expert
+// order. One warp scans the counts once for all k, 256 experts a step (8
+// consecutive ones a lane: its sums, then an inclusive scan over the
+// lanes); the lane holding a tile walks its 8 experts and writes seg[4 i ..
+// 4 i + 3] = the expert, its first token, its tokens, its first tile (the
+// expert -1 for a tile past the last). Every warp of the CTA calls it (a
+// call in warp 0 only takes ~20 registers more by ptxas) and warp 0 writes
+// seg, shared memory read after a barrier.
+static __device__ __noinline__ void lg_expert_tiles(const int *__restrict__ counts, i64 E, i64 t0,
+						    i64 stride, int k, i64 *seg)
 {
 	const int lane = threadIdx.x & 31;
 	i64 rbase = 0, tbase = 0; // tokens and tiles of the experts before this step
-	for (i64 c0 = 0; c0 < E; c0 += 256) {
+	int i = 0;                // the next tile to find: t0 + i stride
+	for (i64 c0 = 0; c0 < E && i < k; c0 += 256) {
 		const i64 e0 = c0 + 8 * lane; // this lane's first expert
 		int n[8];
 #pragma unroll
@@ -102,27 +104,25 @@ static __device__ __noinline__ bool lg_expert_tile(const int *__restrict__ count
 		}
 		const i64 tot = __shfl_sync(0xffffffffu, tl, 31); // the step's tiles
 		const i64 rtot = __shfl_sync(0xffffffffu, r, 31); // and tokens
-		if (t < tbase + tot) {
+		for (i64 t = t0 + i * stride; i < k && t < tbase + tot; i++, t += stride) {
 			// the first lane whose tiles end past t holds it; it walks its 8 experts
 			const int L = __ffs(__ballot_sync(0xffffffffu, t < tbase + tl)) - 1;
-			i64 tb = tbase + tl - st, rb = rbase + r - sr, fs = 0, fn = 0, ft = 0;
-			int fe = -1;
+			if (lane != L || threadIdx.x >= 32)
+				continue;
+			i64 tb = tbase + tl - st, rb = rbase + r - sr;
 #pragma unroll
 			for (int j = 0; j < 8; j++) {
 				const i64 nt = (n[j] + 127) >> 7;
-				if (fe < 0 && t >= tb && t < tb + nt)
-					fe = (int)(e0 + j), fs = rb, fn = n[j], ft = tb;
+				i64 *const sp = seg + 4 * i;
+				if (t >= tb && t < tb + nt)
+					sp[0] = e0 + j, sp[1] = rb, sp[2] = n[j], sp[3] = tb;
 				tb += nt, rb += n[j];
 			}
-			*ex = __shfl_sync(0xffffffffu, fe, L);
-			*seg0 = __shfl_sync(0xffffffffu, fs, L);
-			*segn = __shfl_sync(0xffffffffu, fn, L);
-			*tbeg = __shfl_sync(0xffffffffu, ft, L);
-			return true;
 		}
 		tbase += tot, rbase += rtot;
 	}
-	return false;
+	if (threadIdx.x == 0)
+		for (; i < k; i++) seg[4 * i] = -1;
 }
 
 // 16-byte load of data read once: no L1 allocation.
@@ -169,14 +169,19 @@ lg_moe_permute_quant_fwd_bf16_h2048_e256_k8_m16_both_pow2_ta0(
 	// lb: this thread's block of 8 features; rb: its block of 8 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
 	const int r0 = 8 * rb; // this thread's first token in the tile
-	const i64 tt = blockIdx.x / 4u; // token tile
 	const int cg = blockIdx.x % 4u; // feature group
-	// The expert segment holding token tile tt (a block scan of counts); tiles
-	// past the last (the grid is a bound) and experts overrunning (T * 8 + 3840) leave.
-	int ex;
-	i64 seg0, segn, tbeg;
-	if (!lg_expert_tile((const int *)padded_counts, 256, tt, &ex, &seg0, &segn, &tbeg)) return;
-	if (seg0 + segn > (T * 8 + 3840)) return;
+	const i64 qe_slot = blockIdx.x / 4u, qe_slots = gridDim.x / 4u;
+	__shared__ i64 qe_seg[1][4]; // each tile's expert, first token, tokens, first tile
+	// The expert segment of token tile qe_slot (a scan of counts); past the
+	// last tile, or at an expert overrunning (T * 8 + 3840) (bad counts: it and the later ones
+	// are not written), the CTA leaves.
+	lg_expert_tiles((const int *)padded_counts, 256, qe_slot, qe_slots, 1, &qe_seg[0][0]);
+	__syncthreads();
+	const int qe_i = 0;
+	const int ex = (int)qe_seg[qe_i][0];
+	const i64 seg0 = qe_seg[qe_i][1], segn = qe_seg[qe_i][2], tbeg = qe_seg[qe_i][3];
+	if (ex < 0 || seg0 + segn > (T * 8 + 3840)) return;
+	const i64 tt = qe_slot + qe_i * qe_slots; // the token tile
 	const i64 lt = tt - tbeg; // the tile within the segment
 	const i64 m0 = seg0 + lt * 128; // the tile's first token in x and q
 	const int rows = (int)(segn - lt * 128 < 128 ? segn - lt * 128 : 128); // its tokens

@@ -88,7 +88,8 @@ int main() {
 		o.dx.assign(M * W + 64, 0xffff);
 		const i64 fb = which ? FB_NEW : FB_OLD, groups = (nb + fb - 1) / fb;
 		const unsigned th = which ? TH_NEW : TH_OLD;
-		launch({(unsigned)(tiles * groups), 1, 1}, th, [&] {
+		const i64 per = which ? TILES_NEW : TILES_OLD; // K6: token tiles a CTA (lg_qe_geometry)
+		launch({(unsigned)((tiles + per - 1) / per * groups), 1, 1}, th, [&] {
 			u64 X = (u64)x.data(), G = (u64)g.data(), P = (u64)prob.data(), C = (u64)counts.data();
 			u64 Q = (u64)o.q.data(), S = (u64)o.s.data(), QT = (u64)o.qt.data(), ST = (u64)o.st.data();
 			u64 DP = (u64)o.dp.data(), DX = DXBF16 ? (u64)o.dx.data() : 0;

@@ -26,9 +26,12 @@ for v in old new; do
 done
 fb() { grep -o "x [0-9]* feature blocks\|x [0-9]* block" "$1" | head -1 | grep -o "[0-9]*"; }
 th() { grep -o "__launch_bounds__([0-9]*" "$1" | grep -o "[0-9]*$"; }
+# token tiles a CTA (per-expert layout; 1 in sources from before tile.tiles)
+ti() { local t; t=$(grep -o "qe_seg\[[0-9]*\]" "$1" | head -1 | grep -o "[0-9]*"); echo "${t:-1}"; }
 entry=$(grep -o "^lg_[a-z0-9_]*(" "$NEW" | head -1 | tr -d '(')
 cd "$work"
 g++ -std=c++20 -O1 -pthread -w -DKIND=$K -DMTOK=$M -DNI=$N -DEXPERTS=$E -DDXBF16=$DXB -DSEED=$SEED \
-	-DFB_OLD=$(fb "$OLD") -DFB_NEW=$(fb "$NEW") -DTH_OLD=$(th "$OLD") -DTH_NEW=$(th "$NEW") -DENTRY=$entry \
+	-DFB_OLD=$(fb "$OLD") -DFB_NEW=$(fb "$NEW") -DTH_OLD=$(th "$OLD") -DTH_NEW=$(th "$NEW") \
+	-DTILES_OLD=$(ti "$OLD") -DTILES_NEW=$(ti "$NEW") -DENTRY=$entry \
 	driver_swiglu.cpp -o drv
 ./drv
