@@ -64,6 +64,7 @@
 #include "family.h"
 
 #include "quant_common.h"
+#include "quant_engine.h"
 #include "swiglu_common.h"
 
 enum { K_N, K_EXPERTS, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH,
@@ -81,9 +82,8 @@ static const struct lg_key keys[NKEYS] = {
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH),
-	[K_TILES] = LG_KEY_TILE("tiles", "k", 1, 8, lg_swiglu_tiles_ok,
-				"token tiles a CTA takes in turn (the counts scan paid once for them; forward "
-				"default 4, backward 1)"),
+	[K_TILES] = LG_QE_KEY_TILES("token tiles a CTA takes in turn (the counts scan paid once for them; "
+				    "forward default 2, backward 1)"),
 };
 
 static const struct lg_size sizes[] = {

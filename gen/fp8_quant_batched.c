@@ -54,7 +54,7 @@
 /* The grid, (cdiv(tokens, 128) + experts) x feature groups, within 2^31 - 1. */
 #define TOKENS_MAX (((int64_t)INT32_MAX / (HIDDEN_MAX / TILE) - EXPERTS_MAX) * TILE)
 
-enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_VALUES, NKEYS };
+enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_VALUES, K_TILES, NKEYS };
 static const int64_t threads_ok[] = {256, 512, 0};
 static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
 static const int64_t values_ok[] = {16, 32, 0};
@@ -68,7 +68,10 @@ static const struct lg_key keys[NKEYS] = {
 				  "128-feature blocks a CTA quantises in turn (the expert lookup spread over them)"),
 	[K_VALUES] = LG_KEY_TILE("values", "v", 16, 32, values_ok,
 				 "bits a value is held in: 16 (bf16, the fast path) or 32 (the engine's fp32 path)"),
+	[K_TILES] = LG_QE_KEY_TILES("token tiles a CTA takes in turn (the counts scan paid once for them)"),
 };
+
+enum { P_TILES = LG_QE_PV_COUNT }; /* plan values after the engine's */
 
 static const struct lg_size sizes[] = {
 	{"tokens", "M", 0, TOKENS_MAX, "rows of x: every expert's tokens, grouped by expert (a capacity: counts may sum "
@@ -95,6 +98,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	(void)t;
 	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, K_FBLOCKS, K_VALUES, 1);
+	p->tile[K_TILES] = p->v[P_TILES] = lg_spec_has(s, K_TILES) ? lg_spec_int(s, K_TILES) : 1;
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -104,6 +108,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 {
 	(void)e;
 	struct lg_qe q = lg_qe_planned(NULL, p, LG_QE_EXPERTS);
+	q.tiles = (int)p->v[P_TILES];
 	lg_qe_geometry(&q, sz[0], sz[1], d);
 }
 
@@ -111,6 +116,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	struct lg_qe e = lg_qe_planned(s, p, LG_QE_EXPERTS);
+	e.tiles = (int)p->v[P_TILES];
 	struct lg_qe_hooks h = {.values = lg_qe_hook_load_bf16, .ctx = (void *)"x"};
 	(void)t;
 	lg_qe_emit_kernel(b, s, p, &e, &h, "per-expert blockwise FP8 quantisation");

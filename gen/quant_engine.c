@@ -33,6 +33,8 @@ static const char *nm(const char *name, const char *def)
 	return name ? name : def;
 }
 
+const int64_t lg_qe_tiles_ok[] = {1, 2, 4, 8, 0};
+
 int lg_qe_tokens_per_thread(const struct lg_qe *e)
 {
 	return TILE * 16 / e->threads;

@@ -143,6 +143,11 @@ void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_r
 /* The same as a ready values hook: ctx is the input's name (const char *). */
 void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, void *ctx);
 
+/* tile.tiles of the per-expert families (lg_qe.tiles): token tiles a CTA
+ * takes in turn, 1, 2, 4 or 8. */
+extern const int64_t lg_qe_tiles_ok[];
+#define LG_QE_KEY_TILES(doc_) LG_KEY_TILE("tiles", "k", 1, 8, lg_qe_tiles_ok, doc_)
+
 /* Plan helpers for families whose tile is the engine's own keys: plan
  * values LG_QE_PV_* of struct lg_plan.v (a family using them keeps its own
  * values after LG_QE_PV_COUNT). */

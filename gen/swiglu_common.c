@@ -41,7 +41,6 @@
 
 const int64_t lg_swiglu_threads_ok[] = {256, 512, 0};
 const int64_t lg_swiglu_fblocks_ok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 0};
-const int64_t lg_swiglu_tiles_ok[] = {1, 2, 4, 8, 0};
 
 enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH, P_TILES };
 
@@ -111,16 +110,18 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	 * 24 bytes spilled) measured 178.3 us against 177.4 at one CTA an SM
 	 * with prefetch (65536 x 512, 256 experts, random counts), 149.4
 	 * against 136.3 at whole tiles (bench/h200-2026-12-01f) */
-	/* token tiles a CTA (K6): the forward 4 (the counts scan's latency
-	 * paid once for them, MEASURE), the backward 1 (its CTA takes the
-	 * gate half's blocks in turn already: 128 registers) */
+	/* token tiles a CTA (K6): the forward 2 (the counts scan's latency
+	 * paid once for them: 84.4 us against 86.4 at 1, 85.5 at 4, 96.5 at
+	 * 8; 65536 x 512, 256 experts, bench/h200-2026-12-01f), the backward
+	 * 1 (its CTA takes the gate half's blocks in turn already, at 128
+	 * registers: 221.5 at 2) */
 	p->v[P_TILES] = 1;
 	if (k->key_tiles >= 0)
 		p->tile[k->key_tiles] = p->v[P_TILES] =
-			lg_spec_has(s, k->key_tiles) ? lg_spec_int(s, k->key_tiles) : bwd ? 1 : 4;
+			lg_spec_has(s, k->key_tiles) ? lg_spec_int(s, k->key_tiles) : bwd ? 1 : 2;
 	/* the loop over tiles keeps more registers live (ptxas: K6's forward
 	 * 74 at 4 tiles against 62 at 1): asking for two CTAs an SM gets 64
-	 * with no spill */
+	 * with no spill (at 4 tiles: 85.5 us against 86.3 without the minimum) */
 	p->tile[k->key_min_ctas] = p->v[P_MIN_CTAS] =
 		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : !bwd && p->v[P_TILES] > 1 ? 2 : 1;
 	/* prefetch (the next block's loads in registers): only at one CTA an
@@ -444,9 +445,9 @@ int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, str
 		n = lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
 	}
 	if (k->key_tiles >= 0 && s->pass == LG_PASS_FORWARD) {
-		/* K6's forward: 4 token tiles a CTA (the default, at two CTAs an
+		/* K6's forward: 2 token tiles a CTA (the default, at two CTAs an
 		 * SM by default) and 1 (no minimum) */
-		static const int64_t tiles[] = {4, 1, 0};
+		static const int64_t tiles[] = {2, 1, 0};
 		return lg_candidate_times(s, t, out, 0, n, max, k->key_tiles, tiles);
 	}
 	return lg_candidate_times(s, t, out, 0, n, max, k->key_min_ctas, min_ctas);

@@ -43,9 +43,6 @@ struct lg_swiglu_kind {
 	int key_threads, key_fblocks, key_min_ctas, key_prefetch, key_tiles;
 };
 
-/* K6's tile.tiles values. */
-extern const int64_t lg_swiglu_tiles_ok[];
-
 /* Each family file's kind (swiglu_quant.c, batch_swiglu_quant.c). */
 extern const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant, lg_swiglu_kind_batch_swiglu_quant;
 
