@@ -22,42 +22,46 @@
  *            dx_bf16 also dx itself in bf16.
  *
  * Strategy (swiglu_common.c, shared with swiglu_quant): the quantiser
- * engine's per-expert layout (quant_engine.h: a CTA finds its expert by a
- * warp scan of counts (no barrier), tiles never straddle experts, the grid a static
- * bound of cdiv(tokens, 128) + experts token tiles; the rows past an
- * expert's last token are skipped by whole threads); a values hook computes
- * the SwiGLU values from 16-byte loads, times each token's prob (loaded
- * once a CTA). An expert's qt rows (count_e bytes) start at any byte: the
- * staged lines are stored by memory's aligned 16-byte chunks (one store a
- * whole chunk; partial ones only at a line's two ends), not by misaligned
- * 16-byte pieces of ~7 small stores each. The forward's CTA takes one 128 x 128 block (by ptxas 62
- * registers at 512 threads: 2 CTAs an SM; a loop over 4 blocks, which runs
- * the expert scan once for them, needs 87: one CTA an SM). The backward's
- * CTA takes the n/128 blocks of the gate half of its tokens (dprob summed
- * in a fixed order within it) or of the up half; it is bound by registers
- * (125 at 512 threads, one CTA an SM; 128 with prefetch, its default:
- * the next gate-half block's loads in flight during this block's stores).
- * Tile options: threads 512 / 256, fblocks (forward default 1; backward
- * n/128, default, or 2n/128), min_ctas, prefetch.
+ * engine's per-expert layout (quant_engine.h: tiles never straddle
+ * experts; a CTA takes `tile.tiles` token tiles in turn, forward 4 by
+ * default, whose expert segments one scan of counts finds; the grid a
+ * bound of cdiv(tokens, 128) + experts tiles; the rows past an expert's
+ * last token are skipped by whole threads); a values hook computes the
+ * SwiGLU values from 16-byte loads, times each token's prob. An expert's
+ * qt rows (count_e bytes) start at any byte: the staged lines are stored
+ * by memory's aligned 16-byte chunks (one store a whole chunk), the heads
+ * and tails a byte a lane (lg_emit_qt_lines_realign). The forward's CTA
+ * takes one 128 x 128 block a tile (64 registers at 512 threads with 4
+ * tiles a CTA: 2 CTAs an SM). The backward's CTA takes the n/128 blocks of
+ * the gate half of its tokens (dprob summed in a fixed order within it;
+ * the tile's probs and the thread's dprob terms in shared memory) or of
+ * the up half, a copy of the loop compiled for each half (lg_qe.cta_case:
+ * dx1's computes no dx2, dx2's loads no up); 128 registers with prefetch,
+ * its default (the next block's loads in flight during this block's
+ * stores), one CTA an SM. Tile options: threads 512 / 256, fblocks
+ * (forward default 1; backward n/128, default, or 2n/128), min_ctas,
+ * prefetch, tiles.
  *
  * What bounds it (H200, 65536 x 1024, 256 experts; copy ceiling 48 us
- * forward, 80 backward; ncu, bench/h200-2026-12-01e): against
- * swiglu_quant at the same size (64.9 us forward, 112.4 backward) the
- * forward executes 62.6M warp instructions to its 27.9M and sends L2 1.98M
- * write requests to its 0.56M (6.4M written sectors to 3.2M). The causes:
- * ~645 token tiles to 512 (every expert's partial last tile pays a whole
- * tile's chain), and the qt lines, which start at any byte of an expert's
- * [n, count] block: each 128-byte line segment is 7 whole 16-byte chunks
- * and two partial ones, where a flat tile stores 8 whole chunks (the
- * partial ones were up to 8 small stores each; now a byte a lane, a warp
- * a line: lg_emit_qt_lines_realign). Neither L2 (70%) nor DRAM (41%) nor
- * issue (57%) is saturated: the tile chain at 2 CTAs an SM is latency-bound.
- * Tried and measured slower: the next block's loads issued early
- * (tile.prefetch, forward; one CTA an SM), and the backward's gate half over
- * a cluster of CTAs with dprob summed through distributed shared memory
- * (253-377 us). What would move it: a CTA owning a run of an expert's
- * tiles, so its qt lines leave as one contiguous region (whole chunks only)
- * and the partial tiles share one CTA's chain.
+ * forward, 80 backward; bench/h200-2026-12-01f, CUDA graphs, k6counts2.py):
+ * forward 84.1 us at random counts, 76.1 at counts that are multiples of
+ * 16, 70.4 at whole tiles, against swiglu_quant's 64.9 at the same x;
+ * backward 178.5 / 154.3 / 135.5 against swiglu_quant's 112. So: the qt
+ * lines that start at any byte (each 128-byte line segment 7 whole 16-byte
+ * chunks and two partial ones shared with the neighbouring tile's CTA)
+ * cost ~8 / ~24 us, the experts' partial last tiles (652 tiles against
+ * 512, each a whole tile's chain) ~6 / ~19, and the backward's structure
+ * (the gate half's 4 blocks in turn at one CTA an SM, for dprob) ~20: at
+ * one expert it takes 131 against 112 (k6scan.py); two CTAs an SM (64
+ * registers) measured 178.3 against 177.4. Tried and measured slower: the
+ * next block's loads issued early (tile.prefetch) in the forward, the
+ * backward's gate half over a cluster of CTAs with dprob summed through
+ * distributed shared memory (253-377 us), more token tiles a CTA in the
+ * backward (221.5 at 2). What would move it: a CTA owning a run of an
+ * expert's tiles, so its qt lines leave as one contiguous region (whole
+ * chunks only) and the partial tiles share one CTA's chain; for the
+ * backward, dprob through a workspace and a second small kernel, so its
+ * CTAs need not take the whole gate half.
  */
 #include <stdio.h>
 
@@ -83,7 +87,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH),
 	[K_TILES] = LG_QE_KEY_TILES("token tiles a CTA takes in turn (the counts scan paid once for them; "
-				    "forward default 2, backward 1)"),
+				    "forward default 4, backward 1)"),
 };
 
 static const struct lg_size sizes[] = {

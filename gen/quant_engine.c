@@ -20,6 +20,11 @@
  * are all absent neither loads, computes nor quantises (its column bytes
  * are zeros); the others compute their absent tokens from the last one's
  * row (straight-line code keeps the loads together) and zero them.
+ * Per expert, one scan of counts a CTA (lg_expert_tiles) finds the
+ * segments of its token tiles, handed over through shared memory; with
+ * lg_qe.tiles > 1 the CTA takes them in turn (emit_place_and_expert). A
+ * family whose values differ by feature-block group names the case
+ * (lg_qe.cta_case) and gets a copy of the block loop compiled for each.
  */
 #include "quant_engine.h"
 

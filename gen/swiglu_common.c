@@ -19,17 +19,23 @@
  * this block's compute, before its barriers and stores. The backward's
  * output has K = 2n features: a block of the first half is dx1 (from g,
  * gate, up), of the second half dx2 (from g, gate, at the same input
- * column). Its g and gate are read by both blocks: the loads keep them in
- * L2 (lg_ld16) and the grid runs a token tile's feature blocks together,
- * so the second read is an L2 hit; up is read once (streaming). With
+ * column); where a CTA's blocks all lie in one half (every fblocks but the
+ * backward's 2n/128), the engine compiles a copy of the block loop for
+ * each half (lg_qe.cta_case), so dx1's copy computes no dx2 and dx2's
+ * loads no up (K6's backward at 100 registers without prefetch against
+ * 127; 176.1 us against 187.1, bench/h200-2026-12-01f). Its g and gate are
+ * read by both blocks: the loads keep them in L2 (lg_ld16) and the grid
+ * runs a token tile's feature blocks together, so the second read is an
+ * L2 hit; up is read once (streaming). With
  * experts (K6) the engine's per-expert layout reads the counts on the
- * device; the prob of each token is loaded once a CTA (prologue). dprob
+ * device; the prob of each token is loaded once a tile (prologue: the
+ * forward into registers, the backward into shared memory). dprob
  * needs every gate-half block of a token: the backward of K6 gives a CTA
  * the n / 128 gate-half blocks of its token tile (another CTA the up
  * half's), or all 2n / 128; each thread adds its 8 features' terms in a
- * fixed order into dpp[] across the blocks, and after the last gate-half
- * block a butterfly over the 16 lanes of a token (a fixed tree) gives
- * dprob: deterministic. dx in bf16 (dx_bf16) is stored from the
+ * fixed order into its dpp[][] slots (shared memory) across the blocks,
+ * and after the last gate-half block a butterfly over the 16 lanes of a
+ * token (a fixed tree) gives dprob: deterministic. dx in bf16 (dx_bf16) is stored from the
  * values after each block, 16 bytes a thread.
  */
 #include <stdio.h>
@@ -110,15 +116,17 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	 * 24 bytes spilled) measured 178.3 us against 177.4 at one CTA an SM
 	 * with prefetch (65536 x 512, 256 experts, random counts), 149.4
 	 * against 136.3 at whole tiles (bench/h200-2026-12-01f) */
-	/* token tiles a CTA (K6): the forward 2 (the counts scan's latency
-	 * paid once for them: 84.4 us against 86.4 at 1, 85.5 at 4, 96.5 at
-	 * 8; 65536 x 512, 256 experts, bench/h200-2026-12-01f), the backward
-	 * 1 (its CTA takes the gate half's blocks in turn already, at 128
-	 * registers: 221.5 at 2) */
+	/* token tiles a CTA (K6): the forward 4 (the counts scan's latency
+	 * paid once for them; 65536 x 512, 256 experts, bench/h200-2026-12-01f:
+	 * under CUDA graphs 84.1 us at random counts and 70.4 at whole tiles
+	 * against 86.4 / 72.6 at 2 and 92.6 / 80.0 at 1; `lingen bench` 85.1
+	 * against 84.5 at 2, 85.7 at 1, 96.5 at 8), the backward 1 (its CTA
+	 * takes the gate half's blocks in turn already, at 128 registers:
+	 * 221.5 at 2) */
 	p->v[P_TILES] = 1;
 	if (k->key_tiles >= 0)
 		p->tile[k->key_tiles] = p->v[P_TILES] =
-			lg_spec_has(s, k->key_tiles) ? lg_spec_int(s, k->key_tiles) : bwd ? 1 : 2;
+			lg_spec_has(s, k->key_tiles) ? lg_spec_int(s, k->key_tiles) : bwd ? 1 : 4;
 	/* the loop over tiles keeps more registers live (ptxas: K6's forward
 	 * 74 at 4 tiles against 62 at 1): asking for two CTAs an SM gets 64
 	 * with no spill (at 4 tiles: 85.5 us against 86.3 without the minimum) */
@@ -445,9 +453,9 @@ int lg_swiglu_candidates(const struct lg_spec *s, const struct lg_target *t, str
 		n = lg_candidate_grid(s, t, out, 0, max, k->key_fblocks, fb, k->key_threads, lg_swiglu_threads_ok);
 	}
 	if (k->key_tiles >= 0 && s->pass == LG_PASS_FORWARD) {
-		/* K6's forward: 2 token tiles a CTA (the default, at two CTAs an
+		/* K6's forward: 4 token tiles a CTA (the default, at two CTAs an
 		 * SM by default) and 1 (no minimum) */
-		static const int64_t tiles[] = {2, 1, 0};
+		static const int64_t tiles[] = {4, 1, 0};
 		return lg_candidate_times(s, t, out, 0, n, max, k->key_tiles, tiles);
 	}
 	return lg_candidate_times(s, t, out, 0, n, max, k->key_min_ctas, min_ctas);

@@ -515,14 +515,14 @@ static void test_geometry(void **state)
 	geometry_at(s, 8192, &d);
 	assert_true(d.grid[0] == 128 && d.block[0] == 256);
 	lg_spec_free(s);
-	/* at most 512 + 256 token tiles, 2 a CTA by default, 4 feature groups */
+	/* at most 512 + 256 token tiles, 4 a CTA by default, 4 feature groups */
 	s = parse("batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256");
 	geometry_at(s, 65536, &d);
-	assert_true(d.grid[0] == 384 * 4 && d.block[0] == 512);
+	assert_true(d.grid[0] == 192 * 4 && d.block[0] == 512);
 	geometry_at(s, 0, &d);
 	assert_int_equal(d.grid[0], 0);
 	geometry_at(s, 1, &d); /* 1 + 256 tiles */
-	assert_int_equal(d.grid[0], 129 * 4);
+	assert_int_equal(d.grid[0], 65 * 4);
 	lg_spec_free(s);
 	s = parse("batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256, \"tile\": {\"tiles\": 1}");
 	geometry_at(s, 65536, &d);

@@ -179,15 +179,15 @@ lg_batch_swiglu_quant_fwd_bf16_n256_e160_colwise_pow2(
 	const int r0 = 4 * rb; // this thread's first token in the tile
 	const int cg = blockIdx.x % 2u; // feature group
 	const i64 qe_slot = blockIdx.x / 2u, qe_slots = gridDim.x / 2u;
-	__shared__ i64 qe_seg[2][4]; // each tile's expert, first token, tokens, first tile
+	__shared__ i64 qe_seg[4][4]; // each tile's expert, first token, tokens, first tile
 	// The expert segments of the CTA's token tiles qe_slot + i qe_slots (a scan
 	// of counts); then each tile in turn (the loop's body is not indented), to
 	// the last tile or an expert overrunning M (bad counts: it and the later ones
 	// are not written).
-	lg_expert_tiles((const int *)counts, 160, qe_slot, qe_slots, 2, &qe_seg[0][0]);
+	lg_expert_tiles((const int *)counts, 160, qe_slot, qe_slots, 4, &qe_seg[0][0]);
 	__syncthreads();
 	#pragma unroll 1
-	for (int qe_i = 0; qe_i < 2; qe_i++) {
+	for (int qe_i = 0; qe_i < 4; qe_i++) {
 	const int ex = (int)qe_seg[qe_i][0];
 	const i64 seg0 = qe_seg[qe_i][1], segn = qe_seg[qe_i][2], tbeg = qe_seg[qe_i][3];
 	if (ex < 0 || seg0 + segn > M) break;
