@@ -232,7 +232,8 @@ static void test_batched_counts(void **state)
 		{128, 128, 128, 128, 0}, /* whole tiles, 512 of 1000 */
 	};
 	static const char *const tiles[] = {"", ", \"tile\": {\"fblocks\": 2}",
-					    ", \"tile\": {\"values\": 32, \"threads\": 256}"};
+					    ", \"tile\": {\"values\": 32, \"threads\": 256}",
+					    ", \"tile\": {\"tiles\": 2}", ", \"tile\": {\"tiles\": 8, \"fblocks\": 2}"};
 	for (size_t t = 0; t < sizeof tiles / sizeof tiles[0]; t++)
 		for (int pow2 = 1; pow2 >= 0; pow2--)
 			for (size_t o = 0; o < 3; o++) {

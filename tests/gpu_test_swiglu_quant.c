@@ -159,11 +159,25 @@ static void test_min_ctas(void **state)
 
 /* The tiles besides the defaults: the forward's loop over 4 blocks a CTA
  * (one expert scan for them), the backward's every block a CTA (the
- * default: the gate half and the up half in CTAs of their own). */
+ * default: the gate half and the up half in CTAs of their own); token
+ * tiles a CTA (tile.tiles): 1, 2 and 8, more experts than one step of the
+ * counts scan (300, 1000: a CTA's tiles found over several steps), few
+ * tokens for many experts. */
 static void test_k6_tiles(void **state)
 {
 	(void)state;
 	static const int64_t m[] = {65536, 333, 20000};
+	static const int64_t mt[] = {0, 1, 130, 1000, 5000, 40000};
+	for (size_t i = 0; i < 6; i++) {
+		check("batch_swiglu_quant", "forward", "\"intermediate\": 256, \"experts\": 300, \"tile\": {\"tiles\": 8}, "
+		      POW2, mt[i]);
+		check("batch_swiglu_quant", "forward", "\"intermediate\": 384, \"experts\": 1000, \"tile\": {\"tiles\": 2}, "
+		      EXACT, mt[i]);
+		check("batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 96, \"tile\": {\"tiles\": 1}, "
+		      POW2, mt[i]);
+		check("batch_swiglu_quant", "backward", "\"intermediate\": 256, \"experts\": 300, \"tile\": {\"tiles\": 2}, "
+		      POW2, mt[i]);
+	}
 	for (size_t i = 0; i < 3; i++) {
 		check("batch_swiglu_quant", "forward",
 		      "\"intermediate\": 512, \"experts\": 256, \"tile\": {\"fblocks\": 4}, " POW2, m[i]);

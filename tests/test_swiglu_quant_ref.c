@@ -589,6 +589,45 @@ static void test_candidates(void **state)
 	}
 }
 
+/* The generated source for the spec of op / pass / keys (sm_90a). */
+static char *source(const char *op, const char *pass, const char *keys)
+{
+	lg_spec *s = parse(op, pass, keys);
+	struct lg_target t;
+	assert_true(lg_target_parse("sm_90a", &t));
+	struct lg_plan pl;
+	char *src = NULL;
+	if (lg_generate_for(s, &t, &pl, &src, NULL) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	lg_spec_free(s);
+	return src;
+}
+
+/* K6's token tiles a CTA: a loop over them (one counts scan for all) with
+ * more than one, none with one; the backward's halves in copies of their
+ * own (cta_case), the gate half's alone writing dprob. */
+static void test_k6_source(void **state)
+{
+	(void)state;
+	char *src = source("batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256");
+	assert_non_null(strstr(src, "lg_expert_tiles((const int *)counts, 256, qe_slot, qe_slots, 4,"));
+	assert_non_null(strstr(src, "for (int qe_i = 0; qe_i < 4; qe_i++) {"));
+	assert_non_null(strstr(src, "__launch_bounds__(512, 2)"));
+	free(src);
+	src = source("batch_swiglu_quant", "forward", "\"intermediate\": 512, \"experts\": 256, \"tile\": {\"tiles\": 1}");
+	assert_null(strstr(src, "qe_i <"));
+	assert_non_null(strstr(src, "qe_slot, qe_slots, 1,"));
+	free(src);
+	src = source("batch_swiglu_quant", "backward", "\"intermediate\": 512, \"experts\": 256");
+	const char *gate = strstr(src, "if (cg < 1) {"), *up = strstr(src, "} else { // not cg < 1");
+	assert_non_null(gate);
+	assert_non_null(up);
+	const char *dp = strstr(src, "((float *)dprob)[");
+	assert_true(dp > gate && dp < up && !strstr(up, "((float *)dprob)["));
+	assert_null(strstr(up, "xa + 1024")); /* dx2's copy loads no up */
+	free(src);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -605,6 +644,7 @@ int main(void)
 		cmocka_unit_test(test_uses),
 		cmocka_unit_test(test_geometry),
 		cmocka_unit_test(test_candidates),
+		cmocka_unit_test(test_k6_source),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
