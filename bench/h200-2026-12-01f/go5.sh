@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# session 21, device call 5: the per-expert layout's tiles a CTA (K6 forward), one scan a CTA (all per-expert kernels)
+set -u
+cd "$(dirname "$0")/.."
+T0=$(date +%s)
+export OUT=${OUT:-out/device}; mkdir -p "$OUT"
+b() { echo "== lingen bench $1 --tokens $2"
+  timeout 90 build-device/lingen bench "$1" --tokens "$2" 2>&1 | grep -E "^lg_|ceiling|rror|^kernel"; }
+{
+b configs/kernels/swiglu-quant.json 65536
+b .carry/k6v5.json 65536
+b configs/kernels/swiglu-quant.json 8192
+b configs/kernels/fp8-quant-layouts.json 65536
+b configs/kernels/moe.json 8192
+} > "$OUT/bench.txt" 2>&1
+CTESTS="gpu_test_swiglu_quant gpu_test_fp8_quant gpu_test_moe:test_permute_quant gpu_test_moe:test_deterministic
+ gpu_test_quant_tiles:test_batch_swiglu_quant gpu_test_quant_tiles:test_fp8_quant gpu_test_quant_typed" \
+PYTESTS="python/tests/test_gpu_swiglu.py python/tests/test_gpu_quant.py" \
+  tools/device_tests.sh 200 > /dev/null 2>&1
+. tools/device_env.sh; device_env build-device
+export PYTHONPATH=/tmp/site
+timeout 120 python3 .carry/k6counts2.py > "$OUT/k6counts2.txt" 2>&1
+timeout 100 python3 .carry/k6scan.py > "$OUT/k6scan.txt" 2>&1
+echo "done at $(( $(date +%s) - T0 )) s" >> "$OUT/summary.txt"
+true
