@@ -59,7 +59,7 @@
 #define HIDDEN_MAX 32768
 
 enum { K_HIDDEN, K_EXPERTS, K_TOPK, K_MULTIPLE, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS,
-       K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, K_TILES, NKEYS };
+       K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, NKEYS };
 static const int64_t threads_ok[] = {256, 512, 0};
 static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
 static const struct lg_key keys[NKEYS] = {
@@ -75,7 +75,6 @@ static const struct lg_key keys[NKEYS] = {
 	[K_PREFETCH] = LG_KEY_TILE("prefetch", "a", 0, 1, NULL,
 				   "1: each feature block's rows copied into shared memory (cp.async) while the "
 				   "block before is quantised; 0: loaded into registers"),
-	[K_TILES] = LG_QE_KEY_TILES("token tiles a CTA takes in turn (the padded counts' scan paid once for them)"),
 };
 
 static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 24, "tokens", 0}};
@@ -97,7 +96,7 @@ static const struct lg_arg args[NARGS] = {
 	[A_OUTP] = {"out_probs", LG_ARG_OPT_OUT, LG_ELEM_FP32, ROWS, 4, "probs[t, e] of each row (0: padding)"},
 };
 
-enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE, P_MIN_CTAS, P_PREFETCH, P_TILES };
+enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE, P_MIN_CTAS, P_PREFETCH };
 
 /* tile.prefetch: two stages of a 128-row x 128-feature bf16 block (dynamic
  * shared memory) */
@@ -109,9 +108,11 @@ static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p, cha
 	snprintf(m, mlen, "(T * %lld + %lld)", (long long)p->v[P_TOPK],
 		 (long long)(p->v[P_EXPERTS] * (p->v[P_MULTIPLE] - 1)));
 	snprintf(ne, nlen, "%lld", (long long)p->v[P_EXPERTS]);
+	/* one token tile a CTA: lg_qe.tiles 2 and 4 measured 149.8 / 161.0 us
+	 * against 146.2 (8192 tokens, bench/h200-2026-12-01f) */
 	struct lg_qe e = {.n = p->v[P_HIDDEN], .threads = (int)p->v[P_THREADS], .fblocks = (int)p->v[P_FBLOCKS],
 			  .vals = LG_QE_BF16, .layout = LG_QE_EXPERTS, .m = m, .counts = "padded_counts",
-			  .experts = ne, .tiles = (int)p->v[P_TILES]};
+			  .experts = ne};
 	if (s) {
 		e.rows = lg_quant_rowwise(s);
 		e.cols = lg_quant_colwise(s);
@@ -140,9 +141,6 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	/* 100 to 128 registers a thread at 256 threads: 2 CTAs an SM (ptxas);
 	 * a higher minimum is a tuning choice. tile.prefetch: 2 (its 64 KB of
 	 * stages allow no more; uncapped, ptxas took 164 registers, 1 CTA) */
-	/* one token tile a CTA: 2 and 4 measured 149.8 / 161.0 us against
-	 * 146.2 (8192 tokens, bench/h200-2026-12-01f) */
-	p->tile[K_TILES] = p->v[P_TILES] = lg_spec_has(s, K_TILES) ? lg_spec_int(s, K_TILES) : 1;
 	p->tile[K_MIN_CTAS] = p->v[P_MIN_CTAS] =
 		lg_spec_has(s, K_MIN_CTAS) ? lg_spec_int(s, K_MIN_CTAS) : p->v[P_PREFETCH] ? 2 : 1;
 	p->v[P_EXPERTS] = lg_spec_int(s, K_EXPERTS);

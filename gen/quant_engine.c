@@ -173,8 +173,9 @@ struct ctx {
 
 /* LG_QE_EXPERTS: a CTA takes the token tiles slot, slot + slots, ...
  * (`tiles` of them; slots: the grid's CTAs along the tokens,
- * lg_qe_geometry), whose expert segments one warp finds in one scan of
- * counts (lg_expert_tiles) and hands over through shared memory. With
+ * lg_qe_geometry), whose expert segments one scan of counts finds
+ * (lg_expert_tiles: every warp scans, warp 0 writes them to shared
+ * memory; a scan in warp 0 alone costs ~20 registers by ptxas). With
  * tiles > 1 the tile loop (opened here, closed by emit_tile_end) pays the
  * scan's latency (one L2 round trip and a shuffle chain before the first
  * load of x) once for several tiles, and fewer CTAs are launched only to
@@ -231,7 +232,9 @@ static void emit_place_and_expert(lg_buf *b, const struct ctx *k, int64_t g)
 	}
 }
 
-/* LG_QE_EXPERTS with several tiles a CTA: the end of the tile loop. */
+/* LG_QE_EXPERTS with several tiles a CTA: the end of the tile loop (a
+ * barrier not needed: qe_seg is only read in it, and the block's barriers
+ * order the shared tiles' reuse). */
 static void emit_tile_end(lg_buf *b, const struct ctx *k)
 {
 	if (expert_tiles(k->e) > 1)

@@ -34,8 +34,8 @@
  *     sum_{e' < e} cdiv(count_e', 128). A tile never straddles two experts.
  *     The grid is a static bound, cdiv(M, 128) + E token tiles (a CTA
  *     takes `tiles` of them in turn: tiles slot, slot + slots, ...);
- *     one warp scans the counts once for the CTA's tiles; a CTA past
- *     the last tile exits.
+ *     the CTA scans the counts once for its tiles; a CTA past the last
+ *     tile exits.
  *     Counts must sum to at most M; an expert whose segment runs past M
  *     (bad counts) is not written at all, so nothing is stored out of
  *     bounds.
