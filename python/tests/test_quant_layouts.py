@@ -51,4 +51,4 @@ def test_sources(op):
                          "tile": {"values": 32}})
         src = lingen.generate(s.canonical, arch)
         assert s.entry in src and "__global__" in src
-        assert ("lg_expert_tile(" in src) == (op == "fp8_quant_batched")
+        assert ("lg_expert_tiles(" in src) == (op == "fp8_quant_batched")
