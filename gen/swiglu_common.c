@@ -35,8 +35,8 @@
  * half's), or all 2n / 128; each thread adds its 8 features' terms in a
  * fixed order into its dpp[][] slots (shared memory) across the blocks,
  * and after the last gate-half block a butterfly over the 16 lanes of a
- * token (a fixed tree) gives dprob: deterministic. dx in bf16 (dx_bf16) is stored from the
- * values after each block, 16 bytes a thread.
+ * token (a fixed tree) gives dprob: deterministic. dx in bf16 (dx_bf16) is
+ * stored from the values after each block, 16 bytes a thread.
  */
 #include <stdio.h>
 
