@@ -107,19 +107,25 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	return LG_OK;
 }
 
+/* The engine as planned, for a spec (its quant recipe; NULL: geometry). */
+static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
+{
+	struct lg_qe e = lg_qe_planned(s, p, LG_QE_EXPERTS);
+	e.tiles = (int)p->v[P_TILES];
+	return e;
+}
+
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	(void)e;
-	struct lg_qe q = lg_qe_planned(NULL, p, LG_QE_EXPERTS);
-	q.tiles = (int)p->v[P_TILES];
+	struct lg_qe q = engine(NULL, p);
 	lg_qe_geometry(&q, sz[0], sz[1], d);
 }
 
 /* The values: x itself (16-byte streaming loads). */
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
-	struct lg_qe e = lg_qe_planned(s, p, LG_QE_EXPERTS);
-	e.tiles = (int)p->v[P_TILES];
+	struct lg_qe e = engine(s, p);
 	struct lg_qe_hooks h = {.values = lg_qe_hook_load_bf16, .ctx = (void *)"x"};
 	(void)t;
 	lg_qe_emit_kernel(b, s, p, &e, &h, "per-expert blockwise FP8 quantisation");
