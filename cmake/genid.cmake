@@ -1,11 +1,11 @@
 # Writes OUT: `const char lg_generator_id[]`, the SHA-256 of every file that
-# decides what source the generator emits (gen/*.c and *.h except the CPU
-# references, templates/*.cuh), in sorted order. The disk cache keys a
+# decides what source the generator emits (gen/{core,engines,families,model}/*.[ch]
+# (not gen/ref/, the CPU references), templates/*.cuh), in sorted order. The disk cache keys a
 # compile by this identity and the resolved spec instead of by the emitted
 # text, so a cache hit needs no generation: the same identity and spec always
 # give the same source (the generator is deterministic). Run at build time.
-file(GLOB files ${SRC}/gen/*.c ${SRC}/gen/*.h ${SRC}/templates/*.cuh)
-list(FILTER files EXCLUDE REGEX "_ref\\.[ch]$")
+file(GLOB files ${SRC}/gen/core/*.[ch] ${SRC}/gen/engines/*.[ch] ${SRC}/gen/families/*.[ch]
+     ${SRC}/gen/model/*.[ch] ${SRC}/templates/*.cuh)
 list(SORT files)
 set(all "")
 foreach(f ${files})
