@@ -13,7 +13,7 @@
 #
 # 1. the wheels installed into $SITE (default /tmp/site) for the machine's
 #    python3 (the one with torch and triton), put on PYTHONPATH;
-# 2. python -m lingen.bench --budget $BUDGET (default 300 s: the target
+# 2. python -m lingen.bench --budget $BUDGET (default 270 s: the target
 #    shape of every kernel first, then the other shapes, odd token counts
 #    among them, while the budget lasts) -> $OUT/bench.json (rewritten after
 #    every case, so a cut run keeps what it measured), $OUT/bench.md,
@@ -24,7 +24,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/device}
 site=${SITE:-/tmp/site}
-budget=${BUDGET:-300}
+budget=${BUDGET:-270}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader \
 	> "$out/gpu.txt" 2>&1
