@@ -1,6 +1,6 @@
 """Side-by-side benchmark: lingen against eager PyTorch, torch.compile of
 the same PyTorch code, and Liger-Kernel where it has the op, in one process
-on the same inputs, with linghe's H200 figures (shared/TARGETS.md) beside.
+on the same inputs, with linghe's published H200 figures (docs/performance.md) beside.
 
     python -m lingen.bench [--json FILE.json] [--quick] [--budget SECONDS]
     python -m lingen.bench --list [--quick]
