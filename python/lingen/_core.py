@@ -290,9 +290,90 @@ def _where(fn, msg):
     return f"{fn}: {msg}"
 
 
-def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
+def _kind_name(v):
+    return type(v).__qualname__
+
+
+def _expect(k):
+    """What a key of type k.type takes, in words."""
+    if k.type == "enum":
+        return "one of " + ", ".join(repr(v) for v in k.values)
+    return {"bool": "a bool (True or False)", "int": "an int",
+            "number": "a finite number (int or float)", "object": "a dict or None"}.get(k.type, k.type)
+
+
+def check_option(fn, k, value, name=None):
+    """value against its key's declared type (the library checks ranges and
+    values); TypeError / ValueError "fn: name: found ..., expected ..."
+    (name: the Python parameter, default the key's path)."""
+    name = name or k.path
+    import math
+    import numbers
+    if k.type == "bool":
+        ok = isinstance(value, bool) or type(value).__name__ == "bool_"
+    elif k.type == "int":
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    elif k.type == "number":
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if ok and not math.isfinite(value):
+            raise ValueError(_where(fn, f"{name}: found {value!r}, expected a finite number"))
+    elif k.type == "enum":
+        ok = isinstance(value, str)
+    elif k.type == "object":
+        ok = isinstance(value, dict)
+    else:
+        ok = True
+    if not ok:
+        raise TypeError(_where(fn, f"{name}: found {value!r} ({_kind_name(value)}), expected "
+                                   f"{_expect(k)}"))
+
+
+def _plain(v):
+    """A checked option value as JSON takes it (numpy scalars as Python's)."""
+    import numbers
+    if isinstance(v, bool) or type(v).__name__ == "bool_":
+        return bool(v)
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real):
+        return float(v)
+    return v
+
+
+def _check_options(fn, fam, options, names):
+    """options checked against the declared keys' types, as JSON values. An
+    option's name in errors: names[path], else the path's last part
+    ("quant.round_scale" is the ops' round_scale)."""
+    plain = {}
+    for path, value in options.items():
+        if value is None:
+            continue
+        name = names.get(path, path.rsplit(".", 1)[-1])
+        k = fam.key(path)
+        if k is None:
+            raise TypeError(_where(fn, f"no option {name!r} (the spec keys of {fam.op}: "
+                                       f"{', '.join(k.path for k in fam.keys)})"))
+        check_option(fn, k, value, name)
+        plain[path] = _plain(value)
+    return plain
+
+
+def check_flag(fn, name, value):
+    """A Python-only bool parameter (one that picks an enum or the outputs)."""
+    if not (isinstance(value, bool) or type(value).__name__ == "bool_"):
+        raise TypeError(_where(fn, f"{name}: found {value!r} ({_kind_name(value)}), expected a "
+                                   "bool (True or False)"))
+    return bool(value)
+
+
+def _prepare(fn, ctx, op, pass_, views, options, sizes_over, names=None):
     fam = families()[op]
     decl = fam.passes[pass_]
+    options = _check_options(fn, fam, options, names or {})
+    import numbers
+    for name, v in sizes_over.items():
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+            raise TypeError(_where(fn, f"{name}: found {v!r} ({_kind_name(v)}), expected an int"))
     env, origin, bad = bind(fam, decl, {n: v.shape for n, v in views.items()}, options)
     if bad is not None:
         raise ValueError(_where(fn, f"{bad.name}: found shape {views[bad.name].shape}, expected "
@@ -425,31 +506,10 @@ def _view(fn, name, obj, stream):
     return v
 
 
-def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, stream=None,
-         context=None, alloc=None):
-    """Run one op. arrays: {argument name: array or None} (inputs, and
-    outputs to write in place); options: spec keys by path ("eps",
-    "quant.output", "tile"); out: more outputs by name; skip: optional
-    outputs not wanted; sizes: run-time sizes the arrays cannot tell.
-    Returns {output name: array or None (not produced)}."""
-    ctx = context or _default or default_context()
-    options = options or {}
-    hstream = None if stream is None else stream_handle(stream)
-    views = {}
-    for src in ((arrays, out) if out else (arrays,)):
-        for name, obj in src.items():
-            if obj is not None:
-                views[name] = _view(fn, name, obj, hstream)
-    key = (op, pass_, _options_key(options), _freeze(sizes) if sizes else (), tuple(skip),
-           tuple([(n, v.shape, v.elems) for n, v in views.items()]))
-    plan = ctx._plans.get(key)
-    fresh = plan is None
-    if fresh:
-        unknown = set(views) - {a.name for a in families()[op].passes[pass_].args}
-        if unknown:
-            raise TypeError(_where(fn, f"no argument named {', '.join(sorted(unknown))}"))
-        plan = _prepare(fn, ctx, op, pass_, views, options, sizes or {})
-    device, torch_arrays = None, False
+def _check_plan(fn, plan, views, fresh):
+    """Each array against the plan (shape and element type for a fresh
+    plan); whether any is a torch tensor."""
+    torch_arrays = False
     for name, kind, shape, elem, a in plan.args:
         v = views.get(name)
         if v is None:
@@ -461,6 +521,64 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
                                         "(see the op's options)"))
         _check_view(fn, a, v, shape if fresh else None, elem, kind in (OUT, OPT_OUT))
         torch_arrays = torch_arrays or v.kind == "torch"
+    return torch_arrays
+
+
+def check(fn, op, pass_, arrays, options, names=None):
+    """The checks of call() on shapes and element types alone, nothing
+    launched, no context: arrays {name: (shape, elems, dtype)} (a torch
+    fake kernel's meta tensors). Raises as call() does."""
+    views = {n: _arrays.View(None, 0, tuple(shape), elems, dtype, 0, None, "meta", False, True)
+             for n, (shape, elems, dtype) in arrays.items()}
+    unknown = set(views) - {a.name for a in families()[op].passes[pass_].args}
+    if unknown:
+        raise TypeError(_where(fn, f"no argument named {', '.join(sorted(unknown))}"))
+    plan = _prepare(fn, None, op, pass_, views, options, {}, names)
+    _check_plan(fn, plan, views, True)
+    return plan
+
+
+def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, stream=None,
+         context=None, alloc=None, names=None):
+    """Run one op. arrays: {argument name: array or None} (inputs, and
+    outputs to write in place); options: spec keys by path ("eps",
+    "quant.output", "tile"); out: more outputs by name; skip: optional
+    outputs not wanted; sizes: run-time sizes the arrays cannot tell;
+    names: the Python parameter of an option path where it differs
+    ({"quant.round_scale": "round_scale"}), for errors. Every argument is
+    checked before the context is made (no GPU: an argument error is
+    reported as such). Returns {output name: array or None (not produced)}."""
+    ctx = context if context is not None else _default
+    if ctx is not None and not isinstance(ctx, Context):
+        raise TypeError(_where(fn, f"context: found {context!r} ({_kind_name(context)}), "
+                                   "expected a lingen.Context or None"))
+    if out is not None and not isinstance(out, dict):
+        raise TypeError(_where(fn, f"out: found {out!r} ({_kind_name(out)}), expected a dict "
+                                   "{output name: array} or None"))
+    if alloc is not None and not callable(alloc):
+        raise TypeError(_where(fn, f"alloc: found {alloc!r} ({_kind_name(alloc)}), expected "
+                                   "alloc(shape, elem) -> array, or None"))
+    options = options or {}
+    try:
+        hstream = None if stream is None else stream_handle(stream)
+    except TypeError as e:
+        raise TypeError(_where(fn, str(e))) from None
+    views = {}
+    for src in ((arrays, out) if out else (arrays,)):
+        for name, obj in src.items():
+            if obj is not None:
+                views[name] = _view(fn, name, obj, hstream)
+    key = (op, pass_, _options_key(options), _freeze(sizes) if sizes else (), tuple(skip),
+           tuple([(n, v.shape, v.elems) for n, v in views.items()]))
+    plan = ctx._plans.get(key) if ctx is not None else None
+    fresh = plan is None
+    if fresh:
+        unknown = set(views) - {a.name for a in families()[op].passes[pass_].args}
+        if unknown:
+            raise TypeError(_where(fn, f"no argument named {', '.join(sorted(unknown))}"))
+        plan = _prepare(fn, ctx, op, pass_, views, options, sizes or {}, names)
+    torch_arrays = _check_plan(fn, plan, views, fresh)
+    device = None
     for name, kind, shape, elem, a in plan.args:
         v = views.get(name)
         if v is not None:
@@ -475,10 +593,12 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
             if (kind == OUT or (kind == OPT_OUT and name not in skip)) and name not in views:
                 raise TypeError(_where(fn, f"{name}: cannot allocate outputs for these "
                                            "arrays; pass it in out= or give alloc="))
+    if ctx is None:
+        ctx = default_context()
     if fresh:
         if len(ctx._plans) >= 4096:  # shapes seen; kernels stay cached in the context
             ctx._plans.clear()
-        ctx._plans[key] = plan
+        plan = ctx._plans.setdefault(key, plan)
     if hstream is None:
         hstream = _default_stream(views.values(), device)
     prev = _cuda.enter_device(device)

@@ -21,7 +21,7 @@ from ._core import call
 
 def _quant(round_scale, output, **more):
     """Options by spec path (flat, so a call's options hash cheaply)."""
-    return {"quant.round_scale": bool(round_scale), "quant.output": output, **more}
+    return {"quant.round_scale": round_scale, "quant.output": output, **more}
 
 
 def rmsnorm_quant(x, w, eps=1e-6, *, round_scale=True, output="both", tile=None, out=None,
@@ -48,7 +48,8 @@ def rmsnorm(x, w, eps=1e-6, *, rms=True, tile=None, out=None, stream=None, conte
     (y [tokens, hidden] bf16, rms [tokens] fp32, the reciprocal RMS; None
     with rms=False). As linghe's triton_rms_norm_forward."""
     r = call("lingen.rmsnorm", "rmsnorm", "forward", {"x": x, "w": w},
-             {"eps": eps, "tile": tile}, out=out, skip=() if rms else ("rms",),
+             {"eps": eps, "tile": tile}, out=out,
+             skip=() if _core.check_flag("lingen.rmsnorm", "rms", rms) else ("rms",),
              stream=stream, context=context, alloc=alloc)
     return r["y"], r["rms"]
 
@@ -103,22 +104,24 @@ def fp8_quant_weight(w, *, round_scale=True, tile=None, out=None, stream=None, c
     hidden/128] fp32, one dequantisation scale a tile). As linghe's
     triton_block_quant."""
     r = call("lingen.fp8_quant_weight", "fp8_quant_weight", "forward", {"w": w},
-             {"quant.round_scale": bool(round_scale), "tile": tile},
+             {"quant.round_scale": round_scale, "tile": tile},
              out=out, stream=stream, context=context, alloc=alloc)
     return r["q"], r["s"]
 
 
 # ------------------------------------------------- q/k norm + RoPE (K2)
 
-def _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale, cp_size,
-          cp_rank, **heads):
+def _rope(fn, eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale,
+          cp_size, cp_rank, **heads):
     """Options of qk_norm_rope (heads: q_heads, kv_heads where the arrays
     cannot tell them: qkv's last dimension is (H + 2h) D)."""
+    transposed = _core.check_flag(fn, "transposed", transposed)
+    interleaved = _core.check_flag(fn, "interleaved", interleaved)
     return {"eps": eps, "rotary_fraction": rotary_fraction,
             "qkv_order": "seq_batch" if transposed or cu_seqlens is not None else "batch_seq",
-            "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu),
-            "varlen": cu_seqlens is not None, "mscale": float(mscale), "cp_size": int(cp_size),
-            "cp_rank": int(cp_rank), "tile": tile, **{k: int(v) for k, v in heads.items()}}
+            "head_layout": "interleaved" if interleaved else "plain", "silu": silu,
+            "varlen": cu_seqlens is not None, "mscale": mscale, "cp_size": cp_size,
+            "cp_rank": cp_rank, "tile": tile, **heads}
 
 
 def _reshape(a, *shape):
@@ -160,8 +163,8 @@ def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=1e-6, *, q_heads, kv_heads,
     r = call("lingen.qk_norm_rope", "qk_norm_rope", "forward",
              {"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight, "freqs": freqs,
               "cu_seqlens": cu_seqlens},
-             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale,
-                   cp_size, cp_rank, q_heads=q_heads, kv_heads=kv_heads),
+             _rope("lingen.qk_norm_rope", eps, rotary_fraction, interleaved, transposed, silu,
+                   tile, cu_seqlens, mscale, cp_size, cp_rank, q_heads=q_heads, kv_heads=kv_heads),
              out=out, stream=stream, context=context, alloc=alloc)
     q, k, v = r["q"], r["k"], r["v"]
     if varlen:
@@ -190,8 +193,8 @@ def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=1e-6, 
     r = call("lingen.qk_norm_rope_backward", "qk_norm_rope", "backward",
              {"gq": gq, "gk": gk, "gv": gv, "qkv": qkv, "q_weight": q_weight,
               "k_weight": k_weight, "freqs": freqs, "cu_seqlens": cu_seqlens},
-             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale,
-                   cp_size, cp_rank),
+             _rope("lingen.qk_norm_rope_backward", eps, rotary_fraction, interleaved, transposed,
+                   silu, tile, cu_seqlens, mscale, cp_size, cp_rank),
              out=out, stream=stream, context=context, alloc=alloc)
     dqkv = r["dqkv"]
     if varlen and shape is not None and len(shape) == 2:
@@ -216,9 +219,10 @@ def _gate_options(x, w, eps, groups, transpose, shared_weight, tile):
         if xs is None or ws is None:
             raise ValueError("lingen.group_rmsnorm_gate: cannot tell the shapes of x and w; "
                              "pass shared_weight=True or False")
-        shared_weight = ws[0] != xs[-1]
-    return {"eps": eps, "groups": groups, "transpose": bool(transpose),
-            "shared_weight": bool(shared_weight), "tile": tile}
+        # (of other ranks: not shared, and the call names the bad one)
+        shared_weight = len(ws) == 1 and len(xs) >= 1 and ws[0] != xs[-1]
+    return {"eps": eps, "groups": groups, "transpose": transpose,
+            "shared_weight": shared_weight, "tile": tile}
 
 
 def group_rmsnorm_gate(x, gate, w, eps=1e-6, *, groups=4, transpose=True, shared_weight=None,
@@ -259,7 +263,8 @@ def _half_width(x, op):
     """n of x [tokens, 2n] (x's last dimension is both halves)."""
     shape = _shape(x)
     if shape is None or len(shape) == 0:
-        raise ValueError(f"lingen.{op}: cannot tell the shape of x; pass a 2-D array [tokens, 2n]")
+        raise ValueError(f"lingen.{op}: x: found shape {shape}, expected 2 dimensions "
+                         "[tokens, 2 * intermediate]")
     return int(shape[-1]) // 2
 
 
@@ -286,10 +291,10 @@ def swiglu_quant_backward(g, x, *, round_scale=True, output="both", dx_bf16=Fals
     (any token count here, not only multiples of 128). With dx_bf16=True a
     fifth value, dx [tokens, 2n] in bf16."""
     r = call("lingen.swiglu_quant_backward", "swiglu_quant", "backward", {"g": g, "x": x},
-             _quant(round_scale, output, dx_bf16=bool(dx_bf16), tile=tile),
+             _quant(round_scale, output, dx_bf16=dx_bf16, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     res = (r["dxq"], r["dxs"], r["dxqt"], r["dxst"])
-    return res + (r["dx"],) if dx_bf16 else res
+    return res + (r["dx"],) if r["dx"] is not None else res
 
 
 def batch_swiglu_quant(x, prob, counts, *, round_scale=True, output="both", tile=None, out=None,
@@ -324,17 +329,17 @@ def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=True, dx_bf16
     order). With dx_bf16=True a sixth value, dx [tokens, 2n] in bf16."""
     r = call("lingen.batch_swiglu_quant_backward", "batch_swiglu_quant", "backward",
              {"g": g, "x": x, "prob": prob, "counts": counts},
-             _quant(round_scale, "both", dx_bf16=bool(dx_bf16), tile=tile),
+             _quant(round_scale, "both", dx_bf16=dx_bf16, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     res = (r["dxq"], r["dxs"], r["dprob"], r["dxqt"], r["dxst"])
-    return res + (r["dx"],) if dx_bf16 else res
+    return res + (r["dx"],) if r["dx"] is not None else res
 
 
 # ------------------------------------------------ softmax cross entropy (K9)
 
 def _ce_options(ignore_index, label_smoothing, tile, **more):
-    return {"ignore_index": int(ignore_index), "label_smoothing": float(label_smoothing),
-            "tile": tile, **more}
+    return {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "tile": tile,
+            **more}
 
 
 def cross_entropy_forward(logits, labels, *, ignore_index=-100, label_smoothing=0.0, tile=None,
@@ -364,7 +369,7 @@ def cross_entropy_fused(logits, labels, g, *, ignore_index=-100, label_smoothing
     row is read twice, the second time from L2 (see gen/cross_entropy.c)."""
     r = call("lingen.cross_entropy_fused", "cross_entropy", "forward",
              {"logits": logits, "labels": labels, "g": g},
-             _ce_options(ignore_index, label_smoothing, tile, fused=True, inplace=bool(inplace)),
+             _ce_options(ignore_index, label_smoothing, tile, fused=True, inplace=inplace),
              out=out, skip=skip, stream=stream, context=context, alloc=alloc)
     return r["loss"], r["sum_exp"], r["max_logit"], logits if inplace else r["grad"]
 
@@ -379,12 +384,12 @@ def cross_entropy_backward(logits, labels, sum_exp, max_logit, dloss, *, ignore_
     columns [vocab_start, vocab_start + vocab) of C = classes, S and m the
     merged ones (cross_entropy_merge). As linghe's
     triton_softmax_cross_entropy_backward."""
-    opts = _ce_options(ignore_index, label_smoothing, tile, inplace=bool(inplace))
+    opts = _ce_options(ignore_index, label_smoothing, tile, inplace=inplace)
     sizes = None
     if vocab_start is not None:
         opts["part"] = "shard"
-        opts["classes"] = int(classes) if classes else 0
-        sizes = {"vocab_start": int(vocab_start)}
+        opts["classes"] = classes if classes is not None else 0
+        sizes = {"vocab_start": vocab_start}
     r = call("lingen.cross_entropy_backward", "cross_entropy", "backward",
              {"logits": logits, "labels": labels, "sum_exp": sum_exp, "max_logit": max_logit,
               "dloss": dloss}, opts, sizes=sizes, out=out, stream=stream, context=context,
@@ -402,8 +407,8 @@ def cross_entropy_shard_stats(logits, labels, vocab_start, classes, *, ignore_in
     cross_entropy_merge."""
     r = call("lingen.cross_entropy_shard_stats", "cross_entropy", "forward",
              {"logits": logits, "labels": labels},
-             _ce_options(ignore_index, label_smoothing, tile, part="shard", classes=int(classes)),
-             sizes={"vocab_start": int(vocab_start)}, out=out, stream=stream, context=context,
+             _ce_options(ignore_index, label_smoothing, tile, part="shard", classes=classes),
+             sizes={"vocab_start": vocab_start}, out=out, stream=stream, context=context,
              alloc=alloc)
     return r["stats"]
 
@@ -415,7 +420,7 @@ def cross_entropy_merge(stats, labels, classes, *, ignore_index=-100, label_smoo
     cross_entropy_backward of each shard."""
     r = call("lingen.cross_entropy_merge", "cross_entropy", "forward",
              {"stats_in": stats, "labels": labels},
-             _ce_options(ignore_index, label_smoothing, tile, part="merge", vocab=int(classes)),
+             _ce_options(ignore_index, label_smoothing, tile, part="merge", vocab=classes),
              out=out, skip=skip, stream=stream, context=context, alloc=alloc)
     return r["loss"], r["sum_exp"], r["max_logit"]
 
@@ -442,7 +447,8 @@ def router_gemm_backward(dy, x, w, *, precision="bf16", dx=True, dw=True, tile=N
     "bf16x3" (exact dy: fp32 sums only) or "tf32" (dy rounded to tf32, 2^-11:
     linghe's products, at bf16x2's cost). As linghe's
     triton_fp32_gemm_for_backward and triton_fp32_gemm_for_update."""
-    skip = tuple(n for n, want in (("dx", dx), ("dw", dw)) if not want)
+    fn = "lingen.router_gemm_backward"
+    skip = tuple(n for n, want in (("dx", dx), ("dw", dw)) if not _core.check_flag(fn, n, want))
     r = call("lingen.router_gemm_backward", "router_gemm", "backward",
              {"dy": dy, "x": x, "w": w}, {"precision": precision, "tile": tile}, out=out, skip=skip,
              stream=stream, context=context, alloc=alloc)
@@ -474,7 +480,7 @@ def rmsnorm_router(x, w, route_w, eps=1e-6, *, precision="bf16", round_scale=Tru
 
 # ------------------------------------- MoE dispatch and combine (K4, K5)
 
-def _routing_kind(routing):
+def _routing_kind(routing, fn="lingen.moe_row_map"):
     """The moe_row_map routing of an array: "mask" (bool / uint8), else the
     top-k indices' "topk_i32" / "topk_i64"; a torch bool mask is read as
     uint8 (the same bytes)."""
@@ -485,11 +491,14 @@ def _routing_kind(routing):
             return "mask", routing.view(torch.uint8)
         kinds = {torch.int32: "topk_i32", torch.int64: "topk_i64", torch.uint8: "mask"}
         if routing.dtype not in kinds:
-            raise TypeError(f"lingen.moe_row_map: routing: found {routing.dtype}, expected bool / "
-                            "uint8 (a mask) or int32 / int64 (top-k indices)")
+            raise TypeError(f"{fn}: routing: found {routing.dtype}, expected bool / uint8 (a "
+                            "mask) or int32 / int64 (top-k indices)")
         return kinds[routing.dtype], routing
     from ._arrays import view
-    elems = view(routing).elems
+    try:
+        elems = view(routing).elems
+    except TypeError as e:
+        raise TypeError(f"{fn}: routing: {e}") from None
     if "int32" in elems:
         return "topk_i32", routing
     if "int64" in elems:
@@ -532,12 +541,12 @@ def _routing_arg(kind):
 def _multiple(multiple):
     """The `multiple` key as given, or nothing: the family's declared default
     (moe_row_map's, which the dispatch and combine kernels must match)."""
-    return {} if multiple is None else {"multiple": int(multiple)}
+    return {} if multiple is None else {"multiple": multiple}
 
 
 def _moe(top_k, multiple, tile, **more):
     """The MoE families' keys; multiple None: the declared default."""
-    return {"top_k": int(top_k), **_multiple(multiple), "tile": tile, **more}
+    return {"top_k": top_k, **_multiple(multiple), "tile": tile, **more}
 
 
 def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, tile=None,
@@ -556,11 +565,13 @@ def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, 
     that many rows, since P stays on the device (offsets[-1].item() reads
     it, one 4-byte copy). As linghe's triton_make_row_id_map(routing_map,
     multiple_of) and triton_make_row_id_map_and_index, in one call."""
-    kind, arr = _routing_kind(routing)
+    fn = "lingen.moe_row_map"
+    kind, arr = _routing_kind(routing, fn)
+    row_index = _core.check_flag(fn, "row_index", row_index)
     arg = _routing_arg(kind).name
     opts = _moe(top_k, multiple, tile, routing=kind)
     if experts is not None:
-        opts["experts"] = int(experts)
+        opts["experts"] = experts
     elif kind != "mask":
         raise ValueError("lingen.moe_row_map: top-k routing: pass experts=")
     r = call("lingen.moe_row_map", "moe_row_map", "forward", {arg: arr}, opts, out=out,
@@ -583,7 +594,7 @@ def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top
     r = call("lingen.moe_permute", "moe_permute", "forward",
              {"x": x, "x_scale": x_scale, "probs": probs, "row_id_map": row_id_map,
               "offsets": offsets, "counts": counts},
-             _moe(top_k, multiple, tile, round_scale=bool(round_scale)), out=out,
+             _moe(top_k, multiple, tile, round_scale=round_scale), out=out,
              skip=() if probs is not None else ("out_probs",), stream=stream, context=context,
              alloc=alloc)
     return r["out"], r["out_scale"], r["out_probs"]
@@ -615,7 +626,7 @@ def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=None, weighted=F
     weighting."""
     r = call("lingen.moe_unpermute", "moe_unpermute", "forward",
              {"g": g, "probs": probs, "row_id_map": row_id_map},
-             _moe(top_k, multiple, tile, weighted=bool(weighted)), out=out,
+             _moe(top_k, multiple, tile, weighted=weighted), out=out,
              skip=() if probs is not None else ("restore_probs",), stream=stream, context=context,
              alloc=alloc)
     return r["out"], r["restore_probs"]
@@ -630,11 +641,12 @@ def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=N
     probs[r], rounded once), zeros elsewhere; dprobs [rows] fp32:
     drestore[t, e] (weighted: plus the fp32 dot product of dout[t] and
     g[r]); None when nothing asks for it)."""
+    weighted = _core.check_flag("lingen.moe_unpermute_backward", "weighted", weighted)
     want = drestore is not None or (weighted and g is not None)
     r = call("lingen.moe_unpermute_backward", "moe_unpermute", "backward",
              {"dout": dout, "drestore": drestore, "row_id_map": row_id_map, "offsets": offsets,
               "counts": counts, "g": g if weighted else None, "probs": probs if weighted else None},
-             _moe(top_k, multiple, tile, weighted=bool(weighted)), out=out,
+             _moe(top_k, multiple, tile, weighted=weighted), out=out,
              skip=() if want else ("dprobs",), stream=stream, context=context, alloc=alloc)
     return r["dg"], r["dprobs"]
 
