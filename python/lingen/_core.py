@@ -423,7 +423,10 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over, names=None):
         s = Spec(spec)
     except SpecError as e:
         told = ", ".join(f"{n} = {env[n]} from {origin[n]}" for n in origin if fam.key(n))
-        raise SpecError(_where(fn, f"{e}" + (f" ({told})" if told else "")), e.status) from None
+        msg = str(e)
+        if msg.startswith("<input>: "):  # the spec is no file: the path is the argument
+            msg = msg[len("<input>: "):]
+        raise SpecError(_where(fn, msg + (f" ({told})" if told else "")), e.status) from None
     plan = _Plan()
     plan.spec, plan.kernel, plan.sizes, plan.decl = s, None, tuple(sizes), decl
     used = [s.arg_used(a.index) for a in decl.args]
@@ -494,6 +497,18 @@ def _options_key(options):
         return k
     except TypeError:  # a dict value (a tile)
         return _freeze(options)
+
+
+def _renamed(fn, e, names):
+    """e with a declared name in its "fn: NAME: " replaced by the Python
+    parameter's (names: {declared: parameter})."""
+    msg = str(e)
+    for decl_name, param in (names or {}).items():
+        if msg.startswith(f"{fn}: {decl_name}: "):
+            msg = f"{fn}: {param}: " + msg[len(f"{fn}: {decl_name}: "):]
+            e = type(e)(msg, e.status) if isinstance(e, LingenError) else type(e)(msg)
+            break
+    return e
 
 
 def _view(fn, name, obj, stream):
@@ -567,7 +582,7 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
     for src in ((arrays, out) if out else (arrays,)):
         for name, obj in src.items():
             if obj is not None:
-                views[name] = _view(fn, name, obj, hstream)
+                views[name] = _view(fn, (names or {}).get(name, name), obj, hstream)
     key = (op, pass_, _options_key(options), _freeze(sizes) if sizes else (), tuple(skip),
            tuple([(n, v.shape, v.elems) for n, v in views.items()]))
     plan = ctx._plans.get(key) if ctx is not None else None
@@ -576,8 +591,13 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
         unknown = set(views) - {a.name for a in families()[op].passes[pass_].args}
         if unknown:
             raise TypeError(_where(fn, f"no argument named {', '.join(sorted(unknown))}"))
-        plan = _prepare(fn, ctx, op, pass_, views, options, sizes or {}, names)
-    torch_arrays = _check_plan(fn, plan, views, fresh)
+        try:
+            plan = _prepare(fn, ctx, op, pass_, views, options, sizes or {}, names)
+            _check_plan(fn, plan, views, True)
+        except (TypeError, ValueError) as e:
+            raise _renamed(fn, e, names) from None
+    torch_arrays = _check_plan(fn, plan, views, False) if not fresh else \
+        any(v.kind == "torch" for v in views.values())
     device = None
     for name, kind, shape, elem, a in plan.args:
         v = views.get(name)

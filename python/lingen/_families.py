@@ -157,6 +157,17 @@ def offset_name(node):
     return None
 
 
+def scaled_name(node):
+    """(name, c) for a dimension `c * name` (c an integer constant): the
+    size it binds is the dimension / c (SwiGLU's x [tokens, 2 * intermediate])."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for c, n in ((node.left, node.right), (node.right, node.left)):
+            if (isinstance(c, ast.Constant) and isinstance(c.value, int) and c.value > 0
+                    and isinstance(n, ast.Name)):
+                return n.id, c.value
+    return None
+
+
 _lock = threading.Lock()
 _families = None
 
@@ -212,12 +223,14 @@ def bind(fam, decl, shapes, options):
             name = bare_name(d, fam, options)
             if name and name not in env:
                 env[name], origin[name] = n, f"{a.name}.shape[{i}]"
-    for a in decl.args:  # then `name + c` dimensions, for what the others leave unbound
+    for a in decl.args:  # then `name + c` and `c * name` dimensions, for what is unbound
         shape = shapes.get(a.name)
         if shape is None or len(shape) != len(a.dims):
             continue
         for i, (d, n) in enumerate(zip(a.dims, shape)):
-            off = offset_name(d)
+            off, sc = offset_name(d), scaled_name(d)
             if off and off[0] not in env:
                 env[off[0]], origin[off[0]] = n - off[1], f"{a.name}.shape[{i}] - {off[1]}"
+            elif sc and sc[0] not in env:  # (an odd n: the shape check names the argument)
+                env[sc[0]], origin[sc[0]] = n // sc[1], f"{a.name}.shape[{i}] / {sc[1]}"
     return env, origin, bad

@@ -215,11 +215,8 @@ def _gate_options(x, w, eps, groups, transpose, shared_weight, tile):
     """The weight is shared by the groups when its length is not dim (as
     linghe decides it), unless shared_weight says."""
     if shared_weight is None:
-        xs, ws = _shape(x), _shape(w)
-        if xs is None or ws is None:
-            raise ValueError("lingen.group_rmsnorm_gate: cannot tell the shapes of x and w; "
-                             "pass shared_weight=True or False")
-        # (of other ranks: not shared, and the call names the bad one)
+        # (no array, or of another rank: not shared, and the call names the bad one)
+        xs, ws = _shape(x) or (), _shape(w) or ()
         shared_weight = len(ws) == 1 and len(xs) >= 1 and ws[0] != xs[-1]
     return {"eps": eps, "groups": groups, "transpose": transpose,
             "shared_weight": shared_weight, "tile": tile}
@@ -259,15 +256,6 @@ def group_rmsnorm_gate_backward(dy, x, gate, w, eps=1e-6, *, groups=4, transpose
 
 # ------------------------------------------------ SwiGLU + FP8 (K7, K6)
 
-def _half_width(x, op):
-    """n of x [tokens, 2n] (x's last dimension is both halves)."""
-    shape = _shape(x)
-    if shape is None or len(shape) == 0:
-        raise ValueError(f"lingen.{op}: x: found shape {shape}, expected 2 dimensions "
-                         "[tokens, 2 * intermediate]")
-    return int(shape[-1]) // 2
-
-
 def swiglu_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream=None,
                  context=None, alloc=None):
     """SwiGLU + blockwise FP8 quantisation (KERNELS.md K7): x [tokens, 2n]
@@ -277,7 +265,7 @@ def swiglu_quant(x, *, round_scale=True, output="both", tile=None, out=None, str
     triton_silu_and_block_quant_forward (round_scale defaults to False
     there; output_mode 0/1/2 is "rowwise"/"columnwise"/"both")."""
     r = call("lingen.swiglu_quant", "swiglu_quant", "forward", {"x": x},
-             _quant(round_scale, output, intermediate=_half_width(x, "swiglu_quant"), tile=tile),
+             _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["q"], r["s"], r["qt"], r["st"]
 
@@ -312,8 +300,7 @@ def batch_swiglu_quant(x, prob, counts, *, round_scale=True, output="both", tile
     the counts as a host list)."""
     r = call("lingen.batch_swiglu_quant", "batch_swiglu_quant", "forward",
              {"x": x, "prob": prob, "counts": counts},
-             _quant(round_scale, output, intermediate=_half_width(x, "batch_swiglu_quant"),
-                    tile=tile),
+             _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["q"], r["s"], r["qt"], r["st"]
 
@@ -386,6 +373,12 @@ def cross_entropy_backward(logits, labels, sum_exp, max_logit, dloss, *, ignore_
     triton_softmax_cross_entropy_backward."""
     opts = _ce_options(ignore_index, label_smoothing, tile, inplace=inplace)
     sizes = None
+    if vocab_start is None and classes is not None:
+        fn = "lingen.cross_entropy_backward"
+        _core.check_option(fn, _families.families()["cross_entropy"].key("classes"), classes,
+                           "classes")
+        raise ValueError(f"lingen.cross_entropy_backward: classes: found {classes!r}, expected "
+                         "None without vocab_start (the columns of a vocab shard)")
     if vocab_start is not None:
         opts["part"] = "shard"
         opts["classes"] = classes if classes is not None else 0
@@ -421,7 +414,8 @@ def cross_entropy_merge(stats, labels, classes, *, ignore_index=-100, label_smoo
     r = call("lingen.cross_entropy_merge", "cross_entropy", "forward",
              {"stats_in": stats, "labels": labels},
              _ce_options(ignore_index, label_smoothing, tile, part="merge", vocab=classes),
-             out=out, skip=skip, stream=stream, context=context, alloc=alloc)
+             names={"stats_in": "stats", "vocab": "classes"}, out=out, skip=skip, stream=stream,
+             context=context, alloc=alloc)
     return r["loss"], r["sum_exp"], r["max_logit"]
 
 
@@ -574,7 +568,7 @@ def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, 
         opts["experts"] = experts
     elif kind != "mask":
         raise ValueError("lingen.moe_row_map: top-k routing: pass experts=")
-    r = call("lingen.moe_row_map", "moe_row_map", "forward", {arg: arr}, opts, out=out,
+    r = call(fn, "moe_row_map", "forward", {arg: arr}, opts, names={arg: "routing"}, out=out,
              skip=() if row_index else ("row_index",), stream=stream, context=context, alloc=alloc)
     return r["row_id_map"], r["counts"], r["offsets"], r["row_index"], r["padded_counts"]
 
