@@ -287,6 +287,11 @@ def _kinds(decl, used):
             yield OPT_OUT if a.role == "optional_out" else OUT
 
 
+def declared(op, path):
+    """The declared default of a family's key (for the ops' None)."""
+    return families()[op].key(path).default
+
+
 def quant_options(round_scale, output, **more):
     """The blockwise FP8 families' options by spec path (flat, so a call's
     options hash cheaply)."""
@@ -346,6 +351,9 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over, names=None):
     for key, val in options.items():
         if val is not None:
             _set_path(spec, key, val)
+    for k in fam.keys:  # a required group whose keys all take their defaults
+        if k.type == "object" and k.required and "." not in k.path and k.path not in spec:
+            spec[k.path] = {}
     try:
         s = Spec(spec)
     except SpecError as e:

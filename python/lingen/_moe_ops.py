@@ -108,7 +108,7 @@ def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, 
 
 
 def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top_k, multiple=None,
-                round_scale=True, tile=None, out=None, stream=None, context=None, alloc=None):
+                round_scale=None, tile=None, out=None, stream=None, context=None, alloc=None):
     """MoE permute into expert-major padded rows (KERNELS.md K4): x [tokens,
     hidden] bf16, or e4m3 with x_scale [tokens, hidden / 128] fp32; the row
     map of moe_row_map; probs [tokens, experts] fp32 or None -> (out [rows,
@@ -142,7 +142,7 @@ def moe_permute_backward(dout, row_id_map, dout_probs=None, *, top_k, multiple=N
     return r["dx"], r["dprobs"]
 
 
-def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=None, weighted=False, tile=None,
+def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=None, weighted=None, tile=None,
                   out=None, stream=None, context=None, alloc=None):
     """MoE unpermute (combine, KERNELS.md K5): g [rows, hidden] bf16 (any
     hidden), probs [rows] fp32 (required with weighted=True) -> (out
@@ -161,7 +161,7 @@ def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=None, weighted=F
 
 
 def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=None, probs=None, *,
-                           top_k, multiple=None, weighted=False, tile=None, out=None, stream=None,
+                           top_k, multiple=None, weighted=None, tile=None, out=None, stream=None,
                            context=None, alloc=None):
     """The backward of moe_unpermute: dout [tokens, hidden] bf16, drestore
     [tokens, experts] fp32 or None; weighted: g and probs of the forward ->
@@ -169,7 +169,8 @@ def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=N
     probs[r], rounded once), zeros elsewhere; dprobs [rows] fp32:
     drestore[t, e] (weighted: plus the fp32 dot product of dout[t] and
     g[r]); None when nothing asks for it)."""
-    weighted = _core.check_flag("lingen.moe_unpermute_backward", "weighted", weighted)
+    weighted = (_core.declared("moe_unpermute", "weighted") if weighted is None else
+                _core.check_flag("lingen.moe_unpermute_backward", "weighted", weighted))
     want = drestore is not None or (weighted and g is not None)
     r = call("lingen.moe_unpermute_backward", "moe_unpermute", "backward",
              {"dout": dout, "drestore": drestore, "row_id_map": row_id_map, "offsets": offsets,
@@ -180,7 +181,7 @@ def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=N
 
 
 def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multiple=None,
-                      round_scale=True, output="both", tile=None, out=None, stream=None,
+                      round_scale=None, output=None, tile=None, out=None, stream=None,
                       context=None, alloc=None):
     """MoE permute + pad + per-expert blockwise FP8 quantisation in one
     kernel (KERNELS.md K4b): x [tokens, hidden] bf16 (hidden a multiple of

@@ -14,6 +14,10 @@ Every op takes, after its own arguments:
            heuristic; see `lingen help OP`).
 Inputs are C-contiguous CUDA arrays: x is [tokens, hidden] (2-D; flatten
 leading dimensions first -- lingen.torch does it for you).
+
+A spec option whose default is None (eps, round_scale, output, ...) takes
+the family's declared default (lingen.families()[op].key(path).default,
+listed by `lingen help OP`): no default is written here.
 """
 from . import _core, _families
 from ._core import call
@@ -23,7 +27,7 @@ from ._moe_ops import (_multiple, _routing_arg, _routing_kind, _uses, moe_permut
                        moe_unpermute_backward)
 
 
-def rmsnorm_quant(x, w, eps=1e-6, *, round_scale=True, output="both", tile=None, out=None,
+def rmsnorm_quant(x, w, eps=None, *, round_scale=None, output=None, tile=None, out=None,
                   stream=None, context=None, alloc=None):
     """RMSNorm + blockwise FP8 quantisation (KERNELS.md K1).
 
@@ -41,7 +45,7 @@ def rmsnorm_quant(x, w, eps=1e-6, *, round_scale=True, output="both", tile=None,
     return r["q"], r["s"], r["rms"], r["qt"], r["st"]
 
 
-def rmsnorm(x, w, eps=1e-6, *, rms=True, tile=None, out=None, stream=None, context=None,
+def rmsnorm(x, w, eps=None, *, rms=True, tile=None, out=None, stream=None, context=None,
             alloc=None):
     """RMSNorm forward: x [tokens, hidden] bf16, w [hidden] bf16 ->
     (y [tokens, hidden] bf16, rms [tokens] fp32, the reciprocal RMS; None
@@ -53,7 +57,7 @@ def rmsnorm(x, w, eps=1e-6, *, rms=True, tile=None, out=None, stream=None, conte
     return r["y"], r["rms"]
 
 
-def rmsnorm_backward(dy, x, w, eps=1e-6, rms=None, *, tile=None, out=None, stream=None,
+def rmsnorm_backward(dy, x, w, eps=None, rms=None, *, tile=None, out=None, stream=None,
                      context=None, alloc=None):
     """RMSNorm backward: dy, x [tokens, hidden] bf16, w [hidden] bf16, rms
     [tokens] fp32 from the forward (None: recomputed) -> (dx [tokens,
@@ -65,7 +69,7 @@ def rmsnorm_backward(dy, x, w, eps=1e-6, rms=None, *, tile=None, out=None, strea
     return r["dx"], r["dw"]
 
 
-def fp8_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream=None,
+def fp8_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=None,
               context=None, alloc=None):
     """Blockwise FP8 quantisation of an activation (KERNELS.md 1.3):
     x [tokens, hidden] bf16 -> (q, s, qt, st) laid out as in
@@ -76,7 +80,7 @@ def fp8_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def fp8_quant_batched(x, counts, *, round_scale=True, output="both", tile=None, out=None,
+def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, out=None,
                       stream=None, context=None, alloc=None):
     """Per-expert blockwise FP8 quantisation (KERNELS.md 1.3): x [tokens,
     hidden] bf16 with the tokens grouped by expert, counts [experts] int32
@@ -96,7 +100,7 @@ def fp8_quant_batched(x, counts, *, round_scale=True, output="both", tile=None, 
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def fp8_quant_weight(w, *, round_scale=True, tile=None, out=None, stream=None, context=None,
+def fp8_quant_weight(w, *, round_scale=None, tile=None, out=None, stream=None, context=None,
                      alloc=None):
     """FP8 quantisation of a weight in 128 x 128 tiles (KERNELS.md 1.3): w
     [rows, hidden] bf16 -> (q [rows, hidden] e4m3, s [cdiv(rows, 128),
@@ -114,11 +118,15 @@ def _rope(fn, eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seql
           cp_size, cp_rank, **heads):
     """Options of qk_norm_rope (heads: q_heads, kv_heads where the arrays
     cannot tell them: qkv's last dimension is (H + 2h) D)."""
-    transposed = _core.check_flag(fn, "transposed", transposed)
-    interleaved = _core.check_flag(fn, "interleaved", interleaved)
-    return {"eps": eps, "rotary_fraction": rotary_fraction,
-            "qkv_order": "seq_batch" if transposed or cu_seqlens is not None else "batch_seq",
-            "head_layout": "interleaved" if interleaved else "plain", "silu": silu,
+    order = layout = None  # None: the declared qkv_order and head_layout
+    if cu_seqlens is not None:
+        order = "seq_batch"
+    elif transposed is not None:
+        order = "seq_batch" if _core.check_flag(fn, "transposed", transposed) else "batch_seq"
+    if interleaved is not None:
+        layout = "interleaved" if _core.check_flag(fn, "interleaved", interleaved) else "plain"
+    return {"eps": eps, "rotary_fraction": rotary_fraction, "qkv_order": order,
+            "head_layout": layout, "silu": silu,
             "varlen": cu_seqlens is not None, "mscale": mscale, "cp_size": cp_size,
             "cp_rank": cp_rank, "tile": tile, **heads}
 
@@ -130,14 +138,14 @@ def _reshape(a, *shape):
     return a.reshape(*shape)
 
 
-def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=1e-6, *, q_heads, kv_heads,
-                 rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
-                 cu_seqlens=None, mscale=1.0, cp_size=1, cp_rank=0, tile=None, out=None,
+def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=None, *, q_heads, kv_heads,
+                 rotary_fraction=None, interleaved=None, transposed=None, silu=None,
+                 cu_seqlens=None, mscale=None, cp_size=None, cp_rank=None, tile=None, out=None,
                  stream=None, context=None, alloc=None):
     """Split + q/k RMSNorm + rotate-half RoPE + transpose (KERNELS.md K2).
 
-    qkv [S, B, (H + 2h) D] bf16 (transposed=True, Megatron; else [B, S, .]),
-    heads per kv group [H/h q, k, v] (interleaved=True) or q | k | v;
+    qkv [S, B, (H + 2h) D] bf16 (transposed, as declared: Megatron; else [B, S, .]),
+    heads per kv group [H/h q, k, v] (interleaved, as declared) or q | k | v;
     q_weight, k_weight [D] bf16; freqs [S * cp_size, R] fp32 in the cat(f, f)
     layout with R = rotary_fraction * D (only [:, :R/2] is read) -> (q [B,
     S, H, D], k [B, S, h, D], v [B, S, h, D]) bf16. silu: SiLU on qkv first;
@@ -171,9 +179,9 @@ def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=1e-6, *, q_heads, kv_heads,
     return q, k, v
 
 
-def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=1e-6, *,
-                          rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
-                          cu_seqlens=None, mscale=1.0, cp_size=1, cp_rank=0, tile=None, out=None,
+def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=None, *,
+                          rotary_fraction=None, interleaved=None, transposed=None, silu=None,
+                          cu_seqlens=None, mscale=None, cp_size=None, cp_rank=None, tile=None, out=None,
                           stream=None, context=None, alloc=None):
     """The backward of qk_norm_rope: gq [B, S, H, D], gk, gv [B, S, h, D]
     bf16 (packed: [T, heads, D]), the forward's qkv, weights, freqs and
@@ -221,7 +229,7 @@ def _gate_options(x, w, eps, groups, transpose, shared_weight, tile):
             "shared_weight": shared_weight, "tile": tile}
 
 
-def group_rmsnorm_gate(x, gate, w, eps=1e-6, *, groups=4, transpose=True, shared_weight=None,
+def group_rmsnorm_gate(x, gate, w, eps=None, *, groups=None, transpose=None, shared_weight=None,
                        tile=None, out=None, stream=None, context=None, alloc=None):
     """Group RMSNorm x sigmoid gate forward (KERNELS.md K8): x [batch, seq,
     dim] bf16 (flatten heads x head_dim into dim first), gate [seq, batch,
@@ -239,7 +247,7 @@ def group_rmsnorm_gate(x, gate, w, eps=1e-6, *, groups=4, transpose=True, shared
     return r["y"]
 
 
-def group_rmsnorm_gate_backward(dy, x, gate, w, eps=1e-6, *, groups=4, transpose=True,
+def group_rmsnorm_gate_backward(dy, x, gate, w, eps=None, *, groups=None, transpose=None,
                                 shared_weight=None, tile=None, out=None, stream=None, context=None,
                                 alloc=None):
     """Group RMSNorm x sigmoid gate backward: dy in gate's layout, x, gate,
@@ -255,7 +263,7 @@ def group_rmsnorm_gate_backward(dy, x, gate, w, eps=1e-6, *, groups=4, transpose
 
 # ------------------------------------------------ SwiGLU + FP8 (K7, K6)
 
-def swiglu_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream=None,
+def swiglu_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=None,
                  context=None, alloc=None):
     """SwiGLU + blockwise FP8 quantisation (KERNELS.md K7): x [tokens, 2n]
     bf16 = [gate | up] -> y = silu(gate) * up in fp32, quantised: (q
@@ -269,7 +277,7 @@ def swiglu_quant(x, *, round_scale=True, output="both", tile=None, out=None, str
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def swiglu_quant_backward(g, x, *, round_scale=True, output="both", dx_bf16=False, tile=None,
+def swiglu_quant_backward(g, x, *, round_scale=None, output=None, dx_bf16=None, tile=None,
                           out=None, stream=None, context=None, alloc=None):
     """The backward of swiglu_quant: g [tokens, n] bf16 (dL/dy) and the
     forward's x [tokens, 2n] -> dx = [dx_gate | dx_up] quantised with K =
@@ -284,7 +292,7 @@ def swiglu_quant_backward(g, x, *, round_scale=True, output="both", dx_bf16=Fals
     return res + (r["dx"],) if r["dx"] is not None else res
 
 
-def batch_swiglu_quant(x, prob, counts, *, round_scale=True, output="both", tile=None, out=None,
+def batch_swiglu_quant(x, prob, counts, *, round_scale=None, output=None, tile=None, out=None,
                        stream=None, context=None, alloc=None):
     """Per-expert prob-weighted SwiGLU + blockwise FP8 quantisation
     (KERNELS.md K6): x [tokens, 2n] bf16 with rows grouped by expert, prob
@@ -304,7 +312,7 @@ def batch_swiglu_quant(x, prob, counts, *, round_scale=True, output="both", tile
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=True, dx_bf16=False, tile=None,
+def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=None, dx_bf16=None, tile=None,
                                 out=None, stream=None, context=None, alloc=None):
     """The backward of batch_swiglu_quant: g [tokens, n] bf16, the forward's
     x, prob and counts -> (dxq [tokens, 2n], dxs, dprob [tokens, 1] fp32,
@@ -328,7 +336,7 @@ def _ce_options(ignore_index, label_smoothing, tile, **more):
             **more}
 
 
-def cross_entropy_forward(logits, labels, *, ignore_index=-100, label_smoothing=0.0, tile=None,
+def cross_entropy_forward(logits, labels, *, ignore_index=None, label_smoothing=None, tile=None,
                           out=None, skip=(), stream=None, context=None, alloc=None):
     """Softmax cross entropy forward (KERNELS.md K9): logits [tokens, vocab]
     bf16 or fp32 (any vocab), labels [tokens] int64 or int32 -> (loss,
@@ -345,8 +353,8 @@ def cross_entropy_forward(logits, labels, *, ignore_index=-100, label_smoothing=
     return r["loss"], r["sum_exp"], r["max_logit"]
 
 
-def cross_entropy_fused(logits, labels, g, *, ignore_index=-100, label_smoothing=0.0,
-                        inplace=False, tile=None, out=None, skip=(), stream=None, context=None,
+def cross_entropy_fused(logits, labels, g, *, ignore_index=None, label_smoothing=None,
+                        inplace=None, tile=None, out=None, skip=(), stream=None, context=None,
                         alloc=None):
     """The forward and the gradient in one kernel, for an output gradient
     that is the same on every row: g [1] fp32 on the device (1 / count for
@@ -357,11 +365,12 @@ def cross_entropy_fused(logits, labels, g, *, ignore_index=-100, label_smoothing
              {"logits": logits, "labels": labels, "g": g},
              _ce_options(ignore_index, label_smoothing, tile, fused=True, inplace=inplace),
              out=out, skip=skip, stream=stream, context=context, alloc=alloc)
+    inplace = _core.declared("cross_entropy", "inplace") if inplace is None else inplace
     return r["loss"], r["sum_exp"], r["max_logit"], logits if inplace else r["grad"]
 
 
-def cross_entropy_backward(logits, labels, sum_exp, max_logit, dloss, *, ignore_index=-100,
-                           label_smoothing=0.0, inplace=False, vocab_start=None, classes=None,
+def cross_entropy_backward(logits, labels, sum_exp, max_logit, dloss, *, ignore_index=None,
+                           label_smoothing=None, inplace=None, vocab_start=None, classes=None,
                            tile=None, out=None, stream=None, context=None, alloc=None):
     """Softmax cross entropy backward: grad = (exp(x - m) / S - (1 - e)
     onehot(y) - e / C) * dloss[row] in logits' type, zero on ignored rows;
@@ -386,11 +395,12 @@ def cross_entropy_backward(logits, labels, sum_exp, max_logit, dloss, *, ignore_
              {"logits": logits, "labels": labels, "sum_exp": sum_exp, "max_logit": max_logit,
               "dloss": dloss}, opts, sizes=sizes, out=out, stream=stream, context=context,
              alloc=alloc)
+    inplace = _core.declared("cross_entropy", "inplace") if inplace is None else inplace
     return logits if inplace else r["grad"]
 
 
-def cross_entropy_shard_stats(logits, labels, vocab_start, classes, *, ignore_index=-100,
-                              label_smoothing=0.0, tile=None, out=None, stream=None, context=None,
+def cross_entropy_shard_stats(logits, labels, vocab_start, classes, *, ignore_index=None,
+                              label_smoothing=None, tile=None, out=None, stream=None, context=None,
                               alloc=None):
     """Vocab parallel, per shard: this rank's logits [tokens, vocab] (the
     columns [vocab_start, vocab_start + vocab) of classes), labels (global
@@ -405,7 +415,7 @@ def cross_entropy_shard_stats(logits, labels, vocab_start, classes, *, ignore_in
     return r["stats"]
 
 
-def cross_entropy_merge(stats, labels, classes, *, ignore_index=-100, label_smoothing=0.0,
+def cross_entropy_merge(stats, labels, classes, *, ignore_index=None, label_smoothing=None,
                         tile=None, out=None, skip=(), stream=None, context=None, alloc=None):
     """Vocab parallel: the gathered stats [shards, tokens, 6] -> (loss,
     sum_exp, max_logit) of the whole rows (classes columns), for
@@ -430,7 +440,7 @@ def router_gemm(x, w, *, tile=None, out=None, stream=None, context=None, alloc=N
     return r["logits"]
 
 
-def router_gemm_backward(dy, x, w, *, precision="bf16", dx=True, dw=True, tile=None, out=None,
+def router_gemm_backward(dy, x, w, *, precision=None, dx=True, dw=True, tile=None, out=None,
                          stream=None, context=None, alloc=None):
     """Router GEMM backward: dy [tokens, experts] fp32, x and w as in
     router_gemm -> (dx [tokens, hidden] bf16 = dy . w, dw [experts, hidden]
@@ -448,7 +458,7 @@ def router_gemm_backward(dy, x, w, *, precision="bf16", dx=True, dw=True, tile=N
     return r["dx"], r["dw"]
 
 
-def rmsnorm_router(x, w, route_w, eps=1e-6, *, precision="bf16", round_scale=True, output="rowwise",
+def rmsnorm_router(x, w, route_w, eps=None, *, precision=None, round_scale=None, output=None,
                    tile=None, out=None, stream=None, context=None, alloc=None):
     """RMSNorm + router GEMM + rowwise FP8 in one pass (KERNELS.md K3b): x
     [tokens, hidden] bf16, w [hidden] bf16 (the norm's weight), route_w

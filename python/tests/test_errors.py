@@ -65,8 +65,8 @@ GOOD = {
     "count_zero": (([a(T, t="<f4")],), {}),
 }
 
-# parameters whose default (None) does not tell their kind
-INTS = {"multiple", "experts", "classes", "vocab_start", "q_heads", "kv_heads", "top_k"}
+# a run-time size given as a parameter
+INTS = {"vocab_start"}
 LIST_OPS = {"grad_norm", "count_zero"}
 
 
@@ -112,16 +112,17 @@ def params(op):
 
 
 def kind_of(p):
-    """"bool", "int", "number" or None, by the parameter's default."""
+    """"bool", "int", "number" or None: the type of the declared key the
+    parameter is (by its name, a key path's last part: round_scale is
+    quant.round_scale), else by its default (Python-only flags)."""
     if p.name in INTS:
         return "int"
-    d = p.default
-    if isinstance(d, bool):
+    for fam in lingen.families().values():
+        for k in fam.keys:
+            if k.path.rsplit(".", 1)[-1] == p.name and k.type in ("bool", "int", "number"):
+                return k.type
+    if isinstance(p.default, bool):
         return "bool"
-    if isinstance(d, int):
-        return "int"
-    if isinstance(d, float):
-        return "number"
     return None
 
 
@@ -209,6 +210,15 @@ def option_cases():
                         (op, n, math.inf, ["found inf", "expected a finite number"]),
                         (op, n, "0.1", ["found '0.1' (str)", "expected a finite number"])]
     return out
+
+
+def test_declared_defaults_are_not_written_twice():
+    """A spec option of an op defaults to None (the declared default), never
+    to a value of its own."""
+    for op in GOOD:
+        for n, p in params(op).items():
+            if kind_of(p) and n not in ("rms", "dx", "dw", "row_index", "norm", "ord"):
+                assert p.default is None or p.default is p.empty, (op, n, p.default)
 
 
 @pytest.mark.parametrize("op, name, value, words", option_cases())
