@@ -212,3 +212,22 @@ def test_compile_traces_symbolic_shapes_without_a_gpu():
         assert s.shape == (8, n) and st.shape == (-(-n // 128), 1024)
     with pytest.raises(Exception, match="x: found torch.float16, expected bf16"):
         g(torch.empty(300, 1024, dtype=torch.float16, device="meta"))
+
+
+def test_torch_defaults_are_the_declarations():
+    """lingen.torch's functions take their spec defaults from the family
+    declarations (lingen.torch._ops.declared), not from literals."""
+    pytest.importorskip("torch")
+    import inspect
+    import lingen.torch as lt
+    fams = lingen.families()
+    for fn, op in ((lt.rms_norm_quant, "rmsnorm_quant"), (lt.rms_norm_router, "rmsnorm_router"),
+                   (lt.qk_norm_rope, "qk_norm_rope"), (lt.group_rms_norm_gate, "group_rmsnorm_gate"),
+                   (lt.swiglu_quant_backward, "swiglu_quant"), (lt.moe_unpermute, "moe_unpermute")):
+        seen = 0
+        for p in inspect.signature(fn).parameters.values():
+            k = next((k for k in fams[op].keys if k.path.rsplit(".", 1)[-1] == p.name), None)
+            if k is not None and k.default is not None and not k.shape:
+                assert p.default == k.default, (fn.__name__, p.name)
+                seen += 1
+        assert seen, fn.__name__

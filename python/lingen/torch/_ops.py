@@ -11,6 +11,34 @@ from .._arrays import torch_elems
 from ..ops import _uses
 
 NAMESPACE = "lingen"
+
+
+def declared(op):
+    """A decorator: every parameter of the function whose default is `...`
+    takes the declared default of the family op's key of that name (the last
+    part of its path: round_scale is quant.round_scale), so no default is
+    written twice. A name that is no key of op fails at import."""
+    fam = _families.families()[op]
+
+    def value(name, f):
+        for k in fam.keys:
+            if k.path.rsplit(".", 1)[-1] == name and k.default is not None:
+                return float(k.default) if k.type == "number" else k.default
+        raise TypeError(f"lingen.torch: {f.__qualname__}: {name} is no key of {op} with a "
+                        "default")
+
+    def deco(f):
+        code = f.__code__
+        names = code.co_varnames[:code.co_argcount]
+        if f.__defaults__:
+            first = len(names) - len(f.__defaults__)
+            f.__defaults__ = tuple(value(names[first + i], f) if d is ... else d
+                                   for i, d in enumerate(f.__defaults__))
+        if f.__kwdefaults__:
+            f.__kwdefaults__ = {n: value(n, f) if d is ... else d
+                                for n, d in f.__kwdefaults__.items()}
+        return f
+    return deco
 _SCALAR = {"number": "float", "bool": "bool", "enum": "str", "int": "int"}
 
 

@@ -2,7 +2,7 @@
 Functions and functions."""
 import torch
 
-from ._ops import _run
+from ._ops import _run, declared
 
 __all__ = ["QKNormRopeFunction", "qk_norm_rope", "GroupRMSNormGateFunction", "group_rms_norm_gate",
            "group_rms_norm_gate_forward", "group_rms_norm_gate_backward"]
@@ -10,8 +10,9 @@ __all__ = ["QKNormRopeFunction", "qk_norm_rope", "GroupRMSNormGateFunction", "gr
 
 # ------------------------------------------------- q/k norm + RoPE (K2)
 
-def _rope_kw(eps, rotary_fraction, interleaved, transposed, silu, varlen=False, mscale=1.0,
-             cp_size=1, cp_rank=0):
+@declared("qk_norm_rope")
+def _rope_kw(eps, rotary_fraction, interleaved, transposed, silu, varlen=False, mscale=...,
+             cp_size=..., cp_rank=...):
     return {"eps": eps, "rotary_fraction": rotary_fraction,
             "qkv_order": "seq_batch" if transposed or varlen else "batch_seq",
             "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu),
@@ -26,9 +27,10 @@ class QKNormRopeFunction(torch.autograd.Function):
     deterministic, cast to the weights' dtype for autograd)."""
 
     @staticmethod
-    def forward(ctx, qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=1e-6,
-                rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
-                cu_seqlens=None, mscale=1.0, cp_size=1, cp_rank=0):
+    @declared("qk_norm_rope")
+    def forward(ctx, qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=...,
+                rotary_fraction=..., interleaved=True, transposed=True, silu=...,
+                cu_seqlens=None, mscale=..., cp_size=..., cp_rank=...):
         varlen = cu_seqlens is not None
         kw = _rope_kw(eps, rotary_fraction, interleaved, transposed, silu, varlen, mscale,
                       cp_size, cp_rank)
@@ -57,9 +59,10 @@ class QKNormRopeFunction(torch.autograd.Function):
         return (dqkv, dqw, dkw) + (None,) * 12
 
 
-def qk_norm_rope(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=1e-6, rotary_fraction=0.5,
-                 interleaved=True, transposed=True, silu=False, cu_seqlens=None, mscale=1.0,
-                 cp_size=1, cp_rank=0):
+@declared("qk_norm_rope")
+def qk_norm_rope(qkv, q_weight, k_weight, freqs, q_heads, kv_heads, eps=..., rotary_fraction=...,
+                 interleaved=True, transposed=True, silu=..., cu_seqlens=None, mscale=...,
+                 cp_size=..., cp_rank=...):
     """(q, k, v) [B, S, heads, D] from qkv [S, B, (H + 2h) D] (transposed;
     else [B, S, .]), differentiable; as linghe's qk_norm_half_rope with
     H=q_heads, h=kv_heads (rotary_fraction 0.5 there). With cu_seqlens
@@ -88,7 +91,8 @@ class GroupRMSNormGateFunction(torch.autograd.Function):
     deterministic, cast to the weight's dtype for autograd."""
 
     @staticmethod
-    def forward(ctx, x, gate, weight, eps=1e-6, groups=4, transpose=True):
+    @declared("group_rmsnorm_gate")
+    def forward(ctx, x, gate, weight, eps=..., groups=..., transpose=...):
         x3, g3 = _bsd(x), _bsd(gate)
         shared = weight.shape[0] != x3.shape[-1]
         y = _run("group_rmsnorm_gate_forward", x3, g3, weight, eps=eps, groups=groups,
@@ -106,21 +110,24 @@ class GroupRMSNormGateFunction(torch.autograd.Function):
         return dx.view(ctx.shapes[0]), dgate.view(ctx.shapes[1]), dw, None, None, None
 
 
-def group_rms_norm_gate(x, gate, weight, eps=1e-6, groups=4, transpose=True):
+@declared("group_rmsnorm_gate")
+def group_rms_norm_gate(x, gate, weight, eps=..., groups=..., transpose=...):
     """Group RMSNorm x sigmoid gate, differentiable (linghe's facade
     group_rms_norm_gate(attn_output, gate, weight, eps, group_size); its
     group_size is groups here)."""
     return GroupRMSNormGateFunction.apply(x, gate, weight, eps, groups, transpose)
 
 
-def group_rms_norm_gate_forward(x, gate, weight, eps=1e-6, groups=4, transpose=True):
+@declared("group_rmsnorm_gate")
+def group_rms_norm_gate_forward(x, gate, weight, eps=..., groups=..., transpose=...):
     """y without autograd, as linghe's triton_group_rms_norm_gate_forward."""
     x3 = _bsd(x)
     return _run("group_rmsnorm_gate_forward", x3, _bsd(gate), weight, eps=eps, groups=groups,
                 transpose=bool(transpose), shared_weight=weight.shape[0] != x3.shape[-1])
 
 
-def group_rms_norm_gate_backward(dy, x, gate, weight, eps=1e-6, groups=4, transpose=True):
+@declared("group_rmsnorm_gate")
+def group_rms_norm_gate_backward(dy, x, gate, weight, eps=..., groups=..., transpose=...):
     """(dx, dgate, dw fp32) as linghe's triton_group_rms_norm_gate_backward."""
     x3 = _bsd(x)
     dx, dgate, dw = _run("group_rmsnorm_gate_backward", _bsd(dy), x3, _bsd(gate), weight, eps=eps,

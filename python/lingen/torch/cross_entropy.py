@@ -3,6 +3,7 @@ vocab-parallel forms."""
 import torch
 
 from .. import ops
+from ._ops import declared
 
 __all__ = ["CrossEntropyFunction", "cross_entropy", "VocabParallelCrossEntropyFunction",
            "vocab_parallel_cross_entropy", "cross_entropy_forward", "cross_entropy_backward"]
@@ -60,8 +61,9 @@ class CrossEntropyFunction(torch.autograd.Function):
     the copy when they had to be copied)."""
 
     @staticmethod
-    def forward(ctx, logits, labels, ignore_index=-100, label_smoothing=0.0, reduction="mean",
-                fused=False, inplace=False):
+    @declared("cross_entropy")
+    def forward(ctx, logits, labels, ignore_index=..., label_smoothing=..., reduction="mean",
+                fused=False, inplace=...):
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"reduction: found {reduction!r}, expected 'mean', 'sum' or 'none'")
         if fused and reduction == "none":
@@ -96,8 +98,9 @@ class CrossEntropyFunction(torch.autograd.Function):
         return grad, None, None, None, None, None, None
 
 
-def cross_entropy(logits, labels, weight=None, size_average=None, ignore_index=-100, reduce=None,
-                  reduction="mean", label_smoothing=0.0, *, fused=False, inplace=False):
+@declared("cross_entropy")
+def cross_entropy(logits, labels, weight=None, size_average=None, ignore_index=..., reduce=None,
+                  reduction="mean", label_smoothing=..., *, fused=False, inplace=...):
     """A drop-in for torch.nn.functional.cross_entropy on 2-D logits
     [tokens, vocab] (bf16 or fp32) and labels [tokens] (int64 or int32),
     differentiable, with F.cross_entropy's parameters in its order (the
@@ -137,8 +140,9 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
     sets)."""
 
     @staticmethod
+    @declared("cross_entropy")
     def forward(ctx, logits, labels, vocab_start, classes, group=None, all_gather=None,
-                ignore_index=-100, label_smoothing=0.0, reduction="mean", inplace=False):
+                ignore_index=..., label_smoothing=..., reduction="mean", inplace=...):
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"reduction: found {reduction!r}, expected 'mean', 'sum' or 'none'")
         logits, labels = _ce_dense(logits, 16), _ce_dense(labels, 4)
@@ -162,9 +166,10 @@ class VocabParallelCrossEntropyFunction(torch.autograd.Function):
         return grad, None, None, None, None, None, None, None, None, None
 
 
+@declared("cross_entropy")
 def vocab_parallel_cross_entropy(logits, labels, vocab_start, classes, group=None, *,
-                                 ignore_index=-100, reduction="mean", label_smoothing=0.0,
-                                 inplace=False, all_gather=None):
+                                 ignore_index=..., reduction="mean", label_smoothing=...,
+                                 inplace=..., all_gather=None):
     """F.cross_entropy over logits split by columns across the ranks of a
     tensor-parallel group: logits [tokens, V_rank] are the columns
     [vocab_start, vocab_start + V_rank) of `classes`, labels [tokens] the
@@ -178,15 +183,17 @@ def vocab_parallel_cross_entropy(logits, labels, vocab_start, classes, group=Non
                                                    reduction, inplace)
 
 
-def cross_entropy_forward(logits, labels, ignore_index=-100, label_smoothing=0.0):
+@declared("cross_entropy")
+def cross_entropy_forward(logits, labels, ignore_index=..., label_smoothing=...):
     """(loss, sum_exp, max_logit) [tokens] fp32 without autograd, as linghe's
     triton_softmax_cross_entropy_forward."""
     return ops.cross_entropy_forward(logits, labels, ignore_index=ignore_index,
                                      label_smoothing=label_smoothing)
 
 
-def cross_entropy_backward(logits, labels, sum_exp, max_logit, output_grad, ignore_index=-100,
-                           inplace=False, label_smoothing=0.0):
+@declared("cross_entropy")
+def cross_entropy_backward(logits, labels, sum_exp, max_logit, output_grad, ignore_index=...,
+                           inplace=..., label_smoothing=...):
     """The logits' gradient, as linghe's triton_softmax_cross_entropy_backward
     (output_grad [tokens] fp32)."""
     return ops.cross_entropy_backward(logits, labels, sum_exp, max_logit,

@@ -2,7 +2,7 @@
 import torch
 
 from ..ops import _multiple, _routing_arg, _routing_kind
-from ._ops import _flat, _none_unused, _run, _used
+from ._ops import _flat, _none_unused, _run, _used, declared
 
 __all__ = ["moe_row_map", "MoePermuteFunction", "MoeUnpermuteFunction", "moe_permute",
            "moe_permute_fp8", "moe_unpermute", "moe_permute_quant"]
@@ -58,7 +58,8 @@ class MoeUnpermuteFunction(torch.autograd.Function):
     times probs[r], and dprobs[r] = <dout[t], g[r]>)."""
 
     @staticmethod
-    def forward(ctx, g, probs, row_id_map, offsets, counts, top_k, multiple=None, weighted=False):
+    @declared("moe_unpermute")
+    def forward(ctx, g, probs, row_id_map, offsets, counts, top_k, multiple=None, weighted=...):
         out, restore = _run("moe_unpermute_forward", g, probs, row_id_map, top_k=int(top_k),
                             **_multiple(multiple), weighted=bool(weighted))
         ctx.save_for_backward(g if weighted else None, probs if weighted else None, row_id_map,
@@ -87,8 +88,9 @@ def moe_permute(x, row_id_map, offsets, counts, probs=None, top_k=None, multiple
     return MoePermuteFunction.apply(_flat(x), probs, row_id_map, offsets, counts, top_k, multiple)
 
 
+@declared("moe_permute")
 def moe_permute_fp8(xq, x_scale, row_id_map, offsets, counts, probs=None, top_k=None, multiple=None,
-                    round_scale=True):
+                    round_scale=...):
     """(rows e4m3, rows_scale [rows, hidden / 128] fp32, rows_probs or None):
     the permute of FP8 tokens xq [tokens, hidden] float8_e4m3fn with their
     scales [tokens, hidden / 128]; padding rows take the zero block's scale
@@ -101,8 +103,9 @@ def moe_permute_fp8(xq, x_scale, row_id_map, offsets, counts, probs=None, top_k=
     return out, scale, (out_probs if probs is not None else None)
 
 
+@declared("moe_unpermute")
 def moe_unpermute(rows, row_id_map, offsets, counts, probs=None, top_k=None, multiple=None,
-                  weighted=False):
+                  weighted=...):
     """(out [tokens, hidden] bf16, restore_probs [tokens, experts] fp32) of
     rows [rows, hidden] bf16 and their probs [rows] fp32 (None: no
     restore; required with weighted=True), differentiable. As linghe's
@@ -115,8 +118,9 @@ def moe_unpermute(rows, row_id_map, offsets, counts, probs=None, top_k=None, mul
                                       weighted)
 
 
+@declared("moe_permute_quant")
 def moe_permute_quant(x, row_index, padded_counts, probs=None, top_k=None, multiple=None,
-                      round_scale=True, output="both"):
+                      round_scale=..., output=...):
     """(q, s, qt, st, out_probs) of lingen.moe_permute_quant for x [..., hidden]
     bf16 (K4b: permute + pad + per-expert blockwise FP8 in one kernel); the
     copies output does not ask for, and out_probs without probs, None. Not

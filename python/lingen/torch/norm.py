@@ -2,7 +2,7 @@
 (KERNELS.md K1, 1.3, K3, K3b): autograd Functions, modules, functions."""
 import torch
 
-from ._ops import _flat, _grad_carrier, _none_unused, _run, _used
+from ._ops import _flat, _grad_carrier, _none_unused, _run, _used, declared
 
 __all__ = ["RMSNormFunction", "rms_norm", "RMSNorm", "rms_norm_quant", "RMSNormQuantFunction",
            "rms_norm_quant_autograd", "rms_norm_forward", "rms_norm_backward", "fp8_quant",
@@ -19,7 +19,8 @@ class RMSNormFunction(torch.autograd.Function):
     dtype for autograd). As linghe's facade RMSNormFunction."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps=1e-6):
+    @declared("rmsnorm")
+    def forward(ctx, x, weight, eps=...):
         x2 = _flat(x)
         y, rms = _run("rmsnorm_forward", x2, weight, eps=eps)
         ctx.save_for_backward(x2, weight, rms)
@@ -34,7 +35,8 @@ class RMSNormFunction(torch.autograd.Function):
         return dx.view(dy.shape), dw, None
 
 
-def rms_norm(x, weight, eps=1e-6):
+@declared("rmsnorm")
+def rms_norm(x, weight, eps=...):
     """RMSNorm over the last dimension of x (bf16), differentiable."""
     return RMSNormFunction.apply(x, weight, eps)
 
@@ -43,7 +45,8 @@ class RMSNorm(torch.nn.Module):
     """torch.nn.RMSNorm over the last dimension with lingen's kernels; the
     weight is bf16 (the kernels' dtype)."""
 
-    def __init__(self, hidden_size, eps=1e-6, device=None, dtype=torch.bfloat16):
+    @declared("rmsnorm")
+    def __init__(self, hidden_size, eps=..., device=None, dtype=torch.bfloat16):
         super().__init__()
         self.eps = eps
         self.weight = torch.nn.Parameter(torch.ones(hidden_size, device=device, dtype=dtype))
@@ -56,7 +59,9 @@ class RMSNorm(torch.nn.Module):
 
 
 # --------------------------------------------------- FP8 quantisation
-def rms_norm_quant(x, weight, eps=1e-6, round_scale=True, output="both"):
+
+@declared("rmsnorm_quant")
+def rms_norm_quant(x, weight, eps=..., round_scale=..., output=...):
     """RMSNorm + blockwise FP8 quantisation of x [..., hidden] (bf16), as
     lingen.rmsnorm_quant: (q, s, rms, qt, st), the copies output does not
     ask for None. Leading dimensions are flattened into tokens; q keeps x's
@@ -81,7 +86,8 @@ class RMSNormQuantFunction(torch.autograd.Function):
     None."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps=1e-6, round_scale=True, output="both"):
+    @declared("rmsnorm_quant")
+    def forward(ctx, x, weight, eps=..., round_scale=..., output=...):
         x2 = _flat(x)
         res = _run("rmsnorm_quant_forward", x2, weight, eps=eps, quant_round_scale=round_scale,
                    quant_output=output)
@@ -102,26 +108,30 @@ class RMSNormQuantFunction(torch.autograd.Function):
         return dx.view(shape), dw, None, None, None
 
 
-def rms_norm_quant_autograd(x, weight, eps=1e-6, round_scale=True, output="both"):
+@declared("rmsnorm_quant")
+def rms_norm_quant_autograd(x, weight, eps=..., round_scale=..., output=...):
     """RMSNorm + blockwise FP8 of x [..., hidden], differentiable in x and
     weight: (y, q, s, qt, st) as RMSNormQuantFunction (y a gradient
     carrier; rms_norm_quant is the same forward without autograd)."""
     return RMSNormQuantFunction.apply(x, weight, eps, round_scale, output)
 
 
-def rms_norm_forward(x, weight, eps=1e-6):
+@declared("rmsnorm")
+def rms_norm_forward(x, weight, eps=...):
     """(y, rms): RMSNorm forward of x [..., hidden] without autograd."""
     y, rms = _run("rmsnorm_forward", _flat(x), weight, eps=eps)
     return y.view(x.shape), rms
 
 
-def rms_norm_backward(dy, x, weight, eps=1e-6, rms=None):
+@declared("rmsnorm")
+def rms_norm_backward(dy, x, weight, eps=..., rms=None):
     """(dx, dw fp32): RMSNorm backward, as linghe's triton_rms_norm_backward."""
     dx, dw = _run("rmsnorm_backward", _flat(dy), _flat(x), weight, rms, eps=eps)
     return dx.view(dy.shape), dw
 
 
-def fp8_quant(x, round_scale=True, output="both"):
+@declared("fp8_quant")
+def fp8_quant(x, round_scale=..., output=...):
     """Blockwise FP8 quantisation of x [..., hidden] (bf16): (q, s, qt, st)
     as lingen.fp8_quant, the copies output does not ask for None."""
     res = _run("fp8_quant_forward", _flat(x), quant_round_scale=round_scale,
@@ -130,7 +140,8 @@ def fp8_quant(x, round_scale=True, output="both"):
     return (q.view(x.shape) if q is not None else None), s, qt, st
 
 
-def fp8_quant_batched(x, counts, round_scale=True, output="both"):
+@declared("fp8_quant_batched")
+def fp8_quant_batched(x, counts, round_scale=..., output=...):
     """Per-expert blockwise FP8 quantisation of x [tokens, hidden] (bf16,
     tokens grouped by expert) with counts [experts] int32 on the device:
     (q, s, qt, st) as lingen.fp8_quant_batched, the copies output does not
@@ -140,7 +151,8 @@ def fp8_quant_batched(x, counts, round_scale=True, output="both"):
     return _none_unused(res, _used("fp8_quant_batched", "forward", (("quant.output", output),)))
 
 
-def fp8_quant_weight(w, round_scale=True):
+@declared("fp8_quant_weight")
+def fp8_quant_weight(w, round_scale=...):
     """(q, s): w [rows, hidden] (bf16) in 128 x 128 tiles, as
     lingen.fp8_quant_weight."""
     return _run("fp8_quant_weight_forward", w, quant_round_scale=round_scale)
@@ -156,7 +168,8 @@ class RouterGemmFunction(torch.autograd.Function):
     fp32_gemm(input, weight)."""
 
     @staticmethod
-    def forward(ctx, x, weight, precision="bf16"):
+    @declared("router_gemm")
+    def forward(ctx, x, weight, precision=...):
         x2 = _flat(x)
         logits = _run("router_gemm_forward", x2, weight)
         ctx.save_for_backward(x2, weight)
@@ -174,7 +187,8 @@ class RouterGemmFunction(torch.autograd.Function):
         return dx, dw, None
 
 
-def router_gemm(x, weight, precision="bf16"):
+@declared("router_gemm")
+def router_gemm(x, weight, precision=...):
     """Router logits (fp32) of x [..., hidden] (bf16) and weight [experts,
     hidden] (bf16), differentiable."""
     return RouterGemmFunction.apply(x, weight, precision)
@@ -188,7 +202,8 @@ def router_gemm_forward(x, weight):
     return _run("router_gemm_forward", _flat(x), weight).view(*x.shape[:-1], weight.shape[0])
 
 
-def router_gemm_backward(dy, x, weight, precision="bf16"):
+@declared("router_gemm")
+def router_gemm_backward(dy, x, weight, precision=...):
     """(dx bf16 in x's shape, dw fp32 [experts, hidden]) from dy fp32
     [..., experts]: linghe's triton_fp32_gemm_for_backward and
     triton_fp32_gemm_for_update in one call."""
@@ -217,8 +232,9 @@ class RMSNormRouterFunction(torch.autograd.Function):
     gradient."""
 
     @staticmethod
-    def forward(ctx, x, weight, route_weight, eps=1e-6, precision="bf16", round_scale=True,
-                output="rowwise"):
+    @declared("rmsnorm_router")
+    def forward(ctx, x, weight, route_weight, eps=..., precision=..., round_scale=...,
+                output=...):
         x2 = _flat(x)
         y, rms, logits, q, s, qt, st = _rms_norm_router_run(x2, weight, route_weight, eps, precision,
                                                             round_scale, output)
@@ -248,16 +264,18 @@ class RMSNormRouterFunction(torch.autograd.Function):
         return dx.view(shape), dw, dr, None, None, None, None
 
 
-def rms_norm_router(x, weight, route_weight, eps=1e-6, precision="bf16", round_scale=True,
-                    output="rowwise"):
+@declared("rmsnorm_router")
+def rms_norm_router(x, weight, route_weight, eps=..., precision=..., round_scale=...,
+                    output=...):
     """RMSNorm + router logits + FP8 copies of x [..., hidden] (bf16),
     differentiable in y and the logits: (y, rms, logits, q, s, qt, st) as
     RMSNormRouterFunction (the copies output leaves out None)."""
     return RMSNormRouterFunction.apply(x, weight, route_weight, eps, precision, round_scale, output)
 
 
-def rms_norm_router_forward(x, weight, route_weight, eps=1e-6, precision="bf16", round_scale=True,
-                            output="rowwise"):
+@declared("rmsnorm_router")
+def rms_norm_router_forward(x, weight, route_weight, eps=..., precision=..., round_scale=...,
+                            output=...):
     """(y, rms, logits, q, s, qt, st) without autograd, as linghe's
     triton_rms_norm_fp32_gemm_block_quant_forward (output "rowwise": its
     output_mode 0); leading dimensions flattened into tokens (y, q and the

@@ -3,7 +3,7 @@ import torch
 
 from .. import lists as _lists
 from ..lists import TensorList
-from ._ops import _compiling, _flat, _grad_carrier, _none_unused, _run, _used
+from ._ops import _compiling, _flat, _grad_carrier, _none_unused, _run, _used, declared
 
 __all__ = ["grad_norm", "count_zero", "SwiGLUQuantFunction", "swiglu_quant",
            "swiglu_quant_forward", "swiglu_quant_backward", "BatchSwiGLUQuantFunction",
@@ -55,7 +55,8 @@ class SwiGLUQuantFunction(torch.autograd.Function):
     the next GEMMs take."""
 
     @staticmethod
-    def forward(ctx, x, round_scale=True, output="both", grad_sink=None):
+    @declared("swiglu_quant")
+    def forward(ctx, x, round_scale=..., output=..., grad_sink=None):
         x2 = _flat(x)
         n = x2.shape[-1] // 2
         res = _run("swiglu_quant_forward", x2, intermediate=n, quant_round_scale=round_scale,
@@ -78,13 +79,15 @@ class SwiGLUQuantFunction(torch.autograd.Function):
         return dx.view(shape), None, None, None
 
 
-def swiglu_quant(x, round_scale=True, output="both", grad_sink=None):
+@declared("swiglu_quant")
+def swiglu_quant(x, round_scale=..., output=..., grad_sink=None):
     """SwiGLU + blockwise FP8 of x [..., 2n], differentiable:
     (y, q, s, qt, st) as SwiGLUQuantFunction (y a gradient carrier)."""
     return SwiGLUQuantFunction.apply(x, round_scale, output, grad_sink)
 
 
-def swiglu_quant_forward(x, round_scale=True, output="both"):
+@declared("swiglu_quant")
+def swiglu_quant_forward(x, round_scale=..., output=...):
     """(q, s, qt, st) without autograd, as linghe's
     triton_silu_and_block_quant_forward; leading dimensions flattened into
     tokens (q keeps them)."""
@@ -95,7 +98,8 @@ def swiglu_quant_forward(x, round_scale=True, output="both"):
     return _quant_copies("swiglu_quant", res, output, (*x.shape[:-1], n))
 
 
-def swiglu_quant_backward(g, x, round_scale=True, dx_bf16=False):
+@declared("swiglu_quant")
+def swiglu_quant_backward(g, x, round_scale=..., dx_bf16=...):
     """(dxq, dxs, dxqt, dxst), and dx bf16 with dx_bf16, as linghe's
     triton_silu_and_block_quant_backward (any token count)."""
     res = _run("swiglu_quant_backward", _flat(g), _flat(x), quant_round_scale=round_scale,
@@ -117,7 +121,8 @@ class BatchSwiGLUQuantFunction(torch.autograd.Function):
     per-expert quantised dx copies (dxq, dxs, dxqt, dxst)."""
 
     @staticmethod
-    def forward(ctx, x, prob, counts, round_scale=True, output="both", grad_sink=None):
+    @declared("batch_swiglu_quant")
+    def forward(ctx, x, prob, counts, round_scale=..., output=..., grad_sink=None):
         n = x.shape[-1] // 2
         p2 = _prob2(prob)
         res = _run("batch_swiglu_quant_forward", x, p2, counts, intermediate=n,
@@ -141,13 +146,15 @@ class BatchSwiGLUQuantFunction(torch.autograd.Function):
         return dx, dprob, None, None, None, None
 
 
-def batch_swiglu_quant(x, prob, counts, round_scale=True, output="both", grad_sink=None):
+@declared("batch_swiglu_quant")
+def batch_swiglu_quant(x, prob, counts, round_scale=..., output=..., grad_sink=None):
     """Per-expert weighted SwiGLU + FP8, differentiable in x and prob:
     (y, q, s, qt, st) as BatchSwiGLUQuantFunction."""
     return BatchSwiGLUQuantFunction.apply(x, prob, counts, round_scale, output, grad_sink)
 
 
-def batch_swiglu_quant_forward(x, prob, counts, round_scale=True, output="both"):
+@declared("batch_swiglu_quant")
+def batch_swiglu_quant_forward(x, prob, counts, round_scale=..., output=...):
     """(q, s, qt, st) without autograd, as linghe's
     triton_batch_weighted_silu_and_block_quant_forward."""
     res = _run("batch_swiglu_quant_forward", x, _prob2(prob), counts,
@@ -155,7 +162,8 @@ def batch_swiglu_quant_forward(x, prob, counts, round_scale=True, output="both")
     return _quant_copies("batch_swiglu_quant", res, output)
 
 
-def batch_swiglu_quant_backward(g, x, prob, counts, round_scale=True, dx_bf16=False):
+@declared("batch_swiglu_quant")
+def batch_swiglu_quant_backward(g, x, prob, counts, round_scale=..., dx_bf16=...):
     """(dxq, dxs, dprob, dxqt, dxst), and dx bf16 with dx_bf16, as linghe's
     triton_batch_weighted_silu_and_block_quant_backward (dprob fp32
     [tokens, 1])."""
