@@ -2,9 +2,11 @@
 op's spec keys, and per pass its run-time sizes and arguments (role, element
 type, shape expression, alignment). Nothing here knows a family: the call
 layer binds tensors to these declarations, and the shape expressions are
-evaluated as written ("tokens, hidden", "cdiv(tokens, 128), hidden") --
-by the library for real calls, by :func:`eval_shape` here for symbolic
-sizes (torch.compile's fake tensors); tests check the two agree.
+evaluated as written ("tokens, hidden", "cdiv(tokens, 128), hidden") by
+the library (lg_spec_arg_shape: real calls, and torch's fake kernels at
+concrete sizes); :func:`eval_shape` here only where the sizes are symbolic
+(torch.compile's dynamic shapes: SymInts the library cannot take), and
+tests check the two agree on every declaration.
 """
 import ast
 import json

@@ -238,12 +238,16 @@ def _register(op, pass_, fam, decl):
                       if a.elem == "dtype" and t is not None), None)
         s, env = _spec_for(op, pass_, shapes, _options(fam, decl, kwargs),
                            dtype if dtype in fam.dtypes else None)
+        sizes = [env.get(n, decl.size_ranges[i][0]) for i, n in enumerate(decl.sizes)]
+        concrete = all(isinstance(v, int) for v in sizes)
         res = []
         for a in outs:
-            if s.arg_used(a.index):
-                shape = _families.eval_shape(a, env)
-            else:
+            if not s.arg_used(a.index):
                 shape = (0,)
+            elif concrete:  # the library's evaluation, as the real call's
+                shape = s.arg_shape(a.index, sizes)
+            else:  # symbolic sizes (torch.compile's dynamic shapes): the same
+                shape = _families.eval_shape(a, env)  # expressions over SymInts
             res.append(like.new_empty(shape, dtype=_dtype(a.elem, like)))
         return tuple(res) if len(res) > 1 else res[0]
 
