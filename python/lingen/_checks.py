@@ -20,7 +20,8 @@ def _expect(k):
     if k.type == "enum":
         return "one of " + ", ".join(repr(v) for v in k.values)
     return {"bool": "a bool (True or False)", "int": "an int",
-            "number": "a finite number (int or float)", "object": "a dict or None"}.get(k.type, k.type)
+            "number": "a finite number (int or float)",
+            "object": "a dict or None"}.get(k.type, k.type)
 
 
 def check_option(fn, k, value, name=None):

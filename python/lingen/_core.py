@@ -21,7 +21,8 @@ import threading
 
 from . import _arrays, _cuda, _lib
 from ._families import bind, families
-from ._checks import _check_options, _kind_name, _renamed, _where, check_flag, check_option  # noqa: F401
+from ._checks import (_check_options, _kind_name, _renamed, _where, check_flag,  # noqa: F401
+                      check_option)
 from ._lib import LingenError, SpecError
 
 

@@ -181,8 +181,8 @@ def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=None, *, q_heads, kv_heads,
 
 def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=None, *,
                           rotary_fraction=None, interleaved=None, transposed=None, silu=None,
-                          cu_seqlens=None, mscale=None, cp_size=None, cp_rank=None, tile=None, out=None,
-                          stream=None, context=None, alloc=None):
+                          cu_seqlens=None, mscale=None, cp_size=None, cp_rank=None, tile=None,
+                          out=None, stream=None, context=None, alloc=None):
     """The backward of qk_norm_rope: gq [B, S, H, D], gk, gv [B, S, h, D]
     bf16 (packed: [T, heads, D]), the forward's qkv, weights, freqs and
     cu_seqlens -> (dqkv in qkv's layout bf16, dq_weight [D] fp32, dk_weight
