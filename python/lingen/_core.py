@@ -21,6 +21,8 @@ import threading
 
 from . import _arrays, _cuda, _lib
 from ._families import bind, families
+from ._checks import (_check_options, _kind_name, _renamed, _where, check_flag,  # noqa: F401
+                      check_option)
 from ._lib import LingenError, SpecError
 
 
@@ -286,13 +288,25 @@ def _kinds(decl, used):
             yield OPT_OUT if a.role == "optional_out" else OUT
 
 
-def _where(fn, msg):
-    return f"{fn}: {msg}"
+def declared(op, path):
+    """The declared default of a family's key (for the ops' None)."""
+    return families()[op].key(path).default
 
 
-def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
+def quant_options(round_scale, output, **more):
+    """The blockwise FP8 families' options by spec path (flat, so a call's
+    options hash cheaply)."""
+    return {"quant.round_scale": round_scale, "quant.output": output, **more}
+
+
+def _prepare(fn, ctx, op, pass_, views, options, sizes_over, names=None):
     fam = families()[op]
     decl = fam.passes[pass_]
+    options = _check_options(fn, fam, options, names or {})
+    import numbers
+    for name, v in sizes_over.items():
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool):
+            raise TypeError(_where(fn, f"{name}: found {v!r} ({_kind_name(v)}), expected an int"))
     env, origin, bad = bind(fam, decl, {n: v.shape for n, v in views.items()}, options)
     if bad is not None:
         raise ValueError(_where(fn, f"{bad.name}: found shape {views[bad.name].shape}, expected "
@@ -338,11 +352,17 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over):
     for key, val in options.items():
         if val is not None:
             _set_path(spec, key, val)
+    for k in fam.keys:  # a required group whose keys all take their defaults
+        if k.type == "object" and k.required and "." not in k.path and k.path not in spec:
+            spec[k.path] = {}
     try:
         s = Spec(spec)
     except SpecError as e:
         told = ", ".join(f"{n} = {env[n]} from {origin[n]}" for n in origin if fam.key(n))
-        raise SpecError(_where(fn, f"{e}" + (f" ({told})" if told else "")), e.status) from None
+        msg = str(e)
+        if msg.startswith("<input>: "):  # the spec is no file: the path is the argument
+            msg = msg[len("<input>: "):]
+        raise SpecError(_where(fn, msg + (f" ({told})" if told else "")), e.status) from None
     plan = _Plan()
     plan.spec, plan.kernel, plan.sizes, plan.decl = s, None, tuple(sizes), decl
     used = [s.arg_used(a.index) for a in decl.args]
@@ -425,31 +445,10 @@ def _view(fn, name, obj, stream):
     return v
 
 
-def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, stream=None,
-         context=None, alloc=None):
-    """Run one op. arrays: {argument name: array or None} (inputs, and
-    outputs to write in place); options: spec keys by path ("eps",
-    "quant.output", "tile"); out: more outputs by name; skip: optional
-    outputs not wanted; sizes: run-time sizes the arrays cannot tell.
-    Returns {output name: array or None (not produced)}."""
-    ctx = context or _default or default_context()
-    options = options or {}
-    hstream = None if stream is None else stream_handle(stream)
-    views = {}
-    for src in ((arrays, out) if out else (arrays,)):
-        for name, obj in src.items():
-            if obj is not None:
-                views[name] = _view(fn, name, obj, hstream)
-    key = (op, pass_, _options_key(options), _freeze(sizes) if sizes else (), tuple(skip),
-           tuple([(n, v.shape, v.elems) for n, v in views.items()]))
-    plan = ctx._plans.get(key)
-    fresh = plan is None
-    if fresh:
-        unknown = set(views) - {a.name for a in families()[op].passes[pass_].args}
-        if unknown:
-            raise TypeError(_where(fn, f"no argument named {', '.join(sorted(unknown))}"))
-        plan = _prepare(fn, ctx, op, pass_, views, options, sizes or {})
-    device, torch_arrays = None, False
+def _check_plan(fn, plan, views, fresh):
+    """Each array against the plan (shape and element type for a fresh
+    plan); whether any is a torch tensor."""
+    torch_arrays = False
     for name, kind, shape, elem, a in plan.args:
         v = views.get(name)
         if v is None:
@@ -461,6 +460,69 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
                                         "(see the op's options)"))
         _check_view(fn, a, v, shape if fresh else None, elem, kind in (OUT, OPT_OUT))
         torch_arrays = torch_arrays or v.kind == "torch"
+    return torch_arrays
+
+
+def check(fn, op, pass_, arrays, options, names=None):
+    """The checks of call() on shapes and element types alone, nothing
+    launched, no context: arrays {name: (shape, elems, dtype)} (a torch
+    fake kernel's meta tensors). Raises as call() does."""
+    views = {n: _arrays.View(None, 0, tuple(shape), elems, dtype, 0, None, "meta", False, True)
+             for n, (shape, elems, dtype) in arrays.items()}
+    unknown = set(views) - {a.name for a in families()[op].passes[pass_].args}
+    if unknown:
+        raise TypeError(_where(fn, f"no argument named {', '.join(sorted(unknown))}"))
+    plan = _prepare(fn, None, op, pass_, views, options, {}, names)
+    _check_plan(fn, plan, views, True)
+    return plan
+
+
+def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, stream=None,
+         context=None, alloc=None, names=None):
+    """Run one op. arrays: {argument name: array or None} (inputs, and
+    outputs to write in place); options: spec keys by path ("eps",
+    "quant.output", "tile"); out: more outputs by name; skip: optional
+    outputs not wanted; sizes: run-time sizes the arrays cannot tell;
+    names: the Python parameter of an option path where it differs
+    ({"quant.round_scale": "round_scale"}), for errors. Every argument is
+    checked before the context is made (no GPU: an argument error is
+    reported as such). Returns {output name: array or None (not produced)}."""
+    ctx = context if context is not None else _default
+    if ctx is not None and not isinstance(ctx, Context):
+        raise TypeError(_where(fn, f"context: found {context!r} ({_kind_name(context)}), "
+                                   "expected a lingen.Context or None"))
+    if out is not None and not isinstance(out, dict):
+        raise TypeError(_where(fn, f"out: found {out!r} ({_kind_name(out)}), expected a dict "
+                                   "{output name: array} or None"))
+    if alloc is not None and not callable(alloc):
+        raise TypeError(_where(fn, f"alloc: found {alloc!r} ({_kind_name(alloc)}), expected "
+                                   "alloc(shape, elem) -> array, or None"))
+    options = options or {}
+    try:
+        hstream = None if stream is None else stream_handle(stream)
+    except TypeError as e:
+        raise TypeError(_where(fn, str(e))) from None
+    views = {}
+    for src in ((arrays, out) if out else (arrays,)):
+        for name, obj in src.items():
+            if obj is not None:
+                views[name] = _view(fn, (names or {}).get(name, name), obj, hstream)
+    key = (op, pass_, _options_key(options), _freeze(sizes) if sizes else (), tuple(skip),
+           tuple([(n, v.shape, v.elems) for n, v in views.items()]))
+    plan = ctx._plans.get(key) if ctx is not None else None
+    fresh = plan is None
+    if fresh:
+        unknown = set(views) - {a.name for a in families()[op].passes[pass_].args}
+        if unknown:
+            raise TypeError(_where(fn, f"no argument named {', '.join(sorted(unknown))}"))
+        try:
+            plan = _prepare(fn, ctx, op, pass_, views, options, sizes or {}, names)
+            _check_plan(fn, plan, views, True)
+        except (TypeError, ValueError) as e:
+            raise _renamed(fn, e, names) from None
+    torch_arrays = _check_plan(fn, plan, views, False) if not fresh else \
+        any(v.kind == "torch" for v in views.values())
+    device = None
     for name, kind, shape, elem, a in plan.args:
         v = views.get(name)
         if v is not None:
@@ -475,10 +537,12 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
             if (kind == OUT or (kind == OPT_OUT and name not in skip)) and name not in views:
                 raise TypeError(_where(fn, f"{name}: cannot allocate outputs for these "
                                            "arrays; pass it in out= or give alloc="))
+    if ctx is None:
+        ctx = default_context()
     if fresh:
         if len(ctx._plans) >= 4096:  # shapes seen; kernels stay cached in the context
             ctx._plans.clear()
-        ctx._plans[key] = plan
+        plan = ctx._plans.setdefault(key, plan)
     if hstream is None:
         hstream = _default_stream(views.values(), device)
     prev = _cuda.enter_device(device)

@@ -2,9 +2,11 @@
 op's spec keys, and per pass its run-time sizes and arguments (role, element
 type, shape expression, alignment). Nothing here knows a family: the call
 layer binds tensors to these declarations, and the shape expressions are
-evaluated as written ("tokens, hidden", "cdiv(tokens, 128), hidden") --
-by the library for real calls, by :func:`eval_shape` here for symbolic
-sizes (torch.compile's fake tensors); tests check the two agree.
+evaluated as written ("tokens, hidden", "cdiv(tokens, 128), hidden") by
+the library (lg_spec_arg_shape: real calls, and torch's fake kernels at
+concrete sizes); :func:`eval_shape` here only where the sizes are symbolic
+(torch.compile's dynamic shapes: SymInts the library cannot take), and
+tests check the two agree on every declaration.
 """
 import ast
 import json
@@ -157,6 +159,17 @@ def offset_name(node):
     return None
 
 
+def scaled_name(node):
+    """(name, c) for a dimension `c * name` (c an integer constant): the
+    size it binds is the dimension / c (SwiGLU's x [tokens, 2 * intermediate])."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        for c, n in ((node.left, node.right), (node.right, node.left)):
+            if (isinstance(c, ast.Constant) and isinstance(c.value, int) and c.value > 0
+                    and isinstance(n, ast.Name)):
+                return n.id, c.value
+    return None
+
+
 _lock = threading.Lock()
 _families = None
 
@@ -212,12 +225,14 @@ def bind(fam, decl, shapes, options):
             name = bare_name(d, fam, options)
             if name and name not in env:
                 env[name], origin[name] = n, f"{a.name}.shape[{i}]"
-    for a in decl.args:  # then `name + c` dimensions, for what the others leave unbound
+    for a in decl.args:  # then `name + c` and `c * name` dimensions, for what is unbound
         shape = shapes.get(a.name)
         if shape is None or len(shape) != len(a.dims):
             continue
         for i, (d, n) in enumerate(zip(a.dims, shape)):
-            off = offset_name(d)
+            off, sc = offset_name(d), scaled_name(d)
             if off and off[0] not in env:
                 env[off[0]], origin[off[0]] = n - off[1], f"{a.name}.shape[{i}] - {off[1]}"
+            elif sc and sc[0] not in env:  # (an odd n: the shape check names the argument)
+                env[sc[0]], origin[sc[0]] = n // sc[1], f"{a.name}.shape[{i}] / {sc[1]}"
     return env, origin, bad

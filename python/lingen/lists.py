@@ -34,30 +34,19 @@ class TensorList:
     device table (built once; freed by close() or when collected). The
     tensors are kept alive as long as the list."""
 
-    def __init__(self, tensors, *, device=None):
-        tensors = list(tensors)
-        views = []
-        for i, t in enumerate(tensors):
-            try:
-                v = _arrays.view(t)
-            except TypeError as e:
-                raise TypeError(f"lingen.TensorList: tensor {i}: {e}") from None
-            elem = next((e for e in v.elems if e in _ELEM_CODE), None)
-            if elem is None:
-                raise TypeError(f"lingen.TensorList: tensor {i}: found {v.dtype}, expected bf16 "
-                                "or fp32")
-            if not v.contiguous:
-                raise ValueError(f"lingen.TensorList: tensor {i}: not contiguous")
+    def __init__(self, tensors, *, device=None, _fn="lingen.TensorList"):
+        views = _views(_fn, tensors)
+        tensors = [v.obj for v, _ in views]
+        for i, (v, _) in enumerate(views):
             if v.device is None and v.ptr:
                 v.device = _cuda.pointer_device(v.ptr)
             if v.device is None and v.ptr:
-                raise ValueError(f"lingen.TensorList: tensor {i}: not device memory")
+                raise ValueError(f"{_fn}: tensors[{i}]: 0x{v.ptr:x} is not device memory")
             if v.device is not None:
                 if device is not None and v.device != device:
-                    raise ValueError(f"lingen.TensorList: tensor {i} is on device {v.device}, "
-                                     f"the others on device {device}")
+                    raise ValueError(f"{_fn}: tensors[{i}]: on device {v.device}, the others on "
+                                     f"device {device}")
                 device = v.device
-            views.append((v, elem))
         self.tensors = tensors
         self.device = 0 if device is None else device
         self.elems = frozenset(e for (v, e) in views if math.prod(v.shape))
@@ -104,26 +93,48 @@ class TensorList:
             pass
 
 
+def _views(fn, tensors):
+    """(View, elem) of each tensor, checked: a CUDA array (its device named
+    first), bf16 or fp32, contiguous. TypeError / ValueError "fn:
+    tensors[i]: found ..., expected ..."."""
+    if isinstance(tensors, (str, bytes)) or not hasattr(tensors, "__iter__"):
+        raise TypeError(f"{fn}: tensors: found {tensors!r} ({type(tensors).__qualname__}), "
+                        "expected a lingen.TensorList or a list of bf16 / fp32 CUDA tensors")
+    views = []
+    for i, t in enumerate(tensors):
+        try:
+            v = _arrays.view(t)
+        except TypeError as e:
+            raise TypeError(f"{fn}: tensors[{i}]: {e}") from None
+        if v.device is None and v.kind != "cai":
+            raise ValueError(f"{fn}: tensors[{i}]: found {v.dtype}, expected a CUDA array (bf16 "
+                             "or fp32)")
+        elem = next((e for e in v.elems if e in _ELEM_CODE), None)
+        if elem is None:
+            raise TypeError(f"{fn}: tensors[{i}]: found {v.dtype}, expected bf16 or fp32")
+        if not v.contiguous:
+            raise ValueError(f"{fn}: tensors[{i}]: not contiguous; expected a C-contiguous array")
+        views.append((v, elem))
+    return views
+
+
 _cache = OrderedDict()  # (ptr, elem, numel, device)... -> TensorList
 _cache_lock = threading.Lock()
 CACHED_LISTS = 4
 
 
-def _as_list(tensors):
+def _as_list(fn, tensors):
     if isinstance(tensors, TensorList):
         return tensors
-    tensors = list(tensors)
-    key = []
-    for t in tensors:
-        v = _arrays.view(t)
-        key.append((v.ptr, v.elems, v.shape, v.device))
+    views = _views(fn, tensors)  # every argument error before the driver is asked
+    key = [(v.ptr, v.elems, v.shape, v.device) for v, _ in views]
     key = tuple(key)
     with _cache_lock:
         tl = _cache.get(key)
         if tl is not None:
             _cache.move_to_end(key)
             return tl
-    tl = TensorList(tensors)
+    tl = TensorList([v.obj for v, _ in views], _fn=fn)
     with _cache_lock:
         _cache[key] = tl
         while len(_cache) > CACHED_LISTS:
@@ -131,14 +142,16 @@ def _as_list(tensors):
     return tl
 
 
-def _ord(ord):
+def _ord(ord, fn="lingen.grad_norm"):
+    if isinstance(ord, bool):
+        raise ValueError(f"{fn}: ord: found {ord!r}, expected 2, 1 or inf")
     if ord in (2, "2"):
         return "2"
     if ord in (1, "1"):
         return "1"
     if ord in ("inf", -1) or (isinstance(ord, float) and math.isinf(ord) and ord > 0):
         return "inf"  # -1 is linghe's spelling of the max norm
-    raise ValueError(f"lingen.grad_norm: ord: found {ord!r}, expected 2, 1 or inf")
+    raise ValueError(f"{fn}: ord: found {ord!r}, expected 2, 1 or inf")
 
 
 _specs = {}
@@ -155,10 +168,32 @@ def _kernel(ctx, op, tl, options):
     return ctx.kernel(s)
 
 
+def _check(fn, op, options, out, stream, context):
+    """The arguments but the tensors, before anything asks the driver."""
+    from ._core import Context, check_option
+    from ._families import families
+    fam = families()[op]
+    for path, value in options.items():
+        if value is not None:
+            check_option(fn, fam.key(path), value)
+    if context is not None and not isinstance(context, Context):
+        raise TypeError(f"{fn}: context: found {context!r} ({type(context).__qualname__}), "
+                        "expected a lingen.Context or None")
+    if out is not None:
+        try:
+            _arrays.view(out)
+        except TypeError as e:
+            raise TypeError(f"{fn}: out: {e}") from None
+    try:
+        return stream_handle(stream) if stream is not None else None
+    except TypeError as e:
+        raise TypeError(f"{fn}: {e}") from None
+
+
 def _launch(fn, op, tensors, options, elem, out, stream, context):
-    tl = _as_list(tensors)
+    hstream = _check(fn, op, options, out, stream, context)
+    tl = _as_list(fn, tensors)
     ctx = context or default_context()
-    hstream = stream_handle(stream) if stream is not None else None
     prev = _cuda.enter_device(tl.device)
     try:
         k = _kernel(ctx, op, tl, options)
@@ -204,6 +239,9 @@ def grad_norm(tensors, ord=2, norm=True, *, tile=None, out=None, stream=None, co
     a 0-d fp32 tensor on the device (or writes out=); fp64 sums in a fixed
     order, so the same list gives the same bits every call."""
     ordv = _ord(ord)
+    if not isinstance(norm, bool):
+        raise TypeError(f"lingen.grad_norm: norm: found {norm!r} ({type(norm).__qualname__}), "
+                        "expected a bool (True or False)")
     if not norm and ordv != "2":
         raise ValueError("lingen.grad_norm: norm=False only with ord=2")
     return _launch("lingen.grad_norm", "grad_norm", tensors,

@@ -14,17 +14,20 @@ Every op takes, after its own arguments:
            heuristic; see `lingen help OP`).
 Inputs are C-contiguous CUDA arrays: x is [tokens, hidden] (2-D; flatten
 leading dimensions first -- lingen.torch does it for you).
+
+A spec option whose default is None (eps, round_scale, output, ...) takes
+the family's declared default (lingen.families()[op].key(path).default,
+listed by `lingen help OP`): no default is written here.
 """
 from . import _core, _families
 from ._core import call
+from ._core import quant_options as _quant
+from ._moe_ops import (_multiple, _routing_arg, _routing_kind, _uses, moe_permute,  # noqa: F401
+                       moe_permute_backward, moe_permute_quant, moe_row_map, moe_unpermute,
+                       moe_unpermute_backward)
 
 
-def _quant(round_scale, output, **more):
-    """Options by spec path (flat, so a call's options hash cheaply)."""
-    return {"quant.round_scale": bool(round_scale), "quant.output": output, **more}
-
-
-def rmsnorm_quant(x, w, eps=1e-6, *, round_scale=True, output="both", tile=None, out=None,
+def rmsnorm_quant(x, w, eps=None, *, round_scale=None, output=None, tile=None, out=None,
                   stream=None, context=None, alloc=None):
     """RMSNorm + blockwise FP8 quantisation (KERNELS.md K1).
 
@@ -42,18 +45,19 @@ def rmsnorm_quant(x, w, eps=1e-6, *, round_scale=True, output="both", tile=None,
     return r["q"], r["s"], r["rms"], r["qt"], r["st"]
 
 
-def rmsnorm(x, w, eps=1e-6, *, rms=True, tile=None, out=None, stream=None, context=None,
+def rmsnorm(x, w, eps=None, *, rms=True, tile=None, out=None, stream=None, context=None,
             alloc=None):
     """RMSNorm forward: x [tokens, hidden] bf16, w [hidden] bf16 ->
     (y [tokens, hidden] bf16, rms [tokens] fp32, the reciprocal RMS; None
     with rms=False). As linghe's triton_rms_norm_forward."""
     r = call("lingen.rmsnorm", "rmsnorm", "forward", {"x": x, "w": w},
-             {"eps": eps, "tile": tile}, out=out, skip=() if rms else ("rms",),
+             {"eps": eps, "tile": tile}, out=out,
+             skip=() if _core.check_flag("lingen.rmsnorm", "rms", rms) else ("rms",),
              stream=stream, context=context, alloc=alloc)
     return r["y"], r["rms"]
 
 
-def rmsnorm_backward(dy, x, w, eps=1e-6, rms=None, *, tile=None, out=None, stream=None,
+def rmsnorm_backward(dy, x, w, eps=None, rms=None, *, tile=None, out=None, stream=None,
                      context=None, alloc=None):
     """RMSNorm backward: dy, x [tokens, hidden] bf16, w [hidden] bf16, rms
     [tokens] fp32 from the forward (None: recomputed) -> (dx [tokens,
@@ -65,7 +69,7 @@ def rmsnorm_backward(dy, x, w, eps=1e-6, rms=None, *, tile=None, out=None, strea
     return r["dx"], r["dw"]
 
 
-def fp8_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream=None,
+def fp8_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=None,
               context=None, alloc=None):
     """Blockwise FP8 quantisation of an activation (KERNELS.md 1.3):
     x [tokens, hidden] bf16 -> (q, s, qt, st) laid out as in
@@ -76,7 +80,7 @@ def fp8_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def fp8_quant_batched(x, counts, *, round_scale=True, output="both", tile=None, out=None,
+def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, out=None,
                       stream=None, context=None, alloc=None):
     """Per-expert blockwise FP8 quantisation (KERNELS.md 1.3): x [tokens,
     hidden] bf16 with the tokens grouped by expert, counts [experts] int32
@@ -96,29 +100,35 @@ def fp8_quant_batched(x, counts, *, round_scale=True, output="both", tile=None, 
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def fp8_quant_weight(w, *, round_scale=True, tile=None, out=None, stream=None, context=None,
+def fp8_quant_weight(w, *, round_scale=None, tile=None, out=None, stream=None, context=None,
                      alloc=None):
     """FP8 quantisation of a weight in 128 x 128 tiles (KERNELS.md 1.3): w
     [rows, hidden] bf16 -> (q [rows, hidden] e4m3, s [cdiv(rows, 128),
     hidden/128] fp32, one dequantisation scale a tile). As linghe's
     triton_block_quant."""
     r = call("lingen.fp8_quant_weight", "fp8_quant_weight", "forward", {"w": w},
-             {"quant.round_scale": bool(round_scale), "tile": tile},
+             {"quant.round_scale": round_scale, "tile": tile},
              out=out, stream=stream, context=context, alloc=alloc)
     return r["q"], r["s"]
 
 
 # ------------------------------------------------- q/k norm + RoPE (K2)
 
-def _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale, cp_size,
-          cp_rank, **heads):
+def _rope(fn, eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale,
+          cp_size, cp_rank, **heads):
     """Options of qk_norm_rope (heads: q_heads, kv_heads where the arrays
     cannot tell them: qkv's last dimension is (H + 2h) D)."""
-    return {"eps": eps, "rotary_fraction": rotary_fraction,
-            "qkv_order": "seq_batch" if transposed or cu_seqlens is not None else "batch_seq",
-            "head_layout": "interleaved" if interleaved else "plain", "silu": bool(silu),
-            "varlen": cu_seqlens is not None, "mscale": float(mscale), "cp_size": int(cp_size),
-            "cp_rank": int(cp_rank), "tile": tile, **{k: int(v) for k, v in heads.items()}}
+    order = layout = None  # None: the declared qkv_order and head_layout
+    if cu_seqlens is not None:
+        order = "seq_batch"
+    elif transposed is not None:
+        order = "seq_batch" if _core.check_flag(fn, "transposed", transposed) else "batch_seq"
+    if interleaved is not None:
+        layout = "interleaved" if _core.check_flag(fn, "interleaved", interleaved) else "plain"
+    return {"eps": eps, "rotary_fraction": rotary_fraction, "qkv_order": order,
+            "head_layout": layout, "silu": silu,
+            "varlen": cu_seqlens is not None, "mscale": mscale, "cp_size": cp_size,
+            "cp_rank": cp_rank, "tile": tile, **heads}
 
 
 def _reshape(a, *shape):
@@ -128,14 +138,14 @@ def _reshape(a, *shape):
     return a.reshape(*shape)
 
 
-def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=1e-6, *, q_heads, kv_heads,
-                 rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
-                 cu_seqlens=None, mscale=1.0, cp_size=1, cp_rank=0, tile=None, out=None,
+def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=None, *, q_heads, kv_heads,
+                 rotary_fraction=None, interleaved=None, transposed=None, silu=None,
+                 cu_seqlens=None, mscale=None, cp_size=None, cp_rank=None, tile=None, out=None,
                  stream=None, context=None, alloc=None):
     """Split + q/k RMSNorm + rotate-half RoPE + transpose (KERNELS.md K2).
 
-    qkv [S, B, (H + 2h) D] bf16 (transposed=True, Megatron; else [B, S, .]),
-    heads per kv group [H/h q, k, v] (interleaved=True) or q | k | v;
+    qkv [S, B, (H + 2h) D] bf16 (transposed, as declared: Megatron; else [B, S, .]),
+    heads per kv group [H/h q, k, v] (interleaved, as declared) or q | k | v;
     q_weight, k_weight [D] bf16; freqs [S * cp_size, R] fp32 in the cat(f, f)
     layout with R = rotary_fraction * D (only [:, :R/2] is read) -> (q [B,
     S, H, D], k [B, S, h, D], v [B, S, h, D]) bf16. silu: SiLU on qkv first;
@@ -160,8 +170,8 @@ def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=1e-6, *, q_heads, kv_heads,
     r = call("lingen.qk_norm_rope", "qk_norm_rope", "forward",
              {"qkv": qkv, "q_weight": q_weight, "k_weight": k_weight, "freqs": freqs,
               "cu_seqlens": cu_seqlens},
-             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale,
-                   cp_size, cp_rank, q_heads=q_heads, kv_heads=kv_heads),
+             _rope("lingen.qk_norm_rope", eps, rotary_fraction, interleaved, transposed, silu,
+                   tile, cu_seqlens, mscale, cp_size, cp_rank, q_heads=q_heads, kv_heads=kv_heads),
              out=out, stream=stream, context=context, alloc=alloc)
     q, k, v = r["q"], r["k"], r["v"]
     if varlen:
@@ -169,10 +179,10 @@ def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=1e-6, *, q_heads, kv_heads,
     return q, k, v
 
 
-def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=1e-6, *,
-                          rotary_fraction=0.5, interleaved=True, transposed=True, silu=False,
-                          cu_seqlens=None, mscale=1.0, cp_size=1, cp_rank=0, tile=None, out=None,
-                          stream=None, context=None, alloc=None):
+def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=None, *,
+                          rotary_fraction=None, interleaved=None, transposed=None, silu=None,
+                          cu_seqlens=None, mscale=None, cp_size=None, cp_rank=None, tile=None,
+                          out=None, stream=None, context=None, alloc=None):
     """The backward of qk_norm_rope: gq [B, S, H, D], gk, gv [B, S, h, D]
     bf16 (packed: [T, heads, D]), the forward's qkv, weights, freqs and
     cu_seqlens -> (dqkv in qkv's layout bf16, dq_weight [D] fp32, dk_weight
@@ -190,8 +200,8 @@ def qk_norm_rope_backward(gq, gk, gv, qkv, q_weight, k_weight, freqs, eps=1e-6, 
     r = call("lingen.qk_norm_rope_backward", "qk_norm_rope", "backward",
              {"gq": gq, "gk": gk, "gv": gv, "qkv": qkv, "q_weight": q_weight,
               "k_weight": k_weight, "freqs": freqs, "cu_seqlens": cu_seqlens},
-             _rope(eps, rotary_fraction, interleaved, transposed, silu, tile, cu_seqlens, mscale,
-                   cp_size, cp_rank),
+             _rope("lingen.qk_norm_rope_backward", eps, rotary_fraction, interleaved, transposed,
+                   silu, tile, cu_seqlens, mscale, cp_size, cp_rank),
              out=out, stream=stream, context=context, alloc=alloc)
     dqkv = r["dqkv"]
     if varlen and shape is not None and len(shape) == 2:
@@ -212,16 +222,14 @@ def _gate_options(x, w, eps, groups, transpose, shared_weight, tile):
     """The weight is shared by the groups when its length is not dim (as
     linghe decides it), unless shared_weight says."""
     if shared_weight is None:
-        xs, ws = _shape(x), _shape(w)
-        if xs is None or ws is None:
-            raise ValueError("lingen.group_rmsnorm_gate: cannot tell the shapes of x and w; "
-                             "pass shared_weight=True or False")
-        shared_weight = ws[0] != xs[-1]
-    return {"eps": eps, "groups": groups, "transpose": bool(transpose),
-            "shared_weight": bool(shared_weight), "tile": tile}
+        # (no array, or of another rank: not shared, and the call names the bad one)
+        xs, ws = _shape(x) or (), _shape(w) or ()
+        shared_weight = len(ws) == 1 and len(xs) >= 1 and ws[0] != xs[-1]
+    return {"eps": eps, "groups": groups, "transpose": transpose,
+            "shared_weight": shared_weight, "tile": tile}
 
 
-def group_rmsnorm_gate(x, gate, w, eps=1e-6, *, groups=4, transpose=True, shared_weight=None,
+def group_rmsnorm_gate(x, gate, w, eps=None, *, groups=None, transpose=None, shared_weight=None,
                        tile=None, out=None, stream=None, context=None, alloc=None):
     """Group RMSNorm x sigmoid gate forward (KERNELS.md K8): x [batch, seq,
     dim] bf16 (flatten heads x head_dim into dim first), gate [seq, batch,
@@ -239,7 +247,7 @@ def group_rmsnorm_gate(x, gate, w, eps=1e-6, *, groups=4, transpose=True, shared
     return r["y"]
 
 
-def group_rmsnorm_gate_backward(dy, x, gate, w, eps=1e-6, *, groups=4, transpose=True,
+def group_rmsnorm_gate_backward(dy, x, gate, w, eps=None, *, groups=None, transpose=None,
                                 shared_weight=None, tile=None, out=None, stream=None, context=None,
                                 alloc=None):
     """Group RMSNorm x sigmoid gate backward: dy in gate's layout, x, gate,
@@ -255,15 +263,7 @@ def group_rmsnorm_gate_backward(dy, x, gate, w, eps=1e-6, *, groups=4, transpose
 
 # ------------------------------------------------ SwiGLU + FP8 (K7, K6)
 
-def _half_width(x, op):
-    """n of x [tokens, 2n] (x's last dimension is both halves)."""
-    shape = _shape(x)
-    if shape is None or len(shape) == 0:
-        raise ValueError(f"lingen.{op}: cannot tell the shape of x; pass a 2-D array [tokens, 2n]")
-    return int(shape[-1]) // 2
-
-
-def swiglu_quant(x, *, round_scale=True, output="both", tile=None, out=None, stream=None,
+def swiglu_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=None,
                  context=None, alloc=None):
     """SwiGLU + blockwise FP8 quantisation (KERNELS.md K7): x [tokens, 2n]
     bf16 = [gate | up] -> y = silu(gate) * up in fp32, quantised: (q
@@ -272,12 +272,12 @@ def swiglu_quant(x, *, round_scale=True, output="both", tile=None, out=None, str
     triton_silu_and_block_quant_forward (round_scale defaults to False
     there; output_mode 0/1/2 is "rowwise"/"columnwise"/"both")."""
     r = call("lingen.swiglu_quant", "swiglu_quant", "forward", {"x": x},
-             _quant(round_scale, output, intermediate=_half_width(x, "swiglu_quant"), tile=tile),
+             _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def swiglu_quant_backward(g, x, *, round_scale=True, output="both", dx_bf16=False, tile=None,
+def swiglu_quant_backward(g, x, *, round_scale=None, output=None, dx_bf16=None, tile=None,
                           out=None, stream=None, context=None, alloc=None):
     """The backward of swiglu_quant: g [tokens, n] bf16 (dL/dy) and the
     forward's x [tokens, 2n] -> dx = [dx_gate | dx_up] quantised with K =
@@ -286,13 +286,13 @@ def swiglu_quant_backward(g, x, *, round_scale=True, output="both", dx_bf16=Fals
     (any token count here, not only multiples of 128). With dx_bf16=True a
     fifth value, dx [tokens, 2n] in bf16."""
     r = call("lingen.swiglu_quant_backward", "swiglu_quant", "backward", {"g": g, "x": x},
-             _quant(round_scale, output, dx_bf16=bool(dx_bf16), tile=tile),
+             _quant(round_scale, output, dx_bf16=dx_bf16, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     res = (r["dxq"], r["dxs"], r["dxqt"], r["dxst"])
-    return res + (r["dx"],) if dx_bf16 else res
+    return res + (r["dx"],) if r["dx"] is not None else res
 
 
-def batch_swiglu_quant(x, prob, counts, *, round_scale=True, output="both", tile=None, out=None,
+def batch_swiglu_quant(x, prob, counts, *, round_scale=None, output=None, tile=None, out=None,
                        stream=None, context=None, alloc=None):
     """Per-expert prob-weighted SwiGLU + blockwise FP8 quantisation
     (KERNELS.md K6): x [tokens, 2n] bf16 with rows grouped by expert, prob
@@ -307,13 +307,12 @@ def batch_swiglu_quant(x, prob, counts, *, round_scale=True, output="both", tile
     the counts as a host list)."""
     r = call("lingen.batch_swiglu_quant", "batch_swiglu_quant", "forward",
              {"x": x, "prob": prob, "counts": counts},
-             _quant(round_scale, output, intermediate=_half_width(x, "batch_swiglu_quant"),
-                    tile=tile),
+             _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=True, dx_bf16=False, tile=None,
+def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=None, dx_bf16=None, tile=None,
                                 out=None, stream=None, context=None, alloc=None):
     """The backward of batch_swiglu_quant: g [tokens, n] bf16, the forward's
     x, prob and counts -> (dxq [tokens, 2n], dxs, dprob [tokens, 1] fp32,
@@ -324,20 +323,20 @@ def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=True, dx_bf16
     order). With dx_bf16=True a sixth value, dx [tokens, 2n] in bf16."""
     r = call("lingen.batch_swiglu_quant_backward", "batch_swiglu_quant", "backward",
              {"g": g, "x": x, "prob": prob, "counts": counts},
-             _quant(round_scale, "both", dx_bf16=bool(dx_bf16), tile=tile),
+             _quant(round_scale, "both", dx_bf16=dx_bf16, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     res = (r["dxq"], r["dxs"], r["dprob"], r["dxqt"], r["dxst"])
-    return res + (r["dx"],) if dx_bf16 else res
+    return res + (r["dx"],) if r["dx"] is not None else res
 
 
 # ------------------------------------------------ softmax cross entropy (K9)
 
 def _ce_options(ignore_index, label_smoothing, tile, **more):
-    return {"ignore_index": int(ignore_index), "label_smoothing": float(label_smoothing),
-            "tile": tile, **more}
+    return {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "tile": tile,
+            **more}
 
 
-def cross_entropy_forward(logits, labels, *, ignore_index=-100, label_smoothing=0.0, tile=None,
+def cross_entropy_forward(logits, labels, *, ignore_index=None, label_smoothing=None, tile=None,
                           out=None, skip=(), stream=None, context=None, alloc=None):
     """Softmax cross entropy forward (KERNELS.md K9): logits [tokens, vocab]
     bf16 or fp32 (any vocab), labels [tokens] int64 or int32 -> (loss,
@@ -354,8 +353,8 @@ def cross_entropy_forward(logits, labels, *, ignore_index=-100, label_smoothing=
     return r["loss"], r["sum_exp"], r["max_logit"]
 
 
-def cross_entropy_fused(logits, labels, g, *, ignore_index=-100, label_smoothing=0.0,
-                        inplace=False, tile=None, out=None, skip=(), stream=None, context=None,
+def cross_entropy_fused(logits, labels, g, *, ignore_index=None, label_smoothing=None,
+                        inplace=None, tile=None, out=None, skip=(), stream=None, context=None,
                         alloc=None):
     """The forward and the gradient in one kernel, for an output gradient
     that is the same on every row: g [1] fp32 on the device (1 / count for
@@ -364,13 +363,14 @@ def cross_entropy_fused(logits, labels, g, *, ignore_index=-100, label_smoothing
     row is read twice, the second time from L2 (see gen/cross_entropy.c)."""
     r = call("lingen.cross_entropy_fused", "cross_entropy", "forward",
              {"logits": logits, "labels": labels, "g": g},
-             _ce_options(ignore_index, label_smoothing, tile, fused=True, inplace=bool(inplace)),
+             _ce_options(ignore_index, label_smoothing, tile, fused=True, inplace=inplace),
              out=out, skip=skip, stream=stream, context=context, alloc=alloc)
+    inplace = _core.declared("cross_entropy", "inplace") if inplace is None else inplace
     return r["loss"], r["sum_exp"], r["max_logit"], logits if inplace else r["grad"]
 
 
-def cross_entropy_backward(logits, labels, sum_exp, max_logit, dloss, *, ignore_index=-100,
-                           label_smoothing=0.0, inplace=False, vocab_start=None, classes=None,
+def cross_entropy_backward(logits, labels, sum_exp, max_logit, dloss, *, ignore_index=None,
+                           label_smoothing=None, inplace=None, vocab_start=None, classes=None,
                            tile=None, out=None, stream=None, context=None, alloc=None):
     """Softmax cross entropy backward: grad = (exp(x - m) / S - (1 - e)
     onehot(y) - e / C) * dloss[row] in logits' type, zero on ignored rows;
@@ -379,21 +379,28 @@ def cross_entropy_backward(logits, labels, sum_exp, max_logit, dloss, *, ignore_
     columns [vocab_start, vocab_start + vocab) of C = classes, S and m the
     merged ones (cross_entropy_merge). As linghe's
     triton_softmax_cross_entropy_backward."""
-    opts = _ce_options(ignore_index, label_smoothing, tile, inplace=bool(inplace))
+    opts = _ce_options(ignore_index, label_smoothing, tile, inplace=inplace)
     sizes = None
+    if vocab_start is None and classes is not None:
+        fn = "lingen.cross_entropy_backward"
+        _core.check_option(fn, _families.families()["cross_entropy"].key("classes"), classes,
+                           "classes")
+        raise ValueError(f"lingen.cross_entropy_backward: classes: found {classes!r}, expected "
+                         "None without vocab_start (the columns of a vocab shard)")
     if vocab_start is not None:
         opts["part"] = "shard"
-        opts["classes"] = int(classes) if classes else 0
-        sizes = {"vocab_start": int(vocab_start)}
+        opts["classes"] = classes if classes is not None else 0
+        sizes = {"vocab_start": vocab_start}
     r = call("lingen.cross_entropy_backward", "cross_entropy", "backward",
              {"logits": logits, "labels": labels, "sum_exp": sum_exp, "max_logit": max_logit,
               "dloss": dloss}, opts, sizes=sizes, out=out, stream=stream, context=context,
              alloc=alloc)
+    inplace = _core.declared("cross_entropy", "inplace") if inplace is None else inplace
     return logits if inplace else r["grad"]
 
 
-def cross_entropy_shard_stats(logits, labels, vocab_start, classes, *, ignore_index=-100,
-                              label_smoothing=0.0, tile=None, out=None, stream=None, context=None,
+def cross_entropy_shard_stats(logits, labels, vocab_start, classes, *, ignore_index=None,
+                              label_smoothing=None, tile=None, out=None, stream=None, context=None,
                               alloc=None):
     """Vocab parallel, per shard: this rank's logits [tokens, vocab] (the
     columns [vocab_start, vocab_start + vocab) of classes), labels (global
@@ -402,21 +409,22 @@ def cross_entropy_shard_stats(logits, labels, vocab_start, classes, *, ignore_in
     cross_entropy_merge."""
     r = call("lingen.cross_entropy_shard_stats", "cross_entropy", "forward",
              {"logits": logits, "labels": labels},
-             _ce_options(ignore_index, label_smoothing, tile, part="shard", classes=int(classes)),
-             sizes={"vocab_start": int(vocab_start)}, out=out, stream=stream, context=context,
+             _ce_options(ignore_index, label_smoothing, tile, part="shard", classes=classes),
+             sizes={"vocab_start": vocab_start}, out=out, stream=stream, context=context,
              alloc=alloc)
     return r["stats"]
 
 
-def cross_entropy_merge(stats, labels, classes, *, ignore_index=-100, label_smoothing=0.0,
+def cross_entropy_merge(stats, labels, classes, *, ignore_index=None, label_smoothing=None,
                         tile=None, out=None, skip=(), stream=None, context=None, alloc=None):
     """Vocab parallel: the gathered stats [shards, tokens, 6] -> (loss,
     sum_exp, max_logit) of the whole rows (classes columns), for
     cross_entropy_backward of each shard."""
     r = call("lingen.cross_entropy_merge", "cross_entropy", "forward",
              {"stats_in": stats, "labels": labels},
-             _ce_options(ignore_index, label_smoothing, tile, part="merge", vocab=int(classes)),
-             out=out, skip=skip, stream=stream, context=context, alloc=alloc)
+             _ce_options(ignore_index, label_smoothing, tile, part="merge", vocab=classes),
+             names={"stats_in": "stats", "vocab": "classes"}, out=out, skip=skip, stream=stream,
+             context=context, alloc=alloc)
     return r["loss"], r["sum_exp"], r["max_logit"]
 
 
@@ -432,7 +440,7 @@ def router_gemm(x, w, *, tile=None, out=None, stream=None, context=None, alloc=N
     return r["logits"]
 
 
-def router_gemm_backward(dy, x, w, *, precision="bf16", dx=True, dw=True, tile=None, out=None,
+def router_gemm_backward(dy, x, w, *, precision=None, dx=True, dw=True, tile=None, out=None,
                          stream=None, context=None, alloc=None):
     """Router GEMM backward: dy [tokens, experts] fp32, x and w as in
     router_gemm -> (dx [tokens, hidden] bf16 = dy . w, dw [experts, hidden]
@@ -442,14 +450,15 @@ def router_gemm_backward(dy, x, w, *, precision="bf16", dx=True, dw=True, tile=N
     "bf16x3" (exact dy: fp32 sums only) or "tf32" (dy rounded to tf32, 2^-11:
     linghe's products, at bf16x2's cost). As linghe's
     triton_fp32_gemm_for_backward and triton_fp32_gemm_for_update."""
-    skip = tuple(n for n, want in (("dx", dx), ("dw", dw)) if not want)
+    fn = "lingen.router_gemm_backward"
+    skip = tuple(n for n, want in (("dx", dx), ("dw", dw)) if not _core.check_flag(fn, n, want))
     r = call("lingen.router_gemm_backward", "router_gemm", "backward",
              {"dy": dy, "x": x, "w": w}, {"precision": precision, "tile": tile}, out=out, skip=skip,
              stream=stream, context=context, alloc=alloc)
     return r["dx"], r["dw"]
 
 
-def rmsnorm_router(x, w, route_w, eps=1e-6, *, precision="bf16", round_scale=True, output="rowwise",
+def rmsnorm_router(x, w, route_w, eps=None, *, precision=None, round_scale=None, output=None,
                    tile=None, out=None, stream=None, context=None, alloc=None):
     """RMSNorm + router GEMM + rowwise FP8 in one pass (KERNELS.md K3b): x
     [tokens, hidden] bf16, w [hidden] bf16 (the norm's weight), route_w
@@ -470,191 +479,3 @@ def rmsnorm_router(x, w, route_w, eps=1e-6, *, precision="bf16", round_scale=Tru
              _quant(round_scale, output, eps=eps, precision=precision, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["y"], r["rms"], r["logits"], r["q"], r["s"], r["qt"], r["st"]
-
-
-# ------------------------------------- MoE dispatch and combine (K4, K5)
-
-def _routing_kind(routing):
-    """The moe_row_map routing of an array: "mask" (bool / uint8), else the
-    top-k indices' "topk_i32" / "topk_i64"; a torch bool mask is read as
-    uint8 (the same bytes)."""
-    import sys
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(routing, torch.Tensor):
-        if routing.dtype == torch.bool:
-            return "mask", routing.view(torch.uint8)
-        kinds = {torch.int32: "topk_i32", torch.int64: "topk_i64", torch.uint8: "mask"}
-        if routing.dtype not in kinds:
-            raise TypeError(f"lingen.moe_row_map: routing: found {routing.dtype}, expected bool / "
-                            "uint8 (a mask) or int32 / int64 (top-k indices)")
-        return kinds[routing.dtype], routing
-    from ._arrays import view
-    elems = view(routing).elems
-    if "int32" in elems:
-        return "topk_i32", routing
-    if "int64" in elems:
-        return "topk_i64", routing
-    return "mask", routing
-
-
-_uses_cache = {}
-
-
-def _uses(op, pass_, options):
-    """arg_used of every argument of a pass for options ((path, value),
-    ...): 0 left out, 1 used, 2 required. A family's uses() reads its
-    options, never its shape keys, so this is evaluated at the smallest
-    shape the family declares (cached)."""
-    key = (op, pass_, options)
-    used = _uses_cache.get(key)
-    if used is None:
-        fam = _families.families()[op]
-        spec = {"op": op, "pass": pass_, "dtype": fam.dtypes[0]}
-        for k in fam.keys:
-            if k.shape:
-                _core._set_path(spec, k.path, k.min)
-        for path, value in options:
-            _core._set_path(spec, path, value)
-        s = _core.Spec(spec)
-        used = _uses_cache.setdefault(key, tuple(s.arg_used(a.index)
-                                                 for a in fam.passes[pass_].args))
-    return used
-
-
-def _routing_arg(kind):
-    """The moe_row_map input that takes routing of this kind: the one input
-    its declaration (uses()) keeps for routing = kind."""
-    args = _families.families()["moe_row_map"].passes["forward"].args
-    used = _uses("moe_row_map", "forward", (("routing", kind),))
-    return next(a for a, u in zip(args, used) if a.is_input and u)
-
-
-def _multiple(multiple):
-    """The `multiple` key as given, or nothing: the family's declared default
-    (moe_row_map's, which the dispatch and combine kernels must match)."""
-    return {} if multiple is None else {"multiple": int(multiple)}
-
-
-def _moe(top_k, multiple, tile, **more):
-    """The MoE families' keys; multiple None: the declared default."""
-    return {"top_k": int(top_k), **_multiple(multiple), "tile": tile, **more}
-
-
-def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, tile=None,
-                out=None, stream=None, context=None, alloc=None):
-    """The padded MoE row map (KERNELS.md K4): routing is a mask [tokens,
-    experts] bool / uint8 (experts from its shape), or top-k indices [tokens,
-    top_k] int32 / int64 (experts= required; an index outside [0, experts)
-    is a dropped slot, a repeat counts once) -> (row_id_map [tokens, experts]
-    int32 (padded row, -1 where not routed), counts [experts] int32,
-    offsets [experts + 1] int32 (padded, offsets[experts] = P, the padded
-    total), row_index [rows] int32 (source token of each row, -1 for
-    padding and rows >= P; None with row_index=False), padded_counts
-    [experts] int32 (counts rounded up to the multiple: each expert's rows,
-    the segments of moe_permute_quant)). rows = tokens *
-    top_k + experts * (multiple - 1) bounds P: the dispatch buffers have
-    that many rows, since P stays on the device (offsets[-1].item() reads
-    it, one 4-byte copy). As linghe's triton_make_row_id_map(routing_map,
-    multiple_of) and triton_make_row_id_map_and_index, in one call."""
-    kind, arr = _routing_kind(routing)
-    arg = _routing_arg(kind).name
-    opts = _moe(top_k, multiple, tile, routing=kind)
-    if experts is not None:
-        opts["experts"] = int(experts)
-    elif kind != "mask":
-        raise ValueError("lingen.moe_row_map: top-k routing: pass experts=")
-    r = call("lingen.moe_row_map", "moe_row_map", "forward", {arg: arr}, opts, out=out,
-             skip=() if row_index else ("row_index",), stream=stream, context=context, alloc=alloc)
-    return r["row_id_map"], r["counts"], r["offsets"], r["row_index"], r["padded_counts"]
-
-
-def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top_k, multiple=None,
-                round_scale=True, tile=None, out=None, stream=None, context=None, alloc=None):
-    """MoE permute into expert-major padded rows (KERNELS.md K4): x [tokens,
-    hidden] bf16, or e4m3 with x_scale [tokens, hidden / 128] fp32; the row
-    map of moe_row_map; probs [tokens, experts] fp32 or None -> (out [rows,
-    hidden] in x's type, out_scale [rows, hidden / 128] fp32 (e4m3, else
-    None), out_probs [rows] fp32 (None without probs)). Row
-    row_id_map[t, e] is x[t] with probs[t, e]; every other row (padding,
-    rows >= P) zeros with probability 0 and the zero block's scale (2^-99
-    with round_scale, else 1e-30). As linghe's
-    triton_permute_with_mask_map(..., contiguous=False) for any hidden size
-    and expert count."""
-    r = call("lingen.moe_permute", "moe_permute", "forward",
-             {"x": x, "x_scale": x_scale, "probs": probs, "row_id_map": row_id_map,
-              "offsets": offsets, "counts": counts},
-             _moe(top_k, multiple, tile, round_scale=bool(round_scale)), out=out,
-             skip=() if probs is not None else ("out_probs",), stream=stream, context=context,
-             alloc=alloc)
-    return r["out"], r["out_scale"], r["out_probs"]
-
-
-def moe_permute_backward(dout, row_id_map, dout_probs=None, *, top_k, multiple=None, tile=None,
-                         out=None, stream=None, context=None, alloc=None):
-    """The backward of moe_permute: dout [rows, hidden] bf16, dout_probs
-    [rows] fp32 or None -> (dx [tokens, hidden] bf16, the fp32 sum of each
-    token's rows in ascending expert order; dprobs [tokens, experts] fp32,
-    dout_probs at each routed pair, else 0; None without dout_probs)."""
-    r = call("lingen.moe_permute_backward", "moe_permute", "backward",
-             {"dout": dout, "dout_probs": dout_probs, "row_id_map": row_id_map},
-             _moe(top_k, multiple, tile), out=out,
-             skip=() if dout_probs is not None else ("dprobs",), stream=stream, context=context,
-             alloc=alloc)
-    return r["dx"], r["dprobs"]
-
-
-def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=None, weighted=False, tile=None,
-                  out=None, stream=None, context=None, alloc=None):
-    """MoE unpermute (combine, KERNELS.md K5): g [rows, hidden] bf16 (any
-    hidden), probs [rows] fp32 (required with weighted=True) -> (out
-    [tokens, hidden] bf16 = fp32 sum in ascending expert order of each
-    token's rows, each times probs[r] when weighted; restore_probs [tokens,
-    experts] fp32, probs[r] where routed else 0, None without probs).
-    Padding rows are never read. As linghe's
-    triton_unpermute_with_mask_map(grad, row_id_map, probs), which has no
-    weighting."""
-    r = call("lingen.moe_unpermute", "moe_unpermute", "forward",
-             {"g": g, "probs": probs, "row_id_map": row_id_map},
-             _moe(top_k, multiple, tile, weighted=bool(weighted)), out=out,
-             skip=() if probs is not None else ("restore_probs",), stream=stream, context=context,
-             alloc=alloc)
-    return r["out"], r["restore_probs"]
-
-
-def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=None, probs=None, *,
-                           top_k, multiple=None, weighted=False, tile=None, out=None, stream=None,
-                           context=None, alloc=None):
-    """The backward of moe_unpermute: dout [tokens, hidden] bf16, drestore
-    [tokens, experts] fp32 or None; weighted: g and probs of the forward ->
-    (dg [rows, hidden] bf16: dout[t] in each of t's rows (weighted: times
-    probs[r], rounded once), zeros elsewhere; dprobs [rows] fp32:
-    drestore[t, e] (weighted: plus the fp32 dot product of dout[t] and
-    g[r]); None when nothing asks for it)."""
-    want = drestore is not None or (weighted and g is not None)
-    r = call("lingen.moe_unpermute_backward", "moe_unpermute", "backward",
-             {"dout": dout, "drestore": drestore, "row_id_map": row_id_map, "offsets": offsets,
-              "counts": counts, "g": g if weighted else None, "probs": probs if weighted else None},
-             _moe(top_k, multiple, tile, weighted=bool(weighted)), out=out,
-             skip=() if want else ("dprobs",), stream=stream, context=context, alloc=alloc)
-    return r["dg"], r["dprobs"]
-
-
-def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multiple=None,
-                      round_scale=True, output="both", tile=None, out=None, stream=None,
-                      context=None, alloc=None):
-    """MoE permute + pad + per-expert blockwise FP8 quantisation in one
-    kernel (KERNELS.md K4b): x [tokens, hidden] bf16 (hidden a multiple of
-    128), moe_row_map's row_index [rows] and padded_counts [experts], probs
-    [tokens, experts] fp32 or None -> (q [rows, hidden] e4m3, s (a
-    [hidden/128, P_e] block an expert), qt (a [hidden, P_e] block an
-    expert), st [cdiv(rows, 128) + experts, hidden] (cdiv(P_e, 128) rows an
-    expert), out_probs [rows] fp32 or None): each expert's padded segment
-    (padding rows zeros) quantised as its own tensor (KERNELS.md 1.3); the
-    copies output= does not ask for are None; rows past the padded total
-    are not written. As linghe's triton_batch_block_pad_permute_with_indices."""
-    r = call("lingen.moe_permute_quant", "moe_permute_quant", "forward",
-             {"x": x, "probs": probs, "row_index": row_index, "padded_counts": padded_counts},
-             _quant(round_scale, output, **_moe(top_k, multiple, tile)),
-             out=out, skip=() if probs is not None else ("out_probs",), stream=stream,
-             context=context, alloc=alloc)
-    return r["q"], r["s"], r["qt"], r["st"], r["out_probs"]

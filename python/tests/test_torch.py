@@ -1,6 +1,8 @@
 """lingen.torch: the ops registered from the declarations, autograd against
 torch autograd, CUDA graph capture, torch.compile without graph breaks.
 The schema tests need only torch; the rest a GPU."""
+import re
+
 import pytest
 
 import lingen
@@ -159,3 +161,73 @@ def test_torch_compile_without_graph_breaks(seed):
         t = torch.randn(n, 1024, device="cuda").bfloat16()
         assert torch.equal(f(t).view(torch.uint8),
                            lt.rms_norm_quant(t, weight)[0].view(torch.uint8))
+
+
+@pytest.mark.parametrize("dtype, hidden, words", [
+    ("float16", 1024, "x: found torch.float16, expected bf16"),
+    ("bfloat16", 1000, "w: found shape (1000,), expected (1024,) [hidden]"),
+])
+def test_fake_kernels_check_as_the_real_op(dtype, hidden, words):
+    """Meta tensors (and torch.compile's fake ones) are refused with the
+    real call's error (issue 24: a fake kernel returned outputs for an fp16
+    x and a wrong-size weight)."""
+    torch = pytest.importorskip("torch")
+    import lingen.torch  # noqa: F401
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    x = torch.empty(64, 1024, dtype=getattr(torch, dtype), device="meta")
+    w = torch.empty(hidden, dtype=torch.bfloat16, device="meta")
+    with pytest.raises((TypeError, ValueError),
+                       match=f"^torch.ops.lingen.rmsnorm_forward: {re.escape(words)}"):
+        torch.ops.lingen.rmsnorm_forward(x, w)
+    with FakeTensorMode():
+        x = torch.empty(64, 1024, dtype=getattr(torch, dtype), device="meta")
+        w = torch.empty(hidden, dtype=torch.bfloat16, device="meta")
+        with pytest.raises((TypeError, ValueError), match=re.escape(words)):
+            torch.ops.lingen.rmsnorm_forward(x, w)
+    if torch.cuda.is_available():  # the real op says the same
+        with pytest.raises((TypeError, ValueError), match=re.escape(words)):
+            torch.ops.lingen.rmsnorm_forward(torch.zeros(64, 1024, dtype=getattr(torch, dtype),
+                                                         device="cuda"),
+                                             torch.zeros(hidden, dtype=torch.bfloat16,
+                                                         device="cuda"))
+
+
+def test_compile_traces_symbolic_shapes_without_a_gpu():
+    """torch.compile with dynamic shapes over meta tensors: no graph break,
+    the declared shapes with a symbolic token count (cdiv(tokens, 128))."""
+    torch = pytest.importorskip("torch")
+    import lingen.torch as lt
+    torch._dynamo.reset()
+    w = torch.empty(1024, dtype=torch.bfloat16, device="meta")
+
+    def f(x):
+        q, s, rms, qt, st = lt.rms_norm_quant(x, w)
+        return s, st
+
+    explain = torch._dynamo.explain(f)(torch.empty(300, 1024, dtype=torch.bfloat16, device="meta"))
+    assert explain.graph_break_count == 0, explain.break_reasons
+    g = torch.compile(f, backend="eager", dynamic=True)
+    for n in (300, 513):
+        s, st = g(torch.empty(n, 1024, dtype=torch.bfloat16, device="meta"))
+        assert s.shape == (8, n) and st.shape == (-(-n // 128), 1024)
+    with pytest.raises(Exception, match="x: found torch.float16, expected bf16"):
+        g(torch.empty(300, 1024, dtype=torch.float16, device="meta"))
+
+
+def test_torch_defaults_are_the_declarations():
+    """lingen.torch's functions take their spec defaults from the family
+    declarations (lingen.torch._ops.declared), not from literals."""
+    pytest.importorskip("torch")
+    import inspect
+    import lingen.torch as lt
+    fams = lingen.families()
+    for fn, op in ((lt.rms_norm_quant, "rmsnorm_quant"), (lt.rms_norm_router, "rmsnorm_router"),
+                   (lt.qk_norm_rope, "qk_norm_rope"), (lt.group_rms_norm_gate, "group_rmsnorm_gate"),
+                   (lt.swiglu_quant_backward, "swiglu_quant"), (lt.moe_unpermute, "moe_unpermute")):
+        seen = 0
+        for p in inspect.signature(fn).parameters.values():
+            k = next((k for k in fams[op].keys if k.path.rsplit(".", 1)[-1] == p.name), None)
+            if k is not None and k.default is not None and not k.shape:
+                assert p.default == k.default, (fn.__name__, p.name)
+                seen += 1
+        assert seen, fn.__name__

@@ -1,0 +1,334 @@
+"""The torch.library ops of lingen, registered from the family declarations
+(see lingen.torch), and the helpers every autograd Function module shares:
+_run (the op, or its eager implementation), _used (which outputs a call
+produces), _flat, _none_unused, _grad_carrier."""
+import json
+
+import torch
+
+from .. import _core, _families
+from .._arrays import torch_elems
+from ..ops import _uses
+
+NAMESPACE = "lingen"
+
+
+def declared(op):
+    """A decorator: every parameter of the function whose default is `...`
+    takes the declared default of the family op's key of that name (the last
+    part of its path: round_scale is quant.round_scale), so no default is
+    written twice. A name that is no key of op fails at import."""
+    fam = _families.families()[op]
+
+    def value(name, f):
+        for k in fam.keys:
+            if k.path.rsplit(".", 1)[-1] == name and k.default is not None:
+                return float(k.default) if k.type == "number" else k.default
+        raise TypeError(f"lingen.torch: {f.__qualname__}: {name} is no key of {op} with a "
+                        "default")
+
+    def deco(f):
+        code = f.__code__
+        names = code.co_varnames[:code.co_argcount]
+        if f.__defaults__:
+            first = len(names) - len(f.__defaults__)
+            f.__defaults__ = tuple(value(names[first + i], f) if d is ... else d
+                                   for i, d in enumerate(f.__defaults__))
+        if f.__kwdefaults__:
+            f.__kwdefaults__ = {n: value(n, f) if d is ... else d
+                                for n, d in f.__kwdefaults__.items()}
+        return f
+    return deco
+_SCALAR = {"number": "float", "bool": "bool", "enum": "str", "int": "int"}
+
+
+def _scalar_keys(fam, decl):
+    """The spec keys an op takes as keyword arguments: every scalar key
+    that is not a tile, nor a shape the pass's inputs show as a dimension of
+    their own (qk_norm_rope's q_heads and kv_heads, in qkv's last dimension
+    only as an expression, are keyword arguments of its forward). Inputs
+    some specs leave unused (moe_row_map's mask or top-k) bind nothing."""
+    skip = _maybe_unused(fam, decl)
+    bound = {_families.bare_name(d) for a in decl.args if a.is_input and a.name not in skip
+             for d in a.dims}
+    return [k for k in fam.keys
+            if k.type in _SCALAR and not k.tile and not (k.shape and k.path in bound)]
+
+
+def _maybe_unused(fam, decl):
+    """The inputs of a pass that some spec does not use (the family's
+    uses() clears them: moe_permute's x_scale for bf16, moe_row_map's
+    routing arrays but one): probed over the dtypes and the values of the
+    enum and bool keys (at most 64 combinations) at the smallest shape.
+    They are optional tensors of the torch op."""
+    key = (fam.op, decl.name)
+    got = _unused_cache.get(key)
+    if got is not None:
+        return got
+    combos = [{"dtype": d} for d in fam.dtypes]
+    for k in fam.keys:
+        if k.tile or k.type not in ("enum", "bool"):
+            continue
+        values = list(k.values) if k.type == "enum" else [False, True]
+        if len(combos) * len(values) > 64:
+            break
+        combos = [dict(c, **{k.path: v}) for c in combos for v in values]
+    names = set()
+    for c in combos:
+        spec = {"op": fam.op, "pass": decl.name, "dtype": c.pop("dtype")}
+        for k in fam.keys:
+            if k.shape:
+                _core._set_path(spec, k.path, k.min)
+        for path, v in c.items():
+            _core._set_path(spec, path, v)
+        try:
+            sp = _core.Spec(spec)
+        except _core.SpecError:
+            continue
+        names |= {a.name for a in decl.args if a.role == "in" and not sp.arg_used(a.index)}
+    got = _unused_cache[key] = frozenset(names)
+    return got
+
+
+_unused_cache = {}
+
+
+def _param(path):
+    return path.replace(".", "_")
+
+
+def _default(k):
+    if k.default is None:
+        return ""
+    if k.type == "bool":
+        return "=True" if k.default else "=False"
+    if k.type == "enum":
+        return f'="{k.default}"'
+    if k.type == "number":  # 0, not 0.0, in the declaration: a float literal for torch
+        return f"={float(k.default)!r}"
+    return f"={k.default!r}"
+
+
+def schema(fam, decl):
+    """The torch schema of one family pass, from its declaration."""
+    inputs = [a for a in decl.args if a.is_input]
+    maybe = _maybe_unused(fam, decl)
+    opt = [a.role == "optional_in" or a.name in maybe for a in inputs]
+    # an optional input defaults to None when every later input is optional too
+    ins = [f"Tensor{'?' if opt[i] else ''} {a.name}" + ("=None" if all(opt[i:]) else "")
+           for i, a in enumerate(inputs)]
+    keys = _scalar_keys(fam, decl)
+    if keys:
+        ins.append("*")
+    ins += [f"{_SCALAR[k.type]} {_param(k.path)}{_default(k)}" for k in keys]
+    outs = [a for a in decl.args if a.is_output]
+    ret = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
+    return "(" + ", ".join(ins) + ") -> " + ret
+
+
+def _options(fam, decl, kwargs):
+    """The spec's options from the op's keyword arguments (the declared
+    defaults where torch passes none)."""
+    opts = {}
+    for k in _scalar_keys(fam, decl):
+        v = kwargs.get(_param(k.path), k.default)
+        if v is not None:
+            opts[k.path] = v
+    return opts
+
+
+_specs = {}
+
+
+def _spec_for(op, pass_, shapes, opts, dtype=None):
+    """The spec of a call from the input shapes (ints or SymInts), options
+    and dtype (None: the family's first), and the environment its declared
+    shapes evaluate in."""
+    fam = _families.families()[op]
+    decl = fam.passes[pass_]
+    env = _families.bind(fam, decl, shapes, opts)[0]
+    spec = {"op": op, "pass": pass_, "dtype": dtype or fam.dtypes[0]}
+    for k in fam.keys:
+        if k.shape and k.path in env:
+            _core._set_path(spec, k.path, int(env[k.path]))  # shape keys are static
+    for key, val in opts.items():
+        _core._set_path(spec, key, val)
+    text = repr(sorted(spec.items()))
+    s = _specs.get(text)
+    if s is None:
+        s = _specs.setdefault(text, _core.Spec(spec))
+    canon = json.loads(s.canonical)
+
+    def flat(d, prefix=""):
+        for key, v in d.items():
+            k = fam.key(f"{prefix}{key}")
+            if isinstance(v, dict):
+                flat(v, f"{prefix}{key}.")
+            elif isinstance(v, (bool, int, float)):  # bools as 0 / 1
+                env.setdefault(f"{prefix}{key}", int(v) if isinstance(v, bool) else v)
+            elif k is not None and k.type == "enum":  # an enum as its value's index
+                env.setdefault(f"{prefix}{key}", list(k.values).index(v))
+    flat(canon)
+    return s, env
+
+
+def _dtype(elem, like):
+    return like.dtype if elem == "dtype" else torch_elems()[1][elem]
+
+
+def _hint(d):
+    """A dimension as an int: itself, or a SymInt's example value (no guard
+    is added); None when it has none."""
+    if isinstance(d, int):
+        return d
+    try:
+        h = d.node.hint
+    except AttributeError:
+        return None
+    return int(h) if h is not None else None
+
+
+def _check_fake(fn, op, pass_, fam, decl, ins, tensors, kwargs):
+    """A fake kernel runs the real call's checks (lingen._core.check: element
+    types, dimensions, the spec's keys by the library, each shape against
+    the declaration), on the dimensions' example values when symbolic: the
+    same error as the real call, before anything is traced."""
+    elems = torch_elems()[0]
+    arrays = {}
+    for a, t in zip(ins, tensors):
+        if t is None:
+            continue
+        shape = tuple(_hint(d) for d in t.shape)
+        if None in shape:  # unbacked: nothing to check against
+            return
+        e = elems.get(t.dtype)
+        arrays[a.name] = (shape, (e,) if e else (), t.dtype)
+    _core.check(fn, op, pass_, arrays, _options(fam, decl, kwargs))
+
+
+def _register(op, pass_, fam, decl):
+    name = f"{NAMESPACE}::{op}_{pass_}"
+    ins = [a for a in decl.args if a.is_input]
+    outs = [a for a in decl.args if a.is_output]
+    fn = f"torch.ops.lingen.{op}_{pass_}"
+
+    options = {}
+
+    def impl(*args, **kwargs):
+        tensors = args[:len(ins)]
+        like = next(t for t in tensors if t is not None)
+        arrays = {a.name: (t.contiguous() if t is not None else None)
+                  for a, t in zip(ins, tensors)}
+        key = tuple(kwargs.items())
+        opts = options.get(key)
+        if opts is None:
+            opts = options[key] = _options(fam, decl, kwargs)
+        r = _core.call(fn, op, pass_, arrays, opts)
+        res = tuple(r[a.name] if r[a.name] is not None
+                    else torch.empty(0, dtype=_dtype(a.elem, like), device=like.device)
+                    for a in outs)
+        return res if len(res) > 1 else res[0]
+
+    def fake(*args, **kwargs):
+        tensors = args[:len(ins)]
+        like = next(t for t in tensors if t is not None)
+        _check_fake(fn, op, pass_, fam, decl, ins, tensors, kwargs)
+        shapes = {a.name: tuple(t.shape) for a, t in zip(ins, tensors) if t is not None}
+        dtype = next((torch_elems()[0].get(t.dtype) for a, t in zip(ins, tensors)
+                      if a.elem == "dtype" and t is not None), None)
+        s, env = _spec_for(op, pass_, shapes, _options(fam, decl, kwargs),
+                           dtype if dtype in fam.dtypes else None)
+        sizes = [env.get(n, decl.size_ranges[i][0]) for i, n in enumerate(decl.sizes)]
+        concrete = all(isinstance(v, int) for v in sizes)
+        res = []
+        for a in outs:
+            if not s.arg_used(a.index):
+                shape = (0,)
+            elif concrete:  # the library's evaluation, as the real call's
+                shape = s.arg_shape(a.index, sizes)
+            else:  # symbolic sizes (torch.compile's dynamic shapes): the same
+                shape = _families.eval_shape(a, env)  # expressions over SymInts
+            res.append(like.new_empty(shape, dtype=_dtype(a.elem, like)))
+        return tuple(res) if len(res) > 1 else res[0]
+
+    impl.__name__ = fake.__name__ = f"{op}_{pass_}"
+    custom = torch.library.custom_op(name, impl, mutates_args=(), schema=schema(fam, decl))
+    custom.register_fake(fake)
+    _eager[f"{op}_{pass_}"] = impl
+    return custom
+
+
+def _register_list(op, pass_, fam, decl):
+    """A family over a tensor list (grad_norm, count_zero): the op takes
+    Tensor[] and the scalar keys but "mixed" (which the list's element
+    types decide) and returns the 0-d result (lingen.lists)."""
+    from .. import lists  # imports nothing of torch's
+    name = f"{NAMESPACE}::{op}_{pass_}"
+    out = next(a for a in decl.args if a.is_output)
+    keys = [k for k in _scalar_keys(fam, decl) if k.path != "mixed"]
+    params = [f"{_SCALAR[k.type]} {_param(k.path)}{_default(k)}" for k in keys]
+    schema_ = "(Tensor[] tensors" + (", *, " + ", ".join(params) if params else "") + ") -> Tensor"
+    fn = f"torch.ops.lingen.{op}_{pass_}"
+
+    def impl(tensors, **kwargs):
+        opts = {k.path: kwargs.get(_param(k.path), k.default) for k in keys}
+        return lists._launch(fn, op, tensors, opts, out.elem, None, None, None)
+
+    def fake(tensors, **kwargs):
+        like = tensors[0] if tensors else torch.empty(0, device="meta")
+        return like.new_empty((), dtype=torch_elems()[1][out.elem])
+
+    impl.__name__ = fake.__name__ = f"{op}_{pass_}"
+    custom = torch.library.custom_op(name, impl, mutates_args=(), schema=schema_)
+    custom.register_fake(fake)
+    _eager[f"{op}_{pass_}"] = impl
+    return custom
+
+
+ops = {}
+_eager = {}
+for _op, _fam in _families.families().items():
+    for _pass, _decl in _fam.passes.items():
+        _reg = _register_list if any(a.role == "list" for a in _decl.args) else _register
+        ops[f"{_op}_{_pass}"] = _reg(_op, _pass, _fam, _decl)
+
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+
+
+def _run(name, *args, **kwargs):
+    """torch.ops.lingen.<name> where torch traces (torch.compile, export);
+    in eager mode the op's implementation directly, without the cost of
+    torch's dispatcher (the same code, the same stream, CUDA graphs too)."""
+    if _compiling is None or _compiling():
+        return getattr(torch.ops.lingen, name)(*args, **kwargs)
+    return _eager[name](*args, **kwargs)
+
+
+def _constant(fn):
+    c = getattr(getattr(torch, "compiler", None), "assume_constant_result", None)
+    return c(fn) if c else fn
+
+
+@_constant
+def _used(op, pass_, options):
+    """Which outputs a call produces, for options ((path, value), ...)
+    (ops._uses, a constant to torch.compile)."""
+    args = _families.families()[op].passes[pass_].args
+    return tuple(u for a, u in zip(args, _uses(op, pass_, options)) if a.is_output)
+
+
+def _flat(x):
+    return x.reshape(-1, x.shape[-1])
+
+
+def _none_unused(res, used):
+    return tuple(r if u else None for r, u in zip(res, used))
+
+
+def _grad_carrier(x, n):
+    """The differentiable output of the SwiGLU Functions: bf16 [..., n] of no
+    memory (one element, expanded). Its values are not y (y exists only as
+    its quantised copies); it carries dL/dy, from whatever consumes the
+    copies, to the Function's backward."""
+    return x.new_zeros(()).expand(*x.shape[:-1], n)
+
