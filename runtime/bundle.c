@@ -138,7 +138,7 @@ static cJSON *tile_object(const struct lg_family *f, const int64_t *v, uint64_t 
 
 cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	uint64_t tiles = 0;
 	for (int k = 0; k < f->nkeys; k++)
 		if (lg_key_is_tile(&f->keys[k]))
@@ -190,7 +190,7 @@ static bool same_plan(const struct lg_spec *s, const struct lg_plan *p, const cJ
 static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, const struct lg_target *t,
 				struct lg_plan *p, const char *where)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	const cJSON *given = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "given") : NULL;
 	if (!cJSON_IsObject(given))
 		return lg_fail(LG_ERR_SPEC, "%s: expected an object with \"given\", \"tile\", \"used\" and \"entries\"",

@@ -135,7 +135,7 @@ lg_status lg_spec_arg_shape(const lg_spec *s, int i, const int64_t *sizes, int n
 	lg_clear_error();
 	if (!s || !ndims || (!sizes && nsizes) || (!dims && maxdims))
 		return lg_fail(LG_ERR_INVALID_ARG, "lg_spec_arg_shape: NULL argument");
-	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	const struct lg_sig *g = &s->fam->sig[s->pass];
 	if (i < 0 || i >= g->nargs)
 		return lg_fail(LG_ERR_INVALID_ARG, "%s: argument %d, allowed: 0 to %d", s->entry, i, g->nargs - 1);
 	if (nsizes != g->nsizes)
@@ -166,7 +166,7 @@ int lg_spec_arg_used(const lg_spec *s, int i)
 {
 	if (!s)
 		return -1;
-	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	const struct lg_sig *g = &s->fam->sig[s->pass];
 	if (i < 0 || i >= g->nargs)
 		return -1;
 	unsigned char used[LG_MAX_ARGS];
