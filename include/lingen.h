@@ -118,9 +118,16 @@ lg_status lg_model_expand_file(const char *path, char **spec_json);
  *                            "args": [{"name", "role" (in|out|optional_in|
  *                                      optional_out|workspace|list), "elem"
  *                                      (bf16|fp32|e4m3|int32|int64|uint8|dtype),
- *                                      "shape", "align", "doc"}...]}, ...}}...]}
- * Arguments and sizes are in launch order (lg_kernel_run). The caller frees
- * *json with free(). */
+ *                                      "shape", "align", "doc"}...],
+ *                            "doc", "forms": [{"launcher", "keys": {key: value},
+ *                                      "sizes": [names], "fixed": {size: value},
+ *                                      "params": [{"name", "to": [args]}...],
+ *                                      "doc"}...]}, ...}}...]}
+ * Arguments and sizes are in launch order (lg_kernel_run). "forms" are the
+ * pass's typed launchers (lingen_ops.h): the kernel keys each takes, its
+ * sizes and pointer parameters (a parameter of several arguments goes to
+ * the one the spec uses), the other sizes fixed and arguments 0. The
+ * caller frees *json with free(). */
 lg_status lg_families_json(char **json);
 /* The dimensions of argument i of spec s for the pass's run-time sizes
  * (nsizes of them, each within its range): dims[0..*ndims), at most

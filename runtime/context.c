@@ -305,7 +305,7 @@ lg_status lg_ctx_cubin(lg_ctx *c, const lg_spec *s, const void **cubin, size_t *
  * co-resident on the current device, at most per_sm CTAs an SM when
  * per_sm is not 0 (plan.per_sm). Whether the entry is clustered is the
  * plan's word, not the geometry's: a grid of more than one CTA at one token
- * (moe_permute's pipelined dispatch: 1 + 256 CTAs) taken for a cluster gave
+ * (a pipelined dispatch's 1 + 256 CTAs) taken for a cluster gave
  * a grid of one CTA, 13.2 ms at its target on the H200). */
 static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const struct lg_launch_dim *d,
 				unsigned cluster, unsigned per_sm, unsigned *out)

@@ -305,3 +305,32 @@ void lg_form_map(const struct lg_launcher *l, const unsigned char *used, const i
 				all_ptrs[i] = j == l->list ? table : ptrs[j];
 	}
 }
+
+void lg_form_help(lg_buf *b, const struct lg_family *f, enum lg_pass pass)
+{
+	int op = 0;
+	while (op < LG_OP_COUNT && lg_family_get((enum lg_op)op) != f)
+		op++;
+	const struct lg_sig *g = &f->sig[pass];
+	for (int i = 0; op < LG_OP_COUNT && i < lg_form_count(f, pass); i++) {
+		struct lg_launcher l;
+		char names[LG_MAX_ARGS][32];
+		if (lg_form_resolve((enum lg_op)op, pass, i, &l, names) != LG_OK) {
+			lg_emit(b, "  launcher: %s\n", lg_last_error());
+			continue;
+		}
+		lg_emit(b, "  launcher: %s(k, stream", l.name);
+		for (int n = 0; n < l.size_params; n++)
+			for (int j = 0; j < g->nsizes; j++)
+				if (l.size_from[j] == n)
+					lg_emit(b, ", %s", g->sizes[j].name);
+		for (int j = 0; j < l.params; j++)
+			lg_emit(b, ", %s", names[j]);
+		lg_emit(b, ")");
+		for (int k = 0; k < l.nkeys; k++) {
+			lg_emit(b, "%s", k ? ", " : ": ");
+			show_key(b, &f->keys[l.key[k]], l.value[k]);
+		}
+		lg_emit(b, "\n");
+	}
+}

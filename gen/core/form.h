@@ -65,4 +65,8 @@ lg_status lg_form_check(const struct lg_launcher *l, const struct lg_spec *s, co
 void lg_form_map(const struct lg_launcher *l, const unsigned char *used, const int64_t *sizes, const lg_dptr *ptrs,
 		 int64_t items, lg_dptr table, int64_t *all_sizes, lg_dptr *all_ptrs);
 
+/* `lingen help OP`: a line per launcher of f's pass (its parameters and
+ * the keys it fixes). */
+void lg_form_help(lg_buf *b, const struct lg_family *f, enum lg_pass pass);
+
 #endif

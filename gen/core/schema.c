@@ -18,6 +18,7 @@
 
 #include "error.h"
 #include "family.h"
+#include "form.h"
 #include "json.h"
 
 #define ENTRY_MAX 120
@@ -648,6 +649,7 @@ char *lg_family_help(const struct lg_family *f)
 					lg_elem_names[a->elem], a->shape);
 			lg_emit(&b, ", %d-byte aligned%s%s\n", a->align, a->doc ? ": " : "", a->doc ? a->doc : "");
 		}
+		lg_form_help(&b, f, (enum lg_pass)p);
 	}
 	return lg_buf_finish(&b, NULL);
 }
