@@ -980,13 +980,12 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 
 /* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
 static const char doc_forward[] =
-	"K3: the router GEMM, forward (op \"router_gemm\"): x [tokens, hidden] bf16,\n"
-	"  w [experts, hidden] bf16; logits [tokens, experts] fp32 = x . w^T.";
+	"K3: the router GEMM, forward (op \"router_gemm\"): x [tokens, hidden] bf16, w [experts,\n"
+	"  hidden] bf16; logits [tokens, experts] fp32 = x . w^T.";
 static const char doc_backward[] =
-	"Its backward: dy [tokens, experts] fp32, x and w as in the forward;\n"
-	"  dx [tokens, hidden] bf16 = dy . w, dw [experts, hidden] fp32 = dy^T . x\n"
-	"  (overwritten, deterministic); either may be 0 (not computed).\n"
-	"  workspace: lg_kernel_workspace_size(k) bytes.";
+	"Its backward: dy [tokens, experts] fp32, x and w as in the forward; dx [tokens, hidden] bf16\n"
+	"  = dy . w, dw [experts, hidden] fp32 = dy^T . x (overwritten, deterministic); either may be\n"
+	"  0 (not computed). workspace: lg_kernel_workspace_size(k) bytes.";
 
 const struct lg_family lg_family_router_gemm = {
 	.op = "router_gemm",

@@ -12,6 +12,7 @@
  * from gen/ alone (no runtime): CMakeLists.txt runs it.
  */
 #include <ctype.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,7 +162,8 @@ static lg_status emit_all(lg_buf *h, lg_buf *c)
 		for (int pass = 0; pass < LG_PASS_COUNT; pass++) {
 			const struct lg_sig *g = &f->sig[pass];
 			int n = lg_form_count(f, (enum lg_pass)pass);
-			if (n && g->nforms > 0 && g->doc) { /* the pass's comment before its forms' */
+			bool group = n && g->nforms > 0 && g->doc; /* the pass's comment before its forms' */
+			if (group) {
 				lg_emit(h, "\n");
 				emit_doc(h, g->doc);
 			}
@@ -172,8 +174,10 @@ static lg_status emit_all(lg_buf *h, lg_buf *c)
 				if (st != LG_OK)
 					return st;
 				const char *doc = lg_form_doc((enum lg_op)op, (enum lg_pass)pass, i);
-				lg_emit(h, "\n");
-				if (doc && (g->nforms == 0 || doc != g->doc))
+				bool own = doc && (g->nforms == 0 || doc != g->doc);
+				if (own || !group || i > 0)
+					lg_emit(h, "\n");
+				if (own)
 					emit_doc(h, doc);
 				emit_prototype(h, &l, names, ";");
 				emit_definition(c, &l, names);
