@@ -14,7 +14,8 @@
 # 4. the bundle GPU test; lingen tune of the shipped norms -> sm_90a.json
 #    (configs/tuning/sm_90a.json); new-process load times of the
 #    ling-mini-2.0 model's kernels, warm cache and bundle -> load.txt
-# Then bench/table.py turns the JSON files into bench/README.md's tables.
+# (bench/README.md's table comes from tools/device_bench.sh and bench/table.py;
+# this run is the C-side record: kernels.json, jit.json, the GPU tests.)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-${OUT:-out/bench}}

@@ -1,9 +1,12 @@
 """Side-by-side benchmark: lingen against eager PyTorch, torch.compile of
 the same PyTorch code, and Liger-Kernel where it has the op, in one process
-on the same inputs, with linghe's H200 figures (shared/TARGETS.md) beside.
+on the same inputs, with linghe's published H200 figures (docs/performance.md) beside.
 
-    python -m lingen.bench [--json bench/FILE.json] [--quick]
-    python -m lingen.bench --plot bench/FILE.json [-o FILE.png]
+    python -m lingen.bench [--json FILE.json] [--quick] [--budget SECONDS]
+    python -m lingen.bench --list [--quick]
+    python -m lingen.bench --plot FILE.json [-o FILE.png]
+
+bench/table.py turns the JSON into bench/README.md's table.
 
 GPU time only: a CUDA graph of N x (L2 flush + op) minus a graph of N x
 flush, median of several replays (the flush writes 256 MB, more than the
@@ -12,23 +15,31 @@ host, as a data-dependent size does) is timed instead by CUDA events around
 each call after a flush, median of N (its row says "events"). Every result is
 checked against eager PyTorch before it is timed; % of copy = (each input
 read once + each output written once) / time, against a device-to-device
-copy measured in the same run.
+copy measured in the same run. linghe's published H200 figures
+(docs/performance.md) come as rows of their own, marked quoted: they are not
+measured by this run. With --budget, the first case of every kernel runs
+first, then the other shapes, and no case starts after the budget is spent
+(the JSON lists those as not run); --json is rewritten after every case, so
+a run cut short keeps what it measured.
 """
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
 
-IMPLS = ("lingen", "eager", "compile", "liger")
+IMPLS = ("lingen", "eager", "compile", "liger", "linghe")
+QUOTED = "linghe (published, TARGETS)"
 
 
 class Env:
     """What a case's make(env) builds its inputs and peers from."""
 
-    def __init__(self, torch, lt, liger):
+    def __init__(self, torch, lt, liger, linghe=None):
         import lingen
         self.torch, self.lt, self.liger, self.lingen = torch, lt, liger, lingen
+        self.linghe = linghe  # linghe's triton functions by name, or None
         self.gen = torch.Generator(device="cuda").manual_seed(0)
         self._compiled = {}
 
@@ -55,9 +66,9 @@ class Timer:
     def __init__(self, torch, n=20, reps=7):
         self.torch, self.n, self.reps = torch, n, reps
         self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-        self._base = None
+        self._base = {}
 
-    def _graph(self, fn):
+    def _graph(self, fn, n):
         torch = self.torch
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -67,7 +78,7 @@ class Timer:
         torch.cuda.current_stream().wait_stream(side)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            for _ in range(self.n):
+            for _ in range(n):
                 self.flush.zero_()
                 fn()
         return g
@@ -84,13 +95,14 @@ class Timer:
             out.append(a.elapsed_time(b) * 1e3)
         return statistics.median(out)
 
-    def _events(self, fn):
+    def _events(self, fn, n=None):
         """Median GPU microseconds of fn() between two events, each call
-        after a flush (for what a graph cannot capture)."""
+        after a flush (for what a graph cannot capture), of n calls
+        (default 2 x the graph's count)."""
         torch = self.torch
         fn()
         out = []
-        for _ in range(self.n * 2):
+        for _ in range(n or self.n * 2):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             self.flush.zero_()
             a.record()
@@ -103,13 +115,16 @@ class Timer:
     def us(self, fn):
         """(median GPU microseconds of one fn(), how it was timed): a graph
         (the flushes subtracted), tried twice (a first capture can fail on
-        lazy set-up), else events."""
-        if self._base is None:
-            self._base = self._replay(self._graph(lambda: None))
+        lazy set-up), else events. An op slower than a millisecond goes
+        fewer times into its graph (the run keeps to its budget)."""
+        probe = self._events(fn, 1)
+        n = self.n if probe < 1000 else max(2, int(self.n * 1000 / probe))
+        if n not in self._base:
+            self._base[n] = self._replay(self._graph(lambda: None, n))
         for _ in range(2):
             try:
-                t = self._replay(self._graph(fn))
-                return max(t - self._base, 0.0) / self.n, "graph"
+                t = self._replay(self._graph(fn, n))
+                return max(t - self._base[n], 0.0) / n, "graph"
             except Exception:  # not capturable (or lazy set-up on the first try)
                 try:
                     self.torch.cuda.synchronize()
@@ -140,65 +155,113 @@ def _close(torch, got, want, what, rtol=2e-2):
             raise AssertionError(f"{what}[{i}]: {bad:.2e} of the values differ")
 
 
-def run(quick=False, only=None):
+def _linghe():
+    """linghe's entry points by name (KERNELS.md names: triton_rms_norm_forward,
+    ...) when linghe is importable, else None."""
+    try:
+        import importlib
+        out = {}
+        for mod in ("norm", "silu", "loss", "gather", "scatter", "rope", "gate", "reduce"):
+            try:
+                m = importlib.import_module(f"linghe.utils.{mod}")
+            except ImportError:
+                continue
+            out.update({k: v for k, v in vars(m).items() if k.startswith("triton_")})
+        return out or None
+    except Exception:
+        return None
+
+
+def ordered(quick, only=None):
+    """The cases to run, in order: quick -> the quick set; else the quick
+    set first (one case of every kernel at its target shape), then every
+    other case of the full set."""
+    from lingen.benches import all_cases
+    first = all_cases(True)
+    cases = first if quick else first + [
+        c for c in all_cases(False) if (c.kernel, c.shape) not in
+        {(f.kernel, f.shape) for f in first}]
+    return [c for c in cases if not only or any(o in c.kernel for o in only)]
+
+
+def _case(torch, env, timer, case, copy_gbps, rows):
+    """Time one case's implementations into rows (errors recorded)."""
+    kernel, shape = case.kernel, case.shape
+    try:
+        setup = case.make(env)
+        want = setup.norm(setup.impls["eager"]())
+        out = setup.impls["lingen"]()
+    except Exception as e:  # a case that cannot be set up is reported, not fatal
+        rows.append(dict(kernel=kernel, shape=shape, impl="lingen",
+                         error=f"{type(e).__name__}: {e}"[:300]))
+        print(_line(rows[-1]), file=sys.stderr, flush=True)
+        return
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    nbytes = _nbytes((*setup.tensors, *outs))
+    for name, fn in setup.impls.items():
+        row = dict(kernel=kernel, shape=shape, impl=name, bytes=nbytes)
+        try:
+            _close(torch, setup.norm(fn()), want, f"{kernel} {shape} {name}", case.rtol)
+            row["us"], row["timer"] = timer.us(fn)
+            row["pct_copy"] = 100.0 * nbytes / (row["us"] * 1e3) / copy_gbps
+            if case.extra.get("flops"):
+                row["tflops"] = case.extra["flops"] / (row["us"] * 1e6)
+        except Exception as e:  # a peer that fails is reported, not fatal
+            row["error"] = f"{type(e).__name__}: {e}"[:300]
+        rows.append(row)
+        print(_line(row), file=sys.stderr, flush=True)
+    if case.linghe_us:
+        lh = case.linghe_us
+        rows.append(dict(kernel=kernel, shape=shape, impl=QUOTED, bytes=nbytes, us=lh,
+                         pct_copy=100.0 * nbytes / (lh * 1e3) / copy_gbps, quoted=True))
+        if case.extra.get("flops"):
+            rows[-1]["tflops"] = case.extra["flops"] / (lh * 1e6)
+
+
+def run(quick=False, only=None, budget=None, save=None):
+    """Every case, timed; save(res) after each (for --json)."""
+    import time
+
     import torch
 
     import lingen
     import lingen.torch as lt
-    from lingen.benches import all_cases
+    start = time.monotonic()
     try:
         import liger_kernel
         import liger_kernel.transformers.functional as liger
         liger_version = getattr(liger_kernel, "__version__", "installed")
     except ImportError:
         liger, liger_version = None, None
-    env = Env(torch, lt, liger)
+    linghe = _linghe()
+    env = Env(torch, lt, liger, linghe)
     timer = Timer(torch, n=10 if quick else 20)
     src = torch.empty(256 << 20, dtype=torch.uint8, device="cuda").fill_(1)
     dst = torch.empty_like(src)
     copy_us = timer.us(lambda: dst.copy_(src))[0]
     copy_gbps = 2 * src.numel() / copy_us / 1e3
-    rows = []
-    for case in all_cases(quick):
-        if only and not any(o in case.kernel for o in only):
+    del src, dst
+    rows, skipped = [], []
+    res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
+               triton=_version("triton"), liger=liger_version,
+               linghe=_version("linghe") if linghe else None, lingen=lingen.__version__,
+               python=platform.python_version(), copy_gbps=copy_gbps, method=__doc__.strip(),
+               command=" ".join(["python -m lingen.bench", *sys.argv[1:]]),
+               date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               rows=rows, not_run=skipped, host={})
+    for case in ordered(quick, only):
+        if budget is not None and time.monotonic() - start > budget:
+            skipped.append(f"{case.kernel} {case.shape}")
             continue
-        kernel, shape = case.kernel, case.shape
-        try:
-            setup = case.make(env)
-            want = setup.norm(setup.impls["eager"]())
-            out = setup.impls["lingen"]()
-        except Exception as e:  # a case that cannot be set up is reported, not fatal
-            rows.append(dict(kernel=kernel, shape=shape, impl="lingen",
-                             error=f"{type(e).__name__}: {e}"[:300]))
-            print(_line(rows[-1]), file=sys.stderr, flush=True)
-            continue
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        nbytes = _nbytes((*setup.tensors, *outs))
-        for name, fn in setup.impls.items():
-            row = dict(kernel=kernel, shape=shape, impl=name, bytes=nbytes)
-            try:
-                _close(torch, setup.norm(fn()), want, f"{kernel} {shape} {name}", case.rtol)
-                row["us"], row["timer"] = timer.us(fn)
-                row["pct_copy"] = 100.0 * nbytes / (row["us"] * 1e3) / copy_gbps
-                if case.extra.get("flops"):
-                    row["tflops"] = case.extra["flops"] / (row["us"] * 1e6)
-            except Exception as e:  # a peer that fails is reported, not fatal
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
-            rows.append(row)
-            print(_line(row), file=sys.stderr, flush=True)
-        if case.linghe_us:
-            lh = case.linghe_us
-            rows.append(dict(kernel=kernel, shape=shape, impl="linghe (TARGETS.md)",
-                             bytes=nbytes, us=lh,
-                             pct_copy=100.0 * nbytes / (lh * 1e3) / copy_gbps, quoted=True))
-            if case.extra.get("flops"):
-                rows[-1]["tflops"] = case.extra["flops"] / (lh * 1e6)
-        del setup, want, out, outs
-    host = host_overhead(torch, lingen, lt, liger)
-    return dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-                triton=_version("triton"), liger=liger_version, lingen=lingen.__version__,
-                python=platform.python_version(), copy_gbps=copy_gbps, method=__doc__.strip(),
-                rows=rows, host=host)
+        _case(torch, env, timer, case, copy_gbps, rows)
+        torch.cuda.empty_cache()
+        if save:
+            save(res)
+    res["host"] = host_overhead(torch, lingen, lt, liger)
+    res["seconds"] = time.monotonic() - start
+    if skipped:
+        print(f"not run (budget of {budget} s spent): {len(skipped)} cases", file=sys.stderr)
+    return res
 
 
 def host_overhead(torch, lingen, lt, liger, n=2000):
@@ -256,7 +319,8 @@ def _impls(res):
     for r in res["rows"]:
         if r["impl"] not in seen and not r.get("quoted"):
             seen.append(r["impl"])
-    return seen + ["linghe (TARGETS.md)"]
+    quoted = [r["impl"] for r in res["rows"] if r.get("quoted")]
+    return seen + ([quoted[0]] if quoted else [QUOTED])
 
 
 def table(res):
@@ -335,6 +399,9 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
     p.add_argument("--only", action="append", metavar="KERNEL",
                    help="only the kernels whose name contains this (repeatable)")
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="start no case after this many seconds (target shapes first)")
+    p.add_argument("--list", action="store_true", help="print the cases in run order and stop")
     p.add_argument("--plot", metavar="JSON", help="draw the chart of a results file")
     p.add_argument("-o", "--output", help="the chart's PNG (default: beside the JSON)")
     a = p.parse_args(argv)
@@ -346,12 +413,20 @@ def main(argv=None):
         print(table(res))
         print(f"wrote {out}", file=sys.stderr)
         return 0
-    res = run(a.quick, a.only)
+    if a.list:
+        for c in ordered(a.quick, a.only):
+            print(f"{c.kernel:28} {c.shape}")
+        return 0
+
+    def save(res):
+        if a.json:
+            with open(a.json + ".tmp", "w") as f:
+                json.dump(res, f, indent=1)
+            os.replace(a.json + ".tmp", a.json)
+    res = run(a.quick, a.only, a.budget, save)
+    save(res)
     text = table(res)
     print(text)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(res, f, indent=1)
     if a.markdown:
         with open(a.markdown, "w") as f:
             f.write(text + "\n")

@@ -15,12 +15,48 @@ def test_case_modules_declare_distinct_rows():
     assert len(all_cases(False)) > len(all_cases(True))
 
 
+def test_run_order_puts_every_kernel_first_then_the_other_shapes():
+    quick = [(c.kernel, c.shape) for c in bench.ordered(True)]
+    full = [(c.kernel, c.shape) for c in bench.ordered(False)]
+    assert full[:len(quick)] == quick, "the quick set runs first"
+    assert len(full) == len(set(full))
+    assert {(c.kernel, c.shape) for c in all_cases(False)} <= set(full)
+    moe = bench.ordered(False, ["moe"])
+    assert moe and all(c.kernel.startswith("moe") for c in moe)
+    # the odd-shape rule's token counts are in the full run
+    assert any(s.startswith("6001x") for _, s in full)
+
+
+# every family of gen/core/families.h, by the kernel names of its rows
+FAMILY_ROWS = {
+    "rmsnorm_quant": "rmsnorm_quant", "rmsnorm": "rmsnorm fwd", "fp8_quant": "fp8_quant",
+    "fp8_quant_batched": "fp8_quant_batched", "fp8_quant_weight": "fp8_quant_weight",
+    "group_rmsnorm_gate": "group_rmsnorm_gate fwd", "qk_norm_rope": "qk_norm_rope fwd",
+    "cross_entropy": "cross_entropy fwd", "grad_norm": "grad_norm l2",
+    "count_zero": "count_zero", "swiglu_quant": "swiglu_quant fwd",
+    "batch_swiglu_quant": "batch_swiglu_quant fwd", "router_gemm": "router fwd",
+    "moe_row_map": "moe row map", "moe_permute": "moe permute",
+    "moe_unpermute": "moe unpermute", "moe_permute_quant": "moe permute+quant",
+    "rmsnorm_router": "rmsnorm_router"}
+
+
+def test_every_family_has_rows():
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with open(os.path.join(root, "gen", "core", "families.h")) as f:
+        families = re.findall(r"^\s*X\((\w+),", f.read(), re.M)
+    assert sorted(families) == sorted(FAMILY_ROWS), "a family without bench rows"
+    kernels = {c.kernel for c in all_cases(True)}
+    assert {FAMILY_ROWS[f] for f in families} <= kernels
+
+
 def test_table_lists_every_impl_and_speedup():
     rows = [dict(kernel="k", shape="1x128", impl="lingen", us=2.0, pct_copy=50.0),
             dict(kernel="k", shape="1x128", impl="eager", us=6.0, pct_copy=16.7),
             dict(kernel="k", shape="1x128", impl="torch.mm", us=4.0, pct_copy=25.0),
             dict(kernel="k", shape="1x128", impl="compile", error="boom"),
-            dict(kernel="k", shape="1x128", impl="linghe (TARGETS.md)", us=8.0,
+            dict(kernel="k", shape="1x128", impl=bench.QUOTED, us=8.0,
                  pct_copy=12.5, quoted=True)]
     res = dict(rows=rows, copy_gbps=4000.0, device="dev", torch="t", triton="tr",
                liger=None, lingen="0", host={})

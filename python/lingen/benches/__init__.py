@@ -36,6 +36,13 @@ class Case:
     extra: dict = field(default_factory=dict)
 
 
+def linghe(env, name):
+    """linghe's function `name` (a KERNELS.md entry point) when linghe is
+    importable on this machine, else None: its rows are then measured in
+    the same run, beside the others."""
+    return (env.linghe or {}).get(name)
+
+
 def modules():
     """Every case module of this package, by name (norms first)."""
     names = sorted(m.name for m in pkgutil.iter_modules(__path__))

@@ -4,7 +4,7 @@ fused forward + backward (one kernel; the gradient for output gradient 1,
 as loss.sum().backward() would give). Labels are all valid (no ignored
 row); logits bf16 as in training. Liger-Kernel's cross entropy computes
 the gradient in its forward, so it stands beside the fused row."""
-from . import Case, Setup
+from . import Case, Setup, linghe
 
 # linghe on one H200 (shared/TARGETS.md): (kernel, shape) -> us
 LINGHE_US = {
@@ -45,9 +45,13 @@ def _fwd(env, t, v):
     torch, lt = env.torch, env.lt
     x, y = _inputs(env, t, v)
     fn = env.compiled(ce_fwd)
-    return Setup({"lingen": lambda: lt.cross_entropy_forward(x, y),
-                  "eager": lambda: ce_fwd(torch, x, y),
-                  "compile": lambda: fn(x, y)}, (x, y))
+    impls = {"lingen": lambda: lt.cross_entropy_forward(x, y),
+             "eager": lambda: ce_fwd(torch, x, y),
+             "compile": lambda: fn(x, y)}
+    lh = linghe(env, "triton_softmax_cross_entropy_forward")
+    if lh:
+        impls["linghe"] = lambda: lh(x, y)
+    return Setup(impls, (x, y))
 
 
 def _bwd(env, t, v):
@@ -56,9 +60,13 @@ def _bwd(env, t, v):
     _, s, m = ce_fwd(torch, x, y)
     g = torch.rand(t, generator=env.gen, device="cuda") + 0.5
     fn = env.compiled(ce_bwd)
-    return Setup({"lingen": lambda: lt.cross_entropy_backward(x, y, s, m, g),
-                  "eager": lambda: ce_bwd(torch, x, y, s, m, g),
-                  "compile": lambda: fn(x, y, s, m, g)}, (x, y, s, m, g))
+    impls = {"lingen": lambda: lt.cross_entropy_backward(x, y, s, m, g),
+             "eager": lambda: ce_bwd(torch, x, y, s, m, g),
+             "compile": lambda: fn(x, y, s, m, g)}
+    lh = linghe(env, "triton_softmax_cross_entropy_backward")
+    if lh:
+        impls["linghe"] = lambda: lh(x, y, s, m, g)
+    return Setup(impls, (x, y, s, m, g))
 
 
 def _fused(env, t, v):
@@ -82,7 +90,7 @@ def _fused(env, t, v):
 
 
 def cases(quick):
-    shapes = [(8192, 157184)] if quick else [(8192, 157184), (8192, 151936), (8192, 129280),
+    shapes = [(8192, 157184)] if quick else [(8192, 157184), (6001, 157184), (8192, 129280),
                                              (4096, 50257), (4096, 100003)]
     out = []
     for kernel, make in (("cross_entropy fwd", _fwd), ("cross_entropy bwd", _bwd),

@@ -225,7 +225,7 @@ def _permute_quant(env, t, h, e, k):
 def cases(quick):
     shapes = [(8192, 2048, 256, 8)]
     if not quick:
-        shapes += [(8192, 7168, 256, 8), (8192, 2048, 160, 6)]
+        shapes += [(8192, 7168, 256, 8), (8192, 2048, 160, 6), (6001, 2048, 256, 8)]
     out = []
     for t, h, e, k in shapes:
         if h == 2048:

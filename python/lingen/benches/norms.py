@@ -1,6 +1,6 @@
 """RMSNorm + FP8 quant (K1), plain RMSNorm forward and backward, and the
 standalone blockwise quantiser (KERNELS.md 1.3)."""
-from . import Case, Setup
+from . import Case, Setup, linghe
 from .quant import dequant, torch_quant
 
 # linghe on one H200 (shared/TARGETS.md, measured 2026-11-30): (kernel, shape) -> us
@@ -41,9 +41,13 @@ def _k1(env, t, h):
     def norm(r):
         q, s, rms, qt, st = r
         return (*dequant(torch, q, s, qt, st), rms)
-    return Setup({"lingen": lambda: lt.rms_norm_quant(x, w),
-                  "eager": lambda: rmsnorm_quant(torch, x, w),
-                  "compile": lambda: fn(x, w)}, (x, w), norm)
+    impls = {"lingen": lambda: lt.rms_norm_quant(x, w),
+             "eager": lambda: rmsnorm_quant(torch, x, w),
+             "compile": lambda: fn(x, w)}
+    lh = linghe(env, "triton_rms_norm_and_block_quant_forward")
+    if lh:
+        impls["linghe"] = lambda: lh(x, w, 1e-6, round_scale=True, output_mode=2)
+    return Setup(impls, (x, w), norm)
 
 
 def _fwd(env, t, h):
@@ -55,6 +59,9 @@ def _fwd(env, t, h):
              "compile": lambda: fn(x, w)}
     if env.liger:
         impls["liger"] = lambda: (env.liger.liger_rms_norm(x, w, 1e-6, in_place=False), None)
+    lh = linghe(env, "triton_rms_norm_forward")
+    if lh:
+        impls["linghe"] = lambda: lh(x, w, 1e-6)
     return Setup(impls, (x, w))
 
 
@@ -70,6 +77,9 @@ def _bwd(env, t, h):
         xl, wl = x.clone().requires_grad_(), w.clone().requires_grad_()
         yl = env.liger.liger_rms_norm(xl, wl, 1e-6, in_place=False)
         impls["liger"] = lambda: torch.autograd.grad(yl, (xl, wl), dy, retain_graph=True)
+    lh = linghe(env, "triton_rms_norm_backward")
+    if lh:
+        impls["linghe"] = lambda: lh(dy, x, w, 1e-6, rms)
     return Setup(impls, (dy, x, w, rms))
 
 
@@ -86,6 +96,8 @@ def _quant(env, t, h):
 def cases(quick):
     big = [(8192, 2048)] if quick else [(8192, 2048), (8192, 4096), (8192, 7168)]
     small = [(128, 2048), (1024, 2048)]
+    if not quick:  # an odd token count and the same rounded up to 128 (the odd-shape rule)
+        small += [(6001, 2048), (6016, 2048)]
     out = []
     for kernel, make in (("rmsnorm_quant", _k1), ("rmsnorm fwd", _fwd), ("rmsnorm bwd", _bwd),
                          ("fp8_quant", _quant)):

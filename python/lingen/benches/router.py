@@ -81,17 +81,19 @@ def _fused(env, m, k, n):
 def cases(quick):
     out = []
     shapes = [(8192, 2048, 256)] if quick else [(8192, 2048, 256), (8192, 7168, 256),
-                                                (4096, 2048, 160)]
+                                                (4096, 2048, 160), (6001, 2048, 256)]
     for m, k, n in shapes:
         shape = f"{m}x{k}x{n}"
         flops = 2.0 * m * k * n
         out.append(Case("router fwd", shape, lambda env, m=m, k=k, n=n: _fwd(env, m, k, n),
                         LINGHE_US.get(("router fwd", shape)), extra={"flops": flops}))
-        for p in ("bf16",) if quick else ("bf16", "bf16x2", "bf16x3", "tf32"):
+        # the precision variants at the first shape only
+        for p in ("bf16",) if quick or (m, k, n) != shapes[0] else ("bf16", "bf16x2", "bf16x3",
+                                                                       "tf32"):
             kernel = "router bwd" if p == "bf16" else f"router bwd {p}"
             out.append(Case(kernel, shape, lambda env, m=m, k=k, n=n, p=p: _bwd(env, m, k, n, p),
                             LINGHE_US.get((kernel, shape)), extra={"flops": 2 * flops}))
-    for m, k, n in shapes[:1] if quick else shapes[:2]:
+    for m, k, n in shapes[:1] if quick else shapes[:2] + shapes[3:]:
         out.append(Case("rmsnorm_router", f"{m}x{k}x{n}",
                         lambda env, m=m, k=k, n=n: _fused(env, m, k, n),
                         extra={"flops": 2.0 * m * k * n}))

@@ -4,7 +4,7 @@ backward, at TARGETS.md's shapes. Peers: eager PyTorch (fp32 SwiGLU, then
 the PyTorch quantiser of benches.quant; K6 a loop over the experts, as
 linghe's own baseline), torch.compile of the same (K7), and Liger-Kernel's
 SwiGLU (bf16, unquantised) where it is installed."""
-from . import Case, Setup
+from . import Case, Setup, linghe
 from .quant import dequant, torch_quant
 
 # linghe on one H200 (shared/TARGETS.md, measured 2026-11-30): (kernel, shape) -> us
@@ -69,6 +69,9 @@ def _k7_fwd(env, t, w):
         n = w // 2
         a, u = x[:, :n].contiguous(), x[:, n:].contiguous()
         impls["liger (bf16, no quant)"] = lambda: liger(a, u)
+    lh = linghe(env, "triton_silu_and_block_quant_forward")
+    if lh:
+        impls["linghe"] = lambda: lh(x, round_scale=True, output_mode=2)
 
     def norm(r):
         if not isinstance(r, (tuple, list)):
@@ -81,10 +84,13 @@ def _k7_bwd(env, t, w):
     torch, lt = env.torch, env.lt
     x, g = env.randn(t, w), env.randn(t, w // 2)
     fn = env.compiled(swiglu_bwd)
-    return Setup({"lingen": lambda: lt.swiglu_quant_backward(g, x),
-                  "eager": lambda: swiglu_bwd(torch, g, x),
-                  "compile": lambda: fn(g, x)}, (g, x),
-                 lambda r: dequant(torch, *r))
+    impls = {"lingen": lambda: lt.swiglu_quant_backward(g, x),
+             "eager": lambda: swiglu_bwd(torch, g, x),
+             "compile": lambda: fn(g, x)}
+    lh = linghe(env, "triton_silu_and_block_quant_backward")
+    if lh:
+        impls["linghe"] = lambda: lh(g, x, round_scale=True)
+    return Setup(impls, (g, x), lambda r: dequant(torch, *r))
 
 
 def _counts(torch, env, t, experts):
@@ -131,8 +137,13 @@ def cases(quick):
         shape = f"{t}x{w}"
         out.append(Case("swiglu_quant fwd", shape, lambda env, t=t, w=w: _k7_fwd(env, t, w),
                         LINGHE_US.get(("swiglu_quant fwd", shape)), rtol=0.07))
-    out.append(Case("swiglu_quant bwd", "8192x1024", lambda env: _k7_bwd(env, 8192, 1024),
-                    LINGHE_US[("swiglu_quant bwd", "8192x1024")], rtol=0.07))
+    if not quick:  # an odd token count and the same rounded up to 128, n 1408
+        for t in (6001, 6016):
+            out.append(Case("swiglu_quant fwd", f"{t}x2816",
+                            lambda env, t=t: _k7_fwd(env, t, 2816), rtol=0.07))
+    for t in (8192,) if quick else (8192, 6001):
+        out.append(Case("swiglu_quant bwd", f"{t}x1024", lambda env, t=t: _k7_bwd(env, t, 1024),
+                        LINGHE_US.get(("swiglu_quant bwd", f"{t}x1024")), rtol=0.07))
     for kernel, bwd in (("batch_swiglu_quant fwd", False), ("batch_swiglu_quant bwd", True)):
         shape = "65536x1024 e256"
         out.append(Case(kernel, shape, lambda env, bwd=bwd: _k6(env, 65536, 1024, 256, bwd),
