@@ -7,9 +7,9 @@
  *     "archs": ["sm_90a", "sm_80"],
  *     "kernels": [ {
  *       "spec": { canonical spec object },
- *       "entry": "lg_rmsnorm_fwd_bf16_h2048",       entry-point base name
+ *       "entry": "lg_op_fwd_bf16_h2048",            entry-point base name
  *       "arch": "sm_90a",
- *       "file": "lg_rmsnorm_fwd_bf16_h2048.sm_90a.cubin",  relative to the folder
+ *       "file": "lg_op_fwd_bf16_h2048.sm_90a.cubin",       relative to the folder
  *       "size": 12345,                               bytes
  *       "checksum": "0123456789abcdef",              lg_bundle_checksum: XXH3-64 of the file
  *                                                    seeded by spec, entry and arch; 16 hex digits
@@ -17,7 +17,7 @@
  *         "given": {"threads": 256},     the tile planned from (spec or tuning; {}: heuristic)
  *         "tile": {"rows": 8, "threads": 256},  the tile chosen, every tile key of the family
  *         "used": [1, 1, 1, 1],          which arguments the kernel uses
- *         "entries": [ { "name": "lg_rmsnorm_fwd_bf16_h2048",
+ *         "entries": [ { "name": "lg_op_fwd_bf16_h2048",
  *                        "block": [256, 1, 1], "smem": 0, "cluster": 0,
  *                        "persistent": false, "per_sm": 0, "early": false, "part": 0,
  *                        "grid_at_1": [1, 1, 1], "grid_at_8192": [1024, 1, 1] } ],
@@ -27,13 +27,13 @@
  *   run-time sizes (persistent entries are capped at what is co-resident on
  *   the device, known only at load, counting at most per_sm CTAs an SM when
  *   it is not 0); grid_at_1 and grid_at_8192 show it at
- *   every size 1 and 8192. Formats 1 and 2 are refused.
+ *   every size 1 and 8192. Formats 1 and 2 are not read.
  *
  * The loader never trusts a stored plan: it plans the spec again with the
  * recorded "given" tile (so a tuning file on the deployment machine cannot
  * change the launch of a pre-built cubin), every value checked as a spec's
  * would be, and the result must equal the whole record (entries, geometry,
- * tile, used): a bundle made by another lingen is refused, not misread.
+ * tile, used): a bundle made by another lingen is turned down, not misread.
  * An embedded table holds the same fields, the spec and plan as JSON text.
  */
 #include "bundle.h"
@@ -138,7 +138,7 @@ static cJSON *tile_object(const struct lg_family *f, const int64_t *v, uint64_t 
 
 cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	uint64_t tiles = 0;
 	for (int k = 0; k < f->nkeys; k++)
 		if (lg_key_is_tile(&f->keys[k]))
@@ -190,7 +190,7 @@ static bool same_plan(const struct lg_spec *s, const struct lg_plan *p, const cJ
 static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, const struct lg_target *t,
 				struct lg_plan *p, const char *where)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	const cJSON *given = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "given") : NULL;
 	if (!cJSON_IsObject(given))
 		return lg_fail(LG_ERR_SPEC, "%s: expected an object with \"given\", \"tile\", \"used\" and \"entries\"",

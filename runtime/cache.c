@@ -601,7 +601,7 @@ bool lg_cache_nvrtc_get(lg_cache *c, int *major, int *minor)
 		return false;
 	char *path = stamp_path(c), *text = NULL;
 	size_t len = 0;
-	/* the shared reader: a FIFO or a device at the stamp's name is refused, not waited on */
+	/* the shared reader: a FIFO or a device at the stamp's name is turned down, not waited on */
 	bool read = path && lg_read_file_max(path, 4096, &text, &len) == LG_OK;
 	free(path);
 	lg_clear_error();

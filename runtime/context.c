@@ -216,7 +216,7 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 		lg_log("cache hit: %s %s (plan + key + read %.3f ms)", s->entry, c->target.name,
 		       (lg_now() - t0) * 1e3);
 	} else {
-		st = lg_generate_for(s, &c->target, &e->plan, &src, NULL);
+		st = lg_generate_planned(s, &c->target, &e->plan, &src, NULL); /* planned above */
 		double t1 = lg_now();
 		if (st == LG_OK)
 			st = lg_nvrtc_compile(src, s->entry, c->target.name, &e->cubin, &e->cubin_size, NULL);
@@ -305,7 +305,7 @@ lg_status lg_ctx_cubin(lg_ctx *c, const lg_spec *s, const void **cubin, size_t *
  * co-resident on the current device, at most per_sm CTAs an SM when
  * per_sm is not 0 (plan.per_sm). Whether the entry is clustered is the
  * plan's word, not the geometry's: a grid of more than one CTA at one token
- * (moe_permute's pipelined dispatch: 1 + 256 CTAs) taken for a cluster gave
+ * (a pipelined dispatch's 1 + 256 CTAs) taken for a cluster gave
  * a grid of one CTA, 13.2 ms at its target on the H200). */
 static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const struct lg_launch_dim *d,
 				unsigned cluster, unsigned per_sm, unsigned *out)
@@ -339,7 +339,7 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
  * entries for the current device. */
 static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	const struct lg_cu *cu;
 	lg_status st = lg_cu_get(&cu);
 	if (st == LG_OK)

@@ -49,6 +49,15 @@ struct lg_ctx {
 	size_t n, cap;
 };
 
+/* A launch through a typed launcher's resolved form (form.h; lingen_ops.c,
+ * generated): the kernel checked against the form (op, pass, fixed keys;
+ * a list's element types by the family's check_list), then lg_kernel_run
+ * with the pass's sizes and pointers made from the launcher's (sizes,
+ * ptrs: the form's parameters; list: its tensor list, or NULL). */
+struct lg_launcher;
+lg_status lg_kernel_run_form(const lg_kernel *k, lg_stream stream, const struct lg_launcher *l,
+			     const int64_t *sizes, const lg_dptr *ptrs, const lg_tensor_list *list);
+
 /* Encode tensor map m of k's plan for a launch at these sizes and pointers
  * (launch.c does at every launch; the launch benchmark's raw baseline once). */
 lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const int64_t *sizes,

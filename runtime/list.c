@@ -1,6 +1,6 @@
 /*
  * list.c - tensor lists (lingen.h): the device table of items that the
- * list-reducing families (grad_norm, count_zero) read.
+ * list-reducing families read (gen/engines/list_common.h).
  *
  * The table is made once, when the list is created: every tensor cut into
  * items of at most LG_LIST_ITEM_BYTES, one 16-byte row each (pointer,

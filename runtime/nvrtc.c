@@ -8,7 +8,7 @@
  * a failure is not remembered, so installing NVRTC later just works.
  *
  * Compiling: one header-free program per kernel, the options of
- * lg_nvrtc_options (part of the cache key), cubin out, never PTX. A failed
+ * lg_nvrtc_options (in the cache key), cubin out, never PTX. A failed
  * compile keeps the NVRTC log, the options and the numbered source around
  * the first error in lg_last_error(). $LINGEN_DUMP_DIR receives
  * <name>.<arch>.cu/.cubin/.log of each compile; a dump problem is one

@@ -22,7 +22,7 @@ lg_status lg_nvrtc_version(int *major, int *minor);
 bool lg_nvrtc_loaded(char *path, size_t len);
 
 /* The options lingen passes for an arch, NULL-terminated, in a static table
- * (they are part of the cache key). */
+ * (they are in the cache key). */
 const char *const *lg_nvrtc_options(const char *arch, int *count);
 
 /* Compile `src` (named `name` in messages) to a cubin for `arch`. On success

@@ -600,9 +600,12 @@ static void test_aot_cli(void **state)
 	/* compile with the strict flags, link into a program, run it */
 	char *main_c = lg_test_path(dir, "main.c"), *exe = lg_test_path(dir, "aot-main");
 	lg_test_write_file(main_c, aot_main, sizeof aot_main - 1);
+	/* main.c includes lingen.h and so the lingen_ops.h the build wrote (an
+	 * install puts it beside lingen.h); lingen_aot.c alone needs neither
+	 * (the C++ compile below) */
 	char *cc[] = {(char *)"/usr/bin/cc", (char *)"-std=c11", (char *)"-Wall", (char *)"-Wextra",
 		      (char *)"-Wpedantic", (char *)"-Werror", (char *)"-I" LG_SOURCE_DIR "/include",
-		      (char *)"-I", dir, (char *)"-o", exe, src, main_c, NULL};
+		      (char *)"-I" LG_BUILD_DIR "/include", (char *)"-I", dir, (char *)"-o", exe, src, main_c, NULL};
 	p = run_prog(0, cc);
 	lg_proc_free(&p);
 	/* the same file compiles as C++ (a C++ program links the table) */

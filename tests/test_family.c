@@ -41,6 +41,7 @@ static void smallest_spec(const struct lg_family *f, int op, int p, struct lg_sp
 {
 	memset(s, 0, sizeof *s);
 	s->op = (enum lg_op)op;
+	s->fam = f;
 	s->pass = (enum lg_pass)p;
 	for (int d = 0; d < LG_DTYPE_COUNT; d++)
 		if ((f->dtypes >> d) & 1u) {

@@ -464,8 +464,9 @@ static void test_long_entry_is_hashed(void **state)
 {
 	(void)state;
 	/* every key of the family set to a long value: a name past 120 characters */
-	struct lg_spec s = {.op = LG_OP_RMSNORM_QUANT, .pass = LG_PASS_FORWARD, .dtype = LG_DTYPE_BF16};
-	const struct lg_family *f = lg_family_get(s.op);
+	struct lg_spec s = {.op = LG_OP_RMSNORM_QUANT, .pass = LG_PASS_FORWARD, .dtype = LG_DTYPE_BF16,
+			    .fam = lg_family_get(LG_OP_RMSNORM_QUANT)};
+	const struct lg_family *f = s.fam;
 	for (int k = 0; k < f->nkeys; k++) {
 		enum lg_key_type t = f->keys[k].type;
 		s.v[k] = t == LG_KEY_INT ? ((int64_t)1 << 53) - k : 0;

@@ -144,6 +144,8 @@ static char *source(const struct lg_compile_set *s)
 	lg_line(&b, " */");
 	lg_line(&b, "#include <string.h>");
 	lg_line(&b, "%s", "");
+	lg_line(&b, "/* the table needs lingen.h's types only, not the typed launchers (lingen_ops.h) */");
+	lg_line(&b, "#define LINGEN_NO_TYPED_LAUNCHERS");
 	lg_line(&b, "#include \"lingen_aot.h\"");
 	lg_line(&b, "%s", "");
 	lg_line(&b, "/* compiles as C11 and as C++11 */");

@@ -100,7 +100,7 @@ static void print_row(const char *label, bool ok, double us, const char *why)
 /* Sweep one kernel (base: its spec without tile) into the table. */
 static int tune_one(struct tune *t, const struct lg_spec *base)
 {
-	const struct lg_family *f = lg_family_get(base->op);
+	const struct lg_family *f = base->fam;
 	struct lg_tile_choice c[LG_MAX_CANDIDATES];
 	int n = f->candidates ? f->candidates(base, &t->target, c, LG_MAX_CANDIDATES) : 0;
 	printf("%s (%lld tokens, %s)\n", base->entry, (long long)t->tokens, t->target.name);

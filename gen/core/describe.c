@@ -13,6 +13,7 @@
 
 #include "error.h"
 #include "family.h"
+#include "form.h"
 #include "generate.h"
 
 static const char *const key_types[] = {
@@ -94,7 +95,55 @@ static cJSON *sig_json(const struct lg_sig *g)
 	return o;
 }
 
-static cJSON *family_json(const struct lg_family *f)
+/* A form's fixed key value as JSON: a name, a boolean or a number. */
+static cJSON *key_value_json(const struct lg_key *k, int64_t v)
+{
+	if (k->type == LG_KEY_ENUM)
+		return cJSON_CreateString(k->values[v]);
+	return k->type == LG_KEY_BOOL ? cJSON_CreateBool(v != 0) : cJSON_CreateNumber((double)v);
+}
+
+/* The typed launchers of a pass (form.h): name, keys fixed, sizes taken
+ * and fixed, parameters and the arguments each goes to, comment. */
+static cJSON *forms_json(enum lg_op op, enum lg_pass pass)
+{
+	const struct lg_family *f = lg_family_get(op);
+	const struct lg_sig *g = &f->sig[pass];
+	cJSON *arr = cJSON_CreateArray();
+	for (int i = 0; arr && i < lg_form_count(f, pass); i++) {
+		struct lg_launcher l;
+		char names[LG_MAX_ARGS][32];
+		if (lg_form_resolve(op, pass, i, &l, names) != LG_OK)
+			continue; /* test_forms fails the build's declarations first */
+		cJSON *o = cJSON_CreateObject(), *keys = cJSON_AddObjectToObject(o, "keys");
+		cJSON_AddItemToArray(arr, o);
+		cJSON_AddStringToObject(o, "launcher", l.name);
+		for (int k = 0; keys && k < l.nkeys; k++)
+			cJSON_AddItemToObject(keys, f->keys[l.key[k]].path, key_value_json(&f->keys[l.key[k]], l.value[k]));
+		cJSON *sizes = cJSON_AddArrayToObject(o, "sizes"), *fixed = cJSON_AddObjectToObject(o, "fixed");
+		for (int n = 0; sizes && n < l.size_params; n++)
+			for (int j = 0; j < g->nsizes; j++)
+				if (l.size_from[j] == n)
+					cJSON_AddItemToArray(sizes, cJSON_CreateString(g->sizes[j].name));
+		for (int j = 0; fixed && j < g->nsizes; j++)
+			if (l.size_from[j] == LG_FORM_FIXED)
+				cJSON_AddNumberToObject(fixed, g->sizes[j].name, (double)l.size_value[j]);
+		cJSON *params = cJSON_AddArrayToObject(o, "params");
+		for (int j = 0; params && j < l.params; j++) {
+			cJSON *p = cJSON_CreateObject(), *to = cJSON_AddArrayToObject(p, "to");
+			cJSON_AddItemToArray(params, p);
+			cJSON_AddStringToObject(p, "name", names[j]);
+			for (int a = 0; to && a < g->nargs; a++)
+				if ((l.param_args[j] >> a) & 1u)
+					cJSON_AddItemToArray(to, cJSON_CreateString(g->args[a].name));
+		}
+		const char *doc = lg_form_doc(op, pass, i);
+		cJSON_AddStringToObject(o, "doc", doc ? doc : "");
+	}
+	return arr;
+}
+
+static cJSON *family_json(const struct lg_family *f, enum lg_op op)
 {
 	cJSON *o = cJSON_CreateObject();
 	cJSON_AddStringToObject(o, "op", f->op);
@@ -108,8 +157,12 @@ static cJSON *family_json(const struct lg_family *f)
 		cJSON_AddItemToArray(keys, key_json(&f->keys[k]));
 	cJSON *passes = cJSON_AddObjectToObject(o, "passes");
 	for (int p = 0; passes && p < LG_PASS_COUNT; p++)
-		if ((f->passes >> p) & 1u)
-			cJSON_AddItemToObject(passes, lg_pass_names[p], sig_json(&f->sig[p]));
+		if ((f->passes >> p) & 1u) {
+			cJSON *g = sig_json(&f->sig[p]);
+			cJSON_AddStringToObject(g, "doc", f->sig[p].doc ? f->sig[p].doc : "");
+			cJSON_AddItemToObject(g, "forms", forms_json(op, (enum lg_pass)p));
+			cJSON_AddItemToObject(passes, lg_pass_names[p], g);
+		}
 	return o;
 }
 
@@ -122,7 +175,7 @@ lg_status lg_families_json(char **json)
 	cJSON_AddStringToObject(root, "lingen", LINGEN_VERSION);
 	cJSON *ops = cJSON_AddArrayToObject(root, "ops");
 	for (int op = 0; ops && op < LG_OP_COUNT; op++)
-		cJSON_AddItemToArray(ops, family_json(lg_family_get((enum lg_op)op)));
+		cJSON_AddItemToArray(ops, family_json(lg_family_get((enum lg_op)op), (enum lg_op)op));
 	/* cJSON's adders fail quietly: the printer sees every missing piece */
 	*json = root && ops ? cJSON_PrintUnformatted(root) : NULL;
 	cJSON_Delete(root);
@@ -135,7 +188,7 @@ lg_status lg_spec_arg_shape(const lg_spec *s, int i, const int64_t *sizes, int n
 	lg_clear_error();
 	if (!s || !ndims || (!sizes && nsizes) || (!dims && maxdims))
 		return lg_fail(LG_ERR_INVALID_ARG, "lg_spec_arg_shape: NULL argument");
-	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	const struct lg_sig *g = &s->fam->sig[s->pass];
 	if (i < 0 || i >= g->nargs)
 		return lg_fail(LG_ERR_INVALID_ARG, "%s: argument %d, allowed: 0 to %d", s->entry, i, g->nargs - 1);
 	if (nsizes != g->nsizes)
@@ -166,7 +219,7 @@ int lg_spec_arg_used(const lg_spec *s, int i)
 {
 	if (!s)
 		return -1;
-	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	const struct lg_sig *g = &s->fam->sig[s->pass];
 	if (i < 0 || i >= g->nargs)
 		return -1;
 	unsigned char used[LG_MAX_ARGS];

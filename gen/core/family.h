@@ -201,12 +201,42 @@ static inline int lg_arg_needs(unsigned u)
 	return u >= 3 ? (int)u - 3 : -1;
 }
 
+/* A launch form of a pass: one typed launcher of lingen.h, written at
+ * build time from this declaration (build/include/lingen_ops.h and
+ * lingen_ops.c, by tools/surface through form.h). Its parameters are
+ * (const lg_kernel *k, lg_stream stream), the run-time sizes it takes
+ * (int64_t), then the arguments it takes (lg_dptr; const lg_tensor_list *
+ * for a list), each in the pass's order; the arguments it does not take
+ * are 0. The lists are words separated by spaces. */
+struct lg_form {
+	const char *name; /* the launcher lg_<op>_<name>; "": lg_<op> */
+	/* "key=value" for each key its kernels must have ("part=full
+	 * fused=false": enum names, true / false, integers); NULL: any spec
+	 * of the pass */
+	const char *keys;
+	/* The sizes it takes, "name=value" for one it fixes ("tokens
+	 * vocab_start=0 shards=1"); a size that a list argument's shape
+	 * starts with comes from the list. NULL: every size. */
+	const char *sizes;
+	/* The arguments it takes; "name=a|b|c": one parameter `name` for
+	 * whichever of a, b and c the spec uses (uses()). NULL: every one. */
+	const char *args;
+	const char *doc; /* its comment in lingen_ops.h (NULL: the pass's doc) */
+};
+
 /* The launch signature of one pass. */
 struct lg_sig {
 	int nsizes;
 	const struct lg_size *sizes;
 	int nargs;
 	const struct lg_arg *args;
+	/* What a launch computes, for people: the comment of the pass's typed
+	 * launcher (lingen_ops.h; with several forms, before them). */
+	const char *doc;
+	/* Its launch forms; none (0): one, named after the pass ("forward"),
+	 * taking every size and argument. */
+	int nforms;
+	const struct lg_form *forms;
 };
 
 /* ----------------------------------------------------------------- plans */
@@ -311,6 +341,11 @@ struct lg_family {
 	 * LG_ERR_INVALID_ARG through lg_fail, naming the entry p->entry[0], the
 	 * sizes found and what is allowed. NULL: none. */
 	lg_status (*check_sizes)(const struct lg_plan *p, const int64_t *sizes);
+	/* A launch over a tensor list (LG_ARG_LIST): may the kernel of spec s
+	 * read a list holding these element types (bit 1 << lg_list_elem)?
+	 * On refusal LG_ERR_INVALID_ARG through lg_fail, naming the launcher
+	 * fn and the kernel's entry. NULL: any list. */
+	lg_status (*check_list)(const struct lg_spec *s, const char *fn, const char *entry, unsigned elems);
 	/* The tile variants worth sweeping for a spec (its own tile ignored)
 	 * and target, at most max, each passing validate() and plan(); returns
 	 * how many. NULL: nothing to tune. */
@@ -353,6 +388,15 @@ lg_status lg_spec_with_tile(const struct lg_spec *s, const struct lg_tile_choice
 /* Check every tile value of s against its declaration and the family's
  * validate(); `where` prefixes messages. */
 lg_status lg_spec_check(const struct lg_spec *s, const char *where);
+
+/* The quantisation recipe of a spec (present false: the family has none). */
+struct lg_quant lg_spec_quant(const struct lg_spec *s);
+/* Canonical JSON of a spec (every field set, fixed key order, no spaces
+ * beyond ", " and ": ", numbers printed shortest-round-trip). The caller
+ * frees the result with free(). */
+char *lg_spec_to_json(const struct lg_spec *s);
+/* Fill s->entry from the other fields (called by the parser). */
+void lg_spec_make_entry(struct lg_spec *s);
 
 /* A spec error from a family's validate(): "<where>.<field>: ..." */
 lg_status lg_spec_error(const char *where, const char *fmt, ...)

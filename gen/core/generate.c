@@ -13,7 +13,7 @@
 
 void lg_spec_uses(const struct lg_spec *s, unsigned char used[LG_MAX_ARGS])
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	memset(used, 1, LG_MAX_ARGS);
 	if (f->uses)
 		f->uses(s, used);
@@ -25,7 +25,7 @@ void lg_spec_uses(const struct lg_spec *s, unsigned char used[LG_MAX_ARGS])
  * within the swizzle's span. */
 static void check_tmaps(const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
-	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	const struct lg_sig *g = &s->fam->sig[s->pass];
 	LG_ASSERT(p->ntmaps >= 0 && p->ntmaps <= LG_MAX_TMAPS);
 	LG_ASSERT(p->ntmaps == 0 || t->sm >= 90);
 	for (int i = 0; i < p->ntmaps; i++) {
@@ -43,7 +43,7 @@ static void check_tmaps(const struct lg_spec *s, const struct lg_target *t, cons
 
 lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	memset(p, 0, sizeof *p);
 	p->nargs = f->sig[s->pass].nargs;
 	p->nsizes = f->sig[s->pass].nsizes;
@@ -59,23 +59,26 @@ lg_status lg_plan_for(const struct lg_spec *s, const struct lg_target *t, struct
 	return st;
 }
 
-lg_status lg_generate_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p,
-			  char **src, size_t *len)
+lg_status lg_generate_planned(const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p,
+			      char **src, size_t *len)
 {
-	const struct lg_family *f = lg_family_get(s->op);
-	lg_status st = lg_plan_for(s, t, p);
-	if (st != LG_OK)
-		return st;
 	lg_buf b;
 	lg_buf_init(&b);
 	lg_emit_banner(&b, s, t);
 	size_t body = b.len;
-	f->emit(&b, s, t, p);
+	s->fam->emit(&b, s, t, p);
 	lg_emit_helpers(&b, body, t->sm); /* the helpers the kernels use, before them */
 	*src = lg_buf_finish(&b, len);
 	if (!*src)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory generating %s", s->entry);
 	return LG_OK;
+}
+
+lg_status lg_generate_for(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p,
+			  char **src, size_t *len)
+{
+	lg_status st = lg_plan_for(s, t, p);
+	return st == LG_OK ? lg_generate_planned(s, t, p, src, len) : st;
 }
 
 lg_status lg_generate(const lg_spec *s, const char *arch, char **src)
@@ -104,7 +107,7 @@ static unsigned smem_limit(const struct lg_target *t)
 int lg_candidate_add(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		     int n, int max, struct lg_tile_choice c)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	struct lg_spec v;
 	struct lg_plan p;
 	if (n >= max)

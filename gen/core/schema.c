@@ -11,12 +11,14 @@
  */
 #include <inttypes.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
 #include "family.h"
+#include "form.h"
 #include "json.h"
 
 #define ENTRY_MAX 120
@@ -66,7 +68,7 @@ static const cJSON *member(const cJSON *obj, const char *key)
 
 struct lg_quant lg_spec_quant(const struct lg_spec *s)
 {
-	int k = lg_family_key(lg_family_get(s->op), "quant");
+	int k = lg_family_key(s->fam, "quant");
 	if (k < 0 || !lg_spec_has(s, k))
 		return (struct lg_quant){.present = false};
 	return (struct lg_quant){.present = true,
@@ -385,7 +387,7 @@ struct lg_tile_choice lg_tile1(int key, int64_t v)
 
 lg_status lg_spec_check(const struct lg_spec *s, const char *where)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	for (int k = 0; k < f->nkeys; k++) {
 		const struct lg_key *key = &f->keys[k];
 		if (!lg_spec_has(s, k) || key->type != LG_KEY_INT || int_ok(key, s->v[k]))
@@ -404,7 +406,7 @@ lg_status lg_spec_check(const struct lg_spec *s, const char *where)
 
 lg_status lg_spec_with_tile(const struct lg_spec *s, const struct lg_tile_choice *c, struct lg_spec *out)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	*out = *s;
 	for (int k = 0; k < f->nkeys; k++) {
 		if (!lg_key_is_tile(&f->keys[k]))
@@ -479,7 +481,7 @@ static void emit_members(lg_buf *b, const struct lg_spec *s, const struct lg_fam
 
 char *lg_spec_to_json(const struct lg_spec *s)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	lg_buf b;
 	lg_buf_init(&b);
 	lg_emit(&b, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\"", lg_op_names[s->op],
@@ -542,7 +544,7 @@ static void name_key(lg_buf *b, const struct lg_key *key, const struct lg_spec *
 /* The full name: every field that tells two canonical specs apart. */
 static void long_entry(lg_buf *b, const struct lg_spec *s)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	lg_emit(b, "lg_%s_%s_%s", lg_op_names[s->op], s->pass == LG_PASS_FORWARD ? "fwd" : "bwd",
 		lg_dtype_names[s->dtype]);
 	int last = -1; /* keys by rank, then index */
@@ -647,6 +649,22 @@ char *lg_family_help(const struct lg_family *f)
 					lg_elem_names[a->elem], a->shape);
 			lg_emit(&b, ", %d-byte aligned%s%s\n", a->align, a->doc ? ": " : "", a->doc ? a->doc : "");
 		}
+		lg_form_help(&b, f, (enum lg_pass)p);
 	}
 	return lg_buf_finish(&b, NULL);
+}
+
+/* ------------------------------------------------ family error helper */
+
+lg_status lg_spec_error(const char *where, const char *fmt, ...)
+{
+	char tail[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(tail, sizeof tail, fmt, ap);
+	va_end(ap);
+	/* "<file>: <path>" + "." + field message; no dot after an empty path */
+	size_t n = where ? strlen(where) : 0;
+	const char *sep = n == 0 || where[n - 1] == ' ' ? "" : ".";
+	return lg_fail(LG_ERR_SPEC, "%s%s%s", where ? where : "", sep, tail);
 }

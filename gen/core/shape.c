@@ -35,7 +35,7 @@ const int lg_elem_bytes[LG_ELEM_COUNT] = {
 enum lg_elem lg_arg_elem(const struct lg_spec *s, const struct lg_arg *a)
 {
 	if (a->elem == LG_ELEM_INDEX) {
-		int k = lg_family_key(lg_family_get(s->op), "index");
+		int k = lg_family_key(s->fam, "index");
 		return k >= 0 && lg_spec_int(s, k) == 1 ? LG_ELEM_I32 : LG_ELEM_I64;
 	}
 	if (a->elem != LG_ELEM_DTYPE)
@@ -188,7 +188,7 @@ static int64_t sum(struct parser *x)
 
 lg_status lg_arg_shape(const struct lg_spec *s, int i, const int64_t *sizes, int64_t dims[8], int *ndims)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	const struct lg_sig *g = &f->sig[s->pass];
 	LG_ASSERT(i >= 0 && i < g->nargs);
 	const struct lg_arg *a = &g->args[i];
@@ -228,7 +228,7 @@ lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int
 
 double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const int64_t *sizes)
 {
-	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	const struct lg_sig *g = &s->fam->sig[s->pass];
 	double bytes = 0;
 	for (int i = 0; i < g->nargs; i++) {
 		int64_t n = 0;

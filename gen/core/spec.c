@@ -10,11 +10,11 @@
  * family), its pass and dtype against the family's, then the keys the
  * family declares (schema.c), and last the family's own validate(). Every message names the file, the JSON path,
  * what was found and what is allowed; nothing here keeps global state.
+ * The layers below: schema.c (a family's keys), names.c (the enum names).
  */
 #include "spec.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,33 +25,10 @@
 #include "file.h"
 #include "json.h"
 
-const char *const lg_op_names[LG_OP_COUNT] = {
-#define LG_OP_NAME(name, NAME) [LG_OP_##NAME] = #name,
-	LG_FAMILIES(LG_OP_NAME)
-#undef LG_OP_NAME
-};
-const char *const lg_pass_names[LG_PASS_COUNT] = {
-	[LG_PASS_FORWARD] = "forward",
-	[LG_PASS_BACKWARD] = "backward",
-};
-const char *const lg_dtype_names[LG_DTYPE_COUNT] = {
-	[LG_DTYPE_BF16] = "bf16",
-	[LG_DTYPE_FP32] = "fp32",
-	[LG_DTYPE_E4M3] = "e4m3",
-};
-const char *const lg_quant_format_names[LG_QFMT_COUNT] = {
-	[LG_QFMT_E4M3] = "e4m3",
-};
-const char *const lg_quant_output_names[LG_QOUT_COUNT] = {
-	[LG_QOUT_ROWWISE] = "rowwise",
-	[LG_QOUT_COLUMNWISE] = "columnwise",
-	[LG_QOUT_BOTH] = "both",
-};
 static const char *const file_keys[] = {"name", "model", "kernels", "skipped"};
 static const char *const skip_keys[] = {"op", "pass", "why"};
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
-_Static_assert(COUNT(lg_op_names) == LG_OP_COUNT, "one name per op");
 
 struct lg_spec_file {
 	char *name;
@@ -115,7 +92,7 @@ static lg_status parse_kernel(struct lg_jreader *r, const cJSON *k, struct lg_sp
 				    lg_json_show(k).s);
 	if ((st = parse_op(r, k, &s->op)) != LG_OK)
 		return st;
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam = lg_family_get(s->op);
 	if ((st = parse_name(r, k, "pass", lg_pass_names, LG_PASS_COUNT, f->passes, f, &i)) != LG_OK)
 		return st;
 	s->pass = (enum lg_pass)i;
@@ -361,21 +338,6 @@ lg_status lg_spec_parse_kernel(const char *json, const char *file, struct lg_spe
 		st = parse_kernel(&r, root, out);
 	cJSON_Delete(root);
 	return st;
-}
-
-/* ------------------------------------------------ family error helper */
-
-lg_status lg_spec_error(const char *where, const char *fmt, ...)
-{
-	char tail[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(tail, sizeof tail, fmt, ap);
-	va_end(ap);
-	/* "<file>: <path>" + "." + field message; no dot after an empty path */
-	size_t n = where ? strlen(where) : 0;
-	const char *sep = n == 0 || where[n - 1] == ' ' ? "" : ".";
-	return lg_fail(LG_ERR_SPEC, "%s%s%s", where ? where : "", sep, tail);
 }
 
 char *lg_spec_canonical(const lg_spec *s)

@@ -9,6 +9,11 @@
  * family does not declare is an error. Static dimensions become literals
  * in the generated source; run-time sizes (tokens, ...) are kernel
  * arguments.
+ *
+ * This header is the bottom of gen/core: it includes no other of its
+ * headers but the family list; what reads a spec through its family's
+ * declaration (canonical JSON, entry names, the quant recipe) is declared
+ * in family.h (schema.c).
  */
 #ifndef LG_SPEC_H
 #define LG_SPEC_H
@@ -48,8 +53,11 @@ struct lg_quant {
 
 #define LG_MAX_KEYS 32 /* keys a family declares, objects included */
 
+struct lg_family; /* family.h: the declaration a spec's keys are read by */
+
 struct lg_spec {
 	enum lg_op op;
+	const struct lg_family *fam; /* the family of op, set by the parser */
 	enum lg_pass pass;
 	enum lg_dtype dtype;
 	/* By key index of the family's declaration: integers, enum indices,
@@ -81,14 +89,6 @@ static inline double lg_spec_num(const struct lg_spec *s, int key)
 	return s->num[key];
 }
 
-/* The quantisation recipe of a spec (present false: the family has none). */
-struct lg_quant lg_spec_quant(const struct lg_spec *s);
-
-/* Canonical JSON of a spec (every field set, fixed key order, no spaces
- * beyond ", " and ": ", numbers printed shortest-round-trip). The caller
- * frees the result with free(). */
-char *lg_spec_to_json(const struct lg_spec *s);
-
 /* Parse one kernel object read through r (its JSON path in messages), as
  * in a spec file's "kernels" array: for other files that hold specs. */
 struct cJSON;
@@ -100,8 +100,5 @@ lg_status lg_spec_from_json(struct lg_jreader *r, const struct cJSON *k, struct 
  * ..."): for kernels built from another document, e.g. a model config.
  * Does not clear the thread's last error on entry. */
 lg_status lg_spec_parse_kernel(const char *json, const char *file, struct lg_spec *out);
-
-/* Fill s->entry from the other fields (called by the parser). */
-void lg_spec_make_entry(struct lg_spec *s);
 
 #endif

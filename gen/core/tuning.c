@@ -108,7 +108,7 @@ const struct lg_tuning_entry *lg_tuning_find(const struct lg_tuning *t, const st
 
 lg_status lg_tuning_apply(const struct lg_tuning *t, const struct lg_spec *s, struct lg_spec *out)
 {
-	int tile = lg_family_key(lg_family_get(s->op), "tile");
+	int tile = lg_family_key(s->fam, "tile");
 	*out = *s;
 	if (!t || tile < 0 || lg_spec_has(s, tile))
 		return LG_OK;
@@ -277,7 +277,7 @@ static lg_status parse_entry(struct lg_jreader *r, const cJSON *v, const struct 
 	if (st != LG_OK)
 		return st;
 	mark = lg_json_push_key(r, "tile");
-	st = lg_keys_parse_tile(r, cJSON_GetObjectItemCaseSensitive(v, "tile"), lg_family_get(e->spec.op),
+	st = lg_keys_parse_tile(r, cJSON_GetObjectItemCaseSensitive(v, "tile"), e->spec.fam,
 				&e->tile);
 	lg_json_pop(r, mark);
 	if (st == LG_OK)
@@ -448,7 +448,7 @@ static int by_key(const void *a, const void *b)
 
 static void emit_entry(lg_buf *b, const struct lg_tuning_entry *e)
 {
-	const struct lg_family *f = lg_family_get(e->spec.op);
+	const struct lg_family *f = e->spec.fam;
 	const char *sep = "";
 	lg_emit(b, "    {\"key\": %s, \"tile\": {", e->key);
 	for (int k = 0; k < f->nkeys; k++) {

@@ -39,9 +39,22 @@ static int64_t tile_or(const struct lg_spec *s, int key, int64_t def)
 /* The index of a list family's first list key ("mixed"). */
 static int first_key(const struct lg_spec *s)
 {
-	int k = lg_family_key(lg_family_get(s->op), "mixed");
+	int k = lg_family_key(s->fam, "mixed");
 	LG_ASSERT(k >= 0);
 	return k;
+}
+
+lg_status lg_list_check(const struct lg_spec *s, const char *fn, const char *entry, unsigned elems)
+{
+	bool mixed = lg_spec_int(s, first_key(s) + L_MIXED) != 0;
+	const unsigned bf16 = 1u << LG_LIST_BF16, fp32 = 1u << LG_LIST_FP32;
+	unsigned can = mixed ? bf16 | fp32 : s->dtype == LG_DTYPE_FP32 ? fp32 : bf16;
+	if (!(elems & ~can))
+		return LG_OK;
+	return lg_fail(LG_ERR_INVALID_ARG, "%s: kernel %s reads %s tensors only, the list holds %s%s%s; use a spec "
+		       "with dtype of the list or \"mixed\": true", fn, entry,
+		       mixed ? "bf16 and fp32" : lg_dtype_names[s->dtype], elems & bf16 ? "bf16" : "",
+		       elems == (bf16 | fp32) ? " and " : "", elems & fp32 ? "fp32" : "");
 }
 
 lg_status lg_list_validate(const struct lg_spec *s, const char *where)

@@ -85,12 +85,28 @@ void lg_list_geometry(const struct lg_plan *p, int e, const int64_t *sizes, stru
 size_t lg_list_workspace(const struct lg_plan *p);
 int lg_list_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max);
 
+/* check_list() of a list family: the kernel reads its dtype's tensors, or
+ * bf16 and fp32 with "mixed". */
+lg_status lg_list_check(const struct lg_spec *s, const char *fn, const char *entry, unsigned elems);
+
 /* The arguments of a list family's pass (list, out, workspace), its out of
  * element type `elem`, and the members of struct lg_family every list
- * family shares (given args[LG_LIST_NARGS] named `args`). */
+ * family shares (given args[LG_LIST_NARGS] named `args` and its form,
+ * forms[1] = LG_LIST_FORM(doc), named `forms`). */
 enum { LG_LIST_A_LIST, LG_LIST_A_OUT, LG_LIST_A_WS, LG_LIST_NARGS };
-#define LG_LIST_ARGS(elem, align, doc)                                                               	{[LG_LIST_A_LIST] = {"list", LG_ARG_LIST, LG_ELEM_U8, LG_LIST_TABLE_SHAPE, 16,               			     "the tensor list's table (lg_tensor_list_table)"},                        	 [LG_LIST_A_OUT] = {"out", LG_ARG_OUT, (elem), "1", (align), (doc)},                         	 [LG_LIST_A_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL}}
-#define LG_LIST_FAMILY                                                                               	.passes = 1u << LG_PASS_FORWARD, .dtypes = (1u << LG_DTYPE_BF16) | (1u << LG_DTYPE_FP32),     	.sig = {[LG_PASS_FORWARD] = {1, lg_list_sizes, LG_LIST_NARGS, args}}, .plan = lg_list_plan,   	.geometry = lg_list_geometry, .workspace = lg_list_workspace, .candidates = lg_list_candidates
+#define LG_LIST_ARGS(elem, align, doc)                                                           \
+	{[LG_LIST_A_LIST] = {"list", LG_ARG_LIST, LG_ELEM_U8, LG_LIST_TABLE_SHAPE, 16,           \
+			     "the tensor list's table (lg_tensor_list_table)"},                    \
+	 [LG_LIST_A_OUT] = {"out", LG_ARG_OUT, (elem), "1", (align), (doc)},                     \
+	 [LG_LIST_A_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL}}
+/* The launcher of a list family, lg_<op>(k, stream, list, out, workspace):
+ * its one form, the list giving the table and its rows ("items"). */
+#define LG_LIST_FORM(text) {{.name = "", .doc = (text)}}
+#define LG_LIST_FAMILY                                                                           \
+	.passes = 1u << LG_PASS_FORWARD, .dtypes = (1u << LG_DTYPE_BF16) | (1u << LG_DTYPE_FP32), \
+	.sig = {[LG_PASS_FORWARD] = {1, lg_list_sizes, LG_LIST_NARGS, args, NULL, 1, forms}},     \
+	.plan = lg_list_plan, .geometry = lg_list_geometry, .workspace = lg_list_workspace,       \
+	.candidates = lg_list_candidates, .check_list = lg_list_check
 
 /* Both entry points: the item loop and the partials (entry 0), the final
  * combine (entry 1). The pass's arguments must be list, out, workspace. */

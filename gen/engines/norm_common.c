@@ -8,12 +8,12 @@
 
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 {
-	lg_emit_rrms_n(b, s, lg_spec_int(s, lg_family_key(lg_family_get(s->op), "hidden")));
+	lg_emit_rrms_n(b, s, lg_spec_int(s, lg_family_key(s->fam, "hidden")));
 }
 
 void lg_emit_rrms_n(lg_buf *b, const struct lg_spec *s, int64_t n)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	char eps[32];
 	lg_json_number_text(lg_spec_num(s, lg_family_key(f, "eps")), eps);
 	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row as lg_sumsq_bf16x8 gives it");

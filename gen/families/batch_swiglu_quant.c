@@ -154,6 +154,22 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 }
 
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K6: per-expert prob-weighted SwiGLU + blockwise FP8, forward (op\n"
+	"  \"batch_swiglu_quant\"): x [tokens, 2n] bf16 with rows grouped by expert,\n"
+	"  prob [tokens, 1] fp32, counts [experts] int32 in device memory (summing to\n"
+	"  tokens; never read by the host); y = silu(gate) * up * prob quantised\n"
+	"  per expert (KERNELS.md 1.3): q [tokens, n]; s, per expert [n/128,\n"
+	"  count] at start * n/128; qt, per expert [n, count] at start * n; st\n"
+	"  [cdiv(tokens, 128) + experts, n], per expert cdiv(count, 128) rows\n"
+	"  (the rows past them not written).";
+static const char doc_backward[] =
+	"Its backward: g [tokens, n] bf16, x, prob, counts as in the forward; dx\n"
+	"  quantised per expert with K = 2n (dxq, dxs, dxqt, dxst laid out as the\n"
+	"  forward's, both always); dprob [tokens, 1] fp32 = sum_j silu(gate) * up *\n"
+	"  g (deterministic); dx [tokens, 2n] bf16 with dx_bf16 (else 0).";
+
 const struct lg_family lg_family_batch_swiglu_quant = {
 	.op = "batch_swiglu_quant",
 	.summary = "per-expert prob-weighted SwiGLU + blockwise FP8: forward y, backward dx (K = 2n) and "
@@ -162,8 +178,8 @@ const struct lg_family lg_family_batch_swiglu_quant = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args},
-		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args, doc_forward},
+		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = lg_swiglu_validate,
 	.uses = uses,
 	.plan = lg_swiglu_plan,

@@ -47,6 +47,13 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_list_emit(b, s, p, &ops);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K11: count-zero over a list (op \"count_zero\", pass \"forward\"): out, a\n"
+	"  0-d int64, = the number of elements equal to 0 (+0.0 and -0.0).\n"
+	"  Element types and workspace as lg_grad_norm.";
+static const struct lg_form forms[1] = LG_LIST_FORM(doc_forward);
+
 const struct lg_family lg_family_count_zero = {
 	.op = "count_zero",
 	.summary = "the number of zeros (+0 and -0) in a list of tensors, int64 (K11)",

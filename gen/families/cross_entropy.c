@@ -995,6 +995,43 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return n;
 }
 
+/* What a launch computes: the comments of its typed launchers (lingen_ops.h). */
+static const char doc_forward[] =
+	"K9: softmax cross entropy (op \"cross_entropy\"). logits [tokens, vocab]\n"
+	"  bf16 or fp32, 16-byte aligned (its rows need not be: any vocab), labels\n"
+	"  [tokens] int64 (int32 with \"index\": \"int32\"), 4-byte aligned (int64 ones\n"
+	"  too: read as two words); a row whose label is the\n"
+	"  spec's ignore_index gets loss = S = m = 0 and a zero gradient. Each\n"
+	"  launcher refuses a kernel of another op, pass or part.";
+/* The forward's launchers: by part (and fused), each with the sizes and
+ * arguments of its part. */
+static const struct lg_form fwd_forms[] = {
+	{"forward", "part=full fused=false", "tokens vocab_start=0 shards=1", "logits labels loss sum_exp max_logit",
+	 "Forward (part \"full\"): loss, sum_exp S = sum exp(x - m), max_logit m\n"
+	 "  [tokens] fp32 (S and m optional: 0)."},
+	{"fused", "part=full fused=true", "tokens vocab_start=0 shards=1",
+	 "logits labels g loss sum_exp max_logit grad",
+	 "The fused forward + backward (\"fused\": true): as the forward, and grad\n"
+	 "  [tokens, vocab] in logits' type for the output gradient g[0] (a device\n"
+	 "  fp32 scalar, e.g. 1 / rows for the mean) on every row; with \"inplace\"\n"
+	 "  grad is 0 and the gradient is written over the logits."},
+	{"shard_stats", "part=shard", "tokens vocab_start shards=1", "logits labels stats",
+	 "Vocab parallel, part \"shard\": this rank's logits [tokens, vocab] (columns\n"
+	 "  vocab_start .. of the classes) -> stats [tokens, 6] fp32: m, S hi, S lo,\n"
+	 "  target logit (-inf when the label is not in the shard), sum x hi, lo.\n"
+	 "  The trainer all-gathers them into [shards, tokens, 6]."},
+	{"merge", "part=merge", "tokens vocab_start=0 shards", "labels stats_in loss sum_exp max_logit",
+	 "Part \"merge\": the gathered stats_in [shards, tokens, 6] -> loss, S, m of\n"
+	 "  the whole rows (S, m optional), for lg_cross_entropy_backward of each\n"
+	 "  shard."},
+};
+static const char doc_backward[] =
+	"Backward (part \"full\" or \"shard\"): grad = (exp(x - m) / S - (1 - e)\n"
+	"  onehot - e / C) dloss[row] in logits' type, from the forward's S and m\n"
+	"  (the merged ones for a shard, whose columns start at vocab_start; 0\n"
+	"  for part \"full\"); with \"inplace\" grad is 0 and the logits are\n"
+	"  overwritten.";
+
 const struct lg_family lg_family_cross_entropy = {
 	.op = "cross_entropy",
 	.summary = "softmax cross entropy: forward (loss, S, m), backward, vocab-parallel shard/merge (K9)",
@@ -1002,8 +1039,8 @@ const struct lg_family lg_family_cross_entropy = {
 	.dtypes = (1u << LG_DTYPE_BF16) | (1u << LG_DTYPE_FP32),
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {3, fwd_sizes, F_NARGS, fwd_args},
-		[LG_PASS_BACKWARD] = {2, bwd_sizes, B_NARGS, bwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {3, fwd_sizes, F_NARGS, fwd_args, doc_forward, 4, fwd_forms},
+		[LG_PASS_BACKWARD] = {2, bwd_sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = validate,
 	.uses = uses,
 	.plan = plan,

@@ -108,6 +108,12 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 	lg_quant_uses(s, used, ARG_Q, ARG_S, ARG_QT, ARG_ST);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"Blockwise FP8 quantisation of activations (op \"fp8_quant\", KERNELS.md\n"
+	"  1.3): x [tokens, hidden] bf16; q, s, qt, st as lg_rmsnorm_quant_forward\n"
+	"  (0 for a copy quant.output does not ask for).";
+
 const struct lg_family lg_family_fp8_quant = {
 	.op = "fp8_quant",
 	.summary = "blockwise FP8 quantisation of activations: 1x128 rowwise, 128x1 columnwise transposed",
@@ -115,7 +121,7 @@ const struct lg_family lg_family_fp8_quant = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args, doc_forward}},
 	.uses = uses,
 	.plan = plan,
 	.emit = emit,

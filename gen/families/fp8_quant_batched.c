@@ -142,6 +142,20 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 	lg_quant_uses(s, used, ARG_Q, ARG_S, ARG_QT, ARG_ST);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"Per-expert (batched) FP8 quantisation (op \"fp8_quant_batched\", KERNELS.md\n"
+	"  1.3): x [tokens, hidden] bf16, tokens grouped by expert; counts\n"
+	"  [experts] int32 in device memory (read by the kernel, sum <= tokens);\n"
+	"  each expert's segment quantised as a tensor of its own, outputs\n"
+	"  concatenated in expert order: q [tokens, hidden]; s: a [hidden/128,\n"
+	"  count_e] block at element start_e * hidden/128 (buffer hidden/128 *\n"
+	"  tokens floats); qt: a [hidden, count_e] block at element start_e *\n"
+	"  hidden (buffer hidden * tokens bytes); st: cdiv(count_e, 128) rows of\n"
+	"  hidden floats an expert, one after the other (buffer capacity\n"
+	"  (cdiv(tokens, 128) + experts) * hidden floats; rows past the last are\n"
+	"  not written).";
+
 const struct lg_family lg_family_fp8_quant_batched = {
 	.op = "fp8_quant_batched",
 	.summary = "per-expert blockwise FP8 quantisation (tokens grouped by expert, counts on the device)",
@@ -149,7 +163,7 @@ const struct lg_family lg_family_fp8_quant_batched = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {2, sizes, NARGS, fwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {2, sizes, NARGS, fwd_args, doc_forward}},
 	.uses = uses,
 	.plan = plan,
 	.emit = emit,

@@ -96,6 +96,13 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return lg_candidate_grid(s, t, out, 0, max, K_FBLOCKS, fblocks_ok, K_THREADS, threads_ok);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"FP8 quantisation of a weight in 128 x 128 tiles (op \"fp8_quant_weight\"):\n"
+	"  w [rows, hidden] bf16 -> q [rows, hidden] e4m3, s [cdiv(rows, 128),\n"
+	"  hidden/128] fp32, one scale a tile (a partial last row of tiles over its\n"
+	"  real rows).";
+
 const struct lg_family lg_family_fp8_quant_weight = {
 	.op = "fp8_quant_weight",
 	.summary = "FP8 quantisation of a weight in 128 x 128 tiles, one scale a tile",
@@ -103,7 +110,7 @@ const struct lg_family lg_family_fp8_quant_weight = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args, doc_forward}},
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,

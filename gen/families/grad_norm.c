@@ -90,6 +90,17 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_list_emit(b, s, p, &ops);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K10: grad norm over a list (op \"grad_norm\", pass \"forward\"): out, a 0-d\n"
+	"  fp32, = (sum |x|^2)^(1/2) (ord \"2\"; sum x^2 with \"norm\": false), sum |x|\n"
+	"  (ord \"1\") or max |x| (ord \"inf\", NaN if any is NaN), over every element\n"
+	"  of every tensor, accumulated in fp64 in a fixed order: the same list\n"
+	"  gives the same bits on every call. The kernel's dtype must be the\n"
+	"  list's only element type, unless its spec has \"mixed\": true.\n"
+	"  workspace: lg_kernel_workspace_size(k) bytes.";
+static const struct lg_form forms[1] = LG_LIST_FORM(doc_forward);
+
 const struct lg_family lg_family_grad_norm = {
 	.op = "grad_norm",
 	.summary = "the L2, L1 or max norm of a list of tensors, fp64 sums, deterministic (K10)",

@@ -727,6 +727,17 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return n;
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K8: group RMSNorm x sigmoid gate, forward (op \"group_rmsnorm_gate\"):\n"
+	"  x [batch, seq, dim] bf16; gate [seq, batch, dim] bf16 (transpose,\n"
+	"  the default) or [batch, seq, dim]; w [dim] bf16, or [dim / groups]\n"
+	"  with shared_weight; y = x * r * w * sigmoid(gate) in gate's layout.";
+static const char doc_backward[] =
+	"Its backward: dy in gate's layout; dx [batch, seq, dim] bf16, dgate in\n"
+	"  gate's layout bf16, dw fp32 in w's shape (overwritten, deterministic).\n"
+	"  workspace: lg_kernel_workspace_size(k) bytes.";
+
 const struct lg_family lg_family_group_rmsnorm_gate = {
 	.op = "group_rmsnorm_gate",
 	.summary = "group RMSNorm x sigmoid gate: forward, backward (dx, dgate; dw fp32) (K8)",
@@ -734,8 +745,8 @@ const struct lg_family lg_family_group_rmsnorm_gate = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {2, sizes, F_NARGS, fwd_args},
-		[LG_PASS_BACKWARD] = {2, sizes, B_NARGS, bwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {2, sizes, F_NARGS, fwd_args, doc_forward},
+		[LG_PASS_BACKWARD] = {2, sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,

@@ -132,6 +132,22 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE, true);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K4: MoE permute (op \"moe_permute\", pass \"forward\"), dtype bf16 or e4m3:\n"
+	"  x [tokens, hidden], x_scale [tokens, hidden / 128] fp32 (e4m3; else 0),\n"
+	"  probs [tokens, experts] fp32 or 0, the row map's row_id_map, offsets,\n"
+	"  counts; out [rows, hidden] (rows = tokens * top_k + experts * (multiple\n"
+	"  - 1): a static bound, since P is known on the device only), out_scale\n"
+	"  [rows, hidden / 128] (e4m3), out_probs [rows] fp32 or 0. Row r < P of\n"
+	"  (t, e) is x[t] with probs[t, e]; every other row is zeros, probability\n"
+	"  0, scale that of a zero block (2^-99 with round_scale, else 1e-30).";
+static const char doc_backward[] =
+	"Its backward (bf16): dout [rows, hidden], dout_probs [rows] fp32 or 0;\n"
+	"  dx [tokens, hidden] = fp32 sum of the token's rows in ascending expert\n"
+	"  order; dprobs [tokens, experts] fp32 or 0 (dout_probs of each routed\n"
+	"  pair, else 0).";
+
 const struct lg_family lg_family_moe_permute = {
 	.op = "moe_permute",
 	.summary = "MoE permute into expert-major padded rows (+ probs; bf16 or e4m3 + scales), backward (K4)",
@@ -139,7 +155,7 @@ const struct lg_family lg_family_moe_permute = {
 	.dtypes = (1u << LG_DTYPE_BF16) | (1u << LG_DTYPE_E4M3),
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args}, [LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args, doc_forward}, [LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = validate,
 	.uses = uses,
 	.plan = plan,

@@ -297,6 +297,19 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return lg_candidate_times(s, t, out, 0, n, max, K_MIN_CTAS, min_ctas);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K4b: MoE permute + pad + per-expert blockwise FP8 quantisation (op\n"
+	"  \"moe_permute_quant\"): x [tokens, hidden] bf16 (hidden a multiple of\n"
+	"  128), probs [tokens, experts] fp32 or 0, moe_row_map's row_index [rows]\n"
+	"  and padded_counts [experts] (rows = tokens * top_k + experts *\n"
+	"  (multiple - 1)). Each expert's padded segment (padding rows zeros) is\n"
+	"  quantised as its own tensor (KERNELS.md 1.3): q [rows, hidden] e4m3,\n"
+	"  s a [hidden/128, P_e] block an expert; qt a [hidden, P_e] block an\n"
+	"  expert, st [cdiv(rows, 128) + experts, hidden] (cdiv(P_e, 128) rows an\n"
+	"  expert); the copies quant.output does not ask for take 0. out_probs\n"
+	"  [rows] fp32 or 0. Rows past the padded total are not written.";
+
 const struct lg_family lg_family_moe_permute_quant = {
 	.op = "moe_permute_quant",
 	.summary = "MoE permute + pad + per-expert blockwise FP8 quantisation in one kernel (K4b)",
@@ -304,7 +317,7 @@ const struct lg_family lg_family_moe_permute_quant = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, args, doc_forward}},
 	.validate = validate,
 	.uses = uses,
 	.plan = plan,

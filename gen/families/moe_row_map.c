@@ -613,6 +613,31 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return lg_candidate_values(s, t, out, 0, max, K_SLICES, slices_ok);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K4: the padded MoE row map (op \"moe_row_map\"): routing is the mask\n"
+	"  [tokens, experts] u8/bool (non-zero: routed; routing \"mask\"), or the\n"
+	"  top-k indices [tokens, top_k] int32 (\"topk_i32\") / int64 (\"topk_i64\"),\n"
+	"  where an index outside [0, experts) is no expert and a repeat counts\n"
+	"  once. row_id_map [tokens, experts] int32 (the padded row, -1 where not\n"
+	"  routed; rows expert-major, ascending token within an expert); counts\n"
+	"  [experts] int32; offsets [experts + 1] int32, each expert's first row\n"
+	"  with counts padded to `multiple`, offsets[experts] = P, the padded\n"
+	"  total. P stays on the device: a host that needs it copies the 4 bytes\n"
+	"  of offsets[experts] (cuMemcpyDtoH), or sizes buffers by the bound\n"
+	"  rows = tokens * top_k + experts * (multiple - 1) that every dispatch\n"
+	"  buffer uses (below 2^31, the row ids being int32: every MoE launcher\n"
+	"  refuses a larger one). row_index [rows] int32 or 0: the source token of row r < P,\n"
+	"  -1 for padding rows and rows >= P. padded_counts [experts] int32 or 0:\n"
+	"  round_up(counts, multiple), each expert's rows (the segments of\n"
+	"  moe_permute_quant; a grouped GEMM's row counts). workspace:\n"
+	"  lg_kernel_workspace_size(k) bytes.";
+/* One routing parameter, for the input the routing key uses. */
+static const struct lg_form forms[] = {
+	{"forward", NULL, NULL, "routing=mask|topk|topk64 row_id_map counts offsets row_index padded_counts workspace",
+	 NULL},
+};
+
 const struct lg_family lg_family_moe_row_map = {
 	.op = "moe_row_map",
 	.summary = "MoE padded row map: row_id_map, counts, padded offsets, row_index from a mask or top-k (K4)",
@@ -620,7 +645,7 @@ const struct lg_family lg_family_moe_row_map = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, args, doc_forward, 1, forms}},
 	.validate = validate,
 	.uses = uses,
 	.plan = plan,

@@ -126,6 +126,20 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return lg_moe_candidates(s, t, out, max, K_THREADS, K_PIPELINE, s->pass == LG_PASS_FORWARD);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K5: MoE unpermute (op \"moe_unpermute\", pass \"forward\"): g [rows, hidden]\n"
+	"  bf16, probs [rows] fp32 (required when weighted, else optional);\n"
+	"  out [tokens, hidden] bf16 = fp32 sum in ascending expert order of the\n"
+	"  token's rows (weighted: each times probs[r]); restore_probs [tokens,\n"
+	"  experts] fp32 or 0 (probs[r] where routed, else 0). Any hidden.";
+static const char doc_backward[] =
+	"Its backward: dout [tokens, hidden] bf16, drestore [tokens, experts] fp32\n"
+	"  or 0, the row map; weighted: g and probs of the forward. dg [rows,\n"
+	"  hidden] bf16 (dout[t], weighted times probs[r]; other rows zeros);\n"
+	"  dprobs [rows] fp32 or 0 (drestore[t, e], weighted plus <dout[t], g[r]>;\n"
+	"  0 on other rows).";
+
 const struct lg_family lg_family_moe_unpermute = {
 	.op = "moe_unpermute",
 	.summary = "MoE unpermute (combine): fp32 sum of each token's rows, optionally weighted; backward (K5)",
@@ -133,7 +147,7 @@ const struct lg_family lg_family_moe_unpermute = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args}, [LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args, doc_forward}, [LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = validate,
 	.uses = uses,
 	.plan = plan,

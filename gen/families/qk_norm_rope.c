@@ -979,6 +979,21 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return n;
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K2: split qkv + q/k RMSNorm + rotate-half RoPE + transpose, forward (op \"qk_norm_rope\"):\n"
+	"  qkv [seq, batch, (H + 2h) * D] bf16 (qkv_order \"seq_batch\", the default; [batch, seq,\n"
+	"  ...] for \"batch_seq\"), heads as head_layout; q_weight, k_weight [D] bf16; freqs [seq *\n"
+	"  cp_size, R] fp32 (R = rotary_fraction * D, cat(f, f): only [:, 0:R/2] is read); q [batch,\n"
+	"  seq, H, D], k_out and v [batch, seq, h, D] bf16; cu_seqlens 0. K2b (varlen): seq = T\n"
+	"  packed tokens, batch = the number of sequences: qkv [T, 1, ...], cu_seqlens [batch + 1]\n"
+	"  int32 (cumulative global lengths from 0; this rank's tokens of sequence i are rows cu[i] /\n"
+	"  cp_size .. cu[i + 1] / cp_size - 1), q [1, T, H, D], k_out and v [1, T, h, D].";
+static const char doc_backward[] =
+	"Its backward: gq, gk, gv as q, k, v; qkv, the weights, freqs and cu_seqlens as in the\n"
+	"  forward; dqkv in qkv's layout bf16; dq_weight, dk_weight [D] fp32 (overwritten,\n"
+	"  deterministic). workspace: lg_kernel_workspace_size(k).";
+
 const struct lg_family lg_family_qk_norm_rope = {
 	.op = "qk_norm_rope",
 	.summary = "split qkv + q/k RMSNorm + rotate-half RoPE (partial) + [b, s, h, d] (K2)",
@@ -986,8 +1001,8 @@ const struct lg_family lg_family_qk_norm_rope = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {2, sizes, F_NARGS, fwd_args},
-		[LG_PASS_BACKWARD] = {2, sizes, B_NARGS, bwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {2, sizes, F_NARGS, fwd_args, doc_forward},
+		[LG_PASS_BACKWARD] = {2, sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = validate,
 	.uses = uses,
 	.plan = plan,

@@ -694,6 +694,16 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return n;
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"Plain RMSNorm forward (op \"rmsnorm\", pass \"forward\"):\n"
+	"  y [tokens, hidden] bf16 = x * r * w; rms [tokens] fp32 optional.";
+static const char doc_backward[] =
+	"RMSNorm backward (op \"rmsnorm\", pass \"backward\"):\n"
+	"  dy, x [tokens, hidden] bf16, w [hidden] bf16, rms [tokens] fp32 or 0\n"
+	"  (recomputed); dx [tokens, hidden] bf16, dw [hidden] fp32 (overwritten,\n"
+	"  deterministic). workspace: lg_kernel_workspace_size(k) bytes.";
+
 const struct lg_family lg_family_rmsnorm = {
 	.op = "rmsnorm",
 	.summary = "RMSNorm forward (bf16 + rms) and backward (dx bf16, dw fp32) (K1)",
@@ -701,8 +711,8 @@ const struct lg_family lg_family_rmsnorm = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args},
-		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args, doc_forward},
+		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,

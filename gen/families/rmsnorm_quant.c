@@ -906,6 +906,16 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 	lg_quant_uses(s, used, ARG_Q, ARG_S, ARG_QT, ARG_ST);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K1: RMSNorm + blockwise FP8 quantisation, forward (op \"rmsnorm_quant\").\n"
+	"  x [tokens, hidden] bf16, w [hidden] bf16;\n"
+	"  q  [tokens, hidden] e4m3, s  [hidden/128, tokens] fp32   (rowwise)\n"
+	"  qt [hidden, tokens] e4m3, st [ceil(tokens/128), hidden] fp32 (columnwise)\n"
+	"  rms [tokens] fp32 (reciprocal RMS): required, also the hand-over between\n"
+	"  the kernel's two passes.\n"
+	"Copies the spec's quant.output did not ask for take 0.";
+
 const struct lg_family lg_family_rmsnorm_quant = {
 	.op = "rmsnorm_quant",
 	.summary = "RMSNorm + 1x128 / 128x1 blockwise FP8 quantisation (K1)",
@@ -913,7 +923,7 @@ const struct lg_family lg_family_rmsnorm_quant = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args, doc_forward}},
 	.validate = validate,
 	.uses = uses,
 	.plan = plan,

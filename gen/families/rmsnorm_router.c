@@ -789,6 +789,16 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return n;
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K3b: RMSNorm + router GEMM + rowwise FP8 in one pass (op \"rmsnorm_router\"):\n"
+	"  x [tokens, hidden] bf16, w [hidden] bf16 (the norm's weight), route_w\n"
+	"  [experts, hidden] bf16; y [tokens, hidden] bf16 = (x r) w, rms [tokens]\n"
+	"  fp32 = r (reciprocal RMS), logits [tokens, experts] fp32 = y . route_w^T\n"
+	"  (y as the spec's precision), q, s the rowwise copy of fp32 y (s\n"
+	"  [cdiv(hidden, 128), tokens]), qt, st the columnwise copy (quant.output\n"
+	"  \"both\"; else 0).";
+
 const struct lg_family lg_family_rmsnorm_router = {
 	.op = "rmsnorm_router",
 	.summary = "RMSNorm + router GEMM (fp32 logits) + 1x128 FP8 quantisation, one pass (K3b)",
@@ -796,7 +806,7 @@ const struct lg_family lg_family_rmsnorm_router = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args, doc_forward}},
 	.validate = validate,
 	.uses = uses,
 	.plan = plan,

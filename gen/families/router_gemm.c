@@ -978,6 +978,15 @@ static int candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return add_rows(s, t, out, n, max, dx_key, 6, dx_shapes, sizeof dx_shapes / sizeof dx_shapes[0]);
 }
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K3: the router GEMM, forward (op \"router_gemm\"): x [tokens, hidden] bf16, w [experts,\n"
+	"  hidden] bf16; logits [tokens, experts] fp32 = x . w^T.";
+static const char doc_backward[] =
+	"Its backward: dy [tokens, experts] fp32, x and w as in the forward; dx [tokens, hidden] bf16\n"
+	"  = dy . w, dw [experts, hidden] fp32 = dy^T . x (overwritten, deterministic); either may be\n"
+	"  0 (not computed). workspace: lg_kernel_workspace_size(k) bytes.";
+
 const struct lg_family lg_family_router_gemm = {
 	.op = "router_gemm",
 	.summary = "router GEMM, fp32 logits = x . w^T: forward, backward (dx bf16, dw fp32) (K3)",
@@ -985,8 +994,8 @@ const struct lg_family lg_family_router_gemm = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args},
-		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args, doc_forward},
+		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,

@@ -97,6 +97,18 @@ const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant = {
 };
 
 
+/* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
+static const char doc_forward[] =
+	"K7: SwiGLU + blockwise FP8, forward (op \"swiglu_quant\"): x [tokens, 2n]\n"
+	"  bf16 = [gate | up]; y = silu(gate) * up quantised: q [tokens, n] e4m3,\n"
+	"  s [n/128, tokens] fp32, qt [n, tokens] e4m3, st [cdiv(tokens, 128), n]\n"
+	"  fp32 (0 for a copy quant.output leaves out). Any token count.";
+static const char doc_backward[] =
+	"Its backward: g [tokens, n] bf16, x as in the forward; dx = [dgate | dup]\n"
+	"  quantised with K = 2n: dxq [tokens, 2n], dxs [2n/128, tokens], dxqt\n"
+	"  [2n, tokens], dxst [cdiv(tokens, 128), 2n]; dx [tokens, 2n] bf16 with\n"
+	"  dx_bf16 (else 0).";
+
 const struct lg_family lg_family_swiglu_quant = {
 	.op = "swiglu_quant",
 	.summary = "SwiGLU + blockwise FP8 quantisation: forward y, backward dx (K = 2n) (K7)",
@@ -104,8 +116,8 @@ const struct lg_family lg_family_swiglu_quant = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args},
-		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args}},
+	.sig = {[LG_PASS_FORWARD] = {1, sizes, F_NARGS, fwd_args, doc_forward},
+		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = lg_swiglu_validate,
 	.uses = uses,
 	.plan = lg_swiglu_plan,

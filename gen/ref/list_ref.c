@@ -82,7 +82,7 @@ static void put_row(unsigned char *r, const void *p, uint32_t count, uint32_t el
 
 void lg_ref_list_fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
-	int mk = lg_family_key(lg_family_get(s->op), "mixed");
+	int mk = lg_family_key(s->fam, "mixed");
 	bool mixed = mk >= 0 && s->v[mk];
 	size_t items = (size_t)c->sizes[0];
 	free(c->data);

@@ -100,7 +100,7 @@ int64_t lg_moe_ref_map(const uint8_t *mask, int64_t T, int64_t E, int64_t M, int
 
 struct lg_moe_ref_io lg_moe_ref_io_of(const struct lg_spec *s, const struct lg_ref_case *c)
 {
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	struct lg_moe_ref_io io = {.T = c->sizes[0], .E = lg_ref_int(s, "experts"), .K = lg_ref_int(s, "top_k"),
 				   .M = lg_ref_int(s, "multiple"), .H = lg_ref_int(s, "hidden"),
 				   .es = s->dtype == LG_DTYPE_E4M3 ? 1 : 2};

@@ -30,14 +30,14 @@ const struct lg_ref_family *lg_ref_family_get(enum lg_op op)
 
 int64_t lg_ref_int(const struct lg_spec *s, const char *path)
 {
-	int k = lg_family_key(lg_family_get(s->op), path);
+	int k = lg_family_key(s->fam, path);
 	LG_ASSERT(k >= 0);
 	return s->v[k];
 }
 
 double lg_ref_num(const struct lg_spec *s, const char *path)
 {
-	int k = lg_family_key(lg_family_get(s->op), path);
+	int k = lg_family_key(s->fam, path);
 	LG_ASSERT(k >= 0);
 	return s->num[k];
 }
@@ -45,7 +45,7 @@ double lg_ref_num(const struct lg_spec *s, const char *path)
 lg_status lg_ref_case_init(struct lg_ref_case *c, const struct lg_spec *s, const int64_t *sizes,
 			   const unsigned char *used, size_t workspace)
 {
-	const struct lg_sig *g = &lg_family_get(s->op)->sig[s->pass];
+	const struct lg_sig *g = &s->fam->sig[s->pass];
 	memset(c, 0, sizeof *c);
 	c->n = g->nargs;
 	for (int i = 0; i < g->nsizes; i++)

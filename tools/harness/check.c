@@ -53,7 +53,7 @@ lg_status lg_check_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_check_o
 	r->seed = o->seed;
 	struct lg_gpu_case g;
 	st = lg_gpu_case_init(&g, s, o->tokens, o->sizes, o->seed, k);
-	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_family *f = s->fam;
 	bool dropped[LG_MAX_ARGS] = {false};
 	for (int i = 0; st == LG_OK && o->no_optional && i < g.ref.n; i++)
 		if ((f->sig[s->pass].args[i].role == LG_ARG_OPT_IN || f->sig[s->pass].args[i].role == LG_ARG_OPT_OUT) &&

@@ -13,7 +13,7 @@
  * table of its list argument pointing there instead of at the host. */
 static lg_status upload_list(struct lg_gpu_case *g, const struct lg_spec *s)
 {
-	const struct lg_sig *sig = &lg_family_get(s->op)->sig[s->pass];
+	const struct lg_sig *sig = &s->fam->sig[s->pass];
 	int li = 0;
 	while (li < sig->nargs && sig->args[li].role != LG_ARG_LIST)
 		li++;
@@ -49,8 +49,8 @@ lg_status lg_gpu_case_init(struct lg_gpu_case *g, const struct lg_spec *s, int64
 		return st;
 	const struct lg_ref_family *rf = lg_ref_family_get(s->op);
 	int64_t sizes[LG_MAX_SIZES];
-	lg_sizes_at(lg_family_get(s->op), s->pass, tokens, sizes);
-	for (int i = 0; sizes_given && i < lg_family_get(s->op)->sig[s->pass].nsizes; i++)
+	lg_sizes_at(s->fam, s->pass, tokens, sizes);
+	for (int i = 0; sizes_given && i < s->fam->sig[s->pass].nsizes; i++)
 		sizes[i] = sizes_given[i];
 	st = lg_ref_case_init(&g->ref, s, sizes, k->plan.used, lg_kernel_workspace_size(k));
 	if (st != LG_OK)
