@@ -59,7 +59,14 @@ static void run_job(const struct lg_compile_set *s, lg_ctx *ctx, struct lg_compi
 		job_fail(j, LG_EXIT_FAIL, "out of memory");
 		return;
 	}
-	j->checksum = lg_bundle_checksum(canon, entry, s->archs[j->arch], cubin, j->size);
+	char *given = lg_plan_given_json(j->k->spec, &j->plan);
+	if (!given) {
+		free(canon);
+		job_fail(j, LG_EXIT_FAIL, "out of memory");
+		return;
+	}
+	j->checksum = lg_bundle_checksum(canon, entry, s->archs[j->arch], given, cubin, j->size);
+	free(given);
 	free(canon);
 	if (!(j->cubin = malloc(j->size)))
 		job_fail(j, LG_EXIT_FAIL, "out of memory");
