@@ -348,6 +348,20 @@ static void test_cache(void **state)
 	/* --dir names the same folder explicitly */
 	run(0, NULL, "cache", "verify", "--dir", cache, NULL);
 
+	/* the issue's reproducer: one byte of the stored entry name
+	 * (printf X | dd of=ENTRY.lgc bs=1 seek=52 conv=notrunc) */
+	char *sh;
+	assert_true(asprintf(&sh, "for f in '%s'/*.lgc; do printf X | dd of=\"$f\" bs=1 seek=52 conv=notrunc 2>/dev/null; done",
+			     cache) > 0);
+	assert_int_equal(system(sh), 0);
+	free(sh);
+	p = cli(1, cache, "cache", "verify", NULL);
+	assert_non_null(strstr(p.err, "checksum mismatch"));
+	assert_non_null(strstr(p.out, "0 of "));
+	lg_proc_free(&p);
+	run(0, cache, "build", NORMS, "--arch", "sm_90a", "-o", out, NULL); /* misses: written again */
+	run(0, cache, "cache", "verify", NULL);
+
 	corrupt_one(cache);
 	p = cli(1, cache, "cache", "verify", NULL);
 	assert_true(strlen(p.err) > 0);
