@@ -428,6 +428,64 @@ static void test_check_without_gpu(void **state)
 	run(2, NULL, "check", NORMS, "--tokens", "0", NULL);
 }
 
+/* --tokens is read one strict way: an empty value, an empty item, a space
+ * before or after a number are all usage errors (exit 2) naming what was
+ * found ("" meant 8192 and " 5" was 5, while "1," and "5 " were refused). */
+static void test_tokens_strict(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"", "1,", ",1", " 5", "5 ", "5,,6", "+5", "0x10", "1e3"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		struct lg_proc p = cli(2, NULL, "check", NORMS, "--tokens", bad[i], NULL);
+		assert_non_null(strstr(p.err, "--tokens: found '"));
+		assert_non_null(strstr(p.err, "expected an integer from 1 to"));
+		lg_proc_free(&p);
+	}
+}
+
+/* LINGEN_TUNING naming a file that cannot be read (missing, a FIFO, over
+ * the 16 MiB input bound) is bad input as such a spec is: exit 2 naming
+ * the file (it was 1, a failed run). */
+static void test_tuning_unreadable(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("cli-tuning");
+	char *fifo = lg_test_path(dir, "fifo"), *big = lg_test_path(dir, "big.json");
+	char *missing = lg_test_path(dir, "missing.json"), *out = lg_test_path(dir, "out");
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	size_t n = (size_t)17 << 20;
+	char *zeros = calloc(1, n);
+	assert_non_null(zeros);
+	lg_test_write_file(big, zeros, n);
+	free(zeros);
+	const char *files[] = {missing, fifo, big}, *why[] = {"No such file", "FIFO", "larger than 16 MiB"};
+	for (int i = 0; i < 3; i++) {
+		for (int t = 0; t < 2; t++) { /* the file as the spec, then as the tuning file */
+			char *env[3] = {NULL, NULL, NULL}, *cache = lg_test_path(dir, "cache");
+			assert_true(asprintf(&env[0], "LINGEN_CACHE_DIR=%s", cache) > 0);
+			assert_true(asprintf(&env[1], "LINGEN_TUNING=%s", t ? files[i] : "off") > 0);
+			char *argv[] = {(char *)LG_CLI, (char *)"build", (char *)(t ? NORMS : files[i]),
+					(char *)"--arch", (char *)"sm_80", (char *)"-o", out, NULL};
+			struct lg_proc p;
+			assert_int_equal(lg_proc_run(argv, env, &p), 0);
+			fprintf(stderr, "%s %s -> %d\n%s", t ? "tuning" : "spec", files[i], p.status, p.err);
+			assert_int_equal(p.status, 2);
+			assert_non_null(strstr(p.err, files[i]));
+			assert_non_null(strstr(p.err, why[i]));
+			lg_proc_free(&p);
+			free(env[0]);
+			free(env[1]);
+			free(cache);
+		}
+	}
+	lg_test_rm_rf(dir);
+	free(out);
+	free(missing);
+	free(big);
+	free(fifo);
+	free(dir);
+}
+
 /* check's seed: --seed or LINGEN_SEED, checked before any GPU work (bad
  * values are usage errors, exit 2); the help says where it comes from. */
 static void test_check_seed(void **state)
@@ -593,6 +651,7 @@ int main(void)
 		cmocka_unit_test(test_gen),           cmocka_unit_test(test_gen_bad_input),
 		cmocka_unit_test(test_build),         cmocka_unit_test(test_write_errors),         cmocka_unit_test(test_cache),
 		cmocka_unit_test(test_check_without_gpu), cmocka_unit_test(test_check_seed),
+		cmocka_unit_test(test_tokens_strict),     cmocka_unit_test(test_tuning_unreadable),
 		cmocka_unit_test(test_bench_jit),
 		cmocka_unit_test(test_expand),
 	};

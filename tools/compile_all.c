@@ -87,7 +87,7 @@ static lg_ctx *worker_ctx(struct worker *w, struct lg_compiled *j)
 		lg_status st = lg_ctx_create(&o, &w->ctx[j->arch]);
 		if (st != LG_OK) {
 			w->ctx[j->arch] = NULL;
-			job_fail(j, lg_cli_status_exit(st), "context for %s: %s", o.arch, lg_cli_error(st));
+			job_fail(j, lg_cli_ctx_exit(st), "context for %s: %s", o.arch, lg_cli_error(st));
 		}
 	}
 	return w->ctx[j->arch];
