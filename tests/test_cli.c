@@ -160,6 +160,30 @@ static void test_gen_bad_input(void **state)
 	assert_non_null(strstr(p.err, "kernels[0].hidden"));
 	lg_proc_free(&p);
 
+	/* a number the kernel would hold as 0 in fp32: refused with the path,
+	 * by gen as by build (it generated, then NVRTC refused "5e-324f") */
+	static const char tiny[] = "{\"kernels\": [{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				   "\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4, \"mscale\": 5e-324}]}";
+	lg_test_write_file(bad, tiny, sizeof tiny - 1);
+	p = cli(2, NULL, "gen", bad, NULL);
+	assert_non_null(strstr(p.err, "bad-spec.json: kernels[0].mscale: found 5e-324"));
+	lg_proc_free(&p);
+	run(2, NULL, "build", bad, "--arch", "sm_80", "-o", dir, NULL);
+	char *model = lg_test_path(dir, "model.json"), *text = lg_test_read_file(LING_MINI, NULL);
+	assert_non_null(text);
+	char *eps = strstr(text, "\"eps\": 1e-6");
+	assert_non_null(eps);
+	size_t at = (size_t)(eps - text) + strlen("\"eps\": ");
+	char *edited;
+	assert_true(asprintf(&edited, "%.*s5e-324%s", (int)at, text, text + at + strlen("1e-6")) > 0);
+	lg_test_write_file(model, edited, strlen(edited));
+	p = cli(2, NULL, "expand", model, NULL);
+	assert_non_null(strstr(p.err, "model.json: eps: found 5e-324"));
+	lg_proc_free(&p);
+	free(edited);
+	free(text);
+	free(model);
+
 	char *missing = lg_test_path(dir, "no-such-spec.json");
 	p = cli(2, NULL, "gen", missing, NULL);
 	assert_non_null(strstr(p.err, "no-such-spec.json"));

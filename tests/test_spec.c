@@ -203,6 +203,18 @@ static const struct bad bad_specs[] = {
 	 "\"hidden\": 1}]}", {"skipped[0]: unknown key \"hidden\"", "allowed keys: op, pass, why"}},
 	/* junk */
 	{"\"just a string\"", {"top level: found \"just a string\"", "allowed: an object"}},
+	/* numbers a kernel would hold as 0 or a denormal fp32 (NVRTC refused
+	 * 5e-324f; the values cannot be emitted as they are) */
+	{"{\"kernels\": [{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, "
+	 "\"q_heads\": 16, \"kv_heads\": 4, \"mscale\": 5e-324}]}",
+	 {"kernels[0].mscale: found 5e-324", "fp32's smallest normal"}},
+	{"{\"kernels\": [{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, "
+	 "\"q_heads\": 16, \"kv_heads\": 4, \"eps\": 5e-324}]}",
+	 {"kernels[0].eps: found 5e-324", "fp32's smallest normal"}},
+	{"{\"kernels\": [{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"eps\": 1e-40}]}", {"kernels[0].eps: found 1e-40", "fp32's smallest normal"}},
+	{"{\"kernels\": [{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 50257, "
+	 "\"label_smoothing\": 1e-36}]}", {"label_smoothing: found 1e-36", "is not an fp32 normal"}},
 	/* a NUL in a string (cJSON would cut the name at it) */
 	{"{\"kernels\": [{\"op\": \"rms\\u0000norm\"}]}", {"line 1, column 25: a NUL character", "without NUL"}},
 	{"{\"kernels\": [{\"op\": \"rmsnorm\\u0000garbage\", \"pass\": \"forward\", \"dtype\": \"bf16\", "

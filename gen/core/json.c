@@ -9,6 +9,7 @@
  */
 #include "json.h"
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -385,14 +386,20 @@ lg_status lg_json_enum(const struct lg_jreader *r, const char *field, const cJSO
 	return st;
 }
 
+bool lg_json_fp32_ok(double d)
+{
+	float f = (float)d;
+	return d == 0 || (isfinite(f) && fabsf(f) >= FLT_MIN);
+}
+
 lg_status lg_json_open_unit(const struct lg_jreader *r, const char *key, const cJSON *v, double *out)
 {
 	if (!cJSON_IsNumber(v))
 		return lg_json_fail(r, key, "found %s (%s), allowed: a number greater than 0 and less than 1",
 				    lg_json_show(v).s, lg_json_type(v));
-	if (!(v->valuedouble > 0 && v->valuedouble < 1))
-		return lg_json_fail(r, key, "found %s, allowed: a number greater than 0 and less than 1",
-				    lg_json_show(v).s);
+	if (!(v->valuedouble > 0 && v->valuedouble < 1) || !lg_json_fp32_ok(v->valuedouble))
+		return lg_json_fail(r, key, "found %s, allowed: a number greater than 0 and less than 1, "
+				    "at least 1.17549435e-38 (fp32's smallest normal)", lg_json_show(v).s);
 	*out = v->valuedouble;
 	return LG_OK;
 }
