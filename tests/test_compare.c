@@ -413,6 +413,8 @@ static const char *const rz_specs[] = {
 	"{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
 	"\"kv_heads\": 4}",
 	"{\"op\": \"cross_entropy\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"vocab\": 4096}",
+	"{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 4096, \"fused\": true, "
+	"\"label_smoothing\": 0.1}",
 	"{\"op\": \"router_gemm\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"hidden\": 512, \"experts\": 64}",
 };
 
@@ -467,7 +469,7 @@ static void test_rz_every_family(void **state)
 		hcase_free(&h);
 	}
 	printf("%zu bf16 outputs proven to fail when rounded toward zero, %zu not proven\n", proven, not_proven);
-	assert_true(proven >= 8);
+	assert_true(proven >= 13); /* moe_permute dx and moe_unpermute out are sums of one copy for some seeds */
 }
 
 int main(void)
