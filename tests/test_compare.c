@@ -9,8 +9,10 @@
  *     and of qt, one fp32 scale of s and of st; one element unwritten.
  * And it must pass what a correct GPU may produce: the reference itself,
  * and dx computed in fp32 the ways the kernel may (other summation orders,
- * with and without FMA) within the slack the reference gives. The inputs'
- * seed is printed; LINGEN_SEED replays.
+ * with and without FMA) within the slack the reference gives. And for
+ * every family with a bf16 output (test_rz_every_family): its reference
+ * rerun with bf16 rounding toward zero fails each output checked bit for
+ * bit. The inputs' seed is printed; LINGEN_SEED replays.
  */
 #include <math.h>
 #include <setjmp.h>
