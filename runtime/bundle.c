@@ -12,7 +12,8 @@
  *       "file": "lg_op_fwd_bf16_h2048.sm_90a.cubin",       relative to the folder
  *       "size": 12345,                               bytes
  *       "checksum": "0123456789abcdef",              lg_bundle_checksum: XXH3-64 of the file
- *                                                    seeded by spec, entry and arch; 16 hex digits
+ *                                                    seeded by spec, entry, arch and the plan's
+ *                                                    given tile; 16 hex digits
  *       "plan": {                                    what the cubin was generated with
  *         "given": {"threads": 256},     the tile planned from (spec or tuning; {}: heuristic)
  *         "tile": {"rows": 8, "threads": 256},  the tile chosen, every tile key of the family
@@ -35,6 +36,10 @@
  * would be, and the result must equal the whole record (entries, geometry,
  * tile, used): a bundle made by another lingen is turned down, not misread.
  * An embedded table holds the same fields, the spec and plan as JSON text.
+ * "lingen" must be this lingen's version, "nvrtc" a version, "archs" the
+ * archs (each once) that every record's arch is one of; a bundle holds at
+ * most LG_BUNDLE_MAX_ITEMS records, each entry x arch once (an index by
+ * hash: loading and lookups are linear and constant in the records).
  */
 #include "bundle.h"
 
@@ -57,6 +62,7 @@
 struct item {
 	char *canon;                /* canonical spec JSON */
 	char *entry, *arch;
+	char *given;                /* the plan's "given" tile as JSON text */
 	char *file;                 /* folder bundles: path of the cubin */
 	const unsigned char *data;  /* embedded tables: the cubin */
 	size_t size;
@@ -68,6 +74,8 @@ struct lg_bundle {
 	char *where;   /* "bundle /path" or "the embedded bundle (lingen aot)" */
 	struct item *items;
 	size_t n;
+	size_t *slot;    /* open addressing on entry x arch: item index + 1, 0 empty */
+	size_t nslot;    /* a power of two, at least twice n */
 	size_t nkernels; /* distinct entries */
 	char archs[160]; /* "sm_90a, sm_80" */
 };
@@ -81,8 +89,10 @@ void lg_bundle_free(lg_bundle *b)
 		free(b->items[i].entry);
 		free(b->items[i].arch);
 		free(b->items[i].file);
+		free(b->items[i].given);
 	}
 	free(b->items);
+	free(b->slot);
 	free(b->where);
 	free(b);
 }
@@ -222,14 +232,23 @@ static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, const s
 	return LG_OK;
 }
 
-uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *arch, const void *cubin,
-			    size_t size)
+char *lg_plan_given_json(const struct lg_spec *s, const struct lg_plan *p)
+{
+	cJSON *o = tile_object(s->fam, p->given.v, p->given.set);
+	char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+	cJSON_Delete(o);
+	return text;
+}
+
+uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *arch, const char *given,
+			    const void *cubin, size_t size)
 {
 	XXH3_state_t st;
 	XXH3_64bits_reset(&st);
 	XXH3_64bits_update(&st, canon, strlen(canon) + 1);
 	XXH3_64bits_update(&st, entry, strlen(entry) + 1);
 	XXH3_64bits_update(&st, arch, strlen(arch) + 1);
+	XXH3_64bits_update(&st, given, strlen(given) + 1);
 	return XXH3_64bits_withSeed(cubin, size, XXH3_64bits_digest(&st));
 }
 
@@ -270,40 +289,88 @@ static lg_status item_init(struct item *it, const char *spec_json, const cJSON *
 		it->canon = lg_spec_to_json(s);
 		it->entry = strdup(s->entry);
 		it->arch = strdup(t.name);
-		if (!it->canon || !it->entry || !it->arch)
+		it->given = lg_plan_given_json(s, &it->plan);
+		if (!it->canon || !it->entry || !it->arch || !it->given)
 			st = lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
 	}
 	lg_spec_free(s);
 	return st;
 }
 
-/* Count distinct entries and list the archs, for the missing-kernel message. */
-static void summarise(lg_bundle *b)
+/* ------------------------------------------------------------- index */
+
+/* The index of items by entry x arch: open addressing on their XXH3, so
+ * loading n records and each lookup take time linear in n and constant. */
+static size_t *find_slot(const lg_bundle *b, const char *entry, const char *arch)
 {
-	size_t len = 0;
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, entry, strlen(entry) + 1);
+	XXH3_64bits_update(&st, arch, strlen(arch) + 1);
+	size_t mask = b->nslot - 1;
+	for (size_t i = (size_t)XXH3_64bits_digest(&st) & mask;; i = (i + 1) & mask) {
+		size_t *sl = &b->slot[i];
+		if (!*sl)
+			return sl;
+		const struct item *it = &b->items[*sl - 1];
+		if (strcmp(it->entry, entry) == 0 && strcmp(it->arch, arch) == 0)
+			return sl;
+	}
+}
+
+/* Room for n items: the items and an index at most half full. */
+static lg_status bundle_alloc(lg_bundle *b, size_t n, const char *where)
+{
+	if (n > LG_BUNDLE_MAX_ITEMS)
+		return lg_fail(LG_ERR_SPEC, "%s: found %zu cubins, allowed: at most %d", where, n, LG_BUNDLE_MAX_ITEMS);
+	b->nslot = 16;
+	while (b->nslot < 2 * n)
+		b->nslot *= 2;
+	b->slot = calloc(b->nslot, sizeof *b->slot);
+	b->items = calloc(n ? n : 1, sizeof *b->items);
+	if (!b->slot || !b->items)
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
+	return LG_OK;
+}
+
+/* Index item i; a second record of the same entry and arch is refused. */
+static lg_status index_add(lg_bundle *b, size_t i, const char *where)
+{
+	const struct item *it = &b->items[i];
+	size_t *sl = find_slot(b, it->entry, it->arch);
+	if (*sl)
+		return lg_fail(LG_ERR_SPEC, "%s: %s for %s is recorded twice (also record %zu), allowed: once",
+			       where, it->entry, it->arch, *sl - 1);
+	*sl = i + 1;
+	return LG_OK;
+}
+
+/* Count distinct entries and list the archs, for the missing-kernel
+ * message: an entry is new at the first item of it in any listed arch. */
+static lg_status summarise(lg_bundle *b)
+{
+	const char *arch[LG_BUNDLE_MAX_ARCHS];
+	size_t narch = 0, len = 0;
 	for (size_t i = 0; i < b->n; i++) {
 		bool seen_entry = false, seen_arch = false;
-		for (size_t j = 0; j < i; j++) {
-			seen_entry |= strcmp(b->items[j].entry, b->items[i].entry) == 0;
-			seen_arch |= strcmp(b->items[j].arch, b->items[i].arch) == 0;
+		for (size_t a = 0; a < narch; a++) {
+			const size_t *sl = find_slot(b, b->items[i].entry, arch[a]);
+			seen_entry |= *sl && *sl - 1 < i;
+			seen_arch |= strcmp(arch[a], b->items[i].arch) == 0;
 		}
 		b->nkernels += !seen_entry;
-		if (!seen_arch && len + strlen(b->items[i].arch) + 3 < sizeof b->archs)
+		if (seen_arch)
+			continue;
+		if (narch == LG_BUNDLE_MAX_ARCHS)
+			return lg_fail(LG_ERR_SPEC, "%s: cubins for more than %d archs", b->where, LG_BUNDLE_MAX_ARCHS);
+		arch[narch++] = b->items[i].arch;
+		if (len + strlen(b->items[i].arch) + 3 < sizeof b->archs)
 			len += (size_t)snprintf(b->archs + len, sizeof b->archs - len, "%s%s", len ? ", " : "",
 						b->items[i].arch);
 	}
 	if (!len)
 		snprintf(b->archs, sizeof b->archs, "none");
-}
-
-static lg_bundle *bundle_new(size_t n)
-{
-	lg_bundle *b = calloc(1, sizeof *b);
-	if (b && n && !(b->items = calloc(n, sizeof *b->items))) {
-		free(b);
-		return NULL;
-	}
-	return b;
+	return LG_OK;
 }
 
 /* ------------------------------------------------------- folder bundles */
@@ -337,26 +404,93 @@ static lg_status manifest_item(const char *dir, const cJSON *k, struct item *it,
 	return st;
 }
 
+/* The NVRTC version a bundle records: "<major>.<minor>", as built. */
+static bool nvrtc_version_ok(const char *v)
+{
+	int major, minor, end = 0;
+	return v && strlen(v) < 16 && sscanf(v, "%d.%d%n", &major, &minor, &end) == 2 && !v[end] &&
+	       v[0] >= '0' && v[0] <= '9' && major >= 0 && minor >= 0;
+}
+
+/* The versions a bundle records: of this lingen, and of an NVRTC. */
+static lg_status check_versions(const char *where, const char *lingen, const char *nvrtc)
+{
+	if (!lingen || strcmp(lingen, lg_version()) != 0)
+		return lg_fail(LG_ERR_SPEC, "%s: made by lingen %s, this is lingen %s: rebuild the bundle with this lingen",
+			       where, lingen ? lingen : "(no \"lingen\" version)", lg_version());
+	if (!nvrtc_version_ok(nvrtc))
+		return lg_fail(LG_ERR_SPEC, "%s: nvrtc: found %s, expected the NVRTC version the cubins were built with (\"13.0\")",
+			       where, nvrtc ? lg_json_quote(nvrtc).s : "none");
+	return LG_OK;
+}
+
+/* "format", "lingen", "nvrtc" and "archs" of a manifest. */
+static lg_status manifest_header(const char *path, const cJSON *m, const cJSON **archs)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(m, "format");
+	if (!cJSON_IsNumber(f) || f->valuedouble != LG_MANIFEST_FORMAT)
+		return lg_fail(LG_ERR_SPEC, "%s: manifest format %s%s%s%s, this lingen (%s) reads format %d: rebuild the bundle with lingen build",
+			       path, f ? lg_json_show(f).s : "missing", cJSON_IsNumber(f) || !f ? "" : " (",
+			       cJSON_IsNumber(f) || !f ? "" : lg_json_type(f), cJSON_IsNumber(f) || !f ? "" : ")",
+			       lg_version(), LG_MANIFEST_FORMAT);
+	lg_status st = check_versions(path, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "lingen")),
+				      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "nvrtc")));
+	if (st != LG_OK)
+		return st;
+	*archs = cJSON_GetObjectItemCaseSensitive(m, "archs");
+	int n = cJSON_IsArray(*archs) ? cJSON_GetArraySize(*archs) : 0;
+	if (n < 1 || n > LG_BUNDLE_MAX_ARCHS)
+		return lg_fail(LG_ERR_SPEC, "%s: archs: expected an array of 1 to %d archs (the archs of lingen build --arch)",
+			       path, LG_BUNDLE_MAX_ARCHS);
+	int i = 0;
+	for (const cJSON *a = (*archs)->child; a; a = a->next, i++) {
+		struct lg_target t;
+		const char *name = cJSON_GetStringValue(a);
+		if (!name || !lg_target_parse(name, &t) || strcmp(t.name, name) != 0)
+			return lg_fail(LG_ERR_SPEC, "%s: archs[%d]: found %s, expected an arch (sm_<NN>[a])", path, i,
+				       lg_json_show(a).s);
+		for (const cJSON *b = (*archs)->child; b != a; b = b->next)
+			if (strcmp(b->valuestring, name) == 0)
+				return lg_fail(LG_ERR_SPEC, "%s: archs[%d]: %s listed twice, allowed: once", path, i, name);
+	}
+	return LG_OK;
+}
+
+static bool has_arch(const cJSON *archs, const char *arch)
+{
+	for (const cJSON *a = archs->child; a; a = a->next)
+		if (strcmp(a->valuestring, arch) == 0)
+			return true;
+	return false;
+}
+
 static lg_status manifest_parse(lg_bundle *b, const char *dir, const char *path, const cJSON *m)
 {
-	int64_t format = 0;
-	const cJSON *ks = cJSON_GetObjectItemCaseSensitive(m, "kernels");
+	const cJSON *archs = NULL;
 	if (!cJSON_IsObject(m))
 		return lg_fail(LG_ERR_SPEC, "%s: not a JSON object: not a lingen bundle manifest", path);
-	if (!get_int(m, "format", 0, 1000, &format) || format != LG_MANIFEST_FORMAT)
-		return lg_fail(LG_ERR_SPEC, "%s: manifest format %lld, this lingen (%s) reads format %d: rebuild the bundle with lingen build",
-			       path, (long long)format, lg_version(), LG_MANIFEST_FORMAT);
+	lg_status st = manifest_header(path, m, &archs);
+	if (st != LG_OK)
+		return st;
+	const cJSON *ks = cJSON_GetObjectItemCaseSensitive(m, "kernels");
 	if (!cJSON_IsArray(ks))
 		return lg_fail(LG_ERR_SPEC, "%s: expected a \"kernels\" array", path);
-	size_t n = (size_t)cJSON_GetArraySize(ks);
-	if (n && !(b->items = calloc(n, sizeof *b->items)))
-		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", path);
-	for (size_t i = 0; i < n; i++) {
+	size_t n = 0;
+	for (const cJSON *k = ks->child; k; k = k->next)
+		n++;
+	if ((st = bundle_alloc(b, n, path)) != LG_OK)
+		return st;
+	size_t i = 0;
+	for (const cJSON *k = ks->child; k; k = k->next, i++) { /* the list, not GetArrayItem: linear */
 		char where[WHERE_MAX];
 		snprintf(where, sizeof where, "%s: kernels[%zu]", path, i);
 		b->n = i + 1;
-		lg_status st = manifest_item(dir, cJSON_GetArrayItem(ks, (int)i), &b->items[i], where);
-		if (st != LG_OK)
+		if ((st = manifest_item(dir, k, &b->items[i], where)) != LG_OK)
+			return st;
+		if (!has_arch(archs, b->items[i].arch))
+			return lg_fail(LG_ERR_SPEC, "%s.arch: %s is not one of the manifest's archs", where,
+				       b->items[i].arch);
+		if ((st = index_add(b, i, where)) != LG_OK)
 			return st;
 	}
 	return LG_OK;
@@ -370,30 +504,30 @@ lg_status lg_bundle_open(const char *dir, lg_bundle **out)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening bundle %s", dir);
 	size_t len = 0;
 	char *text = NULL;
-	lg_status st = lg_read_file_max(path, (size_t)64 << 20, &text, &len);
+	lg_status st = lg_read_file_max(path, LG_JSON_MAX, &text, &len);
 	if (st != LG_OK) {
 		lg_fail_prefix(st, "cannot read bundle manifest ");
 		lg_fail_append(" (is %s a bundle made by lingen build?)", dir);
 		free(path);
 		return st;
 	}
-	lg_bundle *b = bundle_new(0);
+	lg_bundle *b = calloc(1, sizeof *b);
 	cJSON *m = NULL;
+	struct lg_jreader r;
+	lg_json_init(&r, path);
 	if (!b || asprintf(&b->where, "bundle %s", dir) < 0)
 		st = lg_fail(LG_ERR_NO_MEMORY, "out of memory opening bundle %s", dir);
-	else if (!(m = cJSON_ParseWithLength(text, len)))
-		st = lg_fail(LG_ERR_SPEC, "%s: not valid JSON (near byte %lld)", path,
-			     (long long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - text : 0));
-	else
+	else if ((st = lg_json_parse(&r, text, len, &m)) == LG_OK)
 		st = manifest_parse(b, dir, path, m);
 	cJSON_Delete(m);
 	free(text);
 	free(path);
+	if (st == LG_OK)
+		st = summarise(b);
 	if (st != LG_OK) {
 		lg_bundle_free(b);
 		return st;
 	}
-	summarise(b);
 	lg_log("bundle %s: %zu cubins (%zu kernels for %s)", dir, b->n, b->nkernels, b->archs);
 	*out = b;
 	return LG_OK;
@@ -404,35 +538,42 @@ lg_status lg_bundle_open(const char *dir, lg_bundle **out)
 lg_status lg_bundle_from_aot(const struct lg_aot_table *t, lg_bundle **out)
 {
 	*out = NULL;
+	const char *where = "embedded bundle (lingen aot)";
 	if (t->format != LG_AOT_FORMAT)
-		return lg_fail(LG_ERR_SPEC, "embedded bundle (lingen aot): format %d, this lingen (%s) reads format %d: regenerate it with lingen aot",
-			       t->format, lg_version(), LG_AOT_FORMAT);
-	lg_bundle *b = bundle_new(t->count);
+		return lg_fail(LG_ERR_SPEC, "%s: format %d, this lingen (%s) reads format %d: regenerate it with lingen aot",
+			       where, t->format, lg_version(), LG_AOT_FORMAT);
+	lg_status st = check_versions(where, t->lingen, t->nvrtc);
+	if (st != LG_OK)
+		return st;
+	lg_bundle *b = calloc(1, sizeof *b);
 	if (!b || !(b->where = strdup("the embedded bundle (lingen aot)"))) {
 		lg_bundle_free(b);
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading the embedded bundle");
 	}
-	lg_status st = LG_OK;
+	st = bundle_alloc(b, t->count, where);
 	for (size_t i = 0; st == LG_OK && i < t->count; i++) {
 		const struct lg_aot_entry *e = &t->entries[i];
-		char where[96];
-		snprintf(where, sizeof where, "embedded bundle: entries[%zu]", i);
+		char at[96];
+		snprintf(at, sizeof at, "embedded bundle: entries[%zu]", i);
 		b->n = i + 1;
 		cJSON *plan = e->plan ? cJSON_Parse(e->plan) : NULL;
 		if (!e->spec || !e->arch || !e->cubin || !e->size || !plan)
-			st = lg_fail(LG_ERR_SPEC, "%s: expected spec, arch, plan (JSON) and cubin", where);
+			st = lg_fail(LG_ERR_SPEC, "%s: expected spec, arch, plan (JSON) and cubin", at);
 		else
-			st = item_init(&b->items[i], e->spec, plan, e->arch, where);
+			st = item_init(&b->items[i], e->spec, plan, e->arch, at);
 		cJSON_Delete(plan);
 		b->items[i].data = e->cubin;
 		b->items[i].size = e->size;
 		b->items[i].checksum = e->checksum;
+		if (st == LG_OK)
+			st = index_add(b, i, at);
 	}
+	if (st == LG_OK)
+		st = summarise(b);
 	if (st != LG_OK) {
 		lg_bundle_free(b);
 		return st;
 	}
-	summarise(b);
 	*out = b;
 	return LG_OK;
 }
@@ -463,10 +604,10 @@ static lg_status item_cubin(const lg_bundle *b, const struct item *it, void **cu
 		}
 		data = text;
 	}
-	uint64_t sum = lg_bundle_checksum(it->canon, it->entry, it->arch, data, n);
+	uint64_t sum = lg_bundle_checksum(it->canon, it->entry, it->arch, it->given, data, n);
 	if (n != it->size || sum != it->checksum) {
 		free(data);
-		return lg_fail(LG_ERR_IO, "%s (%s for %s) in %s is corrupt: %zu bytes with checksum %016llx, the manifest says %zu bytes with checksum %016llx; rebuild the bundle",
+		return lg_fail(LG_ERR_IO, "%s (%s for %s) in %s is corrupt, or its record (spec, entry, arch, given tile) changed: %zu bytes with checksum %016llx, the manifest says %zu bytes with checksum %016llx; rebuild the bundle",
 			       it->file ? it->file : it->entry, it->entry, it->arch, b->where, n,
 			       (unsigned long long)sum, it->size, (unsigned long long)it->checksum);
 	}
@@ -478,16 +619,14 @@ static lg_status item_cubin(const lg_bundle *b, const struct item *it, void **cu
 lg_status lg_bundle_get(const lg_bundle *b, const char *canon, const char *entry, const char *arch,
 			struct lg_plan *plan, void **cubin, size_t *size)
 {
-	for (size_t i = 0; i < b->n; i++) {
-		const struct item *it = &b->items[i];
-		if (strcmp(it->entry, entry) != 0 || strcmp(it->arch, arch) != 0)
-			continue;
-		if (strcmp(it->canon, canon) != 0)
-			return missing(b, entry, arch, " with this spec (another spec has that entry name)");
-		lg_status st = item_cubin(b, it, cubin, size);
-		if (st == LG_OK)
-			*plan = it->plan;
-		return st;
-	}
-	return missing(b, entry, arch, "");
+	const size_t *sl = find_slot(b, entry, arch);
+	if (!*sl)
+		return missing(b, entry, arch, "");
+	const struct item *it = &b->items[*sl - 1];
+	if (strcmp(it->canon, canon) != 0)
+		return missing(b, entry, arch, " with this spec (another spec has that entry name)");
+	lg_status st = item_cubin(b, it, cubin, size);
+	if (st == LG_OK)
+		*plan = it->plan;
+	return st;
 }

@@ -23,6 +23,9 @@
 
 /* Version of manifest.json and of struct lg_aot_table (LG_AOT_FORMAT). */
 #define LG_MANIFEST_FORMAT 3
+/* The most cubins a bundle holds (records of "kernels"), and archs. */
+#define LG_BUNDLE_MAX_ITEMS 16384
+#define LG_BUNDLE_MAX_ARCHS 16
 
 typedef struct lg_bundle lg_bundle;
 
@@ -44,10 +47,16 @@ lg_status lg_bundle_get(const lg_bundle *b, const char *canon, const char *entry
 			struct lg_plan *plan, void **cubin, size_t *size);
 
 /* The checksum a manifest or aot table records for a cubin: XXH3-64 of
- * its bytes, seeded with the XXH3-64 of "<canonical spec>\0<entry>\0<arch>",
- * so a cubin moved to another kernel's or arch's record fails it. */
-uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *arch, const void *cubin,
-			    size_t size);
+ * its bytes, seeded with the XXH3-64 of
+ * "<canonical spec>\0<entry>\0<arch>\0<given>\0" (given: the plan's "given"
+ * tile as lg_plan_given_json prints it), so a cubin moved to another
+ * kernel's or arch's record, or a record given another tile (whose plan
+ * would launch the cubin with another geometry), fails it. */
+uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *arch, const char *given,
+			    const void *cubin, size_t size);
+/* The "given" tile of a plan as unformatted JSON ({} for a heuristic
+ * plan); malloc'd, NULL on allocation failure. */
+char *lg_plan_given_json(const struct lg_spec *s, const struct lg_plan *p);
 
 /* The plan as the manifest stores it: tile, args, aux, and per entry point
  * its name and launch geometry (block, dynamic smem, cluster, persistent,

@@ -18,7 +18,8 @@
  *      12  header length              u32 (offset of the payload)
  *      16  key                        16 bytes
  *      32  payload size               u64
- *      40  XXH3-64 of the payload     u64
+ *      40  checksum                   u64: XXH3-64 of every other byte of
+ *                                         the file (header and payload)
  *      48  entry name                 u8 length (<= 159) + bytes
  *       .  arch                       u8 length (<= 15) + bytes
  *       .  payload (the cubin)
@@ -28,7 +29,8 @@
  *     wins, and a reader always sees one whole file. Readers take no lock.
  *  4. A read checks the magic, the version, that the key inside is the key
  *     asked for (a "foreign" file sits under another key's name), that the
- *     sizes agree with the file size (a truncated file) and the checksum.
+ *     sizes agree with the file size (a truncated file) and the checksum,
+ *     which covers every header field (a changed name or arch fails it).
  *     Any problem is a miss, logged under LINGEN_LOG, and the bad file is
  *     unlinked (best effort, only if it is still the file that was read);
  *     the next put writes a good one. Files over 256 MiB are not read.
@@ -345,6 +347,18 @@ struct parsed {
 	char arch[CACHE_MAX_ARCH + 1];
 };
 
+/* The checksum of an entry: XXH3-64 of its bytes but the checksum's own
+ * (header before it, header after it, payload). */
+static uint64_t entry_sum(const uint8_t *hdr, size_t hlen, const void *payload, size_t size)
+{
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	XXH3_64bits_update(&st, hdr, 40);
+	XXH3_64bits_update(&st, hdr + CACHE_FIXED, hlen - CACHE_FIXED);
+	XXH3_64bits_update(&st, payload, size);
+	return XXH3_64bits_digest(&st);
+}
+
 /* Check an entry file's bytes against rule 4. NULL if sound, else why not. */
 static const char *parse(const uint8_t *b, size_t n, const uint8_t key[LG_KEY_BYTES],
 			 struct parsed *out)
@@ -377,7 +391,7 @@ static const char *parse(const uint8_t *b, size_t n, const uint8_t key[LG_KEY_BY
 		return "truncated payload";
 	if (size < n - hdr)
 		return "trailing bytes";
-	if (XXH3_64bits(b + hdr, (size_t)size) != get_u64(b + 40))
+	if (entry_sum(b, hdr, b + hdr, (size_t)size) != get_u64(b + 40))
 		return "checksum mismatch";
 	out->payload = b + hdr;
 	out->size = size;
@@ -525,13 +539,13 @@ void lg_cache_put(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const char *entr
 	put_u32(hdr + 12, (uint32_t)hlen);
 	memcpy(hdr + 16, key, LG_KEY_BYTES);
 	put_u64(hdr + 32, (uint64_t)size);
-	put_u64(hdr + 40, XXH3_64bits(data, size));
 	hdr[CACHE_FIXED] = (uint8_t)nlen;
 	if (nlen)
 		memcpy(hdr + CACHE_FIXED + 1, entry, nlen);
 	hdr[CACHE_FIXED + 1 + nlen] = (uint8_t)alen;
 	if (alen)
 		memcpy(hdr + CACHE_FIXED + 2 + nlen, arch, alen);
+	put_u64(hdr + 40, entry_sum(hdr, hlen, data, size));
 
 	if (lg_mkdir_p(c->dir) != 0)
 		goto fail;

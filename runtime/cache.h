@@ -17,7 +17,7 @@
 
 #include "lingen.h"
 
-#define LG_CACHE_FORMAT 1
+#define LG_CACHE_FORMAT 2
 #define LG_KEY_BYTES 16
 
 typedef struct lg_cache lg_cache;

@@ -116,33 +116,54 @@ static void test_values32(void **state)
 	sweep(2048, ", \"tile\": {\"values\": 32, \"threads\": 256}");
 }
 
-/* No tokens: a zero grid, nothing launched, the pointers never touched. */
-static void test_no_tokens(void **state)
+/* Kernel json launched with run-time sizes `zero` (no tokens, or no rows)
+ * on real buffers of a case at `sizes`, outputs poisoned: it returns LG_OK,
+ * and after a synchronise every output byte is still the poison (nothing
+ * written). */
+static void expect_nothing_written(const char *json, const int64_t *sizes, const int64_t *zero, int nsizes)
 {
-	(void)state;
 	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse("{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
-				       "\"hidden\": 2048, \"quant\": {}}",
-				       &s),
-			 LG_OK);
+	if (lg_spec_parse(json, &s) != LG_OK)
+		fail_msg("%s", lg_last_error());
 	lg_kernel *k = NULL;
 	if (lg_kernel_get(ctx, s, &k) != LG_OK)
 		fail_msg("%s", lg_last_error());
-	const lg_dptr ptrs[5] = {256, 256, 256, 256, 256}; /* aligned, never dereferenced */
-	const int64_t none = 0;
-	if (lg_kernel_run(k, NULL, &none, 1, ptrs, 5) != LG_OK)
+	struct lg_gpu_case g;
+	if (lg_gpu_case_init(&g, s, sizes[0], nsizes > 1 ? sizes : NULL, seed, k) != LG_OK)
 		fail_msg("%s", lg_last_error());
+	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
+	if (lg_kernel_run(k, NULL, zero, nsizes, g.ptrs, g.ref.n) != LG_OK)
+		fail_msg("%s", lg_last_error());
+	assert_int_equal(g.cu->cuCtxSynchronize(), CUDA_SUCCESS);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	size_t checked = 0;
+	for (int i = 0; i < g.ref.n; i++) {
+		const struct lg_ref_buf *b = &g.ref.buf[i];
+		size_t n = b->count * b->elem;
+		const uint8_t *got = g.got[i];
+		if (!b->output || !n || !got)
+			continue;
+		checked++;
+		for (size_t j = 0; j < n; j++)
+			if (got[j] != 0xff)
+				fail_msg("%s with no tokens wrote %s byte %zu (0x%02x)", lg_spec_entry(s), b->name, j, got[j]);
+	}
+	printf("%s at sizes 0: %zu outputs untouched\n", lg_spec_entry(s), checked);
+	assert_true(checked > 0);
+	lg_gpu_case_free(&g);
 	lg_spec_free(s);
+}
+
+/* No tokens: a zero grid, nothing launched, nothing written. */
+static void test_no_tokens(void **state)
+{
+	(void)state;
+	const int64_t some[2] = {256, 4}, zero[2] = {0, 0};
+	expect_nothing_written("{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+			       "\"hidden\": 2048, \"quant\": {}}", some, zero, 1);
 	/* a weight of no rows likewise */
-	assert_int_equal(lg_spec_parse("{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
-				       "\"hidden\": 2048, \"quant\": {}}",
-				       &s),
-			 LG_OK);
-	if (lg_kernel_get(ctx, s, &k) != LG_OK)
-		fail_msg("%s", lg_last_error());
-	if (lg_fp8_quant_weight_forward(k, NULL, 0, 256, 256, 256) != LG_OK)
-		fail_msg("%s", lg_last_error());
-	lg_spec_free(s);
+	expect_nothing_written("{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+			       "\"hidden\": 2048, \"quant\": {}}", some, zero, 1);
 }
 
 /* ---------------------------------- per expert (fp8_quant_batched) */
@@ -197,21 +218,13 @@ static void test_batched_tiles(void **state)
 	}
 }
 
-/* No tokens: a zero grid, nothing launched, the pointers never touched. */
+/* No tokens (4 experts): nothing launched, nothing written. */
 static void test_batched_no_tokens(void **state)
 {
 	(void)state;
-	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse("{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
-				       "\"hidden\": 1024, \"quant\": {}}",
-				       &s),
-			 LG_OK);
-	lg_kernel *k = NULL;
-	if (lg_kernel_get(ctx, s, &k) != LG_OK)
-		fail_msg("%s", lg_last_error());
-	if (lg_fp8_quant_batched_forward(k, NULL, 0, 256, 256, 256, 256, 256, 256, 256) != LG_OK)
-		fail_msg("%s", lg_last_error());
-	lg_spec_free(s);
+	const int64_t some[2] = {256, 4}, zero_tokens[2] = {0, 4};
+	expect_nothing_written("{\"op\": \"fp8_quant_batched\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+			       "\"hidden\": 1024, \"quant\": {}}", some, zero_tokens, 2);
 }
 
 /* Counts the reference's fill never gives: summing to less than the tokens

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -178,8 +179,10 @@ static void test_manifest(void **state)
 			char *data = bundle_cubin(lg_spec_entry(s), archs[a], &n);
 			lg_test_assert_cubin(data, n);
 			char sum[17];
+			char *given = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetObjectItem(k, "plan"), "given"));
 			snprintf(sum, sizeof sum, "%016llx",
-				 (unsigned long long)lg_bundle_checksum(canon, lg_spec_entry(s), archs[a], data, n));
+				 (unsigned long long)lg_bundle_checksum(canon, lg_spec_entry(s), archs[a], given, data, n));
+			free(given);
 			assert_string_equal(cJSON_GetStringValue(cJSON_GetObjectItem(k, "checksum")), sum);
 			assert_int_equal((size_t)cJSON_GetNumberValue(cJSON_GetObjectItem(k, "size")), n);
 			free(data);
@@ -425,7 +428,7 @@ static void test_bad_manifest(void **state)
 
 	char *path = lg_test_path(dir, "manifest.json");
 	lg_test_write_file(path, "{ \"format\": 3, ", 15);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "not valid JSON");
+	expect_bad_bundle(dir, LG_ERR_SPEC, "malformed JSON");
 
 	write_edited(dir, set_format_1);
 	expect_bad_bundle(dir, LG_ERR_SPEC, "format 1");
@@ -447,6 +450,161 @@ static void test_bad_manifest(void **state)
 	assert_int_equal(lg_ctx_create(&both, &c), LG_ERR_INVALID_ARG);
 	free(path);
 	free(dir);
+}
+
+static void other_lingen(cJSON *m) { cJSON_ReplaceItemInObject(m, "lingen", cJSON_CreateString("9.9.9")); }
+static void old_arch(cJSON *m)
+{
+	cJSON *a = cJSON_CreateArray();
+	cJSON_AddItemToArray(a, cJSON_CreateString("sm_70"));
+	cJSON_ReplaceItemInObject(m, "archs", a);
+}
+static void no_archs(cJSON *m) { cJSON_DeleteItemFromObject(m, "archs"); }
+static void fewer_archs(cJSON *m) { cJSON_DeleteItemFromArray(cJSON_GetObjectItem(m, "archs"), 1); }
+static void twice_arch(cJSON *m)
+{
+	cJSON_AddItemToArray(cJSON_GetObjectItem(m, "archs"), cJSON_CreateString("sm_90a"));
+}
+static void no_nvrtc(cJSON *m) { cJSON_DeleteItemFromObject(m, "nvrtc"); }
+static void bad_nvrtc(cJSON *m) { cJSON_ReplaceItemInObject(m, "nvrtc", cJSON_CreateString("13.0 beta")); }
+static void format_string(cJSON *m) { cJSON_ReplaceItemInObject(m, "format", cJSON_CreateString("3")); }
+
+/* The versions and archs a manifest records are checked (README: another
+ * lingen's manifest is refused), and "format" is shown as found. */
+static void test_manifest_versions(void **state)
+{
+	(void)state;
+	char *dir = lg_test_path(tmp, "versions");
+	assert_int_equal(mkdir(dir, 0755), 0);
+	write_edited(dir, other_lingen);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "made by lingen 9.9.9, this is lingen " LINGEN_VERSION);
+	write_edited(dir, old_arch);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "archs[0]: found \"sm_70\", expected an arch");
+	write_edited(dir, no_archs);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "archs: expected an array of 1 to");
+	write_edited(dir, fewer_archs);
+	expect_bad_bundle(dir, LG_ERR_SPEC, ".arch: sm_80 is not one of the manifest's archs");
+	write_edited(dir, twice_arch);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "archs[2]: sm_90a listed twice");
+	write_edited(dir, no_nvrtc);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "nvrtc: found none");
+	write_edited(dir, bad_nvrtc);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "nvrtc: found \"13.0 beta\"");
+	write_edited(dir, format_string);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "manifest format \"3\" (a string), this lingen");
+	lg_test_rm_rf(dir);
+	free(dir);
+}
+
+/* A manifest of n records, each a copy of kernel 0, written into dir. */
+static void write_copies(const char *dir, int n)
+{
+	cJSON *m = load_manifest(), *ks = cJSON_GetObjectItem(m, "kernels");
+	cJSON *k0 = cJSON_DetachItemFromArray(ks, 0);
+	while (cJSON_GetArraySize(ks) > 0)
+		cJSON_DeleteItemFromArray(ks, 0);
+	cJSON *last = NULL;
+	for (int i = 0; i < n; i++) { /* appended after the last: linear */
+		cJSON *c = cJSON_Duplicate(k0, true);
+		if (!last)
+			cJSON_AddItemToArray(ks, c);
+		else
+			last->next = c, c->prev = last, ks->child->prev = c;
+		last = c;
+	}
+	cJSON_Delete(k0);
+	char *text = cJSON_PrintUnformatted(m), *path = lg_test_path(dir, "manifest.json");
+	fprintf(stderr, "manifest of %d copies: %zu bytes\n", n, strlen(text));
+	lg_test_write_file(path, text, strlen(text));
+	free(path);
+	free(text);
+	cJSON_Delete(m);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* One record repeated: refused at its second copy (loading was quadratic:
+ * 70,000 copies, 59 MB, ran for minutes); more records than a bundle may
+ * hold: refused by their count. */
+static void test_duplicate_records(void **state)
+{
+	(void)state;
+	lg_nvrtc_block_for_tests(1);
+	char *dir = lg_test_path(tmp, "copies");
+	assert_int_equal(mkdir(dir, 0755), 0);
+	write_copies(dir, 2);
+	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[1]: lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2 for sm_90a is recorded twice (also record 0)");
+	write_copies(dir, LG_BUNDLE_MAX_ITEMS);
+	double t = now_s();
+	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[1]: lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2 for sm_90a is recorded twice");
+	fprintf(stderr, "refused in %.3f s\n", now_s() - t);
+	write_copies(dir, 70000); /* 60 MB */
+	t = now_s();
+	expect_bad_bundle(dir, LG_ERR_SPEC, "found 70000 cubins, allowed: at most");
+	fprintf(stderr, "refused in %.3f s\n", now_s() - t);
+	lg_test_rm_rf(dir);
+	free(dir);
+	lg_nvrtc_block_for_tests(0);
+}
+
+/* The plan of a build given tile {threads: 256} put on the heuristic
+ * record of the same spec: a consistent plan (it re-plans the same), but
+ * not the one the cubin was built with. The checksum binds the given tile
+ * to the cubin: the lookup fails (it returned the heuristic cubin). */
+static void test_other_given_tile(void **state)
+{
+	(void)state;
+	char *spec = lg_test_path(tmp, "tiled.json"), *tiled = lg_test_path(tmp, "tiled");
+	const char *text = "{\"kernels\": [{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+			   "\"hidden\": 2048, \"eps\": 1e-6, \"tile\": {\"threads\": 256}}]}";
+	lg_test_write_file(spec, text, strlen(text));
+	char *argv[] = {(char *)LG_CLI, (char *)"build", spec, (char *)"--arch", (char *)"sm_80", (char *)"-o", tiled,
+			NULL};
+	struct lg_proc p = run_prog(0, argv);
+	lg_proc_free(&p);
+	char *tpath = lg_test_path(tiled, "manifest.json"), *ttext = lg_test_read_file(tpath, NULL);
+	cJSON *tm = cJSON_Parse(ttext);
+	assert_non_null(tm);
+	cJSON *tplan = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(tm, "kernels"), 0), "plan");
+	assert_int_equal((int)cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(tplan, "given"), "threads")),
+			 256);
+
+	char *path = lg_test_path(bundle, "manifest.json"), *orig = lg_test_read_file(path, NULL);
+	cJSON *m = cJSON_Parse(orig);
+	const lg_spec *s = lg_spec_file_get(norms, 1);
+	cJSON *k = manifest_kernel(m, lg_spec_entry(s), "sm_80");
+	cJSON_ReplaceItemInObject(k, "plan", cJSON_Duplicate(tplan, true));
+	char *edited = cJSON_Print(m);
+	lg_test_write_file(path, edited, strlen(edited));
+
+	lg_nvrtc_block_for_tests(1);
+	lg_ctx *c = bundle_ctx("sm_80", NULL);
+	const void *cubin;
+	size_t size;
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_ERR_IO);
+	fprintf(stderr, "%s\n", lg_last_error());
+	assert_non_null(strstr(lg_last_error(), "given tile"));
+	lg_ctx_destroy(c);
+	lg_nvrtc_block_for_tests(0);
+
+	lg_test_write_file(path, orig, strlen(orig)); /* restored: the record is served again */
+	c = bundle_ctx("sm_80", NULL);
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), LG_OK);
+	lg_ctx_destroy(c);
+	free(edited);
+	cJSON_Delete(m);
+	cJSON_Delete(tm);
+	free(orig);
+	free(path);
+	free(ttext);
+	free(tpath);
+	free(tiled);
+	free(spec);
 }
 
 /* Records whose cubins were swapped (file, size, checksum moved together)
@@ -506,11 +664,13 @@ static void test_aot_table(void **state)
 		keep[3 * i] = lg_spec_canonical(s);
 		keep[3 * i + 1] = cJSON_PrintUnformatted(cJSON_GetObjectItem(k, "plan"));
 		keep[3 * i + 2] = bundle_cubin(lg_spec_entry(s), "sm_80", &n);
+		char *given = cJSON_PrintUnformatted(cJSON_GetObjectItem(cJSON_GetObjectItem(k, "plan"), "given"));
 		es[i] = (struct lg_aot_entry){.spec = keep[3 * i], .entry = lg_spec_entry(s), .arch = "sm_80",
 					      .plan = keep[3 * i + 1],
 					      .cubin = (const unsigned char *)keep[3 * i + 2], .size = n,
-					      .checksum = lg_bundle_checksum(keep[3 * i], lg_spec_entry(s), "sm_80",
+					      .checksum = lg_bundle_checksum(keep[3 * i], lg_spec_entry(s), "sm_80", given,
 									     keep[3 * i + 2], n)};
+		free(given);
 	}
 	struct lg_aot_table t = {.format = LG_AOT_FORMAT, .lingen = LINGEN_VERSION, .nvrtc = "13.0",
 				 .count = nk, .entries = es};
@@ -646,6 +806,8 @@ int main(void)
 		cmocka_unit_test(test_plan_tmaps),
 		cmocka_unit_test(test_corrupt_cubin), cmocka_unit_test(test_bad_manifest),
 		cmocka_unit_test(test_swapped_cubins),
+		cmocka_unit_test(test_manifest_versions), cmocka_unit_test(test_duplicate_records),
+		cmocka_unit_test(test_other_given_tile),
 		cmocka_unit_test(test_aot_table),    cmocka_unit_test(test_aot_cli),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

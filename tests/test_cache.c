@@ -228,6 +228,37 @@ static void test_corrupt(void **state)
 	entry_teardown(&e);
 }
 
+/* Every header byte is covered: one changed anywhere (magic, version,
+ * lengths, key, size, checksum, name, arch) makes the entry a miss, and a
+ * listing calls it invalid (a changed name byte was a hit and "valid"). */
+static void test_header_covered(void **state)
+{
+	(void)state;
+	struct entry_fixture e;
+	entry_setup(&e, "lg_header_covered_entry", 512, 7);
+	const size_t hdr = e.n - e.size;
+	assert_true(hdr > 52);
+	for (size_t i = 0; i < hdr; i++) {
+		char *b = malloc(e.n);
+		assert_non_null(b);
+		memcpy(b, e.bytes, e.n);
+		b[i] = b[i] == 'X' ? 'Y' : 'X';
+		lg_test_write_file(e.file, b, e.n);
+		struct lg_cache_entry *l = NULL;
+		size_t n = 0;
+		assert_int_equal(lg_cache_list(e.c, &l, &n), LG_OK);
+		assert_int_equal(n, 1);
+		if (l[0].valid)
+			fail_msg("header byte %zu changed, the entry still lists valid", i);
+		free(l);
+		assert_miss(e.c, e.key);
+		free(b);
+	}
+	lg_test_write_file(e.file, e.bytes, e.n);
+	assert_hit(e.c, e.key, e.payload, e.size);
+	entry_teardown(&e);
+}
+
 static void test_truncated(void **state)
 {
 	(void)state;
@@ -727,6 +758,7 @@ int main(void)
 		cmocka_unit_test(test_key_hex),
 		cmocka_unit_test(test_corrupt),
 		cmocka_unit_test(test_truncated),
+		cmocka_unit_test(test_header_covered),
 		cmocka_unit_test(test_foreign),
 		cmocka_unit_test(test_fifo_entry),
 		cmocka_unit_test(test_folder_at_entry),

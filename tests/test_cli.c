@@ -160,6 +160,30 @@ static void test_gen_bad_input(void **state)
 	assert_non_null(strstr(p.err, "kernels[0].hidden"));
 	lg_proc_free(&p);
 
+	/* a number the kernel would hold as 0 in fp32: refused with the path,
+	 * by gen as by build (it generated, then NVRTC refused "5e-324f") */
+	static const char tiny[] = "{\"kernels\": [{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+				   "\"head_dim\": 128, \"q_heads\": 16, \"kv_heads\": 4, \"mscale\": 5e-324}]}";
+	lg_test_write_file(bad, tiny, sizeof tiny - 1);
+	p = cli(2, NULL, "gen", bad, NULL);
+	assert_non_null(strstr(p.err, "bad-spec.json: kernels[0].mscale: found 5e-324"));
+	lg_proc_free(&p);
+	run(2, NULL, "build", bad, "--arch", "sm_80", "-o", dir, NULL);
+	char *model = lg_test_path(dir, "model.json"), *text = lg_test_read_file(LING_MINI, NULL);
+	assert_non_null(text);
+	char *eps = strstr(text, "\"eps\": 1e-6");
+	assert_non_null(eps);
+	size_t at = (size_t)(eps - text) + strlen("\"eps\": ");
+	char *edited;
+	assert_true(asprintf(&edited, "%.*s5e-324%s", (int)at, text, text + at + strlen("1e-6")) > 0);
+	lg_test_write_file(model, edited, strlen(edited));
+	p = cli(2, NULL, "expand", model, NULL);
+	assert_non_null(strstr(p.err, "model.json: eps: found 5e-324"));
+	lg_proc_free(&p);
+	free(edited);
+	free(text);
+	free(model);
+
 	char *missing = lg_test_path(dir, "no-such-spec.json");
 	p = cli(2, NULL, "gen", missing, NULL);
 	assert_non_null(strstr(p.err, "no-such-spec.json"));
@@ -234,8 +258,11 @@ static void check_manifest(const char *dir, const char *const *archs, int narch)
 				assert_non_null(data);
 				char sum[17];
 				char *canon = lg_spec_canonical(lg_spec_file_get(f, i));
+				char *given = cJSON_PrintUnformatted(
+					cJSON_GetObjectItem(cJSON_GetObjectItem(k, "plan"), "given"));
 				snprintf(sum, sizeof sum, "%016llx",
-					 (unsigned long long)lg_bundle_checksum(canon, entry, archs[a], data, n));
+					 (unsigned long long)lg_bundle_checksum(canon, entry, archs[a], given, data, n));
+				free(given);
 				free(canon);
 				assert_string_equal(sum, cJSON_GetStringValue(
 								 cJSON_GetObjectItem(k, "checksum")));
@@ -345,6 +372,20 @@ static void test_cache(void **state)
 	/* --dir names the same folder explicitly */
 	run(0, NULL, "cache", "verify", "--dir", cache, NULL);
 
+	/* the issue's reproducer: one byte of the stored entry name
+	 * (printf X | dd of=ENTRY.lgc bs=1 seek=52 conv=notrunc) */
+	char *sh;
+	assert_true(asprintf(&sh, "for f in '%s'/*.lgc; do printf X | dd of=\"$f\" bs=1 seek=52 conv=notrunc 2>/dev/null; done",
+			     cache) > 0);
+	assert_int_equal(system(sh), 0);
+	free(sh);
+	p = cli(1, cache, "cache", "verify", NULL);
+	assert_non_null(strstr(p.err, "checksum mismatch"));
+	assert_non_null(strstr(p.out, "0 of "));
+	lg_proc_free(&p);
+	run(0, cache, "build", NORMS, "--arch", "sm_90a", "-o", out, NULL); /* misses: written again */
+	run(0, cache, "cache", "verify", NULL);
+
 	corrupt_one(cache);
 	p = cli(1, cache, "cache", "verify", NULL);
 	assert_true(strlen(p.err) > 0);
@@ -409,6 +450,64 @@ static void test_check_without_gpu(void **state)
 	lg_proc_free(&p);
 
 	run(2, NULL, "check", NORMS, "--tokens", "0", NULL);
+}
+
+/* --tokens is read one strict way: an empty value, an empty item, a space
+ * before or after a number are all usage errors (exit 2) naming what was
+ * found ("" meant 8192 and " 5" was 5, while "1," and "5 " were refused). */
+static void test_tokens_strict(void **state)
+{
+	(void)state;
+	static const char *const bad[] = {"", "1,", ",1", " 5", "5 ", "5,,6", "+5", "0x10", "1e3"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		struct lg_proc p = cli(2, NULL, "check", NORMS, "--tokens", bad[i], NULL);
+		assert_non_null(strstr(p.err, "--tokens: found '"));
+		assert_non_null(strstr(p.err, "expected an integer from 1 to"));
+		lg_proc_free(&p);
+	}
+}
+
+/* LINGEN_TUNING naming a file that cannot be read (missing, a FIFO, over
+ * the 16 MiB input bound) is bad input as such a spec is: exit 2 naming
+ * the file (it was 1, a failed run). */
+static void test_tuning_unreadable(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("cli-tuning");
+	char *fifo = lg_test_path(dir, "fifo"), *big = lg_test_path(dir, "big.json");
+	char *missing = lg_test_path(dir, "missing.json"), *out = lg_test_path(dir, "out");
+	assert_int_equal(mkfifo(fifo, 0600), 0);
+	size_t n = (size_t)17 << 20;
+	char *zeros = calloc(1, n);
+	assert_non_null(zeros);
+	lg_test_write_file(big, zeros, n);
+	free(zeros);
+	const char *files[] = {missing, fifo, big}, *why[] = {"No such file", "FIFO", "larger than 16 MiB"};
+	for (int i = 0; i < 3; i++) {
+		for (int t = 0; t < 2; t++) { /* the file as the spec, then as the tuning file */
+			char *env[3] = {NULL, NULL, NULL}, *cache = lg_test_path(dir, "cache");
+			assert_true(asprintf(&env[0], "LINGEN_CACHE_DIR=%s", cache) > 0);
+			assert_true(asprintf(&env[1], "LINGEN_TUNING=%s", t ? files[i] : "off") > 0);
+			char *argv[] = {(char *)LG_CLI, (char *)"build", (char *)(t ? NORMS : files[i]),
+					(char *)"--arch", (char *)"sm_80", (char *)"-o", out, NULL};
+			struct lg_proc p;
+			assert_int_equal(lg_proc_run(argv, env, &p), 0);
+			fprintf(stderr, "%s %s -> %d\n%s", t ? "tuning" : "spec", files[i], p.status, p.err);
+			assert_int_equal(p.status, 2);
+			assert_non_null(strstr(p.err, files[i]));
+			assert_non_null(strstr(p.err, why[i]));
+			lg_proc_free(&p);
+			free(env[0]);
+			free(env[1]);
+			free(cache);
+		}
+	}
+	lg_test_rm_rf(dir);
+	free(out);
+	free(missing);
+	free(big);
+	free(fifo);
+	free(dir);
 }
 
 /* check's seed: --seed or LINGEN_SEED, checked before any GPU work (bad
@@ -576,6 +675,7 @@ int main(void)
 		cmocka_unit_test(test_gen),           cmocka_unit_test(test_gen_bad_input),
 		cmocka_unit_test(test_build),         cmocka_unit_test(test_write_errors),         cmocka_unit_test(test_cache),
 		cmocka_unit_test(test_check_without_gpu), cmocka_unit_test(test_check_seed),
+		cmocka_unit_test(test_tokens_strict),     cmocka_unit_test(test_tuning_unreadable),
 		cmocka_unit_test(test_bench_jit),
 		cmocka_unit_test(test_expand),
 	};

@@ -5,6 +5,7 @@
  * in the source, and the fp8 conversion is the hardware one on sm_90a and
  * software on sm_80.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 
 #include <cmocka.h>
 
+#include "buf.h"
 #include "generate.h"
 #include "nvrtc.h"
 #include "spec.h"
@@ -99,11 +101,57 @@ static void test_k1_shapes_compile(void **state)
 	}
 }
 
+/* Every float constant comes from lg_float_literal: a CUDA float literal
+ * (a point or an exponent, then f) that reads back as the fp32 value, for
+ * whole numbers too ("2f" was emitted for mscale 2 and NVRTC refused it). */
+static void test_float_literals(void **state)
+{
+	(void)state;
+	uint64_t seed = lg_test_seed("test_compile test_float_literals"), r = seed;
+	const double fixed[] = {0, -0.0, 1, 2, -3, 100, 1e30, 0x1p-126, 0.1, 1e-6, 16777216, 3.4028234663852886e38};
+	for (int i = 0; i < 20000; i++) {
+		double v;
+		if (i < (int)(sizeof fixed / sizeof fixed[0])) {
+			v = fixed[i];
+		} else {
+			r = r * 6364136223846793005ull + 1442695040888963407ull;
+			int e = (int)(r >> 58) - 32; /* 2^-32 .. 2^31, some whole */
+			v = ldexp((double)(r >> 40) / (double)(1u << 24), e);
+			if (i % 3 == 0)
+				v = floor(v);
+		}
+		char t[LG_FLOAT_LITERAL_MAX], d[LG_FLOAT_LITERAL_MAX];
+		lg_float_literal(v, t);
+		size_t n = strlen(t);
+		if (n < 2 || t[n - 1] != 'f' || !strpbrk(t, ".e") || strtof(t, NULL) != (float)v)
+			fail_msg("float %.17g: literal %s", v, t);
+		lg_double_literal(v, d);
+		if (!strpbrk(d, ".e") || strtod(d, NULL) != v)
+			fail_msg("double %.17g: literal %s", v, d);
+	}
+	/* the reproducers: mscale 2 (and the other whole numbers), eps at fp32's smallest normal */
+	static const char *const specs[] = {
+		"{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
+		"\"kv_heads\": 4, \"mscale\": 2}",
+		"{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, \"q_heads\": 16, "
+		"\"kv_heads\": 4, \"mscale\": 1e29, \"eps\": 1.1754943508222875e-38}",
+		"{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, \"eps\": 1.2e-38}",
+	};
+	for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+		lg_spec *s = NULL;
+		if (lg_spec_parse(specs[i], &s) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		compile_one(s, "sm_80");
+		lg_spec_free(s);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shipped_specs_compile),
 		cmocka_unit_test(test_k1_shapes_compile),
+		cmocka_unit_test(test_float_literals),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -317,6 +317,9 @@ static const struct bad bad_models[] = {
 				       "allowed: 0 when shared_experts is 0"}},
 	{"eps", "0", NULL, {"m.json: eps: found 0", "allowed: a number greater than 0 and less than 1"}},
 	{"eps", NULL, NULL, {"m.json: eps: missing", "rms_norm_eps"}},
+	/* 0 in fp32: expand refuses it as build would have failed */
+	{"eps", "5e-324", NULL, {"m.json: eps: found 5e-324", "fp32's smallest normal"}},
+	{"eps", "1e-39", NULL, {"m.json: eps: found 1e-39", "fp32's smallest normal"}},
 	{"rotary_fraction", "1.5", NULL, {"m.json: rotary_fraction: found 1.5",
 					  "allowed: a number greater than 0 and at most 1"}},
 	{"rotary_fraction", "0.3", NULL, {"m.json: rotary_fraction: found 0.3",

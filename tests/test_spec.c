@@ -203,8 +203,26 @@ static const struct bad bad_specs[] = {
 	 "\"hidden\": 1}]}", {"skipped[0]: unknown key \"hidden\"", "allowed keys: op, pass, why"}},
 	/* junk */
 	{"\"just a string\"", {"top level: found \"just a string\"", "allowed: an object"}},
-	{"{\"kernels\": [{\"op\": \"rms\\u0000norm\"}]}", {"kernels[0].op: found \"rms\"", "allowed"}},
+	/* numbers a kernel would hold as 0 or a denormal fp32 (NVRTC refused
+	 * 5e-324f; the values cannot be emitted as they are) */
+	{"{\"kernels\": [{\"op\": \"qk_norm_rope\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"head_dim\": 128, "
+	 "\"q_heads\": 16, \"kv_heads\": 4, \"mscale\": 5e-324}]}",
+	 {"kernels[0].mscale: found 5e-324", "fp32's smallest normal"}},
+	{"{\"kernels\": [{\"op\": \"qk_norm_rope\", \"pass\": \"backward\", \"dtype\": \"bf16\", \"head_dim\": 128, "
+	 "\"q_heads\": 16, \"kv_heads\": 4, \"eps\": 5e-324}]}",
+	 {"kernels[0].eps: found 5e-324", "fp32's smallest normal"}},
+	{"{\"kernels\": [{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"eps\": 1e-40}]}", {"kernels[0].eps: found 1e-40", "fp32's smallest normal"}},
+	{"{\"kernels\": [{\"op\": \"cross_entropy\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"vocab\": 50257, "
+	 "\"label_smoothing\": 1e-36}]}", {"label_smoothing: found 1e-36", "is not an fp32 normal"}},
+	/* a NUL in a string (cJSON would cut the name at it) */
+	{"{\"kernels\": [{\"op\": \"rms\\u0000norm\"}]}", {"line 1, column 25: a NUL character", "without NUL"}},
+	{"{\"kernels\": [{\"op\": \"rmsnorm\\u0000garbage\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
+	 "\"hidden\": 2048}]}", {"column 29: a NUL character (\\u0000) in a string"}},
+	{"{\"kernels\": [{\"op\": \"rms\\\\u0000norm\"}]}", {"kernels[0].op: found \"rms\\\\u0000norm\""}},
+	{"{\"kernels\": [{\"op\": \"rms\tnorm\"}]}", {"a control character in a string"}},
 };
+
 
 #define FILE_NAME "norms.json"
 
@@ -232,6 +250,34 @@ static void test_bad_specs(void **state)
 		lg_spec_file_free(f);
 	}
 	assert_int_equal(failures, 0);
+}
+
+/* Raw NUL and control bytes (cJSON skips them as whitespace) are refused
+ * where they are, between tokens as in a string. */
+static void test_nul_bytes(void **state)
+{
+	(void)state;
+	static const char spec[] = "{\"kernels\": [" RN "]}";
+	const size_t n = sizeof spec - 1;
+	lg_spec_file *f = NULL;
+	assert_int_equal(lg_spec_file_parse(spec, n, FILE_NAME, &f), LG_OK);
+	lg_spec_file_free(f);
+	const size_t at[] = {1, 12, n - 1};
+	const char bytes[] = {0, 1, 0x1f};
+	for (size_t i = 0; i < sizeof at / sizeof at[0]; i++)
+		for (size_t b = 0; b < sizeof bytes; b++) {
+			char text[sizeof spec + 1];
+			memcpy(text, spec, at[i]);
+			text[at[i]] = bytes[b];
+			memcpy(text + at[i] + 1, spec + at[i], n - at[i]);
+			f = NULL;
+			assert_int_equal(lg_spec_file_parse(text, n + 1, FILE_NAME, &f), LG_ERR_SPEC);
+			assert_null(f);
+			fprintf(stderr, "byte %d at %zu: %s\n", bytes[b], at[i], lg_last_error());
+			char want[32];
+			snprintf(want, sizeof want, "column %zu: a control character", at[i] + 1);
+			assert_non_null(strstr(lg_last_error(), want));
+		}
 }
 
 static lg_spec *parse_ok(const char *json)
@@ -602,6 +648,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_bad_specs),
+		cmocka_unit_test(test_nul_bytes),
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_canonical),
 		cmocka_unit_test(test_single_kernel_errors),

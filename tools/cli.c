@@ -76,6 +76,13 @@ int lg_cli_status_exit(lg_status st)
 	}
 }
 
+int lg_cli_ctx_exit(lg_status st)
+{
+	/* a context reads no input but its tuning file or bundle manifest: one
+	 * that cannot be read is bad input, as an unreadable spec file is */
+	return st == LG_ERR_IO ? LG_EXIT_USAGE : lg_cli_status_exit(st);
+}
+
 /* ------------------------------------------------------------ options */
 
 void lg_cli_help(const struct lg_cli_cmd *cmd, FILE *f)
@@ -202,7 +209,10 @@ int lg_cli_int(const struct lg_cli_cmd *cmd, const char *opt, const char *text,
 	char *end;
 	errno = 0;
 	long long v = strtoll(text, &end, 10);
-	if (errno || end == text || *end || v < min || v > max)
+	/* strict: digits with an optional '-', no space around (strtoll skips
+	 * leading space; none is accepted after, so none before either) */
+	bool starts = (text[0] >= '0' && text[0] <= '9') || (text[0] == '-' && text[1] >= '0' && text[1] <= '9');
+	if (!starts || errno || end == text || *end || v < min || v > max)
 		return lg_cli_usage_error(cmd, "--%s: found '%s', expected an integer from %lld to %lld",
 					  opt, text, min, max);
 	*out = v;
@@ -259,7 +269,7 @@ int lg_cli_tokens(const struct lg_cli_cmd *cmd, const char *text, int64_t dflt, 
 	*n = 0;
 	char **parts = NULL;
 	int np = 0;
-	if (!text || !*text) {
+	if (!text) {
 		*out = malloc(sizeof **out);
 		if (!*out)
 			return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
@@ -438,6 +448,10 @@ int lg_cli_gpu_ctx(const char *what, lg_ctx **ctx)
 {
 	lg_ctx_opts o = {.arch = NULL, .cache_dir = NULL};
 	lg_status st = lg_ctx_create(&o, ctx);
+	if (lg_cli_ctx_exit(st) == LG_EXIT_USAGE) { /* bad input (a tuning file), not a missing GPU */
+		*ctx = NULL;
+		return lg_cli_fail(LG_EXIT_USAGE, "%s", lg_cli_error(st));
+	}
 	if (st != LG_OK) {
 		const char *why = lg_cli_error(st);
 		*ctx = NULL;

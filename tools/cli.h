@@ -82,6 +82,9 @@ const char *lg_cli_error(lg_status st);
 /* Exit status for a failed library call: 2 for bad input (spec, argument),
  * 1 for everything else (driver, NVRTC, I/O, CUDA). */
 int lg_cli_status_exit(lg_status st);
+/* The exit code of a failed lg_ctx_create: as lg_cli_status_exit, but an
+ * unreadable tuning file or manifest (LG_ERR_IO) is bad input (2). */
+int lg_cli_ctx_exit(lg_status st);
 
 /* ---------------------------------------------------------- values */
 

@@ -59,7 +59,14 @@ static void run_job(const struct lg_compile_set *s, lg_ctx *ctx, struct lg_compi
 		job_fail(j, LG_EXIT_FAIL, "out of memory");
 		return;
 	}
-	j->checksum = lg_bundle_checksum(canon, entry, s->archs[j->arch], cubin, j->size);
+	char *given = lg_plan_given_json(j->k->spec, &j->plan);
+	if (!given) {
+		free(canon);
+		job_fail(j, LG_EXIT_FAIL, "out of memory");
+		return;
+	}
+	j->checksum = lg_bundle_checksum(canon, entry, s->archs[j->arch], given, cubin, j->size);
+	free(given);
 	free(canon);
 	if (!(j->cubin = malloc(j->size)))
 		job_fail(j, LG_EXIT_FAIL, "out of memory");
@@ -80,7 +87,7 @@ static lg_ctx *worker_ctx(struct worker *w, struct lg_compiled *j)
 		lg_status st = lg_ctx_create(&o, &w->ctx[j->arch]);
 		if (st != LG_OK) {
 			w->ctx[j->arch] = NULL;
-			job_fail(j, lg_cli_status_exit(st), "context for %s: %s", o.arch, lg_cli_error(st));
+			job_fail(j, lg_cli_ctx_exit(st), "context for %s: %s", o.arch, lg_cli_error(st));
 		}
 	}
 	return w->ctx[j->arch];

@@ -10,7 +10,10 @@
 # plus the corpus earlier runs kept in BUILD_DIR/corpus/<harness>, runs each
 # for SECONDS_EACH, and prints one line per harness: executions, corpus size,
 # and "0 crashes" or the crashing input (left in BUILD_DIR/crash-*). Exit
-# status 1 if any harness found a crash, a leak or a timeout.
+# status 1 if any harness found a crash, a leak or a timeout. The manifest
+# harness also makes large and duplicated kernels lists (an input starting
+# with a 0 byte) and fails an input that takes longer than
+# LINGEN_FUZZ_MANIFEST_SECONDS (default 10) to load or be refused.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-15}
@@ -38,6 +41,11 @@ tmp=$(mktemp -d)
 if LINGEN_CACHE_DIR=off "$dir/lingen" build configs/kernels/ling-mini-2.0-norms.json --arch sm_90a \
 	-o "$tmp/bundle" > /dev/null 2>&1; then
 	cp "$tmp/bundle/manifest.json" "$seeds/manifest/"
+	# amplified seeds (fuzz_manifest.c): the kernels list made large, repeated
+	# (2^16 records), each record repeated (2^10 records), one duplicate at the end
+	for b in 10 2c 40; do
+		{ printf "\\x00\\x$b"; cat "$tmp/bundle/manifest.json"; } > "$seeds/manifest/amplified-$b.json"
+	done
 else
 	echo "tools/fuzz.sh: no NVRTC: the manifest harness starts from an empty corpus" >&2
 fi

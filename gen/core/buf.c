@@ -3,10 +3,14 @@
  */
 #include "buf.h"
 
+#include <float.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "error.h"
 
 void lg_buf_init(lg_buf *b) { memset(b, 0, sizeof *b); }
 
@@ -183,4 +187,37 @@ char *lg_buf_finish(lg_buf *b, size_t *len)
 		*len = b->len;
 	lg_buf_init(b);
 	return s;
+}
+
+/* The shortest "%.<p>g" of v that reads back (by back()) as v, with a
+ * point added when it would read as an integer, then suffix. */
+static void literal(double v, int maxp, bool (*same)(const char *, double), const char *suffix, char *out)
+{
+	int p = 1;
+	while (p < maxp) {
+		snprintf(out, LG_FLOAT_LITERAL_MAX, "%.*g", p, v);
+		if (same(out, v))
+			break;
+		p++;
+	}
+	snprintf(out, LG_FLOAT_LITERAL_MAX, "%.*g", p, v);
+	size_t n = strlen(out);
+	/* "2" is an integer and "2f" no literal: a point makes it a float */
+	snprintf(out + n, LG_FLOAT_LITERAL_MAX - n, "%s%s", strpbrk(out, ".e") ? "" : ".0", suffix);
+}
+
+static bool same_float(const char *t, double v) { return strtof(t, NULL) == (float)v; }
+static bool same_double(const char *t, double v) { return strtod(t, NULL) == v; }
+
+void lg_float_literal(double v, char out[LG_FLOAT_LITERAL_MAX])
+{
+	const float f = (float)v;
+	LG_ASSERT(isfinite(f) && (f == 0 || fabsf(f) >= FLT_MIN));
+	literal((double)f, 9, same_float, "f", out); /* 9 significant digits always read back */
+}
+
+void lg_double_literal(double v, char out[LG_FLOAT_LITERAL_MAX])
+{
+	LG_ASSERT(isfinite(v) && (v == 0 || fabs(v) >= DBL_MIN));
+	literal(v, 17, same_double, "", out);
 }

@@ -48,6 +48,16 @@ void lg_comment(lg_buf *b, const char *fmt, ...) __attribute__((format(printf, 2
 /* The head of a function definition, `name(params)`; when that passes
  * LG_LINE_MAX columns, the parameters go on the next line, indented once. */
 void lg_head(lg_buf *b, const char *name, const char *params);
+/* Every float constant a generator writes: the shortest text that reads
+ * back as (float)v, always a CUDA float literal ("2.0f", "1e-06f",
+ * "-0.5f", never "2f"). v must round to 0 or a finite normal fp32 (the
+ * spec readers refuse other values: lg_json_fp32_ok). */
+#define LG_FLOAT_LITERAL_MAX 32
+void lg_float_literal(double v, char out[LG_FLOAT_LITERAL_MAX]);
+/* The same for a double constant ("2.0", "1e-06", "0.1"): v finite, 0 or
+ * normal. */
+void lg_double_literal(double v, char out[LG_FLOAT_LITERAL_MAX]);
+
 /* The separator that opens a part of a generated file, "// ----- title: what
  * -----" (a kernel: its entry name and what it does; what may be NULL), after
  * a blank line unless the text so far is empty or ends with one. When that

@@ -9,6 +9,7 @@
  */
 #include "json.h"
 
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -239,6 +240,33 @@ static lg_status syntax_error(const struct lg_jreader *r, const char *t, size_t 
 		       line, col, what, off < len ? found.s : "the end of the input", allowed);
 }
 
+/* What cJSON lets through and RFC 8259 or lingen does not: a control
+ * byte (NUL included) outside a string, where cJSON skips it as space, or
+ * inside one; a \u0000 escape, which would cut the C string short (no
+ * lingen name or value holds a NUL). Returns the offset of the first, or
+ * len; *what says which. */
+static size_t bad_byte(const char *t, size_t len, const char **what)
+{
+	bool in_string = false;
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)t[i];
+		if (c < 0x20 && (in_string || (c != ' ' && c != '\t' && c != '\n' && c != '\r'))) {
+			*what = in_string ? "a control character in a string" : "a control character";
+			return i;
+		}
+		if (c == '"') {
+			in_string = !in_string;
+		} else if (in_string && c == '\\' && i + 1 < len) {
+			if (t[i + 1] == 'u' && len - i >= 6 && memcmp(t + i + 2, "0000", 4) == 0) {
+				*what = "a NUL character (\\u0000) in a string";
+				return i;
+			}
+			i++; /* the escaped character */
+		}
+	}
+	return len;
+}
+
 lg_status lg_json_parse(struct lg_jreader *r, const char *text, size_t len, cJSON **out)
 {
 	*out = NULL;
@@ -248,6 +276,10 @@ lg_status lg_json_parse(struct lg_jreader *r, const char *text, size_t len, cJSO
 	if (skip_space(text, 0, len) == len)
 		return lg_fail(LG_ERR_SPEC, "%s: found an empty document, allowed: a JSON object",
 			       r->file);
+	const char *what = NULL;
+	size_t bad = bad_byte(text, len, &what);
+	if (bad < len)
+		return syntax_error(r, text, len, bad, what, "JSON text (RFC 8259) without NUL");
 	/* cJSON records parse errors in a global: serialise its parser so
 	 * concurrent spec loads stay free of data races. */
 	static pthread_mutex_t parse_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -354,14 +386,20 @@ lg_status lg_json_enum(const struct lg_jreader *r, const char *field, const cJSO
 	return st;
 }
 
+bool lg_json_fp32_ok(double d)
+{
+	float f = (float)d;
+	return d == 0 || (isfinite(f) && fabsf(f) >= FLT_MIN);
+}
+
 lg_status lg_json_open_unit(const struct lg_jreader *r, const char *key, const cJSON *v, double *out)
 {
 	if (!cJSON_IsNumber(v))
 		return lg_json_fail(r, key, "found %s (%s), allowed: a number greater than 0 and less than 1",
 				    lg_json_show(v).s, lg_json_type(v));
-	if (!(v->valuedouble > 0 && v->valuedouble < 1))
-		return lg_json_fail(r, key, "found %s, allowed: a number greater than 0 and less than 1",
-				    lg_json_show(v).s);
+	if (!(v->valuedouble > 0 && v->valuedouble < 1) || !lg_json_fp32_ok(v->valuedouble))
+		return lg_json_fail(r, key, "found %s, allowed: a number greater than 0 and less than 1, "
+				    "at least 1.17549435e-38 (fp32's smallest normal)", lg_json_show(v).s);
 	*out = v->valuedouble;
 	return LG_OK;
 }

@@ -42,6 +42,13 @@ void lg_json_init(struct lg_jreader *r, const char *file);
  * A syntax error names the line and column. *out: free with cJSON_Delete. */
 lg_status lg_json_parse(struct lg_jreader *r, const char *text, size_t len, cJSON **out);
 
+/* Is d a number the kernels can hold as an fp32 constant without
+ * changing the math: 0, or (rounded to fp32) finite and normal? (A value
+ * that rounds to 0, or to a denormal, is refused by every reader of a
+ * number: "eps": 5e-324 would divide by 0.) LG_JSON_FP32_RULE says so. */
+bool lg_json_fp32_ok(double d);
+#define LG_JSON_FP32_RULE "0 or at least 1.17549435e-38 (fp32's smallest normal) in magnitude"
+
 /* Descend into a member or an element; returns the mark lg_json_pop() takes
  * to come back up. Member names must be the caller's own short names. */
 size_t lg_json_push_key(struct lg_jreader *r, const char *key);

@@ -102,7 +102,7 @@ static void describe(lg_buf *b, const struct lg_key *k)
 		char lo[32], hi[32];
 		lg_json_number_text(k->lo, lo);
 		lg_json_number_text(k->hi, hi);
-		lg_emit(b, "a number strictly between %s and %s", lo, hi);
+		lg_emit(b, "a number strictly between %s and %s, " LG_JSON_FP32_RULE, lo, hi);
 		break;
 	}
 	case LG_KEY_BOOL:
@@ -206,7 +206,7 @@ static lg_status parse_value(const struct lg_jreader *r, const struct lg_family 
 	}
 	case LG_KEY_NUMBER: {
 		double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
-		if (!(d > key->lo && d < key->hi))
+		if (!(d > key->lo && d < key->hi) || !lg_json_fp32_ok(d))
 			return fail_value(r, f, k, show_typed(v).s);
 		s->num[k] = d;
 		break;

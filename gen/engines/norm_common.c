@@ -3,7 +3,6 @@
  */
 #include "norm_common.h"
 
-#include "json.h" /* lg_json_number_text */
 #include "quant_engine.h"
 
 void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
@@ -14,8 +13,8 @@ void lg_emit_rrms(lg_buf *b, const struct lg_spec *s)
 void lg_emit_rrms_n(lg_buf *b, const struct lg_spec *s, int64_t n)
 {
 	const struct lg_family *f = s->fam;
-	char eps[32];
-	lg_json_number_text(lg_spec_num(s, lg_family_key(f, "eps")), eps);
+	char eps[LG_FLOAT_LITERAL_MAX];
+	lg_double_literal(lg_spec_num(s, lg_family_key(f, "eps")), eps);
 	lg_comment(b, "Reciprocal RMS from the fp64 sum of squares of one row as lg_sumsq_bf16x8 gives it");
 	lg_comment(b, "(times 2^256: the exact multiply by 2^-256 takes it off), every step correctly");
 	lg_comment(b, "rounded in fp64, so it matches the float64 reference bit for bit.");

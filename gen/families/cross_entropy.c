@@ -68,6 +68,7 @@
 #include "family.h"
 
 #include "error.h"
+#include "json.h" /* lg_json_fp32_ok */
 #include "templates.h"
 
 #define STATS 6 /* values per row of a shard's statistics */
@@ -181,6 +182,11 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	int64_t v = lg_spec_int(s, K_VOCAB), c = lg_spec_int(s, K_CLASSES);
 	if (!(e >= 0.0 && e <= 1.0)) /* torch's range: e = 1 is the uniform target */
 		return lg_spec_error(where, "label_smoothing: found %g, allowed: 0 <= e <= 1", e);
+	const int64_t cls = c ? c : v; /* e / classes is a constant of the kernel */
+	if (!lg_json_fp32_ok(e / (double)cls))
+		return lg_spec_error(where, "label_smoothing: found %g, whose share of each of %lld classes, %g, "
+					    "is not an fp32 normal; allowed: 0, or at least %g",
+				     e, (long long)cls, e / (double)cls, 0x1p-126 * (double)cls);
 	if (bwd && part == PART_MERGE)
 		return lg_spec_error(where, "part: found \"merge\" with pass \"backward\", allowed: \"full\" or "
 					    "\"shard\" (the merge is a forward kernel)");
@@ -325,12 +331,6 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 static const char *at_of(const struct shape *k)
 {
 	return k->f32 ? "lg_f32_at" : "lg_bf16_at";
-}
-
-/* A float literal that reads back as v in fp32. */
-static void flit(char *out, size_t n, double v)
-{
-	snprintf(out, n, "%.9ef", (double)(float)v);
 }
 
 /* -inf in fp32 (NVRTC has no math.h). */
@@ -644,10 +644,10 @@ static void emit_zero_row(lg_buf *b, const struct shape *k)
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct shape k = shape_of(s, p);
-	char e1[32], ec[32], ls[32];
-	flit(e1, sizeof e1, 1.0 - k.e);
-	flit(ec, sizeof ec, k.e / (double)k.c);
-	snprintf(ls, sizeof ls, "%.17g", k.e);
+	char e1[LG_FLOAT_LITERAL_MAX], ec[LG_FLOAT_LITERAL_MAX], ls[LG_FLOAT_LITERAL_MAX];
+	lg_float_literal(1.0 - k.e, e1);
+	lg_float_literal(k.e / (double)k.c, ec);
+	lg_double_literal(k.e, ls);
 	lg_section(b, p->entry[0], k.part == PART_SHARD ? "cross entropy, one vocab shard's statistics"
 					    : k.fused ? "cross entropy, fused forward + backward"
 						      : "cross entropy, forward");
@@ -741,10 +741,10 @@ static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struc
 	int n = (int)p->v[P_CLUSTER], T = k.threads;
 	long long per = (long long)p->v[P_PER], nb = (long long)(k.v / k.vec), rowb = (long long)(k.v * k.esz);
 	int steps = (int)((per + T - 1) / T), chunk = (steps + 7) / 8, groups = (steps + chunk - 1) / chunk;
-	char e1[32], ec[32], ls[32];
-	flit(e1, sizeof e1, 1.0 - k.e);
-	flit(ec, sizeof ec, k.e / (double)k.c);
-	snprintf(ls, sizeof ls, "%.17g", k.e);
+	char e1[LG_FLOAT_LITERAL_MAX], ec[LG_FLOAT_LITERAL_MAX], ls[LG_FLOAT_LITERAL_MAX];
+	lg_float_literal(1.0 - k.e, e1);
+	lg_float_literal(k.e / (double)k.c, ec);
+	lg_double_literal(k.e, ls);
 	lg_section(b, p->entry[0], "cross entropy, fused forward + backward, a cluster a row");
 	lg_comment(b, "A cluster of %d CTAs of %d threads a row; CTA r holds pieces [r %lld, (r + 1) %lld) of", n, T,
 		   per, per);
@@ -872,8 +872,8 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 {
 	struct shape k = shape_of(s, p);
 	char e1[32], ec[32];
-	flit(e1, sizeof e1, 1.0 - k.e);
-	flit(ec, sizeof ec, k.e / (double)k.c);
+	lg_float_literal(1.0 - k.e, e1);
+	lg_float_literal(k.e / (double)k.c, ec);
 	lg_section(b, p->entry[0], k.part == PART_SHARD ? "cross entropy backward, one vocab shard"
 					    : "cross entropy backward");
 	lg_comment(b, "One row a CTA of %d threads, %d 16-byte loads in flight each a step; %lld columns;",
@@ -902,7 +902,7 @@ static void emit_merge(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 {
 	struct shape k = shape_of(s, p);
 	char ls[32];
-	snprintf(ls, sizeof ls, "%.17g", k.e);
+	lg_double_literal(k.e, ls);
 	lg_section(b, p->entry[0], "cross entropy, the merge of the vocab shards' statistics");
 	lg_comment(b, "One row a thread; stats_in [NS, M, %d]: m, S hi, S lo, target, sum x hi, lo.", STATS);
 	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d)", k.threads);

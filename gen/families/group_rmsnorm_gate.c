@@ -52,7 +52,6 @@
 #include "family.h"
 
 #include "error.h"
-#include "json.h" /* lg_json_number_text */
 #include "norm_common.h"
 #include "templates.h"
 
@@ -348,8 +347,8 @@ static void emit_helpers(lg_buf *b, const struct lg_spec *s, int64_t d, bool fsu
 		lg_emit_rrms_n(b, s, d);
 		return;
 	}
-	char eps[32];
-	lg_json_number_text(lg_spec_num(s, K_EPS), eps);
+	char eps[LG_FLOAT_LITERAL_MAX];
+	lg_double_literal(lg_spec_num(s, K_EPS), eps);
 	lg_comment(b, "Sum of squares of the eight bf16 in v, added to acc in fp32 (in order).");
 	lg_line(b, "static __device__ __forceinline__ float lg_ssq8(float acc, lg_u32x4 v)");
 	lg_open(b, "{");

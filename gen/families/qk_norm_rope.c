@@ -59,7 +59,6 @@
 #include "family.h"
 
 #include "error.h"
-#include "json.h" /* lg_json_number_text */
 #include "templates.h"
 
 /* SMs of an H200. The backward's grid is static, not the device's: its
@@ -426,12 +425,12 @@ static void emit_position(lg_buf *b, const struct shape *k)
 
 static void emit_helpers(lg_buf *b, const struct lg_spec *s, const struct shape *k)
 {
-	char eps[32];
-	lg_json_number_text(lg_spec_num(s, K_EPS), eps);
+	char eps[LG_FLOAT_LITERAL_MAX];
+	lg_float_literal(lg_spec_num(s, K_EPS), eps);
 	lg_comment(b, "Reciprocal RMS of a head vector from its fp32 sum of squares.");
 	lg_line(b, "static __device__ __forceinline__ float lg_rrms_head(float sumsq)");
 	lg_open(b, "{");
-	lg_line(b, "return 1.0f / sqrtf(sumsq / %lld.0f + %sf);", (long long)k->d, eps);
+	lg_line(b, "return 1.0f / sqrtf(sumsq / %lld.0f + %s);", (long long)k->d, eps);
 	lg_close(b);
 	lg_comment(b, "The 8 bf16 of a piece as floats, and back (round to nearest even).");
 	lg_line(b, "static __device__ __forceinline__ void lg_unpack8(lg_u32x4 v, float *f)");
@@ -711,9 +710,9 @@ static void emit_walk_open(lg_buf *b, const struct shape *k)
 	lg_line(b, "sincosf(((const float *)freqs)[p * %lld + i %% %lld], &sn, &cn);", (long long)k->r,
 		(long long)half);
 	if (k->mscale != 1.0) {
-		char ms[32];
-		lg_json_number_text(k->mscale, ms);
-		lg_line(b, "sn *= %sf, cn *= %sf; // mscale", ms, ms);
+		char ms[LG_FLOAT_LITERAL_MAX];
+		lg_float_literal(k->mscale, ms);
+		lg_line(b, "sn *= %s, cn *= %s; // mscale", ms, ms);
 	}
 	lg_line(b, "ct[i / %lld][i %% %lld] = cn, st[i / %lld][i %% %lld] = sn;", (long long)half,
 		(long long)half, (long long)half, (long long)half);

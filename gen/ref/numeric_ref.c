@@ -14,6 +14,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "ref.h" /* lg_ref_steps */
+
 /* ------------------------------------------------------------------ bf16 */
 
 /* A bf16 is the upper half of an fp32: sign, 8 exponent bits, 7 fraction bits. */
@@ -33,7 +35,12 @@ float lg_ref_bf16_to_f32(uint16_t h)
  * ties to the even multiple. A carry out of the significand moves to the
  * next binade, and out of the largest finite binade to infinity, as IEEE
  * rounding does; subnormals are the same integers with exponent 0. */
-uint16_t lg_ref_f32_to_bf16(float f)
+static _Atomic bool round_toward_zero; /* lg_ref_bf16_rz_for_tests */
+
+void lg_ref_bf16_rz_for_tests(bool on) { round_toward_zero = on; }
+
+/* RNE whatever the test switch says (the bound of lg_ref_bf16_bounded). */
+static uint16_t bf16_rne(float f)
 {
 	if (isnan(f))
 		return signbit(f) ? 0xffc0 : 0x7fc0;
@@ -44,6 +51,25 @@ uint16_t lg_ref_f32_to_bf16(float f)
 	if (low > 0x8000u || (low == 0x8000u && (mag & 0x10000u)))
 		mag += 0x10000u;
 	return (uint16_t)((sign | mag) >> 16);
+}
+
+uint16_t lg_ref_f32_to_bf16(float f)
+{
+	if (round_toward_zero && !isnan(f)) {
+		uint32_t u;
+		memcpy(&u, &f, sizeof u);
+		return (uint16_t)(u >> 16);
+	}
+	return bf16_rne(f);
+}
+
+uint16_t lg_ref_bf16_bounded(double v, double err, uint16_t *slack)
+{
+	uint16_t out = lg_ref_f32_to_bf16((float)v), rne = bf16_rne((float)v);
+	uint16_t lo = bf16_rne((float)(v - err)), hi = bf16_rne((float)(v + err));
+	uint16_t a = lg_ref_steps(rne, lo, 16), b = lg_ref_steps(rne, hi, 16);
+	*slack = a > b ? a : b;
+	return out;
 }
 
 /* ------------------------------------------------------------------ e4m3 */

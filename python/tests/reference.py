@@ -76,3 +76,23 @@ def check_bf16(got, want, what):
     bound = want.abs() * 2.0 ** -8 + 2.0 ** -8 * want.abs().max().clamp(min=1e-30) * 2.0 ** -8
     bad = (got.double() - want).abs() > bound
     assert not bad.any(), f"{what}: {int(bad.sum())} values beyond one bf16 rounding"
+
+
+def check_bf16_rounded(got, want, err, what):
+    """bf16 output bit for bit against the float64 value rounded once
+    (through fp32, round to nearest even), except where the GPU's fp32
+    error bound err (a tensor like want) reaches another bf16 value: there
+    any bf16 within [want - err, want + err] rounded. Prints how many
+    values needed that slack; a kernel rounding toward zero fails."""
+    import torch
+    want, err = want.double(), err.double()
+    assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
+    g = got.double()
+    nominal = want.float().bfloat16().double()
+    lo = (want - err).float().bfloat16().double()
+    hi = (want + err).float().bfloat16().double()
+    bad = (g < lo) | (g > hi) | (torch.isnan(g) != torch.isnan(want))
+    slack = int((g != nominal).sum())
+    print(f"{what}: {slack} of {want.numel()} off the nominal bf16, within the bound")
+    assert not bad.any(), (f"{what}: {int(bad.sum())} of {want.numel()} values outside their bf16 bound; "
+                           f"first got {g[bad][:3].tolist()} want {want[bad][:3].tolist()}")

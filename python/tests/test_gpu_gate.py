@@ -9,6 +9,7 @@ Skipped without torch or a GPU."""
 import pytest
 
 import lingen
+import reference as ref
 from conftest import torch_cuda
 
 CASES = [  # batch, seq, dim, groups
@@ -71,6 +72,8 @@ def test_group_rmsnorm_gate(seed, case, transpose, shared):
     y_ref, dx_ref, dg_ref, dw_ref = reference(torch, x, gate, w, dy, 1e-6, groups, transpose)
     y = lingen.group_rmsnorm_gate(x, gate, w, 1e-6, groups=groups, transpose=transpose)
     check(torch, y, y_ref, "y")
+    # y = x r w s, a product: the fp32 bound of gen/ref/group_rmsnorm_gate_ref.c (REL = 2^-16)
+    ref.check_bf16_rounded(y, y_ref, y_ref.abs() * 2.0 ** -16, "y (bf16, rounded once)")
     dx, dgate, dw = lingen.group_rmsnorm_gate_backward(dy, x, gate, w, 1e-6, groups=groups,
                                                        transpose=transpose)
     check(torch, dx, dx_ref, "dx")

@@ -69,7 +69,7 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 
 // ----- lg_cross_entropy_bwd_bf16_v157184: cross entropy backward -----
 // One row a CTA of 512 threads, 8 16-byte loads in flight each a step; 157184 columns;
-// grad = (e^(x - m) / S - 1.000000000e+00f [v == y] - 0.000000000e+00f) g.
+// grad = (e^(x - m) / S - 1.0f [v == y] - 0.0f) g.
 extern "C" __global__ void __launch_bounds__(512)
 lg_cross_entropy_bwd_bf16_v157184(
 	u64 logits, u64 labels, u64 sum_exp, u64 max_logit, u64 dloss, u64 grad, i64 M, i64 V0,
@@ -93,7 +93,7 @@ lg_cross_entropy_bwd_bf16_v157184(
 	const float mr = ((const float *)max_logit)[row];
 	const float g0 = ((const float *)dloss)[row];
 	const float gs = g0 / ((const float *)sum_exp)[row];
-	const float gy = 1.000000000e+00f * g0, ge = 0.000000000e+00f * g0;
+	const float gy = 1.0f * g0, ge = 0.0f * g0;
 	u8 *const gr = (u8 *)grad + row * 314368;
 	u8 *const gb = gr + (xb - xr);
 	const i64 yb = yl - (i64)(xb - xr) / 2; // the label's place among the pieces' values

@@ -210,7 +210,7 @@ lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
 	const double S = bS;
 	if (t == 0) {
 		const double lse = log(S) + (double)mr;
-		const double e = 0.10000000000000001; // label smoothing
+		const double e = 0.1; // label smoothing
 		const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - bX / 50257.0);
 		((float *)loss)[row] = (float)l;
 		if (sum_exp) ((float *)sum_exp)[row] = (float)S;

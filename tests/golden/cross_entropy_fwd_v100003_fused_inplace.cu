@@ -284,7 +284,7 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 	const double S = bS;
 	if (t == 0) {
 		const double lse = log(S) + (double)mr;
-		const double e = 0.050000000000000003; // label smoothing
+		const double e = 0.05; // label smoothing
 		const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - bX / 100003.0);
 		((float *)loss)[row] = (float)l;
 		if (sum_exp) ((float *)sum_exp)[row] = (float)S;
@@ -293,7 +293,7 @@ lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
 	// The gradient, streaming the row again (from L2, kept there by the first pass).
 	const float g0 = *(const float *)g;
 	const float gs = (float)((double)g0 / S);
-	const float gy = 9.499999881e-01f * g0, ge = 4.999849921e-07f * g0;
+	const float gy = 0.95f * g0, ge = 4.99985e-07f * g0;
 	u8 *const gr = (u8 *)logits + row * 200006;
 	u8 *const gb = gr + (xb - xr);
 	for (int j = t; j < hh + tl; j += 1024) {

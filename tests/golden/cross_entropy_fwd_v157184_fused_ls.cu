@@ -339,7 +339,7 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 		const u8 *const xr = (const u8 *)logits + row * 314368;
 		const float xy = yl >= 0 && yl < 157184 ? lg_ce_one(xr, yl) : lg_ce_ninf();
 		const double lse = log(S) + (double)mr;
-		const double e = 0.10000000000000001; // label smoothing
+		const double e = 0.1; // label smoothing
 		const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - X / 157184.0);
 		((float *)loss)[row] = (float)l;
 		if (sum_exp) ((float *)sum_exp)[row] = (float)S;
@@ -348,7 +348,7 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 	// The gradient of the slice, from shared memory.
 	const float g0 = *(const float *)g;
 	const float gs = (float)((double)g0 / S);
-	const float gy = 8.999999762e-01f * g0, ge = 6.361970577e-07f * g0;
+	const float gy = 0.9f * g0, ge = 6.3619706e-07f * g0;
 	const i64 yq = yl >= 0 ? yl / 8 : -1; // the label's piece
 	const int yr = (int)(yl - yq * 8); // its value in the piece
 	#pragma unroll

@@ -266,7 +266,7 @@ lg_cross_entropy_fwd_bf16_v157184_fused(
 	// The gradient, streaming the row again (from L2, kept there by the first pass).
 	const float g0 = *(const float *)g;
 	const float gs = (float)((double)g0 / S);
-	const float gy = 1.000000000e+00f * g0, ge = 0.000000000e+00f * g0;
+	const float gy = 1.0f * g0, ge = 0.0f * g0;
 	u8 *const gr = (u8 *)grad + row * 314368;
 	u8 *const gb = gr + (xb - xr);
 	const i64 yb = yl - (i64)(xb - xr) / 2; // the label's place among the pieces' values

@@ -46,7 +46,7 @@ lg_cross_entropy_fwd_bf16_v157184_merge_ls0p1(
 		X += (double)o[4] + (double)o[5];
 	}
 	const double lse = log(S) + (double)mx;
-	const double e = 0.10000000000000001; // label smoothing
+	const double e = 0.1; // label smoothing
 	const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - X / 157184.0);
 	((float *)loss)[row] = (float)l;
 	if (sum_exp) ((float *)sum_exp)[row] = (float)S;
