@@ -498,3 +498,50 @@ fail:
 	free(bin);
 	return st;
 }
+
+/* ------------------------------------------------------------------ lint */
+
+/* The front end's diagnostics of dead code, remarks by default, raised to
+ * warnings: 177 a variable declared and never referenced, 550 one set and
+ * never used (826, a parameter never referenced, is left a remark: static
+ * helpers and shadowed names still have some). */
+static const char *const lint_opts[] = {"--diag-warn=177,550", "-fdevice-syntax-only"};
+
+lg_status lg_nvrtc_lint(const char *src, const char *name, const char *arch, char **log)
+{
+	if (!src || !log)
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_nvrtc_lint: NULL argument");
+	*log = NULL;
+	if (!name)
+		name = "kernel";
+	int nbase = 0;
+	const char *const *base = lg_nvrtc_options(arch, &nbase);
+	if (!base)
+		return lg_fail(LG_ERR_INVALID_ARG, "cannot lint %s: \"%s\" is not an arch NVRTC takes", name,
+			       arch ? arch : "(null)");
+	const char *opts[LG_NVRTC_NOPTS + 2];
+	int nopts = 0;
+	for (int i = 0; i < nbase; i++)
+		opts[nopts++] = base[i];
+	for (size_t i = 0; i < sizeof lint_opts / sizeof lint_opts[0]; i++)
+		opts[nopts++] = lint_opts[i];
+	struct nvrtc_api api;
+	lg_status st = nv_get(&api);
+	if (st != LG_OK)
+		return st;
+	nvrtcProgram prog = NULL;
+	nvrtcResult r = api.nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
+	if (r != NVRTC_SUCCESS)
+		return lg_fail(LG_ERR_NVRTC, "nvrtcCreateProgram (%s): %s", name, api.nvrtcGetErrorString(r));
+	r = api.nvrtcCompileProgram(prog, nopts, opts);
+	char *plog = program_log(&api, prog);
+	if (r != NVRTC_SUCCESS) {
+		compile_failed(name, arch, src, opts, nopts, plog, api.nvrtcGetErrorString(r));
+		st = LG_ERR_COMPILE;
+		free(plog);
+		plog = NULL;
+	}
+	api.nvrtcDestroyProgram(&prog);
+	*log = plog;
+	return st;
+}

@@ -32,6 +32,13 @@ const char *const *lg_nvrtc_options(const char *arch, int *count);
 lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin,
 			   size_t *size, char **log);
 
+/* Run the front end alone on `src` for `arch`, with its diagnostics of dead
+ * code (unused variables, variables set and never used, unused parameters)
+ * raised to warnings: *log is NULL when it has none, else the warnings
+ * (caller frees). A source that does not compile is LG_ERR_COMPILE as
+ * above. test_golden runs it on every generated kernel. */
+lg_status lg_nvrtc_lint(const char *src, const char *name, const char *arch, char **log);
+
 /* For tests: forget a loaded NVRTC and refuse to load one again while
  * `blocked` is set, as if it were absent. */
 void lg_nvrtc_block_for_tests(int blocked);

@@ -7,10 +7,12 @@
  * file is also compiled by NVRTC for its arch and must give an ELF cubin with
  * no warning (NVRTC warns of unused variables and functions).
  *
- * The rules every generated file keeps, checked on the golden files and on
- * every kernel of the spec files in configs/kernels/ for sm_90a and sm_80:
- * lines of at most LG_LINE_MAX columns (a tab to the next multiple of 8),
- * and no type, function or macro defined that nothing else in the file uses.
+ * The rules every generated file keeps (util/gencheck.h: line width, no
+ * unused helper, no arithmetic on a literal 0, no dead code by NVRTC's
+ * front end with its unused-variable and unused-parameter diagnostics on),
+ * checked on the golden files and on every kernel of the spec files in
+ * configs/kernels/ and of the expanded model configs in configs/models/,
+ * for sm_90a and sm_80.
  *
  * When a generator change is meant to change the output, rewrite the golden
  * files and review the diff before committing it:
@@ -20,7 +22,6 @@
  * With LINGEN_UPDATE_GOLDEN=1 the test writes every file whose text differs
  * (or is missing), prints which it wrote, and passes.
  */
-#include <ctype.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -34,6 +35,7 @@
 
 #include <cmocka.h>
 
+#include "gencheck.h"
 #include "generate.h"
 #include "nvrtc.h"
 #include "spec.h"
@@ -434,127 +436,13 @@ static void fail_at_first_diff(const char *path, const char *want, const char *g
 		 path, line, line_len(w), w, line_len(g), g);
 }
 
-/* Fail unless every line of src is at most LG_LINE_MAX columns wide. */
-static void check_line_width(const char *what, const char *src)
-{
-	int line = 1, col = 0;
-	for (const char *p = src;; p++) {
-		if (*p == '\n' || !*p) {
-			if (col > LG_LINE_MAX) {
-				const char *start = p - 1;
-				while (start > src && start[-1] != '\n')
-					start--;
-				fail_msg("%s:%d: %d columns, more than %d:\n%.*s", what, line, col, LG_LINE_MAX,
-					 (int)(p - start), start);
-			}
-			if (!*p)
-				return;
-			line++;
-			col = 0;
-		} else if (*p == '\t') {
-			col = (col / 8 + 1) * 8;
-		} else if ((*p & 0xc0) != 0x80) { /* a character, not a UTF-8 continuation byte */
-			col++;
-		}
-	}
-}
-
-/* The code of src with comments, string and character literals blanked. */
-static char *code_only(const char *src)
-{
-	char *c = strdup(src);
-	assert_non_null(c);
-	for (char *p = c; *p;) {
-		if (p[0] == '/' && p[1] == '/') {
-			while (*p && *p != '\n')
-				*p++ = ' ';
-		} else if (p[0] == '/' && p[1] == '*') {
-			char *e = strstr(p + 2, "*/");
-			char *end = e ? e + 2 : p + strlen(p);
-			for (; p < end; p++)
-				if (*p != '\n')
-					*p = ' ';
-		} else if (*p == '"' || *p == '\'') {
-			char q = *p++;
-			while (*p && *p != q && *p != '\n') {
-				if (*p == '\\' && p[1])
-					*p++ = ' ';
-				*p++ = ' ';
-			}
-			if (*p == q)
-				p++;
-		} else {
-			p++;
-		}
-	}
-	return c;
-}
-
-static bool ident_char(char ch) { return ch == '_' || isalnum((unsigned char)ch); }
-
-/* Occurrences of the identifier name[0..n) in code. */
-static int uses(const char *code, const char *name, size_t n)
-{
-	int count = 0;
-	for (const char *p = code; (p = strstr(p, name)) != NULL; p++)
-		if ((p == code || !ident_char(p[-1])) && !ident_char(p[n]) && strncmp(p, name, n) == 0)
-			count++;
-	return count;
-}
-
-/* The name a top-level line of code defines, or NULL: `typedef ... NAME;`,
- * `struct ... NAME {`, `#define NAME`, or a function head `... NAME(`. */
-static const char *defined_name(const char *line, size_t *n)
-{
-	const char *end = line + strcspn(line, "\n");
-	const char *stop = NULL;
-	if (strncmp(line, "typedef ", 8) == 0)
-		stop = memchr(line, ';', (size_t)(end - line));
-	else if (strncmp(line, "struct ", 7) == 0)
-		stop = memchr(line, '{', (size_t)(end - line));
-	else if (strncmp(line, "static ", 7) == 0)
-		stop = memchr(line, '(', (size_t)(end - line));
-	else if (strncmp(line, "#define ", 8) == 0)
-		for (stop = line + 8; ident_char(*stop); stop++)
-			;
-	if (!stop)
-		return NULL;
-	while (stop > line && !ident_char(stop[-1]))
-		stop--;
-	const char *start = stop;
-	while (start > line && ident_char(start[-1]))
-		start--;
-	*n = (size_t)(stop - start);
-	return *n ? start : NULL;
-}
-
-/* Fail if src defines a type, function or macro that nothing else in it
- * uses (a helper the kernels do not need). */
-static void check_helpers_used(const char *what, const char *src)
-{
-	char *code = code_only(src);
-	for (const char *line = code; *line; line += strcspn(line, "\n") + (line[strcspn(line, "\n")] != 0)) {
-		size_t n = 0;
-		const char *name = defined_name(line, &n);
-		char id[128];
-		if (!name || n >= sizeof id)
-			continue;
-		memcpy(id, name, n);
-		id[n] = '\0';
-		if (uses(code, id, n) < 2)
-			fail_msg("%s: %s is defined but not used", what, id);
-	}
-	free(code);
-}
-
 static void test_matches(void **state)
 {
 	const struct golden *g = *state;
 	size_t len = 0, glen = 0;
 	char *src = generate(g, &len);
 	char *path = golden_path(g);
-	check_line_width(g->name, src);
-	check_helpers_used(g->name, src);
+	lg_test_check_source(g->name, src, g->arch);
 	char *want = lg_test_read_file(path, &glen);
 	bool same = want && glen == len && memcmp(want, src, len) == 0;
 	if (!same && updating()) {
@@ -592,11 +480,33 @@ static void test_compiles(void **state)
 	free(path);
 }
 
-/* The rules above for every kernel of the shipped spec files. */
+/* The rules of gencheck.h for every kernel of the spec file f, for sm_90a
+ * and sm_80; how many kernels it has. */
+static size_t check_spec_file(const char *file, lg_spec_file *f)
+{
+	static const char *const archs[] = {"sm_90a", "sm_80"};
+	size_t k = 0;
+	for (; k < lg_spec_file_count(f); k++) {
+		for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
+			struct lg_target t;
+			struct lg_plan p;
+			char *src = NULL, what[256];
+			assert_true(lg_target_parse(archs[a], &t));
+			const lg_spec *s = lg_spec_file_get(f, k);
+			if (lg_generate_for(s, &t, &p, &src, NULL) != LG_OK)
+				fail_msg("%s: %s", file, lg_last_error());
+			snprintf(what, sizeof what, "%s (%s, %s)", file, lg_spec_entry(s), archs[a]);
+			lg_test_check_source(what, src, archs[a]);
+			free(src);
+		}
+	}
+	return k;
+}
+
+/* The rules for every kernel of the shipped spec files. */
 static void test_shipped_specs_rules(void **state)
 {
 	(void)state;
-	static const char *const archs[] = {"sm_90a", "sm_80"};
 	size_t n = 0, kernels = 0;
 	char **files = lg_test_list_dir(LG_SOURCE_DIR "/configs/kernels", ".json", &n);
 	assert_non_null(files);
@@ -604,31 +514,38 @@ static void test_shipped_specs_rules(void **state)
 		lg_spec_file *f = NULL;
 		if (lg_spec_file_load(files[i], &f) != LG_OK)
 			fail_msg("%s", lg_last_error());
-		for (size_t k = 0; k < lg_spec_file_count(f); k++, kernels++) {
-			for (size_t a = 0; a < sizeof archs / sizeof archs[0]; a++) {
-				struct lg_target t;
-				struct lg_plan p;
-				char *src = NULL, what[256];
-				assert_true(lg_target_parse(archs[a], &t));
-				const lg_spec *s = lg_spec_file_get(f, k);
-				if (lg_generate_for(s, &t, &p, &src, NULL) != LG_OK)
-					fail_msg("%s: %s", files[i], lg_last_error());
-				snprintf(what, sizeof what, "%s (%s, %s)", files[i], lg_spec_entry(s), archs[a]);
-				check_line_width(what, src);
-				check_helpers_used(what, src);
-				free(src);
-			}
-		}
+		kernels += check_spec_file(files[i], f);
 		lg_spec_file_free(f);
 	}
 	assert_true(kernels >= 3);
 	lg_test_free_list(files);
 }
 
+/* The rules for every kernel of a training step of each shipped model. */
+static void test_model_steps_rules(void **state)
+{
+	(void)state;
+	size_t n = 0, kernels = 0;
+	char **files = lg_test_list_dir(LG_SOURCE_DIR "/configs/models", ".json", &n);
+	assert_non_null(files);
+	for (size_t i = 0; i < n; i++) {
+		char *json = NULL;
+		lg_spec_file *f = NULL;
+		if (lg_model_expand_file(files[i], &json) != LG_OK ||
+		    lg_spec_file_parse(json, strlen(json), files[i], &f) != LG_OK)
+			fail_msg("%s", lg_last_error());
+		kernels += check_spec_file(files[i], f);
+		lg_spec_file_free(f);
+		free(json);
+	}
+	assert_true(kernels >= 3 * n);
+	lg_test_free_list(files);
+}
+
 int main(void)
 {
 	/* per case: the text matches (or is rewritten), then NVRTC compiles it */
-	struct CMUnitTest tests[2 * NCASES + 1];
+	struct CMUnitTest tests[2 * NCASES + 2];
 	char names[2 * NCASES][96];
 	for (size_t i = 0; i < NCASES; i++) {
 		snprintf(names[2 * i], sizeof names[0], "%s", cases[i].name);
@@ -641,7 +558,9 @@ int main(void)
 						       .test_func = test_compiles,
 						       .initial_state = (void *)&cases[i]};
 	}
-	tests[2 * NCASES] = (struct CMUnitTest){.name = "shipped specs: line width, helpers used",
+	tests[2 * NCASES] = (struct CMUnitTest){.name = "shipped specs: the rules of generated code",
 						.test_func = test_shipped_specs_rules};
+	tests[2 * NCASES + 1] = (struct CMUnitTest){.name = "model steps: the rules of generated code",
+						    .test_func = test_model_steps_rules};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "code.h"
 #include "error.h"
 #include "templates.h"
 
@@ -67,6 +68,7 @@ lg_status lg_generate_planned(const struct lg_spec *s, const struct lg_target *t
 	lg_emit_banner(&b, s, t);
 	size_t body = b.len;
 	s->fam->emit(&b, s, t, p);
+	lg_code_unname_unused(&b, body); /* the convention's arguments a kernel does not read */
 	lg_emit_helpers(&b, body, t->sm); /* the helpers the kernels use, before them */
 	*src = lg_buf_finish(&b, len);
 	if (!*src)

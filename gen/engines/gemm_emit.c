@@ -21,6 +21,18 @@
 
 static int esize(const struct lg_gemm_operand *o) { return o->fp32 ? 4 : 2; }
 
+/* Whether an expression the caller gives is the literal 0 (its term left out). */
+static bool is_zero(const char *expr) { return strcmp(expr, "0") == 0; }
+
+/* nkt: the reduction tiles kt0 .. kt1 of the CTA. */
+static void emit_nkt(lg_buf *b, const char *kt0, const char *kt1)
+{
+	if (is_zero(kt0))
+		lg_line(b, "const int nkt = (int)(%s);", kt1);
+	else
+		lg_line(b, "const int nkt = (int)(%s - %s);", kt1, kt0);
+}
+
 /* Shared tile of an operand: rows x row bytes. out: its output extent in
  * the CTA tile (bm or bn). */
 static int tile_rows(const struct lg_gemm *g, const struct lg_gemm_operand *o, int out)
@@ -391,7 +403,10 @@ static void emit_stage_load(lg_buf *b, const struct lg_gemm *g, const char *pref
 {
 	unsigned ab = tile_bytes(g, &g->a, g->t.bm), bb = tile_bytes(g, &g->b, g->t.bn);
 	lg_line(b, "const int st = %s;", st);
-	lg_line(b, "const i64 r0 = (%s + %s) * %d;", kt0, kt, g->t.bk);
+	if (is_zero(kt0))
+		lg_line(b, "const i64 r0 = %s * %d;", kt, g->t.bk);
+	else
+		lg_line(b, "const i64 r0 = (%s + %s) * %d;", kt0, kt, g->t.bk);
 	if (!fill) {
 		lg_line(b, "%s_load_a(sa + st * %u, (const u8 *)%s, %s, r0, %s, %s, %s);", prefix, ab, g->a.ptr,
 			o0a, g->a.out_ext, g->a.red_ext, g->a.ld);
@@ -434,11 +449,14 @@ static void emit_mainloop(lg_buf *b, const struct lg_gemm *g, const char *prefix
 		lg_line(b, "u8 *const sp = smem + %u; // two buffers of A's bf16 planes, %u bytes each",
 			(unsigned)t->stages * (ab + bb), pb);
 	}
-	lg_line(b, "const int nkt = (int)(%s - %s);", kt1, kt0);
+	emit_nkt(b, kt0, kt1);
 	if (fill) {
 		lg_comment(b, "A is made by the kernel: the loads of its first reduction tile.");
 		lg_open(b, "if (nkt > 0) {");
-		lg_line(b, "const i64 r1 = (i64)(%s) * %d;", kt0, g->t.bk);
+		if (is_zero(kt0))
+			lg_line(b, "const i64 r1 = 0;");
+		else
+			lg_line(b, "const i64 r1 = (i64)(%s) * %d;", kt0, g->t.bk);
 		fill->fetch(b, g, "r1", fill->ctx);
 		lg_close(b);
 	}
@@ -716,8 +734,8 @@ static void emit_split90(lg_buf *b, const struct lg_gemm *g, unsigned stride)
 	lg_line(b, "%s(t[3], %d, hi.z, hi.w);", split_fn(g), g->terms);
 	lg_line(b, "u8 *const d = dst + r * 128 + ((c ^ (r & 7)) << 4);");
 	for (int e = 0; e < g->terms; e++)
-		lg_line(b, "*(uint4 *)(d + %u) = make_uint4(t[0][%d], t[1][%d], t[2][%d], t[3][%d]);", e * stride, e, e, e,
-			e);
+		lg_line(b, "*(uint4 *)(d%s%.0u) = make_uint4(t[0][%d], t[1][%d], t[2][%d], t[3][%d]);",
+			e ? " + " : "", e * stride, e, e, e, e);
 	lg_close(b);
 	lg_line(b, "lg_fence_proxy_async();");
 	lg_comment(b, "this warpgroup's four warps meet (named barrier 1 + wg)");
@@ -765,7 +783,7 @@ static void emit_mainloop90(lg_buf *b, const struct lg_gemm *g, const char *pref
 		lg_line(b, "u8 *const planes = ring + %u; // [2][%d][%d][128 B]", (unsigned)S * st, g->terms, t->bm);
 	lg_line(b, "u64 *const full = (u64 *)(ring + %u), *const empty = full + %d;", (unsigned)S * st + 2u * pb, S);
 	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
-	lg_line(b, "const int nkt = (int)(%s - %s);", kt1, kt0);
+	emit_nkt(b, kt0, kt1);
 	if (cl > 1)
 		lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster: B rows [rank %d, (rank + 1) %d)", cl,
 			t->bn / cl, t->bn / cl);
@@ -811,7 +829,10 @@ static void emit_mainloop90(lg_buf *b, const struct lg_gemm *g, const char *pref
 	lg_line(b, "const int s = %s %% %d;", ctr, S);
 	lg_line(b, "if (%s >= %d) lg_mbar_wait(&empty[s], ((%s / %d) - 1) & 1);", ctr, S, ctr, S);
 	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
-	lg_line(b, "const int r0 = (int)((%s + kt) * %d);", kt0, G90_BK);
+	if (is_zero(kt0))
+		lg_line(b, "const int r0 = kt * %d;", G90_BK);
+	else
+		lg_line(b, "const int r0 = (int)((%s + kt) * %d);", kt0, G90_BK);
 	lg_line(b, "u8 *const sd = ring + s * %u;", st);
 	emit_tma90(b, &g->a, t->bm, o0a, 0);
 	if (cl > 1) {
@@ -866,7 +887,8 @@ static void emit_mainloop90(lg_buf *b, const struct lg_gemm *g, const char *pref
 	if (g->terms > 1) {
 		lg_open(b, "for (int ks = 0; ks < %d; ks++) {", G90_BK / 16);
 		for (int e = 0; e < g->terms; e++)
-			lg_line(b, "%s_wgmma(acc, da + %u + %d * ks, db + %d * ks);", prefix, e * plane / 16, ka, kb);
+			lg_line(b, "%s_wgmma(acc, da + %.0u%s%d * ks, db + %d * ks);", prefix, e * plane / 16,
+				e ? " + " : "", ka, kb);
 		lg_close(b);
 	} else {
 		lg_line(b, "for (int ks = 0; ks < %d; ks++) %s_wgmma(acc, da + %d * ks, db + %d * ks);", G90_BK / 16, prefix,

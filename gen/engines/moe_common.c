@@ -242,8 +242,9 @@ static void emit_rowlist(lg_buf *b, int64_t experts, const char *every, void (*e
 /* The capacity and the typed pointers of a kernel's arguments. */
 static void emit_pointers(lg_buf *b, const struct lg_moe_kernel *k)
 {
-	lg_line(b, "const i64 cap = T * %lld + %lld; // rows of the padded buffers", (long long)k->top_k,
-		(long long)(k->experts * (k->multiple - 1)));
+	long long pad = (long long)(k->experts * (k->multiple - 1)); /* 0: no padding */
+	lg_line(b, "const i64 cap = T * %lld%s%.0lld; // rows of the padded buffers", (long long)k->top_k,
+		pad ? " + " : "", pad);
 	lg_line(b, "const int *const mp = (const int *)%s;", k->map);
 	if (k->fp8)
 		lg_line(b, "const float *const xs = (const float *)%s; float *const ys = (float *)%s;", k->src_s,

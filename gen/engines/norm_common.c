@@ -230,7 +230,8 @@ void lg_norm_qe_values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row 
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < 4; j++) {");
 	lg_line(b, "%s[2 * j] = (lg_bf16_lo(xw[j]) * rr) * lg_bf16_lo(ww[j]);", r->dst);
-	lg_line(b, "%s[2 * j + 1] = (lg_bf16_hi(xw[j]) * rr) * lg_bf16_hi(ww[j]);", r->dst);
+	lg_line(b, "%s[2 * j + 1] =", r->dst);
+	lg_line(b, "\t(lg_bf16_hi(xw[j]) * rr) * lg_bf16_hi(ww[j]);");
 	lg_close(b);
 	lg_close(b);
 }

@@ -28,8 +28,11 @@
  */
 #include "quant_engine.h"
 
+#include "code.h"
 #include "error.h"
 #include "quant_common.h"
+
+#include <stdlib.h>
 
 #define TILE 128
 
@@ -89,7 +92,8 @@ void lg_qe_emit_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_r
 		return;
 	}
 	lg_open(b, "{ // bf16 -> fp32 is exact");
-	lg_line(b, "const u8 *const qe_p = (const u8 *)%s + (%s * %lld + %s) * 2;", x, r->row, n, r->col);
+	lg_line(b, "const u8 *const qe_p =");
+	lg_line(b, "\t(const u8 *)%s + (%s * %lld + %s) * 2;", x, r->row, n, r->col);
 	lg_line(b, "const lg_u32x4 qe_w = lg_ld16_cs(qe_p);");
 	lg_line(b, "const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};");
 	lg_line(b, "#pragma unroll");
@@ -197,9 +201,9 @@ static void emit_place_and_expert(lg_buf *b, const struct ctx *k, int64_t g)
 	lg_line(b, "__shared__ i64 qe_seg[%d][4]; // each tile's expert, first token, tokens, first tile", nt);
 	if (nt > 1) {
 		lg_comment(b, "The expert segments of the CTA's token tiles qe_slot + i qe_slots (a scan");
-		lg_comment(b, "of counts); then each tile in turn (the loop's body is not indented), to");
-		lg_comment(b, "the last tile or an expert overrunning %s (bad counts: it and the later ones", k->m);
-		lg_comment(b, "are not written).");
+		lg_comment(b, "of counts); then each tile in turn (the loop's body is not indented: the");
+		lg_comment(b, "hooks' lines keep their width), to the last tile or an expert overrunning");
+		lg_comment(b, "%s (bad counts: it and the later ones are not written).", k->m);
 	} else {
 		lg_comment(b, "The expert segment of token tile qe_slot (a scan of counts); past the");
 		lg_comment(b, "last tile, or at an expert overrunning %s (bad counts: it and the later ones", k->m);
@@ -310,10 +314,23 @@ static void emit_rows(lg_buf *b, const struct ctx *k, const char *col,
 {
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
-	lg_line(b, "const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);");
 	struct lg_qe_row r = {.row = "qe_row", .lrow = "(r0 + i)", .col = col, .dst = "v[i]",
 			      .valid = "(r0 + i < rows)", .slot = "i"};
-	fn(b, k->e, &r, k->h->ctx);
+	/* the hook's code first, so that qe_row is declared only where it is read */
+	lg_buf hook;
+	lg_buf_init(&hook);
+	hook.depth = b->depth;
+	fn(&hook, k->e, &r, k->h->ctx);
+	size_t len = 0;
+	char *text = lg_buf_finish(&hook, &len);
+	if (!text) {
+		b->failed = true;
+		return;
+	}
+	if (lg_code_names(text, r.row))
+		lg_line(b, "const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);");
+	lg_raw(b, text, len);
+	free(text);
 	lg_close(b);
 }
 
@@ -340,17 +357,18 @@ static void emit_first_fetch(lg_buf *b, const struct ctx *k)
 /* v: the thread's R tokens x 8 features, from the family's hook. */
 static void emit_values(lg_buf *b, const struct ctx *k)
 {
-	lg_comment(b, "The values: %d tokens x 8 features a thread (the family's code, a token a step;",
+	lg_comment(b, "The values: %d tokens x 8 features a thread (the family's code, a token",
 		   k->r);
-	lg_comment(b, "a token past the tile's last computes the last one's, then counts as 0).");
+	lg_comment(b, "a step; a token past the tile's last computes the last one's, then counts");
+	lg_comment(b, "as 0).");
 	if (k->bf16)
 		lg_line(b, "lg_u32x4 v[%d];", k->r);
 	else
 		lg_line(b, "float v[%d][8];", k->r);
-	lg_comment(b, "A thread whose tokens are all absent (a short tile: experts' last tiles) neither");
-	lg_comment(b, "loads nor computes; the others run straight-line code, loads first. (The");
-	lg_comment(b, "block is not indented: the hook's lines keep their width.)");
-	lg_line(b, "if (r0 < rows) {");
+	lg_comment(b, "A thread whose tokens are all absent (a short tile: experts' last tiles)");
+	lg_comment(b, "neither loads nor computes; the others run straight-line code, loads");
+	lg_comment(b, "first.");
+	lg_open(b, "if (r0 < rows) {");
 	lg_line(b, "const i64 qe_col = k0 + 8 * lb; // the thread's first feature");
 	if (!split(k)) {
 		emit_rows(b, k, "qe_col", k->h->values);
@@ -360,13 +378,13 @@ static void emit_values(lg_buf *b, const struct ctx *k)
 		emit_rows(b, k, "qe_col", k->h->compute);
 		if (prefetching(k)) {
 			lg_comment(b, "The next feature block's loads, in flight during this block's stores.");
-			lg_line(b, "if (cb + 1 < cb_end) {");
+			lg_open(b, "if (cb + 1 < cb_end) {");
 			lg_line(b, "const i64 qe_next = qe_col + 128;");
 			emit_rows(b, k, "qe_next", k->h->fetch);
-			lg_line(b, "}");
+			lg_close(b);
 		}
 	}
-	lg_line(b, "} // r0 < rows");
+	lg_close_with(b, "} // r0 < rows");
 	lg_open(b, "if (rows < 128) { // a tile short of tokens: the absent ones count as 0");
 	lg_line(b, "#pragma unroll");
 	if (k->bf16) {
@@ -622,32 +640,34 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 	if (e->cols) {
 		lg_comment(b, "A thread whose tokens are all absent has nothing to store but zero bytes");
 		lg_comment(b, "(+0 quantises to 0x00 under any scale).");
-		lg_comment(b, "(The else block is not indented: its lines keep their width.)");
 		lg_open(b, "if (r0 >= rows) {");
 		lg_line(b, "#pragma unroll");
 		if (words == 2)
 			lg_line(b, "for (int c = 0; c < 8; c++) cw[c][0] = cw[c][1] = 0u;");
 		else
 			lg_line(b, "for (int c = 0; c < 8; c++) cw[c] = 0u;");
-		lg_close(b);
-		lg_line(b, "else {");
+		lg_close_with(b, "} else {");
 	} else {
-		lg_line(b, "if (r0 < rows) { // else: no token of this thread to store (not indented)");
+		lg_open(b, "if (r0 < rows) { // else: no token of this thread to store");
 	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int p = 0; p < %d; p++) {", k->r / 2);
 	lg_line(b, "float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1");
 	if (k->bf16) {
 		lg_line(b, "const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];");
-		lg_line(b, "const u32 a[4] = {w0.x, w0.y, w0.z, w0.w}, b[4] = {w1.x, w1.y, w1.z, w1.w};");
+		lg_line(b, "const u32 a[4] = {w0.x, w0.y, w0.z, w0.w},");
+		lg_line(b, "\tb[4] = {w1.x, w1.y, w1.z, w1.w};");
 		lg_line(b, "#pragma unroll");
 		lg_open(b, "for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact");
-		lg_line(b, "y0[2 * e] = lg_bf16_lo(a[e]), y0[2 * e + 1] = lg_bf16_hi(a[e]);");
-		lg_line(b, "y1[2 * e] = lg_bf16_lo(b[e]), y1[2 * e + 1] = lg_bf16_hi(b[e]);");
+		lg_line(b, "y0[2 * e] = lg_bf16_lo(a[e]),");
+		lg_line(b, "\ty0[2 * e + 1] = lg_bf16_hi(a[e]);");
+		lg_line(b, "y1[2 * e] = lg_bf16_lo(b[e]),");
+		lg_line(b, "\ty1[2 * e + 1] = lg_bf16_hi(b[e]);");
 		lg_close(b);
 	} else {
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];");
+		lg_line(b, "for (int j = 0; j < 8; j++)");
+		lg_line(b, "\ty0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];");
 	}
 	if (e->rows) {
 		const char *a0, *a1;
@@ -689,7 +709,7 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 		lg_close(b);
 	}
 	lg_close(b);
-	lg_line(b, "} // r0 < rows");
+	lg_close_with(b, "} // r0 < rows");
 	if (!e->cols)
 		return;
 	lg_comment(b, "Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so");
@@ -767,7 +787,8 @@ void lg_qe_emit_body(lg_buf *b, const struct lg_qe *e, const struct lg_qe_hooks 
 		return;
 	}
 	lg_comment(b, "Two copies of the feature blocks, each compiled for its case (the condition is");
-	lg_comment(b, "the same in every thread of the CTA; the copies are not indented).");
+	lg_comment(b, "the same in every thread of the CTA; the copies are not indented: the hooks'");
+	lg_comment(b, "lines keep their width).");
 	for (int v = 1; v >= 0; v--) {
 		ev.variant = v;
 		lg_line(b, v ? "if (%s) {" : "} else { // not %s", e->cta_case);

@@ -223,11 +223,12 @@ static void prologue(lg_buf *b, const struct lg_qe *e, void *ctx)
 	if (!h->weighted)
 		return;
 	if (!h->bwd) {
-		lg_comment(b, "The prob of each of the thread's tokens (a token past the tile's last: the last's).");
+		lg_comment(b, "The prob of each of the thread's tokens (a token past the tile's last:");
+		lg_comment(b, "the last's).");
 		lg_line(b, "float pr[%d];", h->r);
 		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int i = 0; i < %d; i++) pr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];",
-			h->r);
+		lg_line(b, "for (int i = 0; i < %d; i++)", h->r);
+		lg_line(b, "\tpr[i] = ((const float *)prob)[m0 + min(r0 + i, rows - 1)];");
 		return;
 	}
 	lg_comment(b, "The prob of each token of the tile (a token past the tile's last: the last's);");
@@ -275,24 +276,31 @@ static void fetch(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, v
 	}
 	char fb[96];
 	const char *first = gate_half(fb, sizeof fb, e, r, h);
-	if (e->variant == 1)
-		lg_line(b, "const i64 c = %s; // the input column (the gate half: dx1)", r->col);
-	else if (e->variant == 0)
-		lg_line(b, "const i64 c = %s - %lld; // the input column (the up half: dx2)", r->col, h->n);
-	else {
-		lg_line(b, "const bool first = %s; // dx1 (the gate half), else dx2", first);
-		lg_line(b, "const i64 c = first ? %s : %s - %lld; // the input column", r->col, r->col, h->n);
+	if (e->variant == 1) {
+		lg_comment(b, "c: the input column (the gate half: dx1)");
+		lg_line(b, "const i64 c = %s;", r->col);
+	} else if (e->variant == 0) {
+		lg_comment(b, "c: the input column (the up half: dx2)");
+		lg_line(b, "const i64 c = %s - %lld;", r->col, h->n);
+	} else {
+		lg_comment(b, "c: the input column; first: dx1 (the gate half), else dx2");
+		lg_line(b, "const bool first = %s;", first);
+		lg_line(b, "const i64 c = first ? %s : %s - %lld;", r->col, r->col, h->n);
 		first = "first";
 	}
-	lg_line(b, "const u8 *const xa = (const u8 *)x + (%s * %lld + c) * 2;", r->row, 2 * h->n);
-	lg_comment(b, "gate, g: read by both halves (kept in L2); up: by the first only");
+	lg_line(b, "const u8 *const xa =");
+	lg_line(b, "\t(const u8 *)x + (%s * %lld + c) * 2;", r->row, 2 * h->n);
+	lg_comment(b, "gate, g: read by both halves (kept in L2);");
+	lg_comment(b, "up: by the first only");
 	lg_line(b, "ra[%s] = lg_ld16(xa);", r->slot);
-	lg_line(b, "rg[%s] = lg_ld16((const u8 *)g + (%s * %lld + c) * 2);", r->slot, r->row, h->n);
+	lg_line(b, "rg[%s] =", r->slot);
+	lg_line(b, "\tlg_ld16((const u8 *)g + (%s * %lld + c) * 2);", r->row, h->n);
 	if (e->variant == 1)
 		lg_line(b, "ru[%s] = lg_ld16_cs(xa + %lld);", r->slot, 2 * h->n);
-	else if (e->variant < 0)
-		lg_line(b, "ru[%s] = %s ? lg_ld16_cs(xa + %lld) : lg_u32x4{0u, 0u, 0u, 0u};", r->slot, first,
-			2 * h->n);
+	else if (e->variant < 0) {
+		lg_line(b, "ru[%s] = %s ? lg_ld16_cs(xa + %lld)", r->slot, first, 2 * h->n);
+		lg_line(b, "\t: lg_u32x4{0u, 0u, 0u, 0u};");
+	}
 }
 
 static void compute_forward(lg_buf *b, const struct hook *h, const struct lg_qe_row *r)

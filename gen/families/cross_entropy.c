@@ -396,7 +396,10 @@ static void emit_row_geometry(lg_buf *b, const struct shape *k, const char *ptr)
 		lg_line(b, "const i64 nb = (%lld - hh) / %d;", (long long)k->v, k->vec);
 		lg_line(b, "const int tl = (int)(%lld - hh - nb * %d);", (long long)k->v, k->vec);
 	}
-	lg_line(b, "const u8 *const xb = xr + %s * %d; // the whole pieces", k->aligned ? "0" : "hh", k->esz);
+	if (k->aligned)
+		lg_line(b, "const u8 *const xb = xr; // the whole pieces");
+	else
+		lg_line(b, "const u8 *const xb = xr + hh * %d; // the whole pieces", k->esz);
 }
 
 /* The label of the row: y (i64), ign. Labels need only be 4-byte aligned
@@ -791,7 +794,10 @@ static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struc
 		lg_line(b, "lg_cp_wait(%d);", groups - 1 - g);
 		lg_line(b, "#pragma unroll");
 		lg_open(b, "for (int j = 0; j < %d; j++) {", chunk);
-		lg_line(b, "const int c = t + (%d + j) * %d;", g * chunk, T);
+		if (g)
+			lg_line(b, "const int c = t + (%d + j) * %d;", g * chunk, T);
+		else
+			lg_line(b, "const int c = t + j * %d;", T);
 		lg_line(b, "if (c >= np) continue;");
 		lg_line(b, "const lg_u32x4 v = rs[c];");
 		lg_line(b, "float pe = 0.0f%s;", k.smooth ? ", q = 0.0f" : "");

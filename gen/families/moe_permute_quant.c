@@ -105,8 +105,8 @@ enum { P_HIDDEN, P_THREADS, P_FBLOCKS, P_EXPERTS, P_TOPK, P_MULTIPLE, P_MIN_CTAS
 static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p, char *m, size_t mlen, char *ne,
 			   size_t nlen)
 {
-	snprintf(m, mlen, "(T * %lld + %lld)", (long long)p->v[P_TOPK],
-		 (long long)(p->v[P_EXPERTS] * (p->v[P_MULTIPLE] - 1)));
+	long long pad = (long long)(p->v[P_EXPERTS] * (p->v[P_MULTIPLE] - 1)); /* 0: no padding */
+	snprintf(m, mlen, "(T * %lld%s%.0lld)", (long long)p->v[P_TOPK], pad ? " + " : "", pad);
 	snprintf(ne, nlen, "%lld", (long long)p->v[P_EXPERTS]);
 	/* one token tile a CTA: lg_qe.tiles 2 and 4 measured 149.8 / 161.0 us
 	 * against 146.2 (8192 tokens, bench/h200-2026-12-01f) */
@@ -222,7 +222,8 @@ static void values(lg_buf *b, const struct lg_qe *e, const struct lg_qe_row *r, 
 {
 	const struct lg_plan *p = ctx;
 	if (p->v[P_PREFETCH]) {
-		lg_line(b, "%s = *(const lg_u32x4 *)(qe_gs + %s * 256 + (%s - k0) * 2);", r->dst, r->lrow, r->col);
+		lg_line(b, "%s = *(const lg_u32x4 *)(qe_gs + %s * 256 +", r->dst, r->lrow);
+		lg_line(b, "\t(%s - k0) * 2);", r->col);
 		return;
 	}
 	lg_open(b, "{");

@@ -464,8 +464,11 @@ static void emit_table(lg_buf *b, const struct shape *k)
 static void emit_offsets(lg_buf *b, const struct shape *k)
 {
 	const long long E = (long long)k->e, per_e = (k->e + 31) / 32;
-	lg_line(b, "for (int e = tid; e < %lld; e += %d) pe[e] = (cn[e] + %lld) / %lld * %lld;", E, k->threads,
-		(long long)(k->m - 1), (long long)k->m, (long long)k->m);
+	if (k->m > 1)
+		lg_line(b, "for (int e = tid; e < %lld; e += %d) pe[e] = (cn[e] + %lld) / %lld * %lld;", E,
+			k->threads, (long long)(k->m - 1), (long long)k->m, (long long)k->m);
+	else
+		lg_line(b, "for (int e = tid; e < %lld; e += %d) pe[e] = cn[e];", E, k->threads);
 	lg_line(b, "__syncthreads();");
 	lg_comment(b, "Exclusive scan of the padded counts over the experts: warp 0, %lld a lane.", per_e);
 	lg_open(b, "if (tid < 32) {");
@@ -578,7 +581,8 @@ static void emit_map(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p
 		E, E, E);
 	lg_line(b, "__shared__ int ptot;");
 	lg_line(b, "const i64 i = blockIdx.x;");
-	lg_line(b, "const i64 cap = T * %lld + %lld;", (long long)k.k, (long long)(k.e * (k.m - 1)));
+	long long pad = (long long)(k.e * (k.m - 1)); /* 0: no padding */
+	lg_line(b, "const i64 cap = T * %lld%s%.0lld;", (long long)k.k, pad ? " + " : "", pad);
 	lg_line(b, "int *const rix = (int *)row_index; // may be 0");
 	lg_line(b, "for (int e = tid; e < %lld; e += %d) cn[e] = nx[e] = 0;", E, k.threads);
 	lg_comment(b, "The slice's first batch made into bits before the wait (the routing is an input).");

@@ -830,7 +830,7 @@ static void emit_backward_head(lg_buf *b, const struct shape *k, bool kv)
 	lg_comment(b, "du = r g w - r^3 u dot / D; the lane group's dw += u r g.");
 	lg_line(b, "const float r = lg_rrms_head(ss);");
 	lg_line(b, "const float c3 = r * r * r * (dot / %lld.0f);", (long long)k->d);
-	lg_line(b, "float *const acc = dwp[grp] + %lld;", (long long)(kv ? k->d : 0));
+	lg_line(b, "float *const acc = dwp[grp]%s%.0lld;", kv ? " + " : "", (long long)(kv ? k->d : 0));
 	lg_line(b, "lg_acc8(acc + e0, u0, r, g0), lg_acc8(acc + e1, u1, r, g1);");
 	lg_line(b, "lg_dnorm8(g0, u0, r, c3, &wt[%d][e0]);", kv);
 	lg_line(b, "lg_dnorm8(g1, u1, r, c3, &wt[%d][e1]);", kv);
@@ -855,7 +855,10 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_comment(b, "a CTA, %d a token.", k->gt);
 	lg_line(b, "static __device__ __forceinline__ i64 lg_ctas(i64 N)");
 	lg_open(b, "{");
-	lg_line(b, "const i64 n = (N + %d) / %d;", k->tokens - 1, k->tokens);
+	if (k->tokens > 1)
+		lg_line(b, "const i64 n = (N + %d) / %d;", k->tokens - 1, k->tokens);
+	else
+		lg_line(b, "const i64 n = N;");
 	lg_line(b, "return n < %d ? n : %d;", k->ctas, k->ctas);
 	lg_close(b);
 	lg_line(b, "%s", "");

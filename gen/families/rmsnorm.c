@@ -342,8 +342,8 @@ static void emit_ring_copy(lg_buf *b, const struct lg_plan *p, const struct lg_r
 	lg_line(b, "const int c = t + k * %d;", l->lpr);
 	lg_line(b, "if (mq >= M || c >= %lld) continue;", (long long)(l->hidden / 8));
 	for (int i = 0; i < n; i++)
-		lg_line(b, "lg_cp16(sq + %lld + c * 16, %s + (mq * %lld + c * 8) * 2, 16);", (long long)(i * tb),
-			src[i], (long long)l->hidden);
+		lg_line(b, "lg_cp16(sq + %.0lld%sc * 16, %s + (mq * %lld + c * 8) * 2, 16);", (long long)(i * tb),
+			i ? " + " : "", src[i], (long long)l->hidden);
 	lg_close(b);
 	if (rms)
 		lg_line(b, "if (rms && mq < M) lg_cp4(rcell + st * %lld, (const float *)rms + mq, 4);",
@@ -401,8 +401,8 @@ static void emit_ring_loop(lg_buf *b, const struct lg_plan *p, const struct lg_r
 	lg_line(b, "const bool in = live && c < %lld;", (long long)(l->hidden / 8));
 	lg_line(b, "const u8 *const sp = rs + sr * %lld + c * 16; // piece c of row m", (long long)sb);
 	for (int i = 0; i < n; i++)
-		lg_line(b, "%s[k] = in ? *(const lg_u32x4 *)(sp + %lld) : lg_u32x4{0u, 0u, 0u, 0u};", dst[i],
-			(long long)(i * tb));
+		lg_line(b, "%s[k] = in ? *(const lg_u32x4 *)(sp%s%.0lld) : lg_u32x4{0u, 0u, 0u, 0u};", dst[i],
+			i ? " + " : "", (long long)(i * tb));
 	lg_close(b);
 	if (rms)
 		lg_line(b, "const float rc = rms && live ? *(const float *)(rcell + sr * %lld) : 0.0f;", (long long)sb);

@@ -554,11 +554,16 @@ static void emit_half_mma(lg_buf *b, int terms, unsigned a_off, unsigned b_off)
 	}
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int ks = 0; ks < 4; ks++)");
+	/* descriptor offsets of the operands' first k16 step (a 0 left out) */
+	char da[32] = "", db[32] = "";
+	if (a_off >> 4)
+		snprintf(da, sizeof da, "%uu + ", a_off >> 4);
+	if (b_off >> 4)
+		snprintf(db, sizeof db, "%uu + ", b_off >> 4);
 	if (terms > 1)
-		lg_line(b, "\trt_wgmma(acc, da + %uu + e * %uu + 2 * ks, db + %uu + 2 * ks);", a_off >> 4,
-			(2u * WG_HALF) >> 4, b_off >> 4);
+		lg_line(b, "\trt_wgmma(acc, da + %se * %uu + 2 * ks, db + %s2 * ks);", da, (2u * WG_HALF) >> 4, db);
 	else
-		lg_line(b, "\trt_wgmma(acc, da + %uu + 2 * ks, db + %uu + 2 * ks);", a_off >> 4, b_off >> 4);
+		lg_line(b, "\trt_wgmma(acc, da + %s2 * ks, db + %s2 * ks);", da, db);
 	if (terms > 1)
 		lg_close(b);
 }

@@ -843,8 +843,11 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 		(long long)tw);
 	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gw.t.bm,
 		(long long)cols, gw.t.bn);
-	lg_line(b, "const i64 kts = (M + %d) / %d, per = (kts + %d) / %d;", gw.t.bk - 1, gw.t.bk, split - 1,
-		split);
+	if (split > 1)
+		lg_line(b, "const i64 kts = (M + %d) / %d, per = (kts + %d) / %d;", gw.t.bk - 1, gw.t.bk,
+			split - 1, split);
+	else
+		lg_line(b, "const i64 kts = (M + %d) / %d, per = kts;", gw.t.bk - 1, gw.t.bk);
 	lg_line(b, "const i64 kt0 = z * per < kts ? z * per : kts;");
 	lg_line(b, "const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;");
 	if (wg)

@@ -181,8 +181,8 @@ static __device__ __forceinline__ void lg_swiglu_dx(float a, float u, float g, f
 // 512 threads, 4 tokens x 8 features a thread, values from x and g in registers.
 extern "C" __global__ void __launch_bounds__(512)
 lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
-	u64 g, u64 x, u64 prob, u64 counts, u64 dxq, u64 dxs, u64 dprob, u64 dxqt, u64 dxst, u64 dx,
-	i64 M, i64 part)
+	u64 g, u64 x, u64 prob, u64 counts, u64 dxq, u64 dxs, u64 dprob, u64 dxqt, u64 dxst,
+	u64 /* dx */, i64 M, i64 /* part */)
 {
 	// qt staging (128 features x 128 tokens, swizzled).
 	__shared__ __align__(16) u8 stage[128 * 128];
@@ -222,7 +222,8 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 	lg_u32x4 ra[4], ru[4]; // gate, up of each row
 	lg_u32x4 rg[4]; // g of each row
 	// Two copies of the feature blocks, each compiled for its case (the condition is
-	// the same in every thread of the CTA; the copies are not indented).
+	// the same in every thread of the CTA; the copies are not indented: the hooks'
+	// lines keep their width).
 	if (cg < 1) {
 	// The first feature block's loads (each block's compute is followed by the next's).
 	if (r0 < rows) {
@@ -230,60 +231,68 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_col; // the input column (the gate half: dx1)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
+			// c: the input column (the gate half: dx1)
+			const i64 c = qe_col;
+			const u8 *const xa =
+				(const u8 *)x + (qe_row * 1024 + c) * 2;
+			// gate, g: read by both halves (kept in L2);
+			// up: by the first only
 			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+			rg[i] =
+				lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
 			ru[i] = lg_ld16_cs(xa + 1024);
 		}
 	}
 	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
 	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
-		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
-		// a token past the tile's last computes the last one's, then counts as 0).
+		// The values: 4 tokens x 8 features a thread (the family's code, a token
+		// a step; a token past the tile's last computes the last one's, then counts
+		// as 0).
 		float v[4][8];
-		// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-		// loads nor computes; the others run straight-line code, loads first. (The
-		// block is not indented: the hook's lines keep their width.)
+		// A thread whose tokens are all absent (a short tile: experts' last tiles)
+		// neither loads nor computes; the others run straight-line code, loads
+		// first.
 		if (r0 < rows) {
-		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
-			const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
-			const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
-			const float pv = prs[(r0 + i)];
-			float dps = 0.0f;
+			const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 			#pragma unroll
-			for (int f = 0; f < 8; f++) {
-				const u32 wa = aa[f >> 1], wg = ga[f >> 1];
-				const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
-				const u32 wu = ua[f >> 1];
-				const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);
-				const float gv = f & 1 ? lg_bf16_hi(wg) : lg_bf16_lo(wg);
-				float d1, d2;
-				lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
-				v[i][f] = d1;
+			for (int i = 0; i < 4; i++) {
+				const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+				const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
+				const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
+				const float pv = prs[(r0 + i)];
+				float dps = 0.0f;
+				#pragma unroll
+				for (int f = 0; f < 8; f++) {
+					const u32 wa = aa[f >> 1], wg = ga[f >> 1];
+					const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
+					const u32 wu = ua[f >> 1];
+					const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);
+					const float gv = f & 1 ? lg_bf16_hi(wg) : lg_bf16_lo(wg);
+					float d1, d2;
+					lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
+					v[i][f] = d1;
+				}
+				dpp[i][threadIdx.x] += dps;
 			}
-			dpp[i][threadIdx.x] += dps;
-		}
-		// The next feature block's loads, in flight during this block's stores.
-		if (cb + 1 < cb_end) {
-		const i64 qe_next = qe_col + 128;
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_next; // the input column (the gate half: dx1)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
-			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
-			ru[i] = lg_ld16_cs(xa + 1024);
-		}
-		}
+			// The next feature block's loads, in flight during this block's stores.
+			if (cb + 1 < cb_end) {
+				const i64 qe_next = qe_col + 128;
+				#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+					// c: the input column (the gate half: dx1)
+					const i64 c = qe_next;
+					const u8 *const xa =
+						(const u8 *)x + (qe_row * 1024 + c) * 2;
+					// gate, g: read by both halves (kept in L2);
+					// up: by the first only
+					ra[i] = lg_ld16(xa);
+					rg[i] =
+						lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+					ru[i] = lg_ld16_cs(xa + 1024);
+				}
+			}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 			#pragma unroll
@@ -361,40 +370,39 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		u8 *const qrow = (u8 *)dxq + (m0 + r0) * 1024 + k0 + 8 * lb;
 		// A thread whose tokens are all absent has nothing to store but zero bytes
 		// (+0 quantises to 0x00 under any scale).
-		// (The else block is not indented: its lines keep their width.)
 		if (r0 >= rows) {
 			#pragma unroll
 			for (int c = 0; c < 8; c++) cw[c] = 0u;
-		}
-		else {
-		#pragma unroll
-		for (int p = 0; p < 2; p++) {
-			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		} else {
 			#pragma unroll
-			for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
-			const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
-			u32 qa[2], qb[2];
-			#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
-					lg_q(y0[4 * e + 1], i0),
-					lg_q(y0[4 * e + 2], i0),
-					lg_q(y0[4 * e + 3], i0));
-				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
-					lg_q(y1[4 * e + 1], i1),
-					lg_q(y1[4 * e + 2], i1),
-					lg_q(y1[4 * e + 3], i1));
+			for (int p = 0; p < 2; p++) {
+				float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+				#pragma unroll
+				for (int j = 0; j < 8; j++)
+					y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
+				const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+				u32 qa[2], qb[2];
+				#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
+						lg_q(y0[4 * e + 1], i0),
+						lg_q(y0[4 * e + 2], i0),
+						lg_q(y0[4 * e + 3], i0));
+					qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
+						lg_q(y1[4 * e + 1], i1),
+						lg_q(y1[4 * e + 2], i1),
+						lg_q(y1[4 * e + 3], i1));
+				}
+				if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 1024, qa[0], qa[1]);
+				if (r0 + 2 * p + 1 < rows)
+					lg_st8_cs(qrow + (2 * p + 1) * 1024, qb[0], qb[1]);
+				#pragma unroll
+				for (int c = 0; c < 8; c++) {
+					const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
+						lg_q(y1[c], ci[c]));
+					cw[c] = p == 0 ? h : cw[c] | h << 16;
+				}
 			}
-			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 1024, qa[0], qa[1]);
-			if (r0 + 2 * p + 1 < rows)
-				lg_st8_cs(qrow + (2 * p + 1) * 1024, qb[0], qb[1]);
-			#pragma unroll
-			for (int c = 0; c < 8; c++) {
-				const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
-					lg_q(y1[c], ci[c]));
-				cw[c] = p == 0 ? h : cw[c] | h << 16;
-			}
-		}
 		} // r0 < rows
 		// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
 		// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.
@@ -459,55 +467,63 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		#pragma unroll
 		for (int i = 0; i < 4; i++) {
 			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_col - 512; // the input column (the up half: dx2)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
+			// c: the input column (the up half: dx2)
+			const i64 c = qe_col - 512;
+			const u8 *const xa =
+				(const u8 *)x + (qe_row * 1024 + c) * 2;
+			// gate, g: read by both halves (kept in L2);
+			// up: by the first only
 			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+			rg[i] =
+				lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
 		}
 	}
 	const int cb_end = cg * 4 + 4 < 8 ? cg * 4 + 4 : 8;
 	for (int cb = cg * 4; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
-		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
-		// a token past the tile's last computes the last one's, then counts as 0).
+		// The values: 4 tokens x 8 features a thread (the family's code, a token
+		// a step; a token past the tile's last computes the last one's, then counts
+		// as 0).
 		float v[4][8];
-		// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-		// loads nor computes; the others run straight-line code, loads first. (The
-		// block is not indented: the hook's lines keep their width.)
+		// A thread whose tokens are all absent (a short tile: experts' last tiles)
+		// neither loads nor computes; the others run straight-line code, loads
+		// first.
 		if (r0 < rows) {
-		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
-			const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
-			const float pv = prs[(r0 + i)];
-			float dps = 0.0f;
+			const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 			#pragma unroll
-			for (int f = 0; f < 8; f++) {
-				const u32 wa = aa[f >> 1], wg = ga[f >> 1];
-				const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
-				const float u = 0.0f; // dx2 does not use up
-				const float gv = f & 1 ? lg_bf16_hi(wg) : lg_bf16_lo(wg);
-				float d1, d2;
-				lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
-				v[i][f] = d2;
+			for (int i = 0; i < 4; i++) {
+				const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+				const u32 ga[4] = {rg[i].x, rg[i].y, rg[i].z, rg[i].w};
+				const float pv = prs[(r0 + i)];
+				float dps = 0.0f;
+				#pragma unroll
+				for (int f = 0; f < 8; f++) {
+					const u32 wa = aa[f >> 1], wg = ga[f >> 1];
+					const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
+					const float u = 0.0f; // dx2 does not use up
+					const float gv = f & 1 ? lg_bf16_hi(wg) : lg_bf16_lo(wg);
+					float d1, d2;
+					lg_swiglu_dx(a, u, gv, pv, d1, d2, dps);
+					v[i][f] = d2;
+				}
 			}
-		}
-		// The next feature block's loads, in flight during this block's stores.
-		if (cb + 1 < cb_end) {
-		const i64 qe_next = qe_col + 128;
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const i64 c = qe_next - 512; // the input column (the up half: dx2)
-			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + c) * 2;
-			// gate, g: read by both halves (kept in L2); up: by the first only
-			ra[i] = lg_ld16(xa);
-			rg[i] = lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
-		}
-		}
+			// The next feature block's loads, in flight during this block's stores.
+			if (cb + 1 < cb_end) {
+				const i64 qe_next = qe_col + 128;
+				#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+					// c: the input column (the up half: dx2)
+					const i64 c = qe_next - 512;
+					const u8 *const xa =
+						(const u8 *)x + (qe_row * 1024 + c) * 2;
+					// gate, g: read by both halves (kept in L2);
+					// up: by the first only
+					ra[i] = lg_ld16(xa);
+					rg[i] =
+						lg_ld16((const u8 *)g + (qe_row * 512 + c) * 2);
+				}
+			}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 			#pragma unroll
@@ -585,40 +601,39 @@ lg_batch_swiglu_quant_bwd_bf16_n512_e256_both_pow2(
 		u8 *const qrow = (u8 *)dxq + (m0 + r0) * 1024 + k0 + 8 * lb;
 		// A thread whose tokens are all absent has nothing to store but zero bytes
 		// (+0 quantises to 0x00 under any scale).
-		// (The else block is not indented: its lines keep their width.)
 		if (r0 >= rows) {
 			#pragma unroll
 			for (int c = 0; c < 8; c++) cw[c] = 0u;
-		}
-		else {
-		#pragma unroll
-		for (int p = 0; p < 2; p++) {
-			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		} else {
 			#pragma unroll
-			for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
-			const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
-			u32 qa[2], qb[2];
-			#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
-					lg_q(y0[4 * e + 1], i0),
-					lg_q(y0[4 * e + 2], i0),
-					lg_q(y0[4 * e + 3], i0));
-				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
-					lg_q(y1[4 * e + 1], i1),
-					lg_q(y1[4 * e + 2], i1),
-					lg_q(y1[4 * e + 3], i1));
+			for (int p = 0; p < 2; p++) {
+				float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+				#pragma unroll
+				for (int j = 0; j < 8; j++)
+					y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
+				const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+				u32 qa[2], qb[2];
+				#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
+						lg_q(y0[4 * e + 1], i0),
+						lg_q(y0[4 * e + 2], i0),
+						lg_q(y0[4 * e + 3], i0));
+					qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
+						lg_q(y1[4 * e + 1], i1),
+						lg_q(y1[4 * e + 2], i1),
+						lg_q(y1[4 * e + 3], i1));
+				}
+				if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 1024, qa[0], qa[1]);
+				if (r0 + 2 * p + 1 < rows)
+					lg_st8_cs(qrow + (2 * p + 1) * 1024, qb[0], qb[1]);
+				#pragma unroll
+				for (int c = 0; c < 8; c++) {
+					const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
+						lg_q(y1[c], ci[c]));
+					cw[c] = p == 0 ? h : cw[c] | h << 16;
+				}
 			}
-			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 1024, qa[0], qa[1]);
-			if (r0 + 2 * p + 1 < rows)
-				lg_st8_cs(qrow + (2 * p + 1) * 1024, qb[0], qb[1]);
-			#pragma unroll
-			for (int c = 0; c < 8; c++) {
-				const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
-					lg_q(y1[c], ci[c]));
-				cw[c] = p == 0 ? h : cw[c] | h << 16;
-			}
-		}
 		} // r0 < rows
 		// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
 		// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.

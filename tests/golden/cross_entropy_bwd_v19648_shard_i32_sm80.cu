@@ -73,8 +73,8 @@ static __device__ __forceinline__ float lg_ce_exp(float d)
 // grad = (e^(x - m) / S - 0.9f [v == y] - 6.3619706e-07f) g.
 extern "C" __global__ void __launch_bounds__(512)
 lg_cross_entropy_bwd_bf16_v19648_shard_c157184_i32_ls0p1(
-	u64 logits, u64 labels, u64 sum_exp, u64 max_logit, u64 dloss, u64 grad, i64 M, i64 V0,
-	i64 part)
+	u64 logits, u64 labels, u64 sum_exp, u64 max_logit, u64 dloss, u64 grad, i64 /* M */,
+	i64 V0, i64 /* part */)
 {
 	const i64 row = blockIdx.x;
 	const int t = threadIdx.x;
@@ -88,7 +88,7 @@ lg_cross_entropy_bwd_bf16_v19648_shard_c157184_i32_ls0p1(
 	}
 	const u8 *const xr = (const u8 *)logits + row * 39296;
 	const i64 nb = 2456; // whole pieces (rows start 16-byte aligned)
-	const u8 *const xb = xr + 0 * 2; // the whole pieces
+	const u8 *const xb = xr; // the whole pieces
 	const i64 yl = y - V0; // the label's column in these rows
 	const float mr = ((const float *)max_logit)[row];
 	const float g0 = ((const float *)dloss)[row];

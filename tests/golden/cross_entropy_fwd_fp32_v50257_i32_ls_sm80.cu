@@ -65,8 +65,9 @@ static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 // One row a CTA of 512 threads (2 an SM), 8 16-byte loads in flight each a step; 50257 columns.
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_cross_entropy_fwd_fp32_v50257_i32_iim1_ls0p1(
-	u64 logits, u64 labels, u64 stats_in, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
-	u64 stats, u64 grad, i64 M, i64 V0, i64 NS, i64 part)
+	u64 logits, u64 labels, u64 /* stats_in */, u64 /* g */, u64 loss, u64 sum_exp,
+	u64 max_logit, u64 /* stats */, u64 /* grad */, i64 /* M */, i64 /* V0 */, i64 /* NS */,
+	i64 /* part */)
 {
 	const i64 row = blockIdx.x;
 	const int t = threadIdx.x;

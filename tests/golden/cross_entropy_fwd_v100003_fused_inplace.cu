@@ -135,8 +135,8 @@ static __device__ __forceinline__ void lg_ce_put(u8 *row, i64 j, float v)
 // One row a CTA of 1024 threads (1 an SM), 8 16-byte loads in flight each a step; 100003 columns.
 extern "C" __global__ void __launch_bounds__(1024, 1)
 lg_cross_entropy_fwd_bf16_v100003_ls0p05_inplace_fused(
-	u64 logits, u64 labels, u64 stats_in, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
-	u64 stats, u64 grad, i64 M, i64 V0, i64 NS, i64 part)
+	u64 logits, u64 labels, u64 /* stats_in */, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
+	u64 /* stats */, u64 /* grad */, i64 /* M */, i64 /* V0 */, i64 /* NS */, i64 /* part */)
 {
 	const i64 row = blockIdx.x;
 	const int t = threadIdx.x;

@@ -88,8 +88,9 @@ static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 // One row a CTA of 512 threads (2 an SM), 8 16-byte loads in flight each a step; 157184 columns.
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_cross_entropy_fwd_bf16_v157184(
-	u64 logits, u64 labels, u64 stats_in, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
-	u64 stats, u64 grad, i64 M, i64 V0, i64 NS, i64 part)
+	u64 logits, u64 labels, u64 /* stats_in */, u64 /* g */, u64 loss, u64 sum_exp,
+	u64 max_logit, u64 /* stats */, u64 /* grad */, i64 /* M */, i64 /* V0 */, i64 /* NS */,
+	i64 /* part */)
 {
 	const i64 row = blockIdx.x;
 	const int t = threadIdx.x;
@@ -98,7 +99,7 @@ lg_cross_entropy_fwd_bf16_v157184(
 	const bool ign = y == -100LL;
 	const u8 *const xr = (const u8 *)logits + row * 314368;
 	const i64 nb = 19648; // whole pieces (rows start 16-byte aligned)
-	const u8 *const xb = xr + 0 * 2; // the whole pieces
+	const u8 *const xb = xr; // the whole pieces
 	// The first step's loads, in flight while the label arrives (an ignored row wastes them).
 	lg_u32x4 v[8];
 	i64 base = 0;

@@ -139,8 +139,8 @@ static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 // the row's 19648 in shared memory (10 a thread, copied in 5 groups).
 extern "C" __global__ void __cluster_dims__(4, 1, 1) __launch_bounds__(512)
 lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
-	u64 logits, u64 labels, u64 stats_in, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
-	u64 stats, u64 grad, i64 M, i64 V0, i64 NS, i64 part)
+	u64 logits, u64 labels, u64 /* stats_in */, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
+	u64 /* stats */, u64 grad, i64 /* M */, i64 /* V0 */, i64 /* NS */, i64 /* part */)
 {
 	extern __shared__ __align__(16) lg_u32x4 rs[]; // this CTA's slice of the row
 	__shared__ double cred[3]; // the CTA's max, sum, sum of logits, for the cluster
@@ -181,7 +181,7 @@ lg_cross_entropy_fwd_bf16_v157184_ls0p1_fused(
 		lg_cp_wait(4);
 		#pragma unroll
 		for (int j = 0; j < 2; j++) {
-			const int c = t + (0 + j) * 512;
+			const int c = t + j * 512;
 			if (c >= np) continue;
 			const lg_u32x4 v = rs[c];
 			float pe = 0.0f, q = 0.0f;

@@ -129,8 +129,8 @@ static __device__ __forceinline__ float lg_ce_one(const u8 *row, i64 j)
 // One row a CTA of 1024 threads (1 an SM), 8 16-byte loads in flight each a step; 157184 columns.
 extern "C" __global__ void __launch_bounds__(1024, 1)
 lg_cross_entropy_fwd_bf16_v157184_fused(
-	u64 logits, u64 labels, u64 stats_in, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
-	u64 stats, u64 grad, i64 M, i64 V0, i64 NS, i64 part)
+	u64 logits, u64 labels, u64 /* stats_in */, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
+	u64 /* stats */, u64 grad, i64 /* M */, i64 /* V0 */, i64 /* NS */, i64 /* part */)
 {
 	const i64 row = blockIdx.x;
 	const int t = threadIdx.x;
@@ -140,7 +140,7 @@ lg_cross_entropy_fwd_bf16_v157184_fused(
 	const u64 pol = lg_policy_evict_last();
 	const u8 *const xr = (const u8 *)logits + row * 314368;
 	const i64 nb = 19648; // whole pieces (rows start 16-byte aligned)
-	const u8 *const xb = xr + 0 * 2; // the whole pieces
+	const u8 *const xb = xr; // the whole pieces
 	// The first step's loads, in flight while the label arrives (an ignored row wastes them).
 	lg_u32x4 v[8];
 	i64 base = 0;

@@ -17,8 +17,8 @@ static __device__ __forceinline__ float lg_ce_ninf(void) { return __int_as_float
 // One row a thread; stats_in [NS, M, 6]: m, S hi, S lo, target, sum x hi, lo.
 extern "C" __global__ void __launch_bounds__(256)
 lg_cross_entropy_fwd_bf16_v157184_merge_ls0p1(
-	u64 logits, u64 labels, u64 stats_in, u64 g, u64 loss, u64 sum_exp, u64 max_logit,
-	u64 stats, u64 grad, i64 M, i64 V0, i64 NS, i64 part)
+	u64 /* logits */, u64 labels, u64 stats_in, u64 /* g */, u64 loss, u64 sum_exp,
+	u64 max_logit, u64 /* stats */, u64 /* grad */, i64 M, i64 /* V0 */, i64 NS, i64 /* part */)
 {
 	const i64 row = (i64)blockIdx.x * 256 + threadIdx.x;
 	if (row >= M) return;

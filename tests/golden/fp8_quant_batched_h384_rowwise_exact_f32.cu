@@ -141,7 +141,7 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv)
 // 512 threads: thread (rb, lb) holds tokens 4 rb .. 4 rb + 3 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(512)
 lg_fp8_quant_batched_fwd_bf16_h384_rowwise_exact_tf2v32(
-	u64 x, u64 counts, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 E, i64 part)
+	u64 x, u64 counts, u64 q, u64 s, u64 /* qt */, u64 /* st */, i64 M, i64 E, i64 /* part */)
 {
 	// lb: this thread's block of 8 features; rb: its block of 4 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
@@ -166,28 +166,30 @@ lg_fp8_quant_batched_fwd_bf16_h384_rowwise_exact_tf2v32(
 	const int cb_end = cg * 2 + 2 < 3 ? cg * 2 + 2 : 3;
 	for (int cb = cg * 2; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
-		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
-		// a token past the tile's last computes the last one's, then counts as 0).
+		// The values: 4 tokens x 8 features a thread (the family's code, a token
+		// a step; a token past the tile's last computes the last one's, then counts
+		// as 0).
 		float v[4][8];
-		// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-		// loads nor computes; the others run straight-line code, loads first. (The
-		// block is not indented: the hook's lines keep their width.)
+		// A thread whose tokens are all absent (a short tile: experts' last tiles)
+		// neither loads nor computes; the others run straight-line code, loads
+		// first.
 		if (r0 < rows) {
-		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			{ // bf16 -> fp32 is exact
-				const u8 *const qe_p = (const u8 *)x + (qe_row * 384 + qe_col) * 2;
-				const lg_u32x4 qe_w = lg_ld16_cs(qe_p);
-				const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};
-				#pragma unroll
-				for (int j = 0; j < 4; j++) {
-					v[i][2 * j] = lg_bf16_lo(qe_a[j]);
-					v[i][2 * j + 1] = lg_bf16_hi(qe_a[j]);
+			const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+			#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+				{ // bf16 -> fp32 is exact
+					const u8 *const qe_p =
+						(const u8 *)x + (qe_row * 384 + qe_col) * 2;
+					const lg_u32x4 qe_w = lg_ld16_cs(qe_p);
+					const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};
+					#pragma unroll
+					for (int j = 0; j < 4; j++) {
+						v[i][2 * j] = lg_bf16_lo(qe_a[j]);
+						v[i][2 * j + 1] = lg_bf16_hi(qe_a[j]);
+					}
 				}
 			}
-		}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 			#pragma unroll
@@ -234,30 +236,31 @@ lg_fp8_quant_batched_fwd_bf16_h384_rowwise_exact_tf2v32(
 		// Quantise every value once per copy.
 		//   rowwise: with its token's scale; a half warp stores a token's q line.
 		u8 *const qrow = (u8 *)q + (m0 + r0) * 384 + k0 + 8 * lb;
-		if (r0 < rows) { // else: no token of this thread to store (not indented)
-		#pragma unroll
-		for (int p = 0; p < 2; p++) {
-			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		if (r0 < rows) { // else: no token of this thread to store
 			#pragma unroll
-			for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
-			const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
-			const float s0 = rs[2 * p], s1 = rs[2 * p + 1];
-			u32 qa[2], qb[2];
-			#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0),
-					lg_q(y0[4 * e + 1], s0, i0),
-					lg_q(y0[4 * e + 2], s0, i0),
-					lg_q(y0[4 * e + 3], s0, i0));
-				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1),
-					lg_q(y1[4 * e + 1], s1, i1),
-					lg_q(y1[4 * e + 2], s1, i1),
-					lg_q(y1[4 * e + 3], s1, i1));
+			for (int p = 0; p < 2; p++) {
+				float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+				#pragma unroll
+				for (int j = 0; j < 8; j++)
+					y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
+				const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+				const float s0 = rs[2 * p], s1 = rs[2 * p + 1];
+				u32 qa[2], qb[2];
+				#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0),
+						lg_q(y0[4 * e + 1], s0, i0),
+						lg_q(y0[4 * e + 2], s0, i0),
+						lg_q(y0[4 * e + 3], s0, i0));
+					qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1),
+						lg_q(y1[4 * e + 1], s1, i1),
+						lg_q(y1[4 * e + 2], s1, i1),
+						lg_q(y1[4 * e + 3], s1, i1));
+				}
+				if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 384, qa[0], qa[1]);
+				if (r0 + 2 * p + 1 < rows)
+					lg_st8_cs(qrow + (2 * p + 1) * 384, qb[0], qb[1]);
 			}
-			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 384, qa[0], qa[1]);
-			if (r0 + 2 * p + 1 < rows)
-				lg_st8_cs(qrow + (2 * p + 1) * 384, qb[0], qb[1]);
-		}
 		} // r0 < rows
 	}
 }

@@ -138,7 +138,8 @@ static __device__ __forceinline__ float lg_q(float y, float inv) { return y * in
 // CTA: 128 tokens x 1 block of 128 features.
 // 256 threads: thread (rb, lb) holds tokens 8 rb .. 8 rb + 7 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(256)
-lg_fp8_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 part)
+lg_fp8_quant_fwd_bf16_h1152_colwise_pow2(
+	u64 x, u64 /* q */, u64 /* s */, u64 qt, u64 st, i64 M, i64 /* part */)
 {
 	// qt staging (128 features x 128 tokens, swizzled).
 	__shared__ __align__(16) u8 stage[128 * 128];
@@ -155,19 +156,20 @@ lg_fp8_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 	float *const stg = (float *)st + tt * 1152; // this tile's row of st
 	const int cb = cg; // the feature block
 	const i64 k0 = (i64)cb * 128; // its first feature
-	// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
-	// a token past the tile's last computes the last one's, then counts as 0).
+	// The values: 8 tokens x 8 features a thread (the family's code, a token
+	// a step; a token past the tile's last computes the last one's, then counts
+	// as 0).
 	lg_u32x4 v[8];
-	// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-	// loads nor computes; the others run straight-line code, loads first. (The
-	// block is not indented: the hook's lines keep their width.)
+	// A thread whose tokens are all absent (a short tile: experts' last tiles)
+	// neither loads nor computes; the others run straight-line code, loads
+	// first.
 	if (r0 < rows) {
-	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-	#pragma unroll
-	for (int i = 0; i < 8; i++) {
-		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-		v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1152 + qe_col) * 2);
-	}
+		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+		#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			v[i] = lg_ld16_cs((const u8 *)x + (qe_row * 1152 + qe_col) * 2);
+		}
 	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
@@ -214,29 +216,30 @@ lg_fp8_quant_fwd_bf16_h1152_colwise_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i6
 	u32 cw[8][2];
 	// A thread whose tokens are all absent has nothing to store but zero bytes
 	// (+0 quantises to 0x00 under any scale).
-	// (The else block is not indented: its lines keep their width.)
 	if (r0 >= rows) {
 		#pragma unroll
 		for (int c = 0; c < 8; c++) cw[c][0] = cw[c][1] = 0u;
-	}
-	else {
-	#pragma unroll
-	for (int p = 0; p < 4; p++) {
-		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
-		const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
-		const u32 a[4] = {w0.x, w0.y, w0.z, w0.w}, b[4] = {w1.x, w1.y, w1.z, w1.w};
+	} else {
 		#pragma unroll
-		for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
-			y0[2 * e] = lg_bf16_lo(a[e]), y0[2 * e + 1] = lg_bf16_hi(a[e]);
-			y1[2 * e] = lg_bf16_lo(b[e]), y1[2 * e + 1] = lg_bf16_hi(b[e]);
+		for (int p = 0; p < 4; p++) {
+			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+			const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
+			const u32 a[4] = {w0.x, w0.y, w0.z, w0.w},
+				b[4] = {w1.x, w1.y, w1.z, w1.w};
+			#pragma unroll
+			for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
+				y0[2 * e] = lg_bf16_lo(a[e]),
+					y0[2 * e + 1] = lg_bf16_hi(a[e]);
+				y1[2 * e] = lg_bf16_lo(b[e]),
+					y1[2 * e + 1] = lg_bf16_hi(b[e]);
+			}
+			#pragma unroll
+			for (int c = 0; c < 8; c++) {
+				const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
+					lg_q(y1[c], ci[c]));
+				cw[c][p / 2] = p % 2 == 0 ? h : cw[c][p / 2] | h << 16;
+			}
 		}
-		#pragma unroll
-		for (int c = 0; c < 8; c++) {
-			const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
-				lg_q(y1[c], ci[c]));
-			cw[c][p / 2] = p % 2 == 0 ? h : cw[c][p / 2] | h << 16;
-		}
-	}
 	} // r0 < rows
 	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
 	// the 8-byte stores of a half warp (lb = 0..15) hit 16 distinct bank pairs.

@@ -120,7 +120,8 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv)
 // CTA: 128 tokens x 1 block of 128 features.
 // 512 threads: thread (rb, lb) holds tokens 4 rb .. 4 rb + 3 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(512)
-lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 part)
+lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(
+	u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 /* part */)
 {
 	// qt staging (128 features x 128 tokens, swizzled).
 	__shared__ __align__(16) u8 stage[128 * 128];
@@ -139,28 +140,30 @@ lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(u64 x, u64 q, u64 s, u64 qt, u64 st,
 	float *const stg = (float *)st + tt * 2048; // this tile's row of st
 	const int cb = cg; // the feature block
 	const i64 k0 = (i64)cb * 128; // its first feature
-	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
-	// a token past the tile's last computes the last one's, then counts as 0).
+	// The values: 4 tokens x 8 features a thread (the family's code, a token
+	// a step; a token past the tile's last computes the last one's, then counts
+	// as 0).
 	float v[4][8];
-	// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-	// loads nor computes; the others run straight-line code, loads first. (The
-	// block is not indented: the hook's lines keep their width.)
+	// A thread whose tokens are all absent (a short tile: experts' last tiles)
+	// neither loads nor computes; the others run straight-line code, loads
+	// first.
 	if (r0 < rows) {
-	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-	#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-		{ // bf16 -> fp32 is exact
-			const u8 *const qe_p = (const u8 *)x + (qe_row * 2048 + qe_col) * 2;
-			const lg_u32x4 qe_w = lg_ld16_cs(qe_p);
-			const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};
-			#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				v[i][2 * j] = lg_bf16_lo(qe_a[j]);
-				v[i][2 * j + 1] = lg_bf16_hi(qe_a[j]);
+		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			{ // bf16 -> fp32 is exact
+				const u8 *const qe_p =
+					(const u8 *)x + (qe_row * 2048 + qe_col) * 2;
+				const lg_u32x4 qe_w = lg_ld16_cs(qe_p);
+				const u32 qe_a[4] = {qe_w.x, qe_w.y, qe_w.z, qe_w.w};
+				#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					v[i][2 * j] = lg_bf16_lo(qe_a[j]);
+					v[i][2 * j + 1] = lg_bf16_hi(qe_a[j]);
+				}
 			}
 		}
-	}
 	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
@@ -244,41 +247,40 @@ lg_fp8_quant_fwd_bf16_h2048_both_exact_tv32(u64 x, u64 q, u64 s, u64 qt, u64 st,
 	u8 *const qrow = (u8 *)q + (m0 + r0) * 2048 + k0 + 8 * lb;
 	// A thread whose tokens are all absent has nothing to store but zero bytes
 	// (+0 quantises to 0x00 under any scale).
-	// (The else block is not indented: its lines keep their width.)
 	if (r0 >= rows) {
 		#pragma unroll
 		for (int c = 0; c < 8; c++) cw[c] = 0u;
-	}
-	else {
-	#pragma unroll
-	for (int p = 0; p < 2; p++) {
-		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+	} else {
 		#pragma unroll
-		for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
-		const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
-		const float s0 = rs[2 * p], s1 = rs[2 * p + 1];
-		u32 qa[2], qb[2];
-		#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0),
-				lg_q(y0[4 * e + 1], s0, i0),
-				lg_q(y0[4 * e + 2], s0, i0),
-				lg_q(y0[4 * e + 3], s0, i0));
-			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1),
-				lg_q(y1[4 * e + 1], s1, i1),
-				lg_q(y1[4 * e + 2], s1, i1),
-				lg_q(y1[4 * e + 3], s1, i1));
+		for (int p = 0; p < 2; p++) {
+			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+			#pragma unroll
+			for (int j = 0; j < 8; j++)
+				y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
+			const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+			const float s0 = rs[2 * p], s1 = rs[2 * p + 1];
+			u32 qa[2], qb[2];
+			#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0),
+					lg_q(y0[4 * e + 1], s0, i0),
+					lg_q(y0[4 * e + 2], s0, i0),
+					lg_q(y0[4 * e + 3], s0, i0));
+				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1),
+					lg_q(y1[4 * e + 1], s1, i1),
+					lg_q(y1[4 * e + 2], s1, i1),
+					lg_q(y1[4 * e + 3], s1, i1));
+			}
+			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 2048, qa[0], qa[1]);
+			if (r0 + 2 * p + 1 < rows)
+				lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
+			#pragma unroll
+			for (int c = 0; c < 8; c++) {
+				const u32 h = lg_e4m3x2(lg_q(y0[c], cs[c], ci[c]),
+					lg_q(y1[c], cs[c], ci[c]));
+				cw[c] = p == 0 ? h : cw[c] | h << 16;
+			}
 		}
-		if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 2048, qa[0], qa[1]);
-		if (r0 + 2 * p + 1 < rows)
-			lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
-		#pragma unroll
-		for (int c = 0; c < 8; c++) {
-			const u32 h = lg_e4m3x2(lg_q(y0[c], cs[c], ci[c]),
-				lg_q(y1[c], cs[c], ci[c]));
-			cw[c] = p == 0 ? h : cw[c] | h << 16;
-		}
-	}
 	} // r0 < rows
 	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
 	// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.

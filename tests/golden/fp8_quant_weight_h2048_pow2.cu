@@ -94,7 +94,7 @@ static __device__ __forceinline__ float lg_q(float y, float inv) { return y * in
 // CTA: 128 tokens x 1 block of 128 features.
 // 256 threads: thread (rb, lb) holds tokens 8 rb .. 8 rb + 7 x features 8 lb .. 8 lb + 7.
 extern "C" __global__ void __launch_bounds__(256)
-lg_fp8_quant_weight_fwd_bf16_h2048_both_pow2(u64 w, u64 q, u64 s, i64 M, i64 part)
+lg_fp8_quant_weight_fwd_bf16_h2048_both_pow2(u64 w, u64 q, u64 s, i64 M, i64 /* part */)
 {
 	__shared__ __align__(16) u32 cpart[8][64]; // each warp's column amax, bf16x2
 	__shared__ float tmax[4]; // the tile amax of each warp that reduces it
@@ -107,19 +107,20 @@ lg_fp8_quant_weight_fwd_bf16_h2048_both_pow2(u64 w, u64 q, u64 s, i64 M, i64 par
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128); // tokens in the tile
 	const int cb = cg; // the feature block
 	const i64 k0 = (i64)cb * 128; // its first feature
-	// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
-	// a token past the tile's last computes the last one's, then counts as 0).
+	// The values: 8 tokens x 8 features a thread (the family's code, a token
+	// a step; a token past the tile's last computes the last one's, then counts
+	// as 0).
 	lg_u32x4 v[8];
-	// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-	// loads nor computes; the others run straight-line code, loads first. (The
-	// block is not indented: the hook's lines keep their width.)
+	// A thread whose tokens are all absent (a short tile: experts' last tiles)
+	// neither loads nor computes; the others run straight-line code, loads
+	// first.
 	if (r0 < rows) {
-	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-	#pragma unroll
-	for (int i = 0; i < 8; i++) {
-		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-		v[i] = lg_ld16_cs((const u8 *)w + (qe_row * 2048 + qe_col) * 2);
-	}
+		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+		#pragma unroll
+		for (int i = 0; i < 8; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			v[i] = lg_ld16_cs((const u8 *)w + (qe_row * 2048 + qe_col) * 2);
+		}
 	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
@@ -165,32 +166,35 @@ lg_fp8_quant_weight_fwd_bf16_h2048_both_pow2(u64 w, u64 q, u64 s, i64 M, i64 par
 	// Quantise every value once per copy.
 	//   rowwise: with its tile's scale; a half warp stores a token's q line.
 	u8 *const qrow = (u8 *)q + (m0 + r0) * 2048 + k0 + 8 * lb;
-	if (r0 < rows) { // else: no token of this thread to store (not indented)
-	#pragma unroll
-	for (int p = 0; p < 4; p++) {
-		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
-		const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
-		const u32 a[4] = {w0.x, w0.y, w0.z, w0.w}, b[4] = {w1.x, w1.y, w1.z, w1.w};
+	if (r0 < rows) { // else: no token of this thread to store
 		#pragma unroll
-		for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
-			y0[2 * e] = lg_bf16_lo(a[e]), y0[2 * e + 1] = lg_bf16_hi(a[e]);
-			y1[2 * e] = lg_bf16_lo(b[e]), y1[2 * e + 1] = lg_bf16_hi(b[e]);
+		for (int p = 0; p < 4; p++) {
+			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+			const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
+			const u32 a[4] = {w0.x, w0.y, w0.z, w0.w},
+				b[4] = {w1.x, w1.y, w1.z, w1.w};
+			#pragma unroll
+			for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
+				y0[2 * e] = lg_bf16_lo(a[e]),
+					y0[2 * e + 1] = lg_bf16_hi(a[e]);
+				y1[2 * e] = lg_bf16_lo(b[e]),
+					y1[2 * e + 1] = lg_bf16_hi(b[e]);
+			}
+			u32 qa[2], qb[2];
+			#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], tinv),
+					lg_q(y0[4 * e + 1], tinv),
+					lg_q(y0[4 * e + 2], tinv),
+					lg_q(y0[4 * e + 3], tinv));
+				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], tinv),
+					lg_q(y1[4 * e + 1], tinv),
+					lg_q(y1[4 * e + 2], tinv),
+					lg_q(y1[4 * e + 3], tinv));
+			}
+			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 2048, qa[0], qa[1]);
+			if (r0 + 2 * p + 1 < rows)
+				lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
 		}
-		u32 qa[2], qb[2];
-		#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], tinv),
-				lg_q(y0[4 * e + 1], tinv),
-				lg_q(y0[4 * e + 2], tinv),
-				lg_q(y0[4 * e + 3], tinv));
-			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], tinv),
-				lg_q(y1[4 * e + 1], tinv),
-				lg_q(y1[4 * e + 2], tinv),
-				lg_q(y1[4 * e + 3], tinv));
-		}
-		if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 2048, qa[0], qa[1]);
-		if (r0 + 2 * p + 1 < rows)
-			lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
-	}
 	} // r0 < rows
 }

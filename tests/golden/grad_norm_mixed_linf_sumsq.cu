@@ -135,7 +135,7 @@ static __device__ __forceinline__ lg_acc lg_item_row(lg_acc acc, lg_u32x4 row, u
 // the same way, so that the last round keeps most warps busy. A fixed order for a
 // given list; CTA c leaves its total in workspace slot c.
 extern "C" __global__ void __launch_bounds__(512, 2)
-lg_grad_norm_fwd_fp32_linf_mixed_tn512c2u8(u64 list, u64 out, u64 ws, i64 I, i64 part)
+lg_grad_norm_fwd_fp32_linf_mixed_tn512c2u8(u64 list, u64 /* out */, u64 ws, i64 I, i64 /* part */)
 {
 	// The final combine may be scheduled; it waits for this grid to finish.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -176,7 +176,8 @@ lg_grad_norm_fwd_fp32_linf_mixed_tn512c2u8(u64 list, u64 out, u64 ws, i64 I, i64
 // ----- lg_grad_norm_fwd_fp32_linf_mixed_tn512c2u8_final: the result from the CTAs' totals -----
 // Thread t combines slots t, t + 256, ... in order, then the warps and the CTA in order.
 extern "C" __global__ void __launch_bounds__(256)
-lg_grad_norm_fwd_fp32_linf_mixed_tn512c2u8_final(u64 list, u64 out, u64 ws, i64 I, i64 part)
+lg_grad_norm_fwd_fp32_linf_mixed_tn512c2u8_final(
+	u64 /* list */, u64 out, u64 ws, i64 /* I */, i64 /* part */)
 {
 	// Wait until every CTA of the partials kernel has written its slot.
 	asm volatile("griddepcontrol.wait;" ::: "memory");

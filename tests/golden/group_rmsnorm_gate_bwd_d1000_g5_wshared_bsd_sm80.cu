@@ -110,7 +110,8 @@ static __device__ __forceinline__ i64 lg_ctas(i64 M)
 
 extern "C" __global__ void __launch_bounds__(160, 2)
 lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared(
-	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 dw, u64 ws, i64 B, i64 L, i64 part)
+	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 /* dw */, u64 ws, i64 B, i64 L,
+	i64 /* part */)
 {
 	extern __shared__ __align__(16) float dwp[]; // [units per CTA][200] dw partial sums
 	const int slot = threadIdx.x / 16, t = threadIdx.x % 16; // row, lane in the row
@@ -255,7 +256,8 @@ lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared(
 // their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared_dw(
-	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 dw, u64 ws, i64 B, i64 L, i64 part)
+	u64 /* dy */, u64 x, u64 /* gate */, u64 /* w */, u64 /* dx */, u64 /* dgate */, u64 dw,
+	u64 ws, i64 B, i64 L, i64 /* part */)
 {
 	__shared__ float slice[8][32];
 	const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5; // column, row slice

@@ -102,7 +102,8 @@ static __device__ __forceinline__ float lg_rrmsf(float ss)
 // 1 groups of 16384; 1024 lanes per group, 2 16-byte pieces each; 1 token per CTA,
 // persistent (1 CTAs an SM), the next token's inputs loaded before this one's math.
 extern "C" __global__ void __launch_bounds__(1024, 1)
-lg_group_rmsnorm_gate_fwd_bf16_d16384_g1(u64 x, u64 gate, u64 w, u64 y, i64 B, i64 L, i64 part)
+lg_group_rmsnorm_gate_fwd_bf16_d16384_g1(
+	u64 x, u64 gate, u64 w, u64 y, i64 B, i64 L, i64 /* part */)
 {
 	const int t = threadIdx.x; // lane in the row (one row per CTA)
 	const int lane = threadIdx.x & 31;

@@ -102,7 +102,8 @@ static __device__ __forceinline__ float lg_rrmsf(float ss)
 // 4 groups of 512; 32 lanes per group, 2 16-byte pieces each; 2 tokens per CTA,
 // persistent (3 CTAs an SM), the next token's inputs loaded before this one's math.
 extern "C" __global__ void __launch_bounds__(256, 3)
-lg_group_rmsnorm_gate_fwd_bf16_d2048_g4_tp1(u64 x, u64 gate, u64 w, u64 y, i64 B, i64 L, i64 part)
+lg_group_rmsnorm_gate_fwd_bf16_d2048_g4_tp1(
+	u64 x, u64 gate, u64 w, u64 y, i64 B, i64 L, i64 /* part */)
 {
 	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
 	const int g = slot % 4, ts = slot / 4; // the unit's group, token in the CTA

@@ -111,7 +111,7 @@ static __device__ __forceinline__ void lg_token_sum(u64 dout, u64 dx, const int 
 // 256 adding threads and the map warp.
 extern "C" __global__ void __launch_bounds__(288)
 lg_moe_permute_bwd_bf16_h1001_e160_k6_m16(
-	u64 dout, u64 dout_probs, u64 row_id_map, u64 dx, u64 dprobs, i64 T, i64 part)
+	u64 dout, u64 dout_probs, u64 row_id_map, u64 dx, u64 dprobs, i64 T, i64 /* part */)
 {
 	__shared__ int rows[2][160]; // two tokens' rows, ascending expert
 	__shared__ int emap[2][160]; // their row of each expert (-1: not routed)

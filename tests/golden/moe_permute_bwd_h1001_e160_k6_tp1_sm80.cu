@@ -46,7 +46,7 @@ static __device__ __forceinline__ lg_pc lg_pmake(const float *f)
 // CTA t < T: token t, 256 threads, 4 pieces of 2 bytes each a thread.
 extern "C" __global__ void __launch_bounds__(256)
 lg_moe_permute_bwd_bf16_h1001_e160_k6_m16_tp1(
-	u64 dout, u64 dout_probs, u64 row_id_map, u64 dx, u64 dprobs, i64 T, i64 part)
+	u64 dout, u64 dout_probs, u64 row_id_map, u64 dx, u64 dprobs, i64 T, i64 /* part */)
 {
 	__shared__ int rows[160]; // the token's rows, ascending expert
 	__shared__ int nrows;

@@ -55,8 +55,8 @@ static __device__ __forceinline__ void lg_map_row(const int *mp, i64 t, i64 cap,
 // CTAs T to T + 255: the zero rows (padding, and past the padded total).
 extern "C" __global__ void __launch_bounds__(256)
 lg_moe_permute_fwd_bf16_h2048_e256_k8_m16(
-	u64 x, u64 x_scale, u64 probs, u64 row_id_map, u64 offsets, u64 counts, u64 out,
-	u64 out_scale, u64 out_probs, i64 T, i64 part)
+	u64 x, u64 /* x_scale */, u64 probs, u64 row_id_map, u64 offsets, u64 counts, u64 out,
+	u64 /* out_scale */, u64 out_probs, i64 T, i64 /* part */)
 {
 	__shared__ int rows[256]; // the token's rows, ascending expert
 	__shared__ int nrows;

@@ -199,8 +199,8 @@ static __device__ __forceinline__ void lg_gather(u8 *stage, u64 x, const int *ri
 // memory a feature block ahead (cp.async).
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_moe_permute_quant_fwd_bf16_h384_e96_k6_m128_rowwise_exact(
-	u64 x, u64 probs, u64 row_index, u64 padded_counts, u64 q, u64 s, u64 qt, u64 st,
-	u64 out_probs, i64 T, i64 part)
+	u64 x, u64 probs, u64 row_index, u64 padded_counts, u64 q, u64 s, u64 /* qt */,
+	u64 /* st */, u64 out_probs, i64 T, i64 /* part */)
 {
 	// lb: this thread's block of 8 features; rb: its block of 4 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
@@ -250,19 +250,20 @@ lg_moe_permute_quant_fwd_bf16_h384_e96_k6_m128_rowwise_exact(
 		}
 		lg_cp_wait(1);
 		const u8 *const qe_gs = gx + qe_st * 32768; // this block's rows
-		// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
-		// a token past the tile's last computes the last one's, then counts as 0).
+		// The values: 4 tokens x 8 features a thread (the family's code, a token
+		// a step; a token past the tile's last computes the last one's, then counts
+		// as 0).
 		lg_u32x4 v[4];
-		// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-		// loads nor computes; the others run straight-line code, loads first. (The
-		// block is not indented: the hook's lines keep their width.)
+		// A thread whose tokens are all absent (a short tile: experts' last tiles)
+		// neither loads nor computes; the others run straight-line code, loads
+		// first.
 		if (r0 < rows) {
-		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-		#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			v[i] = *(const lg_u32x4 *)(qe_gs + (r0 + i) * 256 + (qe_col - k0) * 2);
-		}
+			const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+			#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				v[i] = *(const lg_u32x4 *)(qe_gs + (r0 + i) * 256 +
+					(qe_col - k0) * 2);
+			}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 			#pragma unroll
@@ -315,35 +316,38 @@ lg_moe_permute_quant_fwd_bf16_h384_e96_k6_m128_rowwise_exact(
 		// Quantise every value once per copy.
 		//   rowwise: with its token's scale; a half warp stores a token's q line.
 		u8 *const qrow = (u8 *)q + (m0 + r0) * 384 + k0 + 8 * lb;
-		if (r0 < rows) { // else: no token of this thread to store (not indented)
-		#pragma unroll
-		for (int p = 0; p < 2; p++) {
-			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
-			const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
-			const u32 a[4] = {w0.x, w0.y, w0.z, w0.w}, b[4] = {w1.x, w1.y, w1.z, w1.w};
+		if (r0 < rows) { // else: no token of this thread to store
 			#pragma unroll
-			for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
-				y0[2 * e] = lg_bf16_lo(a[e]), y0[2 * e + 1] = lg_bf16_hi(a[e]);
-				y1[2 * e] = lg_bf16_lo(b[e]), y1[2 * e + 1] = lg_bf16_hi(b[e]);
+			for (int p = 0; p < 2; p++) {
+				float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+				const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];
+				const u32 a[4] = {w0.x, w0.y, w0.z, w0.w},
+					b[4] = {w1.x, w1.y, w1.z, w1.w};
+				#pragma unroll
+				for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact
+					y0[2 * e] = lg_bf16_lo(a[e]),
+						y0[2 * e + 1] = lg_bf16_hi(a[e]);
+					y1[2 * e] = lg_bf16_lo(b[e]),
+						y1[2 * e + 1] = lg_bf16_hi(b[e]);
+				}
+				const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+				const float s0 = rs[2 * p], s1 = rs[2 * p + 1];
+				u32 qa[2], qb[2];
+				#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0),
+						lg_q(y0[4 * e + 1], s0, i0),
+						lg_q(y0[4 * e + 2], s0, i0),
+						lg_q(y0[4 * e + 3], s0, i0));
+					qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1),
+						lg_q(y1[4 * e + 1], s1, i1),
+						lg_q(y1[4 * e + 2], s1, i1),
+						lg_q(y1[4 * e + 3], s1, i1));
+				}
+				if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 384, qa[0], qa[1]);
+				if (r0 + 2 * p + 1 < rows)
+					lg_st8_cs(qrow + (2 * p + 1) * 384, qb[0], qb[1]);
 			}
-			const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
-			const float s0 = rs[2 * p], s1 = rs[2 * p + 1];
-			u32 qa[2], qb[2];
-			#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], s0, i0),
-					lg_q(y0[4 * e + 1], s0, i0),
-					lg_q(y0[4 * e + 2], s0, i0),
-					lg_q(y0[4 * e + 3], s0, i0));
-				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], s1, i1),
-					lg_q(y1[4 * e + 1], s1, i1),
-					lg_q(y1[4 * e + 2], s1, i1),
-					lg_q(y1[4 * e + 3], s1, i1));
-			}
-			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 384, qa[0], qa[1]);
-			if (r0 + 2 * p + 1 < rows)
-				lg_st8_cs(qrow + (2 * p + 1) * 384, qb[0], qb[1]);
-		}
 		} // r0 < rows
 	}
 }

@@ -92,8 +92,9 @@ static __device__ __forceinline__ void lg_batch(const u32 *src, i64 c0, i64 t1, 
 // stores, no atomics, nothing read of the workspace.
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_count(
-	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 padded_counts, u64 ws, i64 T, i64 part)
+	u64 mask, u64 /* topk */, u64 /* topk64 */, u64 /* row_id_map */, u64 /* counts */,
+	u64 /* offsets */, u64 /* row_index */, u64 /* padded_counts */, u64 ws, i64 T,
+	i64 /* part */)
 {
 	// The map kernel may be scheduled: it loads its routing, then waits for this grid.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -133,8 +134,8 @@ lg_moe_row_map_fwd_bf16_e256_k8_m16_mask_count(
 // offsets, and slice i's rows.
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e256_k8_m16_mask(
-	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 padded_counts, u64 ws, i64 T, i64 part)
+	u64 mask, u64 /* topk */, u64 /* topk64 */, u64 row_id_map, u64 counts, u64 offsets,
+	u64 row_index, u64 padded_counts, u64 ws, i64 T, i64 /* part */)
 {
 	__shared__ u32 stage[4160]; // a chunk's mask, rows of 65 words
 	__shared__ u32 bits[2][2][256]; // the batch's tokens of each expert, 32 a word

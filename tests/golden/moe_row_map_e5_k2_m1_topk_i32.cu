@@ -78,8 +78,9 @@ static __device__ __forceinline__ void lg_batch(const int *src, i64 c0, i64 t1, 
 // stores, no atomics, nothing read of the workspace.
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32_count(
-	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 padded_counts, u64 ws, i64 T, i64 part)
+	u64 /* mask */, u64 topk, u64 /* topk64 */, u64 /* row_id_map */, u64 /* counts */,
+	u64 /* offsets */, u64 /* row_index */, u64 /* padded_counts */, u64 ws, i64 T,
+	i64 /* part */)
 {
 	// The map kernel may be scheduled: it loads its routing, then waits for this grid.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -119,8 +120,8 @@ lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32_count(
 // offsets, and slice i's rows.
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32(
-	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 padded_counts, u64 ws, i64 T, i64 part)
+	u64 /* mask */, u64 topk, u64 /* topk64 */, u64 row_id_map, u64 counts, u64 offsets,
+	u64 row_index, u64 padded_counts, u64 ws, i64 T, i64 /* part */)
 {
 	u32 *const stage = 0;
 	__shared__ u32 bits[2][2][5]; // the batch's tokens of each expert, 32 a word
@@ -132,7 +133,7 @@ lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32(
 	__shared__ int cn[5], pe[5], nx[5]; // totals, offsets, the next row of each expert
 	__shared__ int ptot;
 	const i64 i = blockIdx.x;
-	const i64 cap = T * 2 + 0;
+	const i64 cap = T * 2;
 	int *const rix = (int *)row_index; // may be 0
 	for (int e = tid; e < 5; e += 512) cn[e] = nx[e] = 0;
 	// The slice's first batch made into bits before the wait (the routing is an input).
@@ -155,7 +156,7 @@ lg_moe_row_map_fwd_bf16_e5_k2_m1_topk_i32(
 		if (bf) atomicAdd(&nx[u], bf);
 	}
 	__syncthreads();
-	for (int e = tid; e < 5; e += 512) pe[e] = (cn[e] + 0) / 1 * 1;
+	for (int e = tid; e < 5; e += 512) pe[e] = cn[e];
 	__syncthreads();
 	// Exclusive scan of the padded counts over the experts: warp 0, 1 a lane.
 	if (tid < 32) {

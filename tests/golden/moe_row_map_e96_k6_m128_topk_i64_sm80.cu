@@ -80,8 +80,9 @@ static __device__ __forceinline__ void lg_batch(const long long *src, i64 c0, i6
 // stores, no atomics, nothing read of the workspace.
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64_count(
-	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 padded_counts, u64 ws, i64 T, i64 part)
+	u64 /* mask */, u64 /* topk */, u64 topk64, u64 /* row_id_map */, u64 /* counts */,
+	u64 /* offsets */, u64 /* row_index */, u64 /* padded_counts */, u64 ws, i64 T,
+	i64 /* part */)
 {
 	u32 *const stage = 0;
 	__shared__ u32 bits[2][2][96]; // the batch's tokens of each expert, 32 a word
@@ -119,8 +120,8 @@ lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64_count(
 // offsets, and slice i's rows.
 extern "C" __global__ void __launch_bounds__(512)
 lg_moe_row_map_fwd_bf16_e96_k6_m128_topk_i64(
-	u64 mask, u64 topk, u64 topk64, u64 row_id_map, u64 counts, u64 offsets, u64 row_index,
-	u64 padded_counts, u64 ws, i64 T, i64 part)
+	u64 /* mask */, u64 /* topk */, u64 topk64, u64 row_id_map, u64 counts, u64 offsets,
+	u64 row_index, u64 padded_counts, u64 ws, i64 T, i64 /* part */)
 {
 	u32 *const stage = 0;
 	__shared__ u32 bits[2][2][96]; // the batch's tokens of each expert, 32 a word

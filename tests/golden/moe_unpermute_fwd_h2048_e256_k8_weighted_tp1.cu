@@ -49,7 +49,7 @@ static __device__ __forceinline__ lg_pc lg_pmake(const float *f)
 // CTA t < T: token t, 256 threads, 1 piece of 16 bytes each a thread.
 extern "C" __global__ void __launch_bounds__(256)
 lg_moe_unpermute_fwd_bf16_h2048_e256_k8_m16_weighted_tp1(
-	u64 g, u64 probs, u64 row_id_map, u64 out, u64 restore_probs, i64 T, i64 part)
+	u64 g, u64 probs, u64 row_id_map, u64 out, u64 restore_probs, i64 T, i64 /* part */)
 {
 	__shared__ int rows[256]; // the token's rows, ascending expert
 	__shared__ float wts[256]; // their weights

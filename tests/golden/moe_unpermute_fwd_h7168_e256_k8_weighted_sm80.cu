@@ -119,7 +119,7 @@ static __device__ __forceinline__ void lg_token_sum(u64 g, u64 out, const int *r
 // 256 adding threads and the map warp.
 extern "C" __global__ void __launch_bounds__(288)
 lg_moe_unpermute_fwd_bf16_h7168_e256_k8_m16_weighted(
-	u64 g, u64 probs, u64 row_id_map, u64 out, u64 restore_probs, i64 T, i64 part)
+	u64 g, u64 probs, u64 row_id_map, u64 out, u64 restore_probs, i64 T, i64 /* part */)
 {
 	__shared__ int rows[2][256]; // two tokens' rows, ascending expert
 	__shared__ int emap[2][256]; // their row of each expert (-1: not routed)

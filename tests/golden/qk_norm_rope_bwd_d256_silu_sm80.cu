@@ -179,14 +179,14 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 // a CTA, 8 a token.
 static __device__ __forceinline__ i64 lg_ctas(i64 N)
 {
-	const i64 n = (N + 0) / 1;
+	const i64 n = N;
 	return n < 396 ? n : 396;
 }
 
 extern "C" __global__ void __launch_bounds__(128, 3)
 lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 	u64 gq, u64 gk, u64 gv, u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens,
-	u64 dqkv, u64 dq_weight, u64 dk_weight, u64 ws, i64 S, i64 B, i64 part)
+	u64 dqkv, u64 /* dq_weight */, u64 /* dk_weight */, u64 ws, i64 S, i64 B, i64 /* part */)
 {
 	__shared__ __align__(16) float dwp[8][512]; // lane groups' partials: dq_weight | dk_weight
 	for (int i = threadIdx.x; i < 4096; i += 128) dwp[i / 512][i % 512] = 0.0f;
@@ -272,7 +272,7 @@ lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 					// du = r g w - r^3 u dot / D; the lane group's dw += u r g.
 					const float r = lg_rrms_head(ss);
 					const float c3 = r * r * r * (dot / 256.0f);
-					float *const acc = dwp[grp] + 0;
+					float *const acc = dwp[grp];
 					lg_acc8(acc + e0, u0, r, g0), lg_acc8(acc + e1, u1, r, g1);
 					lg_dnorm8(g0, u0, r, c3, &wt[0][e0]);
 					lg_dnorm8(g1, u1, r, c3, &wt[0][e1]);
@@ -357,8 +357,9 @@ lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128(
 // workspace row in CTA order, then group 0 adds the groups in order: deterministic.
 extern "C" __global__ void __launch_bounds__(1024)
 lg_qk_norm_rope_bwd_bf16_d256_hq40_hkv8_silu_tn1t128_dw(
-	u64 gq, u64 gk, u64 gv, u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens,
-	u64 dqkv, u64 dq_weight, u64 dk_weight, u64 ws, i64 S, i64 B, i64 part)
+	u64 /* gq */, u64 /* gk */, u64 /* gv */, u64 /* qkv */, u64 /* q_weight */,
+	u64 /* k_weight */, u64 /* freqs */, u64 /* cu_seqlens */, u64 /* dqkv */, u64 dq_weight,
+	u64 dk_weight, u64 ws, i64 S, i64 B, i64 /* part */)
 {
 	__shared__ float grp[32][32]; // the row groups' sums
 	const int lane = threadIdx.x % 32, rg = threadIdx.x / 32;

@@ -194,7 +194,7 @@ static __device__ __forceinline__ i64 lg_ctas(i64 N)
 extern "C" __global__ void __launch_bounds__(256, 3)
 lg_qk_norm_rope_bwd_bf16_d64_hq8_hkv8_rf1_varlen(
 	u64 gq, u64 gk, u64 gv, u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens,
-	u64 dqkv, u64 dq_weight, u64 dk_weight, u64 ws, i64 S, i64 B, i64 part)
+	u64 dqkv, u64 /* dq_weight */, u64 /* dk_weight */, u64 ws, i64 S, i64 B, i64 /* part */)
 {
 	__shared__ __align__(16) float dwp[64][128]; // lane groups' partials: dq_weight | dk_weight
 	for (int i = threadIdx.x; i < 8192; i += 256) dwp[i / 128][i % 128] = 0.0f;
@@ -264,7 +264,7 @@ lg_qk_norm_rope_bwd_bf16_d64_hq8_hkv8_rf1_varlen(
 					// du = r g w - r^3 u dot / D; the lane group's dw += u r g.
 					const float r = lg_rrms_head(ss);
 					const float c3 = r * r * r * (dot / 64.0f);
-					float *const acc = dwp[grp] + 0;
+					float *const acc = dwp[grp];
 					lg_acc8(acc + e0, u0, r, g0), lg_acc8(acc + e1, u1, r, g1);
 					lg_dnorm8(g0, u0, r, c3, &wt[0][e0]);
 					lg_dnorm8(g1, u1, r, c3, &wt[0][e1]);
@@ -332,8 +332,9 @@ lg_qk_norm_rope_bwd_bf16_d64_hq8_hkv8_rf1_varlen(
 // workspace row in CTA order, then group 0 adds the groups in order: deterministic.
 extern "C" __global__ void __launch_bounds__(1024)
 lg_qk_norm_rope_bwd_bf16_d64_hq8_hkv8_rf1_varlen_dw(
-	u64 gq, u64 gk, u64 gv, u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens,
-	u64 dqkv, u64 dq_weight, u64 dk_weight, u64 ws, i64 S, i64 B, i64 part)
+	u64 /* gq */, u64 /* gk */, u64 /* gv */, u64 /* qkv */, u64 /* q_weight */,
+	u64 /* k_weight */, u64 /* freqs */, u64 /* cu_seqlens */, u64 /* dqkv */, u64 dq_weight,
+	u64 dk_weight, u64 ws, i64 S, i64 B, i64 /* part */)
 {
 	__shared__ float grp[32][32]; // the row groups' sums
 	const int lane = threadIdx.x % 32, rg = threadIdx.x / 32;

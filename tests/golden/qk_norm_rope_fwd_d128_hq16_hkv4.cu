@@ -156,7 +156,7 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 extern "C" __global__ void __launch_bounds__(256, 4)
 lg_qk_norm_rope_fwd_bf16_d128_hq16_hkv4(
 	u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens, u64 q, u64 k, u64 v, i64 S,
-	i64 B, i64 part)
+	i64 B, i64 /* part */)
 {
 	__shared__ __align__(16) float ct[4][32], st[4][32]; // cos, sin of each token's R/2 angles
 	__shared__ i64 orow[4]; // the tokens' [batch, seq] rows

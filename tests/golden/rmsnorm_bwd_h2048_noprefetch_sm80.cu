@@ -128,7 +128,7 @@ static __device__ __forceinline__ i64 lg_ctas(i64 M)
 
 extern "C" __global__ void __launch_bounds__(128, 2)
 lg_rmsnorm_bwd_bf16_h2048_tp0(
-	u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+	u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 /* dw */, u64 ws, i64 M, i64 /* part */)
 {
 	extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums
 	const int slot = threadIdx.x / 64, t = threadIdx.x % 64; // row, lane in the row
@@ -249,7 +249,8 @@ lg_rmsnorm_bwd_bf16_h2048_tp0(
 // their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_bwd_bf16_h2048_tp0_dw(
-	u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+	u64 /* dy */, u64 x, u64 /* w */, u64 /* rms */, u64 /* dx */, u64 dw, u64 ws, i64 M,
+	i64 /* part */)
 {
 	__shared__ float slice[8][32];
 	const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5; // column, row slice

@@ -122,7 +122,8 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < 132 ? M : 132; }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
-lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+lg_rmsnorm_bwd_bf16_h5120(
+	u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 /* dw */, u64 ws, i64 M, i64 /* part */)
 {
 	extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums
 	const int t = threadIdx.x; // lane in the row (one row per CTA)
@@ -271,7 +272,9 @@ lg_rmsnorm_bwd_bf16_h5120(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws,
 // dw[col] = sum of the workspace rows: 8 warps add every 8th row each, then
 // their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
-lg_rmsnorm_bwd_bf16_h5120_dw(u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+lg_rmsnorm_bwd_bf16_h5120_dw(
+	u64 /* dy */, u64 x, u64 /* w */, u64 /* rms */, u64 /* dx */, u64 dw, u64 ws, i64 M,
+	i64 /* part */)
 {
 	// Wait until the partial sums are written.
 	asm volatile("griddepcontrol.wait;" ::: "memory");

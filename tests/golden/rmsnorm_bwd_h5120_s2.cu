@@ -130,7 +130,7 @@ static __device__ __forceinline__ i64 lg_ctas(i64 M) { return M < 264 ? M : 264;
 
 extern "C" __global__ void __launch_bounds__(256, 2)
 lg_rmsnorm_bwd_bf16_h5120_ts2(
-	u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+	u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 /* dw */, u64 ws, i64 M, i64 /* part */)
 {
 	extern __shared__ __align__(16) float dwp[]; // [rows per CTA][hidden] dw partial sums
 	const int t = threadIdx.x; // lane in the row (one row per CTA)
@@ -285,7 +285,8 @@ lg_rmsnorm_bwd_bf16_h5120_ts2(
 // their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_bwd_bf16_h5120_ts2_dw(
-	u64 dy, u64 x, u64 w, u64 rms, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+	u64 /* dy */, u64 x, u64 /* w */, u64 /* rms */, u64 /* dx */, u64 dw, u64 ws, i64 M,
+	i64 /* part */)
 {
 	// Wait until the partial sums are written.
 	asm volatile("griddepcontrol.wait;" ::: "memory");

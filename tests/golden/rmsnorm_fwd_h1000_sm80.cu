@@ -119,7 +119,7 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 // 16 lanes per row, 8 16-byte pieces each; 8 rows per CTA.
 // A persistent grid: one wave of 2 CTAs an SM on the device it runs on.
 extern "C" __global__ void __launch_bounds__(128, 2)
-lg_rmsnorm_fwd_bf16_h1000(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
+lg_rmsnorm_fwd_bf16_h1000(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 /* part */)
 {
 	const int slot = threadIdx.x / 16, t = threadIdx.x % 16; // row, lane in the row
 	const u8 *const xg = (const u8 *)x;
@@ -141,7 +141,7 @@ lg_rmsnorm_fwd_bf16_h1000(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 		for (int k = 0; k < 8; k++) {
 			const int c = t + k * 16;
 			if (mq >= M || c >= 125) continue;
-			lg_cp16(sq + 0 + c * 16, xg + (mq * 1000 + c * 8) * 2, 16);
+			lg_cp16(sq + c * 16, xg + (mq * 1000 + c * 8) * 2, 16);
 		}
 		lg_cp_commit();
 	}
@@ -157,7 +157,7 @@ lg_rmsnorm_fwd_bf16_h1000(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 			for (int k = 0; k < 8; k++) {
 				const int c = t + k * 16;
 				if (mq >= M || c >= 125) continue;
-				lg_cp16(sq + 0 + c * 16, xg + (mq * 1000 + c * 8) * 2, 16);
+				lg_cp16(sq + c * 16, xg + (mq * 1000 + c * 8) * 2, 16);
 			}
 			lg_cp_commit();
 		}
@@ -168,7 +168,7 @@ lg_rmsnorm_fwd_bf16_h1000(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 			const int c = t + k * 16;
 			const bool in = live && c < 125;
 			const u8 *const sp = rs + sr * 16000 + c * 16; // piece c of row m
-			v[k] = in ? *(const lg_u32x4 *)(sp + 0) : lg_u32x4{0u, 0u, 0u, 0u};
+			v[k] = in ? *(const lg_u32x4 *)(sp) : lg_u32x4{0u, 0u, 0u, 0u};
 		}
 		sr = sr + 1 < 3 ? sr + 1 : 0;
 		// Sum of squares: one fp64 chain per piece, added in a fixed order.

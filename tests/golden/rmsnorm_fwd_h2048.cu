@@ -119,7 +119,7 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 // 32 lanes per row, 8 16-byte pieces each; 4 rows per CTA.
 // A persistent grid: one wave of 3 CTAs an SM on the device it runs on.
 extern "C" __global__ void __launch_bounds__(128, 3)
-lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
+lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 /* part */)
 {
 	const int slot = threadIdx.x / 32, t = threadIdx.x % 32; // row, lane in the row
 	const u8 *const xg = (const u8 *)x;
@@ -141,7 +141,7 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 		for (int k = 0; k < 8; k++) {
 			const int c = t + k * 32;
 			if (mq >= M || c >= 256) continue;
-			lg_cp16(sq + 0 + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
+			lg_cp16(sq + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
 		}
 		lg_cp_commit();
 	}
@@ -157,7 +157,7 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 			for (int k = 0; k < 8; k++) {
 				const int c = t + k * 32;
 				if (mq >= M || c >= 256) continue;
-				lg_cp16(sq + 0 + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
+				lg_cp16(sq + c * 16, xg + (mq * 2048 + c * 8) * 2, 16);
 			}
 			lg_cp_commit();
 		}
@@ -168,7 +168,7 @@ lg_rmsnorm_fwd_bf16_h2048(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
 			const int c = t + k * 32;
 			const bool in = live && c < 256;
 			const u8 *const sp = rs + sr * 16384 + c * 16; // piece c of row m
-			v[k] = in ? *(const lg_u32x4 *)(sp + 0) : lg_u32x4{0u, 0u, 0u, 0u};
+			v[k] = in ? *(const lg_u32x4 *)(sp) : lg_u32x4{0u, 0u, 0u, 0u};
 		}
 		sr = sr + 1 < 3 ? sr + 1 : 0;
 		// Sum of squares: one fp64 chain per piece, added in a fixed order.

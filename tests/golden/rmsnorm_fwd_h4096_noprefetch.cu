@@ -112,7 +112,7 @@ static __device__ __forceinline__ float lg_rrms(double sumsq)
 // ----- lg_rmsnorm_fwd_bf16_h4096_tp0: RMSNorm forward -----
 // 64 lanes per row, 8 16-byte pieces each; 2 rows per CTA.
 extern "C" __global__ void __launch_bounds__(128)
-lg_rmsnorm_fwd_bf16_h4096_tp0(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 part)
+lg_rmsnorm_fwd_bf16_h4096_tp0(u64 x, u64 w, u64 y, u64 rms, i64 M, i64 /* part */)
 {
 	const int slot = threadIdx.x / 64, t = threadIdx.x % 64; // row, lane in the row
 	const int lane = threadIdx.x & 31;

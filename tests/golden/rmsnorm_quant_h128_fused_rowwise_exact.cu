@@ -182,7 +182,7 @@ static __device__ __forceinline__ void lg_copy_tile(u8 *dst, u64 x, i64 tile, i6
 
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_rmsnorm_quant_fwd_bf16_h128_rowwise_exact_tcl1st1(
-	u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
+	u64 x, u64 w, u64 q, u64 s, u64 rms, u64 /* qt */, u64 /* st */, i64 M, i64 /* part */)
 {
 	extern __shared__ __align__(128) u8 smem[];
 	u8 *const stage = smem; // qt staging [128 columns][128 tokens], 4-byte slots swizzled

@@ -158,7 +158,7 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv)
 // columns each, 8 rows per CTA.
 extern "C" __global__ void __launch_bounds__(128)
 lg_rmsnorm_quant_fwd_bf16_h384_rowwise_exact_rows(
-	u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
+	u64 x, u64 w, u64 q, u64 s, u64 rms, u64 /* qt */, u64 /* st */, i64 M, i64 /* part */)
 {
 	const int slot = threadIdx.x / 16, t = threadIdx.x % 16; // row, lane in the row
 	const i64 m = (i64)blockIdx.x * 8 + slot;

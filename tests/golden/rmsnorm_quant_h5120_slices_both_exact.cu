@@ -214,7 +214,7 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv)
 // columns each, 1 rows per CTA. x is loaded with an L2 evict-last policy: kernel 2 re-reads it.
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_quant_fwd_bf16_h5120_both_exact_tt256st2_rows(
-	u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
+	u64 x, u64 w, u64 q, u64 s, u64 rms, u64 /* qt */, u64 /* st */, i64 M, i64 part)
 {
 	const int t = threadIdx.x; // lane in the row (one row per CTA)
 	const int lane = threadIdx.x & 31;
@@ -288,7 +288,7 @@ lg_rmsnorm_quant_fwd_bf16_h5120_both_exact_tt256st2_rows(
 // engine); x re-read from L2 (evict first), streaming stores.
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_rmsnorm_quant_fwd_bf16_h5120_both_exact_tt256st2(
-	u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 part)
+	u64 x, u64 w, u64 /* q */, u64 /* s */, u64 rms, u64 qt, u64 st, i64 M, i64 part)
 {
 	// The next launch may be scheduled.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -317,29 +317,31 @@ lg_rmsnorm_quant_fwd_bf16_h5120_both_exact_tt256st2(
 	const i64 k0 = (i64)cb * 128; // its first feature
 	const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + (k0 + 8 * lb) * 2);
 	const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
-	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
-	// a token past the tile's last computes the last one's, then counts as 0).
+	// The values: 4 tokens x 8 features a thread (the family's code, a token
+	// a step; a token past the tile's last computes the last one's, then counts
+	// as 0).
 	float v[4][8];
-	// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-	// loads nor computes; the others run straight-line code, loads first. (The
-	// block is not indented: the hook's lines keep their width.)
+	// A thread whose tokens are all absent (a short tile: experts' last tiles)
+	// neither loads nor computes; the others run straight-line code, loads
+	// first.
 	if (r0 < rows) {
-	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-	#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-		{ // x re-read from L2 (evict first), times its row's rms, times w
-			const u8 *const xp = (const u8 *)x + (qe_row * 5120 + qe_col) * 2;
-			const lg_u32x4 xv = lg_ld16_cs(xp);
-			const u32 xw[4] = {xv.x, xv.y, xv.z, xv.w};
-			const float rr = ((const float *)rms)[qe_row];
-			#pragma unroll
-			for (int j = 0; j < 4; j++) {
-				v[i][2 * j] = (lg_bf16_lo(xw[j]) * rr) * lg_bf16_lo(ww[j]);
-				v[i][2 * j + 1] = (lg_bf16_hi(xw[j]) * rr) * lg_bf16_hi(ww[j]);
+		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			{ // x re-read from L2 (evict first), times its row's rms, times w
+				const u8 *const xp = (const u8 *)x + (qe_row * 5120 + qe_col) * 2;
+				const lg_u32x4 xv = lg_ld16_cs(xp);
+				const u32 xw[4] = {xv.x, xv.y, xv.z, xv.w};
+				const float rr = ((const float *)rms)[qe_row];
+				#pragma unroll
+				for (int j = 0; j < 4; j++) {
+					v[i][2 * j] = (lg_bf16_lo(xw[j]) * rr) * lg_bf16_lo(ww[j]);
+					v[i][2 * j + 1] =
+						(lg_bf16_hi(xw[j]) * rr) * lg_bf16_hi(ww[j]);
+				}
 			}
 		}
-	}
 	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
@@ -392,24 +394,23 @@ lg_rmsnorm_quant_fwd_bf16_h5120_both_exact_tt256st2(
 	u32 cw[8];
 	// A thread whose tokens are all absent has nothing to store but zero bytes
 	// (+0 quantises to 0x00 under any scale).
-	// (The else block is not indented: its lines keep their width.)
 	if (r0 >= rows) {
 		#pragma unroll
 		for (int c = 0; c < 8; c++) cw[c] = 0u;
-	}
-	else {
-	#pragma unroll
-	for (int p = 0; p < 2; p++) {
-		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+	} else {
 		#pragma unroll
-		for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
-		#pragma unroll
-		for (int c = 0; c < 8; c++) {
-			const u32 h = lg_e4m3x2(lg_q(y0[c], cs[c], ci[c]),
-				lg_q(y1[c], cs[c], ci[c]));
-			cw[c] = p == 0 ? h : cw[c] | h << 16;
+		for (int p = 0; p < 2; p++) {
+			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+			#pragma unroll
+			for (int j = 0; j < 8; j++)
+				y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
+			#pragma unroll
+			for (int c = 0; c < 8; c++) {
+				const u32 h = lg_e4m3x2(lg_q(y0[c], cs[c], ci[c]),
+					lg_q(y1[c], cs[c], ci[c]));
+				cw[c] = p == 0 ? h : cw[c] | h << 16;
+			}
 		}
-	}
 	} // r0 < rows
 	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
 	// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.

@@ -525,7 +525,7 @@ lg_rmsnorm_router_fwd_bf16_h1000_e97_rowwise_exact_bf16x3(
 		for (int e = 2; e >= 0; e--) {
 			#pragma unroll
 			for (int ks = 0; ks < 4; ks++)
-				rt_wgmma(acc, da + 0u + e * 1024u + 2 * ks, db + 0u + 2 * ks);
+				rt_wgmma(acc, da + e * 1024u + 2 * ks, db + 2 * ks);
 		}
 		#pragma unroll
 		for (int e = 2; e >= 0; e--) {

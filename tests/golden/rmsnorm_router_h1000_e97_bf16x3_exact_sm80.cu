@@ -467,10 +467,10 @@ lg_rmsnorm_router_fwd_bf16_h1000_e97_rowwise_exact_bf16x3(
 		}
 	}
 	u8 *const sa = smem, *const sb = smem + 65536;
-	const int nkt = (int)(kts - 0);
+	const int nkt = (int)(kts);
 	// A is made by the kernel: the loads of its first reduction tile.
 	if (nkt > 0) {
-		const i64 r1 = (i64)(0) * 128;
+		const i64 r1 = 0;
 		lg_fetch_a(xf, wf, r1, x, w, o0a, M);
 	}
 	// Prologue: the first 1 reduction tiles in flight, one commit group each.
@@ -478,7 +478,7 @@ lg_rmsnorm_router_fwd_bf16_h1000_e97_rowwise_exact_bf16x3(
 	for (int s = 0; s < 1; s++) {
 		if (s < nkt) {
 			const int st = s;
-			const i64 r0 = (0 + s) * 128;
+			const i64 r0 = s * 128;
 			a_load_b(sb + st * 32768, (const u8 *)route_w, o0b, r0, LG_N, LG_K, LG_K);
 			u8 *const adst = sa + st * 32768;
 			lg_make_a(adst, r0, xf, wf, rs, o0a, M, lead, yo, qo, so);
@@ -496,7 +496,7 @@ lg_rmsnorm_router_fwd_bf16_h1000_e97_rowwise_exact_bf16x3(
 		const int nx = kt + 1;
 		if (nx < nkt) {
 			const int st = nx % 2;
-			const i64 r0 = (0 + nx) * 128;
+			const i64 r0 = nx * 128;
 			a_load_b(sb + st * 32768, (const u8 *)route_w, o0b, r0, LG_N, LG_K, LG_K);
 			u8 *const adst = sa + st * 32768;
 			lg_make_a(adst, r0, xf, wf, rs, o0a, M, lead, yo, qo, so);

@@ -516,7 +516,7 @@ lg_rmsnorm_router_fwd_bf16_h2048_e256_rowwise_pow2(
 		lg_wg_fence();
 		#pragma unroll
 		for (int ks = 0; ks < 4; ks++)
-			rt_wgmma(acc, da + 0u + 2 * ks, db + 0u + 2 * ks);
+			rt_wgmma(acc, da + 2 * ks, db + 2 * ks);
 		#pragma unroll
 		for (int ks = 0; ks < 4; ks++)
 			rt_wgmma(acc, da + 512u + 2 * ks, db + 2048u + 2 * ks);

@@ -501,7 +501,7 @@ lg_rmsnorm_router_fwd_bf16_h8_e3_rowwise_pow2(
 		lg_wg_fence();
 		#pragma unroll
 		for (int ks = 0; ks < 4; ks++)
-			rt_wgmma(acc, da + 0u + 2 * ks, db + 0u + 2 * ks);
+			rt_wgmma(acc, da + 2 * ks, db + 2 * ks);
 		if (kb + 1 < nkb) {
 			#pragma unroll
 			for (int ks = 0; ks < 4; ks++)

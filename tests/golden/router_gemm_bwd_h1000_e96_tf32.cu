@@ -274,7 +274,7 @@ lg_store_dx(u8 *out, i64 rows, i64 row, i64 col, float v0, float v1)
 // router GEMM backward (wgmma, TMA): dx = dy . w
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_router_gemm_bwd_bf16_h1000_e96_tf32_dx(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
+	u64 /* dy */, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
 	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
 	const __grid_constant__ lg_tmap tm_x)
 {
@@ -302,7 +302,7 @@ lg_router_gemm_bwd_bf16_h1000_e96_tf32_dx(
 	u8 *const planes = ring + 131072; // [2][2][128][128 B]
 	u64 *const full = (u64 *)(ring + 196608), *const empty = full + 2;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-	const int nkt = (int)(kts - 0);
+	const int nkt = (int)(kts);
 	if (threadIdx.x == 0) {
 		if (nkt > 0) {
 			lg_tma_prefetch(&tm_dy);
@@ -324,7 +324,7 @@ lg_router_gemm_bwd_bf16_h1000_e96_tf32_dx(
 				const int s = kt % 2;
 				if (kt >= 2) lg_mbar_wait(&empty[s], ((kt / 2) - 1) & 1);
 				lg_mbar_expect(&full[s], 65536u);
-				const int r0 = (int)((0 + kt) * 64);
+				const int r0 = kt * 64;
 				u8 *const sd = ring + s * 65536;
 				lg_tma_load_2d(sd, &tm_dy, &full[s], r0, (int)(o0a));
 				lg_tma_load_2d(sd + 16384, &tm_dy, &full[s], r0, (int)(o0a) + 64);
@@ -364,7 +364,7 @@ lg_router_gemm_bwd_bf16_h1000_e96_tf32_dx(
 			lg_split_tf32(t[2], 2, hi.x, hi.y);
 			lg_split_tf32(t[3], 2, hi.z, hi.w);
 			u8 *const d = dst + r * 128 + ((c ^ (r & 7)) << 4);
-			*(uint4 *)(d + 0) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
+			*(uint4 *)(d) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
 			*(uint4 *)(d + 16384) = make_uint4(t[0][1], t[1][1], t[2][1], t[3][1]);
 		}
 		lg_fence_proxy_async();
@@ -376,7 +376,7 @@ lg_router_gemm_bwd_bf16_h1000_e96_tf32_dx(
 		// k16 steps: 32 bytes of A, 16 rows of B (2, 128 descriptor units); a plane each
 		#pragma unroll
 		for (int ks = 0; ks < 4; ks++) {
-			dx_wgmma(acc, da + 0 + 2 * ks, db + 128 * ks);
+			dx_wgmma(acc, da + 2 * ks, db + 128 * ks);
 			dx_wgmma(acc, da + 1024 + 2 * ks, db + 128 * ks);
 		}
 		lg_wg_commit();
@@ -402,7 +402,7 @@ lg_router_gemm_bwd_bf16_h1000_e96_tf32_dx(
 // router GEMM backward (wgmma, TMA): dw = dy^T . x
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_router_gemm_bwd_bf16_h1000_e96_tf32_dw(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
+	u64 /* dy */, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
 	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
 	const __grid_constant__ lg_tmap tm_x)
 {
@@ -494,7 +494,7 @@ lg_router_gemm_bwd_bf16_h1000_e96_tf32_dw(
 			lg_split_tf32(t[2], 2, hi.x, hi.y);
 			lg_split_tf32(t[3], 2, hi.z, hi.w);
 			u8 *const d = dst + r * 128 + ((c ^ (r & 7)) << 4);
-			*(uint4 *)(d + 0) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
+			*(uint4 *)(d) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
 			*(uint4 *)(d + 16384) = make_uint4(t[0][1], t[1][1], t[2][1], t[3][1]);
 		}
 		lg_fence_proxy_async();
@@ -506,7 +506,7 @@ lg_router_gemm_bwd_bf16_h1000_e96_tf32_dw(
 		// k16 steps: 16 rows of A, 16 rows of B (128, 128 descriptor units); a plane each
 		#pragma unroll
 		for (int ks = 0; ks < 4; ks++) {
-			dw_wgmma(acc, da + 0 + 128 * ks, db + 128 * ks);
+			dw_wgmma(acc, da + 128 * ks, db + 128 * ks);
 			dw_wgmma(acc, da + 1024 + 128 * ks, db + 128 * ks);
 		}
 		lg_wg_commit();

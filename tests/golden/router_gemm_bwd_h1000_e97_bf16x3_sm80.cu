@@ -356,13 +356,13 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dx(
 	}
 	u8 *const sa = smem, *const sb = smem + 49152;
 	u8 *const sp = smem + 98304; // two buffers of A's bf16 planes, 24576 bytes each
-	const int nkt = (int)(kts - 0);
+	const int nkt = (int)(kts);
 	// Prologue: the first 2 reduction tiles in flight, one commit group each.
 	#pragma unroll
 	for (int s = 0; s < 2; s++) {
 		if (s < nkt) {
 			const int st = s;
-			const i64 r0 = (0 + s) * 32;
+			const i64 r0 = s * 32;
 			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
 			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
 		}
@@ -383,7 +383,7 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dx(
 		const int nx = kt + 2;
 		if (nx < nkt) {
 			const int st = nx % 3;
-			const i64 r0 = (0 + nx) * 32;
+			const i64 r0 = nx * 32;
 			dx_load_a(sa + st * 16384, (const u8 *)dy, o0a, r0, M, LG_N, LG_N);
 			dx_load_b(sb + st * 16384, (const u8 *)w, o0b, r0, LG_K, LG_N, LG_K);
 		}

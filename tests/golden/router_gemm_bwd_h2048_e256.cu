@@ -261,7 +261,7 @@ lg_store_dx(u8 *out, i64 rows, i64 row, i64 col, float v0, float v1)
 // ----- lg_router_gemm_bwd_bf16_h2048_e256_dx: router GEMM backward (wgmma, TMA): dx = dy . w -----
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_router_gemm_bwd_bf16_h2048_e256_dx(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
+	u64 /* dy */, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
 	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
 	const __grid_constant__ lg_tmap tm_x)
 {
@@ -289,7 +289,7 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(
 	u8 *const planes = ring + 196608; // [2][1][128][128 B]
 	u64 *const full = (u64 *)(ring + 229376), *const empty = full + 3;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-	const int nkt = (int)(kts - 0);
+	const int nkt = (int)(kts);
 	if (threadIdx.x == 0) {
 		if (nkt > 0) {
 			lg_tma_prefetch(&tm_dy);
@@ -311,7 +311,7 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(
 				const int s = kt % 3;
 				if (kt >= 3) lg_mbar_wait(&empty[s], ((kt / 3) - 1) & 1);
 				lg_mbar_expect(&full[s], 65536u);
-				const int r0 = (int)((0 + kt) * 64);
+				const int r0 = kt * 64;
 				u8 *const sd = ring + s * 65536;
 				lg_tma_load_2d(sd, &tm_dy, &full[s], r0, (int)(o0a));
 				lg_tma_load_2d(sd + 16384, &tm_dy, &full[s], r0, (int)(o0a) + 64);
@@ -351,7 +351,7 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(
 			lg_split_bf16x2(t[2], 1, hi.x, hi.y);
 			lg_split_bf16x2(t[3], 1, hi.z, hi.w);
 			u8 *const d = dst + r * 128 + ((c ^ (r & 7)) << 4);
-			*(uint4 *)(d + 0) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
+			*(uint4 *)(d) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
 		}
 		lg_fence_proxy_async();
 		// this warpgroup's four warps meet (named barrier 1 + wg)
@@ -385,7 +385,7 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(
 // router GEMM backward (wgmma, TMA): dw = dy^T . x
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_router_gemm_bwd_bf16_h2048_e256_dw(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
+	u64 /* dy */, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
 	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
 	const __grid_constant__ lg_tmap tm_x)
 {
@@ -477,7 +477,7 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(
 			lg_split_bf16x2(t[2], 1, hi.x, hi.y);
 			lg_split_bf16x2(t[3], 1, hi.z, hi.w);
 			u8 *const d = dst + r * 128 + ((c ^ (r & 7)) << 4);
-			*(uint4 *)(d + 0) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
+			*(uint4 *)(d) = make_uint4(t[0][0], t[1][0], t[2][0], t[3][0]);
 		}
 		lg_fence_proxy_async();
 		// this warpgroup's four warps meet (named barrier 1 + wg)

@@ -211,7 +211,7 @@ lg_router_gemm_fwd_bf16_h1000_e97_tm64n256s4cl2(
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
 	u64 *const full = (u64 *)(ring + 163840), *const empty = full + 4;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-	const int nkt = (int)(kts - 0);
+	const int nkt = (int)(kts);
 	const u32 rank = blockIdx.x % 2; // in the cluster: B rows [rank 128, (rank + 1) 128)
 	if (threadIdx.x == 0) {
 		lg_tma_prefetch(&tm_x);
@@ -231,7 +231,7 @@ lg_router_gemm_fwd_bf16_h1000_e97_tm64n256s4cl2(
 				const int s = kt % 4;
 				if (kt >= 4) lg_mbar_wait(&empty[s], ((kt / 4) - 1) & 1);
 				lg_mbar_expect(&full[s], 40960u);
-				const int r0 = (int)((0 + kt) * 64);
+				const int r0 = kt * 64;
 				u8 *const sd = ring + s * 40960;
 				lg_tma_load_2d(sd, &tm_x, &full[s], r0, (int)(o0a));
 				const int o1 = (int)(o0b) + (int)rank * 128; // this CTA's half of B

@@ -174,7 +174,7 @@ lg_router_gemm_fwd_bf16_h2048_e256(
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
 	u64 *const full = (u64 *)(ring + 229376), *const empty = full + 7;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-	const int nkt = (int)(kts - 0);
+	const int nkt = (int)(kts);
 	if (threadIdx.x == 0) {
 		lg_tma_prefetch(&tm_x);
 		lg_tma_prefetch(&tm_w);
@@ -194,7 +194,7 @@ lg_router_gemm_fwd_bf16_h2048_e256(
 				const int s = kt % 7;
 				if (kt >= 7) lg_mbar_wait(&empty[s], ((kt / 7) - 1) & 1);
 				lg_mbar_expect(&full[s], 32768u);
-				const int r0 = (int)((0 + kt) * 64);
+				const int r0 = kt * 64;
 				u8 *const sd = ring + s * 32768;
 				lg_tma_load_2d(sd, &tm_x, &full[s], r0, (int)(o0a));
 				lg_tma_load_2d(sd + 16384, &tm_w, &full[s], r0, (int)(o0b));

@@ -163,13 +163,13 @@ lg_router_gemm_fwd_bf16_h2048_e256(u64 x, u64 w, u64 logits, i64 M, i64 part)
 		}
 	}
 	u8 *const sa = smem, *const sb = smem + 32768;
-	const int nkt = (int)(kts - 0);
+	const int nkt = (int)(kts);
 	// Prologue: the first 3 reduction tiles in flight, one commit group each.
 	#pragma unroll
 	for (int s = 0; s < 3; s++) {
 		if (s < nkt) {
 			const int st = s;
-			const i64 r0 = (0 + s) * 32;
+			const i64 r0 = s * 32;
 			fw_load_a(sa + st * 8192, (const u8 *)x, o0a, r0, M, LG_K, LG_K);
 			fw_load_b(sb + st * 8192, (const u8 *)w, o0b, r0, LG_N, LG_K, LG_K);
 		}
@@ -182,7 +182,7 @@ lg_router_gemm_fwd_bf16_h2048_e256(u64 x, u64 w, u64 logits, i64 M, i64 part)
 		const int nx = kt + 3;
 		if (nx < nkt) {
 			const int st = nx % 4;
-			const i64 r0 = (0 + nx) * 32;
+			const i64 r0 = nx * 32;
 			fw_load_a(sa + st * 8192, (const u8 *)x, o0a, r0, M, LG_K, LG_K);
 			fw_load_b(sb + st * 8192, (const u8 *)w, o0b, r0, LG_N, LG_K, LG_K);
 		}

@@ -119,7 +119,7 @@ static __device__ __forceinline__ float lg_swiglu_y(float a, float u)
 // 256 threads, 8 tokens x 8 features a thread, values from x in registers.
 extern "C" __global__ void __launch_bounds__(256)
 lg_swiglu_quant_fwd_bf16_n2048_rowwise_pow2_tt256f2(
-	u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 part)
+	u64 x, u64 q, u64 s, u64 /* qt */, u64 /* st */, i64 M, i64 /* part */)
 {
 	// lb: this thread's block of 8 features; rb: its block of 8 tokens.
 	const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;
@@ -133,34 +133,34 @@ lg_swiglu_quant_fwd_bf16_n2048_rowwise_pow2_tt256f2(
 	const int cb_end = cg * 2 + 2 < 16 ? cg * 2 + 2 : 16;
 	for (int cb = cg * 2; cb < cb_end; cb++) { // the feature blocks of this CTA
 		const i64 k0 = (i64)cb * 128; // its first feature
-		// The values: 8 tokens x 8 features a thread (the family's code, a token a step;
-		// a token past the tile's last computes the last one's, then counts as 0).
+		// The values: 8 tokens x 8 features a thread (the family's code, a token
+		// a step; a token past the tile's last computes the last one's, then counts
+		// as 0).
 		float v[8][8];
-		// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-		// loads nor computes; the others run straight-line code, loads first. (The
-		// block is not indented: the hook's lines keep their width.)
+		// A thread whose tokens are all absent (a short tile: experts' last tiles)
+		// neither loads nor computes; the others run straight-line code, loads
+		// first.
 		if (r0 < rows) {
-		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-		#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			// gate at xa, up 4096 bytes on; both read once (streaming)
-			const u8 *const xa = (const u8 *)x + (qe_row * 4096 + qe_col) * 2;
-			ra[i] = lg_ld16_cs(xa), ru[i] = lg_ld16_cs(xa + 4096);
-		}
-		#pragma unroll
-		for (int i = 0; i < 8; i++) {
-			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-			const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
-			const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
+			const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 			#pragma unroll
-			for (int f = 0; f < 8; f++) {
-				const u32 wa = aa[f >> 1], wu = ua[f >> 1];
-				const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
-				const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);
-				v[i][f] = lg_swiglu_y(a, u);
+			for (int i = 0; i < 8; i++) {
+				const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+				// gate at xa, up 4096 bytes on; both read once (streaming)
+				const u8 *const xa = (const u8 *)x + (qe_row * 4096 + qe_col) * 2;
+				ra[i] = lg_ld16_cs(xa), ru[i] = lg_ld16_cs(xa + 4096);
 			}
-		}
+			#pragma unroll
+			for (int i = 0; i < 8; i++) {
+				const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+				const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
+				#pragma unroll
+				for (int f = 0; f < 8; f++) {
+					const u32 wa = aa[f >> 1], wu = ua[f >> 1];
+					const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
+					const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);
+					v[i][f] = lg_swiglu_y(a, u);
+				}
+			}
 		} // r0 < rows
 		if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 			#pragma unroll
@@ -205,29 +205,30 @@ lg_swiglu_quant_fwd_bf16_n2048_rowwise_pow2_tt256f2(
 		// Quantise every value once per copy.
 		//   rowwise: with its token's scale; a half warp stores a token's q line.
 		u8 *const qrow = (u8 *)q + (m0 + r0) * 2048 + k0 + 8 * lb;
-		if (r0 < rows) { // else: no token of this thread to store (not indented)
-		#pragma unroll
-		for (int p = 0; p < 4; p++) {
-			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+		if (r0 < rows) { // else: no token of this thread to store
 			#pragma unroll
-			for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
-			const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
-			u32 qa[2], qb[2];
-			#pragma unroll
-			for (int e = 0; e < 2; e++) {
-				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
-					lg_q(y0[4 * e + 1], i0),
-					lg_q(y0[4 * e + 2], i0),
-					lg_q(y0[4 * e + 3], i0));
-				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
-					lg_q(y1[4 * e + 1], i1),
-					lg_q(y1[4 * e + 2], i1),
-					lg_q(y1[4 * e + 3], i1));
+			for (int p = 0; p < 4; p++) {
+				float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+				#pragma unroll
+				for (int j = 0; j < 8; j++)
+					y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
+				const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+				u32 qa[2], qb[2];
+				#pragma unroll
+				for (int e = 0; e < 2; e++) {
+					qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
+						lg_q(y0[4 * e + 1], i0),
+						lg_q(y0[4 * e + 2], i0),
+						lg_q(y0[4 * e + 3], i0));
+					qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
+						lg_q(y1[4 * e + 1], i1),
+						lg_q(y1[4 * e + 2], i1),
+						lg_q(y1[4 * e + 3], i1));
+				}
+				if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 2048, qa[0], qa[1]);
+				if (r0 + 2 * p + 1 < rows)
+					lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
 			}
-			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 2048, qa[0], qa[1]);
-			if (r0 + 2 * p + 1 < rows)
-				lg_st8_cs(qrow + (2 * p + 1) * 2048, qb[0], qb[1]);
-		}
 		} // r0 < rows
 	}
 }

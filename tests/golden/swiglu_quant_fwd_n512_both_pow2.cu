@@ -131,7 +131,7 @@ static __device__ __forceinline__ float lg_swiglu_y(float a, float u)
 // CTA: a tile of 128 tokens x 1 feature blocks of 128;
 // 512 threads, 4 tokens x 8 features a thread, values from x in registers.
 extern "C" __global__ void __launch_bounds__(512)
-lg_swiglu_quant_fwd_bf16_n512_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 part)
+lg_swiglu_quant_fwd_bf16_n512_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64 M, i64 /* part */)
 {
 	// qt staging (128 features x 128 tokens, swizzled).
 	__shared__ __align__(16) u8 stage[128 * 128];
@@ -150,34 +150,34 @@ lg_swiglu_quant_fwd_bf16_n512_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64
 	lg_u32x4 ra[4], ru[4]; // gate, up of each row
 	const int cb = cg; // the feature block
 	const i64 k0 = (i64)cb * 128; // its first feature
-	// The values: 4 tokens x 8 features a thread (the family's code, a token a step;
-	// a token past the tile's last computes the last one's, then counts as 0).
+	// The values: 4 tokens x 8 features a thread (the family's code, a token
+	// a step; a token past the tile's last computes the last one's, then counts
+	// as 0).
 	float v[4][8];
-	// A thread whose tokens are all absent (a short tile: experts' last tiles) neither
-	// loads nor computes; the others run straight-line code, loads first. (The
-	// block is not indented: the hook's lines keep their width.)
+	// A thread whose tokens are all absent (a short tile: experts' last tiles)
+	// neither loads nor computes; the others run straight-line code, loads
+	// first.
 	if (r0 < rows) {
-	const i64 qe_col = k0 + 8 * lb; // the thread's first feature
-	#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-		// gate at xa, up 1024 bytes on; both read once (streaming)
-		const u8 *const xa = (const u8 *)x + (qe_row * 1024 + qe_col) * 2;
-		ra[i] = lg_ld16_cs(xa), ru[i] = lg_ld16_cs(xa + 1024);
-	}
-	#pragma unroll
-	for (int i = 0; i < 4; i++) {
-		const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
-		const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
-		const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
+		const i64 qe_col = k0 + 8 * lb; // the thread's first feature
 		#pragma unroll
-		for (int f = 0; f < 8; f++) {
-			const u32 wa = aa[f >> 1], wu = ua[f >> 1];
-			const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
-			const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);
-			v[i][f] = lg_swiglu_y(a, u);
+		for (int i = 0; i < 4; i++) {
+			const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);
+			// gate at xa, up 1024 bytes on; both read once (streaming)
+			const u8 *const xa = (const u8 *)x + (qe_row * 1024 + qe_col) * 2;
+			ra[i] = lg_ld16_cs(xa), ru[i] = lg_ld16_cs(xa + 1024);
 		}
-	}
+		#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			const u32 aa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+			const u32 ua[4] = {ru[i].x, ru[i].y, ru[i].z, ru[i].w};
+			#pragma unroll
+			for (int f = 0; f < 8; f++) {
+				const u32 wa = aa[f >> 1], wu = ua[f >> 1];
+				const float a = f & 1 ? lg_bf16_hi(wa) : lg_bf16_lo(wa);
+				const float u = f & 1 ? lg_bf16_hi(wu) : lg_bf16_lo(wu);
+				v[i][f] = lg_swiglu_y(a, u);
+			}
+		}
 	} // r0 < rows
 	if (rows < 128) { // a tile short of tokens: the absent ones count as 0
 		#pragma unroll
@@ -255,40 +255,39 @@ lg_swiglu_quant_fwd_bf16_n512_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64
 	u8 *const qrow = (u8 *)q + (m0 + r0) * 512 + k0 + 8 * lb;
 	// A thread whose tokens are all absent has nothing to store but zero bytes
 	// (+0 quantises to 0x00 under any scale).
-	// (The else block is not indented: its lines keep their width.)
 	if (r0 >= rows) {
 		#pragma unroll
 		for (int c = 0; c < 8; c++) cw[c] = 0u;
-	}
-	else {
-	#pragma unroll
-	for (int p = 0; p < 2; p++) {
-		float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+	} else {
 		#pragma unroll
-		for (int j = 0; j < 8; j++) y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
-		const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
-		u32 qa[2], qb[2];
-		#pragma unroll
-		for (int e = 0; e < 2; e++) {
-			qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
-				lg_q(y0[4 * e + 1], i0),
-				lg_q(y0[4 * e + 2], i0),
-				lg_q(y0[4 * e + 3], i0));
-			qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
-				lg_q(y1[4 * e + 1], i1),
-				lg_q(y1[4 * e + 2], i1),
-				lg_q(y1[4 * e + 3], i1));
+		for (int p = 0; p < 2; p++) {
+			float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1
+			#pragma unroll
+			for (int j = 0; j < 8; j++)
+				y0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];
+			const float i0 = ri[2 * p], i1 = ri[2 * p + 1];
+			u32 qa[2], qb[2];
+			#pragma unroll
+			for (int e = 0; e < 2; e++) {
+				qa[e] = lg_e4m3x4(lg_q(y0[4 * e], i0),
+					lg_q(y0[4 * e + 1], i0),
+					lg_q(y0[4 * e + 2], i0),
+					lg_q(y0[4 * e + 3], i0));
+				qb[e] = lg_e4m3x4(lg_q(y1[4 * e], i1),
+					lg_q(y1[4 * e + 1], i1),
+					lg_q(y1[4 * e + 2], i1),
+					lg_q(y1[4 * e + 3], i1));
+			}
+			if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 512, qa[0], qa[1]);
+			if (r0 + 2 * p + 1 < rows)
+				lg_st8_cs(qrow + (2 * p + 1) * 512, qb[0], qb[1]);
+			#pragma unroll
+			for (int c = 0; c < 8; c++) {
+				const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
+					lg_q(y1[c], ci[c]));
+				cw[c] = p == 0 ? h : cw[c] | h << 16;
+			}
 		}
-		if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * 512, qa[0], qa[1]);
-		if (r0 + 2 * p + 1 < rows)
-			lg_st8_cs(qrow + (2 * p + 1) * 512, qb[0], qb[1]);
-		#pragma unroll
-		for (int c = 0; c < 8; c++) {
-			const u32 h = lg_e4m3x2(lg_q(y0[c], ci[c]),
-				lg_q(y1[c], ci[c]));
-			cw[c] = p == 0 ? h : cw[c] | h << 16;
-		}
-	}
 	} // r0 < rows
 	// Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so
 	// the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.
