@@ -189,18 +189,29 @@ char *lg_buf_finish(lg_buf *b, size_t *len)
 	return s;
 }
 
+/* "%.<p>g" of v into out (LG_FLOAT_LITERAL_MAX bytes); false if it did not fit. */
+static bool fmt_g(char *out, int p, double v)
+{
+	char tmp[512]; /* any double at any precision fits: no truncation to reason about */
+	int w = snprintf(tmp, sizeof tmp, "%.*g", p, v);
+	if (w <= 0 || w >= LG_FLOAT_LITERAL_MAX)
+		return false;
+	memcpy(out, tmp, (size_t)w + 1);
+	return true;
+}
+
 /* The shortest "%.<p>g" of v that reads back (by back()) as v, with a
  * point added when it would read as an integer, then suffix. */
 static void literal(double v, int maxp, bool (*same)(const char *, double), const char *suffix, char *out)
 {
 	int p = 1;
+	/* at most 17 digits, an exponent and a sign: never truncated (checked) */
 	while (p < maxp) {
-		snprintf(out, LG_FLOAT_LITERAL_MAX, "%.*g", p, v);
-		if (same(out, v))
+		if (fmt_g(out, p, v) && same(out, v))
 			break;
 		p++;
 	}
-	snprintf(out, LG_FLOAT_LITERAL_MAX, "%.*g", p, v);
+	fmt_g(out, p, v);
 	size_t n = strlen(out);
 	/* "2" is an integer and "2f" no literal: a point makes it a float */
 	snprintf(out + n, LG_FLOAT_LITERAL_MAX - n, "%s%s", strpbrk(out, ".e") ? "" : ".0", suffix);
