@@ -63,8 +63,10 @@ static struct lg_ref_case make_case(const lg_spec *s, int64_t seq, int64_t batch
 
 static void case_free(struct lg_ref_case *c)
 {
-	for (int i = 0; i < c->n; i++)
+	for (int i = 0; i < c->n; i++) {
 		free(c->buf[i].host);
+		free(c->buf[i].slack); /* the reference's bf16 slack (slack_of) */
+	}
 }
 
 static void run(const lg_spec *s, struct lg_ref_case *c) { lg_ref_family_get(s->op)->run(s, c); }
