@@ -9,7 +9,7 @@
 #                                                              -> gpu_test*.txt
 # 2. lingen bench: every shipped spec and the K1 tile variants -> kernels.json
 #    (median GPU time, L2 flushed before each repetition, % of the copy
-#    ceiling measured in the same run; TARGETS.md's method)
+#    ceiling measured in the same run; docs/performance.md's method)
 # 3. lingen bench --jit: NVRTC compile, disk-cache hit, launch cost -> jit.json
 # 4. the bundle GPU test; lingen tune of the shipped norms -> sm_90a.json
 #    (configs/tuning/sm_90a.json); new-process load times of the

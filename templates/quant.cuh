@@ -1,4 +1,4 @@
-// quant.cuh - blockwise e4m3 scales (KERNELS.md 1.2) and the correctly
+// quant.cuh - blockwise e4m3 scales (docs/kernels.md 1.2) and the correctly
 // rounded divide by a scale.
 
 // @helper lg_scale_exact
@@ -41,7 +41,7 @@ static __device__ __forceinline__ float lg_div_rn(float y, float s, float r)
 }
 
 // @helper lg_expert_tiles
-// Per-expert (batched) tensors (KERNELS.md 1.3): the expert segments that
+// Per-expert (batched) tensors (docs/kernels.md 1.3): the expert segments that
 // hold token tiles t0, t0 + stride, ... (k of them), where expert e has
 // counts[e] tokens (E of them, in device memory; negative counts count as
 // 0) and cdiv(counts[e], 128) token tiles, segments and tiles in expert

@@ -1,6 +1,6 @@
 /*
  * gpu_test_cross_entropy.c - softmax cross entropy (family cross_entropy,
- * KERNELS.md K9) on the GPU against the float64 CPU reference (label
+ * docs/kernels.md K9) on the GPU against the float64 CPU reference (label
  * "gpu"): forward (loss to 1e-6 relative, S, m bit-equal), backward, the
  * fused forward + backward, in place (backward and fused), the
  * vocab-parallel shard statistics, merge and shard backward; at the target

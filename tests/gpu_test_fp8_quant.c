@@ -1,6 +1,6 @@
 /*
  * gpu_test_fp8_quant.c - the FP8 quantisers on the quant engine (families
- * fp8_quant, fp8_quant_batched and fp8_quant_weight, KERNELS.md 1.3) on
+ * fp8_quant, fp8_quant_batched and fp8_quant_weight, docs/kernels.md 1.3) on
  * the GPU against the CPU reference (label "gpu").
  * fp8_quant: every output mode, with and without power-of-two scales, at
  * tokens 1, 127, 128, 8191 and 8192 and hidden 128, 384, 2048 and 7168,

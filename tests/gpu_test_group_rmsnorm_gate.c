@@ -1,6 +1,6 @@
 /*
  * gpu_test_group_rmsnorm_gate.c - group RMSNorm x sigmoid gate (family
- * group_rmsnorm_gate, KERNELS.md K8) on the GPU against the CPU reference
+ * group_rmsnorm_gate, docs/kernels.md K8) on the GPU against the CPU reference
  * (label "gpu"), forward and backward: the target shape (x [2, 4096,
  * 2048], 4 groups), token counts that are no multiple of anything (B = 1
  * L = 1, B = 3 L = 7, B * L odd), dim 1000 (5 groups of 200: 4 groups of

@@ -1,6 +1,6 @@
 /*
  * gpu_test_qk_norm_rope.c - split + q/k RMSNorm + RoPE (family
- * qk_norm_rope, KERNELS.md K2) on the GPU against the CPU reference (label
+ * qk_norm_rope, docs/kernels.md K2) on the GPU against the CPU reference (label
  * "gpu"), forward and backward: the target shape (S 4096, B 2, H 16, h 4,
  * D 128) and odd ones: S = B = 1; S 7, B 3, H 12, h 4, D 64 (3 q heads a
  * group); D 256 with H 40, h 8; rotary fraction 1 and 0.25; SiLU; the

@@ -1,6 +1,6 @@
 /*
  * gpu_test_rmsnorm_router.c - RMSNorm + router GEMM + rowwise FP8 in one
- * pass (family rmsnorm_router, KERNELS.md K3b) on the GPU against the CPU
+ * pass (family rmsnorm_router, docs/kernels.md K3b) on the GPU against the CPU
  * reference (label "gpu"): y, rms, q, s (and qt, st with quant.output
  * "both") bit for bit, the logits within router_gemm's forward tolerance,
  * at the target shape (x [8192, 2048], 256 experts) and at sizes that are

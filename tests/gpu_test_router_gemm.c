@@ -1,5 +1,5 @@
 /*
- * gpu_test_router_gemm.c - the router GEMM (family router_gemm, KERNELS.md
+ * gpu_test_router_gemm.c - the router GEMM (family router_gemm, docs/kernels.md
  * K3) on the GPU against the CPU reference (label "gpu"): forward logits
  * and backward dx, dw at the target shape (x [8192, 2048], w [256, 2048])
  * and at sizes that are multiples of nothing (M = 1, 127, 8191; K = 7168,

@@ -1,5 +1,5 @@
 /*
- * test_cross_entropy_ref.c - family cross_entropy (KERNELS.md K9) without a
+ * test_cross_entropy_ref.c - family cross_entropy (docs/kernels.md K9) without a
  * GPU: its reference (gen/cross_entropy_ref.c) on cases computed by hand
  * (one row, every label ignored, an odd vocab, label smoothing as torch
  * defines it), the vocab-parallel pieces against the whole row (shard

@@ -1,6 +1,6 @@
 /*
  * test_fp8_quant_batched_ref.c - the per-expert and weight quantisers on
- * the CPU (families fp8_quant_batched and fp8_quant_weight, KERNELS.md
+ * the CPU (families fp8_quant_batched and fp8_quant_weight, docs/kernels.md
  * 1.3): the per-expert reference (lg_ref_quant_experts) against the flat
  * one run on each expert's rows as a tensor of its own, with expert counts
  * 0, 1, 127, 128, 129 and sizes not multiples of 16, untouched elements

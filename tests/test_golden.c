@@ -1,5 +1,5 @@
 /*
- * test_golden.c - golden tests of generated source (STYLE.md 7), no GPU.
+ * test_golden.c - golden tests of generated source (docs/style.md 7), no GPU.
  *
  * Each case of the table below is generated with lg_generate_for and
  * compared byte for byte with tests/golden/<family>_<case>.cu; a mismatch

@@ -1,5 +1,5 @@
 /*
- * test_group_rmsnorm_gate_ref.c - family group_rmsnorm_gate (KERNELS.md
+ * test_group_rmsnorm_gate_ref.c - family group_rmsnorm_gate (docs/kernels.md
  * K8) without a GPU: its reference (gen/group_rmsnorm_gate_ref.c) on tiny
  * cases computed by hand (the forward's groups, the gate's [seq, batch,
  * dim] and [batch, seq, dim] layouts, the backward's dx, dgate and dw with

@@ -1,5 +1,5 @@
 /*
- * test_lists_ref.c - the tensor-list families grad_norm (KERNELS.md K10)
+ * test_lists_ref.c - the tensor-list families grad_norm (docs/kernels.md K10)
  * and count_zero (K11) on the CPU: the references against values worked
  * by hand (fp32, bf16, -0.0, NaN, a long sum), the references over a host
  * table, the table a list uploads (items cut at 16 KiB from each tensor's

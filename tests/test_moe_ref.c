@@ -1,6 +1,6 @@
 /*
  * test_moe_ref.c - the MoE families (moe_row_map, moe_permute,
- * moe_unpermute; KERNELS.md K4, K5) without a GPU: their references on a
+ * moe_unpermute; docs/kernels.md K4, K5) without a GPU: their references on a
  * small routing worked out by hand (counts, padded offsets, row_id_map,
  * row_index; the top-k forms with dropped slots, repeats and indices out
  * of range give the same map), the permute's rows, zero padding, e4m3
@@ -328,7 +328,7 @@ enum { Q_X, Q_PROBS, Q_INDEX, Q_PADDED, Q_Q, Q_S, Q_QT, Q_ST, Q_OUTP };
  * 448)) (2^-8 for 1, 2^-7 for 2 and 3) and payload (t + 1) / scale; padding rows are zero
  * blocks (scale 2^-99, payload 0); segments of 2, 4, 0 and 2 rows; rows
  * past P = 8 are left alone (the poison); out_probs probs[t, e]; the
- * columnwise copy per expert segment (KERNELS.md 1.3). */
+ * columnwise copy per expert segment (docs/kernels.md 1.3). */
 static void test_permute_quant_by_hand(void **state)
 {
 	(void)state;

@@ -1,5 +1,5 @@
 /*
- * test_qk_norm_rope_ref.c - the qk_norm_rope reference (KERNELS.md K2) on
+ * test_qk_norm_rope_ref.c - the qk_norm_rope reference (docs/kernels.md K2) on
  * cases checked by hand: rotation by angle 0 is the identity and by pi/2
  * swaps the halves of the rotated part with a sign; v heads are copied; the
  * backward of a normalised head along its own direction is ~0 and its weight

@@ -1,5 +1,5 @@
 /*
- * test_rmsnorm_router_ref.c - family rmsnorm_router (KERNELS.md K3b)
+ * test_rmsnorm_router_ref.c - family rmsnorm_router (docs/kernels.md K3b)
  * without a GPU: its reference (gen/rmsnorm_router_ref.c) by hand and as
  * the composition it fuses (rmsnorm_quant's rms and rowwise copy,
  * router_gemm's logits of the written y), a partial last quant block, the

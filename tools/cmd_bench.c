@@ -1,6 +1,6 @@
 /*
  * cmd_bench.c - `lingen bench SPEC... [--tokens N[,N...]] [--reps R]
- * [--json]`: time each kernel by TARGETS.md's method (L2 flushed, median of
+ * [--json]`: time each kernel by docs/performance.md's method (L2 flushed, median of
  * R repetitions, CUDA events) and relate it to the device-to-device copy
  * ceiling measured once in the same run. Prints a table, or with --json an
  * array of objects (the form committed under bench/). Needs a GPU.
@@ -390,14 +390,14 @@ const struct lg_cli_cmd lg_cmd_bench = {
 	.name = "bench",
 	.synopsis = "SPEC... [--tokens N[,N...]] [--reps R] [--json] | --jit SPEC... | --load SPEC... [--bundle DIR]",
 	.summary = "time each kernel: median us, GB/s and % of the copy ceiling",
-	.details = "Method (TARGETS.md): warm-up, L2 flushed before each repetition, median\n"
+	.details = "Method (docs/performance.md): warm-up, L2 flushed before each repetition, median\n"
 		   "GPU time from CUDA events. '% copy' = (min bytes / copy ceiling) / median,\n"
 		   "with the device-to-device copy ceiling measured once in the same run; a\n"
 		   "plain read-only stream over 1 GiB is timed and printed beside it (a guide\n"
 		   "for kernels that only read; lingen's list kernels read a few % faster).\n"
 		   "Needs a GPU.\n"
 		   "\n"
-		   "--jit measures the JIT itself (TARGETS.md), for every kernel of the specs:\n"
+		   "--jit measures the JIT itself (docs/performance.md), for every kernel of the specs:\n"
 		   "  compile  generation (lg_generate_for) and NVRTC compile, timed apart; the\n"
 		   "           first compile of the process includes NVRTC start-up (goal\n"
 		   "           <= 150 ms), the median after it is the warm cost (goal <= 15 ms);\n"

@@ -134,7 +134,7 @@ const struct lg_cli_cmd lg_cmd_check = {
 	.synopsis = "SPEC... [--tokens N[,N...]] [--seed S]",
 	.summary = "run each kernel on the GPU against its CPU reference",
 	.details = "Prints the seed of the random inputs, then PASS/FAIL per kernel and\n"
-		   "token count with the measures of KERNELS.md (fp8 equal fraction, scale\n"
+		   "token count with the measures of docs/kernels.md (fp8 equal fraction, scale\n"
 		   "bit-equality, outputs checked exactly or within ulps, max relative error).\n"
 		   "The seed is --seed, else $LINGEN_SEED, else new from the clock.\n"
 		   "Exit 1 if any check fails. Needs a GPU.\n",

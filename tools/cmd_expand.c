@@ -86,7 +86,7 @@ const struct lg_cli_cmd lg_cmd_expand = {
 	.details = "MODEL is a model config (configs/models/<name>.json): dimensions, rms_norm_eps\n"
 		   "and FP8 recipe. The spec file lists every kernel one training step needs\n"
 		   "(forward and backward), each once, under \"kernels\"; kernels whose family\n"
-		   "is not implemented yet are listed under \"skipped\" with the KERNELS.md\n"
+		   "is not implemented yet are listed under \"skipped\" with the docs/kernels.md\n"
 		   "section that describes them. Every command that takes a SPEC also takes a\n"
 		   "model config and expands it the same way. Needs no GPU.\n",
 	.opts = opts,

@@ -115,7 +115,7 @@ extern const int64_t lg_min_ctas_ok[];
 		    "CTAs an SM must hold at once (__launch_bounds__ minimum; caps registers)")
 /* "__launch_bounds__(threads)" or, for min_ctas > 1, "(threads, min_ctas)". */
 const char *lg_launch_bounds(char buf[48], int threads, int64_t min_ctas);
-/* The quantisation recipe (KERNELS.md §1): five keys, in this order,
+/* The quantisation recipe (docs/kernels.md §1): five keys, in this order,
  * at indices k .. k + LG_QUANT_KEYS - 1 of a family's table. */
 #define LG_QUANT_KEYS 5
 extern const char *const lg_quant_output_words[LG_QOUT_COUNT];
@@ -124,7 +124,7 @@ extern const char *const lg_round_scale_words[2];
 /* The same with another default quant.output. */
 #define LG_KEYS_QUANT_OUT(k, out_def)                                                          \
 	[(k)] = {.path = "quant", .type = LG_KEY_OBJECT, .flags = LG_KEY_REQUIRED,                 \
-		 .doc = "blockwise FP8 recipe (KERNELS.md 1)"},                                     \
+		 .doc = "blockwise FP8 recipe (docs/kernels.md 1)"},                                     \
 	[(k) + 1] = {.path = "quant.format", .type = LG_KEY_ENUM, .values = lg_quant_format_names, \
 		     .nvalues = LG_QFMT_COUNT, .has_def = true, .def = LG_QFMT_E4M3,               \
 		     .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 22, .doc = "FP8 format"},           \

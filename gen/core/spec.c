@@ -2,7 +2,7 @@
  * spec.c - kernel spec files: the file, its kernels' headers (op, pass,
  * dtype); the family's keys are read by schema.c.
  *
- * A spec file is {"name": "...", "kernels": [ {kernel}, ... ]} (DESIGN.md,
+ * A spec file is {"name": "...", "kernels": [ {kernel}, ... ]} (docs/architecture.md,
  * "Spec files"). A file written by `lingen expand` also carries "model" (the
  * model config's name) and "skipped" (the kernels of the training step whose
  * families do not exist yet): both are validated and otherwise ignored.

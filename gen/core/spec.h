@@ -39,7 +39,7 @@ enum lg_pass { LG_PASS_FORWARD, LG_PASS_BACKWARD, LG_PASS_COUNT };
  * move data without arithmetic (moe_permute). */
 enum lg_dtype { LG_DTYPE_BF16, LG_DTYPE_FP32, LG_DTYPE_E4M3, LG_DTYPE_COUNT };
 
-/* The shared quantisation recipe (KERNELS.md §1), read from the "quant"
+/* The shared quantisation recipe (docs/kernels.md §1), read from the "quant"
  * keys of a quantising family (LG_KEYS_QUANT in family.h). */
 enum lg_quant_format { LG_QFMT_E4M3, LG_QFMT_COUNT };
 enum lg_quant_output { LG_QOUT_ROWWISE, LG_QOUT_COLUMNWISE, LG_QOUT_BOTH, LG_QOUT_COUNT };

@@ -1,6 +1,6 @@
 /*
  * moe_common.h - what the MoE dispatch and combine families share
- * (KERNELS.md K4, K5): the routing keys (experts, top_k, multiple), the
+ * (docs/kernels.md K4, K5): the routing keys (experts, top_k, multiple), the
  * padded row capacity, and the two token-driven kernels every pass of
  * moe_permute and moe_unpermute is one of:
  *

@@ -1,6 +1,6 @@
 /*
  * quant_common.h - emission shared by the families that quantise to
- * blockwise FP8 (KERNELS.md 1): the quantiser input lg_q, the scale of a
+ * blockwise FP8 (docs/kernels.md 1): the quantiser input lg_q, the scale of a
  * block from its amax, and the transposed write of a 128 x 128 qt tile from
  * its staging copy in shared memory. The e4m3 conversion itself is the
  * lg_e4m3x2 / lg_e4m3x4 helper of templates/fp8_e4m3.cuh (hardware cvt on
@@ -30,7 +30,7 @@ void lg_emit_quant_q(lg_buf *b, bool pow2);
 /* The arguments of lg_q after y: `inv` for power-of-two scales, else `both`
  * ("sc, inv"). */
 const char *lg_quant_q_args(bool pow2, const char *both, const char *inv);
-/* `const float sc = <scale of amax>, inv = <1 / sc>;` (KERNELS.md 1.2). */
+/* `const float sc = <scale of amax>, inv = <1 / sc>;` (docs/kernels.md 1.2). */
 void lg_emit_scale(lg_buf *b, bool pow2, const char *sc, const char *amax, const char *inv);
 
 /* The rowwise quantisation of 8 consecutive values y[0..7] (y: an array

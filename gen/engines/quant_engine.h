@@ -1,5 +1,5 @@
 /*
- * quant_engine.h - the one blockwise FP8 quantiser of lingen (KERNELS.md
+ * quant_engine.h - the one blockwise FP8 quantiser of lingen (docs/kernels.md
  * 1.2, 1.3): the generator piece every quantising family calls to emit the
  * body of a kernel that quantises values the family computes.
  *
@@ -24,7 +24,7 @@
  *
  * Layouts (struct lg_qe.layout):
  *   - LG_QE_FLAT: one tensor of M tokens.
- *   - LG_QE_EXPERTS: per expert (KERNELS.md 1.3): tokens grouped by expert
+ *   - LG_QE_EXPERTS: per expert (docs/kernels.md 1.3): tokens grouped by expert
  *     in contiguous segments of counts[e] tokens (counts: E int32 in device
  *     memory, read by the kernel; never the host), each segment quantised
  *     as a tensor of its own (its 128-token blocks start at its first

@@ -1,6 +1,6 @@
 /*
  * swiglu_common.h - what the two SwiGLU + FP8 families share (swiglu_quant,
- * KERNELS.md K7; batch_swiglu_quant, K6): the values they hand the
+ * docs/kernels.md K7; batch_swiglu_quant, K6): the values they hand the
  * quantiser engine (quant_engine.h), their plan, launch shape, emission and
  * tuning candidates. A family file declares keys, sizes and arguments and
  * passes its kind.

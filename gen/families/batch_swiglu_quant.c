@@ -1,10 +1,10 @@
 /*
- * batch_swiglu_quant.c - family "batch_swiglu_quant" (KERNELS.md K6): the
+ * batch_swiglu_quant.c - family "batch_swiglu_quant" (docs/kernels.md K6): the
  * routed experts' prob-weighted SwiGLU + per-expert blockwise FP8
  * quantisation. The rows of x are grouped by expert (counts [experts] int32
  * in device memory: no host synchronisation, no launch per expert; any
  * number of experts, counts of 0 included); each expert's segment is
- * quantised as a tensor of its own (KERNELS.md 1.3, per-expert layout).
+ * quantised as a tensor of its own (docs/kernels.md 1.3, per-expert layout).
  *
  *   forward  x [tokens, 2n] = [gate | up] bf16, prob [tokens, 1] fp32 ->
  *            y = silu(x1) x2 prob in fp32, quantised per expert: q [tokens,
@@ -160,7 +160,7 @@ static const char doc_forward[] =
 	"  \"batch_swiglu_quant\"): x [tokens, 2n] bf16 with rows grouped by expert,\n"
 	"  prob [tokens, 1] fp32, counts [experts] int32 in device memory (summing to\n"
 	"  tokens; never read by the host); y = silu(gate) * up * prob quantised\n"
-	"  per expert (KERNELS.md 1.3): q [tokens, n]; s, per expert [n/128,\n"
+	"  per expert (docs/kernels.md 1.3): q [tokens, n]; s, per expert [n/128,\n"
 	"  count] at start * n/128; qt, per expert [n, count] at start * n; st\n"
 	"  [cdiv(tokens, 128) + experts, n], per expert cdiv(count, 128) rows\n"
 	"  (the rows past them not written).";

@@ -1,5 +1,5 @@
 /*
- * count_zero.c - family "count_zero" (KERNELS.md K11): the number of
+ * count_zero.c - family "count_zero" (docs/kernels.md K11): the number of
  * elements equal to zero (+0.0 and -0.0: the bits but the sign are 0) in a
  * list of tensors (bf16, fp32, or both with "mixed"), as a 0-d int64.
  * Counted on the bits: exact, and bf16 is read as bf16 (linghe reads every

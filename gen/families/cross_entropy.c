@@ -1,5 +1,5 @@
 /*
- * cross_entropy.c - family "cross_entropy" (KERNELS.md K9): softmax cross
+ * cross_entropy.c - family "cross_entropy" (docs/kernels.md K9): softmax cross
  * entropy over logits [tokens, vocab] (bf16 or fp32) with labels [tokens]
  * (int64 or int32, key `index`), ignore_index and torch's label smoothing.
  *

@@ -1,5 +1,5 @@
 /*
- * fp8_quant.c - family "fp8_quant" (KERNELS.md 1.3): the standalone
+ * fp8_quant.c - family "fp8_quant" (docs/kernels.md 1.3): the standalone
  * blockwise FP8 activation quantiser, forward. x [tokens, hidden] bf16 into
  * the rowwise copy (1x128 blocks: q [tokens, hidden] e4m3, scales
  * s [hidden/128, tokens], tokens contiguous) and the columnwise copy (128x1
@@ -110,7 +110,7 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 
 /* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
 static const char doc_forward[] =
-	"Blockwise FP8 quantisation of activations (op \"fp8_quant\", KERNELS.md\n"
+	"Blockwise FP8 quantisation of activations (op \"fp8_quant\", docs/kernels.md\n"
 	"  1.3): x [tokens, hidden] bf16; q, s, qt, st as lg_rmsnorm_quant_forward\n"
 	"  (0 for a copy quant.output does not ask for).";
 

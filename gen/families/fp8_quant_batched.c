@@ -1,5 +1,5 @@
 /*
- * fp8_quant_batched.c - family "fp8_quant_batched" (KERNELS.md 1.3, per-
+ * fp8_quant_batched.c - family "fp8_quant_batched" (docs/kernels.md 1.3, per-
  * expert tensors): the blockwise FP8 activation quantiser of MoE expert
  * inputs. x [tokens, hidden] bf16 holds the tokens grouped by expert in
  * contiguous segments of counts[e] tokens (counts [experts] int32, read
@@ -144,7 +144,7 @@ static void uses(const struct lg_spec *s, unsigned char *used)
 
 /* What a launch computes: the comment of its typed launcher (lingen_ops.h). */
 static const char doc_forward[] =
-	"Per-expert (batched) FP8 quantisation (op \"fp8_quant_batched\", KERNELS.md\n"
+	"Per-expert (batched) FP8 quantisation (op \"fp8_quant_batched\", docs/kernels.md\n"
 	"  1.3): x [tokens, hidden] bf16, tokens grouped by expert; counts\n"
 	"  [experts] int32 in device memory (read by the kernel, sum <= tokens);\n"
 	"  each expert's segment quantised as a tensor of its own, outputs\n"

@@ -1,9 +1,9 @@
 /*
- * fp8_quant_weight.c - family "fp8_quant_weight" (KERNELS.md 1.3,
+ * fp8_quant_weight.c - family "fp8_quant_weight" (docs/kernels.md 1.3,
  * weights; linghe's triton_block_quant): blockwise FP8 quantisation of a
  * weight w [rows, hidden] bf16 in 128 x 128 tiles, one scale a tile:
  * q [rows, hidden] e4m3 and s [cdiv(rows, 128), hidden / 128] fp32
- * (row-major), s = the dequantisation multiplier of KERNELS.md 1.2
+ * (row-major), s = the dequantisation multiplier of docs/kernels.md 1.2
  * (quant.round_scale as everywhere; quant.output must be "both", its
  * default: a weight has one copy).
  * hidden must be a multiple of 128; rows may be any count: a partial last

@@ -1,5 +1,5 @@
 /*
- * grad_norm.c - family "grad_norm" (KERNELS.md K10): the global norm of a
+ * grad_norm.c - family "grad_norm" (docs/kernels.md K10): the global norm of a
  * list of tensors (bf16, fp32, or both with "mixed"), as a 0-d fp32:
  *   ord "2":   sqrt(sum x^2), or sum x^2 with "norm": false;
  *   ord "1":   sum |x|;

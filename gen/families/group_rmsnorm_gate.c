@@ -1,5 +1,5 @@
 /*
- * group_rmsnorm_gate.c - family "group_rmsnorm_gate" (KERNELS.md K8): the
+ * group_rmsnorm_gate.c - family "group_rmsnorm_gate" (docs/kernels.md K8): the
  * linear-attention output gate, group RMSNorm times a sigmoid gate, forward
  * (y bf16) and backward (dx, dgate bf16; dw fp32, deterministic).
  *

@@ -1,5 +1,5 @@
 /*
- * moe_permute.c - family "moe_permute" (KERNELS.md K4): MoE dispatch of
+ * moe_permute.c - family "moe_permute" (docs/kernels.md K4): MoE dispatch of
  * tokens into expert-major padded rows, and its backward.
  *
  * forward (dtype bf16, or e4m3 with scales): for every (t, e) with

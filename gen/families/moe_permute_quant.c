@@ -1,7 +1,7 @@
 /*
- * moe_permute_quant.c - family "moe_permute_quant" (KERNELS.md K4b): MoE
+ * moe_permute_quant.c - family "moe_permute_quant" (docs/kernels.md K4b): MoE
  * permute + pad + blockwise FP8 quantisation in one kernel, into the
- * per-expert layout a grouped FP8 GEMM takes (KERNELS.md 1.3).
+ * per-expert layout a grouped FP8 GEMM takes (docs/kernels.md 1.3).
  *
  * Padded row r of expert e (rows [offsets[e], offsets[e + 1]) of the
  * padded dispatch, padded_counts[e] = round_up(count_e, multiple) of them)
@@ -305,7 +305,7 @@ static const char doc_forward[] =
 	"  128), probs [tokens, experts] fp32 or 0, moe_row_map's row_index [rows]\n"
 	"  and padded_counts [experts] (rows = tokens * top_k + experts *\n"
 	"  (multiple - 1)). Each expert's padded segment (padding rows zeros) is\n"
-	"  quantised as its own tensor (KERNELS.md 1.3): q [rows, hidden] e4m3,\n"
+	"  quantised as its own tensor (docs/kernels.md 1.3): q [rows, hidden] e4m3,\n"
 	"  s a [hidden/128, P_e] block an expert; qt a [hidden, P_e] block an\n"
 	"  expert, st [cdiv(rows, 128) + experts, hidden] (cdiv(P_e, 128) rows an\n"
 	"  expert); the copies quant.output does not ask for take 0. out_probs\n"

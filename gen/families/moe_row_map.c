@@ -1,5 +1,5 @@
 /*
- * moe_row_map.c - family "moe_row_map" (KERNELS.md K4, the row map of a
+ * moe_row_map.c - family "moe_row_map" (docs/kernels.md K4, the row map of a
  * padded MoE dispatch): from the routing, the padded row of every (token,
  * expert) pair, the experts' counts and padded offsets, and the source
  * token of every padded row.

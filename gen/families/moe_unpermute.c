@@ -1,5 +1,5 @@
 /*
- * moe_unpermute.c - family "moe_unpermute" (KERNELS.md K5): MoE combine of
+ * moe_unpermute.c - family "moe_unpermute" (docs/kernels.md K5): MoE combine of
  * expert-major padded rows back into tokens, and its backward.
  *
  * forward: out[t] = sum over t's rows r = row_id_map[t, e] >= 0, in

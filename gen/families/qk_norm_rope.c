@@ -1,5 +1,5 @@
 /*
- * qk_norm_rope.c - family "qk_norm_rope" (KERNELS.md K2): split a fused qkv
+ * qk_norm_rope.c - family "qk_norm_rope" (docs/kernels.md K2): split a fused qkv
  * projection into q, k, v; RMSNorm over each q and k head vector (weights
  * q_weight, k_weight [head_dim]); rotate-half RoPE over the first
  * R = rotary_fraction * head_dim features of each q and k head; v copied;
@@ -376,7 +376,7 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 }
 
 /* lg_tokens(S, B): the qkv rows; lg_position(n, S, B, cu): the rotary
- * position of row n (KERNELS.md K2, K2b). */
+ * position of row n (docs/kernels.md K2, K2b). */
 static void emit_position(lg_buf *b, const struct shape *k)
 {
 	lg_comment(b, "The tokens (qkv rows): %s.", k->varlen ? "S, packed sequences" : "S x B");

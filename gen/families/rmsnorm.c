@@ -1,5 +1,5 @@
 /*
- * rmsnorm.c - family "rmsnorm" (KERNELS.md K1, plain): RMSNorm forward
+ * rmsnorm.c - family "rmsnorm" (docs/kernels.md K1, plain): RMSNorm forward
  * (y bf16 + reciprocal RMS) and backward (dx bf16, dw fp32).
  *
  * Strategy: `lpr` lanes share one row, each holding up to 8 (forward) or 4

@@ -1,5 +1,5 @@
 /*
- * rmsnorm_quant.c - family "rmsnorm_quant" (KERNELS.md K1): RMSNorm fused
+ * rmsnorm_quant.c - family "rmsnorm_quant" (docs/kernels.md K1): RMSNorm fused
  * with 1x128 (rowwise) and 128x1 (columnwise, transposed) blockwise e4m3
  * quantisation, forward.
  *

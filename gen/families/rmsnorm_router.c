@@ -1,12 +1,12 @@
 /*
- * rmsnorm_router.c - family "rmsnorm_router" (KERNELS.md K3b): RMSNorm
+ * rmsnorm_router.c - family "rmsnorm_router" (docs/kernels.md K3b): RMSNorm
  * fused with the MoE router GEMM and the rowwise blockwise FP8 quantisation
  * of the norm output, forward. For each token m:
  *
  *   r_m    = rsqrt(sum_k x_mk^2 / hidden + eps)        rms [M] fp32
  *   y_mk   = (x_mk r_m) w_k (fp32)                     y [M, hidden] bf16
  *   logits = y . route_w^T                             [M, experts] fp32
- *   q, s   = the 1x128 blockwise e4m3 copy of fp32 y   (KERNELS.md 1.2, 1.3)
+ *   q, s   = the 1x128 blockwise e4m3 copy of fp32 y   (docs/kernels.md 1.2, 1.3)
  *
  * (quant.output "rowwise", the default: linghe's mode 0), and with "both"
  * also the columnwise copy qt, st (linghe's mode 1, "the transposed copy

@@ -1,5 +1,5 @@
 /*
- * router_gemm.c - family "router_gemm" (KERNELS.md K3): the MoE router's
+ * router_gemm.c - family "router_gemm" (docs/kernels.md K3): the MoE router's
  * GEMM with fp32 logits.
  *
  *   forward   logits fp32 [M, N] = x bf16 [M, K] . w bf16 [N, K]^T

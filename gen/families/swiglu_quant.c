@@ -1,9 +1,9 @@
 /*
- * swiglu_quant.c - family "swiglu_quant" (KERNELS.md K7): SwiGLU + blockwise
+ * swiglu_quant.c - family "swiglu_quant" (docs/kernels.md K7): SwiGLU + blockwise
  * FP8 quantisation, the shared expert's activation (not batched).
  *
  *   forward  x [tokens, 2n] = [gate | up] bf16 -> y = silu(x1) x2 in fp32,
- *            quantised (KERNELS.md 1.2-1.3): q [tokens, n], s [n/128, tokens],
+ *            quantised (docs/kernels.md 1.2-1.3): q [tokens, n], s [n/128, tokens],
  *            qt [n, tokens], st [cdiv(tokens, 128), n]; quant.output picks
  *            the copies.
  *   backward g [tokens, n], x -> dx = [dx1 | dx2] [tokens, 2n] with

@@ -142,7 +142,7 @@ static lg_status parse_eps(const struct lg_jreader *r, const cJSON *root, struct
 	return lg_json_open_unit(r, "eps", v, &m->eps);
 }
 
-/* "rotary_fraction" (optional): 0 < f <= 1, 0.5 when absent (KERNELS.md K2). */
+/* "rotary_fraction" (optional): 0 < f <= 1, 0.5 when absent (docs/kernels.md K2). */
 static lg_status parse_rotary(const struct lg_jreader *r, const cJSON *root, struct lg_model *m)
 {
 	const cJSON *v = member(root, "rotary_fraction");
@@ -293,7 +293,7 @@ bool lg_model_is_config(const char *text, size_t len)
 /* One kernel of the training step, as the spec its family takes. */
 struct step {
 	const char *op;      /* family name, as in lg_op_names once it exists */
-	const char *section; /* KERNELS.md section */
+	const char *section; /* docs/kernels.md section */
 	enum lg_pass pass;
 	const char *dtype;   /* input dtype */
 	struct { const char *key; enum lg_model_key from; } dims[3]; /* spec key, model key */
@@ -324,11 +324,11 @@ enum {
 #define SHARED D1("intermediate", LG_MK_SHARED_INTERMEDIATE)
 #define VOCAB D1("vocab", LG_MK_VOCAB)
 
-/* One training step of an FP8 MoE decoder (KERNELS.md §2): a layer's
+/* One training step of an FP8 MoE decoder (docs/kernels.md §2): a layer's
  * kernels, then the final norm, the loss and the optimizer-side reductions. */
 static const struct step steps[] = {
 	/* input RMSNorm + FP8 quantisation of the attention input; its backward
-	 * is the plain RMSNorm backward (KERNELS.md K1) */
+	 * is the plain RMSNorm backward (docs/kernels.md K1) */
 	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT},
 	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
 	/* split + per-head q/k RMSNorm + half RoPE + transpose */
@@ -372,8 +372,8 @@ static const struct step steps[] = {
 _Static_assert(COUNT(steps) <= LG_MODEL_MAX_STEPS, "LG_MODEL_MAX_STEPS holds the step table");
 
 /* Reasons for a skip, one per section, as static strings. */
-#define WHY(k) "family not implemented yet (KERNELS.md " k ")"
-#define WHY_PASS(k) "pass not implemented yet (KERNELS.md " k ")"
+#define WHY(k) "family not implemented yet (docs/kernels.md " k ")"
+#define WHY_PASS(k) "pass not implemented yet (docs/kernels.md " k ")"
 static const char *why_of(const char *section, bool family)
 {
 	static const struct { const char *section, *family, *pass; } whys[] = {

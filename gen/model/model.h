@@ -7,9 +7,9 @@
  * its RMSNorm epsilon, its FP8 recipe and (optional, 0.5 when absent) the
  * share of the head dim RoPE rotates. Expansion walks a fixed table of
  * the kernels one MoE decoder layer, the final norm and the loss need,
- * forward and backward (KERNELS.md §2), and gives each as a kernel spec
+ * forward and backward (docs/kernels.md §2), and gives each as a kernel spec
  * when its family is in the registry, else as a skipped entry naming the
- * KERNELS.md section that will implement it. Kernels that come out
+ * docs/kernels.md section that will implement it. Kernels that come out
  * identical (the input and post-attention norms) are listed once.
  */
 #ifndef LG_MODEL_H
@@ -51,7 +51,7 @@ struct lg_model {
 				  (Megatron's GQA groups), the K2 kernels' head_layout */
 	struct lg_quant fp8;   /* format, block, round_scale; output unused */
 	bool fused_router;     /* optional, false: the MoE input's RMSNorm and the router GEMM
-				  as one kernel (rmsnorm_router, KERNELS.md K3b) */
+				  as one kernel (rmsnorm_router, docs/kernels.md K3b) */
 };
 
 /* Upper bound on the entries of one expansion (the step table's size). */
@@ -60,7 +60,7 @@ struct lg_model {
 struct lg_model_skip {
 	const char *op;     /* family name it will have, e.g. "qk_norm_rope" */
 	enum lg_pass pass;
-	const char *why;    /* "family not implemented yet (KERNELS.md K2)" */
+	const char *why;    /* "family not implemented yet (docs/kernels.md K2)" */
 };
 
 /* One training step: the kernels (deduplicated, in step order) and the

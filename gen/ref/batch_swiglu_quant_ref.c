@@ -1,6 +1,6 @@
 /*
  * batch_swiglu_quant_ref.c - CPU reference of family "batch_swiglu_quant"
- * (KERNELS.md K6), and the SwiGLU reference swiglu_quant (K7) shares
+ * (docs/kernels.md K6), and the SwiGLU reference swiglu_quant (K7) shares
  * (swiglu_ref.h). In float64, with a = x1, u = x2, p the row's prob (1 for
  * K7), s = 1 / (1 + e^-a):
  *   forward  y = a s u p, quantised (per expert for K6);

@@ -1,5 +1,5 @@
 /*
- * count_zero_ref.c - CPU reference of family "count_zero" (KERNELS.md
+ * count_zero_ref.c - CPU reference of family "count_zero" (docs/kernels.md
  * K11): the zeros of the tensors of a host table (list_ref.c), compared
  * bit for bit.
  */

@@ -1,12 +1,12 @@
 /*
- * cross_entropy_ref.c - CPU reference of family "cross_entropy" (KERNELS.md
+ * cross_entropy_ref.c - CPU reference of family "cross_entropy" (docs/kernels.md
  * K9), all in float64: per row m = max x, S = sum exp(x - m) (libm exp),
  * lse = log S + m, loss = (1 - e)(lse - x_y) + e (lse - sum x / C), and
  * grad_v = (exp(x_v - m) / S - (1 - e)[v == y] - e / C) g. The shard
  * statistics and their merge follow gen/cross_entropy.c's header.
  *
  * How exact: the GPU sums exp in fp64 from fp32 ex2.approx values, so the
- * loss is compared to 1e-6 relative (KERNELS.md 5); S to 1e-5; m is a
+ * loss is compared to 1e-6 relative (docs/kernels.md 5); S to 1e-5; m is a
  * logit, bit-equal; fp32 gradients 1e-5 relative above 1e-9 absolute;
  * bf16 gradients bit for bit against the float64 value rounded once, but
  * where the GPU's fp32 error bound reaches another bf16 (a slack there):

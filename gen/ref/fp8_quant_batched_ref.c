@@ -1,6 +1,6 @@
 /*
  * fp8_quant_batched_ref.c - CPU reference of family "fp8_quant_batched"
- * (KERNELS.md 1.3, per-expert tensors): the bf16 input widened to fp32
+ * (docs/kernels.md 1.3, per-expert tensors): the bf16 input widened to fp32
  * (exact), then each expert's segment quantised as a tensor of its own
  * (lg_ref_quant_experts over the shared blockwise quantisation).
  */

@@ -1,5 +1,5 @@
 /*
- * fp8_quant_ref.c - CPU reference of family "fp8_quant" (KERNELS.md 1.3):
+ * fp8_quant_ref.c - CPU reference of family "fp8_quant" (docs/kernels.md 1.3):
  * the bf16 input widened to fp32 (exact), then the shared blockwise e4m3
  * quantisation (quant_ref.c).
  */

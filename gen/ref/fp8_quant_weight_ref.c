@@ -1,8 +1,8 @@
 /*
  * fp8_quant_weight_ref.c - CPU reference of family "fp8_quant_weight"
- * (KERNELS.md 1.3, weights): one scale per 128 x 128 tile of w (the amax
+ * (docs/kernels.md 1.3, weights): one scale per 128 x 128 tile of w (the amax
  * over its real rows), s [cdiv(rows, 128), hidden / 128], each value
- * quantised with its tile's scale (KERNELS.md 1.2).
+ * quantised with its tile's scale (docs/kernels.md 1.2).
  */
 #include <math.h>
 

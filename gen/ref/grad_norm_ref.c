@@ -1,5 +1,5 @@
 /*
- * grad_norm_ref.c - CPU reference of family "grad_norm" (KERNELS.md K10):
+ * grad_norm_ref.c - CPU reference of family "grad_norm" (docs/kernels.md K10):
  * the norm of the tensors of a host table, in float64 with compensated
  * sums (list_ref.c). The GPU's fp64 sums in another order differ from it
  * by far less than an fp32 rounding, so out is compared to 1e-6 relative.

@@ -1,6 +1,6 @@
 /*
  * group_rmsnorm_gate_ref.c - CPU reference of family "group_rmsnorm_gate"
- * (KERNELS.md K8), all in float64. For token (b, l), group i of d = dim /
+ * (docs/kernels.md K8), all in float64. For token (b, l), group i of d = dim /
  * groups values, r = 1 / sqrt(sum_group x^2 / d + eps), s = sigmoid(gate):
  *   forward  y = x r w s
  *   backward dx = r dy w s - r^3 x (sum_group x dy w s) / d,

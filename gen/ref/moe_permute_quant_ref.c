@@ -1,6 +1,6 @@
 /*
  * moe_permute_quant_ref.c - CPU reference of family "moe_permute_quant"
- * (KERNELS.md K4b): the padded dispatch as fp32 rows (x[row_index[r]]
+ * (docs/kernels.md K4b): the padded dispatch as fp32 rows (x[row_index[r]]
  * widened exactly, zeros for padding rows), each expert's padded segment
  * quantised as a tensor of its own (lg_ref_quant_experts, the shared
  * per-expert quantisation), the rows' probabilities; what the kernel leaves

@@ -1,5 +1,5 @@
 /*
- * moe_permute_ref.c - CPU reference of family "moe_permute" (KERNELS.md
+ * moe_permute_ref.c - CPU reference of family "moe_permute" (docs/kernels.md
  * K4): forward, every padded row copied from its token (or zeros: padding
  * and rows past P; e4m3 scale of a zero block); backward, the fp32 sum of
  * each token's rows in ascending expert order (the same adds in the same

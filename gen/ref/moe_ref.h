@@ -1,7 +1,7 @@
 /*
  * moe_ref.h - what the CPU references of the MoE families share
  * (moe_common_ref.c): random routings in a few shapes, and the padded row
- * map of a routing computed plainly (KERNELS.md K4), which the dispatch and
+ * map of a routing computed plainly (docs/kernels.md K4), which the dispatch and
  * combine references take as their inputs.
  */
 #ifndef LG_MOE_REF_H

@@ -1,5 +1,5 @@
 /*
- * moe_row_map_ref.c - CPU reference of family "moe_row_map" (KERNELS.md
+ * moe_row_map_ref.c - CPU reference of family "moe_row_map" (docs/kernels.md
  * K4): the routing (a mask, or top-k slots read into a mask: an index
  * outside [0, E) is nothing, a repeat counts once), then the padded row
  * map of moe_common_ref.c, and the padded counts. Every output is an

@@ -1,6 +1,6 @@
 /*
  * moe_unpermute_ref.c - CPU reference of family "moe_unpermute"
- * (KERNELS.md K5): forward, the sum of each token's rows in ascending
+ * (docs/kernels.md K5): forward, the sum of each token's rows in ascending
  * expert order (unweighted: the GPU's fp32 adds, bit-equal; weighted: in
  * float64, compared with a bf16 tolerance, since the GPU may fuse the
  * multiply and add), probabilities restored; backward, the gradient

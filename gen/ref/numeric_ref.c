@@ -1,6 +1,6 @@
 /*
  * numeric_ref.c - number formats for the CPU references (numeric_ref.h),
- * written from the definitions of the formats and of KERNELS.md 1.2, with
+ * written from the definitions of the formats and of docs/kernels.md 1.2, with
  * nothing taken from the generator's bit tricks (templates/; the GPU
  * rounds with cvt instructions): bf16 rounding on the integer significand
  * of the fp32 encoding, the e4m3 encoder a nearest-value search over the

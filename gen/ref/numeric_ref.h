@@ -1,7 +1,7 @@
 /*
  * numeric_ref.h - plain-C number formats for the CPU references: bf16 and
  * e4m3 conversions (round-to-nearest-even, from the formats' definitions),
- * the blockwise scale of KERNELS.md 1.2, and the reciprocal RMS.
+ * the blockwise scale of docs/kernels.md 1.2, and the reciprocal RMS.
  */
 #ifndef LG_NUMERIC_REF_H
 #define LG_NUMERIC_REF_H

@@ -1,5 +1,5 @@
 /*
- * qk_norm_rope_ref.c - CPU reference of family "qk_norm_rope" (KERNELS.md
+ * qk_norm_rope_ref.c - CPU reference of family "qk_norm_rope" (docs/kernels.md
  * K2), in float64: per token (s, b) and head, u = x (or silu(x)); q and k
  * heads y = u r w with r = 1 / sqrt(sum u^2 / D + eps), then rotate-half
  * over [0, R) with the angles freqs[p, 0:R/2] (times mscale) at the token's

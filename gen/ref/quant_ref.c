@@ -1,5 +1,5 @@
 /*
- * quant_ref.c - the blockwise FP8 quantisation of KERNELS.md 1.2 and 1.3 in
+ * quant_ref.c - the blockwise FP8 quantisation of docs/kernels.md 1.2 and 1.3 in
  * plain C, shared by the references of every quantising family: an fp32
  * [m, n] array into the rowwise copy (1x128 blocks, q [m, n], scales
  * s [n/128, m]) and the columnwise copy (128x1 blocks, transposed:

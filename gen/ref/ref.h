@@ -13,7 +13,7 @@
 
 #include "family.h"
 
-/* How an output is compared (KERNELS.md 4). The _ULP kinds are for outputs
+/* How an output is compared (docs/kernels.md 4). The _ULP kinds are for outputs
  * the reference computes exactly as the GPU must: each element may be at
  * most `ulps` steps of its format from the reference (0: bit-equal), plus
  * slack[i] where the reference gives a slack (an output whose GPU
@@ -103,7 +103,7 @@ void lg_ref_widen_bf16(const uint16_t *x, float *y, size_t n);
 /* The float64 sum of squares of n bf16 values, in order. */
 double lg_ref_sumsq_bf16(const uint16_t *row, size_t n);
 
-/* The blockwise e4m3 quantisation of KERNELS.md 1.2-1.3 (quant_ref.c): y
+/* The blockwise e4m3 quantisation of docs/kernels.md 1.2-1.3 (quant_ref.c): y
  * [m, n] fp32 (n a multiple of 128) into the copies qr.output asks for:
  * rowwise q [m, n] with scales s [n/128, m], columnwise qt [n, m] with
  * scales st [ceil(m/128), n]. The pointers of a copy not asked for are
@@ -111,7 +111,7 @@ double lg_ref_sumsq_bf16(const uint16_t *row, size_t n);
 void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant qr, uint8_t *q, float *s,
 			    uint8_t *qt, float *st);
 
-/* The per-expert form (KERNELS.md 1.3): the tokens of y [m, n] grouped by
+/* The per-expert form (docs/kernels.md 1.3): the tokens of y [m, n] grouped by
  * expert in segments of counts[e] rows, each quantised as a tensor of its
  * own by lg_ref_quant_blockwise into the concatenated layout (s, qt: the
  * expert's block at element start_e n/128, start_e n; st: its rows at row

@@ -68,7 +68,7 @@ static uint16_t ulps_between(uint16_t a, uint16_t b)
 	return (uint16_t)(a == b ? 0 : d == 0 ? 1 : d > 65535 ? 65535 : d);
 }
 
-/* The GPU computes each dx in fp32 (KERNELS.md K1 backward, as the kernel
+/* The GPU computes each dx in fp32 (docs/kernels.md K1 backward, as the kernel
  * writes it): D' = the fp32 sum of the n products x g w in some order (each
  * product of three bf16 is exact in fp32), c = ((r r) r) (D' / n), then
  * (r g) w - c x, with or without FMA contraction, then bf16. With u = 2^-24

@@ -1,5 +1,5 @@
 /*
- * router_gemm_ref.c - CPU reference of family "router_gemm" (KERNELS.md
+ * router_gemm_ref.c - CPU reference of family "router_gemm" (docs/kernels.md
  * K3), float64 sums of exact products:
  *   forward   logits [M, N] = x [M, K] . w [N, K]^T
  *   backward  dx [M, K] = g [M, N] . w (rounded to bf16), dw [N, K] = g^T . x

@@ -1,5 +1,5 @@
 /*
- * swiglu_quant_ref.c - CPU reference of family "swiglu_quant" (KERNELS.md
+ * swiglu_quant_ref.c - CPU reference of family "swiglu_quant" (docs/kernels.md
  * K7): the SwiGLU reference of batch_swiglu_quant_ref.c with one expert of
  * every row and no prob (swiglu_ref.h).
  */

@@ -1,4 +1,4 @@
-"""The MoE ops (KERNELS.md K4, K5, K4b): the padded row map, dispatch and
+"""The MoE ops (docs/kernels.md K4, K5, K4b): the padded row map, dispatch and
 combine, and the fused permute + FP8; re-exported by lingen.ops (see its
 docstring for the arguments every op takes)."""
 from . import _core, _families
@@ -79,7 +79,7 @@ def _moe(top_k, multiple, tile, **more):
 
 def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, tile=None,
                 out=None, stream=None, context=None, alloc=None):
-    """The padded MoE row map (KERNELS.md K4): routing is a mask [tokens,
+    """The padded MoE row map (docs/kernels.md K4): routing is a mask [tokens,
     experts] bool / uint8 (experts from its shape), or top-k indices [tokens,
     top_k] int32 / int64 (experts= required; an index outside [0, experts)
     is a dropped slot, a repeat counts once) -> (row_id_map [tokens, experts]
@@ -109,7 +109,7 @@ def moe_row_map(routing, *, top_k, experts=None, multiple=None, row_index=True, 
 
 def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top_k, multiple=None,
                 round_scale=None, tile=None, out=None, stream=None, context=None, alloc=None):
-    """MoE permute into expert-major padded rows (KERNELS.md K4): x [tokens,
+    """MoE permute into expert-major padded rows (docs/kernels.md K4): x [tokens,
     hidden] bf16, or e4m3 with x_scale [tokens, hidden / 128] fp32; the row
     map of moe_row_map; probs [tokens, experts] fp32 or None -> (out [rows,
     hidden] in x's type, out_scale [rows, hidden / 128] fp32 (e4m3, else
@@ -144,7 +144,7 @@ def moe_permute_backward(dout, row_id_map, dout_probs=None, *, top_k, multiple=N
 
 def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=None, weighted=None, tile=None,
                   out=None, stream=None, context=None, alloc=None):
-    """MoE unpermute (combine, KERNELS.md K5): g [rows, hidden] bf16 (any
+    """MoE unpermute (combine, docs/kernels.md K5): g [rows, hidden] bf16 (any
     hidden), probs [rows] fp32 (required with weighted=True) -> (out
     [tokens, hidden] bf16 = fp32 sum in ascending expert order of each
     token's rows, each times probs[r] when weighted; restore_probs [tokens,
@@ -184,13 +184,13 @@ def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multipl
                       round_scale=None, output=None, tile=None, out=None, stream=None,
                       context=None, alloc=None):
     """MoE permute + pad + per-expert blockwise FP8 quantisation in one
-    kernel (KERNELS.md K4b): x [tokens, hidden] bf16 (hidden a multiple of
+    kernel (docs/kernels.md K4b): x [tokens, hidden] bf16 (hidden a multiple of
     128), moe_row_map's row_index [rows] and padded_counts [experts], probs
     [tokens, experts] fp32 or None -> (q [rows, hidden] e4m3, s (a
     [hidden/128, P_e] block an expert), qt (a [hidden, P_e] block an
     expert), st [cdiv(rows, 128) + experts, hidden] (cdiv(P_e, 128) rows an
     expert), out_probs [rows] fp32 or None): each expert's padded segment
-    (padding rows zeros) quantised as its own tensor (KERNELS.md 1.3); the
+    (padding rows zeros) quantised as its own tensor (docs/kernels.md 1.3); the
     copies output= does not ask for are None; rows past the padded total
     are not written. As linghe's triton_batch_block_pad_permute_with_indices."""
     r = call("lingen.moe_permute_quant", "moe_permute_quant", "forward",

@@ -156,7 +156,7 @@ def _close(torch, got, want, what, rtol=2e-2):
 
 
 def _linghe():
-    """linghe's entry points by name (KERNELS.md names: triton_rms_norm_forward,
+    """linghe's entry points by name (docs/kernels.md names: triton_rms_norm_forward,
     ...) when linghe is importable, else None."""
     try:
         import importlib

@@ -1,4 +1,4 @@
-"""Reductions over lists of tensors (KERNELS.md K10, K11): the global
+"""Reductions over lists of tensors (docs/kernels.md K10, K11): the global
 grad norm (L2, L1, max) and the number of zeros of a list of bf16 and fp32
 CUDA tensors, each one kernel pair over the whole list.
 

@@ -29,7 +29,7 @@ from ._moe_ops import (_multiple, _routing_arg, _routing_kind, _uses, moe_permut
 
 def rmsnorm_quant(x, w, eps=None, *, round_scale=None, output=None, tile=None, out=None,
                   stream=None, context=None, alloc=None):
-    """RMSNorm + blockwise FP8 quantisation (KERNELS.md K1).
+    """RMSNorm + blockwise FP8 quantisation (docs/kernels.md K1).
 
     x [tokens, hidden] bf16, w [hidden] bf16 -> (q, s, rms, qt, st):
     q [tokens, hidden] e4m3 and s [hidden/128, tokens] fp32 (rowwise 1x128
@@ -71,7 +71,7 @@ def rmsnorm_backward(dy, x, w, eps=None, rms=None, *, tile=None, out=None, strea
 
 def fp8_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=None,
               context=None, alloc=None):
-    """Blockwise FP8 quantisation of an activation (KERNELS.md 1.3):
+    """Blockwise FP8 quantisation of an activation (docs/kernels.md 1.3):
     x [tokens, hidden] bf16 -> (q, s, qt, st) laid out as in
     rmsnorm_quant; the copies output= does not ask for are None."""
     r = call("lingen.fp8_quant", "fp8_quant", "forward", {"x": x},
@@ -82,7 +82,7 @@ def fp8_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=N
 
 def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, out=None,
                       stream=None, context=None, alloc=None):
-    """Per-expert blockwise FP8 quantisation (KERNELS.md 1.3): x [tokens,
+    """Per-expert blockwise FP8 quantisation (docs/kernels.md 1.3): x [tokens,
     hidden] bf16 with the tokens grouped by expert, counts [experts] int32
     on the device (read by the kernel: no host synchronisation; sum <=
     tokens) -> (q, s, qt, st), each expert's segment quantised as a tensor
@@ -102,7 +102,7 @@ def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, ou
 
 def fp8_quant_weight(w, *, round_scale=None, tile=None, out=None, stream=None, context=None,
                      alloc=None):
-    """FP8 quantisation of a weight in 128 x 128 tiles (KERNELS.md 1.3): w
+    """FP8 quantisation of a weight in 128 x 128 tiles (docs/kernels.md 1.3): w
     [rows, hidden] bf16 -> (q [rows, hidden] e4m3, s [cdiv(rows, 128),
     hidden/128] fp32, one dequantisation scale a tile). As linghe's
     triton_block_quant."""
@@ -142,7 +142,7 @@ def qk_norm_rope(qkv, q_weight, k_weight, freqs, eps=None, *, q_heads, kv_heads,
                  rotary_fraction=None, interleaved=None, transposed=None, silu=None,
                  cu_seqlens=None, mscale=None, cp_size=None, cp_rank=None, tile=None, out=None,
                  stream=None, context=None, alloc=None):
-    """Split + q/k RMSNorm + rotate-half RoPE + transpose (KERNELS.md K2).
+    """Split + q/k RMSNorm + rotate-half RoPE + transpose (docs/kernels.md K2).
 
     qkv [S, B, (H + 2h) D] bf16 (transposed, as declared: Megatron; else [B, S, .]),
     heads per kv group [H/h q, k, v] (interleaved, as declared) or q | k | v;
@@ -231,7 +231,7 @@ def _gate_options(x, w, eps, groups, transpose, shared_weight, tile):
 
 def group_rmsnorm_gate(x, gate, w, eps=None, *, groups=None, transpose=None, shared_weight=None,
                        tile=None, out=None, stream=None, context=None, alloc=None):
-    """Group RMSNorm x sigmoid gate forward (KERNELS.md K8): x [batch, seq,
+    """Group RMSNorm x sigmoid gate forward (docs/kernels.md K8): x [batch, seq,
     dim] bf16 (flatten heads x head_dim into dim first), gate [seq, batch,
     dim] with transpose=True ([batch, seq, dim] otherwise), w [dim] bf16, or
     [dim / groups] shared by every group -> y in gate's layout:
@@ -265,7 +265,7 @@ def group_rmsnorm_gate_backward(dy, x, gate, w, eps=None, *, groups=None, transp
 
 def swiglu_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=None,
                  context=None, alloc=None):
-    """SwiGLU + blockwise FP8 quantisation (KERNELS.md K7): x [tokens, 2n]
+    """SwiGLU + blockwise FP8 quantisation (docs/kernels.md K7): x [tokens, 2n]
     bf16 = [gate | up] -> y = silu(gate) * up in fp32, quantised: (q
     [tokens, n], s [n/128, tokens], qt [n, tokens], st [cdiv(tokens, 128),
     n]), the copies output= does not ask for None. As linghe's
@@ -295,7 +295,7 @@ def swiglu_quant_backward(g, x, *, round_scale=None, output=None, dx_bf16=None, 
 def batch_swiglu_quant(x, prob, counts, *, round_scale=None, output=None, tile=None, out=None,
                        stream=None, context=None, alloc=None):
     """Per-expert prob-weighted SwiGLU + blockwise FP8 quantisation
-    (KERNELS.md K6): x [tokens, 2n] bf16 with rows grouped by expert, prob
+    (docs/kernels.md K6): x [tokens, 2n] bf16 with rows grouped by expert, prob
     [tokens, 1] fp32, counts [experts] int32 on the device (rows of each
     expert, summing to tokens; any number of experts, 0 rows allowed; read
     by the kernel, never by the host) -> y = silu(gate) * up * prob,
@@ -338,7 +338,7 @@ def _ce_options(ignore_index, label_smoothing, tile, **more):
 
 def cross_entropy_forward(logits, labels, *, ignore_index=None, label_smoothing=None, tile=None,
                           out=None, skip=(), stream=None, context=None, alloc=None):
-    """Softmax cross entropy forward (KERNELS.md K9): logits [tokens, vocab]
+    """Softmax cross entropy forward (docs/kernels.md K9): logits [tokens, vocab]
     bf16 or fp32 (any vocab), labels [tokens] int64 or int32 -> (loss,
     sum_exp, max_logit) [tokens] fp32: loss = (1 - e)(lse - x_y) + e (lse -
     mean x) (torch's label smoothing e), S = sum exp(x - m), m = max x;
@@ -431,7 +431,7 @@ def cross_entropy_merge(stats, labels, classes, *, ignore_index=None, label_smoo
 # ------------------------------------------------ router GEMM (K3)
 
 def router_gemm(x, w, *, tile=None, out=None, stream=None, context=None, alloc=None):
-    """Router GEMM forward (KERNELS.md K3): x [tokens, hidden] bf16, w
+    """Router GEMM forward (docs/kernels.md K3): x [tokens, hidden] bf16, w
     [experts, hidden] bf16 -> logits [tokens, experts] fp32 = x . w^T
     (bf16 products, fp32 sums on the tensor cores). As linghe's
     triton_fp32_gemm, for any tokens, experts and hidden a multiple of 8."""
@@ -460,7 +460,7 @@ def router_gemm_backward(dy, x, w, *, precision=None, dx=True, dw=True, tile=Non
 
 def rmsnorm_router(x, w, route_w, eps=None, *, precision=None, round_scale=None, output=None,
                    tile=None, out=None, stream=None, context=None, alloc=None):
-    """RMSNorm + router GEMM + rowwise FP8 in one pass (KERNELS.md K3b): x
+    """RMSNorm + router GEMM + rowwise FP8 in one pass (docs/kernels.md K3b): x
     [tokens, hidden] bf16, w [hidden] bf16 (the norm's weight), route_w
     [experts, hidden] bf16 -> (y, rms, logits, q, s, qt, st): y [tokens,
     hidden] bf16 = (x r) w, rms [tokens] fp32 (r, the reciprocal RMS),

@@ -1,4 +1,4 @@
-"""Float64 torch references (KERNELS.md K1 and 1.2-1.3), independent of
+"""Float64 torch references (docs/kernels.md K1 and 1.2-1.3), independent of
 lingen's C references, and comparisons for the GPU tests."""
 def rmsnorm(x, w, eps=1e-6):
     """(y float64, r float64 [tokens]): y = x * rsqrt(sum x^2 / n + eps) * w."""

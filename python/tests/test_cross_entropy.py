@@ -1,4 +1,4 @@
-"""cross_entropy (KERNELS.md K9) without a GPU: the declaration as Python
+"""cross_entropy (docs/kernels.md K9) without a GPU: the declaration as Python
 reads it (labels of the "index" element type), shapes agreeing with the
 library's, the spec checks' messages, generated source, and the ops binding
 fake arrays (no memory behind them) up to the device: tokens and vocab from

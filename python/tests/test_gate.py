@@ -1,4 +1,4 @@
-"""group_rmsnorm_gate (KERNELS.md K8) without a GPU: the declaration as
+"""group_rmsnorm_gate (docs/kernels.md K8) without a GPU: the declaration as
 Python reads it, its shapes (booleans in the expressions) agreeing with the
 library's, the spec checks' messages, and the ops binding fake arrays
 (no memory behind them) up to the device: sizes batch and seq from x, the

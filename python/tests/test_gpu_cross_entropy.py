@@ -1,5 +1,5 @@
-"""cross_entropy (KERNELS.md K9) on the GPU against torch: the loss against
-F.cross_entropy in float64 (1e-6 relative, KERNELS.md 5), S and m against
+"""cross_entropy (docs/kernels.md K9) on the GPU against torch: the loss against
+F.cross_entropy in float64 (1e-6 relative, docs/kernels.md 5), S and m against
 logsumexp / max, the gradient against float64 autograd (a bf16 or fp32
 rounding), for vocabs 157184 (target), 151936, 129280, 50257, 100003 and
 tiny ones, bf16 and fp32 logits, int64 and int32 labels, ignore_index,

@@ -1,4 +1,4 @@
-"""group_rmsnorm_gate (KERNELS.md K8) on the GPU against a float64 torch
+"""group_rmsnorm_gate (docs/kernels.md K8) on the GPU against a float64 torch
 reference (autograd of the plain formula, independent of lingen's C
 reference): forward and backward at the target shape (x [2, 4096, 2048],
 4 groups) and odd ones (B = 1 L = 1, B = 3 L = 7, dim 1000 in 5 groups),

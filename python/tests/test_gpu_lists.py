@@ -1,4 +1,4 @@
-"""grad_norm (KERNELS.md K10) and count_zero (K11) on the GPU against
+"""grad_norm (docs/kernels.md K10) and count_zero (K11) on the GPU against
 torch (float64 norms of the concatenated values, torch's own zero count):
 lists of 1 and of 10 000 tensors, tensors of 1 element, odd sizes,
 starts that are not 16-byte aligned (slices), bf16, fp32 and mixed lists,

@@ -1,4 +1,4 @@
-"""MoE dispatch and combine (KERNELS.md K4, K5) on the GPU against plain
+"""MoE dispatch and combine (docs/kernels.md K4, K5) on the GPU against plain
 PyTorch (lingen.benches.moe: cumsum row map, index_copy permute, index_add
 combine; independent of lingen's C references): the row map from a mask
 and from top-k indices (int32, int64, with dropped slots), exactly; the
@@ -139,7 +139,7 @@ def test_unpermute_and_its_autograd(case, weighted, seed):
 
 @pytest.mark.parametrize("case", CASES)
 def test_backward_pairs(case, seed):
-    """The pairs of KERNELS.md K4 and K5, byte for byte: the autograd
+    """The pairs of docs/kernels.md K4 and K5, byte for byte: the autograd
     backward of lingen.torch's permute is the unpermute of its gradients
     (dx the combine of dout, dprobs the restore of dout_probs), and the
     backward of the unpermute is the permute of its gradients (dg the

@@ -1,5 +1,5 @@
 """The per-expert and weight FP8 quantisers (lingen.fp8_quant_batched,
-lingen.fp8_quant_weight, KERNELS.md 1.3) on the GPU against float64 torch
+lingen.fp8_quant_weight, docs/kernels.md 1.3) on the GPU against float64 torch
 references: each expert's segment quantised as a tensor of its own, the
 copies in the concatenated per-expert layout, at the target shape (65536 x
 1024, 256 experts) and odd ones (counts 0, 1, 127, 128, 129, experts not a

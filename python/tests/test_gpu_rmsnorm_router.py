@@ -1,4 +1,4 @@
-"""rmsnorm_router (KERNELS.md K3b) on the GPU against float64 torch,
+"""rmsnorm_router (docs/kernels.md K3b) on the GPU against float64 torch,
 independent of lingen's C reference: y, rms, the logits (of the y written
 with precision bf16; of fp32 y within each precision's bound otherwise),
 the rowwise copy (and the columnwise one with output="both"), at the target

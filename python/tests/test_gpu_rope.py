@@ -124,7 +124,7 @@ def test_autograd(seed, S, B, H, h, D, rotary, interleaved, transposed, silu):
 
 
 def positions(cu, cp, rank, T):
-    """Each packed token's position, as KERNELS.md K2b defines it: its index
+    """Each packed token's position, as docs/kernels.md K2b defines it: its index
     in its sequence (this rank's rows cu[i] / cp .. cu[i + 1] / cp - 1), the
     zig-zag halves of context parallelism remapped."""
     out = []

@@ -1,4 +1,4 @@
-"""router_gemm (KERNELS.md K3) on the GPU against float64 torch (x . w^T
+"""router_gemm (docs/kernels.md K3) on the GPU against float64 torch (x . w^T
 and its gradients, independent of lingen's C reference): the forward and
 the backward at each precision, at the target shape (8192 x 2048 -> 256)
 and odd ones (M = 1, 127, 8191; K = 7168, 1000; N = 96, 160, 1), dw
@@ -23,7 +23,7 @@ CASES = [  # tokens, hidden, experts
     (1, 1000, 1),
 ]
 
-# the bf16 terms each backward precision splits dy into (KERNELS.md K3:
+# the bf16 terms each backward precision splits dy into (docs/kernels.md K3:
 # bf16 rounds dy, bf16x2 keeps 16 significant bits, bf16x3 all of fp32;
 # tf32 rounds dy to tf32 first, which 2 terms hold exactly)
 TERMS = {"bf16": 1, "bf16x2": 2, "bf16x3": 3, "tf32": 2}

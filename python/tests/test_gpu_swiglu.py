@@ -28,7 +28,7 @@ def swiglu64(torch, x, g=None, p=None):
 
 def quant_experts(torch, y, counts):
     """lingen.benches.quant.torch_quant of each expert's rows, laid out
-    per expert (KERNELS.md 1.3): (q, s flat, qt flat, st rows)."""
+    per expert (docs/kernels.md 1.3): (q, s flat, qt flat, st rows)."""
     from lingen.benches.quant import torch_quant
     qs, ss, qts, sts = [], [], [], []
     start = 0

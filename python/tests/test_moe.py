@@ -1,4 +1,4 @@
-"""The MoE families (moe_row_map, moe_permute, moe_unpermute; KERNELS.md K4,
+"""The MoE families (moe_row_map, moe_permute, moe_unpermute; docs/kernels.md K4,
 K5) without a GPU: the declarations as Python reads them, their shapes
 (the padded row capacity) agreeing with the library's, the spec checks'
 messages, and the ops binding fake arrays (no memory behind them) up to

@@ -1,4 +1,4 @@
-"""rmsnorm_router (KERNELS.md K3b) without a GPU: the declaration as Python
+"""rmsnorm_router (docs/kernels.md K3b) without a GPU: the declaration as Python
 reads it, its shapes agreeing with the library's, the spec checks'
 messages, the generated source, the ops binding fake arrays (no memory
 behind them) up to the device (hidden and experts from x and route_w, the

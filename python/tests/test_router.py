@@ -1,4 +1,4 @@
-"""router_gemm (KERNELS.md K3) without a GPU: the declaration as Python
+"""router_gemm (docs/kernels.md K3) without a GPU: the declaration as Python
 reads it, its shapes agreeing with the library's, the spec checks'
 messages, the generated source, and the ops binding fake arrays (no memory
 behind them) up to the device: hidden and experts from x and w, dx or dw

@@ -1,4 +1,4 @@
-"""swiglu_quant (KERNELS.md K7) and batch_swiglu_quant (K6) without a GPU:
+"""swiglu_quant (docs/kernels.md K7) and batch_swiglu_quant (K6) without a GPU:
 the declarations as Python reads them, their shapes agreeing with the
 library's (K6's st rows cdiv(tokens, 128) + experts), the spec checks'
 messages, and the ops binding fake arrays (no memory behind them) up to

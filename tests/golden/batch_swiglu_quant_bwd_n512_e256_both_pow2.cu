@@ -60,7 +60,7 @@ static __device__ __forceinline__ float lg_inv_pow2(float s)
 	return lg_u2f(0x7f000000u - (lg_f2u(s) & 0x7f800000u));
 }
 
-// Per-expert (batched) tensors (KERNELS.md 1.3): the expert segments that
+// Per-expert (batched) tensors (docs/kernels.md 1.3): the expert segments that
 // hold token tiles t0, t0 + stride, ... (k of them), where expert e has
 // counts[e] tokens (E of them, in device memory; negative counts count as
 // 0) and cdiv(counts[e], 128) token tiles, segments and tiles in expert

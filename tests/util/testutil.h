@@ -3,7 +3,7 @@
  * writing files, listing a folder, capturing stderr, counting substrings and
  * checking a cubin. Running the `lingen` program is in proc.h.
  *
- * Tests may die on error (STYLE.md 8): setup failures (no temp folder, an
+ * Tests may die on error (docs/style.md 8): setup failures (no temp folder, an
  * unwritable file, out of memory) print what failed and abort. Reading a
  * file that may legitimately be missing returns NULL for the test to assert.
  */

@@ -1,5 +1,5 @@
 /*
- * bench.c - `lingen bench`: GPU time of a kernel by TARGETS.md's method.
+ * bench.c - `lingen bench`: GPU time of a kernel by docs/performance.md's method.
  * Variants timed: the kernel alone, CUDA events around each launch, the L2
  * flushed (a 256 MB memset) before every repetition, the median reported;
  * and the device-to-device copy ceiling in the same process (the read

@@ -1,7 +1,7 @@
 /*
  * compare.c - output comparison by kind (compare.h):
  *   e4m3:  bit-equal for >= 1 - 1e-6 of bytes, every other byte within one
- *          e4m3 step of the reference (KERNELS.md 4.3);
+ *          e4m3 step of the reference (docs/kernels.md 4.3);
  *   scale: fp32 bit-equal (4.2);
  *   fp32, bf16: |got - ref| <= rtol |ref| + atol max(1, rms(ref)) elementwise
  *               (the tolerances of 1.4, the absolute one scaled by the output);

@@ -1,5 +1,5 @@
 /*
- * compare.h - the measures of KERNELS.md 4 for one output buffer.
+ * compare.h - the measures of docs/kernels.md 4 for one output buffer.
  */
 #ifndef LG_HARNESS_COMPARE_H
 #define LG_HARNESS_COMPARE_H

@@ -4,7 +4,7 @@
  *
  * Each family's reference (gen/<family>_ref.c) fills its inputs with fresh
  * random values, runs the CPU reference, and compares the GPU outputs with
- * the measures of KERNELS.md §4. Outputs are poisoned before each launch so
+ * the measures of docs/kernels.md §4. Outputs are poisoned before each launch so
  * an unwritten element is caught.
  */
 #ifndef LG_HARNESS_H
@@ -77,7 +77,7 @@ struct lg_bench_result {
 	double pct_copy;   /* (bytes / copy_gbps) / median */
 };
 
-/* Time one kernel by TARGETS.md's method (L2 flushed, median, events). */
+/* Time one kernel by docs/performance.md's method (L2 flushed, median, events). */
 lg_status lg_bench_kernel(lg_ctx *ctx, const lg_spec *s, const struct lg_bench_opts *o,
 			  struct lg_bench_result *r);
 /* Measure the device-to-device copy ceiling (bytes read + written per s). */
@@ -91,7 +91,7 @@ lg_status lg_bench_time_median(int reps, lg_status (*fn)(void *), void *arg, dou
 
 /* ----------------------------------------------------- the JIT itself */
 
-/* `lingen bench --jit`: TARGETS.md's "The JIT itself", measured in this
+/* `lingen bench --jit`: docs/performance.md's "The JIT itself", measured in this
  * process. Compile and cache-read parts need NVRTC but no GPU; the load and
  * launch parts run only when a CUDA device is present. */
 struct lg_jit_opts {

@@ -1,5 +1,5 @@
 /*
- * jit.c - `lingen bench --jit`: the JIT itself, by TARGETS.md's table.
+ * jit.c - `lingen bench --jit`: the JIT itself, by docs/performance.md's table.
  *
  * Parts, in the order they run (one process, nothing else loads NVRTC first):
  *   1. compile: for each kernel, lg_generate_for (timed) then lg_nvrtc_compile

@@ -3,7 +3,7 @@
  * kernel of a spec file (or model) loaded, from a warm disk cache or from a
  * deployment bundle. Stages: the driver (dlopen + cuInit), the primary
  * context, then lingen's part (context, and lg_kernel_get of each kernel:
- * read, checksum, cuLibraryLoadData). TARGETS.md's goal: cuInit + 5 ms.
+ * read, checksum, cuLibraryLoadData). docs/performance.md's goal: cuInit + 5 ms.
  * Without a GPU (arch from $LINGEN_ARCH, else sm_90a) the cubins are only
  * read (lg_ctx_cubin): lingen's part up to the driver.
  */

@@ -5,7 +5,7 @@ families): each module defines
 
 and is found by name (every module of this package), so adding a family's
 rows touches no other file. A Case names the kernel row and shape, gives
-linghe's H200 time from shared/TARGETS.md when there is one, and a
+linghe's H200 time from shared/docs/performance.md when there is one, and a
 `make(env)` that allocates the inputs and returns a Setup: the callables
 to time by implementation ("lingen", "eager", "compile", "liger", ...),
 `norm` (a result -> a tuple of tensors to compare with eager's), and the
@@ -37,7 +37,7 @@ class Case:
 
 
 def linghe(env, name):
-    """linghe's function `name` (a KERNELS.md entry point) when linghe is
+    """linghe's function `name` (a docs/kernels.md entry point) when linghe is
     importable on this machine, else None: its rows are then measured in
     the same run, beside the others."""
     return (env.linghe or {}).get(name)

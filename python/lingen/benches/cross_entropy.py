@@ -1,4 +1,4 @@
-"""Softmax cross entropy (KERNELS.md K9): forward (loss, S, m per row),
+"""Softmax cross entropy (docs/kernels.md K9): forward (loss, S, m per row),
 backward (the logits' gradient for a per-row output gradient), and the
 fused forward + backward (one kernel; the gradient for output gradient 1,
 as loss.sum().backward() would give). Labels are all valid (no ignored
@@ -6,7 +6,7 @@ row); logits bf16 as in training. Liger-Kernel's cross entropy computes
 the gradient in its forward, so it stands beside the fused row."""
 from . import Case, Setup, linghe
 
-# linghe on one H200 (shared/TARGETS.md): (kernel, shape) -> us
+# linghe on one H200 (shared/docs/performance.md): (kernel, shape) -> us
 LINGHE_US = {
     ("cross_entropy fwd", "8192x157184"): 627.2,
     ("cross_entropy bwd", "8192x157184"): 1313.2,

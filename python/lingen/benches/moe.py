@@ -1,4 +1,4 @@
-"""MoE dispatch and combine (KERNELS.md K4, K4b, K5): the padded row map
+"""MoE dispatch and combine (docs/kernels.md K4, K4b, K5): the padded row map
 (from a mask, and from top-k indices), the permute into padded expert rows
 (bf16 with probs; e4m3 with its scales), the fused permute + pad +
 per-expert FP8 quantisation, the unpermute (combine), and the backward of
@@ -10,7 +10,7 @@ plain PyTorch references below (also the GPU tests' autograd references)."""
 from . import Case, Setup
 from .quant_layouts import batched_quant, dequant_batched
 
-# linghe on one H200 (shared/TARGETS.md, measured 2026-11-30): (kernel, shape) -> us
+# linghe on one H200 (shared/docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
     ("moe row map", "8192x256 top8 m16"): 34.4,
     ("moe permute", "8192x2048 e256 top8"): 124.7,
@@ -32,7 +32,7 @@ def routing(torch, gen, tokens, experts, top_k):
 
 
 def row_map(torch, mask, top_k, multiple=16):
-    """(row_id_map, counts, offsets, row_index, padded_counts) of KERNELS.md
+    """(row_id_map, counts, offsets, row_index, padded_counts) of docs/kernels.md
     K4 in PyTorch."""
     tokens, experts = mask.shape
     m = mask.to(torch.int32)

@@ -1,4 +1,4 @@
-"""The PyTorch blockwise FP8 quantiser of KERNELS.md 1.2-1.3 that every
+"""The PyTorch blockwise FP8 quantiser of docs/kernels.md 1.2-1.3 that every
 quantising case compares with (and times, eager and compiled), and the
 dequantisation results are compared by. No cases of its own."""
 

@@ -1,9 +1,9 @@
 """The per-expert (batched) activation quantiser and the weight quantiser
-(KERNELS.md 1.3, families fp8_quant_batched and fp8_quant_weight). Eager
+(docs/kernels.md 1.3, families fp8_quant_batched and fp8_quant_weight). Eager
 and compiled PyTorch peers: the per-expert quantiser as a loop over the
 experts (what linghe's tests compare with), counts copied to the host once
 at setup (lingen reads them on the device); the weight quantiser in
-128 x 128 tiles. linghe has no H200 figure for these in TARGETS.md."""
+128 x 128 tiles. linghe has no H200 figure for these in docs/performance.md."""
 from . import Case, Setup
 from .quant import dequant, pow2, torch_quant
 
@@ -16,7 +16,7 @@ def _counts(torch, gen, tokens, experts):
 
 
 def batched_quant(torch, x, counts):
-    """Per expert: torch_quant of its rows, concatenated as KERNELS.md 1.3."""
+    """Per expert: torch_quant of its rows, concatenated as docs/kernels.md 1.3."""
     qs, ss, qts, sts = [], [], [], []
     start = 0
     for c in counts:

@@ -1,4 +1,4 @@
-"""The router GEMM (KERNELS.md K3), forward and backward, and a square
+"""The router GEMM (docs/kernels.md K3), forward and backward, and a square
 8192^3 bf16 GEMM with fp32 output on the same emitter, each beside
 cuBLAS (torch.mm, bf16 output) in the same run; rows report TFLOP/s. And
 the fused RMSNorm + router GEMM + rowwise FP8 (K3b) beside its eager
@@ -7,7 +7,7 @@ with cuBLAS's bf16 GEMM (torch.mm)."""
 from . import Case, Setup
 from .quant import dequant, pow2
 
-# linghe on one H200 (shared/TARGETS.md): (kernel, shape) -> us
+# linghe on one H200 (shared/docs/performance.md): (kernel, shape) -> us
 LINGHE_US = {("router fwd", "8192x2048x256"): 37.0, ("router bwd", "8192x2048x256"): 178.4}
 
 

@@ -1,13 +1,13 @@
-"""SwiGLU + FP8 quantisation (KERNELS.md K7, the shared expert) and the
+"""SwiGLU + FP8 quantisation (docs/kernels.md K7, the shared expert) and the
 per-expert prob-weighted form (K6, the routed experts), forward and
-backward, at TARGETS.md's shapes. Peers: eager PyTorch (fp32 SwiGLU, then
+backward, at docs/performance.md's shapes. Peers: eager PyTorch (fp32 SwiGLU, then
 the PyTorch quantiser of benches.quant; K6 a loop over the experts, as
 linghe's own baseline), torch.compile of the same (K7), and Liger-Kernel's
 SwiGLU (bf16, unquantised) where it is installed."""
 from . import Case, Setup, linghe
 from .quant import dequant, torch_quant
 
-# linghe on one H200 (shared/TARGETS.md, measured 2026-11-30): (kernel, shape) -> us
+# linghe on one H200 (shared/docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
     ("swiglu_quant fwd", "8192x1024"): 17.4, ("swiglu_quant fwd", "8192x4096"): 66.0,
     ("swiglu_quant bwd", "8192x1024"): 29.4,
@@ -36,7 +36,7 @@ def swiglu_bwd(torch, g, x):
 
 
 def per_expert(torch, y, counts):
-    """torch_quant of each expert's rows, concatenated (KERNELS.md 1.3)."""
+    """torch_quant of each expert's rows, concatenated (docs/kernels.md 1.3)."""
     qs, ss, qts, sts = [], [], [], []
     start = 0
     for c in counts:

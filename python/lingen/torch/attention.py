@@ -84,7 +84,7 @@ def _bsd(t):
 
 class GroupRMSNormGateFunction(torch.autograd.Function):
     """y = x * rsqrt(mean_group(x^2) + eps) * w * sigmoid(gate) with
-    lingen's forward and backward (KERNELS.md K8): x [batch, seq, ...],
+    lingen's forward and backward (docs/kernels.md K8): x [batch, seq, ...],
     gate [seq, batch, ...] with transpose ([batch, seq, ...] otherwise),
     weight [dim] or [dim / groups] (shared by the groups); y [seq, batch,
     dim] with transpose, else [batch, seq, dim]. dw is fp32 and

@@ -45,7 +45,7 @@ def _ce_dense(t, align):
 class CrossEntropyFunction(torch.autograd.Function):
     """F.cross_entropy(logits, labels, ignore_index=, label_smoothing=,
     reduction=) for 2-D logits [tokens, vocab] (bf16 or fp32; labels int64
-    or int32) with lingen's kernels (KERNELS.md K9): loss in fp64-accurate
+    or int32) with lingen's kernels (docs/kernels.md K9): loss in fp64-accurate
     fp32, returned in logits' dtype as torch does. The mean is over the rows
     whose label is not ignore_index (nan when there are none, as torch).
     Logits that are strided, or that start off a 16-byte boundary (a slice
@@ -130,7 +130,7 @@ def _gather_stats(stats, group, all_gather):
 
 class VocabParallelCrossEntropyFunction(torch.autograd.Function):
     """Cross entropy with the vocabulary split over tensor-parallel ranks
-    (KERNELS.md K9, vocab parallel): this rank holds the columns
+    (docs/kernels.md K9, vocab parallel): this rank holds the columns
     [vocab_start, vocab_start + logits.shape[1]) of `classes`. Forward: the
     shard's statistics, the all-gather (the group's, or all_gather(stats)),
     the merge; the loss is the whole rows' on every rank, reduced as

@@ -27,7 +27,7 @@ def moe_row_map(routing, top_k, experts=None, multiple=None):
 
 
 class MoePermuteFunction(torch.autograd.Function):
-    """MoE dispatch (KERNELS.md K4): tokens x [tokens, hidden] bf16 and
+    """MoE dispatch (docs/kernels.md K4): tokens x [tokens, hidden] bf16 and
     probs [tokens, experts] fp32 into expert-major padded rows [rows,
     hidden] and their probabilities [rows] (zeros on padding rows). Its
     backward is the combine of the gradients (dx: the fp32 sum of each
@@ -51,7 +51,7 @@ class MoePermuteFunction(torch.autograd.Function):
 
 
 class MoeUnpermuteFunction(torch.autograd.Function):
-    """MoE combine (KERNELS.md K5): rows g [rows, hidden] bf16 back into
+    """MoE combine (docs/kernels.md K5): rows g [rows, hidden] bf16 back into
     tokens, out[t] = the fp32 sum of t's rows in ascending expert order
     (weighted: each times probs[r]), and probs [rows] restored to [tokens,
     experts]. Its backward dispatches the gradient into the rows (weighted:

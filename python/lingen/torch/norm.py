@@ -1,5 +1,5 @@
 """RMSNorm, FP8 quantisation, the router GEMM and the fused RMSNorm + router
-(KERNELS.md K1, 1.3, K3, K3b): autograd Functions, modules, functions."""
+(docs/kernels.md K1, 1.3, K3, K3b): autograd Functions, modules, functions."""
 import torch
 
 from ._ops import _flat, _grad_carrier, _none_unused, _run, _used, declared
@@ -223,7 +223,7 @@ def _rms_norm_router_run(x2, weight, route_weight, eps, precision, round_scale, 
 
 class RMSNormRouterFunction(torch.autograd.Function):
     """y = rmsnorm(x) * weight, the router logits y . route_weight^T (fp32)
-    and y's FP8 copies in one lingen kernel (KERNELS.md K3b); y and the
+    and y's FP8 copies in one lingen kernel (docs/kernels.md K3b); y and the
     logits are differentiable. The backward composes the existing ones:
     router_gemm's (dy from the logits, as `precision` bf16 terms of the fp32
     dlogits, and d route_weight = dlogits^T . y), added to y's own

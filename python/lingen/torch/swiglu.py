@@ -47,7 +47,7 @@ def _quant_copies(op, res, output, shape=None):
 
 class SwiGLUQuantFunction(torch.autograd.Function):
     """y = silu(gate) * up of x [..., 2n] = [gate | up] (bf16), quantised
-    (KERNELS.md K7), with lingen's backward. Returns (y, q, s, qt, st): y is
+    (docs/kernels.md K7), with lingen's backward. Returns (y, q, s, qt, st): y is
     a gradient carrier (bf16 [..., n], no memory, values not y) through
     which the consumer of the FP8 copies gives dL/dy; the copies are
     lingen.swiglu_quant's. The backward gives dx in bf16 and, to grad_sink
@@ -115,7 +115,7 @@ def _prob2(prob):
 class BatchSwiGLUQuantFunction(torch.autograd.Function):
     """y = silu(gate) * up * prob of x [tokens, 2n] (bf16, rows grouped by
     expert; counts [experts] int32 on the device), quantised per expert
-    (KERNELS.md K6), with lingen's backward. Returns (y, q, s, qt, st) as
+    (docs/kernels.md K6), with lingen's backward. Returns (y, q, s, qt, st) as
     SwiGLUQuantFunction; the backward gives dx in bf16, dprob (fp32
     deterministic, cast to prob's dtype) and, to grad_sink if given, the
     per-expert quantised dx copies (dxq, dxs, dxqt, dxst)."""
