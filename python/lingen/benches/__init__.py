@@ -5,7 +5,7 @@ families): each module defines
 
 and is found by name (every module of this package), so adding a family's
 rows touches no other file. A Case names the kernel row and shape, gives
-linghe's H200 time from shared/docs/performance.md when there is one, and a
+linghe's H200 time from docs/performance.md when there is one, and a
 `make(env)` that allocates the inputs and returns a Setup: the callables
 to time by implementation ("lingen", "eager", "compile", "liger", ...),
 `norm` (a result -> a tuple of tensors to compare with eager's), and the

@@ -4,7 +4,7 @@ forward and backward), at docs/performance.md's shapes. Peers: the same math in
 eager PyTorch and through torch.compile (Liger-Kernel has neither op)."""
 from . import Case, Setup
 
-# linghe on one H200 (shared/docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
+# linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
     ("qk_norm_rope fwd", "4096x2 H16 h4 D128"): 34.6, ("qk_norm_rope bwd", "4096x2 H16 h4 D128"): 75.7,
     ("group_rmsnorm_gate fwd", "2x4096x2048 G4"): 29.0,

@@ -6,7 +6,7 @@ row); logits bf16 as in training. Liger-Kernel's cross entropy computes
 the gradient in its forward, so it stands beside the fused row."""
 from . import Case, Setup, linghe
 
-# linghe on one H200 (shared/docs/performance.md): (kernel, shape) -> us
+# linghe on one H200 (docs/performance.md): (kernel, shape) -> us
 LINGHE_US = {
     ("cross_entropy fwd", "8192x157184"): 627.2,
     ("cross_entropy bwd", "8192x157184"): 1313.2,

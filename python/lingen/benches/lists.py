@@ -5,7 +5,7 @@ torch._foreach_norm then the norm of the norms (what
 torch.nn.utils.clip_grad_norm_ does), and (t == 0).sum() a tensor."""
 from . import Case, Setup
 
-# linghe on one H200 (shared/docs/performance.md): (kernel, shape) -> us
+# linghe on one H200 (docs/performance.md): (kernel, shape) -> us
 LINGHE_US = {("grad_norm l2", "512 fp32, 2.36 GB"): 537.7,
              ("count_zero", "32x[4096,8192] fp32"): 952.3}
 

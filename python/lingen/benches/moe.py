@@ -10,7 +10,7 @@ plain PyTorch references below (also the GPU tests' autograd references)."""
 from . import Case, Setup
 from .quant_layouts import batched_quant, dequant_batched
 
-# linghe on one H200 (shared/docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
+# linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
     ("moe row map", "8192x256 top8 m16"): 34.4,
     ("moe permute", "8192x2048 e256 top8"): 124.7,

@@ -3,7 +3,7 @@ standalone blockwise quantiser (docs/kernels.md 1.3)."""
 from . import Case, Setup, linghe
 from .quant import dequant, torch_quant
 
-# linghe on one H200 (shared/docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
+# linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
     ("rmsnorm_quant", "8192x2048"): 41.2, ("rmsnorm_quant", "128x2048"): 11.0,
     ("rmsnorm_quant", "1024x2048"): 13.7, ("rmsnorm fwd", "8192x2048"): 21.2,

@@ -7,7 +7,7 @@ with cuBLAS's bf16 GEMM (torch.mm)."""
 from . import Case, Setup
 from .quant import dequant, pow2
 
-# linghe on one H200 (shared/docs/performance.md): (kernel, shape) -> us
+# linghe on one H200 (docs/performance.md): (kernel, shape) -> us
 LINGHE_US = {("router fwd", "8192x2048x256"): 37.0, ("router bwd", "8192x2048x256"): 178.4}
 
 

@@ -7,7 +7,7 @@ SwiGLU (bf16, unquantised) where it is installed."""
 from . import Case, Setup, linghe
 from .quant import dequant, torch_quant
 
-# linghe on one H200 (shared/docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
+# linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
     ("swiglu_quant fwd", "8192x1024"): 17.4, ("swiglu_quant fwd", "8192x4096"): 66.0,
     ("swiglu_quant bwd", "8192x1024"): 29.4,
