@@ -479,3 +479,26 @@ def rmsnorm_router(x, w, route_w, eps=None, *, precision=None, round_scale=None,
              _quant(round_scale, output, eps=eps, precision=precision, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
     return r["y"], r["rms"], r["logits"], r["q"], r["s"], r["qt"], r["st"]
+
+
+# ------------------------------------------ every other family pass, generated
+
+# The ops above are wrapped by hand for their return conventions (linghe's
+# argument orders and flags); cross_entropy's forward by its launch forms.
+BY_HAND = frozenset(n for n in dir() if not n.startswith("_")
+                    and callable(globals()[n])) | {"cross_entropy"}
+
+
+def generated():
+    """The names of the ops made from the declarations alone
+    (lingen._generic): the family passes no op above wraps."""
+    from . import _generic
+    return sorted(_generic.generated(BY_HAND))
+
+
+def __getattr__(name):
+    from . import _generic
+    f = _generic.lookup(name, BY_HAND) if not name.startswith("_") else None
+    if f is None:
+        raise AttributeError(f"module 'lingen.ops' has no attribute {name!r}")
+    return f
