@@ -90,9 +90,10 @@ def test_outputs_in_declared_order(ctx, monkeypatch):
     assert seen["options"]["tile"] == {"tm": 64} and seen["fn"] == "lingen.router_gemm"
 
 
-def test_a_new_family_gets_its_torch_op(fake_family):
+def test_a_new_family_gets_its_torch_op(request):
     torch = pytest.importorskip("torch")
-    from lingen.torch import _ops
+    from lingen.torch import _ops  # registered with the real families
+    fake_family = request.getfixturevalue("fake_family")
     decl = fake_family.passes["forward"]
     assert _ops.schema(fake_family, decl) == _ops.schema(_families.families()["rmsnorm"], decl)
     if not hasattr(torch.ops.lingen, "fake_norm_forward"):
