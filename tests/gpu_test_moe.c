@@ -42,6 +42,7 @@
 #include "context.h"
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "moe_ref.h"
 #include "testutil.h"
@@ -51,13 +52,7 @@ static uint64_t seed;
 
 static lg_spec *parse(const char *op, const char *pass, const char *dtype, const char *keys)
 {
-	char json[1024];
-	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", op, pass, dtype,
-		 keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec(op, pass, dtype, keys);
 }
 
 /* One spec at T tokens with routing pattern p: every output as the reference, nothing unwritten. */
@@ -68,9 +63,7 @@ static void check_one(const lg_spec *s, int64_t T, int p)
 	struct lg_check_result r;
 	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
 		fail_msg("%s at %lld tokens: %s", lg_spec_entry(s), (long long)T, lg_last_error());
-	bool written = true;
-	for (int i = 0; i < r.nmeasures; i++)
-		written = written && r.m[i].unwritten == 0;
+	bool written = lg_test_written(&r, true);
 	printf("%s T=%lld pattern %d (seed %llu): %s\n", lg_spec_entry(s), (long long)T, lg_moe_ref_pattern(sd),
 	       (unsigned long long)sd,
 	       r.pass && written ? "PASS" : "FAIL");

@@ -27,6 +27,7 @@
 
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "testutil.h"
 
@@ -128,13 +129,7 @@ static const struct typed_case cases[] = {
 
 static lg_spec *parse(const struct typed_case *c)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", c->op, c->pass,
-		 c->keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec(c->op, c->pass, "bf16", c->keys);
 }
 
 /* The outputs the launch wrote (those of the spec), copied into first[]. */
