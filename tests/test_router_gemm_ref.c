@@ -346,7 +346,17 @@ static void test_geometry(void **state)
 	assert_int_equal(d.grid[0], 0);
 	assert_int_equal(f->workspace(&p), 0);
 	lg_spec_free(s);
+}
 
+/* The backward's three kernels on sm_90a and sm_90, and dy in 3 terms on sm_80. */
+static void test_geometry_backward(void **state)
+{
+	(void)state;
+	const struct lg_family *f = lg_family_get(LG_OP_ROUTER_GEMM);
+	struct lg_launch_dim d;
+	struct lg_plan p;
+	int64_t M = 0;
+	lg_spec *s;
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256");
 	/* sm_90a: wgmma; dx 64 x 8 tiles of 128 x 256, 3 stages of fp32 dy (32 KB) and w (32 KB), two
 	 * buffers of dy's plane (16 KB); dw 2 x 16 tiles of 128 x 128 x 4 slices, 4 stages of fp32 dy
@@ -398,7 +408,17 @@ static void test_geometry(void **state)
 	f->geometry(&p, 1, &M, &d);
 	assert_true(d.block[0] == 256 && d.smem == 4 * (16384 + 8192) + 2 * 3 * 8192);
 	lg_spec_free(s);
+}
 
+/* Persistent dx CTAs (sm_90a), and one slice: no sum, no workspace. */
+static void test_geometry_persistent(void **state)
+{
+	(void)state;
+	const struct lg_family *f = lg_family_get(LG_OP_ROUTER_GEMM);
+	struct lg_launch_dim d;
+	struct lg_plan p;
+	int64_t M = 0;
+	lg_spec *s;
 	/* persistent dx (sm_90a): one CTA an SM, at most one a tile; not on mma.sync */
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_persistent\": 1}");
 	plan_at(s, "sm_90a", &p, LG_OK);
@@ -433,7 +453,17 @@ static void test_geometry(void **state)
 		assert_int_equal(f->workspace(&p), 0);
 	}
 	lg_spec_free(s);
+}
 
+/* Tiles that do not fit or do not run (sm_80's shared memory, wgmma's tiles), clusters. */
+static void test_geometry_tiles(void **state)
+{
+	(void)state;
+	const struct lg_family *f = lg_family_get(LG_OP_ROUTER_GEMM);
+	struct lg_launch_dim d;
+	struct lg_plan p;
+	int64_t M = 0;
+	lg_spec *s;
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"m\": 256, \"n\": 256, \"k\": 64, "
 			     "\"warps_m\": 4, \"warps_n\": 2, \"stages\": 8}");
 	plan_at(s, "sm_80", &p, LG_ERR_SPEC);
@@ -671,6 +701,9 @@ int main(void)
 		cmocka_unit_test(test_shapes),
 		cmocka_unit_test(test_spec_checks),
 		cmocka_unit_test(test_geometry),
+		cmocka_unit_test(test_geometry_backward),
+		cmocka_unit_test(test_geometry_persistent),
+		cmocka_unit_test(test_geometry_tiles),
 		cmocka_unit_test(test_small_smem),
 		cmocka_unit_test(test_source),
 		cmocka_unit_test(test_candidates),

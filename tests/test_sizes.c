@@ -1,9 +1,8 @@
 /*
  * test_sizes.c - the size limits of docs/style.md, checked on the source
- * tree: no C source or header over 1000 lines (gen/, runtime/, tools/,
- * include/, tests/), no C function over 100 lines (gen/, runtime/, tools/,
- * include/), no Python file over 600 lines (python/). It names each file
- * and function over its limit.
+ * tree: no C source or header over 1000 lines and no C function over 100
+ * lines (gen/, runtime/, tools/, include/, tests/), no Python file over 600
+ * lines (python/). It names each file and function over its limit.
  *
  * A function, for this scanner: a line that begins in column 0 with an
  * identifier, contains '(' before any '=' and does not end in ';', whose
@@ -193,10 +192,9 @@ static void test_limits(void **state)
 {
 	(void)state;
 	struct scan sc = {0};
-	static const char *const code[] = {"gen", "runtime", "tools", "include"};
-	for (int i = 0; i < 4; i++)
+	static const char *const code[] = {"gen", "runtime", "tools", "include", "tests"};
+	for (int i = 0; i < 5; i++)
 		walk(&sc, code[i], true);
-	walk(&sc, "tests", false);
 	walk(&sc, "python", false);
 	printf("%d files read, %d over a limit\n", sc.files, sc.bad);
 	assert_true(sc.files > 100); /* the tree was found */
