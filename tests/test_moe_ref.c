@@ -33,16 +33,11 @@
 #include "moe_ref.h"
 #include "numeric_ref.h"
 #include "ref.h"
+#include "refcase.h"
 
 static lg_spec *parse(const char *op, const char *pass, const char *dtype, const char *keys)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", op, pass, dtype,
-		 keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec(op, pass, dtype, keys);
 }
 
 /* The reference case of s at T tokens, every used buffer allocated (zeros). */
@@ -56,14 +51,6 @@ static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t T)
 	for (int i = 0; i < c->n; i++) {
 		c->buf[i].host = c->buf[i].count ? calloc(c->buf[i].count + 1, c->buf[i].elem) : NULL;
 		assert_true(!c->buf[i].count || c->buf[i].host);
-	}
-}
-
-static void case_free(struct lg_ref_case *c)
-{
-	for (int i = 0; i < c->n; i++) {
-		free(c->buf[i].host);
-		free(c->buf[i].slack);
 	}
 }
 
@@ -103,7 +90,7 @@ static void test_row_map_by_hand(void **state)
 		m[i] = hand_mask[i] ? (uint8_t)(i % 2 ? 1 : 0xff) : 0; /* any non-zero byte is routed */
 	lg_ref_family_get(s->op)->run(s, &c);
 	check_hand_map(&c);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 
 	/* top-k slots: a dropped slot (-1), an index out of range, a repeat */
@@ -124,7 +111,7 @@ static void test_row_map_by_hand(void **state)
 			}
 			lg_ref_family_get(s->op)->run(s, &c);
 			check_hand_map(&c);
-			case_free(&c);
+			lg_test_case_free(&c);
 			lg_spec_free(s);
 		}
 }
@@ -231,7 +218,7 @@ static void test_permute_by_hand(void **state)
 			if (fp8)
 				assert_true(((float *)c.buf[F_OUTS].host)[r] == (t < 0 ? 1e-30f : (float)(t + 10)));
 		}
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 	/* power-of-two scales: the zero block's scale is 2^-99 */
@@ -244,7 +231,7 @@ static void test_permute_by_hand(void **state)
 	lg_ref_family_get(s->op)->run(s, &c);
 	assert_true(((float *)c.buf[F_OUTS].host)[1] == 0x1p-99f);
 	assert_true(((float *)c.buf[F_OUTS].host)[9] == 0x1p-99f);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -289,7 +276,7 @@ static void test_unpermute_by_hand(void **state)
 		const float *rp = c.buf[UF_RPROBS].host;
 		for (int i = 0; i < 12; i++)
 			assert_true(rp[i] == (hand_map[i] < 0 ? 0.0f : (float)hand_map[i] / 4));
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 	/* the weighted backward: dg[r] = probs[r] dout[t], dprobs[r] = <dout[t], g[r]> + drestore[t, e] */
@@ -317,7 +304,7 @@ static void test_unpermute_by_hand(void **state)
 		assert_true(bf(&c, UB_DG, 2 * r) == (t < 0 ? 0.0f : 0.5f * (float)(t + 1)));
 		assert_true(dp[r] == (t < 0 ? 0.0f : 2.0f * (float)(t + 1) + (float)r + 100.0f * (float)(t * 4 + e)));
 	}
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -383,7 +370,7 @@ static void test_permute_quant_by_hand(void **state)
 		}
 	}
 	assert_true(lg_ref_scale(3.0f, true) == 0x1p-7f && lg_ref_scale(1.0f, true) == 0x1p-8f);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -466,13 +453,9 @@ static void test_shapes(void **state)
 static void refused(const char *op, const char *pass, const char *dtype, const char *keys, const char *want1,
 		    const char *want2)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", op, pass, dtype, keys);
-	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
-	const char *msg = lg_last_error();
-	if (!strstr(msg, want1) || !strstr(msg, want2))
-		fail_msg("%s: message \"%s\" lacks \"%s\" or \"%s\"", keys, msg, want1, want2);
+	char *json = lg_test_spec_json(op, pass, dtype, keys);
+	lg_test_refused(json, keys, want1, want2);
+	free(json);
 }
 
 static void test_spec_checks(void **state)

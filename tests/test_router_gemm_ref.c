@@ -24,19 +24,14 @@
 #include "numeric_ref.h"
 #include "nvrtc.h"
 #include "ref.h"
+#include "refcase.h"
 
 enum { F_X, F_W, F_Y };
 enum { B_DY, B_X, B_W, B_DX, B_DW, B_WS };
 
 static lg_spec *parse(const char *pass, const char *keys)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"router_gemm\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", pass,
-		 keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec("router_gemm", pass, "bf16", keys);
 }
 
 /* The reference case of s at M tokens, every buffer allocated (zeros). */
@@ -47,14 +42,6 @@ static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t M)
 	for (int i = 0; i < c->n; i++) {
 		c->buf[i].host = calloc(c->buf[i].count + 1, c->buf[i].elem);
 		assert_non_null(c->buf[i].host);
-	}
-}
-
-static void case_free(struct lg_ref_case *c)
-{
-	for (int i = 0; i < c->n; i++) {
-		free(c->buf[i].host);
-		free(c->buf[i].slack);
 	}
 }
 
@@ -90,7 +77,7 @@ static void test_forward_by_hand(void **state)
 	const float want[6] = {1, 36, -2, -1, 1.5f, -0.5f};
 	for (int i = 0; i < 6; i++)
 		assert_float_equal(y[i], want[i], 0.0);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -120,7 +107,7 @@ static void test_backward_by_hand(void **state)
 		assert_float_equal(dw[k], (float)k - 2.0f, 0.0);
 		assert_float_equal(dw[8 + k], 0.5f * (float)k, 0.0);
 	}
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -150,7 +137,7 @@ static void test_precisions(void **state)
 		lg_ref_family_get(s->op)->run(s, &c);
 		for (int k = 0; k < 8; k++)
 			assert_float_equal(((const float *)c.buf[B_DW].host)[k], (float)want[i], 0.0);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 }
@@ -228,7 +215,7 @@ static void test_precision_errors(void **state)
 		got_dw[p] = err_of_rms(dw, N * K, at_f32, c.buf[B_DW].host);
 		got_dx[p] = err_of_rms(dx, M * K, at_bf16, c.buf[B_DX].host);
 		printf("precision %-6s: dw %.3g, dx %.3g of the rms\n", prec[p], got_dw[p], got_dx[p]);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 	printf("linghe's tf32  : dw %.3g, dx %.3g of the rms\n", got_dw[4], got_dx[4]);
@@ -268,14 +255,9 @@ static void test_shapes(void **state)
 /* A spec the family refuses, and the words its message must hold. */
 static void refused(const char *pass, const char *keys, const char *want1, const char *want2)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"router_gemm\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", pass,
-		 keys);
-	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
-	const char *msg = lg_last_error();
-	if (!strstr(msg, want1) || !strstr(msg, want2))
-		fail_msg("%s: message \"%s\" lacks \"%s\" or \"%s\"", keys, msg, want1, want2);
+	char *json = lg_test_spec_json("router_gemm", pass, "bf16", keys);
+	lg_test_refused(json, keys, want1, want2);
+	free(json);
 }
 
 static void test_spec_checks(void **state)

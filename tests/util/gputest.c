@@ -6,26 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 
 #include <cmocka.h>
 
 #include "gputest.h"
-
-#define SPEC_FMT "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}"
-
-lg_spec *lg_test_spec(const char *op, const char *pass, const char *dtype, const char *keys)
-{
-	int n = snprintf(NULL, 0, SPEC_FMT, op, pass, dtype, keys);
-	char *json = malloc((size_t)n + 1);
-	assert_non_null(json);
-	snprintf(json, (size_t)n + 1, SPEC_FMT, op, pass, dtype, keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	free(json);
-	return s;
-}
 
 bool lg_test_written(const struct lg_check_result *r, bool start)
 {

@@ -1,7 +1,8 @@
 /*
- * gputest.h - what the GPU tests (tests/gpu_test_*.c) share: a spec from
- * its op, pass, dtype and keys, and the report of a checked kernel (each
- * measure of lg_check_kernel's result, whether every output was written).
+ * gputest.h - what the GPU tests (tests/gpu_test_*.c) share: the report
+ * of a checked kernel (each measure of lg_check_kernel's result, whether
+ * every output was written); with refcase.h, a spec from its op, pass,
+ * dtype and keys.
  * The checks themselves stay in each test, next to what it asserts.
  */
 #ifndef LG_GPUTEST_H
@@ -10,11 +11,7 @@
 #include <stdbool.h>
 
 #include "harness.h"
-
-/* The spec {"op": op, "pass": pass, "dtype": dtype, <keys>}; a parse
- * error fails the test (cmocka), naming the JSON and the library's error.
- * The caller frees it with lg_spec_free(). */
-lg_spec *lg_test_spec(const char *op, const char *pass, const char *dtype, const char *keys);
+#include "refcase.h" /* lg_test_spec */
 
 /* Whether every measure of r has no unwritten element, starting from
  * `start` (false: a result with no measures counts as not written). */
