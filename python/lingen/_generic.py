@@ -162,3 +162,18 @@ def lookup(name, taken):
             return None
         f = _made.setdefault(name, make(*target))
     return f
+
+
+def outputs(op, pass_, r):
+    """A call's result {name: array} as the op returns it: the pass's
+    outputs in declared order (one output: itself)."""
+    names = _outputs.get((op, pass_))
+    if names is None:
+        decl = _families.families()[op].passes[pass_]
+        names = _outputs[(op, pass_)] = tuple(a.name for a in decl.args if a.is_output)
+    if len(names) == 1:
+        return r[names[0]]
+    return tuple(r[n] for n in names)
+
+
+_outputs = {}
