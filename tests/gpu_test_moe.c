@@ -245,19 +245,6 @@ static void test_no_optional(void **state)
 	}
 }
 
-/* A copy of every output of g downloaded (first[i]: NULL where none). */
-static void copy_outputs(const struct lg_gpu_case *g, void *first[LG_MAX_ARGS])
-{
-	for (int i = 0; i < g->ref.n; i++) {
-		size_t bytes = g->ref.buf[i].count * g->ref.buf[i].elem;
-		if (!g->ref.buf[i].output || !bytes)
-			continue;
-		first[i] = malloc(bytes);
-		assert_non_null(first[i]);
-		memcpy(first[i], g->got[i], bytes);
-	}
-}
-
 /* The same bytes on a second launch (weighted forms: fp32 sums and dots). */
 static void same_twice(const char *op, const char *pass, const char *keys)
 {
@@ -274,7 +261,7 @@ static void same_twice(const char *op, const char *pass, const char *keys)
 	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 	void *first[LG_MAX_ARGS] = {0};
-	copy_outputs(&g, first);
+	lg_test_copy_outputs(&g, first);
 	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
@@ -332,7 +319,7 @@ static void same_as_one_cta(const char *op, const char *pass, const char *dtype,
 	assert_int_equal(lg_gpu_case_launch(&g, k0, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 	void *first[LG_MAX_ARGS] = {0};
-	copy_outputs(&g, first);
+	lg_test_copy_outputs(&g, first);
 	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 	assert_int_equal(lg_gpu_case_launch(&g, k1, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
@@ -505,7 +492,7 @@ static void test_typed_launchers(void **state)
 		assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 		assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 		void *first[LG_MAX_ARGS] = {0};
-		copy_outputs(&g, first);
+		lg_test_copy_outputs(&g, first);
 		assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 		if (cases[c].fn(k, sizes[0], g.ptrs) != LG_OK)
 			fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());

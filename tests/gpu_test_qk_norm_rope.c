@@ -226,12 +226,7 @@ static lg_status launch_typed(const struct lg_gpu_case *g, const lg_kernel *k, b
  * dq_weight, dk_weight: deterministic). */
 static void check_same_bits(const char *pass, const char *keys, int64_t seq, int64_t batch)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"qk_norm_rope\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}",
-		 pass, keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s", lg_last_error());
+	lg_spec *s = lg_test_spec("qk_norm_rope", pass, "bf16", keys);
 	lg_kernel *k = NULL;
 	if (lg_kernel_get(ctx, s, &k) != LG_OK)
 		fail_msg("%s", lg_last_error());
