@@ -494,14 +494,6 @@ static void test_spec_checks(void **state)
 		"{\"pipeline\": 3}", "pipeline", "3");
 }
 
-static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p)
-{
-	struct lg_target t;
-	assert_true(lg_target_parse(arch, &t));
-	memset(p, 0, sizeof *p);
-	assert_int_equal(lg_family_get(s->op)->plan(s, &t, p), LG_OK);
-}
-
 /* Row map: two kernels of min(tokens, 128) CTAs (at least 1), 512 threads,
  * 128 x experts counts of workspace, PDL on sm_90 only. Permute: a CTA a
  * token (256 threads of 16 bytes at hidden 2048, 128 for e4m3) plus 256
@@ -535,7 +527,7 @@ static void test_geometry(void **state)
 	struct lg_plan p;
 	lg_spec *s = parse("moe_row_map", "forward", "bf16", "\"experts\": 256, \"top_k\": 8");
 	const struct lg_family *f = lg_family_get(s->op);
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 2);
 	assert_true(!p.early[0] && p.early[1]);
 	/* the slices' counts [128][256] */
@@ -551,24 +543,24 @@ static void test_geometry(void **state)
 	T = 5;
 	f->geometry(&p, 1, &T, &d);
 	assert_int_equal(d.grid[0], 5);
-	plan_at(s, "sm_80", &p);
+	lg_test_plan(s, "sm_80", &p, LG_OK);
 	assert_false(p.early[1]);
 	lg_spec_free(s);
 
 	s = parse("moe_permute", "forward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8");
 	f = lg_family_get(s->op);
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	T = 8192;
 	f->geometry(&p, 0, &T, &d);
 	assert_true(d.grid[0] == 8192 + 256 && d.block[0] == 256);
 	lg_spec_free(s);
 	s = parse("moe_permute", "forward", "e4m3", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8");
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	f->geometry(&p, 0, &T, &d);
 	assert_true(d.grid[0] == 8192 + 256 && d.block[0] == 128);
 	lg_spec_free(s);
 	s = parse("moe_permute", "backward", "bf16", "\"hidden\": 1001, \"experts\": 160, \"top_k\": 6");
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	f->geometry(&p, 0, &T, &d);
 	/* the combine pipelined by default: the map warp beside 256 threads, persistent */
 	assert_true(d.grid[0] == 8192 && d.block[0] == 288 && p.persistent[0]);
@@ -584,7 +576,7 @@ static void test_geometry(void **state)
 	s = parse("moe_unpermute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
 		  "\"tile\": {\"threads\": 128}");
 	f = lg_family_get(s->op);
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	T = 7;
 	f->geometry(&p, 0, &T, &d);
 	assert_true(d.grid[0] == 7 + 256 && d.block[0] == 128);
@@ -612,7 +604,7 @@ static void test_int32_rows(void **state)
 		lg_spec *s = parse(specs[i][0], specs[i][1], "bf16", specs[i][2]);
 		const struct lg_family *f = lg_family_get(s->op);
 		struct lg_plan p;
-		plan_at(s, "sm_90a", &p);
+		lg_test_plan(s, "sm_90a", &p, LG_OK);
 		const int64_t k = i == 5 ? 512 : 8, last = INT32_MAX / k; /* multiple 1: the capacity is T * k */
 		for (int64_t T = last; T <= last + 1; T++) {
 			struct lg_launch_dim d;
@@ -652,7 +644,7 @@ static void test_pipelined_geometry(void **state)
 				   "\"tile\": {\"pipeline\": 2}");
 		const struct lg_family *f = lg_family_get(s->op);
 		assert_non_null(strstr(lg_spec_entry(s), "_tp2"));
-		plan_at(s, "sm_90a", &p);
+		lg_test_plan(s, "sm_90a", &p, LG_OK);
 		assert_true(p.nentries == 1 && p.persistent[0]);
 		assert_int_equal(p.tile[lg_family_key(f, "tile.pipeline")], 2);
 		int64_t T = 8192;
@@ -670,14 +662,14 @@ static void test_pipelined_geometry(void **state)
 		lg_spec_free(s);
 		s = parse(specs[i][0], specs[i][1], "bf16", "\"hidden\": 7, \"experts\": 5, \"top_k\": 2, "
 			  "\"tile\": {\"pipeline\": 2}");
-		plan_at(s, "sm_80", &p);
+		lg_test_plan(s, "sm_80", &p, LG_OK);
 		T = 333;
 		f->geometry(&p, 0, &T, &d);
 		assert_true(d.grid[0] == 333 && d.block[0] == 64);
 		lg_spec_free(s);
 		s = parse(specs[i][0], specs[i][1], "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
 			  "\"tile\": {\"pipeline\": 1}");
-		plan_at(s, "sm_90a", &p);
+		lg_test_plan(s, "sm_90a", &p, LG_OK);
 		assert_false(p.persistent[0]);
 		p.resident[0] = 132 * 4;
 		T = 8192;
@@ -692,7 +684,7 @@ static void test_pipelined_geometry(void **state)
 	lg_spec *s = parse("moe_permute", "forward", "e4m3", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
 			   "\"tile\": {\"pipeline\": 2}");
 	const struct lg_family *f = lg_family_get(s->op);
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_true(p.nentries == 1 && p.persistent[0]);
 	int64_t T = 8192;
 	f->geometry(&p, 0, &T, &d);
@@ -762,7 +754,7 @@ static void test_pipelined_source(void **state)
 	lg_spec *w = parse("moe_unpermute", "forward", "bf16", "\"hidden\": 8192, \"experts\": 256, \"top_k\": 8, "
 			   "\"tile\": {\"threads\": 1024}");
 	struct lg_plan pw;
-	plan_at(w, "sm_90a", &pw);
+	lg_test_plan(w, "sm_90a", &pw, LG_OK);
 	assert_false(pw.persistent[0]);
 	lg_spec_free(w);
 	/* more pieces a thread: fewer rows at once, no register cap; many experts: the map row in steps of 256 */

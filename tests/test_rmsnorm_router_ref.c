@@ -278,15 +278,6 @@ static void test_spec_checks(void **state)
 	lg_spec_free(parse("\"hidden\": 8, \"experts\": 97, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\"}"));
 }
 
-static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_status want)
-{
-	const struct lg_family *f = lg_family_get(s->op);
-	struct lg_target t;
-	assert_true(lg_target_parse(arch, &t));
-	memset(p, 0, sizeof *p);
-	assert_int_equal(f->plan(s, &t, p), want);
-}
-
 /* The target shape: 128 CTAs of 64 tokens x 256 experts; on sm_90a 288
  * threads (two consumer warpgroups, a producer warp) in clusters of 2,
  * three A buffers of 16 KB and two route_w stages of 64 KB (with their
@@ -301,7 +292,7 @@ static void test_geometry(void **state)
 	struct lg_launch_dim d;
 	struct lg_plan p;
 	lg_spec *s = parse("\"hidden\": 2048, \"experts\": 256, \"quant\": {\"output\": \"rowwise\"}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 1);
 	int64_t M = 8192;
 	f->geometry(&p, 0, &M, &d);
@@ -316,7 +307,7 @@ static void test_geometry(void **state)
 	M = 0;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 0);
-	plan_at(s, "sm_80", &p, LG_OK);
+	lg_test_plan(s, "sm_80", &p, LG_OK);
 	M = 8192;
 	f->geometry(&p, 0, &M, &d);
 	assert_true(d.grid[0] == 128 && d.grid[1] == 1 && d.block[0] == 256);
@@ -325,14 +316,14 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\"}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	M = 8192;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.smem, 1024 + 2 * 3 * 16384 + 2 * (65536 + 16) + 64 * 4);
 	lg_spec_free(s);
 
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"quant\": {\"output\": \"both\"}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 2);
 	assert_non_null(strstr(p.entry[1], "_cols"));
 	M = 8192;
@@ -344,7 +335,7 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\"}");
-	plan_at(s, "sm_80", &p, LG_OK);
+	lg_test_plan(s, "sm_80", &p, LG_OK);
 	M = 8192;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 128 * 2);
@@ -353,13 +344,13 @@ static void test_geometry(void **state)
 
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\"}, "
 		  "\"tile\": {\"n\": 256, \"stages\": 4}");
-	plan_at(s, "sm_90a", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_90a", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "shared memory"));
 	lg_spec_free(s);
 
 	/* 300 experts: two column tiles a row tile */
 	s = parse("\"hidden\": 2048, \"experts\": 300, \"quant\": {\"output\": \"rowwise\"}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	M = 127;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 2 * 2);

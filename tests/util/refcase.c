@@ -50,3 +50,12 @@ void lg_test_case_free(struct lg_ref_case *c)
 		free(c->buf[i].slack);
 	}
 }
+
+void lg_test_plan(const lg_spec *s, const char *arch, struct lg_plan *p, lg_status want)
+{
+	const struct lg_family *f = lg_family_get(s->op);
+	struct lg_target t;
+	assert_true(lg_target_parse(arch, &t));
+	memset(p, 0, sizeof *p);
+	assert_int_equal(f->plan(s, &t, p), want);
+}

@@ -1,11 +1,13 @@
 /*
  * refcase.h - spec and reference-case helpers the CPU and GPU tests share:
  * a spec from its op, pass, dtype and keys (or the check that one is
- * refused, and why), and freeing a reference case's host buffers.
+ * refused, and why), planning it for a target, and freeing a reference
+ * case's host buffers.
  */
 #ifndef LG_REFCASE_H
 #define LG_REFCASE_H
 
+#include "family.h"
 #include "ref.h"
 
 /* The spec {"op": op, "pass": pass, "dtype": dtype, <keys>}; a parse
@@ -23,5 +25,9 @@ void lg_test_refused(const char *json, const char *what, const char *want1, cons
 /* Free the host buffers and slacks of a case (lg_ref_case_init's buffers
  * filled by the test); the case itself is the caller's. */
 void lg_test_case_free(struct lg_ref_case *c);
+
+/* cmocka assertion: s plans for arch (a target name, "sm_90a") with
+ * status want; *p is the plan (zeroed first). */
+void lg_test_plan(const lg_spec *s, const char *arch, struct lg_plan *p, lg_status want);
 
 #endif
