@@ -497,8 +497,11 @@ def generated():
 
 
 def __getattr__(name):
-    from . import _generic
-    f = _generic.lookup(name, BY_HAND) if not name.startswith("_") else None
+    from . import _generic, _lib
+    try:
+        f = _generic.lookup(name, BY_HAND) if not name.startswith("_") else None
+    except _lib.LibraryError as e:  # no library: no declarations to make ops from
+        raise AttributeError(f"module 'lingen.ops' has no attribute {name!r} ({e})") from None
     if f is None:
         raise AttributeError(f"module 'lingen.ops' has no attribute {name!r}")
     return f

@@ -44,9 +44,11 @@ def test_a_new_family_gets_its_ops(fake_family):
     assert p["eps"].default == pytest.approx(eps)
     p = inspect.signature(bwd).parameters
     assert list(p)[:5] == ["dy", "x", "w", "rms", "eps"]
-    assert p["rms"].default is None and p["w"].default is inspect.Parameter.empty  # rms optional, last
+    assert p["rms"].default is None  # rms optional, and last
+    assert p["w"].default is inspect.Parameter.empty
     assert "(y, rms)" in fwd.__doc__ and "(dx, dw)" in bwd.__doc__
-    with pytest.raises(TypeError, match=r"^lingen\.fake_norm: missing a required argument: 'w'"):
+    missing = r"^lingen\.fake_norm: missing a required argument: 'w'"
+    with pytest.raises(TypeError, match=missing):
         fwd(CAI((4, 64)))
     with pytest.raises(TypeError, match=r"^lingen\.fake_norm: got an unexpected keyword"):
         fwd(CAI((4, 64)), CAI((64,)), bogus=1)
@@ -100,3 +102,17 @@ def test_a_new_family_gets_its_torch_op(request):
         _ops._register("fake_norm", "forward", fake_family, decl)
     assert "fake_norm_forward" in _ops._eager
     assert hasattr(torch.ops.lingen, "fake_norm_forward")
+
+
+def test_a_missing_name_without_the_library(monkeypatch):
+    """An unknown attribute is an AttributeError even when the library
+    cannot be loaded (hasattr stays False, naming why)."""
+    from lingen import _lib
+
+    def gone():
+        raise _lib.LibraryError("no liblingen here")
+    monkeypatch.setattr(_families, "families", gone)
+    monkeypatch.setattr(_generic, "_made", {})
+    assert not hasattr(lingen, "fake_norm")
+    with pytest.raises(AttributeError, match="no liblingen here"):
+        lingen.ops.fake_norm  # noqa: B018
