@@ -29,6 +29,7 @@
 #include "generate.h"
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "testutil.h"
 
@@ -40,13 +41,7 @@ enum { B_LOGITS, B_LABELS, B_SUM, B_MAX, B_DLOSS, B_GRAD };
 
 static lg_spec *parse(const char *pass, const char *dtype, const char *keys)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"cross_entropy\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", pass,
-		 dtype, keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec("cross_entropy", pass, dtype, keys);
 }
 
 /* One spec at M rows (vocab_start v0, shards ns): every output within
@@ -59,16 +54,10 @@ static void check_at(const char *pass, const char *dtype, const char *keys, int6
 	struct lg_check_result r;
 	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
 		fail_msg("%s at %lld rows: %s", lg_spec_entry(s), (long long)M, lg_last_error());
-	bool written = M == 0 || r.nmeasures > 0;
-	for (int i = 0; i < r.nmeasures; i++)
-		written = written && r.m[i].unwritten == 0;
+	bool written = lg_test_written(&r, M == 0 || r.nmeasures > 0);
 	printf("%s M=%lld v0=%lld shards=%lld: %s\n", lg_spec_entry(s), (long long)M, (long long)v0,
 	       (long long)ns, r.pass && written ? "PASS" : "FAIL");
-	for (int i = 0; i < r.nmeasures; i++)
-		printf("  %-9s %-5s n=%llu max_rel=%.3g rel_l2=%.3g mismatches=%llu unwritten=%llu %s\n", r.m[i].name,
-		       r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].max_rel, r.m[i].rel_l2,
-		       (unsigned long long)r.m[i].mismatches, (unsigned long long)r.m[i].unwritten,
-		       r.m[i].pass ? "ok" : "FAIL");
+	lg_test_print_measures(&r, 9);
 	assert_true(r.pass);
 	assert_true(written);
 	lg_spec_free(s);

@@ -42,6 +42,7 @@
 #include "context.h"
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "moe_ref.h"
 #include "testutil.h"
@@ -51,13 +52,7 @@ static uint64_t seed;
 
 static lg_spec *parse(const char *op, const char *pass, const char *dtype, const char *keys)
 {
-	char json[1024];
-	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", op, pass, dtype,
-		 keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec(op, pass, dtype, keys);
 }
 
 /* One spec at T tokens with routing pattern p: every output as the reference, nothing unwritten. */
@@ -68,9 +63,7 @@ static void check_one(const lg_spec *s, int64_t T, int p)
 	struct lg_check_result r;
 	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
 		fail_msg("%s at %lld tokens: %s", lg_spec_entry(s), (long long)T, lg_last_error());
-	bool written = true;
-	for (int i = 0; i < r.nmeasures; i++)
-		written = written && r.m[i].unwritten == 0;
+	bool written = lg_test_written(&r, true);
 	printf("%s T=%lld pattern %d (seed %llu): %s\n", lg_spec_entry(s), (long long)T, lg_moe_ref_pattern(sd),
 	       (unsigned long long)sd,
 	       r.pass && written ? "PASS" : "FAIL");
@@ -252,19 +245,6 @@ static void test_no_optional(void **state)
 	}
 }
 
-/* A copy of every output of g downloaded (first[i]: NULL where none). */
-static void copy_outputs(const struct lg_gpu_case *g, void *first[LG_MAX_ARGS])
-{
-	for (int i = 0; i < g->ref.n; i++) {
-		size_t bytes = g->ref.buf[i].count * g->ref.buf[i].elem;
-		if (!g->ref.buf[i].output || !bytes)
-			continue;
-		first[i] = malloc(bytes);
-		assert_non_null(first[i]);
-		memcpy(first[i], g->got[i], bytes);
-	}
-}
-
 /* The same bytes on a second launch (weighted forms: fp32 sums and dots). */
 static void same_twice(const char *op, const char *pass, const char *keys)
 {
@@ -281,7 +261,7 @@ static void same_twice(const char *op, const char *pass, const char *keys)
 	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 	void *first[LG_MAX_ARGS] = {0};
-	copy_outputs(&g, first);
+	lg_test_copy_outputs(&g, first);
 	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
@@ -339,7 +319,7 @@ static void same_as_one_cta(const char *op, const char *pass, const char *dtype,
 	assert_int_equal(lg_gpu_case_launch(&g, k0, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 	void *first[LG_MAX_ARGS] = {0};
-	copy_outputs(&g, first);
+	lg_test_copy_outputs(&g, first);
 	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 	assert_int_equal(lg_gpu_case_launch(&g, k1, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
@@ -512,7 +492,7 @@ static void test_typed_launchers(void **state)
 		assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 		assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 		void *first[LG_MAX_ARGS] = {0};
-		copy_outputs(&g, first);
+		lg_test_copy_outputs(&g, first);
 		assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 		if (cases[c].fn(k, sizes[0], g.ptrs) != LG_OK)
 			fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());

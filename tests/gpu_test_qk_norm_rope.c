@@ -28,6 +28,7 @@
 
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "testutil.h"
 
@@ -52,16 +53,10 @@ static void check_passes(int first, int last, const char *keys, int64_t seq, int
 		if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
 			fail_msg("%s S=%lld B=%lld: %s", lg_spec_entry(s), (long long)seq, (long long)batch,
 				 lg_last_error());
-		bool written = r.nmeasures > 0;
-		for (int i = 0; i < r.nmeasures; i++)
-			written = written && r.m[i].unwritten == 0;
+		bool written = lg_test_written(&r, r.nmeasures > 0);
 		printf("%s S=%lld B=%lld: %s\n", lg_spec_entry(s), (long long)seq, (long long)batch,
 		       r.pass && written ? "PASS" : "FAIL");
-		for (int i = 0; i < r.nmeasures; i++)
-			printf("  %-9s %-5s n=%llu max_rel=%.3g rel_l2=%.3g mismatches=%llu unwritten=%llu %s\n",
-			       r.m[i].name, r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].max_rel,
-			       r.m[i].rel_l2, (unsigned long long)r.m[i].mismatches,
-			       (unsigned long long)r.m[i].unwritten, r.m[i].pass ? "ok" : "FAIL");
+		lg_test_print_measures(&r, 9);
 		assert_true(r.pass);
 		assert_true(written);
 		lg_spec_free(s);
@@ -231,12 +226,7 @@ static lg_status launch_typed(const struct lg_gpu_case *g, const lg_kernel *k, b
  * dq_weight, dk_weight: deterministic). */
 static void check_same_bits(const char *pass, const char *keys, int64_t seq, int64_t batch)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"qk_norm_rope\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}",
-		 pass, keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s", lg_last_error());
+	lg_spec *s = lg_test_spec("qk_norm_rope", pass, "bf16", keys);
 	lg_kernel *k = NULL;
 	if (lg_kernel_get(ctx, s, &k) != LG_OK)
 		fail_msg("%s", lg_last_error());

@@ -27,6 +27,7 @@
 
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "testutil.h"
 
@@ -128,29 +129,7 @@ static const struct typed_case cases[] = {
 
 static lg_spec *parse(const struct typed_case *c)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", c->op, c->pass,
-		 c->keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
-}
-
-/* The outputs the launch wrote (those of the spec), copied into first[]. */
-static int copy_outputs(const struct lg_gpu_case *g, void *first[LG_MAX_ARGS])
-{
-	int n = 0;
-	for (int i = 0; i < g->ref.n; i++) {
-		size_t bytes = g->ref.buf[i].count * g->ref.buf[i].elem;
-		if (!g->ref.buf[i].output || !g->got[i] || !bytes)
-			continue;
-		first[i] = malloc(bytes);
-		assert_non_null(first[i]);
-		memcpy(first[i], g->got[i], bytes);
-		n++;
-	}
-	return n;
+	return lg_test_spec(c->op, c->pass, "bf16", c->keys);
 }
 
 /* Case c: the generic launch, then (outputs poisoned again) the typed one;
@@ -168,7 +147,7 @@ static void same_bits(const struct typed_case *c, uint64_t sd)
 	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
 	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
 	void *first[LG_MAX_ARGS] = {0};
-	assert_true(copy_outputs(&g, first) > 0);
+	assert_true(lg_test_copy_outputs(&g, first) > 0);
 	assert_int_equal(lg_gpu_case_poison(&g), LG_OK);
 	if (c->fn(k, c->sizes, g.ptrs) != LG_OK)
 		fail_msg("%s: %s", lg_spec_entry(s), lg_last_error());

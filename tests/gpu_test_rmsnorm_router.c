@@ -25,6 +25,7 @@
 
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "testutil.h"
 
@@ -35,13 +36,7 @@ enum { X, W, RW, Y, RMS, LOGITS, Q, S, QT, ST };
 
 static lg_spec *parse(const char *keys)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", %s}",
-		 keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec("rmsnorm_router", "forward", "bf16", keys);
 }
 
 /* One spec at M tokens: every output within tolerance, nothing unwritten. */
@@ -52,15 +47,9 @@ static void check(const char *keys, int64_t M)
 	struct lg_check_result r;
 	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
 		fail_msg("%s at %lld tokens: %s", lg_spec_entry(s), (long long)M, lg_last_error());
-	bool written = true;
-	for (int i = 0; i < r.nmeasures; i++)
-		written = written && r.m[i].unwritten == 0;
+	bool written = lg_test_written(&r, true);
 	printf("%s M=%lld: %s\n", lg_spec_entry(s), (long long)M, r.pass && written ? "PASS" : "FAIL");
-	for (int i = 0; i < r.nmeasures; i++)
-		printf("  %-6s %-5s n=%llu max_rel=%.3g rel_l2=%.3g mismatches=%llu unwritten=%llu %s\n",
-		       r.m[i].name, r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].max_rel, r.m[i].rel_l2,
-		       (unsigned long long)r.m[i].mismatches, (unsigned long long)r.m[i].unwritten,
-		       r.m[i].pass ? "ok" : "FAIL");
+	lg_test_print_measures(&r, 6);
 	assert_true(r.pass);
 	assert_true(written);
 	lg_spec_free(s);

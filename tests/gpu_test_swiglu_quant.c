@@ -34,6 +34,7 @@
 
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "testutil.h"
 
@@ -42,12 +43,7 @@ static uint64_t seed;
 
 static lg_spec *parse(const char *op, const char *pass, const char *keys)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", op, pass, keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec(op, pass, "bf16", keys);
 }
 
 /* One spec at m tokens: every output within its bound, nothing unwritten. */
@@ -59,15 +55,9 @@ static void check(const char *op, const char *pass, const char *keys, int64_t m)
 	struct lg_check_result r;
 	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
 		fail_msg("%s at %lld tokens: %s", lg_spec_entry(s), (long long)m, lg_last_error());
-	bool written = true;
-	for (int i = 0; i < r.nmeasures; i++)
-		written = written && r.m[i].unwritten == 0;
+	bool written = lg_test_written(&r, true);
 	printf("%s M=%lld: %s\n", lg_spec_entry(s), (long long)m, r.pass && written ? "PASS" : "FAIL");
-	for (int i = 0; i < r.nmeasures; i++)
-		printf("  %-5s %-5s n=%llu max_rel=%.3g rel_l2=%.3g mismatches=%llu unwritten=%llu %s\n", r.m[i].name,
-		       r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].max_rel, r.m[i].rel_l2,
-		       (unsigned long long)r.m[i].mismatches, (unsigned long long)r.m[i].unwritten,
-		       r.m[i].pass ? "ok" : "FAIL");
+	lg_test_print_measures(&r, 5);
 	assert_true(r.pass);
 	assert_true(written);
 	lg_spec_free(s);

@@ -25,19 +25,14 @@
 #include "lingen.h"
 #include "numeric_ref.h"
 #include "ref.h"
+#include "refcase.h"
 
 enum { F_LOGITS, F_LABELS, F_STATS_IN, F_G, F_LOSS, F_SUM, F_MAX, F_STATS, F_GRAD };
 enum { B_LOGITS, B_LABELS, B_SUM, B_MAX, B_DLOSS, B_GRAD };
 
 static lg_spec *parse(const char *pass, const char *dtype, const char *keys)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"cross_entropy\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", pass,
-		 dtype, keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec("cross_entropy", pass, dtype, keys);
 }
 
 /* The reference case of s at the sizes (tokens, vocab_start, shards),
@@ -51,14 +46,6 @@ static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t M, int64_
 	for (int i = 0; i < c->n; i++) {
 		c->buf[i].host = c->buf[i].count ? calloc(c->buf[i].count, c->buf[i].elem) : NULL;
 		assert_true(!c->buf[i].count || c->buf[i].host);
-	}
-}
-
-static void case_free(struct lg_ref_case *c)
-{
-	for (int i = 0; i < c->n; i++) {
-		free(c->buf[i].host);
-		free(c->buf[i].slack);
 	}
 }
 
@@ -112,7 +99,7 @@ static void test_one_row(void **state)
 		near(f32_at(&c, F_LOSS, 0), log(S) + 3.0 - 2.0, 1e-7);
 		near(f32_at(&c, F_SUM, 0), S, 1e-7);
 		assert_true(f32_at(&c, F_MAX, 0) == 3.0f);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 }
@@ -136,7 +123,7 @@ static void test_all_ignored(void **state)
 			    f32_at(&c, F_MAX, r) == 0.0f);
 	for (size_t i = 0; i < c.buf[F_GRAD].count; i++)
 		assert_int_equal(((uint16_t *)c.buf[F_GRAD].host)[i], 0);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 	s = parse("backward", "fp32", "\"vocab\": 37, \"ignore_index\": -1");
 	case_init(&c, s, 3, 0, 1);
@@ -146,7 +133,7 @@ static void test_all_ignored(void **state)
 	lg_ref_family_get(s->op)->run(s, &c);
 	for (size_t i = 0; i < c.buf[B_GRAD].count; i++)
 		assert_true(f32_at(&c, B_GRAD, i) == 0.0f);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -176,7 +163,7 @@ static void test_odd_vocab(void **state)
 		near(f32_at(&c, F_LOSS, r), log(S) - x[r * 13 + (size_t)y[r]], 1e-6);
 	}
 	assert_true(live > 0);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 
 	s = parse("backward", "fp32", "\"vocab\": 13");
@@ -195,7 +182,7 @@ static void test_odd_vocab(void **state)
 		double p = exp(x[r * 13 + (size_t)y[r]] - f32_at(&c, B_MAX, r)) / f32_at(&c, B_SUM, r);
 		near(f32_at(&c, B_GRAD, r * 13 + (size_t)y[r]), (p - 1.0) * g, 1e-5);
 	}
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -222,7 +209,7 @@ static void test_label_smoothing(void **state)
 		near(f32_at(&c, F_LOSS, 0), (1.0 - e) * lse + e * (lse - 1.0), 1e-7);
 		for (int j = 0; j < 3; j++)
 			near(f32_at(&c, F_GRAD, (size_t)j), exp(j - lse) - (j == 0 ? 1.0 - e : 0.0) - e / 3.0, 1e-6);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 }
@@ -261,7 +248,7 @@ static void test_shards_merge(void **state)
 			}
 			lg_ref_family_get(sh->op)->run(sh, &c);
 			memcpy(gathered + (size_t)k * M * 6, c.buf[F_STATS].host, M * 6 * 4);
-			case_free(&c);
+			lg_test_case_free(&c);
 			lg_spec_free(sh);
 		}
 		snprintf(keys, sizeof keys, "\"vocab\": 40, \"part\": \"merge\"%s", smooth);
@@ -308,15 +295,15 @@ static void test_shards_merge(void **state)
 				for (size_t j = 0; j < (size_t)width[k]; j++)
 					assert_true(f32_at(&d, B_GRAD, r * (size_t)width[k] + j) ==
 						    f32_at(&b, B_GRAD, r * 40 + (size_t)start[k] + j));
-			case_free(&d);
+			lg_test_case_free(&d);
 			lg_spec_free(sb);
 		}
-		case_free(&b);
+		lg_test_case_free(&b);
 		lg_spec_free(fb);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(mg);
 		free(gathered);
-		case_free(&f);
+		lg_test_case_free(&f);
 		lg_spec_free(full);
 	}
 }
@@ -348,8 +335,8 @@ static void test_fused_is_backward(void **state)
 		differ += x != y;
 	}
 	assert_true(differ < 7 * 29 / 10);
-	case_free(&c);
-	case_free(&b);
+	lg_test_case_free(&c);
+	lg_test_case_free(&b);
 	lg_spec_free(s);
 	lg_spec_free(bw);
 }
@@ -390,14 +377,9 @@ static void test_args(void **state)
 /* A spec the family refuses, and the words its message must hold. */
 static void refused(const char *pass, const char *keys, const char *want1, const char *want2)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"cross_entropy\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", pass,
-		 keys);
-	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
-	const char *msg = lg_last_error();
-	if (!strstr(msg, want1) || !strstr(msg, want2))
-		fail_msg("%s: message \"%s\" lacks \"%s\" or \"%s\"", keys, msg, want1, want2);
+	char *json = lg_test_spec_json("cross_entropy", pass, "bf16", keys);
+	lg_test_refused(json, keys, want1, want2);
+	free(json);
 }
 
 static void test_spec_checks(void **state)

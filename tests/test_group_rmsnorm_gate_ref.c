@@ -24,16 +24,11 @@
 #include "lingen.h"
 #include "numeric_ref.h"
 #include "ref.h"
+#include "refcase.h"
 
 static lg_spec *parse(const char *pass, const char *keys)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}",
-		 pass, keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec("group_rmsnorm_gate", pass, "bf16", keys);
 }
 
 /* The reference case of s at B x L, every buffer allocated (zeros). */
@@ -44,14 +39,6 @@ static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t B, int64_
 	for (int i = 0; i < c->n; i++) {
 		c->buf[i].host = calloc(c->buf[i].count + 1, c->buf[i].elem);
 		assert_non_null(c->buf[i].host);
-	}
-}
-
-static void case_free(struct lg_ref_case *c)
-{
-	for (int i = 0; i < c->n; i++) {
-		free(c->buf[i].host);
-		free(c->buf[i].slack);
 	}
 }
 
@@ -90,7 +77,7 @@ static void test_forward_groups(void **state)
 	lg_ref_family_get(LG_OP_GROUP_RMSNORM_GATE)->run(s, &c);
 	for (int j = 0; j < 32; j++)
 		assert_true(get_bf16(&c, F_Y, (size_t)j) == ((j / 8) % 2 == 0 ? 0.5f : -3.0f));
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -110,7 +97,7 @@ static void test_forward_shared_weight(void **state)
 	lg_ref_family_get(LG_OP_GROUP_RMSNORM_GATE)->run(s, &c);
 	for (int j = 0; j < 32; j++)
 		assert_true(get_bf16(&c, F_Y, (size_t)j) == (float)(j % 8 + 1));
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -133,7 +120,7 @@ static void check_layout(bool transpose)
 		for (int j = 0; j < 32; j++)
 			assert_true(get_bf16(&c, F_Y, (size_t)(row * 32 + j)) == (b == 0 ? 0.5f : -0.5f));
 	}
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -170,7 +157,7 @@ static void test_backward_by_hand(void **state)
 	const float *dw = c.buf[B_DW].host;
 	for (int j = 0; j < 32; j++)
 		assert_true(j % 8 == 0 ? fabsf(dw[j] - 1.5f) < 1e-5f : dw[j] == 0.0f);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -192,7 +179,7 @@ static void test_backward_shared_weight(void **state)
 		assert_true(fabsf(((const float *)c.buf[B_DW].host)[j] - 4.0f) < 1e-5f);
 	for (int i = 0; i < 64; i++)
 		assert_true(fabsf(get_bf16(&c, B_DX, (size_t)i)) < 1e-5f);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -223,14 +210,9 @@ static void test_shapes(void **state)
 /* A spec the family refuses, and the words its message must hold. */
 static void refused(const char *keys, const char *want1, const char *want2)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"group_rmsnorm_gate\", \"pass\": \"forward\", \"dtype\": \"bf16\", %s}",
-		 keys);
-	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
-	const char *msg = lg_last_error();
-	if (!strstr(msg, want1) || !strstr(msg, want2))
-		fail_msg("%s: message \"%s\" lacks \"%s\" or \"%s\"", keys, msg, want1, want2);
+	char *json = lg_test_spec_json("group_rmsnorm_gate", "forward", "bf16", keys);
+	lg_test_refused(json, keys, want1, want2);
+	free(json);
 }
 
 static void test_spec_checks(void **state)

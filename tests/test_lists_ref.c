@@ -25,6 +25,7 @@
 #include "list.h"
 #include "list_ref.h"
 #include "numeric_ref.h"
+#include "refcase.h"
 
 static lg_spec *parse(const char *json)
 {
@@ -155,11 +156,7 @@ static void test_table_errors(void **state)
 
 static void refused(const char *json, const char *want1, const char *want2)
 {
-	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
-	const char *msg = lg_last_error();
-	if (!strstr(msg, want1) || !strstr(msg, want2))
-		fail_msg("%s: message \"%s\" lacks \"%s\" or \"%s\"", json, msg, want1, want2);
+	lg_test_refused(json, json, want1, want2);
 }
 
 #define GN "{\"op\": \"grad_norm\", \"pass\": \"forward\", \"dtype\": \"fp32\""

@@ -33,16 +33,11 @@
 #include "moe_ref.h"
 #include "numeric_ref.h"
 #include "ref.h"
+#include "refcase.h"
 
 static lg_spec *parse(const char *op, const char *pass, const char *dtype, const char *keys)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", op, pass, dtype,
-		 keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec(op, pass, dtype, keys);
 }
 
 /* The reference case of s at T tokens, every used buffer allocated (zeros). */
@@ -56,14 +51,6 @@ static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t T)
 	for (int i = 0; i < c->n; i++) {
 		c->buf[i].host = c->buf[i].count ? calloc(c->buf[i].count + 1, c->buf[i].elem) : NULL;
 		assert_true(!c->buf[i].count || c->buf[i].host);
-	}
-}
-
-static void case_free(struct lg_ref_case *c)
-{
-	for (int i = 0; i < c->n; i++) {
-		free(c->buf[i].host);
-		free(c->buf[i].slack);
 	}
 }
 
@@ -103,7 +90,7 @@ static void test_row_map_by_hand(void **state)
 		m[i] = hand_mask[i] ? (uint8_t)(i % 2 ? 1 : 0xff) : 0; /* any non-zero byte is routed */
 	lg_ref_family_get(s->op)->run(s, &c);
 	check_hand_map(&c);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 
 	/* top-k slots: a dropped slot (-1), an index out of range, a repeat */
@@ -124,7 +111,7 @@ static void test_row_map_by_hand(void **state)
 			}
 			lg_ref_family_get(s->op)->run(s, &c);
 			check_hand_map(&c);
-			case_free(&c);
+			lg_test_case_free(&c);
 			lg_spec_free(s);
 		}
 }
@@ -231,7 +218,7 @@ static void test_permute_by_hand(void **state)
 			if (fp8)
 				assert_true(((float *)c.buf[F_OUTS].host)[r] == (t < 0 ? 1e-30f : (float)(t + 10)));
 		}
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 	/* power-of-two scales: the zero block's scale is 2^-99 */
@@ -244,7 +231,7 @@ static void test_permute_by_hand(void **state)
 	lg_ref_family_get(s->op)->run(s, &c);
 	assert_true(((float *)c.buf[F_OUTS].host)[1] == 0x1p-99f);
 	assert_true(((float *)c.buf[F_OUTS].host)[9] == 0x1p-99f);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -289,7 +276,7 @@ static void test_unpermute_by_hand(void **state)
 		const float *rp = c.buf[UF_RPROBS].host;
 		for (int i = 0; i < 12; i++)
 			assert_true(rp[i] == (hand_map[i] < 0 ? 0.0f : (float)hand_map[i] / 4));
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 	/* the weighted backward: dg[r] = probs[r] dout[t], dprobs[r] = <dout[t], g[r]> + drestore[t, e] */
@@ -317,7 +304,7 @@ static void test_unpermute_by_hand(void **state)
 		assert_true(bf(&c, UB_DG, 2 * r) == (t < 0 ? 0.0f : 0.5f * (float)(t + 1)));
 		assert_true(dp[r] == (t < 0 ? 0.0f : 2.0f * (float)(t + 1) + (float)r + 100.0f * (float)(t * 4 + e)));
 	}
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -383,7 +370,7 @@ static void test_permute_quant_by_hand(void **state)
 		}
 	}
 	assert_true(lg_ref_scale(3.0f, true) == 0x1p-7f && lg_ref_scale(1.0f, true) == 0x1p-8f);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -466,13 +453,9 @@ static void test_shapes(void **state)
 static void refused(const char *op, const char *pass, const char *dtype, const char *keys, const char *want1,
 		    const char *want2)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", op, pass, dtype, keys);
-	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
-	const char *msg = lg_last_error();
-	if (!strstr(msg, want1) || !strstr(msg, want2))
-		fail_msg("%s: message \"%s\" lacks \"%s\" or \"%s\"", keys, msg, want1, want2);
+	char *json = lg_test_spec_json(op, pass, dtype, keys);
+	lg_test_refused(json, keys, want1, want2);
+	free(json);
 }
 
 static void test_spec_checks(void **state)
@@ -511,14 +494,6 @@ static void test_spec_checks(void **state)
 		"{\"pipeline\": 3}", "pipeline", "3");
 }
 
-static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p)
-{
-	struct lg_target t;
-	assert_true(lg_target_parse(arch, &t));
-	memset(p, 0, sizeof *p);
-	assert_int_equal(lg_family_get(s->op)->plan(s, &t, p), LG_OK);
-}
-
 /* Row map: two kernels of min(tokens, 128) CTAs (at least 1), 512 threads,
  * 128 x experts counts of workspace, PDL on sm_90 only. Permute: a CTA a
  * token (256 threads of 16 bytes at hidden 2048, 128 for e4m3) plus 256
@@ -552,7 +527,7 @@ static void test_geometry(void **state)
 	struct lg_plan p;
 	lg_spec *s = parse("moe_row_map", "forward", "bf16", "\"experts\": 256, \"top_k\": 8");
 	const struct lg_family *f = lg_family_get(s->op);
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 2);
 	assert_true(!p.early[0] && p.early[1]);
 	/* the slices' counts [128][256] */
@@ -568,24 +543,24 @@ static void test_geometry(void **state)
 	T = 5;
 	f->geometry(&p, 1, &T, &d);
 	assert_int_equal(d.grid[0], 5);
-	plan_at(s, "sm_80", &p);
+	lg_test_plan(s, "sm_80", &p, LG_OK);
 	assert_false(p.early[1]);
 	lg_spec_free(s);
 
 	s = parse("moe_permute", "forward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8");
 	f = lg_family_get(s->op);
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	T = 8192;
 	f->geometry(&p, 0, &T, &d);
 	assert_true(d.grid[0] == 8192 + 256 && d.block[0] == 256);
 	lg_spec_free(s);
 	s = parse("moe_permute", "forward", "e4m3", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8");
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	f->geometry(&p, 0, &T, &d);
 	assert_true(d.grid[0] == 8192 + 256 && d.block[0] == 128);
 	lg_spec_free(s);
 	s = parse("moe_permute", "backward", "bf16", "\"hidden\": 1001, \"experts\": 160, \"top_k\": 6");
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	f->geometry(&p, 0, &T, &d);
 	/* the combine pipelined by default: the map warp beside 256 threads, persistent */
 	assert_true(d.grid[0] == 8192 && d.block[0] == 288 && p.persistent[0]);
@@ -601,7 +576,7 @@ static void test_geometry(void **state)
 	s = parse("moe_unpermute", "backward", "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
 		  "\"tile\": {\"threads\": 128}");
 	f = lg_family_get(s->op);
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	T = 7;
 	f->geometry(&p, 0, &T, &d);
 	assert_true(d.grid[0] == 7 + 256 && d.block[0] == 128);
@@ -629,7 +604,7 @@ static void test_int32_rows(void **state)
 		lg_spec *s = parse(specs[i][0], specs[i][1], "bf16", specs[i][2]);
 		const struct lg_family *f = lg_family_get(s->op);
 		struct lg_plan p;
-		plan_at(s, "sm_90a", &p);
+		lg_test_plan(s, "sm_90a", &p, LG_OK);
 		const int64_t k = i == 5 ? 512 : 8, last = INT32_MAX / k; /* multiple 1: the capacity is T * k */
 		for (int64_t T = last; T <= last + 1; T++) {
 			struct lg_launch_dim d;
@@ -669,7 +644,7 @@ static void test_pipelined_geometry(void **state)
 				   "\"tile\": {\"pipeline\": 2}");
 		const struct lg_family *f = lg_family_get(s->op);
 		assert_non_null(strstr(lg_spec_entry(s), "_tp2"));
-		plan_at(s, "sm_90a", &p);
+		lg_test_plan(s, "sm_90a", &p, LG_OK);
 		assert_true(p.nentries == 1 && p.persistent[0]);
 		assert_int_equal(p.tile[lg_family_key(f, "tile.pipeline")], 2);
 		int64_t T = 8192;
@@ -687,14 +662,14 @@ static void test_pipelined_geometry(void **state)
 		lg_spec_free(s);
 		s = parse(specs[i][0], specs[i][1], "bf16", "\"hidden\": 7, \"experts\": 5, \"top_k\": 2, "
 			  "\"tile\": {\"pipeline\": 2}");
-		plan_at(s, "sm_80", &p);
+		lg_test_plan(s, "sm_80", &p, LG_OK);
 		T = 333;
 		f->geometry(&p, 0, &T, &d);
 		assert_true(d.grid[0] == 333 && d.block[0] == 64);
 		lg_spec_free(s);
 		s = parse(specs[i][0], specs[i][1], "bf16", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
 			  "\"tile\": {\"pipeline\": 1}");
-		plan_at(s, "sm_90a", &p);
+		lg_test_plan(s, "sm_90a", &p, LG_OK);
 		assert_false(p.persistent[0]);
 		p.resident[0] = 132 * 4;
 		T = 8192;
@@ -709,7 +684,7 @@ static void test_pipelined_geometry(void **state)
 	lg_spec *s = parse("moe_permute", "forward", "e4m3", "\"hidden\": 2048, \"experts\": 256, \"top_k\": 8, "
 			   "\"tile\": {\"pipeline\": 2}");
 	const struct lg_family *f = lg_family_get(s->op);
-	plan_at(s, "sm_90a", &p);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_true(p.nentries == 1 && p.persistent[0]);
 	int64_t T = 8192;
 	f->geometry(&p, 0, &T, &d);
@@ -779,7 +754,7 @@ static void test_pipelined_source(void **state)
 	lg_spec *w = parse("moe_unpermute", "forward", "bf16", "\"hidden\": 8192, \"experts\": 256, \"top_k\": 8, "
 			   "\"tile\": {\"threads\": 1024}");
 	struct lg_plan pw;
-	plan_at(w, "sm_90a", &pw);
+	lg_test_plan(w, "sm_90a", &pw, LG_OK);
 	assert_false(pw.persistent[0]);
 	lg_spec_free(w);
 	/* more pieces a thread: fewer rows at once, no register cap; many experts: the map row in steps of 256 */

@@ -26,6 +26,7 @@
 #include "generate.h"
 #include "numeric_ref.h"
 #include "ref.h"
+#include "refcase.h"
 #include "testutil.h"
 
 #define BF16_ONE 0x3f80
@@ -59,14 +60,6 @@ static struct lg_ref_case make_case(const lg_spec *s, int64_t seq, int64_t batch
 		}
 	lg_ref_family_get(s->op)->describe(s, &c);
 	return c;
-}
-
-static void case_free(struct lg_ref_case *c)
-{
-	for (int i = 0; i < c->n; i++) {
-		free(c->buf[i].host);
-		free(c->buf[i].slack); /* the reference's bf16 slack (slack_of) */
-	}
 }
 
 static void run(const lg_spec *s, struct lg_ref_case *c) { lg_ref_family_get(s->op)->run(s, c); }
@@ -123,7 +116,7 @@ static void check_rotation(const char *frac)
 			}
 		}
 	}
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -174,7 +167,7 @@ static void test_backward_invariance(void **state)
 			assert_true(fabs(dqw[i] - r) < 1e-6 && fabs(dkw[i] - r) < 1e-6);
 		}
 	}
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -260,7 +253,7 @@ static void test_layouts(void **state)
 			nonzero += (o[i] & 0x7fff) != 0;
 		assert_true(nonzero > c[0].buf[out].count / 2);
 		for (int v = 0; v < 4; v++) {
-			case_free(&c[v]);
+			lg_test_case_free(&c[v]);
 			lg_spec_free(s[v]);
 		}
 	}
@@ -357,8 +350,8 @@ static void check_positions(const char *extra, const int32_t *cu, size_t nseq, s
 		assert_memory_equal((uint16_t *)cv.buf[F_K].host + n * 64, (uint16_t *)cf.buf[F_K].host + pos[n] * 64,
 				    64 * 2);
 	}
-	case_free(&cv);
-	case_free(&cf);
+	lg_test_case_free(&cv);
+	lg_test_case_free(&cf);
 	lg_spec_free(v);
 	lg_spec_free(f);
 }
@@ -397,7 +390,7 @@ static void test_mscale(void **state)
 	const uint16_t *q = c.buf[F_Q].host;
 	for (size_t i = 0; i < 64; i++)
 		assert_int_equal(q[i], i < 32 ? 0x4000 : BF16_ONE); /* 2 on the rotated half, else 1 */
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -415,7 +408,7 @@ static void test_buffers_geometry(void **state)
 	assert_int_equal(c.buf[B_FREQS].count, 7 * 32);
 	assert_int_equal(c.buf[B_GQ].count, 3 * 7 * 6 * 64);
 	assert_true(c.buf[B_DQKV].output && c.buf[B_DQW].output && !c.buf[B_QKV].output);
-	case_free(&c);
+	lg_test_case_free(&c);
 	int64_t dims[8];
 	int nd;
 	int64_t sz[LG_MAX_SIZES] = {7, 3};

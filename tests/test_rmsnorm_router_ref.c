@@ -26,6 +26,7 @@
 #include "numeric_ref.h"
 #include "ref.h"
 #include "rmsnorm_router_ref.h"
+#include "refcase.h"
 
 enum { X, W, RW, Y, RMS, LOGITS, Q, S, QT, ST };
 
@@ -49,14 +50,6 @@ static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t M)
 	for (int i = 0; i < c->n; i++) {
 		c->buf[i].host = calloc(c->buf[i].count + 1, c->buf[i].elem);
 		assert_non_null(c->buf[i].host);
-	}
-}
-
-static void case_free(struct lg_ref_case *c)
-{
-	for (int i = 0; i < c->n; i++) {
-		free(c->buf[i].host);
-		free(c->buf[i].slack);
 	}
 }
 
@@ -102,7 +95,7 @@ static void test_by_hand(void **state)
 	assert_float_equal(lg[1], 24.0f, 0.0);
 	assert_float_equal(lg[2], 0.0f, 0.0);
 	assert_float_equal(lg[3], 0.0f, 0.0);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -147,9 +140,9 @@ static void test_is_the_composition(void **state)
 	memcpy(b.buf[1].host, c.buf[RW].host, c.buf[RW].count * 2);
 	lg_ref_family_get(k3->op)->run(k3, &b);
 	assert_memory_equal(b.buf[2].host, c.buf[LOGITS].host, (size_t)M * 24 * 4);
-	case_free(&a);
-	case_free(&b);
-	case_free(&c);
+	lg_test_case_free(&a);
+	lg_test_case_free(&b);
+	lg_test_case_free(&c);
 	lg_spec_free(k1);
 	lg_spec_free(k3);
 	lg_spec_free(s);
@@ -187,7 +180,7 @@ static void test_partial_block(void **state)
 						 lg_ref_quant(y[m * 1000 + k], sc, pow2));
 		}
 		free(y);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 }
@@ -231,7 +224,7 @@ static void test_precision_errors(void **state)
 	free(y);
 	free(exact);
 	free(got);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -256,14 +249,9 @@ static void test_shapes(void **state)
 /* A spec the family refuses, and the words its message must hold. */
 static void refused(const char *keys, const char *want1, const char *want2)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", %s}",
-		 keys);
-	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
-	const char *msg = lg_last_error();
-	if (!strstr(msg, want1) || !strstr(msg, want2))
-		fail_msg("%s: message \"%s\" lacks \"%s\" or \"%s\"", keys, msg, want1, want2);
+	char *json = lg_test_spec_json("rmsnorm_router", "forward", "bf16", keys);
+	lg_test_refused(json, keys, want1, want2);
+	free(json);
 }
 
 static void test_spec_checks(void **state)
@@ -290,15 +278,6 @@ static void test_spec_checks(void **state)
 	lg_spec_free(parse("\"hidden\": 8, \"experts\": 97, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\"}"));
 }
 
-static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_status want)
-{
-	const struct lg_family *f = lg_family_get(s->op);
-	struct lg_target t;
-	assert_true(lg_target_parse(arch, &t));
-	memset(p, 0, sizeof *p);
-	assert_int_equal(f->plan(s, &t, p), want);
-}
-
 /* The target shape: 128 CTAs of 64 tokens x 256 experts; on sm_90a 288
  * threads (two consumer warpgroups, a producer warp) in clusters of 2,
  * three A buffers of 16 KB and two route_w stages of 64 KB (with their
@@ -313,7 +292,7 @@ static void test_geometry(void **state)
 	struct lg_launch_dim d;
 	struct lg_plan p;
 	lg_spec *s = parse("\"hidden\": 2048, \"experts\": 256, \"quant\": {\"output\": \"rowwise\"}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 1);
 	int64_t M = 8192;
 	f->geometry(&p, 0, &M, &d);
@@ -328,7 +307,7 @@ static void test_geometry(void **state)
 	M = 0;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 0);
-	plan_at(s, "sm_80", &p, LG_OK);
+	lg_test_plan(s, "sm_80", &p, LG_OK);
 	M = 8192;
 	f->geometry(&p, 0, &M, &d);
 	assert_true(d.grid[0] == 128 && d.grid[1] == 1 && d.block[0] == 256);
@@ -337,14 +316,14 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\"}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	M = 8192;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.smem, 1024 + 2 * 3 * 16384 + 2 * (65536 + 16) + 64 * 4);
 	lg_spec_free(s);
 
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"quant\": {\"output\": \"both\"}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 2);
 	assert_non_null(strstr(p.entry[1], "_cols"));
 	M = 8192;
@@ -356,7 +335,7 @@ static void test_geometry(void **state)
 	lg_spec_free(s);
 
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\"}");
-	plan_at(s, "sm_80", &p, LG_OK);
+	lg_test_plan(s, "sm_80", &p, LG_OK);
 	M = 8192;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 128 * 2);
@@ -365,13 +344,13 @@ static void test_geometry(void **state)
 
 	s = parse("\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"quant\": {\"output\": \"rowwise\"}, "
 		  "\"tile\": {\"n\": 256, \"stages\": 4}");
-	plan_at(s, "sm_90a", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_90a", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "shared memory"));
 	lg_spec_free(s);
 
 	/* 300 experts: two column tiles a row tile */
 	s = parse("\"hidden\": 2048, \"experts\": 300, \"quant\": {\"output\": \"rowwise\"}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	M = 127;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 2 * 2);

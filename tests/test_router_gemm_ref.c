@@ -24,19 +24,14 @@
 #include "numeric_ref.h"
 #include "nvrtc.h"
 #include "ref.h"
+#include "refcase.h"
 
 enum { F_X, F_W, F_Y };
 enum { B_DY, B_X, B_W, B_DX, B_DW, B_WS };
 
 static lg_spec *parse(const char *pass, const char *keys)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"router_gemm\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", pass,
-		 keys);
-	lg_spec *s = NULL;
-	if (lg_spec_parse(json, &s) != LG_OK)
-		fail_msg("%s: %s", json, lg_last_error());
-	return s;
+	return lg_test_spec("router_gemm", pass, "bf16", keys);
 }
 
 /* The reference case of s at M tokens, every buffer allocated (zeros). */
@@ -47,14 +42,6 @@ static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t M)
 	for (int i = 0; i < c->n; i++) {
 		c->buf[i].host = calloc(c->buf[i].count + 1, c->buf[i].elem);
 		assert_non_null(c->buf[i].host);
-	}
-}
-
-static void case_free(struct lg_ref_case *c)
-{
-	for (int i = 0; i < c->n; i++) {
-		free(c->buf[i].host);
-		free(c->buf[i].slack);
 	}
 }
 
@@ -90,7 +77,7 @@ static void test_forward_by_hand(void **state)
 	const float want[6] = {1, 36, -2, -1, 1.5f, -0.5f};
 	for (int i = 0; i < 6; i++)
 		assert_float_equal(y[i], want[i], 0.0);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -120,7 +107,7 @@ static void test_backward_by_hand(void **state)
 		assert_float_equal(dw[k], (float)k - 2.0f, 0.0);
 		assert_float_equal(dw[8 + k], 0.5f * (float)k, 0.0);
 	}
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -150,7 +137,7 @@ static void test_precisions(void **state)
 		lg_ref_family_get(s->op)->run(s, &c);
 		for (int k = 0; k < 8; k++)
 			assert_float_equal(((const float *)c.buf[B_DW].host)[k], (float)want[i], 0.0);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 }
@@ -228,7 +215,7 @@ static void test_precision_errors(void **state)
 		got_dw[p] = err_of_rms(dw, N * K, at_f32, c.buf[B_DW].host);
 		got_dx[p] = err_of_rms(dx, M * K, at_bf16, c.buf[B_DX].host);
 		printf("precision %-6s: dw %.3g, dx %.3g of the rms\n", prec[p], got_dw[p], got_dx[p]);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 	printf("linghe's tf32  : dw %.3g, dx %.3g of the rms\n", got_dw[4], got_dx[4]);
@@ -268,14 +255,9 @@ static void test_shapes(void **state)
 /* A spec the family refuses, and the words its message must hold. */
 static void refused(const char *pass, const char *keys, const char *want1, const char *want2)
 {
-	char json[512];
-	snprintf(json, sizeof json, "{\"op\": \"router_gemm\", \"pass\": \"%s\", \"dtype\": \"bf16\", %s}", pass,
-		 keys);
-	lg_spec *s = NULL;
-	assert_int_equal(lg_spec_parse(json, &s), LG_ERR_SPEC);
-	const char *msg = lg_last_error();
-	if (!strstr(msg, want1) || !strstr(msg, want2))
-		fail_msg("%s: message \"%s\" lacks \"%s\" or \"%s\"", keys, msg, want1, want2);
+	char *json = lg_test_spec_json("router_gemm", pass, "bf16", keys);
+	lg_test_refused(json, keys, want1, want2);
+	free(json);
 }
 
 static void test_spec_checks(void **state)
@@ -300,15 +282,6 @@ static void test_spec_checks(void **state)
 	lg_spec_free(parse("backward", "\"hidden\": 8, \"experts\": 97, \"precision\": \"tf32\""));
 }
 
-static void plan_at(const lg_spec *s, const char *arch, struct lg_plan *p, lg_status want)
-{
-	const struct lg_family *f = lg_family_get(s->op);
-	struct lg_target t;
-	assert_true(lg_target_parse(arch, &t));
-	memset(p, 0, sizeof *p);
-	assert_int_equal(f->plan(s, &t, p), want);
-}
-
 /* The target shape: forward on sm_90a 64 x 2 tiles of 128x128 (one grid
  * dimension: a grouped raster), two consumer warpgroups and a producer, 7
  * stages of 32 KB, tensor maps of x and w in boxes of 64 x 128 with the
@@ -324,7 +297,7 @@ static void test_geometry(void **state)
 	struct lg_launch_dim d;
 	struct lg_plan p;
 	lg_spec *s = parse("forward", "\"hidden\": 2048, \"experts\": 256");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 1);
 	int64_t M = 8192;
 	f->geometry(&p, 0, &M, &d);
@@ -335,23 +308,33 @@ static void test_geometry(void **state)
 	assert_true(p.tmap[1].arg == 1 && p.tmap[1].box[0] == 64 && p.tmap[1].box[1] == 128);
 	assert_true(p.tmap[0].swizzle == 128 && p.tmap[1].swizzle == 128);
 	for (int a = 0; a < 2; a++) {
-		plan_at(s, a ? "sm_90" : "sm_80", &p, LG_OK);
+		lg_test_plan(s, a ? "sm_90" : "sm_80", &p, LG_OK);
 		f->geometry(&p, 0, &M, &d);
 		assert_true(d.grid[0] == 64 * 2 && d.block[0] == 256 && d.smem == 4 * 16384);
 		assert_int_equal(p.ntmaps, 0);
 	}
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	M = 0;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 0);
 	assert_int_equal(f->workspace(&p), 0);
 	lg_spec_free(s);
+}
 
+/* The backward's three kernels on sm_90a and sm_90, and dy in 3 terms on sm_80. */
+static void test_geometry_backward(void **state)
+{
+	(void)state;
+	const struct lg_family *f = lg_family_get(LG_OP_ROUTER_GEMM);
+	struct lg_launch_dim d;
+	struct lg_plan p;
+	int64_t M = 0;
+	lg_spec *s;
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256");
 	/* sm_90a: wgmma; dx 64 x 8 tiles of 128 x 256, 3 stages of fp32 dy (32 KB) and w (32 KB), two
 	 * buffers of dy's plane (16 KB); dw 2 x 16 tiles of 128 x 128 x 4 slices, 4 stages of fp32 dy
 	 * (32 KB) and x (16 KB); two consumer warpgroups and the producer; dy's fp32 boxes unswizzled */
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.nentries, 3);
 	assert_true(!p.early[0] && p.early[1] && !p.early[2]);
 	M = 8192;
@@ -366,7 +349,7 @@ static void test_geometry(void **state)
 	assert_true(p.tmap[0].arg == 0 && p.tmap[0].box[0] == 64 && p.tmap[0].box[1] == 64 && p.tmap[0].swizzle == 0);
 	assert_true(p.tmap[1].arg == 2 && p.tmap[1].box[0] == 64 && p.tmap[1].box[1] == 64 && p.tmap[1].swizzle == 128);
 	assert_true(p.tmap[2].arg == 1 && p.tmap[2].box[0] == 64 && p.tmap[2].box[1] == 64 && p.tmap[2].swizzle == 128);
-	plan_at(s, "sm_90", &p, LG_OK); /* mma.sync */
+	lg_test_plan(s, "sm_90", &p, LG_OK); /* mma.sync */
 	assert_int_equal(p.nentries, 3);
 	assert_true(!p.early[0] && p.early[1] && !p.early[2]); /* dw may start beside dx's last wave */
 	/* dx: 64 x 8 tiles of 128 x 256, 16 warps; 4 stages of fp32 dy and bf16 w, two of dy's planes */
@@ -388,7 +371,7 @@ static void test_geometry(void **state)
 	/* dy in 3 terms: 3 planes; dx's tile by its own keys, its stages as many as fit sm_80 */
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"precision\": \"bf16x3\", \"tile\": "
 			      "{\"dx_m\": 64, \"dx_n\": 128, \"dx_k\": 64, \"dx_warps_m\": 2, \"dx_warps_n\": 2}");
-	plan_at(s, "sm_80", &p, LG_OK);
+	lg_test_plan(s, "sm_80", &p, LG_OK);
 	assert_false(p.early[1]);
 	f->geometry(&p, 0, &M, &d);
 	assert_true(d.block[0] == 128 && d.smem == 3 * (16384 + 16384) + 2 * 3 * 8192);
@@ -398,10 +381,20 @@ static void test_geometry(void **state)
 	f->geometry(&p, 1, &M, &d);
 	assert_true(d.block[0] == 256 && d.smem == 4 * (16384 + 8192) + 2 * 3 * 8192);
 	lg_spec_free(s);
+}
 
+/* Persistent dx CTAs (sm_90a), and one slice: no sum, no workspace. */
+static void test_geometry_persistent(void **state)
+{
+	(void)state;
+	const struct lg_family *f = lg_family_get(LG_OP_ROUTER_GEMM);
+	struct lg_launch_dim d;
+	struct lg_plan p;
+	int64_t M = 0;
+	lg_spec *s;
 	/* persistent dx (sm_90a): one CTA an SM, at most one a tile; not on mma.sync */
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_persistent\": 1}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_true(p.persistent[0] && !p.persistent[1] && p.per_sm[0] == 1);
 	assert_int_equal(p.tile[lg_family_key(f, "tile.dx_persistent")], 1);
 	M = 8192;
@@ -417,43 +410,53 @@ static void test_geometry(void **state)
 	M = 0;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 0);
-	plan_at(s, "sm_90", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_90", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "tile.dx_persistent"));
 	lg_spec_free(s);
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_true(!p.persistent[0] && p.tile[lg_family_key(f, "tile.dx_persistent")] == 0);
 	lg_spec_free(s);
 
 	/* one slice: no sum, no workspace */
 	s = parse("backward", "\"hidden\": 7168, \"experts\": 256, \"tile\": {\"split\": 1}");
 	for (int a = 0; a < 2; a++) {
-		plan_at(s, a ? "sm_90a" : "sm_90", &p, LG_OK);
+		lg_test_plan(s, a ? "sm_90a" : "sm_90", &p, LG_OK);
 		assert_int_equal(p.nentries, 2);
 		assert_int_equal(f->workspace(&p), 0);
 	}
 	lg_spec_free(s);
+}
 
+/* Tiles that do not fit or do not run (sm_80's shared memory, wgmma's tiles), clusters. */
+static void test_geometry_tiles(void **state)
+{
+	(void)state;
+	const struct lg_family *f = lg_family_get(LG_OP_ROUTER_GEMM);
+	struct lg_launch_dim d;
+	struct lg_plan p;
+	int64_t M = 0;
+	lg_spec *s;
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"m\": 256, \"n\": 256, \"k\": 64, "
 			     "\"warps_m\": 4, \"warps_n\": 2, \"stages\": 8}");
-	plan_at(s, "sm_80", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_80", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "shared memory"));
 	lg_spec_free(s);
 
 	/* the wgmma path: a 128x256 tile for a large GEMM, tiles it cannot run */
 	s = parse("forward", "\"hidden\": 8192, \"experts\": 8192");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_true(p.tile[lg_family_key(f, "tile.m")] == 128 && p.tile[lg_family_key(f, "tile.n")] == 256);
 	assert_int_equal(p.tmap[1].box[1], 256);
 	lg_spec_free(s);
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"k\": 32}");
-	plan_at(s, "sm_90a", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_90a", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "tile.k 64"));
-	plan_at(s, "sm_80", &p, LG_OK);
+	lg_test_plan(s, "sm_80", &p, LG_OK);
 	lg_spec_free(s);
 	/* a cluster of 2 along the tokens: whole clusters of row tiles, w's box halved */
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"cluster\": 2}");
-	plan_at(s, "sm_90a", &p, LG_OK);
+	lg_test_plan(s, "sm_90a", &p, LG_OK);
 	assert_int_equal(p.cluster[0], 2);
 	assert_true(p.tmap[0].box[1] == 128 && p.tmap[1].box[1] == 64);
 	M = 8192;
@@ -465,19 +468,19 @@ static void test_geometry(void **state)
 	M = 1;
 	f->geometry(&p, 0, &M, &d);
 	assert_int_equal(d.grid[0], 2 * 2);
-	plan_at(s, "sm_80", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_80", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "tile.cluster"));
 	lg_spec_free(s);
 	s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"cluster\": 2}");
-	plan_at(s, "sm_90a", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_90a", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "tile.cluster"));
 	lg_spec_free(s);
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"m\": 256}");
-	plan_at(s, "sm_90a", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_90a", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "tile.m 64 or 128"));
 	lg_spec_free(s);
 	s = parse("forward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"n\": 256, \"stages\": 8}");
-	plan_at(s, "sm_90a", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_90a", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "shared memory"));
 	lg_spec_free(s);
 }
@@ -594,7 +597,7 @@ static void test_small_smem(void **state)
 			const char *arch = a ? "sm_89" : "sm_86";
 			lg_spec *s = parse("backward", keys[i]);
 			struct lg_plan p;
-			plan_at(s, arch, &p, LG_OK);
+			lg_test_plan(s, arch, &p, LG_OK);
 			const int64_t M = 1000;
 			for (int e = 0; e < p.nentries; e++) {
 				struct lg_launch_dim d;
@@ -626,7 +629,7 @@ static void test_small_smem(void **state)
 		}
 	lg_spec *s = parse("backward", "\"hidden\": 2048, \"experts\": 256, \"tile\": {\"dx_n\": 256}");
 	struct lg_plan p;
-	plan_at(s, "sm_89", &p, LG_ERR_SPEC);
+	lg_test_plan(s, "sm_89", &p, LG_ERR_SPEC);
 	assert_non_null(strstr(lg_last_error(), "tile.dx_stages"));
 	lg_spec_free(s);
 }
@@ -671,6 +674,9 @@ int main(void)
 		cmocka_unit_test(test_shapes),
 		cmocka_unit_test(test_spec_checks),
 		cmocka_unit_test(test_geometry),
+		cmocka_unit_test(test_geometry_backward),
+		cmocka_unit_test(test_geometry_persistent),
+		cmocka_unit_test(test_geometry_tiles),
 		cmocka_unit_test(test_small_smem),
 		cmocka_unit_test(test_source),
 		cmocka_unit_test(test_candidates),

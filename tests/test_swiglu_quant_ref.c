@@ -27,6 +27,7 @@
 #include "numeric_ref.h"
 #include "ref.h"
 #include "swiglu_ref.h"
+#include "refcase.h"
 
 static lg_spec *parse(const char *op, const char *pass, const char *keys)
 {
@@ -49,14 +50,6 @@ static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t m)
 		assert_non_null(c->buf[i].host);
 	}
 	lg_ref_family_get(s->op)->describe(s, c);
-}
-
-static void case_free(struct lg_ref_case *c)
-{
-	for (int i = 0; i < c->n; i++) {
-		free(c->buf[i].host);
-		free(c->buf[i].slack);
-	}
 }
 
 static uint16_t bf(float v) { return lg_ref_f32_to_bf16(v); }
@@ -109,7 +102,7 @@ static void test_forward_by_hand(void **state)
 		assert_int_equal(c.buf[F_ST].count, 256); /* [1, 256] */
 		for (size_t i = 0; i < 256; i++)
 			assert_true(f32(&c, F_ST)[i] == sc);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 }
@@ -159,7 +152,7 @@ static void test_forward_layouts(void **state)
 	assert_true(lg_ref_e4m3_to_f32(u8(&c, F_QT)[200 * 3 + 0]) < lg_ref_e4m3_to_f32(u8(&c, F_QT)[200 * 3 + 2]));
 	/* zero feature 5 alone in its column block: the floor scale */
 	assert_true(f32(&c, F_ST)[5] == lg_ref_scale(0.0f, true));
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -195,7 +188,7 @@ static void test_backward_by_hand(void **state)
 	}
 	for (size_t j = 0; j < 256; j++)
 		assert_true(f32(&c, B_DXST)[j] == (j < 128 ? 1.0f / 448.0f : 1e-30f));
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -219,7 +212,7 @@ static void test_backward_values(void **state)
 	assert_true(f32(&c, B_DXS)[1] == (float)(2.0 * sg) / 448.0f);
 	assert_int_equal(((const uint16_t *)c.buf[B_DX].host)[0], bf((float)(sg * (1.0 + 2.0 * (1.0 - sg)))));
 	assert_int_equal(((const uint16_t *)c.buf[B_DX].host)[128], bf((float)(2.0 * sg)));
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -280,7 +273,7 @@ static void test_experts_layout(void **state)
 	}
 	for (size_t i = 5 * n; i < 9 * n; i++)
 		assert_int_equal(((const uint32_t *)st)[i], 0xffffffffu);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -318,7 +311,7 @@ static void test_experts_backward(void **state)
 			assert_int_equal(((const uint32_t *)c.buf[KB_DXST].host)[r * 256 + k], 0xffffffffu);
 	}
 	assert_int_equal(c.buf[KB_DP].cmp, LG_CMP_FP32);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 
@@ -385,7 +378,7 @@ static void test_fill(void **state)
 			assert_int_equal(c.buf[sc].slack[i], 0);
 		for (size_t i = 0; i < c.buf[stc].count; i++)
 			assert_int_equal(c.buf[stc].slack[i], 0);
-		case_free(&c);
+		lg_test_case_free(&c);
 		lg_spec_free(s);
 	}
 	/* K7 at one token */
@@ -396,7 +389,7 @@ static void test_fill(void **state)
 	lg_ref_family_get(s->op)->run(s, &c);
 	for (size_t i = 0; i < c.buf[B_DXS].count; i++)
 		assert_int_equal(c.buf[B_DXS].slack[i], 0);
-	case_free(&c);
+	lg_test_case_free(&c);
 	lg_spec_free(s);
 }
 

@@ -1,8 +1,8 @@
 /*
  * families.h - the list of kernel families: one line per family.
  *
- * X(name, NAME): gen/<name>.c defines `const struct lg_family
- * lg_family_<name>` and gen/<name>_ref.c `const struct lg_ref_family
+ * X(name, NAME): gen/families/<name>.c defines `const struct lg_family
+ * lg_family_<name>` and gen/ref/<name>_ref.c `const struct lg_ref_family
  * lg_ref_<name>`. The op enum (LG_OP_<NAME>), the op names and both
  * registries are made from this list, so a family cannot be half
  * registered: a missing definition does not link.

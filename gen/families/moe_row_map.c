@@ -214,41 +214,10 @@ static const char *source_type(const struct shape *k)
 	return k->routing == R_MASK ? unit_type(k) : k->routing == R_I64 ? "long long" : "int";
 }
 
-/* The workspace's parts, the slice bounds, the L2 loads of what other CTAs
- * wrote, the chunk's routing loaded into registers and made into bits. */
-static void emit_helpers(lg_buf *b, const struct shape *k)
+/* The chunk's routing into registers: lg_load. */
+static void emit_load_helper(lg_buf *b, const struct shape *k)
 {
 	const long long E = (long long)k->e;
-	lg_line(b, "#define CHUNK %lld // tokens a chunk", (long long)k->chunk);
-	lg_comment(b, "Tokens [*t0, *t1) of slice i of S.");
-	lg_line(b, "static __device__ __forceinline__ void lg_slice(i64 T, i64 S, i64 i, i64 *t0, i64 *t1)");
-	lg_open(b, "{");
-	lg_line(b, "*t0 = T * i / S;");
-	lg_line(b, "*t1 = T * (i + 1) / S;");
-	lg_close(b);
-	lg_comment(b, "Tokens of the chunk from c0 in a slice ending at t1 (0: past it).");
-	lg_line(b, "static __device__ __forceinline__ int lg_chunk_n(i64 c0, i64 t1)");
-	lg_open(b, "{");
-	lg_line(b, "return (int)(t1 - c0 < CHUNK ? (t1 > c0 ? t1 - c0 : 0) : CHUNK);");
-	lg_close(b);
-	lg_comment(b, "The count kernel's table: read at L2.");
-	if (k->e % 4 != 0) {
-		lg_line(b, "static __device__ __forceinline__ int lg_ld_l2(const int *p)");
-		lg_open(b, "{");
-		lg_line(b, "int v;");
-		lg_line(b, "asm volatile(\"ld.global.cg.b32 %%0, [%%1];\" : \"=r\"(v) : \"l\"(p) : \"memory\");");
-		lg_line(b, "return v;");
-		lg_close(b);
-	} else {
-		lg_line(b, "static __device__ __forceinline__ uint4 lg_ld4_l2(const int *p)");
-		lg_open(b, "{");
-		lg_line(b, "uint4 v;");
-		lg_line(b, "asm volatile(\"ld.global.cg.v4.u32 {%%0, %%1, %%2, %%3}, [%%4];\"");
-		lg_line(b, "\t     : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p) : \"memory\");");
-		lg_line(b, "return v;");
-		lg_close(b);
-	}
-	/* the chunk's routing into registers */
 	lg_comment(b, "The routing of tokens [c0, c0 + n) into registers, %d unit%s a thread", k->nr,
 		   k->nr > 1 ? "s" : "");
 	lg_comment(b, "(%s).", k->routing != R_MASK ? "top-k slots as experts, -1: none"
@@ -272,7 +241,12 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
 	}
 	lg_close(b);
 	lg_close(b);
-	/* registers to bits */
+}
+
+/* Registers to bits: lg_bits. */
+static void emit_bits_helper(lg_buf *b, const struct shape *k)
+{
+	const long long E = (long long)k->e;
 	lg_comment(b, "The chunk's bits: bit l of bits[h][e] set when token c0 + 32 h + l is routed to e.");
 	if (k->routing != R_MASK)
 		lg_comment(b, "Top-k slots or-ed in (a repeated expert counts once).");
@@ -326,6 +300,43 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
 	lg_close(b);
+}
+
+/* The workspace's parts, the slice bounds, the L2 loads of what other CTAs
+ * wrote, the chunk's routing loaded into registers and made into bits. */
+static void emit_helpers(lg_buf *b, const struct shape *k)
+{
+	lg_line(b, "#define CHUNK %lld // tokens a chunk", (long long)k->chunk);
+	lg_comment(b, "Tokens [*t0, *t1) of slice i of S.");
+	lg_line(b, "static __device__ __forceinline__ void lg_slice(i64 T, i64 S, i64 i, i64 *t0, i64 *t1)");
+	lg_open(b, "{");
+	lg_line(b, "*t0 = T * i / S;");
+	lg_line(b, "*t1 = T * (i + 1) / S;");
+	lg_close(b);
+	lg_comment(b, "Tokens of the chunk from c0 in a slice ending at t1 (0: past it).");
+	lg_line(b, "static __device__ __forceinline__ int lg_chunk_n(i64 c0, i64 t1)");
+	lg_open(b, "{");
+	lg_line(b, "return (int)(t1 - c0 < CHUNK ? (t1 > c0 ? t1 - c0 : 0) : CHUNK);");
+	lg_close(b);
+	lg_comment(b, "The count kernel's table: read at L2.");
+	if (k->e % 4 != 0) {
+		lg_line(b, "static __device__ __forceinline__ int lg_ld_l2(const int *p)");
+		lg_open(b, "{");
+		lg_line(b, "int v;");
+		lg_line(b, "asm volatile(\"ld.global.cg.b32 %%0, [%%1];\" : \"=r\"(v) : \"l\"(p) : \"memory\");");
+		lg_line(b, "return v;");
+		lg_close(b);
+	} else {
+		lg_line(b, "static __device__ __forceinline__ uint4 lg_ld4_l2(const int *p)");
+		lg_open(b, "{");
+		lg_line(b, "uint4 v;");
+		lg_line(b, "asm volatile(\"ld.global.cg.v4.u32 {%%0, %%1, %%2, %%3}, [%%4];\"");
+		lg_line(b, "\t     : \"=r\"(v.x), \"=r\"(v.y), \"=r\"(v.z), \"=r\"(v.w) : \"l\"(p) : \"memory\");");
+		lg_line(b, "return v;");
+		lg_close(b);
+	}
+	emit_load_helper(b, k);
+	emit_bits_helper(b, k);
 }
 
 /* The chunks of a batch (up to CACHE chunks from c0, within the slice's

@@ -540,11 +540,42 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_close(b);
 }
 
+/* The end of the backward's first kernel: the CTA's dw partial sums (of its row slots,
+ * in a fixed order) to its workspace row. */
+static void emit_dw_partials(lg_buf *b, const struct lg_plan *p)
+{
+	int64_t pieces = p->v[P_HIDDEN] / 8, h = p->v[P_HIDDEN];
+	int rows = (int)p->v[P_ROWS], threads = (int)p->v[P_THREADS];
+	if (rows > 1)
+		lg_comment(b, "Add the row slots' dw partials in a fixed order; one workspace row per CTA.");
+	else
+		lg_comment(b, "The CTA's dw partials to its workspace row.");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
+	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
+	lg_line(b, "if (c < %lld)", (long long)pieces);
+	if (rows > 1)
+		lg_line(b, "\tfor (int e = 0; e < 8; e++) dwp[slot * %lld + c * 8 + e] = acc[k][e];", (long long)h);
+	else
+		lg_line(b, "\tfor (int e = 0; e < 8; e++) dwp[c * 8 + e] = acc[k][e];");
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+	lg_open(b, "for (int col = threadIdx.x; col < %lld; col += %d) {", (long long)h, threads);
+	if (rows > 1) {
+		lg_line(b, "float sum = 0.0f;");
+		lg_line(b, "for (int sl = 0; sl < %d; sl++) sum += dwp[sl * %lld + col];", rows, (long long)h);
+		lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = sum;", (long long)h);
+	} else {
+		lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = dwp[col];", (long long)h);
+	}
+	lg_close(b);
+}
+
 /* The backward's first kernel: dx, and the CTA's dw partial sums. */
 static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int64_t pieces = p->v[P_HIDDEN] / 8, h = p->v[P_HIDDEN];
-	int rows = (int)p->v[P_ROWS], threads = (int)p->v[P_THREADS];
+	int threads = (int)p->v[P_THREADS];
 	lg_section(b, p->entry[0], "RMSNorm backward, dx and dw partials");
 	emit_ctas(b, p);
 	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", threads, (int)p->v[P_PER_SM]);
@@ -617,29 +648,7 @@ static void emit_backward_rows(lg_buf *b, const struct lg_spec *s, const struct 
 	lg_line(b, "\tlg_u32x4{o[0], o[1], o[2], o[3]});");
 	lg_close(b);
 	lg_close(b);
-	if (rows > 1)
-		lg_comment(b, "Add the row slots' dw partials in a fixed order; one workspace row per CTA.");
-	else
-		lg_comment(b, "The CTA's dw partials to its workspace row.");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int k = 0; k < %lld; k++) {", (long long)p->v[P_K]);
-	lg_line(b, "const int c = t + k * %lld;", (long long)p->v[P_LPR]);
-	lg_line(b, "if (c < %lld)", (long long)pieces);
-	if (rows > 1)
-		lg_line(b, "\tfor (int e = 0; e < 8; e++) dwp[slot * %lld + c * 8 + e] = acc[k][e];", (long long)h);
-	else
-		lg_line(b, "\tfor (int e = 0; e < 8; e++) dwp[c * 8 + e] = acc[k][e];");
-	lg_close(b);
-	lg_line(b, "__syncthreads();");
-	lg_open(b, "for (int col = threadIdx.x; col < %lld; col += %d) {", (long long)h, threads);
-	if (rows > 1) {
-		lg_line(b, "float sum = 0.0f;");
-		lg_line(b, "for (int sl = 0; sl < %d; sl++) sum += dwp[sl * %lld + col];", rows, (long long)h);
-		lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = sum;", (long long)h);
-	} else {
-		lg_line(b, "((float *)ws)[(i64)blockIdx.x * %lld + col] = dwp[col];", (long long)h);
-	}
-	lg_close(b);
+	emit_dw_partials(b, p);
 	lg_close(b);
 }
 

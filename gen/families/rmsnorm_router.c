@@ -568,53 +568,19 @@ static void emit_half_mma(lg_buf *b, int terms, unsigned a_off, unsigned b_off)
 		lg_close(b);
 }
 
-static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
-{
-	int bn = (int)p->v[P_BN], half = bn / 2, S = (int)p->v[P_STAGES], na = (int)p->v[P_NA];
-	int terms = (int)p->v[P_TERMS];
-	int64_t K = p->v[P_K], nct = (p->v[P_N] + bn - 1) / bn;
-	unsigned ab = 2u * WG_HALF * (unsigned)terms, sb = (unsigned)bn * 256u;
-	/* the last block's second half past hidden: not loaded, not multiplied */
-	const char *two = K % 128 != 0 && K % 128 <= 64 ? "kb + 1 < nkb" : NULL;
-	struct lg_gemm g = {.t = {.bm = WG_BM, .bn = half, .bk = 64, .stages = S}, .terms = 1};
-	lg_gemm90_emit_helpers(b, &g, "rt");
-	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
-	emit_store_a90(b, terms);
-	emit_fill_helpers(b, s, 4, 16, "lg_st_a90");
+/* The fused kernel's sizes (emit_fused90). */
+struct f90 {
+	int half, S, na, terms;
+	unsigned ab, sb; /* bytes of an A buffer, of a route_w stage */
+	const char *two; /* the condition for a block's second half, or NULL: always */
+};
 
-	lg_section(b, p->entry[0], "RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass");
-	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
-				WG_CLUSTER, WG_THREADS);
-	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
-	lg_line(b, "(void)part;");
-	lg_line(b, "(void)route_w;");
-	lg_line(b, "(void)qt;");
-	lg_line(b, "(void)st;");
-	lg_comment(b, "%d A buffers [%d term%s][2][64][128 B], %d route_w stages [2][%d][128 B] (at 1024-byte", na,
-		   terms, terms > 1 ? "s" : "", S, bn);
-	lg_comment(b, "boundaries), full[%d], empty[%d], the tile's reciprocal RMS [64].", S, S);
-	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
-	lg_line(b, "u8 *const abuf = ring, *const bbuf = ring + %u;", (unsigned)na * ab);
-	lg_line(b, "u64 *const full = (u64 *)(bbuf + %u), *const empty = full + %d;", (unsigned)S * sb, S);
-	lg_line(b, "float *const rs = (float *)(empty + %d);", S);
-	lg_comment(b, "A 64x%d tile of the logits (%lld column tile%s a row tile, adjacent: they share x in L2);",
-		   bn, (long long)nct, nct > 1 ? "s" : "");
-	lg_comment(b, "the first writes y, rms, q and s. Consumer thread: features 8 lb.. of rows");
-	lg_comment(b, "rg + 16 i, i < 4.");
-	emit_tile_vars(b, nct, WG_BM, bn, WG_CLUSTER);
-	lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster", WG_CLUSTER);
-	lg_line(b, "const int nkb = (int)((LG_K + 127) / 128); // blocks of 128 features");
-	lg_open(b, "if (threadIdx.x == 0) {");
-	lg_line(b, "lg_tma_prefetch(&tm_route_w);");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
-	lg_line(b, "lg_mbar_init(&full[s], 1);");
-	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp of the cluster", 8 * WG_CLUSTER);
-	lg_close(b);
-	lg_line(b, "lg_mbar_fence_init();");
-	lg_close(b);
-	lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
+/* 1. The producer thread: route_w's blocks by TMA, multicast to the cluster. */
+static void emit_f90_producer(lg_buf *b, const struct f90 *v)
+{
+	int half = v->half, S = v->S;
+	unsigned sb = v->sb;
+	const char *two = v->two;
 	lg_open(b, "if (threadIdx.x >= 256) {");
 	lg_comment(b, "Producer: one thread loads its half of route_w's block kb (two 64-feature");
 	lg_comment(b, "boxes, multicast to the cluster) into stage kb %% %d once both CTAs' consumers", S);
@@ -645,9 +611,14 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
 	lg_line(b, "return;");
 	lg_close(b);
+}
 
-	emit_sumsq(b, 4, 16, K / 8, "lg_bar_named(1, 256); // the consumers");
-
+/* 2. The consumer warpgroups' main loop: A made from x, then its wgmma groups. */
+static void emit_f90_consumer(lg_buf *b, const struct f90 *v)
+{
+	int half = v->half, S = v->S, na = v->na, terms = v->terms;
+	unsigned ab = v->ab, sb = v->sb;
+	const char *two = v->two;
 	lg_comment(b, "2. Consumer warpgroup wg: experts %d wg.. of the tile. Block kb: x's next block is", half);
 	lg_comment(b, "fetched, y made into A buffer kb %% %d (and y, q, s written), then, once both warpgroups", na);
 	lg_comment(b, "wrote it, its wgmma group issued; %s", na == 3 ? "one group kept in flight (so a buffer is"
@@ -701,6 +672,11 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "lg_wg_wait(0);");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");", half / 2);
+}
+
+/* 3. The logits from the accumulators. */
+static void emit_f90_logits(lg_buf *b, int half)
+{
 	lg_comment(b, "3. The logits: accumulator pairs (row, col), (row, col + 1).");
 	lg_line(b, "const i64 row = o0a + warp * 16 + (lane >> 2);");
 	lg_line(b, "#pragma unroll");
@@ -711,6 +687,62 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_line(b, "lg_store_f32(lo, M, LG_N, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);");
 	lg_close(b);
 	lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
+}
+
+static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
+{
+	int bn = (int)p->v[P_BN], half = bn / 2, S = (int)p->v[P_STAGES], na = (int)p->v[P_NA];
+	int terms = (int)p->v[P_TERMS];
+	int64_t K = p->v[P_K], nct = (p->v[P_N] + bn - 1) / bn;
+	unsigned ab = 2u * WG_HALF * (unsigned)terms, sb = (unsigned)bn * 256u;
+	/* the last block's second half past hidden: not loaded, not multiplied */
+	const char *two = K % 128 != 0 && K % 128 <= 64 ? "kb + 1 < nkb" : NULL;
+	struct lg_gemm g = {.t = {.bm = WG_BM, .bn = half, .bk = 64, .stages = S}, .terms = 1};
+	lg_gemm90_emit_helpers(b, &g, "rt");
+	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
+	emit_store_a90(b, terms);
+	emit_fill_helpers(b, s, 4, 16, "lg_st_a90");
+
+	lg_section(b, p->entry[0], "RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass");
+	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
+				WG_CLUSTER, WG_THREADS);
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
+	lg_line(b, "(void)part;");
+	lg_line(b, "(void)route_w;");
+	lg_line(b, "(void)qt;");
+	lg_line(b, "(void)st;");
+	lg_comment(b, "%d A buffers [%d term%s][2][64][128 B], %d route_w stages [2][%d][128 B] (at 1024-byte", na,
+		   terms, terms > 1 ? "s" : "", S, bn);
+	lg_comment(b, "boundaries), full[%d], empty[%d], the tile's reciprocal RMS [64].", S, S);
+	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
+	lg_line(b, "u8 *const abuf = ring, *const bbuf = ring + %u;", (unsigned)na * ab);
+	lg_line(b, "u64 *const full = (u64 *)(bbuf + %u), *const empty = full + %d;", (unsigned)S * sb, S);
+	lg_line(b, "float *const rs = (float *)(empty + %d);", S);
+	lg_comment(b, "A 64x%d tile of the logits (%lld column tile%s a row tile, adjacent: they share x in L2);",
+		   bn, (long long)nct, nct > 1 ? "s" : "");
+	lg_comment(b, "the first writes y, rms, q and s. Consumer thread: features 8 lb.. of rows");
+	lg_comment(b, "rg + 16 i, i < 4.");
+	emit_tile_vars(b, nct, WG_BM, bn, WG_CLUSTER);
+	lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster", WG_CLUSTER);
+	lg_line(b, "const int nkb = (int)((LG_K + 127) / 128); // blocks of 128 features");
+	lg_open(b, "if (threadIdx.x == 0) {");
+	lg_line(b, "lg_tma_prefetch(&tm_route_w);");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
+	lg_line(b, "lg_mbar_init(&full[s], 1);");
+	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp of the cluster", 8 * WG_CLUSTER);
+	lg_close(b);
+	lg_line(b, "lg_mbar_fence_init();");
+	lg_close(b);
+	lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
+	const struct f90 v = {half, S, na, terms, ab, sb, two};
+	emit_f90_producer(b, &v);
+
+	emit_sumsq(b, 4, 16, K / 8, "lg_bar_named(1, 256); // the consumers");
+
+	emit_f90_consumer(b, &v);
+	emit_f90_logits(b, half);
 	lg_close(b);
 }
 

@@ -121,33 +121,10 @@
  */
 #include <stdio.h>
 
-#include "family.h"
+#include "router_gemm.h"
 
 #include "error.h"
 #include "gemm_emit.h"
-
-enum {
-	K_HIDDEN,
-	K_EXPERTS,
-	K_PRECISION,
-	K_TILE,
-	K_TM,
-	K_TN,
-	K_TK,
-	K_STAGES,
-	K_WM,
-	K_WN,
-	K_SPLIT,
-	K_CLUSTER,
-	K_XM,
-	K_XN,
-	K_XK,
-	K_XS,
-	K_XWM,
-	K_XWN,
-	K_XP,
-	NKEYS
-};
 
 static const char *const precision_names[] = {"bf16", "bf16x2", "bf16x3", "tf32"};
 enum { PREC_TF32 = 3 }; /* dy rounded to tf32 (linghe's), as 2 bf16 terms */
@@ -208,27 +185,6 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 	[B_DW] = {"dw", LG_ARG_OPT_OUT, LG_ELEM_FP32, "experts, hidden", 16,
 		  "dy^T . x, deterministic (0: not computed)"},
 	[B_WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
-};
-
-/* Plan values. */
-enum {
-	P_BM, /* P_BM .. P_WN, P_SMEM: the forward's tile, or the backward's dw */
-	P_BN,
-	P_BK,
-	P_STAGES,
-	P_WM,
-	P_WN,
-	P_SPLIT,
-	P_K,
-	P_N,
-	P_TERMS,
-	P_BWD,
-	P_SMEM,
-	P_WG,
-	P_CLUSTER,
-	P_XTILE, /* the backward's dx tile (pack_tile) */
-	P_XSMEM,
-	P_XPERS /* dx on persistent CTAs (sm_90a) */
 };
 
 /* On sm_90a the forward runs on wgmma + TMA (gemm_emit.h, sm_90a path),
@@ -316,7 +272,7 @@ static int64_t pack_tile(const struct lg_gemm_tile *t)
 		v = v << 10 | f[i];
 	return v;
 }
-static struct lg_gemm_tile unpack_tile(int64_t v)
+struct lg_gemm_tile lg_router_gemm_unpack_tile(int64_t v)
 {
 	int f[6];
 	for (int i = 0; i < 6; i++, v >>= 10)
@@ -328,7 +284,7 @@ static struct lg_gemm_tile unpack_tile(int64_t v)
 /* The GEMMs of a spec: 0 the forward, or 1 dx and 2 dw; 3 dx and 4 dw on
  * the sm_90a path (dy fp32 by TMA, split into bf16 planes by the
  * consumers; w and x MN-major). */
-static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm_tile t)
+struct lg_gemm lg_router_gemm_of(const struct lg_spec *s, int which, struct lg_gemm_tile t)
 {
 	int64_t n = lg_spec_int(s, K_EXPERTS);
 	int dych = n % 4 == 0 ? 16 : 4; /* dy rows 16-byte aligned or not */
@@ -367,16 +323,13 @@ static struct lg_gemm gemm_of(const struct lg_spec *s, int which, struct lg_gemm
 	return g;
 }
 
-/* Row tiles a column sweep of the forward's raster covers. */
-#define RASTER 16
-
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	int split;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	for (int i = bwd ? 1 : 0; i <= (bwd ? 2 : 0); i++) {
 		struct lg_gemm_tile t = i == 1 ? dx_tile_of(s) : tile_of(s, &split);
-		struct lg_gemm g = gemm_of(s, i, t);
+		struct lg_gemm g = lg_router_gemm_of(s, i, t);
 		const char *why = lg_gemm_tile_problem(&g);
 		if (why)
 			return lg_spec_error(where,
@@ -444,7 +397,7 @@ static lg_status plan90(const struct lg_spec *s, const struct lg_target *t, stru
 	else if (n > 128 && (8192 / 128) * ((n + 255) / 256) >= 2 * 132)
 		tl.bn = 256;
 	spec_tile(s, &tl);
-	struct lg_gemm g = gemm_of(s, 0, tl);
+	struct lg_gemm g = lg_router_gemm_of(s, 0, tl);
 	g.cluster = lg_spec_has(s, K_CLUSTER) ? (int)lg_spec_int(s, K_CLUSTER) : 1;
 	lg_status st = fit90(s, t, &g, K_STAGES, "", &p->v[P_SMEM]);
 	if (st != LG_OK)
@@ -542,7 +495,7 @@ static lg_status plan90_bwd(const struct lg_spec *s, const struct lg_target *t, 
 	struct lg_gemm_tile tw = {.bm = n <= 64 ? 64 : 128, .bn = 128, .bk = 64, .stages = 8};
 	lg_gemm_tile_from_spec(s, &xk, &tx);
 	spec_tile(s, &tw);
-	struct lg_gemm gx = gemm_of(s, 3, tx), gw = gemm_of(s, 4, tw);
+	struct lg_gemm gx = lg_router_gemm_of(s, 3, tx), gw = lg_router_gemm_of(s, 4, tw);
 	lg_status st = fit90(s, t, &gx, K_XS, "dx_", &p->v[P_XSMEM]);
 	if (st == LG_OK)
 		st = fit90(s, t, &gw, K_STAGES, "", &p->v[P_SMEM]);
@@ -583,7 +536,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_XP] = 0;
 	int split;
 	static const int tkeys[5] = {K_TM, K_TN, K_STAGES, K_WM, K_WN}, xkeys[5] = {K_XM, K_XN, K_XS, K_XWM, K_XWN};
-	struct lg_gemm g = gemm_of(s, bwd ? 2 : 0, tile_of(s, &split));
+	struct lg_gemm g = lg_router_gemm_of(s, bwd ? 2 : 0, tile_of(s, &split));
 	lg_status st = fit(s, t, &g, tkeys, "stages", &p->v[P_SMEM]);
 	if (st != LG_OK)
 		return st;
@@ -595,7 +548,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 		return LG_OK;
 	}
-	struct lg_gemm gx = gemm_of(s, 1, dx_tile_of(s));
+	struct lg_gemm gx = lg_router_gemm_of(s, 1, dx_tile_of(s));
 	st = fit(s, t, &gx, xkeys, "dx_stages", &p->v[P_XSMEM]);
 	if (st != LG_OK)
 		return st;
@@ -621,7 +574,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 		return;
 	}
 	if (e == 0) { /* dx tiles (none at 0 tokens); persistent: at most one CTA an SM */
-		struct lg_gemm_tile x = unpack_tile(p->v[P_XTILE]);
+		struct lg_gemm_tile x = lg_router_gemm_unpack_tile(p->v[P_XTILE]);
 		d->grid[0] = cdiv(M, x.bm) * cdiv(K, x.bn);
 		unsigned cap = p->resident[0] ? p->resident[0] : SMS;
 		if (p->v[P_XPERS] && d->grid[0] > cap)
@@ -645,270 +598,6 @@ static size_t workspace(const struct lg_plan *p)
 	if (!p->v[P_BWD] || p->v[P_SPLIT] <= 1)
 		return 0;
 	return (size_t)p->v[P_SPLIT] * (size_t)p->v[P_N] * (size_t)p->v[P_K] * 4;
-}
-
-/* ------------------------------------------------------------ emission */
-
-static struct lg_gemm_tile plan_tile(const struct lg_plan *p)
-{
-	return (struct lg_gemm_tile){.bm = (int)p->v[P_BM], .bn = (int)p->v[P_BN], .bk = (int)p->v[P_BK],
-				     .warps_m = (int)p->v[P_WM], .warps_n = (int)p->v[P_WN],
-				     .stages = (int)p->v[P_STAGES]};
-}
-
-/* The static sizes as constants. */
-static void emit_dims(lg_buf *b, const struct lg_plan *p)
-{
-	lg_line(b, "#define LG_K %lldll // hidden", (long long)p->v[P_K]);
-	lg_line(b, "#define LG_N %lldll // experts", (long long)p->v[P_N]);
-}
-
-/* The kernel's head: the signature (with the tensor maps on the wgmma
- * path: one CTA an SM), shared memory. */
-static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const char *entry,
-		      const struct lg_gemm *g, int ctas, const char *what)
-{
-	lg_section(b, entry, what);
-	if (p->v[P_WG])
-		lg_emit_signature_tmaps(b, s, p, entry, "__launch_bounds__(%d, 1)", lg_gemm90_threads(&g->t));
-	else
-		lg_emit_signature(b, s, entry, "__launch_bounds__(%d, %d)", lg_gemm_threads(&g->t), ctas);
-	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(%d) u8 smem[];", p->v[P_WG] ? 1024 : 128);
-	lg_line(b, "(void)part;");
-	for (int i = 0; i < p->ntmaps; i++)
-		lg_line(b, "(void)tm_%s;", (p->v[P_BWD] ? bwd_args : fwd_args)[p->tmap[i].arg].name);
-}
-
-/* The forward's tile origin o0a, o0b of CTA blockIdx.x and its reduction
- * tiles kts: a grouped raster, RASTER row tiles at a time sweeping the
- * columns (with clusters: whole clusters of consecutive row tiles). */
-static void emit_raster(lg_buf *b, const struct lg_plan *p, const struct lg_gemm *g, const char *why)
-{
-	int64_t tn = (p->v[P_N] + g->t.bn - 1) / g->t.bn;
-	int cl = g->cluster > 1 ? g->cluster : 1;
-	lg_comment(b, "One CTA a %dx%d tile of the logits, %lld tile column%s; grouped raster: %d row tiles",
-		   g->t.bm, g->t.bn, (long long)tn, tn > 1 ? "s" : "", RASTER);
-	lg_comment(b, "at a time sweep the columns, so %s", why);
-	if (cl > 1) {
-		lg_comment(b, "Row tiles rounded up to whole clusters of %d: a cluster's CTAs are consecutive", cl);
-		lg_comment(b, "row tiles of one column (groups of whole clusters); one past M reads zeros, stores none.");
-		lg_line(b, "const i64 rows = ((M + %d) / %d + %d) / %d * %d, pid = blockIdx.x;", g->t.bm - 1, g->t.bm,
-			cl - 1, cl, cl);
-	} else {
-		lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g->t.bm - 1, g->t.bm);
-	}
-	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
-		(long long)(tn * RASTER));
-	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
-	lg_line(b, "const i64 o0a = (first + r %% gs) * %d, o0b = r / gs * %d;", g->t.bm, g->t.bn);
-	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", g->t.bk - 1, g->t.bk);
-}
-
-static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
-{
-	struct lg_gemm g = gemm_of(s, 0, plan_tile(p));
-	lg_section(b, "helpers for this spec", NULL);
-	emit_dims(b, p);
-	lg_gemm_emit_loaders(b, &g, "fw");
-	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
-	emit_head(b, s, p, p->entry[0], &g, 1, "router GEMM forward: logits fp32 = x . w^T");
-	emit_raster(b, p, &g, "a wave's x and w tiles stay in L2.");
-	lg_gemm_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
-	lg_gemm_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
-	lg_close(b);
-}
-
-static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
-{
-	struct lg_gemm g = gemm_of(s, 0, plan_tile(p));
-	lg_section(b, "helpers for this spec", NULL);
-	emit_dims(b, p);
-	lg_gemm90_emit_helpers(b, &g, "fw");
-	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
-	lg_section(b, p->entry[0], "router GEMM forward (wgmma, TMA): logits fp32 = x . w^T");
-	g.cluster = (int)p->v[P_CLUSTER];
-	if (g.cluster > 1)
-		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
-					g.cluster, lg_gemm90_threads(&g.t));
-	else
-		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_gemm90_threads(&g.t));
-	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
-	lg_line(b, "(void)part;");
-	lg_line(b, "(void)x;");
-	lg_line(b, "(void)w;");
-	emit_raster(b, p, &g, "x is read from memory once and w stays in L2.");
-	lg_gemm90_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
-	lg_gemm90_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
-	lg_close(b);
-}
-
-/* The CTAs of dx an SM should hold (__launch_bounds__' minimum, which caps
- * the registers): 16 warps an SM in all, as shared memory allows (228 KB an
- * SM, 1 KB reserved a CTA); a tile's reduction is short (the experts), so
- * that CTAs of smaller tiles overlap one's prologue with another's mma. */
-static int dx_ctas(const struct lg_gemm *g, unsigned smem)
-{
-	int warps = lg_gemm_threads(&g->t) / 32, n = 16 / warps;
-	while (n > 1 && (unsigned)n * (smem + 1024u) > 228u * 1024u)
-		n--;
-	return n < 1 ? 1 : n;
-}
-
-static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
-{
-	bool wg = p->v[P_WG];
-	struct lg_gemm gx = gemm_of(s, wg ? 3 : 1, unpack_tile(p->v[P_XTILE]));
-	struct lg_gemm gw = gemm_of(s, wg ? 4 : 2, plan_tile(p));
-	int split = (int)p->v[P_SPLIT];
-	lg_section(b, "helpers for this spec", NULL);
-	emit_dims(b, p);
-	if (wg) {
-		lg_gemm90_emit_helpers(b, &gx, "dx");
-		lg_gemm90_emit_helpers(b, &gw, "dw");
-	} else {
-		lg_gemm_emit_loaders(b, &gx, "dx");
-		lg_gemm_emit_loaders(b, &gw, "dw");
-	}
-	lg_gemm_emit_store_f32(b, "lg_store_f32", true);
-	lg_comment(b, "Store of a bf16 pair (row, col), (row, col + 1) of dx [M, K] (K even).");
-	lg_line(b, "static __device__ __forceinline__ void");
-	lg_head(b, "lg_store_dx", "u8 *out, i64 rows, i64 row, i64 col, float v0, float v1");
-	lg_open(b, "{");
-	lg_line(b, "if (row >= rows || col >= LG_K) return;");
-	lg_line(b, "*(u32 *)(out + (row * LG_K + col) * 2) = lg_pack_bf16x2(v0, v1);");
-	lg_close(b);
-
-	int64_t xcols = (p->v[P_K] + gx.t.bn - 1) / gx.t.bn;
-	emit_head(b, s, p, p->entry[0], &gx, wg ? 1 : dx_ctas(&gx, (unsigned)p->v[P_XSMEM]),
-		  wg ? "router GEMM backward (wgmma, TMA): dx = dy . w" : "router GEMM backward: dx = dy . w");
-	lg_comment(b, "One CTA a %dx%d tile of dx (%lld a row of %d tokens: they share dy's rows in L2),",
-		   gx.t.bm, gx.t.bn, (long long)xcols, gx.t.bm);
-	lg_comment(b, "reduction over the experts; dy as %d bf16 term%s.", gx.terms, gx.terms > 1 ? "s" : "");
-	lg_line(b, "(void)x;");
-	lg_line(b, "(void)dw;");
-	lg_line(b, "(void)ws;");
-	if (p->early[1]) {
-		lg_comment(b, "dw (independent of dx) may be scheduled once every CTA of this grid runs.");
-		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
-	}
-	lg_line(b, "if (!dx) return;");
-	const char *store = "lg_store_dx((u8 *)dx, M, ";
-	if (p->v[P_XPERS]) {
-		lg_comment(b, "Persistent: CTA blockIdx.x takes tiles blockIdx.x, + gridDim.x, ...");
-		lg_line(b, "const i64 tiles = (M + %d) / %d * %lld;", gx.t.bm - 1, gx.t.bm, (long long)xcols);
-		lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
-		lg_gemm90_emit_tiles(b, &gx, "dx", "tiles", xcols, "0", "kts");
-		lg_gemm90_emit_epilogue(b, &gx, "o0a", "o0b", store);
-		lg_gemm90_emit_tiles_end(b);
-	} else {
-		lg_line(b, "const i64 t = blockIdx.x;");
-		lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)xcols, gx.t.bm,
-			(long long)xcols, gx.t.bn);
-		lg_line(b, "const i64 kts = (LG_N + %d) / %d;", gx.t.bk - 1, gx.t.bk);
-		if (wg) {
-			lg_gemm90_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-			lg_gemm90_emit_epilogue(b, &gx, "o0a", "o0b", store);
-		} else {
-			lg_gemm_emit_mainloop(b, &gx, "dx", "o0a", "o0b", "0", "kts");
-			lg_gemm_emit_epilogue(b, &gx, "o0a", "o0b", store);
-		}
-	}
-	lg_close(b);
-
-	int64_t cols = (p->v[P_K] + gw.t.bn - 1) / gw.t.bn, tw = (p->v[P_N] + gw.t.bm - 1) / gw.t.bm * cols;
-	emit_head(b, s, p, p->entry[1], &gw, 1,
-		  wg ? "router GEMM backward (wgmma, TMA): dw = dy^T . x" : "router GEMM backward: dw = dy^T . x");
-	lg_comment(b, "%lld tiles of %dx%d x %d token slice%s; slice z adds its share of the token tiles (none",
-		   (long long)tw, gw.t.bm, gw.t.bn, split, split > 1 ? "s" : "");
-	lg_comment(b, "at 0 tokens: zeros) and %s. dy as %d bf16 term%s.",
-		   split > 1 ? "writes its partial [N][K] to the workspace" : "writes dw", gw.terms,
-		   gw.terms > 1 ? "s" : "");
-	lg_line(b, "(void)w;");
-	lg_line(b, "(void)dx;");
-	if (split == 1)
-		lg_line(b, "(void)ws;");
-	if (p->early[1]) {
-		lg_comment(b, "Launched early (beside dx's last wave): this grid completes only after dx's, so");
-		lg_comment(b, "that what follows on the stream finds dx written.");
-		lg_open(b, "if (!dw) {");
-		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
-		lg_line(b, "return;");
-		lg_close(b);
-	} else {
-		lg_line(b, "if (!dw) return;");
-	}
-	lg_line(b, "const i64 t = (i64)blockIdx.x %% %lld, z = (i64)blockIdx.x / %lld;", (long long)tw,
-		(long long)tw);
-	lg_line(b, "const i64 o0a = t / %lld * %d, o0b = t %% %lld * %d;", (long long)cols, gw.t.bm,
-		(long long)cols, gw.t.bn);
-	if (split > 1)
-		lg_line(b, "const i64 kts = (M + %d) / %d, per = (kts + %d) / %d;", gw.t.bk - 1, gw.t.bk,
-			split - 1, split);
-	else
-		lg_line(b, "const i64 kts = (M + %d) / %d, per = kts;", gw.t.bk - 1, gw.t.bk);
-	lg_line(b, "const i64 kt0 = z * per < kts ? z * per : kts;");
-	lg_line(b, "const i64 kt1 = kt0 + per < kts ? kt0 + per : kts;");
-	if (wg)
-		lg_gemm90_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
-	else
-		lg_gemm_emit_mainloop(b, &gw, "dw", "o0a", "o0b", "kt0", "kt1");
-	store = "lg_store_f32((float *)dw, LG_N, LG_K, ";
-	if (split > 1) {
-		lg_line(b, "float *const part_out = (float *)ws + z * LG_N * LG_K;");
-		store = "lg_store_f32(part_out, LG_N, LG_K, ";
-	}
-	if (wg)
-		lg_gemm90_emit_epilogue(b, &gw, "o0a", "o0b", store);
-	else
-		lg_gemm_emit_epilogue(b, &gw, "o0a", "o0b", store);
-	if (p->early[1])
-		lg_line(b, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
-	lg_close(b);
-	if (split == 1)
-		return;
-
-	lg_section(b, p->entry[2], "router GEMM backward: dw = the slices' partials, in order");
-	lg_comment(b, "Four values a thread (N K is a multiple of 8); the same order every run.");
-	if (wg) /* every entry takes the tensor maps */
-		lg_emit_signature_tmaps(b, s, p, p->entry[2], "__launch_bounds__(256)");
-	else
-		lg_emit_signature(b, s, p->entry[2], "__launch_bounds__(256)");
-	lg_open(b, "{");
-	for (int i = 0; i < p->ntmaps; i++)
-		lg_line(b, "(void)tm_%s;", bwd_args[p->tmap[i].arg].name);
-	lg_line(b, "(void)dy;");
-	lg_line(b, "(void)x;");
-	lg_line(b, "(void)w;");
-	lg_line(b, "(void)dx;");
-	lg_line(b, "(void)M;");
-	lg_line(b, "(void)part;");
-	lg_line(b, "const i64 i = ((i64)blockIdx.x * 256 + threadIdx.x) * 4;");
-	lg_line(b, "if (!dw || i >= LG_N * LG_K) return;");
-	lg_line(b, "const float *const p = (const float *)ws + i;");
-	lg_line(b, "float4 v = *(const float4 *)p;");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int z = 1; z < %d; z++) {", split);
-	lg_line(b, "const float4 u = *(const float4 *)(p + z * LG_N * LG_K);");
-	lg_line(b, "v.x += u.x;");
-	lg_line(b, "v.y += u.y;");
-	lg_line(b, "v.z += u.z;");
-	lg_line(b, "v.w += u.w;");
-	lg_close(b);
-	lg_line(b, "*(float4 *)((float *)dw + i) = v;");
-	lg_close(b);
-}
-
-static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
-{
-	(void)t;
-	if (p->v[P_BWD])
-		emit_backward(b, s, p);
-	else if (p->v[P_WG])
-		emit_forward90(b, s, p);
-	else
-		emit_forward(b, s, p);
 }
 
 /* Candidates from rows of values of keys key[0..nk). */
@@ -1001,7 +690,7 @@ const struct lg_family lg_family_router_gemm = {
 		[LG_PASS_BACKWARD] = {1, sizes, B_NARGS, bwd_args, doc_backward}},
 	.validate = validate,
 	.plan = plan,
-	.emit = emit,
+	.emit = lg_router_gemm_emit,
 	.geometry = geometry,
 	.workspace = workspace,
 	.candidates = candidates,

@@ -51,3 +51,15 @@ def library_version():
     """The version of the loaded liblingen (equal to __version__)."""
     from . import _lib
     return _lib.load().lg_version().decode()
+
+
+def __getattr__(name):
+    """lingen.<op> of a family pass that lingen.ops does not wrap by hand:
+    made from its declaration (lingen._generic) on first use."""
+    if not name.startswith("_"):
+        from . import ops
+        try:
+            return getattr(ops, name)
+        except AttributeError:
+            pass
+    raise AttributeError(f"module 'lingen' has no attribute {name!r}")

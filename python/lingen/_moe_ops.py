@@ -1,7 +1,7 @@
 """The MoE ops (docs/kernels.md K4, K5, K4b): the padded row map, dispatch and
 combine, and the fused permute + FP8; re-exported by lingen.ops (see its
 docstring for the arguments every op takes)."""
-from . import _core, _families
+from . import _core, _families, _generic
 from ._core import call
 from ._core import quant_options as _quant
 
@@ -125,7 +125,7 @@ def moe_permute(x, row_id_map, offsets, counts, probs=None, x_scale=None, *, top
              _moe(top_k, multiple, tile, round_scale=round_scale), out=out,
              skip=() if probs is not None else ("out_probs",), stream=stream, context=context,
              alloc=alloc)
-    return r["out"], r["out_scale"], r["out_probs"]
+    return _generic.outputs("moe_permute", "forward", r)
 
 
 def moe_permute_backward(dout, row_id_map, dout_probs=None, *, top_k, multiple=None, tile=None,
@@ -139,7 +139,7 @@ def moe_permute_backward(dout, row_id_map, dout_probs=None, *, top_k, multiple=N
              _moe(top_k, multiple, tile), out=out,
              skip=() if dout_probs is not None else ("dprobs",), stream=stream, context=context,
              alloc=alloc)
-    return r["dx"], r["dprobs"]
+    return _generic.outputs("moe_permute", "backward", r)
 
 
 def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=None, weighted=None, tile=None,
@@ -157,7 +157,7 @@ def moe_unpermute(g, row_id_map, probs=None, *, top_k, multiple=None, weighted=N
              _moe(top_k, multiple, tile, weighted=weighted), out=out,
              skip=() if probs is not None else ("restore_probs",), stream=stream, context=context,
              alloc=alloc)
-    return r["out"], r["restore_probs"]
+    return _generic.outputs("moe_unpermute", "forward", r)
 
 
 def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=None, probs=None, *,
@@ -177,7 +177,7 @@ def moe_unpermute_backward(dout, row_id_map, offsets, counts, drestore=None, g=N
               "counts": counts, "g": g if weighted else None, "probs": probs if weighted else None},
              _moe(top_k, multiple, tile, weighted=weighted), out=out,
              skip=() if want else ("dprobs",), stream=stream, context=context, alloc=alloc)
-    return r["dg"], r["dprobs"]
+    return _generic.outputs("moe_unpermute", "backward", r)
 
 
 def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multiple=None,
@@ -198,4 +198,4 @@ def moe_permute_quant(x, row_index, padded_counts, probs=None, *, top_k, multipl
              _quant(round_scale, output, **_moe(top_k, multiple, tile)),
              out=out, skip=() if probs is not None else ("out_probs",), stream=stream,
              context=context, alloc=alloc)
-    return r["q"], r["s"], r["qt"], r["st"], r["out_probs"]
+    return _generic.outputs("moe_permute_quant", "forward", r)

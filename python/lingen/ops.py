@@ -19,7 +19,7 @@ A spec option whose default is None (eps, round_scale, output, ...) takes
 the family's declared default (lingen.families()[op].key(path).default,
 listed by `lingen help OP`): no default is written here.
 """
-from . import _core, _families
+from . import _core, _families, _generic
 from ._core import call
 from ._core import quant_options as _quant
 from ._moe_ops import (_multiple, _routing_arg, _routing_kind, _uses, moe_permute,  # noqa: F401
@@ -42,7 +42,7 @@ def rmsnorm_quant(x, w, eps=None, *, round_scale=None, output=None, tile=None, o
     r = call("lingen.rmsnorm_quant", "rmsnorm_quant", "forward", {"x": x, "w": w},
              _quant(round_scale, output, eps=eps, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["q"], r["s"], r["rms"], r["qt"], r["st"]
+    return _generic.outputs("rmsnorm_quant", "forward", r)
 
 
 def rmsnorm(x, w, eps=None, *, rms=True, tile=None, out=None, stream=None, context=None,
@@ -54,7 +54,7 @@ def rmsnorm(x, w, eps=None, *, rms=True, tile=None, out=None, stream=None, conte
              {"eps": eps, "tile": tile}, out=out,
              skip=() if _core.check_flag("lingen.rmsnorm", "rms", rms) else ("rms",),
              stream=stream, context=context, alloc=alloc)
-    return r["y"], r["rms"]
+    return _generic.outputs("rmsnorm", "forward", r)
 
 
 def rmsnorm_backward(dy, x, w, eps=None, rms=None, *, tile=None, out=None, stream=None,
@@ -66,7 +66,7 @@ def rmsnorm_backward(dy, x, w, eps=None, rms=None, *, tile=None, out=None, strea
     r = call("lingen.rmsnorm_backward", "rmsnorm", "backward",
              {"dy": dy, "x": x, "w": w, "rms": rms}, {"eps": eps, "tile": tile},
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["dx"], r["dw"]
+    return _generic.outputs("rmsnorm", "backward", r)
 
 
 def fp8_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=None,
@@ -77,7 +77,7 @@ def fp8_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=N
     r = call("lingen.fp8_quant", "fp8_quant", "forward", {"x": x},
              _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["q"], r["s"], r["qt"], r["st"]
+    return _generic.outputs("fp8_quant", "forward", r)
 
 
 def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, out=None,
@@ -97,7 +97,7 @@ def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, ou
     r = call("lingen.fp8_quant_batched", "fp8_quant_batched", "forward",
              {"x": x, "counts": counts}, _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["q"], r["s"], r["qt"], r["st"]
+    return _generic.outputs("fp8_quant_batched", "forward", r)
 
 
 def fp8_quant_weight(w, *, round_scale=None, tile=None, out=None, stream=None, context=None,
@@ -109,7 +109,7 @@ def fp8_quant_weight(w, *, round_scale=None, tile=None, out=None, stream=None, c
     r = call("lingen.fp8_quant_weight", "fp8_quant_weight", "forward", {"w": w},
              {"quant.round_scale": round_scale, "tile": tile},
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["q"], r["s"]
+    return _generic.outputs("fp8_quant_weight", "forward", r)
 
 
 # ------------------------------------------------- q/k norm + RoPE (K2)
@@ -244,7 +244,7 @@ def group_rmsnorm_gate(x, gate, w, eps=None, *, groups=None, transpose=None, sha
              {"x": x, "gate": gate, "w": w},
              _gate_options(x, w, eps, groups, transpose, shared_weight, tile),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["y"]
+    return _generic.outputs("group_rmsnorm_gate", "forward", r)
 
 
 def group_rmsnorm_gate_backward(dy, x, gate, w, eps=None, *, groups=None, transpose=None,
@@ -258,7 +258,7 @@ def group_rmsnorm_gate_backward(dy, x, gate, w, eps=None, *, groups=None, transp
              {"dy": dy, "x": x, "gate": gate, "w": w},
              _gate_options(x, w, eps, groups, transpose, shared_weight, tile),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["dx"], r["dgate"], r["dw"]
+    return _generic.outputs("group_rmsnorm_gate", "backward", r)
 
 
 # ------------------------------------------------ SwiGLU + FP8 (K7, K6)
@@ -274,7 +274,7 @@ def swiglu_quant(x, *, round_scale=None, output=None, tile=None, out=None, strea
     r = call("lingen.swiglu_quant", "swiglu_quant", "forward", {"x": x},
              _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["q"], r["s"], r["qt"], r["st"]
+    return _generic.outputs("swiglu_quant", "forward", r)
 
 
 def swiglu_quant_backward(g, x, *, round_scale=None, output=None, dx_bf16=None, tile=None,
@@ -309,7 +309,7 @@ def batch_swiglu_quant(x, prob, counts, *, round_scale=None, output=None, tile=N
              {"x": x, "prob": prob, "counts": counts},
              _quant(round_scale, output, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["q"], r["s"], r["qt"], r["st"]
+    return _generic.outputs("batch_swiglu_quant", "forward", r)
 
 
 def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=None, dx_bf16=None, tile=None,
@@ -437,7 +437,7 @@ def router_gemm(x, w, *, tile=None, out=None, stream=None, context=None, alloc=N
     triton_fp32_gemm, for any tokens, experts and hidden a multiple of 8."""
     r = call("lingen.router_gemm", "router_gemm", "forward", {"x": x, "w": w}, {"tile": tile},
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["logits"]
+    return _generic.outputs("router_gemm", "forward", r)
 
 
 def router_gemm_backward(dy, x, w, *, precision=None, dx=True, dw=True, tile=None, out=None,
@@ -455,7 +455,7 @@ def router_gemm_backward(dy, x, w, *, precision=None, dx=True, dw=True, tile=Non
     r = call("lingen.router_gemm_backward", "router_gemm", "backward",
              {"dy": dy, "x": x, "w": w}, {"precision": precision, "tile": tile}, out=out, skip=skip,
              stream=stream, context=context, alloc=alloc)
-    return r["dx"], r["dw"]
+    return _generic.outputs("router_gemm", "backward", r)
 
 
 def rmsnorm_router(x, w, route_w, eps=None, *, precision=None, round_scale=None, output=None,
@@ -478,4 +478,30 @@ def rmsnorm_router(x, w, route_w, eps=None, *, precision=None, round_scale=None,
              {"x": x, "w": w, "route_w": route_w},
              _quant(round_scale, output, eps=eps, precision=precision, tile=tile),
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["y"], r["rms"], r["logits"], r["q"], r["s"], r["qt"], r["st"]
+    return _generic.outputs("rmsnorm_router", "forward", r)
+
+
+# ------------------------------------------ every other family pass, generated
+
+# The ops above are wrapped by hand for their return conventions (linghe's
+# argument orders and flags); cross_entropy's forward by its launch forms.
+BY_HAND = frozenset(n for n in dir() if not n.startswith("_")
+                    and callable(globals()[n])) | {"cross_entropy"}
+
+
+def generated():
+    """The names of the ops made from the declarations alone
+    (lingen._generic): the family passes no op above wraps."""
+    from . import _generic
+    return sorted(_generic.generated(BY_HAND))
+
+
+def __getattr__(name):
+    from . import _generic, _lib
+    try:
+        f = _generic.lookup(name, BY_HAND) if not name.startswith("_") else None
+    except _lib.LibraryError as e:  # no library: no declarations to make ops from
+        raise AttributeError(f"module 'lingen.ops' has no attribute {name!r} ({e})") from None
+    if f is None:
+        raise AttributeError(f"module 'lingen.ops' has no attribute {name!r}")
+    return f

@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from .. import _core, _families
+from .. import _core, _families, _generic
 from .._arrays import torch_elems
 from ..ops import _uses
 
@@ -39,58 +39,13 @@ def declared(op):
                                 for n, d in f.__kwdefaults__.items()}
         return f
     return deco
-_SCALAR = {"number": "float", "bool": "bool", "enum": "str", "int": "int"}
 
 
-def _scalar_keys(fam, decl):
-    """The spec keys an op takes as keyword arguments: every scalar key
-    that is not a tile, nor a shape the pass's inputs show as a dimension of
-    their own (qk_norm_rope's q_heads and kv_heads, in qkv's last dimension
-    only as an expression, are keyword arguments of its forward). Inputs
-    some specs leave unused (moe_row_map's mask or top-k) bind nothing."""
-    skip = _maybe_unused(fam, decl)
-    bound = {_families.bare_name(d) for a in decl.args if a.is_input and a.name not in skip
-             for d in a.dims}
-    return [k for k in fam.keys
-            if k.type in _SCALAR and not k.tile and not (k.shape and k.path in bound)]
-
-
-def _maybe_unused(fam, decl):
-    """The inputs of a pass that some spec does not use (the family's
-    uses() clears them: moe_permute's x_scale for bf16, moe_row_map's
-    routing arrays but one): probed over the dtypes and the values of the
-    enum and bool keys (at most 64 combinations) at the smallest shape.
-    They are optional tensors of the torch op."""
-    key = (fam.op, decl.name)
-    got = _unused_cache.get(key)
-    if got is not None:
-        return got
-    combos = [{"dtype": d} for d in fam.dtypes]
-    for k in fam.keys:
-        if k.tile or k.type not in ("enum", "bool"):
-            continue
-        values = list(k.values) if k.type == "enum" else [False, True]
-        if len(combos) * len(values) > 64:
-            break
-        combos = [dict(c, **{k.path: v}) for c in combos for v in values]
-    names = set()
-    for c in combos:
-        spec = {"op": fam.op, "pass": decl.name, "dtype": c.pop("dtype")}
-        for k in fam.keys:
-            if k.shape:
-                _core._set_path(spec, k.path, k.min)
-        for path, v in c.items():
-            _core._set_path(spec, path, v)
-        try:
-            sp = _core.Spec(spec)
-        except _core.SpecError:
-            continue
-        names |= {a.name for a in decl.args if a.role == "in" and not sp.arg_used(a.index)}
-    got = _unused_cache[key] = frozenset(names)
-    return got
-
-
-_unused_cache = {}
+# which keys an op takes, and which inputs some spec leaves unused: the same
+# rules as lingen's own generated ops (lingen._generic)
+_SCALAR = _generic.SCALAR
+_scalar_keys = _generic.scalar_keys
+_maybe_unused = _generic.maybe_unused
 
 
 def _param(path):

@@ -1,0 +1,179 @@
+"""The ops read off the family declarations (lingen.families()): for every
+family pass that lingen.ops does not wrap by hand, lingen.<op> (the
+forward) or lingen.<op>_<pass> takes the pass's inputs positionally in
+declared order, its scalar spec keys as keyword arguments (the declared
+defaults), then tile=, out=, stream=, context=, alloc= as every op does,
+and returns its outputs in declared order (one output: itself; an output
+the call does not produce: None). A new family gets its op with no Python
+written; lingen.torch registers its torch op from the same rules
+(scalar_keys, maybe_unused).
+"""
+import inspect
+
+from . import _core, _families
+
+# the torch schema types of the key types an op takes as keyword arguments
+SCALAR = {"number": "float", "bool": "bool", "enum": "str", "int": "int"}
+_COMMON = ("tile", "out", "stream", "context", "alloc")
+
+
+def scalar_keys(fam, decl):
+    """The spec keys an op takes as keyword arguments: every scalar key
+    that is not a tile, nor a shape the pass's inputs show as a dimension of
+    their own (qk_norm_rope's q_heads and kv_heads, in qkv's last dimension
+    only as an expression, are keyword arguments of its forward). Inputs
+    some specs leave unused (moe_row_map's mask or top-k) bind nothing."""
+    skip = maybe_unused(fam, decl)
+    bound = {_families.bare_name(d) for a in decl.args if a.is_input and a.name not in skip
+             for d in a.dims}
+    return [k for k in fam.keys
+            if k.type in SCALAR and not k.tile and not (k.shape and k.path in bound)]
+
+
+def maybe_unused(fam, decl):
+    """The inputs of a pass that some spec does not use (the family's
+    uses() clears them: moe_permute's x_scale for bf16, moe_row_map's
+    routing arrays but one): probed over the dtypes and the values of the
+    enum and bool keys (at most 64 combinations) at the smallest shape.
+    They are optional arguments of the op."""
+    key = (fam.op, decl.name)
+    got = _unused_cache.get(key)
+    if got is not None:
+        return got
+    combos = [{"dtype": d} for d in fam.dtypes]
+    for k in fam.keys:
+        if k.tile or k.type not in ("enum", "bool"):
+            continue
+        values = list(k.values) if k.type == "enum" else [False, True]
+        if len(combos) * len(values) > 64:
+            break
+        combos = [dict(c, **{k.path: v}) for c in combos for v in values]
+    names = set()
+    for c in combos:
+        spec = {"op": fam.op, "pass": decl.name, "dtype": c.pop("dtype")}
+        for k in fam.keys:
+            if k.shape:
+                _core._set_path(spec, k.path, k.min)
+        for path, v in c.items():
+            _core._set_path(spec, path, v)
+        try:
+            sp = _core.Spec(spec)
+        except _core.SpecError:
+            continue
+        names |= {a.name for a in decl.args if a.role == "in" and not sp.arg_used(a.index)}
+    got = _unused_cache[key] = frozenset(names)
+    return got
+
+
+_unused_cache = {}
+
+
+def op_name(op, pass_):
+    """The Python name of a family pass: the op for the forward, else
+    op_pass (rmsnorm, rmsnorm_backward)."""
+    return op if pass_ == "forward" else f"{op}_{pass_}"
+
+
+def _param_names(fam, keys):
+    """{key path: parameter name}: the path's last part (round_scale for
+    quant.round_scale) unless two keys share it, then the path with '_'."""
+    last = [k.path.rsplit(".", 1)[-1] for k in fam.keys]
+    return {k.path: (k.path.rsplit(".", 1)[-1] if last.count(k.path.rsplit(".", 1)[-1]) == 1
+                     else k.path.replace(".", "_")) for k in keys}
+
+
+def _default(k):
+    if k.default is None:
+        return None
+    return float(k.default) if k.type == "number" else k.default
+
+
+def make(op, pass_):
+    """The generic op of one family pass (see the module's comment)."""
+    fam = _families.families()[op]
+    decl = fam.passes[pass_]
+    if any(a.role == "list" for a in decl.args):
+        raise TypeError(f"lingen: {op} {pass_} takes a tensor list: see lingen.lists")
+    name = op_name(op, pass_)
+    fn = f"lingen.{name}"
+    ins = [a for a in decl.args if a.is_input]
+    outs = [a for a in decl.args if a.is_output]
+    maybe = maybe_unused(fam, decl)
+    opt = [a.role == "optional_in" or a.name in maybe for a in ins]
+    keys = scalar_keys(fam, decl)
+    pnames = _param_names(fam, keys)
+    P = inspect.Parameter
+    params = [P(a.name, P.POSITIONAL_OR_KEYWORD, default=None if all(opt[i:]) else P.empty)
+              for i, a in enumerate(ins)]
+    params += [P(pnames[k.path], P.KEYWORD_ONLY, default=_default(k)) for k in keys]
+    params += [P(n, P.KEYWORD_ONLY, default=None) for n in _COMMON]
+    sig = inspect.Signature(params)
+    renamed = {path: p for path, p in pnames.items() if p != path}
+
+    def generic(*args, **kwargs):
+        try:
+            b = sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError(f"{fn}: {e}") from None
+        b.apply_defaults()
+        v = b.arguments
+        options = {k.path: v[pnames[k.path]] for k in keys if v[pnames[k.path]] is not None}
+        if v["tile"] is not None:
+            options["tile"] = v["tile"]
+        r = _core.call(fn, op, pass_, {a.name: v[a.name] for a in ins}, options, out=v["out"],
+                       stream=v["stream"], context=v["context"], alloc=v["alloc"],
+                       names=renamed)
+        res = tuple(r[a.name] for a in outs)
+        return res if len(res) != 1 else res[0]
+
+    generic.__name__ = generic.__qualname__ = name
+    generic.__signature__ = sig
+    generic.__doc__ = (f"{fam.summary} ({op}, {pass_}; generated from the declaration).\n\n"
+                       + "\n".join(f"{a.name} [{a.shape}] {a.elem}, {a.role}"
+                                   + (f": {a.doc}" if a.doc else "") for a in decl.args
+                                   if a.role != "workspace")
+                       + "\n\nReturns (" + ", ".join(a.name for a in outs) + ").")
+    generic.__module__ = "lingen"
+    return generic
+
+
+_made = {}
+
+
+def generated(taken):
+    """{Python name: (op, pass)} of every family pass without an op in
+    taken (the names lingen.ops defines by hand) nor a tensor list."""
+    out = {}
+    for op, fam in _families.families().items():
+        for pass_, decl in fam.passes.items():
+            name = op_name(op, pass_)
+            if name in taken or any(a.role == "list" for a in decl.args):
+                continue
+            out[name] = (op, pass_)
+    return out
+
+
+def lookup(name, taken):
+    """The generic op called name, or None (made once, on first use)."""
+    f = _made.get(name)
+    if f is None:
+        target = generated(taken).get(name)
+        if target is None:
+            return None
+        f = _made.setdefault(name, make(*target))
+    return f
+
+
+def outputs(op, pass_, r):
+    """A call's result {name: array} as the op returns it: the pass's
+    outputs in declared order (one output: itself)."""
+    names = _outputs.get((op, pass_))
+    if names is None:
+        decl = _families.families()[op].passes[pass_]
+        names = _outputs[(op, pass_)] = tuple(a.name for a in decl.args if a.is_output)
+    if len(names) == 1:
+        return r[names[0]]
+    return tuple(r[n] for n in names)
+
+
+_outputs = {}

@@ -1,0 +1,30 @@
+/*
+ * gputest.h - what the GPU tests (tests/gpu_test_*.c) share: the report
+ * of a checked kernel (each measure of lg_check_kernel's result, whether
+ * every output was written), a copy of a launch's outputs; with
+ * refcase.h, a spec from its op, pass, dtype and keys.
+ * The checks themselves stay in each test, next to what it asserts.
+ */
+#ifndef LG_GPUTEST_H
+#define LG_GPUTEST_H
+
+#include <stdbool.h>
+
+#include "gpu.h" /* tools/harness: struct lg_gpu_case */
+#include "harness.h"
+#include "refcase.h" /* lg_test_spec */
+
+/* Whether every measure of r has no unwritten element, starting from
+ * `start` (false: a result with no measures counts as not written). */
+bool lg_test_written(const struct lg_check_result *r, bool start);
+
+/* One line a measure: name (padded to width), kind, count, max_rel,
+ * rel_l2, mismatches, unwritten, ok / FAIL. */
+void lg_test_print_measures(const struct lg_check_result *r, int width);
+
+/* Copy each output of g the last download brought back (g->got[i], of a
+ * non-zero size) into first[i] (malloc'd: the caller frees each); returns
+ * how many. For the checks that a second launch writes the same bits. */
+int lg_test_copy_outputs(const struct lg_gpu_case *g, void *first[LG_MAX_ARGS]);
+
+#endif
