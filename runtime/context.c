@@ -362,7 +362,8 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
  * memory limit on every device where an entry needs more than 32 KB (the
  * default is 48 KB less the static), and size the grids of persistent
  * entries for the current device. */
-static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k)
+static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k,
+		      double *lib_ms)
 {
 	const struct lg_family *f = s->fam;
 	const struct lg_cu *cu;
@@ -397,7 +398,9 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 	k->early = !(pdl && strcmp(pdl, "0") == 0);
 	static _Atomic uint64_t next_id = 1;
 	k->id = next_id++;
+	double t0 = lg_now();
 	LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
+	*lib_ms = (lg_now() - t0) * 1e3;
 	int ndev = 0;
 	LG_CU_TRY(cu, cuDeviceGetCount, (&ndev));
 	for (int i = 0; i < e->plan.nentries; i++) {
@@ -439,10 +442,13 @@ lg_status lg_kernel_get(lg_ctx *c, const lg_spec *s, lg_kernel **out)
 	if (!e->kernel) {
 		double t0 = lg_now();
 		struct lg_kernel *k = calloc(1, sizeof *k);
-		st = k ? load(e, s, k) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+		double lib_ms = 0;
+		st = k ? load(e, s, k, &lib_ms) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 		if (st == LG_OK) {
 			e->kernel = k;
-			lg_log("loaded %s (%.3f ms)", s->entry, (lg_now() - t0) * 1e3);
+			double ms = (lg_now() - t0) * 1e3;
+			lg_log("loaded %s (%.3f ms: cuLibraryLoadData %.3f, entry points and attributes %.3f)",
+			       s->entry, ms, lib_ms, ms - lib_ms);
 		} else if (k) {
 			if (k->lib)
 				k->cu->cuLibraryUnload(k->lib);
