@@ -448,10 +448,11 @@ bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], void **data, siz
 			unlink_if_same(path, &st);
 		goto done;
 	}
-	void *out = malloc(p.size ? (size_t)p.size : 1);
-	if (!out)
-		goto done;
-	memcpy(out, p.payload, (size_t)p.size);
+	/* the cubin moved to the front of the file's buffer, which becomes the
+	 * result: no second allocation (its pages faulted in) and copy */
+	memmove(b, p.payload, (size_t)p.size);
+	void *out = b;
+	b = NULL;
 	/* last use, for LRU pruning, to the hour: no write for an entry used
 	 * within the last hour (one system call less a hit); best effort */
 	if (time(NULL) - st.st_mtime > TOUCH_SECONDS)
