@@ -26,8 +26,6 @@
  * skipped (with the reason) without one.
  */
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,53 +153,30 @@ static lg_status part_compile(struct lg_jit_result *r)
 
 /* --------------------------------------------------------- whole step */
 
-struct step_pool {
-	const struct lg_jit_result *r;
-	const struct lg_target *t;
-	atomic_size_t next;
-	atomic_int failed;
-};
-
-static void *step_worker(void *arg)
-{
-	struct step_pool *p = arg;
-	for (size_t i; (i = atomic_fetch_add(&p->next, 1)) < p->r->n && !atomic_load(&p->failed);) {
-		struct lg_jit_kernel k = p->r->k[i]; /* a copy: the serial numbers stay */
-		if (compile_one(p->t, &k) != LG_OK)
-			atomic_store(&p->failed, 1);
-	}
-	return NULL;
-}
-
-/* Every kernel generated and compiled again in r->jobs threads (NVRTC is
- * thread-safe per program), wall time: what `lingen build -j` and a batch of
- * cold lg_kernel_get calls on several threads pay. */
+/* Every kernel generated and compiled again, by lg_ctx_cubins in `jobs`
+ * threads (the library's batch get) on a context without a disk cache,
+ * wall time. NVRTC is loaded by then (part 1). */
 static lg_status part_step(struct lg_jit_result *r, int jobs)
 {
-	struct lg_target t;
-	if (!lg_target_parse(r->arch, &t))
-		return lg_fail(LG_ERR_INVALID_ARG, "unknown arch '%s'", r->arch);
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	r->jobs = jobs > 0 ? jobs : cpus > 0 ? (int)cpus : 1;
 	if ((size_t)r->jobs > r->n)
 		r->jobs = (int)r->n;
-	struct step_pool p = {.r = r, .t = &t};
-	pthread_t *tid = calloc((size_t)r->jobs, sizeof *tid);
-	if (!tid)
+	const lg_spec **specs = calloc(r->n, sizeof *specs);
+	if (!specs)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+	for (size_t i = 0; i < r->n; i++)
+		specs[i] = r->k[i].spec;
+	lg_ctx *c = NULL;
+	lg_ctx_opts o = {.arch = r->arch, .cache_dir = "off", .tuning = "off"}; /* the sources of part 1 */
+	lg_status st = lg_ctx_create(&o, &c);
 	double t0 = lg_now();
-	int started = 0;
-	for (int i = 1; i < r->jobs; i++, started++)
-		if (pthread_create(&tid[i], NULL, step_worker, &p) != 0)
-			break;
-	step_worker(&p);
-	for (int i = 1; i <= started; i++)
-		pthread_join(tid[i], NULL);
+	if (st == LG_OK)
+		st = lg_ctx_cubins(c, specs, r->n, r->jobs);
 	r->step_parallel_ms = (lg_now() - t0) * 1e3;
-	free(tid);
-	r->jobs = started + 1;
-	return atomic_load(&p.failed) ? lg_fail(LG_ERR_COMPILE, "a compile of the whole-step part failed")
-				      : LG_OK;
+	lg_ctx_destroy(c);
+	free(specs);
+	return st;
 }
 
 /* -------------------------------------------------------------- cache */
