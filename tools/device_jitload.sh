@@ -38,7 +38,7 @@ for b in "${builds[@]}"; do
 	rm -rf "$LINGEN_CACHE_DIR" "/tmp/jitload-bundle-$name"
 	"$dir/lingen" expand configs/models/ling-mini-2.0.json > "$step" || exit 1
 	start=$EPOCHREALTIME
-	timeout 60 "$dir/lingen" build "$step" -o "/tmp/jitload-bundle-$name" --arch sm_90a -j "$(nproc)" \
+	timeout 30 "$dir/lingen" build "$step" -o "/tmp/jitload-bundle-$name" --arch sm_90a -j "$(nproc)" \
 		> "$out/build-$name.txt" 2>&1
 	echo "rc $? wall $(awk "BEGIN { print $EPOCHREALTIME - $start }") s" >> "$out/build-$name.txt"
 	echo "$name build: $(tail -2 "$out/build-$name.txt" | tr '\n' ' ')"
@@ -60,7 +60,7 @@ done
 for b in "${builds[@]}"; do
 	name=${b%%=*} dir=${b#*=}
 	export LINGEN_CACHE_DIR=/tmp/jitload-cache-$name
-	timeout 100 "$dir/lingen" bench --jit "$step" --reps 3 --json > "$out/jit-$name.json" 2> "$out/jit-$name.err"
+	timeout 45 "$dir/lingen" bench --jit "$step" --reps 3 --json > "$out/jit-$name.json" 2> "$out/jit-$name.err"
 	echo "$name jit rc $?:"
 	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["compile"], d["cache"])' \
 		"$out/jit-$name.json" 2>&1 | head -5
