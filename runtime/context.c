@@ -12,6 +12,7 @@
  */
 #include "context.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -399,7 +400,13 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 	static _Atomic uint64_t next_id = 1;
 	k->id = next_id++;
 	double t0 = lg_now();
-	LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
+	/* the entry keeps the cubin until after cuLibraryUnload (entry_free): the
+	 * driver may use it in place instead of copying it (a hint; a driver that
+	 * refuses the option gets the plain call) */
+	CUlibraryOption keep = CU_LIBRARY_BINARY_IS_PRESERVED;
+	void *yes = (void *)(uintptr_t)1;
+	if (cu->cuLibraryLoadData(&k->lib, e->cubin, NULL, NULL, 0, &keep, &yes, 1) != CUDA_SUCCESS)
+		LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
 	*lib_ms = (lg_now() - t0) * 1e3;
 	int ndev = 0;
 	LG_CU_TRY(cu, cuDeviceGetCount, (&ndev));
