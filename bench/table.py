@@ -19,9 +19,9 @@ import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEERS = ("eager", "compile", "liger", "linghe")
+PEERS = ("eager", "compile", "liger", "linghe", "quack")
 HEAD = {"eager": "eager PyTorch", "compile": "torch.compile", "liger": "Liger",
-        "linghe": "linghe (measured)"}
+        "linghe": "linghe (measured)", "quack": "QuACK"}
 
 
 def load(paths):
@@ -134,7 +134,8 @@ def notes(runs):
         cmd = r.get("command", "python -m lingen.bench (command not recorded)")
         out.append(f"- `{r['path']}`: {label(r)}, {r['device']}, "
                    f"copy ceiling {r['copy_gbps']:.0f} GB/s, torch {r['torch']}, "
-                   f"triton {r['triton']}, Liger {r['liger']}, linghe {r.get('linghe')}; "
+                   f"triton {r['triton']}, Liger {r['liger']}, linghe {r.get('linghe')}, "
+                   f"QuACK {r.get('quack')}; "
                    f"`{cmd}`")
         if r.get("not_run"):
             out.append(f"  - not run (budget spent): {', '.join(r['not_run'])}")

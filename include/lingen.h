@@ -225,6 +225,14 @@ typedef struct lg_kernel lg_kernel; /* owned by its context */
  * current on the calling thread when launching. */
 lg_status lg_kernel_get(lg_ctx *ctx, const lg_spec *s, lg_kernel **out);
 
+/* The cubins of specs[0..n-1] (lg_ctx_cubin of each) made in `jobs` threads
+ * (0: one a CPU): a cold step compiles in about the time of its slowest
+ * kernel. Needs no GPU. The first failing spec's status and message. */
+lg_status lg_ctx_cubins(lg_ctx *ctx, const lg_spec *const *specs, size_t n, int jobs);
+/* lg_ctx_cubins, then lg_kernel_get of each on the calling thread, into
+ * out[0..n-1]. */
+lg_status lg_kernels_get(lg_ctx *ctx, const lg_spec *const *specs, size_t n, int jobs, lg_kernel **out);
+
 /* Bytes of device workspace a launch of k needs (0 for most kernels). */
 size_t lg_kernel_workspace_size(const lg_kernel *k);
 

@@ -99,22 +99,55 @@ void lg_bundle_free(lg_bundle *b)
 
 /* ------------------------------------------------------------ plan <-> JSON */
 
-static cJSON *int_array(const int64_t *v, int n)
+/* cJSON's adders fail quietly (out of memory): each result goes through
+ * one of these, which clear *ok on a failure, so the tree is known whole
+ * without printing it. */
+static cJSON *made(cJSON *item, bool *ok)
 {
-	cJSON *a = cJSON_CreateArray();
-	for (int i = 0; a && i < n; i++)
-		cJSON_AddItemToArray(a, cJSON_CreateNumber((double)v[i]));
+	*ok = *ok && item;
+	return item;
+}
+
+/* Attach item (NULL: a failure already) to o under key; freed if it cannot be. */
+static void add_item(cJSON *o, const char *key, cJSON *item, bool *ok)
+{
+	if (!item) {
+		*ok = false;
+	} else if (!cJSON_AddItemToObject(o, key, item)) {
+		*ok = false;
+		cJSON_Delete(item);
+	}
+}
+
+/* Append item (NULL: a failure already) to array a; false (item freed) when not appended. */
+static bool append(cJSON *a, cJSON *item, bool *ok)
+{
+	if (item && cJSON_AddItemToArray(a, item))
+		return true;
+	*ok = false;
+	cJSON_Delete(item);
+	return false;
+}
+
+static void add_num(cJSON *o, const char *key, double v, bool *ok) { made(cJSON_AddNumberToObject(o, key, v), ok); }
+
+static cJSON *int_array(const int64_t *v, int n, bool *ok)
+{
+	cJSON *a = made(cJSON_CreateArray(), ok);
+	for (int i = 0; a && i < n; i++) {
+		append(a, cJSON_CreateNumber((double)v[i]), ok);
+	}
 	return a;
 }
 
-static cJSON *dim3(const unsigned v[3])
+static cJSON *dim3(const unsigned v[3], bool *ok)
 {
 	int64_t w[3] = {v[0], v[1], v[2]};
-	return int_array(w, 3);
+	return int_array(w, 3, ok);
 }
 
 static void add_entry(cJSON *entries, const struct lg_family *f, enum lg_pass pass, const struct lg_plan *p,
-		      int e)
+		      int e, bool *ok)
 {
 	struct lg_launch_dim d1, d8k;
 	int64_t s1[LG_MAX_SIZES], s8k[LG_MAX_SIZES];
@@ -123,27 +156,43 @@ static void add_entry(cJSON *entries, const struct lg_family *f, enum lg_pass pa
 	f->geometry(p, e, s1, &d1);
 	f->geometry(p, e, s8k, &d8k);
 	cJSON *o = cJSON_CreateObject();
-	cJSON_AddStringToObject(o, "name", p->entry[e]);
-	cJSON_AddItemToObject(o, "block", dim3(d1.block));
-	cJSON_AddNumberToObject(o, "smem", d1.smem);
-	cJSON_AddNumberToObject(o, "cluster", p->cluster[e]);
-	cJSON_AddBoolToObject(o, "persistent", p->persistent[e]);
-	cJSON_AddNumberToObject(o, "per_sm", p->per_sm[e]);
-	cJSON_AddBoolToObject(o, "early", p->early[e]);
-	cJSON_AddNumberToObject(o, "part", (double)p->part[e]);
-	cJSON_AddItemToObject(o, "grid_at_1", dim3(d1.grid));
-	cJSON_AddItemToObject(o, "grid_at_8192", dim3(d8k.grid));
-	cJSON_AddItemToArray(entries, o);
+	if (!append(entries, o, ok))
+		return;
+	made(cJSON_AddStringToObject(o, "name", p->entry[e]), ok);
+	add_item(o, "block", dim3(d1.block, ok), ok);
+	add_num(o, "smem", d1.smem, ok);
+	add_num(o, "cluster", p->cluster[e], ok);
+	made(cJSON_AddBoolToObject(o, "persistent", p->persistent[e]), ok);
+	add_num(o, "per_sm", p->per_sm[e], ok);
+	made(cJSON_AddBoolToObject(o, "early", p->early[e]), ok);
+	add_num(o, "part", (double)p->part[e], ok);
+	add_item(o, "grid_at_1", dim3(d1.grid, ok), ok);
+	add_item(o, "grid_at_8192", dim3(d8k.grid, ok), ok);
 }
 
 /* The tile keys of f set in `set` with their values, by name. */
-static cJSON *tile_object(const struct lg_family *f, const int64_t *v, uint64_t set)
+static cJSON *tile_object(const struct lg_family *f, const int64_t *v, uint64_t set, bool *ok)
 {
-	cJSON *o = cJSON_CreateObject();
+	cJSON *o = made(cJSON_CreateObject(), ok);
 	for (int k = 0; o && k < f->nkeys; k++)
 		if (lg_key_is_tile(&f->keys[k]) && ((set >> k) & 1u))
-			cJSON_AddNumberToObject(o, f->keys[k].path + 5, (double)v[k]);
+			add_num(o, f->keys[k].path + 5, (double)v[k], ok);
 	return o;
+}
+
+static void add_tmaps(cJSON *o, const struct lg_spec *s, const struct lg_plan *p, bool *ok)
+{
+	cJSON *maps = made(cJSON_AddArrayToObject(o, "tmaps"), ok);
+	for (int i = 0; maps && i < p->ntmaps; i++) {
+		const struct lg_tmap_decl *m = &p->tmap[i];
+		cJSON *t = cJSON_CreateObject();
+		if (!append(maps, t, ok))
+			break;
+		made(cJSON_AddStringToObject(t, "arg", s->fam->sig[s->pass].args[m->arg].name), ok);
+		int64_t box[2] = {m->box[0], m->box[1]};
+		add_item(t, "box", int_array(box, 2, ok), ok);
+		add_num(t, "swizzle", m->swizzle, ok);
+	}
 }
 
 cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p)
@@ -153,35 +202,25 @@ cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p)
 	for (int k = 0; k < f->nkeys; k++)
 		if (lg_key_is_tile(&f->keys[k]))
 			tiles |= (uint64_t)1 << k;
-	cJSON *o = cJSON_CreateObject();
-	cJSON_AddItemToObject(o, "given", tile_object(f, p->given.v, p->given.set));
-	cJSON_AddItemToObject(o, "tile", tile_object(f, p->tile, tiles));
+	bool ok = true;
+	cJSON *o = made(cJSON_CreateObject(), &ok);
+	if (!o)
+		return NULL;
+	add_item(o, "given", tile_object(f, p->given.v, p->given.set, &ok), &ok);
+	add_item(o, "tile", tile_object(f, p->tile, tiles, &ok), &ok);
 	int64_t used[LG_MAX_ARGS];
 	for (int i = 0; i < p->nargs; i++)
 		used[i] = p->used[i];
-	cJSON_AddItemToObject(o, "used", int_array(used, p->nargs));
-	cJSON *entries = cJSON_AddArrayToObject(o, "entries");
+	add_item(o, "used", int_array(used, p->nargs, &ok), &ok);
+	cJSON *entries = made(cJSON_AddArrayToObject(o, "entries"), &ok);
 	for (int e = 0; entries && e < p->nentries; e++)
-		add_entry(entries, f, s->pass, p, e);
-	if (p->ntmaps > 0) { /* the TMA tensor maps the launch builds */
-		cJSON *maps = cJSON_AddArrayToObject(o, "tmaps");
-		for (int i = 0; maps && i < p->ntmaps; i++) {
-			const struct lg_tmap_decl *m = &p->tmap[i];
-			cJSON *t = cJSON_CreateObject();
-			cJSON_AddStringToObject(t, "arg", f->sig[s->pass].args[m->arg].name);
-			int64_t box[2] = {m->box[0], m->box[1]};
-			cJSON_AddItemToObject(t, "box", int_array(box, 2));
-			cJSON_AddNumberToObject(t, "swizzle", m->swizzle);
-			cJSON_AddItemToArray(maps, t);
-		}
-	}
-	/* cJSON's adders fail quietly: check the whole tree once */
-	char *text = o && entries ? cJSON_PrintUnformatted(o) : NULL;
-	if (!text) {
+		add_entry(entries, f, s->pass, p, e, &ok);
+	if (p->ntmaps > 0) /* the TMA tensor maps the launch builds */
+		add_tmaps(o, s, p, &ok);
+	if (!ok) {
 		cJSON_Delete(o);
 		return NULL;
 	}
-	free(text);
 	return o;
 }
 
@@ -234,8 +273,9 @@ static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, const s
 
 char *lg_plan_given_json(const struct lg_spec *s, const struct lg_plan *p)
 {
-	cJSON *o = tile_object(s->fam, p->given.v, p->given.set);
-	char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+	bool ok = true;
+	cJSON *o = tile_object(s->fam, p->given.v, p->given.set, &ok);
+	char *text = o && ok ? cJSON_PrintUnformatted(o) : NULL;
 	cJSON_Delete(o);
 	return text;
 }
@@ -267,12 +307,31 @@ static bool get_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int
 
 /* ------------------------------------------------------------- items */
 
-/* Fill an item from its spec (JSON text) and plan (JSON object). */
-static lg_status item_init(struct item *it, const char *spec_json, const cJSON *plan, const char *arch,
-			   const char *where)
+/* The spec of a record: from its JSON object (a manifest: no text printed
+ * and parsed again) or its JSON text (an embedded table), read as a spec
+ * file's kernel is. */
+static lg_status item_spec(const cJSON *obj, const char *text, struct lg_spec *out)
 {
-	lg_spec *s = NULL;
-	lg_status st = lg_spec_parse(spec_json, &s);
+	if (!obj) {
+		lg_spec *s = NULL;
+		lg_status st = lg_spec_parse(text, &s);
+		if (st == LG_OK)
+			*out = *s;
+		lg_spec_free(s);
+		return st;
+	}
+	struct lg_jreader r;
+	lg_json_init(&r, NULL);
+	return lg_spec_from_json(&r, obj, out);
+}
+
+/* Fill an item from its spec (a JSON object, or else JSON text) and plan
+ * (JSON object). */
+static lg_status item_init(struct item *it, const cJSON *spec_obj, const char *spec_json, const cJSON *plan,
+			   const char *arch, const char *where)
+{
+	struct lg_spec spec, *s = &spec;
+	lg_status st = item_spec(spec_obj, spec_json, &spec);
 	if (st != LG_OK) {
 		char msg[LG_ERROR_MAX / 2];
 		snprintf(msg, sizeof msg, "%s", lg_last_error());
@@ -293,7 +352,6 @@ static lg_status item_init(struct item *it, const char *spec_json, const cJSON *
 		if (!it->canon || !it->entry || !it->arch || !it->given)
 			st = lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
 	}
-	lg_spec_free(s);
 	return st;
 }
 
@@ -393,15 +451,11 @@ static lg_status manifest_item(const char *dir, const cJSON *k, struct item *it,
 	if (strlen(sum) != 16 || *end)
 		return lg_fail(LG_ERR_SPEC, "%s.checksum: expected 16 hex digits, found '%s'", where, sum);
 	it->size = (size_t)size;
-	char *spec_json = cJSON_PrintUnformatted(spec);
-	if (!spec_json || asprintf(&it->file, "%s/%s", dir, file) < 0) {
+	if (asprintf(&it->file, "%s/%s", dir, file) < 0) {
 		it->file = NULL;
-		free(spec_json);
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
 	}
-	lg_status st = item_init(it, spec_json, cJSON_GetObjectItemCaseSensitive(k, "plan"), arch, where);
-	free(spec_json);
-	return st;
+	return item_init(it, spec, NULL, cJSON_GetObjectItemCaseSensitive(k, "plan"), arch, where);
 }
 
 /* The NVRTC version a bundle records: "<major>.<minor>", as built. */
@@ -560,7 +614,7 @@ lg_status lg_bundle_from_aot(const struct lg_aot_table *t, lg_bundle **out)
 		if (!e->spec || !e->arch || !e->cubin || !e->size || !plan)
 			st = lg_fail(LG_ERR_SPEC, "%s: expected spec, arch, plan (JSON) and cubin", at);
 		else
-			st = item_init(&b->items[i], e->spec, plan, e->arch, at);
+			st = item_init(&b->items[i], NULL, e->spec, plan, e->arch, at);
 		cJSON_Delete(plan);
 		b->items[i].data = e->cubin;
 		b->items[i].size = e->size;

@@ -12,6 +12,7 @@
  */
 #include "context.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,32 +159,56 @@ lg_status lg_ctx_resolve(const lg_ctx *c, const struct lg_spec *s, struct lg_spe
 	return lg_tuning_apply(c->tuning, s, out);
 }
 
+/* NVRTC's version for this context's cache keys, found once a context: a
+ * warm cache needs no NVRTC (its version is recorded in the folder), and
+ * the folder's record is read once, not once a kernel. */
+static lg_status key_version(lg_ctx *c, int *major, int *minor)
+{
+	pthread_mutex_lock(&c->mu);
+	lg_status st = LG_OK;
+	if (!c->nvrtc_known) {
+		char lib[1024];
+		int ma = 0, mi = 0;
+		if (lg_nvrtc_loaded(lib, sizeof lib) || !lg_cache_nvrtc_get(c->cache, &ma, &mi)) {
+			st = lg_nvrtc_version(&ma, &mi);
+			if (st == LG_OK) {
+				lg_nvrtc_loaded(lib, sizeof lib);
+				lg_cache_nvrtc_put(c->cache, ma, mi, lib);
+			}
+		}
+		c->nvrtc_major = ma;
+		c->nvrtc_minor = mi;
+		c->nvrtc_known = st == LG_OK;
+	}
+	*major = c->nvrtc_major;
+	*minor = c->nvrtc_minor;
+	pthread_mutex_unlock(&c->mu);
+	return st;
+}
+
 /* The disk-cache key of a resolved spec: the generator's identity and the
  * resolved canonical spec stand for the source they deterministically give
- * (cmake/genid.cmake), so a hit needs no generation. */
-static lg_status key_of(const lg_ctx *c, const struct lg_spec *s, uint8_t key[LG_KEY_BYTES])
+ * (cmake/genid.cmake), so a hit needs no generation. canon: the resolved
+ * spec's canonical JSON when the caller has it, else NULL. */
+static lg_status key_of(lg_ctx *c, const struct lg_spec *s, const char *canon, uint8_t key[LG_KEY_BYTES])
 {
 	int major = 0, minor = 0;
-	char lib[1024];
-	/* a warm cache needs no NVRTC: its version is recorded in the folder */
-	if (lg_nvrtc_loaded(lib, sizeof lib) || !lg_cache_nvrtc_get(c->cache, &major, &minor)) {
-		lg_status st = lg_nvrtc_version(&major, &minor);
-		if (st != LG_OK)
-			return st;
-		lg_nvrtc_loaded(lib, sizeof lib);
-		lg_cache_nvrtc_put(c->cache, major, minor, lib);
-	}
+	lg_status st = key_version(c, &major, &minor);
+	if (st != LG_OK)
+		return st;
 	lg_buf b;
 	lg_buf_init(&b);
-	char *json = lg_spec_to_json(s);
-	lg_emit(&b, "lingen generator %s\n%s", lg_generator_id, json ? json : "");
+	char *json = canon ? NULL : lg_spec_to_json(s);
+	const char *text = canon ? canon : json;
+	if (text)
+		lg_emit(&b, "lingen generator %s\n%s", lg_generator_id, text);
 	free(json);
 	size_t len = 0;
-	char *ident = json ? lg_buf_finish(&b, &len) : (lg_buf_free(&b), NULL);
+	char *ident = text ? lg_buf_finish(&b, &len) : (lg_buf_free(&b), NULL);
 	if (!ident)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 	int nopts = 0;
-	const char *const *opts = lg_nvrtc_options(c->target.name, &nopts);
+	const char *const *opts = lg_nvrtc_options(c->target.name, major, minor, &nopts);
 	lg_cache_key(c->target.name, ident, len, opts, nopts, major, minor, key);
 	free(ident);
 	return LG_OK;
@@ -208,8 +233,9 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 	lg_status st = lg_ctx_resolve(c, user, &resolved);
 	if (st == LG_OK)
 		st = lg_plan_for(s, &c->target, &e->plan);
+	/* untuned (the resolved spec is the user's): the key's spec text is canon */
 	if (st == LG_OK)
-		st = key_of(c, s, key);
+		st = key_of(c, s, memcmp(&resolved, user, sizeof resolved) == 0 ? e->canon : NULL, key);
 	if (st != LG_OK)
 		goto fail;
 	if (lg_cache_get(c->cache, key, &e->cubin, &e->cubin_size)) {
@@ -337,7 +363,8 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
  * memory limit on every device where an entry needs more than 32 KB (the
  * default is 48 KB less the static), and size the grids of persistent
  * entries for the current device. */
-static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k)
+static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k,
+		      double *lib_ms)
 {
 	const struct lg_family *f = s->fam;
 	const struct lg_cu *cu;
@@ -372,7 +399,15 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 	k->early = !(pdl && strcmp(pdl, "0") == 0);
 	static _Atomic uint64_t next_id = 1;
 	k->id = next_id++;
-	LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
+	double t0 = lg_now();
+	/* the entry keeps the cubin until after cuLibraryUnload (entry_free): the
+	 * driver may use it in place instead of copying it (a hint; a driver that
+	 * refuses the option gets the plain call) */
+	CUlibraryOption keep = CU_LIBRARY_BINARY_IS_PRESERVED;
+	void *yes = (void *)(uintptr_t)1;
+	if (cu->cuLibraryLoadData(&k->lib, e->cubin, NULL, NULL, 0, &keep, &yes, 1) != CUDA_SUCCESS)
+		LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
+	*lib_ms = (lg_now() - t0) * 1e3;
 	int ndev = 0;
 	LG_CU_TRY(cu, cuDeviceGetCount, (&ndev));
 	for (int i = 0; i < e->plan.nentries; i++) {
@@ -414,10 +449,13 @@ lg_status lg_kernel_get(lg_ctx *c, const lg_spec *s, lg_kernel **out)
 	if (!e->kernel) {
 		double t0 = lg_now();
 		struct lg_kernel *k = calloc(1, sizeof *k);
-		st = k ? load(e, s, k) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+		double lib_ms = 0;
+		st = k ? load(e, s, k, &lib_ms) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 		if (st == LG_OK) {
 			e->kernel = k;
-			lg_log("loaded %s (%.3f ms)", s->entry, (lg_now() - t0) * 1e3);
+			double ms = (lg_now() - t0) * 1e3;
+			lg_log("loaded %s (%.3f ms: cuLibraryLoadData %.3f, entry points and attributes %.3f)",
+			       s->entry, ms, lib_ms, ms - lib_ms);
 		} else if (k) {
 			if (k->lib)
 				k->cu->cuLibraryUnload(k->lib);

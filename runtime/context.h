@@ -45,6 +45,8 @@ struct lg_ctx {
 	lg_cache *cache;   /* NULL with a bundle */
 	lg_bundle *bundle; /* NULL: JIT */
 	struct lg_tuning *tuning; /* tiles for target (tuning.h); NULL: heuristics */
+	int nvrtc_major, nvrtc_minor; /* for cache keys, once known (under mu) */
+	bool nvrtc_known;
 	struct lg_ctx_entry **entries;
 	size_t n, cap;
 };

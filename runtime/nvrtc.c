@@ -198,12 +198,13 @@ lg_status lg_nvrtc_version(int *major, int *minor)
 /* ------------------------------------------------------------- options */
 
 #define LG_NVRTC_MAX_ARCHS 32
-#define LG_NVRTC_NOPTS 2
+#define LG_NVRTC_NOPTS 3
 
-/* Interned option lists, one per arch, never freed: the pointers handed out
- * stay valid for the life of the process. */
+/* Interned option lists, one per arch and NVRTC option set, never freed:
+ * the pointers handed out stay valid for the life of the process. */
 static struct {
 	char arch[16];
+	bool minimal;
 	char gpu_arch[48];
 	const char *opts[LG_NVRTC_NOPTS + 1];
 } arch_opts[LG_NVRTC_MAX_ARCHS];
@@ -229,16 +230,24 @@ static int arch_valid(const char *arch)
 	return *p == '\0';
 }
 
-const char *const *lg_nvrtc_options(const char *arch, int *count)
+/* --minimal (NVRTC 12.4 on) leaves out the texture, device-runtime and
+ * runtime-API declarations of NVRTC's built-in headers, which no generated
+ * kernel uses: less front-end work, and byte-identical cubins for every
+ * kernel of the ling-mini-2.0 step (bench/jit-load.md). */
+static bool has_minimal(int major, int minor) { return major > 12 || (major == 12 && minor >= 4); }
+
+const char *const *lg_nvrtc_options(const char *arch, int major, int minor, int *count)
 {
 	const char *const *res = NULL;
+	bool minimal = has_minimal(major, minor);
+	int n = minimal ? LG_NVRTC_NOPTS : LG_NVRTC_NOPTS - 1;
 	if (count)
 		*count = 0;
 	if (!arch_valid(arch))
 		return NULL;
 	pthread_mutex_lock(&opts_lock);
 	for (int i = 0; i < narch_opts && !res; i++)
-		if (strcmp(arch_opts[i].arch, arch) == 0)
+		if (strcmp(arch_opts[i].arch, arch) == 0 && arch_opts[i].minimal == minimal)
 			res = arch_opts[i].opts;
 	if (!res && narch_opts < LG_NVRTC_MAX_ARCHS) {
 		int i = narch_opts++;
@@ -246,13 +255,15 @@ const char *const *lg_nvrtc_options(const char *arch, int *count)
 		snprintf(arch_opts[i].gpu_arch, sizeof arch_opts[i].gpu_arch,
 			 "--gpu-architecture=%s", arch);
 		arch_opts[i].opts[0] = arch_opts[i].gpu_arch;
+		arch_opts[i].minimal = minimal;
 		arch_opts[i].opts[1] = "--std=c++17";
-		arch_opts[i].opts[2] = NULL;
+		arch_opts[i].opts[2] = minimal ? "--minimal" : NULL;
+		arch_opts[i].opts[3] = NULL;
 		res = arch_opts[i].opts;
 	}
 	pthread_mutex_unlock(&opts_lock);
 	if (res && count)
-		*count = LG_NVRTC_NOPTS;
+		*count = n;
 	return res;
 }
 
@@ -430,8 +441,7 @@ lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, 
 	if (!name)
 		name = "kernel";
 	int nopts = 0;
-	const char *const *opts = lg_nvrtc_options(arch, &nopts);
-	if (!opts)
+	if (!lg_nvrtc_options(arch, 0, 0, &nopts))
 		return lg_fail(LG_ERR_INVALID_ARG,
 			       "cannot compile %s: \"%s\" is not an arch NVRTC takes (expected "
 			       "sm_<digits>[suffix], e.g. sm_90a, sm_80, sm_100a)",
@@ -442,6 +452,9 @@ lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, 
 		st = check_arch(&api, arch, name);
 	if (st != LG_OK)
 		return st;
+	int major = 0, minor = 0;
+	api.nvrtcVersion(&major, &minor);
+	const char *const *opts = lg_nvrtc_options(arch, major, minor, &nopts);
 
 	double t0 = lg_now();
 	nvrtcProgram prog = NULL;
@@ -515,20 +528,22 @@ lg_status lg_nvrtc_lint(const char *src, const char *name, const char *arch, cha
 	if (!name)
 		name = "kernel";
 	int nbase = 0;
-	const char *const *base = lg_nvrtc_options(arch, &nbase);
-	if (!base)
+	if (!lg_nvrtc_options(arch, 0, 0, &nbase))
 		return lg_fail(LG_ERR_INVALID_ARG, "cannot lint %s: \"%s\" is not an arch NVRTC takes", name,
 			       arch ? arch : "(null)");
+	struct nvrtc_api api;
+	lg_status st = nv_get(&api);
+	if (st != LG_OK)
+		return st;
+	int major = 0, minor = 0;
+	api.nvrtcVersion(&major, &minor);
+	const char *const *base = lg_nvrtc_options(arch, major, minor, &nbase);
 	const char *opts[LG_NVRTC_NOPTS + 2];
 	int nopts = 0;
 	for (int i = 0; i < nbase; i++)
 		opts[nopts++] = base[i];
 	for (size_t i = 0; i < sizeof lint_opts / sizeof lint_opts[0]; i++)
 		opts[nopts++] = lint_opts[i];
-	struct nvrtc_api api;
-	lg_status st = nv_get(&api);
-	if (st != LG_OK)
-		return st;
 	nvrtcProgram prog = NULL;
 	nvrtcResult r = api.nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
 	if (r != NVRTC_SUCCESS)

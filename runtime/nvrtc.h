@@ -21,9 +21,10 @@ lg_status lg_nvrtc_version(int *major, int *minor);
  * (into path[len]; "" when not loaded or unknown). */
 bool lg_nvrtc_loaded(char *path, size_t len);
 
-/* The options lingen passes for an arch, NULL-terminated, in a static table
- * (they are in the cache key). */
-const char *const *lg_nvrtc_options(const char *arch, int *count);
+/* The options lingen passes for an arch to NVRTC major.minor (some options
+ * exist from a version on), NULL-terminated, in a static table (they are in
+ * the cache key). NULL when arch is not one NVRTC takes. */
+const char *const *lg_nvrtc_options(const char *arch, int major, int minor, int *count);
 
 /* Compile `src` (named `name` in messages) to a cubin for `arch`. On success
  * *cubin is malloc'd (caller frees) and *log (may be NULL) holds warnings.

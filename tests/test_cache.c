@@ -17,6 +17,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache.h"
@@ -570,6 +571,20 @@ static void test_lru(void **state)
 	assert_hit(c, keys[0], p, SIZE);
 	assert_hit(c, keys[2], p, SIZE);
 	assert_hit(c, keys[3], p, SIZE);
+	/* a hit writes the time of use only when it is over an hour old: one
+	 * write an hour, not one a hit */
+	char *f = entry_file(c, keys[3]);
+	time_t now = time(NULL);
+	struct stat sb;
+	set_mtime(f, now - 60);
+	assert_hit(c, keys[3], p, SIZE);
+	assert_int_equal(stat(f, &sb), 0);
+	assert_int_equal(sb.st_mtime, now - 60);
+	set_mtime(f, now - 2 * 3600);
+	assert_hit(c, keys[3], p, SIZE);
+	assert_int_equal(stat(f, &sb), 0);
+	assert_true(sb.st_mtime >= now);
+	free(f);
 	lg_cache_close(c);
 	free(p);
 	lg_test_rm_rf(dir);

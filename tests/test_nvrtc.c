@@ -74,21 +74,30 @@ static void test_options(void **state)
 {
 	(void)state;
 	int n = 0, n2 = 0;
-	const char *const *o = lg_nvrtc_options("sm_90a", &n);
+	const char *const *o = lg_nvrtc_options("sm_90a", 13, 0, &n);
 	assert_non_null(o);
 	assert_true(n >= 1);
 	assert_null(o[n]);
 	assert_string_equal(o[0], "--gpu-architecture=sm_90a");
-	assert_ptr_equal(lg_nvrtc_options("sm_90a", &n2), o); /* stable */
+	assert_ptr_equal(lg_nvrtc_options("sm_90a", 13, 0, &n2), o); /* stable */
 	assert_int_equal(n2, n);
-	const char *const *o80 = lg_nvrtc_options("sm_80", &n2);
+	const char *const *o80 = lg_nvrtc_options("sm_80", 13, 0, &n2);
 	assert_non_null(o80);
 	assert_string_equal(o80[0], "--gpu-architecture=sm_80");
-	assert_non_null(lg_nvrtc_options("sm_100a", &n2));
-	assert_null(lg_nvrtc_options("sm90", &n2));
+	assert_non_null(lg_nvrtc_options("sm_100a", 13, 0, &n2));
+	/* --minimal from NVRTC 12.4 on, never before */
+	assert_string_equal(o[n - 1], "--minimal");
+	const char *const *o123 = lg_nvrtc_options("sm_90a", 12, 3, &n2);
+	assert_non_null(o123);
+	assert_int_equal(n2, n - 1);
+	assert_null(o123[n2]);
+	assert_true(o123 != o);
+	assert_non_null(lg_nvrtc_options("sm_90a", 12, 4, &n2));
+	assert_int_equal(n2, n);
+	assert_null(lg_nvrtc_options("sm90", 13, 0, &n2));
 	assert_int_equal(n2, 0);
-	assert_null(lg_nvrtc_options("sm_90a --x", &n2));
-	assert_null(lg_nvrtc_options(NULL, &n2));
+	assert_null(lg_nvrtc_options("sm_90a --x", 13, 0, &n2));
+	assert_null(lg_nvrtc_options(NULL, 13, 0, &n2));
 	void *cubin = (void *)1;
 	size_t size = 1;
 	assert_int_equal(lg_nvrtc_compile(tiny, "lg_tiny", "gfx90a", &cubin, &size, NULL),

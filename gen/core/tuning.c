@@ -112,6 +112,12 @@ lg_status lg_tuning_apply(const struct lg_tuning *t, const struct lg_spec *s, st
 	*out = *s;
 	if (!t || tile < 0 || lg_spec_has(s, tile))
 		return LG_OK;
+	/* most kernels have no entry: no key text for a family and pass with none */
+	bool any = false;
+	for (size_t i = 0; i < t->n && !any; i++)
+		any = t->e[i].spec.op == s->op && t->e[i].spec.pass == s->pass;
+	if (!any)
+		return LG_OK;
 	char *key = key_of(s);
 	if (!key)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");

@@ -184,6 +184,15 @@ class Context:
                 k = self._kernels.setdefault(spec.canonical, Kernel(self, spec, p.value))
         return k
 
+    def prepare(self, specs, jobs=0):
+        """Make the cubins of many specs at once, in `jobs` threads (0: one a
+        CPU; lg_ctx_cubins): a cold model step compiles in about the time of
+        its slowest kernel. Later kernel() calls only load. No GPU needed."""
+        self._alive()
+        specs = [s if isinstance(s, Spec) else Spec(s) for s in specs]
+        arr = (ctypes.c_void_p * max(len(specs), 1))(*[s._p for s in specs])
+        _lib.check(self._lib.lg_ctx_cubins(self._p, arr, len(specs), int(jobs)), self._lib)
+
     def cubin(self, spec):
         """The cubin bytes of a spec for the context's arch (no GPU needed)."""
         self._alive()

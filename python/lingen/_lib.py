@@ -69,6 +69,7 @@ PROTOTYPES = {
     "lg_ctx_cubin": (ctypes.c_int, [_c_p, _c_p, ctypes.POINTER(_c_p),
                                     ctypes.POINTER(ctypes.c_size_t)]),
     "lg_kernel_get": (ctypes.c_int, [_c_p, _c_p, ctypes.POINTER(_c_p)]),
+    "lg_ctx_cubins": (ctypes.c_int, [_c_p, _c_p, ctypes.c_size_t, ctypes.c_int]),
     "lg_kernel_workspace_size": (ctypes.c_size_t, [_c_p]),
     "lg_kernel_run": (ctypes.c_int, [_c_p, _c_p, _i64p, ctypes.c_int, _u64p, ctypes.c_int]),
     "lg_tensor_list_create": (ctypes.c_int, [_u64p, ctypes.POINTER(ctypes.c_int), _i64p,

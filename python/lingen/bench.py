@@ -29,7 +29,7 @@ import platform
 import statistics
 import sys
 
-IMPLS = ("lingen", "eager", "compile", "liger", "linghe")
+IMPLS = ("lingen", "eager", "compile", "liger", "linghe", "quack")
 QUOTED = "linghe (published, TARGETS)"
 
 
@@ -172,6 +172,11 @@ def _linghe():
         return None
 
 
+def _quack_version():
+    from lingen.benches.quack import version
+    return version()
+
+
 def ordered(quick, only=None):
     """The cases to run, in order: quick -> the quick set; else the quick
     set first (one case of every kernel at its target shape), then every
@@ -243,7 +248,7 @@ def run(quick=False, only=None, budget=None, save=None):
     del src, dst
     rows, skipped = [], []
     res = dict(device=torch.cuda.get_device_name(), torch=torch.__version__,
-               triton=_version("triton"), liger=liger_version,
+               triton=_version("triton"), liger=liger_version, quack=_quack_version(),
                linghe=_version("linghe") if linghe else None, lingen=lingen.__version__,
                python=platform.python_version(), copy_gbps=copy_gbps, method=__doc__.strip(),
                command=" ".join(["python -m lingen.bench", *sys.argv[1:]]),
@@ -333,7 +338,7 @@ def table(res):
     out = [f"copy ceiling measured in this run: {res['copy_gbps']:.0f} GB/s; "
            "ev: timed by events (not capturable in a graph); "
            f"{res['device']}, torch {res['torch']}, triton {res['triton']}, "
-           f"Liger-Kernel {res['liger']}, lingen {res['lingen']}", "",
+           f"Liger-Kernel {res['liger']}, QuACK {res.get('quack')}, lingen {res['lingen']}", "",
            "| kernel | shape | " + " | ".join(impls) + " | lingen speed-up |",
            "|---|---|" + "---|" * (len(impls) + 1)]
     for (k, s), d in by.items():

@@ -171,3 +171,35 @@ def test_events_rows_are_marked():
     line = next(ln for ln in bench.table(res).splitlines() if ln.startswith("| k |"))
     assert "9.0 (11%) ev" in line and "2.0 (50%) |" in line
     assert "(events)" in bench._line(rows[1]) and "(events)" not in bench._line(rows[0])
+
+
+def test_quack_joins_the_rows_of_its_kernels_or_says_not_installed():
+    import types
+
+    import pytest
+
+    from lingen.benches import Case, Setup, quack
+    made = []
+
+    def make(env):
+        made.append(env)
+        return Setup({"lingen": lambda: None}, ("x", "w"))
+    other = Case("fp8_quant", "1x128", make)
+    assert quack.wrap(other) is other  # a kernel QuACK lacks: untouched
+    row = quack.wrap(Case("rmsnorm fwd", "1x128", make))
+    env = types.SimpleNamespace(torch=None)
+    saved = quack._loaded
+    try:
+        quack._loaded = (None, "not installed (ImportError: no quack)")
+        with pytest.raises(RuntimeError, match="not installed"):
+            row.make(env).impls["quack"]()
+        assert quack.version() is None
+        fwd = lambda x, w, eps, store_rstd: (x + "'", "res", w + "r")  # noqa: E731
+        quack._loaded = (dict(rmsnorm_fwd=fwd), "0.6.5")
+        assert row.make(env).impls["quack"]() == ("x'", "wr")  # (out, rstd), as eager's
+        assert quack.version() == "0.6.5"
+    finally:
+        quack._loaded = saved
+    assert made == [env, env]
+    kernels = {c.kernel for c in all_cases(True)}
+    assert set(quack.PEERS) <= kernels, "a QuACK peer for a row no module has"

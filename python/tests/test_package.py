@@ -138,6 +138,14 @@ def test_context_cubin_without_a_gpu(ctx):
     assert again == cubin
 
 
+def test_context_prepare_makes_the_cubins_in_threads(ctx):
+    specs = [_spec("rmsnorm", "forward", 1024), _spec("rmsnorm", "backward", 1024)]
+    ctx.prepare(specs, jobs=2)
+    fresh = lingen.Context(arch="sm_90a", cache_dir="off")
+    assert [ctx.cubin(s) for s in specs] == [fresh.cubin(s) for s in specs]
+    ctx.prepare([])  # nothing to do
+
+
 def test_closed_context_refuses_work(tmp_path):
     c = lingen.Context(arch="sm_90a", cache_dir="off")
     c.close()

@@ -100,6 +100,7 @@ struct lg_jit_opts {
 	int launches;      /* launch part: launches per timed loop (default 20000) */
 	int loops;         /* launch part: timed loops, median taken (default 5) */
 	int reps;          /* cache part: fresh contexts, median taken (default 20) */
+	int jobs;          /* whole-step part: compile threads (default: online CPUs) */
 };
 
 /* One kernel's numbers; times of a part that did not run are negative. */
@@ -134,6 +135,11 @@ struct lg_jit_result {
 	char no_gpu[512];       /* why not, when !gpu */
 	double first_compile_ms;  /* kernel 0, the first compile of the process */
 	double compile_median_ms; /* median over kernels 1..n-1 (n = 1: a recompile) */
+	double compile_p90_ms;    /* 90th percentile over the same */
+	double step_serial_ms;    /* every kernel generated and compiled, one after another
+				   * (the first compile: NVRTC start-up included) */
+	double step_parallel_ms;  /* the same again in `jobs` threads, wall time (NVRTC loaded) */
+	int jobs;
 	double gen_median_ms;
 	double read_median_us, load_median_us, get_median_us; /* medians over kernels */
 	size_t n;
@@ -155,7 +161,12 @@ struct lg_load_result {
 	bool gpu; /* false: no driver or device, cubins read but not loaded */
 	size_t kernels;
 	double driver_ms, context_ms, lingen_ms, per_kernel_us;
+	double create_us;             /* lg_ctx_create (a bundle: its manifest read) */
+	double kernel_median_us, kernel_p90_us; /* one kernel's lg_kernel_get (or lg_ctx_cubin) */
 };
+/* The q-quantile (0..1, nearest rank) of v[0..n-1], which it sorts; -1 when n is 0. */
+double lg_quantile(double *v, size_t n, double q);
+
 lg_status lg_bench_load(const lg_spec *const *specs, size_t n, const char *bundle,
 			struct lg_load_result *r);
 

@@ -57,6 +57,34 @@ static double median(double *v, size_t n)
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The q-quantile (0..1, nearest rank) of v[0..n-1] (sorts v); -1 when n is 0. */
+double lg_quantile(double *v, size_t n, double q)
+{
+	if (n == 0)
+		return -1;
+	qsort(v, n, sizeof *v, cmp_double);
+	size_t i = (size_t)(q * (double)n + 0.999999);
+	return v[i == 0 ? 0 : i > n ? n - 1 : i - 1];
+}
+
+/* Quantile q of one field over the kernels from `from`, skipping negative
+ * (not measured). */
+static double quantile_of(const struct lg_jit_result *r, size_t off, size_t from, double q)
+{
+	double *v = calloc(r->n + 1, sizeof *v);
+	if (!v)
+		return -1;
+	size_t m = 0;
+	for (size_t i = from; i < r->n; i++) {
+		double x = *(const double *)((const char *)&r->k[i] + off);
+		if (x >= 0)
+			v[m++] = x;
+	}
+	double res = lg_quantile(v, m, q);
+	free(v);
+	return res;
+}
+
 /* Median of one field over the kernels, skipping negative (not measured). */
 static double median_of(const struct lg_jit_result *r, size_t off, size_t from)
 {
@@ -108,6 +136,10 @@ static lg_status part_compile(struct lg_jit_result *r)
 	}
 	r->first_compile_ms = r->k[0].compile_ms;
 	r->compile_median_ms = median_of(r, offsetof(struct lg_jit_kernel, compile_ms), 1);
+	r->compile_p90_ms = quantile_of(r, offsetof(struct lg_jit_kernel, compile_ms), 1, 0.9);
+	r->step_serial_ms = 0;
+	for (size_t i = 0; i < r->n; i++)
+		r->step_serial_ms += r->k[i].gen_ms + r->k[i].compile_ms;
 	if (r->n == 1) { /* no second kernel: a warm recompile of the first */
 		struct lg_jit_kernel again = r->k[0];
 		lg_status st = compile_one(&t, &again);
@@ -117,6 +149,34 @@ static lg_status part_compile(struct lg_jit_result *r)
 	}
 	r->gen_median_ms = median_of(r, offsetof(struct lg_jit_kernel, gen_ms), 0);
 	return lg_nvrtc_version(&r->nvrtc_major, &r->nvrtc_minor);
+}
+
+/* --------------------------------------------------------- whole step */
+
+/* Every kernel generated and compiled again, by lg_ctx_cubins in `jobs`
+ * threads (the library's batch get) on a context without a disk cache,
+ * wall time. NVRTC is loaded by then (part 1). */
+static lg_status part_step(struct lg_jit_result *r, int jobs)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	r->jobs = jobs > 0 ? jobs : cpus > 0 ? (int)cpus : 1;
+	if ((size_t)r->jobs > r->n)
+		r->jobs = (int)r->n;
+	const lg_spec **specs = calloc(r->n, sizeof *specs);
+	if (!specs)
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+	for (size_t i = 0; i < r->n; i++)
+		specs[i] = r->k[i].spec;
+	lg_ctx *c = NULL;
+	lg_ctx_opts o = {.arch = r->arch, .cache_dir = "off", .tuning = "off"}; /* the sources of part 1 */
+	lg_status st = lg_ctx_create(&o, &c);
+	double t0 = lg_now();
+	if (st == LG_OK)
+		st = lg_ctx_cubins(c, specs, r->n, r->jobs);
+	r->step_parallel_ms = (lg_now() - t0) * 1e3;
+	lg_ctx_destroy(c);
+	free(specs);
+	return st;
 }
 
 /* -------------------------------------------------------------- cache */
@@ -441,9 +501,12 @@ lg_status lg_jit_bench(const lg_spec *const *specs, size_t n, const struct lg_ji
 						 .read_us = -1, .load_us = -1, .get_us = -1};
 	}
 	r->first_compile_ms = r->compile_median_ms = r->gen_median_ms = -1;
+	r->compile_p90_ms = r->step_serial_ms = r->step_parallel_ms = -1;
 	r->read_median_us = r->load_median_us = r->get_median_us = -1;
 	probe_gpu(r, o->arch);
 	lg_status st = part_compile(r);
+	if (st == LG_OK)
+		st = part_step(r, o->jobs);
 	if (st == LG_OK)
 		st = part_cache(r, o->reps > 0 ? o->reps : 20);
 	if (st == LG_OK && r->gpu)

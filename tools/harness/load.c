@@ -7,6 +7,7 @@
  * Without a GPU (arch from $LINGEN_ARCH, else sm_90a) the cubins are only
  * read (lg_ctx_cubin): lingen's part up to the driver.
  */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda.h"
@@ -33,15 +34,25 @@ lg_status lg_bench_load(const lg_spec *const *specs, size_t n, const char *bundl
 	lg_ctx *ctx = NULL;
 	const char *arch = r->gpu ? NULL : lg_env_get(LG_ENV_ARCH) ? lg_env_get(LG_ENV_ARCH) : "sm_90a";
 	lg_ctx_opts o = {.arch = arch, .bundle = bundle};
-	st = lg_ctx_create(&o, &ctx);
+	double *each = calloc(n ? n : 1, sizeof *each);
+	st = each ? lg_ctx_create(&o, &ctx) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+	double tc = lg_now();
 	for (size_t i = 0; st == LG_OK && i < n; i++) {
 		lg_kernel *k;
 		const void *cubin;
 		size_t size;
+		double ti = lg_now();
 		st = r->gpu ? lg_kernel_get(ctx, specs[i], &k) : lg_ctx_cubin(ctx, specs[i], &cubin, &size);
+		each[i] = (lg_now() - ti) * 1e6;
 	}
 	double t3 = lg_now();
 	lg_ctx_destroy(ctx);
+	if (st == LG_OK) {
+		r->create_us = (tc - t2) * 1e6;
+		r->kernel_median_us = lg_quantile(each, n, 0.5);
+		r->kernel_p90_us = lg_quantile(each, n, 0.9);
+	}
+	free(each);
 	if (st != LG_OK)
 		return st;
 	r->kernels = n;
