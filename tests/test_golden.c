@@ -271,6 +271,18 @@ static const struct golden cases[] = {
 	 * the wgmma forward at odd sizes with one consumer warpgroup, a 256-wide tile and a
 	 * cluster of 2 CTAs sharing w's tile (TMA multicast); the
 	 * target forward on sm_80 (mma.sync) */
+	/* blockwise FP8 GEMMs: promotion every 128 of K, persistent producer / consumers */
+	{"fp8_gemm_fwd_n7168_k16384", "sm_90a",
+	 "{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 7168, \"k\": 16384}"},
+	{"fp8_gemm_fwd_fp32_n3072_k2880_tn192", "sm_90a",
+	 "{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"n\": 3072, \"k\": 2880, "
+	 "\"tile\": {\"n\": 192}}"},
+	{"fp8_gemm_dgrad_n2048_k2048_m64", "sm_90a",
+	 "{\"op\": \"fp8_gemm\", \"pass\": \"dgrad\", \"dtype\": \"bf16\", \"n\": 2048, \"k\": 2048, "
+	 "\"tile\": {\"m\": 64}}"},
+	{"fp8_gemm_wgrad_acc_n2048_k2880", "sm_90a",
+	 "{\"op\": \"fp8_gemm\", \"pass\": \"wgrad\", \"dtype\": \"fp32\", \"n\": 2048, \"k\": 2880, "
+	 "\"accumulate\": true}"},
 	{"router_gemm_fwd_h1000_e97_m64_n256_cl2", "sm_90a",
 	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
 	 "\"experts\": 97, \"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4, \"cluster\": 2}}"},

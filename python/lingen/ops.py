@@ -22,6 +22,7 @@ listed by `lingen help OP`): no default is written here.
 from . import _core, _families
 from ._core import call
 from ._core import quant_options as _quant
+from ._gemm_ops import fp8_gemm, fp8_gemm_dgrad, fp8_gemm_wgrad  # noqa: F401
 from ._moe_ops import (_multiple, _routing_arg, _routing_kind, _uses, moe_permute,  # noqa: F401
                        moe_permute_backward, moe_permute_quant, moe_row_map, moe_unpermute,
                        moe_unpermute_backward)
