@@ -359,7 +359,7 @@ static void test_export(void **state)
 			 LG_ERR_INVALID_ARG);
 	assert_int_equal(lg_fp8_quant_forward(NULL, NULL, 8, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
 	assert_int_equal(lg_fp8_quant_batched_forward(NULL, NULL, 8, 2, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
-	assert_int_equal(lg_fp8_quant_weight_forward(NULL, NULL, 8, 0, 0, 0), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_fp8_quant_weight_forward(NULL, NULL, 8, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
 }
 
 int main(void)

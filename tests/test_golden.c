@@ -118,6 +118,9 @@ static const struct golden cases[] = {
 	{"fp8_quant_weight_h2048_pow2", "sm_90a",
 	 "{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
 	 "\"quant\": {}}"},
+	{"fp8_quant_weight_h2048_transposed", "sm_90a",
+	 "{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+	 "\"quant\": {}, \"transposed\": true}"},
 	{"fp8_quant_weight_h384_exact_f32_f2_sm80", "sm_80",
 	 "{\"op\": \"fp8_quant_weight\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
 	 "\"quant\": {\"round_scale\": false}, \"tile\": {\"values\": 32, \"fblocks\": 2}}"},

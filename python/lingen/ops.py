@@ -101,16 +101,21 @@ def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, ou
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def fp8_quant_weight(w, *, round_scale=None, tile=None, out=None, stream=None, context=None,
-                     alloc=None):
+def fp8_quant_weight(w, *, round_scale=None, transposed=False, tile=None, out=None, stream=None,
+                     context=None, alloc=None):
     """FP8 quantisation of a weight in 128 x 128 tiles (docs/kernels.md 1.3): w
     [rows, hidden] bf16 -> (q [rows, hidden] e4m3, s [cdiv(rows, 128),
     hidden/128] fp32, one dequantisation scale a tile). As linghe's
-    triton_block_quant."""
-    r = call("lingen.fp8_quant_weight", "fp8_quant_weight", "forward", {"w": w},
-             {"quant.round_scale": round_scale, "tile": tile},
+    triton_block_quant. transposed=True also returns the transposed copy
+    the FP8 GEMM's dgrad reads: (q, s, qt [hidden, rows], st [hidden/128,
+    cdiv(rows, 128)])."""
+    fn = "lingen.fp8_quant_weight"
+    r = call(fn, "fp8_quant_weight", "forward", {"w": w},
+             {"quant.round_scale": round_scale, "transposed": _core.check_flag(fn, "transposed",
+                                                                                transposed),
+              "tile": tile},
              out=out, stream=stream, context=context, alloc=alloc)
-    return r["q"], r["s"]
+    return (r["q"], r["s"], r["qt"], r["st"]) if transposed else (r["q"], r["s"])
 
 
 # ------------------------------------------------- q/k norm + RoPE (K2)
