@@ -286,6 +286,13 @@ static const struct golden cases[] = {
 	{"fp8_gemm_wgrad_acc_n2048_k2880", "sm_90a",
 	 "{\"op\": \"fp8_gemm\", \"pass\": \"wgrad\", \"dtype\": \"fp32\", \"n\": 2048, \"k\": 2880, "
 	 "\"accumulate\": true}"},
+	/* grouped: the counts scanned once a CTA, a tile's expert by binary search */
+	{"fp8_grouped_gemm_fwd_n1024_k2048_e256", "sm_90a",
+	 "{\"op\": \"fp8_grouped_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 1024, "
+	 "\"k\": 2048, \"experts\": 256}"},
+	{"fp8_grouped_gemm_dgrad_n2048_k512_e256", "sm_90a",
+	 "{\"op\": \"fp8_grouped_gemm\", \"pass\": \"dgrad\", \"dtype\": \"bf16\", \"n\": 2048, "
+	 "\"k\": 512, \"experts\": 256}"},
 	{"router_gemm_fwd_h1000_e97_m64_n256_cl2", "sm_90a",
 	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
 	 "\"experts\": 97, \"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4, \"cluster\": 2}}"},

@@ -170,9 +170,40 @@ def grouped_peer(E, rows, N, K, reps, lines):
         line = f"| grouped fwd | {E} experts N{N} K{K} | torch._grouped_mm failed: {str(e)[:120]} |"
     lines.append(line)
     print(line, flush=True)
-    if hasattr(lingen, "fp8_grouped_gemm"):
-        from fp8_grouped_bench import grouped_ours  # noqa: PLC0415 (beside this file)
-        grouped_ours(E, rows, N, K, counts, reps, lines, timed)
+    grouped_ours(E, rows, N, K, counts.to(DEV), reps, lines)
+
+
+def grouped_ours(E, rows, N, K, counts, reps, lines):
+    """lingen's grouped forward and dgrad at the same counts; accuracy on a
+    sample of experts (float64, their own scale blocks)."""
+    KB, NB = cdiv(K, 128), cdiv(N, 128)
+    x, xs = rand_fp8(rows, K), rand_scale(KB, rows)
+    w, ws = rand_fp8(E * N, K).view(E, N, K), rand_scale(E, NB, KB)
+    dy, dys = rand_fp8(rows, N), rand_scale(NB, rows)
+    wt, wts = rand_fp8(E * K, N).view(E, K, N), rand_scale(E, KB, NB)
+    flops = 2.0 * rows * N * K
+    starts = torch.cumsum(counts, 0) - counts
+    for form, fn, a, sa, b, sb, cols, red in (
+            ("fwd", lingen.fp8_grouped_gemm, x, xs, w, ws, N, K),
+            ("dgrad", lingen.fp8_grouped_gemm_dgrad, dy, dys, wt, wts, K, N)):
+        try:
+            y = fn(a, sa, b, sb, counts, out_dtype="fp32")
+            err = 0.0
+            for e in (0, E // 2, E - 1):
+                r0, n = int(starts[e]), int(counts[e])
+                if n == 0:
+                    continue
+                rb = cdiv(red, 128)
+                blk = sa.flatten()[r0 * rb:(r0 + n) * rb].view(rb, n)
+                ref = deq_rows(a[r0:r0 + n], blk) @ deq_tiles(b[e], sb[e]).t()
+                err = max(err, rel(y[r0:r0 + n], ref))
+            t = timed(lambda: fn(a, sa, b, sb, counts), reps)
+            line = f"| grouped {form} | {E} experts, {rows} rows, N{N} K{K} | lingen fp8 | " \
+                   f"{t * 1e3:.1f} us | {flops / (t * 1e-3) / 1e12:.0f} TFLOP/s (err fp32 {err:.2e}) |"
+        except Exception as ex:  # noqa: BLE001
+            line = f"| grouped {form} | {E} experts N{N} K{K} | lingen failed: {str(ex)[:160]} |"
+        lines.append(line)
+        print(line, flush=True)
 
 
 def main():

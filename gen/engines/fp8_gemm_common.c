@@ -24,7 +24,7 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 	const char *why = lg_fp8_gemm_problem(&g);
 	if (why)
 		return lg_spec_error(where, "tile: found m %d, n %d, stages %d; allowed: %s", g.bm, g.bn, g.stages, why);
-	if (lg_spec_int(s, k->acc) && (s->pass != LG_PASS_WGRAD || s->dtype != LG_DTYPE_FP32))
+	if (k->acc >= 0 && lg_spec_int(s, k->acc) && (s->pass != LG_PASS_WGRAD || s->dtype != LG_DTYPE_FP32))
 		return lg_spec_error(where, "accumulate: found true, allowed: only in the wgrad with dtype fp32 (an "
 				     "fp32 main gradient)");
 	return LG_OK;

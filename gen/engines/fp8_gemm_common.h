@@ -14,7 +14,8 @@
 #include "family.h"
 #include "fp8_gemm_emit.h"
 
-/* Key indices of a family's table: tile.m, tile.n, tile.stages, accumulate. */
+/* Key indices of a family's table: tile.m, tile.n, tile.stages, accumulate
+ * (-1: none). */
 struct lg_fp8_keys {
 	int tm, tn, stages, acc;
 };

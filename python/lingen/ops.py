@@ -22,7 +22,8 @@ listed by `lingen help OP`): no default is written here.
 from . import _core, _families
 from ._core import call
 from ._core import quant_options as _quant
-from ._gemm_ops import fp8_gemm, fp8_gemm_dgrad, fp8_gemm_wgrad  # noqa: F401
+from ._gemm_ops import (fp8_gemm, fp8_gemm_dgrad, fp8_gemm_wgrad, fp8_grouped_gemm,
+                        fp8_grouped_gemm_dgrad)  # noqa: F401
 from ._moe_ops import (_multiple, _routing_arg, _routing_kind, _uses, moe_permute,  # noqa: F401
                        moe_permute_backward, moe_permute_quant, moe_row_map, moe_unpermute,
                        moe_unpermute_backward)
@@ -101,7 +102,7 @@ def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, ou
     return r["q"], r["s"], r["qt"], r["st"]
 
 
-def fp8_quant_weight(w, *, round_scale=None, transposed=False, tile=None, out=None, stream=None,
+def fp8_quant_weight(w, *, round_scale=None, transposed=None, tile=None, out=None, stream=None,
                      context=None, alloc=None):
     """FP8 quantisation of a weight in 128 x 128 tiles (docs/kernels.md 1.3): w
     [rows, hidden] bf16 -> (q [rows, hidden] e4m3, s [cdiv(rows, 128),
@@ -111,9 +112,9 @@ def fp8_quant_weight(w, *, round_scale=None, transposed=False, tile=None, out=No
     cdiv(rows, 128)])."""
     fn = "lingen.fp8_quant_weight"
     r = call(fn, "fp8_quant_weight", "forward", {"w": w},
-             {"quant.round_scale": round_scale, "transposed": _core.check_flag(fn, "transposed",
-                                                                                transposed),
-              "tile": tile},
+             {"quant.round_scale": round_scale, "tile": tile,
+              "transposed": None if transposed is None else _core.check_flag(fn, "transposed",
+                                                                             transposed)},
              out=out, stream=stream, context=context, alloc=alloc)
     return (r["q"], r["s"], r["qt"], r["st"]) if transposed else (r["q"], r["s"])
 
