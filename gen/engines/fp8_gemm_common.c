@@ -96,7 +96,7 @@ int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 
 void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn)
 {
-	lg_comment(b, "Grouped raster: %d row tiles at a time sweep the %lld column tiles.", RASTER, (long long)ct);
+	lg_comment(b, "Grouped raster: %d row tiles at a time sweep the columns.", RASTER);
 	lg_line(b, "const i64 first = tile / %lld * %d, r = tile %% %lld;", (long long)(ct * RASTER), RASTER,
 		(long long)(ct * RASTER));
 	lg_line(b, "const i64 gs = rtiles - first < %d ? rtiles - first : %d;", RASTER, RASTER);

@@ -190,7 +190,7 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 		if (threadIdx.x == 128) {
 			int it = 0;
 			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-				// Grouped raster: 16 row tiles at a time sweep the 16 column tiles.
+				// Grouped raster: 16 row tiles at a time sweep the columns.
 				const i64 first = tile / 256 * 16, r = tile % 256;
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 				const int ta = (int)((first + r % gs) * 64);
@@ -218,7 +218,7 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
 	int it = 0;
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-		// Grouped raster: 16 row tiles at a time sweep the 16 column tiles.
+		// Grouped raster: 16 row tiles at a time sweep the columns.
 		const i64 first = tile / 256 * 16, r = tile % 256;
 		const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 		const int ta = (int)((first + r % gs) * 64);

@@ -190,7 +190,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 		if (threadIdx.x == 256) {
 			int it = 0;
 			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-				// Grouped raster: 16 row tiles at a time sweep the 23 column tiles.
+				// Grouped raster: 16 row tiles at a time sweep the columns.
 				const i64 first = tile / 368 * 16, r = tile % 368;
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 				const int ta = (int)((first + r % gs) * 128);
@@ -219,7 +219,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
 	int it = 0;
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-		// Grouped raster: 16 row tiles at a time sweep the 23 column tiles.
+		// Grouped raster: 16 row tiles at a time sweep the columns.
 		const i64 first = tile / 368 * 16, r = tile % 368;
 		const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 		const int ta = (int)((first + r % gs) * 128);
