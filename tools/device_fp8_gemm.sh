@@ -59,7 +59,7 @@ for i in 1 2 3; do
 		| tee -a "$out/jit.txt"
 	rm -rf /tmp/fp8_jit_out
 done
-LINGEN_CACHE_DIR=off timeout 40 build-device/lingen bench --jit /tmp/fp8_jit.json --reps 2 --tokens 4096 \
+timeout "${JIT_TIMEOUT:-20}" build-device/lingen bench --jit /tmp/fp8_jit.json --reps 2 --tokens 4096 \
 	>> "$out/jit.txt" 2>&1 || echo "lingen bench --jit: exit $?" >> "$out/jit.txt"
 timeout "${BENCH_TIMEOUT:-200}" python3 tools/fp8_gemm_bench.py "$out/fp8-gemm.md" $quick \
 	2>&1 | tee "$out/bench-log.txt"

@@ -206,6 +206,22 @@ def grouped_ours(E, rows, N, K, counts, reps, lines):
         print(line, flush=True)
 
 
+def tiles(reps, lines):
+    """lingen's forward at the first shape with each tile `lingen tune` sweeps."""
+    M, N, K = 4096, 7168, 16384
+    x, xs, w, ws = rand_fp8(M, K), rand_scale(cdiv(K, 128), M), rand_fp8(N, K), \
+        rand_scale(cdiv(N, 128), cdiv(K, 128))
+    lines += ["", "| tile (forward 4096x7168x16384) | us | TFLOP/s |", "|---|---|---|"]
+    for tile in ({}, {"n": 160}, {"n": 192}, {"n": 256}, {"n": 64}, {"m": 64}, {"stages": 5}):
+        try:
+            t = timed(lambda: lingen.fp8_gemm(x, xs, w, ws, tile=tile or None), reps)
+            lines.append(f"| {tile or 'default (m 128, n 128, 7 stages)'} | {t * 1e3:.1f} | "
+                         f"{2.0 * M * N * K / (t * 1e-3) / 1e12:.0f} |")
+        except Exception as e:  # noqa: BLE001
+            lines.append(f"| {tile} | failed: {str(e)[:120]} | |")
+        print(lines[-1], flush=True)
+
+
 def main():
     out = sys.argv[1]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 15
@@ -222,6 +238,7 @@ def main():
     lines += ["", "| grouped | shape | peer | time | rate |", "|---|---|---|---|---|"]
     for N, K in ((1024, 2048), (2048, 512)):
         grouped_peer(256, 65536, N, K, reps, lines)
+    tiles(reps, lines)
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -31,8 +31,9 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 }
 
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
-			   struct lg_fp8_tile *tl)
+			   unsigned reserve, struct lg_fp8_tile *tl)
 {
+	unsigned limit = lg_gemm_smem_limit(t) - reserve;
 	if (t->sm != 90 || !t->arch_specific)
 		return lg_fail(LG_ERR_SPEC, "%s: target: found %s, allowed: sm_90a (the FP8 GEMMs run on wgmma e4m3 and "
 			       "TMA only)", s->entry, t->name);
@@ -44,11 +45,10 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	if (lg_spec_has(s, k->stages))
 		g.stages = (int)lg_spec_int(s, k->stages);
 	else
-		lg_fp8_gemm_fit_stages(&g, 8, lg_gemm_smem_limit(t));
-	if (lg_fp8_gemm_smem(&g) > lg_gemm_smem_limit(t))
+		lg_fp8_gemm_fit_stages(&g, 8, limit);
+	if (lg_fp8_gemm_smem(&g) > limit)
 		return lg_fail(LG_ERR_SPEC, "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at "
-			       "most %u bytes on %s", s->entry, g.stages, lg_fp8_gemm_smem(&g), lg_gemm_smem_limit(t),
-			       t->name);
+			       "most %u bytes on %s", s->entry, g.stages, lg_fp8_gemm_smem(&g), limit, t->name);
 	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages};
 	return LG_OK;
 }

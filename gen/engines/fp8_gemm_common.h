@@ -30,10 +30,11 @@ static inline int64_t lg_fp8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b
 /* Tile keys within what the emitter allows; accumulate only in a wgrad
  * with an fp32 output. */
 lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k);
-/* The tile on t: the spec's keys, else 128 x 128 and the stages that fit.
- * Refuses every target but sm_90a. */
+/* The tile on t: the spec's keys, else 128 x 128 and the stages that fit
+ * beside `reserve` bytes of the kernel's static shared memory. Refuses
+ * every target but sm_90a. */
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
-			   struct lg_fp8_tile *tl);
+			   unsigned reserve, struct lg_fp8_tile *tl);
 /* The plan of g: tile keys, one persistent entry, A's and B's tensor maps
  * (arguments a and b). */
 lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const struct lg_fp8_gemm *g,

@@ -145,7 +145,7 @@ static void extents(const struct lg_spec *s, const struct lits *l, const char **
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	struct lg_fp8_tile tl;
-	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, &tl);
+	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, 0, &tl);
 	if (st != LG_OK)
 		return st;
 	struct lits l = lits_of(s);

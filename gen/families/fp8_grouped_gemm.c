@@ -89,7 +89,9 @@ enum { P_E = P8_OWN, P_CT };
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	struct lg_fp8_tile tl;
-	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, &tl);
+	/* the counts' scan: gr (i64) and gt (int) of experts + 1 in static shared memory */
+	unsigned scan = (unsigned)(lg_spec_int(s, K_E) + 1) * 12u + 16u;
+	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, scan, &tl);
 	if (st != LG_OK)
 		return st;
 	bool fwd = s->pass == LG_PASS_FORWARD;

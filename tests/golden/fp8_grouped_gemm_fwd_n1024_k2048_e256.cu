@@ -173,10 +173,10 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256(
 	(void)x;
 	(void)w;
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
-	// 7 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
-	// then full[7], empty[7].
+	// 6 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
+	// then full[6], empty[6].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
-	u64 *const full = (u64 *)(ring + 229376), *const empty = full + 7;
+	u64 *const full = (u64 *)(ring + 196608), *const empty = full + 6;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	// Expert e's first row gr[e] and first tile gt[e] (gt[256]: the tiles), one scan.
 	__shared__ i64 gr[257];
@@ -203,7 +203,7 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256(
 			lg_tma_prefetch(&tm_w);
 		}
 		#pragma unroll
-		for (int s = 0; s < 7; s++) {
+		for (int s = 0; s < 6; s++) {
 			lg_mbar_init(&full[s], 1);
 			lg_mbar_init(&empty[s], 8); // every consumer warp
 		}
@@ -232,8 +232,8 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256(
 				(void)oc;
 				(void)rend;
 				for (int kt = 0; kt < nkt; kt++, it++) {
-					const int s = it % 7;
-					if (it >= 7) lg_mbar_wait(&empty[s], ((it / 7) - 1) & 1);
+					const int s = it % 6;
+					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
 					lg_mbar_expect(&full[s], 32768u);
 					const int r0 = rb + kt * 128;
 					u8 *const sd = ring + s * 32768;
@@ -272,12 +272,12 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256(
 		#pragma unroll
 		for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 		for (int kt = 0; kt < nkt; kt++, it++) {
-			const int s = it % 7;
+			const int s = it % 6;
 			const float sa0 = row < rend ? LG_SA(kt, row) : 0.0f;
 			const float sa1 = row + 8 < rend ? LG_SA(kt, row + 8) : 0.0f;
 			const int cb = (int)(oc >> 7);
 			const float sb0 = LG_SB(kt, cb);
-			lg_mbar_wait(&full[s], (it / 7) & 1);
+			lg_mbar_wait(&full[s], (it / 6) & 1);
 			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 			lg_wg_fence();
