@@ -612,18 +612,12 @@ static void emit_tile_scale(lg_buf *b, const struct ctx *k)
 		lg_line(b, "if (threadIdx.x == 0) ((float *)%s)[cb * ((%s + 127) / 128) + tt] = tsc;", k->st, k->m);
 }
 
-/* One pass over the thread's values: q rows, and the column bytes into the
- * staging tile, then the qt lines. */
-static void emit_quantise(lg_buf *b, const struct ctx *k)
+/* The columnwise copy's scales (per feature, or the tile's) and its words
+ * cw: the declarations before the quantising pass. */
+static void emit_col_setup(lg_buf *b, const struct ctx *k, int words)
 {
 	const struct lg_qe *e = k->e;
 	bool pow2 = e->pow2;
-	int words = k->r / 4; /* u32 words of a column's R bytes */
-	long long n = (long long)e->n;
-	lg_comment(b, "Quantise every value once per copy%s", e->rows && e->cols ? ":" : ".");
-	if (e->rows)
-		lg_comment(b, "  rowwise: with its %s scale; a half warp stores a token's q line.",
-			   k->tile ? "tile's" : "token's");
 	if (e->cols && k->tile) {
 		lg_comment(b, "  transposed: with the tile's scale, two rows an e4m3x2; cw[c] gets the");
 		lg_comment(b, "  %d bytes of column 8 lb + c, row r0 first.", k->r);
@@ -641,6 +635,21 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 		}
 		lg_line(b, "u32 cw[8]%s;", words == 2 ? "[2]" : "");
 	}
+}
+
+/* One pass over the thread's values: q rows, and the column bytes into the
+ * staging tile, then the qt lines. */
+static void emit_quantise(lg_buf *b, const struct ctx *k)
+{
+	const struct lg_qe *e = k->e;
+	bool pow2 = e->pow2;
+	int words = k->r / 4; /* u32 words of a column's R bytes */
+	long long n = (long long)e->n;
+	lg_comment(b, "Quantise every value once per copy%s", e->rows && e->cols ? ":" : ".");
+	if (e->rows)
+		lg_comment(b, "  rowwise: with its %s scale; a half warp stores a token's q line.",
+			   k->tile ? "tile's" : "token's");
+	emit_col_setup(b, k, words);
 	if (e->rows)
 		lg_line(b, "u8 *const qrow = (u8 *)%s + (m0 + r0) * %lld + k0 + 8 * lb;", k->q, n);
 	if (e->cols) {
