@@ -89,9 +89,10 @@ void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_di
 int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
 		      const struct lg_fp8_keys *k)
 {
-	static const int64_t tm[] = {128, 64, 0}, tn[] = {128, 64, 96, 160, 192, 256, 0}, st[] = {0};
-	(void)st;
-	return lg_candidate_grid(s, t, out, 0, max, k->tm, tm, k->tn, tn);
+	/* stages: the first is what the grid's tiles have (as many as fit) */
+	static const int64_t tm[] = {128, 64, 0}, tn[] = {128, 160, 192, 96, 64, 256, 0}, st[] = {8, 5, 4, 0};
+	int n = lg_candidate_grid(s, t, out, 0, max, k->tm, tm, k->tn, tn);
+	return lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
 }
 
 void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn)
