@@ -199,7 +199,8 @@ def grouped_ours(E, rows, N, K, counts, reps, lines):
                 err = max(err, rel(y[r0:r0 + n], ref))
             t = timed(lambda: fn(a, sa, b, sb, counts), reps)
             line = f"| grouped {form} | {E} experts, {rows} rows, N{N} K{K} | lingen fp8 | " \
-                   f"{t * 1e3:.1f} us | {flops / (t * 1e-3) / 1e12:.0f} TFLOP/s (err fp32 {err:.2e}) |"
+                   f"{t * 1e3:.1f} us | {flops / (t * 1e-3) / 1e12:.0f} TFLOP/s " \
+                   f"(err fp32 {err:.2e}) |"
         except Exception as ex:  # noqa: BLE001
             line = f"| grouped {form} | {E} experts N{N} K{K} | lingen failed: {str(ex)[:160]} |"
         lines.append(line)

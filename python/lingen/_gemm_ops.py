@@ -35,7 +35,8 @@ def fp8_gemm_dgrad(dy, dy_scale, wt, wt_scale, *, out_dtype="bf16", tile=None, o
     wt_scale [cdiv(k, 128), cdiv(n, 128)]: fp8_quant_weight's qt, st)."""
     fn = "lingen.fp8_gemm_dgrad"
     dt = _out_dtype(fn, out_dtype)
-    r = call(fn, "fp8_gemm", "dgrad", {"dy": dy, "dy_scale": dy_scale, "wt": wt, "wt_scale": wt_scale},
+    r = call(fn, "fp8_gemm", "dgrad",
+             {"dy": dy, "dy_scale": dy_scale, "wt": wt, "wt_scale": wt_scale},
              {"tile": tile, "dtype": dt}, out=out, stream=stream, context=context, alloc=alloc)
     return r["dx"]
 

@@ -29,7 +29,8 @@ def _dense(env, m, n, k):
     w, ws = _fp8(env, n, k), _scale(env, (n + 127) // 128, (k + 127) // 128)
     xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
     impls = {"lingen": lambda: lg.fp8_gemm(x, xs, w, ws),
-             "eager": lambda: (_deq_rows(torch, x, xs) @ _deq_tiles(torch, w, ws).t()).to(torch.bfloat16),
+             "eager": lambda: (_deq_rows(torch, x, xs)
+                               @ _deq_tiles(torch, w, ws).t()).to(torch.bfloat16),
              "torch.mm": lambda: torch.mm(xb, wb.t())}
     if k % 128 == 0 and n % 128 == 0:
         impls["_scaled_mm"] = lambda: torch._scaled_mm(x, w.t(), scale_a=xs.t(), scale_b=ws.t(),
@@ -47,12 +48,14 @@ def _grouped(env, e, m, n, k):
     xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
 
     def eager():
-        # equal counts: expert i's scales are the [kb, m / e] block at i (m / e) kb
-        xd = torch.cat([_deq_rows(torch, x[i * (m // e):(i + 1) * (m // e)],
-                                  xs.flatten()[i * (m // e) * xs.shape[0]:(i + 1) * (m // e) * xs.shape[0]]
-                                  .view(xs.shape[0], m // e)) for i in range(e)])
+        # equal counts c: expert i's scales are the [kb, c] block at element i c kb
+        c, kb = m // e, xs.shape[0]
+        flat = xs.flatten()
+        xd = torch.cat([_deq_rows(torch, x[i * c:(i + 1) * c], flat[i * c * kb:(i + 1) * c * kb]
+                                  .view(kb, c)) for i in range(e)])
         wd = _deq_tiles(torch, w, ws)
-        return torch.cat([xd[i * (m // e):(i + 1) * (m // e)] @ wd[i].t() for i in range(e)]).to(torch.bfloat16)
+        y = torch.cat([xd[i * c:(i + 1) * c] @ wd[i].t() for i in range(e)])
+        return y.to(torch.bfloat16)
     impls = {"lingen": lambda: lg.fp8_grouped_gemm(x, xs, w, ws, counts), "eager": eager,
              "torch._grouped_mm": lambda: torch._grouped_mm(xb, wb.transpose(1, 2), offs=offs)}
     return Setup(impls, (x, xs, w, ws, counts), lambda r: (r.float(),))
