@@ -314,6 +314,18 @@ static void test_weight(void **state)
 		weight(384, tiles[t], rows, 6);
 }
 
+/* The transposed copy (dgrad's): qt = q^T, st = s^T bit for bit with the
+ * reference, at odd row counts (a partial last tile row, rows not a
+ * multiple of 16: unaligned qt lines) and each tile variant. */
+static void test_weight_transposed(void **state)
+{
+	(void)state;
+	static const int64_t rows[] = {1, 127, 129, 2048, 2049};
+	weight(2048, ", \"transposed\": true", rows, 5);
+	weight(384, ", \"transposed\": true, \"tile\": {\"values\": 32}", rows, 5);
+	weight(384, ", \"transposed\": true, \"tile\": {\"threads\": 512, \"fblocks\": 2}", rows, 5);
+}
+
 int main(void)
 {
 	lg_test_require_gpu("gpu_test_fp8_quant");
@@ -332,6 +344,7 @@ int main(void)
 		cmocka_unit_test(test_batched_tiles),
 		cmocka_unit_test(test_batched_counts),
 		cmocka_unit_test(test_weight),
+		cmocka_unit_test(test_weight_transposed),
 	};
 	return LG_TEST_RUN_GPU(tests, &ctx);
 }

@@ -65,7 +65,7 @@ static lg_status fp8_quant_batched(const lg_kernel *k, const int64_t *z, const l
 
 static lg_status fp8_quant_weight(const lg_kernel *k, const int64_t *z, const lg_dptr *p)
 {
-	return lg_fp8_quant_weight_forward(k, NULL, z[0], p[0], p[1], p[2]);
+	return lg_fp8_quant_weight_forward(k, NULL, z[0], p[0], p[1], p[2], p[3], p[4]);
 }
 
 static lg_status swiglu_fwd(const lg_kernel *k, const int64_t *z, const lg_dptr *p)

@@ -191,6 +191,13 @@ static void check_spec(const struct lg_spec *s)
 		struct lg_plan p;
 		char *src = NULL;
 		assert_true(lg_target_parse(archs[a], &t));
+		if (back->fam->target_only && strcmp(back->fam->target_only, archs[a]) != 0) {
+			/* refused, naming the target it needs */
+			assert_int_not_equal(lg_generate_for(back, &t, &p, &src, NULL), LG_OK);
+			assert_non_null(strstr(lg_last_error(), back->fam->target_only));
+			assert_null(src);
+			continue;
+		}
 		if (lg_generate_for(back, &t, &p, &src, NULL) != LG_OK)
 			fail_msg("%s for %s: %s", canon, archs[a], lg_last_error());
 		assert_true(p.nentries >= 1 && p.nentries <= LG_MAX_ENTRIES);
@@ -352,7 +359,7 @@ static void test_export(void **state)
 			 LG_ERR_INVALID_ARG);
 	assert_int_equal(lg_fp8_quant_forward(NULL, NULL, 8, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
 	assert_int_equal(lg_fp8_quant_batched_forward(NULL, NULL, 8, 2, 0, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
-	assert_int_equal(lg_fp8_quant_weight_forward(NULL, NULL, 8, 0, 0, 0), LG_ERR_INVALID_ARG);
+	assert_int_equal(lg_fp8_quant_weight_forward(NULL, NULL, 8, 0, 0, 0, 0, 0), LG_ERR_INVALID_ARG);
 }
 
 int main(void)

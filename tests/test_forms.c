@@ -254,7 +254,7 @@ static void test_public_signatures(void **state)
 	SIG(lg_rmsnorm_backward, I, D, D, D, D, D, D, D);
 	SIG(lg_fp8_quant_forward, I, D, D, D, D, D);
 	SIG(lg_fp8_quant_batched_forward, I, I, D, D, D, D, D, D);
-	SIG(lg_fp8_quant_weight_forward, I, D, D, D);
+	SIG(lg_fp8_quant_weight_forward, I, D, D, D, D, D);
 	SIG(lg_group_rmsnorm_gate_forward, I, I, D, D, D, D);
 	SIG(lg_group_rmsnorm_gate_backward, I, I, D, D, D, D, D, D, D, D);
 	SIG(lg_qk_norm_rope_forward, I, I, D, D, D, D, D, D, D, D);

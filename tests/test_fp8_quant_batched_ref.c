@@ -171,7 +171,8 @@ static void test_weight_reference(void **state)
 	lg_spec *s = spec(FW(256, true, ""));
 	int64_t sizes[LG_MAX_SIZES] = {130};
 	struct lg_ref_case c = make_case(s, sizes);
-	assert_int_equal(c.n, 3);
+	assert_int_equal(c.n, 5);
+	assert_int_equal(c.buf[3].count, 0); /* no transposed copy asked for */
 	assert_int_equal(c.buf[0].count, 130 * 256);
 	assert_int_equal(c.buf[1].count, 130 * 256);
 	assert_int_equal(c.buf[2].count, 2 * 2);
@@ -193,6 +194,35 @@ static void test_weight_reference(void **state)
 	assert_int_equal(q[3 * 256 + 5], 0x7e);
 	assert_int_equal(q[0], 0x30);        /* 1 / 2 = 0.5 */
 	assert_int_equal(q[129 * 256 + 200], 0xf8); /* -4 / 2^-6 = -256 */
+	case_free(&c);
+	lg_spec_free(s);
+}
+
+/* transposed: qt [256, 130] is q^T byte for byte, st [2, 2] is s^T. */
+static void test_weight_transposed(void **state)
+{
+	(void)state;
+	lg_spec *s = spec(FW(256, true, ", \"transposed\": true"));
+	int64_t sizes[LG_MAX_SIZES] = {130};
+	struct lg_ref_case c = make_case(s, sizes);
+	assert_int_equal(c.buf[3].count, 256 * 130);
+	assert_int_equal(c.buf[4].count, 2 * 2);
+	uint64_t st = 7;
+	lg_ref_fill_quant_input(c.buf[0].host, 130, 256, &st);
+	const struct lg_ref_family *rf = lg_ref_family_get(s->op);
+	rf->describe(s, &c);
+	assert_int_equal(c.buf[3].cmp, LG_CMP_E4M3_ULP);
+	assert_int_equal(c.buf[4].cmp, LG_CMP_SCALE);
+	rf->run(s, &c);
+	const uint8_t *q = c.buf[1].host, *qt = c.buf[3].host;
+	const float *sc = c.buf[2].host, *sct = c.buf[4].host;
+	for (size_t i = 0; i < 130; i++)
+		for (size_t k = 0; k < 256; k++)
+			assert_int_equal(qt[k * 130 + i], q[i * 256 + k]);
+	for (int i = 0; i < 2; i++)
+		for (int k = 0; k < 2; k++)
+			assert_true(sct[k * 2 + i] == sc[i * 2 + k]);
+	assert_non_null(strstr(lg_spec_entry(s), "_tr"));
 	case_free(&c);
 	lg_spec_free(s);
 }
@@ -385,6 +415,7 @@ int main(void)
 		cmocka_unit_test(test_experts_blocks_start_at_segments),
 		cmocka_unit_test(test_experts_overrun),
 		cmocka_unit_test(test_weight_reference),
+		cmocka_unit_test(test_weight_transposed),
 		cmocka_unit_test(test_weight_spec_errors),
 		cmocka_unit_test(test_batched_reference),
 		cmocka_unit_test(test_batched_rowwise_uses),

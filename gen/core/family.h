@@ -351,6 +351,9 @@ struct lg_family {
 	 * how many. NULL: nothing to tune. */
 	int (*candidates)(const struct lg_spec *s, const struct lg_target *t,
 			  struct lg_tile_choice *out, int max);
+	/* The one target the family runs on ("sm_90a": plan() refuses every
+	 * other with LG_ERR_SPEC naming it); NULL: every target. */
+	const char *target_only;
 };
 
 /* The registry: one entry per lg_op (families.h). */

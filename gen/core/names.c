@@ -11,6 +11,14 @@ const char *const lg_op_names[LG_OP_COUNT] = {
 const char *const lg_pass_names[LG_PASS_COUNT] = {
 	[LG_PASS_FORWARD] = "forward",
 	[LG_PASS_BACKWARD] = "backward",
+	[LG_PASS_DGRAD] = "dgrad",
+	[LG_PASS_WGRAD] = "wgrad",
+};
+const char *const lg_pass_abbrevs[LG_PASS_COUNT] = {
+	[LG_PASS_FORWARD] = "fwd",
+	[LG_PASS_BACKWARD] = "bwd",
+	[LG_PASS_DGRAD] = "dgrad",
+	[LG_PASS_WGRAD] = "wgrad",
 };
 const char *const lg_dtype_names[LG_DTYPE_COUNT] = {
 	[LG_DTYPE_BF16] = "bf16",

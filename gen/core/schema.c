@@ -545,7 +545,7 @@ static void name_key(lg_buf *b, const struct lg_key *key, const struct lg_spec *
 static void long_entry(lg_buf *b, const struct lg_spec *s)
 {
 	const struct lg_family *f = s->fam;
-	lg_emit(b, "lg_%s_%s_%s", lg_op_names[s->op], s->pass == LG_PASS_FORWARD ? "fwd" : "bwd",
+	lg_emit(b, "lg_%s_%s_%s", lg_op_names[s->op], lg_pass_abbrevs[s->pass],
 		lg_dtype_names[s->dtype]);
 	int last = -1; /* keys by rank, then index */
 	for (;;) {
@@ -587,7 +587,7 @@ void lg_spec_make_entry(struct lg_spec *s)
 		snprintf(s->entry, sizeof s->entry, "%s", name);
 	else /* too long for a symbol: keep the family and hash the rest */
 		snprintf(s->entry, sizeof s->entry, "lg_%s_%s_%s_x%016llx", lg_op_names[s->op],
-			 s->pass == LG_PASS_FORWARD ? "fwd" : "bwd", lg_dtype_names[s->dtype],
+			 lg_pass_abbrevs[s->pass], lg_dtype_names[s->dtype],
 			 (unsigned long long)fnv1a(name));
 	free(name);
 }

@@ -33,7 +33,11 @@ enum lg_op {
 	LG_OP_COUNT
 };
 
-enum lg_pass { LG_PASS_FORWARD, LG_PASS_BACKWARD, LG_PASS_COUNT };
+/* dgrad, wgrad: a GEMM's two backward products (the input's gradient, the
+ * weight's), for families whose backward is two separate launches. */
+enum lg_pass { LG_PASS_FORWARD, LG_PASS_BACKWARD, LG_PASS_DGRAD, LG_PASS_WGRAD, LG_PASS_COUNT };
+/* The pass in entry-point names: fwd, bwd, dgrad, wgrad. */
+extern const char *const lg_pass_abbrevs[LG_PASS_COUNT];
 
 /* e4m3: FP8 tokens (with their blockwise scales), for the families that
  * move data without arithmetic (moe_permute). */

@@ -259,7 +259,7 @@ static void emit_place(lg_buf *b, const struct ctx *k)
 		else
 			lg_line(b, "__shared__ __align__(16) float cpart[%d][128]; // each warp's column amax", k->warps);
 	}
-	if (e->cols) {
+	if (e->cols && !k->tile) {
 		lg_line(b, "__shared__ __align__(16) float cinv[128]; // 1 / column scale");
 		if (!e->pow2)
 			lg_line(b, "__shared__ __align__(16) float csc[128]; // column scales");
@@ -288,11 +288,11 @@ static void emit_place(lg_buf *b, const struct ctx *k)
 	lg_line(b, "const int rows = (int)(%s - m0 < 128 ? %s - m0 : 128); // tokens in the tile", k->m, k->m);
 	if (e->rows && !k->tile)
 		lg_line(b, "float *const sg = (float *)%s; // rowwise scales [%lld, %s]", k->s, (long long)k->nb, k->m);
-	if (e->cols) {
+	if (e->cols)
 		lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, %s]", k->qt, (long long)e->n, k->m);
+	if (e->cols && !k->tile)
 		lg_line(b, "float *const stg = (float *)%s + tt * %lld; // this tile's row of st", k->st,
 			(long long)e->n);
-	}
 }
 
 /* Whether the hooks split the values (fetch, compute) and the engine
@@ -608,6 +608,33 @@ static void emit_tile_scale(lg_buf *b, const struct ctx *k)
 		lg_line(b, "const float tamax = fmaxf(fmaxf(tmax[0], tmax[1]), fmaxf(tmax[2], tmax[3]));");
 	lg_emit_scale(b, k->e->pow2, "tsc", "tamax", "tinv");
 	lg_line(b, "if (threadIdx.x == 0) ((float *)%s)[tt * %lld + cb] = tsc;", k->s, (long long)k->nb);
+	if (k->e->cols) /* the transposed copy's scales: st [K / 128, cdiv(M, 128)] */
+		lg_line(b, "if (threadIdx.x == 0) ((float *)%s)[cb * ((%s + 127) / 128) + tt] = tsc;", k->st, k->m);
+}
+
+/* The columnwise copy's scales (per feature, or the tile's) and its words
+ * cw: the declarations before the quantising pass. */
+static void emit_col_setup(lg_buf *b, const struct ctx *k, int words)
+{
+	const struct lg_qe *e = k->e;
+	bool pow2 = e->pow2;
+	if (e->cols && k->tile) {
+		lg_comment(b, "  transposed: with the tile's scale, two rows an e4m3x2; cw[c] gets the");
+		lg_comment(b, "  %d bytes of column 8 lb + c, row r0 first.", k->r);
+		lg_line(b, "u32 cw[8]%s;", words == 2 ? "[2]" : "");
+	} else if (e->cols) {
+		lg_comment(b, "  columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets");
+		lg_comment(b, "  the %d bytes of feature 8 lb + c, token r0 first.", k->r);
+		lg_line(b, "const float4 c0 = *(const float4 *)(cinv + 8 * lb);");
+		lg_line(b, "const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);");
+		lg_line(b, "const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};");
+		if (!pow2) {
+			lg_line(b, "const float4 s0 = *(const float4 *)(csc + 8 * lb);");
+			lg_line(b, "const float4 s1 = *(const float4 *)(csc + 8 * lb + 4);");
+			lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
+		}
+		lg_line(b, "u32 cw[8]%s;", words == 2 ? "[2]" : "");
+	}
 }
 
 /* One pass over the thread's values: q rows, and the column bytes into the
@@ -622,19 +649,7 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 	if (e->rows)
 		lg_comment(b, "  rowwise: with its %s scale; a half warp stores a token's q line.",
 			   k->tile ? "tile's" : "token's");
-	if (e->cols) {
-		lg_comment(b, "  columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets");
-		lg_comment(b, "  the %d bytes of feature 8 lb + c, token r0 first.", k->r);
-		lg_line(b, "const float4 c0 = *(const float4 *)(cinv + 8 * lb);");
-		lg_line(b, "const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);");
-		lg_line(b, "const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};");
-		if (!pow2) {
-			lg_line(b, "const float4 s0 = *(const float4 *)(csc + 8 * lb);");
-			lg_line(b, "const float4 s1 = *(const float4 *)(csc + 8 * lb + 4);");
-			lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
-		}
-		lg_line(b, "u32 cw[8]%s;", words == 2 ? "[2]" : "");
-	}
+	emit_col_setup(b, k, words);
 	if (e->rows)
 		lg_line(b, "u8 *const qrow = (u8 *)%s + (m0 + r0) * %lld + k0 + 8 * lb;", k->q, n);
 	if (e->cols) {
@@ -697,7 +712,8 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 		lg_line(b, "\tlg_st8_cs(qrow + (2 * p + 1) * %lld, qb[0], qb[1]);", n);
 	}
 	if (e->cols) {
-		const char *ca = lg_quant_q_args(pow2, "cs[c], ci[c]", "ci[c]");
+		const char *ca = k->tile ? lg_quant_q_args(pow2, "tsc, tinv", "tinv")
+					 : lg_quant_q_args(pow2, "cs[c], ci[c]", "ci[c]");
 		lg_line(b, "#pragma unroll");
 		lg_open(b, "for (int c = 0; c < 8; c++) {");
 		lg_line(b, "const u32 h = lg_e4m3x2(lg_q(y0[c], %s),", ca);
@@ -757,7 +773,7 @@ static void emit_blocks(lg_buf *b, const struct ctx *k)
 		emit_row_scales(b, k);
 	if (k->cmax)
 		emit_col_amax(b, k);
-	if (e->cols)
+	if (e->cols && !k->tile)
 		emit_col_scales(b, k);
 	if (k->tile)
 		emit_tile_scale(b, k);

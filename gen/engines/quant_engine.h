@@ -40,7 +40,10 @@
  *     (bad counts) is not written at all, so nothing is stored out of
  *     bounds.
  *   - LG_QE_TILE128: weights: one scale per 128 x 128 tile, q [M, K] and
- *     s [cdiv(M, 128), K/128] (row-major); `rows` must be on, `cols` off. A
+ *     s [cdiv(M, 128), K/128] (row-major); `rows` must be on. `cols` (off
+ *     unless the family sets it) adds the transposed copy with the same
+ *     tiles' scales: qt [K, M] (the columnwise path's lines, each value
+ *     quantised with its tile's scale) and st [K/128, cdiv(M, 128)]. A
  *     partial last token tile takes its amax over its real tokens.
  *
  * Names the generated body defines, for the hooks: m0 (i64, the tile's
@@ -161,7 +164,8 @@ enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_CO
 void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
 		int fblocks_def);
 /* The engine as planned (lg_qe_plan), for a layout; s NULL (geometry):
- * the quant recipe left off. LG_QE_TILE128 has rows on and cols off. */
+ * the quant recipe left off. LG_QE_TILE128 has rows on and cols off
+ * (a family asking for the transposed copy sets cols). */
 struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enum lg_qe_layout layout);
 /* A whole one-entry kernel: helpers, section `title`, the signature of
  * p->entry[0] with launch bounds, the body. */

@@ -9,6 +9,10 @@
  * hidden must be a multiple of 128; rows may be any count: a partial last
  * row of tiles takes its amax over its real rows (absent rows count as 0)
  * and stores nothing past them.
+ * `transposed`: also the transposed copy dgrad reads (wgmma takes e4m3
+ * K-major only): qt [hidden, rows] = q^T and st [hidden / 128, cdiv(rows,
+ * 128)] = s^T, each value quantised with its tile's scale (bit for bit q's
+ * bytes), through the engine's columnwise path (128-byte qt lines).
  *
  * Strategy: the quant engine (quant_engine.h), layout LG_QE_TILE128: one
  * CTA a 128 x 128 tile (`fblocks` of them along the features in turn),
@@ -32,13 +36,17 @@
 #define HIDDEN_MAX 65536
 #define ROWS_MAX (((int64_t)INT32_MAX / (HIDDEN_MAX / TILE)) * TILE)
 
-enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_VALUES, NKEYS };
+enum { K_HIDDEN, K_QUANT, K_TRANS = K_QUANT + LG_QUANT_KEYS, K_TILE, K_THREADS, K_FBLOCKS, K_VALUES, NKEYS };
+static const char *const trans_words[2] = {"", "tr"};
 static const int64_t threads_ok[] = {256, 512, 0};
 static const int64_t fblocks_ok[] = {1, 2, 4, 8, 0};
 static const int64_t values_ok[] = {16, 32, 0};
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, HIDDEN_MAX, 128, "columns of the weight (its input features)"),
 	LG_KEYS_QUANT(K_QUANT),
+	[K_TRANS] = {.path = "transposed", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
+		     .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 24, .words = trans_words,
+		     .doc = "also the transposed copy qt [hidden, rows], st [hidden/128, cdiv(rows, 128)] (dgrad's)"},
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_THREADS] = LG_KEY_TILE("threads", "t", 256, 512, threads_ok,
 				  "threads per 128 x 128 tile: 256 (8 rows a thread) or 512 (4 rows)"),
@@ -51,12 +59,21 @@ static const struct lg_size sizes[] = {
 	{"rows", "M", 0, ROWS_MAX, "rows of the weight (its output features)", 0},
 };
 
-enum { ARG_W, ARG_Q, ARG_S, NARGS };
+enum { ARG_W, ARG_Q, ARG_S, ARG_QT, ARG_ST, NARGS };
 static const struct lg_arg fwd_args[NARGS] = {
 	[ARG_W] = {"w", LG_ARG_IN, LG_ELEM_BF16, "rows, hidden", 16, NULL},
 	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "rows, hidden", 8, NULL},
 	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(rows, 128), hidden / 128", 4, "one scale a 128 x 128 tile"},
+	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, rows", 8, "transposed: q^T (else not used)"},
+	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, cdiv(rows, 128)", 4, "transposed: s^T"},
 };
+
+/* The transposed copy only where the spec asks for it. */
+static void uses(const struct lg_spec *s, unsigned char *used)
+{
+	if (!lg_spec_int(s, K_TRANS))
+		used[ARG_QT] = used[ARG_ST] = 0;
+}
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -86,6 +103,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	struct lg_qe e = lg_qe_planned(s, p, LG_QE_TILE128);
+	e.cols = lg_spec_int(s, K_TRANS) != 0;
 	struct lg_qe_hooks h = {.values = lg_qe_hook_load_bf16, .ctx = (void *)"w"};
 	(void)t;
 	lg_qe_emit_kernel(b, s, p, &e, &h, "FP8 quantisation of a weight in 128 x 128 tiles");
@@ -101,7 +119,8 @@ static const char doc_forward[] =
 	"FP8 quantisation of a weight in 128 x 128 tiles (op \"fp8_quant_weight\"):\n"
 	"  w [rows, hidden] bf16 -> q [rows, hidden] e4m3, s [cdiv(rows, 128),\n"
 	"  hidden/128] fp32, one scale a tile (a partial last row of tiles over its\n"
-	"  real rows).";
+	"  real rows); transposed: also qt [hidden, rows] = q^T, st [hidden/128,\n"
+	"  cdiv(rows, 128)] = s^T (the copy dgrad reads).";
 
 const struct lg_family lg_family_fp8_quant_weight = {
 	.op = "fp8_quant_weight",
@@ -112,6 +131,7 @@ const struct lg_family lg_family_fp8_quant_weight = {
 	.keys = keys,
 	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args, doc_forward}},
 	.validate = validate,
+	.uses = uses,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,

@@ -299,6 +299,17 @@ struct step {
 	struct { const char *key; enum lg_model_key from; } dims[3]; /* spec key, model key */
 	int ndims;
 	unsigned flags;      /* EPS, QUANT, SHARED_ONLY, ROPE, UNFUSED, FUSED */
+	int gemm;            /* an FP8 GEMM's n and k (and experts): enum gemm_kind; 0: dims */
+};
+/* The FP8 GEMMs of a layer: their n (output features) and k (input). */
+enum gemm_kind {
+	G_NONE,
+	G_QKV,        /* qkv projection: n (q_heads + 2 kv_heads) head_dim, k hidden */
+	G_OUT,        /* output projection: n hidden, k q_heads head_dim */
+	G_SHARED_UP,  /* shared expert gate/up: n 2 shared_intermediate, k hidden */
+	G_SHARED_DOWN, /* shared expert down: n hidden, k shared_intermediate */
+	G_EXPERT_UP,  /* routed experts' gate/up (grouped): n 2 expert_intermediate, k hidden */
+	G_EXPERT_DOWN, /* routed experts' down (grouped): n hidden, k expert_intermediate */
 };
 enum {
 	EPS = 1,         /* takes the model's eps */
@@ -323,51 +334,65 @@ enum {
 #define EXPERT D2("intermediate", LG_MK_EXPERT_INTERMEDIATE, "experts", LG_MK_EXPERTS)
 #define SHARED D1("intermediate", LG_MK_SHARED_INTERMEDIATE)
 #define VOCAB D1("vocab", LG_MK_VOCAB)
+#define DG LG_PASS_DGRAD
+#define WG LG_PASS_WGRAD
+/* a GEMM's three products: forward and dgrad bf16, wgrad fp32 */
+#define GEMM3(op, g, flags)                                  \
+	{op, "1.3", FWD, "bf16", NODIM, flags, g}, {op, "1.3", DG, "bf16", NODIM, flags, g}, \
+		{op, "1.3", WG, "fp32", NODIM, flags, g}
 
 /* One training step of an FP8 MoE decoder (docs/kernels.md §2): a layer's
  * kernels, then the final norm, the loss and the optimizer-side reductions. */
 static const struct step steps[] = {
 	/* input RMSNorm + FP8 quantisation of the attention input; its backward
 	 * is the plain RMSNorm backward (docs/kernels.md K1) */
-	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT},
-	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
+	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT, G_NONE},
+	{"rmsnorm", "K1", BWD, "bf16", HID, EPS, G_NONE},
 	/* split + per-head q/k RMSNorm + half RoPE + transpose */
-	{"qk_norm_rope", "K2", FWD, "bf16", ATTN, EPS | ROPE},
-	{"qk_norm_rope", "K2", BWD, "bf16", ATTN, EPS | ROPE},
+	/* the FP8 GEMMs of attention: qkv and output projections */
+	GEMM3("fp8_gemm", G_QKV, 0),
+	GEMM3("fp8_gemm", G_OUT, 0),
+	{"qk_norm_rope", "K2", FWD, "bf16", ATTN, EPS | ROPE, G_NONE},
+	{"qk_norm_rope", "K2", BWD, "bf16", ATTN, EPS | ROPE, G_NONE},
 	/* router logits in fp32 */
-	{"router_gemm", "K3", FWD, "bf16", ROUTE, UNFUSED},
-	{"router_gemm", "K3", BWD, "bf16", ROUTE, 0}, /* x, w bf16; dy is fp32 */
+	{"router_gemm", "K3", FWD, "bf16", ROUTE, UNFUSED, G_NONE},
+	{"router_gemm", "K3", BWD, "bf16", ROUTE, 0, G_NONE}, /* x, w bf16; dy is fp32 */
 	/* post-attention RMSNorm + FP8: the same kernels as the input norm;
 	 * with fused_router, this norm and the router's forward are one
 	 * kernel (both copies: the recipe's output) */
-	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT | UNFUSED},
-	{"rmsnorm_router", "K3b", FWD, "bf16", ROUTE, EPS | QUANT | FUSED},
-	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
+	{"rmsnorm_quant", "K1", FWD, "bf16", HID, EPS | QUANT | UNFUSED, G_NONE},
+	{"rmsnorm_router", "K3b", FWD, "bf16", ROUTE, EPS | QUANT | FUSED, G_NONE},
+	{"rmsnorm", "K1", BWD, "bf16", HID, EPS, G_NONE},
 	/* MoE dispatch and combine: the padded row map of the router's mask,
 	 * the permute into expert rows and its backward, the combine and its
 	 * backward */
-	{"moe_row_map", "K4", FWD, "bf16", ROWMAP, 0},
-	{"moe_permute", "K4", FWD, "bf16", PERM, 0},
+	{"moe_row_map", "K4", FWD, "bf16", ROWMAP, 0, G_NONE},
+	{"moe_permute", "K4", FWD, "bf16", PERM, 0, G_NONE},
 	/* the FP8 recipe's dispatch: permute + pad + per-expert quantisation */
-	{"moe_permute_quant", "K4b", FWD, "bf16", PERM, QUANT},
-	{"moe_permute", "K4", BWD, "bf16", PERM, 0},
-	{"moe_unpermute", "K5", FWD, "bf16", PERM, 0},
-	{"moe_unpermute", "K5", BWD, "bf16", PERM, 0},
+	{"moe_permute_quant", "K4b", FWD, "bf16", PERM, QUANT, G_NONE},
+	{"moe_permute", "K4", BWD, "bf16", PERM, 0, G_NONE},
+	{"moe_unpermute", "K5", FWD, "bf16", PERM, 0, G_NONE},
+	{"moe_unpermute", "K5", BWD, "bf16", PERM, 0, G_NONE},
 	/* routed experts: prob-weighted SwiGLU + FP8, per expert */
-	{"batch_swiglu_quant", "K6", FWD, "bf16", EXPERT, QUANT},
-	{"batch_swiglu_quant", "K6", BWD, "bf16", EXPERT, QUANT},
+	{"batch_swiglu_quant", "K6", FWD, "bf16", EXPERT, QUANT, G_NONE},
+	{"batch_swiglu_quant", "K6", BWD, "bf16", EXPERT, QUANT, G_NONE},
+	/* the experts' FP8 GEMMs: routed (grouped over their rows) and shared */
+	GEMM3("fp8_grouped_gemm", G_EXPERT_UP, 0),
+	GEMM3("fp8_grouped_gemm", G_EXPERT_DOWN, 0),
+	GEMM3("fp8_gemm", G_SHARED_UP, SHARED_ONLY),
+	GEMM3("fp8_gemm", G_SHARED_DOWN, SHARED_ONLY),
 	/* shared expert: SwiGLU + FP8 */
-	{"swiglu_quant", "K7", FWD, "bf16", SHARED, QUANT | SHARED_ONLY},
-	{"swiglu_quant", "K7", BWD, "bf16", SHARED, QUANT | SHARED_ONLY},
+	{"swiglu_quant", "K7", FWD, "bf16", SHARED, QUANT | SHARED_ONLY, G_NONE},
+	{"swiglu_quant", "K7", BWD, "bf16", SHARED, QUANT | SHARED_ONLY, G_NONE},
 	/* final RMSNorm before the LM head: not quantised in linghe's recipe */
-	{"rmsnorm", "K1", FWD, "bf16", HID, EPS},
-	{"rmsnorm", "K1", BWD, "bf16", HID, EPS},
+	{"rmsnorm", "K1", FWD, "bf16", HID, EPS, G_NONE},
+	{"rmsnorm", "K1", BWD, "bf16", HID, EPS, G_NONE},
 	/* softmax cross entropy over the vocabulary */
-	{"cross_entropy", "K9", FWD, "bf16", VOCAB, 0},
-	{"cross_entropy", "K9", BWD, "bf16", VOCAB, 0},
+	{"cross_entropy", "K9", FWD, "bf16", VOCAB, 0, G_NONE},
+	{"cross_entropy", "K9", BWD, "bf16", VOCAB, 0, G_NONE},
 	/* global grad norm and zero count over the fp32 gradients */
-	{"grad_norm", "K10", FWD, "fp32", NODIM, 0},
-	{"count_zero", "K11", FWD, "fp32", NODIM, 0},
+	{"grad_norm", "K10", FWD, "fp32", NODIM, 0, G_NONE},
+	{"count_zero", "K11", FWD, "fp32", NODIM, 0, G_NONE},
 };
 _Static_assert(COUNT(steps) <= LG_MODEL_MAX_STEPS, "LG_MODEL_MAX_STEPS holds the step table");
 
@@ -384,6 +409,7 @@ static const char *why_of(const char *section, bool family)
 		{"K5", WHY("K5"), WHY_PASS("K5")},   {"K6", WHY("K6"), WHY_PASS("K6")},
 		{"K7", WHY("K7"), WHY_PASS("K7")},   {"K9", WHY("K9"), WHY_PASS("K9")},
 		{"K10", WHY("K10"), WHY_PASS("K10")}, {"K11", WHY("K11"), WHY_PASS("K11")},
+		{"1.3", WHY("1.3, FP8 GEMMs"), WHY_PASS("1.3, FP8 GEMMs")},
 	};
 	for (size_t i = 0; i < COUNT(whys); i++)
 		if (strcmp(whys[i].section, section) == 0)
@@ -401,6 +427,22 @@ static int find_op(const char *op)
 	return -1;
 }
 
+/* A GEMM step's keys: n, k (and experts for the grouped ones). */
+static void emit_gemm_dims(lg_buf *b, const struct lg_model *m, int g)
+{
+	const int64_t *v = m->v;
+	int64_t qkv = (v[LG_MK_Q_HEADS] + 2 * v[LG_MK_KV_HEADS]) * v[LG_MK_HEAD_DIM];
+	int64_t h = v[LG_MK_HIDDEN], q = v[LG_MK_Q_HEADS] * v[LG_MK_HEAD_DIM];
+	int64_t si = v[LG_MK_SHARED_INTERMEDIATE], ei = v[LG_MK_EXPERT_INTERMEDIATE];
+	const int64_t n[] = {[G_QKV] = qkv, [G_OUT] = h, [G_SHARED_UP] = 2 * si, [G_SHARED_DOWN] = h,
+			     [G_EXPERT_UP] = 2 * ei, [G_EXPERT_DOWN] = h};
+	const int64_t k[] = {[G_QKV] = h, [G_OUT] = q, [G_SHARED_UP] = h, [G_SHARED_DOWN] = si,
+			     [G_EXPERT_UP] = h, [G_EXPERT_DOWN] = ei};
+	lg_emit(b, ", \"n\": %lld, \"k\": %lld", (long long)n[g], (long long)k[g]);
+	if (g == G_EXPERT_UP || g == G_EXPERT_DOWN)
+		lg_emit(b, ", \"experts\": %lld", (long long)v[LG_MK_EXPERTS]);
+}
+
 /* The kernel object of a step, as JSON text the spec parser reads. */
 static char *step_json(const struct lg_model *m, const struct step *st)
 {
@@ -408,6 +450,8 @@ static char *step_json(const struct lg_model *m, const struct step *st)
 	lg_buf_init(&b);
 	lg_emit(&b, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\"", st->op,
 		lg_pass_names[st->pass], st->dtype);
+	if (st->gemm)
+		emit_gemm_dims(&b, m, st->gemm);
 	for (int i = 0; i < st->ndims; i++)
 		lg_emit(&b, ", \"%s\": %lld", st->dims[i].key,
 			(long long)m->v[st->dims[i].from]);

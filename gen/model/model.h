@@ -55,7 +55,7 @@ struct lg_model {
 };
 
 /* Upper bound on the entries of one expansion (the step table's size). */
-#define LG_MODEL_MAX_STEPS 32
+#define LG_MODEL_MAX_STEPS 48
 
 struct lg_model_skip {
 	const char *op;     /* family name it will have, e.g. "qk_norm_rope" */

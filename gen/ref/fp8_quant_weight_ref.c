@@ -9,13 +9,15 @@
 #include "numeric_ref.h"
 #include "ref.h"
 
-enum { W, Q, S };
+enum { W, Q, S, QT, ST };
 
 static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	(void)s;
 	c->buf[Q].cmp = LG_CMP_E4M3_ULP; /* bit-equal: ulps 0 */
 	c->buf[S].cmp = LG_CMP_SCALE;
+	c->buf[QT].cmp = LG_CMP_E4M3_ULP; /* q^T bit for bit */
+	c->buf[ST].cmp = LG_CMP_SCALE;
 }
 
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
@@ -58,6 +60,17 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 	struct tiles t = {c->buf[W].host, c->buf[Q].host, c->buf[S].host, (size_t)c->sizes[0],
 			  (size_t)lg_ref_int(s, "hidden"), lg_spec_quant(s).round_scale};
 	lg_ref_parallel_rows((t.m + 127) / 128, 128 * t.n * 40, tile_rows, &t); /* block rows: independent */
+	if (!c->buf[QT].count) /* no transposed copy asked for */
+		return;
+	uint8_t *qt = c->buf[QT].host;
+	float *st = c->buf[ST].host;
+	size_t mb = (t.m + 127) / 128, nb = t.n / 128;
+	for (size_t i = 0; i < t.m; i++)
+		for (size_t k = 0; k < t.n; k++)
+			qt[k * t.m + i] = t.q[i * t.n + k];
+	for (size_t i = 0; i < mb; i++)
+		for (size_t k = 0; k < nb; k++)
+			st[k * mb + i] = t.sc[i * nb + k];
 }
 
 const struct lg_ref_family lg_ref_fp8_quant_weight = {describe, fill, run};

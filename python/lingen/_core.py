@@ -311,6 +311,8 @@ def quant_options(round_scale, output, **more):
 def _prepare(fn, ctx, op, pass_, views, options, sizes_over, names=None):
     fam = families()[op]
     decl = fam.passes[pass_]
+    options = dict(options)
+    dtype_opt = options.pop("dtype", None)  # the spec's dtype, where no argument tells it
     options = _check_options(fn, fam, options, names or {})
     import numbers
     for name, v in sizes_over.items():
@@ -344,7 +346,7 @@ def _prepare(fn, ctx, op, pass_, views, options, sizes_over, names=None):
                 raise TypeError(_where(fn, f"{a.name}: found {v.dtype}, expected one of "
                                            f"{', '.join(fam.dtypes)}"))
             dtype = dtype or got[0]
-    spec["dtype"] = dtype or fam.dtypes[0]
+    spec["dtype"] = dtype or dtype_opt or fam.dtypes[0]
     for a in decl.args:  # labels: int64, or int32 (the spec's "index" key)
         v = views.get(a.name)
         if a.elem == "index" and v is not None and "index" not in options:

@@ -22,6 +22,8 @@ listed by `lingen help OP`): no default is written here.
 from . import _core, _families, _generic
 from ._core import call
 from ._core import quant_options as _quant
+from ._gemm_ops import (fp8_gemm, fp8_gemm_dgrad, fp8_gemm_wgrad, fp8_grouped_gemm,
+                        fp8_grouped_gemm_dgrad)  # noqa: F401
 from ._moe_ops import (_multiple, _routing_arg, _routing_kind, _uses, moe_permute,  # noqa: F401
                        moe_permute_backward, moe_permute_quant, moe_row_map, moe_unpermute,
                        moe_unpermute_backward)
@@ -100,16 +102,21 @@ def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, ou
     return _generic.outputs("fp8_quant_batched", "forward", r)
 
 
-def fp8_quant_weight(w, *, round_scale=None, tile=None, out=None, stream=None, context=None,
-                     alloc=None):
+def fp8_quant_weight(w, *, round_scale=None, transposed=None, tile=None, out=None, stream=None,
+                     context=None, alloc=None):
     """FP8 quantisation of a weight in 128 x 128 tiles (docs/kernels.md 1.3): w
     [rows, hidden] bf16 -> (q [rows, hidden] e4m3, s [cdiv(rows, 128),
     hidden/128] fp32, one dequantisation scale a tile). As linghe's
-    triton_block_quant."""
-    r = call("lingen.fp8_quant_weight", "fp8_quant_weight", "forward", {"w": w},
-             {"quant.round_scale": round_scale, "tile": tile},
+    triton_block_quant. transposed=True also returns the transposed copy
+    the FP8 GEMM's dgrad reads: (q, s, qt [hidden, rows], st [hidden/128,
+    cdiv(rows, 128)])."""
+    fn = "lingen.fp8_quant_weight"
+    r = call(fn, "fp8_quant_weight", "forward", {"w": w},
+             {"quant.round_scale": round_scale, "tile": tile,
+              "transposed": None if transposed is None else _core.check_flag(fn, "transposed",
+                                                                             transposed)},
              out=out, stream=stream, context=context, alloc=alloc)
-    return _generic.outputs("fp8_quant_weight", "forward", r)
+    return (r["q"], r["s"], r["qt"], r["st"]) if transposed else (r["q"], r["s"])
 
 
 # ------------------------------------------------- q/k norm + RoPE (K2)

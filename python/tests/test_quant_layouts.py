@@ -14,7 +14,7 @@ def test_declarations():
     assert [a.name for a in b.args] == ["x", "counts", "q", "s", "qt", "st"]
     assert b.sizes == ("tokens", "experts") and b.arg("counts").elem == "int32"
     w = fams["fp8_quant_weight"].passes["forward"]
-    assert [a.name for a in w.args] == ["w", "q", "s"] and w.sizes == ("rows",)
+    assert [a.name for a in w.args] == ["w", "q", "s", "qt", "st"] and w.sizes == ("rows",)
     assert callable(lingen.fp8_quant_batched) and callable(lingen.fp8_quant_weight)
 
 

@@ -1,0 +1,136 @@
+/*
+ * fp8_gemm_common.c - the FP8 GEMM families' shared plan, geometry and
+ * pieces of emission (fp8_gemm_common.h).
+ */
+#include "fp8_gemm_common.h"
+
+#include <stdio.h>
+
+#include "error.h"
+#include "gemm_emit.h"
+
+#define RASTER 16 /* row tiles a column sweep of the raster covers */
+#define SMS 132u  /* SMs of the target (H200) when the device's count is not known */
+
+lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k)
+{
+	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD};
+	if (lg_spec_has(s, k->tm))
+		g.bm = (int)lg_spec_int(s, k->tm);
+	if (lg_spec_has(s, k->tn))
+		g.bn = (int)lg_spec_int(s, k->tn);
+	if (lg_spec_has(s, k->stages))
+		g.stages = (int)lg_spec_int(s, k->stages);
+	const char *why = lg_fp8_gemm_problem(&g);
+	if (why)
+		return lg_spec_error(where, "tile: found m %d, n %d, stages %d; allowed: %s", g.bm, g.bn, g.stages, why);
+	if (k->acc >= 0 && lg_spec_int(s, k->acc) && (s->pass != LG_PASS_WGRAD || s->dtype != LG_DTYPE_FP32))
+		return lg_spec_error(where, "accumulate: found true, allowed: only in the wgrad with dtype fp32 (an "
+				     "fp32 main gradient)");
+	return LG_OK;
+}
+
+lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
+			   unsigned reserve, struct lg_fp8_tile *tl)
+{
+	unsigned limit = lg_gemm_smem_limit(t) - reserve;
+	if (t->sm != 90 || !t->arch_specific)
+		return lg_fail(LG_ERR_SPEC, "%s: target: found %s, allowed: sm_90a (the FP8 GEMMs run on wgmma e4m3 and "
+			       "TMA only)", s->entry, t->name);
+	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .b_rowscale = s->pass == LG_PASS_WGRAD};
+	if (lg_spec_has(s, k->tm))
+		g.bm = (int)lg_spec_int(s, k->tm);
+	if (lg_spec_has(s, k->tn))
+		g.bn = (int)lg_spec_int(s, k->tn);
+	if (lg_spec_has(s, k->stages))
+		g.stages = (int)lg_spec_int(s, k->stages);
+	else
+		lg_fp8_gemm_fit_stages(&g, 8, limit);
+	if (lg_fp8_gemm_smem(&g) > limit)
+		return lg_fail(LG_ERR_SPEC, "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at "
+			       "most %u bytes on %s", s->entry, g.stages, lg_fp8_gemm_smem(&g), limit, t->name);
+	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages};
+	return LG_OK;
+}
+
+lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const struct lg_fp8_gemm *g,
+			     const struct lg_fp8_keys *k, int a, int b)
+{
+	p->tile[k->tm] = p->v[P8_BM] = g->bm;
+	p->tile[k->tn] = p->v[P8_BN] = g->bn;
+	p->tile[k->stages] = p->v[P8_STAGES] = g->stages;
+	p->v[P8_SMEM] = lg_fp8_gemm_smem(g);
+	p->nentries = 1;
+	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
+	p->persistent[0] = true;
+	p->per_sm[0] = 1;
+	p->ntmaps = 2;
+	p->tmap[0].arg = a;
+	p->tmap[1].arg = b;
+	p->tmap[0].swizzle = p->tmap[1].swizzle = 128;
+	lg_fp8_gemm_boxes(g, p->tmap[0].box, p->tmap[1].box);
+	return LG_OK;
+}
+
+struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p)
+{
+	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES]};
+}
+
+void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_dim *d)
+{
+	unsigned cap = p->resident[0] ? p->resident[0] : SMS;
+	d->grid[0] = tiles > (int64_t)cap ? cap : (unsigned)tiles;
+	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
+	d->block[0] = (unsigned)(128 * (p->v[P8_BM] / 64 + 1));
+	d->smem = (unsigned)p->v[P8_SMEM];
+}
+
+int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
+		      const struct lg_fp8_keys *k)
+{
+	/* stages: the first is what the grid's tiles have (as many as fit) */
+	static const int64_t tm[] = {128, 64, 0}, tn[] = {128, 160, 192, 96, 64, 256, 0}, st[] = {8, 5, 4, 0};
+	int n = lg_candidate_grid(s, t, out, 0, max, k->tm, tm, k->tn, tn);
+	return lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
+}
+
+void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn)
+{
+	lg_comment(b, "Grouped raster: %d row tiles at a time sweep the columns.", RASTER);
+	lg_line(b, "const i64 first = tile / %lld * %d, r = tile %% %lld;", (long long)(ct * RASTER), RASTER,
+		(long long)(ct * RASTER));
+	lg_line(b, "const i64 gs = rtiles - first < %d ? rtiles - first : %d;", RASTER, RASTER);
+	lg_line(b, "const int ta = (int)((first + r %% gs) * %d);", bm);
+	lg_line(b, "const int tb = (int)(r / gs * %d);", bn);
+}
+
+void lg_fp8_emit_store(lg_buf *b, bool fp32, bool accumulate, int64_t cols)
+{
+	lg_comment(b, "An output pair (row, col), (row, col + 1) of [rows, %lld] %s%s.", (long long)cols,
+		   fp32 ? "fp32" : "bf16", accumulate ? ", added" : "");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, "lg_st_out", "u8 *out, i64 row, i64 col, float v0, float v1");
+	lg_open(b, "{");
+	lg_line(b, "if (col >= %lldll) return;", (long long)cols);
+	if (!fp32) {
+		lg_line(b, "*(u32 *)(out + (row * %lldll + col) * 2) = lg_pack_bf16x2(v0, v1);", (long long)cols);
+	} else if (accumulate) {
+		lg_line(b, "float2 *const p = (float2 *)(out + (row * %lldll + col) * 4);", (long long)cols);
+		lg_line(b, "const float2 o = *p;");
+		lg_line(b, "*p = make_float2(o.x + v0, o.y + v1);");
+	} else {
+		lg_line(b, "*(float2 *)(out + (row * %lldll + col) * 4) = make_float2(v0, v1);", (long long)cols);
+	}
+	lg_close(b);
+}
+
+void lg_fp8_emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const char *what,
+		      const struct lg_fp8_gemm *g)
+{
+	lg_section(b, p->entry[0], what);
+	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_fp8_gemm_threads(g));
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
+	lg_line(b, "(void)part;");
+}

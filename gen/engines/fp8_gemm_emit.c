@@ -1,0 +1,290 @@
+/*
+ * fp8_gemm_emit.c - the blockwise FP8 GEMM emitter (fp8_gemm_emit.h): TMA
+ * + wgmma e4m3 with promotion of the partial sums every 128 of the
+ * reduction, on persistent CTAs of consumer warpgroups and a producer.
+ */
+#include "fp8_gemm_emit.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define BK 128   /* reduction a stage: one 128-byte row of e4m3 (the swizzle atom) */
+#define ROWB 128 /* bytes of a shared row */
+
+static int consumers(const struct lg_fp8_gemm *g) { return g->bm / 64; }
+
+int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return 128 * (consumers(g) + 1); }
+
+static unsigned stage_bytes(const struct lg_fp8_gemm *g) { return (unsigned)(g->bm + g->bn) * ROWB; }
+
+unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g)
+{
+	/* 1024 of slack to align the ring; two mbarriers a stage */
+	return 1024u + (unsigned)g->stages * (stage_bytes(g) + 16u);
+}
+
+int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit)
+{
+	g->stages = want;
+	while (g->stages > 2 && lg_fp8_gemm_smem(g) > limit)
+		g->stages--;
+	return g->stages;
+}
+
+/* Does every tile's column range (origins multiples of bn) lie within two
+ * 128-blocks of B's scales? */
+static bool two_blocks(int bn)
+{
+	for (int k = 0; k < 128; k++)
+		if ((k * bn) % 128 + bn > 256)
+			return false;
+	return true;
+}
+
+/* One 128-block of B's scales a tile (bn divides 128): no select. */
+static bool one_block(int bn) { return 128 % bn == 0; }
+
+const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
+{
+	if (g->bm != 64 && g->bm != 128)
+		return "tile.m 64 or 128 (one consumer warpgroup a 64 rows)";
+	if (g->bn < 16 || g->bn > 256 || g->bn % 16 != 0)
+		return "tile.n a multiple of 16 up to 256";
+	if (!g->b_rowscale && !two_blocks(g->bn))
+		return "tile.n whose tiles span at most two 128-column scale blocks (16..128, 144, 160, 192, 256)";
+	if (g->stages < 2 || g->stages > 8)
+		return "tile.stages 2 to 8";
+	return NULL;
+}
+
+void lg_fp8_gemm_boxes(const struct lg_fp8_gemm *g, unsigned box_a[2], unsigned box_b[2])
+{
+	box_a[0] = box_b[0] = BK;
+	box_a[1] = (unsigned)g->bm;
+	box_b[1] = (unsigned)g->bn;
+}
+
+/* Items 0..n-1 (`pre` index `suf`), `per` a line, as gemm_emit.c's list. */
+static void emit_list(lg_buf *b, int n, int per, const char *pre, const char *suf, const char *lead,
+		      const char *first, const char *last, const char *more)
+{
+	for (int i = 0; i < n; i += per) {
+		char line[256];
+		size_t at = 0;
+		for (int j = i; j < i + per && j < n && at < sizeof line - 32; j++)
+			at += (size_t)snprintf(line + at, sizeof line - at, "%s%s%d%s", j > i ? ", " : "", pre, j, suf);
+		lg_line(b, "%s%*s%s%s", lead, (int)strlen(first), i ? "" : first, line, i + per >= n ? last : more);
+	}
+}
+
+void lg_fp8_gemm_emit_helpers(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
+{
+	int n = g->bn, regs = n / 2;
+	char name[64], params[80];
+	snprintf(name, sizeof name, "%s_wgmma", prefix);
+	snprintf(params, sizeof params, "float acc[%d], u64 da, u64 db, int add", regs);
+	lg_comment(b, "acc (64 x %d, fp32) = (add ? acc : 0) + A (64 x 32 at descriptor da) . B (%d x 32 at", n, n);
+	lg_comment(b, "db)^T, both e4m3 K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	lg_line(b, "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"", regs + 2);
+	lg_line(b, "\t\"wgmma.mma_async.sync.aligned.m64n%dk32.f32.e4m3.e4m3\\n\"", n);
+	emit_list(b, regs, 12, "%", "", "\t\"", "{", "},\"", ",\"");
+	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1;\\n}\"", regs, regs + 1);
+	emit_list(b, regs, 5, "\"+f\"(acc[", "])", "\t", ": ", "", ",");
+	lg_line(b, "\t: \"l\"(da), \"l\"(db), \"r\"(add));");
+	lg_close(b);
+}
+
+/* Shared memory, barriers, the schedule's setup. */
+static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
+{
+	int S = g->stages;
+	unsigned st = stage_bytes(g);
+	lg_comment(b, "%dx%d tiles: %d consumer warpgroup%s (64 rows each) and a producer warpgroup; a ring of",
+		   g->bm, g->bn, consumers(g), consumers(g) > 1 ? "s" : "");
+	lg_comment(b, "%d stages of A [%d][128 B] and B [%d][128 B] (128 of the reduction, 128-byte swizzle),", S,
+		   g->bm, g->bn);
+	lg_comment(b, "then full[%d], empty[%d].", S, S);
+	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
+	lg_line(b, "u64 *const full = (u64 *)(ring + %u), *const empty = full + %d;", (unsigned)S * st, S);
+	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
+	sc->setup(b, sc->ctx);
+	lg_open(b, "if (threadIdx.x == 0) {");
+	lg_open(b, "if (tiles > (i64)blockIdx.x) {");
+	lg_line(b, "lg_tma_prefetch(&%s);", g->a_tmap);
+	lg_line(b, "lg_tma_prefetch(&%s);", g->b_tmap);
+	lg_close(b);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
+	lg_line(b, "lg_mbar_init(&full[s], 1);");
+	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp", 4 * consumers(g));
+	lg_close(b);
+	lg_line(b, "lg_mbar_fence_init();");
+	lg_close(b);
+	lg_line(b, "__syncthreads();");
+}
+
+/* The producer warpgroup: one thread refills each stage once released. */
+static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
+{
+	int c = consumers(g), S = g->stages;
+	unsigned st = stage_bytes(g);
+	lg_open(b, "if (wg == %d) {", c);
+	lg_comment(b, "Producer: one thread loads each stage once its consumers released it.");
+	if (c > 1)
+		lg_line(b, "lg_setmaxnreg_dec(40);");
+	lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
+	lg_line(b, "int it = 0;");
+	lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
+	sc->tile(b, sc->ctx);
+	lg_line(b, "(void)oc;");
+	lg_line(b, "(void)rend;");
+	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
+	lg_line(b, "const int s = it %% %d;", S);
+	lg_line(b, "if (it >= %d) lg_mbar_wait(&empty[s], ((it / %d) - 1) & 1);", S, S);
+	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
+	lg_line(b, "const int r0 = rb + kt * %d;", BK);
+	lg_line(b, "u8 *const sd = ring + s * %u;", st);
+	lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, ta);", g->a_tmap);
+	lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
+	lg_close(b);
+	lg_close(b);
+	lg_close(b);
+	lg_line(b, "return;");
+	lg_close(b);
+	if (c > 1)
+		lg_line(b, "lg_setmaxnreg_inc(232);");
+}
+
+/* The scales of reduction block kb, loaded before the stage's wait: A's
+ * of this thread's two rows, B's of its columns (per row: two a group of
+ * 8 columns; per tile: one or two). */
+static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
+{
+	lg_line(b, "const float sa0 = row < rend ? LG_SA(kt, row) : 0.0f;");
+	lg_line(b, "const float sa1 = row + 8 < rend ? LG_SA(kt, row + 8) : 0.0f;");
+	if (g->b_rowscale) {
+		lg_line(b, "float sbv[%d];", g->bn / 4);
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 4);
+		lg_line(b, "const i64 col = oc + (j >> 1) * 8 + (lane & 3) * 2 + (j & 1);");
+		lg_line(b, "sbv[j] = col < %s ? LG_SB(kt, col) : 0.0f;", g->cols);
+		lg_close(b);
+		return;
+	}
+	lg_line(b, "const int cb = (int)(oc >> 7);");
+	lg_line(b, "const float sb0 = LG_SB(kt, cb);");
+	if (!one_block(g->bn)) {
+		lg_comment(b, "the tile's columns from (cb + 1) 128 on: the next block's scale");
+		lg_line(b, "const float sb1 = ((i64)cb + 1) * 128 < %s ? LG_SB(kt, cb + 1) : 0.0f;", g->cols);
+	}
+}
+
+/* Zero the reduction elements of this warpgroup's 64 rows of A past
+ * `rlen` (another segment's tokens) in the stage, then hand them to the
+ * async proxy (wgmma). */
+static void emit_mask(lg_buf *b, const struct lg_fp8_gemm *g)
+{
+	lg_line(b, "const i64 valid = %s - (i64)kt * %d;", g->rlen, BK);
+	lg_open(b, "if (valid < %d) {", BK);
+	lg_comment(b, "row r's 16-byte chunk c sits at chunk c ^ (r & 7) (128-byte swizzle)");
+	lg_line(b, "u8 *const a = ring + s * %u + wg * %u;", stage_bytes(g), 64u * ROWB);
+	lg_open(b, "for (int q = threadIdx.x & 127; q < 64 * 128; q += 128) {");
+	lg_line(b, "const int r = q >> 7, k = q & 127;");
+	lg_line(b, "if (k >= valid) a[r * 128 + (((k >> 4) ^ (r & 7)) << 4) + (k & 15)] = 0;");
+	lg_close(b);
+	lg_line(b, "lg_fence_proxy_async();");
+	lg_close(b);
+	lg_line(b, "asm volatile(\"bar.sync %%0, 128;\" :: \"r\"(1 + wg) : \"memory\");");
+}
+
+/* acc += part x the scales of each accumulator's row and column. */
+static void emit_promote(lg_buf *b, const struct lg_fp8_gemm *g)
+{
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
+	if (g->b_rowscale) {
+		lg_line(b, "const float c0 = sbv[2 * j], c1 = sbv[2 * j + 1];");
+		lg_line(b, "acc[4 * j] += psum[4 * j] * (sa0 * c0);");
+		lg_line(b, "acc[4 * j + 1] += psum[4 * j + 1] * (sa0 * c1);");
+		lg_line(b, "acc[4 * j + 2] += psum[4 * j + 2] * (sa1 * c0);");
+		lg_line(b, "acc[4 * j + 3] += psum[4 * j + 3] * (sa1 * c1);");
+	} else {
+		if (one_block(g->bn))
+			lg_line(b, "const float c = sb0;");
+		else
+			lg_line(b, "const float c = oc + j * 8 >= ((i64)cb + 1) * 128 ? sb1 : sb0;");
+		lg_line(b, "const float t0 = sa0 * c, t1 = sa1 * c;");
+		lg_line(b, "acc[4 * j] += psum[4 * j] * t0;");
+		lg_line(b, "acc[4 * j + 1] += psum[4 * j + 1] * t0;");
+		lg_line(b, "acc[4 * j + 2] += psum[4 * j + 2] * t1;");
+		lg_line(b, "acc[4 * j + 3] += psum[4 * j + 3] * t1;");
+	}
+	lg_close(b);
+}
+
+/* One stage of a consumer warpgroup: its wgmmas into `part`, then the
+ * promotion into `acc`. */
+static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
+{
+	int S = g->stages;
+	unsigned st = stage_bytes(g);
+	lg_line(b, "const int s = it %% %d;", S);
+	emit_scales(b, g);
+	lg_line(b, "lg_mbar_wait(&full[s], (it / %d) & 1);", S);
+	if (g->rlen)
+		emit_mask(b, g);
+	lg_line(b, "const u64 da = lg_wg_desc(ring + s * %u + wg * %u);", st, 64u * ROWB);
+	lg_line(b, "const u64 db = lg_wg_desc(ring + s * %u + %u);", st, (unsigned)g->bm * ROWB);
+	lg_line(b, "lg_wg_fence();");
+	lg_comment(b, "k32 steps: 32 bytes along the swizzled rows, 2 in descriptor units");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int ks = 0; ks < %d; ks++) {", BK / 32);
+	lg_line(b, "%s_wgmma(psum, da + 2 * ks, db + 2 * ks, ks);", prefix);
+	lg_close(b);
+	lg_line(b, "lg_wg_commit();");
+	lg_line(b, "lg_wg_wait(0);");
+	lg_line(b, "if (lane == 0) lg_mbar_arrive(&empty[s]);");
+	emit_promote(b, g);
+}
+
+static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
+{
+	lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
+	lg_line(b, "const i64 col = oc + j * 8 + (lane & 3) * 2;");
+	lg_line(b, "const float *const v = acc + 4 * j;");
+	lg_line(b, "if (row < rend) %srow, col, v[0], v[1]);", store);
+	lg_line(b, "if (row + 8 < rend) %srow + 8, col, v[2], v[3]);", store);
+	lg_close(b);
+}
+
+void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc,
+			   const char *prefix, const char *store)
+{
+	int regs = g->bn / 2;
+	emit_prologue(b, g, sc);
+	emit_producer(b, g, sc);
+	lg_comment(b, "Consumers: warpgroup wg, rows 64 wg.. of each tile.");
+	lg_line(b, "float psum[%d];", regs);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) psum[i] = 0.0f;", regs);
+	lg_line(b, "int it = 0;");
+	lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
+	sc->tile(b, sc->ctx);
+	lg_line(b, "(void)ta;");
+	lg_line(b, "(void)tb;");
+	lg_line(b, "(void)rb;");
+	lg_line(b, "const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);");
+	lg_line(b, "float acc[%d];", regs);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
+	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
+	emit_stage(b, g, prefix);
+	lg_close(b);
+	emit_epilogue(b, g, store);
+	lg_close(b);
+}

@@ -1,0 +1,89 @@
+/*
+ * fp8_gemm_emit.h - the blockwise FP8 GEMM emitter (sm_90a) shared by the
+ * FP8 GEMM families (fp8_gemm, fp8_grouped_gemm): C [rows, cols] fp32 =
+ * sum over 128-blocks kb of the reduction of (A_kb . B_kb^T) sa sb, both
+ * operands e4m3, K-major (reduction-contiguous), read by TMA into shared
+ * memory and multiplied by wgmma.m64n<bn>k32.f32.e4m3.e4m3 from shared
+ * memory descriptors.
+ *
+ * Two-level accumulation (DeepGEMM's): each 128-block of the reduction is
+ * one stage of the ring (A bm x 128 bytes, B bn x 128 bytes, 128-byte
+ * swizzle); a consumer warpgroup issues its four k32 wgmmas of the stage
+ * into fresh fp32 partial sums (the first with scale-d 0), waits for them,
+ * releases the stage and promotes: acc += partial * sa[row] * sb[col], in
+ * full fp32 FMA. The tensor cores' reduced-precision FP8 accumulation thus
+ * spans only 128 products; the operands are never dequantised in memory.
+ * Scales are read by the consumers from global memory (L1/L2), issued
+ * before the stage's wait: A's per row (2 rows a thread), B's per 128 x
+ * 128 tile (one or two a tile) or per row (the wgrad's columnwise copy).
+ *
+ * CTA: bm / 64 consumer warpgroups (64 rows each) and a producer
+ * warpgroup, one thread of which issues the TMA loads into a `stages`-deep
+ * ring (full / empty mbarriers, the producer's stage count running on
+ * across tiles); persistent: CTA blockIdx.x computes tiles blockIdx.x,
+ * + gridDim.x, ... so that the producer loads the next tile's stages while
+ * the consumers store this one. The family says what a tile is (struct
+ * lg_fp8_sched): its operands' coordinates, its reduction, its valid rows,
+ * and emits the store.
+ */
+#ifndef LG_FP8_GEMM_EMIT_H
+#define LG_FP8_GEMM_EMIT_H
+
+#include <stdbool.h>
+
+#include "buf.h"
+#include "family.h"
+
+/* The schedule: code the family emits into the kernel. */
+struct lg_fp8_sched {
+	void *ctx;
+	/* Before the role split (every thread): declare `const i64 tiles`
+	 * (tiles of the launch) and whatever tile() reads; may use shared
+	 * memory it declares itself and __syncthreads. */
+	void (*setup)(lg_buf *b, void *ctx);
+	/* In each tile loop, at `const i64 tile`: declare `const int ta, tb`
+	 * (A's and B's first row in their tensor maps), `const int rb` (the
+	 * reduction's first element in both maps), `const int nkt` (its
+	 * 128-blocks), `const i64 oc` (the output column of B's row tb) and
+	 * `const i64 rend` (A's rows from ta below rend are real: scales and
+	 * stores past it are skipped). */
+	void (*tile)(lg_buf *b, void *ctx);
+};
+
+struct lg_fp8_gemm {
+	int bm, bn, stages;
+	const char *a_tmap, *b_tmap; /* tensor map parameters ("tm_x") */
+	/* the scales: the family defines the macros LG_SA(kb, row), A's of row
+	 * `row` (< rend) at reduction block kb, and LG_SB(kb, c): B's of output
+	 * column c (< cols) when b_rowscale, else of the 128 x 128 tile c
+	 * (the output column's 128-block) */
+	bool b_rowscale;
+	const char *cols; /* output columns (an expression: B's scale guard) */
+	/* Reduction elements of the tile past `rlen` (an i64 expression) are
+	 * another segment's: zeroed in shared memory before the mma (grouped
+	 * wgrad). NULL: TMA's zero fill past the tensor suffices. */
+	const char *rlen;
+};
+
+/* Threads of a CTA (bm / 64 consumer warpgroups and the producer's). */
+int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g);
+/* Dynamic shared memory bytes. */
+unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g);
+/* NULL when g is a valid tile, else why not: bm 64 or 128, bn a multiple
+ * of 16 up to 256 whose tiles span at most two 128-blocks of B's tile
+ * scales, stages 2..8. */
+const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g);
+/* The stages that fit `limit` bytes, at most `want` (at least 2). */
+int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit);
+/* The tensor map boxes (elements, rows) of A and B (128-byte swizzle). */
+void lg_fp8_gemm_boxes(const struct lg_fp8_gemm *g, unsigned box_a[2], unsigned box_b[2]);
+/* <prefix>_wgmma: the wgmma of the tile's width (before the kernel). */
+void lg_fp8_gemm_emit_helpers(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix);
+/* The kernel body after its signature's `{`: shared memory, setup, the
+ * producer, the consumers' loops and the epilogue, which calls
+ * `<store>row, col, v0, v1)` for each accumulator pair ((row, col) and
+ * (row, col + 1), col even; rows below rend, columns unchecked). */
+void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc,
+			   const char *prefix, const char *store);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * fp8_grouped_gemm_ref.c - CPU reference of family "fp8_grouped_gemm"
+ * (docs/kernels.md 1.3): for each expert e, its rows [start_e, start_e +
+ * counts[e]) by fp8_gemm's float64 product of the dequantised operands
+ * (fp8_gemm_ref.h) with its own weight and its own block of scales:
+ *   forward  y = x . w[e]^T     dgrad  dx = dy . wt[e]^T
+ * Rows past the counts' sum are not written by the kernel: random counts
+ * here always sum to the tokens (some experts 0). Bound as fp8_gemm's.
+ */
+#include <stdlib.h>
+
+#include "fp8_gemm_ref.h"
+#include "ref.h"
+
+enum { A_IN, A_IN_S, B_IN, B_IN_S, COUNTS, C_OUT };
+
+static void describe(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	c->buf[C_OUT].cmp = s->dtype == LG_DTYPE_FP32 ? LG_CMP_FP32 : LG_CMP_BF16;
+	c->buf[C_OUT].rtol = 0.0;
+	c->buf[C_OUT].atol = 2e-3;
+}
+
+/* counts: E - 1 random cuts of [0, m] (so some experts get 0 rows), a
+ * quarter of the experts emptied into their neighbour. */
+static void fill_counts(int32_t *counts, size_t e, size_t m, uint64_t *st)
+{
+	size_t left = m;
+	for (size_t i = 0; i + 1 < e; i++) {
+		size_t c = (lg_ref_rand(st) % 4 == 0 || !left) ? 0 : (size_t)(lg_ref_rand(st) % (2 * m / e + 1));
+		c = c > left ? left : c;
+		counts[i] = (int32_t)c;
+		left -= c;
+	}
+	counts[e - 1] = (int32_t)left;
+}
+
+static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
+{
+	uint64_t st = seed;
+	(void)s;
+	for (int i = A_IN; i <= B_IN; i += 2)
+		lg_ref_fp8_fill(c->buf[i].host, c->buf[i].count, c->buf[i + 1].host, c->buf[i + 1].count, &st);
+	fill_counts(c->buf[COUNTS].host, c->buf[COUNTS].count, (size_t)c->sizes[0], &st);
+}
+
+static void run(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	bool fwd = s->pass == LG_PASS_FORWARD;
+	size_t m = (size_t)c->sizes[0], n = (size_t)lg_ref_int(s, "n"), k = (size_t)lg_ref_int(s, "k");
+	size_t cols = fwd ? n : k, red = fwd ? k : n, rb = (red + 127) / 128, cb = (cols + 127) / 128;
+	size_t e = (size_t)lg_ref_int(s, "experts");
+	const int32_t *counts = c->buf[COUNTS].host;
+	double *y = calloc(m * cols + 1, sizeof *y);
+	if (!y)
+		abort();
+	const uint8_t *a = c->buf[A_IN].host, *b = c->buf[B_IN].host;
+	const float *sa = c->buf[A_IN_S].host, *sb = c->buf[B_IN_S].host;
+	size_t r0 = 0;
+	for (size_t i = 0; i < e; i++) {
+		size_t rows = (size_t)counts[i];
+		if (rows) {
+			struct lg_ref_fp8_op o = {a + r0 * red, sa + r0 * rb, b + i * cols * red, sb + i * cb * rb,
+						  rows, cols, red, false};
+			lg_ref_fp8_product(&o, y + r0 * cols);
+		}
+		r0 += rows;
+	}
+	lg_ref_fp8_store(s, &c->buf[C_OUT], y, m * cols);
+	free(y);
+}
+
+const struct lg_ref_family lg_ref_fp8_grouped_gemm = {describe, fill, run};

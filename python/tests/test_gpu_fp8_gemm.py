@@ -1,0 +1,77 @@
+"""The blockwise FP8 GEMMs from Python on the GPU (sm_90a): inputs quantised by
+lingen's own quantisers (fp8_quant rowwise and columnwise, fp8_quant_weight with
+its transposed copy), the three products against float64 torch products of the
+dequantised operands (max |err| / max |ref| <= 2e-3, fp32 output), wgrad's
+accumulate, and the grouped forward per expert. Skipped without torch, a GPU,
+or on another arch than sm_90a."""
+import pytest
+
+import lingen
+from conftest import torch_cuda
+
+
+def sm90(torch):
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the FP8 GEMMs need sm_90a")
+
+
+def deq_rows(q, s):
+    return q.double() * s.t().double().repeat_interleave(128, dim=1)[:, :q.shape[1]]
+
+
+def deq_tiles(q, s):
+    full = s.double().repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)
+    return q.double() * full[:q.shape[0], :q.shape[1]]
+
+
+def rel(y, ref):
+    return ((y.double() - ref).abs().max() / ref.abs().max()).item()
+
+
+@pytest.mark.parametrize("m", [1, 127, 1024])
+def test_three_products(seed, m):
+    torch = torch_cuda()
+    sm90(torch)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    n, k = 384, 640
+    x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+    q, s, qt, st = lingen.fp8_quant(x)
+    wq, ws, wqt, wst = lingen.fp8_quant_weight(w, transposed=True)
+    assert torch.equal(wqt.view(torch.uint8), wq.view(torch.uint8).t()) and torch.equal(wst, ws.t())
+    y = lingen.fp8_gemm(q, s, wq, ws, out_dtype="fp32")
+    assert rel(y, deq_rows(q, s) @ deq_tiles(wq, ws).t()) <= 2e-3
+    dy = torch.randn(m, n, device="cuda", generator=g).to(torch.bfloat16)
+    dq, ds, dqt, dst = lingen.fp8_quant(dy)
+    dx = lingen.fp8_gemm_dgrad(dq, ds, wqt, wst, out_dtype="fp32")
+    assert rel(dx, deq_rows(dq, ds) @ deq_tiles(wqt, wst).t()) <= 2e-3
+    if m % 16 == 0:
+        dw = lingen.fp8_gemm_wgrad(dqt, dst, qt, st)
+        ref = deq_rows(dqt, dst) @ deq_rows(qt, st).t()
+        assert rel(dw, ref) <= 2e-3
+        again = dw.clone()
+        lingen.fp8_gemm_wgrad(dqt, dst, qt, st, accumulate=True, out={"dw": again})
+        assert torch.equal(again, 2 * dw)
+
+
+def test_grouped_forward(seed):
+    torch = torch_cuda()
+    sm90(torch)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    e, n, k = 8, 256, 384
+    counts = torch.tensor([0, 5, 128, 129, 0, 1, 300, 77], dtype=torch.int32, device="cuda")
+    rows = int(counts.sum())
+    x = torch.randn(rows, k, device="cuda", generator=g).to(torch.bfloat16)
+    q, s, _, _ = lingen.fp8_quant_batched(x, counts, output="rowwise")
+    w = torch.randn(e, n, k, device="cuda", generator=g).to(torch.bfloat16)
+    qs = [lingen.fp8_quant_weight(w[i]) for i in range(e)]
+    wq = torch.stack([a for a, _ in qs])
+    ws = torch.stack([b for _, b in qs])
+    y = lingen.fp8_grouped_gemm(q, s, wq, ws, counts, out_dtype="fp32")
+    start, kb = 0, k // 128
+    for i, c in enumerate(counts.tolist()):
+        if c:
+            blk = s.reshape(-1)[start * kb:(start + c) * kb].view(kb, c)
+            ref = deq_rows(q[start:start + c], blk) @ deq_tiles(wq[i], ws[i]).t()
+            assert rel(y[start:start + c], ref) <= 2e-3
+        start += c

@@ -1,0 +1,197 @@
+/*
+ * gpu_test_fp8_gemm.c - the blockwise FP8 GEMMs (family fp8_gemm, issue 16)
+ * on the GPU against the float64 reference of the dequantised operands
+ * (label "gpu"): forward (bf16 and fp32 y), dgrad and wgrad at the target's
+ * n and k (7168 x 16384) and at odd shapes (M 1, 127, 6001; k 2880, whose
+ * last 128-block is partial), each tile `lingen tune` sweeps, wgrad's
+ * accumulate (dw += exactly doubling a first result), 0 tokens.
+ * Bounds (fp8_gemm_ref.c): every element within 2e-3 of max |ref| for an
+ * fp32 output, 2e-3 + 2^-8 (one bf16 step) for bf16; each check prints
+ * max |gpu - ref| / max |ref| as measured.
+ * Needs sm_90a: skips (77) without a CUDA device or on another arch.
+ * Random inputs print their seed (LINGEN_SEED replays).
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cuda.h"
+#include "gpu.h"
+#include "harness.h"
+#include "numeric_ref.h"
+#include "testutil.h"
+
+static lg_ctx *ctx;
+static uint64_t seed;
+
+static lg_spec *parse(const char *pass, const char *dtype, const char *keys)
+{
+	char json[512];
+	snprintf(json, sizeof json, "{\"op\": \"fp8_gemm\", \"pass\": \"%s\", \"dtype\": \"%s\", %s}", pass, dtype,
+		 keys);
+	lg_spec *s = NULL;
+	if (lg_spec_parse(json, &s) != LG_OK)
+		fail_msg("%s: %s", json, lg_last_error());
+	return s;
+}
+
+/* One spec at M tokens: within its bound, nothing unwritten. */
+static void check(const char *pass, const char *dtype, const char *keys, int64_t M)
+{
+	lg_spec *s = parse(pass, dtype, keys);
+	struct lg_check_opts o = {.tokens = M, .seed = seed + (uint64_t)M * 7919};
+	struct lg_check_result r;
+	if (lg_check_kernel(ctx, s, &o, &r) != LG_OK)
+		fail_msg("%s at %lld tokens: %s", lg_spec_entry(s), (long long)M, lg_last_error());
+	bool written = true;
+	for (int i = 0; i < r.nmeasures; i++)
+		written = written && r.m[i].unwritten == 0;
+	printf("%s M=%lld: %s\n", lg_spec_entry(s), (long long)M, r.pass && written ? "PASS" : "FAIL");
+	for (int i = 0; i < r.nmeasures; i++)
+		printf("  %-4s %-5s n=%llu max_rel=%.3g rel_l2=%.3g mismatches=%llu unwritten=%llu %s\n", r.m[i].name,
+		       r.m[i].kind, (unsigned long long)r.m[i].count, r.m[i].max_rel, r.m[i].rel_l2,
+		       (unsigned long long)r.m[i].mismatches, (unsigned long long)r.m[i].unwritten,
+		       r.m[i].pass ? "ok" : "FAIL");
+	assert_true(r.pass);
+	assert_true(written);
+	lg_spec_free(s);
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The target's n, k (DeepSeek-V3's 7168 x 16384 shape) at row tails. */
+static void test_target(void **state)
+{
+	(void)state;
+	static const int64_t ms[] = {1, 129};
+	for (size_t i = 0; i < N_OF(ms); i++)
+		check("forward", "bf16", "\"n\": 7168, \"k\": 16384", ms[i]);
+	check("dgrad", "bf16", "\"n\": 7168, \"k\": 2048", 127);
+	check("wgrad", "fp32", "\"n\": 256, \"k\": 7168", 2048);
+}
+
+/* M 1, 127, 6001; k 2880 (a partial last 128-block); fp32 and bf16 out. */
+static void test_odd(void **state)
+{
+	(void)state;
+	static const int64_t ms[] = {1, 127, 6001};
+	for (size_t i = 0; i < N_OF(ms); i++) {
+		check("forward", "bf16", "\"n\": 256, \"k\": 2880", ms[i]);
+		check("forward", "fp32", "\"n\": 208, \"k\": 2880", ms[i]);
+		check("dgrad", "bf16", "\"n\": 2880, \"k\": 208", ms[i]);
+	}
+	static const int64_t mw[] = {16, 2000, 6000};
+	for (size_t i = 0; i < N_OF(mw); i++)
+		check("wgrad", "fp32", "\"n\": 208, \"k\": 2880", mw[i]);
+	check("wgrad", "bf16", "\"n\": 2880, \"k\": 144", 4096);
+}
+
+/* The tiles `lingen tune` sweeps and a few stage counts. */
+static void test_tiles(void **state)
+{
+	(void)state;
+	static const char *const tiles[] = {"{\"m\": 64}", "{\"n\": 64}", "{\"n\": 96}", "{\"n\": 160}",
+					    "{\"n\": 192}", "{\"n\": 256}", "{\"stages\": 2}", "{\"m\": 64, \"n\": 256}"};
+	for (size_t t = 0; t < N_OF(tiles); t++) {
+		char keys[256];
+		snprintf(keys, sizeof keys, "\"n\": 1024, \"k\": 1152, \"tile\": %s", tiles[t]);
+		check("forward", "bf16", keys, 300);
+		check("dgrad", "bf16", keys, 300);
+		check("wgrad", "fp32", keys, 304);
+	}
+}
+
+/* 0 tokens: y and dx have no rows; dw = 0. */
+static void test_no_tokens(void **state)
+{
+	(void)state;
+	check("forward", "bf16", "\"n\": 256, \"k\": 256", 0);
+	check("wgrad", "fp32", "\"n\": 256, \"k\": 256", 0);
+}
+
+/* accumulate: dw from 0 is the product (within the bound); a second
+ * launch adds the same bits again: exactly twice the first. */
+static void test_accumulate(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("wgrad", "fp32", "\"n\": 256, \"k\": 640, \"accumulate\": true");
+	lg_kernel *k;
+	assert_int_equal(lg_kernel_get(ctx, s, &k), LG_OK);
+	struct lg_gpu_case g;
+	assert_int_equal(lg_gpu_case_init(&g, s, 1024, NULL, seed, k), LG_OK);
+	enum { DW = 4 };
+	size_t bytes = g.ref.buf[DW].count * 4;
+	assert_int_equal(g.cu->cuMemsetD8(g.dev[DW], 0, bytes), CUDA_SUCCESS);
+	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	float *first = malloc(bytes);
+	assert_non_null(first);
+	memcpy(first, g.got[DW], bytes);
+	struct lg_check_result r;
+	lg_gpu_case_check(&g, s, NULL, 8, stdout, &r);
+	assert_true(r.pass);
+	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
+	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
+	const float *second = g.got[DW];
+	size_t bad = 0;
+	for (size_t i = 0; i < g.ref.buf[DW].count; i++)
+		bad += second[i] != 2.0f * first[i];
+	printf("%s: accumulate: %zu of %zu not exactly doubled\n", lg_spec_entry(s), bad, g.ref.buf[DW].count);
+	assert_int_equal(bad, 0);
+	free(first);
+	lg_gpu_case_free(&g);
+	lg_spec_free(s);
+}
+
+/* wgrad refuses a token count that is not a multiple of 16. */
+static void test_wgrad_tokens(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("wgrad", "fp32", "\"n\": 256, \"k\": 256");
+	lg_kernel *k;
+	assert_int_equal(lg_kernel_get(ctx, s, &k), LG_OK);
+	int64_t sz[1] = {100};
+	lg_dptr p[5] = {0};
+	assert_int_equal(lg_kernel_run(k, NULL, sz, 1, p, 5), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "multiple of 16"));
+	lg_spec_free(s);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	if (lg_test_gpu_ctx(&ctx) != 0)
+		return -1;
+	if (strcmp(lg_ctx_arch(ctx), "sm_90a") != 0) {
+		printf("SKIP gpu_test_fp8_gemm: the device is %s, the FP8 GEMMs need sm_90a\n", lg_ctx_arch(ctx));
+		fflush(stdout);
+		exit(LG_TEST_SKIP);
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	lg_ctx_destroy(ctx);
+	return 0;
+}
+
+int main(void)
+{
+	lg_test_require_gpu("gpu_test_fp8_gemm");
+	seed = lg_test_seed("gpu_test_fp8_gemm");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_target),   cmocka_unit_test(test_odd),	    cmocka_unit_test(test_tiles),
+		cmocka_unit_test(test_no_tokens), cmocka_unit_test(test_accumulate), cmocka_unit_test(test_wgrad_tokens),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
