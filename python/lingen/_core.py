@@ -9,9 +9,8 @@ kernel comes from the context (memory cache, disk cache, NVRTC). Every
 argument is then checked against the shape the library computes from the
 declaration, outputs the caller did not pass are allocated, and the kernel
 is launched on the stream. All of that is remembered under the arrays'
-shapes, element types and the options, so a second call with the same
-shapes costs a dict lookup, the per-array checks and the launch.
-"""
+shapes, element types and options: a second call with the same shapes
+costs a dict lookup, the per-array checks and the launch."""
 import ast
 import ctypes
 import json
@@ -311,8 +310,8 @@ def quant_options(round_scale, output, **more):
 def _prepare(fn, ctx, op, pass_, views, options, sizes_over, names=None):
     fam = families()[op]
     decl = fam.passes[pass_]
-    options = dict(options)
-    dtype_opt = options.pop("dtype", None)  # the spec's dtype, where no argument tells it
+    options = dict(options)  # "dtype": the spec's dtype, where no argument tells it
+    dtype_opt = options.pop("dtype", None)
     options = _check_options(fn, fam, options, names or {})
     import numbers
     for name, v in sizes_over.items():
