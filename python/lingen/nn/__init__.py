@@ -14,9 +14,10 @@ emulation (_gemm.backend() names which)."""
 import torch  # noqa: F401  (lingen.nn needs torch)
 
 from ..torch import _ops as _  # noqa: F401  (registers torch.ops.lingen)
-from . import _gemm
+from . import _gemm, _k
 from .layers import *  # noqa: F401,F403
 from .linear import *  # noqa: F401,F403
 from .moe import *  # noqa: F401,F403
 
 gemm_backend = _gemm.backend
+_k._topk_routing()  # a constant before any trace

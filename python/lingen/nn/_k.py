@@ -96,6 +96,19 @@ def qk_norm_rope(qkv, qw, kw, freqs, q_heads, kv_heads, eps, rotary_fraction, pl
 
 # --------------------------------------------------------------- MoE
 
+_routing = []
+
+
+def _topk_routing():
+    """(routing kind, input index) of moe_row_map for int32 top-k indices,
+    found once (outside any trace: torch.compile reads the constant)."""
+    if not _routing:
+        from .._moe_ops import _routing_arg, _routing_kind
+        kind, _ = _routing_kind(torch.zeros(1, 1, dtype=torch.int32), "lingen.nn")
+        _routing.append((kind, _routing_arg(kind).index))
+    return _routing[0]
+
+
 def rows_bound(tokens, top_k, experts, multiple):
     return tokens * top_k + experts * (multiple - 1)
 
@@ -105,7 +118,11 @@ def row_map(topk, experts, multiple):
     padded_counts [E]) of top-k indices [T, k] int32 (moe_row_map)."""
     t, k = topk.shape
     if not on_cpu(topk):
-        return _lt().moe_row_map(topk.int(), k, experts=experts, multiple=multiple)
+        kind, index = _topk_routing()
+        arrays = [None, None, None]
+        arrays[index] = topk.int()
+        return _run("moe_row_map_forward", *arrays, experts=int(experts), top_k=int(k),
+                    multiple=int(multiple), routing=kind)
     mask = torch.zeros(t, experts, dtype=torch.int32).scatter(1, topk.long(), 1)
     counts = mask.sum(0, dtype=torch.int32)
     padded = (counts + multiple - 1) // multiple * multiple

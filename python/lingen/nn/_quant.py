@@ -91,12 +91,13 @@ def _segments(counts, m):
 
 def _flat_index(counts, m, k, blk):
     """The flat per-expert index [M, k/blk] of element (row, column block) in
-    a [k/blk, c_e] block an expert (s with blk 128; qt with blk 1)."""
+    a [k/blk, c_e] block an expert (s with blk 128; qt with blk 1); rows
+    past the segments index k/blk * M (one past the end: a dummy slot)."""
     e, local, off, valid = _segments(counts, m)
     kk = k // blk
     cols = torch.arange(kk, device=counts.device)
     idx = (kk * off[e] + local)[:, None] + cols[None, :] * counts.long()[e][:, None]
-    return torch.where(valid[:, None], idx, 0), valid
+    return torch.where(valid[:, None], idx, kk * m), valid
 
 
 def experts_quant(x, counts, round_scale=True):
@@ -106,12 +107,12 @@ def experts_quant(x, counts, round_scale=True):
     idx_s, valid = _flat_index(counts, m, k, BLOCK)
     x = torch.where(valid[:, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
     q, s_std = rowwise(x, round_scale)
-    s = torch.ones(k // BLOCK * m, dtype=torch.float32, device=x.device)
-    s = s.scatter(0, idx_s.reshape(-1), s_std.t().reshape(-1)).view(k // BLOCK, m)
+    s = torch.ones(k // BLOCK * m + 1, dtype=torch.float32, device=x.device)
+    s = s.scatter(0, idx_s.reshape(-1), s_std.t().reshape(-1))[:-1].view(k // BLOCK, m)
     qt_std, st_std = colwise(x, round_scale)
     idx_t, _ = _flat_index(counts, m, k, 1)
-    qt = torch.zeros(k * m, dtype=torch.uint8, device=x.device)
-    qt = qt.scatter(0, idx_t.reshape(-1), qt_std.t().reshape(-1).view(torch.uint8))
+    qt = torch.zeros(k * m + 1, dtype=torch.uint8, device=x.device)
+    qt = qt.scatter(0, idx_t.reshape(-1), qt_std.t().reshape(-1).view(torch.uint8))[:-1]
     st = torch.ones(-(-m // BLOCK) + counts.shape[0], k, dtype=torch.float32, device=x.device)
     st[:st_std.shape[0]] = st_std
     return q, s, qt.view(E4M3).view(k, m), st
@@ -141,7 +142,7 @@ def deq_experts_rowwise(q, s, counts, dtype=torch.float32):
     """x [M, K] of a per-expert rowwise copy; rows past the segments 0."""
     m, k = q.shape
     idx, valid = _flat_index(counts, m, k, BLOCK)
-    sf = s.reshape(-1)[idx]  # [M, K/128]
+    sf = s.reshape(-1)[idx.clamp(max=s.numel() - 1)]  # [M, K/128]
     x = q.to(dtype) * sf.to(dtype).repeat_interleave(BLOCK, 1)
     return torch.where(valid[:, None], x, torch.zeros((), dtype=dtype, device=q.device))
 
@@ -151,7 +152,7 @@ def deq_experts_colwise(qt, st, counts, dtype=torch.float32):
     [K, c_e] blocks, st); rows past the segments 0."""
     k, m = qt.shape
     idx, valid = _flat_index(counts, m, k, 1)
-    x = qt.reshape(-1).view(torch.uint8)[idx].view(E4M3).to(dtype)  # [M, K]
+    x = qt.reshape(-1).view(torch.uint8)[idx.clamp(max=qt.numel() - 1)].view(E4M3).to(dtype)
     nb = -(-m // BLOCK)
     x = x * st[:nb].to(dtype).repeat_interleave(BLOCK, 0)[:m]
     return torch.where(valid[:, None], x, torch.zeros((), dtype=dtype, device=qt.device))
