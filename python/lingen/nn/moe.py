@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from . import _gemm, _k
 from .linear import Fp8Linear
 
-__all__ = ["GroupedMLPFunction", "route", "MoE", "SharedExpert"]
+__all__ = ["GroupedMLPFunction", "route", "routed_experts", "MoE", "SharedExpert"]
 
 MULTIPLE_FP8 = 128  # the FP8 blocks: every expert's segment a multiple of 128 rows
 MULTIPLE_BF16 = 16
@@ -138,16 +138,8 @@ class MoE(torch.nn.Module):
         return out.view(shape)
 
     def _lingen_experts(self, x, topk, probs):
-        fp8 = self.mode == "fp8"
-        m = MULTIPLE_FP8 if fp8 else MULTIPLE_BF16
-        rid, counts, offsets, row_index, padded = _k.row_map(topk, self.experts, m)
-        if fp8:
-            return GroupedMLPFunction.apply(x, probs, self.w1, self.w2, rid, counts, offsets,
-                                            row_index, padded, self.top_k)
-        rows, p = _k.permute_bf16(x, probs, rid, row_index, offsets, counts, padded, self.top_k, m)
-        offs = torch.cumsum(padded, 0, dtype=torch.int32)
-        y = _swiglu_experts(rows, p, self.w1, self.w2, offs)
-        return _k.unpermute_bf16(y, rid, row_index, offsets, counts, padded, self.top_k, m)
+        return routed_experts(x, topk, probs, self.w1, self.w2, self.experts, self.top_k,
+                              self.mode == "fp8")
 
     def _torch_experts(self, x, topk, probs):
         t = x.shape[0]
@@ -160,6 +152,23 @@ class MoE(torch.nn.Module):
         y = _swiglu_experts(x[tok], p, self.w1, self.w2, offs)
         return torch.zeros(t, x.shape[1], dtype=torch.float32, device=x.device).index_add(
             0, tok, y.float()).to(x.dtype)
+
+
+def routed_experts(x, topk, probs, w1, w2, experts, top_k, fp8=True):
+    """The routed experts with lingen's kernels: out [T, H] = sum over each
+    token's chosen experts e of probs[t, e] * down_e(silu(gate_e x) * up_e x);
+    x [T, H] bf16, topk [T, k] int32, probs [T, E] fp32, w1 [E, 2I, H] (gate
+    | up), w2 [E, H, I]. FP8 (GroupedMLPFunction) or bf16 (lingen's
+    dispatch and combine around torch._grouped_mm)."""
+    m = MULTIPLE_FP8 if fp8 else MULTIPLE_BF16
+    rid, counts, offsets, row_index, padded = _k.row_map(topk, experts, m)
+    if fp8:
+        return GroupedMLPFunction.apply(x, probs, w1, w2, rid, counts, offsets, row_index, padded,
+                                        top_k)
+    rows, p = _k.permute_bf16(x, probs, rid, row_index, offsets, counts, padded, top_k, m)
+    offs = torch.cumsum(padded, 0, dtype=torch.int32)
+    y = _swiglu_experts(rows, p, w1, w2, offs)
+    return _k.unpermute_bf16(y, rid, row_index, offsets, counts, padded, top_k, m)
 
 
 def _swiglu_experts(rows, p, w1, w2, offs):
