@@ -1,7 +1,10 @@
 """lingen.hf.apply on a tiny transformers Qwen3-MoE model: the patched
 model's logits, loss and gradients against the unpatched one's (bf16
 tolerance with fp8=False, the blockwise FP8 recipe's with fp8=True), the
-state dict unchanged. On the CPU (the layers' torch forms) and, when there
+state dict unchanged. The patched router's logits are fp32 (lingen's
+router GEMM; transformers' are bf16): a near tie then picks another expert
+for a token, hence the tolerances on the logits and the routers' gradients
+above bf16's rounding; the loss is held tight. On the CPU (the layers' torch forms) and, when there
 is one, on the GPU (lingen's kernels). Skips without transformers."""
 import copy
 
@@ -34,7 +37,7 @@ def rel(a, b):
     return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
 
 
-def compare(fp8, seed, device, tol_out, tol_grad):
+def compare(fp8, seed, device, tol_out, tol_loss, tol_grad):
     ref = tiny(seed, device)
     pat = lingen.hf.apply(copy.deepcopy(ref), fp8=fp8)
     assert pat._lingen_patched == {"rms_norm": 2 * 4 + 1, "moe": 2, "loss": 1}
@@ -45,11 +48,11 @@ def compare(fp8, seed, device, tol_out, tol_grad):
     out_p = pat(input_ids=ids, labels=ids)
     assert out_p.logits.shape == out_r.logits.shape
     assert rel(out_p.logits, out_r.logits) < tol_out
-    assert abs(out_p.loss.item() - out_r.loss.item()) < tol_out * out_r.loss.item()
+    assert abs(out_p.loss.item() - out_r.loss.item()) < tol_loss * out_r.loss.item()
     out_r.loss.backward()
     out_p.loss.backward()
     for (n, p), (_, q) in zip(pat.named_parameters(), ref.named_parameters()):
-        lim = 2 * tol_grad if "gate.weight" in n else tol_grad  # near-tied experts flip
+        lim = 2 * tol_grad if ".mlp." in n else tol_grad  # near-tied experts flip
         assert rel(p.grad, q.grad) < lim, n
 
 
@@ -64,15 +67,15 @@ def test_state_dict_and_patch_counts():
 
 
 def test_bf16_patch_matches_transformers_on_cpu(seed):
-    compare(False, seed, "cpu", 0.02, 0.05)
+    compare(False, seed, "cpu", 0.05, 0.002, 0.1)
 
 
 def test_fp8_patch_matches_transformers_on_cpu(seed):
-    compare(True, seed, "cpu", 0.08, 0.25)
+    compare(True, seed, "cpu", 0.15, 0.005, 0.3)
 
 
 def test_patched_on_gpu(seed):
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA device")
-    compare(False, seed, "cuda", 0.02, 0.05)
-    compare(True, seed, "cuda", 0.08, 0.25)
+    compare(False, seed, "cuda", 0.05, 0.002, 0.1)
+    compare(True, seed, "cuda", 0.15, 0.005, 0.3)

@@ -113,26 +113,28 @@ def rows_bound(tokens, top_k, experts, multiple):
     return tokens * top_k + experts * (multiple - 1)
 
 
-def row_map(topk, experts, multiple):
+def row_map(topk, experts, multiple, plain=False):
     """(row_id_map [T, E], counts [E], offsets [E + 1], row_index [R],
     padded_counts [E]) of top-k indices [T, k] int32 (moe_row_map)."""
     t, k = topk.shape
-    if not on_cpu(topk):
+    if not (plain or on_cpu(topk)):
         kind, index = _topk_routing()
         arrays = [None, None, None]
         arrays[index] = topk.int()
         return _run("moe_row_map_forward", *arrays, experts=int(experts), top_k=int(k),
                     multiple=int(multiple), routing=kind)
-    mask = torch.zeros(t, experts, dtype=torch.int32).scatter(1, topk.long(), 1)
+    dev = topk.device
+    mask = torch.zeros(t, experts, dtype=torch.int32, device=dev).scatter(1, topk.long(), 1)
     counts = mask.sum(0, dtype=torch.int32)
     padded = (counts + multiple - 1) // multiple * multiple
     offsets = F.pad(torch.cumsum(padded, 0, dtype=torch.int32), (1, 0))
     rank = torch.cumsum(mask, 0) - 1
     rid = torch.where(mask > 0, offsets[:-1][None, :] + rank, -1).int()
     rows = rows_bound(t, k, experts, multiple)
-    tok = torch.arange(t, dtype=torch.int32)[:, None].expand(t, experts)
+    tok = torch.arange(t, dtype=torch.int32, device=dev)[:, None].expand(t, experts)
     dest = torch.where(rid >= 0, rid, rows).long().reshape(-1)
-    row_index = torch.full((rows + 1,), -1, dtype=torch.int32).scatter(0, dest, tok.reshape(-1))
+    row_index = torch.full((rows + 1,), -1, dtype=torch.int32, device=dev).scatter(
+        0, dest, tok.reshape(-1))
     return rid, counts, offsets, row_index[:rows].contiguous(), padded
 
 
@@ -149,7 +151,7 @@ def permute_quant(x, probs, row_index, padded, top_k, multiple):
                                        multiple=multiple, output="both")
     e, real = _row_experts(row_index, padded)
     tok = row_index.clamp(min=0).long()
-    rows = torch.where(real[:, None], x[tok], torch.zeros((), dtype=x.dtype))
+    rows = torch.where(real[:, None], x[tok], 0.0)
     p = torch.where(real, probs[tok, e], 0.0)
     return (*Q.experts_quant(rows, padded), p)
 
@@ -191,8 +193,7 @@ def rows_of_tokens(dout, row_index, padded):
     unweighted unpermute's backward)."""
     if on_cpu(dout):
         _, real = _row_experts(row_index, padded)
-        return torch.where(real[:, None], dout[row_index.clamp(min=0).long()],
-                           torch.zeros((), dtype=dout.dtype))
+        return torch.where(real[:, None], dout[row_index.clamp(min=0).long()], 0.0)
     return None  # the GPU form takes the row map: unpermute_backward
 
 
@@ -203,7 +204,7 @@ def unpermute(rows, row_index, row_id_map, offsets, counts, padded, top_k, multi
         t = row_id_map.shape[0]
         _, real = _row_experts(row_index, padded)
         idx = torch.where(real, row_index.long(), t)
-        out = torch.zeros(t + 1, rows.shape[1], dtype=torch.float32)
+        out = rows.new_zeros(t + 1, rows.shape[1], dtype=torch.float32)
         return out.index_add(0, idx, rows.float())[:t].to(torch.bfloat16)
     out, _ = _run("moe_unpermute_forward", rows, None, row_id_map, top_k=top_k,
                   multiple=multiple, weighted=False)
@@ -224,20 +225,22 @@ def rows_to_probs(dprob_rows, row_id_map):
     return torch.where(m >= 0, dprob_rows[m.clamp(min=0)], 0.0)
 
 
-def permute_bf16(x, probs, row_id_map, row_index, offsets, counts, padded, top_k, multiple):
+def permute_bf16(x, probs, row_id_map, row_index, offsets, counts, padded, top_k, multiple,
+                 plain=False):
     """(rows [R, H], rows_probs [R]) differentiable (moe_permute)."""
-    if not on_cpu(x):
+    if not (plain or on_cpu(x)):
         return _lt().moe_permute(x, row_id_map, offsets, counts, probs, top_k=top_k,
                                  multiple=multiple)
     e, real = _row_experts(row_index, padded)
     tok = row_index.clamp(min=0).long()
-    rows = torch.where(real[:, None], x[tok], torch.zeros((), dtype=x.dtype))
+    rows = torch.where(real[:, None], x[tok], 0.0)
     return rows, torch.where(real, probs[tok, e], 0.0)
 
 
-def unpermute_bf16(rows, row_id_map, row_index, offsets, counts, padded, top_k, multiple):
+def unpermute_bf16(rows, row_id_map, row_index, offsets, counts, padded, top_k, multiple,
+                   plain=False):
     """out [T, H] differentiable (moe_unpermute, unweighted)."""
-    if not on_cpu(rows):
+    if not (plain or on_cpu(rows)):
         return _lt().moe_unpermute(rows, row_id_map, offsets, counts, top_k=top_k,
                                    multiple=multiple)[0]
     t = row_id_map.shape[0]

@@ -10,7 +10,7 @@ fp8_quant_batched -> down dgrad and wgrad -> the SwiGLU backward (dprob
 and the quantised dx copies) -> gate/up dgrad and wgrad -> the tokens'
 sum. Counts stay on the device throughout (no host synchronisation).
 Mode "bf16": lingen's moe_permute / moe_unpermute with torch._grouped_mm.
-Mode "torch": plain PyTorch (sort, index, torch._grouped_mm, index_add)."""
+Mode "torch": plain PyTorch (index, torch._grouped_mm, index_add)."""
 import torch
 import torch.nn.functional as F
 
@@ -142,33 +142,27 @@ class MoE(torch.nn.Module):
                               self.mode == "fp8")
 
     def _torch_experts(self, x, topk, probs):
-        t = x.shape[0]
-        flat = topk.reshape(-1).long()
-        order = torch.argsort(flat, stable=True)
-        tok = order // self.top_k
-        counts = torch.bincount(flat, minlength=self.experts)
-        offs = torch.cumsum(counts, 0, dtype=torch.int32)
-        p = probs[tok, flat[order]]
-        y = _swiglu_experts(x[tok], p, self.w1, self.w2, offs)
-        return torch.zeros(t, x.shape[1], dtype=torch.float32, device=x.device).index_add(
-            0, tok, y.float()).to(x.dtype)
+        return routed_experts(x, topk, probs, self.w1, self.w2, self.experts, self.top_k, False,
+                              plain=True)
 
 
-def routed_experts(x, topk, probs, w1, w2, experts, top_k, fp8=True):
+def routed_experts(x, topk, probs, w1, w2, experts, top_k, fp8=True, plain=False):
     """The routed experts with lingen's kernels: out [T, H] = sum over each
     token's chosen experts e of probs[t, e] * down_e(silu(gate_e x) * up_e x);
     x [T, H] bf16, topk [T, k] int32, probs [T, E] fp32, w1 [E, 2I, H] (gate
     | up), w2 [E, H, I]. FP8 (GroupedMLPFunction) or bf16 (lingen's
-    dispatch and combine around torch._grouped_mm)."""
+    dispatch and combine around torch._grouped_mm); plain: the dispatch and
+    combine in plain torch (index, index_add), expert segments padded to 16
+    rows as torch._grouped_mm wants them (torchtitan pads them so too)."""
     m = MULTIPLE_FP8 if fp8 else MULTIPLE_BF16
-    rid, counts, offsets, row_index, padded = _k.row_map(topk, experts, m)
+    rid, counts, offsets, row_index, padded = _k.row_map(topk, experts, m, plain)
     if fp8:
         return GroupedMLPFunction.apply(x, probs, w1, w2, rid, counts, offsets, row_index, padded,
                                         top_k)
-    rows, p = _k.permute_bf16(x, probs, rid, row_index, offsets, counts, padded, top_k, m)
+    rows, p = _k.permute_bf16(x, probs, rid, row_index, offsets, counts, padded, top_k, m, plain)
     offs = torch.cumsum(padded, 0, dtype=torch.int32)
     y = _swiglu_experts(rows, p, w1, w2, offs)
-    return _k.unpermute_bf16(y, rid, row_index, offsets, counts, padded, top_k, m)
+    return _k.unpermute_bf16(y, rid, row_index, offsets, counts, padded, top_k, m, plain)
 
 
 def _swiglu_experts(rows, p, w1, w2, offs):
