@@ -243,7 +243,16 @@ def main(argv=None):
     p.add_argument("--time-limit", type=float, default=1e9, help="seconds a mode, at most")
     p.add_argument("--out", default="bench/train-moe")
     p.add_argument("--no-bar", action="store_true")
+    p.add_argument("--plot", metavar="JSON", help="only redraw the chart (and table) of a record")
     args = p.parse_args(argv)
+    if args.plot:
+        with open(args.plot) as f:
+            rec = json.load(f)
+        base = args.plot[:-5] if args.plot.endswith(".json") else args.plot
+        chart(rec["runs"], base + ".png")
+        with open(base + ".md", "w") as f:
+            f.write(markdown(rec["meta"], rec["runs"]))
+        return rec["runs"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     seq = min(args.seq, args.tokens)
     vocab = args.vocab or 157184
