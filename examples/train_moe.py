@@ -196,9 +196,9 @@ def profile(step, corpus, args, mode):
         if us <= 0:
             continue
         n = e.key.lower()
-        k = ("gemm" if any(w in n for w in ("gemm", "cutlass", "sm90", "nvjet", "matmul", "mm"))
+        k = (("lingen gemm" if "gemm" in n else "lingen kernels") if n.startswith("lg_")
+             else "gemm" if any(w in n for w in ("gemm", "cutlass", "sm90", "nvjet", "matmul"))
              else "attention" if any(w in n for w in ("flash", "attention", "fmha"))
-             else "lingen" if n.startswith("lg_") or "lingen" in n
              else "optimizer" if any(w in n for w in ("adam", "foreach", "multi_tensor"))
              else "other")
         kinds[k] = kinds.get(k, 0) + us / 3e3
