@@ -42,12 +42,13 @@ def set_emulation(on):
     _force_emulation = bool(on)
 
 
-def native_dense():
-    return not _force_emulation and _has(_DENSE)
+def native_dense(t=None):
+    """Whether the dense GEMMs are lingen's (for operand t: not on the CPU)."""
+    return not _force_emulation and _has(_DENSE) and (t is None or t.device.type != "cpu")
 
 
-def native_grouped():
-    return not _force_emulation and _has(_GROUPED)
+def native_grouped(t=None):
+    return not _force_emulation and _has(_GROUPED) and (t is None or t.device.type != "cpu")
 
 
 def backend():
@@ -73,7 +74,7 @@ def _offs(counts):
 # ------------------------------------------------------------- dense
 
 def linear(xq, xs, wq, ws, out_dtype=torch.bfloat16):
-    if native_dense():
+    if native_dense(xq):
         return _op("fp8_gemm_forward")(xq, xs, wq, ws,
                                        out_dtype="fp32" if out_dtype == torch.float32 else "bf16")
     dt = torch.float32 if out_dtype == torch.float32 else _cdtype(xq)
@@ -82,14 +83,14 @@ def linear(xq, xs, wq, ws, out_dtype=torch.bfloat16):
 
 
 def linear_dgrad(dyq, dys, wtq, wts):
-    if native_dense():
+    if native_dense(dyq):
         return _op("fp8_gemm_dgrad")(dyq, dys, wtq, wts)
     dt = _cdtype(dyq)
     return (Q.deq_rowwise(dyq, dys, dt) @ Q.deq_weight(wtq, wts, dt).t()).to(torch.bfloat16)
 
 
 def linear_wgrad(dytq, dyts, xtq, xts):
-    if native_dense():
+    if native_dense(dytq) and dytq.shape[1] % 16 == 0:  # the family's tokens: a multiple of 16
         return _op("fp8_gemm_wgrad")(dytq, dyts, xtq, xts)
     return Q.deq_colwise(dytq, dyts).t() @ Q.deq_colwise(xtq, xts)
 
@@ -97,7 +98,7 @@ def linear_wgrad(dytq, dyts, xtq, xts):
 # ----------------------------------------------------------- grouped
 
 def grouped(xq, xs, wq, ws, counts):
-    if native_grouped():
+    if native_grouped(xq):
         return _op("fp8_grouped_gemm_forward")(xq, xs, wq, ws, counts)
     dt = _cdtype(xq)
     x = Q.deq_experts_rowwise(xq, xs, counts, dt)
@@ -106,7 +107,7 @@ def grouped(xq, xs, wq, ws, counts):
 
 
 def grouped_dgrad(dyq, dys, wtq, wts, counts):
-    if native_grouped():
+    if native_grouped(dyq):
         return _op("fp8_grouped_gemm_dgrad")(dyq, dys, wtq, wts, counts)
     dt = _cdtype(dyq)
     dy = Q.deq_experts_rowwise(dyq, dys, counts, dt)
@@ -115,7 +116,7 @@ def grouped_dgrad(dyq, dys, wtq, wts, counts):
 
 
 def grouped_wgrad(dytq, dyts, xtq, xts, counts):
-    if native_grouped():
+    if native_grouped(dytq):
         return _op("fp8_grouped_gemm_wgrad")(dytq, dyts, xtq, xts, counts)
     dt = _cdtype(dytq)
     dy = Q.deq_experts_colwise(dytq, dyts, counts, dt)  # [M, N]
