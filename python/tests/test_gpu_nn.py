@@ -160,14 +160,21 @@ def test_native_fp8_gemms_match_the_emulation(seed):
     if not _gemm.native_dense():
         pytest.skip("lingen's FP8 GEMM ops are not built (the emulation runs)")
     g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(300, 512, generator=g, device="cuda").bfloat16()
+    x = torch.randn(320, 512, generator=g, device="cuda").bfloat16()
     w = torch.randn(384, 512, generator=g, device="cuda").bfloat16()
+    dy = torch.randn(320, 384, generator=g, device="cuda").bfloat16()
     q, s, qt, st = _k.quant(x)
     wq, ws, wtq, wts = _k.quant_weight(w)
-    y = _gemm.linear(q, s, wq, ws)
+    gq, gs, gqt, gst = _k.quant(dy)
+
+    def all3():
+        return (_gemm.linear(q, s, wq, ws), _gemm.linear_dgrad(gq, gs, wtq, wts),
+                _gemm.linear_wgrad(gqt, gst, qt, st))
+    got = all3()
     _gemm.set_emulation(True)
     try:
-        ye = _gemm.linear(q, s, wq, ws)
+        want = all3()
     finally:
         _gemm.set_emulation(False)
-    assert rel(y, ye) < 0.01
+    for name, a, b in zip(("forward", "dgrad", "wgrad"), got, want):
+        assert a.shape == b.shape and rel(a, b) < 0.01, name
