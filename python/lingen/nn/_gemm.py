@@ -2,8 +2,8 @@
 layers is one of the six functions below, taking the quantised operands in
 the quantisers' layouts (docs/kernels.md 1.3; lingen.nn._quant lists them).
 
-When lingen's FP8 GEMM families are registered (torch.ops.lingen
-.fp8_gemm_forward ... and fp8_grouped_gemm_*), the functions call them.
+When lingen has the FP8 GEMM families (lingen.fp8_gemm, fp8_gemm_dgrad,
+fp8_gemm_wgrad; lingen.fp8_grouped_gemm*), the functions call them.
 Otherwise they emulate them exactly: the operands dequantised with their
 blockwise scales (exact: e4m3 values times power-of-two scales fit bf16 and
 fp32) and multiplied with fp32 accumulation (torch.mm / torch._grouped_mm;
@@ -20,35 +20,45 @@ device):
   grouped_wgrad(dytq, dyts, xtq, xts, counts) -> dw [E,N,K] fp32
 (the grouped ones with the per-expert scale layouts).
 """
+import os
+
 import torch
 
 from . import _quant as Q
 
-_DENSE = ("fp8_gemm_forward", "fp8_gemm_dgrad", "fp8_gemm_wgrad")
-_GROUPED = ("fp8_grouped_gemm_forward", "fp8_grouped_gemm_dgrad", "fp8_grouped_gemm_wgrad")
+_DENSE = ("fp8_gemm", "fp8_gemm_dgrad", "fp8_gemm_wgrad")
+_GROUPED = ("fp8_grouped_gemm", "fp8_grouped_gemm_dgrad", "fp8_grouped_gemm_wgrad")
 
 
 def _has(names):
-    ns = getattr(torch.ops, "lingen", None)
-    return ns is not None and all(hasattr(ns, n) for n in names)
+    import lingen
+    return all(callable(getattr(lingen, n, None)) for n in names)
 
 
-_force_emulation = False
+_force_emulation = os.environ.get("LINGEN_NN_EMULATE", "") not in ("", "0")
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 
 def set_emulation(on):
-    """Force the emulation even where lingen's GEMMs exist (tests, checks)."""
+    """Force the emulation even where lingen's GEMMs exist (tests, checks;
+    LINGEN_NN_EMULATE=1 in the environment does so from the start)."""
     global _force_emulation
     _force_emulation = bool(on)
 
 
 def native_dense(t=None):
-    """Whether the dense GEMMs are lingen's (for operand t: not on the CPU)."""
-    return not _force_emulation and _has(_DENSE) and (t is None or t.device.type != "cpu")
+    """Whether the dense GEMMs are lingen's for operand t (a real CUDA
+    tensor, in eager mode: lingen's Python functions launch them on torch's
+    current stream, which CUDA graphs capture; under torch.compile, which
+    cannot yet trace them (their torch ops give no fp32 output), the
+    emulation runs)."""
+    return (not _force_emulation and _has(_DENSE)
+            and (t is None or (t.is_cuda and not _compiling())))
 
 
 def native_grouped(t=None):
-    return not _force_emulation and _has(_GROUPED) and (t is None or t.device.type != "cpu")
+    return (not _force_emulation and _has(_GROUPED)
+            and (t is None or (t.is_cuda and not _compiling())))
 
 
 def backend():
@@ -59,8 +69,8 @@ def backend():
 
 
 def _op(name):
-    from ..torch._ops import _run
-    return lambda *a, **k: _run(name, *a, **k)
+    import lingen
+    return getattr(lingen, name)
 
 
 def _cdtype(t):
@@ -75,8 +85,8 @@ def _offs(counts):
 
 def linear(xq, xs, wq, ws, out_dtype=torch.bfloat16):
     if native_dense(xq):
-        return _op("fp8_gemm_forward")(xq, xs, wq, ws,
-                                       out_dtype="fp32" if out_dtype == torch.float32 else "bf16")
+        return _op("fp8_gemm")(xq, xs, wq, ws,
+                               out_dtype="fp32" if out_dtype == torch.float32 else "bf16")
     dt = torch.float32 if out_dtype == torch.float32 else _cdtype(xq)
     y = Q.deq_rowwise(xq, xs, dt) @ Q.deq_weight(wq, ws, dt).t()
     return y.to(out_dtype)
@@ -99,7 +109,7 @@ def linear_wgrad(dytq, dyts, xtq, xts):
 
 def grouped(xq, xs, wq, ws, counts):
     if native_grouped(xq):
-        return _op("fp8_grouped_gemm_forward")(xq, xs, wq, ws, counts)
+        return _op("fp8_grouped_gemm")(xq, xs, wq, ws, counts)
     dt = _cdtype(xq)
     x = Q.deq_experts_rowwise(xq, xs, counts, dt)
     w = Q.deq_weight(wq, ws, dt)
