@@ -195,5 +195,6 @@ def test_fp8_linear_compiles_on_cpu(seed):
 def test_gemm_backend_is_labelled():
     b = ln.gemm_backend()
     assert "dense:" in b and "grouped:" in b
-    if not hasattr(torch.ops.lingen, "fp8_gemm_forward"):
-        assert "EMULATED" in b
+    from lingen.nn import _gemm
+    assert ("EMULATED" in b.split(";")[0]) == (not _gemm.native_dense())
+    assert not _gemm.native_dense(torch.zeros(1))  # never for CPU operands
