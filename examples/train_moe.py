@@ -117,7 +117,8 @@ def run_mode(args, mode, device, corpus):
         dt = time.perf_counter() - t0
         rec["losses"].append(loss)
         rec["step_s"].append(dt)
-        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{args.tokens / dt:,.0f}", step=f"{dt * 1e3:.0f}ms")
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{args.tokens / dt:,.0f}",
+                        step=f"{dt * 1e3:.0f}ms")
         if i == 0:  # the first step compiles (lingen's JIT, torch.compile): not counted
             t_start = time.perf_counter()
         elif time.perf_counter() - t_start > args.time_limit:
@@ -300,7 +301,8 @@ def markdown(meta, records):
             lines.append(f"| {r['mode']} | failed: {r['error'][:120]} | | | | | | |")
             continue
         t = r["median_step_s"]
-        ratio = [f"{t / ok[m]['median_step_s']:.2f}" if m in ok else "-" for m in ("torch", "compile")]
+        ratio = [f"{t / ok[m]['median_step_s']:.2f}" if m in ok else "-"
+                 for m in ("torch", "compile")]
         peak = f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] is not None else "-"
         lines.append(f"| {r['mode']} | {len(r['losses'])} | {t * 1e3:.1f} | "
                      f"{r['tokens_per_s']:,.0f} | {ratio[0]} | {ratio[1]} | "
