@@ -52,6 +52,8 @@ def test_per_expert_layouts(seed):
 
 
 def test_fp8_linear_matches_bf16(seed):
+    import lingen.torch as lt
+    assert lt.Fp8Linear is ln.Fp8Linear and lt.fp8_linear is ln.fp8_linear
     torch.manual_seed(seed)
     lin = ln.Fp8Linear(256, 384, fp8=True)
     ref = ln.Fp8Linear(256, 384, fp8=False)
