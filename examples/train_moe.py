@@ -307,6 +307,9 @@ def markdown(meta, records):
         lines.append(f"| {r['mode']} | {len(r['losses'])} | {t * 1e3:.1f} | "
                      f"{r['tokens_per_s']:,.0f} | {ratio[0]} | {ratio[1]} | "
                      f"{r['loss_last50']:.4f} | {peak} |")
+    if meta["device"] == "cpu":
+        lines.append("\nOn the CPU: the losses are the record (the FP8 recipe emulated exactly); "
+                     "the times are a shared machine's, no speed measurement.")
     for r in records:
         if "profile" in r:
             lines.append(f"\n{r['mode']} profile, device ms a step: " + ", ".join(
