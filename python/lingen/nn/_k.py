@@ -55,7 +55,7 @@ def quant_weight(w):
     q, s = res[0], res[1]
     if w.dim() == 3:
         q, s = q.view(shape), s.view(shape[0], shape[1] // Q.BLOCK, -1)
-    if len(res) >= 4 and w.dim() == 2:  # the quantiser's own transposed copy
+    if len(res) >= 4 and w.dim() == 2 and res[2].numel() == q.numel():  # its transposed copy
         return q, s, res[2], res[3]
     return (q, s) + Q.transposed_weight(q, s)
 
