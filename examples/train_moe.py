@@ -77,7 +77,14 @@ def _lr(step, args):
 
 
 def run_mode(args, mode, device, corpus):
-    from tqdm import tqdm
+    try:
+        from tqdm import tqdm
+    except ImportError:  # no bar without tqdm
+        def tqdm(it, **kw):
+            class Bar(list):
+                def set_postfix(self, **kw):
+                    pass
+            return Bar(it)
     torch.cuda.empty_cache() if device == "cuda" else None
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
