@@ -241,7 +241,7 @@ def main(argv=None):
     p.add_argument("--tokens", type=int, default=8192, help="tokens a step")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--active", type=int, default=4096, help="token ids the corpus uses")
-    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--experts", type=int, default=None)
     p.add_argument("--hidden", type=int, default=None)
@@ -305,7 +305,8 @@ def markdown(meta, records):
              "mean loss, last 50 | peak GiB |", "|---|---|---|---|---|---|---|---|"]
     for r in records:
         if "error" in r:
-            lines.append(f"| {r['mode']} | failed: {r['error'][:120]} | | | | | | |")
+            err = " ".join(r["error"].split())[:100]
+            lines.append(f"| {r['mode']} | failed: {err} | | | | | | |")
             continue
         t = r["median_step_s"]
         ratio = [f"{t / ok[m]['median_step_s']:.2f}" if m in ok else "-"

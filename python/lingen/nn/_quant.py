@@ -83,9 +83,11 @@ def weight_experts(w, round_scale=True):
 def _segments(counts, m):
     """(expert [M], local [M], off [E + 1], valid [M]) of the rows of
     per-expert segments counts [E] (on the device, no synchronisation)."""
-    off = torch.nn.functional.pad(torch.cumsum(counts.long(), 0), (1, 0))
+    ends = torch.cumsum(counts.long(), 0)
+    off = torch.nn.functional.pad(ends, (1, 0))
     r = torch.arange(m, device=counts.device)
-    e = torch.bucketize(r, off[1:], right=True).clamp(max=counts.shape[0] - 1)
+    # (the boundaries a buffer of their own: inductor's bucketize takes no slice of one)
+    e = torch.bucketize(r, ends, right=True).clamp(max=counts.shape[0] - 1)
     return e, r - off[e], off, r < off[-1]
 
 
