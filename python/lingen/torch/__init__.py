@@ -24,3 +24,10 @@ from .cross_entropy import *  # noqa: F401,F403
 from .moe import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
 from .swiglu import *  # noqa: F401,F403
+
+
+def __getattr__(name):  # lingen.torch.Fp8Linear: lingen.nn's, imported on first use
+    if name in ("Fp8Linear", "fp8_linear", "Fp8LinearFunction"):
+        from .. import nn
+        return getattr(nn, name)
+    raise AttributeError(f"module 'lingen.torch' has no attribute {name!r}")

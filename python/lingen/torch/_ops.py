@@ -253,10 +253,22 @@ _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
 def _run(name, *args, **kwargs):
     """torch.ops.lingen.<name> where torch traces (torch.compile, export);
     in eager mode the op's implementation directly, without the cost of
-    torch's dispatcher (the same code, the same stream, CUDA graphs too)."""
-    if _compiling is None or _compiling():
+    torch's dispatcher (the same code, the same stream, CUDA graphs too);
+    meta and fake tensors through the dispatcher (the fake kernels)."""
+    if _compiling is None or _compiling() or not _on_cuda(args):
         return getattr(torch.ops.lingen, name)(*args, **kwargs)
     return _eager[name](*args, **kwargs)
+
+
+def _on_cuda(args):
+    """Whether the call's first tensor is a real CUDA tensor (a meta or fake
+    one goes through torch's dispatcher: the fake kernel gives its shapes)."""
+    t = next((a for a in args if isinstance(a, torch.Tensor)), None)
+    return t is not None and t.is_cuda and not _is_fake(t)
+
+
+def _is_fake(t):
+    return type(t) is not torch.Tensor and type(t).__name__ == "FakeTensor"
 
 
 def _constant(fn):

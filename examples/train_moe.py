@@ -1,0 +1,331 @@
+"""Train a Ling-mini-shaped MoE model (hidden 2048, 16 q / 4 kv heads of 128,
+256 experts top-8 of intermediate 512 plus one shared expert, vocab 157184;
+--layers, default 4) with AdamW on a deterministic learnable synthetic
+corpus, in any of four modes:
+
+  fp8      lingen.nn, FP8 (blockwise recipe) GEMMs and lingen's kernels
+  bf16     lingen.nn, bf16 GEMMs (torch.mm / torch._grouped_mm), lingen's kernels
+  torch    the same model in plain PyTorch bf16 (eager)
+  compile  plain PyTorch bf16 under torch.compile
+
+    python examples/train_moe.py --modes fp8,bf16,torch,compile --steps 300
+
+writes bench/train-moe.json (per mode: losses, step times, tokens/s, peak
+memory, the GEMM backend) and bench/train-moe.png (loss curves, step time).
+--graph captures the step as one CUDA graph (checking the replayed losses
+against eager steps), --profile writes a PyTorch-profiler breakdown.
+
+The corpus: each sequence walks a fixed random cycle over `--active` token
+ids from a random start (token i+1 follows token i), 10% of the positions
+replaced by random tokens; every batch is a function of (seed, step), so
+two runs see the same data. The loss can fall from log(vocab) to about
+0.1 log(active) + H(0.1)."""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
+import lingen.nn as ln  # noqa: E402
+from lingen.nn import _gemm  # noqa: E402
+
+CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "models", "ling-mini-2.0.json")
+
+
+class Corpus:
+    def __init__(self, vocab, active, seq, batch, seed, device):
+        g = torch.Generator().manual_seed(seed)
+        self.order = torch.randperm(vocab, generator=g)[:active].to(device)
+        self.vocab, self.active, self.seq, self.batch, self.seed = vocab, active, seq, batch, seed
+        self.device = device
+
+    def batch_at(self, step):
+        g = torch.Generator().manual_seed(self.seed * 1000003 + step)
+        start = torch.randint(0, self.active, (self.batch, 1), generator=g)
+        pos = (start + torch.arange(self.seq + 1)[None, :]) % self.active
+        toks = self.order.cpu()[pos]
+        noise = torch.rand(toks.shape, generator=g) < 0.1
+        toks = torch.where(noise, torch.randint(0, self.vocab, toks.shape, generator=g), toks)
+        toks = toks.to(self.device, non_blocking=True)
+        return toks[:, :-1].contiguous(), toks[:, 1:].contiguous()
+
+    def floor(self):
+        return 0.1 * math.log(self.active) - 0.9 * math.log(0.9) - 0.1 * math.log(0.1)
+
+
+def build(args, mode, device):
+    torch.manual_seed(args.seed)
+    over = {k: getattr(args, k) for k in ("experts", "hidden", "vocab") if getattr(args, k)}
+    lm_mode = "torch" if mode == "compile" else mode
+    with torch.device(device):
+        model = ln.Model.from_config(CONFIG, layers=args.layers, mode=lm_mode, **over)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0,
+                            eps=1e-8, capturable=args.graph, foreach=True)
+    fwd = model
+    if mode == "compile":
+        fwd = torch.compile(model)
+    return model, fwd, opt
+
+
+def _lr(step, args):
+    warm = max(1, args.steps // 20)
+    return args.lr * min(1.0, (step + 1) / warm)
+
+
+def run_mode(args, mode, device, corpus):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # no bar without tqdm
+        def tqdm(it, **kw):
+            class Bar(list):
+                def set_postfix(self, **kw):
+                    pass
+            return Bar(it)
+    torch.cuda.empty_cache() if device == "cuda" else None
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    model, fwd, opt = build(args, mode, device)
+
+    def step(ids, labels):
+        loss = fwd(ids, labels)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=not args.graph)
+        return loss.detach()
+
+    rec = {"mode": mode, "layers": args.layers, "tokens": args.tokens, "losses": [],
+           "step_s": [], "gemm_backend": _gemm.backend() if mode == "fp8" else "torch bf16"}
+    graph = None
+    if args.graph and device == "cuda":
+        graph, static, out, check = capture(step, corpus, opt, model, args)
+        rec["graph_check"] = check
+    bar = tqdm(range(len(rec["losses"]), args.steps), desc=mode, dynamic_ncols=True,
+               disable=args.no_bar)
+    t_start = time.perf_counter()
+    for i in bar:
+        for gr in opt.param_groups:
+            if args.graph:
+                gr["lr"].fill_(_lr(i, args)) if torch.is_tensor(gr["lr"]) else None
+            else:
+                gr["lr"] = _lr(i, args)
+        ids, labels = corpus.batch_at(i)
+        t0 = time.perf_counter()
+        if graph is not None:
+            static[0].copy_(ids)
+            static[1].copy_(labels)
+            graph.replay()
+            loss = out.item()
+        else:
+            loss = step(ids, labels).item()  # .item() waits for the step
+        dt = time.perf_counter() - t0
+        rec["losses"].append(loss)
+        rec["step_s"].append(dt)
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{args.tokens / dt:,.0f}",
+                        step=f"{dt * 1e3:.0f}ms")
+        if i == 0:  # the first step compiles (lingen's JIT, torch.compile): not counted
+            t_start = time.perf_counter()
+        elif time.perf_counter() - t_start > args.time_limit:
+            rec["stopped"] = f"time limit {args.time_limit} s after {i + 1} steps"
+            break
+    summarise(rec, device)
+    if args.profile and device == "cuda":
+        rec["profile"] = profile(step, corpus, args, mode)
+    del model, fwd, opt
+    return rec
+
+
+def capture(step, corpus, opt, model, args):
+    """Warm up eagerly on steps 0..2 (recording their losses), put the
+    parameters and the optimiser back as they were, capture one step as a
+    CUDA graph, replay it on steps 0..2: the losses must agree."""
+    params = [p.detach().clone() for p in model.parameters()]
+    for gr in opt.param_groups:
+        gr["lr"] = torch.tensor(_lr(0, args), device="cuda")
+    eager = []
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(3):
+            ids, labels = corpus.batch_at(i)
+            eager.append(step(ids, labels).item())
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.no_grad():
+        for p, p0 in zip(model.parameters(), params):
+            p.copy_(p0)
+        for st in opt.state.values():
+            for v in st.values():
+                if torch.is_tensor(v):
+                    v.zero_()
+    static = corpus.batch_at(0)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step(*static)
+    replay = []
+    for i in range(3):
+        ids, labels = corpus.batch_at(i)
+        static[0].copy_(ids)
+        static[1].copy_(labels)
+        g.replay()
+        replay.append(out.item())
+    diff = max(abs(a - b) / abs(a) for a, b in zip(eager, replay))
+    check = {"eager": eager, "replay": replay, "max_rel_diff": diff, "ok": diff < 1e-2}
+    print(f"CUDA graph: eager {eager} replay {replay} max rel diff {diff:.2e}", flush=True)
+    return g, static, out, check
+
+
+def summarise(rec, device):
+    n = len(rec["step_s"])
+    times = sorted(rec["step_s"][min(3, n - 1):]) if n else [float("nan")]
+    rec["median_step_s"] = times[len(times) // 2]
+    rec["tokens_per_s"] = rec["tokens"] / rec["median_step_s"]
+    tail = rec["losses"][-50:]
+    rec["loss_last50"] = sum(tail) / max(1, len(tail))
+    rec["peak_mem_gib"] = (torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda"
+                           else None)
+    print(f"{rec['mode']}: median step {rec['median_step_s'] * 1e3:.1f} ms, "
+          f"{rec['tokens_per_s']:,.0f} tok/s, loss(last 50) {rec['loss_last50']:.4f}, peak "
+          f"{rec['peak_mem_gib']} GiB, GEMMs: {rec['gemm_backend']}", flush=True)
+
+
+def profile(step, corpus, args, mode):
+    """Self CUDA time by kind over 3 steps: GEMMs, lingen kernels,
+    attention, optimiser, the rest."""
+    from torch.profiler import ProfilerActivity, profile as prof
+    with prof(activities=[ProfilerActivity.CUDA]) as p:
+        for i in range(3):
+            step(*corpus.batch_at(i)).item()
+    kinds = {}
+    for e in p.key_averages():
+        us = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
+        if us <= 0:
+            continue
+        n = e.key.lower()
+        k = (("lingen gemm" if "gemm" in n else "lingen kernels") if n.startswith("lg_")
+             else "gemm" if any(w in n for w in ("gemm", "cutlass", "sm90", "nvjet", "matmul"))
+             else "attention" if any(w in n for w in ("flash", "attention", "fmha"))
+             else "optimizer" if any(w in n for w in ("adam", "foreach", "multi_tensor"))
+             else "other")
+        kinds[k] = kinds.get(k, 0) + us / 3e3
+    print(f"{mode} profile (ms a step): " + ", ".join(f"{k} {v:.1f}" for k, v in
+                                                      sorted(kinds.items())), flush=True)
+    return kinds
+
+
+def chart(records, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for r in records:
+        if "error" in r:
+            continue
+        a.plot(r["losses"], label=r["mode"])
+        b.plot([t * 1e3 for t in r["step_s"]], label=f"{r['mode']} "
+               f"({r['median_step_s'] * 1e3:.0f} ms)")
+    a.set_xlabel("step"), a.set_ylabel("loss"), a.legend(), a.set_title("loss")
+    b.set_xlabel("step"), b.set_ylabel("ms"), b.set_yscale("log"), b.legend()
+    b.set_title("step time")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--modes", default="fp8,bf16,torch,compile")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--tokens", type=int, default=8192, help="tokens a step")
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--active", type=int, default=4096, help="token ids the corpus uses")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--experts", type=int, default=None)
+    p.add_argument("--hidden", type=int, default=None)
+    p.add_argument("--vocab", type=int, default=None)
+    p.add_argument("--graph", action="store_true", help="capture the step as a CUDA graph")
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--time-limit", type=float, default=1e9, help="seconds a mode, at most")
+    p.add_argument("--out", default="bench/train-moe")
+    p.add_argument("--no-bar", action="store_true")
+    p.add_argument("--plot", metavar="JSON", help="only redraw the chart (and table) of a record")
+    args = p.parse_args(argv)
+    if args.plot:
+        with open(args.plot) as f:
+            rec = json.load(f)
+        base = args.plot[:-5] if args.plot.endswith(".json") else args.plot
+        chart(rec["runs"], base + ".png")
+        with open(base + ".md", "w") as f:
+            f.write(markdown(rec["meta"], rec["runs"]))
+        return rec["runs"]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    seq = min(args.seq, args.tokens)
+    vocab = args.vocab or 157184
+    corpus = Corpus(vocab, min(args.active, vocab), seq, args.tokens // seq, args.seed, device)
+    print(f"device {device}; FP8 GEMMs: {_gemm.backend()}; loss floor ~{corpus.floor():.2f}, "
+          f"log(vocab) {math.log(vocab):.2f}", flush=True)
+    records = []
+    for mode in args.modes.split(","):
+        try:
+            records.append(run_mode(args, mode, device, corpus))
+        except Exception as e:  # one mode failing leaves the others' record
+            import traceback
+            traceback.print_exc()
+            records.append({"mode": mode, "error": f"{type(e).__name__}: {e}"})
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        write(args, device, corpus, records)  # after every mode: a later one may be cut
+    return records
+
+
+def write(args, device, corpus, records):
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "torch": torch.__version__, "argv": sys.argv[1:], "gemm_backend": _gemm.backend(),
+            "loss_floor": corpus.floor()}
+    with open(args.out + ".json", "w") as f:
+        json.dump({"meta": meta, "runs": records}, f, indent=1)
+    with open(args.out + ".md", "w") as f:
+        f.write(markdown(meta, records))
+    try:
+        chart(records, args.out + ".png")
+    except Exception as e:
+        print(f"chart: {e}")
+
+
+def markdown(meta, records):
+    ok = {r["mode"]: r for r in records if "error" not in r}
+    lines = [f"`python examples/train_moe.py {' '.join(meta['argv'])}` on {meta['device']} "
+             f"(torch {meta['torch']}); FP8 GEMMs: {meta['gemm_backend']}", "",
+             "| mode | steps | median step ms | tokens/s | x torch eager | x torch.compile | "
+             "mean loss, last 50 | peak GiB |", "|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        if "error" in r:
+            err = " ".join(r["error"].split())[:100]
+            lines.append(f"| {r['mode']} | failed: {err} | | | | | | |")
+            continue
+        t = r["median_step_s"]
+        ratio = [f"{t / ok[m]['median_step_s']:.2f}" if m in ok else "-"
+                 for m in ("torch", "compile")]
+        peak = f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] is not None else "-"
+        lines.append(f"| {r['mode']} | {len(r['losses'])} | {t * 1e3:.1f} | "
+                     f"{r['tokens_per_s']:,.0f} | {ratio[0]} | {ratio[1]} | "
+                     f"{r['loss_last50']:.4f} | {peak} |")
+    if meta["device"] == "cpu":
+        lines.append("\nOn the CPU: the losses are the record (the FP8 recipe emulated exactly); "
+                     "the times are a shared machine's, no speed measurement.")
+    for r in records:
+        if "profile" in r:
+            lines.append(f"\n{r['mode']} profile, device ms a step: " + ", ".join(
+                f"{k} {v:.1f}" for k, v in sorted(r["profile"].items())))
+        if "graph_check" in r:
+            lines.append(f"\n{r['mode']} CUDA graph check: {r['graph_check']}")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

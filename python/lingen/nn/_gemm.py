@@ -1,0 +1,134 @@
+"""The one seam between lingen.nn and the FP8 GEMMs: every FP8 GEMM of the
+layers is one of the six functions below, taking the quantised operands in
+the quantisers' layouts (docs/kernels.md 1.3; lingen.nn._quant lists them).
+
+When lingen has the FP8 GEMM families (lingen.fp8_gemm, fp8_gemm_dgrad,
+fp8_gemm_wgrad; lingen.fp8_grouped_gemm*), the functions call them.
+Otherwise they emulate them exactly: the operands dequantised with their
+blockwise scales (exact: e4m3 values times power-of-two scales fit bf16 and
+fp32) and multiplied with fp32 accumulation (torch.mm / torch._grouped_mm;
+in fp32 on the CPU, bf16 operands with fp32 accumulation on a GPU, whose
+grouped GEMM takes no fp32). backend() says which; benchmarks print it.
+
+Shapes (M the rows, counts [E] int32 the per-expert segments, on the
+device):
+  linear(xq [M,K], xs, wq [N,K], ws) -> y [M,N]         (forward)
+  linear_dgrad(dyq [M,N], dys, wtq [K,N], wts) -> dx [M,K] bf16
+  linear_wgrad(dytq [N,M], dyts, xtq [K,M], xts) -> dw [N,K] fp32
+  grouped(xq, xs, wq [E,N,K], ws, counts) -> y [M,N] bf16
+  grouped_dgrad(dyq, dys, wtq [E,K,N], wts, counts) -> dx [M,K] bf16
+  grouped_wgrad(dytq, dyts, xtq, xts, counts) -> dw [E,N,K] fp32
+(the grouped ones with the per-expert scale layouts).
+"""
+import os
+
+import torch
+
+from . import _quant as Q
+
+_DENSE = ("fp8_gemm", "fp8_gemm_dgrad", "fp8_gemm_wgrad")
+_GROUPED = ("fp8_grouped_gemm", "fp8_grouped_gemm_dgrad", "fp8_grouped_gemm_wgrad")
+
+
+def _has(names):
+    import lingen
+    return all(callable(getattr(lingen, n, None)) for n in names)
+
+
+_force_emulation = os.environ.get("LINGEN_NN_EMULATE", "") not in ("", "0")
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
+def set_emulation(on):
+    """Force the emulation even where lingen's GEMMs exist (tests, checks;
+    LINGEN_NN_EMULATE=1 in the environment does so from the start)."""
+    global _force_emulation
+    _force_emulation = bool(on)
+
+
+def native_dense(t=None):
+    """Whether the dense GEMMs are lingen's for operand t (a real CUDA
+    tensor, in eager mode: lingen's Python functions launch them on torch's
+    current stream, which CUDA graphs capture; under torch.compile, which
+    cannot yet trace them (their torch ops give no fp32 output), the
+    emulation runs)."""
+    return (not _force_emulation and _has(_DENSE)
+            and (t is None or (t.is_cuda and not _compiling())))
+
+
+def native_grouped(t=None):
+    return (not _force_emulation and _has(_GROUPED)
+            and (t is None or (t.is_cuda and not _compiling())))
+
+
+def backend():
+    """A label for benchmark output: which GEMMs the FP8 layers run."""
+    d = "lingen fp8_gemm" if native_dense() else "EMULATED (dequantise + matmul)"
+    g = "lingen fp8_grouped_gemm" if native_grouped() else "EMULATED (dequantise + grouped_mm)"
+    return f"dense: {d}; grouped: {g}"
+
+
+def _op(name):
+    import lingen
+    return getattr(lingen, name)
+
+
+def _cdtype(t):
+    return torch.float32 if t.device.type == "cpu" else torch.bfloat16
+
+
+def _offs(counts):
+    return torch.cumsum(counts, 0, dtype=torch.int32)
+
+
+# ------------------------------------------------------------- dense
+
+def linear(xq, xs, wq, ws, out_dtype=torch.bfloat16):
+    if native_dense(xq):
+        return _op("fp8_gemm")(xq, xs, wq, ws,
+                               out_dtype="fp32" if out_dtype == torch.float32 else "bf16")
+    dt = torch.float32 if out_dtype == torch.float32 else _cdtype(xq)
+    y = Q.deq_rowwise(xq, xs, dt) @ Q.deq_weight(wq, ws, dt).t()
+    return y.to(out_dtype)
+
+
+def linear_dgrad(dyq, dys, wtq, wts):
+    if native_dense(dyq):
+        return _op("fp8_gemm_dgrad")(dyq, dys, wtq, wts)
+    dt = _cdtype(dyq)
+    return (Q.deq_rowwise(dyq, dys, dt) @ Q.deq_weight(wtq, wts, dt).t()).to(torch.bfloat16)
+
+
+def linear_wgrad(dytq, dyts, xtq, xts):
+    if native_dense(dytq) and dytq.shape[1] % 16 == 0:  # the family's tokens: a multiple of 16
+        return _op("fp8_gemm_wgrad")(dytq, dyts, xtq, xts)
+    return Q.deq_colwise(dytq, dyts).t() @ Q.deq_colwise(xtq, xts)
+
+
+# ----------------------------------------------------------- grouped
+
+def grouped(xq, xs, wq, ws, counts):
+    if native_grouped(xq):
+        return _op("fp8_grouped_gemm")(xq, xs, wq, ws, counts)
+    dt = _cdtype(xq)
+    x = Q.deq_experts_rowwise(xq, xs, counts, dt)
+    w = Q.deq_weight(wq, ws, dt)
+    return torch._grouped_mm(x, w.transpose(1, 2), offs=_offs(counts)).to(torch.bfloat16)
+
+
+def grouped_dgrad(dyq, dys, wtq, wts, counts):
+    if native_grouped(dyq):
+        return _op("fp8_grouped_gemm_dgrad")(dyq, dys, wtq, wts, counts)
+    dt = _cdtype(dyq)
+    dy = Q.deq_experts_rowwise(dyq, dys, counts, dt)
+    wt = Q.deq_weight(wtq, wts, dt)
+    return torch._grouped_mm(dy, wt.transpose(1, 2), offs=_offs(counts)).to(torch.bfloat16)
+
+
+def grouped_wgrad(dytq, dyts, xtq, xts, counts):
+    if native_grouped(dytq):
+        return _op("fp8_grouped_gemm_wgrad")(dytq, dyts, xtq, xts, counts)
+    dt = _cdtype(dytq)
+    dy = Q.deq_experts_colwise(dytq, dyts, counts, dt)  # [M, N]
+    x = Q.deq_experts_colwise(xtq, xts, counts, dt)  # [M, K]
+    return torch._grouped_mm(dy.t(), x, offs=_offs(counts)).float()

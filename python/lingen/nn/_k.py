@@ -1,0 +1,250 @@
+"""The lingen kernels lingen.nn's layers use, one function each: lingen's
+torch ops for CUDA tensors (and meta / fake ones: their fake kernels), and
+the same operation in plain torch on the CPU (so that the layers, their
+tests and a model on the CPU run without a GPU). The CPU forms compute the
+same values in the same layouts; where lingen's kernels round or sum in an
+order of their own, they agree within the kernels' tolerances.
+
+Not differentiable here but for rms_norm, qk_norm_rope, router_gemm and
+permute / unpermute (bf16), which are lingen.torch's autograd Functions on
+a GPU and torch autograd on the CPU."""
+import torch
+import torch.nn.functional as F
+
+from . import _quant as Q
+
+
+def on_cpu(t):
+    return t.device.type == "cpu"
+
+
+def _lt():
+    import lingen.torch as lt
+    return lt
+
+
+def _run(name, *a, **k):
+    from ..torch._ops import _run as run
+    return run(name, *a, **k)
+
+
+# ---------------------------------------------------------- dense steps
+
+def rms_norm(x, w, eps, plain=False):
+    if plain or on_cpu(x):
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+    return _lt().rms_norm(x, w, eps)
+
+
+def quant(x, output="both"):
+    """(q, s, qt, st) of x [M, K] bf16 (the copies output leaves out None)."""
+    if on_cpu(x):
+        q, s = Q.rowwise(x) if output != "columnwise" else (None, None)
+        qt, st = Q.colwise(x) if output != "rowwise" else (None, None)
+        return q, s, qt, st
+    return _lt().fp8_quant(x, output=output)
+
+
+def quant_weight(w):
+    """(q, s, qt, st) of a weight [N, K], or of expert weights [E, N, K]."""
+    if on_cpu(w):
+        return Q.weight(w) if w.dim() == 2 else Q.weight_experts(w)
+    shape = w.shape
+    res = _lt().fp8_quant_weight(w.reshape(-1, shape[-1]))
+    q, s = res[0], res[1]
+    if w.dim() == 3:
+        q, s = q.view(shape), s.view(shape[0], shape[1] // Q.BLOCK, -1)
+    if len(res) >= 4 and w.dim() == 2 and res[2].numel() == q.numel():  # its transposed copy
+        return q, s, res[2], res[3]
+    return (q, s) + Q.transposed_weight(q, s)
+
+
+def router_gemm(x, w, plain=False):
+    """fp32 logits x . w^T (x [T, H] bf16), differentiable."""
+    if plain or on_cpu(x):
+        return x.float() @ w.float().t()
+    return _lt().router_gemm(x, w)
+
+
+def _rope_cpu(x, w, cos, sin, r, eps):
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * w.float()
+    rot, rest = y[..., :r], y[..., r:]
+    x1, x2 = rot[..., :r // 2], rot[..., r // 2:]
+    rot = rot * cos + torch.cat((-x2, x1), -1) * sin
+    return torch.cat((rot, rest), -1).to(x.dtype)
+
+
+def qk_norm_rope(qkv, qw, kw, freqs, q_heads, kv_heads, eps, rotary_fraction, plain=False):
+    """(q [B, S, H, D], k, v [B, S, h, D]) of qkv [B, S, (H + 2h) D] (q | k |
+    v), q / k RMSNorm over D and rotate-half RoPE on the first
+    rotary_fraction * D of each head, freqs [S, R] in the cat(f, f) layout."""
+    if plain or on_cpu(qkv):
+        b, s, _ = qkv.shape
+        d = qw.shape[0]
+        x = qkv.view(b, s, q_heads + 2 * kv_heads, d)
+        q, k, v = x.split([q_heads, kv_heads, kv_heads], 2)
+        r = int(rotary_fraction * d)
+        cos, sin = freqs.cos()[None, :, None, :], freqs.sin()[None, :, None, :]
+        return (_rope_cpu(q, qw, cos, sin, r, eps), _rope_cpu(k, kw, cos, sin, r, eps),
+                v.contiguous())
+    return _lt().qk_norm_rope(qkv, qw, kw, freqs, q_heads, kv_heads, eps=eps,
+                              rotary_fraction=rotary_fraction, interleaved=False,
+                              transposed=False)
+
+
+# --------------------------------------------------------------- MoE
+
+_routing = []
+
+
+def _topk_routing():
+    """(routing kind, input index) of moe_row_map for int32 top-k indices,
+    found once (outside any trace: torch.compile reads the constant)."""
+    if not _routing:
+        from .._moe_ops import _routing_arg, _routing_kind
+        kind, _ = _routing_kind(torch.zeros(1, 1, dtype=torch.int32), "lingen.nn")
+        _routing.append((kind, _routing_arg(kind).index))
+    return _routing[0]
+
+
+def rows_bound(tokens, top_k, experts, multiple):
+    return tokens * top_k + experts * (multiple - 1)
+
+
+def row_map(topk, experts, multiple, plain=False):
+    """(row_id_map [T, E], counts [E], offsets [E + 1], row_index [R],
+    padded_counts [E]) of top-k indices [T, k] int32 (moe_row_map)."""
+    t, k = topk.shape
+    if not (plain or on_cpu(topk)):
+        kind, index = _topk_routing()
+        arrays = [None, None, None]
+        arrays[index] = topk.int()
+        return _run("moe_row_map_forward", *arrays, experts=int(experts), top_k=int(k),
+                    multiple=int(multiple), routing=kind)
+    dev = topk.device
+    mask = torch.zeros(t, experts, dtype=torch.int32, device=dev).scatter(1, topk.long(), 1)
+    counts = mask.sum(0, dtype=torch.int32)
+    padded = (counts + multiple - 1) // multiple * multiple
+    offsets = F.pad(torch.cumsum(padded, 0, dtype=torch.int32), (1, 0))
+    rank = torch.cumsum(mask, 0) - 1
+    rid = torch.where(mask > 0, offsets[:-1][None, :] + rank, -1).int()
+    rows = rows_bound(t, k, experts, multiple)
+    tok = torch.arange(t, dtype=torch.int32, device=dev)[:, None].expand(t, experts)
+    dest = torch.where(rid >= 0, rid, rows).long().reshape(-1)
+    row_index = torch.full((rows + 1,), -1, dtype=torch.int32, device=dev).scatter(
+        0, dest, tok.reshape(-1))
+    return rid, counts, offsets, row_index[:rows].contiguous(), padded
+
+
+def _row_experts(row_index, padded):
+    e, _, _, valid = Q._segments(padded, row_index.shape[0])
+    return e, valid & (row_index >= 0)
+
+
+def permute_quant(x, probs, row_index, padded, top_k, multiple):
+    """(q, s, qt, st, out_probs [R]) of tokens x [T, H] bf16 into the padded
+    rows, quantised per expert (moe_permute_quant, both copies)."""
+    if not on_cpu(x):
+        return _lt().moe_permute_quant(x, row_index, padded, probs, top_k=top_k,
+                                       multiple=multiple, output="both")
+    e, real = _row_experts(row_index, padded)
+    tok = row_index.clamp(min=0).long()
+    rows = torch.where(real[:, None], x[tok], 0.0)
+    p = torch.where(real, probs[tok, e], 0.0)
+    return (*Q.experts_quant(rows, padded), p)
+
+
+def experts_quant(x, padded):
+    """(q, s, qt, st) of rows x [R, K] per expert (fp8_quant_batched)."""
+    if on_cpu(x):
+        return Q.experts_quant(x, padded)
+    return _lt().fp8_quant_batched(x, padded, output="both")
+
+
+def swiglu_quant(h, prob, padded):
+    """(q, s, qt, st) of silu(gate) * up * prob of h [R, 2n], per expert."""
+    if on_cpu(h):
+        g, u = h.float().chunk(2, -1)
+        y = (F.silu(g) * u * prob.float()[:, None]).to(torch.bfloat16)
+        return Q.experts_quant(y, padded)
+    return _lt().batch_swiglu_quant_forward(h, prob, padded, output="both")
+
+
+def swiglu_quant_backward(g, h, prob, padded):
+    """(dxq, dxs, dxqt, dxst, dprob [R] fp32) of dy = g [R, n] bf16."""
+    if on_cpu(g):
+        a, u = h.float().chunk(2, -1)
+        sa = torch.sigmoid(a)
+        silu = a * sa
+        gf, p = g.float(), prob.float()[:, None]
+        dprob = (silu * u * gf).sum(-1)
+        da = gf * p * u * sa * (1 + a * (1 - sa))
+        du = gf * p * silu
+        dx = torch.cat((da, du), -1).to(torch.bfloat16)
+        return (*Q.experts_quant(dx, padded), dprob)
+    dxq, dxs, dp, dxqt, dxst = _lt().batch_swiglu_quant_backward(g, h, prob, padded, dx_bf16=False)
+    return dxq, dxs, dxqt, dxst, dp.view(-1)
+
+
+def rows_of_tokens(dout, row_index, padded):
+    """dg [R, H]: dout[t] in each of t's rows, zeros elsewhere (the
+    unweighted unpermute's backward)."""
+    if on_cpu(dout):
+        _, real = _row_experts(row_index, padded)
+        return torch.where(real[:, None], dout[row_index.clamp(min=0).long()], 0.0)
+    return None  # the GPU form takes the row map: unpermute_backward
+
+
+def unpermute(rows, row_index, row_id_map, offsets, counts, padded, top_k, multiple):
+    """out [T, H] bf16: each token's rows summed in fp32 (unweighted), not
+    differentiable."""
+    if on_cpu(rows):
+        t = row_id_map.shape[0]
+        _, real = _row_experts(row_index, padded)
+        idx = torch.where(real, row_index.long(), t)
+        out = rows.new_zeros(t + 1, rows.shape[1], dtype=torch.float32)
+        return out.index_add(0, idx, rows.float())[:t].to(torch.bfloat16)
+    out, _ = _run("moe_unpermute_forward", rows, None, row_id_map, top_k=top_k,
+                  multiple=multiple, weighted=False)
+    return out
+
+
+def unpermute_backward(dout, row_index, row_id_map, offsets, counts, padded, top_k, multiple):
+    if on_cpu(dout):
+        return rows_of_tokens(dout, row_index, padded)
+    dg, _ = _run("moe_unpermute_backward", dout.contiguous(), None, row_id_map, offsets, counts,
+                 top_k=top_k, multiple=multiple, weighted=False)
+    return dg
+
+
+def rows_to_probs(dprob_rows, row_id_map):
+    """dprobs [T, E] of the rows' dprob [R] (zeros where not routed)."""
+    m = row_id_map.long()
+    return torch.where(m >= 0, dprob_rows[m.clamp(min=0)], 0.0)
+
+
+def permute_bf16(x, probs, row_id_map, row_index, offsets, counts, padded, top_k, multiple,
+                 plain=False):
+    """(rows [R, H], rows_probs [R]) differentiable (moe_permute)."""
+    if not (plain or on_cpu(x)):
+        return _lt().moe_permute(x, row_id_map, offsets, counts, probs, top_k=top_k,
+                                 multiple=multiple)
+    e, real = _row_experts(row_index, padded)
+    tok = row_index.clamp(min=0).long()
+    rows = torch.where(real[:, None], x[tok], 0.0)
+    return rows, torch.where(real, probs[tok, e], 0.0)
+
+
+def unpermute_bf16(rows, row_id_map, row_index, offsets, counts, padded, top_k, multiple,
+                   plain=False):
+    """out [T, H] differentiable (moe_unpermute, unweighted)."""
+    if not (plain or on_cpu(rows)):
+        return _lt().moe_unpermute(rows, row_id_map, offsets, counts, top_k=top_k,
+                                   multiple=multiple)[0]
+    t = row_id_map.shape[0]
+    _, real = _row_experts(row_index, padded)
+    idx = torch.where(real, row_index.long(), t)
+    out = rows.new_zeros(t + 1, rows.shape[1], dtype=torch.float32)
+    return out.index_add(0, idx, rows.float())[:t].to(rows.dtype)

@@ -1,0 +1,160 @@
+"""Blockwise FP8 (docs/kernels.md 1.3) in plain torch, in the quantisers'
+layouts: the CPU path of lingen.nn's quantising steps, and the dequantisers
+the GEMM emulation (lingen.nn._gemm) reads the copies back with.
+
+Layouts (as lingen's kernels write them):
+- rowwise x [M, K]: q [M, K] e4m3, s [K/128, M] fp32 (1 x 128 blocks);
+- columnwise: qt [K, M] e4m3, st [cdiv(M, 128), K] fp32 (128 x 1 blocks);
+- weight w [N, K]: q [N, K], s [cdiv(N, 128), cdiv(K, 128)] (128 x 128 tiles);
+- per expert (segments of rows given by counts [E], each a multiple of
+  128 here: lingen.nn pads to 128): s flat, expert e's [K/128, c_e] block
+  at K/128 * off_e; qt flat, expert e's [K, c_e] block at K * off_e; st
+  [cdiv(M, 128) + E, K], cdiv(c_e, 128) rows an expert one after the
+  other (with 128-row segments: the plain columnwise layout).
+"""
+import torch
+
+E4M3 = torch.float8_e4m3fn
+FMAX = 448.0
+BLOCK = 128
+
+
+def scale_of(amax, round_scale=True):
+    """The fp32 scale of a block of absolute maximum amax."""
+    s = (amax.float() / FMAX).clamp(min=1e-30)
+    if round_scale:  # 2^ceil(log2 s)
+        m, e = torch.frexp(s)
+        s = torch.where(m == 0.5, s, torch.ldexp(torch.ones_like(s), e))
+    return s
+
+
+def _q(x, s_full):
+    return (x.float() / s_full).clamp(-FMAX, FMAX).to(E4M3)
+
+
+def rowwise(x, round_scale=True):
+    """(q [M, K], s [K/128, M]) of x [M, K] (K a multiple of 128)."""
+    m, k = x.shape
+    b = x.float().view(m, k // BLOCK, BLOCK)
+    s = scale_of(b.abs().amax(-1), round_scale)  # [M, K/128]
+    return _q(b, s[..., None]).view(m, k), s.t().contiguous()
+
+
+def colwise(x, round_scale=True):
+    """(qt [K, M], st [cdiv(M, 128), K]) of x [M, K], a last partial block
+    of rows counting the missing rows as 0."""
+    m, k = x.shape
+    nb = -(-m // BLOCK)
+    pad = torch.nn.functional.pad(x.float(), (0, 0, 0, nb * BLOCK - m))
+    st = scale_of(pad.view(nb, BLOCK, k).abs().amax(1), round_scale)  # [nb, K]
+    q = _q(pad.view(nb, BLOCK, k), st[:, None, :]).view(nb * BLOCK, k)[:m]
+    return q.t().contiguous(), st
+
+
+def weight(w, round_scale=True):
+    """(q [N, K], s [cdiv(N, 128), cdiv(K, 128)], qt [K, N], st) of w [N, K]
+    in 128 x 128 tiles (the transposed copy: the same tiles transposed)."""
+    n, k = w.shape
+    bn, bk = -(-n // BLOCK), -(-k // BLOCK)
+    pad = torch.nn.functional.pad(w.float(), (0, bk * BLOCK - k, 0, bn * BLOCK - n))
+    t = pad.view(bn, BLOCK, bk, BLOCK)
+    s = scale_of(t.abs().amax(dim=(1, 3)), round_scale)
+    q = _q(t, s[:, None, :, None]).view(bn * BLOCK, bk * BLOCK)[:n, :k]
+    return q.contiguous(), s, q.t().contiguous(), s.t().contiguous()
+
+
+def transposed_weight(q, s):
+    """The transposed copy (qt [K, N], st) of a weight's tiles (q, s); q
+    [..., N, K] with leading expert dimensions."""
+    return q.transpose(-1, -2).contiguous(), s.transpose(-1, -2).contiguous()
+
+
+def weight_experts(w, round_scale=True):
+    """(q, s, qt, st) of expert weights w [E, N, K] (N a multiple of 128):
+    q [E, N, K], s [E, N/128, cdiv(K, 128)], qt [E, K, N], st [E, ., .]."""
+    e, n, k = w.shape
+    q, s, _, _ = weight(w.reshape(e * n, k), round_scale)
+    q, s = q.view(e, n, k), s.view(e, n // BLOCK, -1)
+    return (q, s) + transposed_weight(q, s)
+
+
+# ------------------------------------------------- per-expert layouts
+
+def _segments(counts, m):
+    """(expert [M], local [M], off [E + 1], valid [M]) of the rows of
+    per-expert segments counts [E] (on the device, no synchronisation)."""
+    ends = torch.cumsum(counts.long(), 0)
+    off = torch.nn.functional.pad(ends, (1, 0))
+    r = torch.arange(m, device=counts.device)
+    # (the boundaries a buffer of their own: inductor's bucketize takes no slice of one)
+    e = torch.bucketize(r, ends, right=True).clamp(max=counts.shape[0] - 1)
+    return e, r - off[e], off, r < off[-1]
+
+
+def _flat_index(counts, m, k, blk):
+    """The flat per-expert index [M, k/blk] of element (row, column block) in
+    a [k/blk, c_e] block an expert (s with blk 128; qt with blk 1); rows
+    past the segments index k/blk * M (one past the end: a dummy slot)."""
+    e, local, off, valid = _segments(counts, m)
+    kk = k // blk
+    cols = torch.arange(kk, device=counts.device)
+    idx = (kk * off[e] + local)[:, None] + cols[None, :] * counts.long()[e][:, None]
+    return torch.where(valid[:, None], idx, kk * m), valid
+
+
+def experts_quant(x, counts, round_scale=True):
+    """(q, s, qt, st) of x [M, K] quantised per expert in the per-expert
+    layouts (128-row segments); rows past the segments quantise as 0."""
+    m, k = x.shape
+    idx_s, valid = _flat_index(counts, m, k, BLOCK)
+    x = torch.where(valid[:, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
+    q, s_std = rowwise(x, round_scale)
+    s = torch.ones(k // BLOCK * m + 1, dtype=torch.float32, device=x.device)
+    s = s.scatter(0, idx_s.reshape(-1), s_std.t().reshape(-1))[:-1].view(k // BLOCK, m)
+    qt_std, st_std = colwise(x, round_scale)
+    idx_t, _ = _flat_index(counts, m, k, 1)
+    qt = torch.zeros(k * m + 1, dtype=torch.uint8, device=x.device)
+    qt = qt.scatter(0, idx_t.reshape(-1), qt_std.t().reshape(-1).view(torch.uint8))[:-1]
+    st = torch.ones(-(-m // BLOCK) + counts.shape[0], k, dtype=torch.float32, device=x.device)
+    st[:st_std.shape[0]] = st_std
+    return q, s, qt.view(E4M3).view(k, m), st
+
+
+# ------------------------------------------------------- dequantise
+
+def deq_rowwise(q, s, dtype=torch.float32):
+    """x [M, K] of a rowwise copy (q [M, K], s [K/128, M])."""
+    return (q.to(dtype) * s.t().to(dtype).repeat_interleave(BLOCK, 1)[:, :q.shape[1]])
+
+
+def deq_colwise(qt, st, dtype=torch.float32):
+    """x [M, K] of a columnwise copy (qt [K, M], st [cdiv(M, 128), K])."""
+    m = qt.shape[1]
+    return qt.t().to(dtype) * st.to(dtype).repeat_interleave(BLOCK, 0)[:m]
+
+
+def deq_weight(q, s, dtype=torch.float32):
+    """w [..., N, K] of 128 x 128 tiles (q [..., N, K], s [..., N/128, K/128])."""
+    n, k = q.shape[-2:]
+    full = s.to(dtype).repeat_interleave(BLOCK, -2).repeat_interleave(BLOCK, -1)
+    return q.to(dtype) * full[..., :n, :k]
+
+
+def deq_experts_rowwise(q, s, counts, dtype=torch.float32):
+    """x [M, K] of a per-expert rowwise copy; rows past the segments 0."""
+    m, k = q.shape
+    idx, valid = _flat_index(counts, m, k, BLOCK)
+    sf = s.reshape(-1)[idx.clamp(max=s.numel() - 1)]  # [M, K/128]
+    x = q.to(dtype) * sf.to(dtype).repeat_interleave(BLOCK, 1)
+    return torch.where(valid[:, None], x, torch.zeros((), dtype=dtype, device=q.device))
+
+
+def deq_experts_colwise(qt, st, counts, dtype=torch.float32):
+    """x [M, K] of a per-expert columnwise copy (qt [K, M] holding per-expert
+    [K, c_e] blocks, st); rows past the segments 0."""
+    k, m = qt.shape
+    idx, valid = _flat_index(counts, m, k, 1)
+    x = qt.reshape(-1).view(torch.uint8)[idx.clamp(max=qt.numel() - 1)].view(E4M3).to(dtype)
+    nb = -(-m // BLOCK)
+    x = x * st[:nb].to(dtype).repeat_interleave(BLOCK, 0)[:m]
+    return torch.where(valid[:, None], x, torch.zeros((), dtype=dtype, device=qt.device))

@@ -1,0 +1,67 @@
+"""Fp8Linear: y = x . w^T with the blockwise FP8 recipe (docs/kernels.md
+1.3): the forward quantises x (lingen's fp8_quant, both copies: the
+rowwise one for this GEMM, the columnwise one kept for the weight
+gradient) and the weight (fp8_quant_weight with its transposed copy, once
+a forward, kept for the backward); the backward quantises dy and runs the
+dgrad (dy . w) and wgrad (dy^T . x, fp32) GEMMs. All GEMMs go through
+lingen.nn._gemm. fp8=False: a plain bf16 torch linear."""
+import torch
+import torch.nn.functional as F
+
+from . import _gemm, _k
+
+__all__ = ["Fp8LinearFunction", "fp8_linear", "Fp8Linear"]
+
+
+class Fp8LinearFunction(torch.autograd.Function):
+    """y [..., N] bf16 = x [..., K] . weight [N, K]^T in FP8. x_copies, when
+    given, are x's quantised copies (q, s, qt, st) from the producer (an
+    RMSNorm + quant kernel): then x only carries the gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, x_copies=None):
+        x2 = x.reshape(-1, x.shape[-1])
+        q, s, qt, st = x_copies if x_copies is not None else _k.quant(x2, "both")
+        wq, ws, wtq, wts = _k.quant_weight(weight)
+        y = _gemm.linear(q, s, wq, ws)
+        ctx.save_for_backward(qt, st, wtq, wts)
+        ctx.shape = x.shape
+        ctx.wdtype = weight.dtype
+        return y.view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        qt, st, wtq, wts = ctx.saved_tensors
+        dy2 = dy.reshape(-1, dy.shape[-1]).contiguous()
+        dyq, dys, dytq, dyts = _k.quant(dy2, "both")
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = _gemm.linear_dgrad(dyq, dys, wtq, wts).view(ctx.shape)
+        if ctx.needs_input_grad[1]:
+            dw = _gemm.linear_wgrad(dytq, dyts, qt, st).to(ctx.wdtype)
+        return dx, dw, None
+
+
+def fp8_linear(x, weight, x_copies=None):
+    """x . weight^T in the blockwise FP8 recipe, differentiable."""
+    return Fp8LinearFunction.apply(x, weight, x_copies)
+
+
+class Fp8Linear(torch.nn.Module):
+    """A bias-free torch.nn.Linear whose GEMMs are FP8 (fp8=True) or bf16
+    torch (fp8=False); bf16 weight [out, in]. forward(x, x_copies=None)."""
+
+    def __init__(self, in_features, out_features, fp8=True, device=None, dtype=torch.bfloat16):
+        super().__init__()
+        self.in_features, self.out_features, self.fp8 = in_features, out_features, bool(fp8)
+        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device,
+                                                     dtype=dtype))
+        torch.nn.init.normal_(self.weight, std=in_features ** -0.5)
+
+    def forward(self, x, x_copies=None):
+        if self.fp8:
+            return fp8_linear(x, self.weight, x_copies)
+        return F.linear(x, self.weight)
+
+    def extra_repr(self):
+        return f"{self.in_features}, {self.out_features}, fp8={self.fp8}"

@@ -1,0 +1,173 @@
+"""The MoE layer: router GEMM in fp32 (lingen's router_gemm) -> sigmoid or
+softmax top-k (Ling's group-limited top-k and the expert bias as options)
+-> moe_row_map -> the experts -> plus the shared expert.
+
+The experts, mode "fp8": GroupedMLPFunction, one autograd Function over
+moe_permute_quant (K4b) -> grouped FP8 gate/up GEMM -> batch_swiglu_quant
+(K6, the routing weight applied there) -> grouped FP8 down GEMM ->
+moe_unpermute (K5); its backward: the unpermute's backward ->
+fp8_quant_batched -> down dgrad and wgrad -> the SwiGLU backward (dprob
+and the quantised dx copies) -> gate/up dgrad and wgrad -> the tokens'
+sum. Counts stay on the device throughout (no host synchronisation).
+Mode "bf16": lingen's moe_permute / moe_unpermute with torch._grouped_mm.
+Mode "torch": plain PyTorch (index, torch._grouped_mm, index_add)."""
+import torch
+import torch.nn.functional as F
+
+from . import _gemm, _k
+from .linear import Fp8Linear
+
+__all__ = ["GroupedMLPFunction", "route", "routed_experts", "MoE", "SharedExpert"]
+
+MULTIPLE_FP8 = 128  # the FP8 blocks: every expert's segment a multiple of 128 rows
+MULTIPLE_BF16 = 16
+
+
+class GroupedMLPFunction(torch.autograd.Function):
+    """The routed experts in FP8: out [T, H] bf16 = sum over each token's k
+    experts of probs[t, e] * down_e(silu(gate_e x) * up_e x). x [T, H] bf16,
+    probs [T, E] fp32 (zeros where not routed), w1 [E, 2I, H] (gate | up),
+    w2 [E, H, I]; the row map of moe_row_map (multiple 128)."""
+
+    @staticmethod
+    def forward(ctx, x, probs, w1, w2, rid, counts, offsets, row_index, padded, top_k):
+        m = MULTIPLE_FP8
+        q, s, qt, st, p_rows = _k.permute_quant(x, probs, row_index, padded, top_k, m)
+        w1q, w1s, w1tq, w1ts = _k.quant_weight(w1)
+        w2q, w2s, w2tq, w2ts = _k.quant_weight(w2)
+        h = _gemm.grouped(q, s, w1q, w1s, padded)
+        hq, hs, hqt, hst = _k.swiglu_quant(h, p_rows, padded)
+        o = _gemm.grouped(hq, hs, w2q, w2s, padded)
+        out = _k.unpermute(o, row_index, rid, offsets, counts, padded, top_k, m)
+        ctx.save_for_backward(qt, st, h, p_rows, hqt, hst, w1tq, w1ts, w2tq, w2ts, rid, counts,
+                              offsets, row_index, padded)
+        ctx.top_k = top_k
+        ctx.dtypes = (w1.dtype, w2.dtype)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        (qt, st, h, p_rows, hqt, hst, w1tq, w1ts, w2tq, w2ts, rid, counts, offsets, row_index,
+         padded) = ctx.saved_tensors
+        k, m = ctx.top_k, MULTIPLE_FP8
+        dg = _k.unpermute_backward(dout.contiguous(), row_index, rid, offsets, counts, padded, k, m)
+        gq, gs, gqt, gst = _k.experts_quant(dg, padded)
+        dy = _gemm.grouped_dgrad(gq, gs, w2tq, w2ts, padded)
+        dw2 = _gemm.grouped_wgrad(gqt, gst, hqt, hst, padded)
+        dxq, dxs, dxqt, dxst, dprob = _k.swiglu_quant_backward(dy, h, p_rows, padded)
+        dxr = _gemm.grouped_dgrad(dxq, dxs, w1tq, w1ts, padded)
+        dw1 = _gemm.grouped_wgrad(dxqt, dxst, qt, st, padded)
+        dx = _k.unpermute(dxr, row_index, rid, offsets, counts, padded, k, m)
+        dprobs = _k.rows_to_probs(dprob, rid)
+        return (dx, dprobs, dw1.to(ctx.dtypes[0]), dw2.to(ctx.dtypes[1])) + (None,) * 6
+
+
+def route(logits, top_k, score="sigmoid", bias=None, groups=1, topk_groups=1, norm=True,
+          scale=1.0):
+    """(topk [T, k] int32, probs [T, E] fp32, zeros where not routed) of the
+    router's fp32 logits: scores = sigmoid or softmax; the experts chosen by
+    scores + bias (the bias only chooses), within the topk_groups best of
+    `groups` expert groups (a group's score: the sum of its best two);
+    weights = the chosen scores, normalised to sum 1 when norm, times scale."""
+    scores = torch.sigmoid(logits) if score == "sigmoid" else torch.softmax(logits, -1)
+    choice = scores.detach() + (bias.float() if bias is not None else 0)
+    if groups > 1:
+        t, e = choice.shape
+        g = choice.view(t, groups, e // groups)
+        best = g.topk(min(2, e // groups), -1).values.sum(-1)
+        keep = torch.zeros_like(best).scatter(1, best.topk(topk_groups, -1).indices, 1.0)
+        choice = torch.where(keep[:, :, None] > 0, g, float("-inf")).view(t, e)
+    idx = choice.topk(top_k, -1).indices
+    w = scores.gather(1, idx)
+    if norm:
+        w = w / (w.sum(-1, keepdim=True) + 1e-20)
+    w = w * scale
+    probs = torch.zeros_like(scores).scatter(1, idx, w)
+    return idx.int(), probs
+
+
+class SharedExpert(torch.nn.Module):
+    """The shared expert: down(silu(gate x) * up x), Fp8Linear layers."""
+
+    def __init__(self, hidden, intermediate, fp8=True):
+        super().__init__()
+        self.gate_up = Fp8Linear(hidden, 2 * intermediate, fp8)
+        self.down = Fp8Linear(intermediate, hidden, fp8)
+
+    def forward(self, x):
+        g, u = self.gate_up(x).chunk(2, -1)
+        return self.down(F.silu(g) * u)
+
+
+class MoE(torch.nn.Module):
+    """Routed experts plus shared experts over x [..., hidden] bf16.
+    mode: "fp8" (lingen kernels + FP8 GEMMs), "bf16" (lingen dispatch and
+    combine, torch._grouped_mm), "torch" (plain PyTorch)."""
+
+    def __init__(self, hidden, experts, top_k, intermediate, shared_intermediate=0, mode="fp8",
+                 score="sigmoid", groups=1, topk_groups=1, expert_bias=False, norm=True,
+                 scale=1.0, dtype=torch.bfloat16):
+        super().__init__()
+        self.hidden, self.experts, self.top_k, self.mode = hidden, experts, top_k, mode
+        self.route_kw = dict(score=score, groups=groups, topk_groups=topk_groups, norm=norm,
+                             scale=scale)
+        self.router = torch.nn.Parameter(torch.randn(experts, hidden, dtype=dtype) * hidden ** -0.5)
+        self.w1 = torch.nn.Parameter(torch.randn(experts, 2 * intermediate, hidden, dtype=dtype)
+                                     * hidden ** -0.5)
+        self.w2 = torch.nn.Parameter(torch.randn(experts, hidden, intermediate, dtype=dtype)
+                                     * intermediate ** -0.5)
+        if expert_bias:
+            self.register_buffer("expert_bias", torch.zeros(experts, dtype=torch.float32))
+        else:
+            self.expert_bias = None
+        self.shared = (SharedExpert(hidden, shared_intermediate, mode == "fp8")
+                       if shared_intermediate else None)
+
+    def forward(self, x):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        plain = self.mode == "torch"
+        logits = _k.router_gemm(x2, self.router, plain)
+        topk, probs = route(logits, self.top_k, bias=self.expert_bias, **self.route_kw)
+        if plain:
+            out = self._torch_experts(x2, topk, probs)
+        else:
+            out = self._lingen_experts(x2, topk, probs)
+        if self.shared is not None:
+            out = out + self.shared(x2)
+        return out.view(shape)
+
+    def _lingen_experts(self, x, topk, probs):
+        return routed_experts(x, topk, probs, self.w1, self.w2, self.experts, self.top_k,
+                              self.mode == "fp8")
+
+    def _torch_experts(self, x, topk, probs):
+        return routed_experts(x, topk, probs, self.w1, self.w2, self.experts, self.top_k, False,
+                              plain=True)
+
+
+def routed_experts(x, topk, probs, w1, w2, experts, top_k, fp8=True, plain=False):
+    """The routed experts with lingen's kernels: out [T, H] = sum over each
+    token's chosen experts e of probs[t, e] * down_e(silu(gate_e x) * up_e x);
+    x [T, H] bf16, topk [T, k] int32, probs [T, E] fp32, w1 [E, 2I, H] (gate
+    | up), w2 [E, H, I]. FP8 (GroupedMLPFunction) or bf16 (lingen's
+    dispatch and combine around torch._grouped_mm); plain: the dispatch and
+    combine in plain torch (index, index_add), expert segments padded to 16
+    rows as torch._grouped_mm wants them (torchtitan pads them so too)."""
+    m = MULTIPLE_FP8 if fp8 else MULTIPLE_BF16
+    rid, counts, offsets, row_index, padded = _k.row_map(topk, experts, m, plain)
+    if fp8:
+        return GroupedMLPFunction.apply(x, probs, w1, w2, rid, counts, offsets, row_index, padded,
+                                        top_k)
+    rows, p = _k.permute_bf16(x, probs, rid, row_index, offsets, counts, padded, top_k, m, plain)
+    offs = torch.cumsum(padded, 0, dtype=torch.int32)
+    y = _swiglu_experts(rows, p, w1, w2, offs)
+    return _k.unpermute_bf16(y, rid, row_index, offsets, counts, padded, top_k, m, plain)
+
+
+def _swiglu_experts(rows, p, w1, w2, offs):
+    """down_e(silu(gate_e r) * up_e r * p) over per-expert row segments."""
+    h = torch._grouped_mm(rows, w1.transpose(1, 2), offs=offs)
+    g, u = h.chunk(2, -1)
+    y = (F.silu(g.float()) * u.float() * p[:, None]).to(rows.dtype)
+    return torch._grouped_mm(y, w2.transpose(1, 2), offs=offs)

@@ -1,0 +1,181 @@
+"""lingen.nn on the GPU: lingen's kernels against the layers' plain-torch
+forms (the CPU path, here run on the GPU's copy of the inputs), the FP8
+model against plain PyTorch, torch.compile without graph breaks, a whole
+training step captured as a CUDA graph, and lingen's FP8 GEMMs (when built)
+against the seam's emulation. Skipped without a GPU."""
+import pytest
+
+from conftest import torch_cuda
+
+TINY = dict(hidden=256, layers=1, q_heads=2, kv_heads=1, head_dim=128, experts=8, topk=2,
+            expert_intermediate=128, shared_intermediate=128, vocab=1024)
+
+
+def rel(a, b):
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+def _twins(make, seed):
+    torch = torch_cuda()
+    torch.manual_seed(seed)
+    a = make().cuda()
+    b = make()
+    b.load_state_dict({k: v.cpu() for k, v in a.state_dict().items()})
+    return a, b
+
+
+@pytest.mark.parametrize("mode,tol", [("bf16", 0.02), ("fp8", 0.05)])
+def test_moe_kernels_match_cpu_forms(mode, tol, seed):
+    torch = torch_cuda()
+    import lingen.nn as ln
+    a, b = _twins(lambda: ln.MoE(256, 8, 2, 128, 128, mode=mode), seed)
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(300, 256, generator=g).bfloat16()
+    dy = torch.randn(300, 256, generator=g).bfloat16()
+    xa = x.cuda().requires_grad_()
+    xb = x.clone().requires_grad_()
+    ya, yb = a(xa), b(xb)
+    ya.backward(dy.cuda())
+    yb.backward(dy)
+    assert rel(ya, yb) < tol
+    assert rel(xa.grad, xb.grad) < tol
+    for n in ("w1", "w2", "router"):
+        assert rel(getattr(a, n).grad, getattr(b, n).grad) < 2 * tol, n
+
+
+def test_attention_kernels_match_plain_torch(seed):
+    torch = torch_cuda()
+    import lingen.nn as ln
+    torch.manual_seed(seed)
+    a = ln.Attention(256, 2, 1, 128, mode="bf16").cuda()
+    b = ln.Attention(256, 2, 1, 128, mode="torch").cuda()
+    b.load_state_dict(a.state_dict())
+    with torch.no_grad():
+        a.q_norm.uniform_(0.5, 1.5)
+        b.q_norm.copy_(a.q_norm)
+    x = torch.randn(2, 128, 256, device="cuda").bfloat16()
+    freqs = ln.rope_freqs(128, 64, device="cuda")
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    ya, yb = a(xa, freqs), b(xb, freqs)
+    dy = torch.randn_like(ya)
+    ya.backward(dy)
+    yb.backward(dy)
+    assert rel(ya, yb) < 0.02 and rel(xa.grad, xb.grad) < 0.02
+    assert rel(a.q_norm.grad, b.q_norm.grad) < 0.03
+    assert rel(a.qkv.weight.grad, b.qkv.weight.grad) < 0.02
+
+
+def test_cross_entropy_matches_torch(seed):
+    torch = torch_cuda()
+    import lingen.nn as ln
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    logits = torch.randn(300, 1000, generator=g, device="cuda").bfloat16().requires_grad_()
+    labels = torch.randint(0, 1000, (300,), generator=g, device="cuda")
+    loss = ln.cross_entropy(logits, labels)
+    ref = torch.nn.functional.cross_entropy(logits.float(), labels)
+    assert abs(loss.item() - ref.item()) < 1e-3 * ref.item()
+    (gl,) = torch.autograd.grad(loss, logits)
+    (gr,) = torch.autograd.grad(ref, logits)
+    assert rel(gl, gr) < 0.01
+
+
+@pytest.mark.parametrize("mode", ["fp8", "bf16"])
+def test_model_matches_plain_pytorch(mode, seed):
+    torch = torch_cuda()
+    import lingen.nn as ln
+    cfg = ln.ModelConfig(**TINY)
+    torch.manual_seed(seed)
+    ref = ln.Model(cfg, "torch").cuda()
+    m = ln.Model(cfg, mode).cuda()
+    m.load_state_dict(ref.state_dict())
+    ids = torch.randint(0, cfg.vocab, (2, 128), device="cuda")
+    lr, lm = ref(ids, ids), m(ids, ids)
+    tol = 0.01 if mode == "bf16" else 0.02
+    assert abs(lm.item() - lr.item()) < tol * lr.item()
+    lr.backward()
+    lm.backward()
+    for (n, p), (_, q) in zip(m.named_parameters(), ref.named_parameters()):
+        lim = 0.05 if mode == "bf16" else 0.25
+        assert rel(p.grad, q.grad) < (2 * lim if n.endswith("router") else lim), n
+
+
+def test_fp8_moe_compiles_without_graph_breaks(seed):
+    torch = torch_cuda()
+    import lingen.nn as ln
+    torch.manual_seed(seed)
+    moe = ln.MoE(256, 8, 2, 128, 128, mode="fp8").cuda()
+    x = torch.randn(256, 256, device="cuda").bfloat16()
+    want = moe(x)
+    torch._dynamo.reset()
+    got = torch.compile(moe, backend="aot_eager", fullgraph=True)(x)
+    assert rel(got, want) < 1e-6
+
+
+def test_training_step_replays_as_a_cuda_graph(seed):
+    torch = torch_cuda()
+    import lingen.nn as ln
+    cfg = ln.ModelConfig(**TINY)
+    torch.manual_seed(seed)
+    m = ln.Model(cfg, "fp8").cuda()
+    opt = torch.optim.AdamW(m.parameters(), lr=torch.tensor(1e-3, device="cuda"),
+                            capturable=True)
+    ids = torch.randint(0, cfg.vocab, (2, 128), device="cuda")
+
+    def step():
+        loss = m(ids, ids)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        return loss.detach()
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(s)
+    snap = [p.detach().clone() for p in m.parameters()]
+    state = [{k: v.clone() for k, v in st.items()} for st in opt.state.values()]
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = step()
+    eager = []
+    for _ in range(2):
+        g.replay()
+        eager.append(out.item())
+    with torch.no_grad():  # back to the snapshot: eager steps must give the same losses
+        for p, p0 in zip(m.parameters(), snap):
+            p.copy_(p0)
+        for st, st0 in zip(opt.state.values(), state):
+            for k, v in st.items():
+                v.copy_(st0[k])
+    again = [step().item() for _ in range(2)]
+    assert all(abs(a - b) <= 1e-3 * abs(b) for a, b in zip(eager, again)), (eager, again)
+    assert eager[1] < eager[0] + 1.0
+
+
+def test_native_fp8_gemms_match_the_emulation(seed):
+    torch = torch_cuda()
+    from lingen.nn import _gemm, _k
+    if not _gemm.native_dense():
+        pytest.skip("lingen's FP8 GEMM ops are not built (the emulation runs)")
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(320, 512, generator=g, device="cuda").bfloat16()
+    w = torch.randn(384, 512, generator=g, device="cuda").bfloat16()
+    dy = torch.randn(320, 384, generator=g, device="cuda").bfloat16()
+    q, s, qt, st = _k.quant(x)
+    wq, ws, wtq, wts = _k.quant_weight(w)
+    gq, gs, gqt, gst = _k.quant(dy)
+
+    def all3():
+        return (_gemm.linear(q, s, wq, ws), _gemm.linear_dgrad(gq, gs, wtq, wts),
+                _gemm.linear_wgrad(gqt, gst, qt, st))
+    got = all3()
+    _gemm.set_emulation(True)
+    try:
+        want = all3()
+    finally:
+        _gemm.set_emulation(False)
+    for name, a, b in zip(("forward", "dgrad", "wgrad"), got, want):
+        assert a.shape == b.shape and rel(a, b) < 0.01, name

@@ -1,0 +1,202 @@
+"""lingen.nn on the CPU: the quantisers' layouts, Fp8Linear and the MoE
+against plain torch (values and gradients), routing, state dicts, the
+model of a config, and the lingen path traced with meta tensors (the
+kernels' fake kernels) in autograd and torch.compile. Tiny shapes: fast."""
+import pytest
+
+torch = pytest.importorskip("torch")
+import lingen.nn as ln  # noqa: E402
+from lingen.nn import _quant as Q  # noqa: E402
+
+TINY = dict(hidden=256, layers=1, q_heads=2, kv_heads=1, head_dim=128, experts=8, topk=2,
+            expert_intermediate=128, shared_intermediate=128, vocab=512)
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+
+
+def test_quant_layouts_round_trip(seed):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(300, 256, generator=g) * torch.rand(300, 1, generator=g) * 10).bfloat16()
+    q, s = Q.rowwise(x)
+    assert q.shape == (300, 256) and s.shape == (2, 300) and q.dtype == torch.float8_e4m3fn
+    assert rel(Q.deq_rowwise(q, s), x) < 0.04
+    qt, st = Q.colwise(x)
+    assert qt.shape == (256, 300) and st.shape == (3, 256)
+    assert rel(Q.deq_colwise(qt, st), x) < 0.04
+    w = torch.randn(200, 384, generator=g).bfloat16()
+    wq, ws, wtq, wts = Q.weight(w)
+    assert ws.shape == (2, 3) and wtq.shape == (384, 200) and wts.shape == (3, 2)
+    assert rel(Q.deq_weight(wq, ws), w) < 0.04
+    assert torch.equal(Q.deq_weight(wtq, wts), Q.deq_weight(wq, ws).t())
+    # power-of-two scales: dequantised values are exact in bf16
+    assert torch.equal(Q.deq_rowwise(q, s, torch.bfloat16).float(), Q.deq_rowwise(q, s))
+
+
+def test_per_expert_layouts(seed):
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.tensor([128, 0, 256, 128], dtype=torch.int32)
+    rows = 640  # 512 in segments, 128 past them
+    x = torch.randn(rows, 256, generator=g).bfloat16()
+    q, s, qt, st = Q.experts_quant(x, counts)
+    assert s.shape == (2, rows) and qt.shape == (256, rows) and st.shape == (5 + 4, 256)
+    want = x.float().clone()
+    want[512:] = 0
+    assert rel(Q.deq_experts_rowwise(q, s, counts), want) < 0.04
+    assert rel(Q.deq_experts_colwise(qt, st, counts), want) < 0.04
+    # expert 2's rowwise block is [2, 256] at 2 * 128 in s's storage
+    blk = s.reshape(-1)[2 * 128:2 * 128 + 2 * 256].view(2, 256)
+    assert torch.equal(blk, Q.rowwise(x[128:384])[1])
+
+
+def test_fp8_linear_matches_bf16(seed):
+    import lingen.torch as lt
+    assert lt.Fp8Linear is ln.Fp8Linear and lt.fp8_linear is ln.fp8_linear
+    torch.manual_seed(seed)
+    lin = ln.Fp8Linear(256, 384, fp8=True)
+    ref = ln.Fp8Linear(256, 384, fp8=False)
+    ref.load_state_dict(lin.state_dict())
+    x = torch.randn(2, 100, 256).bfloat16().requires_grad_()
+    xr = x.detach().clone().requires_grad_()
+    dy = torch.randn(2, 100, 384).bfloat16()
+    y, yr = lin(x), ref(xr)
+    assert y.shape == (2, 100, 384) and y.dtype == torch.bfloat16
+    y.backward(dy)
+    yr.backward(dy)
+    assert rel(y, yr) < 0.06
+    assert rel(x.grad, xr.grad) < 0.06 and rel(lin.weight.grad, ref.weight.grad) < 0.06
+    assert lin.weight.grad.dtype == torch.bfloat16
+
+
+def _moe_pair(mode, seed, **kw):
+    torch.manual_seed(seed)
+    a = ln.MoE(256, 8, 2, 128, 128, mode=mode, **kw)
+    b = ln.MoE(256, 8, 2, 128, 128, mode="torch", **kw)
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+@pytest.mark.parametrize("mode,tol", [("bf16", 0.01), ("fp8", 0.1)])
+def test_moe_matches_plain_torch(mode, tol, seed):
+    a, b = _moe_pair(mode, seed)
+    x = torch.randn(96, 256).bfloat16().requires_grad_()
+    xb = x.detach().clone().requires_grad_()
+    dy = torch.randn(96, 256).bfloat16()
+    y, yb = a(x), b(xb)
+    y.backward(dy)
+    yb.backward(dy)
+    assert rel(y, yb) < tol, mode
+    assert rel(x.grad, xb.grad) < tol
+    for n in ("w1", "w2", "router"):
+        ga, gb = getattr(a, n).grad, getattr(b, n).grad
+        assert ga is not None and rel(ga, gb) < tol, n
+    assert rel(a.shared.gate_up.weight.grad, b.shared.gate_up.weight.grad) < tol
+
+
+def test_route_group_limited_and_bias(seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(50, 16, generator=g)
+    topk, probs = ln.route(logits, 4, groups=4, topk_groups=2)
+    assert topk.shape == (50, 4) and topk.dtype == torch.int32
+    assert torch.allclose(probs.sum(-1), torch.ones(50), atol=1e-5)
+    assert ((probs > 0).sum(-1) == 4).all()
+    groups = (topk.long() // 4)
+    assert all(len(set(r.tolist())) <= 2 for r in groups)  # within two groups
+    bias = torch.zeros(16)
+    bias[3] = 100.0
+    topk, probs = ln.route(logits, 2, bias=bias)
+    assert (topk == 3).any(-1).all()  # the bias chooses expert 3, the weights ignore it
+    chosen = torch.sigmoid(logits).gather(1, topk.long())
+    assert torch.allclose(probs[:, 3], torch.sigmoid(logits[:, 3]) / chosen.sum(-1), atol=1e-6)
+
+
+def test_softmax_route_matches_topk_of_softmax(seed):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(20, 8, generator=g)
+    topk, probs = ln.route(logits, 2, score="softmax", norm=False)
+    sm = torch.softmax(logits, -1)
+    want = sm.topk(2, -1)
+    assert torch.equal(topk.long().sort(-1).values, want.indices.sort(-1).values)
+    assert torch.allclose(probs.sum(-1), want.values.sum(-1))
+
+
+def test_state_dicts_identical_across_modes():
+    cfg = ln.ModelConfig(**TINY)
+    keys = [list(ln.Model(cfg, m).state_dict()) for m in ln.layers.MODES]
+    assert keys[0] == keys[1] == keys[2]
+    assert "blocks.0.moe.w1" in keys[0] and "blocks.0.attn.qkv.weight" in keys[0]
+
+
+def test_model_modes_agree_on_cpu(seed):
+    cfg = ln.ModelConfig(**TINY)
+    torch.manual_seed(seed)
+    ref = ln.Model(cfg, "torch")
+    ids = torch.randint(0, cfg.vocab, (2, 64))
+    loss_ref = ref(ids, ids)
+    loss_ref.backward()
+    for mode, tol in (("bf16", 0.01), ("fp8", 0.2)):
+        m = ln.Model(cfg, mode)
+        m.load_state_dict(ref.state_dict())
+        loss = m(ids, ids)
+        loss.backward()
+        assert abs(loss.item() - loss_ref.item()) < 0.01 * loss_ref.item(), mode
+        for (n, p), (_, pr) in zip(m.named_parameters(), ref.named_parameters()):
+            # the router's gradient: FP8 noise upstream flips near-tied experts
+            assert rel(p.grad, pr.grad) < (2 * tol if n.endswith("router") else tol), (mode, n)
+
+
+def test_from_config_shapes_on_meta():
+    with torch.device("meta"):
+        m = ln.Model.from_config("configs/models/ling-mini-2.0.json", layers=2, mode="fp8")
+    assert len(m.blocks) == 2 and m.cfg.vocab == 157184
+    moe = m.blocks[0].moe
+    assert moe.w1.shape == (256, 1024, 2048) and moe.w2.shape == (256, 2048, 512)
+    assert m.blocks[0].attn.qkv.weight.shape == ((16 + 8) * 128, 2048)
+    assert moe.shared.gate_up.weight.shape == (1024, 2048)
+
+
+@pytest.mark.parametrize("mode", ["fp8", "bf16"])
+def test_lingen_path_traces_on_meta(mode):
+    """The GPU path (lingen's torch ops) with meta tensors: every op's fake
+    kernel, autograd through the Functions, shapes of every gradient."""
+    cfg = ln.ModelConfig(**TINY)
+    with torch.device("meta"):
+        m = ln.Model(cfg, mode)
+        ids = torch.randint(0, cfg.vocab, (2, 64))
+    loss = m(ids, ids)
+    assert loss.shape == () and loss.device.type == "meta"
+    loss.backward()
+    for n, p in m.named_parameters():
+        assert p.grad is not None and p.grad.shape == p.shape, n
+
+
+def test_moe_compiles_fullgraph_on_meta():
+    """torch.compile (fullgraph: no graph break) of the FP8 MoE's lingen
+    path, forward and backward, through the fake kernels."""
+    with torch.device("meta"):
+        moe = ln.MoE(256, 8, 2, 128, 128, mode="fp8")
+        x = torch.randn(64, 256, dtype=torch.bfloat16, requires_grad=True)
+    torch._dynamo.reset()
+    y = torch.compile(moe, backend="aot_eager", fullgraph=True)(x)
+    y.sum().backward()
+    assert y.shape == (64, 256) and moe.w1.grad.shape == moe.w1.shape
+    assert x.grad.shape == x.shape
+
+
+def test_fp8_linear_compiles_on_cpu(seed):
+    torch.manual_seed(seed)
+    lin = ln.Fp8Linear(128, 256)
+    x = torch.randn(64, 128).bfloat16()
+    torch._dynamo.reset()
+    y = torch.compile(lin, backend="aot_eager", fullgraph=True)(x)
+    assert torch.equal(y, lin(x))
+
+
+def test_gemm_backend_is_labelled():
+    b = ln.gemm_backend()
+    assert "dense:" in b and "grouped:" in b
+    from lingen.nn import _gemm
+    assert ("EMULATED" in b.split(";")[0]) == (not _gemm.native_dense())
+    assert not _gemm.native_dense(torch.zeros(1))  # never for CPU operands
