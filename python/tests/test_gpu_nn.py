@@ -179,3 +179,30 @@ def test_native_fp8_gemms_match_the_emulation(seed):
         _gemm.set_emulation(False)
     for name, a, b in zip(("forward", "dgrad", "wgrad"), got, want):
         assert a.shape == b.shape and rel(a, b) < 0.01, name
+
+
+def test_native_grouped_fp8_gemms_match_the_emulation(seed):
+    torch = torch_cuda()
+    from lingen.nn import _gemm, _k
+    if not _gemm.native_grouped(None, _gemm._GROUPED[:2]):
+        pytest.skip("lingen's grouped FP8 GEMM ops are not built (the emulation runs)")
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    counts = torch.tensor([48, 0, 16, 80, 0, 32], dtype=torch.int32, device="cuda")
+    m, n, k = int(counts.sum()), 256, 384
+    x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+    dy = torch.randn(m, n, generator=g, device="cuda").bfloat16()
+    w = torch.randn(counts.numel(), n, k, generator=g, device="cuda").bfloat16()
+    q, s, _, _ = _k.experts_quant(x, counts)
+    gq, gs, _, _ = _k.experts_quant(dy, counts)
+    wq, ws, wtq, wts = _k.quant_weight(w)
+
+    def both():
+        return (_gemm.grouped(q, s, wq, ws, counts), _gemm.grouped_dgrad(gq, gs, wtq, wts, counts))
+    got = both()
+    _gemm.set_emulation(True)
+    try:
+        want = both()
+    finally:
+        _gemm.set_emulation(False)
+    for name, a, b in zip(("forward", "dgrad"), got, want):
+        assert a.shape == b.shape and rel(a, b) < 0.01, name
