@@ -67,9 +67,8 @@ static void qt_lines(lg_buf *b, int threads, const char *base, const char *ld, c
 
 void lg_emit_qt_lines(lg_buf *b, int threads)
 {
-	lg_comment(b, "qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.");
 	lg_line(b, "u8 *const qtg = (u8 *)qt;");
-	qt_lines(b, threads, "qtg", "M", "m0");
+	lg_emit_qt_lines_realign(b, threads, "qtg", "M", "m0");
 }
 
 void lg_emit_qt_lines_to(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
@@ -124,8 +123,9 @@ void lg_emit_qt_lines_realign(lg_buf *b, int threads, const char *base, const ch
 	lg_line(b, "\t(u32)(hi >> 32)});");
 	lg_close(b);
 	lg_comment(b, "The heads and tails: none when every line starts and ends on a chunk");
-	lg_comment(b, "boundary (the line stride %s and the tokens a multiple of 16); 16 bytes", ld);
-	lg_comment(b, "a line in a whole tile (16 lanes a line), at most 30 in a short one (32).");
+	lg_comment(b, "boundary (qt 16-byte aligned, the line stride %s, the tile's first token", ld);
+	lg_comment(b, "and its tokens multiples of 16); 16 bytes a line in a whole tile (16 lanes");
+	lg_comment(b, "a line), at most 30 in a short one (32).");
 	lg_open(b, "if (((%s | rows) & 15) != 0) {", ld);
 	lg_line(b, "const int lb2 = rows == 128 ? 4 : 5; // log2 of the lanes a line");
 	lg_line(b, "#pragma unroll 2");
