@@ -5,6 +5,7 @@ on the same inputs, with linghe's published H200 figures (docs/performance.md) b
     python -m lingen.bench [--json FILE.json] [--quick] [--budget SECONDS]
     python -m lingen.bench --list [--quick]
     python -m lingen.bench --plot FILE.json [-o FILE.png]
+    python -m lingen.bench --step MODEL.json [--tokens T] [--json FILE.json]
 
 bench/table.py turns the JSON into bench/README.md's table.
 
@@ -404,7 +405,20 @@ def main(argv=None):
     p.add_argument("--list", action="store_true", help="print the cases in run order and stop")
     p.add_argument("--plot", metavar="JSON", help="draw the chart of a results file")
     p.add_argument("-o", "--output", help="the chart's PNG (default: beside the JSON)")
+    p.add_argument("--step", metavar="MODEL",
+                   help="time every kernel of the model's expanded training step (lingen.step)")
+    p.add_argument("--tokens", type=int, default=8192, help="with --step: tokens of the step")
     a = p.parse_args(argv)
+    if a.step:
+        from lingen import step
+        res = step.run(a.step, a.tokens)
+        text = step.table(res)
+        print(text)
+        for path, data in ((a.json, json.dumps(res, indent=1)), (a.markdown, text)):
+            if path:
+                with open(path, "w") as f:
+                    f.write(data + "\n")
+        return 0
     if a.plot:
         with open(a.plot) as f:
             res = json.load(f)
