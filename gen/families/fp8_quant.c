@@ -98,13 +98,13 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 }
 
 /* Tile variants for `lingen tune`: 256 and 512 threads per tile, each with
- * both qt stores. */
+ * both qt stores when the columnwise copy is asked for. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
 	static const int64_t qt_store[] = {2, 1, 0};
 	int n = lg_candidate_values(s, t, out, 0, max, K_THREADS, threads_ok);
-	return lg_candidate_times(s, t, out, 0, n, max, K_QT_STORE, qt_store);
+	return lg_quant_colwise(s) ? lg_candidate_times(s, t, out, 0, n, max, K_QT_STORE, qt_store) : n;
 }
 
 static void uses(const struct lg_spec *s, unsigned char *used)

@@ -2,7 +2,7 @@
 the same PyTorch code, and Liger-Kernel where it has the op, in one process
 on the same inputs, with linghe's published H200 figures (docs/performance.md) beside.
 
-    python -m lingen.bench [--json FILE.json] [--quick] [--budget SECONDS]
+    python -m lingen.bench [--json FILE.json] [--quick] [--budget SECONDS] [--only K] [--impl I]
     python -m lingen.bench --list [--quick]
     python -m lingen.bench --plot FILE.json [-o FILE.png]
     python -m lingen.bench --step MODEL.json [--tokens T] [--json FILE.json]
@@ -185,8 +185,9 @@ def ordered(quick, only=None):
     return [c for c in cases if not only or any(o in c.kernel for o in only)]
 
 
-def _case(torch, env, timer, case, copy_gbps, rows):
-    """Time one case's implementations into rows (errors recorded)."""
+def _case(torch, env, timer, case, copy_gbps, rows, impls=None):
+    """Time one case's implementations (those named in impls, else all) into
+    rows (errors recorded); eager runs once anyway, for the check."""
     kernel, shape = case.kernel, case.shape
     try:
         setup = case.make(env)
@@ -200,6 +201,8 @@ def _case(torch, env, timer, case, copy_gbps, rows):
     outs = out if isinstance(out, (tuple, list)) else (out,)
     nbytes = _nbytes((*setup.tensors, *outs))
     for name, fn in setup.impls.items():
+        if impls and name not in impls:
+            continue
         row = dict(kernel=kernel, shape=shape, impl=name, bytes=nbytes)
         try:
             _close(torch, setup.norm(fn()), want, f"{kernel} {shape} {name}", case.rtol)
@@ -219,7 +222,7 @@ def _case(torch, env, timer, case, copy_gbps, rows):
             rows[-1]["tflops"] = case.extra["flops"] / (lh * 1e6)
 
 
-def run(quick=False, only=None, budget=None, save=None):
+def run(quick=False, only=None, budget=None, save=None, impls=None):
     """Every case, timed; save(res) after each (for --json)."""
     import time
 
@@ -254,7 +257,7 @@ def run(quick=False, only=None, budget=None, save=None):
         if budget is not None and time.monotonic() - start > budget:
             skipped.append(f"{case.kernel} {case.shape}")
             continue
-        _case(torch, env, timer, case, copy_gbps, rows)
+        _case(torch, env, timer, case, copy_gbps, rows, impls)
         torch.cuda.empty_cache()
         if save:
             save(res)
@@ -402,6 +405,8 @@ def main(argv=None):
                    help="only the kernels whose name contains this (repeatable)")
     p.add_argument("--budget", type=float, metavar="SECONDS",
                    help="start no case after this many seconds (target shapes first)")
+    p.add_argument("--impl", action="append", metavar="NAME",
+                   help="time only these implementations (repeatable: lingen, eager, ...)")
     p.add_argument("--list", action="store_true", help="print the cases in run order and stop")
     p.add_argument("--plot", metavar="JSON", help="draw the chart of a results file")
     p.add_argument("-o", "--output", help="the chart's PNG (default: beside the JSON)")
@@ -437,7 +442,7 @@ def main(argv=None):
             with open(a.json + ".tmp", "w") as f:
                 json.dump(res, f, indent=1)
             os.replace(a.json + ".tmp", a.json)
-    res = run(a.quick, a.only, a.budget, save)
+    res = run(a.quick, a.only, a.budget, save, a.impl)
     save(res)
     text = table(res)
     print(text)
