@@ -18,9 +18,10 @@
  * rows of a partial tile zeroed first, so they count as 0), scales (power
  * of two with round_scale, else the correctly rounded divide), the rowwise
  * copy q [M, K] with s [K/128, M], the columnwise copy written transposed
- * qt [K, M] with st [cdiv(M, 128), K] (staged in a swizzled shared tile and
- * stored as 128-byte lines), any of rowwise / columnwise / both, and no
- * store past the last token.
+ * qt [K, M] with st [cdiv(M, 128), K] (staged in a swizzled shared tile,
+ * each 128-byte line stored by memory's aligned 16-byte chunks at any token
+ * count: lg_emit_qt_lines_realign), any of rowwise / columnwise / both, and
+ * no store past the last token.
  *
  * Layouts (struct lg_qe.layout):
  *   - LG_QE_FLAT: one tensor of M tokens.
