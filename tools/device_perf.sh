@@ -74,8 +74,9 @@ cat "$out/odd.txt" /tmp/perf-logs/odd.err | head -120
 # 3. and 4. Python (the machine's python3 has torch)
 export PYTHONPATH=$PWD/python LINGEN_LIBRARY=$PWD/$B/liblingen.so LINGEN_CLI=$PWD/$B/lingen PYTHONUNBUFFERED=1
 if (( $(left) > 60 )); then
-	timeout $(( $(left) - 45 )) python3 -m lingen.bench --only "batch_swiglu_quant fwd" \
-		--only fp8_quant_batched --only "moe permute+quant" --impl lingen --budget 25 \
+	timeout $(( $(left) - 45 )) python3 -m lingen.bench --only batch_swiglu_quant \
+		--only fp8_quant_batched --only "moe permute+quant" --shape 65536x1024 \
+		--shape "8192x2048 e256" --impl lingen --budget 30 \
 		--json "$out/experts.json" > /dev/null 2> /tmp/perf-logs/experts.err
 	tail -20 /tmp/perf-logs/experts.err
 fi

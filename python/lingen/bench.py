@@ -173,16 +173,18 @@ def _linghe():
         return None
 
 
-def ordered(quick, only=None):
+def ordered(quick, only=None, shapes=None):
     """The cases to run, in order: quick -> the quick set; else the quick
     set first (one case of every kernel at its target shape), then every
-    other case of the full set."""
+    other case of the full set; only / shapes: those whose kernel / shape
+    contains one of these."""
     from lingen.benches import all_cases
     first = all_cases(True)
     cases = first if quick else first + [
         c for c in all_cases(False) if (c.kernel, c.shape) not in
         {(f.kernel, f.shape) for f in first}]
-    return [c for c in cases if not only or any(o in c.kernel for o in only)]
+    return [c for c in cases if (not only or any(o in c.kernel for o in only))
+            and (not shapes or any(o in c.shape for o in shapes))]
 
 
 def _case(torch, env, timer, case, copy_gbps, rows, impls=None):
@@ -222,7 +224,7 @@ def _case(torch, env, timer, case, copy_gbps, rows, impls=None):
             rows[-1]["tflops"] = case.extra["flops"] / (lh * 1e6)
 
 
-def run(quick=False, only=None, budget=None, save=None, impls=None):
+def run(quick=False, only=None, budget=None, save=None, impls=None, shapes=None):
     """Every case, timed; save(res) after each (for --json)."""
     import time
 
@@ -253,7 +255,7 @@ def run(quick=False, only=None, budget=None, save=None, impls=None):
                command=" ".join(["python -m lingen.bench", *sys.argv[1:]]),
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                rows=rows, not_run=skipped, host={})
-    for case in ordered(quick, only):
+    for case in ordered(quick, only, shapes):
         if budget is not None and time.monotonic() - start > budget:
             skipped.append(f"{case.kernel} {case.shape}")
             continue
@@ -405,6 +407,8 @@ def main(argv=None):
                    help="only the kernels whose name contains this (repeatable)")
     p.add_argument("--budget", type=float, metavar="SECONDS",
                    help="start no case after this many seconds (target shapes first)")
+    p.add_argument("--shape", action="append", metavar="SHAPE",
+                   help="only the shapes that contain this (repeatable)")
     p.add_argument("--impl", action="append", metavar="NAME",
                    help="time only these implementations (repeatable: lingen, eager, ...)")
     p.add_argument("--list", action="store_true", help="print the cases in run order and stop")
@@ -433,7 +437,7 @@ def main(argv=None):
         print(f"wrote {out}", file=sys.stderr)
         return 0
     if a.list:
-        for c in ordered(a.quick, a.only):
+        for c in ordered(a.quick, a.only, a.shape):
             print(f"{c.kernel:28} {c.shape}")
         return 0
 
@@ -442,7 +446,7 @@ def main(argv=None):
             with open(a.json + ".tmp", "w") as f:
                 json.dump(res, f, indent=1)
             os.replace(a.json + ".tmp", a.json)
-    res = run(a.quick, a.only, a.budget, save, a.impl)
+    res = run(a.quick, a.only, a.budget, save, a.impl, a.shape)
     save(res)
     text = table(res)
     print(text)
