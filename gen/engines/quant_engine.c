@@ -732,7 +732,7 @@ static void emit_stage_and_store(lg_buf *b, const struct ctx *k)
 	else if (e->qt_narrow)
 		lg_emit_qt_lines_to(b, e->threads, "qtg", k->m, "m0");
 	else
-		lg_emit_qt_lines_realign(b, e->threads, "qtg", k->m, "m0");
+		lg_emit_qt_lines_flat(b, e->threads, "qtg", k->m, "m0");
 }
 
 /* One pass over the thread's values: q rows, and the column bytes into the
