@@ -72,7 +72,9 @@ PY
 cat "$out/odd.txt" /tmp/perf-logs/odd.err | head -120
 
 # 3. and 4. Python (the machine's python3 has torch)
+# liblingen finds libcjson beside it only through the loader's path (its RPATH lacks $ORIGIN)
 export PYTHONPATH=$PWD/python LINGEN_LIBRARY=$PWD/$B/liblingen.so LINGEN_CLI=$PWD/$B/lingen PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=$PWD/$B${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 if (( $(left) > 60 )); then
 	timeout $(( $(left) - 45 )) python3 -m lingen.bench --only batch_swiglu_quant \
 		--only fp8_quant_batched --only "moe permute+quant" --shape 65536x1024 \
