@@ -116,6 +116,26 @@ static void test_values32(void **state)
 	sweep(2048, ", \"tile\": {\"values\": 32, \"threads\": 256}");
 }
 
+/* Both qt stores (tile.qt_store 2, the default: lines realigned to
+ * memory's 16-byte chunks; 1, the former store) at token counts of every
+ * residue mod 16 and 32 (qt rows starting at every byte of a chunk, tiles
+ * short by every count), and the former at every output of hidden 384. */
+static void test_qt_store(void **state)
+{
+	(void)state;
+	for (int st = 2; st >= 1; st--)
+		for (int pow2 = 1; pow2 >= 0; pow2--) {
+			char json[512];
+			snprintf(json, sizeof json,
+				 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 256, "
+				 "\"quant\": {\"round_scale\": %s, \"output\": \"columnwise\"}, \"tile\": {\"qt_store\": %d}}",
+				 pow2 ? "true" : "false", st);
+			for (int64_t t = 232; t < 264; t++)
+				check1(json, t);
+		}
+	sweep(384, ", \"tile\": {\"qt_store\": 1}");
+}
+
 /* Kernel json launched with run-time sizes `zero` (no tokens, or no rows)
  * on real buffers of a case at `sizes`, outputs poisoned: it returns LG_OK,
  * and after a synchronise every output byte is still the poison (nothing
@@ -338,6 +358,7 @@ int main(void)
 		cmocka_unit_test(test_h7168),
 		cmocka_unit_test(test_threads512),
 		cmocka_unit_test(test_values32),
+		cmocka_unit_test(test_qt_store),
 		cmocka_unit_test(test_batched_no_tokens),
 		cmocka_unit_test(test_batched_target),
 		cmocka_unit_test(test_batched_odd),

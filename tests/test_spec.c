@@ -469,8 +469,8 @@ static void test_shipped_configs(void **state)
 	assert_true(nfiles >= 2);
 	char *canon[MAX_SPECS];
 	const char *entry[MAX_SPECS];
-	lg_spec_file *loaded[16] = {0};
-	assert_true(nfiles <= 16);
+	lg_spec_file *loaded[32] = {0};
+	assert_true(nfiles <= 32);
 	for (size_t i = 0; i < nfiles; i++) {
 		lg_status st = lg_spec_file_load(files[i], &loaded[i]);
 		if (st != LG_OK)

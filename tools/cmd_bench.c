@@ -5,6 +5,11 @@
  * ceiling measured once in the same run. Prints a table, or with --json an
  * array of objects (the form committed under bench/). Needs a GPU.
  *
+ * With --odd the token counts are 6001 and 8191 (or those of --tokens), each
+ * followed by its aligned neighbour (the count rounded up to 128), and each
+ * odd row says its time over the neighbour's (docs/performance.md: at most
+ * 1.05; per-expert kernels' counts are the reference case's, random).
+ *
  * `lingen bench --jit SPEC... [--tokens N] [--reps R] [--json]`: the JIT
  * itself (tools/harness/jit.c): NVRTC compile (first and warm), disk-cache
  * hit in a warm process (read, load, both), host cost of one launch versus
@@ -23,7 +28,7 @@
 #include "cli.h"
 #include "harness/harness.h"
 
-enum { O_TOKENS, O_REPS, O_JSON, O_JIT, O_LOAD, O_BUNDLE, O_JOBS };
+enum { O_TOKENS, O_REPS, O_JSON, O_JIT, O_LOAD, O_BUNDLE, O_JOBS, O_ODD };
 static const struct lg_cli_opt opts[] = {
 	[O_TOKENS] = {"tokens", 't', "N[,N...]", "token counts (default 8192; --jit: one, for the launch part)"},
 	[O_REPS] = {"reps", 'r', "R", "timed repetitions (default 50; --jit: fresh contexts, default 20)"},
@@ -32,6 +37,7 @@ static const struct lg_cli_opt opts[] = {
 	[O_LOAD] = {"load", 0, NULL, "time this new process to every kernel loaded (warm cache or --bundle)"},
 	[O_BUNDLE] = {"bundle", 'b', "DIR", "with --load: load from this deployment bundle"},
 	[O_JOBS] = {"jobs", 'j', "N", "with --jit: compile threads of the whole-step part (default: CPUs)"},
+	[O_ODD] = {"odd", 0, NULL, "odd token counts (default 6001, 8191), each beside its count rounded up to 128"},
 	{0},
 };
 
@@ -40,6 +46,7 @@ struct row {
 	int64_t tokens;
 	struct lg_bench_result r;
 	double pct; /* floor time at the copy ceiling / median time, in % */
+	double vs_aligned; /* --odd: median / the next row's (its aligned neighbour); 0: none */
 };
 
 /* The ceilings of this run: [0] device-to-device copy, [1] DRAM read. */
@@ -47,10 +54,15 @@ enum { COPY, READ };
 
 static void print_table(const struct row *rows, size_t n, const double *ceil, const char *arch)
 {
-	printf("%-44s %8s %10s %9s %8s\n", "kernel", "tokens", "median us", "GB/s", "% copy");
-	for (size_t i = 0; i < n; i++)
-		printf("%-44s %8lld %10.2f %9.1f %7.1f%%\n", lg_spec_entry(rows[i].spec),
-		       (long long)rows[i].tokens, rows[i].r.median_us, rows[i].r.gbps, rows[i].pct);
+	printf("%-44s %8s %10s %9s %8s %10s\n", "kernel", "tokens", "median us", "GB/s", "% copy", "x aligned");
+	for (size_t i = 0; i < n; i++) {
+		printf("%-44s %8lld %10.2f %9.1f %7.1f%%", lg_spec_entry(rows[i].spec), (long long)rows[i].tokens,
+		       rows[i].r.median_us, rows[i].r.gbps, rows[i].pct);
+		if (rows[i].vs_aligned > 0)
+			printf(" %10.3f\n", rows[i].vs_aligned);
+		else
+			printf(" %10s\n", "");
+	}
 	printf("copy ceiling %.0f GB/s, plain read stream %.0f GB/s on %s\n", ceil[COPY], ceil[READ], arch);
 }
 
@@ -79,6 +91,10 @@ static int print_json(const struct row *rows, size_t n, const double *ceil, cons
 		cJSON_AddNumberToObject(o, "copy_gbps", ceil[COPY]);
 		cJSON_AddNumberToObject(o, "read_gbps", ceil[READ]);
 		cJSON_AddNumberToObject(o, "pct_copy", w->pct);
+		if (w->vs_aligned > 0) {
+			cJSON_AddNumberToObject(o, "aligned_tokens", (double)w[1].tokens);
+			cJSON_AddNumberToObject(o, "vs_aligned", w->vs_aligned);
+		}
 		cJSON_AddStringToObject(o, "lingen", lg_version());
 		cJSON_AddItemToArray(a, o);
 	}
@@ -111,6 +127,36 @@ static int bench_all(lg_ctx *ctx, const struct lg_cli_specs *s, const int64_t *t
 			w->pct = w->r.median_us > 0 ? 100.0 * floor_us / w->r.median_us : 0;
 		}
 	}
+	/* an odd count followed by its aligned neighbour (odd_tokens) */
+	for (size_t i = 0; i + 1 < k; i++) {
+		struct row *w = &rows[i];
+		if (w->tokens % 128 && w[1].spec == w->spec && w[1].tokens == (w->tokens + 127) / 128 * 128 &&
+		    w[1].r.median_us > 0)
+			w->vs_aligned = w->r.median_us / w[1].r.median_us;
+	}
+	return LG_EXIT_OK;
+}
+
+/* --odd: the counts (6001 and 8191 without --tokens), each not a multiple
+ * of 128 followed by its count rounded up to 128. */
+static int odd_tokens(const struct lg_cli_cmd *cmd, const char *text, int64_t **tokens, int *nt)
+{
+	int rc = lg_cli_tokens(cmd, text ? text : "6001,8191", 8192, tokens, nt);
+	if (rc != LG_EXIT_OK)
+		return rc;
+	int64_t *t = calloc(2 * (size_t)*nt, sizeof *t);
+	if (!t)
+		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	int n = 0;
+	for (int i = 0; i < *nt; i++) {
+		int64_t v = (*tokens)[i];
+		t[n++] = v;
+		if (v % 128)
+			t[n++] = (v + 127) / 128 * 128;
+	}
+	free(*tokens);
+	*tokens = t;
+	*nt = n;
 	return LG_EXIT_OK;
 }
 
@@ -386,9 +432,12 @@ static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 	int64_t *tokens = NULL;
 	int nt = 0;
 	long long reps = a->val[O_JIT] ? 20 : 50;
-	int rc = lg_cli_tokens(cmd, a->val[O_TOKENS], 8192, &tokens, &nt);
+	int rc = a->val[O_ODD] ? odd_tokens(cmd, a->val[O_TOKENS], &tokens, &nt)
+				: lg_cli_tokens(cmd, a->val[O_TOKENS], 8192, &tokens, &nt);
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_opt_int(cmd, a, O_REPS, 1, 100000, &reps);
+	if (rc == LG_EXIT_OK && a->val[O_ODD] && (a->val[O_JIT] || a->val[O_LOAD]))
+		rc = lg_cli_usage_error(cmd, "--odd goes with the timing of kernels (not --jit or --load)");
 	if (rc == LG_EXIT_OK && a->val[O_JIT] && nt != 1)
 		rc = lg_cli_usage_error(cmd, "--jit takes one token count (for the launch part)");
 	if (rc == LG_EXIT_OK && a->val[O_BUNDLE] && !a->val[O_LOAD])
@@ -407,14 +456,15 @@ static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 
 const struct lg_cli_cmd lg_cmd_bench = {
 	.name = "bench",
-	.synopsis = "SPEC... [--tokens N[,N...]] [--reps R] [--json] | --jit SPEC... | --load SPEC... [--bundle DIR]",
+	.synopsis = "SPEC... [--tokens N[,N...]] [--odd] [--reps R] [--json] | --jit SPEC... | --load SPEC... [--bundle DIR]",
 	.summary = "time each kernel: median us, GB/s and % of the copy ceiling",
 	.details = "Method (docs/performance.md): warm-up, L2 flushed before each repetition, median\n"
 		   "GPU time from CUDA events. '% copy' = (min bytes / copy ceiling) / median,\n"
 		   "with the device-to-device copy ceiling measured once in the same run; a\n"
 		   "plain read-only stream over 1 GiB is timed and printed beside it (a guide\n"
 		   "for kernels that only read; lingen's list kernels read a few % faster).\n"
-		   "Needs a GPU.\n"
+		   "Needs a GPU. --odd: 6001 and 8191 tokens (or --tokens), each followed by\n"
+		   "its count rounded up to 128; 'x aligned' is the odd row's time over it.\n"
 		   "\n"
 		   "--jit measures the JIT itself (docs/performance.md), for every kernel of the specs:\n"
 		   "  compile  generation (lg_generate_for) and NVRTC compile, timed apart; the\n"

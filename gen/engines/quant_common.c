@@ -63,36 +63,54 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y)
 	lg_line(b, "\tlg_q(%s[6], %s), lg_q(%s[7], %s));", y, qa, y, qa);
 }
 
-static void qt_lines(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
+/* The loop storing each 16-byte piece of a staged line at the tile's
+ * offset (aligned: the rows are known 16-byte aligned, whole pieces in one
+ * store; else tested at run time, narrow stores where they are not). */
+static void qt_pieces(lg_buf *b, int threads, const char *base, const char *ld, const char *t0, bool aligned)
+{
+	if (!aligned)
+		lg_line(b, "const bool vec_ok = (%s & 15) == 0; // 16-byte aligned qt rows", ld);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", 128 * 8, threads);
+	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
+	lg_line(b, "const int pc = (h ^ (sw >> 1)) << 4; // piece h of line c, staged");
+	lg_line(b, "uint4 v = *(const uint4 *)(stage + c * 128 + pc);");
+	lg_line(b, "if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);");
+	lg_line(b, "u8 *const dst = %s + (k0 + c) * %s + %s + 16 * h;", base, ld, t0);
+	lg_line(b, "const lg_u32x4 w = {v.x, v.y, v.z, v.w};");
+	lg_open(b, "if (%s16 * h + 16 <= rows) {", aligned ? "" : "vec_ok && ");
+	lg_line(b, "lg_st16_cs(dst, w);");
+	lg_close_with(b, aligned ? "} else { // the tile's last tokens" : "} else { // unaligned rows or the last tokens");
+	lg_line(b, "lg_st16_any(dst, w, rows - 16 * h);");
+	lg_close(b);
+	lg_close(b);
+}
 
 void lg_emit_qt_lines(lg_buf *b, int threads)
 {
-	lg_comment(b, "qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.");
 	lg_line(b, "u8 *const qtg = (u8 *)qt;");
-	qt_lines(b, threads, "qtg", "M", "m0");
+	lg_emit_qt_lines_flat(b, threads, "qtg", "M", "m0");
 }
 
 void lg_emit_qt_lines_to(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
 {
 	lg_comment(b, "qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.");
-	qt_lines(b, threads, base, ld, t0);
+	qt_pieces(b, threads, base, ld, t0, false);
 }
 
-static void qt_lines(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
+void lg_emit_qt_lines_flat(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
 {
-	lg_line(b, "const bool vec_ok = (%s & 15) == 0; // 16-byte aligned qt rows", ld);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", 128 * 8, threads);
-	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
-	lg_line(b, "uint4 v = *(const uint4 *)(stage + c * 128 + ((h ^ (sw >> 1)) << 4));");
-	lg_line(b, "if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);");
-	lg_line(b, "u8 *const dst = %s + (k0 + c) * %s + %s + 16 * h;", base, ld, t0);
-	lg_open(b, "if (vec_ok && 16 * h + 16 <= rows) {");
-	lg_line(b, "lg_st16_cs(dst, lg_u32x4{v.x, v.y, v.z, v.w});");
-	lg_close_with(b, "} else { // unaligned rows or the tile's last tokens");
-	lg_line(b, "lg_st16_any(dst, lg_u32x4{v.x, v.y, v.z, v.w}, rows - 16 * h);");
-	lg_close(b);
-	lg_close(b);
+	lg_comment(b, "qt rows 16-byte aligned (%s a multiple of 16): a 16-byte piece of a staged", ld);
+	lg_comment(b, "line a thread, each in one store (the tile's last tokens: narrow ones). Else");
+	lg_comment(b, "the lines realigned to memory's 16-byte chunks (bench/odd-counts.md: at 6001");
+	lg_comment(b, "and 8191 tokens the pieces' narrow stores took 1.5-1.9x the aligned time,");
+	lg_comment(b, "these 1.1-1.35x; at aligned counts these took 2-8%% more than the pieces).");
+	lg_open(b, "if ((%s & 15) == 0) {", ld);
+	qt_pieces(b, threads, base, ld, t0, true);
+	b->depth--; /* the realigned lines not indented: their lines keep their width */
+	lg_line(b, "} else { // qt rows at any byte (the block below is not indented)");
+	lg_emit_qt_lines_realign(b, threads, base, ld, t0);
+	lg_line(b, "} // qt rows at any byte");
 }
 
 void lg_emit_qt_lines_realign(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
@@ -124,8 +142,9 @@ void lg_emit_qt_lines_realign(lg_buf *b, int threads, const char *base, const ch
 	lg_line(b, "\t(u32)(hi >> 32)});");
 	lg_close(b);
 	lg_comment(b, "The heads and tails: none when every line starts and ends on a chunk");
-	lg_comment(b, "boundary (the line stride %s and the tokens a multiple of 16); 16 bytes", ld);
-	lg_comment(b, "a line in a whole tile (16 lanes a line), at most 30 in a short one (32).");
+	lg_comment(b, "boundary (qt 16-byte aligned, the line stride %s, the tile's first token", ld);
+	lg_comment(b, "and its tokens multiples of 16); 16 bytes a line in a whole tile (16 lanes");
+	lg_comment(b, "a line), at most 30 in a short one (32).");
 	lg_open(b, "if (((%s | rows) & 15) != 0) {", ld);
 	lg_line(b, "const int lb2 = rows == 128 ? 4 : 5; // log2 of the lanes a line");
 	lg_line(b, "#pragma unroll 2");

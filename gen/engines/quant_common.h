@@ -42,23 +42,35 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y);
 /* The qt staging tile: u8 stage[128 features][128 tokens], one 128-byte
  * line per feature c, with token byte t of line c stored at t ^ (8 * (c / 8))
  * (the XOR keeps both the writes of the quantising threads, 8 features
- * each, and the 16-byte reads below free of bank conflicts). Emits the
- * write of the tile to qt [hidden, M]: each line is 128 contiguous bytes of
- * a qt row, 16 bytes a thread over `threads` threads; 16-byte stores when
- * qt rows are 16-byte aligned (M % 16 == 0) and the chunk is full, else
- * lg_st16_any (aligned words and bytes at the ends; bytes for a partial
- * chunk). Uses stage, qt, M, k0 (first feature), m0 (first token) and
- * rows (tokens in the tile). */
+ * each, and the 16-byte reads below free of bank conflicts).
+ *
+ * lg_emit_qt_lines: the write of the tile to qt [hidden, M] (a flat
+ * tensor), lg_emit_qt_lines_flat with qtg = qt, ld M and t0 m0. Uses
+ * stage, qt, M, k0 (first feature), m0 (first token) and rows (tokens in
+ * the tile). */
 void lg_emit_qt_lines(lg_buf *b, int threads);
-/* The same for a qt of any layout: `base` (a u8 * expression: the tensor's
- * first byte), `ld` (tokens a qt row: its row stride in bytes) and `t0`
- * (the tile's first token within those rows) replace qt, M and m0. */
+/* A flat qt (rows `ld` bytes from `base`, the tile at token t0): when ld is
+ * a multiple of 16, the 16-byte pieces of lg_emit_qt_lines_to (whole ones
+ * in one store each; measured 2-8% faster there than the realigned lines),
+ * else lg_emit_qt_lines_realign; the branch is the same in every thread. */
+void lg_emit_qt_lines_flat(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
+/* The former store (tile.qt_store 1, kept for timing it): each line is
+ * 128 contiguous bytes of a qt row at token t0 of rows `ld` bytes long from
+ * `base` (a u8 * expression), 16 bytes a thread over `threads` threads;
+ * 16-byte stores when qt rows are 16-byte aligned (ld % 16 == 0) and the
+ * piece is full, else lg_st16_any (aligned words and bytes at the ends;
+ * bytes for a partial piece): at token counts that are not a multiple of
+ * 16, every store of the tile is narrow (measured 1.6-1.7x the time of the
+ * aligned neighbour, issue 27). */
 void lg_emit_qt_lines_to(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
-/* The same, for qt rows at any byte offset (per-expert layouts: ld is an
- * expert's count): each line's whole aligned 16-byte chunks of memory in
- * one store each, its head and tail (the partial chunks, at most 30
- * bytes) a byte a lane, a warp a line. The same bytes as
- * lg_emit_qt_lines_to. */
+/* The store of every layout: qt rows at any byte offset (a flat tensor at
+ * any token count, or per expert, where ld is an expert's count): each
+ * line's whole aligned 16-byte chunks of memory in one store each (the
+ * staged bytes shifted to the chunk boundary: three 8-byte words a chunk,
+ * funnel-shifted), its head and tail (the partial chunks, at most 30
+ * bytes) a byte a lane, a warp a line; the heads and tails pass is skipped
+ * when ld and rows are multiples of 16 (base + t0 must then be 16-byte
+ * aligned). The same bytes as lg_emit_qt_lines_to. */
 void lg_emit_qt_lines_realign(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
 
 #endif

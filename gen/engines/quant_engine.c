@@ -13,10 +13,13 @@
  * 512-byte row a tile). One pass then quantises every value once per copy:
  * the rowwise bytes straight to q (a half warp stores a token's 128-byte
  * line), the columnwise bytes, two tokens per e4m3x2, into a swizzled
- * shared tile that leaves as 128-byte qt lines (per expert, where a qt row
- * starts at any byte, cut at memory's 16-byte boundaries: whole aligned
- * chunks in one store each, lg_emit_qt_lines_realign). In a tile short of tokens
- * (the last one; with experts, every expert's last) a thread whose tokens
+ * shared tile that leaves as 128-byte qt lines, cut at memory's 16-byte
+ * boundaries: whole aligned chunks in one store each, a byte a lane for
+ * the heads and tails (lg_emit_qt_lines_realign), since a qt row starts at
+ * any byte per expert, and in a flat tensor whose tokens are not a
+ * multiple of 16 (the former store, narrow there, is tile.qt_store 1).
+ * In a tile short of tokens (the last one; with experts, every expert's
+ * last) a thread whose tokens
  * are all absent neither loads, computes nor quantises (its column bytes
  * are zeros); the others compute their absent tokens from the last one's
  * row (straight-line code keeps the loads together) and zero them.
@@ -42,6 +45,15 @@ static const char *nm(const char *name, const char *def)
 }
 
 const int64_t lg_qe_tiles_ok[] = {1, 2, 4, 8, 0};
+const int64_t lg_qe_qt_store_ok[] = {1, 2, 0};
+
+bool lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k)
+{
+	if (k < 0)
+		return false;
+	p->tile[k] = lg_spec_has(s, k) ? lg_spec_int(s, k) : 2;
+	return p->tile[k] == 1;
+}
 
 int lg_qe_tokens_per_thread(const struct lg_qe *e)
 {
@@ -110,7 +122,7 @@ void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_r
 }
 
 void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
-		int fblocks_def)
+		int k_qt_store, int fblocks_def)
 {
 	bool f32 = k_values >= 0 && lg_spec_has(s, k_values) && lg_spec_int(s, k_values) == 32;
 	int64_t nb = n / TILE;
@@ -121,6 +133,7 @@ void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_thr
 	p->v[LG_QE_PV_THREADS] = threads;
 	p->v[LG_QE_PV_FBLOCKS] = fb < nb ? fb : nb;
 	p->v[LG_QE_PV_F32] = f32;
+	p->v[LG_QE_PV_QT_NARROW] = lg_qe_plan_qt_store(s, p, k_qt_store);
 	if (k_threads >= 0)
 		p->tile[k_threads] = threads;
 	if (k_fblocks >= 0)
@@ -133,7 +146,7 @@ struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enu
 {
 	struct lg_qe e = {.n = p->v[LG_QE_PV_N], .threads = (int)p->v[LG_QE_PV_THREADS],
 			  .fblocks = (int)p->v[LG_QE_PV_FBLOCKS], .vals = p->v[LG_QE_PV_F32] ? LG_QE_F32 : LG_QE_BF16,
-			  .layout = layout};
+			  .qt_narrow = p->v[LG_QE_PV_QT_NARROW] != 0, .layout = layout};
 	if (s) {
 		e.rows = layout == LG_QE_TILE128 || lg_quant_rowwise(s);
 		e.cols = layout != LG_QE_TILE128 && lg_quant_colwise(s);
@@ -637,27 +650,121 @@ static void emit_col_setup(lg_buf *b, const struct ctx *k, int words)
 	}
 }
 
+/* y0, y1: the fp32 values of the pair's two tokens r0 + 2p, r0 + 2p + 1. */
+static void emit_quantise_pair_values(lg_buf *b, const struct ctx *k)
+{
+	lg_line(b, "float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1");
+	if (!k->bf16) {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int j = 0; j < 8; j++)");
+		lg_line(b, "\ty0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];");
+		return;
+	}
+	lg_line(b, "const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];");
+	lg_line(b, "const u32 a[4] = {w0.x, w0.y, w0.z, w0.w},");
+	lg_line(b, "\tb[4] = {w1.x, w1.y, w1.z, w1.w};");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact");
+	lg_line(b, "y0[2 * e] = lg_bf16_lo(a[e]),");
+	lg_line(b, "\ty0[2 * e + 1] = lg_bf16_hi(a[e]);");
+	lg_line(b, "y1[2 * e] = lg_bf16_lo(b[e]),");
+	lg_line(b, "\ty1[2 * e + 1] = lg_bf16_hi(b[e]);");
+	lg_close(b);
+}
+
+/* The pair's two q rows: 8 bytes each, to qrow. */
+static void emit_quantise_pair_rows(lg_buf *b, const struct ctx *k)
+{
+	bool pow2 = k->e->pow2;
+	long long n = (long long)k->e->n;
+	const char *a0, *a1;
+	if (k->tile) {
+		a0 = a1 = lg_quant_q_args(pow2, "tsc, tinv", "tinv");
+	} else {
+		a0 = lg_quant_q_args(pow2, "s0, i0", "i0");
+		a1 = lg_quant_q_args(pow2, "s1, i1", "i1");
+		lg_line(b, "const float i0 = ri[2 * p], i1 = ri[2 * p + 1];");
+		if (!pow2)
+			lg_line(b, "const float s0 = rs[2 * p], s1 = rs[2 * p + 1];");
+	}
+	lg_line(b, "u32 qa[2], qb[2];");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int e = 0; e < 2; e++) {");
+	lg_line(b, "qa[e] = lg_e4m3x4(lg_q(y0[4 * e], %s),", a0);
+	lg_line(b, "\tlg_q(y0[4 * e + 1], %s),", a0);
+	lg_line(b, "\tlg_q(y0[4 * e + 2], %s),", a0);
+	lg_line(b, "\tlg_q(y0[4 * e + 3], %s));", a0);
+	lg_line(b, "qb[e] = lg_e4m3x4(lg_q(y1[4 * e], %s),", a1);
+	lg_line(b, "\tlg_q(y1[4 * e + 1], %s),", a1);
+	lg_line(b, "\tlg_q(y1[4 * e + 2], %s),", a1);
+	lg_line(b, "\tlg_q(y1[4 * e + 3], %s));", a1);
+	lg_close(b);
+	lg_line(b, "if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * %lld, qa[0], qa[1]);", n);
+	lg_line(b, "if (r0 + 2 * p + 1 < rows)");
+	lg_line(b, "\tlg_st8_cs(qrow + (2 * p + 1) * %lld, qb[0], qb[1]);", n);
+}
+
+/* The pair's column bytes: one e4m3x2 a feature into cw. */
+static void emit_quantise_pair_cols(lg_buf *b, const struct ctx *k)
+{
+	bool pow2 = k->e->pow2;
+	const char *ca = k->tile ? lg_quant_q_args(pow2, "tsc, tinv", "tinv")
+				 : lg_quant_q_args(pow2, "cs[c], ci[c]", "ci[c]");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int c = 0; c < 8; c++) {");
+	lg_line(b, "const u32 h = lg_e4m3x2(lg_q(y0[c], %s),", ca);
+	lg_line(b, "\tlg_q(y1[c], %s));", ca);
+	if (k->r / 4 == 2)
+		lg_line(b, "cw[c][p / 2] = p %% 2 == 0 ? h : cw[c][p / 2] | h << 16;");
+	else
+		lg_line(b, "cw[c] = p == 0 ? h : cw[c] | h << 16;");
+	lg_close(b);
+}
+
+/* The column words into the staging tile, then the tile to qt. */
+static void emit_stage_and_store(lg_buf *b, const struct ctx *k)
+{
+	const struct lg_qe *e = k->e;
+	bool two = k->r / 4 == 2;
+	lg_comment(b, "Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so");
+	if (two)
+		lg_comment(b, "the 8-byte stores of a half warp (lb = 0..15) hit 16 distinct bank pairs.");
+	else
+		lg_comment(b, "the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int c = 0; c < 8; c++)");
+	if (two) {
+		lg_line(b, "\t*(uint2 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) =");
+		lg_line(b, "\t\tmake_uint2(cw[c][0], cw[c][1]);");
+	} else
+		lg_line(b, "\t*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];");
+	lg_line(b, "__syncthreads();");
+	if (e->layout == LG_QE_EXPERTS)
+		lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
+	else if (e->qt_narrow)
+		lg_emit_qt_lines_to(b, e->threads, "qtg", k->m, "m0");
+	else
+		lg_emit_qt_lines_flat(b, e->threads, "qtg", k->m, "m0");
+}
+
 /* One pass over the thread's values: q rows, and the column bytes into the
  * staging tile, then the qt lines. */
 static void emit_quantise(lg_buf *b, const struct ctx *k)
 {
 	const struct lg_qe *e = k->e;
-	bool pow2 = e->pow2;
-	int words = k->r / 4; /* u32 words of a column's R bytes */
-	long long n = (long long)e->n;
 	lg_comment(b, "Quantise every value once per copy%s", e->rows && e->cols ? ":" : ".");
 	if (e->rows)
 		lg_comment(b, "  rowwise: with its %s scale; a half warp stores a token's q line.",
 			   k->tile ? "tile's" : "token's");
-	emit_col_setup(b, k, words);
+	emit_col_setup(b, k, k->r / 4);
 	if (e->rows)
-		lg_line(b, "u8 *const qrow = (u8 *)%s + (m0 + r0) * %lld + k0 + 8 * lb;", k->q, n);
+		lg_line(b, "u8 *const qrow = (u8 *)%s + (m0 + r0) * %lld + k0 + 8 * lb;", k->q, (long long)e->n);
 	if (e->cols) {
 		lg_comment(b, "A thread whose tokens are all absent has nothing to store but zero bytes");
 		lg_comment(b, "(+0 quantises to 0x00 under any scale).");
 		lg_open(b, "if (r0 >= rows) {");
 		lg_line(b, "#pragma unroll");
-		if (words == 2)
+		if (k->r / 4 == 2)
 			lg_line(b, "for (int c = 0; c < 8; c++) cw[c][0] = cw[c][1] = 0u;");
 		else
 			lg_line(b, "for (int c = 0; c < 8; c++) cw[c] = 0u;");
@@ -667,84 +774,15 @@ static void emit_quantise(lg_buf *b, const struct ctx *k)
 	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int p = 0; p < %d; p++) {", k->r / 2);
-	lg_line(b, "float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1");
-	if (k->bf16) {
-		lg_line(b, "const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];");
-		lg_line(b, "const u32 a[4] = {w0.x, w0.y, w0.z, w0.w},");
-		lg_line(b, "\tb[4] = {w1.x, w1.y, w1.z, w1.w};");
-		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact");
-		lg_line(b, "y0[2 * e] = lg_bf16_lo(a[e]),");
-		lg_line(b, "\ty0[2 * e + 1] = lg_bf16_hi(a[e]);");
-		lg_line(b, "y1[2 * e] = lg_bf16_lo(b[e]),");
-		lg_line(b, "\ty1[2 * e + 1] = lg_bf16_hi(b[e]);");
-		lg_close(b);
-	} else {
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int j = 0; j < 8; j++)");
-		lg_line(b, "\ty0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];");
-	}
-	if (e->rows) {
-		const char *a0, *a1;
-		if (k->tile) {
-			a0 = a1 = lg_quant_q_args(pow2, "tsc, tinv", "tinv");
-		} else {
-			a0 = lg_quant_q_args(pow2, "s0, i0", "i0");
-			a1 = lg_quant_q_args(pow2, "s1, i1", "i1");
-			lg_line(b, "const float i0 = ri[2 * p], i1 = ri[2 * p + 1];");
-			if (!pow2)
-				lg_line(b, "const float s0 = rs[2 * p], s1 = rs[2 * p + 1];");
-		}
-		lg_line(b, "u32 qa[2], qb[2];");
-		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int e = 0; e < 2; e++) {");
-		lg_line(b, "qa[e] = lg_e4m3x4(lg_q(y0[4 * e], %s),", a0);
-		lg_line(b, "\tlg_q(y0[4 * e + 1], %s),", a0);
-		lg_line(b, "\tlg_q(y0[4 * e + 2], %s),", a0);
-		lg_line(b, "\tlg_q(y0[4 * e + 3], %s));", a0);
-		lg_line(b, "qb[e] = lg_e4m3x4(lg_q(y1[4 * e], %s),", a1);
-		lg_line(b, "\tlg_q(y1[4 * e + 1], %s),", a1);
-		lg_line(b, "\tlg_q(y1[4 * e + 2], %s),", a1);
-		lg_line(b, "\tlg_q(y1[4 * e + 3], %s));", a1);
-		lg_close(b);
-		lg_line(b, "if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * %lld, qa[0], qa[1]);", n);
-		lg_line(b, "if (r0 + 2 * p + 1 < rows)");
-		lg_line(b, "\tlg_st8_cs(qrow + (2 * p + 1) * %lld, qb[0], qb[1]);", n);
-	}
-	if (e->cols) {
-		const char *ca = k->tile ? lg_quant_q_args(pow2, "tsc, tinv", "tinv")
-					 : lg_quant_q_args(pow2, "cs[c], ci[c]", "ci[c]");
-		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int c = 0; c < 8; c++) {");
-		lg_line(b, "const u32 h = lg_e4m3x2(lg_q(y0[c], %s),", ca);
-		lg_line(b, "\tlg_q(y1[c], %s));", ca);
-		if (words == 2)
-			lg_line(b, "cw[c][p / 2] = p %% 2 == 0 ? h : cw[c][p / 2] | h << 16;");
-		else
-			lg_line(b, "cw[c] = p == 0 ? h : cw[c] | h << 16;");
-		lg_close(b);
-	}
+	emit_quantise_pair_values(b, k);
+	if (e->rows)
+		emit_quantise_pair_rows(b, k);
+	if (e->cols)
+		emit_quantise_pair_cols(b, k);
 	lg_close(b);
 	lg_close_with(b, "} // r0 < rows");
-	if (!e->cols)
-		return;
-	lg_comment(b, "Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so");
-	if (words == 2)
-		lg_comment(b, "the 8-byte stores of a half warp (lb = 0..15) hit 16 distinct bank pairs.");
-	else
-		lg_comment(b, "the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int c = 0; c < 8; c++)");
-	if (words == 2) {
-		lg_line(b, "\t*(uint2 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) =");
-		lg_line(b, "\t\tmake_uint2(cw[c][0], cw[c][1]);");
-	} else
-		lg_line(b, "\t*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];");
-	lg_line(b, "__syncthreads();");
-	if (e->layout == LG_QE_EXPERTS)
-		lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
-	else
-		lg_emit_qt_lines_to(b, e->threads, "qtg", k->m, "m0");
+	if (e->cols)
+		emit_stage_and_store(b, k);
 }
 
 /* The feature-block loop (or the one block) for the engine as given

@@ -18,9 +18,10 @@
  * rows of a partial tile zeroed first, so they count as 0), scales (power
  * of two with round_scale, else the correctly rounded divide), the rowwise
  * copy q [M, K] with s [K/128, M], the columnwise copy written transposed
- * qt [K, M] with st [cdiv(M, 128), K] (staged in a swizzled shared tile and
- * stored as 128-byte lines), any of rowwise / columnwise / both, and no
- * store past the last token.
+ * qt [K, M] with st [cdiv(M, 128), K] (staged in a swizzled shared tile,
+ * each 128-byte line stored by memory's aligned 16-byte chunks at any token
+ * count: lg_emit_qt_lines_realign), any of rowwise / columnwise / both, and
+ * no store past the last token.
  *
  * Layouts (struct lg_qe.layout):
  *   - LG_QE_FLAT: one tensor of M tokens.
@@ -78,6 +79,10 @@ struct lg_qe {
 	bool rows;      /* the rowwise copy (q, s) */
 	bool cols;      /* the columnwise copy (qt, st) */
 	bool pow2;      /* round_scale */
+	bool qt_narrow; /* LG_QE_FLAT: the former qt store, each 16-byte piece of a line at the
+			   tile's offset, narrow stores where qt rows are not 16-byte aligned
+			   (tile.qt_store 1; for timing it); else (the default) every line
+			   realigned to memory's 16-byte chunks (lg_emit_qt_lines_realign) */
 	enum lg_qe_vals vals;
 	enum lg_qe_layout layout;
 	/* Names in the generated code (NULL: the default in brackets): the
@@ -151,18 +156,31 @@ void lg_qe_hook_load_bf16(lg_buf *b, const struct lg_qe *e, const struct lg_qe_r
 extern const int64_t lg_qe_tiles_ok[];
 #define LG_QE_KEY_TILES(doc_) LG_KEY_TILE("tiles", "k", 1, 8, lg_qe_tiles_ok, doc_)
 
+/* tile.qt_store of the families with a flat columnwise copy: 1 the former
+ * store (narrow stores at token counts that are not a multiple of 16), 2
+ * (the default) lines realigned to memory's 16-byte chunks. */
+extern const int64_t lg_qe_qt_store_ok[];
+#define LG_QE_KEY_QT_STORE                                                                          \
+	LG_KEY_TILE("qt_store", "qs", 1, 2, lg_qe_qt_store_ok,                                      \
+		    "qt lines: 2 (default) realigned to memory's 16-byte chunks (whole-chunk stores at " \
+		    "any token count); 1 the tile's 16-byte pieces, narrow stores where qt rows are "  \
+		    "not 16-byte aligned (the former store)")
+/* Resolve tile.qt_store (key k; -1: none): sets p->tile[k] and returns
+ * whether the former (narrow) store is asked for. */
+bool lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k);
+
 /* Plan helpers for families whose tile is the engine's own keys: plan
  * values LG_QE_PV_* of struct lg_plan.v (a family using them keeps its own
  * values after LG_QE_PV_COUNT). */
-enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_COUNT };
-/* Resolve tile keys threads, fblocks and values (key indices; -1: the
- * family has no such key) for features n: threads 256 with power-of-two
+enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_QT_NARROW, LG_QE_PV_COUNT };
+/* Resolve tile keys threads, fblocks, values and qt_store (key indices;
+ * -1: the family has no such key) for features n: threads 256 with power-of-two
  * scales and bf16 values, else 512 (the fp32 values and the exact divide
  * need the registers); fblocks default fblocks_def (clamped to n / 128);
  * values 16 unless 32 is given. Sets p->tile[] of the keys declared and
  * p->v[LG_QE_PV_*]. */
 void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_threads, int k_fblocks, int k_values,
-		int fblocks_def);
+		int k_qt_store, int fblocks_def);
 /* The engine as planned (lg_qe_plan), for a layout; s NULL (geometry):
  * the quant recipe left off. LG_QE_TILE128 has rows on and cols off
  * (a family asking for the transposed copy sets cols). */

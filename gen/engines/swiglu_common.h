@@ -39,8 +39,9 @@ struct lg_swiglu_kind {
 	int key_dx_bf16; /* "dx_bf16" */
 	int key_experts; /* "experts" */
 	/* "tile.threads", "tile.fblocks", "tile.min_ctas", "tile.prefetch",
-	 * "tile.tiles" (K6: token tiles a CTA) */
-	int key_threads, key_fblocks, key_min_ctas, key_prefetch, key_tiles;
+	 * "tile.tiles" (K6: token tiles a CTA), "tile.qt_store" (K7: the flat
+	 * qt store, quant_engine.h) */
+	int key_threads, key_fblocks, key_min_ctas, key_prefetch, key_tiles, key_qt_store;
 };
 
 /* Each family file's kind (swiglu_quant.c, batch_swiglu_quant.c). */

@@ -142,6 +142,7 @@ const struct lg_swiglu_kind lg_swiglu_kind_batch_swiglu_quant = {
 	.key_fblocks = K_FBLOCKS,
 	.key_min_ctas = K_MIN_CTAS,
 	.key_prefetch = K_PREFETCH,
+	.key_qt_store = -1,
 	.key_tiles = K_TILES,
 };
 

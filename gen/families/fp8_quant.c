@@ -34,7 +34,7 @@
  * ceil(tokens / 128) * (HIDDEN_MAX / 128) stays within it. */
 #define TOKENS_MAX ((int64_t)(INT32_MAX / (HIDDEN_MAX / TILE)) * TILE)
 
-enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_VALUES, NKEYS };
+enum { K_HIDDEN, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_VALUES, K_QT_STORE, NKEYS };
 static const int64_t threads_ok[] = {256, 512, 0};
 static const int64_t values_ok[] = {16, 32, 0};
 static const struct lg_key keys[NKEYS] = {
@@ -46,6 +46,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_VALUES] = LG_KEY_TILE("values", "v", 16, 32, values_ok,
 				 "bits a value is held in: 16 (bf16, the fast path) or 32 (widened to fp32 first: "
 				 "the quant engine's fp32 path, same bytes)"),
+	[K_QT_STORE] = LG_QE_KEY_QT_STORE,
 };
 
 static const struct lg_size sizes[] = {
@@ -73,7 +74,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	 * (bench/h200-2026-11-30-families). The exact divide needs 102
 	 * registers at 256 threads, 58 at 512: 512 (not measured against 256).
 	 * Both are lg_qe_plan's defaults. */
-	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, -1, K_VALUES, 1);
+	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, -1, K_VALUES, K_QT_STORE, 1);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -96,11 +97,14 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_qe_emit_kernel(b, s, p, &e, &h, "blockwise FP8 quantisation");
 }
 
-/* Tile variants for `lingen tune`: 256 and 512 threads per tile. */
+/* Tile variants for `lingen tune`: 256 and 512 threads per tile, each with
+ * both qt stores when the columnwise copy is asked for. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	return lg_candidate_values(s, t, out, 0, max, K_THREADS, threads_ok);
+	static const int64_t qt_store[] = {2, 1, 0};
+	int n = lg_candidate_values(s, t, out, 0, max, K_THREADS, threads_ok);
+	return lg_quant_colwise(s) ? lg_candidate_times(s, t, out, 0, n, max, K_QT_STORE, qt_store) : n;
 }
 
 static void uses(const struct lg_spec *s, unsigned char *used)

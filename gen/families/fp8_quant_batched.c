@@ -97,7 +97,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
-	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, K_FBLOCKS, K_VALUES, 1);
+	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, K_FBLOCKS, K_VALUES, -1, 1);
 	/* one token tile a CTA: 2 and 4 measured 222.3 / 218.8 us against 213.4
 	 * (65536 x 2048, 256 experts, bench/h200-2026-12-01f; 128 registers,
 	 * two CTAs an SM, against 75 and three) */

@@ -86,7 +86,7 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	(void)t;
-	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, K_FBLOCKS, K_VALUES, 1);
+	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, K_FBLOCKS, K_VALUES, -1, 1);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;

@@ -68,7 +68,7 @@
 #define ROWS 128 /* tokens per tile = one 128x1 scale block */
 
 enum { K_HIDDEN, K_EPS, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_ROWS, K_THREADS, K_CLUSTER,
-       K_STAGES, K_SLAB, NKEYS };
+       K_STAGES, K_SLAB, K_QT_STORE, NKEYS };
 static const int64_t threads_ok[] = {128, 256, 512, 1024, 0};
 static const int64_t slab_ok[] = {128, 256, 512, 0};
 static const struct lg_key keys[NKEYS] = {
@@ -85,6 +85,7 @@ static const struct lg_key keys[NKEYS] = {
 				 "fused: x tiles in flight; two kernels: token slices"),
 	[K_SLAB] = LG_KEY_TILE("slab", "sl", 128, 512, slab_ok,
 			       "one-pass TMA form (sm_90+): features per CTA, a cluster of hidden/slab <= 8 CTAs"),
+	[K_QT_STORE] = LG_QE_KEY_QT_STORE,
 };
 
 static const struct lg_size sizes[] = {
@@ -115,6 +116,7 @@ enum {
 	P_FUSED = LG_ROW_VALUES,    /* 1: one fused kernel with a cluster of hidden/128 CTAs */
 	P_STAGES,                   /* fused: x tiles in flight per CTA; two kernels: parts */
 	P_SLAB,                     /* one-pass TMA form: features per CTA (0: not that form) */
+	P_QT_NARROW,                /* two kernels: the columnwise kernel's former qt store */
 };
 #define COLS 128     /* kernel 2: features per tile */
 #define K2_THREADS 512 /* kernel 2: 32 row blocks of 4 x 16 column blocks of 8 */
@@ -227,6 +229,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	}
 	struct lg_rowlayout l = lg_rowlayout_make(h, kmax, threads);
 	lg_rowlayout_save(&l, p);
+	p->v[P_QT_NARROW] = lg_qe_plan_qt_store(s, p, K_QT_STORE);
 	p->tile[K_THREADS] = l.threads;
 	p->tile[K_ROWS] = l.rows;
 	p->v[P_FUSED] = fused;
@@ -576,7 +579,8 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 		tile = "tiles - 1 - (i64)blockIdx.y";
 	}
 	struct lg_qe e = {.n = p->v[P_HIDDEN], .threads = K2_THREADS, .cols = true, .pow2 = lg_quant_pow2(s),
-			  .vals = LG_QE_F32, .layout = LG_QE_FLAT, .tile = tile, .group = "(int)blockIdx.x"};
+			  .vals = LG_QE_F32, .layout = LG_QE_FLAT, .tile = tile, .group = "(int)blockIdx.x",
+			  .qt_narrow = p->v[P_QT_NARROW] != 0};
 	struct lg_qe_hooks h = {.values = lg_norm_qe_values, .prologue = k2_prologue, .block = lg_norm_qe_block,
 				.ctx = (void *)p};
 	lg_qe_emit_body(b, &e, &h);

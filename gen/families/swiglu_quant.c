@@ -25,9 +25,11 @@
 #include "family.h"
 
 #include "quant_common.h"
+#include "quant_engine.h"
 #include "swiglu_common.h"
 
-enum { K_N, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH, NKEYS };
+enum { K_N, K_DXBF16, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH,
+       K_QT_STORE, NKEYS };
 static const char *const dxbf16_words[2] = {"dxq", "dxbf16"};
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("intermediate", "n", 128, LG_SWIGLU_N_MAX, 128,
@@ -38,6 +40,7 @@ static const struct lg_key keys[NKEYS] = {
 	LG_KEYS_QUANT(K_QUANT),
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	LG_SWIGLU_TILE_KEYS(K_THREADS, K_FBLOCKS, K_MIN_CTAS, K_PREFETCH),
+	[K_QT_STORE] = LG_QE_KEY_QT_STORE,
 };
 
 static const struct lg_size sizes[] = {
@@ -93,6 +96,7 @@ const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant = {
 	.key_fblocks = K_FBLOCKS,
 	.key_min_ctas = K_MIN_CTAS,
 	.key_prefetch = K_PREFETCH,
+	.key_qt_store = K_QT_STORE,
 	.key_tiles = -1,
 };
 

@@ -2,9 +2,10 @@
 the same PyTorch code, and Liger-Kernel where it has the op, in one process
 on the same inputs, with linghe's published H200 figures (docs/performance.md) beside.
 
-    python -m lingen.bench [--json FILE.json] [--quick] [--budget SECONDS]
+    python -m lingen.bench [--json FILE.json] [--quick] [--budget SECONDS] [--only K] [--impl I]
     python -m lingen.bench --list [--quick]
     python -m lingen.bench --plot FILE.json [-o FILE.png]
+    python -m lingen.bench --step MODEL.json [--tokens T] [--json FILE.json]
 
 bench/table.py turns the JSON into bench/README.md's table.
 
@@ -177,20 +178,23 @@ def _quack_version():
     return version()
 
 
-def ordered(quick, only=None):
+def ordered(quick, only=None, shapes=None):
     """The cases to run, in order: quick -> the quick set; else the quick
     set first (one case of every kernel at its target shape), then every
-    other case of the full set."""
+    other case of the full set; only / shapes: those whose kernel / shape
+    contains one of these."""
     from lingen.benches import all_cases
     first = all_cases(True)
     cases = first if quick else first + [
         c for c in all_cases(False) if (c.kernel, c.shape) not in
         {(f.kernel, f.shape) for f in first}]
-    return [c for c in cases if not only or any(o in c.kernel for o in only)]
+    return [c for c in cases if (not only or any(o in c.kernel for o in only))
+            and (not shapes or any(o in c.shape for o in shapes))]
 
 
-def _case(torch, env, timer, case, copy_gbps, rows):
-    """Time one case's implementations into rows (errors recorded)."""
+def _case(torch, env, timer, case, copy_gbps, rows, impls=None):
+    """Time one case's implementations (those named in impls, else all) into
+    rows (errors recorded); eager runs once anyway, for the check."""
     kernel, shape = case.kernel, case.shape
     try:
         setup = case.make(env)
@@ -204,6 +208,8 @@ def _case(torch, env, timer, case, copy_gbps, rows):
     outs = out if isinstance(out, (tuple, list)) else (out,)
     nbytes = _nbytes((*setup.tensors, *outs))
     for name, fn in setup.impls.items():
+        if impls and name not in impls:
+            continue
         row = dict(kernel=kernel, shape=shape, impl=name, bytes=nbytes)
         try:
             _close(torch, setup.norm(fn()), want, f"{kernel} {shape} {name}", case.rtol)
@@ -223,7 +229,7 @@ def _case(torch, env, timer, case, copy_gbps, rows):
             rows[-1]["tflops"] = case.extra["flops"] / (lh * 1e6)
 
 
-def run(quick=False, only=None, budget=None, save=None):
+def run(quick=False, only=None, budget=None, save=None, impls=None, shapes=None):
     """Every case, timed; save(res) after each (for --json)."""
     import time
 
@@ -254,11 +260,11 @@ def run(quick=False, only=None, budget=None, save=None):
                command=" ".join(["python -m lingen.bench", *sys.argv[1:]]),
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                rows=rows, not_run=skipped, host={})
-    for case in ordered(quick, only):
+    for case in ordered(quick, only, shapes):
         if budget is not None and time.monotonic() - start > budget:
             skipped.append(f"{case.kernel} {case.shape}")
             continue
-        _case(torch, env, timer, case, copy_gbps, rows)
+        _case(torch, env, timer, case, copy_gbps, rows, impls)
         torch.cuda.empty_cache()
         if save:
             save(res)
@@ -406,10 +412,27 @@ def main(argv=None):
                    help="only the kernels whose name contains this (repeatable)")
     p.add_argument("--budget", type=float, metavar="SECONDS",
                    help="start no case after this many seconds (target shapes first)")
+    p.add_argument("--shape", action="append", metavar="SHAPE",
+                   help="only the shapes that contain this (repeatable)")
+    p.add_argument("--impl", action="append", metavar="NAME",
+                   help="time only these implementations (repeatable: lingen, eager, ...)")
     p.add_argument("--list", action="store_true", help="print the cases in run order and stop")
     p.add_argument("--plot", metavar="JSON", help="draw the chart of a results file")
     p.add_argument("-o", "--output", help="the chart's PNG (default: beside the JSON)")
+    p.add_argument("--step", metavar="MODEL",
+                   help="time every kernel of the model's expanded training step (lingen.step)")
+    p.add_argument("--tokens", type=int, default=8192, help="with --step: tokens of the step")
     a = p.parse_args(argv)
+    if a.step:
+        from lingen import step
+        res = step.run(a.step, a.tokens)
+        text = step.table(res)
+        print(text)
+        for path, data in ((a.json, json.dumps(res, indent=1)), (a.markdown, text)):
+            if path:
+                with open(path, "w") as f:
+                    f.write(data + "\n")
+        return 0
     if a.plot:
         with open(a.plot) as f:
             res = json.load(f)
@@ -419,7 +442,7 @@ def main(argv=None):
         print(f"wrote {out}", file=sys.stderr)
         return 0
     if a.list:
-        for c in ordered(a.quick, a.only):
+        for c in ordered(a.quick, a.only, a.shape):
             print(f"{c.kernel:28} {c.shape}")
         return 0
 
@@ -428,7 +451,7 @@ def main(argv=None):
             with open(a.json + ".tmp", "w") as f:
                 json.dump(res, f, indent=1)
             os.replace(a.json + ".tmp", a.json)
-    res = run(a.quick, a.only, a.budget, save)
+    res = run(a.quick, a.only, a.budget, save, a.impl, a.shape)
     save(res)
     text = table(res)
     print(text)

@@ -204,3 +204,68 @@ def test_quack_joins_the_rows_of_its_kernels_or_says_not_installed():
     assert made == [env, env]
     kernels = {c.kernel for c in all_cases(True)}
     assert set(quack.PEERS) <= kernels, "a QuACK peer for a row no module has"
+
+
+def test_odd_token_counts_sit_beside_their_aligned_neighbours():
+    """The odd-count rule's rows: each odd count's kernel also has its count
+    rounded up to 128 (same width), and the per-expert kernels a counts%128 row."""
+    full = [(c.kernel, c.shape) for c in all_cases(False)]
+    for kernel in ("rmsnorm_quant", "fp8_quant", "swiglu_quant fwd"):
+        odd = [s for k, s in full if k == kernel and int(s.split("x")[0]) % 128]
+        assert any(s.startswith("8191x") for s in odd) or kernel == "swiglu_quant fwd"
+        assert odd, kernel
+        for s in odd:
+            t, rest = s.split("x", 1)
+            assert (kernel, f"{(int(t) + 127) // 128 * 128}x{rest}") in full, (kernel, s)
+    for kernel in ("batch_swiglu_quant fwd", "batch_swiglu_quant bwd", "fp8_quant_batched"):
+        assert any(k == kernel and s.endswith("counts%128") for k, s in full), kernel
+    assert ("moe permute+quant", "8192x2048 e256 top8 m128") in full
+
+
+def test_round_counts_keeps_the_total_in_multiples_of_128():
+    import random
+    from lingen.benches.swiglu import round_counts
+    rng = random.Random(5)
+    for experts in (1, 5, 256):
+        counts = [rng.randrange(0, 600) for _ in range(experts)]
+        counts[-1] += (-sum(counts)) % 128
+        out = round_counts(counts)
+        print(experts, counts[:5], out[:5])
+        assert sum(out) == sum(counts) and len(out) == experts
+        assert all(c % 128 == 0 and c >= 0 for c in out)
+
+
+def test_step_rows_and_table():
+    from lingen import step
+    specs = [{"op": "rmsnorm_quant", "pass": "forward", "hidden": 2048},
+             {"op": "moe_permute", "pass": "forward", "top_k": 6},
+             {"op": "batch_swiglu_quant", "pass": "backward", "intermediate": 512},
+             {"op": "grad_norm", "pass": "forward"}]
+    assert step.top_k(specs) == 6
+    assert [step.rows_of(s, 100, 6) for s in specs] == [100, 100, 600, 100]
+    assert step._maker(specs[0], 100) is not None and step._maker(specs[3], 100) is None
+    res = dict(model="m", tokens=100, timed=3, total=4, lingen_sum_us=30.0,
+               kernels=[dict(kernel="rmsnorm_quant fwd", rows=100, lingen_us=10.0,
+                             lingen_py_us=11.0, linghe_py_us=20.0),
+                        dict(kernel="grad_norm fwd", rows=100, lingen_us=None)],
+               shared_lingen_us=11.0, shared_linghe_us=20.0, ratio=0.55)
+    text = step.table(res)
+    assert "| rmsnorm_quant fwd | 100 | 10.0 | 11.0 | 20.0 |" in text
+    assert "| grad_norm fwd | 100 | — | — | — |" in text and "0.55x (goal <= 0.6x)" in text
+
+
+def test_step_expands_the_model_with_the_cli():
+    import os
+    import pytest
+    from lingen import step
+    try:
+        exe = step.cli()
+    except SystemExit:
+        pytest.skip("no lingen CLI (LINGEN_CLI, PATH or beside LINGEN_LIBRARY)")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    specs = step.expand(exe, os.path.join(root, "configs", "models", "ling-mini-2.0.json"))
+    ops = [s["op"] for s in specs]
+    gemms = [o for o in ops if o.startswith("fp8_") and o.endswith("gemm")]
+    assert len(specs) - len(gemms) == 21 and "batch_swiglu_quant" in ops and "rmsnorm_quant" in ops
+    assert {"fp8_gemm", "fp8_grouped_gemm"} <= set(gemms)
+    assert step.top_k(specs) == 8

@@ -453,8 +453,9 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 			(u32)(hi >> 32)});
 	}
 	// The heads and tails: none when every line starts and ends on a chunk
-	// boundary (the line stride segn and the tokens a multiple of 16); 16 bytes
-	// a line in a whole tile (16 lanes a line), at most 30 in a short one (32).
+	// boundary (qt 16-byte aligned, the line stride segn, the tile's first token
+	// and its tokens multiples of 16); 16 bytes a line in a whole tile (16 lanes
+	// a line), at most 30 in a short one (32).
 	if (((segn | rows) & 15) != 0) {
 		const int lb2 = rows == 128 ? 4 : 5; // log2 of the lanes a line
 		#pragma unroll 2
@@ -677,8 +678,9 @@ lg_batch_swiglu_quant_bwd_bf16_n128_e5_both_exact_dxbf16(
 			(u32)(hi >> 32)});
 	}
 	// The heads and tails: none when every line starts and ends on a chunk
-	// boundary (the line stride segn and the tokens a multiple of 16); 16 bytes
-	// a line in a whole tile (16 lanes a line), at most 30 in a short one (32).
+	// boundary (qt 16-byte aligned, the line stride segn, the tile's first token
+	// and its tokens multiples of 16); 16 bytes a line in a whole tile (16 lanes
+	// a line), at most 30 in a short one (32).
 	if (((segn | rows) & 15) != 0) {
 		const int lb2 = rows == 128 ? 4 : 5; // log2 of the lanes a line
 		#pragma unroll 2

@@ -376,8 +376,9 @@ lg_moe_permute_quant_fwd_bf16_h2048_e256_k8_m16_both_pow2_ta0(
 				(u32)(hi >> 32)});
 		}
 		// The heads and tails: none when every line starts and ends on a chunk
-		// boundary (the line stride segn and the tokens a multiple of 16); 16 bytes
-		// a line in a whole tile (16 lanes a line), at most 30 in a short one (32).
+		// boundary (qt 16-byte aligned, the line stride segn, the tile's first token
+		// and its tokens multiples of 16); 16 bytes a line in a whole tile (16 lanes
+		// a line), at most 30 in a short one (32).
 		if (((segn | rows) & 15) != 0) {
 			const int lb2 = rows == 128 ? 4 : 5; // log2 of the lanes a line
 			#pragma unroll 2

@@ -204,20 +204,23 @@ def _unpermute(env, t, h, e, k):
                  lambda r: (r.float(),))
 
 
-def _permute_quant(env, t, h, e, k):
+def _permute_quant(env, t, h, e, k, multiple=16):
     """K4b: lingen's one kernel against PyTorch's permute then the
-    per-expert quantiser over the padded segments (counts on the host)."""
+    per-expert quantiser over the padded segments (counts on the host);
+    multiple 128: every expert's padded count a multiple of 128 (the
+    aligned neighbour of the random counts)."""
     torch, lt = env.torch, env.lt
     x = env.randn(t, h)
     mask, probs, _ = routing(torch, env.gen, t, e, k)
-    rmap, counts, offsets, row_index, padded = row_map(torch, mask, k)
-    rows = t * k + e * 15
+    rmap, counts, offsets, row_index, padded = row_map(torch, mask, k, multiple)
+    rows = t * k + e * (multiple - 1)
     plist = [int(c) for c in padded.tolist()]
 
     def eager():
         out = permute(torch, x, probs, rmap, rows)[0]
         return batched_quant(torch, out, plist)
-    return Setup({"lingen": lambda: lt.moe_permute_quant(x, row_index, padded, probs, top_k=k),
+    return Setup({"lingen": lambda: lt.moe_permute_quant(x, row_index, padded, probs, top_k=k,
+                                                         multiple=multiple),
                   "eager": eager}, (x, probs, row_index),
                  lambda r: dequant_batched(torch, plist, *r[:4]))
 
@@ -244,4 +247,7 @@ def cases(quick):
             out.append(Case(kernel, shape,
                             lambda env, t=t, h=h, e=e, k=k, make=make: make(env, t, h, e, k),
                             LINGHE_US.get((kernel, shape)), rtol=rtol))
+    if not quick:  # K4b's random expert counts beside counts padded to multiples of 128
+        out.append(Case("moe permute+quant", "8192x2048 e256 top8 m128",
+                        lambda env: _permute_quant(env, 8192, 2048, 256, 8, 128), rtol=2e-2))
     return out

@@ -96,8 +96,9 @@ def _quant(env, t, h):
 def cases(quick):
     big = [(8192, 2048)] if quick else [(8192, 2048), (8192, 4096), (8192, 7168)]
     small = [(128, 2048), (1024, 2048)]
-    if not quick:  # an odd token count and the same rounded up to 128 (the odd-shape rule)
-        small += [(6001, 2048), (6016, 2048)]
+    if not quick:  # odd token counts, each beside its count rounded up to 128 (the odd-shape rule)
+        small += [(t, h) for h in (2048, 4096) for t in (6001, 6016, 8191, 8192)
+                  if (t, h) not in big]
     out = []
     for kernel, make in (("rmsnorm_quant", _k1), ("rmsnorm fwd", _fwd), ("rmsnorm bwd", _bwd),
                          ("fp8_quant", _quant)):

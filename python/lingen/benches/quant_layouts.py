@@ -45,11 +45,16 @@ def dequant_batched(torch, counts, q, s, qt, st):
     return torch.cat(rows), torch.cat(cols)
 
 
-def _batched(env, t, h, e):
+def _batched(env, t, h, e, aligned=False):
+    """aligned: the random counts rounded to multiples of 128 (same total)."""
+    from .swiglu import round_counts
     torch, lt = env.torch, env.lt
     x = env.randn(t, h)
     cdev = _counts(torch, env.gen, t, e)
     counts = [int(c) for c in cdev.tolist()]
+    if aligned:
+        counts = round_counts(counts)
+        cdev = torch.tensor(counts, dtype=torch.int32, device="cuda")
     return Setup({"lingen": lambda: lt.fp8_quant_batched(x, cdev),
                   "eager": lambda: batched_quant(torch, x, counts)}, (x, cdev),
                  lambda r: dequant_batched(torch, counts, *r))
@@ -79,7 +84,9 @@ def _weight(env, n, k):
 def cases(quick):
     out = [Case("fp8_quant_batched", "65536x1024 E256",
                 lambda env: _batched(env, 65536, 1024, 256))]
-    if not quick:
+    if not quick:  # random counts beside the same rounded to multiples of 128
+        out.append(Case("fp8_quant_batched", "65536x1024 E256 counts%128",
+                        lambda env: _batched(env, 65536, 1024, 256, True)))
         out.append(Case("fp8_quant_batched", "8192x2048 E32", lambda env: _batched(env, 8192, 2048, 32)))
     for n, k in ((2048, 2048),) if quick else ((2048, 2048), (7168, 2048), (4096, 7168)):
         out.append(Case("fp8_quant_weight", f"{n}x{k}", lambda env, n=n, k=k: _weight(env, n, k)))

@@ -93,19 +93,34 @@ def _k7_bwd(env, t, w):
     return Setup(impls, (g, x), lambda r: dequant(torch, *r))
 
 
-def _counts(torch, env, t, experts):
-    """Expert counts summing to t: 0, 1, 127, 128, 129 first, the rest about even."""
+def _counts(torch, env, t, experts, aligned=False):
+    """Expert counts summing to t: 0, 1, 127, 128, 129 first, the rest about
+    even; aligned: each rounded to a multiple of 128 (t one too), the last
+    taking what is left (the odd counts' aligned neighbour)."""
     head = [0, 1, 127, 128, 129]
     rest = torch.rand(experts - len(head), generator=env.gen, device="cuda").cpu() + 0.5
     share = (rest / rest.sum() * (t - sum(head))).floor().long().tolist()
     counts = head + share
     counts[-1] += t - sum(counts)
+    if aligned:
+        return round_counts(counts)
     return counts
 
 
-def _k6(env, t, w, experts, bwd):
+def round_counts(counts):
+    """Counts rounded to multiples of 128 with the same total (a multiple of
+    128), the last expert taking the difference."""
+    out = [(c + 64) // 128 * 128 for c in counts]
+    while sum(out) > sum(counts):
+        i = max(range(len(out)), key=lambda j: out[j])
+        out[i] -= 128
+    out[-1] += sum(counts) - sum(out)
+    return out
+
+
+def _k6(env, t, w, experts, bwd, aligned=False):
     torch, lt = env.torch, env.lt
-    counts = _counts(torch, env, t, experts)
+    counts = _counts(torch, env, t, experts, aligned)
     cnt = torch.tensor(counts, dtype=torch.int32, device="cuda")
     x = env.randn(t, w)
     p = torch.rand(t, 1, generator=env.gen, device="cuda")
@@ -137,10 +152,11 @@ def cases(quick):
         shape = f"{t}x{w}"
         out.append(Case("swiglu_quant fwd", shape, lambda env, t=t, w=w: _k7_fwd(env, t, w),
                         LINGHE_US.get(("swiglu_quant fwd", shape)), rtol=0.07))
-    if not quick:  # an odd token count and the same rounded up to 128, n 1408
-        for t in (6001, 6016):
-            out.append(Case("swiglu_quant fwd", f"{t}x2816",
-                            lambda env, t=t: _k7_fwd(env, t, 2816), rtol=0.07))
+    if not quick:  # an odd token count beside its count rounded up to 128, n 1024 and 1408
+        for w in (2048, 2816):
+            for t in (6001, 6016, 6144, 8192):
+                out.append(Case("swiglu_quant fwd", f"{t}x{w}",
+                                lambda env, t=t, w=w: _k7_fwd(env, t, w), rtol=0.07))
     for t in (8192,) if quick else (8192, 6001):
         out.append(Case("swiglu_quant bwd", f"{t}x1024", lambda env, t=t: _k7_bwd(env, t, 1024),
                         LINGHE_US.get(("swiglu_quant bwd", f"{t}x1024")), rtol=0.07))
@@ -148,4 +164,7 @@ def cases(quick):
         shape = "65536x1024 e256"
         out.append(Case(kernel, shape, lambda env, bwd=bwd: _k6(env, 65536, 1024, 256, bwd),
                         LINGHE_US[(kernel, shape)], rtol=0.07))
+        if not quick:  # the same total, every expert's count a multiple of 128
+            out.append(Case(kernel, shape + " counts%128",
+                            lambda env, bwd=bwd: _k6(env, 65536, 1024, 256, bwd, True), rtol=0.07))
     return out
