@@ -26,12 +26,10 @@
 #define FUNC_LINES 100
 #define PY_LINES 600
 
-/* Temporary exemptions, the one place they are listed: files being split
- * on other branches (their size and their functions are not checked until
- * those land). Remove a line once its file is within the limits. */
+/* Exemptions, the one place they are listed (none now: every file is
+ * within the limits; a line here is a debt, with the reason beside it). */
 static const char *const exempt[] = {
-	"gen/engines/gemm_emit.c",    /* emit_mainloop90: being split on another branch */
-	"gen/engines/quant_engine.c", /* emit_quantise: being split on another branch */
+	NULL,
 };
 
 struct scan {
@@ -42,7 +40,7 @@ struct scan {
 static bool is_exempt(const char *rel)
 {
 	for (size_t i = 0; i < sizeof exempt / sizeof exempt[0]; i++)
-		if (strcmp(rel, exempt[i]) == 0)
+		if (exempt[i] && strcmp(rel, exempt[i]) == 0)
 			return true;
 	return false;
 }
