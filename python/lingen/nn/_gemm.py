@@ -20,6 +20,7 @@ device):
   grouped_wgrad(dytq, dyts, xtq, xts, counts) -> dw [E,N,K] fp32
 (the grouped ones with the per-expert scale layouts).
 """
+import functools
 import os
 
 import torch
@@ -30,7 +31,10 @@ _DENSE = ("fp8_gemm", "fp8_gemm_dgrad", "fp8_gemm_wgrad")
 _GROUPED = ("fp8_grouped_gemm", "fp8_grouped_gemm_dgrad", "fp8_grouped_gemm_wgrad")
 
 
+@functools.lru_cache(maxsize=None)
 def _has(names):
+    """Whether lingen has every op of names (a tuple): asked once a tuple,
+    not once a GEMM call."""
     import lingen
     return all(callable(getattr(lingen, n, None)) for n in names)
 
