@@ -27,3 +27,12 @@ static __device__ __forceinline__ void lg_cp4(void *dst, const void *src, u32 by
 	asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
 		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
 }
+
+// @helper lg_cp_arrive
+// Arrive on the mbarrier at bar (shared) once this thread's cp.async copies
+// issued so far have landed: one of the barrier's `count` arrivals (.noinc).
+static __device__ __forceinline__ void lg_cp_arrive(u64 *bar)
+{
+	asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
+		     :: "r"((u32)__cvta_generic_to_shared(bar)) : "memory");
+}

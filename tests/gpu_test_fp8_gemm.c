@@ -25,6 +25,7 @@
 
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "numeric_ref.h"
 #include "testutil.h"
@@ -123,32 +124,31 @@ static void test_accumulate(void **state)
 {
 	(void)state;
 	lg_spec *s = parse("wgrad", "fp32", "\"n\": 256, \"k\": 640, \"accumulate\": true");
-	lg_kernel *k;
-	assert_int_equal(lg_kernel_get(ctx, s, &k), LG_OK);
-	struct lg_gpu_case g;
-	assert_int_equal(lg_gpu_case_init(&g, s, 1024, NULL, seed, k), LG_OK);
-	enum { DW = 4 };
-	size_t bytes = g.ref.buf[DW].count * 4;
-	assert_int_equal(g.cu->cuMemsetD8(g.dev[DW], 0, bytes), CUDA_SUCCESS);
-	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
-	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
-	float *first = malloc(bytes);
-	assert_non_null(first);
-	memcpy(first, g.got[DW], bytes);
-	struct lg_check_result r;
-	lg_gpu_case_check(&g, s, NULL, 8, stdout, &r);
-	assert_true(r.pass);
-	assert_int_equal(lg_gpu_case_launch(&g, k, NULL), LG_OK);
-	assert_int_equal(lg_gpu_case_download(&g), LG_OK);
-	const float *second = g.got[DW];
-	size_t bad = 0;
-	for (size_t i = 0; i < g.ref.buf[DW].count; i++)
-		bad += second[i] != 2.0f * first[i];
-	printf("%s: accumulate: %zu of %zu not exactly doubled\n", lg_spec_entry(s), bad, g.ref.buf[DW].count);
-	assert_int_equal(bad, 0);
-	free(first);
-	lg_gpu_case_free(&g);
+	lg_test_accumulate(ctx, s, 1024, 4, seed);
 	lg_spec_free(s);
+}
+
+/* Every form's bf16 output is its fp32 output rounded to nearest, bit for
+ * bit (the same tiles and accumulation): at odd shapes and two tiles. */
+static void test_bf16_exact(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *pass, *keys;
+		int64_t m;
+	} cs[] = {
+		{"forward", "\"n\": 256, \"k\": 2880", 127},
+		{"forward", "\"n\": 1024, \"k\": 1152, \"tile\": {\"n\": 192}", 6001},
+		{"dgrad", "\"n\": 2880, \"k\": 208", 1001},
+		{"wgrad", "\"n\": 2880, \"k\": 144", 4096},
+		{"wgrad", "\"n\": 208, \"k\": 2880, \"tile\": {\"m\": 64}", 2000},
+	};
+	for (size_t i = 0; i < N_OF(cs); i++) {
+		lg_spec *s16 = parse(cs[i].pass, "bf16", cs[i].keys), *s32 = parse(cs[i].pass, "fp32", cs[i].keys);
+		lg_test_bf16_exact(ctx, s16, s32, cs[i].m, 4, seed + i);
+		lg_spec_free(s16);
+		lg_spec_free(s32);
+	}
 }
 
 /* wgrad refuses a token count that is not a multiple of 16. */
@@ -192,6 +192,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_target),   cmocka_unit_test(test_odd),	    cmocka_unit_test(test_tiles),
 		cmocka_unit_test(test_no_tokens), cmocka_unit_test(test_accumulate), cmocka_unit_test(test_wgrad_tokens),
+		cmocka_unit_test(test_bf16_exact),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,7 +4,12 @@
  * the dequantised operands, expert by expert (label "gpu"): forward and
  * dgrad at the Ling-mini MoE's expert shapes (n 1024 / k 2048 and n 2048 /
  * k 512; 256 experts at a small shape) and odd ones (M 1, 127, 6001; k 2880; experts of 0 rows:
- * the reference's random counts empty a quarter of them), each tile.
+ * the reference's random counts empty a quarter of them), each tile; the
+ * wgrad (dw[e] over each expert's tokens) at token counts that are
+ * multiples of 16 (the reference's counts then are too: every row of the
+ * columnwise copies 16-byte aligned, the cp.async path) and odd ones (rows
+ * at any byte), fp32 with accumulate and bf16; every bf16 output bit for
+ * bit the fp32 one rounded to nearest.
  * Bounds (fp8_gemm_ref.c): every element within 2e-3 of max |ref| for an
  * fp32 output, 2e-3 + 2^-8 (one bf16 step) for bf16; each check prints
  * max |gpu - ref| / max |ref| as measured.
@@ -25,6 +30,7 @@
 
 #include "cuda.h"
 #include "gpu.h"
+#include "gputest.h"
 #include "harness.h"
 #include "numeric_ref.h"
 #include "testutil.h"
@@ -93,6 +99,55 @@ static void test_odd(void **state)
 	check("forward", "bf16", "\"n\": 256, \"k\": 256, \"experts\": 4", 0);
 }
 
+/* The wgrad: the MoE's shapes (fewer experts: the float64 reference),
+ * 256 experts at a small shape, odd token counts, n and k off the tile. */
+static void test_wgrad(void **state)
+{
+	(void)state;
+	check("wgrad", "fp32", "\"n\": 1024, \"k\": 2048, \"experts\": 16", 4096);
+	check("wgrad", "bf16", "\"n\": 2048, \"k\": 512, \"experts\": 32", 8192);
+	check("wgrad", "fp32", "\"n\": 256, \"k\": 256, \"experts\": 256", 8192);
+	static const int64_t ms[] = {1, 127, 6001, 6016};
+	for (size_t i = 0; i < N_OF(ms); i++) {
+		check("wgrad", "fp32", "\"n\": 208, \"k\": 2880, \"experts\": 8", ms[i]);
+		check("wgrad", "bf16", "\"n\": 400, \"k\": 144, \"experts\": 3", ms[i]);
+	}
+	check("wgrad", "fp32", "\"n\": 256, \"k\": 256, \"experts\": 4", 0);
+	static const char *const tiles[] = {"{\"m\": 64}", "{\"n\": 64}", "{\"n\": 192}", "{\"stages\": 3}"};
+	for (size_t t = 0; t < N_OF(tiles); t++) {
+		char keys[256];
+		snprintf(keys, sizeof keys, "\"n\": 512, \"k\": 384, \"experts\": 16, \"tile\": %s", tiles[t]);
+		check("wgrad", "fp32", keys, 3000);
+		check("wgrad", "fp32", keys, 3008);
+	}
+}
+
+/* wgrad accumulate: exactly doubled by a second launch (aligned and odd). */
+static void test_wgrad_accumulate(void **state)
+{
+	(void)state;
+	lg_spec *s = parse("wgrad", "fp32", "\"n\": 256, \"k\": 640, \"experts\": 8, \"accumulate\": true");
+	lg_test_accumulate(ctx, s, 2048, 5, seed);
+	lg_test_accumulate(ctx, s, 2001, 5, seed + 1);
+	lg_spec_free(s);
+}
+
+/* Each pass's bf16 output is its fp32 output rounded to nearest. */
+static void test_bf16_exact(void **state)
+{
+	(void)state;
+	static const char *const passes[] = {"forward", "dgrad", "wgrad"};
+	static const int64_t ms[] = {3000, 4096};
+	for (size_t p = 0; p < N_OF(passes); p++)
+		for (size_t i = 0; i < N_OF(ms); i++) {
+			const char *keys = "\"n\": 400, \"k\": 2880, \"experts\": 6";
+			lg_spec *s16 = parse(passes[p], "bf16", keys), *s32 = parse(passes[p], "fp32", keys);
+			lg_test_bf16_exact(ctx, s16, s32, ms[i], 5, seed + p * 2 + i);
+			lg_spec_free(s16);
+			lg_spec_free(s32);
+		}
+}
+
 static void test_tiles(void **state)
 {
 	(void)state;
@@ -134,6 +189,9 @@ int main(void)
 		cmocka_unit_test(test_target),
 		cmocka_unit_test(test_odd),
 		cmocka_unit_test(test_tiles),
+		cmocka_unit_test(test_wgrad),
+		cmocka_unit_test(test_wgrad_accumulate),
+		cmocka_unit_test(test_bf16_exact),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -293,6 +293,10 @@ static const struct golden cases[] = {
 	{"fp8_grouped_gemm_dgrad_n2048_k512_e256", "sm_90a",
 	 "{\"op\": \"fp8_grouped_gemm\", \"pass\": \"dgrad\", \"dtype\": \"bf16\", \"n\": 2048, "
 	 "\"k\": 512, \"experts\": 256}"},
+	/* grouped wgrad: a CTA's tokens of one expert, cp.async operands (rows at any byte) */
+	{"fp8_grouped_gemm_wgrad_acc_n1024_k2048_e256", "sm_90a",
+	 "{\"op\": \"fp8_grouped_gemm\", \"pass\": \"wgrad\", \"dtype\": \"fp32\", \"n\": 1024, "
+	 "\"k\": 2048, \"experts\": 256, \"accumulate\": true}"},
 	{"router_gemm_fwd_h1000_e97_m64_n256_cl2", "sm_90a",
 	 "{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 1000, "
 	 "\"experts\": 97, \"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4, \"cluster\": 2}}"},

@@ -169,19 +169,18 @@ static void test_ling_mini(void **state)
 	assert_int_equal(m.fp8.block, 128);
 
 	check_step_kernels(s, MINI_KERNELS);
-	assert_int_equal(s->nskipped, 1); /* every family of the step exists; the grouped wgrad not yet */
-	assert_int_equal(s->skipped[0].op[0] == 'f' && s->skipped[0].pass == LG_PASS_WGRAD, 1);
+	assert_int_equal(s->nskipped, 0); /* every kernel of the step exists, the grouped wgrad too */
 
 	/* the spec file text: model name, 2-space indent, one kernel a line */
 	char *json = lg_model_step_json(&m, s);
 	assert_non_null(json);
 	assert_non_null(strstr(json, "{\n  \"name\": \"ling-mini-2.0 training step\",\n"
 				     "  \"model\": \"ling-mini-2.0\",\n  \"kernels\": [\n    {"));
-	assert_non_null(strstr(json, "\"why\": \"pass not implemented")); /* the grouped wgrad */
+	assert_null(strstr(json, "\"why\"")); /* nothing skipped */
 	assert_int_equal(json[strlen(json) - 1], '\n');
 	cJSON *j = cJSON_Parse(json);
 	assert_non_null(j);
-	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "skipped")), 1);
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "skipped")), 0);
 	cJSON_Delete(j);
 	free(json);
 	free(s);
@@ -209,8 +208,7 @@ static void test_no_shared_expert(void **state)
 		free(c);
 	}
 	assert_int_equal(rope, 2);
-	assert_int_equal(s->nskipped, 1); /* the grouped FP8 GEMM's wgrad */
-	assert_int_equal(s->skipped[0].pass, LG_PASS_WGRAD);
+	assert_int_equal(s->nskipped, 0); /* every kernel, the grouped wgrad too */
 	free(s);
 }
 

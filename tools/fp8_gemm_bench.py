@@ -207,6 +207,57 @@ def grouped_ours(E, rows, N, K, counts, reps, lines):
         print(line, flush=True)
 
 
+def grouped_wgrad(E, rows, N, K, reps, lines):
+    """lingen's grouped wgrad dw[e] = dy_e^T . x_e (fp32 out) against
+    torch._grouped_mm bf16 over the same counts: random ones, and the same
+    rounded to 16 (moe_row_map's padded segments: the cp.async path);
+    accuracy on a sample of experts."""
+    g = torch.Generator(device="cpu")
+    g.manual_seed(E * N + K + 1)
+    cuts = torch.sort(torch.randint(0, rows + 1, (E - 1,), generator=g)).values
+    raw = torch.diff(torch.cat([torch.tensor([0]), cuts, torch.tensor([rows])]))
+    dyb = torch.randn(N, rows, device=DEV, dtype=torch.bfloat16)
+    xb = torch.randn(rows, K, device=DEV, dtype=torch.bfloat16)
+    for label, cs in (("random counts", raw), ("counts % 16 == 0", raw // 16 * 16)):
+        counts = cs.to(torch.int32).to(DEV)
+        m = int(counts.sum())
+        offs = torch.cumsum(counts, 0).to(torch.int32)
+        try:
+            t = timed(lambda: torch._grouped_mm(dyb[:, :m], xb[:m], offs=offs), reps)
+            line = f"| grouped wgrad | {E} experts, {m} rows, N{N} K{K}, {label} | " \
+                   f"torch._grouped_mm bf16 | {t * 1e3:.1f} us | " \
+                   f"{2.0 * m * N * K / (t * 1e-3) / 1e12:.0f} TFLOP/s |"
+        except Exception as e:  # noqa: BLE001
+            line = f"| grouped wgrad | {label} | torch._grouped_mm failed: {str(e)[:120]} |"
+        lines.append(line)
+        print(line, flush=True)
+        nblk = int(((counts + 127) // 128).sum())
+        a, sa = rand_fp8(N, m), rand_scale(nblk + E, N)
+        b, sb = rand_fp8(K, m), rand_scale(nblk + E, K)
+        try:
+            dw = lingen.fp8_grouped_gemm_wgrad(a, sa, b, sb, counts)
+            err, start, blk = 0.0, 0, 0
+            cl = counts.tolist()
+            for e, c in enumerate(cl):
+                nb = cdiv(c, 128)
+                if c and e in (0, E // 2, E - 1):
+                    ea = a.reshape(-1)[start * N:(start + c) * N].view(N, c)
+                    eb = b.reshape(-1)[start * K:(start + c) * K].view(K, c)
+                    ref = deq_rows(ea, sa[blk:blk + nb]) @ deq_rows(eb, sb[blk:blk + nb]).t()
+                    err = max(err, rel(dw[e], ref))
+                start, blk = start + c, blk + nb
+            out = {"dw": dw}
+            t = timed(lambda: lingen.fp8_grouped_gemm_wgrad(a, sa, b, sb, counts, out=out), reps)
+            gbs = E * N * K * 4 / (t * 1e-3) / 1e9
+            line = f"| grouped wgrad | {E} experts, {m} rows, N{N} K{K}, {label} | lingen fp8 " \
+                   f"(fp32 dw) | {t * 1e3:.1f} us | {2.0 * m * N * K / (t * 1e-3) / 1e12:.0f} " \
+                   f"TFLOP/s, dw written at {gbs:.0f} GB/s (err fp32 {err:.2e}) |"
+        except Exception as ex:  # noqa: BLE001
+            line = f"| grouped wgrad | {label} | lingen failed: {str(ex)[:160]} |"
+        lines.append(line)
+        print(line, flush=True)
+
+
 def tiles(reps, lines):
     """lingen's forward at the first shape with each tile `lingen tune` sweeps."""
     M, N, K = 4096, 7168, 16384
@@ -239,6 +290,8 @@ def main():
     lines += ["", "| grouped | shape | peer | time | rate |", "|---|---|---|---|---|"]
     for N, K in ((1024, 2048), (2048, 512)):
         grouped_peer(256, 65536, N, K, reps, lines)
+    for N, K in ((1024, 2048), (2048, 512)):
+        grouped_wgrad(256, 65536, N, K, reps, lines)
     tiles(reps, lines)
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -64,6 +64,8 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	p->persistent[0] = true;
 	p->per_sm[0] = 1;
+	if (g->manual)
+		return LG_OK; /* plain pointers: no tensor map */
 	p->ntmaps = 2;
 	p->tmap[0].arg = a;
 	p->tmap[1].arg = b;

@@ -10,6 +10,9 @@
 
 #define BK 128   /* reduction a stage: one 128-byte row of e4m3 (the swizzle atom) */
 #define ROWB 128 /* bytes of a shared row */
+/* registers a thread of the copying producer (manual) keeps; its two
+ * consumer warpgroups then get 200: 128 (96 + 2 x 200) <= 65536 */
+#define MANUAL_REGS 96
 
 static int consumers(const struct lg_fp8_gemm *g) { return g->bm / 64; }
 
@@ -112,13 +115,18 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
 	sc->setup(b, sc->ctx);
 	lg_open(b, "if (threadIdx.x == 0) {");
-	lg_open(b, "if (tiles > (i64)blockIdx.x) {");
-	lg_line(b, "lg_tma_prefetch(&%s);", g->a_tmap);
-	lg_line(b, "lg_tma_prefetch(&%s);", g->b_tmap);
-	lg_close(b);
+	if (!g->manual) {
+		lg_open(b, "if (tiles > (i64)blockIdx.x) {");
+		lg_line(b, "lg_tma_prefetch(&%s);", g->a_tmap);
+		lg_line(b, "lg_tma_prefetch(&%s);", g->b_tmap);
+		lg_close(b);
+	}
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
-	lg_line(b, "lg_mbar_init(&full[s], 1);");
+	if (g->manual)
+		lg_line(b, "lg_mbar_init(&full[s], 128); // every producer thread's copies");
+	else
+		lg_line(b, "lg_mbar_init(&full[s], 1);");
 	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp", 4 * consumers(g));
 	lg_close(b);
 	lg_line(b, "lg_mbar_fence_init();");
@@ -126,36 +134,90 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	lg_line(b, "__syncthreads();");
 }
 
-/* The producer warpgroup: one thread refills each stage once released. */
+/* One stage's 16-byte chunks by the producer warpgroup's 128 threads:
+ * cp.async (zero-filled past the valid rows and reduction) when the rows
+ * are 16-byte aligned, else byte loads and shared stores handed to the
+ * async proxy; each thread then arrives on full[s] once its copies land. */
+static void emit_manual_stage(lg_buf *b, const struct lg_fp8_gemm *g)
+{
+	lg_line(b, "const i64 k0 = (i64)kt * %d;", BK);
+	lg_line(b, "const i64 kv = rlen - k0 < %d ? rlen - k0 : %d;", BK, BK);
+	lg_open(b, "for (int q = threadIdx.x & 127; q < %d; q += 128) {", (g->bm + g->bn) * (ROWB / 16));
+	lg_line(b, "const int r = q >> 3, c = q & 7, isb = r >= %d;", g->bm);
+	lg_line(b, "const int rr = isb ? r - %d : r;", g->bm);
+	lg_line(b, "const bool real = isb ? rr < nb : rr < na;");
+	lg_line(b, "const i64 left = real ? kv - c * 16 : 0;");
+	lg_line(b, "const u32 n = left <= 0 ? 0u : left >= 16 ? 16u : (u32)left;");
+	lg_line(b, "const u8 *const line = isb ? gb + rr * ldb : ga + rr * lda;");
+	lg_line(b, "const u8 *const src = n ? line + k0 + c * 16 : ga;");
+	lg_comment(b, "chunk c of row r at c ^ (r & 7): the swizzle");
+	lg_line(b, "u8 *const dst = sd + r * 128 + ((c ^ (r & 7)) << 4);");
+	lg_open(b, "if (al) {");
+	lg_line(b, "lg_cp16(dst, src, n);");
+	lg_close(b);
+	lg_open(b, "else {");
+	lg_line(b, "u32 w[4] = {0u, 0u, 0u, 0u};");
+	lg_open(b, "for (u32 i = 0; i < n; i++) {");
+	lg_line(b, "w[i >> 2] |= (u32)src[i] << ((i & 3) * 8);");
+	lg_close(b);
+	lg_line(b, "*(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);");
+	lg_close(b);
+	lg_close(b);
+	lg_open(b, "if (al) {");
+	lg_line(b, "lg_cp_arrive(&full[s]);");
+	lg_close(b);
+	lg_open(b, "else {");
+	lg_line(b, "lg_fence_proxy_async();");
+	lg_line(b, "lg_mbar_arrive(&full[s]);");
+	lg_close(b);
+}
+
+/* The producer warpgroup refills each stage once released: one thread by
+ * TMA, or (manual) all 128 threads. */
 static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
 {
 	int c = consumers(g), S = g->stages;
 	unsigned st = stage_bytes(g);
 	lg_open(b, "if (wg == %d) {", c);
-	lg_comment(b, "Producer: one thread loads each stage once its consumers released it.");
-	if (c > 1)
-		lg_line(b, "lg_setmaxnreg_dec(40);");
-	lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
+	if (g->manual) {
+		lg_comment(b, "Producer: its 128 threads copy each stage once its consumers released it.");
+		if (c > 1)
+			lg_line(b, "lg_setmaxnreg_dec(%d);", MANUAL_REGS);
+	} else {
+		lg_comment(b, "Producer: one thread loads each stage once its consumers released it.");
+		if (c > 1)
+			lg_line(b, "lg_setmaxnreg_dec(40);");
+		lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
+	}
 	lg_line(b, "int it = 0;");
 	lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
 	sc->tile(b, sc->ctx);
-	lg_line(b, "(void)oc;");
+	if (g->manual)
+		sc->operands(b, sc->ctx);
+	else
+		lg_line(b, "(void)oc;");
 	lg_line(b, "(void)rend;");
 	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
 	lg_line(b, "const int s = it %% %d;", S);
 	lg_line(b, "if (it >= %d) lg_mbar_wait(&empty[s], ((it / %d) - 1) & 1);", S, S);
-	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
-	lg_line(b, "const int r0 = rb + kt * %d;", BK);
-	lg_line(b, "u8 *const sd = ring + s * %u;", st);
-	lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, ta);", g->a_tmap);
-	lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
+	if (g->manual) {
+		lg_line(b, "u8 *const sd = ring + s * %u;", st);
+		emit_manual_stage(b, g);
+	} else {
+		lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
+		lg_line(b, "const int r0 = rb + kt * %d;", BK);
+		lg_line(b, "u8 *const sd = ring + s * %u;", st);
+		lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, ta);", g->a_tmap);
+		lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
+	}
 	lg_close(b);
 	lg_close(b);
-	lg_close(b);
+	if (!g->manual)
+		lg_close(b);
 	lg_line(b, "return;");
 	lg_close(b);
 	if (c > 1)
-		lg_line(b, "lg_setmaxnreg_inc(232);");
+		lg_line(b, "lg_setmaxnreg_inc(%d);", g->manual ? 200 : 232);
 }
 
 /* The scales of reduction block kb, loaded before the stage's wait: A's
@@ -180,24 +242,6 @@ static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
 		lg_comment(b, "the tile's columns from (cb + 1) 128 on: the next block's scale");
 		lg_line(b, "const float sb1 = ((i64)cb + 1) * 128 < %s ? LG_SB(kt, cb + 1) : 0.0f;", g->cols);
 	}
-}
-
-/* Zero the reduction elements of this warpgroup's 64 rows of A past
- * `rlen` (another segment's tokens) in the stage, then hand them to the
- * async proxy (wgmma). */
-static void emit_mask(lg_buf *b, const struct lg_fp8_gemm *g)
-{
-	lg_line(b, "const i64 valid = %s - (i64)kt * %d;", g->rlen, BK);
-	lg_open(b, "if (valid < %d) {", BK);
-	lg_comment(b, "row r's 16-byte chunk c sits at chunk c ^ (r & 7) (128-byte swizzle)");
-	lg_line(b, "u8 *const a = ring + s * %u + wg * %u;", stage_bytes(g), 64u * ROWB);
-	lg_open(b, "for (int q = threadIdx.x & 127; q < 64 * 128; q += 128) {");
-	lg_line(b, "const int r = q >> 7, k = q & 127;");
-	lg_line(b, "if (k >= valid) a[r * 128 + (((k >> 4) ^ (r & 7)) << 4) + (k & 15)] = 0;");
-	lg_close(b);
-	lg_line(b, "lg_fence_proxy_async();");
-	lg_close(b);
-	lg_line(b, "asm volatile(\"bar.sync %%0, 128;\" :: \"r\"(1 + wg) : \"memory\");");
 }
 
 /* acc += part x the scales of each accumulator's row and column. */
@@ -234,8 +278,10 @@ static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 	lg_line(b, "const int s = it %% %d;", S);
 	emit_scales(b, g);
 	lg_line(b, "lg_mbar_wait(&full[s], (it / %d) & 1);", S);
-	if (g->rlen)
-		emit_mask(b, g);
+	if (g->manual) {
+		lg_comment(b, "the producer's copies, to the async proxy (wgmma)");
+		lg_line(b, "lg_fence_proxy_async();");
+	}
 	lg_line(b, "const u64 da = lg_wg_desc(ring + s * %u + wg * %u);", st, 64u * ROWB);
 	lg_line(b, "const u64 db = lg_wg_desc(ring + s * %u + %u);", st, (unsigned)g->bm * ROWB);
 	lg_line(b, "lg_wg_fence();");
@@ -275,9 +321,11 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	lg_line(b, "int it = 0;");
 	lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
 	sc->tile(b, sc->ctx);
-	lg_line(b, "(void)ta;");
-	lg_line(b, "(void)tb;");
-	lg_line(b, "(void)rb;");
+	if (!g->manual) {
+		lg_line(b, "(void)ta;");
+		lg_line(b, "(void)tb;");
+		lg_line(b, "(void)rb;");
+	}
 	lg_line(b, "const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);");
 	lg_line(b, "float acc[%d];", regs);
 	lg_line(b, "#pragma unroll");

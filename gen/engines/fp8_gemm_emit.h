@@ -46,8 +46,13 @@ struct lg_fp8_sched {
 	 * reduction's first element in both maps), `const int nkt` (its
 	 * 128-blocks), `const i64 oc` (the output column of B's row tb) and
 	 * `const i64 rend` (A's rows from ta below rend are real: scales and
-	 * stores past it are skipped). */
+	 * stores past it are skipped); ta is also the output row of the
+	 * tile's first row. With manual operands (struct lg_fp8_gemm) it
+	 * declares ta, nkt, oc and rend only. */
 	void (*tile)(lg_buf *b, void *ctx);
+	/* manual operands only, in the producer after tile(): declare the
+	 * operands its copies read (struct lg_fp8_gemm's `manual`). */
+	void (*operands)(lg_buf *b, void *ctx);
 };
 
 struct lg_fp8_gemm {
@@ -59,10 +64,19 @@ struct lg_fp8_gemm {
 	 * (the output column's 128-block) */
 	bool b_rowscale;
 	const char *cols; /* output columns (an expression: B's scale guard) */
-	/* Reduction elements of the tile past `rlen` (an i64 expression) are
-	 * another segment's: zeroed in shared memory before the mma (grouped
-	 * wgrad). NULL: TMA's zero fill past the tensor suffices. */
-	const char *rlen;
+	/* false: A and B are read by TMA through the tensor maps a_tmap,
+	 * b_tmap. true: through plain pointers whose row strides no tensor map
+	 * can hold (the grouped wgrad's per-expert blocks, rows of count_e
+	 * bytes): the producer warpgroup's 128 threads copy each stage's
+	 * 16-byte chunks with cp.async into the swizzled layout (zero-filled
+	 * past the tile's valid rows and reduction), or byte by byte when the
+	 * rows are not 16-byte aligned. The schedule's operands() then
+	 * declares `const u8 *ga, *gb` (A's and B's first row at reduction
+	 * element 0), `const i64 lda, ldb` (their row strides, bytes), `const
+	 * int na, nb` (valid rows from ga, gb), `const i64 rlen` (valid
+	 * reduction elements) and `const bool al` (every row 16-byte aligned:
+	 * cp.async). */
+	bool manual;
 };
 
 /* Threads of a CTA (bm / 64 consumer warpgroups and the producer's). */

@@ -110,7 +110,7 @@ static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_t
 							  [LG_PASS_WGRAD] = {"tm_dyt", "tm_xt"}};
 	bool w = s->pass == LG_PASS_WGRAD;
 	return (struct lg_fp8_gemm){t->bm, t->bn, t->stages, tm[s->pass][0], tm[s->pass][1], w,
-				    s->pass == LG_PASS_FORWARD ? l->n : l->k, NULL};
+				    s->pass == LG_PASS_FORWARD ? l->n : l->k, false};
 }
 
 /* The scales' macros (fp8_gemm_emit.h): A's per row, B's per tile or row. */
@@ -217,7 +217,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	for (int i = 0; i < NARGS; i++)
 		if (i == A_IN || i == B_IN)
 			lg_line(b, "(void)%s;", a[i].name);
-	struct lg_fp8_sched sc = {&d, dense_setup, dense_tile};
+	struct lg_fp8_sched sc = {&d, dense_setup, dense_tile, NULL};
 	lg_fp8_gemm_emit_body(b, &g, &sc, "fp8", store);
 	lg_close(b);
 }

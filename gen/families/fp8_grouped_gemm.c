@@ -12,6 +12,12 @@
  *   dgrad    dx [tokens, k] = dy . w[e]: dy's rowwise copy, the weights'
  *            transposed copies wt [experts, k, n] (wt_scale [experts,
  *            cdiv(k, 128), cdiv(n, 128)])
+ *   wgrad    dw [experts, n, k] = dy_e^T . x_e over each expert's tokens:
+ *            the per-expert columnwise copies of dy and x (expert e's a
+ *            [n, count_e] / [k, count_e] block at element start_e n /
+ *            start_e k, scales a [cdiv(count_e, 128), n] / [.., k] block at
+ *            row sum of cdiv(counts[:e], 128)); fp32 (`accumulate`: dw +=,
+ *            a main gradient) or bf16; an expert of 0 rows gets dw[e] = 0
  *
  * counts [experts] int32 is read on the device (no host synchronisation:
  * capturable in a CUDA graph); experts may have 0 rows; rows past the
@@ -24,7 +30,12 @@
  * finds its expert by a binary search of the tile starts; an expert's tiles
  * run row-major (its m-tiles sweep the n-tiles, so its weight stays in L2).
  * A tile's rows past its expert's segment are loaded (TMA reads the next
- * expert's rows, or zeros) but neither scaled nor stored.
+ * expert's rows, or zeros) but neither scaled nor stored. The wgrad's
+ * tiles are static (experts x n/bm x k/bn, expert-major); its operands'
+ * rows are count_e bytes apart, which no tensor map holds, so the
+ * emitter's producer warpgroup copies them with cp.async (rows of an
+ * expert whose count is not a multiple of 16 are not 16-byte aligned:
+ * byte loads), zero-filling past the expert's tokens.
  */
 #include <stdio.h>
 
@@ -33,9 +44,10 @@
 
 #include "fp8_gemm_common.h"
 
-enum { K_N, K_K, K_E, K_TILE, K_TM, K_TN, K_STAGES, NKEYS };
+enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 0};
+static const char *const acc_words[2] = {"set", "acc"};
 #define EXPERTS_MAX 1024
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("n", "n", 16, 1 << 20, 16, "output features: rows of each w[e] (a multiple of 16)"),
@@ -45,6 +57,9 @@ static const struct lg_key keys[NKEYS] = {
 	[K_E] = {.path = "experts", .type = LG_KEY_INT, .flags = LG_KEY_REQUIRED | LG_KEY_SHAPE, .min = 1,
 		 .max = EXPERTS_MAX, .naming = LG_NAME_ALWAYS, .rank = 12, .abbrev = "e",
 		 .doc = "experts: segments of rows, weights w[e]"},
+	[K_ACC] = {.path = "accumulate", .type = LG_KEY_BOOL, .has_def = true, .def = 0,
+		   .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 20, .words = acc_words,
+		   .doc = "wgrad: dw += dy^T . x (an fp32 main gradient) instead of dw ="},
 	[K_TILE] = LG_KEY_TILE_OBJ,
 	[K_TM] = LG_KEY_TILE("m", "m", 64, 128, tm_ok, "output rows a CTA tile (64 a consumer warpgroup)"),
 	[K_TN] = LG_KEY_TILE("n", "n", 16, 256, NULL, "output columns a CTA tile (a multiple of 16)"),
@@ -77,14 +92,36 @@ static const struct lg_arg dgrad_args[NARGS] = {
 	[C_OUT] = {"dx", LG_ARG_OUT, LG_ELEM_DTYPE, "tokens, k", 16, "dy . w[e]"},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, -1};
+static const struct lg_arg wgrad_args[NARGS] = {
+	[A_IN] = {"dyt", LG_ARG_IN, LG_ELEM_E4M3, "n, tokens", 16,
+		  "columnwise copy of dy: per expert a [n, count] block at element start n"},
+	[A_IN_S] = {"dyt_scale", LG_ARG_IN, LG_ELEM_FP32, "cdiv(tokens, 128) + experts, n", 4,
+		    "its 128 x 1 scales: per expert a [cdiv(count, 128), n] block"},
+	[B_IN] = {"xt", LG_ARG_IN, LG_ELEM_E4M3, "k, tokens", 16,
+		  "columnwise copy of x: per expert a [k, count] block at element start k"},
+	[B_IN_S] = {"xt_scale", LG_ARG_IN, LG_ELEM_FP32, "cdiv(tokens, 128) + experts, k", 4,
+		    "its 128 x 1 scales: per expert a [cdiv(count, 128), k] block"},
+	[COUNTS] = {"counts", LG_ARG_IN, LG_ELEM_I32, "experts", 4, "rows of each expert (device memory)"},
+	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "experts, n, k", 16, "dy_e^T . x_e (accumulate: added to dw)"},
+};
+
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
 	return lg_fp8_validate(s, where, &tkeys);
 }
 
-enum { P_E = P8_OWN, P_CT };
+enum { P_E = P8_OWN, P_CT, P_RT };
+
+/* The pass's GEMM: the wgrad's operands through pointers (manual). */
+static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_tile *tl, const char *cols)
+{
+	static const char *const tm[LG_PASS_COUNT][2] = {[LG_PASS_FORWARD] = {"tm_x", "tm_w"},
+							  [LG_PASS_DGRAD] = {"tm_dy", "tm_wt"}};
+	bool w = s->pass == LG_PASS_WGRAD;
+	return (struct lg_fp8_gemm){tl->bm, tl->bn, tl->stages, tm[s->pass][0], tm[s->pass][1], w, cols, w};
+}
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
@@ -94,21 +131,26 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, scan, &tl);
 	if (st != LG_OK)
 		return st;
-	bool fwd = s->pass == LG_PASS_FORWARD;
-	int64_t cols = fwd ? lg_spec_int(s, K_N) : lg_spec_int(s, K_K);
-	struct lg_fp8_gemm g = {tl.bm, tl.bn, tl.stages, fwd ? "tm_x" : "tm_dy", fwd ? "tm_w" : "tm_wt", false,
-				NULL, NULL};
-	p->v[P8_COLS] = cols;
+	int64_t n = lg_spec_int(s, K_N), k = lg_spec_int(s, K_K);
+	struct lg_fp8_gemm g = gemm_of(s, &tl, NULL);
+	p->v[P8_COLS] = s->pass == LG_PASS_FORWARD ? n : k;
+	p->v[P8_ROWS] = s->pass == LG_PASS_WGRAD ? n : -1;
 	p->v[P_E] = lg_spec_int(s, K_E);
-	p->v[P_CT] = lg_fp8_cdiv(cols, tl.bn);
+	p->v[P_CT] = lg_fp8_cdiv(p->v[P8_COLS], tl.bn);
+	p->v[P_RT] = lg_fp8_cdiv(n, tl.bm);
 	return lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN);
 }
 
-/* A bound on the tiles (the counts are on the device): the rows' tiles
- * and one partial tile an expert. */
+/* forward, dgrad: a bound on the tiles (the counts are on the device),
+ * the rows' tiles and one partial tile an expert; wgrad: every expert's
+ * n x k tiles (an expert of no tokens stores zeros). */
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
 	(void)e;
+	if (p->v[P8_ROWS] >= 0) {
+		lg_fp8_geometry(p, p->v[P_E] * p->v[P_RT] * p->v[P_CT], d);
+		return;
+	}
 	int64_t tiles = (lg_fp8_cdiv(sz[0], p->v[P8_BM]) + p->v[P_E]) * p->v[P_CT];
 	lg_fp8_geometry(p, sz[0] > 0 ? tiles : 0, d);
 }
@@ -116,34 +158,45 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 /* ------------------------------------------------------------ emission */
 
 struct grouped {
-	int64_t experts, ct, red, cols;
+	int64_t experts, ct, rt, red, cols, n;
 	int bm, bn;
+	bool wgrad;
 };
 
-/* Each expert's first row and first tile, from counts, into shared memory. */
+/* Each expert's first row gr[e] and first tile gt[e] (wgrad: first
+ * 128-token scale block), from counts, into shared memory. */
 static void grouped_setup(lg_buf *b, void *ctx)
 {
 	const struct grouped *g = ctx;
-	lg_comment(b, "Expert e's first row gr[e] and first tile gt[e] (gt[%lld]: the tiles), one scan.",
-		   (long long)g->experts);
-	lg_line(b, "__shared__ i64 gr[%lld];", (long long)g->experts + 1);
-	lg_line(b, "__shared__ int gt[%lld];", (long long)g->experts + 1);
+	long long e = (long long)g->experts;
+	if (g->wgrad)
+		lg_comment(b, "Expert e's first row gr[e] and first 128-token scale block gt[e], one scan.");
+	else
+		lg_comment(b, "Expert e's first row gr[e] and first tile gt[e] (gt[%lld]: the tiles), one scan.", e);
+	lg_line(b, "__shared__ i64 gr[%lld];", e + 1);
+	lg_line(b, "__shared__ int gt[%lld];", e + 1);
 	lg_open(b, "if (threadIdx.x == 0) {");
 	lg_line(b, "i64 r = 0;");
 	lg_line(b, "int t = 0;");
-	lg_open(b, "for (int e = 0; e < %lld; e++) {", (long long)g->experts);
+	lg_open(b, "for (int e = 0; e < %lld; e++) {", e);
 	lg_line(b, "gr[e] = r;");
 	lg_line(b, "gt[e] = t;");
 	lg_line(b, "const i64 c = ((const int *)counts)[e];");
 	lg_line(b, "const i64 n = c < 0 ? 0 : r + c > M ? M - r : c; // no rows past M");
 	lg_line(b, "r += n;");
-	lg_line(b, "t += (int)((n + %d) / %d) * %lld;", g->bm - 1, g->bm, (long long)g->ct);
+	if (g->wgrad)
+		lg_line(b, "t += (int)((n + 127) / 128);");
+	else
+		lg_line(b, "t += (int)((n + %d) / %d) * %lld;", g->bm - 1, g->bm, (long long)g->ct);
 	lg_close(b);
-	lg_line(b, "gr[%lld] = r;", (long long)g->experts);
-	lg_line(b, "gt[%lld] = t;", (long long)g->experts);
+	lg_line(b, "gr[%lld] = r;", e);
+	lg_line(b, "gt[%lld] = t;", e);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_line(b, "const i64 tiles = gt[%lld];", (long long)g->experts);
+	if (g->wgrad)
+		lg_line(b, "const i64 tiles = %lldll;", (long long)(g->experts * g->rt * g->ct));
+	else
+		lg_line(b, "const i64 tiles = gt[%lld];", e);
 }
 
 /* Tile `tile`: its expert (binary search of gt), rows, columns. */
@@ -165,9 +218,44 @@ static void grouped_tile(lg_buf *b, void *ctx)
 	lg_line(b, "const i64 rend = seg0 + segn;");
 }
 
-static void emit_scale_macros(lg_buf *b, bool fwd, const struct grouped *g)
+/* wgrad tile `tile` (expert-major): expert ex's output rows ex n + ta..
+ * (rows of dy's copy), columns oc.. (rows of x's), over its tokens. */
+static void wgrad_tile(lg_buf *b, void *ctx)
+{
+	const struct grouped *g = ctx;
+	long long n = (long long)g->n, per = (long long)(g->rt * g->ct);
+	lg_line(b, "const int ex = (int)(tile / %lld), lt = (int)(tile %% %lld);", per, per);
+	lg_line(b, "const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0, er = (i64)ex * %lld;", n);
+	lg_line(b, "const int ta = (int)(er + lt / %lld * %d), nkt = (int)((segn + 127) / 128);", (long long)g->ct,
+		g->bm);
+	lg_line(b, "const i64 oc = (i64)(lt %% %lld) * %d, rend = er + %lld;", (long long)g->ct, g->bn, n);
+}
+
+/* The wgrad producer's operands: expert ex's [n, segn] block of dy's copy
+ * from row ta - er and [k, segn] block of x's from row oc. */
+static void wgrad_operands(lg_buf *b, void *ctx)
+{
+	const struct grouped *g = ctx;
+	long long n = (long long)g->n, k = (long long)g->cols;
+	lg_line(b, "const u8 *const ga = (const u8 *)dyt + seg0 * %lld + (ta - er) * segn;", n);
+	lg_line(b, "const u8 *const gb = (const u8 *)xt + seg0 * %lld + oc * segn;", k);
+	lg_line(b, "const i64 lda = segn, ldb = segn, rlen = segn;");
+	lg_line(b, "const int na = (int)(rend - ta), nb = (int)(%lld - oc);", k);
+	lg_line(b, "const bool al = (segn & 15) == 0;");
+}
+
+static void emit_scale_macros(lg_buf *b, enum lg_pass pass, const struct grouped *g)
 {
 	int64_t rb = lg_fp8_cdiv(g->red, 128), cb = lg_fp8_cdiv(g->cols, 128);
+	if (pass == LG_PASS_WGRAD) {
+		lg_comment(b, "scales: per expert [cdiv(count, 128), n] and [.., k] blocks from row gt[ex]");
+		lg_line(b, "#define LG_SA(kb, r) (((const float *)dyt_scale)[(gt[ex] + (kb)) * %lldll + (r) - er])",
+			(long long)g->n);
+		lg_line(b, "#define LG_SB(kb, c) (((const float *)xt_scale)[(gt[ex] + (kb)) * %lldll + (c)])",
+			(long long)g->cols);
+		return;
+	}
+	bool fwd = pass == LG_PASS_FORWARD;
 	lg_comment(b, "scales: A's per expert a [%lld, segn] block at element seg0 %lld; B's tiles of w[ex]", (long long)rb,
 		   (long long)rb);
 	lg_line(b, "#define LG_SA(kb, r) \\\n\t(((const float *)%s)[seg0 * %lld + (i64)(kb) * segn + (r) - seg0])",
@@ -179,24 +267,29 @@ static void emit_scale_macros(lg_buf *b, bool fwd, const struct grouped *g)
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	(void)t;
-	bool fwd = s->pass == LG_PASS_FORWARD;
+	static const char *const what[] = {"y = x . w[e]^T over each expert's rows", "",
+					   "dx = dy . w[e] over each expert's rows",
+					   "dw[e] = dy_e^T . x_e over each expert's tokens"};
+	bool wg = s->pass == LG_PASS_WGRAD;
 	struct lg_fp8_tile tl = lg_fp8_planned(p);
 	int64_t n = lg_spec_int(s, K_N), k = lg_spec_int(s, K_K);
-	struct grouped gs = {p->v[P_E], p->v[P_CT], fwd ? k : n, fwd ? n : k, tl.bm, tl.bn};
+	struct grouped gs = {p->v[P_E], p->v[P_CT], p->v[P_RT], s->pass == LG_PASS_FORWARD ? k : n,
+			     p->v[P8_COLS], n, tl.bm, tl.bn, wg};
 	char cols[24], store[64];
 	snprintf(cols, sizeof cols, "%lldll", (long long)gs.cols);
-	struct lg_fp8_gemm g = {tl.bm, tl.bn, tl.stages, fwd ? "tm_x" : "tm_dy", fwd ? "tm_w" : "tm_wt", false,
-				cols, NULL};
+	struct lg_fp8_gemm g = gemm_of(s, &tl, cols);
+	const struct lg_arg *a = lg_family_get(s->op)->sig[s->pass].args;
 	lg_section(b, "helpers for this spec", NULL);
 	lg_fp8_gemm_emit_helpers(b, &g, "fp8");
-	lg_fp8_emit_store(b, s->dtype == LG_DTYPE_FP32, false, gs.cols);
-	lg_fp8_emit_head(b, s, p, fwd ? "y = x . w[e]^T over each expert's rows" : "dx = dy . w[e] over each expert's rows",
-			 &g);
-	emit_scale_macros(b, fwd, &gs);
-	lg_line(b, "(void)%s;", fwd ? "x" : "dy");
-	lg_line(b, "(void)%s;", fwd ? "w" : "wt");
-	snprintf(store, sizeof store, "lg_st_out((u8 *)%s, ", fwd ? "y" : "dx");
-	struct lg_fp8_sched sc = {&gs, grouped_setup, grouped_tile};
+	lg_fp8_emit_store(b, s->dtype == LG_DTYPE_FP32, lg_spec_int(s, K_ACC) != 0, gs.cols);
+	lg_fp8_emit_head(b, s, p, what[s->pass], &g);
+	emit_scale_macros(b, s->pass, &gs);
+	if (!wg) {
+		lg_line(b, "(void)%s;", a[A_IN].name);
+		lg_line(b, "(void)%s;", a[B_IN].name);
+	}
+	snprintf(store, sizeof store, "lg_st_out((u8 *)%s, ", a[C_OUT].name);
+	struct lg_fp8_sched sc = {&gs, grouped_setup, wg ? wgrad_tile : grouped_tile, wgrad_operands};
 	lg_fp8_gemm_emit_body(b, &g, &sc, "fp8", store);
 	lg_close(b);
 }
@@ -214,16 +307,22 @@ static const char doc_dgrad[] =
 	"Grouped blockwise FP8 GEMM dgrad (op \"fp8_grouped_gemm\", sm_90a): dx [tokens, k]\n"
 	"  = dy . w[e] over expert e's rows, from dy's per-expert rowwise copy and the\n"
 	"  weights' transposed copies wt [experts, k, n].";
+static const char doc_wgrad[] =
+	"Grouped blockwise FP8 GEMM wgrad (op \"fp8_grouped_gemm\", sm_90a): dw [experts,\n"
+	"  n, k] (=, or += with accumulate) dy_e^T . x_e over expert e's tokens, from the\n"
+	"  per-expert columnwise copies of dy (dyt) and x (xt) as fp8_quant_batched,\n"
+	"  moe_permute_quant and batch_swiglu_quant write them.";
 
 const struct lg_family lg_family_fp8_grouped_gemm = {
 	.op = "fp8_grouped_gemm",
-	.summary = "grouped blockwise FP8 GEMM over per-expert row segments: forward, dgrad (sm_90a)",
-	.passes = 1u << LG_PASS_FORWARD | 1u << LG_PASS_DGRAD,
+	.summary = "grouped blockwise FP8 GEMM over per-expert row segments: forward, dgrad, wgrad (sm_90a)",
+	.passes = 1u << LG_PASS_FORWARD | 1u << LG_PASS_DGRAD | 1u << LG_PASS_WGRAD,
 	.dtypes = 1u << LG_DTYPE_BF16 | 1u << LG_DTYPE_FP32,
 	.nkeys = NKEYS,
 	.keys = keys,
 	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args, doc_fwd},
-		[LG_PASS_DGRAD] = {1, sizes, NARGS, dgrad_args, doc_dgrad}},
+		[LG_PASS_DGRAD] = {1, sizes, NARGS, dgrad_args, doc_dgrad},
+		[LG_PASS_WGRAD] = {1, sizes, NARGS, wgrad_args, doc_wgrad}},
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,

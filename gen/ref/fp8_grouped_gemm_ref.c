@@ -4,8 +4,13 @@
  * counts[e]) by fp8_gemm's float64 product of the dequantised operands
  * (fp8_gemm_ref.h) with its own weight and its own block of scales:
  *   forward  y = x . w[e]^T     dgrad  dx = dy . wt[e]^T
+ * and the wgrad dw[e] = dyt_e . xt_e^T over expert e's tokens, from its
+ * [n, count_e] and [k, count_e] blocks at elements start_e n, start_e k
+ * and its scale blocks at row sum of cdiv(counts[:e], 128) (an expert of
+ * no tokens: dw[e] = 0).
  * Rows past the counts' sum are not written by the kernel: random counts
- * here always sum to the tokens (some experts 0). Bound as fp8_gemm's.
+ * here always sum to the tokens (some experts 0; for the wgrad at a
+ * multiple of 16 tokens, multiples of 16, as moe_row_map pads them). Bound as fp8_gemm's.
  */
 #include <stdlib.h>
 
@@ -22,12 +27,14 @@ static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 }
 
 /* counts: E - 1 random cuts of [0, m] (so some experts get 0 rows), a
- * quarter of the experts emptied into their neighbour. */
-static void fill_counts(int32_t *counts, size_t e, size_t m, uint64_t *st)
+ * quarter of the experts emptied into their neighbour; each a multiple of
+ * `unit` (m is too). */
+static void fill_counts(int32_t *counts, size_t e, size_t m, size_t unit, uint64_t *st)
 {
 	size_t left = m;
 	for (size_t i = 0; i + 1 < e; i++) {
 		size_t c = (lg_ref_rand(st) % 4 == 0 || !left) ? 0 : (size_t)(lg_ref_rand(st) % (2 * m / e + 1));
+		c = c / unit * unit;
 		c = c > left ? left : c;
 		counts[i] = (int32_t)c;
 		left -= c;
@@ -38,14 +45,45 @@ static void fill_counts(int32_t *counts, size_t e, size_t m, uint64_t *st)
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 {
 	uint64_t st = seed;
-	(void)s;
 	for (int i = A_IN; i <= B_IN; i += 2)
 		lg_ref_fp8_fill(c->buf[i].host, c->buf[i].count, c->buf[i + 1].host, c->buf[i + 1].count, &st);
-	fill_counts(c->buf[COUNTS].host, c->buf[COUNTS].count, (size_t)c->sizes[0], &st);
+	/* wgrad at a multiple of 16 tokens: counts of 16 (moe_row_map's padded
+	 * segments), the rows of the columnwise copies 16-byte aligned */
+	size_t m = (size_t)c->sizes[0], unit = s->pass == LG_PASS_WGRAD && m % 16 == 0 ? 16 : 1;
+	fill_counts(c->buf[COUNTS].host, c->buf[COUNTS].count, m, unit, &st);
+}
+
+/* dw[e] = dyt_e . xt_e^T, every expert. */
+static void run_wgrad(const struct lg_spec *s, struct lg_ref_case *c)
+{
+	size_t n = (size_t)lg_ref_int(s, "n"), k = (size_t)lg_ref_int(s, "k");
+	size_t e = (size_t)lg_ref_int(s, "experts");
+	const int32_t *counts = c->buf[COUNTS].host;
+	double *y = calloc(e * n * k + 1, sizeof *y);
+	if (!y)
+		abort();
+	const uint8_t *a = c->buf[A_IN].host, *b = c->buf[B_IN].host;
+	const float *sa = c->buf[A_IN_S].host, *sb = c->buf[B_IN_S].host;
+	size_t t0 = 0, blk = 0;
+	for (size_t i = 0; i < e; i++) {
+		size_t m = (size_t)counts[i];
+		if (m) {
+			struct lg_ref_fp8_op o = {a + t0 * n, sa + blk * n, b + t0 * k, sb + blk * k, n, k, m, true};
+			lg_ref_fp8_product(&o, y + i * n * k);
+		}
+		t0 += m;
+		blk += (m + 127) / 128;
+	}
+	lg_ref_fp8_store(s, &c->buf[C_OUT], y, e * n * k);
+	free(y);
 }
 
 static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
+	if (s->pass == LG_PASS_WGRAD) {
+		run_wgrad(s, c);
+		return;
+	}
 	bool fwd = s->pass == LG_PASS_FORWARD;
 	size_t m = (size_t)c->sizes[0], n = (size_t)lg_ref_int(s, "n"), k = (size_t)lg_ref_int(s, "k");
 	size_t cols = fwd ? n : k, red = fwd ? k : n, rb = (red + 127) / 128, cb = (cols + 127) / 128;

@@ -17,7 +17,7 @@ from ._lib import LingenError, LibraryError, SpecError
 from ._core import Context, Kernel, Spec, call, default_context, set_default_context
 from ._families import families
 from ._gemm_ops import (fp8_gemm, fp8_gemm_dgrad, fp8_gemm_wgrad, fp8_grouped_gemm,
-                        fp8_grouped_gemm_dgrad)
+                        fp8_grouped_gemm_dgrad, fp8_grouped_gemm_wgrad)
 from .lists import TensorList, count_zero, grad_norm
 from .ops import (batch_swiglu_quant, batch_swiglu_quant_backward, cross_entropy_backward,
                   cross_entropy_forward, cross_entropy_fused, cross_entropy_merge,
@@ -41,7 +41,7 @@ __all__ = [
     "router_gemm", "router_gemm_backward", "rmsnorm_router",
     "moe_row_map", "moe_permute", "moe_permute_backward", "moe_unpermute", "moe_unpermute_backward",
     "moe_permute_quant", "fp8_gemm", "fp8_gemm_dgrad", "fp8_gemm_wgrad",
-    "fp8_grouped_gemm", "fp8_grouped_gemm_dgrad",
+    "fp8_grouped_gemm", "fp8_grouped_gemm_dgrad", "fp8_grouped_gemm_wgrad",
 ]
 
 

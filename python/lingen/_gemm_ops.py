@@ -86,3 +86,29 @@ def fp8_grouped_gemm_dgrad(dy, dy_scale, wt, wt_scale, counts, *, out_dtype="bf1
                                                 "wt_scale": wt_scale, "counts": counts},
              {"tile": tile, "dtype": dt}, out=out, stream=stream, context=context, alloc=alloc)
     return r["dx"]
+
+
+def fp8_grouped_gemm_wgrad(dyt, dyt_scale, xt, xt_scale, counts, *, out_dtype="fp32",
+                           accumulate=None, tile=None, out=None, stream=None, context=None,
+                           alloc=None):
+    """dw [experts, n, k] = dy_e^T . x_e over each expert's tokens (counts
+    [experts] int32 on the device), from the per-expert columnwise copies of
+    dy (dyt [n, tokens] holding expert e's [n, count_e] block at element
+    start_e n; dyt_scale [cdiv(tokens, 128) + experts, n] holding its
+    [cdiv(count_e, 128), n] block at row sum of cdiv(counts[:e], 128)) and
+    of x (xt [k, tokens], xt_scale likewise), as fp8_quant_batched,
+    moe_permute_quant and batch_swiglu_quant write them. An expert of no
+    tokens gets dw[e] = 0. out_dtype "fp32" (default) or "bf16";
+    accumulate=True (fp32) adds into out={"dw": main_grad} instead."""
+    fn = "lingen.fp8_grouped_gemm_wgrad"
+    dt = _out_dtype(fn, out_dtype)
+    if accumulate is not None:
+        accumulate = check_flag(fn, "accumulate", accumulate)
+    if accumulate and (dt != "fp32" or not (isinstance(out, dict) and "dw" in out)):
+        raise TypeError(f"{fn}: accumulate=True needs out_dtype='fp32' and "
+                        f"out={{'dw': main_grad}} (fp32 [experts, n, k])")
+    r = call(fn, "fp8_grouped_gemm", "wgrad", {"dyt": dyt, "dyt_scale": dyt_scale, "xt": xt,
+                                                "xt_scale": xt_scale, "counts": counts},
+             {"tile": tile, "accumulate": accumulate, "dtype": dt}, out=out, stream=stream,
+             context=context, alloc=alloc)
+    return r["dw"]

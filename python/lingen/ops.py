@@ -23,7 +23,7 @@ from . import _core, _families, _generic
 from ._core import call
 from ._core import quant_options as _quant
 from ._gemm_ops import (fp8_gemm, fp8_gemm_dgrad, fp8_gemm_wgrad, fp8_grouped_gemm,
-                        fp8_grouped_gemm_dgrad)  # noqa: F401
+                        fp8_grouped_gemm_dgrad, fp8_grouped_gemm_wgrad)  # noqa: F401
 from ._moe_ops import (_multiple, _routing_arg, _routing_kind, _uses, moe_permute,  # noqa: F401
                        moe_permute_backward, moe_permute_quant, moe_row_map, moe_unpermute,
                        moe_unpermute_backward)

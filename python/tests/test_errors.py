@@ -71,6 +71,8 @@ GOOD = {
                           a(E, 4, H // 128, t="<f4"), a(E, t="<i4")), {}),
     "fp8_grouped_gemm_dgrad": ((a(T, 512, t="|V1"), a(4, T, t="<f4"), a(E, H, 512, t="|V1"),
                                 a(E, H // 128, 4, t="<f4"), a(E, t="<i4")), {}),
+    "fp8_grouped_gemm_wgrad": ((a(512, T, t="|V1"), a(-(-T // 128) + E, 512, t="<f4"),
+                                a(H, T, t="|V1"), a(-(-T // 128) + E, H, t="<f4"), a(E, t="<i4")), {}),
     "grad_norm": (([a(T, t="<f4"), a(H)],), {}),
     "count_zero": (([a(T, t="<f4")],), {}),
 }

@@ -21,7 +21,9 @@ def test_declarations():
     assert [a.name for a in f.passes["forward"].args] == ["x", "x_scale", "w", "w_scale", "y"]
     assert [a.name for a in f.passes["wgrad"].args] == ["dyt", "dyt_scale", "xt", "xt_scale", "dw"]
     g = lingen.families()["fp8_grouped_gemm"]
-    assert set(g.passes) == {"forward", "dgrad"}
+    assert set(g.passes) == {"forward", "dgrad", "wgrad"}
+    assert [a.name for a in g.passes["wgrad"].args] == ["dyt", "dyt_scale", "xt", "xt_scale",
+                                                        "counts", "dw"]
     assert g.passes["forward"].arg("counts").elem == "int32"
 
 
@@ -37,6 +39,10 @@ def test_accumulate_needs_main_grad():
     with pytest.raises(TypeError, match="accumulate=True needs out="):
         lingen.fp8_gemm_wgrad(e4m3(256, 64), f32(1, 256), e4m3(512, 64), f32(1, 512),
                               accumulate=True)
+    with pytest.raises(TypeError, match="accumulate=True needs out_dtype='fp32'"):
+        lingen.fp8_grouped_gemm_wgrad(e4m3(256, 64), f32(5, 256), e4m3(512, 64), f32(5, 512),
+                                      CAI((4,), "<i4"), out_dtype="bf16", accumulate=True,
+                                      out={"dw": f32(4, 256, 512)})
     with pytest.raises(TypeError, match="accumulate: found 1"):
         lingen.fp8_gemm_wgrad(e4m3(256, 64), f32(1, 256), e4m3(512, 64), f32(1, 512), accumulate=1)
 

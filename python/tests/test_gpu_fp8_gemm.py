@@ -75,3 +75,36 @@ def test_grouped_forward(seed):
             ref = deq_rows(q[start:start + c], blk) @ deq_tiles(wq[i], ws[i]).t()
             assert rel(y[start:start + c], ref) <= 2e-3
         start += c
+
+
+def test_grouped_wgrad(seed):
+    """dw[e] from fp8_quant_batched's columnwise copies, expert by expert
+    (empty experts, counts off 16 and 128), and accumulate."""
+    torch = torch_cuda()
+    sm90(torch)
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    e, n, k = 8, 256, 384
+    for cs in ([0, 5, 128, 129, 0, 1, 300, 77], [16, 0, 256, 144, 32, 0, 128, 48]):
+        counts = torch.tensor(cs, dtype=torch.int32, device="cuda")
+        rows = int(counts.sum())
+        dy = torch.randn(rows, n, device="cuda", generator=g).to(torch.bfloat16)
+        x = torch.randn(rows, k, device="cuda", generator=g).to(torch.bfloat16)
+        _, _, dqt, dst = lingen.fp8_quant_batched(dy, counts, output="columnwise")
+        _, _, xqt, xst = lingen.fp8_quant_batched(x, counts, output="columnwise")
+        dw = lingen.fp8_grouped_gemm_wgrad(dqt, dst, xqt, xst, counts)
+        assert dw.shape == (e, n, k) and dw.dtype == torch.float32
+        start, blk = 0, 0
+        for i, c in enumerate(cs):
+            if c == 0:
+                assert torch.count_nonzero(dw[i]) == 0
+                continue
+            nb = (c + 127) // 128
+            a = dqt.reshape(-1)[start * n:(start + c) * n].view(n, c)
+            b = xqt.reshape(-1)[start * k:(start + c) * k].view(k, c)
+            ref = deq_rows(a, dst[blk:blk + nb]) @ deq_rows(b, xst[blk:blk + nb]).t()
+            assert rel(dw[i], ref) <= 2e-3
+            start, blk = start + c, blk + nb
+        again = dw.clone()
+        lingen.fp8_grouped_gemm_wgrad(dqt, dst, xqt, xst, counts, accumulate=True,
+                                      out={"dw": again})
+        assert torch.equal(again, 2 * dw)

@@ -27,4 +27,15 @@ void lg_test_print_measures(const struct lg_check_result *r, int width);
  * how many. For the checks that a second launch writes the same bits. */
 int lg_test_copy_outputs(const struct lg_gpu_case *g, void *first[LG_MAX_ARGS]);
 
+/* Spec s (an fp32 output `out`, accumulate on) at `tokens`: from a zeroed
+ * output, one launch matches the reference; a second adds exactly the
+ * same bits (the output exactly doubled). */
+void lg_test_accumulate(lg_ctx *ctx, const lg_spec *s, int64_t tokens, int out, uint64_t seed);
+
+/* Specs s16 and s32, alike but for the dtype of output `out` (bf16,
+ * fp32), on the same inputs: the bf16 output is bit for bit the fp32 one
+ * rounded to nearest even (a kernel rounding toward zero fails), and no
+ * element is left unwritten (poisoned NaN). */
+void lg_test_bf16_exact(lg_ctx *ctx, const lg_spec *s16, const lg_spec *s32, int64_t tokens, int out, uint64_t seed);
+
 #endif
