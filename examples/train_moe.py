@@ -10,8 +10,11 @@ corpus, in any of four modes:
 
     python examples/train_moe.py --modes fp8,bf16,torch,compile --steps 300
 
-writes bench/train-moe.json (per mode: losses, step times, tokens/s, peak
-memory, the GEMM backend) and bench/train-moe.png (loss curves, step time).
+writes out/train-moe.json (per mode: losses, step times, the tokens trained a
+step, tokens/s, peak memory, the device and the GEMM path that ran: lingen's
+native FP8 GEMMs or their emulation), .md and .png (loss curves, step time);
+--out bench/train-moe replaces the committed record. Every argument is
+checked before any training; the exit status is 1 when any mode failed.
 --graph captures the step as one CUDA graph (checking the replayed losses
 against eager steps), --profile writes a PyTorch-profiler breakdown.
 
@@ -25,15 +28,27 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
-import lingen.nn as ln  # noqa: E402
-from lingen.nn import _gemm  # noqa: E402
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+CONFIG = os.path.join(ROOT, "configs", "models", "ling-mini-2.0.json")
+MODES = ("fp8", "bf16", "torch", "compile")
+ln = _gemm = None  # lingen.nn and lingen.nn._gemm, imported by main (import_lingen)
 
-CONFIG = os.path.join(os.path.dirname(__file__), "..", "configs", "models", "ling-mini-2.0.json")
+
+def import_lingen():
+    """lingen.nn and its GEMM seam: the installed package (pip install .)
+    when there is one; only without it the checkout's python/ (which finds
+    the library in the checkout's build*/ folders), searched last."""
+    import importlib.util
+    if importlib.util.find_spec("lingen") is None:
+        sys.path.append(os.path.join(ROOT, "python"))
+    import lingen.nn as ln
+    from lingen.nn import _gemm
+    return ln, _gemm
 
 
 class Corpus:
@@ -57,12 +72,17 @@ class Corpus:
         return 0.1 * math.log(self.active) - 0.9 * math.log(0.9) - 0.1 * math.log(0.1)
 
 
+def model_config(args):
+    over = {k: getattr(args, k) for k in ("experts", "hidden", "vocab")
+            if getattr(args, k) is not None}
+    return ln.ModelConfig.from_json(CONFIG, layers=args.layers, **over)
+
+
 def build(args, mode, device):
     torch.manual_seed(args.seed)
-    over = {k: getattr(args, k) for k in ("experts", "hidden", "vocab") if getattr(args, k)}
     lm_mode = "torch" if mode == "compile" else mode
     with torch.device(device):
-        model = ln.Model.from_config(CONFIG, layers=args.layers, mode=lm_mode, **over)
+        model = ln.Model(model_config(args), mode=lm_mode)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0,
                             eps=1e-8, capturable=args.graph, foreach=True)
     fwd = model
@@ -97,12 +117,16 @@ def run_mode(args, mode, device, corpus):
         opt.zero_grad(set_to_none=not args.graph)
         return loss.detach()
 
-    rec = {"mode": mode, "layers": args.layers, "tokens": args.tokens, "losses": [],
-           "step_s": [], "gemm_backend": _gemm.backend() if mode == "fp8" else "torch bf16"}
+    rec = {"mode": mode, "layers": args.layers, "tokens": corpus.batch * corpus.seq,
+           "batch": corpus.batch, "seq": corpus.seq, "device": device, "losses": [],
+           "step_s": [], "gemm_backend": _gemm.backend(device) if mode == "fp8" else "torch bf16"}
+    _gemm.reset_calls()
     graph = None
     if args.graph and device == "cuda":
         graph, static, out, check = capture(step, corpus, opt, model, args)
         rec["graph_check"] = check
+        if not check["ok"]:
+            raise RuntimeError(f"the CUDA graph's losses differ from the eager steps': {check}")
     bar = tqdm(range(len(rec["losses"]), args.steps), desc=mode, dynamic_ncols=True,
                disable=args.no_bar)
     t_start = time.perf_counter()
@@ -124,14 +148,17 @@ def run_mode(args, mode, device, corpus):
         dt = time.perf_counter() - t0
         rec["losses"].append(loss)
         rec["step_s"].append(dt)
-        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{args.tokens / dt:,.0f}",
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rec['tokens'] / dt:,.0f}",
                         step=f"{dt * 1e3:.0f}ms")
         if i == 0:  # the first step compiles (lingen's JIT, torch.compile): not counted
             t_start = time.perf_counter()
         elif time.perf_counter() - t_start > args.time_limit:
             rec["stopped"] = f"time limit {args.time_limit} s after {i + 1} steps"
             break
+    rec["gemm_calls"] = _gemm.calls()
     summarise(rec, device)
+    if not all(map(math.isfinite, rec["losses"])):
+        raise FloatingPointError(f"{mode}: a loss is not finite: {rec['losses'][-5:]}")
     if args.profile and device == "cuda":
         rec["profile"] = profile(step, corpus, args, mode)
     del model, fwd, opt
@@ -233,12 +260,16 @@ def chart(records, path):
     fig.savefig(path, dpi=100)
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--modes", default="fp8,bf16,torch,compile")
+def parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="modes:\n" + __doc__.split("\n\n")[1])
+    p.add_argument("--modes", default="fp8,bf16,torch,compile",
+                   help=f"comma-separated, of: {', '.join(MODES)} (default: all four)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--tokens", type=int, default=8192, help="tokens a step")
+    p.add_argument("--tokens", type=int, default=8192,
+                   help="tokens a step (a multiple of --seq, or --seq itself when smaller)")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--active", type=int, default=4096, help="token ids the corpus uses")
     p.add_argument("--lr", type=float, default=1e-3)
@@ -246,13 +277,62 @@ def main(argv=None):
     p.add_argument("--experts", type=int, default=None)
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--vocab", type=int, default=None)
-    p.add_argument("--graph", action="store_true", help="capture the step as a CUDA graph")
+    p.add_argument("--graph", action="store_true",
+                   help="capture the step as a CUDA graph (needs a GPU)")
     p.add_argument("--profile", action="store_true")
     p.add_argument("--time-limit", type=float, default=1e9, help="seconds a mode, at most")
-    p.add_argument("--out", default="bench/train-moe")
+    p.add_argument("--out", default=os.path.join("out", "train-moe"),
+                   help="the record's path less .json/.md/.png (default out/train-moe; "
+                   "bench/train-moe replaces the committed record)")
     p.add_argument("--no-bar", action="store_true")
     p.add_argument("--plot", metavar="JSON", help="only redraw the chart (and table) of a record")
+    return p
+
+
+def check_args(p, args, device):
+    """Every argument, before any work: p.error (exit 2) names the one
+    that cannot run and what it may be."""
+    modes = args.modes.split(",")
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        p.error(f"--modes: {', '.join(map(repr, bad))} not a mode; modes: {', '.join(MODES)}")
+    for name in ("layers", "steps", "tokens", "seq", "active"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name}: {getattr(args, name)}: must be at least 1")
+    if not (math.isfinite(args.lr) and args.lr > 0):
+        p.error(f"--lr: {args.lr}: must be a finite number above 0")
+    if not args.time_limit > 0:
+        p.error(f"--time-limit: {args.time_limit}: must be above 0")
+    seq = min(args.seq, args.tokens)
+    if args.tokens % seq:
+        p.error(f"--tokens {args.tokens} is not a multiple of --seq {args.seq}: a step would "
+                f"train {args.tokens // seq * seq} tokens")
+    if args.graph and device != "cuda":
+        p.error("--graph: captures a CUDA graph, and there is no CUDA device")
+    try:  # every model on the meta device: the layers' own checks, no memory
+        cfg = model_config(args)
+        for mode in dict.fromkeys("torch" if m == "compile" else m for m in modes):
+            with torch.device("meta"):
+                ln.Model(cfg, mode=mode)
+    except (ValueError, TypeError) as e:
+        p.error(f"the model of {os.path.basename(CONFIG)} with --layers/--experts/--hidden/"
+                f"--vocab as given: {e}")
+    try:  # the record's folder, before the first mode trains
+        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+        with tempfile.TemporaryFile(dir=os.path.dirname(args.out) or "."):
+            pass
+    except OSError as e:
+        p.error(f"--out {args.out}: cannot write the record there: {e}")
+    return modes, seq
+
+
+def main(argv=None):
+    """Train (or, with --plot, redraw); returns the records. Exits 2 on a
+    bad argument (before any work), 1 when a mode failed."""
+    global ln, _gemm
+    p = parser()
     args = p.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     if args.plot:
         with open(args.plot) as f:
             rec = json.load(f)
@@ -261,31 +341,38 @@ def main(argv=None):
         with open(base + ".md", "w") as f:
             f.write(markdown(rec["meta"], rec["runs"]))
         return rec["runs"]
+    ln, _gemm = import_lingen()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    seq = min(args.seq, args.tokens)
-    vocab = args.vocab or 157184
+    modes, seq = check_args(p, args, device)
+    vocab = model_config(args).vocab
     corpus = Corpus(vocab, min(args.active, vocab), seq, args.tokens // seq, args.seed, device)
-    print(f"device {device}; FP8 GEMMs: {_gemm.backend()}; loss floor ~{corpus.floor():.2f}, "
-          f"log(vocab) {math.log(vocab):.2f}", flush=True)
+    print(f"device {device}; FP8 GEMMs: {_gemm.backend(device)}; loss floor "
+          f"~{corpus.floor():.2f}, log(vocab) {math.log(vocab):.2f}", flush=True)
     records = []
-    for mode in args.modes.split(","):
+    for mode in modes:
         try:
             records.append(run_mode(args, mode, device, corpus))
         except Exception as e:  # one mode failing leaves the others' record
             import traceback
             traceback.print_exc()
-            records.append({"mode": mode, "error": f"{type(e).__name__}: {e}"})
+            records.append({"mode": mode, "device": device,
+                            "error": f"{type(e).__name__}: {e}"})
         if device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
         write(args, device, corpus, records)  # after every mode: a later one may be cut
+    failed = [r["mode"] for r in records if "error" in r]
+    if failed:
+        print(f"failed: {', '.join(failed)} (the record has the errors)", file=sys.stderr)
+        sys.exit(1)
     return records
 
 
 def write(args, device, corpus, records):
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-            "torch": torch.__version__, "argv": sys.argv[1:], "gemm_backend": _gemm.backend(),
+            "torch": torch.__version__, "argv": args.argv, "tokens": corpus.batch * corpus.seq,
+            "gemm_backend": _gemm.backend(device),
             "loss_floor": corpus.floor()}
     with open(args.out + ".json", "w") as f:
         json.dump({"meta": meta, "runs": records}, f, indent=1)
@@ -322,6 +409,9 @@ def markdown(meta, records):
         if "profile" in r:
             lines.append(f"\n{r['mode']} profile, device ms a step: " + ", ".join(
                 f"{k} {v:.1f}" for k, v in sorted(r["profile"].items())))
+        if "gemm_calls" in r and r["mode"] == "fp8":
+            lines.append(f"\n{r['mode']} GEMMs that ran on {r['device']}: " + "; ".join(
+                f"{k}: {', '.join(v) or '-'}" for k, v in r["gemm_calls"].items()))
         if "graph_check" in r:
             lines.append(f"\n{r['mode']} CUDA graph check: {r['graph_check']}")
     return "\n".join(lines) + "\n"

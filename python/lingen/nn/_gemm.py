@@ -68,12 +68,44 @@ def native_grouped(t=None, names=_GROUPED):
             and (t is None or (t.is_cuda and not _compiling())))
 
 
-def backend():
-    """A label for benchmark output: which GEMMs the FP8 layers run."""
+def backend(device=None):
+    """A label for benchmark output: which GEMMs the FP8 layers run on
+    `device` ("cpu", "cuda", a torch.device; None: a CUDA device), as far as
+    can be known before a call (calls() tells what did run)."""
+    dev = torch.device(device) if device is not None else None
+    if dev is not None and dev.type != "cuda":
+        return (f"dense: EMULATED (dequantise + matmul); grouped: EMULATED (dequantise + "
+                f"grouped_mm): every GEMM on {dev.type} is emulated")
     d = "lingen fp8_gemm" if native_dense() else "EMULATED (dequantise + matmul)"
     g = "; ".join(f"{n}: {'lingen' if native_grouped(None, (n,)) else 'EMULATED'}"
                   for n in _GROUPED)
     return f"dense: {d}; grouped: {g} (EMULATED: dequantise + grouped_mm)"
+
+
+_calls = {}
+
+
+def _ran(name, native):
+    """Counts a GEMM call by its path (eager calls only: not under
+    torch.compile)."""
+    if _compiling():
+        return native
+    key = (name, "lingen" if native else "emulated")
+    _calls[key] = _calls.get(key, 0) + 1
+    return native
+
+
+def reset_calls():
+    _calls.clear()
+
+
+def calls():
+    """The GEMMs that ran since reset_calls(), by path: {"lingen": [names],
+    "emulated": [names]}."""
+    out = {"lingen": [], "emulated": []}
+    for name, path in sorted(_calls):
+        out[path].append(name)
+    return out
 
 
 def _op(name):
@@ -92,7 +124,7 @@ def _offs(counts):
 # ------------------------------------------------------------- dense
 
 def linear(xq, xs, wq, ws, out_dtype=torch.bfloat16):
-    if native_dense(xq):
+    if _ran("linear", native_dense(xq)):
         return _op("fp8_gemm")(xq, xs, wq, ws,
                                out_dtype="fp32" if out_dtype == torch.float32 else "bf16")
     dt = torch.float32 if out_dtype == torch.float32 else _cdtype(xq)
@@ -101,14 +133,15 @@ def linear(xq, xs, wq, ws, out_dtype=torch.bfloat16):
 
 
 def linear_dgrad(dyq, dys, wtq, wts):
-    if native_dense(dyq):
+    if _ran("linear_dgrad", native_dense(dyq)):
         return _op("fp8_gemm_dgrad")(dyq, dys, wtq, wts)
     dt = _cdtype(dyq)
     return (Q.deq_rowwise(dyq, dys, dt) @ Q.deq_weight(wtq, wts, dt).t()).to(torch.bfloat16)
 
 
 def linear_wgrad(dytq, dyts, xtq, xts):
-    if native_dense(dytq) and dytq.shape[1] % 16 == 0:  # the family's tokens: a multiple of 16
+    # the family's tokens: a multiple of 16
+    if _ran("linear_wgrad", native_dense(dytq) and dytq.shape[1] % 16 == 0):
         return _op("fp8_gemm_wgrad")(dytq, dyts, xtq, xts)
     return Q.deq_colwise(dytq, dyts).t() @ Q.deq_colwise(xtq, xts)
 
@@ -116,7 +149,7 @@ def linear_wgrad(dytq, dyts, xtq, xts):
 # ----------------------------------------------------------- grouped
 
 def grouped(xq, xs, wq, ws, counts):
-    if native_grouped(xq, _GROUPED[:1]):
+    if _ran("grouped", native_grouped(xq, _GROUPED[:1])):
         return _op("fp8_grouped_gemm")(xq, xs, wq, ws, counts)
     dt = _cdtype(xq)
     x = Q.deq_experts_rowwise(xq, xs, counts, dt)
@@ -125,7 +158,7 @@ def grouped(xq, xs, wq, ws, counts):
 
 
 def grouped_dgrad(dyq, dys, wtq, wts, counts):
-    if native_grouped(dyq, _GROUPED[1:2]):
+    if _ran("grouped_dgrad", native_grouped(dyq, _GROUPED[1:2])):
         return _op("fp8_grouped_gemm_dgrad")(dyq, dys, wtq, wts, counts)
     dt = _cdtype(dyq)
     dy = Q.deq_experts_rowwise(dyq, dys, counts, dt)
@@ -134,7 +167,7 @@ def grouped_dgrad(dyq, dys, wtq, wts, counts):
 
 
 def grouped_wgrad(dytq, dyts, xtq, xts, counts):
-    if native_grouped(dytq, _GROUPED[2:]):
+    if _ran("grouped_wgrad", native_grouped(dytq, _GROUPED[2:])):
         return _op("fp8_grouped_gemm_wgrad")(dytq, dyts, xtq, xts, counts)
     dt = _cdtype(dytq)
     dy = Q.deq_experts_colwise(dytq, dyts, counts, dt)  # [M, N]
