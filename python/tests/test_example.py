@@ -55,7 +55,9 @@ BAD = [(["--modes", "bogus"], "--modes"), (["--modes", "fp8,FP8"], "--modes"),
        (["--layers", "-1"], "--layers"), (["--layers", "0"], "--layers"),
        (["--lr", "nan"], "--lr"), (["--lr", "0"], "--lr"), (["--active", "0"], "--active"),
        (["--time-limit", "0"], "--time-limit"),
-       (["--out", "/proc/lingen-no-such/x"], "--out")]
+       (["--out", "/proc/lingen-no-such/x"], "--out"),
+       (["--experts", "4"], "topk"), (["--hidden", "200"], "hidden"),
+       (["--vocab", "0"], "vocab")]
 
 
 @pytest.mark.parametrize("argv,name", BAD, ids=[" ".join(a) for a, _ in BAD])

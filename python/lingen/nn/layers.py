@@ -10,14 +10,14 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import _k
+from . import _args as A, _k
 from .linear import Fp8Linear
 from .moe import MoE
 
 __all__ = ["RMSNorm", "Attention", "CrossEntropyLoss", "cross_entropy", "DecoderBlock",
            "ModelConfig", "Model", "rope_freqs"]
 
-MODES = ("fp8", "bf16", "torch")
+MODES = A.MODES
 
 
 class RMSNorm(torch.nn.Module):
@@ -26,10 +26,16 @@ class RMSNorm(torch.nn.Module):
 
     def __init__(self, hidden, eps=1e-6, mode="fp8", dtype=torch.bfloat16):
         super().__init__()
-        self.eps, self.mode = eps, mode
+        fn = "lingen.nn.RMSNorm"
+        A.integer(fn, "hidden", hidden)
+        A.number(fn, "eps", eps, lo=0, lo_open=True)
+        A.choice(fn, "mode", mode, MODES)
+        A.float_dtype(fn, "dtype", dtype)
+        self.hidden, self.eps, self.mode = hidden, eps, mode
         self.weight = torch.nn.Parameter(torch.ones(hidden, dtype=dtype))
 
     def forward(self, x):
+        A.last_dim("lingen.nn.RMSNorm", x, self.hidden)
         return _k.rms_norm(x, self.weight, self.eps, self.mode == "torch")
 
 
@@ -48,6 +54,21 @@ class Attention(torch.nn.Module):
     def __init__(self, hidden, q_heads, kv_heads, head_dim, rotary_fraction=0.5, eps=1e-6,
                  mode="fp8"):
         super().__init__()
+        fn = "lingen.nn.Attention"
+        A.choice(fn, "mode", mode, MODES)
+        A.integer(fn, "hidden", hidden)
+        A.integer(fn, "kv_heads", kv_heads)
+        A.integer(fn, "q_heads", q_heads)
+        if q_heads % kv_heads:
+            A.fail(fn, "q_heads", q_heads, f"a multiple of kv_heads ({kv_heads})")
+        A.integer(fn, "head_dim", head_dim)
+        if head_dim % 2:
+            A.fail(fn, "head_dim", head_dim, "an even int")
+        A.number(fn, "rotary_fraction", rotary_fraction, lo=0, hi=1, lo_open=True)
+        if int(rotary_fraction * head_dim) % 2 or not int(rotary_fraction * head_dim):
+            A.fail(fn, "rotary_fraction", rotary_fraction, f"a fraction of head_dim "
+                   f"({head_dim}) that is a positive even number of dimensions")
+        A.number(fn, "eps", eps, lo=0, lo_open=True)
         self.q_heads, self.kv_heads, self.head_dim = q_heads, kv_heads, head_dim
         self.rotary_fraction, self.eps, self.mode = rotary_fraction, eps, mode
         fp8 = mode == "fp8"
@@ -91,9 +112,20 @@ class _CrossEntropy(torch.autograd.Function):
 
 
 def cross_entropy(logits, labels, ignore_index=-100, mode="fp8"):
-    """Mean cross entropy over the rows not ignored; logits [T, V]."""
+    """Mean cross entropy over the rows not ignored; logits [T, V], labels
+    [T] int32 or int64."""
+    fn = "lingen.nn.cross_entropy"
+    A.choice(fn, "mode", mode, MODES)
+    if not torch.is_tensor(logits) or not logits.is_floating_point() or logits.dim() != 2:
+        A.fail(fn, "logits", getattr(logits, "shape", logits), "a 2-D floating tensor [T, V]",
+               TypeError)
+    if not torch.is_tensor(labels) or labels.dtype not in (torch.int32, torch.int64):
+        A.fail(fn, "labels.dtype", getattr(labels, "dtype", labels), "torch.int32, torch.int64",
+               TypeError)
+    if tuple(labels.shape) != tuple(logits.shape[:1]):
+        A.fail(fn, "labels.shape", tuple(labels.shape), f"({logits.shape[0]},): a label a row")
     if mode == "torch" or _k.on_cpu(logits):
-        return F.cross_entropy(logits.float(), labels, ignore_index=ignore_index)
+        return F.cross_entropy(logits.float(), labels.long(), ignore_index=ignore_index)
     return _CrossEntropy.apply(logits.contiguous(), labels.contiguous(), ignore_index)
 
 
@@ -102,6 +134,8 @@ class CrossEntropyLoss(torch.nn.Module):
 
     def __init__(self, ignore_index=-100, mode="fp8"):
         super().__init__()
+        A.integer("lingen.nn.CrossEntropyLoss", "ignore_index", ignore_index, lo=-2 ** 63)
+        A.choice("lingen.nn.CrossEntropyLoss", "mode", mode, MODES)
         self.ignore_index, self.mode = ignore_index, mode
 
     def forward(self, logits, labels):
@@ -130,14 +164,58 @@ class ModelConfig:
     expert_bias: bool = False
     rope_theta: float = 10000.0
 
+    def __post_init__(self):
+        fn = "lingen.nn.ModelConfig"
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if f.type in (int, "int"):
+                A.integer(fn, f.name, v, lo=0 if f.name.startswith("shared_") else 1)
+            elif f.type in (float, "float"):
+                A.number(fn, f.name, v, lo=0, hi=1 if f.name == "rotary_fraction" else None,
+                         lo_open=True)
+            elif f.type in (bool, "bool"):
+                A.flag(fn, f.name, v)
+        A.choice(fn, "score", self.score, A.SCORES)
+        A.integer(fn, "topk", self.topk, 1, self.experts)
+        A.integer(fn, "groups", self.groups, 1, self.experts)
+        if self.experts % self.groups:
+            A.fail(fn, "groups", self.groups, f"a divisor of experts ({self.experts})")
+        A.integer(fn, "topk_groups", self.topk_groups, 1, self.groups)
+        if self.shared_experts:
+            A.integer(fn, "shared_intermediate", self.shared_intermediate)
+
     @classmethod
     def from_json(cls, path, **overrides):
+        """The config of a lingen model config file (configs/models/*.json),
+        any field overridden. Every key is either a field or one the C side's
+        model configs have and this model does not use (_C_KEYS); the sizes
+        (_REQUIRED) must be given, in the file or as overrides: no default
+        model's sizes stand in for a missing one."""
+        fn = "lingen.nn.ModelConfig.from_json"
         with open(path) as f:
             d = json.load(f)
-        names = {f.name for f in dataclasses.fields(cls)}
+        if not isinstance(d, dict):
+            A.fail(fn, path, type(d).__name__, "a JSON object")
+        names = [f.name for f in dataclasses.fields(cls)]
+        for k in d:
+            if k not in names and k not in _C_KEYS:
+                A.fail(fn, f"{path}: key", k, ", ".join(names + list(_C_KEYS)))
+        for k in overrides:
+            if k not in names:
+                A.fail(fn, "override", k, ", ".join(names), TypeError)
         kw = {k: v for k, v in d.items() if k in names}
         kw.update(overrides)
+        missing = [k for k in _REQUIRED if k not in kw]
+        if missing:
+            raise ValueError(f"{fn}: {path}: missing {', '.join(missing)} (required: "
+                             f"{', '.join(_REQUIRED)})")
         return cls(**kw)
+
+
+# keys of the C side's model configs that lingen.nn's model does not use
+_C_KEYS = ("name", "source", "notes", "head_layout", "fp8", "fused_router")
+_REQUIRED = ("hidden", "layers", "q_heads", "kv_heads", "head_dim", "experts", "topk",
+             "expert_intermediate", "shared_experts", "shared_intermediate", "vocab")
 
 
 class DecoderBlock(torch.nn.Module):
@@ -165,8 +243,10 @@ class Model(torch.nn.Module):
 
     def __init__(self, cfg, mode="fp8"):
         super().__init__()
-        if mode not in MODES:
-            raise ValueError(f"lingen.nn.Model: mode {mode!r}: expected one of {MODES}")
+        A.choice("lingen.nn.Model", "mode", mode, MODES)
+        if not isinstance(cfg, ModelConfig):
+            A.fail("lingen.nn.Model", "cfg", type(cfg).__name__, "a lingen.nn.ModelConfig",
+                   TypeError)
         self.cfg, self.mode = cfg, mode
         self.embed = torch.nn.Embedding(cfg.vocab, cfg.hidden, dtype=torch.bfloat16)
         torch.nn.init.normal_(self.embed.weight, std=1.0)

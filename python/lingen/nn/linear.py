@@ -8,7 +8,7 @@ lingen.nn._gemm. fp8=False: a plain bf16 torch linear."""
 import torch
 import torch.nn.functional as F
 
-from . import _gemm, _k
+from . import _args as A, _gemm, _k
 
 __all__ = ["Fp8LinearFunction", "fp8_linear", "Fp8Linear"]
 
@@ -53,12 +53,18 @@ class Fp8Linear(torch.nn.Module):
 
     def __init__(self, in_features, out_features, fp8=True, device=None, dtype=torch.bfloat16):
         super().__init__()
-        self.in_features, self.out_features, self.fp8 = in_features, out_features, bool(fp8)
+        fn = "lingen.nn.Fp8Linear"
+        fp8 = bool(fp8)
+        A.width(fn, "in_features", in_features, "fp8" if fp8 else "bf16")
+        A.integer(fn, "out_features", out_features)
+        A.float_dtype(fn, "dtype", dtype)
+        self.in_features, self.out_features, self.fp8 = in_features, out_features, fp8
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device,
                                                      dtype=dtype))
         torch.nn.init.normal_(self.weight, std=in_features ** -0.5)
 
     def forward(self, x, x_copies=None):
+        A.last_dim("lingen.nn.Fp8Linear", x, self.in_features)
         if self.fp8:
             return fp8_linear(x, self.weight, x_copies)
         return F.linear(x, self.weight)

@@ -14,7 +14,7 @@ Mode "torch": plain PyTorch (index, torch._grouped_mm, index_add)."""
 import torch
 import torch.nn.functional as F
 
-from . import _gemm, _k
+from . import _args as A, _gemm, _k
 from .linear import Fp8Linear
 
 __all__ = ["GroupedMLPFunction", "route", "routed_experts", "MoE", "SharedExpert"]
@@ -69,6 +69,7 @@ def route(logits, top_k, score="sigmoid", bias=None, groups=1, topk_groups=1, no
     scores + bias (the bias only chooses), within the topk_groups best of
     `groups` expert groups (a group's score: the sum of its best two);
     weights = the chosen scores, normalised to sum 1 when norm, times scale."""
+    A.choice("lingen.nn.route", "score", score, A.SCORES)
     scores = torch.sigmoid(logits) if score == "sigmoid" else torch.softmax(logits, -1)
     choice = scores.detach() + (bias.float() if bias is not None else 0)
     if groups > 1:
@@ -89,10 +90,10 @@ def route(logits, top_k, score="sigmoid", bias=None, groups=1, topk_groups=1, no
 class SharedExpert(torch.nn.Module):
     """The shared expert: down(silu(gate x) * up x), Fp8Linear layers."""
 
-    def __init__(self, hidden, intermediate, fp8=True):
+    def __init__(self, hidden, intermediate, fp8=True, dtype=torch.bfloat16):
         super().__init__()
-        self.gate_up = Fp8Linear(hidden, 2 * intermediate, fp8)
-        self.down = Fp8Linear(intermediate, hidden, fp8)
+        self.gate_up = Fp8Linear(hidden, 2 * intermediate, fp8, dtype=dtype)
+        self.down = Fp8Linear(intermediate, hidden, fp8, dtype=dtype)
 
     def forward(self, x):
         g, u = self.gate_up(x).chunk(2, -1)
@@ -108,6 +109,8 @@ class MoE(torch.nn.Module):
                  score="sigmoid", groups=1, topk_groups=1, expert_bias=False, norm=True,
                  scale=1.0, dtype=torch.bfloat16):
         super().__init__()
+        _check_moe(hidden, experts, top_k, intermediate, shared_intermediate, mode, score, groups,
+                   topk_groups, norm, scale, dtype)
         self.hidden, self.experts, self.top_k, self.mode = hidden, experts, top_k, mode
         self.route_kw = dict(score=score, groups=groups, topk_groups=topk_groups, norm=norm,
                              scale=scale)
@@ -120,10 +123,11 @@ class MoE(torch.nn.Module):
             self.register_buffer("expert_bias", torch.zeros(experts, dtype=torch.float32))
         else:
             self.expert_bias = None
-        self.shared = (SharedExpert(hidden, shared_intermediate, mode == "fp8")
+        self.shared = (SharedExpert(hidden, shared_intermediate, mode == "fp8", dtype)
                        if shared_intermediate else None)
 
     def forward(self, x):
+        A.last_dim("lingen.nn.MoE", x, self.hidden)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
         plain = self.mode == "torch"
@@ -144,6 +148,31 @@ class MoE(torch.nn.Module):
     def _torch_experts(self, x, topk, probs):
         return routed_experts(x, topk, probs, self.w1, self.w2, self.experts, self.top_k, False,
                               plain=True)
+
+
+def _check_moe(hidden, experts, top_k, intermediate, shared_intermediate, mode, score, groups,
+                topk_groups, norm, scale, dtype):
+    fn = "lingen.nn.MoE"
+    A.choice(fn, "mode", mode, A.MODES)
+    A.choice(fn, "score", score, A.SCORES)
+    A.width(fn, "hidden", hidden, mode)
+    A.width(fn, "intermediate", intermediate, mode)
+    if shared_intermediate:
+        A.width(fn, "shared_intermediate", shared_intermediate, mode)
+    else:
+        A.integer(fn, "shared_intermediate", shared_intermediate, lo=0)
+    A.integer(fn, "experts", experts)
+    A.integer(fn, "top_k", top_k, 1, experts)
+    A.integer(fn, "groups", groups, 1, experts)
+    if experts % groups:
+        A.fail(fn, "groups", groups, f"a divisor of experts ({experts})")
+    A.integer(fn, "topk_groups", topk_groups, 1, groups)
+    if top_k > topk_groups * (experts // groups):
+        A.fail(fn, "top_k", top_k, f"at most topk_groups x experts / groups = "
+               f"{topk_groups * (experts // groups)}")
+    A.flag(fn, "norm", norm)
+    A.number(fn, "scale", scale, lo=0, lo_open=True)
+    A.float_dtype(fn, "dtype", dtype)
 
 
 def routed_experts(x, topk, probs, w1, w2, experts, top_k, fp8=True, plain=False):
