@@ -27,6 +27,7 @@ __all__ = ["apply", "apply_to_qwen3_moe", "causal_lm_loss"]
 
 _RMSNORM = ("Qwen3MoeRMSNorm",)
 _MOE = ("Qwen3MoeSparseMoeBlock",)
+_ROUTER = ("Qwen3MoeTopKRouter",)
 
 
 def _lingen_ok(*ts):
@@ -40,14 +41,26 @@ def _rms_forward(self, hidden_states):
     return _k.rms_norm(hidden_states, w, self.variance_epsilon, plain).to(hidden_states.dtype)
 
 
+def _router_forward(self, hidden_states):
+    """The top-k router with lingen's router GEMM (fp32 logits): (logits [T,
+    E], the chosen experts' weights [T, k], their indices [T, k]) as
+    transformers' router returns them, so that what records its outputs
+    (output_router_logits, the load-balancing loss) still sees them."""
+    x = hidden_states.reshape(-1, self.hidden_dim)
+    plain = not _lingen_ok(x, self.weight) or x.shape[0] == 0
+    logits = _k.router_gemm(x, self.weight, plain)
+    topk, probs = route(logits, self.top_k, score="softmax", norm=self.norm_topk_prob)
+    idx = topk.long()
+    return logits, probs.gather(1, idx), idx
+
+
 def _moe_forward(self, hidden_states):
     b, s, h = hidden_states.shape
     x = hidden_states.reshape(-1, h)
     gate, ex = self.gate, self.experts
-    plain = not _lingen_ok(x, gate.weight)
-    logits = _k.router_gemm(x, gate.weight, plain)
-    topk, probs = route(logits, gate.top_k, score="softmax", norm=gate.norm_topk_prob)
-    out = routed_experts(x.to(torch.bfloat16) if not _k.on_cpu(x) else x, topk, probs,
+    logits, weights, idx = gate(x)  # the module call: its hooks record the router's outputs
+    probs = torch.zeros_like(logits, dtype=torch.float32).scatter(1, idx, weights.float())
+    out = routed_experts(x.to(torch.bfloat16) if not _k.on_cpu(x) else x, idx.int(), probs,
                          ex.gate_up_proj, ex.down_proj, gate.num_experts, gate.top_k,
                          self._lingen_fp8)
     return out.to(hidden_states.dtype).reshape(b, s, h)
@@ -85,6 +98,8 @@ def apply(model, fp8=True, rms_norm=True, moe=True, loss=True):
         elif moe and name in _MOE:
             mod._lingen_fp8 = bool(fp8)
             mod.forward = types.MethodType(_moe_forward, mod)
+            if type(mod.gate).__name__ in _ROUTER:
+                mod.gate.forward = types.MethodType(_router_forward, mod.gate)
             n["moe"] += 1
     if loss and hasattr(type(model), "loss_function"):
         model.loss_function = causal_lm_loss
@@ -105,6 +120,7 @@ def apply_to_qwen3_moe(fp8=True, rms_norm=True, moe=True, loss=True):
     if moe:
         m.Qwen3MoeSparseMoeBlock._lingen_fp8 = bool(fp8)
         m.Qwen3MoeSparseMoeBlock.forward = _moe_forward
+        m.Qwen3MoeTopKRouter.forward = _router_forward
     if loss:
         m.Qwen3MoeForCausalLM.loss_function = property(lambda self: causal_lm_loss,
                                                        lambda self, v: None)

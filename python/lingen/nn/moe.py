@@ -130,6 +130,8 @@ class MoE(torch.nn.Module):
         A.last_dim("lingen.nn.MoE", x, self.hidden)
         shape = x.shape
         x2 = x.reshape(-1, shape[-1])
+        if x2.shape[0] == 0:  # no tokens: an empty result, as torch's layers give
+            return empty_result(x2, self.parameters()).view(shape)
         plain = self.mode == "torch"
         logits = _k.router_gemm(x2, self.router, plain)
         topk, probs = route(logits, self.top_k, bias=self.expert_bias, **self.route_kw)
@@ -175,6 +177,15 @@ def _check_moe(hidden, experts, top_k, intermediate, shared_intermediate, mode, 
     A.float_dtype(fn, "dtype", dtype)
 
 
+def empty_result(x, params):
+    """[0, H] zeros for x [0, H], in autograd's graph of x and params (their
+    gradients zeros), for a layer given no tokens."""
+    z = x.sum() * 0
+    for p in params:
+        z = z + p.sum() * 0
+    return x.new_zeros(x.shape) + z.to(x.dtype)
+
+
 def routed_experts(x, topk, probs, w1, w2, experts, top_k, fp8=True, plain=False):
     """The routed experts with lingen's kernels: out [T, H] = sum over each
     token's chosen experts e of probs[t, e] * down_e(silu(gate_e x) * up_e x);
@@ -183,6 +194,8 @@ def routed_experts(x, topk, probs, w1, w2, experts, top_k, fp8=True, plain=False
     dispatch and combine around torch._grouped_mm); plain: the dispatch and
     combine in plain torch (index, index_add), expert segments padded to 16
     rows as torch._grouped_mm wants them (torchtitan pads them so too)."""
+    if x.shape[0] == 0:
+        return empty_result(x, (probs, w1, w2))
     m = MULTIPLE_FP8 if fp8 else MULTIPLE_BF16
     rid, counts, offsets, row_index, padded = _k.row_map(topk, experts, m, plain)
     if fp8:
