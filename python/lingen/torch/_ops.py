@@ -52,6 +52,24 @@ def _param(path):
     return path.replace(".", "_")
 
 
+# keys a functional torch op cannot honour: accumulate adds into an output
+# the caller passes (lingen.fp8_gemm_wgrad(..., out=...)), which no op of
+# these schemas takes (they mutate nothing): the ops leave it out
+_NOT_OPS = ("accumulate",)
+
+
+def _keys(fam, decl):
+    return [k for k in _scalar_keys(fam, decl) if k.path not in _NOT_OPS]
+
+
+def out_dtype(fam, decl):
+    """Whether the family's element type names outputs only (no input has
+    it: the FP8 GEMMs' y, dx, dw): then the op takes it as `dtype`, one of
+    the family's, default its first; the fake kernel's outputs have it."""
+    return (bool(fam.dtypes) and any(a.elem == "dtype" for a in decl.args if a.is_output)
+            and not any(a.elem == "dtype" for a in decl.args if a.is_input))
+
+
 def _default(k):
     if k.default is None:
         return ""
@@ -72,10 +90,12 @@ def schema(fam, decl):
     # an optional input defaults to None when every later input is optional too
     ins = [f"Tensor{'?' if opt[i] else ''} {a.name}" + ("=None" if all(opt[i:]) else "")
            for i, a in enumerate(inputs)]
-    keys = _scalar_keys(fam, decl)
-    if keys:
+    keys = _keys(fam, decl)
+    if keys or out_dtype(fam, decl):
         ins.append("*")
     ins += [f"{_SCALAR[k.type]} {_param(k.path)}{_default(k)}" for k in keys]
+    if out_dtype(fam, decl):
+        ins.append(f'str dtype="{fam.dtypes[0]}"')
     outs = [a for a in decl.args if a.is_output]
     ret = "Tensor" if len(outs) == 1 else "(" + ", ".join("Tensor" for _ in outs) + ")"
     return "(" + ", ".join(ins) + ") -> " + ret
@@ -85,10 +105,16 @@ def _options(fam, decl, kwargs):
     """The spec's options from the op's keyword arguments (the declared
     defaults where torch passes none)."""
     opts = {}
-    for k in _scalar_keys(fam, decl):
+    for k in _keys(fam, decl):
         v = kwargs.get(_param(k.path), k.default)
         if v is not None:
             opts[k.path] = v
+    if out_dtype(fam, decl):
+        dt = kwargs.get("dtype", fam.dtypes[0])
+        if dt not in fam.dtypes:
+            raise ValueError(f"torch.ops.lingen.{fam.op}_{decl.name}: dtype: found {dt!r}, "
+                             f"allowed: {', '.join(map(repr, fam.dtypes))}")
+        opts["dtype"] = dt
     return opts
 
 
@@ -127,8 +153,12 @@ def _spec_for(op, pass_, shapes, opts, dtype=None):
     return s, env
 
 
-def _dtype(elem, like):
-    return like.dtype if elem == "dtype" else torch_elems()[1][elem]
+def _dtype(elem, like, opts=None):
+    """The torch dtype of an output of element type elem: the op's `dtype`
+    where it names outputs only (out_dtype), else the inputs' (like's)."""
+    if elem == "dtype":
+        return torch_elems()[1][opts["dtype"]] if opts and "dtype" in opts else like.dtype
+    return torch_elems()[1][elem]
 
 
 def _hint(d):
@@ -180,7 +210,7 @@ def _register(op, pass_, fam, decl):
             opts = options[key] = _options(fam, decl, kwargs)
         r = _core.call(fn, op, pass_, arrays, opts)
         res = tuple(r[a.name] if r[a.name] is not None
-                    else torch.empty(0, dtype=_dtype(a.elem, like), device=like.device)
+                    else torch.empty(0, dtype=_dtype(a.elem, like, opts), device=like.device)
                     for a in outs)
         return res if len(res) > 1 else res[0]
 
@@ -191,8 +221,9 @@ def _register(op, pass_, fam, decl):
         shapes = {a.name: tuple(t.shape) for a, t in zip(ins, tensors) if t is not None}
         dtype = next((torch_elems()[0].get(t.dtype) for a, t in zip(ins, tensors)
                       if a.elem == "dtype" and t is not None), None)
-        s, env = _spec_for(op, pass_, shapes, _options(fam, decl, kwargs),
-                           dtype if dtype in fam.dtypes else None)
+        opts = _options(fam, decl, kwargs)
+        dtype = opts.pop("dtype", dtype)
+        s, env = _spec_for(op, pass_, shapes, opts, dtype if dtype in fam.dtypes else None)
         sizes = [env.get(n, decl.size_ranges[i][0]) for i, n in enumerate(decl.sizes)]
         concrete = all(isinstance(v, int) for v in sizes)
         res = []
@@ -203,7 +234,8 @@ def _register(op, pass_, fam, decl):
                 shape = s.arg_shape(a.index, sizes)
             else:  # symbolic sizes (torch.compile's dynamic shapes): the same
                 shape = _families.eval_shape(a, env)  # expressions over SymInts
-            res.append(like.new_empty(shape, dtype=_dtype(a.elem, like)))
+            res.append(like.new_empty(shape, dtype=_dtype(a.elem, like, {"dtype": dtype}
+                                                          if out_dtype(fam, decl) else None)))
         return tuple(res) if len(res) > 1 else res[0]
 
     impl.__name__ = fake.__name__ = f"{op}_{pass_}"
