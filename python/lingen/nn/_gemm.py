@@ -22,6 +22,7 @@ device):
 """
 import functools
 import os
+import warnings
 
 import torch
 
@@ -50,22 +51,46 @@ def set_emulation(on):
     _force_emulation = bool(on)
 
 
+@functools.lru_cache(maxsize=None)
+def _arch_ok(index):
+    """Whether CUDA device `index` runs lingen's FP8 GEMMs (sm_90a code:
+    compute capability 9.0 exactly); when not, one warning a device, and
+    the FP8 layers run the emulation there (bf16 GEMMs of the dequantised
+    operands, fp32 accumulation)."""
+    major, minor = torch.cuda.get_device_capability(index)
+    if (major, minor) == (9, 0):
+        return True
+    warnings.warn(f"lingen.nn: cuda:{index} is sm_{major}{minor}; lingen's FP8 GEMMs are "
+                  "sm_90a code: the FP8 layers fall back to their emulation there (bf16 GEMMs "
+                  "of the dequantised operands)", RuntimeWarning, stacklevel=3)
+    return False
+
+
+def _device_ok(t):
+    """t a CUDA tensor of a device that runs the GEMMs, in eager mode (None:
+    the current CUDA device, for the labels)."""
+    if t is None:
+        return not torch.cuda.is_available() or _arch_ok(torch.cuda.current_device())
+    return (t.is_cuda and not _compiling()
+            and _arch_ok(t.device.index if t.device.index is not None
+                         else torch.cuda.current_device()))
+
+
 def native_dense(t=None):
     """Whether the dense GEMMs are lingen's for operand t (a real CUDA
     tensor, in eager mode: lingen's Python functions launch them on torch's
     current stream, which CUDA graphs capture; under torch.compile, which
     cannot yet trace them (their torch ops give no fp32 output), the
-    emulation runs)."""
-    return (not _force_emulation and _has(_DENSE)
-            and (t is None or (t.is_cuda and not _compiling())))
+    emulation runs), on a device that runs sm_90a code (else the
+    emulation, warned once a device: _arch_ok)."""
+    return not _force_emulation and _has(_DENSE) and _device_ok(t)
 
 
 def native_grouped(t=None, names=_GROUPED):
     """The same for the grouped GEMMs (all of names; each grouped function
     asks for its own, so forward and dgrad run lingen's while a missing
     grouped wgrad is emulated)."""
-    return (not _force_emulation and _has(names)
-            and (t is None or (t.is_cuda and not _compiling())))
+    return not _force_emulation and _has(names) and _device_ok(t)
 
 
 def backend(device=None):
