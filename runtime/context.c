@@ -42,7 +42,9 @@ lg_status lg_ctx_create(const lg_ctx_opts *opts, lg_ctx **out)
 	if (!arch) {
 		lg_status st = lg_cu_device_arch(detected);
 		if (st != LG_OK) {
-			lg_fail_append("\n(no target arch given: pass one, e.g. --arch sm_90a, or set LINGEN_ARCH)");
+			lg_fail_append("\n(no target arch given, and none detected: give the context one "
+				       "(lg_ctx_opts.arch, the arch argument of lingen.Context, --arch of the "
+				       "commands that take it) or set LINGEN_ARCH, e.g. sm_90a)");
 			return st;
 		}
 		arch = detected;
@@ -52,7 +54,7 @@ lg_status lg_ctx_create(const lg_ctx_opts *opts, lg_ctx **out)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory creating a context");
 	if (!lg_target_parse(arch, &c->target)) {
 		free(c);
-		return lg_fail(LG_ERR_INVALID_ARG, "unknown arch '%s': expected sm_<NN>[a] with NN >= 80, e.g. sm_90a",
+		return lg_fail(LG_ERR_INVALID_ARG, "unknown arch '%s': expected sm_<NN> with NN >= 80 or sm_<NN>a with NN >= 90, e.g. sm_90a",
 			       arch);
 	}
 	if (opts && (opts->bundle || opts->aot)) {

@@ -429,6 +429,22 @@ static lg_status check_arch(const struct nvrtc_api *api, const char *arch, const
 	return st;
 }
 
+lg_status lg_nvrtc_archs(int *archs, int max, int *n)
+{
+	struct nvrtc_api api;
+	*n = 0;
+	lg_status st = nv_get(&api);
+	if (st != LG_OK)
+		return st;
+	int k = 0, all[128];
+	if (api.nvrtcGetNumSupportedArchs(&k) != NVRTC_SUCCESS || k <= 0 || k > 128 ||
+	    api.nvrtcGetSupportedArchs(all) != NVRTC_SUCCESS)
+		return lg_fail(LG_ERR_NVRTC, "NVRTC does not list the arches it compiles for");
+	for (int i = 0; i < k && *n < max; i++)
+		archs[(*n)++] = all[i];
+	return LG_OK;
+}
+
 lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin,
 			   size_t *size, char **log)
 {

@@ -17,6 +17,10 @@
 /* NVRTC's version (loads NVRTC if needed). */
 lg_status lg_nvrtc_version(int *major, int *minor);
 
+/* The SM numbers this NVRTC compiles for (80, 86, 90, ...), at most max
+ * into archs; *n their count. */
+lg_status lg_nvrtc_archs(int *archs, int max, int *n);
+
 /* Whether NVRTC is loaded in this process, and the file it was loaded from
  * (into path[len]; "" when not loaded or unknown). */
 bool lg_nvrtc_loaded(char *path, size_t len);

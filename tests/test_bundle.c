@@ -219,6 +219,8 @@ static void test_plan_tmaps(void **state)
 	assert_int_equal(lg_spec_parse("{\"op\": \"router_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
 				       "\"hidden\": 2048, \"experts\": 256}", &s),
 			 LG_OK);
+	assert_false(lg_target_parse("sm_80a", &t)); /* "a" targets begin with sm_90a */
+	assert_false(lg_target_parse("sm_89a", &t));
 	assert_true(lg_target_parse("sm_80", &t));
 	assert_int_equal(lg_plan_for(s, &t, &p), LG_OK);
 	o = lg_plan_to_json(s, &p);

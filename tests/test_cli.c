@@ -317,6 +317,17 @@ static void test_build(void **state)
 	p = cli(2, cache, "build", NORMS, "--arch", "sm_7x", "-o", out, NULL);
 	assert_non_null(strstr(p.err, "sm_7x"));
 	lg_proc_free(&p);
+	/* no arch-specific target below sm_90a, nor one NVRTC does not know: exit 2, before NVRTC */
+	const char *no_such[] = {"sm_80a", "sm_89a", "sm_86a", "sm_95a"};
+	for (size_t i = 0; i < sizeof no_such / sizeof *no_such; i++) {
+		p = cli(2, cache, "build", NORMS, "--arch", no_such[i], "-o", out, NULL);
+		assert_non_null(strstr(p.err, no_such[i]));
+		assert_non_null(strstr(p.err, "sm_<NN>a with NN >= 90"));
+		assert_null(strstr(p.err, "nv_arch"));
+		if (!strstr(p.err, "this NVRTC"))
+			print_message("note: no NVRTC here to list its arches\n");
+		lg_proc_free(&p);
+	}
 
 	run(2, cache, "build", NORMS, "--arch", "sm_90a", NULL); /* no -o */
 
@@ -447,6 +458,7 @@ static void test_check_without_gpu(void **state)
 	struct lg_proc p = cli(1, NULL, "check", NORMS, "--tokens", "256", NULL);
 	assert_true(strlen(p.err) > 0);
 	assert_non_null(strstr(p.err, "GPU"));
+	assert_null(strstr(p.err, "pass one, e.g. --arch")); /* check takes no --arch */
 	lg_proc_free(&p);
 
 	run(2, NULL, "check", NORMS, "--tokens", "0", NULL);

@@ -4,6 +4,7 @@
  * errors, value lists, spec loading, folders and atomic file writes.
  */
 #include "cli.h"
+#include "nvrtc.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -303,6 +304,38 @@ const char *lg_cli_default_arch(void)
 	return a ? a : "sm_90a";
 }
 
+/* "; this NVRTC (X.Y) knows: sm_80, sm_86, sm_90, sm_90a, ..." (the targets
+ * lingen takes among the SM numbers NVRTC lists), or "" without NVRTC. */
+static void known_archs(char *buf, size_t size)
+{
+	int archs[128], n = 0, major = 0, minor = 0;
+	buf[0] = '\0';
+	if (lg_nvrtc_archs(archs, 128, &n) != LG_OK || lg_nvrtc_version(&major, &minor) != LG_OK)
+		return;
+	size_t len = (size_t)snprintf(buf, size, "; this NVRTC (%d.%d) knows:", major, minor);
+	for (int i = 0, first = 1; i < n && len < size; i++) {
+		if (archs[i] < 80)
+			continue;
+		len += (size_t)snprintf(buf + len, size - len, "%s sm_%d", first ? "" : ",", archs[i]);
+		if (archs[i] >= 90 && len < size)
+			len += (size_t)snprintf(buf + len, size - len, ", sm_%da", archs[i]);
+		first = 0;
+	}
+}
+
+/* Whether NVRTC lists SM number sm (true when it cannot be asked: then the
+ * compile says). */
+static bool nvrtc_knows(int sm)
+{
+	int archs[128], n = 0;
+	if (lg_nvrtc_archs(archs, 128, &n) != LG_OK || n == 0)
+		return true;
+	for (int i = 0; i < n; i++)
+		if (archs[i] == sm)
+			return true;
+	return false;
+}
+
 int lg_cli_archs(const struct lg_cli_cmd *cmd, const char *text, char ***out, int *n)
 {
 	char **v;
@@ -312,10 +345,13 @@ int lg_cli_archs(const struct lg_cli_cmd *cmd, const char *text, char ***out, in
 	int kept = 0;
 	for (int i = 0; i < nv; i++) {
 		struct lg_target t;
-		if (!lg_target_parse(v[i], &t)) {
-			int rc = lg_cli_usage_error(
-				cmd, "--arch: found '%s', expected sm_<NN>[a] with NN >= 80 (e.g. sm_90a, sm_80)",
-				v[i]);
+		if (!lg_target_parse(v[i], &t) || !nvrtc_knows(t.sm)) {
+			char known[512];
+			known_archs(known, sizeof known);
+			int rc = lg_cli_usage_error(cmd,
+						    "--arch: found '%s', expected sm_<NN> with NN >= 80 or sm_<NN>a "
+						    "with NN >= 90 (e.g. sm_90a, sm_80)%s",
+						    v[i], known);
 			lg_cli_strv_free(v, nv);
 			return rc;
 		}

@@ -24,7 +24,8 @@ bool lg_target_parse(const char *name, struct lg_target *t)
 		a = true;
 		p++;
 	}
-	if (*p != '\0' || sm < 80 || sm > 1299)
+	/* the "a" (arch-specific) targets begin with sm_90a: sm_80a, sm_89a are none */
+	if (*p != '\0' || sm < 80 || sm > 1299 || (a && sm < 90))
 		return false;
 	memset(t, 0, sizeof *t);
 	t->sm = sm;
