@@ -220,14 +220,58 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		lg_line(b, "lg_setmaxnreg_inc(%d);", g->manual ? 200 : 232);
 }
 
-/* The scales of reduction block kb, loaded before the stage's wait: A's
- * of this thread's two rows, B's of its columns (per row: two a group of
- * 8 columns; per tile: one or two). */
+/* The scales of reduction block `kb` into the variables of suffix `suf`
+ * (declared when `decl`): A's of this thread's two rows and, per tile,
+ * B's one or two (per row, B's are read in the stage: emit_row_scales). */
+static void emit_scale_loads(lg_buf *b, const struct lg_fp8_gemm *g, const char *kb, const char *suf, bool decl)
+{
+	const char *f = decl ? "const float " : "";
+	lg_line(b, "%ssa0%s = row < rend ? LG_SA(%s, row) : 0.0f;", f, suf, kb);
+	lg_line(b, "%ssa1%s = row + 8 < rend ? LG_SA(%s, row + 8) : 0.0f;", f, suf, kb);
+	if (g->b_rowscale)
+		return;
+	lg_line(b, "%ssb0%s = LG_SB(%s, cb);", f, suf, kb);
+	if (!one_block(g->bn))
+		lg_line(b, "%ssb1%s = ((i64)cb + 1) * 128 < %s ? LG_SB(%s, cb + 1) : 0.0f;", f, suf, g->cols, kb);
+}
+
+/* Per tile, scales are read PREFETCH blocks ahead of their stage, into
+ * registers that rotate: a global load's latency (an L2 hit takes longer
+ * than one stage's wgmmas) is then hidden behind the stages before.
+ * Measured (H100, bench/fp8-gemm.md): forward 4096 x 7168 x 16384 717 ->
+ * 862-974 TFLOP/s, dgrad 716 -> 940. Per row (the wgrad: bn / 4 of B's
+ * scales a thread a block) the extra registers cost more than they hide
+ * (494 -> 425 TFLOP/s at 8192 x 3072 x 2048): read in the stage. */
+#define PREFETCH 2
+
+/* Before a tile's reduction loop: the scales of its first PREFETCH blocks. */
+static void emit_scale_prologue(lg_buf *b, const struct lg_fp8_gemm *g)
+{
+	if (g->b_rowscale)
+		return;
+	lg_comment(b, "the tile's columns from (cb + 1) 128 on take the next block's scale");
+	lg_line(b, "const int cb = (int)(oc >> 7);");
+	lg_comment(b, "the scales of the next %d reduction blocks (0 past the last)", PREFETCH);
+	for (int d = 0; d < PREFETCH; d++) {
+		char kb[24], suf[8];
+		snprintf(kb, sizeof kb, "%d", d);
+		snprintf(suf, sizeof suf, "_%d", d);
+		lg_line(b, "float sa0%s = 0.0f, sa1%s = 0.0f;", suf, suf);
+		lg_line(b, "float sb0%s = 0.0f%s%s%s;", suf, one_block(g->bn) ? "" : ", sb1", one_block(g->bn) ? "" : suf,
+			one_block(g->bn) ? "" : " = 0.0f");
+		lg_open(b, "if (%d < nkt) {", d);
+		emit_scale_loads(b, g, kb, suf, false);
+		lg_close(b);
+	}
+}
+
+/* In stage kt: per tile, its scales from the rotation and block kt +
+ * PREFETCH's loaded; per row, A's and B's of this thread's rows and
+ * columns (B's two a group of 8) read here. */
 static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
 {
-	lg_line(b, "const float sa0 = row < rend ? LG_SA(kt, row) : 0.0f;");
-	lg_line(b, "const float sa1 = row + 8 < rend ? LG_SA(kt, row + 8) : 0.0f;");
 	if (g->b_rowscale) {
+		emit_scale_loads(b, g, "kt", "", true);
 		lg_line(b, "float sbv[%d];", g->bn / 4);
 		lg_line(b, "#pragma unroll");
 		lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 4);
@@ -236,12 +280,19 @@ static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
 		lg_close(b);
 		return;
 	}
-	lg_line(b, "const int cb = (int)(oc >> 7);");
-	lg_line(b, "const float sb0 = LG_SB(kt, cb);");
-	if (!one_block(g->bn)) {
-		lg_comment(b, "the tile's columns from (cb + 1) 128 on: the next block's scale");
-		lg_line(b, "const float sb1 = ((i64)cb + 1) * 128 < %s ? LG_SB(kt, cb + 1) : 0.0f;", g->cols);
-	}
+	const char *names[] = {"sa0", "sa1", "sb0", "sb1"};
+	int nv = one_block(g->bn) ? 3 : 4;
+	for (int v = 0; v < nv; v++)
+		lg_line(b, "const float %s = %s_0;", names[v], names[v]);
+	for (int d = 0; d + 1 < PREFETCH; d++)
+		for (int v = 0; v < nv; v++)
+			lg_line(b, "%s_%d = %s_%d;", names[v], d, names[v], d + 1);
+	char kb[40], suf[8];
+	snprintf(kb, sizeof kb, "kt + %d", PREFETCH);
+	snprintf(suf, sizeof suf, "_%d", PREFETCH - 1);
+	lg_open(b, "if (kt + %d < nkt) {", PREFETCH);
+	emit_scale_loads(b, g, kb, suf, false);
+	lg_close(b);
 }
 
 /* acc += part x the scales of each accumulator's row and column. */
@@ -330,6 +381,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	lg_line(b, "float acc[%d];", regs);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
+	emit_scale_prologue(b, g);
 	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
 	emit_stage(b, g, prefix);
 	lg_close(b);

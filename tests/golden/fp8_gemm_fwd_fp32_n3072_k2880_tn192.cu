@@ -240,14 +240,41 @@ lg_fp8_gemm_fwd_fp32_n3072_k2880_tn192(
 		float acc[96];
 		#pragma unroll
 		for (int i = 0; i < 96; i++) acc[i] = 0.0f;
+		// the tile's columns from (cb + 1) 128 on take the next block's scale
+		const int cb = (int)(oc >> 7);
+		// the scales of the next 2 reduction blocks (0 past the last)
+		float sa0_0 = 0.0f, sa1_0 = 0.0f;
+		float sb0_0 = 0.0f, sb1_0 = 0.0f;
+		if (0 < nkt) {
+			sa0_0 = row < rend ? LG_SA(0, row) : 0.0f;
+			sa1_0 = row + 8 < rend ? LG_SA(0, row + 8) : 0.0f;
+			sb0_0 = LG_SB(0, cb);
+			sb1_0 = ((i64)cb + 1) * 128 < 3072ll ? LG_SB(0, cb + 1) : 0.0f;
+		}
+		float sa0_1 = 0.0f, sa1_1 = 0.0f;
+		float sb0_1 = 0.0f, sb1_1 = 0.0f;
+		if (1 < nkt) {
+			sa0_1 = row < rend ? LG_SA(1, row) : 0.0f;
+			sa1_1 = row + 8 < rend ? LG_SA(1, row + 8) : 0.0f;
+			sb0_1 = LG_SB(1, cb);
+			sb1_1 = ((i64)cb + 1) * 128 < 3072ll ? LG_SB(1, cb + 1) : 0.0f;
+		}
 		for (int kt = 0; kt < nkt; kt++, it++) {
 			const int s = it % 5;
-			const float sa0 = row < rend ? LG_SA(kt, row) : 0.0f;
-			const float sa1 = row + 8 < rend ? LG_SA(kt, row + 8) : 0.0f;
-			const int cb = (int)(oc >> 7);
-			const float sb0 = LG_SB(kt, cb);
-			// the tile's columns from (cb + 1) 128 on: the next block's scale
-			const float sb1 = ((i64)cb + 1) * 128 < 3072ll ? LG_SB(kt, cb + 1) : 0.0f;
+			const float sa0 = sa0_0;
+			const float sa1 = sa1_0;
+			const float sb0 = sb0_0;
+			const float sb1 = sb1_0;
+			sa0_0 = sa0_1;
+			sa1_0 = sa1_1;
+			sb0_0 = sb0_1;
+			sb1_0 = sb1_1;
+			if (kt + 2 < nkt) {
+				sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
+				sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
+				sb0_1 = LG_SB(kt + 2, cb);
+				sb1_1 = ((i64)cb + 1) * 128 < 3072ll ? LG_SB(kt + 2, cb + 1) : 0.0f;
+			}
 			lg_mbar_wait(&full[s], (it / 5) & 1);
 			const u64 da = lg_wg_desc(ring + s * 40960 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 40960 + 16384);

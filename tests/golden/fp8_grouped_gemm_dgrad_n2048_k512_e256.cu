@@ -272,12 +272,36 @@ lg_fp8_grouped_gemm_dgrad_bf16_n2048_k512_e256(
 		float acc[64];
 		#pragma unroll
 		for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+		// the tile's columns from (cb + 1) 128 on take the next block's scale
+		const int cb = (int)(oc >> 7);
+		// the scales of the next 2 reduction blocks (0 past the last)
+		float sa0_0 = 0.0f, sa1_0 = 0.0f;
+		float sb0_0 = 0.0f;
+		if (0 < nkt) {
+			sa0_0 = row < rend ? LG_SA(0, row) : 0.0f;
+			sa1_0 = row + 8 < rend ? LG_SA(0, row + 8) : 0.0f;
+			sb0_0 = LG_SB(0, cb);
+		}
+		float sa0_1 = 0.0f, sa1_1 = 0.0f;
+		float sb0_1 = 0.0f;
+		if (1 < nkt) {
+			sa0_1 = row < rend ? LG_SA(1, row) : 0.0f;
+			sa1_1 = row + 8 < rend ? LG_SA(1, row + 8) : 0.0f;
+			sb0_1 = LG_SB(1, cb);
+		}
 		for (int kt = 0; kt < nkt; kt++, it++) {
 			const int s = it % 6;
-			const float sa0 = row < rend ? LG_SA(kt, row) : 0.0f;
-			const float sa1 = row + 8 < rend ? LG_SA(kt, row + 8) : 0.0f;
-			const int cb = (int)(oc >> 7);
-			const float sb0 = LG_SB(kt, cb);
+			const float sa0 = sa0_0;
+			const float sa1 = sa1_0;
+			const float sb0 = sb0_0;
+			sa0_0 = sa0_1;
+			sa1_0 = sa1_1;
+			sb0_0 = sb0_1;
+			if (kt + 2 < nkt) {
+				sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
+				sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
+				sb0_1 = LG_SB(kt + 2, cb);
+			}
 			lg_mbar_wait(&full[s], (it / 6) & 1);
 			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
