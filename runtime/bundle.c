@@ -29,6 +29,9 @@
  *   the device, known only at load, counting at most per_sm CTAs an SM when
  *   it is not 0); grid_at_1 and grid_at_8192 show it at
  *   every size 1 and 8192. Formats 1 and 2 are not read.
+ *   Optional "skipped": [{"entry", "arch", "why"}]: the kernel x arch pairs the
+ *   build left out because the kernel's family does not run on that arch (the
+ *   FP8 GEMMs on sm_80); asking for one names the reason.
  *
  * The loader never trusts a stored plan: it plans the spec again with the
  * recorded "given" tile (so a tuning file on the deployment machine cannot
@@ -78,6 +81,7 @@ struct lg_bundle {
 	size_t nslot;    /* a power of two, at least twice n */
 	size_t nkernels; /* distinct entries */
 	char archs[160]; /* "sm_90a, sm_80" */
+	cJSON *skipped;  /* the manifest's "skipped" (entry, arch, why), NULL if none */
 };
 
 void lg_bundle_free(lg_bundle *b)
@@ -93,6 +97,7 @@ void lg_bundle_free(lg_bundle *b)
 	}
 	free(b->items);
 	free(b->slot);
+	cJSON_Delete(b->skipped);
 	free(b->where);
 	free(b);
 }
@@ -518,12 +523,36 @@ static bool has_arch(const cJSON *archs, const char *arch)
 	return false;
 }
 
-static lg_status manifest_parse(lg_bundle *b, const char *dir, const char *path, const cJSON *m)
+/* The optional "skipped": the kernel x arch pairs lingen build did not
+ * build (their family does not run on that arch), each {"entry", "arch",
+ * "why"} strings; kept for the missing-kernel message. */
+static lg_status manifest_skipped(lg_bundle *b, const char *path, cJSON *m)
+{
+	cJSON *sk = cJSON_GetObjectItemCaseSensitive(m, "skipped");
+	if (!sk)
+		return LG_OK;
+	int i = 0;
+	for (const cJSON *e = cJSON_IsArray(sk) ? sk->child : NULL; e; e = e->next, i++) {
+		const char *keys[] = {"entry", "arch", "why"};
+		for (int k = 0; k < 3; k++)
+			if (!cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, keys[k])))
+				return lg_fail(LG_ERR_SPEC, "%s: skipped[%d].%s: expected a string", path, i, keys[k]);
+	}
+	if (!cJSON_IsArray(sk))
+		return lg_fail(LG_ERR_SPEC, "%s: skipped: found %s, expected an array of {\"entry\", \"arch\", "
+			       "\"why\"}", path, lg_json_show(sk).s);
+	b->skipped = cJSON_DetachItemViaPointer(m, sk);
+	return LG_OK;
+}
+
+static lg_status manifest_parse(lg_bundle *b, const char *dir, const char *path, cJSON *m)
 {
 	const cJSON *archs = NULL;
 	if (!cJSON_IsObject(m))
 		return lg_fail(LG_ERR_SPEC, "%s: not a JSON object: not a lingen bundle manifest", path);
 	lg_status st = manifest_header(path, m, &archs);
+	if (st == LG_OK)
+		st = manifest_skipped(b, path, m);
 	if (st != LG_OK)
 		return st;
 	const cJSON *ks = cJSON_GetObjectItemCaseSensitive(m, "kernels");
@@ -636,6 +665,14 @@ lg_status lg_bundle_from_aot(const struct lg_aot_table *t, lg_bundle **out)
 
 static lg_status missing(const lg_bundle *b, const char *entry, const char *arch, const char *why)
 {
+	for (const cJSON *e = b->skipped ? b->skipped->child : NULL; e; e = e->next) {
+		const char *en = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "entry"));
+		const char *ar = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "arch"));
+		if (strcmp(en, entry) == 0 && strcmp(ar, arch) == 0)
+			return lg_fail(LG_ERR_MISSING, "%s for %s is not in %s: lingen build skipped it (%s)", entry,
+				       arch, b->where,
+				       cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "why")));
+	}
 	return lg_fail(LG_ERR_MISSING, "%s for %s is not in %s%s (it holds %zu kernel%s for archs %s); rebuild it with lingen build",
 		       entry, arch, b->where, why, b->nkernels, b->nkernels == 1 ? "" : "s", b->archs);
 }

@@ -390,12 +390,13 @@ static int load_error(const char *path, lg_status st)
 
 /* A spec file, or a model config expanded into one (the same text
  * `lingen expand` prints). */
-static lg_status load_file(const char *path, lg_spec_file **out)
+static lg_status load_file(const char *path, lg_spec_file **out, bool *model)
 {
 	char *text = NULL, *expanded = NULL;
 	size_t len = 0;
 	lg_status st = lg_read_file(path, &text, &len);
-	if (st == LG_OK && lg_model_is_config(text, len)) {
+	*model = st == LG_OK && lg_model_is_config(text, len);
+	if (*model) {
 		st = lg_model_expand_text(text, len, path, &expanded);
 		free(text);
 		text = expanded;
@@ -408,7 +409,7 @@ static lg_status load_file(const char *path, lg_spec_file **out)
 }
 
 /* Add one kernel unless an identical one is already there. */
-static int add_kernel(struct lg_cli_specs *s, const lg_spec *sp, const char *path, size_t idx)
+static int add_kernel(struct lg_cli_specs *s, const lg_spec *sp, const char *path, size_t idx, bool model)
 {
 	char *canon = lg_spec_canonical(sp);
 	if (!canon)
@@ -431,7 +432,7 @@ static int add_kernel(struct lg_cli_specs *s, const lg_spec *sp, const char *pat
 	}
 	free(canon);
 	if (rc == LG_EXIT_OK && !dup)
-		s->k[s->n++] = (struct lg_cli_kernel){sp, path, idx};
+		s->k[s->n++] = (struct lg_cli_kernel){sp, path, idx, model};
 	return rc;
 }
 
@@ -439,7 +440,8 @@ int lg_cli_load_specs(char *const *paths, int n, struct lg_cli_specs *out)
 {
 	memset(out, 0, sizeof *out);
 	out->files = calloc((size_t)n + 1, sizeof *out->files);
-	if (!out->files)
+	out->model = calloc((size_t)n + 1, sizeof *out->model);
+	if (!out->files || !out->model)
 		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 	size_t total = 0;
 	for (int i = 0; i < n; i++) {
@@ -449,7 +451,7 @@ int lg_cli_load_specs(char *const *paths, int n, struct lg_cli_specs *out)
 		if (S_ISDIR(st.st_mode))
 			return lg_cli_fail(LG_EXIT_USAGE, "%s: is a folder, expected a spec file or a model config",
 					   paths[i]);
-		lg_status rc = load_file(paths[i], &out->files[i]);
+		lg_status rc = load_file(paths[i], &out->files[i], &out->model[i]);
 		if (rc != LG_OK)
 			return load_error(paths[i], rc);
 		out->nfiles++;
@@ -461,7 +463,7 @@ int lg_cli_load_specs(char *const *paths, int n, struct lg_cli_specs *out)
 	for (size_t f = 0; f < out->nfiles; f++) {
 		size_t cnt = lg_spec_file_count(out->files[f]);
 		for (size_t j = 0; j < cnt; j++) {
-			int rc = add_kernel(out, lg_spec_file_get(out->files[f], j), paths[f], j);
+			int rc = add_kernel(out, lg_spec_file_get(out->files[f], j), paths[f], j, out->model[f]);
 			if (rc != LG_EXIT_OK)
 				return rc;
 		}
@@ -476,6 +478,7 @@ void lg_cli_specs_free(struct lg_cli_specs *s)
 	for (size_t i = 0; s->files && i < s->nfiles; i++)
 		lg_spec_file_free(s->files[i]);
 	free(s->files);
+	free(s->model);
 	free(s->k);
 	memset(s, 0, sizeof *s);
 }

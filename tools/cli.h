@@ -114,10 +114,12 @@ struct lg_cli_kernel {
 	const lg_spec *spec;
 	const char *path;
 	size_t index; /* within its file */
+	bool model;   /* the file is a model config (expanded in memory) */
 };
 
 struct lg_cli_specs {
 	lg_spec_file **files;
+	bool *model; /* per file: a model config */
 	size_t nfiles;
 	struct lg_cli_kernel *k; /* every kernel, in file order, duplicates dropped */
 	size_t n;

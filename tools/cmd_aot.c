@@ -135,12 +135,15 @@ static char *source(const struct lg_compile_set *s)
 	lg_buf b;
 	lg_buf_init(&b);
 	lg_line(&b, "/*");
-	lg_line(&b, " * lingen_aot.c - %zu cubins embedded by `lingen aot` (lingen %s, NVRTC %s):", s->n,
+	size_t count = s->n - s->nskipped;
+	lg_line(&b, " * lingen_aot.c - %zu cubins embedded by `lingen aot` (lingen %s, NVRTC %s):", count,
 		lg_version(), nv);
 	lg_line(&b, " * generated, do not edit. See lingen_aot.h.");
 	lg_line(&b, " *");
 	for (size_t i = 0; i < s->n; i++)
-		lg_line(&b, " *   %s %s", lg_spec_entry(s->c[i].k->spec), s->archs[s->c[i].arch]);
+		lg_line(&b, " *   %s %s%s%s%s", lg_spec_entry(s->c[i].k->spec), s->archs[s->c[i].arch],
+			s->c[i].skipped ? ": skipped, the family runs on " : "", s->c[i].skipped ? s->c[i].skipped : "",
+			s->c[i].skipped ? " only" : "");
 	lg_line(&b, " */");
 	lg_line(&b, "#include <string.h>");
 	lg_line(&b, "%s", "");
@@ -156,18 +159,19 @@ static char *source(const struct lg_compile_set *s)
 	lg_line(&b, "#endif");
 	lg_line(&b, "%s", "");
 	for (size_t i = 0; i < s->n; i++)
-		emit_cubin(&b, s, i);
-	lg_open(&b, "static const struct lg_aot_entry entries[%zu] = {", s->n ? s->n : 1);
+		if (!s->c[i].skipped)
+			emit_cubin(&b, s, i);
+	lg_open(&b, "static const struct lg_aot_entry entries[%zu] = {", count ? count : 1);
 	bool ok = true;
 	for (size_t i = 0; ok && i < s->n; i++)
-		ok = emit_entry(&b, s, i);
+		ok = s->c[i].skipped || emit_entry(&b, s, i);
 	lg_close_with(&b, "};");
 	lg_line(&b, "%s", "");
 	lg_open(&b, "static const struct lg_aot_table table = {");
 	lg_line(&b, "/* .format */ %d,", LG_AOT_FORMAT);
 	lg_line(&b, "/* .lingen */ \"%s\",", lg_version());
 	lg_line(&b, "/* .nvrtc */ \"%s\",", nv);
-	lg_line(&b, "/* .count */ %zu,", s->n);
+	lg_line(&b, "/* .count */ %zu,", count);
 	lg_line(&b, "/* .entries */ entries,");
 	lg_close_with(&b, "};");
 	lg_line(&b, "%s", "");

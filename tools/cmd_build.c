@@ -74,6 +74,22 @@ static cJSON *manifest_kernel(const struct lg_compile_set *s, const struct lg_co
 	return o;
 }
 
+/* One element of "skipped": {"entry", "arch", "why"}; false on
+ * allocation failure. */
+static bool manifest_skip(cJSON *sk, const struct lg_compile_set *s, const struct lg_compiled *c)
+{
+	char why[160];
+	snprintf(why, sizeof why, "family %s runs on %s only", c->k->spec->fam->op, c->skipped);
+	cJSON *o = cJSON_CreateObject();
+	bool ok = o && cJSON_AddStringToObject(o, "entry", lg_spec_entry(c->k->spec)) &&
+		  cJSON_AddStringToObject(o, "arch", s->archs[c->arch]) && cJSON_AddStringToObject(o, "why", why);
+	if (!ok || !cJSON_AddItemToArray(sk, o)) {
+		cJSON_Delete(o);
+		return false;
+	}
+	return true;
+}
+
 /* The manifest as JSON text (malloc'd, ending in a newline), NULL on
  * allocation failure. */
 static char *manifest(const struct lg_compile_set *s)
@@ -90,9 +106,14 @@ static char *manifest(const struct lg_compile_set *s)
 	cJSON *ks = cJSON_AddArrayToObject(m, "kernels");
 	bool ok = m && archs && ks;
 	for (size_t i = 0; ok && i < s->n; i++) {
-		cJSON *k = manifest_kernel(s, &s->c[i]);
-		ok = k && cJSON_AddItemToArray(ks, k);
+		cJSON *k = s->c[i].skipped ? NULL : manifest_kernel(s, &s->c[i]);
+		ok = s->c[i].skipped || (k && cJSON_AddItemToArray(ks, k));
 	}
+	cJSON *sk = ok && s->nskipped ? cJSON_AddArrayToObject(m, "skipped") : NULL;
+	ok = ok && (sk || !s->nskipped);
+	for (size_t i = 0; ok && sk && i < s->n; i++)
+		if (s->c[i].skipped)
+			ok = manifest_skip(sk, s, &s->c[i]);
 	char *text = ok ? cJSON_Print(m) : NULL;
 	cJSON_Delete(m);
 	size_t n = text ? strlen(text) : 0;
@@ -121,6 +142,8 @@ static int remove_stale(const char *dir, const struct lg_compile_set *s)
 			continue;
 		bool listed = false;
 		for (size_t i = 0; !listed && i < s->n; i++) {
+			if (s->c[i].skipped)
+				continue;
 			char *name = cubin_name(s, &s->c[i]);
 			if (!name) {
 				rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
@@ -151,6 +174,8 @@ static int write_bundle(const char *dir, const struct lg_compile_set *s)
 		rc = lg_cli_fail(LG_EXIT_FAIL, "cannot replace %s: %s", old, strerror(errno));
 	free(old);
 	for (size_t i = 0; rc == LG_EXIT_OK && i < s->n; i++) {
+		if (s->c[i].skipped)
+			continue;
 		char *name = cubin_name(s, &s->c[i]);
 		char *path = lg_cli_path(dir, name);
 		rc = lg_cli_save(path, s->c[i].cubin, s->c[i].size);
@@ -179,7 +204,10 @@ const struct lg_cli_cmd lg_cmd_build = {
 		   "DIR/manifest.json (format 3: canonical spec, entry, arch, file, size,\n"
 		   "checksum and launch plan of each cubin; lingen and NVRTC versions),\n"
 		   "and removes the cubins of an earlier build into DIR that it does not\n"
-		   "list. Needs NVRTC on a cache miss, never a GPU. Cubins go through\n"
+		   "list. A kernel x arch its family does not run on (the FP8 GEMMs run\n"
+		   "on sm_90a only) is not built: it is listed under \"skipped\" in the\n"
+		   "manifest and the summary, for a model config always, for a spec file\n"
+		   "when another arch builds it. Needs NVRTC on a cache miss, never a GPU. Cubins go through\n"
 		   "the disk cache. Load the bundle from C with lg_ctx_opts.bundle = DIR:\n"
 		   "no NVRTC is needed there, and a kernel missing from it is an error.\n",
 	.opts = opts,

@@ -100,6 +100,8 @@ static void *worker_main(void *arg)
 	struct lg_compile_set *s = r->set;
 	for (;;) {
 		pthread_mutex_lock(&r->mu);
+		while (!r->stop && r->next < s->n && s->c[r->next].skipped)
+			r->next++;
 		struct lg_compiled *j = !r->stop && r->next < s->n ? &s->c[r->next++] : NULL;
 		pthread_mutex_unlock(&r->mu);
 		if (!j)
@@ -112,7 +114,7 @@ static void *worker_main(void *arg)
 		if (j->error)
 			r->stop = true;
 		else
-			fprintf(stderr, "[%zu/%zu] %s %s (%.1f ms)\n", r->done, s->n, lg_spec_entry(j->k->spec),
+			fprintf(stderr, "[%zu/%zu] %s %s (%.1f ms)\n", r->done, s->n - s->nskipped, lg_spec_entry(j->k->spec),
 				s->archs[j->arch], j->ms);
 		pthread_mutex_unlock(&r->mu);
 	}
@@ -171,6 +173,56 @@ static int report_failures(const struct lg_compile_set *s)
 	return rc;
 }
 
+/* The arch a kernel's family is declared for when it is not arch; NULL
+ * when the family runs on arch. */
+static const char *only_other(const struct lg_cli_kernel *k, const char *arch)
+{
+	const char *only = k->spec->fam->target_only;
+	return only && strcmp(only, arch) != 0 ? only : NULL;
+}
+
+/* Mark the jobs whose family does not run on their arch as skipped: every
+ * such job of a model kernel; those of a spec-file kernel only when some
+ * other arch runs it (else its plan() refusal is the error). */
+static void mark_skipped(struct lg_compile_set *s)
+{
+	size_t narch = (size_t)s->narch;
+	for (size_t i = 0; i < s->n; i += narch) {
+		const struct lg_cli_kernel *k = s->c[i].k;
+		size_t runs = 0;
+		for (size_t a = 0; a < narch; a++)
+			runs += !only_other(k, s->archs[a]);
+		if (!k->model && runs == 0)
+			continue;
+		for (size_t a = 0; a < narch; a++) {
+			s->c[i + a].skipped = only_other(k, s->archs[a]);
+			s->nskipped += s->c[i + a].skipped != NULL;
+		}
+	}
+}
+
+void lg_compile_print_skipped(const struct lg_compile_set *s)
+{
+	for (int a = 0; a < s->narch; a++) {
+		for (size_t i = 0; i < s->n; i++) {
+			const struct lg_compiled *c = &s->c[i];
+			if (c->arch != a || !c->skipped)
+				continue;
+			const struct lg_family *f = c->k->spec->fam;
+			bool seen = false;
+			size_t count = 0;
+			for (size_t j = 0; j < s->n; j++) {
+				bool same = s->c[j].arch == a && s->c[j].skipped && s->c[j].k->spec->fam == f;
+				seen |= same && j < i;
+				count += same;
+			}
+			if (!seen)
+				fprintf(stderr, "skipped for %s: %zu kernel%s of %s (the family runs on %s only)\n",
+					s->archs[a], count, count == 1 ? "" : "s", f->op, c->skipped);
+		}
+	}
+}
+
 int lg_compile_all(const struct lg_cli_specs *specs, char **archs, int narch, int jobs,
 		   struct lg_compile_set *out)
 {
@@ -183,9 +235,11 @@ int lg_compile_all(const struct lg_cli_specs *specs, char **archs, int narch, in
 		out->c[i].k = &specs->k[i / (size_t)narch];
 		out->c[i].arch = (int)(i % (size_t)narch);
 	}
+	mark_skipped(out);
 	struct run r = {.set = out};
 	pthread_mutex_init(&r.mu, NULL);
-	int rc = run_workers(&r, jobs < 1 ? 1 : jobs > (int)out->n ? (int)out->n : jobs);
+	size_t todo = out->n - out->nskipped;
+	int rc = todo == 0 ? LG_EXIT_OK : run_workers(&r, jobs < 1 ? 1 : jobs > (int)todo ? (int)todo : jobs);
 	pthread_mutex_destroy(&r.mu);
 	return rc == LG_EXIT_OK ? report_failures(out) : rc;
 }
@@ -198,7 +252,7 @@ void lg_compile_set_free(struct lg_compile_set *s)
 	}
 	free(s->c);
 	s->c = NULL;
-	s->n = 0;
+	s->n = s->nskipped = 0;
 }
 
 void lg_compile_nvrtc_version(char out[32])
@@ -225,9 +279,14 @@ static int compile_and_write(const char *dir, char **archs, int narch, const str
 		rc = lg_compile_all(&specs, archs, narch, jobs, &set);
 	if (rc == LG_EXIT_OK)
 		rc = write(dir, &set);
-	if (rc == LG_EXIT_OK)
-		fprintf(stderr, "%s %zu cubins for %d arch%s into %s in %.1f s\n", done, set.n, narch,
+	if (rc == LG_EXIT_OK) {
+		fprintf(stderr, "%s %zu cubins for %d arch%s into %s in %.1f s", done, set.n - set.nskipped, narch,
 			narch == 1 ? "" : "s", dir, lg_cli_now() - t0);
+		if (set.nskipped)
+			fprintf(stderr, "; %zu kernel x arch skipped", set.nskipped);
+		fputc('\n', stderr);
+		lg_compile_print_skipped(&set);
+	}
 	lg_compile_set_free(&set);
 	lg_cli_specs_free(&specs);
 	return rc;

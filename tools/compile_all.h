@@ -26,6 +26,9 @@ struct lg_compiled {
 	double ms;
 	char *error;       /* NULL on success */
 	int code;          /* exit status of a failure */
+	/* Not compiled: the arch its family is declared for (lg_family
+	 * target_only) when that is not this arch; NULL: compiled. */
+	const char *skipped;
 };
 
 /* Every kernel x arch, kernel-major: c[i] is kernel i / narch, arch
@@ -35,9 +38,14 @@ struct lg_compile_set {
 	int narch;
 	struct lg_compiled *c;
 	size_t n;
+	size_t nskipped; /* of n, the jobs skipped (c[i].skipped) */
 };
 
 /* Compile every kernel of specs for every arch in up to `jobs` threads,
+ * but a kernel x arch its family does not run on (lg_family target_only):
+ * that job is skipped (c[i].skipped) when the kernel came from a model
+ * config, or when another of the archs runs it; a spec-file kernel that no
+ * arch runs fails as its plan() refuses it.
  * printing "[i/n] <entry> <arch> (ms)" on stderr as each finishes. Stops
  * early at the first failure; failures are printed (the first in full,
  * NVRTC log included). Returns the exit status. Free out with
@@ -54,6 +62,10 @@ void lg_compile_set_free(struct lg_compile_set *s);
 enum { LG_CA_OUT, LG_CA_ARCH, LG_CA_JOBS };
 int lg_compile_cmd(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a,
 		   int (*write)(const char *dir, const struct lg_compile_set *s), const char *done);
+
+/* "skipped for ARCH: N kernels of FAMILY (the family runs on T only)" on
+ * stderr, one line per arch and family; nothing when none was skipped. */
+void lg_compile_print_skipped(const struct lg_compile_set *s);
 
 /* The NVRTC version as "13.0" ("unknown" without NVRTC) into out[32]. */
 void lg_compile_nvrtc_version(char out[32]);
