@@ -679,6 +679,13 @@ static void test_expand(void **state)
 	assert_string_equal(a.out, b.out);
 	lg_proc_free(&a);
 	lg_proc_free(&b);
+	/* gen for sm_80: the FP8 GEMMs (sm_90a only) are skipped, each named */
+	a = cli(0, NULL, "gen", LING_MINI, "--arch", "sm_80", NULL);
+	assert_int_equal(lg_test_count(a.out, "generated, do not edit"), 39 - 18);
+	assert_int_equal(lg_test_count(a.err, "skipped for sm_80: lg_fp8_"), 18);
+	assert_non_null(strstr(a.err, "(the family fp8_grouped_gemm runs on sm_90a only)"));
+	assert_non_null(strstr(a.err, "21 kernels generated for sm_80, 18 skipped"));
+	lg_proc_free(&a);
 
 	char *out = lg_test_path(dir, "bundle"), *cache = lg_test_path(dir, "cache");
 	run(0, cache, "build", LING_MINI, "--arch", "sm_90a", "-o", out, NULL);

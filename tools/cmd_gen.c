@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "family.h" /* lg_spec.fam: target_only */
 
 enum { O_OUT, O_ARCH };
 static const struct lg_cli_opt opts[] = {
@@ -55,8 +56,20 @@ static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 		rc = lg_cli_load_specs(a->pos, a->npos, &specs);
 	if (rc == LG_EXIT_OK && dir)
 		rc = lg_cli_mkdir(dir);
-	for (size_t i = 0; rc == LG_EXIT_OK && i < specs.n; i++)
+	size_t skipped = 0;
+	for (size_t i = 0; rc == LG_EXIT_OK && i < specs.n; i++) {
+		const char *only = specs.k[i].spec->fam->target_only;
+		if (specs.k[i].model && only && strcmp(only, archs[0]) != 0) {
+			fprintf(stderr, "skipped for %s: %s (the family %s runs on %s only)\n", archs[0],
+				lg_spec_entry(specs.k[i].spec), specs.k[i].spec->fam->op, only);
+			skipped++;
+			continue;
+		}
 		rc = emit_one(&specs.k[i], archs[0], dir);
+	}
+	if (rc == LG_EXIT_OK && skipped)
+		fprintf(stderr, "%zu kernel%s generated for %s, %zu skipped\n", specs.n - skipped,
+			specs.n - skipped == 1 ? "" : "s", archs[0], skipped);
 	lg_cli_specs_free(&specs);
 	lg_cli_strv_free(archs, narch);
 	return rc;
@@ -66,7 +79,9 @@ const struct lg_cli_cmd lg_cmd_gen = {
 	.name = "gen",
 	.synopsis = "SPEC... [-o DIR] [--arch ARCH]",
 	.summary = "print (or write) the generated CUDA source of each kernel",
-	.details = "Needs no GPU and no NVRTC. Output is byte-deterministic.\n",
+	.details = "Needs no GPU and no NVRTC. Output is byte-deterministic. A model config's\n"
+		   "kernels whose family does not run on ARCH (the FP8 GEMMs: sm_90a only) are\n"
+		   "skipped, each named on stderr with the reason.\n",
 	.opts = opts,
 	.min_pos = 1,
 	.max_pos = -1,
