@@ -665,6 +665,16 @@ static void test_expand(void **state)
 	cJSON_Delete(o);
 	assert_non_null(strstr(p.err, "39 kernels, 0 skipped"));
 
+	/* --arch: the FP8 GEMMs (sm_90a only) skipped for sm_80, named in the summary */
+	struct lg_proc e = cli(0, NULL, "expand", LING_MINI, "--arch", "sm_80", NULL);
+	assert_non_null(strstr(e.err, "21 kernels, 6 skipped (for sm_80: fp8_gemm (sm_90a only), "
+				      "fp8_grouped_gemm (sm_90a only))"));
+	assert_non_null(strstr(e.out, "\"arch\": \"sm_80\", \"why\": \"family runs on sm_90a only\""));
+	lg_proc_free(&e);
+	e = cli(0, NULL, "expand", LING_MINI, "--arch", "sm_90a", NULL);
+	assert_non_null(strstr(e.err, "39 kernels, 0 skipped\n"));
+	lg_proc_free(&e);
+
 	/* -o FILE: the same text; gen on it and on the model agree */
 	char *spec = lg_test_path(dir, "step.json");
 	run(0, NULL, "expand", LING_MINI, "-o", spec, NULL);

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 
 #include "lingen.h"
+#include "family.h" /* lg_family.target_only */
 #include "model.h"
 #include "spec.h"
 #include "testutil.h"
@@ -182,6 +183,45 @@ static void test_ling_mini(void **state)
 	assert_non_null(j);
 	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "skipped")), 0);
 	cJSON_Delete(j);
+	free(json);
+	free(s);
+}
+
+/* Restricted to sm_80 (and sm_90a): the FP8 GEMMs (sm_90a only) are
+ * skipped for sm_80 with the arch and reason, once per op, pass and arch,
+ * and dropped only when no arch runs them; the text parses as a spec file. */
+static void test_for_archs(void **state)
+{
+	(void)state;
+	struct lg_model m;
+	struct lg_model_step *s = malloc(sizeof *s);
+	assert_non_null(s);
+	char a90[] = "sm_90a", a80[] = "sm_80";
+	char *both[] = {a90, a80}, *one[] = {a80};
+	load_model(LING_MINI, &m, s);
+	size_t all = s->nkernels;
+	lg_model_step_for_archs(s, both, 2);
+	assert_int_equal(s->nkernels, all);
+	assert_int_equal(s->nskipped, 6); /* 2 families x forward, dgrad, wgrad */
+	for (size_t i = 0; i < s->nskipped; i++) {
+		assert_string_equal(s->skipped[i].arch, "sm_80");
+		assert_string_equal(s->skipped[i].only, "sm_90a");
+		assert_true(strncmp(s->skipped[i].op, "fp8_", 4) == 0);
+	}
+	load_model(LING_MINI, &m, s);
+	lg_model_step_for_archs(s, one, 1);
+	assert_int_equal(s->nkernels, all - 18);
+	assert_int_equal(s->nskipped, 6);
+	for (size_t i = 0; i < s->nkernels; i++)
+		assert_null(s->kernels[i].fam->target_only);
+	char *json = lg_model_step_json(&m, s);
+	assert_non_null(json);
+	assert_non_null(strstr(json, "{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"arch\": \"sm_80\", "
+				     "\"why\": \"family runs on sm_90a only\"}"));
+	lg_spec_file *f = NULL;
+	assert_int_equal(lg_spec_file_parse(json, strlen(json), "step.json", &f), LG_OK);
+	assert_int_equal(lg_spec_file_count(f), all - 18);
+	lg_spec_file_free(f);
 	free(json);
 	free(s);
 }
@@ -460,7 +500,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_shipped_models), cmocka_unit_test(test_ling_mini),
 		cmocka_unit_test(test_no_shared_expert), cmocka_unit_test(test_fused_router),
-		cmocka_unit_test(test_head_layout),
+		cmocka_unit_test(test_head_layout),    cmocka_unit_test(test_for_archs),
 		cmocka_unit_test(test_bad_models),
 		cmocka_unit_test(test_api_errors),     cmocka_unit_test(test_fuzz),
 	};

@@ -26,7 +26,7 @@
 #include "json.h"
 
 static const char *const file_keys[] = {"name", "model", "kernels", "skipped"};
-static const char *const skip_keys[] = {"op", "pass", "why"};
+static const char *const skip_keys[] = {"op", "pass", "why", "arch"};
 
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -160,7 +160,8 @@ static lg_status need_string(const struct lg_jreader *r, const cJSON *obj, const
 	return LG_OK;
 }
 
-/* One item of "skipped": {"op": string, "pass": "forward"|"backward", "why": string}. */
+/* One item of "skipped": {"op": string, "pass": "forward"|"backward", "why": string}
+ * and, for a kernel left out for one arch only, "arch": string. */
 static lg_status parse_skip(struct lg_jreader *r, const cJSON *item)
 {
 	uint32_t seen;
@@ -180,6 +181,8 @@ static lg_status parse_skip(struct lg_jreader *r, const cJSON *item)
 		return st;
 	}
 	if ((st = lg_json_enum(r, "pass", v, lg_pass_names, LG_PASS_COUNT, ~0u, "", &pass)) != LG_OK)
+		return st;
+	if (member(item, "arch") && (st = need_string(r, item, "arch")) != LG_OK)
 		return st;
 	return need_string(r, item, "why");
 }

@@ -513,7 +513,7 @@ static void add_skip(struct lg_model_step *s, const struct step *st, bool family
 	for (size_t i = 0; i < s->nskipped; i++)
 		if (strcmp(s->skipped[i].op, st->op) == 0 && s->skipped[i].pass == st->pass)
 			return;
-	s->skipped[s->nskipped++] = (struct lg_model_skip){st->op, st->pass, why_of(st->section, family)};
+	s->skipped[s->nskipped++] = (struct lg_model_skip){st->op, st->pass, why_of(st->section, family), NULL, NULL};
 }
 
 /* Add a kernel unless an identical one is there. */
@@ -569,6 +569,31 @@ lg_status lg_model_expand(const struct lg_model *m, const char *file, struct lg_
 	return LG_OK;
 }
 
+void lg_model_step_for_archs(struct lg_model_step *s, char *const *archs, int narch)
+{
+	size_t kept = 0;
+	for (size_t i = 0; i < s->nkernels; i++) {
+		const struct lg_spec *k = &s->kernels[i];
+		const char *only = k->fam->target_only;
+		int runs = 0;
+		for (int a = 0; a < narch && a < LG_MODEL_MAX_ARCHS; a++) {
+			if (!only || strcmp(only, archs[a]) == 0) {
+				runs++;
+				continue;
+			}
+			bool seen = false;
+			for (size_t j = 0; j < s->nskipped && !seen; j++)
+				seen = s->skipped[j].arch && strcmp(s->skipped[j].op, k->fam->op) == 0 &&
+				       s->skipped[j].pass == k->pass && strcmp(s->skipped[j].arch, archs[a]) == 0;
+			if (!seen && s->nskipped < LG_MODEL_MAX_SKIPS)
+				s->skipped[s->nskipped++] = (struct lg_model_skip){k->fam->op, k->pass, NULL, archs[a], only};
+		}
+		if (runs)
+			s->kernels[kept++] = *k;
+	}
+	s->nkernels = kept;
+}
+
 /* ------------------------------------------------------------ output */
 
 char *lg_model_step_json(const struct lg_model *m, const struct lg_model_step *s)
@@ -588,8 +613,15 @@ char *lg_model_step_json(const struct lg_model *m, const struct lg_model_step *s
 	}
 	lg_emit(&b, "\n  ],\n  \"skipped\": [");
 	for (size_t i = 0; i < s->nskipped; i++)
-		lg_emit(&b, "%s\n    {\"op\": \"%s\", \"pass\": \"%s\", \"why\": \"%s\"}", i ? "," : "",
-			s->skipped[i].op, lg_pass_names[s->skipped[i].pass], s->skipped[i].why);
+	{
+		const struct lg_model_skip *k = &s->skipped[i];
+		lg_emit(&b, "%s\n    {\"op\": \"%s\", \"pass\": \"%s\", ", i ? "," : "", k->op,
+			lg_pass_names[k->pass]);
+		if (k->arch)
+			lg_emit(&b, "\"arch\": \"%s\", \"why\": \"family runs on %s only\"}", k->arch, k->only);
+		else
+			lg_emit(&b, "\"why\": \"%s\"}", k->why);
+	}
 	lg_emit(&b, "%s]\n}\n", s->nskipped ? "\n  " : "");
 	return lg_buf_finish(&b, NULL);
 }

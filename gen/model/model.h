@@ -56,11 +56,17 @@ struct lg_model {
 
 /* Upper bound on the entries of one expansion (the step table's size). */
 #define LG_MODEL_MAX_STEPS 48
+/* Upper bound on the skipped entries: the steps, and per arch of
+ * lg_model_step_for_archs those its families do not run on. */
+#define LG_MODEL_MAX_ARCHS 8
+#define LG_MODEL_MAX_SKIPS (LG_MODEL_MAX_STEPS * (LG_MODEL_MAX_ARCHS + 1))
 
 struct lg_model_skip {
 	const char *op;     /* family name it will have, e.g. "qk_norm_rope" */
 	enum lg_pass pass;
 	const char *why;    /* "family not implemented yet (docs/kernels.md K2)" */
+	const char *arch;   /* NULL: every arch; else skipped for this arch only, */
+	const char *only;   /* because its family runs on this one only (target_only) */
 };
 
 /* One training step: the kernels (deduplicated, in step order) and the
@@ -69,7 +75,7 @@ struct lg_model_step {
 	size_t nkernels;
 	struct lg_spec kernels[LG_MODEL_MAX_STEPS];
 	size_t nskipped;
-	struct lg_model_skip skipped[LG_MODEL_MAX_STEPS];
+	struct lg_model_skip skipped[LG_MODEL_MAX_SKIPS];
 };
 
 /* Parse a model config held in memory; `file` names it in messages (NULL:
@@ -86,6 +92,12 @@ bool lg_model_is_config(const char *text, size_t len);
  * rejects (say, hidden not a multiple of 128) is an LG_ERR_SPEC naming
  * `file`, the model key and the kernel. */
 lg_status lg_model_expand(const struct lg_model *m, const char *file, struct lg_model_step *s);
+
+/* Restrict a step to some archs (normalised names, at most
+ * LG_MODEL_MAX_ARCHS): each kernel whose family does not run on an arch
+ * (lg_family target_only) is listed as skipped for that arch (once per op,
+ * pass and arch) and left out of the kernels when no arch runs it. */
+void lg_model_step_for_archs(struct lg_model_step *s, char *const *archs, int narch);
 
 /* The step as a spec file (2-space indent; "name", "model", "kernels" in
  * canonical form, "skipped"), ending in a newline. The caller frees the
