@@ -369,6 +369,11 @@ static void corrupt_one(const char *dir)
 
 static void test_cache(void **state)
 {
+	/* a --dir that does not exist is bad input, not an empty cache */
+	struct lg_proc nd = cli(2, NULL, "cache", "ls", "--dir", "/nonexistent-lingen-cache", NULL);
+	assert_non_null(strstr(nd.err, "--dir /nonexistent-lingen-cache: No such file or directory"));
+	assert_null(strstr(nd.out, "0 entries"));
+	lg_proc_free(&nd);
 	(void)state;
 	char *dir = lg_test_tmpdir("cli-cache");
 	char *out = lg_test_path(dir, "bundle"), *cache = lg_test_path(dir, "cache");

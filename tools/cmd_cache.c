@@ -8,8 +8,10 @@
  *           (--max-mb, else $LINGEN_CACHE_MAX_MB, else 1024)
  *   verify  check every entry; exit 1 naming each invalid one and why
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "cache.h"
@@ -140,6 +142,11 @@ static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 	int rc = sub < 0 ? lg_cli_usage_error(cmd, "unknown action '%s'", a->pos[0])
 			 : bound(cmd, a, &max_bytes);
 	lg_cache *c = NULL;
+	struct stat sb;
+	const char *dir = a->val[O_DIR];
+	if (rc == LG_EXIT_OK && dir && (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)))
+		rc = lg_cli_fail(LG_EXIT_USAGE, "--dir %s: %s, expected an existing cache folder", dir,
+				 stat(dir, &sb) != 0 ? strerror(errno) : "not a folder");
 	if (rc == LG_EXIT_OK) {
 		c = lg_cache_open(a->val[O_DIR], max_bytes);
 		if (!c)
