@@ -126,6 +126,10 @@ static const struct bad bad_specs[] = {
 	  "did you mean \"round_scale\"?"}},
 	{RQQ("{\"block\": 128, \"block\": 128}"), {"kernels[0].quant.block: duplicate key"}},
 	/* tile */
+	/* a tile the FP8 GEMM refuses: the keys given as found, the defaults as defaults */
+	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
+	 "\"k\": 2048, \"tile\": {\"n\": 24}}]}",
+	 {"tile: found n 24 (with the default m 128, stages 4); allowed: "}},
 	{RNX(", \"tile\": {\"rowz\": 4}"),
 	 {"kernels[0].tile: unknown key \"rowz\"", "allowed keys: rows, threads, prefetch", "did you mean \"rows\"?"}},
 	{RNX(", \"tile\": {\"cols\": 256}"),

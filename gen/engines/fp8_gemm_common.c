@@ -5,6 +5,7 @@
 #include "fp8_gemm_common.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "error.h"
 #include "gemm_emit.h"
@@ -22,8 +23,18 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 	if (lg_spec_has(s, k->stages))
 		g.stages = (int)lg_spec_int(s, k->stages);
 	const char *why = lg_fp8_gemm_problem(&g);
-	if (why)
-		return lg_spec_error(where, "tile: found m %d, n %d, stages %d; allowed: %s", g.bm, g.bn, g.stages, why);
+	if (why) { /* the keys given as found; the others as the defaults checked with them */
+		const int key[3] = {k->tm, k->tn, k->stages}, val[3] = {g.bm, g.bn, g.stages};
+		static const char *const name[3] = {"m", "n", "stages"};
+		char found[96] = "", dflt[96] = "";
+		for (int i = 0; i < 3; i++) {
+			char *to = lg_spec_has(s, key[i]) ? found : dflt;
+			size_t n = strlen(to);
+			snprintf(to + n, 96 - n, "%s%s %d", n ? ", " : "", name[i], val[i]);
+		}
+		return lg_spec_error(where, "tile: found %s%s%s%s; allowed: %s", found, *dflt ? " (with the default " : "",
+				     dflt, *dflt ? ")" : "", why);
+	}
 	if (k->acc >= 0 && lg_spec_int(s, k->acc) && (s->pass != LG_PASS_WGRAD || s->dtype != LG_DTYPE_FP32))
 		return lg_spec_error(where, "accumulate: found true, allowed: only in the wgrad with dtype fp32 (an "
 				     "fp32 main gradient)");
