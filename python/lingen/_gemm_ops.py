@@ -41,20 +41,23 @@ def fp8_gemm_dgrad(dy, dy_scale, wt, wt_scale, *, out_dtype="bf16", tile=None, o
     return r["dx"]
 
 
-def fp8_gemm_wgrad(dyt, dyt_scale, xt, xt_scale, *, accumulate=None, tile=None, out=None,
-                   stream=None, context=None, alloc=None):
-    """dw [n, k] fp32 = dy^T . x over the tokens (a multiple of 16), from the
+def fp8_gemm_wgrad(dyt, dyt_scale, xt, xt_scale, *, out_dtype="fp32", accumulate=None,
+                   tile=None, out=None, stream=None, context=None, alloc=None):
+    """dw [n, k] = dy^T . x over the tokens (a multiple of 16), from the
     columnwise copies of dy (dyt [n, tokens], dyt_scale [cdiv(tokens, 128),
-    n]) and x (xt [k, tokens], xt_scale [cdiv(tokens, 128), k]).
-    accumulate=True adds into out={"dw": main_grad} (fp32) instead."""
+    n]) and x (xt [k, tokens], xt_scale [cdiv(tokens, 128), k]). out_dtype
+    "fp32" (default) or "bf16" (a bf16 weight's gradient, no cast after);
+    accumulate=True (fp32) adds into out={"dw": main_grad} instead."""
     fn = "lingen.fp8_gemm_wgrad"
+    dt = _out_dtype(fn, out_dtype)
     if accumulate is not None:
         accumulate = check_flag(fn, "accumulate", accumulate)
-    if accumulate and not (isinstance(out, dict) and "dw" in out):
-        raise TypeError(f"{fn}: accumulate=True needs out={{'dw': main_grad}} (fp32 [n, k])")
+    if accumulate and (dt != "fp32" or not (isinstance(out, dict) and "dw" in out)):
+        raise TypeError(f"{fn}: accumulate=True needs out_dtype='fp32' and "
+                        f"out={{'dw': main_grad}} (fp32 [n, k])")
     r = call(fn, "fp8_gemm", "wgrad", {"dyt": dyt, "dyt_scale": dyt_scale, "xt": xt,
                                        "xt_scale": xt_scale},
-             {"tile": tile, "accumulate": accumulate, "dtype": "fp32"}, out=out, stream=stream,
+             {"tile": tile, "accumulate": accumulate, "dtype": dt}, out=out, stream=stream,
              context=context, alloc=alloc)
     return r["dw"]
 

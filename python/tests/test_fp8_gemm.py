@@ -36,7 +36,7 @@ def test_out_dtype_checked():
 
 
 def test_accumulate_needs_main_grad():
-    with pytest.raises(TypeError, match="accumulate=True needs out="):
+    with pytest.raises(TypeError, match="accumulate=True needs out_dtype=.fp32. and out="):
         lingen.fp8_gemm_wgrad(e4m3(256, 64), f32(1, 256), e4m3(512, 64), f32(1, 512),
                               accumulate=True)
     with pytest.raises(TypeError, match="accumulate=True needs out_dtype='fp32'"):

@@ -14,10 +14,10 @@ Shapes (M the rows, counts [E] int32 the per-expert segments, on the
 device):
   linear(xq [M,K], xs, wq [N,K], ws) -> y [M,N]         (forward)
   linear_dgrad(dyq [M,N], dys, wtq [K,N], wts) -> dx [M,K] bf16
-  linear_wgrad(dytq [N,M], dyts, xtq [K,M], xts) -> dw [N,K] fp32
+  linear_wgrad(dytq [N,M], dyts, xtq [K,M], xts[, dtype]) -> dw [N,K] fp32 or dtype
   grouped(xq, xs, wq [E,N,K], ws, counts) -> y [M,N] bf16
   grouped_dgrad(dyq, dys, wtq [E,K,N], wts, counts) -> dx [M,K] bf16
-  grouped_wgrad(dytq, dyts, xtq, xts, counts) -> dw [E,N,K] fp32
+  grouped_wgrad(dytq, dyts, xtq, xts, counts[, dtype]) -> dw [E,N,K] fp32 or dtype
 (the grouped ones with the per-expert scale layouts).
 """
 import functools
@@ -164,11 +164,16 @@ def linear_dgrad(dyq, dys, wtq, wts):
     return (Q.deq_rowwise(dyq, dys, dt) @ Q.deq_weight(wtq, wts, dt).t()).to(torch.bfloat16)
 
 
-def linear_wgrad(dytq, dyts, xtq, xts):
+def _dt_name(dtype):
+    return "bf16" if dtype == torch.bfloat16 else "fp32"
+
+
+def linear_wgrad(dytq, dyts, xtq, xts, out_dtype=torch.float32):
+    """dw in out_dtype (bf16 or fp32): written so by the kernel, no cast."""
     # the family's tokens: a multiple of 16
     if _ran("linear_wgrad", native_dense(dytq) and dytq.shape[1] % 16 == 0):
-        return _op("fp8_gemm_wgrad")(dytq, dyts, xtq, xts)
-    return Q.deq_colwise(dytq, dyts).t() @ Q.deq_colwise(xtq, xts)
+        return _op("fp8_gemm_wgrad")(dytq, dyts, xtq, xts, out_dtype=_dt_name(out_dtype))
+    return (Q.deq_colwise(dytq, dyts).t() @ Q.deq_colwise(xtq, xts)).to(out_dtype)
 
 
 # ----------------------------------------------------------- grouped
@@ -191,10 +196,12 @@ def grouped_dgrad(dyq, dys, wtq, wts, counts):
     return torch._grouped_mm(dy, wt.transpose(1, 2), offs=_offs(counts)).to(torch.bfloat16)
 
 
-def grouped_wgrad(dytq, dyts, xtq, xts, counts):
+def grouped_wgrad(dytq, dyts, xtq, xts, counts, out_dtype=torch.float32):
+    """dw in out_dtype (bf16 or fp32): written so by the kernel, no cast."""
     if _ran("grouped_wgrad", native_grouped(dytq, _GROUPED[2:])):
-        return _op("fp8_grouped_gemm_wgrad")(dytq, dyts, xtq, xts, counts)
+        return _op("fp8_grouped_gemm_wgrad")(dytq, dyts, xtq, xts, counts,
+                                             out_dtype=_dt_name(out_dtype))
     dt = _cdtype(dytq)
     dy = Q.deq_experts_colwise(dytq, dyts, counts, dt)  # [M, N]
     x = Q.deq_experts_colwise(xtq, xts, counts, dt)  # [M, K]
-    return torch._grouped_mm(dy.t(), x, offs=_offs(counts)).float()
+    return torch._grouped_mm(dy.t(), x, offs=_offs(counts)).float().to(out_dtype)

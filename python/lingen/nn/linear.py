@@ -38,7 +38,7 @@ class Fp8LinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             dx = _gemm.linear_dgrad(dyq, dys, wtq, wts).view(ctx.shape)
         if ctx.needs_input_grad[1]:
-            dw = _gemm.linear_wgrad(dytq, dyts, qt, st).to(ctx.wdtype)
+            dw = _gemm.linear_wgrad(dytq, dyts, qt, st, ctx.wdtype)
         return dx, dw, None
 
 

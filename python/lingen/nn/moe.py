@@ -53,13 +53,13 @@ class GroupedMLPFunction(torch.autograd.Function):
         dg = _k.unpermute_backward(dout.contiguous(), row_index, rid, offsets, counts, padded, k, m)
         gq, gs, gqt, gst = _k.experts_quant(dg, padded)
         dy = _gemm.grouped_dgrad(gq, gs, w2tq, w2ts, padded)
-        dw2 = _gemm.grouped_wgrad(gqt, gst, hqt, hst, padded)
+        dw2 = _gemm.grouped_wgrad(gqt, gst, hqt, hst, padded, ctx.dtypes[1])
         dxq, dxs, dxqt, dxst, dprob = _k.swiglu_quant_backward(dy, h, p_rows, padded)
         dxr = _gemm.grouped_dgrad(dxq, dxs, w1tq, w1ts, padded)
-        dw1 = _gemm.grouped_wgrad(dxqt, dxst, qt, st, padded)
+        dw1 = _gemm.grouped_wgrad(dxqt, dxst, qt, st, padded, ctx.dtypes[0])
         dx = _k.unpermute(dxr, row_index, rid, offsets, counts, padded, k, m)
         dprobs = _k.rows_to_probs(dprob, rid)
-        return (dx, dprobs, dw1.to(ctx.dtypes[0]), dw2.to(ctx.dtypes[1])) + (None,) * 6
+        return (dx, dprobs, dw1, dw2) + (None,) * 6
 
 
 def route(logits, top_k, score="sigmoid", bias=None, groups=1, topk_groups=1, norm=True,
