@@ -405,6 +405,14 @@ static const struct golden cases[] = {
 	 "{\"op\": \"moe_permute_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 384, "
 	 "\"experts\": 96, \"top_k\": 6, \"multiple\": 128, \"quant\": {\"output\": \"both\"}, "
 	 "\"tile\": {\"prefetch\": 0}}"},
+	/* issue 35: fused AdamW, fp32 state; bf16 grads and moments, other hyperparameters */
+	{"adamw_fp32", "sm_90a", "{\"op\": \"adamw\", \"pass\": \"forward\", \"dtype\": \"fp32\"}"},
+	{"adamw_gbf16_mbf16_sm80", "sm_80",
+	 "{\"op\": \"adamw\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"grad\": \"bf16\", "
+	 "\"moments\": \"bf16\", \"beta1\": 0.8, \"beta2\": 0.95, \"weight_decay\": 0.1}"},
+	{"adamw_mbf16_b1_0p3", "sm_90a",
+	 "{\"op\": \"adamw\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"moments\": \"bf16\", "
+	 "\"beta1\": 0.3, \"eps\": 1e-6, \"weight_decay\": 0}"},
 };
 
 #define NCASES (sizeof cases / sizeof cases[0])

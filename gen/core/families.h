@@ -30,6 +30,7 @@
 	X(moe_permute_quant, MOE_PERMUTE_QUANT) /* K4b: MoE permute + pad + per-expert FP8 quant */ \
 	X(rmsnorm_router, RMSNORM_ROUTER) /* K3b: RMSNorm + router GEMM + 1x128 FP8 quant */ \
 	X(fp8_gemm, FP8_GEMM)           /* 16: blockwise FP8 GEMM fwd / dgrad / wgrad */ \
-	X(fp8_grouped_gemm, FP8_GROUPED_GEMM) /* 16: per-expert FP8 GEMM fwd / dgrad */
+	X(fp8_grouped_gemm, FP8_GROUPED_GEMM) /* 16: per-expert FP8 GEMM fwd / dgrad */ \
+	X(adamw, ADAMW)                 /* issue 35: fused AdamW over a parameter list */
 
 #endif

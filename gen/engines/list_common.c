@@ -20,8 +20,8 @@
 #define FINAL_THREADS 256
 #define SPLIT_MAX 8 /* parts an item of the last round is cut into at most */
 
-/* Offsets of the list keys from the family's first list key. */
-enum { L_MIXED, L_TILE, L_THREADS, L_PER_SM, L_UNROLL };
+/* Offsets of the list's tile keys from "tile.threads". */
+enum { L_THREADS, L_PER_SM, L_UNROLL };
 
 const char *const lg_list_mixed_words[2] = {"", "mixed"};
 const int64_t lg_list_threads_ok[] = {128, 256, 512, 1024, 0};
@@ -36,17 +36,23 @@ static int64_t tile_or(const struct lg_spec *s, int key, int64_t def)
 	return lg_spec_has(s, key) ? lg_spec_int(s, key) : def;
 }
 
-/* The index of a list family's first list key ("mixed"). */
+/* The index of a list family's first tile key ("tile.threads"). */
 static int first_key(const struct lg_spec *s)
 {
-	int k = lg_family_key(s->fam, "mixed");
+	int k = lg_family_key(s->fam, "tile.threads");
 	LG_ASSERT(k >= 0);
 	return k;
 }
 
+static bool is_mixed(const struct lg_spec *s)
+{
+	int k = lg_family_key(s->fam, "mixed");
+	return k >= 0 && lg_spec_int(s, k) != 0;
+}
+
 lg_status lg_list_check(const struct lg_spec *s, const char *fn, const char *entry, unsigned elems)
 {
-	bool mixed = lg_spec_int(s, first_key(s) + L_MIXED) != 0;
+	bool mixed = is_mixed(s);
 	const unsigned bf16 = 1u << LG_LIST_BF16, fp32 = 1u << LG_LIST_FP32;
 	unsigned can = mixed ? bf16 | fp32 : s->dtype == LG_DTYPE_FP32 ? fp32 : bf16;
 	if (!(elems & ~can))
@@ -69,14 +75,19 @@ lg_status lg_list_validate(const struct lg_spec *s, const char *where)
 	return LG_OK;
 }
 
-lg_status lg_list_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+void lg_list_plan_grid(const struct lg_spec *s, struct lg_plan *p)
 {
 	int k = first_key(s);
 	p->v[LG_LIST_P_THREADS] = p->tile[k + L_THREADS] = tile_or(s, k + L_THREADS, THREADS_DEFAULT);
 	p->v[LG_LIST_P_PER_SM] = p->tile[k + L_PER_SM] = tile_or(s, k + L_PER_SM, PER_SM_DEFAULT);
 	p->v[LG_LIST_P_UNROLL] = p->tile[k + L_UNROLL] = tile_or(s, k + L_UNROLL, UNROLL_DEFAULT);
-	p->v[LG_LIST_P_MIXED] = lg_spec_int(s, k + L_MIXED);
+	p->v[LG_LIST_P_MIXED] = is_mixed(s);
 	p->v[LG_LIST_P_CTAS] = SMS * p->v[LG_LIST_P_PER_SM];
+}
+
+lg_status lg_list_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
+{
+	lg_list_plan_grid(s, p);
 	p->nentries = 2;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	snprintf(p->entry[1], sizeof p->entry[1], "%s_final", s->entry);

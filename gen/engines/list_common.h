@@ -46,11 +46,18 @@ extern const int64_t lg_list_unroll_ok[];
 	[(k)] = {.path = "mixed", .type = LG_KEY_BOOL, .has_def = true, .def = 0,                    \
 		 .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 30, .words = lg_list_mixed_words,         \
 		 .doc = "the list may hold bf16 and fp32 tensors (false: dtype only)"},              \
-	[(k) + 1] = LG_KEY_TILE_OBJ,                                                                 \
-	[(k) + 2] = LG_KEY_TILE("threads", "n", 128, 1024, lg_list_threads_ok, "threads per CTA"),  \
-	[(k) + 3] = LG_KEY_TILE("per_sm", "c", 1, 8, NULL,                                           \
+	LG_KEYS_LIST_TILE((k) + 1)
+/* The grid's tile keys alone (LG_LIST_TILE_KEYS of them: "tile",
+ * "tile.threads", "tile.per_sm", "tile.unroll"), for a family over a list
+ * that is not a reduction (adamw): lg_list_plan_grid, lg_list_validate and
+ * lg_list_candidates find them by name. */
+#define LG_LIST_TILE_KEYS 4
+#define LG_KEYS_LIST_TILE(k)                                                                       \
+	[(k)] = LG_KEY_TILE_OBJ,                                                                     \
+	[(k) + 1] = LG_KEY_TILE("threads", "n", 128, 1024, lg_list_threads_ok, "threads per CTA"),  \
+	[(k) + 2] = LG_KEY_TILE("per_sm", "c", 1, 8, NULL,                                           \
 				"CTAs an SM: the grid is 132 x per_sm CTAs, whatever the list"),    \
-	[(k) + 4] = LG_KEY_TILE("unroll", "u", 1, 8, lg_list_unroll_ok,                              \
+	[(k) + 3] = LG_KEY_TILE("unroll", "u", 1, 8, lg_list_unroll_ok,                              \
 				"16-byte loads a lane keeps in flight")
 
 /* The one run-time size of a list pass: "items" (the table's rows). */
@@ -81,6 +88,10 @@ enum { LG_LIST_P_THREADS, LG_LIST_P_PER_SM, LG_LIST_P_UNROLL, LG_LIST_P_MIXED, L
  * candidates() of a list family (its list keys found by name). */
 lg_status lg_list_validate(const struct lg_spec *s, const char *where);
 lg_status lg_list_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p);
+/* The grid part of lg_list_plan: threads, per_sm, unroll, mixed (0 for a
+ * family without the key) and ctas into p->v, the tile into p->tile;
+ * entries are the caller's. */
+void lg_list_plan_grid(const struct lg_spec *s, struct lg_plan *p);
 void lg_list_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d);
 size_t lg_list_workspace(const struct lg_plan *p);
 int lg_list_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max);

@@ -40,4 +40,15 @@ struct lg_ref_tensor *lg_ref_list_rows(const void *table, size_t rows);
  * sign; the table rows (buf[0]) point into c->data. */
 void lg_ref_list_fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed);
 
+/* Family "adamw": the hyperparameters of a spec, and one AdamW step of n
+ * elements in place (p fp32; g, m, v fp32 or bf16 as the flags say), as
+ * torch.optim.AdamW computes it (adamw_ref.c). */
+struct lg_ref_adamw_hp {
+	double beta1, beta2, eps, weight_decay;
+	bool grad_bf16, moments_bf16;
+};
+struct lg_ref_adamw_hp lg_ref_adamw_hp_of(const struct lg_spec *s);
+void lg_ref_adamw_step(const struct lg_ref_adamw_hp *h, float *p, const void *g, void *m, void *v, size_t n,
+		       float step, float lr);
+
 #endif

@@ -1,0 +1,227 @@
+"""Optimisers on lingen's kernels (issue 35): ``lingen.optim.AdamW``.
+
+    opt = lingen.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
+    loss.backward(); opt.step(); opt.zero_grad()
+
+A ``torch.optim.Optimizer`` with torch.optim.AdamW's update (decoupled weight
+decay, bias correction; amsgrad and maximize are refused) and its
+``state_dict`` layout (per parameter ``step``, ``exp_avg``, ``exp_avg_sq``;
+the param groups' keys are torch's), so a checkpoint of one loads into the
+other (fp32 moments). On CUDA, the fp32 parameters of a group are updated by
+one launch of the generated ``adamw`` kernel per (device, gradient dtype):
+a device table of chunks (p, g, m, v, count) is built once per set of
+tensors (a pinned, asynchronous copy) and kept; the step count and the
+learning rate live in device memory, so ``step()`` never synchronises with
+the host and can be captured in a CUDA graph (the parameters of one launch
+share one ``step`` tensor). Elsewhere (CPU tensors, or parameters that are
+not fp32) the same math runs in torch, operation for operation
+torch.optim.AdamW's single-tensor form, so CPU tests check it against torch.
+
+``moments="bf16"`` keeps exp_avg and exp_avg_sq in bf16 (rounded to nearest
+even after each update; DeepSeek-V3's recipe): 18-20 bytes a parameter a
+step instead of 28.
+
+This module imports torch (``import lingen`` does not import it).
+"""
+import torch
+
+CHUNK = 8192  # elements a row of the kernel's table at most (gen/families/adamw.c)
+_MOMENTS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+_GRADS = {torch.float32: "fp32", torch.bfloat16: "bf16"}
+
+
+def _torch_defaults():
+    """The keys (and defaults) of torch.optim.AdamW's param groups in this torch."""
+    return dict(torch.optim.AdamW([torch.zeros(1, requires_grad=True)]).defaults)
+
+
+class AdamW(torch.optim.Optimizer):
+    """torch.optim.AdamW on one fused lingen kernel per group and device.
+
+    Arguments as torch.optim.AdamW's (params, lr, betas, eps, weight_decay,
+    amsgrad); ``moments`` is ``"fp32"`` (default, torch's layout) or
+    ``"bf16"``. amsgrad=True and maximize=True raise ValueError."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
+                 amsgrad=False, *, maximize=False, moments="fp32", **torch_options):
+        fn = "lingen.optim.AdamW"
+        if amsgrad:
+            raise ValueError(f"{fn}: amsgrad=True is not supported (the fused kernel keeps no "
+                             "max of the second moment); use torch.optim.AdamW for it")
+        if maximize:
+            raise ValueError(f"{fn}: maximize=True is not supported; negate the loss instead")
+        if moments not in _MOMENTS:
+            raise ValueError(f"{fn}: moments: found {moments!r}, expected 'fp32' or 'bf16'")
+        if not (isinstance(lr, torch.Tensor) or lr >= 0.0):
+            raise ValueError(f"{fn}: lr: found {lr!r}, expected >= 0")
+        if not 0.0 <= betas[0] < 1.0 or not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"{fn}: betas: found {betas!r}, expected each in [0, 1)")
+        if not 0.0 < eps < 1.0:
+            raise ValueError(f"{fn}: eps: found {eps!r}, expected in (0, 1)")
+        if weight_decay < 0.0:
+            raise ValueError(f"{fn}: weight_decay: found {weight_decay!r}, expected >= 0")
+        defaults = _torch_defaults()
+        unknown = set(torch_options) - set(defaults)
+        if unknown:
+            raise TypeError(f"{fn}: unexpected arguments {sorted(unknown)}")
+        defaults.update(torch_options)
+        defaults.update(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                        amsgrad=False, maximize=False)
+        self.moments = moments
+        self._tables = {}   # bucket key -> (table tensor, rows)
+        self._lrs = {}      # (group index, device) -> [device fp32 tensor, value it holds]
+        self._kernels = {}  # spec key -> lingen kernel
+        super().__init__(params, defaults)
+
+    # ------------------------------------------------------------ state
+
+    def _state_of(self, p):
+        st = self.state[p]
+        if not st:
+            dev = p.device if p.is_cuda else torch.device("cpu")
+            st["step"] = torch.zeros((), dtype=torch.float32, device=dev)
+            mdt = _MOMENTS[self.moments]
+            st["exp_avg"] = torch.zeros_like(p, dtype=mdt, memory_format=torch.preserve_format)
+            st["exp_avg_sq"] = torch.zeros_like(p, dtype=mdt, memory_format=torch.preserve_format)
+        return st
+
+    def load_state_dict(self, state_dict):
+        """torch's load, then the state as this optimiser keeps it: the step
+        count on the parameter's device (CUDA) and the moments in
+        ``moments``' dtype."""
+        super().load_state_dict(state_dict)
+        mdt = _MOMENTS[self.moments]
+        for p, st in self.state.items():
+            if "step" in st:
+                st["step"] = torch.as_tensor(st["step"], dtype=torch.float32).to(
+                    p.device if p.is_cuda else "cpu")
+            for k in ("exp_avg", "exp_avg_sq"):
+                if k in st and st[k].dtype != mdt:
+                    st[k] = st[k].to(mdt)
+        self._tables.clear()
+
+    # ------------------------------------------------------------- step
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One AdamW step of every parameter with a gradient."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for gi, group in enumerate(self.param_groups):
+            buckets = {}
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                if p.grad.is_sparse:
+                    raise RuntimeError("lingen.optim.AdamW: sparse gradients are not supported")
+                st = self._state_of(p)
+                fused = (p.is_cuda and p.dtype == torch.float32 and p.grad.dtype in _GRADS
+                         and p.grad.device == p.device)
+                if fused:
+                    buckets.setdefault((p.device, p.grad.dtype), []).append((p, st))
+                else:
+                    _torch_update(p, p.grad, st, group)
+            for (dev, gdt), items in buckets.items():
+                self._fused(gi, group, dev, gdt, items)
+        return loss
+
+    def _lr(self, gi, group, dev):
+        lr = group["lr"]
+        if isinstance(lr, torch.Tensor):
+            if lr.device == dev and lr.dtype == torch.float32:
+                return lr
+            return lr.to(device=dev, dtype=torch.float32, non_blocking=True)
+        held = self._lrs.get((gi, dev))
+        if held is None:
+            held = self._lrs[(gi, dev)] = [torch.empty((), dtype=torch.float32, device=dev), None]
+        if held[1] != lr:
+            held[0].fill_(lr)  # a kernel with lr as its argument: no host sync
+            held[1] = lr
+        return held[0]
+
+    def _kernel(self, group, gdt):
+        b1, b2 = group["betas"]
+        key = (_GRADS[gdt], self.moments, float(b1), float(b2), float(group["eps"]),
+               float(group["weight_decay"]))
+        k = self._kernels.get(key)
+        if k is None:
+            from ._core import Spec, default_context
+            spec = {"op": "adamw", "pass": "forward", "dtype": "fp32", "grad": key[0],
+                    "moments": key[1], "beta1": key[2], "beta2": key[3], "eps": key[4],
+                    "weight_decay": key[5]}
+            k = self._kernels[key] = default_context().kernel(Spec(spec))
+        return k
+
+    def _fused(self, gi, group, dev, gdt, items):
+        # One step count for the launch: the first parameter's, shared by all.
+        step = items[0][1]["step"]
+        for _, st in items:
+            st["step"] = step
+        ptrs = tuple((p.data_ptr(), p.grad.data_ptr(), st["exp_avg"].data_ptr(),
+                      st["exp_avg_sq"].data_ptr(), p.numel()) for p, st in items)
+        table = self._tables.get((dev, gdt, ptrs))
+        if table is None:
+            msz = 2 if self.moments == "bf16" else 4
+            table = _table(ptrs, dev, 2 if gdt == torch.bfloat16 else 4, msz)
+            self._tables[(dev, gdt, ptrs)] = table
+            while len(self._tables) > 4 * max(len(self.param_groups), 1):
+                self._tables.pop(next(iter(self._tables)))
+        with torch.cuda.device(dev):
+            step.add_(1)
+            lr = self._lr(gi, group, dev)
+            k = self._kernel(group, gdt)
+            stream = torch.cuda.current_stream(dev).cuda_stream
+            k.run([table[1]], [table[0].data_ptr(), step.data_ptr(), lr.data_ptr()], stream)
+
+
+def _table(ptrs, dev, gsz, msz):
+    """The kernel's table for tensors (p, g, m, v addresses, numel): rows of
+    int64 (p, g, m, v, count, 0), every tensor cut into CHUNK elements from
+    its start (g of gsz bytes an element, m and v of msz); copied to dev from
+    pinned memory without waiting. Returns (device table, rows)."""
+    rows = []
+    for p, g, m, v, n in ptrs:
+        if n == 0:
+            continue
+        r = torch.arange(0, n, CHUNK, dtype=torch.int64)
+        t = torch.zeros((len(r), 6), dtype=torch.int64)
+        t[:, 0] = p + 4 * r
+        t[:, 1] = g + gsz * r
+        t[:, 2] = m + msz * r
+        t[:, 3] = v + msz * r
+        t[:, 4] = torch.clamp(n - r, max=CHUNK)
+        rows.append(t)
+    if not rows:
+        return torch.zeros((1, 6), dtype=torch.int64, device=dev), 0
+    host = torch.cat(rows).pin_memory()
+    return host.to(dev, non_blocking=True), host.shape[0]
+
+
+def _torch_update(p, g, st, group):
+    """torch.optim.AdamW's single-tensor update of one parameter, in torch
+    (the CPU path and the fallback for non-fp32 parameters)."""
+    b1, b2 = group["betas"]
+    lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+    if isinstance(lr, torch.Tensor):
+        lr = lr.item()
+    st["step"] += 1
+    t = st["step"].item()
+    m, v = st["exp_avg"], st["exp_avg_sq"]
+    low = m.dtype != p.dtype
+    mf, vf = (m.to(p.dtype), v.to(p.dtype)) if low else (m, v)
+    g = g.to(p.dtype)
+    p.mul_(1 - lr * wd)
+    mf.lerp_(g, 1 - b1)
+    vf.mul_(b2).addcmul_(g, g, value=1 - b2)
+    bc1 = 1 - b1 ** t
+    bc2 = 1 - b2 ** t
+    denom = (vf.sqrt() / (bc2 ** 0.5)).add_(eps)
+    p.addcdiv_(mf, denom, value=-(lr / bc1))
+    if low:
+        m.copy_(mf)
+        v.copy_(vf)
+
+
+__all__ = ["AdamW", "CHUNK"]
