@@ -3,9 +3,10 @@ lingen's row is lingen.optim.AdamW (one launch of the generated adamw
 kernel per group and device); eager is torch.optim.AdamW with foreach=True
 (torch's default on CUDA), and "torch fused" its fused=True CUDA kernel.
 Each implementation steps its own copy of the same parameters and
-gradients, so the first steps agree (the check compares a later step with eager's
-first, hence its 1e-2: a step moves a parameter by about lr = 1e-3); bytes moved are 28 a parameter (p, g,
-m, v read; p, m, v written), or 20 with bf16 moments."""
+gradients, so the first steps agree (the check compares a later step with
+eager's first, hence its 1e-2: a step moves a parameter by about lr = 1e-3).
+Bytes moved: 28 a parameter (p, g, m, v read; p, m, v written), 20 with bf16
+moments."""
 from . import Case, Setup
 
 SHAPES = [(2048, 2048), (512, 2048), (2048,), (1024, 2048), (2048, 256), (128,), (1,)]
