@@ -118,7 +118,9 @@ class AdamW(torch.optim.Optimizer):
                     raise RuntimeError("lingen.optim.AdamW: sparse gradients are not supported")
                 st = self._state_of(p)
                 fused = (p.is_cuda and p.dtype == torch.float32 and p.grad.dtype in _GRADS
-                         and p.grad.device == p.device)
+                         and p.grad.device == p.device and p.is_contiguous()
+                         and p.grad.is_contiguous() and st["exp_avg"].is_contiguous()
+                         and st["exp_avg_sq"].is_contiguous())
                 if fused:
                     buckets.setdefault((p.device, p.grad.dtype), []).append((p, st))
                 else:
