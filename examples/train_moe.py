@@ -83,8 +83,14 @@ def build(args, mode, device):
     lm_mode = "torch" if mode == "compile" else mode
     with torch.device(device):
         model = ln.Model(model_config(args), mode=lm_mode)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0,
-                            eps=1e-8, capturable=args.graph, foreach=True)
+    kw = dict(lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
+    if mode in ("fp8", "bf16") and str(device).startswith("cuda"):
+        # lingen's fused AdamW: one launch over the bf16 parameters, bf16 moments
+        # (what torch keeps for bf16 parameters), no host sync (capturable)
+        import lingen.optim
+        opt = lingen.optim.AdamW(model.parameters(), moments="bf16", **kw)
+    else:
+        opt = torch.optim.AdamW(model.parameters(), capturable=args.graph, foreach=True, **kw)
     fwd = model
     if mode == "compile":
         fwd = torch.compile(model)
@@ -118,6 +124,7 @@ def run_mode(args, mode, device, corpus):
         return loss.detach()
 
     rec = {"mode": mode, "layers": args.layers, "tokens": corpus.batch * corpus.seq,
+           "optimizer": f"{type(opt).__module__}.{type(opt).__name__}",
            "batch": corpus.batch, "seq": corpus.seq, "device": device, "losses": [],
            "step_s": [], "gemm_backend": _gemm.backend(device) if mode == "fp8" else "torch bf16"}
     _gemm.reset_calls()

@@ -4,8 +4,8 @@
  * plain-C reference (gen/ref/adamw_ref.c), bit for bit: p, m and v after
  * every step. The list: odd sizes (1 element, 8191, 8193, 3 chunks and a
  * tail), a tensor of no element, starts not 16-byte aligned (the element
- * path), chunks cut at 8192 elements and at 1000; fp32 state, bf16 grads
- * and moments, other betas and no weight decay; every tile the list engine
+ * path), chunks cut at 8192 elements and at 1000; fp32 state, bf16 params,
+ * grads and moments, other betas and no weight decay; every tile the list engine
  * sweeps; an empty table. The step count and learning rate are device
  * memory, changed between launches without touching the kernel.
  * The scalars of a step come from fp64 pow on each side; the device's may
@@ -172,7 +172,7 @@ static void check(const char *json, int64_t chunk, int steps)
 	struct lg_ref_adamw_hp hp;
 	lg_kernel *k = kernel(json, &hp);
 	struct arr a[4];
-	arr_make(&a[0], 4);
+	arr_make(&a[0], hp.param_bf16 ? 2 : 4);
 	arr_make(&a[1], hp.grad_bf16 ? 2 : 4);
 	arr_make(&a[2], hp.moments_bf16 ? 2 : 4);
 	arr_make(&a[3], hp.moments_bf16 ? 2 : 4);
@@ -190,7 +190,7 @@ static void check(const char *json, int64_t chunk, int steps)
 		if (lg_adamw(k, NULL, items, table, scal, scal + 4) != LG_OK)
 			fail_msg("%s: lg_adamw: %s", json, lg_last_error());
 		for (int i = 0; i < NT; i++)
-			lg_ref_adamw_step(&hp, (float *)(a[0].host + a[0].off[i]), a[1].host + a[1].off[i],
+			lg_ref_adamw_step(&hp, a[0].host + a[0].off[i], a[1].host + a[1].off[i],
 					  a[2].host + a[2].off[i], a[3].host + a[3].off[i], (size_t)counts[i], host[0],
 					  host[1]);
 		CU(cuCtxSynchronize());
@@ -219,6 +219,11 @@ static void test_bf16(void **state)
 		   "\"weight_decay\": 0.1}", 8192, 4);
 	check(FP32 ", \"moments\": \"bf16\", \"beta1\": 0.3, \"eps\": 1e-6, \"weight_decay\": 0}", 8192, 3);
 	check(FP32 ", \"grad\": \"bf16\"}", 1000, 3);
+	/* a bf16 model's own weights and gradients (the training example) */
+	check(FP32 ", \"param\": \"bf16\", \"grad\": \"bf16\", \"beta2\": 0.95}", 8192, 4);
+	check(FP32 ", \"param\": \"bf16\", \"grad\": \"bf16\", \"moments\": \"bf16\", "
+		   "\"weight_decay\": 0.1}", 1000, 3);
+	check(FP32 ", \"param\": \"bf16\"}", 8192, 2);
 }
 
 static void test_tiles(void **state)

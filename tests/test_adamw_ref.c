@@ -24,7 +24,7 @@
 #include "list_ref.h"
 #include "numeric_ref.h"
 
-static const struct lg_ref_adamw_hp torch_default = {0.9, 0.999, 1e-8, 0.01, false, false};
+static const struct lg_ref_adamw_hp torch_default = {0.9, 0.999, 1e-8, 0.01, false, false, false};
 
 static void test_by_hand(void **state)
 {

@@ -410,6 +410,9 @@ static const struct golden cases[] = {
 	{"adamw_gbf16_mbf16_sm80", "sm_80",
 	 "{\"op\": \"adamw\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"grad\": \"bf16\", "
 	 "\"moments\": \"bf16\", \"beta1\": 0.8, \"beta2\": 0.95, \"weight_decay\": 0.1}"},
+	{"adamw_pbf16_gbf16_b2_0p95", "sm_90a",
+	 "{\"op\": \"adamw\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"param\": \"bf16\", "
+	 "\"grad\": \"bf16\", \"beta2\": 0.95}"},
 	{"adamw_mbf16_b1_0p3", "sm_90a",
 	 "{\"op\": \"adamw\", \"pass\": \"forward\", \"dtype\": \"fp32\", \"moments\": \"bf16\", "
 	 "\"beta1\": 0.3, \"eps\": 1e-6, \"weight_decay\": 0}"},

@@ -9,8 +9,10 @@
  * bc1 = 1 - beta1^step, bc2 = 1 - beta2^step in fp64, each scalar then
  * rounded once to fp32 as torch rounds its Python floats; the element math
  * is fp32, one rounding an operation, in that order (no contraction).
- * p is fp32 (the master weights); g fp32 or bf16 ("grad"); m and v fp32 or
- * bf16 ("moments": read widened, written rounded to nearest even).
+ * p fp32 (master weights) or bf16 ("param": a bf16 model's own weights,
+ * updated in fp32 and rounded to nearest even once, as torch's fused AdamW
+ * does); g fp32 or bf16 ("grad"); m and v fp32 or bf16 ("moments"); every
+ * bf16 array read widened, written rounded to nearest even.
  * beta1, beta2, eps and weight_decay are spec keys (literals, as torch's
  * Python floats); step and lr are read from device memory (0-d fp32
  * tensors), as torch's capturable AdamW reads them, so a CUDA graph of the
@@ -39,13 +41,18 @@
 
 #define LG_ADAMW_CHUNK 8192 /* elements a row at most, as lingen.optim cuts them */
 
-enum { K_GRAD, K_MOMENTS, K_BETA1, K_BETA2, K_EPS, K_WD, K_TILE, NKEYS = K_TILE + LG_LIST_TILE_KEYS };
+enum { K_PARAM, K_GRAD, K_MOMENTS, K_BETA1, K_BETA2, K_EPS, K_WD, K_TILE, NKEYS = K_TILE + LG_LIST_TILE_KEYS };
 enum { T_FP32, T_BF16, T_COUNT };
 static const char *const type_values[T_COUNT] = {"fp32", "bf16"};
+static const char *const param_words[T_COUNT] = {"p32", "pbf16"};
 static const char *const grad_words[T_COUNT] = {"g32", "gbf16"};
 static const char *const moment_words[T_COUNT] = {"m32", "mbf16"};
 
 static const struct lg_key keys[NKEYS] = {
+	[K_PARAM] = {.path = "param", .type = LG_KEY_ENUM, .values = type_values, .nvalues = T_COUNT,
+		     .has_def = true, .def = T_FP32, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 19,
+		     .words = param_words,
+		     .doc = "the parameters' element type: fp32, or bf16 (updated in fp32, rounded once)"},
 	[K_GRAD] = {.path = "grad", .type = LG_KEY_ENUM, .values = type_values, .nvalues = T_COUNT,
 		    .has_def = true, .def = T_FP32, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 20,
 		    .words = grad_words, .doc = "the gradients' element type"},
@@ -161,7 +168,8 @@ static void emit_update(lg_buf *b, const struct lg_spec *s)
 static void emit_chunk(lg_buf *b, const struct lg_spec *s, int g, int unroll)
 {
 	bool gb = lg_spec_int(s, K_GRAD) == T_BF16, mb = lg_spec_int(s, K_MOMENTS) == T_BF16;
-	const char *gt = gb ? "bf16" : "f32", *mt = mb ? "bf16" : "f32";
+	bool pb = lg_spec_int(s, K_PARAM) == T_BF16;
+	const char *gt = gb ? "bf16" : "f32", *mt = mb ? "bf16" : "f32", *pt = pb ? "bf16" : "f32";
 	lg_comment(b, "A chunk: whole vectors of %d elements a lane (%d in flight), then the tail element by", g,
 		   unroll);
 	lg_comment(b, "element; a chunk with an address not 16-byte aligned goes element by element.");
@@ -175,7 +183,7 @@ static void emit_chunk(lg_buf *b, const struct lg_spec *s, int g, int unroll)
 	lg_open(b, "for (int u = 0; u < %d; u++) {", unroll);
 	lg_line(b, "const u64 e = (u64)(v0 + 32u * u) * %du;", g);
 	lg_open(b, "if (v0 + 32u * u < nv) {");
-	lg_line(b, "lg_ld_f32(P, e, p[u]);");
+	lg_line(b, "lg_ld_%s(P, e, p[u]);", pt);
 	lg_line(b, "lg_ld_%s(G, e, g[u]);", gt);
 	lg_line(b, "lg_ld_%s(M, e, m[u]);", mt);
 	lg_line(b, "lg_ld_%s(V, e, v[u]);", mt);
@@ -189,13 +197,13 @@ static void emit_chunk(lg_buf *b, const struct lg_spec *s, int g, int unroll)
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++)", g);
 	lg_line(b, "\tlg_adamw1(p[u][i], g[u][i], m[u][i], v[u][i], k);");
-	lg_line(b, "lg_st_f32(P, e, p[u]);");
+	lg_line(b, "lg_st_%s(P, e, p[u]);", pt);
 	lg_line(b, "lg_st_%s(M, e, m[u]);", mt);
 	lg_line(b, "lg_st_%s(V, e, v[u]);", mt);
 	lg_close(b);
 	lg_close(b);
 	lg_open(b, "for (u32 e = nv * %du + lane; e < n; e += 32u) {", g);
-	lg_line(b, "float p = ((const float *)P)[e];");
+	lg_line(b, pb ? "float p = lg_u2f((u32)((const u16 *)P)[e] << 16);" : "float p = ((const float *)P)[e];");
 	if (mb) {
 		lg_line(b, "float m = lg_u2f((u32)((const u16 *)M)[e] << 16);");
 		lg_line(b, "float v = lg_u2f((u32)((const u16 *)V)[e] << 16);");
@@ -204,7 +212,7 @@ static void emit_chunk(lg_buf *b, const struct lg_spec *s, int g, int unroll)
 	}
 	lg_line(b, gb ? "const float g = lg_u2f((u32)((const u16 *)G)[e] << 16);" : "const float g = ((const float *)G)[e];");
 	lg_line(b, "lg_adamw1(p, g, m, v, k);");
-	lg_line(b, "((float *)P)[e] = p;");
+	lg_line(b, pb ? "((u16 *)P)[e] = (u16)lg_pack_bf16x2(p, 0.0f);" : "((float *)P)[e] = p;");
 	if (mb) {
 		lg_line(b, "((u16 *)M)[e] = (u16)lg_pack_bf16x2(m, 0.0f);");
 		lg_line(b, "((u16 *)V)[e] = (u16)lg_pack_bf16x2(v, 0.0f);");
@@ -252,11 +260,13 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 {
 	(void)t;
 	bool gb = lg_spec_int(s, K_GRAD) == T_BF16, mb = lg_spec_int(s, K_MOMENTS) == T_BF16;
-	int g = gb || mb ? 8 : 4; /* elements a lane's step: whole 16-byte vectors of every array */
+	bool pb = lg_spec_int(s, K_PARAM) == T_BF16;
+	int g = gb || mb || pb ? 8 : 4; /* elements a lane's step: whole 16-byte vectors of every array */
 	lg_section(b, "the update of this spec", NULL);
 	emit_update(b, s);
-	emit_access(b, false, g);
-	if (gb || mb)
+	if (!(pb && gb && mb))
+		emit_access(b, false, g);
+	if (gb || mb || pb)
 		emit_access(b, true, g);
 	emit_chunk(b, s, g, (int)p->v[LG_LIST_P_UNROLL]);
 	emit_entry(b, s, p);
@@ -266,14 +276,14 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 static const char doc_forward[] =
 	"Issue 35: one fused AdamW step (op \"adamw\", pass \"forward\"), in place,\n"
 	"  over the chunks of table (int64 [items, 6]: p, g, m, v, count, 0 a row;\n"
-	"  p fp32, g as \"grad\", m and v as \"moments\"), with the step count and\n"
+	"  p as \"param\", g as \"grad\", m and v as \"moments\"), with the step count and\n"
 	"  learning rate read from device memory (0-d fp32): torch.optim.AdamW's\n"
 	"  update, graph-capturable.";
 static const struct lg_form forms[1] = {{.name = "", .doc = doc_forward}};
 
 const struct lg_family lg_family_adamw = {
 	.op = "adamw",
-	.summary = "fused AdamW over a list of fp32 parameters, fp32 or bf16 moments (issue 35)",
+	.summary = "fused AdamW over a list of parameters: fp32 or bf16 parameters, grads and moments (issue 35)",
 	.passes = 1u << LG_PASS_FORWARD,
 	.dtypes = 1u << LG_DTYPE_FP32,
 	.nkeys = NKEYS,

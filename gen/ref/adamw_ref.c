@@ -37,7 +37,7 @@ static void st(void *a, bool bf16, size_t i, float f)
 		((float *)a)[i] = f;
 }
 
-void lg_ref_adamw_step(const struct lg_ref_adamw_hp *h, float *p, const void *g, void *m, void *v, size_t n,
+void lg_ref_adamw_step(const struct lg_ref_adamw_hp *h, void *p, const void *g, void *m, void *v, size_t n,
 		  float step, float lr)
 {
 	double t = step, rate = lr;
@@ -46,13 +46,13 @@ void lg_ref_adamw_step(const struct lg_ref_adamw_hp *h, float *p, const void *g,
 	float bc2_sqrt = (float)sqrt(bc2), w1 = (float)(1.0 - h->beta1);
 	float beta2 = (float)h->beta2, w2 = (float)(1.0 - h->beta2), eps = (float)h->eps;
 	for (size_t i = 0; i < n; i++) {
-		float pi = p[i], gi = ld(g, h->grad_bf16, i), mi = ld(m, h->moments_bf16, i);
+		float pi = ld(p, h->param_bf16, i), gi = ld(g, h->grad_bf16, i), mi = ld(m, h->moments_bf16, i);
 		float vi = ld(v, h->moments_bf16, i);
 		pi = pi * decay;
 		mi = w1 < 0.5f ? fmaf(w1, gi - mi, mi) : fmaf(w1 - 1.0f, gi - mi, gi);
 		vi = vi * beta2 + (w2 * gi) * gi;
 		float den = sqrtf(vi) / bc2_sqrt + eps;
-		p[i] = pi + neg_step * (mi / den);
+		st(p, h->param_bf16, i, pi + neg_step * (mi / den));
 		st(m, h->moments_bf16, i, mi);
 		st(v, h->moments_bf16, i, vi);
 	}
@@ -62,7 +62,7 @@ struct lg_ref_adamw_hp lg_ref_adamw_hp_of(const struct lg_spec *s)
 {
 	return (struct lg_ref_adamw_hp){lg_ref_num(s, "beta1"), lg_ref_num(s, "beta2"), lg_ref_num(s, "eps"),
 					lg_ref_num(s, "weight_decay"), lg_ref_int(s, "grad") == 1,
-					lg_ref_int(s, "moments") == 1};
+					lg_ref_int(s, "moments") == 1, lg_ref_int(s, "param") == 1};
 }
 
 /* The harness has no case for a family that updates its list in place:

@@ -45,10 +45,10 @@ void lg_ref_list_fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t s
  * torch.optim.AdamW computes it (adamw_ref.c). */
 struct lg_ref_adamw_hp {
 	double beta1, beta2, eps, weight_decay;
-	bool grad_bf16, moments_bf16;
+	bool grad_bf16, moments_bf16, param_bf16;
 };
 struct lg_ref_adamw_hp lg_ref_adamw_hp_of(const struct lg_spec *s);
-void lg_ref_adamw_step(const struct lg_ref_adamw_hp *h, float *p, const void *g, void *m, void *v, size_t n,
+void lg_ref_adamw_step(const struct lg_ref_adamw_hp *h, void *p, const void *g, void *m, void *v, size_t n,
 		       float step, float lr);
 
 #endif

@@ -7,14 +7,16 @@ A ``torch.optim.Optimizer`` with torch.optim.AdamW's update (decoupled weight
 decay, bias correction; amsgrad and maximize are refused) and its
 ``state_dict`` layout (per parameter ``step``, ``exp_avg``, ``exp_avg_sq``;
 the param groups' keys are torch's), so a checkpoint of one loads into the
-other (fp32 moments). On CUDA, the fp32 parameters of a group are updated by
-one launch of the generated ``adamw`` kernel per (device, gradient dtype):
+other (fp32 moments). On CUDA, the fp32 and bf16 parameters of a group are
+updated by one launch of the generated ``adamw`` kernel per (device,
+parameter dtype, gradient dtype) (a bf16 parameter: updated in fp32 and
+rounded to nearest even once, as torch's fused AdamW does):
 a device table of chunks (p, g, m, v, count) is built once per set of
 tensors (a pinned, asynchronous copy) and kept; the step count and the
 learning rate live in device memory, so ``step()`` never synchronises with
 the host and can be captured in a CUDA graph (the parameters of one launch
 share one ``step`` tensor). Elsewhere (CPU tensors, or parameters that are
-not fp32) the same math runs in torch, operation for operation
+neither fp32 nor bf16) the same math runs in torch, operation for operation
 torch.optim.AdamW's single-tensor form, so CPU tests check it against torch.
 
 ``moments="bf16"`` keeps exp_avg and exp_avg_sq in bf16 (rounded to nearest
@@ -117,16 +119,16 @@ class AdamW(torch.optim.Optimizer):
                 if p.grad.is_sparse:
                     raise RuntimeError("lingen.optim.AdamW: sparse gradients are not supported")
                 st = self._state_of(p)
-                fused = (p.is_cuda and p.dtype == torch.float32 and p.grad.dtype in _GRADS
+                fused = (p.is_cuda and p.dtype in _GRADS and p.grad.dtype in _GRADS
                          and p.grad.device == p.device and p.is_contiguous()
                          and p.grad.is_contiguous() and st["exp_avg"].is_contiguous()
                          and st["exp_avg_sq"].is_contiguous())
                 if fused:
-                    buckets.setdefault((p.device, p.grad.dtype), []).append((p, st))
+                    buckets.setdefault((p.device, p.dtype, p.grad.dtype), []).append((p, st))
                 else:
                     _torch_update(p, p.grad, st, group)
-            for (dev, gdt), items in buckets.items():
-                self._fused(gi, group, dev, gdt, items)
+            for (dev, pdt, gdt), items in buckets.items():
+                self._fused(gi, group, dev, pdt, gdt, items)
         return loss
 
     def _lr(self, gi, group, dev):
@@ -143,53 +145,53 @@ class AdamW(torch.optim.Optimizer):
             held[1] = lr
         return held[0]
 
-    def _kernel(self, group, gdt):
+    def _kernel(self, group, pdt, gdt):
         b1, b2 = group["betas"]
         key = (_GRADS[gdt], self.moments, float(b1), float(b2), float(group["eps"]),
-               float(group["weight_decay"]))
+               float(group["weight_decay"]), _GRADS[pdt])
         k = self._kernels.get(key)
         if k is None:
             from ._core import Spec, default_context
             spec = {"op": "adamw", "pass": "forward", "dtype": "fp32", "grad": key[0],
                     "moments": key[1], "beta1": key[2], "beta2": key[3], "eps": key[4],
-                    "weight_decay": key[5]}
+                    "weight_decay": key[5], "param": key[6]}
             k = self._kernels[key] = default_context().kernel(Spec(spec))
         return k
 
-    def _fused(self, gi, group, dev, gdt, items):
+    def _fused(self, gi, group, dev, pdt, gdt, items):
         # One step count for the launch: the first parameter's, shared by all.
         step = items[0][1]["step"]
         for _, st in items:
             st["step"] = step
         ptrs = tuple((p.data_ptr(), p.grad.data_ptr(), st["exp_avg"].data_ptr(),
                       st["exp_avg_sq"].data_ptr(), p.numel()) for p, st in items)
-        table = self._tables.get((dev, gdt, ptrs))
+        table = self._tables.get((dev, pdt, gdt, ptrs))
         if table is None:
             msz = 2 if self.moments == "bf16" else 4
-            table = _table(ptrs, dev, 2 if gdt == torch.bfloat16 else 4, msz)
-            self._tables[(dev, gdt, ptrs)] = table
+            table = _table(ptrs, dev, pdt.itemsize, gdt.itemsize, msz)
+            self._tables[(dev, pdt, gdt, ptrs)] = table
             while len(self._tables) > 4 * max(len(self.param_groups), 1):
                 self._tables.pop(next(iter(self._tables)))
         with torch.cuda.device(dev):
             step.add_(1)
             lr = self._lr(gi, group, dev)
-            k = self._kernel(group, gdt)
+            k = self._kernel(group, pdt, gdt)
             stream = torch.cuda.current_stream(dev).cuda_stream
             k.run([table[1]], [table[0].data_ptr(), step.data_ptr(), lr.data_ptr()], stream)
 
 
-def _table(ptrs, dev, gsz, msz):
+def _table(ptrs, dev, psz, gsz, msz):
     """The kernel's table for tensors (p, g, m, v addresses, numel): rows of
     int64 (p, g, m, v, count, 0), every tensor cut into CHUNK elements from
-    its start (g of gsz bytes an element, m and v of msz); copied to dev from
-    pinned memory without waiting. Returns (device table, rows)."""
+    its start (p of psz bytes an element, g of gsz, m and v of msz); copied
+    to dev from pinned memory without waiting. Returns (device table, rows)."""
     rows = []
     for p, g, m, v, n in ptrs:
         if n == 0:
             continue
         r = torch.arange(0, n, CHUNK, dtype=torch.int64)
         t = torch.zeros((len(r), 6), dtype=torch.int64)
-        t[:, 0] = p + 4 * r
+        t[:, 0] = p + psz * r
         t[:, 1] = g + gsz * r
         t[:, 2] = m + msz * r
         t[:, 3] = v + msz * r
