@@ -77,10 +77,15 @@ lg_status lg_list_validate(const struct lg_spec *s, const char *where)
 
 void lg_list_plan_grid(const struct lg_spec *s, struct lg_plan *p)
 {
+	lg_list_plan_grid_with(s, p, PER_SM_DEFAULT, UNROLL_DEFAULT);
+}
+
+void lg_list_plan_grid_with(const struct lg_spec *s, struct lg_plan *p, int64_t per_sm, int64_t unroll)
+{
 	int k = first_key(s);
 	p->v[LG_LIST_P_THREADS] = p->tile[k + L_THREADS] = tile_or(s, k + L_THREADS, THREADS_DEFAULT);
-	p->v[LG_LIST_P_PER_SM] = p->tile[k + L_PER_SM] = tile_or(s, k + L_PER_SM, PER_SM_DEFAULT);
-	p->v[LG_LIST_P_UNROLL] = p->tile[k + L_UNROLL] = tile_or(s, k + L_UNROLL, UNROLL_DEFAULT);
+	p->v[LG_LIST_P_PER_SM] = p->tile[k + L_PER_SM] = tile_or(s, k + L_PER_SM, per_sm);
+	p->v[LG_LIST_P_UNROLL] = p->tile[k + L_UNROLL] = tile_or(s, k + L_UNROLL, unroll);
 	p->v[LG_LIST_P_MIXED] = is_mixed(s);
 	p->v[LG_LIST_P_CTAS] = SMS * p->v[LG_LIST_P_PER_SM];
 }

@@ -92,6 +92,9 @@ lg_status lg_list_plan(const struct lg_spec *s, const struct lg_target *t, struc
  * family without the key) and ctas into p->v, the tile into p->tile;
  * entries are the caller's. */
 void lg_list_plan_grid(const struct lg_spec *s, struct lg_plan *p);
+/* The same with a family's own defaults of tile.per_sm and tile.unroll
+ * (a family whose lanes hold more in registers: adamw). */
+void lg_list_plan_grid_with(const struct lg_spec *s, struct lg_plan *p, int64_t per_sm, int64_t unroll);
 void lg_list_geometry(const struct lg_plan *p, int e, const int64_t *sizes, struct lg_launch_dim *d);
 size_t lg_list_workspace(const struct lg_plan *p);
 int lg_list_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max);

@@ -26,6 +26,8 @@ def _grads(torch, params, step, dtype=None):
     g = torch.Generator().manual_seed(100 + step)
     for p in params:
         x = torch.randn(p.shape, generator=g).to(p.device)
+        if dtype is not None and dtype != p.dtype and hasattr(p, "grad_dtype"):
+            p.grad_dtype = None  # torch >= 2.11 refuses another gradient dtype unless told
         p.grad = x.to(dtype) if dtype is not None else x
 
 

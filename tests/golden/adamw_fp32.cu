@@ -109,9 +109,9 @@ static __device__ __forceinline__ void lg_adamw_chunk(u64 P, u64 G, u64 M, u64 V
 }
 
 // ----- lg_adamw_fwd_fp32: one AdamW step of every chunk of the table -----
-// 528 CTAs of 8 warps, W = 4224 warps: warp w takes rows w, w + W, ... The scalars
+// 264 CTAs of 8 warps, W = 2112 warps: warp w takes rows w, w + W, ... The scalars
 // of the step in fp64 from step and lr (device memory), each rounded once to fp32.
-extern "C" __global__ void __launch_bounds__(256, 4)
+extern "C" __global__ void __launch_bounds__(256, 2)
 lg_adamw_fwd_fp32(u64 table, u64 step, u64 lr, i64 I, i64 /* part */)
 {
 	const u32 lane = threadIdx.x & 31u;
@@ -122,7 +122,7 @@ lg_adamw_fwd_fp32(u64 table, u64 step, u64 lr, i64 I, i64 /* part */)
 	k.decay = (float)(1.0 - rate * 0.01);
 	k.neg_step = (float)-(rate / bc1);
 	k.bc2_sqrt = (float)sqrt(bc2);
-	for (i64 r = (i64)blockIdx.x * 8 + (threadIdx.x >> 5); r < I; r += 4224) {
+	for (i64 r = (i64)blockIdx.x * 8 + (threadIdx.x >> 5); r < I; r += 2112) {
 		const char *row = (const char *)table + r * 48;
 		const lg_u32x4 a = lg_ld16(row), c = lg_ld16(row + 16), n = lg_ld16(row + 32);
 		const u64 P = (u64)a.x | ((u64)a.y << 32), G = (u64)a.z | ((u64)a.w << 32);

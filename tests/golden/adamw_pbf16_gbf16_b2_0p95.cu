@@ -109,16 +109,16 @@ static __device__ __forceinline__ void lg_st_bf16(u64 base, u64 e, const float *
 		lg_st16((char *)base + (e + 8u * j) * 2u, lg_pack_bf16x8(x + 8 * j));
 }
 
-// A chunk: whole vectors of 8 elements a lane (4 in flight), then the tail element by
+// A chunk: whole vectors of 8 elements a lane (2 in flight), then the tail element by
 // element; a chunk with an address not 16-byte aligned goes element by element.
 static __device__ __forceinline__ void lg_adamw_chunk(u64 P, u64 G, u64 M, u64 V, u32 n, u32 lane,
 						      const lg_adamw_k k)
 {
 	const u32 nv = ((P | G | M | V) & 15u) ? 0u : n / 8u;
-	for (u32 v0 = lane; v0 < nv; v0 += 128u) {
-		float p[4][8], g[4][8], m[4][8], v[4][8];
+	for (u32 v0 = lane; v0 < nv; v0 += 64u) {
+		float p[2][8], g[2][8], m[2][8], v[2][8];
 		#pragma unroll
-		for (int u = 0; u < 4; u++) {
+		for (int u = 0; u < 2; u++) {
 			const u64 e = (u64)(v0 + 32u * u) * 8u;
 			if (v0 + 32u * u < nv) {
 				lg_ld_bf16(P, e, p[u]);
@@ -128,7 +128,7 @@ static __device__ __forceinline__ void lg_adamw_chunk(u64 P, u64 G, u64 M, u64 V
 			}
 		}
 		#pragma unroll
-		for (int u = 0; u < 4; u++) {
+		for (int u = 0; u < 2; u++) {
 			const u64 e = (u64)(v0 + 32u * u) * 8u;
 			if (v0 + 32u * u >= nv)
 				break;
@@ -152,9 +152,9 @@ static __device__ __forceinline__ void lg_adamw_chunk(u64 P, u64 G, u64 M, u64 V
 }
 
 // ----- lg_adamw_fwd_fp32_pbf16_gbf16_b20p95: one AdamW step of every chunk of the table -----
-// 528 CTAs of 8 warps, W = 4224 warps: warp w takes rows w, w + W, ... The scalars
+// 264 CTAs of 8 warps, W = 2112 warps: warp w takes rows w, w + W, ... The scalars
 // of the step in fp64 from step and lr (device memory), each rounded once to fp32.
-extern "C" __global__ void __launch_bounds__(256, 4)
+extern "C" __global__ void __launch_bounds__(256, 2)
 lg_adamw_fwd_fp32_pbf16_gbf16_b20p95(u64 table, u64 step, u64 lr, i64 I, i64 /* part */)
 {
 	const u32 lane = threadIdx.x & 31u;
@@ -165,7 +165,7 @@ lg_adamw_fwd_fp32_pbf16_gbf16_b20p95(u64 table, u64 step, u64 lr, i64 I, i64 /* 
 	k.decay = (float)(1.0 - rate * 0.01);
 	k.neg_step = (float)-(rate / bc1);
 	k.bc2_sqrt = (float)sqrt(bc2);
-	for (i64 r = (i64)blockIdx.x * 8 + (threadIdx.x >> 5); r < I; r += 4224) {
+	for (i64 r = (i64)blockIdx.x * 8 + (threadIdx.x >> 5); r < I; r += 2112) {
 		const char *row = (const char *)table + r * 48;
 		const lg_u32x4 a = lg_ld16(row), c = lg_ld16(row + 16), n = lg_ld16(row + 32);
 		const u64 P = (u64)a.x | ((u64)a.y << 32), G = (u64)a.z | ((u64)a.w << 32);
