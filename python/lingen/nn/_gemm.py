@@ -104,7 +104,8 @@ def backend(device=None):
     d = "lingen fp8_gemm" if native_dense() else "EMULATED (dequantise + matmul)"
     g = "; ".join(f"{n}: {'lingen' if native_grouped(None, (n,)) else 'EMULATED'}"
                   for n in _GROUPED)
-    return f"dense: {d}; grouped: {g} (EMULATED: dequantise + grouped_mm)"
+    legend = " (EMULATED: dequantise + grouped_mm)" if "EMULATED" in g else ""
+    return f"dense: {d}; grouped: {g}{legend}"
 
 
 _calls = {}
