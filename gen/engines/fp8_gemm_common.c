@@ -108,14 +108,17 @@ int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	return lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
 }
 
-void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn)
+void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, bool producer)
 {
 	lg_comment(b, "Grouped raster: %d row tiles at a time sweep the columns.", RASTER);
 	lg_line(b, "const i64 first = tile / %lld * %d, r = tile %% %lld;", (long long)(ct * RASTER), RASTER,
 		(long long)(ct * RASTER));
 	lg_line(b, "const i64 gs = rtiles - first < %d ? rtiles - first : %d;", RASTER, RASTER);
 	lg_line(b, "const int ta = (int)((first + r %% gs) * %d);", bm);
-	lg_line(b, "const int tb = (int)(r / gs * %d);", bn);
+	if (producer)
+		lg_line(b, "const int tb = (int)(r / gs * %d);", bn);
+	else
+		lg_line(b, "const i64 oc = r / gs * %d;", bn);
 }
 
 void lg_fp8_emit_store(lg_buf *b, bool fp32, bool accumulate, int64_t cols)
@@ -145,5 +148,4 @@ void lg_fp8_emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *
 	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_fp8_gemm_threads(g));
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
-	lg_line(b, "(void)part;");
 }

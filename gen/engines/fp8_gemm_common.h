@@ -48,7 +48,7 @@ int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 
 /* In a tile loop: `ta`, `tb` of tile `tile` of `rtiles` row tiles x ct
  * column tiles, in a grouped raster (RASTER row tiles sweep the columns). */
-void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn);
+void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, bool producer);
 /* lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1): an output
  * pair into a row-major [rows, cols] bf16 or fp32 (accumulate: +=) output,
  * columns past cols skipped (cols even). */

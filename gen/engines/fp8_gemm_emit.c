@@ -191,12 +191,7 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	}
 	lg_line(b, "int it = 0;");
 	lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
-	sc->tile(b, sc->ctx);
-	if (g->manual)
-		sc->operands(b, sc->ctx);
-	else
-		lg_line(b, "(void)oc;");
-	lg_line(b, "(void)rend;");
+	sc->tile(b, sc->ctx, true);
 	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
 	lg_line(b, "const int s = it %% %d;", S);
 	lg_line(b, "if (it >= %d) lg_mbar_wait(&empty[s], ((it / %d) - 1) & 1);", S, S);
@@ -205,7 +200,7 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		emit_manual_stage(b, g);
 	} else {
 		lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
-		lg_line(b, "const int r0 = rb + kt * %d;", BK);
+		lg_line(b, "const int r0 = kt * %d;", BK);
 		lg_line(b, "u8 *const sd = ring + s * %u;", st);
 		lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, ta);", g->a_tmap);
 		lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
@@ -371,12 +366,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	lg_line(b, "for (int i = 0; i < %d; i++) psum[i] = 0.0f;", regs);
 	lg_line(b, "int it = 0;");
 	lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
-	sc->tile(b, sc->ctx);
-	if (!g->manual) {
-		lg_line(b, "(void)ta;");
-		lg_line(b, "(void)tb;");
-		lg_line(b, "(void)rb;");
-	}
+	sc->tile(b, sc->ctx, false);
 	lg_line(b, "const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);");
 	lg_line(b, "float acc[%d];", regs);
 	lg_line(b, "#pragma unroll");

@@ -41,18 +41,16 @@ struct lg_fp8_sched {
 	 * (tiles of the launch) and whatever tile() reads; may use shared
 	 * memory it declares itself and __syncthreads. */
 	void (*setup)(lg_buf *b, void *ctx);
-	/* In each tile loop, at `const i64 tile`: declare `const int ta, tb`
-	 * (A's and B's first row in their tensor maps), `const int rb` (the
-	 * reduction's first element in both maps), `const int nkt` (its
-	 * 128-blocks), `const i64 oc` (the output column of B's row tb) and
-	 * `const i64 rend` (A's rows from ta below rend are real: scales and
-	 * stores past it are skipped); ta is also the output row of the
-	 * tile's first row. With manual operands (struct lg_fp8_gemm) it
-	 * declares ta, nkt, oc and rend only. */
-	void (*tile)(lg_buf *b, void *ctx);
-	/* manual operands only, in the producer after tile(): declare the
-	 * operands its copies read (struct lg_fp8_gemm's `manual`). */
-	void (*operands)(lg_buf *b, void *ctx);
+	/* In each tile loop, at `const i64 tile`, what one role reads and no
+	 * more. The producer's (producer true): `const int ta, tb` (A's and B's
+	 * first row in their tensor maps; the reduction starts at element 0)
+	 * and `const int nkt` (its 128-blocks); with manual operands instead ta,
+	 * nkt and what the copies read (struct lg_fp8_gemm's `manual`). The
+	 * consumers': `const int ta, nkt` (ta: the output row of the tile's
+	 * first row), `const i64 oc` (its first output column) and `const i64
+	 * rend` (rows from ta below rend are real: scales and stores past it
+	 * are skipped), and whatever the scale macros read. */
+	void (*tile)(lg_buf *b, void *ctx, bool producer);
 };
 
 struct lg_fp8_gemm {
@@ -70,7 +68,7 @@ struct lg_fp8_gemm {
 	 * bytes): the producer warpgroup's 128 threads copy each stage's
 	 * 16-byte chunks with cp.async into the swizzled layout (zero-filled
 	 * past the tile's valid rows and reduction), or byte by byte when the
-	 * rows are not 16-byte aligned. The schedule's operands() then
+	 * rows are not 16-byte aligned. The schedule's producer tile() then
 	 * declares `const u8 *ga, *gb` (A's and B's first row at reduction
 	 * element 0), `const i64 lda, ldb` (their row strides, bytes), `const
 	 * int na, nb` (valid rows from ga, gb), `const i64 rlen` (valid

@@ -189,12 +189,13 @@ static void dense_setup(lg_buf *b, void *ctx)
 	lg_line(b, "const i64 tiles = rtiles * %lld;", (long long)lg_fp8_cdiv(d->cols, d->bn));
 }
 
-static void dense_tile(lg_buf *b, void *ctx)
+static void dense_tile(lg_buf *b, void *ctx, bool producer)
 {
 	const struct dense *d = ctx;
-	lg_fp8_emit_raster(b, lg_fp8_cdiv(d->cols, d->bn), d->bm, d->bn);
-	lg_line(b, "const int rb = 0, nkt = (int)((%s + 127) / 128);", d->red);
-	lg_line(b, "const i64 oc = tb, rend = %s;", d->rows);
+	lg_fp8_emit_raster(b, lg_fp8_cdiv(d->cols, d->bn), d->bm, d->bn, producer);
+	lg_line(b, "const int nkt = (int)((%s + 127) / 128);", d->red);
+	if (!producer)
+		lg_line(b, "const i64 rend = %s;", d->rows);
 }
 
 static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
@@ -214,10 +215,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	snprintf(store, sizeof store, "lg_st_out((u8 *)%s, ", a[C_OUT].name);
 	lg_fp8_emit_head(b, s, p, what[s->pass], &g);
 	emit_scale_macros(b, s, &l);
-	for (int i = 0; i < NARGS; i++)
-		if (i == A_IN || i == B_IN)
-			lg_line(b, "(void)%s;", a[i].name);
-	struct lg_fp8_sched sc = {&d, dense_setup, dense_tile, NULL};
+	struct lg_fp8_sched sc = {&d, dense_setup, dense_tile};
 	lg_fp8_gemm_emit_body(b, &g, &sc, "fp8", store);
 	lg_close(b);
 }

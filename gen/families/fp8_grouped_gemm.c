@@ -200,7 +200,7 @@ static void grouped_setup(lg_buf *b, void *ctx)
 }
 
 /* Tile `tile`: its expert (binary search of gt), rows, columns. */
-static void grouped_tile(lg_buf *b, void *ctx)
+static void grouped_tile(lg_buf *b, void *ctx, bool producer)
 {
 	const struct grouped *g = ctx;
 	lg_line(b, "int lo = 0, hi = %lld; // the last expert whose first tile is <= tile", (long long)g->experts);
@@ -209,18 +209,23 @@ static void grouped_tile(lg_buf *b, void *ctx)
 	lg_line(b, "if (gt[mid] <= tile) lo = mid; else hi = mid;");
 	lg_close(b);
 	lg_line(b, "const int ex = lo, lt = (int)(tile - gt[ex]);");
-	lg_line(b, "const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0;");
-	lg_line(b, "(void)segn;");
-	lg_line(b, "const int ta = (int)(seg0 + (i64)(lt / %lld) * %d);", (long long)g->ct, g->bm);
-	lg_line(b, "const i64 oc = (i64)(lt %% %lld) * %d;", (long long)g->ct, g->bn);
-	lg_line(b, "const int tb = (int)(ex * %lldll + oc);", (long long)g->cols);
-	lg_line(b, "const int rb = 0, nkt = %lld;", (long long)lg_fp8_cdiv(g->red, 128));
-	lg_line(b, "const i64 rend = seg0 + segn;");
+	lg_line(b, "const i64 seg0 = gr[ex];");
+	lg_line(b, "const int ta = (int)(seg0 + (i64)(lt / %lld) * %d), nkt = %lld;", (long long)g->ct, g->bm,
+		(long long)lg_fp8_cdiv(g->red, 128));
+	if (producer) {
+		lg_line(b, "const int tb = (int)(ex * %lldll + (lt %% %lld) * %d);", (long long)g->cols, (long long)g->ct,
+			g->bn);
+		return;
+	}
+	lg_line(b, "const i64 segn = gr[ex + 1] - seg0, oc = (i64)(lt %% %lld) * %d, rend = seg0 + segn;",
+		(long long)g->ct, g->bn);
 }
 
 /* wgrad tile `tile` (expert-major): expert ex's output rows ex n + ta..
  * (rows of dy's copy), columns oc.. (rows of x's), over its tokens. */
-static void wgrad_tile(lg_buf *b, void *ctx)
+static void wgrad_operands(lg_buf *b, const struct grouped *g);
+
+static void wgrad_tile(lg_buf *b, void *ctx, bool producer)
 {
 	const struct grouped *g = ctx;
 	long long n = (long long)g->n, per = (long long)(g->rt * g->ct);
@@ -229,13 +234,14 @@ static void wgrad_tile(lg_buf *b, void *ctx)
 	lg_line(b, "const int ta = (int)(er + lt / %lld * %d), nkt = (int)((segn + 127) / 128);", (long long)g->ct,
 		g->bm);
 	lg_line(b, "const i64 oc = (i64)(lt %% %lld) * %d, rend = er + %lld;", (long long)g->ct, g->bn, n);
+	if (producer)
+		wgrad_operands(b, g);
 }
 
 /* The wgrad producer's operands: expert ex's [n, segn] block of dy's copy
  * from row ta - er and [k, segn] block of x's from row oc. */
-static void wgrad_operands(lg_buf *b, void *ctx)
+static void wgrad_operands(lg_buf *b, const struct grouped *g)
 {
-	const struct grouped *g = ctx;
 	long long n = (long long)g->n, k = (long long)g->cols;
 	lg_line(b, "const u8 *const ga = (const u8 *)dyt + seg0 * %lld + (ta - er) * segn;", n);
 	lg_line(b, "const u8 *const gb = (const u8 *)xt + seg0 * %lld + oc * segn;", k);
@@ -284,12 +290,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_fp8_emit_store(b, s->dtype == LG_DTYPE_FP32, lg_spec_int(s, K_ACC) != 0, gs.cols);
 	lg_fp8_emit_head(b, s, p, what[s->pass], &g);
 	emit_scale_macros(b, s->pass, &gs);
-	if (!wg) {
-		lg_line(b, "(void)%s;", a[A_IN].name);
-		lg_line(b, "(void)%s;", a[B_IN].name);
-	}
 	snprintf(store, sizeof store, "lg_st_out((u8 *)%s, ", a[C_OUT].name);
-	struct lg_fp8_sched sc = {&gs, grouped_setup, wg ? wgrad_tile : grouped_tile, wgrad_operands};
+	struct lg_fp8_sched sc = {&gs, grouped_setup, wg ? wgrad_tile : grouped_tile};
 	lg_fp8_gemm_emit_body(b, &g, &sc, "fp8", store);
 	lg_close(b);
 }

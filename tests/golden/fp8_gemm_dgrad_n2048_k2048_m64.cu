@@ -155,15 +155,12 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 // ----- lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64: dx = dy . w -----
 extern "C" __global__ void __launch_bounds__(256, 1)
 lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
-	u64 dy, u64 dy_scale, u64 wt, u64 wt_scale, u64 dx, i64 M, i64 part,
+	u64 /* dy */, u64 dy_scale, u64 /* wt */, u64 wt_scale, u64 dx, i64 M, i64 /* part */,
 	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_wt)
 {
 	extern __shared__ __align__(1024) u8 smem[];
-	(void)part;
 	#define LG_SA(kb, r) (((const float *)dy_scale)[(i64)(kb) * M + (r)])
 	#define LG_SB(kb, c) (((const float *)wt_scale)[(i64)(c) * 16 + (kb)])
-	(void)dy;
-	(void)wt;
 	// 64x128 tiles: 1 consumer warpgroup (64 rows each) and a producer warpgroup; a ring of
 	// 8 stages of A [64][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
 	// then full[8], empty[8].
@@ -195,15 +192,12 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 				const int ta = (int)((first + r % gs) * 64);
 				const int tb = (int)(r / gs * 128);
-				const int rb = 0, nkt = (int)((2048ll + 127) / 128);
-				const i64 oc = tb, rend = M;
-				(void)oc;
-				(void)rend;
+				const int nkt = (int)((2048ll + 127) / 128);
 				for (int kt = 0; kt < nkt; kt++, it++) {
 					const int s = it % 8;
 					if (it >= 8) lg_mbar_wait(&empty[s], ((it / 8) - 1) & 1);
 					lg_mbar_expect(&full[s], 24576u);
-					const int r0 = rb + kt * 128;
+					const int r0 = kt * 128;
 					u8 *const sd = ring + s * 24576;
 					lg_tma_load_2d(sd, &tm_dy, &full[s], r0, ta);
 					lg_tma_load_2d(sd + 8192, &tm_wt, &full[s], r0, tb);
@@ -222,12 +216,9 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 		const i64 first = tile / 256 * 16, r = tile % 256;
 		const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 		const int ta = (int)((first + r % gs) * 64);
-		const int tb = (int)(r / gs * 128);
-		const int rb = 0, nkt = (int)((2048ll + 127) / 128);
-		const i64 oc = tb, rend = M;
-		(void)ta;
-		(void)tb;
-		(void)rb;
+		const i64 oc = r / gs * 128;
+		const int nkt = (int)((2048ll + 127) / 128);
+		const i64 rend = M;
 		const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);
 		float acc[64];
 		#pragma unroll

@@ -161,15 +161,12 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 // ----- lg_fp8_gemm_fwd_fp32_n3072_k2880_tn192: y = x . w^T -----
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_fp8_gemm_fwd_fp32_n3072_k2880_tn192(
-	u64 x, u64 x_scale, u64 w, u64 w_scale, u64 y, i64 M, i64 part,
+	u64 x, u64 x_scale, u64 /* w */, u64 w_scale, u64 y, i64 M, i64 /* part */,
 	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w)
 {
 	extern __shared__ __align__(1024) u8 smem[];
-	(void)part;
 	#define LG_SA(kb, r) (((const float *)x_scale)[(i64)(kb) * M + (r)])
 	#define LG_SB(kb, c) (((const float *)w_scale)[(i64)(c) * 23 + (kb)])
-	(void)x;
-	(void)w;
 	// 128x192 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
 	// 5 stages of A [128][128 B] and B [192][128 B] (128 of the reduction, 128-byte swizzle),
 	// then full[5], empty[5].
@@ -202,15 +199,12 @@ lg_fp8_gemm_fwd_fp32_n3072_k2880_tn192(
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 				const int ta = (int)((first + r % gs) * 128);
 				const int tb = (int)(r / gs * 192);
-				const int rb = 0, nkt = (int)((2880ll + 127) / 128);
-				const i64 oc = tb, rend = M;
-				(void)oc;
-				(void)rend;
+				const int nkt = (int)((2880ll + 127) / 128);
 				for (int kt = 0; kt < nkt; kt++, it++) {
 					const int s = it % 5;
 					if (it >= 5) lg_mbar_wait(&empty[s], ((it / 5) - 1) & 1);
 					lg_mbar_expect(&full[s], 40960u);
-					const int r0 = rb + kt * 128;
+					const int r0 = kt * 128;
 					u8 *const sd = ring + s * 40960;
 					lg_tma_load_2d(sd, &tm_x, &full[s], r0, ta);
 					lg_tma_load_2d(sd + 16384, &tm_w, &full[s], r0, tb);
@@ -230,12 +224,9 @@ lg_fp8_gemm_fwd_fp32_n3072_k2880_tn192(
 		const i64 first = tile / 256 * 16, r = tile % 256;
 		const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 		const int ta = (int)((first + r % gs) * 128);
-		const int tb = (int)(r / gs * 192);
-		const int rb = 0, nkt = (int)((2880ll + 127) / 128);
-		const i64 oc = tb, rend = M;
-		(void)ta;
-		(void)tb;
-		(void)rb;
+		const i64 oc = r / gs * 192;
+		const int nkt = (int)((2880ll + 127) / 128);
+		const i64 rend = M;
 		const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);
 		float acc[96];
 		#pragma unroll

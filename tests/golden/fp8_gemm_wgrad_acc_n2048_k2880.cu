@@ -154,15 +154,12 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 // ----- lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc: dw = dy^T . x -----
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
-	u64 dyt, u64 dyt_scale, u64 xt, u64 xt_scale, u64 dw, i64 M, i64 part,
+	u64 /* dyt */, u64 dyt_scale, u64 /* xt */, u64 xt_scale, u64 dw, i64 M, i64 /* part */,
 	const __grid_constant__ lg_tmap tm_dyt, const __grid_constant__ lg_tmap tm_xt)
 {
 	extern __shared__ __align__(1024) u8 smem[];
-	(void)part;
 	#define LG_SA(kb, r) (((const float *)dyt_scale)[(i64)(kb) * 2048ll + (r)])
 	#define LG_SB(kb, c) (((const float *)xt_scale)[(i64)(kb) * 2880ll + (c)])
-	(void)dyt;
-	(void)xt;
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
 	// 7 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
 	// then full[7], empty[7].
@@ -195,15 +192,12 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 				const int ta = (int)((first + r % gs) * 128);
 				const int tb = (int)(r / gs * 128);
-				const int rb = 0, nkt = (int)((M + 127) / 128);
-				const i64 oc = tb, rend = 2048ll;
-				(void)oc;
-				(void)rend;
+				const int nkt = (int)((M + 127) / 128);
 				for (int kt = 0; kt < nkt; kt++, it++) {
 					const int s = it % 7;
 					if (it >= 7) lg_mbar_wait(&empty[s], ((it / 7) - 1) & 1);
 					lg_mbar_expect(&full[s], 32768u);
-					const int r0 = rb + kt * 128;
+					const int r0 = kt * 128;
 					u8 *const sd = ring + s * 32768;
 					lg_tma_load_2d(sd, &tm_dyt, &full[s], r0, ta);
 					lg_tma_load_2d(sd + 16384, &tm_xt, &full[s], r0, tb);
@@ -223,12 +217,9 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 		const i64 first = tile / 368 * 16, r = tile % 368;
 		const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 		const int ta = (int)((first + r % gs) * 128);
-		const int tb = (int)(r / gs * 128);
-		const int rb = 0, nkt = (int)((M + 127) / 128);
-		const i64 oc = tb, rend = 2048ll;
-		(void)ta;
-		(void)tb;
-		(void)rb;
+		const i64 oc = r / gs * 128;
+		const int nkt = (int)((M + 127) / 128);
+		const i64 rend = 2048ll;
 		const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);
 		float acc[64];
 		#pragma unroll

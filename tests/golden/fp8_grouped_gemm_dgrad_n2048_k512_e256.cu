@@ -162,17 +162,15 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 // dx = dy . w[e] over each expert's rows
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_fp8_grouped_gemm_dgrad_bf16_n2048_k512_e256(
-	u64 dy, u64 dy_scale, u64 wt, u64 wt_scale, u64 counts, u64 dx, i64 M, i64 part,
-	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_wt)
+	u64 /* dy */, u64 dy_scale, u64 /* wt */, u64 wt_scale, u64 counts, u64 dx, i64 M,
+	i64 /* part */, const __grid_constant__ lg_tmap tm_dy,
+	const __grid_constant__ lg_tmap tm_wt)
 {
 	extern __shared__ __align__(1024) u8 smem[];
-	(void)part;
 	// scales: A's per expert a [16, segn] block at element seg0 16; B's tiles of w[ex]
 	#define LG_SA(kb, r) \
 	(((const float *)dy_scale)[seg0 * 16 + (i64)(kb) * segn + (r) - seg0])
 	#define LG_SB(kb, c) (((const float *)wt_scale)[((i64)ex * 4 + (c)) * 16 + (kb)])
-	(void)dy;
-	(void)wt;
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
 	// 6 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
 	// then full[6], empty[6].
@@ -223,20 +221,14 @@ lg_fp8_grouped_gemm_dgrad_bf16_n2048_k512_e256(
 					if (gt[mid] <= tile) lo = mid; else hi = mid;
 				}
 				const int ex = lo, lt = (int)(tile - gt[ex]);
-				const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0;
-				(void)segn;
-				const int ta = (int)(seg0 + (i64)(lt / 4) * 128);
-				const i64 oc = (i64)(lt % 4) * 128;
-				const int tb = (int)(ex * 512ll + oc);
-				const int rb = 0, nkt = 16;
-				const i64 rend = seg0 + segn;
-				(void)oc;
-				(void)rend;
+				const i64 seg0 = gr[ex];
+				const int ta = (int)(seg0 + (i64)(lt / 4) * 128), nkt = 16;
+				const int tb = (int)(ex * 512ll + (lt % 4) * 128);
 				for (int kt = 0; kt < nkt; kt++, it++) {
 					const int s = it % 6;
 					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
 					lg_mbar_expect(&full[s], 32768u);
-					const int r0 = rb + kt * 128;
+					const int r0 = kt * 128;
 					u8 *const sd = ring + s * 32768;
 					lg_tma_load_2d(sd, &tm_dy, &full[s], r0, ta);
 					lg_tma_load_2d(sd + 16384, &tm_wt, &full[s], r0, tb);
@@ -258,16 +250,9 @@ lg_fp8_grouped_gemm_dgrad_bf16_n2048_k512_e256(
 			if (gt[mid] <= tile) lo = mid; else hi = mid;
 		}
 		const int ex = lo, lt = (int)(tile - gt[ex]);
-		const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0;
-		(void)segn;
-		const int ta = (int)(seg0 + (i64)(lt / 4) * 128);
-		const i64 oc = (i64)(lt % 4) * 128;
-		const int tb = (int)(ex * 512ll + oc);
-		const int rb = 0, nkt = 16;
-		const i64 rend = seg0 + segn;
-		(void)ta;
-		(void)tb;
-		(void)rb;
+		const i64 seg0 = gr[ex];
+		const int ta = (int)(seg0 + (i64)(lt / 4) * 128), nkt = 16;
+		const i64 segn = gr[ex + 1] - seg0, oc = (i64)(lt % 4) * 128, rend = seg0 + segn;
 		const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);
 		float acc[64];
 		#pragma unroll

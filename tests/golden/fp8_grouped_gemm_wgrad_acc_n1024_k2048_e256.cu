@@ -146,10 +146,9 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 // dw[e] = dy_e^T . x_e over each expert's tokens
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
-	u64 dyt, u64 dyt_scale, u64 xt, u64 xt_scale, u64 counts, u64 dw, i64 M, i64 part)
+	u64 dyt, u64 dyt_scale, u64 xt, u64 xt_scale, u64 counts, u64 dw, i64 M, i64 /* part */)
 {
 	extern __shared__ __align__(1024) u8 smem[];
-	(void)part;
 	// scales: per expert [cdiv(count, 128), n] and [.., k] blocks from row gt[ex]
 	#define LG_SA(kb, r) (((const float *)dyt_scale)[(gt[ex] + (kb)) * 1024ll + (r) - er])
 	#define LG_SB(kb, c) (((const float *)xt_scale)[(gt[ex] + (kb)) * 2048ll + (c)])
@@ -201,7 +200,6 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 			const i64 lda = segn, ldb = segn, rlen = segn;
 			const int na = (int)(rend - ta), nb = (int)(2048 - oc);
 			const bool al = (segn & 15) == 0;
-			(void)rend;
 			for (int kt = 0; kt < nkt; kt++, it++) {
 				const int s = it % 6;
 				if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
