@@ -412,6 +412,38 @@ static void test_single_kernel_errors(void **state)
 	lg_spec_free(s);
 }
 
+/* A "did you mean" names only a close key or value: at most max(1, len / 3)
+ * edits, a swap of two neighbours counting as one; else none. */
+static void test_suggestions(void **state)
+{
+	(void)state;
+	static const struct {
+		const char *json, *found, *hint; /* hint NULL: no suggestion */
+	} cases[] = {
+		{RNX(", \"foo\": 1"), "unknown key \"foo\"", NULL},
+		{RNX(", \"x\": 1"), "unknown key \"x\"", NULL},
+		{RNX(", \"tiles\": {}"), "unknown key \"tiles\"", "tile"},
+		{RNX(", \"hiddne\": 1"), "unknown key \"hiddne\"", "hidden"},
+		{RNX(", \"tlie\": {}"), "unknown key \"tlie\"", "tile"},
+		{FILE1("{\"op\": \"foo\", \"pass\": \"forward\"}"), "op: found \"foo\"", NULL},
+		{FILE1("{\"op\": \"rmsnrom\", \"pass\": \"forward\"}"), "op: found \"rmsnrom\"",
+		 "rmsnorm"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		lg_spec_file *f = NULL;
+		assert_int_equal(lg_spec_file_parse(cases[i].json, strlen(cases[i].json), FILE_NAME, &f),
+				 LG_ERR_SPEC);
+		const char *msg = lg_last_error();
+		char want[64];
+		snprintf(want, sizeof want, "(did you mean \"%s\"?)", cases[i].hint ? cases[i].hint : "");
+		bool ok = strstr(msg, cases[i].found) &&
+			  (cases[i].hint ? strstr(msg, want) != NULL : !strstr(msg, "did you mean"));
+		if (!ok)
+			fprintf(stderr, "suggestion case %zu: %s\n", i, msg);
+		assert_true(ok);
+	}
+}
+
 static void test_file_api(void **state)
 {
 	(void)state;
@@ -656,6 +688,7 @@ int main(void)
 		cmocka_unit_test(test_defaults),
 		cmocka_unit_test(test_canonical),
 		cmocka_unit_test(test_single_kernel_errors),
+		cmocka_unit_test(test_suggestions),
 		cmocka_unit_test(test_file_api),
 		cmocka_unit_test(test_shipped_configs),
 		cmocka_unit_test(test_long_entry_is_hashed),

@@ -21,7 +21,6 @@
 
 #define SHOW_MAX 40  /* characters of a string shown in a message */
 #define SNIPPET 16   /* bytes of source shown at a syntax error */
-#define SUGGEST_MAX 2
 #define KEY_MAX 64   /* longer keys get no suggestion */
 
 void lg_json_init(struct lg_jreader *r, const char *file)
@@ -167,28 +166,43 @@ struct lg_jshow lg_json_show(const cJSON *v)
 	return j;
 }
 
-/* Levenshtein distance of two short strings. */
+/* Damerau-Levenshtein distance (optimal string alignment: insertions,
+ * deletions, substitutions and swaps of two neighbours) of two strings of at
+ * most KEY_MAX characters. */
 static size_t distance(const char *a, const char *b)
 {
 	size_t la = strlen(a), lb = strlen(b);
-	size_t row[KEY_MAX + 1];
+	size_t rows[3][KEY_MAX + 1];
+	size_t *two = rows[0], *prev = rows[1], *cur = rows[2];
 	for (size_t j = 0; j <= lb; j++)
-		row[j] = j;
+		prev[j] = j;
 	for (size_t i = 1; i <= la; i++) {
-		size_t diag = row[0];
-		row[0] = i;
+		cur[0] = i;
 		for (size_t j = 1; j <= lb; j++) {
-			size_t up = row[j];
-			size_t best = diag + (a[i - 1] != b[j - 1]);
-			if (up + 1 < best)
-				best = up + 1;
-			if (row[j - 1] + 1 < best)
-				best = row[j - 1] + 1;
-			row[j] = best;
-			diag = up;
+			size_t best = prev[j - 1] + (a[i - 1] != b[j - 1]);
+			if (prev[j] + 1 < best)
+				best = prev[j] + 1;
+			if (cur[j - 1] + 1 < best)
+				best = cur[j - 1] + 1;
+			if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+			    two[j - 2] + 1 < best)
+				best = two[j - 2] + 1;
+			cur[j] = best;
 		}
+		size_t *t = two;
+		two = prev;
+		prev = cur;
+		cur = t;
 	}
-	return row[lb];
+	return prev[lb];
+}
+
+/* The most edits a name of len characters may be from a suggestion: a third
+ * of its length, at least 1, so that a short unrelated word ("foo") is not
+ * matched to a short key ("op"). */
+static size_t suggest_max(size_t len)
+{
+	return len / 3 > 1 ? len / 3 : 1;
 }
 
 const char *lg_json_suggest(const char *s, const char *const *names, size_t n)
@@ -196,7 +210,7 @@ const char *lg_json_suggest(const char *s, const char *const *names, size_t n)
 	if (!s || strlen(s) > KEY_MAX)
 		return NULL;
 	const char *best = NULL;
-	size_t best_d = SUGGEST_MAX + 1;
+	size_t best_d = suggest_max(strlen(s)) + 1;
 	for (size_t i = 0; i < n; i++) {
 		if (!names[i] || strlen(names[i]) > KEY_MAX)
 			continue;

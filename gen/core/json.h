@@ -69,7 +69,9 @@ struct lg_jshow lg_json_quote(const char *s);
 /* Shortest "%.*g" text that reads back as exactly d (d finite): for JSON
  * and messages, and for double literals in generated source. */
 void lg_json_number_text(double d, char out[32]);
-/* The allowed name closest to s within edit distance 2, or NULL. */
+/* The allowed name closest to s, or NULL when none is within
+ * max(1, strlen(s) / 3) edits (Damerau-Levenshtein: insert, delete,
+ * substitute, swap two neighbours). */
 const char *lg_json_suggest(const char *s, const char *const *names, size_t n);
 
 /* Check the members of object obj: every key must be one of names[0..n)

@@ -7,7 +7,7 @@
  * "quant.block" a member of the object "quant", declared before it. Every
  * message names the file, the JSON path, the value found and what is
  * allowed; a key another family takes is "not used by op X", any other
- * unknown key gets a "did you mean".
+ * unknown key gets a "did you mean" when an allowed key is close to it.
  */
 #include <inttypes.h>
 #include <math.h>
