@@ -748,6 +748,40 @@ static void test_expand(void **state)
 	free(dir);
 }
 
+/* Messages name what the user wrote: a GEMM size refused in a model config
+ * names the model keys it comes from, and an unknown key far from every
+ * allowed one gets no "did you mean" (issue 36, class 10). */
+static void test_messages_name_user_keys(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("cli-messages");
+	char *model = lg_test_path(dir, "hd63.json"), *text = lg_test_read_file(LING_MINI, NULL);
+	assert_non_null(text);
+	char *at = strstr(text, "\"head_dim\": 128");
+	assert_non_null(at);
+	memcpy(at, "\"head_dim\": 63 ", 15);
+	lg_test_write_file(model, text, strlen(text));
+	struct lg_proc p = cli(2, NULL, "expand", model, NULL);
+	assert_non_null(strstr(p.err, "hd63.json: n: found 1512"));
+	assert_non_null(strstr(p.err, "model keys q_heads 16, kv_heads 4, head_dim 63: "
+				      "n = (q_heads + 2 kv_heads) head_dim"));
+	lg_proc_free(&p);
+
+	char *spec = lg_test_path(dir, "foo.json");
+	static const char foo[] = "{\"kernels\": [{\"op\": \"rmsnorm\", \"pass\": \"forward\", "
+				  "\"dtype\": \"bf16\", \"hidden\": 2048, \"foo\": 1}]}";
+	lg_test_write_file(spec, foo, sizeof foo - 1);
+	p = cli(2, NULL, "gen", spec, NULL);
+	assert_non_null(strstr(p.err, "foo.json: kernels[0]: unknown key \"foo\""));
+	assert_null(strstr(p.err, "did you mean"));
+	lg_proc_free(&p);
+	free(spec);
+	free(text);
+	free(model);
+	lg_test_rm_rf(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	/* the environment must not steer the CLI under test */
@@ -760,6 +794,7 @@ int main(void)
 		cmocka_unit_test(test_tokens_strict),     cmocka_unit_test(test_tuning_unreadable),
 		cmocka_unit_test(test_bench_jit),
 		cmocka_unit_test(test_expand),
+		cmocka_unit_test(test_messages_name_user_keys),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

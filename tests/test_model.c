@@ -390,6 +390,14 @@ static const struct bad bad_models[] = {
 	 {"m.json: fp8: unknown key \"blocks\"", "allowed keys: format, block, round_scale",
 	  "did you mean \"block\"?"}},
 	{"fused_router", "1", NULL, {"m.json: fused_router: found 1", "allowed: true, false"}},
+	/* a GEMM's n and k are no model keys: the message names the keys they come from */
+	{"head_dim", "63", NULL,
+	 {"m.json: n: found 1512, allowed: a multiple of 16",
+	  "(model keys q_heads 16, kv_heads 4, head_dim 63: n = (q_heads + 2 kv_heads) head_dim; ",
+	  "needed by kernel fp8_gemm forward of the training step)"}},
+	{"shared_intermediate", "136", NULL,
+	 {"m.json: k: found 136, allowed: a multiple of 16",
+	  "(model key shared_intermediate 136: k = shared_intermediate; needed by kernel fp8_gemm"}},
 	{NULL, NULL, "{\n  \"name\": \"m\",\n  \"hidden\": }", {"m.json: line 3, column 13",
 								 "malformed JSON", "found \"}\""}},
 	{NULL, NULL, "[1, 2]", {"m.json: top level: found an array", "allowed: a model config object"}},
@@ -423,6 +431,19 @@ static void test_bad_models(void **state)
 		free(text);
 	}
 	assert_int_equal(failures, 0);
+}
+
+/* An unknown key far from every model key gets no "did you mean". */
+static void test_far_key_no_suggestion(void **state)
+{
+	(void)state;
+	char *text = mutate("foo", "1"), *json = NULL;
+	assert_int_equal(lg_model_expand_text(text, strlen(text), "m.json", &json), LG_ERR_SPEC);
+	const char *msg = lg_last_error();
+	assert_non_null(strstr(msg, "m.json: unknown key \"foo\", allowed keys: name, source"));
+	assert_null(strstr(msg, "did you mean"));
+	free(text);
+	free(json);
 }
 
 static void test_api_errors(void **state)
@@ -502,6 +523,7 @@ int main(void)
 		cmocka_unit_test(test_no_shared_expert), cmocka_unit_test(test_fused_router),
 		cmocka_unit_test(test_head_layout),    cmocka_unit_test(test_for_archs),
 		cmocka_unit_test(test_bad_models),
+		cmocka_unit_test(test_far_key_no_suggestion),
 		cmocka_unit_test(test_api_errors),     cmocka_unit_test(test_fuzz),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -488,22 +488,64 @@ static const char *model_key_of(const struct step *st, const char *key, size_t n
 	return NULL;
 }
 
+/* Where a GEMM step's n and k come from: the model keys and the formula. */
+struct gemm_source {
+	int keys[3], nkeys; /* enum lg_model_key */
+	const char *formula;
+};
+static const struct gemm_source gemm_n[] = {
+	[G_QKV] = {{LG_MK_Q_HEADS, LG_MK_KV_HEADS, LG_MK_HEAD_DIM}, 3,
+		   "n = (q_heads + 2 kv_heads) head_dim"},
+	[G_OUT] = {{LG_MK_HIDDEN}, 1, "n = hidden"},
+	[G_SHARED_UP] = {{LG_MK_SHARED_INTERMEDIATE}, 1, "n = 2 shared_intermediate"},
+	[G_SHARED_DOWN] = {{LG_MK_HIDDEN}, 1, "n = hidden"},
+	[G_EXPERT_UP] = {{LG_MK_EXPERT_INTERMEDIATE}, 1, "n = 2 expert_intermediate"},
+	[G_EXPERT_DOWN] = {{LG_MK_HIDDEN}, 1, "n = hidden"},
+};
+static const struct gemm_source gemm_k[] = {
+	[G_QKV] = {{LG_MK_HIDDEN}, 1, "k = hidden"},
+	[G_OUT] = {{LG_MK_Q_HEADS, LG_MK_HEAD_DIM}, 2, "k = q_heads head_dim"},
+	[G_SHARED_UP] = {{LG_MK_HIDDEN}, 1, "k = hidden"},
+	[G_SHARED_DOWN] = {{LG_MK_SHARED_INTERMEDIATE}, 1, "k = shared_intermediate"},
+	[G_EXPERT_UP] = {{LG_MK_HIDDEN}, 1, "k = hidden"},
+	[G_EXPERT_DOWN] = {{LG_MK_EXPERT_INTERMEDIATE}, 1, "k = expert_intermediate"},
+};
+
+/* The model keys a GEMM step's spec key (n, k; experts is a model key by
+ * its own name) comes from, or NULL. */
+static const struct gemm_source *gemm_source_of(const struct step *st, const char *key, size_t n)
+{
+	if (!st->gemm || n != 1)
+		return NULL;
+	return key[0] == 'n' ? &gemm_n[st->gemm] : key[0] == 'k' ? &gemm_k[st->gemm] : NULL;
+}
+
 /* A family rejected a step's kernel: the message, "<file>: <spec key>...",
- * gets the model key it came from when that differs, and the kernel. */
-static lg_status explain(const char *file, const struct step *st, lg_status status)
+ * gets the model key(s) it came from when they differ, and the kernel. */
+static lg_status explain(const char *file, const struct lg_model *m, const struct step *st,
+			 lg_status status)
 {
 	const char *msg = lg_last_error();
 	size_t nf = strlen(file);
 	const char *mk = NULL, *key = msg + nf + 2;
+	const struct gemm_source *g = NULL;
 	size_t n = 0;
 	if (strncmp(msg, file, nf) == 0 && strncmp(msg + nf, ": ", 2) == 0) {
 		n = strcspn(key, ".:[ ");
 		mk = model_key_of(st, key, n);
+		g = gemm_source_of(st, key, n);
 	}
-	if (mk && (strlen(mk) != n || strncmp(mk, key, n) != 0))
+	if (g) {
+		lg_fail_append(" (model key%s ", g->nkeys > 1 ? "s" : "");
+		for (int i = 0; i < g->nkeys; i++)
+			lg_fail_append("%s%s %lld", i ? ", " : "", lg_model_key_names[g->keys[i]],
+				       (long long)m->v[g->keys[i]]);
+		lg_fail_append(": %s; ", g->formula);
+	} else if (mk && (strlen(mk) != n || strncmp(mk, key, n) != 0)) {
 		lg_fail_append(" (model key %s%.*s; ", mk, (int)strcspn(key + n, ":"), key + n);
-	else
+	} else {
 		lg_fail_append(" (");
+	}
 	lg_fail_append("needed by kernel %s %s of the training step)", st->op, lg_pass_names[st->pass]);
 	return status;
 }
@@ -560,7 +602,7 @@ lg_status lg_model_expand(const struct lg_model *m, const char *file, struct lg_
 		lg_status rc = lg_spec_parse_kernel(json, f, &k);
 		free(json);
 		if (rc == LG_ERR_SPEC)
-			return explain(f, st, rc);
+			return explain(f, m, st, rc);
 		if (rc == LG_OK)
 			rc = add_kernel(s, &k, f);
 		if (rc != LG_OK)
