@@ -101,10 +101,9 @@ lg_status lg_kernel_run(const lg_kernel *k, lg_stream stream, const int64_t *siz
 	void *params[LG_MAX_ARGS + LG_MAX_SIZES + 1 + LG_MAX_TMAPS];
 	int64_t part = 0;
 	for (int i = 0; i < nsizes; i++) {
-		if (sizes[i] < g->sizes[i].min || sizes[i] > g->sizes[i].max)
-			return lg_fail(LG_ERR_INVALID_ARG, "%s: %s = %lld, allowed: %lld to %lld", p->entry[0],
-				       g->sizes[i].name, (long long)sizes[i], (long long)g->sizes[i].min,
-				       (long long)g->sizes[i].max);
+		lg_status st = lg_size_check(p->entry[0], &g->sizes[i], sizes[i]);
+		if (st != LG_OK)
+			return st;
 		params[nptrs + i] = (void *)&sizes[i];
 	}
 	if (k->fam->check_sizes) {

@@ -75,6 +75,8 @@ static cJSON *sig_json(const struct lg_sig *g)
 		cJSON_AddStringToObject(s, "name", g->sizes[i].name);
 		cJSON_AddNumberToObject(s, "min", (double)g->sizes[i].min);
 		cJSON_AddNumberToObject(s, "max", (double)g->sizes[i].max);
+		if (g->sizes[i].multiple > 1)
+			cJSON_AddNumberToObject(s, "multiple", (double)g->sizes[i].multiple);
 		cJSON_AddStringToObject(s, "doc", g->sizes[i].doc ? g->sizes[i].doc : "");
 		cJSON_AddItemToArray(sizes, s);
 	}
@@ -196,10 +198,9 @@ lg_status lg_spec_arg_shape(const lg_spec *s, int i, const int64_t *sizes, int n
 			       g->nsizes);
 	int64_t sz[LG_MAX_SIZES] = {0}, d[8];
 	for (int k = 0; k < nsizes; k++) {
-		if (sizes[k] < g->sizes[k].min || sizes[k] > g->sizes[k].max)
-			return lg_fail(LG_ERR_INVALID_ARG, "%s: %s = %lld, allowed: %lld to %lld", s->entry,
-				       g->sizes[k].name, (long long)sizes[k], (long long)g->sizes[k].min,
-				       (long long)g->sizes[k].max);
+		lg_status st = lg_size_check(s->entry, &g->sizes[k], sizes[k]);
+		if (st != LG_OK)
+			return st;
 		sz[k] = sizes[k];
 	}
 	int n = 0;

@@ -149,6 +149,9 @@ struct lg_size {
 	/* What lg_sizes_at gives it (check, bench and tune at "N tokens"): 0
 	 * for N itself, else this value (e.g. a batch of 2 beside seq N). */
 	int64_t at;
+	/* A launch takes only multiples of it (0 or 1: any value in range);
+	 * checked with the range, by lg_size_check. */
+	int64_t multiple;
 };
 
 enum lg_arg_role {
@@ -438,6 +441,9 @@ double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const 
  * clamped to its range (and n beyond them): the sizes geometry is shown
  * and checked at, and check, bench and tune run at. */
 void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_t sz[LG_MAX_SIZES]);
+/* A run-time size v against its declaration (range and multiple): LG_OK,
+ * or LG_ERR_INVALID_ARG with "<entry>: <name> = v, allowed: ...". */
+lg_status lg_size_check(const char *entry, const struct lg_size *z, int64_t v);
 
 /* Emit the banner every generated file starts with (generator version,
  * family, target, canonical spec, "generated, do not edit"). */

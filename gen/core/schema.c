@@ -634,8 +634,9 @@ char *lg_family_help(const struct lg_family *f)
 			continue;
 		lg_emit(&b, "\n%s launch: run-time sizes", lg_pass_names[p]);
 		for (int i = 0; i < g->nsizes; i++)
-			lg_emit(&b, "%s %s (%lld to %lld: %s)", i ? "," : "", g->sizes[i].name,
-				(long long)g->sizes[i].min, (long long)g->sizes[i].max, g->sizes[i].doc);
+			lg_emit(&b, "%s %s (%s%lld to %lld: %s)", i ? "," : "", g->sizes[i].name,
+				g->sizes[i].multiple > 1 ? "a multiple, " : "", (long long)g->sizes[i].min,
+				(long long)g->sizes[i].max, g->sizes[i].doc);
 		lg_emit(&b, "\n");
 		static const char *const roles[] = {"in", "out", "optional in", "optional out", "workspace",
 							    "tensor list"};

@@ -249,5 +249,21 @@ void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_
 	for (int i = 0; i < g->nsizes; i++) {
 		int64_t v = g->sizes[i].at ? g->sizes[i].at : n;
 		sz[i] = v < g->sizes[i].min ? g->sizes[i].min : v > g->sizes[i].max ? g->sizes[i].max : v;
+		int64_t m = g->sizes[i].multiple;
+		if (m > 1 && sz[i] % m != 0) /* the multiple at or below it, in range */
+			sz[i] = sz[i] - sz[i] % m >= g->sizes[i].min ? sz[i] - sz[i] % m : sz[i] + m - sz[i] % m;
 	}
+}
+
+lg_status lg_size_check(const char *entry, const struct lg_size *z, int64_t v)
+{
+	bool mult = z->multiple > 1;
+	if (v >= z->min && v <= z->max && (!mult || v % z->multiple == 0))
+		return LG_OK;
+	if (!mult)
+		return lg_fail(LG_ERR_INVALID_ARG, "%s: %s = %lld, allowed: %lld to %lld", entry, z->name,
+			       (long long)v, (long long)z->min, (long long)z->max);
+	return lg_fail(LG_ERR_INVALID_ARG, "%s: %s = %lld, allowed: a multiple of %lld from %lld to %lld (%s)",
+		       entry, z->name, (long long)v, (long long)z->multiple, (long long)z->min,
+		       (long long)z->max, z->doc);
 }

@@ -28,7 +28,7 @@ const int64_t lg_list_threads_ok[] = {128, 256, 512, 1024, 0};
 const int64_t lg_list_unroll_ok[] = {1, 2, 4, 8, 0};
 
 const struct lg_size lg_list_sizes[1] = {
-	{"items", "I", 0, INT32_MAX, "rows of the tensor list's table (lg_tensor_list_items)", 0},
+	{"items", "I", 0, INT32_MAX, "rows of the tensor list's table (lg_tensor_list_items)", 0, 0},
 };
 
 static int64_t tile_or(const struct lg_spec *s, int key, int64_t def)

@@ -76,7 +76,7 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[1] = {
-	{"items", "I", 0, INT32_MAX, "rows of the table (chunks of at most 8192 elements)", 0},
+	{"items", "I", 0, INT32_MAX, "rows of the table (chunks of at most 8192 elements)", 0, 0},
 };
 
 enum { ARG_TABLE, ARG_STEP, ARG_LR, NARGS };

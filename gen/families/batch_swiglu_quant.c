@@ -91,7 +91,7 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"tokens", "M", 0, LG_SWIGLU_TOKENS_MAX, "rows of x, all experts (the sum of counts)", 0},
+	{"tokens", "M", 0, LG_SWIGLU_TOKENS_MAX, "rows of x, all experts (the sum of counts)", 0, 0},
 };
 
 /* The per-expert st: sum_e cdiv(count_e, 128) rows, at most cdiv(tokens,

@@ -115,13 +115,13 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size fwd_sizes[] = {
-	{"tokens", "M", 0, INT32_MAX, "rows of the logits", 0},
-	{"vocab_start", "V0", 0, INT32_MAX, "part shard: the shard's first column (else not read)", 0},
-	{"shards", "NS", 1, 65536, "part merge: shards gathered (else not read)", 2},
+	{"tokens", "M", 0, INT32_MAX, "rows of the logits", 0, 0},
+	{"vocab_start", "V0", 0, INT32_MAX, "part shard: the shard's first column (else not read)", 0, 0},
+	{"shards", "NS", 1, 65536, "part merge: shards gathered (else not read)", 2, 0},
 };
 static const struct lg_size bwd_sizes[] = {
-	{"tokens", "M", 0, INT32_MAX, "rows of the logits", 0},
-	{"vocab_start", "V0", 0, INT32_MAX, "part shard: the shard's first column (else not read)", 0},
+	{"tokens", "M", 0, INT32_MAX, "rows of the logits", 0, 0},
+	{"vocab_start", "V0", 0, INT32_MAX, "part shard: the shard's first column (else not read)", 0, 0},
 };
 
 enum { F_LOGITS, F_LABELS, F_STATS_IN, F_G, F_LOSS, F_SUM, F_MAX, F_STATS, F_GRAD, F_NARGS };

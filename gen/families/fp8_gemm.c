@@ -53,7 +53,13 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"tokens", "M", 0, INT32_MAX, "rows of x and dy (tokens)", 0},
+	{"tokens", "M", 0, INT32_MAX, "rows of x and dy (tokens)", 0, 0},
+};
+/* wgrad reads the columnwise copies (tokens along a row) by TMA, whose rows
+ * must be multiples of 16 bytes: the tokens a multiple of 16. */
+static const struct lg_size wgrad_sizes[] = {
+	{"tokens", "M", 0, INT32_MAX, "rows of dy and x; wgrad: the rows of the columnwise copies, "
+	 "read by TMA, must be multiples of 16 bytes", 0, 16},
 };
 
 enum { A_IN, A_IN_S, B_IN, B_IN_S, C_OUT, NARGS };
@@ -166,14 +172,6 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	lg_fp8_geometry(p, tiles, d);
 }
 
-static lg_status check_sizes(const struct lg_plan *p, const int64_t *sz)
-{
-	if (p->v[P8_ROWS] < 0 || sz[0] % 16 == 0)
-		return LG_OK;
-	return lg_fail(LG_ERR_INVALID_ARG, "%s: tokens = %lld, allowed: a multiple of 16 (wgrad: the rows of the "
-		       "columnwise copies, read by TMA, must be multiples of 16 bytes)", p->entry[0], (long long)sz[0]);
-}
-
 /* ------------------------------------------------------------ emission */
 
 struct dense {
@@ -249,12 +247,11 @@ const struct lg_family lg_family_fp8_gemm = {
 	.keys = keys,
 	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args, doc_fwd},
 		[LG_PASS_DGRAD] = {1, sizes, NARGS, dgrad_args, doc_dgrad},
-		[LG_PASS_WGRAD] = {1, sizes, NARGS, wgrad_args, doc_wgrad}},
+		[LG_PASS_WGRAD] = {1, wgrad_sizes, NARGS, wgrad_args, doc_wgrad}},
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,
-	.check_sizes = check_sizes,
 	.candidates = candidates,
 	.target_only = "sm_90a",
 };

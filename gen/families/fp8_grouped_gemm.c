@@ -67,7 +67,7 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"tokens", "M", 0, INT32_MAX, "rows of x and dy: every expert's segment (a capacity)", 0},
+	{"tokens", "M", 0, INT32_MAX, "rows of x and dy: every expert's segment (a capacity)", 0, 0},
 };
 
 enum { A_IN, A_IN_S, B_IN, B_IN_S, COUNTS, C_OUT, NARGS };

@@ -50,7 +50,7 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"tokens", "M", 0, TOKENS_MAX, "rows of x (one CTA per 128 tokens x 128 features)", 0},
+	{"tokens", "M", 0, TOKENS_MAX, "rows of x (one CTA per 128 tokens x 128 features)", 0, 0},
 };
 
 enum { ARG_X, ARG_Q, ARG_S, ARG_QT, ARG_ST, NARGS };

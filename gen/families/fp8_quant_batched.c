@@ -75,8 +75,8 @@ enum { P_TILES = LG_QE_PV_COUNT }; /* plan values after the engine's */
 
 static const struct lg_size sizes[] = {
 	{"tokens", "M", 0, TOKENS_MAX, "rows of x: every expert's tokens, grouped by expert (a capacity: counts may sum "
-			      "to less)", 0},
-	{"experts", "E", 1, EXPERTS_MAX, "experts (entries of counts)", 256},
+			      "to less)", 0, 0},
+	{"experts", "E", 1, EXPERTS_MAX, "experts (entries of counts)", 256, 0},
 };
 
 enum { ARG_X, ARG_COUNTS, ARG_Q, ARG_S, ARG_QT, ARG_ST, NARGS };

@@ -56,7 +56,7 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"rows", "M", 0, ROWS_MAX, "rows of the weight (its output features)", 0},
+	{"rows", "M", 0, ROWS_MAX, "rows of the weight (its output features)", 0, 0},
 };
 
 enum { ARG_W, ARG_Q, ARG_S, ARG_QT, ARG_ST, NARGS };

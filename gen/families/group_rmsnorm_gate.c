@@ -98,8 +98,8 @@ static const struct lg_key keys[NKEYS] = {
 
 /* The harness (lingen check / bench --tokens N) runs at batch 2, seq N. */
 static const struct lg_size sizes[] = {
-	{"batch", "B", 0, INT32_MAX, "batch (x's first dimension)", 2},
-	{"seq", "L", 0, INT32_MAX, "sequence length (x's second dimension)", 0},
+	{"batch", "B", 0, INT32_MAX, "batch (x's first dimension)", 2, 0},
+	{"seq", "L", 0, INT32_MAX, "sequence length (x's second dimension)", 0, 0},
 };
 
 /* The gate's layout: [seq, batch, dim] with transpose (1), else [batch,

@@ -77,7 +77,7 @@ static const struct lg_key keys[NKEYS] = {
 				   "block before is quantised; 0: loaded into registers"),
 };
 
-static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 24, "tokens", 0}};
+static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 24, "tokens", 0, 0}};
 
 #define ROWS LG_MOE_ROWS
 enum { A_X, A_PROBS, A_INDEX, A_PADDED, A_Q, A_S, A_QT, A_ST, A_OUTP, NARGS };

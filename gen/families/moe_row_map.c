@@ -85,7 +85,7 @@ static const struct lg_key keys[NKEYS] = {
 				 "counts"),
 };
 
-static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0}};
+static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0, 0}};
 
 enum { A_MASK, A_I32, A_I64, A_MAP, A_COUNTS, A_OFFSETS, A_INDEX, A_PADDED, A_WS, NARGS };
 static const struct lg_arg args[NARGS] = {

@@ -40,7 +40,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_PIPELINE] = LG_KEY_MOE_PIPELINE,
 };
 
-static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0}};
+static const struct lg_size sizes[] = {{"tokens", "T", 0, (int64_t)1 << 30, "tokens", 0, 0}};
 
 #define ROWS_H LG_MOE_ROWS ", hidden"
 

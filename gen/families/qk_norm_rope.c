@@ -127,9 +127,9 @@ static const struct lg_key keys[NKEYS] = {
  * varlen form indexes tokens by seq alone (batch: the binary search of cu). */
 #define TOKENS_MAX (1 << 22)
 static const struct lg_size sizes[] = {
-	{"seq", "S", 0, TOKENS_MAX, "positions (S); varlen: tokens (T)", 0},
+	{"seq", "S", 0, TOKENS_MAX, "positions (S); varlen: tokens (T)", 0, 0},
 	/* check and bench at N tokens: seq N, batch 2 */
-	{"batch", "B", 0, TOKENS_MAX, "sequences (B; seq x batch below 2^31); varlen: sequences in cu_seqlens", 2},
+	{"batch", "B", 0, TOKENS_MAX, "sequences (B; seq x batch below 2^31); varlen: sequences in cu_seqlens", 2, 0},
 };
 
 #define QKV_SHAPE "pick(qkv_order, seq, batch), pick(varlen, pick(qkv_order, batch, seq), 1), " \

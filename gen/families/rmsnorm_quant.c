@@ -89,7 +89,7 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"tokens", "M", 0, (int64_t)65535 * 128, "rows of x (128-token tiles on a grid's y)", 0},
+	{"tokens", "M", 0, (int64_t)65535 * 128, "rows of x (128-token tiles on a grid's y)", 0, 0},
 };
 
 enum { ARG_X, ARG_W, ARG_Q, ARG_S, ARG_RMS, ARG_QT, ARG_ST, NARGS };

@@ -140,7 +140,7 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"tokens", "M", 0, (int64_t)65535 * 128, "rows of x (tokens)", 0},
+	{"tokens", "M", 0, (int64_t)65535 * 128, "rows of x (tokens)", 0, 0},
 };
 
 enum { A_X, A_W, A_RW, A_Y, A_RMS, A_LOGITS, A_Q, A_S, A_QT, A_ST, NARGS };

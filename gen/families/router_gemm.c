@@ -165,7 +165,7 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"tokens", "M", 0, INT32_MAX, "rows of x (tokens)", 0},
+	{"tokens", "M", 0, INT32_MAX, "rows of x (tokens)", 0, 0},
 };
 
 enum { F_X, F_W, F_Y, F_NARGS };

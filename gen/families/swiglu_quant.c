@@ -44,7 +44,7 @@ static const struct lg_key keys[NKEYS] = {
 };
 
 static const struct lg_size sizes[] = {
-	{"tokens", "M", 0, LG_SWIGLU_TOKENS_MAX, "rows of x", 0},
+	{"tokens", "M", 0, LG_SWIGLU_TOKENS_MAX, "rows of x", 0, 0},
 };
 
 enum { F_X, F_Q, F_S, F_QT, F_ST, F_NARGS };

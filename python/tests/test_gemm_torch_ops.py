@@ -6,6 +6,7 @@ outside the family's refused with the allowed values. No GPU needed."""
 import pytest
 
 torch = pytest.importorskip("torch")
+import lingen  # noqa: E402
 import lingen.torch  # noqa: E402,F401
 from lingen import _families  # noqa: E402
 from lingen.torch import _ops  # noqa: E402
@@ -77,3 +78,31 @@ def test_compiled_trace_has_the_real_dtype():
 
     y = torch.compile(f, backend="eager", fullgraph=True)(*args)
     assert y.dtype == torch.float32
+
+
+def _wgrad_args(t, **kw):
+    return (torch.empty(N, t, dtype=E4, **kw), torch.empty((t + 127) // 128, N, **kw),
+            torch.empty(K, t, dtype=E4, **kw), torch.empty((t + 127) // 128, K, **kw))
+
+
+@pytest.mark.parametrize("t", [100, 8, 130])
+def test_wgrad_fake_refuses_tokens_the_kernel_refuses(t):
+    """The wgrad kernel takes token counts that are multiples of 16 (the
+    declaration's run-time size, which the library checks for the shapes
+    of a call as at launch): the fake kernel refuses the others with the
+    real op's message, the library's (the same for the plain wrapper)."""
+    with pytest.raises(ValueError) as fake:
+        torch.ops.lingen.fp8_gemm_wgrad(*_wgrad_args(t, device="meta"))
+    want = (f"lg_fp8_gemm_wgrad_bf16_n{N}_k{K}: tokens = {t}, allowed: a multiple of 16 from 0 "
+            "to 2147483647 (rows of dy and x; wgrad: the rows of the columnwise copies, read by "
+            "TMA, must be multiples of 16 bytes)")
+    assert str(fake.value) == want
+    s = lingen.Spec({"op": "fp8_gemm", "pass": "wgrad", "dtype": "bf16", "n": N, "k": K})
+    with pytest.raises(ValueError) as lib:
+        s.arg_shape(0, [t])
+    assert str(lib.value) == want
+
+
+def test_wgrad_fake_takes_multiples_of_16():
+    dw = torch.ops.lingen.fp8_gemm_wgrad(*_wgrad_args(112, device="meta"))
+    assert dw.shape == (N, K) and dw.dtype == torch.bfloat16
