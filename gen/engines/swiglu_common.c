@@ -23,7 +23,7 @@
  * backward's 2n/128), the engine compiles a copy of the block loop for
  * each half (lg_qe.cta_case), so dx1's copy computes no dx2 and dx2's
  * loads no up (K6's backward at 100 registers without prefetch against
- * 127; 176.1 us against 187.1, bench/h200-2026-12-01f). Its g and gate are
+ * 127; 176.1 us against 187.1, git history, commit 8b8e268: bench/h200-2026-12-01f). Its g and gate are
  * read by both blocks: the loads keep them in L2 (lg_ld16) and the grid
  * runs a token tile's feature blocks together, so the second read is an
  * L2 hit; up is read once (streaming). With
@@ -115,9 +115,9 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	 * registers (two CTAs an SM; probs and dprob terms in shared memory,
 	 * 24 bytes spilled) measured 178.3 us against 177.4 at one CTA an SM
 	 * with prefetch (65536 x 512, 256 experts, random counts), 149.4
-	 * against 136.3 at whole tiles (bench/h200-2026-12-01f) */
+	 * against 136.3 at whole tiles (git history, commit 8b8e268: bench/h200-2026-12-01f) */
 	/* token tiles a CTA (K6): the forward 4 (the counts scan's latency
-	 * paid once for them; 65536 x 512, 256 experts, bench/h200-2026-12-01f:
+	 * paid once for them; 65536 x 512, 256 experts, git history, commit 8b8e268: bench/h200-2026-12-01f:
 	 * under CUDA graphs 84.1 us at random counts and 70.4 at whole tiles
 	 * against 86.4 / 72.6 at 2 and 92.6 / 80.0 at 1; `lingen bench` 85.1
 	 * against 84.5 at 2, 85.7 at 1, 96.5 at 8), the backward 1 (its CTA
@@ -134,7 +134,7 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 		lg_spec_has(s, k->key_min_ctas) ? lg_spec_int(s, k->key_min_ctas) : !bwd && p->v[P_TILES] > 1 ? 2 : 1;
 	/* prefetch (the next block's loads in registers): only at one CTA an
 	 * SM, where K6's backward takes it (223.1 / 226.2 us against 229.4 /
-	 * 234.9 without, bench/h200-2026-12-01e; 177.4 against 211.9 with the
+	 * 234.9 without, git history, commit 8b8e268: bench/h200-2026-12-01e; 177.4 against 211.9 with the
 	 * halves' copies, 12-01f); off elsewhere, where it measured slower
 	 * (one CTA an SM instead of two: K6 forward 109.2 against 98.7 at 4
 	 * blocks a CTA, K7 backward 116.2 against 112.4) */

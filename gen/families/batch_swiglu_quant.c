@@ -43,7 +43,7 @@
  * prefetch, tiles.
  *
  * What bounds it (H200, 65536 x 1024, 256 experts; copy ceiling 48 us
- * forward, 80 backward; bench/h200-2026-12-01f, CUDA graphs, k6counts2.py):
+ * forward, 80 backward; git history, commit 8b8e268: bench/h200-2026-12-01f, CUDA graphs, k6counts2.py):
  * forward 84.1 us at random counts, 76.1 at counts that are multiples of
  * 16, 70.4 at whole tiles, against swiglu_quant's 64.9 at the same x;
  * backward 178.5 / 154.3 / 135.5 against swiglu_quant's 112. So: the qt

@@ -71,7 +71,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	(void)t;
 	/* Power-of-two scales: 256 threads (71 registers on sm_90a, 3 CTAs an
 	 * SM); measured on H200 at 8192 x 2048, 22.21 us against 22.66 at 512
-	 * (bench/h200-2026-11-30-families). The exact divide needs 102
+	 * (git history, commit 8b8e268: bench/h200-2026-11-30-families). The exact divide needs 102
 	 * registers at 256 threads, 58 at 512: 512 (not measured against 256).
 	 * Both are lg_qe_plan's defaults. */
 	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, -1, K_VALUES, K_QT_STORE, 1);

@@ -39,7 +39,7 @@
  * (128-feature blocks a CTA), `values` 16 / 32 (as fp8_quant). The
  * engine's register prefetch of the next block (tile.prefetch of the
  * SwiGLU families) measured 363-386 us against 235.6 here (65536 x 2048,
- * bench/h200-2026-12-01e): it is not offered.
+ * git history, commit 8b8e268: bench/h200-2026-12-01e): it is not offered.
  */
 #include <stdio.h>
 
@@ -99,7 +99,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	(void)t;
 	lg_qe_plan(s, p, lg_spec_int(s, K_HIDDEN), K_THREADS, K_FBLOCKS, K_VALUES, -1, 1);
 	/* one token tile a CTA: 2 and 4 measured 222.3 / 218.8 us against 213.4
-	 * (65536 x 2048, 256 experts, bench/h200-2026-12-01f; 128 registers,
+	 * (65536 x 2048, 256 experts, git history, commit 8b8e268: bench/h200-2026-12-01f; 128 registers,
 	 * two CTAs an SM, against 75 and three) */
 	p->tile[K_TILES] = p->v[P_TILES] = lg_spec_has(s, K_TILES) ? lg_spec_int(s, K_TILES) : 1;
 	p->nentries = 1;

@@ -161,7 +161,7 @@ static bool fits(const struct lg_spec *s, int kmax)
  * spec's choice, else the default: the backward where a token's lanes fit
  * a CTA, not yet measured against off on the GPU; the forward where they
  * fit with 4 pieces, the faster at every tile.tokens in
- * bench/h200-2026-11-30-issue10/tune.txt). tile.pieces if given, else
+ * git history, commit 8b8e268: bench/h200-2026-11-30-issue10/tune.txt). tile.pieces if given, else
  * the forward 2 where they fit (ptxas 13.0 at the target, fsum: 79
  * registers with prefetch, 64 without; 128 with 4), else 4, else (without
  * prefetch) 8; the backward 2 with prefetch, else 4, or 8 where 4 do not

@@ -109,7 +109,7 @@ static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p, cha
 	snprintf(m, mlen, "(T * %lld%s%.0lld)", (long long)p->v[P_TOPK], pad ? " + " : "", pad);
 	snprintf(ne, nlen, "%lld", (long long)p->v[P_EXPERTS]);
 	/* one token tile a CTA: lg_qe.tiles 2 and 4 measured 149.8 / 161.0 us
-	 * against 146.2 (8192 tokens, bench/h200-2026-12-01f) */
+	 * against 146.2 (8192 tokens, git history, commit 8b8e268: bench/h200-2026-12-01f) */
 	struct lg_qe e = {.n = p->v[P_HIDDEN], .threads = (int)p->v[P_THREADS], .fblocks = (int)p->v[P_FBLOCKS],
 			  .vals = LG_QE_BF16, .layout = LG_QE_EXPERTS, .m = m, .counts = "padded_counts",
 			  .experts = ne};
@@ -136,7 +136,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		lg_spec_has(s, K_THREADS) ? lg_spec_int(s, K_THREADS) : lg_quant_pow2(s) ? 256 : 512;
 	p->tile[K_FBLOCKS] = p->v[P_FBLOCKS] = fb < nb ? fb : nb;
 	/* prefetch by default: 148.8 us against 188.3 without on the H200 at the
-	 * target (bench/h200-2026-12-01d) */
+	 * target (git history, commit 8b8e268: bench/h200-2026-12-01d) */
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) : 1;
 	/* 100 to 128 registers a thread at 256 threads: 2 CTAs an SM (ptxas);
 	 * a higher minimum is a tuning choice. tile.prefetch: 2 (its 64 KB of

@@ -58,7 +58,7 @@
  * tail by the early launch), the row stores. The table read grows as S^2
  * x E (S = 128: 128 KB a CTA, 16 MB in all, from L2); more slices give
  * more CTAs for the stores. H200, T = 8192, E = 256, multiple 16 (`lingen
- * tune`, bench/h200-2026-12-01d): mask 14.9 us at 128 slices (32: 32.2,
+ * tune`, git history, commit 8b8e268: bench/h200-2026-12-01d): mask 14.9 us at 128 slices (32: 32.2,
  * 64: 18.6, 256: 22.9), top-k int64 13.8 (64: 16.2): 128 is the default.
  * The goal is 10 us; the one-kernel form before this one (a reset kernel,
  * then counts by atomics and a spin wait) measured 18.3 / 16.2.

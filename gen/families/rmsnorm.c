@@ -24,7 +24,7 @@
  * has 32 KB at 254 registers. H200, 8192 x 2048: 20.5 us with 3 CTAs an
  * SM (21.6 with 2, 23.9 register-prefetched); 8192 x 4096: 38.5 us with 4
  * of 128 threads, 2 stages (41.6 with 1 of 256): not yet the goals (17.5,
- * 35), bench/h200-2026-12-01d. Under 255
+ * 35), git history, commit 8b8e268: bench/h200-2026-12-01d. Under 255
  * registers a thread (a register-prefetch grid of more than 256 threads
  * an SM, a staged one of more than 512) w is prefetched into L1 and read
  * from there a piece at a time instead of being kept in registers (per_sm
@@ -120,7 +120,7 @@ enum {
 
 /* tile.per_sm by default: 2 CTAs of 128 threads an SM (w kept in
  * registers). H200, 8192 x 2048 forward: 2 a SM 22.50 us, 3 25.57, 4 (w
- * from L1) 26.59 (bench/h200-2026-12-01c/bench-run4.txt): the L1 reads of
+ * from L1) 26.59 (git history, commit 8b8e268: bench/h200-2026-12-01c/bench-run4.txt): the L1 reads of
  * w cost more than the rows in flight gain. */
 static int64_t per_sm_of(const struct lg_spec *s, const struct lg_rowlayout *l)
 {
@@ -128,7 +128,7 @@ static int64_t per_sm_of(const struct lg_spec *s, const struct lg_rowlayout *l)
 		return lg_spec_int(s, K_PER_SM);
 	/* the forward's ring at 128 threads, H200 8192 tokens: per_sm 3 at hidden
 	 * 2048 (20.5 us against 21.6 with 2), 4 at 4096 (38.5 against 41.6 with
-	 * 256 threads, 1 an SM); bench/h200-2026-12-01d */
+	 * 256 threads, 1 an SM); git history, commit 8b8e268: bench/h200-2026-12-01d */
 	if (s->pass == LG_PASS_FORWARD && l->threads == 128 && (l->hidden == 2048 || l->hidden == 4096))
 		return l->hidden == 2048 ? 3 : 4;
 	return l->threads <= 128 ? 2 : 1;

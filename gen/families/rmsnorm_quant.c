@@ -48,7 +48,7 @@
  * rowwise block, the columnwise block (all 128 tokens are in the CTA), qt
  * through the swizzled staging tile. One CTA an SM (16 warps). Correct on
  * the H200 (gpu_test_k1:test_k1_slab) but slower than the two kernels at
- * 8192 x 2048 (bench/h200-2026-12-01d, bench/k1-fused.json): slab 256
+ * 8192 x 2048 (git history, commit 8b8e268: bench/h200-2026-12-01d, bench/k1-fused.json): slab 256
  * 44.6 us (1 stage: 36.7), slab 512 50.3, the default 34.2: the per-element
  * work is the fused form's (~20 instructions) at 16 warps an SM, with a
  * cluster barrier a tile; a producer warp, packed e4m3x2 math and 2 CTAs

@@ -20,7 +20,7 @@
  * large GEMM). tile.cluster 2 shares w's tile between two CTAs by TMA
  * multicast (correct, but measured twice as slow on the H200: opt-in).
  * H200: 21.5 us at the target (was 40.5 on the path below), 672 TFLOP/s on
- * 8192^3 against cuBLAS's 685 (bench/h200-2026-12-01-wgmma).
+ * 8192^3 against cuBLAS's 685 (git history, commit 8b8e268: bench/h200-2026-12-01-wgmma).
  *
  * Strategy, the forward on other targets: one tensor-core GEMM of
  * gemm_emit.c (ldmatrix, mma.sync m16n8k16 bf16 -> fp32, a cp.async ring
@@ -93,7 +93,7 @@
  * expert tile (2 times: 64 MB). mma.sync (sm_80..sm_90): its rate
  * (about 2/3 of wgmma's) and latency at 12-24% occupancy bound it (H200:
  * 122 us for both, 108 tuned). sm_90a (wgmma): at the forward's ~650
- * TFLOP/s a term is ~13 us a GEMM; H200 (bench/h200-2026-12-01d, bf16):
+ * TFLOP/s a term is ~13 us a GEMM; H200 (git history, commit 8b8e268: bench/h200-2026-12-01d, bf16):
  * 78.7 us in all, _dx 47.8, _dw 29.2, _dwsum 4.6 (ncu): dx's 4 reduction
  * tiles a CTA make its prologue and epilogue (64 KB of dx a CTA) weigh
  * (tile.dx_persistent above); dw, whose top stall is the split's shared
