@@ -438,7 +438,7 @@ lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int
 double lg_bytes_moved(const struct lg_spec *s, const unsigned char *used, const int64_t *sizes);
 
 /* Every run-time size of f's pass set to n (or to its declared `at`),
- * clamped to its range (and n beyond them): the sizes geometry is shown
+ * clamped to its range and up to its multiple (and n beyond them): the sizes geometry is shown
  * and checked at, and check, bench and tune run at. */
 void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_t sz[LG_MAX_SIZES]);
 /* A run-time size v against its declaration (range and multiple): LG_OK,

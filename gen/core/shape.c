@@ -250,8 +250,8 @@ void lg_sizes_at(const struct lg_family *f, enum lg_pass pass, int64_t n, int64_
 		int64_t v = g->sizes[i].at ? g->sizes[i].at : n;
 		sz[i] = v < g->sizes[i].min ? g->sizes[i].min : v > g->sizes[i].max ? g->sizes[i].max : v;
 		int64_t m = g->sizes[i].multiple;
-		if (m > 1 && sz[i] % m != 0) /* the multiple at or below it, in range */
-			sz[i] = sz[i] - sz[i] % m >= g->sizes[i].min ? sz[i] - sz[i] % m : sz[i] + m - sz[i] % m;
+		if (m > 1 && sz[i] % m != 0) /* the multiple above it, else the one below */
+			sz[i] += sz[i] + m - sz[i] % m <= g->sizes[i].max ? m - sz[i] % m : -(sz[i] % m);
 	}
 }
 
