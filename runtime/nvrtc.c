@@ -536,16 +536,19 @@ fail:
  * helpers and shadowed names still have some). */
 static const char *const lint_opts[] = {"--diag-warn=177,550", "-fdevice-syntax-only"};
 
-lg_status lg_nvrtc_lint(const char *src, const char *name, const char *arch, char **log)
+/* Compile src for arch with the base options and `extra` (n of them, at
+ * most 2): *log the program's log (NULL when empty; the caller frees). */
+static lg_status compile_log(const char *src, const char *name, const char *arch, const char *what,
+			     const char *const *extra, size_t n, char **log)
 {
 	if (!src || !log)
-		return lg_fail(LG_ERR_INVALID_ARG, "lg_nvrtc_lint: NULL argument");
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_nvrtc_%s: NULL argument", what);
 	*log = NULL;
 	if (!name)
 		name = "kernel";
 	int nbase = 0;
 	if (!lg_nvrtc_options(arch, 0, 0, &nbase))
-		return lg_fail(LG_ERR_INVALID_ARG, "cannot lint %s: \"%s\" is not an arch NVRTC takes", name,
+		return lg_fail(LG_ERR_INVALID_ARG, "cannot %s %s: \"%s\" is not an arch NVRTC takes", what, name,
 			       arch ? arch : "(null)");
 	struct nvrtc_api api;
 	lg_status st = nv_get(&api);
@@ -558,8 +561,8 @@ lg_status lg_nvrtc_lint(const char *src, const char *name, const char *arch, cha
 	int nopts = 0;
 	for (int i = 0; i < nbase; i++)
 		opts[nopts++] = base[i];
-	for (size_t i = 0; i < sizeof lint_opts / sizeof lint_opts[0]; i++)
-		opts[nopts++] = lint_opts[i];
+	for (size_t i = 0; i < n && i < 2; i++)
+		opts[nopts++] = extra[i];
 	nvrtcProgram prog = NULL;
 	nvrtcResult r = api.nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
 	if (r != NVRTC_SUCCESS)
@@ -575,4 +578,15 @@ lg_status lg_nvrtc_lint(const char *src, const char *name, const char *arch, cha
 	api.nvrtcDestroyProgram(&prog);
 	*log = plog;
 	return st;
+}
+
+lg_status lg_nvrtc_lint(const char *src, const char *name, const char *arch, char **log)
+{
+	return compile_log(src, name, arch, "lint", lint_opts, sizeof lint_opts / sizeof lint_opts[0], log);
+}
+
+lg_status lg_nvrtc_resources(const char *src, const char *name, const char *arch, char **log)
+{
+	static const char *const verbose[] = {"--ptxas-options=-v"};
+	return compile_log(src, name, arch, "resources", verbose, 1, log);
 }

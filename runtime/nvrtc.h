@@ -44,6 +44,11 @@ lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, 
  * above. test_golden runs it on every generated kernel. */
 lg_status lg_nvrtc_lint(const char *src, const char *name, const char *arch, char **log);
 
+/* Compile `src` for `arch` with ptxas's resource report: *log holds, per
+ * function, its registers, stack frame and spill bytes as ptxas prints
+ * them ("N bytes spill stores"; caller frees). Errors as above. */
+lg_status lg_nvrtc_resources(const char *src, const char *name, const char *arch, char **log);
+
 /* For tests: forget a loaded NVRTC and refuse to load one again while
  * `blocked` is set, as if it were absent. */
 void lg_nvrtc_block_for_tests(int blocked);

@@ -198,6 +198,24 @@ void lg_test_check_lint(const char *what, const char *src, const char *arch)
 		fail_msg("%s for %s: dead code (NVRTC --diag-warn=177,550):\n%s", what, arch, log);
 }
 
+void lg_test_check_no_spill(const char *what, const char *src, const char *arch)
+{
+	char *log = NULL;
+	if (lg_nvrtc_resources(src, what, arch, &log) != LG_OK)
+		fail_msg("%s for %s: %s", what, arch, lg_last_error());
+	/* ptxas: "N bytes stack frame, S bytes spill stores, L bytes spill loads" */
+	for (const char *p = log; p && (p = strstr(p, "bytes spill stores")) != NULL; p++) {
+		const char *q = p;
+		while (q > log && q[-1] == ' ')
+			q--;
+		while (q > log && isdigit((unsigned char)q[-1]))
+			q--;
+		if (atol(q) != 0)
+			fail_msg("%s for %s: spills to local memory (ptxas):\n%s", what, arch, log);
+	}
+	free(log);
+}
+
 void lg_test_check_source(const char *what, const char *src, const char *arch)
 {
 	lg_test_check_line_width(what, src);

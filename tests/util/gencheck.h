@@ -21,5 +21,8 @@ void lg_test_check_line_width(const char *what, const char *src);
 void lg_test_check_helpers_used(const char *what, const char *src);
 void lg_test_check_no_zero_terms(const char *what, const char *src);
 void lg_test_check_lint(const char *what, const char *src, const char *arch);
+/* src compiled for arch by NVRTC with ptxas's report: no function spills
+ * registers to local memory (fails with the report). */
+void lg_test_check_no_spill(const char *what, const char *src, const char *arch);
 
 #endif
