@@ -15,6 +15,17 @@ def _out_dtype(fn, out_dtype):
     return out_dtype
 
 
+def _accumulate(fn, accumulate, dt, out, shape):
+    """The wgrads' accumulate flag, checked: True needs an fp32 dw given as
+    out={"dw": main_grad} (of the shape named)."""
+    if accumulate is not None:
+        accumulate = check_flag(fn, "accumulate", accumulate)
+    if accumulate and (dt != "fp32" or not (isinstance(out, dict) and "dw" in out)):
+        raise TypeError(f"{fn}: accumulate=True needs out_dtype='fp32' and "
+                        f"out={{'dw': main_grad}} (fp32 {shape})")
+    return accumulate
+
+
 def fp8_gemm(x, x_scale, w, w_scale, *, out_dtype="bf16", tile=None, out=None, stream=None,
              context=None, alloc=None):
     """y [tokens, n] = x . w^T: x's rowwise copy (x [tokens, k] e4m3, x_scale
@@ -50,11 +61,7 @@ def fp8_gemm_wgrad(dyt, dyt_scale, xt, xt_scale, *, out_dtype="fp32", accumulate
     accumulate=True (fp32) adds into out={"dw": main_grad} instead."""
     fn = "lingen.fp8_gemm_wgrad"
     dt = _out_dtype(fn, out_dtype)
-    if accumulate is not None:
-        accumulate = check_flag(fn, "accumulate", accumulate)
-    if accumulate and (dt != "fp32" or not (isinstance(out, dict) and "dw" in out)):
-        raise TypeError(f"{fn}: accumulate=True needs out_dtype='fp32' and "
-                        f"out={{'dw': main_grad}} (fp32 [n, k])")
+    accumulate = _accumulate(fn, accumulate, dt, out, "[n, k]")
     r = call(fn, "fp8_gemm", "wgrad", {"dyt": dyt, "dyt_scale": dyt_scale, "xt": xt,
                                        "xt_scale": xt_scale},
              {"tile": tile, "accumulate": accumulate, "dtype": dt}, out=out, stream=stream,
@@ -105,11 +112,7 @@ def fp8_grouped_gemm_wgrad(dyt, dyt_scale, xt, xt_scale, counts, *, out_dtype="f
     accumulate=True (fp32) adds into out={"dw": main_grad} instead."""
     fn = "lingen.fp8_grouped_gemm_wgrad"
     dt = _out_dtype(fn, out_dtype)
-    if accumulate is not None:
-        accumulate = check_flag(fn, "accumulate", accumulate)
-    if accumulate and (dt != "fp32" or not (isinstance(out, dict) and "dw" in out)):
-        raise TypeError(f"{fn}: accumulate=True needs out_dtype='fp32' and "
-                        f"out={{'dw': main_grad}} (fp32 [experts, n, k])")
+    accumulate = _accumulate(fn, accumulate, dt, out, "[experts, n, k]")
     r = call(fn, "fp8_grouped_gemm", "wgrad", {"dyt": dyt, "dyt_scale": dyt_scale, "xt": xt,
                                                 "xt_scale": xt_scale, "counts": counts},
              {"tile": tile, "accumulate": accumulate, "dtype": dt}, out=out, stream=stream,
