@@ -13,24 +13,33 @@
 #define RASTER 16 /* row tiles a column sweep of the raster covers */
 #define SMS 132u  /* SMs of the target (H200) when the device's count is not known */
 
-lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k)
+/* The spec's tile keys over the defaults in g. */
+static void tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, struct lg_fp8_gemm *g)
 {
-	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD};
 	if (lg_spec_has(s, k->tm))
-		g.bm = (int)lg_spec_int(s, k->tm);
+		g->bm = (int)lg_spec_int(s, k->tm);
 	if (lg_spec_has(s, k->tn))
-		g.bn = (int)lg_spec_int(s, k->tn);
+		g->bn = (int)lg_spec_int(s, k->tn);
 	if (lg_spec_has(s, k->stages))
-		g.stages = (int)lg_spec_int(s, k->stages);
+		g->stages = (int)lg_spec_int(s, k->stages);
+	if (lg_spec_has(s, k->cl))
+		g->cluster = (int)lg_spec_int(s, k->cl);
+}
+
+lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k, bool manual)
+{
+	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD,
+				.manual = manual, .cluster = manual ? 1 : 2};
+	tile_keys(s, k, &g);
 	const char *why = lg_fp8_gemm_problem(&g);
 	if (why) { /* the keys given as found; the others as the defaults checked with them */
-		const int key[3] = {k->tm, k->tn, k->stages}, val[3] = {g.bm, g.bn, g.stages};
-		static const char *const name[3] = {"m", "n", "stages"};
-		char found[96] = "", dflt[96] = "";
-		for (int i = 0; i < 3; i++) {
+		const int key[4] = {k->tm, k->tn, k->stages, k->cl}, val[4] = {g.bm, g.bn, g.stages, g.cluster};
+		static const char *const name[4] = {"m", "n", "stages", "cluster"};
+		char found[128] = "", dflt[128] = "";
+		for (int i = 0; i < 4; i++) {
 			char *to = lg_spec_has(s, key[i]) ? found : dflt;
 			size_t n = strlen(to);
-			snprintf(to + n, 96 - n, "%s%s %d", n ? ", " : "", name[i], val[i]);
+			snprintf(to + n, sizeof found - n, "%s%s %d", n ? ", " : "", name[i], val[i]);
 		}
 		return lg_spec_error(where, "tile: found %s%s%s%s; allowed: %s", found, *dflt ? " (with the default " : "",
 				     dflt, *dflt ? ")" : "", why);
@@ -42,25 +51,21 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 }
 
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
-			   unsigned reserve, struct lg_fp8_tile *tl)
+			   unsigned reserve, bool manual, struct lg_fp8_tile *tl)
 {
 	unsigned limit = lg_gemm_smem_limit(t) - reserve;
 	if (t->sm != 90 || !t->arch_specific)
 		return lg_fail(LG_ERR_SPEC, "%s: target: found %s, allowed: sm_90a (the FP8 GEMMs run on wgmma e4m3 and "
 			       "TMA only)", s->entry, t->name);
-	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .b_rowscale = s->pass == LG_PASS_WGRAD};
-	if (lg_spec_has(s, k->tm))
-		g.bm = (int)lg_spec_int(s, k->tm);
-	if (lg_spec_has(s, k->tn))
-		g.bn = (int)lg_spec_int(s, k->tn);
-	if (lg_spec_has(s, k->stages))
-		g.stages = (int)lg_spec_int(s, k->stages);
-	else
+	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .b_rowscale = s->pass == LG_PASS_WGRAD, .manual = manual,
+				.cluster = manual ? 1 : 2};
+	tile_keys(s, k, &g);
+	if (!lg_spec_has(s, k->stages))
 		lg_fp8_gemm_fit_stages(&g, 8, limit);
 	if (lg_fp8_gemm_smem(&g) > limit)
 		return lg_fail(LG_ERR_SPEC, "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at "
 			       "most %u bytes on %s", s->entry, g.stages, lg_fp8_gemm_smem(&g), limit, t->name);
-	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages};
+	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g)};
 	return LG_OK;
 }
 
@@ -70,6 +75,8 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	p->tile[k->tm] = p->v[P8_BM] = g->bm;
 	p->tile[k->tn] = p->v[P8_BN] = g->bn;
 	p->tile[k->stages] = p->v[P8_STAGES] = g->stages;
+	p->tile[k->cl] = p->v[P8_CL] = lg_fp8_gemm_cluster(g);
+	p->cluster[0] = (unsigned)lg_fp8_gemm_cluster(g);
 	p->v[P8_SMEM] = lg_fp8_gemm_smem(g);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
@@ -87,13 +94,13 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 
 struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p)
 {
-	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES]};
+	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES], (int)p->v[P8_CL]};
 }
 
 void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_dim *d)
 {
-	unsigned cap = p->resident[0] ? p->resident[0] : SMS;
-	d->grid[0] = tiles > (int64_t)cap ? cap : (unsigned)tiles;
+	unsigned cl = (unsigned)p->v[P8_CL], cap = p->resident[0] ? p->resident[0] : SMS / cl;
+	d->grid[0] = (tiles > (int64_t)cap ? cap : (unsigned)tiles) * cl;
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	d->block[0] = (unsigned)(128 * (p->v[P8_BM] / 64 + 1));
 	d->smem = (unsigned)p->v[P8_SMEM];
@@ -104,21 +111,34 @@ int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	/* stages: the first is what the grid's tiles have (as many as fit) */
 	static const int64_t tm[] = {128, 64, 0}, tn[] = {128, 160, 192, 96, 64, 256, 0}, st[] = {8, 5, 4, 0};
+	static const int64_t cl[] = {2, 1, 0};
 	int n = lg_candidate_grid(s, t, out, 0, max, k->tm, tm, k->tn, tn);
-	return lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
+	n = lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
+	return lg_candidate_times(s, t, out, 0, n, max, k->cl, cl);
 }
 
-void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, bool producer)
+const char *lg_fp8_col(char *out, size_t size, const char *base, int bn, int cl)
 {
+	if (cl > 1)
+		snprintf(out, size, "(%s) * %d + rank * %d", base, bn * cl, bn);
+	else
+		snprintf(out, size, "(%s) * %d", base, bn);
+	return out;
+}
+
+void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, int cl, bool producer)
+{
+	char col[96];
 	lg_comment(b, "Grouped raster: %d row tiles at a time sweep the columns.", RASTER);
 	lg_line(b, "const i64 first = tile / %lld * %d, r = tile %% %lld;", (long long)(ct * RASTER), RASTER,
 		(long long)(ct * RASTER));
 	lg_line(b, "const i64 gs = rtiles - first < %d ? rtiles - first : %d;", RASTER, RASTER);
 	lg_line(b, "const int ta = (int)((first + r %% gs) * %d);", bm);
+	lg_fp8_col(col, sizeof col, "r / gs", bn, cl);
 	if (producer)
-		lg_line(b, "const int tb = (int)(r / gs * %d);", bn);
+		lg_line(b, "const int tb = (int)(%s);", col);
 	else
-		lg_line(b, "const i64 oc = r / gs * %d;", bn);
+		lg_line(b, "const i64 oc = %s;", col);
 }
 
 void lg_fp8_emit_store(lg_buf *b, bool fp32, bool accumulate, int64_t cols)
@@ -145,7 +165,11 @@ void lg_fp8_emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *
 		      const struct lg_fp8_gemm *g)
 {
 	lg_section(b, p->entry[0], what);
-	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_fp8_gemm_threads(g));
+	if (lg_fp8_gemm_cluster(g) > 1)
+		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
+					lg_fp8_gemm_cluster(g), lg_fp8_gemm_threads(g));
+	else
+		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_fp8_gemm_threads(g));
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
 }

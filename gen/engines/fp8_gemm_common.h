@@ -8,6 +8,7 @@
 #define LG_FP8_GEMM_COMMON_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "buf.h"
@@ -15,40 +16,50 @@
 #include "fp8_gemm_emit.h"
 
 /* Key indices of a family's table: tile.m, tile.n, tile.stages, accumulate
- * (-1: none). */
+ * (-1: none), tile.cluster. */
 struct lg_fp8_keys {
-	int tm, tn, stages, acc;
+	int tm, tn, stages, acc, cl;
 };
+/* cluster: CTAs a cluster (1 or 2: fp8_gemm_emit.h) */
 struct lg_fp8_tile {
-	int bm, bn, stages;
+	int bm, bn, stages, cluster;
 };
+/* The tile.cluster key of a family's table. */
+#define LG_FP8_KEY_CLUSTER                                                                                   \
+	LG_KEY_TILE("cluster", "c", 1, 2, NULL,                                                               \
+		    "CTAs a cluster: 2 share A's tile by TMA multicast (bm / 2 rows each), halving its L2 reads")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
-enum { P8_BM, P8_BN, P8_STAGES, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
+enum { P8_BM, P8_BN, P8_STAGES, P8_CL, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 
 static inline int64_t lg_fp8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Tile keys within what the emitter allows; accumulate only in a wgrad
  * with an fp32 output. */
-lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k);
-/* The tile on t: the spec's keys, else 128 x 128 and the stages that fit
- * beside `reserve` bytes of the kernel's static shared memory. Refuses
- * every target but sm_90a. */
+lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k, bool manual);
+/* The tile on t: the spec's keys, else 128 x 128, a cluster of 2 (1 with
+ * `manual` operands) and the stages that fit beside `reserve` bytes of the
+ * kernel's static shared memory. Refuses every target but sm_90a. */
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
-			   unsigned reserve, struct lg_fp8_tile *tl);
+			   unsigned reserve, bool manual, struct lg_fp8_tile *tl);
 /* The plan of g: tile keys, one persistent entry, A's and B's tensor maps
  * (arguments a and b; none when g->manual). */
 lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const struct lg_fp8_gemm *g,
 			     const struct lg_fp8_keys *k, int a, int b);
 struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p);
-/* Persistent CTAs for `tiles` tiles: at most what is resident (one an SM). */
+/* Persistent CTAs for `tiles` tiles (cluster tiles with a cluster): at
+ * most what is resident (one an SM; whole clusters). */
 void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_dim *d);
 /* The tile choices `lingen tune` sweeps. */
 int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
 		      const struct lg_fp8_keys *k);
 
-/* In a tile loop: `ta`, `tb` of tile `tile` of `rtiles` row tiles x ct
- * column tiles, in a grouped raster (RASTER row tiles sweep the columns). */
-void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, bool producer);
+/* In a tile loop: `ta`, `tb` (producer) or `oc` of tile `tile` of `rtiles`
+ * row tiles x ct column tiles of bn cl columns (cl CTAs a cluster: rank's
+ * bn of them), in a grouped raster (RASTER row tiles sweep the columns). */
+void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, int cl, bool producer);
+/* "(<base>) * <bn cl>" or, with a cluster, " + rank * <bn>" after it: a
+ * tile's first column within its cluster tile's (fp8_gemm_emit.h). */
+const char *lg_fp8_col(char *out, size_t size, const char *base, int bn, int cl);
 /* lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1): an output
  * pair into a row-major [rows, cols] bf16 or fp32 (accumulate: +=) output,
  * columns past cols skipped (cols even). */

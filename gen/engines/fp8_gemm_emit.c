@@ -16,6 +16,8 @@
 
 static int consumers(const struct lg_fp8_gemm *g) { return g->bm / 64; }
 
+int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
+
 int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return 128 * (consumers(g) + 1); }
 
 static unsigned stage_bytes(const struct lg_fp8_gemm *g) { return (unsigned)(g->bm + g->bn) * ROWB; }
@@ -57,13 +59,15 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 		return "tile.n whose tiles span at most two 128-column scale blocks (16..128, 144, 160, 192, 256)";
 	if (g->stages < 2 || g->stages > 8)
 		return "tile.stages 2 to 8";
+	if (g->cluster < 0 || g->cluster > 2 || (g->manual && lg_fp8_gemm_cluster(g) > 1))
+		return "tile.cluster 1 or 2 (1 where the operands are copied without tensor maps: the grouped wgrad)";
 	return NULL;
 }
 
 void lg_fp8_gemm_boxes(const struct lg_fp8_gemm *g, unsigned box_a[2], unsigned box_b[2])
 {
 	box_a[0] = box_b[0] = BK;
-	box_a[1] = (unsigned)g->bm;
+	box_a[1] = (unsigned)(g->bm / lg_fp8_gemm_cluster(g));
 	box_b[1] = (unsigned)g->bn;
 }
 
@@ -113,10 +117,15 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
 	lg_line(b, "u64 *const full = (u64 *)(ring + %u), *const empty = full + %d;", (unsigned)S * st, S);
 	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
+	if (lg_fp8_gemm_cluster(g) > 1)
+		lg_line(b, "const int rank = (int)(blockIdx.x %% %d); // in the cluster", lg_fp8_gemm_cluster(g));
 	sc->setup(b, sc->ctx);
 	lg_open(b, "if (threadIdx.x == 0) {");
 	if (!g->manual) {
-		lg_open(b, "if (tiles > (i64)blockIdx.x) {");
+		if (lg_fp8_gemm_cluster(g) > 1)
+			lg_open(b, "if (tiles > (i64)(blockIdx.x / %d)) {", lg_fp8_gemm_cluster(g));
+		else
+			lg_open(b, "if (tiles > (i64)blockIdx.x) {");
 		lg_line(b, "lg_tma_prefetch(&%s);", g->a_tmap);
 		lg_line(b, "lg_tma_prefetch(&%s);", g->b_tmap);
 		lg_close(b);
@@ -127,11 +136,26 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		lg_line(b, "lg_mbar_init(&full[s], 128); // every producer thread's copies");
 	else
 		lg_line(b, "lg_mbar_init(&full[s], 1);");
-	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp", 4 * consumers(g));
+	int cl = lg_fp8_gemm_cluster(g);
+	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp%s", 4 * consumers(g) * cl,
+		cl > 1 ? " of the cluster" : "");
 	lg_close(b);
 	lg_line(b, "lg_mbar_fence_init();");
 	lg_close(b);
-	lg_line(b, "__syncthreads();");
+	if (cl > 1)
+		lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
+	else
+		lg_line(b, "__syncthreads();");
+}
+
+/* The loop over this CTA's (cluster's) tiles. */
+static void open_tiles(lg_buf *b, const struct lg_fp8_gemm *g)
+{
+	int cl = lg_fp8_gemm_cluster(g);
+	if (cl > 1)
+		lg_open(b, "for (i64 tile = blockIdx.x / %d; tile < tiles; tile += gridDim.x / %d) {", cl, cl);
+	else
+		lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
 }
 
 /* One stage's 16-byte chunks by the producer warpgroup's 128 threads:
@@ -172,6 +196,18 @@ static void emit_manual_stage(lg_buf *b, const struct lg_fp8_gemm *g)
 	lg_close(b);
 }
 
+/* A's tile of a stage: whole, or this CTA's half multicast to the cluster. */
+static void emit_tma_a(lg_buf *b, const struct lg_fp8_gemm *g)
+{
+	int cl = lg_fp8_gemm_cluster(g);
+	if (cl == 1) {
+		lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, ta);", g->a_tmap);
+		return;
+	}
+	lg_line(b, "u8 *const sh = sd + rank * %u;", (unsigned)(g->bm / cl) * ROWB);
+	lg_line(b, "lg_tma_load_2d_mc(sh, &%s, &full[s], r0, ah, %u);", g->a_tmap, (1u << cl) - 1);
+}
+
 /* The producer warpgroup refills each stage once released: one thread by
  * TMA, or (manual) all 128 threads. */
 static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
@@ -190,8 +226,10 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
 	}
 	lg_line(b, "int it = 0;");
-	lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
+	open_tiles(b, g);
 	sc->tile(b, sc->ctx, true);
+	if (lg_fp8_gemm_cluster(g) > 1)
+		lg_line(b, "const int ah = ta + rank * %d; // its half of A, multicast", g->bm / 2);
 	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
 	lg_line(b, "const int s = it %% %d;", S);
 	lg_line(b, "if (it >= %d) lg_mbar_wait(&empty[s], ((it / %d) - 1) & 1);", S, S);
@@ -202,13 +240,15 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
 		lg_line(b, "const int r0 = kt * %d;", BK);
 		lg_line(b, "u8 *const sd = ring + s * %u;", st);
-		lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, ta);", g->a_tmap);
+		emit_tma_a(b, g);
 		lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
 	}
 	lg_close(b);
 	lg_close(b);
 	if (!g->manual)
 		lg_close(b);
+	if (lg_fp8_gemm_cluster(g) > 1)
+		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
 	lg_line(b, "return;");
 	lg_close(b);
 	if (c > 1)
@@ -225,7 +265,10 @@ static void emit_scale_loads(lg_buf *b, const struct lg_fp8_gemm *g, const char 
 	lg_line(b, "%ssa1%s = row + 8 < rend ? LG_SA(%s, row + 8) : 0.0f;", f, suf, kb);
 	if (g->b_rowscale)
 		return;
-	lg_line(b, "%ssb0%s = LG_SB(%s, cb);", f, suf, kb);
+	if (lg_fp8_gemm_cluster(g) > 1) /* rank 1's columns may lie past the output's */
+		lg_line(b, "%ssb0%s = (i64)cb * 128 < %s ? LG_SB(%s, cb) : 0.0f;", f, suf, g->cols, kb);
+	else
+		lg_line(b, "%ssb0%s = LG_SB(%s, cb);", f, suf, kb);
 	if (!one_block(g->bn))
 		lg_line(b, "%ssb1%s = ((i64)cb + 1) * 128 < %s ? LG_SB(%s, cb + 1) : 0.0f;", f, suf, g->cols, kb);
 }
@@ -338,7 +381,11 @@ static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 	lg_close(b);
 	lg_line(b, "lg_wg_commit();");
 	lg_line(b, "lg_wg_wait(0);");
-	lg_line(b, "if (lane == 0) lg_mbar_arrive(&empty[s]);");
+	if (lg_fp8_gemm_cluster(g) > 1)
+		lg_line(b, "if (lane == 0) for (u32 q = 0; q < %d; q++) lg_mbar_arrive_cta(&empty[s], q);",
+			lg_fp8_gemm_cluster(g));
+	else
+		lg_line(b, "if (lane == 0) lg_mbar_arrive(&empty[s]);");
 	emit_promote(b, g);
 }
 
@@ -365,7 +412,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) psum[i] = 0.0f;", regs);
 	lg_line(b, "int it = 0;");
-	lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
+	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
 	lg_line(b, "const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);");
 	lg_line(b, "float acc[%d];", regs);
@@ -377,4 +424,6 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	lg_close(b);
 	emit_epilogue(b, g, store);
 	lg_close(b);
+	if (lg_fp8_gemm_cluster(g) > 1)
+		lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
 }

@@ -25,6 +25,19 @@
  * the consumers store this one. The family says what a tile is (struct
  * lg_fp8_sched): its operands' coordinates, its reduction, its valid rows,
  * and emits the store.
+ *
+ * With a cluster of 2 (consecutive blockIdx.x, `rank` blockIdx.x % 2) the
+ * schedule's tiles are cluster tiles of bm x 2 bn: both CTAs take the same
+ * one, rank r its columns r bn.. (the family adds `rank * bn` to tb and
+ * oc). They share A's tile: each loads its half (bm / 2 rows, the box of
+ * A's tensor map) and multicasts it to both, so that a stage reads
+ * (bm / 2 + bn) x 128 bytes from L2 a CTA instead of (bm + bn) x 128 (the
+ * bound of 128 x 128 tiles: bench/fp8-gemm.md). A stage is refilled once
+ * the consumer warps of both CTAs released it (each arrives on both CTAs'
+ * `empty`), and neither CTA leaves before the other is done with it (a
+ * cluster barrier at the start and the end). The columns of rank 1 may lie
+ * past the output's (an odd count of bn tiles): TMA reads zeros, B's scale
+ * reads are guarded, the store skips them.
  */
 #ifndef LG_FP8_GEMM_EMIT_H
 #define LG_FP8_GEMM_EMIT_H
@@ -75,19 +88,24 @@ struct lg_fp8_gemm {
 	 * reduction elements) and `const bool al` (every row 16-byte aligned:
 	 * cp.async). */
 	bool manual;
+	/* CTAs a cluster sharing A's tile by multicast: 1 (0: 1) or 2; TMA only */
+	int cluster;
 };
 
 /* Threads of a CTA (bm / 64 consumer warpgroups and the producer's). */
 int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g);
 /* Dynamic shared memory bytes. */
 unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g);
+/* CTAs of g's cluster (1 or 2). */
+int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g);
 /* NULL when g is a valid tile, else why not: bm 64 or 128, bn a multiple
  * of 16 up to 256 whose tiles span at most two 128-blocks of B's tile
- * scales, stages 2..8. */
+ * scales, stages 2..8, a cluster of 1 or 2 (1 with manual operands). */
 const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g);
 /* The stages that fit `limit` bytes, at most `want` (at least 2). */
 int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit);
-/* The tensor map boxes (elements, rows) of A and B (128-byte swizzle). */
+/* The tensor map boxes (elements, rows) of A and B (128-byte swizzle; A's
+ * a CTA's share of the cluster's). */
 void lg_fp8_gemm_boxes(const struct lg_fp8_gemm *g, unsigned box_a[2], unsigned box_b[2]);
 /* <prefix>_wgmma: the wgmma of the tile's width (before the kernel). */
 void lg_fp8_gemm_emit_helpers(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix);

@@ -34,7 +34,7 @@
 
 #include "fp8_gemm_common.h"
 
-enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, NKEYS };
+enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 0};
 static const char *const acc_words[2] = {"set", "acc"};
@@ -50,6 +50,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TM] = LG_KEY_TILE("m", "m", 64, 128, tm_ok, "output rows a CTA tile (64 a consumer warpgroup)"),
 	[K_TN] = LG_KEY_TILE("n", "n", 16, 256, NULL, "output columns a CTA tile (a multiple of 16)"),
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 8, NULL, "128-element reduction blocks in flight"),
+	[K_TC] = LG_FP8_KEY_CLUSTER,
 };
 
 static const struct lg_size sizes[] = {
@@ -85,11 +86,11 @@ static const struct lg_arg wgrad_args[NARGS] = {
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "n, k", 16, "dy^T . x (accumulate: added to dw)"},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	return lg_fp8_validate(s, where, &tkeys);
+	return lg_fp8_validate(s, where, &tkeys, false);
 }
 
 /* Static extents as literals of generated code. */
@@ -116,7 +117,7 @@ static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_t
 							  [LG_PASS_WGRAD] = {"tm_dyt", "tm_xt"}};
 	bool w = s->pass == LG_PASS_WGRAD;
 	return (struct lg_fp8_gemm){t->bm, t->bn, t->stages, tm[s->pass][0], tm[s->pass][1], w,
-				    s->pass == LG_PASS_FORWARD ? l->n : l->k, false};
+				    s->pass == LG_PASS_FORWARD ? l->n : l->k, false, t->cluster};
 }
 
 /* The scales' macros (fp8_gemm_emit.h): A's per row, B's per tile or row. */
@@ -151,7 +152,7 @@ static void extents(const struct lg_spec *s, const struct lits *l, const char **
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	struct lg_fp8_tile tl;
-	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, 0, &tl);
+	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, 0, false, &tl);
 	if (st != LG_OK)
 		return st;
 	struct lits l = lits_of(s);
@@ -168,7 +169,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 {
 	(void)e;
 	int64_t rows = p->v[P8_ROWS] >= 0 ? p->v[P8_ROWS] : sz[0];
-	int64_t tiles = lg_fp8_cdiv(rows, p->v[P8_BM]) * lg_fp8_cdiv(p->v[P8_COLS], p->v[P8_BN]);
+	int64_t tiles = lg_fp8_cdiv(rows, p->v[P8_BM]) * lg_fp8_cdiv(p->v[P8_COLS], p->v[P8_BN] * p->v[P8_CL]);
 	lg_fp8_geometry(p, tiles, d);
 }
 
@@ -177,20 +178,20 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 struct dense {
 	const char *rows, *red;
 	int64_t cols;
-	int bm, bn;
+	int bm, bn, cl;
 };
 
 static void dense_setup(lg_buf *b, void *ctx)
 {
 	const struct dense *d = ctx;
 	lg_line(b, "const i64 rtiles = (%s + %d) / %d;", d->rows, d->bm - 1, d->bm);
-	lg_line(b, "const i64 tiles = rtiles * %lld;", (long long)lg_fp8_cdiv(d->cols, d->bn));
+	lg_line(b, "const i64 tiles = rtiles * %lld;", (long long)lg_fp8_cdiv(d->cols, (int64_t)d->bn * d->cl));
 }
 
 static void dense_tile(lg_buf *b, void *ctx, bool producer)
 {
 	const struct dense *d = ctx;
-	lg_fp8_emit_raster(b, lg_fp8_cdiv(d->cols, d->bn), d->bm, d->bn, producer);
+	lg_fp8_emit_raster(b, lg_fp8_cdiv(d->cols, (int64_t)d->bn * d->cl), d->bm, d->bn, d->cl, producer);
 	lg_line(b, "const int nkt = (int)((%s + 127) / 128);", d->red);
 	if (!producer)
 		lg_line(b, "const i64 rend = %s;", d->rows);
@@ -202,7 +203,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	struct lg_fp8_tile tl = lg_fp8_planned(p);
 	struct lits l = lits_of(s);
 	struct lg_fp8_gemm g = gemm_of(s, &tl, &l);
-	struct dense d = {NULL, NULL, 0, tl.bm, tl.bn};
+	struct dense d = {NULL, NULL, 0, tl.bm, tl.bn, tl.cluster};
 	extents(s, &l, &d.rows, &d.cols, &d.red);
 	static const char *const what[] = {"y = x . w^T", "", "dx = dy . w", "dw = dy^T . x"};
 	lg_section(b, "helpers for this spec", NULL);

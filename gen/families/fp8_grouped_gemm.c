@@ -44,7 +44,7 @@
 
 #include "fp8_gemm_common.h"
 
-enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, NKEYS };
+enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 0};
 static const char *const acc_words[2] = {"set", "acc"};
@@ -64,6 +64,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TM] = LG_KEY_TILE("m", "m", 64, 128, tm_ok, "output rows a CTA tile (64 a consumer warpgroup)"),
 	[K_TN] = LG_KEY_TILE("n", "n", 16, 256, NULL, "output columns a CTA tile (a multiple of 16)"),
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 8, NULL, "128-element reduction blocks in flight"),
+	[K_TC] = LG_FP8_KEY_CLUSTER,
 };
 
 static const struct lg_size sizes[] = {
@@ -105,11 +106,11 @@ static const struct lg_arg wgrad_args[NARGS] = {
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "experts, n, k", 16, "dy_e^T . x_e (accumulate: added to dw)"},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	return lg_fp8_validate(s, where, &tkeys);
+	return lg_fp8_validate(s, where, &tkeys, s->pass == LG_PASS_WGRAD);
 }
 
 enum { P_E = P8_OWN, P_CT, P_RT };
@@ -120,7 +121,7 @@ static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_t
 	static const char *const tm[LG_PASS_COUNT][2] = {[LG_PASS_FORWARD] = {"tm_x", "tm_w"},
 							  [LG_PASS_DGRAD] = {"tm_dy", "tm_wt"}};
 	bool w = s->pass == LG_PASS_WGRAD;
-	return (struct lg_fp8_gemm){tl->bm, tl->bn, tl->stages, tm[s->pass][0], tm[s->pass][1], w, cols, w};
+	return (struct lg_fp8_gemm){tl->bm, tl->bn, tl->stages, tm[s->pass][0], tm[s->pass][1], w, cols, w, tl->cluster};
 }
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
@@ -128,7 +129,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	struct lg_fp8_tile tl;
 	/* the counts' scan: gr (i64) and gt (int) of experts + 1 in static shared memory */
 	unsigned scan = (unsigned)(lg_spec_int(s, K_E) + 1) * 12u + 16u;
-	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, scan, &tl);
+	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, scan, s->pass == LG_PASS_WGRAD, &tl);
 	if (st != LG_OK)
 		return st;
 	int64_t n = lg_spec_int(s, K_N), k = lg_spec_int(s, K_K);
@@ -136,7 +137,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P8_COLS] = s->pass == LG_PASS_FORWARD ? n : k;
 	p->v[P8_ROWS] = s->pass == LG_PASS_WGRAD ? n : -1;
 	p->v[P_E] = lg_spec_int(s, K_E);
-	p->v[P_CT] = lg_fp8_cdiv(p->v[P8_COLS], tl.bn);
+	p->v[P_CT] = lg_fp8_cdiv(p->v[P8_COLS], (int64_t)tl.bn * tl.cluster);
 	p->v[P_RT] = lg_fp8_cdiv(n, tl.bm);
 	return lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN);
 }
@@ -159,7 +160,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 
 struct grouped {
 	int64_t experts, ct, rt, red, cols, n;
-	int bm, bn;
+	int bm, bn, cl;
 	bool wgrad;
 };
 
@@ -212,13 +213,15 @@ static void grouped_tile(lg_buf *b, void *ctx, bool producer)
 	lg_line(b, "const i64 seg0 = gr[ex];");
 	lg_line(b, "const int ta = (int)(seg0 + (i64)(lt / %lld) * %d), nkt = %lld;", (long long)g->ct, g->bm,
 		(long long)lg_fp8_cdiv(g->red, 128));
+	char lt[32], col[96];
+	snprintf(lt, sizeof lt, "lt %% %lld", (long long)g->ct);
+	lg_fp8_col(col, sizeof col, lt, g->bn, g->cl);
 	if (producer) {
-		lg_line(b, "const int tb = (int)(ex * %lldll + (lt %% %lld) * %d);", (long long)g->cols, (long long)g->ct,
-			g->bn);
+		lg_line(b, "const int tb = (int)(ex * %lldll + %s);", (long long)g->cols, col);
 		return;
 	}
-	lg_line(b, "const i64 segn = gr[ex + 1] - seg0, oc = (i64)(lt %% %lld) * %d, rend = seg0 + segn;",
-		(long long)g->ct, g->bn);
+	lg_line(b, "const i64 segn = gr[ex + 1] - seg0, rend = seg0 + segn;");
+	lg_line(b, "const i64 oc = %s;", col);
 }
 
 /* wgrad tile `tile` (expert-major): expert ex's output rows ex n + ta..
@@ -280,7 +283,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	struct lg_fp8_tile tl = lg_fp8_planned(p);
 	int64_t n = lg_spec_int(s, K_N), k = lg_spec_int(s, K_K);
 	struct grouped gs = {p->v[P_E], p->v[P_CT], p->v[P_RT], s->pass == LG_PASS_FORWARD ? k : n,
-			     p->v[P8_COLS], n, tl.bm, tl.bn, wg};
+			     p->v[P8_COLS], n, tl.bm, tl.bn, tl.cluster, wg};
 	char cols[24], store[64];
 	snprintf(cols, sizeof cols, "%lldll", (long long)gs.cols);
 	struct lg_fp8_gemm g = gemm_of(s, &tl, cols);
