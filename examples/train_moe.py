@@ -16,7 +16,8 @@ native FP8 GEMMs or their emulation), .md and .png (loss curves, step time);
 --out bench/train-moe replaces the committed record. Every argument is
 checked before any training; the exit status is 1 when any mode failed.
 --graph captures the step as one CUDA graph (checking the replayed losses
-against eager steps), --profile writes a PyTorch-profiler breakdown.
+against eager steps), --profile writes a PyTorch-profiler breakdown (device
+ms a step by kind, and each kind's top kernels by time with their calls).
 
 The corpus: each sequence walks a fixed random cycle over `--active` token
 ids from a random start (token i+1 follows token i), 10% of the positions
@@ -27,6 +28,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -167,7 +169,8 @@ def run_mode(args, mode, device, corpus):
     if not all(map(math.isfinite, rec["losses"])):
         raise FloatingPointError(f"{mode}: a loss is not finite: {rec['losses'][-5:]}")
     if args.profile and device == "cuda":
-        rec["profile"] = profile(step, corpus, args, mode)
+        prof = profile(step, corpus, args, mode)
+        rec["profile"], rec["profile_top"] = prof["kinds"], prof["top"]
     del model, fwd, opt
     return rec
 
@@ -225,28 +228,72 @@ def summarise(rec, device):
           f"{rec['peak_mem_gib']} GiB, GEMMs: {rec['gemm_backend']}", flush=True)
 
 
+PROFILE_STEPS = 3
+PROFILE_TOP = 12
+
+
 def profile(step, corpus, args, mode):
-    """Self CUDA time by kind over 3 steps: GEMMs, lingen kernels,
-    attention, optimiser, the rest."""
+    """Self CUDA time by kind over PROFILE_STEPS steps (GEMMs, lingen
+    kernels, attention, optimiser, the rest) and each kind's top kernels:
+    {"kinds": {kind: ms a step}, "top": {kind: [{name, ms, calls}]}}."""
     from torch.profiler import ProfilerActivity, profile as prof
     with prof(activities=[ProfilerActivity.CUDA]) as p:
-        for i in range(3):
+        for i in range(PROFILE_STEPS):
             step(*corpus.batch_at(i)).item()
-    kinds = {}
-    for e in p.key_averages():
-        us = getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0))
+    events = [(e.key, getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)),
+               e.count) for e in p.key_averages()]
+    res = breakdown(events, PROFILE_STEPS)
+    print(f"{mode} profile (ms a step): " + ", ".join(f"{k} {v:.1f}" for k, v in
+                                                      sorted(res["kinds"].items())), flush=True)
+    for kind, top in sorted(res["top"].items()):
+        print(f"  {mode} {kind}, top kernels (ms a step, calls a step):", flush=True)
+        for t in top:
+            print(f"    {t['ms']:7.3f} {t['calls']:6.1f}  {t['name'][:120]}", flush=True)
+    return res
+
+
+def kind_of(name):
+    """The profile's kind of a device kernel's name."""
+    n = name.lower()
+    if n.startswith("lg_"):
+        return "lingen gemm" if "gemm" in n else "lingen kernels"
+    if any(w in n for w in ("gemm", "cutlass", "sm90", "nvjet", "matmul")):
+        return "gemm"
+    if any(w in n for w in ("flash", "attention", "fmha")):
+        return "attention"
+    if any(w in n for w in ("adam", "foreach", "multi_tensor")):
+        return "optimizer"
+    return "other"
+
+
+_NOISE = (r"\bvoid ", r"\bat::native::", r"\bat::", r"\bc10::", r"\bstd::",
+          r"\(anonymous namespace\)::", r"::\{lambda\([^()]*\)#\d+\}",
+          r"::operator\(\)\(\) const")
+
+
+def short_name(name, limit=200):
+    """A kernel's name without the namespaces and lambda noise of torch's
+    templates (what is left names the op: direct_copy_kernel_cuda, ...)."""
+    for pat in _NOISE:
+        name = re.sub(pat, "", name)
+    return name.strip()[:limit]
+
+
+def breakdown(events, steps, top=PROFILE_TOP):
+    """The profile of (name, self device us, calls) events over `steps`
+    steps: {"kinds": {kind: ms a step}, "top": {kind: the `top` kernels by
+    time, [{"name", "ms", "calls"}] a step}}; events of no device time (the
+    host side's) left out."""
+    kinds, by_kind = {}, {}
+    for name, us, calls in events:
         if us <= 0:
             continue
-        n = e.key.lower()
-        k = (("lingen gemm" if "gemm" in n else "lingen kernels") if n.startswith("lg_")
-             else "gemm" if any(w in n for w in ("gemm", "cutlass", "sm90", "nvjet", "matmul"))
-             else "attention" if any(w in n for w in ("flash", "attention", "fmha"))
-             else "optimizer" if any(w in n for w in ("adam", "foreach", "multi_tensor"))
-             else "other")
-        kinds[k] = kinds.get(k, 0) + us / 3e3
-    print(f"{mode} profile (ms a step): " + ", ".join(f"{k} {v:.1f}" for k, v in
-                                                      sorted(kinds.items())), flush=True)
-    return kinds
+        k = kind_of(name)
+        kinds[k] = kinds.get(k, 0) + us / 1e3 / steps
+        by_kind.setdefault(k, []).append({"name": short_name(name), "ms": us / 1e3 / steps,
+                                          "calls": calls / steps})
+    return {"kinds": kinds,
+            "top": {k: sorted(v, key=lambda t: -t["ms"])[:top] for k, v in by_kind.items()}}
 
 
 def chart(records, path):
@@ -414,14 +461,24 @@ def markdown(meta, records):
                      "the times are a shared machine's, no speed measurement.")
     for r in records:
         if "profile" in r:
-            lines.append(f"\n{r['mode']} profile, device ms a step: " + ", ".join(
-                f"{k} {v:.1f}" for k, v in sorted(r["profile"].items())))
+            lines += profile_lines(r["mode"], r["profile"], r.get("profile_top", {}))
         if "gemm_calls" in r and r["mode"] == "fp8":
             lines.append(f"\n{r['mode']} GEMMs that ran on {r['device']}: " + "; ".join(
                 f"{k}: {', '.join(v) or '-'}" for k, v in r["gemm_calls"].items()))
         if "graph_check" in r:
             lines.append(f"\n{r['mode']} CUDA graph check: {r['graph_check']}")
     return "\n".join(lines) + "\n"
+
+
+def profile_lines(mode, kinds, tops):
+    """The .md lines of a mode's profile: the kinds, then each kind's top
+    kernels as ms a step x calls a step (records before the tops: none)."""
+    lines = [f"\n{mode} profile, device ms a step: " + ", ".join(
+        f"{k} {v:.1f}" for k, v in sorted(kinds.items()))]
+    for kind, top in sorted(tops.items()):
+        lines.append(f"- {mode} {kind}: " + "; ".join(
+            f"`{t['name'][:80]}` {t['ms']:.2f} ms x{t['calls']:.3g}" for t in top))
+    return lines
 
 
 if __name__ == "__main__":

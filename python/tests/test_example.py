@@ -128,3 +128,34 @@ def test_example_default_out_is_not_the_committed_record():
     assert not default.startswith(os.path.join(ROOT, "bench") + os.sep)
     ignored = subprocess.run(["git", "-C", ROOT, "check-ignore", "-q", default + ".json"])
     assert ignored.returncode in (0, 128)  # ignored by git (128: no git checkout here)
+
+
+def test_example_profile_breakdown_names_each_kinds_top_kernels():
+    ex = example()
+    copy = ("void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<"
+            "at::native::direct_copy_kernel_cuda(at::TensorIteratorBase&)::{lambda()#3}::"
+            "operator()() const::{lambda()#8}::operator()() const::{lambda(unsigned char)#1}>"
+            "(at::TensorIteratorBase&, ...)::{lambda(int)#1}>(int, ...)")
+    events = [("lg_fp8_grouped_gemm_wgrad_x", 6000.0, 24), ("lg_moe_permute_quant_y", 1500.0, 12),
+              (copy, 9000.0, 30), ("void at::native::vectorized_elementwise_kernel<4, "
+                                   "at::native::FillFunctor<float>>", 300.0, 6),
+              ("cudaLaunchKernel", 0.0, 900), ("nvjet_hsh_256x128", 4500.0, 9),
+              ("flash_fwd_kernel", 1200.0, 12), ("multi_tensor_apply_kernel", 600.0, 3)]
+    res = ex.breakdown(events, 3, top=1)
+    kinds = res["kinds"]
+    assert set(kinds) == {"lingen gemm", "lingen kernels", "other", "gemm", "attention",
+                          "optimizer"}
+    assert kinds["other"] == pytest.approx(3.1) and kinds["lingen gemm"] == pytest.approx(2.0)
+    # per kind the top (here 1) kernel by time, ms and calls a step
+    other = res["top"]["other"]
+    assert len(other) == 1 and other[0]["ms"] == pytest.approx(3.0) and other[0]["calls"] == 10
+    assert other[0]["name"].startswith("elementwise_kernel<128, 4, gpu_kernel_impl_nocast<"
+                                       "direct_copy_kernel_cuda(TensorIteratorBase&)")
+    assert "lambda" not in other[0]["name"] and "at::" not in other[0]["name"]
+    assert res["top"]["lingen kernels"][0]["name"] == "lg_moe_permute_quant_y"
+    lines = ex.profile_lines("fp8", kinds, res["top"])
+    assert lines[0].startswith("\nfp8 profile, device ms a step: attention 0.4, gemm 1.5")
+    assert any(ln.startswith("- fp8 other: `elementwise_kernel") and "3.00 ms x10" in ln
+               for ln in lines)
+    # a record written before the tops: the kinds' line alone
+    assert ex.profile_lines("fp8", kinds, {}) == lines[:1]
