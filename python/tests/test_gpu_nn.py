@@ -213,3 +213,27 @@ def test_native_grouped_fp8_gemms_match_the_emulation(seed):
         _gemm.set_emulation(False)
     for name, a, b in zip(("forward", "dgrad"), got, want):
         assert a.shape == b.shape and rel(a, b) < 0.01, name
+
+
+def test_native_grouped_wgrad_matches_the_emulation_at_counts_of_16(seed):
+    """The grouped wgrad at the segments lingen.nn's FP8 MoE pads to (counts
+    multiples of 16, not of 128: the per-expert columnwise copies' rows
+    16-byte aligned, the last 128-row block of an expert partial)."""
+    torch = torch_cuda()
+    from lingen.nn import _gemm, _k
+    if not _gemm.native_grouped(None, _gemm._GROUPED[2:]):
+        pytest.skip("lingen's grouped FP8 wgrad is not built (the emulation runs)")
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    counts = torch.tensor([48, 0, 16, 144, 0, 32], dtype=torch.int32, device="cuda")
+    m, n, k = int(counts.sum()), 256, 384
+    x = torch.randn(m, k, generator=g, device="cuda").bfloat16()
+    dy = torch.randn(m, n, generator=g, device="cuda").bfloat16()
+    _, _, xt, xts = _k.experts_quant(x, counts)
+    _, _, dyt, dyts = _k.experts_quant(dy, counts)
+    got = _gemm.grouped_wgrad(dyt, dyts, xt, xts, counts)
+    _gemm.set_emulation(True)
+    try:
+        want = _gemm.grouped_wgrad(dyt, dyts, xt, xts, counts)
+    finally:
+        _gemm.set_emulation(False)
+    assert got.shape == want.shape == (6, n, k) and rel(got, want) < 0.01

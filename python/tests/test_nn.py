@@ -51,6 +51,64 @@ def test_per_expert_layouts(seed):
     assert torch.equal(blk, Q.rowwise(x[128:384])[1])
 
 
+def test_per_expert_layouts_at_counts_of_16(seed):
+    """lingen.nn's FP8 segments (multiples of 16, not of 128): each expert
+    quantised as a tensor of its own, its 128-row blocks from its first
+    row, its columnwise scales cdiv(c_e, 128) rows after the experts'
+    before it (fp8_quant_batched's layout)."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.tensor([48, 0, 16, 144, 0, 32], dtype=torch.int32)
+    rows = 256 + 32  # 240 in segments, 48 past them
+    x = (torch.randn(rows, 256, generator=g) * torch.rand(rows, 1, generator=g) * 10).bfloat16()
+    q, s, qt, st = Q.experts_quant(x, counts)
+    assert qt.shape == (256, rows) and st.shape == (3 + 6, 256)
+    want = x.float().clone()
+    want[240:] = 0
+    assert rel(Q.deq_experts_rowwise(q, s, counts), want) < 0.04
+    assert rel(Q.deq_experts_colwise(qt, st, counts), want) < 0.04
+    start, st_row = 0, 0
+    for c in counts.tolist():
+        qt_e, st_e = Q.colwise(x[start:start + c])
+        assert torch.equal(qt.reshape(-1)[256 * start:256 * (start + c)].view(torch.uint8),
+                           qt_e.reshape(-1).view(torch.uint8))
+        assert torch.equal(st[st_row:st_row + st_e.shape[0]], st_e)
+        start, st_row = start + c, st_row + st_e.shape[0]
+
+
+def test_emulated_grouped_wgrad_at_counts_of_16(seed):
+    """The grouped wgrad of per-expert columnwise copies at counts that are
+    multiples of 16 (the padding lingen.nn's FP8 MoE uses): dw[e] =
+    dy_e^T x_e of the dequantised operands, padding rows (zeros) adding
+    nothing."""
+    from lingen.nn import _gemm
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.tensor([48, 0, 16, 144], dtype=torch.int32)
+    x = torch.randn(208, 256, generator=g).bfloat16()
+    dy = torch.randn(208, 128, generator=g).bfloat16()
+    x[40:48] = 0  # expert 0's padding rows
+    dy[40:48] = 0
+    _, _, xt, xts = Q.experts_quant(x, counts)
+    _, _, dyt, dyts = Q.experts_quant(dy, counts)
+    dw = _gemm.grouped_wgrad(dyt, dyts, xt, xts, counts)
+    start = 0
+    for e, c in enumerate(counts.tolist()):
+        ref = dy[start:start + c].float().t() @ x[start:start + c].float()
+        if c:
+            assert rel(dw[e], ref) < 0.06, e
+        else:
+            assert torch.equal(dw[e], torch.zeros_like(dw[e]))
+        start += c
+
+
+def test_fp8_moe_pads_segments_to_16():
+    from lingen.nn import _k, moe
+    assert moe.MULTIPLE_FP8 == 16
+    topk = torch.tensor([[0, 1], [0, 2], [0, 1]], dtype=torch.int32)
+    _, counts, offsets, _, padded = _k.row_map(topk, 4, moe.MULTIPLE_FP8)
+    assert counts.tolist() == [3, 2, 1, 0] and padded.tolist() == [16, 16, 16, 0]
+    assert offsets.tolist() == [0, 16, 32, 48, 48]
+
+
 def test_fp8_linear_matches_bf16(seed):
     import lingen.torch as lt
     assert lt.Fp8Linear is ln.Fp8Linear and lt.fp8_linear is ln.fp8_linear

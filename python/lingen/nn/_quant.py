@@ -6,11 +6,12 @@ Layouts (as lingen's kernels write them):
 - rowwise x [M, K]: q [M, K] e4m3, s [K/128, M] fp32 (1 x 128 blocks);
 - columnwise: qt [K, M] e4m3, st [cdiv(M, 128), K] fp32 (128 x 1 blocks);
 - weight w [N, K]: q [N, K], s [cdiv(N, 128), cdiv(K, 128)] (128 x 128 tiles);
-- per expert (segments of rows given by counts [E], each a multiple of
-  128 here: lingen.nn pads to 128): s flat, expert e's [K/128, c_e] block
-  at K/128 * off_e; qt flat, expert e's [K, c_e] block at K * off_e; st
-  [cdiv(M, 128) + E, K], cdiv(c_e, 128) rows an expert one after the
-  other (with 128-row segments: the plain columnwise layout).
+- per expert (segments of rows given by counts [E], any counts; each
+  segment quantised as a tensor of its own): s flat, expert e's [K/128,
+  c_e] block at K/128 * off_e; qt flat, expert e's [K, c_e] block at K *
+  off_e; st [cdiv(M, 128) + E, K], expert e's cdiv(c_e, 128) rows (its
+  128-row blocks from its first row) at row sum of cdiv(c_e', 128) over
+  the experts before it.
 """
 import torch
 
@@ -102,22 +103,36 @@ def _flat_index(counts, m, k, blk):
     return torch.where(valid[:, None], idx, kk * m), valid
 
 
+def _col_blocks(counts, m):
+    """(block [M], valid [M]): each row's st row in the per-expert
+    columnwise layout (an expert's 128-row blocks from its first row, the
+    experts' blocks one after the other); rows past the segments block
+    cdiv(M, 128) + E, one past st's rows."""
+    e, local, _, valid = _segments(counts, m)
+    nb = (counts.long() + BLOCK - 1) // BLOCK
+    first = torch.nn.functional.pad(torch.cumsum(nb, 0), (1, 0))
+    return torch.where(valid, first[e] + local // BLOCK, -(-m // BLOCK) + counts.shape[0]), valid
+
+
 def experts_quant(x, counts, round_scale=True):
     """(q, s, qt, st) of x [M, K] quantised per expert in the per-expert
-    layouts (128-row segments); rows past the segments quantise as 0."""
+    layouts; rows past the segments quantise as 0."""
     m, k = x.shape
     idx_s, valid = _flat_index(counts, m, k, BLOCK)
     x = torch.where(valid[:, None], x, torch.zeros((), dtype=x.dtype, device=x.device))
     q, s_std = rowwise(x, round_scale)
     s = torch.ones(k // BLOCK * m + 1, dtype=torch.float32, device=x.device)
     s = s.scatter(0, idx_s.reshape(-1), s_std.t().reshape(-1))[:-1].view(k // BLOCK, m)
-    qt_std, st_std = colwise(x, round_scale)
+    blk, _ = _col_blocks(counts, m)
+    rows = -(-m // BLOCK) + counts.shape[0]
+    xf = x.float()
+    amax = xf.new_zeros(rows + 1, k).index_reduce_(0, blk, xf.abs(), "amax")
+    st = scale_of(amax, round_scale)
+    qt_rows = _q(xf, st[blk])  # [M, K] in x's row order, each row with its block's scales
     idx_t, _ = _flat_index(counts, m, k, 1)
     qt = torch.zeros(k * m + 1, dtype=torch.uint8, device=x.device)
-    qt = qt.scatter(0, idx_t.reshape(-1), qt_std.t().reshape(-1).view(torch.uint8))[:-1]
-    st = torch.ones(-(-m // BLOCK) + counts.shape[0], k, dtype=torch.float32, device=x.device)
-    st[:st_std.shape[0]] = st_std
-    return q, s, qt.view(E4M3).view(k, m), st
+    qt = qt.scatter(0, idx_t.reshape(-1), qt_rows.view(torch.uint8).reshape(-1))[:-1]
+    return q, s, qt.view(E4M3).view(k, m), st[:rows]
 
 
 # ------------------------------------------------------- dequantise
@@ -155,6 +170,6 @@ def deq_experts_colwise(qt, st, counts, dtype=torch.float32):
     k, m = qt.shape
     idx, valid = _flat_index(counts, m, k, 1)
     x = qt.reshape(-1).view(torch.uint8)[idx.clamp(max=qt.numel() - 1)].view(E4M3).to(dtype)
-    nb = -(-m // BLOCK)
-    x = x * st[:nb].to(dtype).repeat_interleave(BLOCK, 0)[:m]
+    blk, _ = _col_blocks(counts, m)
+    x = x * st.to(dtype)[blk.clamp(max=st.shape[0] - 1)]
     return torch.where(valid[:, None], x, torch.zeros((), dtype=dtype, device=qt.device))
