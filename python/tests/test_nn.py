@@ -109,6 +109,21 @@ def test_fp8_moe_pads_segments_to_16():
     assert offsets.tolist() == [0, 16, 32, 48, 48]
 
 
+def test_expert_weights_transposed_copies_from_one_weight(seed):
+    """The experts' transposed copies taken from the transposed copy of the
+    experts as one [E N, K] weight (what lingen.nn asks fp8_quant_weight
+    for): bit for bit each expert's own q^T and s^T."""
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(3, 256, 384, generator=g) * torch.rand(3, 256, 1, generator=g)).bfloat16()
+    q, s, qt, st = Q.weight_experts(w)
+    assert qt.shape == (3, 384, 256) and st.shape == (3, 3, 2)
+    for e in range(3):
+        qe, se, qte, ste = Q.weight(w[e])
+        assert torch.equal(q[e].view(torch.uint8), qe.view(torch.uint8)) and torch.equal(s[e], se)
+        assert torch.equal(qt[e].view(torch.uint8), qte.view(torch.uint8))
+        assert torch.equal(st[e], ste)
+
+
 def test_fp8_linear_matches_bf16(seed):
     import lingen.torch as lt
     assert lt.Fp8Linear is ln.Fp8Linear and lt.fp8_linear is ln.fp8_linear

@@ -50,14 +50,12 @@ def quant_weight(w):
     """(q, s, qt, st) of a weight [N, K], or of expert weights [E, N, K]."""
     if on_cpu(w):
         return Q.weight(w) if w.dim() == 2 else Q.weight_experts(w)
-    shape = w.shape
-    res = _lt().fp8_quant_weight(w.reshape(-1, shape[-1]))
-    q, s = res[0], res[1]
-    if w.dim() == 3:
-        q, s = q.view(shape), s.view(shape[0], shape[1] // Q.BLOCK, -1)
-    if len(res) >= 4 and w.dim() == 2 and res[2].numel() == q.numel():  # its transposed copy
-        return q, s, res[2], res[3]
-    return (q, s) + Q.transposed_weight(q, s)
+    # one kernel writes both copies; expert weights as one [E N, K] weight
+    q, s, qt, st = _lt().fp8_quant_weight(w.reshape(-1, w.shape[-1]), transposed=True)
+    if w.dim() == 2:
+        return q, s, qt, st
+    e, n, k = w.shape
+    return (q.view(e, n, k), s.view(e, n // Q.BLOCK, -1)) + Q.experts_transposed(qt, st, e)
 
 
 def router_gemm(x, w, plain=False):

@@ -64,19 +64,28 @@ def weight(w, round_scale=True):
     return q.contiguous(), s, q.t().contiguous(), s.t().contiguous()
 
 
-def transposed_weight(q, s):
-    """The transposed copy (qt [K, N], st) of a weight's tiles (q, s); q
-    [..., N, K] with leading expert dimensions."""
-    return q.transpose(-1, -2).contiguous(), s.transpose(-1, -2).contiguous()
-
-
 def weight_experts(w, round_scale=True):
     """(q, s, qt, st) of expert weights w [E, N, K] (N a multiple of 128):
     q [E, N, K], s [E, N/128, cdiv(K, 128)], qt [E, K, N], st [E, ., .]."""
     e, n, k = w.shape
-    q, s, _, _ = weight(w.reshape(e * n, k), round_scale)
-    q, s = q.view(e, n, k), s.view(e, n // BLOCK, -1)
-    return (q, s) + transposed_weight(q, s)
+    q, s, qt, st = weight(w.reshape(e * n, k), round_scale)
+    return (q.view(e, n, k), s.view(e, n // BLOCK, -1)) + experts_transposed(qt, st, e)
+
+
+def experts_transposed(qt, st, experts):
+    """The experts' transposed copies (qt [E, K, N], st [E, cdiv(K, 128),
+    N/128]) of the transposed copy (qt [K, E N], st [cdiv(K, 128), E N/128])
+    of expert weights quantised as one [E N, K] weight (fp8_quant_weight's;
+    N a multiple of 128, so that no tile spans two experts: the same tiles
+    and bytes as each expert's own). A copy of whole N-byte row pieces,
+    moved as 8-byte words (coalesced on both sides), where transposing q
+    would move single bytes at a stride of K."""
+    k, en = qt.shape
+    n = en // experts
+    words = qt.view(torch.uint8).view(k, experts, n).view(torch.int64)
+    qe = words.transpose(0, 1).contiguous().view(torch.uint8).view(E4M3)
+    se = st.view(st.shape[0], experts, -1).transpose(0, 1).contiguous()
+    return qe, se
 
 
 # ------------------------------------------------- per-expert layouts

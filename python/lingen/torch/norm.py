@@ -152,10 +152,13 @@ def fp8_quant_batched(x, counts, round_scale=..., output=...):
 
 
 @declared("fp8_quant_weight")
-def fp8_quant_weight(w, round_scale=...):
+def fp8_quant_weight(w, round_scale=..., transposed=...):
     """(q, s): w [rows, hidden] (bf16) in 128 x 128 tiles, as
-    lingen.fp8_quant_weight."""
-    return _run("fp8_quant_weight_forward", w, quant_round_scale=round_scale)
+    lingen.fp8_quant_weight; transposed=True: (q, s, qt, st), the
+    transposed copy written by the same kernel."""
+    q, s, qt, st = _run("fp8_quant_weight_forward", w, quant_round_scale=round_scale,
+                        transposed=bool(transposed))
+    return (q, s, qt, st) if transposed else (q, s)
 
 
 # ------------------------------------------------------ router GEMM (K3)
