@@ -217,10 +217,17 @@ def unpermute_backward(dout, row_index, row_id_map, offsets, counts, padded, top
     return dg
 
 
-def rows_to_probs(dprob_rows, row_id_map):
-    """dprobs [T, E] of the rows' dprob [R] (zeros where not routed)."""
-    m = row_id_map.long()
-    return torch.where(m >= 0, dprob_rows[m.clamp(min=0)], 0.0)
+def permute_backward(rows, rows_probs, row_index, row_id_map, padded, top_k, multiple):
+    """(dx [T, H] bf16: each token's rows summed in fp32 (ascending expert
+    order), dprobs [T, E] fp32: rows_probs [R] at each routed pair, else 0):
+    the backward of permute_quant's rows and probabilities, in one kernel
+    (moe_permute's backward), not differentiable."""
+    if on_cpu(rows):
+        m = row_id_map.long()
+        dprobs = torch.where(m >= 0, rows_probs[m.clamp(min=0)], 0.0)
+        return unpermute(rows, row_index, row_id_map, None, None, padded, top_k, multiple), dprobs
+    return _run("moe_permute_backward", rows, rows_probs, row_id_map, top_k=top_k,
+                multiple=multiple)
 
 
 def permute_bf16(x, probs, row_id_map, row_index, offsets, counts, padded, top_k, multiple,

@@ -7,8 +7,9 @@ moe_permute_quant (K4b) -> grouped FP8 gate/up GEMM -> batch_swiglu_quant
 (K6, the routing weight applied there) -> grouped FP8 down GEMM ->
 moe_unpermute (K5); its backward: the unpermute's backward ->
 fp8_quant_batched -> down dgrad and wgrad -> the SwiGLU backward (dprob
-and the quantised dx copies) -> gate/up dgrad and wgrad -> the tokens'
-sum. Counts stay on the device throughout (no host synchronisation).
+and the quantised dx copies) -> gate/up dgrad and wgrad -> the permute's
+backward (the tokens' sum and their routing weights' gradients, one
+kernel). Counts stay on the device throughout (no host synchronisation).
 Mode "bf16": lingen's moe_permute / moe_unpermute with torch._grouped_mm.
 Mode "torch": plain PyTorch (index, torch._grouped_mm, index_add)."""
 import torch
@@ -59,15 +60,14 @@ class GroupedMLPFunction(torch.autograd.Function):
         (qt, st, h, p_rows, hqt, hst, w1tq, w1ts, w2tq, w2ts, rid, counts, offsets, row_index,
          padded) = ctx.saved_tensors
         k, m = ctx.top_k, MULTIPLE_FP8
-        dg = _k.unpermute_backward(dout.contiguous(), row_index, rid, offsets, counts, padded, k, m)
+        dg = _k.unpermute_backward(dout, row_index, rid, offsets, counts, padded, k, m)
         gq, gs, gqt, gst = _k.experts_quant(dg, padded)
         dy = _gemm.grouped_dgrad(gq, gs, w2tq, w2ts, padded)
         dw2 = _gemm.grouped_wgrad(gqt, gst, hqt, hst, padded, ctx.dtypes[1])
         dxq, dxs, dxqt, dxst, dprob = _k.swiglu_quant_backward(dy, h, p_rows, padded)
         dxr = _gemm.grouped_dgrad(dxq, dxs, w1tq, w1ts, padded)
         dw1 = _gemm.grouped_wgrad(dxqt, dxst, qt, st, padded, ctx.dtypes[0])
-        dx = _k.unpermute(dxr, row_index, rid, offsets, counts, padded, k, m)
-        dprobs = _k.rows_to_probs(dprob, rid)
+        dx, dprobs = _k.permute_backward(dxr, dprob, row_index, rid, padded, k, m)
         return (dx, dprobs, dw1, dw2) + (None,) * 6
 
 
