@@ -80,7 +80,8 @@ def route(logits, top_k, score="sigmoid", bias=None, groups=1, topk_groups=1, no
     weights = the chosen scores, normalised to sum 1 when norm, times scale."""
     A.choice("lingen.nn.route", "score", score, A.SCORES)
     scores = torch.sigmoid(logits) if score == "sigmoid" else torch.softmax(logits, -1)
-    choice = scores.detach() + (bias.float() if bias is not None else 0)
+    # (no bias, no scale: no pass over the scores or weights that changes nothing)
+    choice = scores.detach() if bias is None else scores.detach() + bias.float()
     if groups > 1:
         t, e = choice.shape
         g = choice.view(t, groups, e // groups)
@@ -91,7 +92,8 @@ def route(logits, top_k, score="sigmoid", bias=None, groups=1, topk_groups=1, no
     w = scores.gather(1, idx)
     if norm:
         w = w / (w.sum(-1, keepdim=True) + 1e-20)
-    w = w * scale
+    if scale != 1.0:
+        w = w * scale
     probs = torch.zeros_like(scores).scatter(1, idx, w)
     return idx.int(), probs
 
