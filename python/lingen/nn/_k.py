@@ -46,6 +46,31 @@ def quant(x, output="both"):
     return _lt().fp8_quant(x, output=output)
 
 
+def rms_norm_quant(x, w, eps):
+    """(y, (q, s, qt, st)): RMSNorm of x [..., H] bf16 and the quantised
+    copies of y [tokens, H] (rmsnorm_quant: one pass, y never written), y
+    differentiable (on the GPU a gradient carrier of no memory: the copies
+    are its values; the backward is the RMSNorm's)."""
+    if on_cpu(x):
+        y = rms_norm(x, w, eps)
+        return y, quant(y.detach().reshape(-1, x.shape[-1]))
+    y, q, s, qt, st = _lt().rms_norm_quant_autograd(x, w, eps, output="both")
+    return y, (q.view(-1, x.shape[-1]), s, qt, st)
+
+
+def swiglu_quant_dense(x):
+    """(y, (q, s, qt, st)): y = silu(gate) * up of x [..., 2n] bf16 = [gate
+    | up] and the quantised copies of y [tokens, n] (swiglu_quant: one pass
+    each way, y never written), y differentiable as rms_norm_quant's."""
+    n = x.shape[-1] // 2
+    if on_cpu(x):
+        g, u = x.chunk(2, -1)
+        y = F.silu(g) * u
+        return y, quant(y.detach().reshape(-1, n))
+    y, q, s, qt, st = _lt().swiglu_quant(x, output="both")
+    return y, (q.view(-1, n), s, qt, st)
+
+
 def quant_weight(w):
     """(q, s, qt, st) of a weight [N, K], or of expert weights [E, N, K]."""
     if on_cpu(w):

@@ -77,9 +77,11 @@ class Attention(torch.nn.Module):
         self.k_norm = torch.nn.Parameter(torch.ones(head_dim, dtype=torch.bfloat16))
         self.o = Fp8Linear(q_heads * head_dim, hidden, fp8)
 
-    def forward(self, x, freqs):
+    def forward(self, x, freqs, x_copies=None):
+        """x [B, S, hidden]; x_copies: x's quantised copies (FP8, from the
+        RMSNorm + quant before it: Fp8Linear's x_copies)."""
         b, s, _ = x.shape
-        qkv = self.qkv(x)
+        qkv = self.qkv(x, x_copies)
         q, k, v = _k.qk_norm_rope(qkv, self.q_norm, self.k_norm, freqs, self.q_heads,
                                   self.kv_heads, self.eps, self.rotary_fraction,
                                   self.mode == "torch")
@@ -223,6 +225,7 @@ class DecoderBlock(torch.nn.Module):
 
     def __init__(self, cfg, mode="fp8"):
         super().__init__()
+        self.mode = mode
         self.attn_norm = RMSNorm(cfg.hidden, cfg.eps, mode)
         self.attn = Attention(cfg.hidden, cfg.q_heads, cfg.kv_heads, cfg.head_dim,
                               cfg.rotary_fraction, cfg.eps, mode)
@@ -233,7 +236,11 @@ class DecoderBlock(torch.nn.Module):
                        expert_bias=cfg.expert_bias)
 
     def forward(self, x, freqs):
-        x = x + self.attn(self.attn_norm(x), freqs)
+        if self.mode == "fp8":  # the norm writes the qkv GEMM's FP8 input (no bf16 y, no quant)
+            y, copies = _k.rms_norm_quant(x, self.attn_norm.weight, self.attn_norm.eps)
+            x = x + self.attn(y, freqs, copies)
+        else:
+            x = x + self.attn(self.attn_norm(x), freqs)
         return x + self.moe(self.mlp_norm(x))
 
 

@@ -15,13 +15,15 @@ __all__ = ["Fp8LinearFunction", "fp8_linear", "Fp8Linear"]
 
 class Fp8LinearFunction(torch.autograd.Function):
     """y [..., N] bf16 = x [..., K] . weight [N, K]^T in FP8. x_copies, when
-    given, are x's quantised copies (q, s, qt, st) from the producer (an
-    RMSNorm + quant kernel): then x only carries the gradient."""
+    given, are x's quantised copies (q [tokens, K], s, qt, st) from the
+    producer (an RMSNorm or SwiGLU + quant kernel: lingen.nn._k's
+    rms_norm_quant, swiglu_quant_dense): then x only carries the gradient."""
 
     @staticmethod
     def forward(ctx, x, weight, x_copies=None):
-        x2 = x.reshape(-1, x.shape[-1])
-        q, s, qt, st = x_copies if x_copies is not None else _k.quant(x2, "both")
+        if x_copies is None:
+            x_copies = _k.quant(x.reshape(-1, x.shape[-1]), "both")
+        q, s, qt, st = x_copies
         wq, ws, wtq, wts = _k.quant_weight(weight)
         y = _gemm.linear(q, s, wq, ws)
         ctx.save_for_backward(qt, st, wtq, wts)

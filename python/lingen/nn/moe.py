@@ -99,15 +99,21 @@ def route(logits, top_k, score="sigmoid", bias=None, groups=1, topk_groups=1, no
 
 
 class SharedExpert(torch.nn.Module):
-    """The shared expert: down(silu(gate x) * up x), Fp8Linear layers."""
+    """The shared expert: down(silu(gate x) * up x), Fp8Linear layers; in
+    FP8 the SwiGLU writes down's quantised input in the same pass
+    (swiglu_quant: no bf16 product, no torch kernels between the GEMMs)."""
 
     def __init__(self, hidden, intermediate, fp8=True, dtype=torch.bfloat16):
         super().__init__()
+        self.fp8 = fp8
         self.gate_up = Fp8Linear(hidden, 2 * intermediate, fp8, dtype=dtype)
         self.down = Fp8Linear(intermediate, hidden, fp8, dtype=dtype)
 
     def forward(self, x):
-        g, u = self.gate_up(x).chunk(2, -1)
+        h = self.gate_up(x)
+        if self.fp8:
+            return self.down(*_k.swiglu_quant_dense(h))
+        g, u = h.chunk(2, -1)
         return self.down(F.silu(g) * u)
 
 
