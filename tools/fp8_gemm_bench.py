@@ -11,8 +11,12 @@ in one process, run by tools/device_fp8_gemm.sh:
             lingen, torch._scaled_mm blockwise, torch.mm bf16 (and
             torch._grouped_mm bf16 for the grouped shapes)
 
-  python3 tools/fp8_gemm_bench.py OUT_MD [--reps R] [--quick] [--dense-only]
+  python3 tools/fp8_gemm_bench.py OUT_MD [--reps R] [--quick] [--dense-only] [--tile JSON]
+
+--tile gives lingen's dense and grouped forward / dgrad calls a tile (e.g.
+'{"cluster": 1}': the same table for another tile, in the same process).
 """
+import json
 import statistics
 import sys
 
@@ -22,6 +26,7 @@ import lingen
 
 DEV = "cuda"
 FLUSH = None
+TILE = None  # --tile: lingen's tile in the dense and grouped forward / dgrad calls
 
 
 def rand_fp8(rows, cols):
@@ -83,7 +88,7 @@ def case(form, M, N, K):
     if form == "forward":
         x, xs, w, ws = rand_fp8(M, K), rand_scale(cdiv(K, 128), M), rand_fp8(N, K), \
             rand_scale(cdiv(N, 128), cdiv(K, 128))
-        ours = lambda dt="bf16": lingen.fp8_gemm(x, xs, w, ws, out_dtype=dt)  # noqa: E731
+        ours = lambda dt="bf16": lingen.fp8_gemm(x, xs, w, ws, out_dtype=dt, tile=TILE)  # noqa: E731
         peer = lambda: scaled_mm(x, w.t(), xs.t(), ws.t())  # noqa: E731
         xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
         mm = lambda: torch.mm(xb, wb.t())  # noqa: E731
@@ -92,7 +97,7 @@ def case(form, M, N, K):
     elif form == "dgrad":  # dx [M, K] = dy [M, N] . w [N, K]
         dy, dys, wt, wts = rand_fp8(M, N), rand_scale(cdiv(N, 128), M), rand_fp8(K, N), \
             rand_scale(cdiv(K, 128), cdiv(N, 128))
-        ours = lambda dt="bf16": lingen.fp8_gemm_dgrad(dy, dys, wt, wts, out_dtype=dt)  # noqa: E731
+        ours = lambda dt="bf16": lingen.fp8_gemm_dgrad(dy, dys, wt, wts, out_dtype=dt, tile=TILE)  # noqa: E731
         peer = lambda: scaled_mm(dy, wt.t(), dys.t(), wts.t())  # noqa: E731
         db, wb = dy.to(torch.bfloat16), wt.to(torch.bfloat16)
         mm = lambda: torch.mm(db, wb.t())  # noqa: E731
@@ -101,7 +106,7 @@ def case(form, M, N, K):
     else:  # wgrad: dw [N, K] = dyt [N, M] . xt [K, M]^T
         dyt, dyts, xt, xts = rand_fp8(N, M), rand_scale(cdiv(M, 128), N), rand_fp8(K, M), \
             rand_scale(cdiv(M, 128), K)
-        ours = lambda dt="fp32": lingen.fp8_gemm_wgrad(dyt, dyts, xt, xts)  # noqa: E731
+        ours = lambda dt="fp32": lingen.fp8_gemm_wgrad(dyt, dyts, xt, xts, tile=TILE)  # noqa: E731
         peer = lambda: scaled_mm(dyt, xt.t(), dyts.t(), xts, torch.float32)  # noqa: E731
         db, xb = dyt.to(torch.bfloat16), xt.to(torch.bfloat16)
         mm = lambda: torch.mm(db, xb.t())  # noqa: E731
@@ -187,7 +192,7 @@ def grouped_ours(E, rows, N, K, counts, reps, lines):
             ("fwd", lingen.fp8_grouped_gemm, x, xs, w, ws, N, K),
             ("dgrad", lingen.fp8_grouped_gemm_dgrad, dy, dys, wt, wts, K, N)):
         try:
-            y = fn(a, sa, b, sb, counts, out_dtype="fp32")
+            y = fn(a, sa, b, sb, counts, out_dtype="fp32", tile=TILE)
             err = 0.0
             for e in (0, E // 2, E - 1):
                 r0, n = int(starts[e]), int(counts[e])
@@ -197,7 +202,7 @@ def grouped_ours(E, rows, N, K, counts, reps, lines):
                 blk = sa.flatten()[r0 * rb:(r0 + n) * rb].view(rb, n)
                 ref = deq_rows(a[r0:r0 + n], blk) @ deq_tiles(b[e], sb[e]).t()
                 err = max(err, rel(y[r0:r0 + n], ref))
-            t = timed(lambda: fn(a, sa, b, sb, counts), reps)
+            t = timed(lambda: fn(a, sa, b, sb, counts, tile=TILE), reps)
             line = f"| grouped {form} | {E} experts, {rows} rows, N{N} K{K} | lingen fp8 | " \
                    f"{t * 1e3:.1f} us | {flops / (t * 1e-3) / 1e12:.0f} TFLOP/s " \
                    f"(err fp32 {err:.2e}) |"
@@ -271,10 +276,11 @@ def tiles(reps, lines):
     x, xs, w, ws = rand_fp8(M, K), rand_scale(cdiv(K, 128), M), rand_fp8(N, K), \
         rand_scale(cdiv(N, 128), cdiv(K, 128))
     lines += ["", "| tile (forward 4096x7168x16384) | us | TFLOP/s |", "|---|---|---|"]
-    for tile in ({}, {"n": 160}, {"n": 192}, {"n": 256}, {"n": 64}, {"m": 64}, {"stages": 5}):
+    for tile in ({}, {"cluster": 1}, {"n": 160}, {"n": 192}, {"n": 256}, {"n": 160, "cluster": 1},
+                 {"n": 64}, {"m": 64}, {"stages": 5}):
         try:
             t = timed(lambda: lingen.fp8_gemm(x, xs, w, ws, tile=tile or None), reps)
-            lines.append(f"| {tile or 'default (m 128, n 128, 7 stages)'} | {t * 1e3:.1f} | "
+            lines.append(f"| {tile or 'default (m 128, n 128, cluster 2, 7 stages)'} | {t * 1e3:.1f} | "
                          f"{2.0 * M * N * K / (t * 1e-3) / 1e12:.0f} |")
         except Exception as e:  # noqa: BLE001
             lines.append(f"| {tile} | failed: {str(e)[:120]} | |")
@@ -284,12 +290,15 @@ def tiles(reps, lines):
 def main():
     out = sys.argv[1]
     reps = int(sys.argv[sys.argv.index("--reps") + 1]) if "--reps" in sys.argv else 15
+    global TILE
+    TILE = json.loads(sys.argv[sys.argv.index("--tile") + 1]) if "--tile" in sys.argv else None
     shapes = [("DeepSeek", (4096, 7168, 16384)), ("DeepSeek", (4096, 4096, 7168)),
               ("Ling-mini qkv", (8192, 3072, 2048)), ("Ling-mini out", (8192, 2048, 2048)),
               ("odd M", (6001, 4096, 7168))]
     if "--quick" in sys.argv:
         shapes = shapes[:1]
-    lines = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}", "",
+    lines = [f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}, lingen tile "
+             f"{TILE or 'default'}", "",
              "| form | shape MxNxK | lingen us | lingen TFLOP/s | _scaled_mm TFLOP/s | mm bf16 "
              "TFLOP/s | speed-up vs _scaled_mm | err fp32 | err bf16 | err _scaled_mm | "
              "lingen - _scaled_mm |", "|" + "---|" * 11]
