@@ -433,6 +433,11 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 					    &k->plan.resident[i]);
 			if (st != LG_OK)
 				return st;
+			if (e->plan.cluster[i] > 1)
+				lg_log("%s: %u clusters of %u CTAs co-resident", e->plan.entry[i], k->plan.resident[i],
+				       e->plan.cluster[i]);
+			else
+				lg_log("%s: %u CTAs co-resident", e->plan.entry[i], k->plan.resident[i]);
 		}
 	}
 	return LG_OK;

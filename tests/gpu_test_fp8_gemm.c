@@ -99,8 +99,11 @@ static void test_odd(void **state)
 static void test_tiles(void **state)
 {
 	(void)state;
+	/* cluster 2 at n 192: 1024 columns are 3 cluster tiles of 384, rank 1's
+	 * last one past the output */
 	static const char *const tiles[] = {"{\"m\": 64}", "{\"n\": 64}", "{\"n\": 96}", "{\"n\": 160}",
-					    "{\"n\": 192}", "{\"n\": 256}", "{\"stages\": 2}", "{\"m\": 64, \"n\": 256}"};
+					    "{\"n\": 192}", "{\"n\": 256}", "{\"stages\": 2}", "{\"m\": 64, \"n\": 256}",
+					    "{\"cluster\": 2}", "{\"n\": 192, \"cluster\": 2}", "{\"m\": 64, \"cluster\": 2}"};
 	for (size_t t = 0; t < N_OF(tiles); t++) {
 		char keys[256];
 		snprintf(keys, sizeof keys, "\"n\": 1024, \"k\": 1152, \"tile\": %s", tiles[t]);
@@ -108,6 +111,19 @@ static void test_tiles(void **state)
 		check("dgrad", "bf16", keys, 300);
 		check("wgrad", "fp32", keys, 304);
 	}
+	/* ahead (forward and dgrad only): reductions of 9 and 10 stages (groups
+	 * of 4 and the rest one at a time), a stage count below a group's */
+	static const char *const ahead[] = {"{\"ahead\": 1}", "{\"ahead\": 1, \"m\": 64, \"n\": 64}",
+					    "{\"ahead\": 1, \"cluster\": 2}", "{\"ahead\": 1, \"stages\": 2}"};
+	static const char *const red[] = {"\"n\": 1024, \"k\": 1152", "\"n\": 1280, \"k\": 1280",
+					  "\"n\": 384, \"k\": 384"};
+	for (size_t t = 0; t < N_OF(ahead); t++)
+		for (size_t r = 0; r < N_OF(red); r++) {
+			char keys[256];
+			snprintf(keys, sizeof keys, "%s, \"tile\": %s", red[r], ahead[t]);
+			check("forward", "bf16", keys, 300);
+			check("dgrad", "bf16", keys, 300);
+		}
 }
 
 /* 0 tokens: y and dx have no rows; dw = 0. */

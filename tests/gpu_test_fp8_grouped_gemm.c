@@ -152,13 +152,17 @@ static void test_tiles(void **state)
 {
 	(void)state;
 	static const char *const tiles[] = {"{\"m\": 64}", "{\"n\": 64}", "{\"n\": 192}", "{\"n\": 256}",
-					    "{\"stages\": 3}"};
+					    "{\"stages\": 3}", "{\"cluster\": 2}", "{\"n\": 192, \"cluster\": 2}",
+					    "{\"ahead\": 1}", "{\"ahead\": 1, \"cluster\": 2}"};
 	for (size_t t = 0; t < N_OF(tiles); t++) {
 		char keys[256];
 		snprintf(keys, sizeof keys, "\"n\": 512, \"k\": 384, \"experts\": 16, \"tile\": %s", tiles[t]);
 		check("forward", "bf16", keys, 3000);
 		check("dgrad", "bf16", keys, 3000);
 	}
+	/* ahead over 9 and 5 stages: two groups of 4 and one left, one and one */
+	check("forward", "bf16", "\"n\": 256, \"k\": 1152, \"experts\": 16, \"tile\": {\"ahead\": 1}", 1000);
+	check("dgrad", "bf16", "\"n\": 640, \"k\": 256, \"experts\": 16, \"tile\": {\"ahead\": 1}", 1000);
 }
 
 static int setup(void **state)

@@ -24,19 +24,22 @@ static void tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, stru
 		g->stages = (int)lg_spec_int(s, k->stages);
 	if (lg_spec_has(s, k->cl))
 		g->cluster = (int)lg_spec_int(s, k->cl);
+	if (lg_spec_has(s, k->ah))
+		g->ahead = lg_spec_int(s, k->ah) != 0;
 }
 
 lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k, bool manual)
 {
 	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD,
-				.manual = manual, .cluster = manual ? 1 : 2};
+				.manual = manual, .cluster = 1};
 	tile_keys(s, k, &g);
 	const char *why = lg_fp8_gemm_problem(&g);
 	if (why) { /* the keys given as found; the others as the defaults checked with them */
-		const int key[4] = {k->tm, k->tn, k->stages, k->cl}, val[4] = {g.bm, g.bn, g.stages, g.cluster};
-		static const char *const name[4] = {"m", "n", "stages", "cluster"};
+		const int key[5] = {k->tm, k->tn, k->stages, k->cl, k->ah};
+		const int val[5] = {g.bm, g.bn, g.stages, g.cluster, g.ahead};
+		static const char *const name[5] = {"m", "n", "stages", "cluster", "ahead"};
 		char found[128] = "", dflt[128] = "";
-		for (int i = 0; i < 4; i++) {
+		for (int i = 0; i < 5; i++) {
 			char *to = lg_spec_has(s, key[i]) ? found : dflt;
 			size_t n = strlen(to);
 			snprintf(to + n, sizeof found - n, "%s%s %d", n ? ", " : "", name[i], val[i]);
@@ -58,14 +61,14 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 		return lg_fail(LG_ERR_SPEC, "%s: target: found %s, allowed: sm_90a (the FP8 GEMMs run on wgmma e4m3 and "
 			       "TMA only)", s->entry, t->name);
 	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .b_rowscale = s->pass == LG_PASS_WGRAD, .manual = manual,
-				.cluster = manual ? 1 : 2};
+				.cluster = 1};
 	tile_keys(s, k, &g);
 	if (!lg_spec_has(s, k->stages))
 		lg_fp8_gemm_fit_stages(&g, 8, limit);
 	if (lg_fp8_gemm_smem(&g) > limit)
 		return lg_fail(LG_ERR_SPEC, "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at "
 			       "most %u bytes on %s", s->entry, g.stages, lg_fp8_gemm_smem(&g), limit, t->name);
-	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g)};
+	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g), g.ahead};
 	return LG_OK;
 }
 
@@ -77,6 +80,7 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	p->tile[k->stages] = p->v[P8_STAGES] = g->stages;
 	p->tile[k->cl] = p->v[P8_CL] = lg_fp8_gemm_cluster(g);
 	p->cluster[0] = (unsigned)lg_fp8_gemm_cluster(g);
+	p->tile[k->ah] = p->v[P8_AH] = g->ahead;
 	p->v[P8_SMEM] = lg_fp8_gemm_smem(g);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
@@ -94,7 +98,8 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 
 struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p)
 {
-	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES], (int)p->v[P8_CL]};
+	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES], (int)p->v[P8_CL],
+				    (int)p->v[P8_AH]};
 }
 
 void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_dim *d)
@@ -111,10 +116,11 @@ int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	/* stages: the first is what the grid's tiles have (as many as fit) */
 	static const int64_t tm[] = {128, 64, 0}, tn[] = {128, 160, 192, 96, 64, 256, 0}, st[] = {8, 5, 4, 0};
-	static const int64_t cl[] = {2, 1, 0};
+	static const int64_t cl[] = {1, 2, 0}, ah[] = {0, 1, 0};
 	int n = lg_candidate_grid(s, t, out, 0, max, k->tm, tm, k->tn, tn);
 	n = lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
-	return lg_candidate_times(s, t, out, 0, n, max, k->cl, cl);
+	n = lg_candidate_times(s, t, out, 0, n, max, k->cl, cl);
+	return lg_candidate_times(s, t, out, 0, n, max, k->ah, ah);
 }
 
 const char *lg_fp8_col(char *out, size_t size, const char *base, int bn, int cl)

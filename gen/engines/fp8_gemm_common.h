@@ -16,29 +16,34 @@
 #include "fp8_gemm_emit.h"
 
 /* Key indices of a family's table: tile.m, tile.n, tile.stages, accumulate
- * (-1: none), tile.cluster. */
+ * (-1: none), tile.cluster, tile.ahead. */
 struct lg_fp8_keys {
-	int tm, tn, stages, acc, cl;
+	int tm, tn, stages, acc, cl, ah;
 };
-/* cluster: CTAs a cluster (1 or 2: fp8_gemm_emit.h) */
+/* cluster: CTAs a cluster (1 or 2), ahead: 0 or 1 (fp8_gemm_emit.h) */
 struct lg_fp8_tile {
-	int bm, bn, stages, cluster;
+	int bm, bn, stages, cluster, ahead;
 };
 /* The tile.cluster key of a family's table. */
 #define LG_FP8_KEY_CLUSTER                                                                                   \
 	LG_KEY_TILE("cluster", "c", 1, 2, NULL,                                                               \
 		    "CTAs a cluster: 2 share A's tile by TMA multicast (bm / 2 rows each), halving its L2 reads")
+/* The tile.ahead key of a family's table. */
+#define LG_FP8_KEY_AHEAD                                                                                     \
+	LG_KEY_TILE("ahead", "a", 0, 1, NULL,                                                                 \
+		    "1: the next stage's wgmmas issued before this one's promotion (tile.n up to 128)")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
-enum { P8_BM, P8_BN, P8_STAGES, P8_CL, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
+enum { P8_BM, P8_BN, P8_STAGES, P8_CL, P8_AH, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 
 static inline int64_t lg_fp8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Tile keys within what the emitter allows; accumulate only in a wgrad
  * with an fp32 output. */
 lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k, bool manual);
-/* The tile on t: the spec's keys, else 128 x 128, a cluster of 2 (1 with
- * `manual` operands) and the stages that fit beside `reserve` bytes of the
- * kernel's static shared memory. Refuses every target but sm_90a. */
+/* The tile on t: the spec's keys, else 128 x 128, no cluster (measured:
+ * bench/fp8-gemm.md), not ahead, and the stages that fit beside `reserve`
+ * bytes of the kernel's static shared memory. Refuses every target but
+ * sm_90a. */
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
 			   unsigned reserve, bool manual, struct lg_fp8_tile *tl);
 /* The plan of g: tile keys, one persistent entry, A's and B's tensor maps

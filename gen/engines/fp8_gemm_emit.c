@@ -59,6 +59,9 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 		return "tile.n whose tiles span at most two 128-column scale blocks (16..128, 144, 160, 192, 256)";
 	if (g->stages < 2 || g->stages > 8)
 		return "tile.stages 2 to 8";
+	if (g->ahead && (g->bn > 128 || g->b_rowscale))
+		return "tile.ahead with tile.n up to 128 and tile scales (three buffers of bn / 2 registers; not the "
+		       "wgrad, whose per-column scales take bn / 4 more)";
 	if (g->cluster < 0 || g->cluster > 2 || (g->manual && lg_fp8_gemm_cluster(g) > 1))
 		return "tile.cluster 1 or 2 (1 where the operands are copied without tensor maps: the grouped wgrad)";
 	return NULL;
@@ -101,6 +104,27 @@ void lg_fp8_gemm_emit_helpers(lg_buf *b, const struct lg_fp8_gemm *g, const char
 	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1;\\n}\"", regs, regs + 1);
 	emit_list(b, regs, 5, "\"+f\"(acc[", "])", "\t", ": ", "", ",");
 	lg_line(b, "\t: \"l\"(da), \"l\"(db), \"r\"(add));");
+	lg_close(b);
+	if (lg_fp8_gemm_cluster(g) > 1) {
+		lg_comment(b, "A consumer warp releases a stage: on both CTAs' barriers (both producers refill it).");
+		lg_line(b, "static __device__ __forceinline__ void");
+		snprintf(name, sizeof name, "%s_release", prefix);
+		lg_head(b, name, "u64 *bar");
+		lg_open(b, "{");
+		lg_line(b, "for (u32 q = 0; q < %d; q++) lg_mbar_arrive_cta(bar, q);", lg_fp8_gemm_cluster(g));
+		lg_close(b);
+	}
+	if (!g->ahead)
+		return;
+	lg_comment(b, "No read or write of acc moves across this point (the partial sums of the");
+	lg_comment(b, "wgmmas in flight): CUTLASS's warpgroup_fence_operand.");
+	lg_line(b, "static __device__ __forceinline__ void");
+	snprintf(name, sizeof name, "%s_hold", prefix);
+	snprintf(params, sizeof params, "float (&acc)[%d]", regs);
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");", regs);
 	lg_close(b);
 }
 
@@ -333,60 +357,136 @@ static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
 	lg_close(b);
 }
 
-/* acc += part x the scales of each accumulator's row and column. */
-static void emit_promote(lg_buf *b, const struct lg_fp8_gemm *g)
+/* acc += `ps` (the partial sums of a stage) x the scales of each
+ * accumulator's row and column. */
+static void emit_promote(lg_buf *b, const struct lg_fp8_gemm *g, const char *ps)
 {
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
 	if (g->b_rowscale) {
 		lg_line(b, "const float c0 = sbv[2 * j], c1 = sbv[2 * j + 1];");
-		lg_line(b, "acc[4 * j] += psum[4 * j] * (sa0 * c0);");
-		lg_line(b, "acc[4 * j + 1] += psum[4 * j + 1] * (sa0 * c1);");
-		lg_line(b, "acc[4 * j + 2] += psum[4 * j + 2] * (sa1 * c0);");
-		lg_line(b, "acc[4 * j + 3] += psum[4 * j + 3] * (sa1 * c1);");
+		lg_line(b, "acc[4 * j] += %s[4 * j] * (sa0 * c0);", ps);
+		lg_line(b, "acc[4 * j + 1] += %s[4 * j + 1] * (sa0 * c1);", ps);
+		lg_line(b, "acc[4 * j + 2] += %s[4 * j + 2] * (sa1 * c0);", ps);
+		lg_line(b, "acc[4 * j + 3] += %s[4 * j + 3] * (sa1 * c1);", ps);
 	} else {
 		if (one_block(g->bn))
 			lg_line(b, "const float c = sb0;");
 		else
 			lg_line(b, "const float c = oc + j * 8 >= ((i64)cb + 1) * 128 ? sb1 : sb0;");
 		lg_line(b, "const float t0 = sa0 * c, t1 = sa1 * c;");
-		lg_line(b, "acc[4 * j] += psum[4 * j] * t0;");
-		lg_line(b, "acc[4 * j + 1] += psum[4 * j + 1] * t0;");
-		lg_line(b, "acc[4 * j + 2] += psum[4 * j + 2] * t1;");
-		lg_line(b, "acc[4 * j + 3] += psum[4 * j + 3] * t1;");
+		lg_line(b, "acc[4 * j] += %s[4 * j] * t0;", ps);
+		lg_line(b, "acc[4 * j + 1] += %s[4 * j + 1] * t0;", ps);
+		lg_line(b, "acc[4 * j + 2] += %s[4 * j + 2] * t1;", ps);
+		lg_line(b, "acc[4 * j + 3] += %s[4 * j + 3] * t1;", ps);
 	}
 	lg_close(b);
 }
 
-/* One stage of a consumer warpgroup: its wgmmas into `part`, then the
- * promotion into `acc`. */
-static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
+/* Wait for stage `s` (`n`: its ring count) and issue its four k32 wgmmas
+ * into `ps`, committed as one group. */
+static void emit_issue(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps, const char *s,
+		       const char *n)
 {
-	int S = g->stages;
 	unsigned st = stage_bytes(g);
-	lg_line(b, "const int s = it %% %d;", S);
-	emit_scales(b, g);
-	lg_line(b, "lg_mbar_wait(&full[s], (it / %d) & 1);", S);
+	lg_line(b, "lg_mbar_wait(&full[%s], (%s / %d) & 1);", s, n, g->stages);
 	if (g->manual) {
 		lg_comment(b, "the producer's copies, to the async proxy (wgmma)");
 		lg_line(b, "lg_fence_proxy_async();");
 	}
-	lg_line(b, "const u64 da = lg_wg_desc(ring + s * %u + wg * %u);", st, 64u * ROWB);
-	lg_line(b, "const u64 db = lg_wg_desc(ring + s * %u + %u);", st, (unsigned)g->bm * ROWB);
+	lg_line(b, "const u64 da = lg_wg_desc(ring + %s * %u + wg * %u);", s, st, 64u * ROWB);
+	lg_line(b, "const u64 db = lg_wg_desc(ring + %s * %u + %u);", s, st, (unsigned)g->bm * ROWB);
 	lg_line(b, "lg_wg_fence();");
-	lg_comment(b, "k32 steps: 32 bytes along the swizzled rows, 2 in descriptor units");
+	lg_comment(b, "k32 steps: 32 bytes of the swizzled rows, 2 descriptor units");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int ks = 0; ks < %d; ks++) {", BK / 32);
-	lg_line(b, "%s_wgmma(psum, da + 2 * ks, db + 2 * ks, ks);", prefix);
+	lg_line(b, "%s_wgmma(%s, da + 2 * ks, db + 2 * ks, ks);", prefix, ps);
 	lg_close(b);
 	lg_line(b, "lg_wg_commit();");
-	lg_line(b, "lg_wg_wait(0);");
+}
+
+/* Stage s is free again for the producer(s). */
+static void emit_release(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
+{
 	if (lg_fp8_gemm_cluster(g) > 1)
-		lg_line(b, "if (lane == 0) for (u32 q = 0; q < %d; q++) lg_mbar_arrive_cta(&empty[s], q);",
-			lg_fp8_gemm_cluster(g));
+		lg_line(b, "if (lane == 0) %s_release(&empty[s]);", prefix);
 	else
 		lg_line(b, "if (lane == 0) lg_mbar_arrive(&empty[s]);");
-	emit_promote(b, g);
+}
+
+/* One stage of a consumer warpgroup: its wgmmas into `ps`, then the
+ * promotion into acc. */
+static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps)
+{
+	lg_line(b, "const int s = it %% %d;", g->stages);
+	emit_scales(b, g);
+	emit_issue(b, g, prefix, ps, "s", "it");
+	lg_line(b, "lg_wg_wait(0);");
+	emit_release(b, g, prefix);
+	emit_promote(b, g, ps);
+}
+
+/* The compiler may not move reads or writes of `ps` across this point
+ * (CUTLASS's warpgroup_fence_operand): the promotion's reads stay after
+ * the wait for their wgmmas, the next wgmmas' operands after the promotion. */
+static void emit_hold(lg_buf *b, const char *prefix, const char *ps)
+{
+	lg_line(b, "%s_hold(%s);", prefix, ps);
+}
+
+/* With `ahead`, one stage: its wgmmas (into `cur`) were issued before;
+ * when `next`, stage kt + 1's are issued into `nxt` first and only kt's
+ * awaited (wait_group 1), so that they run while kt's are promoted. */
+static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *kt,
+			     const char *cur, const char *nxt, bool next)
+{
+	lg_open(b, "{");
+	lg_line(b, "const int kt = %s, s = it %% %d;", kt, g->stages);
+	emit_scales(b, g);
+	if (next) {
+		lg_line(b, "const int sn = (it + 1) %% %d;", g->stages);
+		emit_hold(b, prefix, nxt);
+		emit_issue(b, g, prefix, nxt, "sn", "(it + 1)");
+		lg_line(b, "lg_wg_wait(1);");
+	} else {
+		lg_line(b, "lg_wg_wait(0);");
+	}
+	emit_hold(b, prefix, cur);
+	emit_release(b, g, prefix);
+	emit_promote(b, g, cur);
+	lg_line(b, "it++;");
+	lg_close(b);
+}
+
+/* Stages a group of the `ahead` loop: all but its last promotion overlap
+ * the next stage's wgmmas (the other consumer warpgroup's fill the rest). */
+#define GROUP 4
+
+/* A tile's reduction loop: one stage at a time, or (ahead) groups of GROUP
+ * stages over two buffers of partial sums, then the stages left one at a
+ * time. Each group retires its wgmmas before the loop's back edge: ptxas
+ * serialises every wgmma of a loop whose back edge a wgmma is still in
+ * flight across when other instructions read an accumulator (C7514). */
+static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
+{
+	if (g->ahead) {
+		lg_line(b, "int k4 = 0;");
+		lg_open(b, "for (; k4 + %d <= nkt; k4 += %d) {", GROUP, GROUP);
+		lg_open(b, "{");
+		lg_line(b, "const int s = it %% %d;", g->stages);
+		emit_issue(b, g, prefix, "psum0", "s", "it");
+		lg_close(b);
+		for (int j = 0; j < GROUP; j++) {
+			char kt[16];
+			snprintf(kt, sizeof kt, j ? "k4 + %d" : "k4", j);
+			emit_stage_ahead(b, g, prefix, kt, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1",
+					 j + 1 < GROUP);
+		}
+		lg_close(b);
+	}
+	lg_open(b, "for (int kt = %s; kt < nkt; kt++, it++) {", g->ahead ? "k4" : "0");
+	emit_stage(b, g, prefix, g->ahead ? "psum0" : "psum");
+	lg_close(b);
 }
 
 static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
@@ -408,9 +508,15 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	emit_prologue(b, g, sc);
 	emit_producer(b, g, sc);
 	lg_comment(b, "Consumers: warpgroup wg, rows 64 wg.. of each tile.");
-	lg_line(b, "float psum[%d];", regs);
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) psum[i] = 0.0f;", regs);
+	if (g->ahead) {
+		lg_line(b, "float psum0[%d], psum1[%d];", regs, regs);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int i = 0; i < %d; i++) psum0[i] = psum1[i] = 0.0f;", regs);
+	} else {
+		lg_line(b, "float psum[%d];", regs);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int i = 0; i < %d; i++) psum[i] = 0.0f;", regs);
+	}
 	lg_line(b, "int it = 0;");
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
@@ -419,9 +525,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
 	emit_scale_prologue(b, g);
-	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
-	emit_stage(b, g, prefix);
-	lg_close(b);
+	emit_reduction(b, g, prefix);
 	emit_epilogue(b, g, store);
 	lg_close(b);
 	if (lg_fp8_gemm_cluster(g) > 1)

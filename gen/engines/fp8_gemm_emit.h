@@ -90,6 +90,9 @@ struct lg_fp8_gemm {
 	bool manual;
 	/* CTAs a cluster sharing A's tile by multicast: 1 (0: 1) or 2; TMA only */
 	int cluster;
+	/* the consumers issue the next stage's wgmmas (into a second buffer of
+	 * partial sums) before promoting this one's: bn <= 128 */
+	bool ahead;
 };
 
 /* Threads of a CTA (bm / 64 consumer warpgroups and the producer's). */
@@ -100,7 +103,8 @@ unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g);
 int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g);
 /* NULL when g is a valid tile, else why not: bm 64 or 128, bn a multiple
  * of 16 up to 256 whose tiles span at most two 128-blocks of B's tile
- * scales, stages 2..8, a cluster of 1 or 2 (1 with manual operands). */
+ * scales, stages 2..8, a cluster of 1 or 2 (1 with manual operands),
+ * ahead with bn <= 128. */
 const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g);
 /* The stages that fit `limit` bytes, at most `want` (at least 2). */
 int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit);

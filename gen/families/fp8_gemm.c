@@ -34,7 +34,7 @@
 
 #include "fp8_gemm_common.h"
 
-enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, NKEYS };
+enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 0};
 static const char *const acc_words[2] = {"set", "acc"};
@@ -51,6 +51,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TN] = LG_KEY_TILE("n", "n", 16, 256, NULL, "output columns a CTA tile (a multiple of 16)"),
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 8, NULL, "128-element reduction blocks in flight"),
 	[K_TC] = LG_FP8_KEY_CLUSTER,
+	[K_TA] = LG_FP8_KEY_AHEAD,
 };
 
 static const struct lg_size sizes[] = {
@@ -86,7 +87,7 @@ static const struct lg_arg wgrad_args[NARGS] = {
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "n, k", 16, "dy^T . x (accumulate: added to dw)"},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -117,7 +118,7 @@ static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_t
 							  [LG_PASS_WGRAD] = {"tm_dyt", "tm_xt"}};
 	bool w = s->pass == LG_PASS_WGRAD;
 	return (struct lg_fp8_gemm){t->bm, t->bn, t->stages, tm[s->pass][0], tm[s->pass][1], w,
-				    s->pass == LG_PASS_FORWARD ? l->n : l->k, false, t->cluster};
+				    s->pass == LG_PASS_FORWARD ? l->n : l->k, false, t->cluster, t->ahead != 0};
 }
 
 /* The scales' macros (fp8_gemm_emit.h): A's per row, B's per tile or row. */

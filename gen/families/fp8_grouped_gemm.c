@@ -44,7 +44,7 @@
 
 #include "fp8_gemm_common.h"
 
-enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, NKEYS };
+enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 0};
 static const char *const acc_words[2] = {"set", "acc"};
@@ -65,6 +65,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TN] = LG_KEY_TILE("n", "n", 16, 256, NULL, "output columns a CTA tile (a multiple of 16)"),
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 8, NULL, "128-element reduction blocks in flight"),
 	[K_TC] = LG_FP8_KEY_CLUSTER,
+	[K_TA] = LG_FP8_KEY_AHEAD,
 };
 
 static const struct lg_size sizes[] = {
@@ -106,7 +107,7 @@ static const struct lg_arg wgrad_args[NARGS] = {
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "experts, n, k", 16, "dy_e^T . x_e (accumulate: added to dw)"},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -121,7 +122,8 @@ static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_t
 	static const char *const tm[LG_PASS_COUNT][2] = {[LG_PASS_FORWARD] = {"tm_x", "tm_w"},
 							  [LG_PASS_DGRAD] = {"tm_dy", "tm_wt"}};
 	bool w = s->pass == LG_PASS_WGRAD;
-	return (struct lg_fp8_gemm){tl->bm, tl->bn, tl->stages, tm[s->pass][0], tm[s->pass][1], w, cols, w, tl->cluster};
+	return (struct lg_fp8_gemm){tl->bm, tl->bn, tl->stages, tm[s->pass][0], tm[s->pass][1], w, cols, w, tl->cluster,
+				    tl->ahead != 0};
 }
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)

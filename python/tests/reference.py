@@ -49,7 +49,8 @@ def check_scales(got, want, what):
 
 def check_q(q, y, s_per_elem, what):
     """e4m3 bytes q against y / s rounded to e4m3 with the kernel's own
-    scales: at most 1e-3 of the bytes differ, each by one code."""
+    scales: at most 1e-3 of the bytes (at least one: a 1 x 384 row has 384)
+    differ, each by one code."""
     import torch
     want = (y / s_per_elem).float().to(torch.float8_e4m3fn).view(torch.uint8)
     got = q.view(torch.uint8)
@@ -58,8 +59,8 @@ def check_q(q, y, s_per_elem, what):
     off = diff != 0
     if not off.numel():
         return
-    frac = off.double().mean().item()
-    assert frac <= 1e-3, f"{what}: {frac:.2e} of the bytes differ"
+    count = int(off.sum().item())
+    assert count <= max(1, off.numel() // 1000), f"{what}: {count} of {off.numel()} bytes differ"
     same_sign = (got[off] & 0x80) == (want[off] & 0x80)
     assert same_sign.all() and (diff[off].abs() <= 1).all(), f"{what}: a byte off by > 1 code"
 

@@ -5,7 +5,6 @@
 
 // ----- helpers from templates/, those the code below uses -----
 typedef unsigned char u8;
-typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
@@ -24,14 +23,6 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 	u32 d;
 	asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
 	return d;
-}
-
-// Barrier over every thread of the cluster; shared memory writes before it
-// are visible to the cluster's CTAs after it.
-static __device__ __forceinline__ void lg_cluster_sync(void)
-{
-	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
-		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 
 // The shared-window address of a generic pointer to shared memory.
@@ -60,6 +51,13 @@ static __device__ __forceinline__ void lg_mbar_expect(u64 *bar, u32 bytes)
 {
 	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
 		     :: "r"(lg_smem_addr(bar)), "r"(bytes) : "memory");
+}
+
+// Arrive on bar (one of its `count` arrivals).
+static __device__ __forceinline__ void lg_mbar_arrive(u64 *bar)
+{
+	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
+		     :: "r"(lg_smem_addr(bar)) : "memory");
 }
 
 // Wait until the phase of bar with parity `parity` has completed.
@@ -116,27 +114,6 @@ static __device__ __forceinline__ void lg_wg_commit(void)
 // Wait until at most n committed wgmma groups are pending.
 #define lg_wg_wait(n) asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(n) : "memory")
 
-// lg_tma_load_2d multicast: the box lands at dst's offset in the shared
-// memory of every CTA of the cluster in `mask` (bit r: rank r), completing
-// its bytes on the mbarrier at bar's offset in each of them.
-static __device__ __forceinline__ void
-lg_tma_load_2d_mc(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1, u16 mask)
-{
-	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-		     ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
-		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
-		     "r"(c0), "r"(c1), "h"(mask) : "memory");
-}
-
-// Arrive on the mbarrier at bar's offset in CTA `rank` of the cluster.
-static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
-{
-	asm volatile("{\n\t.reg .b32 ra;\n\t"
-		     "mapa.shared::cluster.u32 ra, %0, %1;\n\t"
-		     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}"
-		     :: "r"(lg_smem_addr(bar)), "r"(rank) : "memory");
-}
-
 // ----- helpers for this spec -----
 // acc (64 x 128, fp32) = (add ? acc : 0) + A (64 x 32 at descriptor da) . B (128 x 32 at
 // db)^T, both e4m3 K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.
@@ -176,7 +153,7 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 }
 
 // ----- lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64: dx = dy . w -----
-extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1)
+extern "C" __global__ void __launch_bounds__(256, 1)
 lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 	u64 /* dy */, u64 dy_scale, u64 /* wt */, u64 wt_scale, u64 dx, i64 M, i64 /* part */,
 	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_wt)
@@ -190,47 +167,43 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
 	u64 *const full = (u64 *)(ring + 196608), *const empty = full + 8;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-	const int rank = (int)(blockIdx.x % 2); // in the cluster
 	const i64 rtiles = (M + 63) / 64;
-	const i64 tiles = rtiles * 8;
+	const i64 tiles = rtiles * 16;
 	if (threadIdx.x == 0) {
-		if (tiles > (i64)(blockIdx.x / 2)) {
+		if (tiles > (i64)blockIdx.x) {
 			lg_tma_prefetch(&tm_dy);
 			lg_tma_prefetch(&tm_wt);
 		}
 		#pragma unroll
 		for (int s = 0; s < 8; s++) {
 			lg_mbar_init(&full[s], 1);
-			lg_mbar_init(&empty[s], 8); // every consumer warp of the cluster
+			lg_mbar_init(&empty[s], 4); // every consumer warp
 		}
 		lg_mbar_fence_init();
 	}
-	lg_cluster_sync(); // the cluster's barriers ready before any multicast
+	__syncthreads();
 	if (wg == 1) {
 		// Producer: one thread loads each stage once its consumers released it.
 		if (threadIdx.x == 128) {
 			int it = 0;
-			for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
+			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 				// Grouped raster: 16 row tiles at a time sweep the columns.
-				const i64 first = tile / 128 * 16, r = tile % 128;
+				const i64 first = tile / 256 * 16, r = tile % 256;
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 				const int ta = (int)((first + r % gs) * 64);
-				const int tb = (int)((r / gs) * 256 + rank * 128);
+				const int tb = (int)((r / gs) * 128);
 				const int nkt = (int)((2048ll + 127) / 128);
-				const int ah = ta + rank * 32; // its half of A, multicast
 				for (int kt = 0; kt < nkt; kt++, it++) {
 					const int s = it % 8;
 					if (it >= 8) lg_mbar_wait(&empty[s], ((it / 8) - 1) & 1);
 					lg_mbar_expect(&full[s], 24576u);
 					const int r0 = kt * 128;
 					u8 *const sd = ring + s * 24576;
-					u8 *const sh = sd + rank * 4096;
-					lg_tma_load_2d_mc(sh, &tm_dy, &full[s], r0, ah, 3);
+					lg_tma_load_2d(sd, &tm_dy, &full[s], r0, ta);
 					lg_tma_load_2d(sd + 8192, &tm_wt, &full[s], r0, tb);
 				}
 			}
 		}
-		lg_cluster_sync(); // the other CTA is done with this one's stages
 		return;
 	}
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
@@ -238,12 +211,12 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 	#pragma unroll
 	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
 	int it = 0;
-	for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
+	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 		// Grouped raster: 16 row tiles at a time sweep the columns.
-		const i64 first = tile / 128 * 16, r = tile % 128;
+		const i64 first = tile / 256 * 16, r = tile % 256;
 		const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 		const int ta = (int)((first + r % gs) * 64);
-		const i64 oc = (r / gs) * 256 + rank * 128;
+		const i64 oc = (r / gs) * 128;
 		const int nkt = (int)((2048ll + 127) / 128);
 		const i64 rend = M;
 		const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);
@@ -258,14 +231,14 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 		if (0 < nkt) {
 			sa0_0 = row < rend ? LG_SA(0, row) : 0.0f;
 			sa1_0 = row + 8 < rend ? LG_SA(0, row + 8) : 0.0f;
-			sb0_0 = (i64)cb * 128 < 2048ll ? LG_SB(0, cb) : 0.0f;
+			sb0_0 = LG_SB(0, cb);
 		}
 		float sa0_1 = 0.0f, sa1_1 = 0.0f;
 		float sb0_1 = 0.0f;
 		if (1 < nkt) {
 			sa0_1 = row < rend ? LG_SA(1, row) : 0.0f;
 			sa1_1 = row + 8 < rend ? LG_SA(1, row + 8) : 0.0f;
-			sb0_1 = (i64)cb * 128 < 2048ll ? LG_SB(1, cb) : 0.0f;
+			sb0_1 = LG_SB(1, cb);
 		}
 		for (int kt = 0; kt < nkt; kt++, it++) {
 			const int s = it % 8;
@@ -278,20 +251,20 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 			if (kt + 2 < nkt) {
 				sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
 				sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-				sb0_1 = (i64)cb * 128 < 2048ll ? LG_SB(kt + 2, cb) : 0.0f;
+				sb0_1 = LG_SB(kt + 2, cb);
 			}
 			lg_mbar_wait(&full[s], (it / 8) & 1);
 			const u64 da = lg_wg_desc(ring + s * 24576 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 24576 + 8192);
 			lg_wg_fence();
-			// k32 steps: 32 bytes along the swizzled rows, 2 in descriptor units
+			// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
 			#pragma unroll
 			for (int ks = 0; ks < 4; ks++) {
 				fp8_wgmma(psum, da + 2 * ks, db + 2 * ks, ks);
 			}
 			lg_wg_commit();
 			lg_wg_wait(0);
-			if (lane == 0) for (u32 q = 0; q < 2; q++) lg_mbar_arrive_cta(&empty[s], q);
+			if (lane == 0) lg_mbar_arrive(&empty[s]);
 			#pragma unroll
 			for (int j = 0; j < 16; j++) {
 				const float c = sb0;
@@ -311,5 +284,4 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 			if (row + 8 < rend) lg_st_out((u8 *)dx, row + 8, col, v[2], v[3]);
 		}
 	}
-	lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done
 }

@@ -269,7 +269,7 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 			lg_wg_fence();
-			// k32 steps: 32 bytes along the swizzled rows, 2 in descriptor units
+			// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
 			#pragma unroll
 			for (int ks = 0; ks < 4; ks++) {
 				fp8_wgmma(psum, da + 2 * ks, db + 2 * ks, ks);

@@ -283,12 +283,17 @@ lg_tma_load_2d_mc(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1, u16 ma
 		     "r"(c0), "r"(c1), "h"(mask) : "memory");
 }
 
-// Arrive on the mbarrier at bar's offset in CTA `rank` of the cluster.
+// Arrive on the mbarrier at bar's offset in CTA `rank` of the cluster: a
+// consumer releasing a stage that a TMA multicast refills. CTA-scope release
+// (the default, as CUTLASS's ClusterBarrier::arrive): what it orders is this
+// CTA's finished reads of its own shared memory; a cluster-scope release
+// waits for the thread's outstanding global loads too (prefetched scales),
+// which made the FP8 GEMM 3x slower (H100, bench/fp8-gemm.md).
 static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
 {
 	asm volatile("{\n\t.reg .b32 ra;\n\t"
 		     "mapa.shared::cluster.u32 ra, %0, %1;\n\t"
-		     "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}"
+		     "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}"
 		     :: "r"(lg_smem_addr(bar)), "r"(rank) : "memory");
 }
 
