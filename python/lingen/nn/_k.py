@@ -117,6 +117,29 @@ def qk_norm_rope(qkv, qw, kw, freqs, q_heads, kv_heads, eps, rotary_fraction, pl
                               transposed=False)
 
 
+def cross_entropy_grad(logits, labels, g, ignore_index, plain=False):
+    """(loss [rows] fp32, grad) of logits [rows, V] and labels [rows]: the
+    rows' cross entropy and its gradient (softmax - onehot(label)) * g[0]
+    (g [1] fp32 on the device, the same on every row; ignored rows: loss 0,
+    gradient 0), written over the logits and returned as them (lingen's
+    fused K9 forward, in place), but under torch.compile, whose tracing
+    would not see the in-place write: then a new tensor."""
+    if plain or on_cpu(logits):
+        z = logits.float()
+        live = labels != ignore_index
+        y = torch.where(live, labels, 0).long()[:, None]
+        lse = torch.logsumexp(z, 1)
+        loss = torch.where(live, lse - z.gather(1, y)[:, 0], 0.0)
+        grad = torch.exp(z - lse[:, None]).scatter_add_(1, y, -torch.ones_like(lse)[:, None])
+        return loss, logits.copy_(torch.where(live[:, None], grad * g, 0.0))
+    inplace = not torch.compiler.is_compiling()
+    loss, _, _, _, grad = _run("cross_entropy_forward", logits, labels, None, g,
+                               vocab=logits.shape[1], ignore_index=int(ignore_index),
+                               index="int32" if labels.dtype == torch.int32 else "int64",
+                               fused=True, inplace=inplace)
+    return loss, logits if inplace else grad
+
+
 # --------------------------------------------------------------- MoE
 
 _routing = []

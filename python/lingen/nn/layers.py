@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _args as A, _k
+from .head import LinearCrossEntropyLoss
 from .linear import Fp8Linear
 from .moe import MoE
 
@@ -246,14 +247,24 @@ class DecoderBlock(torch.nn.Module):
 
 class Model(torch.nn.Module):
     """Embedding -> decoder blocks -> RMSNorm -> bf16 lm head; forward(ids
-    [B, S], labels=None) gives the logits, or the mean loss with labels."""
+    [B, S], labels=None) gives the logits, or the mean loss with labels.
 
-    def __init__(self, cfg, mode="fp8"):
+    fused_head (default: True in modes "fp8" and "bf16", False in "torch",
+    the plain-PyTorch baseline): the loss by LinearCrossEntropyLoss, the
+    head's GEMMs and lingen's cross entropy in chunks of tokens, so the
+    [tokens, vocab] logits never exist (at Ling-mini's head 2.6 GB of bf16
+    a step, and their gradient); False: lm_head's logits, then
+    CrossEntropyLoss. The parameters and state dict are the same either
+    way; head_chunk: tokens a chunk (None: about 512 MiB of logits)."""
+
+    def __init__(self, cfg, mode="fp8", fused_head=None, head_chunk=None):
         super().__init__()
-        A.choice("lingen.nn.Model", "mode", mode, MODES)
+        fn = "lingen.nn.Model"
+        A.choice(fn, "mode", mode, MODES)
         if not isinstance(cfg, ModelConfig):
-            A.fail("lingen.nn.Model", "cfg", type(cfg).__name__, "a lingen.nn.ModelConfig",
-                   TypeError)
+            A.fail(fn, "cfg", type(cfg).__name__, "a lingen.nn.ModelConfig", TypeError)
+        self.fused_head = mode != "torch" if fused_head is None else A.flag(fn, "fused_head",
+                                                                            fused_head)
         self.cfg, self.mode = cfg, mode
         self.embed = torch.nn.Embedding(cfg.vocab, cfg.hidden, dtype=torch.bfloat16)
         torch.nn.init.normal_(self.embed.weight, std=1.0)
@@ -261,20 +272,22 @@ class Model(torch.nn.Module):
         self.norm = RMSNorm(cfg.hidden, cfg.eps, mode)
         self.lm_head = torch.nn.Linear(cfg.hidden, cfg.vocab, bias=False, dtype=torch.bfloat16)
         torch.nn.init.normal_(self.lm_head.weight, std=cfg.hidden ** -0.5)
-        self.loss = CrossEntropyLoss(mode=mode)
+        self.loss = (LinearCrossEntropyLoss(mode=mode, chunk=head_chunk) if self.fused_head
+                     else CrossEntropyLoss(mode=mode))
         for blk in self.blocks:  # residual branches scaled down with depth
             for lin in (blk.attn.o, ) + ((blk.moe.shared.down,) if blk.moe.shared else ()):
                 lin.weight.data.mul_(1 / math.sqrt(2 * cfg.layers))
             blk.moe.w2.data.mul_(1 / math.sqrt(2 * cfg.layers))
 
     @classmethod
-    def from_config(cls, path, layers=None, mode="fp8", **overrides):
+    def from_config(cls, path, layers=None, mode="fp8", fused_head=None, head_chunk=None,
+                    **overrides):
         """The model of a lingen model config (configs/models/<name>.json),
         with `layers` layers (the config's when None) and any field
         overridden (experts=, hidden=, ...)."""
         if layers is not None:
             overrides["layers"] = layers
-        return cls(ModelConfig.from_json(path, **overrides), mode)
+        return cls(ModelConfig.from_json(path, **overrides), mode, fused_head, head_chunk)
 
     def forward(self, ids, labels=None):
         b, s = ids.shape
@@ -283,7 +296,9 @@ class Model(torch.nn.Module):
         x = self.embed(ids)
         for blk in self.blocks:
             x = blk(x, freqs)
-        logits = self.lm_head(self.norm(x))
+        h = self.norm(x)
         if labels is None:
-            return logits
-        return self.loss(logits.reshape(b * s, -1), labels.reshape(-1))
+            return self.lm_head(h)
+        if self.fused_head:
+            return self.loss(h.reshape(b * s, -1), self.lm_head.weight, labels.reshape(-1))
+        return self.loss(self.lm_head(h).reshape(b * s, -1), labels.reshape(-1))

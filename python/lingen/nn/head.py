@@ -1,0 +1,172 @@
+"""The LM head and its loss without the logits (docs/kernels.md G3; peer:
+Liger-Kernel's FusedLinearCrossEntropy): mean cross entropy of x . W^T
+over the tokens not ignored, the tokens taken in chunks, so that at most
+one chunk's logits [chunk, V] exist at a time (never [T, V]). Per chunk:
+the logits by a bf16 GEMM (fp32 accumulation), lingen's fused K9 forward
++ gradient writing dlogits over them, then dx_c = dlogits . W and
+dW += dlogits^T . x_c. The forward leaves dx and dW ready; the backward
+only scales them by the output gradient."""
+import torch
+
+from . import _args as A, _k
+
+__all__ = ["LinearCrossEntropyLoss", "linear_cross_entropy", "chunk_tokens", "CHUNK_BYTES"]
+
+# bytes of one chunk's logits by default: at Ling-mini's vocab (157184,
+# bf16) about 1700 tokens, 5 chunks for 8192 tokens. Larger chunks mean
+# fewer passes over the fp32 dW accumulator (4 V H bytes read and written
+# by each chunk's GEMM); smaller ones less memory.
+CHUNK_BYTES = 512 << 20
+ACCUMULATE = ("fp32", "weight")
+
+
+def chunk_tokens(tokens, vocab, itemsize=2, budget=CHUNK_BYTES):
+    """Tokens a chunk: the fewest chunks whose logits fit `budget` bytes,
+    made equal (no sliver of a last chunk) and rounded up to 128 tokens (the
+    GEMMs' tile)."""
+    n = max(1, -(-tokens * vocab * itemsize // budget))
+    per = -(-tokens // n)
+    return min(tokens, -(-per // 128) * 128)
+
+
+def _dw_into(dw, dz_t, x, first):
+    """dw (+)= dz_t . x by the GEMM itself: its products summed in fp32
+    and, for an fp32 dw of bf16 operands, added to dw in fp32 in the GEMM's
+    epilogue (cuBLAS's bf16 x bf16 -> fp32 addmm), no pass of its own."""
+    if dw.dtype == x.dtype:
+        return torch.mm(dz_t, x, out=dw) if first else torch.addmm(dw, dz_t, x, out=dw)
+    if _k.on_cpu(x):  # no mixed-dtype GEMM on the CPU: the operands in fp32
+        dz_t, x = dz_t.float(), x.float()
+        return torch.mm(dz_t, x, out=dw) if first else dw.addmm_(dz_t, x)
+    if first:
+        return torch.mm(dz_t, x, out_dtype=dw.dtype, out=dw)
+    return torch.addmm(dw, dz_t, x, out_dtype=dw.dtype, out=dw)
+
+
+def _fp32_gemm_out():
+    """Whether this torch has the bf16 x bf16 -> fp32 GEMMs (aten::mm.dtype,
+    addmm.dtype_out: torch 2.8 on)."""
+    return hasattr(torch.ops.aten.addmm, "dtype_out") and hasattr(torch.ops.aten.mm, "dtype_out")
+
+
+def _chunks(x, weight, labels, g, ignore_index, chunk, plain, dx, dw):
+    """The chunks' summed loss (fp32, on the device), dx and dw (+)= theirs
+    (each when not None); one logits buffer [chunk, V], freed on return."""
+    t, v = x.shape[0], weight.shape[0]
+    logits = x.new_empty(min(chunk, t), v)
+    total = torch.zeros((), dtype=torch.float32, device=x.device)
+    for i, s in enumerate(range(0, t, chunk)):
+        e = min(s + chunk, t)
+        xc = x[s:e]
+        z = torch.mm(xc, weight.t(), out=logits[:e - s])
+        loss, dz = _k.cross_entropy_grad(z, labels[s:e], g, ignore_index, plain)
+        total += loss.sum()
+        if dx is not None:
+            torch.mm(dz, weight, out=dx[s:e])
+        if dw is not None:
+            _dw_into(dw, dz.t(), xc, i == 0)
+    return total
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    """loss = sum over live tokens of CE(x W^T, y) / n_live; dx and dW made
+    in the forward (the loss is the graph's last node: they are needed
+    right after) and saved; no host sync (n_live stays on the device)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, labels, ignore_index, chunk, plain, accumulate):
+        need_dx, need_dw = ctx.needs_input_grad[:2]
+        count = (labels != ignore_index).sum()
+        # the mean's output gradient, the same on every row: 1 / n_live
+        # (inf when every token is ignored: the kernel zeroes ignored rows)
+        g = count.float().reciprocal().reshape(1)
+        fp32 = (accumulate == "fp32" and x.shape[0] > chunk and weight.dtype != torch.float32
+                and (_k.on_cpu(x) or _fp32_gemm_out()))
+        dx = torch.empty_like(x) if need_dx else None
+        dw = torch.empty_like(weight, dtype=torch.float32 if fp32 else None) if need_dw else None
+        total = _chunks(x, weight, labels, g, ignore_index, chunk, plain, dx, dw)
+        if need_dw and dw.dtype != weight.dtype:  # after the chunk buffer is gone
+            dw = dw.to(weight.dtype)
+        ctx.save_for_backward(dx, dw)
+        ctx.scaled = False
+        return total / count.float()
+
+    @staticmethod
+    def backward(ctx, dout):
+        if ctx.scaled:  # dx and dW are scaled in place (no copy of dW at the step's peak)
+            raise RuntimeError("lingen.nn.linear_cross_entropy: backward through the same "
+                               "graph a second time (retain_graph=True) is not supported")
+        ctx.scaled = True
+        dx, dw = ctx.saved_tensors
+        if dx is not None:
+            dx.mul_(dout)
+        if dw is not None:
+            dw.mul_(dout)
+        return dx, dw, None, None, None, None, None
+
+
+def linear_cross_entropy(x, weight, labels, ignore_index=-100, mode="fp8", chunk=None,
+                         accumulate="fp32"):
+    """Mean cross entropy of the logits x . weight^T over the tokens whose
+    label is not ignore_index (nan when none is), as lingen.nn.cross_entropy
+    of the bf16 head's logits, without ever holding them: x [..., H],
+    weight [V, H] (the same floating dtype), labels [...] int32 or int64.
+
+    chunk: tokens a chunk (None: chunk_tokens's, about CHUNK_BYTES of logits).
+    accumulate: dW's sum over the chunks, "fp32" (an fp32 [V, H] buffer
+    while the forward runs, rounded once to the weight's dtype at the end,
+    as the unfused head's single GEMM rounds it; used when this torch has
+    the bf16 -> fp32 GEMM, else "weight") or "weight" (in the weight's
+    dtype, rounded at every chunk: Liger's; no buffer). mode "fp8" and
+    "bf16" run lingen's K9 kernel on a GPU, "torch" (and every CPU tensor)
+    its plain-torch form; the GEMMs are torch's bf16 ones in every mode.
+
+    Eager and CUDA graphs: no host sync. Under torch.compile the kernel's
+    gradient goes to a buffer of its own (its in-place write is not
+    visible to tracing)."""
+    fn = "lingen.nn.linear_cross_entropy"
+    A.choice(fn, "mode", mode, A.MODES)
+    A.choice(fn, "accumulate", accumulate, ACCUMULATE)
+    if not torch.is_tensor(weight) or not weight.is_floating_point() or weight.dim() != 2:
+        A.fail(fn, "weight", getattr(weight, "shape", weight), "a 2-D floating tensor [V, H]",
+               TypeError)
+    A.last_dim(fn, x, weight.shape[1])
+    if x.dtype != weight.dtype:
+        A.fail(fn, "x.dtype", x.dtype, f"weight's dtype ({weight.dtype})", TypeError)
+    if not torch.is_tensor(labels) or labels.dtype not in (torch.int32, torch.int64):
+        A.fail(fn, "labels.dtype", getattr(labels, "dtype", labels), "torch.int32, torch.int64",
+               TypeError)
+    if labels.numel() * x.shape[-1] != x.numel():
+        A.fail(fn, "labels.shape", tuple(labels.shape), f"a label a token of x "
+               f"{tuple(x.shape)}")
+    x2 = x.reshape(-1, x.shape[-1]).contiguous()
+    t = x2.shape[0]
+    if not t:
+        A.fail(fn, "x.shape", tuple(x.shape), "at least one token")
+    if chunk is None:
+        chunk = chunk_tokens(t, weight.shape[0], x.element_size())
+    A.integer(fn, "chunk", chunk)
+    return _LinearCrossEntropy.apply(x2, weight, labels.reshape(-1).contiguous(),
+                                     int(ignore_index), min(chunk, t), mode == "torch",
+                                     accumulate)
+
+
+class LinearCrossEntropyLoss(torch.nn.Module):
+    """The LM head and CrossEntropyLoss (mean) in one, the logits never
+    whole: forward(x [..., H], weight [V, H], labels [...]); see
+    linear_cross_entropy."""
+
+    def __init__(self, ignore_index=-100, mode="fp8", chunk=None, accumulate="fp32"):
+        super().__init__()
+        fn = "lingen.nn.LinearCrossEntropyLoss"
+        A.integer(fn, "ignore_index", ignore_index, lo=-2 ** 63)
+        A.choice(fn, "mode", mode, A.MODES)
+        if chunk is not None:
+            A.integer(fn, "chunk", chunk)
+        A.choice(fn, "accumulate", accumulate, ACCUMULATE)
+        self.ignore_index, self.mode, self.chunk, self.accumulate = (ignore_index, mode, chunk,
+                                                                     accumulate)
+
+    def forward(self, x, weight, labels):
+        return linear_cross_entropy(x, weight, labels, self.ignore_index, self.mode, self.chunk,
+                                    self.accumulate)
