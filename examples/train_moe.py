@@ -15,6 +15,10 @@ step, tokens/s, peak memory, the device and the GEMM path that ran: lingen's
 native FP8 GEMMs or their emulation), .md and .png (loss curves, step time);
 --out bench/train-moe replaces the committed record. Every argument is
 checked before any training; the exit status is 1 when any mode failed.
+--head picks lingen's LM head in modes fp8 and bf16: "fused" (default: the
+head's GEMMs and cross entropy in chunks of tokens, no [tokens, vocab]
+logits; lingen.nn.LinearCrossEntropyLoss) or "unfused" (the logits, then
+lingen's cross entropy); torch and compile keep PyTorch's head.
 --graph captures the step as one CUDA graph (checking the replayed losses
 against eager steps), --profile writes a PyTorch-profiler breakdown (device
 ms a step by kind, and each kind's top kernels by time with their calls).
@@ -84,7 +88,8 @@ def build(args, mode, device):
     torch.manual_seed(args.seed)
     lm_mode = "torch" if mode == "compile" else mode
     with torch.device(device):
-        model = ln.Model(model_config(args), mode=lm_mode)
+        model = ln.Model(model_config(args), mode=lm_mode,
+                         fused_head=lm_mode != "torch" and args.head == "fused")
     kw = dict(lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
     if mode in ("fp8", "bf16") and str(device).startswith("cuda"):
         # lingen's fused AdamW: one launch over the bf16 parameters, bf16 moments
@@ -128,7 +133,8 @@ def run_mode(args, mode, device, corpus):
     rec = {"mode": mode, "layers": args.layers, "tokens": corpus.batch * corpus.seq,
            "optimizer": f"{type(opt).__module__}.{type(opt).__name__}",
            "batch": corpus.batch, "seq": corpus.seq, "device": device, "losses": [],
-           "step_s": [], "gemm_backend": _gemm.backend(device) if mode == "fp8" else "torch bf16"}
+           "step_s": [], "gemm_backend": _gemm.backend(device) if mode == "fp8" else "torch bf16",
+           "head": "fused" if model.fused_head else "unfused"}
     _gemm.reset_calls()
     graph = None
     if args.graph and device == "cuda":
@@ -331,6 +337,8 @@ def parser():
     p.add_argument("--experts", type=int, default=None)
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--vocab", type=int, default=None)
+    p.add_argument("--head", choices=("fused", "unfused"), default="fused",
+                   help="the LM head + loss of modes fp8 and bf16 (default: fused)")
     p.add_argument("--graph", action="store_true",
                    help="capture the step as a CUDA graph (needs a GPU)")
     p.add_argument("--profile", action="store_true")

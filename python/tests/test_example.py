@@ -57,7 +57,7 @@ BAD = [(["--modes", "bogus"], "--modes"), (["--modes", "fp8,FP8"], "--modes"),
        (["--time-limit", "0"], "--time-limit"),
        (["--out", "/proc/lingen-no-such/x"], "--out"),
        (["--experts", "4"], "topk"), (["--hidden", "200"], "hidden"),
-       (["--vocab", "0"], "vocab")]
+       (["--vocab", "0"], "vocab"), (["--head", "chunked"], "--head")]
 
 
 @pytest.mark.parametrize("argv,name", BAD, ids=[" ".join(a) for a, _ in BAD])
@@ -120,6 +120,19 @@ def test_example_record_says_what_ran(tmp_path):
     assert {"linear", "grouped", "grouped_wgrad"} <= set(fp8["gemm_calls"]["emulated"])
     assert "EMULATED" in fp8["gemm_backend"] and "lingen fp8_gemm" not in fp8["gemm_backend"]
     assert "emulated: " in (tmp_path / "t.md").read_text()
+    assert fp8["head"] == "fused" and plain["head"] == "unfused"  # torch keeps PyTorch's head
+
+
+def test_example_unfused_head_trains_the_same(tmp_path):
+    """--head unfused: the logits, then lingen's cross entropy; the same
+    losses as the fused head's within bf16 rounding."""
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU's record")
+    ex = example()
+    runs = {h: ex.main(TINY + ["--modes", "bf16", "--head", h, "--out", str(tmp_path / h)])[0]
+            for h in ("fused", "unfused")}
+    assert runs["unfused"]["head"] == "unfused"
+    assert runs["fused"]["losses"] == pytest.approx(runs["unfused"]["losses"], rel=1e-2)
 
 
 def test_example_default_out_is_not_the_committed_record():
