@@ -65,8 +65,7 @@ def test_matches_torch_in_bf16(t, h, v, chunk, accumulate, seed):
     5.7e-3 with the "weight" accumulation, which rounds dW at every chunk)."""
     dead = slice(0, chunk) if chunk and chunk < t else None  # a chunk all ignored
     x, w, y = _inputs(t, h, v, seed, dead=dead)
-    if t == 1:
-        y[0] = 3  # the one token counts
+    y[-1] = 3  # a token that counts (past the dead chunk; T = 1: the one token)
     loss, dx, dw = _ours(x, w, y, 1.7, mode="bf16", chunk=chunk, accumulate=accumulate)
     rl, rdx, rdw = _reference(x, w, y, 1.7)
     zmax = (x.double() @ w.double().t()).abs().max().item()
@@ -105,10 +104,14 @@ def test_int32_labels_and_batched_shapes(seed):
     assert torch.equal(a[0], b)
 
 
-def test_without_gradients_gives_the_loss(seed):
+def test_without_gradients_gives_the_loss(seed, monkeypatch):
     x, w, y = _inputs(40, 32, 150, seed)
-    with torch.no_grad():
+    w.requires_grad_()
+    with torch.no_grad(), monkeypatch.context() as m:  # an eval loss: no dx, no dW
+        m.setattr(ln.head, "_dw_into", lambda *a: pytest.fail("dW made under no_grad"))
+        m.setattr(ln.head.torch, "empty_like", lambda *a, **k: pytest.fail("dx made"))
         loss = ln.linear_cross_entropy(x, w, y, mode="bf16", chunk=16)
+    w.requires_grad_(False)
     assert loss.item() == _ours(x, w, y, mode="bf16", chunk=16)[0].item()
     # a frozen weight: dx only
     xa = x.clone().requires_grad_()

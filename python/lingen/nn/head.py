@@ -1,5 +1,5 @@
-"""The LM head and its loss without the logits (docs/kernels.md G3; peer:
-Liger-Kernel's FusedLinearCrossEntropy): mean cross entropy of x . W^T
+"""The LM head and its loss without the logits (docs/kernels.md K9;
+peer: Liger-Kernel's FusedLinearCrossEntropy): mean cross entropy of x . W^T
 over the tokens not ignored, the tokens taken in chunks, so that at most
 one chunk's logits [chunk, V] exist at a time (never [T, V]). Per chunk:
 the logits by a bf16 GEMM (fp32 accumulation), lingen's fused K9 forward
@@ -13,7 +13,7 @@ from . import _args as A, _k
 __all__ = ["LinearCrossEntropyLoss", "linear_cross_entropy", "chunk_tokens", "CHUNK_BYTES"]
 
 # bytes of one chunk's logits by default: at Ling-mini's vocab (157184,
-# bf16) about 1700 tokens, 5 chunks for 8192 tokens. Larger chunks mean
+# bf16) 5 chunks of 1664 tokens for 8192 tokens. Larger chunks mean
 # fewer passes over the fp32 dW accumulator (4 V H bytes read and written
 # by each chunk's GEMM); smaller ones less memory.
 CHUNK_BYTES = 512 << 20
@@ -74,8 +74,10 @@ class _LinearCrossEntropy(torch.autograd.Function):
     right after) and saved; no host sync (n_live stays on the device)."""
 
     @staticmethod
-    def forward(ctx, x, weight, labels, ignore_index, chunk, plain, accumulate):
-        need_dx, need_dw = ctx.needs_input_grad[:2]
+    def forward(ctx, x, weight, labels, ignore_index, chunk, plain, accumulate, grad):
+        # grad: whether autograd records (needs_input_grad says True under
+        # no_grad too: an eval loss would make dx and dW for nothing)
+        need_dx, need_dw = (grad and n for n in ctx.needs_input_grad[:2])
         count = (labels != ignore_index).sum()
         # the mean's output gradient, the same on every row: 1 / n_live
         # (inf when every token is ignored: the kernel zeroes ignored rows)
@@ -102,7 +104,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             dx.mul_(dout)
         if dw is not None:
             dw.mul_(dout)
-        return dx, dw, None, None, None, None, None
+        return dx, dw, None, None, None, None, None, None
 
 
 def linear_cross_entropy(x, weight, labels, ignore_index=-100, mode="fp8", chunk=None,
@@ -148,7 +150,7 @@ def linear_cross_entropy(x, weight, labels, ignore_index=-100, mode="fp8", chunk
     A.integer(fn, "chunk", chunk)
     return _LinearCrossEntropy.apply(x2, weight, labels.reshape(-1).contiguous(),
                                      int(ignore_index), min(chunk, t), mode == "torch",
-                                     accumulate)
+                                     accumulate, torch.is_grad_enabled())
 
 
 class LinearCrossEntropyLoss(torch.nn.Module):
