@@ -121,9 +121,9 @@ def cross_entropy_grad(logits, labels, g, ignore_index, plain=False):
     """(loss [rows] fp32, grad) of logits [rows, V] and labels [rows]: the
     rows' cross entropy and its gradient (softmax - onehot(label)) * g[0]
     (g [1] fp32 on the device, the same on every row; ignored rows: loss 0,
-    gradient 0), written over the logits and returned as them (lingen's
-    fused K9 forward, in place), but under torch.compile, whose tracing
-    would not see the in-place write: then a new tensor."""
+    gradient 0), written over the logits and returned as them (on a GPU
+    lingen's fused K9 forward, in place; under torch.compile, whose tracing
+    would not see the kernel's in-place write, into a new tensor)."""
     if plain or on_cpu(logits):
         z = logits.float()
         live = labels != ignore_index
