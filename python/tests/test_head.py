@@ -176,3 +176,19 @@ def test_model_fused_head_matches_unfused(mode, seed):
     for (n, p), (_, q) in zip(a.named_parameters(), b.named_parameters()):
         assert rel(q.grad, p.grad) < 1e-2, n
     assert torch.equal(a(ids), b(ids))  # no labels: the logits
+
+
+def test_compiles_fullgraph_on_meta():
+    """torch.compile (no graph break) of the GPU path through the fake
+    kernels: the kernel's gradient then goes to a tensor of its own."""
+    with torch.device("meta"):
+        x = torch.randn(300, 128, dtype=torch.bfloat16, requires_grad=True)
+        w = torch.randn(1000, 128, dtype=torch.bfloat16, requires_grad=True)
+        y = torch.randint(0, 1000, (300,))
+    torch._dynamo.reset()
+    f = torch.compile(lambda a, b, c: ln.linear_cross_entropy(a, b, c, mode="bf16", chunk=64),
+                      backend="aot_eager", fullgraph=True)
+    loss = f(x, w, y)
+    loss.backward()
+    assert loss.shape == () and x.grad.shape == x.shape
+    assert w.grad.shape == w.shape and w.grad.dtype == torch.bfloat16
