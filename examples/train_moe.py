@@ -15,10 +15,11 @@ step, tokens/s, peak memory, the device and the GEMM path that ran: lingen's
 native FP8 GEMMs or their emulation), .md and .png (loss curves, step time);
 --out bench/train-moe replaces the committed record. Every argument is
 checked before any training; the exit status is 1 when any mode failed.
---head picks lingen's LM head in modes fp8 and bf16: "fused" (default: the
-head's GEMMs and cross entropy in chunks of tokens, no [tokens, vocab]
-logits; lingen.nn.LinearCrossEntropyLoss) or "unfused" (the logits, then
-lingen's cross entropy); torch and compile keep PyTorch's head.
+--head picks lingen's LM head in modes fp8 and bf16: "unfused" (default: the
+logits, then lingen's cross entropy; the faster one, tools/head_bench.py) or
+"fused" (the head's GEMMs and cross entropy in chunks of tokens, no [tokens,
+vocab] logits: lingen.nn.LinearCrossEntropyLoss, for memory); torch and
+compile keep PyTorch's head.
 --graph captures the step as one CUDA graph (checking the replayed losses
 against eager steps), --profile writes a PyTorch-profiler breakdown (device
 ms a step by kind, and each kind's top kernels by time with their calls).
@@ -337,8 +338,8 @@ def parser():
     p.add_argument("--experts", type=int, default=None)
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--vocab", type=int, default=None)
-    p.add_argument("--head", choices=("fused", "unfused"), default="fused",
-                   help="the LM head + loss of modes fp8 and bf16 (default: fused)")
+    p.add_argument("--head", choices=("fused", "unfused"), default="unfused",
+                   help="the LM head + loss of modes fp8 and bf16 (default: unfused)")
     p.add_argument("--graph", action="store_true",
                    help="capture the step as a CUDA graph (needs a GPU)")
     p.add_argument("--profile", action="store_true")

@@ -41,7 +41,7 @@ static inline int64_t lg_fp8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b
  * with an fp32 output. */
 lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k, bool manual);
 /* The tile on t: the spec's keys, else 128 x 128, no cluster (measured:
- * bench/fp8-gemm.md), not ahead, and the stages that fit beside `reserve`
+ * bench/fp8-gemm.md), ahead where it can be, and the stages that fit beside `reserve`
  * bytes of the kernel's static shared memory. Refuses every target but
  * sm_90a. */
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,

@@ -120,7 +120,7 @@ def test_example_record_says_what_ran(tmp_path):
     assert {"linear", "grouped", "grouped_wgrad"} <= set(fp8["gemm_calls"]["emulated"])
     assert "EMULATED" in fp8["gemm_backend"] and "lingen fp8_gemm" not in fp8["gemm_backend"]
     assert "emulated: " in (tmp_path / "t.md").read_text()
-    assert fp8["head"] == "fused" and plain["head"] == "unfused"  # torch keeps PyTorch's head
+    assert fp8["head"] == "unfused" and plain["head"] == "unfused"  # the default head
 
 
 def test_example_unfused_head_trains_the_same(tmp_path):

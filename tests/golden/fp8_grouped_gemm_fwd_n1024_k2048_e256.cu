@@ -150,6 +150,14 @@ fp8_wgmma(float acc[64], u64 da, u64 db, int add)
 		  "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63])
 		: "l"(da), "l"(db), "r"(add));
 }
+// No read or write of acc moves across this point (the partial sums of the
+// wgmmas in flight): CUTLASS's warpgroup_fence_operand.
+static __device__ __forceinline__ void
+fp8_hold(float (&acc)[64])
+{
+	#pragma unroll
+	for (int i = 0; i < 64; i++) asm volatile("" : "+f"(acc[i]) :: "memory");
+}
 // An output pair (row, col), (row, col + 1) of [rows, 1024] bf16.
 static __device__ __forceinline__ void
 lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
@@ -237,9 +245,9 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256(
 	}
 	lg_setmaxnreg_inc(232);
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
-	float psum[64];
+	float psum0[64], psum1[64];
 	#pragma unroll
-	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
+	for (int i = 0; i < 64; i++) psum0[i] = psum1[i] = 0.0f;
 	int it = 0;
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 		int lo = 0, hi = 256; // the last expert whose first tile is <= tile
@@ -273,7 +281,167 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256(
 			sa1_1 = row + 8 < rend ? LG_SA(1, row + 8) : 0.0f;
 			sb0_1 = LG_SB(1, cb);
 		}
-		for (int kt = 0; kt < nkt; kt++, it++) {
+		int k4 = 0;
+		for (; k4 + 4 <= nkt; k4 += 4) {
+			{
+				const int s = it % 6;
+				lg_mbar_wait(&full[s], (it / 6) & 1);
+				const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+			}
+			{
+				const int kt = k4, s = it % 6;
+				const float sa0 = sa0_0;
+				const float sa1 = sa1_0;
+				const float sb0 = sb0_0;
+				sa0_0 = sa0_1;
+				sa1_0 = sa1_1;
+				sb0_0 = sb0_1;
+				if (kt + 2 < nkt) {
+					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
+					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
+					sb0_1 = LG_SB(kt + 2, cb);
+				}
+				const int sn = (it + 1) % 6;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int kt = k4 + 1, s = it % 6;
+				const float sa0 = sa0_0;
+				const float sa1 = sa1_0;
+				const float sb0 = sb0_0;
+				sa0_0 = sa0_1;
+				sa1_0 = sa1_1;
+				sb0_0 = sb0_1;
+				if (kt + 2 < nkt) {
+					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
+					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
+					sb0_1 = LG_SB(kt + 2, cb);
+				}
+				const int sn = (it + 1) % 6;
+				fp8_hold(psum0);
+				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum1);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int kt = k4 + 2, s = it % 6;
+				const float sa0 = sa0_0;
+				const float sa1 = sa1_0;
+				const float sb0 = sb0_0;
+				sa0_0 = sa0_1;
+				sa1_0 = sa1_1;
+				sb0_0 = sb0_1;
+				if (kt + 2 < nkt) {
+					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
+					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
+					sb0_1 = LG_SB(kt + 2, cb);
+				}
+				const int sn = (it + 1) % 6;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int kt = k4 + 3, s = it % 6;
+				const float sa0 = sa0_0;
+				const float sa1 = sa1_0;
+				const float sb0 = sb0_0;
+				sa0_0 = sa0_1;
+				sa1_0 = sa1_1;
+				sb0_0 = sb0_1;
+				if (kt + 2 < nkt) {
+					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
+					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
+					sb0_1 = LG_SB(kt + 2, cb);
+				}
+				lg_wg_wait(0);
+				fp8_hold(psum1);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+		}
+		for (int kt = k4; kt < nkt; kt++, it++) {
 			const int s = it % 6;
 			const float sa0 = sa0_0;
 			const float sa1 = sa1_0;
@@ -293,7 +461,7 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256(
 			// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
 			#pragma unroll
 			for (int ks = 0; ks < 4; ks++) {
-				fp8_wgmma(psum, da + 2 * ks, db + 2 * ks, ks);
+				fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
 			}
 			lg_wg_commit();
 			lg_wg_wait(0);
@@ -302,10 +470,10 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256(
 			for (int j = 0; j < 16; j++) {
 				const float c = sb0;
 				const float t0 = sa0 * c, t1 = sa1 * c;
-				acc[4 * j] += psum[4 * j] * t0;
-				acc[4 * j + 1] += psum[4 * j + 1] * t0;
-				acc[4 * j + 2] += psum[4 * j + 2] * t1;
-				acc[4 * j + 3] += psum[4 * j + 3] * t1;
+				acc[4 * j] += psum0[4 * j] * t0;
+				acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+				acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+				acc[4 * j + 3] += psum0[4 * j + 3] * t1;
 			}
 		}
 		// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.

@@ -249,11 +249,13 @@ class Model(torch.nn.Module):
     """Embedding -> decoder blocks -> RMSNorm -> bf16 lm head; forward(ids
     [B, S], labels=None) gives the logits, or the mean loss with labels.
 
-    fused_head (default: True in modes "fp8" and "bf16", False in "torch",
-    the plain-PyTorch baseline): the loss by LinearCrossEntropyLoss, the
-    head's GEMMs and lingen's cross entropy in chunks of tokens, so the
-    [tokens, vocab] logits never exist (at Ling-mini's head 2.6 GB of bf16
-    a step, and their gradient); False: lm_head's logits, then
+    fused_head (default False; not in mode "torch", the plain-PyTorch
+    baseline): the loss by LinearCrossEntropyLoss, the head's GEMMs and
+    lingen's cross entropy in chunks of tokens, so the [tokens, vocab]
+    logits never exist (at Ling-mini's head 2.4 GiB of bf16 a step, and
+    their gradient: peak 1.83 GiB instead of 4.80), at 29.2 ms instead of
+    23.9 (H100, T 8192, tools/head_bench.py: each chunk's dW GEMM writes
+    the whole [vocab, hidden] sum again); False: lm_head's logits, then
     CrossEntropyLoss. The parameters and state dict are the same either
     way; head_chunk: tokens a chunk (None: about 512 MiB of logits)."""
 
@@ -263,8 +265,7 @@ class Model(torch.nn.Module):
         A.choice(fn, "mode", mode, MODES)
         if not isinstance(cfg, ModelConfig):
             A.fail(fn, "cfg", type(cfg).__name__, "a lingen.nn.ModelConfig", TypeError)
-        self.fused_head = mode != "torch" if fused_head is None else A.flag(fn, "fused_head",
-                                                                            fused_head)
+        self.fused_head = False if fused_head is None else A.flag(fn, "fused_head", fused_head)
         self.cfg, self.mode = cfg, mode
         self.embed = torch.nn.Embedding(cfg.vocab, cfg.hidden, dtype=torch.bfloat16)
         torch.nn.init.normal_(self.embed.weight, std=1.0)
