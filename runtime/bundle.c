@@ -23,7 +23,8 @@
  *                        "persistent": false, "per_sm": 0, "early": false, "part": 0,
  *                        "grid_at_1": [1, 1, 1], "grid_at_8192": [1024, 1, 1] } ],
  *         "tmaps": [ {"arg": "x", "box": [64, 128], "swizzle": 128} ]  TMA tensor maps
- *                                        built at launch (only when the plan has some) } } ] }
+ *                                        built at launch (only when the plan has some; "cols":
+ *                                        "tokens" where a row is shorter than its pitch) } } ] }
  *   The grid of an entry point is the family's geometry() of the plan and the
  *   run-time sizes (persistent entries are capped at what is co-resident on
  *   the device, known only at load, counting at most per_sm CTAs an SM when
@@ -197,6 +198,8 @@ static void add_tmaps(cJSON *o, const struct lg_spec *s, const struct lg_plan *p
 		int64_t box[2] = {m->box[0], m->box[1]};
 		add_item(t, "box", int_array(box, 2, ok), ok);
 		add_num(t, "swizzle", m->swizzle, ok);
+		if (m->cols) /* a row's elements, in the pitch of the shape's last dimension */
+			made(cJSON_AddStringToObject(t, "cols", m->cols), ok);
 	}
 }
 

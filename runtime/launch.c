@@ -51,14 +51,25 @@ lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const
 	lg_status st = lg_arg_shape(&k->spec, m->arg, sz, d, &n);
 	if (st != LG_OK)
 		return st;
-	uint64_t rows = 1, cols = n ? (uint64_t)d[n - 1] : 0;
+	uint64_t rows = 1, pitch = n ? (uint64_t)d[n - 1] : 0, cols = pitch;
 	for (int j = 0; j + 1 < n; j++)
 		rows *= (uint64_t)d[j];
+	if (m->cols) { /* a row of `cols` elements in a pitch of the last dimension */
+		int64_t c = 0;
+		st = lg_shape_value(&k->spec, m->cols, sz, &c);
+		if (st != LG_OK)
+			return st;
+		if (c < 0 || (uint64_t)c > pitch)
+			return lg_fail(LG_ERR_INVALID_ARG, "%s: tensor map of %s: %lld elements a row, the pitch %llu",
+				       k->plan.entry[0], k->sig->args[m->arg].name, (long long)c,
+				       (unsigned long long)pitch);
+		cols = (uint64_t)c;
+	}
 	if (!ptrs[m->arg] || !rows || !cols)
 		return LG_OK;
 	const struct lg_arg *a = &k->sig->args[m->arg];
 	enum lg_elem el = lg_arg_elem(&k->spec, a);
-	const cuuint64_t dims[2] = {cols, rows}, strides[1] = {cols * (uint64_t)lg_elem_bytes[el]};
+	const cuuint64_t dims[2] = {cols, rows}, strides[1] = {pitch * (uint64_t)lg_elem_bytes[el]};
 	const cuuint32_t box[2] = {m->box[0], m->box[1]}, estr[2] = {1, 1};
 	int si = m->swizzle == 128 ? 3 : m->swizzle == 64 ? 2 : m->swizzle == 32 ? 1 : 0;
 	CUresult r = k->cu->cuTensorMapEncodeTiled(out, types[el], 2, (void *)(uintptr_t)ptrs[m->arg], dims, strides,

@@ -240,7 +240,7 @@ static void test_every_family(void **state)
 	}
 }
 
-/* Shape expressions: the operators, cdiv, and errors naming the argument. */
+/* Shape expressions: the operators, cdiv, round_up, and errors naming the argument. */
 static void test_shapes(void **state)
 {
 	(void)state;
@@ -259,19 +259,35 @@ static void test_shapes(void **state)
 			assert_int_equal(dims[0], 2);
 			assert_int_equal(dims[1], 384);
 		}
+		if (strcmp(g->args[i].name, "qt") == 0) { /* hidden, round_up(tokens, 16) */
+			assert_int_equal(n, 2);
+			assert_int_equal(dims[0], 384);
+			assert_int_equal(dims[1], 144);
+		}
 		if (strcmp(g->args[i].name, "s") == 0) { /* hidden / 128, tokens */
 			assert_int_equal(n, 2);
 			assert_int_equal(dims[0], 3);
 			assert_int_equal(dims[1], 129);
 		}
 	}
-	/* all seven outputs and inputs: x, w, q, s, rms, qt, st */
+	/* all seven outputs and inputs: x, w, q, s, rms, qt [384, round_up(129, 16)], st */
 	unsigned char used[LG_MAX_ARGS] = {1, 1, 1, 1, 1, 1, 1};
-	double want = 129.0 * 384 * 2 + 384 * 2 + 129.0 * 384 + 3 * 129 * 4 + 129 * 4 + 129.0 * 384 +
+	double want = 129.0 * 384 * 2 + 384 * 2 + 129.0 * 384 + 3 * 129 * 4 + 129 * 4 + 144.0 * 384 +
 		      2 * 384 * 4;
 	assert_true(lg_bytes_moved(s, used, sizes) == want);
 	used[2] = used[3] = 0; /* columnwise only */
 	assert_true(lg_bytes_moved(s, used, sizes) == want - 129.0 * 384 - 3 * 129 * 4);
+	/* one expression (a tensor map's row length) */
+	int64_t v = -1;
+	assert_int_equal(lg_shape_value(s, "round_up(tokens, 16)", sizes, &v), LG_OK);
+	assert_int_equal(v, 144);
+	assert_int_equal(lg_shape_value(s, "round_up(hidden, 128) + cdiv(tokens, 128)", sizes, &v), LG_OK);
+	assert_int_equal(v, 386);
+	assert_int_equal(lg_shape_value(s, "tokens", sizes, &v), LG_OK);
+	assert_int_equal(v, 129);
+	assert_int_equal(lg_shape_value(s, "round_up(tokens, 0)", sizes, &v), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "round_up to a value <= 0"));
+	assert_int_equal(lg_shape_value(s, "tokens, hidden", sizes, &v), LG_ERR_INVALID_ARG);
 	lg_spec_free(s);
 }
 

@@ -259,11 +259,15 @@ struct lg_tile_choice {
  * `const __grid_constant__ lg_tmap tm_<arg name>` (lg_emit_signature_tmaps).
  * A box is box[0] elements of a row x box[1] rows; elements outside the
  * tensor read as zeros. A null pointer or an empty tensor gives a zero map
- * (the kernel must not read it). */
+ * (the kernel must not read it). With `cols`, a row holds that many
+ * elements (a shape expression, at most the last dimension, which is then
+ * the row pitch only: qt [k, round_up(tokens, 16)] read as rows of
+ * `tokens`, the pitch's tail never read, a zero read past `tokens`). */
 struct lg_tmap_decl {
 	int arg;          /* index of the pointer argument */
 	unsigned box[2];  /* elements (inner), rows (outer), each 1..256 */
 	int swizzle;      /* bytes: 0 (none), 32, 64 or 128 (box[0] elements at most that many bytes) */
+	const char *cols; /* NULL: the last dimension; else a row's elements (a static string) */
 };
 
 /* Resolved parameters of one kernel for one target: the entry points and
@@ -429,6 +433,9 @@ enum lg_elem lg_arg_elem(const struct lg_spec *s, const struct lg_arg *a);
 /* The dimensions of argument i of s's pass for run-time sizes (nsizes of
  * the pass): dims[0..*ndims). A workspace has none (*ndims = 0). */
 lg_status lg_arg_shape(const struct lg_spec *s, int i, const int64_t *sizes, int64_t dims[8], int *ndims);
+/* One integer expression of the shape syntax over s's keys and its pass's
+ * run-time sizes (a tensor map's row length: "tokens"). */
+lg_status lg_shape_value(const struct lg_spec *s, const char *expr, const int64_t *sizes, int64_t *v);
 /* Elements of argument i (the product of its dimensions). */
 lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int64_t *count);
 /* Minimum bytes a launch moves: each used input read once, each used

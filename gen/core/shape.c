@@ -3,7 +3,9 @@
  * separated list of integer expressions over the family's integer spec
  * keys (by path: "hidden", "quant.block"; an enum key is its value's index,
  * a bool 0 or 1) and the pass's run-time sizes ("tokens"), with + - * /,
- * parentheses, cdiv(a, b) = ceil(a / b) and pick(c, a, b) = (c ? b : a). A
+ * parentheses, cdiv(a, b) = ceil(a / b), round_up(a, b) = cdiv(a, b) * b (a
+ * row pitch: qt [hidden, round_up(tokens, 16)]) and pick(c, a, b) =
+ * (c ? b : a). A
  * number key may follow '*' where the product is a whole number
  * ("head_dim * rotary_fraction").
  *
@@ -66,21 +68,23 @@ static int64_t ident(struct parser *x)
 	while (isalnum((unsigned char)*x->p) || *x->p == '_' || *x->p == '.')
 		x->p++;
 	size_t n = (size_t)(x->p - b);
-	if (n == 4 && strncmp(b, "cdiv", 4) == 0) {
+	bool up = n == 8 && strncmp(b, "round_up", 8) == 0;
+	if ((n == 4 && strncmp(b, "cdiv", 4) == 0) || up) {
+		const char *need = up ? "round_up needs (a, b)" : "cdiv needs (a, b)";
 		skip(x);
 		if (*x->p++ != '(')
-			return x->err = "cdiv needs (a, b)", 0;
+			return x->err = need, 0;
 		int64_t a = sum(x);
 		skip(x);
 		if (*x->p++ != ',')
-			return x->err = "cdiv needs (a, b)", 0;
+			return x->err = need, 0;
 		int64_t d = sum(x);
 		skip(x);
 		if (*x->p++ != ')')
-			return x->err = "cdiv needs (a, b)", 0;
+			return x->err = need, 0;
 		if (d <= 0)
-			return x->err = "cdiv by a value <= 0", 0;
-		return (a + d - 1) / d;
+			return x->err = up ? "round_up to a value <= 0" : "cdiv by a value <= 0", 0;
+		return up ? (a + d - 1) / d * d : (a + d - 1) / d;
 	}
 	if (n == 4 && strncmp(b, "pick", 4) == 0) { /* pick(c, a, b): a if c is 0, else b */
 		int64_t v[3];
@@ -213,6 +217,20 @@ lg_status lg_arg_shape(const struct lg_spec *s, int i, const int64_t *sizes, int
 			return lg_fail(LG_ERR_INVALID_ARG, "op %s, argument %s: shape \"%s\": expected , at offset %d",
 				       f->op, a->name, a->shape, (int)(x.p - 1 - x.expr));
 	}
+}
+
+lg_status lg_shape_value(const struct lg_spec *s, const char *expr, const int64_t *sizes, int64_t *v)
+{
+	const struct lg_family *f = s->fam;
+	struct parser x = {.p = expr, .expr = expr, .s = s, .f = f, .g = &f->sig[s->pass], .sizes = sizes};
+	*v = sum(&x);
+	skip(&x);
+	if (!x.err && *x.p != '\0')
+		x.err = "expected the end";
+	if (x.err)
+		return lg_fail(LG_ERR_INVALID_ARG, "op %s: expression \"%s\": %s at offset %d", f->op, expr, x.err,
+			       (int)(x.p - x.expr));
+	return LG_OK;
 }
 
 lg_status lg_arg_count(const struct lg_spec *s, int i, const int64_t *sizes, int64_t *count)

@@ -63,39 +63,45 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y)
 	lg_line(b, "\tlg_q(%s[6], %s), lg_q(%s[7], %s));", y, qa, y, qa);
 }
 
+/* How qt_pieces stores a piece: tested at run time (rows of any pitch),
+ * rows known 16-byte aligned (narrow stores for the tile's last tokens
+ * only), or whole pieces only (aligned rows, `rows` a multiple of 16). */
+enum pieces { PIECES_TESTED, PIECES_ALIGNED, PIECES_WHOLE };
+
 /* The loop storing each 16-byte piece of a staged line at the tile's
- * offset (aligned: the rows are known 16-byte aligned, whole pieces in one
- * store; else tested at run time, narrow stores where they are not). */
-static void qt_pieces(lg_buf *b, int threads, const char *base, const char *ld, const char *t0, bool aligned)
+ * offset, `rows` bytes of it. */
+static void qt_pieces(lg_buf *b, int threads, const char *base, const char *ld, const char *t0, const char *rows,
+		      enum pieces how)
 {
-	if (!aligned)
+	if (how == PIECES_TESTED)
 		lg_line(b, "const bool vec_ok = (%s & 15) == 0; // 16-byte aligned qt rows", ld);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", 128 * 8, threads);
 	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
+	if (how == PIECES_WHOLE)
+		lg_line(b, "if (16 * h >= %s) continue; // past the tokens and zero tail", rows);
 	lg_line(b, "const int pc = (h ^ (sw >> 1)) << 4; // piece h of line c, staged");
 	lg_line(b, "uint4 v = *(const uint4 *)(stage + c * 128 + pc);");
 	lg_line(b, "if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);");
 	lg_line(b, "u8 *const dst = %s + (k0 + c) * %s + %s + 16 * h;", base, ld, t0);
 	lg_line(b, "const lg_u32x4 w = {v.x, v.y, v.z, v.w};");
-	lg_open(b, "if (%s16 * h + 16 <= rows) {", aligned ? "" : "vec_ok && ");
-	lg_line(b, "lg_st16_cs(dst, w);");
-	lg_close_with(b, aligned ? "} else { // the tile's last tokens" : "} else { // unaligned rows or the last tokens");
-	lg_line(b, "lg_st16_any(dst, w, rows - 16 * h);");
+	if (how == PIECES_WHOLE) {
+		lg_line(b, "lg_st16_cs(dst, w);");
+	} else {
+		lg_open(b, "if (%s16 * h + 16 <= %s) {", how == PIECES_ALIGNED ? "" : "vec_ok && ", rows);
+		lg_line(b, "lg_st16_cs(dst, w);");
+		lg_close_with(b, how == PIECES_ALIGNED ? "} else { // the tile's last tokens"
+						       : "} else { // unaligned rows or the last tokens");
+		lg_line(b, "lg_st16_any(dst, w, %s - 16 * h);", rows);
+		lg_close(b);
+	}
 	lg_close(b);
-	lg_close(b);
-}
-
-void lg_emit_qt_lines(lg_buf *b, int threads)
-{
-	lg_line(b, "u8 *const qtg = (u8 *)qt;");
-	lg_emit_qt_lines_flat(b, threads, "qtg", "M", "m0");
 }
 
 void lg_emit_qt_lines_to(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
 {
 	lg_comment(b, "qt: each column's 128 tokens are one 128-byte line; 16 bytes a thread.");
-	qt_pieces(b, threads, base, ld, t0, false);
+	qt_pieces(b, threads, base, ld, t0, "rows", PIECES_TESTED);
 }
 
 void lg_emit_qt_lines_flat(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)
@@ -106,11 +112,29 @@ void lg_emit_qt_lines_flat(lg_buf *b, int threads, const char *base, const char 
 	lg_comment(b, "and 8191 tokens the pieces' narrow stores took 1.5-1.9x the aligned time,");
 	lg_comment(b, "these 1.1-1.35x; at aligned counts these took 2-8%% more than the pieces).");
 	lg_open(b, "if ((%s & 15) == 0) {", ld);
-	qt_pieces(b, threads, base, ld, t0, true);
+	qt_pieces(b, threads, base, ld, t0, "rows", PIECES_ALIGNED);
 	b->depth--; /* the realigned lines not indented: their lines keep their width */
 	lg_line(b, "} else { // qt rows at any byte (the block below is not indented)");
 	lg_emit_qt_lines_realign(b, threads, base, ld, t0);
 	lg_line(b, "} // qt rows at any byte");
+}
+
+void lg_emit_qt_lines(lg_buf *b, int threads)
+{
+	lg_line(b, "u8 *const qtg = (u8 *)qt;");
+	lg_emit_qt_lines_pitched(b, threads, "qtg", "M", "m0", false);
+}
+
+void lg_emit_qt_lines_pitched(lg_buf *b, int threads, const char *base, const char *m, const char *t0, bool narrow)
+{
+	lg_comment(b, "qt [hidden, round_up(%s, 16)]: rows 16-byte aligned, each column's 128 tokens", m);
+	lg_comment(b, "one 128-byte line, 16 bytes a thread; the last tile's line also covers the");
+	lg_comment(b, "zero tail up to the pitch (its absent tokens are staged as zeros).");
+	lg_line(b, "const i64 qtp = (%s + 15) & ~(i64)15; // qt's row pitch", m);
+	lg_line(b, "const int qrows = (int)(qtp - %s < 128 ? qtp - %s : 128); // bytes a line", t0, t0);
+	if (narrow)
+		lg_comment(b, "The former store (tile.qt_store 1): narrow stores where a piece is not whole.");
+	qt_pieces(b, threads, base, "qtp", t0, "qrows", narrow ? PIECES_TESTED : PIECES_WHOLE);
 }
 
 void lg_emit_qt_lines_realign(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)

@@ -44,24 +44,28 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y);
  * (the XOR keeps both the writes of the quantising threads, 8 features
  * each, and the 16-byte reads below free of bank conflicts).
  *
- * lg_emit_qt_lines: the write of the tile to qt [hidden, M] (a flat
- * tensor), lg_emit_qt_lines_flat with qtg = qt, ld M and t0 m0. Uses
- * stage, qt, M, k0 (first feature), m0 (first token) and rows (tokens in
- * the tile). */
+ * lg_emit_qt_lines: the write of the tile to qt [hidden, round_up(M, 16)]
+ * (a flat tensor), lg_emit_qt_lines_pitched with qtg = qt, M and t0 m0.
+ * Uses stage, qt, M, k0 (first feature), m0 (first token). */
 void lg_emit_qt_lines(lg_buf *b, int threads);
-/* A flat qt (rows `ld` bytes from `base`, the tile at token t0): when ld is
- * a multiple of 16, the 16-byte pieces of lg_emit_qt_lines_to (whole ones
- * in one store each; measured 2-8% faster there than the realigned lines),
- * else lg_emit_qt_lines_realign; the branch is the same in every thread. */
+/* A flat qt of `m` tokens (an expression), its rows round_up(m, 16) bytes
+ * apart from `base` (a 16-byte aligned u8 *), the tile at token t0 (a
+ * multiple of 128): each staged line's bytes up to the pitch, the tail
+ * [m, round_up(m, 16)) included (the staged bytes of absent tokens must be
+ * zeros), in whole 16-byte stores; narrow: the former store (tile.qt_store
+ * 1, kept for timing it), a run-time test of each piece and lg_st16_any
+ * where it fails (never, at this pitch). */
+void lg_emit_qt_lines_pitched(lg_buf *b, int threads, const char *base, const char *m, const char *t0, bool narrow);
+/* A qt of rows `ld` bytes apart (the weight's transposed copy, qt [K, M]
+ * of LG_QE_TILE128, M any): when ld is a multiple of 16, the 16-byte
+ * pieces of lg_emit_qt_lines_to, else lg_emit_qt_lines_realign; the branch
+ * is the same in every thread. Stores `rows` bytes of each line. */
 void lg_emit_qt_lines_flat(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
-/* The former store (tile.qt_store 1, kept for timing it): each line is
- * 128 contiguous bytes of a qt row at token t0 of rows `ld` bytes long from
- * `base` (a u8 * expression), 16 bytes a thread over `threads` threads;
- * 16-byte stores when qt rows are 16-byte aligned (ld % 16 == 0) and the
- * piece is full, else lg_st16_any (aligned words and bytes at the ends;
- * bytes for a partial piece): at token counts that are not a multiple of
- * 16, every store of the tile is narrow (measured 1.6-1.7x the time of the
- * aligned neighbour, issue 27). */
+/* Each line is 128 contiguous bytes of a qt row at token t0 of rows `ld`
+ * bytes long from `base` (a u8 * expression), 16 bytes a thread over
+ * `threads` threads; 16-byte stores when qt rows are 16-byte aligned
+ * (ld % 16 == 0) and the piece is full, else lg_st16_any (aligned words
+ * and bytes at the ends; bytes for a partial piece). */
 void lg_emit_qt_lines_to(lg_buf *b, int threads, const char *base, const char *ld, const char *t0);
 /* The store of every layout: qt rows at any byte offset (a flat tensor at
  * any token count, or per expert, where ld is an expert's count): each

@@ -13,11 +13,13 @@
  * 512-byte row a tile). One pass then quantises every value once per copy:
  * the rowwise bytes straight to q (a half warp stores a token's 128-byte
  * line), the columnwise bytes, two tokens per e4m3x2, into a swizzled
- * shared tile that leaves as 128-byte qt lines, cut at memory's 16-byte
- * boundaries: whole aligned chunks in one store each, a byte a lane for
- * the heads and tails (lg_emit_qt_lines_realign), since a qt row starts at
- * any byte per expert, and in a flat tensor whose tokens are not a
- * multiple of 16 (the former store, narrow there, is tile.qt_store 1).
+ * shared tile that leaves as 128-byte qt lines: in a flat tensor, rows
+ * round_up(M, 16) bytes apart, whole 16-byte pieces, the last tile's lines
+ * padded with its zero tail (lg_emit_qt_lines_pitched); per expert, cut at
+ * memory's 16-byte boundaries: whole aligned chunks in one store each, a
+ * byte a lane for the heads and tails (lg_emit_qt_lines_realign), since a
+ * qt row starts at any byte there (and in a weight's transposed copy of
+ * any row count).
  * In a tile short of tokens (the last one; with experts, every expert's
  * last) a thread whose tokens
  * are all absent neither loads, computes nor quantises (its column bytes
@@ -302,7 +304,8 @@ static void emit_place(lg_buf *b, const struct ctx *k)
 	if (e->rows && !k->tile)
 		lg_line(b, "float *const sg = (float *)%s; // rowwise scales [%lld, %s]", k->s, (long long)k->nb, k->m);
 	if (e->cols)
-		lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, %s]", k->qt, (long long)e->n, k->m);
+		lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, %s%s%s]", k->qt, (long long)e->n,
+			e->layout == LG_QE_FLAT ? "round_up(" : "", k->m, e->layout == LG_QE_FLAT ? ", 16)" : "");
 	if (e->cols && !k->tile)
 		lg_line(b, "float *const stg = (float *)%s + tt * %lld; // this tile's row of st", k->st,
 			(long long)e->n);
@@ -741,10 +744,10 @@ static void emit_stage_and_store(lg_buf *b, const struct ctx *k)
 	lg_line(b, "__syncthreads();");
 	if (e->layout == LG_QE_EXPERTS)
 		lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
-	else if (e->qt_narrow)
-		lg_emit_qt_lines_to(b, e->threads, "qtg", k->m, "m0");
-	else
+	else if (e->layout == LG_QE_TILE128) /* the weight's transposed copy: rows M apart */
 		lg_emit_qt_lines_flat(b, e->threads, "qtg", k->m, "m0");
+	else /* a flat activation's columnwise copy: rows round_up(M, 16) apart, a zero tail */
+		lg_emit_qt_lines_pitched(b, e->threads, "qtg", k->m, "m0", e->qt_narrow);
 }
 
 /* One pass over the thread's values: q rows, and the column bytes into the

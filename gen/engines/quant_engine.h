@@ -21,10 +21,13 @@
  * qt [K, M] with st [cdiv(M, 128), K] (staged in a swizzled shared tile,
  * each 128-byte line stored by memory's aligned 16-byte chunks at any token
  * count: lg_emit_qt_lines_realign), any of rowwise / columnwise / both, and
- * no store past the last token.
+ * no store past the last token (but for a flat qt's zero tail).
  *
  * Layouts (struct lg_qe.layout):
- *   - LG_QE_FLAT: one tensor of M tokens.
+ *   - LG_QE_FLAT: one tensor of M tokens; qt [K, round_up(M, 16)], rows
+ *     16-byte aligned for TMA (the FP8 wgrad's operand), the tail
+ *     [M, round_up(M, 16)) of each row written as zeros at every launch
+ *     (lg_emit_qt_lines_pitched).
  *   - LG_QE_EXPERTS: per expert (docs/kernels.md 1.3): tokens grouped by expert
  *     in contiguous segments of counts[e] tokens (counts: E int32 in device
  *     memory, read by the kernel; never the host), each segment quantised
@@ -79,10 +82,10 @@ struct lg_qe {
 	bool rows;      /* the rowwise copy (q, s) */
 	bool cols;      /* the columnwise copy (qt, st) */
 	bool pow2;      /* round_scale */
-	bool qt_narrow; /* LG_QE_FLAT: the former qt store, each 16-byte piece of a line at the
-			   tile's offset, narrow stores where qt rows are not 16-byte aligned
-			   (tile.qt_store 1; for timing it); else (the default) every line
-			   realigned to memory's 16-byte chunks (lg_emit_qt_lines_realign) */
+	bool qt_narrow; /* LG_QE_FLAT: the former qt store, each 16-byte piece of a line tested at
+			   run time for a whole aligned store, narrow stores where not (tile.qt_store
+			   1; for timing it); else (the default) whole 16-byte stores of the pitched
+			   lines (lg_emit_qt_lines_pitched) */
 	enum lg_qe_vals vals;
 	enum lg_qe_layout layout;
 	/* Names in the generated code (NULL: the default in brackets): the
@@ -157,14 +160,14 @@ extern const int64_t lg_qe_tiles_ok[];
 #define LG_QE_KEY_TILES(doc_) LG_KEY_TILE("tiles", "k", 1, 8, lg_qe_tiles_ok, doc_)
 
 /* tile.qt_store of the families with a flat columnwise copy: 1 the former
- * store (narrow stores at token counts that are not a multiple of 16), 2
- * (the default) lines realigned to memory's 16-byte chunks. */
+ * store (each piece tested at run time for a whole aligned store), 2 (the
+ * default) whole 16-byte stores (qt's rows are round_up(M, 16) apart). */
 extern const int64_t lg_qe_qt_store_ok[];
 #define LG_QE_KEY_QT_STORE                                                                          \
 	LG_KEY_TILE("qt_store", "qs", 1, 2, lg_qe_qt_store_ok,                                      \
-		    "qt lines: 2 (default) realigned to memory's 16-byte chunks (whole-chunk stores at " \
-		    "any token count); 1 the tile's 16-byte pieces, narrow stores where qt rows are "  \
-		    "not 16-byte aligned (the former store)")
+		    "qt lines: 2 (default) whole 16-byte stores (qt rows round_up(tokens, 16) bytes "  \
+		    "apart); 1 the tile's 16-byte pieces each tested at run time, narrow stores where " \
+		    "not whole (the former store)")
 /* Resolve tile.qt_store (key k; -1: none): sets p->tile[k] and returns
  * whether the former (narrow) store is asked for. */
 bool lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k);

@@ -10,12 +10,14 @@
  *            M]), w's transposed copy (qt [k, n], st [cdiv(k, 128),
  *            cdiv(n, 128)]: wgmma reads e4m3 K-major only)
  *   wgrad    dw [n, k] = dy^T . x over the tokens: the columnwise copies of
- *            dy (qt [n, M], st [cdiv(M, 128), n]) and x ([k, M],
- *            [cdiv(M, 128), k]); fp32 (or bf16); `accumulate`: dw += (an
+ *            dy (qt [n, round_up(M, 16)], st [cdiv(M, 128), n]) and x
+ *            ([k, round_up(M, 16)], [cdiv(M, 128), k]); fp32 (or bf16);
+ *            `accumulate`: dw += (an
  *            fp32 main gradient)
  *
- * M is the run-time token count (any, 1 included; the wgrad's a multiple
- * of 16: the rows of the columnwise copies are read by TMA); n and k are
+ * M is the run-time token count (any, 0 and 1 included; the wgrad's
+ * columnwise copies have rows round_up(M, 16) bytes apart, TMA's 16-byte
+ * pitch, read as rows of M: the tail is never read); n and k are
  * static multiples of 16 (a partial last 128-block of the reduction is
  * zero-filled by TMA and scaled by its block's scale). sm_90a only: plan()
  * refuses other targets.
@@ -57,11 +59,12 @@ static const struct lg_key keys[NKEYS] = {
 static const struct lg_size sizes[] = {
 	{"tokens", "M", 0, INT32_MAX, "rows of x and dy (tokens)", 0, 0},
 };
-/* wgrad reads the columnwise copies (tokens along a row) by TMA, whose rows
- * must be multiples of 16 bytes: the tokens a multiple of 16. */
+/* wgrad reads the columnwise copies (tokens along a row) by TMA, whose row
+ * pitch must be a multiple of 16 bytes: their rows are round_up(tokens, 16)
+ * apart (the quantisers' layout, a zero tail), any token count. */
 static const struct lg_size wgrad_sizes[] = {
-	{"tokens", "M", 0, INT32_MAX, "rows of dy and x; wgrad: the rows of the columnwise copies, "
-	 "read by TMA, must be multiples of 16 bytes", 0, 16},
+	{"tokens", "M", 0, INT32_MAX, "rows of dy and x (the columnwise copies' columns; their rows "
+	 "round_up(tokens, 16) apart)", 0, 0},
 };
 
 enum { A_IN, A_IN_S, B_IN, B_IN_S, C_OUT, NARGS };
@@ -80,9 +83,11 @@ static const struct lg_arg dgrad_args[NARGS] = {
 	[C_OUT] = {"dx", LG_ARG_OUT, LG_ELEM_DTYPE, "tokens, k", 16, "dy . w"},
 };
 static const struct lg_arg wgrad_args[NARGS] = {
-	[A_IN] = {"dyt", LG_ARG_IN, LG_ELEM_E4M3, "n, tokens", 16, "columnwise copy of dy"},
+	[A_IN] = {"dyt", LG_ARG_IN, LG_ELEM_E4M3, "n, round_up(tokens, 16)", 16,
+		  "columnwise copy of dy (rows 16-byte aligned; the tail not read)"},
 	[A_IN_S] = {"dyt_scale", LG_ARG_IN, LG_ELEM_FP32, "cdiv(tokens, 128), n", 4, "its 128 x 1 scales"},
-	[B_IN] = {"xt", LG_ARG_IN, LG_ELEM_E4M3, "k, tokens", 16, "columnwise copy of x"},
+	[B_IN] = {"xt", LG_ARG_IN, LG_ELEM_E4M3, "k, round_up(tokens, 16)", 16,
+		  "columnwise copy of x (rows 16-byte aligned; the tail not read)"},
 	[B_IN_S] = {"xt_scale", LG_ARG_IN, LG_ELEM_FP32, "cdiv(tokens, 128), k", 4, "its 128 x 1 scales"},
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "n, k", 16, "dy^T . x (accumulate: added to dw)"},
 };
@@ -163,7 +168,11 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	extents(s, &l, &rows, &cols, &red);
 	p->v[P8_COLS] = cols;
 	p->v[P8_ROWS] = s->pass == LG_PASS_WGRAD ? lg_spec_int(s, K_N) : -1;
-	return lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN);
+	st = lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN);
+	if (st == LG_OK && s->pass == LG_PASS_WGRAD) /* rows of tokens in a pitch of round_up(tokens, 16) */
+		for (int i = 0; i < p->ntmaps; i++)
+			p->tmap[i].cols = "tokens";
+	return st;
 }
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
@@ -236,9 +245,10 @@ static const char doc_dgrad[] =
 	"  weight's transposed copy (wt [k, n], wt_scale [cdiv(k,128), cdiv(n,128)]).";
 static const char doc_wgrad[] =
 	"Blockwise FP8 GEMM wgrad (op \"fp8_gemm\", sm_90a): dw [n, k] (=, or += with\n"
-	"  accumulate) dy^T . x over the tokens (a multiple of 16) from the columnwise\n"
-	"  copies of dy (dyt [n, tokens], dyt_scale [cdiv(tokens,128), n]) and x (xt\n"
-	"  [k, tokens], xt_scale [cdiv(tokens,128), k]).";
+	"  accumulate) dy^T . x over the tokens (any count) from the columnwise copies\n"
+	"  of dy (dyt [n, round_up(tokens,16)], dyt_scale [cdiv(tokens,128), n]) and x\n"
+	"  (xt [k, round_up(tokens,16)], xt_scale [cdiv(tokens,128), k]): the\n"
+	"  quantisers' layout, rows 16-byte aligned, columns past tokens not read.";
 
 const struct lg_family lg_family_fp8_gemm = {
 	.op = "fp8_gemm",

@@ -101,8 +101,8 @@ static const struct lg_arg fwd_args[NARGS] = {
 	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, tokens", 16, "rowwise scales, transposed"},
 	[ARG_RMS] = {"rms", LG_ARG_OUT, LG_ELEM_FP32, "tokens", 16,
 		     "reciprocal RMS (also read by the second kernel)"},
-	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, tokens", 16,
-		    "columnwise, transposed (0 for rowwise)"},
+	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, round_up(tokens, 16)", 16,
+		    "columnwise, transposed, rows 16-byte aligned, zeros past tokens (0 for rowwise)"},
 	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), hidden", 16, "columnwise scales"},
 };
 
@@ -703,7 +703,8 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	emit_row_rrms(b, cl);
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];");
+	lg_line(b, "for (int i = 0; i < 4; i++) // absent rows 0: y = 0, qt's tail");
+	lg_line(b, "\trr[i] = 4 * rb + i < rows ? rs[4 * rb + i] : 0.0f;");
 	emit_tile_y(b);
 	if (lg_quant_rowwise(s))
 		emit_tile_rowwise(b, s, p->v[P_HIDDEN], "blockIdx.x");
@@ -837,7 +838,8 @@ static void emit_slab_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	emit_row_rrms(b, cl);
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];");
+	lg_line(b, "for (int i = 0; i < 4; i++) // absent rows 0: y = 0, qt's tail");
+	lg_line(b, "\trr[i] = 4 * rb + i < rows ? rs[4 * rb + i] : 0.0f;");
 	lg_line(b, "#pragma unroll 1");
 	lg_open(b, "for (int kb = 0; kb < %d; kb++) {", nb);
 	emit_slab_block(b, box);
@@ -915,7 +917,8 @@ static const char doc_forward[] =
 	"K1: RMSNorm + blockwise FP8 quantisation, forward (op \"rmsnorm_quant\").\n"
 	"  x [tokens, hidden] bf16, w [hidden] bf16;\n"
 	"  q  [tokens, hidden] e4m3, s  [hidden/128, tokens] fp32   (rowwise)\n"
-	"  qt [hidden, tokens] e4m3, st [ceil(tokens/128), hidden] fp32 (columnwise)\n"
+	"  qt [hidden, round_up(tokens, 16)] e4m3 (zeros past tokens),\n"
+	"  st [ceil(tokens/128), hidden] fp32 (columnwise)\n"
 	"  rms [tokens] fp32 (reciprocal RMS): required, also the hand-over between\n"
 	"  the kernel's two passes.\n"
 	"Copies the spec's quant.output did not ask for take 0.";

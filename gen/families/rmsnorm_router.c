@@ -154,8 +154,8 @@ static const struct lg_arg fwd_args[NARGS] = {
 	[A_LOGITS] = {"logits", LG_ARG_OUT, LG_ELEM_FP32, "tokens, experts", 16, "y . route_w^T, fp32"},
 	[A_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, hidden", 16, "rowwise copy of y"},
 	[A_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(hidden, 128), tokens", 16, "rowwise scales, transposed"},
-	[A_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, tokens", 16,
-		  "columnwise copy, transposed (quant.output both)"},
+	[A_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, round_up(tokens, 16)", 16,
+		  "columnwise copy, transposed, zeros past tokens (quant.output both)"},
 	[A_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), hidden", 16, "columnwise scales"},
 };
 

@@ -4,7 +4,8 @@
  * times its block's scale), summed in float64:
  *   forward  y [M, n]  = x [M, k] . w [n, k]^T
  *   dgrad    dx [M, k] = dy [M, n] . wt [k, n]^T
- *   wgrad    dw [n, k] = dyt [n, M] . xt [k, M]^T
+ *   wgrad    dw [n, k] = dyt [n, M] . xt [k, M]^T (dyt, xt: rows
+ *            round_up(M, 16) apart, the tail random and never read)
  * (accumulate is not modelled: the harness poisons outputs; the GPU test
  * checks dw += on its own).
  *
@@ -82,17 +83,17 @@ static void prod_rows(void *ctx, size_t lo, size_t hi)
 
 void lg_ref_fp8_product(const struct lg_ref_fp8_op *o, double *out)
 {
-	size_t r = o->rows, cl = o->cols, l = o->red, lb = (l + 127) / 128;
+	size_t r = o->rows, cl = o->cols, l = o->red, lb = (l + 127) / 128, ld = o->ld ? o->ld : l;
 	double *a = malloc(r * l * sizeof *a), *b = malloc(cl * l * sizeof *b);
 	if (!a || !b)
 		abort();
 	for (size_t i = 0; i < r; i++)
 		for (size_t j = 0; j < l; j++)
-			a[i * l + j] = (double)lg_ref_e4m3_to_f32(o->a[i * l + j]) * o->sa[(j / 128) * r + i];
+			a[i * l + j] = (double)lg_ref_e4m3_to_f32(o->a[i * ld + j]) * o->sa[(j / 128) * r + i];
 	for (size_t i = 0; i < cl; i++)
 		for (size_t j = 0; j < l; j++) {
 			double sb = o->b_rowscale ? o->sb[(j / 128) * cl + i] : o->sb[(i / 128) * lb + j / 128];
-			b[i * l + j] = (double)lg_ref_e4m3_to_f32(o->b[i * l + j]) * sb;
+			b[i * l + j] = (double)lg_ref_e4m3_to_f32(o->b[i * ld + j]) * sb;
 		}
 	struct prod p = {a, b, out, cl, l};
 	lg_ref_parallel_rows(r, cl * l, prod_rows, &p); /* rows: independent */
@@ -120,8 +121,10 @@ void lg_ref_fp8_store(const struct lg_spec *s, struct lg_ref_buf *o, const doubl
 static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	struct lg_ref_fp8_op o = {c->buf[A_IN].host, c->buf[A_IN_S].host, c->buf[B_IN].host, c->buf[B_IN_S].host,
-				  0, 0, 0, s->pass == LG_PASS_WGRAD};
+				  0, 0, 0, s->pass == LG_PASS_WGRAD, 0};
 	shape(s, c, &o.rows, &o.cols, &o.red);
+	if (s->pass == LG_PASS_WGRAD) /* the columnwise copies: rows round_up(M, 16) apart, the tail not read */
+		o.ld = lg_ref_qt_pitch(o.red);
 	double *y = malloc((o.rows * o.cols + 1) * sizeof *y);
 	if (!y)
 		abort();

@@ -68,7 +68,7 @@ static void run_wgrad(const struct lg_spec *s, struct lg_ref_case *c)
 	for (size_t i = 0; i < e; i++) {
 		size_t m = (size_t)counts[i];
 		if (m) {
-			struct lg_ref_fp8_op o = {a + t0 * n, sa + blk * n, b + t0 * k, sb + blk * k, n, k, m, true};
+			struct lg_ref_fp8_op o = {a + t0 * n, sa + blk * n, b + t0 * k, sb + blk * k, n, k, m, true, 0};
 			lg_ref_fp8_product(&o, y + i * n * k);
 		}
 		t0 += m;
@@ -99,7 +99,7 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 		size_t rows = (size_t)counts[i];
 		if (rows) {
 			struct lg_ref_fp8_op o = {a + r0 * red, sa + r0 * rb, b + i * cols * red, sb + i * cb * rb,
-						  rows, cols, red, false};
+						  rows, cols, red, false, 0};
 			lg_ref_fp8_product(&o, y + r0 * cols);
 		}
 		r0 += rows;

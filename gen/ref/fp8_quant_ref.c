@@ -33,7 +33,7 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 	float *y = malloc((count ? count : 1) * sizeof *y);
 	LG_ASSERT(y);
 	lg_ref_widen_bf16(x, y, count);
-	lg_ref_quant_blockwise(y, m, n, lg_spec_quant(s), c->buf[Q].host, c->buf[S].host, c->buf[QT].host,
+	lg_ref_quant_flat(y, m, n, lg_spec_quant(s), c->buf[Q].host, c->buf[S].host, c->buf[QT].host,
 			       c->buf[ST].host);
 	free(y);
 }

@@ -3,7 +3,8 @@
  * plain C, shared by the references of every quantising family: an fp32
  * [m, n] array into the rowwise copy (1x128 blocks, q [m, n], scales
  * s [n/128, m]) and the columnwise copy (128x1 blocks, transposed:
- * qt [n, m], scales st [ceil(m/128), n]). A partial last token block takes
+ * qt [n, m], scales st [ceil(m/128), n]; the dense quantisers' flat copy
+ * has rows round_up(m, 16) apart, a zero tail). A partial last token block takes
  * its amax over its real rows only. Also the same for values the GPU
  * computes only to a bound (a slack per element from the bound), and the
  * per-expert layout. The exact quantisation is the bounded one with no
@@ -148,14 +149,22 @@ static void cols_fn(void *ctx, size_t lo_unit, size_t hi_unit)
 			if (o->st_slack)
 				o->st_slack[t * n + k] = ss;
 		}
+		size_t ld = o->qt_ld ? o->qt_ld : m;
 		for (size_t i = 0; i < rows; i++)
 			for (size_t k = k0; k < k1; k++) {
-				size_t at = (r0 + i) * n + k, to = k * m + r0 + i;
+				size_t at = (r0 + i) * n + k, to = k * ld + r0 + i;
 				o->qt[to] = lg_ref_quant(j->y[at], sv[k - k0], j->pow2);
 				if (o->qt_slack)
 					o->qt_slack[to] = j->err ? payload_tol(j->y[at], j->err[at], slo[k - k0], shi[k - k0],
 									       o->qt[to]) : 0;
 			}
+		if (r0 + rows == m) /* the last block: the pitch's tail, zeros */
+			for (size_t k = k0; k < k1; k++)
+				for (size_t i = m; i < ld; i++) {
+					o->qt[k * ld + i] = 0;
+					if (o->qt_slack)
+						o->qt_slack[k * ld + i] = 0;
+				}
 	}
 	atomic_fetch_add(&j->ambiguous, ambiguous);
 }
@@ -178,6 +187,13 @@ void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant 
 {
 	struct lg_ref_qout o = {.q = q, .s = s, .qt = qt, .st = st};
 	lg_ref_quant_tol(y, NULL, m, n, qr, &o); /* exact values: the nominal copies, no slack */
+}
+
+void lg_ref_quant_flat(const float *y, size_t m, size_t n, struct lg_quant qr, uint8_t *q, float *s, uint8_t *qt,
+		       float *st)
+{
+	struct lg_ref_qout o = {.q = q, .s = s, .qt = qt, .st = st, .qt_ld = lg_ref_qt_pitch(m)};
+	lg_ref_quant_tol(y, NULL, m, n, qr, &o);
 }
 
 /* The same copy, the pointers of one expert's segment. */

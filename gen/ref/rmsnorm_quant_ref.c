@@ -54,7 +54,7 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 		for (size_t k = 0; k < n; k++)
 			y[i * n + k] = (lg_ref_bf16_to_f32(x[i * n + k]) * r) * lg_ref_bf16_to_f32(w[k]);
 	}
-	lg_ref_quant_blockwise(y, mm, n, qr, c->buf[Q].host, c->buf[S].host, c->buf[QT].host, c->buf[ST].host);
+	lg_ref_quant_flat(y, mm, n, qr, c->buf[Q].host, c->buf[S].host, c->buf[QT].host, c->buf[ST].host);
 	free(y);
 }
 

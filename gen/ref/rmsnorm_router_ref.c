@@ -113,7 +113,7 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 	for (size_t i = 0; i < m; i++)
 		memcpy(yp + i * np, y + i * n, n * sizeof *y);
 	/* qt, st only with "both", where hidden is a multiple of 128 (np == n) */
-	lg_ref_quant_blockwise(yp, m, np, qr, qp, c->buf[S].host, c->buf[QT].host, c->buf[ST].host);
+	lg_ref_quant_flat(yp, m, np, qr, qp, c->buf[S].host, c->buf[QT].host, c->buf[ST].host);
 	if (c->buf[Q].count)
 		for (size_t i = 0; i < m; i++)
 			memcpy((uint8_t *)c->buf[Q].host + i * n, qp + i * np, n);

@@ -87,7 +87,8 @@ def _parse_dims(expr):
 
 def eval_dim(node, env):
     """One dimension's value: + - * / (integer, toward zero for the
-    non-negative values shapes have), cdiv(a, b), pick(c, a, b) (a if c is
+    non-negative values shapes have), cdiv(a, b), round_up(a, b) (cdiv(a,
+    b) * b: a row pitch), pick(c, a, b) (a if c is
     0, else b; an enum key is its value's index), names from env; a number
     key after '*' where the product is whole ("head_dim * rotary_fraction").
     Works on ints and on torch SymInts."""
@@ -115,6 +116,10 @@ def eval_dim(node, env):
             and node.func.id == "cdiv" and len(node.args) == 2):
         a, b = eval_dim(node.args[0], env), eval_dim(node.args[1], env)
         return (a + b - 1) // b
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "round_up" and len(node.args) == 2):
+        a, b = eval_dim(node.args[0], env), eval_dim(node.args[1], env)
+        return (a + b - 1) // b * b
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id == "pick" and len(node.args) == 3):
         return eval_dim(node.args[2] if eval_dim(node.args[0], env) else node.args[1], env)
@@ -156,6 +161,17 @@ def offset_name(node):
             and isinstance(node.left, ast.Name) and isinstance(node.right, ast.Constant)
             and isinstance(node.right.value, int)):
         return node.left.id, node.right.value
+    return None
+
+
+def rounded_name(node):
+    """(name, c) for a dimension `round_up(name, c)` (a row pitch: the
+    columnwise copies' qt [k, round_up(tokens, 16)])."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "round_up" and len(node.args) == 2
+            and isinstance(node.args[0], ast.Name) and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, int) and node.args[1].value > 0):
+        return node.args[0].id, node.args[1].value
     return None
 
 
@@ -235,4 +251,12 @@ def bind(fam, decl, shapes, options):
                 env[off[0]], origin[off[0]] = n - off[1], f"{a.name}.shape[{i}] - {off[1]}"
             elif sc and sc[0] not in env:  # (an odd n: the shape check names the argument)
                 env[sc[0]], origin[sc[0]] = n // sc[1], f"{a.name}.shape[{i}] / {sc[1]}"
+    for a in decl.args:  # last, `round_up(name, c)`: name is the pitch, its tail taken as part
+        shape = shapes.get(a.name)  # of it (the quantisers write zeros there: the wgrad sums
+        if shape is None or len(shape) != len(a.dims):  # over them to the same result)
+            continue
+        for i, (d, n) in enumerate(zip(a.dims, shape)):
+            ru = rounded_name(d)
+            if ru and ru[0] not in env:
+                env[ru[0]], origin[ru[0]] = n, f"{a.name}.shape[{i}]"
     return env, origin, bad

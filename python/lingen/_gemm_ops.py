@@ -52,19 +52,24 @@ def fp8_gemm_dgrad(dy, dy_scale, wt, wt_scale, *, out_dtype="bf16", tile=None, o
     return r["dx"]
 
 
-def fp8_gemm_wgrad(dyt, dyt_scale, xt, xt_scale, *, out_dtype="fp32", accumulate=None,
-                   tile=None, out=None, stream=None, context=None, alloc=None):
-    """dw [n, k] = dy^T . x over the tokens (a multiple of 16), from the
-    columnwise copies of dy (dyt [n, tokens], dyt_scale [cdiv(tokens, 128),
-    n]) and x (xt [k, tokens], xt_scale [cdiv(tokens, 128), k]). out_dtype
-    "fp32" (default) or "bf16" (a bf16 weight's gradient, no cast after);
-    accumulate=True (fp32) adds into out={"dw": main_grad} instead."""
+def fp8_gemm_wgrad(dyt, dyt_scale, xt, xt_scale, *, tokens=None, out_dtype="fp32",
+                   accumulate=None, tile=None, out=None, stream=None, context=None, alloc=None):
+    """dw [n, k] = dy^T . x over the tokens (any count), from the columnwise
+    copies of dy (dyt [n, round_up(tokens, 16)], dyt_scale [cdiv(tokens,
+    128), n]) and x (xt [k, round_up(tokens, 16)], xt_scale [cdiv(tokens,
+    128), k]): the quantisers' layout (fp8_quant, rmsnorm_quant,
+    swiglu_quant), rows 16-byte aligned, zeros past the tokens. tokens:
+    the count (default: the pitch, dyt.shape[1]; the same sum, the tail
+    being zeros). out_dtype "fp32" (default) or "bf16" (a bf16 weight's
+    gradient, no cast after); accumulate=True (fp32) adds into
+    out={"dw": main_grad} instead."""
     fn = "lingen.fp8_gemm_wgrad"
     dt = _out_dtype(fn, out_dtype)
     accumulate = _accumulate(fn, accumulate, dt, out, "[n, k]")
     r = call(fn, "fp8_gemm", "wgrad", {"dyt": dyt, "dyt_scale": dyt_scale, "xt": xt,
                                        "xt_scale": xt_scale},
-             {"tile": tile, "accumulate": accumulate, "dtype": dt}, out=out, stream=stream,
+             {"tile": tile, "accumulate": accumulate, "dtype": dt}, out=out,
+             sizes=None if tokens is None else {"tokens": tokens}, stream=stream,
              context=context, alloc=alloc)
     return r["dw"]
 

@@ -22,6 +22,12 @@ def rowwise(y, round_scale):
     return scales(y.view(t, h // 128, 128).abs().amax(-1), round_scale).T
 
 
+def pitch(tokens):
+    """round_up(tokens, 16): the row pitch of a columnwise copy (qt [hidden,
+    pitch], zeros past the tokens)."""
+    return (tokens + 15) // 16 * 16
+
+
 def colwise(y, round_scale):
     """(st [cdiv(tokens, 128), hidden] float64): 128-token blocks, the
     missing rows of a last partial block counting as 0."""

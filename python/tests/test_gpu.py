@@ -29,7 +29,9 @@ def check_quant(torch, y64, q, s, qt, st, round_scale, what):
         st_ref = ref.colwise(y64, round_scale)
         ref.check_scales(st, st_ref, f"{what} st")
         per = st.double().repeat_interleave(128, dim=0)[:t]  # [tokens, hidden]
-        ref.check_q(qt.T, y64, per, f"{what} qt")
+        assert qt.shape == (h, ref.pitch(t)), (what, qt.shape)  # rows round_up(t, 16) apart
+        ref.check_q(qt[:, :t].T, y64, per, f"{what} qt")
+        assert not qt[:, t:].view(torch.uint8).any(), f"{what} qt: the tail past the tokens not 0"
 
 
 @pytest.mark.parametrize("hidden", [128, 384, 2048, 7168])
@@ -41,7 +43,7 @@ def test_rmsnorm_quant(seed, tokens, hidden):
         q, s, rms, qt, st = lingen.rmsnorm_quant(x, w, round_scale=round_scale)
         assert q.dtype == torch.float8_e4m3fn and q.shape == (tokens, hidden)
         assert s.shape == (hidden // 128, tokens) and st.shape == ((tokens + 127) // 128, hidden)
-        assert qt.shape == (hidden, tokens) and rms.shape == (tokens,)
+        assert qt.shape == (hidden, ref.pitch(tokens)) and rms.shape == (tokens,)
         y64, r64 = ref.rmsnorm(x, w)
         ref.check_rel(rms, r64, 1e-6, "rms")
         check_quant(torch, y64, q, s, qt, st, round_scale, f"rmsnorm_quant {tokens}x{hidden}")

@@ -28,7 +28,7 @@ def rel(y, ref):
     return ((y.double() - ref).abs().max() / ref.abs().max()).item()
 
 
-@pytest.mark.parametrize("m", [1, 127, 1024])
+@pytest.mark.parametrize("m", [1, 127, 1024, 9973])
 def test_three_products(seed, m):
     torch = torch_cuda()
     sm90(torch)
@@ -45,13 +45,19 @@ def test_three_products(seed, m):
     dq, ds, dqt, dst = lingen.fp8_quant(dy)
     dx = lingen.fp8_gemm_dgrad(dq, ds, wqt, wst, out_dtype="fp32")
     assert rel(dx, deq_rows(dq, ds) @ deq_tiles(wqt, wst).t()) <= 2e-3
-    if m % 16 == 0:
-        dw = lingen.fp8_gemm_wgrad(dqt, dst, qt, st)
-        ref = deq_rows(dqt, dst) @ deq_rows(qt, st).t()
-        assert rel(dw, ref) <= 2e-3
-        again = dw.clone()
-        lingen.fp8_gemm_wgrad(dqt, dst, qt, st, accumulate=True, out={"dw": again})
-        assert torch.equal(again, 2 * dw)
+    # any token count: qt rows round_up(m, 16) apart, zeros past m
+    assert qt.shape == (k, (m + 15) // 16 * 16) and not qt[:, m:].view(torch.uint8).any()
+    dw = lingen.fp8_gemm_wgrad(dqt, dst, qt, st)
+    ref = deq_rows(dqt[:, :m], dst) @ deq_rows(qt[:, :m], st).t()
+    assert rel(dw, ref) <= 2e-3
+    assert torch.equal(lingen.fp8_gemm_wgrad(dqt, dst, qt, st, tokens=m), dw)  # the tail: zeros
+    again = dw.clone()
+    lingen.fp8_gemm_wgrad(dqt, dst, qt, st, accumulate=True, out={"dw": again})
+    assert torch.equal(again, 2 * dw)
+    if m % 16:  # an unpitched copy: refused, the expected shape named
+        with pytest.raises(ValueError, match="round_up"):
+            lingen.fp8_gemm_wgrad(dqt[:, :m].contiguous(), dst, qt[:, :m].contiguous(), st,
+                                  tokens=m)
 
 
 def test_grouped_forward(seed):

@@ -227,7 +227,8 @@ lg_rmsnorm_quant_fwd_bf16_h128_rowwise_exact_tcl1st1(
 			((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];
 		float rr[4];
 		#pragma unroll
-		for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];
+		for (int i = 0; i < 4; i++) // absent rows 0: y = 0, qt's tail
+			rr[i] = 4 * rb + i < rows ? rs[4 * rb + i] : 0.0f;
 		const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + col0 * 2);
 		const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
 		float y[4][8];

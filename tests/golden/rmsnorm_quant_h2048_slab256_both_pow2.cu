@@ -166,35 +166,6 @@ static __device__ __forceinline__ void lg_st8_cs(void *p, u32 a, u32 b)
 		     :: "l"(p), "r"(a), "r"(b) : "memory");
 }
 
-// The first n (<= 16) bytes of v (byte i at dst + i) at any address: when
-// all 16 are stored, whole aligned 4-byte words (funnel shifts across the
-// words of v) and bytes only at the two ends; else bytes.
-static __device__ __forceinline__ void lg_st16_any(u8 *dst, lg_u32x4 v, int n)
-{
-	const u32 u[4] = {v.x, v.y, v.z, v.w};
-	const int a = (int)((size_t)dst & 3);
-	if (n >= 16 && a == 0) {
-		u32 *const w = (u32 *)dst;
-#pragma unroll
-		for (int k = 0; k < 4; k++)
-			w[k] = u[k];
-	} else if (n >= 16) {
-		u32 *const w = (u32 *)(dst - a); // word k holds bytes 4k - a .. 4k + 3 - a
-#pragma unroll
-		for (int k = 1; k < 4; k++)
-			w[k] = __funnelshift_r(u[k - 1], u[k], 32 - 8 * a);
-		for (int j = 0; j < 4 - a; j++)
-			dst[j] = (u8)(u[0] >> (8 * j));
-		for (int j = 16 - a; j < 16; j++)
-			dst[j] = (u8)(u[3] >> (8 * (j - 12)));
-	} else {
-#pragma unroll
-		for (int i = 0; i < 16; i++)
-			if (i < n)
-				dst[i] = (u8)(u[i >> 2] >> (8 * (i & 3)));
-	}
-}
-
 // The shared-window address of a generic pointer to shared memory.
 static __device__ __forceinline__ u32 lg_smem_addr(const void *p)
 {
@@ -344,69 +315,22 @@ static __device__ __forceinline__ void lg_slab_block(const u8 *xb, u64 w, u64 q,
 	}
 	__syncthreads();
 	u8 *const qtg = (u8 *)qt;
-	// qt rows 16-byte aligned (M a multiple of 16): a 16-byte piece of a staged
-	// line a thread, each in one store (the tile's last tokens: narrow ones). Else
-	// the lines realigned to memory's 16-byte chunks (bench/odd-counts.md: at 6001
-	// and 8191 tokens the pieces' narrow stores took 1.5-1.9x the aligned time,
-	// these 1.1-1.35x; at aligned counts these took 2-8% more than the pieces).
-	if ((M & 15) == 0) {
-		#pragma unroll
-		for (int e = threadIdx.x; e < 1024; e += 512) {
-			const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
-			const int pc = (h ^ (sw >> 1)) << 4; // piece h of line c, staged
-			uint4 v = *(const uint4 *)(stage + c * 128 + pc);
-			if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);
-			u8 *const dst = qtg + (k0 + c) * M + m0 + 16 * h;
-			const lg_u32x4 w = {v.x, v.y, v.z, v.w};
-			if (16 * h + 16 <= rows) {
-				lg_st16_cs(dst, w);
-			} else { // the tile's last tokens
-				lg_st16_any(dst, w, rows - 16 * h);
-			}
-		}
-	} else { // qt rows at any byte (the block below is not indented)
-	// qt: each column's tokens are one line of up to 128 bytes at any byte address, cut
-	// at the 16-byte boundaries of memory: a head of (16 - addr) % 16 bytes, whole
-	// chunks, a tail. Thread h of a line stores whole chunk h in one aligned 16-byte
-	// store (taken from the staged line at byte o: three 8-byte words shifted); then
-	// a warp a line, lane q a byte, stores the head's and the tail's bytes (at most
-	// 30): one store instruction a warp for both, where a chunk at a time takes up to
-	// eight small stores for each.
+	// qt [hidden, round_up(M, 16)]: rows 16-byte aligned, each column's 128 tokens
+	// one 128-byte line, 16 bytes a thread; the last tile's line also covers the
+	// zero tail up to the pitch (its absent tokens are staged as zeros).
+	const i64 qtp = (M + 15) & ~(i64)15; // qt's row pitch
+	const int qrows = (int)(qtp - m0 < 128 ? qtp - m0 : 128); // bytes a line
 	#pragma unroll
 	for (int e = threadIdx.x; e < 1024; e += 512) {
 		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
-		const u8 *const sl = stage + c * 128; // staged line c
-		u8 *const line = qtg + (k0 + c) * M + m0;
-		const int head = min((16 - (int)((size_t)line & 15)) & 15, rows);
-		if (h >= (rows - head) >> 4) continue; // not a whole chunk of the line
-		const int o = head + 16 * h; // its bytes o..o+15
-		const int w0 = o >> 3, sh = 8 * (o & 7); // word, shift
-		u64 wd[3];
-		#pragma unroll
-		for (int k = 0; k < 3; k++) // word w of line c: at 8 (w ^ sw)
-			wd[k] = w0 + k < 16 && (k < 2 || sh)
-				? *(const u64 *)(sl + ((w0 + k) ^ sw) * 8) : 0ull;
-		const u64 lo = sh ? wd[0] >> sh | wd[1] << (64 - sh) : wd[0];
-		const u64 hi = sh ? wd[1] >> sh | wd[2] << (64 - sh) : wd[1];
-		lg_st16_cs(line + o, lg_u32x4{(u32)lo, (u32)(lo >> 32), (u32)hi,
-			(u32)(hi >> 32)});
+		if (16 * h >= qrows) continue; // past the tokens and zero tail
+		const int pc = (h ^ (sw >> 1)) << 4; // piece h of line c, staged
+		uint4 v = *(const uint4 *)(stage + c * 128 + pc);
+		if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);
+		u8 *const dst = qtg + (k0 + c) * qtp + m0 + 16 * h;
+		const lg_u32x4 w = {v.x, v.y, v.z, v.w};
+		lg_st16_cs(dst, w);
 	}
-	// The heads and tails: none when every line starts and ends on a chunk
-	// boundary (qt 16-byte aligned, the line stride M, the tile's first token
-	// and its tokens multiples of 16); 16 bytes a line in a whole tile (16 lanes
-	// a line), at most 30 in a short one (32).
-	if (((M | rows) & 15) != 0) {
-		const int lb2 = rows == 128 ? 4 : 5; // log2 of the lanes a line
-		#pragma unroll 2
-		for (int e = threadIdx.x; e < (128 << lb2); e += 512) {
-			const int c = e >> lb2, q = e & ((1 << lb2) - 1); // line c, lane q
-			u8 *const line = qtg + (k0 + c) * M + m0;
-			const int head = min((16 - (int)((size_t)line & 15)) & 15, rows);
-			const int t = q < head ? q : ((rows - head) & ~15) + q;
-			if (t < rows) line[t] = stage[c * 128 + (t ^ (8 * (c >> 3)))];
-		}
-	}
-	} // qt rows at any byte
 }
 
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1)
@@ -480,7 +404,8 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_tsl256(
 			((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];
 		float rr[4];
 		#pragma unroll
-		for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i];
+		for (int i = 0; i < 4; i++) // absent rows 0: y = 0, qt's tail
+			rr[i] = 4 * rb + i < rows ? rs[4 * rb + i] : 0.0f;
 		#pragma unroll 1
 		for (int kb = 0; kb < 2; kb++) {
 			const u8 *const xb = xt + (kb / 2) * 65536 + (kb % 2) * 256;

@@ -4,7 +4,8 @@ the GEMM emulation (lingen.nn._gemm) reads the copies back with.
 
 Layouts (as lingen's kernels write them):
 - rowwise x [M, K]: q [M, K] e4m3, s [K/128, M] fp32 (1 x 128 blocks);
-- columnwise: qt [K, M] e4m3, st [cdiv(M, 128), K] fp32 (128 x 1 blocks);
+- columnwise: qt [K, round_up(M, 16)] e4m3 (rows 16-byte aligned for the
+  wgrad's TMA, zeros past M), st [cdiv(M, 128), K] fp32 (128 x 1 blocks);
 - weight w [N, K]: q [N, K], s [cdiv(N, 128), cdiv(K, 128)] (128 x 128 tiles);
 - per expert (segments of rows given by counts [E], any counts; each
   segment quantised as a tensor of its own): s flat, expert e's [K/128,
@@ -41,14 +42,20 @@ def rowwise(x, round_scale=True):
     return _q(b, s[..., None]).view(m, k), s.t().contiguous()
 
 
+def pitch(m):
+    """round_up(m, 16): the row pitch of a columnwise copy of m tokens."""
+    return -(-m // 16) * 16
+
+
 def colwise(x, round_scale=True):
-    """(qt [K, M], st [cdiv(M, 128), K]) of x [M, K], a last partial block
-    of rows counting the missing rows as 0."""
+    """(qt [K, round_up(M, 16)], st [cdiv(M, 128), K]) of x [M, K], a last
+    partial block of rows counting the missing rows as 0 (qt's columns past
+    M: zeros, as the kernels write them)."""
     m, k = x.shape
     nb = -(-m // BLOCK)
     pad = torch.nn.functional.pad(x.float(), (0, 0, 0, nb * BLOCK - m))
     st = scale_of(pad.view(nb, BLOCK, k).abs().amax(1), round_scale)  # [nb, K]
-    q = _q(pad.view(nb, BLOCK, k), st[:, None, :]).view(nb * BLOCK, k)[:m]
+    q = _q(pad.view(nb, BLOCK, k), st[:, None, :]).view(nb * BLOCK, k)[:pitch(m)]
     return q.t().contiguous(), st
 
 
@@ -151,10 +158,12 @@ def deq_rowwise(q, s, dtype=torch.float32):
     return (q.to(dtype) * s.t().to(dtype).repeat_interleave(BLOCK, 1)[:, :q.shape[1]])
 
 
-def deq_colwise(qt, st, dtype=torch.float32):
-    """x [M, K] of a columnwise copy (qt [K, M], st [cdiv(M, 128), K])."""
-    m = qt.shape[1]
-    return qt.t().to(dtype) * st.to(dtype).repeat_interleave(BLOCK, 0)[:m]
+def deq_colwise(qt, st, dtype=torch.float32, m=None):
+    """x [M, K] of a columnwise copy (qt [K, round_up(M, 16)], st [cdiv(M,
+    128), K]); m None: x [round_up(M, 16), K], the rows past M zeros (a
+    product over the tokens the same)."""
+    p = qt.shape[1] if m is None else m
+    return qt[:, :p].t().to(dtype) * st.to(dtype).repeat_interleave(BLOCK, 0)[:p]
 
 
 def deq_weight(q, s, dtype=torch.float32):
