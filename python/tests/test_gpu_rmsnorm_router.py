@@ -110,7 +110,9 @@ def test_both_copies(seed, case):
         ref.check_scales(s, ref.rowwise(y64, round_scale), "s")
         ref.check_scales(st, ref.colwise(y64, round_scale), "st")
         per = st.double().repeat_interleave(128, dim=0)[:m]
-        ref.check_q(qt.T, y64, per, "qt")
+        assert qt.shape == (k, ref.pitch(m))  # rows round_up(m, 16) apart, zeros past m
+        ref.check_q(qt[:, :m].T, y64, per, "qt")
+        assert not qt[:, m:].view(torch.uint8).any(), "qt: the tail past the tokens not 0"
 
 
 @pytest.mark.parametrize("case", [(8192, 2048, 256), (127, 1024, 96)])

@@ -34,7 +34,7 @@ def quant_experts(torch, y, counts):
     start = 0
     for c in counts:
         if c:
-            q, s, qt, st = torch_quant(torch, y[start:start + c].contiguous())
+            q, s, qt, st = torch_quant(torch, y[start:start + c].contiguous(), pitch=1)
             qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
         start += c
     return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
@@ -139,7 +139,7 @@ def test_autograd():
     g = torch.randn(2, 333, 512, device="cuda").bfloat16()
     sunk = []
     y, q, s, qt, st = lt.swiglu_quant(x, grad_sink=lambda *c: sunk.append(c))
-    assert y.shape == (2, 333, 512) and q.shape == (2, 333, 512) and qt.shape == (512, 666)
+    assert y.shape == (2, 333, 512) and q.shape == (2, 333, 512) and qt.shape == (512, 672)
     y.backward(g)
     rdx, _ = swiglu64(torch, x.detach().view(-1, 1024), g.view(-1, 512))
     torch.testing.assert_close(x.grad.view(-1, 1024).float(), rdx.float(), rtol=2 ** -7, atol=1e-6)

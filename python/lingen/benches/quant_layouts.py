@@ -21,7 +21,7 @@ def batched_quant(torch, x, counts):
     start = 0
     for c in counts:
         if c:
-            q, s, qt, st = torch_quant(torch, x[start:start + c].float())
+            q, s, qt, st = torch_quant(torch, x[start:start + c].float(), pitch=1)
             qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
         start += c
     return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)

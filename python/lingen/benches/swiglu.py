@@ -41,7 +41,7 @@ def per_expert(torch, y, counts):
     start = 0
     for c in counts:
         if c:
-            q, s, qt, st = torch_quant(torch, y[start:start + c].contiguous())
+            q, s, qt, st = torch_quant(torch, y[start:start + c].contiguous(), pitch=1)
             qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
         start += c
     return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
