@@ -94,6 +94,23 @@ static void sweep(int hidden, const char *tile)
 		}
 }
 
+/* The columnwise copy's pitch at the wgrad's odd counts (1, 15, 17, 9973
+ * tokens): qt [hidden, round_up(tokens, 16)], the tail zeros (the
+ * reference's), written at every launch over the harness's poison. */
+static void test_qt_pitch(void **state)
+{
+	(void)state;
+	static const int64_t odd[] = {1, 15, 17, 9973};
+	for (size_t o = 0; o < 3; o += 2) /* both, columnwise */
+		for (size_t t = 0; t < sizeof odd / sizeof odd[0]; t++) {
+			char json[512];
+			snprintf(json, sizeof json,
+				 "{\"op\": \"fp8_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 2048, "
+				 "\"quant\": {\"output\": \"%s\"}}", outputs[o]);
+			check1(json, odd[t]);
+		}
+}
+
 static void test_h128(void **state) { (void)state; sweep(128, ""); }
 static void test_h384(void **state) { (void)state; sweep(384, ""); }
 static void test_h2048(void **state) { (void)state; sweep(2048, ""); }
@@ -116,10 +133,12 @@ static void test_values32(void **state)
 	sweep(2048, ", \"tile\": {\"values\": 32, \"threads\": 256}");
 }
 
-/* Both qt stores (tile.qt_store 2, the default: lines realigned to
- * memory's 16-byte chunks; 1, the former store) at token counts of every
- * residue mod 16 and 32 (qt rows starting at every byte of a chunk, tiles
- * short by every count), and the former at every output of hidden 384. */
+/* Both qt stores (tile.qt_store 2, the default: whole 16-byte stores of
+ * the pitched lines; 1, the former store, each piece tested) at token
+ * counts of every residue mod 16 and 32 (qt [256, round_up(tokens, 16)]:
+ * tiles short by every count, the zero tail of every length, written over
+ * the harness's 0xff poison), and the former at every output of hidden
+ * 384. */
 static void test_qt_store(void **state)
 {
 	(void)state;
@@ -359,6 +378,7 @@ int main(void)
 		cmocka_unit_test(test_threads512),
 		cmocka_unit_test(test_values32),
 		cmocka_unit_test(test_qt_store),
+		cmocka_unit_test(test_qt_pitch),
 		cmocka_unit_test(test_batched_no_tokens),
 		cmocka_unit_test(test_batched_target),
 		cmocka_unit_test(test_batched_odd),

@@ -23,7 +23,7 @@ void lg_spec_uses(const struct lg_spec *s, unsigned char used[LG_MAX_ARGS])
 /* A plan's tensor maps are what cuTensorMapEncodeTiled takes (a bug in the
  * family otherwise): sm_90+, pointer arguments of 1-byte to 8-byte
  * elements, boxes of 1 to 256, a row of the box a multiple of 16 bytes and
- * within the swizzle's span. */
+ * within the swizzle's span, a row length (cols) that evaluates. */
 static void check_tmaps(const struct lg_spec *s, const struct lg_target *t, const struct lg_plan *p)
 {
 	const struct lg_sig *g = &s->fam->sig[s->pass];
@@ -39,6 +39,11 @@ static void check_tmaps(const struct lg_spec *s, const struct lg_target *t, cons
 		LG_ASSERT(row % 16 == 0);
 		LG_ASSERT(m->swizzle == 0 || m->swizzle == 32 || m->swizzle == 64 || m->swizzle == 128);
 		LG_ASSERT(m->swizzle == 0 || row <= (unsigned)m->swizzle);
+		if (m->cols) { /* a row's elements: an expression over the keys and sizes */
+			int64_t sz[LG_MAX_SIZES], v = 0;
+			lg_sizes_at(s->fam, s->pass, 1, sz);
+			LG_ASSERT(lg_shape_value(s, m->cols, sz, &v) == LG_OK);
+		}
 	}
 }
 
