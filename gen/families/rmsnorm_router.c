@@ -833,8 +833,8 @@ static const char doc_forward[] =
 	"  [experts, hidden] bf16; y [tokens, hidden] bf16 = (x r) w, rms [tokens]\n"
 	"  fp32 = r (reciprocal RMS), logits [tokens, experts] fp32 = y . route_w^T\n"
 	"  (y as the spec's precision), q, s the rowwise copy of fp32 y (s\n"
-	"  [cdiv(hidden, 128), tokens]), qt, st the columnwise copy (quant.output\n"
-	"  \"both\"; else 0).";
+	"  [cdiv(hidden, 128), tokens]), qt, st the columnwise copy (qt [hidden,\n"
+	"  round_up(tokens, 16)], zeros past tokens; quant.output \"both\"; else 0).";
 
 const struct lg_family lg_family_rmsnorm_router = {
 	.op = "rmsnorm_router",
