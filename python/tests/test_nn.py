@@ -297,3 +297,17 @@ def test_gemm_backend_is_labelled():
     from lingen.nn import _gemm
     assert ("EMULATED" in b.split(";")[0]) == (not _gemm.native_dense())
     assert not _gemm.native_dense(torch.zeros(1))  # never for CPU operands
+
+
+@pytest.mark.parametrize("m", [1, 127, 333])
+def test_wgrad_emulation_at_any_token_count(m):
+    """The CPU wgrad over the pitched columnwise copies (qt [K, round_up(m,
+    16)], zeros past m) is the product over the m tokens."""
+    from lingen.nn import _gemm, _k
+    x, dy = torch.randn(m, 256).bfloat16(), torch.randn(m, 384).bfloat16()
+    q, s, qt, st = _k.quant(x)
+    gq, gs, gqt, gst = _k.quant(dy)
+    assert qt.shape == (256, (m + 15) // 16 * 16) and not qt[:, m:].float().any()
+    dw = _gemm.linear_wgrad(gqt, gst, qt, st)
+    ref = Q.deq_colwise(gqt, gst, m=m).double().t() @ Q.deq_colwise(qt, st, m=m).double()
+    assert dw.shape == (384, 256) and rel(dw, ref) < 1e-6
