@@ -51,12 +51,14 @@ def inputs(torch, seed, m, k, n):
     return x, w, rw
 
 
-def check_abs(got, want, tol, what):
+def check_abs(got, want, tol, what, rel=0.0):
+    """|got - want| <= tol RMS(want) + rel |want| elementwise (rel: a bf16
+    output's rounding, up to 2^-8 of the value itself)."""
     got = got.double()
     assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)} != {tuple(want.shape)}"
     rms = want.square().mean().sqrt().clamp(min=1e-30) if want.numel() else 1.0
     err = (got - want).abs()
-    bad = err > tol * rms
+    bad = err > tol * rms + rel * want.abs()
     assert not bad.any(), (f"{what}: {int(bad.sum())} of {want.numel()} values out of tolerance; "
                            f"max error {float(err.max()) / float(rms):.3g} of the RMS")
 
@@ -179,8 +181,11 @@ def test_autograd_function(seed):
     bad = err > bound
     assert not bad.any(), (f"dx: {int(bad.sum())} of {err.numel()} values outside their bound; "
                            f"max error/bound {float((err / bound).max()):.3g}")
-    check_abs(w.grad, w64.grad, 2e-2, "dw")
-    check_abs(rw.grad, rw64.grad, 2e-2, "d route_w")
+    # bf16 gradients: their own rounding (2^-8 of a value at most) beside the
+    # sums of bf16-rounded terms (a 5-sigma element of d route_w reached 2.3e-2
+    # of the RMS at LINGEN_SEED=1590072848 under a 2e-2 RMS-only bound)
+    check_abs(w.grad, w64.grad, 2e-2, "dw", rel=2.0 ** -8)
+    check_abs(rw.grad, rw64.grad, 2e-2, "d route_w", rel=2.0 ** -8)
     # only the logits used: y's gradient is None
     x.grad = None
     _, _, logits2, *_ = lt.rms_norm_router(x, w, rw)
