@@ -334,11 +334,13 @@ static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
 {
 	if (g->b_rowscale) {
 		emit_scale_loads(b, g, "kt", "", true);
-		lg_line(b, "float sbv[%d];", g->bn / 4);
+		lg_comment(b, "B's of columns col and col + 1 (col even): one 8-byte load");
+		lg_line(b, "float2 sbv[%d];", g->bn / 8);
 		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 4);
-		lg_line(b, "const i64 col = oc + (j >> 1) * 8 + (lane & 3) * 2 + (j & 1);");
-		lg_line(b, "sbv[j] = col < %s ? LG_SB(kt, col) : 0.0f;", g->cols);
+		lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
+		lg_line(b, "const i64 col = oc + j * 8 + (lane & 3) * 2;");
+		lg_line(b, "const float2 *const sp = (const float2 *)&LG_SB(kt, col);");
+		lg_line(b, "sbv[j] = col < %s ? *sp : make_float2(0.0f, 0.0f);", g->cols);
 		lg_close(b);
 		return;
 	}
@@ -364,7 +366,7 @@ static void emit_promote(lg_buf *b, const struct lg_fp8_gemm *g, const char *ps)
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
 	if (g->b_rowscale) {
-		lg_line(b, "const float c0 = sbv[2 * j], c1 = sbv[2 * j + 1];");
+		lg_line(b, "const float c0 = sbv[j].x, c1 = sbv[j].y;");
 		lg_line(b, "acc[4 * j] += %s[4 * j] * (sa0 * c0);", ps);
 		lg_line(b, "acc[4 * j + 1] += %s[4 * j + 1] * (sa0 * c1);", ps);
 		lg_line(b, "acc[4 * j + 2] += %s[4 * j + 2] * (sa1 * c0);", ps);

@@ -257,11 +257,13 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 			const int s = it % 6;
 			const float sa0 = row < rend ? LG_SA(kt, row) : 0.0f;
 			const float sa1 = row + 8 < rend ? LG_SA(kt, row + 8) : 0.0f;
-			float sbv[32];
+			// B's of columns col and col + 1 (col even): one 8-byte load
+			float2 sbv[16];
 			#pragma unroll
-			for (int j = 0; j < 32; j++) {
-				const i64 col = oc + (j >> 1) * 8 + (lane & 3) * 2 + (j & 1);
-				sbv[j] = col < 2048ll ? LG_SB(kt, col) : 0.0f;
+			for (int j = 0; j < 16; j++) {
+				const i64 col = oc + j * 8 + (lane & 3) * 2;
+				const float2 *const sp = (const float2 *)&LG_SB(kt, col);
+				sbv[j] = col < 2048ll ? *sp : make_float2(0.0f, 0.0f);
 			}
 			lg_mbar_wait(&full[s], (it / 6) & 1);
 			// the producer's copies, to the async proxy (wgmma)
@@ -279,7 +281,7 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 			if (lane == 0) lg_mbar_arrive(&empty[s]);
 			#pragma unroll
 			for (int j = 0; j < 16; j++) {
-				const float c0 = sbv[2 * j], c1 = sbv[2 * j + 1];
+				const float c0 = sbv[j].x, c1 = sbv[j].y;
 				acc[4 * j] += psum[4 * j] * (sa0 * c0);
 				acc[4 * j + 1] += psum[4 * j + 1] * (sa0 * c1);
 				acc[4 * j + 2] += psum[4 * j + 2] * (sa1 * c0);
