@@ -165,7 +165,16 @@ static void emit_loader(lg_buf *b, const struct lg_gemm *g, const struct lg_gemm
 	lg_line(b, "static __device__ __forceinline__ void");
 	lg_head(b, name, params);
 	lg_open(b, "{");
-	lg_line(b, "#pragma unroll");
+	/* Narrow copies (4 or 8 bytes: rows not 16-byte multiples, e.g. dy of
+	 * router_gemm at 97 experts) are many a thread; fully unrolled, ptxas
+	 * keeps their 64-bit addresses live through the mainloop and spills
+	 * (router_gemm_bwd_h1000_e97_bf16x3_sm80: dx 128 registers, 152 bytes
+	 * spilled at 8 copies a thread; dw 255, 76 at 32). Unrolled by 4: dx
+	 * 126 registers, dw 167, no spill. */
+	if (ch < 16 && iters > 4)
+		lg_line(b, "#pragma unroll 4 // narrow copies, many a thread: fully unrolled, they spill");
+	else
+		lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = 0; i < %d; i++) {", iters);
 	lg_line(b, "const int c = threadIdx.x + i * %d;", threads);
 	if (total % threads != 0)

@@ -111,7 +111,7 @@ static __device__ __forceinline__ void lg_split_bf16x2(u32 *t, int n, float lo, 
 static __device__ __forceinline__ void
 dx_load_a(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 {
-	#pragma unroll
+	#pragma unroll 4 // narrow copies, many a thread: fully unrolled, they spill
 	for (int i = 0; i < 8; i++) {
 		const int c = threadIdx.x + i * 512;
 		const int row = c / 32, cc = c % 32;
@@ -213,7 +213,7 @@ dx_mma(float acc[2][8][4], const u32 af[2][3][4], const u32 bfr[8][2])
 static __device__ __forceinline__ void
 dw_load_a(u8 *s, const u8 *g, i64 o0, i64 r0, i64 oext, i64 rext, i64 ld)
 {
-	#pragma unroll
+	#pragma unroll 4 // narrow copies, many a thread: fully unrolled, they spill
 	for (int i = 0; i < 32; i++) {
 		const int c = threadIdx.x + i * 128;
 		const int row = c / 64, cc = c % 64;
