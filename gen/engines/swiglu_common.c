@@ -86,7 +86,6 @@ lg_status lg_swiglu_validate(const struct lg_spec *s, const char *where)
 lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	const struct lg_swiglu_kind *k = kind_of(s);
-	(void)t;
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t nb = out_features(s, k) / 128;
 	p->v[P_N] = lg_spec_int(s, k->key_n);
@@ -123,10 +122,17 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	 * against 84.5 at 2, 85.7 at 1, 96.5 at 8), the backward 1 (its CTA
 	 * takes the gate half's blocks in turn already, at 128 registers:
 	 * 221.5 at 2) */
+	/* Before sm_89 (no e4m3 cvt: lg_e4m3x2 in software, more registers)
+	 * the forward takes 1: its tile loop does not fit the 64 registers of
+	 * two CTAs an SM there (ptxas, batch_swiglu_quant_fwd_n256_e160_colwise
+	 * on sm_80: 4 bytes spilled in the kernel and 44 in lg_expert_tiles at
+	 * 4 tiles and at 2; 119 registers, one CTA an SM, with no minimum), and
+	 * at 1 tile it takes 64 with no spill, two CTAs an SM as before (the
+	 * other CTA hides the scan). */
 	p->v[P_TILES] = 1;
 	if (k->key_tiles >= 0)
 		p->tile[k->key_tiles] = p->v[P_TILES] =
-			lg_spec_has(s, k->key_tiles) ? lg_spec_int(s, k->key_tiles) : bwd ? 1 : 4;
+			lg_spec_has(s, k->key_tiles) ? lg_spec_int(s, k->key_tiles) : bwd || t->sm < 89 ? 1 : 4;
 	/* the loop over tiles keeps more registers live (ptxas: K6's forward
 	 * 74 at 4 tiles against 62 at 1): asking for two CTAs an SM gets 64
 	 * with no spill (at 4 tiles: 85.5 us against 86.3 without the minimum) */

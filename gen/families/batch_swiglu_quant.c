@@ -32,7 +32,8 @@
  * by memory's aligned 16-byte chunks (one store a whole chunk), the heads
  * and tails a byte a lane (lg_emit_qt_lines_realign). The forward's CTA
  * takes one 128 x 128 block a tile (64 registers at 512 threads with 4
- * tiles a CTA: 2 CTAs an SM). The backward's CTA takes the n/128 blocks of
+ * tiles a CTA: 2 CTAs an SM; 1 tile a CTA before sm_89, whose software
+ * e4m3 makes 4 spill at 64 registers). The backward's CTA takes the n/128 blocks of
  * the gate half of its tokens (dprob summed in a fixed order within it;
  * the tile's probs and the thread's dprob terms in shared memory) or of
  * the up half, a copy of the loop compiled for each half (lg_qe.cta_case:

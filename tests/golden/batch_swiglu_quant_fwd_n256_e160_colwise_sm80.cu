@@ -166,7 +166,7 @@ static __device__ __forceinline__ float lg_swiglu_y(float a, float u, float p)
 // SwiGLU forward + blockwise FP8 of y
 // CTA: a token tile of one expert (of 160, from counts) x 1 feature blocks of 128;
 // 512 threads, 4 tokens x 8 features a thread, values from x in registers.
-extern "C" __global__ void __launch_bounds__(512, 2)
+extern "C" __global__ void __launch_bounds__(512)
 lg_batch_swiglu_quant_fwd_bf16_n256_e160_colwise_pow2(
 	u64 x, u64 prob, u64 counts, u64 q, u64 /* s */, u64 qt, u64 st, i64 M, i64 /* part */)
 {
@@ -179,18 +179,16 @@ lg_batch_swiglu_quant_fwd_bf16_n256_e160_colwise_pow2(
 	const int r0 = 4 * rb; // this thread's first token in the tile
 	const int cg = blockIdx.x % 2u; // feature group
 	const i64 qe_slot = blockIdx.x / 2u, qe_slots = gridDim.x / 2u;
-	__shared__ i64 qe_seg[4][4]; // each tile's expert, first token, tokens, first tile
-	// The expert segments of the CTA's token tiles qe_slot + i qe_slots (a scan
-	// of counts); then each tile in turn (the loop's body is not indented: the
-	// hooks' lines keep their width), to the last tile or an expert overrunning
-	// M (bad counts: it and the later ones are not written).
-	lg_expert_tiles((const int *)counts, 160, qe_slot, qe_slots, 4, &qe_seg[0][0]);
+	__shared__ i64 qe_seg[1][4]; // each tile's expert, first token, tokens, first tile
+	// The expert segment of token tile qe_slot (a scan of counts); past the
+	// last tile, or at an expert overrunning M (bad counts: it and the later ones
+	// are not written), the CTA leaves.
+	lg_expert_tiles((const int *)counts, 160, qe_slot, qe_slots, 1, &qe_seg[0][0]);
 	__syncthreads();
-	#pragma unroll 1
-	for (int qe_i = 0; qe_i < 4; qe_i++) {
+	const int qe_i = 0;
 	const int ex = (int)qe_seg[qe_i][0];
 	const i64 seg0 = qe_seg[qe_i][1], segn = qe_seg[qe_i][2], tbeg = qe_seg[qe_i][3];
-	if (ex < 0 || seg0 + segn > M) break;
+	if (ex < 0 || seg0 + segn > M) return;
 	const i64 tt = qe_slot + qe_i * qe_slots; // the token tile
 	const i64 lt = tt - tbeg; // the tile within the segment
 	const i64 m0 = seg0 + lt * 128; // the tile's first token in x and q
@@ -348,5 +346,4 @@ lg_batch_swiglu_quant_fwd_bf16_n256_e160_colwise_pow2(
 			if (t < rows) line[t] = stage[c * 128 + (t ^ (8 * (c >> 3)))];
 		}
 	}
-	} // the CTA's token tiles
 }
