@@ -164,8 +164,12 @@ static bool fits(const struct lg_spec *s, int kmax)
  * git history, commit 8b8e268: bench/h200-2026-11-30-issue10/tune.txt). tile.pieces if given, else
  * the forward 2 where they fit (ptxas 13.0 at the target, fsum: 79
  * registers with prefetch, 64 without; 128 with 4), else 4, else (without
- * prefetch) 8; the backward 2 with prefetch, else 4, or 8 where 4 do not
- * fit. */
+ * prefetch) 8; the backward 2 with prefetch (1 where a group at 2 spans
+ * several warps and 1 fits: its cross-warp sums take registers, and at
+ * the 128 a thread that 2 CTAs of 256 an SM leave, ptxas 13.0 spilled 12
+ * bytes at dim 4096, 2 groups; 1 piece: 512 threads, one CTA an SM, the
+ * same threads an SM, 107 registers, no spill), else 4, or 8 where 4 do
+ * not fit. */
 static int kmax_of(const struct lg_spec *s, bool *pf)
 {
 	bool bwd = s->pass == LG_PASS_BACKWARD;
@@ -177,7 +181,11 @@ static int kmax_of(const struct lg_spec *s, bool *pf)
 		return (int)lg_spec_int(s, K_PIECES);
 	if (!bwd)
 		return fits(s, 2) ? 2 : fits(s, 4) || *pf ? 4 : 8;
-	return *pf ? 2 : fits(s, 4) ? 4 : 8;
+	if (*pf) {
+		int64_t d = lg_spec_int(s, K_DIM) / lg_spec_int(s, K_GROUPS);
+		return lg_rowlayout_make(d, 2, 1).lpr > 32 && fits(s, 1) ? 1 : 2;
+	}
+	return fits(s, 4) ? 4 : 8;
 }
 
 /* The unit layout of a spec: lanes per unit for d, then tile.tokens tokens

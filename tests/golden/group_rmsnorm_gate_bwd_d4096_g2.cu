@@ -100,39 +100,39 @@ static __device__ __forceinline__ float lg_rrmsf(float ss)
 
 // ----- lg_group_rmsnorm_gate_bwd_bf16_d4096_g2 -----
 // group RMSNorm x sigmoid gate, backward: dx, dgate, dw partials
-// Persistent grid of min(ceil(B L / 1), 264) CTAs (2 an SM) of 1 token; 2 groups
-// of 2048, 128 lanes per group, 2 16-byte pieces each.
+// Persistent grid of min(ceil(B L / 1), 132) CTAs (1 an SM) of 1 token; 2 groups
+// of 2048, 256 lanes per group, 1 16-byte pieces each.
 static __device__ __forceinline__ i64 lg_ctas(i64 M)
 {
 	const i64 n = M;
-	return n < 264 ? n : 264;
+	return n < 132 ? n : 132;
 }
 
-extern "C" __global__ void __launch_bounds__(256, 2)
+extern "C" __global__ void __launch_bounds__(512, 1)
 lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 	u64 dy, u64 x, u64 gate, u64 w, u64 dx, u64 dgate, u64 /* dw */, u64 ws, i64 B, i64 L,
 	i64 /* part */)
 {
 	extern __shared__ __align__(16) float dwp[]; // [units per CTA][2048] dw partial sums
-	const int slot = threadIdx.x / 128, t = threadIdx.x % 128; // row, lane in the row
+	const int slot = threadIdx.x / 256, t = threadIdx.x % 256; // row, lane in the row
 	const int lane = threadIdx.x & 31;
-	__shared__ float fred[8];
+	__shared__ float fred[16];
 	// The dw kernel may be scheduled.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	// The unit's dw partials, each lane's own (no other lane touches them until the end).
 	float4 *const dwq = (float4 *)(dwp + slot * 2048);
 	#pragma unroll
-	for (int k = 0; k < 2; k++) {
-		const int c = t + k * 128;
+	for (int k = 0; k < 1; k++) {
+		const int c = t + k * 256;
 		if (c < 256) dwq[c] = dwq[c + 256] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 	}
 	const int g = slot % 2, ts = slot / 2; // the unit's group, token in the CTA
 	const i64 M = B * L;
 	const u8 *const wu = (const u8 *)w + g * 4096;
-	lg_u32x4 wv[2];
+	lg_u32x4 wv[1];
 	#pragma unroll
-	for (int k = 0; k < 2; k++) {
-		const int c = t + k * 128;
+	for (int k = 0; k < 1; k++) {
+		const int c = t + k * 256;
 		wv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (c < 256) wv[k] = lg_ld16_keep(wu + c * 16);
 	}
@@ -147,22 +147,22 @@ lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 	live = (base + ts) < M;
 	ox = ((base + ts) * 4096 + g * 2048) * 2;
 	og = ((tl * B + tb) * 4096 + g * 2048) * 2; // [L, B, dim]
-	lg_u32x4 xv[2], gv[2], dv[2];
+	lg_u32x4 xv[1], gv[1], dv[1];
 	#pragma unroll
-	for (int k = 0; k < 2; k++) {
-		const int c = t + k * 128;
+	for (int k = 0; k < 1; k++) {
+		const int c = t + k * 256;
 		xv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 256) xv[k] = lg_ld16((const u8 *)x + ox + c * 16);
 	}
 	#pragma unroll
-	for (int k = 0; k < 2; k++) {
-		const int c = t + k * 128;
+	for (int k = 0; k < 1; k++) {
+		const int c = t + k * 256;
 		gv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 256) gv[k] = lg_ld16((const u8 *)gate + og + c * 16);
 	}
 	#pragma unroll
-	for (int k = 0; k < 2; k++) {
-		const int c = t + k * 128;
+	for (int k = 0; k < 1; k++) {
+		const int c = t + k * 256;
 		dv[k] = lg_u32x4{0u, 0u, 0u, 0u};
 		if (live && c < 256) dv[k] = lg_ld16((const u8 *)dy + og + c * 16);
 	}
@@ -177,44 +177,42 @@ lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 		const bool liven = mn < M;
 		const i64 oxn = (mn * 4096 + g * 2048) * 2;
 		const i64 ogn = ((tln * B + tbn) * 4096 + g * 2048) * 2; // [L, B, dim]
-		lg_u32x4 xn[2], gn[2], dn[2];
+		lg_u32x4 xn[1], gn[1], dn[1];
 		#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			const int c = t + k * 128;
+		for (int k = 0; k < 1; k++) {
+			const int c = t + k * 256;
 			xn[k] = lg_u32x4{0u, 0u, 0u, 0u};
 			if (liven && c < 256) xn[k] = lg_ld16((const u8 *)x + oxn + c * 16);
 		}
 		#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			const int c = t + k * 128;
+		for (int k = 0; k < 1; k++) {
+			const int c = t + k * 256;
 			gn[k] = lg_u32x4{0u, 0u, 0u, 0u};
 			if (liven && c < 256) gn[k] = lg_ld16((const u8 *)gate + ogn + c * 16);
 		}
 		#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			const int c = t + k * 128;
+		for (int k = 0; k < 1; k++) {
+			const int c = t + k * 256;
 			dn[k] = lg_u32x4{0u, 0u, 0u, 0u};
 			if (liven && c < 256) dn[k] = lg_ld16((const u8 *)dy + ogn + c * 16);
 		}
 		// Sum of squares in fp32: one chain per piece, added in a fixed order.
-		float sk[2];
+		float sk[1];
 		#pragma unroll
-		for (int k = 0; k < 2; k++) sk[k] = lg_ssq8(0.0f, xv[k]);
+		for (int k = 0; k < 1; k++) sk[k] = lg_ssq8(0.0f, xv[k]);
 		float ss = sk[0];
-		#pragma unroll
-		for (int k = 1; k < 2; k++) ss += sk[k];
 		ss = lg_sum_xor(ss, 1, 16);
 		if (lane == 0) fred[threadIdx.x >> 5] = ss;
 		__syncthreads();
 		ss = 0;
 		#pragma unroll
-		for (int i = 0; i < 4; i++) ss += fred[slot * 4 + i]; // fixed order
+		for (int i = 0; i < 8; i++) ss += fred[slot * 8 + i]; // fixed order
 		__syncthreads();
 		const float r = lg_rrmsf(ss);
 		// dot = sum over the unit of x * dy * w * s (fp32), s = sigmoid(gate).
-		float dot = 0.0f, sg[2][8];
+		float dot = 0.0f, sg[1][8];
 		#pragma unroll
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < 1; k++) {
 			#pragma unroll
 			for (int i = 0; i < 8; i++) {
 				const float se = lg_sigmoid(lg_bf16_at(gv[k], i));
@@ -228,14 +226,14 @@ lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 		__syncthreads();
 		dot = 0;
 		#pragma unroll
-		for (int i = 0; i < 4; i++) dot += fred[slot * 4 + i]; // fixed order
+		for (int i = 0; i < 8; i++) dot += fred[slot * 8 + i]; // fixed order
 		__syncthreads();
 		// dx = r u - c3 x, dgate = r x u (1 - s) (bf16); dw += r x dy s (fp32, the lane's
 		// partials of piece c in shared memory: values 0-3 at dwq[c], 4-7 at dwq[c + 256]).
 		const float c3 = r * r * r * (dot * (1.0f / 2048.0f));
 		#pragma unroll
-		for (int k = 0; k < 2; k++) {
-			const int c = t + k * 128;
+		for (int k = 0; k < 1; k++) {
+			const int c = t + k * 256;
 			if (!live || c >= 256) continue;
 			float vx[8], vg[8], vw[8];
 			#pragma unroll
@@ -255,7 +253,7 @@ lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 			lg_st16((u8 *)dgate + og + c * 16, lg_pack_bf16x8(vg));
 		}
 		#pragma unroll
-		for (int k = 0; k < 2; k++) {
+		for (int k = 0; k < 1; k++) {
 			xv[k] = xn[k];
 			gv[k] = gn[k];
 			dv[k] = dn[k];
@@ -268,7 +266,7 @@ lg_group_rmsnorm_gate_bwd_bf16_d4096_g2(
 	// The unit slots' dw partials, added in a fixed order; one workspace row per CTA.
 	// Value j of a slot is at (j & 4) * 256 + (j >> 3) * 4 + (j & 3) (see dwq).
 	__syncthreads();
-	for (int col = threadIdx.x; col < 4096; col += 256) {
+	for (int col = threadIdx.x; col < 4096; col += 512) {
 		float sum = 0.0f;
 		// col is value col % 2048 of group col / 2048: that group's slot of each token
 		const int gc = col / 2048, j = col % 2048;
