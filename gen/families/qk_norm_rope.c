@@ -23,8 +23,8 @@
  * then keeps one token and walks its q heads, then its k and v heads, with
  * a stride of the lane groups a token (so a round's weight, and whether
  * it is a q head, are known when the code is generated), issuing the
- * loads of tile.batch heads (default 2, backward 1) before working on
- * them. With tile.prefetch (the default) the first batch of q heads (and
+ * loads of tile.batch heads (default 2; varlen, backward 1) before
+ * working on them. With tile.prefetch (the default) the first batch of q heads (and
  * in the forward, when the q heads are one batch, that of the k | v heads)
  * is loaded before the sin/cos table is built and the CTA synchronises,
  * so that DRAM latency overlaps the table's (freqs load, sincosf,
@@ -117,7 +117,7 @@ static const struct lg_key keys[NKEYS] = {
 			       "backward: CTAs of the persistent grid (workspace rows)"),
 	[K_BATCH] = LG_KEY_TILE("batch", "b", 1, 4, batch_ok,
 				"rounds of a lane group whose loads are issued together (default: forward 2, "
-				"backward 1)"),
+				"1 with varlen; backward 1)"),
 	[K_PREFETCH] = LG_KEY_TILE("prefetch", "p", 0, 2, NULL,
 				   "1 (the default): the first batch of q heads (forward: and of k | v heads) "
 				   "loaded before the sin/cos table is built; 2: the backward's k | v too"),
@@ -241,7 +241,14 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->tile[K_TOKENS] = p->v[P_TOKENS] = lg_spec_has(s, K_TOKENS) ? lg_spec_int(s, K_TOKENS)
 						    : default_tokens(p->v[P_D], p->v[P_H], p->v[P_HKV], p->v[P_THREADS]);
 	p->v[P_CTAS] = lg_spec_has(s, K_CTAS) ? lg_spec_int(s, K_CTAS) : PDEF;
-	p->tile[K_BATCH] = p->v[P_BATCH] = lg_spec_has(s, K_BATCH) ? lg_spec_int(s, K_BATCH) : bwd ? 1 : 2;
+	/* batch: the forward 2, but 1 with varlen, whose table loop (a binary
+	 * search of cu_seqlens a token, beside sincosf) runs while the first
+	 * batch is held in registers: at batch 2 and the 64 registers of 4
+	 * CTAs an SM ptxas 13.0 (sm_90a, default tile) spilled 8 bytes at D 128
+	 * 12 | 4 heads (with cp_size 2 too), 8 at D 256, 4 at D 64 8 | 8; at
+	 * batch 1: 64, 64, 59 registers (56 at 16 | 4), no spill */
+	p->tile[K_BATCH] = p->v[P_BATCH] = lg_spec_has(s, K_BATCH) ? lg_spec_int(s, K_BATCH)
+						   : bwd || p->v[P_VARLEN] ? 1 : 2;
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) : 1;
 	/* ptxas 13.0, sm_90a, 256 threads: forward 49-62 registers a thread
 	 * (4 CTAs an SM) with no minimum, 65 with prefetch (the loads held

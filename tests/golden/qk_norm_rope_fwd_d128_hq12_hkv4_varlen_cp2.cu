@@ -191,11 +191,11 @@ lg_qk_norm_rope_fwd_bf16_d128_hq12_hkv4_varlen_ms1p25_cp2_cr1(
 	const bool tok = n < N;
 	const u8 *const xrow = (const u8 *)qkv + n * 5120;
 	// The first loads (prefetch), in flight while the table is built.
-	lg_u32x4 qxa[2], qxb[2];
+	lg_u32x4 qxa[1], qxb[1];
 	{
 		const int i0 = 0;
 		#pragma unroll
-		for (int ib = 0; ib < 2; ib++) {
+		for (int ib = 0; ib < 1; ib++) {
 			const int j = jg + (i0 + ib) * 4; // q head
 			const bool live = tok && j < 12;
 			const u8 *const px = xrow + lg_qkv_slot(j) * 256;
@@ -216,12 +216,12 @@ lg_qk_norm_rope_fwd_bf16_d128_hq12_hkv4_varlen_ms1p25_cp2_cr1(
 	if (threadIdx.x < 8) orow[threadIdx.x] = lg_out_row(n0 + threadIdx.x, S, B);
 	__syncthreads();
 	const i64 ob = orow[tl];
-	// q heads jg, jg + 4, ...: 3 round(s), the loads of 2 at a time.
-	for (int i0 = 0; i0 < 3; i0 += 2) {
+	// q heads jg, jg + 4, ...: 3 round(s), the loads of 1 at a time.
+	for (int i0 = 0; i0 < 3; i0 += 1) {
 		lg_u32x4 *const xa = qxa, *const xb = qxb; // the first batch: prefetched
 		if (i0 > 0) {
 			#pragma unroll
-			for (int ib = 0; ib < 2; ib++) {
+			for (int ib = 0; ib < 1; ib++) {
 				const int j = jg + (i0 + ib) * 4; // q head
 				const bool live = tok && j < 12;
 				const u8 *const px = xrow + lg_qkv_slot(j) * 256;
@@ -229,7 +229,7 @@ lg_qk_norm_rope_fwd_bf16_d128_hq12_hkv4_varlen_ms1p25_cp2_cr1(
 			}
 		}
 		#pragma unroll
-		for (int ib = 0; ib < 2; ib++) {
+		for (int ib = 0; ib < 1; ib++) {
 			const int j = jg + (i0 + ib) * 4; // q head
 			const bool live = tok && j < 12;
 			u8 *const po = (u8 *)q + (ob * 12 + j) * 256;
@@ -242,18 +242,18 @@ lg_qk_norm_rope_fwd_bf16_d128_hq12_hkv4_varlen_ms1p25_cp2_cr1(
 			if (live) lg_st2(po, e0, e1, ya, yb);
 		}
 	}
-	// k then v heads jg, jg + 4, ...: 2 round(s), the loads of 2 at a time.
-	for (int i0 = 0; i0 < 2; i0 += 2) {
-		lg_u32x4 xa[2], xb[2];
+	// k then v heads jg, jg + 4, ...: 2 round(s), the loads of 1 at a time.
+	for (int i0 = 0; i0 < 2; i0 += 1) {
+		lg_u32x4 xa[1], xb[1];
 		#pragma unroll
-		for (int ib = 0; ib < 2; ib++) {
+		for (int ib = 0; ib < 1; ib++) {
 			const int j = jg + (i0 + ib) * 4; // k heads, then v heads
 			const bool live = tok && j < 8;
 			const u8 *const px = xrow + lg_qkv_slot(12 + j) * 256;
 			lg_ld2(px, e0, e1, live, xa[ib], xb[ib]);
 		}
 		#pragma unroll
-		for (int ib = 0; ib < 2; ib++) {
+		for (int ib = 0; ib < 1; ib++) {
 			const int j = jg + (i0 + ib) * 4; // k heads, then v heads
 			const bool live = tok && j < 8;
 			const bool isv = j >= 4;
