@@ -24,13 +24,13 @@
  * a stride of the lane groups a token (so a round's weight, and whether
  * it is a q head, are known when the code is generated), issuing the
  * loads of tile.batch heads (default 2; varlen, backward 1) before
- * working on them. With tile.prefetch (the default) the first batch of q heads (and
- * in the forward, when the q heads are one batch, that of the k | v heads)
- * is loaded before the sin/cos table is built and the CTA synchronises,
- * so that DRAM latency overlaps the table's (freqs load, sincosf,
- * __syncthreads) instead of following it: at the target shape (D 128,
- * 16 | 4 heads, 4 tokens of 256 threads) the forward then has all its
- * 3 heads a lane group in flight from the start. qkv is read once and
+ * working on them. With tile.prefetch (the default) the first batch of q
+ * heads (and in the forward, when the q heads are one batch, that of the
+ * k | v heads) is loaded before the sin/cos table is built and the CTA
+ * synchronises, so that DRAM latency overlaps the table's (freqs load,
+ * sincosf, __syncthreads) instead of following it: at the target shape
+ * (D 128, 16 | 4 heads, 4 tokens of 256 threads) the forward then has all
+ * its 3 heads a lane group in flight from the start. qkv is read once and
  * each output written once, 16 bytes a lane. Loops run the same number of
  * times in every lane of a warp (the shuffles need all lanes); past the
  * last token or head a lane loads and stores nothing.
