@@ -38,8 +38,8 @@
  * 40%, half the stalls on the loads, each CTA waiting on the table and
  * then on its loads) and instructions (about 70 a 16-byte piece in the
  * forward), so registers are kept low for occupancy: ptxas (13.0, sm_90a,
- * 256 threads) gives the forward 63-64 registers with prefetch at its
- * default tile.min_ctas 4 (4 CTAs an SM; 48-58 without) and the backward
+ * 256 threads) gives the forward 60-64 registers with prefetch and no
+ * minimum (4 CTAs an SM; tile.min_ctas 4 spilled) and the backward
  * 80 (3 CTAs an SM, its default tile.min_ctas; its default grid is 3 CTAs
  * an SM of an H200).
  * Arithmetic: fp32 throughout (the RMS as 1 / sqrtf, IEEE; SiLU with expf);
@@ -245,19 +245,22 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	 * search of cu_seqlens a token, beside sincosf) runs while the first
 	 * batch is held in registers: at batch 2 and the 64 registers of 4
 	 * CTAs an SM ptxas 13.0 (sm_90a, default tile) spilled 8 bytes at D 128
-	 * 12 | 4 heads (with cp_size 2 too), 8 at D 256, 4 at D 64 8 | 8; at
-	 * batch 1: 64, 64, 59 registers (56 at 16 | 4), no spill */
+	 * 12 | 4 heads (with cp_size 2 too), 8 at D 256, 4 at D 64 8 | 8, and
+	 * with no minimum it takes 65-69 (3 CTAs an SM); at batch 1: 64, 64,
+	 * 59 registers (56 at 16 | 4), no spill */
 	p->tile[K_BATCH] = p->v[P_BATCH] = lg_spec_has(s, K_BATCH) ? lg_spec_int(s, K_BATCH)
 						   : bwd || p->v[P_VARLEN] ? 1 : 2;
 	p->tile[K_PREFETCH] = p->v[P_PREFETCH] = lg_spec_has(s, K_PREFETCH) ? lg_spec_int(s, K_PREFETCH) : 1;
-	/* ptxas 13.0, sm_90a, 256 threads: forward 49-62 registers a thread
-	 * (4 CTAs an SM) with no minimum, 65 with prefetch (the loads held
-	 * across the table), so it then asks for 1024 threads an SM (64
-	 * registers, no spill at D 128); backward 76 without SiLU, 102 with it, so the
-	 * backward asks for 3 CTAs an SM (80 registers), which its default
-	 * persistent grid fills */
+	/* The forward asks no minimum: NVRTC 13.0's ptxas (sm_90a and sm_80,
+	 * 256 threads, the default batch) then takes 60-64 registers a thread
+	 * (4 CTAs an SM) with no spill at D 64, 128, 256, 8 to 32 q heads,
+	 * varlen or not; asking for 1024 threads an SM (tile.min_ctas 4, the
+	 * default before issue 27) spilled 8 bytes at the target shape (D 128,
+	 * 16 | 4 heads) with prefetch. The backward: 76 registers without SiLU,
+	 * 102 with it, so it asks for 3 CTAs an SM (80 registers), which its
+	 * default persistent grid fills. */
 	p->tile[K_MIN_CTAS] = p->v[P_MIN_CTAS] = lg_spec_has(s, K_MIN_CTAS) ? lg_spec_int(s, K_MIN_CTAS)
-						 : bwd ? 3 : p->v[P_PREFETCH] ? 1024 / p->v[P_THREADS] : 1;
+						 : bwd ? 3 : 1;
 	if (bwd)
 		p->tile[K_CTAS] = p->v[P_CTAS];
 	p->nentries = bwd ? 2 : 1;

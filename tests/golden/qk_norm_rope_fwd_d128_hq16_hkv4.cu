@@ -153,7 +153,7 @@ static __device__ __forceinline__ int lg_qkv_slot(int j)
 
 // ----- lg_qk_norm_rope_fwd_bf16_d128_hq16_hkv4: q/k RMSNorm + RoPE + split, forward -----
 // 8 lanes a head vector, 32 lane groups a CTA, 4 tokens: 8 lane groups a token.
-extern "C" __global__ void __launch_bounds__(256, 4)
+extern "C" __global__ void __launch_bounds__(256)
 lg_qk_norm_rope_fwd_bf16_d128_hq16_hkv4(
 	u64 qkv, u64 q_weight, u64 k_weight, u64 freqs, u64 cu_seqlens, u64 q, u64 k, u64 v, i64 S,
 	i64 B, i64 /* part */)
