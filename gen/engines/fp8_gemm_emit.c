@@ -281,7 +281,7 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 
 /* The scales of reduction block `kb` into the variables of suffix `suf`
  * (declared when `decl`): A's of this thread's two rows and, per tile,
- * B's one or two (per row, B's are read in the stage: emit_row_scales). */
+ * B's one or two (per row, B's are read in the stage: emit_scales). */
 static void emit_scale_loads(lg_buf *b, const struct lg_fp8_gemm *g, const char *kb, const char *suf, bool decl)
 {
 	const char *f = decl ? "const float " : "";
