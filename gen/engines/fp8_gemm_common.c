@@ -13,30 +13,28 @@
 #define RASTER 16 /* row tiles a column sweep of the raster covers */
 #define SMS 132u  /* SMs of the target (H200) when the device's count is not known */
 
-/* The spec's tile keys over the defaults in g. */
-static void tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, struct lg_fp8_gemm *g)
+/* The tile of a spec: its keys over the defaults (128 x 128, stages 4
+ * until fitted, no cluster, ahead where it can be: H100, bench/fp8-gemm.md,
+ * forward and dgrad 1-5% faster at every shape measured). */
+static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual)
 {
+	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD,
+				 .manual = manual, .cluster = 1};
 	if (lg_spec_has(s, k->tm))
-		g->bm = (int)lg_spec_int(s, k->tm);
+		g.bm = (int)lg_spec_int(s, k->tm);
 	if (lg_spec_has(s, k->tn))
-		g->bn = (int)lg_spec_int(s, k->tn);
+		g.bn = (int)lg_spec_int(s, k->tn);
 	if (lg_spec_has(s, k->stages))
-		g->stages = (int)lg_spec_int(s, k->stages);
+		g.stages = (int)lg_spec_int(s, k->stages);
 	if (lg_spec_has(s, k->cl))
-		g->cluster = (int)lg_spec_int(s, k->cl);
-	/* ahead by default where it can be (H100, bench/fp8-gemm.md: forward
-	 * and dgrad 1-5% faster at every shape measured) */
-	if (lg_spec_has(s, k->ah))
-		g->ahead = lg_spec_int(s, k->ah) != 0;
-	else
-		g->ahead = g->bn <= 128 && !g->b_rowscale;
+		g.cluster = (int)lg_spec_int(s, k->cl);
+	g.ahead = lg_spec_has(s, k->ah) ? lg_spec_int(s, k->ah) != 0 : lg_fp8_gemm_can_ahead(&g);
+	return g;
 }
 
 lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k, bool manual)
 {
-	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD,
-				.manual = manual, .cluster = 1};
-	tile_keys(s, k, &g);
+	struct lg_fp8_gemm g = tile_keys(s, k, manual);
 	const char *why = lg_fp8_gemm_problem(&g);
 	if (why) { /* the keys given as found; the others as the defaults checked with them */
 		const int key[5] = {k->tm, k->tn, k->stages, k->cl, k->ah};
@@ -64,9 +62,7 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	if (t->sm != 90 || !t->arch_specific)
 		return lg_fail(LG_ERR_SPEC, "%s: target: found %s, allowed: sm_90a (the FP8 GEMMs run on wgmma e4m3 and "
 			       "TMA only)", s->entry, t->name);
-	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .b_rowscale = s->pass == LG_PASS_WGRAD, .manual = manual,
-				.cluster = 1};
-	tile_keys(s, k, &g);
+	struct lg_fp8_gemm g = tile_keys(s, k, manual);
 	if (!lg_spec_has(s, k->stages))
 		lg_fp8_gemm_fit_stages(&g, 8, limit);
 	if (lg_fp8_gemm_smem(&g) > limit)
@@ -82,8 +78,7 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	p->tile[k->tm] = p->v[P8_BM] = g->bm;
 	p->tile[k->tn] = p->v[P8_BN] = g->bn;
 	p->tile[k->stages] = p->v[P8_STAGES] = g->stages;
-	p->tile[k->cl] = p->v[P8_CL] = lg_fp8_gemm_cluster(g);
-	p->cluster[0] = (unsigned)lg_fp8_gemm_cluster(g);
+	p->tile[k->cl] = p->cluster[0] = (unsigned)lg_fp8_gemm_cluster(g);
 	p->tile[k->ah] = p->v[P8_AH] = g->ahead;
 	p->v[P8_SMEM] = lg_fp8_gemm_smem(g);
 	p->nentries = 1;
@@ -102,13 +97,13 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 
 struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p)
 {
-	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES], (int)p->v[P8_CL],
+	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES], (int)p->cluster[0],
 				    (int)p->v[P8_AH]};
 }
 
 void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_dim *d)
 {
-	unsigned cl = (unsigned)p->v[P8_CL], cap = p->resident[0] ? p->resident[0] : SMS / cl;
+	unsigned cl = p->cluster[0], cap = p->resident[0] ? p->resident[0] : SMS / cl;
 	d->grid[0] = (tiles > (int64_t)cap ? cap : (unsigned)tiles) * cl;
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	d->block[0] = (unsigned)(128 * (p->v[P8_BM] / 64 + 1));

@@ -33,7 +33,7 @@ struct lg_fp8_tile {
 	LG_KEY_TILE("ahead", "a", 0, 1, NULL,                                                                 \
 		    "1: the next stage's wgmmas issued before this one's promotion (tile.n up to 128)")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
-enum { P8_BM, P8_BN, P8_STAGES, P8_CL, P8_AH, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
+enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 
 static inline int64_t lg_fp8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -18,6 +18,8 @@ static int consumers(const struct lg_fp8_gemm *g) { return g->bm / 64; }
 
 int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
 
+bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g) { return g->bn <= 128 && !g->b_rowscale; }
+
 int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return 128 * (consumers(g) + 1); }
 
 static unsigned stage_bytes(const struct lg_fp8_gemm *g) { return (unsigned)(g->bm + g->bn) * ROWB; }
@@ -59,7 +61,7 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 		return "tile.n whose tiles span at most two 128-column scale blocks (16..128, 144, 160, 192, 256)";
 	if (g->stages < 2 || g->stages > 8)
 		return "tile.stages 2 to 8";
-	if (g->ahead && (g->bn > 128 || g->b_rowscale))
+	if (g->ahead && !lg_fp8_gemm_can_ahead(g))
 		return "tile.ahead with tile.n up to 128 and tile scales (three buffers of bn / 2 registers; not the "
 		       "wgrad, whose per-column scales take bn / 4 more)";
 	if (g->cluster < 0 || g->cluster > 2 || (g->manual && lg_fp8_gemm_cluster(g) > 1))

@@ -101,6 +101,9 @@ int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g);
 unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g);
 /* CTAs of g's cluster (1 or 2). */
 int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g);
+/* May g be `ahead` (three buffers of bn / 2 registers: bn <= 128; not with
+ * per-row B scales, whose bn / 4 more registers do not fit)? */
+bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g);
 /* NULL when g is a valid tile, else why not: bm 64 or 128, bn a multiple
  * of 16 up to 256 whose tiles span at most two 128-blocks of B's tile
  * scales, stages 2..8, a cluster of 1 or 2 (1 with manual operands),

@@ -12,8 +12,7 @@
  *   wgrad    dw [n, k] = dy^T . x over the tokens: the columnwise copies of
  *            dy (qt [n, round_up(M, 16)], st [cdiv(M, 128), n]) and x
  *            ([k, round_up(M, 16)], [cdiv(M, 128), k]); fp32 (or bf16);
- *            `accumulate`: dw += (an
- *            fp32 main gradient)
+ *            `accumulate`: dw += (an fp32 main gradient)
  *
  * M is the run-time token count (any, 0 and 1 included; the wgrad's
  * columnwise copies have rows round_up(M, 16) bytes apart, TMA's 16-byte
@@ -179,7 +178,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 {
 	(void)e;
 	int64_t rows = p->v[P8_ROWS] >= 0 ? p->v[P8_ROWS] : sz[0];
-	int64_t tiles = lg_fp8_cdiv(rows, p->v[P8_BM]) * lg_fp8_cdiv(p->v[P8_COLS], p->v[P8_BN] * p->v[P8_CL]);
+	int64_t tiles = lg_fp8_cdiv(rows, p->v[P8_BM]) * lg_fp8_cdiv(p->v[P8_COLS], p->v[P8_BN] * (int64_t)p->cluster[0]);
 	lg_fp8_geometry(p, tiles, d);
 }
 
