@@ -28,6 +28,19 @@ static __device__ __forceinline__ void lg_cp4(void *dst, const void *src, u32 by
 		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
 }
 
+// @helper lg_cp4_if
+// 4 bytes from global src to shared dst, zeros unless ok: by cp.async when
+// async, else by a load and a shared store.
+static __device__ __forceinline__ void lg_cp4_if(float *dst, const float *src, bool ok, bool async)
+{
+	const u32 to = (u32)__cvta_generic_to_shared(dst), n = ok ? 4u : 0u;
+	if (async)
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+			     :: "r"(to), "l"(src), "r"(n) : "memory");
+	else
+		*dst = ok ? *src : 0.0f;
+}
+
 // @helper lg_cp_arrive
 // Arrive on the mbarrier at bar (shared) once this thread's cp.async copies
 // issued so far have landed: one of the barrier's `count` arrivals (.noinc).

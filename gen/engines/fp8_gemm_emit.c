@@ -13,6 +13,9 @@
 /* registers a thread of the copying producer (manual) keeps; its two
  * consumer warpgroups then get 200: 128 (96 + 2 x 200) <= 65536 */
 #define MANUAL_REGS 96
+/* registers a thread of the TMA producer keeps (its scale warp walks the
+ * tiles as the consumers do): 128 (48 + 2 x 232) <= 65536 */
+#define TMA_REGS 48
 
 static int consumers(const struct lg_fp8_gemm *g) { return g->bm / 64; }
 
@@ -24,10 +27,17 @@ int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return 128 * (consumers(g
 
 static unsigned stage_bytes(const struct lg_fp8_gemm *g) { return (unsigned)(g->bm + g->bn) * ROWB; }
 
+/* B's scales a stage: one per column (per row of B), or the one or two
+ * 128 x 128 tiles' (a slot of 4: 16-byte slots). */
+static int b_scales(const struct lg_fp8_gemm *g) { return g->b_rowscale ? g->bn : 4; }
+
+/* Floats of a stage's scale slot: A's bm, then B's. */
+static int slot(const struct lg_fp8_gemm *g) { return g->bm + b_scales(g); }
+
 unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g)
 {
-	/* 1024 of slack to align the ring; two mbarriers a stage */
-	return 1024u + (unsigned)g->stages * (stage_bytes(g) + 16u);
+	/* 1024 of slack to align the ring; a scale slot and two mbarriers a stage */
+	return 1024u + (unsigned)g->stages * (stage_bytes(g) + (unsigned)slot(g) * 4u + 16u);
 }
 
 int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit)
@@ -139,9 +149,12 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		   g->bm, g->bn, consumers(g), consumers(g) > 1 ? "s" : "");
 	lg_comment(b, "%d stages of A [%d][128 B] and B [%d][128 B] (128 of the reduction, 128-byte swizzle),", S,
 		   g->bm, g->bn);
+	lg_comment(b, "then each stage's scales (A's of its %d rows, B's of its %s),", g->bm,
+		   g->b_rowscale ? "columns" : "one or two 128 x 128 tiles");
 	lg_comment(b, "then full[%d], empty[%d].", S, S);
 	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
-	lg_line(b, "u64 *const full = (u64 *)(ring + %u), *const empty = full + %d;", (unsigned)S * st, S);
+	lg_line(b, "float *const scales = (float *)(ring + %u);", (unsigned)S * st);
+	lg_line(b, "u64 *const full = (u64 *)(scales + %d), *const empty = full + %d;", S * slot(g), S);
 	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
 	if (lg_fp8_gemm_cluster(g) > 1)
 		lg_line(b, "const int rank = (int)(blockIdx.x %% %d); // in the cluster", lg_fp8_gemm_cluster(g));
@@ -161,7 +174,7 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	if (g->manual)
 		lg_line(b, "lg_mbar_init(&full[s], 128); // every producer thread's copies");
 	else
-		lg_line(b, "lg_mbar_init(&full[s], 1);");
+		lg_line(b, "lg_mbar_init(&full[s], 33); // the loads' thread, the scale warp's lanes");
 	int cl = lg_fp8_gemm_cluster(g);
 	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp%s", 4 * consumers(g) * cl,
 		cl > 1 ? " of the cluster" : "");
@@ -184,10 +197,45 @@ static void open_tiles(lg_buf *b, const struct lg_fp8_gemm *g)
 		lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
 }
 
+/* Stage s's scales (reduction block kt) into its slot: A's of the tile's
+ * bm rows (contiguous in every layout), then B's of its columns (also
+ * contiguous) or of its one or two 128 x 128 tiles; items `first`, +
+ * `step`, ..., zero past the valid rows and columns. By 4-byte cp.async,
+ * or with manual operands whose rows are not aligned (`al` false: the
+ * stage is released by a plain arrive there) by loads and shared stores.
+ * In the tile's consumer view (or the manual producer's). */
+static void emit_scale_copy(lg_buf *b, const struct lg_fp8_gemm *g, const char *first, int step)
+{
+	const char *al = g->manual ? "al" : "true";
+	lg_line(b, "float *const sl = scales + s * %d;", slot(g));
+	lg_line(b, "const float *const pa = &LG_SA(kt, ta);");
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int i = %s; i < %d; i += %d) {", first, g->bm, step);
+	lg_line(b, "const bool ok = ta + i < rend;");
+	lg_line(b, "lg_cp4_if(sl + i, ok ? pa + i : pa, ok, %s);", al);
+	lg_close(b);
+	if (g->b_rowscale) {
+		lg_line(b, "const float *const pb = &LG_SB(kt, oc);");
+		lg_line(b, "#pragma unroll");
+		lg_open(b, "for (int i = %s; i < %d; i += %d) {", first, g->bn, step);
+		lg_line(b, "const bool ok = oc + i < %s;", g->cols);
+		lg_line(b, "lg_cp4_if(sl + %d + i, ok ? pb + i : pa, ok, %s);", g->bm, al);
+		lg_close(b);
+		return;
+	}
+	lg_open(b, "if (%s < %d) {", first, one_block(g->bn) ? 1 : 2);
+	lg_line(b, "const i64 c = (oc >> 7) + %s;", first);
+	lg_line(b, "const bool ok = c * 128 < %s;", g->cols);
+	lg_line(b, "const float *const pb = ok ? &LG_SB(kt, c) : pa;");
+	lg_line(b, "lg_cp4_if(sl + %d + %s, pb, ok, %s);", g->bm, first, al);
+	lg_close(b);
+}
+
 /* One stage's 16-byte chunks by the producer warpgroup's 128 threads:
  * cp.async (zero-filled past the valid rows and reduction) when the rows
  * are 16-byte aligned, else byte loads and shared stores handed to the
- * async proxy; each thread then arrives on full[s] once its copies land. */
+ * async proxy; then the stage's scales; each thread then arrives on full[s]
+ * once its copies land. */
 static void emit_manual_stage(lg_buf *b, const struct lg_fp8_gemm *g)
 {
 	lg_line(b, "const i64 k0 = (i64)kt * %d;", BK);
@@ -213,6 +261,8 @@ static void emit_manual_stage(lg_buf *b, const struct lg_fp8_gemm *g)
 	lg_line(b, "*(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);");
 	lg_close(b);
 	lg_close(b);
+	lg_line(b, "const int q = threadIdx.x & 127;");
+	emit_scale_copy(b, g, "q", 128);
 	lg_open(b, "if (al) {");
 	lg_line(b, "lg_cp_arrive(&full[s]);");
 	lg_close(b);
@@ -234,11 +284,36 @@ static void emit_tma_a(lg_buf *b, const struct lg_fp8_gemm *g)
 	lg_line(b, "lg_tma_load_2d_mc(sh, &%s, &full[s], r0, ah, %u);", g->a_tmap, (1u << cl) - 1);
 }
 
+/* Wait until stage s (ring count it) is free again. */
+static void emit_wait_empty(lg_buf *b, const struct lg_fp8_gemm *g)
+{
+	lg_line(b, "const int s = it %% %d;", g->stages);
+	lg_line(b, "if (it >= %d) lg_mbar_wait(&empty[s], ((it / %d) - 1) & 1);", g->stages, g->stages);
+}
+
+/* The scale warp (TMA operands): its lanes copy each stage's scales once
+ * released, each arriving on full[s] when its copies land. */
+static void emit_scale_warp(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
+{
+	lg_open(b, "else if (warp == 1) {");
+	lg_comment(b, "Scale warp: each stage's scales, beside the loads' TMA.");
+	lg_line(b, "int it = 0;");
+	open_tiles(b, g);
+	sc->tile(b, sc->ctx, false);
+	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
+	emit_wait_empty(b, g);
+	emit_scale_copy(b, g, "lane", 32);
+	lg_line(b, "lg_cp_arrive(&full[s]);");
+	lg_close(b);
+	lg_close(b);
+	lg_close(b);
+}
+
 /* The producer warpgroup refills each stage once released: one thread by
- * TMA, or (manual) all 128 threads. */
+ * TMA and a warp the scales, or (manual) all 128 threads. */
 static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
 {
-	int c = consumers(g), S = g->stages;
+	int c = consumers(g);
 	unsigned st = stage_bytes(g);
 	lg_open(b, "if (wg == %d) {", c);
 	if (g->manual) {
@@ -248,7 +323,7 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	} else {
 		lg_comment(b, "Producer: one thread loads each stage once its consumers released it.");
 		if (c > 1)
-			lg_line(b, "lg_setmaxnreg_dec(40);");
+			lg_line(b, "lg_setmaxnreg_dec(%d);", TMA_REGS);
 		lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
 	}
 	lg_line(b, "int it = 0;");
@@ -257,22 +332,22 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	if (lg_fp8_gemm_cluster(g) > 1)
 		lg_line(b, "const int ah = ta + rank * %d; // its half of A, multicast", g->bm / 2);
 	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
-	lg_line(b, "const int s = it %% %d;", S);
-	lg_line(b, "if (it >= %d) lg_mbar_wait(&empty[s], ((it / %d) - 1) & 1);", S, S);
+	emit_wait_empty(b, g);
+	lg_line(b, "u8 *const sd = ring + s * %u;", st);
 	if (g->manual) {
-		lg_line(b, "u8 *const sd = ring + s * %u;", st);
 		emit_manual_stage(b, g);
 	} else {
 		lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
 		lg_line(b, "const int r0 = kt * %d;", BK);
-		lg_line(b, "u8 *const sd = ring + s * %u;", st);
 		emit_tma_a(b, g);
 		lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
 	}
 	lg_close(b);
 	lg_close(b);
-	if (!g->manual)
+	if (!g->manual) {
 		lg_close(b);
+		emit_scale_warp(b, g, sc);
+	}
 	if (lg_fp8_gemm_cluster(g) > 1)
 		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
 	lg_line(b, "return;");
@@ -281,83 +356,25 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		lg_line(b, "lg_setmaxnreg_inc(%d);", g->manual ? 200 : 232);
 }
 
-/* The scales of reduction block `kb` into the variables of suffix `suf`
- * (declared when `decl`): A's of this thread's two rows and, per tile,
- * B's one or two (per row, B's are read in the stage: emit_scales). */
-static void emit_scale_loads(lg_buf *b, const struct lg_fp8_gemm *g, const char *kb, const char *suf, bool decl)
-{
-	const char *f = decl ? "const float " : "";
-	lg_line(b, "%ssa0%s = row < rend ? LG_SA(%s, row) : 0.0f;", f, suf, kb);
-	lg_line(b, "%ssa1%s = row + 8 < rend ? LG_SA(%s, row + 8) : 0.0f;", f, suf, kb);
-	if (g->b_rowscale)
-		return;
-	if (lg_fp8_gemm_cluster(g) > 1) /* rank 1's columns may lie past the output's */
-		lg_line(b, "%ssb0%s = (i64)cb * 128 < %s ? LG_SB(%s, cb) : 0.0f;", f, suf, g->cols, kb);
-	else
-		lg_line(b, "%ssb0%s = LG_SB(%s, cb);", f, suf, kb);
-	if (!one_block(g->bn))
-		lg_line(b, "%ssb1%s = ((i64)cb + 1) * 128 < %s ? LG_SB(%s, cb + 1) : 0.0f;", f, suf, g->cols, kb);
-}
-
-/* Per tile, scales are read PREFETCH blocks ahead of their stage, into
- * registers that rotate: a global load's latency (an L2 hit takes longer
- * than one stage's wgmmas) is then hidden behind the stages before.
- * Measured (H100, bench/fp8-gemm.md): forward 4096 x 7168 x 16384 717 ->
- * 862-974 TFLOP/s, dgrad 716 -> 940. Per row (the wgrad: bn / 4 of B's
- * scales a thread a block) the extra registers cost more than they hide
- * (494 -> 425 TFLOP/s at 8192 x 3072 x 2048): read in the stage. */
-#define PREFETCH 2
-
-/* Before a tile's reduction loop: the scales of its first PREFETCH blocks. */
-static void emit_scale_prologue(lg_buf *b, const struct lg_fp8_gemm *g)
-{
-	if (g->b_rowscale)
-		return;
-	lg_comment(b, "the tile's columns from (cb + 1) 128 on take the next block's scale");
-	lg_line(b, "const int cb = (int)(oc >> 7);");
-	lg_comment(b, "the scales of the next %d reduction blocks (0 past the last)", PREFETCH);
-	for (int d = 0; d < PREFETCH; d++) {
-		char kb[24], suf[8];
-		snprintf(kb, sizeof kb, "%d", d);
-		snprintf(suf, sizeof suf, "_%d", d);
-		lg_line(b, "float sa0%s = 0.0f, sa1%s = 0.0f;", suf, suf);
-		lg_line(b, "float sb0%s = 0.0f%s%s%s;", suf, one_block(g->bn) ? "" : ", sb1", one_block(g->bn) ? "" : suf,
-			one_block(g->bn) ? "" : " = 0.0f");
-		lg_open(b, "if (%d < nkt) {", d);
-		emit_scale_loads(b, g, kb, suf, false);
-		lg_close(b);
-	}
-}
-
-/* In stage kt: per tile, its scales from the rotation and block kt +
- * PREFETCH's loaded; per row, A's and B's of this thread's rows and
- * columns (B's two a group of 8) read here. */
+/* In stage s (full[s] awaited, not yet released): the scales of this
+ * thread's two rows (rl, rl + 8 of the tile) and of its columns from the
+ * stage's slot. */
 static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
 {
-	if (g->b_rowscale) {
-		emit_scale_loads(b, g, "kt", "", true);
-		lg_comment(b, "B's of columns col and col + 1 (col even): one 8-byte load");
-		lg_line(b, "float2 sbv[%d];", g->bn / 8);
-		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
-		lg_line(b, "const i64 col = oc + j * 8 + (lane & 3) * 2;");
-		lg_line(b, "const float2 *const sp = (const float2 *)&LG_SB(kt, col);");
-		lg_line(b, "sbv[j] = col < %s ? *sp : make_float2(0.0f, 0.0f);", g->cols);
-		lg_close(b);
+	lg_line(b, "const float *const sl = scales + s * %d;", slot(g));
+	lg_line(b, "const float sa0 = sl[rl], sa1 = sl[rl + 8];");
+	if (!g->b_rowscale) {
+		if (one_block(g->bn))
+			lg_line(b, "const float sb0 = sl[%d];", g->bm);
+		else
+			lg_line(b, "const float sb0 = sl[%d], sb1 = sl[%d];", g->bm, g->bm + 1);
 		return;
 	}
-	const char *names[] = {"sa0", "sa1", "sb0", "sb1"};
-	int nv = one_block(g->bn) ? 3 : 4;
-	for (int v = 0; v < nv; v++)
-		lg_line(b, "const float %s = %s_0;", names[v], names[v]);
-	for (int d = 0; d + 1 < PREFETCH; d++)
-		for (int v = 0; v < nv; v++)
-			lg_line(b, "%s_%d = %s_%d;", names[v], d, names[v], d + 1);
-	char kb[40], suf[8];
-	snprintf(kb, sizeof kb, "kt + %d", PREFETCH);
-	snprintf(suf, sizeof suf, "_%d", PREFETCH - 1);
-	lg_open(b, "if (kt + %d < nkt) {", PREFETCH);
-	emit_scale_loads(b, g, kb, suf, false);
+	lg_comment(b, "B's of columns col and col + 1 (col even): one 8-byte load");
+	lg_line(b, "float2 sbv[%d];", g->bn / 8);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
+	lg_line(b, "sbv[j] = *(const float2 *)(sl + %d + j * 8 + (lane & 3) * 2);", g->bm);
 	lg_close(b);
 }
 
@@ -377,7 +394,7 @@ static void emit_promote(lg_buf *b, const struct lg_fp8_gemm *g, const char *ps)
 		if (one_block(g->bn))
 			lg_line(b, "const float c = sb0;");
 		else
-			lg_line(b, "const float c = oc + j * 8 >= ((i64)cb + 1) * 128 ? sb1 : sb0;");
+			lg_line(b, "const float c = oc + j * 8 >= split ? sb1 : sb0;");
 		lg_line(b, "const float t0 = sa0 * c, t1 = sa1 * c;");
 		lg_line(b, "acc[4 * j] += %s[4 * j] * t0;", ps);
 		lg_line(b, "acc[4 * j + 1] += %s[4 * j + 1] * t0;", ps);
@@ -423,8 +440,8 @@ static void emit_release(lg_buf *b, const struct lg_fp8_gemm *g, const char *pre
 static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps)
 {
 	lg_line(b, "const int s = it %% %d;", g->stages);
-	emit_scales(b, g);
 	emit_issue(b, g, prefix, ps, "s", "it");
+	emit_scales(b, g);
 	lg_line(b, "lg_wg_wait(0);");
 	emit_release(b, g, prefix);
 	emit_promote(b, g, ps);
@@ -439,13 +456,13 @@ static void emit_hold(lg_buf *b, const char *prefix, const char *ps)
 }
 
 /* With `ahead`, one stage: its wgmmas (into `cur`) were issued before;
- * when `next`, stage kt + 1's are issued into `nxt` first and only kt's
- * awaited (wait_group 1), so that they run while kt's are promoted. */
-static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *kt,
-			     const char *cur, const char *nxt, bool next)
+ * when `next`, the next stage's are issued into `nxt` first and only this
+ * one's awaited (wait_group 1), so that they run while it is promoted. */
+static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *cur,
+			     const char *nxt, bool next)
 {
 	lg_open(b, "{");
-	lg_line(b, "const int kt = %s, s = it %% %d;", kt, g->stages);
+	lg_line(b, "const int s = it %% %d;", g->stages);
 	emit_scales(b, g);
 	if (next) {
 		lg_line(b, "const int sn = (it + 1) %% %d;", g->stages);
@@ -480,12 +497,8 @@ static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *p
 		lg_line(b, "const int s = it %% %d;", g->stages);
 		emit_issue(b, g, prefix, "psum0", "s", "it");
 		lg_close(b);
-		for (int j = 0; j < GROUP; j++) {
-			char kt[16];
-			snprintf(kt, sizeof kt, j ? "k4 + %d" : "k4", j);
-			emit_stage_ahead(b, g, prefix, kt, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1",
-					 j + 1 < GROUP);
-		}
+		for (int j = 0; j < GROUP; j++)
+			emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1", j + 1 < GROUP);
 		lg_close(b);
 	}
 	lg_open(b, "for (int kt = %s; kt < nkt; kt++, it++) {", g->ahead ? "k4" : "0");
@@ -521,14 +534,18 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int i = 0; i < %d; i++) psum[i] = 0.0f;", regs);
 	}
+	lg_line(b, "const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile");
 	lg_line(b, "int it = 0;");
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
-	lg_line(b, "const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);");
+	lg_line(b, "const i64 row = (i64)ta + rl;");
 	lg_line(b, "float acc[%d];", regs);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
-	emit_scale_prologue(b, g);
+	if (!one_block(g->bn) && !g->b_rowscale) {
+		lg_comment(b, "columns from split on take B's second tile scale");
+		lg_line(b, "const i64 split = ((oc >> 7) + 1) * 128;");
+	}
 	emit_reduction(b, g, prefix);
 	emit_epilogue(b, g, store);
 	lg_close(b);

@@ -16,6 +16,26 @@ struct __align__(64) lg_tmap {
 	u64 v[16];
 };
 
+// 4 bytes from global src to shared dst, zeros unless ok: by cp.async when
+// async, else by a load and a shared store.
+static __device__ __forceinline__ void lg_cp4_if(float *dst, const float *src, bool ok, bool async)
+{
+	const u32 to = (u32)__cvta_generic_to_shared(dst), n = ok ? 4u : 0u;
+	if (async)
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+			     :: "r"(to), "l"(src), "r"(n) : "memory");
+	else
+		*dst = ok ? *src : 0.0f;
+}
+
+// Arrive on the mbarrier at bar (shared) once this thread's cp.async copies
+// issued so far have landed: one of the barrier's `count` arrivals (.noinc).
+static __device__ __forceinline__ void lg_cp_arrive(u64 *bar)
+{
+	asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
+		     :: "r"((u32)__cvta_generic_to_shared(bar)) : "memory");
+}
+
 // Two floats to bf16x2 (lo in the low half, hi in the high half),
 // round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
 static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
@@ -176,10 +196,12 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 	#define LG_SA(kb, r) (((const float *)x_scale)[(i64)(kb) * M + (r)])
 	#define LG_SB(kb, c) (((const float *)w_scale)[(i64)(c) * 128 + (kb)])
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
-	// 7 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
-	// then full[7], empty[7].
+	// 6 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
+	// then each stage's scales (A's of its 128 rows, B's of its one or two 128 x 128 tiles),
+	// then full[6], empty[6].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
-	u64 *const full = (u64 *)(ring + 229376), *const empty = full + 7;
+	float *const scales = (float *)(ring + 196608);
+	u64 *const full = (u64 *)(scales + 792), *const empty = full + 6;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const i64 rtiles = (M + 127) / 128;
 	const i64 tiles = rtiles * 56;
@@ -189,8 +211,8 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 			lg_tma_prefetch(&tm_w);
 		}
 		#pragma unroll
-		for (int s = 0; s < 7; s++) {
-			lg_mbar_init(&full[s], 1);
+		for (int s = 0; s < 6; s++) {
+			lg_mbar_init(&full[s], 33); // the loads' thread, the scale warp's lanes
 			lg_mbar_init(&empty[s], 8); // every consumer warp
 		}
 		lg_mbar_fence_init();
@@ -198,7 +220,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 	__syncthreads();
 	if (wg == 2) {
 		// Producer: one thread loads each stage once its consumers released it.
-		lg_setmaxnreg_dec(40);
+		lg_setmaxnreg_dec(48);
 		if (threadIdx.x == 256) {
 			int it = 0;
 			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -209,13 +231,44 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				const int tb = (int)((r / gs) * 128);
 				const int nkt = (int)((16384ll + 127) / 128);
 				for (int kt = 0; kt < nkt; kt++, it++) {
-					const int s = it % 7;
-					if (it >= 7) lg_mbar_wait(&empty[s], ((it / 7) - 1) & 1);
+					const int s = it % 6;
+					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
+					u8 *const sd = ring + s * 32768;
 					lg_mbar_expect(&full[s], 32768u);
 					const int r0 = kt * 128;
-					u8 *const sd = ring + s * 32768;
 					lg_tma_load_2d(sd, &tm_x, &full[s], r0, ta);
 					lg_tma_load_2d(sd + 16384, &tm_w, &full[s], r0, tb);
+				}
+			}
+		}
+		else if (warp == 1) {
+			// Scale warp: each stage's scales, beside the loads' TMA.
+			int it = 0;
+			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+				// Grouped raster: 16 row tiles at a time sweep the columns.
+				const i64 first = tile / 896 * 16, r = tile % 896;
+				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
+				const int ta = (int)((first + r % gs) * 128);
+				const i64 oc = (r / gs) * 128;
+				const int nkt = (int)((16384ll + 127) / 128);
+				const i64 rend = M;
+				for (int kt = 0; kt < nkt; kt++, it++) {
+					const int s = it % 6;
+					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
+					float *const sl = scales + s * 132;
+					const float *const pa = &LG_SA(kt, ta);
+					#pragma unroll
+					for (int i = lane; i < 128; i += 32) {
+						const bool ok = ta + i < rend;
+						lg_cp4_if(sl + i, ok ? pa + i : pa, ok, true);
+					}
+					if (lane < 1) {
+						const i64 c = (oc >> 7) + lane;
+						const bool ok = c * 128 < 7168ll;
+						const float *const pb = ok ? &LG_SB(kt, c) : pa;
+						lg_cp4_if(sl + 128 + lane, pb, ok, true);
+					}
+					lg_cp_arrive(&full[s]);
 				}
 			}
 		}
@@ -226,6 +279,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 	float psum0[64], psum1[64];
 	#pragma unroll
 	for (int i = 0; i < 64; i++) psum0[i] = psum1[i] = 0.0f;
+	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 		// Grouped raster: 16 row tiles at a time sweep the columns.
@@ -235,32 +289,15 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 		const i64 oc = (r / gs) * 128;
 		const int nkt = (int)((16384ll + 127) / 128);
 		const i64 rend = M;
-		const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);
+		const i64 row = (i64)ta + rl;
 		float acc[64];
 		#pragma unroll
 		for (int i = 0; i < 64; i++) acc[i] = 0.0f;
-		// the tile's columns from (cb + 1) 128 on take the next block's scale
-		const int cb = (int)(oc >> 7);
-		// the scales of the next 2 reduction blocks (0 past the last)
-		float sa0_0 = 0.0f, sa1_0 = 0.0f;
-		float sb0_0 = 0.0f;
-		if (0 < nkt) {
-			sa0_0 = row < rend ? LG_SA(0, row) : 0.0f;
-			sa1_0 = row + 8 < rend ? LG_SA(0, row + 8) : 0.0f;
-			sb0_0 = LG_SB(0, cb);
-		}
-		float sa0_1 = 0.0f, sa1_1 = 0.0f;
-		float sb0_1 = 0.0f;
-		if (1 < nkt) {
-			sa0_1 = row < rend ? LG_SA(1, row) : 0.0f;
-			sa1_1 = row + 8 < rend ? LG_SA(1, row + 8) : 0.0f;
-			sb0_1 = LG_SB(1, cb);
-		}
 		int k4 = 0;
 		for (; k4 + 4 <= nkt; k4 += 4) {
 			{
-				const int s = it % 7;
-				lg_mbar_wait(&full[s], (it / 7) & 1);
+				const int s = it % 6;
+				lg_mbar_wait(&full[s], (it / 6) & 1);
 				const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 				const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 				lg_wg_fence();
@@ -272,21 +309,13 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				lg_wg_commit();
 			}
 			{
-				const int kt = k4, s = it % 7;
-				const float sa0 = sa0_0;
-				const float sa1 = sa1_0;
-				const float sb0 = sb0_0;
-				sa0_0 = sa0_1;
-				sa1_0 = sa1_1;
-				sb0_0 = sb0_1;
-				if (kt + 2 < nkt) {
-					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-					sb0_1 = LG_SB(kt + 2, cb);
-				}
-				const int sn = (it + 1) % 7;
+				const int s = it % 6;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				const int sn = (it + 1) % 6;
 				fp8_hold(psum1);
-				lg_mbar_wait(&full[sn], ((it + 1) / 7) & 1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
 				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
 				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
 				lg_wg_fence();
@@ -311,21 +340,13 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				it++;
 			}
 			{
-				const int kt = k4 + 1, s = it % 7;
-				const float sa0 = sa0_0;
-				const float sa1 = sa1_0;
-				const float sb0 = sb0_0;
-				sa0_0 = sa0_1;
-				sa1_0 = sa1_1;
-				sb0_0 = sb0_1;
-				if (kt + 2 < nkt) {
-					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-					sb0_1 = LG_SB(kt + 2, cb);
-				}
-				const int sn = (it + 1) % 7;
+				const int s = it % 6;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				const int sn = (it + 1) % 6;
 				fp8_hold(psum0);
-				lg_mbar_wait(&full[sn], ((it + 1) / 7) & 1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
 				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
 				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
 				lg_wg_fence();
@@ -350,21 +371,13 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				it++;
 			}
 			{
-				const int kt = k4 + 2, s = it % 7;
-				const float sa0 = sa0_0;
-				const float sa1 = sa1_0;
-				const float sb0 = sb0_0;
-				sa0_0 = sa0_1;
-				sa1_0 = sa1_1;
-				sb0_0 = sb0_1;
-				if (kt + 2 < nkt) {
-					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-					sb0_1 = LG_SB(kt + 2, cb);
-				}
-				const int sn = (it + 1) % 7;
+				const int s = it % 6;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				const int sn = (it + 1) % 6;
 				fp8_hold(psum1);
-				lg_mbar_wait(&full[sn], ((it + 1) / 7) & 1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
 				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
 				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
 				lg_wg_fence();
@@ -389,18 +402,10 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				it++;
 			}
 			{
-				const int kt = k4 + 3, s = it % 7;
-				const float sa0 = sa0_0;
-				const float sa1 = sa1_0;
-				const float sb0 = sb0_0;
-				sa0_0 = sa0_1;
-				sa1_0 = sa1_1;
-				sb0_0 = sb0_1;
-				if (kt + 2 < nkt) {
-					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-					sb0_1 = LG_SB(kt + 2, cb);
-				}
+				const int s = it % 6;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
 				lg_wg_wait(0);
 				fp8_hold(psum1);
 				if (lane == 0) lg_mbar_arrive(&empty[s]);
@@ -417,19 +422,8 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 			}
 		}
 		for (int kt = k4; kt < nkt; kt++, it++) {
-			const int s = it % 7;
-			const float sa0 = sa0_0;
-			const float sa1 = sa1_0;
-			const float sb0 = sb0_0;
-			sa0_0 = sa0_1;
-			sa1_0 = sa1_1;
-			sb0_0 = sb0_1;
-			if (kt + 2 < nkt) {
-				sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-				sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-				sb0_1 = LG_SB(kt + 2, cb);
-			}
-			lg_mbar_wait(&full[s], (it / 7) & 1);
+			const int s = it % 6;
+			lg_mbar_wait(&full[s], (it / 6) & 1);
 			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 			lg_wg_fence();
@@ -439,6 +433,9 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
 			}
 			lg_wg_commit();
+			const float *const sl = scales + s * 132;
+			const float sa0 = sl[rl], sa1 = sl[rl + 8];
+			const float sb0 = sl[128];
 			lg_wg_wait(0);
 			if (lane == 0) lg_mbar_arrive(&empty[s]);
 			#pragma unroll

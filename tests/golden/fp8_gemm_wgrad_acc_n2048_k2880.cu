@@ -16,6 +16,26 @@ struct __align__(64) lg_tmap {
 	u64 v[16];
 };
 
+// 4 bytes from global src to shared dst, zeros unless ok: by cp.async when
+// async, else by a load and a shared store.
+static __device__ __forceinline__ void lg_cp4_if(float *dst, const float *src, bool ok, bool async)
+{
+	const u32 to = (u32)__cvta_generic_to_shared(dst), n = ok ? 4u : 0u;
+	if (async)
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+			     :: "r"(to), "l"(src), "r"(n) : "memory");
+	else
+		*dst = ok ? *src : 0.0f;
+}
+
+// Arrive on the mbarrier at bar (shared) once this thread's cp.async copies
+// issued so far have landed: one of the barrier's `count` arrivals (.noinc).
+static __device__ __forceinline__ void lg_cp_arrive(u64 *bar)
+{
+	asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
+		     :: "r"((u32)__cvta_generic_to_shared(bar)) : "memory");
+}
+
 // The shared-window address of a generic pointer to shared memory.
 static __device__ __forceinline__ u32 lg_smem_addr(const void *p)
 {
@@ -161,10 +181,12 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 	#define LG_SA(kb, r) (((const float *)dyt_scale)[(i64)(kb) * 2048ll + (r)])
 	#define LG_SB(kb, c) (((const float *)xt_scale)[(i64)(kb) * 2880ll + (c)])
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
-	// 7 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
-	// then full[7], empty[7].
+	// 6 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
+	// then each stage's scales (A's of its 128 rows, B's of its columns),
+	// then full[6], empty[6].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
-	u64 *const full = (u64 *)(ring + 229376), *const empty = full + 7;
+	float *const scales = (float *)(ring + 196608);
+	u64 *const full = (u64 *)(scales + 1536), *const empty = full + 6;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const i64 rtiles = (2048ll + 127) / 128;
 	const i64 tiles = rtiles * 23;
@@ -174,8 +196,8 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 			lg_tma_prefetch(&tm_xt);
 		}
 		#pragma unroll
-		for (int s = 0; s < 7; s++) {
-			lg_mbar_init(&full[s], 1);
+		for (int s = 0; s < 6; s++) {
+			lg_mbar_init(&full[s], 33); // the loads' thread, the scale warp's lanes
 			lg_mbar_init(&empty[s], 8); // every consumer warp
 		}
 		lg_mbar_fence_init();
@@ -183,7 +205,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 	__syncthreads();
 	if (wg == 2) {
 		// Producer: one thread loads each stage once its consumers released it.
-		lg_setmaxnreg_dec(40);
+		lg_setmaxnreg_dec(48);
 		if (threadIdx.x == 256) {
 			int it = 0;
 			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -194,13 +216,44 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 				const int tb = (int)((r / gs) * 128);
 				const int nkt = (int)((M + 127) / 128);
 				for (int kt = 0; kt < nkt; kt++, it++) {
-					const int s = it % 7;
-					if (it >= 7) lg_mbar_wait(&empty[s], ((it / 7) - 1) & 1);
+					const int s = it % 6;
+					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
+					u8 *const sd = ring + s * 32768;
 					lg_mbar_expect(&full[s], 32768u);
 					const int r0 = kt * 128;
-					u8 *const sd = ring + s * 32768;
 					lg_tma_load_2d(sd, &tm_dyt, &full[s], r0, ta);
 					lg_tma_load_2d(sd + 16384, &tm_xt, &full[s], r0, tb);
+				}
+			}
+		}
+		else if (warp == 1) {
+			// Scale warp: each stage's scales, beside the loads' TMA.
+			int it = 0;
+			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+				// Grouped raster: 16 row tiles at a time sweep the columns.
+				const i64 first = tile / 368 * 16, r = tile % 368;
+				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
+				const int ta = (int)((first + r % gs) * 128);
+				const i64 oc = (r / gs) * 128;
+				const int nkt = (int)((M + 127) / 128);
+				const i64 rend = 2048ll;
+				for (int kt = 0; kt < nkt; kt++, it++) {
+					const int s = it % 6;
+					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
+					float *const sl = scales + s * 256;
+					const float *const pa = &LG_SA(kt, ta);
+					#pragma unroll
+					for (int i = lane; i < 128; i += 32) {
+						const bool ok = ta + i < rend;
+						lg_cp4_if(sl + i, ok ? pa + i : pa, ok, true);
+					}
+					const float *const pb = &LG_SB(kt, oc);
+					#pragma unroll
+					for (int i = lane; i < 128; i += 32) {
+						const bool ok = oc + i < 2880ll;
+						lg_cp4_if(sl + 128 + i, ok ? pb + i : pa, ok, true);
+					}
+					lg_cp_arrive(&full[s]);
 				}
 			}
 		}
@@ -211,6 +264,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 	float psum[64];
 	#pragma unroll
 	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
+	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 		// Grouped raster: 16 row tiles at a time sweep the columns.
@@ -220,23 +274,13 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 		const i64 oc = (r / gs) * 128;
 		const int nkt = (int)((M + 127) / 128);
 		const i64 rend = 2048ll;
-		const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);
+		const i64 row = (i64)ta + rl;
 		float acc[64];
 		#pragma unroll
 		for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 		for (int kt = 0; kt < nkt; kt++, it++) {
-			const int s = it % 7;
-			const float sa0 = row < rend ? LG_SA(kt, row) : 0.0f;
-			const float sa1 = row + 8 < rend ? LG_SA(kt, row + 8) : 0.0f;
-			// B's of columns col and col + 1 (col even): one 8-byte load
-			float2 sbv[16];
-			#pragma unroll
-			for (int j = 0; j < 16; j++) {
-				const i64 col = oc + j * 8 + (lane & 3) * 2;
-				const float2 *const sp = (const float2 *)&LG_SB(kt, col);
-				sbv[j] = col < 2880ll ? *sp : make_float2(0.0f, 0.0f);
-			}
-			lg_mbar_wait(&full[s], (it / 7) & 1);
+			const int s = it % 6;
+			lg_mbar_wait(&full[s], (it / 6) & 1);
 			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 			lg_wg_fence();
@@ -246,6 +290,14 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 				fp8_wgmma(psum, da + 2 * ks, db + 2 * ks, ks);
 			}
 			lg_wg_commit();
+			const float *const sl = scales + s * 256;
+			const float sa0 = sl[rl], sa1 = sl[rl + 8];
+			// B's of columns col and col + 1 (col even): one 8-byte load
+			float2 sbv[16];
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				sbv[j] = *(const float2 *)(sl + 128 + j * 8 + (lane & 3) * 2);
+			}
 			lg_wg_wait(0);
 			if (lane == 0) lg_mbar_arrive(&empty[s]);
 			#pragma unroll

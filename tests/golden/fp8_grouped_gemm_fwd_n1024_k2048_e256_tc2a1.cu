@@ -17,6 +17,26 @@ struct __align__(64) lg_tmap {
 	u64 v[16];
 };
 
+// 4 bytes from global src to shared dst, zeros unless ok: by cp.async when
+// async, else by a load and a shared store.
+static __device__ __forceinline__ void lg_cp4_if(float *dst, const float *src, bool ok, bool async)
+{
+	const u32 to = (u32)__cvta_generic_to_shared(dst), n = ok ? 4u : 0u;
+	if (async)
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+			     :: "r"(to), "l"(src), "r"(n) : "memory");
+	else
+		*dst = ok ? *src : 0.0f;
+}
+
+// Arrive on the mbarrier at bar (shared) once this thread's cp.async copies
+// issued so far have landed: one of the barrier's `count` arrivals (.noinc).
+static __device__ __forceinline__ void lg_cp_arrive(u64 *bar)
+{
+	asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
+		     :: "r"((u32)__cvta_generic_to_shared(bar)) : "memory");
+}
+
 // Two floats to bf16x2 (lo in the low half, hi in the high half),
 // round-to-nearest-even through cvt.rn.bf16x2.f32 (sm_80+).
 static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
@@ -214,9 +234,11 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 	#define LG_SB(kb, c) (((const float *)w_scale)[((i64)ex * 8 + (c)) * 16 + (kb)])
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
 	// 6 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
+	// then each stage's scales (A's of its 128 rows, B's of its one or two 128 x 128 tiles),
 	// then full[6], empty[6].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
-	u64 *const full = (u64 *)(ring + 196608), *const empty = full + 6;
+	float *const scales = (float *)(ring + 196608);
+	u64 *const full = (u64 *)(scales + 792), *const empty = full + 6;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const int rank = (int)(blockIdx.x % 2); // in the cluster
 	// Expert e's first row gr[e] and first tile gt[e] (gt[256]: the tiles), one scan.
@@ -245,7 +267,7 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 		}
 		#pragma unroll
 		for (int s = 0; s < 6; s++) {
-			lg_mbar_init(&full[s], 1);
+			lg_mbar_init(&full[s], 33); // the loads' thread, the scale warp's lanes
 			lg_mbar_init(&empty[s], 16); // every consumer warp of the cluster
 		}
 		lg_mbar_fence_init();
@@ -253,7 +275,7 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 	lg_cluster_sync(); // the cluster's barriers ready before any multicast
 	if (wg == 2) {
 		// Producer: one thread loads each stage once its consumers released it.
-		lg_setmaxnreg_dec(40);
+		lg_setmaxnreg_dec(48);
 		if (threadIdx.x == 256) {
 			int it = 0;
 			for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
@@ -270,12 +292,46 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 				for (int kt = 0; kt < nkt; kt++, it++) {
 					const int s = it % 6;
 					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
+					u8 *const sd = ring + s * 32768;
 					lg_mbar_expect(&full[s], 32768u);
 					const int r0 = kt * 128;
-					u8 *const sd = ring + s * 32768;
 					u8 *const sh = sd + rank * 8192;
 					lg_tma_load_2d_mc(sh, &tm_x, &full[s], r0, ah, 3);
 					lg_tma_load_2d(sd + 16384, &tm_w, &full[s], r0, tb);
+				}
+			}
+		}
+		else if (warp == 1) {
+			// Scale warp: each stage's scales, beside the loads' TMA.
+			int it = 0;
+			for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
+				int lo = 0, hi = 256; // the last expert whose first tile is <= tile
+				while (hi - lo > 1) {
+					const int mid = (lo + hi) >> 1;
+					if (gt[mid] <= tile) lo = mid; else hi = mid;
+				}
+				const int ex = lo, lt = (int)(tile - gt[ex]);
+				const i64 seg0 = gr[ex];
+				const int ta = (int)(seg0 + (i64)(lt / 4) * 128), nkt = 16;
+				const i64 segn = gr[ex + 1] - seg0, rend = seg0 + segn;
+				const i64 oc = (lt % 4) * 256 + rank * 128;
+				for (int kt = 0; kt < nkt; kt++, it++) {
+					const int s = it % 6;
+					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
+					float *const sl = scales + s * 132;
+					const float *const pa = &LG_SA(kt, ta);
+					#pragma unroll
+					for (int i = lane; i < 128; i += 32) {
+						const bool ok = ta + i < rend;
+						lg_cp4_if(sl + i, ok ? pa + i : pa, ok, true);
+					}
+					if (lane < 1) {
+						const i64 c = (oc >> 7) + lane;
+						const bool ok = c * 128 < 1024ll;
+						const float *const pb = ok ? &LG_SB(kt, c) : pa;
+						lg_cp4_if(sl + 128 + lane, pb, ok, true);
+					}
+					lg_cp_arrive(&full[s]);
 				}
 			}
 		}
@@ -287,6 +343,7 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 	float psum0[64], psum1[64];
 	#pragma unroll
 	for (int i = 0; i < 64; i++) psum0[i] = psum1[i] = 0.0f;
+	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
 	for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
 		int lo = 0, hi = 256; // the last expert whose first tile is <= tile
@@ -299,27 +356,10 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 		const int ta = (int)(seg0 + (i64)(lt / 4) * 128), nkt = 16;
 		const i64 segn = gr[ex + 1] - seg0, rend = seg0 + segn;
 		const i64 oc = (lt % 4) * 256 + rank * 128;
-		const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);
+		const i64 row = (i64)ta + rl;
 		float acc[64];
 		#pragma unroll
 		for (int i = 0; i < 64; i++) acc[i] = 0.0f;
-		// the tile's columns from (cb + 1) 128 on take the next block's scale
-		const int cb = (int)(oc >> 7);
-		// the scales of the next 2 reduction blocks (0 past the last)
-		float sa0_0 = 0.0f, sa1_0 = 0.0f;
-		float sb0_0 = 0.0f;
-		if (0 < nkt) {
-			sa0_0 = row < rend ? LG_SA(0, row) : 0.0f;
-			sa1_0 = row + 8 < rend ? LG_SA(0, row + 8) : 0.0f;
-			sb0_0 = (i64)cb * 128 < 1024ll ? LG_SB(0, cb) : 0.0f;
-		}
-		float sa0_1 = 0.0f, sa1_1 = 0.0f;
-		float sb0_1 = 0.0f;
-		if (1 < nkt) {
-			sa0_1 = row < rend ? LG_SA(1, row) : 0.0f;
-			sa1_1 = row + 8 < rend ? LG_SA(1, row + 8) : 0.0f;
-			sb0_1 = (i64)cb * 128 < 1024ll ? LG_SB(1, cb) : 0.0f;
-		}
 		int k4 = 0;
 		for (; k4 + 4 <= nkt; k4 += 4) {
 			{
@@ -336,18 +376,10 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 				lg_wg_commit();
 			}
 			{
-				const int kt = k4, s = it % 6;
-				const float sa0 = sa0_0;
-				const float sa1 = sa1_0;
-				const float sb0 = sb0_0;
-				sa0_0 = sa0_1;
-				sa1_0 = sa1_1;
-				sb0_0 = sb0_1;
-				if (kt + 2 < nkt) {
-					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-					sb0_1 = (i64)cb * 128 < 1024ll ? LG_SB(kt + 2, cb) : 0.0f;
-				}
+				const int s = it % 6;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
 				const int sn = (it + 1) % 6;
 				fp8_hold(psum1);
 				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
@@ -375,18 +407,10 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 				it++;
 			}
 			{
-				const int kt = k4 + 1, s = it % 6;
-				const float sa0 = sa0_0;
-				const float sa1 = sa1_0;
-				const float sb0 = sb0_0;
-				sa0_0 = sa0_1;
-				sa1_0 = sa1_1;
-				sb0_0 = sb0_1;
-				if (kt + 2 < nkt) {
-					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-					sb0_1 = (i64)cb * 128 < 1024ll ? LG_SB(kt + 2, cb) : 0.0f;
-				}
+				const int s = it % 6;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
 				const int sn = (it + 1) % 6;
 				fp8_hold(psum0);
 				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
@@ -414,18 +438,10 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 				it++;
 			}
 			{
-				const int kt = k4 + 2, s = it % 6;
-				const float sa0 = sa0_0;
-				const float sa1 = sa1_0;
-				const float sb0 = sb0_0;
-				sa0_0 = sa0_1;
-				sa1_0 = sa1_1;
-				sb0_0 = sb0_1;
-				if (kt + 2 < nkt) {
-					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-					sb0_1 = (i64)cb * 128 < 1024ll ? LG_SB(kt + 2, cb) : 0.0f;
-				}
+				const int s = it % 6;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
 				const int sn = (it + 1) % 6;
 				fp8_hold(psum1);
 				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
@@ -453,18 +469,10 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 				it++;
 			}
 			{
-				const int kt = k4 + 3, s = it % 6;
-				const float sa0 = sa0_0;
-				const float sa1 = sa1_0;
-				const float sb0 = sb0_0;
-				sa0_0 = sa0_1;
-				sa1_0 = sa1_1;
-				sb0_0 = sb0_1;
-				if (kt + 2 < nkt) {
-					sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-					sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-					sb0_1 = (i64)cb * 128 < 1024ll ? LG_SB(kt + 2, cb) : 0.0f;
-				}
+				const int s = it % 6;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
 				lg_wg_wait(0);
 				fp8_hold(psum1);
 				if (lane == 0) fp8_release(&empty[s]);
@@ -482,17 +490,6 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 		}
 		for (int kt = k4; kt < nkt; kt++, it++) {
 			const int s = it % 6;
-			const float sa0 = sa0_0;
-			const float sa1 = sa1_0;
-			const float sb0 = sb0_0;
-			sa0_0 = sa0_1;
-			sa1_0 = sa1_1;
-			sb0_0 = sb0_1;
-			if (kt + 2 < nkt) {
-				sa0_1 = row < rend ? LG_SA(kt + 2, row) : 0.0f;
-				sa1_1 = row + 8 < rend ? LG_SA(kt + 2, row + 8) : 0.0f;
-				sb0_1 = (i64)cb * 128 < 1024ll ? LG_SB(kt + 2, cb) : 0.0f;
-			}
 			lg_mbar_wait(&full[s], (it / 6) & 1);
 			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
@@ -503,6 +500,9 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 				fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
 			}
 			lg_wg_commit();
+			const float *const sl = scales + s * 132;
+			const float sa0 = sl[rl], sa1 = sl[rl + 8];
+			const float sb0 = sl[128];
 			lg_wg_wait(0);
 			if (lane == 0) fp8_release(&empty[s]);
 			#pragma unroll

@@ -16,6 +16,18 @@ static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 b
 		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
 }
 
+// 4 bytes from global src to shared dst, zeros unless ok: by cp.async when
+// async, else by a load and a shared store.
+static __device__ __forceinline__ void lg_cp4_if(float *dst, const float *src, bool ok, bool async)
+{
+	const u32 to = (u32)__cvta_generic_to_shared(dst), n = ok ? 4u : 0u;
+	if (async)
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+			     :: "r"(to), "l"(src), "r"(n) : "memory");
+	else
+		*dst = ok ? *src : 0.0f;
+}
+
 // Arrive on the mbarrier at bar (shared) once this thread's cp.async copies
 // issued so far have landed: one of the barrier's `count` arrivals (.noinc).
 static __device__ __forceinline__ void lg_cp_arrive(u64 *bar)
@@ -154,9 +166,11 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 	#define LG_SB(kb, c) (((const float *)xt_scale)[(gt[ex] + (kb)) * 2048ll + (c)])
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
 	// 6 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
+	// then each stage's scales (A's of its 128 rows, B's of its columns),
 	// then full[6], empty[6].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
-	u64 *const full = (u64 *)(ring + 196608), *const empty = full + 6;
+	float *const scales = (float *)(ring + 196608);
+	u64 *const full = (u64 *)(scales + 1536), *const empty = full + 6;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	// Expert e's first row gr[e] and first 128-token scale block gt[e], one scan.
 	__shared__ i64 gr[257];
@@ -227,6 +241,20 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 						*(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
 					}
 				}
+				const int q = threadIdx.x & 127;
+				float *const sl = scales + s * 256;
+				const float *const pa = &LG_SA(kt, ta);
+				#pragma unroll
+				for (int i = q; i < 128; i += 128) {
+					const bool ok = ta + i < rend;
+					lg_cp4_if(sl + i, ok ? pa + i : pa, ok, al);
+				}
+				const float *const pb = &LG_SB(kt, oc);
+				#pragma unroll
+				for (int i = q; i < 128; i += 128) {
+					const bool ok = oc + i < 2048ll;
+					lg_cp4_if(sl + 128 + i, ok ? pb + i : pa, ok, al);
+				}
 				if (al) {
 					lg_cp_arrive(&full[s]);
 				}
@@ -243,28 +271,19 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 	float psum[64];
 	#pragma unroll
 	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
+	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 		const int ex = (int)(tile / 128), lt = (int)(tile % 128);
 		const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0, er = (i64)ex * 1024;
 		const int ta = (int)(er + lt / 16 * 128), nkt = (int)((segn + 127) / 128);
 		const i64 oc = (i64)(lt % 16) * 128, rend = er + 1024;
-		const i64 row = (i64)ta + wg * 64 + warp * 16 + (lane >> 2);
+		const i64 row = (i64)ta + rl;
 		float acc[64];
 		#pragma unroll
 		for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 		for (int kt = 0; kt < nkt; kt++, it++) {
 			const int s = it % 6;
-			const float sa0 = row < rend ? LG_SA(kt, row) : 0.0f;
-			const float sa1 = row + 8 < rend ? LG_SA(kt, row + 8) : 0.0f;
-			// B's of columns col and col + 1 (col even): one 8-byte load
-			float2 sbv[16];
-			#pragma unroll
-			for (int j = 0; j < 16; j++) {
-				const i64 col = oc + j * 8 + (lane & 3) * 2;
-				const float2 *const sp = (const float2 *)&LG_SB(kt, col);
-				sbv[j] = col < 2048ll ? *sp : make_float2(0.0f, 0.0f);
-			}
 			lg_mbar_wait(&full[s], (it / 6) & 1);
 			// the producer's copies, to the async proxy (wgmma)
 			lg_fence_proxy_async();
@@ -277,6 +296,14 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 				fp8_wgmma(psum, da + 2 * ks, db + 2 * ks, ks);
 			}
 			lg_wg_commit();
+			const float *const sl = scales + s * 256;
+			const float sa0 = sl[rl], sa1 = sl[rl + 8];
+			// B's of columns col and col + 1 (col even): one 8-byte load
+			float2 sbv[16];
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				sbv[j] = *(const float2 *)(sl + 128 + j * 8 + (lane & 3) * 2);
+			}
 			lg_wg_wait(0);
 			if (lane == 0) lg_mbar_arrive(&empty[s]);
 			#pragma unroll
