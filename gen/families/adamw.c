@@ -36,42 +36,24 @@
 
 #include "family.h"
 
+#include "adamw.h"
 #include "error.h"
 #include "list_common.h"
 
 #define LG_ADAMW_CHUNK 8192 /* elements a row at most, as lingen.optim cuts them */
 
-enum { K_PARAM, K_GRAD, K_MOMENTS, K_BETA1, K_BETA2, K_EPS, K_WD, K_TILE, NKEYS = K_TILE + LG_LIST_TILE_KEYS };
+enum { K_PARAM, K_GRAD = K_PARAM + LG_ADAMW_KEY_GRAD, K_MOMENTS = K_PARAM + LG_ADAMW_KEY_MOMENTS,
+       K_BETA1 = K_PARAM + LG_ADAMW_KEY_BETA1, K_BETA2 = K_PARAM + LG_ADAMW_KEY_BETA2,
+       K_EPS = K_PARAM + LG_ADAMW_KEY_EPS, K_WD = K_PARAM + LG_ADAMW_KEY_WD,
+       K_TILE = K_PARAM + LG_ADAMW_KEYS, NKEYS = K_TILE + LG_LIST_TILE_KEYS };
 enum { T_FP32, T_BF16, T_COUNT };
-static const char *const type_values[T_COUNT] = {"fp32", "bf16"};
-static const char *const param_words[T_COUNT] = {"p32", "pbf16"};
-static const char *const grad_words[T_COUNT] = {"g32", "gbf16"};
-static const char *const moment_words[T_COUNT] = {"m32", "mbf16"};
+const char *const lg_adamw_type_values[2] = {"fp32", "bf16"};
+const char *const lg_adamw_param_words[2] = {"p32", "pbf16"};
+const char *const lg_adamw_grad_words[2] = {"g32", "gbf16"};
+const char *const lg_adamw_moment_words[2] = {"m32", "mbf16"};
 
 static const struct lg_key keys[NKEYS] = {
-	[K_PARAM] = {.path = "param", .type = LG_KEY_ENUM, .values = type_values, .nvalues = T_COUNT,
-		     .has_def = true, .def = T_FP32, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 19,
-		     .words = param_words,
-		     .doc = "the parameters' element type: fp32, or bf16 (updated in fp32, rounded once)"},
-	[K_GRAD] = {.path = "grad", .type = LG_KEY_ENUM, .values = type_values, .nvalues = T_COUNT,
-		    .has_def = true, .def = T_FP32, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 20,
-		    .words = grad_words, .doc = "the gradients' element type"},
-	[K_MOMENTS] = {.path = "moments", .type = LG_KEY_ENUM, .values = type_values, .nvalues = T_COUNT,
-		       .has_def = true, .def = T_FP32, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 21,
-		       .words = moment_words,
-		       .doc = "exp_avg and exp_avg_sq: fp32, or bf16 (rounded to nearest even)"},
-	[K_BETA1] = {.path = "beta1", .type = LG_KEY_NUMBER, .lo = -1.0, .hi = 1.0, .has_def = true,
-		     .def_num = 0.9, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 30, .abbrev = "b1",
-		     .doc = "in [0, 1): the first moment's decay"},
-	[K_BETA2] = {.path = "beta2", .type = LG_KEY_NUMBER, .lo = -1.0, .hi = 1.0, .has_def = true,
-		     .def_num = 0.999, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 31, .abbrev = "b2",
-		     .doc = "in [0, 1): the second moment's decay"},
-	[K_EPS] = {.path = "eps", .type = LG_KEY_NUMBER, .lo = 0.0, .hi = 1.0, .has_def = true,
-		   .def_num = 1e-8, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 32, .abbrev = "eps",
-		   .doc = "added to sqrt(v) / sqrt(bc2)"},
-	[K_WD] = {.path = "weight_decay", .type = LG_KEY_NUMBER, .lo = -1.0, .hi = 1e6, .has_def = true,
-		  .def_num = 0.01, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 33, .abbrev = "wd",
-		  .doc = ">= 0: decoupled weight decay, p = p (1 - lr wd)"},
+	LG_KEYS_ADAMW(K_PARAM, LG_ADAMW_FP32),
 	LG_KEYS_LIST_TILE(K_TILE),
 };
 
@@ -87,14 +69,20 @@ static const struct lg_arg args[NARGS] = {
 	[ARG_LR] = {"lr", LG_ARG_IN, LG_ELEM_FP32, "1", 4, "the learning rate"},
 };
 
+lg_status lg_adamw_validate_hp(const struct lg_spec *s, const char *where, int k0)
+{
+	static const int nonneg[] = {LG_ADAMW_KEY_BETA1, LG_ADAMW_KEY_BETA2, LG_ADAMW_KEY_WD};
+	for (int i = 0; i < 3; i++)
+		if (lg_spec_num(s, k0 + nonneg[i]) < 0)
+			return lg_spec_error(where, "%s: found %g, allowed: >= 0", s->fam->keys[k0 + nonneg[i]].path,
+					     lg_spec_num(s, k0 + nonneg[i]));
+	return LG_OK;
+}
+
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	static const int nonneg[] = {K_BETA1, K_BETA2, K_WD};
-	for (int i = 0; i < 3; i++)
-		if (lg_spec_num(s, nonneg[i]) < 0)
-			return lg_spec_error(where, "%s: found %g, allowed: >= 0", s->fam->keys[nonneg[i]].path,
-					     lg_spec_num(s, nonneg[i]));
-	return lg_list_validate(s, where);
+	lg_status st = lg_adamw_validate_hp(s, where, K_PARAM);
+	return st != LG_OK ? st : lg_list_validate(s, where);
 }
 
 /* Defaults: 2 CTAs of 256 threads an SM (128 registers a thread) and
@@ -123,8 +111,7 @@ static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct l
 	d->block[0] = (unsigned)p->v[LG_LIST_P_THREADS];
 }
 
-/* The loads and stores of one array of G elements at element e of base. */
-static void emit_access(lg_buf *b, bool bf16, int g)
+void lg_adamw_emit_access(lg_buf *b, bool bf16, int g)
 {
 	const char *t = bf16 ? "bf16" : "f32";
 	int per = bf16 ? 8 : 4, nv = g / per;
@@ -148,9 +135,8 @@ static void emit_access(lg_buf *b, bool bf16, int g)
 }
 
 
-static void emit_update(lg_buf *b, const struct lg_spec *s)
+void lg_adamw_emit_update(lg_buf *b, double beta1, double beta2, double eps)
 {
-	double beta1 = lg_spec_num(s, K_BETA1), beta2 = lg_spec_num(s, K_BETA2);
 	float w1 = (float)(1.0 - beta1);
 	lg_comment(b, "One element, torch.optim.AdamW's operations in its order, each rounded once.");
 	lg_line(b, "struct lg_adamw_k { float decay, neg_step, bc2_sqrt; };");
@@ -166,10 +152,24 @@ static void emit_update(lg_buf *b, const struct lg_spec *s)
 	lg_line(b, "v = __fadd_rn(__fmul_rn(v, %.9gf), __fmul_rn(__fmul_rn(%.9gf, g), g));", (double)(float)beta2,
 		(double)(float)(1.0 - beta2));
 	lg_line(b, "const float den = __fadd_rn(__fdiv_rn(__fsqrt_rn(v), k.bc2_sqrt), %.9gf);",
-		(double)(float)lg_spec_num(s, K_EPS));
+		(double)(float)eps);
 	lg_line(b, "p = __fadd_rn(p, __fmul_rn(k.neg_step, __fdiv_rn(m, den)));");
 	lg_close(b);
 	lg_line(b, "%s", "");
+}
+
+void lg_adamw_emit_scalars(lg_buf *b, double beta1, double beta2, double wd)
+{
+	lg_line(b, "const double t = (double)*(const float *)step, rate = (double)*(const float *)lr;");
+	lg_line(b, "const double bc1 = 1.0 - pow(%.17g, t);", beta1);
+	lg_line(b, "const double bc2 = 1.0 - pow(%.17g, t);", beta2);
+	lg_line(b, "lg_adamw_k k;");
+	if (wd == 0)
+		lg_line(b, "k.decay = 1.0f; // no weight decay: p * 1 is p");
+	else
+		lg_line(b, "k.decay = (float)(1.0 - rate * %.17g);", wd);
+	lg_line(b, "k.neg_step = (float)-(rate / bc1);");
+	lg_line(b, "k.bc2_sqrt = (float)sqrt(bc2);");
 }
 
 /* lg_adamw_chunk: a warp's chunk (one table row). */
@@ -244,16 +244,7 @@ static void emit_entry(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, %d)", threads, per_sm);
 	lg_open(b, "{");
 	lg_line(b, "const u32 lane = threadIdx.x & 31u;");
-	lg_line(b, "const double t = (double)*(const float *)step, rate = (double)*(const float *)lr;");
-	lg_line(b, "const double bc1 = 1.0 - pow(%.17g, t);", lg_spec_num(s, K_BETA1));
-	lg_line(b, "const double bc2 = 1.0 - pow(%.17g, t);", lg_spec_num(s, K_BETA2));
-	lg_line(b, "lg_adamw_k k;");
-	if (lg_spec_num(s, K_WD) == 0)
-		lg_line(b, "k.decay = 1.0f; // no weight decay: p * 1 is p");
-	else
-		lg_line(b, "k.decay = (float)(1.0 - rate * %.17g);", lg_spec_num(s, K_WD));
-	lg_line(b, "k.neg_step = (float)-(rate / bc1);");
-	lg_line(b, "k.bc2_sqrt = (float)sqrt(bc2);");
+	lg_adamw_emit_scalars(b, lg_spec_num(s, K_BETA1), lg_spec_num(s, K_BETA2), lg_spec_num(s, K_WD));
 	lg_open(b, "for (i64 r = (i64)blockIdx.x * %d + (threadIdx.x >> 5); r < I; r += %lld) {", warps, w);
 	lg_line(b, "const char *row = (const char *)table + r * 48;");
 	lg_line(b, "const lg_u32x4 a = lg_ld16(row), c = lg_ld16(row + 16), n = lg_ld16(row + 32);");
@@ -271,11 +262,11 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	bool pb = lg_spec_int(s, K_PARAM) == T_BF16;
 	int g = gb || mb || pb ? 8 : 4; /* elements a lane's step: whole 16-byte vectors of every array */
 	lg_section(b, "the update of this spec", NULL);
-	emit_update(b, s);
+	lg_adamw_emit_update(b, lg_spec_num(s, K_BETA1), lg_spec_num(s, K_BETA2), lg_spec_num(s, K_EPS));
 	if (!(pb && gb && mb))
-		emit_access(b, false, g);
+		lg_adamw_emit_access(b, false, g);
 	if (gb || mb || pb)
-		emit_access(b, true, g);
+		lg_adamw_emit_access(b, true, g);
 	emit_chunk(b, s, g, (int)p->v[LG_LIST_P_UNROLL]);
 	emit_entry(b, s, p);
 }
