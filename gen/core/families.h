@@ -31,6 +31,7 @@
 	X(rmsnorm_router, RMSNORM_ROUTER) /* K3b: RMSNorm + router GEMM + 1x128 FP8 quant */ \
 	X(fp8_gemm, FP8_GEMM)           /* 16: blockwise FP8 GEMM fwd / dgrad / wgrad */ \
 	X(fp8_grouped_gemm, FP8_GROUPED_GEMM) /* 16: per-expert FP8 GEMM fwd / dgrad */ \
-	X(adamw, ADAMW)                 /* issue 35: fused AdamW over a parameter list */
+	X(adamw, ADAMW)                 /* issue 35: fused AdamW over a parameter list */ \
+	X(adamw_fp8, ADAMW_FP8)         /* issue 35: AdamW of a weight + its FP8 copies */
 
 #endif

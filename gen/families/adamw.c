@@ -42,18 +42,22 @@
 
 #define LG_ADAMW_CHUNK 8192 /* elements a row at most, as lingen.optim cuts them */
 
-enum { K_PARAM, K_GRAD = K_PARAM + LG_ADAMW_KEY_GRAD, K_MOMENTS = K_PARAM + LG_ADAMW_KEY_MOMENTS,
-       K_BETA1 = K_PARAM + LG_ADAMW_KEY_BETA1, K_BETA2 = K_PARAM + LG_ADAMW_KEY_BETA2,
-       K_EPS = K_PARAM + LG_ADAMW_KEY_EPS, K_WD = K_PARAM + LG_ADAMW_KEY_WD,
-       K_TILE = K_PARAM + LG_ADAMW_KEYS, NKEYS = K_TILE + LG_LIST_TILE_KEYS };
+enum { K_PARAM, K_HP, K_GRAD = K_HP + LG_ADAMW_KEY_GRAD, K_MOMENTS = K_HP + LG_ADAMW_KEY_MOMENTS,
+       K_BETA1 = K_HP + LG_ADAMW_KEY_BETA1, K_BETA2 = K_HP + LG_ADAMW_KEY_BETA2,
+       K_EPS = K_HP + LG_ADAMW_KEY_EPS, K_WD = K_HP + LG_ADAMW_KEY_WD,
+       K_TILE = K_HP + LG_ADAMW_KEYS, NKEYS = K_TILE + LG_LIST_TILE_KEYS };
 enum { T_FP32, T_BF16, T_COUNT };
-const char *const lg_adamw_type_values[2] = {"fp32", "bf16"};
-const char *const lg_adamw_param_words[2] = {"p32", "pbf16"};
-const char *const lg_adamw_grad_words[2] = {"g32", "gbf16"};
-const char *const lg_adamw_moment_words[2] = {"m32", "mbf16"};
+const char *const lg_adamw_type_values[T_COUNT] = {"fp32", "bf16"};
+const char *const lg_adamw_grad_words[T_COUNT] = {"g32", "gbf16"};
+const char *const lg_adamw_moment_words[T_COUNT] = {"m32", "mbf16"};
+static const char *const param_words[T_COUNT] = {"p32", "pbf16"};
 
 static const struct lg_key keys[NKEYS] = {
-	LG_KEYS_ADAMW(K_PARAM, LG_ADAMW_FP32),
+	[K_PARAM] = {.path = "param", .type = LG_KEY_ENUM, .values = lg_adamw_type_values, .nvalues = T_COUNT,
+		     .has_def = true, .def = T_FP32, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 19,
+		     .words = param_words,
+		     .doc = "the parameters' element type: fp32, or bf16 (updated in fp32, rounded once)"},
+	LG_KEYS_ADAMW(K_HP),
 	LG_KEYS_LIST_TILE(K_TILE),
 };
 
@@ -81,7 +85,7 @@ lg_status lg_adamw_validate_hp(const struct lg_spec *s, const char *where, int k
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	lg_status st = lg_adamw_validate_hp(s, where, K_PARAM);
+	lg_status st = lg_adamw_validate_hp(s, where, K_HP);
 	return st != LG_OK ? st : lg_list_validate(s, where);
 }
 

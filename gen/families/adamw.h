@@ -11,11 +11,9 @@
 
 #include "family.h"
 
-/* The hyperparameter keys of both families, keys k .. k + LG_ADAMW_KEYS - 1
- * in this order (offsets LG_ADAMW_KEY_*); def_param: the default of
- * "param" (LG_ADAMW_FP32 or LG_ADAMW_BF16). */
+/* The keys of both families after the parameters' type: keys k .. k +
+ * LG_ADAMW_KEYS - 1 in this order (offsets LG_ADAMW_KEY_*). */
 enum {
-	LG_ADAMW_KEY_PARAM,
 	LG_ADAMW_KEY_GRAD,
 	LG_ADAMW_KEY_MOMENTS,
 	LG_ADAMW_KEY_BETA1,
@@ -26,16 +24,9 @@ enum {
 };
 enum { LG_ADAMW_FP32, LG_ADAMW_BF16 };
 extern const char *const lg_adamw_type_values[2];
-extern const char *const lg_adamw_param_words[2];
 extern const char *const lg_adamw_grad_words[2];
 extern const char *const lg_adamw_moment_words[2];
-#define LG_KEYS_ADAMW(k, def_param)                                                                          \
-	[(k) + LG_ADAMW_KEY_PARAM] = {.path = "param", .type = LG_KEY_ENUM, .values = lg_adamw_type_values,  \
-				      .nvalues = 2, .has_def = true, .def = (def_param),                     \
-				      .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 19,                          \
-				      .words = lg_adamw_param_words,                                         \
-				      .doc = "the parameters' element type: fp32, or bf16 (updated in fp32, " \
-					     "rounded once)"},                                               \
+#define LG_KEYS_ADAMW(k)                                                                          \
 	[(k) + LG_ADAMW_KEY_GRAD] = {.path = "grad", .type = LG_KEY_ENUM, .values = lg_adamw_type_values,    \
 				     .nvalues = 2, .has_def = true, .def = LG_ADAMW_FP32,                    \
 				     .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 20,                           \

@@ -60,9 +60,11 @@ void lg_ref_adamw_step(const struct lg_ref_adamw_hp *h, void *p, const void *g, 
 
 struct lg_ref_adamw_hp lg_ref_adamw_hp_of(const struct lg_spec *s)
 {
+	/* adamw: the "param" key; adamw_fp8: the spec's dtype is the weight's */
+	bool pb = lg_family_key(s->fam, "param") >= 0 ? lg_ref_int(s, "param") == 1 : s->dtype == LG_DTYPE_BF16;
 	return (struct lg_ref_adamw_hp){lg_ref_num(s, "beta1"), lg_ref_num(s, "beta2"), lg_ref_num(s, "eps"),
 					lg_ref_num(s, "weight_decay"), lg_ref_int(s, "grad") == 1,
-					lg_ref_int(s, "moments") == 1, lg_ref_int(s, "param") == 1};
+					lg_ref_int(s, "moments") == 1, pb};
 }
 
 /* The harness has no case for a family that updates its list in place:

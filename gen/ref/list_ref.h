@@ -51,4 +51,12 @@ struct lg_ref_adamw_hp lg_ref_adamw_hp_of(const struct lg_spec *s);
 void lg_ref_adamw_step(const struct lg_ref_adamw_hp *h, void *p, const void *g, void *m, void *v, size_t n,
 		       float step, float lr);
 
+/* Family "adamw_fp8": the FP8 copies of a weight w [m, n] (bf16, or fp32
+ * with !bf16; n a multiple of 128) in 128 x 128 tiles, as fp8_quant_weight
+ * gives them (transposed): q [m, n], s [cdiv(m, 128), n / 128], qt [n, m],
+ * st [n / 128, cdiv(m, 128)]; a partial last row of tiles over its real
+ * rows (adamw_fp8_ref.c). */
+void lg_ref_weight_tiles(const void *w, bool bf16, size_t m, size_t n, bool pow2, uint8_t *q, float *s,
+			 uint8_t *qt, float *st);
+
 #endif
