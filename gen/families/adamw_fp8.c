@@ -172,9 +172,9 @@ static const char doc_forward[] =
 	"Issue 35: one AdamW step of a weight w [rows, hidden] in place (op\n"
 	"  \"adamw_fp8\": family adamw's update; grad, exp_avg, exp_avg_sq as \"grad\"\n"
 	"  and \"moments\"; step and lr 0-d fp32 in device memory) and, in the same\n"
-	"  pass, its FP8\n"
-	"  copies as fp8_quant_weight (transposed) gives them for the new weight:\n"
-	"  q [rows, hidden] e4m3, s [cdiv(rows, 128), hidden/128], qt = q^T, st = s^T.";
+	"  pass, its FP8 copies as fp8_quant_weight (transposed) gives them for the\n"
+	"  new weight: q [rows, hidden] e4m3, s [cdiv(rows, 128), hidden/128],\n"
+	"  qt = q^T, st = s^T.";
 
 const struct lg_family lg_family_adamw_fp8 = {
 	.op = "adamw_fp8",
