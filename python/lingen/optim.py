@@ -23,6 +23,20 @@ torch.optim.AdamW's single-tensor form, so CPU tests check it against torch.
 even after each update; DeepSeek-V3's recipe): 18-20 bytes a parameter a
 step instead of 28.
 
+``fp8_weights=True`` (issue 35 item 2): the weights lingen.nn quantises at
+each forward (Fp8Linear's, the FP8 MoE's experts: marked by
+lingen.nn._k.mark_fp8) are stepped by the generated ``adamw_fp8`` kernel,
+one launch a weight, which writes in the same pass the weight's FP8 copies
+(e4m3 in 128 x 128 tiles with their scales, and the transposed copy: the
+bytes fp8_quant_weight gives for the new weight) into buffers kept on the
+parameter; the next forward takes them instead of quantising
+(lingen.nn._k.quant_weight), as long as the weight has not changed since
+(its ``_version`` and storage: a weight changed in place by torch, e.g. a
+checkpoint load, is quantised again; a write through ``.data`` is not seen).
+The first step's forward has no copies yet. On the CPU the same happens in
+torch (the copies from lingen.nn's CPU quantiser). The optimiser's state
+and state_dict are torch's either way.
+
 This module imports torch (``import lingen`` does not import it).
 """
 import torch
@@ -42,10 +56,13 @@ class AdamW(torch.optim.Optimizer):
 
     Arguments as torch.optim.AdamW's (params, lr, betas, eps, weight_decay,
     amsgrad); ``moments`` is ``"fp32"`` (default, torch's layout) or
-    ``"bf16"``. amsgrad=True and maximize=True raise ValueError."""
+    ``"bf16"``; ``fp8_weights``: write the FP8 copies of lingen.nn's FP8
+    weights in the step (module docstring). amsgrad=True and maximize=True
+    raise ValueError."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
-                 amsgrad=False, *, maximize=False, moments="fp32", **torch_options):
+                 amsgrad=False, *, maximize=False, moments="fp32", fp8_weights=False,
+                 **torch_options):
         fn = "lingen.optim.AdamW"
         if amsgrad:
             raise ValueError(f"{fn}: amsgrad=True is not supported (the fused kernel keeps no "
@@ -70,6 +87,7 @@ class AdamW(torch.optim.Optimizer):
         defaults.update(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                         amsgrad=False, maximize=False)
         self.moments = moments
+        self.fp8_weights = bool(fp8_weights)
         self._tables = {}   # bucket key -> (table tensor, rows)
         self._lrs = {}      # (group index, device) -> [device fp32 tensor, value it holds]
         self._kernels = {}  # spec key -> lingen kernel
@@ -112,7 +130,7 @@ class AdamW(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         for gi, group in enumerate(self.param_groups):
-            buckets = {}
+            buckets, fp8s = {}, {}
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -123,12 +141,21 @@ class AdamW(torch.optim.Optimizer):
                          and p.grad.device == p.device and p.is_contiguous()
                          and p.grad.is_contiguous() and st["exp_avg"].is_contiguous()
                          and st["exp_avg_sq"].is_contiguous())
-                if fused:
+                fp8 = self.fp8_weights and _nn_k().is_fp8(p)
+                if fused and fp8 and _fp8_fusable(p):
+                    fp8s.setdefault(p.device, []).append((p, st))
+                elif fused:
                     buckets.setdefault((p.device, p.dtype, p.grad.dtype), []).append((p, st))
+                    # the kernel writes p unseen by its _version: FP8 copies made stale
+                    p.__dict__.pop("_lingen_fp8_copies", None)
                 else:
                     _torch_update(p, p.grad, st, group)
+                    if fp8:  # the copies of the new weight, in torch (the CPU)
+                        _nn_k().set_weight_copies(p, _nn_k().quant_weight(p))
             for (dev, pdt, gdt), items in buckets.items():
                 self._fused(gi, group, dev, pdt, gdt, items)
+            for dev, items in fp8s.items():
+                self._fused_fp8(gi, group, dev, items)
         return loss
 
     def _lr(self, gi, group, dev):
@@ -178,6 +205,93 @@ class AdamW(torch.optim.Optimizer):
             k = self._kernel(group, pdt, gdt)
             stream = torch.cuda.current_stream(dev).cuda_stream
             k.run([table[1]], [table[0].data_ptr(), step.data_ptr(), lr.data_ptr()], stream)
+
+    def _kernel_fp8(self, group, pdt, gdt, hidden):
+        b1, b2 = group["betas"]
+        key = ("fp8", _GRADS[gdt], self.moments, float(b1), float(b2), float(group["eps"]),
+               float(group["weight_decay"]), _GRADS[pdt], int(hidden))
+        k = self._kernels.get(key)
+        if k is None:
+            from ._core import Spec, default_context
+            spec = {"op": "adamw_fp8", "pass": "forward", "dtype": key[7], "hidden": key[8],
+                    "quant": {}, "grad": key[1], "moments": key[2], "beta1": key[3],
+                    "beta2": key[4], "eps": key[5], "weight_decay": key[6]}
+            k = self._kernels[key] = default_context().kernel(Spec(spec))
+        return k
+
+    def _fused_fp8(self, gi, group, dev, items):
+        """One adamw_fp8 launch a weight (the step count shared by the
+        device's FP8 weights of the group, incremented once): the update
+        and the weight's FP8 copies, recorded on the parameter."""
+        k_ = _nn_k()
+        step = items[0][1]["step"]
+        for _, st in items:
+            st["step"] = step
+        with torch.cuda.device(dev):
+            step.add_(1)
+            lr = self._lr(gi, group, dev)
+            stream = torch.cuda.current_stream(dev).cuda_stream
+            for p, st in items:
+                flat, copies = _fp8_buffers(p)
+                q, s, qt, sct = flat
+                k = self._kernel_fp8(group, p.dtype, p.grad.dtype, p.shape[-1])
+                k.run([p.numel() // p.shape[-1]],
+                      [p.data_ptr(), p.grad.data_ptr(), st["exp_avg"].data_ptr(),
+                       st["exp_avg_sq"].data_ptr(), step.data_ptr(), lr.data_ptr(),
+                       q.data_ptr(), s.data_ptr(), qt.data_ptr(), sct.data_ptr()], stream)
+                if p.dim() == 3:  # the experts' own transposed copies (as quant_weight's)
+                    _experts_transposed_into(qt, sct, p.shape[0], copies[2], copies[3])
+                k_.set_weight_copies(p, copies)
+
+
+def _nn_k():
+    from .nn import _k
+    return _k
+
+
+def _fp8_fusable(p):
+    """A weight adamw_fp8 steps: fp32 or bf16, [N, K] or [E, N, K] with K a
+    multiple of 128 (and N, for experts: a tile within one expert), the
+    gradient of the weight's device and contiguous (checked by the caller)."""
+    if p.dim() not in (2, 3) or p.shape[-1] % 128 or p.shape[-1] > 65536 or p.numel() == 0:
+        return False
+    return p.dim() == 2 or p.shape[1] % 128 == 0
+
+
+def _fp8_buffers(p):
+    """The kernel's outputs for p (q [R, K], s, qt [K, R], st of R = numel /
+    K rows) and the copies quant_weight gives (views of them; for experts
+    the per-expert transposed copies, buffers of their own), kept on p and
+    written in place at every step (so a captured graph replays into
+    them)."""
+    b = getattr(p, "_lingen_fp8_buffers", None)
+    key = (p.data_ptr(), tuple(p.shape), p.device)
+    if b is not None and b[0] == key:
+        return b[1], b[2]
+    from .nn import _quant as Q
+    k = p.shape[-1]
+    r = p.numel() // k
+    rb = -(-r // 128)
+    e4 = dict(dtype=Q.E4M3, device=p.device)
+    f4 = dict(dtype=torch.float32, device=p.device)
+    q, s = torch.empty(r, k, **e4), torch.empty(rb, k // 128, **f4)
+    qt, st = torch.empty(k, r, **e4), torch.empty(k // 128, rb, **f4)
+    if p.dim() == 2:
+        copies = (q, s, qt, st)
+    else:
+        e, n, _ = p.shape
+        copies = (q.view(e, n, k), s.view(e, n // 128, -1), torch.empty(e, k, n, **e4),
+                  torch.empty(e, k // 128, n // 128, **f4))
+    p._lingen_fp8_buffers = (key, (q, s, qt, st), copies)
+    return (q, s, qt, st), copies
+
+
+def _experts_transposed_into(qt, st, experts, qe, se):
+    """lingen.nn._quant.experts_transposed into qe, se (8-byte words)."""
+    k, en = qt.shape
+    words = qt.view(torch.uint8).view(k, experts, en // experts).view(torch.int64)
+    qe.view(torch.uint8).view(experts, k, -1).view(torch.int64).copy_(words.transpose(0, 1))
+    se.copy_(st.view(st.shape[0], experts, -1).transpose(0, 1))
 
 
 def _table(ptrs, dev, psz, gsz, msz):

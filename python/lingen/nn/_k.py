@@ -71,8 +71,43 @@ def swiglu_quant_dense(x):
     return y, (q.view(-1, n), s, qt, st)
 
 
+def mark_fp8(w):
+    """Mark parameter w as a weight lingen.nn quantises at each forward
+    (quant_weight): lingen.optim.AdamW(fp8_weights=True) then writes its FP8
+    copies in its step."""
+    w._lingen_fp8 = True
+    return w
+
+
+def is_fp8(w):
+    return getattr(w, "_lingen_fp8", False)
+
+
+def set_weight_copies(w, copies):
+    """Record copies (q, s, qt, st, as quant_weight gives them) as w's FP8
+    copies for w as it is now: quant_weight returns them until w changes."""
+    w._lingen_fp8_copies = (w._version, w.data_ptr(), copies)
+
+
+def weight_copies(w):
+    """w's FP8 copies written by an optimiser step (set_weight_copies) when
+    they are current: w neither changed by torch in place since (its
+    _version counts every in-place write but those through .data) nor
+    given other storage; else None."""
+    c = getattr(w, "_lingen_fp8_copies", None)
+    if c is None or c[0] != w._version or c[1] != w.data_ptr():
+        return None
+    return c[2]
+
+
 def quant_weight(w):
-    """(q, s, qt, st) of a weight [N, K], or of expert weights [E, N, K]."""
+    """(q, s, qt, st) of a weight [N, K], or of expert weights [E, N, K]:
+    the copies the optimiser's step wrote when they are current
+    (weight_copies), else quantised now."""
+    if not torch.compiler.is_compiling():
+        c = weight_copies(w)
+        if c is not None:
+            return c
     if on_cpu(w):
         return Q.weight(w) if w.dim() == 2 else Q.weight_experts(w)
     # one kernel writes both copies; expert weights as one [E N, K] weight

@@ -64,6 +64,8 @@ class Fp8Linear(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device,
                                                      dtype=dtype))
         torch.nn.init.normal_(self.weight, std=in_features ** -0.5)
+        if fp8:  # lingen.optim.AdamW(fp8_weights=True) writes its FP8 copies
+            _k.mark_fp8(self.weight)
 
     def forward(self, x, x_copies=None):
         A.last_dim("lingen.nn.Fp8Linear", x, self.in_features)

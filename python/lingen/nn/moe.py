@@ -136,6 +136,9 @@ class MoE(torch.nn.Module):
                                      * hidden ** -0.5)
         self.w2 = torch.nn.Parameter(torch.randn(experts, hidden, intermediate, dtype=dtype)
                                      * intermediate ** -0.5)
+        if mode == "fp8":  # lingen.optim.AdamW(fp8_weights=True) writes their FP8 copies
+            _k.mark_fp8(self.w1)
+            _k.mark_fp8(self.w2)
         if expert_bias:
             self.register_buffer("expert_bias", torch.zeros(experts, dtype=torch.float32))
         else:

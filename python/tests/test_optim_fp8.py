@@ -1,0 +1,108 @@
+"""lingen.optim.AdamW(fp8_weights=True) on the CPU (CI): the step records the
+FP8 copies of the weights lingen.nn quantises (Fp8Linear, the FP8 MoE's
+experts), the forward takes them while they are current and quantises
+again once the weight changed; no copies before the first step, none for
+other parameters or without the option; the update and the state_dict are
+torch's. The CUDA path (the generated adamw_fp8 kernel) is
+python/tests/test_gpu_optim_fp8.py."""
+import pytest
+
+torch = pytest.importorskip("torch")
+import lingen.optim  # noqa: E402
+from lingen.nn import Fp8Linear, MoE  # noqa: E402
+from lingen.nn import _k, _quant as Q  # noqa: E402
+
+
+def _model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.ModuleDict({
+        "lin": Fp8Linear(256, 384),
+        "plain": Fp8Linear(256, 128, fp8=False),
+        "moe": MoE(256, 4, 2, 128, mode="fp8"),
+    })
+
+
+def _step(model, opt, seed):
+    torch.manual_seed(100 + seed)
+    x = torch.randn(64, 256, dtype=torch.bfloat16)
+    loss = (model["lin"](x).float().square().mean() + model["plain"](x).float().square().mean()
+            + model["moe"](x).float().square().mean())
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+
+
+def _same(a, b):
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        assert torch.equal(x.view(torch.uint8) if x.dtype == Q.E4M3 else x,
+                           y.view(torch.uint8) if y.dtype == Q.E4M3 else y)
+
+
+def test_copies_written_and_used(monkeypatch):
+    m = _model()
+    opt = lingen.optim.AdamW(m.parameters(), lr=1e-2, fp8_weights=True)
+    fp8 = [m["lin"].weight, m["moe"].w1, m["moe"].w2]
+    for w in fp8:
+        assert _k.is_fp8(w) and _k.weight_copies(w) is None  # the first step has none
+    assert not _k.is_fp8(m["plain"].weight) and not _k.is_fp8(m["moe"].router)
+    _step(m, opt, 0)
+    for w in fp8:
+        c = _k.weight_copies(w)
+        assert c is not None
+        want = Q.weight(w) if w.dim() == 2 else Q.weight_experts(w)
+        _same(c, want)
+    for p in (m["plain"].weight, m["moe"].router):
+        assert _k.weight_copies(p) is None
+    # the forward takes the copies: no quantisation of a weight
+    with monkeypatch.context() as mp:
+        mp.setattr(Q, "weight", lambda *a, **k: pytest.fail("quantised"))
+        mp.setattr(Q, "weight_experts", lambda *a, **k: pytest.fail("quantised"))
+        x = torch.randn(64, 256, dtype=torch.bfloat16)
+        (m["lin"](x).float().sum() + m["moe"](x).float().sum()).backward()
+    opt.step()
+
+
+def test_changed_weight_requantised():
+    m = _model()
+    opt = lingen.optim.AdamW(m.parameters(), lr=1e-2, fp8_weights=True)
+    _step(m, opt, 0)
+    w = m["lin"].weight
+    old = _k.weight_copies(w)
+    with torch.no_grad():
+        w.mul_(3.0)
+    assert _k.weight_copies(w) is None
+    got = _k.quant_weight(w)
+    _same(got, Q.weight(w))
+    assert not torch.equal(got[1], old[1])  # the scales of the new weight
+    # a new tensor in its place (load_state_dict copies in place: also a new version)
+    m["lin"].load_state_dict({"weight": torch.randn(384, 256, dtype=torch.bfloat16)})
+    assert _k.weight_copies(w) is None
+
+
+def test_without_option():
+    m = _model()
+    opt = lingen.optim.AdamW(m.parameters(), lr=1e-2)
+    _step(m, opt, 0)
+    assert _k.weight_copies(m["lin"].weight) is None
+    assert _k.weight_copies(m["moe"].w1) is None
+
+
+def test_same_update_and_state_dict():
+    a, b = _model(), _model()
+    oa = lingen.optim.AdamW(a.parameters(), lr=1e-2, weight_decay=0.1, fp8_weights=True)
+    ob = torch.optim.AdamW(b.parameters(), lr=1e-2, weight_decay=0.1)
+    for s in range(3):
+        _step(a, oa, s)
+        _step(b, ob, s)
+    for (n, x), y in zip(a.named_parameters(), b.parameters()):
+        torch.testing.assert_close(x, y, rtol=0, atol=0, msg=n)
+    sd = oa.state_dict()
+    assert set(sd["state"][0]) == {"step", "exp_avg", "exp_avg_sq"}
+    ob.load_state_dict(sd)
+    oa.load_state_dict(ob.state_dict())
+
+
+def test_bad_option():
+    with pytest.raises(TypeError):
+        lingen.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], fp8_weight=True)
