@@ -1,0 +1,105 @@
+"""lingen.optim.AdamW(fp8_weights=True) on the GPU (the generated adamw_fp8
+kernel): weights marked as lingen.nn marks its FP8 weights ([N, K] with N
+not a multiple of 128, expert weights [E, N, K]; bf16 and fp32 weights,
+fp32 and bf16 moments, bf16 gradients) stepped alike by the option and
+without it (the adamw kernel), bit for bit, the state too; the copies the
+step records equal fp8_quant_weight's of the new weight (lingen.nn's
+quant_weight with no copies); the forward of Fp8Linear and of the FP8 MoE
+takes them (no fp8_quant_weight launch) and quantises again a weight
+changed in place. Skipped without torch or a GPU."""
+import pytest
+
+from conftest import torch_cuda
+
+
+def _weights(torch, dtype, seed=0):
+    from lingen.nn import _k
+    g = torch.Generator().manual_seed(seed)
+    shapes = [(1000, 384), (4, 256, 512), (130, 128)]
+    out = [torch.nn.Parameter((torch.randn(s, generator=g) * 0.05).to("cuda", dtype))
+           for s in shapes]
+    for w in out:
+        _k.mark_fp8(w)
+    out.append(torch.nn.Parameter(torch.randn(300, generator=g).to("cuda", dtype)))  # not FP8
+    return out
+
+
+def _steps(torch, opt, params, n, gdt):
+    for s in range(n):
+        g = torch.Generator().manual_seed(100 + s)
+        for p in params:
+            if gdt != p.dtype and hasattr(p, "grad_dtype"):
+                p.grad_dtype = None
+            p.grad = torch.randn(p.shape, generator=g).to("cuda", gdt)
+        opt.step()
+
+
+def _bytes(torch, t):
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+@pytest.mark.parametrize("dtype,gdt,moments", [("bfloat16", "bfloat16", "bf16"),
+                                               ("bfloat16", "bfloat16", "fp32"),
+                                               ("float32", "float32", "fp32"),
+                                               ("float32", "bfloat16", "bf16")])
+def test_against_adamw(dtype, gdt, moments):
+    torch = torch_cuda()
+    import lingen.optim
+    from lingen.nn import _k, _quant as Q
+    dt, gt = getattr(torch, dtype), getattr(torch, gdt)
+    a, b = _weights(torch, dt), _weights(torch, dt)
+    kw = dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, moments=moments)
+    oa = lingen.optim.AdamW(a, fp8_weights=True, **kw)
+    ob = lingen.optim.AdamW(b, **kw)
+    _steps(torch, oa, a, 3, gt)
+    _steps(torch, ob, b, 3, gt)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+        for k in ("exp_avg", "exp_avg_sq"):
+            assert torch.equal(oa.state[x][k], ob.state[y][k])
+    for x in a[:3]:
+        c = _k.weight_copies(x)
+        assert c is not None
+        x.__dict__.pop("_lingen_fp8_copies")
+        if dt == torch.bfloat16:  # fp8_quant_weight's kernel on the new weight
+            want = _k.quant_weight(x)
+        else:  # an fp32 weight's copies are of its fp32 values: lingen.nn's CPU quantiser
+            want = Q.weight(x.cpu()) if x.dim() == 2 else Q.weight_experts(x.cpu())
+        for got, ref in zip(c, want):
+            assert got.shape == ref.shape
+            assert torch.equal(_bytes(torch, got).cpu(), _bytes(torch, ref).cpu())
+    assert _k.weight_copies(a[3]) is None
+
+
+def test_forward_uses_copies(monkeypatch):
+    torch = torch_cuda()
+    import lingen.optim
+    import lingen.torch as lt
+    from lingen.nn import Fp8Linear, MoE
+    torch.manual_seed(0)
+    lin = Fp8Linear(512, 384, device="cuda")
+    moe = MoE(512, 8, 2, 256).cuda()
+    params = list(lin.parameters()) + list(moe.parameters())
+    opt = lingen.optim.AdamW(params, lr=1e-3, moments="bf16", fp8_weights=True)
+    x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        (lin(x).float().square().mean() + moe(x).float().square().mean()).backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()
+    calls = []
+    real = lt.fp8_quant_weight
+    monkeypatch.setattr(lt, "fp8_quant_weight", lambda *a, **k: calls.append(1) or real(*a, **k))
+    step()
+    y_copies = lin(x)  # the second step's copies
+    assert not calls
+    with torch.no_grad():
+        lin.weight.mul_(0.5)
+    lin(x)
+    assert len(calls) == 1
+    with torch.no_grad():
+        lin.weight.mul_(2.0)  # back (exact): the copies' weight, but quantised again
+    torch.testing.assert_close(lin(x), y_copies, rtol=0, atol=0)
+    assert len(calls) == 2
