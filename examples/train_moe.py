@@ -94,9 +94,12 @@ def build(args, mode, device):
     kw = dict(lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
     if mode in ("fp8", "bf16") and str(device).startswith("cuda"):
         # lingen's fused AdamW: one launch over the bf16 parameters, bf16 moments
-        # (what torch keeps for bf16 parameters), no host sync (capturable)
+        # (what torch keeps for bf16 parameters), no host sync (capturable); in
+        # fp8 the FP8 weights' step (adamw_fp8) also writes their FP8 copies, so
+        # the next forward quantises no weight
         import lingen.optim
-        opt = lingen.optim.AdamW(model.parameters(), moments="bf16", **kw)
+        opt = lingen.optim.AdamW(model.parameters(), moments="bf16", fp8_weights=mode == "fp8",
+                                 **kw)
     else:
         opt = torch.optim.AdamW(model.parameters(), capturable=args.graph, foreach=True, **kw)
     fwd = model

@@ -150,8 +150,10 @@ class AdamW(torch.optim.Optimizer):
                     p.__dict__.pop("_lingen_fp8_copies", None)
                 else:
                     _torch_update(p, p.grad, st, group)
-                    if fp8:  # the copies of the new weight, in torch (the CPU)
+                    if fp8 and not p.is_cuda:  # the copies of the new weight, in torch
                         _nn_k().set_weight_copies(p, _nn_k().quant_weight(p))
+                    else:  # (a CUDA weight the kernel does not take: the forward's)
+                        p.__dict__.pop("_lingen_fp8_copies", None)
             for (dev, pdt, gdt), items in buckets.items():
                 self._fused(gi, group, dev, pdt, gdt, items)
             for dev, items in fp8s.items():
