@@ -39,7 +39,8 @@ FAMILY_ROWS = {
     "moe_row_map": "moe row map", "moe_permute": "moe permute",
     "moe_unpermute": "moe unpermute", "moe_permute_quant": "moe permute+quant",
     "rmsnorm_router": "rmsnorm_router", "fp8_gemm": "fp8_gemm fwd",
-    "fp8_grouped_gemm": "fp8_grouped_gemm fwd", "adamw": "adamw fp32"}
+    "fp8_grouped_gemm": "fp8_grouped_gemm fwd", "adamw": "adamw fp32",
+    "adamw_fp8": "adamw_fp8 bf16"}
 
 
 def test_every_family_has_rows():

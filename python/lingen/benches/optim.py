@@ -9,7 +9,12 @@ step with eager's first: a step moves a parameter by about lr, so lr is
 does not depend on it).
 Bytes moved: 28 a parameter (p, g, m, v read; p, m, v written), 20 with bf16
 moments, 14 with bf16 parameters, gradients and moments (a bf16 model's
-step: the training example's)."""
+step: the training example's).
+"adamw_fp8": the step of lingen.nn's FP8 weights with their FP8 copies
+written in the same pass (lingen.optim.AdamW(fp8_weights=True), the adamw_fp8
+kernel) against the adamw step followed by the forward's quantisation of
+each weight (lingen.nn's quant_weight: fp8_quant_weight); 16 bytes a
+parameter (bf16 p, g, m, v; q and qt)."""
 from . import Case, Setup
 
 LR = 1e-5
@@ -59,11 +64,55 @@ def _case(total, moments="fp32", shapes=SHAPES, bf16=False):
     return make
 
 
+FP8_SHAPES = [(2048, 2048), (1024, 2048), (2048, 512), (3072, 2048)]
+
+
+def _case_fp8(total):
+    def make(env):
+        torch = env.torch
+        import lingen.optim
+        from lingen.nn import _k
+        base = _params(env, total, FP8_SHAPES, torch.bfloat16)
+        grads = [env.randn(*p.shape, dtype=torch.bfloat16) * 1e-3 for p in base]
+
+        def copy():
+            ps = [_k.mark_fp8(torch.nn.Parameter(p.clone())) for p in base]
+            for p, g in zip(ps, grads):
+                p.grad = g
+            return ps
+
+        fused_ps, plain_ps = copy(), copy()
+        fused = lingen.optim.AdamW(fused_ps, lr=LR, moments="bf16", fp8_weights=True)
+        plain = lingen.optim.AdamW(plain_ps, lr=LR, moments="bf16")
+
+        def run_fused():
+            fused.step()
+            return fused_ps
+
+        def run_plain():  # the step, then the next forward's quantisation of each weight
+            plain.step()
+            for p in plain_ps:
+                _k.quant_weight(p)
+            return plain_ps
+
+        moved = (tuple(base) + tuple(grads)
+                 + tuple(torch.empty(4 * p.numel(), dtype=torch.bfloat16, device="meta")
+                         for p in base)
+                 + tuple(torch.empty(2 * p.numel(), dtype=torch.uint8, device="meta")
+                         for p in base))
+        return Setup({"lingen": run_fused, "adamw + fp8_quant_weight": run_plain}, moved,
+                     lambda ps: tuple(p.detach().clone() for p in ps))
+    return make
+
+
 def cases(quick):
     if quick:
-        return [Case("adamw fp32", "7 tensors, 4 M params", _case(4_000_000), rtol=1e-2)]
+        return [Case("adamw fp32", "7 tensors, 4 M params", _case(4_000_000), rtol=1e-2),
+                Case("adamw_fp8 bf16", "2 weights, 6 M params", _case_fp8(6_000_000), rtol=2e-2)]
     return [Case("adamw fp32", "512 tensors, 590 M params", _case(590_000_000), rtol=1e-2),
             Case("adamw bf16 moments", "512 tensors, 590 M params",
                  _case(590_000_000, "bf16"), rtol=1e-2),
             Case("adamw bf16 params", "512 tensors, 590 M params, bf16 p, g, m, v",
-                 _case(590_000_000, "bf16", bf16=True), rtol=2e-2)]
+                 _case(590_000_000, "bf16", bf16=True), rtol=2e-2),
+            Case("adamw_fp8 bf16", "FP8 weights, 590 M params, bf16 p, g, m, v",
+                 _case_fp8(590_000_000), rtol=2e-2)]
