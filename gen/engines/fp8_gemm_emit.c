@@ -14,8 +14,12 @@
  * consumer warpgroups then get 200: 128 (96 + 2 x 200) <= 65536 */
 #define MANUAL_REGS 96
 /* registers a thread of the TMA producer keeps (its scale warp walks the
- * tiles as the consumers do): 128 (48 + 2 x 232) <= 65536 */
+ * tiles as the consumers do); its consumer warpgroups then get 224: a
+ * setmaxnreg.inc waits for registers the CTA's other warps released, out
+ * of the 168 a thread it was launched with (384 threads), so 2 x 128 (224 -
+ * 168) <= 128 (168 - 48) (232 would wait forever) */
 #define TMA_REGS 48
+#define TMA_CONSUMER_REGS 224
 
 static int consumers(const struct lg_fp8_gemm *g) { return g->bm / 64; }
 
@@ -353,7 +357,7 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	lg_line(b, "return;");
 	lg_close(b);
 	if (c > 1)
-		lg_line(b, "lg_setmaxnreg_inc(%d);", g->manual ? 200 : 232);
+		lg_line(b, "lg_setmaxnreg_inc(%d);", g->manual ? 200 : TMA_CONSUMER_REGS);
 }
 
 /* In stage s (full[s] awaited, not yet released): the scales of this

@@ -266,7 +266,7 @@ lg_fp8_gemm_fwd_fp32_n3072_k2880_tn192(
 		}
 		return;
 	}
-	lg_setmaxnreg_inc(232);
+	lg_setmaxnreg_inc(224);
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
 	float psum[96];
 	#pragma unroll

@@ -266,7 +266,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_ta0(
 		}
 		return;
 	}
-	lg_setmaxnreg_inc(232);
+	lg_setmaxnreg_inc(224);
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
 	float psum[64];
 	#pragma unroll

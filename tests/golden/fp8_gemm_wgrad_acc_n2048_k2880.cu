@@ -259,7 +259,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 		}
 		return;
 	}
-	lg_setmaxnreg_inc(232);
+	lg_setmaxnreg_inc(224);
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
 	float psum[64];
 	#pragma unroll

@@ -297,7 +297,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc_tc2(
 		lg_cluster_sync(); // the other CTA is done with this one's stages
 		return;
 	}
-	lg_setmaxnreg_inc(232);
+	lg_setmaxnreg_inc(224);
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
 	float psum[64];
 	#pragma unroll

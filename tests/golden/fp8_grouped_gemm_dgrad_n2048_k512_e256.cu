@@ -301,7 +301,7 @@ lg_fp8_grouped_gemm_dgrad_bf16_n2048_k512_e256(
 		}
 		return;
 	}
-	lg_setmaxnreg_inc(232);
+	lg_setmaxnreg_inc(224);
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
 	float psum0[64], psum1[64];
 	#pragma unroll

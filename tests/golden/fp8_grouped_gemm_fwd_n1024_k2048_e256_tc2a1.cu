@@ -338,7 +338,7 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 		lg_cluster_sync(); // the other CTA is done with this one's stages
 		return;
 	}
-	lg_setmaxnreg_inc(232);
+	lg_setmaxnreg_inc(224);
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
 	float psum0[64], psum1[64];
 	#pragma unroll
