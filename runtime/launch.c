@@ -69,7 +69,12 @@ lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const
 		return LG_OK;
 	const struct lg_arg *a = &k->sig->args[m->arg];
 	enum lg_elem el = lg_arg_elem(&k->spec, a);
-	const cuuint64_t dims[2] = {cols, rows}, strides[1] = {pitch * (uint64_t)lg_elem_bytes[el]};
+	cuuint64_t dims[2] = {cols, rows}, strides[1] = {pitch * (uint64_t)lg_elem_bytes[el]};
+	if (m->patched) { /* any valid map: the kernel replaces address, dims and pitch */
+		dims[0] = m->box[0];
+		dims[1] = m->box[1];
+		strides[0] = m->box[0] * (uint64_t)lg_elem_bytes[el];
+	}
 	const cuuint32_t box[2] = {m->box[0], m->box[1]}, estr[2] = {1, 1};
 	int si = m->swizzle == 128 ? 3 : m->swizzle == 64 ? 2 : m->swizzle == 32 ? 1 : 0;
 	CUresult r = k->cu->cuTensorMapEncodeTiled(out, types[el], 2, (void *)(uintptr_t)ptrs[m->arg], dims, strides,

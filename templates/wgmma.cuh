@@ -44,6 +44,14 @@ static __device__ __forceinline__ void lg_mbar_expect(u64 *bar, u32 bytes)
 		     :: "r"(lg_smem_addr(bar)), "r"(bytes) : "memory");
 }
 
+// @helper lg_mbar_expect_tx
+// Announce `bytes` of TMA transactions on bar for this phase, no arrival.
+static __device__ __forceinline__ void lg_mbar_expect_tx(u64 *bar, u32 bytes)
+{
+	asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
+		     :: "r"(lg_smem_addr(bar)), "r"(bytes) : "memory");
+}
+
 // @helper lg_mbar_arrive
 // Arrive on bar (one of its `count` arrivals).
 static __device__ __forceinline__ void lg_mbar_arrive(u64 *bar)
@@ -74,6 +82,42 @@ lg_tma_load_2d(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1)
 		     " [%0], [%1, {%3, %4}], [%2];"
 		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
 		     "r"(c0), "r"(c1) : "memory");
+}
+
+// @helper lg_tmap_patch
+// dst (global memory): template tm with its address, its dims (inner
+// elements, rows) and its row pitch (`inner` bytes: 1-byte elements)
+// replaced, for TMA in a later launch (lg_tmap_release, lg_tmap_acquire).
+static __device__ __forceinline__ void
+lg_tmap_patch(lg_tmap *dst, const lg_tmap *tm, const void *base, u32 inner, u32 rows)
+{
+	#pragma unroll
+	for (int i = 0; i < 16; i += 2)
+		*(ulonglong2 *)&dst->v[i] = make_ulonglong2(tm->v[i], tm->v[i + 1]);
+	const u64 a = (u64)dst;
+	asm volatile("tensormap.replace.tile.global_address.global.b1024.b64 [%0], %1;"
+		     :: "l"(a), "l"((u64)base) : "memory");
+	asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 0, %1;"
+		     :: "l"(a), "r"(inner) : "memory");
+	asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 1, %1;"
+		     :: "l"(a), "r"(rows) : "memory");
+	asm volatile("tensormap.replace.tile.global_stride.global.b1024.b64 [%0], 0, %1;"
+		     :: "l"(a), "l"((u64)inner) : "memory");
+}
+
+// @helper lg_tmap_release
+// This thread's patched maps (lg_tmap_patch) visible to TMA.
+static __device__ __forceinline__ void lg_tmap_release(void)
+{
+	asm volatile("fence.proxy.tensormap::generic.release.gpu;" ::: "memory");
+}
+
+// @helper lg_tmap_acquire
+// Before TMA through map tm (global) patched by another thread or launch.
+static __device__ __forceinline__ void lg_tmap_acquire(const lg_tmap *tm)
+{
+	asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;"
+		     :: "l"((u64)tm) : "memory");
 }
 
 // @helper lg_tma_prefetch

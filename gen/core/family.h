@@ -268,6 +268,11 @@ struct lg_tmap_decl {
 	unsigned box[2];  /* elements (inner), rows (outer), each 1..256 */
 	int swizzle;      /* bytes: 0 (none), 32, 64 or 128 (box[0] elements at most that many bytes) */
 	const char *cols; /* NULL: the last dimension; else a row's elements (a static string) */
+	/* a template the kernel patches on the device (tensormap.replace of its
+	 * address, dims and pitch): encoded over the argument's pointer as
+	 * box[1] rows of box[0] elements, whatever its shape (zero when the
+	 * pointer is null or the tensor empty) */
+	bool patched;
 };
 
 /* Resolved parameters of one kernel for one target: the entry points and

@@ -85,25 +85,26 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	p->persistent[0] = true;
 	p->per_sm[0] = 1;
-	if (g->manual)
-		return LG_OK; /* plain pointers: no tensor map */
 	p->ntmaps = 2;
 	p->tmap[0].arg = a;
 	p->tmap[1].arg = b;
 	p->tmap[0].swizzle = p->tmap[1].swizzle = 128;
+	p->tmap[0].patched = p->tmap[1].patched = g->manual; /* templates of the per-block maps */
 	lg_fp8_gemm_boxes(g, p->tmap[0].box, p->tmap[1].box);
 	return LG_OK;
 }
 
 struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p)
 {
-	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES], (int)p->cluster[0],
+	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES],
+				    (int)p->cluster[p->nentries - 1],
 				    (int)p->v[P8_AH]};
 }
 
 void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_dim *d)
 {
-	unsigned cl = p->cluster[0], cap = p->resident[0] ? p->resident[0] : SMS / cl;
+	int e = p->nentries - 1; /* the GEMM: the plan's last entry */
+	unsigned cl = p->cluster[e] ? p->cluster[e] : 1, cap = p->resident[e] ? p->resident[e] : SMS / cl;
 	d->grid[0] = (tiles > (int64_t)cap ? cap : (unsigned)tiles) * cl;
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
 	d->block[0] = (unsigned)(128 * (p->v[P8_BM] / 64 + 1));
@@ -169,12 +170,13 @@ void lg_fp8_emit_store(lg_buf *b, bool fp32, bool accumulate, int64_t cols)
 void lg_fp8_emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const char *what,
 		      const struct lg_fp8_gemm *g)
 {
-	lg_section(b, p->entry[0], what);
+	const char *entry = p->entry[p->nentries - 1];
+	lg_section(b, entry, what);
 	if (lg_fp8_gemm_cluster(g) > 1)
-		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
+		lg_emit_signature_tmaps(b, s, p, entry, "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
 					lg_fp8_gemm_cluster(g), lg_fp8_gemm_threads(g));
 	else
-		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_fp8_gemm_threads(g));
+		lg_emit_signature_tmaps(b, s, p, entry, "__launch_bounds__(%d, 1)", lg_fp8_gemm_threads(g));
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
 }

@@ -47,7 +47,9 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
 			   unsigned reserve, bool manual, struct lg_fp8_tile *tl);
 /* The plan of g: tile keys, one persistent entry, A's and B's tensor maps
- * (arguments a and b; none when g->manual). */
+ * (arguments a and b; with g->manual the templates the kernel patches). A
+ * family may put entries before it: the GEMM is the plan's last entry
+ * (lg_fp8_planned, lg_fp8_geometry and lg_fp8_emit_head take that one). */
 lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const struct lg_fp8_gemm *g,
 			     const struct lg_fp8_keys *k, int a, int b);
 struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p);

@@ -10,7 +10,7 @@
 
 #define BK 128   /* reduction a stage: one 128-byte row of e4m3 (the swizzle atom) */
 #define ROWB 128 /* bytes of a shared row */
-/* registers a thread of the copying producer (manual) keeps; its two
+/* registers a thread of the manual producer keeps (it may copy); its two
  * consumer warpgroups then get 200: 128 (96 + 2 x 200) <= 65536 */
 #define MANUAL_REGS 96
 /* registers a thread of the TMA producer keeps (its scale warp walks the
@@ -169,8 +169,8 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 			lg_open(b, "if (tiles > (i64)(blockIdx.x / %d)) {", lg_fp8_gemm_cluster(g));
 		else
 			lg_open(b, "if (tiles > (i64)blockIdx.x) {");
-		lg_line(b, "lg_tma_prefetch(&%s);", g->a_tmap);
-		lg_line(b, "lg_tma_prefetch(&%s);", g->b_tmap);
+		lg_line(b, "lg_tma_prefetch(%s);", g->a_tmap);
+		lg_line(b, "lg_tma_prefetch(%s);", g->b_tmap);
 		lg_close(b);
 	}
 	lg_line(b, "#pragma unroll");
@@ -235,37 +235,37 @@ static void emit_scale_copy(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 	lg_close(b);
 }
 
-/* One stage's 16-byte chunks by the producer warpgroup's 128 threads:
- * cp.async (zero-filled past the valid rows and reduction) when the rows
- * are 16-byte aligned, else byte loads and shared stores handed to the
- * async proxy; then the stage's scales; each thread then arrives on full[s]
- * once its copies land. */
+/* A stage with per-block maps (manual): where the block's rows are 16-byte
+ * aligned (al), by TMA through its patched maps ma, mb (thread q 0 adds the
+ * bytes to full[s] without arriving); else by the 128 threads' byte loads
+ * and shared stores in the swizzled layout (zeros past the valid rows and
+ * reduction), handed to the async proxy. Then the stage's scales; every
+ * thread arrives on full[s] once its copies land. */
 static void emit_manual_stage(lg_buf *b, const struct lg_fp8_gemm *g)
 {
+	lg_open(b, "if (al && q == 0) {");
+	lg_line(b, "lg_mbar_expect_tx(&full[s], %uu);", stage_bytes(g));
+	lg_line(b, "lg_tma_load_2d(sd, %s, &full[s], kt * %d, ya);", g->a_tmap, BK);
+	lg_line(b, "lg_tma_load_2d(sd + %u, %s, &full[s], kt * %d, yb);", (unsigned)g->bm * ROWB, g->b_tmap, BK);
+	lg_close(b);
 	lg_line(b, "const i64 k0 = (i64)kt * %d;", BK);
 	lg_line(b, "const i64 kv = rlen - k0 < %d ? rlen - k0 : %d;", BK, BK);
-	lg_open(b, "for (int q = threadIdx.x & 127; q < %d; q += 128) {", (g->bm + g->bn) * (ROWB / 16));
-	lg_line(b, "const int r = q >> 3, c = q & 7, isb = r >= %d;", g->bm);
+	lg_open(b, "for (int u = q; !al && u < %d; u += 128) {", (g->bm + g->bn) * (ROWB / 16));
+	lg_line(b, "const int r = u >> 3, c = u & 7, isb = r >= %d;", g->bm);
 	lg_line(b, "const int rr = isb ? r - %d : r;", g->bm);
 	lg_line(b, "const bool real = isb ? rr < nb : rr < na;");
 	lg_line(b, "const i64 left = real ? kv - c * 16 : 0;");
 	lg_line(b, "const u32 n = left <= 0 ? 0u : left >= 16 ? 16u : (u32)left;");
 	lg_line(b, "const u8 *const line = isb ? gb + rr * ldb : ga + rr * lda;");
-	lg_line(b, "const u8 *const src = n ? line + k0 + c * 16 : ga;");
-	lg_comment(b, "chunk c of row r at c ^ (r & 7): the swizzle");
-	lg_line(b, "u8 *const dst = sd + r * 128 + ((c ^ (r & 7)) << 4);");
-	lg_open(b, "if (al) {");
-	lg_line(b, "lg_cp16(dst, src, n);");
-	lg_close(b);
-	lg_open(b, "else {");
+	lg_line(b, "const u8 *const src = line + k0 + c * 16;");
 	lg_line(b, "u32 w[4] = {0u, 0u, 0u, 0u};");
 	lg_open(b, "for (u32 i = 0; i < n; i++) {");
 	lg_line(b, "w[i >> 2] |= (u32)src[i] << ((i & 3) * 8);");
 	lg_close(b);
+	lg_comment(b, "chunk c of row r at c ^ (r & 7): the swizzle");
+	lg_line(b, "u8 *const dst = sd + r * 128 + ((c ^ (r & 7)) << 4);");
 	lg_line(b, "*(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);");
 	lg_close(b);
-	lg_close(b);
-	lg_line(b, "const int q = threadIdx.x & 127;");
 	emit_scale_copy(b, g, "q", 128);
 	lg_open(b, "if (al) {");
 	lg_line(b, "lg_cp_arrive(&full[s]);");
@@ -281,11 +281,11 @@ static void emit_tma_a(lg_buf *b, const struct lg_fp8_gemm *g)
 {
 	int cl = lg_fp8_gemm_cluster(g);
 	if (cl == 1) {
-		lg_line(b, "lg_tma_load_2d(sd, &%s, &full[s], r0, ta);", g->a_tmap);
+		lg_line(b, "lg_tma_load_2d(sd, %s, &full[s], r0, ta);", g->a_tmap);
 		return;
 	}
 	lg_line(b, "u8 *const sh = sd + rank * %u;", (unsigned)(g->bm / cl) * ROWB);
-	lg_line(b, "lg_tma_load_2d_mc(sh, &%s, &full[s], r0, ah, %u);", g->a_tmap, (1u << cl) - 1);
+	lg_line(b, "lg_tma_load_2d_mc(sh, %s, &full[s], r0, ah, %u);", g->a_tmap, (1u << cl) - 1);
 }
 
 /* Wait until stage s (ring count it) is free again. */
@@ -321,9 +321,10 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	unsigned st = stage_bytes(g);
 	lg_open(b, "if (wg == %d) {", c);
 	if (g->manual) {
-		lg_comment(b, "Producer: its 128 threads copy each stage once its consumers released it.");
+		lg_comment(b, "Producer: its 128 threads fill each stage once its consumers released it.");
 		if (c > 1)
 			lg_line(b, "lg_setmaxnreg_dec(%d);", MANUAL_REGS);
+		lg_line(b, "const int q = threadIdx.x & 127;");
 	} else {
 		lg_comment(b, "Producer: one thread loads each stage once its consumers released it.");
 		if (c > 1)
@@ -335,6 +336,12 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	sc->tile(b, sc->ctx, true);
 	if (lg_fp8_gemm_cluster(g) > 1)
 		lg_line(b, "const int ah = ta + rank * %d; // its half of A, multicast", g->bm / 2);
+	if (g->manual) {
+		lg_open(b, "if (al && q == 0 && nkt > 0) { // the maps the previous launch patched");
+		lg_line(b, "lg_tmap_acquire(%s);", g->a_tmap);
+		lg_line(b, "lg_tmap_acquire(%s);", g->b_tmap);
+		lg_close(b);
+	}
 	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
 	emit_wait_empty(b, g);
 	lg_line(b, "u8 *const sd = ring + s * %u;", st);
@@ -344,7 +351,7 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
 		lg_line(b, "const int r0 = kt * %d;", BK);
 		emit_tma_a(b, g);
-		lg_line(b, "lg_tma_load_2d(sd + %u, &%s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
+		lg_line(b, "lg_tma_load_2d(sd + %u, %s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
 	}
 	lg_close(b);
 	lg_close(b);

@@ -68,25 +68,30 @@ struct lg_fp8_sched {
 
 struct lg_fp8_gemm {
 	int bm, bn, stages;
-	const char *a_tmap, *b_tmap; /* tensor map parameters ("tm_x") */
+	/* tensor map pointers: parameters ("&tm_x") or, manual, the
+	 * schedule's per-block maps ("ma") */
+	const char *a_tmap, *b_tmap;
 	/* the scales: the family defines the macros LG_SA(kb, row), A's of row
 	 * `row` (< rend) at reduction block kb, and LG_SB(kb, c): B's of output
 	 * column c (< cols) when b_rowscale, else of the 128 x 128 tile c
 	 * (the output column's 128-block) */
 	bool b_rowscale;
 	const char *cols; /* output columns (an expression: B's scale guard) */
-	/* false: A and B are read by TMA through the tensor maps a_tmap,
-	 * b_tmap. true: through plain pointers whose row strides no tensor map
-	 * can hold (the grouped wgrad's per-expert blocks, rows of count_e
-	 * bytes): the producer warpgroup's 128 threads copy each stage's
-	 * 16-byte chunks with cp.async into the swizzled layout (zero-filled
-	 * past the tile's valid rows and reduction), or byte by byte when the
-	 * rows are not 16-byte aligned. The schedule's producer tile() then
-	 * declares `const u8 *ga, *gb` (A's and B's first row at reduction
-	 * element 0), `const i64 lda, ldb` (their row strides, bytes), `const
-	 * int na, nb` (valid rows from ga, gb), `const i64 rlen` (valid
-	 * reduction elements) and `const bool al` (every row 16-byte aligned:
-	 * cp.async). */
+	/* false: A and B are read by TMA through the kernel's tensor maps
+	 * a_tmap, b_tmap, one thread loading, a scale warp copying the scales.
+	 * true: blocks of rows whose strides vary by tile (the grouped wgrad's
+	 * per-expert blocks, rows of count_e bytes), filled by the producer
+	 * warpgroup's 128 threads: by TMA through per-block maps a_tmap, b_tmap
+	 * (patched on the device by the family before the GEMM) where the
+	 * rows are 16-byte aligned, else byte by byte into the swizzled layout
+	 * (zeros past the tile's valid rows and reduction); the scales by the
+	 * same threads. The schedule's producer tile() then also declares the
+	 * consumers' view (the scales' copies read it), `const bool al` (the
+	 * rows 16-byte aligned: TMA), the maps' pointers and `const int ya, yb`
+	 * (A's and B's first row in them), and for the byte copies `const u8
+	 * *ga, *gb` (A's and B's first row at reduction element 0), `const i64
+	 * lda, ldb` (their row strides, bytes), `const int na, nb` (valid rows
+	 * from ga, gb) and `const i64 rlen` (valid reduction elements). */
 	bool manual;
 	/* CTAs a cluster sharing A's tile by multicast: 1 (0: 1) or 2; TMA only */
 	int cluster;

@@ -117,9 +117,9 @@ static struct lits lits_of(const struct lg_spec *s)
  * l's, which must outlive it). */
 static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_tile *t, const struct lits *l)
 {
-	static const char *const tm[LG_PASS_COUNT][2] = {[LG_PASS_FORWARD] = {"tm_x", "tm_w"},
-							  [LG_PASS_DGRAD] = {"tm_dy", "tm_wt"},
-							  [LG_PASS_WGRAD] = {"tm_dyt", "tm_xt"}};
+	static const char *const tm[LG_PASS_COUNT][2] = {[LG_PASS_FORWARD] = {"&tm_x", "&tm_w"},
+							  [LG_PASS_DGRAD] = {"&tm_dy", "&tm_wt"},
+							  [LG_PASS_WGRAD] = {"&tm_dyt", "&tm_xt"}};
 	bool w = s->pass == LG_PASS_WGRAD;
 	return (struct lg_fp8_gemm){t->bm, t->bn, t->stages, tm[s->pass][0], tm[s->pass][1], w,
 				    s->pass == LG_PASS_FORWARD ? l->n : l->k, false, t->cluster, t->ahead != 0};

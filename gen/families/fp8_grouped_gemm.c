@@ -38,6 +38,7 @@
  * byte loads), zero-filling past the expert's tokens.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "error.h"
 #include "family.h"
@@ -49,6 +50,7 @@ enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, NKEYS };
 static const int64_t tm_ok[] = {64, 128, 0};
 static const char *const acc_words[2] = {"set", "acc"};
 #define EXPERTS_MAX 1024
+#define MAPS_THREADS 256 /* the wgrad's map-patching entry */
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("n", "n", 16, 1 << 20, 16, "output features: rows of each w[e] (a multiple of 16)"),
 	[K_K] = {.path = "k", .type = LG_KEY_INT, .flags = LG_KEY_REQUIRED | LG_KEY_SHAPE, .min = 16,
@@ -72,7 +74,7 @@ static const struct lg_size sizes[] = {
 	{"tokens", "M", 0, INT32_MAX, "rows of x and dy: every expert's segment (a capacity)", 0, 0},
 };
 
-enum { A_IN, A_IN_S, B_IN, B_IN_S, COUNTS, C_OUT, NARGS };
+enum { A_IN, A_IN_S, B_IN, B_IN_S, COUNTS, C_OUT, NARGS, WS = NARGS };
 static const struct lg_arg fwd_args[NARGS] = {
 	[A_IN] = {"x", LG_ARG_IN, LG_ELEM_E4M3, "tokens, k", 16, "rowwise copy of x, rows by expert"},
 	[A_IN_S] = {"x_scale", LG_ARG_IN, LG_ELEM_FP32, "cdiv(k, 128), tokens", 4,
@@ -94,7 +96,7 @@ static const struct lg_arg dgrad_args[NARGS] = {
 	[C_OUT] = {"dx", LG_ARG_OUT, LG_ELEM_DTYPE, "tokens, k", 16, "dy . w[e]"},
 };
 
-static const struct lg_arg wgrad_args[NARGS] = {
+static const struct lg_arg wgrad_args[NARGS + 1] = {
 	[A_IN] = {"dyt", LG_ARG_IN, LG_ELEM_E4M3, "n, tokens", 16,
 		  "columnwise copy of dy: per expert a [n, count] block at element start n"},
 	[A_IN_S] = {"dyt_scale", LG_ARG_IN, LG_ELEM_FP32, "cdiv(tokens, 128) + experts, n", 4,
@@ -105,6 +107,7 @@ static const struct lg_arg wgrad_args[NARGS] = {
 		    "its 128 x 1 scales: per expert a [cdiv(count, 128), k] block"},
 	[COUNTS] = {"counts", LG_ARG_IN, LG_ELEM_I32, "experts", 4, "rows of each expert (device memory)"},
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "experts, n, k", 16, "dy_e^T . x_e (accumulate: added to dw)"},
+	[WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
 };
 
 static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA};
@@ -119,8 +122,9 @@ enum { P_E = P8_OWN, P_CT, P_RT };
 /* The pass's GEMM: the wgrad's operands through pointers (manual). */
 static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_tile *tl, const char *cols)
 {
-	static const char *const tm[LG_PASS_COUNT][2] = {[LG_PASS_FORWARD] = {"tm_x", "tm_w"},
-							  [LG_PASS_DGRAD] = {"tm_dy", "tm_wt"}};
+	static const char *const tm[LG_PASS_COUNT][2] = {[LG_PASS_FORWARD] = {"&tm_x", "&tm_w"},
+							  [LG_PASS_DGRAD] = {"&tm_dy", "&tm_wt"},
+							  [LG_PASS_WGRAD] = {"ma", "mb"}};
 	bool w = s->pass == LG_PASS_WGRAD;
 	return (struct lg_fp8_gemm){tl->bm, tl->bn, tl->stages, tm[s->pass][0], tm[s->pass][1], w, cols, w, tl->cluster,
 				    tl->ahead != 0};
@@ -141,7 +145,25 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_E] = lg_spec_int(s, K_E);
 	p->v[P_CT] = lg_fp8_cdiv(p->v[P8_COLS], (int64_t)tl.bn * tl.cluster);
 	p->v[P_RT] = lg_fp8_cdiv(n, tl.bm);
-	return lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN);
+	st = lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN);
+	if (st != LG_OK || s->pass != LG_PASS_WGRAD)
+		return st;
+	/* entry 0 patches each expert's two tensor maps, entry 1 is the GEMM */
+	p->nentries = 2;
+	memcpy(p->entry[1], p->entry[0], sizeof p->entry[0]);
+	snprintf(p->entry[0], sizeof p->entry[0], "%s_maps", s->entry);
+	p->persistent[1] = true;
+	p->per_sm[1] = p->per_sm[0];
+	p->cluster[1] = p->cluster[0];
+	p->persistent[0] = false;
+	p->per_sm[0] = p->cluster[0] = 0;
+	return LG_OK;
+}
+
+/* The wgrad's: two tensor maps an expert (dyt's block, xt's block). */
+static size_t workspace(const struct lg_plan *p)
+{
+	return p->nentries == 2 ? (size_t)p->v[P_E] * 2 * 128 : 0;
 }
 
 /* forward, dgrad: a bound on the tiles (the counts are on the device),
@@ -149,7 +171,10 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
  * n x k tiles (an expert of no tokens stores zeros). */
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
 {
-	(void)e;
+	if (e + 1 < p->nentries) { /* the wgrad's maps: one CTA */
+		*d = (struct lg_launch_dim){{1, 1, 1}, {MAPS_THREADS, 1, 1}, 0};
+		return;
+	}
 	if (p->v[P8_ROWS] >= 0) {
 		lg_fp8_geometry(p, p->v[P_E] * p->v[P_RT] * p->v[P_CT], d);
 		return;
@@ -166,40 +191,75 @@ struct grouped {
 	bool wgrad;
 };
 
-/* Each expert's first row gr[e] and first tile gt[e] (wgrad: first
- * 128-token scale block), from counts, into shared memory. */
-static void grouped_setup(lg_buf *b, void *ctx)
+/* Each expert's first row gr[e] and (tiles) first tile gt[e] (wgrad:
+ * first 128-token scale block), from counts, into shared memory. */
+static void emit_scan(lg_buf *b, const struct grouped *g, bool tiles)
 {
-	const struct grouped *g = ctx;
 	long long e = (long long)g->experts;
-	if (g->wgrad)
+	if (!tiles)
+		lg_comment(b, "Expert e's first row gr[e], one scan.");
+	else if (g->wgrad)
 		lg_comment(b, "Expert e's first row gr[e] and first 128-token scale block gt[e], one scan.");
 	else
 		lg_comment(b, "Expert e's first row gr[e] and first tile gt[e] (gt[%lld]: the tiles), one scan.", e);
 	lg_line(b, "__shared__ i64 gr[%lld];", e + 1);
-	lg_line(b, "__shared__ int gt[%lld];", e + 1);
+	if (tiles)
+		lg_line(b, "__shared__ int gt[%lld];", e + 1);
 	lg_open(b, "if (threadIdx.x == 0) {");
 	lg_line(b, "i64 r = 0;");
-	lg_line(b, "int t = 0;");
+	if (tiles)
+		lg_line(b, "int t = 0;");
 	lg_open(b, "for (int e = 0; e < %lld; e++) {", e);
 	lg_line(b, "gr[e] = r;");
-	lg_line(b, "gt[e] = t;");
+	if (tiles)
+		lg_line(b, "gt[e] = t;");
 	lg_line(b, "const i64 c = ((const int *)counts)[e];");
 	lg_line(b, "const i64 n = c < 0 ? 0 : r + c > M ? M - r : c; // no rows past M");
 	lg_line(b, "r += n;");
-	if (g->wgrad)
+	if (tiles && g->wgrad)
 		lg_line(b, "t += (int)((n + 127) / 128);");
-	else
+	else if (tiles)
 		lg_line(b, "t += (int)((n + %d) / %d) * %lld;", g->bm - 1, g->bm, (long long)g->ct);
 	lg_close(b);
 	lg_line(b, "gr[%lld] = r;", e);
-	lg_line(b, "gt[%lld] = t;", e);
+	if (tiles)
+		lg_line(b, "gt[%lld] = t;", e);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
+}
+
+static void grouped_setup(lg_buf *b, void *ctx)
+{
+	const struct grouped *g = ctx;
+	emit_scan(b, g, true);
 	if (g->wgrad)
 		lg_line(b, "const i64 tiles = %lldll;", (long long)(g->experts * g->rt * g->ct));
 	else
-		lg_line(b, "const i64 tiles = gt[%lld];", e);
+		lg_line(b, "const i64 tiles = gt[%lld];", (long long)g->experts);
+}
+
+/* The wgrad's first entry: expert e's tensor maps of its [n, count] block
+ * of dyt and [k, count] block of xt (rows count bytes apart), patched from
+ * the launch's templates into workspace maps 2 e, 2 e + 1, where count is
+ * a multiple of 16 (TMA's pitch); the GEMM copies the other experts' stages
+ * byte by byte. */
+static void emit_maps(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const struct grouped *g)
+{
+	lg_section(b, p->entry[0], "each expert's tensor maps of its blocks of dyt and xt");
+	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d)", MAPS_THREADS);
+	lg_open(b, "{");
+	emit_scan(b, g, false);
+	lg_open(b, "for (int e = threadIdx.x; e < %lld; e += %d) {", (long long)g->experts, MAPS_THREADS);
+	lg_line(b, "const i64 seg0 = gr[e], segn = gr[e + 1] - seg0;");
+	lg_line(b, "if (segn == 0 || (segn & 15) != 0) continue;");
+	lg_line(b, "lg_tmap *const m = (lg_tmap *)ws + 2 * e;");
+	lg_line(b, "lg_tmap_patch(m, &tm_dyt, (const u8 *)dyt + seg0 * %lld, (u32)segn, %lldu);", (long long)g->n,
+		(long long)g->n);
+	lg_line(b, "lg_tmap_patch(m + 1, &tm_xt, (const u8 *)xt + seg0 * %lld, (u32)segn, %lldu);", (long long)g->cols,
+		(long long)g->cols);
+	lg_close(b);
+	lg_line(b, "lg_tmap_release();");
+	lg_close(b);
 }
 
 /* Tile `tile`: its expert (binary search of gt), rows, columns. */
@@ -252,7 +312,10 @@ static void wgrad_operands(lg_buf *b, const struct grouped *g)
 	lg_line(b, "const u8 *const gb = (const u8 *)xt + seg0 * %lld + oc * segn;", k);
 	lg_line(b, "const i64 lda = segn, ldb = segn, rlen = segn;");
 	lg_line(b, "const int na = (int)(rend - ta), nb = (int)(%lld - oc);", k);
-	lg_line(b, "const bool al = (segn & 15) == 0;");
+	lg_line(b, "const bool al = (segn & 15) == 0; // its maps patched: TMA");
+	lg_line(b, "const lg_tmap *const ma = (const lg_tmap *)ws + 2 * ex;");
+	lg_line(b, "const lg_tmap *const mb = ma + 1;");
+	lg_line(b, "const int ya = (int)(ta - er), yb = (int)oc;");
 }
 
 static void emit_scale_macros(lg_buf *b, enum lg_pass pass, const struct grouped *g)
@@ -293,6 +356,8 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_section(b, "helpers for this spec", NULL);
 	lg_fp8_gemm_emit_helpers(b, &g, "fp8");
 	lg_fp8_emit_store(b, s->dtype == LG_DTYPE_FP32, lg_spec_int(s, K_ACC) != 0, gs.cols);
+	if (wg)
+		emit_maps(b, s, p, &gs);
 	lg_fp8_emit_head(b, s, p, what[s->pass], &g);
 	emit_scale_macros(b, s->pass, &gs);
 	snprintf(store, sizeof store, "lg_st_out((u8 *)%s, ", a[C_OUT].name);
@@ -329,11 +394,12 @@ const struct lg_family lg_family_fp8_grouped_gemm = {
 	.keys = keys,
 	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args, doc_fwd},
 		[LG_PASS_DGRAD] = {1, sizes, NARGS, dgrad_args, doc_dgrad},
-		[LG_PASS_WGRAD] = {1, sizes, NARGS, wgrad_args, doc_wgrad}},
+		[LG_PASS_WGRAD] = {1, sizes, NARGS + 1, wgrad_args, doc_wgrad}},
 	.validate = validate,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,
+	.workspace = workspace,
 	.candidates = candidates,
 	.target_only = "sm_90a",
 };

@@ -9,12 +9,12 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
 
-// Copy 16 bytes from global src to shared dst; `bytes` 0 fills dst with zeros.
-static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 bytes)
-{
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-		     :: "r"((u32)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes) : "memory");
-}
+// A CUtensorMap as the driver encodes it (cuTensorMapEncodeTiled, at
+// launch): 128 opaque bytes, 64-byte aligned, passed by value as a
+// `const __grid_constant__` parameter so TMA reads it from parameter space.
+struct __align__(64) lg_tmap {
+	u64 v[16];
+};
 
 // 4 bytes from global src to shared dst, zeros unless ok: by cp.async when
 // async, else by a load and a shared store.
@@ -57,6 +57,13 @@ static __device__ __forceinline__ void lg_mbar_fence_init(void)
 		     "fence.proxy.async.shared::cta;" ::: "memory");
 }
 
+// Announce `bytes` of TMA transactions on bar for this phase, no arrival.
+static __device__ __forceinline__ void lg_mbar_expect_tx(u64 *bar, u32 bytes)
+{
+	asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;"
+		     :: "r"(lg_smem_addr(bar)), "r"(bytes) : "memory");
+}
+
 // Arrive on bar (one of its `count` arrivals).
 static __device__ __forceinline__ void lg_mbar_arrive(u64 *bar)
 {
@@ -72,6 +79,51 @@ static __device__ __forceinline__ void lg_mbar_wait(u64 *bar, u32 parity)
 		     "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
 		     "@!p bra LG_WAIT_%=;\n}"
 		     :: "r"(lg_smem_addr(bar)), "r"(parity) : "memory");
+}
+
+// TMA: the box of tensor map tm at element coordinates (c0 inner, c1 outer)
+// into shared dst (1024-byte aligned for the 128-byte swizzle), completing
+// its bytes on bar. Elements outside the tensor arrive as zeros.
+static __device__ __forceinline__ void
+lg_tma_load_2d(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     " [%0], [%1, {%3, %4}], [%2];"
+		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
+		     "r"(c0), "r"(c1) : "memory");
+}
+
+// dst (global memory): template tm with its address, its dims (inner
+// elements, rows) and its row pitch (`inner` bytes: 1-byte elements)
+// replaced, for TMA in a later launch (lg_tmap_release, lg_tmap_acquire).
+static __device__ __forceinline__ void
+lg_tmap_patch(lg_tmap *dst, const lg_tmap *tm, const void *base, u32 inner, u32 rows)
+{
+	#pragma unroll
+	for (int i = 0; i < 16; i += 2)
+		*(ulonglong2 *)&dst->v[i] = make_ulonglong2(tm->v[i], tm->v[i + 1]);
+	const u64 a = (u64)dst;
+	asm volatile("tensormap.replace.tile.global_address.global.b1024.b64 [%0], %1;"
+		     :: "l"(a), "l"((u64)base) : "memory");
+	asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 0, %1;"
+		     :: "l"(a), "r"(inner) : "memory");
+	asm volatile("tensormap.replace.tile.global_dim.global.b1024.b32 [%0], 1, %1;"
+		     :: "l"(a), "r"(rows) : "memory");
+	asm volatile("tensormap.replace.tile.global_stride.global.b1024.b64 [%0], 0, %1;"
+		     :: "l"(a), "l"((u64)inner) : "memory");
+}
+
+// This thread's patched maps (lg_tmap_patch) visible to TMA.
+static __device__ __forceinline__ void lg_tmap_release(void)
+{
+	asm volatile("fence.proxy.tensormap::generic.release.gpu;" ::: "memory");
+}
+
+// Before TMA through map tm (global) patched by another thread or launch.
+static __device__ __forceinline__ void lg_tmap_acquire(const lg_tmap *tm)
+{
+	asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;"
+		     :: "l"((u64)tm) : "memory");
 }
 
 // The wgmma shared memory descriptor of a K-major tile of 128-byte rows
@@ -154,11 +206,44 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 	*p = make_float2(o.x + v0, o.y + v1);
 }
 
+// ----- lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc_maps -----
+// each expert's tensor maps of its blocks of dyt and xt
+extern "C" __global__ void __launch_bounds__(256)
+lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc_maps(
+	u64 dyt, u64 /* dyt_scale */, u64 xt, u64 /* xt_scale */, u64 counts, u64 /* dw */, u64 ws,
+	i64 M, i64 /* part */, const __grid_constant__ lg_tmap tm_dyt,
+	const __grid_constant__ lg_tmap tm_xt)
+{
+	// Expert e's first row gr[e], one scan.
+	__shared__ i64 gr[257];
+	if (threadIdx.x == 0) {
+		i64 r = 0;
+		for (int e = 0; e < 256; e++) {
+			gr[e] = r;
+			const i64 c = ((const int *)counts)[e];
+			const i64 n = c < 0 ? 0 : r + c > M ? M - r : c; // no rows past M
+			r += n;
+		}
+		gr[256] = r;
+	}
+	__syncthreads();
+	for (int e = threadIdx.x; e < 256; e += 256) {
+		const i64 seg0 = gr[e], segn = gr[e + 1] - seg0;
+		if (segn == 0 || (segn & 15) != 0) continue;
+		lg_tmap *const m = (lg_tmap *)ws + 2 * e;
+		lg_tmap_patch(m, &tm_dyt, (const u8 *)dyt + seg0 * 1024, (u32)segn, 1024u);
+		lg_tmap_patch(m + 1, &tm_xt, (const u8 *)xt + seg0 * 2048, (u32)segn, 2048u);
+	}
+	lg_tmap_release();
+}
+
 // ----- lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc -----
 // dw[e] = dy_e^T . x_e over each expert's tokens
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
-	u64 dyt, u64 dyt_scale, u64 xt, u64 xt_scale, u64 counts, u64 dw, i64 M, i64 /* part */)
+	u64 dyt, u64 dyt_scale, u64 xt, u64 xt_scale, u64 counts, u64 dw, u64 ws, i64 M,
+	i64 /* part */, const __grid_constant__ lg_tmap /* tm_dyt */,
+	const __grid_constant__ lg_tmap /* tm_xt */)
 {
 	extern __shared__ __align__(1024) u8 smem[];
 	// scales: per expert [cdiv(count, 128), n] and [.., k] blocks from row gt[ex]
@@ -201,8 +286,9 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 	}
 	__syncthreads();
 	if (wg == 2) {
-		// Producer: its 128 threads copy each stage once its consumers released it.
+		// Producer: its 128 threads fill each stage once its consumers released it.
 		lg_setmaxnreg_dec(96);
+		const int q = threadIdx.x & 127;
 		int it = 0;
 		for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 			const int ex = (int)(tile / 128), lt = (int)(tile % 128);
@@ -213,35 +299,41 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 			const u8 *const gb = (const u8 *)xt + seg0 * 2048 + oc * segn;
 			const i64 lda = segn, ldb = segn, rlen = segn;
 			const int na = (int)(rend - ta), nb = (int)(2048 - oc);
-			const bool al = (segn & 15) == 0;
+			const bool al = (segn & 15) == 0; // its maps patched: TMA
+			const lg_tmap *const ma = (const lg_tmap *)ws + 2 * ex;
+			const lg_tmap *const mb = ma + 1;
+			const int ya = (int)(ta - er), yb = (int)oc;
+			if (al && q == 0 && nkt > 0) { // the maps the previous launch patched
+				lg_tmap_acquire(ma);
+				lg_tmap_acquire(mb);
+			}
 			for (int kt = 0; kt < nkt; kt++, it++) {
 				const int s = it % 6;
 				if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
 				u8 *const sd = ring + s * 32768;
+				if (al && q == 0) {
+					lg_mbar_expect_tx(&full[s], 32768u);
+					lg_tma_load_2d(sd, ma, &full[s], kt * 128, ya);
+					lg_tma_load_2d(sd + 16384, mb, &full[s], kt * 128, yb);
+				}
 				const i64 k0 = (i64)kt * 128;
 				const i64 kv = rlen - k0 < 128 ? rlen - k0 : 128;
-				for (int q = threadIdx.x & 127; q < 2048; q += 128) {
-					const int r = q >> 3, c = q & 7, isb = r >= 128;
+				for (int u = q; !al && u < 2048; u += 128) {
+					const int r = u >> 3, c = u & 7, isb = r >= 128;
 					const int rr = isb ? r - 128 : r;
 					const bool real = isb ? rr < nb : rr < na;
 					const i64 left = real ? kv - c * 16 : 0;
 					const u32 n = left <= 0 ? 0u : left >= 16 ? 16u : (u32)left;
 					const u8 *const line = isb ? gb + rr * ldb : ga + rr * lda;
-					const u8 *const src = n ? line + k0 + c * 16 : ga;
+					const u8 *const src = line + k0 + c * 16;
+					u32 w[4] = {0u, 0u, 0u, 0u};
+					for (u32 i = 0; i < n; i++) {
+						w[i >> 2] |= (u32)src[i] << ((i & 3) * 8);
+					}
 					// chunk c of row r at c ^ (r & 7): the swizzle
 					u8 *const dst = sd + r * 128 + ((c ^ (r & 7)) << 4);
-					if (al) {
-						lg_cp16(dst, src, n);
-					}
-					else {
-						u32 w[4] = {0u, 0u, 0u, 0u};
-						for (u32 i = 0; i < n; i++) {
-							w[i >> 2] |= (u32)src[i] << ((i & 3) * 8);
-						}
-						*(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
-					}
+					*(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
 				}
-				const int q = threadIdx.x & 127;
 				float *const sl = scales + s * 256;
 				const float *const pa = &LG_SA(kt, ta);
 				#pragma unroll
