@@ -10,7 +10,12 @@
  * multiple of 128 (1000 x 384, 130 x 128, 1 x 256), fp32 moments and
  * grads, an fp32 weight with exact scales, 256 threads a tile; no rows.
  * Also the kernel's copies against the fp8_quant_weight kernel run on the
- * stepped weight (the bytes the forward would have made).
+ * stepped weight (the bytes the forward would have made). Expert weights
+ * (expert_rows: the experts' own transposed copies) against the flat
+ * reference rearranged per expert (lg_ref_experts_transposed, as
+ * lingen.nn._quant.experts_transposed), and fp8_quant_weight's flat copy
+ * against the same flat reference: the kernel's qt, st are
+ * fp8_quant_weight's rearranged per expert, bit for bit.
  * Exits with LG_TEST_SKIP (ctest: skipped) without a CUDA device or driver;
  * random inputs print their seed (LINGEN_SEED replays).
  */
@@ -144,9 +149,10 @@ static void check(const char *json, int64_t rows, int steps, const char *fq)
 	for (int i = 0; i < NSTATE; i++)
 		buf_make(&a[i], e * (size_t)eb[i]);
 	buf_make(&q, e), buf_make(&qt, e), buf_make(&sc, ns * 4), buf_make(&st, ns * 4), buf_make(&scal, 8);
-	uint8_t *rq = malloc(e ? e : 1), *rqt = malloc(e ? e : 1);
-	float *rs = malloc(ns * 4 + 4), *rst = malloc(ns * 4 + 4);
-	assert_true(rq && rqt && rs && rst);
+	uint8_t *rq = malloc(e ? e : 1), *rqt = malloc(e ? e : 1), *rqe = malloc(e ? e : 1);
+	float *rs = malloc(ns * 4 + 4), *rst = malloc(ns * 4 + 4), *rse = malloc(ns * 4 + 4);
+	assert_true(rq && rqt && rqe && rs && rst && rse);
+	size_t er = (size_t)lg_ref_int(s, "expert_rows"); /* 0: the flat transposed copy */
 	uint64_t r = seed ^ (uint64_t)rows * 0x9e3779b97f4a7c15ull ^ n;
 	if (hp.param_bf16)
 		lg_ref_fill_quant_input((uint16_t *)a[W].host, (size_t)rows, n, &r);
@@ -165,14 +171,16 @@ static void check(const char *json, int64_t rows, int steps, const char *fq)
 			fail_msg("%s: %s", json, lg_last_error());
 		lg_ref_adamw_step(&hp, a[W].host, a[GR].host, a[M].host, a[V].host, e, host[0], host[1]);
 		lg_ref_weight_tiles(a[W].host, hp.param_bf16, (size_t)rows, n, pow2, rq, rs, rqt, rst);
+		if (er)
+			lg_ref_experts_transposed(rqt, rst, (size_t)rows, n, er, rqe, rse);
 		CU(cuCtxSynchronize());
 		expect_equal(&a[W], a[W].host, e * (size_t)eb[W], eb[W], "w", json, t);
 		expect_equal(&a[M], a[M].host, e * (size_t)eb[M], eb[M], "exp_avg", json, t);
 		expect_equal(&a[V], a[V].host, e * (size_t)eb[V], eb[V], "exp_avg_sq", json, t);
 		expect_equal(&q, rq, e, 1, "q", json, t);
-		expect_equal(&qt, rqt, e, 1, "qt", json, t);
+		expect_equal(&qt, er ? rqe : rqt, e, 1, "qt", json, t);
 		expect_equal(&sc, rs, ns * 4, 4, "s", json, t);
-		expect_equal(&st, rst, ns * 4, 4, "st", json, t);
+		expect_equal(&st, er ? rse : rst, ns * 4, 4, "st", json, t);
 	}
 	if (fq) { /* fp8_quant_weight's kernel on the stepped weight: the same bytes */
 		lg_spec *f;
@@ -193,7 +201,7 @@ static void check(const char *json, int64_t rows, int steps, const char *fq)
 	for (int i = 0; i < NSTATE; i++)
 		buf_free(&a[i]);
 	buf_free(&q), buf_free(&qt), buf_free(&sc), buf_free(&st), buf_free(&scal);
-	free(rq), free(rqt), free(rs), free(rst);
+	free(rq), free(rqt), free(rqe), free(rs), free(rst), free(rse);
 	lg_spec_free(s);
 }
 
@@ -211,8 +219,10 @@ static void check(const char *json, int64_t rows, int steps, const char *fq)
 static void test_target(void **state)
 {
 	(void)state;
-	check(AF("bf16", 2048, TRAIN), 8 * 1024, 3, FQW(2048));
-	check(AF("bf16", 512, TRAIN), 8 * 2048, 2, FQW(512));
+	/* as lingen.optim.AdamW steps them: the experts' own transposed copies */
+	check(AF("bf16", 2048, TRAIN ", \"expert_rows\": 1024"), 8 * 1024, 3, FQW(2048));
+	check(AF("bf16", 512, TRAIN ", \"expert_rows\": 2048"), 8 * 2048, 2, FQW(512));
+	check(AF("bf16", 2048, TRAIN), 8 * 1024, 2, FQW(2048));
 }
 
 static void test_odd(void **state)
@@ -222,6 +232,10 @@ static void test_odd(void **state)
 	check(AF("bf16", 128, ", \"moments\": \"bf16\", \"beta1\": 0.3"), 130, 3, FQW(128));
 	check(AF("bf16", 256, ", \"grad\": \"bf16\", \"weight_decay\": 0"), 1, 2, FQW(256));
 	check(AF("bf16", 384, TRAIN ", \"tile\": {\"threads\": 256}"), 1000, 2, NULL);
+	/* experts of 256 rows, a short last one (232 rows); one expert of 128 */
+	check(AF("bf16", 384, ", \"expert_rows\": 256"), 1000, 2, FQW(384));
+	check(AF("fp32", 256, ", \"expert_rows\": 128, \"tile\": {\"threads\": 256}"), 128, 2, NULL);
+	check(AF_EXACT("bf16", 128, ", \"expert_rows\": 384"), 3 * 384, 2, NULL);
 	check(AF_EXACT("bf16", 256, ""), 300, 2, NULL);
 	check(AF_EXACT("fp32", 256, ""), 300, 3, NULL);
 	check(AF("fp32", 384, ", \"grad\": \"bf16\", \"tile\": {\"threads\": 256}"), 129, 2, NULL);

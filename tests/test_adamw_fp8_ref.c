@@ -2,7 +2,8 @@
  * test_adamw_fp8_ref.c - the CPU reference of family "adamw_fp8" (no GPU):
  * its FP8 copies are those of fp8_quant_weight's reference (transposed) run
  * on the weight after adamw's reference step, at the target shape and odd
- * ones (rows not a multiple of 128, both scale recipes); the case's inputs
+ * ones (rows not a multiple of 128, both scale recipes); expert weights'
+ * per-expert transposed copies (expert_rows); the case's inputs
  * are left as filled (the harness may launch again); a tile worked by hand
  * (an fp32 weight); the buffers as declared; refusals of bad specs.
  */
@@ -132,6 +133,55 @@ static void test_as_quant_weight(void **state)
 	check_bf16(AF("bf16", 256, ", \"quant\": {\"round_scale\": true}"), 1, FQW(256, true), 4);
 }
 
+/* expert_rows: q and s as the flat spec's, qt and st each expert's own,
+ * the flat ones rearranged: expert e's qt [K, c_e] at element e N K (what
+ * lingen.nn._quant.experts_transposed gives: qt_e[k, i] = qt[k, e N + i])
+ * and st [K/128, cdiv(c_e, 128)] at e N/128 K/128; a short last expert. */
+static void check_experts(const char *flat_json, const char *json, int64_t rows, size_t er)
+{
+	lg_spec *s = spec(json), *f = spec(flat_json);
+	size_t n = (size_t)lg_ref_int(s, "hidden"), m = (size_t)rows, mb = (m + 127) / 128, nb = n / 128;
+	assert_int_equal(lg_ref_int(s, "expert_rows"), (int64_t)er);
+	struct lg_ref_case c, w;
+	case_make(s, rows, &c);
+	case_make(f, rows, &w);
+	const struct lg_ref_family *rf = lg_ref_family_get(s->op);
+	rf->fill(s, &c, 7);
+	rf->fill(f, &w, 7);
+	rf->run(s, &c);
+	rf->run(f, &w);
+	assert_memory_equal(w.buf[Q].host, c.buf[Q].host, bytes(&c, Q));
+	assert_memory_equal(w.buf[S].host, c.buf[S].host, bytes(&c, S));
+	const uint8_t *qt = w.buf[QT].host, *qe = c.buf[QT].host;
+	const float *st = w.buf[ST].host, *se = c.buf[ST].host;
+	for (size_t e0 = 0; e0 < m; e0 += er) {
+		size_t ce = m - e0 < er ? m - e0 : er, cb = (ce + 127) / 128;
+		for (size_t k = 0; k < n; k++)
+			for (size_t i = 0; i < ce; i++)
+				assert_int_equal(qe[e0 * n + k * ce + i], qt[k * m + e0 + i]);
+		for (size_t b = 0; b < nb; b++)
+			for (size_t j = 0; j < cb; j++)
+				assert_true(se[e0 / 128 * nb + b * cb + j] == st[b * mb + e0 / 128 + j]);
+	}
+	case_free(&c);
+	case_free(&w);
+	lg_spec_free(s);
+	lg_spec_free(f);
+}
+
+static void test_experts(void **state)
+{
+	(void)state;
+	check_experts(AF("bf16", 512, ", \"quant\": {}, \"grad\": \"bf16\", \"moments\": \"bf16\""),
+		      AF("bf16", 512, ", \"quant\": {}, \"grad\": \"bf16\", \"moments\": \"bf16\", "
+				      "\"expert_rows\": 256"),
+		      4 * 256, 256);
+	check_experts(AF("bf16", 384, ", \"quant\": {}"), AF("bf16", 384, ", \"quant\": {}, \"expert_rows\": 256"),
+		      1000, 256);
+	check_experts(AF("fp32", 128, ", \"quant\": {\"round_scale\": false}"),
+		      AF("fp32", 128, ", \"quant\": {\"round_scale\": false}, \"expert_rows\": 384"), 3 * 384, 384);
+}
+
 /* An fp32 weight: its fp32 values quantised (no bf16 rounding). One tile
  * of 0.5 with -1792 at (3, 9), lr 0 and no gradient: the weight is kept,
  * s = 4 (pow2: 1792 / 448), the payloads 0.125 and -448; exact: s = 1792 /
@@ -172,12 +222,16 @@ static void test_refusals(void **state)
 	assert_int_not_equal(lg_spec_parse(AF("bf16", 256, ", \"quant\": {}, \"tile\": {\"threads\": 128}"), &s),
 			     LG_OK);
 	assert_null(s);
+	/* expert_rows a multiple of 128 (no tile across two experts) */
+	assert_int_not_equal(lg_spec_parse(AF("bf16", 256, ", \"quant\": {}, \"expert_rows\": 200"), &s), LG_OK);
+	assert_non_null(strstr(lg_last_error(), "expert_rows"));
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_as_quant_weight),
+		cmocka_unit_test(test_experts),
 		cmocka_unit_test(test_fp32_by_hand),
 		cmocka_unit_test(test_refusals),
 	};

@@ -303,9 +303,20 @@ static void emit_place(lg_buf *b, const struct ctx *k)
 	lg_line(b, "const int rows = (int)(%s - m0 < 128 ? %s - m0 : 128); // tokens in the tile", k->m, k->m);
 	if (e->rows && !k->tile)
 		lg_line(b, "float *const sg = (float *)%s; // rowwise scales [%lld, %s]", k->s, (long long)k->nb, k->m);
-	if (e->cols)
+	if (e->cols && k->tile && e->expert_rows) {
+		long long n = (long long)e->expert_rows;
+		lg_line(b, "const i64 qex = m0 / %lld; // the tile's expert (%lld rows each)", n, n);
+		lg_line(b, "const i64 qe0 = qex * %lld; // its first row", n);
+		lg_line(b, "const i64 qen = %s - qe0 < %lld ? %s - qe0 : %lld; // its rows", k->m, n, k->m, n);
+		lg_line(b, "const i64 lm0 = m0 - qe0; // the tile's first row in the expert");
+		lg_line(b, "u8 *const qtg = (u8 *)%s + qe0 * %lld; // the expert's qt [%lld, qen]", k->qt,
+			(long long)e->n, (long long)e->n);
+		lg_line(b, "float *const stg = (float *)%s + qe0 / 128 * %lld; // its st [%lld, cdiv(qen, 128)]",
+			k->st, (long long)k->nb, (long long)k->nb);
+	} else if (e->cols) {
 		lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, %s%s%s]", k->qt, (long long)e->n,
 			e->layout == LG_QE_FLAT ? "round_up(" : "", k->m, e->layout == LG_QE_FLAT ? ", 16)" : "");
+	}
 	if (e->cols && !k->tile)
 		lg_line(b, "float *const stg = (float *)%s + tt * %lld; // this tile's row of st", k->st,
 			(long long)e->n);
@@ -624,7 +635,9 @@ static void emit_tile_scale(lg_buf *b, const struct ctx *k)
 		lg_line(b, "const float tamax = fmaxf(fmaxf(tmax[0], tmax[1]), fmaxf(tmax[2], tmax[3]));");
 	lg_emit_scale(b, k->e->pow2, "tsc", "tamax", "tinv");
 	lg_line(b, "if (threadIdx.x == 0) ((float *)%s)[tt * %lld + cb] = tsc;", k->s, (long long)k->nb);
-	if (k->e->cols) /* the transposed copy's scales: st [K / 128, cdiv(M, 128)] */
+	if (k->e->cols && k->e->expert_rows) /* the expert's st [K / 128, cdiv(qen, 128)] */
+		lg_line(b, "if (threadIdx.x == 0) stg[cb * ((qen + 127) / 128) + lm0 / 128] = tsc;");
+	else if (k->e->cols) /* the transposed copy's scales: st [K / 128, cdiv(M, 128)] */
 		lg_line(b, "if (threadIdx.x == 0) ((float *)%s)[cb * ((%s + 127) / 128) + tt] = tsc;", k->st, k->m);
 }
 
@@ -744,6 +757,8 @@ static void emit_stage_and_store(lg_buf *b, const struct ctx *k)
 	lg_line(b, "__syncthreads();");
 	if (e->layout == LG_QE_EXPERTS)
 		lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
+	else if (e->layout == LG_QE_TILE128 && e->expert_rows) /* the expert's: rows qen apart */
+		lg_emit_qt_lines_flat(b, e->threads, "qtg", "qen", "lm0");
 	else if (e->layout == LG_QE_TILE128) /* the weight's transposed copy: rows M apart */
 		lg_emit_qt_lines_flat(b, e->threads, "qtg", k->m, "m0");
 	else /* a flat activation's columnwise copy: rows round_up(M, 16) apart, a zero tail */

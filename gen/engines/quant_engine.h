@@ -48,7 +48,13 @@
  *     unless the family sets it) adds the transposed copy with the same
  *     tiles' scales: qt [K, M] (the columnwise path's lines, each value
  *     quantised with its tile's scale) and st [K/128, cdiv(M, 128)]. A
- *     partial last token tile takes its amax over its real tokens.
+ *     partial last token tile takes its amax over its real tokens. With
+ *     expert_rows N (expert weights [E, N, K] as one [E N, K] weight: no
+ *     tile spans two experts) the transposed copy is each expert's own,
+ *     the experts' one after the other: qt [E, K, N] (expert e's [K, N]
+ *     block at element e N K) and st [E, K/128, N/128] (its block at
+ *     e N/128 K/128); a short last expert of n < N rows gets [K, n] and
+ *     [K/128, cdiv(n, 128)] blocks.
  *
  * Names the generated body defines, for the hooks: m0 (i64, the tile's
  * first token in x / q), rows (int, real tokens in the tile, 1..128), lb,
@@ -82,6 +88,9 @@ struct lg_qe {
 	bool rows;      /* the rowwise copy (q, s) */
 	bool cols;      /* the columnwise copy (qt, st) */
 	bool pow2;      /* round_scale */
+	int64_t expert_rows; /* LG_QE_TILE128 with cols: 0, or the rows are experts of this
+				many rows each (a multiple of 128; the last may be short) and the
+				transposed copy is per expert (see Layouts) */
 	bool qt_narrow; /* LG_QE_FLAT: the former qt store, each 16-byte piece of a line tested at
 			   run time for a whole aligned store, narrow stores where not (tile.qt_store
 			   1; for timing it); else (the default) whole 16-byte stores of the pitched

@@ -15,6 +15,13 @@
  * weight; an fp32 weight quantised from its fp32 values).
  * hidden must be a multiple of 128 (as fp8_quant_weight); rows any count:
  * a partial last row of tiles takes its amax over its real rows.
+ * Expert weights (key expert_rows N, a multiple of 128, so that each tile
+ * lies within one expert): the transposed copies are written per expert,
+ * qt [E, hidden, N] and st [E, hidden / 128, N / 128] (expert e's blocks
+ * one after the other: what the grouped GEMMs' dgrad reads, as
+ * lingen.nn._quant.experts_transposed gives it), each tile's lines at its
+ * expert's block with rows N apart; rows not a multiple of N: a short last
+ * expert (its [hidden, n] block).
  *
  * Strategy: the quant engine (quant_engine.h), layout LG_QE_TILE128, one
  * CTA a 128 x 128 tile, as fp8_quant_weight; its values hook loads a
@@ -37,11 +44,15 @@
 #define HIDDEN_MAX 65536
 #define ROWS_MAX (((int64_t)INT32_MAX / (HIDDEN_MAX / 128)) * 128)
 
-enum { K_HIDDEN, K_QUANT, K_HP = K_QUANT + LG_QUANT_KEYS, K_TILE = K_HP + LG_ADAMW_KEYS, K_THREADS, NKEYS };
+enum { K_HIDDEN, K_EXPERT_ROWS, K_QUANT, K_HP = K_QUANT + LG_QUANT_KEYS, K_TILE = K_HP + LG_ADAMW_KEYS, K_THREADS, NKEYS };
 enum { K_GRAD = K_HP + LG_ADAMW_KEY_GRAD, K_MOMENTS = K_HP + LG_ADAMW_KEY_MOMENTS };
 static const int64_t threads_ok[] = {256, 512, 0};
 static const struct lg_key keys[NKEYS] = {
 	[K_HIDDEN] = LG_KEY_DIM("hidden", "h", 128, HIDDEN_MAX, 128, "columns of the weight (its input features)"),
+	[K_EXPERT_ROWS] = {.path = "expert_rows", .type = LG_KEY_INT, .min = 0, .max = ROWS_MAX, .multiple = 128,
+			   .has_def = true, .def = 0, .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 11, .abbrev = "er",
+			   .doc = "0: one weight; N: expert weights [E, N, K] as [E N, K] rows, qt and st each "
+				  "expert's own (qt [E, K, N], st [E, K/128, N/128])"},
 	LG_KEYS_QUANT(K_QUANT),
 	LG_KEYS_ADAMW(K_HP),
 	[K_TILE] = LG_KEY_TILE_OBJ,
@@ -66,8 +77,10 @@ static const struct lg_arg fwd_args[NARGS] = {
 	[ARG_LR] = {"lr", LG_ARG_IN, LG_ELEM_FP32, "1", 4, "the learning rate"},
 	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "rows, hidden", 8, "the new weight in e4m3"},
 	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(rows, 128), hidden / 128", 4, "one scale a 128 x 128 tile"},
-	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, rows", 8, "q^T"},
-	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, cdiv(rows, 128)", 4, "s^T"},
+	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, rows", 8,
+		    "q^T (with expert_rows N: each expert's, [E, hidden, N])"},
+	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, cdiv(rows, 128)", 4,
+		    "s^T (with expert_rows N: each expert's, [E, hidden / 128, N / 128])"},
 };
 
 static lg_status validate(const struct lg_spec *s, const char *where)
@@ -150,6 +163,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	bool pb = s->dtype != LG_DTYPE_FP32, gb = lg_spec_int(s, K_GRAD) == LG_ADAMW_BF16;
 	bool mb = lg_spec_int(s, K_MOMENTS) == LG_ADAMW_BF16;
 	e.cols = true;
+	e.expert_rows = lg_spec_int(s, K_EXPERT_ROWS);
 	struct lg_qe_hooks h = {.values = hook_values, .prologue = hook_prologue, .ctx = (void *)s};
 	(void)t;
 	lg_section(b, "the AdamW update of this spec (family adamw's)", NULL);
@@ -174,7 +188,8 @@ static const char doc_forward[] =
 	"  and \"moments\"; step and lr 0-d fp32 in device memory) and, in the same\n"
 	"  pass, its FP8 copies as fp8_quant_weight (transposed) gives them for the\n"
 	"  new weight: q [rows, hidden] e4m3, s [cdiv(rows, 128), hidden/128],\n"
-	"  qt = q^T, st = s^T.";
+	"  qt = q^T, st = s^T; with expert_rows N (expert weights [E, N, hidden])\n"
+	"  each expert's: qt [E, hidden, N], st [E, hidden/128, N/128].";
 
 const struct lg_family lg_family_adamw_fp8 = {
 	.op = "adamw_fp8",

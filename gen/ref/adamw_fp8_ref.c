@@ -4,7 +4,8 @@
  * (lg_ref_adamw_step) over the whole weight, then the weight's FP8 copies
  * in 128 x 128 tiles of the weight as stored after the step (one scale a
  * tile, the amax over its real rows, docs/kernels.md 1.2), and their
- * transposes. The step updates p, m and v in place: the harness's case
+ * transposes (with expert_rows: rearranged into each expert's, as
+ * lingen.nn._quant.experts_transposed). The step updates p, m and v in place: the harness's case
  * works on copies of them (its inputs stay as filled), the GPU test
  * (gpu_test_adamw_fp8) steps both sides and compares p, m and v too.
  */
@@ -44,6 +45,20 @@ void lg_ref_weight_tiles(const void *w, bool bf16, size_t m, size_t n, bool pow2
 					qt[k * m + i] = x;
 				}
 		}
+	}
+}
+
+void lg_ref_experts_transposed(const uint8_t *qt, const float *st, size_t m, size_t n, size_t er, uint8_t *qe,
+			       float *se)
+{
+	size_t mb = (m + 127) / 128, nb = n / 128;
+	for (size_t e0 = 0; e0 < m; e0 += er) {
+		size_t c = m - e0 < er ? m - e0 : er, cb = (c + 127) / 128;
+		for (size_t k = 0; k < n; k++)
+			memcpy(qe + e0 * n + k * c, qt + k * m + e0, c);
+		for (size_t b = 0; b < nb; b++)
+			for (size_t j = 0; j < cb; j++)
+				se[e0 / 128 * nb + b * cb + j] = st[b * mb + e0 / 128 + j];
 	}
 }
 
@@ -91,6 +106,9 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	struct lg_ref_adamw_hp h = lg_ref_adamw_hp_of(s);
 	size_t m = (size_t)c->sizes[0], n = (size_t)lg_ref_int(s, "hidden");
+	size_t er = (size_t)lg_ref_int(s, "expert_rows"), nst = (m + 127) / 128 * (n / 128);
+	uint8_t *qt = c->buf[QT].host;
+	float *st = c->buf[ST].host;
 	void *copy[3] = {NULL, NULL, NULL};
 	const int idx[3] = {P, M, V};
 	for (int i = 0; i < 3; i++) {
@@ -102,9 +120,19 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 	}
 	lg_ref_adamw_step(&h, copy[0], c->buf[G].host, copy[1], copy[2], m * n, *(const float *)c->buf[STEP].host,
 			  *(const float *)c->buf[LR].host);
+	if (er && m) { /* the flat transposed copy, then each expert's */
+		qt = malloc(m * n);
+		st = malloc(nst * sizeof *st);
+		if (!qt || !st)
+			goto out;
+	}
 	lg_ref_weight_tiles(copy[0], h.param_bf16, m, n, lg_spec_quant(s).round_scale, c->buf[Q].host,
-			    c->buf[S].host, c->buf[QT].host, c->buf[ST].host);
+			    c->buf[S].host, qt, st);
+	if (qt != c->buf[QT].host)
+		lg_ref_experts_transposed(qt, st, m, n, er, c->buf[QT].host, c->buf[ST].host);
 out:
+	if (qt != c->buf[QT].host)
+		free(qt), free(st);
 	for (int i = 0; i < 3; i++)
 		free(copy[i]);
 }

@@ -58,5 +58,13 @@ void lg_ref_adamw_step(const struct lg_ref_adamw_hp *h, void *p, const void *g, 
  * rows (adamw_fp8_ref.c). */
 void lg_ref_weight_tiles(const void *w, bool bf16, size_t m, size_t n, bool pow2, uint8_t *q, float *s,
 			 uint8_t *qt, float *st);
+/* The experts' own transposed copies (adamw_fp8 with expert_rows er, a
+ * multiple of 128) of the transposed copy qt [n, m], st [n / 128,
+ * cdiv(m, 128)] of m rows: expert e (rows e er .. e er + c - 1, c = min(er,
+ * m - e er)) gets qe [n, c] at element e er n and se [n / 128, cdiv(c,
+ * 128)] at element e er / 128 n / 128 (lingen.nn._quant.experts_transposed
+ * at m a multiple of er). */
+void lg_ref_experts_transposed(const uint8_t *qt, const float *st, size_t m, size_t n, size_t er, uint8_t *qe,
+			       float *se);
 
 #endif
