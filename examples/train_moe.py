@@ -98,8 +98,12 @@ def build(args, mode, device):
         # fp8 the FP8 weights' step (adamw_fp8) also writes their FP8 copies, so
         # the next forward quantises no weight
         import lingen.optim
+        # release_grads: the FP8 weights' gradients dropped after their step and
+        # the copies handed to the next forward alone (freed as it uses them):
+        # copies and gradients never held together (not with --graph: a
+        # captured step keeps its buffers)
         opt = lingen.optim.AdamW(model.parameters(), moments="bf16", fp8_weights=mode == "fp8",
-                                 **kw)
+                                 release_grads=mode == "fp8" and not args.graph, **kw)
     else:
         opt = torch.optim.AdamW(model.parameters(), capturable=args.graph, foreach=True, **kw)
     fwd = model

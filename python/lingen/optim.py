@@ -35,7 +35,22 @@ parameter; the next forward takes them instead of quantising
 checkpoint load, is quantised again; a write through ``.data`` is not seen).
 The first step's forward has no copies yet. On the CPU the same happens in
 torch (the copies from lingen.nn's CPU quantiser). The optimiser's state
-and state_dict are torch's either way.
+and state_dict are torch's either way. Expert weights [E, N, K] get their
+transposed copies in the grouped GEMMs' per-expert layout straight from the
+kernel (spec key ``expert_rows``: qt [E, K, N], st [E, K/128, N/128]).
+
+Memory (docs/python.md): the copies take ~2 bytes a parameter (q and qt,
+1 B each, plus 8 B of scales a 128 x 128 tile). By default they are
+buffers kept on the parameter and rewritten in place (a captured CUDA graph
+replays into them), so they stay for the whole step, on top of the
+gradients at the optimiser step. ``release_grads=True`` (with
+``fp8_weights``; for loops that call ``zero_grad(set_to_none=True)`` after
+``step()``, not for CUDA graphs): each FP8 weight's gradient is set to None
+right after its launch, the copies are new tensors (taking the freed
+gradient's memory) that the next forward takes off the parameter, so they
+are freed as that forward's own quantised copies would be (q after the
+layer's forward, qt after its backward); a second forward before the next
+step quantises the weight itself.
 
 This module imports torch (``import lingen`` does not import it).
 """
@@ -57,18 +72,22 @@ class AdamW(torch.optim.Optimizer):
     Arguments as torch.optim.AdamW's (params, lr, betas, eps, weight_decay,
     amsgrad); ``moments`` is ``"fp32"`` (default, torch's layout) or
     ``"bf16"``; ``fp8_weights``: write the FP8 copies of lingen.nn's FP8
-    weights in the step (module docstring). amsgrad=True and maximize=True
+    weights in the step; ``release_grads``: with it, those weights'
+    gradients set to None after their step and the copies handed to the
+    next forward alone (module docstring). amsgrad=True and maximize=True
     raise ValueError."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, *, maximize=False, moments="fp32", fp8_weights=False,
-                 **torch_options):
+                 release_grads=False, **torch_options):
         fn = "lingen.optim.AdamW"
         if amsgrad:
             raise ValueError(f"{fn}: amsgrad=True is not supported (the fused kernel keeps no "
                              "max of the second moment); use torch.optim.AdamW for it")
         if maximize:
             raise ValueError(f"{fn}: maximize=True is not supported; negate the loss instead")
+        if release_grads and not fp8_weights:
+            raise ValueError(f"{fn}: release_grads=True: only with fp8_weights=True")
         if moments not in _MOMENTS:
             raise ValueError(f"{fn}: moments: found {moments!r}, expected 'fp32' or 'bf16'")
         if not (isinstance(lr, torch.Tensor) or lr >= 0.0):
@@ -88,6 +107,7 @@ class AdamW(torch.optim.Optimizer):
                         amsgrad=False, maximize=False)
         self.moments = moments
         self.fp8_weights = bool(fp8_weights)
+        self.release_grads = bool(release_grads)
         self._tables = {}   # bucket key -> (table tensor, rows)
         self._lrs = {}      # (group index, device) -> [device fp32 tensor, value it holds]
         self._kernels = {}  # spec key -> lingen kernel
@@ -151,7 +171,10 @@ class AdamW(torch.optim.Optimizer):
                 else:
                     _torch_update(p, p.grad, st, group)
                     if fp8 and not p.is_cuda:  # the copies of the new weight, in torch
-                        _nn_k().set_weight_copies(p, _nn_k().quant_weight(p))
+                        _nn_k().set_weight_copies(p, _nn_k().quant_weight(p),
+                                                  take=self.release_grads)
+                        if self.release_grads:
+                            p.grad = None
                     else:  # (a CUDA weight the kernel does not take: the forward's)
                         p.__dict__.pop("_lingen_fp8_copies", None)
             for (dev, pdt, gdt), items in buckets.items():
@@ -208,23 +231,26 @@ class AdamW(torch.optim.Optimizer):
             stream = torch.cuda.current_stream(dev).cuda_stream
             k.run([table[1]], [table[0].data_ptr(), step.data_ptr(), lr.data_ptr()], stream)
 
-    def _kernel_fp8(self, group, pdt, gdt, hidden):
+    def _kernel_fp8(self, group, pdt, gdt, hidden, expert_rows):
         b1, b2 = group["betas"]
         key = ("fp8", _GRADS[gdt], self.moments, float(b1), float(b2), float(group["eps"]),
-               float(group["weight_decay"]), _GRADS[pdt], int(hidden))
+               float(group["weight_decay"]), _GRADS[pdt], int(hidden), int(expert_rows))
         k = self._kernels.get(key)
         if k is None:
             from ._core import Spec, default_context
             spec = {"op": "adamw_fp8", "pass": "forward", "dtype": key[7], "hidden": key[8],
-                    "quant": {}, "grad": key[1], "moments": key[2], "beta1": key[3],
-                    "beta2": key[4], "eps": key[5], "weight_decay": key[6]}
+                    "expert_rows": key[9], "quant": {}, "grad": key[1], "moments": key[2],
+                    "beta1": key[3], "beta2": key[4], "eps": key[5], "weight_decay": key[6]}
             k = self._kernels[key] = default_context().kernel(Spec(spec))
         return k
 
     def _fused_fp8(self, gi, group, dev, items):
         """One adamw_fp8 launch a weight (the step count shared by the
         device's FP8 weights of the group, incremented once): the update
-        and the weight's FP8 copies, recorded on the parameter."""
+        and the weight's FP8 copies, recorded on the parameter (expert
+        weights: their transposed copies in the per-expert layout, from the
+        kernel); with release_grads the copies are new tensors the next
+        forward takes and the gradient is dropped after the launch."""
         k_ = _nn_k()
         step = items[0][1]["step"]
         for _, st in items:
@@ -234,16 +260,21 @@ class AdamW(torch.optim.Optimizer):
             lr = self._lr(gi, group, dev)
             stream = torch.cuda.current_stream(dev).cuda_stream
             for p, st in items:
-                flat, copies = _fp8_buffers(p)
-                q, s, qt, sct = flat
-                k = self._kernel_fp8(group, p.dtype, p.grad.dtype, p.shape[-1])
+                if self.release_grads:  # new tensors (the freed gradients' memory)
+                    p.__dict__.pop("_lingen_fp8_buffers", None)
+                    copies = _fp8_alloc(p)
+                else:
+                    copies = _fp8_buffers(p)
+                q, s, qt, sct = copies
+                k = self._kernel_fp8(group, p.dtype, p.grad.dtype, p.shape[-1],
+                                     p.shape[1] if p.dim() == 3 else 0)
                 k.run([p.numel() // p.shape[-1]],
                       [p.data_ptr(), p.grad.data_ptr(), st["exp_avg"].data_ptr(),
                        st["exp_avg_sq"].data_ptr(), step.data_ptr(), lr.data_ptr(),
                        q.data_ptr(), s.data_ptr(), qt.data_ptr(), sct.data_ptr()], stream)
-                if p.dim() == 3:  # the experts' own transposed copies (as quant_weight's)
-                    _experts_transposed_into(qt, sct, p.shape[0], copies[2], copies[3])
-                k_.set_weight_copies(p, copies)
+                k_.set_weight_copies(p, copies, take=self.release_grads)
+                if self.release_grads:
+                    p.grad = None
 
 
 def _nn_k():
@@ -260,40 +291,40 @@ def _fp8_fusable(p):
     return p.dim() == 2 or p.shape[1] % 128 == 0
 
 
-def _fp8_buffers(p):
-    """The kernel's outputs for p (q [R, K], s, qt [K, R], st of R = numel /
-    K rows) and the copies quant_weight gives (views of them; for experts
-    the per-expert transposed copies, buffers of their own), kept on p and
-    written in place at every step (so a captured graph replays into
-    them)."""
-    b = getattr(p, "_lingen_fp8_buffers", None)
-    key = (p.data_ptr(), tuple(p.shape), p.device)
-    if b is not None and b[0] == key:
-        return b[1], b[2]
+def _fp8_alloc(p):
+    """New tensors for the kernel's outputs for p, as quant_weight gives
+    the copies: [N, K]: q [N, K], s [cdiv(N, 128), K/128], qt [K, N], st
+    [K/128, cdiv(N, 128)]; expert weights [E, N, K] (N a multiple of 128):
+    q [E, N, K], s [E, N/128, K/128] and the per-expert transposed copies
+    qt [E, K, N], st [E, K/128, N/128] (the kernel with expert_rows N
+    writes them so: the bytes of fp8_quant_weight's flat copy rearranged
+    by lingen.nn._quant.experts_transposed). Each element 1 B of q and 1 B
+    of qt, each 128 x 128 tile two fp32 scales."""
     from .nn import _quant as Q
     k = p.shape[-1]
     r = p.numel() // k
     rb = -(-r // 128)
     e4 = dict(dtype=Q.E4M3, device=p.device)
     f4 = dict(dtype=torch.float32, device=p.device)
-    q, s = torch.empty(r, k, **e4), torch.empty(rb, k // 128, **f4)
-    qt, st = torch.empty(k, r, **e4), torch.empty(k // 128, rb, **f4)
     if p.dim() == 2:
-        copies = (q, s, qt, st)
-    else:
-        e, n, _ = p.shape
-        copies = (q.view(e, n, k), s.view(e, n // 128, -1), torch.empty(e, k, n, **e4),
-                  torch.empty(e, k // 128, n // 128, **f4))
-    p._lingen_fp8_buffers = (key, (q, s, qt, st), copies)
-    return (q, s, qt, st), copies
+        return (torch.empty(r, k, **e4), torch.empty(rb, k // 128, **f4),
+                torch.empty(k, r, **e4), torch.empty(k // 128, rb, **f4))
+    e, n, _ = p.shape
+    return (torch.empty(e, n, k, **e4), torch.empty(e, n // 128, k // 128, **f4),
+            torch.empty(e, k, n, **e4), torch.empty(e, k // 128, n // 128, **f4))
 
 
-def _experts_transposed_into(qt, st, experts, qe, se):
-    """lingen.nn._quant.experts_transposed into qe, se (8-byte words)."""
-    k, en = qt.shape
-    words = qt.view(torch.uint8).view(k, experts, en // experts).view(torch.int64)
-    qe.view(torch.uint8).view(experts, k, -1).view(torch.int64).copy_(words.transpose(0, 1))
-    se.copy_(st.view(st.shape[0], experts, -1).transpose(0, 1))
+def _fp8_buffers(p):
+    """_fp8_alloc's tensors kept on p and written in place at every step
+    (so a captured graph replays into them); new ones when p's storage or
+    shape changed."""
+    b = getattr(p, "_lingen_fp8_buffers", None)
+    key = (p.data_ptr(), tuple(p.shape), p.device)
+    if b is not None and b[0] == key:
+        return b[1]
+    copies = _fp8_alloc(p)
+    p._lingen_fp8_buffers = (key, copies)
+    return copies
 
 
 def _table(ptrs, dev, psz, gsz, msz):

@@ -103,3 +103,27 @@ def test_forward_uses_copies(monkeypatch):
         lin.weight.mul_(2.0)  # back (exact): the copies' weight, but quantised again
     torch.testing.assert_close(lin(x), y_copies, rtol=0, atol=0)
     assert len(calls) == 2
+
+
+def test_release_grads():
+    """release_grads: the same weights, state and copies as the default
+    (persistent buffers); the FP8 weights' gradients None after the step,
+    the copies taken by the forward (none left on the weight)."""
+    torch = torch_cuda()
+    import lingen.optim
+    from lingen.nn import _k
+    a, b = _weights(torch, torch.bfloat16), _weights(torch, torch.bfloat16)
+    kw = dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, moments="bf16", fp8_weights=True)
+    oa = lingen.optim.AdamW(a, release_grads=True, **kw)
+    ob = lingen.optim.AdamW(b, **kw)
+    _steps(torch, oa, a, 3, torch.bfloat16)
+    _steps(torch, ob, b, 3, torch.bfloat16)
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert torch.equal(x, y)
+        assert (x.grad is None) == (i < 3)
+        if i < 3:
+            for got, ref in zip(_k.weight_copies(x), _k.weight_copies(y)):
+                assert got.shape == ref.shape and got.data_ptr() != ref.data_ptr()
+                assert torch.equal(_bytes(torch, got), _bytes(torch, ref))
+            _k.quant_weight(x)
+            assert _k.weight_copies(x) is None and "_lingen_fp8_buffers" not in x.__dict__

@@ -106,3 +106,71 @@ def test_same_update_and_state_dict():
 def test_bad_option():
     with pytest.raises(TypeError):
         lingen.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], fp8_weight=True)
+    with pytest.raises(ValueError, match="release_grads"):
+        lingen.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], release_grads=True)
+
+
+def test_release_grads(monkeypatch):
+    """release_grads: the FP8 weights' gradients None after the step (the
+    others kept), the copies as without it; the forward takes them off the
+    weight (held by nothing else: freed as its own would be); a second
+    forward quantises; the update is the same."""
+    a, b = _model(), _model()
+    oa = lingen.optim.AdamW(a.parameters(), lr=1e-2, fp8_weights=True, release_grads=True)
+    ob = lingen.optim.AdamW(b.parameters(), lr=1e-2, fp8_weights=True)
+    for s in range(2):
+        _step(a, oa, s)
+        _step(b, ob, s)
+    for x, y in zip(a.parameters(), b.parameters()):
+        assert torch.equal(x, y)
+    fp8 = [a["lin"].weight, a["moe"].w1, a["moe"].w2]
+    torch.manual_seed(7)
+    x = torch.randn(64, 256, dtype=torch.bfloat16)
+    loss = a["lin"](x).float().square().mean() + a["moe"](x).float().square().mean()
+    loss.backward()
+    oa.step()
+    for w in fp8:
+        assert w.grad is None
+        _same(_k.weight_copies(w), Q.weight(w) if w.dim() == 2 else Q.weight_experts(w))
+    assert a["moe"].router.grad is not None
+    with monkeypatch.context() as mp:
+        mp.setattr(Q, "weight", lambda *a, **k: pytest.fail("quantised"))
+        mp.setattr(Q, "weight_experts", lambda *a, **k: pytest.fail("quantised"))
+        a["lin"](x), a["moe"](x)
+    for w in fp8:  # taken by that forward
+        assert "_lingen_fp8_copies" not in w.__dict__ and _k.weight_copies(w) is None
+        assert "_lingen_fp8_buffers" not in w.__dict__
+    _same(_k.quant_weight(a["lin"].weight), Q.weight(a["lin"].weight))
+
+
+def _held(p):
+    """Bytes of the distinct storages p's FP8 copies and buffers hold."""
+    seen = {}
+    for key in ("_lingen_fp8_copies", "_lingen_fp8_buffers"):
+        for v in p.__dict__.get(key, ()):
+            for t in (v if isinstance(v, tuple) else ()):
+                if isinstance(t, torch.Tensor):
+                    st = t.untyped_storage()
+                    seen[st.data_ptr()] = st.nbytes()
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("shape", [(384, 256), (4, 256, 512), (8, 1024, 256)])
+def test_bytes_held(shape):
+    """The optimiser's copies of a weight: 1 B of q and 1 B of qt an element
+    and two fp32 scales a 128 x 128 tile (no flat transposed copy of
+    expert weights besides the per-expert one)."""
+    from lingen.optim import _fp8_alloc, _fp8_buffers
+    p = _k.mark_fp8(torch.nn.Parameter(torch.zeros(shape, dtype=torch.bfloat16)))
+    n = p.numel()
+    tiles = -(-(n // shape[-1]) // 128) * (shape[-1] // 128)
+    want = 2 * n + 2 * 4 * tiles
+    c = _fp8_alloc(p)
+    assert sum(t.untyped_storage().nbytes() for t in c) == want
+    if p.dim() == 3:
+        e, r, k = shape
+        assert [tuple(t.shape) for t in c] == [(e, r, k), (e, r // 128, k // 128), (e, k, r),
+                                              (e, k // 128, r // 128)]
+    _fp8_buffers(p)
+    _k.set_weight_copies(p, _fp8_buffers(p))
+    assert _held(p) == want  # the copies are the buffers: held once

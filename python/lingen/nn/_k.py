@@ -83,10 +83,13 @@ def is_fp8(w):
     return getattr(w, "_lingen_fp8", False)
 
 
-def set_weight_copies(w, copies):
+def set_weight_copies(w, copies, take=False):
     """Record copies (q, s, qt, st, as quant_weight gives them) as w's FP8
-    copies for w as it is now: quant_weight returns them until w changes."""
-    w._lingen_fp8_copies = (w._version, w.data_ptr(), copies)
+    copies for w as it is now: quant_weight returns them until w changes;
+    take: the first quant_weight that returns them also drops them from w
+    (they then live as long as that forward's own copies would: q to the
+    end of its forward, qt to the end of its backward)."""
+    w._lingen_fp8_copies = (w._version, w.data_ptr(), copies, take)
 
 
 def weight_copies(w):
@@ -107,6 +110,8 @@ def quant_weight(w):
     if not torch.compiler.is_compiling():
         c = weight_copies(w)
         if c is not None:
+            if w._lingen_fp8_copies[3]:  # handed over: this forward holds them alone
+                del w._lingen_fp8_copies
             return c
     if on_cpu(w):
         return Q.weight(w) if w.dim() == 2 else Q.weight_experts(w)
