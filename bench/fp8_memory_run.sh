@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-cd "$(dirname "$0")"
+# from the repository root (or a carry folder holding build-device/, python/, examples/,
+# bench/, configs/): the adamw_fp8 GPU tests, then bench/fp8_memory.py
+cd "$(dirname "$0")/.."
 export LINGEN_LIBRARY=$PWD/build-device/liblingen.so PYTHONPATH=$PWD/python LD_LIBRARY_PATH=$PWD/build-device
 nvidia-smi --query-gpu=name --format=csv,noheader
 t0=$(date +%s)
