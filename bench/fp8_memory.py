@@ -5,8 +5,9 @@ it, in GiB, and the median step time of the steps after the first.
 
 Modes: fp8 (lingen.optim.AdamW(fp8_weights=True, release_grads=True), as
 train_moe now builds it), fp8-keep (fp8_weights with the copies kept on
-the parameters as buffers: release_grads off), fp8-none (no fp8_weights:
-the forward quantises), bf16.
+the parameters as buffers: release_grads off), fp8-tbwd (release_grads
+and transposed_in_backward: the backward quantises the transposed copies
+again), fp8-none (no fp8_weights: the forward quantises), bf16.
 
     python3 bench/fp8_memory.py [--steps 4] [--modes fp8,fp8-keep,bf16] [train_moe args]
 """
@@ -30,6 +31,8 @@ def run(args, mode, corpus, steps):
     model, fwd, opt = T.build(args, base, "cuda")
     if mode == "fp8-keep":
         opt.release_grads = False
+    if mode == "fp8-tbwd":
+        opt.transposed_in_backward = True
     if mode == "fp8-none":
         opt.fp8_weights = opt.release_grads = False
     rows, times = [], []

@@ -50,7 +50,12 @@ right after its launch, the copies are new tensors (taking the freed
 gradient's memory) that the next forward takes off the parameter, so they
 are freed as that forward's own quantised copies would be (q after the
 layer's forward, qt after its backward); a second forward before the next
-step quantises the weight itself.
+step quantises the weight itself. ``transposed_in_backward=True`` (with
+``release_grads``): the forward is handed q and s only and the backward
+quantises the transposed copy again from the weight (unchanged since the
+step), one layer at a time: no weight's qt is held from the forward to its
+backward (~1 B a parameter less at the backward's start, the training
+step's peak) for one more pass over those weights in the backward.
 
 This module imports torch (``import lingen`` does not import it).
 """
@@ -74,12 +79,14 @@ class AdamW(torch.optim.Optimizer):
     ``"bf16"``; ``fp8_weights``: write the FP8 copies of lingen.nn's FP8
     weights in the step; ``release_grads``: with it, those weights'
     gradients set to None after their step and the copies handed to the
-    next forward alone (module docstring). amsgrad=True and maximize=True
+    next forward alone; ``transposed_in_backward`` (with release_grads):
+    the forward gets q and s only, the backward quantises the transposed
+    copy again (module docstring). amsgrad=True and maximize=True
     raise ValueError."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2,
                  amsgrad=False, *, maximize=False, moments="fp32", fp8_weights=False,
-                 release_grads=False, **torch_options):
+                 release_grads=False, transposed_in_backward=False, **torch_options):
         fn = "lingen.optim.AdamW"
         if amsgrad:
             raise ValueError(f"{fn}: amsgrad=True is not supported (the fused kernel keeps no "
@@ -88,6 +95,8 @@ class AdamW(torch.optim.Optimizer):
             raise ValueError(f"{fn}: maximize=True is not supported; negate the loss instead")
         if release_grads and not fp8_weights:
             raise ValueError(f"{fn}: release_grads=True: only with fp8_weights=True")
+        if transposed_in_backward and not release_grads:
+            raise ValueError(f"{fn}: transposed_in_backward=True: only with release_grads=True")
         if moments not in _MOMENTS:
             raise ValueError(f"{fn}: moments: found {moments!r}, expected 'fp32' or 'bf16'")
         if not (isinstance(lr, torch.Tensor) or lr >= 0.0):
@@ -108,6 +117,7 @@ class AdamW(torch.optim.Optimizer):
         self.moments = moments
         self.fp8_weights = bool(fp8_weights)
         self.release_grads = bool(release_grads)
+        self.transposed_in_backward = bool(transposed_in_backward)
         self._tables = {}   # bucket key -> (table tensor, rows)
         self._lrs = {}      # (group index, device) -> [device fp32 tensor, value it holds]
         self._kernels = {}  # spec key -> lingen kernel
@@ -171,7 +181,7 @@ class AdamW(torch.optim.Optimizer):
                 else:
                     _torch_update(p, p.grad, st, group)
                     if fp8 and not p.is_cuda:  # the copies of the new weight, in torch
-                        _nn_k().set_weight_copies(p, _nn_k().quant_weight(p),
+                        _nn_k().set_weight_copies(p, self._handed(_nn_k().quant_weight(p)),
                                                   take=self.release_grads)
                         if self.release_grads:
                             p.grad = None
@@ -182,6 +192,12 @@ class AdamW(torch.optim.Optimizer):
             for dev, items in fp8s.items():
                 self._fused_fp8(gi, group, dev, items)
         return loss
+
+    def _handed(self, copies):
+        """The copies the next forward gets: all four, or q and s only
+        (transposed_in_backward: the backward quantises the transposed
+        copy again; the kernel's qt, st are dropped)."""
+        return copies[:2] + (None, None) if self.transposed_in_backward else copies
 
     def _lr(self, gi, group, dev):
         lr = group["lr"]
@@ -272,7 +288,7 @@ class AdamW(torch.optim.Optimizer):
                       [p.data_ptr(), p.grad.data_ptr(), st["exp_avg"].data_ptr(),
                        st["exp_avg_sq"].data_ptr(), step.data_ptr(), lr.data_ptr(),
                        q.data_ptr(), s.data_ptr(), qt.data_ptr(), sct.data_ptr()], stream)
-                k_.set_weight_copies(p, copies, take=self.release_grads)
+                k_.set_weight_copies(p, self._handed(copies), take=self.release_grads)
                 if self.release_grads:
                     p.grad = None
 

@@ -127,3 +127,38 @@ def test_release_grads():
                 assert torch.equal(_bytes(torch, got), _bytes(torch, ref))
             _k.quant_weight(x)
             assert _k.weight_copies(x) is None and "_lingen_fp8_buffers" not in x.__dict__
+
+
+def test_transposed_in_backward():
+    """transposed_in_backward: the forward gets q and s only, the backward
+    quantises the transposed copies again (fp8_quant_weight): the same
+    loss, input gradient and weight gradients as with the copies kept."""
+    torch = torch_cuda()
+    import lingen.optim
+    from lingen.nn import Fp8Linear, MoE, _k
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.ModuleList([Fp8Linear(512, 384, device="cuda"),
+                                    MoE(512, 8, 2, 256).cuda()])
+
+    a, b = model(), model()
+    kw = dict(lr=1e-3, moments="bf16", fp8_weights=True, release_grads=True)
+    oa = lingen.optim.AdamW(a.parameters(), transposed_in_backward=True, **kw)
+    ob = lingen.optim.AdamW(b.parameters(), **kw)
+    x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+    out = []
+    for m, opt in ((a, oa), (b, ob)):
+        for _ in range(2):
+            (m[0](x).float().square().mean() + m[1](x).float().square().mean()).backward()
+            opt.step()
+            opt.zero_grad()
+        assert all(_k.weight_copies(w)[2] is None for w in (m[0].weight, m[1].w1, m[1].w2)) \
+            == (m is a)
+        xi = x.clone().requires_grad_()
+        loss = m[0](xi).float().square().mean() + m[1](xi).float().square().mean()
+        loss.backward()
+        out.append((loss, xi.grad, [p.grad for p in m.parameters()]))
+    assert torch.equal(out[0][0], out[1][0]) and torch.equal(out[0][1], out[1][1])
+    for ga, gb in zip(out[0][2], out[1][2]):
+        assert (ga is None and gb is None) or torch.equal(ga, gb)

@@ -174,3 +174,41 @@ def test_bytes_held(shape):
     _fp8_buffers(p)
     _k.set_weight_copies(p, _fp8_buffers(p))
     assert _held(p) == want  # the copies are the buffers: held once
+
+
+def test_transposed_in_backward(monkeypatch):
+    """transposed_in_backward: the forward is handed q and s only (nothing
+    held for the backward but the weight), the backward quantises each
+    weight once more: the same gradients and steps as without it."""
+    a, b = _model(), _model()
+    oa = lingen.optim.AdamW(a.parameters(), lr=1e-2, fp8_weights=True, release_grads=True,
+                            transposed_in_backward=True)
+    ob = lingen.optim.AdamW(b.parameters(), lr=1e-2, fp8_weights=True, release_grads=True)
+    for s in range(2):
+        _step(a, oa, s)
+        _step(b, ob, s)
+    fp8 = [a["lin"].weight, a["moe"].w1, a["moe"].w2]
+    for w in fp8:
+        c = _k.weight_copies(w)
+        assert c[2] is None and c[3] is None
+    calls = []
+    real_w, real_e = Q.weight, Q.weight_experts
+    monkeypatch.setattr(Q, "weight", lambda *x, **k: calls.append(2) or real_w(*x, **k))
+    monkeypatch.setattr(Q, "weight_experts", lambda *x, **k: calls.append(3) or real_e(*x, **k))
+    torch.manual_seed(9)
+    x = torch.randn(64, 256, dtype=torch.bfloat16, requires_grad=True)
+    xb = x.detach().clone().requires_grad_()
+    la = a["lin"](x).float().square().mean() + a["moe"](x).float().square().mean()
+    assert not calls  # the forward took the copies
+    la.backward()
+    # each weight quantised again in the backward (weight_experts calls weight)
+    assert calls.count(3) == 2 and calls.count(2) == 3
+    lb = b["lin"](xb).float().square().mean() + b["moe"](xb).float().square().mean()
+    lb.backward()
+    assert torch.equal(la, lb) and torch.equal(x.grad, xb.grad)
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        assert (p.grad is None) == (q.grad is None), n
+        if p.grad is not None:
+            assert torch.equal(p.grad, q.grad), n
+    with pytest.raises(ValueError, match="transposed_in_backward"):
+        lingen.optim.AdamW(a.parameters(), fp8_weights=True, transposed_in_backward=True)

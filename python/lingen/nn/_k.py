@@ -106,7 +106,8 @@ def weight_copies(w):
 def quant_weight(w):
     """(q, s, qt, st) of a weight [N, K], or of expert weights [E, N, K]:
     the copies the optimiser's step wrote when they are current
-    (weight_copies), else quantised now."""
+    (weight_copies; qt and st None when the step handed over q and s only:
+    the backward then calls quant_weight again), else quantised now."""
     if not torch.compiler.is_compiling():
         c = weight_copies(w)
         if c is not None:

@@ -26,18 +26,22 @@ class Fp8LinearFunction(torch.autograd.Function):
         q, s, qt, st = x_copies
         wq, ws, wtq, wts = _k.quant_weight(weight)
         y = _gemm.linear(q, s, wq, ws)
-        ctx.save_for_backward(qt, st, wtq, wts)
+        # (handed over without its transposed copy: the weight, quantised
+        # again in the backward)
+        ctx.save_for_backward(qt, st, wtq, wts, weight if wtq is None else None)
         ctx.shape = x.shape
         ctx.wdtype = weight.dtype
         return y.view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
-        qt, st, wtq, wts = ctx.saved_tensors
+        qt, st, wtq, wts, weight = ctx.saved_tensors
         dy2 = dy.reshape(-1, dy.shape[-1]).contiguous()
         dyq, dys, dytq, dyts = _k.quant(dy2, "both")
         dx = dw = None
         if ctx.needs_input_grad[0]:
+            if wtq is None:
+                wtq, wts = _k.quant_weight(weight)[2:]
             dx = _gemm.linear_dgrad(dyq, dys, wtq, wts).view(ctx.shape)
         if ctx.needs_input_grad[1]:
             dw = _gemm.linear_wgrad(dytq, dyts, qt, st, ctx.wdtype)

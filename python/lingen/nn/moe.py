@@ -49,8 +49,11 @@ class GroupedMLPFunction(torch.autograd.Function):
         hq, hs, hqt, hst = _k.swiglu_quant(h, p_rows, padded)
         o = _gemm.grouped(hq, hs, w2q, w2s, padded)
         out = _k.unpermute(o, row_index, rid, offsets, counts, padded, top_k, m)
+        # (a weight handed over without its transposed copy: the weight, to
+        # quantise it again in the backward)
         ctx.save_for_backward(qt, st, h, p_rows, hqt, hst, w1tq, w1ts, w2tq, w2ts, rid, counts,
-                              offsets, row_index, padded)
+                              offsets, row_index, padded, w1 if w1tq is None else None,
+                              w2 if w2tq is None else None)
         ctx.top_k = top_k
         ctx.dtypes = (w1.dtype, w2.dtype)
         return out
@@ -58,12 +61,17 @@ class GroupedMLPFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dout):
         (qt, st, h, p_rows, hqt, hst, w1tq, w1ts, w2tq, w2ts, rid, counts, offsets, row_index,
-         padded) = ctx.saved_tensors
+         padded, w1, w2) = ctx.saved_tensors
         k, m = ctx.top_k, MULTIPLE_FP8
         dg = _k.unpermute_backward(dout, row_index, rid, offsets, counts, padded, k, m)
         gq, gs, gqt, gst = _k.experts_quant(dg, padded)
+        if w2tq is None:
+            w2tq, w2ts = _k.quant_weight(w2)[2:]
         dy = _gemm.grouped_dgrad(gq, gs, w2tq, w2ts, padded)
         dw2 = _gemm.grouped_wgrad(gqt, gst, hqt, hst, padded, ctx.dtypes[1])
+        del w2tq, w2ts  # (one weight's transposed copy at a time)
+        if w1tq is None:
+            w1tq, w1ts = _k.quant_weight(w1)[2:]
         dxq, dxs, dxqt, dxst, dprob = _k.swiglu_quant_backward(dy, h, p_rows, padded)
         dxr = _gemm.grouped_dgrad(dxq, dxs, w1tq, w1ts, padded)
         dw1 = _gemm.grouped_wgrad(dxqt, dxst, qt, st, padded, ctx.dtypes[0])
