@@ -13,9 +13,11 @@
  * releases the stage and promotes: acc += partial * sa[row] * sb[col], in
  * full fp32 FMA. The tensor cores' reduced-precision FP8 accumulation thus
  * spans only 128 products; the operands are never dequantised in memory.
- * Scales are read by the consumers from global memory (L1/L2), issued
- * before the stage's wait: A's per row (2 rows a thread), B's per 128 x
- * 128 tile (one or two a tile) or per row (the wgrad's columnwise copy).
+ * Scales never come from global memory in the K loop: the producer
+ * copies each stage's (A's per row, B's per 128 x 128 tile, one or two a
+ * tile, or per row: the wgrad's columnwise copy) into a slot beside the
+ * stage by cp.async, arriving on the stage's barrier; the consumers read
+ * their rows' and columns' from shared memory after the stage's wait.
  *
  * CTA: bm / 64 consumer warpgroups (64 rows each) and a producer
  * warpgroup, one thread of which issues the TMA loads into a `stages`-deep

@@ -32,10 +32,11 @@
  * A tile's rows past its expert's segment are loaded (TMA reads the next
  * expert's rows, or zeros) but neither scaled nor stored. The wgrad's
  * tiles are static (experts x n/bm x k/bn, expert-major); its operands'
- * rows are count_e bytes apart, which no tensor map holds, so the
- * emitter's producer warpgroup copies them with cp.async (rows of an
- * expert whose count is not a multiple of 16 are not 16-byte aligned:
- * byte loads), zero-filling past the expert's tokens.
+ * rows are count_e bytes apart, which no tensor map given at launch
+ * holds: a first entry patches two maps an expert (dyt's and xt's blocks)
+ * into the workspace, and the producer loads by TMA through its expert's
+ * (where count_e is a multiple of 16: TMA's pitch; else byte loads into
+ * the swizzled layout, zeros past the expert's tokens).
  */
 #include <stdio.h>
 #include <string.h>

@@ -22,8 +22,10 @@ def test_declarations():
     assert [a.name for a in f.passes["wgrad"].args] == ["dyt", "dyt_scale", "xt", "xt_scale", "dw"]
     g = lingen.families()["fp8_grouped_gemm"]
     assert set(g.passes) == {"forward", "dgrad", "wgrad"}
+    # the wgrad's workspace: the per-expert tensor maps it patches on the device
     assert [a.name for a in g.passes["wgrad"].args] == ["dyt", "dyt_scale", "xt", "xt_scale",
-                                                        "counts", "dw"]
+                                                        "counts", "dw", "workspace"]
+    assert g.passes["wgrad"].arg("workspace").role == "workspace"
     assert g.passes["forward"].arg("counts").elem == "int32"
 
 
