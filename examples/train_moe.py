@@ -43,6 +43,9 @@ import torch
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 CONFIG = os.path.join(ROOT, "configs", "models", "ling-mini-2.0.json")
 MODES = ("fp8", "bf16", "torch", "compile")
+# the held-out batches' generator seeds: training's + 2 ** 31 (the CPU generator keeps a
+# seed's low 32 bits alone: 2 ** 32 would give training's batches again)
+EVAL_SEED_OFFSET = 2 ** 31
 ln = _gemm = None  # lingen.nn and lingen.nn._gemm, imported by main (import_lingen)
 
 
@@ -66,7 +69,17 @@ class Corpus:
         self.device = device
 
     def batch_at(self, step):
-        g = torch.Generator().manual_seed(self.seed * 1000003 + step)
+        return self._batch(self.seed * 1000003 + step)
+
+    def eval_batches(self, n):
+        """The n held-out batches: the same cycle and noise as training's
+        batches, from generator seeds no training step uses (training's are
+        seed * 1000003 + step; these 2 ** 31 above), so every mode evaluates
+        on the same n batches and none was trained on."""
+        return [self._batch(self.seed * 1000003 + EVAL_SEED_OFFSET + j) for j in range(n)]
+
+    def _batch(self, gen_seed):
+        g = torch.Generator().manual_seed(gen_seed)
         start = torch.randint(0, self.active, (self.batch, 1), generator=g)
         pos = (start + torch.arange(self.seq + 1)[None, :]) % self.active
         toks = self.order.cpu()[pos]
@@ -142,7 +155,27 @@ def run_mode(args, mode, device, corpus):
            "optimizer": f"{type(opt).__module__}.{type(opt).__name__}",
            "batch": corpus.batch, "seq": corpus.seq, "device": device, "losses": [],
            "step_s": [], "gemm_backend": _gemm.backend(device) if mode == "fp8" else "torch bf16",
-           "head": "fused" if model.fused_head else "unfused"}
+           "head": "fused" if model.fused_head else "unfused",
+           "eval_every": args.eval_every, "eval_batches": args.eval_batches, "eval": []}
+    held_out = corpus.eval_batches(args.eval_batches) if args.eval_every else []
+    train_peak = [0]  # the peak before each eval (the evals' own memory not counted)
+
+    def eval_at(n):
+        """The eval after n steps, outside the timed steps: the device idle
+        before and after it, the peak memory of training kept apart."""
+        if device == "cuda":
+            torch.cuda.synchronize()
+            train_peak[0] = max(train_peak[0], torch.cuda.max_memory_allocated())
+        t0 = time.perf_counter()
+        loss = evaluate(model, fwd, held_out)
+        if device == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        rec["eval"].append([n, loss])
+        rec["eval_s"] = rec.get("eval_s", 0.0) + time.perf_counter() - t0
+        print(f"{mode}: eval loss after {n} steps {loss:.4f} ({len(held_out)} held-out batches)",
+              flush=True)
+
     _gemm.reset_calls()
     graph = None
     if args.graph and device == "cuda":
@@ -173,13 +206,19 @@ def run_mode(args, mode, device, corpus):
         rec["step_s"].append(dt)
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rec['tokens'] / dt:,.0f}",
                         step=f"{dt * 1e3:.0f}ms")
+        if args.eval_every and (i + 1) % args.eval_every == 0:
+            eval_at(i + 1)
         if i == 0:  # the first step compiles (lingen's JIT, torch.compile): not counted
             t_start = time.perf_counter()
         elif time.perf_counter() - t_start > args.time_limit:
             rec["stopped"] = f"time limit {args.time_limit} s after {i + 1} steps"
             break
-    rec["gemm_calls"] = _gemm.calls()
-    summarise(rec, device)
+    rec["gemm_calls"] = _gemm.calls()  # the training steps' GEMMs (the last eval's after)
+    if args.eval_every and (not rec["eval"] or rec["eval"][-1][0] != len(rec["losses"])):
+        eval_at(len(rec["losses"]))  # the end's
+    summarise(rec, device, train_peak[0])
+    if rec["eval"] and not all(math.isfinite(v) for _, v in rec["eval"]):
+        raise FloatingPointError(f"{mode}: an eval loss is not finite: {rec['eval'][-5:]}")
     if not all(map(math.isfinite, rec["losses"])):
         raise FloatingPointError(f"{mode}: a loss is not finite: {rec['losses'][-5:]}")
     if args.profile and device == "cuda":
@@ -187,6 +226,30 @@ def run_mode(args, mode, device, corpus):
         rec["profile"], rec["profile_top"] = prof["kinds"], prof["top"]
     del model, fwd, opt
     return rec
+
+
+def evaluate(model, fwd, batches):
+    """The mean cross entropy of the mode's own forward and loss (fwd: the
+    FP8 forward in fp8, the compiled model in compile) over the held-out
+    batches, under torch.no_grad(). The FP8 copies an optimiser step handed
+    to the next training forward (lingen.optim.AdamW fp8_weights) are put
+    back after it: the eval takes none from the next step."""
+    copies = {p: p.__dict__["_lingen_fp8_copies"] for p in model.parameters()
+              if "_lingen_fp8_copies" in p.__dict__}
+    try:
+        with torch.no_grad():
+            losses = [fwd(ids, labels).float() for ids, labels in batches]
+        return torch.stack(losses).mean().item()
+    finally:
+        for p, c in copies.items():
+            p._lingen_fp8_copies = c
+
+
+def eval_last(evals, steps, window=50):
+    """The mean eval loss over the evals after the last `window` steps'
+    start (steps - window, exclusive), or the last eval when none is."""
+    tail = [v for n, v in evals if n > steps - window] or [evals[-1][1]]
+    return sum(tail) / len(tail)
 
 
 def capture(step, corpus, opt, model, args):
@@ -228,18 +291,21 @@ def capture(step, corpus, opt, model, args):
     return g, static, out, check
 
 
-def summarise(rec, device):
+def summarise(rec, device, train_peak=0):
     n = len(rec["step_s"])
     times = sorted(rec["step_s"][min(3, n - 1):]) if n else [float("nan")]
     rec["median_step_s"] = times[len(times) // 2]
     rec["tokens_per_s"] = rec["tokens"] / rec["median_step_s"]
     tail = rec["losses"][-50:]
     rec["loss_last50"] = sum(tail) / max(1, len(tail))
-    rec["peak_mem_gib"] = (torch.cuda.max_memory_allocated() / 2 ** 30 if device == "cuda"
-                           else None)
+    rec["peak_mem_gib"] = (max(train_peak, torch.cuda.max_memory_allocated()) / 2 ** 30
+                           if device == "cuda" else None)
+    if rec.get("eval"):
+        rec["eval_last"] = eval_last(rec["eval"], n)
     print(f"{rec['mode']}: median step {rec['median_step_s'] * 1e3:.1f} ms, "
           f"{rec['tokens_per_s']:,.0f} tok/s, loss(last 50) {rec['loss_last50']:.4f}, peak "
-          f"{rec['peak_mem_gib']} GiB, GEMMs: {rec['gemm_backend']}", flush=True)
+          f"{rec['peak_mem_gib']} GiB, GEMMs: {rec['gemm_backend']}"
+          + (f", eval loss {rec['eval_last']:.4f}" if "eval_last" in rec else ""), flush=True)
 
 
 PROFILE_STEPS = 3
@@ -318,10 +384,14 @@ def chart(records, path):
     for r in records:
         if "error" in r:
             continue
-        a.plot(r["losses"], label=r["mode"])
+        line, = a.plot(r["losses"], label=r["mode"])
+        if r.get("eval"):
+            a.plot(*zip(*r["eval"]), "o", color=line.get_color(), markersize=4,
+                   label=f"{r['mode']} eval")
         b.plot([t * 1e3 for t in r["step_s"]], label=f"{r['mode']} "
                f"({r['median_step_s'] * 1e3:.0f} ms)")
-    a.set_xlabel("step"), a.set_ylabel("loss"), a.legend(), a.set_title("loss")
+    a.set_xlabel("step"), a.set_ylabel("loss"), a.legend()
+    a.set_title("loss (lines: training; dots: held-out eval)")
     b.set_xlabel("step"), b.set_ylabel("ms"), b.set_yscale("log"), b.legend()
     b.set_title("step time")
     fig.tight_layout()
@@ -350,6 +420,12 @@ def parser():
     p.add_argument("--graph", action="store_true",
                    help="capture the step as a CUDA graph (needs a GPU)")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--eval-every", type=int, default=25, metavar="N",
+                   help="the eval loss (mean cross entropy over --eval-batches held-out "
+                   "batches, under no_grad, untimed) every N steps and at the end; 0: none "
+                   "(default 25)")
+    p.add_argument("--eval-batches", type=int, default=4, metavar="B",
+                   help="held-out batches of --tokens each, the same in every mode (default 4)")
     p.add_argument("--time-limit", type=float, default=1e9, help="seconds a mode, at most")
     p.add_argument("--out", default=os.path.join("out", "train-moe"),
                    help="the record's path less .json/.md/.png (default out/train-moe; "
@@ -366,9 +442,11 @@ def check_args(p, args, device):
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         p.error(f"--modes: {', '.join(map(repr, bad))} not a mode; modes: {', '.join(MODES)}")
-    for name in ("layers", "steps", "tokens", "seq", "active"):
+    for name in ("layers", "steps", "tokens", "seq", "active", "eval_batches"):
         if getattr(args, name) < 1:
-            p.error(f"--{name}: {getattr(args, name)}: must be at least 1")
+            p.error(f"--{name.replace('_', '-')}: {getattr(args, name)}: must be at least 1")
+    if args.eval_every < 0:
+        p.error(f"--eval-every: {args.eval_every}: must be at least 0 (0: no eval)")
     if not (math.isfinite(args.lr) and args.lr > 0):
         p.error(f"--lr: {args.lr}: must be a finite number above 0")
     if not args.time_limit > 0:
@@ -431,6 +509,9 @@ def main(argv=None):
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
         write(args, device, corpus, records)  # after every mode: a later one may be cut
+    verdict = eval_verdict(records)
+    if verdict:
+        print(verdict, flush=True)
     failed = [r["mode"] for r in records if "error" in r]
     if failed:
         print(f"failed: {', '.join(failed)} (the record has the errors)", file=sys.stderr)
@@ -459,11 +540,11 @@ def markdown(meta, records):
     lines = [f"`python examples/train_moe.py {' '.join(meta['argv'])}` on {meta['device']} "
              f"(torch {meta['torch']}); FP8 GEMMs: {meta['gemm_backend']}", "",
              "| mode | steps | median step ms | tokens/s | x torch eager | x torch.compile | "
-             "mean loss, last 50 | peak GiB |", "|---|---|---|---|---|---|---|---|"]
+             "mean loss, last 50 | eval loss | peak GiB |", "|---|---|---|---|---|---|---|---|---|"]
     for r in records:
         if "error" in r:
             err = " ".join(r["error"].split())[:100]
-            lines.append(f"| {r['mode']} | failed: {err} | | | | | | |")
+            lines.append(f"| {r['mode']} | failed: {err} | | | | | | | |")
             continue
         t = r["median_step_s"]
         ratio = [f"{t / ok[m]['median_step_s']:.2f}" if m in ok else "-"
@@ -471,7 +552,11 @@ def markdown(meta, records):
         peak = f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] is not None else "-"
         lines.append(f"| {r['mode']} | {len(r['losses'])} | {t * 1e3:.1f} | "
                      f"{r['tokens_per_s']:,.0f} | {ratio[0]} | {ratio[1]} | "
-                     f"{r['loss_last50']:.4f} | {peak} |")
+                     f"{r['loss_last50']:.4f} | "
+                     + (f"{r['eval_last']:.4f}" if "eval_last" in r else "-") + f" | {peak} |")
+    verdict = eval_verdict(records)
+    if verdict:
+        lines += ["", verdict]
     if meta["device"] == "cpu":
         lines.append("\nOn the CPU: the losses are the record (the FP8 recipe emulated exactly); "
                      "the times are a shared machine's, no speed measurement.")
@@ -484,6 +569,27 @@ def markdown(meta, records):
         if "graph_check" in r:
             lines.append(f"\n{r['mode']} CUDA graph check: {r['graph_check']}")
     return "\n".join(lines) + "\n"
+
+
+def eval_verdict(records):
+    """The eval losses' line: the noise floor |eval(bf16) - eval(compile)| /
+    eval(compile) (the same math, two implementations) when both ran, and
+    FP8's relative difference to bf16 against 1% and that floor (issue 35's
+    goal: FP8 within 1% of BF16 or within the floor); "" without bf16's eval."""
+    ev = {r["mode"]: r["eval_last"] for r in records if "eval_last" in r and "error" not in r}
+    if "bf16" not in ev or len(ev) < 2:
+        return ""
+    parts, floor = [], None
+    if "compile" in ev:
+        floor = abs(ev["bf16"] - ev["compile"]) / ev["compile"]
+        parts.append(f"noise floor |eval(bf16) - eval(compile)| / eval(compile) = {floor:.2%}")
+    if "fp8" in ev:
+        rel = abs(ev["fp8"] - ev["bf16"]) / ev["bf16"]
+        met = rel <= 0.01 or (floor is not None and rel <= floor)
+        parts.append(f"FP8 vs BF16 eval loss: {rel:.2%} (1% bound" +
+                     (f", floor {floor:.2%}" if floor is not None else ", no floor: no compile run")
+                     + f"): FP8 within 1% of BF16 or within the floor: {'met' if met else 'NOT met'}")
+    return "Eval loss (mean over the evals of the last 50 steps): " + "; ".join(parts) + "."
 
 
 def profile_lines(mode, kinds, tops):
