@@ -23,6 +23,15 @@ compile keep PyTorch's head.
 --graph captures the step as one CUDA graph (checking the replayed losses
 against eager steps), --profile writes a PyTorch-profiler breakdown (device
 ms a step by kind, and each kind's top kernels by time with their calls).
+--eval-every N (default 25; 0: none) evaluates every N steps and at the end
+the mean cross entropy over --eval-batches B (default 4) held-out batches
+(the same corpus, generator seeds no training step uses, the same batches in
+every mode) with the mode's own forward and loss under torch.no_grad(),
+outside the timed steps (the device synchronised before and after; with
+--graph the eager model, outside the graph); the record gets each mode's
+eval curve and eval_last (the mean of the evals within the last 50 steps),
+the table an eval loss column and the noise floor |eval(bf16) -
+eval(compile)| / eval(compile) with FP8's distance to bf16 against it.
 
 The corpus: each sequence walks a fixed random cycle over `--active` token
 ids from a random start (token i+1 follows token i), 10% of the positions

@@ -4,6 +4,7 @@ argument checks (exit 2 before any work), its exit status when a mode
 fails, and a record that says what ran (tokens, device, GEMM path)."""
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -57,7 +58,8 @@ BAD = [(["--modes", "bogus"], "--modes"), (["--modes", "fp8,FP8"], "--modes"),
        (["--time-limit", "0"], "--time-limit"),
        (["--out", "/proc/lingen-no-such/x"], "--out"),
        (["--experts", "4"], "topk"), (["--hidden", "200"], "hidden"),
-       (["--vocab", "0"], "vocab"), (["--head", "chunked"], "--head")]
+       (["--vocab", "0"], "vocab"), (["--head", "chunked"], "--head"),
+       (["--eval-every", "-1"], "--eval-every"), (["--eval-batches", "0"], "--eval-batches")]
 
 
 @pytest.mark.parametrize("argv,name", BAD, ids=[" ".join(a) for a, _ in BAD])
@@ -172,3 +174,108 @@ def test_example_profile_breakdown_names_each_kinds_top_kernels():
                for ln in lines)
     # a record written before the tops: the kinds' line alone
     assert ex.profile_lines("fp8", kinds, {}) == lines[:1]
+
+
+def test_example_eval_batches_are_held_out_and_the_same_in_every_mode():
+    """The held-out batches: a function of the seed alone (every mode gets
+    the same), none of them a training batch, from the training corpus's
+    cycle (the same task)."""
+    ex = example()
+    a = ex.Corpus(512, 16, 32, 2, 0, "cpu")
+    b = ex.Corpus(512, 16, 32, 2, 0, "cpu")
+    ev = a.eval_batches(3)
+    assert len(ev) == 3
+    for (i, l), (j, m) in zip(ev, b.eval_batches(3)):
+        assert torch.equal(i, j) and torch.equal(l, m)
+    assert not torch.equal(ev[0][0], ev[1][0])  # three batches, not one thrice
+    train = [a.batch_at(k)[0] for k in range(200)]
+    assert not any(torch.equal(e[0], t) for e in ev for t in train)
+    assert not any(torch.equal(e[0], t) for e in ev
+                   for t in (ex.Corpus(512, 16, 32, 2, 1, "cpu").batch_at(k)[0] for k in range(50)))
+    # the training corpus's cycle: most next tokens follow it (10% noise)
+    nxt = {int(x): int(y) for x, y in zip(a.order, a.order.roll(-1))}
+    ids, labels = ev[0]
+    follows = (torch.tensor([[nxt.get(int(x), -1) for x in row] for row in ids]) == labels)
+    assert follows.float().mean() > 0.6
+
+
+def test_example_eval_loss_in_the_record(tmp_path):
+    """--eval-every 2 over 5 steps: evals after 2, 4 and 5 (the end's),
+    finite, the same in bf16 and torch (the same math on the CPU, as their
+    training losses), eval_last the mean of those in the last 50 steps;
+    the table's eval column and the FP8-vs-BF16 line; --eval-every 0: none."""
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU's record")
+    ex = example()
+    ex.main(TINY + ["--steps", "5", "--eval-every", "2", "--eval-batches", "2",
+                    "--modes", "fp8,bf16,torch", "--out", str(tmp_path / "t")])
+    rec = json.loads((tmp_path / "t.json").read_text())
+    fp8, bf16, plain = rec["runs"]
+    for r in rec["runs"]:
+        assert [n for n, _ in r["eval"]] == [2, 4, 5], r["eval"]
+        assert all(math.isfinite(v) and 0 < v < 10 for _, v in r["eval"])
+        assert r["eval_last"] == pytest.approx(sum(v for _, v in r["eval"]) / 3)
+        assert r["eval_every"] == 2 and r["eval_batches"] == 2
+    assert bf16["losses"] == plain["losses"]
+    assert bf16["eval"] == plain["eval"]
+    assert fp8["eval"] != bf16["eval"]  # the FP8 forward's own
+    assert fp8["eval_last"] == pytest.approx(bf16["eval_last"], rel=0.05)
+    md = (tmp_path / "t.md").read_text()
+    assert "| eval loss |" in md and f"| {bf16['eval_last']:.4f} |" in md
+    rel = abs(fp8["eval_last"] - bf16["eval_last"]) / bf16["eval_last"]
+    assert f"FP8 vs BF16 eval loss: {rel:.2%}" in md and "no floor" in md
+    off = ex.main(TINY + ["--eval-every", "0", "--modes", "torch", "--out", str(tmp_path / "o")])
+    assert off[0]["eval"] == [] and "eval_last" not in off[0]
+    assert "eval loss:" not in (tmp_path / "o.md").read_text()
+
+
+def test_example_eval_last_and_the_noise_floor_line():
+    ex = example()
+    assert ex.eval_last([[50, 3.0], [100, 2.0], [150, 1.0]], 150) == pytest.approx(1.0)
+    assert ex.eval_last([[50, 3.0], [100, 2.0], [125, 1.0], [150, 0.5]], 150) == \
+        pytest.approx(0.75)
+    assert ex.eval_last([[10, 3.0]], 500) == 3.0  # none in the last 50: the final eval
+    runs = [{"mode": "fp8", "eval_last": 2.03}, {"mode": "bf16", "eval_last": 2.0},
+            {"mode": "compile", "eval_last": 1.9}]
+    line = ex.eval_verdict(runs)
+    assert "noise floor |eval(bf16) - eval(compile)| / eval(compile) = 5.26%" in line
+    assert "FP8 vs BF16 eval loss: 1.50%" in line and ": met" in line
+    runs[2]["eval_last"] = 1.99  # floor 0.50%: 1.5% is over both
+    assert "NOT met" in ex.eval_verdict(runs)
+    runs[0]["eval_last"] = 2.01  # 0.5%: within 1%
+    assert ": met" in ex.eval_verdict(runs)
+    assert ex.eval_verdict(runs[:1]) == ""  # no bf16: no line
+    assert ex.eval_verdict([{"mode": "bf16", "eval_last": 2.0}, {"mode": "fp8", "error": "x"}]) == ""
+    # a record of before the evals: the table without them
+    meta = {"argv": [], "device": "cpu", "torch": "t", "gemm_backend": "g"}
+    old = {"mode": "torch", "losses": [1.0], "median_step_s": 1.0, "tokens_per_s": 1.0,
+           "loss_last50": 1.0, "peak_mem_gib": None}
+    assert "| 1.0000 | - | - |" in ex.markdown(meta, [old])
+
+
+def test_example_eval_keeps_the_fp8_copies_for_the_next_step():
+    """lingen.optim.AdamW(fp8_weights, release_grads) hands each FP8 weight's
+    copies to the next training forward, which takes them: the eval between
+    puts them back (the next step quantises no weight again), and its loss
+    is the model's no_grad loss."""
+    if torch.cuda.is_available():
+        pytest.skip("the CPU's path")
+    ex = example()
+    ex.ln, ex._gemm = ex.import_lingen()
+    import lingen.optim
+    from lingen.nn import _k
+    args = ex.parser().parse_args(TINY)
+    torch.manual_seed(0)
+    model = ex.ln.Model(ex.model_config(args), mode="fp8")
+    opt = lingen.optim.AdamW(model.parameters(), fp8_weights=True, release_grads=True, lr=1e-3)
+    corpus = ex.Corpus(512, 16, 32, 2, 0, "cpu")
+    model(*corpus.batch_at(0)).backward()
+    opt.step()
+    held = [p for p in model.parameters() if _k.weight_copies(p) is not None]
+    assert held  # the step handed copies over
+    batches = corpus.eval_batches(2)
+    loss = ex.evaluate(model, model, batches)
+    assert all(_k.weight_copies(p) is not None for p in held)
+    with torch.no_grad():
+        want = sum(model(*b).item() for b in batches) / 2
+    assert loss == pytest.approx(want, rel=1e-6)
