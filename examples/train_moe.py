@@ -216,13 +216,15 @@ def run_mode(args, mode, device, corpus):
         bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rec['tokens'] / dt:,.0f}",
                         step=f"{dt * 1e3:.0f}ms")
         if args.eval_every and (i + 1) % args.eval_every == 0:
+            # after the step's time is taken (.item() waited for it); with --graph the
+            # eager model (its parameters the graph's) runs outside the graph
             eval_at(i + 1)
         if i == 0:  # the first step compiles (lingen's JIT, torch.compile): not counted
             t_start = time.perf_counter()
         elif time.perf_counter() - t_start > args.time_limit:
             rec["stopped"] = f"time limit {args.time_limit} s after {i + 1} steps"
             break
-    rec["gemm_calls"] = _gemm.calls()  # the training steps' GEMMs (the last eval's after)
+    rec["gemm_calls"] = _gemm.calls()
     if args.eval_every and (not rec["eval"] or rec["eval"][-1][0] != len(rec["losses"])):
         eval_at(len(rec["losses"]))  # the end's
     summarise(rec, device, train_peak[0])

@@ -135,6 +135,9 @@ def test_example_unfused_head_trains_the_same(tmp_path):
             for h in ("fused", "unfused")}
     assert runs["unfused"]["head"] == "unfused"
     assert runs["fused"]["losses"] == pytest.approx(runs["unfused"]["losses"], rel=1e-2)
+    # the eval (at the end, no_grad) through either head: the same loss
+    assert runs["fused"]["eval_last"] == pytest.approx(runs["unfused"]["eval_last"], rel=1e-2)
+    assert [n for n, _ in runs["fused"]["eval"]] == [2]
 
 
 def test_example_default_out_is_not_the_committed_record():
