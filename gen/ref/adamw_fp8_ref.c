@@ -65,10 +65,7 @@ void lg_ref_experts_transposed(const uint8_t *qt, const float *st, size_t m, siz
 static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	(void)s;
-	c->buf[Q].cmp = LG_CMP_E4M3_ULP; /* bit-equal: ulps 0 */
-	c->buf[S].cmp = LG_CMP_SCALE;
-	c->buf[QT].cmp = LG_CMP_E4M3_ULP;
-	c->buf[ST].cmp = LG_CMP_SCALE;
+	lg_ref_describe_copies(c, Q, S, QT, ST);
 }
 
 /* n values of scale `scale` (positive with pos), fp32 or bf16. */

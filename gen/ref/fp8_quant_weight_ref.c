@@ -14,10 +14,7 @@ enum { W, Q, S, QT, ST };
 static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
 	(void)s;
-	c->buf[Q].cmp = LG_CMP_E4M3_ULP; /* bit-equal: ulps 0 */
-	c->buf[S].cmp = LG_CMP_SCALE;
-	c->buf[QT].cmp = LG_CMP_E4M3_ULP; /* q^T bit for bit */
-	c->buf[ST].cmp = LG_CMP_SCALE;
+	lg_ref_describe_copies(c, Q, S, QT, ST);
 }
 
 static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)

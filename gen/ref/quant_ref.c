@@ -189,6 +189,12 @@ void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant 
 	lg_ref_quant_tol(y, NULL, m, n, qr, &o); /* exact values: the nominal copies, no slack */
 }
 
+void lg_ref_describe_copies(struct lg_ref_case *c, int q, int s, int qt, int st)
+{
+	c->buf[q].cmp = c->buf[qt].cmp = LG_CMP_E4M3_ULP; /* bit-equal: ulps 0 */
+	c->buf[s].cmp = c->buf[st].cmp = LG_CMP_SCALE;
+}
+
 void lg_ref_quant_flat(const float *y, size_t m, size_t n, struct lg_quant qr, uint8_t *q, float *s, uint8_t *qt,
 		       float *st)
 {

@@ -103,6 +103,9 @@ void lg_ref_widen_bf16(const uint16_t *x, float *y, size_t n);
 /* The float64 sum of squares of n bf16 values, in order. */
 double lg_ref_sumsq_bf16(const uint16_t *row, size_t n);
 
+/* A quantiser's copies compared as they must match (quant_ref.c): buffers q
+ * and qt e4m3 bit for bit, s and st as scales. */
+void lg_ref_describe_copies(struct lg_ref_case *c, int q, int s, int qt, int st);
 /* The blockwise e4m3 quantisation of docs/kernels.md 1.2-1.3 (quant_ref.c): y
  * [m, n] fp32 (n a multiple of 128) into the copies qr.output asks for:
  * rowwise q [m, n] with scales s [n/128, m], columnwise qt [n, m] with
