@@ -37,9 +37,6 @@ static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *
 		lg_emit_signature(b, s, entry, "__launch_bounds__(%d, %d)", lg_gemm_threads(&g->t), ctas);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(%d) u8 smem[];", p->v[P_WG] ? 1024 : 128);
-	lg_line(b, "(void)part;");
-	for (int i = 0; i < p->ntmaps; i++)
-		lg_line(b, "(void)tm_%s;", s->fam->sig[s->pass].args[p->tmap[i].arg].name);
 }
 
 /* The forward's tile origin o0a, o0b of CTA blockIdx.x and its reduction
@@ -97,9 +94,6 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_gemm90_threads(&g.t));
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
-	lg_line(b, "(void)part;");
-	lg_line(b, "(void)x;");
-	lg_line(b, "(void)w;");
 	emit_raster(b, p, &g, "x is read from memory once and w stays in L2.");
 	lg_gemm90_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
 	lg_gemm90_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
@@ -150,9 +144,6 @@ static void emit_dx(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p,
 	lg_comment(b, "One CTA a %dx%d tile of dx (%lld a row of %d tokens: they share dy's rows in L2),",
 		   gx->t.bm, gx->t.bn, (long long)xcols, gx->t.bm);
 	lg_comment(b, "reduction over the experts; dy as %d bf16 term%s.", gx->terms, gx->terms > 1 ? "s" : "");
-	lg_line(b, "(void)x;");
-	lg_line(b, "(void)dw;");
-	lg_line(b, "(void)ws;");
 	if (p->early[1]) {
 		lg_comment(b, "dw (independent of dx) may be scheduled once every CTA of this grid runs.");
 		lg_line(b, "asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
@@ -194,10 +185,6 @@ static void emit_dw(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p,
 	lg_comment(b, "at 0 tokens: zeros) and %s. dy as %d bf16 term%s.",
 		   split > 1 ? "writes its partial [N][K] to the workspace" : "writes dw", gw->terms,
 		   gw->terms > 1 ? "s" : "");
-	lg_line(b, "(void)w;");
-	lg_line(b, "(void)dx;");
-	if (split == 1)
-		lg_line(b, "(void)ws;");
 	if (p->early[1]) {
 		lg_comment(b, "Launched early (beside dx's last wave): this grid completes only after dx's, so");
 		lg_comment(b, "that what follows on the stream finds dx written.");
@@ -247,14 +234,6 @@ static void emit_dw_sum(lg_buf *b, const struct lg_spec *s, const struct lg_plan
 	else
 		lg_emit_signature(b, s, p->entry[2], "__launch_bounds__(256)");
 	lg_open(b, "{");
-	for (int i = 0; i < p->ntmaps; i++)
-		lg_line(b, "(void)tm_%s;", s->fam->sig[s->pass].args[p->tmap[i].arg].name);
-	lg_line(b, "(void)dy;");
-	lg_line(b, "(void)x;");
-	lg_line(b, "(void)w;");
-	lg_line(b, "(void)dx;");
-	lg_line(b, "(void)M;");
-	lg_line(b, "(void)part;");
 	lg_line(b, "const i64 i = ((i64)blockIdx.x * 256 + threadIdx.x) * 4;");
 	lg_line(b, "if (!dw || i >= LG_N * LG_K) return;");
 	lg_line(b, "const float *const p = (const float *)ws + i;");

@@ -329,15 +329,11 @@ lg_store_dx(u8 *out, i64 rows, i64 row, i64 col, float v0, float v1)
 // router GEMM backward: dx = dy . w
 extern "C" __global__ void __launch_bounds__(512, 1)
 lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dx(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+	u64 dy, u64 x, u64 w, u64 dx, u64 /* dw */, u64 /* ws */, i64 M, i64 /* part */)
 {
 	extern __shared__ __align__(128) u8 smem[];
-	(void)part;
 	// One CTA a 128x256 tile of dx (4 a row of 128 tokens: they share dy's rows in L2),
 	// reduction over the experts; dy as 3 bf16 terms.
-	(void)x;
-	(void)dw;
-	(void)ws;
 	if (!dx) return;
 	const i64 t = blockIdx.x;
 	const i64 o0a = t / 4 * 128, o0b = t % 4 * 256;
@@ -418,14 +414,11 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dx(
 // router GEMM backward: dw = dy^T . x
 extern "C" __global__ void __launch_bounds__(128, 1)
 lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dw(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+	u64 dy, u64 x, u64 /* w */, u64 /* dx */, u64 dw, u64 ws, i64 M, i64 /* part */)
 {
 	extern __shared__ __align__(128) u8 smem[];
-	(void)part;
 	// 16 tiles of 64x128 x 8 token slices; slice z adds its share of the token tiles (none
 	// at 0 tokens: zeros) and writes its partial [N][K] to the workspace. dy as 3 bf16 terms.
-	(void)w;
-	(void)dx;
 	if (!dw) return;
 	const i64 t = (i64)blockIdx.x % 16, z = (i64)blockIdx.x / 16;
 	const i64 o0a = t / 8 * 64, o0b = t % 8 * 128;
@@ -510,14 +503,8 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dw(
 // Four values a thread (N K is a multiple of 8); the same order every run.
 extern "C" __global__ void __launch_bounds__(256)
 lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dwsum(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part)
+	u64 /* dy */, u64 x, u64 w, u64 /* dx */, u64 dw, u64 ws, i64 /* M */, i64 /* part */)
 {
-	(void)dy;
-	(void)x;
-	(void)w;
-	(void)dx;
-	(void)M;
-	(void)part;
 	const i64 i = ((i64)blockIdx.x * 256 + threadIdx.x) * 4;
 	if (!dw || i >= LG_N * LG_K) return;
 	const float *const p = (const float *)ws + i;

@@ -261,20 +261,13 @@ lg_store_dx(u8 *out, i64 rows, i64 row, i64 col, float v0, float v1)
 // ----- lg_router_gemm_bwd_bf16_h2048_e256_dx: router GEMM backward (wgmma, TMA): dx = dy . w -----
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_router_gemm_bwd_bf16_h2048_e256_dx(
-	u64 /* dy */, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
+	u64 /* dy */, u64 x, u64 w, u64 dx, u64 /* dw */, u64 /* ws */, i64 M, i64 /* part */,
 	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
-	const __grid_constant__ lg_tmap tm_x)
+	const __grid_constant__ lg_tmap /* tm_x */)
 {
 	extern __shared__ __align__(1024) u8 smem[];
-	(void)part;
-	(void)tm_dy;
-	(void)tm_w;
-	(void)tm_x;
 	// One CTA a 128x256 tile of dx (8 a row of 128 tokens: they share dy's rows in L2),
 	// reduction over the experts; dy as 1 bf16 term.
-	(void)x;
-	(void)dw;
-	(void)ws;
 	// dw (independent of dx) may be scheduled once every CTA of this grid runs.
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 	if (!dx) return;
@@ -385,19 +378,13 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(
 // router GEMM backward (wgmma, TMA): dw = dy^T . x
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_router_gemm_bwd_bf16_h2048_e256_dw(
-	u64 /* dy */, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
-	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
+	u64 /* dy */, u64 x, u64 w, u64 /* dx */, u64 dw, u64 ws, i64 M, i64 /* part */,
+	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap /* tm_w */,
 	const __grid_constant__ lg_tmap tm_x)
 {
 	extern __shared__ __align__(1024) u8 smem[];
-	(void)part;
-	(void)tm_dy;
-	(void)tm_w;
-	(void)tm_x;
 	// 32 tiles of 128x128 x 4 token slices; slice z adds its share of the token tiles (none
 	// at 0 tokens: zeros) and writes its partial [N][K] to the workspace. dy as 1 bf16 term.
-	(void)w;
-	(void)dx;
 	// Launched early (beside dx's last wave): this grid completes only after dx's, so
 	// that what follows on the stream finds dx written.
 	if (!dw) {
@@ -514,19 +501,10 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(
 // Four values a thread (N K is a multiple of 8); the same order every run.
 extern "C" __global__ void __launch_bounds__(256)
 lg_router_gemm_bwd_bf16_h2048_e256_dwsum(
-	u64 dy, u64 x, u64 w, u64 dx, u64 dw, u64 ws, i64 M, i64 part,
-	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
-	const __grid_constant__ lg_tmap tm_x)
+	u64 /* dy */, u64 x, u64 w, u64 /* dx */, u64 dw, u64 ws, i64 /* M */, i64 /* part */,
+	const __grid_constant__ lg_tmap /* tm_dy */, const __grid_constant__ lg_tmap /* tm_w */,
+	const __grid_constant__ lg_tmap /* tm_x */)
 {
-	(void)tm_dy;
-	(void)tm_w;
-	(void)tm_x;
-	(void)dy;
-	(void)x;
-	(void)w;
-	(void)dx;
-	(void)M;
-	(void)part;
 	const i64 i = ((i64)blockIdx.x * 256 + threadIdx.x) * 4;
 	if (!dw || i >= LG_N * LG_K) return;
 	const float *const p = (const float *)ws + i;
