@@ -492,9 +492,6 @@ static void emit_fused(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 	lg_emit_signature(b, s, p->entry[0], "__launch_bounds__(%d, 1)", threads);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
-	lg_line(b, "(void)part;");
-	lg_line(b, "(void)qt;");
-	lg_line(b, "(void)st;");
 	lg_line(b, "float *const rs = (float *)(smem + %u); // [%d] the tile's reciprocal RMS", lg_gemm_smem(&g),
 		g.t.bm);
 	lg_comment(b, "A %dx%d tile of the logits (%lld column tile%s a row tile, adjacent: they share x in L2);",
@@ -708,10 +705,6 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 				WG_CLUSTER, WG_THREADS);
 	lg_open(b, "{");
 	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
-	lg_line(b, "(void)part;");
-	lg_line(b, "(void)route_w;");
-	lg_line(b, "(void)qt;");
-	lg_line(b, "(void)st;");
 	lg_comment(b, "%d A buffers [%d term%s][2][64][128 B], %d route_w stages [2][%d][128 B] (at 1024-byte", na,
 		   terms, terms > 1 ? "s" : "", S, bn);
 	lg_comment(b, "boundaries), full[%d], empty[%d], the tile's reciprocal RMS [64].", S, S);
@@ -755,12 +748,6 @@ static void emit_cols(lg_buf *b, const struct lg_spec *s, const struct lg_plan *
 	lg_comment(b, "the first entry wrote; tiles in reverse: the last rows read are likeliest in L2.");
 	lg_emit_signature_tmaps(b, s, p, p->entry[1], "__launch_bounds__(%d, 2)", CT_THREADS);
 	lg_open(b, "{");
-	lg_line(b, "(void)route_w;");
-	lg_line(b, "(void)y;");
-	lg_line(b, "(void)logits;");
-	lg_line(b, "(void)q;");
-	lg_line(b, "(void)s;");
-	lg_line(b, "(void)part;");
 	lg_line(b, "const i64 tiles = (M + 127) / 128;");
 	struct lg_qe e = {.n = p->v[P_K], .threads = CT_THREADS, .cols = true, .pow2 = lg_quant_pow2(s),
 			  .vals = LG_QE_F32, .layout = LG_QE_FLAT, .tile = "tiles - 1 - (i64)blockIdx.y",

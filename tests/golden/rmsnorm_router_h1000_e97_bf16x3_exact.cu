@@ -421,14 +421,10 @@ lg_make_a(
 // RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 lg_rmsnorm_router_fwd_bf16_h1000_e97_rowwise_exact_bf16x3(
-	u64 x, u64 w, u64 route_w, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 qt, u64 st, i64 M,
-	i64 part, const __grid_constant__ lg_tmap tm_route_w)
+	u64 x, u64 w, u64 /* route_w */, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 /* qt */,
+	u64 /* st */, i64 M, i64 /* part */, const __grid_constant__ lg_tmap tm_route_w)
 {
 	extern __shared__ __align__(1024) u8 smem[];
-	(void)part;
-	(void)route_w;
-	(void)qt;
-	(void)st;
 	// 3 A buffers [3 terms][2][64][128 B], 2 route_w stages [2][112][128 B] (at 1024-byte
 	// boundaries), full[2], empty[2], the tile's reciprocal RMS [64].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);

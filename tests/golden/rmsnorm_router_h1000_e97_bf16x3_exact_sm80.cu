@@ -409,13 +409,10 @@ lg_make_a(
 // RMSNorm, router GEMM, rowwise copy: one pass
 extern "C" __global__ void __launch_bounds__(256, 1)
 lg_rmsnorm_router_fwd_bf16_h1000_e97_rowwise_exact_bf16x3(
-	u64 x, u64 w, u64 route_w, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 qt, u64 st, i64 M,
-	i64 part)
+	u64 x, u64 w, u64 route_w, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 /* qt */, u64 st,
+	i64 M, i64 /* part */)
 {
 	extern __shared__ __align__(128) u8 smem[];
-	(void)part;
-	(void)qt;
-	(void)st;
 	float *const rs = (float *)(smem + 131072); // [64] the tile's reciprocal RMS
 	// A 64x128 tile of the logits (1 column tile a row tile, adjacent: they share x in L2);
 	// the first writes y, rms, q and s. Thread: features 8 lb.. of rows rg + 16 i, i < 4.

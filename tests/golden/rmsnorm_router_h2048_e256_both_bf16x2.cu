@@ -431,14 +431,10 @@ lg_make_a(
 // RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(288, 1)
 lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2(
-	u64 x, u64 w, u64 route_w, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 qt, u64 st, i64 M,
-	i64 part, const __grid_constant__ lg_tmap tm_route_w)
+	u64 x, u64 w, u64 /* route_w */, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 /* qt */,
+	u64 /* st */, i64 M, i64 /* part */, const __grid_constant__ lg_tmap tm_route_w)
 {
 	extern __shared__ __align__(1024) u8 smem[];
-	(void)part;
-	(void)route_w;
-	(void)qt;
-	(void)st;
 	// 3 A buffers [2 terms][2][64][128 B], 2 route_w stages [2][256][128 B] (at 1024-byte
 	// boundaries), full[2], empty[2], the tile's reciprocal RMS [64].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
@@ -580,15 +576,9 @@ lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2(
 // the first entry wrote; tiles in reverse: the last rows read are likeliest in L2.
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2_cols(
-	u64 x, u64 w, u64 route_w, u64 y, u64 rms, u64 logits, u64 q, u64 s, u64 qt, u64 st, i64 M,
-	i64 part, const __grid_constant__ lg_tmap /* tm_route_w */)
+	u64 x, u64 w, u64 /* route_w */, u64 y, u64 rms, u64 /* logits */, u64 /* q */, u64 /* s */,
+	u64 qt, u64 st, i64 M, i64 /* part */, const __grid_constant__ lg_tmap /* tm_route_w */)
 {
-	(void)route_w;
-	(void)y;
-	(void)logits;
-	(void)q;
-	(void)s;
-	(void)part;
 	const i64 tiles = (M + 127) / 128;
 	// qt staging (128 features x 128 tokens, swizzled).
 	__shared__ __align__(16) u8 stage[128 * 128];
