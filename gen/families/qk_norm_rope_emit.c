@@ -58,14 +58,14 @@ static struct shape shape_of(const struct lg_spec *s, const struct lg_plan *p)
 static void emit_position(lg_buf *b, const struct shape *k)
 {
 	lg_comment(b, "The tokens (qkv rows): %s.", k->varlen ? "S, packed sequences" : "S x B");
-	lg_line(b, "static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 B) { return %s; }",
-		k->varlen ? "(void)B, S" : "S * B");
+	lg_line(b, "static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 %s) { return %s; }",
+		k->varlen ? "/* B */" : "B", k->varlen ? "S" : "S * B");
 	lg_comment(b, "The rotary position of qkv row n%s.",
 		   k->varlen ? ": its index in its sequence (cu: global bounds / cp_size)" : "");
-	lg_line(b, "static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int *cu)");
+	lg_line(b, "static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int *%s)",
+		k->varlen ? "cu" : " /* cu */"); /* the sequences' bounds: varlen only */
 	lg_open(b, "{");
 	if (!k->varlen && k->cp == 1) {
-		lg_line(b, "(void)cu;");
 		lg_line(b, "return %s; // 32-bit: S B < 2^31", k->bs ? "(u32)n % (u32)S" : "(u32)n / (u32)B");
 		lg_close(b);
 		return;
@@ -84,7 +84,6 @@ static void emit_position(lg_buf *b, const struct shape *k)
 		lg_close(b);
 		lg_line(b, "const i64 i = n - start;");
 	} else {
-		lg_line(b, "(void)cu;");
 		lg_line(b, "const i64 i = %s, l = S; // 32-bit: S B < 2^31", k->bs ? "(u32)n % (u32)S" : "(u32)n / (u32)B");
 	}
 	if (k->cp > 1) {
@@ -227,10 +226,11 @@ static void emit_math_helpers(lg_buf *b, const struct shape *k)
 static void emit_layout_helpers(lg_buf *b, const struct shape *k)
 {
 	lg_comment(b, "The [batch, seq] row of the outputs of qkv row n.");
-	lg_line(b, "static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 S, i64 B)");
+	bool same = k->bs || k->varlen; /* the outputs' rows are qkv's */
+	lg_line(b, "static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 %s, i64 %s)", same ? "/* S */" : "S",
+		same ? "/* B */" : "B");
 	lg_open(b, "{");
-	if (k->bs || k->varlen) {
-		lg_line(b, "(void)S, (void)B;");
+	if (same) {
 		lg_line(b, "return n;%s", k->varlen ? " // packed: [1, T]" : "");
 	} else {
 		lg_comment(b, "32-bit division: S B < 2^31 (the sizes' bounds).");

@@ -148,7 +148,7 @@ static __device__ __forceinline__ float lg_dot8(const float *u, const float *g, 
 	return d;
 }
 // The tokens (qkv rows): S, packed sequences.
-static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 B) { return (void)B, S; }
+static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 /* B */) { return S; }
 // The rotary position of qkv row n: its index in its sequence (cu: global bounds / cp_size).
 static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int *cu)
 {
@@ -167,9 +167,8 @@ static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int
 	return p < 0 ? 0 : p >= S * 1 ? S * 1 - 1 : p;
 }
 // The [batch, seq] row of the outputs of qkv row n.
-static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 S, i64 B)
+static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 /* S */, i64 /* B */)
 {
-	(void)S, (void)B;
 	return n; // packed: [1, T]
 }
 // Where head j of a token (q heads, then k, then v) sits in its qkv row, in heads.

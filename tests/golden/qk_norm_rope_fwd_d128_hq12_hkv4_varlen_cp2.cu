@@ -128,7 +128,7 @@ static __device__ __forceinline__ void lg_norm8(float *y, float r, const float *
 	for (int e = 0; e < 8; e++) y[e] = (y[e] * r) * w[e];
 }
 // The tokens (qkv rows): S, packed sequences.
-static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 B) { return (void)B, S; }
+static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 /* B */) { return S; }
 // The rotary position of qkv row n: its index in its sequence (cu: global bounds / cp_size).
 static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int *cu)
 {
@@ -150,9 +150,8 @@ static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int
 	return p < 0 ? 0 : p >= S * 2 ? S * 2 - 1 : p;
 }
 // The [batch, seq] row of the outputs of qkv row n.
-static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 S, i64 B)
+static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 /* S */, i64 /* B */)
 {
-	(void)S, (void)B;
 	return n; // packed: [1, T]
 }
 // Where head j of a token (q heads, then k, then v) sits in its qkv row, in heads.

@@ -130,9 +130,8 @@ static __device__ __forceinline__ void lg_norm8(float *y, float r, const float *
 // The tokens (qkv rows): S x B.
 static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 B) { return S * B; }
 // The rotary position of qkv row n.
-static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int *cu)
+static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int * /* cu */)
 {
-	(void)cu;
 	return (u32)n / (u32)B; // 32-bit: S B < 2^31
 }
 // The [batch, seq] row of the outputs of qkv row n.

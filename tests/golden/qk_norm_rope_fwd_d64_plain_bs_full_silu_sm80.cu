@@ -131,15 +131,13 @@ static __device__ __forceinline__ float lg_sigmoid(float x) { return 1.0f / (1.0
 // The tokens (qkv rows): S x B.
 static __device__ __forceinline__ i64 lg_tokens(i64 S, i64 B) { return S * B; }
 // The rotary position of qkv row n.
-static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int *cu)
+static __device__ __forceinline__ i64 lg_position(i64 n, i64 S, i64 B, const int * /* cu */)
 {
-	(void)cu;
 	return (u32)n % (u32)S; // 32-bit: S B < 2^31
 }
 // The [batch, seq] row of the outputs of qkv row n.
-static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 S, i64 B)
+static __device__ __forceinline__ i64 lg_out_row(i64 n, i64 /* S */, i64 /* B */)
 {
-	(void)S, (void)B;
 	return n;
 }
 // Where head j of a token (q heads, then k, then v) sits in its qkv row, in heads.
