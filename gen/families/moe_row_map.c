@@ -255,12 +255,11 @@ static void emit_bits_helper(lg_buf *b, const struct shape *k)
 			   (long long)k->sw);
 	if (k->routing == R_MASK)
 		lg_comment(b, "block: a ballot an expert.");
-	lg_line(b, "static __device__ __forceinline__ void lg_bits(const %s *ld, int n, int tid, u32 *stage,",
-		unit_type(k));
+	lg_line(b, "static __device__ __forceinline__ void lg_bits(const %s *ld, int n, int tid, u32 *%s,",
+		unit_type(k), k->routing == R_MASK ? "stage" : " /* stage */");
 	lg_line(b, "\t\t\t\t\t\t       u32 (*bits)[%lld])", E);
 	lg_open(b, "{");
 	if (k->routing != R_MASK) {
-		lg_line(b, "(void)stage;");
 		lg_line(b, "for (int j = tid; j < %lld; j += %d) bits[0][j] = 0;", (long long)k->groups * k->e,
 			k->threads);
 		lg_line(b, "__syncthreads();");

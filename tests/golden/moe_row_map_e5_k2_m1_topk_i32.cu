@@ -42,10 +42,9 @@ static __device__ __forceinline__ void lg_load(const int *src, i64 c0, int n, in
 }
 // The chunk's bits: bit l of bits[h][e] set when token c0 + 32 h + l is routed to e.
 // Top-k slots or-ed in (a repeated expert counts once).
-static __device__ __forceinline__ void lg_bits(const int *ld, int n, int tid, u32 *stage,
+static __device__ __forceinline__ void lg_bits(const int *ld, int n, int tid, u32 * /* stage */,
 						       u32 (*bits)[5])
 {
-	(void)stage;
 	for (int j = tid; j < 10; j += 512) bits[0][j] = 0;
 	__syncthreads();
 	#pragma unroll
