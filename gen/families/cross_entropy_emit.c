@@ -528,25 +528,28 @@ static void emit_cluster_merge(lg_buf *b, const struct shape *k, const struct cl
 	lg_close(b);
 	lg_line(b, "lg_cluster_sync();");
 	lg_line(b, "__shared__ float cm;");
-	lg_line(b, "__shared__ double cS, cX;");
+	lg_line(b, "__shared__ double cS%s;", k->smooth ? ", cX" : "");
 	lg_open(b, "if (t == 0) {");
-	lg_line(b, "double mk[%d], sk[%d], X = 0.0;", c->n, c->n);
+	lg_line(b, "double mk[%d], sk[%d]%s;", c->n, c->n, k->smooth ? ", X = 0.0" : "");
 	lg_line(b, "float m = lg_ce_ninf();");
 	lg_open(b, "for (int r = 0; r < %d; r++) {", c->n);
 	lg_line(b, "mk[r] = lg_dsmem_ld_f64(&cred[0], (u32)r);");
 	lg_line(b, "sk[r] = lg_dsmem_ld_f64(&cred[1], (u32)r);");
-	lg_line(b, "X += lg_dsmem_ld_f64(&cred[2], (u32)r);");
+	if (k->smooth)
+		lg_line(b, "X += lg_dsmem_ld_f64(&cred[2], (u32)r);");
 	lg_line(b, "m = fmaxf(m, (float)mk[r]);");
 	lg_close(b);
 	lg_line(b, "double S = 0.0;");
 	lg_line(b, "for (int r = 0; r < %d; r++) S += sk[r] > 0.0 ? sk[r] * exp(mk[r] - (double)m) : 0.0;", c->n);
 	lg_line(b, "cm = m;");
 	lg_line(b, "cS = S;");
-	lg_line(b, "cX = X;");
+	if (k->smooth)
+		lg_line(b, "cX = X;");
 	lg_close(b);
-	lg_line(b, "lg_cluster_sync(); // every CTA has read cred before any leaves; cm, cS, cX seen");
+	lg_line(b, "lg_cluster_sync(); // every CTA has read cred before any leaves; cm, cS%s seen",
+		k->smooth ? ", cX" : "");
 	lg_line(b, "const float mr = cm;");
-	lg_line(b, "const double S = cS, X = cX;");
+	lg_line(b, "const double S = cS%s;", k->smooth ? ", X = cX" : "");
 	lg_line(b, "const i64 yl = y;");
 	lg_open(b, "if (rank == 0 && t == 0) {");
 	lg_line(b, "const u8 *const xr = (const u8 *)logits + row * %lld;", c->rowb);
@@ -556,7 +559,7 @@ static void emit_cluster_merge(lg_buf *b, const struct shape *k, const struct cl
 		lg_line(b, "const double e = %s; // label smoothing", ls);
 		lg_line(b, "const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - X / %lld.0);", (long long)k->c);
 	} else {
-		lg_line(b, "const double l = lse - (double)xy; (void)X;");
+		lg_line(b, "const double l = lse - (double)xy;");
 	}
 	lg_line(b, "((float *)loss)[row] = (float)l;");
 	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = (float)S;");
@@ -673,19 +676,20 @@ static void emit_merge(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 	lg_line(b, "mx = fmaxf(mx, o[0]);");
 	lg_line(b, "xy = fmaxf(xy, o[3]);");
 	lg_close(b);
-	lg_line(b, "double S = 0.0, X = 0.0;");
+	lg_line(b, "double S = 0.0%s;", k.smooth ? ", X = 0.0" : "");
 	lg_open(b, "for (i64 k = 0; k < NS; k++) {");
 	lg_line(b, "const float *const o = st + (k * M + row) * %d;", STATS);
 	lg_line(b, "const double sk = (double)o[1] + (double)o[2];");
 	lg_line(b, "if (sk > 0.0) S += sk * exp((double)o[0] - (double)mx);");
-	lg_line(b, "X += (double)o[4] + (double)o[5];");
+	if (k.smooth)
+		lg_line(b, "X += (double)o[4] + (double)o[5];");
 	lg_close(b);
 	lg_line(b, "const double lse = log(S) + (double)mx;");
 	if (k.smooth) {
 		lg_line(b, "const double e = %s; // label smoothing", ls);
 		lg_line(b, "const double l = (1.0 - e) * (lse - (double)xy) + e * (lse - X / %lld.0);", (long long)k.c);
 	} else
-		lg_line(b, "const double l = lse - (double)xy; (void)X;");
+		lg_line(b, "const double l = lse - (double)xy;");
 	lg_line(b, "((float *)loss)[row] = (float)l;");
 	lg_line(b, "if (sum_exp) ((float *)sum_exp)[row] = (float)S;");
 	lg_line(b, "if (max_logit) ((float *)max_logit)[row] = mx;");
