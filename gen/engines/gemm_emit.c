@@ -765,21 +765,13 @@ static void emit_origin90(lg_buf *b, const struct lg_gemm *g, const struct loop9
 	lg_line(b, "const i64 o0a = tile / %lld * %d, o0b = tile %% %lld * %d;", l->cols, g->t.bm, l->cols, g->t.bn);
 }
 
-/* The locals of the sm_90a main loop's pieces (emit_mainloop90). */
-#define LOCALS90                                                                                          \
-	const struct lg_gemm_tile *t = &g->t;                                                              \
-	const char *ctr = l->tiles ? "it" : "kt", *inc = l->tiles ? "kt++, it++" : "kt++";                  \
-	int c = consumers(t), S = t->stages, regs = t->bn / 2, cl = lg_gemm90_cluster(g);                   \
-	unsigned sa = a_bytes90(g), sb = (unsigned)t->bn * G90_ROWB, st = stage_bytes(g), pb = planes_bytes90(g); \
-	unsigned plane = (unsigned)t->bm * G90_ROWB;                                                       \
-	bool split = g->a.fp32;                                                                            \
-	(void)ctr, (void)inc, (void)c, (void)S, (void)regs, (void)cl, (void)sa, (void)sb, (void)st, (void)pb, \
-		(void)plane, (void)split
-
 /* Shared memory, the barriers and their initialisation. */
-static void emit_setup90(lg_buf *b, const struct lg_gemm *g, const char *kt0, const char *kt1, const struct loop90 *l)
+static void emit_setup90(lg_buf *b, const struct lg_gemm *g, const char *kt0, const char *kt1)
 {
-	LOCALS90;
+	const struct lg_gemm_tile *t = &g->t;
+	int c = consumers(t), S = t->stages, cl = lg_gemm90_cluster(g);
+	unsigned st = stage_bytes(g), pb = planes_bytes90(g);
+	bool split = g->a.fp32;
 	lg_comment(b, "%dx%d tile: %d consumer warpgroup%s (64 rows each) and a producer warpgroup; %d stages", t->bm,
 		   t->bn, c, c > 1 ? "s" : "", S);
 	if (split) {
@@ -829,7 +821,10 @@ static void emit_setup90(lg_buf *b, const struct lg_gemm *g, const char *kt0, co
 static void emit_producer90(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b, const char *kt0,
 			    const struct loop90 *l)
 {
-	LOCALS90;
+	const struct lg_gemm_tile *t = &g->t;
+	const char *ctr = l->tiles ? "it" : "kt";
+	int c = consumers(t), S = t->stages, cl = lg_gemm90_cluster(g);
+	unsigned sa = a_bytes90(g), sb = (unsigned)t->bn * G90_ROWB, st = stage_bytes(g);
 	lg_open(b, "if (wg == %d) {", c);
 	lg_comment(b, "Producer: one thread refills each stage once its consumers released it.");
 	if (c > 1)
@@ -874,7 +869,11 @@ static void emit_producer90(lg_buf *b, const struct lg_gemm *g, const char *o0a,
 /* The consumer warpgroups' loop over the stages (leaving acc for the epilogue). */
 static void emit_consumer90(lg_buf *b, const struct lg_gemm *g, const char *prefix, const struct loop90 *l)
 {
-	LOCALS90;
+	const char *ctr = l->tiles ? "it" : "kt", *inc = l->tiles ? "kt++, it++" : "kt++";
+	int c = consumers(&g->t), S = g->t.stages, regs = g->t.bn / 2, cl = lg_gemm90_cluster(g);
+	unsigned sa = a_bytes90(g), st = stage_bytes(g), pb = planes_bytes90(g);
+	unsigned plane = (unsigned)g->t.bm * G90_ROWB;
+	bool split = g->a.fp32;
 	if (c > 1)
 		lg_line(b, "lg_setmaxnreg_inc(232);");
 	lg_comment(b, "Consumers: warpgroup wg, rows 64 wg.. of the tile; one wgmma group in flight.");
@@ -948,7 +947,7 @@ static void emit_consumer90(lg_buf *b, const struct lg_gemm *g, const char *pref
 static void emit_mainloop90(lg_buf *b, const struct lg_gemm *g, const char *prefix, const char *o0a,
 			    const char *o0b, const char *kt0, const char *kt1, const struct loop90 *l)
 {
-	emit_setup90(b, g, kt0, kt1, l);
+	emit_setup90(b, g, kt0, kt1);
 	emit_producer90(b, g, o0a, o0b, kt0, l);
 	emit_consumer90(b, g, prefix, l);
 }
