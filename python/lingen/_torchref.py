@@ -78,8 +78,9 @@ def col_scales(x, round_scale=True):
 def rowwise(x, round_scale=True):
     """(q [M, K], s [K/128, M]) of x [M, K] (K a multiple of 128)."""
     m, k = x.shape
-    s = row_scales(x, round_scale)
-    return quantize(x.view(m, k // BLOCK, BLOCK), s.t()[..., None]).view(m, k), s.contiguous()
+    xf = x.float()
+    s = row_scales(xf, round_scale)
+    return quantize(xf.view(m, k // BLOCK, BLOCK), s.t()[..., None]).view(m, k), s.contiguous()
 
 
 def colwise(x, round_scale=True, multiple=16):
@@ -197,9 +198,9 @@ def experts_quant(x, counts, round_scale=True):
 
 def experts_quant_loop(x, counts, round_scale=True):
     """experts_quant as a loop over the experts (counts a list of ints: what
-    linghe's tests compare with): (q, s [K/128, sum], qt [K, sum], st
-    [sum of cdiv(c_e, 128), K]), each expert's copies by rowwise and
-    colwise (pitch 1), concatenated flat."""
+    linghe's tests compare with): (q [sum, K], s flat, qt flat, st [sum of
+    cdiv(c_e, 128), K]), each expert's copies by rowwise and colwise
+    (pitch 1), concatenated (the layouts' flat order)."""
     qs, ss, qts, sts = [], [], [], []
     start = 0
     for c in counts:
@@ -207,9 +208,7 @@ def experts_quant_loop(x, counts, round_scale=True):
             q, s, qt, st = quant(x[start:start + c], round_scale, multiple=1)
             qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
         start += c
-    k = x.shape[1]
-    return (torch.cat(qs), torch.cat(ss).view(k // BLOCK, -1), torch.cat(qts).view(k, -1),
-            torch.cat(sts))
+    return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
 
 
 # ------------------------------------------------------- dequantise
