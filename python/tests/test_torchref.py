@@ -162,18 +162,23 @@ def random_counts(gen, m, experts):
     return counts
 
 
+def experts_input(seed, m, n, experts):
+    """(x [m, n] bf16, counts (a list, printed), counts [E] int32)."""
+    gen = torch.Generator().manual_seed(seed + m)
+    x = quant_input(gen, m, n)
+    counts = random_counts(gen, m, experts)
+    print("counts", counts)
+    return x, counts, torch.tensor(counts, dtype=torch.int32)
+
+
 @pytest.mark.parametrize("m,experts", [(1, 1), (300, 5), (6001, 17)])
 @pytest.mark.parametrize("round_scale", [True, False])
 def test_experts(seed, m, experts, round_scale):
     """Each expert's segment quantised as a tensor of its own, at its place
     in the flat layouts; the loop form the same bytes; rows past the
     counts quantise as zeros."""
-    gen = torch.Generator().manual_seed(seed + m)
     n = 256
-    x = quant_input(gen, m, n)
-    counts = random_counts(gen, m, experts)
-    print("counts", counts)
-    cdev = torch.tensor(counts, dtype=torch.int32)
+    x, counts, cdev = experts_input(seed, m, n, experts)
     q, s, qt, st = R.experts_quant(x, cdev, round_scale)
     lq, ls, lqt, lst = R.experts_quant_loop(x, counts, round_scale)
     assert torch.equal(q.view(torch.uint8), lq.view(torch.uint8)), "q: loop"
@@ -233,46 +238,38 @@ def raw(t):
     return t.reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
 
 
+def same_bytes(got, copies, what):
+    """The C reference's buffers 1-4 (q, s, qt, st) equal to copies."""
+    for i, (t, name) in enumerate(zip(copies, ("q", "s", "qt", "st")), 1):
+        assert got[i] == raw(t), f"{what} {name}: not the C reference's bytes"
+
+
 def spec(op, hidden, round_scale, **keys):
     return {"op": op, "pass": "forward", "dtype": "bf16", "hidden": hidden,
             "quant": {"round_scale": round_scale, "output": "both"}, **keys}
 
 
-@pytest.mark.parametrize("m", [1, 127, 6001])
+@pytest.mark.parametrize("op,m,n", [("fp8_quant", 1, 256), ("fp8_quant", 127, 256),
+                                    ("fp8_quant", 6001, 256), ("fp8_quant_weight", 1, 384),
+                                    ("fp8_quant_weight", 129, 384), ("fp8_quant_weight", 384, 384)])
 @pytest.mark.parametrize("round_scale", [True, False])
-def test_c_ref_dense(tmp_path, seed, m, round_scale):
-    gen = torch.Generator().manual_seed(seed + m)
-    n = 256
-    x = quant_input(gen, m, n)
-    got = run_ref(tmp_path, spec("fp8_quant", n, round_scale), [m], {0: x})
-    q, s, qt, st = R.quant(x, round_scale)
-    for i, t, name in ((1, q, "q"), (2, s, "s"), (3, qt, "qt"), (4, st, "st")):
-        assert got[i] == raw(t), f"fp8_quant {m}x{n} {name}: not the C reference's bytes"
+def test_c_ref_dense(tmp_path, seed, op, m, n, round_scale):
+    """fp8_quant's copies (quant) and fp8_quant_weight's with the transposed
+    copy (weight), the C reference's bytes."""
+    x = quant_input(torch.Generator().manual_seed(seed + m), m, n)
+    weight = op == "fp8_quant_weight"
+    keys = {"transposed": True} if weight else {}
+    got = run_ref(tmp_path, spec(op, n, round_scale, **keys), [m], {0: x})
+    same_bytes(got, (R.weight if weight else R.quant)(x, round_scale), f"{op} {m}x{n}")
 
 
 @pytest.mark.parametrize("m,experts", [(1, 1), (6001, 17)])
 @pytest.mark.parametrize("round_scale", [True, False])
 def test_c_ref_experts(tmp_path, seed, m, experts, round_scale):
-    gen = torch.Generator().manual_seed(seed + m)
     n = 256
-    x = quant_input(gen, m, n)
-    counts = random_counts(gen, m, experts)
-    print("counts", counts)
-    cdev = torch.tensor(counts, dtype=torch.int32)
+    x, counts, cdev = experts_input(seed, m, n, experts)
     got = run_ref(tmp_path, spec("fp8_quant_batched", n, round_scale), [m, experts], {0: x, 1: cdev})
     q, s, qt, st = R.experts_quant(x, cdev, round_scale)
     rows = sum(-(-c // 128) for c in counts)
     assert got[2] == raw(q) and got[3] == raw(s) and got[4] == raw(qt), "fp8_quant_batched q/s/qt"
     assert got[5][:rows * n * 4] == raw(st[:rows]), "fp8_quant_batched st"
-
-
-@pytest.mark.parametrize("rows", [1, 129, 384])
-@pytest.mark.parametrize("round_scale", [True, False])
-def test_c_ref_weight(tmp_path, seed, rows, round_scale):
-    gen = torch.Generator().manual_seed(seed + rows)
-    n = 384
-    w = quant_input(gen, rows, n)
-    got = run_ref(tmp_path, spec("fp8_quant_weight", n, round_scale, transposed=True), [rows], {0: w})
-    q, s, qt, st = R.weight(w, round_scale)
-    for i, t, name in ((1, q, "q"), (2, s, "s"), (3, qt, "qt"), (4, st, "st")):
-        assert got[i] == raw(t), f"fp8_quant_weight {rows}x{n} {name}: not the C reference's bytes"
