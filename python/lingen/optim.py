@@ -314,9 +314,9 @@ def _fp8_alloc(p):
     q [E, N, K], s [E, N/128, K/128] and the per-expert transposed copies
     qt [E, K, N], st [E, K/128, N/128] (the kernel with expert_rows N
     writes them so: the bytes of fp8_quant_weight's flat copy rearranged
-    by lingen.nn._quant.experts_transposed). Each element 1 B of q and 1 B
+    by lingen._torchref.experts_transposed). Each element 1 B of q and 1 B
     of qt, each 128 x 128 tile two fp32 scales."""
-    from .nn import _quant as Q
+    from . import _torchref as Q
     k = p.shape[-1]
     r = p.numel() // k
     rb = -(-r // 128)

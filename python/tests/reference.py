@@ -1,42 +1,12 @@
-"""Float64 torch references (docs/kernels.md K1 and 1.2-1.3), independent of
-lingen's C references, and comparisons for the GPU tests."""
+"""Float64 torch references (docs/kernels.md K1), independent of lingen's C
+references, and comparisons for the GPU tests (the quantisers' scales in
+float64: lingen._torchref's row_scales, col_scales, scale_of of float64
+values)."""
 def rmsnorm(x, w, eps=1e-6):
     """(y float64, r float64 [tokens]): y = x * rsqrt(sum x^2 / n + eps) * w."""
     x = x.double()
     r = (x.square().sum(-1) / x.shape[-1] + eps).rsqrt()
     return x * r[:, None] * w.double(), r
-
-
-def scales(amax, round_scale):
-    import torch
-    s = (amax / 448.0).clamp(min=1e-30)
-    if round_scale:  # 2^ceil(log2 s) by the exponent (log2 of 2^k need not be exact)
-        m, e = torch.frexp(s)
-        s = torch.where(m == 0.5, s, torch.ldexp(torch.ones_like(s), e))
-    return s
-
-
-def rowwise(y, round_scale):
-    """(s [hidden/128, tokens] float64) of y [tokens, hidden] float64."""
-    t, h = y.shape
-    return scales(y.view(t, h // 128, 128).abs().amax(-1), round_scale).T
-
-
-def pitch(tokens):
-    """round_up(tokens, 16): the row pitch of a columnwise copy (qt [hidden,
-    pitch], zeros past the tokens)."""
-    return (tokens + 15) // 16 * 16
-
-
-def colwise(y, round_scale):
-    """(st [cdiv(tokens, 128), hidden] float64): 128-token blocks, the
-    missing rows of a last partial block counting as 0."""
-    import torch
-    t, h = y.shape
-    nb = (t + 127) // 128
-    pad = torch.zeros(nb * 128, h, dtype=y.dtype, device=y.device)
-    pad[:t] = y
-    return scales(pad.view(nb, 128, h).abs().amax(1), round_scale)
 
 
 def check_scales(got, want, what):

@@ -19,17 +19,18 @@ def inputs(torch, seed, tokens, hidden, scale=1.0):
 
 
 def check_quant(torch, y64, q, s, qt, st, round_scale, what):
+    from lingen import _torchref as R
     t, h = y64.shape
     if q is not None:
-        s_ref = ref.rowwise(y64, round_scale)
+        s_ref = R.row_scales(y64, round_scale)
         ref.check_scales(s, s_ref, f"{what} s")
         per = s.double().T.repeat_interleave(128, dim=1)  # [tokens, hidden]
         ref.check_q(q, y64, per, f"{what} q")
     if qt is not None:
-        st_ref = ref.colwise(y64, round_scale)
+        st_ref = R.col_scales(y64, round_scale)
         ref.check_scales(st, st_ref, f"{what} st")
         per = st.double().repeat_interleave(128, dim=0)[:t]  # [tokens, hidden]
-        assert qt.shape == (h, ref.pitch(t)), (what, qt.shape)  # rows round_up(t, 16) apart
+        assert qt.shape == (h, R.pitch(t)), (what, qt.shape)  # rows round_up(t, 16) apart
         ref.check_q(qt[:, :t].T, y64, per, f"{what} qt")
         assert not qt[:, t:].view(torch.uint8).any(), f"{what} qt: the tail past the tokens not 0"
 
@@ -38,12 +39,13 @@ def check_quant(torch, y64, q, s, qt, st, round_scale, what):
 @pytest.mark.parametrize("tokens", TOKENS)
 def test_rmsnorm_quant(seed, tokens, hidden):
     torch = torch_cuda()
+    from lingen import _torchref as R
     x, w = inputs(torch, seed, tokens, hidden)
     for round_scale in (True, False):
         q, s, rms, qt, st = lingen.rmsnorm_quant(x, w, round_scale=round_scale)
         assert q.dtype == torch.float8_e4m3fn and q.shape == (tokens, hidden)
         assert s.shape == (hidden // 128, tokens) and st.shape == ((tokens + 127) // 128, hidden)
-        assert qt.shape == (hidden, ref.pitch(tokens)) and rms.shape == (tokens,)
+        assert qt.shape == (hidden, R.pitch(tokens)) and rms.shape == (tokens,)
         y64, r64 = ref.rmsnorm(x, w)
         ref.check_rel(rms, r64, 1e-6, "rms")
         check_quant(torch, y64, q, s, qt, st, round_scale, f"rmsnorm_quant {tokens}x{hidden}")

@@ -210,7 +210,7 @@ def test_permute_quant(case, seed):
     the padded segments (power-of-two scales), out_probs the permute's."""
     torch = torch_cuda()
     import lingen.torch as lt
-    from lingen.benches.quant_layouts import batched_quant
+    from lingen._torchref import experts_quant_loop
     t, h, e, k, m = case
     for kind in ("even", "drop"):
         mask, probs, _ = routing(torch, seed, t, e, k, kind)
@@ -225,7 +225,7 @@ def test_permute_quant(case, seed):
         assert torch.equal(op[:P], pp[:P])
         if P == 0:  # every token dropped: nothing to quantise
             continue
-        wq, ws, wqt, wst = batched_quant(torch, out, plist)
+        wq, ws, wqt, wst = experts_quant_loop(out, plist)
         assert torch.equal(q[:P].view(torch.uint8), wq.view(torch.uint8)), f"q {kind} {case}"
         assert torch.equal(s.reshape(-1)[:P * h // 128], ws), f"s {kind} {case}"
         assert torch.equal(qt.reshape(-1)[:P * h].view(torch.uint8), wqt.view(torch.uint8))

@@ -45,7 +45,8 @@ def _bytes(torch, t):
 def test_against_adamw(dtype, gdt, moments):
     torch = torch_cuda()
     import lingen.optim
-    from lingen.nn import _k, _quant as Q
+    from lingen import _torchref as Q
+    from lingen.nn import _k
     dt, gt = getattr(torch, dtype), getattr(torch, gdt)
     a, b = _weights(torch, dt), _weights(torch, dt)
     kw = dict(lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, moments=moments)

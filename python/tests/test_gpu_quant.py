@@ -30,6 +30,7 @@ def make_counts(torch, g, tokens, experts):
 
 
 def check_batched(torch, x, counts, q, s, qt, st, round_scale, what):
+    from lingen import _torchref as R
     t, h = x.shape
     nb = h // 128
     start, trow = 0, 0
@@ -41,12 +42,12 @@ def check_batched(torch, x, counts, q, s, qt, st, round_scale, what):
         w = f"{what} expert {e} ({c} tokens)"
         if q is not None:
             se = sf[start * nb:(start + c) * nb].view(nb, c)
-            ref.check_scales(se, ref.rowwise(y, round_scale), w + " s")
+            ref.check_scales(se, R.row_scales(y, round_scale), w + " s")
             ref.check_q(q[start:start + c], y, se.double().T.repeat_interleave(128, dim=1), w + " q")
         if qt is not None:
             nt = (c + 127) // 128
             ste = st[trow:trow + nt]
-            ref.check_scales(ste, ref.colwise(y, round_scale), w + " st")
+            ref.check_scales(ste, R.col_scales(y, round_scale), w + " st")
             qte = qtf[start * h:(start + c) * h].view(h, c)
             ref.check_q(qte.T, y, ste.double().repeat_interleave(128, dim=0)[:c], w + " qt")
             trow += nt
@@ -89,6 +90,7 @@ def test_fp8_quant_batched_torch(seed):
 
 def test_fp8_quant_weight(seed):
     torch = torch_cuda()
+    from lingen import _torchref as R
     g = torch.Generator(device="cpu").manual_seed(seed)
     for rows, hidden in ((2048, 2048), (129, 384), (1, 128), (7168, 2048)):
         w = (torch.randn(rows, hidden, generator=g) * 0.02).bfloat16().cuda()
@@ -99,6 +101,6 @@ def test_fp8_quant_weight(seed):
             pad = torch.zeros(nr * 128, hidden, dtype=torch.float64, device="cuda")
             pad[:rows] = w.double()
             amax = pad.view(nr, 128, hidden // 128, 128).abs().amax(dim=(1, 3))
-            ref.check_scales(s, ref.scales(amax, round_scale), f"weight {rows}x{hidden} s")
+            ref.check_scales(s, R.scale_of(amax, round_scale), f"weight {rows}x{hidden} s")
             per = s.double().repeat_interleave(128, 0).repeat_interleave(128, 1)[:rows]
             ref.check_q(q, w.double(), per, f"weight {rows}x{hidden} q")

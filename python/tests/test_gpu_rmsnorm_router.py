@@ -77,6 +77,7 @@ def padded(y64):
 @pytest.mark.parametrize("case", CASES)
 def test_forward(seed, case, precision):
     torch = torch_cuda()
+    from lingen import _torchref as R
     m, k, n = case
     if precision != "bf16" and m * k * n > 1 << 31 and m != 8192:
         pytest.skip("the target shape covers the big ones")
@@ -94,7 +95,7 @@ def test_forward(seed, case, precision):
     if precision == "bf16":  # exactly router_gemm's of the y written, but for fp32 sums
         check_abs(logits, y.double() @ rw.double().T, 5e-5, "logits vs the y written")
     yp = padded(y64)
-    s_ref = ref.rowwise(yp, True)
+    s_ref = R.row_scales(yp, True)
     ref.check_scales(s, s_ref, "s")
     per = s.double().T.repeat_interleave(128, dim=1)[:, :k]
     ref.check_q(q, y64, per, "q")
@@ -103,16 +104,17 @@ def test_forward(seed, case, precision):
 @pytest.mark.parametrize("case", [(8192, 2048, 256), (127, 7168, 256), (1000, 2048, 160)])
 def test_both_copies(seed, case):
     torch = torch_cuda()
+    from lingen import _torchref as R
     m, k, n = case
     x, w, rw = inputs(torch, seed, m, k, n)
     for round_scale in (True, False):
         y, rms, logits, q, s, qt, st = lingen.rmsnorm_router(x, w, rw, output="both",
                                                              round_scale=round_scale)
         y64, _ = ref.rmsnorm(x, w)
-        ref.check_scales(s, ref.rowwise(y64, round_scale), "s")
-        ref.check_scales(st, ref.colwise(y64, round_scale), "st")
+        ref.check_scales(s, R.row_scales(y64, round_scale), "s")
+        ref.check_scales(st, R.col_scales(y64, round_scale), "st")
         per = st.double().repeat_interleave(128, dim=0)[:m]
-        assert qt.shape == (k, ref.pitch(m))  # rows round_up(m, 16) apart, zeros past m
+        assert qt.shape == (k, R.pitch(m))  # rows round_up(m, 16) apart, zeros past m
         ref.check_q(qt[:, :m].T, y64, per, "qt")
         assert not qt[:, m:].view(torch.uint8).any(), "qt: the tail past the tokens not 0"
 

@@ -27,17 +27,10 @@ def swiglu64(torch, x, g=None, p=None):
 
 
 def quant_experts(torch, y, counts):
-    """lingen.benches.quant.torch_quant of each expert's rows, laid out
-    per expert (docs/kernels.md 1.3): (q, s flat, qt flat, st rows)."""
-    from lingen.benches.quant import torch_quant
-    qs, ss, qts, sts = [], [], [], []
-    start = 0
-    for c in counts:
-        if c:
-            q, s, qt, st = torch_quant(torch, y[start:start + c].contiguous(), pitch=1)
-            qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
-        start += c
-    return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
+    """The torch quantiser of each expert's rows (power-of-two scales), laid
+    out per expert (docs/kernels.md 1.3): (q, s flat, qt flat, st rows)."""
+    from lingen import _torchref
+    return _torchref.experts_quant_loop(y, counts)
 
 
 def same_payloads(torch, got, want, what, scales=None):
@@ -68,17 +61,17 @@ K7_CASES = [(8192, 512), (8192, 2048), (1, 512), (129, 128), (333, 384)]
 @pytest.mark.parametrize("m,n", K7_CASES)
 def test_k7_forward_backward(m, n):
     torch = torch_cuda()
-    from lingen.benches.quant import torch_quant
+    from lingen._torchref import quant
     gen = torch.Generator(device="cuda").manual_seed(m * 31 + n)
     x = (torch.randn(m, 2 * n, generator=gen, device="cuda") * 2).bfloat16()
     g = torch.randn(m, n, generator=gen, device="cuda").bfloat16()
     q, s, qt, st = lingen.swiglu_quant(x)
-    rq, rs, rqt, rst = torch_quant(torch, swiglu64(torch, x).float())
+    rq, rs, rqt, rst = quant(swiglu64(torch, x).float())
     same_payloads(torch, q, rq, "q", (s, rs)), same_payloads(torch, qt, rqt, "qt", (st, rst))
     same_scales(torch, s, rs, "s"), same_scales(torch, st, rst, "st")
     dxq, dxs, dxqt, dxst, dx = lingen.swiglu_quant_backward(g, x, dx_bf16=True)
     rdx, _ = swiglu64(torch, x, g)
-    rq, rs, rqt, rst = torch_quant(torch, rdx.float())
+    rq, rs, rqt, rst = quant(rdx.float())
     same_payloads(torch, dxq, rq, "dxq", (dxs, rs))
     same_payloads(torch, dxqt, rqt, "dxqt", (dxst, rst))
     same_scales(torch, dxs, rs, "dxs"), same_scales(torch, dxst, rst, "dxst")

@@ -10,7 +10,8 @@ import pytest
 torch = pytest.importorskip("torch")
 import lingen.optim  # noqa: E402
 from lingen.nn import Fp8Linear, MoE  # noqa: E402
-from lingen.nn import _k, _quant as Q  # noqa: E402
+from lingen import _torchref as Q  # noqa: E402
+from lingen.nn import _k  # noqa: E402
 
 
 def _model(seed=0):

@@ -3,6 +3,7 @@ sm_90a): lingen beside the dequantised fp32 product (eager), torch.mm in
 bf16 and, for the dense forward, torch._scaled_mm with blockwise scales.
 tools/fp8_gemm_bench.py holds the fuller table (bench/fp8-gemm.md)."""
 from . import Case, Setup
+from .quant import _ref
 
 
 def _fp8(env, *shape):
@@ -13,15 +14,6 @@ def _scale(env, *shape):
     return (0.5 + env.randn(*shape).float().abs().clamp(max=1.0)).contiguous()
 
 
-def _deq_rows(torch, q, s):
-    return q.float() * s.t().repeat_interleave(128, dim=1)[:, :q.shape[1]]
-
-
-def _deq_tiles(torch, q, s):
-    full = s.repeat_interleave(128, dim=-2).repeat_interleave(128, dim=-1)
-    return q.float() * full[..., :q.shape[-2], :q.shape[-1]]
-
-
 def _dense(env, m, n, k):
     import lingen as lg
     torch = env.torch
@@ -29,8 +21,8 @@ def _dense(env, m, n, k):
     w, ws = _fp8(env, n, k), _scale(env, (n + 127) // 128, (k + 127) // 128)
     xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
     impls = {"lingen": lambda: lg.fp8_gemm(x, xs, w, ws),
-             "eager": lambda: (_deq_rows(torch, x, xs)
-                               @ _deq_tiles(torch, w, ws).t()).to(torch.bfloat16),
+             "eager": lambda: (_ref().deq_rowwise(x, xs)
+                               @ _ref().deq_weight(w, ws).t()).to(torch.bfloat16),
              "torch.mm": lambda: torch.mm(xb, wb.t())}
     if k % 128 == 0 and n % 128 == 0:
         impls["_scaled_mm"] = lambda: torch._scaled_mm(x, w.t(), scale_a=xs.t(), scale_b=ws.t(),
@@ -51,9 +43,9 @@ def _grouped(env, e, m, n, k):
         # equal counts c: expert i's scales are the [kb, c] block at element i c kb
         c, kb = m // e, xs.shape[0]
         flat = xs.flatten()
-        xd = torch.cat([_deq_rows(torch, x[i * c:(i + 1) * c], flat[i * c * kb:(i + 1) * c * kb]
-                                  .view(kb, c)) for i in range(e)])
-        wd = _deq_tiles(torch, w, ws)
+        xd = torch.cat([_ref().deq_rowwise(x[i * c:(i + 1) * c], flat[i * c * kb:(i + 1) * c * kb]
+                                           .view(kb, c)) for i in range(e)])
+        wd = _ref().deq_weight(w, ws)
         y = torch.cat([xd[i * c:(i + 1) * c] @ wd[i].t() for i in range(e)])
         return y.to(torch.bfloat16)
     impls = {"lingen": lambda: lg.fp8_grouped_gemm(x, xs, w, ws, counts), "eager": eager,

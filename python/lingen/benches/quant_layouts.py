@@ -5,7 +5,7 @@ experts (what linghe's tests compare with), counts copied to the host once
 at setup (lingen reads them on the device); the weight quantiser in
 128 x 128 tiles. linghe has no H200 figure for these in docs/performance.md."""
 from . import Case, Setup
-from .quant import dequant, pow2, torch_quant
+from .quant import _ref
 
 
 def _counts(torch, gen, tokens, experts):
@@ -16,33 +16,13 @@ def _counts(torch, gen, tokens, experts):
 
 
 def batched_quant(torch, x, counts):
-    """Per expert: torch_quant of its rows, concatenated as docs/kernels.md 1.3."""
-    qs, ss, qts, sts = [], [], [], []
-    start = 0
-    for c in counts:
-        if c:
-            q, s, qt, st = torch_quant(torch, x[start:start + c].float(), pitch=1)
-            qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
-        start += c
-    return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
+    """Per expert: the quantiser of its rows, concatenated as docs/kernels.md 1.3."""
+    return _ref().experts_quant_loop(x, counts)
 
 
 def dequant_batched(torch, counts, q, s, qt, st):
     """Both per-expert copies back to [tokens, hidden] fp32 (x's row order)."""
-    t, h = q.shape[0], q.shape[1]
-    sf, qtf = s.reshape(-1), qt.reshape(-1)
-    rows, cols = [], []
-    start, trow = 0, 0
-    for c in counts:
-        if c:
-            nt = (c + 127) // 128
-            r, col = dequant(torch, q[start:start + c], sf[start * h // 128:(start + c) * h // 128]
-                             .view(h // 128, c), qtf[start * h:(start + c) * h].view(h, c),
-                             st[trow:trow + nt])
-            rows.append(r), cols.append(col)
-            trow += nt
-        start += c
-    return torch.cat(rows), torch.cat(cols)
+    return _ref().deq_experts(counts, q, s, qt, st)
 
 
 def _batched(env, t, h, e, aligned=False):
@@ -61,11 +41,7 @@ def _batched(env, t, h, e, aligned=False):
 
 
 def weight_quant(torch, w):
-    n, k = w.shape
-    b = w.float().view(n // 128, 128, k // 128, 128)
-    s = pow2(torch, b.abs().amax(dim=(1, 3)))
-    q = (b / s[:, None, :, None]).view(n, k).to(torch.float8_e4m3fn)
-    return q, s
+    return _ref().weight(w, round_scale=True, transposed=False)
 
 
 def _weight(env, n, k):
@@ -73,9 +49,8 @@ def _weight(env, n, k):
     w = env.randn(n, k) * 0.02
     fn = env.compiled(weight_quant)
 
-    def norm(r):
-        q, s = r
-        return (q.float() * s.repeat_interleave(128, 0).repeat_interleave(128, 1),)
+    def norm(r):  # (q, s), and lingen's (q, s, qt, st) with the transposed copy declared
+        return (_ref().deq_weight(r[0], r[1]),)
     return Setup({"lingen": lambda: lt.fp8_quant_weight(w),
                   "eager": lambda: weight_quant(torch, w),
                   "compile": lambda: fn(w)}, (w,), norm)

@@ -5,7 +5,7 @@ the fused RMSNorm + router GEMM + rowwise FP8 (K3b) beside its eager
 composition (F.rms_norm, an fp32 mm, the rowwise quantiser) and the same
 with cuBLAS's bf16 GEMM (torch.mm)."""
 from . import Case, Setup
-from .quant import dequant, pow2
+from .quant import _ref, dequant
 
 # linghe on one H200 (docs/performance.md): (kernel, shape) -> us
 LINGHE_US = {("router fwd", "8192x2048x256"): 37.0, ("router bwd", "8192x2048x256"): 178.4}
@@ -51,16 +51,14 @@ def rmsnorm_router(torch, x, w, rw, eps=1e-6, bf16_mm=False):
     """Eager K3b: y = F.rms_norm in fp32 (written as bf16), rms, logits of
     the bf16 y in fp32 (bf16_mm: cuBLAS's bf16 GEMM, bf16 logits), and the
     rowwise copy of fp32 y (pow2 scales)."""
-    t, h = x.shape
+    h = x.shape[1]
     xf = x.float()
     rms = torch.rsqrt(xf.square().mean(-1) + eps)
     y32 = torch.nn.functional.rms_norm(xf, (h,), w.float(), eps)
     y = y32.to(x.dtype)
     logits = torch.mm(y, rw.T) if bf16_mm else torch.mm(y.float(), rw.float().T)
-    b = y32.view(t, h // 128, 128)
-    s = pow2(torch, b.abs().amax(-1))
-    q = (b / s[..., None]).view(t, h).to(torch.float8_e4m3fn)
-    return y, rms, logits, q, s.t().contiguous()
+    q, s = _ref().rowwise(y32)
+    return y, rms, logits, q, s
 
 
 def _fused(env, m, k, n):

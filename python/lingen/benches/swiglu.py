@@ -5,7 +5,7 @@ the PyTorch quantiser of benches.quant; K6 a loop over the experts, as
 linghe's own baseline), torch.compile of the same (K7), and Liger-Kernel's
 SwiGLU (bf16, unquantised) where it is installed."""
 from . import Case, Setup, linghe
-from .quant import dequant, torch_quant
+from .quant import _ref, dequant, torch_quant
 
 # linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
@@ -36,15 +36,8 @@ def swiglu_bwd(torch, g, x):
 
 
 def per_expert(torch, y, counts):
-    """torch_quant of each expert's rows, concatenated (docs/kernels.md 1.3)."""
-    qs, ss, qts, sts = [], [], [], []
-    start = 0
-    for c in counts:
-        if c:
-            q, s, qt, st = torch_quant(torch, y[start:start + c].contiguous(), pitch=1)
-            qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
-        start += c
-    return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
+    """The quantiser of each expert's rows, concatenated (docs/kernels.md 1.3)."""
+    return _ref().experts_quant_loop(y, counts)
 
 
 def _flat_norm(rows):

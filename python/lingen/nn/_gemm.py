@@ -1,6 +1,6 @@
 """The one seam between lingen.nn and the FP8 GEMMs: every FP8 GEMM of the
 layers is one of the six functions below, taking the quantised operands in
-the quantisers' layouts (docs/kernels.md 1.3; lingen.nn._quant lists them).
+the quantisers' layouts (docs/kernels.md 1.3; lingen._torchref lists them).
 
 When lingen has the FP8 GEMM families (lingen.fp8_gemm, fp8_gemm_dgrad,
 fp8_gemm_wgrad; lingen.fp8_grouped_gemm*), the functions call them.
@@ -26,7 +26,7 @@ import warnings
 
 import torch
 
-from . import _quant as Q
+from .. import _torchref as Q
 
 _DENSE = ("fp8_gemm", "fp8_gemm_dgrad", "fp8_gemm_wgrad")
 _GROUPED = ("fp8_grouped_gemm", "fp8_grouped_gemm_dgrad", "fp8_grouped_gemm_wgrad")

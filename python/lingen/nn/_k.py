@@ -11,7 +11,7 @@ a GPU and torch autograd on the CPU."""
 import torch
 import torch.nn.functional as F
 
-from . import _quant as Q
+from .. import _torchref as Q
 
 
 def on_cpu(t):
@@ -40,9 +40,7 @@ def rms_norm(x, w, eps, plain=False):
 def quant(x, output="both"):
     """(q, s, qt, st) of x [M, K] bf16 (the copies output leaves out None)."""
     if on_cpu(x):
-        q, s = Q.rowwise(x) if output != "columnwise" else (None, None)
-        qt, st = Q.colwise(x) if output != "rowwise" else (None, None)
-        return q, s, qt, st
+        return Q.quant(x, output=output)
     return _lt().fp8_quant(x, output=output)
 
 

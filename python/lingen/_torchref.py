@@ -1,18 +1,27 @@
-"""Blockwise FP8 (docs/kernels.md 1.3) in plain torch, in the quantisers'
-layouts: the CPU path of lingen.nn's quantising steps, and the dequantisers
-the GEMM emulation (lingen.nn._gemm) reads the copies back with.
+"""The torch form of lingen's kernels' math, in one place: what lingen.nn
+runs on the CPU, what the benches time as the eager / torch.compile peer,
+and what python/tests compares the kernels with. Blockwise FP8 (e4m3) as
+docs/kernels.md 1.2-1.3 and the C references (gen/ref/quant_ref.c,
+numeric_ref.c) state it, bit for bit with the C references:
+
+- the scale of a block of absolute maximum amax: s = max(amax / 448,
+  1e-30) in fp32 (float64 where amax is float64: the GPU tests' float64
+  references); round_scale: 2^ceil(log2 s) (exact, by the exponent);
+- the payload e4m3(v / s), v the fp32 value (round to nearest even);
+- a partial last block takes its amax over its real rows (absent rows 0).
 
 Layouts (as lingen's kernels write them):
 - rowwise x [M, K]: q [M, K] e4m3, s [K/128, M] fp32 (1 x 128 blocks);
 - columnwise: qt [K, round_up(M, 16)] e4m3 (rows 16-byte aligned for the
   wgrad's TMA, zeros past M), st [cdiv(M, 128), K] fp32 (128 x 1 blocks);
-- weight w [N, K]: q [N, K], s [cdiv(N, 128), cdiv(K, 128)] (128 x 128 tiles);
+- weight w [N, K]: q [N, K], s [cdiv(N, 128), cdiv(K, 128)] (128 x 128
+  tiles), the transposed copy qt [K, N], st [cdiv(K, 128), cdiv(N, 128)];
 - per expert (segments of rows given by counts [E], any counts; each
   segment quantised as a tensor of its own): s flat, expert e's [K/128,
   c_e] block at K/128 * off_e; qt flat, expert e's [K, c_e] block at K *
-  off_e; st [cdiv(M, 128) + E, K], expert e's cdiv(c_e, 128) rows (its
-  128-row blocks from its first row) at row sum of cdiv(c_e', 128) over
-  the experts before it.
+  off_e (no padding); st [cdiv(M, 128) + E, K], expert e's cdiv(c_e, 128)
+  rows (its 128-row blocks from its first row) at row sum of cdiv(c_e',
+  128) over the experts before it.
 """
 import torch
 
@@ -21,54 +30,90 @@ FMAX = 448.0
 BLOCK = 128
 
 
+def _wide(x):
+    """x as fp32, or as it is when float64."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
 def scale_of(amax, round_scale=True):
-    """The fp32 scale of a block of absolute maximum amax."""
-    s = (amax.float() / FMAX).clamp(min=1e-30)
-    if round_scale:  # 2^ceil(log2 s)
+    """The scale of a block of absolute maximum amax (fp32; float64 for a
+    float64 amax)."""
+    s = (_wide(amax) / FMAX).clamp(min=1e-30)
+    if round_scale:  # 2^ceil(log2 s) by the exponent (log2 of 2^k need not be exact)
         m, e = torch.frexp(s)
-        s = torch.where(m == 0.5, s, torch.ldexp(torch.ones_like(s), e))
+        s = torch.where((m == 0.5) | torch.isinf(s), s, torch.ldexp(torch.ones_like(s), e))
     return s
 
 
-def _q(x, s_full):
-    return (x.float() / s_full).clamp(-FMAX, FMAX).to(E4M3)
+def quantize(x, s):
+    """e4m3(x / s), x as fp32 (s broadcast to x; never past 448 since s >=
+    amax / 448)."""
+    return (x.float() / s).to(E4M3)
+
+
+def pitch(m, multiple=16):
+    """round_up(m, multiple): the row pitch of a columnwise copy of m tokens
+    (the dense quantisers' 16; an expert's block in the per-expert layout 1)."""
+    return -(-m // multiple) * multiple
+
+
+def row_scales(x, round_scale=True):
+    """s [K/128, M] of x [M, K] (1 x 128 blocks; float64 for a float64 x)."""
+    m, k = x.shape
+    return scale_of(_wide(x).view(m, k // BLOCK, BLOCK).abs().amax(-1), round_scale).t()
+
+
+def _padded_rows(x):
+    m, k = x.shape
+    nb = -(-m // BLOCK)
+    return torch.nn.functional.pad(_wide(x), (0, 0, 0, nb * BLOCK - m)).view(nb, BLOCK, k)
+
+
+def col_scales(x, round_scale=True):
+    """st [cdiv(M, 128), K] of x [M, K] (128 x 1 blocks, a last partial
+    block's missing rows counting as 0; float64 for a float64 x)."""
+    return scale_of(_padded_rows(x).abs().amax(1), round_scale)
 
 
 def rowwise(x, round_scale=True):
     """(q [M, K], s [K/128, M]) of x [M, K] (K a multiple of 128)."""
     m, k = x.shape
-    b = x.float().view(m, k // BLOCK, BLOCK)
-    s = scale_of(b.abs().amax(-1), round_scale)  # [M, K/128]
-    return _q(b, s[..., None]).view(m, k), s.t().contiguous()
+    xf = x.float()
+    s = row_scales(xf, round_scale)
+    return quantize(xf.view(m, k // BLOCK, BLOCK), s.t()[..., None]).view(m, k), s.contiguous()
 
 
-def pitch(m):
-    """round_up(m, 16): the row pitch of a columnwise copy of m tokens."""
-    return -(-m // 16) * 16
-
-
-def colwise(x, round_scale=True):
-    """(qt [K, round_up(M, 16)], st [cdiv(M, 128), K]) of x [M, K], a last
-    partial block of rows counting the missing rows as 0 (qt's columns past
-    M: zeros, as the kernels write them)."""
+def colwise(x, round_scale=True, multiple=16):
+    """(qt [K, round_up(M, multiple)], st [cdiv(M, 128), K]) of x [M, K]
+    (qt's columns past M: zeros, as the kernels write them)."""
     m, k = x.shape
-    nb = -(-m // BLOCK)
-    pad = torch.nn.functional.pad(x.float(), (0, 0, 0, nb * BLOCK - m))
-    st = scale_of(pad.view(nb, BLOCK, k).abs().amax(1), round_scale)  # [nb, K]
-    q = _q(pad.view(nb, BLOCK, k), st[:, None, :]).view(nb * BLOCK, k)[:pitch(m)]
+    pad = _padded_rows(x)
+    st = scale_of(pad.abs().amax(1), round_scale)
+    q = quantize(pad, st[:, None, :]).view(-1, k)[:pitch(m, multiple)]
     return q.t().contiguous(), st
 
 
-def weight(w, round_scale=True):
+def quant(x, round_scale=True, output="both", multiple=16):
+    """(q, s, qt, st) of x [M, K] (fp8_quant's layouts; output "rowwise" or
+    "columnwise": the other copy None)."""
+    q, s = rowwise(x, round_scale) if output != "columnwise" else (None, None)
+    qt, st = colwise(x, round_scale, multiple) if output != "rowwise" else (None, None)
+    return q, s, qt, st
+
+
+def weight(w, round_scale=True, transposed=True):
     """(q [N, K], s [cdiv(N, 128), cdiv(K, 128)], qt [K, N], st) of w [N, K]
-    in 128 x 128 tiles (the transposed copy: the same tiles transposed)."""
+    in 128 x 128 tiles (the transposed copy: the same tiles transposed);
+    transposed=False: (q, s), as lingen.fp8_quant_weight."""
     n, k = w.shape
     bn, bk = -(-n // BLOCK), -(-k // BLOCK)
     pad = torch.nn.functional.pad(w.float(), (0, bk * BLOCK - k, 0, bn * BLOCK - n))
     t = pad.view(bn, BLOCK, bk, BLOCK)
     s = scale_of(t.abs().amax(dim=(1, 3)), round_scale)
-    q = _q(t, s[:, None, :, None]).view(bn * BLOCK, bk * BLOCK)[:n, :k]
-    return q.contiguous(), s, q.t().contiguous(), s.t().contiguous()
+    q = quantize(t, s[:, None, :, None]).view(bn * BLOCK, bk * BLOCK)[:n, :k].contiguous()
+    if not transposed:
+        return q, s
+    return q, s, q.t().contiguous(), s.t().contiguous()
 
 
 def weight_experts(w, round_scale=True):
@@ -144,11 +189,26 @@ def experts_quant(x, counts, round_scale=True):
     xf = x.float()
     amax = xf.new_zeros(rows + 1, k).index_reduce_(0, blk, xf.abs(), "amax")
     st = scale_of(amax, round_scale)
-    qt_rows = _q(xf, st[blk])  # [M, K] in x's row order, each row with its block's scales
+    qt_rows = quantize(xf, st[blk])  # [M, K] in x's row order, each row with its block's scales
     idx_t, _ = _flat_index(counts, m, k, 1)
     qt = torch.zeros(k * m + 1, dtype=torch.uint8, device=x.device)
     qt = qt.scatter(0, idx_t.reshape(-1), qt_rows.view(torch.uint8).reshape(-1))[:-1]
     return q, s, qt.view(E4M3).view(k, m), st[:rows]
+
+
+def experts_quant_loop(x, counts, round_scale=True):
+    """experts_quant as a loop over the experts (counts a list of ints: what
+    linghe's tests compare with): (q [sum, K], s flat, qt flat, st [sum of
+    cdiv(c_e, 128), K]), each expert's copies by rowwise and colwise
+    (pitch 1), concatenated (the layouts' flat order)."""
+    qs, ss, qts, sts = [], [], [], []
+    start = 0
+    for c in counts:
+        if c:
+            q, s, qt, st = quant(x[start:start + c], round_scale, multiple=1)
+            qs.append(q), ss.append(s.reshape(-1)), qts.append(qt.reshape(-1)), sts.append(st)
+        start += c
+    return torch.cat(qs), torch.cat(ss), torch.cat(qts), torch.cat(sts)
 
 
 # ------------------------------------------------------- dequantise
@@ -191,3 +251,20 @@ def deq_experts_colwise(qt, st, counts, dtype=torch.float32):
     blk, _ = _col_blocks(counts, m)
     x = x * st.to(dtype)[blk.clamp(max=st.shape[0] - 1)]
     return torch.where(valid[:, None], x, torch.zeros((), dtype=dtype, device=qt.device))
+
+
+def deq_copies(q, s, qt, st, dtype=torch.float32):
+    """(rows, cols): both copies of fp8_quant's layouts back to x [M, K] (a
+    copy left out: None; cols without q: [round_up(M, 16), K])."""
+    rows = None if q is None else deq_rowwise(q, s, dtype)
+    cols = None if qt is None else deq_colwise(qt, st, dtype, None if q is None else q.shape[0])
+    return rows, cols
+
+
+def deq_experts(counts, q, s, qt, st, dtype=torch.float32):
+    """(rows, cols): both per-expert copies back to x [M, K] (counts [E]
+    or a list of ints)."""
+    if not torch.is_tensor(counts):
+        counts = torch.tensor(counts, dtype=torch.int32, device=q.device)
+    return (deq_experts_rowwise(q, s, counts, dtype),
+            deq_experts_colwise(qt.reshape(q.shape[1], -1), st, counts, dtype))
