@@ -268,3 +268,251 @@ def deq_experts(counts, q, s, qt, st, dtype=torch.float32):
         counts = torch.tensor(counts, dtype=torch.int32, device=q.device)
     return (deq_experts_rowwise(q, s, counts, dtype),
             deq_experts_colwise(qt.reshape(q.shape[1], -1), st, counts, dtype))
+
+
+# --------------------------------------------------- RMSNorm (K1, K1b)
+#
+# The forms below compute in fp32 (float64 for float64 inputs), as the
+# kernels do (docs/kernels.md: fp32 accumulation, eps inside the root,
+# bf16 outputs rounded once from fp32, and an FP8 copy quantised from the
+# fp32 value, never from a bf16 one); differentiable by torch autograd.
+
+def rms_norm_fp32(x, w, eps=1e-6):
+    """(y, r): y = x * r * w in fp32 with r = rsqrt(mean(x^2) + eps) over
+    the last dimension (r [...], fp32)."""
+    xf = _wide(x)
+    r = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
+    return xf * r * w.to(xf.dtype), r.squeeze(-1)
+
+
+def rms_norm(x, w, eps=1e-6):
+    """(y in x's dtype, r [...] fp32): RMSNorm's forward (K1b)."""
+    y, r = rms_norm_fp32(x, w, eps)
+    return y.to(x.dtype), r
+
+
+def rms_norm_backward(dy, x, w, r):
+    """(dx in x's dtype, dw fp32 [H]) of dy, x [T, H] and the forward's r [T]."""
+    xf, g = _wide(x), _wide(dy)
+    r = r[:, None]
+    gw = g * w.to(xf.dtype)
+    dot = (xf * gw).sum(-1, keepdim=True)
+    dx = r * gw - r * r * r * xf * dot / x.shape[-1]
+    return dx.to(x.dtype), (g * xf * r).sum(0)
+
+
+def rms_norm_quant(x, w, eps=1e-6, round_scale=True):
+    """(q, s, r, qt, st) of x [T, H] (K1: the copies of the fp32 y)."""
+    y, r = rms_norm_fp32(x, w, eps)
+    q, s, qt, st = quant(y, round_scale)
+    return q, s, r, qt, st
+
+
+def group_rms_norm_gate(x, gate, w, groups, eps=1e-6):
+    """y [L, B, dim] in x's dtype = group RMSNorm(x [B, L, dim]) * w *
+    sigmoid(gate [L, B, dim]) (K8), in fp32."""
+    b, l, dim = x.shape
+    xg = _wide(x).view(b, l, groups, dim // groups)
+    y = (xg * torch.rsqrt(xg.square().mean(-1, keepdim=True) + eps)).view(b, l, dim)
+    return ((y * w.to(y.dtype)).transpose(0, 1) * torch.sigmoid(_wide(gate))).to(x.dtype)
+
+
+# ------------------------------------------------ router GEMM (K3)
+
+def router_gemm(x, w):
+    """fp32 logits x . w^T of x [T, H] and w [E, H] (upcast copies)."""
+    return x.float() @ w.float().t()
+
+
+def router_gemm_backward(dy, x, w):
+    """(dx in x's dtype, dw fp32) of fp32 dy [T, E]."""
+    return (dy @ w.float()).to(x.dtype), dy.t() @ x.float()
+
+
+# ------------------------------------------------ q/k norm + RoPE (K2)
+
+def qk_norm_rope(qkv, qw, kw, freqs, q_heads, kv_heads, eps=1e-6, rotary_fraction=0.5,
+                 interleaved=False, transposed=False, silu=False, mscale=1.0):
+    """(q [B, S, H, D], k, v [B, S, h, D]) in qkv's dtype of qkv [B, S,
+    (H + 2h) D] ([S, B, .] when transposed; heads per kv group [H/h q, k,
+    v] when interleaved, else q | k | v): q and k RMSNorm over D (weights
+    qw, kw [D]), then rotate-half RoPE over the first R = rotary_fraction
+    * D of each head by the angles freqs[s, :R/2] (freqs [S, >= R/2], the
+    cat(f, f) layout's first half), cos and sin times mscale; silu: SiLU
+    on qkv first. In fp32 (float64 for float64 qkv)."""
+    x = _wide(qkv.transpose(0, 1) if transposed else qkv)
+    b, s, width = x.shape
+    heads = q_heads + 2 * kv_heads
+    d = width // heads
+    x = x.reshape(b, s, heads, d)
+    if silu:
+        x = x * torch.sigmoid(x)
+    if interleaved:
+        per = q_heads // kv_heads
+        g = x.view(b, s, kv_heads, per + 2, d)
+        q, k, v = g[:, :, :, :per].reshape(b, s, q_heads, d), g[:, :, :, per], g[:, :, :, per + 1]
+    else:
+        q, k, v = x.split([q_heads, kv_heads, kv_heads], 2)
+    half = int(rotary_fraction * d) // 2
+    ang = freqs[:s, :half].to(x.dtype)
+    c, sn = ang.cos()[None, :, None] * mscale, ang.sin()[None, :, None] * mscale
+
+    def norm_rope(u, wt):
+        y = u * torch.rsqrt(u.square().mean(-1, keepdim=True) + eps) * wt.to(x.dtype)
+        a, z = y[..., :half], y[..., half:2 * half]
+        return torch.cat([a * c - z * sn, z * c + a * sn, y[..., 2 * half:]], -1).to(qkv.dtype)
+    return norm_rope(q, qw), norm_rope(k, kw), v.to(qkv.dtype).contiguous()
+
+
+# ------------------------------------------------- SwiGLU (K6, K7)
+
+def swiglu(x, prob=None):
+    """y [..., n] fp32 = silu(gate) * up (* prob per row) of x [..., 2n] =
+    [gate | up] (prob [rows] or [rows, 1])."""
+    n = x.shape[-1] // 2
+    a, u = _wide(x[..., :n]), _wide(x[..., n:])
+    y = a * torch.sigmoid(a) * u
+    return y if prob is None else y * _wide(prob).reshape(y.shape[:-1] + (1,))
+
+
+def swiglu_backward(g, x, prob=None):
+    """(dx [..., 2n] fp32, dprob [rows] fp32) of dy = g [..., n]: dgate = g
+    p u s (1 + a (1 - s)), dup = g p silu(a) (s = sigmoid(a), p = prob or
+    1), dprob = sum of g silu(a) u over the row."""
+    n = x.shape[-1] // 2
+    a, u, gf = _wide(x[..., :n]), _wide(x[..., n:]), _wide(g)
+    s = torch.sigmoid(a)
+    gp = gf if prob is None else gf * _wide(prob).reshape(gf.shape[:-1] + (1,))
+    dx = torch.cat([gp * u * s * (1 + a * (1 - s)), gp * a * s], -1)
+    return dx, (a * s * u * gf).sum(-1)
+
+
+def swiglu_quant(x, round_scale=True):
+    """(q, s, qt, st) of swiglu(x) (K7's forward: the fp32 y quantised)."""
+    return quant(swiglu(x), round_scale)
+
+
+def swiglu_quant_backward(g, x, round_scale=True):
+    """(q, s, qt, st) of K7's fp32 dx."""
+    return quant(swiglu_backward(g, x)[0], round_scale)
+
+
+def batch_swiglu_quant(x, prob, counts, round_scale=True):
+    """(q, s, qt, st) of swiglu(x, prob) quantised per expert (K6)."""
+    return experts_quant(swiglu(x, prob), counts, round_scale)
+
+
+def batch_swiglu_quant_backward(g, x, prob, counts, round_scale=True):
+    """(q, s, qt, st, dprob [rows]) of K6's fp32 dx, quantised per expert."""
+    dx, dprob = swiglu_backward(g, x, prob)
+    return (*experts_quant(dx, counts, round_scale), dprob)
+
+
+# ---------------------------------------------- cross entropy (K9)
+
+def _labels(y, ignore_index):
+    live = torch.ones_like(y, dtype=torch.bool) if ignore_index is None else y != ignore_index
+    return torch.where(live, y, 0).long()[:, None], live
+
+
+def cross_entropy_forward(x, y, ignore_index=None):
+    """(loss, S, m) per row of logits x [rows, V] in fp32: m = max x, S =
+    sum exp(x - m), loss = log S + m - x_y (0 on a row whose label is
+    ignore_index)."""
+    xf = _wide(x)
+    m = xf.max(-1).values
+    s = torch.exp(xf - m[:, None]).sum(-1)
+    yy, live = _labels(y, ignore_index)
+    loss = torch.log(s) + m - xf.gather(1, yy)[:, 0]
+    return torch.where(live, loss, 0.0), s, m
+
+
+def cross_entropy_backward(x, y, s, m, g, ignore_index=None):
+    """(softmax - onehot(y)) * g per row in x's dtype (g [rows], or [1]
+    for every row; 0 on ignored rows)."""
+    p = torch.exp(_wide(x) - m[:, None]) / s[:, None]
+    yy, live = _labels(y, ignore_index)
+    p = p.scatter_add(1, yy, -torch.ones_like(p[:, :1]))
+    return torch.where(live[:, None], p * g.reshape(-1, 1), 0.0).to(x.dtype)
+
+
+def cross_entropy_fused(x, y, g=None, ignore_index=None):
+    """(loss, grad) of the fused forward (g None: 1 for every row)."""
+    loss, s, m = cross_entropy_forward(x, y, ignore_index)
+    return loss, cross_entropy_backward(x, y, s, m, torch.ones_like(s) if g is None else g,
+                                        ignore_index)
+
+
+# -------------------------------------- MoE row map, permute (K4, K5)
+#
+# Without host synchronisation (no nonzero): lingen.nn's CPU path runs
+# them under torch.compile(fullgraph=True).
+
+def rows_bound(tokens, top_k, experts, multiple):
+    """R, the padded rows' bound: tokens * top_k + experts * (multiple - 1)."""
+    return tokens * top_k + experts * (multiple - 1)
+
+
+def row_map(mask, top_k, multiple=16):
+    """(row_id_map [T, E] int32, counts [E], offsets [E + 1], row_index [R],
+    padded_counts [E]) of the routing mask [T, E] (bool or 0 / 1): each
+    expert's tokens in token order from offsets[e] (its count padded to a
+    multiple of multiple), -1 where not routed; row_index: each row's
+    token, -1 on padding rows (moe_row_map)."""
+    t, experts = mask.shape
+    m = (mask != 0).to(torch.int32)
+    counts = m.sum(0, dtype=torch.int32)
+    padded = (counts + multiple - 1) // multiple * multiple
+    offsets = torch.nn.functional.pad(torch.cumsum(padded, 0, dtype=torch.int32), (1, 0))
+    rank = torch.cumsum(m, 0, dtype=torch.int32) - m
+    rid = torch.where(m > 0, offsets[:-1][None, :] + rank, -1).to(torch.int32)
+    rows = rows_bound(t, top_k, experts, multiple)
+    tok = torch.arange(t, dtype=torch.int32, device=mask.device)[:, None].expand(t, experts)
+    dest = torch.where(rid >= 0, rid, rows).long().reshape(-1)
+    row_index = torch.full((rows + 1,), -1, dtype=torch.int32, device=mask.device).scatter(
+        0, dest, tok.reshape(-1))
+    return rid, counts, offsets, row_index[:rows].contiguous(), padded
+
+
+def row_map_topk(topk, experts, multiple=16):
+    """row_map of top-k indices [T, k] (each token's k distinct experts)."""
+    mask = torch.zeros(topk.shape[0], experts, dtype=torch.int32, device=topk.device)
+    return row_map(mask.scatter(1, topk.long(), 1), topk.shape[1], multiple)
+
+
+def row_experts(row_index, padded):
+    """(expert [R], real [R]): each padded row's expert and whether it holds
+    a token."""
+    e, _, _, valid = _segments(padded, row_index.shape[0])
+    return e, valid & (row_index >= 0)
+
+
+def permute(x, probs, row_index, padded):
+    """(rows [R, H], rows_probs [R]): x[t] and probs[t, e] at each of token
+    t's rows (e the row's expert), zeros on padding rows; differentiable."""
+    e, real = row_experts(row_index, padded)
+    tok = row_index.clamp(min=0).long()
+    rows = torch.where(real[:, None], x[tok], torch.zeros((), dtype=x.dtype, device=x.device))
+    return rows, None if probs is None else torch.where(real, probs[tok, e], 0.0)
+
+
+def permute_quant(x, probs, row_index, padded, round_scale=True):
+    """(q, s, qt, st, rows_probs) of the permuted rows quantised per
+    expert (K4b, the padded counts as the experts' segments)."""
+    rows, p = permute(x, probs, row_index, padded)
+    return (*experts_quant(rows, padded, round_scale), p)
+
+
+def unpermute(rows, row_index, padded, tokens, dtype=None):
+    """out [tokens, H]: each token's rows summed in fp32 (unweighted), in
+    dtype (rows' when None); differentiable."""
+    _, real = row_experts(row_index, padded)
+    idx = torch.where(real, row_index.long(), tokens)
+    out = rows.new_zeros(tokens + 1, rows.shape[1], dtype=torch.float32)
+    return out.index_add(0, idx, rows.float())[:tokens].to(dtype or rows.dtype)
+
+
+def tokens_to_rows(dout, row_index, padded):
+    """dg [R, H]: dout[t] in each of token t's rows, zeros elsewhere (the
+    unweighted unpermute's backward)."""
+    return permute(dout, None, row_index, padded)[0]

@@ -128,21 +128,27 @@ def test_expert_weights_transposed_copies_from_one_weight(seed):
 def test_fused_producers_give_y_and_its_copies(seed):
     """The producers that hand an Fp8Linear its quantised input (RMSNorm +
     quant before qkv, SwiGLU + quant before the shared expert's down): y
-    differentiable, the copies y's, the layer's result as from y itself."""
+    differentiable, y the fp32 value rounded once, the copies the fp32
+    y's (as the kernels', docs/kernels.md 1.2), the layer's result from
+    them close to the one from y itself."""
     from lingen.nn import _k
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(2, 40, 256, generator=g).bfloat16().requires_grad_()
     w = (1 + torch.randn(256, generator=g) * 0.1).bfloat16()
     lin = ln.Fp8Linear(256, 128)
+    xf = x.detach().float()
+    a, u = xf[..., :128], xf[..., 128:]
     for y, copies, want in (
-            (*_k.rms_norm_quant(x, w, 1e-6), _k.rms_norm(x, w, 1e-6)),
-            (*_k.swiglu_quant_dense(x), torch.nn.functional.silu(x[..., :128]) * x[..., 128:])):
-        assert torch.equal(y, want) and y.requires_grad
-        for a, b in zip(copies, _k.quant(want.detach().reshape(-1, want.shape[-1]))):
-            assert torch.equal(a.view(torch.uint8) if a.dtype == Q.E4M3 else a,
+            (*_k.rms_norm_quant(x, w, 1e-6),
+             xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + 1e-6) * w.float()),
+            (*_k.swiglu_quant_dense(x), a * torch.sigmoid(a) * u)):
+        assert torch.equal(y, want.bfloat16()) and y.requires_grad
+        for c, b in zip(copies, _k.quant(want.reshape(-1, want.shape[-1]))):
+            assert torch.equal(c.view(torch.uint8) if c.dtype == Q.E4M3 else c,
                                b.view(torch.uint8) if b.dtype == Q.E4M3 else b)
         if want.shape[-1] == 256:
-            assert torch.equal(lin(y, copies), lin(want))
+            got, ref = lin(y, copies).float(), lin(y).float()
+            assert (got - ref).norm() <= 0.02 * ref.norm()
 
 
 def test_fp8_linear_matches_bf16(seed):

@@ -9,7 +9,6 @@ Not differentiable here but for rms_norm, qk_norm_rope, router_gemm and
 permute / unpermute (bf16), which are lingen.torch's autograd Functions on
 a GPU and torch autograd on the CPU."""
 import torch
-import torch.nn.functional as F
 
 from .. import _torchref as Q
 
@@ -32,8 +31,7 @@ def _run(name, *a, **k):
 
 def rms_norm(x, w, eps, plain=False):
     if plain or on_cpu(x):
-        xf = x.float()
-        return (xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+        return Q.rms_norm(x, w, eps)[0]
     return _lt().rms_norm(x, w, eps)
 
 
@@ -49,9 +47,9 @@ def rms_norm_quant(x, w, eps):
     copies of y [tokens, H] (rmsnorm_quant: one pass, y never written), y
     differentiable (on the GPU a gradient carrier of no memory: the copies
     are its values; the backward is the RMSNorm's)."""
-    if on_cpu(x):
-        y = rms_norm(x, w, eps)
-        return y, quant(y.detach().reshape(-1, x.shape[-1]))
+    if on_cpu(x):  # the copies of the fp32 y, as the kernel's
+        y = Q.rms_norm_fp32(x, w, eps)[0]
+        return y.to(x.dtype), quant(y.detach().reshape(-1, x.shape[-1]))
     y, q, s, qt, st = _lt().rms_norm_quant_autograd(x, w, eps, output="both")
     return y, (q.view(-1, x.shape[-1]), s, qt, st)
 
@@ -61,10 +59,9 @@ def swiglu_quant_dense(x):
     | up] and the quantised copies of y [tokens, n] (swiglu_quant: one pass
     each way, y never written), y differentiable as rms_norm_quant's."""
     n = x.shape[-1] // 2
-    if on_cpu(x):
-        g, u = x.chunk(2, -1)
-        y = F.silu(g) * u
-        return y, quant(y.detach().reshape(-1, n))
+    if on_cpu(x):  # the copies of the fp32 y, as the kernel's
+        y = Q.swiglu(x)
+        return y.to(x.dtype), quant(y.detach().reshape(-1, n))
     y, q, s, qt, st = _lt().swiglu_quant(x, output="both")
     return y, (q.view(-1, n), s, qt, st)
 
@@ -125,17 +122,8 @@ def quant_weight(w):
 def router_gemm(x, w, plain=False):
     """fp32 logits x . w^T (x [T, H] bf16), differentiable."""
     if plain or on_cpu(x):
-        return x.float() @ w.float().t()
+        return Q.router_gemm(x, w)
     return _lt().router_gemm(x, w)
-
-
-def _rope_cpu(x, w, cos, sin, r, eps):
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps) * w.float()
-    rot, rest = y[..., :r], y[..., r:]
-    x1, x2 = rot[..., :r // 2], rot[..., r // 2:]
-    rot = rot * cos + torch.cat((-x2, x1), -1) * sin
-    return torch.cat((rot, rest), -1).to(x.dtype)
 
 
 def qk_norm_rope(qkv, qw, kw, freqs, q_heads, kv_heads, eps, rotary_fraction, plain=False):
@@ -143,14 +131,7 @@ def qk_norm_rope(qkv, qw, kw, freqs, q_heads, kv_heads, eps, rotary_fraction, pl
     v), q / k RMSNorm over D and rotate-half RoPE on the first
     rotary_fraction * D of each head, freqs [S, R] in the cat(f, f) layout."""
     if plain or on_cpu(qkv):
-        b, s, _ = qkv.shape
-        d = qw.shape[0]
-        x = qkv.view(b, s, q_heads + 2 * kv_heads, d)
-        q, k, v = x.split([q_heads, kv_heads, kv_heads], 2)
-        r = int(rotary_fraction * d)
-        cos, sin = freqs.cos()[None, :, None, :], freqs.sin()[None, :, None, :]
-        return (_rope_cpu(q, qw, cos, sin, r, eps), _rope_cpu(k, kw, cos, sin, r, eps),
-                v.contiguous())
+        return Q.qk_norm_rope(qkv, qw, kw, freqs, q_heads, kv_heads, eps, rotary_fraction)
     return _lt().qk_norm_rope(qkv, qw, kw, freqs, q_heads, kv_heads, eps=eps,
                               rotary_fraction=rotary_fraction, interleaved=False,
                               transposed=False)
@@ -164,13 +145,8 @@ def cross_entropy_grad(logits, labels, g, ignore_index, plain=False):
     lingen's fused K9 forward, in place; under torch.compile, whose tracing
     would not see the kernel's in-place write, into a new tensor)."""
     if plain or on_cpu(logits):
-        z = logits.float()
-        live = labels != ignore_index
-        y = torch.where(live, labels, 0).long()[:, None]
-        lse = torch.logsumexp(z, 1)
-        loss = torch.where(live, lse - z.gather(1, y)[:, 0], 0.0)
-        grad = torch.exp(z - lse[:, None]).scatter_add_(1, y, -torch.ones_like(lse)[:, None])
-        return loss, logits.copy_(torch.where(live[:, None], grad * g, 0.0))
+        loss, grad = Q.cross_entropy_fused(logits, labels, g, ignore_index)
+        return loss, logits.copy_(grad)
     inplace = not torch.compiler.is_compiling()
     loss, _, _, _, grad = _run("cross_entropy_forward", logits, labels, None, g,
                                vocab=logits.shape[1], ignore_index=int(ignore_index),
@@ -194,38 +170,20 @@ def _topk_routing():
     return _routing[0]
 
 
-def rows_bound(tokens, top_k, experts, multiple):
-    return tokens * top_k + experts * (multiple - 1)
+rows_bound = Q.rows_bound
 
 
 def row_map(topk, experts, multiple, plain=False):
     """(row_id_map [T, E], counts [E], offsets [E + 1], row_index [R],
     padded_counts [E]) of top-k indices [T, k] int32 (moe_row_map)."""
-    t, k = topk.shape
+    k = topk.shape[1]
     if not (plain or on_cpu(topk)):
         kind, index = _topk_routing()
         arrays = [None, None, None]
         arrays[index] = topk.int()
         return _run("moe_row_map_forward", *arrays, experts=int(experts), top_k=int(k),
                     multiple=int(multiple), routing=kind)
-    dev = topk.device
-    mask = torch.zeros(t, experts, dtype=torch.int32, device=dev).scatter(1, topk.long(), 1)
-    counts = mask.sum(0, dtype=torch.int32)
-    padded = (counts + multiple - 1) // multiple * multiple
-    offsets = F.pad(torch.cumsum(padded, 0, dtype=torch.int32), (1, 0))
-    rank = torch.cumsum(mask, 0) - 1
-    rid = torch.where(mask > 0, offsets[:-1][None, :] + rank, -1).int()
-    rows = rows_bound(t, k, experts, multiple)
-    tok = torch.arange(t, dtype=torch.int32, device=dev)[:, None].expand(t, experts)
-    dest = torch.where(rid >= 0, rid, rows).long().reshape(-1)
-    row_index = torch.full((rows + 1,), -1, dtype=torch.int32, device=dev).scatter(
-        0, dest, tok.reshape(-1))
-    return rid, counts, offsets, row_index[:rows].contiguous(), padded
-
-
-def _row_experts(row_index, padded):
-    e, _, _, valid = Q._segments(padded, row_index.shape[0])
-    return e, valid & (row_index >= 0)
+    return Q.row_map_topk(topk, experts, multiple)
 
 
 def permute_quant(x, probs, row_index, padded, top_k, multiple):
@@ -234,11 +192,7 @@ def permute_quant(x, probs, row_index, padded, top_k, multiple):
     if not on_cpu(x):
         return _lt().moe_permute_quant(x, row_index, padded, probs, top_k=top_k,
                                        multiple=multiple, output="both")
-    e, real = _row_experts(row_index, padded)
-    tok = row_index.clamp(min=0).long()
-    rows = torch.where(real[:, None], x[tok], 0.0)
-    p = torch.where(real, probs[tok, e], 0.0)
-    return (*Q.experts_quant(rows, padded), p)
+    return Q.permute_quant(x, probs, row_index, padded)
 
 
 def experts_quant(x, padded):
@@ -250,25 +204,15 @@ def experts_quant(x, padded):
 
 def swiglu_quant(h, prob, padded):
     """(q, s, qt, st) of silu(gate) * up * prob of h [R, 2n], per expert."""
-    if on_cpu(h):
-        g, u = h.float().chunk(2, -1)
-        y = (F.silu(g) * u * prob.float()[:, None]).to(torch.bfloat16)
-        return Q.experts_quant(y, padded)
+    if on_cpu(h):  # the fp32 y quantised, as the kernel's
+        return Q.batch_swiglu_quant(h, prob, padded)
     return _lt().batch_swiglu_quant_forward(h, prob, padded, output="both")
 
 
 def swiglu_quant_backward(g, h, prob, padded):
     """(dxq, dxs, dxqt, dxst, dprob [R] fp32) of dy = g [R, n] bf16."""
-    if on_cpu(g):
-        a, u = h.float().chunk(2, -1)
-        sa = torch.sigmoid(a)
-        silu = a * sa
-        gf, p = g.float(), prob.float()[:, None]
-        dprob = (silu * u * gf).sum(-1)
-        da = gf * p * u * sa * (1 + a * (1 - sa))
-        du = gf * p * silu
-        dx = torch.cat((da, du), -1).to(torch.bfloat16)
-        return (*Q.experts_quant(dx, padded), dprob)
+    if on_cpu(g):  # the fp32 dx quantised, as the kernel's
+        return Q.batch_swiglu_quant_backward(g, h, prob, padded)
     dxq, dxs, dp, dxqt, dxst = _lt().batch_swiglu_quant_backward(g, h, prob, padded, dx_bf16=False)
     return dxq, dxs, dxqt, dxst, dp.view(-1)
 
@@ -277,8 +221,7 @@ def rows_of_tokens(dout, row_index, padded):
     """dg [R, H]: dout[t] in each of t's rows, zeros elsewhere (the
     unweighted unpermute's backward)."""
     if on_cpu(dout):
-        _, real = _row_experts(row_index, padded)
-        return torch.where(real[:, None], dout[row_index.clamp(min=0).long()], 0.0)
+        return Q.tokens_to_rows(dout, row_index, padded)
     return None  # the GPU form takes the row map: unpermute_backward
 
 
@@ -286,11 +229,7 @@ def unpermute(rows, row_index, row_id_map, offsets, counts, padded, top_k, multi
     """out [T, H] bf16: each token's rows summed in fp32 (unweighted), not
     differentiable."""
     if on_cpu(rows):
-        t = row_id_map.shape[0]
-        _, real = _row_experts(row_index, padded)
-        idx = torch.where(real, row_index.long(), t)
-        out = rows.new_zeros(t + 1, rows.shape[1], dtype=torch.float32)
-        return out.index_add(0, idx, rows.float())[:t].to(torch.bfloat16)
+        return Q.unpermute(rows, row_index, padded, row_id_map.shape[0], torch.bfloat16)
     out, _ = _run("moe_unpermute_forward", rows, None, row_id_map, top_k=top_k,
                   multiple=multiple, weighted=False)
     return out
@@ -323,10 +262,7 @@ def permute_bf16(x, probs, row_id_map, row_index, offsets, counts, padded, top_k
     if not (plain or on_cpu(x)):
         return _lt().moe_permute(x, row_id_map, offsets, counts, probs, top_k=top_k,
                                  multiple=multiple)
-    e, real = _row_experts(row_index, padded)
-    tok = row_index.clamp(min=0).long()
-    rows = torch.where(real[:, None], x[tok], 0.0)
-    return rows, torch.where(real, probs[tok, e], 0.0)
+    return Q.permute(x, probs, row_index, padded)
 
 
 def unpermute_bf16(rows, row_id_map, row_index, offsets, counts, padded, top_k, multiple,
@@ -335,8 +271,4 @@ def unpermute_bf16(rows, row_id_map, row_index, offsets, counts, padded, top_k, 
     if not (plain or on_cpu(rows)):
         return _lt().moe_unpermute(rows, row_id_map, offsets, counts, top_k=top_k,
                                    multiple=multiple)[0]
-    t = row_id_map.shape[0]
-    _, real = _row_experts(row_index, padded)
-    idx = torch.where(real, row_index.long(), t)
-    out = rows.new_zeros(t + 1, rows.shape[1], dtype=torch.float32)
-    return out.index_add(0, idx, rows.float())[:t].to(rows.dtype)
+    return Q.unpermute(rows, row_index, padded, row_id_map.shape[0])
