@@ -3,6 +3,7 @@ transpose (K2, forward and backward) and group RMSNorm x sigmoid gate (K8,
 forward and backward), at docs/performance.md's shapes. Peers: the same math in
 eager PyTorch and through torch.compile (Liger-Kernel has neither op)."""
 from . import Case, Setup
+from .quant import _ref
 
 # linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
@@ -15,28 +16,12 @@ LINGHE_US = {
 def rope_fwd(torch, qkv, qw, kw, freqs, H, h, eps=1e-6):
     """(q, k, v) [B, S, heads, D] from qkv [S, B, (H + 2h) D], interleaved
     GQA groups, rotate-half RoPE over the first half of D."""
-    S, B, W = qkv.shape
-    D = W // (H + 2 * h)
-    w = H // h
-    x = qkv.float().view(S, B, h, w + 2, D).transpose(0, 1)  # [B, S, h, w + 2, D]
-    q, k, v = x[:, :, :, :w].reshape(B, S, H, D), x[:, :, :, w], x[:, :, :, w + 1]
-    half = D // 4
-    ang = freqs[:, :half]
-    c, s = ang.cos()[None, :, None], ang.sin()[None, :, None]
-
-    def norm_rope(u, wt):
-        y = u * torch.rsqrt(u.square().mean(-1, keepdim=True) + eps) * wt.float()
-        a, b = y[..., :half], y[..., half:2 * half]
-        return torch.cat([a * c - b * s, b * c + a * s, y[..., 2 * half:]], -1)
-    return (norm_rope(q, qw).to(qkv.dtype), norm_rope(k, kw).to(qkv.dtype), v.to(qkv.dtype))
+    return _ref().qk_norm_rope(qkv, qw, kw, freqs, H, h, eps, interleaved=True, transposed=True)
 
 
 def gate_fwd(torch, x, gate, w, groups, eps=1e-6):
     """y [L, B, dim] = group RMSNorm(x [B, L, dim]) * w * sigmoid(gate [L, B, dim])."""
-    b, l, dim = x.shape
-    xg = x.float().view(b, l, groups, dim // groups)
-    y = (xg * torch.rsqrt(xg.square().mean(-1, keepdim=True) + eps)).view(b, l, dim) * w.float()
-    return (y.transpose(0, 1) * torch.sigmoid(gate.float())).to(x.dtype)
+    return _ref().group_rms_norm_gate(x, gate, w, groups, eps)
 
 
 def _rope_inputs(env, S, B, H, h, D):

@@ -8,6 +8,7 @@ autograd of the references), at the README shape (8192 tokens, hidden 2048,
 (DeepSeek-V3) and 160 experts (not a power of two). The eager rows are the
 plain PyTorch references below (also the GPU tests' autograd references)."""
 from . import Case, Setup
+from .quant import _ref
 from .quant_layouts import batched_quant, dequant_batched
 
 # linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
@@ -33,20 +34,8 @@ def routing(torch, gen, tokens, experts, top_k):
 
 def row_map(torch, mask, top_k, multiple=16):
     """(row_id_map, counts, offsets, row_index, padded_counts) of docs/kernels.md
-    K4 in PyTorch."""
-    tokens, experts = mask.shape
-    m = mask.to(torch.int32)
-    counts = m.sum(0, dtype=torch.int32)
-    padded = (counts + multiple - 1) // multiple * multiple
-    offsets = torch.zeros(experts + 1, dtype=torch.int32, device=mask.device)
-    offsets[1:] = padded.cumsum(0)
-    rank = m.cumsum(0, dtype=torch.int32) - m
-    rmap = torch.where(mask, offsets[:-1][None, :] + rank, -1).to(torch.int32)
-    rows = tokens * top_k + experts * (multiple - 1)
-    row_index = torch.full((rows,), -1, dtype=torch.int32, device=mask.device)
-    t, e = mask.nonzero(as_tuple=True)
-    row_index[rmap[t, e].long()] = t.to(torch.int32)
-    return rmap, counts, offsets, row_index, padded
+    K4 in PyTorch (lingen._torchref.row_map)."""
+    return _ref().row_map(mask, top_k, multiple)
 
 
 def permute(torch, x, probs, rmap, rows):
@@ -61,9 +50,7 @@ def permute(torch, x, probs, rmap, rows):
 
 def row_map_topk(torch, idx, experts, top_k, multiple=16):
     """row_map of top-k indices [tokens, top_k] (scattered into a mask)."""
-    mask = torch.zeros(idx.shape[0], experts, dtype=torch.bool, device=idx.device)
-    mask.scatter_(1, idx, True)
-    return row_map(torch, mask, top_k, multiple)
+    return _ref().row_map_topk(idx, experts, multiple)
 
 
 def permute_fp8(torch, xq, xs, probs, rmap, rows):

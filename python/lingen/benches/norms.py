@@ -1,7 +1,7 @@
 """RMSNorm + FP8 quant (K1), plain RMSNorm forward and backward, and the
 standalone blockwise quantiser (docs/kernels.md 1.3)."""
 from . import Case, Setup, linghe
-from .quant import dequant, torch_quant
+from .quant import _ref, dequant, torch_quant
 
 # linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
@@ -11,26 +11,17 @@ LINGHE_US = {
 }
 
 
+# the peers: lingen._torchref's forms as fn(torch, ...) (env.compiled's form)
 def rmsnorm_fwd(torch, x, w, eps=1e-6):
-    xf = x.float()
-    r = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
-    return (xf * r * w.float()).to(x.dtype), r.squeeze(-1)
+    return _ref().rms_norm(x, w, eps)
 
 
 def rmsnorm_bwd(torch, dy, x, w, rms):
-    xf, g = x.float(), dy.float()
-    r = rms[:, None]
-    gw = g * w.float()
-    dot = (xf * gw).sum(-1, keepdim=True)
-    dx = r * gw - r * r * r * xf * dot / x.shape[-1]
-    return dx.to(x.dtype), (g * xf * r).sum(0)
+    return _ref().rms_norm_backward(dy, x, w, rms)
 
 
 def rmsnorm_quant(torch, x, w, eps=1e-6):
-    xf = x.float()
-    r = torch.rsqrt(xf.square().mean(-1, keepdim=True) + eps)
-    q, s, qt, st = torch_quant(torch, xf * r * w.float())
-    return q, s, r.squeeze(-1), qt, st
+    return _ref().rms_norm_quant(x, w, eps)
 
 
 def _k1(env, t, h):

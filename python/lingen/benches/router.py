@@ -2,7 +2,7 @@
 8192^3 bf16 GEMM with fp32 output on the same emitter, each beside
 cuBLAS (torch.mm, bf16 output) in the same run; rows report TFLOP/s. And
 the fused RMSNorm + router GEMM + rowwise FP8 (K3b) beside its eager
-composition (F.rms_norm, an fp32 mm, the rowwise quantiser) and the same
+composition (RMSNorm, an fp32 mm, the rowwise quantiser) and the same
 with cuBLAS's bf16 GEMM (torch.mm)."""
 from . import Case, Setup
 from .quant import _ref, dequant
@@ -13,11 +13,11 @@ LINGHE_US = {("router fwd", "8192x2048x256"): 37.0, ("router bwd", "8192x2048x25
 
 def fwd_fp32(torch, x, w):
     """The README baseline: upcast copies and an fp32 GEMM."""
-    return x.float() @ w.float().T
+    return _ref().router_gemm(x, w)
 
 
 def bwd_fp32(torch, dy, x, w):
-    return (dy @ w.float()).to(x.dtype), dy.T @ x.float()
+    return _ref().router_gemm_backward(dy, x, w)
 
 
 def _fwd(env, m, k, n):
@@ -48,13 +48,10 @@ def _bwd(env, m, k, n, precision):
 
 
 def rmsnorm_router(torch, x, w, rw, eps=1e-6, bf16_mm=False):
-    """Eager K3b: y = F.rms_norm in fp32 (written as bf16), rms, logits of
+    """Eager K3b: y = RMSNorm in fp32 (written as bf16), rms, logits of
     the bf16 y in fp32 (bf16_mm: cuBLAS's bf16 GEMM, bf16 logits), and the
     rowwise copy of fp32 y (pow2 scales)."""
-    h = x.shape[1]
-    xf = x.float()
-    rms = torch.rsqrt(xf.square().mean(-1) + eps)
-    y32 = torch.nn.functional.rms_norm(xf, (h,), w.float(), eps)
+    y32, rms = _ref().rms_norm_fp32(x, w, eps)
     y = y32.to(x.dtype)
     logits = torch.mm(y, rw.T) if bf16_mm else torch.mm(y.float(), rw.float().T)
     q, s = _ref().rowwise(y32)

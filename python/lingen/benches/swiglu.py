@@ -5,7 +5,7 @@ the PyTorch quantiser of benches.quant; K6 a loop over the experts, as
 linghe's own baseline), torch.compile of the same (K7), and Liger-Kernel's
 SwiGLU (bf16, unquantised) where it is installed."""
 from . import Case, Setup, linghe
-from .quant import _ref, dequant, torch_quant
+from .quant import _ref, dequant
 
 # linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
 LINGHE_US = {
@@ -16,23 +16,13 @@ LINGHE_US = {
 }
 
 
+# the peers: lingen._torchref's forms as fn(torch, ...) (env.compiled's form)
 def swiglu_fwd(torch, x):
-    n = x.shape[-1] // 2
-    a, u = x[:, :n].float(), x[:, n:].float()
-    return torch_quant(torch, a * torch.sigmoid(a) * u)
-
-
-def swiglu_dx(torch, g, x, p=None):
-    n = x.shape[-1] // 2
-    a, u, gf = x[:, :n].float(), x[:, n:].float(), g.float()
-    s = torch.sigmoid(a)
-    gp = gf * p if p is not None else gf
-    dx = torch.cat([gp * u * s * (1 + a * (1 - s)), gp * a * s], dim=1)
-    return dx, (a * s * u * gf).sum(1, keepdim=True)
+    return _ref().swiglu_quant(x)
 
 
 def swiglu_bwd(torch, g, x):
-    return torch_quant(torch, swiglu_dx(torch, g, x)[0])
+    return _ref().swiglu_quant_backward(g, x)
 
 
 def per_expert(torch, y, counts):
@@ -120,15 +110,13 @@ def _k6(env, t, w, experts, bwd, aligned=False):
     rows = sum((c + 127) // 128 for c in counts)
     if not bwd:
         def eager():
-            n = w // 2
-            a, u = x[:, :n].float(), x[:, n:].float()
-            return per_expert(torch, a * torch.sigmoid(a) * u * p, counts)
+            return per_expert(torch, _ref().swiglu(x, p), counts)
         return Setup({"lingen": lambda: lt.batch_swiglu_quant_forward(x, p, cnt),
                       "eager": eager}, (x, p, cnt), _flat_norm(rows))
     g = env.randn(t, w // 2)
 
     def eager_bwd():
-        dx, dp = swiglu_dx(torch, g, x, p)
+        dx, dp = _ref().swiglu_backward(g, x, p)
         q, s, qt, st = per_expert(torch, dx, counts)
         return q, s, dp, qt, st
 
