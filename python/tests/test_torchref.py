@@ -273,3 +273,146 @@ def test_c_ref_experts(tmp_path, seed, m, experts, round_scale):
     rows = sum(-(-c // 128) for c in counts)
     assert got[2] == raw(q) and got[3] == raw(s) and got[4] == raw(qt), "fp8_quant_batched q/s/qt"
     assert got[5][:rows * n * 4] == raw(st[:rows]), "fp8_quant_batched st"
+
+
+# ------------------------------ the other kernels' forms, in numpy float64
+
+def _np(t):
+    return t.double().numpy()
+
+
+def _close(got, want, tol=2e-6):
+    got = got.double().numpy() if torch.is_tensor(got) else got
+    assert np.abs(got - want).max() <= tol * max(np.abs(want).max(), 1e-30)
+
+
+def _bf16(gen, *shape, scale=1.0):
+    return (torch.randn(*shape, generator=gen) * scale).bfloat16()
+
+
+def test_rms_norm_and_backward(seed):
+    gen = torch.Generator().manual_seed(seed)
+    x, w, dy = _bf16(gen, 37, 256), 1 + _bf16(gen, 256, scale=0.1), _bf16(gen, 37, 256)
+    xd, wd, gd = _np(x), _np(w), _np(dy)
+    r = 1 / np.sqrt((xd ** 2).mean(-1, keepdims=True) + 1e-6)
+    y, rr = R.rms_norm(x, w)
+    assert y.dtype == torch.bfloat16 and rr.dtype == torch.float32
+    _close(rr, r[:, 0]), _close(y, xd * r * wd, 2 ** -8)
+    # dx = r w dy - r^3 x sum(x w dy) / n, dw = sum over rows of dy x r
+    dot = (xd * wd * gd).sum(-1, keepdims=True)
+    dx, dw = R.rms_norm_backward(dy, x, w, rr)
+    _close(dx, r * wd * gd - r ** 3 * xd * dot / 256, 2 ** -7)
+    _close(dw, (gd * xd * r).sum(0), 1e-5)
+    q, s, r2, qt, st = R.rms_norm_quant(x, w)  # the copies of the fp32 y
+    want = R.quant(R.rms_norm_fp32(x, w)[0])
+    assert torch.equal(r2, rr) and all(torch.equal(a.float(), b.float())
+                                       for a, b in zip((q, s, qt, st), want))
+
+
+def test_group_rms_norm_gate(seed):
+    gen = torch.Generator().manual_seed(seed)
+    x, gate, w = _bf16(gen, 2, 9, 64), _bf16(gen, 9, 2, 64), 1 + _bf16(gen, 64, scale=0.1)
+    xg = _np(x).reshape(2, 9, 4, 16)
+    y = (xg / np.sqrt((xg ** 2).mean(-1, keepdims=True) + 1e-6)).reshape(2, 9, 64) * _np(w)
+    want = y.transpose(1, 0, 2) / (1 + np.exp(-_np(gate)))
+    _close(R.group_rms_norm_gate(x, gate, w, 4), want, 2 ** -7)
+
+
+def test_swiglu_and_backward(seed):
+    gen = torch.Generator().manual_seed(seed)
+    x, g, p = _bf16(gen, 40, 256), _bf16(gen, 40, 128), torch.rand(40, generator=gen)
+    a, u, gd, pd = _np(x[:, :128]), _np(x[:, 128:]), _np(g), _np(p)[:, None]
+    sig = 1 / (1 + np.exp(-a))
+    _close(R.swiglu(x), a * sig * u), _close(R.swiglu(x, p), a * sig * u * pd)
+    dx, dp = R.swiglu_backward(g, x, p)
+    da = gd * pd * u * (sig + a * sig * (1 - sig))  # d silu(a) / da = s + a s (1 - s)
+    _close(dx, np.concatenate([da, gd * pd * a * sig], 1), 1e-5)
+    _close(dp, (gd * a * sig * u).sum(-1), 1e-5)
+    counts = torch.tensor([0, 17, 23], dtype=torch.int32)
+    got = R.batch_swiglu_quant_backward(g, x, p, counts)
+    want = R.experts_quant(dx, counts)
+    assert all(torch.equal(a.float(), b.float()) for a, b in zip(got[:4], want))
+    assert torch.equal(got[4], dp)
+
+
+def test_cross_entropy(seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = _bf16(gen, 33, 1000, scale=3.0)
+    y = torch.randint(0, 1000, (33,), generator=gen)
+    y[::5] = -100
+    g = torch.rand(33, generator=gen) + 0.5
+    xd, live = _np(x), (y != -100).numpy()
+    m = xd.max(-1)
+    s = np.exp(xd - m[:, None]).sum(-1)
+    yy = np.where(live, y.numpy(), 0)
+    loss = np.where(live, np.log(s) + m - xd[np.arange(33), yy], 0.0)
+    got, gs, gm = R.cross_entropy_forward(x, y, -100)
+    _close(got, loss, 1e-6), _close(gs, s), _close(gm, m, 0)
+    p = np.exp(xd - m[:, None]) / s[:, None]
+    p[np.arange(33), yy] -= 1
+    want = np.where(live[:, None], p * _np(g)[:, None], 0.0)
+    _close(R.cross_entropy_backward(x, y, gs, gm, g, -100), want, 2 ** -7)
+    loss1, grad1 = R.cross_entropy_fused(x, y, None, -100)
+    _close(grad1, np.where(live[:, None], p, 0.0), 2 ** -7)
+
+
+@pytest.mark.parametrize("interleaved, transposed, rotary", [(False, False, 1.0),
+                                                              (True, True, 0.5)])
+def test_qk_norm_rope(seed, interleaved, transposed, rotary):
+    gen = torch.Generator().manual_seed(seed)
+    S, B, H, h, D = 7, 2, 4, 2, 32
+    qkv = _bf16(gen, *((S, B) if transposed else (B, S)), (H + 2 * h) * D)
+    qw, kw = 1 + _bf16(gen, D, scale=0.1), 1 + _bf16(gen, D, scale=0.1)
+    rr = int(rotary * D)
+    f = np.arange(S)[:, None] * 10000.0 ** (-2.0 * (np.arange(rr) % (rr // 2)) / rr)
+    q, k, v = R.qk_norm_rope(qkv, qw, kw, torch.tensor(f, dtype=torch.float32), H, h,
+                             rotary_fraction=rotary, interleaved=interleaved,
+                             transposed=transposed)
+    xd = _np(qkv)
+    xd = (xd.transpose(1, 0, 2) if transposed else xd).reshape(B, S, H + 2 * h, D)
+    per = H // h
+    slots = ([g * (per + 2) + j for g in range(h) for j in range(per)],
+             [g * (per + 2) + per for g in range(h)], [g * (per + 2) + per + 1 for g in range(h)])
+    if not interleaved:
+        slots = (list(range(H)), list(range(H, H + h)), list(range(H + h, H + 2 * h)))
+    ang = np.float32(f[:, :rr // 2])  # the fp32 angles
+    for got, idx, wt in ((q, slots[0], qw), (k, slots[1], kw)):
+        for b in range(B):
+            for s in range(S):
+                for j, hd in enumerate(idx):
+                    u = xd[b, s, hd]
+                    y = u / np.sqrt((u ** 2).mean() + 1e-6) * _np(wt)
+                    c, sn = np.cos(ang[s]), np.sin(ang[s])
+                    a, z = y[:rr // 2], y[rr // 2:rr]
+                    want = np.concatenate([a * c - z * sn, z * c + a * sn, y[rr:]])
+                    _close(got[b, s, j], want, 2 ** -7)
+    assert torch.equal(v, qkv.transpose(0, 1).reshape(B, S, H + 2 * h, D)[:, :, slots[2]]
+                       if transposed else qkv.view(B, S, H + 2 * h, D)[:, :, slots[2]])
+
+
+def test_moe_row_map_permute_unpermute(seed):
+    gen = torch.Generator().manual_seed(seed)
+    T, E, k, mult = 23, 6, 2, 4
+    topk = torch.rand(T, E, generator=gen).topk(k, -1).indices.int()
+    rid, counts, offsets, row_index, padded = R.row_map_topk(topk, E, mult)
+    rows = R.rows_bound(T, k, E, mult)
+    sel = [sorted(r) for r in topk.tolist()]
+    want_rid = np.full((T, E), -1)
+    want_index = np.full(rows, -1)
+    start = 0
+    for e in range(E):
+        mine = [t for t in range(T) if e in sel[t]]
+        assert counts[e] == len(mine) and padded[e] == -(-len(mine) // mult) * mult
+        assert offsets[e] == start
+        for i, t in enumerate(mine):
+            want_rid[t, e], want_index[start + i] = start + i, t
+        start += int(padded[e])
+    assert (rid.numpy() == want_rid).all() and (row_index.numpy() == want_index).all()
+    x, probs = _bf16(gen, T, 8), torch.rand(T, E, generator=gen)
+    out, pp = R.permute(x, probs, row_index, padded)
+    for t in range(T):
+        for e in sel[t]:
+            assert torch.equal(out[want_rid[t, e]], x[t]) and pp[want_rid[t, e]] == probs[t, e]
+    assert not out[torch.from_numpy(want_index < 0)].any()
+    back = R.unpermute(out.float(), row_index, padded, T)
+    assert torch.equal(back, k * x.float())
