@@ -220,3 +220,49 @@ static __device__ __forceinline__ void lg_fence_proxy_async(void)
 // Named barrier `id` (1..15; 0 is __syncthreads') over n threads (whole
 // warps): a subset of the CTA meets without the others.
 #define lg_bar_named(id, n) asm volatile("bar.sync %0, %1;" :: "n"(id), "n"(n) : "memory")
+
+// @helper lg_tma_store_2d
+// TMA store: shared src (the box of tensor map tm, in its swizzle) to the
+// tensor at element coordinates (c0 inner, c1 outer), in this thread's
+// bulk group; elements outside the tensor are not written.
+static __device__ __forceinline__ void
+lg_tma_store_2d(const lg_tmap *tm, const void *src, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+		     :: "l"((u64)tm), "r"(lg_smem_addr(src)), "r"(c0), "r"(c1) : "memory");
+}
+
+// @helper lg_tma_add_2d
+// lg_tma_store_2d adding instead: tensor += box, element by element (fp32:
+// one rounding, as a load, an add and a store).
+static __device__ __forceinline__ void
+lg_tma_add_2d(const lg_tmap *tm, const void *src, int c0, int c1)
+{
+	asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group"
+		     " [%0, {%2, %3}], [%1];"
+		     :: "l"((u64)tm), "r"(lg_smem_addr(src)), "r"(c0), "r"(c1) : "memory");
+}
+
+// @helper lg_bulk_commit
+// Close this thread's bulk group of TMA stores issued since the last commit.
+static __device__ __forceinline__ void lg_bulk_commit(void)
+{
+	asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// @helper lg_bulk_wait_read
+// Wait until at most n of this thread's bulk groups still read shared
+// memory (their sources may be overwritten then).
+#define lg_bulk_wait_read(n) asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(n) : "memory")
+
+// @helper lg_bulk_wait
+// Wait until at most n of this thread's bulk groups are pending (their
+// writes done).
+#define lg_bulk_wait(n) asm volatile("cp.async.bulk.wait_group %0;" :: "n"(n) : "memory")
+
+// @helper lg_bar_id
+// lg_bar_named with a run-time id (the same in every thread that meets).
+static __device__ __forceinline__ void lg_bar_id(u32 id, u32 n)
+{
+	asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
+}

@@ -19,7 +19,11 @@
 static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual)
 {
 	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD,
-				 .manual = manual, .cluster = 1};
+				 .manual = manual, .cluster = 1, .c_elem = s->dtype == LG_DTYPE_FP32 ? 4 : 2,
+				 .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0};
+	/* the epilogue through TMA unless the spec says 0 (its buffers count in the stages' fit) */
+	if (!lg_spec_has(s, k->ep) || lg_spec_int(s, k->ep) != 0)
+		g.c_tmap = "c";
 	if (lg_spec_has(s, k->tm))
 		g.bm = (int)lg_spec_int(s, k->tm);
 	if (lg_spec_has(s, k->tn))
@@ -37,11 +41,11 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 	struct lg_fp8_gemm g = tile_keys(s, k, manual);
 	const char *why = lg_fp8_gemm_problem(&g);
 	if (why) { /* the keys given as found; the others as the defaults checked with them */
-		const int key[5] = {k->tm, k->tn, k->stages, k->cl, k->ah};
-		const int val[5] = {g.bm, g.bn, g.stages, g.cluster, g.ahead};
-		static const char *const name[5] = {"m", "n", "stages", "cluster", "ahead"};
-		char found[128] = "", dflt[128] = "";
-		for (int i = 0; i < 5; i++) {
+		const int key[6] = {k->tm, k->tn, k->stages, k->cl, k->ah, k->ep};
+		const int val[6] = {g.bm, g.bn, g.stages, g.cluster, g.ahead, g.c_tmap != NULL};
+		static const char *const name[6] = {"m", "n", "stages", "cluster", "ahead", "epilogue"};
+		char found[160] = "", dflt[160] = "";
+		for (int i = 0; i < 6; i++) {
 			char *to = lg_spec_has(s, key[i]) ? found : dflt;
 			size_t n = strlen(to);
 			snprintf(to + n, sizeof found - n, "%s%s %d", n ? ", " : "", name[i], val[i]);
@@ -68,18 +72,29 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	if (lg_fp8_gemm_smem(&g) > limit)
 		return lg_fail(LG_ERR_SPEC, "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at "
 			       "most %u bytes on %s", s->entry, g.stages, lg_fp8_gemm_smem(&g), limit, t->name);
-	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g), g.ahead};
+	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g), g.ahead, g.c_tmap != NULL};
 	return LG_OK;
 }
 
+struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_keys *k, const struct lg_fp8_tile *tl,
+				  const char *const tmaps[3], const char *cols, bool manual)
+{
+	return (struct lg_fp8_gemm){.bm = tl->bm, .bn = tl->bn, .stages = tl->stages, .a_tmap = tmaps[0],
+				    .b_tmap = tmaps[1], .b_rowscale = s->pass == LG_PASS_WGRAD, .cols = cols,
+				    .manual = manual, .cluster = tl->cluster, .ahead = tl->ahead != 0,
+				    .c_tmap = tl->epilogue ? tmaps[2] : NULL, .c_elem = s->dtype == LG_DTYPE_FP32 ? 4 : 2,
+				    .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0};
+}
+
 lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const struct lg_fp8_gemm *g,
-			     const struct lg_fp8_keys *k, int a, int b)
+			     const struct lg_fp8_keys *k, int a, int b, int c)
 {
 	p->tile[k->tm] = p->v[P8_BM] = g->bm;
 	p->tile[k->tn] = p->v[P8_BN] = g->bn;
 	p->tile[k->stages] = p->v[P8_STAGES] = g->stages;
 	p->tile[k->cl] = p->cluster[0] = (unsigned)lg_fp8_gemm_cluster(g);
 	p->tile[k->ah] = p->v[P8_AH] = g->ahead;
+	p->tile[k->ep] = p->v[P8_EP] = g->c_tmap != NULL;
 	p->v[P8_SMEM] = lg_fp8_gemm_smem(g);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
@@ -91,14 +106,18 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	p->tmap[0].swizzle = p->tmap[1].swizzle = 128;
 	p->tmap[0].patched = p->tmap[1].patched = g->manual; /* templates of the per-block maps */
 	lg_fp8_gemm_boxes(g, p->tmap[0].box, p->tmap[1].box);
+	if (g->c_tmap) { /* the output's, for the epilogue's TMA stores */
+		p->tmap[p->ntmaps] = (struct lg_tmap_decl){.arg = c};
+		lg_fp8_gemm_out_box(g, p->tmap[p->ntmaps].box, &p->tmap[p->ntmaps].swizzle);
+		p->ntmaps++;
+	}
 	return LG_OK;
 }
 
 struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p)
 {
 	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES],
-				    (int)p->cluster[p->nentries - 1],
-				    (int)p->v[P8_AH]};
+				    (int)p->cluster[p->nentries - 1], (int)p->v[P8_AH], (int)p->v[P8_EP]};
 }
 
 void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_dim *d)

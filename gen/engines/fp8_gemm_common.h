@@ -16,13 +16,14 @@
 #include "fp8_gemm_emit.h"
 
 /* Key indices of a family's table: tile.m, tile.n, tile.stages, accumulate
- * (-1: none), tile.cluster, tile.ahead. */
+ * (-1: none), tile.cluster, tile.ahead, tile.epilogue. */
 struct lg_fp8_keys {
-	int tm, tn, stages, acc, cl, ah;
+	int tm, tn, stages, acc, cl, ah, ep;
 };
-/* cluster: CTAs a cluster (1 or 2), ahead: 0 or 1 (fp8_gemm_emit.h) */
+/* cluster: CTAs a cluster (1 or 2), ahead: 0 or 1, epilogue: 1 through
+ * shared memory and TMA, 0 from registers (fp8_gemm_emit.h) */
 struct lg_fp8_tile {
-	int bm, bn, stages, cluster, ahead;
+	int bm, bn, stages, cluster, ahead, epilogue;
 };
 /* The tile.cluster key of a family's table. */
 #define LG_FP8_KEY_CLUSTER                                                                                   \
@@ -32,14 +33,24 @@ struct lg_fp8_tile {
 #define LG_FP8_KEY_AHEAD                                                                                     \
 	LG_KEY_TILE("ahead", "a", 0, 1, NULL,                                                                 \
 		    "1: the next stage's wgmmas issued before this one's promotion (tile.n up to 128)")
+/* The tile.epilogue key of a family's table. */
+#define LG_FP8_KEY_EPILOGUE                                                                                  \
+	LG_KEY_TILE("epilogue", "e", 0, 1, NULL,                                                              \
+		    "1: the output through shared memory and TMA stores that drain during the next tile; 0: "    \
+		    "stores from registers")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
-enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
+enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 
 static inline int64_t lg_fp8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 /* Tile keys within what the emitter allows; accumulate only in a wgrad
  * with an fp32 output. */
 lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k, bool manual);
+/* The GEMM of tile tl over spec s (its dtype the output's), the tensor maps
+ * a_tmap and b_tmap, B's per-row scales or not, its output columns cols,
+ * manual operands or not, and its output's map c_tmap with tl->epilogue. */
+struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_keys *k, const struct lg_fp8_tile *tl,
+				  const char *const tmaps[3], const char *cols, bool manual);
 /* The tile on t: the spec's keys, else 128 x 128, no cluster (measured:
  * bench/fp8-gemm.md), ahead where it can be, and the stages that fit beside `reserve`
  * bytes of the kernel's static shared memory. Refuses every target but
@@ -47,11 +58,12 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
 			   unsigned reserve, bool manual, struct lg_fp8_tile *tl);
 /* The plan of g: tile keys, one persistent entry, A's and B's tensor maps
- * (arguments a and b; with g->manual the templates the kernel patches). A
+ * (arguments a and b; with g->manual the templates the kernel patches),
+ * with g->c_tmap the output's (argument c) after them. A
  * family may put entries before it: the GEMM is the plan's last entry
  * (lg_fp8_planned, lg_fp8_geometry and lg_fp8_emit_head take that one). */
 lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const struct lg_fp8_gemm *g,
-			     const struct lg_fp8_keys *k, int a, int b);
+			     const struct lg_fp8_keys *k, int a, int b, int c);
 struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p);
 /* Persistent CTAs for `tiles` tiles (cluster tiles with a cluster): at
  * most what is resident (one an SM; whole clusters). */

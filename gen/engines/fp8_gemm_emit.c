@@ -38,10 +38,31 @@ static int b_scales(const struct lg_fp8_gemm *g) { return g->b_rowscale ? g->bn 
 /* Floats of a stage's scale slot: A's bm, then B's. */
 static int slot(const struct lg_fp8_gemm *g) { return g->bm + b_scales(g); }
 
+/* Bytes of the epilogue's buffers (c_tmap): a tile of the output. */
+static unsigned out_bytes(const struct lg_fp8_gemm *g)
+{
+	return g->c_tmap ? (unsigned)(g->bm * g->bn * g->c_elem) : 0u;
+}
+
 unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g)
 {
-	/* 1024 of slack to align the ring; a scale slot and two mbarriers a stage */
-	return 1024u + (unsigned)g->stages * (stage_bytes(g) + (unsigned)slot(g) * 4u + 16u);
+	/* 1024 of slack to align the ring; the epilogue's buffers; a scale slot
+	 * and two mbarriers a stage */
+	return 1024u + out_bytes(g) + (unsigned)g->stages * (stage_bytes(g) + (unsigned)slot(g) * 4u + 16u);
+}
+
+/* The output's swizzle span: bytes of a box's row. */
+static int out_span(const struct lg_fp8_gemm *g)
+{
+	int row = g->bn * g->c_elem;
+	return row % 128 == 0 ? 128 : row % 64 == 0 ? 64 : 32;
+}
+
+void lg_fp8_gemm_out_box(const struct lg_fp8_gemm *g, unsigned box[2], int *swizzle)
+{
+	*swizzle = out_span(g);
+	box[0] = (unsigned)(out_span(g) / g->c_elem);
+	box[1] = 64;
 }
 
 int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit)
@@ -157,7 +178,13 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		   g->b_rowscale ? "columns" : "one or two 128 x 128 tiles");
 	lg_comment(b, "then full[%d], empty[%d].", S, S);
 	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
-	lg_line(b, "float *const scales = (float *)(ring + %u);", (unsigned)S * st);
+	if (g->c_tmap) {
+		lg_comment(b, "after the ring, each consumer warpgroup's buffer of its 64 rows of the output");
+		lg_line(b, "u8 *const epi = ring + %u;", (unsigned)S * st);
+		lg_line(b, "float *const scales = (float *)(epi + %u);", out_bytes(g));
+	} else {
+		lg_line(b, "float *const scales = (float *)(ring + %u);", (unsigned)S * st);
+	}
 	lg_line(b, "u64 *const full = (u64 *)(scales + %d), *const empty = full + %d;", S * slot(g), S);
 	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
 	if (lg_fp8_gemm_cluster(g) > 1)
@@ -517,15 +544,81 @@ static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *p
 	lg_close(b);
 }
 
-static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
+/* The accumulator pairs (row, col), (row, col + 1) to the store, rows
+ * below rend. */
+static void emit_store_regs(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
 {
-	lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
 	lg_line(b, "const i64 col = oc + j * 8 + (lane & 3) * 2;");
 	lg_line(b, "const float *const v = acc + 4 * j;");
 	lg_line(b, "if (row < rend) %srow, col, v[0], v[1]);", store);
 	lg_line(b, "if (row + 8 < rend) %srow + 8, col, v[2], v[3]);", store);
+	lg_close(b);
+}
+
+static int log2_of(int v)
+{
+	int n = 0;
+	while ((1 << n) < v)
+		n++;
+	return n;
+}
+
+/* This warpgroup's 64 rows through its buffer eb: pair (r, c) of row r
+ * (its rows warp 16 + lane / 4 and + 8) to box c / span's row r, swizzled
+ * as the tensor map's (16-byte chunk bits 4.. XOR the row bits 7..), then
+ * one thread's TMA stores of the boxes, a bulk group left in flight. */
+static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g)
+{
+	int w = out_span(g), e = g->c_elem, mask = w / 16 - 1;
+	lg_line(b, "u8 *const eb = epi + wg * %d;", 64 * g->bn * e);
+	lg_comment(b, "eb free once the stores of this warpgroup's last tile have read it");
+	lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);");
+	lg_line(b, "lg_bar_id(1 + wg, 128);");
+	lg_line(b, "const u32 rb = (u32)(warp * 16 + (lane >> 2)) * %d; // its row in a box", w);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
+	lg_comment(b, "x: the pair's byte in its row; lo, hi: its rows' in the boxes");
+	lg_line(b, "const int x = (j * 8 + (lane & 3) * 2) * %d;", e);
+	lg_line(b, "const u32 lo = (u32)((x >> %d) * %d + (x & %d)) + rb;", log2_of(w), 64 * w, w - 1);
+	lg_line(b, "const u32 hi = lo + %d;", 8 * w);
+	lg_line(b, "const float *const v = acc + 4 * j;");
+	lg_line(b, "u8 *const p0 = eb + (lo ^ (((lo >> 7) & %d) << 4));", mask);
+	lg_line(b, "u8 *const p1 = eb + (hi ^ (((hi >> 7) & %d) << 4));", mask);
+	if (e == 2) {
+		lg_line(b, "*(u32 *)p0 = lg_pack_bf16x2(v[0], v[1]);");
+		lg_line(b, "*(u32 *)p1 = lg_pack_bf16x2(v[2], v[3]);");
+	} else {
+		lg_line(b, "*(float2 *)p0 = make_float2(v[0], v[1]);");
+		lg_line(b, "*(float2 *)p1 = make_float2(v[2], v[3]);");
+	}
+	lg_close(b);
+	lg_line(b, "lg_fence_proxy_async();");
+	lg_line(b, "lg_bar_id(1 + wg, 128);");
+	lg_open(b, "if ((threadIdx.x & 127) == 0) {");
+	lg_line(b, "const int r0 = ta + wg * 64;");
+	const char *op = g->c_add ? "lg_tma_add_2d" : "lg_tma_store_2d";
+	lg_line(b, "%s(%s, eb, (int)oc, r0);", op, g->c_tmap);
+	for (int i = 1; i < g->bn * e / w; i++)
+		lg_line(b, "%s(%s, eb + %d, (int)oc + %d, r0);", op, g->c_tmap, i * 64 * w, i * w / e);
+	lg_line(b, "lg_bulk_commit();");
+	lg_close(b);
+}
+
+static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
+{
+	if (!g->c_tmap) {
+		lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
+		emit_store_regs(b, g, store);
+		return;
+	}
+	lg_comment(b, "Epilogue: this warpgroup's rows by TMA when all are real, else from registers.");
+	lg_open(b, "if (ta + wg * 64 + 64 <= rend) {");
+	emit_store_tma(b, g);
+	lg_close(b);
+	lg_open(b, "else {");
+	emit_store_regs(b, g, store);
 	lg_close(b);
 }
 
@@ -560,6 +653,8 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	emit_reduction(b, g, prefix);
 	emit_epilogue(b, g, store);
 	lg_close(b);
+	if (g->c_tmap)
+		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends");
 	if (lg_fp8_gemm_cluster(g) > 1)
 		lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
 }

@@ -40,6 +40,14 @@
  * cluster barrier at the start and the end). The columns of rank 1 may lie
  * past the output's (an odd count of bn tiles): TMA reads zeros, B's scale
  * reads are guarded, the store skips them.
+ *
+ * The epilogue (with c_tmap): each consumer warpgroup writes its 64 rows of
+ * the tile into its own buffer of shared memory in the output tensor map's
+ * swizzle, and one of its threads stores them by TMA (adds them, with
+ * c_add) in boxes of 64 rows; the warpgroup goes on to its next tile while
+ * the stores drain and waits for them to have read the buffer only at the
+ * next epilogue. A warpgroup whose rows reach past rend (a segment's last
+ * tile) stores from registers instead, as without c_tmap.
  */
 #ifndef LG_FP8_GEMM_EMIT_H
 #define LG_FP8_GEMM_EMIT_H
@@ -100,6 +108,12 @@ struct lg_fp8_gemm {
 	/* the consumers issue the next stage's wgmmas (into a second buffer of
 	 * partial sums) before promoting this one's: bn <= 128 */
 	bool ahead;
+	/* the output through shared memory and TMA (above): c_tmap its tensor
+	 * map ("&tm_y"; NULL: stores from registers), c_elem its element bytes
+	 * (2: bf16, 4: fp32), c_add: the stores add to it (accumulate, fp32) */
+	const char *c_tmap;
+	int c_elem;
+	bool c_add;
 };
 
 /* Threads of a CTA (bm / 64 consumer warpgroups and the producer's). */
@@ -121,12 +135,17 @@ int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit);
 /* The tensor map boxes (elements, rows) of A and B (128-byte swizzle; A's
  * a CTA's share of the cluster's). */
 void lg_fp8_gemm_boxes(const struct lg_fp8_gemm *g, unsigned box_a[2], unsigned box_b[2]);
+/* The output tensor map's box (elements, rows) and swizzle (bytes) with
+ * c_tmap: 64 rows of the widest swizzle span (128, 64 or 32 bytes) that
+ * divides a tile's row. */
+void lg_fp8_gemm_out_box(const struct lg_fp8_gemm *g, unsigned box[2], int *swizzle);
 /* <prefix>_wgmma: the wgmma of the tile's width (before the kernel). */
 void lg_fp8_gemm_emit_helpers(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix);
 /* The kernel body after its signature's `{`: shared memory, setup, the
  * producer, the consumers' loops and the epilogue, which calls
  * `<store>row, col, v0, v1)` for each accumulator pair ((row, col) and
- * (row, col + 1), col even; rows below rend, columns unchecked). */
+ * (row, col + 1), col even; rows below rend, columns unchecked), or with
+ * c_tmap stores by TMA where a warpgroup's rows are whole. */
 void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc,
 			   const char *prefix, const char *store);
 

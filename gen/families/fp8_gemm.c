@@ -35,7 +35,7 @@
 
 #include "fp8_gemm_common.h"
 
-enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, NKEYS };
+enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 0};
 static const char *const acc_words[2] = {"set", "acc"};
@@ -53,6 +53,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 8, NULL, "128-element reduction blocks in flight"),
 	[K_TC] = LG_FP8_KEY_CLUSTER,
 	[K_TA] = LG_FP8_KEY_AHEAD,
+	[K_TE] = LG_FP8_KEY_EPILOGUE,
 };
 
 static const struct lg_size sizes[] = {
@@ -91,7 +92,7 @@ static const struct lg_arg wgrad_args[NARGS] = {
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "n, k", 16, "dy^T . x (accumulate: added to dw)"},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -117,12 +118,10 @@ static struct lits lits_of(const struct lg_spec *s)
  * l's, which must outlive it). */
 static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_tile *t, const struct lits *l)
 {
-	static const char *const tm[LG_PASS_COUNT][2] = {[LG_PASS_FORWARD] = {"&tm_x", "&tm_w"},
-							  [LG_PASS_DGRAD] = {"&tm_dy", "&tm_wt"},
-							  [LG_PASS_WGRAD] = {"&tm_dyt", "&tm_xt"}};
-	bool w = s->pass == LG_PASS_WGRAD;
-	return (struct lg_fp8_gemm){t->bm, t->bn, t->stages, tm[s->pass][0], tm[s->pass][1], w,
-				    s->pass == LG_PASS_FORWARD ? l->n : l->k, false, t->cluster, t->ahead != 0};
+	static const char *const tm[LG_PASS_COUNT][3] = {[LG_PASS_FORWARD] = {"&tm_x", "&tm_w", "&tm_y"},
+							  [LG_PASS_DGRAD] = {"&tm_dy", "&tm_wt", "&tm_dx"},
+							  [LG_PASS_WGRAD] = {"&tm_dyt", "&tm_xt", "&tm_dw"}};
+	return lg_fp8_gemm_of(s, &tkeys, t, tm[s->pass], s->pass == LG_PASS_FORWARD ? l->n : l->k, false);
 }
 
 /* The scales' macros (fp8_gemm_emit.h): A's per row, B's per tile or row. */
@@ -167,10 +166,9 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	extents(s, &l, &rows, &cols, &red);
 	p->v[P8_COLS] = cols;
 	p->v[P8_ROWS] = s->pass == LG_PASS_WGRAD ? lg_spec_int(s, K_N) : -1;
-	st = lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN);
-	if (st == LG_OK && s->pass == LG_PASS_WGRAD) /* rows of tokens in a pitch of round_up(tokens, 16) */
-		for (int i = 0; i < p->ntmaps; i++)
-			p->tmap[i].cols = "tokens";
+	st = lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN, C_OUT);
+	if (st == LG_OK && s->pass == LG_PASS_WGRAD) /* the operands: rows of tokens in a pitch of round_up(tokens, 16) */
+		p->tmap[0].cols = p->tmap[1].cols = "tokens";
 	return st;
 }
 

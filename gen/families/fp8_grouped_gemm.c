@@ -46,7 +46,7 @@
 
 #include "fp8_gemm_common.h"
 
-enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, NKEYS };
+enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 0};
 static const char *const acc_words[2] = {"set", "acc"};
@@ -69,6 +69,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 8, NULL, "128-element reduction blocks in flight"),
 	[K_TC] = LG_FP8_KEY_CLUSTER,
 	[K_TA] = LG_FP8_KEY_AHEAD,
+	[K_TE] = LG_FP8_KEY_EPILOGUE,
 };
 
 static const struct lg_size sizes[] = {
@@ -111,7 +112,7 @@ static const struct lg_arg wgrad_args[NARGS + 1] = {
 	[WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -123,12 +124,10 @@ enum { P_E = P8_OWN, P_CT, P_RT };
 /* The pass's GEMM: the wgrad's operands through pointers (manual). */
 static struct lg_fp8_gemm gemm_of(const struct lg_spec *s, const struct lg_fp8_tile *tl, const char *cols)
 {
-	static const char *const tm[LG_PASS_COUNT][2] = {[LG_PASS_FORWARD] = {"&tm_x", "&tm_w"},
-							  [LG_PASS_DGRAD] = {"&tm_dy", "&tm_wt"},
-							  [LG_PASS_WGRAD] = {"ma", "mb"}};
-	bool w = s->pass == LG_PASS_WGRAD;
-	return (struct lg_fp8_gemm){tl->bm, tl->bn, tl->stages, tm[s->pass][0], tm[s->pass][1], w, cols, w, tl->cluster,
-				    tl->ahead != 0};
+	static const char *const tm[LG_PASS_COUNT][3] = {[LG_PASS_FORWARD] = {"&tm_x", "&tm_w", "&tm_y"},
+							  [LG_PASS_DGRAD] = {"&tm_dy", "&tm_wt", "&tm_dx"},
+							  [LG_PASS_WGRAD] = {"ma", "mb", "&tm_dw"}};
+	return lg_fp8_gemm_of(s, &tkeys, tl, tm[s->pass], cols, s->pass == LG_PASS_WGRAD);
 }
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
@@ -146,7 +145,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P_E] = lg_spec_int(s, K_E);
 	p->v[P_CT] = lg_fp8_cdiv(p->v[P8_COLS], (int64_t)tl.bn * tl.cluster);
 	p->v[P_RT] = lg_fp8_cdiv(n, tl.bm);
-	st = lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN);
+	st = lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN, C_OUT);
 	if (st != LG_OK || s->pass != LG_PASS_WGRAD)
 		return st;
 	/* entry 0 patches each expert's two tensor maps, entry 1 is the GEMM */

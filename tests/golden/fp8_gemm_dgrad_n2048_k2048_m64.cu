@@ -134,6 +134,44 @@ static __device__ __forceinline__ void lg_wg_commit(void)
 // Wait until at most n committed wgmma groups are pending.
 #define lg_wg_wait(n) asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"(n) : "memory")
 
+// Order this thread's generic-proxy writes to shared memory (st.shared)
+// before later async-proxy reads of them (wgmma operands, TMA stores); a
+// barrier then hands them to the threads that issue those.
+static __device__ __forceinline__ void lg_fence_proxy_async(void)
+{
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// TMA store: shared src (the box of tensor map tm, in its swizzle) to the
+// tensor at element coordinates (c0 inner, c1 outer), in this thread's
+// bulk group; elements outside the tensor are not written.
+static __device__ __forceinline__ void
+lg_tma_store_2d(const lg_tmap *tm, const void *src, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+		     :: "l"((u64)tm), "r"(lg_smem_addr(src)), "r"(c0), "r"(c1) : "memory");
+}
+
+// Close this thread's bulk group of TMA stores issued since the last commit.
+static __device__ __forceinline__ void lg_bulk_commit(void)
+{
+	asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Wait until at most n of this thread's bulk groups still read shared
+// memory (their sources may be overwritten then).
+#define lg_bulk_wait_read(n) asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(n) : "memory")
+
+// Wait until at most n of this thread's bulk groups are pending (their
+// writes done).
+#define lg_bulk_wait(n) asm volatile("cp.async.bulk.wait_group %0;" :: "n"(n) : "memory")
+
+// lg_bar_named with a run-time id (the same in every thread that meets).
+static __device__ __forceinline__ void lg_bar_id(u32 id, u32 n)
+{
+	asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
+}
+
 // ----- helpers for this spec -----
 // acc (64 x 128, fp32) = (add ? acc : 0) + A (64 x 32 at descriptor da) . B (128 x 32 at
 // db)^T, both e4m3 K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.
@@ -184,7 +222,8 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 extern "C" __global__ void __launch_bounds__(256, 1)
 lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 	u64 /* dy */, u64 dy_scale, u64 /* wt */, u64 wt_scale, u64 dx, i64 M, i64 /* part */,
-	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_wt)
+	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_wt,
+	const __grid_constant__ lg_tmap tm_dx)
 {
 	extern __shared__ __align__(1024) u8 smem[];
 	#define LG_SA(kb, r) (((const float *)dy_scale)[(i64)(kb) * M + (r)])
@@ -194,7 +233,9 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 	// then each stage's scales (A's of its 64 rows, B's of its one or two 128 x 128 tiles),
 	// then full[8], empty[8].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
-	float *const scales = (float *)(ring + 196608);
+	// after the ring, each consumer warpgroup's buffer of its 64 rows of the output
+	u8 *const epi = ring + 196608;
+	float *const scales = (float *)(epi + 16384);
 	u64 *const full = (u64 *)(scales + 544), *const empty = full + 8;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const i64 rtiles = (M + 63) / 64;
@@ -440,13 +481,43 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 				acc[4 * j + 3] += psum0[4 * j + 3] * t1;
 			}
 		}
-		// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
-		#pragma unroll
-		for (int j = 0; j < 16; j++) {
-			const i64 col = oc + j * 8 + (lane & 3) * 2;
-			const float *const v = acc + 4 * j;
-			if (row < rend) lg_st_out((u8 *)dx, row, col, v[0], v[1]);
-			if (row + 8 < rend) lg_st_out((u8 *)dx, row + 8, col, v[2], v[3]);
+		// Epilogue: this warpgroup's rows by TMA when all are real, else from registers.
+		if (ta + wg * 64 + 64 <= rend) {
+			u8 *const eb = epi + wg * 16384;
+			// eb free once the stores of this warpgroup's last tile have read it
+			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);
+			lg_bar_id(1 + wg, 128);
+			const u32 rb = (u32)(warp * 16 + (lane >> 2)) * 128; // its row in a box
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				// x: the pair's byte in its row; lo, hi: its rows' in the boxes
+				const int x = (j * 8 + (lane & 3) * 2) * 2;
+				const u32 lo = (u32)((x >> 7) * 8192 + (x & 127)) + rb;
+				const u32 hi = lo + 1024;
+				const float *const v = acc + 4 * j;
+				u8 *const p0 = eb + (lo ^ (((lo >> 7) & 7) << 4));
+				u8 *const p1 = eb + (hi ^ (((hi >> 7) & 7) << 4));
+				*(u32 *)p0 = lg_pack_bf16x2(v[0], v[1]);
+				*(u32 *)p1 = lg_pack_bf16x2(v[2], v[3]);
+			}
+			lg_fence_proxy_async();
+			lg_bar_id(1 + wg, 128);
+			if ((threadIdx.x & 127) == 0) {
+				const int r0 = ta + wg * 64;
+				lg_tma_store_2d(&tm_dx, eb, (int)oc, r0);
+				lg_tma_store_2d(&tm_dx, eb + 8192, (int)oc + 64, r0);
+				lg_bulk_commit();
+			}
+		}
+		else {
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				const i64 col = oc + j * 8 + (lane & 3) * 2;
+				const float *const v = acc + 4 * j;
+				if (row < rend) lg_st_out((u8 *)dx, row, col, v[0], v[1]);
+				if (row + 8 < rend) lg_st_out((u8 *)dx, row + 8, col, v[2], v[3]);
+			}
 		}
 	}
+	if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends
 }
