@@ -13,8 +13,8 @@ in one process, run by tools/device_fp8_gemm.sh:
 
   python3 tools/fp8_gemm_bench.py OUT_MD [--reps R] [--quick] [--dense-only] [--tile JSON]
 
---tile gives lingen's dense and grouped forward / dgrad calls a tile (e.g.
-'{"cluster": 1}': the same table for another tile, in the same process).
+--tile gives every lingen call but the tile sweep's a tile (e.g.
+'{"cluster": 1}', '{"epilogue": 0}': the same table for another tile).
 """
 import json
 import statistics
@@ -26,7 +26,7 @@ import lingen
 
 DEV = "cuda"
 FLUSH = None
-TILE = None  # --tile: lingen's tile in the dense and grouped forward / dgrad calls
+TILE = None  # --tile: lingen's tile in every call but the tile sweep's
 
 
 def rand_fp8(rows, cols):
@@ -255,7 +255,7 @@ def grouped_wgrad(E, rows, N, K, reps, lines):
         a, sa = rand_fp8(N, m), rand_scale(cdiv(m, 128) + E, N)
         b, sb = rand_fp8(K, m), rand_scale(cdiv(m, 128) + E, K)
         try:
-            dw = lingen.fp8_grouped_gemm_wgrad(a, sa, b, sb, counts)
+            dw = lingen.fp8_grouped_gemm_wgrad(a, sa, b, sb, counts, tile=TILE)
             err, start, blk = 0.0, 0, 0
             cl = counts.tolist()
             for e, c in enumerate(cl):
@@ -267,7 +267,8 @@ def grouped_wgrad(E, rows, N, K, reps, lines):
                     err = max(err, rel(dw[e], ref))
                 start, blk = start + c, blk + nb
             out = {"dw": dw}
-            t = timed(lambda: lingen.fp8_grouped_gemm_wgrad(a, sa, b, sb, counts, out=out), reps)
+            t = timed(lambda: lingen.fp8_grouped_gemm_wgrad(a, sa, b, sb, counts, out=out, tile=TILE),
+                      reps)
             gbs = E * N * K * 4 / (t * 1e-3) / 1e9
             line = f"| grouped wgrad | {E} experts, {m} rows, N{N} K{K}, {label} | lingen fp8 " \
                    f"(fp32 dw) | {t * 1e3:.1f} us | {2.0 * m * N * K / (t * 1e-3) / 1e12:.0f} " \
