@@ -67,6 +67,11 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 		return lg_fail(LG_ERR_SPEC, "%s: target: found %s, allowed: sm_90a (the FP8 GEMMs run on wgmma e4m3 and "
 			       "TMA only)", s->entry, t->name);
 	struct lg_fp8_gemm g = tile_keys(s, k, manual);
+	/* the default epilogue through TMA where its buffers leave 3 stages */
+	if (g.c_tmap && !lg_spec_has(s, k->ep) && lg_fp8_gemm_fit_stages(&g, 3, limit) < 3) {
+		g.c_tmap = NULL;
+		g.stages = lg_spec_has(s, k->stages) ? (int)lg_spec_int(s, k->stages) : 4;
+	}
 	if (!lg_spec_has(s, k->stages))
 		lg_fp8_gemm_fit_stages(&g, 8, limit);
 	if (lg_fp8_gemm_smem(&g) > limit)

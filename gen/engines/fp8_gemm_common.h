@@ -51,7 +51,8 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
  * manual operands or not, and its output's map c_tmap with tl->epilogue. */
 struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_keys *k, const struct lg_fp8_tile *tl,
 				  const char *const tmaps[3], const char *cols, bool manual);
-/* The tile on t: the spec's keys, else 128 x 128, no cluster (measured:
+/* The tile on t: the spec's keys, else 128 x 128, the epilogue through TMA
+ * where 3 stages fit beside its buffers, no cluster (measured:
  * bench/fp8-gemm.md), ahead where it can be, and the stages that fit beside `reserve`
  * bytes of the kernel's static shared memory. Refuses every target but
  * sm_90a. */
