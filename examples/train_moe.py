@@ -102,9 +102,9 @@ class Corpus:
 
 
 def model_config(args):
-    over = {k: getattr(args, k) for k in ("experts", "hidden", "vocab")
+    over = {k: getattr(args, k) for k in ("experts", "topk", "expert_intermediate", "hidden", "vocab")
             if getattr(args, k) is not None}
-    return ln.ModelConfig.from_json(CONFIG, layers=args.layers, **over)
+    return ln.ModelConfig.from_json(args.config, layers=args.layers, **over)
 
 
 def build(args, mode, device):
@@ -423,7 +423,13 @@ def parser():
     p.add_argument("--active", type=int, default=4096, help="token ids the corpus uses")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--config", default=CONFIG, metavar="JSON",
+                   help="the model config (configs/models/*.json; default: Ling-mini 2.0's), its "
+                        "layers, experts, top-k, expert width, hidden size and vocab as the flags below "
+                        "override them")
     p.add_argument("--experts", type=int, default=None)
+    p.add_argument("--topk", type=int, default=None, help="experts a token")
+    p.add_argument("--expert-intermediate", type=int, default=None, help="an expert's width")
     p.add_argument("--hidden", type=int, default=None)
     p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--head", choices=("fused", "unfused"), default="unfused",
@@ -474,8 +480,10 @@ def check_args(p, args, device):
             with torch.device("meta"):
                 ln.Model(cfg, mode=mode)
     except (ValueError, TypeError) as e:
-        p.error(f"the model of {os.path.basename(CONFIG)} with --layers/--experts/--hidden/"
-                f"--vocab as given: {e}")
+        p.error(f"the model of {os.path.basename(args.config)} with --layers/--experts/--topk/"
+                f"--expert-intermediate/--hidden/--vocab as given: {e}")
+    except OSError as e:
+        p.error(f"--config {args.config}: {e}")
     try:  # the record's folder, before the first mode trains
         os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
         with tempfile.TemporaryFile(dir=os.path.dirname(args.out) or "."):

@@ -59,7 +59,10 @@ BAD = [(["--modes", "bogus"], "--modes"), (["--modes", "fp8,FP8"], "--modes"),
        (["--out", "/proc/lingen-no-such/x"], "--out"),
        (["--experts", "4"], "topk"), (["--hidden", "200"], "hidden"),
        (["--vocab", "0"], "vocab"), (["--head", "chunked"], "--head"),
-       (["--eval-every", "-1"], "--eval-every"), (["--eval-batches", "0"], "--eval-batches")]
+       (["--eval-every", "-1"], "--eval-every"), (["--eval-batches", "0"], "--eval-batches"),
+       (["--topk", "0"], "topk"), (["--topk", "9", "--experts", "8"], "topk"),
+       (["--expert-intermediate", "100"], "intermediate: found 100"),
+       (["--config", "/no/such/model.json"], "--config")]
 
 
 @pytest.mark.parametrize("argv,name", BAD, ids=[" ".join(a) for a, _ in BAD])
