@@ -60,15 +60,20 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 }
 
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
-			   unsigned reserve, bool manual, struct lg_fp8_tile *tl)
+			   unsigned reserve, bool manual, int64_t red, struct lg_fp8_tile *tl)
 {
 	unsigned limit = lg_gemm_smem_limit(t) - reserve;
 	if (t->sm != 90 || !t->arch_specific)
 		return lg_fail(LG_ERR_SPEC, "%s: target: found %s, allowed: sm_90a (the FP8 GEMMs run on wgmma e4m3 and "
 			       "TMA only)", s->entry, t->name);
 	struct lg_fp8_gemm g = tile_keys(s, k, manual);
-	/* the default epilogue through TMA where its buffers leave 3 stages */
-	if (g.c_tmap && !lg_spec_has(s, k->ep) && lg_fp8_gemm_fit_stages(&g, 3, limit) < 3) {
+	/* the default epilogue through TMA where its buffers leave 3 stages and
+	 * the reduction is not known to be long: at 4096 and more the ring's
+	 * stage it takes costs more than the epilogue saves (H100,
+	 * bench/fp8-gemm.md: forward at K 5120 / 7168 / 16384 2-7% slower with
+	 * it, at K 2048 9% faster) */
+	bool long_red = red >= 4096;
+	if (g.c_tmap && !lg_spec_has(s, k->ep) && (long_red || lg_fp8_gemm_fit_stages(&g, 3, limit) < 3)) {
 		g.c_tmap = NULL;
 		g.stages = lg_spec_has(s, k->stages) ? (int)lg_spec_int(s, k->stages) : 4;
 	}

@@ -52,12 +52,13 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_keys *k, const struct lg_fp8_tile *tl,
 				  const char *const tmaps[3], const char *cols, bool manual);
 /* The tile on t: the spec's keys, else 128 x 128, the epilogue through TMA
- * where 3 stages fit beside its buffers, no cluster (measured:
+ * where 3 stages fit beside its buffers and the reduction `red` (-1: known
+ * at run time) is below 4096, no cluster (measured:
  * bench/fp8-gemm.md), ahead where it can be, and the stages that fit beside `reserve`
  * bytes of the kernel's static shared memory. Refuses every target but
  * sm_90a. */
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
-			   unsigned reserve, bool manual, struct lg_fp8_tile *tl);
+			   unsigned reserve, bool manual, int64_t red, struct lg_fp8_tile *tl);
 /* The plan of g: tile keys, one persistent entry, A's and B's tensor maps
  * (arguments a and b; with g->manual the templates the kernel patches),
  * with g->c_tmap the output's (argument c) after them. A

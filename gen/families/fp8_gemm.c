@@ -156,7 +156,8 @@ static void extents(const struct lg_spec *s, const struct lits *l, const char **
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	struct lg_fp8_tile tl;
-	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, 0, false, &tl);
+	int64_t len = s->pass == LG_PASS_WGRAD ? -1 : lg_spec_int(s, s->pass == LG_PASS_FORWARD ? K_K : K_N);
+	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, 0, false, len, &tl);
 	if (st != LG_OK)
 		return st;
 	struct lits l = lits_of(s);

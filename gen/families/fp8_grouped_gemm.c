@@ -135,7 +135,8 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	struct lg_fp8_tile tl;
 	/* the counts' scan: gr (i64) and gt (int) of experts + 1 in static shared memory */
 	unsigned scan = (unsigned)(lg_spec_int(s, K_E) + 1) * 12u + 16u;
-	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, scan, s->pass == LG_PASS_WGRAD, &tl);
+	int64_t red = s->pass == LG_PASS_WGRAD ? -1 : lg_spec_int(s, s->pass == LG_PASS_FORWARD ? K_K : K_N);
+	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, scan, s->pass == LG_PASS_WGRAD, red, &tl);
 	if (st != LG_OK)
 		return st;
 	int64_t n = lg_spec_int(s, K_N), k = lg_spec_int(s, K_K);

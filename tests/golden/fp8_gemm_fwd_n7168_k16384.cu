@@ -140,44 +140,6 @@ static __device__ __forceinline__ void lg_wg_commit(void)
 // Raise this warpgroup's registers a thread to n (the consumers' accumulators).
 #define lg_setmaxnreg_inc(n) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(n))
 
-// Order this thread's generic-proxy writes to shared memory (st.shared)
-// before later async-proxy reads of them (wgmma operands, TMA stores); a
-// barrier then hands them to the threads that issue those.
-static __device__ __forceinline__ void lg_fence_proxy_async(void)
-{
-	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-
-// TMA store: shared src (the box of tensor map tm, in its swizzle) to the
-// tensor at element coordinates (c0 inner, c1 outer), in this thread's
-// bulk group; elements outside the tensor are not written.
-static __device__ __forceinline__ void
-lg_tma_store_2d(const lg_tmap *tm, const void *src, int c0, int c1)
-{
-	asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
-		     :: "l"((u64)tm), "r"(lg_smem_addr(src)), "r"(c0), "r"(c1) : "memory");
-}
-
-// Close this thread's bulk group of TMA stores issued since the last commit.
-static __device__ __forceinline__ void lg_bulk_commit(void)
-{
-	asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-// Wait until at most n of this thread's bulk groups still read shared
-// memory (their sources may be overwritten then).
-#define lg_bulk_wait_read(n) asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(n) : "memory")
-
-// Wait until at most n of this thread's bulk groups are pending (their
-// writes done).
-#define lg_bulk_wait(n) asm volatile("cp.async.bulk.wait_group %0;" :: "n"(n) : "memory")
-
-// lg_bar_named with a run-time id (the same in every thread that meets).
-static __device__ __forceinline__ void lg_bar_id(u32 id, u32 n)
-{
-	asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
-}
-
 // ----- helpers for this spec -----
 // acc (64 x 128, fp32) = (add ? acc : 0) + A (64 x 32 at descriptor da) . B (128 x 32 at
 // db)^T, both e4m3 K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.
@@ -228,21 +190,18 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_fp8_gemm_fwd_bf16_n7168_k16384(
 	u64 x, u64 x_scale, u64 /* w */, u64 w_scale, u64 y, i64 M, i64 /* part */,
-	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w,
-	const __grid_constant__ lg_tmap tm_y)
+	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w)
 {
 	extern __shared__ __align__(1024) u8 smem[];
 	#define LG_SA(kb, r) (((const float *)x_scale)[(i64)(kb) * M + (r)])
 	#define LG_SB(kb, c) (((const float *)w_scale)[(i64)(c) * 128 + (kb)])
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
-	// 5 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
+	// 6 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
 	// then each stage's scales (A's of its 128 rows, B's of its one or two 128 x 128 tiles),
-	// then full[5], empty[5].
+	// then full[6], empty[6].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
-	// after the ring, each consumer warpgroup's buffer of its 64 rows of the output
-	u8 *const epi = ring + 163840;
-	float *const scales = (float *)(epi + 32768);
-	u64 *const full = (u64 *)(scales + 660), *const empty = full + 5;
+	float *const scales = (float *)(ring + 196608);
+	u64 *const full = (u64 *)(scales + 792), *const empty = full + 6;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const i64 rtiles = (M + 127) / 128;
 	const i64 tiles = rtiles * 56;
@@ -252,7 +211,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 			lg_tma_prefetch(&tm_w);
 		}
 		#pragma unroll
-		for (int s = 0; s < 5; s++) {
+		for (int s = 0; s < 6; s++) {
 			lg_mbar_init(&full[s], 33); // the loads' thread, the scale warp's lanes
 			lg_mbar_init(&empty[s], 8); // every consumer warp
 		}
@@ -272,8 +231,8 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				const int tb = (int)((r / gs) * 128);
 				const int nkt = (int)((16384ll + 127) / 128);
 				for (int kt = 0; kt < nkt; kt++, it++) {
-					const int s = it % 5;
-					if (it >= 5) lg_mbar_wait(&empty[s], ((it / 5) - 1) & 1);
+					const int s = it % 6;
+					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
 					u8 *const sd = ring + s * 32768;
 					lg_mbar_expect(&full[s], 32768u);
 					const int r0 = kt * 128;
@@ -294,8 +253,8 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				const int nkt = (int)((16384ll + 127) / 128);
 				const i64 rend = M;
 				for (int kt = 0; kt < nkt; kt++, it++) {
-					const int s = it % 5;
-					if (it >= 5) lg_mbar_wait(&empty[s], ((it / 5) - 1) & 1);
+					const int s = it % 6;
+					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
 					float *const sl = scales + s * 132;
 					const float *const pa = &LG_SA(kt, ta);
 					#pragma unroll
@@ -337,8 +296,8 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 		int k4 = 0;
 		for (; k4 + 4 <= nkt; k4 += 4) {
 			{
-				const int s = it % 5;
-				lg_mbar_wait(&full[s], (it / 5) & 1);
+				const int s = it % 6;
+				lg_mbar_wait(&full[s], (it / 6) & 1);
 				const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 				const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 				lg_wg_fence();
@@ -350,13 +309,13 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				lg_wg_commit();
 			}
 			{
-				const int s = it % 5;
+				const int s = it % 6;
 				const float *const sl = scales + s * 132;
 				const float sa0 = sl[rl], sa1 = sl[rl + 8];
 				const float sb0 = sl[128];
-				const int sn = (it + 1) % 5;
+				const int sn = (it + 1) % 6;
 				fp8_hold(psum1);
-				lg_mbar_wait(&full[sn], ((it + 1) / 5) & 1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
 				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
 				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
 				lg_wg_fence();
@@ -381,13 +340,13 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				it++;
 			}
 			{
-				const int s = it % 5;
+				const int s = it % 6;
 				const float *const sl = scales + s * 132;
 				const float sa0 = sl[rl], sa1 = sl[rl + 8];
 				const float sb0 = sl[128];
-				const int sn = (it + 1) % 5;
+				const int sn = (it + 1) % 6;
 				fp8_hold(psum0);
-				lg_mbar_wait(&full[sn], ((it + 1) / 5) & 1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
 				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
 				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
 				lg_wg_fence();
@@ -412,13 +371,13 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				it++;
 			}
 			{
-				const int s = it % 5;
+				const int s = it % 6;
 				const float *const sl = scales + s * 132;
 				const float sa0 = sl[rl], sa1 = sl[rl + 8];
 				const float sb0 = sl[128];
-				const int sn = (it + 1) % 5;
+				const int sn = (it + 1) % 6;
 				fp8_hold(psum1);
-				lg_mbar_wait(&full[sn], ((it + 1) / 5) & 1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 6) & 1);
 				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
 				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
 				lg_wg_fence();
@@ -443,7 +402,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				it++;
 			}
 			{
-				const int s = it % 5;
+				const int s = it % 6;
 				const float *const sl = scales + s * 132;
 				const float sa0 = sl[rl], sa1 = sl[rl + 8];
 				const float sb0 = sl[128];
@@ -463,8 +422,8 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 			}
 		}
 		for (int kt = k4; kt < nkt; kt++, it++) {
-			const int s = it % 5;
-			lg_mbar_wait(&full[s], (it / 5) & 1);
+			const int s = it % 6;
+			lg_mbar_wait(&full[s], (it / 6) & 1);
 			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 			lg_wg_fence();
@@ -489,43 +448,13 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				acc[4 * j + 3] += psum0[4 * j + 3] * t1;
 			}
 		}
-		// Epilogue: this warpgroup's rows by TMA when all are real, else from registers.
-		if (ta + wg * 64 + 64 <= rend) {
-			u8 *const eb = epi + wg * 16384;
-			// eb free once the stores of this warpgroup's last tile have read it
-			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);
-			lg_bar_id(1 + wg, 128);
-			const u32 rb = (u32)(warp * 16 + (lane >> 2)) * 128; // its row in a box
-			#pragma unroll
-			for (int j = 0; j < 16; j++) {
-				// x: the pair's byte in its row; lo, hi: its rows' in the boxes
-				const int x = (j * 8 + (lane & 3) * 2) * 2;
-				const u32 lo = (u32)((x >> 7) * 8192 + (x & 127)) + rb;
-				const u32 hi = lo + 1024;
-				const float *const v = acc + 4 * j;
-				u8 *const p0 = eb + (lo ^ (((lo >> 7) & 7) << 4));
-				u8 *const p1 = eb + (hi ^ (((hi >> 7) & 7) << 4));
-				*(u32 *)p0 = lg_pack_bf16x2(v[0], v[1]);
-				*(u32 *)p1 = lg_pack_bf16x2(v[2], v[3]);
-			}
-			lg_fence_proxy_async();
-			lg_bar_id(1 + wg, 128);
-			if ((threadIdx.x & 127) == 0) {
-				const int r0 = ta + wg * 64;
-				lg_tma_store_2d(&tm_y, eb, (int)oc, r0);
-				lg_tma_store_2d(&tm_y, eb + 8192, (int)oc + 64, r0);
-				lg_bulk_commit();
-			}
-		}
-		else {
-			#pragma unroll
-			for (int j = 0; j < 16; j++) {
-				const i64 col = oc + j * 8 + (lane & 3) * 2;
-				const float *const v = acc + 4 * j;
-				if (row < rend) lg_st_out((u8 *)y, row, col, v[0], v[1]);
-				if (row + 8 < rend) lg_st_out((u8 *)y, row + 8, col, v[2], v[3]);
-			}
+		// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
+		#pragma unroll
+		for (int j = 0; j < 16; j++) {
+			const i64 col = oc + j * 8 + (lane & 3) * 2;
+			const float *const v = acc + 4 * j;
+			if (row < rend) lg_st_out((u8 *)y, row, col, v[0], v[1]);
+			if (row + 8 < rend) lg_st_out((u8 *)y, row + 8, col, v[2], v[3]);
 		}
 	}
-	if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends
 }
