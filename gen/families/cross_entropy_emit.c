@@ -48,7 +48,7 @@ static const char *at_of(const struct shape *k)
 /* -inf in fp32 (NVRTC has no math.h). */
 static void emit_ninf(lg_buf *b)
 {
-	lg_line(b, "static __device__ __forceinline__ float lg_ce_ninf(void) { return __int_as_float(0xff800000); }");
+	lg_line(b, "static __device__ __forceinline__ float lg_ce_ninf() { return __int_as_float(0xff800000); }");
 }
 
 static void emit_helpers(lg_buf *b, const struct shape *k)

@@ -47,7 +47,7 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16(const void *p)
 }
 
 // ----- helpers for this spec -----
-static __device__ __forceinline__ float lg_ce_ninf(void) { return __int_as_float(0xff800000); }
+static __device__ __forceinline__ float lg_ce_ninf() { return __int_as_float(0xff800000); }
 // e^d for d <= 0 in fp32: ex2.approx(d log2 e), 0 for -inf.
 static __device__ __forceinline__ float lg_ce_exp(float d)
 {

@@ -81,7 +81,7 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_cs(const void *p)
 }
 
 // An L2 policy that keeps lines (evict last), for lg_ld16_last.
-static __device__ __forceinline__ u64 lg_policy_evict_last(void)
+static __device__ __forceinline__ u64 lg_policy_evict_last()
 {
 	u64 p;
 	asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
@@ -106,7 +106,7 @@ static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 }
 
 // ----- helpers for this spec -----
-static __device__ __forceinline__ float lg_ce_ninf(void) { return __int_as_float(0xff800000); }
+static __device__ __forceinline__ float lg_ce_ninf() { return __int_as_float(0xff800000); }
 // e^d for d <= 0 in fp32: ex2.approx(d log2 e), 0 for -inf.
 static __device__ __forceinline__ float lg_ce_exp(float d)
 {

@@ -22,7 +22,7 @@ static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 b
 }
 
 // Close the group of this thread's copies issued since the last commit.
-static __device__ __forceinline__ void lg_cp_commit(void)
+static __device__ __forceinline__ void lg_cp_commit()
 {
 	asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -71,7 +71,7 @@ static __device__ __forceinline__ lg_u32x4 lg_pack_bf16x8(const float v[8])
 
 // Barrier over every thread of the cluster; shared memory writes before it
 // are visible to the cluster's CTAs after it.
-static __device__ __forceinline__ void lg_cluster_sync(void)
+static __device__ __forceinline__ void lg_cluster_sync()
 {
 	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
 		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -114,7 +114,7 @@ static __device__ __forceinline__ void lg_st16_cs(void *p, lg_u32x4 v)
 }
 
 // ----- helpers for this spec -----
-static __device__ __forceinline__ float lg_ce_ninf(void) { return __int_as_float(0xff800000); }
+static __device__ __forceinline__ float lg_ce_ninf() { return __int_as_float(0xff800000); }
 // e^d for d <= 0 in fp32: ex2.approx(d log2 e), 0 for -inf.
 static __device__ __forceinline__ float lg_ce_exp(float d)
 {

@@ -10,7 +10,7 @@ typedef unsigned long long u64;
 typedef long long i64;
 
 // ----- helpers for this spec -----
-static __device__ __forceinline__ float lg_ce_ninf(void) { return __int_as_float(0xff800000); }
+static __device__ __forceinline__ float lg_ce_ninf() { return __int_as_float(0xff800000); }
 
 // ----- lg_cross_entropy_fwd_bf16_v157184_merge_ls0p1 -----
 // cross entropy, the merge of the vocab shards' statistics

@@ -60,7 +60,7 @@ static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
 
 // Make mbarrier initialisations visible to the async proxy (TMA) and to
 // the other threads (a __syncthreads follows).
-static __device__ __forceinline__ void lg_mbar_fence_init(void)
+static __device__ __forceinline__ void lg_mbar_fence_init()
 {
 	asm volatile("fence.mbarrier_init.release.cluster;\n\t"
 		     "fence.proxy.async.shared::cta;" ::: "memory");
@@ -120,13 +120,13 @@ static __device__ __forceinline__ u64 lg_wg_desc(const void *p)
 }
 
 // Order register and shared memory accesses before the wgmma that follows.
-static __device__ __forceinline__ void lg_wg_fence(void)
+static __device__ __forceinline__ void lg_wg_fence()
 {
 	asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
 
 // Close the group of wgmma operations issued since the last commit.
-static __device__ __forceinline__ void lg_wg_commit(void)
+static __device__ __forceinline__ void lg_wg_commit()
 {
 	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
@@ -137,7 +137,7 @@ static __device__ __forceinline__ void lg_wg_commit(void)
 // Order this thread's generic-proxy writes to shared memory (st.shared)
 // before later async-proxy reads of them (wgmma operands, TMA stores); a
 // barrier then hands them to the threads that issue those.
-static __device__ __forceinline__ void lg_fence_proxy_async(void)
+static __device__ __forceinline__ void lg_fence_proxy_async()
 {
 	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }
@@ -153,7 +153,7 @@ lg_tma_store_2d(const lg_tmap *tm, const void *src, int c0, int c1)
 }
 
 // Close this thread's bulk group of TMA stores issued since the last commit.
-static __device__ __forceinline__ void lg_bulk_commit(void)
+static __device__ __forceinline__ void lg_bulk_commit()
 {
 	asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }

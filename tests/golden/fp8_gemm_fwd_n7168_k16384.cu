@@ -60,7 +60,7 @@ static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
 
 // Make mbarrier initialisations visible to the async proxy (TMA) and to
 // the other threads (a __syncthreads follows).
-static __device__ __forceinline__ void lg_mbar_fence_init(void)
+static __device__ __forceinline__ void lg_mbar_fence_init()
 {
 	asm volatile("fence.mbarrier_init.release.cluster;\n\t"
 		     "fence.proxy.async.shared::cta;" ::: "memory");
@@ -120,13 +120,13 @@ static __device__ __forceinline__ u64 lg_wg_desc(const void *p)
 }
 
 // Order register and shared memory accesses before the wgmma that follows.
-static __device__ __forceinline__ void lg_wg_fence(void)
+static __device__ __forceinline__ void lg_wg_fence()
 {
 	asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
 
 // Close the group of wgmma operations issued since the last commit.
-static __device__ __forceinline__ void lg_wg_commit(void)
+static __device__ __forceinline__ void lg_wg_commit()
 {
 	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }

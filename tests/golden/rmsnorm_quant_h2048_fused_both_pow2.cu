@@ -23,7 +23,7 @@ static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 b
 }
 
 // Close the group of this thread's copies issued since the last commit.
-static __device__ __forceinline__ void lg_cp_commit(void)
+static __device__ __forceinline__ void lg_cp_commit()
 {
 	asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -78,7 +78,7 @@ static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 
 // Barrier over every thread of the cluster; shared memory writes before it
 // are visible to the cluster's CTAs after it.
-static __device__ __forceinline__ void lg_cluster_sync(void)
+static __device__ __forceinline__ void lg_cluster_sync()
 {
 	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
 		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");

@@ -69,7 +69,7 @@ static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 
 // Barrier over every thread of the cluster; shared memory writes before it
 // are visible to the cluster's CTAs after it.
-static __device__ __forceinline__ void lg_cluster_sync(void)
+static __device__ __forceinline__ void lg_cluster_sync()
 {
 	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
 		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -181,7 +181,7 @@ static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
 
 // Make mbarrier initialisations visible to the async proxy (TMA) and to
 // the other threads (a __syncthreads follows).
-static __device__ __forceinline__ void lg_mbar_fence_init(void)
+static __device__ __forceinline__ void lg_mbar_fence_init()
 {
 	asm volatile("fence.mbarrier_init.release.cluster;\n\t"
 		     "fence.proxy.async.shared::cta;" ::: "memory");

@@ -133,7 +133,7 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_cs(const void *p)
 }
 
 // An L2 policy that keeps lines (evict last), for lg_ld16_last.
-static __device__ __forceinline__ u64 lg_policy_evict_last(void)
+static __device__ __forceinline__ u64 lg_policy_evict_last()
 {
 	u64 p;
 	asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));

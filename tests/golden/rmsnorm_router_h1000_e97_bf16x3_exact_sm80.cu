@@ -22,7 +22,7 @@ static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 b
 }
 
 // Close the group of this thread's copies issued since the last commit.
-static __device__ __forceinline__ void lg_cp_commit(void)
+static __device__ __forceinline__ void lg_cp_commit()
 {
 	asm volatile("cp.async.commit_group;" ::: "memory");
 }
@@ -225,7 +225,7 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_cs(const void *p)
 }
 
 // An L2 policy that keeps lines (evict last), for lg_ld16_last.
-static __device__ __forceinline__ u64 lg_policy_evict_last(void)
+static __device__ __forceinline__ u64 lg_policy_evict_last()
 {
 	u64 p;
 	asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));

@@ -78,7 +78,7 @@ static __device__ __forceinline__ double lg_sumsq_bf16x8(double acc, lg_u32x4 v)
 
 // Barrier over every thread of the cluster; shared memory writes before it
 // are visible to the cluster's CTAs after it.
-static __device__ __forceinline__ void lg_cluster_sync(void)
+static __device__ __forceinline__ void lg_cluster_sync()
 {
 	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
 		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -173,7 +173,7 @@ static __device__ __forceinline__ lg_u32x4 lg_ld16_cs(const void *p)
 }
 
 // An L2 policy that keeps lines (evict last), for lg_ld16_last.
-static __device__ __forceinline__ u64 lg_policy_evict_last(void)
+static __device__ __forceinline__ u64 lg_policy_evict_last()
 {
 	u64 p;
 	asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
@@ -219,7 +219,7 @@ static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
 
 // Make mbarrier initialisations visible to the async proxy (TMA) and to
 // the other threads (a __syncthreads follows).
-static __device__ __forceinline__ void lg_mbar_fence_init(void)
+static __device__ __forceinline__ void lg_mbar_fence_init()
 {
 	asm volatile("fence.mbarrier_init.release.cluster;\n\t"
 		     "fence.proxy.async.shared::cta;" ::: "memory");
@@ -260,13 +260,13 @@ static __device__ __forceinline__ u64 lg_wg_desc(const void *p)
 }
 
 // Order register and shared memory accesses before the wgmma that follows.
-static __device__ __forceinline__ void lg_wg_fence(void)
+static __device__ __forceinline__ void lg_wg_fence()
 {
 	asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
 
 // Close the group of wgmma operations issued since the last commit.
-static __device__ __forceinline__ void lg_wg_commit(void)
+static __device__ __forceinline__ void lg_wg_commit()
 {
 	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
@@ -303,7 +303,7 @@ static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
 // Order this thread's generic-proxy writes to shared memory (st.shared)
 // before later async-proxy reads of them (wgmma operands, TMA stores); a
 // barrier then hands them to the threads that issue those.
-static __device__ __forceinline__ void lg_fence_proxy_async(void)
+static __device__ __forceinline__ void lg_fence_proxy_async()
 {
 	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }

@@ -17,7 +17,7 @@ static __device__ __forceinline__ void lg_cp16(void *dst, const void *src, u32 b
 }
 
 // Close the group of this thread's copies issued since the last commit.
-static __device__ __forceinline__ void lg_cp_commit(void)
+static __device__ __forceinline__ void lg_cp_commit()
 {
 	asm volatile("cp.async.commit_group;" ::: "memory");
 }

@@ -19,7 +19,7 @@ struct __align__(64) lg_tmap {
 
 // Barrier over every thread of the cluster; shared memory writes before it
 // are visible to the cluster's CTAs after it.
-static __device__ __forceinline__ void lg_cluster_sync(void)
+static __device__ __forceinline__ void lg_cluster_sync()
 {
 	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
 		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
@@ -40,7 +40,7 @@ static __device__ __forceinline__ void lg_mbar_init(u64 *bar, u32 count)
 
 // Make mbarrier initialisations visible to the async proxy (TMA) and to
 // the other threads (a __syncthreads follows).
-static __device__ __forceinline__ void lg_mbar_fence_init(void)
+static __device__ __forceinline__ void lg_mbar_fence_init()
 {
 	asm volatile("fence.mbarrier_init.release.cluster;\n\t"
 		     "fence.proxy.async.shared::cta;" ::: "memory");
@@ -93,13 +93,13 @@ static __device__ __forceinline__ u64 lg_wg_desc(const void *p)
 }
 
 // Order register and shared memory accesses before the wgmma that follows.
-static __device__ __forceinline__ void lg_wg_fence(void)
+static __device__ __forceinline__ void lg_wg_fence()
 {
 	asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 }
 
 // Close the group of wgmma operations issued since the last commit.
-static __device__ __forceinline__ void lg_wg_commit(void)
+static __device__ __forceinline__ void lg_wg_commit()
 {
 	asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
