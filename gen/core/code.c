@@ -46,12 +46,30 @@ static bool ident_char(char ch)
 	return ch == '_' || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
 }
 
+/* Whether the word at code[i] follows a member access (`.`, `->`): a
+ * field's name (blockIdx.x), not the identifier. The `.` of a number
+ * (1.f) takes only a suffix; an even run of '-' before '>' is `--` then
+ * `>` (i-->n reads n). Space between them keeps the word a use. */
+static bool member(const char *code, size_t i)
+{
+	if (i == 0)
+		return false;
+	if (code[i - 1] == '.')
+		return true;
+	if (code[i - 1] != '>')
+		return false;
+	size_t dashes = 0;
+	while (dashes + 1 < i && code[i - 2 - dashes] == '-')
+		dashes++;
+	return dashes % 2 == 1;
+}
+
 /* Whether code[0..n) holds the identifier name as a whole word. */
 static bool names_in(const char *code, size_t n, const char *name)
 {
 	size_t k = strlen(name);
 	for (size_t i = 0; k && i + k <= n; i++)
-		if (memcmp(code + i, name, k) == 0 && (i == 0 || !ident_char(code[i - 1])) &&
+		if (memcmp(code + i, name, k) == 0 && (i == 0 || !ident_char(code[i - 1])) && !member(code, i) &&
 		    (i + k == n || !ident_char(code[i + k])))
 			return true;
 	return false;

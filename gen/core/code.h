@@ -14,7 +14,8 @@
 
 #include "buf.h"
 
-/* Whether the code of text names the identifier name (a whole word). */
+/* Whether the code of text names the identifier name (a whole word, not a
+ * member: blockIdx.x does not name x). */
 bool lg_code_names(const char *text, const char *name);
 
 /* In b's text from offset at: each entry point's (`extern "C" __global__`)

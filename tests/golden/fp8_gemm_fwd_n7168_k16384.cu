@@ -189,7 +189,7 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 // ----- lg_fp8_gemm_fwd_bf16_n7168_k16384: y = x . w^T -----
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_fp8_gemm_fwd_bf16_n7168_k16384(
-	u64 x, u64 x_scale, u64 /* w */, u64 w_scale, u64 y, i64 M, i64 /* part */,
+	u64 /* x */, u64 x_scale, u64 /* w */, u64 w_scale, u64 y, i64 M, i64 /* part */,
 	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w)
 {
 	extern __shared__ __align__(1024) u8 smem[];

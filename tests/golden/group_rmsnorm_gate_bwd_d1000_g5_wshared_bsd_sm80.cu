@@ -256,8 +256,8 @@ lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared(
 // their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_group_rmsnorm_gate_bwd_bf16_d1000_g5_bsd_wshared_dw(
-	u64 /* dy */, u64 x, u64 /* gate */, u64 /* w */, u64 /* dx */, u64 /* dgate */, u64 dw,
-	u64 ws, i64 B, i64 L, i64 /* part */)
+	u64 /* dy */, u64 /* x */, u64 /* gate */, u64 /* w */, u64 /* dx */, u64 /* dgate */,
+	u64 dw, u64 ws, i64 B, i64 L, i64 /* part */)
 {
 	__shared__ float slice[8][32];
 	const int cx = threadIdx.x & 31, sl = threadIdx.x >> 5; // column, row slice

@@ -233,8 +233,8 @@ lg_group_rmsnorm_gate_bwd_bf16_d2048_g4_tp0(
 // their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_group_rmsnorm_gate_bwd_bf16_d2048_g4_tp0_dw(
-	u64 /* dy */, u64 x, u64 /* gate */, u64 /* w */, u64 /* dx */, u64 /* dgate */, u64 dw,
-	u64 ws, i64 B, i64 L, i64 /* part */)
+	u64 /* dy */, u64 /* x */, u64 /* gate */, u64 /* w */, u64 /* dx */, u64 /* dgate */,
+	u64 dw, u64 ws, i64 B, i64 L, i64 /* part */)
 {
 	// Wait until the partial sums are written.
 	asm volatile("griddepcontrol.wait;" ::: "memory");

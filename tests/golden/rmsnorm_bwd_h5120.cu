@@ -273,7 +273,7 @@ lg_rmsnorm_bwd_bf16_h5120(
 // their sums are added in a fixed order (deterministic).
 extern "C" __global__ void __launch_bounds__(256)
 lg_rmsnorm_bwd_bf16_h5120_dw(
-	u64 /* dy */, u64 x, u64 /* w */, u64 /* rms */, u64 /* dx */, u64 dw, u64 ws, i64 M,
+	u64 /* dy */, u64 /* x */, u64 /* w */, u64 /* rms */, u64 /* dx */, u64 dw, u64 ws, i64 M,
 	i64 /* part */)
 {
 	// Wait until the partial sums are written.

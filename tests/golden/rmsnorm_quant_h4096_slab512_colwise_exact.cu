@@ -306,7 +306,7 @@ static __device__ __forceinline__ void lg_slab_block(const u8 *xb, u64 w, u64 q,
 
 extern "C" __global__ void __cluster_dims__(8, 1, 1) __launch_bounds__(512, 1)
 lg_rmsnorm_quant_fwd_bf16_h4096_colwise_exact_tsl512(
-	u64 x, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 /* part */,
+	u64 /* x */, u64 w, u64 q, u64 s, u64 rms, u64 qt, u64 st, i64 M, i64 /* part */,
 	const __grid_constant__ lg_tmap tm_x)
 {
 	extern __shared__ __align__(128) u8 smem[];

@@ -576,8 +576,9 @@ lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2(
 // the first entry wrote; tiles in reverse: the last rows read are likeliest in L2.
 extern "C" __global__ void __launch_bounds__(512, 2)
 lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2_cols(
-	u64 x, u64 w, u64 /* route_w */, u64 y, u64 rms, u64 /* logits */, u64 /* q */, u64 /* s */,
-	u64 qt, u64 st, i64 M, i64 /* part */, const __grid_constant__ lg_tmap /* tm_route_w */)
+	u64 x, u64 w, u64 /* route_w */, u64 /* y */, u64 rms, u64 /* logits */, u64 /* q */,
+	u64 /* s */, u64 qt, u64 st, i64 M, i64 /* part */,
+	const __grid_constant__ lg_tmap /* tm_route_w */)
 {
 	const i64 tiles = (M + 127) / 128;
 	// qt staging (128 features x 128 tokens, swizzled).

@@ -329,7 +329,7 @@ lg_store_dx(u8 *out, i64 rows, i64 row, i64 col, float v0, float v1)
 // router GEMM backward: dx = dy . w
 extern "C" __global__ void __launch_bounds__(512, 1)
 lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dx(
-	u64 dy, u64 x, u64 w, u64 dx, u64 /* dw */, u64 /* ws */, i64 M, i64 /* part */)
+	u64 dy, u64 /* x */, u64 w, u64 dx, u64 /* dw */, u64 /* ws */, i64 M, i64 /* part */)
 {
 	extern __shared__ __align__(128) u8 smem[];
 	// One CTA a 128x256 tile of dx (4 a row of 128 tokens: they share dy's rows in L2),
@@ -503,7 +503,8 @@ lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dw(
 // Four values a thread (N K is a multiple of 8); the same order every run.
 extern "C" __global__ void __launch_bounds__(256)
 lg_router_gemm_bwd_bf16_h1000_e97_bf16x3_tm64k64s3wm1_dwsum(
-	u64 /* dy */, u64 x, u64 w, u64 /* dx */, u64 dw, u64 ws, i64 /* M */, i64 /* part */)
+	u64 /* dy */, u64 /* x */, u64 /* w */, u64 /* dx */, u64 dw, u64 ws, i64 /* M */,
+	i64 /* part */)
 {
 	const i64 i = ((i64)blockIdx.x * 256 + threadIdx.x) * 4;
 	if (!dw || i >= LG_N * LG_K) return;

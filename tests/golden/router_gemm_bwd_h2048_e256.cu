@@ -261,8 +261,8 @@ lg_store_dx(u8 *out, i64 rows, i64 row, i64 col, float v0, float v1)
 // ----- lg_router_gemm_bwd_bf16_h2048_e256_dx: router GEMM backward (wgmma, TMA): dx = dy . w -----
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_router_gemm_bwd_bf16_h2048_e256_dx(
-	u64 /* dy */, u64 x, u64 w, u64 dx, u64 /* dw */, u64 /* ws */, i64 M, i64 /* part */,
-	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
+	u64 /* dy */, u64 /* x */, u64 /* w */, u64 dx, u64 /* dw */, u64 /* ws */, i64 M,
+	i64 /* part */, const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap tm_w,
 	const __grid_constant__ lg_tmap /* tm_x */)
 {
 	extern __shared__ __align__(1024) u8 smem[];
@@ -378,7 +378,7 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(
 // router GEMM backward (wgmma, TMA): dw = dy^T . x
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_router_gemm_bwd_bf16_h2048_e256_dw(
-	u64 /* dy */, u64 x, u64 w, u64 /* dx */, u64 dw, u64 ws, i64 M, i64 /* part */,
+	u64 /* dy */, u64 /* x */, u64 /* w */, u64 /* dx */, u64 dw, u64 ws, i64 M, i64 /* part */,
 	const __grid_constant__ lg_tmap tm_dy, const __grid_constant__ lg_tmap /* tm_w */,
 	const __grid_constant__ lg_tmap tm_x)
 {
@@ -501,9 +501,9 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(
 // Four values a thread (N K is a multiple of 8); the same order every run.
 extern "C" __global__ void __launch_bounds__(256)
 lg_router_gemm_bwd_bf16_h2048_e256_dwsum(
-	u64 /* dy */, u64 x, u64 w, u64 /* dx */, u64 dw, u64 ws, i64 /* M */, i64 /* part */,
-	const __grid_constant__ lg_tmap /* tm_dy */, const __grid_constant__ lg_tmap /* tm_w */,
-	const __grid_constant__ lg_tmap /* tm_x */)
+	u64 /* dy */, u64 /* x */, u64 /* w */, u64 /* dx */, u64 dw, u64 ws, i64 /* M */,
+	i64 /* part */, const __grid_constant__ lg_tmap /* tm_dy */,
+	const __grid_constant__ lg_tmap /* tm_w */, const __grid_constant__ lg_tmap /* tm_x */)
 {
 	const i64 i = ((i64)blockIdx.x * 256 + threadIdx.x) * 4;
 	if (!dw || i >= LG_N * LG_K) return;

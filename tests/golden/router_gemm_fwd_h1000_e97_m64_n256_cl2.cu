@@ -195,8 +195,8 @@ lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v
 // router GEMM forward (wgmma, TMA): logits fp32 = x . w^T
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(256, 1)
 lg_router_gemm_fwd_bf16_h1000_e97_tm64n256s4cl2(
-	u64 x, u64 /* w */, u64 logits, i64 M, i64 /* part */, const __grid_constant__ lg_tmap tm_x,
-	const __grid_constant__ lg_tmap tm_w)
+	u64 /* x */, u64 /* w */, u64 logits, i64 M, i64 /* part */,
+	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w)
 {
 	extern __shared__ __align__(1024) u8 smem[];
 	// One CTA a 64x256 tile of the logits, 1 tile column; grouped raster: 16 row tiles

@@ -155,8 +155,8 @@ lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v
 // router GEMM forward (wgmma, TMA): logits fp32 = x . w^T
 extern "C" __global__ void __launch_bounds__(384, 1)
 lg_router_gemm_fwd_bf16_h2048_e256(
-	u64 x, u64 /* w */, u64 logits, i64 M, i64 /* part */, const __grid_constant__ lg_tmap tm_x,
-	const __grid_constant__ lg_tmap tm_w)
+	u64 /* x */, u64 /* w */, u64 logits, i64 M, i64 /* part */,
+	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w)
 {
 	extern __shared__ __align__(1024) u8 smem[];
 	// One CTA a 128x128 tile of the logits, 2 tile columns; grouped raster: 16 row tiles
