@@ -21,8 +21,11 @@ static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8
 	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD,
 				 .manual = manual, .cluster = 1, .c_elem = s->dtype == LG_DTYPE_FP32 ? 4 : 2,
 				 .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0};
-	/* the epilogue through TMA unless the spec says 0 (its buffers count in the stages' fit) */
-	if (!lg_spec_has(s, k->ep) || lg_spec_int(s, k->ep) != 0)
+	/* the epilogue through TMA unless the spec says 0 (its buffers count in
+	 * the stages' fit); two buffers by default where a tile's reduction is an
+	 * expert's tokens (the grouped wgrad: short, its stores the bound) */
+	g.c_bufs = lg_spec_has(s, k->ep) ? (int)lg_spec_int(s, k->ep) : manual ? 2 : 1;
+	if (g.c_bufs > 0)
 		g.c_tmap = "c";
 	if (lg_spec_has(s, k->tm))
 		g.bm = (int)lg_spec_int(s, k->tm);
@@ -42,7 +45,7 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 	const char *why = lg_fp8_gemm_problem(&g);
 	if (why) { /* the keys given as found; the others as the defaults checked with them */
 		const int key[6] = {k->tm, k->tn, k->stages, k->cl, k->ah, k->ep};
-		const int val[6] = {g.bm, g.bn, g.stages, g.cluster, g.ahead, g.c_tmap != NULL};
+		const int val[6] = {g.bm, g.bn, g.stages, g.cluster, g.ahead, g.c_bufs};
 		static const char *const name[6] = {"m", "n", "stages", "cluster", "ahead", "epilogue"};
 		char found[160] = "", dflt[160] = "";
 		for (int i = 0; i < 6; i++) {
@@ -73,16 +76,19 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	 * bench/fp8-gemm.md: forward at K 5120 / 7168 / 16384 2-7% slower with
 	 * it, at K 2048 9% faster) */
 	bool long_red = red >= 4096;
+	if (g.c_bufs > 1 && !lg_spec_has(s, k->ep) && lg_fp8_gemm_fit_stages(&g, 3, limit) < 3)
+		g.c_bufs = 1;
 	if (g.c_tmap && !lg_spec_has(s, k->ep) && (long_red || lg_fp8_gemm_fit_stages(&g, 3, limit) < 3)) {
 		g.c_tmap = NULL;
-		g.stages = lg_spec_has(s, k->stages) ? (int)lg_spec_int(s, k->stages) : 4;
+		g.c_bufs = 0;
 	}
+	g.stages = lg_spec_has(s, k->stages) ? (int)lg_spec_int(s, k->stages) : 4;
 	if (!lg_spec_has(s, k->stages))
 		lg_fp8_gemm_fit_stages(&g, 8, limit);
 	if (lg_fp8_gemm_smem(&g) > limit)
 		return lg_fail(LG_ERR_SPEC, "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at "
 			       "most %u bytes on %s", s->entry, g.stages, lg_fp8_gemm_smem(&g), limit, t->name);
-	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g), g.ahead, g.c_tmap != NULL};
+	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g), g.ahead, g.c_bufs};
 	return LG_OK;
 }
 
@@ -93,7 +99,7 @@ struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_k
 				    .b_tmap = tmaps[1], .b_rowscale = s->pass == LG_PASS_WGRAD, .cols = cols,
 				    .manual = manual, .cluster = tl->cluster, .ahead = tl->ahead != 0,
 				    .c_tmap = tl->epilogue ? tmaps[2] : NULL, .c_elem = s->dtype == LG_DTYPE_FP32 ? 4 : 2,
-				    .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0};
+				    .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0, .c_bufs = tl->epilogue};
 }
 
 lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const struct lg_fp8_gemm *g,
@@ -104,7 +110,7 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	p->tile[k->stages] = p->v[P8_STAGES] = g->stages;
 	p->tile[k->cl] = p->cluster[0] = (unsigned)lg_fp8_gemm_cluster(g);
 	p->tile[k->ah] = p->v[P8_AH] = g->ahead;
-	p->tile[k->ep] = p->v[P8_EP] = g->c_tmap != NULL;
+	p->tile[k->ep] = p->v[P8_EP] = g->c_tmap ? g->c_bufs : 0;
 	p->v[P8_SMEM] = lg_fp8_gemm_smem(g);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);

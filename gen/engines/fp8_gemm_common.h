@@ -20,8 +20,9 @@
 struct lg_fp8_keys {
 	int tm, tn, stages, acc, cl, ah, ep;
 };
-/* cluster: CTAs a cluster (1 or 2), ahead: 0 or 1, epilogue: 1 through
- * shared memory and TMA, 0 from registers (fp8_gemm_emit.h) */
+/* cluster: CTAs a cluster (1 or 2), ahead: 0 or 1, epilogue: 0 from
+ * registers, else through shared memory and TMA with that many buffers a
+ * warpgroup (fp8_gemm_emit.h) */
 struct lg_fp8_tile {
 	int bm, bn, stages, cluster, ahead, epilogue;
 };
@@ -35,9 +36,9 @@ struct lg_fp8_tile {
 		    "1: the next stage's wgmmas issued before this one's promotion (tile.n up to 128)")
 /* The tile.epilogue key of a family's table. */
 #define LG_FP8_KEY_EPILOGUE                                                                                  \
-	LG_KEY_TILE("epilogue", "e", 0, 1, NULL,                                                              \
-		    "1: the output through shared memory and TMA stores that drain during the next tile; 0: "    \
-		    "stores from registers")
+	LG_KEY_TILE("epilogue", "e", 0, 2, NULL,                                                              \
+		    "1: the output through shared memory and TMA stores that drain during the next tile, 2: "    \
+		    "two buffers, the next two tiles; 0: stores from registers")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
 enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 

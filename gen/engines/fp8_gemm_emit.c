@@ -41,7 +41,7 @@ static int slot(const struct lg_fp8_gemm *g) { return g->bm + b_scales(g); }
 /* Bytes of the epilogue's buffers (c_tmap): a tile of the output. */
 static unsigned out_bytes(const struct lg_fp8_gemm *g)
 {
-	return g->c_tmap ? (unsigned)(g->bm * g->bn * g->c_elem) : 0u;
+	return g->c_tmap ? (unsigned)(g->bm * g->bn * g->c_elem * g->c_bufs) : 0u;
 }
 
 unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g)
@@ -179,7 +179,8 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	lg_comment(b, "then full[%d], empty[%d].", S, S);
 	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
 	if (g->c_tmap) {
-		lg_comment(b, "after the ring, each consumer warpgroup's buffer of its 64 rows of the output");
+		lg_comment(b, "after the ring, each consumer warpgroup's buffer%s of its 64 rows of the output",
+		   g->c_bufs > 1 ? "s" : "");
 		lg_line(b, "u8 *const epi = ring + %u;", (unsigned)S * st);
 		lg_line(b, "float *const scales = (float *)(epi + %u);", out_bytes(g));
 	} else {
@@ -572,9 +573,15 @@ static int log2_of(int v)
 static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g)
 {
 	int w = out_span(g), e = g->c_elem, mask = w / 16 - 1;
-	lg_line(b, "u8 *const eb = epi + wg * %d;", 64 * g->bn * e);
-	lg_comment(b, "eb free once the stores of this warpgroup's last tile have read it");
-	lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);");
+	if (g->c_bufs > 1) {
+		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", 64 * g->bn * e);
+		lg_comment(b, "eb free once the stores of this warpgroup's tile before the last have read it");
+		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(1);");
+	} else {
+		lg_line(b, "u8 *const eb = epi + wg * %d;", 64 * g->bn * e);
+		lg_comment(b, "eb free once the stores of this warpgroup's last tile have read it");
+		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);");
+	}
 	lg_line(b, "lg_bar_id(1 + wg, 128);");
 	lg_line(b, "const u32 rb = (u32)(warp * 16 + (lane >> 2)) * %d; // its row in a box", w);
 	lg_line(b, "#pragma unroll");
@@ -620,6 +627,8 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 	lg_open(b, "else {");
 	emit_store_regs(b, g, store);
 	lg_close(b);
+	if (g->c_bufs > 1)
+		lg_line(b, "nt++;");
 }
 
 void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc,
@@ -640,6 +649,8 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	}
 	lg_line(b, "const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile");
 	lg_line(b, "int it = 0;");
+	if (g->c_tmap && g->c_bufs > 1)
+		lg_line(b, "int nt = 0; // tiles stored: the epilogue's buffer alternates");
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
 	lg_line(b, "const i64 row = (i64)ta + rl;");

@@ -114,6 +114,9 @@ struct lg_fp8_gemm {
 	const char *c_tmap;
 	int c_elem;
 	bool c_add;
+	/* buffers a warpgroup (c_tmap): 1, or 2 used by alternate tiles, so that
+	 * a tile's stores wait only for those of the tile before the last */
+	int c_bufs;
 };
 
 /* Threads of a CTA (bm / 64 consumer warpgroups and the producer's). */
