@@ -575,7 +575,7 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g)
 	int w = out_span(g), e = g->c_elem, mask = w / 16 - 1;
 	if (g->c_bufs > 1) {
 		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", 64 * g->bn * e);
-		lg_comment(b, "eb free once the stores of this warpgroup's tile before the last have read it");
+		lg_comment(b, "eb free once the stores of its tile before the last have read it");
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(1);");
 	} else {
 		lg_line(b, "u8 *const eb = epi + wg * %d;", 64 * g->bn * e);

@@ -450,7 +450,7 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 		// Epilogue: this warpgroup's rows by TMA when all are real, else from registers.
 		if (ta + wg * 64 + 64 <= rend) {
 			u8 *const eb = epi + (wg * 2 + (nt & 1)) * 16384;
-			// eb free once the stores of this warpgroup's tile before the last have read it
+			// eb free once the stores of its tile before the last have read it
 			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(1);
 			lg_bar_id(1 + wg, 128);
 			const u32 rb = (u32)(warp * 16 + (lane >> 2)) * 128; // its row in a box
