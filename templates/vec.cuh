@@ -82,6 +82,28 @@ static __device__ __forceinline__ void lg_st8_cs(void *p, u32 a, u32 b)
 		     :: "l"(p), "r"(a), "r"(b) : "memory");
 }
 
+// @helper lg_ld16_any
+// n (<= 16) bytes from src at any address into a 16-byte vector (byte i of
+// src as byte i), zeros after them: the aligned 4-byte words that hold one
+// of the n bytes (no other: none past the data), funnel-shifted into place.
+static __device__ __forceinline__ lg_u32x4 lg_ld16_any(const u8 *src, u32 n)
+{
+	const u32 sh = (u32)((size_t)src & 3);
+	const u32 *const p = (const u32 *)(src - sh);
+	const u32 nw = n ? (sh + n + 3) >> 2 : 0u;
+	u32 v[5], w[4];
+#pragma unroll
+	for (u32 i = 0; i < 5; i++)
+		v[i] = i < nw ? __ldg(p + i) : 0u;
+#pragma unroll
+	for (u32 j = 0; j < 4; j++) {
+		const u32 x = __funnelshift_r(v[j], v[j + 1], 8 * sh);
+		const u32 left = n > 4 * j ? n - 4 * j : 0u;
+		w[j] = left >= 4 ? x : x & ((1u << (8 * left)) - 1u);
+	}
+	return lg_u32x4{w[0], w[1], w[2], w[3]};
+}
+
 // @helper lg_st16_any
 // The first n (<= 16) bytes of v (byte i at dst + i) at any address: when
 // all 16 are stored, whole aligned 4-byte words (funnel shifts across the

@@ -286,13 +286,10 @@ static void emit_manual_stage(lg_buf *b, const struct lg_fp8_gemm *g)
 	lg_line(b, "const u32 n = left <= 0 ? 0u : left >= 16 ? 16u : (u32)left;");
 	lg_line(b, "const u8 *const line = isb ? gb + rr * ldb : ga + rr * lda;");
 	lg_line(b, "const u8 *const src = line + k0 + c * 16;");
-	lg_line(b, "u32 w[4] = {0u, 0u, 0u, 0u};");
-	lg_open(b, "for (u32 i = 0; i < n; i++) {");
-	lg_line(b, "w[i >> 2] |= (u32)src[i] << ((i & 3) * 8);");
-	lg_close(b);
+	lg_line(b, "const lg_u32x4 w = lg_ld16_any(src, n);");
 	lg_comment(b, "chunk c of row r at c ^ (r & 7): the swizzle");
 	lg_line(b, "u8 *const dst = sd + r * 128 + ((c ^ (r & 7)) << 4);");
-	lg_line(b, "*(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);");
+	lg_line(b, "*(lg_u32x4 *)dst = w;");
 	lg_close(b);
 	emit_scale_copy(b, g, "q", 128);
 	lg_open(b, "if (al) {");

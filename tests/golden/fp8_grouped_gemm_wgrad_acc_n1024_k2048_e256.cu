@@ -8,6 +8,7 @@ typedef unsigned char u8;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
+struct __attribute__((aligned(16))) lg_u32x4 { u32 x, y, z, w; };
 
 // A CUtensorMap as the driver encodes it (cuTensorMapEncodeTiled, at
 // launch): 128 opaque bytes, 64-byte aligned, passed by value as a
@@ -34,6 +35,27 @@ static __device__ __forceinline__ void lg_cp_arrive(u64 *bar)
 {
 	asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];"
 		     :: "r"((u32)__cvta_generic_to_shared(bar)) : "memory");
+}
+
+// n (<= 16) bytes from src at any address into a 16-byte vector (byte i of
+// src as byte i), zeros after them: the aligned 4-byte words that hold one
+// of the n bytes (no other: none past the data), funnel-shifted into place.
+static __device__ __forceinline__ lg_u32x4 lg_ld16_any(const u8 *src, u32 n)
+{
+	const u32 sh = (u32)((size_t)src & 3);
+	const u32 *const p = (const u32 *)(src - sh);
+	const u32 nw = n ? (sh + n + 3) >> 2 : 0u;
+	u32 v[5], w[4];
+#pragma unroll
+	for (u32 i = 0; i < 5; i++)
+		v[i] = i < nw ? __ldg(p + i) : 0u;
+#pragma unroll
+	for (u32 j = 0; j < 4; j++) {
+		const u32 x = __funnelshift_r(v[j], v[j + 1], 8 * sh);
+		const u32 left = n > 4 * j ? n - 4 * j : 0u;
+		w[j] = left >= 4 ? x : x & ((1u << (8 * left)) - 1u);
+	}
+	return lg_u32x4{w[0], w[1], w[2], w[3]};
 }
 
 // The shared-window address of a generic pointer to shared memory.
@@ -358,13 +380,10 @@ lg_fp8_grouped_gemm_wgrad_fp32_n1024_k2048_e256_acc(
 					const u32 n = left <= 0 ? 0u : left >= 16 ? 16u : (u32)left;
 					const u8 *const line = isb ? gb + rr * ldb : ga + rr * lda;
 					const u8 *const src = line + k0 + c * 16;
-					u32 w[4] = {0u, 0u, 0u, 0u};
-					for (u32 i = 0; i < n; i++) {
-						w[i >> 2] |= (u32)src[i] << ((i & 3) * 8);
-					}
+					const lg_u32x4 w = lg_ld16_any(src, n);
 					// chunk c of row r at c ^ (r & 7): the swizzle
 					u8 *const dst = sd + r * 128 + ((c ^ (r & 7)) << 4);
-					*(uint4 *)dst = make_uint4(w[0], w[1], w[2], w[3]);
+					*(lg_u32x4 *)dst = w;
 				}
 				float *const sl = scales + s * 256;
 				const float *const pa = &LG_SA(kt, ta);
