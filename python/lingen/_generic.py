@@ -30,6 +30,22 @@ def scalar_keys(fam, decl):
             if k.type in SCALAR and not k.tile and not (k.shape and k.path in bound)]
 
 
+def op_keys(fam, decl):
+    """The keyword arguments of the Python op: scalar_keys less what the
+    declaration shows this pass does not take: a shape key bound by an
+    input dimension `c * name`, `name + c` or `round_up(name, c)`
+    (swiglu_quant's intermediate, x being [tokens, 2 * intermediate]), and
+    a key whose doc starts with another pass's name ("backward: ...":
+    router_gemm's precision, swiglu_quant's dx_bf16 in the forward)."""
+    skip = maybe_unused(fam, decl)
+    bound = {n[0] for a in decl.args if a.is_input and a.name not in skip for d in a.dims
+             for n in (_families.offset_name(d), _families.scaled_name(d),
+                       _families.rounded_name(d)) if n}
+    other = tuple(f"{p}:" for p in fam.passes if p != decl.name)
+    return [k for k in scalar_keys(fam, decl)
+            if not (k.shape and k.path in bound) and not k.doc.startswith(other)]
+
+
 def maybe_unused(fam, decl):
     """The inputs of a pass that some spec does not use (the family's
     uses() clears them: moe_permute's x_scale for bf16, moe_row_map's
@@ -74,12 +90,15 @@ def op_name(op, pass_):
     return op if pass_ == "forward" else f"{op}_{pass_}"
 
 
-def _param_names(fam, keys):
+def _param_names(fam, keys, args=()):
     """{key path: parameter name}: the path's last part (round_scale for
-    quant.round_scale) unless two keys share it, then the path with '_'."""
+    quant.round_scale) unless two keys share it, then the path with '_';
+    a key named as an argument (adamw_fp8's grad, the gradient's type)
+    gets `_dtype` after it."""
     last = [k.path.rsplit(".", 1)[-1] for k in fam.keys]
-    return {k.path: (k.path.rsplit(".", 1)[-1] if last.count(k.path.rsplit(".", 1)[-1]) == 1
-                     else k.path.replace(".", "_")) for k in keys}
+    names = {k.path: (k.path.rsplit(".", 1)[-1] if last.count(k.path.rsplit(".", 1)[-1]) == 1
+                      else k.path.replace(".", "_")) for k in keys}
+    return {p: n + "_dtype" if n in args else n for p, n in names.items()}
 
 
 def _default(k):
@@ -100,8 +119,8 @@ def make(op, pass_):
     outs = [a for a in decl.args if a.is_output]
     maybe = maybe_unused(fam, decl)
     opt = [a.role == "optional_in" or a.name in maybe for a in ins]
-    keys = scalar_keys(fam, decl)
-    pnames = _param_names(fam, keys)
+    keys = op_keys(fam, decl)
+    pnames = _param_names(fam, keys, {a.name for a in ins})
     P = inspect.Parameter
     params = [P(a.name, P.POSITIONAL_OR_KEYWORD, default=None if all(opt[i:]) else P.empty)
               for i, a in enumerate(ins)]

@@ -72,37 +72,6 @@ def rmsnorm_backward(dy, x, w, eps=None, rms=None, *, tile=None, out=None, strea
     return _generic.outputs("rmsnorm", "backward", r)
 
 
-def fp8_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=None,
-              context=None, alloc=None):
-    """Blockwise FP8 quantisation of an activation (docs/kernels.md 1.3):
-    x [tokens, hidden] bf16 -> (q, s, qt, st) laid out as in
-    rmsnorm_quant; the copies output= does not ask for are None."""
-    r = call("lingen.fp8_quant", "fp8_quant", "forward", {"x": x},
-             _quant(round_scale, output, tile=tile),
-             out=out, stream=stream, context=context, alloc=alloc)
-    return _generic.outputs("fp8_quant", "forward", r)
-
-
-def fp8_quant_batched(x, counts, *, round_scale=None, output=None, tile=None, out=None,
-                      stream=None, context=None, alloc=None):
-    """Per-expert blockwise FP8 quantisation (docs/kernels.md 1.3): x [tokens,
-    hidden] bf16 with the tokens grouped by expert, counts [experts] int32
-    on the device (read by the kernel: no host synchronisation; sum <=
-    tokens) -> (q, s, qt, st), each expert's segment quantised as a tensor
-    of its own and the copies concatenated in expert order: q [tokens,
-    hidden] (x's row order); s [hidden/128, tokens], flat: expert e's
-    [hidden/128, count_e] block at element start_e * hidden/128; qt
-    [hidden, tokens], flat: expert e's [hidden, count_e] block at element
-    start_e * hidden; st [cdiv(tokens, 128) + experts, hidden]: expert e's
-    cdiv(count_e, 128) rows after the earlier experts' (a capacity: rows
-    past the last expert's are not written). start_e = sum of the earlier
-    counts. As linghe's per-expert block quantisation of batched tensors."""
-    r = call("lingen.fp8_quant_batched", "fp8_quant_batched", "forward",
-             {"x": x, "counts": counts}, _quant(round_scale, output, tile=tile),
-             out=out, stream=stream, context=context, alloc=alloc)
-    return _generic.outputs("fp8_quant_batched", "forward", r)
-
-
 def fp8_quant_weight(w, *, round_scale=None, transposed=None, tile=None, out=None, stream=None,
                      context=None, alloc=None):
     """FP8 quantisation of a weight in 128 x 128 tiles (docs/kernels.md 1.3): w
@@ -271,20 +240,6 @@ def group_rmsnorm_gate_backward(dy, x, gate, w, eps=None, *, groups=None, transp
 
 # ------------------------------------------------ SwiGLU + FP8 (K7, K6)
 
-def swiglu_quant(x, *, round_scale=None, output=None, tile=None, out=None, stream=None,
-                 context=None, alloc=None):
-    """SwiGLU + blockwise FP8 quantisation (docs/kernels.md K7): x [tokens, 2n]
-    bf16 = [gate | up] -> y = silu(gate) * up in fp32, quantised: (q
-    [tokens, n], s [n/128, tokens], qt [n, round_up(tokens, 16)] (zeros past
-    the tokens), st [cdiv(tokens, 128), n]), the copies output= does not ask for None. As linghe's
-    triton_silu_and_block_quant_forward (round_scale defaults to False
-    there; output_mode 0/1/2 is "rowwise"/"columnwise"/"both")."""
-    r = call("lingen.swiglu_quant", "swiglu_quant", "forward", {"x": x},
-             _quant(round_scale, output, tile=tile),
-             out=out, stream=stream, context=context, alloc=alloc)
-    return _generic.outputs("swiglu_quant", "forward", r)
-
-
 def swiglu_quant_backward(g, x, *, round_scale=None, output=None, dx_bf16=None, tile=None,
                           out=None, stream=None, context=None, alloc=None):
     """The backward of swiglu_quant: g [tokens, n] bf16 (dL/dy) and the
@@ -298,26 +253,6 @@ def swiglu_quant_backward(g, x, *, round_scale=None, output=None, dx_bf16=None, 
              out=out, stream=stream, context=context, alloc=alloc)
     res = (r["dxq"], r["dxs"], r["dxqt"], r["dxst"])
     return res + (r["dx"],) if r["dx"] is not None else res
-
-
-def batch_swiglu_quant(x, prob, counts, *, round_scale=None, output=None, tile=None, out=None,
-                       stream=None, context=None, alloc=None):
-    """Per-expert prob-weighted SwiGLU + blockwise FP8 quantisation
-    (docs/kernels.md K6): x [tokens, 2n] bf16 with rows grouped by expert, prob
-    [tokens, 1] fp32, counts [experts] int32 on the device (rows of each
-    expert, summing to tokens; any number of experts, 0 rows allowed; read
-    by the kernel, never by the host) -> y = silu(gate) * up * prob,
-    quantised per expert: (q [tokens, n]; s [n/128, tokens] holding per
-    expert [n/128, count] blocks; qt [n, tokens] holding per expert [n,
-    count] blocks; st [cdiv(tokens, 128) + experts, n]: per expert
-    cdiv(count, 128) rows one after the other, the rest not written). As linghe's
-    triton_batch_weighted_silu_and_block_quant_forward (which also takes
-    the counts as a host list)."""
-    r = call("lingen.batch_swiglu_quant", "batch_swiglu_quant", "forward",
-             {"x": x, "prob": prob, "counts": counts},
-             _quant(round_scale, output, tile=tile),
-             out=out, stream=stream, context=context, alloc=alloc)
-    return _generic.outputs("batch_swiglu_quant", "forward", r)
 
 
 def batch_swiglu_quant_backward(g, x, prob, counts, *, round_scale=None, dx_bf16=None, tile=None,
@@ -438,16 +373,6 @@ def cross_entropy_merge(stats, labels, classes, *, ignore_index=None, label_smoo
 
 # ------------------------------------------------ router GEMM (K3)
 
-def router_gemm(x, w, *, tile=None, out=None, stream=None, context=None, alloc=None):
-    """Router GEMM forward (docs/kernels.md K3): x [tokens, hidden] bf16, w
-    [experts, hidden] bf16 -> logits [tokens, experts] fp32 = x . w^T
-    (bf16 products, fp32 sums on the tensor cores). As linghe's
-    triton_fp32_gemm, for any tokens, experts and hidden a multiple of 8."""
-    r = call("lingen.router_gemm", "router_gemm", "forward", {"x": x, "w": w}, {"tile": tile},
-             out=out, stream=stream, context=context, alloc=alloc)
-    return _generic.outputs("router_gemm", "forward", r)
-
-
 def router_gemm_backward(dy, x, w, *, precision=None, dx=True, dw=True, tile=None, out=None,
                          stream=None, context=None, alloc=None):
     """Router GEMM backward: dy [tokens, experts] fp32, x and w as in
@@ -491,23 +416,92 @@ def rmsnorm_router(x, w, route_w, eps=None, *, precision=None, round_scale=None,
 
 # ------------------------------------------ every other family pass, generated
 
-# The ops above are wrapped by hand for their return conventions (linghe's
-# argument orders and flags); cross_entropy's forward by its launch forms.
-BY_HAND = frozenset(n for n in dir() if not n.startswith("_")
-                    and callable(globals()[n])) | {"cross_entropy"}
+# The ops wrapped by hand, and why: what each does that the op made from its
+# family's declaration (lingen._generic) would not. Every other family pass
+# is served by the generic op (generated()); cross_entropy's forward by its
+# launch forms (FORMS).
+_LINGHE_EPS = "eps positional after the arrays, in linghe's argument order"
+_QUANT_OUT = "returns the outputs the flags ask for, not the declared tuple with Nones"
+_MOE_ORDER = ("the arrays in linghe's order (optional ones last, not the declared order), "
+              "top_k required")
+_GEMM_DTYPE = ("out_dtype picks the spec's dtype (the output's element type, not a key; "
+               "bf16 or fp32 by pass)")
+BY_HAND = {
+    "rmsnorm_quant": _LINGHE_EPS,
+    "rmsnorm": _LINGHE_EPS + "; rms=False leaves rms unwritten",
+    "rmsnorm_backward": _LINGHE_EPS + ", before the optional rms",
+    "fp8_quant_weight": "transposed=False returns (q, s), not the declared four outputs",
+    "qk_norm_rope": _LINGHE_EPS + "; linghe's interleaved / transposed flags for the "
+                    "head_layout and qkv_order enums; cu_seqlens sets varlen and takes "
+                    "qkv [T, dim] (viewed as [T, 1, dim])",
+    "qk_norm_rope_backward": "as qk_norm_rope",
+    "group_rmsnorm_gate": _LINGHE_EPS + "; shared_weight told by w's length, as linghe",
+    "group_rmsnorm_gate_backward": "as group_rmsnorm_gate",
+    "swiglu_quant_backward": "dx_bf16=True adds dx as a fifth value; " + _QUANT_OUT,
+    "batch_swiglu_quant_backward": "output is always both; dx_bf16=True adds dx as a sixth "
+                                   "value; " + _QUANT_OUT,
+    "router_gemm_backward": "dx=False / dw=False leave that output unwritten",
+    "rmsnorm_router": _LINGHE_EPS,
+    "cross_entropy_forward": "a launch form of cross_entropy's forward: "
+                             "(loss, sum_exp, max_logit) of the full rows",
+    "cross_entropy_fused": "a launch form of cross_entropy's forward (fused=True): the "
+                           "gradient too, the logits themselves with inplace=True",
+    "cross_entropy_shard_stats": "a launch form of cross_entropy's forward (part=shard): "
+                                 "vocab_start is a run-time size",
+    "cross_entropy_merge": "a launch form of cross_entropy's forward (part=merge): "
+                           "classes names the declared vocab",
+    "cross_entropy_backward": "inplace returns the logits; vocab_start sets part=shard",
+    "moe_row_map": "routing: one array whose element type picks the routing enum and "
+                   "the declared input it binds; row_index=False",
+    "moe_permute": _MOE_ORDER,
+    "moe_permute_backward": _MOE_ORDER,
+    "moe_unpermute": _MOE_ORDER,
+    "moe_unpermute_backward": _MOE_ORDER + "; g and probs read only when weighted",
+    "moe_permute_quant": _MOE_ORDER,
+    "fp8_gemm": _GEMM_DTYPE,
+    "fp8_gemm_dgrad": _GEMM_DTYPE,
+    "fp8_gemm_wgrad": _GEMM_DTYPE + "; tokens= a run-time size; accumulate checked "
+                      "against out=",
+    "fp8_grouped_gemm": _GEMM_DTYPE,
+    "fp8_grouped_gemm_dgrad": _GEMM_DTYPE,
+    "fp8_grouped_gemm_wgrad": _GEMM_DTYPE + "; accumulate checked against out=",
+    "grad_norm": "a tensor list (lingen.lists): its device table built once",
+    "count_zero": "a tensor list (lingen.lists): its device table built once",
+}
+# family passes served by ops of other names: {op name of the pass: those ops}
+FORMS = {"cross_entropy": ("cross_entropy_forward", "cross_entropy_fused",
+                           "cross_entropy_shard_stats", "cross_entropy_merge")}
+
+
+def _by_hand(name):
+    from . import lists
+    return globals().get(name) or getattr(lists, name)
+
+
+for _n, _why in BY_HAND.items():
+    _f = _by_hand(_n)
+    _f.__doc__ = (_f.__doc__ or "").rstrip() + f"\n\nWrapped by hand (lingen.ops.BY_HAND): {_why}."
 
 
 def generated():
     """The names of the ops made from the declarations alone
-    (lingen._generic): the family passes no op above wraps."""
-    from . import _generic
-    return sorted(_generic.generated(BY_HAND))
+    (lingen._generic): the family passes no op in BY_HAND wraps."""
+    return sorted(_generic.generated(_TAKEN))
+
+
+def public():
+    """Every op the package gives, built from the registry: BY_HAND's and
+    generated()'s (lingen.__all__)."""
+    return sorted(set(BY_HAND) | set(generated()))
+
+
+_TAKEN = frozenset(BY_HAND) | frozenset(FORMS)
 
 
 def __getattr__(name):
-    from . import _generic, _lib
+    from . import _lib
     try:
-        f = _generic.lookup(name, BY_HAND) if not name.startswith("_") else None
+        f = _generic.lookup(name, _TAKEN) if not name.startswith("_") else None
     except _lib.LibraryError as e:  # no library: no declarations to make ops from
         raise AttributeError(f"module 'lingen.ops' has no attribute {name!r} ({e})") from None
     if f is None:
