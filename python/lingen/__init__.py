@@ -17,7 +17,7 @@ from ._lib import LingenError, LibraryError, SpecError
 from ._core import Context, Kernel, Spec, call, default_context, set_default_context
 from ._families import families
 from . import ops
-from .lists import TensorList
+from .lists import TensorList, count_zero, grad_norm  # noqa: F401 (ops.BY_HAND)
 
 _BASE = ["__version__", "LingenError", "LibraryError", "SpecError", "Context", "Kernel", "Spec",
          "call", "default_context", "set_default_context", "families", "generate",
@@ -44,8 +44,7 @@ def __getattr__(name):
         return _BASE + ops.public()
     if not name.startswith("_"):
         try:
-            f = globals()[name] = getattr(ops, name)
-            return f
+            return getattr(ops, name)
         except AttributeError:
             pass
     raise AttributeError(f"module 'lingen' has no attribute {name!r}")

@@ -127,7 +127,8 @@ def make(op, pass_):
     params += [P(pnames[k.path], P.KEYWORD_ONLY, default=_default(k)) for k in keys]
     params += [P(n, P.KEYWORD_ONLY, default=None) for n in _COMMON]
     sig = inspect.Signature(params)
-    renamed = {path: p for path, p in pnames.items() if p != path}
+    # (a key named as an argument keeps its name in errors: the arrays' errors name it too)
+    renamed = {path: p for path, p in pnames.items() if p != path and path not in sig.parameters}
 
     def generic(*args, **kwargs):
         try:

@@ -507,3 +507,8 @@ def __getattr__(name):
     if f is None:
         raise AttributeError(f"module 'lingen.ops' has no attribute {name!r}")
     return f
+
+
+def generated_target(name):
+    """(op, pass) of the generated op called name."""
+    return _generic.generated(_TAKEN)[name]

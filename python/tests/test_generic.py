@@ -28,16 +28,32 @@ def fake_family(monkeypatch):
     return fams["fake_norm"]
 
 
+GENERATED = ["adamw", "adamw_fp8", "batch_swiglu_quant", "fp8_quant", "fp8_quant_batched",
+             "router_gemm", "swiglu_quant"]
+
+
 def test_no_family_pass_is_left_without_an_op():
-    """Every family pass has a hand-written op (or is a list op), but adamw's
-    and adamw_fp8's: lingen.adamw(table, step, lr) and lingen.adamw_fp8 are
-    made from their declarations alone (lingen.optim.AdamW calls the
-    kernels)."""
-    assert lingen.ops.generated() == ["adamw", "adamw_fp8"]
+    """Every family pass exposed to Python is served by the generic op
+    (generated()) or by a hand-written one (lingen.ops.BY_HAND, each with
+    its reason in its docstring; cross_entropy's forward by its launch
+    forms, lingen.ops.FORMS), never both; the list ops are BY_HAND's."""
+    gen, hand, forms = set(lingen.ops.generated()), lingen.ops.BY_HAND, lingen.ops.FORMS
+    assert sorted(gen) == GENERATED
+    assert not gen & set(hand)
+    for op, fam in lingen.families().items():
+        for pass_ in fam.passes:
+            name = _generic.op_name(op, pass_)
+            assert name in gen or name in hand or name in forms, name
+    assert all(set(names) <= set(hand) for names in forms.values())
+    for name, why in hand.items():
+        assert isinstance(why, str) and why.strip(), name
+        assert why in " ".join(getattr(lingen, name).__doc__.split()), name
+    assert set(lingen.ops.public()) == gen | set(hand) <= set(lingen.__all__)
 
 
 def test_a_new_family_gets_its_ops(fake_family):
-    assert lingen.ops.generated() == ["adamw", "adamw_fp8", "fake_norm", "fake_norm_backward"]
+    assert lingen.ops.generated() == sorted(GENERATED + ["fake_norm", "fake_norm_backward"])
+    assert {"fake_norm", "fake_norm_backward"} <= set(lingen.__all__)
     fwd, bwd = lingen.fake_norm, lingen.fake_norm_backward
     assert fwd is lingen.ops.fake_norm  # made once
     eps = fake_family.key("eps").default
