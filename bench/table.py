@@ -16,6 +16,7 @@ measured by the run. No GPU needed.
 """
 import json
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -50,7 +51,7 @@ def cell(r, eager=None):
     if r is None:
         return "—"
     if "error" in r:
-        return "failed"
+        return "refused" if r.get("refused") else "failed"
     if "tflops" in r:
         text = f"{r['us']:.1f} ({r['tflops']:.0f} TF/s)"
     else:
@@ -86,22 +87,30 @@ def full_table(runs, by):
 
 
 def odd_table(by):
-    """The odd-shape rule: a token count against the same rounded up to 128."""
+    """The odd-shape rule: a token count (the first number of the shape that
+    has a row at its count rounded up to 128: 6001x2048, 1x6001x2048 G4)
+    against the same rounded up; and random per-expert counts against the
+    same rounded to multiples of 128 (the "counts%128" and "m128" rows)."""
     out = []
     for (kernel, shape), (_, d) in by.items():
-        tok, _, rest = shape.partition("x")
-        if not tok.isdigit() or int(tok) % 128 == 0:
+        ups = []
+        for m in re.finditer(r"(?<![0-9])[0-9]+(?![0-9])", shape):
+            n = int(m.group())
+            if n > 128 and n % 128:
+                ups.append(shape[:m.start()] + str(-(-n // 128) * 128) + shape[m.end():])
+        ups += [shape + " counts%128", shape + " m128"]
+        up = next((u for u in ups if (kernel, u) in by), None)
+        if up is None:
             continue
-        up = f"{-(-int(tok) // 128) * 128}x{rest}"
-        o = by.get((kernel, up))
-        a, b = d.get("lingen", {}), (o or (0, {}))[1].get("lingen", {})
+        a, b = d.get("lingen", {}), by[(kernel, up)][1].get("lingen", {})
         if "us" in a and "us" in b:
+            rule = "1.1" if up.endswith(("counts%128", "m128")) else "1.05"
             out.append(f"| {kernel} | {shape} | {a['us']:.1f} | {up} | {b['us']:.1f} | "
-                       f"{a['us'] / b['us']:.2f} |")
+                       f"{a['us'] / b['us']:.2f} | {rule} |")
     if not out:
         return []
-    return ["| kernel | shape | lingen µs | rounded up | lingen µs | ratio (rule: ≤ 1.05) |",
-            "|---|---|---|---|---|---|"] + out
+    return ["| kernel | shape | lingen µs | rounded to 128 | lingen µs | ratio | rule: ≤ |",
+            "|---|---|---|---|---|---|---|"] + out
 
 
 def summary(runs, by):
@@ -135,7 +144,8 @@ def notes(runs):
         out.append(f"- `{r['path']}`: {label(r)}, {r['device']}, "
                    f"copy ceiling {r['copy_gbps']:.0f} GB/s, torch {r['torch']}, "
                    f"triton {r['triton']}, Liger {r['liger']}, linghe {r.get('linghe')}, "
-                   f"QuACK {r.get('quack')}; "
+                   f"QuACK {r.get('quack')}, inputs and per-expert counts seed "
+                   f"{r.get('seed', 'not recorded')}; "
                    f"`{cmd}`")
         if r.get("not_run"):
             out.append(f"  - not run (budget spent): {', '.join(r['not_run'])}")

@@ -3,6 +3,7 @@ the same PyTorch code, and Liger-Kernel where it has the op, in one process
 on the same inputs, with linghe's published H200 figures (docs/performance.md) beside.
 
     python -m lingen.bench [--json FILE.json] [--quick] [--budget SECONDS] [--only K] [--impl I]
+                           [--shape S] [--seed N]
     python -m lingen.bench --list [--quick]
     python -m lingen.bench --plot FILE.json [-o FILE.png]
     python -m lingen.bench --step MODEL.json [--tokens T] [--json FILE.json]
@@ -22,6 +23,17 @@ measured by this run. With --budget, the first case of every kernel runs
 first, then the other shapes, and no case starts after the budget is spent
 (the JSON lists those as not run); --json is rewritten after every case, so
 a run cut short keeps what it measured.
+
+The full run (not --quick) times the odd-shape rule's rows
+(docs/performance.md): every family whose rows take a token count at 6001
+and 8191 tokens beside 6016 and 8192, and the per-expert kernels at random
+per-expert counts beside the same counts rounded to multiples of 128
+("counts%128" rows). Every case draws its inputs (random counts and routings
+included) from a generator reseeded with --seed (default 0) before the case,
+so a row's counts are the same whichever cases run before it, and a
+counts%128 row rounds the counts of its random-count row; the seed is in the
+table's header and the JSON. A peer that raises on a shape (a size it does
+not take) is recorded as refused, and the run goes on.
 """
 import argparse
 import json
@@ -31,17 +43,19 @@ import statistics
 import sys
 
 IMPLS = ("lingen", "eager", "compile", "liger", "linghe", "quack")
+SEED = 0  # every case's inputs and random per-expert counts (--seed)
 QUOTED = "linghe (published, TARGETS)"
 
 
 class Env:
     """What a case's make(env) builds its inputs and peers from."""
 
-    def __init__(self, torch, lt, liger, linghe=None):
+    def __init__(self, torch, lt, liger, linghe=None, seed=SEED):
         import lingen
         self.torch, self.lt, self.liger, self.lingen = torch, lt, liger, lingen
         self.linghe = linghe  # linghe's triton functions by name, or None
-        self.gen = torch.Generator(device="cuda").manual_seed(0)
+        self.seed = seed
+        self.gen = torch.Generator(device="cuda").manual_seed(seed)
         self._compiled = {}
 
     def randn(self, *shape, dtype=None):
@@ -196,6 +210,7 @@ def _case(torch, env, timer, case, copy_gbps, rows, impls=None):
     """Time one case's implementations (those named in impls, else all) into
     rows (errors recorded); eager runs once anyway, for the check."""
     kernel, shape = case.kernel, case.shape
+    env.gen.manual_seed(env.seed)  # a case's inputs whatever ran before it
     try:
         setup = case.make(env)
         want = setup.norm(setup.impls["eager"]())
@@ -212,7 +227,12 @@ def _case(torch, env, timer, case, copy_gbps, rows, impls=None):
             continue
         row = dict(kernel=kernel, shape=shape, impl=name, bytes=nbytes)
         try:
-            _close(torch, setup.norm(fn()), want, f"{kernel} {shape} {name}", case.rtol)
+            try:
+                got = fn()
+            except Exception:  # the peer does not take this shape (or is not there)
+                row["refused"] = True
+                raise
+            _close(torch, setup.norm(got), want, f"{kernel} {shape} {name}", case.rtol)
             row["us"], row["timer"] = timer.us(fn)
             row["pct_copy"] = 100.0 * nbytes / (row["us"] * 1e3) / copy_gbps
             if case.extra.get("flops"):
@@ -229,7 +249,7 @@ def _case(torch, env, timer, case, copy_gbps, rows, impls=None):
             rows[-1]["tflops"] = case.extra["flops"] / (lh * 1e6)
 
 
-def run(quick=False, only=None, budget=None, save=None, impls=None, shapes=None):
+def run(quick=False, only=None, budget=None, save=None, impls=None, shapes=None, seed=SEED):
     """Every case, timed; save(res) after each (for --json)."""
     import time
 
@@ -245,7 +265,7 @@ def run(quick=False, only=None, budget=None, save=None, impls=None, shapes=None)
     except ImportError:
         liger, liger_version = None, None
     linghe = _linghe()
-    env = Env(torch, lt, liger, linghe)
+    env = Env(torch, lt, liger, linghe, seed)
     timer = Timer(torch, n=10 if quick else 20)
     src = torch.empty(256 << 20, dtype=torch.uint8, device="cuda").fill_(1)
     dst = torch.empty_like(src)
@@ -259,7 +279,7 @@ def run(quick=False, only=None, budget=None, save=None, impls=None, shapes=None)
                python=platform.python_version(), copy_gbps=copy_gbps, method=__doc__.strip(),
                command=" ".join(["python -m lingen.bench", *sys.argv[1:]]),
                date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-               rows=rows, not_run=skipped, host={})
+               seed=seed, rows=rows, not_run=skipped, host={})
     for case in ordered(quick, only, shapes):
         if budget is not None and time.monotonic() - start > budget:
             skipped.append(f"{case.kernel} {case.shape}")
@@ -316,7 +336,8 @@ def _version(mod):
 
 def _line(r):
     if "error" in r:
-        return f"{r['kernel']:14} {r['shape']:10} {r['impl']:10} {r['error']}"
+        what = "refused: " if r.get("refused") else ""
+        return f"{r['kernel']:14} {r['shape']:10} {r['impl']:10} {what}{r['error']}"
     flops = f" {r['tflops']:7.1f} TFLOP/s" if "tflops" in r else ""
     how = " (events)" if r.get("timer") == "events" else ""
     return (f"{r['kernel']:14} {r['shape']:10} {r['impl']:10} {r['us']:9.2f} us "
@@ -342,7 +363,9 @@ def table(res):
     for r in res["rows"]:
         by.setdefault((r["kernel"], r["shape"]), {})[r["impl"]] = r
     out = [f"copy ceiling measured in this run: {res['copy_gbps']:.0f} GB/s; "
-           "ev: timed by events (not capturable in a graph); "
+           "ev: timed by events (not capturable in a graph); refused: the peer raised on "
+           "this shape; failed: its result differs from eager's; "
+           f"inputs and random per-expert counts: seed {res.get('seed', SEED)} (every row); "
            f"{res['device']}, torch {res['torch']}, triton {res['triton']}, "
            f"Liger-Kernel {res['liger']}, QuACK {res.get('quack')}, lingen {res['lingen']}", "",
            "| kernel | shape | " + " | ".join(impls) + " | lingen speed-up |",
@@ -354,7 +377,7 @@ def table(res):
             if r is None:
                 cells.append("—")
             elif "error" in r:
-                cells.append("failed")
+                cells.append("refused" if r.get("refused") else "failed")
             elif "tflops" in r:  # a GEMM: TFLOP/s rather than % of copy
                 cells.append(f"{r['us']:.1f} ({r['tflops']:.0f} TFLOP/s)")
             else:
@@ -407,7 +430,10 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", help="write the table here")
-    p.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
+    p.add_argument("--quick", action="store_true",
+                   help="fewer shapes and repetitions: one shape a kernel, without the odd "
+                   "token counts (6001, 8191, their 6016 / 8192 neighbours) and the random "
+                   "vs counts%%128 per-expert rows")
     p.add_argument("--only", action="append", metavar="KERNEL",
                    help="only the kernels whose name contains this (repeatable)")
     p.add_argument("--budget", type=float, metavar="SECONDS",
@@ -416,6 +442,9 @@ def main(argv=None):
                    help="only the shapes that contain this (repeatable)")
     p.add_argument("--impl", action="append", metavar="NAME",
                    help="time only these implementations (repeatable: lingen, eager, ...)")
+    p.add_argument("--seed", type=int, default=SEED,
+                   help="the seed of every case's inputs and random per-expert counts "
+                   "(default %(default)s; printed in the table's header)")
     p.add_argument("--list", action="store_true", help="print the cases in run order and stop")
     p.add_argument("--plot", metavar="JSON", help="draw the chart of a results file")
     p.add_argument("-o", "--output", help="the chart's PNG (default: beside the JSON)")
@@ -451,7 +480,7 @@ def main(argv=None):
             with open(a.json + ".tmp", "w") as f:
                 json.dump(res, f, indent=1)
             os.replace(a.json + ".tmp", a.json)
-    res = run(a.quick, a.only, a.budget, save, a.impl, a.shape)
+    res = run(a.quick, a.only, a.budget, save, a.impl, a.shape, a.seed)
     save(res)
     text = table(res)
     print(text)

@@ -19,6 +19,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 
+# the odd-shape rule's token counts (docs/performance.md), each followed by
+# its count rounded up to 128: the full run's rows of every family whose
+# shape takes a token count
+ODD_TOKENS = (6001, 6016, 8191, 8192)
+
+
 @dataclass
 class Setup:
     impls: dict

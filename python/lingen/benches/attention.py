@@ -2,7 +2,7 @@
 transpose (K2, forward and backward) and group RMSNorm x sigmoid gate (K8,
 forward and backward), at docs/performance.md's shapes. Peers: the same math in
 eager PyTorch and through torch.compile (Liger-Kernel has neither op)."""
-from . import Case, Setup
+from . import ODD_TOKENS, Case, Setup
 from .quant import _ref
 
 # linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
@@ -94,16 +94,16 @@ def _gate_bwd(env, B, L, dim, G):
 
 def cases(quick):
     out = []
-    rope = [(4096, 2, 16, 4, 128)] if quick else [(4096, 2, 16, 4, 128), (4096, 1, 32, 4, 128),
-                                                  (6001, 1, 16, 4, 128)]
+    rope = [(4096, 2, 16, 4, 128)] if quick else [(4096, 2, 16, 4, 128), (4096, 1, 32, 4, 128)]
+    rope += [] if quick else [(t, 1, 16, 4, 128) for t in ODD_TOKENS]  # the odd-shape rule
     for S, B, H, h, D in rope:
         shape = f"{S}x{B} H{H} h{h} D{D}"
         for kernel, make in (("qk_norm_rope fwd", _rope_fwd), ("qk_norm_rope bwd", _rope_bwd)):
             out.append(Case(kernel, shape,
                             lambda env, a=(S, B, H, h, D), m=make: m(env, *a),
                             LINGHE_US.get((kernel, shape))))
-    gate = [(2, 4096, 2048, 4)] if quick else [(2, 4096, 2048, 4), (1, 8192, 4096, 8),
-                                               (1, 6001, 2048, 4)]
+    gate = [(2, 4096, 2048, 4)] if quick else [(2, 4096, 2048, 4), (1, 8192, 4096, 8)]
+    gate += [] if quick else [(1, t, 2048, 4) for t in ODD_TOKENS]
     for B, L, dim, G in gate:
         shape = f"{B}x{L}x{dim} G{G}"
         for kernel, make in (("group_rmsnorm_gate fwd", _gate_fwd),

@@ -1,6 +1,6 @@
 """RMSNorm + FP8 quant (K1), plain RMSNorm forward and backward, and the
 standalone blockwise quantiser (docs/kernels.md 1.3)."""
-from . import Case, Setup, linghe
+from . import ODD_TOKENS, Case, Setup, linghe
 from .quant import _ref, dequant, torch_quant
 
 # linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
@@ -88,7 +88,7 @@ def cases(quick):
     big = [(8192, 2048)] if quick else [(8192, 2048), (8192, 4096), (8192, 7168)]
     small = [(128, 2048), (1024, 2048)]
     if not quick:  # odd token counts, each beside its count rounded up to 128 (the odd-shape rule)
-        small += [(t, h) for h in (2048, 4096) for t in (6001, 6016, 8191, 8192)
+        small += [(t, h) for h in (2048, 4096) for t in ODD_TOKENS
                   if (t, h) not in big]
     out = []
     for kernel, make in (("rmsnorm_quant", _k1), ("rmsnorm fwd", _fwd), ("rmsnorm bwd", _bwd),

@@ -4,7 +4,7 @@ backward, at docs/performance.md's shapes. Peers: eager PyTorch (fp32 SwiGLU, th
 the PyTorch quantiser of benches.quant; K6 a loop over the experts, as
 linghe's own baseline), torch.compile of the same (K7), and Liger-Kernel's
 SwiGLU (bf16, unquantised) where it is installed."""
-from . import Case, Setup, linghe
+from . import ODD_TOKENS, Case, Setup, linghe
 from .quant import _ref, dequant
 
 # linghe on one H200 (docs/performance.md, measured 2026-11-30): (kernel, shape) -> us
@@ -133,19 +133,25 @@ def cases(quick):
         shape = f"{t}x{w}"
         out.append(Case("swiglu_quant fwd", shape, lambda env, t=t, w=w: _k7_fwd(env, t, w),
                         LINGHE_US.get(("swiglu_quant fwd", shape)), rtol=0.07))
-    if not quick:  # an odd token count beside its count rounded up to 128, n 1024 and 1408
+    if not quick:  # odd token counts beside their counts rounded up to 128, n 1024 and 1408
         for w in (2048, 2816):
-            for t in (6001, 6016, 6144, 8192):
+            for t in sorted({*ODD_TOKENS, 6144}):
                 out.append(Case("swiglu_quant fwd", f"{t}x{w}",
                                 lambda env, t=t, w=w: _k7_fwd(env, t, w), rtol=0.07))
-    for t in (8192,) if quick else (8192, 6001):
+    for t in (8192,) if quick else (8192, *(t for t in ODD_TOKENS if t != 8192)):
         out.append(Case("swiglu_quant bwd", f"{t}x1024", lambda env, t=t: _k7_bwd(env, t, 1024),
                         LINGHE_US.get(("swiglu_quant bwd", f"{t}x1024")), rtol=0.07))
     for kernel, bwd in (("batch_swiglu_quant fwd", False), ("batch_swiglu_quant bwd", True)):
         shape = "65536x1024 e256"
         out.append(Case(kernel, shape, lambda env, bwd=bwd: _k6(env, 65536, 1024, 256, bwd),
                         LINGHE_US[(kernel, shape)], rtol=0.07))
-        if not quick:  # the same total, every expert's count a multiple of 128
-            out.append(Case(kernel, shape + " counts%128",
-                            lambda env, bwd=bwd: _k6(env, 65536, 1024, 256, bwd, True), rtol=0.07))
+        if quick:
+            continue
+        # the same total, every expert's count a multiple of 128; and 32 experts at
+        # 8192 tokens (random counts beside the same rounded), then the odd totals
+        for t, e, aligned in ((65536, 256, True), (8192, 32, False), (8192, 32, True),
+                              *((t, 32, False) for t in ODD_TOKENS if t != 8192)):
+            out.append(Case(kernel, f"{t}x1024 e{e}" + (" counts%128" if aligned else ""),
+                            lambda env, bwd=bwd, t=t, e=e, a=aligned: _k6(env, t, 1024, e, bwd, a),
+                            rtol=0.07))
     return out
