@@ -205,20 +205,96 @@ def test_quack_joins_the_rows_of_its_kernels_or_says_not_installed():
     assert set(quack.PEERS) <= kernels, "a QuACK peer for a row no module has"
 
 
+# the kernel rows of every family that quantises tokens (an e4m3 output whose
+# shape names tokens: the registry says which, test_quantising_families_*)
+QUANT_ROWS = {
+    "rmsnorm_quant": ("rmsnorm_quant",), "fp8_quant": ("fp8_quant",),
+    "swiglu_quant": ("swiglu_quant fwd", "swiglu_quant bwd"),
+    "batch_swiglu_quant": ("batch_swiglu_quant fwd", "batch_swiglu_quant bwd"),
+    "fp8_quant_batched": ("fp8_quant_batched",), "moe_permute_quant": ("moe permute+quant",),
+    "rmsnorm_router": ("rmsnorm_router",)}
+
+
+def _token_quantisers():
+    """{family: per_expert} for every family of the library with an e4m3
+    output whose shape names tokens; per_expert: it takes counts by expert."""
+    import lingen
+    out = {}
+    for name, f in lingen.families().items():
+        args = [a for p in f.passes.values() for a in p.args]
+        if any(a.role != "in" and a.elem == "e4m3" and "tokens" in a.shape for a in args):
+            out[name] = any(a.name in ("counts", "padded_counts") for a in args)
+    return out
+
+
+def _names(shape, n):
+    """The shape names the count n (6001x2048, 1x6001x2048 G4; not 60016)."""
+    import re
+    return re.search(rf"(?<![0-9]){n}(?![0-9])", shape) is not None
+
+
+def _rounded(shape, n):
+    import re
+    return re.sub(rf"(?<![0-9]){n}(?![0-9])", str((n + 127) // 128 * 128), shape, count=1)
+
+
+def test_quantising_families_have_odd_count_rows():
+    """The odd-shape rule's rows (docs/performance.md) for every quantising
+    family: 6001 and 8191 tokens, each beside its count rounded up to 128,
+    and, for the per-expert ones, random counts beside the same rounded to
+    multiples of 128 (counts%128; K4b's m128); none of them in --quick."""
+    quant = _token_quantisers()
+    assert sorted(quant) == sorted(QUANT_ROWS), "a quantising family not in QUANT_ROWS"
+    assert {f for f, per in quant.items() if per} == {
+        "batch_swiglu_quant", "fp8_quant_batched", "moe_permute_quant"}
+    full = {(c.kernel, c.shape) for c in all_cases(False)}
+    for family, per_expert in quant.items():
+        for kernel in QUANT_ROWS[family]:
+            shapes = [s for k, s in full if k == kernel]
+            for odd in (6001, 8191):
+                rows = [s for s in shapes if _names(s, odd)]
+                assert rows, f"{family}: {kernel} has no {odd}-token row"
+                for s in rows:
+                    assert (kernel, _rounded(s, odd)) in full, (kernel, s, "no aligned neighbour")
+            if per_expert:
+                assert any((kernel, s + suffix) in full for s in shapes
+                           for suffix in (" counts%128", " m128")), \
+                    f"{family}: {kernel} has no random-count row beside counts rounded to 128"
+    quick = [c.shape for c in all_cases(True)]
+    assert not any(_names(s, 6001) or _names(s, 8191) or s.endswith("counts%128")
+                   for s in quick), "--quick runs an odd-count row"
+
+
 def test_odd_token_counts_sit_beside_their_aligned_neighbours():
-    """The odd-count rule's rows: each odd count's kernel also has its count
-    rounded up to 128 (same width), and the per-expert kernels a counts%128 row."""
-    full = [(c.kernel, c.shape) for c in all_cases(False)]
-    for kernel in ("rmsnorm_quant", "fp8_quant", "swiglu_quant fwd"):
-        odd = [s for k, s in full if k == kernel and int(s.split("x")[0]) % 128]
-        assert any(s.startswith("8191x") for s in odd) or kernel == "swiglu_quant fwd"
-        assert odd, kernel
-        for s in odd:
-            t, rest = s.split("x", 1)
-            assert (kernel, f"{(int(t) + 127) // 128 * 128}x{rest}") in full, (kernel, s)
-    for kernel in ("batch_swiglu_quant fwd", "batch_swiglu_quant bwd", "fp8_quant_batched"):
-        assert any(k == kernel and s.endswith("counts%128") for k, s in full), kernel
+    """Every kernel with an odd-count row (the quantisers and every other
+    family whose shape takes a token count) has 6001 and 8191, each beside
+    its count rounded up to 128 (same other sizes)."""
+    full = {(c.kernel, c.shape) for c in all_cases(False)}
+    odd_kernels = {k for k, s in full if _names(s, 6001) or _names(s, 8191)}
+    assert {"rmsnorm fwd", "rmsnorm bwd", "cross_entropy fwd", "qk_norm_rope fwd",
+            "group_rmsnorm_gate fwd", "router fwd", "moe permute", "moe unpermute",
+            "moe row map", "fp8_gemm fwd"} <= odd_kernels
+    for kernel in odd_kernels:
+        shapes = [s for k, s in full if k == kernel]
+        for odd in (6001, 8191):
+            rows = [s for s in shapes if _names(s, odd)]
+            assert rows, f"{kernel}: no {odd}-token row"
+            for s in rows:
+                assert (kernel, _rounded(s, odd)) in full, (kernel, s)
     assert ("moe permute+quant", "8192x2048 e256 top8 m128") in full
+
+
+def test_table_marks_refused_peers_and_prints_the_seed():
+    rows = [dict(kernel="k", shape="6001x128", impl="lingen", us=2.0, pct_copy=50.0),
+            dict(kernel="k", shape="6001x128", impl="liger", error="ValueError: n", refused=True),
+            dict(kernel="k", shape="6001x128", impl="compile", error="AssertionError: differ")]
+    res = dict(rows=rows, copy_gbps=4000.0, device="dev", torch="t", triton="tr",
+               liger=None, lingen="0", host={}, seed=7)
+    text = bench.table(res)
+    assert "seed 7" in text.splitlines()[0]
+    line = next(ln for ln in text.splitlines() if ln.startswith("| k |"))
+    assert "refused" in line and "failed" in line
+    assert "refused: ValueError" in bench._line(rows[1])
 
 
 def test_round_counts_keeps_the_total_in_multiples_of_128():
