@@ -608,6 +608,8 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g)
 		lg_line(b, "%s(%s, eb + %d, (int)oc + %d, r0);", op, g->c_tmap, i * 64 * w, i * w / e);
 	lg_line(b, "lg_bulk_commit();");
 	lg_close(b);
+	if (g->c_bufs > 1) /* only tiles stored by TMA: their bulk groups alternate the buffers */
+		lg_line(b, "nt++;");
 }
 
 static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
@@ -624,8 +626,6 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 	lg_open(b, "else {");
 	emit_store_regs(b, g, store);
 	lg_close(b);
-	if (g->c_bufs > 1)
-		lg_line(b, "nt++;");
 }
 
 void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc,
@@ -647,7 +647,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	lg_line(b, "const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile");
 	lg_line(b, "int it = 0;");
 	if (g->c_tmap && g->c_bufs > 1)
-		lg_line(b, "int nt = 0; // tiles stored: the epilogue's buffer alternates");
+		lg_line(b, "int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates");
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
 	lg_line(b, "const i64 row = (i64)ta + rl;");

@@ -423,7 +423,7 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
 	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
-	int nt = 0; // tiles stored: the epilogue's buffer alternates
+	int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 		const int ex = (int)(tile / 128), lt = (int)(tile % 128);
 		const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0, er = (i64)ex * 1024;
@@ -493,6 +493,7 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 				lg_tma_store_2d(&tm_dw, eb + 8192, (int)oc + 64, r0);
 				lg_bulk_commit();
 			}
+			nt++;
 		}
 		else {
 			#pragma unroll
@@ -503,7 +504,6 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 				if (row + 8 < rend) lg_st_out((u8 *)dw, row + 8, col, v[2], v[3]);
 			}
 		}
-		nt++;
 	}
 	if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends
 }
