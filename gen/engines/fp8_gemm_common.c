@@ -21,10 +21,10 @@ static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8
 	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD,
 				 .manual = manual, .cluster = 1, .c_elem = s->dtype == LG_DTYPE_FP32 ? 4 : 2,
 				 .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0};
-	/* the epilogue through TMA unless the spec says 0 (its buffers count in
-	 * the stages' fit); two buffers by default where a tile's reduction is an
-	 * expert's tokens (the grouped wgrad: short, its stores the bound) */
-	g.c_bufs = lg_spec_has(s, k->ep) ? (int)lg_spec_int(s, k->ep) : manual ? 2 : 1;
+	/* the epilogue through TMA, one buffer a warpgroup, unless the spec says
+	 * otherwise (its buffers count in the stages' fit; two, for the grouped
+	 * wgrad's short tiles, are not yet measured on the GPU) */
+	g.c_bufs = lg_spec_has(s, k->ep) ? (int)lg_spec_int(s, k->ep) : 1;
 	if (g.c_bufs > 0)
 		g.c_tmap = "c";
 	if (lg_spec_has(s, k->tm))

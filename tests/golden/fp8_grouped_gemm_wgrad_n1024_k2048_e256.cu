@@ -309,14 +309,14 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 	#define LG_SA(kb, r) (((const float *)dyt_scale)[(gt[ex] + (kb)) * 1024ll + (r) - er])
 	#define LG_SB(kb, c) (((const float *)xt_scale)[(gt[ex] + (kb)) * 2048ll + (c)])
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
-	// 4 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
+	// 5 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
 	// then each stage's scales (A's of its 128 rows, B's of its columns),
-	// then full[4], empty[4].
+	// then full[5], empty[5].
 	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
-	// after the ring, each consumer warpgroup's buffers of its 64 rows of the output
-	u8 *const epi = ring + 131072;
-	float *const scales = (float *)(epi + 65536);
-	u64 *const full = (u64 *)(scales + 1024), *const empty = full + 4;
+	// after the ring, each consumer warpgroup's buffer of its 64 rows of the output
+	u8 *const epi = ring + 163840;
+	float *const scales = (float *)(epi + 32768);
+	u64 *const full = (u64 *)(scales + 1280), *const empty = full + 5;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	// Expert e's first row gr[e] and first 128-token scale block gt[e], one scan.
 	__shared__ i64 gr[257];
@@ -339,7 +339,7 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 	const i64 tiles = 32768ll;
 	if (threadIdx.x == 0) {
 		#pragma unroll
-		for (int s = 0; s < 4; s++) {
+		for (int s = 0; s < 5; s++) {
 			lg_mbar_init(&full[s], 128); // every producer thread's copies
 			lg_mbar_init(&empty[s], 8); // every consumer warp
 		}
@@ -369,8 +369,8 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 				lg_tmap_acquire(mb);
 			}
 			for (int kt = 0; kt < nkt; kt++, it++) {
-				const int s = it % 4;
-				if (it >= 4) lg_mbar_wait(&empty[s], ((it / 4) - 1) & 1);
+				const int s = it % 5;
+				if (it >= 5) lg_mbar_wait(&empty[s], ((it / 5) - 1) & 1);
 				u8 *const sd = ring + s * 32768;
 				if (al && q == 0) {
 					lg_mbar_expect_tx(&full[s], 32768u);
@@ -423,7 +423,6 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
 	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
-	int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 		const int ex = (int)(tile / 128), lt = (int)(tile % 128);
 		const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0, er = (i64)ex * 1024;
@@ -434,8 +433,8 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 		#pragma unroll
 		for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 		for (int kt = 0; kt < nkt; kt++, it++) {
-			const int s = it % 4;
-			lg_mbar_wait(&full[s], (it / 4) & 1);
+			const int s = it % 5;
+			lg_mbar_wait(&full[s], (it / 5) & 1);
 			// the producer's copies, to the async proxy (wgmma)
 			lg_fence_proxy_async();
 			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
@@ -468,9 +467,9 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 		}
 		// Epilogue: this warpgroup's rows by TMA when all are real, else from registers.
 		if (ta + wg * 64 + 64 <= rend) {
-			u8 *const eb = epi + (wg * 2 + (nt & 1)) * 16384;
-			// eb free once the stores of its tile before the last have read it
-			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(1);
+			u8 *const eb = epi + wg * 16384;
+			// eb free once the stores of this warpgroup's last tile have read it
+			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);
 			lg_bar_id(1 + wg, 128);
 			const u32 rb = (u32)(warp * 16 + (lane >> 2)) * 128; // its row in a box
 			#pragma unroll
@@ -493,7 +492,6 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256(
 				lg_tma_store_2d(&tm_dw, eb + 8192, (int)oc + 64, r0);
 				lg_bulk_commit();
 			}
-			nt++;
 		}
 		else {
 			#pragma unroll
