@@ -76,8 +76,6 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	 * bench/fp8-gemm.md: forward at K 5120 / 7168 / 16384 2-7% slower with
 	 * it, at K 2048 9% faster) */
 	bool long_red = red >= 4096;
-	if (g.c_bufs > 1 && !lg_spec_has(s, k->ep) && lg_fp8_gemm_fit_stages(&g, 3, limit) < 3)
-		g.c_bufs = 1;
 	if (g.c_tmap && !lg_spec_has(s, k->ep) && (long_red || lg_fp8_gemm_fit_stages(&g, 3, limit) < 3)) {
 		g.c_tmap = NULL;
 		g.c_bufs = 0;
