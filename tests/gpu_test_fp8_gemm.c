@@ -107,7 +107,9 @@ static void test_tiles(void **state)
 	 * last one past the output */
 	static const char *const tiles[] = {"{\"m\": 64}", "{\"n\": 64}", "{\"n\": 96}", "{\"n\": 160}",
 					    "{\"n\": 192}", "{\"n\": 256}", "{\"stages\": 2}", "{\"m\": 64, \"n\": 256}",
-					    "{\"cluster\": 2}", "{\"n\": 192, \"cluster\": 2}", "{\"m\": 64, \"cluster\": 2}"};
+					    "{\"cluster\": 2}", "{\"n\": 192, \"cluster\": 2}", "{\"m\": 64, \"cluster\": 2}",
+					    "{\"epilogue\": 0}", "{\"epilogue\": 1}", "{\"epilogue\": 2}",
+					    "{\"epilogue\": 2, \"n\": 64}"};
 	for (size_t t = 0; t < N_OF(tiles); t++) {
 		char keys[256];
 		snprintf(keys, sizeof keys, "\"n\": 1024, \"k\": 1152, \"tile\": %s", tiles[t]);

@@ -113,7 +113,8 @@ static void test_wgrad(void **state)
 		check("wgrad", "bf16", "\"n\": 400, \"k\": 144, \"experts\": 3", ms[i]);
 	}
 	check("wgrad", "fp32", "\"n\": 256, \"k\": 256, \"experts\": 4", 0);
-	static const char *const tiles[] = {"{\"m\": 64}", "{\"n\": 64}", "{\"n\": 192}", "{\"stages\": 3}"};
+	static const char *const tiles[] = {"{\"m\": 64}", "{\"n\": 64}", "{\"n\": 192}", "{\"stages\": 3}",
+					    "{\"epilogue\": 0}", "{\"epilogue\": 2}", "{\"epilogue\": 2, \"stages\": 2}"};
 	for (size_t t = 0; t < N_OF(tiles); t++) {
 		char keys[256];
 		snprintf(keys, sizeof keys, "\"n\": 512, \"k\": 384, \"experts\": 16, \"tile\": %s", tiles[t]);
@@ -153,7 +154,8 @@ static void test_tiles(void **state)
 	(void)state;
 	static const char *const tiles[] = {"{\"m\": 64}", "{\"n\": 64}", "{\"n\": 192}", "{\"n\": 256}",
 					    "{\"stages\": 3}", "{\"cluster\": 2}", "{\"n\": 192, \"cluster\": 2}",
-					    "{\"ahead\": 1}", "{\"ahead\": 1, \"cluster\": 2}"};
+					    "{\"ahead\": 1}", "{\"ahead\": 1, \"cluster\": 2}", "{\"epilogue\": 0}",
+					    "{\"epilogue\": 2}", "{\"epilogue\": 2, \"ahead\": 1}"};
 	for (size_t t = 0; t < N_OF(tiles); t++) {
 		char keys[256];
 		snprintf(keys, sizeof keys, "\"n\": 512, \"k\": 384, \"experts\": 16, \"tile\": %s", tiles[t]);

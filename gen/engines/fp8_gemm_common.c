@@ -13,14 +13,24 @@
 #define RASTER 16 /* row tiles a column sweep of the raster covers */
 #define SMS 132u  /* SMs of the target (H200) when the device's count is not known */
 
+/* What the spec says of the GEMM beside its tile: B's per-row scales (the
+ * wgrad), manual operands, the output's element and accumulation. */
+static struct lg_fp8_gemm spec_part(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual)
+{
+	return (struct lg_fp8_gemm){.b_rowscale = s->pass == LG_PASS_WGRAD, .manual = manual,
+				    .c_elem = s->dtype == LG_DTYPE_FP32 ? 4 : 2,
+				    .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0};
+}
+
 /* The tile of a spec: its keys over the defaults (128 x 128, stages 4
  * until fitted, no cluster, ahead where it can be: H100, bench/fp8-gemm.md,
  * forward and dgrad 1-5% faster at every shape measured). */
 static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual)
 {
-	struct lg_fp8_gemm g = {.bm = 128, .bn = 128, .stages = 4, .b_rowscale = s->pass == LG_PASS_WGRAD,
-				 .manual = manual, .cluster = 1, .c_elem = s->dtype == LG_DTYPE_FP32 ? 4 : 2,
-				 .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0};
+	struct lg_fp8_gemm g = spec_part(s, k, manual);
+	g.bm = g.bn = 128;
+	g.stages = 4;
+	g.cluster = 1;
 	/* the epilogue through TMA, one buffer a warpgroup, unless the spec says
 	 * otherwise (its buffers count in the stages' fit; two, for the grouped
 	 * wgrad's short tiles, are not yet measured on the GPU) */
@@ -63,7 +73,7 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 }
 
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
-			   unsigned reserve, bool manual, int64_t red, struct lg_fp8_tile *tl)
+			   unsigned reserve, bool manual, struct lg_fp8_tile *tl)
 {
 	unsigned limit = lg_gemm_smem_limit(t) - reserve;
 	if (t->sm != 90 || !t->arch_specific)
@@ -75,7 +85,7 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	 * stage it takes costs more than the epilogue saves (H100,
 	 * bench/fp8-gemm.md: forward at K 5120 / 7168 / 16384 2-7% slower with
 	 * it, at K 2048 9% faster) */
-	bool long_red = red >= 4096;
+	bool long_red = s->pass != LG_PASS_WGRAD && lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n) >= 4096;
 	if (g.c_tmap && !lg_spec_has(s, k->ep) && (long_red || lg_fp8_gemm_fit_stages(&g, 3, limit) < 3)) {
 		g.c_tmap = NULL;
 		g.c_bufs = 0;
@@ -93,11 +103,18 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_keys *k, const struct lg_fp8_tile *tl,
 				  const char *const tmaps[3], const char *cols, bool manual)
 {
-	return (struct lg_fp8_gemm){.bm = tl->bm, .bn = tl->bn, .stages = tl->stages, .a_tmap = tmaps[0],
-				    .b_tmap = tmaps[1], .b_rowscale = s->pass == LG_PASS_WGRAD, .cols = cols,
-				    .manual = manual, .cluster = tl->cluster, .ahead = tl->ahead != 0,
-				    .c_tmap = tl->epilogue ? tmaps[2] : NULL, .c_elem = s->dtype == LG_DTYPE_FP32 ? 4 : 2,
-				    .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0, .c_bufs = tl->epilogue};
+	struct lg_fp8_gemm g = spec_part(s, k, manual);
+	g.bm = tl->bm;
+	g.bn = tl->bn;
+	g.stages = tl->stages;
+	g.cluster = tl->cluster;
+	g.ahead = tl->ahead != 0;
+	g.c_bufs = tl->epilogue;
+	g.a_tmap = tmaps[0];
+	g.b_tmap = tmaps[1];
+	g.c_tmap = tl->epilogue ? tmaps[2] : NULL;
+	g.cols = cols;
+	return g;
 }
 
 lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const struct lg_fp8_gemm *g,

@@ -16,9 +16,11 @@
 #include "fp8_gemm_emit.h"
 
 /* Key indices of a family's table: tile.m, tile.n, tile.stages, accumulate
- * (-1: none), tile.cluster, tile.ahead, tile.epilogue. */
+ * (-1: none), tile.cluster, tile.ahead, tile.epilogue, and the shape's n
+ * and k (the forward's reduction is k, the dgrad's n, the wgrad's the
+ * tokens, known at run time only). */
 struct lg_fp8_keys {
-	int tm, tn, stages, acc, cl, ah, ep;
+	int tm, tn, stages, acc, cl, ah, ep, n, k;
 };
 /* cluster: CTAs a cluster (1 or 2), ahead: 0 or 1, epilogue: 0 from
  * registers, else through shared memory and TMA with that many buffers a
@@ -53,13 +55,13 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_keys *k, const struct lg_fp8_tile *tl,
 				  const char *const tmaps[3], const char *cols, bool manual);
 /* The tile on t: the spec's keys, else 128 x 128, the epilogue through TMA
- * where 3 stages fit beside its buffers and the reduction `red` (-1: known
- * at run time) is below 4096, no cluster (measured:
+ * where 3 stages fit beside its buffers and the pass's reduction is not a
+ * static 4096 or more, no cluster (measured:
  * bench/fp8-gemm.md), ahead where it can be, and the stages that fit beside `reserve`
  * bytes of the kernel's static shared memory. Refuses every target but
  * sm_90a. */
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
-			   unsigned reserve, bool manual, int64_t red, struct lg_fp8_tile *tl);
+			   unsigned reserve, bool manual, struct lg_fp8_tile *tl);
 /* The plan of g: tile keys, one persistent entry, A's and B's tensor maps
  * (arguments a and b; with g->manual the templates the kernel patches),
  * with g->c_tmap the output's (argument c) after them. A

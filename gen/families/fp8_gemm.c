@@ -92,7 +92,7 @@ static const struct lg_arg wgrad_args[NARGS] = {
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "n, k", 16, "dy^T . x (accumulate: added to dw)"},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_N, K_K};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -156,8 +156,7 @@ static void extents(const struct lg_spec *s, const struct lits *l, const char **
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
 	struct lg_fp8_tile tl;
-	int64_t len = s->pass == LG_PASS_WGRAD ? -1 : lg_spec_int(s, s->pass == LG_PASS_FORWARD ? K_K : K_N);
-	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, 0, false, len, &tl);
+	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, 0, false, &tl);
 	if (st != LG_OK)
 		return st;
 	struct lits l = lits_of(s);

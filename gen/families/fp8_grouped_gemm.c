@@ -112,7 +112,7 @@ static const struct lg_arg wgrad_args[NARGS + 1] = {
 	[WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_N, K_K};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -135,8 +135,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	struct lg_fp8_tile tl;
 	/* the counts' scan: gr (i64) and gt (int) of experts + 1 in static shared memory */
 	unsigned scan = (unsigned)(lg_spec_int(s, K_E) + 1) * 12u + 16u;
-	int64_t red = s->pass == LG_PASS_WGRAD ? -1 : lg_spec_int(s, s->pass == LG_PASS_FORWARD ? K_K : K_N);
-	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, scan, s->pass == LG_PASS_WGRAD, red, &tl);
+	lg_status st = lg_fp8_plan_tile(s, t, &tkeys, scan, s->pass == LG_PASS_WGRAD, &tl);
 	if (st != LG_OK)
 		return st;
 	int64_t n = lg_spec_int(s, K_N), k = lg_spec_int(s, K_K);
