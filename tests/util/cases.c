@@ -185,7 +185,11 @@ static int expand(const char *path, int i, const cJSON *cs, const cJSON *base, c
 			}
 			for (int k = 0, rest = e; k < ne; k++) {
 				int m = cJSON_GetArraySize(ek[k]);
-				set_path(o, ek[k]->string, cJSON_GetArrayItem(ek[k], rest % m));
+				const cJSON *val = cJSON_GetArrayItem(ek[k], rest % m);
+				if (!ek[k]->string[0] && cJSON_IsObject(val))
+					merge(o, val); /* key "": objects of keys */
+				else
+					set_path(o, ek[k]->string, val);
 				rest /= m;
 			}
 			struct lg_case *c = &f->c[f->n];

@@ -19,7 +19,8 @@
  *                                   bf16 unless given (or in base)
  *    "variants": [{keys}, ...],     one spec each, merged over spec
  *    "each": {"a.b": [v, ...]},     one spec each value (every combination of
- *                                   the keys), set at the dotted path
+ *                                   the keys), set at the dotted path; the
+ *                                   key "": objects merged over the spec
  *    "tokens": [N, ...]             token counts (lg_sizes_at of N), or
  *    "sizes": [[N, S1, ...], ...]   the pass's run-time sizes (the rest from
  *                                   lg_sizes_at of the first)
