@@ -32,11 +32,9 @@ left() { echo $((budget - SECONDS)); }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader > "$out/gpu.txt" 2>&1
 
 # 1. tests (their float64 CPU references take the time: side by side)
-tests="gpu_test_fp8_quant:test_qt_store gpu_test_fp8_quant:test_h2048 gpu_test_fp8_quant:test_h384
-gpu_test_fp8_quant:test_batched_odd gpu_test_k1:test_k1_odd_shapes gpu_test_k1:test_k1_target_shape
-gpu_test_k1:test_k1_fused gpu_test_k1:test_k1_slab gpu_test_swiglu_quant:test_k7_*
-gpu_test_swiglu_quant:test_k6_experts gpu_test_quant_tiles gpu_test_rmsnorm_router:test_target
-gpu_test_moe:test_permute_quant"
+tests="gpu_test_families:fp8_quant gpu_test_families:fp8_quant_batched gpu_test_families:rmsnorm_quant
+gpu_test_families:swiglu_quant gpu_test_families:batch_swiglu_quant gpu_test_families:rmsnorm_router
+gpu_test_families:moe_permute_quant"
 for t in $tests; do
 	log=/tmp/perf-logs/${t//[:*]/-}.txt
 	(LINGEN_TEST_FILTER=$([[ $t == *:* ]] && echo "${t#*:}") timeout 60 "$B/tests/${t%%:*}" > "$log" 2>&1

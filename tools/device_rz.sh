@@ -31,8 +31,10 @@ run)
 	res=${OUT:-out/device}
 	mkdir -p "$res"
 	. tools/device_env.sh
-	tests=${CTESTS:-gpu_test_group_rmsnorm_gate gpu_test_qk_norm_rope gpu_test_cross_entropy gpu_test_k1 \
-		gpu_test_rmsnorm_router gpu_test_swiglu_quant gpu_test_moe:test_unpermute gpu_test_moe:test_permute}
+	tests=${CTESTS:-gpu_test_families:group_rmsnorm_gate gpu_test_families:qk_norm_rope \
+		gpu_test_families:cross_entropy gpu_test_cross_entropy gpu_test_families:rmsnorm_quant \
+		gpu_test_families:rmsnorm gpu_test_families:rmsnorm_router gpu_test_families:swiglu_quant \
+		gpu_test_families:batch_swiglu_quant gpu_test_families:moe_unpermute gpu_test_families:moe_permute}
 	status=0
 	printf '%-40s %-7s %-7s %s\n' test normal mutant verdict > "$res/rz.txt"
 	for t in $tests; do
