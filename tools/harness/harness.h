@@ -97,7 +97,7 @@ lg_status lg_bench_time_median(int reps, lg_status (*fn)(void *), void *arg, dou
 struct lg_jit_opts {
 	const char *arch;  /* arch when there is no GPU (with one: the device's) */
 	int64_t tokens;    /* launch part: token count (default 8192) */
-	int launches;      /* launch part: launches per timed loop (default 20000) */
+	int launches;      /* launch part: launches per timed loop (default: 0.2 s of GPU time, 256-20000) */
 	int loops;         /* launch part: timed loops, median taken (default 5) */
 	int reps;          /* cache part: fresh contexts, median taken (default 20) */
 	int jobs;          /* whole-step part: compile threads (default: online CPUs) */

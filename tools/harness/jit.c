@@ -12,7 +12,8 @@
  *               (cuLibraryLoadData + entry resolution, occupancy queries);
  *        get  = lg_kernel_get from the disk cache: read + load in one call.
  *      The first repetition is a warm-up and is dropped. Median per kernel.
- *   3. launch: the first kernel, `launches` lg_kernel_launch calls versus the
+ *   3. launch: the first kernel, `launches` lg_kernel_launch calls (by default
+ *      as many as run 0.2 s on the GPU, 256 to 20000) versus the
  *      same cuLaunchKernel calls made directly (same CUkernel, params and
  *      geometry and tensor maps, precomputed), on one stream, synchronised before and after
  *      each loop; median of `loops` loops, interleaved. Two ways:
@@ -41,6 +42,11 @@
 #include "nvrtc.h"
 
 #define BATCH 128
+/* launches a timed loop, unless given: LOOP_GPU_S of the kernel's GPU time,
+ * at least MIN_LAUNCHES (two batches), at most MAX_LAUNCHES */
+#define LOOP_GPU_S 0.2
+#define MIN_LAUNCHES 256
+#define MAX_LAUNCHES 20000
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -374,6 +380,15 @@ static lg_status launch_loops(struct launcher *l, struct lg_jit_launch *o)
 	lg_status st = LG_OK;
 	for (int w = 0; w < 200 && st == LG_OK; w++) /* warm-up: both paths */
 		st = one_launch(l, w & 1);
+	if (st == LG_OK && o->launches == 0) {
+		/* launches a loop: as many as take LOOP_GPU_S of GPU time, within
+		 * [MIN_LAUNCHES, MAX_LAUNCHES] (a 1 ms GEMM made the fixed 20000 a
+		 * loop run for minutes) */
+		double host_us, gpu_us = 0;
+		st = time_loop(l, false, 20, 20, &host_us, &gpu_us);
+		double n = gpu_us > 0 ? LOOP_GPU_S * 1e6 / gpu_us : MAX_LAUNCHES;
+		o->launches = n > MAX_LAUNCHES ? MAX_LAUNCHES : n < MIN_LAUNCHES ? MIN_LAUNCHES : (int)n;
+	}
 	for (size_t i = 0; i < nl && st == LG_OK; i++) {
 		st = time_loop(l, false, o->launches, o->batch, &v[i], &gpu);
 		if (st == LG_OK)
@@ -394,12 +409,10 @@ static lg_status launch_loops(struct launcher *l, struct lg_jit_launch *o)
 	return st;
 }
 
-static lg_status launch_setup(struct launcher *l, struct lg_gpu_case *g, const lg_kernel *k,
-			      int64_t tokens)
+static lg_status launch_setup(struct launcher *l, struct lg_gpu_case *g, const lg_kernel *k)
 {
 	l->k = k;
 	l->cu = k->cu;
-	(void)tokens;
 	l->sizes = g->ref.sizes;
 	l->nsizes = k->nsizes;
 	l->ptrs = g->ptrs;
@@ -431,7 +444,7 @@ static lg_status part_launch(struct lg_jit_result *r, const struct lg_jit_opts *
 	struct lg_jit_launch *L = &r->launch;
 	L->spec = r->k[0].spec;
 	L->tokens = o->tokens > 0 ? o->tokens : 8192;
-	L->launches = o->launches > 0 ? o->launches : 20000;
+	L->launches = o->launches > 0 ? o->launches : 0; /* 0: from the kernel's time (launch_loops) */
 	L->loops = o->loops > 0 ? o->loops : 5;
 	L->batch = BATCH;
 	lg_ctx *c = NULL;
@@ -446,7 +459,7 @@ static lg_status part_launch(struct lg_jit_result *r, const struct lg_jit_opts *
 	if (st == LG_OK)
 		st = lg_gpu_case_init(&g, L->spec, L->tokens, NULL, 12345, k);
 	if (st == LG_OK)
-		st = launch_setup(&l, &g, k, L->tokens);
+		st = launch_setup(&l, &g, k);
 	if (st == LG_OK) {
 		L->entries = k->plan.nentries;
 		st = launch_loops(&l, L);
