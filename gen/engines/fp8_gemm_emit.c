@@ -6,20 +6,11 @@
 #include "fp8_gemm_emit.h"
 
 #include <stdio.h>
-#include <string.h>
+
+#include "wgmma_pipe.h"
 
 #define BK 128   /* reduction a stage: one 128-byte row of e4m3 (the swizzle atom) */
 #define ROWB 128 /* bytes of a shared row */
-/* registers a thread of the manual producer keeps (it may copy); its two
- * consumer warpgroups then get 200: 128 (96 + 2 x 200) <= 65536 */
-#define MANUAL_REGS 96
-/* registers a thread of the TMA producer keeps (its scale warp walks the
- * tiles as the consumers do); its consumer warpgroups then get 224: a
- * setmaxnreg.inc waits for registers the CTA's other warps released, out
- * of the 168 a thread it was launched with (384 threads), so 2 x 128 (224 -
- * 168) <= 128 (168 - 48) (232 would wait forever) */
-#define TMA_REGS 48
-#define TMA_CONSUMER_REGS 224
 
 static int consumers(const struct lg_fp8_gemm *g) { return g->bm / 64; }
 
@@ -27,7 +18,7 @@ int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g) { return g->cluster > 1 ? g
 
 bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g) { return g->bn <= 128 && !g->b_rowscale; }
 
-int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return 128 * (consumers(g) + 1); }
+int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return lg_wgp_threads(consumers(g)); }
 
 static unsigned stage_bytes(const struct lg_fp8_gemm *g) { return (unsigned)(g->bm + g->bn) * ROWB; }
 
@@ -111,17 +102,19 @@ void lg_fp8_gemm_boxes(const struct lg_fp8_gemm *g, unsigned box_a[2], unsigned 
 	box_b[1] = (unsigned)g->bn;
 }
 
-/* Items 0..n-1 (`pre` index `suf`), `per` a line, as gemm_emit.c's list. */
-static void emit_list(lg_buf *b, int n, int per, const char *pre, const char *suf, const char *lead,
-		      const char *first, const char *last, const char *more)
+/* g's pipeline: the TMA producer's loads' thread and scale warp arrive on
+ * a full barrier (33), the manual producer's 128 threads each. */
+static struct lg_wgp pipe_of(const struct lg_fp8_gemm *g)
 {
-	for (int i = 0; i < n; i += per) {
-		char line[256];
-		size_t at = 0;
-		for (int j = i; j < i + per && j < n && at < sizeof line - 32; j++)
-			at += (size_t)snprintf(line + at, sizeof line - at, "%s%s%d%s", j > i ? ", " : "", pre, j, suf);
-		lg_line(b, "%s%*s%s%s", lead, (int)strlen(first), i ? "" : first, line, i + per >= n ? last : more);
+	struct lg_wgp p = {consumers(g), g->stages, lg_fp8_gemm_cluster(g), stage_bytes(g), 33,
+			   "the loads' thread, the scale warp's lanes", LG_WGP_DEC_SCALES, LG_WGP_INC_SCALES};
+	if (g->manual) {
+		p.full_count = 128;
+		p.full_why = "every producer thread's copies";
+		p.dec = LG_WGP_DEC_COPY;
+		p.inc = LG_WGP_INC_COPY;
 	}
+	return p;
 }
 
 void lg_fp8_gemm_emit_helpers(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
@@ -129,28 +122,11 @@ void lg_fp8_gemm_emit_helpers(lg_buf *b, const struct lg_fp8_gemm *g, const char
 	int n = g->bn, regs = n / 2;
 	char name[64], params[80];
 	snprintf(name, sizeof name, "%s_wgmma", prefix);
-	snprintf(params, sizeof params, "float acc[%d], u64 da, u64 db, int add", regs);
 	lg_comment(b, "acc (64 x %d, fp32) = (add ? acc : 0) + A (64 x 32 at descriptor da) . B (%d x 32 at", n, n);
 	lg_comment(b, "db)^T, both e4m3 K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.");
-	lg_line(b, "static __device__ __forceinline__ void");
-	lg_head(b, name, params);
-	lg_open(b, "{");
-	lg_line(b, "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"", regs + 2);
-	lg_line(b, "\t\"wgmma.mma_async.sync.aligned.m64n%dk32.f32.e4m3.e4m3\\n\"", n);
-	emit_list(b, regs, 12, "%", "", "\t\"", "{", "},\"", ",\"");
-	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1;\\n}\"", regs, regs + 1);
-	emit_list(b, regs, 5, "\"+f\"(acc[", "])", "\t", ": ", "", ",");
-	lg_line(b, "\t: \"l\"(da), \"l\"(db), \"r\"(add));");
-	lg_close(b);
-	if (lg_fp8_gemm_cluster(g) > 1) {
-		lg_comment(b, "A consumer warp releases a stage: on both CTAs' barriers (both producers refill it).");
-		lg_line(b, "static __device__ __forceinline__ void");
-		snprintf(name, sizeof name, "%s_release", prefix);
-		lg_head(b, name, "u64 *bar");
-		lg_open(b, "{");
-		lg_line(b, "for (u32 q = 0; q < %d; q++) lg_mbar_arrive_cta(bar, q);", lg_fp8_gemm_cluster(g));
-		lg_close(b);
-	}
+	lg_wgp_emit_mma(b, name, n, 32, "e4m3", NULL, true);
+	const struct lg_wgp p = pipe_of(g);
+	lg_wgp_emit_helpers(b, &p, prefix);
 	if (!g->ahead)
 		return;
 	lg_comment(b, "No read or write of acc moves across this point (the partial sums of the");
@@ -160,14 +136,29 @@ void lg_fp8_gemm_emit_helpers(lg_buf *b, const struct lg_fp8_gemm *g, const char
 	snprintf(params, sizeof params, "float (&acc)[%d]", regs);
 	lg_head(b, name, params);
 	lg_open(b, "{");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");", regs);
+	lg_wgp_emit_hold(b, "acc", regs);
+	lg_close(b);
+}
+
+/* Thread 0's first work: the tensor maps' prefetch where the CTA has a tile. */
+static void emit_prefetch(lg_buf *b, void *ctx)
+{
+	const struct lg_fp8_gemm *g = ctx;
+	if (g->manual)
+		return;
+	if (lg_fp8_gemm_cluster(g) > 1)
+		lg_open(b, "if (tiles > (i64)(blockIdx.x / %d)) {", lg_fp8_gemm_cluster(g));
+	else
+		lg_open(b, "if (tiles > (i64)blockIdx.x) {");
+	lg_line(b, "lg_tma_prefetch(%s);", g->a_tmap);
+	lg_line(b, "lg_tma_prefetch(%s);", g->b_tmap);
 	lg_close(b);
 }
 
 /* Shared memory, barriers, the schedule's setup. */
 static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
 {
+	const struct lg_wgp p = pipe_of(g);
 	int S = g->stages;
 	unsigned st = stage_bytes(g);
 	lg_comment(b, "%dx%d tiles: %d consumer warpgroup%s (64 rows each) and a producer warpgroup; a ring of",
@@ -177,7 +168,7 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	lg_comment(b, "then each stage's scales (A's of its %d rows, B's of its %s),", g->bm,
 		   g->b_rowscale ? "columns" : "one or two 128 x 128 tiles");
 	lg_comment(b, "then full[%d], empty[%d].", S, S);
-	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
+	lg_wgp_emit_ring(b);
 	if (g->c_tmap) {
 		lg_comment(b, "after the ring, each consumer warpgroup's buffer%s of its 64 rows of the output",
 		   g->c_bufs > 1 ? "s" : "");
@@ -186,49 +177,22 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	} else {
 		lg_line(b, "float *const scales = (float *)(ring + %u);", (unsigned)S * st);
 	}
-	lg_line(b, "u64 *const full = (u64 *)(scales + %d), *const empty = full + %d;", S * slot(g), S);
-	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
+	char at[48];
+	snprintf(at, sizeof at, "scales + %d", S * slot(g));
+	lg_wgp_emit_barriers(b, &p, at);
+	lg_wgp_emit_roles(b);
 	if (lg_fp8_gemm_cluster(g) > 1)
 		lg_line(b, "const int rank = (int)(blockIdx.x %% %d); // in the cluster", lg_fp8_gemm_cluster(g));
 	sc->setup(b, sc->ctx);
-	lg_open(b, "if (threadIdx.x == 0) {");
-	if (!g->manual) {
-		if (lg_fp8_gemm_cluster(g) > 1)
-			lg_open(b, "if (tiles > (i64)(blockIdx.x / %d)) {", lg_fp8_gemm_cluster(g));
-		else
-			lg_open(b, "if (tiles > (i64)blockIdx.x) {");
-		lg_line(b, "lg_tma_prefetch(%s);", g->a_tmap);
-		lg_line(b, "lg_tma_prefetch(%s);", g->b_tmap);
-		lg_close(b);
-	}
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
-	if (g->manual)
-		lg_line(b, "lg_mbar_init(&full[s], 128); // every producer thread's copies");
-	else
-		lg_line(b, "lg_mbar_init(&full[s], 33); // the loads' thread, the scale warp's lanes");
-	int cl = lg_fp8_gemm_cluster(g);
-	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp%s", 4 * consumers(g) * cl,
-		cl > 1 ? " of the cluster" : "");
-	lg_close(b);
-	lg_line(b, "lg_mbar_fence_init();");
-	lg_close(b);
-	if (cl > 1)
-		lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
-	else
-		lg_line(b, "__syncthreads();");
+	lg_wgp_emit_init(b, &p, emit_prefetch, (void *)g);
 }
 
 /* The loop over this CTA's (cluster's) tiles. */
 static void open_tiles(lg_buf *b, const struct lg_fp8_gemm *g)
 {
-	int cl = lg_fp8_gemm_cluster(g);
-	if (cl > 1)
-		lg_open(b, "for (i64 tile = blockIdx.x / %d; tile < tiles; tile += gridDim.x / %d) {", cl, cl);
-	else
-		lg_open(b, "for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {");
+	const struct lg_wgp p = pipe_of(g);
+	lg_wgp_open_tiles(b, &p, "tiles");
 }
-
 /* Stage s's scales (reduction block kt) into its slot: A's of the tile's
  * bm rows (contiguous in every layout), then B's of its columns (also
  * contiguous) or of its one or two 128 x 128 tiles; items `first`, +
@@ -313,52 +277,19 @@ static void emit_tma_a(lg_buf *b, const struct lg_fp8_gemm *g)
 	lg_line(b, "lg_tma_load_2d_mc(sh, %s, &full[s], r0, ah, %u);", g->a_tmap, (1u << cl) - 1);
 }
 
-/* Wait until stage s (ring count it) is free again. */
-static void emit_wait_empty(lg_buf *b, const struct lg_fp8_gemm *g)
-{
-	lg_line(b, "const int s = it %% %d;", g->stages);
-	lg_line(b, "if (it >= %d) lg_mbar_wait(&empty[s], ((it / %d) - 1) & 1);", g->stages, g->stages);
-}
+/* The producer's hooks of the pipeline's fill (struct lg_wgp_fill). */
+struct fill {
+	const struct lg_fp8_gemm *g;
+	const struct lg_fp8_sched *sc;
+};
 
-/* The scale warp (TMA operands): its lanes copy each stage's scales once
- * released, each arriving on full[s] when its copies land. */
-static void emit_scale_warp(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
+/* A tile of the producer: the schedule's view, A's half of a cluster, the
+ * per-block maps of manual operands. */
+static void producer_tile(lg_buf *b, void *ctx)
 {
-	lg_open(b, "else if (warp == 1) {");
-	lg_comment(b, "Scale warp: each stage's scales, beside the loads' TMA.");
-	lg_line(b, "int it = 0;");
-	open_tiles(b, g);
-	sc->tile(b, sc->ctx, false);
-	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
-	emit_wait_empty(b, g);
-	emit_scale_copy(b, g, "lane", 32);
-	lg_line(b, "lg_cp_arrive(&full[s]);");
-	lg_close(b);
-	lg_close(b);
-	lg_close(b);
-}
-
-/* The producer warpgroup refills each stage once released: one thread by
- * TMA and a warp the scales, or (manual) all 128 threads. */
-static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
-{
-	int c = consumers(g);
-	unsigned st = stage_bytes(g);
-	lg_open(b, "if (wg == %d) {", c);
-	if (g->manual) {
-		lg_comment(b, "Producer: its 128 threads fill each stage once its consumers released it.");
-		if (c > 1)
-			lg_line(b, "lg_setmaxnreg_dec(%d);", MANUAL_REGS);
-		lg_line(b, "const int q = threadIdx.x & 127;");
-	} else {
-		lg_comment(b, "Producer: one thread loads each stage once its consumers released it.");
-		if (c > 1)
-			lg_line(b, "lg_setmaxnreg_dec(%d);", TMA_REGS);
-		lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
-	}
-	lg_line(b, "int it = 0;");
-	open_tiles(b, g);
-	sc->tile(b, sc->ctx, true);
+	const struct fill *f = ctx;
+	const struct lg_fp8_gemm *g = f->g;
+	f->sc->tile(b, f->sc->ctx, true);
 	if (lg_fp8_gemm_cluster(g) > 1)
 		lg_line(b, "const int ah = ta + rank * %d; // its half of A, multicast", g->bm / 2);
 	if (g->manual) {
@@ -367,29 +298,66 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		lg_line(b, "lg_tmap_acquire(%s);", g->b_tmap);
 		lg_close(b);
 	}
-	lg_open(b, "for (int kt = 0; kt < nkt; kt++, it++) {");
-	emit_wait_empty(b, g);
-	lg_line(b, "u8 *const sd = ring + s * %u;", st);
+}
+
+/* A stage of the producer: A's and B's tiles by TMA, or the manual copies. */
+static void producer_stage(lg_buf *b, void *ctx)
+{
+	const struct lg_fp8_gemm *g = ((const struct fill *)ctx)->g;
 	if (g->manual) {
 		emit_manual_stage(b, g);
+		return;
+	}
+	lg_line(b, "const int r0 = kt * %d;", BK);
+	emit_tma_a(b, g);
+	lg_line(b, "lg_tma_load_2d(sd + %u, %s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
+}
+
+/* The scale warp's tile: the consumers' view of it. */
+static void scale_tile(lg_buf *b, void *ctx)
+{
+	const struct lg_fp8_sched *sc = ((const struct fill *)ctx)->sc;
+	sc->tile(b, sc->ctx, false);
+}
+
+/* The scale warp's stage: its lanes' copies, each arriving on full[s] when
+ * they land. */
+static void scale_stage(lg_buf *b, void *ctx)
+{
+	emit_scale_copy(b, ((const struct fill *)ctx)->g, "lane", 32);
+	lg_line(b, "lg_cp_arrive(&full[s]);");
+}
+
+/* The scale warp (TMA operands): its lanes copy each stage's scales once
+ * released. */
+static void emit_scale_warp(lg_buf *b, const struct lg_wgp *p, struct fill *f)
+{
+	const struct lg_wgp_fill sf = {f, "tiles", scale_tile, scale_stage, false, false};
+	lg_open(b, "else if (warp == 1) {");
+	lg_comment(b, "Scale warp: each stage's scales, beside the loads' TMA.");
+	lg_wgp_emit_fill(b, p, &sf);
+	lg_close(b);
+}
+
+/* The producer warpgroup refills each stage once released: one thread by
+ * TMA and a warp the scales, or (manual) all 128 threads. */
+static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc)
+{
+	const struct lg_wgp p = pipe_of(g);
+	struct fill f = {g, sc};
+	const struct lg_wgp_fill pf = {&f, "tiles", producer_tile, producer_stage, true, !g->manual};
+	if (g->manual) {
+		lg_wgp_open_producer(b, &p, "Producer: its 128 threads fill each stage once its consumers released it.");
+		lg_line(b, "const int q = threadIdx.x & 127;");
+		lg_wgp_emit_fill(b, &p, &pf);
 	} else {
-		lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
-		lg_line(b, "const int r0 = kt * %d;", BK);
-		emit_tma_a(b, g);
-		lg_line(b, "lg_tma_load_2d(sd + %u, %s, &full[s], r0, tb);", (unsigned)g->bm * ROWB, g->b_tmap);
-	}
-	lg_close(b);
-	lg_close(b);
-	if (!g->manual) {
+		lg_wgp_open_producer(b, &p, "Producer: one thread loads each stage once its consumers released it.");
+		lg_wgp_open_loader(b, &p);
+		lg_wgp_emit_fill(b, &p, &pf);
 		lg_close(b);
-		emit_scale_warp(b, g, sc);
+		emit_scale_warp(b, &p, &f);
 	}
-	if (lg_fp8_gemm_cluster(g) > 1)
-		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
-	lg_line(b, "return;");
-	lg_close(b);
-	if (c > 1)
-		lg_line(b, "lg_setmaxnreg_inc(%d);", g->manual ? 200 : TMA_CONSUMER_REGS);
+	lg_wgp_close_producer(b, &p);
 }
 
 /* In stage s (full[s] awaited, not yet released): the scales of this
@@ -446,7 +414,8 @@ static void emit_issue(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 		       const char *n)
 {
 	unsigned st = stage_bytes(g);
-	lg_line(b, "lg_mbar_wait(&full[%s], (%s / %d) & 1);", s, n, g->stages);
+	const struct lg_wgp p = pipe_of(g);
+	lg_wgp_emit_wait_full(b, &p, s, n);
 	if (g->manual) {
 		lg_comment(b, "the producer's copies, to the async proxy (wgmma)");
 		lg_line(b, "lg_fence_proxy_async();");
@@ -465,10 +434,8 @@ static void emit_issue(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 /* Stage s is free again for the producer(s). */
 static void emit_release(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
 {
-	if (lg_fp8_gemm_cluster(g) > 1)
-		lg_line(b, "if (lane == 0) %s_release(&empty[s]);", prefix);
-	else
-		lg_line(b, "if (lane == 0) lg_mbar_arrive(&empty[s]);");
+	const struct lg_wgp p = pipe_of(g);
+	lg_wgp_emit_release(b, &p, prefix, NULL, "s");
 }
 
 /* One stage of a consumer warpgroup: its wgmmas into `ps`, then the

@@ -1,0 +1,179 @@
+/*
+ * wgmma_pipe.c - the sm_90a GEMMs' one TMA / mbarrier / wgmma pipeline
+ * (wgmma_pipe.h says what it writes and why).
+ */
+#include "wgmma_pipe.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Items 0..n-1 (`pre` index `suf`), `per` a line: each line is `lead`, then
+ * `first` (the first line) or as many spaces, the items, then `last` (the
+ * last line) or `more`. False (b failed) when out of memory. */
+static bool emit_list(lg_buf *b, int n, int per, const char *pre, const char *suf, const char *lead,
+		      const char *first, const char *last, const char *more)
+{
+	for (int i = 0; i < n; i += per) {
+		lg_buf l;
+		lg_buf_init(&l);
+		for (int j = i; j < i + per && j < n; j++) {
+			if (j > i)
+				lg_emit(&l, ", ");
+			lg_emit(&l, "%s%d%s", pre, j, suf);
+		}
+		char *t = lg_buf_finish(&l, NULL);
+		if (!t) {
+			b->failed = true;
+			return false;
+		}
+		lg_line(b, "%s%*s%s%s", lead, (int)strlen(first), i ? "" : first, t, i + per >= n ? last : more);
+		free(t);
+	}
+	return true;
+}
+
+void lg_wgp_emit_mma(lg_buf *b, const char *name, int n, int k, const char *type, const char *trans, bool add)
+{
+	int regs = n / 2;
+	char params[80];
+	snprintf(params, sizeof params, "float acc[%d], u64 da, u64 db%s", regs, add ? ", int add" : "");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, params);
+	lg_open(b, "{");
+	lg_line(b, "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"", regs + 2);
+	lg_line(b, "\t\"wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s\\n\"", n, k, type, type);
+	/* the accumulators' names in the instruction, 12 a line; their operands, 5 a line */
+	if (!emit_list(b, regs, 12, "%", "", "\t\"", "{", "},\"", ",\""))
+		return;
+	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1%s%s;\\n}\"", regs, regs + 1, trans ? ", " : "", trans ? trans : "");
+	if (!emit_list(b, regs, 5, "\"+f\"(acc[", "])", "\t", ": ", "", ","))
+		return;
+	lg_line(b, "\t: \"l\"(da), \"l\"(db), \"r\"(%s));", add ? "add" : "1");
+	lg_close(b);
+}
+
+void lg_wgp_emit_helpers(lg_buf *b, const struct lg_wgp *p, const char *prefix)
+{
+	if (p->cluster < 2)
+		return;
+	char name[64];
+	snprintf(name, sizeof name, "%s_release", prefix);
+	lg_comment(b, "A consumer warp releases a stage: on both CTAs' barriers (both producers refill it).");
+	lg_line(b, "static __device__ __forceinline__ void");
+	lg_head(b, name, "u64 *bar");
+	lg_open(b, "{");
+	lg_line(b, "for (u32 q = 0; q < %d; q++) lg_mbar_arrive_cta(bar, q);", p->cluster);
+	lg_close(b);
+}
+
+void lg_wgp_emit_hold(lg_buf *b, const char *acc, int regs)
+{
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(%s[i]) :: \"memory\");", regs, acc);
+}
+
+void lg_wgp_emit_ring(lg_buf *b) { lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);"); }
+
+void lg_wgp_emit_barriers(lg_buf *b, const struct lg_wgp *p, const char *at)
+{
+	lg_line(b, "u64 *const full = (u64 *)(%s), *const empty = full + %d;", at, p->stages);
+}
+
+void lg_wgp_emit_roles(lg_buf *b)
+{
+	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
+}
+
+void lg_wgp_emit_init(lg_buf *b, const struct lg_wgp *p, void (*first)(lg_buf *b, void *ctx), void *ctx)
+{
+	lg_open(b, "if (threadIdx.x == 0) {");
+	if (first)
+		first(b, ctx);
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int s = 0; s < %d; s++) {", p->stages);
+	if (p->full_why)
+		lg_line(b, "lg_mbar_init(&full[s], %d); // %s", p->full_count, p->full_why);
+	else
+		lg_line(b, "lg_mbar_init(&full[s], %d);", p->full_count);
+	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp%s", 4 * p->consumers * p->cluster,
+		p->cluster > 1 ? " of the cluster" : "");
+	lg_close(b);
+	lg_line(b, "lg_mbar_fence_init();");
+	lg_close(b);
+	if (p->cluster > 1)
+		lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
+	else
+		lg_line(b, "__syncthreads();");
+}
+
+void lg_wgp_open_tiles(lg_buf *b, const struct lg_wgp *p, const char *tiles)
+{
+	if (p->cluster > 1)
+		lg_open(b, "for (i64 tile = blockIdx.x / %d; tile < %s; tile += gridDim.x / %d) {", p->cluster, tiles,
+			p->cluster);
+	else
+		lg_open(b, "for (i64 tile = blockIdx.x; tile < %s; tile += gridDim.x) {", tiles);
+}
+
+void lg_wgp_open_producer(lg_buf *b, const struct lg_wgp *p, const char *note)
+{
+	lg_open(b, "if (wg == %d) {", p->consumers);
+	lg_comment(b, "%s", note);
+	if (p->consumers > 1)
+		lg_line(b, "lg_setmaxnreg_dec(%d);", p->dec);
+}
+
+void lg_wgp_close_producer(lg_buf *b, const struct lg_wgp *p)
+{
+	if (p->cluster > 1)
+		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
+	lg_line(b, "return;");
+	lg_close(b);
+	if (p->consumers > 1)
+		lg_line(b, "lg_setmaxnreg_inc(%d);", p->inc);
+}
+
+void lg_wgp_open_loader(lg_buf *b, const struct lg_wgp *p) { lg_open(b, "if (threadIdx.x == %d) {", 128 * p->consumers); }
+
+void lg_wgp_emit_wait_empty(lg_buf *b, const struct lg_wgp *p, const char *ctr)
+{
+	int S = p->stages;
+	lg_line(b, "const int s = %s %% %d;", ctr, S);
+	lg_line(b, "if (%s >= %d) lg_mbar_wait(&empty[s], ((%s / %d) - 1) & 1);", ctr, S, ctr, S);
+}
+
+void lg_wgp_emit_fill(lg_buf *b, const struct lg_wgp *p, const struct lg_wgp_fill *f)
+{
+	if (f->tiles) {
+		lg_line(b, "int it = 0;");
+		lg_wgp_open_tiles(b, p, f->tiles);
+	}
+	if (f->tile)
+		f->tile(b, f->ctx);
+	lg_open(b, "for (int kt = 0; kt < nkt; kt++%s) {", f->tiles ? ", it++" : "");
+	lg_wgp_emit_wait_empty(b, p, f->tiles ? "it" : "kt");
+	if (f->sd)
+		lg_line(b, "u8 *const sd = ring + s * %u;", p->stage_bytes);
+	if (f->expect)
+		lg_line(b, "lg_mbar_expect(&full[s], %uu);", p->stage_bytes);
+	f->stage(b, f->ctx);
+	lg_close(b);
+	if (f->tiles)
+		lg_close(b);
+}
+
+void lg_wgp_emit_wait_full(lg_buf *b, const struct lg_wgp *p, const char *s, const char *n)
+{
+	lg_line(b, "lg_mbar_wait(&full[%s], (%s / %d) & 1);", s, n, p->stages);
+}
+
+void lg_wgp_emit_release(lg_buf *b, const struct lg_wgp *p, const char *prefix, const char *when, const char *s)
+{
+	char cond[96];
+	snprintf(cond, sizeof cond, "%s%slane == 0", when ? when : "", when ? " && " : "");
+	if (p->cluster > 1)
+		lg_line(b, "if (%s) %s_release(&empty[%s]);", cond, prefix, s);
+	else
+		lg_line(b, "if (%s) lg_mbar_arrive(&empty[%s]);", cond, s);
+}
