@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "wgmma_pipe.h"
+
 static int esize(const struct lg_gemm_operand *o) { return o->fp32 ? 4 : 2; }
 
 /* Whether an expression the caller gives is the literal 0 (its term left out). */
@@ -583,7 +585,7 @@ void lg_gemm_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a, 
 
 static int consumers(const struct lg_gemm_tile *t) { return t->bm / 64; }
 
-int lg_gemm90_threads(const struct lg_gemm_tile *t) { return 128 * (consumers(t) + 1); }
+int lg_gemm90_threads(const struct lg_gemm_tile *t) { return lg_wgp_threads(consumers(t)); }
 
 int lg_gemm90_cluster(const struct lg_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
 
@@ -641,56 +643,29 @@ void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[
 	*swizzle_b = G90_ROWB;
 }
 
-/* Items 0..n-1 (`pre` index `suf`), `per` a line: each line is `lead`, then
- * `first` (the first line) or as many spaces, the items, then `last` (the
- * last line) or `more`. False (b failed) when out of memory. */
-static bool emit_list(lg_buf *b, int n, int per, const char *pre, const char *suf, const char *lead,
-		      const char *first, const char *last, const char *more)
+/* g's pipeline: one thread's loads complete a full barrier, the producer
+ * keeps the fewest registers. */
+static struct lg_wgp pipe90(const struct lg_gemm *g)
 {
-	for (int i = 0; i < n; i += per) {
-		lg_buf l;
-		lg_buf_init(&l);
-		for (int j = i; j < i + per && j < n; j++) {
-			if (j > i)
-				lg_emit(&l, ", ");
-			lg_emit(&l, "%s%d%s", pre, j, suf);
-		}
-		char *t = lg_buf_finish(&l, NULL);
-		if (!t) {
-			b->failed = true;
-			return false;
-		}
-		lg_line(b, "%s%*s%s%s", lead, (int)strlen(first), i ? "" : first, t, i + per >= n ? last : more);
-		free(t);
-	}
-	return true;
+	return (struct lg_wgp){consumers(&g->t), g->t.stages, lg_gemm90_cluster(g), stage_bytes(g), 1, NULL,
+			       LG_WGP_DEC_TMA, LG_WGP_INC_TMA};
 }
 
 void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *prefix)
 {
-	int n = g->t.bn, regs = n / 2;
-	char name[64], params[64];
+	int n = g->t.bn;
+	char name[64], trans[16];
 	snprintf(name, sizeof name, "%s_wgmma", prefix);
-	snprintf(params, sizeof params, "float acc[%d], u64 da, u64 db", regs);
+	snprintf(trans, sizeof trans, "%d, %d", g->a.mn_major, g->b.mn_major);
 	lg_comment(b, "acc (64 x %d, fp32) += A (64 x 16 at descriptor da) . B (%d x 16 at db)^T, both bf16", n, n);
 	if (g->a.mn_major || g->b.mn_major)
 		lg_comment(b, "in 128-byte swizzled shared memory, A %s, B %s (MN-major: transposed);",
 			   g->a.mn_major ? "M-major" : "K-major", g->b.mn_major ? "N-major" : "K-major");
 	lg_comment(b, "%sasynchronous until lg_wg_wait.",
 		   g->a.mn_major || g->b.mn_major ? "" : "K-major in 128-byte swizzled shared memory; ");
-	lg_line(b, "static __device__ __forceinline__ void");
-	lg_head(b, name, params);
-	lg_open(b, "{");
-	lg_line(b, "asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"", regs + 2);
-	lg_line(b, "\t\"wgmma.mma_async.sync.aligned.m64n%dk16.f32.bf16.bf16\\n\"", n);
-	/* the accumulators' names in the instruction, 12 a line; their operands, 5 a line */
-	if (!emit_list(b, regs, 12, "%", "", "\t\"", "{", "},\"", ",\""))
-		return;
-	lg_line(b, "\t\" %%%d, %%%d, p, 1, 1, %d, %d;\\n}\"", regs, regs + 1, g->a.mn_major, g->b.mn_major);
-	if (!emit_list(b, regs, 5, "\"+f\"(acc[", "])", "\t", ": ", "", ","))
-		return;
-	lg_line(b, "\t: \"l\"(da), \"l\"(db), \"r\"(1));");
-	lg_close(b);
+	lg_wgp_emit_mma(b, name, n, 16, "bf16", trans, false);
+	const struct lg_wgp p = pipe90(g);
+	lg_wgp_emit_helpers(b, &p, prefix);
 }
 
 /* The producer's TMA loads of operand o's tile (`rows` outputs from `o0`)
@@ -765,10 +740,24 @@ static void emit_origin90(lg_buf *b, const struct lg_gemm *g, const struct loop9
 	lg_line(b, "const i64 o0a = tile / %lld * %d, o0b = tile %% %lld * %d;", l->cols, g->t.bm, l->cols, g->t.bn);
 }
 
+/* Thread 0's first work: the tensor maps' prefetch (an fp32 A's dw at 0
+ * tokens has no map to read). */
+static void emit_prefetch90(lg_buf *b, void *ctx)
+{
+	const struct lg_gemm *g = ctx;
+	if (g->a.fp32)
+		lg_open(b, "if (nkt > 0) {");
+	lg_line(b, "lg_tma_prefetch(&%s);", g->a.tmap);
+	lg_line(b, "lg_tma_prefetch(&%s);", g->b.tmap);
+	if (g->a.fp32)
+		lg_close(b);
+}
+
 /* Shared memory, the barriers and their initialisation. */
 static void emit_setup90(lg_buf *b, const struct lg_gemm *g, const char *kt0, const char *kt1)
 {
 	const struct lg_gemm_tile *t = &g->t;
+	const struct lg_wgp p = pipe90(g);
 	int c = consumers(t), S = t->stages, cl = lg_gemm90_cluster(g);
 	unsigned st = stage_bytes(g), pb = planes_bytes90(g);
 	bool split = g->a.fp32;
@@ -784,102 +773,87 @@ static void emit_setup90(lg_buf *b, const struct lg_gemm *g, const char *kt0, co
 		lg_comment(b, "of A [%d][128 B] and B [%d][128 B] at 1024-byte boundaries, then full[%d], empty[%d].", t->bm,
 			   t->bn, S, S);
 	}
-	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
+	lg_wgp_emit_ring(b);
 	if (split)
 		lg_line(b, "u8 *const planes = ring + %u; // [2][%d][%d][128 B]", (unsigned)S * st, g->terms, t->bm);
-	lg_line(b, "u64 *const full = (u64 *)(ring + %u), *const empty = full + %d;", (unsigned)S * st + 2u * pb, S);
-	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
+	char at[48];
+	snprintf(at, sizeof at, "ring + %u", (unsigned)S * st + 2u * pb);
+	lg_wgp_emit_barriers(b, &p, at);
+	lg_wgp_emit_roles(b);
 	emit_nkt(b, kt0, kt1);
 	if (cl > 1)
 		lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster: B rows [rank %d, (rank + 1) %d)", cl,
 			t->bn / cl, t->bn / cl);
-	lg_open(b, "if (threadIdx.x == 0) {");
-	if (split) { /* dw at 0 tokens: no map to read */
-		lg_open(b, "if (nkt > 0) {");
-		lg_line(b, "lg_tma_prefetch(&%s);", g->a.tmap);
-		lg_line(b, "lg_tma_prefetch(&%s);", g->b.tmap);
-		lg_close(b);
-	} else {
-		lg_line(b, "lg_tma_prefetch(&%s);", g->a.tmap);
-		lg_line(b, "lg_tma_prefetch(&%s);", g->b.tmap);
-	}
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
-	lg_line(b, "lg_mbar_init(&full[s], 1);");
-	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp%s", 4 * c * cl,
-		cl > 1 ? " of the cluster" : "");
-	lg_close(b);
-	lg_line(b, "lg_mbar_fence_init();");
-	lg_close(b);
-	if (cl > 1)
-		lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
+	lg_wgp_emit_init(b, &p, emit_prefetch90, (void *)g);
+}
+
+/* The producer's hooks of the pipeline's fill (struct lg_wgp_fill). */
+struct fill90 {
+	const struct lg_gemm *g;
+	const char *o0a, *o0b, *kt0;
+	const struct loop90 *l;
+};
+
+/* A persistent CTA's tile: its origin. */
+static void tile90(lg_buf *b, void *ctx)
+{
+	const struct fill90 *f = ctx;
+	emit_origin90(b, f->g, f->l);
+}
+
+/* A stage: A's and B's tiles of reduction tile kt by TMA, B's half
+ * multicast in a cluster. */
+static void stage90(lg_buf *b, void *ctx)
+{
+	const struct fill90 *f = ctx;
+	const struct lg_gemm *g = f->g;
+	int cl = lg_gemm90_cluster(g);
+	unsigned sa = a_bytes90(g), sb = (unsigned)g->t.bn * G90_ROWB;
+	if (is_zero(f->kt0))
+		lg_line(b, "const int r0 = kt * %d;", G90_BK);
 	else
-		lg_line(b, "__syncthreads();");
+		lg_line(b, "const int r0 = (int)((%s + kt) * %d);", f->kt0, G90_BK);
+	emit_tma90(b, &g->a, g->t.bm, f->o0a, 0);
+	if (cl > 1) {
+		lg_line(b, "const int o1 = (int)(%s) + (int)rank * %d; // this CTA's half of B", f->o0b, g->t.bn / cl);
+		lg_line(b, "u8 *const sh = sd + %u + rank * %u;", sa, sb / cl);
+		lg_line(b, "lg_tma_load_2d_mc(sh, &%s, &full[s], r0, o1, %u);", g->b.tmap, (1u << cl) - 1);
+	} else {
+		emit_tma90(b, &g->b, g->t.bn, f->o0b, sa);
+	}
 }
 
 /* The producer warpgroup: one thread's TMA loads of every stage. */
 static void emit_producer90(lg_buf *b, const struct lg_gemm *g, const char *o0a, const char *o0b, const char *kt0,
 			    const struct loop90 *l)
 {
-	const struct lg_gemm_tile *t = &g->t;
-	const char *ctr = l->tiles ? "it" : "kt";
-	int c = consumers(t), S = t->stages, cl = lg_gemm90_cluster(g);
-	unsigned sa = a_bytes90(g), sb = (unsigned)t->bn * G90_ROWB, st = stage_bytes(g);
-	lg_open(b, "if (wg == %d) {", c);
-	lg_comment(b, "Producer: one thread refills each stage once its consumers released it.");
-	if (c > 1)
-		lg_line(b, "lg_setmaxnreg_dec(40);");
-	lg_open(b, "if (threadIdx.x == %d) {", 128 * c);
-	if (l->tiles) { /* one loop over this CTA's tiles' reduction tiles */
-		lg_comment(b, "Reduction tile kt of this CTA's tile it / nkt (of `mine`): the next");
-		lg_comment(b, "tile's stages load while the consumers store this one.");
-		lg_line(b, "const i64 left = %s - (i64)blockIdx.x;", l->tiles);
-		lg_line(b, "const i64 mine = left > 0 ? (left + gridDim.x - 1) / gridDim.x : 0;");
-		lg_open(b, "for (int it = 0; it < mine * nkt; it++) {");
-		lg_line(b, "const i64 tile = blockIdx.x + (i64)(it / nkt) * gridDim.x;");
-		lg_line(b, "const int kt = it %% nkt;");
-		emit_origin90(b, g, l);
-	} else {
-		lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
+	const struct lg_wgp p = pipe90(g);
+	struct fill90 f = {g, o0a, o0b, kt0, l};
+	const struct lg_wgp_fill pf = {&f, l->tiles, l->tiles ? tile90 : NULL, stage90, true, true};
+	lg_wgp_open_producer(b, &p, "Producer: one thread refills each stage once its consumers released it.");
+	lg_wgp_open_loader(b, &p);
+	if (l->tiles) {
+		lg_comment(b, "The stage count it runs on across this CTA's tiles: the next tile's");
+		lg_comment(b, "stages load while the consumers store this one.");
 	}
-	lg_line(b, "const int s = %s %% %d;", ctr, S);
-	lg_line(b, "if (%s >= %d) lg_mbar_wait(&empty[s], ((%s / %d) - 1) & 1);", ctr, S, ctr, S);
-	lg_line(b, "lg_mbar_expect(&full[s], %uu);", st);
-	if (is_zero(kt0))
-		lg_line(b, "const int r0 = kt * %d;", G90_BK);
-	else
-		lg_line(b, "const int r0 = (int)((%s + kt) * %d);", kt0, G90_BK);
-	lg_line(b, "u8 *const sd = ring + s * %u;", st);
-	emit_tma90(b, &g->a, t->bm, o0a, 0);
-	if (cl > 1) {
-		lg_line(b, "const int o1 = (int)(%s) + (int)rank * %d; // this CTA's half of B", o0b, t->bn / cl);
-		lg_line(b, "u8 *const sh = sd + %u + rank * %u;", sa, sb / cl);
-		lg_line(b, "lg_tma_load_2d_mc(sh, &%s, &full[s], r0, o1, %u);", g->b.tmap, (1u << cl) - 1);
-	} else {
-		emit_tma90(b, &g->b, t->bn, o0b, sa);
-	}
+	lg_wgp_emit_fill(b, &p, &pf);
 	lg_close(b);
-	lg_close(b);
-	if (cl > 1)
-		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
-	lg_line(b, "return;");
-	lg_close(b);
+	lg_wgp_close_producer(b, &p);
 }
 
 /* The consumer warpgroups' loop over the stages (leaving acc for the epilogue). */
 static void emit_consumer90(lg_buf *b, const struct lg_gemm *g, const char *prefix, const struct loop90 *l)
 {
+	const struct lg_wgp p = pipe90(g);
 	const char *ctr = l->tiles ? "it" : "kt", *inc = l->tiles ? "kt++, it++" : "kt++";
-	int c = consumers(&g->t), S = g->t.stages, regs = g->t.bn / 2, cl = lg_gemm90_cluster(g);
+	int S = g->t.stages, regs = g->t.bn / 2;
 	unsigned sa = a_bytes90(g), st = stage_bytes(g), pb = planes_bytes90(g);
 	unsigned plane = (unsigned)g->t.bm * G90_ROWB;
 	bool split = g->a.fp32;
-	if (c > 1)
-		lg_line(b, "lg_setmaxnreg_inc(232);");
 	lg_comment(b, "Consumers: warpgroup wg, rows 64 wg.. of the tile; one wgmma group in flight.");
 	if (l->tiles) {
 		lg_line(b, "int it = 0;");
-		lg_open(b, "for (i64 tile = blockIdx.x; tile < %s; tile += gridDim.x) {", l->tiles);
+		lg_wgp_open_tiles(b, &p, l->tiles);
 		emit_origin90(b, g, l);
 	}
 	lg_line(b, "float acc[%d];", regs);
@@ -887,7 +861,7 @@ static void emit_consumer90(lg_buf *b, const struct lg_gemm *g, const char *pref
 	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
 	lg_open(b, "for (int kt = 0; kt < nkt; %s) {", inc);
 	lg_line(b, "const int s = %s %% %d;", ctr, S);
-	lg_line(b, "lg_mbar_wait(&full[s], (%s / %d) & 1);", ctr, S);
+	lg_wgp_emit_wait_full(b, &p, "s", ctr);
 	/* a k16 step: 32 bytes along a K-major row, 16 rows of an MN-major tile (descriptor units of 16 B) */
 	int ka = g->a.mn_major ? 16 * G90_ROWB / 16 : 2, kb = g->b.mn_major ? 16 * G90_ROWB / 16 : 2;
 	const char *dma = g->a.mn_major ? "_mn" : "", *dmb = g->b.mn_major ? "_mn" : "";
@@ -923,23 +897,16 @@ static void emit_consumer90(lg_buf *b, const struct lg_gemm *g, const char *pref
 	lg_line(b, "lg_wg_commit();");
 	lg_line(b, "lg_wg_wait(1);");
 	lg_comment(b, "tile kt - 1's group is done: its stage may be refilled");
-	if (cl > 1) {
-		lg_open(b, "if (kt > 0 && lane == 0) {");
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(%s + %d) %% %d], r);", cl,
-			ctr, S - 1, S);
-		lg_close(b);
-	} else {
-		lg_line(b, "if (kt > 0 && lane == 0) lg_mbar_arrive(&empty[(%s + %d) %% %d]);", ctr, S - 1, S);
-	}
+	char prev[48];
+	snprintf(prev, sizeof prev, "(%s + %d) %% %d", ctr, S - 1, S);
+	lg_wgp_emit_release(b, &p, prefix, "kt > 0", prev);
 	lg_close(b);
 	lg_line(b, "lg_wg_wait(0);");
 	if (l->tiles) {
 		lg_comment(b, "the tile's last stage too (the producer loads on into the next tile)");
-		lg_line(b, "if (nkt > 0 && lane == 0) lg_mbar_arrive(&empty[(it + %d) %% %d]);", S - 1, S);
+		lg_wgp_emit_release(b, &p, prefix, "nkt > 0", prev);
 	}
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");", regs);
+	lg_wgp_emit_hold(b, "acc", regs);
 }
 
 /* The stage counter is the reduction tile, or (persistent) `it`, counting on

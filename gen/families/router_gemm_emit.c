@@ -81,12 +81,12 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct lg_gemm g = lg_router_gemm_of(s, 0, plan_tile(p));
+	g.cluster = (int)p->v[P_CLUSTER];
 	lg_section(b, "helpers for this spec", NULL);
 	emit_dims(b, p);
 	lg_gemm90_emit_helpers(b, &g, "fw");
 	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
 	lg_section(b, p->entry[0], "router GEMM forward (wgmma, TMA): logits fp32 = x . w^T");
-	g.cluster = (int)p->v[P_CLUSTER];
 	if (g.cluster > 1)
 		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
 					g.cluster, lg_gemm90_threads(&g.t));

@@ -303,9 +303,9 @@ lg_router_gemm_bwd_bf16_h2048_e256_dx(
 			for (int kt = 0; kt < nkt; kt++) {
 				const int s = kt % 3;
 				if (kt >= 3) lg_mbar_wait(&empty[s], ((kt / 3) - 1) & 1);
+				u8 *const sd = ring + s * 65536;
 				lg_mbar_expect(&full[s], 65536u);
 				const int r0 = kt * 64;
-				u8 *const sd = ring + s * 65536;
 				lg_tma_load_2d(sd, &tm_dy, &full[s], r0, (int)(o0a));
 				lg_tma_load_2d(sd + 16384, &tm_dy, &full[s], r0, (int)(o0a) + 64);
 				lg_tma_load_2d(sd + 32768, &tm_w, &full[s], (int)(o0b), r0);
@@ -425,9 +425,9 @@ lg_router_gemm_bwd_bf16_h2048_e256_dw(
 			for (int kt = 0; kt < nkt; kt++) {
 				const int s = kt % 4;
 				if (kt >= 4) lg_mbar_wait(&empty[s], ((kt / 4) - 1) & 1);
+				u8 *const sd = ring + s * 49152;
 				lg_mbar_expect(&full[s], 49152u);
 				const int r0 = (int)((kt0 + kt) * 64);
-				u8 *const sd = ring + s * 49152;
 				lg_tma_load_2d(sd, &tm_dy, &full[s], (int)(o0a), r0);
 				lg_tma_load_2d(sd + 16384, &tm_dy, &full[s], (int)(o0a) + 64, r0);
 				lg_tma_load_2d(sd + 32768, &tm_x, &full[s], (int)(o0b), r0);

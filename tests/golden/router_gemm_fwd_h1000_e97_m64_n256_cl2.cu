@@ -183,6 +183,12 @@ fw_wgmma(float acc[128], u64 da, u64 db)
 		  "+f"(acc[125]), "+f"(acc[126]), "+f"(acc[127])
 		: "l"(da), "l"(db), "r"(1));
 }
+// A consumer warp releases a stage: on both CTAs' barriers (both producers refill it).
+static __device__ __forceinline__ void
+fw_release(u64 *bar)
+{
+	for (u32 q = 0; q < 2; q++) lg_mbar_arrive_cta(bar, q);
+}
 static __device__ __forceinline__ void
 lg_store_f32(float *out, i64 rows, i64 cols, i64 row, i64 col, float v0, float v1)
 {
@@ -232,9 +238,9 @@ lg_router_gemm_fwd_bf16_h1000_e97_tm64n256s4cl2(
 			for (int kt = 0; kt < nkt; kt++) {
 				const int s = kt % 4;
 				if (kt >= 4) lg_mbar_wait(&empty[s], ((kt / 4) - 1) & 1);
+				u8 *const sd = ring + s * 40960;
 				lg_mbar_expect(&full[s], 40960u);
 				const int r0 = kt * 64;
-				u8 *const sd = ring + s * 40960;
 				lg_tma_load_2d(sd, &tm_x, &full[s], r0, (int)(o0a));
 				const int o1 = (int)(o0b) + (int)rank * 128; // this CTA's half of B
 				u8 *const sh = sd + 8192 + rank * 16384;
@@ -260,10 +266,7 @@ lg_router_gemm_fwd_bf16_h1000_e97_tm64n256s4cl2(
 		lg_wg_commit();
 		lg_wg_wait(1);
 		// tile kt - 1's group is done: its stage may be refilled
-		if (kt > 0 && lane == 0) {
-			#pragma unroll
-			for (u32 r = 0; r < 2; r++) lg_mbar_arrive_cta(&empty[(kt + 3) % 4], r);
-		}
+		if (kt > 0 && lane == 0) fw_release(&empty[(kt + 3) % 4]);
 	}
 	lg_wg_wait(0);
 	#pragma unroll

@@ -190,9 +190,9 @@ lg_router_gemm_fwd_bf16_h2048_e256(
 			for (int kt = 0; kt < nkt; kt++) {
 				const int s = kt % 7;
 				if (kt >= 7) lg_mbar_wait(&empty[s], ((kt / 7) - 1) & 1);
+				u8 *const sd = ring + s * 32768;
 				lg_mbar_expect(&full[s], 32768u);
 				const int r0 = kt * 64;
-				u8 *const sd = ring + s * 32768;
 				lg_tma_load_2d(sd, &tm_x, &full[s], r0, (int)(o0a));
 				lg_tma_load_2d(sd + 16384, &tm_w, &full[s], r0, (int)(o0b));
 			}
