@@ -668,7 +668,7 @@ void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *pref
 	lg_wgp_emit_helpers(b, &p, prefix);
 }
 
-/* The producer's TMA loads of operand o's tile (`rows` outputs from `o0`)
+/* The producer's TMA loads of operand o's tile (`rows` outputs from `o0`, an int expression)
  * of the reduction tile at r0 into the stage at sd + off, completing on
  * full[s]: one box (K-major bf16) or rows / 64 boxes of 64 x 64. */
 static void emit_tma90(lg_buf *b, const struct lg_gemm_operand *o, int rows, const char *o0, unsigned off)
@@ -678,9 +678,9 @@ static void emit_tma90(lg_buf *b, const struct lg_gemm_operand *o, int rows, con
 	for (int j = 0; j < nb; j++) {
 		char out[96], dst[32];
 		if (j)
-			snprintf(out, sizeof out, "(int)(%s) + %d", o0, 64 * j);
+			snprintf(out, sizeof out, "%s + %d", o0, 64 * j);
 		else
-			snprintf(out, sizeof out, "(int)(%s)", o0);
+			snprintf(out, sizeof out, "%s", o0);
 		if (off + (unsigned)j * box)
 			snprintf(dst, sizeof dst, "sd + %u", off + (unsigned)j * box);
 		else
@@ -787,18 +787,21 @@ static void emit_setup90(lg_buf *b, const struct lg_gemm *g, const char *kt0, co
 	lg_wgp_emit_init(b, &p, emit_prefetch90, (void *)g);
 }
 
-/* The producer's hooks of the pipeline's fill (struct lg_wgp_fill). */
+/* The producer's hooks of the pipeline's fill (struct lg_wgp_fill): the
+ * tile's origin o0a, o0b as TMA's int coordinates ya, yb. */
 struct fill90 {
 	const struct lg_gemm *g;
-	const char *o0a, *o0b, *kt0;
+	char ya[64], yb[64];
+	const char *o0b, *kt0;
 	const struct loop90 *l;
 };
 
-/* A persistent CTA's tile: its origin. */
+/* A persistent CTA's tile: its origin, as ints once. */
 static void tile90(lg_buf *b, void *ctx)
 {
 	const struct fill90 *f = ctx;
 	emit_origin90(b, f->g, f->l);
+	lg_line(b, "const int %s = (int)o0a, %s = (int)o0b;", f->ya, f->yb);
 }
 
 /* A stage: A's and B's tiles of reduction tile kt by TMA, B's half
@@ -813,13 +816,13 @@ static void stage90(lg_buf *b, void *ctx)
 		lg_line(b, "const int r0 = kt * %d;", G90_BK);
 	else
 		lg_line(b, "const int r0 = (int)((%s + kt) * %d);", f->kt0, G90_BK);
-	emit_tma90(b, &g->a, g->t.bm, f->o0a, 0);
+	emit_tma90(b, &g->a, g->t.bm, f->ya, 0);
 	if (cl > 1) {
 		lg_line(b, "const int o1 = (int)(%s) + (int)rank * %d; // this CTA's half of B", f->o0b, g->t.bn / cl);
 		lg_line(b, "u8 *const sh = sd + %u + rank * %u;", sa, sb / cl);
 		lg_line(b, "lg_tma_load_2d_mc(sh, &%s, &full[s], r0, o1, %u);", g->b.tmap, (1u << cl) - 1);
 	} else {
-		emit_tma90(b, &g->b, g->t.bn, f->o0b, sa);
+		emit_tma90(b, &g->b, g->t.bn, f->yb, sa);
 	}
 }
 
@@ -828,12 +831,19 @@ static void emit_producer90(lg_buf *b, const struct lg_gemm *g, const char *o0a,
 			    const struct loop90 *l)
 {
 	const struct lg_wgp p = pipe90(g);
-	struct fill90 f = {g, o0a, o0b, kt0, l};
+	struct fill90 f = {.g = g, .o0b = o0b, .kt0 = kt0, .l = l};
+	if (l->tiles) {
+		snprintf(f.ya, sizeof f.ya, "ya");
+		snprintf(f.yb, sizeof f.yb, "yb");
+	} else {
+		snprintf(f.ya, sizeof f.ya, "(int)(%s)", o0a);
+		snprintf(f.yb, sizeof f.yb, "(int)(%s)", o0b);
+	}
 	const struct lg_wgp_fill pf = {&f, l->tiles, l->tiles ? tile90 : NULL, stage90, true, true};
 	lg_wgp_open_producer(b, &p, "Producer: one thread refills each stage once its consumers released it.");
 	lg_wgp_open_loader(b, &p);
 	if (l->tiles) {
-		lg_comment(b, "The stage count it runs on across this CTA's tiles: the next tile's");
+		lg_comment(b, "`it` counts the stages on across this CTA's tiles: the next tile's");
 		lg_comment(b, "stages load while the consumers store this one.");
 	}
 	lg_wgp_emit_fill(b, &p, &pf);
