@@ -97,6 +97,7 @@
 #include "norm_common.h"
 #include "quant_common.h"
 #include "quant_engine.h"
+#include "wgmma_pipe.h"
 
 #define BK 128 /* the reduction step: one 1x128 quant block */
 #define CT_THREADS 512 /* the columnwise entry: the quant engine, 4 tokens x 8 features a thread */
@@ -570,6 +571,7 @@ struct f90 {
 	int half, S, na, terms;
 	unsigned ab, sb; /* bytes of an A buffer, of a route_w stage */
 	const char *two; /* the condition for a block's second half, or NULL: always */
+	struct lg_wgp pipe;
 };
 
 /* 1. The producer thread: route_w's blocks by TMA, multicast to the cluster. */
@@ -586,8 +588,7 @@ static void emit_f90_producer(lg_buf *b, const struct f90 *v)
 	lg_line(b, "const lg_tmap *const tm = &tm_route_w;");
 	lg_line(b, "const int e0 = (int)o0b + (int)rank * %d; // its route_w rows", half);
 	lg_open(b, "for (int kb = 0; kb < nkb; kb++) {");
-	lg_line(b, "const int s = kb %% %d;", S);
-	lg_line(b, "if (kb >= %d) lg_mbar_wait(&empty[s], ((kb / %d) - 1) & 1);", S, S);
+	lg_wgp_emit_wait_empty(b, &v->pipe, "kb");
 	lg_line(b, "u8 *const sd = bbuf + s * %u;", sb);
 	lg_line(b, "u64 *const fs = &full[s];");
 	if (two) {
@@ -636,7 +637,7 @@ static void emit_f90_consumer(lg_buf *b, const struct f90 *v)
 	lg_line(b, "lg_fence_proxy_async(); // the generic stores, then the wgmma's async-proxy reads");
 	lg_line(b, "lg_bar_named(1, 256);");
 	lg_line(b, "const int s = kb %% %d;", S);
-	lg_line(b, "lg_mbar_wait(&full[s], (kb / %d) & 1);", S);
+	lg_wgp_emit_wait_full(b, &v->pipe, "s", "kb");
 	lg_line(b, "const u64 da = lg_wg_desc(ab), db = lg_wg_desc(bbuf + s * %u + wg * %u);", sb,
 		(unsigned)half * 128u);
 	lg_line(b, "lg_wg_fence();");
@@ -667,8 +668,7 @@ static void emit_f90_consumer(lg_buf *b, const struct f90 *v)
 	lg_line(b, "wf = wn;");
 	lg_close(b);
 	lg_line(b, "lg_wg_wait(0);");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(acc[i]) :: \"memory\");", half / 2);
+	lg_wgp_emit_hold(b, "acc", half / 2);
 }
 
 /* 3. The logits from the accumulators. */
@@ -686,6 +686,9 @@ static void emit_f90_logits(lg_buf *b, int half)
 	lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
 }
 
+/* Thread 0's first work: the prefetch of tensor map `ctx` (route_w's). */
+static void emit_prefetch90(lg_buf *b, void *ctx) { lg_line(b, "lg_tma_prefetch(%s);", (const char *)ctx); }
+
 static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	int bn = (int)p->v[P_BN], half = bn / 2, S = (int)p->v[P_STAGES], na = (int)p->v[P_NA];
@@ -695,6 +698,8 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	/* the last block's second half past hidden: not loaded, not multiplied */
 	const char *two = K % 128 != 0 && K % 128 <= 64 ? "kb + 1 < nkb" : NULL;
 	struct lg_gemm g = {.t = {.bm = WG_BM, .bn = half, .bk = 64, .stages = S}, .terms = 1};
+	/* two consumer warpgroups (a half of the tile's experts each), the loads' thread */
+	const struct lg_wgp pipe = {2, S, WG_CLUSTER, sb, 1, NULL, LG_WGP_DEC_TMA, LG_WGP_INC_TMA};
 	lg_gemm90_emit_helpers(b, &g, "rt");
 	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
 	emit_store_a90(b, terms);
@@ -708,9 +713,11 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	lg_comment(b, "%d A buffers [%d term%s][2][64][128 B], %d route_w stages [2][%d][128 B] (at 1024-byte", na,
 		   terms, terms > 1 ? "s" : "", S, bn);
 	lg_comment(b, "boundaries), full[%d], empty[%d], the tile's reciprocal RMS [64].", S, S);
-	lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);");
+	lg_wgp_emit_ring(b);
 	lg_line(b, "u8 *const abuf = ring, *const bbuf = ring + %u;", (unsigned)na * ab);
-	lg_line(b, "u64 *const full = (u64 *)(bbuf + %u), *const empty = full + %d;", (unsigned)S * sb, S);
+	char at[48];
+	snprintf(at, sizeof at, "bbuf + %u", (unsigned)S * sb);
+	lg_wgp_emit_barriers(b, &pipe, at);
 	lg_line(b, "float *const rs = (float *)(empty + %d);", S);
 	lg_comment(b, "A 64x%d tile of the logits (%lld column tile%s a row tile, adjacent: they share x in L2);",
 		   bn, (long long)nct, nct > 1 ? "s" : "");
@@ -719,17 +726,8 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	emit_tile_vars(b, nct, WG_BM, bn, WG_CLUSTER);
 	lg_line(b, "const u32 rank = blockIdx.x %% %d; // in the cluster", WG_CLUSTER);
 	lg_line(b, "const int nkb = (int)((LG_K + 127) / 128); // blocks of 128 features");
-	lg_open(b, "if (threadIdx.x == 0) {");
-	lg_line(b, "lg_tma_prefetch(&tm_route_w);");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int s = 0; s < %d; s++) {", S);
-	lg_line(b, "lg_mbar_init(&full[s], 1);");
-	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp of the cluster", 8 * WG_CLUSTER);
-	lg_close(b);
-	lg_line(b, "lg_mbar_fence_init();");
-	lg_close(b);
-	lg_line(b, "lg_cluster_sync(); // the cluster's barriers ready before any multicast");
-	const struct f90 v = {half, S, na, terms, ab, sb, two};
+	lg_wgp_emit_init(b, &pipe, emit_prefetch90, (void *)"&tm_route_w");
+	const struct f90 v = {half, S, na, terms, ab, sb, two, pipe};
 	emit_f90_producer(b, &v);
 
 	emit_sumsq(b, 4, 16, K / 8, "lg_bar_named(1, 256); // the consumers");
