@@ -19,6 +19,10 @@
  * stage by cp.async, arriving on the stage's barrier; the consumers read
  * their rows' and columns' from shared memory after the stage's wait.
  *
+ * The ring, barriers, producer fill, waits and release are the one sm_90a
+ * pipeline's (wgmma_pipe.h); the e4m3 wgmma, the promotion, the scale warp's
+ * copies and the epilogue are this emitter's.
+ *
  * CTA: bm / 64 consumer warpgroups (64 rows each) and a producer
  * warpgroup, one thread of which issues the TMA loads into a `stages`-deep
  * ring (full / empty mbarriers, the producer's stage count running on

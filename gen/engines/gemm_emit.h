@@ -24,8 +24,11 @@
  * K work given that each operand's contiguous extent and row stride are
  * multiples of its chunk's elements (the family validates that).
  *
- * The sm_90a path (lg_gemm90_*; bf16 operands, or an fp32 A): a CTA of bm / 64
- * consumer warpgroups and one producer warpgroup computes a bm x bn tile.
+ * The sm_90a path (lg_gemm90_*; bf16 operands, or an fp32 A) runs on the one
+ * sm_90a pipeline (wgmma_pipe.h: ring, barriers, producer, waits, release),
+ * with the bf16 wgmma, the split of an fp32 A and the epilogue its own. A
+ * CTA of bm / 64 consumer warpgroups and one producer warpgroup computes a
+ * bm x bn tile.
  * One thread of the producer issues TMA loads of the A (bm x 64) and B
  * (bn x 64) tiles of each reduction tile of 64 into a `stages`-deep ring
  * of 1024-byte aligned stages (128-byte rows, the 128-byte swizzle TMA
