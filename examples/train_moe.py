@@ -328,9 +328,12 @@ def profile(step, corpus, args, mode):
     kernels, attention, optimiser, the rest) and each kind's top kernels:
     {"kinds": {kind: ms a step}, "top": {kind: [{name, ms, calls}]}}."""
     from torch.profiler import ProfilerActivity, profile as prof
-    with prof(activities=[ProfilerActivity.CUDA]) as p:
+    acts = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.trace else [])
+    with prof(activities=acts) as p:
         for i in range(PROFILE_STEPS):
             step(*corpus.batch_at(i)).item()
+    if args.trace:
+        p.export_chrome_trace(f"{args.trace}-{mode}.json")
     events = [(e.key, getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)),
                e.count) for e in p.key_averages()]
     res = breakdown(events, PROFILE_STEPS)
@@ -437,6 +440,9 @@ def parser():
     p.add_argument("--graph", action="store_true",
                    help="capture the step as a CUDA graph (needs a GPU)")
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--trace", metavar="PREFIX",
+                   help="with --profile: also record the host side and write each mode's "
+                   "Chrome trace to PREFIX-<mode>.json (tools/trace_gaps.py reads it)")
     p.add_argument("--eval-every", type=int, default=25, metavar="N",
                    help="the eval loss (mean cross entropy over --eval-batches held-out "
                    "batches, under no_grad, untimed) every N steps and at the end; 0: none "

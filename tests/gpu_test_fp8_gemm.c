@@ -131,6 +131,17 @@ static void test_tiles(void **state)
 			check("forward", "bf16", keys, 300);
 			check("dgrad", "bf16", keys, 300);
 		}
+	/* tile.m 256 (forward and dgrad): two waves a warpgroup; 1000 rows end
+	 * inside the last tile's second wave, 300 inside its first */
+	static const char *const m256[] = {"{\"m\": 256}", "{\"m\": 256, \"n\": 64}",
+					   "{\"m\": 256, \"cluster\": 2}", "{\"m\": 256, \"stages\": 2}"};
+	for (size_t t = 0; t < N_OF(m256); t++)
+		for (size_t r = 0; r < N_OF(red); r++) {
+			char keys[256];
+			snprintf(keys, sizeof keys, "%s, \"tile\": %s", red[r], m256[t]);
+			check("forward", "bf16", keys, 1000);
+			check("dgrad", "bf16", keys, 300);
+		}
 }
 
 /* 0 tokens: y and dx have no rows; dw = 0. */

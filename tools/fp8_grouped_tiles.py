@@ -23,9 +23,9 @@ sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb  # noqa: E402
 
 E, ROWS = 256, 65536
-WGRAD_TILES = ({}, {"epilogue": 1}, {"epilogue": 0}, {"stages": 3}, {"stages": 4}, {"m": 64},
-               {"n": 64}, {"n": 192})
-FWD_TILES = ({}, {"epilogue": 0}, {"n": 192}, {"n": 256}, {"cluster": 2}, {"ahead": 0}, {"stages": 4})
+WGRAD_TILES = ({}, {"epilogue": 2}, {"epilogue": 0}, {"stages": 3}, {"epilogue": 2, "stages": 3},
+               {"m": 64}, {"n": 64})
+FWD_TILES = ({}, {"epilogue": 0}, {"epilogue": 2}, {"cluster": 2}, {"ahead": 0})
 
 
 def cd(a, b):
@@ -77,7 +77,7 @@ def main():
           f"{int(raw.sum())} (random)", flush=True)
     wgrad(padded, WGRAD_TILES, "counts%16")
     forward(padded)
-    wgrad(raw.int().cuda(), ({},), "random counts")
+    wgrad(raw.int().cuda(), ({}, {"epilogue": 2}), "random counts")
 
 
 if __name__ == "__main__":

@@ -34,11 +34,12 @@ static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8
 	/* the epilogue through TMA, one buffer a warpgroup, unless the spec says
 	 * otherwise (its buffers count in the stages' fit; two, for the grouped
 	 * wgrad's short tiles, are not yet measured on the GPU) */
-	g.c_bufs = lg_spec_has(s, k->ep) ? (int)lg_spec_int(s, k->ep) : 1;
-	if (g.c_bufs > 0)
-		g.c_tmap = "c";
 	if (lg_spec_has(s, k->tm))
 		g.bm = (int)lg_spec_int(s, k->tm);
+	/* (tile.m 256 stores from registers: lg_fp8_gemm_problem) */
+	g.c_bufs = lg_spec_has(s, k->ep) ? (int)lg_spec_int(s, k->ep) : g.bm <= 128;
+	if (g.c_bufs > 0)
+		g.c_tmap = "c";
 	if (lg_spec_has(s, k->tn))
 		g.bn = (int)lg_spec_int(s, k->tn);
 	if (lg_spec_has(s, k->stages))

@@ -12,11 +12,17 @@
 #define BK 128   /* reduction a stage: one 128-byte row of e4m3 (the swizzle atom) */
 #define ROWB 128 /* bytes of a shared row */
 
-static int consumers(const struct lg_fp8_gemm *g) { return g->bm / 64; }
+/* Waves a consumer warpgroup issues a stage: 2 with tile.m 256 (its 128
+ * rows as two m64 wgmmas, each awaited and promoted before the next, so
+ * that one buffer of partial sums serves both), else 1. */
+static int waves(const struct lg_fp8_gemm *g) { return g->bm > 128 ? 2 : 1; }
+
+/* Consumer warpgroups: 64 rows each, or 128 (two waves) with tile.m 256. */
+static int consumers(const struct lg_fp8_gemm *g) { return g->bm / (64 * waves(g)); }
 
 int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
 
-bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g) { return g->bn <= 128 && !g->b_rowscale; }
+bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g) { return g->bn <= 128 && !g->b_rowscale && waves(g) == 1; }
 
 int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return lg_wgp_threads(consumers(g)); }
 
@@ -79,8 +85,11 @@ static bool one_block(int bn) { return 128 % bn == 0; }
 
 const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 {
-	if (g->bm != 64 && g->bm != 128)
-		return "tile.m 64 or 128 (one consumer warpgroup a 64 rows)";
+	if (g->bm != 64 && g->bm != 128 && g->bm != 256)
+		return "tile.m 64, 128 (one consumer warpgroup a 64 rows) or 256";
+	if (waves(g) > 1 && (g->manual || g->b_rowscale || g->ahead || g->c_tmap || g->bn > 128))
+		return "tile.m 256 (two warpgroups of 128 rows, two waves each) in the forward and dgrad only, with "
+		       "tile.n up to 128, no ahead and the epilogue from registers (tile.epilogue 0)";
 	if (g->bn < 16 || g->bn > 256 || g->bn % 16 != 0)
 		return "tile.n a multiple of 16 up to 256";
 	if (!g->b_rowscale && !two_blocks(g->bn))
@@ -161,8 +170,8 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	const struct lg_wgp p = pipe_of(g);
 	int S = g->stages;
 	unsigned st = stage_bytes(g);
-	lg_comment(b, "%dx%d tiles: %d consumer warpgroup%s (64 rows each) and a producer warpgroup; a ring of",
-		   g->bm, g->bn, consumers(g), consumers(g) > 1 ? "s" : "");
+	lg_comment(b, "%dx%d tiles: %d consumer warpgroup%s (%d rows each) and a producer warpgroup; a ring of",
+		   g->bm, g->bn, consumers(g), consumers(g) > 1 ? "s" : "", 64 * waves(g));
 	lg_comment(b, "%d stages of A [%d][128 B] and B [%d][128 B] (128 of the reduction, 128-byte swizzle),", S,
 		   g->bm, g->bn);
 	lg_comment(b, "then each stage's scales (A's of its %d rows, B's of its %s),", g->bm,
@@ -383,44 +392,48 @@ static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
 }
 
 /* acc += `ps` (the partial sums of a stage) x the scales of each
- * accumulator's row and column. */
-static void emit_promote(lg_buf *b, const struct lg_fp8_gemm *g, const char *ps)
+ * accumulator's row and column; wave w's part of acc from w bn / 2. */
+static void emit_promote_wave(lg_buf *b, const struct lg_fp8_gemm *g, const char *ps, int w)
 {
+	char a[24];
+	if (w > 0)
+		snprintf(a, sizeof a, "acc[%d + ", w * g->bn / 2);
+	else
+		snprintf(a, sizeof a, "acc[");
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
 	if (g->b_rowscale) {
 		lg_line(b, "const float c0 = sbv[j].x, c1 = sbv[j].y;");
-		lg_line(b, "acc[4 * j] += %s[4 * j] * (sa0 * c0);", ps);
-		lg_line(b, "acc[4 * j + 1] += %s[4 * j + 1] * (sa0 * c1);", ps);
-		lg_line(b, "acc[4 * j + 2] += %s[4 * j + 2] * (sa1 * c0);", ps);
-		lg_line(b, "acc[4 * j + 3] += %s[4 * j + 3] * (sa1 * c1);", ps);
+		lg_line(b, "%s4 * j] += %s[4 * j] * (sa0 * c0);", a, ps);
+		lg_line(b, "%s4 * j + 1] += %s[4 * j + 1] * (sa0 * c1);", a, ps);
+		lg_line(b, "%s4 * j + 2] += %s[4 * j + 2] * (sa1 * c0);", a, ps);
+		lg_line(b, "%s4 * j + 3] += %s[4 * j + 3] * (sa1 * c1);", a, ps);
 	} else {
 		if (one_block(g->bn))
 			lg_line(b, "const float c = sb0;");
 		else
 			lg_line(b, "const float c = oc + j * 8 >= split ? sb1 : sb0;");
 		lg_line(b, "const float t0 = sa0 * c, t1 = sa1 * c;");
-		lg_line(b, "acc[4 * j] += %s[4 * j] * t0;", ps);
-		lg_line(b, "acc[4 * j + 1] += %s[4 * j + 1] * t0;", ps);
-		lg_line(b, "acc[4 * j + 2] += %s[4 * j + 2] * t1;", ps);
-		lg_line(b, "acc[4 * j + 3] += %s[4 * j + 3] * t1;", ps);
+		lg_line(b, "%s4 * j] += %s[4 * j] * t0;", a, ps);
+		lg_line(b, "%s4 * j + 1] += %s[4 * j + 1] * t0;", a, ps);
+		lg_line(b, "%s4 * j + 2] += %s[4 * j + 2] * t1;", a, ps);
+		lg_line(b, "%s4 * j + 3] += %s[4 * j + 3] * t1;", a, ps);
 	}
 	lg_close(b);
 }
 
-/* Wait for stage `s` (`n`: its ring count) and issue its four k32 wgmmas
- * into `ps`, committed as one group. */
-static void emit_issue(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps, const char *s,
-		       const char *n)
+static void emit_promote(lg_buf *b, const struct lg_fp8_gemm *g, const char *ps) { emit_promote_wave(b, g, ps, 0); }
+
+/* Issue wave w's four k32 wgmmas of stage `s` into `ps`, committed as one
+ * group: the 64 rows w 64.. of this warpgroup's. */
+static void emit_mma(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps, const char *s,
+		     int w)
 {
-	unsigned st = stage_bytes(g);
-	const struct lg_wgp p = pipe_of(g);
-	lg_wgp_emit_wait_full(b, &p, s, n);
-	if (g->manual) {
-		lg_comment(b, "the producer's copies, to the async proxy (wgmma)");
-		lg_line(b, "lg_fence_proxy_async();");
-	}
-	lg_line(b, "const u64 da = lg_wg_desc(ring + %s * %u + wg * %u);", s, st, 64u * ROWB);
+	unsigned st = stage_bytes(g), wr = 64u * (unsigned)waves(g) * ROWB;
+	if (w > 0)
+		lg_line(b, "const u64 da = lg_wg_desc(ring + %s * %u + wg * %u + %u);", s, st, wr, 64u * ROWB * (unsigned)w);
+	else
+		lg_line(b, "const u64 da = lg_wg_desc(ring + %s * %u + wg * %u);", s, st, wr);
 	lg_line(b, "const u64 db = lg_wg_desc(ring + %s * %u + %u);", s, st, (unsigned)g->bm * ROWB);
 	lg_line(b, "lg_wg_fence();");
 	lg_comment(b, "k32 steps: 32 bytes of the swizzled rows, 2 descriptor units");
@@ -429,6 +442,20 @@ static void emit_issue(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 	lg_line(b, "%s_wgmma(%s, da + 2 * ks, db + 2 * ks, ks);", prefix, ps);
 	lg_close(b);
 	lg_line(b, "lg_wg_commit();");
+}
+
+/* Wait for stage `s` (`n`: its ring count) and issue its four k32 wgmmas
+ * into `ps`, committed as one group (the first wave's with tile.m 256). */
+static void emit_issue(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps, const char *s,
+		       const char *n)
+{
+	const struct lg_wgp p = pipe_of(g);
+	lg_wgp_emit_wait_full(b, &p, s, n);
+	if (g->manual) {
+		lg_comment(b, "the producer's copies, to the async proxy (wgmma)");
+		lg_line(b, "lg_fence_proxy_async();");
+	}
+	emit_mma(b, g, prefix, ps, s, 0);
 }
 
 /* Stage s is free again for the producer(s). */
@@ -444,10 +471,35 @@ static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 {
 	lg_line(b, "const int s = it %% %d;", g->stages);
 	emit_issue(b, g, prefix, ps, "s", "it");
-	emit_scales(b, g);
-	lg_line(b, "lg_wg_wait(0);");
-	emit_release(b, g, prefix);
-	emit_promote(b, g, ps);
+	if (waves(g) == 1) {
+		emit_scales(b, g);
+		lg_line(b, "lg_wg_wait(0);");
+		emit_release(b, g, prefix);
+		emit_promote(b, g, ps);
+		return;
+	}
+	/* waves: each awaited and promoted before the next is issued into the
+	 * same partial sums (the other warpgroup's keep the tensor cores busy);
+	 * the stage released after the last */
+	lg_line(b, "const float *const sl = scales + s * %d;", slot(g));
+	if (one_block(g->bn))
+		lg_line(b, "const float sb0 = sl[%d];", g->bm);
+	else
+		lg_line(b, "const float sb0 = sl[%d], sb1 = sl[%d];", g->bm, g->bm + 1);
+	for (int w = 0; w < waves(g); w++) {
+		lg_open(b, "{");
+		if (w > 0) {
+			emit_mma(b, g, prefix, ps, "s", w);
+			lg_line(b, "const float sa0 = sl[rl + %d], sa1 = sl[rl + %d];", 64 * w, 64 * w + 8);
+		} else {
+			lg_line(b, "const float sa0 = sl[rl], sa1 = sl[rl + 8];");
+		}
+		lg_line(b, "lg_wg_wait(0);");
+		if (w + 1 == waves(g))
+			emit_release(b, g, prefix);
+		emit_promote_wave(b, g, ps, w);
+		lg_close(b);
+	}
 }
 
 /* The compiler may not move reads or writes of `ps` across this point
@@ -519,6 +571,11 @@ static void emit_store_regs(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 	lg_line(b, "const float *const v = acc + 4 * j;");
 	lg_line(b, "if (row < rend) %srow, col, v[0], v[1]);", store);
 	lg_line(b, "if (row + 8 < rend) %srow + 8, col, v[2], v[3]);", store);
+	for (int w = 1; w < waves(g); w++) { /* wave w: rows 64 w down, acc from w bn / 2 */
+		int r = 64 * w, a = w * g->bn / 2;
+		lg_line(b, "if (row + %d < rend) %srow + %d, col, v[%d], v[%d]);", r, store, r, a, a + 1);
+		lg_line(b, "if (row + %d < rend) %srow + %d, col, v[%d], v[%d]);", r + 8, store, r + 8, a + 2, a + 3);
+	}
 	lg_close(b);
 }
 
@@ -598,10 +655,10 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc,
 			   const char *prefix, const char *store)
 {
-	int regs = g->bn / 2;
+	int regs = g->bn / 2, wr = 64 * waves(g);
 	emit_prologue(b, g, sc);
 	emit_producer(b, g, sc);
-	lg_comment(b, "Consumers: warpgroup wg, rows 64 wg.. of each tile.");
+	lg_comment(b, "Consumers: warpgroup wg, rows %d wg.. of each tile.", wr);
 	if (g->ahead) {
 		lg_line(b, "float psum0[%d], psum1[%d];", regs, regs);
 		lg_line(b, "#pragma unroll");
@@ -611,16 +668,19 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int i = 0; i < %d; i++) psum[i] = 0.0f;", regs);
 	}
-	lg_line(b, "const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile");
+	if (waves(g) > 1)
+		lg_line(b, "const int rl = wg * %d + warp * 16 + (lane >> 2); // rows rl, rl + 8 (+ 64 w) of a tile", wr);
+	else
+		lg_line(b, "const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile");
 	lg_line(b, "int it = 0;");
 	if (g->c_tmap && g->c_bufs > 1)
 		lg_line(b, "int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates");
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
 	lg_line(b, "const i64 row = (i64)ta + rl;");
-	lg_line(b, "float acc[%d];", regs);
+	lg_line(b, "float acc[%d];", regs * waves(g));
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
+	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs * waves(g));
 	if (!one_block(g->bn) && !g->b_rowscale) {
 		lg_comment(b, "columns from split on take B's second tile scale");
 		lg_line(b, "const i64 split = ((oc >> 7) + 1) * 128;");

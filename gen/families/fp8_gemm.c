@@ -37,7 +37,7 @@
 
 enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, NKEYS };
 
-static const int64_t tm_ok[] = {64, 128, 0};
+static const int64_t tm_ok[] = {64, 128, 256, 0};
 static const char *const acc_words[2] = {"set", "acc"};
 static const struct lg_key keys[NKEYS] = {
 	[K_N] = LG_KEY_DIM("n", "n", 16, 1 << 20, 16, "output features: rows of w (a multiple of 16)"),
@@ -48,7 +48,8 @@ static const struct lg_key keys[NKEYS] = {
 		   .naming = LG_NAME_IF_NOT_DEFAULT, .rank = 20, .words = acc_words,
 		   .doc = "wgrad: dw += dy^T . x (an fp32 main gradient) instead of dw ="},
 	[K_TILE] = LG_KEY_TILE_OBJ,
-	[K_TM] = LG_KEY_TILE("m", "m", 64, 128, tm_ok, "output rows a CTA tile (64 a consumer warpgroup)"),
+	[K_TM] = LG_KEY_TILE("m", "m", 64, 256, tm_ok,
+			     "output rows a CTA tile (64 a consumer warpgroup; 256: two of 128 rows in two waves)"),
 	[K_TN] = LG_KEY_TILE("n", "n", 16, 256, NULL, "output columns a CTA tile (a multiple of 16)"),
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 8, NULL, "128-element reduction blocks in flight"),
 	[K_TC] = LG_FP8_KEY_CLUSTER,
