@@ -257,15 +257,29 @@ class Model(torch.nn.Module):
     23.9 (H100, T 8192, tools/head_bench.py: each chunk's dW GEMM writes
     the whole [vocab, hidden] sum again); False: lm_head's logits, then
     CrossEntropyLoss. The parameters and state dict are the same either
-    way; head_chunk: tokens a chunk (None: about 512 MiB of logits)."""
+    way; head_chunk: tokens a chunk (None: about 512 MiB of logits).
 
-    def __init__(self, cfg, mode="fp8", fused_head=None, head_chunk=None):
+    fp8_head (default False; mode "fp8" only, unfused only): lm_head is an
+    Fp8Linear (the blockwise FP8 recipe's forward, dgrad and wgrad GEMMs,
+    its weight marked for lingen.optim.AdamW(fp8_weights=True)'s FP8
+    copies), fed by the final RMSNorm's quantised copies (rms_norm_quant:
+    the head's input quantised once); the logits are still bf16 [tokens,
+    vocab], and the backward quantises their gradient (in slices of at
+    most 65536 columns: QUANT_WIDTH_MAX). The parameter is still
+    `lm_head.weight`, the state dict the same as fp8_head=False's. An
+    accuracy trade: DeepSeek-V3 keeps its head in bf16; measure the loss
+    against the bf16 head before relying on it (docs/python.md)."""
+
+    def __init__(self, cfg, mode="fp8", fused_head=None, head_chunk=None, fp8_head=False):
         super().__init__()
         fn = "lingen.nn.Model"
         A.choice(fn, "mode", mode, MODES)
         if not isinstance(cfg, ModelConfig):
             A.fail(fn, "cfg", type(cfg).__name__, "a lingen.nn.ModelConfig", TypeError)
         self.fused_head = False if fused_head is None else A.flag(fn, "fused_head", fused_head)
+        self.fp8_head = A.flag(fn, "fp8_head", fp8_head)
+        if fp8_head:
+            _fp8_head_args(fn, cfg, mode, self.fused_head)
         self.cfg, self.mode = cfg, mode
         self.embed = torch.nn.Embedding(cfg.vocab, cfg.hidden, dtype=torch.bfloat16)
         torch.nn.init.normal_(self.embed.weight, std=1.0)
@@ -273,6 +287,10 @@ class Model(torch.nn.Module):
         self.norm = RMSNorm(cfg.hidden, cfg.eps, mode)
         self.lm_head = torch.nn.Linear(cfg.hidden, cfg.vocab, bias=False, dtype=torch.bfloat16)
         torch.nn.init.normal_(self.lm_head.weight, std=cfg.hidden ** -0.5)
+        if self.fp8_head:  # the same weight (the same draws at a seed), in an Fp8Linear
+            head = Fp8Linear(cfg.hidden, cfg.vocab, fp8=True, device="meta")
+            head.weight = _k.mark_fp8(self.lm_head.weight)
+            self.lm_head = head
         self.loss = (LinearCrossEntropyLoss(mode=mode, chunk=head_chunk) if self.fused_head
                      else CrossEntropyLoss(mode=mode))
         for blk in self.blocks:  # residual branches scaled down with depth
@@ -282,13 +300,14 @@ class Model(torch.nn.Module):
 
     @classmethod
     def from_config(cls, path, layers=None, mode="fp8", fused_head=None, head_chunk=None,
-                    **overrides):
+                    fp8_head=False, **overrides):
         """The model of a lingen model config (configs/models/<name>.json),
         with `layers` layers (the config's when None) and any field
         overridden (experts=, hidden=, ...)."""
         if layers is not None:
             overrides["layers"] = layers
-        return cls(ModelConfig.from_json(path, **overrides), mode, fused_head, head_chunk)
+        return cls(ModelConfig.from_json(path, **overrides), mode, fused_head, head_chunk,
+                   fp8_head)
 
     def forward(self, ids, labels=None):
         b, s = ids.shape
@@ -297,9 +316,37 @@ class Model(torch.nn.Module):
         x = self.embed(ids)
         for blk in self.blocks:
             x = blk(x, freqs)
+        if self.fp8_head:  # the norm writes the FP8 head's input copies (no quant of its own)
+            h, copies = _k.rms_norm_quant(x, self.norm.weight, self.norm.eps)
+            logits = self.lm_head(h, copies)
+            return logits if labels is None else self.loss(logits.reshape(b * s, -1),
+                                                           labels.reshape(-1))
         h = self.norm(x)
         if labels is None:
             return self.lm_head(h)
         if self.fused_head:
             return self.loss(h.reshape(b * s, -1), self.lm_head.weight, labels.reshape(-1))
         return self.loss(self.lm_head(h).reshape(b * s, -1), labels.reshape(-1))
+
+
+# the widest output the FP8 GEMMs write (fp8_gemm's n: gen/families/fp8_gemm.c)
+FP8_GEMM_N_MAX = 1 << 20
+
+
+def _fp8_head_args(fn, cfg, mode, fused_head):
+    """What fp8_head=True cannot run with, refused: another mode than "fp8",
+    the fused head, a vocab or hidden the FP8 head's kernels refuse."""
+    if mode != "fp8":
+        A.fail(fn, "fp8_head", True, f"False in mode {mode!r} (the FP8 head is mode "
+               "'fp8''s: lingen's FP8 GEMMs)")
+    if fused_head:
+        A.fail(fn, "fp8_head", True, "False with fused_head=True (the fused head's chunked "
+               "GEMMs, LinearCrossEntropyLoss, are bf16: fp8_head is the unfused head's)")
+    # the head's input width: Fp8Linear's in_features check (whole 128-blocks)
+    A.width(fn, "cfg.hidden (fp8_head=True)", cfg.hidden, "fp8")
+    # the vocab: the width of the logits' gradient the quantiser takes (whole 128-blocks)
+    # and the GEMMs' output features (at most FP8_GEMM_N_MAX)
+    if cfg.vocab % A.FP8_BLOCK or cfg.vocab > FP8_GEMM_N_MAX:
+        A.fail(fn, "cfg.vocab (fp8_head=True)", cfg.vocab, f"a multiple of {A.FP8_BLOCK} up "
+               f"to {FP8_GEMM_N_MAX} (the logits' gradient quantised in 1 x 128 blocks; the "
+               "FP8 GEMMs' widest output)")

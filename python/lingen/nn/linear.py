@@ -12,6 +12,11 @@ from . import _args as A, _gemm, _k
 
 __all__ = ["Fp8LinearFunction", "fp8_linear", "Fp8Linear"]
 
+# the widest row lingen's activation quantiser takes (fp8_quant's hidden, at most 65536:
+# gen/families/fp8_quant.c); a wider output (an LM head's vocab) has its gradient
+# quantised in slices of columns (_backward_sliced)
+QUANT_WIDTH_MAX = 65536
+
 
 class Fp8LinearFunction(torch.autograd.Function):
     """y [..., N] bf16 = x [..., K] . weight [N, K]^T in FP8. x_copies, when
@@ -37,15 +42,57 @@ class Fp8LinearFunction(torch.autograd.Function):
     def backward(ctx, dy):
         qt, st, wtq, wts, weight = ctx.saved_tensors
         dy2 = dy.reshape(-1, dy.shape[-1]).contiguous()
+        if ctx.needs_input_grad[0] and wtq is None:
+            wtq, wts = _k.quant_weight(weight)[2:]
+        n = dy2.shape[1]
+        if n > QUANT_WIDTH_MAX:  # an LM head's vocab: dy quantised in slices of columns
+            return _backward_sliced(ctx, dy2, qt, st, wtq, wts) + (None,)
         dyq, dys, dytq, dyts = _k.quant(dy2, "both")
         dx = dw = None
         if ctx.needs_input_grad[0]:
-            if wtq is None:
-                wtq, wts = _k.quant_weight(weight)[2:]
             dx = _gemm.linear_dgrad(dyq, dys, wtq, wts).view(ctx.shape)
         if ctx.needs_input_grad[1]:
             dw = _gemm.linear_wgrad(dytq, dyts, qt, st, ctx.wdtype)
         return dx, dw, None
+
+
+def column_slices(n, width=None):
+    """[(start, end)] of n output features in slices of at most `width`
+    (default QUANT_WIDTH_MAX) columns, each but the last a multiple of 128
+    (whole 1 x 128 blocks: a slice's copies are the whole dy's), as even as
+    that allows."""
+    width = QUANT_WIDTH_MAX if width is None else width
+    blocks = -(-n // A.FP8_BLOCK)
+    parts = -(-n // width)
+    per = -(-blocks // parts) * A.FP8_BLOCK
+    return [(s, min(s + per, n)) for s in range(0, n, per)]
+
+
+def _backward_sliced(ctx, dy2, qt, st, wtq, wts):
+    """The backward of an output wider than the quantiser's widest row
+    (fp8_quant: 65536 columns): dy's columns in slices (column_slices),
+    each copied out, quantised (its 1 x 128 and 128 x 1 blocks those of the
+    whole dy: the slices start on a block), its dgrad summed into dx in
+    fp32 and its wgrad written as dw's rows. Costs a copy of dy and the
+    weight's transposed copy's columns, slice by slice."""
+    need_dx, need_dw = ctx.needs_input_grad[:2]
+    dx = dws = None
+    if need_dw:
+        dws = []
+    for s, e in column_slices(dy2.shape[1]):
+        dyq, dys, dytq, dyts = _k.quant(dy2[:, s:e].contiguous(),
+                                        "both" if need_dx and need_dw
+                                        else "rowwise" if need_dx else "columnwise")
+        if need_dx:
+            b0, b1 = s // A.FP8_BLOCK, -(-e // A.FP8_BLOCK)
+            part = _gemm.linear_dgrad(dyq, dys, wtq[:, s:e].contiguous(),
+                                      wts[:, b0:b1].contiguous()).float()
+            dx = part if dx is None else dx.add_(part)
+        if need_dw:
+            dws.append(_gemm.linear_wgrad(dytq, dyts, qt, st, ctx.wdtype))
+    if need_dx:
+        dx = dx.to(torch.bfloat16).view(ctx.shape)
+    return dx, (torch.cat(dws) if need_dw else None)
 
 
 def fp8_linear(x, weight, x_copies=None):
