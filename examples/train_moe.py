@@ -20,6 +20,12 @@ logits, then lingen's cross entropy; the faster one, tools/head_bench.py) or
 "fused" (the head's GEMMs and cross entropy in chunks of tokens, no [tokens,
 vocab] logits: lingen.nn.LinearCrossEntropyLoss, for memory); torch and
 compile keep PyTorch's head.
+--fp8-head makes the fp8 mode's (unfused) LM head an FP8 linear
+(lingen.nn.Model(fp8_head=True): FP8 forward, dgrad and wgrad GEMMs, its
+weight's FP8 copies written by the optimiser); the other modes keep their
+bf16 heads. It needs --modes to include fp8 and --head unfused; the record
+says which head each mode ran. DeepSeek-V3 keeps its head in bf16: compare
+its eval loss with bf16's before relying on it.
 --graph captures the step as one CUDA graph (checking the replayed losses
 against eager steps), --profile writes a PyTorch-profiler breakdown (device
 ms a step by kind, and each kind's top kernels by time with their calls).
@@ -112,7 +118,8 @@ def build(args, mode, device):
     lm_mode = "torch" if mode == "compile" else mode
     with torch.device(device):
         model = ln.Model(model_config(args), mode=lm_mode,
-                         fused_head=lm_mode != "torch" and args.head == "fused")
+                         fused_head=lm_mode != "torch" and args.head == "fused",
+                         fp8_head=mode == "fp8" and args.fp8_head)
     kw = dict(lr=args.lr, betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8)
     if mode in ("fp8", "bf16") and str(device).startswith("cuda"):
         # lingen's fused AdamW: one launch over the bf16 parameters, bf16 moments
@@ -165,6 +172,7 @@ def run_mode(args, mode, device, corpus):
            "batch": corpus.batch, "seq": corpus.seq, "device": device, "losses": [],
            "step_s": [], "gemm_backend": _gemm.backend(device) if mode == "fp8" else "torch bf16",
            "head": "fused" if model.fused_head else "unfused",
+           "head_gemms": "fp8" if getattr(model, "fp8_head", False) else "bf16",
            "eval_every": args.eval_every, "eval_batches": args.eval_batches, "eval": []}
     held_out = corpus.eval_batches(args.eval_batches) if args.eval_every else []
     train_peak = [0]  # the peak before each eval (the evals' own memory not counted)
@@ -437,6 +445,9 @@ def parser():
     p.add_argument("--vocab", type=int, default=None)
     p.add_argument("--head", choices=("fused", "unfused"), default="unfused",
                    help="the LM head + loss of modes fp8 and bf16 (default: unfused)")
+    p.add_argument("--fp8-head", action="store_true",
+                   help="the fp8 mode's LM head in FP8 (lingen.nn.Model(fp8_head=True); "
+                   "needs fp8 in --modes and --head unfused; the other modes keep bf16 heads)")
     p.add_argument("--graph", action="store_true",
                    help="capture the step as a CUDA graph (needs a GPU)")
     p.add_argument("--profile", action="store_true")
@@ -480,11 +491,17 @@ def check_args(p, args, device):
                 f"train {args.tokens // seq * seq} tokens")
     if args.graph and device != "cuda":
         p.error("--graph: captures a CUDA graph, and there is no CUDA device")
+    if args.fp8_head and "fp8" not in modes:
+        p.error(f"--fp8-head: the fp8 mode's LM head, and --modes {args.modes} has no fp8 "
+                "(the other modes keep their bf16 heads)")
+    if args.fp8_head and args.head == "fused":
+        p.error("--fp8-head with --head fused: the fused head's chunked GEMMs are bf16; "
+                "--fp8-head is the unfused head's")
     try:  # every model on the meta device: the layers' own checks, no memory
         cfg = model_config(args)
         for mode in dict.fromkeys("torch" if m == "compile" else m for m in modes):
             with torch.device("meta"):
-                ln.Model(cfg, mode=mode)
+                ln.Model(cfg, mode=mode, fp8_head=mode == "fp8" and args.fp8_head)
     except (ValueError, TypeError) as e:
         p.error(f"the model of {os.path.basename(args.config)} with --layers/--experts/--topk/"
                 f"--expert-intermediate/--hidden/--vocab as given: {e}")
@@ -549,6 +566,7 @@ def write(args, device, corpus, records):
     meta = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
             "torch": torch.__version__, "argv": args.argv, "tokens": corpus.batch * corpus.seq,
             "gemm_backend": _gemm.backend(device),
+            "head": args.head, "fp8_head": args.fp8_head,
             "loss_floor": corpus.floor()}
     with open(args.out + ".json", "w") as f:
         json.dump({"meta": meta, "runs": records}, f, indent=1)
@@ -564,6 +582,10 @@ def markdown(meta, records):
     ok = {r["mode"]: r for r in records if "error" not in r}
     lines = [f"`python examples/train_moe.py {' '.join(meta['argv'])}` on {meta['device']} "
              f"(torch {meta['torch']}); FP8 GEMMs: {meta['gemm_backend']}", "",
+             "LM heads: " + (", ".join(f"{r['mode']} {r['head']} {r.get('head_gemms', 'bf16')}"
+                                       for r in records if "head" in r) or "-")
+             + ("; --fp8-head: the fp8 mode's head in FP8 (DeepSeek-V3 keeps it in bf16: "
+                "read fp8's eval loss against bf16's)" if meta.get("fp8_head") else ""), "",
              "| mode | steps | median step ms | tokens/s | x torch eager | x torch.compile | "
              "mean loss, last 50 | eval loss | peak GiB |", "|---|---|---|---|---|---|---|---|---|"]
     for r in records:

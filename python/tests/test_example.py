@@ -62,7 +62,10 @@ BAD = [(["--modes", "bogus"], "--modes"), (["--modes", "fp8,FP8"], "--modes"),
        (["--eval-every", "-1"], "--eval-every"), (["--eval-batches", "0"], "--eval-batches"),
        (["--topk", "0"], "topk"), (["--topk", "9", "--experts", "8"], "topk"),
        (["--expert-intermediate", "100"], "intermediate: found 100"),
-       (["--config", "/no/such/model.json"], "--config")]
+       (["--config", "/no/such/model.json"], "--config"),
+       (["--fp8-head", "--modes", "bf16,torch"], "--fp8-head"),
+       (["--fp8-head", "--modes", "fp8", "--head", "fused"], "--fp8-head"),
+       (["--fp8-head", "--modes", "fp8", "--vocab", "520"], "cfg.vocab (fp8_head=True)")]
 
 
 @pytest.mark.parametrize("argv,name", BAD, ids=[" ".join(a) for a, _ in BAD])
@@ -126,6 +129,30 @@ def test_example_record_says_what_ran(tmp_path):
     assert "EMULATED" in fp8["gemm_backend"] and "lingen fp8_gemm" not in fp8["gemm_backend"]
     assert "emulated: " in (tmp_path / "t.md").read_text()
     assert fp8["head"] == "unfused" and plain["head"] == "unfused"  # the default head
+    assert fp8["head_gemms"] == "bf16" and plain["head_gemms"] == "bf16"
+    assert rec["meta"]["fp8_head"] is False
+
+
+def test_example_fp8_head_is_the_fp8_modes(tmp_path):
+    """--fp8-head: the fp8 mode's head in FP8, the other modes' in bf16 as
+    without it (the same losses), and the record (json and md) says which
+    head each mode ran."""
+    if torch.cuda.is_available():
+        pytest.skip("checks the CPU's record")
+    ex = example()
+    args = TINY + ["--modes", "fp8,bf16"]
+    with_ = ex.main(args + ["--fp8-head", "--out", str(tmp_path / "h")])
+    without = ex.main(args + ["--out", str(tmp_path / "n")])
+    assert [r["head_gemms"] for r in with_] == ["fp8", "bf16"]
+    assert [r["head_gemms"] for r in without] == ["bf16", "bf16"]
+    assert with_[1]["losses"] == without[1]["losses"]  # bf16 unaffected
+    # the fp8 mode's first loss (the same initial weights) within FP8's noise
+    assert with_[0]["losses"][0] == pytest.approx(without[0]["losses"][0], rel=1e-2)
+    assert all(math.isfinite(v) for v in with_[0]["losses"])
+    rec = json.loads((tmp_path / "h.json").read_text())
+    assert rec["meta"]["fp8_head"] is True and rec["meta"]["head"] == "unfused"
+    md = (tmp_path / "h.md").read_text()
+    assert "LM heads: fp8 unfused fp8, bf16 unfused bf16; --fp8-head" in md, md
 
 
 def test_example_unfused_head_trains_the_same(tmp_path):
