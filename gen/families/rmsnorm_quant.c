@@ -47,7 +47,7 @@
  * (512 threads, 4 rows x 8 features a thread): y from shared memory, the
  * rowwise block, the columnwise block (all 128 tokens are in the CTA), qt
  * through the swizzled staging tile. One CTA an SM (16 warps). Correct on
- * the H200 (gpu_test_k1:test_k1_slab) but slower than the two kernels at
+ * the H200 (then gpu_test_k1:test_k1_slab; now the rmsnorm_quant case file) but slower than the two kernels at
  * 8192 x 2048 (git history, commit 8b8e268: bench/h200-2026-12-01d, bench/k1-fused.json): slab 256
  * 44.6 us (1 stage: 36.7), slab 512 50.3, the default 34.2: the per-element
  * work is the fused form's (~20 instructions) at 16 warps an SM, with a

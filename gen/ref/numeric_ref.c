@@ -7,7 +7,7 @@
  * 127 non-negative finite e4m3 numbers, the power-of-two scale
  * 2^ceil(log2 s), and v / s a plain IEEE division. The tests check these
  * against hand-worked values and against the slow textbook forms
- * (tests/test_numeric.c); gpu_test_k1 checks the GPU's kernels against them.
+ * (tests/test_numeric.c); gpu_test_families checks the GPU's kernels against them.
  */
 #include "numeric_ref.h"
 
