@@ -125,6 +125,35 @@ static lg_spec *banner_spec(const struct golden *g, const struct lg_banner *b)
 	return s;
 }
 
+/* Every entry of plan p launches no more threads a block than the
+ * __launch_bounds__ its source asks (more fail at launch): the family's
+ * geometry and its emitter agree (tile.m 256's first geometry launched 640
+ * threads at a kernel of 384). At one token, as tune and check start. */
+static void check_launch_bounds(const char *what, const lg_spec *s, const struct lg_plan *p, const char *src)
+{
+	int64_t one[LG_MAX_SIZES];
+	lg_sizes_at(s->fam, s->pass, 1, one);
+	for (int e = 0; e < p->nentries; e++) {
+		struct lg_launch_dim d;
+		s->fam->geometry(p, e, one, &d);
+		unsigned threads = d.block[0] * d.block[1] * d.block[2];
+		size_t n = strlen(p->entry[e]);
+		const char *at = src;
+		long bound = -1;
+		while ((at = strstr(at, "__launch_bounds__(")) != NULL) {
+			at += strlen("__launch_bounds__(");
+			const char *name = strchr(at, '\n');
+			if (name && strncmp(name + 1, p->entry[e], n) == 0 && name[1 + n] == '(') {
+				bound = strtol(at, NULL, 10);
+				break;
+			}
+		}
+		if (bound >= 0 && threads > (unsigned long)bound)
+			fail_msg("%s: entry %s launches %u threads a block, its __launch_bounds__ %ld", what,
+				 p->entry[e], threads, bound);
+	}
+}
+
 /* The source g's banner asks for, its length in *len. */
 static char *generate(const struct golden *g, const struct lg_banner *b, size_t *len)
 {
@@ -137,6 +166,7 @@ static char *generate(const struct golden *g, const struct lg_banner *b, size_t 
 	char *src = NULL;
 	if (lg_generate_for(s, &t, &p, &src, len) != LG_OK)
 		fail_msg("%s: generate for %s: %s", g->path, b->arch, lg_last_error());
+	check_launch_bounds(g->path, s, &p, src);
 	lg_spec_free(s);
 	return src;
 }
@@ -296,6 +326,7 @@ static size_t check_spec_file(const char *file, lg_spec_file *f)
 				fail_msg("%s: %s", file, lg_last_error());
 			snprintf(what, sizeof what, "%s (%s, %s)", file, lg_spec_entry(s), archs[a]);
 			lg_test_check_source(what, src, archs[a]);
+			check_launch_bounds(what, s, &p, src);
 			free(src);
 		}
 	}

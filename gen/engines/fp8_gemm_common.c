@@ -158,7 +158,8 @@ void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_di
 	unsigned cl = p->cluster[e] ? p->cluster[e] : 1, cap = p->resident[e] ? p->resident[e] : SMS / cl;
 	d->grid[0] = (tiles > (int64_t)cap ? cap : (unsigned)tiles) * cl;
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	d->block[0] = (unsigned)(128 * (p->v[P8_BM] / 64 + 1));
+	const struct lg_fp8_gemm g = {.bm = (int)p->v[P8_BM]}; /* the threads depend on bm alone */
+	d->block[0] = (unsigned)lg_fp8_gemm_threads(&g);
 	d->smem = (unsigned)p->v[P8_SMEM];
 }
 
@@ -166,7 +167,7 @@ int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 		      const struct lg_fp8_keys *k)
 {
 	/* stages: the first is what the grid's tiles have (as many as fit) */
-	static const int64_t tm[] = {128, 64, 0}, tn[] = {128, 160, 192, 96, 64, 256, 0}, st[] = {8, 5, 4, 0};
+	static const int64_t tm[] = {128, 64, 256, 0}, tn[] = {128, 160, 192, 96, 64, 256, 0}, st[] = {8, 5, 4, 0};
 	static const int64_t cl[] = {1, 2, 0}, ah[] = {1, 0, 0};
 	int n = lg_candidate_grid(s, t, out, 0, max, k->tm, tm, k->tn, tn);
 	n = lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
