@@ -119,27 +119,24 @@ static void test_tiles(void **state)
 		check("wgrad", "fp32", keys, 301);
 	}
 	/* ahead (forward and dgrad only): reductions of 9 and 10 stages (groups
-	 * of 4 and the rest one at a time), a stage count below a group's */
-	static const char *const ahead[] = {"{\"ahead\": 1}", "{\"ahead\": 1, \"m\": 64, \"n\": 64}",
-					    "{\"ahead\": 1, \"cluster\": 2}", "{\"ahead\": 1, \"stages\": 2}"};
+	 * of 4 and the rest one at a time), a stage count below a group's;
+	 * tile.m 256 (forward and dgrad): two waves a warpgroup, the forward's
+	 * 1000 rows ending inside the last tile's second wave, 300 inside its
+	 * first */
+	static const struct {
+		const char *tile;
+		int64_t fwd_rows;
+	} fd[] = {{"{\"ahead\": 1}", 300}, {"{\"ahead\": 1, \"m\": 64, \"n\": 64}", 300},
+		  {"{\"ahead\": 1, \"cluster\": 2}", 300}, {"{\"ahead\": 1, \"stages\": 2}", 300},
+		  {"{\"m\": 256}", 1000}, {"{\"m\": 256, \"n\": 64}", 1000},
+		  {"{\"m\": 256, \"cluster\": 2}", 1000}, {"{\"m\": 256, \"stages\": 2}", 1000}};
 	static const char *const red[] = {"\"n\": 1024, \"k\": 1152", "\"n\": 1280, \"k\": 1280",
 					  "\"n\": 384, \"k\": 384"};
-	for (size_t t = 0; t < N_OF(ahead); t++)
+	for (size_t t = 0; t < N_OF(fd); t++)
 		for (size_t r = 0; r < N_OF(red); r++) {
 			char keys[256];
-			snprintf(keys, sizeof keys, "%s, \"tile\": %s", red[r], ahead[t]);
-			check("forward", "bf16", keys, 300);
-			check("dgrad", "bf16", keys, 300);
-		}
-	/* tile.m 256 (forward and dgrad): two waves a warpgroup; 1000 rows end
-	 * inside the last tile's second wave, 300 inside its first */
-	static const char *const m256[] = {"{\"m\": 256}", "{\"m\": 256, \"n\": 64}",
-					   "{\"m\": 256, \"cluster\": 2}", "{\"m\": 256, \"stages\": 2}"};
-	for (size_t t = 0; t < N_OF(m256); t++)
-		for (size_t r = 0; r < N_OF(red); r++) {
-			char keys[256];
-			snprintf(keys, sizeof keys, "%s, \"tile\": %s", red[r], m256[t]);
-			check("forward", "bf16", keys, 1000);
+			snprintf(keys, sizeof keys, "%s, \"tile\": %s", red[r], fd[t].tile);
+			check("forward", "bf16", keys, fd[t].fwd_rows);
 			check("dgrad", "bf16", keys, 300);
 		}
 }
