@@ -73,3 +73,14 @@ def check_bf16_rounded(got, want, err, what):
     print(f"{what}: {slack} of {want.numel()} off the nominal bf16, within the bound")
     assert not bad.any(), (f"{what}: {int(bad.sum())} of {want.numel()} values outside their bf16 bound; "
                            f"first got {g[bad][:3].tolist()} want {want[bad][:3].tolist()}")
+
+
+# lingen.nn's tiny model: every block, one layer, widths the kernels take
+TINY = dict(hidden=256, layers=1, q_heads=2, kv_heads=1, head_dim=128, experts=8, topk=2,
+            expert_intermediate=128, shared_intermediate=128, vocab=512)
+
+
+def rel(a, b):
+    """|a - b| / |b| (L2, in float64 on the CPU)."""
+    a, b = a.double().cpu(), b.double().cpu()
+    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()

@@ -8,13 +8,9 @@ import math
 import pytest
 
 from conftest import torch_cuda
+from reference import rel
 
 IGNORE = -100
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
 
 
 def _inputs(torch, t, h, v, seed, ignored=0.2):

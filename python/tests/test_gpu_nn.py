@@ -6,14 +6,10 @@ against the seam's emulation. Skipped without a GPU."""
 import pytest
 
 from conftest import torch_cuda
+from reference import rel
 
 TINY = dict(hidden=256, layers=1, q_heads=2, kv_heads=1, head_dim=128, experts=8, topk=2,
             expert_intermediate=128, shared_intermediate=128, vocab=1024)
-
-
-def rel(a, b):
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
 
 
 def _twins(make, seed):

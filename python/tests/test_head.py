@@ -11,13 +11,9 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 import lingen.nn as ln  # noqa: E402
+from reference import rel  # noqa: E402
 
 IGNORE = -100
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
 
 
 def _inputs(t, h, v, seed, dtype=torch.bfloat16, ignored=0.2, dead=None):

@@ -15,6 +15,7 @@ transformers = pytest.importorskip("transformers", reason="transformers is not i
                                    "(pip install '.[hf]')")
 qwen3 = pytest.importorskip("transformers.models.qwen3_moe")
 import lingen.hf  # noqa: E402
+from reference import rel  # noqa: E402
 
 
 def tiny(seed, device="cpu"):
@@ -30,11 +31,6 @@ def tiny(seed, device="cpu"):
         if p.dim() >= 2:
             torch.nn.init.normal_(p, std=0.05)
     return m
-
-
-def rel(a, b):
-    a, b = a.double().cpu(), b.double().cpu()
-    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
 
 
 def compare_once(fp8, seed, device, tol_out, tol_loss, tol_grad):

@@ -10,14 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import lingen.nn as ln  # noqa: E402
 from lingen.nn import _k, linear  # noqa: E402
-
-TINY = dict(hidden=256, layers=1, q_heads=2, kv_heads=1, head_dim=128, experts=8, topk=2,
-            expert_intermediate=128, shared_intermediate=128, vocab=512)
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp(min=1e-30)).item()
+from reference import TINY, rel  # noqa: E402
 
 
 def _pair(seed, **cfg):

@@ -197,7 +197,11 @@ def test_experts(seed, m, experts, round_scale):
         start, trow = start + c, trow + nt
     rows, cols = R.deq_experts(counts, q, s, qt, st)
     assert torch.equal(rows, R.deq_experts(cdev, lq, ls, lqt, lst)[0])
-    assert (rows - x.float()).abs().max() <= (x.float().abs().max() / 8)
+    # within an eighth of the largest value, or zero where the whole input is
+    # under what the 1e-30 scale floor resolves (quant_input's tiny rows: at
+    # m = 1 a seed in ~90 draws one, which failed this bound)
+    floor = 1e-30 * 2.0 ** -9
+    assert (rows - x.float()).abs().max() <= x.float().abs().max() / 8 + floor
     # rows past the segments (a capacity larger than the counts): zeros
     q2, s2, qt2, st2 = R.experts_quant(torch.cat([x, x[:5]]), cdev, round_scale)
     assert not q2[m:].view(torch.uint8).any()
