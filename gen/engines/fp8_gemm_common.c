@@ -10,7 +10,6 @@
 #include "error.h"
 #include "gemm_emit.h"
 
-#define RASTER 16 /* row tiles a column sweep of the raster covers */
 #define SMS 132u  /* SMs of the target (H200) when the device's count is not known */
 
 /* What the spec says of the GEMM beside its tile: B's per-row scales (the
@@ -173,30 +172,6 @@ int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 	n = lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
 	n = lg_candidate_times(s, t, out, 0, n, max, k->cl, cl);
 	return lg_candidate_times(s, t, out, 0, n, max, k->ah, ah);
-}
-
-const char *lg_fp8_col(char *out, size_t size, const char *base, int bn, int cl)
-{
-	if (cl > 1)
-		snprintf(out, size, "(%s) * %d + rank * %d", base, bn * cl, bn);
-	else
-		snprintf(out, size, "(%s) * %d", base, bn);
-	return out;
-}
-
-void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, int cl, bool producer)
-{
-	char col[96];
-	lg_comment(b, "Grouped raster: %d row tiles at a time sweep the columns.", RASTER);
-	lg_line(b, "const i64 first = tile / %lld * %d, r = tile %% %lld;", (long long)(ct * RASTER), RASTER,
-		(long long)(ct * RASTER));
-	lg_line(b, "const i64 gs = rtiles - first < %d ? rtiles - first : %d;", RASTER, RASTER);
-	lg_line(b, "const int ta = (int)((first + r %% gs) * %d);", bm);
-	lg_fp8_col(col, sizeof col, "r / gs", bn, cl);
-	if (producer)
-		lg_line(b, "const int tb = (int)(%s);", col);
-	else
-		lg_line(b, "const i64 oc = %s;", col);
 }
 
 void lg_fp8_emit_store(lg_buf *b, bool fp32, bool accumulate, int64_t cols)

@@ -1,8 +1,9 @@
 /*
  * fp8_gemm_common.h - what the FP8 GEMM families (fp8_gemm,
  * fp8_grouped_gemm) share beyond the emitter (fp8_gemm_emit.h): their tile
- * keys, checks, plan and launch geometry (persistent CTAs), the grouped
- * raster of tiles, the output store and the kernel's head.
+ * keys, checks, plan and launch geometry (persistent CTAs), the output
+ * store and the kernel's head (their tiles' raster is the pipeline's:
+ * wgmma_pipe.h's lg_wgp_emit_raster).
  */
 #ifndef LG_FP8_GEMM_COMMON_H
 #define LG_FP8_GEMM_COMMON_H
@@ -77,13 +78,6 @@ void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_di
 int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
 		      const struct lg_fp8_keys *k);
 
-/* In a tile loop: `ta`, `tb` (producer) or `oc` of tile `tile` of `rtiles`
- * row tiles x ct column tiles of bn cl columns (cl CTAs a cluster: rank's
- * bn of them), in a grouped raster (RASTER row tiles sweep the columns). */
-void lg_fp8_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, int cl, bool producer);
-/* "(<base>) * <bn cl>" or, with a cluster, " + rank * <bn>" after it: a
- * tile's first column within its cluster tile's (fp8_gemm_emit.h). */
-const char *lg_fp8_col(char *out, size_t size, const char *base, int bn, int cl);
 /* lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1): an output
  * pair into a row-major [rows, cols] bf16 or fp32 (accumulate: +=) output,
  * columns past cols skipped (cols even). */

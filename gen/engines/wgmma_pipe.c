@@ -116,6 +116,35 @@ void lg_wgp_open_tiles(lg_buf *b, const struct lg_wgp *p, const char *tiles)
 		lg_open(b, "for (i64 tile = blockIdx.x; tile < %s; tile += gridDim.x) {", tiles);
 }
 
+void lg_wgp_emit_group(lg_buf *b, const char *tile, const char *rtiles, int64_t ct)
+{
+	const long long g = (long long)(ct * LG_WGP_RASTER);
+	lg_line(b, "const i64 first = %s / %lld * %d, r = %s %% %lld;", tile, g, LG_WGP_RASTER, tile, g);
+	lg_line(b, "const i64 gs = %s - first < %d ? %s - first : %d;", rtiles, LG_WGP_RASTER, rtiles, LG_WGP_RASTER);
+}
+
+void lg_wgp_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, int cl, bool producer)
+{
+	char col[96];
+	lg_comment(b, "Grouped raster: %d row tiles at a time sweep the columns.", LG_WGP_RASTER);
+	lg_wgp_emit_group(b, "tile", "rtiles", ct);
+	lg_line(b, "const int ta = (int)((first + r %% gs) * %d);", bm);
+	lg_wgp_col(col, sizeof col, "r / gs", bn, cl);
+	if (producer)
+		lg_line(b, "const int tb = (int)(%s);", col);
+	else
+		lg_line(b, "const i64 oc = %s;", col);
+}
+
+const char *lg_wgp_col(char *out, size_t size, const char *base, int bn, int cl)
+{
+	if (cl > 1)
+		snprintf(out, size, "(%s) * %d + rank * %d", base, bn * cl, bn);
+	else
+		snprintf(out, size, "(%s) * %d", base, bn);
+	return out;
+}
+
 void lg_wgp_open_producer(lg_buf *b, const struct lg_wgp *p, const char *note)
 {
 	lg_open(b, "if (wg == %d) {", p->consumers);

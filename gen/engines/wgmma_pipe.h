@@ -34,6 +34,8 @@
 #define LG_WGMMA_PIPE_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #include "buf.h"
 
@@ -83,6 +85,27 @@ void lg_wgp_emit_init(lg_buf *b, const struct lg_wgp *p, void (*first)(lg_buf *b
 /* The loop over a persistent CTA's tiles of `tiles` (an i64 expression):
  * `tile` from blockIdx.x (its cluster's) on, a grid (of clusters) apart. */
 void lg_wgp_open_tiles(lg_buf *b, const struct lg_wgp *p, const char *tiles);
+
+/* Row tiles a column sweep of the grouped raster covers. */
+#define LG_WGP_RASTER 16
+/* The grouped raster of tile `tile` (an i64 expression) of `rtiles` row
+ * tiles x `ct` column tiles: LG_WGP_RASTER row tiles at a time sweep the
+ * columns, so that the CTAs of a wave share their operands' tiles in L2.
+ * `first` is its group's first row tile and `gs` the group's row tiles
+ * (fewer in the last group): its row tile is first + r % gs, its column
+ * tile r / gs. */
+void lg_wgp_emit_group(lg_buf *b, const char *tile, const char *rtiles, int64_t ct);
+/* That for a persistent CTA's `tile` of `rtiles` row tiles (commented):
+ * `ta` its first row (an int, bm rows a tile), and its first column, `tb`
+ * (an int, TMA's coordinate: the producer) or `oc` (an i64: the
+ * consumers), of column tiles of bn cl columns (cl CTAs a cluster: rank's
+ * bn of them, lg_wgp_col). The order the FP8 GEMMs take; the bf16 GEMM's
+ * persistent tiles are row-major (gemm_emit.c), its forward's one tile a
+ * CTA in the group order above (router_gemm_emit.c). */
+void lg_wgp_emit_raster(lg_buf *b, int64_t ct, int bm, int bn, int cl, bool producer);
+/* "(<base>) * <bn cl>" or, with a cluster, " + rank * <bn>" after it: a
+ * tile's first column within its cluster tile's. */
+const char *lg_wgp_col(char *out, size_t size, const char *base, int bn, int cl);
 
 /* The producer warpgroup's block (`note` its comment), setmaxnreg.dec
  * with several consumer warpgroups; its close leaves the role (after the

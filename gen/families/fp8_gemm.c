@@ -25,8 +25,8 @@
  * two consumer warpgroups and a TMA producer, 128 x 128 tiles (tile.m,
  * tile.n), 128 of the reduction a stage, as many stages as fit (7), the
  * partial sums promoted with both scales every 128 of the reduction. Tiles
- * in a grouped raster: RASTER row tiles at a time sweep the columns, so a
- * wave's operand tiles stay in L2.
+ * in the pipeline's grouped raster: LG_WGP_RASTER row tiles at a time
+ * sweep the columns, so a wave's operand tiles stay in L2.
  */
 #include <stdio.h>
 
@@ -34,6 +34,7 @@
 #include "family.h"
 
 #include "fp8_gemm_common.h"
+#include "wgmma_pipe.h"
 
 enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, NKEYS };
 
@@ -199,7 +200,7 @@ static void dense_setup(lg_buf *b, void *ctx)
 static void dense_tile(lg_buf *b, void *ctx, bool producer)
 {
 	const struct dense *d = ctx;
-	lg_fp8_emit_raster(b, lg_fp8_cdiv(d->cols, (int64_t)d->bn * d->cl), d->bm, d->bn, d->cl, producer);
+	lg_wgp_emit_raster(b, lg_fp8_cdiv(d->cols, (int64_t)d->bn * d->cl), d->bm, d->bn, d->cl, producer);
 	lg_line(b, "const int nkt = (int)((%s + 127) / 128);", d->red);
 	if (!producer)
 		lg_line(b, "const i64 rend = %s;", d->rows);

@@ -45,6 +45,7 @@
 #include "family.h"
 
 #include "fp8_gemm_common.h"
+#include "wgmma_pipe.h"
 
 enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, NKEYS };
 
@@ -277,7 +278,7 @@ static void grouped_tile(lg_buf *b, void *ctx, bool producer)
 		(long long)lg_fp8_cdiv(g->red, 128));
 	char lt[32], col[96];
 	snprintf(lt, sizeof lt, "lt %% %lld", (long long)g->ct);
-	lg_fp8_col(col, sizeof col, lt, g->bn, g->cl);
+	lg_wgp_col(col, sizeof col, lt, g->bn, g->cl);
 	if (producer) {
 		lg_line(b, "const int tb = (int)(ex * %lldll + %s);", (long long)g->cols, col);
 		return;

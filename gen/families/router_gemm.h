@@ -8,6 +8,7 @@
 
 #include "family.h"
 #include "gemm_emit.h"
+#include "wgmma_pipe.h"
 
 enum {
 	K_HIDDEN,
@@ -54,8 +55,9 @@ enum {
 	P_XPERS /* dx on persistent CTAs (sm_90a) */
 };
 
-/* Row tiles a column sweep of the forward's raster covers. */
-#define RASTER 16
+/* Row tiles a column sweep of the forward's raster covers: the
+ * pipeline's group (wgmma_pipe.h's lg_wgp_emit_group, on sm_80 too). */
+#define RASTER LG_WGP_RASTER
 
 /* The GEMMs of a spec (router_gemm.c: 0 the forward, 1 dx, 2 dw; 3, 4 on sm_90a). */
 struct lg_gemm lg_router_gemm_of(const struct lg_spec *s, int which, struct lg_gemm_tile t);

@@ -8,6 +8,7 @@
 #include "router_gemm.h"
 
 #include "error.h"
+#include "wgmma_pipe.h"
 
 /* ------------------------------------------------------------ emission */
 
@@ -57,9 +58,7 @@ static void emit_raster(lg_buf *b, const struct lg_plan *p, const struct lg_gemm
 	} else {
 		lg_line(b, "const i64 rows = (M + %d) / %d, pid = blockIdx.x;", g->t.bm - 1, g->t.bm);
 	}
-	lg_line(b, "const i64 first = pid / %lld * %d, r = pid %% %lld;", (long long)(tn * RASTER), RASTER,
-		(long long)(tn * RASTER));
-	lg_line(b, "const i64 gs = rows - first < %d ? rows - first : %d;", RASTER, RASTER);
+	lg_wgp_emit_group(b, "pid", "rows", tn);
 	lg_line(b, "const i64 o0a = (first + r %% gs) * %d, o0b = r / gs * %d;", g->t.bm, g->t.bn);
 	lg_line(b, "const i64 kts = (LG_K + %d) / %d;", g->t.bk - 1, g->t.bk);
 }
