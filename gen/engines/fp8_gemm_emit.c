@@ -565,16 +565,13 @@ static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *p
  * below rend. */
 static void emit_store_regs(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
 {
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
-	lg_line(b, "const i64 col = oc + j * 8 + (lane & 3) * 2;");
-	lg_line(b, "const float *const v = acc + 4 * j;");
-	lg_line(b, "if (row < rend) %srow, col, v[0], v[1]);", store);
-	lg_line(b, "if (row + 8 < rend) %srow + 8, col, v[2], v[3]);", store);
+	lg_wgp_open_pairs(b, g->bn, "oc");
+	lg_wgp_emit_pair(b, store, 0, 0, "rend");
+	lg_wgp_emit_pair(b, store, 8, 2, "rend");
 	for (int w = 1; w < waves(g); w++) { /* wave w: rows 64 w down, acc from w bn / 2 */
 		int r = 64 * w, a = w * g->bn / 2;
-		lg_line(b, "if (row + %d < rend) %srow + %d, col, v[%d], v[%d]);", r, store, r, a, a + 1);
-		lg_line(b, "if (row + %d < rend) %srow + %d, col, v[%d], v[%d]);", r + 8, store, r + 8, a + 2, a + 3);
+		lg_wgp_emit_pair(b, store, r, a, "rend");
+		lg_wgp_emit_pair(b, store, r + 8, a + 2, "rend");
 	}
 	lg_close(b);
 }
@@ -664,9 +661,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 		lg_line(b, "#pragma unroll");
 		lg_line(b, "for (int i = 0; i < %d; i++) psum0[i] = psum1[i] = 0.0f;", regs);
 	} else {
-		lg_line(b, "float psum[%d];", regs);
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int i = 0; i < %d; i++) psum[i] = 0.0f;", regs);
+		lg_wgp_emit_acc(b, "psum", regs);
 	}
 	if (waves(g) > 1)
 		lg_line(b, "const int rl = wg * %d + warp * 16 + (lane >> 2); // rows rl, rl + 8 (+ 64 w) of a tile", wr);
@@ -678,9 +673,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
 	lg_line(b, "const i64 row = (i64)ta + rl;");
-	lg_line(b, "float acc[%d];", regs * waves(g));
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs * waves(g));
+	lg_wgp_emit_acc(b, "acc", regs * waves(g));
 	if (!one_block(g->bn) && !g->b_rowscale) {
 		lg_comment(b, "columns from split on take B's second tile scale");
 		lg_line(b, "const i64 split = ((oc >> 7) + 1) * 128;");

@@ -866,9 +866,7 @@ static void emit_consumer90(lg_buf *b, const struct lg_gemm *g, const char *pref
 		lg_wgp_open_tiles(b, &p, l->tiles);
 		emit_origin90(b, g, l);
 	}
-	lg_line(b, "float acc[%d];", regs);
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", regs);
+	lg_wgp_emit_acc(b, "acc", regs);
 	lg_open(b, "for (int kt = 0; kt < nkt; %s) {", inc);
 	lg_line(b, "const int s = %s %% %d;", ctr, S);
 	lg_wgp_emit_wait_full(b, &p, "s", ctr);
@@ -953,12 +951,11 @@ void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a
 {
 	lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
 	lg_line(b, "const i64 row = (i64)(%s) + wg * 64 + warp * 16 + (lane >> 2);", o0a);
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int j = 0; j < %d; j++) {", g->t.bn / 8);
-	lg_line(b, "const i64 col = (i64)(%s) + j * 8 + (lane & 3) * 2;", o0b);
-	lg_line(b, "const float *const v = acc + 4 * j;");
-	lg_line(b, "%srow, col, v[0], v[1]);", store);
-	lg_line(b, "%srow + 8, col, v[2], v[3]);", store);
+	char col0[80];
+	snprintf(col0, sizeof col0, "(i64)(%s)", o0b);
+	lg_wgp_open_pairs(b, g->t.bn, col0);
+	lg_wgp_emit_pair(b, store, 0, 0, NULL);
+	lg_wgp_emit_pair(b, store, 8, 2, NULL);
 	lg_close(b);
 	if (lg_gemm90_cluster(g) > 1)
 		lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");

@@ -206,3 +206,31 @@ void lg_wgp_emit_release(lg_buf *b, const struct lg_wgp *p, const char *prefix, 
 	else
 		lg_line(b, "if (%s) lg_mbar_arrive(&empty[%s]);", cond, s);
 }
+
+void lg_wgp_emit_acc(lg_buf *b, const char *name, int n)
+{
+	lg_line(b, "float %s[%d];", name, n);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) %s[i] = 0.0f;", n, name);
+}
+
+void lg_wgp_open_pairs(lg_buf *b, int n, const char *col0)
+{
+	lg_line(b, "#pragma unroll");
+	lg_open(b, "for (int j = 0; j < %d; j++) {", n / 8);
+	lg_line(b, "const i64 col = %s + j * 8 + (lane & 3) * 2;", col0);
+	lg_line(b, "const float *const v = acc + 4 * j;");
+}
+
+void lg_wgp_emit_pair(lg_buf *b, const char *store, int r, int i, const char *rend)
+{
+	char row[24];
+	if (r)
+		snprintf(row, sizeof row, "row + %d", r);
+	else
+		snprintf(row, sizeof row, "row");
+	if (rend)
+		lg_line(b, "if (%s < %s) %s%s, col, v[%d], v[%d]);", row, rend, store, row, i, i + 1);
+	else
+		lg_line(b, "%s%s, col, v[%d], v[%d]);", store, row, i, i + 1);
+}

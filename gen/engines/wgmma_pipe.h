@@ -143,4 +143,18 @@ void lg_wgp_emit_wait_full(lg_buf *b, const struct lg_wgp *p, const char *s, con
  * every CTA of the cluster through <prefix>_release). */
 void lg_wgp_emit_release(lg_buf *b, const struct lg_wgp *p, const char *prefix, const char *when, const char *s);
 
+/* `float <name>[n]`, zeroed: a consumer's accumulators (or partial sums),
+ * n / 2 of a 64 x n wgmma's a wave. */
+void lg_wgp_emit_acc(lg_buf *b, const char *name, int n);
+/* The loop over a consumer thread's accumulator pairs of an n-column tile
+ * (wgmma's fragment: j's 4 of acc at 4 j, v[0], v[1] of row, v[2], v[3] of
+ * row + 8, at columns col, col + 1): opens it and declares `col` (`col0`
+ * + j 8 + (lane & 3) 2) and `v`; the caller stores the pairs
+ * (lg_wgp_emit_pair) and closes it. */
+void lg_wgp_open_pairs(lg_buf *b, int n, const char *col0);
+/* Pair v[i], v[i + 1] of row + r (r 0: row) to `store` (a call's text up
+ * to its arguments: `<store>row, col, v0, v1);`), where that row is below
+ * `rend` (NULL: always). */
+void lg_wgp_emit_pair(lg_buf *b, const char *store, int r, int i, const char *rend);
+
 #endif

@@ -624,9 +624,7 @@ static void emit_f90_consumer(lg_buf *b, const struct f90 *v)
 	lg_comment(b, "%s", na == 3 ? "rewritten 3 blocks on: both warpgroups met past its wait)."
 		   : "fit, not three: the wgmma does not overlap the next block's making).");
 	lg_line(b, "const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;");
-	lg_line(b, "float acc[%d];", half / 2);
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", half / 2);
+	lg_wgp_emit_acc(b, "acc", half / 2);
 	lg_line(b, "lg_u32x4 xf[4], wf, xn[4], wn;");
 	lg_line(b, "lg_fetch_a(xf, wf, 0, x, w, o0a, M);");
 	lg_open(b, "for (int kb = 0; kb < nkb; kb++) {");
