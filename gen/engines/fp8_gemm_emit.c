@@ -341,7 +341,7 @@ static void scale_stage(lg_buf *b, void *ctx)
  * released. */
 static void emit_scale_warp(lg_buf *b, const struct lg_wgp *p, struct fill *f)
 {
-	const struct lg_wgp_fill sf = {f, "tiles", scale_tile, scale_stage, false, false};
+	const struct lg_wgp_fill sf = {.ctx = f, .tiles = "tiles", .tile = scale_tile, .stage = scale_stage};
 	lg_open(b, "else if (warp == 1) {");
 	lg_comment(b, "Scale warp: each stage's scales, beside the loads' TMA.");
 	lg_wgp_emit_fill(b, p, &sf);
@@ -354,7 +354,8 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 {
 	const struct lg_wgp p = pipe_of(g);
 	struct fill f = {g, sc};
-	const struct lg_wgp_fill pf = {&f, "tiles", producer_tile, producer_stage, true, !g->manual};
+	const struct lg_wgp_fill pf = {.ctx = &f, .tiles = "tiles", .tile = producer_tile, .stage = producer_stage,
+				       .sd = true, .expect = !g->manual};
 	if (g->manual) {
 		lg_wgp_open_producer(b, &p, "Producer: its 128 threads fill each stage once its consumers released it.");
 		lg_line(b, "const int q = threadIdx.x & 127;");

@@ -839,7 +839,8 @@ static void emit_producer90(lg_buf *b, const struct lg_gemm *g, const char *o0a,
 		snprintf(f.ya, sizeof f.ya, "(int)(%s)", o0a);
 		snprintf(f.yb, sizeof f.yb, "(int)(%s)", o0b);
 	}
-	const struct lg_wgp_fill pf = {&f, l->tiles, l->tiles ? tile90 : NULL, stage90, true, true};
+	const struct lg_wgp_fill pf = {.ctx = &f, .tiles = l->tiles, .tile = l->tiles ? tile90 : NULL, .stage = stage90,
+				       .sd = true, .expect = true};
 	lg_wgp_open_producer(b, &p, "Producer: one thread refills each stage once its consumers released it.");
 	lg_wgp_open_loader(b, &p);
 	if (l->tiles) {

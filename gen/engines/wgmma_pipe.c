@@ -153,11 +153,16 @@ void lg_wgp_open_producer(lg_buf *b, const struct lg_wgp *p, const char *note)
 		lg_line(b, "lg_setmaxnreg_dec(%d);", p->dec);
 }
 
-void lg_wgp_close_producer(lg_buf *b, const struct lg_wgp *p)
+void lg_wgp_emit_leave(lg_buf *b, const struct lg_wgp *p)
 {
 	if (p->cluster > 1)
 		lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
 	lg_line(b, "return;");
+}
+
+void lg_wgp_close_producer(lg_buf *b, const struct lg_wgp *p)
+{
+	lg_wgp_emit_leave(b, p);
 	lg_close(b);
 	if (p->consumers > 1)
 		lg_line(b, "lg_setmaxnreg_inc(%d);", p->inc);
@@ -178,12 +183,13 @@ void lg_wgp_emit_fill(lg_buf *b, const struct lg_wgp *p, const struct lg_wgp_fil
 		lg_line(b, "int it = 0;");
 		lg_wgp_open_tiles(b, p, f->tiles);
 	}
+	const char *k = f->k ? f->k : "kt";
 	if (f->tile)
 		f->tile(b, f->ctx);
-	lg_open(b, "for (int kt = 0; kt < nkt; kt++%s) {", f->tiles ? ", it++" : "");
-	lg_wgp_emit_wait_empty(b, p, f->tiles ? "it" : "kt");
+	lg_open(b, "for (int %s = 0; %s < n%s; %s++%s) {", k, k, k, k, f->tiles ? ", it++" : "");
+	lg_wgp_emit_wait_empty(b, p, f->tiles ? "it" : k);
 	if (f->sd)
-		lg_line(b, "u8 *const sd = ring + s * %u;", p->stage_bytes);
+		lg_line(b, "u8 *const sd = %s + s * %u;", f->ring ? f->ring : "ring", p->stage_bytes);
 	if (f->expect)
 		lg_line(b, "lg_mbar_expect(&full[s], %uu);", p->stage_bytes);
 	f->stage(b, f->ctx);
@@ -201,7 +207,12 @@ void lg_wgp_emit_release(lg_buf *b, const struct lg_wgp *p, const char *prefix, 
 {
 	char cond[96];
 	snprintf(cond, sizeof cond, "%s%slane == 0", when ? when : "", when ? " && " : "");
-	if (p->cluster > 1)
+	if (p->cluster > 1 && !prefix) {
+		lg_open(b, "if (%s) {", cond);
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[%s], r);", p->cluster, s);
+		lg_close(b);
+	} else if (p->cluster > 1)
 		lg_line(b, "if (%s) %s_release(&empty[%s]);", cond, prefix, s);
 	else
 		lg_line(b, "if (%s) lg_mbar_arrive(&empty[%s]);", cond, s);

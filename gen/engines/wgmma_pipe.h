@@ -112,6 +112,9 @@ const char *lg_wgp_col(char *out, size_t size, const char *base, int bn, int cl)
  * cluster barrier) and gives the consumers their registers. */
 void lg_wgp_open_producer(lg_buf *b, const struct lg_wgp *p, const char *note);
 void lg_wgp_close_producer(lg_buf *b, const struct lg_wgp *p);
+/* A producer leaves its role: after the cluster barrier its consumers
+ * meet at the end (with a cluster), the other CTA done with its stages. */
+void lg_wgp_emit_leave(lg_buf *b, const struct lg_wgp *p);
 /* The producer's loads' thread (its first). */
 void lg_wgp_open_loader(lg_buf *b, const struct lg_wgp *p);
 
@@ -129,6 +132,10 @@ struct lg_wgp_fill {
 	void (*stage)(lg_buf *b, void *ctx);
 	bool sd;     /* declare `sd`, the stage's bytes */
 	bool expect; /* and arm full[s] for stage_bytes (one TMA thread) */
+	/* the reduction tile's name, its count's `n<k>` (NULL: kt, nkt) */
+	const char *k;
+	/* where the stages lie, `sd`'s base (NULL: ring, lg_wgp_emit_ring's) */
+	const char *ring;
 };
 /* The filler's loops: the tiles, each's stages from 0 to nkt, each stage
  * claimed once its consumers released it. */
@@ -140,7 +147,8 @@ void lg_wgp_emit_wait_empty(lg_buf *b, const struct lg_wgp *p, const char *ctr);
 void lg_wgp_emit_wait_full(lg_buf *b, const struct lg_wgp *p, const char *s, const char *n);
 /* A consumer warp releases stage `s` (an index expression) for the
  * producer(s) when `when` (NULL: always): its lane 0 arrives on empty[s] (of
- * every CTA of the cluster through <prefix>_release). */
+ * every CTA of the cluster through <prefix>_release, or, prefix NULL, in
+ * line: a kernel whose helpers are not this pipeline's). */
 void lg_wgp_emit_release(lg_buf *b, const struct lg_wgp *p, const char *prefix, const char *when, const char *s);
 
 /* `float <name>[n]`, zeroed: a consumer's accumulators (or partial sums),

@@ -574,22 +574,20 @@ struct f90 {
 	struct lg_wgp pipe;
 };
 
-/* 1. The producer thread: route_w's blocks by TMA, multicast to the cluster. */
-static void emit_f90_producer(lg_buf *b, const struct f90 *v)
+/* The producer's hooks of the pipeline's fill (struct lg_wgp_fill): before
+ * the loop its route_w rows, in stage s its half of block kb. */
+static void f90_first(lg_buf *b, void *ctx)
 {
-	int half = v->half, S = v->S;
+	const struct f90 *v = ctx;
+	lg_line(b, "const lg_tmap *const tm = &tm_route_w;");
+	lg_line(b, "const int e0 = (int)o0b + (int)rank * %d; // its route_w rows", v->half);
+}
+
+static void f90_stage(lg_buf *b, void *ctx)
+{
+	const struct f90 *v = ctx;
 	unsigned sb = v->sb;
 	const char *two = v->two;
-	lg_open(b, "if (threadIdx.x >= 256) {");
-	lg_comment(b, "Producer: one thread loads its half of route_w's block kb (two 64-feature");
-	lg_comment(b, "boxes, multicast to the cluster) into stage kb %% %d once both CTAs' consumers", S);
-	lg_comment(b, "released it.");
-	lg_open(b, "if (threadIdx.x == 256) {");
-	lg_line(b, "const lg_tmap *const tm = &tm_route_w;");
-	lg_line(b, "const int e0 = (int)o0b + (int)rank * %d; // its route_w rows", half);
-	lg_open(b, "for (int kb = 0; kb < nkb; kb++) {");
-	lg_wgp_emit_wait_empty(b, &v->pipe, "kb");
-	lg_line(b, "u8 *const sd = bbuf + s * %u;", sb);
 	lg_line(b, "u64 *const fs = &full[s];");
 	if (two) {
 		lg_line(b, "const bool two = %s;", two);
@@ -598,16 +596,30 @@ static void emit_f90_producer(lg_buf *b, const struct f90 *v)
 		lg_line(b, "lg_mbar_expect(fs, %uu);", sb);
 	}
 	lg_line(b, "const int k0 = kb * 128;");
-	lg_line(b, "u8 *const sh = sd + rank * %u;", (unsigned)half * 128u);
+	lg_line(b, "u8 *const sh = sd + rank * %u;", (unsigned)v->half * 128u);
 	lg_line(b, "lg_tma_load_2d_mc(sh, tm, fs, k0, e0, %u);", (1u << WG_CLUSTER) - 1);
 	if (two)
 		lg_line(b, "if (two)");
 	lg_line(b, "%slg_tma_load_2d_mc(sh + %u, tm, fs, k0 + 64, e0, %u);", two ? "\t" : "", sb / 2,
 		(1u << WG_CLUSTER) - 1);
+}
+
+/* 1. The producer thread: route_w's blocks by TMA, multicast to the cluster
+ * (the pipeline's loads' thread, fill and leave). Its block is opened here,
+ * not by lg_wgp_open_producer: this kernel declares wg in its consumers
+ * and takes no setmaxnreg. */
+static void emit_f90_producer(lg_buf *b, const struct f90 *v)
+{
+	const struct lg_wgp_fill pf = {.ctx = (void *)v, .tile = f90_first, .stage = f90_stage, .sd = true,
+				       .k = "kb", .ring = "bbuf"};
+	lg_open(b, "if (threadIdx.x >= 256) {");
+	lg_comment(b, "Producer: one thread loads its half of route_w's block kb (two 64-feature");
+	lg_comment(b, "boxes, multicast to the cluster) into stage kb %% %d once both CTAs' consumers", v->S);
+	lg_comment(b, "released it.");
+	lg_wgp_open_loader(b, &v->pipe);
+	lg_wgp_emit_fill(b, &v->pipe, &pf);
 	lg_close(b);
-	lg_close(b);
-	lg_line(b, "lg_cluster_sync(); // the other CTA is done with this one's stages");
-	lg_line(b, "return;");
+	lg_wgp_emit_leave(b, &v->pipe);
 	lg_close(b);
 }
 
@@ -649,17 +661,12 @@ static void emit_f90_consumer(lg_buf *b, const struct f90 *v)
 	if (na == 3) {
 		lg_line(b, "lg_wg_wait(1);");
 		lg_comment(b, "block kb - 1's stage released in both CTAs");
-		lg_open(b, "if (kb > 0 && lane == 0) {");
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[(kb + %d) %% %d], r);", WG_CLUSTER,
-			S - 1, S);
-		lg_close(b);
+		char prev[32];
+		snprintf(prev, sizeof prev, "(kb + %d) %% %d", S - 1, S);
+		lg_wgp_emit_release(b, &v->pipe, NULL, "kb > 0", prev);
 	} else {
 		lg_line(b, "lg_wg_wait(0);");
-		lg_open(b, "if (lane == 0) {");
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (u32 r = 0; r < %d; r++) lg_mbar_arrive_cta(&empty[s], r);", WG_CLUSTER);
-		lg_close(b);
+		lg_wgp_emit_release(b, &v->pipe, NULL, NULL, "s");
 	}
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < 4; i++) xf[i] = xn[i];");
