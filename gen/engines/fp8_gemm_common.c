@@ -9,6 +9,7 @@
 
 #include "error.h"
 #include "gemm_emit.h"
+#include "wgmma_pipe.h"
 
 #define SMS 132u  /* SMs of the target (H200) when the device's count is not known */
 
@@ -197,13 +198,5 @@ void lg_fp8_emit_store(lg_buf *b, bool fp32, bool accumulate, int64_t cols)
 void lg_fp8_emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const char *what,
 		      const struct lg_fp8_gemm *g)
 {
-	const char *entry = p->entry[p->nentries - 1];
-	lg_section(b, entry, what);
-	if (lg_fp8_gemm_cluster(g) > 1)
-		lg_emit_signature_tmaps(b, s, p, entry, "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
-					lg_fp8_gemm_cluster(g), lg_fp8_gemm_threads(g));
-	else
-		lg_emit_signature_tmaps(b, s, p, entry, "__launch_bounds__(%d, 1)", lg_fp8_gemm_threads(g));
-	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
+	lg_wgp_emit_head(b, s, p, p->entry[p->nentries - 1], what, lg_fp8_gemm_cluster(g), lg_fp8_gemm_threads(g));
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "family.h"
+
 /* Items 0..n-1 (`pre` index `suf`), `per` a line: each line is `lead`, then
  * `first` (the first line) or as many spaces, the items, then `last` (the
  * last line) or `more`. False (b failed) when out of memory. */
@@ -71,6 +73,19 @@ void lg_wgp_emit_hold(lg_buf *b, const char *acc, int regs)
 {
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) asm volatile(\"\" : \"+f\"(%s[i]) :: \"memory\");", regs, acc);
+}
+
+void lg_wgp_emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *pl, const char *entry,
+		      const char *what, int cluster, int threads)
+{
+	lg_section(b, entry, what);
+	if (cluster > 1)
+		lg_emit_signature_tmaps(b, s, pl, entry, "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)", cluster,
+					threads);
+	else
+		lg_emit_signature_tmaps(b, s, pl, entry, "__launch_bounds__(%d, 1)", threads);
+	lg_open(b, "{");
+	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
 }
 
 void lg_wgp_emit_ring(lg_buf *b) { lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);"); }

@@ -39,6 +39,9 @@
 
 #include "buf.h"
 
+struct lg_spec;
+struct lg_plan;
+
 #define LG_WGP_DEC_TMA 40    /* the loads' thread only */
 #define LG_WGP_INC_TMA 232
 #define LG_WGP_DEC_SCALES 48 /* and a scale warp (232 would then wait forever) */
@@ -72,6 +75,12 @@ void lg_wgp_emit_helpers(lg_buf *b, const struct lg_wgp *p, const char *prefix);
  * CUTLASS's warpgroup_fence_operand. */
 void lg_wgp_emit_hold(lg_buf *b, const char *acc, int regs);
 
+/* Entry point `entry`'s section (`what` its title), its signature (the
+ * plan's tensor maps as kernel parameters) for `threads` (one CTA an SM,
+ * of a cluster of `cluster` when 2), its `{` and the dynamic shared
+ * memory `smem`, at 1024 bytes for the ring. */
+void lg_wgp_emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *pl, const char *entry,
+		      const char *what, int cluster, int threads);
 /* `u8 *const ring`: the dynamic shared memory `smem` aligned to 1024. */
 void lg_wgp_emit_ring(lg_buf *b);
 /* `u64 *const full, *const empty` at `at` (a pointer expression). */

@@ -710,11 +710,8 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	emit_store_a90(b, terms);
 	emit_fill_helpers(b, s, 4, 16, "lg_st_a90");
 
-	lg_section(b, p->entry[0], "RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass");
-	lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
-				WG_CLUSTER, WG_THREADS);
-	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
+	lg_wgp_emit_head(b, s, p, p->entry[0], "RMSNorm, router GEMM (wgmma, TMA), rowwise copy: one pass", WG_CLUSTER,
+			 WG_THREADS);
 	lg_comment(b, "%d A buffers [%d term%s][2][64][128 B], %d route_w stages [2][%d][128 B] (at 1024-byte", na,
 		   terms, terms > 1 ? "s" : "", S, bn);
 	lg_comment(b, "boundaries), full[%d], empty[%d], the tile's reciprocal RMS [64].", S, S);

@@ -31,13 +31,14 @@ static void emit_dims(lg_buf *b, const struct lg_plan *p)
 static void emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const char *entry,
 		      const struct lg_gemm *g, int ctas, const char *what)
 {
+	if (p->v[P_WG]) { /* sm_90a: the pipeline's head (one CTA an SM) */
+		lg_wgp_emit_head(b, s, p, entry, what, 1, lg_gemm90_threads(&g->t));
+		return;
+	}
 	lg_section(b, entry, what);
-	if (p->v[P_WG])
-		lg_emit_signature_tmaps(b, s, p, entry, "__launch_bounds__(%d, 1)", lg_gemm90_threads(&g->t));
-	else
-		lg_emit_signature(b, s, entry, "__launch_bounds__(%d, %d)", lg_gemm_threads(&g->t), ctas);
+	lg_emit_signature(b, s, entry, "__launch_bounds__(%d, %d)", lg_gemm_threads(&g->t), ctas);
 	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(%d) u8 smem[];", p->v[P_WG] ? 1024 : 128);
+	lg_line(b, "extern __shared__ __align__(128) u8 smem[];");
 }
 
 /* The forward's tile origin o0a, o0b of CTA blockIdx.x and its reduction
@@ -85,14 +86,8 @@ static void emit_forward90(lg_buf *b, const struct lg_spec *s, const struct lg_p
 	emit_dims(b, p);
 	lg_gemm90_emit_helpers(b, &g, "fw");
 	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
-	lg_section(b, p->entry[0], "router GEMM forward (wgmma, TMA): logits fp32 = x . w^T");
-	if (g.cluster > 1)
-		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)",
-					g.cluster, lg_gemm90_threads(&g.t));
-	else
-		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__launch_bounds__(%d, 1)", lg_gemm90_threads(&g.t));
-	lg_open(b, "{");
-	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
+	lg_wgp_emit_head(b, s, p, p->entry[0], "router GEMM forward (wgmma, TMA): logits fp32 = x . w^T", g.cluster,
+			 lg_gemm90_threads(&g.t));
 	emit_raster(b, p, &g, "x is read from memory once and w stays in L2.");
 	lg_gemm90_emit_mainloop(b, &g, "fw", "o0a", "o0b", "0", "kts");
 	lg_gemm90_emit_epilogue(b, &g, "o0a", "o0b", "lg_store_f32((float *)logits, M, LG_N, ");
