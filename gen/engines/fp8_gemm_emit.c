@@ -684,6 +684,6 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	lg_close(b);
 	if (g->c_tmap)
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends");
-	if (lg_fp8_gemm_cluster(g) > 1)
-		lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
+	const struct lg_wgp p = pipe_of(g);
+	lg_wgp_emit_done(b, &p);
 }

@@ -958,6 +958,6 @@ void lg_gemm90_emit_epilogue(lg_buf *b, const struct lg_gemm *g, const char *o0a
 	lg_wgp_emit_pair(b, store, 0, 0, NULL);
 	lg_wgp_emit_pair(b, store, 8, 2, NULL);
 	lg_close(b);
-	if (lg_gemm90_cluster(g) > 1)
-		lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
+	const struct lg_wgp p = pipe90(g);
+	lg_wgp_emit_done(b, &p);
 }

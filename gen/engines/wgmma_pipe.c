@@ -213,6 +213,12 @@ void lg_wgp_emit_fill(lg_buf *b, const struct lg_wgp *p, const struct lg_wgp_fil
 		lg_close(b);
 }
 
+void lg_wgp_emit_done(lg_buf *b, const struct lg_wgp *p)
+{
+	if (p->cluster > 1)
+		lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
+}
+
 void lg_wgp_emit_wait_full(lg_buf *b, const struct lg_wgp *p, const char *s, const char *n)
 {
 	lg_line(b, "lg_mbar_wait(&full[%s], (%s / %d) & 1);", s, n, p->stages);

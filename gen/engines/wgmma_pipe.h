@@ -152,6 +152,10 @@ void lg_wgp_emit_fill(lg_buf *b, const struct lg_wgp *p, const struct lg_wgp_fil
 /* `const int s = <ctr> % stages` and the wait until its consumers released it. */
 void lg_wgp_emit_wait_empty(lg_buf *b, const struct lg_wgp *p, const char *ctr);
 
+/* The consumers' end: with a cluster, the CTA stays until the other's
+ * consumers no longer arrive on its barriers. */
+void lg_wgp_emit_done(lg_buf *b, const struct lg_wgp *p);
+
 /* The consumers' wait for stage `s` (the ring's count `n`) to be full. */
 void lg_wgp_emit_wait_full(lg_buf *b, const struct lg_wgp *p, const char *s, const char *n);
 /* A consumer warp releases stage `s` (an index expression) for the

@@ -677,7 +677,7 @@ static void emit_f90_consumer(lg_buf *b, const struct f90 *v)
 }
 
 /* 3. The logits from the accumulators. */
-static void emit_f90_logits(lg_buf *b, int half)
+static void emit_f90_logits(lg_buf *b, int half, const struct lg_wgp *pipe)
 {
 	lg_comment(b, "3. The logits: accumulator pairs (row, col), (row, col + 1).");
 	lg_line(b, "const i64 row = o0a + warp * 16 + (lane >> 2);");
@@ -688,7 +688,7 @@ static void emit_f90_logits(lg_buf *b, int half)
 	lg_line(b, "lg_store_f32(lo, M, LG_N, row, col, acc[4 * j], acc[4 * j + 1]);");
 	lg_line(b, "lg_store_f32(lo, M, LG_N, row + 8, col, acc[4 * j + 2], acc[4 * j + 3]);");
 	lg_close(b);
-	lg_line(b, "lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done");
+	lg_wgp_emit_done(b, pipe);
 }
 
 /* Thread 0's first work: the prefetch of tensor map `ctx` (route_w's). */
@@ -735,7 +735,7 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	emit_sumsq(b, 4, 16, K / 8, "lg_bar_named(1, 256); // the consumers");
 
 	emit_f90_consumer(b, &v);
-	emit_f90_logits(b, half);
+	emit_f90_logits(b, half, &pipe);
 	lg_close(b);
 }
 
