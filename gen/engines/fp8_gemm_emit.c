@@ -371,12 +371,13 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 }
 
 /* In stage s (full[s] awaited, not yet released): the scales of this
- * thread's two rows (rl, rl + 8 of the tile) and of its columns from the
- * stage's slot. */
-static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
+ * thread's two rows (rl, rl + 8 of the tile; unless `rows` is false: each
+ * wave reads its own) and of its columns from the stage's slot. */
+static void emit_scales_of(lg_buf *b, const struct lg_fp8_gemm *g, bool rows)
 {
 	lg_line(b, "const float *const sl = scales + s * %d;", slot(g));
-	lg_line(b, "const float sa0 = sl[rl], sa1 = sl[rl + 8];");
+	if (rows)
+		lg_line(b, "const float sa0 = sl[rl], sa1 = sl[rl + 8];");
 	if (!g->b_rowscale) {
 		if (one_block(g->bn))
 			lg_line(b, "const float sb0 = sl[%d];", g->bm);
@@ -391,6 +392,8 @@ static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g)
 	lg_line(b, "sbv[j] = *(const float2 *)(sl + %d + j * 8 + (lane & 3) * 2);", g->bm);
 	lg_close(b);
 }
+
+static void emit_scales(lg_buf *b, const struct lg_fp8_gemm *g) { emit_scales_of(b, g, true); }
 
 /* acc += `ps` (the partial sums of a stage) x the scales of each
  * accumulator's row and column; wave w's part of acc from w bn / 2. */
@@ -482,11 +485,7 @@ static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 	/* waves: each awaited and promoted before the next is issued into the
 	 * same partial sums (the other warpgroup's keep the tensor cores busy);
 	 * the stage released after the last */
-	lg_line(b, "const float *const sl = scales + s * %d;", slot(g));
-	if (one_block(g->bn))
-		lg_line(b, "const float sb0 = sl[%d];", g->bm);
-	else
-		lg_line(b, "const float sb0 = sl[%d], sb1 = sl[%d];", g->bm, g->bm + 1);
+	emit_scales_of(b, g, false);
 	for (int w = 0; w < waves(g); w++) {
 		lg_open(b, "{");
 		if (w > 0) {
