@@ -31,7 +31,9 @@
 #include "quant_engine.h"
 
 #define TILE 128 /* tokens and features of a CTA's tile: one 128x1 and one 1x128 block */
-#define HIDDEN_MAX 65536
+/* Up to a vocabulary of 262144: the FP8 LM head quantises its logits
+ * gradient [tokens, vocab] in one launch (Ling 157184, o200k 201088). */
+#define HIDDEN_MAX 262144
 /* The grid is one CTA per tile along x (at most 2^31 - 1): tokens such that
  * ceil(tokens / 128) * (HIDDEN_MAX / 128) stays within it. */
 #define TOKENS_MAX ((int64_t)(INT32_MAX / (HIDDEN_MAX / TILE)) * TILE)

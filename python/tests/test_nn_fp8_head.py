@@ -167,7 +167,8 @@ def test_column_slices(n):
     assert s[0][0] == 0 and s[-1][1] == n
     assert all(a[1] == b[0] for a, b in zip(s, s[1:]))
     assert all(e - b <= 256 and b % 128 == 0 for b, e in s)
-    assert linear.column_slices(157184) == [(0, 52480), (52480, 104960), (104960, 157184)]
+    assert linear.column_slices(157184) == [(0, 157184)]  # one launch: within QUANT_WIDTH_MAX
+    assert linear.column_slices(157184, 65536) == [(0, 52480), (52480, 104960), (104960, 157184)]
 
 
 @pytest.mark.parametrize("need", ["both", "dx", "dw"])

@@ -264,8 +264,8 @@ class Model(torch.nn.Module):
     its weight marked for lingen.optim.AdamW(fp8_weights=True)'s FP8
     copies), fed by the final RMSNorm's quantised copies (rms_norm_quant:
     the head's input quantised once); the logits are still bf16 [tokens,
-    vocab], and the backward quantises their gradient (in slices of at
-    most 65536 columns: QUANT_WIDTH_MAX). The parameter is still
+    vocab], and the backward quantises their gradient (a vocab above
+    QUANT_WIDTH_MAX, 262144 columns, in slices). The parameter is still
     `lm_head.weight`, the state dict the same as fp8_head=False's. An
     accuracy trade: DeepSeek-V3 keeps its head in bf16; measure the loss
     against the bf16 head before relying on it (docs/python.md)."""

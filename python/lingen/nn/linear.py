@@ -12,10 +12,10 @@ from . import _args as A, _gemm, _k
 
 __all__ = ["Fp8LinearFunction", "fp8_linear", "Fp8Linear"]
 
-# the widest row lingen's activation quantiser takes (fp8_quant's hidden, at most 65536:
-# gen/families/fp8_quant.c); a wider output (an LM head's vocab) has its gradient
-# quantised in slices of columns (_backward_sliced)
-QUANT_WIDTH_MAX = 65536
+# the widest row lingen's activation quantiser takes (fp8_quant's hidden, at most 262144:
+# gen/families/fp8_quant.c): an LM head's vocab up to it has its gradient quantised in
+# one launch; a wider output in slices of columns (_backward_sliced)
+QUANT_WIDTH_MAX = 262144
 
 
 class Fp8LinearFunction(torch.autograd.Function):
@@ -70,7 +70,7 @@ def column_slices(n, width=None):
 
 def _backward_sliced(ctx, dy2, qt, st, wtq, wts):
     """The backward of an output wider than the quantiser's widest row
-    (fp8_quant: 65536 columns): dy's columns in slices (column_slices),
+    (fp8_quant: QUANT_WIDTH_MAX columns): dy's columns in slices (column_slices),
     each copied out, quantised (its 1 x 128 and 128 x 1 blocks those of the
     whole dy: the slices start on a block), its dgrad summed into dx in
     fp32 and its wgrad written as dw's rows. Costs a copy of dy and the
