@@ -6,10 +6,13 @@
  * k 512; 256 experts at a small shape) and odd ones (M 1, 127, 6001; k 2880; experts of 0 rows:
  * the reference's random counts empty a quarter of them), each tile; the
  * wgrad (dw[e] over each expert's tokens) at token counts that are
- * multiples of 16 (the reference's counts then are too: every row of the
- * columnwise copies 16-byte aligned, the cp.async path) and odd ones (rows
- * at any byte), fp32 with accumulate and bf16; every bf16 output bit for
- * bit the fp32 one rounded to nearest.
+ * multiples of 32 (the reference's counts then are multiples of 16: every
+ * row of the columnwise copies 16-byte aligned, the TMA path), 16 more than
+ * a multiple of 32 (with an even number of experts every count odd: no
+ * expert's rows aligned though the tokens are a multiple of 16, the byte
+ * loads) and odd ones (random counts, rows at any byte), fp32 with
+ * accumulate and bf16; every bf16 output bit for bit the fp32 one rounded
+ * to nearest.
  * Bounds (fp8_gemm_ref.c): every element within 2e-3 of max |ref| for an
  * fp32 output, 2e-3 + 2^-7 (one bf16 step) for bf16; each check prints
  * max |gpu - ref| / max |ref| as measured.
@@ -100,14 +103,17 @@ static void test_odd(void **state)
 }
 
 /* The wgrad: the MoE's shapes (fewer experts: the float64 reference),
- * 256 experts at a small shape, odd token counts, n and k off the tile. */
+ * 256 experts at a small shape, odd token counts (6032, 8208, 3024: every
+ * expert's count odd at an even number of experts, the tokens a multiple
+ * of 16), n and k off the tile. */
 static void test_wgrad(void **state)
 {
 	(void)state;
 	check("wgrad", "fp32", "\"n\": 1024, \"k\": 2048, \"experts\": 16", 4096);
 	check("wgrad", "bf16", "\"n\": 2048, \"k\": 512, \"experts\": 32", 8192);
 	check("wgrad", "fp32", "\"n\": 256, \"k\": 256, \"experts\": 256", 8192);
-	static const int64_t ms[] = {1, 127, 6001, 6016};
+	check("wgrad", "fp32", "\"n\": 256, \"k\": 256, \"experts\": 256", 8208);
+	static const int64_t ms[] = {1, 127, 6001, 6016, 6032};
 	for (size_t i = 0; i < N_OF(ms); i++) {
 		check("wgrad", "fp32", "\"n\": 208, \"k\": 2880, \"experts\": 8", ms[i]);
 		check("wgrad", "bf16", "\"n\": 400, \"k\": 144, \"experts\": 3", ms[i]);
@@ -120,15 +126,18 @@ static void test_wgrad(void **state)
 		snprintf(keys, sizeof keys, "\"n\": 512, \"k\": 384, \"experts\": 16, \"tile\": %s", tiles[t]);
 		check("wgrad", "fp32", keys, 3000);
 		check("wgrad", "fp32", keys, 3008);
+		check("wgrad", "fp32", keys, 3024);
 	}
 }
 
-/* wgrad accumulate: exactly doubled by a second launch (aligned and odd). */
+/* wgrad accumulate: exactly doubled by a second launch (aligned, every
+ * count odd, random). */
 static void test_wgrad_accumulate(void **state)
 {
 	(void)state;
 	lg_spec *s = parse("wgrad", "fp32", "\"n\": 256, \"k\": 640, \"experts\": 8, \"accumulate\": true");
 	lg_test_accumulate(ctx, s, 2048, 5, seed);
+	lg_test_accumulate(ctx, s, 2064, 5, seed + 2);
 	lg_test_accumulate(ctx, s, 2001, 5, seed + 1);
 	lg_spec_free(s);
 }

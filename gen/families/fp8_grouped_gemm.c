@@ -35,8 +35,18 @@
  * rows are count_e bytes apart, which no tensor map given at launch
  * holds: a first entry patches two maps an expert (dyt's and xt's blocks)
  * into the workspace, and the producer loads by TMA through its expert's
- * (where count_e is a multiple of 16: TMA's pitch; else byte loads into
- * the swizzled layout, zeros past the expert's tokens).
+ * where count_e is a multiple of 16, else by byte loads into the swizzled
+ * layout, zeros past the expert's tokens. Why count_e: a block's base
+ * (element start_e n, start_e k; n and k multiples of 16) is 16-byte
+ * aligned at any counts, but its rows are count_e bytes apart, and that
+ * pitch is the map's global stride, which TMA takes only in multiples of
+ * 16 bytes (cuTensorMapEncodeTiled; CUDA programming guide, TMA alignment
+ * table). TMA's box may start at any coordinate, negative or unaligned,
+ * zeros outside the map (PTX ISA 5.5.3.1, 5.5.3.3), which serves a [k,
+ * tokens] copy (rows the tokens apart, an expert's columns from start_e)
+ * but cannot fix a pitch: TMA at any counts needs the quantisers to write
+ * each expert's block with rows round_up(count_e, 16) apart (zeros past
+ * count_e), or one [k, round_up(tokens, 16)] copy.
  */
 #include <stdio.h>
 #include <string.h>
@@ -242,8 +252,8 @@ static void grouped_setup(lg_buf *b, void *ctx)
 /* The wgrad's first entry: expert e's tensor maps of its [n, count] block
  * of dyt and [k, count] block of xt (rows count bytes apart), patched from
  * the launch's templates into workspace maps 2 e, 2 e + 1, where count is
- * a multiple of 16 (TMA's pitch); the GEMM copies the other experts' stages
- * byte by byte. */
+ * a multiple of 16 (the pitch, TMA's global stride, must be: the header);
+ * the GEMM copies the other experts' stages byte by byte. */
 static void emit_maps(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p, const struct grouped *g)
 {
 	lg_section(b, p->entry[0], "each expert's tensor maps of its blocks of dyt and xt");

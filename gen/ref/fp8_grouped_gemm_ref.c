@@ -10,7 +10,9 @@
  * no tokens: dw[e] = 0).
  * Rows past the counts' sum are not written by the kernel: random counts
  * here always sum to the tokens (some experts 0; for the wgrad at a
- * multiple of 16 tokens, multiples of 16, as moe_row_map pads them). Bound as fp8_gemm's.
+ * multiple of 32 tokens, multiples of 16, as moe_row_map pads them; at 16
+ * more than a multiple of 32, with an even number of experts, every count
+ * odd). Bound as fp8_gemm's.
  */
 #include <stdlib.h>
 
@@ -47,10 +49,17 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	uint64_t st = seed;
 	for (int i = A_IN; i <= B_IN; i += 2)
 		lg_ref_fp8_fill(c->buf[i].host, c->buf[i].count, c->buf[i + 1].host, c->buf[i + 1].count, &st);
-	/* wgrad at a multiple of 16 tokens: counts of 16 (moe_row_map's padded
-	 * segments), the rows of the columnwise copies 16-byte aligned */
-	size_t m = (size_t)c->sizes[0], unit = s->pass == LG_PASS_WGRAD && m % 16 == 0 ? 16 : 1;
-	fill_counts(c->buf[COUNTS].host, c->buf[COUNTS].count, m, unit, &st);
+	/* wgrad at a multiple of 32 tokens: counts of 16 (moe_row_map's padded
+	 * segments), the rows of the columnwise copies 16-byte aligned; at 16
+	 * more (an even number of experts): every count odd, one each and the
+	 * rest (even) in even cuts, no expert's rows aligned though the tokens
+	 * are a multiple of 16 */
+	size_t m = (size_t)c->sizes[0], e = c->buf[COUNTS].count;
+	bool wg = s->pass == LG_PASS_WGRAD, odd = wg && m % 32 == 16 && e % 2 == 0 && m >= e;
+	int32_t *counts = c->buf[COUNTS].host;
+	fill_counts(counts, e, odd ? m - e : m, odd ? 2 : wg && m % 16 == 0 ? 16 : 1, &st);
+	for (size_t i = 0; odd && i < e; i++)
+		counts[i]++;
 }
 
 /* dw[e] = dyt_e . xt_e^T, every expert. */
