@@ -22,15 +22,29 @@ static struct lg_fp8_gemm spec_part(const struct lg_spec *s, const struct lg_fp8
 				    .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0};
 }
 
-/* The tile of a spec: its keys over the defaults (128 x 128, stages 4
- * until fitted, no cluster, ahead where it can be: H100, bench/fp8-gemm.md,
- * forward and dgrad 1-5% faster at every shape measured). */
-static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual)
+/* The defaults' tile: 128 x 128, or at a long static reduction of the dense
+ * forward and dgrad (k->m256_at, 0: never) 256 x 128 in clusters of two
+ * (H100, one call, bench/fp8-gemm.md: forward 4096x7168x16384 1040 ->
+ * 1155 TFLOP/s, 0.86x -> 0.88x _scaled_mm; at K 2048 it loses, 826 -> 689). */
+static bool tall_default(const struct lg_spec *s, const struct lg_fp8_keys *k)
+{
+	if (k->m256_at <= 0 || s->pass == LG_PASS_WGRAD || lg_spec_has(s, k->tm))
+		return false;
+	return lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n) >= k->m256_at;
+}
+
+/* The tile of a spec: its keys over the defaults (tall_default's m and
+ * cluster, else 128 x 128 and no cluster; stages 4 until fitted; ahead where
+ * it can be: H100, bench/fp8-gemm.md, forward and dgrad 1-5% faster at
+ * every shape measured). With tall false, 128 rows whatever the reduction
+ * (the keys given that tile.m 256 cannot take: tile_keys). */
+static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual, bool tall)
 {
 	struct lg_fp8_gemm g = spec_part(s, k, manual);
-	g.bm = g.bn = 128;
+	g.bm = tall ? 256 : 128;
+	g.bn = 128;
 	g.stages = 4;
-	g.cluster = 1;
+	g.cluster = tall ? 2 : 1;
 	/* the epilogue through TMA, one buffer a warpgroup, unless the spec says
 	 * otherwise (its buffers count in the stages' fit; two, for the grouped
 	 * wgrad's short tiles, are not yet measured on the GPU) */
@@ -48,6 +62,18 @@ static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8
 		g.cluster = (int)lg_spec_int(s, k->cl);
 	g.ahead = lg_spec_has(s, k->ah) ? lg_spec_int(s, k->ah) != 0 : lg_fp8_gemm_can_ahead(&g);
 	return g;
+}
+
+/* tile_keys_as with the tall default where the spec's other keys allow it
+ * (tile.n up to 128, no ahead, the epilogue from registers). */
+static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual)
+{
+	if (tall_default(s, k)) {
+		struct lg_fp8_gemm g = tile_keys_as(s, k, manual, true);
+		if (!lg_fp8_gemm_problem(&g))
+			return g;
+	}
+	return tile_keys_as(s, k, manual, false);
 }
 
 lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k, bool manual)
