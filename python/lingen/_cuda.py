@@ -104,9 +104,14 @@ def enter_device(device):
     """Make device's primary context current on this thread. Returns the
     context to restore afterwards (leave_device), or False when the current
     context already is that device's primary one."""
-    ctx = _primary_ctx(device)
-    cur = current_context()
-    if cur == ctx:
+    ctx = _primary.get(device) or _primary_ctx(device)
+    cu = _cu or _driver()
+    c = ctypes.c_void_p()
+    r = cu.cuCtxGetCurrent(ctypes.byref(c))
+    if r:
+        _check(cu, r, "cuCtxGetCurrent")
+    cur = c.value
+    if cur == ctx:  # the common case: one driver call
         return False
     _check(_driver(), _driver().cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
     return cur

@@ -130,21 +130,22 @@ def make(op, pass_):
     # (a key named as an argument keeps its name in errors: the arrays' errors name it too)
     renamed = {path: p for path, p in pnames.items() if p != path and path not in sig.parameters}
 
+    binder = _Binder(fn, sig)
+    in_names = tuple(a.name for a in ins)
+    out_names = tuple(a.name for a in outs)
+    key_params = tuple((k.path, pnames[k.path]) for k in keys)
+
     def generic(*args, **kwargs):
-        try:
-            b = sig.bind(*args, **kwargs)
-        except TypeError as e:
-            raise TypeError(f"{fn}: {e}") from None
-        b.apply_defaults()
-        v = b.arguments
-        options = {k.path: v[pnames[k.path]] for k in keys if v[pnames[k.path]] is not None}
+        v = binder.bind(args, kwargs)
+        options = {path: v[p] for path, p in key_params if v[p] is not None}
         if v["tile"] is not None:
             options["tile"] = v["tile"]
-        r = _core.call(fn, op, pass_, {a.name: v[a.name] for a in ins}, options, out=v["out"],
+        r = _core.call(fn, op, pass_, {n: v[n] for n in in_names}, options, out=v["out"],
                        stream=v["stream"], context=v["context"], alloc=v["alloc"],
                        names=renamed)
-        res = tuple(r[a.name] for a in outs)
-        return res if len(res) != 1 else res[0]
+        if len(out_names) == 1:
+            return r[out_names[0]]
+        return tuple([r[n] for n in out_names])
 
     generic.__name__ = generic.__qualname__ = name
     generic.__signature__ = sig
@@ -155,6 +156,34 @@ def make(op, pass_):
                        + "\n\nReturns (" + ", ".join(a.name for a in outs) + ").")
     generic.__module__ = "lingen"
     return generic
+
+
+class _Binder:
+    """Signature.bind for an op called many times: whether a call binds
+    depends only on how many positional arguments it has and which keyword
+    names, so the first call of each such form is bound by the signature
+    (its TypeError, "fn: ...", for a bad one) and later ones by a dict of
+    the defaults, the positional names and the keywords."""
+
+    def __init__(self, fn, sig):
+        self.fn, self.sig = fn, sig
+        self.defaults = {n: p.default for n, p in sig.parameters.items()}
+        self.names = tuple(sig.parameters)
+        self.forms = set()
+
+    def bind(self, args, kwargs):
+        """{parameter: value} of every parameter (defaults filled in)."""
+        form = (len(args), *kwargs)
+        if form not in self.forms:
+            try:
+                self.sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError(f"{self.fn}: {e}") from None
+            self.forms.add(form)
+        v = dict(self.defaults)
+        v.update(zip(self.names, args))
+        v.update(kwargs)
+        return v
 
 
 _made = {}

@@ -24,7 +24,7 @@ import threading
 from collections import OrderedDict
 
 from . import _arrays, _cuda, _lib
-from ._core import Spec, _default_stream, default_context, stream_handle
+from ._core import Spec, _default_stream, _torch_alloc, default_context, stream_handle
 
 _ELEM_CODE = {"bf16": 0, "fp32": 1}  # lg_list_elem of lingen.h
 
@@ -203,12 +203,11 @@ def _launch(fn, op, tensors, options, elem, out, stream, context):
         use_torch = tl.torch or (out is not None and _arrays.is_torch(out)) or \
             (out is None and not tl.tensors and "torch" in sys.modules)
         if use_torch:
-            torch = sys.modules["torch"]
-            dev = torch.device("cuda", tl.device)
+            allocate = _torch_alloc(tl.device)
             if out is None:
-                out = torch.empty((), dtype=_arrays.torch_elems()[1][elem], device=dev)
+                out = allocate((), elem)
             if k.workspace_size:
-                keep = torch.empty((k.workspace_size,), dtype=torch.uint8, device=dev)
+                keep = allocate((k.workspace_size,), "uint8")
         elif out is None:
             raise TypeError(f"{fn}: cannot allocate the result for these arrays; pass out=")
         o = _arrays.view(out)

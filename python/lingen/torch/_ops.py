@@ -198,21 +198,23 @@ def _register(op, pass_, fam, decl):
     fn = f"torch.ops.lingen.{op}_{pass_}"
 
     options = {}
+    in_names = tuple(a.name for a in ins)
 
     def impl(*args, **kwargs):
-        tensors = args[:len(ins)]
-        like = next(t for t in tensors if t is not None)
-        arrays = {a.name: (t.contiguous() if t is not None else None)
-                  for a, t in zip(ins, tensors)}
+        arrays = {n: (t.contiguous() if t is not None else None)
+                  for n, t in zip(in_names, args)}
         key = tuple(kwargs.items())
         opts = options.get(key)
         if opts is None:
             opts = options[key] = _options(fam, decl, kwargs)
         r = _core.call(fn, op, pass_, arrays, opts)
-        res = tuple(r[a.name] if r[a.name] is not None
-                    else torch.empty(0, dtype=_dtype(a.elem, like, opts), device=like.device)
-                    for a in outs)
-        return res if len(res) > 1 else res[0]
+        res = [r[a.name] for a in outs]
+        if any(t is None for t in res):  # outputs this call does not produce: empty
+            like = next(t for t in args[:len(ins)] if t is not None)
+            res = [t if t is not None else
+                   torch.empty(0, dtype=_dtype(a.elem, like, opts), device=like.device)
+                   for a, t in zip(outs, res)]
+        return tuple(res) if len(res) > 1 else res[0]
 
     def fake(*args, **kwargs):
         tensors = args[:len(ins)]
