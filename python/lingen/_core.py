@@ -90,8 +90,7 @@ class Kernel:
         self.launch(self._size_t(*sizes), len(sizes), self._ptr_t(*ptrs), len(ptrs), stream)
 
     def launch(self, sizes, nsizes, ptrs, nptrs, stream):
-        """run() on arguments already in their ctypes arrays (sizes of
-        self._size_t, ptrs of self._ptr_t): a plan builds its sizes once."""
+        """run() of ctypes arrays (self._size_t, self._ptr_t) made by the caller."""
         lib = self.context._lib
         st = lib.lg_kernel_run(self._p, stream or None, sizes, nsizes, ptrs, nptrs)
         if st:
@@ -427,137 +426,6 @@ def _device_of(fn, a, v, device):
     return v.device if v.device is not None else device
 
 
-_torch_allocs = {}
-
-
-def _torch_alloc(device):
-    f = _torch_allocs.get(device)
-    if f is None:
-        torch = sys.modules["torch"]
-        by_elem = _arrays.torch_elems()[1]
-        dev = torch.device("cuda", device)
-        empty = torch.empty
-        f = _torch_allocs[device] = lambda shape, elem: empty(shape, dtype=by_elem[elem],
-                                                               device=dev)
-    return f
-
-
-class _Fast:
-    """A plan's launch for torch CUDA tensors, everything that does not
-    depend on the tensors' addresses resolved once: per argument in
-    declared order a step (name, what to do, the output's shape and element
-    type, the alignment), the kernel, the run-time sizes as their ctypes
-    array. Made after a full call of the plan succeeded; a later call with
-    the same key checks per tensor only what the key does not hold (device,
-    contiguity, alignment) and hands any doubt back to the full path, which
-    raises its own error."""
-    __slots__ = ("kernel", "steps", "sizes", "nsizes", "ptr_t", "nptrs", "results")
-
-    # steps: a given tensor's pointer; an output to allocate; a workspace; a
-    # 0 pointer (an argument left out), its result None where it is an output
-    GIVEN, ALLOC, WORK, NONE = range(4)
-
-    def __init__(self, plan, kernel, given, skip):
-        steps, results = [], []
-        for name, kind, shape, elem, a in plan.args:
-            output = kind in (OUT, OPT_OUT, SKIP_OUT)
-            if name in given:
-                steps.append((self.GIVEN, name, a.align))
-            elif kind == OUT or (kind == OPT_OUT and name not in skip):
-                steps.append((self.ALLOC, name, shape, elem))
-            elif kind == WORKSPACE and kernel.workspace_size:
-                steps.append((self.WORK, name, (kernel.workspace_size,), "uint8"))
-            else:
-                steps.append((self.NONE, name if output else None))
-            if output:
-                results.append(name)
-        self.kernel, self.steps, self.results = kernel, tuple(steps), tuple(results)
-        self.nsizes, self.nptrs = len(plan.sizes), len(steps)
-        self.sizes = kernel._size_t(*plan.sizes)
-        self.ptr_t = kernel._ptr_t
-
-    def launch(self, arrays, device):
-        """Allocate the outputs on device, launch on torch's current stream
-        there; the results {output name: tensor or None}. The tensors were
-        checked (_fast_device)."""
-        allocate = _torch_alloc(device)
-        results = dict.fromkeys(self.results)
-        ptrs, keep = [], None
-        for step in self.steps:
-            what = step[0]
-            if what == 0:  # GIVEN
-                t = arrays[step[1]]
-                ptrs.append(t.data_ptr())
-                if step[1] in results:
-                    results[step[1]] = t
-            elif what == 1:  # ALLOC
-                t = results[step[1]] = allocate(step[2], step[3])
-                ptrs.append(t.data_ptr())
-            elif what == 2:  # WORK: alive through the launch
-                keep = allocate(step[2], step[3])
-                ptrs.append(keep.data_ptr())
-            else:
-                ptrs.append(0)
-        stream = _raw_stream(device)
-        prev = _cuda.enter_device(device)
-        try:
-            self.kernel.launch(self.sizes, self.nsizes, self.ptr_t(*ptrs), self.nptrs, stream)
-        finally:
-            _cuda.leave_device(prev)
-        del keep
-        return results
-
-
-def _fast_device(fast, arrays):
-    """The CUDA device of the given tensors when every one passes what a
-    cached plan still checks per call (a CUDA tensor, all on one device,
-    contiguous, its address aligned as the argument asks); None otherwise
-    (the full path then finds the error)."""
-    device = None
-    for step in fast.steps:
-        if step[0] == 0:
-            t = arrays[step[1]]
-            d = t.get_device()
-            if d < 0 or (device is not None and d != device) or not t.is_cuda \
-                    or not t.is_contiguous() or t.data_ptr() % step[2]:
-                return None
-            device = d
-    return 0 if device is None else device
-
-
-_raw = []
-
-
-def _raw_stream(device):
-    """torch's current stream on device as a handle (no Stream object)."""
-    if not _raw:
-        torch = sys.modules["torch"]
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        _raw.append(raw if raw is not None else
-                    (lambda d: torch.cuda.current_stream(d).cuda_stream))
-    return _raw[0](device)
-
-
-def _torch_key(arrays):
-    """The shapes and dtypes of arrays {name: tensor or None} when every
-    array given is a torch tensor (the fast key's part); None otherwise."""
-    tensor = _tensor_type()
-    if tensor is None:
-        return None
-    key = []
-    for name, t in arrays.items():
-        if t is not None:
-            if not isinstance(t, tensor):
-                return None
-            key.append((name, t.shape, t.dtype))
-    return tuple(key)
-
-
-def _tensor_type():
-    torch = sys.modules.get("torch")
-    return torch.Tensor if torch is not None else None
-
-
 def _options_key(options):
     try:
         k = tuple(options.items())
@@ -620,17 +488,11 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
     checked before the context is made (no GPU: an argument error is
     reported as such). Returns {output name: array or None (not produced)}."""
     ctx = context if context is not None else _default
-    fast_key = None
-    if out is None and alloc is None and sizes is None and stream is None \
-            and type(ctx) is Context:  # torch tensors on torch's stream: a cached plan
-        tkey = _torch_key(arrays)
-        if tkey is not None:
-            fast_key = (op, pass_, _options_key(options) if options else (), tuple(skip), tkey)
-            fast = ctx._fast.get(fast_key)
-            if fast is not None and ctx._p:
-                device = _fast_device(fast, arrays)
-                if device is not None:
-                    return fast.launch(arrays, device)
+    fast_key = None  # torch tensors on torch's stream: a cached launch
+    if out is None and alloc is None and sizes is None and stream is None and type(ctx) is Context:
+        results, fast_key = _fast.call(ctx, op, pass_, arrays, options, skip)
+        if results is not None:
+            return results
     if ctx is not None and not isinstance(ctx, Context):
         raise TypeError(_where(fn, f"context: found {context!r} ({_kind_name(context)}), "
                                    "expected a lingen.Context or None"))
@@ -730,16 +592,9 @@ def call(fn, op, pass_, arrays, options=None, *, out=None, skip=(), sizes=None, 
             _cuda.free_async(freeing, hstream)
     finally:
         _cuda.leave_device(prev)
-    if fast_key is not None and torch_arrays and fast_key not in ctx._fast:
-        _remember_fast(ctx, fast_key, plan, k, views, skip)
+    if fast_key is not None and torch_arrays:
+        _fast.remember(ctx, fast_key, plan, k, views, skip)
     return results
 
-
-def _remember_fast(ctx, key, plan, kernel, views, skip):
-    """Keep the plan's fast launch under the torch tensors' key (a call
-    that succeeded through the full path: its arguments are good)."""
-    if any(v.kind != "torch" or v.device is None for v in views.values()):
-        return
-    if len(ctx._fast) >= 4096:
-        ctx._fast.clear()
-    ctx._fast.setdefault(key, _Fast(plan, kernel, set(views), skip))
+from . import _fast  # noqa: E402 (call's fast launches and torch's allocator need the above)
+from ._fast import _torch_alloc, _torch_allocs  # noqa: E402,F401
