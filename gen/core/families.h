@@ -19,6 +19,7 @@
 	X(group_rmsnorm_gate, GROUP_RMSNORM_GATE) /* K8: group RMSNorm x sigmoid gate */ \
 	X(qk_norm_rope, QK_NORM_ROPE)   /* K2: split qkv + q/k RMSNorm + half RoPE */    \
 	X(cross_entropy, CROSS_ENTROPY) /* K9: softmax cross entropy, vocab-parallel */  \
+	X(cross_entropy_quant, CROSS_ENTROPY_QUANT) /* K9 + 1.3: CE gradient as FP8 copies */ \
 	X(grad_norm, GRAD_NORM)         /* K10: L2 / L1 / max norm of a tensor list */   \
 	X(count_zero, COUNT_ZERO)       /* K11: zeros in a tensor list */                \
 	X(swiglu_quant, SWIGLU_QUANT)   /* K7: SwiGLU + 1x128/128x1 FP8 quantisation */  \

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "cross_entropy.h"
+#include "cross_entropy_grad.h"
 
 #include "error.h"
 #include "json.h" /* lg_json_fp32_ok */
@@ -56,13 +57,7 @@ static void emit_helpers(lg_buf *b, const struct shape *k)
 	bool one = !k->bwd || !k->aligned; /* a single logit: the forward's target, unaligned ends */
 	if (!k->bwd)
 		emit_ninf(b);
-	lg_comment(b, "e^d for d <= 0 in fp32: ex2.approx(d log2 e), 0 for -inf.");
-	lg_line(b, "static __device__ __forceinline__ float lg_ce_exp(float d)");
-	lg_open(b, "{");
-	lg_line(b, "float r;");
-	lg_line(b, "asm(\"ex2.approx.ftz.f32 %%0, %%1;\" : \"=f\"(r) : \"f\"(d * 1.44269504088896341f));");
-	lg_line(b, "return r;");
-	lg_close(b);
+	lg_ce_emit_exp(b);
 	if (!k->bwd && !k->f32) {
 		lg_comment(b, "The max of a 16-byte piece's eight bf16, as a bf16x2 word (max of its halves).");
 		lg_line(b, "static __device__ __forceinline__ u32 lg_ce_max8(lg_u32x4 v)");
@@ -119,13 +114,37 @@ static void emit_row_geometry(lg_buf *b, const struct shape *k, const char *ptr)
  * two 32-bit words. */
 static void emit_label(lg_buf *b, const struct shape *k)
 {
-	if (k->i32) {
-		lg_line(b, "const i64 y = (i64)((const int *)labels)[row];");
+	lg_ce_emit_label(b, k->i32, k->ignore, "row");
+}
+
+void lg_ce_emit_label(lg_buf *b, bool i32, int64_t ignore, const char *row)
+{
+	if (i32) {
+		lg_line(b, "const i64 y = (i64)((const int *)labels)[%s];", row);
 	} else {
-		lg_line(b, "const u32 *const yw = (const u32 *)labels + 2 * row; // 4-byte aligned");
+		lg_line(b, "const u32 *const yw = (const u32 *)labels + 2 * %s; // 4-byte aligned", row);
 		lg_line(b, "const i64 y = (i64)((u64)yw[0] | (u64)yw[1] << 32);");
 	}
-	lg_line(b, "const bool ign = y == %lldLL;", (long long)k->ignore);
+	lg_line(b, "const bool ign = y == %lldLL;", (long long)ignore);
+}
+
+void lg_ce_emit_exp(lg_buf *b)
+{
+	lg_comment(b, "e^d for d <= 0 in fp32: ex2.approx(d log2 e), 0 for -inf.");
+	lg_line(b, "static __device__ __forceinline__ float lg_ce_exp(float d)");
+	lg_open(b, "{");
+	lg_line(b, "float r;");
+	lg_line(b, "asm(\"ex2.approx.ftz.f32 %%0, %%1;\" : \"=f\"(r) : \"f\"(d * 1.44269504088896341f));");
+	lg_line(b, "return r;");
+	lg_close(b);
+}
+
+void lg_ce_emit_shares(lg_buf *b, double e, int64_t classes)
+{
+	char e1[LG_FLOAT_LITERAL_MAX], ec[LG_FLOAT_LITERAL_MAX];
+	lg_float_literal(1.0 - e, e1);
+	lg_float_literal(e / (double)classes, ec);
+	lg_line(b, "const float gy = %s * g0, ge = %s * g0;", e1, ec);
 }
 
 /* The loads of one step of the forward's streaming pass into v[]: pieces
@@ -359,9 +378,7 @@ static void emit_zero_row(lg_buf *b, const struct shape *k)
 static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_plan *p)
 {
 	struct shape k = shape_of(s, p);
-	char e1[LG_FLOAT_LITERAL_MAX], ec[LG_FLOAT_LITERAL_MAX], ls[LG_FLOAT_LITERAL_MAX];
-	lg_float_literal(1.0 - k.e, e1);
-	lg_float_literal(k.e / (double)k.c, ec);
+	char ls[LG_FLOAT_LITERAL_MAX];
 	lg_double_literal(k.e, ls);
 	lg_section(b, p->entry[0], k.part == PART_SHARD ? "cross entropy, one vocab shard's statistics"
 					    : k.fused ? "cross entropy, fused forward + backward"
@@ -437,7 +454,7 @@ static void emit_forward(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 		lg_comment(b, "The gradient, streaming the row again (from L2, kept there by the first pass).");
 		lg_line(b, "const float g0 = *(const float *)g;");
 		lg_line(b, "const float gs = (float)((double)g0 / S);");
-		lg_line(b, "const float gy = %s * g0, ge = %s * g0;", e1, ec);
+		lg_ce_emit_shares(b, k.e, k.c);
 		emit_grad_pass(b, &k, true);
 	}
 	lg_close(b);
@@ -568,12 +585,12 @@ static void emit_cluster_merge(lg_buf *b, const struct shape *k, const struct cl
 }
 
 /* The gradient of the CTA's slice, from shared memory. */
-static void emit_cluster_grad(lg_buf *b, const struct shape *k, const struct cluster *c, const char *e1, const char *ec)
+static void emit_cluster_grad(lg_buf *b, const struct shape *k, const struct cluster *c)
 {
 	lg_comment(b, "The gradient of the slice, from shared memory.");
 	lg_line(b, "const float g0 = *(const float *)g;");
 	lg_line(b, "const float gs = (float)((double)g0 / S);");
-	lg_line(b, "const float gy = %s * g0, ge = %s * g0;", e1, ec);
+	lg_ce_emit_shares(b, k->e, k->c);
 	lg_line(b, "const i64 yq = yl >= 0 ? yl / %d : -1; // the label's piece", k->vec);
 	lg_line(b, "const int yr = (int)(yl - yq * %d); // its value in the piece", k->vec);
 	lg_line(b, "#pragma unroll");
@@ -592,9 +609,7 @@ static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struc
 	long long per = (long long)p->v[P_PER], nb = (long long)(k.v / k.vec), rowb = (long long)(k.v * k.esz);
 	int steps = (int)((per + T - 1) / T), chunk = (steps + 7) / 8, groups = (steps + chunk - 1) / chunk;
 	const struct cluster c = {n, T, steps, chunk, groups, per, nb, rowb};
-	char e1[LG_FLOAT_LITERAL_MAX], ec[LG_FLOAT_LITERAL_MAX], ls[LG_FLOAT_LITERAL_MAX];
-	lg_float_literal(1.0 - k.e, e1);
-	lg_float_literal(k.e / (double)k.c, ec);
+	char ls[LG_FLOAT_LITERAL_MAX];
 	lg_double_literal(k.e, ls);
 	lg_section(b, p->entry[0], "cross entropy, fused forward + backward, a cluster a row");
 	lg_comment(b, "A cluster of %d CTAs of %d threads a row; CTA r holds pieces [r %lld, (r + 1) %lld) of", n, T,
@@ -617,7 +632,7 @@ static void emit_forward_cluster(lg_buf *b, const struct lg_spec *s, const struc
 	emit_cluster_copy(b, &c);
 	emit_cluster_pass(b, &k, &c);
 	emit_cluster_merge(b, &k, &c, ls);
-	emit_cluster_grad(b, &k, &c, e1, ec);
+	emit_cluster_grad(b, &k, &c);
 	lg_close(b);
 }
 
@@ -646,7 +661,7 @@ static void emit_backward(lg_buf *b, const struct lg_spec *s, const struct lg_pl
 	lg_line(b, "const float mr = ((const float *)max_logit)[row];");
 	lg_line(b, "const float g0 = ((const float *)dloss)[row];");
 	lg_line(b, "const float gs = g0 / ((const float *)sum_exp)[row];");
-	lg_line(b, "const float gy = %s * g0, ge = %s * g0;", e1, ec);
+	lg_ce_emit_shares(b, k.e, k.c);
 	emit_grad_pass(b, &k, true);
 	lg_close(b);
 }

@@ -140,13 +140,17 @@ static void grad_row(const struct ce *k, const void *x, void *out, uint16_t *sla
 	for (size_t j = 0; j < k->V; j++) {
 		double v = 0.0, err = 0.0;
 		if (!ign) {
-			double p = (ex ? ex[j] : exp(logit(k, x, r * k->V + j) - m)) / S;
 			double t = k->e / k->C + ((int64_t)j == yl ? 1.0 - k->e : 0.0);
-			v = (p - t) * g;
-			err = fabs(g) * (REL * p + TARGET_REL * t);
+			v = lg_ref_ce_grad((ex ? ex[j] : exp(logit(k, x, r * k->V + j) - m)) / S, t, g, &err);
 		}
 		put_grad(k, out, slack, r * k->V + j, v, err);
 	}
+}
+
+double lg_ref_ce_grad(double p, double t, double g, double *err)
+{
+	*err = fabs(g) * (REL * p + TARGET_REL * t);
+	return (p - t) * g;
 }
 
 /* A bf16 gradient's slack (NULL for fp32), allocated here, freed with its

@@ -179,4 +179,11 @@ size_t lg_ref_quant_tol(const float *y, const float *err, size_t m, size_t n, st
 size_t lg_ref_quant_experts_tol(const float *y, const float *err, size_t m, size_t n, const int32_t *counts,
 				size_t experts, struct lg_quant qr, const struct lg_ref_qout *o, size_t st_rows);
 
+/* One value of K9's gradient (cross_entropy_ref.c): (p - t) g for the
+ * softmax p = exp(x - m) / S (float64) and the target t ((1 - e) at the
+ * label, plus e / C), and in *err the bound of the GPU's fp32 value
+ * around it (the approximate exp and the divide, the cancellation of
+ * p - t). */
+double lg_ref_ce_grad(double p, double t, double g, double *err);
+
 #endif
