@@ -436,6 +436,14 @@ def cross_entropy_backward(x, y, s, m, g, ignore_index=None):
     return torch.where(live[:, None], p * g.reshape(-1, 1), 0.0).to(x.dtype)
 
 
+def cross_entropy_quant(x, y, s, m, g, ignore_index=None, round_scale=True, output="both"):
+    """(q, s, qt, st) of lingen's cross_entropy_quant: the gradient
+    cross_entropy_backward gives in x's dtype (bf16), quantised as
+    fp8_quant (the kernel's copies bit for bit but for the exp's rounding
+    here and there: torch's exp, not ex2.approx)."""
+    return quant(cross_entropy_backward(x, y, s, m, g, ignore_index), round_scale, output)
+
+
 def cross_entropy_fused(x, y, g=None, ignore_index=None):
     """(loss, grad) of the fused forward (g None: 1 for every row)."""
     loss, s, m = cross_entropy_forward(x, y, ignore_index)

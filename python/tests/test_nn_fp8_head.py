@@ -10,6 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import lingen.nn as ln  # noqa: E402
 from lingen.nn import _k, linear  # noqa: E402
+from lingen import _torchref as Q  # noqa: E402
 from reference import TINY, rel  # noqa: E402
 
 
@@ -196,3 +197,62 @@ def test_sliced_backward_matches_whole(seed, monkeypatch, need):
         assert rel(sliced[0], whole[0]) < 1e-2
     if need != "dx":
         assert torch.equal(sliced[1], whole[1])
+
+
+def _counting(monkeypatch, name):
+    calls = []
+
+    def counted(*args, _real=getattr(_k, name), **kw):
+        calls.append(args)
+        return _real(*args, **kw)
+    monkeypatch.setattr(_k, name, counted)
+    return calls
+
+
+def test_fp8_head_loss_traces_cross_entropy_quant_on_meta(monkeypatch):
+    """The GPU path (fake kernels) of the FP8 head with labels at a vocab
+    within the quantiser's row: the head and the loss one Function whose
+    backward takes the logits gradient's copies from cross_entropy_quant
+    (lingen's op, a generated one), never quantising a bf16 gradient
+    (no _k.quant of a [tokens, vocab] tensor)."""
+    import lingen.ops
+    assert "cross_entropy_quant" in lingen.ops.generated()
+    ce = _counting(monkeypatch, "cross_entropy_quant")
+    quant = _counting(monkeypatch, "quant")
+    cfg = ln.ModelConfig(**dict(TINY, vocab=640))  # no other layer's width
+    with torch.device("meta"):
+        m = ln.Model(cfg, "fp8", fp8_head=True)
+        ids = torch.randint(0, cfg.vocab, (2, 64))
+    loss = m(ids, ids)
+    assert loss.shape == () and loss.device.type == "meta"
+    loss.backward()
+    assert len(ce) == 1 and ce[0][0].shape == (128, cfg.vocab)
+    assert not any(a[0].shape[-1] == cfg.vocab for a in quant)
+    for n, p in m.named_parameters():
+        assert p.grad is not None and p.grad.shape == p.shape, n
+
+
+@pytest.mark.parametrize("labels", ["int64", "int32"])
+def test_fp8_linear_cross_entropy_matches_ce_grad_then_quant(seed, labels):
+    """Fp8LinearCrossEntropy on the CPU (the torch reference of
+    cross_entropy_quant): dx and dw bit for bit those of Fp8Linear fed the
+    bf16 cross entropy gradient (the torch reference's backward, g = 1 /
+    rows kept), the loss the mean over the rows not ignored."""
+    torch.manual_seed(seed)
+    lin = ln.Fp8Linear(256, 384)
+    x = torch.randn(2, 40, 256).bfloat16()
+    y = torch.randint(0, 384, (80,), dtype=getattr(torch, labels))
+    y[::7] = -100
+    xa = x.clone().requires_grad_()
+    loss = linear.Fp8LinearCrossEntropy.apply(xa, lin.weight, None, y, -100)
+    loss.backward()
+    dx, dw = xa.grad, lin.weight.grad
+    lin.weight.grad = None
+    xb = x.clone().requires_grad_()
+    logits = lin(xb).reshape(-1, 384)
+    ref_loss, s, m = Q.cross_entropy_forward(logits.detach(), y, -100)
+    count = (y != -100).sum().float()
+    g = (1 / count).reshape(1)
+    logits.backward(Q.cross_entropy_backward(logits.detach(), y, s, m, g, -100))
+    assert torch.equal(loss, ref_loss.sum() / count)
+    assert torch.equal(dx, xb.grad) and torch.equal(dw, lin.weight.grad)

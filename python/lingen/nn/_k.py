@@ -155,6 +155,28 @@ def cross_entropy_grad(logits, labels, g, ignore_index, plain=False):
     return loss, logits if inplace else grad
 
 
+def cross_entropy_stats(logits, labels, ignore_index):
+    """(loss, S, m) [rows] fp32 of logits [rows, V] (K9's forward, part
+    full: loss 0, S = m = 0 on ignored rows)."""
+    if on_cpu(logits):
+        return Q.cross_entropy_forward(logits, labels, ignore_index)
+    return _run("cross_entropy_forward", logits, labels, vocab=logits.shape[1],
+                ignore_index=int(ignore_index),
+                index="int32" if labels.dtype == torch.int32 else "int64")[:3]
+
+
+def cross_entropy_quant(logits, labels, s, m, g, ignore_index):
+    """(q, s, qt, st): both blockwise FP8 copies of the cross entropy
+    gradient (softmax - onehot(label)) * g[0] of logits [rows, V] bf16 from
+    the forward's S and m (cross_entropy_stats), as fp8_quant quantises the
+    bf16 gradient (lingen's cross_entropy_quant: the gradient never
+    written); on the CPU the torch reference, the same math."""
+    if on_cpu(logits):
+        return Q.cross_entropy_quant(logits, labels, s, m, g, ignore_index)
+    return _run("cross_entropy_quant_forward", logits, labels, s, m, g, ignore_index=int(ignore_index),
+                index="int32" if labels.dtype == torch.int32 else "int64", quant_output="both")
+
+
 # --------------------------------------------------------------- MoE
 
 _routing = []

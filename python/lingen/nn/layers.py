@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from . import _args as A, _k
 from .head import LinearCrossEntropyLoss
-from .linear import Fp8Linear
+from .linear import QUANT_WIDTH_MAX, Fp8Linear, Fp8LinearCrossEntropy
 from .moe import MoE
 
 __all__ = ["RMSNorm", "Attention", "CrossEntropyLoss", "cross_entropy", "DecoderBlock",
@@ -264,8 +264,11 @@ class Model(torch.nn.Module):
     its weight marked for lingen.optim.AdamW(fp8_weights=True)'s FP8
     copies), fed by the final RMSNorm's quantised copies (rms_norm_quant:
     the head's input quantised once); the logits are still bf16 [tokens,
-    vocab], and the backward quantises their gradient (a vocab above
-    QUANT_WIDTH_MAX, 262144 columns, in slices). The parameter is still
+    vocab], and with labels the head and the loss are one Function whose
+    backward writes the logits gradient's FP8 copies straight from the
+    logits (lingen's cross_entropy_quant: the bf16 gradient never exists;
+    the same copies as quantising it); a vocab above QUANT_WIDTH_MAX,
+    262144 columns, has its gradient quantised in slices. The parameter is still
     `lm_head.weight`, the state dict the same as fp8_head=False's. An
     accuracy trade: DeepSeek-V3 keeps its head in bf16; measure the loss
     against the bf16 head before relying on it (docs/python.md)."""
@@ -318,6 +321,10 @@ class Model(torch.nn.Module):
             x = blk(x, freqs)
         if self.fp8_head:  # the norm writes the FP8 head's input copies (no quant of its own)
             h, copies = _k.rms_norm_quant(x, self.norm.weight, self.norm.eps)
+            if _fp8_head_loss(labels, b * s, c.vocab):  # the logits gradient as FP8 copies only
+                return Fp8LinearCrossEntropy.apply(h, self.lm_head.weight, copies,
+                                                   labels.reshape(-1).contiguous(),
+                                                   self.loss.ignore_index)
             logits = self.lm_head(h, copies)
             return logits if labels is None else self.loss(logits.reshape(b * s, -1),
                                                            labels.reshape(-1))
@@ -331,6 +338,16 @@ class Model(torch.nn.Module):
 
 # the widest output the FP8 GEMMs write (fp8_gemm's n: gen/families/fp8_gemm.c)
 FP8_GEMM_N_MAX = 1 << 20
+
+
+def _fp8_head_loss(labels, tokens, vocab):
+    """Whether the FP8 head's loss runs as one Function whose backward
+    quantises the logits gradient as it computes it (Fp8LinearCrossEntropy:
+    cross_entropy_quant, the bf16 gradient never written): labels a label a
+    token, int32 or int64 (else CrossEntropyLoss's checks refuse them), a
+    vocab within the quantiser's row (wider: the sliced backward)."""
+    return (labels is not None and labels.dtype in (torch.int32, torch.int64)
+            and labels.numel() == tokens and vocab <= QUANT_WIDTH_MAX)
 
 
 def _fp8_head_args(fn, cfg, mode, fused_head):

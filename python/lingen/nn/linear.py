@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from . import _args as A, _gemm, _k
 
-__all__ = ["Fp8LinearFunction", "fp8_linear", "Fp8Linear"]
+__all__ = ["Fp8LinearFunction", "Fp8LinearCrossEntropy", "fp8_linear", "Fp8Linear"]
 
 # the widest row lingen's activation quantiser takes (fp8_quant's hidden, at most 262144:
 # gen/families/fp8_quant.c): an LM head's vocab up to it has its gradient quantised in
@@ -26,17 +26,9 @@ class Fp8LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, x_copies=None):
-        if x_copies is None:
-            x_copies = _k.quant(x.reshape(-1, x.shape[-1]), "both")
-        q, s, qt, st = x_copies
-        wq, ws, wtq, wts = _k.quant_weight(weight)
-        y = _gemm.linear(q, s, wq, ws)
-        # (handed over without its transposed copy: the weight, quantised
-        # again in the backward)
-        ctx.save_for_backward(qt, st, wtq, wts, weight if wtq is None else None)
-        ctx.shape = x.shape
-        ctx.wdtype = weight.dtype
-        return y.view(*x.shape[:-1], weight.shape[0])
+        y, saved = _forward(ctx, x, weight, x_copies)
+        ctx.save_for_backward(*saved)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
@@ -47,13 +39,66 @@ class Fp8LinearFunction(torch.autograd.Function):
         n = dy2.shape[1]
         if n > QUANT_WIDTH_MAX:  # an LM head's vocab: dy quantised in slices of columns
             return _backward_sliced(ctx, dy2, qt, st, wtq, wts) + (None,)
-        dyq, dys, dytq, dyts = _k.quant(dy2, "both")
-        dx = dw = None
-        if ctx.needs_input_grad[0]:
-            dx = _gemm.linear_dgrad(dyq, dys, wtq, wts).view(ctx.shape)
-        if ctx.needs_input_grad[1]:
-            dw = _gemm.linear_wgrad(dytq, dyts, qt, st, ctx.wdtype)
-        return dx, dw, None
+        return _grads(ctx, _k.quant(dy2, "both"), qt, st, wtq, wts) + (None,)
+
+
+def _forward(ctx, x, weight, x_copies):
+    """(y, the tensors the backward needs) of Fp8LinearFunction's forward;
+    ctx gets the shapes."""
+    if x_copies is None:
+        x_copies = _k.quant(x.reshape(-1, x.shape[-1]), "both")
+    q, s, qt, st = x_copies
+    wq, ws, wtq, wts = _k.quant_weight(weight)
+    y = _gemm.linear(q, s, wq, ws)
+    ctx.shape = x.shape
+    ctx.wdtype = weight.dtype
+    # (handed over without its transposed copy: the weight, quantised
+    # again in the backward)
+    return y.view(*x.shape[:-1], weight.shape[0]), (qt, st, wtq, wts,
+                                                     weight if wtq is None else None)
+
+
+def _grads(ctx, dy_copies, qt, st, wtq, wts):
+    """(dx, dw) from dy's quantised copies (q, s, qt, st): the dgrad and
+    wgrad GEMMs of the inputs (x, weight first) that need a gradient."""
+    dyq, dys, dytq, dyts = dy_copies
+    dx = dw = None
+    if ctx.needs_input_grad[0]:
+        dx = _gemm.linear_dgrad(dyq, dys, wtq, wts).view(ctx.shape)
+    if ctx.needs_input_grad[1]:
+        dw = _gemm.linear_wgrad(dytq, dyts, qt, st, ctx.wdtype)
+    return dx, dw
+
+
+class Fp8LinearCrossEntropy(torch.autograd.Function):
+    """The mean cross entropy (over the rows whose label is not
+    ignore_index) of the logits y = x . weight^T [tokens, V] (bf16, an
+    Fp8Linear's forward) with labels [tokens]: the FP8 LM head and its loss
+    in one Function, so that the backward takes the logits gradient's FP8
+    copies from lingen's cross_entropy_quant (from the logits and the
+    forward's S and m) and the bf16 gradient [tokens, V] is never written
+    nor quantised again; the copies are those fp8_quant gives of that bf16
+    gradient, so the numbers are Fp8Linear + cross entropy's. V at most
+    QUANT_WIDTH_MAX (wider: Fp8Linear then the cross entropy)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, x_copies, labels, ignore_index):
+        y, saved = _forward(ctx, x, weight, x_copies)
+        logits = y.reshape(-1, weight.shape[0])
+        loss, s, m = _k.cross_entropy_stats(logits, labels, ignore_index)
+        count = (labels != ignore_index).sum().float()
+        ctx.save_for_backward(*saved, logits, labels, s, m, count)
+        ctx.ignore_index = ignore_index
+        return loss.sum() / count
+
+    @staticmethod
+    def backward(ctx, dout):
+        qt, st, wtq, wts, weight, logits, labels, s, m, count = ctx.saved_tensors
+        if ctx.needs_input_grad[0] and wtq is None:
+            wtq, wts = _k.quant_weight(weight)[2:]
+        g = (dout.float() / count).reshape(1)  # the mean's gradient, every row's
+        copies = _k.cross_entropy_quant(logits, labels, s, m, g, ctx.ignore_index)
+        return _grads(ctx, copies, qt, st, wtq, wts) + (None, None, None)
 
 
 def column_slices(n, width=None):
