@@ -195,8 +195,8 @@ static const char doc_forward[] =
 	"  \"index\": \"int32\"), sum_exp S and max_logit m [tokens] fp32 from the\n"
 	"  cross entropy forward, g [1] fp32 (device); grad = (exp(x - m) / S -\n"
 	"  (1 - e) onehot - e / C) g[0] rounded to bf16 (0 on ignore_index rows),\n"
-	"  quantised as fp8_quant: q, s, qt, st as lg_fp8_quant_forward (0 for a\n"
-	"  copy quant.output does not ask for). Bit for bit cross entropy's backward\n"
+	"  quantised as fp8_quant: q, s, qt, st as fp8_quant's (0 for a copy\n"
+	"  quant.output does not ask for). Bit for bit cross entropy's backward\n"
 	"  then fp8_quant.";
 
 const struct lg_family lg_family_cross_entropy_quant = {
