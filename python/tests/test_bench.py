@@ -33,7 +33,8 @@ FAMILY_ROWS = {
     "rmsnorm_quant": "rmsnorm_quant", "rmsnorm": "rmsnorm fwd", "fp8_quant": "fp8_quant",
     "fp8_quant_batched": "fp8_quant_batched", "fp8_quant_weight": "fp8_quant_weight",
     "group_rmsnorm_gate": "group_rmsnorm_gate fwd", "qk_norm_rope": "qk_norm_rope fwd",
-    "cross_entropy": "cross_entropy fwd", "grad_norm": "grad_norm l2",
+    "cross_entropy": "cross_entropy fwd", "cross_entropy_quant": "cross_entropy_quant",
+    "grad_norm": "grad_norm l2",
     "count_zero": "count_zero", "swiglu_quant": "swiglu_quant fwd",
     "batch_swiglu_quant": "batch_swiglu_quant fwd", "router_gemm": "router fwd",
     "moe_row_map": "moe row map", "moe_permute": "moe permute",
@@ -212,7 +213,7 @@ QUANT_ROWS = {
     "swiglu_quant": ("swiglu_quant fwd", "swiglu_quant bwd"),
     "batch_swiglu_quant": ("batch_swiglu_quant fwd", "batch_swiglu_quant bwd"),
     "fp8_quant_batched": ("fp8_quant_batched",), "moe_permute_quant": ("moe permute+quant",),
-    "rmsnorm_router": ("rmsnorm_router",)}
+    "rmsnorm_router": ("rmsnorm_router",), "cross_entropy_quant": ("cross_entropy_quant",)}
 
 
 def _token_quantisers():

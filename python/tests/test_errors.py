@@ -46,6 +46,8 @@ GOOD = {
     "cross_entropy_backward": ((a(T, 1000), a(T, t="<i8"), a(T, t="<f4"), a(T, t="<f4"),
                                 a(T, t="<f4")), {}),
     "cross_entropy_shard_stats": ((a(T, 1000), a(T, t="<i8"), 0, 2000), {}),
+    "cross_entropy_quant": ((a(T, 1024), a(T, t="<i8"), a(T, t="<f4"), a(T, t="<f4"), a(1, t="<f4")),
+                            {}),
     "cross_entropy_merge": ((a(2, T, 6, t="<f4"), a(T, t="<i8"), 2000), {}),
     "swiglu_quant": ((a(T, 512),), {}),
     "swiglu_quant_backward": ((a(T, 256), a(T, 512)), {}),

@@ -28,8 +28,8 @@ def fake_family(monkeypatch):
     return fams["fake_norm"]
 
 
-GENERATED = ["adamw", "adamw_fp8", "batch_swiglu_quant", "fp8_quant", "fp8_quant_batched",
-             "router_gemm", "swiglu_quant"]
+GENERATED = ["adamw", "adamw_fp8", "batch_swiglu_quant", "cross_entropy_quant", "fp8_quant",
+             "fp8_quant_batched", "router_gemm", "swiglu_quant"]
 
 
 def test_no_family_pass_is_left_without_an_op():

@@ -3,9 +3,12 @@ backward (the logits' gradient for a per-row output gradient), and the
 fused forward + backward (one kernel; the gradient for output gradient 1,
 as loss.sum().backward() would give). Labels are all valid (no ignored
 row); logits bf16 as in training. Liger-Kernel's cross entropy computes
-the gradient in its forward, so it stands beside the fused row."""
+the gradient in its forward, so it stands beside the fused row. The FP8
+LM head's backward, cross_entropy_quant (the gradient straight into its
+FP8 copies), stands beside what it replaces: lingen's backward, then
+fp8_quant of the bf16 gradient (the same copies)."""
 from . import ODD_TOKENS, Case, Setup, linghe
-from .quant import _ref
+from .quant import _ref, dequant
 
 # linghe on one H200 (docs/performance.md): (kernel, shape) -> us
 LINGHE_US = {
@@ -84,14 +87,28 @@ def _fused(env, t, v):
     return Setup(impls, (x, y), lambda r: (r[0], r[-1]))
 
 
+def _quant(env, t, v):
+    import lingen
+    torch, lt = env.torch, env.lt
+    x, y = _inputs(env, t, v)
+    _, s, m = ce_fwd(torch, x, y)
+    g = torch.full((1,), 1.0 / t, device="cuda")
+    rows = g.expand(t).contiguous()
+    return Setup({"lingen": lambda: lingen.cross_entropy_quant(x, y, s, m, g),
+                  "bwd + fp8_quant": lambda: lt.fp8_quant(lt.cross_entropy_backward(x, y, s, m, rows))},
+                 (x, y, s, m, g), lambda r: dequant(torch, *r))
+
+
 def cases(quick):
     shapes = [(8192, 157184)] if quick else [(8192, 157184), (8192, 129280), (4096, 50257),
                                              (4096, 100003)]
     shapes += [] if quick else [(t, 157184) for t in ODD_TOKENS if t != 8192]  # odd-shape rule
     out = []
     for kernel, make in (("cross_entropy fwd", _fwd), ("cross_entropy bwd", _bwd),
-                         ("cross_entropy fused", _fused)):
+                         ("cross_entropy fused", _fused), ("cross_entropy_quant", _quant)):
         for t, v in shapes:
+            if make is _quant and v % 128:  # the FP8 copies: whole 1 x 128 blocks
+                continue
             shape = f"{t}x{v}"
             out.append(Case(kernel, shape, lambda env, t=t, v=v, make=make: make(env, t, v),
                             LINGHE_US.get((kernel, shape))))
