@@ -303,7 +303,8 @@ def test_vocab_parallel_autograd(seed, reduction, smooth):
 @pytest.mark.parametrize("vocab,rows", [(128, 8191), (1024, 300), (157184, 129), (201088, 127)])
 @pytest.mark.parametrize("smooth,index", [(0.0, None), (0.1, "int32")])
 @pytest.mark.parametrize("round_scale", [True, False])
-def test_cross_entropy_quant_is_backward_then_fp8_quant(seed, vocab, rows, smooth, index, round_scale):
+def test_cross_entropy_quant_is_backward_then_fp8_quant(seed, vocab, rows, smooth, index,
+                                                        round_scale):
     """cross_entropy_quant (the FP8 LM head's backward): the FP8 copies bit
     for bit those of cross_entropy_backward's bf16 gradient (dloss g[0] on
     every row) quantised by fp8_quant, every copy alone too."""
@@ -316,7 +317,8 @@ def test_cross_entropy_quant_is_backward_then_fp8_quant(seed, vocab, rows, smoot
     grad = lingen.cross_entropy_backward(x, y, s, m, g.expand(rows).contiguous(), **kw)
     for output in ("both", "rowwise", "columnwise"):
         want = lingen.fp8_quant(grad, round_scale=round_scale, output=output)
-        got = lingen.cross_entropy_quant(x, y, s, m, g, round_scale=round_scale, output=output, **kw)
+        got = lingen.cross_entropy_quant(x, y, s, m, g, round_scale=round_scale, output=output,
+                                         **kw)
         for name, a, b in zip(("q", "s", "qt", "st"), got, want):
             if b is None or b.numel() == 0:
                 continue

@@ -173,7 +173,8 @@ def cross_entropy_quant(logits, labels, s, m, g, ignore_index):
     written); on the CPU the torch reference, the same math."""
     if on_cpu(logits):
         return Q.cross_entropy_quant(logits, labels, s, m, g, ignore_index)
-    return _run("cross_entropy_quant_forward", logits, labels, s, m, g, ignore_index=int(ignore_index),
+    return _run("cross_entropy_quant_forward", logits, labels, s, m, g,
+                ignore_index=int(ignore_index),
                 index="int32" if labels.dtype == torch.int32 else "int64", quant_output="both")
 
 

@@ -268,8 +268,8 @@ class Model(torch.nn.Module):
     backward writes the logits gradient's FP8 copies straight from the
     logits (lingen's cross_entropy_quant: the bf16 gradient never exists;
     the same copies as quantising it); a vocab above QUANT_WIDTH_MAX,
-    262144 columns, has its gradient quantised in slices. The parameter is still
-    `lm_head.weight`, the state dict the same as fp8_head=False's. An
+    262144 columns, has its gradient quantised in slices. The parameter
+    is still `lm_head.weight`, the state dict the same as fp8_head=False's. An
     accuracy trade: DeepSeek-V3 keeps its head in bf16; measure the loss
     against the bf16 head before relying on it (docs/python.md)."""
 
