@@ -6,7 +6,8 @@
  * A and the epilogues stay in their emitters, as hooks of this one.
  *
  * The pipeline. A CTA is `consumers` consumer warpgroups (64 rows of the
- * tile each) and a producer warpgroup (warpgroup `consumers`). The ring is
+ * tile each, or 128 in two m64 waves: the FP8 GEMM's tile.m 256) and a
+ * producer warpgroup (warpgroup `consumers`). The ring is
  * `stages` stages at 1024-byte boundaries (`ring`, the 128-byte swizzle TMA
  * writes and wgmma reads); each stage has a `full` mbarrier (completes on
  * its bytes and `full_count` arrivals) and an `empty` one (one arrival of
@@ -50,7 +51,7 @@ struct lg_plan;
 #define LG_WGP_INC_COPY 200
 
 struct lg_wgp {
-	int consumers;         /* consumer warpgroups (64 rows each) */
+	int consumers;         /* consumer warpgroups (64 rows each; 128 in two waves) */
 	int stages;            /* the ring's depth */
 	int cluster;           /* CTAs a cluster: 1 or 2 */
 	unsigned stage_bytes;  /* a stage's bytes in the ring (the loads' transaction) */
