@@ -118,7 +118,8 @@ class AdamW(torch.optim.Optimizer):
         self.fp8_weights = bool(fp8_weights)
         self.release_grads = bool(release_grads)
         self.transposed_in_backward = bool(transposed_in_backward)
-        self._tables = {}   # bucket key -> (table tensor, rows)
+        self._tables = {}   # bucket key -> _Table
+        self._captured = []  # tables a CUDA graph captured (kept: the graph reads them)
         self._lrs = {}      # (group index, device) -> [device fp32 tensor, value it holds]
         self._kernels = {}  # spec key -> lingen kernel
         super().__init__(params, defaults)
@@ -128,7 +129,7 @@ class AdamW(torch.optim.Optimizer):
     def _state_of(self, p):
         st = self.state[p]
         if not st:
-            dev = p.device if p.is_cuda else torch.device("cpu")
+            dev = p.device if _gpu(p) else torch.device("cpu")
             st["step"] = torch.zeros((), dtype=torch.float32, device=dev)
             mdt = _MOMENTS[self.moments]
             st["exp_avg"] = torch.zeros_like(p, dtype=mdt, memory_format=torch.preserve_format)
@@ -144,7 +145,7 @@ class AdamW(torch.optim.Optimizer):
         for p, st in self.state.items():
             if "step" in st:
                 st["step"] = torch.as_tensor(st["step"], dtype=torch.float32).to(
-                    p.device if p.is_cuda else "cpu")
+                    p.device if _gpu(p) else "cpu")
             for k in ("exp_avg", "exp_avg_sq"):
                 if k in st and st[k].dtype != mdt:
                     st[k] = st[k].to(mdt)
@@ -167,7 +168,7 @@ class AdamW(torch.optim.Optimizer):
                 if p.grad.is_sparse:
                     raise RuntimeError("lingen.optim.AdamW: sparse gradients are not supported")
                 st = self._state_of(p)
-                fused = (p.is_cuda and p.dtype in _GRADS and p.grad.dtype in _GRADS
+                fused = (_gpu(p) and p.dtype in _GRADS and p.grad.dtype in _GRADS
                          and p.grad.device == p.device and p.is_contiguous()
                          and p.grad.is_contiguous() and st["exp_avg"].is_contiguous()
                          and st["exp_avg_sq"].is_contiguous())
@@ -180,7 +181,7 @@ class AdamW(torch.optim.Optimizer):
                     p.__dict__.pop("_lingen_fp8_copies", None)
                 else:
                     _torch_update(p, p.grad, st, group)
-                    if fp8 and not p.is_cuda:  # the copies of the new weight, in torch
+                    if fp8 and not _gpu(p):  # the copies of the new weight, in torch
                         _nn_k().set_weight_copies(p, self._handed(_nn_k().quant_weight(p)),
                                                   take=self.release_grads)
                         if self.release_grads:
@@ -231,21 +232,35 @@ class AdamW(torch.optim.Optimizer):
         step = items[0][1]["step"]
         for _, st in items:
             st["step"] = step
-        ptrs = tuple((p.data_ptr(), p.grad.data_ptr(), st["exp_avg"].data_ptr(),
-                      st["exp_avg_sq"].data_ptr(), p.numel()) for p, st in items)
-        table = self._tables.get((dev, pdt, gdt, ptrs))
-        if table is None:
+        # The table is kept per set of (p, m, v) (they live as long as the
+        # optimiser); the gradients are new tensors at every backward after
+        # zero_grad(set_to_none=True), so only the table's gradient column
+        # follows them: when their addresses changed, one pinned copy of the
+        # addresses and one gather on the stream, no table built on the host.
+        static = tuple((_addr(p), _addr(st["exp_avg"]), _addr(st["exp_avg_sq"]), p.numel())
+                       for p, st in items)
+        grads = tuple(_addr(p.grad) for p, _ in items)
+        key = (dev, pdt, gdt, static)
+        capturing = _capturing()
+        table = self._tables.get(key)
+        if table is None or (table.captured and table.grads != grads):
             msz = 2 if self.moments == "bf16" else 4
-            table = _table(ptrs, dev, pdt.itemsize, gdt.itemsize, msz)
-            self._tables[(dev, pdt, gdt, ptrs)] = table
+            table = _Table(static, grads, dev, pdt.itemsize, gdt.itemsize, msz)
+            self._tables[key] = table
             while len(self._tables) > 4 * max(len(self.param_groups), 1):
                 self._tables.pop(next(iter(self._tables)))
+        elif table.grads != grads:
+            table.set_grads(grads)
+        if capturing and not table.captured:
+            # a graph replays this table: never rewritten in place after this
+            table.captured = True
+            self._captured.append(table)
         with torch.cuda.device(dev):
             step.add_(1)
             lr = self._lr(gi, group, dev)
             k = self._kernel(group, pdt, gdt)
             stream = torch.cuda.current_stream(dev).cuda_stream
-            k.run([table[1]], [table[0].data_ptr(), step.data_ptr(), lr.data_ptr()], stream)
+            k.run([table.rows], [table.table.data_ptr(), step.data_ptr(), lr.data_ptr()], stream)
 
     def _kernel_fp8(self, group, pdt, gdt, hidden, expert_rows):
         b1, b2 = group["betas"]
@@ -291,6 +306,24 @@ class AdamW(torch.optim.Optimizer):
                 k_.set_weight_copies(p, self._handed(copies), take=self.release_grads)
                 if self.release_grads:
                     p.grad = None
+
+
+def _addr(t):
+    return t.data_ptr()
+
+
+def _capturing():
+    return torch.cuda.is_current_stream_capturing()
+
+
+def _gpu(t):
+    """Whether t takes the CUDA path (tools/step_host_audit.py traces it on meta)."""
+    return t.is_cuda
+
+
+def _pin(t):
+    """t in pinned memory (torch's caching host allocator)."""
+    return t.pin_memory()
 
 
 def _nn_k():
@@ -343,27 +376,49 @@ def _fp8_buffers(p):
     return copies
 
 
-def _table(ptrs, dev, psz, gsz, msz):
-    """The kernel's table for tensors (p, g, m, v addresses, numel): rows of
-    int64 (p, g, m, v, count, 0), every tensor cut into CHUNK elements from
-    its start (p of psz bytes an element, g of gsz, m and v of msz); copied
-    to dev from pinned memory without waiting. Returns (device table, rows)."""
-    rows = []
-    for p, g, m, v, n in ptrs:
-        if n == 0:
-            continue
-        r = torch.arange(0, n, CHUNK, dtype=torch.int64)
-        t = torch.zeros((len(r), 6), dtype=torch.int64)
-        t[:, 0] = p + psz * r
-        t[:, 1] = g + gsz * r
-        t[:, 2] = m + msz * r
-        t[:, 3] = v + msz * r
-        t[:, 4] = torch.clamp(n - r, max=CHUNK)
-        rows.append(t)
-    if not rows:
-        return torch.zeros((1, 6), dtype=torch.int64, device=dev), 0
-    host = torch.cat(rows).pin_memory()
-    return host.to(dev, non_blocking=True), host.shape[0]
+class _Table:
+    """The adamw kernel's table for tensors (p, m, v addresses, numel) and
+    gradient addresses: rows of int64 (p, g, m, v, count, 0), every tensor
+    cut into CHUNK elements from its start (p of psz bytes an element, g of
+    gsz, m and v of msz); built on the host and copied to dev from pinned
+    memory without waiting, once. New gradient addresses (set_grads): their
+    N addresses copied (pinned, without waiting) into a device vector and
+    the gradient column rewritten on the device (gather + add), in stream
+    order after the launches that read the old column; torch's caching
+    host allocator reuses the pinned block once its copy has run (its CUDA
+    event). A table a CUDA graph captured (captured) is never rewritten."""
+
+    def __init__(self, static, grads, dev, psz, gsz, msz):
+        rows, which, offs = [], [], []
+        for i, ((p, m, v, n), g) in enumerate(zip(static, grads)):
+            if n == 0:
+                continue
+            r = torch.arange(0, n, CHUNK, dtype=torch.int64)
+            t = torch.zeros((len(r), 6), dtype=torch.int64)
+            t[:, 0] = p + psz * r
+            t[:, 1] = g + gsz * r
+            t[:, 2] = m + msz * r
+            t[:, 3] = v + msz * r
+            t[:, 4] = torch.clamp(n - r, max=CHUNK)
+            rows.append(t)
+            which.append(torch.full((len(r),), i, dtype=torch.int64))
+            offs.append(gsz * r)
+        self.grads, self.captured = grads, False
+        self.rows = sum(len(t) for t in rows)
+        if not rows:
+            self.table = torch.zeros((1, 6), dtype=torch.int64, device=dev)
+            return
+        self.table = _pin(torch.cat(rows)).to(dev, non_blocking=True)
+        self._which = _pin(torch.cat(which)).to(dev, non_blocking=True)
+        self._offs = _pin(torch.cat(offs)).to(dev, non_blocking=True)
+        self._gdev = torch.empty(len(static), dtype=torch.int64, device=dev)
+
+    def set_grads(self, grads):
+        if self.rows:
+            self._gdev.copy_(_pin(torch.tensor(grads, dtype=torch.int64)), non_blocking=True)
+            torch.add(self._gdev.index_select(0, self._which), self._offs,
+                      out=self.table.select(1, 1))
+        self.grads = grads
 
 
 def _torch_update(p, g, st, group):
