@@ -79,7 +79,10 @@ def import_lingen():
 class Corpus:
     def __init__(self, vocab, active, seq, batch, seed, device):
         g = torch.Generator().manual_seed(seed)
-        self.order = torch.randperm(vocab, generator=g)[:active].to(device)
+        # kept on the host too: a batch is made on the host without reading the device
+        self.order_cpu = torch.randperm(vocab, generator=g)[:active]
+        self.order = self.order_cpu.to(device)
+        self.pin = str(device).startswith("cuda")
         self.vocab, self.active, self.seq, self.batch, self.seed = vocab, active, seq, batch, seed
         self.device = device
 
@@ -97,9 +100,11 @@ class Corpus:
         g = torch.Generator().manual_seed(gen_seed)
         start = torch.randint(0, self.active, (self.batch, 1), generator=g)
         pos = (start + torch.arange(self.seq + 1)[None, :]) % self.active
-        toks = self.order.cpu()[pos]
+        toks = self.order_cpu[pos]
         noise = torch.rand(toks.shape, generator=g) < 0.1
         toks = torch.where(noise, torch.randint(0, self.vocab, toks.shape, generator=g), toks)
+        if self.pin:  # an asynchronous copy (from pageable memory the host would wait)
+            toks = toks.pin_memory()
         toks = toks.to(self.device, non_blocking=True)
         return toks[:, :-1].contiguous(), toks[:, 1:].contiguous()
 
@@ -203,6 +208,25 @@ def run_mode(args, mode, device, corpus):
     bar = tqdm(range(len(rec["losses"]), args.steps), desc=mode, dynamic_ncols=True,
                disable=args.no_bar)
     t_start = time.perf_counter()
+    last = [t_start]  # when the last recorded step was read back
+    pending = []  # an eager step enqueued whose loss is not read yet: [loss tensor]
+
+    def record(loss):
+        """Records the oldest unread step: its loss (.item(): waits for that
+        step only) and its time, from the previous step's read to this one's
+        (the steady state: one step's time; the first: from its start)."""
+        now = time.perf_counter()
+        dt = now - last[0]
+        last[0] = now
+        rec["losses"].append(loss)
+        rec["step_s"].append(dt)
+        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rec['tokens'] / dt:,.0f}",
+                        step=f"{dt * 1e3:.0f}ms")
+
+    def drain():
+        while pending:
+            record(pending.pop(0).item())
+
     for i in bar:
         for gr in opt.param_groups:
             if args.graph:
@@ -210,28 +234,33 @@ def run_mode(args, mode, device, corpus):
             else:
                 gr["lr"] = _lr(i, args)
         ids, labels = corpus.batch_at(i)
-        t0 = time.perf_counter()
-        if graph is not None:
+        if i == 0 or graph is not None:
+            last[0] = time.perf_counter()
+        if graph is not None:  # (a replay's loss read at once: out is overwritten by the next)
             static[0].copy_(ids)
             static[1].copy_(labels)
             graph.replay()
-            loss = out.item()
+            record(out.item())
         else:
-            loss = step(ids, labels).item()  # .item() waits for the step
-        dt = time.perf_counter() - t0
-        rec["losses"].append(loss)
-        rec["step_s"].append(dt)
-        bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rec['tokens'] / dt:,.0f}",
-                        step=f"{dt * 1e3:.0f}ms")
-        if args.eval_every and (i + 1) % args.eval_every == 0:
-            # after the step's time is taken (.item() waited for it); with --graph the
+            # step i is enqueued before step i - 1's loss is read: the host never
+            # waits mid-step, the device never waits for the host between steps
+            pending.append(step(ids, labels))
+            if len(pending) > 1:
+                record(pending.pop(0).item())
+        evals = args.eval_every and (i + 1) % args.eval_every == 0
+        if evals or i == 0:
+            drain()  # the step's loss read before its eval / the first step's end
+        if evals:
+            # after the step's time is taken (drain: .item() waited for it); with --graph the
             # eager model (its parameters the graph's) runs outside the graph
             eval_at(i + 1)
         if i == 0:  # the first step compiles (lingen's JIT, torch.compile): not counted
             t_start = time.perf_counter()
         elif time.perf_counter() - t_start > args.time_limit:
+            drain()
             rec["stopped"] = f"time limit {args.time_limit} s after {i + 1} steps"
             break
+    drain()
     rec["gemm_calls"] = _gemm.calls()
     if args.eval_every and (not rec["eval"] or rec["eval"][-1][0] != len(rec["losses"])):
         eval_at(len(rec["losses"]))  # the end's
@@ -338,8 +367,13 @@ def profile(step, corpus, args, mode):
     from torch.profiler import ProfilerActivity, profile as prof
     acts = [ProfilerActivity.CUDA] + ([ProfilerActivity.CPU] if args.trace else [])
     with prof(activities=acts) as p:
-        for i in range(PROFILE_STEPS):
-            step(*corpus.batch_at(i)).item()
+        prev = None
+        for i in range(PROFILE_STEPS):  # as training: a step's loss read after the next's enqueued
+            loss = step(*corpus.batch_at(i))
+            if prev is not None:
+                prev.item()
+            prev = loss
+        prev.item()
     if args.trace:
         p.export_chrome_trace(f"{args.trace}-{mode}.json")
     events = [(e.key, getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)),

@@ -95,6 +95,8 @@ class RMSNormQuantFunction(torch.autograd.Function):
                                                     (("quant.output", output),)))
         copies = (q.view(x.shape) if q is not None else None, s, qt, st)
         ctx.mark_non_differentiable(*(c for c in copies if c is not None))
+        # the copies' gradients are never read: not made as zeros by autograd
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(x2, weight, rms)
         ctx.opts = (eps, x.shape)
         return (_grad_carrier(x, x.shape[-1]), *copies)
@@ -103,6 +105,8 @@ class RMSNormQuantFunction(torch.autograd.Function):
     def backward(ctx, gy, *_):
         x2, weight, rms = ctx.saved_tensors
         eps, shape = ctx.opts
+        if gy is None:  # y unused: its gradient zeros, as autograd would have made them
+            gy = x2.new_zeros(shape)
         dx, dw = _run("rmsnorm_backward", _flat(gy).contiguous(), x2, weight, rms, eps=eps)
         dw = dw.to(weight.dtype) if ctx.needs_input_grad[1] else None
         return dx.view(shape), dw, None, None, None

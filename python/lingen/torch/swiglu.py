@@ -63,6 +63,8 @@ class SwiGLUQuantFunction(torch.autograd.Function):
                    quant_output=output)
         copies = _quant_copies("swiglu_quant", res, output, (*x.shape[:-1], n))
         ctx.mark_non_differentiable(*(c for c in copies if c is not None))
+        # the copies' gradients are never read: not made as zeros by autograd
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(x2)
         ctx.opts = (round_scale, grad_sink, x.shape)
         return (_grad_carrier(x, n), *copies)
@@ -71,6 +73,8 @@ class SwiGLUQuantFunction(torch.autograd.Function):
     def backward(ctx, gy, *_):
         (x2,) = ctx.saved_tensors
         round_scale, grad_sink, shape = ctx.opts
+        if gy is None:  # y unused: its gradient zeros, as autograd would have made them
+            gy = x2.new_zeros(*shape[:-1], x2.shape[-1] // 2)
         g = _flat(gy).contiguous()
         dxq, dxs, dxqt, dxst, dx = _run("swiglu_quant_backward", g, x2, quant_round_scale=round_scale,
                                         quant_output="both", dx_bf16=True)
@@ -129,6 +133,8 @@ class BatchSwiGLUQuantFunction(torch.autograd.Function):
                    quant_round_scale=round_scale, quant_output=output)
         copies = _quant_copies("batch_swiglu_quant", res, output)
         ctx.mark_non_differentiable(*(c for c in copies if c is not None))
+        # the copies' gradients are never read: not made as zeros by autograd
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(x, p2, counts)
         ctx.opts = (round_scale, grad_sink, prob.shape, prob.dtype)
         return (_grad_carrier(x, n), *copies)
@@ -137,6 +143,8 @@ class BatchSwiGLUQuantFunction(torch.autograd.Function):
     def backward(ctx, gy, *_):
         x, p2, counts = ctx.saved_tensors
         round_scale, grad_sink, pshape, pdtype = ctx.opts
+        if gy is None:  # y unused: its gradient zeros, as autograd would have made them
+            gy = x.new_zeros(*x.shape[:-1], x.shape[-1] // 2)
         dxq, dxs, dp, dxqt, dxst, dx = _run("batch_swiglu_quant_backward", gy.contiguous(), x, p2,
                                             counts, quant_round_scale=round_scale,
                                             quant_output="both", dx_bf16=True)
