@@ -312,10 +312,24 @@ class Model(torch.nn.Module):
         return cls(ModelConfig.from_json(path, **overrides), mode, fused_head, head_chunk,
                    fp8_head)
 
+    def _freqs(self, s, device):
+        """rope_freqs for s positions on device, made once (kept, not a
+        buffer: the state dict is unchanged); made anew under torch.compile
+        and inference mode (whose tensors autograd could not save later)."""
+        c = self.cfg
+        key = (s, int(c.rotary_fraction * c.head_dim), c.rope_theta, device)
+        if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+            return rope_freqs(*key)
+        cache = self.__dict__.setdefault("_freqs_cache", {})
+        f = cache.get(key)
+        if f is None:
+            f = cache[key] = rope_freqs(*key)
+        return f
+
     def forward(self, ids, labels=None):
         b, s = ids.shape
         c = self.cfg
-        freqs = rope_freqs(s, int(c.rotary_fraction * c.head_dim), c.rope_theta, ids.device)
+        freqs = self._freqs(s, ids.device)
         x = self.embed(ids)
         for blk in self.blocks:
             x = blk(x, freqs)
