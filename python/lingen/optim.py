@@ -12,7 +12,10 @@ updated by one launch of the generated ``adamw`` kernel per (device,
 parameter dtype, gradient dtype) (a bf16 parameter: updated in fp32 and
 rounded to nearest even once, as torch's fused AdamW does):
 a device table of chunks (p, g, m, v, count) is built once per set of
-tensors (a pinned, asynchronous copy) and kept; the step count and the
+parameters and moments (a pinned, asynchronous copy) and kept; gradients
+made anew by each backward (zero_grad(set_to_none=True)) only have the
+table's gradient column rewritten on the device from a pinned copy of
+their addresses (no table built on the host a step); the step count and the
 learning rate live in device memory, so ``step()`` never synchronises with
 the host and can be captured in a CUDA graph (the parameters of one launch
 share one ``step`` tensor). Elsewhere (CPU tensors, or parameters that are
