@@ -9,7 +9,8 @@
  * output bit for bit. A family whose file says "elsewhere" is checked by
  * the GPU test it names. What stays in a gpu_test_<name>.c of its own is
  * what this check cannot say: refusals, accumulate, bf16 exactness, the
- * same bits on a second launch, typed launchers, bundles, multi-step state.
+ * same bits on a second launch, typed launchers, bundles, multi-step state,
+ * launches on other buffers and sizes.
  *
  *   gpu_test_families [FAMILY...]         run (every family, or those named)
  *   gpu_test_families --list [FAMILY...]  no GPU: every case file read, every
@@ -98,7 +99,9 @@ static void list_family(void **state)
 	for (size_t i = 0; i < f.n; i++) {
 		const struct lg_case *c = &f.c[i];
 		struct lg_target t;
-		const char *arch = c->needs[0] ? c->needs : c->context[0] ? c->context : "sm_90a";
+		/* the arch it compiles for: its context (with needs too: "needs"
+		 * picks the device, "context" what runs there), else needs */
+		const char *arch = c->context[0] ? c->context : c->needs[0] ? c->needs : "sm_90a";
 		if (!lg_target_parse(arch, &t))
 			fail_msg("case %d: \"%s\" is no arch", c->index, arch);
 		struct lg_spec v[LG_MAX_CANDIDATES];

@@ -31,6 +31,9 @@
  *    "context": "sm_90",            run on a context compiling for this arch
  *                                   when the device's is that arch with "a"
  *    "needs": "sm_90a",             run only where the device is this arch
+                                   (with context too: e.g. the mma.sync runs
+                                   an sm_90a device adds; --list generates
+                                   for the context's arch)
  *    "refused_ok": true}            a spec the parser refuses is skipped
  *                                   (e.g. a tile too large for shared memory)
  * Each spec runs at each size through lg_check_kernel (`lingen check`):
