@@ -34,8 +34,8 @@ static bool tall_default(const struct lg_spec *s, const struct lg_fp8_keys *k)
 }
 
 /* The tile of a spec: its keys over the defaults (tall_default's m and
- * cluster, else 128 x 128 and no cluster; stages 4 until fitted; ahead where
- * it can be: H100, bench/fp8-gemm.md, forward and dgrad 1-5% faster at
+ * cluster, else 128 x 128, clusters of two where k->pair says so; stages
+ * 4 until fitted; ahead where it can be: H100, bench/fp8-gemm.md, forward and dgrad 1-5% faster at
  * every shape measured). With tall false, 128 rows whatever the reduction
  * (the keys given that tile.m 256 cannot take: tile_keys). */
 static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual, bool tall)
@@ -58,6 +58,12 @@ static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_
 		g.bn = (int)lg_spec_int(s, k->tn);
 	if (lg_spec_has(s, k->stages))
 		g.stages = (int)lg_spec_int(s, k->stages);
+	/* clusters of two in the dense forward and dgrad (k->pair) at the tiles
+	 * measured, 128 or 256 rows by up to 128 columns: H100 and H200, this
+	 * session's two calls, 8192x3072x2048 826 -> 885 and 827 -> 881 TFLOP/s,
+	 * 4096x7168x16384 +3%, 9973x3584x5120 +1% */
+	if (k->pair && s->pass != LG_PASS_WGRAD && g.bm >= 128 && g.bn <= 128)
+		g.cluster = 2;
 	if (lg_spec_has(s, k->cl))
 		g.cluster = (int)lg_spec_int(s, k->cl);
 	g.ahead = lg_spec_has(s, k->ah) ? lg_spec_int(s, k->ah) != 0 : lg_fp8_gemm_can_ahead(&g);

@@ -23,6 +23,7 @@
 struct lg_fp8_keys {
 	int tm, tn, stages, acc, cl, ah, ep, n, k;
 	int m256_at; /* the static reduction from which tile.m 256 is the default (0: never) */
+	bool pair;   /* clusters of two are the forward's and dgrad's default */
 };
 /* cluster: CTAs a cluster (1 or 2), ahead: 0 or 1, epilogue: 0 from
  * registers, else through shared memory and TMA with that many buffers a
@@ -57,7 +58,8 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_keys *k, const struct lg_fp8_tile *tl,
 				  const char *const tmaps[3], const char *cols, bool manual);
 /* The tile on t: the spec's keys, else 128 x 128 (256 x 128 in clusters
- * of two from a static reduction of k->m256_at, where the keys allow it),
+ * of two from a static reduction of k->m256_at, where the keys allow it;
+ * with k->pair clusters of two in the forward and dgrad),
  * the epilogue through TMA where 3 stages fit beside its buffers and the
  * pass's reduction is not a static 4096 or more (measured:
  * bench/fp8-gemm.md), ahead where it can be, and the stages that fit beside

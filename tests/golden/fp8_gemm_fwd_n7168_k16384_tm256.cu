@@ -5,6 +5,7 @@
 
 // ----- helpers from templates/, those the code below uses -----
 typedef unsigned char u8;
+typedef unsigned short u16;
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef long long i64;
@@ -45,6 +46,14 @@ static __device__ __forceinline__ u32 lg_pack_bf16x2(float lo, float hi)
 	return d;
 }
 
+// Barrier over every thread of the cluster; shared memory writes before it
+// are visible to the cluster's CTAs after it.
+static __device__ __forceinline__ void lg_cluster_sync()
+{
+	asm volatile("barrier.cluster.arrive.release.aligned;\n\t"
+		     "barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // The shared-window address of a generic pointer to shared memory.
 static __device__ __forceinline__ u32 lg_smem_addr(const void *p)
 {
@@ -71,13 +80,6 @@ static __device__ __forceinline__ void lg_mbar_expect(u64 *bar, u32 bytes)
 {
 	asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
 		     :: "r"(lg_smem_addr(bar)), "r"(bytes) : "memory");
-}
-
-// Arrive on bar (one of its `count` arrivals).
-static __device__ __forceinline__ void lg_mbar_arrive(u64 *bar)
-{
-	asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];"
-		     :: "r"(lg_smem_addr(bar)) : "memory");
 }
 
 // Wait until the phase of bar with parity `parity` has completed.
@@ -140,6 +142,32 @@ static __device__ __forceinline__ void lg_wg_commit()
 // Raise this warpgroup's registers a thread to n (the consumers' accumulators).
 #define lg_setmaxnreg_inc(n) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(n))
 
+// lg_tma_load_2d multicast: the box lands at dst's offset in the shared
+// memory of every CTA of the cluster in `mask` (bit r: rank r), completing
+// its bytes on the mbarrier at bar's offset in each of them.
+static __device__ __forceinline__ void
+lg_tma_load_2d_mc(void *dst, const lg_tmap *tm, u64 *bar, int c0, int c1, u16 mask)
+{
+	asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+		     ".multicast::cluster [%0], [%1, {%3, %4}], [%2], %5;"
+		     :: "r"(lg_smem_addr(dst)), "l"((u64)tm), "r"(lg_smem_addr(bar)),
+		     "r"(c0), "r"(c1), "h"(mask) : "memory");
+}
+
+// Arrive on the mbarrier at bar's offset in CTA `rank` of the cluster: a
+// consumer releasing a stage that a TMA multicast refills. CTA-scope release
+// (the default, as CUTLASS's ClusterBarrier::arrive): what it orders is this
+// CTA's finished reads of its own shared memory; a cluster-scope release
+// waits for the thread's outstanding global loads too (prefetched scales),
+// which made the FP8 GEMM 3x slower (H100, bench/fp8-gemm.md).
+static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
+{
+	asm volatile("{\n\t.reg .b32 ra;\n\t"
+		     "mapa.shared::cluster.u32 ra, %0, %1;\n\t"
+		     "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}"
+		     :: "r"(lg_smem_addr(bar)), "r"(rank) : "memory");
+}
+
 // ----- helpers for this spec -----
 // acc (64 x 128, fp32) = (add ? acc : 0) + A (64 x 32 at descriptor da) . B (128 x 32 at
 // db)^T, both e4m3 K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.
@@ -170,6 +198,12 @@ fp8_wgmma(float acc[64], u64 da, u64 db, int add)
 		  "+f"(acc[60]), "+f"(acc[61]), "+f"(acc[62]), "+f"(acc[63])
 		: "l"(da), "l"(db), "r"(add));
 }
+// A consumer warp releases a stage: on both CTAs' barriers (both producers refill it).
+static __device__ __forceinline__ void
+fp8_release(u64 *bar)
+{
+	for (u32 q = 0; q < 2; q++) lg_mbar_arrive_cta(bar, q);
+}
 // An output pair (row, col), (row, col + 1) of [rows, 7168] bf16.
 static __device__ __forceinline__ void
 lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
@@ -179,7 +213,7 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 }
 
 // ----- lg_fp8_gemm_fwd_bf16_n7168_k16384_tm256: y = x . w^T -----
-extern "C" __global__ void __launch_bounds__(384, 1)
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
 lg_fp8_gemm_fwd_bf16_n7168_k16384_tm256(
 	u64 /* x */, u64 x_scale, u64 /* w */, u64 w_scale, u64 y, i64 M, i64 /* part */,
 	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w)
@@ -195,40 +229,43 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm256(
 	float *const scales = (float *)(ring + 196608);
 	u64 *const full = (u64 *)(scales + 1040), *const empty = full + 4;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+	const int rank = (int)(blockIdx.x % 2); // in the cluster
 	const i64 rtiles = (M + 255) / 256;
-	const i64 tiles = rtiles * 56;
+	const i64 tiles = rtiles * 28;
 	if (threadIdx.x == 0) {
-		if (tiles > (i64)blockIdx.x) {
+		if (tiles > (i64)(blockIdx.x / 2)) {
 			lg_tma_prefetch(&tm_x);
 			lg_tma_prefetch(&tm_w);
 		}
 		#pragma unroll
 		for (int s = 0; s < 4; s++) {
 			lg_mbar_init(&full[s], 33); // the loads' thread, the scale warp's lanes
-			lg_mbar_init(&empty[s], 8); // every consumer warp
+			lg_mbar_init(&empty[s], 16); // every consumer warp of the cluster
 		}
 		lg_mbar_fence_init();
 	}
-	__syncthreads();
+	lg_cluster_sync(); // the cluster's barriers ready before any multicast
 	if (wg == 2) {
 		// Producer: one thread loads each stage once its consumers released it.
 		lg_setmaxnreg_dec(48);
 		if (threadIdx.x == 256) {
 			int it = 0;
-			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+			for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
 				// Grouped raster: 16 row tiles at a time sweep the columns.
-				const i64 first = tile / 896 * 16, r = tile % 896;
+				const i64 first = tile / 448 * 16, r = tile % 448;
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 				const int ta = (int)((first + r % gs) * 256);
-				const int tb = (int)((r / gs) * 128);
+				const int tb = (int)((r / gs) * 256 + rank * 128);
 				const int nkt = (int)((16384ll + 127) / 128);
+				const int ah = ta + rank * 128; // its half of A, multicast
 				for (int kt = 0; kt < nkt; kt++, it++) {
 					const int s = it % 4;
 					if (it >= 4) lg_mbar_wait(&empty[s], ((it / 4) - 1) & 1);
 					u8 *const sd = ring + s * 49152;
 					lg_mbar_expect(&full[s], 49152u);
 					const int r0 = kt * 128;
-					lg_tma_load_2d(sd, &tm_x, &full[s], r0, ta);
+					u8 *const sh = sd + rank * 16384;
+					lg_tma_load_2d_mc(sh, &tm_x, &full[s], r0, ah, 3);
 					lg_tma_load_2d(sd + 32768, &tm_w, &full[s], r0, tb);
 				}
 			}
@@ -236,12 +273,12 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm256(
 		else if (warp == 1) {
 			// Scale warp: each stage's scales, beside the loads' TMA.
 			int it = 0;
-			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+			for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
 				// Grouped raster: 16 row tiles at a time sweep the columns.
-				const i64 first = tile / 896 * 16, r = tile % 896;
+				const i64 first = tile / 448 * 16, r = tile % 448;
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 				const int ta = (int)((first + r % gs) * 256);
-				const i64 oc = (r / gs) * 128;
+				const i64 oc = (r / gs) * 256 + rank * 128;
 				const int nkt = (int)((16384ll + 127) / 128);
 				const i64 rend = M;
 				for (int kt = 0; kt < nkt; kt++, it++) {
@@ -264,6 +301,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm256(
 				}
 			}
 		}
+		lg_cluster_sync(); // the other CTA is done with this one's stages
 		return;
 	}
 	lg_setmaxnreg_inc(224);
@@ -273,12 +311,12 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm256(
 	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
 	const int rl = wg * 128 + warp * 16 + (lane >> 2); // rows rl, rl + 8 (+ 64 w) of a tile
 	int it = 0;
-	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+	for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
 		// Grouped raster: 16 row tiles at a time sweep the columns.
-		const i64 first = tile / 896 * 16, r = tile % 896;
+		const i64 first = tile / 448 * 16, r = tile % 448;
 		const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
 		const int ta = (int)((first + r % gs) * 256);
-		const i64 oc = (r / gs) * 128;
+		const i64 oc = (r / gs) * 256 + rank * 128;
 		const int nkt = (int)((16384ll + 127) / 128);
 		const i64 rend = M;
 		const i64 row = (i64)ta + rl;
@@ -324,7 +362,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm256(
 				lg_wg_commit();
 				const float sa0 = sl[rl + 64], sa1 = sl[rl + 72];
 				lg_wg_wait(0);
-				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				if (lane == 0) fp8_release(&empty[s]);
 				#pragma unroll
 				for (int j = 0; j < 16; j++) {
 					const float c = sb0;
@@ -347,4 +385,5 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm256(
 			if (row + 72 < rend) lg_st_out((u8 *)y, row + 72, col, v[66], v[67]);
 		}
 	}
+	lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done
 }
