@@ -49,6 +49,14 @@ static const char *nm(const char *name, const char *def)
 const int64_t lg_qe_tiles_ok[] = {1, 2, 4, 8, 0};
 const int64_t lg_qe_qt_store_ok[] = {1, 2, 0};
 
+int lg_qe_flat_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
+			  int k_threads, const int64_t *threads_ok, int k_qt_store)
+{
+	static const int64_t qt_store[] = {2, 1, 0};
+	int n = lg_candidate_values(s, t, out, 0, max, k_threads, threads_ok);
+	return lg_quant_colwise(s) ? lg_candidate_times(s, t, out, 0, n, max, k_qt_store, qt_store) : n;
+}
+
 bool lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k)
 {
 	if (k < 0)

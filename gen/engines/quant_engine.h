@@ -181,6 +181,12 @@ extern const int64_t lg_qe_qt_store_ok[];
  * whether the former (narrow) store is asked for. */
 bool lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k);
 
+/* `lingen tune`'s tiles of a flat quantiser (fp8_quant's layout): each of
+ * threads_ok (key k_threads), each with both qt stores (key k_qt_store)
+ * when the columnwise copy is asked for. */
+int lg_qe_flat_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
+			  int k_threads, const int64_t *threads_ok, int k_qt_store);
+
 /* Plan helpers for families whose tile is the engine's own keys: plan
  * values LG_QE_PV_* of struct lg_plan.v (a family using them keeps its own
  * values after LG_QE_PV_COUNT). */

@@ -66,9 +66,9 @@
 #include <stdio.h>
 
 #include "cross_entropy.h"
+#include "cross_entropy_grad.h"
 
 #include "error.h"
-#include "json.h" /* lg_json_fp32_ok */
 #include "templates.h"
 
 static const char *const part_names[PART_COUNT] = {"full", "shard", "merge"};
@@ -161,13 +161,9 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 	int part = part_of(s);
 	bool bwd = s->pass == LG_PASS_BACKWARD;
 	int64_t v = lg_spec_int(s, K_VOCAB), c = lg_spec_int(s, K_CLASSES);
-	if (!(e >= 0.0 && e <= 1.0)) /* torch's range: e = 1 is the uniform target */
-		return lg_spec_error(where, "label_smoothing: found %g, allowed: 0 <= e <= 1", e);
-	const int64_t cls = c ? c : v; /* e / classes is a constant of the kernel */
-	if (!lg_json_fp32_ok(e / (double)cls))
-		return lg_spec_error(where, "label_smoothing: found %g, whose share of each of %lld classes, %g, "
-					    "is not an fp32 normal; allowed: 0, or at least %g",
-				     e, (long long)cls, e / (double)cls, 0x1p-126 * (double)cls);
+	lg_status st = lg_ce_check_smoothing(e, c ? c : v, where);
+	if (st != LG_OK)
+		return st;
 	if (bwd && part == PART_MERGE)
 		return lg_spec_error(where, "part: found \"merge\" with pass \"backward\", allowed: \"full\" or "
 					    "\"shard\" (the merge is a forward kernel)");

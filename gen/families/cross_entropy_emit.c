@@ -139,6 +139,17 @@ void lg_ce_emit_exp(lg_buf *b)
 	lg_close(b);
 }
 
+lg_status lg_ce_check_smoothing(double e, int64_t classes, const char *where)
+{
+	if (!(e >= 0.0 && e <= 1.0)) /* torch's range: e = 1 is the uniform target */
+		return lg_spec_error(where, "label_smoothing: found %g, allowed: 0 <= e <= 1", e);
+	if (!lg_json_fp32_ok(e / (double)classes)) /* e / classes is a constant of the kernel */
+		return lg_spec_error(where, "label_smoothing: found %g, whose share of each of %lld classes, %g, "
+					    "is not an fp32 normal; allowed: 0, or at least %g",
+				     e, (long long)classes, e / (double)classes, 0x1p-126 * (double)classes);
+	return LG_OK;
+}
+
 void lg_ce_emit_shares(lg_buf *b, double e, int64_t classes)
 {
 	char e1[LG_FLOAT_LITERAL_MAX], ec[LG_FLOAT_LITERAL_MAX];

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "error.h"
 
 /* The device helper lg_ce_exp(d) = e^d for d <= 0 (ex2.approx.ftz of d
  * log2 e in fp32; 0 for -inf). */
@@ -20,6 +21,9 @@ void lg_ce_emit_exp(lg_buf *b);
  * int64, the latter read as two 4-byte words) and `const bool ign`
  * (y == ignore). */
 void lg_ce_emit_label(lg_buf *b, bool i32, int64_t ignore, const char *row);
+/* label_smoothing e over `classes` classes: in torch's [0, 1], and e /
+ * classes (a constant of the kernels) 0 or an fp32 normal. */
+lg_status lg_ce_check_smoothing(double e, int64_t classes, const char *where);
 /* `const float gy, ge`: the target's share (1 - e) g0 and the smoothing's
  * e / classes g0 of the fp32 output gradient g0 (a name in scope). The
  * gradient of x is then lg_ce_exp(x - m) * gs - ge, less gy at the label,

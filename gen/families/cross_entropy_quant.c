@@ -85,15 +85,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
-	double e = lg_spec_num(s, K_SMOOTH);
-	int64_t v = lg_spec_int(s, K_VOCAB);
-	if (!(e >= 0.0 && e <= 1.0)) /* torch's range: e = 1 is the uniform target */
-		return lg_spec_error(where, "label_smoothing: found %g, allowed: 0 <= e <= 1", e);
-	if (e > 0.0 && e / (double)v < 0x1p-126) /* e / C a constant of the kernel: an fp32 normal */
-		return lg_spec_error(where, "label_smoothing: found %g, whose share of each of %lld classes is not an "
-					    "fp32 normal; allowed: 0, or at least %g",
-				     e, (long long)v, 0x1p-126 * (double)v);
-	return LG_OK;
+	return lg_ce_check_smoothing(lg_spec_num(s, K_SMOOTH), lg_spec_int(s, K_VOCAB), where);
 }
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
@@ -179,9 +171,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 /* Tile variants for `lingen tune`: fp8_quant's. */
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max)
 {
-	static const int64_t qt_store[] = {2, 1, 0};
-	int n = lg_candidate_values(s, t, out, 0, max, K_THREADS, threads_ok);
-	return lg_quant_colwise(s) ? lg_candidate_times(s, t, out, 0, n, max, K_QT_STORE, qt_store) : n;
+	return lg_qe_flat_candidates(s, t, out, max, K_THREADS, threads_ok, K_QT_STORE);
 }
 
 static void uses(const struct lg_spec *s, unsigned char *used)

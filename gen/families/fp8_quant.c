@@ -107,9 +107,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 static int candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out,
 		      int max)
 {
-	static const int64_t qt_store[] = {2, 1, 0};
-	int n = lg_candidate_values(s, t, out, 0, max, K_THREADS, threads_ok);
-	return lg_quant_colwise(s) ? lg_candidate_times(s, t, out, 0, n, max, K_QT_STORE, qt_store) : n;
+	return lg_qe_flat_candidates(s, t, out, max, K_THREADS, threads_ok, K_QT_STORE);
 }
 
 static void uses(const struct lg_spec *s, unsigned char *used)
