@@ -66,7 +66,8 @@ static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_
 		g.cluster = 2;
 	if (lg_spec_has(s, k->cl))
 		g.cluster = (int)lg_spec_int(s, k->cl);
-	g.ahead = lg_spec_has(s, k->ah) ? lg_spec_int(s, k->ah) != 0 : lg_fp8_gemm_can_ahead(&g);
+	/* (the wgrad is not ahead by default: not yet measured on the GPU) */
+	g.ahead = lg_spec_has(s, k->ah) ? (int)lg_spec_int(s, k->ah) : lg_fp8_gemm_can_ahead(&g) && !g.b_rowscale;
 	return g;
 }
 
@@ -141,7 +142,7 @@ struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_k
 	g.bn = tl->bn;
 	g.stages = tl->stages;
 	g.cluster = tl->cluster;
-	g.ahead = tl->ahead != 0;
+	g.ahead = tl->ahead;
 	g.c_bufs = tl->epilogue;
 	g.a_tmap = tmaps[0];
 	g.b_tmap = tmaps[1];
@@ -200,7 +201,7 @@ int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	/* stages: the first is what the grid's tiles have (as many as fit) */
 	static const int64_t tm[] = {128, 64, 256, 0}, tn[] = {128, 160, 192, 96, 64, 256, 0}, st[] = {8, 5, 4, 0};
-	static const int64_t cl[] = {1, 2, 0}, ah[] = {1, 0, 0};
+	static const int64_t cl[] = {1, 2, 0}, ah[] = {1, 8, 16, 0, 0};
 	int n = lg_candidate_grid(s, t, out, 0, max, k->tm, tm, k->tn, tn);
 	n = lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
 	n = lg_candidate_times(s, t, out, 0, n, max, k->cl, cl);

@@ -25,7 +25,7 @@ struct lg_fp8_keys {
 	int m256_at; /* the static reduction from which tile.m 256 is the default (0: never) */
 	bool pair;   /* clusters of two are the forward's and dgrad's default */
 };
-/* cluster: CTAs a cluster (1 or 2), ahead: 0 or 1, epilogue: 0 from
+/* cluster: CTAs a cluster (1 or 2), ahead: 0..32 (fp8_gemm_emit.h), epilogue: 0 from
  * registers, else through shared memory and TMA with that many buffers a
  * warpgroup (fp8_gemm_emit.h) */
 struct lg_fp8_tile {
@@ -37,8 +37,9 @@ struct lg_fp8_tile {
 		    "CTAs a cluster: 2 share A's tile by TMA multicast (bm / 2 rows each), halving its L2 reads")
 /* The tile.ahead key of a family's table. */
 #define LG_FP8_KEY_AHEAD                                                                                     \
-	LG_KEY_TILE("ahead", "a", 0, 1, NULL,                                                                 \
-		    "1: the next stage's wgmmas issued before this one's promotion (tile.n up to 128)")
+	LG_KEY_TILE("ahead", "a", 0, 32, NULL,                                                                \
+		    "the next stage's wgmmas issued before this one's promotion (tile.n up to 128), in groups of "   \
+		    "4 stages (1) or of this many (2-32; a group's last promotion waits); 0: off")
 /* The tile.epilogue key of a family's table. */
 #define LG_FP8_KEY_EPILOGUE                                                                                  \
 	LG_KEY_TILE("epilogue", "e", 0, 2, NULL,                                                              \

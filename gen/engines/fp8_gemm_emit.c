@@ -22,7 +22,15 @@ static int consumers(const struct lg_fp8_gemm *g) { return g->bm / (64 * waves(g
 
 int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
 
-bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g) { return g->bn <= 128 && !g->b_rowscale && waves(g) == 1; }
+bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g) { return g->bn <= 128 && waves(g) == 1; }
+
+/* Stages a group of the `ahead` loop (tile.ahead 1: 4). */
+static int group(const struct lg_fp8_gemm *g) { return g->ahead > 1 ? g->ahead : 4; }
+
+/* Does the promotion read B's per-row scales from the stage's slot (the
+ * wgrad ahead: no registers for them beside two buffers of partial sums),
+ * so that the stage is released after it? */
+static bool late_scales(const struct lg_fp8_gemm *g) { return g->ahead && g->b_rowscale; }
 
 int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return lg_wgp_threads(consumers(g)); }
 
@@ -96,9 +104,10 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 		return "tile.n whose tiles span at most two 128-column scale blocks (16..128, 144, 160, 192, 256)";
 	if (g->stages < 2 || g->stages > 8)
 		return "tile.stages 2 to 8";
+	if (g->ahead < 0 || g->ahead > 32)
+		return "tile.ahead 0 (off), 1 (groups of 4 stages) or the stages of a group, 2 to 32";
 	if (g->ahead && !lg_fp8_gemm_can_ahead(g))
-		return "tile.ahead with tile.n up to 128 and tile scales (three buffers of bn / 2 registers; not the "
-		       "wgrad, whose per-column scales take bn / 4 more)";
+		return "tile.ahead with tile.n up to 128 (three buffers of bn / 2 registers)";
 	if (g->cluster < 0 || g->cluster > 2 || (g->manual && lg_fp8_gemm_cluster(g) > 1))
 		return "tile.cluster 1 or 2 (1 where the operands are copied without tensor maps: the grouped wgrad)";
 	return NULL;
@@ -385,6 +394,8 @@ static void emit_scales_of(lg_buf *b, const struct lg_fp8_gemm *g, bool rows)
 			lg_line(b, "const float sb0 = sl[%d], sb1 = sl[%d];", g->bm, g->bm + 1);
 		return;
 	}
+	if (late_scales(g))
+		return; /* read in the promotion */
 	lg_comment(b, "B's of columns col and col + 1 (col even): one 8-byte load");
 	lg_line(b, "float2 sbv[%d];", g->bn / 8);
 	lg_line(b, "#pragma unroll");
@@ -407,7 +418,10 @@ static void emit_promote_wave(lg_buf *b, const struct lg_fp8_gemm *g, const char
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
 	if (g->b_rowscale) {
-		lg_line(b, "const float c0 = sbv[j].x, c1 = sbv[j].y;");
+		if (late_scales(g)) /* the stage's slot, released after this */
+			lg_line(b, "const float2 cv = *(const float2 *)(sl + %d + j * 8 + (lane & 3) * 2);", g->bm);
+		lg_line(b, "const float c0 = %s.x, c1 = %s.y;", late_scales(g) ? "cv" : "sbv[j]",
+			late_scales(g) ? "cv" : "sbv[j]");
 		lg_line(b, "%s4 * j] += %s[4 * j] * (sa0 * c0);", a, ps);
 		lg_line(b, "%s4 * j + 1] += %s[4 * j + 1] * (sa0 * c1);", a, ps);
 		lg_line(b, "%s4 * j + 2] += %s[4 * j + 2] * (sa1 * c0);", a, ps);
@@ -469,6 +483,17 @@ static void emit_release(lg_buf *b, const struct lg_fp8_gemm *g, const char *pre
 	lg_wgp_emit_release(b, &p, prefix, NULL, "s");
 }
 
+/* The stage's release and the promotion of `ps`: released first, unless
+ * the promotion reads the stage's scales (late_scales). */
+static void emit_promote_released(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps)
+{
+	if (!late_scales(g))
+		emit_release(b, g, prefix);
+	emit_promote(b, g, ps);
+	if (late_scales(g))
+		emit_release(b, g, prefix);
+}
+
 /* One stage of a consumer warpgroup: its wgmmas into `ps`, then the
  * promotion into acc. */
 static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps)
@@ -478,8 +503,7 @@ static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 	if (waves(g) == 1) {
 		emit_scales(b, g);
 		lg_line(b, "lg_wg_wait(0);");
-		emit_release(b, g, prefix);
-		emit_promote(b, g, ps);
+		emit_promote_released(b, g, prefix, ps);
 		return;
 	}
 	/* waves: each awaited and promoted before the next is issued into the
@@ -528,18 +552,15 @@ static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char 
 		lg_line(b, "lg_wg_wait(0);");
 	}
 	emit_hold(b, prefix, cur);
-	emit_release(b, g, prefix);
-	emit_promote(b, g, cur);
+	emit_promote_released(b, g, prefix, cur);
 	lg_line(b, "it++;");
 	lg_close(b);
 }
 
-/* Stages a group of the `ahead` loop: all but its last promotion overlap
- * the next stage's wgmmas (the other consumer warpgroup's fill the rest). */
-#define GROUP 4
-
-/* A tile's reduction loop: one stage at a time, or (ahead) groups of GROUP
- * stages over two buffers of partial sums, then the stages left one at a
+/* A tile's reduction loop: one stage at a time, or (ahead) groups of
+ * group(g) stages over two buffers of partial sums (all but a group's last
+ * promotion overlap the next stage's wgmmas; the other consumer
+ * warpgroup's fill the rest), then the stages left one at a
  * time. Each group retires its wgmmas before the loop's back edge: ptxas
  * serialises every wgmma of a loop whose back edge a wgmma is still in
  * flight across when other instructions read an accumulator (C7514). */
@@ -547,13 +568,14 @@ static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *p
 {
 	if (g->ahead) {
 		lg_line(b, "int k4 = 0;");
-		lg_open(b, "for (; k4 + %d <= nkt; k4 += %d) {", GROUP, GROUP);
+		lg_open(b, "for (; k4 + %d <= nkt; k4 += %d) {", group(g), group(g));
 		lg_open(b, "{");
 		lg_line(b, "const int s = it %% %d;", g->stages);
 		emit_issue(b, g, prefix, "psum0", "s", "it");
 		lg_close(b);
-		for (int j = 0; j < GROUP; j++)
-			emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1", j + 1 < GROUP);
+		for (int j = 0; j < group(g); j++)
+			emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1",
+					 j + 1 < group(g));
 		lg_close(b);
 	}
 	lg_open(b, "for (int kt = %s; kt < nkt; kt++, it++) {", g->ahead ? "k4" : "0");

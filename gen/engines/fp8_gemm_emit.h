@@ -109,9 +109,13 @@ struct lg_fp8_gemm {
 	bool manual;
 	/* CTAs a cluster sharing A's tile by multicast: 1 (0: 1) or 2; TMA only */
 	int cluster;
-	/* the consumers issue the next stage's wgmmas (into a second buffer of
-	 * partial sums) before promoting this one's: bn <= 128 */
-	bool ahead;
+	/* 0, or the consumers issue the next stage's wgmmas (into a second
+	 * buffer of partial sums) before promoting this one's, in groups of 4
+	 * stages (1) or of `ahead` stages (2..32): bn <= 128. A group's last
+	 * promotion waits for its wgmmas (ptxas serialises a loop whose back
+	 * edge a wgmma is in flight across), so longer groups leave fewer of
+	 * those; a static reduction of one group has none but the tile's last. */
+	int ahead;
 	/* the output through shared memory and TMA (above): c_tmap its tensor
 	 * map ("&tm_y"; NULL: stores from registers), c_elem its element bytes
 	 * (2: bf16, 4: fp32), c_add: the stores add to it (accumulate, fp32) */
@@ -129,13 +133,13 @@ int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g);
 unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g);
 /* CTAs of g's cluster (1 or 2). */
 int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g);
-/* May g be `ahead` (three buffers of bn / 2 registers: bn <= 128; not with
- * per-row B scales, whose bn / 4 more registers do not fit)? */
+/* May g be `ahead` (three buffers of bn / 2 registers: bn <= 128; with
+ * per-row B scales those are read from shared memory in the promotion)? */
 bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g);
 /* NULL when g is a valid tile, else why not: bm 64 or 128, bn a multiple
  * of 16 up to 256 whose tiles span at most two 128-blocks of B's tile
  * scales, stages 2..8, a cluster of 1 or 2 (1 with manual operands),
- * ahead with bn <= 128. */
+ * ahead 0..32 with bn <= 128. */
 const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g);
 /* The stages that fit `limit` bytes, at most `want` (at least 2). */
 int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit);
