@@ -4,7 +4,9 @@ families): each module defines
     def cases(quick) -> list of Case
 
 and is found by name (every module of this package), so adding a family's
-rows touches no other file. A Case names the kernel row and shape, gives
+rows touches no other file. A Case names the kernel row and shape (and
+`family`, the registry's family whose kernel its lingen row times: every
+family has a quick row, tests/test_bench.py checks), gives
 linghe's H200 time from docs/performance.md when there is one, and a
 `make(env)` that allocates the inputs and returns a Setup: the callables
 to time by implementation ("lingen", "eager", "compile", "liger", ...),
@@ -40,6 +42,7 @@ class Case:
     linghe_us: Optional[float] = None
     rtol: float = 2e-2
     extra: dict = field(default_factory=dict)
+    family: Optional[str] = None  # the lingen family the row times (lingen.families())
 
 
 def linghe(env, name):

@@ -101,7 +101,7 @@ def cases(quick):
         for kernel, make in (("qk_norm_rope fwd", _rope_fwd), ("qk_norm_rope bwd", _rope_bwd)):
             out.append(Case(kernel, shape,
                             lambda env, a=(S, B, H, h, D), m=make: m(env, *a),
-                            LINGHE_US.get((kernel, shape))))
+                            LINGHE_US.get((kernel, shape)), family="qk_norm_rope"))
     gate = [(2, 4096, 2048, 4)] if quick else [(2, 4096, 2048, 4), (1, 8192, 4096, 8)]
     gate += [] if quick else [(1, t, 2048, 4) for t in ODD_TOKENS]
     for B, L, dim, G in gate:
@@ -109,5 +109,5 @@ def cases(quick):
         for kernel, make in (("group_rmsnorm_gate fwd", _gate_fwd),
                              ("group_rmsnorm_gate bwd", _gate_bwd)):
             out.append(Case(kernel, shape, lambda env, a=(B, L, dim, G), m=make: m(env, *a),
-                            LINGHE_US.get((kernel, shape))))
+                            LINGHE_US.get((kernel, shape)), family="group_rmsnorm_gate"))
     return out

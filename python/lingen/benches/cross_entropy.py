@@ -113,5 +113,5 @@ def cases(quick):
                 continue
             shape = f"{t}x{v}"
             out.append(Case(kernel, shape, lambda env, t=t, v=v, make=make: make(env, t, v),
-                            LINGHE_US.get((kernel, shape))))
+                            LINGHE_US.get((kernel, shape)), family=kernel.split()[0]))
     return out

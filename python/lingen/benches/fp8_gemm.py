@@ -57,9 +57,9 @@ def cases(quick):
     dense = [(4096, 7168, 16384), (8192, 3072, 2048), (8192, 2048, 2048)]
     dense += [(t, 4096, 7168) for t in ODD_TOKENS]  # the odd-shape rule (full run only)
     out = [Case("fp8_gemm fwd", f"{m}x{n}x{k}", lambda env, m=m, n=n, k=k: _dense(env, m, n, k),
-                extra={"flops": 2.0 * m * n * k}) for m, n, k in (dense[:1] if quick else dense)]
+                extra={"flops": 2.0 * m * n * k}, family="fp8_gemm") for m, n, k in (dense[:1] if quick else dense)]
     for n, k in ((1024, 2048), (2048, 512))[:1 if quick else 2]:
         out.append(Case("fp8_grouped_gemm fwd", f"256x65536x{n}x{k}",
                         lambda env, n=n, k=k: _grouped(env, 256, 65536, n, k),
-                        extra={"flops": 2.0 * 65536 * n * k}))
+                        extra={"flops": 2.0 * 65536 * n * k}, family="fp8_grouped_gemm"))
     return out

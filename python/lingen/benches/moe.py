@@ -224,18 +224,21 @@ def cases(quick):
             for kernel, make in (("moe row map", _map), ("moe row map top-k", _map_topk)):
                 out.append(Case(kernel, shape,
                                 lambda env, t=t, e=e, k=k, make=make: make(env, t, e, k),
-                                LINGHE_US.get((kernel, shape)), rtol=0.0))
+                                LINGHE_US.get((kernel, shape)), rtol=0.0,
+                                family="moe_row_map"))
         shape = f"{t}x{h} e{e} top{k}"
-        for kernel, make, rtol in (("moe permute", _permute, 2e-2),
-                                   ("moe permute fp8", _permute_fp8, 0.0),
-                                   ("moe unpermute", _unpermute, 2e-2),
-                                   ("moe permute+quant", _permute_quant, 2e-2),
-                                   ("moe permute bwd", _permute_bwd, 2e-2),
-                                   ("moe unpermute bwd weighted", _unpermute_bwd, 2e-2)):
+        for kernel, make, rtol, fam in (
+                ("moe permute", _permute, 2e-2, "moe_permute"),
+                ("moe permute fp8", _permute_fp8, 0.0, "moe_permute"),
+                ("moe unpermute", _unpermute, 2e-2, "moe_unpermute"),
+                ("moe permute+quant", _permute_quant, 2e-2, "moe_permute_quant"),
+                ("moe permute bwd", _permute_bwd, 2e-2, "moe_permute"),
+                ("moe unpermute bwd weighted", _unpermute_bwd, 2e-2, "moe_unpermute")):
             out.append(Case(kernel, shape,
                             lambda env, t=t, h=h, e=e, k=k, make=make: make(env, t, h, e, k),
-                            LINGHE_US.get((kernel, shape)), rtol=rtol))
+                            LINGHE_US.get((kernel, shape)), rtol=rtol, family=fam))
     if not quick:  # K4b's random expert counts beside counts padded to multiples of 128
         out.append(Case("moe permute+quant", "8192x2048 e256 top8 m128",
-                        lambda env: _permute_quant(env, 8192, 2048, 256, 8, 128), rtol=2e-2))
+                        lambda env: _permute_quant(env, 8192, 2048, 256, 8, 128), rtol=2e-2,
+                        family="moe_permute_quant"))
     return out

@@ -96,5 +96,5 @@ def cases(quick):
         for t, h in big + small:
             shape = f"{t}x{h}"
             out.append(Case(kernel, shape, lambda env, t=t, h=h, make=make: make(env, t, h),
-                            LINGHE_US.get((kernel, shape))))
+                            LINGHE_US.get((kernel, shape)), family=kernel.split()[0]))
     return out

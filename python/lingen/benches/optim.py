@@ -15,6 +15,8 @@ written in the same pass (lingen.optim.AdamW(fp8_weights=True), the adamw_fp8
 kernel) against the adamw step followed by the forward's quantisation of
 each weight (lingen.nn's quant_weight: fp8_quant_weight); 16 bytes a
 parameter (bf16 p, g, m, v; q and qt)."""
+import dataclasses
+
 from . import Case, Setup
 
 LR = 1e-5
@@ -106,6 +108,11 @@ def _case_fp8(total):
 
 
 def cases(quick):
+    # each row's family is its first word (adamw, adamw_fp8)
+    return [dataclasses.replace(c, family=c.kernel.split()[0]) for c in _cases(quick)]
+
+
+def _cases(quick):
     if quick:
         return [Case("adamw fp32", "7 tensors, 4 M params", _case(4_000_000), rtol=1e-2),
                 Case("adamw_fp8 bf16", "2 weights, 6 M params", _case_fp8(6_000_000), rtol=2e-2)]

@@ -58,14 +58,16 @@ def _weight(env, n, k):
 
 def cases(quick):
     out = [Case("fp8_quant_batched", "65536x1024 E256",
-                lambda env: _batched(env, 65536, 1024, 256))]
+                lambda env: _batched(env, 65536, 1024, 256), family="fp8_quant_batched")]
     if not quick:  # random counts beside the same rounded to multiples of 128; odd totals
         for t, h, e, aligned in ((65536, 1024, 256, True), (8192, 2048, 32, False),
                                  (8192, 2048, 32, True),
                                  *((t, 2048, 32, False) for t in ODD_TOKENS if t != 8192)):
             out.append(Case("fp8_quant_batched",
                             f"{t}x{h} E{e}" + (" counts%128" if aligned else ""),
-                            lambda env, t=t, h=h, e=e, a=aligned: _batched(env, t, h, e, a)))
+                            lambda env, t=t, h=h, e=e, a=aligned: _batched(env, t, h, e, a),
+                            family="fp8_quant_batched"))
     for n, k in ((2048, 2048),) if quick else ((2048, 2048), (7168, 2048), (4096, 7168)):
-        out.append(Case("fp8_quant_weight", f"{n}x{k}", lambda env, n=n, k=k: _weight(env, n, k)))
+        out.append(Case("fp8_quant_weight", f"{n}x{k}", lambda env, n=n, k=k: _weight(env, n, k),
+                            family="fp8_quant_weight"))
     return out

@@ -83,19 +83,21 @@ def cases(quick):
         shape = f"{m}x{k}x{n}"
         flops = 2.0 * m * k * n
         out.append(Case("router fwd", shape, lambda env, m=m, k=k, n=n: _fwd(env, m, k, n),
-                        LINGHE_US.get(("router fwd", shape)), extra={"flops": flops}))
+                        LINGHE_US.get(("router fwd", shape)), extra={"flops": flops},
+                        family="router_gemm"))
         # the precision variants at the first shape only
         for p in ("bf16",) if quick or (m, k, n) != shapes[0] else ("bf16", "bf16x2", "bf16x3",
                                                                        "tf32"):
             kernel = "router bwd" if p == "bf16" else f"router bwd {p}"
             out.append(Case(kernel, shape, lambda env, m=m, k=k, n=n, p=p: _bwd(env, m, k, n, p),
-                            LINGHE_US.get((kernel, shape)), extra={"flops": 2 * flops}))
+                            LINGHE_US.get((kernel, shape)), extra={"flops": 2 * flops},
+                            family="router_gemm"))
     for m, k, n in [s for s in shapes if s != (4096, 2048, 160)]:
         out.append(Case("rmsnorm_router", f"{m}x{k}x{n}",
                         lambda env, m=m, k=k, n=n: _fused(env, m, k, n),
-                        extra={"flops": 2.0 * m * k * n}))
+                        extra={"flops": 2.0 * m * k * n}, family="rmsnorm_router"))
     if not quick:
         out.append(Case("gemm bf16->fp32", "8192x8192x8192",
                         lambda env: _fwd(env, 8192, 8192, 8192),
-                        extra={"flops": 2.0 * 8192 ** 3}))
+                        extra={"flops": 2.0 * 8192 ** 3}, family="router_gemm"))
     return out

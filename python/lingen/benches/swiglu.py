@@ -132,19 +132,19 @@ def cases(quick):
     for t, w in k7:
         shape = f"{t}x{w}"
         out.append(Case("swiglu_quant fwd", shape, lambda env, t=t, w=w: _k7_fwd(env, t, w),
-                        LINGHE_US.get(("swiglu_quant fwd", shape)), rtol=0.07))
+                        LINGHE_US.get(("swiglu_quant fwd", shape)), rtol=0.07, family="swiglu_quant"))
     if not quick:  # odd token counts beside their counts rounded up to 128, n 1024 and 1408
         for w in (2048, 2816):
             for t in sorted({*ODD_TOKENS, 6144}):
                 out.append(Case("swiglu_quant fwd", f"{t}x{w}",
-                                lambda env, t=t, w=w: _k7_fwd(env, t, w), rtol=0.07))
+                                lambda env, t=t, w=w: _k7_fwd(env, t, w), rtol=0.07, family="swiglu_quant"))
     for t in (8192,) if quick else (8192, *(t for t in ODD_TOKENS if t != 8192)):
         out.append(Case("swiglu_quant bwd", f"{t}x1024", lambda env, t=t: _k7_bwd(env, t, 1024),
-                        LINGHE_US.get(("swiglu_quant bwd", f"{t}x1024")), rtol=0.07))
+                        LINGHE_US.get(("swiglu_quant bwd", f"{t}x1024")), rtol=0.07, family="swiglu_quant"))
     for kernel, bwd in (("batch_swiglu_quant fwd", False), ("batch_swiglu_quant bwd", True)):
         shape = "65536x1024 e256"
         out.append(Case(kernel, shape, lambda env, bwd=bwd: _k6(env, 65536, 1024, 256, bwd),
-                        LINGHE_US[(kernel, shape)], rtol=0.07))
+                        LINGHE_US[(kernel, shape)], rtol=0.07, family="batch_swiglu_quant"))
         if quick:
             continue
         # the same total, every expert's count a multiple of 128; and 32 experts at
@@ -153,5 +153,5 @@ def cases(quick):
                               *((t, 32, False) for t in ODD_TOKENS if t != 8192)):
             out.append(Case(kernel, f"{t}x1024 e{e}" + (" counts%128" if aligned else ""),
                             lambda env, bwd=bwd, t=t, e=e, a=aligned: _k6(env, t, 1024, e, bwd, a),
-                            rtol=0.07))
+                            rtol=0.07, family="batch_swiglu_quant"))
     return out
