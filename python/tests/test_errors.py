@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import lingen
-from lingen import _core
+from lingen import _core, _families, _generic
 
 from conftest import CAI, Reached
 
@@ -27,13 +27,14 @@ def a(*shape, t="<V2"):
     return CAI(shape, t)
 
 
-# op -> (positional arrays and values, keyword arguments) that pass every check
-GOOD = {
+# op -> (positional arrays and values, keyword arguments) that pass every check.
+# By hand for lingen.ops.BY_HAND's ops only: their signatures are written by
+# hand (linghe's argument order, flags, launch forms), which no declaration
+# tells; the generated ops' good calls are made from the declarations (good_call).
+BY_HAND_GOOD = {
     "rmsnorm_quant": ((a(T, H), a(H)), {}),
     "rmsnorm": ((a(T, H), a(H)), {}),
     "rmsnorm_backward": ((a(T, H), a(T, H), a(H)), {}),
-    "fp8_quant": ((a(T, H),), {}),
-    "fp8_quant_batched": ((a(T, H), a(4, t="<i4")), {}),
     "fp8_quant_weight": ((a(256, H),), {}),
     "qk_norm_rope": ((a(S, B, (QH + 2 * KH) * D), a(D), a(D), a(S, D // 2, t="<f4")),
                      {"q_heads": QH, "kv_heads": KH}),
@@ -46,14 +47,9 @@ GOOD = {
     "cross_entropy_backward": ((a(T, 1000), a(T, t="<i8"), a(T, t="<f4"), a(T, t="<f4"),
                                 a(T, t="<f4")), {}),
     "cross_entropy_shard_stats": ((a(T, 1000), a(T, t="<i8"), 0, 2000), {}),
-    "cross_entropy_quant": ((a(T, 1024), a(T, t="<i8"), a(T, t="<f4"), a(T, t="<f4"),
-                             a(1, t="<f4")), {}),
     "cross_entropy_merge": ((a(2, T, 6, t="<f4"), a(T, t="<i8"), 2000), {}),
-    "swiglu_quant": ((a(T, 512),), {}),
     "swiglu_quant_backward": ((a(T, 256), a(T, 512)), {}),
-    "batch_swiglu_quant": ((a(T, 512), a(T, 1, t="<f4"), a(4, t="<i4")), {}),
     "batch_swiglu_quant_backward": ((a(T, 256), a(T, 512), a(T, 1, t="<f4"), a(4, t="<i4")), {}),
-    "router_gemm": ((a(T, H), a(E, H)), {}),
     "router_gemm_backward": ((a(T, E, t="<f4"), a(T, H), a(E, H)), {}),
     "rmsnorm_router": ((a(T, H), a(H), a(E, H)), {}),
     "moe_row_map": ((a(T, E, t="|u1"),), {"top_k": K}),
@@ -77,24 +73,71 @@ GOOD = {
                                 a(H, T, t="|V1"), a(-(-T // 128) + E, H, t="<f4"), a(E, t="<i4")), {}),
     "grad_norm": (([a(T, t="<f4"), a(H)],), {}),
     "count_zero": (([a(T, t="<f4")],), {}),
-    "adamw": ((a(T, 6, t="<i8"), a(1, t="<f4"), a(1, t="<f4")), {}),
-    "adamw_fp8": ((a(256, H), a(256, 4 * H, t="|u1"), a(256, 4 * H, t="|u1"),
-                   a(256, 4 * H, t="|u1"), a(1, t="<f4"), a(1, t="<f4")), {}),
 }
 
+# the CAI typestr of each declared element type
+TYPESTR = {"bf16": "<V2", "fp32": "<f4", "e4m3": "|V1", "int32": "<i4", "int64": "<i8",
+           "uint8": "|u1"}
+
+
+def good_call(op):
+    """A generated op's good call, from its family pass's declaration: the
+    first run-time size 64 and the others 4 (within their ranges), each
+    integer shape key a multiple of its declared minimum, at least 16 and
+    unlike the values before it (a swapped dimension shows), every other key its
+    default (else its minimum or first value); each input an array of its
+    declared shape and element type ("dtype": the family's first dtype; an
+    enum key's name: that key's value), positionally in declared order; the
+    keyword keys without a default given."""
+    fam_name, pass_ = lingen.ops.generated_target(op)
+    fam = lingen.families()[fam_name]
+    decl = fam.passes[pass_]
+    env = {n: min(hi, max(lo, 64 if i == 0 else 4))
+           for i, (n, (lo, hi)) in enumerate(zip(decl.sizes, decl.size_ranges))}
+    keys = {}
+    for k in fam.keys:
+        if k.tile or k.type == "object":
+            continue
+        v = k.default
+        if k.type == "int" and k.shape and v is None:  # a multiple of min, >= 16, not
+            v = -(-16 // k.min) * k.min                 # another dimension's value
+            while v in env.values():
+                v += k.min
+        elif v is None:
+            v = k.min if k.type == "int" else k.values[0] if k.type == "enum" else None
+        keys[k.path] = v
+        env[k.path] = list(k.values).index(v) if k.type == "enum" else v
+
+    def typestr(elem):
+        return TYPESTR[fam.dtypes[0] if elem == "dtype" else keys.get(elem, elem)]
+    ins = [a for a in decl.args if a.role == "in"]
+    args = tuple(a(*_families.eval_shape(x, env), t=typestr(x.elem)) for x in ins)
+    keyword = _generic.op_keys(fam, decl)
+    names = _generic._param_names(fam, keyword, {x.name for x in ins})
+    return args, {names[k.path]: keys[k.path] for k in keyword if k.default is None}
+
+
+GOOD = BY_HAND_GOOD | {op: good_call(op) for op in lingen.ops.generated()}
 # a run-time size given as a parameter
 INTS = {"vocab_start"}
-LIST_OPS = {"grad_norm", "count_zero"}
+# the ops of the family passes that take a tensor list (lingen.lists)
+LIST_OPS = {_generic.op_name(op, p) for op, fam in lingen.families().items()
+            for p, decl in fam.passes.items() if any(x.role == "list" for x in decl.args)}
 
 
 def test_every_op_is_in_the_table():
     """The ops are the registry's (lingen.ops.public(): BY_HAND's and the
-    generated ones, all in lingen.__all__): one without good arguments
-    here would go untested."""
+    generated ones, all in lingen.__all__): a hand-written one without good
+    arguments in BY_HAND_GOOD would go untested (a generated one gets its
+    good call from its declaration)."""
     ops = set(lingen.ops.public())
     assert ops <= set(lingen.__all__)
-    assert not ops - set(GOOD), f"ops without arguments in GOOD: {sorted(ops - set(GOOD))}"
+    missing = sorted(set(lingen.ops.BY_HAND) - set(BY_HAND_GOOD))
+    assert not missing, f"hand-written ops without arguments in BY_HAND_GOOD: {missing}"
+    stale = sorted(set(BY_HAND_GOOD) - set(lingen.ops.BY_HAND))
+    assert not stale, f"BY_HAND_GOOD entries of ops not in lingen.ops.BY_HAND: {stale}"
     assert ops == set(GOOD)
+    assert LIST_OPS and LIST_OPS <= set(lingen.ops.BY_HAND)  # the generic op takes no list
 
 
 class NoDevice(Exception):
