@@ -1,10 +1,17 @@
 /*
  * family.h - the interface every kernel family implements.
  *
- * A family is one file gen/<family>.c exporting one `const struct
- * lg_family` and one line in families.h; its plain-C reference sits beside
- * it in gen/<family>_ref.c (linked into the tools and tests, not the
- * runtime library).
+ * A family is its generator, gen/families/<family>.c, exporting one
+ * `const struct lg_family lg_family_<family>` (a large one splits its
+ * emitter into <family>_emit.c and a private header beside it); its
+ * plain-C reference, gen/ref/<family>_ref.c, exporting `const struct
+ * lg_ref_family lg_ref_<family>` (linked into the tools and tests, never
+ * into the runtime library); one line in gen/core/families.h, from which
+ * the op enum, the names and both registries are made; and its case table,
+ * tests/cases/<family>.json. Code shared by several families (the FP8
+ * quantiser, the GEMM emitters, the norm, SwiGLU, MoE and list pieces)
+ * lives in gen/engines/; what every family uses (this interface, the spec
+ * parser, the string builder, templates, tuning) in gen/core/.
  *
  * A family is declared, not coded, wherever it can be:
  *   - keys: its spec keys (name, type, range or allowed values, default,
