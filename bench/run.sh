@@ -32,7 +32,7 @@ grep -E "FAIL|PASSED|SKIPPED|seed" "$out/gpu_test.txt"
 echo "gpu_test_fp8_quant: exit $?"
 grep -E "FAIL|PASSED|SKIPPED|seed" "$out/gpu_test_fp8_quant.txt"
 "$bin/lingen" bench configs/kernels/ling-mini-2.0-norms.json configs/kernels/fp8-quant.json \
-	configs/kernels/k1-variants.json bench/k1-tiles.json --tokens 8192 --json > "$out/kernels.json"
+	configs/kernels/k1-variants.json --tokens 8192 --json > "$out/kernels.json"
 echo "lingen bench: exit $?"
 "$bin/lingen" bench --jit configs/kernels/ling-mini-2.0-norms.json configs/kernels/k1-variants.json \
 	--json > "$out/jit.json"
