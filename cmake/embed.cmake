@@ -1,6 +1,6 @@
 # Writes OUT: a C file holding every DIR/*.cuh as a NUL-terminated byte array
 # and a table { name, text, length }: common.cuh (the types and bit casts the
-# others use) first, then the rest by name. gen/templates.c emits helpers in
+# others use) first, then the rest by name. gen/core/templates.c emits helpers in
 # this order. Run at build time.
 file(GLOB files ${DIR}/*.cuh)
 list(SORT files)

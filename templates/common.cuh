@@ -2,7 +2,7 @@
 //
 // Each fragment below starts at a `// @type NAME` or `// @helper NAME` line
 // and runs to the next one; generated code gets only the fragments its
-// kernels use (gen/templates.c says how they are picked).
+// kernels use (gen/core/templates.c says how they are picked).
 
 // @type u8
 typedef unsigned char u8;

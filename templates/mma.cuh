@@ -1,6 +1,6 @@
 // mma.cuh - warp-level tensor-core pieces (sm_80+): shared-memory swizzle,
 // ldmatrix fragment loads, mma.sync bf16 with fp32 accumulation, and the
-// split of fp32 values into bf16 terms (gen/gemm_emit.c uses them).
+// split of fp32 values into bf16 terms (gen/engines/gemm_emit.c uses them).
 
 // @helper lg_swz
 // Byte offset of byte `byte` of row `row` in a swizzled shared tile of rows

@@ -1,4 +1,4 @@
-// wgmma.cuh - the sm_90a pieces of the GEMM emitter (gen/gemm_emit.c):
+// wgmma.cuh - the sm_90a pieces of the GEMM emitter (gen/engines/gemm_emit.c):
 // tensor maps passed as kernel parameters, TMA tile loads completing on
 // mbarriers, and the warpgroup MMA's fences and shared memory descriptors.
 // The wgmma.mma_async instruction itself is emitted per tile by the

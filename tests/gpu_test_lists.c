@@ -1,7 +1,7 @@
 /*
  * gpu_test_lists.c - the tensor-list reductions on the GPU (label "gpu"):
  * grad_norm (docs/kernels.md K10: L2, its square, L1, max) and count_zero
- * (K11) against the plain-C references of gen/list_ref.c, over lists made
+ * (K11) against the plain-C references of gen/ref/list_ref.c, over lists made
  * with lg_tensor_list_create: 512 fp32 tensors of the target's sizes (the
  * L2 norm to 1e-6 relative of the float64 reference), a list of one
  * tensor of one element, 10 000 tiny tensors of odd sizes, starts that

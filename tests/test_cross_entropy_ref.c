@@ -1,6 +1,6 @@
 /*
  * test_cross_entropy_ref.c - family cross_entropy (docs/kernels.md K9) without a
- * GPU: its reference (gen/cross_entropy_ref.c) on cases computed by hand
+ * GPU: its reference (gen/ref/cross_entropy_ref.c) on cases computed by hand
  * (one row, every label ignored, an odd vocab, label smoothing as torch
  * defines it), the vocab-parallel pieces against the whole row (shard
  * statistics + merge = the full forward; the shards' backward = slices of

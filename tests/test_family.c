@@ -4,7 +4,7 @@
  * names), the signature of each pass (sizes, arguments, shapes that
  * evaluate), the CPU reference (a compare mode for every output), and a
  * smallest valid spec that parses back from its canonical form, plans and
- * generates for sm_90a and sm_80. A family added to gen/families.h is
+ * generates for sm_90a and sm_80. A family added to gen/core/families.h is
  * checked here without a line of this file changing.
  */
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 /*
- * test_file.c - the whole-file reader and the write loop (gen/file.h).
+ * test_file.c - the whole-file reader and the write loop (gen/core/file.h).
  *
  * The reader returns an empty file as an empty NUL-terminated text, a file
  * of several reads byte for byte (NUL bytes included), a file longer than

@@ -1,6 +1,6 @@
 /*
  * test_fp8_quant_ref.c - the blockwise FP8 quantisation reference
- * (gen/quant_ref.c, docs/kernels.md 1.2-1.3) on tiny cases checked by hand: one
+ * (gen/ref/quant_ref.c, docs/kernels.md 1.2-1.3) on tiny cases checked by hand: one
  * 128x128 tile with a known amax, zero blocks and a zero feature, a partial
  * last token block, round-to-nearest-even ties, the transposed layouts; the
  * fp8_quant family's reference (buffers as declared, inputs, outputs not

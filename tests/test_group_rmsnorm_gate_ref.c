@@ -1,6 +1,6 @@
 /*
  * test_group_rmsnorm_gate_ref.c - family group_rmsnorm_gate (docs/kernels.md
- * K8) without a GPU: its reference (gen/group_rmsnorm_gate_ref.c) on tiny
+ * K8) without a GPU: its reference (gen/ref/group_rmsnorm_gate_ref.c) on tiny
  * cases computed by hand (the forward's groups, the gate's [seq, batch,
  * dim] and [batch, seq, dim] layouts, the backward's dx, dgate and dw with
  * a per-dim and a shared weight), the declared shapes, the spec checks and

@@ -1,11 +1,11 @@
 /*
- * test_numeric.c - the CPU references' number formats (gen/numeric_ref.c)
+ * test_numeric.c - the CPU references' number formats (gen/ref/numeric_ref.c)
  * against hand-worked values, no GPU: the e4m3 encoder at zero, subnormals,
  * ties (to the even code), 448 and saturation; bf16 rounding at ties and
  * overflow; the blockwise scale at exact powers of two and the 1e-30 floor;
  * and the reciprocal-RMS stability test. Then, over a random sample of fp32
  * bit patterns (seed printed, LINGEN_SEED replays), the plain encoders
- * against the bit-level algorithms of templates/fp8_e4m3_soft.cuh and of
+ * against the bit-level algorithms of templates/fp8_e4m3.cuh and of
  * RNE on the fp32 bits, which gpu_test_k1 ties to the hardware cvt.
  */
 #include <math.h>
@@ -167,7 +167,7 @@ static void test_rrms_stable(void **state)
 	assert_true(lg_ref_rrms_stable(ss * (1 - 0x1p-30), n, eps));
 }
 
-/* templates/fp8_e4m3_soft.cuh's algorithm, on the fp32 bits (the GPU test
+/* templates/fp8_e4m3.cuh's algorithm, on the fp32 bits (the GPU test
  * checks it equals cvt.rn.satfinite.e4m3x2.f32 on all 2^32 inputs). */
 static uint8_t e4m3_bits(float f)
 {

@@ -1,6 +1,6 @@
 /*
  * test_ref_parallel.c - the references and the comparison on several
- * threads give the bits of one thread (gen/parallel_ref.c): for specs of
+ * threads give the bits of one thread (gen/ref/parallel_ref.c): for specs of
  * every family whose fill, run or comparison runs in parallel, at sizes
  * where the work is split (and at a tail), fill + run on 1 thread and on
  * 3 and 5 threads (more than this machine's cores: pieces interleave)

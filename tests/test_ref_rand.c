@@ -1,5 +1,5 @@
 /*
- * test_ref_rand.c - the references' random numbers (gen/registry_ref.c):
+ * test_ref_rand.c - the references' random numbers (gen/ref/registry_ref.c):
  * lg_ref_randn (the ziggurat) is the standard normal distribution, judged
  * on 2^21 draws: mean and variance, the fraction beyond several points
  * (among them the ziggurat's tail start R = 3.4426, where its method

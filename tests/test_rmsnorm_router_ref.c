@@ -1,6 +1,6 @@
 /*
  * test_rmsnorm_router_ref.c - family rmsnorm_router (docs/kernels.md K3b)
- * without a GPU: its reference (gen/rmsnorm_router_ref.c) by hand and as
+ * without a GPU: its reference (gen/ref/rmsnorm_router_ref.c) by hand and as
  * the composition it fuses (rmsnorm_quant's rms and rowwise copy,
  * router_gemm's logits of the written y), a partial last quant block, the
  * error of each `precision` against the float64 logits of fp32 y

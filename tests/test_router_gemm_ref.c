@@ -1,6 +1,6 @@
 /*
  * test_router_gemm_ref.c - family router_gemm (docs/kernels.md K3) without a
- * GPU: its reference (gen/router_gemm_ref.c) on tiny cases computed by
+ * GPU: its reference (gen/ref/router_gemm_ref.c) on tiny cases computed by
  * hand (forward logits, backward dx and dw), the declared shapes, the spec
  * checks and their messages, the launch geometry and workspace, the
  * generated source's shape (mma.sync, ldmatrix .trans, the fp32 split),

@@ -1,5 +1,5 @@
 /*
- * test_tuning.c - tuning files (gen/tuning.h) and where they apply: a good
+ * test_tuning.c - tuning files (gen/core/tuning.h) and where they apply: a good
  * file parses and round-trips; every way a file can be wrong gives one
  * message naming the file, the JSON path, what was found and what is
  * allowed; the precedence a context applies (the spec's own tile, then the

@@ -1,7 +1,7 @@
 /*
  * cmd_tune.c - `lingen tune SPEC... [-o FILE] [--tokens N] [--reps R]`:
  * sweep the tile variants of each kernel (struct lg_family.candidates) on
- * the GPU and keep the fastest correct one in a tuning file (gen/tuning.h).
+ * the GPU and keep the fastest correct one in a tuning file (gen/core/tuning.h).
  *
  * Per kernel, keyed by its spec without tile (a spec that gives a tile is
  * tuned from its tile-less key; specs sharing a key are tuned once): the

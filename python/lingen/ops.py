@@ -303,7 +303,7 @@ def cross_entropy_fused(logits, labels, g, *, ignore_index=None, label_smoothing
     that is the same on every row: g [1] fp32 on the device (1 / count for
     the mean, 1 for the sum). -> (loss, sum_exp, max_logit, grad), grad in
     logits' type; with inplace=True grad is the logits, overwritten. The
-    row is read twice, the second time from L2 (see gen/cross_entropy.c)."""
+    row is read twice, the second time from L2 (see gen/families/cross_entropy.c)."""
     r = call("lingen.cross_entropy_fused", "cross_entropy", "forward",
              {"logits": logits, "labels": labels, "g": g},
              _ce_options(ignore_index, label_smoothing, tile, fused=True, inplace=inplace),

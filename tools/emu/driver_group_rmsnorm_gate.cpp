@@ -1,7 +1,7 @@
 // driver_group_rmsnorm_gate.cpp - runs a generated group_rmsnorm_gate kernel
 // (kernel.inc from cut.py) through emu.h and checks y, or dx, dgate and dw,
 // against a float64 reference with the tolerances of
-// gen/group_rmsnorm_gate_ref.c; the -D flags come from group_rmsnorm_gate.sh.
+// gen/ref/group_rmsnorm_gate_ref.c; the -D flags come from group_rmsnorm_gate.sh.
 #include <cstdio>
 #include <cstdlib>
 #include <random>

@@ -1,4 +1,4 @@
-// emu.h - a CPU emulation of the CUDA subset gen/gemm_emit.c emits, to run
+// emu.h - a CPU emulation of the CUDA subset gen/engines/gemm_emit.c emits, to run
 // generated GEMM kernels without a GPU (developer tool, not built by cmake;
 // tools/emu/run.sh says how). One std::thread per CUDA thread, blocks one
 // after another; __syncthreads is a barrier; ldmatrix (.x4, .trans) and

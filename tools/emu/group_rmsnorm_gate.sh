@@ -3,7 +3,7 @@
 # sm_80 with the spec keys KEYS (JSON members: dim, groups, transpose,
 # shared_weight, tile), run it on the CPU through emu.h at batch B, seq L and
 # compare with a float64 reference (driver_group_rmsnorm_gate.cpp), with the
-# tolerances of gen/group_rmsnorm_gate_ref.c. CTAS: the forward's grid (its
+# tolerances of gen/ref/group_rmsnorm_gate_ref.c. CTAS: the forward's grid (its
 # kernels stride by gridDim; default 3, so the token loop turns); the
 # backward's is lg_ctas(B L) as the kernel computes it. Example, from the
 # repository root after a build:

@@ -2,7 +2,7 @@
  * harness.h - run generated kernels on the GPU against their plain-C
  * references (`lingen check`) and time them (`lingen bench`).
  *
- * Each family's reference (gen/<family>_ref.c) fills its inputs with fresh
+ * Each family's reference (gen/ref/<family>_ref.c) fills its inputs with fresh
  * random values, runs the CPU reference, and compares the GPU outputs with
  * the measures of docs/kernels.md §4. Outputs are poisoned before each launch so
  * an unwritten element is caught.

@@ -6,7 +6,7 @@ families): each module defines
 and is found by name (every module of this package), so adding a family's
 rows touches no other file. A Case names the kernel row and shape (and
 `family`, the registry's family whose kernel its lingen row times: every
-family has a quick row, tests/test_bench.py checks), gives
+family has a quick row, python/tests/test_bench.py checks), gives
 linghe's H200 time from docs/performance.md when there is one, and a
 `make(env)` that allocates the inputs and returns a Setup: the callables
 to time by implementation ("lingen", "eager", "compile", "liger", ...),
