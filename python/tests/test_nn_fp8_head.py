@@ -135,8 +135,12 @@ def test_fp8_head_traces_on_meta():
 BAD = [
     ("mode bf16", dict(mode="bf16"), "fp8_head", "in mode 'bf16'"),
     ("mode torch", dict(mode="torch"), "fp8_head", "in mode 'torch'"),
-    ("fused", dict(fused_head=True), "fp8_head", "fused head's chunked GEMMs, "
-     "LinearCrossEntropyLoss, are bf16"),
+    ("fused, chunk 200", dict(fused_head=True, head_chunk=200),
+     "head_chunk (fp8_head=True, fused_head=True)", "a positive multiple of 128"),
+    ("fused, chunk 0", dict(fused_head=True, head_chunk=0),
+     "head_chunk (fp8_head=True, fused_head=True)", "at least 1"),
+    ("fused, vocab 2^18 + 128", dict(fused_head=True, vocab=(1 << 18) + 128),
+     "cfg.vocab (fp8_head=True, fused_head=True)", "at most 262144"),
     ("vocab 500", dict(vocab=500), "cfg.vocab (fp8_head=True)", "a multiple of 128"),
     ("vocab 2^20 + 128", dict(vocab=(1 << 20) + 128), "cfg.vocab (fp8_head=True)",
      "up to 1048576"),
@@ -150,9 +154,11 @@ def test_fp8_head_refusals(kw, name, allowed):
     kw = dict(kw)
     mode = kw.pop("mode", "fp8")
     fused = kw.pop("fused_head", None)
+    chunk = kw.pop("head_chunk", None)
     flag = kw.pop("fp8_head", True)
     with pytest.raises((ValueError, TypeError)) as e, torch.device("meta"):
-        ln.Model(ln.ModelConfig(**dict(TINY, **kw)), mode, fused_head=fused, fp8_head=flag)
+        ln.Model(ln.ModelConfig(**dict(TINY, **kw)), mode, fused_head=fused, head_chunk=chunk,
+                 fp8_head=flag)
     assert f" {name}: found " in str(e.value) and allowed in str(e.value), str(e.value)
 
 

@@ -8,9 +8,12 @@ dW += dlogits^T . x_c. The forward leaves dx and dW ready; the backward
 only scales them by the output gradient."""
 import torch
 
-from . import _args as A, _k
+from .. import _torchref as Q
+from . import _args as A, _gemm, _k
+from .linear import QUANT_WIDTH_MAX
 
-__all__ = ["LinearCrossEntropyLoss", "linear_cross_entropy", "chunk_tokens", "CHUNK_BYTES"]
+__all__ = ["LinearCrossEntropyLoss", "linear_cross_entropy", "chunk_tokens", "CHUNK_BYTES",
+           "fp8_linear_cross_entropy", "Fp8LinearCrossEntropyChunked"]
 
 # bytes of one chunk's logits by default: at Ling-mini's vocab (157184,
 # bf16) 5 chunks of 1664 tokens for 8192 tokens. Larger chunks mean
@@ -172,3 +175,158 @@ class LinearCrossEntropyLoss(torch.nn.Module):
     def forward(self, x, weight, labels):
         return linear_cross_entropy(x, weight, labels, self.ignore_index, self.mode, self.chunk,
                                     self.accumulate)
+
+
+# ------------------------------------------------- the FP8 head, chunked
+
+def _fp8_chunks(x_copies, weight, labels, ignore_index, chunk, need_dx, need_dw):
+    """The FP8 head's forward in chunks of tokens: (the rows' loss [T] fp32,
+    dx [T, H] or None, the gradient's columnwise copy (qt [V, pitch(T)],
+    st [cdiv(T, 128), V]) or None, count). Per chunk: the chunk's logits
+    (lingen's FP8 GEMM of the chunk's rows of x's rowwise copy), their
+    cross entropy stats, the gradient's copies by cross_entropy_quant with
+    g = 1 / count (all the tokens' count, on the device), the chunk's dgrad
+    into dx[chunk] and its columnwise copy into the full one (the chunks
+    start on 128-token blocks: the copies are those of the whole
+    gradient)."""
+    q, s, qt, st = x_copies
+    t, v = q.shape[0], weight.shape[0]
+    wq, ws, wtq, wts = _k.quant_weight(weight)
+    if need_dx and wtq is None:  # handed over without its transposed copy: made now
+        wtq, wts = _k.quant_weight(weight)[2:]
+    count = (labels != ignore_index).sum().float()
+    # the mean's output gradient, the same on every row (inf when every token is
+    # ignored: the kernel zeroes ignored rows); dout is folded in by the backward
+    g = count.reciprocal().reshape(1)
+    loss = torch.empty(t, dtype=torch.float32, device=q.device)
+    dx = torch.empty(t, weight.shape[1], dtype=torch.bfloat16, device=q.device) if need_dx \
+        else None
+    gqt = gst = None
+    if need_dw:
+        gqt = torch.empty(v, Q.pitch(t), dtype=Q.E4M3, device=q.device)
+        gst = torch.empty(-(-t // A.FP8_BLOCK), v, dtype=torch.float32, device=q.device)
+    for a in range(0, t, chunk):
+        e = min(a + chunk, t)
+        logits = _gemm.linear(q[a:e], s[:, a:e].contiguous(), wq, ws)
+        lc, sc, mc = _k.cross_entropy_stats(logits, labels[a:e], ignore_index)
+        loss[a:e] = lc
+        if need_dx or need_dw:
+            dq, ds, dqt, dst = _k.cross_entropy_quant(logits, labels[a:e], sc, mc, g,
+                                                      ignore_index)
+            del logits
+            if need_dx:
+                dx[a:e] = _gemm.linear_dgrad(dq, ds, wtq, wts)
+            if need_dw:  # the chunk's columns of the whole copy (a copy: the kernel writes
+                # contiguous outputs only)
+                gqt[:, a:a + dqt.shape[1]] = dqt
+                b0 = a // A.FP8_BLOCK
+                gst[b0:b0 + dst.shape[0]] = dst
+    return loss, dx, (gqt, gst), count
+
+
+class Fp8LinearCrossEntropyChunked(torch.autograd.Function):
+    """Fp8LinearCrossEntropy without the logits: the forward runs the head in
+    chunks of tokens (_fp8_chunks) and keeps dx [T, H] bf16 and the logits
+    gradient's columnwise FP8 copy (V x T bytes e4m3 + V x T / 32 bytes of
+    scales) for the backward, which scales dx by dout and runs ONE wgrad
+    over all the tokens (K = T: the GEMM at full efficiency, the same sum
+    as the unfused head's), dout folded into the copy's fp32 scales."""
+
+    @staticmethod
+    def forward(ctx, x, weight, x_copies, labels, ignore_index, chunk, grad):
+        need_dx, need_dw = (grad and n for n in ctx.needs_input_grad[:2])
+        loss, dx, (gqt, gst), count = _fp8_chunks(x_copies, weight, labels, ignore_index,
+                                                  chunk, need_dx, need_dw)
+        qt, st = x_copies[2:] if need_dw else (None, None)
+        ctx.save_for_backward(dx, gqt, gst, qt, st)
+        ctx.shape, ctx.wdtype, ctx.scaled = x.shape, weight.dtype, False
+        return loss.sum() / count
+
+    @staticmethod
+    def backward(ctx, dout):
+        if ctx.scaled:  # dx and the scales are scaled in place
+            raise RuntimeError("lingen.nn.fp8_linear_cross_entropy: backward through the same "
+                               "graph a second time (retain_graph=True) is not supported")
+        ctx.scaled = True
+        dx, gqt, gst, qt, st = ctx.saved_tensors
+        dw = None
+        if dx is not None:
+            dx = dx.mul_(dout).view(ctx.shape)
+        if gqt is not None:  # dout into the gradient's 128 x 1 blocks' scales: exact for
+            # dout = 1 (and any power of two), one fp32 rounding a scale otherwise
+            dw = _gemm.linear_wgrad(gqt, gst.mul_(dout.float()), qt, st, ctx.wdtype)
+        return dx, dw, None, None, None, None, None
+
+
+def fp8_linear_cross_entropy(x, weight, labels, ignore_index=-100, chunk=None, x_copies=None):
+    """Mean cross entropy of the FP8 head's logits x . weight^T (lingen's
+    blockwise FP8 GEMMs, as Fp8Linear's) over the tokens whose label is not
+    ignore_index (nan when none is), without ever holding the logits: the
+    numbers of lingen.nn.Fp8LinearCrossEntropy (Model(fp8_head=True)'s
+    unfused head), the tokens in chunks. x [..., H] bf16 (H a multiple of
+    128), weight [V, H] bf16 (V a multiple of 128, at most QUANT_WIDTH_MAX),
+    labels [...] int32 or int64; x_copies: x's quantised copies (q, s, qt,
+    st) from its producer (rms_norm_quant), else quantised here.
+
+    chunk: tokens a chunk, a multiple of 128 (the columnwise copies' blocks;
+    None: chunk_tokens's, about CHUNK_BYTES of logits). Each chunk: its
+    logits [chunk, V] bf16 (FP8 GEMM), cross_entropy_stats, the gradient's
+    FP8 copies by cross_entropy_quant (never bf16), its dgrad into dx and
+    its columnwise copy into one [V, T] e4m3 buffer (a copy: V x chunk
+    bytes read and written; the kernel writes contiguous outputs only).
+
+    Memory held from the forward to the backward: that copy (V x T bytes +
+    its scales, V x T / 32 bytes) and dx [T, H] bf16, instead of the
+    unfused head's [T, V] bf16 logits (2 V T bytes) and the weight's
+    transposed copy; at the forward's peak one chunk's logits, its rowwise
+    and columnwise gradient copies (about 4 bytes a logit). The backward:
+    dx * dout, and one wgrad over all T tokens (the same K order as the
+    unfused head's: with dout = 1 dx and dW are its bit for bit, the loss
+    too, given the same kernels' tiles), dout folded into the gradient's
+    scales. Eager and CUDA graphs: no host sync."""
+    fn = "lingen.nn.fp8_linear_cross_entropy"
+    if not torch.is_tensor(weight) or weight.dtype != torch.bfloat16 or weight.dim() != 2:
+        A.fail(fn, "weight", getattr(weight, "dtype", weight), "a 2-D torch.bfloat16 tensor "
+               "[V, H]", TypeError)
+    v, h = weight.shape
+    A.width(fn, "weight.shape[1]", h, "fp8")
+    if v % A.FP8_BLOCK or v > QUANT_WIDTH_MAX:
+        A.fail(fn, "weight.shape[0]", v, f"a multiple of {A.FP8_BLOCK} up to "
+               f"{QUANT_WIDTH_MAX} (the logits' gradient quantised in 1 x 128 blocks, a row "
+               "a launch)")
+    A.last_dim(fn, x, h)
+    if x.dtype != torch.bfloat16:
+        A.fail(fn, "x.dtype", x.dtype, "torch.bfloat16", TypeError)
+    if not torch.is_tensor(labels) or labels.dtype not in (torch.int32, torch.int64):
+        A.fail(fn, "labels.dtype", getattr(labels, "dtype", labels), "torch.int32, torch.int64",
+               TypeError)
+    if labels.numel() * h != x.numel():
+        A.fail(fn, "labels.shape", tuple(labels.shape), f"a label a token of x "
+               f"{tuple(x.shape)}")
+    A.integer(fn, "ignore_index", ignore_index, lo=-2 ** 63)
+    t = x.numel() // h
+    if not t:
+        A.fail(fn, "x.shape", tuple(x.shape), "at least one token")
+    if chunk is None:  # (chunk_tokens's is t when t is less: whole 128-blocks here)
+        chunk = -(-chunk_tokens(t, v) // A.FP8_BLOCK) * A.FP8_BLOCK
+    _fp8_chunk_arg(fn, "chunk", chunk)
+    if x_copies is None:
+        x_copies = _k.quant(x.reshape(-1, h).contiguous(), "both")
+    elif (not isinstance(x_copies, (tuple, list)) or len(x_copies) != 4
+          or not all(torch.is_tensor(c) for c in x_copies)
+          or tuple(x_copies[0].shape) != (t, h)):
+        A.fail(fn, "x_copies", type(x_copies).__name__, f"x's quantised copies (q [{t}, {h}], "
+               "s, qt, st), as rms_norm_quant gives them", TypeError)
+    return Fp8LinearCrossEntropyChunked.apply(x, weight, tuple(x_copies),
+                                              labels.reshape(-1).contiguous(), int(ignore_index),
+                                              chunk, torch.is_grad_enabled())
+
+
+def _fp8_chunk_arg(fn, name, chunk):
+    """The FP8 head's chunk: a positive multiple of 128 (the chunks start on
+    the columnwise copies' 128-token blocks)."""
+    A.integer(fn, name, chunk)
+    if chunk % A.FP8_BLOCK:
+        A.fail(fn, name, chunk, f"a positive multiple of {A.FP8_BLOCK} (the FP8 head's chunks "
+               "start on the 128-token blocks of the columnwise copies)")
+    return chunk

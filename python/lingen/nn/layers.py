@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _args as A, _k
-from .head import LinearCrossEntropyLoss
+from .head import LinearCrossEntropyLoss, _fp8_chunk_arg, fp8_linear_cross_entropy
 from .linear import QUANT_WIDTH_MAX, Fp8Linear, Fp8LinearCrossEntropy
 from .moe import MoE
 
@@ -259,7 +259,7 @@ class Model(torch.nn.Module):
     CrossEntropyLoss. The parameters and state dict are the same either
     way; head_chunk: tokens a chunk (None: about 512 MiB of logits).
 
-    fp8_head (default False; mode "fp8" only, unfused only): lm_head is an
+    fp8_head (default False; mode "fp8" only): lm_head is an
     Fp8Linear (the blockwise FP8 recipe's forward, dgrad and wgrad GEMMs,
     its weight marked for lingen.optim.AdamW(fp8_weights=True)'s FP8
     copies), fed by the final RMSNorm's quantised copies (rms_norm_quant:
@@ -271,7 +271,16 @@ class Model(torch.nn.Module):
     262144 columns, has its gradient quantised in slices. The parameter
     is still `lm_head.weight`, the state dict the same as fp8_head=False's. An
     accuracy trade: DeepSeek-V3 keeps its head in bf16; measure the loss
-    against the bf16 head before relying on it (docs/python.md)."""
+    against the bf16 head before relying on it (docs/python.md).
+
+    fp8_head with fused_head: the FP8 head's loss without the logits
+    (fp8_linear_cross_entropy): chunks of head_chunk tokens (a multiple of
+    128), each chunk's logits, gradient copies (cross_entropy_quant) and
+    dgrad in the forward, one wgrad over all the tokens in the backward;
+    held from forward to backward the gradient's columnwise FP8 copy (vocab
+    bytes a token) and dx, not the [tokens, vocab] bf16 logits; the numbers
+    the unfused FP8 head's (dout = 1: bit for bit). The vocab at most
+    QUANT_WIDTH_MAX."""
 
     def __init__(self, cfg, mode="fp8", fused_head=None, head_chunk=None, fp8_head=False):
         super().__init__()
@@ -282,7 +291,7 @@ class Model(torch.nn.Module):
         self.fused_head = False if fused_head is None else A.flag(fn, "fused_head", fused_head)
         self.fp8_head = A.flag(fn, "fp8_head", fp8_head)
         if fp8_head:
-            _fp8_head_args(fn, cfg, mode, self.fused_head)
+            _fp8_head_args(fn, cfg, mode, self.fused_head, head_chunk)
         self.cfg, self.mode = cfg, mode
         self.embed = torch.nn.Embedding(cfg.vocab, cfg.hidden, dtype=torch.bfloat16)
         torch.nn.init.normal_(self.embed.weight, std=1.0)
@@ -335,6 +344,9 @@ class Model(torch.nn.Module):
             x = blk(x, freqs)
         if self.fp8_head:  # the norm writes the FP8 head's input copies (no quant of its own)
             h, copies = _k.rms_norm_quant(x, self.norm.weight, self.norm.eps)
+            if labels is not None and self.fused_head:  # chunks: the logits never whole
+                return fp8_linear_cross_entropy(h, self.lm_head.weight, labels,
+                                                self.loss.ignore_index, self.loss.chunk, copies)
             if _fp8_head_loss(labels, b * s, c.vocab):  # the logits gradient as FP8 copies only
                 return Fp8LinearCrossEntropy.apply(h, self.lm_head.weight, copies,
                                                    labels.reshape(-1).contiguous(),
@@ -364,15 +376,22 @@ def _fp8_head_loss(labels, tokens, vocab):
             and labels.numel() == tokens and vocab <= QUANT_WIDTH_MAX)
 
 
-def _fp8_head_args(fn, cfg, mode, fused_head):
+def _fp8_head_args(fn, cfg, mode, fused_head, head_chunk=None):
     """What fp8_head=True cannot run with, refused: another mode than "fp8",
-    the fused head, a vocab or hidden the FP8 head's kernels refuse."""
+    a vocab or hidden the FP8 head's kernels refuse; with fused_head, a
+    vocab wider than the quantiser's row or a head_chunk not a multiple of
+    128."""
     if mode != "fp8":
         A.fail(fn, "fp8_head", True, f"False in mode {mode!r} (the FP8 head is mode "
                "'fp8''s: lingen's FP8 GEMMs)")
     if fused_head:
-        A.fail(fn, "fp8_head", True, "False with fused_head=True (the fused head's chunked "
-               "GEMMs, LinearCrossEntropyLoss, are bf16: fp8_head is the unfused head's)")
+        if head_chunk is not None:
+            _fp8_chunk_arg(fn, "head_chunk (fp8_head=True, fused_head=True)", head_chunk)
+        if cfg.vocab > QUANT_WIDTH_MAX:
+            A.fail(fn, "cfg.vocab (fp8_head=True, fused_head=True)", cfg.vocab,
+                   f"at most {QUANT_WIDTH_MAX} (the fused FP8 head quantises the logits' "
+                   "gradient a row a launch: cross_entropy_quant; fused_head=False takes "
+                   "wider vocabs, in slices of columns)")
     # the head's input width: Fp8Linear's in_features check (whole 128-blocks)
     A.width(fn, "cfg.hidden (fp8_head=True)", cfg.hidden, "fp8")
     # the vocab: the width of the logits' gradient the quantiser takes (whole 128-blocks)
