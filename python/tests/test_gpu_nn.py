@@ -184,6 +184,34 @@ def test_fp8_head_matches_the_bf16_head(vocab, seed):
                                                              else lim), n
 
 
+@pytest.mark.parametrize("t,chunk", [(300, 128), (1000, 384), (1000, None)])
+@pytest.mark.parametrize("vocab", [1024, 65536 + 1024])
+def test_fp8_head_chunked_is_the_unfused_bit_for_bit(t, chunk, vocab, seed):
+    """fp8_linear_cross_entropy (the FP8 head without the logits) against
+    Fp8LinearCrossEntropy on the GPU, dout = 1: the same quantised copies
+    (rows' stats and 1 x 128 / 128 x 1 blocks: the chunks start on 128-token
+    blocks) and the same GEMMs (each dx row the same dgrad; one wgrad over
+    all the tokens, the same K order): loss, dx and dW equal bit for bit.
+    (Could differ only if a kernel's tuned tile for the chunk's rows summed
+    a row in another order than for all the rows.)"""
+    torch = torch_cuda()
+    import lingen.nn as ln
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(t, 256, generator=g, device="cuda").bfloat16()
+    w = (0.05 * torch.randn(vocab, 256, generator=g, device="cuda")).bfloat16()
+    lab = torch.randint(0, vocab, (t,), generator=g, device="cuda")
+    lab[torch.rand(t, generator=g, device="cuda") < 0.2] = -100
+    out = []
+    for f in (lambda a, b: ln.Fp8LinearCrossEntropy.apply(a, b, None, lab, -100),
+              lambda a, b: ln.fp8_linear_cross_entropy(a, b, lab, chunk=chunk)):
+        xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+        loss = f(xa, wa)
+        loss.backward()
+        out.append((loss.detach(), xa.grad, wa.grad))
+    for name, a, b in zip(("loss", "dx", "dW"), *out):
+        assert torch.equal(a, b), name
+
+
 @pytest.mark.parametrize("m", [320, 333])  # 333: the wgrad at a count not a multiple of 16
 def test_native_fp8_gemms_match_the_emulation(seed, m):
     torch = torch_cuda()
