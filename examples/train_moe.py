@@ -20,11 +20,14 @@ logits, then lingen's cross entropy; the faster one, tools/head_bench.py) or
 "fused" (the head's GEMMs and cross entropy in chunks of tokens, no [tokens,
 vocab] logits: lingen.nn.LinearCrossEntropyLoss, for memory); torch and
 compile keep PyTorch's head.
---fp8-head makes the fp8 mode's (unfused) LM head an FP8 linear
+--fp8-head makes the fp8 mode's LM head an FP8 linear
 (lingen.nn.Model(fp8_head=True): FP8 forward, dgrad and wgrad GEMMs, its
-weight's FP8 copies written by the optimiser); the other modes keep their
-bf16 heads. It needs --modes to include fp8 and --head unfused; the record
-says which head each mode ran. DeepSeek-V3 keeps its head in bf16: compare
+weight's FP8 copies written by the optimiser); with --head fused it runs in
+chunks of tokens, no [tokens, vocab] logits (lingen.nn.fp8_linear_cross_entropy:
+the gradient's FP8 copy, vocab bytes a token, held to the backward instead);
+the other modes keep their bf16 heads. It needs --modes to include fp8 (and
+with --head fused a vocab of at most 262144); the record says which head
+each mode ran. DeepSeek-V3 keeps its head in bf16: compare
 its eval loss with bf16's before relying on it.
 --graph captures the step as one CUDA graph (checking the replayed losses
 against eager steps), --profile writes a PyTorch-profiler breakdown (device
@@ -481,7 +484,8 @@ def parser():
                    help="the LM head + loss of modes fp8 and bf16 (default: unfused)")
     p.add_argument("--fp8-head", action="store_true",
                    help="the fp8 mode's LM head in FP8 (lingen.nn.Model(fp8_head=True); "
-                   "needs fp8 in --modes and --head unfused; the other modes keep bf16 heads)")
+                   "needs fp8 in --modes; with --head fused, in chunks of tokens without the "
+                   "logits; the other modes keep bf16 heads)")
     p.add_argument("--graph", action="store_true",
                    help="capture the step as a CUDA graph (needs a GPU)")
     p.add_argument("--profile", action="store_true")
@@ -528,14 +532,12 @@ def check_args(p, args, device):
     if args.fp8_head and "fp8" not in modes:
         p.error(f"--fp8-head: the fp8 mode's LM head, and --modes {args.modes} has no fp8 "
                 "(the other modes keep their bf16 heads)")
-    if args.fp8_head and args.head == "fused":
-        p.error("--fp8-head with --head fused: the fused head's chunked GEMMs are bf16; "
-                "--fp8-head is the unfused head's")
     try:  # every model on the meta device: the layers' own checks, no memory
         cfg = model_config(args)
         for mode in dict.fromkeys("torch" if m == "compile" else m for m in modes):
             with torch.device("meta"):
-                ln.Model(cfg, mode=mode, fp8_head=mode == "fp8" and args.fp8_head)
+                ln.Model(cfg, mode=mode, fused_head=mode != "torch" and args.head == "fused",
+                         fp8_head=mode == "fp8" and args.fp8_head)
     except (ValueError, TypeError) as e:
         p.error(f"the model of {os.path.basename(args.config)} with --layers/--experts/--topk/"
                 f"--expert-intermediate/--hidden/--vocab as given: {e}")
