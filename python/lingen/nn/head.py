@@ -197,7 +197,7 @@ def _fp8_chunks(x_copies, weight, labels, ignore_index, chunk, need_dx, need_dw)
     count = (labels != ignore_index).sum().float()
     # the mean's output gradient, the same on every row (inf when every token is
     # ignored: the kernel zeroes ignored rows); dout is folded in by the backward
-    g = count.reciprocal().reshape(1)
+    g = count.new_ones(()).div(count).reshape(1)  # (the unfused head's dout / count at 1)
     loss = torch.empty(t, dtype=torch.float32, device=q.device)
     dx = torch.empty(t, weight.shape[1], dtype=torch.bfloat16, device=q.device) if need_dx \
         else None
@@ -221,6 +221,8 @@ def _fp8_chunks(x_copies, weight, labels, ignore_index, chunk, need_dx, need_dw)
                 gqt[:, a:a + dqt.shape[1]] = dqt
                 b0 = a // A.FP8_BLOCK
                 gst[b0:b0 + dst.shape[0]] = dst
+            del dq, ds, dqt, dst
+        logits = None  # (freed before the next chunk's: one chunk's buffers at a time)
     return loss, dx, (gqt, gst), count
 
 
