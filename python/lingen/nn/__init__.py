@@ -5,7 +5,8 @@ qk_norm_rope -> SDPA -> o), MoE (router -> top-k -> moe_row_map ->
 moe_permute_quant -> grouped FP8 GEMMs with batch_swiglu_quant ->
 moe_unpermute, plus the shared expert), CrossEntropyLoss,
 LinearCrossEntropyLoss (the LM head + loss in chunks of tokens, the logits
-never whole), DecoderBlock and Model
+never whole; fp8_linear_cross_entropy: the same for the FP8 head),
+DecoderBlock and Model
 (Model.from_config("configs/models/ling-mini-2.0.json", layers=N)).
 
 On a GPU the layers run lingen's torch ops (fake kernels for torch.compile,
