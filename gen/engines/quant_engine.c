@@ -35,16 +35,12 @@
 
 #include "code.h"
 #include "error.h"
+#include "quant_body.h"
 #include "quant_common.h"
-
-#include <stdlib.h>
+#include "quant_tile.h"
 
 #define TILE 128
 
-static const char *nm(const char *name, const char *def)
-{
-	return name ? name : def;
-}
 
 const int64_t lg_qe_tiles_ok[] = {1, 2, 4, 8, 0};
 const int64_t lg_qe_qt_store_ok[] = {1, 2, 0};
@@ -70,11 +66,6 @@ int lg_qe_tokens_per_thread(const struct lg_qe *e)
 	return TILE * 16 / e->threads;
 }
 
-static int fblocks(const struct lg_qe *e)
-{
-	int nb = (int)(e->n / TILE);
-	return e->fblocks <= 1 ? 1 : e->fblocks > nb ? nb : e->fblocks;
-}
 
 /* LG_QE_EXPERTS: token tiles a CTA takes in turn. */
 static int expert_tiles(const struct lg_qe *e)
@@ -82,19 +73,13 @@ static int expert_tiles(const struct lg_qe *e)
 	return e->layout == LG_QE_EXPERTS && e->tiles > 1 ? e->tiles : 1;
 }
 
-/* Feature groups of a token tile (CTAs along the features). */
-static int64_t groups(const struct lg_qe *e)
-{
-	int64_t nb = e->n / TILE, fb = fblocks(e);
-	return (nb + fb - 1) / fb;
-}
 
 void lg_qe_geometry(const struct lg_qe *e, int64_t m, int64_t experts, struct lg_launch_dim *d)
 {
 	int64_t tiles = (m + TILE - 1) / TILE;
 	if (e->layout == LG_QE_EXPERTS && m > 0) /* at most that many tiles, expert_tiles() a CTA */
 		tiles = (tiles + experts + expert_tiles(e) - 1) / expert_tiles(e);
-	d->grid[0] = (unsigned)(tiles * groups(e));
+	d->grid[0] = (unsigned)(tiles * lg_qb_groups(e));
 	d->grid[1] = d->grid[2] = 1;
 	d->block[0] = (unsigned)e->threads;
 	d->block[1] = d->block[2] = 1;
@@ -171,7 +156,7 @@ void lg_qe_emit_kernel(lg_buf *b, const struct lg_spec *s, const struct lg_plan 
 	lg_section(b, "helpers for this spec", NULL);
 	lg_qe_emit_helpers(b, e);
 	lg_section(b, p->entry[0], title);
-	int r = lg_qe_tokens_per_thread(e), fb = fblocks(e);
+	int r = lg_qe_tokens_per_thread(e), fb = lg_qb_fblocks(e);
 	lg_comment(b, "CTA: %s x %d block%s of 128 features%s.",
 		   e->layout == LG_QE_EXPERTS ? "a token tile of one expert (from counts)" : "128 tokens", fb,
 		   fb > 1 ? "s" : "", fb > 1 ? " in turn" : "");
@@ -188,15 +173,6 @@ void lg_qe_emit_helpers(lg_buf *b, const struct lg_qe *e)
 	lg_emit_quant_q(b, e->pow2); /* lg_max_bf16x2 (bf16 values) is a template helper */
 }
 
-/* The emission state of one body. */
-struct ctx {
-	const struct lg_qe *e;
-	const struct lg_qe_hooks *h;
-	int r, warps, fb;
-	int64_t nb;
-	bool bf16, tile, cmax; /* bf16 values; one scale a 128x128 tile; column maxima needed */
-	const char *q, *s, *qt, *st, *m;
-};
 
 /* LG_QE_EXPERTS: a CTA takes the token tiles slot, slot + slots, ...
  * (`tiles` of them; slots: the grid's CTAs along the tokens,
@@ -210,7 +186,7 @@ struct ctx {
  * tensor). Measured with a tile a CTA (K6 forward 65536 x 512,
  * git history, commit 8b8e268: bench/h200-2026-12-01f): 71.4 us at E = 1 against 63.8 without the
  * scan; at E = 512, 96.9 against 77.3 without the surplus CTAs. */
-static void emit_place_and_expert(lg_buf *b, const struct ctx *k, int64_t g)
+static void emit_place_and_expert(lg_buf *b, const struct lg_qb *k, int64_t g)
 {
 	const struct lg_qe *e = k->e;
 	int nt = expert_tiles(e);
@@ -233,7 +209,7 @@ static void emit_place_and_expert(lg_buf *b, const struct ctx *k, int64_t g)
 		lg_comment(b, "are not written), the CTA leaves.");
 	}
 	lg_line(b, "lg_expert_tiles((const int *)%s, %s, qe_slot, qe_slots, %d, &qe_seg[0][0]);",
-		nm(e->counts, "counts"), nm(e->experts, "E"), nt);
+		lg_qb_name(e->counts, "counts"), lg_qb_name(e->experts, "E"), nt);
 	lg_line(b, "__syncthreads();");
 	if (nt > 1) {
 		lg_line(b, "#pragma unroll 1");
@@ -262,252 +238,41 @@ static void emit_place_and_expert(lg_buf *b, const struct ctx *k, int64_t g)
 /* LG_QE_EXPERTS with several tiles a CTA: the end of the tile loop (a
  * barrier not needed: qe_seg is only read in it, and the block's barriers
  * order the shared tiles' reuse). */
-static void emit_tile_end(lg_buf *b, const struct ctx *k)
+static void emit_tile_end(lg_buf *b, const struct lg_qb *k)
 {
 	if (expert_tiles(k->e) > 1)
 		lg_line(b, "} // the CTA's token tiles");
 }
 
 /* Shared memory, the thread's place, the tile's place (and expert). */
-static void emit_place(lg_buf *b, const struct ctx *k)
+static void emit_place(lg_buf *b, const struct lg_qb *k)
 {
 	const struct lg_qe *e = k->e;
+	lg_qb_emit_smem(b, k);
 	if (e->cols) {
-		lg_comment(b, "qt staging (128 features x 128 tokens, swizzled).");
-		lg_line(b, "__shared__ __align__(16) u8 stage[128 * 128];");
-	}
-	if (k->cmax) {
-		if (k->bf16)
-			lg_line(b, "__shared__ __align__(16) u32 cpart[%d][64]; // each warp's column amax, bf16x2", k->warps);
-		else
-			lg_line(b, "__shared__ __align__(16) float cpart[%d][128]; // each warp's column amax", k->warps);
-	}
-	if (e->cols && !k->tile) {
 		lg_line(b, "__shared__ __align__(16) float cinv[128]; // 1 / column scale");
 		if (!e->pow2)
 			lg_line(b, "__shared__ __align__(16) float csc[128]; // column scales");
 	}
-	if (k->tile)
-		lg_line(b, "__shared__ float tmax[4]; // the tile amax of each warp that reduces it");
-	lg_comment(b, "lb: this thread's block of 8 features; rb: its block of %d tokens.", k->r);
-	lg_line(b, "const int lb = threadIdx.x & 15, rb = threadIdx.x >> 4;");
-	lg_line(b, "const int r0 = %d * rb; // this thread's first token in the tile", k->r);
-	int64_t g = groups(e);
+	lg_qb_emit_thread_place(b, k);
 	if (e->layout == LG_QE_EXPERTS) {
-		emit_place_and_expert(b, k, g);
+		emit_place_and_expert(b, k, lg_qb_groups(e));
 		return;
 	}
-	if (e->tile) {
-		lg_line(b, "const i64 tt = %s; // token tile", e->tile);
-		lg_line(b, "const int cg = %s; // feature group", e->group ? e->group : "0");
-	} else if (g > 1) {
-		lg_line(b, "const i64 tt = blockIdx.x / %lldu; // token tile", (long long)g);
-		lg_line(b, "const int cg = blockIdx.x %% %lldu; // feature group", (long long)g);
-	} else {
-		lg_line(b, "const i64 tt = blockIdx.x; // token tile");
-		lg_line(b, "const int cg = 0; // feature group");
-	}
-	lg_line(b, "const i64 m0 = tt * 128; // the tile's first token");
-	lg_line(b, "const int rows = (int)(%s - m0 < 128 ? %s - m0 : 128); // tokens in the tile", k->m, k->m);
-	if (e->rows && !k->tile)
+	lg_qb_emit_tile_place(b, k);
+	if (e->rows)
 		lg_line(b, "float *const sg = (float *)%s; // rowwise scales [%lld, %s]", k->s, (long long)k->nb, k->m);
-	if (e->cols && k->tile && e->expert_rows) {
-		long long n = (long long)e->expert_rows;
-		lg_line(b, "const i64 qex = m0 / %lld; // the tile's expert (%lld rows each)", n, n);
-		lg_line(b, "const i64 qe0 = qex * %lld; // its first row", n);
-		lg_line(b, "const i64 qen = %s - qe0 < %lld ? %s - qe0 : %lld; // its rows", k->m, n, k->m, n);
-		lg_line(b, "const i64 lm0 = m0 - qe0; // the tile's first row in the expert");
-		lg_line(b, "u8 *const qtg = (u8 *)%s + qe0 * %lld; // the expert's qt [%lld, qen]", k->qt,
-			(long long)e->n, (long long)e->n);
-		lg_line(b, "float *const stg = (float *)%s + qe0 / 128 * %lld; // its st [%lld, cdiv(qen, 128)]",
-			k->st, (long long)k->nb, (long long)k->nb);
-	} else if (e->cols) {
-		lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, %s%s%s]", k->qt, (long long)e->n,
-			e->layout == LG_QE_FLAT ? "round_up(" : "", k->m, e->layout == LG_QE_FLAT ? ", 16)" : "");
-	}
-	if (e->cols && !k->tile)
+	if (e->cols) {
+		lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, round_up(%s, 16)]", k->qt,
+			(long long)e->n, k->m);
 		lg_line(b, "float *const stg = (float *)%s + tt * %lld; // this tile's row of st", k->st,
 			(long long)e->n);
-}
-
-/* Whether the hooks split the values (fetch, compute) and the engine
- * prefetches the next feature block. */
-static bool split(const struct ctx *k)
-{
-	return k->h->fetch && k->h->compute;
-}
-
-static bool prefetching(const struct ctx *k)
-{
-	return k->e->prefetch && k->fb > 1 && split(k);
-}
-
-/* The hook `fn` for each of the thread's rows at column col (an i64
- * expression), in an unrolled loop. */
-static void emit_rows(lg_buf *b, const struct ctx *k, const char *col,
-		      void (*fn)(lg_buf *, const struct lg_qe *, const struct lg_qe_row *, void *))
-{
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
-	struct lg_qe_row r = {.row = "qe_row", .lrow = "(r0 + i)", .col = col, .dst = "v[i]",
-			      .valid = "(r0 + i < rows)", .slot = "i"};
-	/* the hook's code first, so that qe_row is declared only where it is read */
-	lg_buf hook;
-	lg_buf_init(&hook);
-	hook.depth = b->depth;
-	fn(&hook, k->e, &r, k->h->ctx);
-	size_t len = 0;
-	char *text = lg_buf_finish(&hook, &len);
-	if (!text) {
-		b->failed = true;
-		return;
 	}
-	if (lg_code_names(text, r.row))
-		lg_line(b, "const i64 qe_row = m0 + r0 + min(i, rows - 1 - r0);");
-	lg_raw(b, text, len);
-	free(text);
-	lg_close(b);
-}
-
-/* With split hooks: the raw registers, before the feature-block loop. */
-static void emit_raw(lg_buf *b, const struct ctx *k)
-{
-	if (split(k))
-		k->h->raw(b, k->e, k->r, k->h->ctx);
-}
-
-/* With prefetch: the loads of the CTA's first feature block, before the
- * feature-block loop. */
-static void emit_first_fetch(lg_buf *b, const struct ctx *k)
-{
-	if (!prefetching(k))
-		return;
-	lg_comment(b, "The first feature block's loads (each block's compute is followed by the next's).");
-	lg_open(b, "if (r0 < rows) {");
-	lg_line(b, "const i64 qe_col = (i64)cg * %d + 8 * lb; // the thread's first feature", 128 * k->fb);
-	emit_rows(b, k, "qe_col", k->h->fetch);
-	lg_close(b);
-}
-
-/* v: the thread's R tokens x 8 features, from the family's hook. */
-static void emit_values(lg_buf *b, const struct ctx *k)
-{
-	lg_comment(b, "The values: %d tokens x 8 features a thread (the family's code, a token",
-		   k->r);
-	lg_comment(b, "a step; a token past the tile's last computes the last one's, then counts");
-	lg_comment(b, "as 0).");
-	if (k->bf16)
-		lg_line(b, "lg_u32x4 v[%d];", k->r);
-	else
-		lg_line(b, "float v[%d][8];", k->r);
-	lg_comment(b, "A thread whose tokens are all absent (a short tile: experts' last tiles)");
-	lg_comment(b, "neither loads nor computes; the others run straight-line code, loads");
-	lg_comment(b, "first.");
-	lg_open(b, "if (r0 < rows) {");
-	lg_line(b, "const i64 qe_col = k0 + 8 * lb; // the thread's first feature");
-	if (!split(k)) {
-		emit_rows(b, k, "qe_col", k->h->values);
-	} else {
-		if (!prefetching(k))
-			emit_rows(b, k, "qe_col", k->h->fetch);
-		emit_rows(b, k, "qe_col", k->h->compute);
-		if (prefetching(k)) {
-			lg_comment(b, "The next feature block's loads, in flight during this block's stores.");
-			lg_open(b, "if (cb + 1 < cb_end) {");
-			lg_line(b, "const i64 qe_next = qe_col + 128;");
-			emit_rows(b, k, "qe_next", k->h->fetch);
-			lg_close(b);
-		}
-	}
-	lg_close_with(b, "} // r0 < rows");
-	lg_open(b, "if (rows < 128) { // a tile short of tokens: the absent ones count as 0");
-	lg_line(b, "#pragma unroll");
-	if (k->bf16) {
-		lg_line(b, "for (int i = 0; i < %d; i++)", k->r);
-		lg_line(b, "\tif (r0 + i >= rows) v[i] = lg_u32x4{0u, 0u, 0u, 0u};");
-	} else {
-		lg_line(b, "for (int i = 0; i < %d; i++)", k->r);
-		lg_line(b, "\tif (r0 + i >= rows)");
-		lg_line(b, "\t\tfor (int j = 0; j < 8; j++) v[i][j] = 0.0f;");
-	}
-	lg_close(b);
-}
-
-static void emit_thread_amax_bf16(lg_buf *b, const struct ctx *k)
-{
-	bool rows = k->e->rows && !k->tile;
-	lg_comment(b, "Block maxima of the thread's values on the bf16 bits (sign bits cleared).");
-	if (rows) {
-		lg_comment(b, "rmax[p]: tokens r0 + 2p (low half), r0 + 2p + 1 (high) over its 8 features.");
-		lg_line(b, "u32 rmax[%d];", k->r / 2);
-	}
-	if (k->cmax) {
-		lg_comment(b, "cmax[j]: features 8 lb + 2j (low half), 8 lb + 2j + 1 (high) over %d tokens.",
-			   k->r);
-		lg_line(b, "u32 cmax[4] = {0u, 0u, 0u, 0u};");
-	}
-	lg_line(b, "#pragma unroll");
-	if (rows) { /* two tokens at a time: their row maxima share a word */
-		lg_open(b, "for (int p = 0; p < %d; p++) {", k->r / 2);
-		lg_line(b, "u32 pr[2];");
-		lg_line(b, "#pragma unroll");
-		lg_open(b, "for (int i = 0; i < 2; i++) {");
-		lg_line(b, "const lg_u32x4 w = v[2 * p + i];");
-	} else {
-		lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
-		lg_line(b, "const lg_u32x4 w = v[i];");
-	}
-	lg_line(b, "const u32 a[4] = {w.x & 0x7fff7fffu, w.y & 0x7fff7fffu,");
-	lg_line(b, "\tw.z & 0x7fff7fffu, w.w & 0x7fff7fffu};");
-	if (rows) {
-		lg_line(b, "pr[i] = lg_max_bf16x2(lg_max_bf16x2(a[0], a[1]),");
-		lg_line(b, "\tlg_max_bf16x2(a[2], a[3]));");
-	}
-	if (k->cmax) {
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int j = 0; j < 4; j++) cmax[j] = lg_max_bf16x2(cmax[j], a[j]);");
-	}
-	lg_close(b);
-	if (rows) {
-		lg_comment(b, "even features' maxima of both tokens against the odd features'");
-		lg_line(b, "rmax[p] = lg_max_bf16x2(__byte_perm(pr[0], pr[1], 0x5410),");
-		lg_line(b, "\t__byte_perm(pr[0], pr[1], 0x7632));");
-		lg_close(b);
-	}
-}
-
-static void emit_thread_amax_f32(lg_buf *b, const struct ctx *k)
-{
-	bool rows = k->e->rows && !k->tile;
-	lg_comment(b, "Block maxima of |v| over the thread's values:");
-	if (rows) {
-		lg_comment(b, "rmax[i]: token r0 + i over its 8 features.");
-		lg_line(b, "float rmax[%d];", k->r);
-	}
-	if (k->cmax) {
-		lg_comment(b, "cmax[j]: feature 8 lb + j over its %d tokens; the 0 a max starts from", k->r);
-		lg_comment(b, "joins once, at the scale (a max that ignores NaN is order-free: same bits).");
-		lg_line(b, "float cmax[8];");
-	}
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int i = 0; i < %d; i++) {", k->r);
-	if (rows)
-		lg_line(b, "float a = 0.0f;");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int j = 0; j < 8; j++) {");
-	if (rows)
-		lg_line(b, "a = fmaxf(a, fabsf(v[i][j]));");
-	if (k->cmax)
-		lg_line(b, "cmax[j] = i == 0 ? fabsf(v[i][j]) : fmaxf(cmax[j], fabsf(v[i][j]));");
-	lg_close(b);
-	if (rows)
-		lg_line(b, "rmax[i] = a;");
-	lg_close(b);
 }
 
 /* Row scales: one lane a token, s stores, the inverses (and with exact
  * scales the scales) of the thread's R tokens in ri[] (rs[]). */
-static void emit_row_scales(lg_buf *b, const struct ctx *k)
+static void emit_row_scales(lg_buf *b, const struct lg_qb *k)
 {
 	bool pow2 = k->e->pow2;
 	lg_comment(b, "Row amax: a butterfly over the half warp's 16 lanes (a token's 128 features).");
@@ -556,33 +321,9 @@ static void emit_row_scales(lg_buf *b, const struct ctx *k)
 	lg_close(b);
 }
 
-/* Column maxima across the CTA: cpart after the barrier. */
-static void emit_col_amax(lg_buf *b, const struct ctx *k)
-{
-	lg_comment(b, "Column amax: the warp's two token blocks (lanes l, l ^ 16), then the %d warps", k->warps);
-	lg_comment(b, "through shared memory.");
-	lg_line(b, "#pragma unroll");
-	if (k->bf16) {
-		lg_line(b, "for (int j = 0; j < 4; j++)");
-		lg_line(b, "\tcmax[j] = lg_max_bf16x2(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));");
-		lg_line(b, "if ((threadIdx.x & 16) == 0)");
-		lg_line(b, "\t*(uint4 *)&cpart[threadIdx.x >> 5][4 * lb] =");
-		lg_line(b, "\t\tmake_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);");
-	} else {
-		lg_line(b, "for (int j = 0; j < 8; j++)");
-		lg_line(b, "\tcmax[j] = fmaxf(cmax[j], __shfl_xor_sync(~0u, cmax[j], 16));");
-		lg_open(b, "if ((threadIdx.x & 16) == 0) {");
-		lg_line(b, "float *const cp = &cpart[threadIdx.x >> 5][8 * lb];");
-		lg_line(b, "*(float4 *)cp = make_float4(cmax[0], cmax[1], cmax[2], cmax[3]);");
-		lg_line(b, "*(float4 *)(cp + 4) = make_float4(cmax[4], cmax[5], cmax[6], cmax[7]);");
-		lg_close(b);
-	}
-	lg_line(b, "__syncthreads();");
-}
-
 /* Column scales into st and shared memory (cinv, csc); the barrier after
  * leaves them visible to every thread. */
-static void emit_col_scales(lg_buf *b, const struct ctx *k)
+static void emit_col_scales(lg_buf *b, const struct lg_qb *k)
 {
 	bool pow2 = k->e->pow2;
 	if (k->bf16) {
@@ -613,267 +354,68 @@ static void emit_col_scales(lg_buf *b, const struct ctx *k)
 	lg_line(b, "__syncthreads();");
 }
 
-/* One scale for the whole 128 x 128 tile (weights): the column maxima
- * reduced by the warps that hold them, then every thread takes the scale. */
-static void emit_tile_scale(lg_buf *b, const struct ctx *k)
+/* The block's scales: rowwise (s; ri, rs), columnwise (st; cinv, csc). */
+static void emit_scales(lg_buf *b, const struct lg_qb *k)
 {
-	int nt = k->bf16 ? 64 : 128; /* threads holding column maxima: whole warps */
-	lg_comment(b, "Tile amax: the column maxima over the %d threads holding them, a butterfly,", nt);
-	lg_comment(b, "then across those %d warps.", nt / 32);
-	lg_open(b, "if (threadIdx.x < %d) {", nt);
-	if (k->bf16) {
-		lg_line(b, "u32 a = cpart[0][threadIdx.x];");
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int k = 1; k < %d; k++) a = lg_max_bf16x2(a, cpart[k][threadIdx.x]);", k->warps);
-		lg_line(b, "float t = fmaxf(lg_bf16_lo(a), lg_bf16_hi(a));");
-	} else {
-		lg_line(b, "float t = fmaxf(0.0f, cpart[0][threadIdx.x]); // the 0 the maxima start from");
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int k = 1; k < %d; k++) t = fmaxf(t, cpart[k][threadIdx.x]);", k->warps);
-	}
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int m = 16; m > 0; m >>= 1)");
-	lg_line(b, "\tt = fmaxf(t, __shfl_xor_sync(0xffffffffu, t, m));");
-	lg_line(b, "if ((threadIdx.x & 31) == 0) tmax[threadIdx.x >> 5] = t;");
-	lg_close(b);
-	lg_line(b, "__syncthreads();");
-	if (nt == 64)
-		lg_line(b, "const float tamax = fmaxf(tmax[0], tmax[1]);");
-	else
-		lg_line(b, "const float tamax = fmaxf(fmaxf(tmax[0], tmax[1]), fmaxf(tmax[2], tmax[3]));");
-	lg_emit_scale(b, k->e->pow2, "tsc", "tamax", "tinv");
-	lg_line(b, "if (threadIdx.x == 0) ((float *)%s)[tt * %lld + cb] = tsc;", k->s, (long long)k->nb);
-	if (k->e->cols && k->e->expert_rows) /* the expert's st [K / 128, cdiv(qen, 128)] */
-		lg_line(b, "if (threadIdx.x == 0) stg[cb * ((qen + 127) / 128) + lm0 / 128] = tsc;");
-	else if (k->e->cols) /* the transposed copy's scales: st [K / 128, cdiv(M, 128)] */
-		lg_line(b, "if (threadIdx.x == 0) ((float *)%s)[cb * ((%s + 127) / 128) + tt] = tsc;", k->st, k->m);
-}
-
-/* The columnwise copy's scales (per feature, or the tile's) and its words
- * cw: the declarations before the quantising pass. */
-static void emit_col_setup(lg_buf *b, const struct ctx *k, int words)
-{
-	const struct lg_qe *e = k->e;
-	bool pow2 = e->pow2;
-	if (e->cols && k->tile) {
-		lg_comment(b, "  transposed: with the tile's scale, two rows an e4m3x2; cw[c] gets the");
-		lg_comment(b, "  %d bytes of column 8 lb + c, row r0 first.", k->r);
-		lg_line(b, "u32 cw[8]%s;", words == 2 ? "[2]" : "");
-	} else if (e->cols) {
-		lg_comment(b, "  columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets");
-		lg_comment(b, "  the %d bytes of feature 8 lb + c, token r0 first.", k->r);
-		lg_line(b, "const float4 c0 = *(const float4 *)(cinv + 8 * lb);");
-		lg_line(b, "const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);");
-		lg_line(b, "const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};");
-		if (!pow2) {
-			lg_line(b, "const float4 s0 = *(const float4 *)(csc + 8 * lb);");
-			lg_line(b, "const float4 s1 = *(const float4 *)(csc + 8 * lb + 4);");
-			lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
-		}
-		lg_line(b, "u32 cw[8]%s;", words == 2 ? "[2]" : "");
+	if (k->e->rows)
+		emit_row_scales(b, k);
+	if (k->e->cols) {
+		lg_qb_emit_col_amax(b, k);
+		emit_col_scales(b, k);
 	}
 }
 
-/* y0, y1: the fp32 values of the pair's two tokens r0 + 2p, r0 + 2p + 1. */
-static void emit_quantise_pair_values(lg_buf *b, const struct ctx *k)
+/* The columnwise copy's scales: the loads before the quantising pass. */
+static void emit_col_setup(lg_buf *b, const struct lg_qb *k)
 {
-	lg_line(b, "float y0[8], y1[8]; // tokens r0 + 2p and r0 + 2p + 1");
-	if (!k->bf16) {
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int j = 0; j < 8; j++)");
-		lg_line(b, "\ty0[j] = v[2 * p][j], y1[j] = v[2 * p + 1][j];");
-		return;
+	lg_comment(b, "  columnwise: with its feature's scale, two tokens an e4m3x2; cw[c] gets");
+	lg_comment(b, "  the %d bytes of feature 8 lb + c, token r0 first.", k->r);
+	lg_line(b, "const float4 c0 = *(const float4 *)(cinv + 8 * lb);");
+	lg_line(b, "const float4 c1 = *(const float4 *)(cinv + 8 * lb + 4);");
+	lg_line(b, "const float ci[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};");
+	if (!k->e->pow2) {
+		lg_line(b, "const float4 s0 = *(const float4 *)(csc + 8 * lb);");
+		lg_line(b, "const float4 s1 = *(const float4 *)(csc + 8 * lb + 4);");
+		lg_line(b, "const float cs[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};");
 	}
-	lg_line(b, "const lg_u32x4 w0 = v[2 * p], w1 = v[2 * p + 1];");
-	lg_line(b, "const u32 a[4] = {w0.x, w0.y, w0.z, w0.w},");
-	lg_line(b, "\tb[4] = {w1.x, w1.y, w1.z, w1.w};");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = 0; e < 4; e++) { // bf16 -> fp32 is exact");
-	lg_line(b, "y0[2 * e] = lg_bf16_lo(a[e]),");
-	lg_line(b, "\ty0[2 * e + 1] = lg_bf16_hi(a[e]);");
-	lg_line(b, "y1[2 * e] = lg_bf16_lo(b[e]),");
-	lg_line(b, "\ty1[2 * e + 1] = lg_bf16_hi(b[e]);");
-	lg_close(b);
 }
 
-/* The pair's two q rows: 8 bytes each, to qrow. */
-static void emit_quantise_pair_rows(lg_buf *b, const struct ctx *k)
+/* A pair's tokens take their own scales (ri, rs). */
+static void row_args(lg_buf *b, const struct lg_qb *k, const char **a0, const char **a1)
 {
 	bool pow2 = k->e->pow2;
-	long long n = (long long)k->e->n;
-	const char *a0, *a1;
-	if (k->tile) {
-		a0 = a1 = lg_quant_q_args(pow2, "tsc, tinv", "tinv");
-	} else {
-		a0 = lg_quant_q_args(pow2, "s0, i0", "i0");
-		a1 = lg_quant_q_args(pow2, "s1, i1", "i1");
-		lg_line(b, "const float i0 = ri[2 * p], i1 = ri[2 * p + 1];");
-		if (!pow2)
-			lg_line(b, "const float s0 = rs[2 * p], s1 = rs[2 * p + 1];");
-	}
-	lg_line(b, "u32 qa[2], qb[2];");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int e = 0; e < 2; e++) {");
-	lg_line(b, "qa[e] = lg_e4m3x4(lg_q(y0[4 * e], %s),", a0);
-	lg_line(b, "\tlg_q(y0[4 * e + 1], %s),", a0);
-	lg_line(b, "\tlg_q(y0[4 * e + 2], %s),", a0);
-	lg_line(b, "\tlg_q(y0[4 * e + 3], %s));", a0);
-	lg_line(b, "qb[e] = lg_e4m3x4(lg_q(y1[4 * e], %s),", a1);
-	lg_line(b, "\tlg_q(y1[4 * e + 1], %s),", a1);
-	lg_line(b, "\tlg_q(y1[4 * e + 2], %s),", a1);
-	lg_line(b, "\tlg_q(y1[4 * e + 3], %s));", a1);
-	lg_close(b);
-	lg_line(b, "if (r0 + 2 * p < rows) lg_st8_cs(qrow + 2 * p * %lld, qa[0], qa[1]);", n);
-	lg_line(b, "if (r0 + 2 * p + 1 < rows)");
-	lg_line(b, "\tlg_st8_cs(qrow + (2 * p + 1) * %lld, qb[0], qb[1]);", n);
+	*a0 = lg_quant_q_args(pow2, "s0, i0", "i0");
+	*a1 = lg_quant_q_args(pow2, "s1, i1", "i1");
+	lg_line(b, "const float i0 = ri[2 * p], i1 = ri[2 * p + 1];");
+	if (!pow2)
+		lg_line(b, "const float s0 = rs[2 * p], s1 = rs[2 * p + 1];");
 }
 
-/* The pair's column bytes: one e4m3x2 a feature into cw. */
-static void emit_quantise_pair_cols(lg_buf *b, const struct ctx *k)
-{
-	bool pow2 = k->e->pow2;
-	const char *ca = k->tile ? lg_quant_q_args(pow2, "tsc, tinv", "tinv")
-				 : lg_quant_q_args(pow2, "cs[c], ci[c]", "ci[c]");
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int c = 0; c < 8; c++) {");
-	lg_line(b, "const u32 h = lg_e4m3x2(lg_q(y0[c], %s),", ca);
-	lg_line(b, "\tlg_q(y1[c], %s));", ca);
-	if (k->r / 4 == 2)
-		lg_line(b, "cw[c][p / 2] = p %% 2 == 0 ? h : cw[c][p / 2] | h << 16;");
-	else
-		lg_line(b, "cw[c] = p == 0 ? h : cw[c] | h << 16;");
-	lg_close(b);
-}
-
-/* The column words into the staging tile, then the tile to qt. */
-static void emit_stage_and_store(lg_buf *b, const struct ctx *k)
+/* The staged tile to qt: per expert at any byte; a flat activation's rows
+ * round_up(M, 16) apart, a zero tail. */
+static void store_qt(lg_buf *b, const struct lg_qb *k)
 {
 	const struct lg_qe *e = k->e;
-	bool two = k->r / 4 == 2;
-	lg_comment(b, "Stage the columns: token byte t of feature c's line at t ^ (8 (c / 8)), so");
-	if (two)
-		lg_comment(b, "the 8-byte stores of a half warp (lb = 0..15) hit 16 distinct bank pairs.");
-	else
-		lg_comment(b, "the 4-byte stores of a warp (two token blocks) hit 32 distinct banks.");
-	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int c = 0; c < 8; c++)");
-	if (two) {
-		lg_line(b, "\t*(uint2 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) =");
-		lg_line(b, "\t\tmake_uint2(cw[c][0], cw[c][1]);");
-	} else
-		lg_line(b, "\t*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];");
-	lg_line(b, "__syncthreads();");
 	if (e->layout == LG_QE_EXPERTS)
 		lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
-	else if (e->layout == LG_QE_TILE128 && e->expert_rows) /* the expert's: rows qen apart */
-		lg_emit_qt_lines_flat(b, e->threads, "qtg", "qen", "lm0");
-	else if (e->layout == LG_QE_TILE128) /* the weight's transposed copy: rows M apart */
-		lg_emit_qt_lines_flat(b, e->threads, "qtg", k->m, "m0");
-	else /* a flat activation's columnwise copy: rows round_up(M, 16) apart, a zero tail */
+	else
 		lg_emit_qt_lines_pitched(b, e->threads, "qtg", k->m, "m0", e->qt_narrow);
 }
 
-/* One pass over the thread's values: q rows, and the column bytes into the
- * staging tile, then the qt lines. */
-static void emit_quantise(lg_buf *b, const struct ctx *k)
-{
-	const struct lg_qe *e = k->e;
-	lg_comment(b, "Quantise every value once per copy%s", e->rows && e->cols ? ":" : ".");
-	if (e->rows)
-		lg_comment(b, "  rowwise: with its %s scale; a half warp stores a token's q line.",
-			   k->tile ? "tile's" : "token's");
-	emit_col_setup(b, k, k->r / 4);
-	if (e->rows)
-		lg_line(b, "u8 *const qrow = (u8 *)%s + (m0 + r0) * %lld + k0 + 8 * lb;", k->q, (long long)e->n);
-	if (e->cols) {
-		lg_comment(b, "A thread whose tokens are all absent has nothing to store but zero bytes");
-		lg_comment(b, "(+0 quantises to 0x00 under any scale).");
-		lg_open(b, "if (r0 >= rows) {");
-		lg_line(b, "#pragma unroll");
-		if (k->r / 4 == 2)
-			lg_line(b, "for (int c = 0; c < 8; c++) cw[c][0] = cw[c][1] = 0u;");
-		else
-			lg_line(b, "for (int c = 0; c < 8; c++) cw[c] = 0u;");
-		lg_close_with(b, "} else {");
-	} else {
-		lg_open(b, "if (r0 < rows) { // else: no token of this thread to store");
-	}
-	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int p = 0; p < %d; p++) {", k->r / 2);
-	emit_quantise_pair_values(b, k);
-	if (e->rows)
-		emit_quantise_pair_rows(b, k);
-	if (e->cols)
-		emit_quantise_pair_cols(b, k);
-	lg_close(b);
-	lg_close_with(b, "} // r0 < rows");
-	if (e->cols)
-		emit_stage_and_store(b, k);
-}
-
-/* The feature-block loop (or the one block) for the engine as given
- * (its variant set). */
-static void emit_blocks(lg_buf *b, const struct ctx *k)
-{
-	const struct lg_qe *e = k->e;
-	const struct lg_qe_hooks *h = k->h;
-	emit_first_fetch(b, k);
-	if (k->fb > 1) {
-		lg_line(b, "const int cb_end = cg * %d + %d < %lld ? cg * %d + %d : %lld;", k->fb, k->fb,
-			(long long)k->nb, k->fb, k->fb, (long long)k->nb);
-		lg_open(b, "for (int cb = cg * %d; cb < cb_end; cb++) { // the feature blocks of this CTA", k->fb);
-	} else {
-		lg_line(b, "const int cb = cg; // the feature block");
-	}
-	lg_line(b, "const i64 k0 = (i64)cb * 128; // its first feature");
-	if (h->block)
-		h->block(b, e, h->ctx);
-	emit_values(b, k);
-	if (k->bf16)
-		emit_thread_amax_bf16(b, k);
-	else
-		emit_thread_amax_f32(b, k);
-	if (e->rows && !k->tile)
-		emit_row_scales(b, k);
-	if (k->cmax)
-		emit_col_amax(b, k);
-	if (e->cols && !k->tile)
-		emit_col_scales(b, k);
-	if (k->tile)
-		emit_tile_scale(b, k);
-	emit_quantise(b, k);
-	if (h->epilogue)
-		h->epilogue(b, e, h->ctx);
-	if (k->fb > 1)
-		lg_close(b);
-}
+static const struct lg_qb_ops act_ops = {
+	.scales = emit_scales, .col_setup = emit_col_setup, .row_args = row_args, .store_qt = store_qt};
 
 void lg_qe_emit_body(lg_buf *b, const struct lg_qe *e, const struct lg_qe_hooks *h)
 {
-	struct lg_qe ev = *e;
-	ev.variant = -1;
-	struct ctx k = {.e = &ev, .h = h, .r = lg_qe_tokens_per_thread(e), .warps = e->threads / 32,
-			.fb = fblocks(e), .nb = e->n / TILE, .bf16 = e->vals == LG_QE_BF16,
-			.tile = e->layout == LG_QE_TILE128, .q = nm(e->q, "q"), .s = nm(e->s, "s"),
-			.qt = nm(e->qt, "qt"), .st = nm(e->st, "st"), .m = nm(e->m, "M")};
-	k.cmax = e->cols || k.tile;
-	emit_place(b, &k);
-	if (h->prologue)
-		h->prologue(b, &ev, h->ctx);
-	emit_raw(b, &k);
-	if (!e->cta_case) {
-		emit_blocks(b, &k);
-		emit_tile_end(b, &k);
+	if (e->layout == LG_QE_TILE128) { /* a scale a 128 x 128 tile: the weight-tile emitter's */
+		lg_qtile_emit_body(b, e, h);
 		return;
 	}
-	lg_comment(b, "Two copies of the feature blocks, each compiled for its case (the condition is");
-	lg_comment(b, "the same in every thread of the CTA; the copies are not indented: the hooks'");
-	lg_comment(b, "lines keep their width).");
-	for (int v = 1; v >= 0; v--) {
-		ev.variant = v;
-		lg_line(b, v ? "if (%s) {" : "} else { // not %s", e->cta_case);
-		emit_blocks(b, &k);
-	}
-	lg_line(b, "}");
+	struct lg_qb k;
+	lg_qb_init(&k, e, h, &act_ops);
+	k.rword = "token's";
+	k.cq = lg_quant_q_args(e->pow2, "cs[c], ci[c]", "ci[c]");
+	emit_place(b, &k);
+	lg_qb_emit_body(b, &k);
 	emit_tile_end(b, &k);
 }
