@@ -236,7 +236,6 @@ void lg_qb_emit_col_amax(lg_buf *b, const struct lg_qb *k)
 	lg_line(b, "__syncthreads();");
 }
 
-
 /* y0, y1: the fp32 values of the pair's two tokens r0 + 2p, r0 + 2p + 1. */
 static void emit_quantise_pair_values(lg_buf *b, const struct lg_qb *k)
 {

@@ -30,6 +30,12 @@
  * lg_qe.tiles > 1 the CTA takes them in turn (emit_place_and_expert). A
  * family whose values differ by feature-block group names the case
  * (lg_qe.cta_case) and gets a copy of the block loop compiled for each.
+ *
+ * This file: the engine's plans, geometry and kernel, and the activation
+ * quantiser (LG_QE_FLAT, LG_QE_EXPERTS): its places, row and column scales
+ * and qt stores (struct lg_qb_ops). The body both quantisers share (values,
+ * maxima, the quantising pass, the block loop) is quant_body.c's; the
+ * weight tiles (LG_QE_TILE128, one scale a tile) are quant_tile.c's.
  */
 #include "quant_engine.h"
 
@@ -40,7 +46,6 @@
 #include "quant_tile.h"
 
 #define TILE 128
-
 
 const int64_t lg_qe_tiles_ok[] = {1, 2, 4, 8, 0};
 const int64_t lg_qe_qt_store_ok[] = {1, 2, 0};
@@ -66,13 +71,11 @@ int lg_qe_tokens_per_thread(const struct lg_qe *e)
 	return TILE * 16 / e->threads;
 }
 
-
 /* LG_QE_EXPERTS: token tiles a CTA takes in turn. */
 static int expert_tiles(const struct lg_qe *e)
 {
 	return e->layout == LG_QE_EXPERTS && e->tiles > 1 ? e->tiles : 1;
 }
-
 
 void lg_qe_geometry(const struct lg_qe *e, int64_t m, int64_t experts, struct lg_launch_dim *d)
 {
@@ -172,7 +175,6 @@ void lg_qe_emit_helpers(lg_buf *b, const struct lg_qe *e)
 {
 	lg_emit_quant_q(b, e->pow2); /* lg_max_bf16x2 (bf16 values) is a template helper */
 }
-
 
 /* LG_QE_EXPERTS: a CTA takes the token tiles slot, slot + slots, ...
  * (`tiles` of them; slots: the grid's CTAs along the tokens,

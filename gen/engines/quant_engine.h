@@ -43,9 +43,10 @@
  *     Counts must sum to at most M; an expert whose segment runs past M
  *     (bad counts) is not written at all, so nothing is stored out of
  *     bounds.
- *   - LG_QE_TILE128: weights: one scale per 128 x 128 tile, q [M, K] and
- *     s [cdiv(M, 128), K/128] (row-major); `rows` must be on. `cols` (off
- *     unless the family sets it) adds the transposed copy with the same
+ *   - LG_QE_TILE128: weights (the weight-tile emitter, quant_tile.h): one
+ *     scale per 128 x 128 tile, q [M, K] and s [cdiv(M, 128), K/128]
+ *     (row-major); `rows` must be on. `cols` (off unless the family sets
+ *     it) adds the transposed copy with the same
  *     tiles' scales: qt [K, M] (the columnwise path's lines, each value
  *     quantised with its tile's scale) and st [K/128, cdiv(M, 128)]. A
  *     partial last token tile takes its amax over its real tokens. With

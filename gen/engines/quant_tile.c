@@ -20,8 +20,9 @@
 #include "quant_body.h"
 #include "quant_common.h"
 
-/* One scale for the whole 128 x 128 tile: the column maxima reduced by the
- * warps that hold them, then every thread takes the scale; s (and st). */
+/* The block's scales: one for the whole 128 x 128 tile, the body's column
+ * maxima (cpart) reduced by the warps that hold them, then every thread
+ * takes the scale (tsc, tinv); s (and st) get it. */
 static void emit_tile_scale(lg_buf *b, const struct lg_qb *k)
 {
 	int nt = k->bf16 ? 64 : 128; /* threads holding column maxima: whole warps */

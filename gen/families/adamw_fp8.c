@@ -23,11 +23,12 @@
  * expert's block with rows N apart; rows not a multiple of N: a short last
  * expert (its [hidden, n] block).
  *
- * Strategy: the quant engine (quant_engine.h), layout LG_QE_TILE128, one
- * CTA a 128 x 128 tile, as fp8_quant_weight; its values hook loads a
- * thread's 8 elements of p, g, m and v (16-byte vectors), updates them,
- * stores p, m and v, and hands the new weight to the engine (amax, scales,
- * q rows, the staged transposed lines). Each element read and written once:
+ * Strategy: the quant engine (quant_engine.h), layout LG_QE_TILE128 (its
+ * weight-tile emitter, quant_tile.c), one CTA a 128 x 128 tile, as
+ * fp8_quant_weight; its values hook loads a thread's 8 elements of p, g,
+ * m and v (16-byte vectors), updates them, stores p, m and v, and hands
+ * the new weight to the engine (amax, scales, q rows, the staged
+ * transposed lines). Each element read and written once:
  * 28 B an element with fp32 state and a bf16 weight's 2 + 2 + 2 B plus 2 B
  * of q (10 B with bf16 grads and moments), against adamw's pass plus
  * fp8_quant_weight's (2 B read, 2 B written) of the two kernels.

@@ -14,8 +14,8 @@
  * 128)] = s^T, each value quantised with its tile's scale (bit for bit q's
  * bytes), through the engine's columnwise path (128-byte qt lines).
  *
- * Strategy: the quant engine (quant_engine.h), layout LG_QE_TILE128: one
- * CTA a 128 x 128 tile (`fblocks` of them along the features in turn),
+ * Strategy: the quant engine (quant_engine.h), layout LG_QE_TILE128 (its
+ * weight-tile emitter, quant_tile.c): one CTA a 128 x 128 tile (`fblocks` of them along the features in turn),
  * w read once by 16-byte loads into registers; the column maxima of the
  * engine's columnwise path reduced once more to the tile's amax; then the
  * rowwise pass of the engine with the tile's scale (a half warp stores a
