@@ -12,8 +12,6 @@
 #include "quant_body.h"
 
 #include "code.h"
-#include "error.h"
-#include "quant_common.h"
 
 #include <stdlib.h>
 

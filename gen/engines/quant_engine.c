@@ -39,7 +39,6 @@
  */
 #include "quant_engine.h"
 
-#include "code.h"
 #include "error.h"
 #include "quant_body.h"
 #include "quant_common.h"

@@ -15,7 +15,6 @@
  */
 #include "quant_tile.h"
 
-#include "code.h"
 #include "error.h"
 #include "quant_body.h"
 #include "quant_common.h"
