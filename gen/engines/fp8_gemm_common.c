@@ -30,6 +30,10 @@ static bool tall_default(const struct lg_spec *s, const struct lg_fp8_keys *k)
 {
 	if (k->m256_at <= 0 || s->pass == LG_PASS_WGRAD || lg_spec_has(s, k->tm))
 		return false;
+	/* (with the spec's epilogue through TMA: 128 x 128, as before tile.m 256
+	 * could take it; not yet measured against it on the GPU) */
+	if (lg_spec_has(s, k->ep) && lg_spec_int(s, k->ep) > 0)
+		return false;
 	return lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n) >= k->m256_at;
 }
 
@@ -50,7 +54,8 @@ static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_
 	 * wgrad's short tiles, are not yet measured on the GPU) */
 	if (lg_spec_has(s, k->tm))
 		g.bm = (int)lg_spec_int(s, k->tm);
-	/* (tile.m 256 stores from registers: lg_fp8_gemm_problem) */
+	/* (tile.m 256 from registers unless the spec says otherwise: its
+	 * epilogue through TMA not yet measured on the GPU) */
 	g.c_bufs = lg_spec_has(s, k->ep) ? (int)lg_spec_int(s, k->ep) : g.bm <= 128;
 	if (g.c_bufs > 0)
 		g.c_tmap = "c";
@@ -72,7 +77,7 @@ static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_
 }
 
 /* tile_keys_as with the tall default where the spec's other keys allow it
- * (tile.n up to 128, no ahead, the epilogue from registers). */
+ * (tile.n up to 128, no ahead, no tile.epilogue above 0: tall_default). */
 static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual)
 {
 	if (tall_default(s, k)) {

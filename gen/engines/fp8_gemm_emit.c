@@ -43,10 +43,29 @@ static int b_scales(const struct lg_fp8_gemm *g) { return g->b_rowscale ? g->bn 
 /* Floats of a stage's scale slot: A's bm, then B's. */
 static int slot(const struct lg_fp8_gemm *g) { return g->bm + b_scales(g); }
 
-/* Bytes of the epilogue's buffers (c_tmap): a tile of the output. */
+/* The epilogue's buffers (c_tmap) a consumer warpgroup, of 64 rows each:
+ * c_bufs; with waves (tile.m 256) 2 c_bufs, one a wave of each tile's
+ * (c_bufs tiles' stores in flight), where those take at most 64 KB in all
+ * (bf16 256 x 128, c_bufs 1: 3 stages fit beside them), else c_bufs (fp32,
+ * or c_bufs 2 at bf16 256 x 128), so that a wave's stores wait for those
+ * c_bufs waves before to have read its buffer. A wave's stores take the
+ * buffers in turn (a counter of the waves stored by TMA, with more than
+ * one). */
+static int out_slots(const struct lg_fp8_gemm *g)
+{
+	if (waves(g) > 1 && g->bm * g->bn * g->c_elem * g->c_bufs <= 65536)
+		return waves(g) * g->c_bufs;
+	return g->c_bufs;
+}
+
+/* Bytes of a 64-row buffer of the epilogue. */
+static int slot_bytes(const struct lg_fp8_gemm *g) { return 64 * g->bn * g->c_elem; }
+
+/* Bytes of the epilogue's buffers (c_tmap): a tile of the output (half of
+ * one with waves where out_slots says so). */
 static unsigned out_bytes(const struct lg_fp8_gemm *g)
 {
-	return g->c_tmap ? (unsigned)(g->bm * g->bn * g->c_elem * g->c_bufs) : 0u;
+	return g->c_tmap ? (unsigned)(consumers(g) * out_slots(g) * slot_bytes(g)) : 0u;
 }
 
 unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g)
@@ -95,9 +114,9 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 {
 	if (g->bm != 64 && g->bm != 128 && g->bm != 256)
 		return "tile.m 64, 128 (one consumer warpgroup a 64 rows) or 256";
-	if (waves(g) > 1 && (g->manual || g->b_rowscale || g->ahead || g->c_tmap || g->bn > 128))
+	if (waves(g) > 1 && (g->manual || g->b_rowscale || g->ahead || g->bn > 128))
 		return "tile.m 256 (two warpgroups of 128 rows, two waves each) in the forward and dgrad only, with "
-		       "tile.n up to 128, no ahead and the epilogue from registers (tile.epilogue 0)";
+		       "tile.n up to 128 and no ahead";
 	if (g->bn < 16 || g->bn > 256 || g->bn % 16 != 0)
 		return "tile.n a multiple of 16 up to 256";
 	if (!g->b_rowscale && !two_blocks(g->bn))
@@ -187,7 +206,12 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		   g->b_rowscale ? "columns" : "one or two 128 x 128 tiles");
 	lg_comment(b, "then full[%d], empty[%d].", S, S);
 	lg_wgp_emit_ring(b);
-	if (g->c_tmap) {
+	if (g->c_tmap && waves(g) > 1) {
+		lg_comment(b, "after the ring, each consumer warpgroup's %d buffer%s of 64 rows (a wave's) of the output",
+			   out_slots(g), out_slots(g) > 1 ? "s" : "");
+		lg_line(b, "u8 *const epi = ring + %u;", (unsigned)S * st);
+		lg_line(b, "float *const scales = (float *)(epi + %u);", out_bytes(g));
+	} else if (g->c_tmap) {
 		lg_comment(b, "after the ring, each consumer warpgroup's buffer%s of its 64 rows of the output",
 		   g->c_bufs > 1 ? "s" : "");
 		lg_line(b, "u8 *const epi = ring + %u;", (unsigned)S * st);
@@ -598,6 +622,17 @@ static void emit_store_regs(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 	lg_close(b);
 }
 
+/* Wave w's accumulator pairs (rows 64 w.. of this warpgroup's) to the
+ * store, rows below rend. */
+static void emit_store_regs_wave(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, int w)
+{
+	int r = 64 * w, a = w * g->bn / 2;
+	lg_wgp_open_pairs(b, g->bn, "oc");
+	lg_wgp_emit_pair(b, store, r, a, "rend");
+	lg_wgp_emit_pair(b, store, r + 8, a + 2, "rend");
+	lg_close(b);
+}
+
 static int log2_of(int v)
 {
 	int n = 0;
@@ -606,14 +641,22 @@ static int log2_of(int v)
 	return n;
 }
 
-/* This warpgroup's 64 rows through its buffer eb: pair (r, c) of row r
- * (its rows warp 16 + lane / 4 and + 8) to box c / span's row r, swizzled
- * as the tensor map's (16-byte chunk bits 4.. XOR the row bits 7..), then
- * one thread's TMA stores of the boxes, a bulk group left in flight. */
-static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g)
+/* This warpgroup's 64 rows (wave `wave`'s with waves) through its buffer
+ * eb: pair (r, c) of row r (its rows warp 16 + lane / 4 and + 8) to box c
+ * / span's row r, swizzled as the tensor map's (16-byte chunk bits 4.. XOR
+ * the row bits 7..), then one thread's TMA stores of the boxes, a bulk
+ * group left in flight. */
+static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 {
-	int w = out_span(g), e = g->c_elem, mask = w / 16 - 1;
-	if (g->c_bufs > 1) {
+	int w = out_span(g), e = g->c_elem, mask = w / 16 - 1, n = out_slots(g);
+	if (waves(g) > 1) {
+		if (n > 1)
+			lg_line(b, "u8 *const eb = epi + (wg * %d + (nt & %d)) * %d;", n, n - 1, slot_bytes(g));
+		else
+			lg_line(b, "u8 *const eb = epi + wg * %d;", slot_bytes(g));
+		lg_comment(b, "eb free once this warpgroup's stores %d wave%s before have read it", n, n > 1 ? "s" : "");
+		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(%d);", n - 1);
+	} else if (g->c_bufs > 1) {
 		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", 64 * g->bn * e);
 		lg_comment(b, "eb free once the stores of its tile before the last have read it");
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(1);");
@@ -630,7 +673,10 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g)
 	lg_line(b, "const int x = (j * 8 + (lane & 3) * 2) * %d;", e);
 	lg_line(b, "const u32 lo = (u32)((x >> %d) * %d + (x & %d)) + rb;", log2_of(w), 64 * w, w - 1);
 	lg_line(b, "const u32 hi = lo + %d;", 8 * w);
-	lg_line(b, "const float *const v = acc + 4 * j;");
+	if (wave > 0)
+		lg_line(b, "const float *const v = acc + %d + 4 * j;", wave * g->bn / 2);
+	else
+		lg_line(b, "const float *const v = acc + 4 * j;");
 	lg_line(b, "u8 *const p0 = eb + (lo ^ (((lo >> 7) & %d) << 4));", mask);
 	lg_line(b, "u8 *const p1 = eb + (hi ^ (((hi >> 7) & %d) << 4));", mask);
 	if (e == 2) {
@@ -644,14 +690,19 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g)
 	lg_line(b, "lg_fence_proxy_async();");
 	lg_line(b, "lg_bar_id(1 + wg, 128);");
 	lg_open(b, "if ((threadIdx.x & 127) == 0) {");
-	lg_line(b, "const int r0 = ta + wg * 64;");
+	if (waves(g) > 1 && wave > 0)
+		lg_line(b, "const int r0 = ta + wg * %d + %d;", 64 * waves(g), 64 * wave);
+	else if (waves(g) > 1)
+		lg_line(b, "const int r0 = ta + wg * %d;", 64 * waves(g));
+	else
+		lg_line(b, "const int r0 = ta + wg * 64;");
 	const char *op = g->c_add ? "lg_tma_add_2d" : "lg_tma_store_2d";
 	lg_line(b, "%s(%s, eb, (int)oc, r0);", op, g->c_tmap);
 	for (int i = 1; i < g->bn * e / w; i++)
 		lg_line(b, "%s(%s, eb + %d, (int)oc + %d, r0);", op, g->c_tmap, i * 64 * w, i * w / e);
 	lg_line(b, "lg_bulk_commit();");
 	lg_close(b);
-	if (g->c_bufs > 1) /* only tiles stored by TMA: their bulk groups alternate the buffers */
+	if (n > 1) /* only tiles (waves) stored by TMA: their bulk groups take the buffers in turn */
 		lg_line(b, "nt++;");
 }
 
@@ -662,9 +713,21 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 		emit_store_regs(b, g, store);
 		return;
 	}
+	if (waves(g) > 1) {
+		lg_comment(b, "Epilogue: each wave's 64 rows by TMA when all are real, else from registers.");
+		for (int w = 0; w < waves(g); w++) {
+			lg_open(b, "if (ta + wg * %d + %d <= rend) {", 64 * waves(g), 64 * w + 64);
+			emit_store_tma(b, g, w);
+			lg_close(b);
+			lg_open(b, "else {");
+			emit_store_regs_wave(b, g, store, w);
+			lg_close(b);
+		}
+		return;
+	}
 	lg_comment(b, "Epilogue: this warpgroup's rows by TMA when all are real, else from registers.");
 	lg_open(b, "if (ta + wg * 64 + 64 <= rend) {");
-	emit_store_tma(b, g);
+	emit_store_tma(b, g, 0);
 	lg_close(b);
 	lg_open(b, "else {");
 	emit_store_regs(b, g, store);
@@ -690,7 +753,9 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	else
 		lg_line(b, "const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile");
 	lg_line(b, "int it = 0;");
-	if (g->c_tmap && g->c_bufs > 1)
+	if (g->c_tmap && waves(g) > 1 && out_slots(g) > 1)
+		lg_line(b, "int nt = 0; // waves stored by TMA: the epilogue's buffers in turn");
+	else if (g->c_tmap && g->c_bufs > 1)
 		lg_line(b, "int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates");
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
