@@ -145,6 +145,13 @@ static struct lg_wgp pipe_of(const struct lg_fp8_gemm *g)
 {
 	struct lg_wgp p = {consumers(g), g->stages, lg_fp8_gemm_cluster(g), stage_bytes(g), 33,
 			   "the loads' thread, the scale warp's lanes", LG_WGP_DEC_SCALES, LG_WGP_INC_SCALES};
+	if (waves(g) > 1 && g->c_tmap) {
+		/* tile.m 256's consumers keep 128 + 64 accumulators and, through
+		 * TMA, the epilogue's buffer addresses: 224 registers spill 16
+		 * bytes (ptxas), 232 none; its scale warp fits 40 (ptxas: no spill) */
+		p.dec = LG_WGP_DEC_TMA;
+		p.inc = LG_WGP_INC_TMA;
+	}
 	if (g->manual) {
 		p.full_count = 128;
 		p.full_why = "every producer thread's copies";
@@ -623,10 +630,12 @@ static void emit_store_regs(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 }
 
 /* Wave w's accumulator pairs (rows 64 w.. of this warpgroup's) to the
- * store, rows below rend. */
+ * store, rows below rend; `row` defined here, not live through the
+ * reduction (with it, fp32 at K 2048 spilled a register: ptxas). */
 static void emit_store_regs_wave(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, int w)
 {
 	int r = 64 * w, a = w * g->bn / 2;
+	lg_line(b, "const i64 row = (i64)ta + rl;");
 	lg_wgp_open_pairs(b, g->bn, "oc");
 	lg_wgp_emit_pair(b, store, r, a, "rend");
 	lg_wgp_emit_pair(b, store, r + 8, a + 2, "rend");
@@ -759,7 +768,8 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 		lg_line(b, "int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates");
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
-	lg_line(b, "const i64 row = (i64)ta + rl;");
+	if (!g->c_tmap || waves(g) == 1) /* (else each wave's stores from registers define it) */
+		lg_line(b, "const i64 row = (i64)ta + rl;");
 	lg_wgp_emit_acc(b, "acc", regs * waves(g));
 	if (!one_block(g->bn) && !g->b_rowscale) {
 		lg_comment(b, "columns from split on take B's second tile scale");
