@@ -630,15 +630,19 @@ static void emit_store_regs(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 }
 
 /* Wave w's accumulator pairs (rows 64 w.. of this warpgroup's) to the
- * store, rows below rend; `row` defined here, not live through the
- * reduction (with it, fp32 at K 2048 spilled a register: ptxas). */
+ * store, rows below rend; `row` (the wave's first) defined here, not live
+ * through the reduction (with it, fp32 at K 2048 spilled a register:
+ * ptxas). */
 static void emit_store_regs_wave(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, int w)
 {
-	int r = 64 * w, a = w * g->bn / 2;
-	lg_line(b, "const i64 row = (i64)ta + rl;");
+	int a = w * g->bn / 2;
+	if (w > 0)
+		lg_line(b, "const i64 row = (i64)ta + rl + %d; // wave %d's", 64 * w, w);
+	else
+		lg_line(b, "const i64 row = (i64)ta + rl;");
 	lg_wgp_open_pairs(b, g->bn, "oc");
-	lg_wgp_emit_pair(b, store, r, a, "rend");
-	lg_wgp_emit_pair(b, store, r + 8, a + 2, "rend");
+	lg_wgp_emit_pair(b, store, 0, a, "rend");
+	lg_wgp_emit_pair(b, store, 8, a + 2, "rend");
 	lg_close(b);
 }
 
