@@ -51,7 +51,13 @@
  * c_add) in boxes of 64 rows; the warpgroup goes on to its next tile while
  * the stores drain and waits for them to have read the buffer only at the
  * next epilogue. A warpgroup whose rows reach past rend (a segment's last
- * tile) stores from registers instead, as without c_tmap.
+ * tile) stores from registers instead, as without c_tmap. With tile.m 256
+ * each wave's 64 rows are stored so (by TMA when whole, else from
+ * registers), each through a 64-row buffer of its warpgroup's taken in
+ * turn: two a tile (bf16 up to tile.n 128, c_bufs 1: 64 KB, the stores of
+ * a tile drain during the next) or one (fp32: a wave's stores wait for
+ * the wave before's to have read the buffer), as out_slots says; its
+ * consumers then run at 232 registers, the producer at 40.
  */
 #ifndef LG_FP8_GEMM_EMIT_H
 #define LG_FP8_GEMM_EMIT_H
@@ -123,7 +129,9 @@ struct lg_fp8_gemm {
 	int c_elem;
 	bool c_add;
 	/* buffers a warpgroup (c_tmap): 1, or 2 used by alternate tiles, so that
-	 * a tile's stores wait only for those of the tile before the last */
+	 * a tile's stores wait only for those of the tile before the last
+	 * (tile.m 256: 64-row buffers a wave's stores take in turn, 2 c_bufs
+	 * of them where those take at most 64 KB, else c_bufs) */
 	int c_bufs;
 };
 
@@ -136,10 +144,11 @@ int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g);
 /* May g be `ahead` (three buffers of bn / 2 registers: bn <= 128; with
  * per-row B scales those are read from shared memory in the promotion)? */
 bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g);
-/* NULL when g is a valid tile, else why not: bm 64 or 128, bn a multiple
- * of 16 up to 256 whose tiles span at most two 128-blocks of B's tile
- * scales, stages 2..8, a cluster of 1 or 2 (1 with manual operands),
- * ahead 0..32 with bn <= 128. */
+/* NULL when g is a valid tile, else why not: bm 64 or 128 (or 256 with bn
+ * up to 128, no ahead and TMA operands with B's tile scales: the forward
+ * and dgrad), bn a multiple of 16 up to 256 whose tiles span at most two
+ * 128-blocks of B's tile scales, stages 2..8, a cluster of 1 or 2 (1 with
+ * manual operands), ahead 0..32 with bn <= 128. */
 const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g);
 /* The stages that fit `limit` bytes, at most `want` (at least 2). */
 int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit);
