@@ -129,7 +129,10 @@ static void test_tiles(void **state)
 	} fd[] = {{"{\"ahead\": 1}", 300}, {"{\"ahead\": 1, \"m\": 64, \"n\": 64}", 300},
 		  {"{\"ahead\": 1, \"cluster\": 2}", 300}, {"{\"ahead\": 1, \"stages\": 2}", 300},
 		  {"{\"m\": 256}", 1000}, {"{\"m\": 256, \"n\": 64}", 1000},
-		  {"{\"m\": 256, \"cluster\": 2}", 1000}, {"{\"m\": 256, \"stages\": 2}", 1000}};
+		  {"{\"m\": 256, \"cluster\": 2}", 1000}, {"{\"m\": 256, \"stages\": 2}", 1000},
+		  {"{\"m\": 256, \"epilogue\": 1}", 1000}, {"{\"m\": 256, \"epilogue\": 1}", 300},
+		  {"{\"m\": 256, \"epilogue\": 1, \"cluster\": 1}", 1000},
+		  {"{\"m\": 256, \"epilogue\": 2}", 1000}, {"{\"m\": 256, \"epilogue\": 2, \"n\": 64}", 1000}};
 	static const char *const red[] = {"\"n\": 1024, \"k\": 1152", "\"n\": 1280, \"k\": 1280",
 					  "\"n\": 384, \"k\": 384"};
 	for (size_t t = 0; t < N_OF(fd); t++)
@@ -139,6 +142,20 @@ static void test_tiles(void **state)
 			check("forward", "bf16", keys, fd[t].fwd_rows);
 			check("dgrad", "bf16", keys, 300);
 		}
+	/* tile.m 256 through TMA: fp32 (a wave's buffer each warpgroup, its
+	 * waves' stores in turn) and bf16 at 78 cluster tiles (two tiles on some
+	 * CTAs: the buffers taken in turn across tiles, the last row tile's
+	 * second wave ending at row 9973 from registers) */
+	static const char *const tall[] = {"{\"m\": 256, \"epilogue\": 1}", "{\"m\": 256, \"epilogue\": 2}"};
+	for (size_t t = 0; t < N_OF(tall); t++) {
+		char keys[256];
+		snprintf(keys, sizeof keys, "\"n\": 1024, \"k\": 1152, \"tile\": %s", tall[t]);
+		check("forward", "fp32", keys, 1000);
+		check("dgrad", "fp32", keys, 300);
+		snprintf(keys, sizeof keys, "\"n\": 512, \"k\": 1152, \"tile\": %s", tall[t]);
+		check("forward", "bf16", keys, 9973);
+		check("forward", "fp32", keys, 9973);
+	}
 }
 
 /* 0 tokens: y and dx have no rows; dw = 0. */

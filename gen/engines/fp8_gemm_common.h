@@ -45,8 +45,8 @@ struct lg_fp8_tile {
 	LG_KEY_TILE("epilogue", "e", 0, 2, NULL,                                                              \
 		    "1: the output through shared memory and TMA stores that drain during the next tile, 2: "    \
 		    "two buffers, the next two tiles (tile.m 256: 64-row buffers its waves' stores take in "    \
-		    "turn, twice this many a warpgroup where they take at most 64 KB, as bf16 256 x 128 at 1, "  \
-		    "else this many); 0: stores from registers")
+		    "turn, twice this many a warpgroup halved while they take more than 64 KB: two at bf16 "     \
+		    "256 x 128, one at fp32); 0: stores from registers")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
 enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 

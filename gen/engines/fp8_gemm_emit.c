@@ -44,18 +44,20 @@ static int b_scales(const struct lg_fp8_gemm *g) { return g->b_rowscale ? g->bn 
 static int slot(const struct lg_fp8_gemm *g) { return g->bm + b_scales(g); }
 
 /* The epilogue's buffers (c_tmap) a consumer warpgroup, of 64 rows each:
- * c_bufs; with waves (tile.m 256) 2 c_bufs, one a wave of each tile's
- * (c_bufs tiles' stores in flight), where those take at most 64 KB in all
- * (bf16 256 x 128, c_bufs 1: 3 stages fit beside them), else c_bufs (fp32,
- * or c_bufs 2 at bf16 256 x 128), so that a wave's stores wait for those
- * c_bufs waves before to have read its buffer. A wave's stores take the
- * buffers in turn (a counter of the waves stored by TMA, with more than
- * one). */
+ * c_bufs; with waves (tile.m 256) 2 c_bufs, one a wave of c_bufs tiles'
+ * (their stores in flight), halved while they take more than 64 KB in all
+ * (3 stages fit beside 64 KB): bf16 256 x 128 two at c_bufs 1 and 2 (a
+ * tile's), fp32 256 x 128 one (a wave's stores wait for the wave before's
+ * to have read it). A wave's stores take the buffers in turn (a counter of
+ * the waves stored by TMA, with more than one). */
 static int out_slots(const struct lg_fp8_gemm *g)
 {
-	if (waves(g) > 1 && g->bm * g->bn * g->c_elem * g->c_bufs <= 65536)
-		return waves(g) * g->c_bufs;
-	return g->c_bufs;
+	if (waves(g) == 1)
+		return g->c_bufs;
+	int n = waves(g) * g->c_bufs;
+	while (n > 1 && consumers(g) * n * 64 * g->bn * g->c_elem > 65536)
+		n /= 2;
+	return n;
 }
 
 /* Bytes of a 64-row buffer of the epilogue. */

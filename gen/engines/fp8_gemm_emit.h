@@ -54,10 +54,10 @@
  * tile) stores from registers instead, as without c_tmap. With tile.m 256
  * each wave's 64 rows are stored so (by TMA when whole, else from
  * registers), each through a 64-row buffer of its warpgroup's taken in
- * turn: two a tile (bf16 up to tile.n 128, c_bufs 1: 64 KB, the stores of
- * a tile drain during the next) or one (fp32: a wave's stores wait for
- * the wave before's to have read the buffer), as out_slots says; its
- * consumers then run at 232 registers, the producer at 40.
+ * turn: 2 c_bufs, halved while they take more than 64 KB in all (bf16
+ * 256 x 128: two, the stores of a tile drain during the next; fp32: one, a
+ * wave's stores wait for the wave before's to have read it); its consumers
+ * then run at 232 registers, the producer at 40.
  */
 #ifndef LG_FP8_GEMM_EMIT_H
 #define LG_FP8_GEMM_EMIT_H
@@ -131,7 +131,7 @@ struct lg_fp8_gemm {
 	/* buffers a warpgroup (c_tmap): 1, or 2 used by alternate tiles, so that
 	 * a tile's stores wait only for those of the tile before the last
 	 * (tile.m 256: 64-row buffers a wave's stores take in turn, 2 c_bufs
-	 * of them where those take at most 64 KB, else c_bufs) */
+	 * of them halved while they take more than 64 KB) */
 	int c_bufs;
 };
 
