@@ -72,22 +72,26 @@ def _frames():
     return out
 
 
+def _inner(frames):
+    """The innermost frame of lingen's or the example's code, or None."""
+    return next((f for f in reversed(frames) if os.path.abspath(f.filename).startswith(ROOT)),
+                None)
+
+
 def _where(frames):
     """The innermost frame of lingen's or the example's code, as file:line fn."""
-    for f in reversed(frames):
-        p = os.path.abspath(f.filename)
-        if p.startswith(ROOT):
-            return f"{os.path.relpath(p, ROOT)}:{f.lineno} {f.name}"
-    return "(no Python frame: autograd's own derivatives)"
+    f = _inner(frames)
+    if f is None:
+        return "(no Python frame: autograd's own derivatives)"
+    return f"{os.path.relpath(os.path.abspath(f.filename), ROOT)}:{f.lineno} {f.name}"
 
 
 def _func_of(frames):
     """The innermost lingen function (file function), for op counts."""
-    for f in reversed(frames):
-        p = os.path.abspath(f.filename)
-        if p.startswith(ROOT):
-            return f"{os.path.relpath(p, os.path.join(ROOT, 'python'))} {f.name}"
-    return "(autograd: torch's derivatives)"
+    f = _inner(frames)
+    if f is None:
+        return "(autograd: torch's derivatives)"
+    return f"{os.path.relpath(os.path.abspath(f.filename), os.path.join(ROOT, 'python'))} {f.name}"
 
 
 def _stack_text(frames, depth=6):
