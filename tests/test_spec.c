@@ -129,12 +129,17 @@ static const struct bad bad_specs[] = {
 	/* a tile the FP8 GEMM refuses: the keys given as found, the defaults as defaults */
 	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
 	 "\"k\": 2048, \"tile\": {\"n\": 24}}]}",
-	 {"tile: found n 24 (with the default m 128, stages 4, cluster 2, ahead 1, epilogue 1); allowed: "}},
+	 {"tile: found n 24 (with the default m 128, stages 4, cluster 2, ahead 1, epilogue 1, overlap 0); allowed: "}},
 	/* tile.m 256: any epilogue, no ahead */
 	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
 	 "\"k\": 2048, \"tile\": {\"m\": 256, \"ahead\": 1}}]}",
-	 {"tile: found m 256, ahead 1 (with the default n 128, stages 4, cluster 2, epilogue 0); allowed: tile.m 256",
-	  "with tile.n up to 128 and no ahead"}},
+	 {"tile: found m 256, ahead 1 (with the default n 128, stages 4, cluster 2, epilogue 0, overlap 0); allowed: "
+	  "tile.m 256", "with tile.n up to 128 and no ahead"}},
+	/* tile.overlap: only with ahead */
+	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
+	 "\"k\": 2048, \"tile\": {\"ahead\": 0, \"overlap\": 1}}]}",
+	 {"tile: found ahead 0, overlap 1 (with the default m 128, n 128, stages 4, cluster 2, epilogue 1); allowed: "
+	  "tile.overlap with tile.ahead"}},
 	{RNX(", \"tile\": {\"rowz\": 4}"),
 	 {"kernels[0].tile: unknown key \"rowz\"", "allowed keys: rows, threads, prefetch", "did you mean \"rows\"?"}},
 	{RNX(", \"tile\": {\"cols\": 256}"),

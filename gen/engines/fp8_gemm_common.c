@@ -73,6 +73,8 @@ static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_
 		g.cluster = (int)lg_spec_int(s, k->cl);
 	/* (the wgrad is not ahead by default: not yet measured on the GPU) */
 	g.ahead = lg_spec_has(s, k->ah) ? (int)lg_spec_int(s, k->ah) : lg_fp8_gemm_can_ahead(&g) && !g.b_rowscale;
+	/* (overlap is not a default until measured on the GPU) */
+	g.overlap = lg_spec_has(s, k->ov) && lg_spec_int(s, k->ov);
 	return g;
 }
 
@@ -93,11 +95,11 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 	struct lg_fp8_gemm g = tile_keys(s, k, manual);
 	const char *why = lg_fp8_gemm_problem(&g);
 	if (why) { /* the keys given as found; the others as the defaults checked with them */
-		const int key[6] = {k->tm, k->tn, k->stages, k->cl, k->ah, k->ep};
-		const int val[6] = {g.bm, g.bn, g.stages, g.cluster, g.ahead, g.c_bufs};
-		static const char *const name[6] = {"m", "n", "stages", "cluster", "ahead", "epilogue"};
-		char found[160] = "", dflt[160] = "";
-		for (int i = 0; i < 6; i++) {
+		const int key[7] = {k->tm, k->tn, k->stages, k->cl, k->ah, k->ep, k->ov};
+		const int val[7] = {g.bm, g.bn, g.stages, g.cluster, g.ahead, g.c_bufs, g.overlap};
+		static const char *const name[7] = {"m", "n", "stages", "cluster", "ahead", "epilogue", "overlap"};
+		char found[192] = "", dflt[192] = "";
+		for (int i = 0; i < 7; i++) {
 			char *to = lg_spec_has(s, key[i]) ? found : dflt;
 			size_t n = strlen(to);
 			snprintf(to + n, sizeof found - n, "%s%s %d", n ? ", " : "", name[i], val[i]);
@@ -135,7 +137,7 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	if (lg_fp8_gemm_smem(&g) > limit)
 		return lg_fail(LG_ERR_SPEC, "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at "
 			       "most %u bytes on %s", s->entry, g.stages, lg_fp8_gemm_smem(&g), limit, t->name);
-	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g), g.ahead, g.c_bufs};
+	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g), g.ahead, g.c_bufs, g.overlap};
 	return LG_OK;
 }
 
@@ -148,6 +150,7 @@ struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_k
 	g.stages = tl->stages;
 	g.cluster = tl->cluster;
 	g.ahead = tl->ahead;
+	g.overlap = tl->overlap;
 	g.c_bufs = tl->epilogue;
 	g.a_tmap = tmaps[0];
 	g.b_tmap = tmaps[1];
@@ -165,6 +168,7 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	p->tile[k->cl] = p->cluster[0] = (unsigned)lg_fp8_gemm_cluster(g);
 	p->tile[k->ah] = p->v[P8_AH] = g->ahead;
 	p->tile[k->ep] = p->v[P8_EP] = g->c_tmap ? g->c_bufs : 0;
+	p->tile[k->ov] = p->v[P8_OV] = g->overlap;
 	p->v[P8_SMEM] = lg_fp8_gemm_smem(g);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
@@ -187,7 +191,8 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p)
 {
 	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES],
-				    (int)p->cluster[p->nentries - 1], (int)p->v[P8_AH], (int)p->v[P8_EP]};
+				    (int)p->cluster[p->nentries - 1], (int)p->v[P8_AH], (int)p->v[P8_EP],
+				    (int)p->v[P8_OV]};
 }
 
 void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_dim *d)

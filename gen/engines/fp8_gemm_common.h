@@ -17,19 +17,19 @@
 #include "fp8_gemm_emit.h"
 
 /* Key indices of a family's table: tile.m, tile.n, tile.stages, accumulate
- * (-1: none), tile.cluster, tile.ahead, tile.epilogue, and the shape's n
+ * (-1: none), tile.cluster, tile.ahead, tile.epilogue, tile.overlap, and the shape's n
  * and k (the forward's reduction is k, the dgrad's n, the wgrad's the
  * tokens, known at run time only). */
 struct lg_fp8_keys {
-	int tm, tn, stages, acc, cl, ah, ep, n, k;
+	int tm, tn, stages, acc, cl, ah, ep, ov, n, k;
 	int m256_at; /* the static reduction from which tile.m 256 is the default (0: never) */
 	bool pair;   /* clusters of two are the forward's and dgrad's default */
 };
 /* cluster: CTAs a cluster (1 or 2), ahead: 0..32 (fp8_gemm_emit.h), epilogue: 0 from
  * registers, else through shared memory and TMA with that many buffers a
- * warpgroup (fp8_gemm_emit.h) */
+ * warpgroup (fp8_gemm_emit.h), overlap: 0 or 1 (fp8_gemm_emit.h) */
 struct lg_fp8_tile {
-	int bm, bn, stages, cluster, ahead, epilogue;
+	int bm, bn, stages, cluster, ahead, epilogue, overlap;
 };
 /* The tile.cluster key of a family's table. */
 #define LG_FP8_KEY_CLUSTER                                                                                   \
@@ -47,8 +47,13 @@ struct lg_fp8_tile {
 		    "two buffers, the next two tiles (tile.m 256: 64-row buffers its waves' stores take in "    \
 		    "turn, twice this many a warpgroup halved while they take more than 64 KB: two at bf16 "     \
 		    "256 x 128, one at fp32); 0: stores from registers")
+/* The tile.overlap key of a family's table. */
+#define LG_FP8_KEY_OVERLAP                                                                                   \
+	LG_KEY_TILE("overlap", "d", 0, 1, NULL,                                                               \
+		    "1 (with tile.ahead): a tile's epilogue runs in the next tile's first stage, under its "     \
+		    "wgmmas; 0: at the tile's end")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
-enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
+enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_OV, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 
 static inline int64_t lg_fp8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

@@ -129,6 +129,8 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 		return "tile.ahead 0 (off), 1 (groups of 4 stages) or the stages of a group, 2 to 32";
 	if (g->ahead && !lg_fp8_gemm_can_ahead(g))
 		return "tile.ahead with tile.n up to 128 (three buffers of bn / 2 registers)";
+	if (g->overlap && !g->ahead)
+		return "tile.overlap with tile.ahead (the epilogue runs under the next tile's first wgmmas)";
 	if (g->cluster < 0 || g->cluster > 2 || (g->manual && lg_fp8_gemm_cluster(g) > 1))
 		return "tile.cluster 1 or 2 (1 where the operands are copied without tensor maps: the grouped wgrad)";
 	return NULL;
@@ -590,6 +592,8 @@ static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char 
 	lg_close(b);
 }
 
+static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, const char *when);
+
 /* A tile's reduction loop: one stage at a time, or (ahead) groups of
  * group(g) stages over two buffers of partial sums (all but a group's last
  * promotion overlap the next stage's wgmmas; the other consumer
@@ -597,7 +601,7 @@ static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char 
  * time. Each group retires its wgmmas before the loop's back edge: ptxas
  * serialises every wgmma of a loop whose back edge a wgmma is still in
  * flight across when other instructions read an accumulator (C7514). */
-static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
+static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *store)
 {
 	if (g->ahead) {
 		lg_line(b, "int k4 = 0;");
@@ -605,11 +609,19 @@ static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *p
 		lg_open(b, "{");
 		lg_line(b, "const int s = it %% %d;", g->stages);
 		emit_issue(b, g, prefix, "psum0", "s", "it");
+		if (g->overlap) {
+			lg_comment(b, "the tile before's epilogue while this tile's first wgmmas run");
+			emit_deferred(b, g, store, "k4 == 0");
+		}
 		lg_close(b);
 		for (int j = 0; j < group(g); j++)
 			emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1",
 					 j + 1 < group(g));
 		lg_close(b);
+		if (g->overlap) {
+			lg_comment(b, "(no whole group: the tile before's epilogue here)");
+			emit_deferred(b, g, store, "k4 == 0");
+		}
 	}
 	lg_open(b, "for (int kt = %s; kt < nkt; kt++, it++) {", g->ahead ? "k4" : "0");
 	emit_stage(b, g, prefix, g->ahead ? "psum0" : "psum");
@@ -749,6 +761,27 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 	lg_close(b);
 }
 
+/* With overlap, when `when` (a condition; NULL: always): the epilogue of
+ * the tile before (pta >= 0: its ta, oc and rend saved as pta, poc, prend)
+ * from acc, then acc zeroed for this tile. */
+static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, const char *when)
+{
+	if (when)
+		lg_open(b, "if (%s) {", when);
+	lg_open(b, "if (pta >= 0) {");
+	lg_line(b, "const int ta = pta;");
+	lg_line(b, "const i64 oc = poc, rend = prend;");
+	if (!g->c_tmap || waves(g) == 1)
+		lg_line(b, "const i64 row = (i64)ta + rl;");
+	emit_epilogue(b, g, store);
+	lg_close(b);
+	if (when) {
+		lg_line(b, "#pragma unroll");
+		lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", g->bn / 2 * waves(g));
+		lg_close(b);
+	}
+}
+
 void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc,
 			   const char *prefix, const char *store)
 {
@@ -772,18 +805,32 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 		lg_line(b, "int nt = 0; // waves stored by TMA: the epilogue's buffers in turn");
 	else if (g->c_tmap && g->c_bufs > 1)
 		lg_line(b, "int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates");
+	if (g->overlap) {
+		lg_line(b, "float acc[%d];", regs * waves(g));
+		lg_line(b, "int pta = -1; // the tile before's epilogue is due: its ta, oc, rend");
+		lg_line(b, "i64 poc = 0, prend = 0;");
+	}
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
-	if (!g->c_tmap || waves(g) == 1) /* (else each wave's stores from registers define it) */
+	if (!g->overlap && (!g->c_tmap || waves(g) == 1)) /* (else each wave's stores from registers define it) */
 		lg_line(b, "const i64 row = (i64)ta + rl;");
-	lg_wgp_emit_acc(b, "acc", regs * waves(g));
+	if (!g->overlap)
+		lg_wgp_emit_acc(b, "acc", regs * waves(g));
 	if (!one_block(g->bn) && !g->b_rowscale) {
 		lg_comment(b, "columns from split on take B's second tile scale");
 		lg_line(b, "const i64 split = ((oc >> 7) + 1) * 128;");
 	}
-	emit_reduction(b, g, prefix);
-	emit_epilogue(b, g, store);
+	emit_reduction(b, g, prefix, store);
+	if (g->overlap) {
+		lg_line(b, "pta = ta;");
+		lg_line(b, "poc = oc;");
+		lg_line(b, "prend = rend;");
+	} else {
+		emit_epilogue(b, g, store);
+	}
 	lg_close(b);
+	if (g->overlap)
+		emit_deferred(b, g, store, NULL);
 	if (g->c_tmap)
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends");
 	const struct lg_wgp p = pipe_of(g);

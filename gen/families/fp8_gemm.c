@@ -36,7 +36,7 @@
 #include "fp8_gemm_common.h"
 #include "wgmma_pipe.h"
 
-enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, NKEYS };
+enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, K_TO, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 256, 0};
 static const char *const acc_words[2] = {"set", "acc"};
@@ -55,6 +55,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 8, NULL, "128-element reduction blocks in flight"),
 	[K_TC] = LG_FP8_KEY_CLUSTER,
 	[K_TA] = LG_FP8_KEY_AHEAD,
+	[K_TO] = LG_FP8_KEY_OVERLAP,
 	[K_TE] = LG_FP8_KEY_EPILOGUE,
 };
 
@@ -94,7 +95,7 @@ static const struct lg_arg wgrad_args[NARGS] = {
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "n, k", 16, "dy^T . x (accumulate: added to dw)"},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_N, K_K, 7168, true};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_TO, K_N, K_K, 7168, true};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {

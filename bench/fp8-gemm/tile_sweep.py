@@ -1,0 +1,64 @@
+"""bench/fp8-gemm/tile_sweep.py SET (run from the repository root on the GPU machine,
+LINGEN_LIBRARY set): each GEMM's variants against its default tile, TFLOP/s and max |diff| to the
+default's output (0: bit for bit), with torch._scaled_mm (blockwise) after them.
+SET: ahead (session 8: the groups of tile.ahead, the wgrad ahead) or overlap (session 9:
+tile.overlap, the epilogue under the next tile's first wgmmas; odd token counts checked too)."""
+import sys, torch
+sys.path.insert(0, "tools")
+import fp8_gemm_bench as fb
+
+OV = {"overlap": 1}
+SETS = {
+    "ahead": [
+        ("forward", 8192, 3072, 2048, [None, {"ahead": 8}, {"ahead": 16}, {"ahead": 0}]),
+        ("dgrad", 8192, 3072, 2048, [None, {"ahead": 8}, {"ahead": 24}, {"ahead": 0}]),
+        ("forward", 8192, 157184, 2048, [None, {"ahead": 8}, {"ahead": 16}]),
+        ("forward", 4096, 7168, 16384, [None, {"m": 128, "cluster": 2}, {"m": 128, "cluster": 2, "ahead": 16},
+                                        {"m": 128, "cluster": 2, "ahead": 32}]),
+        ("wgrad", 8192, 157184, 2048, [None, {"ahead": 1}, {"ahead": 8}, {"n": 96, "ahead": 8},
+                                       {"n": 64, "ahead": 8}]),
+        ("wgrad", 9984, 3584, 5120, [None, {"ahead": 8}, {"n": 96, "ahead": 8}]),
+    ],
+    "overlap": [
+        ("forward", 8192, 3072, 2048, [None, OV, {**OV, "ahead": 8}, {**OV, "ahead": 16},
+                                       {"m": 256, "cluster": 2, "epilogue": 1}]),
+        ("dgrad", 8192, 3072, 2048, [None, OV, {**OV, "ahead": 24}]),
+        ("forward", 8192, 157184, 2048, [None, OV, {**OV, "ahead": 16}]),
+        ("forward", 8192, 2048, 2048, [None, OV]),
+        ("forward", 8192, 1024, 2048, [None, OV]),
+        ("forward", 8192, 2048, 512, [None, OV]),
+        ("forward", 9973, 3584, 5120, [None, OV]),
+        ("forward", 127, 3072, 2048, [None, OV]),
+        ("dgrad", 1, 3072, 2048, [None, OV]),
+        ("wgrad", 8192, 157184, 2048, [None, {"ahead": 8, "overlap": 1}]),
+        ("wgrad", 9973, 3584, 5120, [None, {"ahead": 8}, {"ahead": 8, "overlap": 1}]),
+    ],
+}
+ROWS = SETS[sys.argv[1] if len(sys.argv) > 1 else "overlap"]
+print("| form | MxNxK | tile | TFLOP/s | vs default | max|diff| to default |")
+print("|---|---|---|---|---|---|")
+for form, M, N, K, tiles in ROWS:
+    ours, peer, mm, ref, rows = fb.case(form, M, N, K)
+    fl = 2.0 * M * N * K
+    base = None
+    t0 = None
+    for t in tiles:
+        fb.TILE = t
+        try:
+            y = ours()
+            torch.cuda.synchronize()
+            tm = fb.timed(ours, 10)
+            d = 0.0 if base is None else (y.float() - base).abs().max().item()
+            if base is None:
+                base, t0 = y.float(), tm
+            print(f"| {form} | {M}x{N}x{K} | {t or 'default'} | {fl / tm / 1e9:.0f} | {t0 / tm:.3f} | {d:.3g} |", flush=True)
+        except Exception as e:
+            print(f"| {form} | {M}x{N}x{K} | {t} | x: {str(e)[:120]} | | |", flush=True)
+    fb.TILE = None
+    try:
+        tp = fb.timed(peer, 10)
+        print(f"| {form} | {M}x{N}x{K} | _scaled_mm | {fl / tp / 1e9:.0f} | {t0 / tp:.3f} | |", flush=True)
+    except Exception as e:
+        print(f"| {form} | {M}x{N}x{K} | _scaled_mm | x: {str(e)[:100]} | | |", flush=True)
+    del base
+    torch.cuda.empty_cache()
