@@ -27,6 +27,7 @@ class Key:
     values: tuple = ()
     doc: str = ""
     min: object = None
+    max: object = None  # an int key's declared range (min, max)
 
 
 @dataclass(frozen=True)
@@ -210,7 +211,7 @@ def parse(doc):
     for o in doc["ops"]:
         keys = tuple(Key(k["path"], k["type"], k["required"], k["shape"], k["tile"],
                          k.get("default"), tuple(k.get("values", ())), k.get("doc", ""),
-                         k.get("min"))
+                         k.get("min"), k.get("max"))
                      for k in o["keys"])
         passes = {}
         for pname, p in o["passes"].items():

@@ -262,3 +262,20 @@ def test_fp8_linear_cross_entropy_matches_ce_grad_then_quant(seed, labels):
     logits.backward(Q.cross_entropy_backward(logits.detach(), y, s, m, g, -100))
     assert torch.equal(loss, ref_loss.sum() / count)
     assert torch.equal(dx, xb.grad) and torch.equal(dw, lin.weight.grad)
+
+
+def test_quant_width_max_is_the_declared_widest_row():
+    """QUANT_WIDTH_MAX is the quantisers' declared row-width limit, written
+    once (gen/families): fp8_quant's hidden and cross_entropy_quant's vocab
+    each declare it, and the library's parser takes a spec at it and
+    refuses one block past it."""
+    import lingen
+    fams = lingen.families()
+    assert linear.QUANT_WIDTH_KEYS == (("fp8_quant", "hidden"), ("cross_entropy_quant", "vocab"))
+    for op, path in linear.QUANT_WIDTH_KEYS:
+        assert fams[op].key(path).max == linear.QUANT_WIDTH_MAX, (op, path)
+        pass_ = next(iter(fams[op].passes))
+        spec = {"op": op, "pass": pass_, "dtype": "bf16", "quant": {"format": "e4m3", "block": 128}}
+        lingen.Spec(dict(spec, **{path: linear.QUANT_WIDTH_MAX}))
+        with pytest.raises(lingen.SpecError):
+            lingen.Spec(dict(spec, **{path: linear.QUANT_WIDTH_MAX + 128}))

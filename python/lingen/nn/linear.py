@@ -8,14 +8,28 @@ lingen.nn._gemm. fp8=False: a plain bf16 torch linear."""
 import torch
 import torch.nn.functional as F
 
+from .. import _families
 from . import _args as A, _gemm, _k
 
 __all__ = ["Fp8LinearFunction", "Fp8LinearCrossEntropy", "fp8_linear", "Fp8Linear"]
 
-# the widest row lingen's activation quantiser takes (fp8_quant's hidden, at most 262144:
-# gen/families/fp8_quant.c): an LM head's vocab up to it has its gradient quantised in
-# one launch; a wider output in slices of columns (_backward_sliced)
-QUANT_WIDTH_MAX = 262144
+# the FP8 quantisers' row-width keys: fp8_quant's hidden (dy's columns) and
+# cross_entropy_quant's vocab (the fused FP8 head's logits gradient)
+QUANT_WIDTH_KEYS = (("fp8_quant", "hidden"), ("cross_entropy_quant", "vocab"))
+
+
+def _quant_width_max():
+    """The widest row both quantisers take: the keys' declared maximum
+    (gen/families/fp8_quant.c, cross_entropy_quant.c), read from the
+    library's declarations."""
+    fams = _families.families()
+    return min(fams[op].key(path).max for op, path in QUANT_WIDTH_KEYS)
+
+
+# the widest row lingen's activation quantisers take: an LM head's vocab up to it
+# has its gradient quantised in one launch; a wider output in slices of columns
+# (_backward_sliced)
+QUANT_WIDTH_MAX = _quant_width_max()
 
 
 class Fp8LinearFunction(torch.autograd.Function):
