@@ -18,6 +18,12 @@
  *                                         spec parsed and generated (candidates
  *                                         too) for its target; ctest runs this
  *                                         as test_families_list (label "cpu")
+ *   gpu_test_families --list --runs [FAMILY...]
+ *                                         the same, and a line a run: the
+ *                                         canonical spec, its sizes, the arch
+ *                                         it compiles for, the routing patterns
+ *                                         and the device arch it needs (to
+ *                                         compare what two versions run)
  *
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays,
@@ -47,6 +53,7 @@ static lg_ctx *ctx;
 static lg_ctx *ctx_other; /* "context" of a case: the device's arch less its "a" */
 static uint64_t seed;
 static bool list_only;
+static bool list_runs; /* --list --runs: a line a run */
 
 /* The case file of family op, loaded into f (a cmocka failure otherwise). */
 static void load(enum lg_op op, struct lg_case_file *f)
@@ -116,6 +123,13 @@ static void list_family(void **state)
 			if (lg_generate_for(&v[k], &t, &p, &src, &len) != LG_OK)
 				fail_msg("case %d: %s for %s: %s", c->index, v[k].entry, t.name, lg_last_error());
 			free(src);
+			for (size_t pt = 0; list_runs && pt < c->npoints; pt++) {
+				char *canon = lg_spec_canonical(&v[k]), at[96];
+				printf("run %s %s %s x%d%s%s%s\n", canon ? canon : "?", lg_case_point(c, pt, at, sizeof at),
+				       t.name, c->patterns, c->no_optional ? " no optional" : "", c->needs[0] ? " needs " : "",
+				       c->needs);
+				free(canon);
+			}
 		}
 		specs += (size_t)n;
 		runs += (size_t)n * c->npoints * (size_t)c->patterns;
@@ -255,13 +269,17 @@ int main(int argc, char **argv)
 	if (argc > 1 && !strcmp(argv[1], "--list")) {
 		list_only = true;
 		first = 2;
+		if (argc > 2 && !strcmp(argv[2], "--runs")) {
+			list_runs = true;
+			first = 3;
+		}
 	}
 	for (int i = first; i < argc; i++) {
 		bool known = false;
 		for (int op = 0; op < LG_OP_COUNT; op++)
 			known = known || !strcmp(argv[i], lg_op_names[op]);
 		if (!known) {
-			fprintf(stderr, "gpu_test_families: no family \"%s\" (usage: gpu_test_families [--list] "
+			fprintf(stderr, "gpu_test_families: no family \"%s\" (usage: gpu_test_families [--list [--runs]] "
 				"[FAMILY...])\n", argv[i]);
 			return 2;
 		}

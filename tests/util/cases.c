@@ -256,6 +256,8 @@ static int load_doc(const char *path, const cJSON *doc, const char *family, stru
 			rc = copy_str(path, i, cs, "context", proto.context, sizeof proto.context);
 		if (!rc)
 			rc = copy_str(path, i, cs, "needs", proto.needs, sizeof proto.needs);
+		if (!rc && !proto.needs[0]) /* the file's, for every case that names none */
+			rc = copy_str(path, i, doc, "needs", proto.needs, sizeof proto.needs);
 		if (!rc)
 			rc = expand(path, i, cs, base, &proto, f);
 		free(proto.points);

@@ -13,6 +13,7 @@
  *                                   all, e4m3's one-step allowance included)
  *    "patterns": 4,                 each size at seeds whose low two bits are
  *                                   0..3 (the MoE references' routing patterns)
+ *    "needs": "sm_90a",             every case's "needs" unless it gives one
  *    "cases": [ case, ... ]}
  * A case:
  *   {"spec": {spec keys},           op: the family; pass forward and dtype
