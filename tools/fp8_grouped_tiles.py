@@ -8,7 +8,10 @@ expert GEMMs) with several tiles in one process, on the GPU machine:
   forward  N x K of the step's four grouped GEMMs (w1 / w2 forward, their dgrads)
   random   the wgrad at random counts (rows not 16-byte aligned: the copy path)
 
-  python3 tools/fp8_grouped_tiles.py
+  python3 tools/fp8_grouped_tiles.py [--fwd-tiles JSON] [--wgrad-tiles JSON] [--no-random]
+
+(JSON: a list of tiles, {} the default; each replaces that pass's list below.) The
+forward rows end with torch._grouped_mm in bf16 on the same rows (the issue's peer).
 
 Timing: tools/fp8_gemm_bench.py's (CUDA events after an L2 flush, median of 10).
 """
@@ -60,6 +63,15 @@ def forward(counts):
     for N, K in ((1024, 2048), (2048, 512), (512, 2048), (2048, 1024)):
         x, xs = fb.rand_fp8(T, K), fb.rand_scale(cd(K, 128), T)
         w, ws = fb.rand_fp8(E * N, K).view(E, N, K), fb.rand_scale(E, cd(N, 128), cd(K, 128))
+        xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16).transpose(1, 2)
+        offs = counts.cumsum(0).int()
+        try:
+            t = fb.timed(lambda: torch._grouped_mm(xb, wb, offs=offs), 10)
+            print(f"forward N{N} K{K} torch._grouped_mm bf16: {t * 1e3:.1f} us, "
+                  f"{2.0 * T * N * K / (t * 1e-3) / 1e12:.0f} TFLOP/s", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"forward N{N} K{K} torch._grouped_mm: failed {str(e)[:200]}", flush=True)
+        del xb, wb
         for tile in FWD_TILES:
             try:
                 t = fb.timed(lambda: lingen.fp8_grouped_gemm(x, xs, w, ws, counts, tile=tile or None), 10)
@@ -70,6 +82,12 @@ def forward(counts):
 
 
 def main():
+    global FWD_TILES, WGRAD_TILES
+    args = sys.argv[1:]
+    if "--fwd-tiles" in args:
+        FWD_TILES = tuple(json.loads(args[args.index("--fwd-tiles") + 1]))
+    if "--wgrad-tiles" in args:
+        WGRAD_TILES = tuple(json.loads(args[args.index("--wgrad-tiles") + 1]))
     g = torch.Generator().manual_seed(0)
     raw = torch.multinomial(torch.ones(E), ROWS, replacement=True, generator=g).bincount(minlength=E)
     padded = (raw // 16 * 16).int().cuda()
@@ -77,7 +95,8 @@ def main():
           f"{int(raw.sum())} (random)", flush=True)
     wgrad(padded, WGRAD_TILES, "counts%16")
     forward(padded)
-    wgrad(raw.int().cuda(), ({}, {"epilogue": 2}), "random counts")
+    if "--no-random" not in args:
+        wgrad(raw.int().cuda(), ({}, {"epilogue": 2}), "random counts")
 
 
 if __name__ == "__main__":
