@@ -135,11 +135,11 @@ static const struct bad bad_specs[] = {
 	 "\"k\": 2048, \"tile\": {\"m\": 256, \"ahead\": 1}}]}",
 	 {"tile: found m 256, ahead 1 (with the default n 128, stages 4, cluster 2, epilogue 0, overlap 0); allowed: "
 	  "tile.m 256", "with tile.n up to 128 and no ahead"}},
-	/* tile.overlap: only with ahead */
+	/* tile.overlap: one wave a warpgroup */
 	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
-	 "\"k\": 2048, \"tile\": {\"ahead\": 0, \"overlap\": 1}}]}",
-	 {"tile: found ahead 0, overlap 1 (with the default m 128, n 128, stages 4, cluster 2, epilogue 1); allowed: "
-	  "tile.overlap with tile.ahead"}},
+	 "\"k\": 2048, \"tile\": {\"m\": 256, \"overlap\": 1}}]}",
+	 {"tile: found m 256, overlap 1 (with the default n 128, stages 4, cluster 2, ahead 0, epilogue 0); allowed: "
+	  "tile.overlap with tile.m up to 128"}},
 	{RNX(", \"tile\": {\"rowz\": 4}"),
 	 {"kernels[0].tile: unknown key \"rowz\"", "allowed keys: rows, threads, prefetch", "did you mean \"rows\"?"}},
 	{RNX(", \"tile\": {\"cols\": 256}"),

@@ -50,8 +50,8 @@ struct lg_fp8_tile {
 /* The tile.overlap key of a family's table. */
 #define LG_FP8_KEY_OVERLAP                                                                                   \
 	LG_KEY_TILE("overlap", "d", 0, 1, NULL,                                                               \
-		    "1 (with tile.ahead): a tile's epilogue runs in the next tile's first stage, under its "     \
-		    "wgmmas; 0: at the tile's end")
+		    "1: a tile's epilogue runs in the next tile's first stage, under its wgmmas (tile.m up to "  \
+		    "128); 0: at the tile's end")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
 enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_OV, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 

@@ -129,8 +129,8 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 		return "tile.ahead 0 (off), 1 (groups of 4 stages) or the stages of a group, 2 to 32";
 	if (g->ahead && !lg_fp8_gemm_can_ahead(g))
 		return "tile.ahead with tile.n up to 128 (three buffers of bn / 2 registers)";
-	if (g->overlap && !g->ahead)
-		return "tile.overlap with tile.ahead (the epilogue runs under the next tile's first wgmmas)";
+	if (g->overlap && waves(g) > 1)
+		return "tile.overlap with tile.m up to 128 (one wave a warpgroup)";
 	if (g->cluster < 0 || g->cluster > 2 || (g->manual && lg_fp8_gemm_cluster(g) > 1))
 		return "tile.cluster 1 or 2 (1 where the operands are copied without tensor maps: the grouped wgrad)";
 	return NULL;
@@ -529,13 +529,20 @@ static void emit_promote_released(lg_buf *b, const struct lg_fp8_gemm *g, const 
 		emit_release(b, g, prefix);
 }
 
+static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, const char *when);
+
 /* One stage of a consumer warpgroup: its wgmmas into `ps`, then the
  * promotion into acc. */
-static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps)
+static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps,
+		       const char *store)
 {
 	lg_line(b, "const int s = it %% %d;", g->stages);
 	emit_issue(b, g, prefix, ps, "s", "it");
 	if (waves(g) == 1) {
+		if (g->overlap) {
+			lg_comment(b, "(no whole group: the tile before's epilogue under its first stage)");
+			emit_deferred(b, g, store, "kt == 0");
+		}
 		emit_scales(b, g);
 		lg_line(b, "lg_wg_wait(0);");
 		emit_promote_released(b, g, prefix, ps);
@@ -592,8 +599,6 @@ static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char 
 	lg_close(b);
 }
 
-static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, const char *when);
-
 /* A tile's reduction loop: one stage at a time, or (ahead) groups of
  * group(g) stages over two buffers of partial sums (all but a group's last
  * promotion overlap the next stage's wgmmas; the other consumer
@@ -618,14 +623,14 @@ static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *p
 			emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1",
 					 j + 1 < group(g));
 		lg_close(b);
-		if (g->overlap) {
-			lg_comment(b, "(no whole group: the tile before's epilogue here)");
-			emit_deferred(b, g, store, "k4 == 0");
-		}
 	}
 	lg_open(b, "for (int kt = %s; kt < nkt; kt++, it++) {", g->ahead ? "k4" : "0");
-	emit_stage(b, g, prefix, g->ahead ? "psum0" : "psum");
+	emit_stage(b, g, prefix, g->ahead ? "psum0" : "psum", store);
 	lg_close(b);
+	if (g->overlap) {
+		lg_comment(b, "(no stage: the tile before's epilogue here)");
+		emit_deferred(b, g, store, "nkt == 0");
+	}
 }
 
 /* The accumulator pairs (row, col), (row, col + 1) to the store, rows

@@ -122,10 +122,11 @@ struct lg_fp8_gemm {
 	 * edge a wgmma is in flight across), so longer groups leave fewer of
 	 * those; a static reduction of one group has none but the tile's last. */
 	int ahead;
-	/* with ahead: each tile's epilogue runs in the next tile's first
-	 * stage, after that stage's wgmmas were issued, so that the tensor
-	 * cores work while the warpgroup stores (acc lives across tiles; the
-	 * last tile's epilogue after the loop) */
+	/* each tile's epilogue runs in the next tile's first stage, after
+	 * that stage's wgmmas were issued into the partial sums, so that the
+	 * tensor cores work while the warpgroup stores (acc lives across tiles;
+	 * a tile without stages stores the one before at once, the last tile
+	 * after the loop); one wave a warpgroup (bm <= 128) */
 	bool overlap;
 	/* the output through shared memory and TMA (above): c_tmap its tensor
 	 * map ("&tm_y"; NULL: stores from registers), c_elem its element bytes
@@ -153,7 +154,7 @@ bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g);
  * up to 128, no ahead and TMA operands with B's tile scales: the forward
  * and dgrad), bn a multiple of 16 up to 256 whose tiles span at most two
  * 128-blocks of B's tile scales, stages 2..8, a cluster of 1 or 2 (1 with
- * manual operands), ahead 0..32 with bn <= 128, overlap only with ahead. */
+ * manual operands), ahead 0..32 with bn <= 128, overlap with bm <= 128. */
 const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g);
 /* The stages that fit `limit` bytes, at most `want` (at least 2). */
 int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit);
