@@ -20,9 +20,9 @@ SETS = {
         ("wgrad", 9984, 3584, 5120, [None, {"ahead": 8}, {"n": 96, "ahead": 8}]),
     ],
     "overlap": [
-        ("forward", 8192, 3072, 2048, [None, OV, {**OV, "ahead": 8}, {**OV, "ahead": 16},
+        ("forward", 8192, 3072, 2048, [None, OV, {**OV, "ahead": 8}, {**OV, "ahead": 16}, {**OV, "epilogue": 0}, {**OV, "ahead": 0},
                                        {"m": 256, "cluster": 2, "epilogue": 1}]),
-        ("dgrad", 8192, 3072, 2048, [None, OV, {**OV, "ahead": 24}]),
+        ("dgrad", 8192, 3072, 2048, [None, OV, {**OV, "ahead": 24}, {**OV, "epilogue": 0}]),
         ("forward", 8192, 157184, 2048, [None, OV, {**OV, "ahead": 16}]),
         ("forward", 8192, 2048, 2048, [None, OV]),
         ("forward", 8192, 1024, 2048, [None, OV]),
