@@ -73,8 +73,20 @@ static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_
 		g.cluster = (int)lg_spec_int(s, k->cl);
 	/* (the wgrad is not ahead by default: not yet measured on the GPU) */
 	g.ahead = lg_spec_has(s, k->ah) ? (int)lg_spec_int(s, k->ah) : lg_fp8_gemm_can_ahead(&g) && !g.b_rowscale;
-	/* (overlap is not a default until measured on the GPU) */
-	g.overlap = lg_spec_has(s, k->ov) && lg_spec_int(s, k->ov);
+	/* the dense forward's and dgrad's static reduction in one group of
+	 * `ahead` (only the tile's last promotion not overlapped) with the
+	 * epilogue under the next tile's first wgmmas, where it fits a group
+	 * (H100, bench/fp8-gemm.md, session 9: 8192 rows, K 2048 forward 871 ->
+	 * 949 TFLOP/s, dgrad at 3072 880 -> 950, the LM head 898 -> 952, K 512
+	 * 571 -> 595; overlap with groups of 4 alone 3-4% slower) */
+	int nkt = k->pair && s->pass != LG_PASS_WGRAD && g.ahead == 1 && !lg_spec_has(s, k->ah) && !tall
+		  ? (int)lg_fp8_cdiv(lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n), 128) : 0;
+	if (nkt >= 2 && nkt <= 32) {
+		g.ahead = nkt;
+		g.overlap = true;
+	}
+	if (lg_spec_has(s, k->ov))
+		g.overlap = lg_spec_int(s, k->ov) != 0;
 	return g;
 }
 
@@ -211,13 +223,16 @@ int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct
 {
 	/* stages: the first is what the grid's tiles have (as many as fit) */
 	static const int64_t tm[] = {128, 64, 256, 0}, tn[] = {128, 160, 192, 96, 64, 256, 0}, st[] = {8, 5, 4, 0};
-	static const int64_t cl[] = {1, 2, 0}, ah[] = {1, 8, 16, 0, 0};
+	static const int64_t cl[] = {1, 2, 0}, ah[] = {1, 8, 16, 32, 0}, ov[] = {1, 1, 0};
 	int n = lg_candidate_grid(s, t, out, 0, max, k->tm, tm, k->tn, tn);
 	/* (tile.m 256 with the epilogue through TMA is not a candidate until it
 	 * has run on the GPU: its setmaxnreg pair, 40 / 232, is new there) */
 	n = lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
 	n = lg_candidate_times(s, t, out, 0, n, max, k->cl, cl);
-	return lg_candidate_times(s, t, out, 0, n, max, k->ah, ah);
+	n = lg_candidate_times(s, t, out, 0, n, max, k->ah, ah);
+	/* (each with the epilogue overlapped too; the ones without a spec's
+	 * ahead have the default's) */
+	return lg_candidate_times(s, t, out, 0, n, max, k->ov, ov);
 }
 
 void lg_fp8_emit_store(lg_buf *b, bool fp32, bool accumulate, int64_t cols)

@@ -529,19 +529,18 @@ static void emit_promote_released(lg_buf *b, const struct lg_fp8_gemm *g, const 
 		emit_release(b, g, prefix);
 }
 
-static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, const char *when);
+static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *when);
 
 /* One stage of a consumer warpgroup: its wgmmas into `ps`, then the
  * promotion into acc. */
-static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps,
-		       const char *store)
+static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps)
 {
 	lg_line(b, "const int s = it %% %d;", g->stages);
 	emit_issue(b, g, prefix, ps, "s", "it");
 	if (waves(g) == 1) {
 		if (g->overlap) {
 			lg_comment(b, "(no whole group: the tile before's epilogue under its first stage)");
-			emit_deferred(b, g, store, "kt == 0");
+			emit_deferred(b, g, "kt == 0");
 		}
 		emit_scales(b, g);
 		lg_line(b, "lg_wg_wait(0);");
@@ -606,7 +605,7 @@ static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char 
  * time. Each group retires its wgmmas before the loop's back edge: ptxas
  * serialises every wgmma of a loop whose back edge a wgmma is still in
  * flight across when other instructions read an accumulator (C7514). */
-static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *store)
+static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
 {
 	if (g->ahead) {
 		lg_line(b, "int k4 = 0;");
@@ -616,7 +615,7 @@ static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *p
 		emit_issue(b, g, prefix, "psum0", "s", "it");
 		if (g->overlap) {
 			lg_comment(b, "the tile before's epilogue while this tile's first wgmmas run");
-			emit_deferred(b, g, store, "k4 == 0");
+			emit_deferred(b, g, "k4 == 0");
 		}
 		lg_close(b);
 		for (int j = 0; j < group(g); j++)
@@ -625,11 +624,11 @@ static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *p
 		lg_close(b);
 	}
 	lg_open(b, "for (int kt = %s; kt < nkt; kt++, it++) {", g->ahead ? "k4" : "0");
-	emit_stage(b, g, prefix, g->ahead ? "psum0" : "psum", store);
+	emit_stage(b, g, prefix, g->ahead ? "psum0" : "psum");
 	lg_close(b);
 	if (g->overlap) {
 		lg_comment(b, "(no stage: the tile before's epilogue here)");
-		emit_deferred(b, g, store, "nkt == 0");
+		emit_deferred(b, g, "nkt == 0");
 	}
 }
 
@@ -738,15 +737,18 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 		lg_line(b, "nt++;");
 }
 
-static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
+/* The tile's epilogue (`note`: with its comment). */
+static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, bool note)
 {
 	if (!g->c_tmap) {
-		lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
+		if (note)
+			lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
 		emit_store_regs(b, g, store);
 		return;
 	}
 	if (waves(g) > 1) {
-		lg_comment(b, "Epilogue: each wave's 64 rows by TMA when all are real, else from registers.");
+		if (note)
+			lg_comment(b, "Epilogue: each wave's 64 rows by TMA when all are real, else from registers.");
 		for (int w = 0; w < waves(g); w++) {
 			lg_open(b, "if (ta + wg * %d + %d <= rend) {", 64 * waves(g), 64 * w + 64);
 			emit_store_tma(b, g, w);
@@ -757,7 +759,8 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 		}
 		return;
 	}
-	lg_comment(b, "Epilogue: this warpgroup's rows by TMA when all are real, else from registers.");
+	if (note)
+		lg_comment(b, "Epilogue: this warpgroup's rows by TMA when all are real, else from registers.");
 	lg_open(b, "if (ta + wg * 64 + 64 <= rend) {");
 	emit_store_tma(b, g, 0);
 	lg_close(b);
@@ -769,22 +772,32 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 /* With overlap, when `when` (a condition; NULL: always): the epilogue of
  * the tile before (pta >= 0: its ta, oc and rend saved as pta, poc, prend)
  * from acc, then acc zeroed for this tile. */
-static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, const char *when)
+static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *when)
 {
-	if (when)
-		lg_open(b, "if (%s) {", when);
-	lg_open(b, "if (pta >= 0) {");
+	if (!when) {
+		lg_line(b, "if (pta >= 0) store_before();");
+		return;
+	}
+	lg_line(b, "if (%s && pta >= 0) store_before();", when);
+	lg_open(b, "if (%s) {", when);
+	lg_line(b, "#pragma unroll");
+	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", g->bn / 2 * waves(g));
+	lg_close(b);
+}
+
+/* With overlap, before the tile loop: store_before(), the epilogue of the
+ * tile before (its ta, oc and rend saved as pta, poc, prend) from acc, a
+ * lambda the loop calls where it is due (inlined: ptxas -v shows no frame
+ * for acc). */
+static void emit_store_before(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
+{
+	lg_open(b, "const auto store_before = [&]() {");
 	lg_line(b, "const int ta = pta;");
 	lg_line(b, "const i64 oc = poc, rend = prend;");
 	if (!g->c_tmap || waves(g) == 1)
 		lg_line(b, "const i64 row = (i64)ta + rl;");
-	emit_epilogue(b, g, store);
-	lg_close(b);
-	if (when) {
-		lg_line(b, "#pragma unroll");
-		lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", g->bn / 2 * waves(g));
-		lg_close(b);
-	}
+	emit_epilogue(b, g, store, true);
+	lg_close_with(b, "};");
 }
 
 void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc,
@@ -814,6 +827,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 		lg_line(b, "float acc[%d];", regs * waves(g));
 		lg_line(b, "int pta = -1; // the tile before's epilogue is due: its ta, oc, rend");
 		lg_line(b, "i64 poc = 0, prend = 0;");
+		emit_store_before(b, g, store);
 	}
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
@@ -825,17 +839,17 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 		lg_comment(b, "columns from split on take B's second tile scale");
 		lg_line(b, "const i64 split = ((oc >> 7) + 1) * 128;");
 	}
-	emit_reduction(b, g, prefix, store);
+	emit_reduction(b, g, prefix);
 	if (g->overlap) {
 		lg_line(b, "pta = ta;");
 		lg_line(b, "poc = oc;");
 		lg_line(b, "prend = rend;");
 	} else {
-		emit_epilogue(b, g, store);
+		emit_epilogue(b, g, store, true);
 	}
 	lg_close(b);
 	if (g->overlap)
-		emit_deferred(b, g, store, NULL);
+		emit_deferred(b, g, NULL);
 	if (g->c_tmap)
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends");
 	const struct lg_wgp p = pipe_of(g);

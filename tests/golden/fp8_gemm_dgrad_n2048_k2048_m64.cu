@@ -314,6 +314,51 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 	for (int i = 0; i < 64; i++) psum0[i] = psum1[i] = 0.0f;
 	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
+	float acc[64];
+	int pta = -1; // the tile before's epilogue is due: its ta, oc, rend
+	i64 poc = 0, prend = 0;
+	const auto store_before = [&]() {
+		const int ta = pta;
+		const i64 oc = poc, rend = prend;
+		const i64 row = (i64)ta + rl;
+		// Epilogue: this warpgroup's rows by TMA when all are real, else from registers.
+		if (ta + wg * 64 + 64 <= rend) {
+			u8 *const eb = epi + wg * 16384;
+			// eb free once the stores of this warpgroup's last tile have read it
+			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);
+			lg_bar_id(1 + wg, 128);
+			const u32 rb = (u32)(warp * 16 + (lane >> 2)) * 128; // its row in a box
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				// x: the pair's byte in its row; lo, hi: its rows' in the boxes
+				const int x = (j * 8 + (lane & 3) * 2) * 2;
+				const u32 lo = (u32)((x >> 7) * 8192 + (x & 127)) + rb;
+				const u32 hi = lo + 1024;
+				const float *const v = acc + 4 * j;
+				u8 *const p0 = eb + (lo ^ (((lo >> 7) & 7) << 4));
+				u8 *const p1 = eb + (hi ^ (((hi >> 7) & 7) << 4));
+				*(u32 *)p0 = lg_pack_bf16x2(v[0], v[1]);
+				*(u32 *)p1 = lg_pack_bf16x2(v[2], v[3]);
+			}
+			lg_fence_proxy_async();
+			lg_bar_id(1 + wg, 128);
+			if ((threadIdx.x & 127) == 0) {
+				const int r0 = ta + wg * 64;
+				lg_tma_store_2d(&tm_dx, eb, (int)oc, r0);
+				lg_tma_store_2d(&tm_dx, eb + 8192, (int)oc + 64, r0);
+				lg_bulk_commit();
+			}
+		}
+		else {
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				const i64 col = oc + j * 8 + (lane & 3) * 2;
+				const float *const v = acc + 4 * j;
+				if (row < rend) lg_st_out((u8 *)dx, row, col, v[0], v[1]);
+				if (row + 8 < rend) lg_st_out((u8 *)dx, row + 8, col, v[2], v[3]);
+			}
+		}
+	};
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 		// Grouped raster: 16 row tiles at a time sweep the columns.
 		const i64 first = tile / 256 * 16, r = tile % 256;
@@ -322,12 +367,8 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 		const i64 oc = (r / gs) * 128;
 		const int nkt = (int)((2048ll + 127) / 128);
 		const i64 rend = M;
-		const i64 row = (i64)ta + rl;
-		float acc[64];
-		#pragma unroll
-		for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 		int k4 = 0;
-		for (; k4 + 4 <= nkt; k4 += 4) {
+		for (; k4 + 16 <= nkt; k4 += 16) {
 			{
 				const int s = it % 8;
 				lg_mbar_wait(&full[s], (it / 8) & 1);
@@ -340,6 +381,384 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
 				}
 				lg_wg_commit();
+				// the tile before's epilogue while this tile's first wgmmas run
+				if (k4 == 0 && pta >= 0) store_before();
+				if (k4 == 0) {
+					#pragma unroll
+					for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+				}
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum0);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum1);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum0);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum1);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum0);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum1);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum0);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum1);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum0);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum1);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 8;
+				const float *const sl = scales + s * 68;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[64];
+				const int sn = (it + 1) % 8;
+				fp8_hold(psum0);
+				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum1);
+				if (lane == 0) lg_mbar_arrive(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
 			}
 			{
 				const int s = it % 8;
@@ -466,6 +885,12 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 				fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
 			}
 			lg_wg_commit();
+			// (no whole group: the tile before's epilogue under its first stage)
+			if (kt == 0 && pta >= 0) store_before();
+			if (kt == 0) {
+				#pragma unroll
+				for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+			}
 			const float *const sl = scales + s * 68;
 			const float sa0 = sl[rl], sa1 = sl[rl + 8];
 			const float sb0 = sl[64];
@@ -481,43 +906,16 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 				acc[4 * j + 3] += psum0[4 * j + 3] * t1;
 			}
 		}
-		// Epilogue: this warpgroup's rows by TMA when all are real, else from registers.
-		if (ta + wg * 64 + 64 <= rend) {
-			u8 *const eb = epi + wg * 16384;
-			// eb free once the stores of this warpgroup's last tile have read it
-			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);
-			lg_bar_id(1 + wg, 128);
-			const u32 rb = (u32)(warp * 16 + (lane >> 2)) * 128; // its row in a box
+		// (no stage: the tile before's epilogue here)
+		if (nkt == 0 && pta >= 0) store_before();
+		if (nkt == 0) {
 			#pragma unroll
-			for (int j = 0; j < 16; j++) {
-				// x: the pair's byte in its row; lo, hi: its rows' in the boxes
-				const int x = (j * 8 + (lane & 3) * 2) * 2;
-				const u32 lo = (u32)((x >> 7) * 8192 + (x & 127)) + rb;
-				const u32 hi = lo + 1024;
-				const float *const v = acc + 4 * j;
-				u8 *const p0 = eb + (lo ^ (((lo >> 7) & 7) << 4));
-				u8 *const p1 = eb + (hi ^ (((hi >> 7) & 7) << 4));
-				*(u32 *)p0 = lg_pack_bf16x2(v[0], v[1]);
-				*(u32 *)p1 = lg_pack_bf16x2(v[2], v[3]);
-			}
-			lg_fence_proxy_async();
-			lg_bar_id(1 + wg, 128);
-			if ((threadIdx.x & 127) == 0) {
-				const int r0 = ta + wg * 64;
-				lg_tma_store_2d(&tm_dx, eb, (int)oc, r0);
-				lg_tma_store_2d(&tm_dx, eb + 8192, (int)oc + 64, r0);
-				lg_bulk_commit();
-			}
+			for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 		}
-		else {
-			#pragma unroll
-			for (int j = 0; j < 16; j++) {
-				const i64 col = oc + j * 8 + (lane & 3) * 2;
-				const float *const v = acc + 4 * j;
-				if (row < rend) lg_st_out((u8 *)dx, row, col, v[0], v[1]);
-				if (row + 8 < rend) lg_st_out((u8 *)dx, row + 8, col, v[2], v[3]);
-			}
-		}
+		pta = ta;
+		poc = oc;
+		prend = rend;
 	}
+	if (pta >= 0) store_before();
 	if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends
 }
