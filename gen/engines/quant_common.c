@@ -65,28 +65,30 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y)
 
 /* How qt_pieces stores a piece: tested at run time (rows of any pitch),
  * rows known 16-byte aligned (narrow stores for the tile's last tokens
- * only), or whole pieces only (aligned rows, `rows` a multiple of 16). */
-enum pieces { PIECES_TESTED, PIECES_ALIGNED, PIECES_WHOLE };
+ * only), or whole pieces only (aligned rows, `rows` a multiple of 16),
+ * evict-first or write-back. */
+enum pieces { PIECES_TESTED, PIECES_ALIGNED, PIECES_WHOLE, PIECES_WHOLE_WB };
 
 /* The loop storing each 16-byte piece of a staged line at the tile's
  * offset, `rows` bytes of it. */
 static void qt_pieces(lg_buf *b, int threads, const char *base, const char *ld, const char *t0, const char *rows,
 		      enum pieces how)
 {
+	bool whole = how == PIECES_WHOLE || how == PIECES_WHOLE_WB;
 	if (how == PIECES_TESTED)
 		lg_line(b, "const bool vec_ok = (%s & 15) == 0; // 16-byte aligned qt rows", ld);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", 128 * 8, threads);
 	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
-	if (how == PIECES_WHOLE)
+	if (whole)
 		lg_line(b, "if (16 * h >= %s) continue; // past the tokens and zero tail", rows);
 	lg_line(b, "const int pc = (h ^ (sw >> 1)) << 4; // piece h of line c, staged");
 	lg_line(b, "uint4 v = *(const uint4 *)(stage + c * 128 + pc);");
 	lg_line(b, "if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);");
 	lg_line(b, "u8 *const dst = %s + (k0 + c) * %s + %s + 16 * h;", base, ld, t0);
 	lg_line(b, "const lg_u32x4 w = {v.x, v.y, v.z, v.w};");
-	if (how == PIECES_WHOLE) {
-		lg_line(b, "lg_st16_cs(dst, w);");
+	if (whole) {
+		lg_line(b, how == PIECES_WHOLE_WB ? "lg_st16(dst, w); // write-back" : "lg_st16_cs(dst, w);");
 	} else {
 		lg_open(b, "if (%s16 * h + 16 <= %s) {", how == PIECES_ALIGNED ? "" : "vec_ok && ", rows);
 		lg_line(b, "lg_st16_cs(dst, w);");
@@ -119,22 +121,29 @@ void lg_emit_qt_lines_flat(lg_buf *b, int threads, const char *base, const char 
 	lg_line(b, "} // qt rows at any byte");
 }
 
-void lg_emit_qt_lines(lg_buf *b, int threads)
+void lg_emit_qt_lines(lg_buf *b, int threads, enum lg_qt_store store)
 {
 	lg_line(b, "u8 *const qtg = (u8 *)qt;");
-	lg_emit_qt_lines_pitched(b, threads, "qtg", "M", "m0", false);
+	lg_emit_qt_lines_pitched(b, threads, "qtg", "M", "m0", store);
 }
 
-void lg_emit_qt_lines_pitched(lg_buf *b, int threads, const char *base, const char *m, const char *t0, bool narrow)
+void lg_emit_qt_lines_pitched(lg_buf *b, int threads, const char *base, const char *m, const char *t0,
+			      enum lg_qt_store store)
 {
 	lg_comment(b, "qt [hidden, round_up(%s, 16)]: rows 16-byte aligned, each column's 128 tokens", m);
 	lg_comment(b, "one 128-byte line, 16 bytes a thread; the last tile's line also covers the");
 	lg_comment(b, "zero tail up to the pitch (its absent tokens are staged as zeros).");
 	lg_line(b, "const i64 qtp = (%s + 15) & ~(i64)15; // qt's row pitch", m);
 	lg_line(b, "const int qrows = (int)(qtp - %s < 128 ? qtp - %s : 128); // bytes a line", t0, t0);
-	if (narrow)
+	if (store == LG_QT_NARROW)
 		lg_comment(b, "The former store (tile.qt_store 1): narrow stores where a piece is not whole.");
-	qt_pieces(b, threads, base, "qtp", t0, "qrows", narrow ? PIECES_TESTED : PIECES_WHOLE);
+	if (store == LG_QT_WB) {
+		lg_comment(b, "Write-back stores (tile.qt_store 3): with rows an odd multiple of 16 apart, a");
+		lg_comment(b, "line shares its first and last 32-byte sector with the neighbouring tiles'");
+		lg_comment(b, "lines (other CTAs); kept in L2, not evicted first, the halves merge there.");
+	}
+	qt_pieces(b, threads, base, "qtp", t0, "qrows",
+		  store == LG_QT_NARROW ? PIECES_TESTED : store == LG_QT_WB ? PIECES_WHOLE_WB : PIECES_WHOLE);
 }
 
 void lg_emit_qt_lines_realign(lg_buf *b, int threads, const char *base, const char *ld, const char *t0)

@@ -47,7 +47,7 @@
 #define TILE 128
 
 const int64_t lg_qe_tiles_ok[] = {1, 2, 4, 8, 0};
-const int64_t lg_qe_qt_store_ok[] = {1, 2, 0};
+const int64_t lg_qe_qt_store_ok[] = {1, 2, 3, 0};
 
 int lg_qe_flat_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
 			  int k_threads, const int64_t *threads_ok, int k_qt_store)
@@ -57,12 +57,12 @@ int lg_qe_flat_candidates(const struct lg_spec *s, const struct lg_target *t, st
 	return lg_quant_colwise(s) ? lg_candidate_times(s, t, out, 0, n, max, k_qt_store, qt_store) : n;
 }
 
-bool lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k)
+enum lg_qt_store lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k)
 {
 	if (k < 0)
-		return false;
+		return LG_QT_WHOLE;
 	p->tile[k] = lg_spec_has(s, k) ? lg_spec_int(s, k) : 2;
-	return p->tile[k] == 1;
+	return p->tile[k] == 1 ? LG_QT_NARROW : p->tile[k] == 3 ? LG_QT_WB : LG_QT_WHOLE;
 }
 
 int lg_qe_tokens_per_thread(const struct lg_qe *e)
@@ -130,7 +130,7 @@ void lg_qe_plan(const struct lg_spec *s, struct lg_plan *p, int64_t n, int k_thr
 	p->v[LG_QE_PV_THREADS] = threads;
 	p->v[LG_QE_PV_FBLOCKS] = fb < nb ? fb : nb;
 	p->v[LG_QE_PV_F32] = f32;
-	p->v[LG_QE_PV_QT_NARROW] = lg_qe_plan_qt_store(s, p, k_qt_store);
+	p->v[LG_QE_PV_QT_STORE] = lg_qe_plan_qt_store(s, p, k_qt_store);
 	if (k_threads >= 0)
 		p->tile[k_threads] = threads;
 	if (k_fblocks >= 0)
@@ -143,7 +143,7 @@ struct lg_qe lg_qe_planned(const struct lg_spec *s, const struct lg_plan *p, enu
 {
 	struct lg_qe e = {.n = p->v[LG_QE_PV_N], .threads = (int)p->v[LG_QE_PV_THREADS],
 			  .fblocks = (int)p->v[LG_QE_PV_FBLOCKS], .vals = p->v[LG_QE_PV_F32] ? LG_QE_F32 : LG_QE_BF16,
-			  .qt_narrow = p->v[LG_QE_PV_QT_NARROW] != 0, .layout = layout};
+			  .qt_store = (enum lg_qt_store)p->v[LG_QE_PV_QT_STORE], .layout = layout};
 	if (s) {
 		e.rows = layout == LG_QE_TILE128 || lg_quant_rowwise(s);
 		e.cols = layout != LG_QE_TILE128 && lg_quant_colwise(s);
@@ -400,7 +400,7 @@ static void store_qt(lg_buf *b, const struct lg_qb *k)
 	if (e->layout == LG_QE_EXPERTS)
 		lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
 	else
-		lg_emit_qt_lines_pitched(b, e->threads, "qtg", k->m, "m0", e->qt_narrow);
+		lg_emit_qt_lines_pitched(b, e->threads, "qtg", k->m, "m0", e->qt_store);
 }
 
 static const struct lg_qb_ops act_ops = {

@@ -73,6 +73,7 @@
 #include <stdint.h>
 
 #include "family.h"
+#include "quant_common.h"
 
 enum lg_qe_vals { LG_QE_F32, LG_QE_BF16 };
 enum lg_qe_layout { LG_QE_FLAT, LG_QE_EXPERTS, LG_QE_TILE128 };
@@ -92,10 +93,12 @@ struct lg_qe {
 	int64_t expert_rows; /* LG_QE_TILE128 with cols: 0, or the rows are experts of this
 				many rows each (a multiple of 128; the last may be short) and the
 				transposed copy is per expert (see Layouts) */
-	bool qt_narrow; /* LG_QE_FLAT: the former qt store, each 16-byte piece of a line tested at
-			   run time for a whole aligned store, narrow stores where not (tile.qt_store
-			   1; for timing it); else (the default) whole 16-byte stores of the pitched
-			   lines (lg_emit_qt_lines_pitched) */
+	enum lg_qt_store qt_store; /* LG_QE_FLAT: how the pitched lines leave
+				      (lg_emit_qt_lines_pitched, tile.qt_store): whole
+				      16-byte evict-first stores (the default), the former
+				      store (each piece tested at run time, narrow stores
+				      where not whole; for timing it) or whole write-back
+				      stores */
 	enum lg_qe_vals vals;
 	enum lg_qe_layout layout;
 	/* Names in the generated code (NULL: the default in brackets): the
@@ -171,16 +174,18 @@ extern const int64_t lg_qe_tiles_ok[];
 
 /* tile.qt_store of the families with a flat columnwise copy: 1 the former
  * store (each piece tested at run time for a whole aligned store), 2 (the
- * default) whole 16-byte stores (qt's rows are round_up(M, 16) apart). */
+ * default) whole 16-byte stores (qt's rows are round_up(M, 16) apart), 3
+ * the same whole stores written back (no evict-first hint). */
 extern const int64_t lg_qe_qt_store_ok[];
 #define LG_QE_KEY_QT_STORE                                                                          \
-	LG_KEY_TILE("qt_store", "qs", 1, 2, lg_qe_qt_store_ok,                                      \
-		    "qt lines: 2 (default) whole 16-byte stores (qt rows round_up(tokens, 16) bytes "  \
-		    "apart); 1 the tile's 16-byte pieces each tested at run time, narrow stores where " \
-		    "not whole (the former store)")
-/* Resolve tile.qt_store (key k; -1: none): sets p->tile[k] and returns
- * whether the former (narrow) store is asked for. */
-bool lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k);
+	LG_KEY_TILE("qt_store", "qs", 1, 3, lg_qe_qt_store_ok,                                      \
+		    "qt lines: 2 (default) whole 16-byte evict-first stores (qt rows round_up(tokens, " \
+		    "16) bytes apart); 1 the tile's 16-byte pieces each tested at run time, narrow "    \
+		    "stores where not whole (the former store); 3 the whole stores of 2 as plain "      \
+		    "write-back stores (a 32-byte sector two tiles' lines share merges in L2)")
+/* Resolve tile.qt_store (key k; -1: none, the default): sets p->tile[k]
+ * and returns the store asked for. */
+enum lg_qt_store lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k);
 
 /* `lingen tune`'s tiles of a flat quantiser (fp8_quant's layout): each of
  * threads_ok (key k_threads), each with both qt stores (key k_qt_store)
@@ -191,7 +196,7 @@ int lg_qe_flat_candidates(const struct lg_spec *s, const struct lg_target *t, st
 /* Plan helpers for families whose tile is the engine's own keys: plan
  * values LG_QE_PV_* of struct lg_plan.v (a family using them keeps its own
  * values after LG_QE_PV_COUNT). */
-enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_QT_NARROW, LG_QE_PV_COUNT };
+enum { LG_QE_PV_N, LG_QE_PV_THREADS, LG_QE_PV_FBLOCKS, LG_QE_PV_F32, LG_QE_PV_QT_STORE, LG_QE_PV_COUNT };
 /* Resolve tile keys threads, fblocks, values and qt_store (key indices;
  * -1: the family has no such key) for features n: threads 256 with power-of-two
  * scales and bf16 values, else 512 (the fp32 values and the exact divide

@@ -48,7 +48,7 @@
 const int64_t lg_swiglu_threads_ok[] = {256, 512, 0};
 const int64_t lg_swiglu_fblocks_ok[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 0};
 
-enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH, P_TILES, P_QT_NARROW };
+enum { P_N, P_BWD, P_WEIGHTED, P_DXBF16, P_EXPERTS, P_THREADS, P_FBLOCKS, P_MIN_CTAS, P_PREFETCH, P_TILES, P_QT_STORE };
 
 static const struct lg_swiglu_kind *kind_of(const struct lg_spec *s)
 {
@@ -147,7 +147,7 @@ lg_status lg_swiglu_plan(const struct lg_spec *s, const struct lg_target *t, str
 	bool pf_def = k->weighted && bwd && p->v[P_FBLOCKS] > 1 && p->v[P_MIN_CTAS] < 2;
 	p->tile[k->key_prefetch] = p->v[P_PREFETCH] =
 		lg_spec_has(s, k->key_prefetch) ? lg_spec_int(s, k->key_prefetch) : pf_def;
-	p->v[P_QT_NARROW] = lg_qe_plan_qt_store(s, p, k->key_qt_store);
+	p->v[P_QT_STORE] = lg_qe_plan_qt_store(s, p, k->key_qt_store);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
@@ -159,7 +159,7 @@ static struct lg_qe engine(const struct lg_spec *s, const struct lg_plan *p)
 	bool bwd = p->v[P_BWD] != 0;
 	struct lg_qe e = {.n = bwd ? 2 * p->v[P_N] : p->v[P_N], .threads = (int)p->v[P_THREADS],
 			  .fblocks = (int)p->v[P_FBLOCKS], .tiles = (int)p->v[P_TILES],
-			  .prefetch = p->v[P_PREFETCH] != 0, .qt_narrow = p->v[P_QT_NARROW] != 0, .vals = LG_QE_F32,
+			  .prefetch = p->v[P_PREFETCH] != 0, .qt_store = (enum lg_qt_store)p->v[P_QT_STORE], .vals = LG_QE_F32,
 			  .layout = p->v[P_WEIGHTED] ? LG_QE_EXPERTS : LG_QE_FLAT};
 	if (bwd)
 		e.q = "dxq", e.s = "dxs", e.qt = "dxqt", e.st = "dxst";

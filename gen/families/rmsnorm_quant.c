@@ -116,7 +116,7 @@ enum {
 	P_FUSED = LG_ROW_VALUES,    /* 1: one fused kernel with a cluster of hidden/128 CTAs */
 	P_STAGES,                   /* fused: x tiles in flight per CTA; two kernels: parts */
 	P_SLAB,                     /* one-pass TMA form: features per CTA (0: not that form) */
-	P_QT_NARROW,                /* two kernels: the columnwise kernel's former qt store */
+	P_QT_STORE,                 /* the qt store (tile.qt_store; the former one: two kernels only) */
 };
 #define COLS 128     /* kernel 2: features per tile */
 #define K2_THREADS 512 /* kernel 2: 32 row blocks of 4 x 16 column blocks of 8 */
@@ -194,6 +194,8 @@ static lg_status plan_slab(const struct lg_spec *s, const struct lg_target *t, s
 	p->v[P_SLAB] = p->tile[K_SLAB] = sl;
 	p->v[P_STAGES] = p->tile[K_STAGES] = st;
 	p->tile[K_CLUSTER] = h / sl;
+	if (lg_spec_has(s, K_QT_STORE)) /* else left out of the tile, as before tile.qt_store 3 */
+		p->v[P_QT_STORE] = lg_qe_plan_qt_store(s, p, K_QT_STORE);
 	p->nentries = 1;
 	p->persistent[0] = true;
 	p->cluster[0] = (unsigned)(h / sl);
@@ -229,7 +231,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	}
 	struct lg_rowlayout l = lg_rowlayout_make(h, kmax, threads);
 	lg_rowlayout_save(&l, p);
-	p->v[P_QT_NARROW] = lg_qe_plan_qt_store(s, p, K_QT_STORE);
+	p->v[P_QT_STORE] = lg_qe_plan_qt_store(s, p, K_QT_STORE);
 	p->tile[K_THREADS] = l.threads;
 	p->tile[K_ROWS] = l.rows;
 	p->v[P_FUSED] = fused;
@@ -469,10 +471,17 @@ static void emit_tile_y(lg_buf *b)
 	lg_close(b);
 }
 
+/* The one-kernel forms' qt store: tile.qt_store 3 (write-back), else the
+ * whole evict-first stores (the former store, 1, is the two kernels' only). */
+static enum lg_qt_store tile_qt_store(const struct lg_plan *p)
+{
+	return p->v[P_QT_STORE] == LG_QT_WB ? LG_QT_WB : LG_QT_WHOLE;
+}
+
 /* The columnwise copy of the tile from y: amax over the thread's 4 rows,
  * the row-block pair (a shuffle), then the 16 pairs through shared memory;
  * bytes through the swizzled staging tile to 128-byte qt lines. */
-static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
+static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n, enum lg_qt_store store)
 {
 	lg_line(b, "float cm[8];");
 	lg_line(b, "#pragma unroll");
@@ -521,7 +530,7 @@ static void emit_tile_colwise(lg_buf *b, const struct lg_spec *s, int64_t n)
 	lg_close(b);
 	lg_close(b);
 	lg_line(b, "__syncthreads();");
-	lg_emit_qt_lines(b, K2_THREADS);
+	lg_emit_qt_lines(b, K2_THREADS, store);
 }
 
 /* The rowwise copy of the tile from y: the tile's 128 columns are one 1x128
@@ -580,7 +589,7 @@ static void emit_cols_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	}
 	struct lg_qe e = {.n = p->v[P_HIDDEN], .threads = K2_THREADS, .cols = true, .pow2 = lg_quant_pow2(s),
 			  .vals = LG_QE_F32, .layout = LG_QE_FLAT, .tile = tile, .group = "(int)blockIdx.x",
-			  .qt_narrow = p->v[P_QT_NARROW] != 0};
+			  .qt_store = (enum lg_qt_store)p->v[P_QT_STORE]};
 	struct lg_qe_hooks h = {.values = lg_norm_qe_values, .prologue = k2_prologue, .block = lg_norm_qe_block,
 				.ctx = (void *)p};
 	lg_qe_emit_body(b, &e, &h);
@@ -709,7 +718,7 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	if (lg_quant_rowwise(s))
 		emit_tile_rowwise(b, s, p->v[P_HIDDEN], "blockIdx.x");
 	if (lg_quant_colwise(s))
-		emit_tile_colwise(b, s, p->v[P_HIDDEN]);
+		emit_tile_colwise(b, s, p->v[P_HIDDEN], tile_qt_store(p));
 	lg_line(b, "__syncthreads(); // staging, scales and the x stage are free");
 	lg_close(b);
 	if (cl > 1)
@@ -749,7 +758,7 @@ static void emit_slab_block(lg_buf *b, int box)
 /* `lg_slab_block(xb, ...)`: one 128 x 128 block of the one-pass form (first
  * column k0), its x in shared memory at xb (this thread's first row, rows
  * `rowb` bytes apart): y, then the rowwise and the columnwise copies. */
-static void emit_slab_block_fn(lg_buf *b, const struct lg_spec *s, int64_t n, int rowb)
+static void emit_slab_block_fn(lg_buf *b, const struct lg_spec *s, int64_t n, int rowb, enum lg_qt_store store)
 {
 	lg_line(b, "static __device__ __forceinline__ void lg_slab_block(const u8 *xb, u64 w, u64 q, u64 s, u64 qt,");
 	lg_line(b, "\tu64 st, i64 M, i64 tr, int rows, i64 k0, const float *rr, u8 *smem)");
@@ -763,7 +772,7 @@ static void emit_slab_block_fn(lg_buf *b, const struct lg_spec *s, int64_t n, in
 	if (lg_quant_rowwise(s))
 		emit_tile_rowwise(b, s, n, "(k0 >> 7)");
 	if (lg_quant_colwise(s))
-		emit_tile_colwise(b, s, n);
+		emit_tile_colwise(b, s, n, store);
 	lg_close(b);
 	lg_line(b, "%s", "");
 }
@@ -786,7 +795,7 @@ static void emit_slab_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	lg_comment(b, "M zero-filled); fp64 row partial sums exchanged through distributed shared memory");
 	lg_comment(b, "(double-buffered by tile parity, one cluster barrier per tile); then per 128 x 128");
 	lg_comment(b, "block: y = (x r) w, the rowwise and the columnwise copies.");
-	emit_slab_block_fn(b, s, n, box * 2);
+	emit_slab_block_fn(b, s, n, box * 2, tile_qt_store(p));
 	if (cl > 1)
 		lg_emit_signature_tmaps(b, s, p, p->entry[0], "__cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1)", cl,
 					K2_THREADS);
