@@ -79,9 +79,10 @@ int main() {
 	}
 	const i64 tiles = (M + 127) / 128 + (k6 ? E : 0), nb = W / 128;
 	const i64 st_rows = tiles;
+	const i64 qt_bytes = k6 ? M * W : W * ((M + 15) & ~15); // K7's flat qt: rows round_up(M, 16) apart
 	struct outs { std::vector<u8> q, qt; std::vector<float> s, st, dp; std::vector<u16> dx; };
 	auto run = [&](int which, outs &o) {
-		o.q.assign(M * W + 64, 0xff); o.qt.assign(M * W + 64, 0xff);
+		o.q.assign(M * W + 64, 0xff); o.qt.assign(qt_bytes + 64, 0xff);
 		o.s.assign(nb * M + 64, NAN); memset(o.s.data(), 0xff, o.s.size() * 4);
 		o.st.assign(st_rows * W + 64, NAN); memset(o.st.data(), 0xff, o.st.size() * 4);
 		o.dp.assign(M + 64, NAN); memset(o.dp.data(), 0xff, o.dp.size() * 4);
@@ -118,7 +119,7 @@ int main() {
 	printf("KIND %d M=%lld n=%lld E=%lld\n", KIND, M, N, E);
 	cmp("q", a.q.data(), b.q.data(), M * W, 1);
 	cmp("s", a.s.data(), b.s.data(), nb * M * 4, 4);
-	cmp("qt", a.qt.data(), b.qt.data(), M * W, 1);
+	cmp("qt", a.qt.data(), b.qt.data(), qt_bytes, 1);
 	cmp("st", a.st.data(), b.st.data(), st_rows * W * 4, 4);
 	if (KIND == 1) cmp("dp", a.dp.data(), b.dp.data(), M * 4, 4);
 	if (DXBF16) cmp("dx", a.dx.data(), b.dx.data(), M * W * 2, 2);

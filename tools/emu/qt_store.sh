@@ -1,9 +1,10 @@
 #!/bin/bash
 # qt_store.sh [N [M...]]: the flat qt store on the CPU (issue 27): generate
-# swiglu_quant forward for sm_80 at intermediate N (default 256) twice, with
-# the default store (lines realigned to memory's 16-byte chunks) and with
-# tile.qt_store 1 (the former store, a 16-byte piece a thread and narrow
-# stores where unaligned), run both through emu.h at each token count M
+# swiglu_quant forward for sm_80 at intermediate N (default 256) with each
+# tile.qt_store: 2 (the default, whole 16-byte pieces of lines round_up(M, 16)
+# bytes apart), 1 (the former store, each piece tested at run time) and 3
+# (2's pieces as write-back stores); run 1 and 3 against 2 through emu.h
+# at each token count M
 # (default: 1 15 16 17 127 129 200 258 300 392 520, every residue of a qt
 # row's start mod 16 among the lines of an odd M, short last tiles of many
 # lengths) and compare every output byte (swiglu_diff.sh). Exit status 1
@@ -17,7 +18,7 @@ ms=${*:-1 15 16 17 127 129 200 258 300 392 520}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 q='"quant": {"format": "e4m3", "block": 128, "round_scale": true, "output": "both"}'
-for v in 1 2; do
+for v in 1 2 3; do
 	echo "{\"kernels\": [{\"op\": \"swiglu_quant\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"intermediate\": $n, $q, \"tile\": {\"qt_store\": $v}}]}" > "$work/s$v.json"
 	"$root/build/lingen" gen "$work/s$v.json" -o "$work/g$v" --arch sm_80 > /dev/null 2>&1
 	# one entry name for both (the driver calls ENTRY in each)
@@ -25,6 +26,8 @@ for v in 1 2; do
 done
 rc=0
 for m in $ms; do
-	"$root/tools/emu/swiglu_diff.sh" 2 "$work"/g1/*.cu "$work"/g2/*.cu "$m" "$n" 1 || rc=1
+	for v in 1 3; do
+		"$root/tools/emu/swiglu_diff.sh" 2 "$work"/g$v/*.cu "$work"/g2/*.cu "$m" "$n" 1 || rc=1
+	done
 done
 exit $rc
