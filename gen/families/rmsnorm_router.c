@@ -114,6 +114,7 @@ enum {
 	K_STAGES,
 	K_WM,
 	K_WN,
+	K_QT_STORE,
 	NKEYS
 };
 
@@ -138,6 +139,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_STAGES] = LG_KEY_TILE("stages", "s", 2, 4, NULL, "route_w blocks of 128 features in flight"),
 	[K_WM] = LG_KEY_TILE("warps_m", "wm", 1, 8, warps_ok, "warps along the tokens (sm_90a: the mma.sync path)"),
 	[K_WN] = LG_KEY_TILE("warps_n", "wn", 1, 8, warps_ok, "warps along the experts (sm_90a: mma.sync)"),
+	[K_QT_STORE] = LG_QE_KEY_QT_STORE,
 };
 
 static const struct lg_size sizes[] = {
@@ -161,7 +163,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 };
 
 /* Plan values. */
-enum { P_BM, P_BN, P_STAGES, P_WM, P_WN, P_K, P_N, P_TERMS, P_SMEM, P_BOTH, P_WG, P_NA };
+enum { P_BM, P_BN, P_STAGES, P_WM, P_WN, P_K, P_N, P_TERMS, P_SMEM, P_BOTH, P_WG, P_NA, P_QT_STORE };
 
 /* The sm_90a path (wgmma): 64 tokens a CTA, two consumer warpgroups (each
  * half of the tile's experts) and a producer warp; A buffers of 64 tokens
@@ -294,6 +296,7 @@ static lg_status validate(const struct lg_spec *s, const char *where)
 
 static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct lg_plan *p)
 {
+	p->v[P_QT_STORE] = lg_qe_plan_qt_store(s, p, K_QT_STORE); /* the columnwise entry's */
 	if (wgmma_path(s, t))
 		return plan90(s, t, p);
 	struct lg_gemm_tile tl = tile_of(s);
@@ -751,7 +754,7 @@ static void emit_cols(lg_buf *b, const struct lg_spec *s, const struct lg_plan *
 	lg_line(b, "const i64 tiles = (M + 127) / 128;");
 	struct lg_qe e = {.n = p->v[P_K], .threads = CT_THREADS, .cols = true, .pow2 = lg_quant_pow2(s),
 			  .vals = LG_QE_F32, .layout = LG_QE_FLAT, .tile = "tiles - 1 - (i64)blockIdx.y",
-			  .group = "(int)blockIdx.x"};
+			  .group = "(int)blockIdx.x", .qt_store = (enum lg_qt_store)p->v[P_QT_STORE]};
 	struct lg_qe_hooks h = {.values = lg_norm_qe_values, .block = lg_norm_qe_block};
 	lg_qe_emit_body(b, &e, &h);
 	lg_close(b);
