@@ -10,8 +10,9 @@
 #    group in a process of its own, side by side, under one time limit
 #    -> $OUT/tests.txt (PASS / FAIL / cut by the limit, and the failures)
 # 2. lingen bench --odd: the flat quantisers (configs/kernels/odd-counts.json:
-#    K1 hidden 2048 and 4096, fp8_quant, K7 n 1024 and 1408, each with the
-#    default store and tile.qt_store 1, the former) at 6000 / 6001 / 6144 /
+#    K1 hidden 2048 and 4096, fp8_quant, K7 n 1024 and 1408, K3b, each with
+#    the default store, tile.qt_store 1 (the former) and 3 (the default's
+#    pieces as write-back stores)) at 6000 / 6001 / 6144 /
 #    8191 tokens, each odd count beside its count rounded up to 128; the
 #    per-expert ones (odd-counts-experts.json) at 8191 / 8192
 #    -> $OUT/odd.json, odd-experts.json, odd.txt
