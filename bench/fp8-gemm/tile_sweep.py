@@ -1,13 +1,15 @@
 """bench/fp8-gemm/tile_sweep.py SET (run from the repository root on the GPU machine,
 LINGEN_LIBRARY set): each GEMM's variants against its default tile, TFLOP/s and max |diff| to the
 default's output (0: bit for bit), with torch._scaled_mm (blockwise) after them.
-SET: ahead (session 8: the groups of tile.ahead, the wgrad ahead) or overlap (session 9:
-tile.overlap, the epilogue under the next tile's first wgmmas; odd token counts checked too)."""
+SET: ahead (session 8: the groups of tile.ahead, the wgrad ahead), overlap (session 9:
+tile.overlap, the epilogue under the next tile's first wgmmas; odd token counts checked too) or
+defaults (session 9's default against the one before)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
 
 OV = {"overlap": 1}
+OLD = {"ahead": 1, "overlap": 0}  # the default before session 9
 SETS = {
     "ahead": [
         ("forward", 8192, 3072, 2048, [None, {"ahead": 8}, {"ahead": 16}, {"ahead": 0}]),
@@ -32,6 +34,13 @@ SETS = {
         ("dgrad", 1, 3072, 2048, [None, OV]),
         ("wgrad", 8192, 157184, 2048, [None, OV, {"ahead": 8, "overlap": 1}]),
         ("wgrad", 9973, 3584, 5120, [None, OV, {"ahead": 8, "overlap": 1}]),
+    ],
+    "defaults": [  # session 9's default (one ahead group with overlap) against the one before
+        (form, M, N, K, [None, OLD])
+        for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 2048, 2048),
+                              ("forward", 8192, 1024, 2048), ("forward", 8192, 2048, 512), ("dgrad", 8192, 2048, 512),
+                              ("forward", 8192, 157184, 2048), ("dgrad", 8192, 2048, 2048), ("forward", 9973, 3072, 2048),
+                              ("forward", 4096, 4096, 4096))
     ],
 }
 ROWS = SETS[sys.argv[1] if len(sys.argv) > 1 else "overlap"]
