@@ -129,7 +129,7 @@ static const struct bad bad_specs[] = {
 	/* a tile the FP8 GEMM refuses: the keys given as found, the defaults as defaults */
 	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
 	 "\"k\": 2048, \"tile\": {\"n\": 24}}]}",
-	 {"tile: found n 24 (with the default m 128, stages 4, cluster 2, ahead 16, epilogue 1, overlap 1); allowed: "}},
+	 {"tile: found n 24 (with the default m 128, stages 4, cluster 2, ahead 1, epilogue 1, overlap 1); allowed: "}},
 	/* tile.m 256: any epilogue, no ahead */
 	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
 	 "\"k\": 2048, \"tile\": {\"m\": 256, \"ahead\": 1}}]}",

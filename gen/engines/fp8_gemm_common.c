@@ -73,18 +73,14 @@ static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_
 		g.cluster = (int)lg_spec_int(s, k->cl);
 	/* (the wgrad is not ahead by default: not yet measured on the GPU) */
 	g.ahead = lg_spec_has(s, k->ah) ? (int)lg_spec_int(s, k->ah) : lg_fp8_gemm_can_ahead(&g) && !g.b_rowscale;
-	/* the dense forward's and dgrad's static reduction in one group of
-	 * `ahead` (only the tile's last promotion not overlapped) with the
-	 * epilogue under the next tile's first wgmmas, where it fits a group
-	 * (H100, bench/fp8-gemm.md, session 9: 8192 rows, K 2048 forward 871 ->
-	 * 949 TFLOP/s, dgrad at 3072 880 -> 950, the LM head 898 -> 952, K 512
-	 * 571 -> 595; overlap with groups of 4 alone 3-4% slower) */
-	int nkt = k->pair && s->pass != LG_PASS_WGRAD && g.ahead == 1 && !lg_spec_has(s, k->ah) && !tall
-		  ? (int)lg_fp8_cdiv(lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n), 128) : 0;
-	if (nkt >= 2 && nkt <= 32) {
-		g.ahead = nkt;
+	/* the dense forward's and dgrad's epilogue under the next tile's first
+	 * wgmmas (the first ahead group out of the loop), at a static reduction of
+	 * 2 blocks or more (H100, bench/fp8-gemm.md, session 9: with the
+	 * reduction one group, K 2048 forward 871 -> 949 TFLOP/s, dgrad at 3072
+	 * 880 -> 950, the LM head 898 -> 952, K 512 571 -> 595) */
+	if (k->pair && s->pass != LG_PASS_WGRAD && g.ahead && g.bm <= 128 &&
+	    lg_fp8_cdiv(lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n), 128) >= 2)
 		g.overlap = true;
-	}
 	if (lg_spec_has(s, k->ov))
 		g.overlap = lg_spec_int(s, k->ov) != 0;
 	return g;

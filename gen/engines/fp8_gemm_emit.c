@@ -6,6 +6,7 @@
 #include "fp8_gemm_emit.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "wgmma_pipe.h"
 
@@ -605,22 +606,35 @@ static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char 
  * time. Each group retires its wgmmas before the loop's back edge: ptxas
  * serialises every wgmma of a loop whose back edge a wgmma is still in
  * flight across when other instructions read an accumulator (C7514). */
+/* One group of the `ahead` loop: its first stage's wgmmas issued into
+ * psum0 (with `deferred`, then the tile before's epilogue under them),
+ * then its stages each issuing the next before promoting. */
+static void emit_group(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, bool deferred)
+{
+	lg_open(b, "{");
+	lg_line(b, "const int s = it %% %d;", g->stages);
+	emit_issue(b, g, prefix, "psum0", "s", "it");
+	if (deferred) {
+		lg_comment(b, "the tile before's epilogue while this tile's first wgmmas run");
+		emit_deferred(b, g, "true");
+	}
+	lg_close(b);
+	for (int j = 0; j < group(g); j++)
+		emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1", j + 1 < group(g));
+}
+
 static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
 {
 	if (g->ahead) {
 		lg_line(b, "int k4 = 0;");
-		lg_open(b, "for (; k4 + %d <= nkt; k4 += %d) {", group(g), group(g));
-		lg_open(b, "{");
-		lg_line(b, "const int s = it %% %d;", g->stages);
-		emit_issue(b, g, prefix, "psum0", "s", "it");
-		if (g->overlap) {
-			lg_comment(b, "the tile before's epilogue while this tile's first wgmmas run");
-			emit_deferred(b, g, "k4 == 0");
+		if (g->overlap) { /* the first group out of the loop: no branch in it */
+			lg_open(b, "if (nkt >= %d) {", group(g));
+			emit_group(b, g, prefix, true);
+			lg_line(b, "k4 = %d;", group(g));
+			lg_close(b);
 		}
-		lg_close(b);
-		for (int j = 0; j < group(g); j++)
-			emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1",
-					 j + 1 < group(g));
+		lg_open(b, "for (; k4 + %d <= nkt; k4 += %d) {", group(g), group(g));
+		emit_group(b, g, prefix, false);
 		lg_close(b);
 	}
 	lg_open(b, "for (int kt = %s; kt < nkt; kt++, it++) {", g->ahead ? "k4" : "0");
@@ -778,11 +792,17 @@ static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *wh
 		lg_line(b, "if (pta >= 0) store_before();");
 		return;
 	}
-	lg_line(b, "if (%s && pta >= 0) store_before();", when);
-	lg_open(b, "if (%s) {", when);
+	bool always = !strcmp(when, "true");
+	if (always)
+		lg_line(b, "if (pta >= 0) store_before();");
+	else
+		lg_line(b, "if (%s && pta >= 0) store_before();", when);
+	if (!always)
+		lg_open(b, "if (%s) {", when);
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", g->bn / 2 * waves(g));
-	lg_close(b);
+	if (!always)
+		lg_close(b);
 }
 
 /* With overlap, before the tile loop: store_before(), the epilogue of the

@@ -368,7 +368,7 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 		const int nkt = (int)((2048ll + 127) / 128);
 		const i64 rend = M;
 		int k4 = 0;
-		for (; k4 + 16 <= nkt; k4 += 16) {
+		if (nkt >= 4) {
 			{
 				const int s = it % 8;
 				lg_mbar_wait(&full[s], (it / 8) & 1);
@@ -382,11 +382,9 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 				}
 				lg_wg_commit();
 				// the tile before's epilogue while this tile's first wgmmas run
-				if (k4 == 0 && pta >= 0) store_before();
-				if (k4 == 0) {
-					#pragma unroll
-					for (int i = 0; i < 64; i++) acc[i] = 0.0f;
-				}
+				if (pta >= 0) store_before();
+				#pragma unroll
+				for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 			}
 			{
 				const int s = it % 8;
@@ -486,19 +484,7 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 				const float *const sl = scales + s * 68;
 				const float sa0 = sl[rl], sa1 = sl[rl + 8];
 				const float sb0 = sl[64];
-				const int sn = (it + 1) % 8;
-				fp8_hold(psum0);
-				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
-				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
-				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
-				lg_wg_fence();
-				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
-				#pragma unroll
-				for (int ks = 0; ks < 4; ks++) {
-					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
-				}
-				lg_wg_commit();
-				lg_wg_wait(1);
+				lg_wg_wait(0);
 				fp8_hold(psum1);
 				if (lane == 0) lg_mbar_arrive(&empty[s]);
 				#pragma unroll
@@ -512,47 +498,14 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 				}
 				it++;
 			}
+			k4 = 4;
+		}
+		for (; k4 + 4 <= nkt; k4 += 4) {
 			{
 				const int s = it % 8;
-				const float *const sl = scales + s * 68;
-				const float sa0 = sl[rl], sa1 = sl[rl + 8];
-				const float sb0 = sl[64];
-				const int sn = (it + 1) % 8;
-				fp8_hold(psum1);
-				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
-				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
-				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
-				lg_wg_fence();
-				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
-				#pragma unroll
-				for (int ks = 0; ks < 4; ks++) {
-					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
-				}
-				lg_wg_commit();
-				lg_wg_wait(1);
-				fp8_hold(psum0);
-				if (lane == 0) lg_mbar_arrive(&empty[s]);
-				#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const float c = sb0;
-					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[4 * j] += psum0[4 * j] * t0;
-					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
-					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
-					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
-				}
-				it++;
-			}
-			{
-				const int s = it % 8;
-				const float *const sl = scales + s * 68;
-				const float sa0 = sl[rl], sa1 = sl[rl + 8];
-				const float sb0 = sl[64];
-				const int sn = (it + 1) % 8;
-				fp8_hold(psum0);
-				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
-				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
-				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
+				lg_mbar_wait(&full[s], (it / 8) & 1);
+				const u64 da = lg_wg_desc(ring + s * 24576 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + s * 24576 + 8192);
 				lg_wg_fence();
 				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
 				#pragma unroll
@@ -560,205 +513,6 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
 				}
 				lg_wg_commit();
-				lg_wg_wait(1);
-				fp8_hold(psum1);
-				if (lane == 0) lg_mbar_arrive(&empty[s]);
-				#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const float c = sb0;
-					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[4 * j] += psum1[4 * j] * t0;
-					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
-					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
-					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
-				}
-				it++;
-			}
-			{
-				const int s = it % 8;
-				const float *const sl = scales + s * 68;
-				const float sa0 = sl[rl], sa1 = sl[rl + 8];
-				const float sb0 = sl[64];
-				const int sn = (it + 1) % 8;
-				fp8_hold(psum1);
-				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
-				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
-				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
-				lg_wg_fence();
-				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
-				#pragma unroll
-				for (int ks = 0; ks < 4; ks++) {
-					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
-				}
-				lg_wg_commit();
-				lg_wg_wait(1);
-				fp8_hold(psum0);
-				if (lane == 0) lg_mbar_arrive(&empty[s]);
-				#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const float c = sb0;
-					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[4 * j] += psum0[4 * j] * t0;
-					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
-					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
-					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
-				}
-				it++;
-			}
-			{
-				const int s = it % 8;
-				const float *const sl = scales + s * 68;
-				const float sa0 = sl[rl], sa1 = sl[rl + 8];
-				const float sb0 = sl[64];
-				const int sn = (it + 1) % 8;
-				fp8_hold(psum0);
-				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
-				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
-				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
-				lg_wg_fence();
-				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
-				#pragma unroll
-				for (int ks = 0; ks < 4; ks++) {
-					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
-				}
-				lg_wg_commit();
-				lg_wg_wait(1);
-				fp8_hold(psum1);
-				if (lane == 0) lg_mbar_arrive(&empty[s]);
-				#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const float c = sb0;
-					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[4 * j] += psum1[4 * j] * t0;
-					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
-					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
-					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
-				}
-				it++;
-			}
-			{
-				const int s = it % 8;
-				const float *const sl = scales + s * 68;
-				const float sa0 = sl[rl], sa1 = sl[rl + 8];
-				const float sb0 = sl[64];
-				const int sn = (it + 1) % 8;
-				fp8_hold(psum1);
-				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
-				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
-				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
-				lg_wg_fence();
-				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
-				#pragma unroll
-				for (int ks = 0; ks < 4; ks++) {
-					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
-				}
-				lg_wg_commit();
-				lg_wg_wait(1);
-				fp8_hold(psum0);
-				if (lane == 0) lg_mbar_arrive(&empty[s]);
-				#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const float c = sb0;
-					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[4 * j] += psum0[4 * j] * t0;
-					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
-					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
-					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
-				}
-				it++;
-			}
-			{
-				const int s = it % 8;
-				const float *const sl = scales + s * 68;
-				const float sa0 = sl[rl], sa1 = sl[rl + 8];
-				const float sb0 = sl[64];
-				const int sn = (it + 1) % 8;
-				fp8_hold(psum0);
-				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
-				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
-				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
-				lg_wg_fence();
-				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
-				#pragma unroll
-				for (int ks = 0; ks < 4; ks++) {
-					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
-				}
-				lg_wg_commit();
-				lg_wg_wait(1);
-				fp8_hold(psum1);
-				if (lane == 0) lg_mbar_arrive(&empty[s]);
-				#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const float c = sb0;
-					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[4 * j] += psum1[4 * j] * t0;
-					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
-					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
-					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
-				}
-				it++;
-			}
-			{
-				const int s = it % 8;
-				const float *const sl = scales + s * 68;
-				const float sa0 = sl[rl], sa1 = sl[rl + 8];
-				const float sb0 = sl[64];
-				const int sn = (it + 1) % 8;
-				fp8_hold(psum1);
-				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
-				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
-				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
-				lg_wg_fence();
-				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
-				#pragma unroll
-				for (int ks = 0; ks < 4; ks++) {
-					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
-				}
-				lg_wg_commit();
-				lg_wg_wait(1);
-				fp8_hold(psum0);
-				if (lane == 0) lg_mbar_arrive(&empty[s]);
-				#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const float c = sb0;
-					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[4 * j] += psum0[4 * j] * t0;
-					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
-					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
-					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
-				}
-				it++;
-			}
-			{
-				const int s = it % 8;
-				const float *const sl = scales + s * 68;
-				const float sa0 = sl[rl], sa1 = sl[rl + 8];
-				const float sb0 = sl[64];
-				const int sn = (it + 1) % 8;
-				fp8_hold(psum0);
-				lg_mbar_wait(&full[sn], ((it + 1) / 8) & 1);
-				const u64 da = lg_wg_desc(ring + sn * 24576 + wg * 8192);
-				const u64 db = lg_wg_desc(ring + sn * 24576 + 8192);
-				lg_wg_fence();
-				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
-				#pragma unroll
-				for (int ks = 0; ks < 4; ks++) {
-					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
-				}
-				lg_wg_commit();
-				lg_wg_wait(1);
-				fp8_hold(psum1);
-				if (lane == 0) lg_mbar_arrive(&empty[s]);
-				#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const float c = sb0;
-					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[4 * j] += psum1[4 * j] * t0;
-					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
-					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
-					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
-				}
-				it++;
 			}
 			{
 				const int s = it % 8;
