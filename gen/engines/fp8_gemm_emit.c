@@ -6,7 +6,6 @@
 #include "fp8_gemm_emit.h"
 
 #include <stdio.h>
-#include <string.h>
 
 #include "wgmma_pipe.h"
 
@@ -599,13 +598,6 @@ static void emit_stage_ahead(lg_buf *b, const struct lg_fp8_gemm *g, const char 
 	lg_close(b);
 }
 
-/* A tile's reduction loop: one stage at a time, or (ahead) groups of
- * group(g) stages over two buffers of partial sums (all but a group's last
- * promotion overlap the next stage's wgmmas; the other consumer
- * warpgroup's fill the rest), then the stages left one at a
- * time. Each group retires its wgmmas before the loop's back edge: ptxas
- * serialises every wgmma of a loop whose back edge a wgmma is still in
- * flight across when other instructions read an accumulator (C7514). */
 /* One group of the `ahead` loop: its first stage's wgmmas issued into
  * psum0 (with `deferred`, then the tile before's epilogue under them),
  * then its stages each issuing the next before promoting. */
@@ -616,13 +608,23 @@ static void emit_group(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 	emit_issue(b, g, prefix, "psum0", "s", "it");
 	if (deferred) {
 		lg_comment(b, "the tile before's epilogue while this tile's first wgmmas run");
-		emit_deferred(b, g, "true");
+		emit_deferred(b, g, NULL);
 	}
 	lg_close(b);
 	for (int j = 0; j < group(g); j++)
 		emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1", j + 1 < group(g));
 }
 
+/* A tile's reduction loop: one stage at a time, or (ahead) groups of
+ * group(g) stages over two buffers of partial sums (all but a group's last
+ * promotion overlap the next stage's wgmmas; the other consumer
+ * warpgroup's fill the rest), then the stages left one at a
+ * time. Each group retires its wgmmas before the loop's back edge: ptxas
+ * serialises every wgmma of a loop whose back edge a wgmma is still in
+ * flight across when other instructions read an accumulator (C7514).
+ * With overlap the first group is out of the loop, the tile before's
+ * epilogue under its first wgmmas without a branch in the loop (in the
+ * loop, behind k4 == 0, it cost more than it hid: bench/fp8-gemm.md). */
 static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
 {
 	if (g->ahead) {
@@ -751,18 +753,15 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 		lg_line(b, "nt++;");
 }
 
-/* The tile's epilogue (`note`: with its comment). */
-static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store, bool note)
+static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
 {
 	if (!g->c_tmap) {
-		if (note)
-			lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
+		lg_comment(b, "Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.");
 		emit_store_regs(b, g, store);
 		return;
 	}
 	if (waves(g) > 1) {
-		if (note)
-			lg_comment(b, "Epilogue: each wave's 64 rows by TMA when all are real, else from registers.");
+		lg_comment(b, "Epilogue: each wave's 64 rows by TMA when all are real, else from registers.");
 		for (int w = 0; w < waves(g); w++) {
 			lg_open(b, "if (ta + wg * %d + %d <= rend) {", 64 * waves(g), 64 * w + 64);
 			emit_store_tma(b, g, w);
@@ -773,8 +772,7 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 		}
 		return;
 	}
-	if (note)
-		lg_comment(b, "Epilogue: this warpgroup's rows by TMA when all are real, else from registers.");
+	lg_comment(b, "Epilogue: this warpgroup's rows by TMA when all are real, else from registers.");
 	lg_open(b, "if (ta + wg * 64 + 64 <= rend) {");
 	emit_store_tma(b, g, 0);
 	lg_close(b);
@@ -783,25 +781,20 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 	lg_close(b);
 }
 
-/* With overlap, when `when` (a condition; NULL: always): the epilogue of
- * the tile before (pta >= 0: its ta, oc and rend saved as pta, poc, prend)
- * from acc, then acc zeroed for this tile. */
+/* With overlap, where `when` holds (a condition; NULL: always): the
+ * epilogue of the tile before (pta >= 0: its ta, oc and rend saved as pta,
+ * poc, prend) from acc, then acc zeroed for this tile. */
 static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *when)
 {
-	if (!when) {
-		lg_line(b, "if (pta >= 0) store_before();");
-		return;
-	}
-	bool always = !strcmp(when, "true");
-	if (always)
-		lg_line(b, "if (pta >= 0) store_before();");
-	else
+	if (when) {
 		lg_line(b, "if (%s && pta >= 0) store_before();", when);
-	if (!always)
 		lg_open(b, "if (%s) {", when);
+	} else {
+		lg_line(b, "if (pta >= 0) store_before();");
+	}
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", g->bn / 2 * waves(g));
-	if (!always)
+	if (when)
 		lg_close(b);
 }
 
@@ -816,7 +809,7 @@ static void emit_store_before(lg_buf *b, const struct lg_fp8_gemm *g, const char
 	lg_line(b, "const i64 oc = poc, rend = prend;");
 	if (!g->c_tmap || waves(g) == 1)
 		lg_line(b, "const i64 row = (i64)ta + rl;");
-	emit_epilogue(b, g, store, true);
+	emit_epilogue(b, g, store);
 	lg_close_with(b, "};");
 }
 
@@ -865,11 +858,11 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 		lg_line(b, "poc = oc;");
 		lg_line(b, "prend = rend;");
 	} else {
-		emit_epilogue(b, g, store, true);
+		emit_epilogue(b, g, store);
 	}
 	lg_close(b);
 	if (g->overlap)
-		emit_deferred(b, g, NULL);
+		lg_line(b, "if (pta >= 0) store_before(); // the last tile's");
 	if (g->c_tmap)
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends");
 	const struct lg_wgp p = pipe_of(g);

@@ -670,6 +670,6 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 		poc = oc;
 		prend = rend;
 	}
-	if (pta >= 0) store_before();
+	if (pta >= 0) store_before(); // the last tile's
 	if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends
 }
