@@ -22,6 +22,13 @@ static struct lg_fp8_gemm spec_part(const struct lg_spec *s, const struct lg_fp8
 				    .c_add = k->acc >= 0 && lg_spec_int(s, k->acc) != 0};
 }
 
+/* The pass's reduction when the spec fixes it: the forward's k, the
+ * dgrad's n; 0 for the wgrad (the tokens, known at run time only). */
+static int64_t static_reduction(const struct lg_spec *s, const struct lg_fp8_keys *k)
+{
+	return s->pass == LG_PASS_WGRAD ? 0 : lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n);
+}
+
 /* The defaults' tile: 128 x 128, or at a long static reduction of the dense
  * forward and dgrad (k->m256_at, 0: never) 256 x 128 in clusters of two
  * (H100, one call, bench/fp8-gemm.md: forward 4096x7168x16384 1040 ->
@@ -34,7 +41,7 @@ static bool tall_default(const struct lg_spec *s, const struct lg_fp8_keys *k)
 	 * could take it; not yet measured against it on the GPU) */
 	if (lg_spec_has(s, k->ep) && lg_spec_int(s, k->ep) > 0)
 		return false;
-	return lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n) >= k->m256_at;
+	return static_reduction(s, k) >= k->m256_at;
 }
 
 /* The tile of a spec: its keys over the defaults (tall_default's m and
@@ -78,8 +85,7 @@ static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_
 	 * 2 blocks or more (H100, bench/fp8-gemm.md, session 9: with the
 	 * reduction one group, K 2048 forward 871 -> 949 TFLOP/s, dgrad at 3072
 	 * 880 -> 950, the LM head 898 -> 952, K 512 571 -> 595) */
-	if (k->pair && s->pass != LG_PASS_WGRAD && g.ahead && g.bm <= 128 &&
-	    lg_fp8_cdiv(lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n), 128) >= 2)
+	if (k->overlap && g.ahead && g.bm <= 128 && lg_fp8_cdiv(static_reduction(s, k), 128) >= 2)
 		g.overlap = true;
 	if (lg_spec_has(s, k->ov))
 		g.overlap = lg_spec_int(s, k->ov) != 0;
@@ -134,7 +140,7 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	 * stage it takes costs more than the epilogue saves (H100,
 	 * bench/fp8-gemm.md: forward at K 5120 / 7168 / 16384 2-7% slower with
 	 * it, at K 2048 9% faster) */
-	bool long_red = s->pass != LG_PASS_WGRAD && lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n) >= 4096;
+	bool long_red = static_reduction(s, k) >= 4096;
 	if (g.c_tmap && !lg_spec_has(s, k->ep) && (long_red || lg_fp8_gemm_fit_stages(&g, 3, limit) < 3)) {
 		g.c_tmap = NULL;
 		g.c_bufs = 0;

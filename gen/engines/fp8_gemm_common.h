@@ -24,6 +24,7 @@ struct lg_fp8_keys {
 	int tm, tn, stages, acc, cl, ah, ep, ov, n, k;
 	int m256_at; /* the static reduction from which tile.m 256 is the default (0: never) */
 	bool pair;   /* clusters of two are the forward's and dgrad's default */
+	bool overlap; /* so is tile.overlap at a static reduction of 2 blocks or more */
 };
 /* cluster: CTAs a cluster (1 or 2), ahead: 0..32 (fp8_gemm_emit.h), epilogue: 0 from
  * registers, else through shared memory and TMA with that many buffers a

@@ -124,7 +124,7 @@ static const struct lg_arg wgrad_args[NARGS + 1] = {
 	[WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_TO, K_N, K_K, 0, false};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_TO, K_N, K_K, 0, false, false};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
