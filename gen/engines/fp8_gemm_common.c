@@ -137,9 +137,10 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	struct lg_fp8_gemm g = tile_keys(s, k, manual);
 	/* the default epilogue through TMA where its buffers leave 3 stages and
 	 * the reduction is not known to be long: at 4096 and more the ring's
-	 * stage it takes costs more than the epilogue saves (H100,
-	 * bench/fp8-gemm.md: forward at K 5120 / 7168 / 16384 2-7% slower with
-	 * it, at K 2048 9% faster) */
+	 * stage it takes costs more than the epilogue saves (H100, the fifth
+	 * session in bench/fp8-gemm.md's history; its tables: git show
+	 * c65dc42:bench/fp8-gemm/table-epilogue-on.md and -off.md: forward at
+	 * K 5120 / 7168 / 16384 2-7% slower with it, at K 2048 9% faster) */
 	bool long_red = static_reduction(s, k) >= 4096;
 	if (g.c_tmap && !lg_spec_has(s, k->ep) && (long_red || lg_fp8_gemm_fit_stages(&g, 3, limit) < 3)) {
 		g.c_tmap = NULL;

@@ -26,8 +26,9 @@
  *   On sm_90 kernel 2 is launched as a programmatic dependent of kernel 1
  *   and waits for it with griddepcontrol.wait.
  *
- * Tile options (the defaults are what measured fastest on the H200,
- * bench/README.md): `threads` and `rows` shape kernel 1; `stages` N cuts the
+ * Tile options (the defaults are what measured fastest on the H200; the
+ * variants' runs: git history, commit e1d4ab9: bench/README.md): `threads`
+ * and `rows` shape kernel 1; `stages` N cuts the
  * tokens into N slices, each a kernel-1 launch then a kernel-2 launch (the
  * `part` argument), so that x is re-read while still in L2; `cluster` =
  * hidden/128 (sm_90, hidden <= 2048) selects the fused form: one persistent
@@ -210,7 +211,8 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	int64_t h = lg_spec_int(s, K_HIDDEN);
 	if (lg_spec_has(s, K_SLAB))
 		return plan_slab(s, t, p);
-	/* Measured on H200 at 8192 x 2048 (bench/k1-h200.md): the two-kernel
+	/* Measured on H200 at 8192 x 2048 (git history, commit e1d4ab9:
+	 * bench/README.md, "Against TARGETS.md"): the two-kernel
 	 * form is the faster default; the fused cluster kernel is a tile option. */
 	bool fused = false;
 	if (lg_spec_has(s, K_CLUSTER)) {
@@ -249,7 +251,8 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 		 * may start while the one before drains (programmatic dependent
 		 * launch). */
 		/* Default 1: measured on H200 at 8192 x 2048, 2 and 4 slices were
-		 * slower (36.7, 43.5 us against 35.3; bench/README.md). */
+		 * slower (36.7, 43.5 us against 35.3; git history, commit e1d4ab9:
+		 * bench/README.md). */
 		int parts = lg_quant_colwise(s) && lg_spec_has(s, K_STAGES) ? (int)lg_spec_int(s, K_STAGES) : 1;
 		p->tile[K_STAGES] = p->v[P_STAGES] = parts;
 		p->nentries = lg_quant_colwise(s) ? 2 * parts : 1;
