@@ -1,0 +1,309 @@
+// emu90.h - a CPU emulation of the sm_90a subset the FP8 GEMM emitter uses
+// (gen/engines/fp8_gemm_emit.c, wgmma_pipe.c), to run a generated FP8 GEMM
+// without a GPU (developer tool, not built by cmake; fp8_gemm.sh says how).
+// One std::thread per CUDA thread; a cluster's CTAs run at once, clusters
+// one after another. What it models:
+// - mbarriers (init, arrive, arrive.expect_tx, complete_tx, try_wait.parity,
+//   remote arrive through mapa) with their phases and transaction counts,
+//   blocking waits with a deadlock timeout;
+// - TMA 2-D tiled loads (multicast too) and stores, zeros outside the
+//   tensor, the 128/64/32-byte swizzles on the shared address bits;
+// - wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32 from shared memory
+//   descriptors (K-major, 128-byte swizzle), executed as late as the
+//   program allows: at the wgmma.wait_group that retires its group, so a
+//   stage released or an accumulator read before that wait shows up;
+// - cp.async of 4 bytes with cp.async.mbarrier.arrive.noinc, named
+//   barriers, cluster barriers; setmaxnreg and the fences are no-ops.
+// Copies happen at issue (one legal schedule). It encodes our reading of the
+// PTX ISA: the GPU tests remain the judge.
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+typedef unsigned char u8; typedef unsigned short u16; typedef unsigned int u32;
+typedef unsigned long long u64; typedef long long i64;
+struct dim3e { unsigned x, y, z; };
+thread_local dim3e threadIdx, blockIdx;
+dim3e gridDim, blockDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __cluster_dims__(...)
+#define __grid_constant__
+#define __shared__
+#define __align__(n)
+#define __restrict__
+struct float2 { float x, y; };
+static inline float2 make_float2(float a, float b) { return float2{a, b}; }
+static inline float lg_u2f(u32 u) { float f; memcpy(&f, &u, 4); return f; }
+static inline u32 lg_f2u(float f) { u32 u; memcpy(&u, &f, 4); return u; }
+static inline u16 bf16_rne(float f) { u32 u = lg_f2u(f); if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (u16)(u >> 16); }
+static inline u32 lg_pack_bf16x2(float lo, float hi) { return (u32)bf16_rne(lo) | ((u32)bf16_rne(hi) << 16); }
+static inline float e4m3_val(u8 b) {
+	int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+	float v = e ? std::ldexp(1.0f + m / 8.0f, e - 7) : std::ldexp(m / 8.0f, -6);
+	return s ? -v : v;
+}
+
+[[noreturn]] static void emu_die(const char *what) { fprintf(stderr, "emu90: %s\n", what); fflush(stderr); std::_Exit(3); }
+
+// ------------------------------------------------------------ the CTAs
+struct emu_mbar {
+	std::mutex m; std::condition_variable cv;
+	int count = 0, pending = 0; i64 tx = 0; u64 phase = 0; bool init = false;
+	void check() { if (pending == 0 && tx == 0) { phase++; pending = count; cv.notify_all(); } }
+};
+enum { EMU_SMEM = 232 * 1024 };
+#ifndef EMU_TIMEOUT
+#define EMU_TIMEOUT 30
+#endif
+struct emu_named {  // bar.sync: n threads a generation, a timed wait
+	std::mutex m; std::condition_variable cv; u32 n = 0, in = 0; u64 gen = 0;
+};
+struct emu_cta {
+	alignas(1024) u8 smem[EMU_SMEM];
+	std::mutex m;
+	std::map<u32, std::unique_ptr<emu_mbar>> bars;         // by shared offset
+	std::map<u32, std::unique_ptr<struct emu_named>> named; // bar.sync id
+	emu_mbar *bar(u32 off) {
+		std::lock_guard<std::mutex> g(m);
+		auto &p = bars[off];
+		if (!p) p = std::make_unique<emu_mbar>();
+		return p.get();
+	}
+};
+struct emu_cluster { int size; std::vector<emu_cta *> cta; std::barrier<> *all; };
+thread_local emu_cta *emu_self;
+thread_local emu_cluster *emu_cl;
+thread_local int emu_rank;
+
+static inline u32 __cvta_generic_to_shared(const void *p) {
+	const u8 *q = (const u8 *)p;
+	if (q < emu_self->smem || q >= emu_self->smem + EMU_SMEM) emu_die("a shared address outside this CTA's shared memory");
+	return (u32)(q - emu_self->smem);
+}
+static inline u8 *emu_at(int rank, u32 off, u32 bytes) {
+	if ((u64)off + bytes > EMU_SMEM) emu_die("a shared access past the shared memory");
+	return emu_cl->cta[rank]->smem + off;
+}
+
+// ------------------------------------------------------------ mbarriers
+static inline void emu_wait_phase(emu_mbar *b, u32 parity) {
+	std::unique_lock<std::mutex> l(b->m);
+	if (!b->init) emu_die("wait on an mbarrier never initialised");
+	if (!b->cv.wait_for(l, std::chrono::seconds(EMU_TIMEOUT), [&] { return (b->phase & 1) != parity; })) {
+		fprintf(stderr, "emu90: CTA %u thread %u waits on parity %u of an mbarrier (phase %llu, %d arrivals and %lld bytes "
+			"pending of %d)\n", blockIdx.x, threadIdx.x, parity, b->phase, b->pending, b->tx, b->count);
+		if (!b->cv.wait_for(l, std::chrono::seconds(5), [&] { return (b->phase & 1) != parity; }))
+			emu_die("an mbarrier wait did not complete (deadlock)");
+	}
+}
+static inline void lg_mbar_init(u64 *bar, u32 count) {
+	emu_mbar *b = emu_self->bar(__cvta_generic_to_shared(bar));
+	std::lock_guard<std::mutex> g(b->m);
+	b->count = b->pending = (int)count; b->tx = 0; b->phase = 0; b->init = true;
+}
+static inline void emu_arrive(emu_mbar *b, i64 tx) {
+	std::lock_guard<std::mutex> g(b->m);
+	if (!b->init) emu_die("arrive on an mbarrier never initialised");
+	b->tx += tx; b->pending--;
+	if (b->pending < 0) emu_die("more arrivals than an mbarrier's count");
+	b->check();
+}
+static inline void emu_complete_tx(emu_cta *c, u32 off, u32 bytes) {
+	emu_mbar *b = c->bar(off);
+	std::lock_guard<std::mutex> g(b->m);
+	if (!b->init) emu_die("complete_tx on an mbarrier never initialised");
+	b->tx -= bytes;
+	b->check();
+}
+static inline void lg_mbar_fence_init() {}
+static inline void lg_mbar_expect(u64 *bar, u32 bytes) { emu_arrive(emu_self->bar(__cvta_generic_to_shared(bar)), bytes); }
+static inline void lg_mbar_arrive(u64 *bar) { emu_arrive(emu_self->bar(__cvta_generic_to_shared(bar)), 0); }
+static inline void lg_mbar_wait(u64 *bar, u32 parity) { emu_wait_phase(emu_self->bar(__cvta_generic_to_shared(bar)), parity); }
+static inline void lg_mbar_arrive_cta(u64 *bar, u32 rank) {
+	if ((int)rank >= emu_cl->size) emu_die("mapa to a rank outside the cluster");
+	emu_arrive(emu_cl->cta[rank]->bar(__cvta_generic_to_shared(bar)), 0);
+}
+static inline void lg_cluster_sync() { emu_cl->all->arrive_and_wait(); }
+static inline void lg_bar_id(u32 id, u32 n) {
+	emu_named *b;
+	{
+		std::lock_guard<std::mutex> g(emu_self->m);
+		auto &p = emu_self->named[id];
+		if (!p) p = std::make_unique<emu_named>();
+		b = p.get();
+	}
+	std::unique_lock<std::mutex> l(b->m);
+	if (b->in == 0) b->n = n;
+	else if (b->n != n) emu_die("bar.sync with thread counts that differ");
+	const u64 gen = b->gen;
+	if (++b->in == n) { b->in = 0; b->gen++; b->cv.notify_all(); return; }
+	if (!b->cv.wait_for(l, std::chrono::seconds(EMU_TIMEOUT), [&] { return b->gen != gen; })) {
+		fprintf(stderr, "emu90: CTA %u thread %u waits at bar.sync %u (%u of %u arrived)\n", blockIdx.x, threadIdx.x, id,
+			b->in, n);
+		if (!b->cv.wait_for(l, std::chrono::seconds(5), [&] { return b->gen != gen; }))
+			emu_die("a bar.sync did not complete (deadlock)");
+	}
+}
+#define lg_bar_named(id, n) lg_bar_id(id, n)
+static inline void __syncthreads() { lg_bar_id(0, blockDim.x); }
+
+// ------------------------------------------------------------ cp.async
+static inline void lg_cp4_if(float *dst, const float *src, bool ok, bool) { *dst = ok ? *src : 0.0f; }
+static inline void lg_cp_arrive(u64 *bar) { lg_mbar_arrive(bar); }
+static inline void lg_cp_commit() {}
+#define lg_cp_wait(n) ((void)0)
+
+// ------------------------------------------------------------ TMA
+// lg_tmap as fp8_gemm.sh's driver fills it (the GPU's is the driver's opaque encoding).
+struct emu_tmap { u64 base, cols, rows, pitch, box0, box1, esize, swizzle; };
+static inline u32 emu_swz(u32 addr, u32 swizzle) {
+	if (swizzle == 128) return addr ^ (((addr >> 7) & 7) << 4);
+	if (swizzle == 64) return addr ^ (((addr >> 7) & 3) << 4);
+	if (swizzle == 32) return addr ^ (((addr >> 7) & 1) << 4);
+	return addr;
+}
+// store: 0 load, 1 store, 2 reduce-add store (fp32 or bf16 elements)
+static inline void emu_tma_box(const void *tmv, u32 dst, int c0, int c1, int rank, int store) {
+	emu_tmap t; memcpy(&t, tmv, sizeof t);
+	if (!t.base) emu_die("TMA through a zero tensor map");
+	const u32 rb = (u32)(t.box0 * t.esize);
+	if (t.swizzle && rb > t.swizzle) emu_die("a box row wider than its swizzle");
+	if (t.swizzle && dst % (t.swizzle * 8)) emu_die("a swizzled box not at its swizzle atom's alignment");
+	for (u64 r = 0; r < t.box1; r++)
+		for (u64 e = 0; e < t.box0; e++) {
+			const u32 a = emu_swz(dst + (u32)(r * rb + e * t.esize), (u32)t.swizzle);
+			u8 *s = emu_at(rank, a, (u32)t.esize);
+			const i64 gr = (i64)c1 + (i64)r, gc = (i64)c0 + (i64)e;
+			const bool in = gr >= 0 && gc >= 0 && (u64)gr < t.rows && (u64)gc < t.cols;
+			u8 *g = (u8 *)(uintptr_t)t.base + (u64)gr * t.pitch + (u64)gc * t.esize;
+			if (store == 2 && in) {
+				if (t.esize == 4) { float x, y; memcpy(&x, g, 4); memcpy(&y, s, 4); x += y; memcpy(g, &x, 4); }
+				else if (t.esize == 2) {
+					u16 x, y; memcpy(&x, g, 2); memcpy(&y, s, 2);
+					x = bf16_rne(lg_u2f((u32)x << 16) + lg_u2f((u32)y << 16)); memcpy(g, &x, 2);
+				} else emu_die("a TMA add of elements neither fp32 nor bf16");
+			}
+			else if (store) { if (in) memcpy(g, s, t.esize); }
+			else if (in) memcpy(s, g, t.esize);
+			else memset(s, 0, t.esize);
+		}
+}
+static inline u32 emu_box_bytes(const void *tmv) { emu_tmap t; memcpy(&t, tmv, sizeof t); return (u32)(t.box0 * t.box1 * t.esize); }
+template <class M> static inline void lg_tma_load_2d(void *dst, const M *tm, u64 *bar, int c0, int c1) {
+	const u32 d = __cvta_generic_to_shared(dst), b = __cvta_generic_to_shared(bar);
+	emu_tma_box(tm, d, c0, c1, emu_rank, 0);
+	emu_complete_tx(emu_self, b, emu_box_bytes(tm));
+}
+template <class M> static inline void lg_tma_load_2d_mc(void *dst, const M *tm, u64 *bar, int c0, int c1, u16 mask) {
+	const u32 d = __cvta_generic_to_shared(dst), b = __cvta_generic_to_shared(bar);
+	for (int r = 0; r < emu_cl->size; r++)
+		if (mask >> r & 1) {
+			emu_tma_box(tm, d, c0, c1, r, 0);
+			emu_complete_tx(emu_cl->cta[r], b, emu_box_bytes(tm));
+		}
+}
+template <class M> static inline void lg_tma_store_2d(const M *tm, const void *src, int c0, int c1) {
+	emu_tma_box(tm, __cvta_generic_to_shared(src), c0, c1, emu_rank, 1);
+}
+template <class M> static inline void lg_tma_add_2d(const M *tm, const void *src, int c0, int c1) {
+	emu_tma_box(tm, __cvta_generic_to_shared(src), c0, c1, emu_rank, 2);
+}
+template <class M> static inline void lg_tma_prefetch(const M *) {}
+static inline void lg_bulk_commit() {}
+#define lg_bulk_wait_read(n) ((void)0)
+#define lg_bulk_wait(n) ((void)0)
+static inline void lg_fence_proxy_async() {}
+#define lg_setmaxnreg_dec(n) ((void)0)
+#define lg_setmaxnreg_inc(n) ((void)0)
+
+// ------------------------------------------------------------ wgmma
+// A K-major e4m3 operand's byte (row, k) by its descriptor: 128-byte swizzle
+// (layout 1), rows 128 bytes apart within a group of 8, groups SBO apart.
+static inline u8 emu_desc_byte(u64 desc, int row, int k) {
+	if ((desc >> 62) != 1) emu_die("a wgmma descriptor without the 128-byte swizzle");
+	const u32 start = (u32)(desc & 0x3FFF) << 4, sbo = (u32)((desc >> 32) & 0x3FFF) << 4;
+	const u32 a = start + (u32)(row / 8) * sbo + (u32)(row % 8) * 128 + (u32)k;
+	return *emu_at(emu_rank, emu_swz(a, 128), 1);
+}
+struct emu_wg_op { float *acc; int n; u64 da, db; bool add; };
+thread_local std::vector<emu_wg_op> emu_open;                 // issued, not committed
+thread_local std::vector<std::vector<emu_wg_op>> emu_groups;  // committed, not retired
+static float emu_e4m3_tab[256];
+static inline void emu_tables() { for (int b = 0; b < 256; b++) emu_e4m3_tab[b] = e4m3_val((u8)b); }
+// This thread's share of D (64 x n): rows w*16 + l/4 (+8), columns 8j + 2(l%4) (+1).
+static inline void emu_wg_run(const emu_wg_op &o) {
+	const int t = threadIdx.x & 127, w = t >> 5, l = t & 31, r0 = w * 16 + l / 4;
+	float a[2][32], b[2][32];
+	for (int h = 0; h < 2; h++)
+		for (int k = 0; k < 32; k++) a[h][k] = emu_e4m3_tab[emu_desc_byte(o.da, r0 + 8 * h, k)];
+	for (int j = 0; j < o.n / 8; j++) {
+		const int c0 = 8 * j + 2 * (l % 4);
+		for (int h = 0; h < 2; h++)
+			for (int k = 0; k < 32; k++) b[h][k] = emu_e4m3_tab[emu_desc_byte(o.db, c0 + h, k)];
+		for (int i = 0; i < 4; i++) {
+			float s = 0.0f;
+			for (int k = 0; k < 32; k++) s += a[i >> 1][k] * b[i & 1][k];
+			o.acc[4 * j + i] = o.add ? o.acc[4 * j + i] + s : s;
+		}
+	}
+}
+static inline void emu_wgmma_e4m3(float *acc, int n, u64 da, u64 db, int add) { emu_open.push_back({acc, n, da, db, add != 0}); }
+// The wgmma instructions are .sync.aligned over the warpgroup: its 128
+// threads meet at each (a named barrier the kernel does not use).
+static inline void emu_wg_converge() { lg_bar_id(100 + (threadIdx.x >> 7), 128); }
+static inline void lg_wg_fence() { emu_wg_converge(); }
+static inline void lg_wg_commit() { emu_wg_converge(); emu_groups.push_back(emu_open); emu_open.clear(); }
+static inline void emu_wg_wait(int n) {
+	emu_wg_converge();
+	while ((int)emu_groups.size() > n) {
+		for (const auto &o : emu_groups.front()) emu_wg_run(o);
+		emu_groups.erase(emu_groups.begin());
+	}
+	emu_wg_converge(); // every thread's share of the retired groups done before any goes on
+}
+#define lg_wg_wait(n) emu_wg_wait(n)
+
+// ------------------------------------------------------------ launch
+// Run kernel fn on `ctas` CTAs of `threads` threads in clusters of `csize`
+// (a cluster's CTAs at once, clusters one after another).
+static void emu_launch(unsigned ctas, unsigned threads, int csize, std::function<void()> fn) {
+	gridDim = {ctas, 1, 1}; blockDim = {threads, 1, 1};
+	emu_tables();
+	if (ctas % csize) emu_die("a grid that is not whole clusters");
+	for (unsigned c0 = 0; c0 < ctas; c0 += csize) {
+		std::vector<std::unique_ptr<emu_cta>> cs;
+		emu_cluster cl;
+		cl.size = csize;
+		std::barrier<> all((std::ptrdiff_t)(threads * csize));
+		cl.all = &all;
+		for (int r = 0; r < csize; r++) {
+			cs.push_back(std::make_unique<emu_cta>());
+			memset(cs.back()->smem, 0xcd, EMU_SMEM);
+			cl.cta.push_back(cs.back().get());
+		}
+		std::vector<std::thread> ts;
+		for (int r = 0; r < csize; r++)
+			for (unsigned t = 0; t < threads; t++)
+				ts.emplace_back([&, r, t] {
+					threadIdx = {t, 0, 0}; blockIdx = {c0 + (unsigned)r, 0, 0};
+					emu_self = cl.cta[r]; emu_cl = &cl; emu_rank = r;
+					fn();
+					if (!emu_open.empty() || !emu_groups.empty()) emu_die("wgmmas left unretired at the kernel's end");
+				});
+		for (auto &t : ts) t.join();
+	}
+}
