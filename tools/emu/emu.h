@@ -13,31 +13,14 @@
 #include <thread>
 #include <vector>
 #include <functional>
-typedef unsigned char u8; typedef unsigned short u16; typedef unsigned int u32;
-typedef unsigned long long u64; typedef long long i64;
-struct dim3e { unsigned x, y, z; };
-thread_local dim3e threadIdx, blockIdx;
-dim3e gridDim, blockDim;
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(...)
-#define __shared__
-#define __align__(n)
-struct float2 { float x, y; };
-struct float4 { float x, y, z, w; };
-static inline float2 make_float2(float a, float b) { return float2{a, b}; }
+#include "emu_cuda.h"
 alignas(128) u8 smem[256 * 1024];
 static std::barrier<> *block_bar;
 static std::barrier<> *warp_bar[32];
 static inline void __syncthreads() { block_bar->arrive_and_wait(); }
-static inline float lg_u2f(u32 u) { float f; memcpy(&f, &u, 4); return f; }
-static inline u32 lg_f2u(float f) { u32 u; memcpy(&u, &f, 4); return u; }
 static inline u32 lg_and_or(u32 a, u32 m, u32 c) { return (a & m) | c; }
 static inline float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
 static inline float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
-static inline u16 bf16_rne(float f) { u32 u = lg_f2u(f); if ((u & 0x7fffffff) > 0x7f800000) return 0x7fc0; u += 0x7fff + ((u >> 16) & 1); return (u16)(u >> 16); }
-static inline u32 lg_pack_bf16x2(float lo, float hi) { return (u32)bf16_rne(lo) | ((u32)bf16_rne(hi) << 16); }
 static inline u32 lg_swz(u32 row, u32 byte, u32 rb) { const u32 o = row * rb + byte; const u32 line = rb >= 128u ? row : o >> 7; return o ^ ((line & 7u) << 4); }
 static inline void lg_cp16(void *dst, const void *src, u32 bytes) { if (bytes) memcpy(dst, src, 16); else memset(dst, 0, 16); if ((uintptr_t)dst % 16) abort(); }
 static inline void lg_cp4(void *dst, const void *src, u32 bytes) { if (bytes) memcpy(dst, src, 4); else memset(dst, 0, 4); }

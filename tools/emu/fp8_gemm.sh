@@ -15,7 +15,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 lingen=${LINGEN:-$root/build/lingen}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$root/tools/emu/emu90.h" "$root/tools/emu/driver_fp8_gemm.cpp" "$work/"
+cp "$root/tools/emu/emu90.h" "$root/tools/emu/emu_cuda.h" "$root/tools/emu/driver_fp8_gemm.cpp" "$work/"
 cd "$work"
 pass=$1 n=$2 k=$3 M=$4 tile=${5:-} dtype=${6:-bf16} ctas=${7:-} seed=${8:-1}
 t=""; [[ -n $tile ]] && t=", \"tile\": $tile"

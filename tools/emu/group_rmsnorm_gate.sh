@@ -12,7 +12,7 @@ set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_io.h" "$root/tools/emu/driver_group_rmsnorm_gate.cpp" "$work/"
+cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_cuda.h" "$root/tools/emu/emu_io.h" "$root/tools/emu/driver_group_rmsnorm_gate.cpp" "$work/"
 cd "$work"
 pass=$1 keys=$2 B=$3 L=$4 CTAS=${5:-3}
 echo "{\"kernels\": [{\"op\": \"group_rmsnorm_gate\", \"pass\": \"$pass\", \"dtype\": \"bf16\", $keys}]}" > spec.json

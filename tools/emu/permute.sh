@@ -14,7 +14,7 @@ set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$root/tools/emu/emu.h" "$root/tools/emu/driver_permute.cpp" "$work/"
+cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_cuda.h" "$root/tools/emu/driver_permute.cpp" "$work/"
 cd "$work"
 dtype=$1 keys=$2 T=$3
 shift 3

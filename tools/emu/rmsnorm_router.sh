@@ -10,7 +10,7 @@ set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_io.h" "$root/tools/emu/driver_rmsnorm_router.cpp" "$work/"
+cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_cuda.h" "$root/tools/emu/emu_io.h" "$root/tools/emu/driver_rmsnorm_router.cpp" "$work/"
 cd "$work"
 keys=$1 M=$2 BM=$3 BN=$4 TH=$5 TERMS=$6
 echo "{\"kernels\": [{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", $keys, \"quant\": {\"output\": \"rowwise\"}}]}" > spec.json

@@ -10,7 +10,7 @@ set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$root/tools/emu/emu.h" "$root/tools/emu/driver_row_map.cpp" "$work/"
+cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_cuda.h" "$root/tools/emu/driver_row_map.cpp" "$work/"
 cd "$work"
 keys=$1 T=$2
 echo "{\"kernels\": [{\"op\": \"moe_row_map\", \"pass\": \"forward\", \"dtype\": \"bf16\", $keys}]}" > spec.json

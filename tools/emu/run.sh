@@ -12,7 +12,7 @@ set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$root/tools/emu/emu.h" "$root/tools/emu/driver.cpp" "$work/"
+cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_cuda.h" "$root/tools/emu/driver.cpp" "$work/"
 cd "$work"
 pass=$1 keys=$2 M=$3 BM=$4 BN=$5 TH=$6 SPLIT=$7 TERMS=$8 XBM=${9:-128} XBN=${10:-256} XTH=${11:-512}
 echo "{\"kernels\": [{\"op\": \"router_gemm\", \"pass\": \"$pass\", \"dtype\": \"bf16\", $keys}]}" > spec.json

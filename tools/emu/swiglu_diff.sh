@@ -18,7 +18,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 K=$1 OLD=$(realpath "$2") NEW=$(realpath "$3") M=$4 N=$5 E=$6 DXB=${7:-0} SEED=${8:-7}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_io.h" "$root/tools/emu/driver_swiglu.cpp" "$work/"
+cp "$root/tools/emu/emu.h" "$root/tools/emu/emu_cuda.h" "$root/tools/emu/emu_io.h" "$root/tools/emu/driver_swiglu.cpp" "$work/"
 for v in old new; do
 	f=$OLD; [ $v = new ] && f=$NEW
 	# C++ linkage (both in one program, in namespaces)
