@@ -519,14 +519,20 @@ static void emit_release(lg_buf *b, const struct lg_fp8_gemm *g, const char *pre
 }
 
 /* The stage's release and the promotion of `ps`: released first, unless
- * the promotion reads the stage's scales (late_scales). */
+ * the promotion reads the stage's scales (late_scales). Then lane 0's
+ * release must follow every lane's reads of them: a __syncwarp between (the
+ * wgmma wait before the promotion is the last point where the warp is known
+ * to be converged; tools/emu/fp8_gemm.sh, which runs lanes apart, saw the
+ * refilled slot read without it). */
 static void emit_promote_released(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps)
 {
 	if (!late_scales(g))
 		emit_release(b, g, prefix);
 	emit_promote(b, g, ps);
-	if (late_scales(g))
+	if (late_scales(g)) {
+		lg_line(b, "__syncwarp(); // every lane's reads of the stage's scales before lane 0 releases it");
 		emit_release(b, g, prefix);
+	}
 }
 
 static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *when);

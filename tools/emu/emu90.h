@@ -141,6 +141,7 @@ static inline void lg_bar_id(u32 id, u32 n) {
 }
 #define lg_bar_named(id, n) lg_bar_id(id, n)
 static inline void __syncthreads() { lg_bar_id(0, blockDim.x); }
+static inline void __syncwarp() { lg_bar_id(200 + (threadIdx.x >> 5), 32); } // lanes run apart here
 
 // ------------------------------------------------------------ cp.async
 static inline void lg_cp4_if(float *dst, const float *src, bool ok, bool) { *dst = ok ? *src : 0.0f; }
