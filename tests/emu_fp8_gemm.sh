@@ -1,0 +1,50 @@
+#!/bin/bash
+# emu_fp8_gemm.sh - ctest's test_emu_fp8_gemm: fp8_gemm's sm_90a kernels run
+# on the CPU through tools/emu/emu90.h (tools/emu/fp8_gemm.sh) against a
+# float64 reference, no GPU: the defaults of the forward, dgrad and wgrad
+# (the overlapped epilogue with its first group out of the loop, clusters of
+# two, the TMA epilogue) and the main tile options, at token counts that
+# leave partial tiles (1, 127, 301) and on few CTAs, so each walks many
+# tiles and the ring's phases wrap. Then a planted bug (the last tile's store
+# dropped) must fail, so the check is seen to bite. Needs LINGEN (the CLI),
+# g++ and python3; exits 77 (skipped) without g++.
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+command -v g++ >/dev/null || { echo "emu_fp8_gemm.sh: no g++: skipped"; exit 77; }
+export LINGEN=${LINGEN:-$root/build/lingen}
+fails=0 runs=0
+run() {
+	runs=$((runs + 1))
+	local out
+	out=$("$root/tools/emu/fp8_gemm.sh" "$@" 2>&1)
+	local rc=$?
+	echo "$* -> $(echo "$out" | tail -n 1)"
+	if [[ $rc -ne 0 ]]; then
+		fails=$((fails + 1))
+		echo "$out" | tail -n 12
+	fi
+}
+# PASS N K M [TILE] [DTYPE]
+run forward 640 2176 301
+run forward 3072 2048 127
+run forward 256 384 1
+run dgrad 208 2048 127
+run dgrad 384 256 301 "" fp32
+run wgrad 640 2176 301 "" fp32
+run wgrad 208 384 127 "" bf16
+ACCUMULATE=1 run wgrad 208 384 1000 "" fp32
+run forward 640 2176 301 '{"m": 64}'
+run forward 640 2176 301 '{"m": 256, "epilogue": 1}'
+run forward 640 2176 301 '{"overlap": 1, "ahead": 0, "epilogue": 0}'
+run dgrad 208 2048 301 '{"overlap": 1, "ahead": 16, "stages": 3, "cluster": 1}'
+run wgrad 640 2176 301 '{"ahead": 8}' fp32
+# the planted bug must be caught
+if EMU_MUTATE='k.replace("if (pta >= 0) store_before(); // the last tile", "// dropped")' \
+	"$root/tools/emu/fp8_gemm.sh" forward 640 2176 301 >/dev/null 2>&1; then
+	echo "emu_fp8_gemm.sh: the planted bug (the last tile's store dropped) was not caught"
+	fails=$((fails + 1))
+else
+	echo "the planted bug (the last tile's store dropped) -> caught"
+fi
+echo "emu_fp8_gemm.sh: $runs runs, $fails failed"
+[[ $fails -eq 0 ]]
