@@ -1,5 +1,6 @@
 #!/bin/bash
-# emu_fp8_gemm.sh - ctest's test_emu_fp8_gemm: fp8_gemm's sm_90a kernels run
+# emu_fp8_gemm.sh - ctest's test_emu_fp8_gemm: fp8_gemm's and
+# fp8_grouped_gemm's sm_90a kernels run
 # on the CPU through tools/emu/emu90.h (tools/emu/fp8_gemm.sh) against a
 # float64 reference, no GPU: the defaults of the forward, dgrad and wgrad
 # (the overlapped epilogue with its first group out of the loop, clusters of
@@ -38,6 +39,11 @@ run forward 640 2176 301 '{"m": 256, "epilogue": 1}'
 run forward 640 2176 301 '{"overlap": 1, "ahead": 0, "epilogue": 0}'
 run dgrad 208 2048 301 '{"overlap": 1, "ahead": 16, "stages": 3, "cluster": 1}'
 run wgrad 640 2176 301 '{"ahead": 8}' fp32
+EXPERTS=7 run forward 640 2176 1000
+EXPERTS=5 run dgrad 208 2048 301 '{"overlap": 1}'
+EXPERTS=7 run wgrad 640 2176 1000 "" fp32
+ACCUMULATE=1 EXPERTS=6 run wgrad 208 384 700 "" fp32
+EXPERTS=6 run wgrad 208 384 700 '{"ahead": 8}' bf16
 # the planted bug must be caught
 if EMU_MUTATE='k.replace("if (pta >= 0) store_before(); // the last tile", "// dropped")' \
 	"$root/tools/emu/fp8_gemm.sh" forward 640 2176 301 >/dev/null 2>&1; then

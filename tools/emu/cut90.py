@@ -19,7 +19,7 @@ def helper_name(chunk):
 
 src = open(sys.argv[1]).read()
 head, rest = src.split("// ----- helpers for this spec", 1)
-m = re.search(r"\n// ----- lg_\w+:", rest)
+m = re.search(r"\n// ----- lg_\w+", rest)
 spec, kernel = rest[:m.start()], rest[m.start():]
 out = []
 for chunk in chunks(head):
@@ -41,4 +41,10 @@ for h in re.split(r"\n(?=(?://[^\n]*\n)*static )", "\n// ----- helpers for this 
     else:
         sys.exit(f"cut90.py: no emulation of the spec helper {name}")
 kernel = kernel.replace("extern __shared__ __align__(1024) u8 smem[];", "u8 *const smem = emu_self->smem;")
+# static __shared__ arrays: one a CTA (emu_static), not one a thread
+n = iter(range(1 << 30))
+kernel = re.sub(r"__shared__ (\w+) (\w+)\[(\w+)\];",
+                lambda m: f"{m[1]} (&{m[2]})[{m[3]}] = *emu_static<{m[1]}[{m[3]}]>(emu_self, {next(n)});", kernel)
+if "__shared__" in kernel:
+    sys.exit("cut90.py: a __shared__ declaration it cannot place")
 sys.stdout.write("\n".join(out) + kernel)

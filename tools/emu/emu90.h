@@ -58,6 +58,7 @@ struct emu_cta {
 	std::mutex m;
 	std::map<u32, std::unique_ptr<emu_mbar>> bars;         // by shared offset
 	std::map<u32, std::unique_ptr<struct emu_named>> named; // bar.sync id
+	std::map<int, std::unique_ptr<std::vector<u64>>> statics; // the kernel's __shared__ arrays (cut90.py)
 	emu_mbar *bar(u32 off) {
 		std::lock_guard<std::mutex> g(m);
 		auto &p = bars[off];
@@ -65,11 +66,19 @@ struct emu_cta {
 		return p.get();
 	}
 };
+// A __shared__ array of the kernel (T: its array type), one a CTA, by its key.
+template <class T> static T *emu_static(struct emu_cta *c, int key);
 struct emu_cluster { int size; std::vector<emu_cta *> cta; std::barrier<> *all; };
 thread_local emu_cta *emu_self;
 thread_local emu_cluster *emu_cl;
 thread_local int emu_rank;
 
+template <class T> static T *emu_static(struct emu_cta *c, int key) {
+	std::lock_guard<std::mutex> g(c->m);
+	auto &p = c->statics[key];
+	if (!p) p = std::make_unique<std::vector<u64>>((sizeof(T) + 7) / 8, 0xcdcdcdcdcdcdcdcdull);
+	return (T *)p->data();
+}
 static inline u32 __cvta_generic_to_shared(const void *p) {
 	const u8 *q = (const u8 *)p;
 	if (q < emu_self->smem || q >= emu_self->smem + EMU_SMEM) emu_die("a shared address outside this CTA's shared memory");
@@ -112,6 +121,12 @@ static inline void emu_complete_tx(emu_cta *c, u32 off, u32 bytes) {
 }
 static inline void lg_mbar_fence_init() {}
 static inline void lg_mbar_expect(u64 *bar, u32 bytes) { emu_arrive(emu_self->bar(__cvta_generic_to_shared(bar)), bytes); }
+static inline void lg_mbar_expect_tx(u64 *bar, u32 bytes) { // no arrival
+	emu_mbar *b = emu_self->bar(__cvta_generic_to_shared(bar));
+	std::lock_guard<std::mutex> g(b->m);
+	if (!b->init) emu_die("expect_tx on an mbarrier never initialised");
+	b->tx += bytes;
+}
 static inline void lg_mbar_arrive(u64 *bar) { emu_arrive(emu_self->bar(__cvta_generic_to_shared(bar)), 0); }
 static inline void lg_mbar_wait(u64 *bar, u32 parity) { emu_wait_phase(emu_self->bar(__cvta_generic_to_shared(bar)), parity); }
 static inline void lg_mbar_arrive_cta(u64 *bar, u32 rank) {
@@ -142,6 +157,13 @@ static inline void lg_bar_id(u32 id, u32 n) {
 #define lg_bar_named(id, n) lg_bar_id(id, n)
 static inline void __syncthreads() { lg_bar_id(0, blockDim.x); }
 static inline void __syncwarp() { lg_bar_id(200 + (threadIdx.x >> 5), 32); } // lanes run apart here
+
+// ------------------------------------------------------------ loads
+template <class T> static inline T __ldg(const T *p) { return *p; }
+static inline u32 __funnelshift_r(u32 lo, u32 hi, u32 shift) {
+	const u64 v = ((u64)hi << 32) | lo;
+	return (u32)(v >> (shift & 31));
+}
 
 // ------------------------------------------------------------ cp.async
 static inline void lg_cp4_if(float *dst, const float *src, bool ok, bool) { *dst = ok ? *src : 0.0f; }
@@ -205,6 +227,15 @@ template <class M> static inline void lg_tma_add_2d(const M *tm, const void *src
 	emu_tma_box(tm, __cvta_generic_to_shared(src), c0, c1, emu_rank, 2);
 }
 template <class M> static inline void lg_tma_prefetch(const M *) {}
+// tensormap.replace of a copy of template tm in global memory: its address,
+// dims (inner 1-byte elements, rows) and row pitch (inner bytes).
+template <class M> static inline void lg_tmap_patch(M *dst, const M *tm, const void *base, u32 inner, u32 rows) {
+	emu_tmap t; memcpy(&t, tm, sizeof t);
+	t.base = (u64)(uintptr_t)base; t.cols = inner; t.rows = rows; t.pitch = inner;
+	memcpy((void *)dst, tm, sizeof *dst); memcpy((void *)dst, &t, sizeof t);
+}
+static inline void lg_tmap_release() {}
+template <class M> static inline void lg_tmap_acquire(const M *) {}
 static inline void lg_bulk_commit() {}
 #define lg_bulk_wait_read(n) ((void)0)
 #define lg_bulk_wait(n) ((void)0)
