@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# tools/device_pending.sh - on the GPU machine, from the repository root, with
+# build-device/ (tools/device.sh) carried: in one call of under 10 minutes,
+# what main holds that no GPU has run yet (bench/gpu-tests.md, "Not run
+# yet"), then its timings:
+#   1. the GPU cases of fp8_gemm and fp8_grouped_gemm (the dense default with
+#      the epilogue overlapped and its first ahead group out of the loop, the
+#      deferred epilogue as a lambda, the wgrad's __syncwarp before a late
+#      release) and of the families with tile.qt_store 3 (fp8_quant,
+#      swiglu_quant, rmsnorm_quant, rmsnorm_router, cross_entropy_quant),
+#      side by side (their float64 references take the CPU time)
+#      -> $OUT/t_gemm.txt, t_grouped.txt, t_quant.txt;
+#   2. bench/fp8-gemm/tile_sweep.py defaults: the dense default against the
+#      one before it and the one-group form, TFLOP/s beside _scaled_mm
+#      -> $OUT/sweep.txt;
+#   3. lingen bench of configs/kernels/odd-counts.json at odd token counts
+#      (6001, 8191, and 6025, 8169 whose qt pitch is an odd multiple of 16),
+#      each beside its count rounded up to 128 -> $OUT/odd.txt;
+#   4. examples/train_moe.py, FP8 against BF16, both heads chunked
+#      -> $OUT/step.{json,md,png}.
+# Each step under its own timeout; 8 files come back. OUT defaults to out/device.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-out/device}
+mkdir -p "$out"
+. tools/device_env.sh
+device_env build-device
+export LINGEN_LIBRARY=$PWD/build-device/liblingen.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+export LD_LIBRARY_PATH=$PWD/build-device${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+start=$SECONDS
+fam() { # NAME FAMILY...
+	local name=$1
+	shift
+	(timeout "${TEST_TIMEOUT:-240}" build-device/tests/gpu_test_families "$@" > "$out/t_$name.txt" 2>&1
+	 echo "rc=$?" >> "$out/t_$name.txt") &
+}
+fam gemm fp8_gemm
+fam grouped fp8_grouped_gemm
+fam quant fp8_quant swiglu_quant rmsnorm_quant rmsnorm_router cross_entropy_quant
+wait
+echo "== 1. GPU cases ($((SECONDS - start)) s)"
+for f in "$out"/t_*.txt; do
+	echo "-- $(basename "$f"): $(grep -c '^\[       OK \]' "$f") families passed, $(grep -c '^\[  FAILED  \]' "$f") failed, $(tail -n 1 "$f")"
+	grep -E "FAIL|mismatch" "$f" | head -n 5
+done
+echo "== 2. tile_sweep.py defaults ($((SECONDS - start)) s)"
+timeout 120 python3 bench/fp8-gemm/tile_sweep.py defaults 2>&1 | tee "$out/sweep.txt" | tail -n 15
+echo "== 3. odd token counts ($((SECONDS - start)) s)"
+timeout 60 build-device/lingen bench configs/kernels/odd-counts.json --odd --tokens 6001,8191,6025,8169 --reps 30 \
+	2>&1 | tee "$out/odd.txt" | tail -n 30
+echo "== 4. the step ($((SECONDS - start)) s)"
+timeout 150 python3 examples/train_moe.py --steps 30 --eval-every 0 --no-bar --time-limit 30 --modes fp8,bf16 \
+	--fp8-head --head fused --out "$out/step" 2>&1 | tail -n 12
+echo "== done in $((SECONDS - start)) s"
