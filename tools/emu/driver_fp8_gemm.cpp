@@ -137,8 +137,8 @@ int main(int argc, char **argv) {
 		}
 	} else nr[0] = R;
 	std::vector<u8> a(R * P + 16), b(E * NO * P + 16);
-	for (i64 i = 0; i < (i64)a.size(); i++) a[i] = (i % P) < KR ? e4m3(i) : 0x7f; // 0x7f: NaN, in the tail
-	for (i64 i = 0; i < (i64)b.size(); i++) b[i] = (i % P) < KR ? e4m3(i) : 0x7f;
+	for (i64 i = 0; i < (i64)a.size(); i++) a[i] = P > 0 && (i % P) < KR ? e4m3(i) : 0x7f; // 0x7f: NaN, in the tail
+	for (i64 i = 0; i < (i64)b.size(); i++) b[i] = P > 0 && (i % P) < KR ? e4m3(i) : 0x7f;
 	std::vector<float> as(KB * R + 1), bs(WGRAD ? KB * NO + 1 : E * NB * KB + 1);
 	for (auto &v : as) v = std::ldexp(1.0f + (float)(rng() % 1000) / 1000.0f, -(int)(rng() % 6) - 8);
 	for (auto &v : bs) v = std::ldexp(1.0f + (float)(rng() % 1000) / 1000.0f, -(int)(rng() % 6) - 4);

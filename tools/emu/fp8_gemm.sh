@@ -1,15 +1,16 @@
 #!/bin/bash
 # fp8_gemm.sh PASS N K M [TILE] [DTYPE] [CTAS] [SEED]: generate fp8_gemm's
-# PASS (forward, dgrad or wgrad; ACCUMULATE=1 in the environment: wgrad's
-# accumulate; EXPERTS=E: fp8_grouped_gemm's forward or dgrad over E
-# experts) for sm_90a at n N, k K (TILE: a JSON object of
-# tile keys, default none: the heuristic's), run it on the CPU through
-# emu90.h at M tokens on CTAS CTAs (default two clusters: each CTA walks many
-# tiles) and compare with a float64 reference (driver_fp8_gemm.cpp). The
-# launch and the tensor maps come from the kernel's plan (`lingen build`'s
-# manifest: needs NVRTC, not a GPU); EMU_MUTATE (a Python expression over the
-# kernel's text k) plants a bug, to see the check fail. From the repository
-# root after a build:
+# PASS (forward, dgrad or wgrad) for sm_90a at n N, k K (TILE: a JSON
+# object of tile keys, default none: the heuristic's), run it on the CPU
+# through emu90.h at M tokens on CTAS CTAs (default two clusters: each CTA
+# walks many tiles) and compare with a float64 reference
+# (driver_fp8_gemm.cpp). The launch and the tensor maps come from the
+# kernel's plan (`lingen build`'s manifest: needs NVRTC, not a GPU).
+# Environment: ACCUMULATE=1 the wgrad's accumulate; EXPERTS=E
+# fp8_grouped_gemm's PASS over E experts; EMU_MUTATE a Python expression
+# over the kernel's text k (a planted bug, to see the check fail);
+# EMU_TIMEOUT (seconds, default 120) how long a wait runs before it is
+# reported as a deadlock. From the repository root after a build:
 #   tools/emu/fp8_gemm.sh forward 640 2176 301 '{"overlap": 1}'
 set -e
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -59,5 +60,5 @@ for i, x in enumerate(ents):
     print(f"#define CALL{tag}(a, as, b, bs, cnt, o, ws, M, t) {x['name']}(a, as, b, bs, {cnt}o, {ws}M, {x['part']}, {maps})")
 PY
 grep -h "ENTRY_NAME" plan.h
-g++ -std=c++20 -O2 -pthread -w driver_fp8_gemm.cpp -o drv
+g++ -std=c++20 -O2 -pthread -w -DEMU_TIMEOUT=${EMU_TIMEOUT:-120} driver_fp8_gemm.cpp -o drv
 ./drv "$M" ${ctas:-} ${ctas:+$seed}
