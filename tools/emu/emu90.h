@@ -6,8 +6,9 @@
 // - mbarriers (init, arrive, arrive.expect_tx, complete_tx, try_wait.parity,
 //   remote arrive through mapa) with their phases and transaction counts,
 //   blocking waits with a deadlock timeout;
-// - TMA 2-D tiled loads (multicast too) and stores, zeros outside the
-//   tensor, the 128/64/32-byte swizzles on the shared address bits;
+// - TMA 2-D tiled loads (multicast too), zeros outside the tensor, and
+//   stores and adds, which read shared memory at the bulk wait that retires
+//   them (as late as allowed); the 128/64/32-byte swizzles on the address bits;
 // - wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32 from shared memory
 //   descriptors (K-major, 128-byte swizzle), executed as late as the
 //   program allows: at the wgmma.wait_group that retires its group, so a
@@ -220,12 +221,20 @@ template <class M> static inline void lg_tma_load_2d_mc(void *dst, const M *tm, 
 			emu_complete_tx(emu_cl->cta[r], b, emu_box_bytes(tm));
 		}
 }
-template <class M> static inline void lg_tma_store_2d(const M *tm, const void *src, int c0, int c1) {
-	emu_tma_box(tm, __cvta_generic_to_shared(src), c0, c1, emu_rank, 1);
+// TMA stores (and adds) in this thread's bulk groups, done as late as the
+// program allows: a group's copies read shared memory when a bulk wait
+// retires it (or the thread ends), so a buffer rewritten before its stores
+// have read it shows up.
+struct emu_store { emu_tmap t; u32 src; int c0, c1, op; };
+thread_local std::vector<emu_store> emu_bulk_open;
+thread_local std::vector<std::vector<emu_store>> emu_bulk_groups;
+template <class M> static inline void emu_store_issue(const M *tm, const void *src, int c0, int c1, int op) {
+	emu_store st; memcpy(&st.t, tm, sizeof st.t);
+	st.src = __cvta_generic_to_shared(src); st.c0 = c0; st.c1 = c1; st.op = op;
+	emu_bulk_open.push_back(st);
 }
-template <class M> static inline void lg_tma_add_2d(const M *tm, const void *src, int c0, int c1) {
-	emu_tma_box(tm, __cvta_generic_to_shared(src), c0, c1, emu_rank, 2);
-}
+template <class M> static inline void lg_tma_store_2d(const M *tm, const void *src, int c0, int c1) { emu_store_issue(tm, src, c0, c1, 1); }
+template <class M> static inline void lg_tma_add_2d(const M *tm, const void *src, int c0, int c1) { emu_store_issue(tm, src, c0, c1, 2); }
 template <class M> static inline void lg_tma_prefetch(const M *) {}
 // tensormap.replace of a copy of template tm in global memory: its address,
 // dims (inner 1-byte elements, rows) and row pitch (inner bytes).
@@ -236,9 +245,15 @@ template <class M> static inline void lg_tmap_patch(M *dst, const M *tm, const v
 }
 static inline void lg_tmap_release() {}
 template <class M> static inline void lg_tmap_acquire(const M *) {}
-static inline void lg_bulk_commit() {}
-#define lg_bulk_wait_read(n) ((void)0)
-#define lg_bulk_wait(n) ((void)0)
+static inline void lg_bulk_commit() { emu_bulk_groups.push_back(emu_bulk_open); emu_bulk_open.clear(); }
+static inline void emu_bulk_wait(int n) {
+	while ((int)emu_bulk_groups.size() > n) {
+		for (const auto &st : emu_bulk_groups.front()) emu_tma_box(&st.t, st.src, st.c0, st.c1, emu_rank, st.op);
+		emu_bulk_groups.erase(emu_bulk_groups.begin());
+	}
+}
+#define lg_bulk_wait_read(n) emu_bulk_wait(n)
+#define lg_bulk_wait(n) emu_bulk_wait(n)
 static inline void lg_fence_proxy_async() {}
 #define lg_setmaxnreg_dec(n) ((void)0)
 #define lg_setmaxnreg_inc(n) ((void)0)
@@ -316,6 +331,8 @@ static void emu_launch(unsigned ctas, unsigned threads, int csize, std::function
 					emu_self = cl.cta[r]; emu_cl = &cl; emu_rank = r;
 					fn();
 					if (!emu_open.empty() || !emu_groups.empty()) emu_die("wgmmas left unretired at the kernel's end");
+					if (!emu_bulk_open.empty()) emu_die("TMA stores issued but never committed");
+					emu_bulk_wait(0); // a CTA's smem lives until its bulk stores have read it
 				});
 		for (auto &t : ts) t.join();
 	}
