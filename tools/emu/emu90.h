@@ -33,6 +33,8 @@
 #include <thread>
 #include <vector>
 #include "emu_cuda.h"
+static inline float lg_bf16_lo(u32 w) { return lg_u2f(w << 16); }
+static inline float lg_bf16_hi(u32 w) { return lg_u2f(w & 0xffff0000u); }
 static inline float e4m3_val(u8 b) {
 	int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
 	float v = e ? std::ldexp(1.0f + m / 8.0f, e - 7) : std::ldexp(m / 8.0f, -6);
@@ -267,29 +269,48 @@ static inline u8 emu_desc_byte(u64 desc, int row, int k) {
 	const u32 a = start + (u32)(row / 8) * sbo + (u32)(row % 8) * 128 + (u32)k;
 	return *emu_at(emu_rank, emu_swz(a, 128), 1);
 }
-struct emu_wg_op { float *acc; int n; u64 da, db; bool add; };
+struct emu_wg_op { float *acc; int n; u64 da, db; bool add; int bf16, ta, tb; };
 thread_local std::vector<emu_wg_op> emu_open;                 // issued, not committed
 thread_local std::vector<std::vector<emu_wg_op>> emu_groups;  // committed, not retired
 static float emu_e4m3_tab[256];
 static inline void emu_tables() { for (int b = 0; b < 256; b++) emu_e4m3_tab[b] = e4m3_val((u8)b); }
+// bf16 element (mn, k) of an operand by its descriptor (trans: MN-major).
+static inline float emu_desc_bf16(u64 desc, int mn, int k, int trans) {
+	if ((desc >> 62) != 1) emu_die("a wgmma descriptor without the 128-byte swizzle");
+	const u32 start = (u32)(desc & 0x3FFF) << 4, lbo = (u32)((desc >> 16) & 0x3FFF) << 4,
+		  sbo = (u32)((desc >> 32) & 0x3FFF) << 4;
+	const u32 a = trans ? start + (u32)(mn / 64) * lbo + (u32)(k / 8) * sbo + (u32)(k % 8) * 128 + (u32)(mn % 64) * 2
+			    : start + (u32)(mn / 8) * sbo + (u32)(mn % 8) * 128 + (u32)k * 2;
+	u16 h; memcpy(&h, emu_at(emu_rank, emu_swz(a, 128), 2), 2);
+	return lg_u2f((u32)h << 16);
+}
 // This thread's share of D (64 x n): rows w*16 + l/4 (+8), columns 8j + 2(l%4) (+1).
 static inline void emu_wg_run(const emu_wg_op &o) {
-	const int t = threadIdx.x & 127, w = t >> 5, l = t & 31, r0 = w * 16 + l / 4;
+	const int t = threadIdx.x & 127, w = t >> 5, l = t & 31, r0 = w * 16 + l / 4, kk = o.bf16 ? 16 : 32;
 	float a[2][32], b[2][32];
 	for (int h = 0; h < 2; h++)
-		for (int k = 0; k < 32; k++) a[h][k] = emu_e4m3_tab[emu_desc_byte(o.da, r0 + 8 * h, k)];
+		for (int k = 0; k < kk; k++)
+			a[h][k] = o.bf16 ? emu_desc_bf16(o.da, r0 + 8 * h, k, o.ta) : emu_e4m3_tab[emu_desc_byte(o.da, r0 + 8 * h, k)];
 	for (int j = 0; j < o.n / 8; j++) {
 		const int c0 = 8 * j + 2 * (l % 4);
 		for (int h = 0; h < 2; h++)
-			for (int k = 0; k < 32; k++) b[h][k] = emu_e4m3_tab[emu_desc_byte(o.db, c0 + h, k)];
+			for (int k = 0; k < kk; k++)
+				b[h][k] = o.bf16 ? emu_desc_bf16(o.db, c0 + h, k, o.tb) : emu_e4m3_tab[emu_desc_byte(o.db, c0 + h, k)];
 		for (int i = 0; i < 4; i++) {
 			float s = 0.0f;
-			for (int k = 0; k < 32; k++) s += a[i >> 1][k] * b[i & 1][k];
+			for (int k = 0; k < kk; k++) s += a[i >> 1][k] * b[i & 1][k];
 			o.acc[4 * j + i] = o.add ? o.acc[4 * j + i] + s : s;
 		}
 	}
 }
-static inline void emu_wgmma_e4m3(float *acc, int n, u64 da, u64 db, int add) { emu_open.push_back({acc, n, da, db, add != 0}); }
+static inline void emu_wgmma_e4m3(float *acc, int n, u64 da, u64 db, int add) { emu_open.push_back({acc, n, da, db, add != 0, 0, 0, 0}); }
+// bf16 (m64nNk16): A and B K-major (trans 0: row r's 16 elements 32 bytes
+// along its 128-byte row) or MN-major (trans 1: 64 elements of M or N a
+// 128-byte row, the reduction's rows 128 bytes apart in groups of 8 SBO
+// apart, the next 64 of M or N LBO apart), 128-byte swizzle.
+static inline void emu_wgmma_bf16(float *acc, int n, u64 da, u64 db, int add, int ta, int tb) {
+	emu_open.push_back({acc, n, da, db, add != 0, 1, ta, tb});
+}
 // The wgmma instructions are .sync.aligned over the warpgroup: its 128
 // threads meet at each (a named barrier the kernel does not use).
 static inline void emu_wg_converge() { lg_bar_id(100 + (threadIdx.x >> 7), 128); }

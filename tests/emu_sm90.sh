@@ -1,17 +1,19 @@
 #!/bin/bash
-# emu_fp8_gemm.sh - ctest's test_emu_fp8_gemm: fp8_gemm's and
-# fp8_grouped_gemm's sm_90a kernels run
+# emu_sm90.sh - ctest's test_emu_sm90: the sm_90a GEMMs (wgmma, TMA,
+# mbarriers) run on the CPU: fp8_gemm's and fp8_grouped_gemm's kernels run
 # on the CPU through tools/emu/emu90.h (tools/emu/fp8_gemm.sh) against a
 # float64 reference, no GPU: the defaults of the forward, dgrad and wgrad
 # (the overlapped epilogue with its first group out of the loop, clusters of
 # two, the TMA epilogue) and the main tile options, at token counts that
 # leave partial tiles (1, 127, 301) and on few CTAs, so each walks many
 # tiles and the ring's phases wrap. Then a planted bug (the last tile's store
-# dropped) must fail, so the check is seen to bite. Needs LINGEN (the CLI),
+# dropped) must fail, so the check is seen to bite. Then router_gemm's
+# sm_90a forward and backward (bf16 wgmma, K- and MN-major operands, dy in
+# 2 bf16 terms and tf32) through tools/emu/run.sh. Needs LINGEN (the CLI),
 # g++ and python3; exits 77 (skipped) without g++.
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
-command -v g++ >/dev/null || { echo "emu_fp8_gemm.sh: no g++: skipped"; exit 77; }
+command -v g++ >/dev/null || { echo "emu_sm90.sh: no g++: skipped"; exit 77; }
 export LINGEN=${LINGEN:-$root/build/lingen}
 fails=0 runs=0
 run() {
@@ -47,10 +49,24 @@ EXPERTS=6 run wgrad 208 384 700 '{"ahead": 8}' bf16
 # the planted bug must be caught
 if EMU_MUTATE='k.replace("if (pta >= 0) store_before(); // the last tile", "// dropped")' \
 	"$root/tools/emu/fp8_gemm.sh" forward 640 2176 301 >/dev/null 2>&1; then
-	echo "emu_fp8_gemm.sh: the planted bug (the last tile's store dropped) was not caught"
+	echo "emu_sm90.sh: the planted bug (the last tile's store dropped) was not caught"
 	fails=$((fails + 1))
 else
 	echo "the planted bug (the last tile's store dropped) -> caught"
 fi
-echo "emu_fp8_gemm.sh: $runs runs, $fails failed"
+router() { # PASS KEYS M TERMS: router_gemm's sm_90a form
+	runs=$((runs + 1))
+	local out
+	out=$(ARCH=sm_90a "$root/tools/emu/run.sh" "$1" "$2" "$3" "" "" "" "" "$4" 2>&1)
+	local rc=$?
+	echo "router_gemm $1 $2 at $3 -> $(echo "$out" | tail -n 1)"
+	if [[ $rc -ne 0 ]]; then
+		fails=$((fails + 1))
+		echo "$out" | tail -n 12
+	fi
+}
+router forward '"hidden": 2048, "experts": 256' 301 1
+router backward '"hidden": 2048, "experts": 256, "precision": "bf16x2"' 127 2
+TF32=1 router backward '"hidden": 384, "experts": 40, "precision": "tf32"' 301 2
+echo "emu_sm90.sh: $runs runs, $fails failed"
 [[ $fails -eq 0 ]]
