@@ -22,6 +22,9 @@
 #define EXPERTS 0
 #endif
 
+// A random e4m3 byte, never NaN (S.1111.111).
+static u8 rand_e4m3(std::mt19937 &rng) { u8 v = (u8)rng(); return (v & 0x7f) == 0x7f ? (u8)(v ^ 1) : v; }
+
 static emu_tmap tmap_of(const void *p, u64 rows, u64 cols, u64 pitch, u64 esize, int i) {
 	return emu_tmap{(u64)(uintptr_t)p, cols, rows, pitch * esize, TM_BOX0[i], TM_BOX1[i], esize, TM_SWZ[i]};
 }
@@ -47,8 +50,8 @@ static int grouped_wgrad(i64 M, unsigned ctas, unsigned seed) {
 	}
 	const i64 T = r0[E], G = g0[E];
 	std::vector<u8> a(ROWS * (M + 16) + 16), b(NO * (M + 16) + 16);
-	for (auto &v : a) { v = (u8)rng(); if ((v & 0x7f) == 0x7f) v ^= 1; }
-	for (auto &v : b) { v = (u8)rng(); if ((v & 0x7f) == 0x7f) v ^= 1; }
+	for (auto &v : a) v = rand_e4m3(rng);
+	for (auto &v : b) v = rand_e4m3(rng);
 	std::vector<float> as((G + E) * ROWS + 1), bs((G + E) * NO + 1);
 	for (auto &v : as) v = std::ldexp(1.0f + (float)(rng() % 1000) / 1000.0f, -(int)(rng() % 6) - 8);
 	for (auto &v : bs) v = std::ldexp(1.0f + (float)(rng() % 1000) / 1000.0f, -(int)(rng() % 6) - 4);
@@ -125,7 +128,6 @@ int main(int argc, char **argv) {
 	const i64 R = WGRAD ? ROWS : M, KR = WGRAD ? M : KRED, P = WGRAD ? (M + 15) / 16 * 16 : KRED;
 	const i64 KB = (KR + 127) / 128, NB = (NO + 127) / 128, OE = OUT_F32 ? 4 : 2, GUARD = 4096;
 	std::mt19937 rng(seed);
-	const auto e4m3 = [&](i64 i) { u8 v = (u8)rng(); if ((v & 0x7f) == 0x7f) v ^= 1; (void)i; return v; };
 	const i64 E = EXPERTS > 0 ? EXPERTS : 1;
 	std::vector<int> counts(E + 1, 0);
 	std::vector<i64> r0(E + 1, 0), nr(E + 1, 0); // each expert's first row and rows (clamped)
@@ -137,8 +139,8 @@ int main(int argc, char **argv) {
 		}
 	} else nr[0] = R;
 	std::vector<u8> a(R * P + 16), b(E * NO * P + 16);
-	for (i64 i = 0; i < (i64)a.size(); i++) a[i] = P > 0 && (i % P) < KR ? e4m3(i) : 0x7f; // 0x7f: NaN, in the tail
-	for (i64 i = 0; i < (i64)b.size(); i++) b[i] = P > 0 && (i % P) < KR ? e4m3(i) : 0x7f;
+	for (i64 i = 0; i < (i64)a.size(); i++) a[i] = P > 0 && (i % P) < KR ? rand_e4m3(rng) : 0x7f; // 0x7f: NaN, in the tail
+	for (i64 i = 0; i < (i64)b.size(); i++) b[i] = P > 0 && (i % P) < KR ? rand_e4m3(rng) : 0x7f;
 	std::vector<float> as(KB * R + 1), bs(WGRAD ? KB * NO + 1 : E * NB * KB + 1);
 	for (auto &v : as) v = std::ldexp(1.0f + (float)(rng() % 1000) / 1000.0f, -(int)(rng() % 6) - 8);
 	for (auto &v : bs) v = std::ldexp(1.0f + (float)(rng() % 1000) / 1000.0f, -(int)(rng() % 6) - 4);
