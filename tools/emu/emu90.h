@@ -1,23 +1,28 @@
-// emu90.h - a CPU emulation of the sm_90a subset the FP8 GEMM emitter uses
-// (gen/engines/fp8_gemm_emit.c, wgmma_pipe.c), to run a generated FP8 GEMM
-// without a GPU (developer tool, not built by cmake; fp8_gemm.sh says how).
-// One std::thread per CUDA thread; a cluster's CTAs run at once, clusters
-// one after another. What it models:
-// - mbarriers (init, arrive, arrive.expect_tx, complete_tx, try_wait.parity,
-//   remote arrive through mapa) with their phases and transaction counts,
-//   blocking waits with a deadlock timeout;
+// emu90.h - a CPU emulation of the sm_90a subset the GEMM emitters use
+// (gen/engines/fp8_gemm_emit.c, gemm_emit.c's sm_90a part, wgmma_pipe.c), to
+// run generated sm_90a GEMMs without a GPU (developer tool, not built by
+// cmake; fp8_gemm.sh and run.sh say how). One std::thread per CUDA thread;
+// a cluster's CTAs run at once, clusters one after another. What it models:
+// - mbarriers (init, arrive, arrive.expect_tx, expect_tx, complete_tx,
+//   try_wait.parity, remote arrive through mapa) with their phases and
+//   transaction counts, blocking waits with a deadlock timeout (EMU_TIMEOUT s);
 // - TMA 2-D tiled loads (multicast too), zeros outside the tensor, and
 //   stores and adds, which read shared memory at the bulk wait that retires
-//   them (as late as allowed); the 128/64/32-byte swizzles on the address bits;
-// - wgmma.mma_async m64nNk32 e4m3 x e4m3 -> f32 from shared memory
-//   descriptors (K-major, 128-byte swizzle), executed as late as the
-//   program allows: at the wgmma.wait_group that retires its group, so a
-//   stage released or an accumulator read before that wait shows up;
-// - cp.async of 4 bytes with cp.async.mbarrier.arrive.noinc, named
-//   barriers, cluster barriers; setmaxnreg and the fences are no-ops.
-// Copies happen at issue (one legal schedule). It encodes our reading of the
+//   them (as late as allowed); the 128/64/32-byte swizzles on the address
+//   bits; tensormap.replace of a map in global memory;
+// - wgmma.mma_async m64nNk32 e4m3 and m64nNk16 bf16 -> f32 from shared
+//   memory descriptors (K-major, or MN-major for bf16; 128-byte swizzle),
+//   executed as late as the program allows: at the wgmma.wait_group that
+//   retires its group, so a stage released or an accumulator read before
+//   that wait shows up; a warpgroup's threads meet at each wgmma
+//   instruction (.sync.aligned), and nowhere else unless the code says so
+//   (__syncwarp, bar.sync), so a lane's shared-memory read after its warp
+//   last met is not ordered before lane 0's release;
+// - cp.async of 4 bytes with cp.async.mbarrier.arrive.noinc, named,
+//   CTA and cluster barriers, per-CTA __shared__ arrays; setmaxnreg, the
+//   fences and griddepcontrol (entries run one after another) are no-ops.
+// Loads happen at issue (one legal schedule). It encodes our reading of the
 // PTX ISA: the GPU tests remain the judge.
-#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cmath>
