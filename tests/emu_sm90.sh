@@ -54,6 +54,14 @@ if EMU_MUTATE='k.replace("if (pta >= 0) store_before(); // the last tile", "// d
 else
 	echo "the planted bug (the last tile's store dropped) -> caught"
 fi
+# and a bf16 output rounded toward zero must fail the half-ulp bound
+if EMU_MUTATE='k.replace("lg_pack_bf16x2(", "emu_pack_bf16x2_rz(")' \
+	"$root/tools/emu/fp8_gemm.sh" forward 640 2176 301 >/dev/null 2>&1; then
+	echo "emu_sm90.sh: bf16 rounded toward zero was not caught"
+	fails=$((fails + 1))
+else
+	echo "bf16 rounded toward zero -> caught"
+fi
 router() { # PASS KEYS M TERMS: router_gemm's sm_90a form
 	runs=$((runs + 1))
 	local out

@@ -45,7 +45,7 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y);
  * piece tested at run time; LG_QT_WB (3) the whole stores of LG_QT_WHOLE as
  * plain write-back stores (st.global), so that a 32-byte sector two tiles'
  * lines share (rows an odd multiple of 16 apart) is merged in L2. */
-enum lg_qt_store { LG_QT_WHOLE, LG_QT_NARROW, LG_QT_WB };
+enum lg_qt_store { LG_QT_NARROW = 1, LG_QT_WHOLE = 2, LG_QT_WB = 3 }; /* = the tile value */
 
 /* The qt staging tile: u8 stage[128 features][128 tokens], one 128-byte
  * line per feature c, with token byte t of line c stored at t ^ (8 * (c / 8))

@@ -61,8 +61,8 @@ enum lg_qt_store lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p,
 {
 	if (k < 0)
 		return LG_QT_WHOLE;
-	p->tile[k] = lg_spec_has(s, k) ? lg_spec_int(s, k) : 2;
-	return p->tile[k] == 1 ? LG_QT_NARROW : p->tile[k] == 3 ? LG_QT_WB : LG_QT_WHOLE;
+	p->tile[k] = lg_spec_has(s, k) ? lg_spec_int(s, k) : LG_QT_WHOLE;
+	return (enum lg_qt_store)p->tile[k];
 }
 
 int lg_qe_tokens_per_thread(const struct lg_qe *e)

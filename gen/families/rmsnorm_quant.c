@@ -195,8 +195,8 @@ static lg_status plan_slab(const struct lg_spec *s, const struct lg_target *t, s
 	p->v[P_SLAB] = p->tile[K_SLAB] = sl;
 	p->v[P_STAGES] = p->tile[K_STAGES] = st;
 	p->tile[K_CLUSTER] = h / sl;
-	if (lg_spec_has(s, K_QT_STORE)) /* else left out of the tile, as before tile.qt_store 3 */
-		p->v[P_QT_STORE] = lg_qe_plan_qt_store(s, p, K_QT_STORE);
+	/* (the key left out of the tile unless given, as before tile.qt_store 3) */
+	p->v[P_QT_STORE] = lg_spec_has(s, K_QT_STORE) ? lg_qe_plan_qt_store(s, p, K_QT_STORE) : LG_QT_WHOLE;
 	p->nentries = 1;
 	p->persistent[0] = true;
 	p->cluster[0] = (unsigned)(h / sl);
@@ -212,7 +212,7 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	if (lg_spec_has(s, K_SLAB))
 		return plan_slab(s, t, p);
 	/* Measured on H200 at 8192 x 2048 (git history, commit e1d4ab9:
-	 * bench/README.md, "Against TARGETS.md"): the two-kernel
+	 * bench/README.md, its table against docs/performance.md's goals): the two-kernel
 	 * form is the faster default; the fused cluster kernel is a tile option. */
 	bool fused = false;
 	if (lg_spec_has(s, K_CLUSTER)) {

@@ -84,7 +84,7 @@ int main() {
 	for (i64 m = 0; m < M; m++) for (i64 k = 0; k < K; k++) {
 		double r = 0; for (i64 n = 0; n < N; n++) r += (double)dy[m * N + n] * frombf(w[n * K + k]);
 		double g = frombf(dx[m * K + k]);
-		if (!(std::fabs(r - g) <= tol * 1.0 + 8e-3 * std::fabs(r))) { printf("DX MISMATCH m=%lld k=%lld got %g want %g\n", m, k, g, r); return 1; }
+		if (!(std::fabs(r - g) <= tol * 1.0 + bf16_half_ulp(r))) { printf("DX MISMATCH m=%lld k=%lld got %g want %g\n", m, k, g, r); return 1; }
 	}
 	for (i64 n = 0; n < N; n++) for (i64 k = 0; k < K; k++) {
 		double r = 0; for (i64 m = 0; m < M; m++) r += (double)dy[m * N + n] * frombf(x[m * K + k]);

@@ -102,7 +102,7 @@ static int grouped_wgrad(i64 M, unsigned ctas, unsigned seed) {
 				double got;
 				if (OUT_F32) { float f; memcpy(&f, &out[o * 4], 4); got = f; }
 				else { u16 h; memcpy(&h, &out[o * 2], 2); got = lg_u2f((u32)h << 16); }
-				const double tol = 1e-5 * mag + (OUT_F32 ? 0 : std::ldexp(std::fabs(ref), -8));
+				const double tol = 1e-5 * mag + (OUT_F32 ? 0 : bf16_half_ulp(ref));
 				const double err = std::fabs(got - ref);
 				if (!(err <= tol)) { if (bad++ < 8) printf("MISMATCH expert %lld row %lld col %lld: got %.9g want %.9g (tol %.3g)\n", e, m, n, got, ref, tol); }
 				else worst = std::max(worst, mag > 0 ? err / mag : 0);
@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
 			double got;
 			if (OUT_F32) { float f; memcpy(&f, &out[(m * NO + n) * 4], 4); got = f; }
 			else { u16 h; memcpy(&h, &out[(m * NO + n) * 2], 2); got = lg_u2f((u32)h << 16); }
-			const double tol = 1e-5 * mag + (OUT_F32 ? 0 : std::ldexp(std::fabs(ref), -8));
+			const double tol = 1e-5 * mag + (OUT_F32 ? 0 : bf16_half_ulp(ref));
 			const double e = std::fabs(got - ref);
 			if (!(e <= tol)) { if (bad++ < 8) printf("MISMATCH row %lld col %lld: got %.9g want %.9g (tol %.3g)\n", m, n, got, ref, tol); }
 			else worst = std::max(worst, mag > 0 ? e / mag : 0);
