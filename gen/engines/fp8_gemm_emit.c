@@ -792,12 +792,9 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
  * poc, prend) from acc, then acc zeroed for this tile. */
 static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *when)
 {
-	if (when) {
-		lg_line(b, "if (%s && pta >= 0) store_before();", when);
+	if (when)
 		lg_open(b, "if (%s) {", when);
-	} else {
-		lg_line(b, "if (pta >= 0) store_before();");
-	}
+	lg_line(b, "if (pta >= 0) store_before();");
 	lg_line(b, "#pragma unroll");
 	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", g->bn / 2 * waves(g));
 	if (when)
