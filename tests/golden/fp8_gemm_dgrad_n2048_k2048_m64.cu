@@ -640,8 +640,8 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 			}
 			lg_wg_commit();
 			// (no whole group: the tile before's epilogue under its first stage)
-			if (kt == 0 && pta >= 0) store_before();
 			if (kt == 0) {
+				if (pta >= 0) store_before();
 				#pragma unroll
 				for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 			}
@@ -661,8 +661,8 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 			}
 		}
 		// (no stage: the tile before's epilogue here)
-		if (nkt == 0 && pta >= 0) store_before();
 		if (nkt == 0) {
+			if (pta >= 0) store_before();
 			#pragma unroll
 			for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 		}
