@@ -211,6 +211,10 @@ static lg_status key_of(lg_ctx *c, const struct lg_spec *s, const char *canon, u
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 	int nopts = 0;
 	const char *const *opts = lg_nvrtc_options(c->target.name, major, minor, &nopts);
+	if (!opts) {
+		free(ident);
+		return LG_ERR_INVALID_ARG; /* LINGEN_NVRTC_OPTIONS (said) */
+	}
 	lg_cache_key(c->target.name, ident, len, opts, nopts, major, minor, key);
 	free(ident);
 	return LG_OK;

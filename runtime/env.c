@@ -42,6 +42,11 @@ const struct lg_env_var lg_env_vars[LG_ENV_COUNT] = {
 				"threads of the CPU references and comparisons of `lingen check` and "
 				"the GPU tests (the results do not depend on it)",
 				"the online CPUs, at most 64"},
+	[LG_ENV_NVRTC_OPTIONS] = {"LINGEN_NVRTC_OPTIONS",
+				  "extra NVRTC options, blank-separated, after lingen's own (e.g. "
+				  "-lineinfo for profiling, -Ofc=max for faster compiles); part of "
+				  "the cache key",
+				  NULL},
 };
 _Static_assert(sizeof lg_env_vars / sizeof lg_env_vars[0] == LG_ENV_COUNT,
 	       "every environment variable is in the table");

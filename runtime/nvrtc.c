@@ -198,14 +198,21 @@ lg_status lg_nvrtc_version(int *major, int *minor)
 /* ------------------------------------------------------------- options */
 
 #define LG_NVRTC_MAX_ARCHS 32
-#define LG_NVRTC_NOPTS 3
+#define LG_NVRTC_NBASE 3   /* --gpu-architecture, --std, --minimal */
+#define LG_NVRTC_NEXTRA 8  /* LINGEN_NVRTC_OPTIONS: at most this many */
+#define LG_NVRTC_NOPTS (LG_NVRTC_NBASE + LG_NVRTC_NEXTRA)
+#define LG_NVRTC_EXTRA_MAX 256
 
-/* Interned option lists, one per arch and NVRTC option set, never freed:
- * the pointers handed out stay valid for the life of the process. */
+/* Interned option lists, one per arch, NVRTC option set and
+ * LINGEN_NVRTC_OPTIONS value, never freed: the pointers handed out stay
+ * valid for the life of the process. */
 static struct {
 	char arch[16];
 	bool minimal;
 	char gpu_arch[48];
+	char extra[LG_NVRTC_EXTRA_MAX]; /* the variable's value, split in place */
+	char key[LG_NVRTC_EXTRA_MAX];   /* the value as given */
+	int n;
 	const char *opts[LG_NVRTC_NOPTS + 1];
 } arch_opts[LG_NVRTC_MAX_ARCHS];
 static int narch_opts;
@@ -236,30 +243,84 @@ static int arch_valid(const char *arch)
  * kernel of the ling-mini-2.0 step (bench/jit-load.md). */
 static bool has_minimal(int major, int minor) { return major > 12 || (major == 12 && minor >= 4); }
 
+/* Split LINGEN_NVRTC_OPTIONS (v, at most LG_NVRTC_EXTRA_MAX - 1 bytes) at
+ * blanks into buf, its words into words[]: the number of words, or -1 with
+ * the error set when one does not start with '-', holds a quote or a
+ * backslash, or there are more than LG_NVRTC_NEXTRA. */
+static int split_extra(const char *v, char *buf, const char **words)
+{
+	int n = 0;
+	snprintf(buf, LG_NVRTC_EXTRA_MAX, "%s", v);
+	for (char *p = buf; *p;) {
+		while (*p == ' ' || *p == '\t' || *p == '\n')
+			*p++ = '\0';
+		if (!*p)
+			break;
+		if (*p != '-' || n == LG_NVRTC_NEXTRA) {
+			lg_fail(LG_ERR_INVALID_ARG,
+				"LINGEN_NVRTC_OPTIONS=\"%s\": %s", v,
+				n == LG_NVRTC_NEXTRA ? "more than 8 options"
+						     : "each option starts with '-' (blank-separated, no quotes)");
+			return -1;
+		}
+		words[n++] = p;
+		while (*p && *p != ' ' && *p != '\t' && *p != '\n') {
+			if (*p == '"' || *p == '\'' || *p == '\\') {
+				lg_fail(LG_ERR_INVALID_ARG,
+					"LINGEN_NVRTC_OPTIONS=\"%s\": no quotes or backslashes", v);
+				return -1;
+			}
+			p++;
+		}
+	}
+	return n;
+}
+
 const char *const *lg_nvrtc_options(const char *arch, int major, int minor, int *count)
 {
 	const char *const *res = NULL;
 	bool minimal = has_minimal(major, minor);
-	int n = minimal ? LG_NVRTC_NOPTS : LG_NVRTC_NOPTS - 1;
+	const char *extra = lg_env_get(LG_ENV_NVRTC_OPTIONS);
+	int n = 0;
 	if (count)
 		*count = 0;
 	if (!arch_valid(arch))
 		return NULL;
+	if (!extra)
+		extra = "";
+	if (strlen(extra) >= LG_NVRTC_EXTRA_MAX) {
+		lg_fail(LG_ERR_INVALID_ARG, "LINGEN_NVRTC_OPTIONS is longer than %d bytes",
+			LG_NVRTC_EXTRA_MAX - 1);
+		return NULL;
+	}
 	pthread_mutex_lock(&opts_lock);
 	for (int i = 0; i < narch_opts && !res; i++)
-		if (strcmp(arch_opts[i].arch, arch) == 0 && arch_opts[i].minimal == minimal)
+		if (strcmp(arch_opts[i].arch, arch) == 0 && arch_opts[i].minimal == minimal &&
+		    strcmp(arch_opts[i].key, extra) == 0) {
 			res = arch_opts[i].opts;
+			n = arch_opts[i].n;
+		}
 	if (!res && narch_opts < LG_NVRTC_MAX_ARCHS) {
-		int i = narch_opts++;
-		snprintf(arch_opts[i].arch, sizeof arch_opts[i].arch, "%s", arch);
-		snprintf(arch_opts[i].gpu_arch, sizeof arch_opts[i].gpu_arch,
-			 "--gpu-architecture=%s", arch);
-		arch_opts[i].opts[0] = arch_opts[i].gpu_arch;
-		arch_opts[i].minimal = minimal;
-		arch_opts[i].opts[1] = "--std=c++17";
-		arch_opts[i].opts[2] = minimal ? "--minimal" : NULL;
-		arch_opts[i].opts[3] = NULL;
-		res = arch_opts[i].opts;
+		int i = narch_opts;
+		const char *words[LG_NVRTC_NEXTRA];
+		int nw = split_extra(extra, arch_opts[i].extra, words);
+		if (nw >= 0) {
+			narch_opts++;
+			snprintf(arch_opts[i].arch, sizeof arch_opts[i].arch, "%s", arch);
+			snprintf(arch_opts[i].key, sizeof arch_opts[i].key, "%s", extra);
+			snprintf(arch_opts[i].gpu_arch, sizeof arch_opts[i].gpu_arch,
+				 "--gpu-architecture=%s", arch);
+			arch_opts[i].minimal = minimal;
+			arch_opts[i].opts[n++] = arch_opts[i].gpu_arch;
+			arch_opts[i].opts[n++] = "--std=c++17";
+			if (minimal)
+				arch_opts[i].opts[n++] = "--minimal";
+			for (int w = 0; w < nw; w++)
+				arch_opts[i].opts[n++] = words[w];
+			arch_opts[i].opts[n] = NULL;
+			arch_opts[i].n = n;
+			res = arch_opts[i].opts;
+		}
 	}
 	pthread_mutex_unlock(&opts_lock);
 	if (res && count)
@@ -457,7 +518,7 @@ lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, 
 	if (!name)
 		name = "kernel";
 	int nopts = 0;
-	if (!lg_nvrtc_options(arch, 0, 0, &nopts))
+	if (!arch_valid(arch))
 		return lg_fail(LG_ERR_INVALID_ARG,
 			       "cannot compile %s: \"%s\" is not an arch NVRTC takes (expected "
 			       "sm_<digits>[suffix], e.g. sm_90a, sm_80, sm_100a)",
@@ -471,6 +532,8 @@ lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, 
 	int major = 0, minor = 0;
 	api.nvrtcVersion(&major, &minor);
 	const char *const *opts = lg_nvrtc_options(arch, major, minor, &nopts);
+	if (!opts)
+		return LG_ERR_INVALID_ARG; /* LINGEN_NVRTC_OPTIONS (said) */
 
 	double t0 = lg_now();
 	nvrtcProgram prog = NULL;
@@ -547,7 +610,7 @@ static lg_status compile_log(const char *src, const char *name, const char *arch
 	if (!name)
 		name = "kernel";
 	int nbase = 0;
-	if (!lg_nvrtc_options(arch, 0, 0, &nbase))
+	if (!arch_valid(arch))
 		return lg_fail(LG_ERR_INVALID_ARG, "cannot %s %s: \"%s\" is not an arch NVRTC takes", what, name,
 			       arch ? arch : "(null)");
 	struct nvrtc_api api;
@@ -557,6 +620,8 @@ static lg_status compile_log(const char *src, const char *name, const char *arch
 	int major = 0, minor = 0;
 	api.nvrtcVersion(&major, &minor);
 	const char *const *base = lg_nvrtc_options(arch, major, minor, &nbase);
+	if (!base)
+		return LG_ERR_INVALID_ARG; /* LINGEN_NVRTC_OPTIONS (said) */
 	const char *opts[LG_NVRTC_NOPTS + 2];
 	int nopts = 0;
 	for (int i = 0; i < nbase; i++)

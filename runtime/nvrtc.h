@@ -26,8 +26,10 @@ lg_status lg_nvrtc_archs(int *archs, int max, int *n);
 bool lg_nvrtc_loaded(char *path, size_t len);
 
 /* The options lingen passes for an arch to NVRTC major.minor (some options
- * exist from a version on), NULL-terminated, in a static table (they are in
- * the cache key). NULL when arch is not one NVRTC takes. */
+ * exist from a version on), then the words of LINGEN_NVRTC_OPTIONS,
+ * NULL-terminated, in a static table (they are in the cache key). NULL when
+ * arch is not one NVRTC takes, or (error set) when LINGEN_NVRTC_OPTIONS is
+ * malformed. */
 const char *const *lg_nvrtc_options(const char *arch, int major, int minor, int *count);
 
 /* Compile `src` (named `name` in messages) to a cubin for `arch`. On success

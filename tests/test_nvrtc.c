@@ -106,6 +106,51 @@ static void test_options(void **state)
 	assert_non_null(strstr(lg_last_error(), "gfx90a"));
 }
 
+/* LINGEN_NVRTC_OPTIONS: appended after the base options, its own interned
+ * list (so its own cache key), malformed values refused with a message. */
+static void test_extra_options(void **state)
+{
+	(void)state;
+	int n = 0, n2 = 0;
+	unsetenv("LINGEN_NVRTC_OPTIONS");
+	const char *const *base = lg_nvrtc_options("sm_90a", 13, 0, &n);
+	assert_non_null(base);
+	setenv("LINGEN_NVRTC_OPTIONS", "  -lineinfo\t-Ofc=max ", 1);
+	const char *const *o = lg_nvrtc_options("sm_90a", 13, 0, &n2);
+	assert_non_null(o);
+	assert_true(o != base);
+	assert_int_equal(n2, n + 2);
+	for (int i = 0; i < n; i++)
+		assert_string_equal(o[i], base[i]);
+	assert_string_equal(o[n], "-lineinfo");
+	assert_string_equal(o[n + 1], "-Ofc=max");
+	assert_null(o[n + 2]);
+	assert_ptr_equal(lg_nvrtc_options("sm_90a", 13, 0, &n2), o); /* stable */
+	static const char *const bad[] = {
+	    "lineinfo", "-a -b -c -d -e -f -g -h -i", "-DX=\"y\"", "-I'a b'", "-x\\y",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		setenv("LINGEN_NVRTC_OPTIONS", bad[i], 1);
+		assert_null(lg_nvrtc_options("sm_90a", 13, 0, &n2));
+		assert_int_equal(n2, 0);
+		assert_non_null(strstr(lg_last_error(), "LINGEN_NVRTC_OPTIONS"));
+		void *cubin = (void *)1;
+		size_t size = 1;
+		assert_int_equal(lg_nvrtc_compile(tiny, "lg_tiny", "sm_90a", &cubin, &size, NULL),
+				 LG_ERR_INVALID_ARG);
+		assert_null(cubin);
+	}
+	char big[300];
+	memset(big, 'x', sizeof big - 1);
+	big[0] = '-';
+	big[sizeof big - 1] = '\0';
+	setenv("LINGEN_NVRTC_OPTIONS", big, 1);
+	assert_null(lg_nvrtc_options("sm_90a", 13, 0, &n2));
+	assert_non_null(strstr(lg_last_error(), "longer than"));
+	unsetenv("LINGEN_NVRTC_OPTIONS");
+	assert_ptr_equal(lg_nvrtc_options("sm_90a", 13, 0, &n2), base);
+}
+
 static void test_syntax_error(void **state)
 {
 	(void)state;
@@ -287,6 +332,7 @@ int main(void)
 		cmocka_unit_test(test_unknown_arch),
 		cmocka_unit_test(test_version),
 		cmocka_unit_test(test_options),
+		cmocka_unit_test(test_extra_options),
 		cmocka_unit_test(test_syntax_error),
 		cmocka_unit_test(test_error_window),
 		cmocka_unit_test(test_blocked),
