@@ -2,8 +2,9 @@
 LINGEN_LIBRARY set): each GEMM's variants against its default tile, TFLOP/s and max |diff| to the
 default's output (0: bit for bit), with torch._scaled_mm (blockwise) after them.
 SET: ahead (session 8: the groups of tile.ahead, the wgrad ahead), overlap (session 9:
-tile.overlap, the epilogue under the next tile's first wgmmas; odd token counts checked too) or
-defaults (session 9's default against the one before)."""
+tile.overlap, the epilogue under the next tile's first wgmmas; odd token counts checked too),
+defaults (session 9's default against the one before) or wide (session 11: wider N tiles at
+K 2048, fewer shared-memory bytes a multiply-add than 128 x 128)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
@@ -42,6 +43,10 @@ SETS = {
                               ("forward", 8192, 1024, 2048), ("forward", 8192, 2048, 512), ("dgrad", 8192, 2048, 512),
                               ("forward", 8192, 157184, 2048), ("dgrad", 8192, 2048, 2048), ("forward", 9973, 3072, 2048),
                               ("forward", 4096, 4096, 4096))
+    ],
+    "wide": [
+        (form, M, N, K, [None, {"n": 192}, {"n": 192, "epilogue": 1}, {"n": 256, "cluster": 1}, {"m": 256, "cluster": 2, "epilogue": 1}])
+        for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 157184, 2048))
     ],
 }
 ROWS = SETS[sys.argv[1] if len(sys.argv) > 1 else "overlap"]
