@@ -18,7 +18,10 @@
 #      each beside its count rounded up to 128 -> $OUT/odd.txt;
 #   4. examples/train_moe.py, FP8 against BF16, both heads chunked
 #      -> $OUT/step.{json,md,png}.
-# Each step under its own timeout; 8 files come back. OUT defaults to out/device.
+# With build-rz/ carried too (tools/device_rz.sh build), tools/device_rz.sh
+# runs beside step 1 (its GPU tests time nothing). The test logs come back
+# packed in $OUT/tests.tgz. Each step under its own timeout; 6 files come
+# back. OUT defaults to out/device.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/device}
@@ -38,12 +41,18 @@ fam() { # NAME FAMILY...
 fam gemm fp8_gemm
 fam grouped fp8_grouped_gemm
 fam quant fp8_quant swiglu_quant rmsnorm_quant rmsnorm_router cross_entropy_quant
+if [[ -d build-rz ]]; then
+	(OUT=$out/rz LINGEN_CACHE_DIR= timeout "${TEST_TIMEOUT:-240}" bash tools/device_rz.sh run 120 > "$out/t_rz.txt" 2>&1
+	 echo "rc=$?" >> "$out/t_rz.txt") &
+fi
 wait
 echo "== 1. GPU cases ($((SECONDS - start)) s)"
 for f in "$out"/t_*.txt; do
 	echo "-- $(basename "$f"): $(grep -c '^\[       OK \]' "$f") families passed, $(grep -c '^\[  FAILED  \]' "$f") failed, $(tail -n 1 "$f")"
-	grep -E "FAIL|mismatch" "$f" | head -n 5
+	grep -E "FAIL|mismatch|NOT CAUGHT|NORMAL BUILD" "$f" | head -n 5
 done
+[[ -f $out/t_rz.txt ]] && cat "$out/t_rz.txt"
+tar -czf "$out/tests.tgz" -C "$out" $(cd "$out" && ls -d t_*.txt rz 2>/dev/null) && rm -rf "$out"/t_*.txt "$out/rz"
 echo "== 2. tile_sweep.py defaults ($((SECONDS - start)) s)"
 timeout 120 python3 bench/fp8-gemm/tile_sweep.py defaults 2>&1 | tee "$out/sweep.txt" | tail -n 15
 echo "== 3. odd token counts ($((SECONDS - start)) s)"
