@@ -88,7 +88,11 @@ void lg_wgp_emit_head(lg_buf *b, const struct lg_spec *s, const struct lg_plan *
 	lg_line(b, "extern __shared__ __align__(1024) u8 smem[];");
 }
 
-void lg_wgp_emit_ring(lg_buf *b) { lg_line(b, "u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);"); }
+/* The ring at smem's first 1024-byte boundary, as an offset from smem: a
+ * pointer made through an integer (generic) would hide the shared space from
+ * NVVM, and every scale read and epilogue store through it would be a
+ * generic ld/st (LD.E on the long scoreboard) instead of LDS/STS. */
+void lg_wgp_emit_ring(lg_buf *b) { lg_line(b, "u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);"); }
 
 void lg_wgp_emit_barriers(lg_buf *b, const struct lg_wgp *p, const char *at)
 {
