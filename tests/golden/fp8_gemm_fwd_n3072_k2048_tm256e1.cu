@@ -264,7 +264,7 @@ lg_fp8_gemm_fwd_bf16_n3072_k2048_tm256e1(
 	// 3 stages of A [256][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
 	// then each stage's scales (A's of its 256 rows, B's of its one or two 128 x 128 tiles),
 	// then full[3], empty[3].
-	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
 	// after the ring, each consumer warpgroup's 2 buffers of 64 rows (a wave's) of the output
 	u8 *const epi = ring + 147456;
 	float *const scales = (float *)(epi + 65536);

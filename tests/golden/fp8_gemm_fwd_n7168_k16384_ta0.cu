@@ -225,7 +225,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm128a0(
 	// 6 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
 	// then each stage's scales (A's of its 128 rows, B's of its one or two 128 x 128 tiles),
 	// then full[6], empty[6].
-	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
 	float *const scales = (float *)(ring + 196608);
 	u64 *const full = (u64 *)(scales + 792), *const empty = full + 6;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;

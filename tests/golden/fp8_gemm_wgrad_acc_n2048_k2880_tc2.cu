@@ -257,7 +257,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc_tc2(
 	// 4 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
 	// then each stage's scales (A's of its 128 rows, B's of its columns),
 	// then full[4], empty[4].
-	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
 	// after the ring, each consumer warpgroup's buffer of its 64 rows of the output
 	u8 *const epi = ring + 131072;
 	float *const scales = (float *)(epi + 65536);

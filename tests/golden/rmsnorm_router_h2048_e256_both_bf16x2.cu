@@ -437,7 +437,7 @@ lg_rmsnorm_router_fwd_bf16_h2048_e256_both_pow2_bf16x2(
 	extern __shared__ __align__(1024) u8 smem[];
 	// 3 A buffers [2 terms][2][64][128 B], 2 route_w stages [2][256][128 B] (at 1024-byte
 	// boundaries), full[2], empty[2], the tile's reciprocal RMS [64].
-	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
 	u8 *const abuf = ring, *const bbuf = ring + 98304;
 	u64 *const full = (u64 *)(bbuf + 131072), *const empty = full + 2;
 	float *const rs = (float *)(empty + 2);

@@ -403,7 +403,7 @@ lg_rmsnorm_router_fwd_bf16_h8_e3_rowwise_pow2(
 	extern __shared__ __align__(1024) u8 smem[];
 	// 3 A buffers [1 term][2][64][128 B], 4 route_w stages [2][16][128 B] (at 1024-byte
 	// boundaries), full[4], empty[4], the tile's reciprocal RMS [64].
-	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
 	u8 *const abuf = ring, *const bbuf = ring + 49152;
 	u64 *const full = (u64 *)(bbuf + 16384), *const empty = full + 4;
 	float *const rs = (float *)(empty + 4);

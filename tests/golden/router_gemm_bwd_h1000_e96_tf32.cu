@@ -291,7 +291,7 @@ lg_router_gemm_bwd_bf16_h1000_e96_tf32_dx(
 	// of A fp32 [128][256 B] and B [256][128 B] at 1024-byte boundaries, two buffers of A's
 	// 2 bf16 planes [128][128 B], then full[2], empty[2] (128-byte rows: 64 reductions
 	// K-major, 64 outputs MN-major).
-	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
 	u8 *const planes = ring + 131072; // [2][2][128][128 B]
 	u64 *const full = (u64 *)(ring + 196608), *const empty = full + 2;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
@@ -417,7 +417,7 @@ lg_router_gemm_bwd_bf16_h1000_e96_tf32_dw(
 	// of A fp32 [128][256 B] and B [128][128 B] at 1024-byte boundaries, two buffers of A's
 	// 2 bf16 planes [128][128 B], then full[3], empty[3] (128-byte rows: 64 reductions
 	// K-major, 64 outputs MN-major).
-	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
 	u8 *const planes = ring + 147456; // [2][2][128][128 B]
 	u64 *const full = (u64 *)(ring + 212992), *const empty = full + 3;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;

@@ -216,7 +216,7 @@ lg_router_gemm_fwd_bf16_h1000_e97_tm64n256s4cl2(
 	const i64 kts = (LG_K + 63) / 64;
 	// 64x256 tile: 1 consumer warpgroup (64 rows each) and a producer warpgroup; 4 stages
 	// of A [64][128 B] and B [256][128 B] at 1024-byte boundaries, then full[4], empty[4].
-	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
 	u64 *const full = (u64 *)(ring + 163840), *const empty = full + 4;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const int nkt = (int)(kts);

@@ -168,7 +168,7 @@ lg_router_gemm_fwd_bf16_h2048_e256(
 	const i64 kts = (LG_K + 63) / 64;
 	// 128x128 tile: 2 consumer warpgroups (64 rows each) and a producer warpgroup; 7 stages
 	// of A [128][128 B] and B [128][128 B] at 1024-byte boundaries, then full[7], empty[7].
-	u8 *const ring = (u8 *)(((u64)smem + 1023) & ~(u64)1023);
+	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
 	u64 *const full = (u64 *)(ring + 229376), *const empty = full + 7;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const int nkt = (int)(kts);
