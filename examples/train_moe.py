@@ -237,19 +237,22 @@ def run_mode(args, mode, device, corpus):
             else:
                 gr["lr"] = _lr(i, args)
         ids, labels = corpus.batch_at(i)
-        if i == 0 or graph is not None:
+        if i == 0:
             last[0] = time.perf_counter()
-        if graph is not None:  # (a replay's loss read at once: out is overwritten by the next)
+        # step i is enqueued before step i - 1's loss is read: the host never
+        # waits mid-step, the device never waits for the host between steps
+        if graph is not None:
+            # stream-ordered after the last replay: the copies into the graph's
+            # inputs, the replay, its loss copied out before the next replay
+            # overwrites out
             static[0].copy_(ids)
             static[1].copy_(labels)
             graph.replay()
-            record(out.item())
+            pending.append(out.clone())
         else:
-            # step i is enqueued before step i - 1's loss is read: the host never
-            # waits mid-step, the device never waits for the host between steps
             pending.append(step(ids, labels))
-            if len(pending) > 1:
-                record(pending.pop(0).item())
+        if len(pending) > 1:
+            record(pending.pop(0).item())
         evals = args.eval_every and (i + 1) % args.eval_every == 0
         if evals or i == 0:
             drain()  # the step's loss read before its eval / the first step's end
