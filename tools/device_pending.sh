@@ -23,7 +23,7 @@
 # packed in $OUT/tests.tgz. Each step under its own timeout; 6 files come
 # back. OUT defaults to out/device; STEPS (default "1 2 3 4") picks the
 # steps, TEST_TIMEOUT (240 s) bounds step 1, STEP_SECONDS (30) step 4's
-# timed part, for a call that must be shorter.
+# timed part, SWEEP (defaults) step 2's set of bench/fp8-gemm/tile_sweep.py, for a call that must be shorter.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/device}
@@ -63,7 +63,7 @@ if on 1; then
 fi
 if on 2; then
 	echo "== 2. tile_sweep.py defaults ($((SECONDS - start)) s)"
-	timeout 120 python3 bench/fp8-gemm/tile_sweep.py defaults 2>&1 | tee "$out/sweep.txt" | tail -n 15
+	timeout 120 python3 bench/fp8-gemm/tile_sweep.py "${SWEEP:-defaults}" 2>&1 | tee "$out/sweep.txt" | tail -n 15
 fi
 if on 3; then
 	echo "== 3. odd token counts ($((SECONDS - start)) s)"

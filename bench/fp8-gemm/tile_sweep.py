@@ -3,7 +3,7 @@ LINGEN_LIBRARY set): each GEMM's variants against its default tile, TFLOP/s and 
 default's output (0: bit for bit), with torch._scaled_mm (blockwise) after them.
 SET: ahead (session 8: the groups of tile.ahead, the wgrad ahead), overlap (session 9:
 tile.overlap, the epilogue under the next tile's first wgmmas; odd token counts checked too),
-defaults (session 9's default against the one before) or wide (session 11: wider N tiles at
+defaults (session 9's default against the one before; qkv: its first two rows) or wide (session 11: wider N tiles at
 K 2048, fewer shared-memory bytes a multiply-add than 128 x 128)."""
 import sys, torch
 sys.path.insert(0, "tools")
@@ -49,6 +49,7 @@ SETS = {
         for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 157184, 2048))
     ],
 }
+SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone
 ROWS = SETS[sys.argv[1] if len(sys.argv) > 1 else "overlap"]
 print("| form | MxNxK | tile | TFLOP/s | vs default | max|diff| to default |")
 print("|---|---|---|---|---|---|")
