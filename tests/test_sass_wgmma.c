@@ -8,7 +8,12 @@
  * warpgroups, 128x128) and a 64x256 tile at odd sizes in clusters of 2
  * (UTMALDG.2D.MULTICAST), the backward's _dx and _dw at the target and at
  * odd sizes (bf16x3), K3b at the target and odd sizes (clusters of 2);
- * the sm_80 build of each unclustered spec has HMMA, no HGMMA. Exits with 77
+ * the sm_80 build of each unclustered spec has HMMA, no HGMMA. The FP8
+ * GEMMs' defaults (dense forward, dgrad and wgrad, grouped forward) show
+ * QGMMA. No kernel has a generic load or store (LD.E / ST.E): every shared
+ * memory access is LDS / STS, every global one LDG / STG (a pointer whose
+ * space NVVM lost made the FP8 GEMMs' scale reads generic loads on the long
+ * scoreboard until the eleventh session). Exits with 77
  * (ctest: skipped), saying why, when cuobjdump (or its nvdisasm) is missing.
  */
 #include <setjmp.h>
@@ -106,6 +111,8 @@ static char *sass_of(const char *json, const char *arch, bool *skip)
 #define RG "{\"op\": \"router_gemm\", \"dtype\": \"bf16\", \"pass\": "
 #define RR "{\"op\": \"rmsnorm_router\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
 #define QUANT "\"quant\": {\"format\": \"e4m3\", \"block\": 128}"
+#define FG "{\"op\": \"fp8_gemm\", \"pass\": "
+#define QG "QGMMA.64x128x32.F32.E4M3.E4M3"
 
 /* Each spec of the emitter's sm_90a path: the HGMMA shapes its kernels
  * must show (every wgmma width the generated source names) and whether its
@@ -114,25 +121,39 @@ static const struct {
 	const char *json;
 	const char *hgmma[2];
 	bool multicast;
+	bool sm90_only; /* the family runs on sm_90a alone */
 } specs[] = {
 	/* the forward at the target: two consumer warpgroups, 128x128 */
-	{RG "\"forward\", \"hidden\": 2048, \"experts\": 256}", {"HGMMA.64x128x16.F32.BF16", NULL}, false},
+	{RG "\"forward\", \"hidden\": 2048, \"experts\": 256}", {"HGMMA.64x128x16.F32.BF16", NULL}, false, false},
 	/* a 64x256 tile at odd sizes in clusters of 2 */
 	{RG "\"forward\", \"hidden\": 1000, \"experts\": 97, \"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4, "
 	    "\"cluster\": 2}}",
 	 {"HGMMA.64x256x16.F32.BF16", NULL},
-	 true},
+	 true,
+	 false},
 	/* the backward: _dx 256 features wide, _dw 128 (dy's bf16 planes, MN-major w and x) */
 	{RG "\"backward\", \"hidden\": 2048, \"experts\": 256}",
 	 {"HGMMA.64x256x16.F32.BF16", "HGMMA.64x128x16.F32.BF16"},
+	 false,
 	 false},
 	{RG "\"backward\", \"hidden\": 1000, \"experts\": 160, \"precision\": \"bf16x3\"}",
 	 {"HGMMA.64x256x16.F32.BF16", "HGMMA.64x128x16.F32.BF16"},
+	 false,
 	 false},
 	/* K3b: y made in shared memory, route_w multicast in clusters of 2 */
-	{RR "\"hidden\": 2048, \"experts\": 256, " QUANT "}", {"HGMMA.64x128x16.F32.BF16", NULL}, true},
+	{RR "\"hidden\": 2048, \"experts\": 256, " QUANT "}", {"HGMMA.64x128x16.F32.BF16", NULL}, true, false},
 	{RR "\"hidden\": 1000, \"experts\": 97, \"precision\": \"bf16x3\", " QUANT "}",
 	 {"HGMMA.64x56x16.F32.BF16", NULL},
+	 true,
+	 false},
+	/* the FP8 GEMMs' defaults: dense forward and dgrad in clusters of 2, the wgrad, the grouped forward */
+	{FG "\"forward\", \"dtype\": \"bf16\", \"n\": 3072, \"k\": 2048}", {QG, NULL}, true, true},
+	{FG "\"dgrad\", \"dtype\": \"bf16\", \"n\": 3072, \"k\": 2048}", {QG, NULL}, true, true},
+	{FG "\"wgrad\", \"dtype\": \"fp32\", \"n\": 2048, \"k\": 2880}", {QG, NULL}, false, true},
+	{"{\"op\": \"fp8_grouped_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 1024, \"k\": 2048, "
+	 "\"experts\": 256}",
+	 {QG, NULL},
+	 false,
 	 true},
 };
 
@@ -144,16 +165,18 @@ static void test_hgmma(void **state)
 		if (!sass)
 			return;
 		bool ok = strstr(sass, "UTMALDG") && !strstr(sass, "STL") && !strstr(sass, "LDL") &&
+			  !strstr(sass, " LD.E") && !strstr(sass, " ST.E") &&
 			  !strstr(sass, "UTMALDG.2D.MULTICAST") == !specs[i].multicast;
 		for (int h = 0; h < 2; h++)
 			ok = ok && (!specs[i].hgmma[h] || strstr(sass, specs[i].hgmma[h]));
 		if (!ok)
-			fail_msg("spec %s for sm_90a: want %s%s%s and UTMALDG (%s), no STL / LDL; the SASS:\n%.4000s",
+			fail_msg("spec %s for sm_90a: want %s%s%s and UTMALDG (%s), no STL / LDL, no generic LD.E / "
+				 "ST.E; the SASS:\n%.4000s",
 				 specs[i].json, specs[i].hgmma[0], specs[i].hgmma[1] ? ", " : "",
 				 specs[i].hgmma[1] ? specs[i].hgmma[1] : "",
 				 specs[i].multicast ? "multicast: a cluster" : "not multicast", sass);
 		free(sass);
-		if (specs[i].multicast)
+		if (specs[i].multicast || specs[i].sm90_only)
 			continue; /* clusters are for sm_90a */
 		sass = sass_of(specs[i].json, "sm_80", skip);
 		if (!sass)
