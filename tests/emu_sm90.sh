@@ -6,7 +6,8 @@
 # (the overlapped epilogue with its first group out of the loop, clusters of
 # two, the TMA epilogue) and the main tile options, at token counts that
 # leave partial tiles (1, 127, 301) and on few CTAs, so each walks many
-# tiles and the ring's phases wrap. Then a planted bug (the last tile's store
+# tiles and the ring's phases wrap. Then planted bugs (the last tile's store
+# dropped; with two epilogue buffers, the wait for the other one's stores
 # dropped) must fail, so the check is seen to bite. Then router_gemm's
 # sm_90a forward and backward (bf16 wgmma, K- and MN-major operands, dy in
 # 2 bf16 terms and tf32) through tools/emu/run.sh. Needs LINGEN (the CLI),
@@ -39,6 +40,7 @@ ACCUMULATE=1 run wgrad 208 384 1000 "" fp32
 run forward 640 2176 301 '{"m": 64}'
 run forward 640 2176 301 '{"m": 256, "epilogue": 1}'
 run forward 640 2176 301 '{"overlap": 1, "ahead": 0, "epilogue": 0}'
+run forward 640 2176 301 '{"epilogue": 2}' bf16 2
 run dgrad 208 2048 301 '{"overlap": 1, "ahead": 16, "stages": 3, "cluster": 1}'
 run wgrad 640 2176 301 '{"ahead": 8}' fp32
 EXPERTS=7 run forward 640 2176 1000
@@ -53,6 +55,15 @@ if EMU_MUTATE='k.replace("if (pta >= 0) store_before(); // the last tile", "// d
 	fails=$((fails + 1))
 else
 	echo "the planted bug (the last tile's store dropped) -> caught"
+fi
+# two epilogue buffers, one barrier a tile: without the wait for the other
+# buffer's stores before it, the next tile overwrites what they read
+if EMU_MUTATE='__import__("re").sub(r"(the next tile: its stores have read it\n\s*)if \(\(threadIdx.x & 127\) == 0\) lg_bulk_wait_read\(0\);", r"\1", k)' \
+	"$root/tools/emu/fp8_gemm.sh" forward 640 2176 301 '{"epilogue": 2}' bf16 2 >/dev/null 2>&1; then
+	echo "emu_sm90.sh: the planted bug (epilogue 2's wait dropped) was not caught"
+	fails=$((fails + 1))
+else
+	echo "the planted bug (epilogue 2's wait dropped) -> caught"
 fi
 # and a bf16 output rounded toward zero must fail the half-ulp bound
 if EMU_MUTATE='k.replace("lg_pack_bf16x2(", "emu_pack_bf16x2_rz(")' \

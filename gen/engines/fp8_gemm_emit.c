@@ -698,10 +698,17 @@ static int log2_of(int v)
  * eb: pair (r, c) of row r (its rows warp 16 + lane / 4 and + 8) to box c
  * / span's row r, swizzled as the tensor map's (16-byte chunk bits 4.. XOR
  * the row bits 7..), then one thread's TMA stores of the boxes, a bulk
- * group left in flight. */
+ * group left in flight. One named barrier a tile where the warpgroup's
+ * tiles take two buffers in turn, two where they take one (and with waves). */
 static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 {
 	int w = out_span(g), e = g->c_elem, mask = w / 16 - 1, n = out_slots(g);
+	/* tiles stored in two buffers taken in turn: the one barrier before the
+	 * stores also frees the next buffer (the stores of the tile before,
+	 * a whole tile back, waited for just before it); waves, whose stores
+	 * follow each other within a tile, and one buffer: a barrier before
+	 * the writes too */
+	bool one_bar = waves(g) == 1 && g->c_bufs > 1;
 	if (waves(g) > 1) {
 		if (n > 1)
 			lg_line(b, "u8 *const eb = epi + (wg * %d + (nt & %d)) * %d;", n, n - 1, slot_bytes(g));
@@ -709,16 +716,16 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 			lg_line(b, "u8 *const eb = epi + wg * %d;", slot_bytes(g));
 		lg_comment(b, "eb free once this warpgroup's stores %d wave%s before have read it", n, n > 1 ? "s" : "");
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(%d);", n - 1);
-	} else if (g->c_bufs > 1) {
+		lg_line(b, "lg_bar_id(1 + wg, 128);");
+	} else if (one_bar) {
 		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", 64 * g->bn * e);
-		lg_comment(b, "eb free once the stores of its tile before the last have read it");
-		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(1);");
+		lg_comment(b, "eb free: its stores two tiles back read before the last barrier");
 	} else {
 		lg_line(b, "u8 *const eb = epi + wg * %d;", 64 * g->bn * e);
 		lg_comment(b, "eb free once the stores of this warpgroup's last tile have read it");
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);");
+		lg_line(b, "lg_bar_id(1 + wg, 128);");
 	}
-	lg_line(b, "lg_bar_id(1 + wg, 128);");
 	lg_line(b, "const u32 rb = (u32)(warp * 16 + (lane >> 2)) * %d; // its row in a box", w);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
@@ -741,6 +748,10 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 	}
 	lg_close(b);
 	lg_line(b, "lg_fence_proxy_async();");
+	if (one_bar) {
+		lg_comment(b, "the other buffer free for the next tile: its stores have read it");
+		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);");
+	}
 	lg_line(b, "lg_bar_id(1 + wg, 128);");
 	lg_open(b, "if ((threadIdx.x & 127) == 0) {");
 	if (waves(g) > 1 && wave > 0)
