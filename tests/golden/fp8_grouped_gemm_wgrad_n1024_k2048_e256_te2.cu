@@ -469,9 +469,7 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256_te2(
 		// Epilogue: this warpgroup's rows by TMA when all are real, else from registers.
 		if (ta + wg * 64 + 64 <= rend) {
 			u8 *const eb = epi + (wg * 2 + (nt & 1)) * 16384;
-			// eb free once the stores of its tile before the last have read it
-			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(1);
-			lg_bar_id(1 + wg, 128);
+			// eb free: its stores two tiles back read before the last barrier
 			const u32 rb = (u32)(warp * 16 + (lane >> 2)) * 128; // its row in a box
 			#pragma unroll
 			for (int j = 0; j < 16; j++) {
@@ -486,6 +484,8 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256_te2(
 				*(u32 *)p1 = lg_pack_bf16x2(v[2], v[3]);
 			}
 			lg_fence_proxy_async();
+			// the other buffer free for the next tile: its stores have read it
+			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);
 			lg_bar_id(1 + wg, 128);
 			if ((threadIdx.x & 127) == 0) {
 				const int r0 = ta + wg * 64;
