@@ -37,8 +37,10 @@ SETS = {
         ("wgrad", 9973, 3584, 5120, [None, OV, {"ahead": 8, "overlap": 1}]),
     ],
     "defaults": [  # session 9's default (overlap, the first ahead group out of the loop) against the one
-        # before and against the whole reduction one ahead group with overlap
-        (form, M, N, K, [None, OLD, {"ahead": min(32, -(-(K if form == "forward" else N) // 128)), "overlap": 1}])
+        # before, against the whole reduction one ahead group with overlap, and with two epilogue
+        # buffers (session 11: one named barrier a tile)
+        (form, M, N, K, [None, OLD, {"ahead": min(32, -(-(K if form == "forward" else N) // 128)), "overlap": 1},
+                         {"epilogue": 2}])
         for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 2048, 2048),
                               ("forward", 8192, 1024, 2048), ("forward", 8192, 2048, 512), ("dgrad", 8192, 2048, 512),
                               ("forward", 8192, 157184, 2048), ("dgrad", 8192, 2048, 2048), ("forward", 9973, 3072, 2048),
