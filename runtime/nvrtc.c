@@ -257,10 +257,12 @@ static int split_extra(const char *v, char *buf, const char **words)
 		if (!*p)
 			break;
 		if (*p != '-' || n == LG_NVRTC_NEXTRA) {
-			lg_fail(LG_ERR_INVALID_ARG,
-				"LINGEN_NVRTC_OPTIONS=\"%s\": %s", v,
-				n == LG_NVRTC_NEXTRA ? "more than 8 options"
-						     : "each option starts with '-' (blank-separated, no quotes)");
+			if (n == LG_NVRTC_NEXTRA)
+				lg_fail(LG_ERR_INVALID_ARG, "LINGEN_NVRTC_OPTIONS=\"%s\": more than %d options", v,
+					LG_NVRTC_NEXTRA);
+			else
+				lg_fail(LG_ERR_INVALID_ARG,
+					"LINGEN_NVRTC_OPTIONS=\"%s\": each option starts with '-' (blank-separated)", v);
 			return -1;
 		}
 		words[n++] = p;
@@ -322,7 +324,11 @@ const char *const *lg_nvrtc_options(const char *arch, int major, int minor, int 
 			res = arch_opts[i].opts;
 		}
 	}
+	bool full = !res && narch_opts == LG_NVRTC_MAX_ARCHS;
 	pthread_mutex_unlock(&opts_lock);
+	if (full)
+		lg_fail(LG_ERR_INVALID_ARG, "more than %d arch and LINGEN_NVRTC_OPTIONS pairs in one process",
+			LG_NVRTC_MAX_ARCHS);
 	if (res && count)
 		*count = n;
 	return res;
