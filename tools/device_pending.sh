@@ -21,9 +21,10 @@
 # With build-rz/ carried too (tools/device_rz.sh build), tools/device_rz.sh
 # runs beside step 1 (its GPU tests time nothing). The test logs come back
 # packed in $OUT/tests.tgz. Each step under its own timeout; 6 files come
-# back. OUT defaults to out/device; STEPS (default "1 2 3 4") picks the
-# steps, TEST_TIMEOUT (240 s) bounds step 1, STEP_SECONDS (30) step 4's
-# timed part, SWEEP (defaults) step 2's set of bench/fp8-gemm/tile_sweep.py, for a call that must be shorter.
+# back. OUT defaults to out/device. For a shorter call: STEPS (default
+# "1 2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1,
+# SWEEP (defaults) is step 2's set of bench/fp8-gemm/tile_sweep.py, and
+# STEP_SECONDS (30) step 4's timed part. At most 560 s in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/device}
@@ -39,16 +40,16 @@ on() { [[ $steps == *" $1 "* ]]; }
 fam() { # NAME FAMILY...
 	local name=$1
 	shift
-	(timeout "${TEST_TIMEOUT:-240}" build-device/tests/gpu_test_families "$@" > "$out/t_$name.txt" 2>&1
+	(timeout "${TEST_TIMEOUT:-200}" build-device/tests/gpu_test_families "$@" > "$out/t_$name.txt" 2>&1
 	 echo "rc=$?" >> "$out/t_$name.txt") &
 }
 if on 1; then
-fam gemm fp8_gemm
-fam grouped fp8_grouped_gemm
-fam quant fp8_quant swiglu_quant rmsnorm_quant rmsnorm_router cross_entropy_quant
+	fam gemm fp8_gemm
+	fam grouped fp8_grouped_gemm
+	fam quant fp8_quant swiglu_quant rmsnorm_quant rmsnorm_router cross_entropy_quant
 fi
 if on 1 && [[ -d build-rz ]]; then
-	(OUT=$out/rz LINGEN_CACHE_DIR= timeout "${TEST_TIMEOUT:-240}" bash tools/device_rz.sh run 120 > "$out/t_rz.txt" 2>&1
+	(OUT=$out/rz LINGEN_CACHE_DIR= timeout "${TEST_TIMEOUT:-200}" bash tools/device_rz.sh run 120 > "$out/t_rz.txt" 2>&1
 	 echo "rc=$?" >> "$out/t_rz.txt") &
 fi
 wait
@@ -63,7 +64,7 @@ if on 1; then
 fi
 if on 2; then
 	echo "== 2. tile_sweep.py defaults ($((SECONDS - start)) s)"
-	timeout 120 python3 bench/fp8-gemm/tile_sweep.py "${SWEEP:-defaults}" 2>&1 | tee "$out/sweep.txt" | tail -n 15
+	timeout 150 python3 bench/fp8-gemm/tile_sweep.py "${SWEEP:-defaults}" 2>&1 | tee "$out/sweep.txt" | tail -n 15
 fi
 if on 3; then
 	echo "== 3. odd token counts ($((SECONDS - start)) s)"
