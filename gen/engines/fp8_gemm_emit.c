@@ -716,7 +716,6 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 			lg_line(b, "u8 *const eb = epi + wg * %d;", slot_bytes(g));
 		lg_comment(b, "eb free once this warpgroup's stores %d wave%s before have read it", n, n > 1 ? "s" : "");
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(%d);", n - 1);
-		lg_line(b, "lg_bar_id(1 + wg, 128);");
 	} else if (one_bar) {
 		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", 64 * g->bn * e);
 		lg_comment(b, "eb free: its stores two tiles back read before the last barrier");
@@ -724,8 +723,9 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 		lg_line(b, "u8 *const eb = epi + wg * %d;", 64 * g->bn * e);
 		lg_comment(b, "eb free once the stores of this warpgroup's last tile have read it");
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);");
-		lg_line(b, "lg_bar_id(1 + wg, 128);");
 	}
+	if (!one_bar)
+		lg_line(b, "lg_bar_id(1 + wg, 128);");
 	lg_line(b, "const u32 rb = (u32)(warp * 16 + (lane >> 2)) * %d; // its row in a box", w);
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
