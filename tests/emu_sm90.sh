@@ -48,31 +48,25 @@ EXPERTS=5 run dgrad 208 2048 301 '{"overlap": 1}'
 EXPERTS=7 run wgrad 640 2176 1000 "" fp32
 ACCUMULATE=1 EXPERTS=6 run wgrad 208 384 700 "" fp32
 EXPERTS=6 run wgrad 208 384 700 '{"ahead": 8}' bf16
-# the planted bug must be caught
-if EMU_MUTATE='k.replace("if (pta >= 0) store_before(); // the last tile", "// dropped")' \
-	"$root/tools/emu/fp8_gemm.sh" forward 640 2176 301 >/dev/null 2>&1; then
-	echo "emu_sm90.sh: the planted bug (the last tile's store dropped) was not caught"
-	fails=$((fails + 1))
-else
-	echo "the planted bug (the last tile's store dropped) -> caught"
-fi
+planted() { # WHAT MUTATION ARGS...: the mutant must fail
+	local what=$1 mut=$2
+	shift 2
+	if EMU_MUTATE=$mut "$root/tools/emu/fp8_gemm.sh" "$@" >/dev/null 2>&1; then
+		echo "emu_sm90.sh: the planted bug ($what) was not caught"
+		fails=$((fails + 1))
+	else
+		echo "the planted bug ($what) -> caught"
+	fi
+}
+planted "the last tile's store dropped" \
+	'k.replace("if (pta >= 0) store_before(); // the last tile", "// dropped")' forward 640 2176 301
 # two epilogue buffers, one barrier a tile: without the wait for the other
 # buffer's stores before it, the next tile overwrites what they read
-if EMU_MUTATE='__import__("re").sub(r"(the next tile: its stores have read it\n\s*)if \(\(threadIdx.x & 127\) == 0\) lg_bulk_wait_read\(0\);", r"\1", k)' \
-	"$root/tools/emu/fp8_gemm.sh" forward 640 2176 301 '{"epilogue": 2}' bf16 2 >/dev/null 2>&1; then
-	echo "emu_sm90.sh: the planted bug (epilogue 2's wait dropped) was not caught"
-	fails=$((fails + 1))
-else
-	echo "the planted bug (epilogue 2's wait dropped) -> caught"
-fi
+planted "epilogue 2's wait dropped" \
+	'__import__("re").sub(r"(the next tile: its stores have read it\n\s*)if \(\(threadIdx.x & 127\) == 0\) lg_bulk_wait_read\(0\);", r"\1", k)' \
+	forward 640 2176 301 '{"epilogue": 2}' bf16 2
 # and a bf16 output rounded toward zero must fail the half-ulp bound
-if EMU_MUTATE='k.replace("lg_pack_bf16x2(", "emu_pack_bf16x2_rz(")' \
-	"$root/tools/emu/fp8_gemm.sh" forward 640 2176 301 >/dev/null 2>&1; then
-	echo "emu_sm90.sh: bf16 rounded toward zero was not caught"
-	fails=$((fails + 1))
-else
-	echo "bf16 rounded toward zero -> caught"
-fi
+planted "bf16 rounded toward zero" 'k.replace("lg_pack_bf16x2(", "emu_pack_bf16x2_rz(")' forward 640 2176 301
 router() { # PASS KEYS M TERMS: router_gemm's sm_90a form
 	runs=$((runs + 1))
 	local out
