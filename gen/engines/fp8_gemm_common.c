@@ -29,33 +29,19 @@ static int64_t static_reduction(const struct lg_spec *s, const struct lg_fp8_key
 	return s->pass == LG_PASS_WGRAD ? 0 : lg_spec_int(s, s->pass == LG_PASS_FORWARD ? k->k : k->n);
 }
 
-/* The defaults' tile: 128 x 128, or at a long static reduction of the dense
- * forward and dgrad (k->m256_at, 0: never) 256 x 128 in clusters of two
- * (H100, one call, bench/fp8-gemm.md: forward 4096x7168x16384 1040 ->
- * 1155 TFLOP/s, 0.86x -> 0.88x _scaled_mm; at K 2048 it loses, 826 -> 689). */
-static bool tall_default(const struct lg_spec *s, const struct lg_fp8_keys *k)
-{
-	if (k->m256_at <= 0 || s->pass == LG_PASS_WGRAD || lg_spec_has(s, k->tm))
-		return false;
-	/* (with the spec's epilogue through TMA: 128 x 128, as before tile.m 256
-	 * could take it; not yet measured against it on the GPU) */
-	if (lg_spec_has(s, k->ep) && lg_spec_int(s, k->ep) > 0)
-		return false;
-	return static_reduction(s, k) >= k->m256_at;
-}
-
-/* The tile of a spec: its keys over the defaults (tall_default's m and
- * cluster, else 128 x 128, clusters of two where k->pair says so; stages
- * 4 until fitted; ahead where it can be: H100, bench/fp8-gemm.md, forward and dgrad 1-5% faster at
- * every shape measured). With tall false, 128 rows whatever the reduction
- * (the keys given that tile.m 256 cannot take: tile_keys). */
-static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual, bool tall)
+/* The tile of a spec: its keys over the defaults (128 x 128, clusters of
+ * two where k->pair says so; stages 4 until fitted; ahead where it can be:
+ * H100, bench/fp8-gemm.md, forward and dgrad 1-5% faster at every shape
+ * measured). 256 x 128 was the dense default from a reduction of 7168
+ * until session 12: at 4096x7168x16384 1072 TFLOP/s, 128 x 128 with two
+ * epilogue buffers 1153 (H100, bench/fp8-gemm.md). */
+static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual)
 {
 	struct lg_fp8_gemm g = spec_part(s, k, manual);
-	g.bm = tall ? 256 : 128;
+	g.bm = 128;
 	g.bn = 128;
 	g.stages = 4;
-	g.cluster = tall ? 2 : 1;
+	g.cluster = 1;
 	/* the epilogue through TMA, one buffer a warpgroup, unless the spec says
 	 * otherwise (its buffers count in the stages' fit; two, for the grouped
 	 * wgrad's short tiles, are not yet measured on the GPU) */
@@ -92,18 +78,6 @@ static struct lg_fp8_gemm tile_keys_as(const struct lg_spec *s, const struct lg_
 	return g;
 }
 
-/* tile_keys_as with the tall default where the spec's other keys allow it
- * (tile.n up to 128, no ahead, no tile.epilogue above 0: tall_default). */
-static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8_keys *k, bool manual)
-{
-	if (tall_default(s, k)) {
-		struct lg_fp8_gemm g = tile_keys_as(s, k, manual, true);
-		if (!lg_fp8_gemm_problem(&g))
-			return g;
-	}
-	return tile_keys_as(s, k, manual, false);
-}
-
 lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const struct lg_fp8_keys *k, bool manual)
 {
 	struct lg_fp8_gemm g = tile_keys(s, k, manual);
@@ -135,16 +109,26 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 		return lg_fail(LG_ERR_SPEC, "%s: target: found %s, allowed: sm_90a (the FP8 GEMMs run on wgmma e4m3 and "
 			       "TMA only)", s->entry, t->name);
 	struct lg_fp8_gemm g = tile_keys(s, k, manual);
-	/* the default epilogue through TMA where its buffers leave 3 stages and
-	 * the reduction is not known to be long: at 4096 and more the ring's
-	 * stage it takes costs more than the epilogue saves (H100, the fifth
-	 * session in bench/fp8-gemm.md's history; its tables: git show
-	 * c65dc42:bench/fp8-gemm/table-epilogue-on.md and -off.md: forward at
-	 * K 5120 / 7168 / 16384 2-7% slower with it, at K 2048 9% faster) */
-	bool long_red = static_reduction(s, k) >= 4096;
-	if (g.c_tmap && !lg_spec_has(s, k->ep) && (long_red || lg_fp8_gemm_fit_stages(&g, 3, limit) < 3)) {
-		g.c_tmap = NULL;
-		g.c_bufs = 0;
+	/* the default epilogue through TMA where its buffers leave 3 stages, two
+	 * buffers from a static reduction of k->e2_at where they leave 4 (dense:
+	 * 3072; the grouped GEMMs' not measured at long reductions) (H100, session 12,
+	 * bench/fp8-gemm.md: against stores from registers, 4096x4096x4096
+	 * 962 -> 1091 TFLOP/s, 9984x3584x5120 1000 -> 1127, dgrad 9984x5120x3584
+	 * 914 -> 1129; dgrad 8192x3072x2048 1010 -> 1028), else one (K 2048:
+	 * forward 1009 with one, 938 with two, whose buffer takes a stage).
+	 * Stores from registers were the default at 4096 and more until the ring
+	 * addressed shared memory as such (f32bd58): the buffer's stores were
+	 * generic then. */
+	if (g.c_tmap && !lg_spec_has(s, k->ep)) {
+		if (k->e2_at > 0 && static_reduction(s, k) >= k->e2_at && g.c_bufs == 1) {
+			g.c_bufs = 2;
+			if (lg_fp8_gemm_fit_stages(&g, 4, limit) < 4)
+				g.c_bufs = 1;
+		}
+		if (lg_fp8_gemm_fit_stages(&g, 3, limit) < 3) {
+			g.c_tmap = NULL;
+			g.c_bufs = 0;
+		}
 	}
 	g.stages = lg_spec_has(s, k->stages) ? (int)lg_spec_int(s, k->stages) : 4;
 	if (!lg_spec_has(s, k->stages))

@@ -22,7 +22,7 @@
  * tokens, known at run time only). */
 struct lg_fp8_keys {
 	int tm, tn, stages, acc, cl, ah, ep, ov, n, k;
-	int m256_at; /* the static reduction from which tile.m 256 is the default (0: never) */
+	int e2_at;   /* the static reduction from which two epilogue buffers are (0: never) */
 	bool pair;   /* clusters of two are the forward's and dgrad's default */
 	bool overlap; /* so is tile.overlap at a static reduction of 2 blocks or more */
 };
@@ -66,12 +66,11 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
  * manual operands or not, and its output's map c_tmap with tl->epilogue. */
 struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_keys *k, const struct lg_fp8_tile *tl,
 				  const char *const tmaps[3], const char *cols, bool manual);
-/* The tile on t: the spec's keys, else 128 x 128 (256 x 128 in clusters
- * of two from a static reduction of k->m256_at, where the keys allow it;
- * with k->pair clusters of two in the forward and dgrad),
- * the epilogue through TMA where 3 stages fit beside its buffers and the
- * pass's reduction is not a static 4096 or more (measured:
- * bench/fp8-gemm.md), ahead where it can be, and the stages that fit beside
+/* The tile on t: the spec's keys, else 128 x 128 (with k->pair clusters
+ * of two in the forward and dgrad), the epilogue through TMA where 3
+ * stages fit beside its buffers, two buffers from a static reduction of
+ * k->e2_at where 4 fit (measured: bench/fp8-gemm.md), ahead where it can
+ * be, and the stages that fit beside
  * `reserve` bytes of the kernel's static shared memory. Refuses every target
  * but sm_90a. */
 lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, const struct lg_fp8_keys *k,
