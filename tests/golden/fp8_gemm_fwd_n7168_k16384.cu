@@ -168,6 +168,44 @@ static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
 		     :: "r"(lg_smem_addr(bar)), "r"(rank) : "memory");
 }
 
+// Order this thread's generic-proxy writes to shared memory (st.shared)
+// before later async-proxy reads of them (wgmma operands, TMA stores); a
+// barrier then hands them to the threads that issue those.
+static __device__ __forceinline__ void lg_fence_proxy_async()
+{
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// TMA store: shared src (the box of tensor map tm, in its swizzle) to the
+// tensor at element coordinates (c0 inner, c1 outer), in this thread's
+// bulk group; elements outside the tensor are not written.
+static __device__ __forceinline__ void
+lg_tma_store_2d(const lg_tmap *tm, const void *src, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+		     :: "l"((u64)tm), "r"(lg_smem_addr(src)), "r"(c0), "r"(c1) : "memory");
+}
+
+// Close this thread's bulk group of TMA stores issued since the last commit.
+static __device__ __forceinline__ void lg_bulk_commit()
+{
+	asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Wait until at most n of this thread's bulk groups still read shared
+// memory (their sources may be overwritten then).
+#define lg_bulk_wait_read(n) asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(n) : "memory")
+
+// Wait until at most n of this thread's bulk groups are pending (their
+// writes done).
+#define lg_bulk_wait(n) asm volatile("cp.async.bulk.wait_group %0;" :: "n"(n) : "memory")
+
+// lg_bar_named with a run-time id (the same in every thread that meets).
+static __device__ __forceinline__ void lg_bar_id(u32 id, u32 n)
+{
+	asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
+}
+
 // ----- helpers for this spec -----
 // acc (64 x 128, fp32) = (add ? acc : 0) + A (64 x 32 at descriptor da) . B (128 x 32 at
 // db)^T, both e4m3 K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.
@@ -204,6 +242,14 @@ fp8_release(u64 *bar)
 {
 	for (u32 q = 0; q < 2; q++) lg_mbar_arrive_cta(bar, q);
 }
+// No read or write of acc moves across this point (the partial sums of the
+// wgmmas in flight): CUTLASS's warpgroup_fence_operand.
+static __device__ __forceinline__ void
+fp8_hold(float (&acc)[64])
+{
+	#pragma unroll
+	for (int i = 0; i < 64; i++) asm volatile("" : "+f"(acc[i]) :: "memory");
+}
 // An output pair (row, col), (row, col + 1) of [rows, 7168] bf16.
 static __device__ __forceinline__ void
 lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
@@ -215,22 +261,25 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 // ----- lg_fp8_gemm_fwd_bf16_n7168_k16384: y = x . w^T -----
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
 lg_fp8_gemm_fwd_bf16_n7168_k16384(
-	u64 /* x */, u64 x_scale, u64 /* w */, u64 w_scale, u64 y, i64 M, i64 /* part */,
-	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w)
+	u64 x, u64 x_scale, u64 /* w */, u64 w_scale, u64 y, i64 M, i64 /* part */,
+	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w,
+	const __grid_constant__ lg_tmap tm_y)
 {
 	extern __shared__ __align__(1024) u8 smem[];
 	#define LG_SA(kb, r) (((const float *)x_scale)[(i64)(kb) * M + (r)])
 	#define LG_SB(kb, c) (((const float *)w_scale)[(i64)(c) * 128 + (kb)])
-	// 256x128 tiles: 2 consumer warpgroups (128 rows each) and a producer warpgroup; a ring of
-	// 4 stages of A [256][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
-	// then each stage's scales (A's of its 256 rows, B's of its one or two 128 x 128 tiles),
+	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
+	// 4 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
+	// then each stage's scales (A's of its 128 rows, B's of its one or two 128 x 128 tiles),
 	// then full[4], empty[4].
 	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
-	float *const scales = (float *)(ring + 196608);
-	u64 *const full = (u64 *)(scales + 1040), *const empty = full + 4;
+	// after the ring, each consumer warpgroup's buffers of its 64 rows of the output
+	u8 *const epi = ring + 131072;
+	float *const scales = (float *)(epi + 65536);
+	u64 *const full = (u64 *)(scales + 528), *const empty = full + 4;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const int rank = (int)(blockIdx.x % 2); // in the cluster
-	const i64 rtiles = (M + 255) / 256;
+	const i64 rtiles = (M + 127) / 128;
 	const i64 tiles = rtiles * 28;
 	if (threadIdx.x == 0) {
 		if (tiles > (i64)(blockIdx.x / 2)) {
@@ -254,19 +303,19 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				// Grouped raster: 16 row tiles at a time sweep the columns.
 				const i64 first = tile / 448 * 16, r = tile % 448;
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
-				const int ta = (int)((first + r % gs) * 256);
+				const int ta = (int)((first + r % gs) * 128);
 				const int tb = (int)((r / gs) * 256 + rank * 128);
 				const int nkt = (int)((16384ll + 127) / 128);
-				const int ah = ta + rank * 128; // its half of A, multicast
+				const int ah = ta + rank * 64; // its half of A, multicast
 				for (int kt = 0; kt < nkt; kt++, it++) {
 					const int s = it % 4;
 					if (it >= 4) lg_mbar_wait(&empty[s], ((it / 4) - 1) & 1);
-					u8 *const sd = ring + s * 49152;
-					lg_mbar_expect(&full[s], 49152u);
+					u8 *const sd = ring + s * 32768;
+					lg_mbar_expect(&full[s], 32768u);
 					const int r0 = kt * 128;
-					u8 *const sh = sd + rank * 16384;
+					u8 *const sh = sd + rank * 8192;
 					lg_tma_load_2d_mc(sh, &tm_x, &full[s], r0, ah, 3);
-					lg_tma_load_2d(sd + 32768, &tm_w, &full[s], r0, tb);
+					lg_tma_load_2d(sd + 16384, &tm_w, &full[s], r0, tb);
 				}
 			}
 		}
@@ -277,17 +326,17 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 				// Grouped raster: 16 row tiles at a time sweep the columns.
 				const i64 first = tile / 448 * 16, r = tile % 448;
 				const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
-				const int ta = (int)((first + r % gs) * 256);
+				const int ta = (int)((first + r % gs) * 128);
 				const i64 oc = (r / gs) * 256 + rank * 128;
 				const int nkt = (int)((16384ll + 127) / 128);
 				const i64 rend = M;
 				for (int kt = 0; kt < nkt; kt++, it++) {
 					const int s = it % 4;
 					if (it >= 4) lg_mbar_wait(&empty[s], ((it / 4) - 1) & 1);
-					float *const sl = scales + s * 260;
+					float *const sl = scales + s * 132;
 					const float *const pa = &LG_SA(kt, ta);
 					#pragma unroll
-					for (int i = lane; i < 256; i += 32) {
+					for (int i = lane; i < 128; i += 32) {
 						const bool ok = ta + i < rend;
 						lg_cp4_if(sl + i, ok ? pa + i : pa, ok, true);
 					}
@@ -295,7 +344,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 						const i64 c = (oc >> 7) + lane;
 						const bool ok = c * 128 < 7168ll;
 						const float *const pb = ok ? &LG_SB(kt, c) : pa;
-						lg_cp4_if(sl + 256 + lane, pb, ok, true);
+						lg_cp4_if(sl + 128 + lane, pb, ok, true);
 					}
 					lg_cp_arrive(&full[s]);
 				}
@@ -305,85 +354,371 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384(
 		return;
 	}
 	lg_setmaxnreg_inc(224);
-	// Consumers: warpgroup wg, rows 128 wg.. of each tile.
-	float psum[64];
+	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
+	float psum0[64], psum1[64];
 	#pragma unroll
-	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
-	const int rl = wg * 128 + warp * 16 + (lane >> 2); // rows rl, rl + 8 (+ 64 w) of a tile
+	for (int i = 0; i < 64; i++) psum0[i] = psum1[i] = 0.0f;
+	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
+	int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates
+	float acc[64];
+	int pta = -1; // the tile before's epilogue is due: its ta, oc, rend
+	i64 poc = 0, prend = 0;
+	const auto store_before = [&]() {
+		const int ta = pta;
+		const i64 oc = poc, rend = prend;
+		const i64 row = (i64)ta + rl;
+		// Epilogue: this warpgroup's rows by TMA when all are real, else from registers.
+		if (ta + wg * 64 + 64 <= rend) {
+			u8 *const eb = epi + (wg * 2 + (nt & 1)) * 16384;
+			// eb free: its stores two tiles back read before the last barrier
+			const u32 rb = (u32)(warp * 16 + (lane >> 2)) * 128; // its row in a box
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				// x: the pair's byte in its row; lo, hi: its rows' in the boxes
+				const int x = (j * 8 + (lane & 3) * 2) * 2;
+				const u32 lo = (u32)((x >> 7) * 8192 + (x & 127)) + rb;
+				const u32 hi = lo + 1024;
+				const float *const v = acc + 4 * j;
+				u8 *const p0 = eb + (lo ^ (((lo >> 7) & 7) << 4));
+				u8 *const p1 = eb + (hi ^ (((hi >> 7) & 7) << 4));
+				*(u32 *)p0 = lg_pack_bf16x2(v[0], v[1]);
+				*(u32 *)p1 = lg_pack_bf16x2(v[2], v[3]);
+			}
+			lg_fence_proxy_async();
+			// the other buffer free for the next tile: its stores have read it
+			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);
+			lg_bar_id(1 + wg, 128);
+			if ((threadIdx.x & 127) == 0) {
+				const int r0 = ta + wg * 64;
+				lg_tma_store_2d(&tm_y, eb, (int)oc, r0);
+				lg_tma_store_2d(&tm_y, eb + 8192, (int)oc + 64, r0);
+				lg_bulk_commit();
+			}
+			nt++;
+		}
+		else {
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				const i64 col = oc + j * 8 + (lane & 3) * 2;
+				const float *const v = acc + 4 * j;
+				if (row < rend) lg_st_out((u8 *)y, row, col, v[0], v[1]);
+				if (row + 8 < rend) lg_st_out((u8 *)y, row + 8, col, v[2], v[3]);
+			}
+		}
+	};
 	for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
 		// Grouped raster: 16 row tiles at a time sweep the columns.
 		const i64 first = tile / 448 * 16, r = tile % 448;
 		const i64 gs = rtiles - first < 16 ? rtiles - first : 16;
-		const int ta = (int)((first + r % gs) * 256);
+		const int ta = (int)((first + r % gs) * 128);
 		const i64 oc = (r / gs) * 256 + rank * 128;
 		const int nkt = (int)((16384ll + 127) / 128);
 		const i64 rend = M;
-		const i64 row = (i64)ta + rl;
-		float acc[128];
-		#pragma unroll
-		for (int i = 0; i < 128; i++) acc[i] = 0.0f;
-		for (int kt = 0; kt < nkt; kt++, it++) {
-			const int s = it % 4;
-			lg_mbar_wait(&full[s], (it / 4) & 1);
-			const u64 da = lg_wg_desc(ring + s * 49152 + wg * 16384);
-			const u64 db = lg_wg_desc(ring + s * 49152 + 32768);
-			lg_wg_fence();
-			// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
-			#pragma unroll
-			for (int ks = 0; ks < 4; ks++) {
-				fp8_wgmma(psum, da + 2 * ks, db + 2 * ks, ks);
-			}
-			lg_wg_commit();
-			const float *const sl = scales + s * 260;
-			const float sb0 = sl[256];
+		int k4 = 0;
+		if (nkt >= 4) {
 			{
-				const float sa0 = sl[rl], sa1 = sl[rl + 8];
-				lg_wg_wait(0);
-				#pragma unroll
-				for (int j = 0; j < 16; j++) {
-					const float c = sb0;
-					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[4 * j] += psum[4 * j] * t0;
-					acc[4 * j + 1] += psum[4 * j + 1] * t0;
-					acc[4 * j + 2] += psum[4 * j + 2] * t1;
-					acc[4 * j + 3] += psum[4 * j + 3] * t1;
-				}
-			}
-			{
-				const u64 da = lg_wg_desc(ring + s * 49152 + wg * 16384 + 8192);
-				const u64 db = lg_wg_desc(ring + s * 49152 + 32768);
+				const int s = it % 4;
+				lg_mbar_wait(&full[s], (it / 4) & 1);
+				const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 				lg_wg_fence();
 				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
 				#pragma unroll
 				for (int ks = 0; ks < 4; ks++) {
-					fp8_wgmma(psum, da + 2 * ks, db + 2 * ks, ks);
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
 				}
 				lg_wg_commit();
-				const float sa0 = sl[rl + 64], sa1 = sl[rl + 72];
-				lg_wg_wait(0);
+				// the tile before's epilogue while this tile's first wgmmas run
+				if (pta >= 0) store_before();
+				#pragma unroll
+				for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+			}
+			{
+				const int s = it % 4;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				const int sn = (it + 1) % 4;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 4) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
 				if (lane == 0) fp8_release(&empty[s]);
 				#pragma unroll
 				for (int j = 0; j < 16; j++) {
 					const float c = sb0;
 					const float t0 = sa0 * c, t1 = sa1 * c;
-					acc[64 + 4 * j] += psum[4 * j] * t0;
-					acc[64 + 4 * j + 1] += psum[4 * j + 1] * t0;
-					acc[64 + 4 * j + 2] += psum[4 * j + 2] * t1;
-					acc[64 + 4 * j + 3] += psum[4 * j + 3] * t1;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
 				}
+				it++;
+			}
+			{
+				const int s = it % 4;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				const int sn = (it + 1) % 4;
+				fp8_hold(psum0);
+				lg_mbar_wait(&full[sn], ((it + 1) / 4) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum1);
+				if (lane == 0) fp8_release(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 4;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				const int sn = (it + 1) % 4;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 4) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) fp8_release(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 4;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				lg_wg_wait(0);
+				fp8_hold(psum1);
+				if (lane == 0) fp8_release(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			k4 = 4;
+		}
+		for (; k4 + 4 <= nkt; k4 += 4) {
+			{
+				const int s = it % 4;
+				lg_mbar_wait(&full[s], (it / 4) & 1);
+				const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+			}
+			{
+				const int s = it % 4;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				const int sn = (it + 1) % 4;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 4) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) fp8_release(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 4;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				const int sn = (it + 1) % 4;
+				fp8_hold(psum0);
+				lg_mbar_wait(&full[sn], ((it + 1) / 4) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum1);
+				if (lane == 0) fp8_release(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 4;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				const int sn = (it + 1) % 4;
+				fp8_hold(psum1);
+				lg_mbar_wait(&full[sn], ((it + 1) / 4) & 1);
+				const u64 da = lg_wg_desc(ring + sn * 32768 + wg * 8192);
+				const u64 db = lg_wg_desc(ring + sn * 32768 + 16384);
+				lg_wg_fence();
+				// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+				#pragma unroll
+				for (int ks = 0; ks < 4; ks++) {
+					fp8_wgmma(psum1, da + 2 * ks, db + 2 * ks, ks);
+				}
+				lg_wg_commit();
+				lg_wg_wait(1);
+				fp8_hold(psum0);
+				if (lane == 0) fp8_release(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum0[4 * j] * t0;
+					acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+				}
+				it++;
+			}
+			{
+				const int s = it % 4;
+				const float *const sl = scales + s * 132;
+				const float sa0 = sl[rl], sa1 = sl[rl + 8];
+				const float sb0 = sl[128];
+				lg_wg_wait(0);
+				fp8_hold(psum1);
+				if (lane == 0) fp8_release(&empty[s]);
+				#pragma unroll
+				for (int j = 0; j < 16; j++) {
+					const float c = sb0;
+					const float t0 = sa0 * c, t1 = sa1 * c;
+					acc[4 * j] += psum1[4 * j] * t0;
+					acc[4 * j + 1] += psum1[4 * j + 1] * t0;
+					acc[4 * j + 2] += psum1[4 * j + 2] * t1;
+					acc[4 * j + 3] += psum1[4 * j + 3] * t1;
+				}
+				it++;
 			}
 		}
-		// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
-		#pragma unroll
-		for (int j = 0; j < 16; j++) {
-			const i64 col = oc + j * 8 + (lane & 3) * 2;
-			const float *const v = acc + 4 * j;
-			if (row < rend) lg_st_out((u8 *)y, row, col, v[0], v[1]);
-			if (row + 8 < rend) lg_st_out((u8 *)y, row + 8, col, v[2], v[3]);
-			if (row + 64 < rend) lg_st_out((u8 *)y, row + 64, col, v[64], v[65]);
-			if (row + 72 < rend) lg_st_out((u8 *)y, row + 72, col, v[66], v[67]);
+		for (int kt = k4; kt < nkt; kt++, it++) {
+			const int s = it % 4;
+			lg_mbar_wait(&full[s], (it / 4) & 1);
+			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
+			const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
+			lg_wg_fence();
+			// k32 steps: 32 bytes of the swizzled rows, 2 descriptor units
+			#pragma unroll
+			for (int ks = 0; ks < 4; ks++) {
+				fp8_wgmma(psum0, da + 2 * ks, db + 2 * ks, ks);
+			}
+			lg_wg_commit();
+			// (no whole group: the tile before's epilogue under its first stage)
+			if (kt == 0) {
+				if (pta >= 0) store_before();
+				#pragma unroll
+				for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+			}
+			const float *const sl = scales + s * 132;
+			const float sa0 = sl[rl], sa1 = sl[rl + 8];
+			const float sb0 = sl[128];
+			lg_wg_wait(0);
+			if (lane == 0) fp8_release(&empty[s]);
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				const float c = sb0;
+				const float t0 = sa0 * c, t1 = sa1 * c;
+				acc[4 * j] += psum0[4 * j] * t0;
+				acc[4 * j + 1] += psum0[4 * j + 1] * t0;
+				acc[4 * j + 2] += psum0[4 * j + 2] * t1;
+				acc[4 * j + 3] += psum0[4 * j + 3] * t1;
+			}
 		}
+		// (no stage: the tile before's epilogue here)
+		if (nkt == 0) {
+			if (pta >= 0) store_before();
+			#pragma unroll
+			for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+		}
+		pta = ta;
+		poc = oc;
+		prend = rend;
 	}
+	if (pta >= 0) store_before(); // the last tile's
+	if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends
 	lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done
 }

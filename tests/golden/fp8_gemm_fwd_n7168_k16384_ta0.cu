@@ -168,6 +168,44 @@ static __device__ __forceinline__ void lg_mbar_arrive_cta(u64 *bar, u32 rank)
 		     :: "r"(lg_smem_addr(bar)), "r"(rank) : "memory");
 }
 
+// Order this thread's generic-proxy writes to shared memory (st.shared)
+// before later async-proxy reads of them (wgmma operands, TMA stores); a
+// barrier then hands them to the threads that issue those.
+static __device__ __forceinline__ void lg_fence_proxy_async()
+{
+	asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+
+// TMA store: shared src (the box of tensor map tm, in its swizzle) to the
+// tensor at element coordinates (c0 inner, c1 outer), in this thread's
+// bulk group; elements outside the tensor are not written.
+static __device__ __forceinline__ void
+lg_tma_store_2d(const lg_tmap *tm, const void *src, int c0, int c1)
+{
+	asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+		     :: "l"((u64)tm), "r"(lg_smem_addr(src)), "r"(c0), "r"(c1) : "memory");
+}
+
+// Close this thread's bulk group of TMA stores issued since the last commit.
+static __device__ __forceinline__ void lg_bulk_commit()
+{
+	asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+// Wait until at most n of this thread's bulk groups still read shared
+// memory (their sources may be overwritten then).
+#define lg_bulk_wait_read(n) asm volatile("cp.async.bulk.wait_group.read %0;" :: "n"(n) : "memory")
+
+// Wait until at most n of this thread's bulk groups are pending (their
+// writes done).
+#define lg_bulk_wait(n) asm volatile("cp.async.bulk.wait_group %0;" :: "n"(n) : "memory")
+
+// lg_bar_named with a run-time id (the same in every thread that meets).
+static __device__ __forceinline__ void lg_bar_id(u32 id, u32 n)
+{
+	asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
+}
+
 // ----- helpers for this spec -----
 // acc (64 x 128, fp32) = (add ? acc : 0) + A (64 x 32 at descriptor da) . B (128 x 32 at
 // db)^T, both e4m3 K-major in 128-byte swizzled shared memory; asynchronous until lg_wg_wait.
@@ -215,19 +253,22 @@ lg_st_out(u8 *out, i64 row, i64 col, float v0, float v1)
 // ----- lg_fp8_gemm_fwd_bf16_n7168_k16384_tm128a0: y = x . w^T -----
 extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1)
 lg_fp8_gemm_fwd_bf16_n7168_k16384_tm128a0(
-	u64 /* x */, u64 x_scale, u64 /* w */, u64 w_scale, u64 y, i64 M, i64 /* part */,
-	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w)
+	u64 x, u64 x_scale, u64 /* w */, u64 w_scale, u64 y, i64 M, i64 /* part */,
+	const __grid_constant__ lg_tmap tm_x, const __grid_constant__ lg_tmap tm_w,
+	const __grid_constant__ lg_tmap tm_y)
 {
 	extern __shared__ __align__(1024) u8 smem[];
 	#define LG_SA(kb, r) (((const float *)x_scale)[(i64)(kb) * M + (r)])
 	#define LG_SB(kb, c) (((const float *)w_scale)[(i64)(c) * 128 + (kb)])
 	// 128x128 tiles: 2 consumer warpgroups (64 rows each) and a producer warpgroup; a ring of
-	// 6 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
+	// 4 stages of A [128][128 B] and B [128][128 B] (128 of the reduction, 128-byte swizzle),
 	// then each stage's scales (A's of its 128 rows, B's of its one or two 128 x 128 tiles),
-	// then full[6], empty[6].
+	// then full[4], empty[4].
 	u8 *const ring = smem + ((1024u - (lg_smem_addr(smem) & 1023u)) & 1023u);
-	float *const scales = (float *)(ring + 196608);
-	u64 *const full = (u64 *)(scales + 792), *const empty = full + 6;
+	// after the ring, each consumer warpgroup's buffers of its 64 rows of the output
+	u8 *const epi = ring + 131072;
+	float *const scales = (float *)(epi + 65536);
+	u64 *const full = (u64 *)(scales + 528), *const empty = full + 4;
 	const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
 	const int rank = (int)(blockIdx.x % 2); // in the cluster
 	const i64 rtiles = (M + 127) / 128;
@@ -238,7 +279,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm128a0(
 			lg_tma_prefetch(&tm_w);
 		}
 		#pragma unroll
-		for (int s = 0; s < 6; s++) {
+		for (int s = 0; s < 4; s++) {
 			lg_mbar_init(&full[s], 33); // the loads' thread, the scale warp's lanes
 			lg_mbar_init(&empty[s], 16); // every consumer warp of the cluster
 		}
@@ -259,8 +300,8 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm128a0(
 				const int nkt = (int)((16384ll + 127) / 128);
 				const int ah = ta + rank * 64; // its half of A, multicast
 				for (int kt = 0; kt < nkt; kt++, it++) {
-					const int s = it % 6;
-					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
+					const int s = it % 4;
+					if (it >= 4) lg_mbar_wait(&empty[s], ((it / 4) - 1) & 1);
 					u8 *const sd = ring + s * 32768;
 					lg_mbar_expect(&full[s], 32768u);
 					const int r0 = kt * 128;
@@ -282,8 +323,8 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm128a0(
 				const int nkt = (int)((16384ll + 127) / 128);
 				const i64 rend = M;
 				for (int kt = 0; kt < nkt; kt++, it++) {
-					const int s = it % 6;
-					if (it >= 6) lg_mbar_wait(&empty[s], ((it / 6) - 1) & 1);
+					const int s = it % 4;
+					if (it >= 4) lg_mbar_wait(&empty[s], ((it / 4) - 1) & 1);
 					float *const sl = scales + s * 132;
 					const float *const pa = &LG_SA(kt, ta);
 					#pragma unroll
@@ -311,6 +352,7 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm128a0(
 	for (int i = 0; i < 64; i++) psum[i] = 0.0f;
 	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
+	int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates
 	for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
 		// Grouped raster: 16 row tiles at a time sweep the columns.
 		const i64 first = tile / 448 * 16, r = tile % 448;
@@ -324,8 +366,8 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm128a0(
 		#pragma unroll
 		for (int i = 0; i < 64; i++) acc[i] = 0.0f;
 		for (int kt = 0; kt < nkt; kt++, it++) {
-			const int s = it % 6;
-			lg_mbar_wait(&full[s], (it / 6) & 1);
+			const int s = it % 4;
+			lg_mbar_wait(&full[s], (it / 4) & 1);
 			const u64 da = lg_wg_desc(ring + s * 32768 + wg * 8192);
 			const u64 db = lg_wg_desc(ring + s * 32768 + 16384);
 			lg_wg_fence();
@@ -350,14 +392,45 @@ lg_fp8_gemm_fwd_bf16_n7168_k16384_tm128a0(
 				acc[4 * j + 3] += psum[4 * j + 3] * t1;
 			}
 		}
-		// Epilogue: accumulator pairs (row, col), (row, col + 1) to the store.
-		#pragma unroll
-		for (int j = 0; j < 16; j++) {
-			const i64 col = oc + j * 8 + (lane & 3) * 2;
-			const float *const v = acc + 4 * j;
-			if (row < rend) lg_st_out((u8 *)y, row, col, v[0], v[1]);
-			if (row + 8 < rend) lg_st_out((u8 *)y, row + 8, col, v[2], v[3]);
+		// Epilogue: this warpgroup's rows by TMA when all are real, else from registers.
+		if (ta + wg * 64 + 64 <= rend) {
+			u8 *const eb = epi + (wg * 2 + (nt & 1)) * 16384;
+			// eb free: its stores two tiles back read before the last barrier
+			const u32 rb = (u32)(warp * 16 + (lane >> 2)) * 128; // its row in a box
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				// x: the pair's byte in its row; lo, hi: its rows' in the boxes
+				const int x = (j * 8 + (lane & 3) * 2) * 2;
+				const u32 lo = (u32)((x >> 7) * 8192 + (x & 127)) + rb;
+				const u32 hi = lo + 1024;
+				const float *const v = acc + 4 * j;
+				u8 *const p0 = eb + (lo ^ (((lo >> 7) & 7) << 4));
+				u8 *const p1 = eb + (hi ^ (((hi >> 7) & 7) << 4));
+				*(u32 *)p0 = lg_pack_bf16x2(v[0], v[1]);
+				*(u32 *)p1 = lg_pack_bf16x2(v[2], v[3]);
+			}
+			lg_fence_proxy_async();
+			// the other buffer free for the next tile: its stores have read it
+			if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);
+			lg_bar_id(1 + wg, 128);
+			if ((threadIdx.x & 127) == 0) {
+				const int r0 = ta + wg * 64;
+				lg_tma_store_2d(&tm_y, eb, (int)oc, r0);
+				lg_tma_store_2d(&tm_y, eb + 8192, (int)oc + 64, r0);
+				lg_bulk_commit();
+			}
+			nt++;
+		}
+		else {
+			#pragma unroll
+			for (int j = 0; j < 16; j++) {
+				const i64 col = oc + j * 8 + (lane & 3) * 2;
+				const float *const v = acc + 4 * j;
+				if (row < rend) lg_st_out((u8 *)y, row, col, v[0], v[1]);
+				if (row + 8 < rend) lg_st_out((u8 *)y, row + 8, col, v[2], v[3]);
+			}
 		}
 	}
+	if ((threadIdx.x & 127) == 0) lg_bulk_wait(0); // the stores done before the CTA ends
 	lg_cluster_sync(); // the other CTA's arrivals on this one's barriers are done
 }
