@@ -25,6 +25,10 @@
  *                                         and the device arch it needs (to
  *                                         compare what two versions run)
  *
+ * LINGEN_TEST_SHARD=I/N runs only the runs whose index (in the order
+ * --list --runs prints) is I modulo N: N processes side by side share a
+ * family's float64 references over the machine's cores.
+ *
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays,
  * and each failure prints its `lingen check` line).
@@ -54,6 +58,7 @@ static lg_ctx *ctx_other; /* "context" of a case: the device's arch less its "a"
 static uint64_t seed;
 static bool list_only;
 static bool list_runs; /* --list --runs: a line a run */
+static long shard_i, shard_n = 1; /* LINGEN_TEST_SHARD=I/N */
 
 /* The case file of family op, loaded into f (a cmocka failure otherwise). */
 static void load(enum lg_op op, struct lg_case_file *f)
@@ -220,6 +225,7 @@ static void run_family(void **state)
 	struct lg_case_file f;
 	load(op, &f);
 	size_t runs = 0, failed = 0;
+	long index = 0;
 	for (size_t i = 0; i < f.n; i++) {
 		const struct lg_case *c = &f.c[i];
 		if (c->needs[0] && strcmp(c->needs, lg_ctx_arch(ctx))) {
@@ -231,14 +237,16 @@ static void run_family(void **state)
 		int n = specs_of(c, &cx->target, v, LG_MAX_CANDIDATES);
 		for (int k = 0; k < n; k++)
 			for (size_t p = 0; p < c->npoints; p++)
-				for (int pat = 0; pat < c->patterns; pat++) {
+				for (int pat = 0; pat < c->patterns; pat++, index++) {
 					uint64_t sd = c->patterns > 1 ? (seed & ~3ull) | (uint64_t)pat : seed;
+					if (index % shard_n != shard_i)
+						continue;
 					runs++;
 					failed += !run_one(cx, &v[k], c, p, sd);
 				}
 	}
-	printf("%s: %zu of %zu runs failed%s%s\n", f.family, failed, runs, f.elsewhere ? "; also on the GPU: " : "",
-	       f.elsewhere ? f.elsewhere : "");
+	printf("%s: %zu of %zu runs failed%s%s%s\n", f.family, failed, runs, shard_n > 1 ? " (this shard)" : "",
+	       f.elsewhere ? "; also on the GPU: " : "", f.elsewhere ? f.elsewhere : "");
 	lg_cases_free(&f);
 	assert_int_equal(failed, 0);
 }
@@ -297,6 +305,16 @@ int main(int argc, char **argv)
 	}
 	if (list_only)
 		return _cmocka_run_group_tests("gpu_test_families --list", tests, n, NULL, NULL);
+	const char *sh = getenv("LINGEN_TEST_SHARD");
+	if (sh && *sh) {
+		char *end;
+		shard_i = strtol(sh, &end, 10);
+		shard_n = *end == '/' ? strtol(end + 1, &end, 10) : 0;
+		if (*end || shard_n < 1 || shard_i < 0 || shard_i >= shard_n) {
+			fprintf(stderr, "gpu_test_families: LINGEN_TEST_SHARD=%s: want I/N with 0 <= I < N\n", sh);
+			return 2;
+		}
+	}
 	lg_test_require_gpu("gpu_test_families");
 	seed = lg_test_seed("gpu_test_families");
 	return lg_test_run_gpu("gpu_test_families", tests, n, &ctx);

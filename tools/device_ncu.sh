@@ -10,7 +10,10 @@
 # profiled (default 1: e.g. 2 for a family's two kernels). Clocks are left
 # alone (--clock-control none, METHOD.md). Reports go to $LOGS (default
 # out/ncu-logs) and are packed into $OUT/ncu.tar.gz with the table in
-# $OUT/ncu.txt (OUT default out/device).
+# $OUT/ncu.txt (OUT default out/device). SASS=1 profiles with --set full and
+# the source imported (set LINGEN_NVRTC_OPTIONS=-lineinfo for CUDA lines
+# too) and adds, a kernel each, the warp-state samples, the tensor pipe and
+# the SASS lines with the most stall samples to $OUT/ncu-sass.txt.
 set -u
 cd "$(dirname "$0")/.."
 res=${OUT:-out/device}
@@ -24,6 +27,16 @@ sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Warp
 for e in "$@"; do
 	IFS=: read -r spec tok re cnt <<< "$e"
 	n=$(echo "$re" | tr -c 'A-Za-z0-9_\n' '_')
+	if [[ ${SASS:-0} == 1 ]]; then
+		timeout 240 "$ncu" --clock-control none --set full --import-source yes -k "regex:$re" -c "${cnt:-1}" \
+			-f -o "$out/$n" build-device/lingen bench "$spec" --tokens "$tok" --reps 3 > "$out/$n.log" 2>&1
+		"$ncu" -i "$out/$n.ncu-rep" --page details > "$out/$n.txt" 2>&1
+		"$ncu" -i "$out/$n.ncu-rep" --page raw --csv > "$out/$n.raw" 2>&1
+		"$ncu" -i "$out/$n.ncu-rep" --page source --csv --print-source sass > "$out/$n.sass" 2>&1
+		python3 tools/ncu_sass_top.py "$n" "$out/$n.raw" "$out/$n.sass" >> "$res/ncu-sass.txt"
+		rm -f "$out/$n.ncu-rep"
+		continue
+	fi
 	# shellcheck disable=SC2086
 	timeout 120 "$ncu" --clock-control none $sections -k "regex:$re" -c "${cnt:-1}" \
 		build-device/lingen bench "$spec" --tokens "$tok" --reps 3 > "$out/$n.txt" 2>&1
@@ -35,6 +48,7 @@ metric() { # FILE NAME: the values of one metric line, in launch order
 	printf "%-44s %-14s %-10s %-10s %-9s %-9s %-8s %s\n" kernel "duration us" "DRAM %" "L2 %" "issue %" \
 		"occup %" "regs" "stall ncu names first"
 	for f in "$out"/*.txt; do
+		[[ $f == */ncu-sass.txt ]] && continue
 		k=$(grep -oE '^  lg_[a-z0-9_]+' "$f" | head -n 1 | tr -d ' ')
 		printf "%-44s %-14s %-10s %-10s %-9s %-9s %-8s %s\n" "${k:-$(basename "$f")}" \
 			"$(metric "$f" Duration)" "$(metric "$f" "DRAM Throughput")" \

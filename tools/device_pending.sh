@@ -17,12 +17,21 @@
 #      (6001, 8191, and 6025, 8169 whose qt pitch is an odd multiple of 16),
 #      each beside its count rounded up to 128 -> $OUT/odd.txt;
 #   4. examples/train_moe.py, FP8 against BF16, both heads chunked
-#      -> $OUT/step.{json,md,png}.
+#      -> $OUT/step.{json,md,png};
+#   5. (not by default) tools/device_ncu.sh with SASS=1 on $NCU (default the
+#      K 2048 forward) -> $OUT/ncu-sass.txt, ncu.tar.gz;
+#   6. (not by default) lingen bench --jit of the K 2048 GEMMs, plain and
+#      with -Ofc=max, and the qkv sweep with -Ofc=max -> $OUT/jit*.txt,
+#      sweep-ofc.txt;
+#   7. (not by default) tools/fp8_gemm_bench.py --dense-only: accuracy and
+#      TFLOP/s of the dense forms beside _scaled_mm and bf16 -> $OUT/table.md.
 # With build-rz/ carried too (tools/device_rz.sh build), tools/device_rz.sh
 # runs beside step 1 (its GPU tests time nothing). The test logs come back
 # packed in $OUT/tests.tgz. Each step under its own timeout; 6 files come
 # back. OUT defaults to out/device. For a shorter call: STEPS (default
-# "1 2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1,
+# "1 2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
+# its groups (NAME:SHARDS:FAMILY,FAMILY...), RZ_JOBS the rounding proof's
+# tests side by side (6),
 # SWEEP (defaults) is step 2's set of bench/fp8-gemm/tile_sweep.py, and
 # STEP_SECONDS (30) step 4's timed part. At most 560 s in all.
 set -uo pipefail
@@ -37,19 +46,26 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 start=$SECONDS
 steps=" ${STEPS:-1 2 3 4} "
 on() { [[ $steps == *" $1 "* ]]; }
-fam() { # NAME FAMILY...
-	local name=$1
-	shift
-	(timeout "${TEST_TIMEOUT:-200}" build-device/tests/gpu_test_families "$@" > "$out/t_$name.txt" 2>&1
-	 echo "rc=$?" >> "$out/t_$name.txt") &
+fam() { # NAME SHARDS FAMILY...: SHARDS processes side by side (LINGEN_TEST_SHARD)
+	local name=$1 n=$2 i
+	shift 2
+	for ((i = 0; i < n; i++)); do
+		(LINGEN_TEST_SHARD=$i/$n timeout "${TEST_TIMEOUT:-200}" build-device/tests/gpu_test_families "$@" \
+			> "$out/t_$name.$i.txt" 2>&1
+		 echo "rc=$?" >> "$out/t_$name.$i.txt") &
+	done
 }
 if on 1; then
-	fam gemm fp8_gemm
-	fam grouped fp8_grouped_gemm
-	fam quant fp8_quant swiglu_quant rmsnorm_quant rmsnorm_router cross_entropy_quant
+	for g in ${TESTS:-gemm:6:fp8_gemm grouped:2:fp8_grouped_gemm \
+		quant:3:fp8_quant,swiglu_quant,rmsnorm_quant,rmsnorm_router,cross_entropy_quant}; do
+		IFS=: read -r name n fams <<< "$g"
+		# shellcheck disable=SC2086
+		fam "$name" "$n" ${fams//,/ }
+	done
 fi
 if on 1 && [[ -d build-rz ]]; then
-	(OUT=$out/rz LINGEN_CACHE_DIR= timeout "${TEST_TIMEOUT:-200}" bash tools/device_rz.sh run 120 > "$out/t_rz.txt" 2>&1
+	(OUT=$out/rz LINGEN_CACHE_DIR= JOBS=${RZ_JOBS:-6} timeout "${TEST_TIMEOUT:-200}" bash tools/device_rz.sh run \
+		$((${TEST_TIMEOUT:-200} - 10)) > "$out/t_rz.txt" 2>&1
 	 echo "rc=$?" >> "$out/t_rz.txt") &
 fi
 wait
@@ -57,7 +73,7 @@ if on 1; then
 	echo "== 1. GPU cases ($((SECONDS - start)) s)"
 	for f in "$out"/t_*.txt; do
 		echo "-- $(basename "$f"): $(grep -c '^\[       OK \]' "$f") families passed, $(grep -c '^\[  FAILED  \]' "$f") failed, $(tail -n 1 "$f")"
-		grep -E "FAIL|mismatch|NOT CAUGHT|NORMAL BUILD" "$f" | head -n 5
+		grep -E "FAIL|mismatch|NOT CAUGHT|NORMAL BUILD|runs failed" "$f" | head -n 5
 	done
 	[[ -f $out/t_rz.txt ]] && cat "$out/t_rz.txt"
 	tar -czf "$out/tests.tgz" -C "$out" $(cd "$out" && ls -d t_*.txt rz 2>/dev/null) && rm -rf "$out"/t_*.txt "$out/rz"
@@ -76,5 +92,23 @@ if on 4; then
 	sec=${STEP_SECONDS:-30}
 	timeout $((sec * 4 + 30)) python3 examples/train_moe.py --steps 30 --eval-every 0 --no-bar --time-limit "$sec" \
 		--modes fp8,bf16 --fp8-head --head fused --out "$out/step" 2>&1 | tail -n 12
+fi
+if on 5; then
+	echo "== 5. Nsight Compute, SASS lines ($((SECONDS - start)) s)"
+	# shellcheck disable=SC2086
+	SASS=1 LINGEN_NVRTC_OPTIONS=-lineinfo OUT=$out timeout 200 bash tools/device_ncu.sh \
+		${NCU:-bench/fp8-gemm/k2048.json:8192:fp8_gemm_fwd} > /dev/null 2>&1
+	head -n 40 "$out/ncu-sass.txt"
+fi
+if on 6; then
+	echo "== 6. NVRTC of the FP8 GEMMs, and -Ofc=max ($((SECONDS - start)) s)"
+	timeout 60 build-device/lingen bench --jit bench/fp8-gemm/k2048.json 2>&1 | tee "$out/jit.txt" | sed -n 1,8p
+	LINGEN_NVRTC_OPTIONS=-Ofc=max timeout 60 build-device/lingen bench --jit bench/fp8-gemm/k2048.json 2>&1 \
+		| tee "$out/jit-ofc.txt" | sed -n 1,8p
+	LINGEN_NVRTC_OPTIONS=-Ofc=max timeout 100 python3 bench/fp8-gemm/tile_sweep.py qkv 2>&1 | tee "$out/sweep-ofc.txt"
+fi
+if on 7; then
+	echo "== 7. the dense FP8 GEMM table, every peer ($((SECONDS - start)) s)"
+	timeout 240 python3 tools/fp8_gemm_bench.py "$out/table.md" --dense-only --reps 10 2>&1 | tail -n 30
 fi
 echo "== done in $((SECONDS - start)) s"

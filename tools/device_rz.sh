@@ -13,7 +13,8 @@
 #                                      build-rz carried: writes $OUT/rz.txt
 #
 # CTESTS (default below) picks the tests; a test TEST:PATTERN runs only its
-# cmocka tests matching PATTERN. The table in $OUT/rz.txt, one line a test:
+# cmocka tests matching PATTERN. JOBS (default 1) tests run side by side
+# (they time nothing; their float64 references share the cores). The table in $OUT/rz.txt, one line a test:
 # "normal rc, mutant rc, verdict"; the verdict is "caught" when the normal
 # build passes (0) and the mutant fails (not 0 and not 77).
 set -u
@@ -35,27 +36,34 @@ run)
 		gpu_test_families:cross_entropy gpu_test_cross_entropy gpu_test_families:rmsnorm_quant \
 		gpu_test_families:rmsnorm gpu_test_families:rmsnorm_router gpu_test_families:swiglu_quant \
 		gpu_test_families:batch_swiglu_quant gpu_test_families:moe_unpermute gpu_test_families:moe_permute}
-	status=0
-	printf '%-40s %-7s %-7s %s\n' test normal mutant verdict > "$res/rz.txt"
-	for t in $tests; do
-		rc=()
+	one() { # TEST: its line of the table
+		local t=$1 b rc=() verdict=caught
 		for b in build-device build-rz; do
-			device_env "$b"
-			LINGEN_CACHE_DIR=$(mktemp -d /tmp/lingen-rz-cache.XXXXXX) \
+			(device_env "$b"
+			 LINGEN_CACHE_DIR=$(mktemp -d /tmp/lingen-rz-cache.XXXXXX) \
 				LINGEN_TEST_FILTER=$([[ $t == *:* ]] && echo "${t#*:}") \
-				timeout "$lim" "$b/tests/${t%%:*}" > "$res/rz-${t//:/-}-$b.log" 2>&1
+				timeout "$lim" "$b/tests/${t%%:*}" > "$res/rz-${t//:/-}-$b.log" 2>&1)
 			rc+=($?)
 		done
-		verdict=caught
 		if [[ ${rc[0]} -ne 0 ]]; then
 			verdict="NORMAL BUILD FAILS"
-			status=1
 		elif [[ ${rc[1]} -eq 0 || ${rc[1]} -eq 77 ]]; then
 			verdict="NOT CAUGHT"
-			status=1
 		fi
-		printf '%-40s %-7s %-7s %s\n' "$t" "${rc[0]}" "${rc[1]}" "$verdict" >> "$res/rz.txt"
+		printf '%-40s %-7s %-7s %s\n' "$t" "${rc[0]}" "${rc[1]}" "$verdict"
+	}
+	printf '%-40s %-7s %-7s %s\n' test normal mutant verdict > "$res/rz.txt"
+	n=0
+	for t in $tests; do
+		one "$t" > "$res/rz-line-$n.txt" &
+		n=$((n + 1))
+		while (($(jobs -rp | wc -l) >= ${JOBS:-1})); do wait -n; done
 	done
+	wait
+	for ((i = 0; i < n; i++)); do cat "$res/rz-line-$i.txt" >> "$res/rz.txt"; done
+	rm -f "$res"/rz-line-*.txt
+	status=0
+	grep -qE 'NORMAL BUILD FAILS|NOT CAUGHT' "$res/rz.txt" && status=1
 	cat "$res/rz.txt"
 	exit $status
 	;;

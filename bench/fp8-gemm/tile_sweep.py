@@ -4,7 +4,8 @@ default's output (0: bit for bit), with torch._scaled_mm (blockwise) after them.
 SET: ahead (session 8: the groups of tile.ahead, the wgrad ahead), overlap (session 9:
 tile.overlap, the epilogue under the next tile's first wgmmas; odd token counts checked too),
 defaults (session 9's default against the one before; qkv: its first two rows) or wide (session 11: wider N tiles at
-K 2048, fewer shared-memory bytes a multiply-add than 128 x 128)."""
+K 2048, fewer shared-memory bytes a multiply-add than 128 x 128) longk (session 12: the TMA
+epilogue at reductions of 4096 and more) e2 (session 12's default against the one before) or k2048 (session 12: other tiles at K 2048)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
@@ -49,6 +50,32 @@ SETS = {
     "wide": [
         (form, M, N, K, [None, {"n": 192}, {"n": 192, "epilogue": 1}, {"n": 256, "cluster": 1}, {"m": 256, "cluster": 2, "epilogue": 1}])
         for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 157184, 2048))
+    ],
+    "longk": [  # session 12: the TMA epilogue at long reductions, where the default stores from registers
+        (form, M, N, K, [None, {"epilogue": 1}, {"epilogue": 2}, {"epilogue": 1, "stages": 4}] + extra)
+        for form, M, N, K, extra in (
+            ("forward", 4096, 4096, 4096, []),
+            ("forward", 4096, 7168, 16384, [{"m": 128, "cluster": 2, "epilogue": 1}, {"m": 128, "cluster": 2, "epilogue": 2}]),
+            ("forward", 9984, 3584, 5120, []),
+            ("dgrad", 9984, 5120, 3584, []),
+            ("forward", 8192, 2048, 4096, []),
+            ("forward", 8192, 157184, 2048, [{"m": 256, "cluster": 2, "epilogue": 1},
+                                             {"m": 256, "cluster": 2, "epilogue": 2}]))
+    ],
+    "e2": [  # session 12's default (two epilogue buffers from a reduction of 3072, 128 rows at any
+        # reduction) against the one before it
+        ("forward", 8192, 3072, 2048, [None]),
+        ("dgrad", 8192, 3072, 2048, [None, {"epilogue": 1}]),
+        ("forward", 4096, 4096, 4096, [None, {"epilogue": 0}]),
+        ("forward", 4096, 7168, 16384, [None, {"m": 256, "cluster": 2, "epilogue": 0}]),
+        ("forward", 9984, 3584, 5120, [None, {"epilogue": 0}]),
+        ("forward", 9973, 3584, 5120, [None]),
+        ("dgrad", 9984, 5120, 3584, [None, {"epilogue": 0}]),
+        ("dgrad", 8192, 157184, 2048, [None, {"epilogue": 0}]),
+    ],
+    "k2048": [  # session 12: what the K 2048 forward's default might trade (ncu: tensor pipe 61%)
+        ("forward", 8192, 3072, 2048, [None, {"cluster": 1}, {"stages": 4}, {"ahead": 0}, {"n": 192, "ahead": 0},
+                                       {"n": 256, "ahead": 0, "cluster": 1}]),
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone
