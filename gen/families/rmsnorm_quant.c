@@ -457,7 +457,9 @@ static void emit_tile_prologue(lg_buf *b, const char *tile_row, bool cols, bool 
 		emit_tile_rows(b, tile_row);
 }
 
-/* y[4][8] = (x r) w in registers, from xv and rr[4]. */
+/* y[4][8] = (x r) w in registers, from xv and rr[4]; the tile's absent rows
+ * (4 rb + i >= rows) +0: their x is zero-filled, but 0 times a negative w is
+ * -0, which quantises to 0x80, and qt's tail must be +0 bytes. */
 static void emit_tile_y(lg_buf *b)
 {
 	lg_line(b, "const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + col0 * 2);");
@@ -471,6 +473,8 @@ static void emit_tile_y(lg_buf *b)
 	lg_line(b, "y[i][2 * e] = (lg_bf16_lo(xw[e]) * rr[i]) * lg_bf16_lo(ww[e]);");
 	lg_line(b, "y[i][2 * e + 1] = (lg_bf16_hi(xw[e]) * rr[i]) * lg_bf16_hi(ww[e]);");
 	lg_close(b);
+	lg_line(b, "if (4 * rb + i >= rows) // absent: +0 (0 * a negative w is -0)");
+	lg_line(b, "\tfor (int c = 0; c < 8; c++) y[i][c] = 0.0f;");
 	lg_close(b);
 }
 
@@ -715,8 +719,7 @@ static void emit_fused_kernel(lg_buf *b, const struct lg_spec *s, const struct l
 	emit_row_rrms(b, cl);
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++) // absent rows 0: y = 0, qt's tail");
-	lg_line(b, "\trr[i] = 4 * rb + i < rows ? rs[4 * rb + i] : 0.0f;");
+	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i]; // absent rows: y = +0 (below)");
 	emit_tile_y(b);
 	if (lg_quant_rowwise(s))
 		emit_tile_rowwise(b, s, p->v[P_HIDDEN], "blockIdx.x");
@@ -850,8 +853,7 @@ static void emit_slab_kernel(lg_buf *b, const struct lg_spec *s, const struct lg
 	emit_row_rrms(b, cl);
 	lg_line(b, "float rr[4];");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < 4; i++) // absent rows 0: y = 0, qt's tail");
-	lg_line(b, "\trr[i] = 4 * rb + i < rows ? rs[4 * rb + i] : 0.0f;");
+	lg_line(b, "for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i]; // absent rows: y = +0 (below)");
 	lg_line(b, "#pragma unroll 1");
 	lg_open(b, "for (int kb = 0; kb < %d; kb++) {", nb);
 	emit_slab_block(b, box);
