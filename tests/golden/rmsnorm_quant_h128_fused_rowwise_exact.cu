@@ -227,8 +227,7 @@ lg_rmsnorm_quant_fwd_bf16_h128_rowwise_exact_tcl1st1(
 			((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];
 		float rr[4];
 		#pragma unroll
-		for (int i = 0; i < 4; i++) // absent rows 0: y = 0, qt's tail
-			rr[i] = 4 * rb + i < rows ? rs[4 * rb + i] : 0.0f;
+		for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i]; // absent rows: y = +0 (below)
 		const lg_u32x4 wv = lg_ld16_keep((const u8 *)w + col0 * 2);
 		const u32 ww[4] = {wv.x, wv.y, wv.z, wv.w};
 		float y[4][8];
@@ -240,6 +239,8 @@ lg_rmsnorm_quant_fwd_bf16_h128_rowwise_exact_tcl1st1(
 				y[i][2 * e] = (lg_bf16_lo(xw[e]) * rr[i]) * lg_bf16_lo(ww[e]);
 				y[i][2 * e + 1] = (lg_bf16_hi(xw[e]) * rr[i]) * lg_bf16_hi(ww[e]);
 			}
+			if (4 * rb + i >= rows) // absent: +0 (0 * a negative w is -0)
+				for (int c = 0; c < 8; c++) y[i][c] = 0.0f;
 		}
 		// Rowwise copy: the tile's 128 columns are one 1x128 block (16 lanes).
 		#pragma unroll

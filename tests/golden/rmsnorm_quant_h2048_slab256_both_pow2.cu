@@ -257,6 +257,8 @@ static __device__ __forceinline__ void lg_slab_block(const u8 *xb, u64 w, u64 q,
 			y[i][2 * e] = (lg_bf16_lo(xw[e]) * rr[i]) * lg_bf16_lo(ww[e]);
 			y[i][2 * e + 1] = (lg_bf16_hi(xw[e]) * rr[i]) * lg_bf16_hi(ww[e]);
 		}
+		if (4 * rb + i >= rows) // absent: +0 (0 * a negative w is -0)
+			for (int c = 0; c < 8; c++) y[i][c] = 0.0f;
 	}
 	// Rowwise copy: the tile's 128 columns are one 1x128 block (16 lanes).
 	#pragma unroll
@@ -404,8 +406,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_tsl256(
 			((float *)rms)[m0 + threadIdx.x] = rs[threadIdx.x];
 		float rr[4];
 		#pragma unroll
-		for (int i = 0; i < 4; i++) // absent rows 0: y = 0, qt's tail
-			rr[i] = 4 * rb + i < rows ? rs[4 * rb + i] : 0.0f;
+		for (int i = 0; i < 4; i++) rr[i] = rs[4 * rb + i]; // absent rows: y = +0 (below)
 		#pragma unroll 1
 		for (int kb = 0; kb < 2; kb++) {
 			const u8 *const xb = xt + (kb / 2) * 65536 + (kb % 2) * 256;
