@@ -61,8 +61,7 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	lg_ref_fill_bf16(x->host, n, 1.0f, &st);
 	lg_ref_fill_bf16(g->host, n, 2.0f, &st);
 	uint16_t *wv = w->host;
-	for (size_t k = 0; k < w->count; k++)
-		wv[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
+	lg_ref_fill_norm_weight(wv, w->count, &st);
 	if (!fwd)
 		lg_ref_fill_bf16(c->buf[B_DY].host, n, 1.0f, &st);
 }

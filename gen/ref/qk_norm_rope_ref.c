@@ -138,8 +138,7 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 		lg_ref_fill_bf16(qkv + n * width, width, ldexpf(1.0f, (int)(lg_ref_rand(&st) % 9) - 4), &st);
 	for (int w = 0; w < 2; w++) {
 		uint16_t *wt = c->buf[(fwd ? F_QW : B_QW) + w].host;
-		for (size_t i = 0; i < k.d; i++)
-			wt[i] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
+		lg_ref_fill_norm_weight(wt, k.d, &st);
 	}
 	float *fr = c->buf[fwd ? F_FREQS : B_FREQS].host;
 	size_t half = k.r / 2;

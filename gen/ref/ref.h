@@ -87,6 +87,10 @@ uint64_t lg_ref_stream(uint64_t base, uint64_t index);
 /* n values bf16(scale N(0, 1)); advances *state by one draw (the pieces of
  * p take streams of it), so the values do not depend on the threads. */
 void lg_ref_fill_bf16(uint16_t *p, size_t n, float scale, uint64_t *state);
+/* n norm weights bf16(1 + 0.25 N(0, 1)), every eighth (k % 8 == 3) negated:
+ * models have negative ones, and a kernel that lets a zero row's product
+ * with one through as -0 (0x80 in an FP8 copy's zero tail) must fail. */
+void lg_ref_fill_norm_weight(uint16_t *w, size_t n, uint64_t *state);
 
 /* The references' threads: LINGEN_REF_THREADS, else the online CPUs (at
  * most 64); lg_ref_threads_set(n > 0) fixes it (tests), 0 restores that. */

@@ -182,6 +182,14 @@ void lg_ref_fill_bf16(uint16_t *p, size_t n, float scale, uint64_t *s)
 	lg_ref_parallel_rows((n + FILL_PIECE - 1) / FILL_PIECE, FILL_PIECE * 8, fill_bf16_pieces, &f);
 }
 
+void lg_ref_fill_norm_weight(uint16_t *w, size_t n, uint64_t *s)
+{
+	for (size_t k = 0; k < n; k++) {
+		float v = 1.0f + 0.25f * lg_ref_randn(s);
+		w[k] = lg_ref_f32_to_bf16(k % 8 == 3 ? -v : v);
+	}
+}
+
 struct widen {
 	const uint16_t *x;
 	float *y;

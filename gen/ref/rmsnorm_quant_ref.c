@@ -37,8 +37,7 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	uint64_t st = seed;
 	uint16_t *w = c->buf[W].host;
 	lg_ref_fill_norm_input(c->buf[X].host, c->sizes[0], n, lg_ref_num(s, "eps"), &st);
-	for (size_t k = 0; k < n; k++)
-		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
+	lg_ref_fill_norm_weight(w, n, &st);
 }
 
 static void run(const struct lg_spec *s, struct lg_ref_case *c)

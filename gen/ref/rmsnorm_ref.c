@@ -47,8 +47,7 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 			lg_ref_fill_bf16(x + i * n, n, scale, &st);
 		while (!lg_ref_rrms_stable(lg_ref_sumsq_bf16(x + i * n, n), (int64_t)n, eps));
 	}
-	for (size_t k = 0; k < n; k++)
-		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
+	lg_ref_fill_norm_weight(w, n, &st);
 	if (fwd)
 		return;
 	lg_ref_fill_bf16(c->buf[B_DY].host, mm * n, 1.0f, &st);

@@ -43,8 +43,7 @@ static void fill(const struct lg_spec *s, struct lg_ref_case *c, uint64_t seed)
 	uint64_t st = seed;
 	uint16_t *w = c->buf[W].host;
 	lg_ref_fill_norm_input(c->buf[X].host, c->sizes[0], n, lg_ref_num(s, "eps"), &st);
-	for (size_t k = 0; k < n; k++)
-		w[k] = lg_ref_f32_to_bf16(1.0f + 0.25f * lg_ref_randn(&st));
+	lg_ref_fill_norm_weight(w, n, &st);
 	/* route_w ~ N(0, 1 / hidden): logits of rms about 1 */
 	lg_ref_fill_bf16(c->buf[RW].host, c->buf[RW].count, (float)(1.0 / sqrt((double)n)), &st);
 }
