@@ -4,7 +4,7 @@
 # on the CPU through tools/emu/emu90.h (tools/emu/fp8_gemm.sh) against a
 # float64 reference, no GPU: the defaults of the forward, dgrad and wgrad
 # (the overlapped epilogue with its first group out of the loop, clusters of
-# two, the TMA epilogue) and the main tile options, at token counts that
+# two, the TMA epilogue, two buffers of it from a reduction of 3072) and the main tile options, at token counts that
 # leave partial tiles (1, 127, 301) and on few CTAs, so each walks many
 # tiles and the ring's phases wrap. Then planted bugs (the last tile's store
 # dropped; with two epilogue buffers, the wait for the other one's stores
@@ -32,6 +32,9 @@ run() {
 run forward 640 2176 301
 run forward 3072 2048 127
 run forward 256 384 1
+run forward 256 3200 200
+run forward 256 4224 129 "" fp32
+run dgrad 3200 256 301
 run dgrad 208 2048 127
 run dgrad 384 256 301 "" fp32
 run wgrad 640 2176 301 "" fp32
@@ -41,9 +44,12 @@ run forward 640 2176 301 '{"m": 64}'
 run forward 640 2176 301 '{"m": 256, "epilogue": 1}'
 run forward 640 2176 301 '{"overlap": 1, "ahead": 0, "epilogue": 0}'
 run forward 640 2176 301 '{"epilogue": 2}' bf16 2
+run forward 320 640 301 '{"n": 160, "ahead": 0}'
+run forward 208 4096 333 '{"m": 256, "cluster": 2, "epilogue": 1}'
 run dgrad 208 2048 301 '{"overlap": 1, "ahead": 16, "stages": 3, "cluster": 1}'
 run wgrad 640 2176 301 '{"ahead": 8}' fp32
 EXPERTS=7 run forward 640 2176 1000
+EXPERTS=5 run forward 256 4224 301
 EXPERTS=5 run dgrad 208 2048 301 '{"overlap": 1}'
 EXPERTS=7 run wgrad 640 2176 1000 "" fp32
 ACCUMULATE=1 EXPERTS=6 run wgrad 208 384 700 "" fp32

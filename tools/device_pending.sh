@@ -3,13 +3,13 @@
 # build-device/ (tools/device.sh) carried: in one call of under 10 minutes,
 # what main holds that no GPU has run yet (bench/gpu-tests.md, "Not run
 # yet"), then its timings:
-#   1. the GPU cases of fp8_gemm and fp8_grouped_gemm (the dense default with
-#      the epilogue overlapped and its first ahead group out of the loop, the
-#      deferred epilogue as a lambda, the wgrad's __syncwarp before a late
-#      release) and of the families with tile.qt_store 3 (fp8_quant,
-#      swiglu_quant, rmsnorm_quant, rmsnorm_router, cross_entropy_quant),
-#      side by side (their float64 references take the CPU time)
-#      -> $OUT/t_gemm.txt, t_grouped.txt, t_quant.txt;
+#   1. the GPU cases of the families whose code or inputs changed after the
+#      twelfth session's last call: rmsnorm_quant (the one-kernel forms' +0
+#      tail, ac12d1d) and the five families whose norm weights now include
+#      negative ones (aeb686b: rmsnorm, rmsnorm_quant, rmsnorm_router,
+#      group_rmsnorm_gate, qk_norm_rope), each family over several processes
+#      (LINGEN_TEST_SHARD; their float64 references take the CPU time)
+#      -> $OUT/t_<group>.<shard>.txt;
 #   2. bench/fp8-gemm/tile_sweep.py defaults: the dense default against the
 #      one before it and the one-group form, TFLOP/s beside _scaled_mm
 #      -> $OUT/sweep.txt;
@@ -26,13 +26,16 @@
 #   7. (not by default) tools/fp8_gemm_bench.py --dense-only: accuracy and
 #      TFLOP/s of the dense forms beside _scaled_mm and bf16 -> $OUT/table.md.
 # With build-rz/ carried too (tools/device_rz.sh build), tools/device_rz.sh
-# runs beside step 1 (its GPU tests time nothing). The test logs come back
+# runs beside step 1 (its GPU tests time nothing; CTESTS as there, by
+# default the tests the twelfth session could not finish: group_rmsnorm_gate,
+# rmsnorm, rmsnorm_router, cross_entropy, moe_unpermute; RZ_SHARD, default
+# 0/3, the share of each family's runs it takes). The test logs come back
 # packed in $OUT/tests.tgz. Each step under its own timeout; 6 files come
 # back. OUT defaults to out/device. For a shorter call: STEPS (default
 # "1 2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
 # its groups (NAME:SHARDS:FAMILY,FAMILY...), RZ_JOBS the rounding proof's
 # tests side by side (6),
-# SWEEP (defaults) is step 2's set of bench/fp8-gemm/tile_sweep.py, and
+# SWEEP (e2) is step 2's set of bench/fp8-gemm/tile_sweep.py, and
 # STEP_SECONDS (30) step 4's timed part. At most 560 s in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,15 +59,17 @@ fam() { # NAME SHARDS FAMILY...: SHARDS processes side by side (LINGEN_TEST_SHAR
 	done
 }
 if on 1; then
-	for g in ${TESTS:-gemm:6:fp8_gemm grouped:2:fp8_grouped_gemm \
-		quant:3:fp8_quant,swiglu_quant,rmsnorm_quant,rmsnorm_router,cross_entropy_quant}; do
+	for g in ${TESTS:-norms:6:rmsnorm_quant,rmsnorm,group_rmsnorm_gate,qk_norm_rope \
+		router:4:rmsnorm_router}; do
 		IFS=: read -r name n fams <<< "$g"
 		# shellcheck disable=SC2086
 		fam "$name" "$n" ${fams//,/ }
 	done
 fi
 if on 1 && [[ -d build-rz ]]; then
-	(OUT=$out/rz LINGEN_CACHE_DIR= JOBS=${RZ_JOBS:-6} timeout "${TEST_TIMEOUT:-200}" bash tools/device_rz.sh run \
+	(OUT=$out/rz LINGEN_CACHE_DIR= JOBS=${RZ_JOBS:-6} LINGEN_TEST_SHARD=${RZ_SHARD:-0/3} CTESTS=${CTESTS:-"gpu_test_families:group_rmsnorm_gate \
+		gpu_test_families:rmsnorm gpu_test_families:rmsnorm_router gpu_test_families:cross_entropy \
+		gpu_test_families:moe_unpermute"} timeout "${TEST_TIMEOUT:-200}" bash tools/device_rz.sh run \
 		$((${TEST_TIMEOUT:-200} - 10)) > "$out/t_rz.txt" 2>&1
 	 echo "rc=$?" >> "$out/t_rz.txt") &
 fi
@@ -80,7 +85,7 @@ if on 1; then
 fi
 if on 2; then
 	echo "== 2. tile_sweep.py defaults ($((SECONDS - start)) s)"
-	timeout 150 python3 bench/fp8-gemm/tile_sweep.py "${SWEEP:-defaults}" 2>&1 | tee "$out/sweep.txt" | tail -n 15
+	timeout 150 python3 bench/fp8-gemm/tile_sweep.py "${SWEEP:-e2}" 2>&1 | tee "$out/sweep.txt" | tail -n 15
 fi
 if on 3; then
 	echo "== 3. odd token counts ($((SECONDS - start)) s)"

@@ -205,21 +205,39 @@ void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_di
 	d->smem = (unsigned)p->v[P8_SMEM];
 }
 
+/* lingen tune's tiles, the likeliest first (-1: the key left to the
+ * default). From the H100 sweeps of bench/fp8-gemm.md (session 12): the
+ * epilogue's buffers trade a stage against the stores' overlap by
+ * reduction (K 2048: one, 3072 and more: two); one ahead group of the whole
+ * reduction helped the LM head (955 -> 1028 TFLOP/s) in one call; 256 rows
+ * with the TMA epilogue 937-1063, bit for bit the default's; wider tiles
+ * only without ahead (its three accumulators of 96 or 128 registers
+ * spill); ahead 8 was the wgrad's best (session 8). */
+enum { C_TM, C_TN, C_ST, C_CL, C_AH, C_EP, C_OV, C_NKEYS };
+static const int64_t tune_tiles[][C_NKEYS] = {
+	{-1, -1, -1, -1, -1, 2, -1}, {-1, -1, -1, -1, -1, 1, -1}, {-1, -1, -1, -1, -1, 0, -1},
+	{-1, -1, -1, -1, 16, -1, 1}, {-1, -1, -1, -1, 32, -1, 1}, {256, -1, -1, 2, -1, 1, -1},
+	{256, -1, -1, 2, -1, 0, -1}, {-1, -1, -1, 1, -1, -1, -1}, {-1, -1, 4, -1, -1, -1, -1},
+	{-1, -1, -1, -1, 8, -1, -1}, {-1, -1, -1, -1, 0, -1, -1}, {-1, 160, -1, -1, 0, -1, -1},
+	{-1, 192, -1, -1, 0, -1, -1}, {-1, 64, -1, -1, -1, -1, -1}, {64, -1, -1, -1, -1, -1, -1},
+	{-1, 96, -1, -1, -1, -1, -1},
+};
+
 int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
 		      const struct lg_fp8_keys *k)
 {
-	/* stages: the first is what the grid's tiles have (as many as fit) */
-	static const int64_t tm[] = {128, 64, 256, 0}, tn[] = {128, 160, 192, 96, 64, 256, 0}, st[] = {8, 5, 4, 0};
-	static const int64_t cl[] = {1, 2, 0}, ah[] = {1, 8, 16, 32, 0}, ov[] = {1, 1, 0};
-	int n = lg_candidate_grid(s, t, out, 0, max, k->tm, tm, k->tn, tn);
-	/* (tile.m 256 with the epilogue through TMA is not a candidate until it
-	 * has run on the GPU: its setmaxnreg pair, 40 / 232, is new there) */
-	n = lg_candidate_times(s, t, out, 0, n, max, k->stages, st);
-	n = lg_candidate_times(s, t, out, 0, n, max, k->cl, cl);
-	n = lg_candidate_times(s, t, out, 0, n, max, k->ah, ah);
-	/* (each with the epilogue overlapped too; the ones without a spec's
-	 * ahead have the default's) */
-	return lg_candidate_times(s, t, out, 0, n, max, k->ov, ov);
+	const int key[C_NKEYS] = {k->tm, k->tn, k->stages, k->cl, k->ah, k->ep, k->ov};
+	int n = 0;
+	for (size_t i = 0; i < sizeof tune_tiles / sizeof tune_tiles[0]; i++) {
+		struct lg_tile_choice c = {{0}, 0};
+		for (int j = 0; j < C_NKEYS; j++)
+			if (tune_tiles[i][j] >= 0) {
+				c.v[key[j]] = tune_tiles[i][j];
+				c.set |= (uint64_t)1 << key[j];
+			}
+		n = lg_candidate_add(s, t, out, n, max, c);
+	}
+	return n;
 }
 
 void lg_fp8_emit_store(lg_buf *b, bool fp32, bool accumulate, int64_t cols)
