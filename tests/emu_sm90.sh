@@ -8,7 +8,8 @@
 # leave partial tiles (1, 127, 301) and on few CTAs, so each walks many
 # tiles and the ring's phases wrap. Then planted bugs (the last tile's store
 # dropped; with two epilogue buffers, the wait for the other one's stores
-# dropped) must fail, so the check is seen to bite. Then router_gemm's
+# dropped; with one half-width buffer, the wait between its halves dropped)
+# must fail, so the check is seen to bite. Then router_gemm's
 # sm_90a forward and backward (bf16 wgmma, K- and MN-major operands, dy in
 # 2 bf16 terms and tf32) through tools/emu/run.sh. Needs LINGEN (the CLI),
 # g++ and python3; exits 77 (skipped) without g++.
@@ -44,6 +45,8 @@ run forward 640 2176 301 '{"m": 64}'
 run forward 640 2176 301 '{"m": 256, "epilogue": 1}'
 run forward 640 2176 301 '{"overlap": 1, "ahead": 0, "epilogue": 0}'
 run forward 640 2176 301 '{"epilogue": 2}' bf16 2
+run forward 640 2176 301 '{"epilogue": 3}'
+run wgrad 640 2176 301 '{"epilogue": 3}' fp32
 run forward 320 640 301 '{"n": 160, "ahead": 0}'
 run forward 208 4096 333 '{"m": 256, "cluster": 2, "epilogue": 1}'
 run dgrad 208 2048 301 '{"overlap": 1, "ahead": 16, "stages": 3, "cluster": 1}'
@@ -71,6 +74,11 @@ planted "the last tile's store dropped" \
 planted "epilogue 2's wait dropped" \
 	'__import__("re").sub(r"(the next tile: its stores have read it\n\s*)if \(\(threadIdx.x & 127\) == 0\) lg_bulk_wait_read\(0\);", r"\1", k)' \
 	forward 640 2176 301 '{"epilogue": 2}' bf16 2
+# one half-width buffer: without the wait for the first half's stores, the
+# second half overwrites what they read
+planted "epilogue 3's wait between the halves dropped" \
+	'__import__("re").sub(r"(once the first half.s stores have read it\n\s*)if \(\(threadIdx.x & 127\) == 0\) lg_bulk_wait_read\(0\);", r"\1", k)' \
+	forward 640 2176 301 '{"epilogue": 3}'
 # and a bf16 output rounded toward zero must fail the half-ulp bound
 planted "bf16 rounded toward zero" 'k.replace("lg_pack_bf16x2(", "emu_pack_bf16x2_rz(")' forward 640 2176 301
 router() { # PASS KEYS M TERMS: router_gemm's sm_90a form

@@ -10,7 +10,8 @@
 #      group_rmsnorm_gate, qk_norm_rope), each family over several processes
 #      (LINGEN_TEST_SHARD; their float64 references take the CPU time)
 #      -> $OUT/t_<group>.<shard>.txt;
-#   2. bench/fp8-gemm/tile_sweep.py defaults: the dense default against the
+#   2. bench/fp8-gemm/tile_sweep.py $SWEEP (e3: tile.epilogue 3, not yet
+#      timed, against the default; defaults: the dense default against the
 #      one before it and the one-group form, TFLOP/s beside _scaled_mm
 #      -> $OUT/sweep.txt;
 #   3. lingen bench of configs/kernels/odd-counts.json at odd token counts
@@ -35,7 +36,7 @@
 # "1 2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
 # its groups (NAME:SHARDS:FAMILY,FAMILY...), RZ_JOBS the rounding proof's
 # tests side by side (6),
-# SWEEP (e2) is step 2's set of bench/fp8-gemm/tile_sweep.py, and
+# SWEEP (e3) is step 2's set of bench/fp8-gemm/tile_sweep.py, and
 # STEP_SECONDS (30) step 4's timed part. At most 560 s in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -85,7 +86,7 @@ if on 1; then
 fi
 if on 2; then
 	echo "== 2. tile_sweep.py defaults ($((SECONDS - start)) s)"
-	timeout 150 python3 bench/fp8-gemm/tile_sweep.py "${SWEEP:-e2}" 2>&1 | tee "$out/sweep.txt" | tail -n 15
+	timeout 150 python3 bench/fp8-gemm/tile_sweep.py "${SWEEP:-e3}" 2>&1 | tee "$out/sweep.txt" | tail -n 15
 fi
 if on 3; then
 	echo "== 3. odd token counts ($((SECONDS - start)) s)"

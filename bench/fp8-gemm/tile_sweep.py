@@ -5,7 +5,8 @@ SET: ahead (session 8: the groups of tile.ahead, the wgrad ahead), overlap (sess
 tile.overlap, the epilogue under the next tile's first wgmmas; odd token counts checked too),
 defaults (session 9's default against the one before; qkv: its first two rows) or wide (session 11: wider N tiles at
 K 2048, fewer shared-memory bytes a multiply-add than 128 x 128) longk (session 12: the TMA
-epilogue at reductions of 4096 and more) e2 (session 12's default against the one before) or k2048 (session 12: other tiles at K 2048)."""
+epilogue at reductions of 4096 and more) e2 (session 12's default against the one before), k2048 (session 12: other tiles at K 2048)
+or e3 (tile.epilogue 3, a half-width epilogue buffer, against the default)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
@@ -76,6 +77,12 @@ SETS = {
     "k2048": [  # session 12: what the K 2048 forward's default might trade (ncu: tensor pipe 61%)
         ("forward", 8192, 3072, 2048, [None, {"cluster": 1}, {"stages": 4}, {"ahead": 0}, {"n": 192, "ahead": 0},
                                        {"n": 256, "ahead": 0, "cluster": 1}]),
+    ],
+    "e3": [  # session 12's tile.epilogue 3 (one half-width buffer: 6 stages at 128 x 128 bf16), not yet timed
+        (form, M, N, K, [None, {"epilogue": 3}, {"epilogue": 3, "stages": 5}])
+        for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 2048, 2048),
+                              ("forward", 8192, 1024, 2048), ("forward", 8192, 2048, 512), ("forward", 8192, 157184, 2048),
+                              ("forward", 4096, 4096, 4096), ("wgrad", 8192, 3072, 2048))
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone

@@ -43,11 +43,12 @@ struct lg_fp8_tile {
 		    "4 stages (1) or of this many (2-32; a group's last promotion waits); 0: off")
 /* The tile.epilogue key of a family's table. */
 #define LG_FP8_KEY_EPILOGUE                                                                                  \
-	LG_KEY_TILE("epilogue", "e", 0, 2, NULL,                                                              \
+	LG_KEY_TILE("epilogue", "e", 0, 3, NULL,                                                              \
 		    "1: the output through shared memory and TMA stores that drain during the next tile, 2: "    \
 		    "two buffers, the next two tiles (tile.m 256: 64-row buffers its waves' stores take in "    \
 		    "turn, twice this many a warpgroup halved while they take more than 64 KB: two at bf16 "     \
-		    "256 x 128, one at fp32); 0: stores from registers")
+		    "256 x 128, one at fp32); 3: one buffer of half the columns, stored in two passes (a "      \
+		    "stage more fits); 0: stores from registers")
 /* The tile.overlap key of a family's table. */
 #define LG_FP8_KEY_OVERLAP                                                                                   \
 	LG_KEY_TILE("overlap", "d", 0, 1, NULL,                                                               \

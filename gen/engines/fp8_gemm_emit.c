@@ -43,6 +43,14 @@ static int b_scales(const struct lg_fp8_gemm *g) { return g->b_rowscale ? g->bn 
 /* Floats of a stage's scale slot: A's bm, then B's. */
 static int slot(const struct lg_fp8_gemm *g) { return g->bm + b_scales(g); }
 
+/* tile.epilogue 3: one buffer a warpgroup of half the tile's columns, its
+ * 64 rows stored in two passes (the second after the first's stores have
+ * read it): 16 KB instead of 32 at 128 x 128 bf16, a stage more. */
+static bool half_out(const struct lg_fp8_gemm *g) { return g->c_bufs == 3; }
+
+/* Columns of an epilogue buffer's row. */
+static int out_cols(const struct lg_fp8_gemm *g) { return half_out(g) ? g->bn / 2 : g->bn; }
+
 /* The epilogue's buffers (c_tmap) a consumer warpgroup, of 64 rows each:
  * c_bufs; with waves (tile.m 256) 2 c_bufs, one a wave of c_bufs tiles'
  * (their stores in flight), halved while they take more than 64 KB in all
@@ -53,7 +61,7 @@ static int slot(const struct lg_fp8_gemm *g) { return g->bm + b_scales(g); }
 static int out_slots(const struct lg_fp8_gemm *g)
 {
 	if (waves(g) == 1)
-		return g->c_bufs;
+		return half_out(g) ? 1 : g->c_bufs;
 	int n = waves(g) * g->c_bufs;
 	while (n > 1 && consumers(g) * n * 64 * g->bn * g->c_elem > 65536)
 		n /= 2;
@@ -61,7 +69,7 @@ static int out_slots(const struct lg_fp8_gemm *g)
 }
 
 /* Bytes of a 64-row buffer of the epilogue. */
-static int slot_bytes(const struct lg_fp8_gemm *g) { return 64 * g->bn * g->c_elem; }
+static int slot_bytes(const struct lg_fp8_gemm *g) { return 64 * out_cols(g) * g->c_elem; }
 
 /* Bytes of the epilogue's buffers (c_tmap): a tile of the output (half of
  * one with waves where out_slots says so). */
@@ -80,7 +88,7 @@ unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g)
 /* The output's swizzle span: bytes of a box's row. */
 static int out_span(const struct lg_fp8_gemm *g)
 {
-	int row = g->bn * g->c_elem;
+	int row = out_cols(g) * g->c_elem;
 	return row % 128 == 0 ? 128 : row % 64 == 0 ? 64 : 32;
 }
 
@@ -131,6 +139,9 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 		return "tile.ahead with tile.n up to 128 (three buffers of bn / 2 registers)";
 	if (g->overlap && waves(g) > 1)
 		return "tile.overlap with tile.m up to 128 (one wave a warpgroup)";
+	if (half_out(g) && (waves(g) > 1 || g->bn / 2 * g->c_elem % 32 != 0))
+		return "tile.epilogue 3 (half-width buffers) with tile.m up to 128 and rows of half the tile's "
+		       "columns a multiple of 32 bytes (tile.n a multiple of 32 at bf16, 16 at fp32)";
 	if (g->cluster < 0 || g->cluster > 2 || (g->manual && lg_fp8_gemm_cluster(g) > 1))
 		return "tile.cluster 1 or 2 (1 where the operands are copied without tensor maps: the grouped wgrad)";
 	return NULL;
@@ -223,8 +234,11 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		lg_line(b, "u8 *const epi = ring + %u;", (unsigned)S * st);
 		lg_line(b, "float *const scales = (float *)(epi + %u);", out_bytes(g));
 	} else if (g->c_tmap) {
-		lg_comment(b, "after the ring, each consumer warpgroup's buffer%s of its 64 rows of the output",
-		   g->c_bufs > 1 ? "s" : "");
+		if (half_out(g))
+			lg_comment(b, "after the ring, each consumer warpgroup's buffer of half its 64 rows' columns");
+		else
+			lg_comment(b, "after the ring, each consumer warpgroup's buffer%s of its 64 rows of the output",
+				   out_slots(g) > 1 ? "s" : "");
 		lg_line(b, "u8 *const epi = ring + %u;", (unsigned)S * st);
 		lg_line(b, "float *const scales = (float *)(epi + %u);", out_bytes(g));
 	} else {
@@ -694,21 +708,21 @@ static int log2_of(int v)
 	return n;
 }
 
-/* This warpgroup's 64 rows (wave `wave`'s with waves) through its buffer
- * eb: pair (r, c) of row r (its rows warp 16 + lane / 4 and + 8) to box c
+/* This warpgroup's 64 rows (wave `wave`'s with waves), the columns from
+ * col0 that a buffer holds, through its buffer eb: pair (r, c) of row r (its rows warp 16 + lane / 4 and + 8) to box c
  * / span's row r, swizzled as the tensor map's (16-byte chunk bits 4.. XOR
  * the row bits 7..), then one thread's TMA stores of the boxes, a bulk
  * group left in flight. One named barrier a tile where the warpgroup's
  * tiles take two buffers in turn, two where they take one (and with waves). */
-static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
+static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, int col0)
 {
-	int w = out_span(g), e = g->c_elem, mask = w / 16 - 1, n = out_slots(g);
+	int w = out_span(g), e = g->c_elem, mask = w / 16 - 1, n = out_slots(g), j0 = col0 / 8;
 	/* tiles stored in two buffers taken in turn: the one barrier before the
 	 * stores also frees the next buffer (the stores of the tile before,
 	 * a whole tile back, waited for just before it); waves, whose stores
 	 * follow each other within a tile, and one buffer: a barrier before
 	 * the writes too */
-	bool one_bar = waves(g) == 1 && g->c_bufs > 1;
+	bool one_bar = waves(g) == 1 && n > 1;
 	if (waves(g) > 1) {
 		if (n > 1)
 			lg_line(b, "u8 *const eb = epi + (wg * %d + (nt & %d)) * %d;", n, n - 1, slot_bytes(g));
@@ -720,17 +734,28 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", 64 * g->bn * e);
 		lg_comment(b, "eb free: its stores two tiles back read before the last barrier");
 	} else {
-		lg_line(b, "u8 *const eb = epi + wg * %d;", 64 * g->bn * e);
-		lg_comment(b, "eb free once the stores of this warpgroup's last tile have read it");
+		if (col0) /* the second half: eb and rb as the first's */
+			lg_comment(b, "the other half: eb free once the first half's stores have read it");
+		else
+			lg_line(b, "u8 *const eb = epi + wg * %d;", slot_bytes(g));
+		if (!col0)
+			lg_comment(b, "eb free once the stores of this warpgroup's last tile have read it");
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);");
 	}
 	if (!one_bar)
 		lg_line(b, "lg_bar_id(1 + wg, 128);");
-	lg_line(b, "const u32 rb = (u32)(warp * 16 + (lane >> 2)) * %d; // its row in a box", w);
+	if (!col0)
+		lg_line(b, "const u32 rb = (u32)(warp * 16 + (lane >> 2)) * %d; // its row in a box", w);
 	lg_line(b, "#pragma unroll");
-	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
+	if (j0)
+		lg_open(b, "for (int j = %d; j < %d; j++) {", j0, j0 + out_cols(g) / 8);
+	else
+		lg_open(b, "for (int j = 0; j < %d; j++) {", out_cols(g) / 8);
 	lg_comment(b, "x: the pair's byte in its row; lo, hi: its rows' in the boxes");
-	lg_line(b, "const int x = (j * 8 + (lane & 3) * 2) * %d;", e);
+	if (j0)
+		lg_line(b, "const int x = ((j - %d) * 8 + (lane & 3) * 2) * %d;", j0, e);
+	else
+		lg_line(b, "const int x = (j * 8 + (lane & 3) * 2) * %d;", e);
 	lg_line(b, "const u32 lo = (u32)((x >> %d) * %d + (x & %d)) + rb;", log2_of(w), 64 * w, w - 1);
 	lg_line(b, "const u32 hi = lo + %d;", 8 * w);
 	if (wave > 0)
@@ -761,13 +786,26 @@ static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 	else
 		lg_line(b, "const int r0 = ta + wg * 64;");
 	const char *op = g->c_add ? "lg_tma_add_2d" : "lg_tma_store_2d";
-	lg_line(b, "%s(%s, eb, (int)oc, r0);", op, g->c_tmap);
-	for (int i = 1; i < g->bn * e / w; i++)
-		lg_line(b, "%s(%s, eb + %d, (int)oc + %d, r0);", op, g->c_tmap, i * 64 * w, i * w / e);
+	if (col0)
+		lg_line(b, "%s(%s, eb, (int)oc + %d, r0);", op, g->c_tmap, col0);
+	else
+		lg_line(b, "%s(%s, eb, (int)oc, r0);", op, g->c_tmap);
+	for (int i = 1; i < out_cols(g) * e / w; i++)
+		lg_line(b, "%s(%s, eb + %d, (int)oc + %d, r0);", op, g->c_tmap, i * 64 * w, col0 + i * w / e);
 	lg_line(b, "lg_bulk_commit();");
 	lg_close(b);
 	if (n > 1) /* only tiles (waves) stored by TMA: their bulk groups take the buffers in turn */
 		lg_line(b, "nt++;");
+}
+
+/* This warpgroup's 64 rows (wave `wave`'s) through the epilogue's
+ * buffers: at once, or (tile.epilogue 3) in two passes of half the
+ * columns each. */
+static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
+{
+	emit_store_part(b, g, wave, 0);
+	if (half_out(g))
+		emit_store_part(b, g, wave, g->bn / 2);
 }
 
 static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *store)
@@ -848,7 +886,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	lg_line(b, "int it = 0;");
 	if (g->c_tmap && waves(g) > 1 && out_slots(g) > 1)
 		lg_line(b, "int nt = 0; // waves stored by TMA: the epilogue's buffers in turn");
-	else if (g->c_tmap && g->c_bufs > 1)
+	else if (g->c_tmap && out_slots(g) > 1)
 		lg_line(b, "int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates");
 	if (g->overlap) {
 		lg_line(b, "float acc[%d];", regs * waves(g));
