@@ -140,6 +140,16 @@ static const struct bad bad_specs[] = {
 	 "\"k\": 2048, \"tile\": {\"m\": 256, \"overlap\": 1}}]}",
 	 {"tile: found m 256, overlap 1 (with the default n 128, stages 4, cluster 2, ahead 0, epilogue 0); allowed: "
 	  "tile.overlap with tile.m up to 128"}},
+	/* tile.epilogue 3 (half-width buffers): one wave, rows of half the columns 32-byte multiples */
+	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
+	 "\"k\": 2048, \"tile\": {\"m\": 256, \"epilogue\": 3}}]}",
+	 {"tile: found m 256, epilogue 3", "allowed: tile.epilogue 3 (half-width buffers) with tile.m up to 128"}},
+	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
+	 "\"k\": 2048, \"tile\": {\"n\": 48, \"ahead\": 0, \"epilogue\": 3}}]}",
+	 {"tile: found n 48, ahead 0, epilogue 3", "tile.n a multiple of 32 at bf16"}},
+	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
+	 "\"k\": 2048, \"tile\": {\"epilogue\": 4}}]}",
+	 {"kernels[0].tile.epilogue: found 4", "allowed: an integer from 0 to 3"}},
 	{RNX(", \"tile\": {\"rowz\": 4}"),
 	 {"kernels[0].tile: unknown key \"rowz\"", "allowed keys: rows, threads, prefetch", "did you mean \"rows\"?"}},
 	{RNX(", \"tile\": {\"cols\": 256}"),
