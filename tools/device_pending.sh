@@ -10,9 +10,8 @@
 #      group_rmsnorm_gate, qk_norm_rope), each family over several processes
 #      (LINGEN_TEST_SHARD; their float64 references take the CPU time)
 #      -> $OUT/t_<group>.<shard>.txt;
-#   2. bench/fp8-gemm/tile_sweep.py $SWEEP (e3: tile.epilogue 3, not yet
-#      timed, against the default; defaults: the dense default against the
-#      one before it and the one-group form, TFLOP/s beside _scaled_mm
+#   2. bench/fp8-gemm/tile_sweep.py $SWEEP, TFLOP/s beside _scaled_mm (e3,
+#      the default: tile.epilogue 3, not yet timed, against the default tile)
 #      -> $OUT/sweep.txt;
 #   3. lingen bench of configs/kernels/odd-counts.json at odd token counts
 #      (6001, 8191, and 6025, 8169 whose qt pitch is an odd multiple of 16),
