@@ -40,6 +40,14 @@ def main(name, raw, sass):
     body = [x for x in s[1:] if len(x) > col]
     val = lambda x: float(x[col].replace(",", "") or 0)
     total = sum(val(x) for x in body) or 1.0
+    by_op = {}
+    for x in body:
+        op = x[src].strip().split()
+        op = op[1] if op and op[0].startswith("@") and len(op) > 1 else (op[0] if op else "?")
+        by_op[op] = by_op.get(op, 0.0) + val(x)
+    print("stall samples by instruction:")
+    for op, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:12]:
+        print(f"{100 * v / total:5.1f}%  {op}")
     print("top SASS lines by stall samples:")
     for x in sorted(body, key=val, reverse=True)[:30]:
         stalls = sorted(((float(x[i] or 0), h[6:]) for i, h in enumerate(head)
