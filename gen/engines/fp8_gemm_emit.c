@@ -709,8 +709,8 @@ static int log2_of(int v)
 }
 
 /* This warpgroup's 64 rows (wave `wave`'s with waves), the columns from
- * col0 that a buffer holds, through its buffer eb: pair (r, c) of row r (its rows warp 16 + lane / 4 and + 8) to box c
- * / span's row r, swizzled as the tensor map's (16-byte chunk bits 4.. XOR
+ * col0 that a buffer holds, through its buffer eb: pair (r, c) of row r
+ * (its rows warp 16 + lane / 4 and + 8) to box c / span's row r, swizzled as the tensor map's (16-byte chunk bits 4.. XOR
  * the row bits 7..), then one thread's TMA stores of the boxes, a bulk
  * group left in flight. One named barrier a tile where the warpgroup's
  * tiles take two buffers in turn, two where they take one (and with waves). */
@@ -731,15 +731,15 @@ static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, in
 		lg_comment(b, "eb free once this warpgroup's stores %d wave%s before have read it", n, n > 1 ? "s" : "");
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(%d);", n - 1);
 	} else if (one_bar) {
-		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", 64 * g->bn * e);
+		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", slot_bytes(g));
 		lg_comment(b, "eb free: its stores two tiles back read before the last barrier");
 	} else {
-		if (col0) /* the second half: eb and rb as the first's */
+		if (col0) { /* the second half: eb and rb as the first's */
 			lg_comment(b, "the other half: eb free once the first half's stores have read it");
-		else
+		} else {
 			lg_line(b, "u8 *const eb = epi + wg * %d;", slot_bytes(g));
-		if (!col0)
 			lg_comment(b, "eb free once the stores of this warpgroup's last tile have read it");
+		}
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);");
 	}
 	if (!one_bar)
