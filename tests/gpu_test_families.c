@@ -27,7 +27,10 @@
  *
  * LINGEN_TEST_SHARD=I/N runs only the runs whose index (in the order
  * --list --runs prints) is I modulo N: N processes side by side share a
- * family's float64 references over the machine's cores.
+ * family's float64 references over the machine's cores. LINGEN_TEST_MATCH=TEXT
+ * runs only the specs whose canonical JSON (as --list --runs prints it)
+ * holds TEXT, e.g. '"epilogue": 3'; the run indices stay those of the whole
+ * family, so a shard is the same run with or without it.
  *
  * Exits with LG_TEST_SKIP (ctest: skipped), saying why, when there is no
  * CUDA device or driver; random inputs print their seed (LINGEN_SEED replays,
@@ -59,6 +62,7 @@ static uint64_t seed;
 static bool list_only;
 static bool list_runs; /* --list --runs: a line a run */
 static long shard_i, shard_n = 1; /* LINGEN_TEST_SHARD=I/N */
+static const char *match;          /* LINGEN_TEST_MATCH=TEXT */
 
 /* The case file of family op, loaded into f (a cmocka failure otherwise). */
 static void load(enum lg_op op, struct lg_case_file *f)
@@ -235,17 +239,22 @@ static void run_family(void **state)
 		lg_ctx *cx = context_of(c);
 		struct lg_spec v[LG_MAX_CANDIDATES];
 		int n = specs_of(c, &cx->target, v, LG_MAX_CANDIDATES);
-		for (int k = 0; k < n; k++)
+		for (int k = 0; k < n; k++) {
+			char *canon = match ? lg_spec_canonical(&v[k]) : NULL;
+			bool skip = match && (!canon || !strstr(canon, match));
+			free(canon);
 			for (size_t p = 0; p < c->npoints; p++)
 				for (int pat = 0; pat < c->patterns; pat++, index++) {
 					uint64_t sd = c->patterns > 1 ? (seed & ~3ull) | (uint64_t)pat : seed;
-					if (index % shard_n != shard_i)
+					if (skip || index % shard_n != shard_i)
 						continue;
 					runs++;
 					failed += !run_one(cx, &v[k], c, p, sd);
 				}
+		}
 	}
-	printf("%s: %zu of %zu runs failed%s%s%s\n", f.family, failed, runs, shard_n > 1 ? " (this shard)" : "",
+	printf("%s: %zu of %zu runs failed%s%s%s%s\n", f.family, failed, runs, shard_n > 1 ? " (this shard)" : "",
+	       match ? " (the specs matching LINGEN_TEST_MATCH)" : "",
 	       f.elsewhere ? "; also on the GPU: " : "", f.elsewhere ? f.elsewhere : "");
 	lg_cases_free(&f);
 	assert_int_equal(failed, 0);
@@ -315,6 +324,9 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	match = getenv("LINGEN_TEST_MATCH");
+	if (match && !*match)
+		match = NULL;
 	lg_test_require_gpu("gpu_test_families");
 	seed = lg_test_seed("gpu_test_families");
 	return lg_test_run_gpu("gpu_test_families", tests, n, &ctx);

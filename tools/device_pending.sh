@@ -8,8 +8,11 @@
 #      tail, ac12d1d) and the five families whose norm weights now include
 #      negative ones (aeb686b: rmsnorm, rmsnorm_quant, rmsnorm_router,
 #      group_rmsnorm_gate, qk_norm_rope), each family over several processes
-#      (LINGEN_TEST_SHARD; their float64 references take the CPU time)
-#      -> $OUT/t_<group>.<shard>.txt;
+#      (LINGEN_TEST_SHARD; their float64 references take the CPU time),
+#      the FP8 GEMM cases of tile.epilogue 3 (LINGEN_TEST_MATCH) and the
+#      GEMMs' special checks (SPECIAL: gpu_test_fp8_gemm and
+#      gpu_test_fp8_grouped_gemm, bf16 = fp32 rounded to nearest bit for
+#      bit) -> $OUT/t_<group>.<shard>.txt;
 #   2. bench/fp8-gemm/tile_sweep.py $SWEEP, TFLOP/s beside _scaled_mm (e3,
 #      the default: tile.epilogue 3, not yet timed, against the default tile)
 #      -> $OUT/sweep.txt;
@@ -34,9 +37,10 @@
 # back. OUT defaults to out/device. For a shorter call: STEPS (default
 # "1 2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
 # its groups (NAME:SHARDS:FAMILY,FAMILY...), RZ_JOBS the rounding proof's
-# tests side by side (6),
+# tests side by side (4),
 # SWEEP (e3) is step 2's set of bench/fp8-gemm/tile_sweep.py, and
-# STEP_SECONDS (30) step 4's timed part. At most 560 s in all.
+# STEP_SECONDS (30) step 4's timed part, STEP_ARGS more of its arguments
+# (--profile: each mode's kernels by kind). At most 560 s in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/device}
@@ -53,21 +57,28 @@ fam() { # NAME SHARDS FAMILY...: SHARDS processes side by side (LINGEN_TEST_SHAR
 	local name=$1 n=$2 i
 	shift 2
 	for ((i = 0; i < n; i++)); do
-		(LINGEN_TEST_SHARD=$i/$n timeout "${TEST_TIMEOUT:-200}" build-device/tests/gpu_test_families "$@" \
+		(LINGEN_TEST_SHARD=$i/$n LINGEN_TEST_MATCH=${match:-} timeout "${TEST_TIMEOUT:-200}" build-device/tests/gpu_test_families "$@" \
 			> "$out/t_$name.$i.txt" 2>&1
 		 echo "rc=$?" >> "$out/t_$name.$i.txt") &
 	done
 }
 if on 1; then
-	for g in ${TESTS:-norms:6:rmsnorm_quant,rmsnorm,group_rmsnorm_gate,qk_norm_rope \
-		router:4:rmsnorm_router}; do
+	for g in ${TESTS:-norms:5:rmsnorm_quant,rmsnorm,group_rmsnorm_gate,qk_norm_rope \
+		router:3:rmsnorm_router e3:2:fp8_gemm,fp8_grouped_gemm}; do
 		IFS=: read -r name n fams <<< "$g"
+		match=
+		[[ $name == e3 ]] && match='"epilogue": 3'
 		# shellcheck disable=SC2086
 		fam "$name" "$n" ${fams//,/ }
 	done
+	for t in ${SPECIAL:-gpu_test_fp8_gemm gpu_test_fp8_grouped_gemm}; do
+		[[ -x build-device/tests/$t ]] || continue
+		(timeout "${TEST_TIMEOUT:-200}" "build-device/tests/$t" > "$out/t_$t.txt" 2>&1
+		 echo "rc=$?" >> "$out/t_$t.txt") &
+	done
 fi
 if on 1 && [[ -d build-rz ]]; then
-	(OUT=$out/rz LINGEN_CACHE_DIR= JOBS=${RZ_JOBS:-6} LINGEN_TEST_SHARD=${RZ_SHARD:-0/3} CTESTS=${CTESTS:-"gpu_test_families:group_rmsnorm_gate \
+	(OUT=$out/rz LINGEN_CACHE_DIR= JOBS=${RZ_JOBS:-4} LINGEN_TEST_SHARD=${RZ_SHARD:-0/3} CTESTS=${CTESTS:-"gpu_test_families:group_rmsnorm_gate \
 		gpu_test_families:rmsnorm gpu_test_families:rmsnorm_router gpu_test_families:cross_entropy \
 		gpu_test_families:moe_unpermute"} timeout "${TEST_TIMEOUT:-200}" bash tools/device_rz.sh run \
 		$((${TEST_TIMEOUT:-200} - 10)) > "$out/t_rz.txt" 2>&1
@@ -77,7 +88,7 @@ wait
 if on 1; then
 	echo "== 1. GPU cases ($((SECONDS - start)) s)"
 	for f in "$out"/t_*.txt; do
-		echo "-- $(basename "$f"): $(grep -c '^\[       OK \]' "$f") families passed, $(grep -c '^\[  FAILED  \]' "$f") failed, $(tail -n 1 "$f")"
+		echo "-- $(basename "$f"): $(grep -c '^\[       OK \]' "$f") tests passed, $(grep -c '^\[  FAILED  \]' "$f") failed, $(tail -n 1 "$f")"
 		grep -E "FAIL|mismatch|NOT CAUGHT|NORMAL BUILD|runs failed" "$f" | head -n 5
 	done
 	[[ -f $out/t_rz.txt ]] && cat "$out/t_rz.txt"
@@ -96,7 +107,7 @@ if on 4; then
 	echo "== 4. the step ($((SECONDS - start)) s)"
 	sec=${STEP_SECONDS:-30}
 	timeout $((sec * 4 + 30)) python3 examples/train_moe.py --steps 30 --eval-every 0 --no-bar --time-limit "$sec" \
-		--modes fp8,bf16 --fp8-head --head fused --out "$out/step" 2>&1 | tail -n 12
+		--modes fp8,bf16 --fp8-head --head fused --out "$out/step" ${STEP_ARGS:-} 2>&1 | tail -n 12
 fi
 if on 5; then
 	echo "== 5. Nsight Compute, SASS lines ($((SECONDS - start)) s)"
