@@ -2,10 +2,12 @@
 # tools/device_quack.sh - QuACK (quack-kernels and its CuTe DSL wheels) on the
 # GPU machine, for python -m lingen.bench's QuACK rows (python/lingen/benches/quack.py).
 #
-# The nvidia-cutlass-dsl-libs-cu13 wheel (about 92 MB) is over one device
-# call's 64 MiB carry, so it travels in two halves over two calls, and the
-# second call must come while the machine is still warm (it is a fresh one
-# after about 30 s idle): make it at once, and do the bench in it.
+# The nvidia-cutlass-dsl-libs-cu13 wheel (about 92 MB, 227 MB unpacked) is
+# over one device call's 64 MiB carry. pack unpacks it and recompresses the
+# tree with xz (about 64 MB), split in two: 40 MB ride with call 1 beside the
+# builds of tools/device_carry.sh, the rest and the small wheels with call 2,
+# which must come while the machine is still warm (it is a fresh one after
+# about 30 s idle): make it at once, and do the bench in it.
 #
 # 1. build machine, from the repository root (PyPI reachable; the device's
 #    python3 is 3.12):
@@ -13,16 +15,16 @@
 #        --platform manylinux_2_28_x86_64 quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 \
 #        nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 \
 #        apache-tvm-ffi torch-c-dlpack-ext
-#      tools/device_quack.sh pack    # -> .whl/quack-1 (small wheels + first half),
-#                                    #    .whl/quack-2 (second half)
+#      tools/device_quack.sh pack    # -> .whl/quack-1 (first part, 40 MB),
+#                                    #    .whl/quack-2 (second part, small wheels)
 #    (.whl/ is git-ignored; pip wheel . -w dist --no-deps for the lingen wheel)
-# 2. GPU machine, call 1, carry [".whl/quack-1"]:
-#      tools/device_quack.sh stage1  # first half kept in /tmp/quack-parts,
-#                                    # the small wheels installed into $SITE
+# 2. GPU machine, call 1, carry [".whl/quack-1", ...]:
+#      tools/device_quack.sh stage1  # first part kept in /tmp/quack-parts
 # 3. GPU machine, call 2 right after, carry [".whl/quack-2", "dist"]:
 #      tools/device_quack.sh stage2 [BENCH_ARGS...]
-#    joins the halves (checked against the sha256 recorded by pack), installs
-#    the wheel into $SITE, checks `import quack`, then runs
+#    joins the parts (checked against the sha256 recorded by pack), unpacks
+#    the tree into $SITE (the wheel's files and its .dist-info, as pip would
+#    lay them), installs the small wheels, checks `import quack`, then runs
 #    tools/device_bench.sh BENCH_ARGS (e.g. --only rmsnorm,cross_entropy) with
 #    QuACK on PYTHONPATH. Without QuACK the bench still runs: its rows say
 #    "not installed".
@@ -46,36 +48,41 @@ pack)
 	rm -rf .whl/quack-1 .whl/quack-2
 	mkdir -p .whl/quack-1 .whl/quack-2
 	for w in "$src"/*.whl; do
-		[[ $w == "$wheel" ]] || cp "$w" .whl/quack-1/
+		[[ $w == "$wheel" ]] || cp "$w" .whl/quack-2/
 	done
-	name=$(basename "$wheel")
-	split -b 50M "$wheel" ".whl/quack-1/$name.part-"
+	tree=$(mktemp -d)
+	(cd "$tree" && unzip -q "$OLDPWD/$wheel") || exit 1
+	name=$(basename "$wheel" .whl).tar.xz
+	tar -C "$tree" -cf - . | xz -9 -T0 > "$tree.xz" || exit 1
+	rm -rf "$tree"
+	(cd "$(dirname "$tree")" && sha256sum "$(basename "$tree").xz" | sed "s| .*| $name|") > .whl/quack-2/SHA256SUMS
+	split -b 40M "$tree.xz" ".whl/quack-1/$name.part-"
+	rm -f "$tree.xz"
 	mv ".whl/quack-1/$name.part-ab" .whl/quack-2/
 	[[ ! -e .whl/quack-1/$name.part-ac ]] || { echo "device_quack.sh: more than two parts" >&2; exit 1; }
-	(cd "$src" && sha256sum "$name") > .whl/quack-2/SHA256SUMS
 	du -sh .whl/quack-1 .whl/quack-2
 	;;
 stage1)
-	mkdir -p "$parts" "$site"
+	mkdir -p "$parts"
 	cp .whl/quack-1/*.part-aa "$parts"/ || exit 1
-	small=(.whl/quack-1/*.whl)
-	pip_target "${small[@]}" || exit 1
-	echo "device_quack.sh: stage1: ${#small[@]} wheels installed into $site, first half in $parts;" \
-		"run stage2 now (the machine is fresh after ~30 s idle)"
+	echo "device_quack.sh: stage1: first part in $parts; run stage2 now (the machine is fresh after ~30 s idle)"
 	;;
 stage2)
 	shift
+	mkdir -p "$site"
 	half=$(ls "$parts"/*.part-aa 2>/dev/null | head -1)
 	if [[ -f $half ]]; then
 		name=$(basename "$half" .part-aa)
 		cat "$half" .whl/quack-2/"$name".part-ab > "/tmp/$name"
 		if (cd /tmp && sha256sum -c --quiet "$OLDPWD/.whl/quack-2/SHA256SUMS"); then
-			pip_target "/tmp/$name" && rm -f "/tmp/$name" "$half"
+			xz -dc "/tmp/$name" | tar -C "$site" -xf - && rm -f "/tmp/$name" "$half"
+			small=(.whl/quack-2/*.whl)
+			pip_target "${small[@]}"
 		else
-			echo "device_quack.sh: the joined wheel's sha256 differs: not installed" >&2
+			echo "device_quack.sh: the joined archive's sha256 differs: not installed" >&2
 		fi
 	else
-		echo "device_quack.sh: no first half in $parts (stage1 not run on this machine," \
+		echo "device_quack.sh: no first part in $parts (stage1 not run on this machine," \
 			"or the machine was handed back between the calls): QuACK not installed" >&2
 	fi
 	export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
