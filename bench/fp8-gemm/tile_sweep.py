@@ -6,7 +6,8 @@ tile.overlap, the epilogue under the next tile's first wgmmas; odd token counts 
 defaults (session 9's default against the one before; qkv: its first two rows) or wide (session 11: wider N tiles at
 K 2048, fewer shared-memory bytes a multiply-add than 128 x 128) longk (session 12: the TMA
 epilogue at reductions of 4096 and more) e2 (session 12's default against the one before), k2048 (session 12: other tiles at K 2048)
-or e3 (tile.epilogue 3, a half-width epilogue buffer, against the default)."""
+e3 (tile.epilogue 3, a half-width epilogue buffer, against the default)
+or wgrad (session 13: the wgrad's tiles at the LM head and 9984x3584x5120)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
@@ -83,6 +84,11 @@ SETS = {
         for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 2048, 2048),
                               ("forward", 8192, 1024, 2048), ("forward", 8192, 2048, 512), ("forward", 8192, 157184, 2048),
                               ("forward", 4096, 4096, 4096), ("wgrad", 8192, 3072, 2048))
+    ],
+    "wgrad": [  # session 13: the wgrad (0.75-0.81x _scaled_mm, below bf16) against what it might take
+        ("wgrad", 8192, 157184, 2048, [None, {"ahead": 8}, {"ahead": 16}, {"epilogue": 2}, {"epilogue": 3},
+                                       {"stages": 5}, {"cluster": 2}, {"n": 192}, {"m": 256}]),
+        ("wgrad", 9984, 3584, 5120, [None, {"ahead": 8}, {"epilogue": 2}, {"cluster": 2}, {"stages": 5}]),
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone
