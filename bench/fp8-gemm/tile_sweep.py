@@ -87,8 +87,9 @@ SETS = {
     ],
     "wgrad": [  # session 13: the wgrad (0.75-0.81x _scaled_mm, below bf16) against what it might take
         ("wgrad", 8192, 157184, 2048, [None, {"ahead": 8}, {"ahead": 16}, {"epilogue": 2}, {"epilogue": 3},
-                                       {"stages": 5}, {"cluster": 2}, {"n": 192}, {"m": 256}]),
-        ("wgrad", 9984, 3584, 5120, [None, {"ahead": 8}, {"epilogue": 2}, {"cluster": 2}, {"stages": 5}]),
+                                       {"epilogue": 3, "ahead": 8}, {"cluster": 2}, {"n": 96, "ahead": 8},
+                                       {"n": 64, "ahead": 8}]),
+        ("wgrad", 9984, 3584, 5120, [None, {"ahead": 8}, {"epilogue": 3}, {"epilogue": 3, "ahead": 8}, {"cluster": 2}]),
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone
