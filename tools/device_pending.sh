@@ -13,9 +13,9 @@
 #      GEMMs' special checks (SPECIAL: gpu_test_fp8_gemm and
 #      gpu_test_fp8_grouped_gemm, bf16 = fp32 rounded to nearest bit for
 #      bit) -> $OUT/t_<group>.<shard>.txt;
-#   2. bench/fp8-gemm/tile_sweep.py $SWEEP, TFLOP/s beside _scaled_mm (e3,
-#      the default: tile.epilogue 3, not yet timed, against the default tile)
-#      -> $OUT/sweep.txt;
+#   2. bench/fp8-gemm/tile_sweep.py $SWEEP, TFLOP/s beside _scaled_mm (by
+#      default e3: tile.epilogue 3, not yet timed, against the default tile,
+#      and wgrad: the wgrad's tiles) -> $OUT/sweep.txt;
 #   3. lingen bench of configs/kernels/odd-counts.json at odd token counts
 #      (6001, 8191, and 6025, 8169 whose qt pitch is an odd multiple of 16),
 #      each beside its count rounded up to 128 -> $OUT/odd.txt;
@@ -38,7 +38,7 @@
 # "1 2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
 # its groups (NAME:SHARDS:FAMILY,FAMILY...), RZ_JOBS the rounding proof's
 # tests side by side (4),
-# SWEEP (e3) is step 2's set of bench/fp8-gemm/tile_sweep.py, and
+# SWEEP ("e3 wgrad") is step 2's sets of bench/fp8-gemm/tile_sweep.py, and
 # STEP_SECONDS (30) step 4's timed part, STEP_ARGS more of its arguments
 # (--profile: each mode's kernels by kind). At most 560 s in all.
 set -uo pipefail
@@ -96,7 +96,7 @@ if on 1; then
 fi
 if on 2; then
 	echo "== 2. tile_sweep.py defaults ($((SECONDS - start)) s)"
-	timeout 150 python3 bench/fp8-gemm/tile_sweep.py "${SWEEP:-e3}" 2>&1 | tee "$out/sweep.txt" | tail -n 15
+	timeout 200 python3 bench/fp8-gemm/tile_sweep.py ${SWEEP:-e3 wgrad} 2>&1 | tee "$out/sweep.txt" | tail -n 15
 fi
 if on 3; then
 	echo "== 3. odd token counts ($((SECONDS - start)) s)"

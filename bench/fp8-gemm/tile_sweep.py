@@ -1,4 +1,4 @@
-"""bench/fp8-gemm/tile_sweep.py SET (run from the repository root on the GPU machine,
+"""bench/fp8-gemm/tile_sweep.py SET... (run from the repository root on the GPU machine,
 LINGEN_LIBRARY set): each GEMM's variants against its default tile, TFLOP/s and max |diff| to the
 default's output (0: bit for bit), with torch._scaled_mm (blockwise) after them.
 SET: ahead (session 8: the groups of tile.ahead, the wgrad ahead), overlap (session 9:
@@ -93,7 +93,7 @@ SETS = {
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone
-ROWS = SETS[sys.argv[1] if len(sys.argv) > 1 else "overlap"]
+ROWS = [row for name in (sys.argv[1:] or ["overlap"]) for row in SETS[name]]  # one SET or several
 print("| form | MxNxK | tile | TFLOP/s | vs default | max|diff| to default |")
 print("|---|---|---|---|---|---|")
 for form, M, N, K, tiles in ROWS:
