@@ -14,7 +14,9 @@
 #      pip download --no-deps -d .whl/quack --python-version 3.12 --only-binary=:all: \
 #        --platform manylinux_2_28_x86_64 quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 \
 #        nvidia-cutlass-dsl-libs-base==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 \
-#        apache-tvm-ffi torch-c-dlpack-ext
+#        nvidia-cutlass-dsl-libs-core==4.8.1 'cuda-bindings>=13,<14' cuda-pathfinder \
+#        protobuf einops apache-tvm-ffi torch-c-dlpack-ext
+#    (what quack-kernels and the DSL require beyond torch and typing_extensions)
 #      tools/device_quack.sh pack    # -> .whl/quack-1 (first part, 40 MB),
 #                                    #    .whl/quack-2 (second part, small wheels)
 #    (.whl/ is git-ignored; pip wheel . -w dist --no-deps for the lingen wheel)
@@ -85,7 +87,9 @@ stage2)
 		echo "device_quack.sh: no first part in $parts (stage1 not run on this machine," \
 			"or the machine was handed back between the calls): QuACK not installed" >&2
 	fi
-	export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
+	# the DSL's cutlass package sits under dsl_packages, put on sys.path by a
+	# .pth file that a --target install (or PYTHONPATH) never runs
+	export PYTHONPATH=$site:$site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}
 	python3 -c 'import quack; print("device_quack.sh: quack", quack.__version__, "imports")' \
 		|| echo "device_quack.sh: quack does not import: its rows will say not installed" >&2
 	exec tools/device_bench.sh "$@"
