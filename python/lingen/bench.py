@@ -36,6 +36,7 @@ table's header and the JSON. A peer that raises on a shape (a size it does
 not take) is recorded as refused, and the run goes on.
 """
 import argparse
+import gc
 import json
 import os
 import platform
@@ -239,6 +240,10 @@ def _case(torch, env, timer, case, copy_gbps, rows, impls=None):
                 row["tflops"] = case.extra["flops"] / (row["us"] * 1e6)
         except Exception as e:  # a peer that fails is reported, not fatal
             row["error"] = f"{type(e).__name__}: {e}"[:300]
+            if isinstance(e, torch.cuda.OutOfMemoryError):
+                del e  # (its traceback holds the frames' tensors)
+                gc.collect()
+                torch.cuda.empty_cache()
         rows.append(row)
         print(_line(row), file=sys.stderr, flush=True)
     if case.linghe_us:
@@ -285,7 +290,12 @@ def run(quick=False, only=None, budget=None, save=None, impls=None, shapes=None,
             skipped.append(f"{case.kernel} {case.shape}")
             continue
         _case(torch, env, timer, case, copy_gbps, rows, impls)
+        gc.collect()  # a case's tensors, graphs and failed peers' tracebacks, before the next
         torch.cuda.empty_cache()
+        held = torch.cuda.memory_allocated()
+        if held > 1 << 30:  # what a case leaves behind shrinks every later one's room
+            print(f"{case.kernel} {case.shape}: {held / 2**30:.1f} GiB still allocated after it",
+                  file=sys.stderr, flush=True)
         if save:
             save(res)
     res["host"] = host_overhead(torch, lingen, lt, liger)

@@ -96,7 +96,9 @@ def _quant(env, t, v):
     rows = g.expand(t).contiguous()
     def two_kernels():  # the bf16 gradient written, then read by the quantiser
         return lt.fp8_quant(lt.cross_entropy_backward(x, y, s, m, rows))
-    return Setup({"lingen": lambda: lingen.cross_entropy_quant(x, y, s, m, g),
+    def eager():  # the torch forms: the bf16 gradient, then the quantiser
+        return _ref().quant(ce_bwd(torch, x, y, s, m, rows).float(), round_scale=True)
+    return Setup({"lingen": lambda: lingen.cross_entropy_quant(x, y, s, m, g), "eager": eager,
                   "bwd + fp8_quant": two_kernels},
                  (x, y, s, m, g), lambda r: dequant(torch, *r))
 

@@ -1,6 +1,6 @@
 """Rows of the blockwise FP8 GEMMs (families fp8_gemm, fp8_grouped_gemm;
-sm_90a): lingen beside the dequantised fp32 product (eager), torch.mm in
-bf16 and, for the dense forward, torch._scaled_mm with blockwise scales.
+sm_90a): lingen beside the dequantised fp32 product (eager), torch.mm of
+the same dequantised operands in bf16 and, for the dense forward, torch._scaled_mm with blockwise scales.
 tools/fp8_gemm_bench.py holds the fuller table (bench/fp8-gemm.md)."""
 from . import ODD_TOKENS, Case, Setup
 from .quant import _ref
@@ -19,7 +19,8 @@ def _dense(env, m, n, k):
     torch = env.torch
     x, xs = _fp8(env, m, k), _scale(env, (k + 127) // 128, m)
     w, ws = _fp8(env, n, k), _scale(env, (n + 127) // 128, (k + 127) // 128)
-    xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
+    # the bf16 peer multiplies the same dequantised operands (rounded to bf16)
+    xb, wb = _ref().deq_rowwise(x, xs).to(torch.bfloat16), _ref().deq_weight(w, ws).to(torch.bfloat16)
     impls = {"lingen": lambda: lg.fp8_gemm(x, xs, w, ws),
              "eager": lambda: (_ref().deq_rowwise(x, xs)
                                @ _ref().deq_weight(w, ws).t()).to(torch.bfloat16),
@@ -37,17 +38,22 @@ def _grouped(env, e, m, n, k):
     x, xs = _fp8(env, m, k), _scale(env, (k + 127) // 128, m)
     w, ws = _fp8(env, e, n, k), _scale(env, e, (n + 127) // 128, (k + 127) // 128)
     offs = torch.cumsum(counts, 0).to(torch.int32)
-    xb, wb = x.to(torch.bfloat16), w.to(torch.bfloat16)
 
-    def eager():
+    def dequantised():
         # equal counts c: expert i's scales are the [kb, c] block at element i c kb
         c, kb = m // e, xs.shape[0]
         flat = xs.flatten()
         xd = torch.cat([_ref().deq_rowwise(x[i * c:(i + 1) * c], flat[i * c * kb:(i + 1) * c * kb]
                                            .view(kb, c)) for i in range(e)])
-        wd = _ref().deq_weight(w, ws)
+        return xd, _ref().deq_weight(w, ws)
+
+    def eager():
+        c = m // e
+        xd, wd = dequantised()
         y = torch.cat([xd[i * c:(i + 1) * c] @ wd[i].t() for i in range(e)])
         return y.to(torch.bfloat16)
+    # the bf16 peer multiplies the same dequantised operands (rounded to bf16)
+    xb, wb = (t.to(torch.bfloat16) for t in dequantised())
     impls = {"lingen": lambda: lg.fp8_grouped_gemm(x, xs, w, ws, counts), "eager": eager,
              "torch._grouped_mm": lambda: torch._grouped_mm(xb, wb.transpose(1, 2), offs=offs)}
     return Setup(impls, (x, xs, w, ws, counts), lambda r: (r.float(),))
