@@ -7,7 +7,8 @@ defaults (session 9's default against the one before; qkv: its first two rows) o
 K 2048, fewer shared-memory bytes a multiply-add than 128 x 128) longk (session 12: the TMA
 epilogue at reductions of 4096 and more) e2 (session 12's default against the one before), k2048 (session 12: other tiles at K 2048)
 e3 (tile.epilogue 3, a half-width epilogue buffer, against the default)
-or wgrad (session 13: the wgrad's tiles at the LM head and 9984x3584x5120)."""
+wgrad (session 13: the wgrad's tiles at the LM head and 9984x3584x5120)
+or wahead (session 13: the wgrad's ahead groups at five shapes, twice)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
@@ -90,6 +91,13 @@ SETS = {
                                        {"epilogue": 3, "ahead": 8}, {"cluster": 2}, {"n": 96, "ahead": 8},
                                        {"n": 64, "ahead": 8}]),
         ("wgrad", 9984, 3584, 5120, [None, {"ahead": 8}, {"epilogue": 3}, {"epilogue": 3, "ahead": 8}, {"cluster": 2}]),
+    ],
+    "wahead": [  # session 13: the wgrad's ahead groups (one call: ahead 16 at the LM head +3%, ahead 8 at
+        # 9984x3584x5120 +12%, both within a call's spread elsewhere), twice each
+        (form, M, N, K, [None, {"ahead": 8}, {"ahead": 16}, {"ahead": 32}, None, {"ahead": 8}, {"ahead": 16},
+                         {"ahead": 32}])
+        for form, M, N, K in (("wgrad", 8192, 157184, 2048), ("wgrad", 8192, 3072, 2048), ("wgrad", 8192, 2048, 2048),
+                              ("wgrad", 9984, 3584, 5120), ("wgrad", 8192, 2048, 1024))
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone
