@@ -133,6 +133,23 @@ def test_chunk_tokens():
     assert ln.chunk_tokens(8192, 157184, 2, 1 << 40) == 8192
 
 
+def test_fp8_chunk_tokens():
+    # the FP8 head's chunks: whole 128-token blocks within the logits budget,
+    # the dgrad's last wave of 128 x 128 tiles as full as it gets
+    from lingen.nn.head import fp8_chunk_tokens as f
+    assert f(8192, 157184, 2048, 132) == 1024  # 8 x 16 tiles: 128 of 132, one wave
+    for t, v, h, sms in [(8192, 157184, 2048, 132), (9973, 201088, 5120, 132),
+                         (4096, 151936, 3584, 78), (8192, 157184, 7168, 114)]:
+        c = f(t, v, h, sms)
+        rows, cols = c // 128, -(-h // 128)
+        assert c % 128 == 0 and c * v * 2 <= ln.CHUNK_BYTES
+        fill = rows * cols / (-(-rows * cols // sms) * sms)
+        for r in range(1, ln.CHUNK_BYTES // (v * 2 * 128) + 1):  # none fills it better
+            assert r * cols / (-(-r * cols // sms) * sms) <= fill + 0.01
+    assert f(300, 1000, 256, 132) == 384  # fewer tokens than a chunk: their blocks
+    assert f(128, 128, 128, 132) == 128
+
+
 @pytest.mark.parametrize("call,exc,match", [
     (lambda x, w, y: ln.linear_cross_entropy(x.float(), w, y), TypeError, "x.dtype"),
     (lambda x, w, y: ln.linear_cross_entropy(x, w, y[:-1]), ValueError, "labels.shape"),
