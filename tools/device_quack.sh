@@ -57,7 +57,7 @@ pack)
 	name=$(basename "$wheel" .whl).tar.xz
 	tar -C "$tree" -cf - . | xz -9 -T0 > "$tree.xz" || exit 1
 	rm -rf "$tree"
-	(cd "$(dirname "$tree")" && sha256sum "$(basename "$tree").xz" | sed "s| .*| $name|") > .whl/quack-2/SHA256SUMS
+	(cd "$(dirname "$tree")" && sha256sum "$(basename "$tree").xz" | sed "s| .*|  $name|") > .whl/quack-2/SHA256SUMS
 	split -b 40M "$tree.xz" ".whl/quack-1/$name.part-"
 	rm -f "$tree.xz"
 	mv ".whl/quack-1/$name.part-ab" .whl/quack-2/

@@ -65,8 +65,14 @@ static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8
 		g.cluster = 2;
 	if (lg_spec_has(s, k->cl))
 		g.cluster = (int)lg_spec_int(s, k->cl);
-	/* (the wgrad is not ahead by default: not yet measured on the GPU) */
-	g.ahead = lg_spec_has(s, k->ah) ? (int)lg_spec_int(s, k->ah) : lg_fp8_gemm_can_ahead(&g) && !g.b_rowscale;
+	/* the dense wgrad ahead in groups of 8 stages (H100, session 13,
+	 * bench/fp8-gemm.md, each tile twice: +8% to +12% at five shapes, the LM
+	 * head's 157184x2048 over 8192 tokens 740 -> 822 TFLOP/s, 9984x3584x5120
+	 * 745 -> 833; groups of 16 about the same, of 32 less), not with
+	 * accumulate (its epilogue's reads of dw spill 24 bytes); the grouped
+	 * wgrad's experts are a few stages long: not measured there */
+	g.ahead = lg_spec_has(s, k->ah) ? (int)lg_spec_int(s, k->ah)
+		: !lg_fp8_gemm_can_ahead(&g) ? 0 : !g.b_rowscale ? 1 : k->pair && !g.c_add ? 8 : 0;
 	/* the dense forward's and dgrad's epilogue under the next tile's first
 	 * wgmmas (the first ahead group out of the loop), at a static reduction of
 	 * 2 blocks or more (H100, bench/fp8-gemm.md, session 9: with the

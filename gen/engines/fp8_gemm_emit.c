@@ -467,8 +467,10 @@ static void emit_promote_wave(lg_buf *b, const struct lg_fp8_gemm *g, const char
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
 	if (g->b_rowscale) {
-		if (late_scales(g)) /* the stage's slot, released after this */
-			lg_line(b, "const float2 cv = *(const float2 *)(sl + %d + j * 8 + (lane & 3) * 2);", g->bm);
+		if (late_scales(g)) { /* the stage's slot, released after this */
+			lg_line(b, "const float *cs = sl + %d + j * 8 + (lane & 3) * 2;", g->bm);
+			lg_line(b, "const float2 cv = *(const float2 *)cs;");
+		}
 		lg_line(b, "const float c0 = %s.x, c1 = %s.y;", late_scales(g) ? "cv" : "sbv[j]",
 			late_scales(g) ? "cv" : "sbv[j]");
 		lg_line(b, "%s4 * j] += %s[4 * j] * (sa0 * c0);", a, ps);
@@ -544,7 +546,7 @@ static void emit_promote_released(lg_buf *b, const struct lg_fp8_gemm *g, const 
 		emit_release(b, g, prefix);
 	emit_promote(b, g, ps);
 	if (late_scales(g)) {
-		lg_line(b, "__syncwarp(); // every lane's reads of the stage's scales before lane 0 releases it");
+		lg_line(b, "__syncwarp(); // the scales read before lane 0 frees the stage");
 		emit_release(b, g, prefix);
 	}
 }
