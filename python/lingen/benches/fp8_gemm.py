@@ -1,7 +1,7 @@
 """Rows of the blockwise FP8 GEMMs (families fp8_gemm, fp8_grouped_gemm;
 sm_90a): lingen beside the dequantised fp32 product (eager), torch.mm of
-the same dequantised operands in bf16 and, for the dense forward, torch._scaled_mm with blockwise scales.
-tools/fp8_gemm_bench.py holds the fuller table (bench/fp8-gemm.md)."""
+the same dequantised operands in bf16 and, for the dense forward,
+torch._scaled_mm with blockwise scales. tools/fp8_gemm_bench.py holds the fuller table (bench/fp8-gemm.md)."""
 from . import ODD_TOKENS, Case, Setup
 from .quant import _ref
 
