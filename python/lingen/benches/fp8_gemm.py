@@ -1,7 +1,8 @@
 """Rows of the blockwise FP8 GEMMs (families fp8_gemm, fp8_grouped_gemm;
 sm_90a): lingen beside the dequantised fp32 product (eager), torch.mm of
 the same dequantised operands in bf16 and, for the dense forward,
-torch._scaled_mm with blockwise scales. tools/fp8_gemm_bench.py holds the fuller table (bench/fp8-gemm.md)."""
+torch._scaled_mm with blockwise scales. tools/fp8_gemm_bench.py holds the
+fuller table (bench/fp8-gemm.md)."""
 from . import ODD_TOKENS, Case, Setup
 from .quant import _ref
 
@@ -20,7 +21,8 @@ def _dense(env, m, n, k):
     x, xs = _fp8(env, m, k), _scale(env, (k + 127) // 128, m)
     w, ws = _fp8(env, n, k), _scale(env, (n + 127) // 128, (k + 127) // 128)
     # the bf16 peer multiplies the same dequantised operands (rounded to bf16)
-    xb, wb = _ref().deq_rowwise(x, xs).to(torch.bfloat16), _ref().deq_weight(w, ws).to(torch.bfloat16)
+    xb = _ref().deq_rowwise(x, xs).to(torch.bfloat16)
+    wb = _ref().deq_weight(w, ws).to(torch.bfloat16)
     impls = {"lingen": lambda: lg.fp8_gemm(x, xs, w, ws),
              "eager": lambda: (_ref().deq_rowwise(x, xs)
                                @ _ref().deq_weight(w, ws).t()).to(torch.bfloat16),
