@@ -3,19 +3,19 @@
 # build-device/ (tools/device.sh) carried: in one call of under 10 minutes,
 # what main holds that no GPU has run yet (bench/gpu-tests.md, "Not run
 # yet"), then its timings:
-#   1. the GPU cases of the families whose code or inputs changed after the
-#      twelfth session's last call: rmsnorm_quant (the one-kernel forms' +0
-#      tail, ac12d1d) and the five families whose norm weights now include
-#      negative ones (aeb686b: rmsnorm, rmsnorm_quant, rmsnorm_router,
-#      group_rmsnorm_gate, qk_norm_rope), each family over several processes
-#      (LINGEN_TEST_SHARD; their float64 references take the CPU time),
-#      the FP8 GEMM cases of tile.epilogue 3 (LINGEN_TEST_MATCH) and the
-#      GEMMs' special checks (SPECIAL: gpu_test_fp8_gemm and
+#   1. the GPU cases of what changed after the thirteenth session's last
+#      call: the FP8 dense wgrad's default, ahead in groups of 8 (46ee677;
+#      group wgrad: its wgrad specs alone, LINGEN_TEST_MATCH) and the shard of
+#      rmsnorm_router's cases with negative norm weights that call could not
+#      finish (group router), each over several processes
+#      (LINGEN_TEST_SHARD; their float64 references take the CPU time), and
+#      the GEMMs' special checks (SPECIAL: gpu_test_fp8_gemm and
 #      gpu_test_fp8_grouped_gemm, bf16 = fp32 rounded to nearest bit for
 #      bit) -> $OUT/t_<group>.<shard>.txt;
 #   2. bench/fp8-gemm/tile_sweep.py $SWEEP, TFLOP/s beside _scaled_mm (by
-#      default e3: tile.epilogue 3, not yet timed, against the default tile,
-#      and wgrad: the wgrad's tiles) -> $OUT/sweep.txt;
+#      default k2048: the K 2048 forward's other tiles, now against the
+#      half-width epilogue default, and wgrad: the wgrad's tiles, now
+#      against ahead 8) -> $OUT/sweep.txt;
 #   3. lingen bench of configs/kernels/odd-counts.json at odd token counts
 #      (6001, 8191, and 6025, 8169 whose qt pitch is an odd multiple of 16),
 #      each beside its count rounded up to 128 -> $OUT/odd.txt;
@@ -30,15 +30,15 @@
 #      TFLOP/s of the dense forms beside _scaled_mm and bf16 -> $OUT/table.md.
 # With build-rz/ carried too (tools/device_rz.sh build), tools/device_rz.sh
 # runs beside step 1 (its GPU tests time nothing; CTESTS as there, by
-# default the tests the twelfth session could not finish: group_rmsnorm_gate,
-# rmsnorm, rmsnorm_router, cross_entropy, moe_unpermute; RZ_SHARD, default
+# default the FP8 GEMMs' bf16-exactness tests, the families' last ones not yet
+# run against the mutant on a GPU; RZ_SHARD, default
 # 0/3, the share of each family's runs it takes). The test logs come back
 # packed in $OUT/tests.tgz. Each step under its own timeout; 6 files come
 # back. OUT defaults to out/device. For a shorter call: STEPS (default
 # "1 2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
 # its groups (NAME:SHARDS:FAMILY,FAMILY...), RZ_JOBS the rounding proof's
 # tests side by side (4),
-# SWEEP ("e3 wgrad") is step 2's sets of bench/fp8-gemm/tile_sweep.py, and
+# SWEEP ("k2048 wgrad") is step 2's sets of bench/fp8-gemm/tile_sweep.py, and
 # STEP_SECONDS (30) step 4's timed part, STEP_ARGS more of its arguments
 # (--profile: each mode's kernels by kind). At most 560 s in all.
 set -uo pipefail
@@ -63,11 +63,11 @@ fam() { # NAME SHARDS FAMILY...: SHARDS processes side by side (LINGEN_TEST_SHAR
 	done
 }
 if on 1; then
-	for g in ${TESTS:-norms:5:rmsnorm_quant,rmsnorm,group_rmsnorm_gate,qk_norm_rope \
-		router:3:rmsnorm_router e3:2:fp8_gemm,fp8_grouped_gemm}; do
+	for g in ${TESTS:-wgrad:4:fp8_gemm router:4:rmsnorm_router}; do
 		IFS=: read -r name n fams <<< "$g"
-		match=
+		match= # the groups named e3 and wgrad run only their specs (LINGEN_TEST_MATCH)
 		[[ $name == e3 ]] && match='"epilogue": 3'
+		[[ $name == wgrad ]] && match='"pass": "wgrad"'
 		# shellcheck disable=SC2086
 		fam "$name" "$n" ${fams//,/ }
 	done
@@ -78,9 +78,8 @@ if on 1; then
 	done
 fi
 if on 1 && [[ -d build-rz ]]; then
-	(OUT=$out/rz LINGEN_CACHE_DIR= JOBS=${RZ_JOBS:-4} LINGEN_TEST_SHARD=${RZ_SHARD:-0/3} CTESTS=${CTESTS:-"gpu_test_families:group_rmsnorm_gate \
-		gpu_test_families:rmsnorm gpu_test_families:rmsnorm_router gpu_test_families:cross_entropy \
-		gpu_test_families:moe_unpermute"} timeout "${TEST_TIMEOUT:-200}" bash tools/device_rz.sh run \
+	(OUT=$out/rz LINGEN_CACHE_DIR= JOBS=${RZ_JOBS:-4} LINGEN_TEST_SHARD=${RZ_SHARD:-0/3} CTESTS=${CTESTS:-"gpu_test_fp8_gemm:test_bf16_exact \
+		gpu_test_fp8_grouped_gemm:test_bf16_exact"} timeout "${TEST_TIMEOUT:-200}" bash tools/device_rz.sh run \
 		$((${TEST_TIMEOUT:-200} - 10)) > "$out/t_rz.txt" 2>&1
 	 echo "rc=$?" >> "$out/t_rz.txt") &
 fi
@@ -96,7 +95,7 @@ if on 1; then
 fi
 if on 2; then
 	echo "== 2. tile_sweep.py defaults ($((SECONDS - start)) s)"
-	timeout 200 python3 bench/fp8-gemm/tile_sweep.py ${SWEEP:-e3 wgrad} 2>&1 | tee "$out/sweep.txt" | tail -n 15
+	timeout 200 python3 bench/fp8-gemm/tile_sweep.py ${SWEEP:-k2048 wgrad} 2>&1 | tee "$out/sweep.txt" | tail -n 15
 fi
 if on 3; then
 	echo "== 3. odd token counts ($((SECONDS - start)) s)"

@@ -35,7 +35,8 @@ run)
 	tests=${CTESTS:-gpu_test_families:group_rmsnorm_gate gpu_test_families:qk_norm_rope \
 		gpu_test_families:cross_entropy gpu_test_cross_entropy gpu_test_families:rmsnorm_quant \
 		gpu_test_families:rmsnorm gpu_test_families:rmsnorm_router gpu_test_families:swiglu_quant \
-		gpu_test_families:batch_swiglu_quant gpu_test_families:moe_unpermute gpu_test_families:moe_permute}
+		gpu_test_families:batch_swiglu_quant gpu_test_families:moe_unpermute gpu_test_families:moe_permute \
+		gpu_test_fp8_gemm:test_bf16_exact gpu_test_fp8_grouped_gemm:test_bf16_exact}
 	one() { # TEST: its line of the table
 		local t=$1 b rc=() verdict=caught
 		for b in build-device build-rz; do
