@@ -136,10 +136,13 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 		 * static reduction of 2048 up to the two buffers' (H100, session 13,
 		 * bench/fp8-gemm.md, bf16 out: +0.5% to +2.9% at the five K 2048 shapes
 		 * of the step, the LM head's forward 1002 -> 1031 TFLOP/s; at K 512
-		 * -8%, at 4096 -2%) */
-		if (k->e2_at > 0 && g.c_bufs == 1 && g.c_elem == 2 && g.bm == 128 && g.bn % 32 == 0 &&
-		    static_reduction(s, k) >= 2048 && static_reduction(s, k) < k->e2_at)
+		 * -8%, at 4096 -2%), where the tile takes it (lg_fp8_gemm_problem) */
+		if (k->e2_at > 0 && g.c_bufs == 1 && g.c_elem == 2 && g.bm == 128 &&
+		    static_reduction(s, k) >= 2048 && static_reduction(s, k) < k->e2_at) {
 			g.c_bufs = 3;
+			if (lg_fp8_gemm_problem(&g))
+				g.c_bufs = 1;
+		}
 		if (lg_fp8_gemm_fit_stages(&g, 3, limit) < 3) {
 			g.c_tmap = NULL;
 			g.c_bufs = 0;

@@ -712,8 +712,8 @@ static int log2_of(int v)
 
 /* This warpgroup's 64 rows (wave `wave`'s with waves), the columns from
  * col0 that a buffer holds, through its buffer eb: pair (r, c) of row r
- * (its rows warp 16 + lane / 4 and + 8) to box c / span's row r, swizzled as the tensor map's (16-byte chunk bits 4.. XOR
- * the row bits 7..), then one thread's TMA stores of the boxes, a bulk
+ * (its rows warp 16 + lane / 4 and + 8) to box c / span's row r, swizzled
+ * as the tensor map's (16-byte chunk bits 4.. XOR the row bits 7..), then one thread's TMA stores of the boxes, a bulk
  * group left in flight. One named barrier a tile where the warpgroup's
  * tiles take two buffers in turn, two where they take one (and with waves). */
 static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, int col0)

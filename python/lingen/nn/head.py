@@ -331,6 +331,7 @@ def fp8_linear_cross_entropy(x, weight, labels, ignore_index=-100, chunk=None, x
     if not t:
         A.fail(fn, "x.shape", tuple(x.shape), "at least one token")
     if chunk is None:
+        # (on the CPU the chunk only bounds the logits' memory: an H100's SMs)
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count \
             if x.is_cuda else 132
         chunk = fp8_chunk_tokens(t, v, h, sms)
