@@ -172,7 +172,10 @@ def run_mode(args, mode, device, corpus):
         loss = fwd(ids, labels)
         loss.backward()
         opt.step()
-        opt.zero_grad(set_to_none=not args.graph)
+        # set to none under --graph too: a captured backward then writes each
+        # gradient once into the graph's own block (a kept gradient would be
+        # zeroed and added into: three passes over every gradient a step)
+        opt.zero_grad(set_to_none=True)
         return loss.detach()
 
     rec = {"mode": mode, "layers": args.layers, "tokens": corpus.batch * corpus.seq,
@@ -328,6 +331,10 @@ def capture(step, corpus, opt, model, args):
             for v in st.values():
                 if torch.is_tensor(v):
                     v.zero_()
+    if hasattr(opt, "refresh_fp8_copies"):
+        # the restored weights' FP8 copies, where the step writes them: else
+        # the captured forward would quantise every weight at every replay
+        opt.refresh_fp8_copies()
     static = corpus.batch_at(0)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):

@@ -77,9 +77,14 @@ stage2)
 		name=$(basename "$half" .part-aa)
 		cat "$half" .whl/quack-2/"$name".part-ab > "/tmp/$name"
 		if (cd /tmp && sha256sum -c --quiet "$OLDPWD/.whl/quack-2/SHA256SUMS"); then
-			xz -dc "/tmp/$name" | tar -C "$site" -xf - && rm -f "/tmp/$name" "$half"
+			# the small wheels first: pip --target --upgrade replaces a top-level
+			# folder it installs into (libs-base's nvidia_cutlass_dsl/), which
+			# would drop the big tree's _cutlass_ir.cu13 library unpacked there
 			small=(.whl/quack-2/*.whl)
 			pip_target "${small[@]}"
+			xz -dc "/tmp/$name" | tar -C "$site" -xf - && rm -f "/tmp/$name" "$half"
+			ls "$site"/nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu*.so \
+				> /dev/null || echo "device_quack.sh: the CuTe DSL's cu13 library is missing" >&2
 		else
 			echo "device_quack.sh: the joined archive's sha256 differs: not installed" >&2
 		fi

@@ -13,8 +13,9 @@ bench/table.py turns the JSON into bench/README.md's table.
 GPU time only: a CUDA graph of N x (L2 flush + op) minus a graph of N x
 flush, median of several replays (the flush writes 256 MB, more than the
 60 MB L2 of an H200). An op that cannot be captured (one that waits for the
-host, as a data-dependent size does) is timed instead by CUDA events around
-each call after a flush, median of N (its row says "events"). Every result is
+host, as a data-dependent size does) or that takes a millisecond or more is
+timed instead by CUDA events around each call after a flush, median of N
+(its row says "events"). Every result is
 checked against eager PyTorch before it is timed; % of copy = (each input
 read once + each output written once) / time, against a device-to-device
 copy measured in the same run. linghe's published H200 figures
@@ -131,10 +132,15 @@ class Timer:
     def us(self, fn):
         """(median GPU microseconds of one fn(), how it was timed): a graph
         (the flushes subtracted), tried twice (a first capture can fail on
-        lazy set-up), else events. An op slower than a millisecond goes
-        fewer times into its graph (the run keeps to its budget)."""
+        lazy set-up), else events. An op of a millisecond or more is timed
+        by events alone: its launch is under 1% of it, and a graph of it
+        would keep its temporaries (an eager peer's fp32 copies of 8192 x
+        157184 logits, several GiB each) in the graph's private pool, which
+        a failed capture can leave behind for the rest of the run."""
         probe = self._events(fn, 1)
-        n = self.n if probe < 1000 else max(2, int(self.n * 1000 / probe))
+        if probe >= 1000:
+            return self._events(fn, max(3, min(self.n * 2, int(self.n * 2000 / probe)))), "events"
+        n = self.n
         if n not in self._base:
             self._base[n] = self._replay(self._graph(lambda: None, n))
         for _ in range(2):
@@ -146,6 +152,8 @@ class Timer:
                     self.torch.cuda.synchronize()
                 except Exception:
                     pass
+                gc.collect()  # the failed graph and its pool, before the next try
+                self.torch.cuda.empty_cache()
         return self._events(fn), "events"
 
 
@@ -292,10 +300,11 @@ def run(quick=False, only=None, budget=None, save=None, impls=None, shapes=None,
         _case(torch, env, timer, case, copy_gbps, rows, impls)
         gc.collect()  # a case's tensors, graphs and failed peers' tracebacks, before the next
         torch.cuda.empty_cache()
-        held = torch.cuda.memory_allocated()
-        if held > 1 << 30:  # what a case leaves behind shrinks every later one's room
-            print(f"{case.kernel} {case.shape}: {held / 2**30:.1f} GiB still allocated after it",
-                  file=sys.stderr, flush=True)
+        held, kept = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+        if held > 1 << 30 or kept > held + (4 << 30):  # what a case leaves behind
+            # shrinks every later one's room (reserved: held by graphs' pools)
+            print(f"{case.kernel} {case.shape}: {held / 2**30:.1f} GiB still allocated after it, "
+                  f"{kept / 2**30:.1f} GiB reserved", file=sys.stderr, flush=True)
         if save:
             save(res)
     res["host"] = host_overhead(torch, lingen, lt, liger)

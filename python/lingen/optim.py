@@ -154,6 +154,33 @@ class AdamW(torch.optim.Optimizer):
                     st[k] = st[k].to(mdt)
         self._tables.clear()
 
+    @torch.no_grad()
+    def refresh_fp8_copies(self):
+        """With fp8_weights: write the FP8 copies of the FP8 weights as they
+        are now into the tensors the step writes, and hand them to the next
+        forward, as a step would. For weights changed outside the optimiser
+        (restored from a checkpoint, copied back before capturing a CUDA
+        graph): without it the next forward quantises them itself, and a
+        graph captured from that forward quantises every weight at every
+        replay, beside the step that writes the copies. Does nothing
+        without fp8_weights."""
+        if not self.fp8_weights:
+            return
+        k_ = _nn_k()
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not k_.is_fp8(p) or (_gpu(p) and not _fp8_fusable(p)):
+                    continue  # (a CUDA weight the kernel does not take: the forward's)
+                p.__dict__.pop("_lingen_fp8_copies", None)  # quantised anew, below
+                fresh = k_.quant_weight(p)
+                if self.release_grads or not _gpu(p):
+                    copies = fresh
+                else:  # the step's own tensors (a captured graph's)
+                    copies = _fp8_buffers(p)
+                    for c, f in zip(copies, fresh):
+                        c.copy_(f)
+                k_.set_weight_copies(p, self._handed(copies), take=self.release_grads)
+
     # ------------------------------------------------------------- step
 
     @torch.no_grad()
@@ -389,7 +416,9 @@ class _Table:
     the gradient column rewritten on the device (gather + add), in stream
     order after the launches that read the old column; torch's caching
     host allocator reuses the pinned block once its copy has run (its CUDA
-    event). A table a CUDA graph captured (captured) is never rewritten."""
+    event), except the blocks of copies made while a CUDA graph captures
+    (the table holds them: every replay copies from them again). A table a
+    CUDA graph captured (captured) is never rewritten."""
 
     def __init__(self, static, grads, dev, psz, gsz, msz):
         rows, which, offs = [], [], []
@@ -411,14 +440,18 @@ class _Table:
         if not rows:
             self.table = torch.zeros((1, 6), dtype=torch.int64, device=dev)
             return
-        self.table = _pin(torch.cat(rows)).to(dev, non_blocking=True)
-        self._which = _pin(torch.cat(which)).to(dev, non_blocking=True)
-        self._offs = _pin(torch.cat(offs)).to(dev, non_blocking=True)
+        # the pinned sources are held as long as the table: a CUDA graph that
+        # captured these copies reads them again at every replay
+        self._host = [_pin(torch.cat(rows)), _pin(torch.cat(which)), _pin(torch.cat(offs))]
+        self.table, self._which, self._offs = (h.to(dev, non_blocking=True) for h in self._host)
         self._gdev = torch.empty(len(static), dtype=torch.int64, device=dev)
 
     def set_grads(self, grads):
         if self.rows:
-            self._gdev.copy_(_pin(torch.tensor(grads, dtype=torch.int64)), non_blocking=True)
+            src = _pin(torch.tensor(grads, dtype=torch.int64))
+            if self.table.is_cuda and _capturing():  # replayed: its source kept (see __init__)
+                self._host.append(src)
+            self._gdev.copy_(src, non_blocking=True)
             torch.add(self._gdev.index_select(0, self._which), self._offs,
                       out=self.table.select(1, 1))
         self.grads = grads

@@ -99,6 +99,9 @@ class _FakeCuda:
     def synchronize(self):
         self.synced += 1
 
+    def empty_cache(self):
+        self.emptied = getattr(self, "emptied", 0) + 1
+
     def Event(self, enable_timing=True):
         cuda = self
 
@@ -151,10 +154,25 @@ def test_timer_falls_back_to_events_when_capture_fails():
     assert how == "events" and abs(us - 5.0) < 1e-9
     assert torch.cuda.synced >= 2  # the failed captures were waited out
 
+    assert torch.cuda.emptied >= 2  # and their pools handed back
+
     def plain_op():
         torch.cuda.clock += 5.0
     us, how = timer.us(plain_op)
     assert how == "graph"
+
+
+def test_timer_times_a_long_op_by_events_without_a_graph():
+    torch = _FakeTorch()
+    timer = bench.Timer(torch, n=4, reps=3)
+    captured = []
+
+    def long_op():  # 1.5 ms: no graph of it (its temporaries would stay in the graph's pool)
+        captured.append(torch.cuda.capturing)
+        torch.cuda.clock += 1500.0
+    us, how = timer.us(long_op)
+    assert how == "events" and abs(us - 1500.0) < 1e-9
+    assert not any(captured)
 
 
 def test_events_rows_are_marked():

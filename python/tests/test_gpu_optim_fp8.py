@@ -106,6 +106,32 @@ def test_forward_uses_copies(monkeypatch):
     assert len(calls) == 2
 
 
+def test_refresh_fp8_copies():
+    """Weights copied back outside the optimiser: refresh_fp8_copies writes
+    their copies into the step's own buffers (same addresses: what a
+    captured graph reads), equal to the forward's own quantisation."""
+    torch = torch_cuda()
+    import lingen.optim
+    from lingen.nn import _k
+    params = _weights(torch, torch.bfloat16)
+    saved = [p.detach().clone() for p in params]
+    opt = lingen.optim.AdamW(params, lr=1e-2, moments="bf16", fp8_weights=True)
+    _steps(torch, opt, params, 2, torch.bfloat16)
+    fp8 = [p for p in params if _k.weight_copies(p) is not None]
+    assert fp8
+    before = {p: [c.data_ptr() for c in _k.weight_copies(p)] for p in fp8}
+    with torch.no_grad():
+        for p, p0 in zip(params, saved):
+            p.copy_(p0)
+    opt.refresh_fp8_copies()
+    for p in fp8:
+        got = _k.weight_copies(p)
+        assert [c.data_ptr() for c in got] == before[p]
+        p.__dict__.pop("_lingen_fp8_copies")
+        for g, want in zip(got, _k.quant_weight(p)):
+            assert torch.equal(_bytes(torch, g), _bytes(torch, want))
+
+
 def test_release_grads():
     """release_grads: the same weights, state and copies as the default
     (persistent buffers); the FP8 weights' gradients None after the step,

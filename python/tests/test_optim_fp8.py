@@ -64,6 +64,33 @@ def test_copies_written_and_used(monkeypatch):
     opt.step()
 
 
+def test_refresh_fp8_copies_of_restored_weights(monkeypatch):
+    """Weights copied back outside the optimiser (as train_moe.py does before
+    capturing its graph): refresh_fp8_copies hands the next forward the copies
+    of the restored weights, and that forward quantises nothing."""
+    m = _model()
+    fp8 = [m["lin"].weight, m["moe"].w1, m["moe"].w2]
+    saved = [w.detach().clone() for w in fp8]
+    for release in (False, True):
+        opt = lingen.optim.AdamW(m.parameters(), lr=1e-2, fp8_weights=True, release_grads=release)
+        _step(m, opt, 0)
+        with torch.no_grad():
+            for w, w0 in zip(fp8, saved):
+                w.copy_(w0)
+        assert all(_k.weight_copies(w) is None for w in fp8)  # stale: the weights changed
+        opt.refresh_fp8_copies()
+        for w, w0 in zip(fp8, saved):
+            _same(_k.weight_copies(w), Q.weight(w0) if w0.dim() == 2 else Q.weight_experts(w0))
+        assert _k.weight_copies(m["plain"].weight) is None
+        with monkeypatch.context() as mp:
+            mp.setattr(Q, "weight", lambda *a, **k: pytest.fail("quantised"))
+            mp.setattr(Q, "weight_experts", lambda *a, **k: pytest.fail("quantised"))
+            x = torch.randn(64, 256, dtype=torch.bfloat16)
+            (m["lin"](x).float().sum() + m["moe"](x).float().sum()).backward()
+        opt.zero_grad()
+    lingen.optim.AdamW(m.parameters()).refresh_fp8_copies()  # without fp8_weights: nothing
+
+
 def test_changed_weight_requantised():
     m = _model()
     opt = lingen.optim.AdamW(m.parameters(), lr=1e-2, fp8_weights=True)
