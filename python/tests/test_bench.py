@@ -349,3 +349,103 @@ def test_step_expands_the_model_with_the_cli():
     assert len(specs) - len(gemms) == 21 and "batch_swiglu_quant" in ops and "rmsnorm_quant" in ops
     assert {"fp8_gemm", "fp8_grouped_gemm"} <= set(gemms)
     assert step.top_k(specs) == 8
+
+
+class _CpuEnv:
+    """What a case's make(env) reads of lingen.bench.Env, on the CPU (no
+    compile: a compiled peer runs its function as it is)."""
+
+    def __init__(self, torch, lt=None, seed=0):
+        import lingen
+        self.torch, self.lt, self.lingen, self.liger, self.linghe = torch, lt, lingen, None, None
+        self.seed = seed
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def randn(self, *shape, dtype=None):
+        return self.torch.randn(*shape, generator=self.gen).to(dtype or self.torch.bfloat16)
+
+    def compiled(self, fn):
+        return lambda *args, **kwargs: fn(self.torch, *args, **kwargs)
+
+
+class _OneCall:
+    """bench.Timer's place: each implementation called once, not timed."""
+
+    def us(self, fn):
+        fn()
+        return 1.0, "graph"
+
+
+def _checked(env, case):
+    """bench._case's rows of case (its check against eager, each peer)."""
+    rows = []
+    bench._case(env.torch, env, _OneCall(), case, 1.0, rows)
+    return rows
+
+
+def _declared_permute_quant(torch, scale=1.0):
+    """moe_permute_quant as the kernel declares its outputs: q [R, hidden],
+    s, qt, st and out_probs of the bound's R rows, the rows past the padded
+    total P not written (NaN bytes here): the PyTorch form of the kernel
+    (lingen._torchref.permute_quant) of x * scale."""
+    from lingen import _torchref as Q
+
+    def kernel(x, row_index, padded, probs=None, *, top_k, multiple):
+        q, s, qt, st, pp = Q.permute_quant(x * scale, probs, row_index, padded)
+        plist = [int(c) for c in padded.tolist()]
+        P, h = sum(plist), x.shape[1]
+        assert q.shape == (Q.rows_bound(x.shape[0], top_k, padded.shape[0], multiple), h)
+        q.view(torch.uint8)[P:] = 0x7F  # e4m3 NaN
+        qt.view(torch.uint8).reshape(-1)[P * h:] = 0x7F
+        s.reshape(-1)[P * h // 128:] = float("nan")
+        st[sum(-(-c // 128) for c in plist):] = float("nan")
+        pp[P:] = float("nan")
+        return q, s, qt, st, pp
+    return kernel
+
+
+def test_moe_permute_quant_case_compares_the_rows_that_hold_data():
+    """K4b's row: lingen's outputs have the rows' bound (tokens * top_k +
+    experts * (multiple - 1)) rows, eager's per-expert quantiser the padded
+    total P; the case compares the first P rows (both copies dequantised,
+    out_probs), whatever lies past them, and still fails a kernel whose
+    rows differ."""
+    import types
+
+    import pytest
+    torch = pytest.importorskip("torch")
+    from lingen.benches import Case, moe
+    for multiple in (16, 128):
+        case = Case("moe permute+quant", f"333x256 e16 top4 m{multiple}",
+                    lambda env, m=multiple: moe._permute_quant(env, 333, 256, 16, 4, m))
+        lt = types.SimpleNamespace(moe_permute_quant=_declared_permute_quant(torch))
+        rows = _checked(_CpuEnv(torch, lt), case)
+        assert [r["impl"] for r in rows] == ["lingen", "eager"]
+        assert not [r["error"] for r in rows if "error" in r]
+        lt = types.SimpleNamespace(moe_permute_quant=_declared_permute_quant(torch, 1.5))
+        rows = _checked(_CpuEnv(torch, lt), case)
+        assert "differ" in rows[0].get("error", ""), rows[0]
+
+
+def test_adamw_fp8_case_has_an_eager_peer():
+    """adamw_fp8's row has eager (torch.optim.AdamW, then the PyTorch weight
+    quantiser): every peer checked against it, weights and both FP8 copies
+    dequantised (a copy of another weight fails)."""
+    import pytest
+    torch = pytest.importorskip("torch")
+    from lingen import _torchref as Q
+    from lingen.benches import Case, optim
+    shapes = [(256, 384), (130, 256)]
+    make = optim._case_fp8(256 * 384 + 1, shapes)
+    rows = _checked(_CpuEnv(torch), Case("adamw_fp8 bf16", "2 weights", make))
+    assert [r["impl"] for r in rows] == ["lingen", "eager", "adamw + fp8_quant_weight"]
+    assert not [r["error"] for r in rows if "error" in r]
+    setup = make(_CpuEnv(torch))
+    want = setup.norm(setup.impls["eager"]())
+    assert [tuple(t.shape) for t in want] == [(256, 384), (256, 384), (384, 256),
+                                             (130, 256), (130, 256), (256, 130)]
+    got = list(setup.impls["lingen"]())
+    bench._close(torch, setup.norm(got), want, "adamw_fp8")
+    got[1:5] = Q.weight(got[0].detach() * 2)  # the copies of another weight
+    with pytest.raises(AssertionError, match="differ"):
+        bench._close(torch, setup.norm(got), want, "adamw_fp8")

@@ -22,12 +22,14 @@ LINGHE_US = {
 
 def routing(torch, gen, tokens, experts, top_k):
     """A random top-k routing: mask [tokens, experts] bool and probs fp32
-    (softmax over the chosen experts, 0 elsewhere)."""
-    logits = torch.randn(tokens, experts, generator=gen, device="cuda")
+    (softmax over the chosen experts, 0 elsewhere), on gen's device (the
+    bench's: CUDA)."""
+    dev = gen.device
+    logits = torch.randn(tokens, experts, generator=gen, device=dev)
     top = logits.topk(top_k, dim=-1)
-    mask = torch.zeros(tokens, experts, dtype=torch.bool, device="cuda")
+    mask = torch.zeros(tokens, experts, dtype=torch.bool, device=dev)
     mask.scatter_(1, top.indices, True)
-    probs = torch.zeros(tokens, experts, device="cuda")
+    probs = torch.zeros(tokens, experts, device=dev)
     probs.scatter_(1, top.indices, top.values.softmax(-1))
     return mask, probs, top.indices
 
@@ -195,21 +197,31 @@ def _permute_quant(env, t, h, e, k, multiple=16):
     """K4b: lingen's one kernel against PyTorch's permute then the
     per-expert quantiser over the padded segments (counts on the host);
     multiple 128: every expert's padded count a multiple of 128 (the
-    aligned neighbour of the random counts)."""
+    aligned neighbour of the random counts). The kernel's outputs have the
+    rows' bound R = tokens * top_k + experts * (multiple - 1) rows (P, the
+    padded total, stays on the device) and leave the rows past P unwritten;
+    the per-expert quantiser gives the P rows alone. Compared: the first P
+    rows (every expert's segment, its padding rows' zeros included) of both
+    copies, dequantised, and out_probs."""
     torch, lt = env.torch, env.lt
     x = env.randn(t, h)
     mask, probs, _ = routing(torch, env.gen, t, e, k)
     rmap, counts, offsets, row_index, padded = row_map(torch, mask, k, multiple)
-    rows = t * k + e * (multiple - 1)
+    rows = _ref().rows_bound(t, k, e, multiple)
     plist = [int(c) for c in padded.tolist()]
+    P = sum(plist)
 
     def eager():
-        out = permute(torch, x, probs, rmap, rows)[0]
-        return batched_quant(torch, out, plist)
+        out, pp = permute(torch, x, probs, rmap, rows)
+        return (*batched_quant(torch, out, plist), pp)
+
+    def norm(r):  # (rows, cols, out_probs) of the first P rows; s, qt: flat per-expert blocks
+        q, s, qt, st, pp = r
+        return (*dequant_batched(torch, plist, q[:P], s.reshape(-1)[:P * h // 128],
+                                 qt.reshape(-1)[:P * h], st), pp[:P])
     return Setup({"lingen": lambda: lt.moe_permute_quant(x, row_index, padded, probs, top_k=k,
                                                          multiple=multiple),
-                  "eager": eager}, (x, probs, row_index),
-                 lambda r: dequant_batched(torch, plist, *r[:4]))
+                  "eager": eager}, (x, probs, row_index), norm)
 
 
 def cases(quick):

@@ -12,9 +12,13 @@ moments, 14 with bf16 parameters, gradients and moments (a bf16 model's
 step: the training example's).
 "adamw_fp8": the step of lingen.nn's FP8 weights with their FP8 copies
 written in the same pass (lingen.optim.AdamW(fp8_weights=True), the adamw_fp8
-kernel) against the adamw step followed by the forward's quantisation of
-each weight (lingen.nn's quant_weight: fp8_quant_weight); 16 bytes a
-parameter (bf16 p, g, m, v; q and qt)."""
+kernel) against eager (torch.optim.AdamW, foreach=True: a bf16 weight's
+moments in bf16, then each new weight's copies q, s, qt, st by the PyTorch
+weight quantiser, lingen._torchref.weight) and the adamw step followed by the
+forward's quantisation of each weight (lingen.nn's quant_weight:
+fp8_quant_weight). Each returns every weight and its four copies; compared:
+the weights and both copies dequantised. 16 bytes a parameter (bf16 p, g, m,
+v; q and qt; the copies counted as outputs)."""
 import dataclasses
 
 from . import Case, Setup
@@ -69,12 +73,24 @@ def _case(total, moments="fp32", shapes=SHAPES, bf16=False):
 FP8_SHAPES = [(2048, 2048), (1024, 2048), (2048, 512), (3072, 2048)]
 
 
-def _case_fp8(total):
+def _dequant_weights(torch, r):
+    """(p, q, s, qt, st) a weight, flat -> (p, q's values, qt's values) a
+    weight, fp32 (copies of the step's buffers, rewritten by the next)."""
+    from lingen import _torchref as Q
+    out = []
+    for i in range(0, len(r), 5):
+        p, q, s, qt, st = r[i:i + 5]
+        out += [p.detach().float().clone(), Q.deq_weight(q, s), Q.deq_weight(qt, st)]
+    return tuple(out)
+
+
+def _case_fp8(total, shapes=FP8_SHAPES):
     def make(env):
         torch = env.torch
         import lingen.optim
+        from lingen import _torchref as Q
         from lingen.nn import _k
-        base = _params(env, total, FP8_SHAPES, torch.bfloat16)
+        base = _params(env, total, shapes, torch.bfloat16)
         grads = [env.randn(*p.shape, dtype=torch.bfloat16) * 1e-3 for p in base]
 
         def copy():
@@ -83,27 +99,30 @@ def _case_fp8(total):
                 p.grad = g
             return ps
 
-        fused_ps, plain_ps = copy(), copy()
+        fused_ps, plain_ps, eager_ps = copy(), copy(), copy()
         fused = lingen.optim.AdamW(fused_ps, lr=LR, moments="bf16", fp8_weights=True)
         plain = lingen.optim.AdamW(plain_ps, lr=LR, moments="bf16")
+        eager = torch.optim.AdamW(eager_ps, lr=LR, foreach=True)  # bf16 p: bf16 m, v
 
-        def run_fused():
+        def run_fused():  # the copies the step wrote
             fused.step()
-            return fused_ps
+            return [t for p in fused_ps for t in (p, *_k.weight_copies(p))]
 
         def run_plain():  # the step, then the next forward's quantisation of each weight
             plain.step()
-            for p in plain_ps:
-                _k.quant_weight(p)
-            return plain_ps
+            return [t for p in plain_ps for t in (p, *_k.quant_weight(p))]
 
+        def run_eager():  # torch's step, then torch's quantisation of each weight
+            eager.step()
+            return [t for p in eager_ps for t in (p, *Q.weight(p.detach()))]
+
+        # p and g read, m and v read and written; p and its copies (outputs) written
         moved = (tuple(base) + tuple(grads)
                  + tuple(torch.empty(4 * p.numel(), dtype=torch.bfloat16, device="meta")
-                         for p in base)
-                 + tuple(torch.empty(2 * p.numel(), dtype=torch.uint8, device="meta")
                          for p in base))
-        return Setup({"lingen": run_fused, "adamw + fp8_quant_weight": run_plain}, moved,
-                     lambda ps: tuple(p.detach().clone() for p in ps))
+        return Setup({"lingen": run_fused, "eager": run_eager,
+                      "adamw + fp8_quant_weight": run_plain}, moved,
+                     lambda r: _dequant_weights(torch, r))
     return make
 
 
