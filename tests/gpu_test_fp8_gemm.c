@@ -7,7 +7,7 @@
  * tests/cases/fp8_gemm.json, run by tests/gpu_test_families.c. Here:
  * wgrad's accumulate (dw += exactly doubling a first result), every bf16
  * output the fp32 one rounded to nearest bit for bit, the wgrad's declared
- * pitch (its columnwise copies' rows round_up(M, 16) apart).
+ * pitch (its columnwise copies' rows round_up(M, 128) apart).
  * Needs sm_90a: skips (77) without a CUDA device or on another arch.
  * Random inputs print their seed (LINGEN_SEED replays).
  */
@@ -73,8 +73,8 @@ static void test_bf16_exact(void **state)
 	}
 }
 
-/* wgrad's columnwise operands dyt and xt are [n | k, round_up(tokens, 16)]
- * (it takes every token count: tests/cases/fp8_gemm.json). */
+/* wgrad's columnwise operands dyt and xt are [n | k, round_up(tokens, 128)]
+ * (LG_QT_PITCH; it takes every token count: tests/cases/fp8_gemm.json). */
 static void test_wgrad_pitch(void **state)
 {
 	(void)state;
@@ -83,7 +83,7 @@ static void test_wgrad_pitch(void **state)
 	int nd = 0;
 	assert_int_equal(lg_spec_arg_shape(s, 0, sz, 1, d, 8, &nd), LG_OK);
 	assert_int_equal(nd, 2);
-	assert_int_equal(d[1], 112);
+	assert_int_equal(d[1], 128);
 	lg_spec_free(s);
 }
 

@@ -259,10 +259,10 @@ static void test_shapes(void **state)
 			assert_int_equal(dims[0], 2);
 			assert_int_equal(dims[1], 384);
 		}
-		if (strcmp(g->args[i].name, "qt") == 0) { /* hidden, round_up(tokens, 16) */
+		if (strcmp(g->args[i].name, "qt") == 0) { /* hidden, round_up(tokens, 128) */
 			assert_int_equal(n, 2);
 			assert_int_equal(dims[0], 384);
-			assert_int_equal(dims[1], 144);
+			assert_int_equal(dims[1], 256);
 		}
 		if (strcmp(g->args[i].name, "s") == 0) { /* hidden / 128, tokens */
 			assert_int_equal(n, 2);
@@ -270,9 +270,9 @@ static void test_shapes(void **state)
 			assert_int_equal(dims[1], 129);
 		}
 	}
-	/* all seven outputs and inputs: x, w, q, s, rms, qt [384, round_up(129, 16)], st */
+	/* all seven outputs and inputs: x, w, q, s, rms, qt [384, round_up(129, 128)], st */
 	unsigned char used[LG_MAX_ARGS] = {1, 1, 1, 1, 1, 1, 1};
-	double want = 129.0 * 384 * 2 + 384 * 2 + 129.0 * 384 + 3 * 129 * 4 + 129 * 4 + 144.0 * 384 +
+	double want = 129.0 * 384 * 2 + 384 * 2 + 129.0 * 384 + 3 * 129 * 4 + 129 * 4 + 256.0 * 384 +
 		      2 * 384 * 4;
 	assert_true(lg_bytes_moved(s, used, sizes) == want);
 	used[2] = used[3] = 0; /* columnwise only */
@@ -281,6 +281,8 @@ static void test_shapes(void **state)
 	int64_t v = -1;
 	assert_int_equal(lg_shape_value(s, "round_up(tokens, 16)", sizes, &v), LG_OK);
 	assert_int_equal(v, 144);
+	assert_int_equal(lg_shape_value(s, LG_QT_PITCH, sizes, &v), LG_OK); /* the columnwise copies' pitch */
+	assert_int_equal(v, 256);
 	assert_int_equal(lg_shape_value(s, "round_up(hidden, 128) + cdiv(tokens, 128)", sizes, &v), LG_OK);
 	assert_int_equal(v, 386);
 	assert_int_equal(lg_shape_value(s, "tokens", sizes, &v), LG_OK);

@@ -94,9 +94,9 @@ static void test_forward_by_hand(void **state)
 			assert_int_equal(u8(&c, F_Q)[i], q);
 			assert_int_equal(c.buf[F_Q].slack[i], 0);
 		}
-		assert_int_equal(c.buf[F_QT].count, 256 * 16); /* [256, round_up(2, 16)]: a zero tail */
-		for (size_t i = 0; i < 256 * 16; i++) {
-			assert_int_equal(u8(&c, F_QT)[i], i % 16 < 2 ? q : 0);
+		assert_int_equal(c.buf[F_QT].count, 256 * 128); /* [256, round_up(2, 128)]: a zero tail */
+		for (size_t i = 0; i < 256 * 128; i++) {
+			assert_int_equal(u8(&c, F_QT)[i], i % 128 < 2 ? q : 0);
 			assert_int_equal(c.buf[F_QT].slack[i], 0);
 		}
 		assert_int_equal(c.buf[F_S].count, 4); /* [2 blocks, 2 tokens] */
@@ -113,8 +113,8 @@ static void test_forward_by_hand(void **state)
 /* The layouts: 3 tokens, n = 256; token i's block b holds v = (i + 1) 2^b
  * (a = 1, so y = silu(1) u with u = v / silu(1) rounded to bf16: y is
  * checked against its own scale). s [2, 3]: s[b 3 + i] is block (i, b)'s;
- * q row-major; qt [256, 16] (rows round_up(3, 16) apart, zeros past
- * token 2): qt[k 16 + i] of token i; st [1, 256] the
+ * q row-major; qt [256, 128] (rows round_up(3, 128) apart, zeros past
+ * token 2): qt[k 128 + i] of token i; st [1, 256] the
  * largest token's (i = 2) scale. A zero gate (a = 0) gives y = 0: scale
  * 1e-30, payload 0. */
 static void test_forward_layouts(void **state)
@@ -147,16 +147,17 @@ static void test_forward_layouts(void **state)
 		}
 	for (size_t i = 0; i < 3; i++) {
 		assert_int_equal(u8(&c, F_Q)[i * 256 + 5], 0); /* y = +0 */
-		assert_int_equal(u8(&c, F_QT)[5 * 16 + i], 0);
+		assert_int_equal(u8(&c, F_QT)[5 * 128 + i], 0);
 	}
 	for (size_t k = 0; k < 256; k++) /* the pitch's tail */
-		for (size_t i = 3; i < 16; i++)
-			assert_int_equal(u8(&c, F_QT)[k * 16 + i], 0);
+		for (size_t i = 3; i < 128; i++)
+			assert_int_equal(u8(&c, F_QT)[k * 128 + i], 0);
 	/* st: token 2's scale per feature; qt of token 0 in feature 200 below token 2's */
 	for (size_t k = 0; k < 256; k++)
 		if (k != 5)
 			assert_true(f32(&c, F_ST)[k] == f32(&c, F_S)[(k / 128) * 3 + 2]);
-	assert_true(lg_ref_e4m3_to_f32(u8(&c, F_QT)[200 * 16 + 0]) < lg_ref_e4m3_to_f32(u8(&c, F_QT)[200 * 16 + 2]));
+	assert_true(lg_ref_e4m3_to_f32(u8(&c, F_QT)[200 * 128 + 0]) <
+		    lg_ref_e4m3_to_f32(u8(&c, F_QT)[200 * 128 + 2]));
 	/* zero feature 5 alone in its column block: the floor scale */
 	assert_true(f32(&c, F_ST)[5] == lg_ref_scale(0.0f, true));
 	lg_test_case_free(&c);
@@ -176,7 +177,7 @@ static void test_backward_by_hand(void **state)
 	case_init(&c, s, 2);
 	assert_int_equal(c.buf[B_DXQ].count, 512);
 	assert_int_equal(c.buf[B_DXS].count, 4);
-	assert_int_equal(c.buf[B_DXQT].count, 256 * 16); /* [256, round_up(2, 16)] */
+	assert_int_equal(c.buf[B_DXQT].count, 256 * 128); /* [256, round_up(2, 128)] */
 	assert_int_equal(c.buf[B_DXST].count, 256);
 	set_x(&c, B_X, 2, 128, 0.0f, 2.0f);
 	uint16_t *g = c.buf[B_G].host;
@@ -186,7 +187,7 @@ static void test_backward_by_hand(void **state)
 	for (size_t i = 0; i < 2; i++)
 		for (size_t j = 0; j < 256; j++) {
 			assert_int_equal(u8(&c, B_DXQ)[i * 256 + j], j < 128 ? 0x7e : 0);
-			assert_int_equal(u8(&c, B_DXQT)[j * 16 + i], j < 128 ? 0x7e : 0);
+			assert_int_equal(u8(&c, B_DXQT)[j * 128 + i], j < 128 ? 0x7e : 0);
 			assert_int_equal(((const uint16_t *)c.buf[B_DX].host)[i * 256 + j], j < 128 ? 0x3f80 : 0);
 		}
 	for (size_t i = 0; i < 2; i++) {
@@ -195,8 +196,8 @@ static void test_backward_by_hand(void **state)
 	}
 	for (size_t j = 0; j < 256; j++) {
 		assert_true(f32(&c, B_DXST)[j] == (j < 128 ? 1.0f / 448.0f : 1e-30f));
-		for (size_t i = 2; i < 16; i++) /* the pitch's tail */
-			assert_int_equal(u8(&c, B_DXQT)[j * 16 + i], 0);
+		for (size_t i = 2; i < 128; i++) /* the pitch's tail */
+			assert_int_equal(u8(&c, B_DXQT)[j * 128 + i], 0);
 	}
 	lg_test_case_free(&c);
 	lg_spec_free(s);

@@ -17,7 +17,8 @@
 #      half-width epilogue default, and wgrad: the wgrad's tiles, now
 #      against ahead 8) -> $OUT/sweep.txt;
 #   3. lingen bench of configs/kernels/odd-counts.json at odd token counts
-#      (6001, 8191, and 6025, 8169 whose qt pitch is an odd multiple of 16),
+#      (6001, 8191, and 6025, 8169 whose former qt pitch, round_up(tokens, 16),
+#      was an odd multiple of 16; now round_up(tokens, 128)),
 #      each beside its count rounded up to 128 -> $OUT/odd.txt;
 #   4. examples/train_moe.py, FP8 against BF16, both heads chunked
 #      -> $OUT/step.{json,md,png};

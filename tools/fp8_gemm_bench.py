@@ -35,8 +35,8 @@ def rand_fp8(rows, cols):
 
 def rand_colwise(rows, m):
     """A columnwise copy of m tokens as lingen's quantisers write it: [rows,
-    round_up(m, 16)] e4m3 (rows 16-byte aligned for TMA), zeros past m."""
-    q = rand_fp8(rows, cdiv(m, 16) * 16)
+    round_up(m, 128)] e4m3 (rows 128-byte aligned for TMA), zeros past m."""
+    q = rand_fp8(rows, cdiv(m, 128) * 128)
     q[:, m:] = 0
     return q
 
@@ -111,7 +111,7 @@ def case(form, M, N, K):
         mm = lambda: torch.mm(db, wb.t())  # noqa: E731
         rows = sample(M)
         ref = deq_rows(dy[rows], dys[:, rows]) @ deq_tiles(wt, wts).t()
-    else:  # wgrad: dw [N, K] = dyt [N, M] . xt [K, M]^T, the copies' rows round_up(M, 16) apart
+    else:  # wgrad: dw [N, K] = dyt [N, M] . xt [K, M]^T, the copies' rows round_up(M, 128) apart
         dyt, dyts, xt, xts = rand_colwise(N, M), rand_scale(cdiv(M, 128), N), rand_colwise(K, M), \
             rand_scale(cdiv(M, 128), K)
         ours = lambda dt="fp32": lingen.fp8_gemm_wgrad(dyt, dyts, xt, xts, tokens=M, tile=TILE)  # noqa: E731

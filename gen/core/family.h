@@ -199,6 +199,19 @@ struct lg_arg {
 	const char *doc;
 };
 
+/* The row pitch of a flat columnwise (transposed) FP8 copy of `tokens`
+ * tokens, qt [features, round_up(tokens, 128)], as the dense quantisers
+ * write it (zeros past the tokens, up to 127 bytes) and the FP8 wgrad and
+ * the grouped GEMM's one-copy form read it by TMA: rows 128-byte aligned,
+ * so that each 128-token tile's line is one whole 128-byte line. (At
+ * round_up(tokens, 128), an odd multiple of 16 at 6025 and 8169 tokens, the
+ * lines straddled 32-byte L2 sectors: fp8_quant took 1.07-1.10x its time at
+ * the count rounded up to 128 on an H100, against 1.00-1.01x at 6001 and
+ * 8191; the rule is 1.05x.) LG_QT_PITCH is its shape expression (shape.c),
+ * LG_QT_PITCH_BYTES the same multiple. */
+#define LG_QT_PITCH "round_up(tokens, 128)"
+#define LG_QT_PITCH_BYTES 128
+
 /* plan.used[i] (family.uses): an argument optional by its role that this
  * spec requires. */
 #define LG_ARG_REQUIRED 2
@@ -268,7 +281,7 @@ struct lg_tile_choice {
  * tensor read as zeros. A null pointer or an empty tensor gives a zero map
  * (the kernel must not read it). With `cols`, a row holds that many
  * elements (a shape expression, at most the last dimension, which is then
- * the row pitch only: qt [k, round_up(tokens, 16)] read as rows of
+ * the row pitch only: qt [k, round_up(tokens, 128)] read as rows of
  * `tokens`, the pitch's tail never read, a zero read past `tokens`). */
 struct lg_tmap_decl {
 	int arg;          /* index of the pointer argument */

@@ -4,7 +4,7 @@
  * keys (by path: "hidden", "quant.block"; an enum key is its value's index,
  * a bool 0 or 1) and the pass's run-time sizes ("tokens"), with + - * /,
  * parentheses, cdiv(a, b) = ceil(a / b), round_up(a, b) = cdiv(a, b) * b (a
- * row pitch: qt [hidden, round_up(tokens, 16)]) and pick(c, a, b) =
+ * row pitch: qt [hidden, round_up(tokens, 128)]) and pick(c, a, b) =
  * (c ? b : a). A
  * number key may follow '*' where the product is a whole number
  * ("head_dim * rotary_fraction").

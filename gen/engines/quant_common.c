@@ -65,8 +65,8 @@ void lg_emit_pack8(lg_buf *b, bool pow2, const char *y)
 
 /* How qt_pieces stores a piece: tested at run time (rows of any pitch),
  * rows known 16-byte aligned (narrow stores for the tile's last tokens
- * only), or whole pieces only (aligned rows, `rows` a multiple of 16),
- * evict-first or write-back. */
+ * only), or whole pieces only (aligned rows, whole 128-byte lines: `rows`
+ * 128), evict-first or write-back. */
 enum pieces { PIECES_TESTED, PIECES_ALIGNED, PIECES_WHOLE, PIECES_WHOLE_WB };
 
 /* The loop storing each 16-byte piece of a staged line at the tile's
@@ -80,8 +80,6 @@ static void qt_pieces(lg_buf *b, int threads, const char *base, const char *ld, 
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int e = threadIdx.x; e < %d; e += %d) {", 128 * 8, threads);
 	lg_line(b, "const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;");
-	if (whole)
-		lg_line(b, "if (16 * h >= %s) continue; // past the tokens and zero tail", rows);
 	lg_line(b, "const int pc = (h ^ (sw >> 1)) << 4; // piece h of line c, staged");
 	lg_line(b, "uint4 v = *(const uint4 *)(stage + c * 128 + pc);");
 	lg_line(b, "if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);");
@@ -130,19 +128,20 @@ void lg_emit_qt_lines(lg_buf *b, int threads, enum lg_qt_store store)
 void lg_emit_qt_lines_pitched(lg_buf *b, int threads, const char *base, const char *m, const char *t0,
 			      enum lg_qt_store store)
 {
-	lg_comment(b, "qt [hidden, round_up(%s, 16)]: rows 16-byte aligned, each column's 128 tokens", m);
-	lg_comment(b, "one 128-byte line, 16 bytes a thread; the last tile's line also covers the");
-	lg_comment(b, "zero tail up to the pitch (its absent tokens are staged as zeros).");
-	lg_line(b, "const i64 qtp = (%s + 15) & ~(i64)15; // qt's row pitch", m);
-	lg_line(b, "const int qrows = (int)(qtp - %s < 128 ? qtp - %s : 128); // bytes a line", t0, t0);
+	lg_comment(b, "qt [hidden, round_up(%s, %d)]: rows %d-byte aligned, each column's 128 tokens", m,
+		   LG_QT_PITCH_BYTES, LG_QT_PITCH_BYTES);
+	lg_comment(b, "one whole 128-byte line, 16 bytes a thread; the last tile's line also covers");
+	lg_comment(b, "the zero tail up to the pitch (its absent tokens are staged as zeros).");
+	lg_line(b, "const i64 qtp = (%s + %d) & ~(i64)%d; // qt's row pitch", m, LG_QT_PITCH_BYTES - 1,
+		LG_QT_PITCH_BYTES - 1);
 	if (store == LG_QT_NARROW)
 		lg_comment(b, "The former store (tile.qt_store 1): narrow stores where a piece is not whole.");
 	if (store == LG_QT_WB) {
-		lg_comment(b, "Write-back stores (tile.qt_store 3): with rows an odd multiple of 16 apart, a");
-		lg_comment(b, "line shares its first and last 32-byte sector with the neighbouring tiles'");
-		lg_comment(b, "lines (other CTAs); kept in L2, not evicted first, the halves merge there.");
+		lg_comment(b, "Write-back stores (tile.qt_store 3): kept in L2, not evicted first (for rows");
+		lg_comment(b, "an odd multiple of 16 apart, the former pitch, whose lines shared 32-byte");
+		lg_comment(b, "sectors with the neighbouring tiles' lines).");
 	}
-	qt_pieces(b, threads, base, "qtp", t0, "qrows",
+	qt_pieces(b, threads, base, "qtp", t0, "128",
 		  store == LG_QT_NARROW ? PIECES_TESTED : store == LG_QT_WB ? PIECES_WHOLE_WB : PIECES_WHOLE);
 }
 

@@ -39,12 +39,13 @@ void lg_emit_scale(lg_buf *b, bool pow2, const char *sc, const char *amax, const
  * `p0` (values 0..3) and `p1` (4..7). */
 void lg_emit_pack8(lg_buf *b, bool pow2, const char *y);
 
-/* How the lines of a flat qt (rows 16-byte aligned) leave, tile.qt_store
- * (lg_qe_plan_qt_store): LG_QT_WHOLE (2, the default) whole 16-byte
- * evict-first stores (st.global.cs); LG_QT_NARROW (1) the former store, each
- * piece tested at run time; LG_QT_WB (3) the whole stores of LG_QT_WHOLE as
- * plain write-back stores (st.global), so that a 32-byte sector two tiles'
- * lines share (rows an odd multiple of 16 apart) is merged in L2. */
+/* How the lines of a flat qt (rows 128-byte aligned, LG_QT_PITCH) leave,
+ * tile.qt_store (lg_qe_plan_qt_store): LG_QT_WHOLE (2, the default) whole
+ * 16-byte evict-first stores (st.global.cs); LG_QT_NARROW (1) the former
+ * store, each piece tested at run time; LG_QT_WB (3) the whole stores of
+ * LG_QT_WHOLE as plain write-back stores (st.global), made so that a
+ * 32-byte sector two tiles' lines shared at the former pitch (rows an odd
+ * multiple of 16 apart) merged in L2; at this pitch no line shares one. */
 enum lg_qt_store { LG_QT_NARROW = 1, LG_QT_WHOLE = 2, LG_QT_WB = 3 }; /* = the tile value */
 
 /* The qt staging tile: u8 stage[128 features][128 tokens], one 128-byte
@@ -52,15 +53,15 @@ enum lg_qt_store { LG_QT_NARROW = 1, LG_QT_WHOLE = 2, LG_QT_WB = 3 }; /* = the t
  * (the XOR keeps both the writes of the quantising threads, 8 features
  * each, and the 16-byte reads below free of bank conflicts).
  *
- * lg_emit_qt_lines: the write of the tile to qt [hidden, round_up(M, 16)]
+ * lg_emit_qt_lines: the write of the tile to qt [hidden, round_up(M, 128)]
  * (a flat tensor), lg_emit_qt_lines_pitched with qtg = qt, M and t0 m0.
  * Uses stage, qt, M, k0 (first feature), m0 (first token). */
 void lg_emit_qt_lines(lg_buf *b, int threads, enum lg_qt_store store);
-/* A flat qt of `m` tokens (an expression), its rows round_up(m, 16) bytes
- * apart from `base` (a 16-byte aligned u8 *), the tile at token t0 (a
- * multiple of 128): each staged line's bytes up to the pitch, the tail
- * [m, round_up(m, 16)) included (the staged bytes of absent tokens must be
- * zeros), in whole 16-byte stores, evict-first (LG_QT_WHOLE) or write-back
+/* A flat qt of `m` tokens (an expression), its rows round_up(m, 128) bytes
+ * apart (LG_QT_PITCH) from `base` (a 16-byte aligned u8 *), the tile at
+ * token t0 (a multiple of 128): each staged line whole (128 bytes), the
+ * tail [m, round_up(m, 128)) included (the staged bytes of absent tokens
+ * must be zeros), in whole 16-byte stores, evict-first (LG_QT_WHOLE) or write-back
  * (LG_QT_WB); LG_QT_NARROW: the former store (tile.qt_store 1, kept for
  * timing it), a run-time test of each piece and lg_st16_any where it fails
  * (never, at this pitch). */

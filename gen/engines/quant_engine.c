@@ -14,7 +14,7 @@
  * the rowwise bytes straight to q (a half warp stores a token's 128-byte
  * line), the columnwise bytes, two tokens per e4m3x2, into a swizzled
  * shared tile that leaves as 128-byte qt lines: in a flat tensor, rows
- * round_up(M, 16) bytes apart, whole 16-byte pieces, the last tile's lines
+ * round_up(M, 128) bytes apart, whole 16-byte pieces, the last tile's lines
  * padded with its zero tail (lg_emit_qt_lines_pitched); per expert, cut at
  * memory's 16-byte boundaries: whole aligned chunks in one store each, a
  * byte a lane for the heads and tails (lg_emit_qt_lines_realign), since a
@@ -264,8 +264,8 @@ static void emit_place(lg_buf *b, const struct lg_qb *k)
 	if (e->rows)
 		lg_line(b, "float *const sg = (float *)%s; // rowwise scales [%lld, %s]", k->s, (long long)k->nb, k->m);
 	if (e->cols) {
-		lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, round_up(%s, 16)]", k->qt,
-			(long long)e->n, k->m);
+		lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, round_up(%s, %d)]", k->qt,
+			(long long)e->n, k->m, LG_QT_PITCH_BYTES);
 		lg_line(b, "float *const stg = (float *)%s + tt * %lld; // this tile's row of st", k->st,
 			(long long)e->n);
 	}
@@ -393,7 +393,7 @@ static void row_args(lg_buf *b, const struct lg_qb *k, const char **a0, const ch
 }
 
 /* The staged tile to qt: per expert at any byte; a flat activation's rows
- * round_up(M, 16) apart, a zero tail. */
+ * round_up(M, 128) apart, a zero tail. */
 static void store_qt(lg_buf *b, const struct lg_qb *k)
 {
 	const struct lg_qe *e = k->e;

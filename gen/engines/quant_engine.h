@@ -24,9 +24,9 @@
  * no store past the last token (but for a flat qt's zero tail).
  *
  * Layouts (struct lg_qe.layout):
- *   - LG_QE_FLAT: one tensor of M tokens; qt [K, round_up(M, 16)], rows
- *     16-byte aligned for TMA (the FP8 wgrad's operand), the tail
- *     [M, round_up(M, 16)) of each row written as zeros at every launch
+ *   - LG_QE_FLAT: one tensor of M tokens; qt [K, round_up(M, 128)], rows
+ *     128-byte aligned (LG_QT_PITCH) for TMA (the FP8 wgrad's operand), the tail
+ *     [M, round_up(M, 128)) of each row written as zeros at every launch
  *     (lg_emit_qt_lines_pitched).
  *   - LG_QE_EXPERTS: per expert (docs/kernels.md 1.3): tokens grouped by expert
  *     in contiguous segments of counts[e] tokens (counts: E int32 in device
@@ -174,15 +174,16 @@ extern const int64_t lg_qe_tiles_ok[];
 
 /* tile.qt_store of the families with a flat columnwise copy: 1 the former
  * store (each piece tested at run time for a whole aligned store), 2 (the
- * default) whole 16-byte stores (qt's rows are round_up(M, 16) apart), 3
+ * default) whole 16-byte stores (qt's rows are round_up(M, 128) apart), 3
  * the same whole stores written back (no evict-first hint). */
 extern const int64_t lg_qe_qt_store_ok[];
 #define LG_QE_KEY_QT_STORE                                                                          \
 	LG_KEY_TILE("qt_store", "qs", 1, 3, lg_qe_qt_store_ok,                                      \
 		    "qt lines: 2 (default) whole 16-byte evict-first stores (qt rows round_up(tokens, " \
-		    "16) bytes apart); 1 the tile's 16-byte pieces each tested at run time, narrow "    \
+		    "128) bytes apart); 1 the tile's 16-byte pieces each tested at run time, narrow "   \
 		    "stores where not whole (the former store); 3 the whole stores of 2 as plain "      \
-		    "write-back stores (a 32-byte sector two tiles' lines share merges in L2)")
+		    "write-back stores (made for the former pitch, round_up(tokens, 16), whose "        \
+		    "tiles' lines shared 32-byte sectors that merged in L2)")
 /* Resolve tile.qt_store (key k; -1: none, the default): sets p->tile[k]
  * and returns the store asked for. */
 enum lg_qt_store lg_qe_plan_qt_store(const struct lg_spec *s, struct lg_plan *p, int k);

@@ -12,7 +12,7 @@
  * (C = vocab, e the label smoothing; an ignore_index row: 0; a label
  * outside [0, C): no target share), each value rounded to bf16, then
  * quantised as fp8_quant quantises that bf16 gradient: q [tokens, vocab]
- * with s [vocab/128, tokens], qt [vocab, round_up(tokens, 16)] (zeros past
+ * with s [vocab/128, tokens], qt [vocab, round_up(tokens, 128)] (zeros past
  * tokens) with st [cdiv(tokens, 128), vocab]; quant.output picks the
  * copies. The gradient is computed with the instructions of cross_entropy's
  * backward (cross_entropy_grad.h: lg_ce_exp(x - m) * (g / S) - e g / C,
@@ -78,8 +78,8 @@ static const struct lg_arg fwd_args[NARGS] = {
 	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, vocab", 8, "rowwise (0 for columnwise)"},
 	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "vocab / 128, tokens", 4,
 		   "rowwise scales, transposed (0 for columnwise)"},
-	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "vocab, round_up(tokens, 16)", 16,
-		    "columnwise, transposed, rows 16-byte aligned, zeros past tokens (0 for rowwise)"},
+	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "vocab, " LG_QT_PITCH, 16,
+		    "columnwise, transposed, rows 128-byte aligned, zeros past tokens (0 for rowwise)"},
 	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), vocab", 8, "columnwise scales (0 for rowwise)"},
 };
 

@@ -10,13 +10,13 @@
  *            M]), w's transposed copy (qt [k, n], st [cdiv(k, 128),
  *            cdiv(n, 128)]: wgmma reads e4m3 K-major only)
  *   wgrad    dw [n, k] = dy^T . x over the tokens: the columnwise copies of
- *            dy (qt [n, round_up(M, 16)], st [cdiv(M, 128), n]) and x
- *            ([k, round_up(M, 16)], [cdiv(M, 128), k]); fp32 (or bf16);
+ *            dy (qt [n, round_up(M, 128)], st [cdiv(M, 128), n]) and x
+ *            ([k, round_up(M, 128)], [cdiv(M, 128), k]); fp32 (or bf16);
  *            `accumulate`: dw += (an fp32 main gradient)
  *
  * M is the run-time token count (any, 0 and 1 included; the wgrad's
- * columnwise copies have rows round_up(M, 16) bytes apart, TMA's 16-byte
- * pitch, read as rows of M: the tail is never read); n and k are
+ * columnwise copies have rows round_up(M, 128) bytes apart, LG_QT_PITCH, a
+ * pitch TMA takes, read as rows of M: the tail is never read); n and k are
  * static multiples of 16 (a partial last 128-block of the reduction is
  * zero-filled by TMA and scaled by its block's scale). sm_90a only: plan()
  * refuses other targets.
@@ -63,11 +63,11 @@ static const struct lg_size sizes[] = {
 	{"tokens", "M", 0, INT32_MAX, "rows of x and dy (tokens)", 0, 0},
 };
 /* wgrad reads the columnwise copies (tokens along a row) by TMA, whose row
- * pitch must be a multiple of 16 bytes: their rows are round_up(tokens, 16)
+ * pitch must be a multiple of 16 bytes: their rows are round_up(tokens, 128)
  * apart (the quantisers' layout, a zero tail), any token count. */
 static const struct lg_size wgrad_sizes[] = {
 	{"tokens", "M", 0, INT32_MAX, "rows of dy and x (the columnwise copies' columns; their rows "
-	 "round_up(tokens, 16) apart)", 0, 0},
+	 "round_up(tokens, 128) apart)", 0, 0},
 };
 
 enum { A_IN, A_IN_S, B_IN, B_IN_S, C_OUT, NARGS };
@@ -86,11 +86,11 @@ static const struct lg_arg dgrad_args[NARGS] = {
 	[C_OUT] = {"dx", LG_ARG_OUT, LG_ELEM_DTYPE, "tokens, k", 16, "dy . w"},
 };
 static const struct lg_arg wgrad_args[NARGS] = {
-	[A_IN] = {"dyt", LG_ARG_IN, LG_ELEM_E4M3, "n, round_up(tokens, 16)", 16,
-		  "columnwise copy of dy (rows 16-byte aligned; the tail not read)"},
+	[A_IN] = {"dyt", LG_ARG_IN, LG_ELEM_E4M3, "n, " LG_QT_PITCH, 16,
+		  "columnwise copy of dy (rows 128-byte aligned; the tail not read)"},
 	[A_IN_S] = {"dyt_scale", LG_ARG_IN, LG_ELEM_FP32, "cdiv(tokens, 128), n", 4, "its 128 x 1 scales"},
-	[B_IN] = {"xt", LG_ARG_IN, LG_ELEM_E4M3, "k, round_up(tokens, 16)", 16,
-		  "columnwise copy of x (rows 16-byte aligned; the tail not read)"},
+	[B_IN] = {"xt", LG_ARG_IN, LG_ELEM_E4M3, "k, " LG_QT_PITCH, 16,
+		  "columnwise copy of x (rows 128-byte aligned; the tail not read)"},
 	[B_IN_S] = {"xt_scale", LG_ARG_IN, LG_ELEM_FP32, "cdiv(tokens, 128), k", 4, "its 128 x 1 scales"},
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "n, k", 16, "dy^T . x (accumulate: added to dw)"},
 };
@@ -170,7 +170,8 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->v[P8_COLS] = cols;
 	p->v[P8_ROWS] = s->pass == LG_PASS_WGRAD ? lg_spec_int(s, K_N) : -1;
 	st = lg_fp8_plan_finish(s, p, &g, &tkeys, A_IN, B_IN, C_OUT);
-	if (st == LG_OK && s->pass == LG_PASS_WGRAD) /* the operands: rows of tokens in a pitch of round_up(tokens, 16) */
+	/* the operands: rows of tokens in a pitch of round_up(tokens, 128) (LG_QT_PITCH) */
+	if (st == LG_OK && s->pass == LG_PASS_WGRAD)
 		p->tmap[0].cols = p->tmap[1].cols = "tokens";
 	return st;
 }
@@ -246,9 +247,9 @@ static const char doc_dgrad[] =
 static const char doc_wgrad[] =
 	"Blockwise FP8 GEMM wgrad (op \"fp8_gemm\", sm_90a): dw [n, k] (=, or += with\n"
 	"  accumulate) dy^T . x over the tokens (any count) from the columnwise copies\n"
-	"  of dy (dyt [n, round_up(tokens,16)], dyt_scale [cdiv(tokens,128), n]) and x\n"
-	"  (xt [k, round_up(tokens,16)], xt_scale [cdiv(tokens,128), k]): the\n"
-	"  quantisers' layout, rows 16-byte aligned, columns past tokens not read.";
+	"  of dy (dyt [n, round_up(tokens,128)], dyt_scale [cdiv(tokens,128), n]) and\n"
+	"  x (xt [k, round_up(tokens,128)], xt_scale [cdiv(tokens,128), k]): the\n"
+	"  quantisers' layout, rows 128-byte aligned, columns past tokens not read.";
 
 const struct lg_family lg_family_fp8_gemm = {
 	.op = "fp8_gemm",

@@ -46,7 +46,8 @@
  * tokens] copy (rows the tokens apart, an expert's columns from start_e)
  * but cannot fix a pitch: TMA at any counts needs the quantisers to write
  * each expert's block with rows round_up(count_e, 16) apart (zeros past
- * count_e), or one [k, round_up(tokens, 16)] copy.
+ * count_e), or one [k, round_up(tokens, 128)] copy (LG_QT_PITCH, the dense
+ * quantisers' layout).
  */
 #include <stdio.h>
 #include <string.h>

@@ -3,9 +3,9 @@
  * blockwise FP8 activation quantiser, forward. x [tokens, hidden] bf16 into
  * the rowwise copy (1x128 blocks: q [tokens, hidden] e4m3, scales
  * s [hidden/128, tokens], tokens contiguous) and the columnwise copy (128x1
- * blocks, physically transposed: qt [hidden, round_up(tokens, 16)], rows
- * 16-byte aligned for the wgrad's TMA, the tail past tokens written as
- * zeros; scales st [ceil(tokens/128), hidden]); quant.output picks the
+ * blocks, physically transposed: qt [hidden, round_up(tokens, 128)], rows
+ * 128-byte aligned (LG_QT_PITCH) for the wgrad's TMA, the tail past tokens
+ * written as zeros; scales st [ceil(tokens/128), hidden]); quant.output picks the
  * copies.
  *
  * Strategy: the quant engine (quant_engine.h) with x as the values: x is
@@ -59,14 +59,14 @@ static const struct lg_size sizes[] = {
 
 enum { ARG_X, ARG_Q, ARG_S, ARG_QT, ARG_ST, NARGS };
 /* Alignment: x is read 16 bytes at a time, q written 8, s 4, st 8 (two
- * features), qt 16 (its rows round_up(tokens, 16) bytes apart). */
+ * features), qt 16 (its rows round_up(tokens, 128) bytes apart). */
 static const struct lg_arg fwd_args[NARGS] = {
 	[ARG_X] = {"x", LG_ARG_IN, LG_ELEM_BF16, "tokens, hidden", 16, NULL},
 	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, hidden", 8, "rowwise (0 for columnwise)"},
 	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, tokens", 4,
 		   "rowwise scales, transposed (0 for columnwise)"},
-	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, round_up(tokens, 16)", 16,
-		    "columnwise, transposed, rows 16-byte aligned, zeros past tokens (0 for rowwise)"},
+	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, " LG_QT_PITCH, 16,
+		    "columnwise, transposed, rows 128-byte aligned, zeros past tokens (0 for rowwise)"},
 	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), hidden", 8,
 		    "columnwise scales (0 for rowwise)"},
 };

@@ -102,8 +102,8 @@ static const struct lg_arg fwd_args[NARGS] = {
 	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "hidden / 128, tokens", 16, "rowwise scales, transposed"},
 	[ARG_RMS] = {"rms", LG_ARG_OUT, LG_ELEM_FP32, "tokens", 16,
 		     "reciprocal RMS (also read by the second kernel)"},
-	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, round_up(tokens, 16)", 16,
-		    "columnwise, transposed, rows 16-byte aligned, zeros past tokens (0 for rowwise)"},
+	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, " LG_QT_PITCH, 16,
+		    "columnwise, transposed, rows 128-byte aligned, zeros past tokens (0 for rowwise)"},
 	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), hidden", 16, "columnwise scales"},
 };
 
@@ -931,7 +931,7 @@ static const char doc_forward[] =
 	"K1: RMSNorm + blockwise FP8 quantisation, forward (op \"rmsnorm_quant\").\n"
 	"  x [tokens, hidden] bf16, w [hidden] bf16;\n"
 	"  q  [tokens, hidden] e4m3, s  [hidden/128, tokens] fp32   (rowwise)\n"
-	"  qt [hidden, round_up(tokens, 16)] e4m3 (zeros past tokens),\n"
+	"  qt [hidden, round_up(tokens, 128)] e4m3 (zeros past tokens),\n"
 	"  st [ceil(tokens/128), hidden] fp32 (columnwise)\n"
 	"  rms [tokens] fp32 (reciprocal RMS): required, also the hand-over between\n"
 	"  the kernel's two passes.\n"

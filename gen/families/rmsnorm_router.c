@@ -157,7 +157,7 @@ static const struct lg_arg fwd_args[NARGS] = {
 	[A_LOGITS] = {"logits", LG_ARG_OUT, LG_ELEM_FP32, "tokens, experts", 16, "y . route_w^T, fp32"},
 	[A_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, hidden", 16, "rowwise copy of y"},
 	[A_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(hidden, 128), tokens", 16, "rowwise scales, transposed"},
-	[A_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, round_up(tokens, 16)", 16,
+	[A_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "hidden, " LG_QT_PITCH, 16,
 		  "columnwise copy, transposed, zeros past tokens (quant.output both)"},
 	[A_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), hidden", 16, "columnwise scales"},
 };
@@ -824,7 +824,7 @@ static const char doc_forward[] =
 	"  fp32 = r (reciprocal RMS), logits [tokens, experts] fp32 = y . route_w^T\n"
 	"  (y as the spec's precision), q, s the rowwise copy of fp32 y (s\n"
 	"  [cdiv(hidden, 128), tokens]), qt, st the columnwise copy (qt [hidden,\n"
-	"  round_up(tokens, 16)], zeros past tokens; quant.output \"both\"; else 0).";
+	"  round_up(tokens, 128)], zeros past tokens; quant.output \"both\"; else 0).";
 
 const struct lg_family lg_family_rmsnorm_router = {
 	.op = "rmsnorm_router",

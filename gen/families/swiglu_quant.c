@@ -4,12 +4,12 @@
  *
  *   forward  x [tokens, 2n] = [gate | up] bf16 -> y = silu(x1) x2 in fp32,
  *            quantised (docs/kernels.md 1.2-1.3): q [tokens, n], s [n/128, tokens],
- *            qt [n, round_up(tokens, 16)] (a zero tail), st [cdiv(tokens,
+ *            qt [n, round_up(tokens, 128)] (a zero tail), st [cdiv(tokens,
  *            128), n]; quant.output picks the copies.
  *   backward g [tokens, n], x -> dx = [dx1 | dx2] [tokens, 2n] with
  *            dx1 = g x2 s (1 + x1 (1 - s)), dx2 = g x1 s (s = sigmoid(x1)),
  *            quantised with K = 2n: dxq [tokens, 2n], dxs [2n/128, tokens],
- *            dxqt [2n, round_up(tokens, 16)], dxst [cdiv(tokens, 128), 2n];
+ *            dxqt [2n, round_up(tokens, 128)], dxst [cdiv(tokens, 128), 2n];
  *            with dx_bf16 also dx itself in bf16.
  * Any token count (linghe's backward needs a multiple of 128), one included.
  *
@@ -55,7 +55,7 @@ static const struct lg_arg fwd_args[F_NARGS] = {
 	[F_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, intermediate", 8, "rowwise (0 for columnwise)"},
 	[F_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "intermediate / 128, tokens", 4,
 		 "rowwise scales, transposed (0 for columnwise)"},
-	[F_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "intermediate, round_up(tokens, 16)", 16,
+	[F_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "intermediate, " LG_QT_PITCH, 16,
 		  "columnwise, transposed, zeros past tokens (0 for rowwise)"},
 	[F_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), intermediate", 8,
 		  "columnwise scales (0 for rowwise)"},
@@ -68,7 +68,7 @@ static const struct lg_arg bwd_args[B_NARGS] = {
 		   "dx rowwise (0 for columnwise)"},
 	[B_DXS] = {"dxs", LG_ARG_OUT, LG_ELEM_FP32, "intermediate / 64, tokens", 4,
 		   "dx rowwise scales, transposed (0 for columnwise)"},
-	[B_DXQT] = {"dxqt", LG_ARG_OUT, LG_ELEM_E4M3, "2 * intermediate, round_up(tokens, 16)", 16,
+	[B_DXQT] = {"dxqt", LG_ARG_OUT, LG_ELEM_E4M3, "2 * intermediate, " LG_QT_PITCH, 16,
 		    "dx columnwise, transposed, zeros past tokens (0 for rowwise)"},
 	[B_DXST] = {"dxst", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), 2 * intermediate", 8,
 		    "dx columnwise scales (0 for rowwise)"},
@@ -105,13 +105,13 @@ const struct lg_swiglu_kind lg_swiglu_kind_swiglu_quant = {
 static const char doc_forward[] =
 	"K7: SwiGLU + blockwise FP8, forward (op \"swiglu_quant\"): x [tokens, 2n]\n"
 	"  bf16 = [gate | up]; y = silu(gate) * up quantised: q [tokens, n] e4m3,\n"
-	"  s [n/128, tokens] fp32, qt [n, round_up(tokens, 16)] e4m3 (zeros past\n"
+	"  s [n/128, tokens] fp32, qt [n, round_up(tokens, 128)] e4m3 (zeros past\n"
 	"  tokens), st [cdiv(tokens, 128), n] fp32 (0 for a copy quant.output leaves\n"
 	"  out). Any token count.";
 static const char doc_backward[] =
 	"Its backward: g [tokens, n] bf16, x as in the forward; dx = [dgate | dup]\n"
 	"  quantised with K = 2n: dxq [tokens, 2n], dxs [2n/128, tokens], dxqt\n"
-	"  [2n, round_up(tokens, 16)] (zeros past tokens), dxst [cdiv(tokens, 128),\n"
+	"  [2n, round_up(tokens, 128)] (zeros past tokens), dxst [cdiv(tokens, 128),\n"
 	"  2n]; dx [tokens, 2n] bf16 with dx_bf16 (else 0).";
 
 const struct lg_family lg_family_swiglu_quant = {

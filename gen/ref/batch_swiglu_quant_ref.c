@@ -303,7 +303,7 @@ void lg_swiglu_ref_run(const struct lg_spec *s, struct lg_ref_case *c, const str
 		const struct lg_ref_buf *cb = &c->buf[a->counts];
 		size_t st_rows = w ? c->buf[a->st].count / w : 0;
 		lg_ref_quant_experts_tol(v, e, t.m, w, cb->host, cb->count, qr, &o, st_rows);
-	} else { /* swiglu_quant's flat copy: qt rows round_up(m, 16) apart */
+	} else { /* swiglu_quant's flat copy: qt rows round_up(m, 128) apart */
 		o.qt_ld = lg_ref_qt_pitch(t.m);
 		lg_ref_quant_tol(v, e, t.m, w, qr, &o);
 	}

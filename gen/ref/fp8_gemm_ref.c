@@ -5,7 +5,7 @@
  *   forward  y [M, n]  = x [M, k] . w [n, k]^T
  *   dgrad    dx [M, k] = dy [M, n] . wt [k, n]^T
  *   wgrad    dw [n, k] = dyt [n, M] . xt [k, M]^T (dyt, xt: rows
- *            round_up(M, 16) apart, the tail random and never read)
+ *            round_up(M, 128) apart, the tail random and never read)
  * (accumulate is not modelled: the harness poisons outputs; the GPU test
  * checks dw += on its own).
  *
@@ -123,7 +123,7 @@ static void run(const struct lg_spec *s, struct lg_ref_case *c)
 	struct lg_ref_fp8_op o = {c->buf[A_IN].host, c->buf[A_IN_S].host, c->buf[B_IN].host, c->buf[B_IN_S].host,
 				  0, 0, 0, s->pass == LG_PASS_WGRAD, 0};
 	shape(s, c, &o.rows, &o.cols, &o.red);
-	if (s->pass == LG_PASS_WGRAD) /* the columnwise copies: rows round_up(M, 16) apart, the tail not read */
+	if (s->pass == LG_PASS_WGRAD) /* the columnwise copies: rows round_up(M, 128) apart, the tail not read */
 		o.ld = lg_ref_qt_pitch(o.red);
 	double *y = malloc((o.rows * o.cols + 1) * sizeof *y);
 	if (!y)

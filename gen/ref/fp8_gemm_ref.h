@@ -22,7 +22,7 @@ struct lg_ref_fp8_op {
 	const float *sb;
 	size_t rows, cols, red;
 	bool b_rowscale;
-	size_t ld; /* elements from one row of a or b to the next (0: red; the wgrad's round_up(red, 16)) */
+	size_t ld; /* elements from one row of a or b to the next (0: red; the wgrad's round_up(red, 128)) */
 };
 void lg_ref_fp8_product(const struct lg_ref_fp8_op *o, double *out);
 /* Random e4m3 payloads (2 N(0, 1), quantised) and scales (0.5 .. 1.5 times

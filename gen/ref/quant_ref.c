@@ -4,8 +4,8 @@
  * [m, n] array into the rowwise copy (1x128 blocks, q [m, n], scales
  * s [n/128, m]) and the columnwise copy (128x1 blocks, transposed:
  * qt [n, m], scales st [ceil(m/128), n]; the dense quantisers' flat copy
- * has rows round_up(m, 16) apart, a zero tail). A partial last token block takes
- * its amax over its real rows only. Also the same for values the GPU
+ * has rows round_up(m, 128) apart, a zero tail). A partial last token block
+ * takes its amax over its real rows only. Also the same for values the GPU
  * computes only to a bound (a slack per element from the bound), and the
  * per-expert layout. The exact quantisation is the bounded one with no
  * error; both run on lg_ref_parallel_rows's threads (rows, and blocks of

@@ -119,14 +119,14 @@ void lg_ref_quant_blockwise(const float *y, size_t m, size_t n, struct lg_quant 
 			    uint8_t *qt, float *st);
 /* lg_ref_quant_blockwise with the flat columnwise layout of the dense
  * quantisers (fp8_quant, rmsnorm_quant, rmsnorm_router, swiglu_quant): qt
- * [n, round_up(m, 16)], rows 16-byte aligned (the FP8 wgrad reads them by
- * TMA), the tail past m zeros. */
+ * [n, round_up(m, 128)], rows 128-byte aligned (LG_QT_PITCH; the FP8 wgrad
+ * reads them by TMA), the tail past m zeros. */
 void lg_ref_quant_flat(const float *y, size_t m, size_t n, struct lg_quant qr, uint8_t *q, float *s, uint8_t *qt,
 		       float *st);
-/* round_up(m, 16): the row pitch of a flat columnwise copy. */
+/* round_up(m, 128): the row pitch of a flat columnwise copy (LG_QT_PITCH). */
 static inline size_t lg_ref_qt_pitch(size_t m)
 {
-	return (m + 15) / 16 * 16;
+	return (m + LG_QT_PITCH_BYTES - 1) / LG_QT_PITCH_BYTES * LG_QT_PITCH_BYTES;
 }
 
 /* The per-expert form (docs/kernels.md 1.3): the tokens of y [m, n] grouped by
@@ -165,7 +165,7 @@ struct lg_ref_qout {
 	float *s, *st;
 	uint16_t *q_slack, *s_slack, *qt_slack, *st_slack;
 	/* qt's row pitch: 0 for m (an expert's block); a flat copy's
-	 * round_up(m, 16), the tail [m, qt_ld) of each row written as zeros */
+	 * round_up(m, 128), the tail [m, qt_ld) of each row written as zeros */
 	size_t qt_ld;
 };
 /* lg_ref_quant_blockwise of y [m, n] whose GPU value of element i lies

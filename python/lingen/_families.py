@@ -167,7 +167,7 @@ def offset_name(node):
 
 def rounded_name(node):
     """(name, c) for a dimension `round_up(name, c)` (a row pitch: the
-    columnwise copies' qt [k, round_up(tokens, 16)])."""
+    columnwise copies' qt [k, round_up(tokens, 128)])."""
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id == "round_up" and len(node.args) == 2
             and isinstance(node.args[0], ast.Name) and isinstance(node.args[1], ast.Constant)

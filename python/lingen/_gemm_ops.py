@@ -55,10 +55,10 @@ def fp8_gemm_dgrad(dy, dy_scale, wt, wt_scale, *, out_dtype="bf16", tile=None, o
 def fp8_gemm_wgrad(dyt, dyt_scale, xt, xt_scale, *, tokens=None, out_dtype="fp32",
                    accumulate=None, tile=None, out=None, stream=None, context=None, alloc=None):
     """dw [n, k] = dy^T . x over the tokens (any count), from the columnwise
-    copies of dy (dyt [n, round_up(tokens, 16)], dyt_scale [cdiv(tokens,
-    128), n]) and x (xt [k, round_up(tokens, 16)], xt_scale [cdiv(tokens,
+    copies of dy (dyt [n, round_up(tokens, 128)], dyt_scale [cdiv(tokens,
+    128), n]) and x (xt [k, round_up(tokens, 128)], xt_scale [cdiv(tokens,
     128), k]): the quantisers' layout (fp8_quant, rmsnorm_quant,
-    swiglu_quant), rows 16-byte aligned, zeros past the tokens. tokens:
+    swiglu_quant), rows 128-byte aligned, zeros past the tokens. tokens:
     the count (default: the pitch, dyt.shape[1]; the same sum, the tail
     being zeros). out_dtype "fp32" (default) or "bf16" (a bf16 weight's
     gradient, no cast after); accumulate=True (fp32) adds into

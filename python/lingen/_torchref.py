@@ -12,8 +12,9 @@ numeric_ref.c) state it, bit for bit with the C references:
 
 Layouts (as lingen's kernels write them):
 - rowwise x [M, K]: q [M, K] e4m3, s [K/128, M] fp32 (1 x 128 blocks);
-- columnwise: qt [K, round_up(M, 16)] e4m3 (rows 16-byte aligned for the
-  wgrad's TMA, zeros past M), st [cdiv(M, 128), K] fp32 (128 x 1 blocks);
+- columnwise: qt [K, round_up(M, 128)] e4m3 (QT_PITCH: rows 128-byte
+  aligned for the wgrad's TMA, zeros past M), st [cdiv(M, 128), K] fp32
+  (128 x 1 blocks);
 - weight w [N, K]: q [N, K], s [cdiv(N, 128), cdiv(K, 128)] (128 x 128
   tiles), the transposed copy qt [K, N], st [cdiv(K, 128), cdiv(N, 128)];
 - per expert (segments of rows given by counts [E], any counts; each
@@ -28,6 +29,11 @@ import torch
 E4M3 = torch.float8_e4m3fn
 FMAX = 448.0
 BLOCK = 128
+# The row pitch of the dense quantisers' columnwise copies: qt [K,
+# round_up(M, QT_PITCH)], every 128-token tile's line a whole 128 bytes
+# (LG_QT_PITCH in gen/core/family.h: at round_up(M, 16) the lines straddled
+# 32-byte L2 sectors, fp8_quant 1.07-1.10x slower at 6025 and 8169 tokens).
+QT_PITCH = 128
 
 
 def _wide(x):
@@ -51,9 +57,10 @@ def quantize(x, s):
     return (x.float() / s).to(E4M3)
 
 
-def pitch(m, multiple=16):
+def pitch(m, multiple=QT_PITCH):
     """round_up(m, multiple): the row pitch of a columnwise copy of m tokens
-    (the dense quantisers' 16; an expert's block in the per-expert layout 1)."""
+    (the dense quantisers' QT_PITCH, 128; an expert's block in the
+    per-expert layout 1)."""
     return -(-m // multiple) * multiple
 
 
@@ -83,7 +90,7 @@ def rowwise(x, round_scale=True):
     return quantize(xf.view(m, k // BLOCK, BLOCK), s.t()[..., None]).view(m, k), s.contiguous()
 
 
-def colwise(x, round_scale=True, multiple=16):
+def colwise(x, round_scale=True, multiple=QT_PITCH):
     """(qt [K, round_up(M, multiple)], st [cdiv(M, 128), K]) of x [M, K]
     (qt's columns past M: zeros, as the kernels write them)."""
     m, k = x.shape
@@ -93,7 +100,7 @@ def colwise(x, round_scale=True, multiple=16):
     return q.t().contiguous(), st
 
 
-def quant(x, round_scale=True, output="both", multiple=16):
+def quant(x, round_scale=True, output="both", multiple=QT_PITCH):
     """(q, s, qt, st) of x [M, K] (fp8_quant's layouts; output "rowwise" or
     "columnwise": the other copy None)."""
     q, s = rowwise(x, round_scale) if output != "columnwise" else (None, None)
@@ -219,8 +226,8 @@ def deq_rowwise(q, s, dtype=torch.float32):
 
 
 def deq_colwise(qt, st, dtype=torch.float32, m=None):
-    """x [M, K] of a columnwise copy (qt [K, round_up(M, 16)], st [cdiv(M,
-    128), K]); m None: x [round_up(M, 16), K], the rows past M zeros (a
+    """x [M, K] of a columnwise copy (qt [K, round_up(M, 128)], st [cdiv(M,
+    128), K]); m None: x [round_up(M, 128), K], the rows past M zeros (a
     product over the tokens the same)."""
     p = qt.shape[1] if m is None else m
     return qt[:, :p].t().to(dtype) * st.to(dtype).repeat_interleave(BLOCK, 0)[:p]
@@ -255,7 +262,7 @@ def deq_experts_colwise(qt, st, counts, dtype=torch.float32):
 
 def deq_copies(q, s, qt, st, dtype=torch.float32):
     """(rows, cols): both copies of fp8_quant's layouts back to x [M, K] (a
-    copy left out: None; cols without q: [round_up(M, 16), K])."""
+    copy left out: None; cols without q: [round_up(M, 128), K])."""
     rows = None if q is None else deq_rowwise(q, s, dtype)
     cols = None if qt is None else deq_colwise(qt, st, dtype, None if q is None else q.shape[0])
     return rows, cols

@@ -36,7 +36,7 @@ def rmsnorm_quant(x, w, eps=None, *, round_scale=None, output=None, tile=None, o
     x [tokens, hidden] bf16, w [hidden] bf16 -> (q, s, rms, qt, st):
     q [tokens, hidden] e4m3 and s [hidden/128, tokens] fp32 (rowwise 1x128
     blocks), rms [tokens] fp32 (reciprocal RMS), qt [hidden, round_up(tokens,
-    16)] e4m3 (rows 16-byte aligned for fp8_gemm_wgrad's TMA, zeros past the
+    128)] e4m3 (rows 128-byte aligned for fp8_gemm_wgrad's TMA, zeros past the
     tokens) and st [cdiv(tokens, 128), hidden] fp32 (columnwise 128x1 blocks,
     transposed). output: "rowwise", "columnwise" or "both"; the copies not
     asked for are None. As linghe's triton_rms_norm_and_block_quant_forward
@@ -245,7 +245,7 @@ def swiglu_quant_backward(g, x, *, round_scale=None, output=None, dx_bf16=None, 
     """The backward of swiglu_quant: g [tokens, n] bf16 (dL/dy) and the
     forward's x [tokens, 2n] -> dx = [dx_gate | dx_up] quantised with K =
     2n: (dxq [tokens, 2n], dxs [2n/128, tokens], dxqt [2n, round_up(tokens,
-    16)] (zeros past the tokens), dxst [cdiv(tokens, 128), 2n]), as linghe's triton_silu_and_block_quant_backward
+    128)] (zeros past the tokens), dxst [cdiv(tokens, 128), 2n]), as linghe's triton_silu_and_block_quant_backward
     (any token count here, not only multiples of 128). With dx_bf16=True a
     fifth value, dx [tokens, 2n] in bf16."""
     r = call("lingen.swiglu_quant_backward", "swiglu_quant", "backward", {"g": g, "x": x},

@@ -186,14 +186,14 @@ def test_dlpack_producer_is_told_the_stream(ctx):
 
 def test_wgrad_columnwise_copies_are_pitched(ctx):
     """fp8_gemm_wgrad reads the columnwise copies with rows round_up(tokens,
-    16) apart (the quantisers' layout): any token count; an unpitched
+    128) apart (the quantisers' layout): any token count; an unpitched
     [k, tokens] copy is refused, the expected shape named."""
     n, k, t = 256, 384, 127
     dyts, xts = CAI((1, n), "<f4", ptr=0x7F0000200000), CAI((1, k), "<f4", ptr=0x7F0000300000)
     with pytest.raises(ValueError) as e:
         lingen.fp8_gemm_wgrad(CAI((n, t), "|u1"), dyts, CAI((k, t), "|u1", ptr=0x7F0000100000), xts,
                               tokens=t, context=ctx)
-    assert "dyt: found shape (256, 127), expected (256, 128) [n, round_up(tokens, 16)]" in str(e.value)
+    assert "dyt: found shape (256, 127), expected (256, 128) [n, round_up(tokens, 128)]" in str(e.value)
     for tokens in (t, None):  # given, or the pitch (the same sum: the tail is zeros)
         assert reaches_the_device(lambda: lingen.fp8_gemm_wgrad(
             CAI((n, 128), "|u1"), dyts, CAI((k, 128), "|u1", ptr=0x7F0000100000), xts,

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.usefixtures("no_device")
 
 T, H, E, K, M = 64, 1024, 16, 2, 16      # tokens, hidden, experts, top_k, multiple
 ROWS = T * K + E * (M - 1)               # the padded MoE rows
+P = -(-T // 128) * 128                   # the columnwise copies' pitch, round_up(T, 128)
 S, B, QH, KH, D = 16, 2, 8, 2, 128       # q/k norm + RoPE
 
 
@@ -63,7 +64,7 @@ BY_HAND_GOOD = {
                   a(4, H // 128, t="<f4")), {}),
     "fp8_gemm_dgrad": ((a(T, 512, t="|V1"), a(4, T, t="<f4"), a(H, 512, t="|V1"),
                         a(H // 128, 4, t="<f4")), {}),
-    "fp8_gemm_wgrad": ((a(512, T, t="|V1"), a(1, 512, t="<f4"), a(H, T, t="|V1"),
+    "fp8_gemm_wgrad": ((a(512, P, t="|V1"), a(1, 512, t="<f4"), a(H, P, t="|V1"),
                         a(1, H, t="<f4")), {}),
     "fp8_grouped_gemm": ((a(T, H, t="|V1"), a(H // 128, T, t="<f4"), a(E, 512, H, t="|V1"),
                           a(E, 4, H // 128, t="<f4"), a(E, t="<i4")), {}),

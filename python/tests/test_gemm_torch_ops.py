@@ -81,8 +81,8 @@ def test_compiled_trace_has_the_real_dtype():
 
 
 def _wgrad_args(t, pitch=None, **kw):
-    """The columnwise copies of t tokens: rows round_up(t, 16) apart (pitch)."""
-    p = (t + 15) // 16 * 16 if pitch is None else pitch
+    """The columnwise copies of t tokens: rows round_up(t, 128) apart (pitch)."""
+    p = (t + 127) // 128 * 128 if pitch is None else pitch
     return (torch.empty(N, p, dtype=E4, **kw), torch.empty((t + 127) // 128, N, **kw),
             torch.empty(K, p, dtype=E4, **kw), torch.empty((t + 127) // 128, K, **kw))
 
@@ -90,20 +90,20 @@ def _wgrad_args(t, pitch=None, **kw):
 @pytest.mark.parametrize("t", [100, 8, 130, 1, 0, 112])
 def test_wgrad_fake_takes_any_token_count(t):
     """The wgrad takes any token count: the columnwise copies' rows are
-    round_up(tokens, 16) apart (the declaration's shape, which the library
+    round_up(tokens, 128) apart (the declaration's shape, which the library
     evaluates: the fake's shapes and the plain wrapper's are the same)."""
     dw = torch.ops.lingen.fp8_gemm_wgrad(*_wgrad_args(t, device="meta"))
     assert dw.shape == (N, K) and dw.dtype == torch.bfloat16
     s = lingen.Spec({"op": "fp8_gemm", "pass": "wgrad", "dtype": "bf16", "n": N, "k": K})
-    assert tuple(s.arg_shape(0, [t])) == (N, (t + 15) // 16 * 16)
+    assert tuple(s.arg_shape(0, [t])) == (N, (t + 127) // 128 * 128)
 
 
 @pytest.mark.parametrize("t", [100, 130])
 def test_wgrad_fake_refuses_unpitched_copies(t):
-    """A [n, tokens] copy whose rows are not 16-byte multiples apart: the
+    """A [n, tokens] copy whose rows are not 128-byte multiples apart: the
     fake refuses it with the real op's message, the expected shape named."""
     with pytest.raises(ValueError) as fake:
         torch.ops.lingen.fp8_gemm_wgrad(*_wgrad_args(t, pitch=t, device="meta"))
-    p = (t + 15) // 16 * 16
+    p = (t + 127) // 128 * 128
     assert str(fake.value) == (f"torch.ops.lingen.fp8_gemm_wgrad: dyt: found shape ({N}, {t}), "
-                               f"expected ({N}, {p}) [n, round_up(tokens, 16)]")
+                               f"expected ({N}, {p}) [n, round_up(tokens, 128)]")

@@ -30,7 +30,7 @@ def check_quant(torch, y64, q, s, qt, st, round_scale, what):
         st_ref = R.col_scales(y64, round_scale)
         ref.check_scales(st, st_ref, f"{what} st")
         per = st.double().repeat_interleave(128, dim=0)[:t]  # [tokens, hidden]
-        assert qt.shape == (h, R.pitch(t)), (what, qt.shape)  # rows round_up(t, 16) apart
+        assert qt.shape == (h, R.pitch(t)), (what, qt.shape)  # rows round_up(t, 128) apart
         ref.check_q(qt[:, :t].T, y64, per, f"{what} qt")
         assert not qt[:, t:].view(torch.uint8).any(), f"{what} qt: the tail past the tokens not 0"
 

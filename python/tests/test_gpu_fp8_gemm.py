@@ -45,8 +45,8 @@ def test_three_products(seed, m):
     dq, ds, dqt, dst = lingen.fp8_quant(dy)
     dx = lingen.fp8_gemm_dgrad(dq, ds, wqt, wst, out_dtype="fp32")
     assert rel(dx, deq_rows(dq, ds) @ deq_tiles(wqt, wst).t()) <= 2e-3
-    # any token count: qt rows round_up(m, 16) apart, zeros past m
-    assert qt.shape == (k, (m + 15) // 16 * 16) and not qt[:, m:].view(torch.uint8).any()
+    # any token count: qt rows round_up(m, 128) apart, zeros past m
+    assert qt.shape == (k, (m + 127) // 128 * 128) and not qt[:, m:].view(torch.uint8).any()
     dw = lingen.fp8_gemm_wgrad(dqt, dst, qt, st)
     ref = deq_rows(dqt[:, :m], dst) @ deq_rows(qt[:, :m], st).t()
     assert rel(dw, ref) <= 2e-3
@@ -54,7 +54,7 @@ def test_three_products(seed, m):
     again = dw.clone()
     lingen.fp8_gemm_wgrad(dqt, dst, qt, st, accumulate=True, out={"dw": again})
     assert torch.equal(again, 2 * dw)
-    if m % 16:  # an unpitched copy: refused, the expected shape named
+    if m % 128:  # an unpitched copy: refused, the expected shape named
         with pytest.raises(ValueError, match="round_up"):
             lingen.fp8_gemm_wgrad(dqt[:, :m].contiguous(), dst, qt[:, :m].contiguous(), st,
                                   tokens=m)

@@ -114,7 +114,7 @@ def test_both_copies(seed, case):
         ref.check_scales(s, R.row_scales(y64, round_scale), "s")
         ref.check_scales(st, R.col_scales(y64, round_scale), "st")
         per = st.double().repeat_interleave(128, dim=0)[:m]
-        assert qt.shape == (k, R.pitch(m))  # rows round_up(m, 16) apart, zeros past m
+        assert qt.shape == (k, R.pitch(m))  # rows round_up(m, 128) apart, zeros past m
         ref.check_q(qt[:, :m].T, y64, per, "qt")
         assert not qt[:, m:].view(torch.uint8).any(), "qt: the tail past the tokens not 0"
 

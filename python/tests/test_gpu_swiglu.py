@@ -132,7 +132,7 @@ def test_autograd():
     g = torch.randn(2, 333, 512, device="cuda").bfloat16()
     sunk = []
     y, q, s, qt, st = lt.swiglu_quant(x, grad_sink=lambda *c: sunk.append(c))
-    assert y.shape == (2, 333, 512) and q.shape == (2, 333, 512) and qt.shape == (512, 672)
+    assert y.shape == (2, 333, 512) and q.shape == (2, 333, 512) and qt.shape == (512, 768)
     y.backward(g)
     rdx, _ = swiglu64(torch, x.detach().view(-1, 1024), g.view(-1, 512))
     torch.testing.assert_close(x.grad.view(-1, 1024).float(), rdx.float(), rtol=2 ** -7, atol=1e-6)

@@ -16,10 +16,10 @@ def test_quant_layouts_round_trip(seed):
     q, s = Q.rowwise(x)
     assert q.shape == (300, 256) and s.shape == (2, 300) and q.dtype == torch.float8_e4m3fn
     assert rel(Q.deq_rowwise(q, s), x) < 0.04
-    qt, st = Q.colwise(x)  # rows round_up(300, 16) apart, zeros past the tokens
-    assert qt.shape == (256, 304) and st.shape == (3, 256)
+    qt, st = Q.colwise(x)  # rows round_up(300, 128) apart, zeros past the tokens
+    assert qt.shape == (256, 384) and st.shape == (3, 256)
     assert rel(Q.deq_colwise(qt, st, m=300), x) < 0.04
-    assert not qt[:, 300:].float().any() and Q.deq_colwise(qt, st).shape == (304, 256)
+    assert not qt[:, 300:].float().any() and Q.deq_colwise(qt, st).shape == (384, 256)
     w = torch.randn(200, 384, generator=g).bfloat16()
     wq, ws, wtq, wts = Q.weight(w)
     assert ws.shape == (2, 3) and wtq.shape == (384, 200) and wts.shape == (3, 2)
@@ -62,7 +62,7 @@ def test_per_expert_layouts_at_counts_of_16(seed):
     assert rel(Q.deq_experts_colwise(qt, st, counts), want) < 0.04
     start, st_row = 0, 0
     for c in counts.tolist():
-        qt_e, st_e = Q.colwise(x[start:start + c])
+        qt_e, st_e = Q.colwise(x[start:start + c], multiple=1)  # an expert's block: rows c apart
         assert torch.equal(qt.reshape(-1)[256 * start:256 * (start + c)].view(torch.uint8),
                            qt_e.reshape(-1).view(torch.uint8))
         assert torch.equal(st[st_row:st_row + st_e.shape[0]], st_e)
@@ -301,12 +301,12 @@ def test_gemm_backend_is_labelled():
 @pytest.mark.parametrize("m", [1, 127, 333])
 def test_wgrad_emulation_at_any_token_count(m):
     """The CPU wgrad over the pitched columnwise copies (qt [K, round_up(m,
-    16)], zeros past m) is the product over the m tokens."""
+    128)], zeros past m) is the product over the m tokens."""
     from lingen.nn import _gemm, _k
     x, dy = torch.randn(m, 256).bfloat16(), torch.randn(m, 384).bfloat16()
     q, s, qt, st = _k.quant(x)
     gq, gs, gqt, gst = _k.quant(dy)
-    assert qt.shape == (256, (m + 15) // 16 * 16) and not qt[:, m:].float().any()
+    assert qt.shape == (256, (m + 127) // 128 * 128) and not qt[:, m:].float().any()
     dw = _gemm.linear_wgrad(gqt, gst, qt, st)
     ref = Q.deq_colwise(gqt, gst, m=m).double().t() @ Q.deq_colwise(qt, st, m=m).double()
     assert dw.shape == (384, 256) and rel(dw, ref) < 1e-6

@@ -32,7 +32,7 @@ def test_fake_shapes_without_a_gpu():
         w = torch.empty(1024, dtype=torch.bfloat16, device="meta")
         q, s, rms, qt, st = torch.ops.lingen.rmsnorm_quant_forward(x, w)
         assert q.shape == (300, 1024) and s.shape == (8, 300) and st.shape == (3, 1024)
-        assert qt.shape == (1024, 304) and rms.shape == (300,) and q.dtype == torch.float8_e4m3fn
+        assert qt.shape == (1024, 384) and rms.shape == (300,) and q.dtype == torch.float8_e4m3fn
         q, s, rms, qt, st = torch.ops.lingen.rmsnorm_quant_forward(x, w, quant_output="rowwise")
         assert qt.shape == (0,) and st.shape == (0,)
 

@@ -283,7 +283,7 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_tqs3(
 	const int cg = (int)blockIdx.x; // feature group
 	const i64 m0 = tt * 128; // the tile's first token
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128); // tokens in the tile
-	u8 *const qtg = (u8 *)qt; // columnwise data [2048, round_up(M, 16)]
+	u8 *const qtg = (u8 *)qt; // columnwise data [2048, round_up(M, 128)]
 	float *const stg = (float *)st + tt * 2048; // this tile's row of st
 	// Wait until the rows launch before this one is done, its rms visible.
 	asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -388,18 +388,16 @@ lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2_tqs3(
 	for (int c = 0; c < 8; c++)
 		*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];
 	__syncthreads();
-	// qt [hidden, round_up(M, 16)]: rows 16-byte aligned, each column's 128 tokens
-	// one 128-byte line, 16 bytes a thread; the last tile's line also covers the
-	// zero tail up to the pitch (its absent tokens are staged as zeros).
-	const i64 qtp = (M + 15) & ~(i64)15; // qt's row pitch
-	const int qrows = (int)(qtp - m0 < 128 ? qtp - m0 : 128); // bytes a line
-	// Write-back stores (tile.qt_store 3): with rows an odd multiple of 16 apart, a
-	// line shares its first and last 32-byte sector with the neighbouring tiles'
-	// lines (other CTAs); kept in L2, not evicted first, the halves merge there.
+	// qt [hidden, round_up(M, 128)]: rows 128-byte aligned, each column's 128 tokens
+	// one whole 128-byte line, 16 bytes a thread; the last tile's line also covers
+	// the zero tail up to the pitch (its absent tokens are staged as zeros).
+	const i64 qtp = (M + 127) & ~(i64)127; // qt's row pitch
+	// Write-back stores (tile.qt_store 3): kept in L2, not evicted first (for rows
+	// an odd multiple of 16 apart, the former pitch, whose lines shared 32-byte
+	// sectors with the neighbouring tiles' lines).
 	#pragma unroll
 	for (int e = threadIdx.x; e < 1024; e += 512) {
 		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
-		if (16 * h >= qrows) continue; // past the tokens and zero tail
 		const int pc = (h ^ (sw >> 1)) << 4; // piece h of line c, staged
 		uint4 v = *(const uint4 *)(stage + c * 128 + pc);
 		if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);

@@ -288,15 +288,13 @@ static __device__ __forceinline__ void lg_slab_block(const u8 *xb, u64 w, u64 q,
 	}
 	__syncthreads();
 	u8 *const qtg = (u8 *)qt;
-	// qt [hidden, round_up(M, 16)]: rows 16-byte aligned, each column's 128 tokens
-	// one 128-byte line, 16 bytes a thread; the last tile's line also covers the
-	// zero tail up to the pitch (its absent tokens are staged as zeros).
-	const i64 qtp = (M + 15) & ~(i64)15; // qt's row pitch
-	const int qrows = (int)(qtp - m0 < 128 ? qtp - m0 : 128); // bytes a line
+	// qt [hidden, round_up(M, 128)]: rows 128-byte aligned, each column's 128 tokens
+	// one whole 128-byte line, 16 bytes a thread; the last tile's line also covers
+	// the zero tail up to the pitch (its absent tokens are staged as zeros).
+	const i64 qtp = (M + 127) & ~(i64)127; // qt's row pitch
 	#pragma unroll
 	for (int e = threadIdx.x; e < 1024; e += 512) {
 		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
-		if (16 * h >= qrows) continue; // past the tokens and zero tail
 		const int pc = (h ^ (sw >> 1)) << 4; // piece h of line c, staged
 		uint4 v = *(const uint4 *)(stage + c * 128 + pc);
 		if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);

@@ -116,7 +116,7 @@ lg_swiglu_quant_fwd_bf16_n512_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64
 	const i64 m0 = tt * 128; // the tile's first token
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128); // tokens in the tile
 	float *const sg = (float *)s; // rowwise scales [4, M]
-	u8 *const qtg = (u8 *)qt; // columnwise data [512, round_up(M, 16)]
+	u8 *const qtg = (u8 *)qt; // columnwise data [512, round_up(M, 128)]
 	float *const stg = (float *)st + tt * 512; // this tile's row of st
 	lg_u32x4 ra[4], ru[4]; // gate, up of each row
 	const int cb = cg; // the feature block
@@ -266,15 +266,13 @@ lg_swiglu_quant_fwd_bf16_n512_both_pow2(u64 x, u64 q, u64 s, u64 qt, u64 st, i64
 	for (int c = 0; c < 8; c++)
 		*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];
 	__syncthreads();
-	// qt [hidden, round_up(M, 16)]: rows 16-byte aligned, each column's 128 tokens
-	// one 128-byte line, 16 bytes a thread; the last tile's line also covers the
-	// zero tail up to the pitch (its absent tokens are staged as zeros).
-	const i64 qtp = (M + 15) & ~(i64)15; // qt's row pitch
-	const int qrows = (int)(qtp - m0 < 128 ? qtp - m0 : 128); // bytes a line
+	// qt [hidden, round_up(M, 128)]: rows 128-byte aligned, each column's 128 tokens
+	// one whole 128-byte line, 16 bytes a thread; the last tile's line also covers
+	// the zero tail up to the pitch (its absent tokens are staged as zeros).
+	const i64 qtp = (M + 127) & ~(i64)127; // qt's row pitch
 	#pragma unroll
 	for (int e = threadIdx.x; e < 1024; e += 512) {
 		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
-		if (16 * h >= qrows) continue; // past the tokens and zero tail
 		const int pc = (h ^ (sw >> 1)) << 4; // piece h of line c, staged
 		uint4 v = *(const uint4 *)(stage + c * 128 + pc);
 		if (sw & 1) v = make_uint4(v.z, v.w, v.x, v.y);

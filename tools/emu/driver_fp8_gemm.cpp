@@ -5,8 +5,8 @@
 // forward / dgrad: A [M, KR] e4m3 with scales [cdiv(KR, 128), M], B [NO, KR]
 // with scales [cdiv(NO, 128), cdiv(KR, 128)], out [M, NO].
 // wgrad (WGRAD 1): the reduction runs over the M tokens: A [ROWS, round_up(M,
-// 16)] (its tail never read: poisoned) with scales [cdiv(M, 128), ROWS], B
-// [NO, round_up(M, 16)] with scales [cdiv(M, 128), NO], out [ROWS, NO]
+// 128)] (its tail never read: poisoned) with scales [cdiv(M, 128), ROWS], B
+// [NO, round_up(M, 128)] with scales [cdiv(M, 128), NO], out [ROWS, NO]
 // (+= with ACCUMULATE).
 // Grouped (EXPERTS > 0: fp8_grouped_gemm's forward or dgrad): counts [E] on
 // the "device" (random, one expert empty, their sum clamped by M as the kernel
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
 	return grouped_wgrad(M, ctas, seed);
 #else
 	// the output's rows, the reduction and its row pitch in the operands
-	const i64 R = WGRAD ? ROWS : M, KR = WGRAD ? M : KRED, P = WGRAD ? (M + 15) / 16 * 16 : KRED;
+	const i64 R = WGRAD ? ROWS : M, KR = WGRAD ? M : KRED, P = WGRAD ? (M + 127) / 128 * 128 : KRED;
 	const i64 KB = (KR + 127) / 128, NB = (NO + 127) / 128, OE = OUT_F32 ? 4 : 2, GUARD = 4096;
 	std::mt19937 rng(seed);
 	const i64 E = EXPERTS > 0 ? EXPERTS : 1;

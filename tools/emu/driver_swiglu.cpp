@@ -79,7 +79,7 @@ int main() {
 	}
 	const i64 tiles = (M + 127) / 128 + (k6 ? E : 0), nb = W / 128;
 	const i64 st_rows = tiles;
-	const i64 qt_bytes = k6 ? M * W : W * ((M + 15) & ~15); // K7's flat qt: rows round_up(M, 16) apart
+	const i64 qt_bytes = k6 ? M * W : W * ((M + 127) & ~127); // K7's flat qt: rows round_up(M, 128) apart
 	struct outs { std::vector<u8> q, qt; std::vector<float> s, st, dp; std::vector<u16> dx; };
 	auto run = [&](int which, outs &o) {
 		o.q.assign(M * W + 64, 0xff); o.qt.assign(qt_bytes + 64, 0xff);

@@ -1,7 +1,7 @@
 #!/bin/bash
 # qt_store.sh [N [M...]]: the flat qt store on the CPU (issue 27): generate
 # swiglu_quant forward for sm_80 at intermediate N (default 256) with each
-# tile.qt_store: 2 (the default, whole 16-byte pieces of lines round_up(M, 16)
+# tile.qt_store: 2 (the default, whole 16-byte pieces of lines round_up(M, 128)
 # bytes apart), 1 (the former store, each piece tested at run time) and 3
 # (2's pieces as write-back stores); run 1 and 3 against 2 through emu.h
 # at each token count M

@@ -9,11 +9,12 @@ def _ref():
     return _torchref
 
 
-def torch_quant(torch, y, pitch=16):
+def torch_quant(torch, y, pitch=None):
     """y [t, h] fp32 -> (q, s [h/128, t], qt [h, round_up(t, pitch)], st
     [cdiv(t,128), h]), power-of-two scales; qt's columns past t zeros (the
-    dense quantisers' layout: pitch 16; an expert's block: pitch 1)."""
-    return _ref().quant(y, round_scale=True, multiple=pitch)
+    dense quantisers' layout: pitch None, _torchref.QT_PITCH (128); an
+    expert's block: pitch 1)."""
+    return _ref().quant(y, round_scale=True, multiple=pitch or _ref().QT_PITCH)
 
 
 def dequant(torch, q, s, qt, st):

@@ -171,7 +171,7 @@ def _dt_name(dtype):
 
 def linear_wgrad(dytq, dyts, xtq, xts, out_dtype=torch.float32):
     """dw in out_dtype (bf16 or fp32): written so by the kernel, no cast."""
-    # any token count: the copies' rows are round_up(tokens, 16) apart, zeros past the
+    # any token count: the copies' rows are round_up(tokens, 128) apart, zeros past the
     # tokens (the kernel and the emulation sum over the pitch to the same result)
     if _ran("linear_wgrad", native_dense(dytq)):
         return _op("fp8_gemm_wgrad")(dytq, dyts, xtq, xts, out_dtype=_dt_name(out_dtype))

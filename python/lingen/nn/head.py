@@ -238,7 +238,7 @@ def _fp8_chunks(x_copies, weight, labels, ignore_index, chunk, need_dx, need_dw)
             if need_dw:  # the chunk's columns of the whole copy (a copy: the kernel writes
                 # contiguous outputs only), 8 bytes an element: torch copies e4m3 one
                 # byte a thread into a strided destination (2.9 ms a step at the bench
-                # model's head on an H100; a and the pitches are multiples of 16)
+                # model's head on an H100; a and the pitches are multiples of 128)
                 gqt.view(torch.int64)[:, a // 8:(a + dqt.shape[1]) // 8] = dqt.view(torch.int64)
                 b0 = a // A.FP8_BLOCK
                 gst[b0:b0 + dst.shape[0]] = dst

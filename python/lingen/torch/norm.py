@@ -65,7 +65,7 @@ def rms_norm_quant(x, weight, eps=..., round_scale=..., output=...):
     """RMSNorm + blockwise FP8 quantisation of x [..., hidden] (bf16), as
     lingen.rmsnorm_quant: (q, s, rms, qt, st), the copies output does not
     ask for None. Leading dimensions are flattened into tokens; q keeps x's
-    shape, qt is [hidden, round_up(tokens, 16)] (zeros past the tokens). Not differentiable (its backward is the
+    shape, qt is [hidden, round_up(tokens, 128)] (zeros past the tokens). Not differentiable (its backward is the
     RMSNorm backward: lingen.torch.rms_norm_backward; rms_norm_quant_autograd
     is the differentiable form)."""
     res = _run("rmsnorm_quant_forward", _flat(x), weight, eps=eps,
