@@ -40,6 +40,16 @@ def _same(a, b):
                            y.view(torch.uint8) if y.dtype == Q.E4M3 else y)
 
 
+def _backward_without_quantising(monkeypatch, m):
+    """A forward and backward of m's FP8 layers that fails the test if any
+    weight is quantised (each must take the copies an optimiser wrote)."""
+    with monkeypatch.context() as mp:
+        mp.setattr(Q, "weight", lambda *a, **k: pytest.fail("quantised"))
+        mp.setattr(Q, "weight_experts", lambda *a, **k: pytest.fail("quantised"))
+        x = torch.randn(64, 256, dtype=torch.bfloat16)
+        (m["lin"](x).float().sum() + m["moe"](x).float().sum()).backward()
+
+
 def test_copies_written_and_used(monkeypatch):
     m = _model()
     opt = lingen.optim.AdamW(m.parameters(), lr=1e-2, fp8_weights=True)
@@ -55,12 +65,7 @@ def test_copies_written_and_used(monkeypatch):
         _same(c, want)
     for p in (m["plain"].weight, m["moe"].router):
         assert _k.weight_copies(p) is None
-    # the forward takes the copies: no quantisation of a weight
-    with monkeypatch.context() as mp:
-        mp.setattr(Q, "weight", lambda *a, **k: pytest.fail("quantised"))
-        mp.setattr(Q, "weight_experts", lambda *a, **k: pytest.fail("quantised"))
-        x = torch.randn(64, 256, dtype=torch.bfloat16)
-        (m["lin"](x).float().sum() + m["moe"](x).float().sum()).backward()
+    _backward_without_quantising(monkeypatch, m)  # the forward takes the copies
     opt.step()
 
 
@@ -82,11 +87,7 @@ def test_refresh_fp8_copies_of_restored_weights(monkeypatch):
         for w, w0 in zip(fp8, saved):
             _same(_k.weight_copies(w), Q.weight(w0) if w0.dim() == 2 else Q.weight_experts(w0))
         assert _k.weight_copies(m["plain"].weight) is None
-        with monkeypatch.context() as mp:
-            mp.setattr(Q, "weight", lambda *a, **k: pytest.fail("quantised"))
-            mp.setattr(Q, "weight_experts", lambda *a, **k: pytest.fail("quantised"))
-            x = torch.randn(64, 256, dtype=torch.bfloat16)
-            (m["lin"](x).float().sum() + m["moe"](x).float().sum()).backward()
+        _backward_without_quantising(monkeypatch, m)
         opt.zero_grad()
     lingen.optim.AdamW(m.parameters()).refresh_fp8_copies()  # without fp8_weights: nothing
 
