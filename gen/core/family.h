@@ -203,9 +203,9 @@ struct lg_arg {
  * tokens, qt [features, round_up(tokens, 128)], as the dense quantisers
  * write it (zeros past the tokens, up to 127 bytes) and the FP8 wgrad and
  * the grouped GEMM's one-copy form read it by TMA: rows 128-byte aligned,
- * so that each 128-token tile's line is one whole 128-byte line. (At
- * round_up(tokens, 128), an odd multiple of 16 at 6025 and 8169 tokens, the
- * lines straddled 32-byte L2 sectors: fp8_quant took 1.07-1.10x its time at
+ * so that each 128-token tile's line is one whole 128-byte line. (At the
+ * former round_up(tokens, 16), an odd multiple of 16 at 6025 and 8169 tokens,
+ * the lines straddled 32-byte L2 sectors: fp8_quant took 1.07-1.10x its time at
  * the count rounded up to 128 on an H100, against 1.00-1.01x at 6001 and
  * 8191; the rule is 1.05x.) LG_QT_PITCH is its shape expression (shape.c),
  * LG_QT_PITCH_BYTES the same multiple. */
