@@ -3,11 +3,10 @@
 # build-device/ (tools/device.sh) carried: in one call of under 10 minutes,
 # what main holds that no GPU has run yet (bench/gpu-tests.md, "Not run
 # yet"), then its timings:
-#   1. the GPU cases of what changed after the thirteenth session's last
-#      call: the FP8 dense wgrad's default, ahead in groups of 8 (46ee677;
-#      group wgrad: its wgrad specs alone, LINGEN_TEST_MATCH) and the shard of
-#      rmsnorm_router's cases with negative norm weights that call could not
-#      finish (group router), each over several processes
+#   1. (not by default: the fourteenth session's last call ran every case of
+#      what main changed) GPU cases in groups, TESTS (NAME:SHARDS:FAMILY,...;
+#      the group named wgrad runs fp8_gemm's wgrad specs alone, e3 those of
+#      tile.epilogue 3, by LINGEN_TEST_MATCH), each over several processes
 #      (LINGEN_TEST_SHARD; their float64 references take the CPU time), and
 #      the GEMMs' special checks (SPECIAL: gpu_test_fp8_gemm and
 #      gpu_test_fp8_grouped_gemm, bf16 = fp32 rounded to nearest bit for
@@ -20,8 +19,9 @@
 #      (6001, 8191, and 6025, 8169 whose former qt pitch, round_up(tokens, 16),
 #      was an odd multiple of 16; now round_up(tokens, 128)),
 #      each beside its count rounded up to 128 -> $OUT/odd.txt;
-#   4. examples/train_moe.py, FP8 against BF16, both heads chunked
-#      -> $OUT/step.{json,md,png};
+#   4. examples/train_moe.py, FP8 against BF16, both heads chunked, each
+#      step one CUDA graph (STEP_ARGS, default --graph: the faster form of
+#      both modes since the fourteenth session) -> $OUT/step.{json,md,png};
 #   5. (not by default) tools/device_ncu.sh with SASS=1 on $NCU (default the
 #      K 2048 forward) -> $OUT/ncu-sass.txt, ncu.tar.gz;
 #   6. (not by default) lingen bench --jit of the K 2048 GEMMs, plain and
@@ -36,12 +36,12 @@
 # 0/3, the share of each family's runs it takes). The test logs come back
 # packed in $OUT/tests.tgz. Each step under its own timeout; 6 files come
 # back. OUT defaults to out/device. For a shorter call: STEPS (default
-# "1 2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
+# "2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
 # its groups (NAME:SHARDS:FAMILY,FAMILY...), RZ_JOBS the rounding proof's
 # tests side by side (4),
 # SWEEP ("k2048 wgrad") is step 2's sets of bench/fp8-gemm/tile_sweep.py, and
-# STEP_SECONDS (30) step 4's timed part, STEP_ARGS more of its arguments
-# (--profile: each mode's kernels by kind). At most 560 s in all.
+# STEP_SECONDS (30) step 4's timed part, STEP_ARGS its last arguments
+# (default --graph; --profile: each mode's kernels by kind). At most 560 s in all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out/device}
@@ -52,7 +52,7 @@ export LINGEN_LIBRARY=$PWD/build-device/liblingen.so PYTHONPATH=$PWD/python PYTH
 export LD_LIBRARY_PATH=$PWD/build-device${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 start=$SECONDS
-steps=" ${STEPS:-1 2 3 4} "
+steps=" ${STEPS:-2 3 4} "
 on() { [[ $steps == *" $1 "* ]]; }
 fam() { # NAME SHARDS FAMILY...: SHARDS processes side by side (LINGEN_TEST_SHARD)
 	local name=$1 n=$2 i
@@ -107,7 +107,7 @@ if on 4; then
 	echo "== 4. the step ($((SECONDS - start)) s)"
 	sec=${STEP_SECONDS:-30}
 	timeout $((sec * 4 + 30)) python3 examples/train_moe.py --steps 30 --eval-every 0 --no-bar --time-limit "$sec" \
-		--modes fp8,bf16 --fp8-head --head fused --out "$out/step" ${STEP_ARGS:-} 2>&1 | tail -n 12
+		--modes fp8,bf16 --fp8-head --head fused --out "$out/step" ${STEP_ARGS---graph} 2>&1 | tail -n 12
 fi
 if on 5; then
 	echo "== 5. Nsight Compute, SASS lines ($((SECONDS - start)) s)"
