@@ -1,11 +1,12 @@
 # Writes OUT: `const char lg_generator_id[]`, the SHA-256 of every file that
 # decides what source the generator emits (gen/{core,engines,families,model}/*.[ch]
-# (not gen/ref/, the CPU references), templates/*.cuh), in sorted order. The disk cache keys a
+# (not gen/ref/, the CPU references), templates/*.cuh) and of runtime/sass.[ch] (the cubin
+# rewrite after NVRTC), in sorted order. The disk cache keys a
 # compile by this identity and the resolved spec instead of by the emitted
 # text, so a cache hit needs no generation: the same identity and spec always
 # give the same source (the generator is deterministic). Run at build time.
 file(GLOB files ${SRC}/gen/core/*.[ch] ${SRC}/gen/engines/*.[ch] ${SRC}/gen/families/*.[ch]
-     ${SRC}/gen/model/*.[ch] ${SRC}/templates/*.cuh)
+     ${SRC}/gen/model/*.[ch] ${SRC}/templates/*.cuh ${SRC}/runtime/sass.[ch])
 list(SORT files)
 set(all "")
 foreach(f ${files})

@@ -22,6 +22,7 @@
 #include "generate.h"
 #include "log.h"
 #include "nvrtc.h"
+#include "sass.h"
 
 /* A bundle instead of the JIT: from a folder or an embedded table. */
 static lg_status open_bundle(lg_ctx *c, const lg_ctx_opts *opts)
@@ -252,6 +253,8 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 		double t1 = lg_now();
 		if (st == LG_OK)
 			st = lg_nvrtc_compile(src, s->entry, c->target.name, &e->cubin, &e->cubin_size, NULL);
+		if (st == LG_OK && e->plan.sass_ffma)
+			st = lg_sass_ffma_yield(e->cubin, e->cubin_size, e->plan.sass_ffma, NULL);
 		if (st != LG_OK)
 			goto fail;
 		lg_cache_put(c->cache, key, s->entry, c->target.name, e->cubin, e->cubin_size);

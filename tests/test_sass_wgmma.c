@@ -35,22 +35,6 @@
 
 static char cuobjdump[512];
 
-/* The cuobjdump to use, or false. */
-static bool find_cuobjdump(void)
-{
-	const char *path = getenv("PATH");
-	while (path && *path) {
-		const char *end = strchr(path, ':');
-		size_t n = end ? (size_t)(end - path) : strlen(path);
-		snprintf(cuobjdump, sizeof cuobjdump, "%.*s/cuobjdump", (int)n, path);
-		if (n && access(cuobjdump, X_OK) == 0)
-			return true;
-		path = end ? end + 1 : NULL;
-	}
-	snprintf(cuobjdump, sizeof cuobjdump, "/usr/local/cuda/bin/cuobjdump");
-	return access(cuobjdump, X_OK) == 0;
-}
-
 /* The SASS of spec `json` for arch (cuobjdump's output, 2>&1); NULL when
  * cuobjdump cannot disassemble (nvdisasm missing: *skip set). */
 static char *sass_of(const char *json, const char *arch, bool *skip)
@@ -68,17 +52,7 @@ static char *sass_of(const char *json, const char *arch, bool *skip)
 	size_t size = 0;
 	if (lg_nvrtc_compile(src, lg_spec_entry(s), arch, &cubin, &size, &log) != LG_OK)
 		fail_msg("compile %s for %s: %s", lg_spec_entry(s), arch, lg_last_error());
-	char file[] = "/tmp/lingen-sass-XXXXXX";
-	int fd = mkstemp(file);
-	assert_true(fd >= 0);
-	FILE *f = fdopen(fd, "wb");
-	assert_non_null(f);
-	assert_int_equal(fwrite(cubin, 1, size, f), size);
-	fclose(f);
-	char cmd[1200];
-	snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", cuobjdump, file);
-	FILE *pipe = popen(cmd, "r");
-	assert_non_null(pipe);
+	FILE *pipe = lg_test_sass_open(cuobjdump, cubin, size);
 	size_t cap = 1 << 20, len = 0;
 	char *out = malloc(cap);
 	assert_non_null(out);
@@ -91,8 +65,7 @@ static char *sass_of(const char *json, const char *arch, bool *skip)
 		}
 	}
 	out[len] = '\0';
-	int rc = pclose(pipe);
-	unlink(file);
+	int rc = lg_test_sass_close(pipe);
 	free(cubin);
 	free(log);
 	free(src);
@@ -104,7 +77,7 @@ static char *sass_of(const char *json, const char *arch, bool *skip)
 		return NULL;
 	}
 	if (rc != 0)
-		fail_msg("%s failed (%d):\n%s", cmd, rc, out);
+		fail_msg("%s -sass failed (%d):\n%s", cuobjdump, rc, out);
 	return out;
 }
 
@@ -189,7 +162,7 @@ static void test_hgmma(void **state)
 
 int main(void)
 {
-	if (!find_cuobjdump()) {
+	if (!lg_test_cuobjdump(cuobjdump, sizeof cuobjdump)) {
 		printf("SKIP test_sass_wgmma: no cuobjdump on PATH or in /usr/local/cuda/bin\n");
 		return LG_TEST_SKIP;
 	}

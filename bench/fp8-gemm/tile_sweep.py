@@ -8,7 +8,8 @@ K 2048, fewer shared-memory bytes a multiply-add than 128 x 128) longk (session 
 epilogue at reductions of 4096 and more) e2 (session 12's default against the one before), k2048 (session 12: other tiles at K 2048)
 e3 (tile.epilogue 3, a half-width epilogue buffer, against the default)
 wgrad (session 13: the wgrad's tiles at the LM head and 9984x3584x5120)
-or wahead (session 13: the wgrad's ahead groups at five shapes, twice)."""
+wahead (session 13: the wgrad's ahead groups at five shapes, twice)
+or ffma (session 15: tile.ffma, the promotion's FFMAs let the warp yield in the cubin, twice)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
@@ -98,6 +99,12 @@ SETS = {
                          {"ahead": 32}])
         for form, M, N, K in (("wgrad", 8192, 157184, 2048), ("wgrad", 8192, 3072, 2048), ("wgrad", 8192, 2048, 2048),
                               ("wgrad", 9984, 3584, 5120), ("wgrad", 8192, 2048, 1024))
+    ],
+    "ffma": [  # session 15: tile.ffma's three rewrites of the cubin (runtime/sass.h) against NVRTC's, twice
+        (form, M, N, K, [None, {"ffma": 1}, {"ffma": 2}, {"ffma": 3}, None, {"ffma": 2}, {"ffma": 3}])
+        for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 2048, 512),
+                              ("forward", 4096, 7168, 16384), ("forward", 8192, 157184, 2048),
+                              ("wgrad", 8192, 157184, 2048), ("wgrad", 9984, 3584, 5120))
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone

@@ -328,6 +328,9 @@ struct lg_plan {
 	/* The tensor maps every entry takes after `part` (sm_90+ TMA). */
 	int ntmaps;
 	struct lg_tmap_decl tmap[LG_MAX_TMAPS];
+	/* After NVRTC, the cubin's FFMA runs rewritten by this mode of
+	 * runtime/sass.h (0: not). */
+	int sass_ffma;
 };
 
 struct lg_launch_dim {

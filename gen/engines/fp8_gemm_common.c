@@ -186,6 +186,7 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	p->tile[k->ah] = p->v[P8_AH] = g->ahead;
 	p->tile[k->ep] = p->v[P8_EP] = g->c_tmap ? g->c_bufs : 0;
 	p->tile[k->ov] = p->v[P8_OV] = g->overlap;
+	p->tile[k->ff] = p->sass_ffma = lg_spec_has(s, k->ff) ? (int)lg_spec_int(s, k->ff) : 0;
 	p->v[P8_SMEM] = lg_fp8_gemm_smem(g);
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);

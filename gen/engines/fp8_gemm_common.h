@@ -17,11 +17,11 @@
 #include "fp8_gemm_emit.h"
 
 /* Key indices of a family's table: tile.m, tile.n, tile.stages, accumulate
- * (-1: none), tile.cluster, tile.ahead, tile.epilogue, tile.overlap, and the shape's n
+ * (-1: none), tile.cluster, tile.ahead, tile.epilogue, tile.overlap, tile.ffma, and the shape's n
  * and k (the forward's reduction is k, the dgrad's n, the wgrad's the
  * tokens, known at run time only). */
 struct lg_fp8_keys {
-	int tm, tn, stages, acc, cl, ah, ep, ov, n, k;
+	int tm, tn, stages, acc, cl, ah, ep, ov, ff, n, k;
 	int e2_at;   /* the static reduction from which two epilogue buffers are (0: never) */
 	bool pair;   /* clusters of two are the forward's and dgrad's default */
 	bool overlap; /* so is tile.overlap at a static reduction of 2 blocks or more */
@@ -54,6 +54,12 @@ struct lg_fp8_tile {
 	LG_KEY_TILE("overlap", "d", 0, 1, NULL,                                                               \
 		    "1: a tile's epilogue runs in the next tile's first stage, under its wgmmas (tile.m up to "  \
 		    "128); 0: at the tile's end")
+/* The tile.ffma key of a family's table (runtime/sass.h's modes). */
+#define LG_FP8_KEY_FFMA                                                                                      \
+	LG_KEY_TILE("ffma", "f", 0, 3, NULL,                                                                  \
+		    "the promotion's FFMA runs in the cubin: 0 as NVRTC schedules them; more of them let the "   \
+		    "warp yield (their operand reuse dropped): 1 by DeepGEMM's rule, 2 all in the first 9/16 of " \
+		    "a run, 3 all")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
 enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_OV, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 

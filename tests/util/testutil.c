@@ -288,3 +288,43 @@ void lg_test_mutate(char *buf, size_t len, uint64_t *state)
 		buf[at] = (r >> 32) % 4 ? json[(r >> 40) % (sizeof json - 1)] : (char)(r >> 48);
 	}
 }
+
+bool lg_test_cuobjdump(char *path, size_t len)
+{
+	const char *dirs = getenv("PATH");
+	while (dirs && *dirs) {
+		const char *end = strchr(dirs, ':');
+		size_t n = end ? (size_t)(end - dirs) : strlen(dirs);
+		snprintf(path, len, "%.*s/cuobjdump", (int)n, dirs);
+		if (n && access(path, X_OK) == 0)
+			return true;
+		dirs = end ? end + 1 : NULL;
+	}
+	snprintf(path, len, "/usr/local/cuda/bin/cuobjdump");
+	return access(path, X_OK) == 0;
+}
+
+static char sass_file[] = "/tmp/lingen-sass-XXXXXX";
+
+FILE *lg_test_sass_open(const char *cuobjdump, const void *cubin, size_t size)
+{
+	strcpy(sass_file + sizeof sass_file - 7, "XXXXXX");
+	int fd = mkstemp(sass_file);
+	assert_true(fd >= 0);
+	FILE *f = fdopen(fd, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(cubin, 1, size, f), size);
+	fclose(f);
+	char cmd[1200];
+	snprintf(cmd, sizeof cmd, "'%s' -sass '%s' 2>&1", cuobjdump, sass_file);
+	FILE *pipe = popen(cmd, "r");
+	assert_non_null(pipe);
+	return pipe;
+}
+
+int lg_test_sass_close(FILE *pipe)
+{
+	int rc = pclose(pipe);
+	unlink(sass_file);
+	return rc;
+}

@@ -10,8 +10,10 @@
 #ifndef LG_TESTUTIL_H
 #define LG_TESTUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "lingen.h"
 
@@ -76,6 +78,15 @@ char *lg_test_stderr_end(void);
 
 /* Occurrences of needle in hay (not overlapping). */
 int lg_test_count(const char *hay, const char *needle);
+
+/* The cuobjdump to use (PATH, else /usr/local/cuda/bin) into path[len];
+ * false when there is none. */
+bool lg_test_cuobjdump(char *path, size_t len);
+/* `cuobjdump -sass` of the cubin (written to a temp file), its stdout and
+ * stderr as a pipe to read; lg_test_sass_close closes it, removes the file
+ * and returns cuobjdump's exit status. One at a time. */
+FILE *lg_test_sass_open(const char *cuobjdump, const void *cubin, size_t size);
+int lg_test_sass_close(FILE *pipe);
 
 /* cmocka assertion: cubin is an ELF image of a plausible size. */
 void lg_test_assert_cubin(const void *cubin, size_t size);
