@@ -5,7 +5,8 @@
  * same inputs, copy for copy and bit for bit (the nominal values), at every
  * output and scale kind, label smoothing, int32 labels and a tail; its fill
  * ignores some rows (zero gradient: their payloads 0) and gives the forward's
- * S = m = 0 there; the spec checks.
+ * S = m = 0 there; the spec checks. With qt_pitch, qt's rows that many
+ * bytes apart: each the flat copy's row then 0xff (not written).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -28,10 +29,11 @@
 enum { LOGITS, LABELS, SUM, MAX, G, Q, SC, QT, ST };   /* cross_entropy_quant's arguments */
 enum { B_LOGITS, B_LABELS, B_SUM, B_MAX, B_DLOSS, B_GRAD }; /* cross_entropy backward's */
 
-/* The reference case of s at m tokens, every buffer allocated (zeros). */
-static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t m)
+/* The reference case of s at m tokens and qt_pitch `pitch`, every buffer
+ * allocated (zeros). */
+static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t m, int64_t pitch)
 {
-	const int64_t sizes[2] = {m, 0};
+	const int64_t sizes[2] = {m, pitch};
 	assert_int_equal(lg_ref_case_init(c, s, sizes, NULL, 0), LG_OK);
 	for (int i = 0; i < c->n; i++) {
 		c->buf[i].host = calloc(c->buf[i].count + 1, c->buf[i].elem);
@@ -39,11 +41,11 @@ static void case_init(struct lg_ref_case *c, const lg_spec *s, int64_t m)
 	}
 }
 
-static void check(const char *keys, int64_t m)
+static void check(const char *keys, int64_t m, int64_t pitch)
 {
 	lg_spec *s = lg_test_spec("cross_entropy_quant", "forward", "bf16", keys);
 	struct lg_ref_case c;
-	case_init(&c, s, m);
+	case_init(&c, s, m, pitch);
 	const struct lg_ref_family *rf = lg_ref_family_get(s->op);
 	rf->describe(s, &c);
 	rf->fill(s, &c, 42);
@@ -58,7 +60,7 @@ static void check(const char *keys, int64_t m)
 		 (long long)lg_ref_int(s, "ignore_index"), lg_ref_num(s, "label_smoothing"));
 	lg_spec *bs = lg_test_spec("cross_entropy", "backward", "bf16", bkeys);
 	struct lg_ref_case b;
-	case_init(&b, bs, m);
+	case_init(&b, bs, m, 0);
 	memcpy(b.buf[B_LOGITS].host, c.buf[LOGITS].host, mm * n * 2);
 	memcpy(b.buf[B_LABELS].host, c.buf[LABELS].host, mm * (i32 ? 4 : 8));
 	memcpy(b.buf[B_SUM].host, c.buf[SUM].host, mm * 4);
@@ -81,15 +83,26 @@ static void check(const char *keys, int64_t m)
 	assert_non_null(y);
 	lg_ref_widen_bf16(b.buf[B_GRAD].host, y, mm * n);
 	struct lg_ref_case w;
-	case_init(&w, s, m);
+	case_init(&w, s, m, 0);
 	lg_ref_quant_flat(y, mm, n, lg_spec_quant(s), w.buf[Q].host, w.buf[SC].host, w.buf[QT].host,
 			  w.buf[ST].host);
-	const int outs[4] = {Q, SC, QT, ST};
-	for (int k = 0; k < 4; k++) {
+	const int outs[3] = {Q, SC, ST};
+	for (int k = 0; k < 3; k++) {
 		const struct lg_ref_buf *got = &c.buf[outs[k]], *want = &w.buf[outs[k]];
 		assert_int_equal(got->count, want->count);
 		if (got->count)
 			assert_memory_equal(got->host, want->host, got->count * got->elem);
+	}
+	/* qt: each row the flat copy's (its zero tail included), then poison */
+	size_t flat = w.buf[QT].count / n, ld = pitch ? (size_t)pitch : flat;
+	bool cols = lg_spec_quant(s).output != LG_QOUT_ROWWISE;
+	assert_int_equal(c.buf[QT].count, n * ld);
+	for (size_t k = 0; k < n; k++) {
+		const uint8_t *got = (const uint8_t *)c.buf[QT].host + k * ld;
+		if (flat)
+			assert_memory_equal(got, (const uint8_t *)w.buf[QT].host + k * flat, flat);
+		for (size_t i = flat; i < ld; i++)
+			assert_int_equal(got[i], cols ? 0xff : 0);
 	}
 	free(y);
 	lg_test_case_free(&w);
@@ -112,7 +125,23 @@ static void test_is_ce_backward_then_quant(void **state)
 	static const int64_t tokens[] = {1, 129, 300};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 		for (size_t t = 0; t < 3; t++)
-			check(keys[i], tokens[t]);
+			check(keys[i], tokens[t], 0);
+}
+
+/* qt_pitch: a chunk's columns of a wider copy (the pitch the default's at
+ * 384, wider at 512 and 1024), every output kind. */
+static void test_qt_pitch(void **state)
+{
+	(void)state;
+	static const char *const keys[] = {
+		"\"vocab\": 256, \"quant\": {}",
+		"\"vocab\": 128, \"quant\": {\"output\": \"rowwise\"}",
+		"\"vocab\": 384, \"label_smoothing\": 0.1, \"quant\": {\"output\": \"columnwise\"}",
+	};
+	static const int64_t points[][2] = {{300, 384}, {300, 512}, {129, 1024}, {1, 256}, {0, 128}};
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+		for (size_t p = 0; p < sizeof points / sizeof points[0]; p++)
+			check(keys[i], points[p][0], points[p][1]);
 }
 
 static void test_spec_checks(void **state)
@@ -130,6 +159,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_is_ce_backward_then_quant),
+		cmocka_unit_test(test_qt_pitch),
 		cmocka_unit_test(test_spec_checks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

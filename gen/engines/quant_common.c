@@ -122,18 +122,29 @@ void lg_emit_qt_lines_flat(lg_buf *b, int threads, const char *base, const char 
 void lg_emit_qt_lines(lg_buf *b, int threads, enum lg_qt_store store)
 {
 	lg_line(b, "u8 *const qtg = (u8 *)qt;");
-	lg_emit_qt_lines_pitched(b, threads, "qtg", "M", "m0", store);
+	lg_emit_qt_lines_pitched(b, threads, "qtg", "M", NULL, "m0", store);
 }
 
-void lg_emit_qt_lines_pitched(lg_buf *b, int threads, const char *base, const char *m, const char *t0,
-			      enum lg_qt_store store)
+void lg_emit_qt_lines_pitched(lg_buf *b, int threads, const char *base, const char *m, const char *pitch,
+			      const char *t0, enum lg_qt_store store)
 {
-	lg_comment(b, "qt [hidden, round_up(%s, %d)]: rows %d-byte aligned, each column's 128 tokens", m,
-		   LG_QT_PITCH_BYTES, LG_QT_PITCH_BYTES);
-	lg_comment(b, "one whole 128-byte line, 16 bytes a thread; the last tile's line also covers");
-	lg_comment(b, "the zero tail up to the pitch (its absent tokens are staged as zeros).");
-	lg_line(b, "const i64 qtp = (%s + %d) & ~(i64)%d; // qt's row pitch", m, LG_QT_PITCH_BYTES - 1,
-		LG_QT_PITCH_BYTES - 1);
+	if (pitch) {
+		lg_comment(b, "qt [hidden, %s]: rows %d-byte aligned, each column's 128 tokens one whole", pitch,
+			   LG_QT_PITCH_BYTES);
+		lg_comment(b, "128-byte line, 16 bytes a thread; the last tile's line also covers the zero");
+		lg_comment(b, "tail up to round_up(%s, %d) (its absent tokens are staged as zeros), the", m,
+			   LG_QT_PITCH_BYTES);
+		lg_comment(b, "columns past it (another launch's) untouched.");
+		lg_line(b, "const i64 qtp = %s ? %s : (%s + %d) & ~(i64)%d; // qt's row pitch", pitch, pitch, m,
+			LG_QT_PITCH_BYTES - 1, LG_QT_PITCH_BYTES - 1);
+	} else {
+		lg_comment(b, "qt [hidden, round_up(%s, %d)]: rows %d-byte aligned, each column's 128 tokens",
+			   m, LG_QT_PITCH_BYTES, LG_QT_PITCH_BYTES);
+		lg_comment(b, "one whole 128-byte line, 16 bytes a thread; the last tile's line also covers");
+		lg_comment(b, "the zero tail up to the pitch (its absent tokens are staged as zeros).");
+		lg_line(b, "const i64 qtp = (%s + %d) & ~(i64)%d; // qt's row pitch", m, LG_QT_PITCH_BYTES - 1,
+			LG_QT_PITCH_BYTES - 1);
+	}
 	if (store == LG_QT_NARROW)
 		lg_comment(b, "The former store (tile.qt_store 1): narrow stores where a piece is not whole.");
 	if (store == LG_QT_WB) {

@@ -58,15 +58,17 @@ enum lg_qt_store { LG_QT_NARROW = 1, LG_QT_WHOLE = 2, LG_QT_WB = 3 }; /* = the t
  * Uses stage, qt, M, k0 (first feature), m0 (first token). */
 void lg_emit_qt_lines(lg_buf *b, int threads, enum lg_qt_store store);
 /* A flat qt of `m` tokens (an expression), its rows round_up(m, 128) bytes
- * apart (LG_QT_PITCH) from `base` (a 16-byte aligned u8 *), the tile at
+ * apart (LG_QT_PITCH; with `pitch`, the name of an i64 run-time size, that
+ * many bytes, 0 standing for round_up(m, 128): qt is then the tokens'
+ * columns of a wider copy) from `base` (a 16-byte aligned u8 *), the tile at
  * token t0 (a multiple of 128): each staged line whole (128 bytes), the
  * tail [m, round_up(m, 128)) included (the staged bytes of absent tokens
  * must be zeros), in whole 16-byte stores, evict-first (LG_QT_WHOLE) or write-back
  * (LG_QT_WB); LG_QT_NARROW: the former store (tile.qt_store 1, kept for
  * timing it), a run-time test of each piece and lg_st16_any where it fails
  * (never, at this pitch). */
-void lg_emit_qt_lines_pitched(lg_buf *b, int threads, const char *base, const char *m, const char *t0,
-			      enum lg_qt_store store);
+void lg_emit_qt_lines_pitched(lg_buf *b, int threads, const char *base, const char *m, const char *pitch,
+			      const char *t0, enum lg_qt_store store);
 /* A qt of rows `ld` bytes apart (the weight's transposed copy, qt [K, M]
  * of LG_QE_TILE128, M any): when ld is a multiple of 16, the 16-byte
  * pieces of lg_emit_qt_lines_to, else lg_emit_qt_lines_realign; the branch

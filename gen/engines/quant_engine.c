@@ -264,8 +264,12 @@ static void emit_place(lg_buf *b, const struct lg_qb *k)
 	if (e->rows)
 		lg_line(b, "float *const sg = (float *)%s; // rowwise scales [%lld, %s]", k->s, (long long)k->nb, k->m);
 	if (e->cols) {
-		lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, round_up(%s, %d)]", k->qt,
-			(long long)e->n, k->m, LG_QT_PITCH_BYTES);
+		if (e->qt_pitch)
+			lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, %s]", k->qt, (long long)e->n,
+				e->qt_pitch);
+		else
+			lg_line(b, "u8 *const qtg = (u8 *)%s; // columnwise data [%lld, round_up(%s, %d)]", k->qt,
+				(long long)e->n, k->m, LG_QT_PITCH_BYTES);
 		lg_line(b, "float *const stg = (float *)%s + tt * %lld; // this tile's row of st", k->st,
 			(long long)e->n);
 	}
@@ -393,14 +397,14 @@ static void row_args(lg_buf *b, const struct lg_qb *k, const char **a0, const ch
 }
 
 /* The staged tile to qt: per expert at any byte; a flat activation's rows
- * round_up(M, 128) apart, a zero tail. */
+ * round_up(M, 128) apart (or qt_pitch), a zero tail. */
 static void store_qt(lg_buf *b, const struct lg_qb *k)
 {
 	const struct lg_qe *e = k->e;
 	if (e->layout == LG_QE_EXPERTS)
 		lg_emit_qt_lines_realign(b, e->threads, "qtg", "segn", "lt * 128");
 	else
-		lg_emit_qt_lines_pitched(b, e->threads, "qtg", k->m, "m0", e->qt_store);
+		lg_emit_qt_lines_pitched(b, e->threads, "qtg", k->m, e->qt_pitch, "m0", e->qt_store);
 }
 
 static const struct lg_qb_ops act_ops = {

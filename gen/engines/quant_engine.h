@@ -105,6 +105,11 @@ struct lg_qe {
 	 * outputs [q, s, qt, st], the tokens [M], the counts [counts] and the
 	 * number of experts [E] (LG_QE_EXPERTS). */
 	const char *q, *s, *qt, *st, *m, *counts, *experts;
+	/* LG_QE_FLAT: the name of qt's row pitch in bytes, an i64 run-time size
+	 * (0 standing for round_up(M, 128); else a multiple of 128 at least
+	 * that: qt is then the tokens' columns of a wider copy); NULL: qt's
+	 * rows round_up(M, 128) apart. */
+	const char *qt_pitch;
 	/* The CTA's place (NULL: from blockIdx.x, as lg_qe_geometry launches):
 	 * an i64 expression of its token tile and an int expression of its
 	 * feature group (blocks fblocks * group ...). A family with a grid of

@@ -14,7 +14,8 @@
  * quantised as fp8_quant quantises that bf16 gradient: q [tokens, vocab]
  * with s [vocab/128, tokens], qt [vocab, round_up(tokens, 128)] (zeros past
  * tokens) with st [cdiv(tokens, 128), vocab]; quant.output picks the
- * copies. The gradient is computed with the instructions of cross_entropy's
+ * copies. qt's rows may be a wider pitch apart (the run-time size
+ * qt_pitch): qt is then one chunk's columns of a whole step's copy. The gradient is computed with the instructions of cross_entropy's
  * backward (cross_entropy_grad.h: lg_ce_exp(x - m) * (g / S) - e g / C,
  * less (1 - e) g at the label, then the bf16 rounding), so the copies are
  * bit for bit cross_entropy's backward (dloss = g[0] on every row) then
@@ -40,6 +41,8 @@
 #define VOCAB_MAX 262144
 /* One CTA a 128 x 128 tile along the grid's x (at most 2^31 - 1). */
 #define TOKENS_MAX ((int64_t)(INT32_MAX / (VOCAB_MAX / TILE)) * TILE)
+/* qt's widest row pitch: a whole step's copy of up to 2^31 - 128 tokens. */
+#define QT_PITCH_MAX ((int64_t)(INT32_MAX / LG_QT_PITCH_BYTES) * LG_QT_PITCH_BYTES)
 
 enum { K_VOCAB, K_INDEX, K_IGNORE, K_SMOOTH, K_QUANT, K_TILE = K_QUANT + LG_QUANT_KEYS, K_THREADS, K_QT_STORE,
        NKEYS };
@@ -64,8 +67,16 @@ static const struct lg_key keys[NKEYS] = {
 	[K_QT_STORE] = LG_QE_KEY_QT_STORE,
 };
 
+/* qt_pitch: the FP8 head (python/lingen/nn/head.py) runs the tokens in
+ * chunks, each launch writing its chunk's columns straight into the whole
+ * step's copy (qt at the chunk's first column, a multiple of 128, rows the
+ * whole copy's pitch apart), no copy of the chunk's after it. */
 static const struct lg_size sizes[] = {
 	{"tokens", "M", 0, TOKENS_MAX, "rows of the logits (one CTA per 128 tokens x 128 classes)", 0, 0},
+	{"qt_pitch", "QTP", 0, QT_PITCH_MAX,
+	 "bytes between qt's rows: 0 for round_up(tokens, 128), else a multiple of 128 at least that (qt: "
+	 "the tokens' columns of a wider copy, the columns past round_up(tokens, 128) not written)",
+	 0, LG_QT_PITCH_BYTES},
 };
 
 enum { ARG_LOGITS, ARG_LABELS, ARG_SUM, ARG_MAX, ARG_G, ARG_Q, ARG_S, ARG_QT, ARG_ST, NARGS };
@@ -78,8 +89,9 @@ static const struct lg_arg fwd_args[NARGS] = {
 	[ARG_Q] = {"q", LG_ARG_OUT, LG_ELEM_E4M3, "tokens, vocab", 8, "rowwise (0 for columnwise)"},
 	[ARG_S] = {"s", LG_ARG_OUT, LG_ELEM_FP32, "vocab / 128, tokens", 4,
 		   "rowwise scales, transposed (0 for columnwise)"},
-	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "vocab, " LG_QT_PITCH, 16,
-		    "columnwise, transposed, rows 128-byte aligned, zeros past tokens (0 for rowwise)"},
+	[ARG_QT] = {"qt", LG_ARG_OUT, LG_ELEM_E4M3, "vocab, pick(qt_pitch, " LG_QT_PITCH ", qt_pitch)", 16,
+		    "columnwise, transposed, rows qt_pitch (0: round_up(tokens, 128)) bytes apart, zeros from "
+		    "tokens to round_up(tokens, 128) (0 for rowwise)"},
 	[ARG_ST] = {"st", LG_ARG_OUT, LG_ELEM_FP32, "cdiv(tokens, 128), vocab", 8, "columnwise scales (0 for rowwise)"},
 };
 
@@ -97,6 +109,17 @@ static lg_status plan(const struct lg_spec *s, const struct lg_target *t, struct
 	p->nentries = 1;
 	snprintf(p->entry[0], sizeof p->entry[0], "%s", s->entry);
 	return LG_OK;
+}
+
+/* A pitch given (not 0) holds the launch's round_up(tokens, 128) columns. */
+static lg_status check_sizes(const struct lg_plan *p, const int64_t *sz)
+{
+	int64_t need = (sz[0] + LG_QT_PITCH_BYTES - 1) / LG_QT_PITCH_BYTES * LG_QT_PITCH_BYTES;
+	if (!sz[1] || sz[1] >= need)
+		return LG_OK;
+	return lg_fail(LG_ERR_INVALID_ARG, "%s: qt_pitch = %lld at tokens = %lld, allowed: 0 or at least "
+		       "round_up(tokens, %d) = %lld", p->entry[0], (long long)sz[1], (long long)sz[0],
+		       LG_QT_PITCH_BYTES, (long long)need);
 }
 
 static void geometry(const struct lg_plan *p, int e, const int64_t *sz, struct lg_launch_dim *d)
@@ -162,6 +185,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 {
 	struct lg_qe e = lg_qe_planned(s, p, LG_QE_FLAT);
 	struct ctx c = {s};
+	e.qt_pitch = "QTP";
 	struct lg_qe_hooks h = {.values = values, .prologue = prologue, .ctx = &c};
 	(void)t;
 	lg_ce_emit_exp(b);
@@ -187,7 +211,8 @@ static const char doc_forward[] =
 	"  (1 - e) onehot - e / C) g[0] rounded to bf16 (0 on ignore_index rows),\n"
 	"  quantised as fp8_quant: q, s, qt, st as fp8_quant's (0 for a copy\n"
 	"  quant.output does not ask for). Bit for bit cross entropy's backward\n"
-	"  then fp8_quant.";
+	"  then fp8_quant. qt_pitch (0: round_up(tokens, 128)): qt's row pitch,\n"
+	"  so that qt may be columns a.. of a wider copy (a multiple of 128).";
 
 const struct lg_family lg_family_cross_entropy_quant = {
 	.op = "cross_entropy_quant",
@@ -196,11 +221,12 @@ const struct lg_family lg_family_cross_entropy_quant = {
 	.dtypes = 1u << LG_DTYPE_BF16,
 	.nkeys = NKEYS,
 	.keys = keys,
-	.sig = {[LG_PASS_FORWARD] = {1, sizes, NARGS, fwd_args, doc_forward}},
+	.sig = {[LG_PASS_FORWARD] = {2, sizes, NARGS, fwd_args, doc_forward}},
 	.validate = validate,
 	.uses = uses,
 	.plan = plan,
 	.emit = emit,
 	.geometry = geometry,
+	.check_sizes = check_sizes,
 	.candidates = candidates,
 };

@@ -144,7 +144,7 @@ static __device__ __forceinline__ float lg_q(float y, float sc, float inv)
 extern "C" __global__ void __launch_bounds__(512)
 lg_cross_entropy_quant_fwd_bf16_v1024_colwise_exact(
 	u64 logits, u64 labels, u64 sum_exp, u64 max_logit, u64 g, u64 /* q */, u64 /* s */, u64 qt,
-	u64 st, i64 M, i64 /* part */)
+	u64 st, i64 M, i64 QTP, i64 /* part */)
 {
 	// qt staging (128 features x 128 tokens, swizzled).
 	__shared__ __align__(16) u8 stage[128 * 128];
@@ -158,7 +158,7 @@ lg_cross_entropy_quant_fwd_bf16_v1024_colwise_exact(
 	const int cg = blockIdx.x % 8u; // feature group
 	const i64 m0 = tt * 128; // the tile's first token
 	const int rows = (int)(M - m0 < 128 ? M - m0 : 128); // tokens in the tile
-	u8 *const qtg = (u8 *)qt; // columnwise data [1024, round_up(M, 128)]
+	u8 *const qtg = (u8 *)qt; // columnwise data [1024, QTP]
 	float *const stg = (float *)st + tt * 1024; // this tile's row of st
 	__shared__ float ce_m[128], ce_gs[128]; // m, g / S of the tile's tokens
 	__shared__ i64 ce_y[128]; // their labels
@@ -286,10 +286,11 @@ lg_cross_entropy_quant_fwd_bf16_v1024_colwise_exact(
 	for (int c = 0; c < 8; c++)
 		*(u32 *)(stage + (8 * lb + c) * 128 + (r0 ^ (8 * lb))) = cw[c];
 	__syncthreads();
-	// qt [hidden, round_up(M, 128)]: rows 128-byte aligned, each column's 128 tokens
-	// one whole 128-byte line, 16 bytes a thread; the last tile's line also covers
-	// the zero tail up to the pitch (its absent tokens are staged as zeros).
-	const i64 qtp = (M + 127) & ~(i64)127; // qt's row pitch
+	// qt [hidden, QTP]: rows 128-byte aligned, each column's 128 tokens one whole
+	// 128-byte line, 16 bytes a thread; the last tile's line also covers the zero
+	// tail up to round_up(M, 128) (its absent tokens are staged as zeros), the
+	// columns past it (another launch's) untouched.
+	const i64 qtp = QTP ? QTP : (M + 127) & ~(i64)127; // qt's row pitch
 	#pragma unroll
 	for (int e = threadIdx.x; e < 1024; e += 512) {
 		const int c = e >> 3, h = e & 7, sw = (c >> 3) & 15;
