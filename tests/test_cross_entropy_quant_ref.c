@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "family.h"
+#include "generate.h"
 #include "lingen.h"
 #include "numeric_ref.h"
 #include "ref.h"
@@ -155,11 +156,38 @@ static void test_spec_checks(void **state)
 			"label_smoothing", "label_smoothing: found 1.5", "allowed: 0 <= e <= 1");
 }
 
+/* qt_pitch at launch: 0 or a multiple of 128 at least round_up(tokens,
+ * 128) (its range and multiple: lg_size_check; the rest: check_sizes). */
+static void test_qt_pitch_checks(void **state)
+{
+	(void)state;
+	lg_spec *s = lg_test_spec("cross_entropy_quant", "forward", "bf16", "\"vocab\": 256, \"quant\": {}");
+	const struct lg_family *f = lg_family_get(s->op);
+	const struct lg_size *z = &f->sig[LG_PASS_FORWARD].sizes[1];
+	struct lg_target t;
+	struct lg_plan p;
+	assert_true(lg_target_parse("sm_90a", &t));
+	assert_int_equal(lg_plan_for(s, &t, &p), LG_OK);
+	const int64_t ok[][2] = {{300, 0}, {300, 384}, {300, 8320}, {0, 0}, {0, 128}, {1, 128}};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		assert_int_equal(lg_size_check(p.entry[0], z, ok[i][1]), LG_OK);
+		assert_int_equal(f->check_sizes(&p, ok[i]), LG_OK);
+	}
+	assert_int_equal(lg_size_check(p.entry[0], z, 400), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "qt_pitch = 400, allowed: a multiple of 128"));
+	const int64_t narrow[2] = {300, 256};
+	assert_int_equal(f->check_sizes(&p, narrow), LG_ERR_INVALID_ARG);
+	assert_non_null(strstr(lg_last_error(), "qt_pitch = 256 at tokens = 300, allowed: 0 or at least "
+					       "round_up(tokens, 128) = 384"));
+	lg_spec_free(s);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_is_ce_backward_then_quant),
 		cmocka_unit_test(test_qt_pitch),
+		cmocka_unit_test(test_qt_pitch_checks),
 		cmocka_unit_test(test_spec_checks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

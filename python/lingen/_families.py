@@ -155,6 +155,20 @@ def bare_name(node, fam=None, options=None):
     return None
 
 
+def default_name(node):
+    """The size a dimension `pick(name, a, name)` is: name, whose 0 stands
+    for a (cross_entropy_quant's qt [vocab, pick(qt_pitch, round_up(tokens,
+    128), qt_pitch)]: the row pitch, 0 for the tokens' own); None else. An
+    array's dimension gives name its value (a value equal to a's means the
+    same as 0)."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "pick" and len(node.args) == 3
+            and isinstance(node.args[0], ast.Name) and isinstance(node.args[2], ast.Name)
+            and node.args[0].id == node.args[2].id):
+        return node.args[0].id
+    return None
+
+
 def offset_name(node):
     """(name, c) for a dimension `name + c` (c an integer constant): the
     size it binds is the dimension minus c (cu_seqlens [batch + 1])."""
@@ -239,7 +253,7 @@ def bind(fam, decl, shapes, options):
             bad = bad or a
             continue
         for i, (d, n) in enumerate(zip(a.dims, shape)):
-            name = bare_name(d, fam, options)
+            name = bare_name(d, fam, options) or default_name(d)
             if name and name not in env:
                 env[name], origin[name] = n, f"{a.name}.shape[{i}]"
     for a in decl.args:  # then `name + c` and `c * name` dimensions, for what is unbound

@@ -165,17 +165,61 @@ def cross_entropy_stats(logits, labels, ignore_index):
                 index="int32" if labels.dtype == torch.int32 else "int64")[:3]
 
 
-def cross_entropy_quant(logits, labels, s, m, g, ignore_index):
+def cross_entropy_quant(logits, labels, s, m, g, ignore_index, into=None):
     """(q, s, qt, st): both blockwise FP8 copies of the cross entropy
     gradient (softmax - onehot(label)) * g[0] of logits [rows, V] bf16 from
     the forward's S and m (cross_entropy_stats), as fp8_quant quantises the
     bf16 gradient (lingen's cross_entropy_quant: the gradient never
-    written); on the CPU the torch reference, the same math."""
+    written); on the CPU the torch reference, the same math.
+
+    into: (gqt, gst, a): the columnwise copy goes to columns a .. a +
+    pitch(rows) of gqt [V, P] (qt_buffer's, a a multiple of 128, P at least
+    a + pitch(rows)) and to rows a / 128 .. of gst, and qt, st are those
+    slices: on a GPU (eager) the kernel writes them there itself (its
+    qt_pitch P: no copy); on the CPU and under torch.compile (the kernel's
+    write into its output arguments is not traced) copied there."""
+    idx = "int32" if labels.dtype == torch.int32 else "int64"
+    if into is not None and not on_cpu(logits) and not torch.compiler.is_compiling():
+        gqt, gst, a = into
+        v, p = gqt.shape
+        b0, pc = a // Q.BLOCK, Q.pitch(logits.shape[0])
+        st = gst[b0:b0 + -(-logits.shape[0] // Q.BLOCK)]
+        # qt [V, P] from column a: past gqt's end by a bytes, which qt_buffer has
+        qt = gqt.as_strided((v, p), (p, 1), gqt.storage_offset() + a)
+        q, sc, _, _ = _lingen().cross_entropy_quant(logits, labels, s, m, g,
+                                                    ignore_index=int(ignore_index), index=idx,
+                                                    output="both", out={"qt": qt, "st": st})
+        return q, sc, gqt[:, a:a + pc], st
     if on_cpu(logits):
-        return Q.cross_entropy_quant(logits, labels, s, m, g, ignore_index)
-    return _run("cross_entropy_quant_forward", logits, labels, s, m, g,
-                ignore_index=int(ignore_index),
-                index="int32" if labels.dtype == torch.int32 else "int64", quant_output="both")
+        r = Q.cross_entropy_quant(logits, labels, s, m, g, ignore_index)
+    else:
+        r = _run("cross_entropy_quant_forward", logits, labels, s, m, g,
+                 ignore_index=int(ignore_index), index=idx, quant_output="both")
+    if into is None:
+        return r
+    gqt, gst, a = into
+    q, sc, qt, st = r
+    b0 = a // Q.BLOCK
+    # 8 bytes an element: torch copies e4m3 one byte a thread into a strided
+    # destination (a and the pitches are multiples of 128)
+    gqt.view(torch.int64)[:, a // 8:(a + qt.shape[1]) // 8] = qt.view(torch.int64)
+    gst[b0:b0 + st.shape[0]] = st
+    return q, sc, gqt[:, a:a + qt.shape[1]], gst[b0:b0 + st.shape[0]]
+
+
+def qt_buffer(v, t, device):
+    """gqt [v, pitch(t)] e4m3, the columnwise copy of t tokens that
+    cross_entropy_quant's `into` fills a chunk at a time: its storage holds
+    pitch(t) bytes more than gqt, so that each chunk's qt argument, [v,
+    pitch(t)] from the chunk's first column, lies within it (the kernel
+    writes none of them)."""
+    p = Q.pitch(t)
+    return torch.empty(v * p + p, dtype=Q.E4M3, device=device)[:v * p].view(v, p)
+
+
+def _lingen():
+    import lingen
+    return lingen
 
 
 # --------------------------------------------------------------- MoE

@@ -8,7 +8,6 @@ dW += dlogits^T . x_c. The forward leaves dx and dW ready; the backward
 only scales them by the output gradient."""
 import torch
 
-from .. import _torchref as Q
 from . import _args as A, _gemm, _k
 from .linear import QUANT_WIDTH_MAX
 
@@ -204,10 +203,11 @@ def _fp8_chunks(x_copies, weight, labels, ignore_index, chunk, need_dx, need_dw)
     st [cdiv(T, 128), V]) or None, count). Per chunk: the chunk's logits
     (lingen's FP8 GEMM of the chunk's rows of x's rowwise copy), their
     cross entropy stats, the gradient's copies by cross_entropy_quant with
-    g = 1 / count (all the tokens' count, on the device), the chunk's dgrad
-    into dx[chunk] and its columnwise copy into the full one (the chunks
-    start on 128-token blocks: the copies are those of the whole
-    gradient)."""
+    g = 1 / count (all the tokens' count, on the device), its columnwise
+    copy written straight into the full one (the kernel's qt_pitch: the
+    chunk's columns of gqt, its block rows of gst, no copy; the chunks start
+    on 128-token blocks: the copies are those of the whole gradient), and
+    the chunk's dgrad into dx[chunk]."""
     q, s, qt, st = x_copies
     t, v = q.shape[0], weight.shape[0]
     wq, ws, wtq, wts = _k.quant_weight(weight)
@@ -222,7 +222,7 @@ def _fp8_chunks(x_copies, weight, labels, ignore_index, chunk, need_dx, need_dw)
         else None
     gqt = gst = None
     if need_dw:
-        gqt = torch.empty(v, Q.pitch(t), dtype=Q.E4M3, device=q.device)
+        gqt = _k.qt_buffer(v, t, q.device)
         gst = torch.empty(-(-t // A.FP8_BLOCK), v, dtype=torch.float32, device=q.device)
     for a in range(0, t, chunk):
         e = min(a + chunk, t)
@@ -230,19 +230,15 @@ def _fp8_chunks(x_copies, weight, labels, ignore_index, chunk, need_dx, need_dw)
         lc, sc, mc = _k.cross_entropy_stats(logits, labels[a:e], ignore_index)
         loss[a:e] = lc
         if need_dx or need_dw:
-            dq, ds, dqt, dst = _k.cross_entropy_quant(logits, labels[a:e], sc, mc, g,
-                                                      ignore_index)
+            # the columnwise copy into the chunk's columns of the whole one (on a GPU
+            # by the kernel itself: its copy after it took 0.87 ms a training step on
+            # an H100 at the bench model's head)
+            dq, ds, _, _ = _k.cross_entropy_quant(logits, labels[a:e], sc, mc, g, ignore_index,
+                                                  into=(gqt, gst, a) if need_dw else None)
             del logits
             if need_dx:
                 dx[a:e] = _gemm.linear_dgrad(dq, ds, wtq, wts)
-            if need_dw:  # the chunk's columns of the whole copy (a copy: the kernel writes
-                # contiguous outputs only), 8 bytes an element: torch copies e4m3 one
-                # byte a thread into a strided destination (2.9 ms a step at the bench
-                # model's head on an H100; a and the pitches are multiples of 128)
-                gqt.view(torch.int64)[:, a // 8:(a + dqt.shape[1]) // 8] = dqt.view(torch.int64)
-                b0 = a // A.FP8_BLOCK
-                gst[b0:b0 + dst.shape[0]] = dst
-            del dq, ds, dqt, dst
+            del dq, ds
         logits = None  # (freed before the next chunk's: one chunk's buffers at a time)
     return loss, dx, (gqt, gst), count
 
@@ -295,14 +291,14 @@ def fp8_linear_cross_entropy(x, weight, labels, ignore_index=-100, chunk=None, x
     None: chunk_tokens's, about CHUNK_BYTES of logits). Each chunk: its
     logits [chunk, V] bf16 (FP8 GEMM), cross_entropy_stats, the gradient's
     FP8 copies by cross_entropy_quant (never bf16), its dgrad into dx and
-    its columnwise copy into one [V, T] e4m3 buffer (a copy: V x chunk
-    bytes read and written; the kernel writes contiguous outputs only).
+    its columnwise copy straight into one [V, T] e4m3 buffer (the kernel
+    writes the chunk's columns there: no copy).
 
     Memory held from the forward to the backward: that copy (V x T bytes +
     its scales, V x T / 32 bytes) and dx [T, H] bf16, instead of the
     unfused head's [T, V] bf16 logits (2 V T bytes) and the weight's
-    transposed copy; at the forward's peak one chunk's logits, its rowwise
-    and columnwise gradient copies (about 4 bytes a logit). The backward:
+    transposed copy; at the forward's peak one chunk's logits and its
+    rowwise gradient copy (about 3 bytes a logit). The backward:
     dx * dout, and one wgrad over all T tokens (the same K order as the
     unfused head's: with dout = 1 dx and dW are its bit for bit, the loss
     too, given the same kernels' tiles), dout folded into the gradient's

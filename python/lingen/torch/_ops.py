@@ -227,6 +227,8 @@ def _register(op, pass_, fam, decl):
         dtype = opts.pop("dtype", dtype)
         s, env = _spec_for(op, pass_, shapes, opts, dtype if dtype in fam.dtypes else None)
         sizes = [env.get(n, decl.size_ranges[i][0]) for i, n in enumerate(decl.sizes)]
+        for n, v in zip(decl.sizes, sizes):  # a size no input tells: its minimum (qt_pitch 0)
+            env.setdefault(n, v)
         concrete = all(isinstance(v, int) for v in sizes)
         res = []
         for a in outs:
