@@ -184,7 +184,9 @@ def test_fp8_head_matches_the_bf16_head(vocab, seed):
                                                              else lim), n
 
 
-@pytest.mark.parametrize("t,chunk", [(300, 128), (1000, 384), (1000, None)])
+# 777 and 333: odd counts, their last chunk short (256 and 128 no divisors)
+@pytest.mark.parametrize("t,chunk", [(300, 128), (1000, 384), (1000, None), (777, 256),
+                                     (333, 128)])
 @pytest.mark.parametrize("vocab", [1024, 65536 + 1024])
 def test_fp8_head_chunked_is_the_unfused_bit_for_bit(t, chunk, vocab, seed):
     """fp8_linear_cross_entropy (the FP8 head without the logits) against
@@ -210,6 +212,42 @@ def test_fp8_head_chunked_is_the_unfused_bit_for_bit(t, chunk, vocab, seed):
         out.append((loss.detach(), xa.grad, wa.grad))
     for name, a, b in zip(("loss", "dx", "dW"), *out):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("t,chunk", [(777, 256), (1000, 384), (300, 128)])
+def test_cross_entropy_quant_writes_its_chunk_of_the_whole_copy(t, chunk, seed):
+    """The FP8 head's chunks (_k.cross_entropy_quant into=, the kernel's
+    qt_pitch): each writes its columns of the whole copy gqt [V, pitch(T)]
+    (its zero tail included) and its block rows of gst, bit for bit the
+    chunk's own copies, and nothing else: a poisoned buffer keeps its
+    poison everywhere else."""
+    torch = torch_cuda()
+    from lingen import _torchref as Q
+    from lingen.nn import _k
+    v = 1024
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = (2 * torch.randn(t, v, generator=g, device="cuda")).bfloat16()
+    lab = torch.randint(0, v, (t,), generator=g, device="cuda")
+    lab[torch.rand(t, generator=g, device="cuda") < 0.2] = -100
+    gs = torch.full((1,), 1.0 / t, device="cuda")
+    p = Q.pitch(t)
+    for a in range(0, t, chunk):
+        e = min(a + chunk, t)
+        _, s, m = _k.cross_entropy_stats(x[a:e], lab[a:e], -100)
+        want = _k.cross_entropy_quant(x[a:e], lab[a:e], s, m, gs, -100)
+        gqt = _k.qt_buffer(v, t, x.device)
+        gqt.view(torch.uint8).fill_(0xff)
+        gst = torch.full((-(-t // 128), v), float("nan"), device="cuda")
+        got = _k.cross_entropy_quant(x[a:e], lab[a:e], s, m, gs, -100, into=(gqt, gst, a))
+        for name, u, w in zip(("q", "s"), got[:2], want[:2]):
+            assert torch.equal(u, w), name
+        pc, b0 = Q.pitch(e - a), a // 128
+        assert got[2].data_ptr() == gqt[:, a:].data_ptr() and got[3].data_ptr() == gst[b0].data_ptr()
+        assert torch.equal(gqt[:, a:a + pc].view(torch.uint8), want[2].view(torch.uint8))
+        assert torch.equal(gst[b0:b0 + want[3].shape[0]], want[3])
+        rest = torch.cat([gqt[:, :a], gqt[:, a + pc:p]], 1).view(torch.uint8)
+        assert bool((rest == 0xff).all()), "columns of other chunks written"
+        assert torch.isnan(torch.cat([gst[:b0], gst[b0 + want[3].shape[0]:]])).all()
 
 
 @pytest.mark.parametrize("m", [320, 333])  # 333: the wgrad at a count not a multiple of 16

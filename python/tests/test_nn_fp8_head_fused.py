@@ -55,6 +55,57 @@ def test_chunked_head_is_the_unfused_fp8_head(t, chunk, ignored):
         assert math.isnan(got[0]) and not got[1].any() and not got[2].any()
 
 
+@pytest.mark.parametrize("t,chunk", [(1000, 384), (777, 256), (127, 128), (300, 128)])
+def test_chunks_fill_the_whole_columnwise_copy(t, chunk):
+    """cross_entropy_quant's `into` (the chunks' columns of one copy, as the
+    kernel's qt_pitch writes them on a GPU), chunk by chunk: the copy and
+    scales of all T tokens at once, bit for bit (the zero tails of the
+    chunks but the last are whole blocks of tokens)."""
+    from lingen import _torchref as Q
+    from lingen.nn import _k
+    g = torch.Generator().manual_seed(t)
+    x = (2 * torch.randn(t, V, generator=g)).bfloat16()
+    lab = torch.randint(0, V, (t,), generator=g)
+    lab[torch.rand(t, generator=g) < 0.2] = -100
+    gs = torch.full((1,), 1.0 / t)
+    _, s, m = _k.cross_entropy_stats(x, lab, -100)
+    want = _k.cross_entropy_quant(x, lab, s, m, gs, -100)
+    gqt = _k.qt_buffer(V, t, x.device)
+    assert gqt.shape == (V, Q.pitch(t)) and gqt.untyped_storage().nbytes() == (V + 1) * Q.pitch(t)
+    gst = torch.empty(-(-t // 128), V)
+    for a in range(0, t, chunk):
+        e = min(a + chunk, t)
+        _, sc, mc = _k.cross_entropy_stats(x[a:e], lab[a:e], -100)
+        got = _k.cross_entropy_quant(x[a:e], lab[a:e], sc, mc, gs, -100, into=(gqt, gst, a))
+        assert torch.equal(got[0].view(torch.uint8), want[0][a:e].view(torch.uint8))
+        assert got[2].data_ptr() == gqt[:, a:].data_ptr() and got[3].shape[0] == -(-(e - a) // 128)
+    assert torch.equal(gqt.view(torch.uint8), want[2].view(torch.uint8))
+    assert torch.equal(gst, want[3])
+
+
+def test_qt_pitch_is_bound_from_qt():
+    """cross_entropy_quant's qt [vocab, pick(qt_pitch, round_up(tokens,
+    128), qt_pitch)]: a qt given binds qt_pitch (a chunk's columns of a
+    wider copy), none leaves it 0 (qt [vocab, round_up(tokens, 128)])."""
+    from lingen import _core, _families
+    fam = _families.families()["cross_entropy_quant"]
+    decl = fam.passes["forward"]
+    assert decl.sizes == ("tokens", "qt_pitch")
+    env = _families.bind(fam, decl, {"logits": (300, V), "qt": (V, 8320)}, {})[0]
+    assert env["tokens"] == 300 and env["qt_pitch"] == 8320
+    e4m3, fp32 = ("e4m3",), ("fp32",)
+    ins = {"logits": ((300, V), ("bf16",), None), "labels": ((300,), ("int64",), None),
+           "sum_exp": ((300,), fp32, None), "max_logit": ((300,), fp32, None),
+           "g": ((1,), fp32, None)}
+    plan = _core.check("t", "cross_entropy_quant", "forward",
+                       dict(ins, qt=((V, 8320), e4m3, None), st=((3, V), fp32, None)), {})
+    assert plan.sizes == (300, 8320)
+    assert [a[2] for a in plan.args if a[0] == "qt"] == [(V, 8320)]
+    plan = _core.check("t", "cross_entropy_quant", "forward", ins, {})
+    assert plan.sizes == (300, 0)
+    assert [a[2] for a in plan.args if a[0] == "qt"] == [(V, 384)]
+
+
 @pytest.mark.parametrize("scale", [2.0, 0.3])
 def test_dout_folded_in(scale):
     """dx * dout and dout in the gradient's scales: dout times the dout = 1

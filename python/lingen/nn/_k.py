@@ -176,10 +176,11 @@ def cross_entropy_quant(logits, labels, s, m, g, ignore_index, into=None):
     pitch(rows) of gqt [V, P] (qt_buffer's, a a multiple of 128, P at least
     a + pitch(rows)) and to rows a / 128 .. of gst, and qt, st are those
     slices: on a GPU (eager) the kernel writes them there itself (its
-    qt_pitch P: no copy); on the CPU and under torch.compile (the kernel's
-    write into its output arguments is not traced) copied there."""
+    qt_pitch P: no copy); on the CPU, meta tensors and under torch.compile
+    (the kernel's write into its output arguments is not traced) copied
+    there."""
     idx = "int32" if labels.dtype == torch.int32 else "int64"
-    if into is not None and not on_cpu(logits) and not torch.compiler.is_compiling():
+    if into is not None and not torch.compiler.is_compiling() and _real_cuda(logits):
         gqt, gst, a = into
         v, p = gqt.shape
         b0, pc = a // Q.BLOCK, Q.pitch(logits.shape[0])
@@ -215,6 +216,12 @@ def qt_buffer(v, t, device):
     writes none of them)."""
     p = Q.pitch(t)
     return torch.empty(v * p + p, dtype=Q.E4M3, device=device)[:v * p].view(v, p)
+
+
+def _real_cuda(t):
+    """Whether t is a real CUDA tensor (not meta, not a tracer's fake)."""
+    from ..torch._ops import _on_cuda
+    return _on_cuda((t,))
 
 
 def _lingen():
