@@ -15,7 +15,8 @@
  * with s [vocab/128, tokens], qt [vocab, round_up(tokens, 128)] (zeros past
  * tokens) with st [cdiv(tokens, 128), vocab]; quant.output picks the
  * copies. qt's rows may be a wider pitch apart (the run-time size
- * qt_pitch): qt is then one chunk's columns of a whole step's copy. The gradient is computed with the instructions of cross_entropy's
+ * qt_pitch): qt is then one chunk's columns of a whole step's copy.
+ * The gradient is computed with the instructions of cross_entropy's
  * backward (cross_entropy_grad.h: lg_ce_exp(x - m) * (g / S) - e g / C,
  * less (1 - e) g at the label, then the bf16 rounding), so the copies are
  * bit for bit cross_entropy's backward (dloss = g[0] on every row) then

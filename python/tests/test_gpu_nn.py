@@ -242,7 +242,8 @@ def test_cross_entropy_quant_writes_its_chunk_of_the_whole_copy(t, chunk, seed):
         for name, u, w in zip(("q", "s"), got[:2], want[:2]):
             assert torch.equal(u, w), name
         pc, b0 = Q.pitch(e - a), a // 128
-        assert got[2].data_ptr() == gqt[:, a:].data_ptr() and got[3].data_ptr() == gst[b0].data_ptr()
+        assert got[2].data_ptr() == gqt[:, a:].data_ptr()
+        assert got[3].data_ptr() == gst[b0].data_ptr()
         assert torch.equal(gqt[:, a:a + pc].view(torch.uint8), want[2].view(torch.uint8))
         assert torch.equal(gst[b0:b0 + want[3].shape[0]], want[3])
         rest = torch.cat([gqt[:, :a], gqt[:, a + pc:p]], 1).view(torch.uint8)

@@ -187,10 +187,13 @@ def cross_entropy_quant(logits, labels, s, m, g, ignore_index, into=None):
         st = gst[b0:b0 + -(-logits.shape[0] // Q.BLOCK)]
         # qt [V, P] from column a: past gqt's end by a bytes, which qt_buffer has
         qt = gqt.as_strided((v, p), (p, 1), gqt.storage_offset() + a)
-        q, sc, _, _ = _lingen().cross_entropy_quant(logits, labels, s, m, g,
-                                                    ignore_index=int(ignore_index), index=idx,
-                                                    output="both", out={"qt": qt, "st": st})
-        return q, sc, gqt[:, a:a + pc], st
+        # (outputs among the arrays: the call's fast launch, as the torch op's)
+        from .. import _core
+        r = _core.call("lingen.nn.cross_entropy_quant", "cross_entropy_quant", "forward",
+                       {"logits": logits, "labels": labels, "sum_exp": s, "max_logit": m, "g": g,
+                        "qt": qt, "st": st},
+                       {"ignore_index": int(ignore_index), "index": idx, "quant.output": "both"})
+        return r["q"], r["s"], gqt[:, a:a + pc], st
     if on_cpu(logits):
         r = Q.cross_entropy_quant(logits, labels, s, m, g, ignore_index)
     else:
@@ -222,11 +225,6 @@ def _real_cuda(t):
     """Whether t is a real CUDA tensor (not meta, not a tracer's fake)."""
     from ..torch._ops import _on_cuda
     return _on_cuda((t,))
-
-
-def _lingen():
-    import lingen
-    return lingen
 
 
 # --------------------------------------------------------------- MoE
