@@ -160,10 +160,14 @@ static struct lg_wgp pipe_of(const struct lg_fp8_gemm *g)
 {
 	struct lg_wgp p = {consumers(g), g->stages, lg_fp8_gemm_cluster(g), stage_bytes(g), 33,
 			   "the loads' thread, the scale warp's lanes", LG_WGP_DEC_SCALES, LG_WGP_INC_SCALES};
-	if (waves(g) > 1 && g->c_tmap) {
+	if ((waves(g) > 1 && g->c_tmap) || g->b_rowscale) {
 		/* tile.m 256's consumers keep 128 + 64 accumulators and, through
 		 * TMA, the epilogue's buffer addresses: 224 registers spill 16
-		 * bytes (ptxas), 232 none; its scale warp fits 40 (ptxas: no spill) */
+		 * bytes (ptxas), 232 none; its scale warp fits 40 (ptxas: no spill).
+		 * The wgrad's with ahead keep 3 x 64 (two buffers of partial sums
+		 * and acc): at 224 (the producer at 48) fp32 n 2048 k 2048 spilled
+		 * 68 bytes, at 232 none, its scale warp at 40 none with B's copies
+		 * rolled (emit_scale_copy) */
 		p.dec = LG_WGP_DEC_TMA;
 		p.inc = LG_WGP_INC_TMA;
 	}
@@ -279,7 +283,11 @@ static void emit_scale_copy(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 	lg_close(b);
 	if (g->b_rowscale) {
 		lg_line(b, "const float *const pb = &LG_SB(kt, oc);");
-		lg_line(b, "#pragma unroll");
+		/* the scale warp's (step 32) rolled: unrolled, its bn / 32 sources
+		 * (64-bit, kept across the stages by the compiler) beside A's took
+		 * more than the producer's 40 registers (ptxas: 76 bytes of spill at
+		 * fp32 n 2048 k 2048; rolled, none) */
+		lg_line(b, step == 32 ? "#pragma unroll 1" : "#pragma unroll");
 		lg_open(b, "for (int i = %s; i < %d; i += %d) {", first, g->bn, step);
 		lg_line(b, "const bool ok = oc + i < %s;", g->cols);
 		lg_line(b, "lg_cp4_if(sl + %d + i, ok ? pb + i : pa, ok, %s);", g->bm, al);
