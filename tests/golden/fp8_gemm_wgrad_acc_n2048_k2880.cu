@@ -246,7 +246,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 	__syncthreads();
 	if (wg == 2) {
 		// Producer: one thread loads each stage once its consumers released it.
-		lg_setmaxnreg_dec(48);
+		lg_setmaxnreg_dec(40);
 		if (threadIdx.x == 256) {
 			int it = 0;
 			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -289,7 +289,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 						lg_cp4_if(sl + i, ok ? pa + i : pa, ok, true);
 					}
 					const float *const pb = &LG_SB(kt, oc);
-					#pragma unroll
+					#pragma unroll 1
 					for (int i = lane; i < 128; i += 32) {
 						const bool ok = oc + i < 2880ll;
 						lg_cp4_if(sl + 128 + i, ok ? pb + i : pa, ok, true);
@@ -300,7 +300,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 		}
 		return;
 	}
-	lg_setmaxnreg_inc(224);
+	lg_setmaxnreg_inc(232);
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
 	float psum[64];
 	#pragma unroll
