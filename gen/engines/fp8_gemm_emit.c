@@ -164,10 +164,11 @@ static struct lg_wgp pipe_of(const struct lg_fp8_gemm *g)
 		/* tile.m 256's consumers keep 128 + 64 accumulators and, through
 		 * TMA, the epilogue's buffer addresses: 224 registers spill 16
 		 * bytes (ptxas), 232 none; its scale warp fits 40 (ptxas: no spill).
-		 * The wgrad's with ahead keep 3 x 64 (two buffers of partial sums
-		 * and acc): at 224 (the producer at 48) fp32 n 2048 k 2048 spilled
-		 * 68 bytes, at 232 none, its scale warp at 40 none with B's copies
-		 * rolled (emit_scale_copy) */
+		 * The wgrad's too (B's scales a column: the promotion's reads of
+		 * them beside 3 x 64 accumulators with ahead, two buffers of partial
+		 * sums and acc): fp32 n 2048 k 2048, the scale warp's loops rolled,
+		 * spilled 40 bytes at 224 (ptxas), none at 232, its producer at 40
+		 * none */
 		p.dec = LG_WGP_DEC_TMA;
 		p.inc = LG_WGP_INC_TMA;
 	}
@@ -274,20 +275,22 @@ static void open_tiles(lg_buf *b, const struct lg_fp8_gemm *g)
 static void emit_scale_copy(lg_buf *b, const struct lg_fp8_gemm *g, const char *first, int step)
 {
 	const char *al = g->manual ? "al" : "true";
+	/* the scale warp's loops (step 32) rolled: unrolled, their sources
+	 * (64-bit, kept across the stages by the compiler) took more than the
+	 * producer's registers (ptxas: the fp32 forward at n 3072 k 2048 spilled
+	 * 28 bytes at 48, the wgrad's fp32 n 2048 k 2048, B's bn / 32 copies
+	 * beside A's, 112 at 40); rolled, none */
+	const char *unroll = step == 32 ? "#pragma unroll 1" : "#pragma unroll";
 	lg_line(b, "float *const sl = scales + s * %d;", slot(g));
 	lg_line(b, "const float *const pa = &LG_SA(kt, ta);");
-	lg_line(b, "#pragma unroll");
+	lg_line(b, "%s", unroll);
 	lg_open(b, "for (int i = %s; i < %d; i += %d) {", first, g->bm, step);
 	lg_line(b, "const bool ok = ta + i < rend;");
 	lg_line(b, "lg_cp4_if(sl + i, ok ? pa + i : pa, ok, %s);", al);
 	lg_close(b);
 	if (g->b_rowscale) {
 		lg_line(b, "const float *const pb = &LG_SB(kt, oc);");
-		/* the scale warp's (step 32) rolled: unrolled, its bn / 32 sources
-		 * (64-bit, kept across the stages by the compiler) beside A's took
-		 * more than the producer's 40 registers (ptxas: 76 bytes of spill at
-		 * fp32 n 2048 k 2048; rolled, none) */
-		lg_line(b, step == 32 ? "#pragma unroll 1" : "#pragma unroll");
+		lg_line(b, "%s", unroll);
 		lg_open(b, "for (int i = %s; i < %d; i += %d) {", first, g->bn, step);
 		lg_line(b, "const bool ok = oc + i < %s;", g->cols);
 		lg_line(b, "lg_cp4_if(sl + %d + i, ok ? pb + i : pa, ok, %s);", g->bm, al);

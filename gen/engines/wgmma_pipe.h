@@ -46,8 +46,8 @@ struct lg_plan;
 #define LG_WGP_DEC_TMA 40    /* the loads' thread only */
 #define LG_WGP_INC_TMA 232
 #define LG_WGP_DEC_SCALES 48 /* and a scale warp (232 would then wait forever; the FP8
-			      * GEMM's tile.m 256 through TMA takes the pair above: its
-			      * scale warp fits 40, by ptxas) */
+			      * GEMM's tile.m 256 through TMA and its wgrad take the pair
+			      * above: their scale warps fit 40, by ptxas) */
 #define LG_WGP_INC_SCALES 224
 #define LG_WGP_DEC_COPY 96   /* every producer thread copies */
 #define LG_WGP_INC_COPY 200
