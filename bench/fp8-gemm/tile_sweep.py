@@ -9,7 +9,9 @@ epilogue at reductions of 4096 and more) e2 (session 12's default against the on
 e3 (tile.epilogue 3, a half-width epilogue buffer, against the default)
 wgrad (session 13: the wgrad's tiles at the LM head and 9984x3584x5120)
 wahead (session 13: the wgrad's ahead groups at five shapes, twice)
-or ffma (session 15: tile.ffma, the promotion's FFMAs let the warp yield in the cubin, twice)."""
+ffma (session 15: tile.ffma, the promotion's FFMAs let the warp yield in the cubin, twice)
+or defaults15 (session 15: the defaults at the wgrad's shapes and two forwards, each twice; run it
+with one library and another, LINGEN_LIBRARY, to time a change of the emitter)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
@@ -105,6 +107,11 @@ SETS = {
         for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 2048, 512),
                               ("forward", 4096, 7168, 16384), ("forward", 8192, 157184, 2048),
                               ("wgrad", 8192, 157184, 2048), ("wgrad", 9984, 3584, 5120))
+    ],
+    "defaults15": [
+        (form, M, N, K, [None, None])
+        for form, M, N, K in (("wgrad", 8192, 157184, 2048), ("wgrad", 9984, 3584, 5120), ("wgrad", 8192, 3072, 2048),
+                              ("forward", 8192, 3072, 2048), ("forward", 4096, 7168, 16384))
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone
