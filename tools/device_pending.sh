@@ -3,18 +3,24 @@
 # build-device/ (tools/device.sh) carried: in one call of under 10 minutes,
 # what main holds that no GPU has run yet (bench/gpu-tests.md, "Not run
 # yet"), then its timings:
-#   1. (not by default: the fourteenth session's last call ran every case of
-#      what main changed) GPU cases in groups, TESTS (NAME:SHARDS:FAMILY,...;
+#   1. GPU cases in groups, TESTS (NAME:SHARDS:FAMILY,...; by default every case of
+#      the FP8 GEMMs, whose producer and wgrad registers the fifteenth session
+#      changed, and of cross_entropy_quant, which took a row pitch for qt;
 #      the group named wgrad runs fp8_gemm's wgrad specs alone, e3 those of
 #      tile.epilogue 3, by LINGEN_TEST_MATCH), each over several processes
 #      (LINGEN_TEST_SHARD; their float64 references take the CPU time), and
-#      the GEMMs' special checks (SPECIAL: gpu_test_fp8_gemm and
+#      the special checks (SPECIAL: gpu_test_fp8_gemm and
 #      gpu_test_fp8_grouped_gemm, bf16 = fp32 rounded to nearest bit for
-#      bit) -> $OUT/t_<group>.<shard>.txt;
+#      bit; gpu_test_cross_entropy; test_sass_wgmma and test_sass_ffma, which
+#      need the GPU machine's cuobjdump), and the FP8 head's GPU pytest
+#      (PYTESTS) -> $OUT/t_<group>.<shard>.txt;
 #   2. bench/fp8-gemm/tile_sweep.py $SWEEP, TFLOP/s beside _scaled_mm (by
-#      default k2048: the K 2048 forward's other tiles, now against the
-#      half-width epilogue default, and wgrad: the wgrad's tiles, now
-#      against ahead 8) -> $OUT/sweep.txt;
+#      default defaults15: the wgrad's shapes and two forwards, each twice, with
+#      the library carried as carry/old/liblingen.so first when there is one,
+#      the code before the fifteenth session's register change, made here by
+#      `git worktree add /tmp/old 5eef2cb && cmake -S /tmp/old -B /tmp/old/b
+#      -DCMAKE_BUILD_TYPE=Release && cmake --build /tmp/old/b --target lingen_shared`
+#      and copied, links followed, to carry/old/liblingen.so) -> $OUT/sweep.txt;
 #   3. lingen bench of configs/kernels/odd-counts.json at odd token counts
 #      (6001, 8191, and 6025, 8169 whose former qt pitch, round_up(tokens, 16),
 #      was an odd multiple of 16; now round_up(tokens, 128)),
@@ -36,10 +42,10 @@
 # 0/3, the share of each family's runs it takes). The test logs come back
 # packed in $OUT/tests.tgz. Each step under its own timeout; 6 files come
 # back. OUT defaults to out/device. For a shorter call: STEPS (default
-# "2 3 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
+# "1 2 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
 # its groups (NAME:SHARDS:FAMILY,FAMILY...), RZ_JOBS the rounding proof's
 # tests side by side (4),
-# SWEEP ("k2048 wgrad") is step 2's sets of bench/fp8-gemm/tile_sweep.py, and
+# SWEEP ("defaults15") is step 2's sets of bench/fp8-gemm/tile_sweep.py, and
 # STEP_SECONDS (30) step 4's timed part, STEP_ARGS its last arguments
 # (default --graph; --profile: each mode's kernels by kind). At most 560 s in all.
 set -uo pipefail
@@ -52,7 +58,7 @@ export LINGEN_LIBRARY=$PWD/build-device/liblingen.so PYTHONPATH=$PWD/python PYTH
 export LD_LIBRARY_PATH=$PWD/build-device${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 start=$SECONDS
-steps=" ${STEPS:-2 3 4} "
+steps=" ${STEPS:-1 2 4} "
 on() { [[ $steps == *" $1 "* ]]; }
 fam() { # NAME SHARDS FAMILY...: SHARDS processes side by side (LINGEN_TEST_SHARD)
 	local name=$1 n=$2 i
@@ -64,7 +70,7 @@ fam() { # NAME SHARDS FAMILY...: SHARDS processes side by side (LINGEN_TEST_SHAR
 	done
 }
 if on 1; then
-	for g in ${TESTS:-wgrad:4:fp8_gemm router:4:rmsnorm_router}; do
+	for g in ${TESTS:-gemm:6:fp8_gemm grouped:3:fp8_grouped_gemm ce:1:cross_entropy_quant}; do
 		IFS=: read -r name n fams <<< "$g"
 		match= # the groups named e3 and wgrad run only their specs (LINGEN_TEST_MATCH)
 		[[ $name == e3 ]] && match='"epilogue": 3'
@@ -72,11 +78,15 @@ if on 1; then
 		# shellcheck disable=SC2086
 		fam "$name" "$n" ${fams//,/ }
 	done
-	for t in ${SPECIAL:-gpu_test_fp8_gemm gpu_test_fp8_grouped_gemm}; do
+	for t in ${SPECIAL:-gpu_test_fp8_gemm gpu_test_fp8_grouped_gemm gpu_test_cross_entropy test_sass_wgmma test_sass_ffma}; do
 		[[ -x build-device/tests/$t ]] || continue
 		(timeout "${TEST_TIMEOUT:-200}" "build-device/tests/$t" > "$out/t_$t.txt" 2>&1
 		 echo "rc=$?" >> "$out/t_$t.txt") &
 	done
+	# shellcheck disable=SC2086
+	(timeout "${TEST_TIMEOUT:-200}" python3 -m pytest -q ${PYTESTS:-python/tests/test_gpu_nn.py python/tests/test_gpu_head.py} \
+		> "$out/t_pytest.txt" 2>&1
+	 echo "rc=$?" >> "$out/t_pytest.txt") &
 fi
 if on 1 && [[ -d build-rz ]]; then
 	(OUT=$out/rz LINGEN_CACHE_DIR= JOBS=${RZ_JOBS:-4} LINGEN_TEST_SHARD=${RZ_SHARD:-0/3} CTESTS=${CTESTS:-"gpu_test_fp8_gemm:test_bf16_exact \
@@ -96,7 +106,11 @@ if on 1; then
 fi
 if on 2; then
 	echo "== 2. tile_sweep.py defaults ($((SECONDS - start)) s)"
-	timeout 200 python3 bench/fp8-gemm/tile_sweep.py ${SWEEP:-k2048 wgrad} 2>&1 | tee "$out/sweep.txt" | tail -n 15
+	for lib in carry/old/liblingen.so "$LINGEN_LIBRARY"; do
+		[[ -f $lib ]] || continue
+		echo "-- $lib"
+		LINGEN_LIBRARY=$PWD/${lib#"$PWD"/} timeout 100 python3 bench/fp8-gemm/tile_sweep.py ${SWEEP:-defaults15} 2>&1
+	done | tee "$out/sweep.txt" | tail -n 30
 fi
 if on 3; then
 	echo "== 3. odd token counts ($((SECONDS - start)) s)"
