@@ -33,6 +33,9 @@ BLOCK = 128
 # round_up(M, QT_PITCH)], every 128-token tile's line a whole 128 bytes
 # (LG_QT_PITCH in gen/core/family.h: at round_up(M, 16) the lines straddled
 # 32-byte L2 sectors, fp8_quant 1.07-1.10x slower at 6025 and 8169 tokens).
+# The library owns it: qt_pitch reads it from the declarations; this copy is
+# the references' and the fallback without the library (python/tests/
+# test_torchref.py checks the two agree).
 QT_PITCH = 128
 
 
@@ -62,6 +65,36 @@ def pitch(m, multiple=QT_PITCH):
     (the dense quantisers' QT_PITCH, 128; an expert's block in the
     per-expert layout 1)."""
     return -(-m // multiple) * multiple
+
+
+_qt_dim = []
+
+
+def _declared_qt_dim():
+    """qt's row dimension as the library declares it (cross_entropy_quant's
+    qt [vocab, pick(qt_pitch, round_up(tokens, 128), qt_pitch)], the
+    LG_QT_PITCH of gen/core/family.h), an ast node; None without a library
+    (looked for once)."""
+    if not _qt_dim:
+        from . import _families, _lib
+        try:
+            decl = _families.families()["cross_entropy_quant"].passes["forward"]
+            _qt_dim.append(decl.arg("qt").dims[1])
+        except _lib.LibraryError:
+            _qt_dim.append(None)
+    return _qt_dim[0]
+
+
+def qt_pitch(m):
+    """The row pitch of a dense columnwise copy of m tokens (the buffers
+    lingen's kernels write qt into): the library's declaration evaluated at
+    m tokens (qt_pitch 0: the tokens' own pitch); without the library
+    pitch(m), round_up(m, QT_PITCH)."""
+    dim = _declared_qt_dim()
+    if dim is None:
+        return pitch(m)
+    from ._families import eval_dim
+    return eval_dim(dim, {"tokens": m, "qt_pitch": 0})
 
 
 def row_scales(x, round_scale=True):

@@ -115,6 +115,20 @@ def test_dense(seed, m, round_scale):
     assert torch.equal(rows, q.float() * s.t().repeat_interleave(128, 1))
 
 
+def test_qt_pitch_is_the_library_declaration(monkeypatch):
+    """QT_PITCH (the references' copy, the fallback without the library)
+    agrees with the library's LG_QT_PITCH as qt_pitch reads it from the
+    declarations (cross_entropy_quant's qt), and qt_pitch is that
+    declaration's, not the fallback."""
+    R._qt_dim.clear()
+    assert R._declared_qt_dim() is not None, "the library's declaration not read"
+    for m in (1, 16, 127, 128, 129, 6025, 8169, 8192, 2 ** 20 + 3):
+        assert R.qt_pitch(m) == R.pitch(m) == -(-m // R.QT_PITCH) * R.QT_PITCH, m
+    assert R.qt_pitch(1) == R.QT_PITCH
+    monkeypatch.setattr(R, "_qt_dim", [None])  # no library: the fallback
+    assert R.qt_pitch(129) == 256
+
+
 def test_scale_edges():
     """Zero blocks get the floor (2^-99 with round_scale), an exact power of
     two stays, inf stays inf (as lg_ref_scale), float64 stays float64."""

@@ -173,17 +173,17 @@ def cross_entropy_quant(logits, labels, s, m, g, ignore_index, into=None):
     written); on the CPU the torch reference, the same math.
 
     into: (gqt, gst, a): the columnwise copy goes to columns a .. a +
-    pitch(rows) of gqt [V, P] (qt_buffer's, a a multiple of 128, P at least
-    a + pitch(rows)) and to rows a / 128 .. of gst, and qt, st are those
-    slices: on a GPU (eager) the kernel writes them there itself (its
-    qt_pitch P: no copy); on the CPU, meta tensors and under torch.compile
-    (the kernel's write into its output arguments is not traced) copied
-    there."""
+    qt_pitch(rows) of gqt [V, P] (qt_buffer's, a a multiple of 128, P at
+    least a + qt_pitch(rows); _torchref.qt_pitch: the library's) and to
+    rows a / 128 .. of gst, and qt, st are those slices: on a GPU (eager)
+    the kernel writes them there itself (its qt_pitch P: no copy); on the
+    CPU, meta tensors and under torch.compile (the kernel's write into its
+    output arguments is not traced) copied there."""
     idx = "int32" if labels.dtype == torch.int32 else "int64"
     if into is not None and not torch.compiler.is_compiling() and _real_cuda(logits):
         gqt, gst, a = into
         v, p = gqt.shape
-        b0, pc = a // Q.BLOCK, Q.pitch(logits.shape[0])
+        b0, pc = a // Q.BLOCK, Q.qt_pitch(logits.shape[0])
         st = gst[b0:b0 + -(-logits.shape[0] // Q.BLOCK)]
         # qt [V, P] from column a: past gqt's end by a bytes, which qt_buffer has
         qt = gqt.as_strided((v, p), (p, 1), gqt.storage_offset() + a)
@@ -212,12 +212,13 @@ def cross_entropy_quant(logits, labels, s, m, g, ignore_index, into=None):
 
 
 def qt_buffer(v, t, device):
-    """gqt [v, pitch(t)] e4m3, the columnwise copy of t tokens that
-    cross_entropy_quant's `into` fills a chunk at a time: its storage holds
-    pitch(t) bytes more than gqt, so that each chunk's qt argument, [v,
-    pitch(t)] from the chunk's first column, lies within it (the kernel
+    """gqt [v, qt_pitch(t)] e4m3, the columnwise copy of t tokens that
+    cross_entropy_quant's `into` fills a chunk at a time (qt_pitch: as the
+    library declares cross_entropy_quant's qt): its storage holds
+    qt_pitch(t) bytes more than gqt, so that each chunk's qt argument, [v,
+    qt_pitch(t)] from the chunk's first column, lies within it (the kernel
     writes none of them)."""
-    p = Q.pitch(t)
+    p = Q.qt_pitch(t)
     return torch.empty(v * p + p, dtype=Q.E4M3, device=device)[:v * p].view(v, p)
 
 
