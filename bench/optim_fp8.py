@@ -15,21 +15,14 @@ import argparse
 import torch
 
 import lingen.optim
+from lingen.bench import event_times
 from lingen.nn import _k
 
 
 def timed(fn, reps):
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return sorted(ts)[len(ts) // 2]
+    """The upper median (ms) of reps timed calls after 3 untimed ones."""
+    ts = sorted(event_times(torch, fn, reps, warmup=3))
+    return ts[len(ts) // 2]
 
 
 def weights(shapes, seed=0):

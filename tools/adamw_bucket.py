@@ -12,7 +12,6 @@ tensors), and the same adamw kernel timed on one tensor of the bucket's size
 (CUDA events, median of 5) for the ceiling it could reach.
 """
 import collections
-import statistics
 import sys
 
 import torch
@@ -21,18 +20,7 @@ sys.path.insert(0, "examples")
 import train_moe as tm  # noqa: E402
 
 import lingen.optim  # noqa: E402
-
-
-def device_ms(fn, reps=5):
-    out = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        out.append(a.elapsed_time(b))
-    return statistics.median(out)
+from lingen.bench import median_ms  # noqa: E402
 
 
 def main():
@@ -89,13 +77,13 @@ def main():
     one.grad = torch.randn_like(one)
     o1 = lingen.optim.AdamW([one], lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0, eps=1e-8, moments="bf16")
     o1.step()
-    ms = device_ms(o1.step)
+    ms = median_ms(torch, o1.step, 5)
     print(f"\none bf16 tensor of {numel / 1e6:.2f} M elements, bf16 grads and moments: {ms:.3f} ms, "
           f"{numel * 14 / ms / 1e6:.0f} GB/s (14 bytes an element)")
     # the bucket alone, again, timed by events (its table as the step made it)
     for p in fp8:
         p.grad = None
-    ms = device_ms(opt.step)
+    ms = median_ms(torch, opt.step, 5)
     print(f"the step with only the plain bucket's gradients: {ms:.3f} ms, {numel * 14 / ms / 1e6:.0f} GB/s")
 
 

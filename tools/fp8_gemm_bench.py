@@ -17,12 +17,12 @@ in one process, run by tools/device_fp8_gemm.sh:
 '{"cluster": 1}', '{"epilogue": 0}': the same table for another tile).
 """
 import json
-import statistics
 import sys
 
 import torch
 
 import lingen
+from lingen.bench import l2_flush, median_ms
 
 DEV = "cuda"
 FLUSH = None
@@ -64,21 +64,12 @@ def deq_tiles(q, s):
 
 
 def timed(fn, reps):
+    """The median (ms) of reps calls after 3 untimed ones, the L2 flushed
+    (256 MB written) before each."""
     global FLUSH
     if FLUSH is None:
-        FLUSH = torch.empty(64 * 1024 * 1024, dtype=torch.float32, device=DEV)
-    for _ in range(3):
-        fn()
-    ts = []
-    for _ in range(reps):
-        FLUSH.zero_()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+        FLUSH = l2_flush(torch)
+    return median_ms(torch, fn, reps, warmup=3, flush=FLUSH)
 
 
 def rel(y, ref):

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 import lingen.nn as ln
+from lingen.bench import event_times
 
 
 def rel(a, b):
@@ -49,14 +50,7 @@ def run(fn, x, w, y, reps):
     loss = step()
     torch.cuda.synchronize()
     peak = torch.cuda.max_memory_allocated() - base
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+    times = event_times(torch, step, reps)
     return times, peak, loss.item(), xa.grad, wa.grad
 
 

@@ -79,10 +79,41 @@ class Env:
         return self._compiled[fn]
 
 
+def l2_flush(torch, nbytes=256 << 20):
+    """A buffer whose zero_() empties the L2 of what the last call left: it
+    writes nbytes (256 MB: more than an H200's 60 MB L2)."""
+    return torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+
+
+def event_times(torch, fn, reps, warmup=0, flush=None):
+    """The GPU times in ms of reps calls of fn(), each between two CUDA
+    events on the current stream, after warmup untimed calls; flush (a
+    l2_flush buffer, or None): zeroed before each timed call, outside its
+    events. The one timer of lingen.bench, tools/ and bench/."""
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(reps):
+        if flush is not None:
+            flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b))
+    return out
+
+
+def median_ms(torch, fn, reps, warmup=0, flush=None):
+    """The median of event_times (ms)."""
+    return statistics.median(event_times(torch, fn, reps, warmup, flush))
+
+
 class Timer:
     def __init__(self, torch, n=20, reps=7):
         self.torch, self.n, self.reps = torch, n, reps
-        self.flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        self.flush = l2_flush(torch)
         self._base = {}
 
     def _graph(self, fn, n):
@@ -101,33 +132,14 @@ class Timer:
         return g
 
     def _replay(self, g):
-        torch = self.torch
-        out = []
-        for _ in range(self.reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) * 1e3)
-        return statistics.median(out)
+        """Median GPU microseconds of a replay of g (reps replays)."""
+        return median_ms(self.torch, g.replay, self.reps) * 1e3
 
     def _events(self, fn, n=None):
         """Median GPU microseconds of fn() between two events, each call
         after a flush (for what a graph cannot capture), of n calls
-        (default 2 x the graph's count)."""
-        torch = self.torch
-        fn()
-        out = []
-        for _ in range(n or self.n * 2):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            self.flush.zero_()
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            out.append(a.elapsed_time(b) * 1e3)
-        return statistics.median(out)
+        (default 2 x the graph's count) after one untimed call."""
+        return median_ms(self.torch, fn, n or self.n * 2, warmup=1, flush=self.flush) * 1e3
 
     def us(self, fn):
         """(median GPU microseconds of one fn(), how it was timed): a graph

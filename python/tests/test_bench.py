@@ -175,6 +175,25 @@ def test_timer_times_a_long_op_by_events_without_a_graph():
     assert not any(captured)
 
 
+def test_event_times_warmup_untimed_and_flush_outside_the_events():
+    """bench.event_times (the tools' and benches' one timer): warmup calls
+    untimed, the flush zeroed before each timed call and not timed, ms."""
+    torch, log = _FakeTorch(), []
+
+    class Flush:
+        def zero_(self):
+            log.append("flush")
+            torch.cuda.clock += 1000.0  # outside the events: not in the times
+
+    def op():
+        log.append("op")
+        torch.cuda.clock += 5.0
+    ts = bench.event_times(torch, op, 3, warmup=2, flush=Flush())
+    assert log == ["op"] * 2 + ["flush", "op"] * 3
+    assert len(ts) == 3 and all(abs(t - 0.005) < 1e-12 for t in ts)
+    assert abs(bench.median_ms(torch, op, 4) - 0.005) < 1e-12
+
+
 def test_events_rows_are_marked():
     rows = [dict(kernel="k", shape="s", impl="lingen", us=2.0, pct_copy=50.0, timer="graph"),
             dict(kernel="k", shape="s", impl="eager", us=9.0, pct_copy=11.0, timer="events")]
