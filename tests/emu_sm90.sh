@@ -4,7 +4,7 @@
 # on the CPU through tools/emu/emu90.h (tools/emu/fp8_gemm.sh) against a
 # float64 reference, no GPU: the defaults of the forward, dgrad and wgrad
 # (the overlapped epilogue with its first group out of the loop, clusters of
-# two, the TMA epilogue, two buffers of it from a reduction of 3072) and the main tile options, at token counts that
+# two, the TMA epilogue, two buffers of it from a reduction of 3072) and the main tile options (tile.pingpong too), at token counts that
 # leave partial tiles (1, 127, 301) and on few CTAs, so each walks many
 # tiles and the ring's phases wrap. Then planted bugs (the last tile's store
 # dropped; with two epilogue buffers, the wait for the other one's stores
@@ -51,7 +51,11 @@ run forward 320 640 301 '{"n": 160, "ahead": 0}'
 run forward 208 4096 333 '{"m": 256, "cluster": 2, "epilogue": 1}'
 run dgrad 208 2048 301 '{"overlap": 1, "ahead": 16, "stages": 3, "cluster": 1}'
 run wgrad 640 2176 301 '{"ahead": 8}' fp32
+run forward 640 2176 301 '{"pingpong": 1}'
+run dgrad 384 256 1000 '{"pingpong": 1, "epilogue": 2}' fp32
+run forward 208 128 301 '{"pingpong": 1, "cluster": 1, "epilogue": 0}'
 EXPERTS=7 run forward 640 2176 1000
+EXPERTS=5 run dgrad 208 2048 301 '{"pingpong": 1}'
 EXPERTS=5 run forward 256 4224 301
 EXPERTS=5 run dgrad 208 2048 301 '{"overlap": 1}'
 EXPERTS=7 run wgrad 640 2176 1000 "" fp32
@@ -79,6 +83,10 @@ planted "epilogue 2's wait dropped" \
 planted "epilogue 3's wait between the halves dropped" \
 	'__import__("re").sub(r"(once the first half.s stores have read it\n\s*)if \(\(threadIdx.x & 127\) == 0\) lg_bulk_wait_read\(0\);", r"\1", k)' \
 	forward 640 2176 301 '{"epilogue": 3}'
+# pingpong: a warpgroup that reads its pair's stages as if the other tile had
+# none (the ring's count off) must deadlock or fail
+EMU_TIMEOUT=30 planted "pingpong's stage count" \
+	'k.replace("(kt + wg < no ? kt + wg : no)", "(kt < no ? kt : no)")' forward 640 2176 301 '{"pingpong": 1}'
 # and a bf16 output rounded toward zero must fail the half-ulp bound
 planted "bf16 rounded toward zero" 'k.replace("lg_pack_bf16x2(", "emu_pack_bf16x2_rz(")' forward 640 2176 301
 router() { # PASS KEYS M TERMS: router_gemm's sm_90a form

@@ -34,7 +34,10 @@
 #      with -Ofc=max, and the qkv sweep with -Ofc=max -> $OUT/jit*.txt,
 #      sweep-ofc.txt;
 #   7. (not by default) tools/fp8_gemm_bench.py --dense-only: accuracy and
-#      TFLOP/s of the dense forms beside _scaled_mm and bf16 -> $OUT/table.md.
+#      TFLOP/s of the dense forms beside _scaled_mm and bf16 -> $OUT/table.md;
+#   8. tile.pingpong (the sixteenth session's, never timed): tile_sweep.py
+#      pingpong (dense) and tools/fp8_grouped_tiles.py with the pingpong
+#      forward tiles (grouped) -> $OUT/pingpong.txt.
 # With build-rz/ carried too (tools/device_rz.sh build), tools/device_rz.sh
 # runs beside step 1 (its GPU tests time nothing; CTESTS as there, by
 # default the FP8 GEMMs' bf16-exactness tests, the families' last ones not yet
@@ -42,7 +45,7 @@
 # 0/3, the share of each family's runs it takes). The test logs come back
 # packed in $OUT/tests.tgz. Each step under its own timeout; 6 files come
 # back. OUT defaults to out/device. For a shorter call: STEPS (default
-# "1 2 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
+# "1 8 4") picks the steps, TEST_TIMEOUT (200 s) bounds step 1, TESTS
 # its groups (NAME:SHARDS:FAMILY,FAMILY...), RZ_JOBS the rounding proof's
 # tests side by side (4),
 # SWEEP ("defaults15") is step 2's sets of bench/fp8-gemm/tile_sweep.py, and
@@ -58,7 +61,7 @@ export LINGEN_LIBRARY=$PWD/build-device/liblingen.so PYTHONPATH=$PWD/python PYTH
 export LD_LIBRARY_PATH=$PWD/build-device${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 start=$SECONDS
-steps=" ${STEPS:-1 2 4} "
+steps=" ${STEPS:-1 8 4} "
 on() { [[ $steps == *" $1 "* ]]; }
 fam() { # NAME SHARDS FAMILY...: SHARDS processes side by side (LINGEN_TEST_SHARD)
 	local name=$1 n=$2 i
@@ -140,5 +143,13 @@ fi
 if on 7; then
 	echo "== 7. the dense FP8 GEMM table, every peer ($((SECONDS - start)) s)"
 	timeout 240 python3 tools/fp8_gemm_bench.py "$out/table.md" --dense-only --reps 10 2>&1 | tail -n 30
+fi
+if on 8; then
+	echo "== 8. tile.pingpong ($((SECONDS - start)) s)"
+	{
+		timeout 150 python3 bench/fp8-gemm/tile_sweep.py pingpong 2>&1
+		timeout 100 python3 tools/fp8_grouped_tiles.py --fwd-tiles '[{}, {"pingpong": 1}, {"pingpong": 1, "epilogue": 2}]' \
+			--wgrad-tiles '[]' --no-random 2>&1
+	} | tee "$out/pingpong.txt" | grep -v '^|---'
 fi
 echo "== done in $((SECONDS - start)) s"

@@ -11,12 +11,15 @@ wgrad (session 13: the wgrad's tiles at the LM head and 9984x3584x5120)
 wahead (session 13: the wgrad's ahead groups at five shapes, twice)
 ffma (session 15: tile.ffma, the promotion's FFMAs let the warp yield in the cubin, twice)
 or defaults15 (session 15: the defaults at the wgrad's shapes and two forwards, each twice; run it
-with one library and another, LINGEN_LIBRARY, to time a change of the emitter)."""
+with one library and another, LINGEN_LIBRARY, to time a change of the emitter)
+pingpong (session 16: tile.pingpong, each consumer warpgroup a tile of its own, against the
+default, twice, at the dense shapes of the step and the big forward)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
 
 OV = {"overlap": 1}
+PP = {"pingpong": 1}
 OLD = {"ahead": 1, "overlap": 0}  # the default before session 9
 SETS = {
     "ahead": [
@@ -112,6 +115,13 @@ SETS = {
         (form, M, N, K, [None, None])
         for form, M, N, K in (("wgrad", 8192, 157184, 2048), ("wgrad", 9984, 3584, 5120), ("wgrad", 8192, 3072, 2048),
                               ("forward", 8192, 3072, 2048), ("forward", 4096, 7168, 16384))
+    ],
+    "pingpong": [  # session 16: tile.pingpong (one warpgroup's promotion and epilogue under the other's
+        # wgmmas) with each epilogue and stage count it fits, against the default, twice
+        (form, M, N, K, [None, PP, {**PP, "epilogue": 2}, {**PP, "cluster": 1}, {**PP, "stages": 4}, None, PP])
+        for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 2048, 512),
+                              ("forward", 4096, 7168, 16384), ("forward", 8192, 157184, 2048),
+                              ("dgrad", 9984, 5120, 3584))
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone

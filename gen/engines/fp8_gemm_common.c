@@ -47,6 +47,7 @@ static struct lg_fp8_gemm tile_keys(const struct lg_spec *s, const struct lg_fp8
 	 * wgrad's short tiles, are not yet measured on the GPU) */
 	if (lg_spec_has(s, k->tm))
 		g.bm = (int)lg_spec_int(s, k->tm);
+	g.pingpong = lg_spec_has(s, k->pp) && lg_spec_int(s, k->pp) != 0;
 	/* (tile.m 256 from registers unless the spec says otherwise: with the
 	 * TMA epilogue it measured the same, 1071 against 1072 TFLOP/s at
 	 * 4096x7168x16384, H100, session 12) */
@@ -90,11 +91,14 @@ lg_status lg_fp8_validate(const struct lg_spec *s, const char *where, const stru
 	struct lg_fp8_gemm g = tile_keys(s, k, manual);
 	const char *why = lg_fp8_gemm_problem(&g);
 	if (why) { /* the keys given as found; the others as the defaults checked with them */
-		const int key[7] = {k->tm, k->tn, k->stages, k->cl, k->ah, k->ep, k->ov};
-		const int val[7] = {g.bm, g.bn, g.stages, g.cluster, g.ahead, g.c_bufs, g.overlap};
-		static const char *const name[7] = {"m", "n", "stages", "cluster", "ahead", "epilogue", "overlap"};
-		char found[192] = "", dflt[192] = "";
-		for (int i = 0; i < 7; i++) {
+		const int key[8] = {k->tm, k->tn, k->stages, k->cl, k->ah, k->ep, k->ov, k->pp};
+		const int val[8] = {g.bm, g.bn, g.stages, g.cluster, g.ahead, g.c_bufs, g.overlap, g.pingpong};
+		static const char *const name[8] = {"m", "n", "stages", "cluster", "ahead", "epilogue", "overlap",
+						    "pingpong"};
+		char found[224] = "", dflt[224] = "";
+		for (int i = 0; i < 8; i++) {
+			if (key[i] == k->pp && !lg_spec_has(s, key[i]))
+				continue; /* (off unless asked for: not a default the tile was checked with) */
 			char *to = lg_spec_has(s, key[i]) ? found : dflt;
 			size_t n = strlen(to);
 			snprintf(to + n, sizeof found - n, "%s%s %d", n ? ", " : "", name[i], val[i]);
@@ -154,7 +158,8 @@ lg_status lg_fp8_plan_tile(const struct lg_spec *s, const struct lg_target *t, c
 	if (lg_fp8_gemm_smem(&g) > limit)
 		return lg_fail(LG_ERR_SPEC, "%s: tile.stages: found %d, needing %u bytes of shared memory; allowed: at "
 			       "most %u bytes on %s", s->entry, g.stages, lg_fp8_gemm_smem(&g), limit, t->name);
-	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g), g.ahead, g.c_bufs, g.overlap};
+	*tl = (struct lg_fp8_tile){g.bm, g.bn, g.stages, lg_fp8_gemm_cluster(&g), g.ahead, g.c_bufs, g.overlap,
+				   g.pingpong};
 	return LG_OK;
 }
 
@@ -168,6 +173,7 @@ struct lg_fp8_gemm lg_fp8_gemm_of(const struct lg_spec *s, const struct lg_fp8_k
 	g.cluster = tl->cluster;
 	g.ahead = tl->ahead;
 	g.overlap = tl->overlap;
+	g.pingpong = tl->pingpong;
 	g.c_bufs = tl->epilogue;
 	g.a_tmap = tmaps[0];
 	g.b_tmap = tmaps[1];
@@ -186,6 +192,7 @@ lg_status lg_fp8_plan_finish(const struct lg_spec *s, struct lg_plan *p, const s
 	p->tile[k->ah] = p->v[P8_AH] = g->ahead;
 	p->tile[k->ep] = p->v[P8_EP] = g->c_tmap ? g->c_bufs : 0;
 	p->tile[k->ov] = p->v[P8_OV] = g->overlap;
+	p->tile[k->pp] = p->v[P8_PP] = g->pingpong;
 	p->tile[k->ff] = p->sass_ffma = lg_spec_has(s, k->ff) ? (int)lg_spec_int(s, k->ff) : 0;
 	p->v[P8_SMEM] = lg_fp8_gemm_smem(g);
 	p->nentries = 1;
@@ -210,7 +217,7 @@ struct lg_fp8_tile lg_fp8_planned(const struct lg_plan *p)
 {
 	return (struct lg_fp8_tile){(int)p->v[P8_BM], (int)p->v[P8_BN], (int)p->v[P8_STAGES],
 				    (int)p->cluster[p->nentries - 1], (int)p->v[P8_AH], (int)p->v[P8_EP],
-				    (int)p->v[P8_OV]};
+				    (int)p->v[P8_OV], (int)p->v[P8_PP]};
 }
 
 void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_dim *d)
@@ -219,36 +226,38 @@ void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_di
 	unsigned cl = p->cluster[e] ? p->cluster[e] : 1, cap = p->resident[e] ? p->resident[e] : SMS / cl;
 	d->grid[0] = (tiles > (int64_t)cap ? cap : (unsigned)tiles) * cl;
 	d->grid[1] = d->grid[2] = d->block[1] = d->block[2] = 1;
-	const struct lg_fp8_gemm g = {.bm = (int)p->v[P8_BM]}; /* the threads depend on bm alone */
+	/* the threads depend on bm and pingpong alone */
+	const struct lg_fp8_gemm g = {.bm = (int)p->v[P8_BM], .pingpong = p->v[P8_PP] != 0};
 	d->block[0] = (unsigned)lg_fp8_gemm_threads(&g);
 	d->smem = (unsigned)p->v[P8_SMEM];
 }
 
 /* lingen tune's tiles, the likeliest first (-1: the key left to the
- * default). From the H100 sweeps of bench/fp8-gemm.md (session 12): the
- * epilogue's buffers trade a stage against the stores' overlap by
- * reduction (K 2048: one, 3072 and more: two); one ahead group of the whole
- * reduction helped the LM head (955 -> 1028 TFLOP/s) in one call; 256 rows
- * with the TMA epilogue 937-1063, bit for bit the default's; wider tiles
- * only without ahead (its three accumulators of 96 or 128 registers
- * spill); ahead 8 was the wgrad's best (session 8); a half-width epilogue
- * buffer (tile.epilogue 3) for the stage it frees (K 2048: 4 stages 926,
- * 5 stages 1009; not yet timed); tile.ffma 2 (session 15: +1% at K 2048,
- * -2% at K 512). 64-row tiles are left out (the sixteenth: each sweep had
- * them far behind). */
-enum { C_TM, C_TN, C_ST, C_CL, C_AH, C_EP, C_OV, C_FF, C_NKEYS };
+ * default), at most LG_MAX_CANDIDATES. From the H100 sweeps of
+ * bench/fp8-gemm.md: the epilogue's buffers trade a stage against the
+ * stores' overlap by reduction (session 12, K 2048: one, 3072 and more:
+ * two); one ahead group of the whole reduction helped the LM head (955 ->
+ * 1028 TFLOP/s) in one call; 256 rows with the TMA epilogue 937-1063, bit
+ * for bit the default's; ahead 8 was the wgrad's best (session 8); a
+ * half-width epilogue buffer (tile.epilogue 3) for the stage it frees;
+ * tile.ffma 2 (session 15: +1% at K 2048, -2% at K 512); tile.pingpong
+ * (session 16, not yet timed). Left out, far behind in every sweep: 64-row
+ * tiles, and (session 12) 160 and 192 columns without ahead, 787-788
+ * against 1009 at K 2048. */
+enum { C_TM, C_TN, C_ST, C_CL, C_AH, C_EP, C_OV, C_FF, C_PP, C_NKEYS };
 static const int64_t tune_tiles[][C_NKEYS] = {
-	{-1, -1, -1, -1, -1, 2, -1, -1}, {-1, -1, -1, -1, -1, 1, -1, -1}, {-1, -1, -1, -1, -1, 0, -1, -1},
-	{-1, -1, -1, -1, -1, -1, -1, 2}, {-1, -1, -1, -1, 16, -1, 1, -1}, {-1, -1, -1, -1, 32, -1, 1, -1}, {256, -1, -1, 2, -1, 1, -1, -1},
-	{256, -1, -1, 2, -1, 0, -1, -1}, {-1, -1, -1, 1, -1, -1, -1, -1}, {-1, -1, 4, -1, -1, -1, -1, -1},
-	{-1, -1, -1, -1, 8, -1, -1, -1}, {-1, -1, -1, -1, 0, -1, -1, -1}, {-1, 160, -1, -1, 0, -1, -1, -1},
-	{-1, 192, -1, -1, 0, -1, -1, -1}, {-1, 64, -1, -1, -1, -1, -1, -1}, {-1, -1, -1, -1, -1, 3, -1, -1},
+	{-1, -1, -1, -1, -1, 2, -1, -1, -1},  {-1, -1, -1, -1, -1, 1, -1, -1, -1},  {-1, -1, -1, -1, -1, 0, -1, -1, -1},
+	{-1, -1, -1, -1, -1, -1, -1, 2, -1},  {-1, -1, -1, -1, -1, -1, -1, -1, 1},  {-1, -1, -1, -1, -1, 2, -1, -1, 1},
+	{-1, -1, -1, -1, 16, -1, 1, -1, -1},  {-1, -1, -1, -1, 32, -1, 1, -1, -1},  {256, -1, -1, 2, -1, 1, -1, -1, -1},
+	{256, -1, -1, 2, -1, 0, -1, -1, -1},  {-1, -1, -1, 1, -1, -1, -1, -1, -1},  {-1, -1, 4, -1, -1, -1, -1, -1, -1},
+	{-1, -1, -1, -1, 8, -1, -1, -1, -1},  {-1, -1, -1, -1, 0, -1, -1, -1, -1},  {-1, 64, -1, -1, -1, -1, -1, -1, -1},
+	{-1, -1, -1, -1, -1, 3, -1, -1, -1},
 };
 
 int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,
 		      const struct lg_fp8_keys *k)
 {
-	const int key[C_NKEYS] = {k->tm, k->tn, k->stages, k->cl, k->ah, k->ep, k->ov, k->ff};
+	const int key[C_NKEYS] = {k->tm, k->tn, k->stages, k->cl, k->ah, k->ep, k->ov, k->ff, k->pp};
 	int n = 0;
 	for (size_t i = 0; i < sizeof tune_tiles / sizeof tune_tiles[0]; i++) {
 		struct lg_tile_choice c = {{0}, 0};

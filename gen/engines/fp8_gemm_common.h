@@ -17,20 +17,21 @@
 #include "fp8_gemm_emit.h"
 
 /* Key indices of a family's table: tile.m, tile.n, tile.stages, accumulate
- * (-1: none), tile.cluster, tile.ahead, tile.epilogue, tile.overlap, tile.ffma, and the shape's n
+ * (-1: none), tile.cluster, tile.ahead, tile.epilogue, tile.overlap, tile.ffma,
+ * tile.pingpong, and the shape's n
  * and k (the forward's reduction is k, the dgrad's n, the wgrad's the
  * tokens, known at run time only). */
 struct lg_fp8_keys {
-	int tm, tn, stages, acc, cl, ah, ep, ov, ff, n, k;
+	int tm, tn, stages, acc, cl, ah, ep, ov, ff, pp, n, k;
 	int e2_at;   /* the static reduction from which two epilogue buffers are (0: never) */
 	bool pair;   /* clusters of two are the forward's and dgrad's default */
 	bool overlap; /* so is tile.overlap at a static reduction of 2 blocks or more */
 };
 /* cluster: CTAs a cluster (1 or 2), ahead: 0..32 (fp8_gemm_emit.h), epilogue: 0 from
  * registers, else through shared memory and TMA with that many buffers a
- * warpgroup (fp8_gemm_emit.h), overlap: 0 or 1 (fp8_gemm_emit.h) */
+ * warpgroup (fp8_gemm_emit.h), overlap, pingpong: 0 or 1 (fp8_gemm_emit.h) */
 struct lg_fp8_tile {
-	int bm, bn, stages, cluster, ahead, epilogue, overlap;
+	int bm, bn, stages, cluster, ahead, epilogue, overlap, pingpong;
 };
 /* The tile.cluster key of a family's table. */
 #define LG_FP8_KEY_CLUSTER                                                                                   \
@@ -60,8 +61,15 @@ struct lg_fp8_tile {
 		    "the promotion's FFMA runs in the cubin: 0 as NVRTC schedules them; more of them let the "   \
 		    "warp yield (their operand reuse dropped): 1 by DeepGEMM's rule, 2 all in the first 9/16 of " \
 		    "a run, 3 all")
+/* The tile.pingpong key of a family's table. */
+#define LG_FP8_KEY_PINGPONG                                                                                  \
+	LG_KEY_TILE("pingpong", "p", 0, 1, NULL,                                                              \
+		    "1: the two consumer warpgroups on tiles of their own, 128 rows each in two waves, the "     \
+		    "producer loading a pair's stages in turn, so that one's promotion and epilogue run under "  \
+		    "the other's wgmmas (tile.m 128, the forward and dgrad, no ahead or overlap); 0: both on "  \
+		    "each tile")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
-enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_OV, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
+enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_OV, P8_PP, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 
 static inline int64_t lg_fp8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 

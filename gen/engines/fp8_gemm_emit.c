@@ -12,13 +12,29 @@
 #define BK 128   /* reduction a stage: one 128-byte row of e4m3 (the swizzle atom) */
 #define ROWB 128 /* bytes of a shared row */
 
-/* Waves a consumer warpgroup issues a stage: 2 with tile.m 256 (its 128
+/* Waves a consumer warpgroup issues a stage: 2 with tile.m 256 or
+ * pingpong (its 128
  * rows as two m64 wgmmas, each awaited and promoted before the next, so
  * that one buffer of partial sums serves both), else 1. */
-static int waves(const struct lg_fp8_gemm *g) { return g->bm > 128 ? 2 : 1; }
+static int waves(const struct lg_fp8_gemm *g) { return g->bm > 128 || g->pingpong ? 2 : 1; }
 
-/* Consumer warpgroups: 64 rows each, or 128 (two waves) with tile.m 256. */
-static int consumers(const struct lg_fp8_gemm *g) { return g->bm / (64 * waves(g)); }
+/* Consumer warpgroups: 64 rows each, or 128 (two waves) with tile.m 256;
+ * with pingpong two, each on a tile of its own. */
+static int consumers(const struct lg_fp8_gemm *g) { return g->pingpong ? 2 : g->bm / (64 * waves(g)); }
+
+/* A consumer warpgroup's first row in its tiles (and its A rows' in a
+ * stage): wg times this, 0 with pingpong (the whole tile is its). */
+static int wg_rows(const struct lg_fp8_gemm *g) { return g->pingpong ? 0 : 64 * waves(g); }
+
+/* " + wg * <v>" or nothing (v 0): a warpgroup's offset in an expression. */
+static const char *plus_wg(char *out, size_t size, int v)
+{
+	if (v)
+		snprintf(out, size, " + wg * %d", v);
+	else
+		out[0] = '\0';
+	return out;
+}
 
 int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
 
@@ -52,7 +68,7 @@ static bool half_out(const struct lg_fp8_gemm *g) { return g->c_bufs == 3; }
 static int out_cols(const struct lg_fp8_gemm *g) { return half_out(g) ? g->bn / 2 : g->bn; }
 
 /* The epilogue's buffers (c_tmap) a consumer warpgroup, of 64 rows each:
- * c_bufs; with waves (tile.m 256) 2 c_bufs, one a wave of c_bufs tiles'
+ * c_bufs; with waves (tile.m 256; pingpong: c_bufs) 2 c_bufs, one a wave of c_bufs tiles'
  * (their stores in flight), halved while they take more than 64 KB in all
  * (3 stages fit beside 64 KB): bf16 256 x 128 two at c_bufs 1 and 2 (a
  * tile's), fp32 256 x 128 one (a wave's stores wait for the wave before's
@@ -62,7 +78,9 @@ static int out_slots(const struct lg_fp8_gemm *g)
 {
 	if (waves(g) == 1)
 		return half_out(g) ? 1 : g->c_bufs;
-	int n = waves(g) * g->c_bufs;
+	/* pingpong: c_bufs (its two waves' stores take one in turn at 1: a
+	 * stage more fits, and the other warpgroup's wgmmas run meanwhile) */
+	int n = g->pingpong ? g->c_bufs : waves(g) * g->c_bufs;
 	while (n > 1 && consumers(g) * n * 64 * g->bn * g->c_elem > 65536)
 		n /= 2;
 	return n;
@@ -124,6 +142,10 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 {
 	if (g->bm != 64 && g->bm != 128 && g->bm != 256)
 		return "tile.m 64, 128 (one consumer warpgroup a 64 rows) or 256";
+	if (g->pingpong && (g->bm != 128 || g->manual || g->b_rowscale || g->ahead || g->overlap || g->bn > 128 ||
+			    half_out(g)))
+		return "tile.pingpong with tile.m 128 (a warpgroup's tile in two waves), in the forward and dgrad only, "
+		       "tile.n up to 128, no ahead or overlap, and an epilogue of 0, 1 or 2";
 	if (waves(g) > 1 && (g->manual || g->b_rowscale || g->ahead || g->bn > 128))
 		return "tile.m 256 (two warpgroups of 128 rows, two waves each) in the forward and dgrad only, with "
 		       "tile.n up to 128 and no ahead";
@@ -159,7 +181,7 @@ void lg_fp8_gemm_boxes(const struct lg_fp8_gemm *g, unsigned box_a[2], unsigned 
 static struct lg_wgp pipe_of(const struct lg_fp8_gemm *g)
 {
 	struct lg_wgp p = {consumers(g), g->stages, lg_fp8_gemm_cluster(g), stage_bytes(g), 33,
-			   "the loads' thread, the scale warp's lanes", LG_WGP_DEC_SCALES, LG_WGP_INC_SCALES};
+			   "the loads' thread, the scale warp's lanes", LG_WGP_DEC_SCALES, LG_WGP_INC_SCALES, 0};
 	if ((waves(g) > 1 && g->c_tmap) || g->b_rowscale) {
 		/* tile.m 256's consumers keep 128 + 64 accumulators and, through
 		 * TMA, the epilogue's buffer addresses: 224 registers spill 16
@@ -172,6 +194,8 @@ static struct lg_wgp pipe_of(const struct lg_fp8_gemm *g)
 		p.dec = LG_WGP_DEC_TMA;
 		p.inc = LG_WGP_INC_TMA;
 	}
+	if (g->pingpong) /* a stage is one warpgroup's */
+		p.readers = 1;
 	if (g->manual) {
 		p.full_count = 128;
 		p.full_why = "every producer thread's copies";
@@ -225,8 +249,14 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	const struct lg_wgp p = pipe_of(g);
 	int S = g->stages;
 	unsigned st = stage_bytes(g);
-	lg_comment(b, "%dx%d tiles: %d consumer warpgroup%s (%d rows each) and a producer warpgroup; a ring of",
-		   g->bm, g->bn, consumers(g), consumers(g) > 1 ? "s" : "", 64 * waves(g));
+	if (g->pingpong)
+		lg_comment(b, "%dx%d tiles: 2 consumer warpgroups, each a tile of its own in turn, and a producer", g->bm,
+			   g->bn);
+	else
+		lg_comment(b, "%dx%d tiles: %d consumer warpgroup%s (%d rows each) and a producer warpgroup; a ring of",
+			   g->bm, g->bn, consumers(g), consumers(g) > 1 ? "s" : "", 64 * waves(g));
+	if (g->pingpong)
+		lg_comment(b, "warpgroup; a ring of (the stages of a pair of tiles in turn)");
 	lg_comment(b, "%d stages of A [%d][128 B] and B [%d][128 B] (128 of the reduction, 128-byte swizzle),", S,
 		   g->bm, g->bn);
 	lg_comment(b, "then each stage's scales (A's of its %d rows, B's of its %s),", g->bm,
@@ -259,11 +289,20 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	lg_wgp_emit_init(b, &p, emit_prefetch, (void *)g);
 }
 
-/* The loop over this CTA's (cluster's) tiles. */
+/* The consumers' loop over this CTA's (cluster's) tiles; with pingpong
+ * over their pairs, warpgroup wg taking the pair's tile wg (`two`: the
+ * pair has its second). */
 static void open_tiles(lg_buf *b, const struct lg_fp8_gemm *g)
 {
 	const struct lg_wgp p = pipe_of(g);
-	lg_wgp_open_tiles(b, &p, "tiles");
+	if (!g->pingpong) {
+		lg_wgp_open_tiles(b, &p, "tiles");
+		return;
+	}
+	lg_wgp_open_tile_pairs(b, &p, "tiles");
+	lg_line(b, "const bool two = pt + tstep < tiles;");
+	lg_line(b, "if (wg == 1 && !two) break;");
+	lg_line(b, "const i64 tile = pt + wg * tstep;");
 }
 /* Stage s's scales (reduction block kt) into its slot: A's of the tile's
  * bm rows (contiguous in every layout), then B's of its columns (also
@@ -410,7 +449,8 @@ static void scale_stage(lg_buf *b, void *ctx)
  * released. */
 static void emit_scale_warp(lg_buf *b, const struct lg_wgp *p, struct fill *f)
 {
-	const struct lg_wgp_fill sf = {.ctx = f, .tiles = "tiles", .tile = scale_tile, .stage = scale_stage};
+	const struct lg_wgp_fill sf = {.ctx = f, .tiles = "tiles", .tile = scale_tile, .stage = scale_stage,
+				       .pairs = f->g->pingpong};
 	lg_open(b, "else if (warp == 1) {");
 	lg_comment(b, "Scale warp: each stage's scales, beside the loads' TMA.");
 	lg_wgp_emit_fill(b, p, &sf);
@@ -424,7 +464,7 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 	const struct lg_wgp p = pipe_of(g);
 	struct fill f = {g, sc};
 	const struct lg_wgp_fill pf = {.ctx = &f, .tiles = "tiles", .tile = producer_tile, .stage = producer_stage,
-				       .sd = true, .expect = !g->manual};
+				       .sd = true, .expect = !g->manual, .pairs = g->pingpong};
 	if (g->manual) {
 		lg_wgp_open_producer(b, &p, "Producer: its 128 threads fill each stage once its consumers released it.");
 		lg_line(b, "const int q = threadIdx.x & 127;");
@@ -509,11 +549,13 @@ static void emit_promote(lg_buf *b, const struct lg_fp8_gemm *g, const char *ps)
 static void emit_mma(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps, const char *s,
 		     int w)
 {
-	unsigned st = stage_bytes(g), wr = 64u * (unsigned)waves(g) * ROWB;
+	unsigned st = stage_bytes(g);
+	char o[32];
+	plus_wg(o, sizeof o, wg_rows(g) * ROWB);
 	if (w > 0)
-		lg_line(b, "const u64 da = lg_wg_desc(ring + %s * %u + wg * %u + %u);", s, st, wr, 64u * ROWB * (unsigned)w);
+		lg_line(b, "const u64 da = lg_wg_desc(ring + %s * %u%s + %u);", s, st, o, 64u * ROWB * (unsigned)w);
 	else
-		lg_line(b, "const u64 da = lg_wg_desc(ring + %s * %u + wg * %u);", s, st, wr);
+		lg_line(b, "const u64 da = lg_wg_desc(ring + %s * %u%s);", s, st, o);
 	lg_line(b, "const u64 db = lg_wg_desc(ring + %s * %u + %u);", s, st, (unsigned)g->bm * ROWB);
 	lg_line(b, "lg_wg_fence();");
 	lg_comment(b, "k32 steps: 32 bytes of the swizzled rows, 2 descriptor units");
@@ -660,6 +702,15 @@ static void emit_group(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
  * loop, behind k4 == 0, it cost more than it hid: bench/fp8-gemm.md). */
 static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
 {
+	if (g->pingpong) {
+		lg_line(b, "const int no = two ? nkt : 0; // the other tile's stages (every tile has nkt)");
+		lg_comment(b, "block kt: the pair's stage 2 kt + wg, or after the other tile's last");
+		lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
+		lg_line(b, "const int it = pit + kt + (kt + wg < no ? kt + wg : no);");
+		emit_stage(b, g, prefix, "psum");
+		lg_close(b);
+		return;
+	}
 	if (g->ahead) {
 		lg_line(b, "int k4 = 0;");
 		if (g->overlap) { /* the first group out of the loop: no branch in it */
@@ -792,12 +843,12 @@ static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, in
 	}
 	lg_line(b, "lg_bar_id(1 + wg, 128);");
 	lg_open(b, "if ((threadIdx.x & 127) == 0) {");
-	if (waves(g) > 1 && wave > 0)
-		lg_line(b, "const int r0 = ta + wg * %d + %d;", 64 * waves(g), 64 * wave);
-	else if (waves(g) > 1)
-		lg_line(b, "const int r0 = ta + wg * %d;", 64 * waves(g));
+	char o[32];
+	plus_wg(o, sizeof o, wg_rows(g));
+	if (wave > 0)
+		lg_line(b, "const int r0 = ta%s + %d;", o, 64 * wave);
 	else
-		lg_line(b, "const int r0 = ta + wg * 64;");
+		lg_line(b, "const int r0 = ta%s;", o);
 	const char *op = g->c_add ? "lg_tma_add_2d" : "lg_tma_store_2d";
 	if (col0)
 		lg_line(b, "%s(%s, eb, (int)oc + %d, r0);", op, g->c_tmap, col0);
@@ -830,8 +881,10 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 	}
 	if (waves(g) > 1) {
 		lg_comment(b, "Epilogue: each wave's 64 rows by TMA when all are real, else from registers.");
+		char o[32];
+		plus_wg(o, sizeof o, wg_rows(g));
 		for (int w = 0; w < waves(g); w++) {
-			lg_open(b, "if (ta + wg * %d + %d <= rend) {", 64 * waves(g), 64 * w + 64);
+			lg_open(b, "if (ta%s + %d <= rend) {", o, 64 * w + 64);
 			emit_store_tma(b, g, w);
 			lg_close(b);
 			lg_open(b, "else {");
@@ -892,11 +945,16 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	} else {
 		lg_wgp_emit_acc(b, "psum", regs);
 	}
-	if (waves(g) > 1)
+	if (g->pingpong)
+		lg_line(b, "const int rl = warp * 16 + (lane >> 2); // rows rl, rl + 8 (+ 64 w) of its tiles");
+	else if (waves(g) > 1)
 		lg_line(b, "const int rl = wg * %d + warp * 16 + (lane >> 2); // rows rl, rl + 8 (+ 64 w) of a tile", wr);
 	else
 		lg_line(b, "const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile");
-	lg_line(b, "int it = 0;");
+	if (g->pingpong)
+		lg_line(b, "int pit = 0; // the ring's count at a pair's first stage");
+	else
+		lg_line(b, "int it = 0;");
 	if (g->c_tmap && waves(g) > 1 && out_slots(g) > 1)
 		lg_line(b, "int nt = 0; // waves stored by TMA: the epilogue's buffers in turn");
 	else if (g->c_tmap && out_slots(g) > 1)
@@ -925,6 +983,8 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	} else {
 		emit_epilogue(b, g, store);
 	}
+	if (g->pingpong)
+		lg_line(b, "pit += nkt + no;");
 	lg_close(b);
 	if (g->overlap)
 		lg_line(b, "if (pta >= 0) store_before(); // the last tile's");

@@ -134,6 +134,17 @@ struct lg_fp8_gemm {
 	const char *c_tmap;
 	int c_elem;
 	bool c_add;
+	/* the two consumer warpgroups on different tiles (CUTLASS's
+	 * ping-pong, at the stage): each warpgroup takes every other tile of
+	 * the CTA's whole, its 128 rows in two waves (bm 128, the wave rules
+	 * of tile.m 256: TMA operands, tiles' scales, bn <= 128, no ahead or
+	 * overlap), and the producer loads the stages of a pair of tiles in
+	 * turn (tile 0's block kt, tile 1's block kt, ...), so that one
+	 * warpgroup's promotion and epilogue run while the other's wgmmas
+	 * keep the tensor cores busy; a stage is A's 128 rows and B's tile,
+	 * released by its one warpgroup. Every tile of the schedule must have
+	 * the same nkt (the forward's and dgrad's, dense and grouped). */
+	bool pingpong;
 	/* buffers a warpgroup (c_tmap): 1, or 2 used by alternate tiles, so that
 	 * a tile's stores wait only for those of the tile before the last
 	 * (tile.m 256: 64-row buffers a wave's stores take in turn, 2 c_bufs

@@ -648,7 +648,7 @@ void lg_gemm90_boxes(const struct lg_gemm *g, unsigned box_a[2], unsigned box_b[
 static struct lg_wgp pipe90(const struct lg_gemm *g)
 {
 	return (struct lg_wgp){consumers(&g->t), g->t.stages, lg_gemm90_cluster(g), stage_bytes(g), 1, NULL,
-			       LG_WGP_DEC_TMA, LG_WGP_INC_TMA};
+			       LG_WGP_DEC_TMA, LG_WGP_INC_TMA, 0};
 }
 
 void lg_gemm90_emit_helpers(lg_buf *b, const struct lg_gemm *g, const char *prefix)

@@ -115,8 +115,12 @@ void lg_wgp_emit_init(lg_buf *b, const struct lg_wgp *p, void (*first)(lg_buf *b
 		lg_line(b, "lg_mbar_init(&full[s], %d); // %s", p->full_count, p->full_why);
 	else
 		lg_line(b, "lg_mbar_init(&full[s], %d);", p->full_count);
-	lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp%s", 4 * p->consumers * p->cluster,
-		p->cluster > 1 ? " of the cluster" : "");
+	if (p->readers)
+		lg_line(b, "lg_mbar_init(&empty[s], %d); // its warpgroup's warps%s", 4 * p->readers * p->cluster,
+			p->cluster > 1 ? " (the cluster's)" : "");
+	else
+		lg_line(b, "lg_mbar_init(&empty[s], %d); // every consumer warp%s", 4 * p->consumers * p->cluster,
+			p->cluster > 1 ? " of the cluster" : "");
 	lg_close(b);
 	lg_line(b, "lg_mbar_fence_init();");
 	lg_close(b);
@@ -133,6 +137,17 @@ void lg_wgp_open_tiles(lg_buf *b, const struct lg_wgp *p, const char *tiles)
 			p->cluster);
 	else
 		lg_open(b, "for (i64 tile = blockIdx.x; tile < %s; tile += gridDim.x) {", tiles);
+}
+
+void lg_wgp_open_tile_pairs(lg_buf *b, const struct lg_wgp *p, const char *tiles)
+{
+	if (p->cluster > 1) {
+		lg_line(b, "const i64 tstep = gridDim.x / %d;", p->cluster);
+		lg_open(b, "for (i64 pt = blockIdx.x / %d; pt < %s; pt += 2 * tstep) {", p->cluster, tiles);
+	} else {
+		lg_line(b, "const i64 tstep = gridDim.x;");
+		lg_open(b, "for (i64 pt = blockIdx.x; pt < %s; pt += 2 * tstep) {", tiles);
+	}
 }
 
 void lg_wgp_emit_group(lg_buf *b, const char *tile, const char *rtiles, int64_t ct)
@@ -196,8 +211,55 @@ void lg_wgp_emit_wait_empty(lg_buf *b, const struct lg_wgp *p, const char *ctr)
 	lg_line(b, "if (%s >= %d) lg_mbar_wait(&empty[s], ((%s / %d) - 1) & 1);", ctr, S, ctr, S);
 }
 
+/* The stage `it` once free: sd, the bytes expected, what lands in it. */
+static void fill_stage(lg_buf *b, const struct lg_wgp *p, const struct lg_wgp_fill *f, const char *ctr)
+{
+	lg_wgp_emit_wait_empty(b, p, ctr);
+	if (f->sd)
+		lg_line(b, "u8 *const sd = %s + s * %u;", f->ring ? f->ring : "ring", p->stage_bytes);
+	if (f->expect)
+		lg_line(b, "lg_mbar_expect(&full[s], %uu);", p->stage_bytes);
+	f->stage(b, f->ctx);
+}
+
+/* lg_wgp_emit_fill's pairs: the pair's stage j is block j / 2 of its tile
+ * j & 1, where that tile is and has it; the pair is done when both tiles
+ * in a row have not (one loop, rolled: with the tiles' loop unrolled, the
+ * compiler kept both tiles' 64-bit coordinates across the blocks, more than
+ * the producer's 40 registers: ptxas, the K 2048 forward spilled 12-20
+ * bytes). */
+static void fill_pairs(lg_buf *b, const struct lg_wgp *p, const struct lg_wgp_fill *f)
+{
+	const char *k = f->k ? f->k : "kt";
+	lg_line(b, "int it = 0;");
+	lg_wgp_open_tile_pairs(b, p, f->tiles);
+	lg_line(b, "int idle = 0; // the pair's tiles in a row without their block j / 2");
+	lg_open(b, "for (int j = 0; idle < 2; j++) {");
+	lg_line(b, "const int %s = j >> 1;", k);
+	lg_line(b, "const i64 tile = pt + (j & 1) * tstep;");
+	lg_open(b, "if (tile >= %s) {", f->tiles);
+	lg_line(b, "idle++;");
+	lg_line(b, "continue;");
+	lg_close(b);
+	if (f->tile)
+		f->tile(b, f->ctx);
+	lg_open(b, "if (%s >= n%s) {", k, k);
+	lg_line(b, "idle++;");
+	lg_line(b, "continue;");
+	lg_close(b);
+	lg_line(b, "idle = 0;");
+	fill_stage(b, p, f, "it");
+	lg_line(b, "it++;");
+	lg_close(b);
+	lg_close(b);
+}
+
 void lg_wgp_emit_fill(lg_buf *b, const struct lg_wgp *p, const struct lg_wgp_fill *f)
 {
+	if (f->pairs && f->tiles) {
+		fill_pairs(b, p, f);
+		return;
+	}
 	if (f->tiles) {
 		lg_line(b, "int it = 0;");
 		lg_wgp_open_tiles(b, p, f->tiles);
@@ -206,12 +268,7 @@ void lg_wgp_emit_fill(lg_buf *b, const struct lg_wgp *p, const struct lg_wgp_fil
 	if (f->tile)
 		f->tile(b, f->ctx);
 	lg_open(b, "for (int %s = 0; %s < n%s; %s++%s) {", k, k, k, k, f->tiles ? ", it++" : "");
-	lg_wgp_emit_wait_empty(b, p, f->tiles ? "it" : k);
-	if (f->sd)
-		lg_line(b, "u8 *const sd = %s + s * %u;", f->ring ? f->ring : "ring", p->stage_bytes);
-	if (f->expect)
-		lg_line(b, "lg_mbar_expect(&full[s], %uu);", p->stage_bytes);
-	f->stage(b, f->ctx);
+	fill_stage(b, p, f, f->tiles ? "it" : k);
 	lg_close(b);
 	if (f->tiles)
 		lg_close(b);

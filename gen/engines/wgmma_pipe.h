@@ -60,6 +60,8 @@ struct lg_wgp {
 	int full_count;        /* arrivals on a full barrier besides the bytes */
 	const char *full_why;  /* who makes them (a comment), or NULL */
 	int dec, inc;          /* setmaxnreg of the producer, of the consumers (LG_WGP_*) */
+	int readers;           /* warpgroups that read (and release) each stage: 1, or 0 for
+				* all the consumers (with 1, the tiles' stages in pairs) */
 };
 
 /* Threads of a CTA: the consumer warpgroups and the producer's. */
@@ -97,6 +99,10 @@ void lg_wgp_emit_init(lg_buf *b, const struct lg_wgp *p, void (*first)(lg_buf *b
 /* The loop over a persistent CTA's tiles of `tiles` (an i64 expression):
  * `tile` from blockIdx.x (its cluster's) on, a grid (of clusters) apart. */
 void lg_wgp_open_tiles(lg_buf *b, const struct lg_wgp *p, const char *tiles);
+/* The loop over a persistent CTA's tiles in pairs: `tstep` the tiles a
+ * grid (of clusters) apart, each pair's first `pt` (its second pt + tstep,
+ * where below `tiles`), from blockIdx.x's (its cluster's) on. */
+void lg_wgp_open_tile_pairs(lg_buf *b, const struct lg_wgp *p, const char *tiles);
 
 /* Row tiles a column sweep of the grouped raster covers. */
 #define LG_WGP_RASTER 16
@@ -148,9 +154,13 @@ struct lg_wgp_fill {
 	const char *k;
 	/* where the stages lie, `sd`'s base (NULL: ring, lg_wgp_emit_ring's) */
 	const char *ring;
+	/* the tiles in pairs (lg_wgp_open_tile_pairs), their stages in turn:
+	 * the first tile's block kt, then the second's, kt on while either has
+	 * blocks; tile() runs at each stage's `tile` (with tiles only) */
+	bool pairs;
 };
 /* The filler's loops: the tiles, each's stages from 0 to nkt, each stage
- * claimed once its consumers released it. */
+ * claimed once its consumers released it (with pairs, in turn). */
 void lg_wgp_emit_fill(lg_buf *b, const struct lg_wgp *p, const struct lg_wgp_fill *f);
 /* `const int s = <ctr> % stages` and the wait until its consumers released it. */
 void lg_wgp_emit_wait_empty(lg_buf *b, const struct lg_wgp *p, const char *ctr);

@@ -36,7 +36,7 @@
 #include "fp8_gemm_common.h"
 #include "wgmma_pipe.h"
 
-enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, K_TO, K_TF, NKEYS };
+enum { K_N, K_K, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, K_TO, K_TF, K_TP, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 256, 0};
 static const char *const acc_words[2] = {"set", "acc"};
@@ -58,6 +58,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TO] = LG_FP8_KEY_OVERLAP,
 	[K_TE] = LG_FP8_KEY_EPILOGUE,
 	[K_TF] = LG_FP8_KEY_FFMA,
+	[K_TP] = LG_FP8_KEY_PINGPONG,
 };
 
 static const struct lg_size sizes[] = {
@@ -96,7 +97,7 @@ static const struct lg_arg wgrad_args[NARGS] = {
 	[C_OUT] = {"dw", LG_ARG_OUT, LG_ELEM_DTYPE, "n, k", 16, "dy^T . x (accumulate: added to dw)"},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_TO, K_TF, K_N, K_K, 3072, true, true};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_TO, K_TF, K_TP, K_N, K_K, 3072, true, true};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {

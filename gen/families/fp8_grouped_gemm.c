@@ -58,7 +58,7 @@
 #include "fp8_gemm_common.h"
 #include "wgmma_pipe.h"
 
-enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, K_TO, K_TF, NKEYS };
+enum { K_N, K_K, K_E, K_ACC, K_TILE, K_TM, K_TN, K_STAGES, K_TC, K_TA, K_TE, K_TO, K_TF, K_TP, NKEYS };
 
 static const int64_t tm_ok[] = {64, 128, 0};
 static const char *const acc_words[2] = {"set", "acc"};
@@ -84,6 +84,7 @@ static const struct lg_key keys[NKEYS] = {
 	[K_TO] = LG_FP8_KEY_OVERLAP,
 	[K_TE] = LG_FP8_KEY_EPILOGUE,
 	[K_TF] = LG_FP8_KEY_FFMA,
+	[K_TP] = LG_FP8_KEY_PINGPONG,
 };
 
 static const struct lg_size sizes[] = {
@@ -126,7 +127,7 @@ static const struct lg_arg wgrad_args[NARGS + 1] = {
 	[WS] = {"workspace", LG_ARG_WORKSPACE, LG_ELEM_U8, NULL, 16, NULL},
 };
 
-static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_TO, K_TF, K_N, K_K, 0, false, false};
+static const struct lg_fp8_keys tkeys = {K_TM, K_TN, K_STAGES, K_ACC, K_TC, K_TA, K_TE, K_TO, K_TF, K_TP, K_N, K_K, 0, false, false};
 
 static lg_status validate(const struct lg_spec *s, const char *where)
 {
@@ -280,7 +281,8 @@ static void emit_maps(lg_buf *b, const struct lg_spec *s, const struct lg_plan *
 static void grouped_tile(lg_buf *b, void *ctx, bool producer)
 {
 	const struct grouped *g = ctx;
-	lg_line(b, "int lo = 0, hi = %lld; // the last expert whose first tile is <= tile", (long long)g->experts);
+	lg_comment(b, "the last expert whose first tile is <= tile");
+	lg_line(b, "int lo = 0, hi = %lld;", (long long)g->experts);
 	lg_open(b, "while (hi - lo > 1) {");
 	lg_line(b, "const int mid = (lo + hi) >> 1;");
 	lg_line(b, "if (gt[mid] <= tile) lo = mid; else hi = mid;");

@@ -707,7 +707,7 @@ static void emit_fused90(lg_buf *b, const struct lg_spec *s, const struct lg_pla
 	const char *two = K % 128 != 0 && K % 128 <= 64 ? "kb + 1 < nkb" : NULL;
 	struct lg_gemm g = {.t = {.bm = WG_BM, .bn = half, .bk = 64, .stages = S}, .terms = 1};
 	/* two consumer warpgroups (a half of the tile's experts each), the loads' thread */
-	const struct lg_wgp pipe = {2, S, WG_CLUSTER, sb, 1, NULL, LG_WGP_DEC_TMA, LG_WGP_INC_TMA};
+	const struct lg_wgp pipe = {2, S, WG_CLUSTER, sb, 1, NULL, LG_WGP_DEC_TMA, LG_WGP_INC_TMA, 0};
 	lg_gemm90_emit_helpers(b, &g, "rt");
 	lg_gemm_emit_store_f32(b, "lg_store_f32", p->v[P_N] % 2 == 0);
 	emit_store_a90(b, terms);

@@ -285,7 +285,8 @@ lg_fp8_grouped_gemm_dgrad_bf16_n2048_k512_e256(
 		if (threadIdx.x == 256) {
 			int it = 0;
 			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-				int lo = 0, hi = 256; // the last expert whose first tile is <= tile
+				// the last expert whose first tile is <= tile
+				int lo = 0, hi = 256;
 				while (hi - lo > 1) {
 					const int mid = (lo + hi) >> 1;
 					if (gt[mid] <= tile) lo = mid; else hi = mid;
@@ -309,7 +310,8 @@ lg_fp8_grouped_gemm_dgrad_bf16_n2048_k512_e256(
 			// Scale warp: each stage's scales, beside the loads' TMA.
 			int it = 0;
 			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-				int lo = 0, hi = 256; // the last expert whose first tile is <= tile
+				// the last expert whose first tile is <= tile
+				int lo = 0, hi = 256;
 				while (hi - lo > 1) {
 					const int mid = (lo + hi) >> 1;
 					if (gt[mid] <= tile) lo = mid; else hi = mid;
@@ -349,7 +351,8 @@ lg_fp8_grouped_gemm_dgrad_bf16_n2048_k512_e256(
 	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-		int lo = 0, hi = 256; // the last expert whose first tile is <= tile
+		// the last expert whose first tile is <= tile
+		int lo = 0, hi = 256;
 		while (hi - lo > 1) {
 			const int mid = (lo + hi) >> 1;
 			if (gt[mid] <= tile) lo = mid; else hi = mid;

@@ -320,7 +320,8 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 		if (threadIdx.x == 256) {
 			int it = 0;
 			for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
-				int lo = 0, hi = 256; // the last expert whose first tile is <= tile
+				// the last expert whose first tile is <= tile
+				int lo = 0, hi = 256;
 				while (hi - lo > 1) {
 					const int mid = (lo + hi) >> 1;
 					if (gt[mid] <= tile) lo = mid; else hi = mid;
@@ -346,7 +347,8 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 			// Scale warp: each stage's scales, beside the loads' TMA.
 			int it = 0;
 			for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
-				int lo = 0, hi = 256; // the last expert whose first tile is <= tile
+				// the last expert whose first tile is <= tile
+				int lo = 0, hi = 256;
 				while (hi - lo > 1) {
 					const int mid = (lo + hi) >> 1;
 					if (gt[mid] <= tile) lo = mid; else hi = mid;
@@ -387,7 +389,8 @@ lg_fp8_grouped_gemm_fwd_bf16_n1024_k2048_e256_tc2a1(
 	const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile
 	int it = 0;
 	for (i64 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
-		int lo = 0, hi = 256; // the last expert whose first tile is <= tile
+		// the last expert whose first tile is <= tile
+		int lo = 0, hi = 256;
 		while (hi - lo > 1) {
 			const int mid = (lo + hi) >> 1;
 			if (gt[mid] <= tile) lo = mid; else hi = mid;
