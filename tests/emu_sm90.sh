@@ -54,6 +54,9 @@ run wgrad 640 2176 301 '{"ahead": 8}' fp32
 run forward 640 2176 301 '{"pingpong": 1}'
 run dgrad 384 256 1000 '{"pingpong": 1, "epilogue": 2}' fp32
 run forward 208 128 301 '{"pingpong": 1, "cluster": 1, "epilogue": 0}'
+run wgrad 640 2176 301 '{"pingpong": 1}' fp32
+ACCUMULATE=1 run wgrad 208 384 1000 '{"m": 256, "epilogue": 1}' fp32
+run wgrad 208 384 127 '{"m": 256}' bf16
 EXPERTS=7 run forward 640 2176 1000
 EXPERTS=5 run dgrad 208 2048 301 '{"pingpong": 1}'
 EXPERTS=5 run forward 256 4224 301

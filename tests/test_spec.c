@@ -140,11 +140,11 @@ static const struct bad bad_specs[] = {
 	 "\"k\": 2048, \"tile\": {\"m\": 256, \"overlap\": 1}}]}",
 	 {"tile: found m 256, overlap 1 (with the default n 128, stages 4, cluster 2, ahead 0, epilogue 0); allowed: "
 	  "tile.overlap with tile.m up to 128"}},
-	/* tile.pingpong: a warpgroup's tile of 128 rows in two waves, forward and dgrad only */
-	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"wgrad\", \"dtype\": \"fp32\", \"n\": 2048, "
-	 "\"k\": 2048, \"tile\": {\"pingpong\": 1}}]}",
+	/* tile.pingpong: a warpgroup's tile of 128 rows in two waves, operands by TMA (not the grouped wgrad's) */
+	{"{\"kernels\": [{\"op\": \"fp8_grouped_gemm\", \"pass\": \"wgrad\", \"dtype\": \"bf16\", "
+	 "\"experts\": 8, \"n\": 2048, \"k\": 2048, \"tile\": {\"pingpong\": 1}}]}",
 	 {"tile: found pingpong 1 (with the default m 128, n 128, stages 4, cluster 1, ahead 0, epilogue 1, "
-	  "overlap 0); allowed: tile.pingpong with tile.m 128", "in the forward and dgrad only"}},
+	  "overlap 0); allowed: tile.pingpong with tile.m 128", "operands by TMA (not the grouped wgrad)"}},
 	{"{\"kernels\": [{\"op\": \"fp8_grouped_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
 	 "\"experts\": 8, \"n\": 2048, \"k\": 2048, \"tile\": {\"pingpong\": 1, \"m\": 64}}]}",
 	 {"tile: found m 64, pingpong 1", "allowed: tile.pingpong with tile.m 128"}},

@@ -13,7 +13,7 @@ ffma (session 15: tile.ffma, the promotion's FFMAs let the warp yield in the cub
 or defaults15 (session 15: the defaults at the wgrad's shapes and two forwards, each twice; run it
 with one library and another, LINGEN_LIBRARY, to time a change of the emitter)
 pingpong (session 16: tile.pingpong, each consumer warpgroup a tile of its own, against the
-default, twice, at the dense shapes of the step and the big forward)."""
+default, twice, at the dense shapes of the step and the big forward; the wgrad with waves too)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
@@ -122,6 +122,10 @@ SETS = {
         for form, M, N, K in (("forward", 8192, 3072, 2048), ("dgrad", 8192, 3072, 2048), ("forward", 8192, 2048, 512),
                               ("forward", 4096, 7168, 16384), ("forward", 8192, 157184, 2048),
                               ("dgrad", 9984, 5120, 3584))
+    ] + [  # and the wgrad with waves (its column scales read in the promotion), against ahead 8
+        (form, M, N, K, [None, PP, {**PP, "epilogue": 2}, {"m": 256, "epilogue": 1},
+                         {"m": 256, "epilogue": 1, "cluster": 2}, None, PP])
+        for form, M, N, K in (("wgrad", 8192, 157184, 2048), ("wgrad", 9984, 3584, 5120), ("wgrad", 8192, 3072, 2048))
     ],
 }
 SETS["qkv"] = SETS["defaults"][:2]  # the defaults set's forward and dgrad at 8192x3072x2048 alone

@@ -66,8 +66,8 @@ struct lg_fp8_tile {
 	LG_KEY_TILE("pingpong", "p", 0, 1, NULL,                                                              \
 		    "1: the two consumer warpgroups on tiles of their own, 128 rows each in two waves, the "     \
 		    "producer loading a pair's stages in turn, so that one's promotion and epilogue run under "  \
-		    "the other's wgmmas (tile.m 128, the forward and dgrad, no ahead or overlap); 0: both on "  \
-		    "each tile")
+		    "the other's wgmmas (tile.m 128, TMA operands: not the grouped wgrad; no ahead or "        \
+		    "overlap); 0: both on each tile")
 /* Plan values (struct lg_plan.v) the families share; a family's own from P8_OWN. */
 enum { P8_BM, P8_BN, P8_STAGES, P8_AH, P8_EP, P8_OV, P8_PP, P8_SMEM, P8_COLS, P8_ROWS, P8_OWN };
 

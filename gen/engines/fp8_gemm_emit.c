@@ -44,9 +44,10 @@ bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g) { return g->bn <= 128 &&
 static int group(const struct lg_fp8_gemm *g) { return g->ahead > 1 ? g->ahead : 4; }
 
 /* Does the promotion read B's per-row scales from the stage's slot (the
- * wgrad ahead: no registers for them beside two buffers of partial sums),
- * so that the stage is released after it? */
-static bool late_scales(const struct lg_fp8_gemm *g) { return g->ahead && g->b_rowscale; }
+ * wgrad ahead, or with waves: no registers for them beside two buffers of
+ * partial sums, or 128 accumulators), so that the stage is released after
+ * it? */
+static bool late_scales(const struct lg_fp8_gemm *g) { return (g->ahead || waves(g) > 1) && g->b_rowscale; }
 
 int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return lg_wgp_threads(consumers(g)); }
 
@@ -142,13 +143,12 @@ const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
 {
 	if (g->bm != 64 && g->bm != 128 && g->bm != 256)
 		return "tile.m 64, 128 (one consumer warpgroup a 64 rows) or 256";
-	if (g->pingpong && (g->bm != 128 || g->manual || g->b_rowscale || g->ahead || g->overlap || g->bn > 128 ||
-			    half_out(g)))
-		return "tile.pingpong with tile.m 128 (a warpgroup's tile in two waves), in the forward and dgrad only, "
-		       "tile.n up to 128, no ahead or overlap, and an epilogue of 0, 1 or 2";
-	if (waves(g) > 1 && (g->manual || g->b_rowscale || g->ahead || g->bn > 128))
-		return "tile.m 256 (two warpgroups of 128 rows, two waves each) in the forward and dgrad only, with "
-		       "tile.n up to 128 and no ahead";
+	if (g->pingpong && (g->bm != 128 || g->manual || g->ahead || g->overlap || g->bn > 128 || half_out(g)))
+		return "tile.pingpong with tile.m 128 (a warpgroup's tile in two waves), operands by TMA (not the "
+		       "grouped wgrad), tile.n up to 128, no ahead or overlap, and an epilogue of 0, 1 or 2";
+	if (waves(g) > 1 && (g->manual || g->ahead || g->bn > 128))
+		return "tile.m 256 (two warpgroups of 128 rows, two waves each), operands by TMA (not the grouped "
+		       "wgrad), with tile.n up to 128 and no ahead";
 	if (g->bn < 16 || g->bn > 256 || g->bn % 16 != 0)
 		return "tile.n a multiple of 16 up to 256";
 	if (!g->b_rowscale && !two_blocks(g->bn))
@@ -587,6 +587,14 @@ static void emit_release(lg_buf *b, const struct lg_fp8_gemm *g, const char *pre
 	lg_wgp_emit_release(b, &p, prefix, NULL, "s");
 }
 
+/* The stage's release once every lane read its scales (late_scales): a
+ * __syncwarp before lane 0 arrives. */
+static void emit_release_read(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
+{
+	lg_line(b, "__syncwarp(); // the scales read before lane 0 frees the stage");
+	emit_release(b, g, prefix);
+}
+
 /* The stage's release and the promotion of `ps`: released first, unless
  * the promotion reads the stage's scales (late_scales). Then lane 0's
  * release must follow every lane's reads of them: a __syncwarp between (the
@@ -598,10 +606,8 @@ static void emit_promote_released(lg_buf *b, const struct lg_fp8_gemm *g, const 
 	if (!late_scales(g))
 		emit_release(b, g, prefix);
 	emit_promote(b, g, ps);
-	if (late_scales(g)) {
-		lg_line(b, "__syncwarp(); // the scales read before lane 0 frees the stage");
-		emit_release(b, g, prefix);
-	}
+	if (late_scales(g))
+		emit_release_read(b, g, prefix);
 }
 
 static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *when);
@@ -635,9 +641,12 @@ static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 			lg_line(b, "const float sa0 = sl[rl], sa1 = sl[rl + 8];");
 		}
 		lg_line(b, "lg_wg_wait(0);");
-		if (w + 1 == waves(g))
+		bool last = w + 1 == waves(g);
+		if (last && !late_scales(g))
 			emit_release(b, g, prefix);
 		emit_promote_wave(b, g, ps, w);
+		if (last && late_scales(g))
+			emit_release_read(b, g, prefix);
 		lg_close(b);
 	}
 }

@@ -137,13 +137,14 @@ struct lg_fp8_gemm {
 	/* the two consumer warpgroups on different tiles (CUTLASS's
 	 * ping-pong, at the stage): each warpgroup takes every other tile of
 	 * the CTA's whole, its 128 rows in two waves (bm 128, the wave rules
-	 * of tile.m 256: TMA operands, tiles' scales, bn <= 128, no ahead or
-	 * overlap), and the producer loads the stages of a pair of tiles in
+	 * of tile.m 256: TMA operands, bn <= 128, no ahead or overlap), and
+	 * the producer loads the stages of a pair of tiles in
 	 * turn (tile 0's block kt, tile 1's block kt, ...), so that one
 	 * warpgroup's promotion and epilogue run while the other's wgmmas
 	 * keep the tensor cores busy; a stage is A's 128 rows and B's tile,
 	 * released by its one warpgroup. Every tile of the schedule must have
-	 * the same nkt (the forward's and dgrad's, dense and grouped). */
+	 * the same nkt (every form but the grouped wgrad, whose operands are
+	 * manual). */
 	bool pingpong;
 	/* buffers a warpgroup (c_tmap): 1, or 2 used by alternate tiles, so that
 	 * a tile's stores wait only for those of the tile before the last
@@ -161,9 +162,9 @@ int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g);
 /* May g be `ahead` (three buffers of bn / 2 registers: bn <= 128; with
  * per-row B scales those are read from shared memory in the promotion)? */
 bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g);
-/* NULL when g is a valid tile, else why not: bm 64 or 128 (or 256 with bn
- * up to 128, no ahead and TMA operands with B's tile scales: the forward
- * and dgrad), bn a multiple of 16 up to 256 whose tiles span at most two
+/* NULL when g is a valid tile, else why not: bm 64 or 128 (or 256, or 128
+ * with pingpong, with bn up to 128, no ahead and TMA operands: not the
+ * grouped wgrad), bn a multiple of 16 up to 256 whose tiles span at most two
  * 128-blocks of B's tile scales, stages 2..8, a cluster of 1 or 2 (1 with
  * manual operands), ahead 0..32 with bn <= 128, overlap with bm <= 128. */
 const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g);
