@@ -64,6 +64,8 @@ EXPERTS=5 run dgrad 208 2048 301 '{"overlap": 1}'
 EXPERTS=7 run wgrad 640 2176 1000 "" fp32
 ACCUMULATE=1 EXPERTS=6 run wgrad 208 384 700 "" fp32
 EXPERTS=6 run wgrad 208 384 700 '{"ahead": 8}' bf16
+EXPERTS=7 run wgrad 640 2176 1000 '{"pingpong": 1, "m": 64}' fp32
+ACCUMULATE=1 EXPERTS=6 run wgrad 208 384 700 '{"pingpong": 1, "m": 64}' fp32
 planted() { # WHAT MUTATION ARGS...: the mutant must fail
 	local what=$1 mut=$2
 	shift 2
@@ -90,6 +92,10 @@ planted "epilogue 3's wait between the halves dropped" \
 # none (the ring's count off) must deadlock or fail
 EMU_TIMEOUT=30 planted "pingpong's stage count" \
 	'k.replace("(kt + wg < no ? kt + wg : no)", "(kt < no ? kt : no)")' forward 640 2176 301 '{"pingpong": 1}'
+# and the grouped wgrad's (experts of different lengths) with the other tile's
+# stages taken as this one's
+EMU_TIMEOUT=30 EXPERTS=7 planted "pingpong's other tile's count" \
+	'k.replace("wg || two ? otn : 0", "two ? nkt : 0")' wgrad 640 2176 1000 '{"pingpong": 1, "m": 64}' fp32
 # and a bf16 output rounded toward zero must fail the half-ulp bound
 planted "bf16 rounded toward zero" 'k.replace("lg_pack_bf16x2(", "emu_pack_bf16x2_rz(")' forward 640 2176 301
 router() { # PASS KEYS M TERMS: router_gemm's sm_90a form

@@ -144,10 +144,10 @@ static const struct bad bad_specs[] = {
 	{"{\"kernels\": [{\"op\": \"fp8_grouped_gemm\", \"pass\": \"wgrad\", \"dtype\": \"bf16\", "
 	 "\"experts\": 8, \"n\": 2048, \"k\": 2048, \"tile\": {\"pingpong\": 1}}]}",
 	 {"tile: found pingpong 1 (with the default m 128, n 128, stages 4, cluster 1, ahead 0, epilogue 1, "
-	  "overlap 0); allowed: tile.pingpong with tile.m 128", "operands by TMA (not the grouped wgrad)"}},
+	  "overlap 0); allowed: tile.pingpong with tile.m 128", "operands by TMA: not the grouped wgrad) or 64"}},
 	{"{\"kernels\": [{\"op\": \"fp8_grouped_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", "
-	 "\"experts\": 8, \"n\": 2048, \"k\": 2048, \"tile\": {\"pingpong\": 1, \"m\": 64}}]}",
-	 {"tile: found m 64, pingpong 1", "allowed: tile.pingpong with tile.m 128"}},
+	 "\"experts\": 8, \"n\": 2048, \"k\": 2048, \"tile\": {\"pingpong\": 1, \"m\": 64, \"ahead\": 8}}]}",
+	 {"tile: found m 64, ahead 8, pingpong 1", "allowed: tile.pingpong with tile.m 128", "no ahead or overlap"}},
 	/* tile.epilogue 3 (half-width buffers): one wave, rows of half the columns 32-byte multiples */
 	{"{\"kernels\": [{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 2048, "
 	 "\"k\": 2048, \"tile\": {\"m\": 256, \"epilogue\": 3}}]}",

@@ -471,6 +471,41 @@ static void test_candidates(void **state)
 	lg_spec_free(big);
 }
 
+/* The FP8 GEMMs' candidates: at most LG_MAX_CANDIDATES, each valid (the
+ * test above's loop), tile.pingpong among the dense forward's (128 rows)
+ * and the grouped wgrad's (64 rows: its 128-row form is not valid there). */
+static int pingpong_rows(enum lg_op op, const char *json)
+{
+	const struct lg_family *f = lg_family_get(op);
+	const int pp = lg_family_key(f, "tile.pingpong"), tm = lg_family_key(f, "tile.m");
+	struct lg_target tg;
+	struct lg_tile_choice c[LG_MAX_CANDIDATES];
+	assert_true(lg_target_parse("sm_90a", &tg));
+	lg_spec *s = spec(json);
+	int n = f->candidates(s, &tg, c, LG_MAX_CANDIDATES), rows = 0;
+	assert_true(n >= 3 && n <= LG_MAX_CANDIDATES);
+	for (int k = 0; k < n; k++) {
+		struct lg_spec v;
+		struct lg_plan p;
+		assert_int_equal(lg_spec_with_tile(s, &c[k], &v), LG_OK);
+		assert_int_equal(lg_plan_for(&v, &tg, &p), LG_OK);
+		if (c[k].set & (uint64_t)1 << pp && c[k].v[pp] == 1)
+			rows = p.tile[tm];
+	}
+	lg_spec_free(s);
+	return rows;
+}
+
+static void test_fp8_candidates(void **state)
+{
+	(void)state;
+	assert_int_equal(pingpong_rows(LG_OP_FP8_GEMM, "{\"op\": \"fp8_gemm\", \"pass\": \"forward\", "
+				       "\"dtype\": \"bf16\", \"n\": 3072, \"k\": 2048}"), 128);
+	assert_int_equal(pingpong_rows(LG_OP_FP8_GROUPED_GEMM, "{\"op\": \"fp8_grouped_gemm\", \"pass\": "
+				       "\"wgrad\", \"dtype\": \"bf16\", \"experts\": 256, \"n\": 1024, \"k\": 2048}"),
+			 64);
+}
+
 /* Every shipped configs/tuning/<arch>.json parses for its arch. */
 static void test_shipped(void **state)
 {
@@ -527,6 +562,7 @@ int main(void)
 		cmocka_unit_test(test_context_cubin),
 		cmocka_unit_test(test_bad_file_stops_context),
 		cmocka_unit_test(test_candidates),
+		cmocka_unit_test(test_fp8_candidates),
 		cmocka_unit_test(test_shipped),
 		cmocka_unit_test(test_cli_no_gpu),
 	};

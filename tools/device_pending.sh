@@ -36,8 +36,9 @@
 #   7. (not by default) tools/fp8_gemm_bench.py --dense-only: accuracy and
 #      TFLOP/s of the dense forms beside _scaled_mm and bf16 -> $OUT/table.md;
 #   8. tile.pingpong (the sixteenth session's, never timed): tile_sweep.py
-#      pingpong (dense) and tools/fp8_grouped_tiles.py with the pingpong
-#      forward tiles (grouped) -> $OUT/pingpong.txt.
+#      pingpong (dense, the wgrad with waves too) and tools/fp8_grouped_tiles.py
+#      with the pingpong forward and wgrad tiles (grouped; the wgrad's at random
+#      counts too) -> $OUT/pingpong.txt.
 # With build-rz/ carried too (tools/device_rz.sh build), tools/device_rz.sh
 # runs beside step 1 (its GPU tests time nothing; CTESTS as there, by
 # default the FP8 GEMMs' bf16-exactness tests, the families' last ones not yet
@@ -148,8 +149,8 @@ if on 8; then
 	echo "== 8. tile.pingpong ($((SECONDS - start)) s)"
 	{
 		timeout 150 python3 bench/fp8-gemm/tile_sweep.py pingpong 2>&1
-		timeout 100 python3 tools/fp8_grouped_tiles.py --fwd-tiles '[{}, {"pingpong": 1}, {"pingpong": 1, "epilogue": 2}]' \
-			--wgrad-tiles '[]' --no-random 2>&1
+		timeout 150 python3 tools/fp8_grouped_tiles.py --fwd-tiles '[{}, {"pingpong": 1}, {"pingpong": 1, "epilogue": 2}]' \
+			--wgrad-tiles '[{}, {"pingpong": 1, "m": 64}, {"pingpong": 1, "m": 64, "epilogue": 2}]' 2>&1
 	} | tee "$out/pingpong.txt" | grep -v '^|---'
 fi
 echo "== done in $((SECONDS - start)) s"

@@ -7,24 +7,8 @@
 
 #include <stdio.h>
 
+#include "fp8_gemm_tile.h"
 #include "wgmma_pipe.h"
-
-#define BK 128   /* reduction a stage: one 128-byte row of e4m3 (the swizzle atom) */
-#define ROWB 128 /* bytes of a shared row */
-
-/* Waves a consumer warpgroup issues a stage: 2 with tile.m 256 or
- * pingpong (its 128
- * rows as two m64 wgmmas, each awaited and promoted before the next, so
- * that one buffer of partial sums serves both), else 1. */
-static int waves(const struct lg_fp8_gemm *g) { return g->bm > 128 || g->pingpong ? 2 : 1; }
-
-/* Consumer warpgroups: 64 rows each, or 128 (two waves) with tile.m 256;
- * with pingpong two, each on a tile of its own. */
-static int consumers(const struct lg_fp8_gemm *g) { return g->pingpong ? 2 : g->bm / (64 * waves(g)); }
-
-/* A consumer warpgroup's first row in its tiles (and its A rows' in a
- * stage): wg times this, 0 with pingpong (the whole tile is its). */
-static int wg_rows(const struct lg_fp8_gemm *g) { return g->pingpong ? 0 : 64 * waves(g); }
 
 /* " + wg * <v>" or nothing (v 0): a warpgroup's offset in an expression. */
 static const char *plus_wg(char *out, size_t size, int v)
@@ -36,153 +20,13 @@ static const char *plus_wg(char *out, size_t size, int v)
 	return out;
 }
 
-int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g) { return g->cluster > 1 ? g->cluster : 1; }
-
-bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g) { return g->bn <= 128 && waves(g) == 1; }
-
-/* Stages a group of the `ahead` loop (tile.ahead 1: 4). */
-static int group(const struct lg_fp8_gemm *g) { return g->ahead > 1 ? g->ahead : 4; }
-
-/* Does the promotion read B's per-row scales from the stage's slot (the
- * wgrad ahead, or with waves: no registers for them beside two buffers of
- * partial sums, or 128 accumulators), so that the stage is released after
- * it? */
-static bool late_scales(const struct lg_fp8_gemm *g) { return (g->ahead || waves(g) > 1) && g->b_rowscale; }
-
-int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g) { return lg_wgp_threads(consumers(g)); }
-
-static unsigned stage_bytes(const struct lg_fp8_gemm *g) { return (unsigned)(g->bm + g->bn) * ROWB; }
-
-/* B's scales a stage: one per column (per row of B), or the one or two
- * 128 x 128 tiles' (a slot of 4: 16-byte slots). */
-static int b_scales(const struct lg_fp8_gemm *g) { return g->b_rowscale ? g->bn : 4; }
-
-/* Floats of a stage's scale slot: A's bm, then B's. */
-static int slot(const struct lg_fp8_gemm *g) { return g->bm + b_scales(g); }
-
-/* tile.epilogue 3: one buffer a warpgroup of half the tile's columns, its
- * 64 rows stored in two passes (the second after the first's stores have
- * read it): 16 KB instead of 32 at 128 x 128 bf16, a stage more. */
-static bool half_out(const struct lg_fp8_gemm *g) { return g->c_bufs == 3; }
-
-/* Columns of an epilogue buffer's row. */
-static int out_cols(const struct lg_fp8_gemm *g) { return half_out(g) ? g->bn / 2 : g->bn; }
-
-/* The epilogue's buffers (c_tmap) a consumer warpgroup, of 64 rows each:
- * c_bufs; with waves (tile.m 256; pingpong: c_bufs) 2 c_bufs, one a wave of c_bufs tiles'
- * (their stores in flight), halved while they take more than 64 KB in all
- * (3 stages fit beside 64 KB): bf16 256 x 128 two at c_bufs 1 and 2 (a
- * tile's), fp32 256 x 128 one (a wave's stores wait for the wave before's
- * to have read it). A wave's stores take the buffers in turn (a counter of
- * the waves stored by TMA, with more than one). */
-static int out_slots(const struct lg_fp8_gemm *g)
-{
-	if (waves(g) == 1)
-		return half_out(g) ? 1 : g->c_bufs;
-	/* pingpong: c_bufs (its two waves' stores take one in turn at 1: a
-	 * stage more fits, and the other warpgroup's wgmmas run meanwhile) */
-	int n = g->pingpong ? g->c_bufs : waves(g) * g->c_bufs;
-	while (n > 1 && consumers(g) * n * 64 * g->bn * g->c_elem > 65536)
-		n /= 2;
-	return n;
-}
-
-/* Bytes of a 64-row buffer of the epilogue. */
-static int slot_bytes(const struct lg_fp8_gemm *g) { return 64 * out_cols(g) * g->c_elem; }
-
-/* Bytes of the epilogue's buffers (c_tmap): a tile of the output (half of
- * one with waves where out_slots says so). */
-static unsigned out_bytes(const struct lg_fp8_gemm *g)
-{
-	return g->c_tmap ? (unsigned)(consumers(g) * out_slots(g) * slot_bytes(g)) : 0u;
-}
-
-unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g)
-{
-	/* 1024 of slack to align the ring; the epilogue's buffers; a scale slot
-	 * and two mbarriers a stage */
-	return 1024u + out_bytes(g) + (unsigned)g->stages * (stage_bytes(g) + (unsigned)slot(g) * 4u + 16u);
-}
-
-/* The output's swizzle span: bytes of a box's row. */
-static int out_span(const struct lg_fp8_gemm *g)
-{
-	int row = out_cols(g) * g->c_elem;
-	return row % 128 == 0 ? 128 : row % 64 == 0 ? 64 : 32;
-}
-
-void lg_fp8_gemm_out_box(const struct lg_fp8_gemm *g, unsigned box[2], int *swizzle)
-{
-	*swizzle = out_span(g);
-	box[0] = (unsigned)(out_span(g) / g->c_elem);
-	box[1] = 64;
-}
-
-int lg_fp8_gemm_fit_stages(struct lg_fp8_gemm *g, int want, unsigned limit)
-{
-	g->stages = want;
-	while (g->stages > 2 && lg_fp8_gemm_smem(g) > limit)
-		g->stages--;
-	return g->stages;
-}
-
-/* Does every tile's column range (origins multiples of bn) lie within two
- * 128-blocks of B's scales? */
-static bool two_blocks(int bn)
-{
-	for (int k = 0; k < 128; k++)
-		if ((k * bn) % 128 + bn > 256)
-			return false;
-	return true;
-}
-
-/* One 128-block of B's scales a tile (bn divides 128): no select. */
-static bool one_block(int bn) { return 128 % bn == 0; }
-
-const char *lg_fp8_gemm_problem(const struct lg_fp8_gemm *g)
-{
-	if (g->bm != 64 && g->bm != 128 && g->bm != 256)
-		return "tile.m 64, 128 (one consumer warpgroup a 64 rows) or 256";
-	if (g->pingpong && (g->bm != 128 || g->manual || g->ahead || g->overlap || g->bn > 128 || half_out(g)))
-		return "tile.pingpong with tile.m 128 (a warpgroup's tile in two waves), operands by TMA (not the "
-		       "grouped wgrad), tile.n up to 128, no ahead or overlap, and an epilogue of 0, 1 or 2";
-	if (waves(g) > 1 && (g->manual || g->ahead || g->bn > 128))
-		return "tile.m 256 (two warpgroups of 128 rows, two waves each), operands by TMA (not the grouped "
-		       "wgrad), with tile.n up to 128 and no ahead";
-	if (g->bn < 16 || g->bn > 256 || g->bn % 16 != 0)
-		return "tile.n a multiple of 16 up to 256";
-	if (!g->b_rowscale && !two_blocks(g->bn))
-		return "tile.n whose tiles span at most two 128-column scale blocks (16..128, 144, 160, 192, 256)";
-	if (g->stages < 2 || g->stages > 8)
-		return "tile.stages 2 to 8";
-	if (g->ahead < 0 || g->ahead > 32)
-		return "tile.ahead 0 (off), 1 (groups of 4 stages) or the stages of a group, 2 to 32";
-	if (g->ahead && !lg_fp8_gemm_can_ahead(g))
-		return "tile.ahead with tile.n up to 128 (three buffers of bn / 2 registers)";
-	if (g->overlap && waves(g) > 1)
-		return "tile.overlap with tile.m up to 128 (one wave a warpgroup)";
-	if (half_out(g) && (waves(g) > 1 || g->bn / 2 * g->c_elem % 32 != 0))
-		return "tile.epilogue 3 (half-width buffers) with tile.m up to 128 and rows of half the tile's "
-		       "columns a multiple of 32 bytes (tile.n a multiple of 32 at bf16, 16 at fp32)";
-	if (g->cluster < 0 || g->cluster > 2 || (g->manual && lg_fp8_gemm_cluster(g) > 1))
-		return "tile.cluster 1 or 2 (1 where the operands are copied without tensor maps: the grouped wgrad)";
-	return NULL;
-}
-
-void lg_fp8_gemm_boxes(const struct lg_fp8_gemm *g, unsigned box_a[2], unsigned box_b[2])
-{
-	box_a[0] = box_b[0] = BK;
-	box_a[1] = (unsigned)(g->bm / lg_fp8_gemm_cluster(g));
-	box_b[1] = (unsigned)g->bn;
-}
-
 /* g's pipeline: the TMA producer's loads' thread and scale warp arrive on
  * a full barrier (33), the manual producer's 128 threads each. */
 static struct lg_wgp pipe_of(const struct lg_fp8_gemm *g)
 {
-	struct lg_wgp p = {consumers(g), g->stages, lg_fp8_gemm_cluster(g), stage_bytes(g), 33,
+	struct lg_wgp p = {lg_fp8_gemm_consumers(g), g->stages, lg_fp8_gemm_cluster(g), lg_fp8_gemm_stage_bytes(g), 33,
 			   "the loads' thread, the scale warp's lanes", LG_WGP_DEC_SCALES, LG_WGP_INC_SCALES, 0};
-	if ((waves(g) > 1 && g->c_tmap) || g->b_rowscale) {
+	if ((lg_fp8_gemm_waves(g) > 1 && g->c_tmap) || g->b_rowscale) {
 		/* tile.m 256's consumers keep 128 + 64 accumulators and, through
 		 * TMA, the epilogue's buffer addresses: 224 registers spill 16
 		 * bytes (ptxas), 232 none; its scale warp fits 40 (ptxas: no spill).
@@ -248,13 +92,14 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 {
 	const struct lg_wgp p = pipe_of(g);
 	int S = g->stages;
-	unsigned st = stage_bytes(g);
+	unsigned st = lg_fp8_gemm_stage_bytes(g);
 	if (g->pingpong)
 		lg_comment(b, "%dx%d tiles: 2 consumer warpgroups, each a tile of its own in turn, and a producer", g->bm,
 			   g->bn);
 	else
 		lg_comment(b, "%dx%d tiles: %d consumer warpgroup%s (%d rows each) and a producer warpgroup; a ring of",
-			   g->bm, g->bn, consumers(g), consumers(g) > 1 ? "s" : "", 64 * waves(g));
+			   g->bm, g->bn, lg_fp8_gemm_consumers(g), lg_fp8_gemm_consumers(g) > 1 ? "s" : "",
+			   64 * lg_fp8_gemm_waves(g));
 	if (g->pingpong)
 		lg_comment(b, "warpgroup; a ring of (the stages of a pair of tiles in turn)");
 	lg_comment(b, "%d stages of A [%d][128 B] and B [%d][128 B] (128 of the reduction, 128-byte swizzle),", S,
@@ -263,24 +108,24 @@ static void emit_prologue(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
 		   g->b_rowscale ? "columns" : "one or two 128 x 128 tiles");
 	lg_comment(b, "then full[%d], empty[%d].", S, S);
 	lg_wgp_emit_ring(b);
-	if (g->c_tmap && waves(g) > 1) {
+	if (g->c_tmap && lg_fp8_gemm_waves(g) > 1) {
 		lg_comment(b, "after the ring, each consumer warpgroup's %d buffer%s of 64 rows (a wave's) of the output",
-			   out_slots(g), out_slots(g) > 1 ? "s" : "");
+			   lg_fp8_gemm_out_slots(g), lg_fp8_gemm_out_slots(g) > 1 ? "s" : "");
 		lg_line(b, "u8 *const epi = ring + %u;", (unsigned)S * st);
-		lg_line(b, "float *const scales = (float *)(epi + %u);", out_bytes(g));
+		lg_line(b, "float *const scales = (float *)(epi + %u);", lg_fp8_gemm_out_bytes(g));
 	} else if (g->c_tmap) {
-		if (half_out(g))
+		if (lg_fp8_gemm_half_out(g))
 			lg_comment(b, "after the ring, each consumer warpgroup's buffer of half its 64 rows' columns");
 		else
 			lg_comment(b, "after the ring, each consumer warpgroup's buffer%s of its 64 rows of the output",
-				   out_slots(g) > 1 ? "s" : "");
+				   lg_fp8_gemm_out_slots(g) > 1 ? "s" : "");
 		lg_line(b, "u8 *const epi = ring + %u;", (unsigned)S * st);
-		lg_line(b, "float *const scales = (float *)(epi + %u);", out_bytes(g));
+		lg_line(b, "float *const scales = (float *)(epi + %u);", lg_fp8_gemm_out_bytes(g));
 	} else {
 		lg_line(b, "float *const scales = (float *)(ring + %u);", (unsigned)S * st);
 	}
 	char at[48];
-	snprintf(at, sizeof at, "scales + %d", S * slot(g));
+	snprintf(at, sizeof at, "scales + %d", S * lg_fp8_gemm_slot(g));
 	lg_wgp_emit_barriers(b, &p, at);
 	lg_wgp_emit_roles(b);
 	if (lg_fp8_gemm_cluster(g) > 1)
@@ -320,7 +165,7 @@ static void emit_scale_copy(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 	 * 28 bytes at 48, the wgrad's fp32 n 2048 k 2048, B's bn / 32 copies
 	 * beside A's, 112 at 40); rolled, none */
 	const char *unroll = step == 32 ? "#pragma unroll 1" : "#pragma unroll";
-	lg_line(b, "float *const sl = scales + s * %d;", slot(g));
+	lg_line(b, "float *const sl = scales + s * %d;", lg_fp8_gemm_slot(g));
 	lg_line(b, "const float *const pa = &LG_SA(kt, ta);");
 	lg_line(b, "%s", unroll);
 	lg_open(b, "for (int i = %s; i < %d; i += %d) {", first, g->bm, step);
@@ -336,7 +181,7 @@ static void emit_scale_copy(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 		lg_close(b);
 		return;
 	}
-	lg_open(b, "if (%s < %d) {", first, one_block(g->bn) ? 1 : 2);
+	lg_open(b, "if (%s < %d) {", first, lg_fp8_gemm_one_block(g->bn) ? 1 : 2);
 	lg_line(b, "const i64 c = (oc >> 7) + %s;", first);
 	lg_line(b, "const bool ok = c * 128 < %s;", g->cols);
 	lg_line(b, "const float *const pb = ok ? &LG_SB(kt, c) : pa;");
@@ -353,7 +198,7 @@ static void emit_scale_copy(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 static void emit_manual_stage(lg_buf *b, const struct lg_fp8_gemm *g)
 {
 	lg_open(b, "if (al && q == 0) {");
-	lg_line(b, "lg_mbar_expect_tx(&full[s], %uu);", stage_bytes(g));
+	lg_line(b, "lg_mbar_expect_tx(&full[s], %uu);", lg_fp8_gemm_stage_bytes(g));
 	lg_line(b, "lg_tma_load_2d(sd, %s, &full[s], kt * %d, ya);", g->a_tmap, BK);
 	lg_line(b, "lg_tma_load_2d(sd + %u, %s, &full[s], kt * %d, yb);", (unsigned)g->bm * ROWB, g->b_tmap, BK);
 	lg_close(b);
@@ -410,7 +255,8 @@ static void producer_tile(lg_buf *b, void *ctx)
 	if (lg_fp8_gemm_cluster(g) > 1)
 		lg_line(b, "const int ah = ta + rank * %d; // its half of A, multicast", g->bm / 2);
 	if (g->manual) {
-		lg_open(b, "if (al && q == 0 && nkt > 0) { // the maps the previous launch patched");
+		lg_comment(b, "the maps the previous launch patched");
+		lg_open(b, "if (al && q == 0 && nkt > 0) {");
 		lg_line(b, "lg_tmap_acquire(%s);", g->a_tmap);
 		lg_line(b, "lg_tmap_acquire(%s);", g->b_tmap);
 		lg_close(b);
@@ -484,17 +330,17 @@ static void emit_producer(lg_buf *b, const struct lg_fp8_gemm *g, const struct l
  * wave reads its own) and of its columns from the stage's slot. */
 static void emit_scales_of(lg_buf *b, const struct lg_fp8_gemm *g, bool rows)
 {
-	lg_line(b, "const float *const sl = scales + s * %d;", slot(g));
+	lg_line(b, "const float *const sl = scales + s * %d;", lg_fp8_gemm_slot(g));
 	if (rows)
 		lg_line(b, "const float sa0 = sl[rl], sa1 = sl[rl + 8];");
 	if (!g->b_rowscale) {
-		if (one_block(g->bn))
+		if (lg_fp8_gemm_one_block(g->bn))
 			lg_line(b, "const float sb0 = sl[%d];", g->bm);
 		else
 			lg_line(b, "const float sb0 = sl[%d], sb1 = sl[%d];", g->bm, g->bm + 1);
 		return;
 	}
-	if (late_scales(g))
+	if (lg_fp8_gemm_late_scales(g))
 		return; /* read in the promotion */
 	lg_comment(b, "B's of columns col and col + 1 (col even): one 8-byte load");
 	lg_line(b, "float2 sbv[%d];", g->bn / 8);
@@ -518,18 +364,18 @@ static void emit_promote_wave(lg_buf *b, const struct lg_fp8_gemm *g, const char
 	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int j = 0; j < %d; j++) {", g->bn / 8);
 	if (g->b_rowscale) {
-		if (late_scales(g)) { /* the stage's slot, released after this */
+		if (lg_fp8_gemm_late_scales(g)) { /* the stage's slot, released after this */
 			lg_line(b, "const float *cs = sl + %d + j * 8 + (lane & 3) * 2;", g->bm);
 			lg_line(b, "const float2 cv = *(const float2 *)cs;");
 		}
-		lg_line(b, "const float c0 = %s.x, c1 = %s.y;", late_scales(g) ? "cv" : "sbv[j]",
-			late_scales(g) ? "cv" : "sbv[j]");
+		lg_line(b, "const float c0 = %s.x, c1 = %s.y;", lg_fp8_gemm_late_scales(g) ? "cv" : "sbv[j]",
+			lg_fp8_gemm_late_scales(g) ? "cv" : "sbv[j]");
 		lg_line(b, "%s4 * j] += %s[4 * j] * (sa0 * c0);", a, ps);
 		lg_line(b, "%s4 * j + 1] += %s[4 * j + 1] * (sa0 * c1);", a, ps);
 		lg_line(b, "%s4 * j + 2] += %s[4 * j + 2] * (sa1 * c0);", a, ps);
 		lg_line(b, "%s4 * j + 3] += %s[4 * j + 3] * (sa1 * c1);", a, ps);
 	} else {
-		if (one_block(g->bn))
+		if (lg_fp8_gemm_one_block(g->bn))
 			lg_line(b, "const float c = sb0;");
 		else
 			lg_line(b, "const float c = oc + j * 8 >= split ? sb1 : sb0;");
@@ -549,9 +395,9 @@ static void emit_promote(lg_buf *b, const struct lg_fp8_gemm *g, const char *ps)
 static void emit_mma(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps, const char *s,
 		     int w)
 {
-	unsigned st = stage_bytes(g);
+	unsigned st = lg_fp8_gemm_stage_bytes(g);
 	char o[32];
-	plus_wg(o, sizeof o, wg_rows(g) * ROWB);
+	plus_wg(o, sizeof o, lg_fp8_gemm_wg_rows(g) * ROWB);
 	if (w > 0)
 		lg_line(b, "const u64 da = lg_wg_desc(ring + %s * %u%s + %u);", s, st, o, 64u * ROWB * (unsigned)w);
 	else
@@ -603,10 +449,10 @@ static void emit_release_read(lg_buf *b, const struct lg_fp8_gemm *g, const char
  * refilled slot read without it). */
 static void emit_promote_released(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix, const char *ps)
 {
-	if (!late_scales(g))
+	if (!lg_fp8_gemm_late_scales(g))
 		emit_release(b, g, prefix);
 	emit_promote(b, g, ps);
-	if (late_scales(g))
+	if (lg_fp8_gemm_late_scales(g))
 		emit_release_read(b, g, prefix);
 }
 
@@ -618,7 +464,7 @@ static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 {
 	lg_line(b, "const int s = it %% %d;", g->stages);
 	emit_issue(b, g, prefix, ps, "s", "it");
-	if (waves(g) == 1) {
+	if (lg_fp8_gemm_waves(g) == 1) {
 		if (g->overlap) {
 			lg_comment(b, "(no whole group: the tile before's epilogue under its first stage)");
 			emit_deferred(b, g, "kt == 0");
@@ -632,7 +478,7 @@ static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 	 * same partial sums (the other warpgroup's keep the tensor cores busy);
 	 * the stage released after the last */
 	emit_scales_of(b, g, false);
-	for (int w = 0; w < waves(g); w++) {
+	for (int w = 0; w < lg_fp8_gemm_waves(g); w++) {
 		lg_open(b, "{");
 		if (w > 0) {
 			emit_mma(b, g, prefix, ps, "s", w);
@@ -641,11 +487,11 @@ static void emit_stage(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 			lg_line(b, "const float sa0 = sl[rl], sa1 = sl[rl + 8];");
 		}
 		lg_line(b, "lg_wg_wait(0);");
-		bool last = w + 1 == waves(g);
-		if (last && !late_scales(g))
+		bool last = w + 1 == lg_fp8_gemm_waves(g);
+		if (last && !lg_fp8_gemm_late_scales(g))
 			emit_release(b, g, prefix);
 		emit_promote_wave(b, g, ps, w);
-		if (last && late_scales(g))
+		if (last && lg_fp8_gemm_late_scales(g))
 			emit_release_read(b, g, prefix);
 		lg_close(b);
 	}
@@ -695,12 +541,13 @@ static void emit_group(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
 		emit_deferred(b, g, NULL);
 	}
 	lg_close(b);
-	for (int j = 0; j < group(g); j++)
-		emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1", j + 1 < group(g));
+	for (int j = 0; j < lg_fp8_gemm_group(g); j++)
+		emit_stage_ahead(b, g, prefix, j & 1 ? "psum1" : "psum0", j & 1 ? "psum0" : "psum1",
+				 j + 1 < lg_fp8_gemm_group(g));
 }
 
 /* A tile's reduction loop: one stage at a time, or (ahead) groups of
- * group(g) stages over two buffers of partial sums (all but a group's last
+ * lg_fp8_gemm_group(g) stages over two buffers of partial sums (all but a group's last
  * promotion overlap the next stage's wgmmas; the other consumer
  * warpgroup's fill the rest), then the stages left one at a
  * time. Each group retires its wgmmas before the loop's back edge: ptxas
@@ -709,10 +556,16 @@ static void emit_group(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefi
  * With overlap the first group is out of the loop, the tile before's
  * epilogue under its first wgmmas without a branch in the loop (in the
  * loop, behind k4 == 0, it cost more than it hid: bench/fp8-gemm.md). */
-static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *prefix)
+static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc, const char *prefix)
 {
-	if (g->pingpong) {
+	if (g->pingpong && sc->count) {
+		lg_line(b, "const i64 ot = wg ? pt : two ? pt + tstep : pt; // the pair's other tile (if any)");
+		sc->count(b, sc->ctx, "ot", "otn");
+		lg_line(b, "const int no = wg || two ? otn : 0; // its stages");
+	} else if (g->pingpong) {
 		lg_line(b, "const int no = two ? nkt : 0; // the other tile's stages (every tile has nkt)");
+	}
+	if (g->pingpong) {
 		lg_comment(b, "block kt: the pair's stage 2 kt + wg, or after the other tile's last");
 		lg_open(b, "for (int kt = 0; kt < nkt; kt++) {");
 		lg_line(b, "const int it = pit + kt + (kt + wg < no ? kt + wg : no);");
@@ -723,12 +576,12 @@ static void emit_reduction(lg_buf *b, const struct lg_fp8_gemm *g, const char *p
 	if (g->ahead) {
 		lg_line(b, "int k4 = 0;");
 		if (g->overlap) { /* the first group out of the loop: no branch in it */
-			lg_open(b, "if (nkt >= %d) {", group(g));
+			lg_open(b, "if (nkt >= %d) {", lg_fp8_gemm_group(g));
 			emit_group(b, g, prefix, true);
-			lg_line(b, "k4 = %d;", group(g));
+			lg_line(b, "k4 = %d;", lg_fp8_gemm_group(g));
 			lg_close(b);
 		}
-		lg_open(b, "for (; k4 + %d <= nkt; k4 += %d) {", group(g), group(g));
+		lg_open(b, "for (; k4 + %d <= nkt; k4 += %d) {", lg_fp8_gemm_group(g), lg_fp8_gemm_group(g));
 		emit_group(b, g, prefix, false);
 		lg_close(b);
 	}
@@ -748,7 +601,7 @@ static void emit_store_regs(lg_buf *b, const struct lg_fp8_gemm *g, const char *
 	lg_wgp_open_pairs(b, g->bn, "oc");
 	lg_wgp_emit_pair(b, store, 0, 0, "rend");
 	lg_wgp_emit_pair(b, store, 8, 2, "rend");
-	for (int w = 1; w < waves(g); w++) { /* wave w: rows 64 w down, acc from w bn / 2 */
+	for (int w = 1; w < lg_fp8_gemm_waves(g); w++) { /* wave w: rows 64 w down, acc from w bn / 2 */
 		int r = 64 * w, a = w * g->bn / 2;
 		lg_wgp_emit_pair(b, store, r, a, "rend");
 		lg_wgp_emit_pair(b, store, r + 8, a + 2, "rend");
@@ -789,28 +642,28 @@ static int log2_of(int v)
  * tiles take two buffers in turn, two where they take one (and with waves). */
 static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, int col0)
 {
-	int w = out_span(g), e = g->c_elem, mask = w / 16 - 1, n = out_slots(g), j0 = col0 / 8;
+	int w = lg_fp8_gemm_out_span(g), e = g->c_elem, mask = w / 16 - 1, n = lg_fp8_gemm_out_slots(g), j0 = col0 / 8;
 	/* tiles stored in two buffers taken in turn: the one barrier before the
 	 * stores also frees the next buffer (the stores of the tile before,
 	 * a whole tile back, waited for just before it); waves, whose stores
 	 * follow each other within a tile, and one buffer: a barrier before
 	 * the writes too */
-	bool one_bar = waves(g) == 1 && n > 1;
-	if (waves(g) > 1) {
+	bool one_bar = lg_fp8_gemm_waves(g) == 1 && n > 1;
+	if (lg_fp8_gemm_waves(g) > 1) {
 		if (n > 1)
-			lg_line(b, "u8 *const eb = epi + (wg * %d + (nt & %d)) * %d;", n, n - 1, slot_bytes(g));
+			lg_line(b, "u8 *const eb = epi + (wg * %d + (nt & %d)) * %d;", n, n - 1, lg_fp8_gemm_slot_bytes(g));
 		else
-			lg_line(b, "u8 *const eb = epi + wg * %d;", slot_bytes(g));
+			lg_line(b, "u8 *const eb = epi + wg * %d;", lg_fp8_gemm_slot_bytes(g));
 		lg_comment(b, "eb free once this warpgroup's stores %d wave%s before have read it", n, n > 1 ? "s" : "");
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(%d);", n - 1);
 	} else if (one_bar) {
-		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", slot_bytes(g));
+		lg_line(b, "u8 *const eb = epi + (wg * 2 + (nt & 1)) * %d;", lg_fp8_gemm_slot_bytes(g));
 		lg_comment(b, "eb free: its stores two tiles back read before the last barrier");
 	} else {
 		if (col0) { /* the second half: eb and rb as the first's */
 			lg_comment(b, "the other half: eb free once the first half's stores have read it");
 		} else {
-			lg_line(b, "u8 *const eb = epi + wg * %d;", slot_bytes(g));
+			lg_line(b, "u8 *const eb = epi + wg * %d;", lg_fp8_gemm_slot_bytes(g));
 			lg_comment(b, "eb free once the stores of this warpgroup's last tile have read it");
 		}
 		lg_line(b, "if ((threadIdx.x & 127) == 0) lg_bulk_wait_read(0);");
@@ -821,9 +674,9 @@ static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, in
 		lg_line(b, "const u32 rb = (u32)(warp * 16 + (lane >> 2)) * %d; // its row in a box", w);
 	lg_line(b, "#pragma unroll");
 	if (j0)
-		lg_open(b, "for (int j = %d; j < %d; j++) {", j0, j0 + out_cols(g) / 8);
+		lg_open(b, "for (int j = %d; j < %d; j++) {", j0, j0 + lg_fp8_gemm_out_cols(g) / 8);
 	else
-		lg_open(b, "for (int j = 0; j < %d; j++) {", out_cols(g) / 8);
+		lg_open(b, "for (int j = 0; j < %d; j++) {", lg_fp8_gemm_out_cols(g) / 8);
 	lg_comment(b, "x: the pair's byte in its row; lo, hi: its rows' in the boxes");
 	if (j0)
 		lg_line(b, "const int x = ((j - %d) * 8 + (lane & 3) * 2) * %d;", j0, e);
@@ -853,7 +706,7 @@ static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, in
 	lg_line(b, "lg_bar_id(1 + wg, 128);");
 	lg_open(b, "if ((threadIdx.x & 127) == 0) {");
 	char o[32];
-	plus_wg(o, sizeof o, wg_rows(g));
+	plus_wg(o, sizeof o, lg_fp8_gemm_wg_rows(g));
 	if (wave > 0)
 		lg_line(b, "const int r0 = ta%s + %d;", o, 64 * wave);
 	else
@@ -863,7 +716,7 @@ static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, in
 		lg_line(b, "%s(%s, eb, (int)oc + %d, r0);", op, g->c_tmap, col0);
 	else
 		lg_line(b, "%s(%s, eb, (int)oc, r0);", op, g->c_tmap);
-	for (int i = 1; i < out_cols(g) * e / w; i++)
+	for (int i = 1; i < lg_fp8_gemm_out_cols(g) * e / w; i++)
 		lg_line(b, "%s(%s, eb + %d, (int)oc + %d, r0);", op, g->c_tmap, i * 64 * w, col0 + i * w / e);
 	lg_line(b, "lg_bulk_commit();");
 	lg_close(b);
@@ -877,7 +730,7 @@ static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, in
 static void emit_store_tma(lg_buf *b, const struct lg_fp8_gemm *g, int wave)
 {
 	emit_store_part(b, g, wave, 0);
-	if (half_out(g))
+	if (lg_fp8_gemm_half_out(g))
 		emit_store_part(b, g, wave, g->bn / 2);
 }
 
@@ -888,11 +741,11 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 		emit_store_regs(b, g, store);
 		return;
 	}
-	if (waves(g) > 1) {
+	if (lg_fp8_gemm_waves(g) > 1) {
 		lg_comment(b, "Epilogue: each wave's 64 rows by TMA when all are real, else from registers.");
 		char o[32];
-		plus_wg(o, sizeof o, wg_rows(g));
-		for (int w = 0; w < waves(g); w++) {
+		plus_wg(o, sizeof o, lg_fp8_gemm_wg_rows(g));
+		for (int w = 0; w < lg_fp8_gemm_waves(g); w++) {
 			lg_open(b, "if (ta%s + %d <= rend) {", o, 64 * w + 64);
 			emit_store_tma(b, g, w);
 			lg_close(b);
@@ -903,7 +756,8 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 		return;
 	}
 	lg_comment(b, "Epilogue: this warpgroup's rows by TMA when all are real, else from registers.");
-	lg_open(b, "if (ta + wg * 64 + 64 <= rend) {");
+	char o[32];
+	lg_open(b, "if (ta%s + 64 <= rend) {", plus_wg(o, sizeof o, lg_fp8_gemm_wg_rows(g)));
 	emit_store_tma(b, g, 0);
 	lg_close(b);
 	lg_open(b, "else {");
@@ -920,7 +774,7 @@ static void emit_deferred(lg_buf *b, const struct lg_fp8_gemm *g, const char *wh
 		lg_open(b, "if (%s) {", when);
 	lg_line(b, "if (pta >= 0) store_before();");
 	lg_line(b, "#pragma unroll");
-	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", g->bn / 2 * waves(g));
+	lg_line(b, "for (int i = 0; i < %d; i++) acc[i] = 0.0f;", g->bn / 2 * lg_fp8_gemm_waves(g));
 	if (when)
 		lg_close(b);
 }
@@ -934,7 +788,7 @@ static void emit_store_before(lg_buf *b, const struct lg_fp8_gemm *g, const char
 	lg_open(b, "const auto store_before = [&]() {");
 	lg_line(b, "const int ta = pta;");
 	lg_line(b, "const i64 oc = poc, rend = prend;");
-	if (!g->c_tmap || waves(g) == 1)
+	if (!g->c_tmap || lg_fp8_gemm_waves(g) == 1)
 		lg_line(b, "const i64 row = (i64)ta + rl;");
 	emit_epilogue(b, g, store);
 	lg_close_with(b, "};");
@@ -943,7 +797,7 @@ static void emit_store_before(lg_buf *b, const struct lg_fp8_gemm *g, const char
 void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct lg_fp8_sched *sc,
 			   const char *prefix, const char *store)
 {
-	int regs = g->bn / 2, wr = 64 * waves(g);
+	int regs = g->bn / 2, wr = 64 * lg_fp8_gemm_waves(g);
 	emit_prologue(b, g, sc);
 	emit_producer(b, g, sc);
 	lg_comment(b, "Consumers: warpgroup wg, rows %d wg.. of each tile.", wr);
@@ -956,7 +810,7 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 	}
 	if (g->pingpong)
 		lg_line(b, "const int rl = warp * 16 + (lane >> 2); // rows rl, rl + 8 (+ 64 w) of its tiles");
-	else if (waves(g) > 1)
+	else if (lg_fp8_gemm_waves(g) > 1)
 		lg_line(b, "const int rl = wg * %d + warp * 16 + (lane >> 2); // rows rl, rl + 8 (+ 64 w) of a tile", wr);
 	else
 		lg_line(b, "const int rl = wg * 64 + warp * 16 + (lane >> 2); // this thread's rows rl, rl + 8 of a tile");
@@ -964,27 +818,28 @@ void lg_fp8_gemm_emit_body(lg_buf *b, const struct lg_fp8_gemm *g, const struct 
 		lg_line(b, "int pit = 0; // the ring's count at a pair's first stage");
 	else
 		lg_line(b, "int it = 0;");
-	if (g->c_tmap && waves(g) > 1 && out_slots(g) > 1)
+	if (g->c_tmap && lg_fp8_gemm_waves(g) > 1 && lg_fp8_gemm_out_slots(g) > 1)
 		lg_line(b, "int nt = 0; // waves stored by TMA: the epilogue's buffers in turn");
-	else if (g->c_tmap && out_slots(g) > 1)
+	else if (g->c_tmap && lg_fp8_gemm_out_slots(g) > 1)
 		lg_line(b, "int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates");
 	if (g->overlap) {
-		lg_line(b, "float acc[%d];", regs * waves(g));
+		lg_line(b, "float acc[%d];", regs * lg_fp8_gemm_waves(g));
 		lg_line(b, "int pta = -1; // the tile before's epilogue is due: its ta, oc, rend");
 		lg_line(b, "i64 poc = 0, prend = 0;");
 		emit_store_before(b, g, store);
 	}
 	open_tiles(b, g);
 	sc->tile(b, sc->ctx, false);
-	if (!g->overlap && (!g->c_tmap || waves(g) == 1)) /* (else each wave's stores from registers define it) */
+	/* (else each wave's stores from registers define it) */
+	if (!g->overlap && (!g->c_tmap || lg_fp8_gemm_waves(g) == 1))
 		lg_line(b, "const i64 row = (i64)ta + rl;");
 	if (!g->overlap)
-		lg_wgp_emit_acc(b, "acc", regs * waves(g));
-	if (!one_block(g->bn) && !g->b_rowscale) {
+		lg_wgp_emit_acc(b, "acc", regs * lg_fp8_gemm_waves(g));
+	if (!lg_fp8_gemm_one_block(g->bn) && !g->b_rowscale) {
 		lg_comment(b, "columns from split on take B's second tile scale");
 		lg_line(b, "const i64 split = ((oc >> 7) + 1) * 128;");
 	}
-	emit_reduction(b, g, prefix);
+	emit_reduction(b, g, sc, prefix);
 	if (g->overlap) {
 		lg_line(b, "pta = ta;");
 		lg_line(b, "poc = oc;");

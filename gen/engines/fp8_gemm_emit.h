@@ -84,6 +84,10 @@ struct lg_fp8_sched {
 	 * rend` (rows from ta below rend are real: scales and stores past it
 	 * are skipped), and whatever the scale macros read. */
 	void (*tile)(lg_buf *b, void *ctx, bool producer);
+	/* With pingpong, where the tiles' nkt differ (NULL: every tile's is
+	 * the same): `const int <name>`, the stages of tile `t` (an i64
+	 * expression, a tile below `tiles`), from what setup declared. */
+	void (*count)(lg_buf *b, void *ctx, const char *t, const char *name);
 };
 
 struct lg_fp8_gemm {
@@ -137,14 +141,15 @@ struct lg_fp8_gemm {
 	/* the two consumer warpgroups on different tiles (CUTLASS's
 	 * ping-pong, at the stage): each warpgroup takes every other tile of
 	 * the CTA's whole, its 128 rows in two waves (bm 128, the wave rules
-	 * of tile.m 256: TMA operands, bn <= 128, no ahead or overlap), and
+	 * of tile.m 256: TMA operands, bn <= 128, no ahead or overlap) or 64
+	 * rows in one (bm 64: any operands, the grouped wgrad's too), and
 	 * the producer loads the stages of a pair of tiles in
 	 * turn (tile 0's block kt, tile 1's block kt, ...), so that one
 	 * warpgroup's promotion and epilogue run while the other's wgmmas
 	 * keep the tensor cores busy; a stage is A's 128 rows and B's tile,
-	 * released by its one warpgroup. Every tile of the schedule must have
-	 * the same nkt (every form but the grouped wgrad, whose operands are
-	 * manual). */
+	 * released by its one warpgroup. The consumers find where a tile's
+	 * stages lie from the other tile's nkt: the schedule's count, or every
+	 * tile's the same. */
 	bool pingpong;
 	/* buffers a warpgroup (c_tmap): 1, or 2 used by alternate tiles, so that
 	 * a tile's stores wait only for those of the tile before the last
@@ -159,8 +164,9 @@ int lg_fp8_gemm_threads(const struct lg_fp8_gemm *g);
 unsigned lg_fp8_gemm_smem(const struct lg_fp8_gemm *g);
 /* CTAs of g's cluster (1 or 2). */
 int lg_fp8_gemm_cluster(const struct lg_fp8_gemm *g);
-/* May g be `ahead` (three buffers of bn / 2 registers: bn <= 128; with
- * per-row B scales those are read from shared memory in the promotion)? */
+/* May g be `ahead` (three buffers of bn / 2 registers: bn <= 128, one
+ * wave, not pingpong; with per-row B scales those are read from shared
+ * memory in the promotion)? */
 bool lg_fp8_gemm_can_ahead(const struct lg_fp8_gemm *g);
 /* NULL when g is a valid tile, else why not: bm 64 or 128 (or 256, or 128
  * with pingpong, with bn up to 128, no ahead and TMA operands: not the

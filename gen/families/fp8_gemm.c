@@ -227,7 +227,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	snprintf(store, sizeof store, "lg_st_out((u8 *)%s, ", a[C_OUT].name);
 	lg_fp8_emit_head(b, s, p, what[s->pass], &g);
 	emit_scale_macros(b, s, &l);
-	struct lg_fp8_sched sc = {&d, dense_setup, dense_tile};
+	struct lg_fp8_sched sc = {&d, dense_setup, dense_tile, NULL};
 	lg_fp8_gemm_emit_body(b, &g, &sc, "fp8", store);
 	lg_close(b);
 }

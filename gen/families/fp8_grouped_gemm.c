@@ -306,14 +306,24 @@ static void grouped_tile(lg_buf *b, void *ctx, bool producer)
  * (rows of dy's copy), columns oc.. (rows of x's), over its tokens. */
 static void wgrad_operands(lg_buf *b, const struct grouped *g);
 
+/* The stages of wgrad tile t (its expert's 128-token blocks): the other
+ * tile's, for tile.pingpong (the forward's and dgrad's are all nkt). */
+static void wgrad_count(lg_buf *b, void *ctx, const char *t, const char *name)
+{
+	const struct grouped *g = ctx;
+	long long per = (long long)(g->rt * g->ct);
+	lg_line(b, "const int %s = (int)((gr[%s / %lld + 1] - gr[%s / %lld] + 127) / 128);", name, t, per, t, per);
+}
+
 static void wgrad_tile(lg_buf *b, void *ctx, bool producer)
 {
 	const struct grouped *g = ctx;
 	long long n = (long long)g->n, per = (long long)(g->rt * g->ct);
 	lg_line(b, "const int ex = (int)(tile / %lld), lt = (int)(tile %% %lld);", per, per);
-	lg_line(b, "const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0, er = (i64)ex * %lld;", n);
-	lg_line(b, "const int ta = (int)(er + lt / %lld * %d), nkt = (int)((segn + 127) / 128);", (long long)g->ct,
-		g->bm);
+	lg_line(b, "const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0;");
+	lg_line(b, "const i64 er = (i64)ex * %lld;", n);
+	lg_line(b, "const int ta = (int)(er + lt / %lld * %d);", (long long)g->ct, g->bm);
+	lg_line(b, "const int nkt = (int)((segn + 127) / 128);");
 	lg_line(b, "const i64 oc = (i64)(lt %% %lld) * %d, rend = er + %lld;", (long long)g->ct, g->bn, n);
 	if (producer)
 		wgrad_operands(b, g);
@@ -324,14 +334,15 @@ static void wgrad_tile(lg_buf *b, void *ctx, bool producer)
 static void wgrad_operands(lg_buf *b, const struct grouped *g)
 {
 	long long n = (long long)g->n, k = (long long)g->cols;
-	lg_line(b, "const u8 *const ga = (const u8 *)dyt + seg0 * %lld + (ta - er) * segn;", n);
+	lg_line(b, "const i64 ra = ta - er; // the tile's first row of dy's block");
+	lg_line(b, "const u8 *const ga = (const u8 *)dyt + seg0 * %lld + ra * segn;", n);
 	lg_line(b, "const u8 *const gb = (const u8 *)xt + seg0 * %lld + oc * segn;", k);
 	lg_line(b, "const i64 lda = segn, ldb = segn, rlen = segn;");
 	lg_line(b, "const int na = (int)(rend - ta), nb = (int)(%lld - oc);", k);
 	lg_line(b, "const bool al = (segn & 15) == 0; // its maps patched: TMA");
 	lg_line(b, "const lg_tmap *const ma = (const lg_tmap *)ws + 2 * ex;");
 	lg_line(b, "const lg_tmap *const mb = ma + 1;");
-	lg_line(b, "const int ya = (int)(ta - er), yb = (int)oc;");
+	lg_line(b, "const int ya = (int)ra, yb = (int)oc;");
 }
 
 static void emit_scale_macros(lg_buf *b, enum lg_pass pass, const struct grouped *g)
@@ -377,7 +388,7 @@ static void emit(lg_buf *b, const struct lg_spec *s, const struct lg_target *t, 
 	lg_fp8_emit_head(b, s, p, what[s->pass], &g);
 	emit_scale_macros(b, s->pass, &gs);
 	snprintf(store, sizeof store, "lg_st_out((u8 *)%s, ", a[C_OUT].name);
-	struct lg_fp8_sched sc = {&gs, grouped_setup, wg ? wgrad_tile : grouped_tile};
+	struct lg_fp8_sched sc = {&gs, grouped_setup, wg ? wgrad_tile : grouped_tile, wg ? wgrad_count : NULL};
 	lg_fp8_gemm_emit_body(b, &g, &sc, "fp8", store);
 	lg_close(b);
 }

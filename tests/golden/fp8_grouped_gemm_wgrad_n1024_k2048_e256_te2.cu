@@ -353,18 +353,22 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256_te2(
 		int it = 0;
 		for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 			const int ex = (int)(tile / 128), lt = (int)(tile % 128);
-			const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0, er = (i64)ex * 1024;
-			const int ta = (int)(er + lt / 16 * 128), nkt = (int)((segn + 127) / 128);
+			const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0;
+			const i64 er = (i64)ex * 1024;
+			const int ta = (int)(er + lt / 16 * 128);
+			const int nkt = (int)((segn + 127) / 128);
 			const i64 oc = (i64)(lt % 16) * 128, rend = er + 1024;
-			const u8 *const ga = (const u8 *)dyt + seg0 * 1024 + (ta - er) * segn;
+			const i64 ra = ta - er; // the tile's first row of dy's block
+			const u8 *const ga = (const u8 *)dyt + seg0 * 1024 + ra * segn;
 			const u8 *const gb = (const u8 *)xt + seg0 * 2048 + oc * segn;
 			const i64 lda = segn, ldb = segn, rlen = segn;
 			const int na = (int)(rend - ta), nb = (int)(2048 - oc);
 			const bool al = (segn & 15) == 0; // its maps patched: TMA
 			const lg_tmap *const ma = (const lg_tmap *)ws + 2 * ex;
 			const lg_tmap *const mb = ma + 1;
-			const int ya = (int)(ta - er), yb = (int)oc;
-			if (al && q == 0 && nkt > 0) { // the maps the previous launch patched
+			const int ya = (int)ra, yb = (int)oc;
+			// the maps the previous launch patched
+			if (al && q == 0 && nkt > 0) {
 				lg_tmap_acquire(ma);
 				lg_tmap_acquire(mb);
 			}
@@ -426,8 +430,10 @@ lg_fp8_grouped_gemm_wgrad_bf16_n1024_k2048_e256_te2(
 	int nt = 0; // tiles stored by TMA: the epilogue's buffer alternates
 	for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
 		const int ex = (int)(tile / 128), lt = (int)(tile % 128);
-		const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0, er = (i64)ex * 1024;
-		const int ta = (int)(er + lt / 16 * 128), nkt = (int)((segn + 127) / 128);
+		const i64 seg0 = gr[ex], segn = gr[ex + 1] - seg0;
+		const i64 er = (i64)ex * 1024;
+		const int ta = (int)(er + lt / 16 * 128);
+		const int nkt = (int)((segn + 127) / 128);
 		const i64 oc = (i64)(lt % 16) * 128, rend = er + 1024;
 		const i64 row = (i64)ta + rl;
 		float acc[64];
