@@ -59,17 +59,26 @@ void lg_insert(lg_buf *b, size_t at, const char *s, size_t n)
 
 __attribute__((format(printf, 2, 0))) static void vemit(lg_buf *b, const char *fmt, va_list ap)
 {
+	/* one pass when the text fits the room left (nearly always): the
+	 * measuring pass is made only when it does not */
+	if (!reserve(b, 64))
+		return;
 	va_list ap2;
 	va_copy(ap2, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap2);
+	int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap2);
 	va_end(ap2);
 	if (n < 0) {
 		b->failed = true;
+		b->data[b->len] = '\0';
 		return;
 	}
-	if (!reserve(b, (size_t)n))
-		return;
-	vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	if ((size_t)n >= b->cap - b->len) {
+		if (!reserve(b, (size_t)n)) {
+			b->data[b->len] = '\0';
+			return;
+		}
+		vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+	}
 	b->len += (size_t)n;
 }
 

@@ -435,22 +435,41 @@ lg_status lg_spec_with_tile(const struct lg_spec *s, const struct lg_tile_choice
 
 /* ---------------------------------------------------- canonical form */
 
+/* Append a string as it is: the canonical form is made once a kernel on
+ * every load (the memory-cache key), so its fixed parts skip printf. */
+static void put(lg_buf *b, const char *text) { lg_raw(b, text, strlen(text)); }
+
+/* The decimal digits of v (no printf: see put). */
+static void put_int(lg_buf *b, int64_t v)
+{
+	char d[24], *p = d + sizeof d;
+	uint64_t u = v < 0 ? 0u - (uint64_t)v : (uint64_t)v;
+	do
+		*--p = (char)('0' + u % 10);
+	while (u /= 10);
+	if (v < 0)
+		*--p = '-';
+	lg_raw(b, p, (size_t)(d + sizeof d - p));
+}
+
 static void emit_value(lg_buf *b, const struct lg_key *key, const struct lg_spec *s, int k)
 {
 	char num[32];
 	switch (key->type) {
 	case LG_KEY_INT:
-		lg_emit(b, "%lld", (long long)s->v[k]);
+		put_int(b, s->v[k]);
 		break;
 	case LG_KEY_NUMBER:
 		lg_json_number_text(s->num[k], num);
-		lg_emit(b, "%s", num);
+		put(b, num);
 		break;
 	case LG_KEY_BOOL:
-		lg_emit(b, "%s", s->v[k] ? "true" : "false");
+		put(b, s->v[k] ? "true" : "false");
 		break;
 	case LG_KEY_ENUM:
-		lg_emit(b, "\"%s\"", key->values[s->v[k]]);
+		put(b, "\"");
+		put(b, key->values[s->v[k]]);
+		put(b, "\"");
 		break;
 	case LG_KEY_OBJECT:
 		break;
@@ -467,11 +486,14 @@ static void emit_members(lg_buf *b, const struct lg_spec *s, const struct lg_fam
 			continue;
 		if (key->type == LG_KEY_OBJECT && !object_used(s, f, k))
 			continue;
-		lg_emit(b, "%s\"%s\": ", sep, leaf(key->path));
+		put(b, sep);
+		put(b, "\"");
+		put(b, leaf(key->path));
+		put(b, "\": ");
 		if (key->type == LG_KEY_OBJECT) {
-			lg_emit(b, "{");
+			put(b, "{");
 			emit_members(b, s, f, k, "");
-			lg_emit(b, "}");
+			put(b, "}");
 		} else {
 			emit_value(b, key, s, k);
 		}
@@ -484,10 +506,15 @@ char *lg_spec_to_json(const struct lg_spec *s)
 	const struct lg_family *f = s->fam;
 	lg_buf b;
 	lg_buf_init(&b);
-	lg_emit(&b, "{\"op\": \"%s\", \"pass\": \"%s\", \"dtype\": \"%s\"", lg_op_names[s->op],
-		lg_pass_names[s->pass], lg_dtype_names[s->dtype]);
+	put(&b, "{\"op\": \"");
+	put(&b, lg_op_names[s->op]);
+	put(&b, "\", \"pass\": \"");
+	put(&b, lg_pass_names[s->pass]);
+	put(&b, "\", \"dtype\": \"");
+	put(&b, lg_dtype_names[s->dtype]);
+	put(&b, "\"");
 	emit_members(&b, s, f, -1, ", ");
-	lg_emit(&b, "}");
+	put(&b, "}");
 	return lg_buf_finish(&b, NULL);
 }
 
