@@ -80,6 +80,7 @@
 #define CACHE_MAX_FILE (256u << 20)    /* larger files are not read */
 #define CACHE_MAX_NAME 159
 #define CACHE_MAX_ARCH 15
+#define CACHE_MAX_HEADER (CACHE_FIXED + 2 + CACHE_MAX_NAME + CACHE_MAX_ARCH)
 #define CACHE_TMP_PREFIX ".tmp-"
 #define CACHE_TMP_STALE_S 60
 
@@ -361,8 +362,10 @@ static uint64_t entry_sum(const uint8_t *hdr, size_t hlen, const void *payload, 
 	return XXH3_64bits_digest(&st);
 }
 
-/* Check an entry file's bytes against rule 4. NULL if sound, else why not. */
-static const char *parse(const uint8_t *b, size_t n, const uint8_t key[LG_KEY_BYTES],
+/* Check an entry file of n bytes against rule 4: b holds its first
+ * min(n, CACHE_MAX_HEADER) bytes at least, payload (NULL: b + the header
+ * length) the bytes after its header. NULL if sound, else why not. */
+static const char *parse(const uint8_t *b, size_t n, const uint8_t *payload, const uint8_t key[LG_KEY_BYTES],
 			 struct parsed *out)
 {
 	snprintf(out->entry, sizeof out->entry, "?");
@@ -393,9 +396,11 @@ static const char *parse(const uint8_t *b, size_t n, const uint8_t key[LG_KEY_BY
 		return "truncated payload";
 	if (size < n - hdr)
 		return "trailing bytes";
-	if (entry_sum(b, hdr, b + hdr, (size_t)size) != get_u64(b + 40))
+	if (!payload)
+		payload = b + hdr;
+	if (entry_sum(b, hdr, payload, (size_t)size) != get_u64(b + 40))
 		return "checksum mismatch";
-	out->payload = b + hdr;
+	out->payload = payload;
 	out->size = size;
 	return NULL;
 }
@@ -408,6 +413,52 @@ static uint8_t *read_all(int fd, struct stat *st, size_t *n, const char **why)
 	if (lg_read_fd(fd, NULL, CACHE_MAX_FILE, st, &b, n) != LG_OK)
 		*why = lg_last_error();
 	return (uint8_t *)b;
+}
+
+/* Read exactly n bytes at the file offset of fd; false on an error or an
+ * early end. */
+static bool read_exact(int fd, uint8_t *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t r = read(fd, p, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return false;
+		p += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+/* An entry file open on fd, its header (the first min(size, CACHE_MAX_HEADER)
+ * bytes) read into head and the bytes after the header into a buffer of
+ * their own, *payload (malloc'd: the cubin handed over without a copy);
+ * *n the file's size, *st its stat. NULL, or why the entry is unsound. */
+static const char *read_entry(int fd, struct stat *st, uint8_t head[CACHE_MAX_HEADER], size_t *n,
+			      uint8_t **payload)
+{
+	*payload = NULL;
+	if (fstat(fd, st) != 0)
+		return strerror(errno);
+	if (!S_ISREG(st->st_mode))
+		return "not a regular file";
+	if ((uintmax_t)st->st_size > CACHE_MAX_FILE)
+		return "larger than 256 MiB";
+	*n = (size_t)st->st_size;
+	size_t nhead = *n < CACHE_MAX_HEADER ? *n : CACHE_MAX_HEADER;
+	if (!read_exact(fd, head, nhead))
+		return "truncated while read";
+	uint32_t hdr = nhead >= CACHE_FIXED ? get_u32(head + 12) : 0;
+	if (nhead < CACHE_FIXED || hdr > nhead)
+		return NULL; /* parse says what is wrong with the header */
+	size_t rest = *n - hdr;
+	if (!(*payload = malloc(rest ? rest : 1)))
+		return "out of memory";
+	memcpy(*payload, head + hdr, nhead - hdr);
+	if (!read_exact(fd, *payload + (nhead - hdr), rest - (nhead - hdr)))
+		return "truncated while read";
+	return NULL;
 }
 
 /* Unlink a bad entry if the name still points at the file that was read. */
@@ -437,20 +488,24 @@ bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], void **data, siz
 	}
 	struct stat st;
 	size_t n = 0;
-	const char *why = NULL;
-	b = read_all(fd, &st, &n, &why);
+	uint8_t head[CACHE_MAX_HEADER];
+	/* the header read apart, the cubin into a buffer of its own that
+	 * becomes the result: no copy moving it to the front */
+	const char *why = read_entry(fd, &st, head, &n, &b);
 	struct parsed p;
-	if (b)
-		why = parse(b, n, key, &p);
-	if (why) {
-		lg_log("cache: %s: %s (a miss; removed)", path, why);
-		if (b)
-			unlink_if_same(path, &st);
+	if (why) { /* not read: left alone */
+		lg_log("cache: %s: %s (a miss)", path, why);
 		goto done;
 	}
-	/* the cubin moved to the front of the file's buffer, which becomes the
-	 * result: no second allocation (its pages faulted in) and copy */
-	memmove(b, p.payload, (size_t)p.size);
+	if (!b) /* the header cut short or too long: parse names what is wrong */
+		why = parse(head, n < CACHE_MAX_HEADER ? n : CACHE_MAX_HEADER, NULL, key, &p);
+	else
+		why = parse(head, n, b, key, &p);
+	if (why) {
+		lg_log("cache: %s: %s (a miss; removed)", path, why);
+		unlink_if_same(path, &st);
+		goto done;
+	}
 	void *out = b;
 	b = NULL;
 	/* last use, for LRU pruning, to the hour: no write for an entry used
@@ -830,7 +885,7 @@ static void verify(const lg_cache *c, const struct scanned *s, struct lg_cache_e
 	close(fd);
 	struct parsed p;
 	if (b)
-		why = parse(b, n, key, &p);
+		why = parse(b, n, NULL, key, &p);
 	if (b || why) {
 		snprintf(e->entry, sizeof e->entry, "%s", b ? p.entry : "?");
 		snprintf(e->arch, sizeof e->arch, "%s", b ? p.arch : "?");
