@@ -1,6 +1,7 @@
 /*
  * test_cache.c - the disk cache rules of runtime/cache.c: hits and misses,
- * keys, corrupt/truncated/foreign entries (and a FIFO in an entry's place), unwritable folders, concurrent
+ * keys, corrupt/truncated/foreign entries (and a FIFO in an entry's place),
+ * payloads of sizes around the header's read, unwritable folders, concurrent
  * writers in several processes, LRU pruning, listing and clearing.
  * Each test works in its own folder under /tmp and removes it.
  */
@@ -283,6 +284,29 @@ static void test_truncated(void **state)
 	assert_hit(e.c, e.key, e.payload, e.size);
 	free(longer);
 	entry_teardown(&e);
+}
+
+/* A hit reads the header apart and the cubin into a buffer of its own:
+ * payloads that end inside the first read (the longest header's bytes),
+ * at its end and past it, each read whole and each a miss when cut by a
+ * byte; a long entry name (the longest header) likewise. */
+static void test_payload_sizes(void **state)
+{
+	(void)state;
+	const size_t sizes[] = {1, 2, 100, 160, 161, 162, 200, 4096};
+	const char *names[] = {"lg_s", "lg_a_rather_long_entry_name_that_makes_a_long_header_"
+				       "and_leaves_little_of_the_first_read_for_the_cubin_xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"};
+	for (int k = 0; k < 2; k++) {
+		for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+			struct entry_fixture e;
+			entry_setup(&e, names[k], sizes[i], (unsigned)i);
+			assert_hit(e.c, e.key, e.payload, e.size);
+			lg_test_write_file(e.file, e.bytes, e.n - 1);
+			assert_miss(e.c, e.key);
+			assert_int_equal(access(e.file, F_OK), -1); /* the bad file is gone */
+			entry_teardown(&e);
+		}
+	}
 }
 
 /* Another key's intact entry under this key's name is a miss. */
@@ -773,6 +797,7 @@ int main(void)
 		cmocka_unit_test(test_key_hex),
 		cmocka_unit_test(test_corrupt),
 		cmocka_unit_test(test_truncated),
+		cmocka_unit_test(test_payload_sizes),
 		cmocka_unit_test(test_header_covered),
 		cmocka_unit_test(test_foreign),
 		cmocka_unit_test(test_fifo_entry),
