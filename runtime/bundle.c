@@ -40,6 +40,23 @@
  * would be, and the result must equal the whole record (entries, geometry,
  * tile, used): a bundle made by another lingen is turned down, not misread.
  * An embedded table holds the same fields, the spec and plan as JSON text.
+ *
+ * index.lgb (written by `lingen build` after the cubins and before the
+ * manifest; what the loader reads when it is there, manifest.json being for
+ * people and tools, and the loader's fallback for bundles without one): the
+ * manifest's records as text a loader reads without a JSON parser, one line
+ * each, fields separated by tabs (no field holds a tab or a newline):
+ *   LGINDEX <LG_INDEX_FORMAT> <lingen version> <nvrtc version>
+ *   kernel <arch> <entry> <file> <size> <checksum> <plan digest> <given> <canonical spec>
+ *   skipped <entry> <arch> <why>
+ * checksum as the manifest's; plan digest: lg_plan_digest of the plan, 16
+ * hex digits; given: lg_plan_given_json; the canonical spec as lg_spec_to_json
+ * prints it. The records are not re-planned when the bundle is opened but
+ * when a kernel is asked for (lg_bundle_get): its spec is the caller's, whose
+ * canonical text must equal the record's, planned with the recorded given
+ * tile, and the digest of that plan must equal the recorded one; every other
+ * field is checked by use (the cubin's checksum is seeded by the canonical
+ * spec, entry, arch and given tile). Another index format is refused.
  * "lingen" must be this lingen's version, "nvrtc" a version, "archs" the
  * archs (each once) that every record's arch is one of; a bundle holds at
  * most LG_BUNDLE_MAX_ITEMS records, each entry x arch once (an index by
@@ -71,7 +88,9 @@ struct item {
 	const unsigned char *data;  /* embedded tables: the cubin */
 	size_t size;
 	uint64_t checksum;
-	struct lg_plan plan;
+	struct lg_plan plan;        /* the manifest's and tables': checked when opened */
+	uint64_t digest;            /* the index's: the plan checked when asked for */
+	bool indexed;               /* from index.lgb: strings point into lg_bundle.index */
 };
 
 struct lg_bundle {
@@ -83,6 +102,7 @@ struct lg_bundle {
 	size_t nkernels; /* distinct entries */
 	char archs[160]; /* "sm_90a, sm_80" */
 	cJSON *skipped;  /* the manifest's "skipped" (entry, arch, why), NULL if none */
+	char *index;     /* index.lgb's text, its lines cut at the tabs, when read */
 };
 
 void lg_bundle_free(lg_bundle *b)
@@ -90,12 +110,15 @@ void lg_bundle_free(lg_bundle *b)
 	if (!b)
 		return;
 	for (size_t i = 0; i < b->n; i++) {
+		free(b->items[i].file);
+		if (b->items[i].indexed)
+			continue;
 		free(b->items[i].canon);
 		free(b->items[i].entry);
 		free(b->items[i].arch);
-		free(b->items[i].file);
 		free(b->items[i].given);
 	}
+	free(b->index);
 	free(b->items);
 	free(b->slot);
 	cJSON_Delete(b->skipped);
@@ -232,6 +255,90 @@ cJSON *lg_plan_to_json(const struct lg_spec *s, const struct lg_plan *p)
 	return o;
 }
 
+/* Bytes the plan digest is taken over: integers as 8 bytes little-endian,
+ * strings as their length and bytes; sized for the largest plan. */
+struct digest_buf {
+	uint8_t b[LG_MAX_ENTRIES * (160 + 24 * 8) + LG_MAX_KEYS * 24 + LG_MAX_ARGS * 8 +
+		  LG_MAX_TMAPS * (64 + 6 * 8) + 256];
+	size_t n;
+	bool over;
+};
+
+static void dig_u64(struct digest_buf *d, uint64_t v)
+{
+	if (d->n + 8 > sizeof d->b) {
+		d->over = true;
+		return;
+	}
+	for (int i = 0; i < 8; i++)
+		d->b[d->n++] = (uint8_t)(v >> (8 * i));
+}
+
+static void dig_str(struct digest_buf *d, const char *s)
+{
+	size_t n = strlen(s);
+	dig_u64(d, n);
+	if (d->n + n > sizeof d->b) {
+		d->over = true;
+		return;
+	}
+	memcpy(d->b + d->n, s, n);
+	d->n += n;
+}
+
+uint64_t lg_plan_digest(const struct lg_spec *s, const struct lg_plan *p)
+{
+	const struct lg_family *f = s->fam;
+	struct digest_buf d = {.n = 0};
+	dig_str(&d, "lingen plan digest 1");
+	for (int k = 0; k < f->nkeys; k++) {
+		if (!lg_key_is_tile(&f->keys[k]))
+			continue;
+		bool given = (p->given.set >> k) & 1u;
+		dig_u64(&d, (uint64_t)k);
+		dig_u64(&d, given);
+		dig_u64(&d, given ? (uint64_t)p->given.v[k] : 0);
+		dig_u64(&d, (uint64_t)p->tile[k]);
+	}
+	dig_u64(&d, (uint64_t)p->nargs);
+	for (int i = 0; i < p->nargs && i < LG_MAX_ARGS; i++)
+		dig_u64(&d, p->used[i]);
+	int64_t s1[LG_MAX_SIZES], s8k[LG_MAX_SIZES];
+	lg_sizes_at(f, s->pass, 1, s1);
+	lg_sizes_at(f, s->pass, 8192, s8k);
+	dig_u64(&d, (uint64_t)p->nentries);
+	for (int e = 0; e < p->nentries && e < LG_MAX_ENTRIES; e++) {
+		struct lg_launch_dim d1, d8k;
+		f->geometry(p, e, s1, &d1);
+		f->geometry(p, e, s8k, &d8k);
+		dig_str(&d, p->entry[e]);
+		for (int i = 0; i < 3; i++) {
+			dig_u64(&d, d1.block[i]);
+			dig_u64(&d, d1.grid[i]);
+			dig_u64(&d, d8k.grid[i]);
+		}
+		dig_u64(&d, d1.smem);
+		dig_u64(&d, p->cluster[e]);
+		dig_u64(&d, p->persistent[e]);
+		dig_u64(&d, p->per_sm[e]);
+		dig_u64(&d, p->early[e]);
+		dig_u64(&d, (uint64_t)p->part[e]);
+	}
+	dig_u64(&d, (uint64_t)p->ntmaps);
+	for (int i = 0; i < p->ntmaps && i < LG_MAX_TMAPS; i++) {
+		const struct lg_tmap_decl *m = &p->tmap[i];
+		dig_u64(&d, (uint64_t)m->arg);
+		dig_u64(&d, m->box[0]);
+		dig_u64(&d, m->box[1]);
+		dig_u64(&d, (uint64_t)m->swizzle);
+		dig_str(&d, m->cols ? m->cols : "");
+		dig_u64(&d, m->patched);
+	}
+	dig_u64(&d, (uint64_t)p->sass_ffma);
+	LG_ASSERT(!d.over);
+	return XXH3_64bits(d.b, d.n);
+}
+
 /* Is the recorded plan o (its JSON) the plan p this lingen makes? */
 static bool same_plan(const struct lg_spec *s, const struct lg_plan *p, const cJSON *o)
 {
@@ -241,17 +348,12 @@ static bool same_plan(const struct lg_spec *s, const struct lg_plan *p, const cJ
 	return same;
 }
 
-/* The plan of spec s for target t as recorded in o: re-planned here from
- * the spec and the recorded "given" tile (every value checked as a spec's
- * would be), then compared with the whole record. */
-static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, const struct lg_target *t,
-				struct lg_plan *p, const char *where)
+/* Plan spec s for target t with the recorded "given" tile (a JSON object;
+ * every value checked as a spec's would be). */
+static lg_status replan(const cJSON *given, const struct lg_spec *s, const struct lg_target *t,
+			struct lg_plan *p, const char *where)
 {
 	const struct lg_family *f = s->fam;
-	const cJSON *given = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "given") : NULL;
-	if (!cJSON_IsObject(given))
-		return lg_fail(LG_ERR_SPEC, "%s: expected an object with \"given\", \"tile\", \"used\" and \"entries\"",
-			       where);
 	struct lg_spec planned = *s;
 	lg_status st = LG_OK;
 	if (given->child) {
@@ -273,6 +375,22 @@ static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, const s
 		snprintf(msg, sizeof msg, "%s", lg_last_error());
 		return lg_fail(LG_ERR_SPEC, "%s: the recorded plan does not plan for %s: %s", where, t->name, msg);
 	}
+	return LG_OK;
+}
+
+/* The plan of spec s for target t as recorded in o: re-planned here from
+ * the spec and the recorded "given" tile, then compared with the whole
+ * record. */
+static lg_status plan_from_json(const cJSON *o, const struct lg_spec *s, const struct lg_target *t,
+				struct lg_plan *p, const char *where)
+{
+	const cJSON *given = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "given") : NULL;
+	if (!cJSON_IsObject(given))
+		return lg_fail(LG_ERR_SPEC, "%s: expected an object with \"given\", \"tile\", \"used\" and \"entries\"",
+			       where);
+	lg_status st = replan(given, s, t, p, where);
+	if (st != LG_OK)
+		return st;
 	if (!same_plan(s, p, o))
 		return lg_fail(LG_ERR_SPEC, "%s: the launch plan recorded differs from what lingen %s computes: rebuild the bundle with this lingen",
 			       where, lg_version());
@@ -582,22 +700,190 @@ static lg_status manifest_parse(lg_bundle *b, const char *dir, const char *path,
 	return LG_OK;
 }
 
+/* -------------------------------------------------------------- the index */
+
+/* Cut a line at its tabs into at most max fields: how many it has (max + 1:
+ * more than max). */
+static int split(char *line, char **field, int max)
+{
+	int n = 0;
+	field[n++] = line;
+	for (char *c = strchr(line, '\t'); c; c = strchr(c + 1, '\t')) {
+		if (n == max)
+			return max + 1;
+		*c = '\0';
+		field[n++] = c + 1;
+	}
+	return n;
+}
+
+static bool hex16(const char *text, uint64_t *out)
+{
+	for (int i = 0; i < 16; i++)
+		if (!((text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f')))
+			return false;
+	if (text[16])
+		return false;
+	*out = strtoull(text, NULL, 16);
+	return true;
+}
+
+/* A "kernel" line: f[1..8] arch, entry, file, size, checksum, plan digest,
+ * given, canonical spec; the item points into the index's text. */
+static lg_status index_kernel(const char *dir, char **f, struct item *it, const char *where)
+{
+	struct lg_target t;
+	char *end = NULL;
+	unsigned long long size = f[4][0] >= '0' && f[4][0] <= '9' ? strtoull(f[4], &end, 10) : 0;
+	if (!lg_target_parse(f[1], &t) || strcmp(t.name, f[1]) != 0)
+		return lg_fail(LG_ERR_SPEC, "%s: arch: '%s' is not an arch (expected sm_<NN>[a])", where, f[1]);
+	if (strncmp(f[2], "lg_", 3) != 0)
+		return lg_fail(LG_ERR_SPEC, "%s: entry: found '%s', expected a lingen entry name", where, f[2]);
+	if (!f[3][0] || strchr(f[3], '/') || f[3][0] == '.')
+		return lg_fail(LG_ERR_SPEC, "%s: file: '%s' must be a file name inside the bundle", where, f[3]);
+	if (!end || *end || size < 1 || size > (1ull << 32))
+		return lg_fail(LG_ERR_SPEC, "%s: size: found '%s', expected 1 to 2^32 bytes", where, f[4]);
+	if (!hex16(f[5], &it->checksum) || !hex16(f[6], &it->digest))
+		return lg_fail(LG_ERR_SPEC, "%s: checksum and plan digest: expected 16 hex digits each, found '%s' and '%s'",
+			       where, f[5], f[6]);
+	if (f[7][0] != '{' || f[8][0] != '{')
+		return lg_fail(LG_ERR_SPEC, "%s: expected the given tile and the spec as JSON objects", where);
+	it->indexed = true;
+	it->arch = f[1];
+	it->entry = f[2];
+	it->size = (size_t)size;
+	it->given = f[7];
+	it->canon = f[8];
+	if (asprintf(&it->file, "%s/%s", dir, f[3]) < 0) {
+		it->file = NULL;
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
+	}
+	return LG_OK;
+}
+
+/* A "skipped" line, kept as the manifest's "skipped" is. */
+static lg_status index_skipped(lg_bundle *b, char **f, const char *where)
+{
+	if (!b->skipped && !(b->skipped = cJSON_CreateArray()))
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
+	cJSON *o = cJSON_CreateObject();
+	bool ok = o && cJSON_AddStringToObject(o, "entry", f[1]) && cJSON_AddStringToObject(o, "arch", f[2]) &&
+		  cJSON_AddStringToObject(o, "why", f[3]);
+	if (!ok || !cJSON_AddItemToArray(b->skipped, o)) {
+		cJSON_Delete(o);
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
+	}
+	return LG_OK;
+}
+
+/* index.lgb's text (kept by the bundle: the items point into it). */
+static lg_status index_parse(lg_bundle *b, const char *dir, const char *path, char *text, size_t len)
+{
+	b->index = text;
+	if (strlen(text) != len)
+		return lg_fail(LG_ERR_SPEC, "%s: not text: not a lingen bundle index", path);
+	size_t lines = 0;
+	for (const char *c = strchr(text, '\n'); c; c = strchr(c + 1, '\n'))
+		lines++;
+	char *line = text, *next = strchr(line, '\n');
+	if (!next)
+		return lg_fail(LG_ERR_SPEC, "%s: no header line: not a lingen bundle index", path);
+	*next = '\0';
+	char *f[9];
+	int n = split(line, f, 4);
+	if (strcmp(f[0], "LGINDEX") != 0)
+		return lg_fail(LG_ERR_SPEC, "%s: not a lingen bundle index (its first line starts with LGINDEX)", path);
+	char format[16];
+	snprintf(format, sizeof format, "%d", LG_INDEX_FORMAT);
+	if (n < 2 || strcmp(f[1], format) != 0)
+		return lg_fail(LG_ERR_SPEC, "%s: bundle index format %s, this lingen (%s) reads format %d: rebuild the bundle with lingen build",
+			       path, n < 2 ? "(none)" : f[1], lg_version(), LG_INDEX_FORMAT);
+	lg_status st = n == 4 ? check_versions(path, f[2], f[3])
+			      : lg_fail(LG_ERR_SPEC, "%s: header: expected LGINDEX, format, lingen and NVRTC versions", path);
+	if (st == LG_OK)
+		st = bundle_alloc(b, lines, path);
+	size_t i = 0;
+	for (size_t at = 2; st == LG_OK && *(line = next + 1); at++) {
+		if (!(next = strchr(line, '\n')))
+			return lg_fail(LG_ERR_SPEC, "%s:%zu: the last line does not end: a partial index", path, at);
+		*next = '\0';
+		char where[WHERE_MAX];
+		snprintf(where, sizeof where, "%s:%zu", path, at);
+		n = split(line, f, 9);
+		if (n == 9 && strcmp(f[0], "kernel") == 0) {
+			b->n = i + 1;
+			st = index_kernel(dir, f, &b->items[i], where);
+			if (st == LG_OK)
+				st = index_add(b, i++, where);
+		} else if (n == 4 && strcmp(f[0], "skipped") == 0) {
+			st = index_skipped(b, f, where);
+		} else {
+			st = lg_fail(LG_ERR_SPEC, "%s: expected a kernel line (9 fields) or a skipped line (4 fields)", where);
+		}
+	}
+	return st;
+}
+
+/* The bundle's index when it has one (*found false when not). */
+static lg_status open_index(lg_bundle *b, const char *dir, bool *found)
+{
+	*found = false;
+	char *path = NULL;
+	if (asprintf(&path, "%s/index.lgb", dir) < 0)
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening bundle %s", dir);
+	size_t len = 0;
+	char *text = NULL;
+	lg_status st = lg_read_file_max(path, LG_JSON_MAX, &text, &len);
+	if (st != LG_OK && errno == ENOENT) {
+		lg_clear_error();
+		free(path);
+		return LG_OK;
+	}
+	*found = true;
+	if (st != LG_OK)
+		lg_fail_prefix(st, "cannot read bundle index ");
+	else
+		st = index_parse(b, dir, path, text, len);
+	free(path);
+	return st;
+}
+
 lg_status lg_bundle_open(const char *dir, lg_bundle **out)
 {
 	*out = NULL;
+	lg_bundle *b = calloc(1, sizeof *b);
+	bool indexed = false;
+	lg_status st = LG_OK;
+	if (!b || asprintf(&b->where, "bundle %s", dir) < 0) {
+		free(b);
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening bundle %s", dir);
+	}
+	st = open_index(b, dir, &indexed);
+	if (st == LG_OK && indexed)
+		st = summarise(b);
+	if (st != LG_OK || indexed) {
+		if (st != LG_OK) {
+			lg_bundle_free(b);
+			return st;
+		}
+		lg_log("bundle %s: %zu cubins (%zu kernels for %s), from its index", dir, b->n, b->nkernels, b->archs);
+		*out = b;
+		return LG_OK;
+	}
+	lg_bundle_free(b);
 	char *path = NULL;
 	if (asprintf(&path, "%s/manifest.json", dir) < 0)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening bundle %s", dir);
 	size_t len = 0;
 	char *text = NULL;
-	lg_status st = lg_read_file_max(path, LG_JSON_MAX, &text, &len);
+	st = lg_read_file_max(path, LG_JSON_MAX, &text, &len);
 	if (st != LG_OK) {
 		lg_fail_prefix(st, "cannot read bundle manifest ");
 		lg_fail_append(" (is %s a bundle made by lingen build?)", dir);
 		free(path);
 		return st;
 	}
-	lg_bundle *b = calloc(1, sizeof *b);
+	b = calloc(1, sizeof *b);
 	cJSON *m = NULL;
 	struct lg_jreader r;
 	lg_json_init(&r, path);
@@ -701,7 +987,7 @@ static lg_status item_cubin(const lg_bundle *b, const struct item *it, void **cu
 	uint64_t sum = lg_bundle_checksum(it->canon, it->entry, it->arch, it->given, data, n);
 	if (n != it->size || sum != it->checksum) {
 		free(data);
-		return lg_fail(LG_ERR_IO, "%s (%s for %s) in %s is corrupt, or its record (spec, entry, arch, given tile) changed: %zu bytes with checksum %016llx, the manifest says %zu bytes with checksum %016llx; rebuild the bundle",
+		return lg_fail(LG_ERR_IO, "%s (%s for %s) in %s is corrupt, or its record (spec, entry, arch, given tile) changed: %zu bytes with checksum %016llx, its record says %zu bytes with checksum %016llx; rebuild the bundle",
 			       it->file ? it->file : it->entry, it->entry, it->arch, b->where, n,
 			       (unsigned long long)sum, it->size, (unsigned long long)it->checksum);
 	}
@@ -710,17 +996,40 @@ static lg_status item_cubin(const lg_bundle *b, const struct item *it, void **cu
 	return LG_OK;
 }
 
-lg_status lg_bundle_get(const lg_bundle *b, const char *canon, const char *entry, const char *arch,
+/* The plan of an index's item: the spec (the caller's, whose canonical
+ * text is the record's) planned for t with the recorded given tile, its
+ * digest the recorded one. */
+static lg_status item_plan(const lg_bundle *b, const struct item *it, const struct lg_spec *s,
+			   const struct lg_target *t, struct lg_plan *p)
+{
+	char where[WHERE_MAX];
+	snprintf(where, sizeof where, "%s: index.lgb: %s for %s", b->where, it->entry, it->arch);
+	cJSON *given = cJSON_Parse(it->given);
+	lg_status st = cJSON_IsObject(given) ? replan(given, s, t, p, where)
+					     : lg_fail(LG_ERR_SPEC, "%s: given: expected a JSON object, found '%s'", where,
+						       it->given);
+	cJSON_Delete(given);
+	if (st == LG_OK && lg_plan_digest(s, p) != it->digest)
+		st = lg_fail(LG_ERR_SPEC, "%s: the launch plan recorded differs from what lingen %s computes: rebuild the bundle with this lingen",
+			     where, lg_version());
+	return st;
+}
+
+lg_status lg_bundle_get(const lg_bundle *b, const struct lg_spec *s, const char *canon, const struct lg_target *t,
 			struct lg_plan *plan, void **cubin, size_t *size)
 {
+	const char *entry = s->entry, *arch = t->name;
 	const size_t *sl = find_slot(b, entry, arch);
 	if (!*sl)
 		return missing(b, entry, arch, "");
 	const struct item *it = &b->items[*sl - 1];
 	if (strcmp(it->canon, canon) != 0)
 		return missing(b, entry, arch, " with this spec (another spec has that entry name)");
-	lg_status st = item_cubin(b, it, cubin, size);
+	struct lg_plan p;
+	lg_status st = it->indexed ? item_plan(b, it, s, t, &p) : LG_OK;
 	if (st == LG_OK)
-		*plan = it->plan;
+		st = item_cubin(b, it, cubin, size);
+	if (st == LG_OK)
+		*plan = it->indexed ? p : it->plan;
 	return st;
 }

@@ -23,6 +23,8 @@
 
 /* Version of manifest.json and of struct lg_aot_table (LG_AOT_FORMAT). */
 #define LG_MANIFEST_FORMAT 3
+/* Version of index.lgb, the bundle's index (bundle.c). */
+#define LG_INDEX_FORMAT 1
 /* The most cubins a bundle holds (records of "kernels"), and archs. */
 #define LG_BUNDLE_MAX_ITEMS 16384
 #define LG_BUNDLE_MAX_ARCHS 16
@@ -39,11 +41,12 @@ lg_status lg_bundle_open(const char *dir, lg_bundle **out);
 lg_status lg_bundle_from_aot(const struct lg_aot_table *t, lg_bundle **out);
 void lg_bundle_free(lg_bundle *b);
 
-/* The cubin and plan of a spec (canonical JSON `canon`, entry name `entry`)
- * for arch. *cubin is malloc'd (caller frees). A kernel not in the bundle
- * is LG_ERR_MISSING naming the entry, the arch and the bundle; a cubin that
- * cannot be read or fails its checksum is LG_ERR_IO. Thread-safe. */
-lg_status lg_bundle_get(const lg_bundle *b, const char *canon, const char *entry, const char *arch,
+/* The cubin and plan of spec s (its canonical JSON `canon`) for target t.
+ * *cubin is malloc'd (caller frees). A kernel not in the bundle is
+ * LG_ERR_MISSING naming the entry, the arch and the bundle; a record of the
+ * index whose plan is not the one this lingen makes is LG_ERR_SPEC; a cubin
+ * that cannot be read or fails its checksum is LG_ERR_IO. Thread-safe. */
+lg_status lg_bundle_get(const lg_bundle *b, const struct lg_spec *s, const char *canon, const struct lg_target *t,
 			struct lg_plan *plan, void **cubin, size_t *size);
 
 /* The checksum a manifest or aot table records for a cubin: XXH3-64 of
@@ -57,6 +60,12 @@ uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *ar
 /* The "given" tile of a plan as unformatted JSON ({} for a heuristic
  * plan); malloc'd, NULL on allocation failure. */
 char *lg_plan_given_json(const struct lg_spec *s, const struct lg_plan *p);
+
+/* The plan digest index.lgb records: XXH3-64 over every field of the plan
+ * that lg_plan_to_json writes (given and chosen tile, used arguments, each
+ * entry point's name and geometry, tensor maps), and the FFMA rewrite, as
+ * fixed-width integers and length-prefixed strings. */
+uint64_t lg_plan_digest(const struct lg_spec *s, const struct lg_plan *p);
 
 /* The plan as the manifest stores it: tile, args, aux, and per entry point
  * its name and launch geometry (block, dynamic smem, cluster, persistent,

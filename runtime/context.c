@@ -146,8 +146,7 @@ static lg_status bundle_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
 	struct lg_ctx_entry *e = entry_new(canon);
 	if (!e)
 		return LG_ERR_NO_MEMORY;
-	lg_status st = lg_bundle_get(c->bundle, e->canon, s->entry, c->target.name, &e->plan, &e->cubin,
-				     &e->cubin_size);
+	lg_status st = lg_bundle_get(c->bundle, s, e->canon, &c->target, &e->plan, &e->cubin, &e->cubin_size);
 	if (st != LG_OK) {
 		entry_free(e);
 		return st;

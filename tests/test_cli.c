@@ -639,7 +639,11 @@ static void check_model_archs(const char *cache, const char *out, const char *ma
 	struct lg_plan plan;
 	void *cubin = NULL;
 	size_t size = 0;
-	assert_int_equal(lg_bundle_get(b, "{}", fp8, "sm_80", &plan, &cubin, &size), LG_ERR_MISSING);
+	struct lg_spec asked = {0};
+	struct lg_target sm80;
+	snprintf(asked.entry, sizeof asked.entry, "%s", fp8);
+	assert_true(lg_target_parse("sm_80", &sm80));
+	assert_int_equal(lg_bundle_get(b, &asked, "{}", &sm80, &plan, &cubin, &size), LG_ERR_MISSING);
 	assert_non_null(strstr(lg_last_error(), fp8));
 	assert_non_null(strstr(lg_last_error(), "for sm_80 is not in bundle"));
 	assert_non_null(strstr(lg_last_error(), "family fp8_gemm runs on sm_90a only"));

@@ -1,7 +1,8 @@
 /*
  * cmd_build.c - `lingen build SPEC|MODEL... --arch A[,B...] -o DIR [-j N]`:
  * pre-generate a deployment bundle, DIR/<entry>.<arch>.cubin for every
- * kernel x arch plus DIR/manifest.json. Needs no GPU.
+ * kernel x arch plus DIR/index.lgb (what the loader reads) and
+ * DIR/manifest.json (the same records as JSON). Needs no GPU.
  *
  * Compiling is compile_all.c's (shared with `lingen aot`): N threads, a
  * progress line per cubin. The cubins are then written atomically and the
@@ -22,7 +23,8 @@
 
 #include <cjson/cJSON.h>
 
-#include "bundle.h" /* LG_MANIFEST_FORMAT, lg_plan_to_json */
+#include "buf.h"
+#include "bundle.h" /* LG_MANIFEST_FORMAT, LG_INDEX_FORMAT, lg_plan_to_json, lg_plan_digest */
 #include "cli.h"
 #include "compile_all.h"
 
@@ -126,6 +128,38 @@ static char *manifest(const struct lg_compile_set *s)
 	return t;
 }
 
+/* index.lgb (runtime/bundle.c): what the loader reads, the manifest's
+ * records as tab-separated lines; NULL on allocation failure. */
+static char *index_text(const struct lg_compile_set *s)
+{
+	char nv[32];
+	lg_compile_nvrtc_version(nv);
+	lg_buf b;
+	lg_buf_init(&b);
+	lg_emit(&b, "LGINDEX\t%d\t%s\t%s\n", LG_INDEX_FORMAT, lg_version(), nv);
+	for (size_t i = 0; i < s->n; i++) {
+		const struct lg_compiled *c = &s->c[i];
+		const lg_spec *spec = c->k->spec;
+		if (c->skipped) {
+			lg_emit(&b, "skipped\t%s\t%s\tfamily %s runs on %s only\n", lg_spec_entry(spec),
+				s->archs[c->arch], spec->fam->op, c->skipped);
+			continue;
+		}
+		char *canon = lg_spec_canonical(spec), *file = cubin_name(s, c);
+		char *given = lg_plan_given_json(spec, &c->plan);
+		if (canon && file && given)
+			lg_emit(&b, "kernel\t%s\t%s\t%s\t%zu\t%016llx\t%016llx\t%s\t%s\n", s->archs[c->arch],
+				lg_spec_entry(spec), file, c->size, (unsigned long long)c->checksum,
+				(unsigned long long)lg_plan_digest(spec, &c->plan), given, canon);
+		else
+			b.failed = true;
+		free(canon);
+		free(file);
+		free(given);
+	}
+	return lg_buf_finish(&b, NULL);
+}
+
 /* Remove the cubins of an earlier build that this one does not list:
  * files named like lingen's ("lg_<...>.sm_<...>.cubin") only. */
 static int remove_stale(const char *dir, const struct lg_compile_set *s)
@@ -161,18 +195,28 @@ static int remove_stale(const char *dir, const struct lg_compile_set *s)
 	return rc;
 }
 
-/* Write every cubin, then the manifest (an earlier build's manifest is
- * removed first, so that a folder with one is always complete), then
- * remove the cubins of an earlier build the new manifest does not list. */
-static int write_bundle(const char *dir, const struct lg_compile_set *s)
+/* Remove an earlier build's file of this name before writing anything. */
+static int remove_old(const char *dir, const char *name)
 {
-	int rc = LG_EXIT_OK;
-	char *old = lg_cli_path(dir, "manifest.json");
+	char *old = lg_cli_path(dir, name);
 	if (!old)
 		return lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	int rc = LG_EXIT_OK;
 	if (unlink(old) != 0 && errno != ENOENT)
 		rc = lg_cli_fail(LG_EXIT_FAIL, "cannot replace %s: %s", old, strerror(errno));
 	free(old);
+	return rc;
+}
+
+/* Write every cubin, then the index and the manifest (an earlier build's
+ * are removed first, so that a folder with either is always complete),
+ * then remove the cubins of an earlier build the new manifest does not
+ * list. */
+static int write_bundle(const char *dir, const struct lg_compile_set *s)
+{
+	int rc = remove_old(dir, "manifest.json");
+	if (rc == LG_EXIT_OK)
+		rc = remove_old(dir, "index.lgb");
 	for (size_t i = 0; rc == LG_EXIT_OK && i < s->n; i++) {
 		if (s->c[i].skipped)
 			continue;
@@ -182,6 +226,12 @@ static int write_bundle(const char *dir, const struct lg_compile_set *s)
 		free(path);
 		free(name);
 	}
+	char *index = rc == LG_EXIT_OK ? index_text(s) : NULL;
+	char *ipath = lg_cli_path(dir, "index.lgb");
+	if (rc == LG_EXIT_OK)
+		rc = lg_cli_save(ipath, index, index ? strlen(index) : 0);
+	free(index);
+	free(ipath);
 	char *text = rc == LG_EXIT_OK ? manifest(s) : NULL;
 	char *path = lg_cli_path(dir, "manifest.json");
 	if (rc == LG_EXIT_OK)
