@@ -5,7 +5,9 @@
  * library file it names is unchanged. With NVRTC made unloadable, a cached
  * kernel still comes back (same bytes); an uncached one, or any kernel once
  * the stamp no longer matches the library, needs NVRTC and fails cleanly.
+ * A corrupt or foreign entry is never served: compiled again instead.
  */
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -84,10 +86,94 @@ static void test_warm_cache_needs_no_nvrtc(void **state)
 	free(dir);
 }
 
+/* The cache's one entry file in dir ("<key>.lgc"), asserted alone. */
+static char *only_entry(const char *dir)
+{
+	DIR *d = opendir(dir);
+	assert_non_null(d);
+	char *path = NULL;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		size_t n = strlen(e->d_name);
+		if (n > 4 && strcmp(e->d_name + n - 4, ".lgc") == 0 && e->d_name[0] != '.') {
+			assert_null(path);
+			path = lg_test_path(dir, e->d_name);
+		}
+	}
+	closedir(d);
+	assert_non_null(path);
+	return path;
+}
+
+/* A warm cache's entry that is corrupt, or another kernel's (a foreign
+ * entry: B's file under A's name), is never served: without NVRTC the
+ * kernel fails cleanly; with it, it is compiled again, the same bytes. */
+static void test_bad_entry_not_served(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("lg-warm-bad"), *bdir = lg_test_tmpdir("lg-warm-b");
+	lg_ctx_opts o = {.arch = "sm_90a", .cache_dir = dir, .tuning = "off"};
+	lg_ctx_opts ob = {.arch = "sm_90a", .cache_dir = bdir, .tuning = "off"};
+	lg_spec *a = NULL, *b = NULL;
+	assert_int_equal(lg_spec_parse(SPEC_A, &a), LG_OK);
+	assert_int_equal(lg_spec_parse(SPEC_B, &b), LG_OK);
+	lg_ctx *c;
+	const void *cub;
+	size_t n, nb;
+	assert_int_equal(lg_ctx_create(&o, &c), LG_OK);
+	assert_int_equal(lg_ctx_cubin(c, a, &cub, &n), LG_OK);
+	void *want = malloc(n);
+	memcpy(want, cub, n);
+	lg_ctx_destroy(c);
+	assert_int_equal(lg_ctx_create(&ob, &c), LG_OK);
+	assert_int_equal(lg_ctx_cubin(c, b, &cub, &nb), LG_OK);
+	lg_ctx_destroy(c);
+	char *entry = only_entry(dir), *bentry = only_entry(bdir);
+	size_t len = 0, blen = 0;
+	char *bytes = lg_test_read_file(entry, &len), *bbytes = lg_test_read_file(bentry, &blen);
+
+	for (int k = 0; k < 2; k++) {
+		if (k == 0) { /* one payload bit */
+			bytes[len - n / 2] ^= 0x04;
+			lg_test_write_file(entry, bytes, len);
+			bytes[len - n / 2] ^= 0x04;
+		} else { /* B's intact entry under A's name */
+			lg_test_write_file(entry, bbytes, blen);
+		}
+		lg_nvrtc_block_for_tests(1);
+		assert_int_equal(lg_ctx_create(&o, &c), LG_OK);
+		assert_int_equal(lg_ctx_cubin(c, a, &cub, &n), LG_ERR_NVRTC);
+		lg_ctx_destroy(c);
+		lg_nvrtc_block_for_tests(0);
+		assert_int_equal(lg_ctx_create(&o, &c), LG_OK);
+		assert_int_equal(lg_ctx_cubin(c, a, &cub, &n), LG_OK); /* compiled again */
+		assert_memory_equal(cub, want, n);
+		lg_ctx_destroy(c);
+		lg_nvrtc_block_for_tests(1); /* and stored again: warm */
+		assert_int_equal(lg_ctx_create(&o, &c), LG_OK);
+		assert_int_equal(lg_ctx_cubin(c, a, &cub, &n), LG_OK);
+		assert_memory_equal(cub, want, n);
+		lg_ctx_destroy(c);
+		lg_nvrtc_block_for_tests(0);
+	}
+	free(bytes);
+	free(bbytes);
+	free(entry);
+	free(bentry);
+	free(want);
+	lg_spec_free(a);
+	lg_spec_free(b);
+	lg_test_rm_rf(dir);
+	lg_test_rm_rf(bdir);
+	free(dir);
+	free(bdir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_warm_cache_needs_no_nvrtc),
+		cmocka_unit_test(test_bad_entry_not_served),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
