@@ -251,6 +251,7 @@ const struct lg_cli_cmd lg_cmd_build = {
 	.synopsis = "SPEC... --arch ARCH[,ARCH...] -o DIR [-j N]",
 	.summary = "pre-generate cubins into a deployment bundle (manifest + cubins)",
 	.details = "Writes DIR/<entry>.<arch>.cubin for every kernel and arch, then\n"
+		   "DIR/index.lgb (what the loader reads: the records as text lines) and\n"
 		   "DIR/manifest.json (format 3: canonical spec, entry, arch, file, size,\n"
 		   "checksum and launch plan of each cubin; lingen and NVRTC versions),\n"
 		   "and removes the cubins of an earlier build into DIR that it does not\n"
