@@ -20,6 +20,19 @@ static const char *plus_wg(char *out, size_t size, int v)
 	return out;
 }
 
+/* "ta + wg * <rows> + <add>" (the parts that are 0 left out): this
+ * warpgroup's first output row, plus add. */
+static const char *wave_row(char *out, size_t size, const struct lg_fp8_gemm *g, int add)
+{
+	char o[32];
+	plus_wg(o, sizeof o, lg_fp8_gemm_wg_rows(g));
+	if (add)
+		snprintf(out, size, "ta%s + %d", o, add);
+	else
+		snprintf(out, size, "ta%s", o);
+	return out;
+}
+
 /* g's pipeline: the TMA producer's loads' thread and scale warp arrive on
  * a full barrier (33), the manual producer's 128 threads each. */
 static struct lg_wgp pipe_of(const struct lg_fp8_gemm *g)
@@ -705,12 +718,8 @@ static void emit_store_part(lg_buf *b, const struct lg_fp8_gemm *g, int wave, in
 	}
 	lg_line(b, "lg_bar_id(1 + wg, 128);");
 	lg_open(b, "if ((threadIdx.x & 127) == 0) {");
-	char o[32];
-	plus_wg(o, sizeof o, lg_fp8_gemm_wg_rows(g));
-	if (wave > 0)
-		lg_line(b, "const int r0 = ta%s + %d;", o, 64 * wave);
-	else
-		lg_line(b, "const int r0 = ta%s;", o);
+	char r[48];
+	lg_line(b, "const int r0 = %s;", wave_row(r, sizeof r, g, 64 * wave));
 	const char *op = g->c_add ? "lg_tma_add_2d" : "lg_tma_store_2d";
 	if (col0)
 		lg_line(b, "%s(%s, eb, (int)oc + %d, r0);", op, g->c_tmap, col0);
@@ -743,10 +752,9 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 	}
 	if (lg_fp8_gemm_waves(g) > 1) {
 		lg_comment(b, "Epilogue: each wave's 64 rows by TMA when all are real, else from registers.");
-		char o[32];
-		plus_wg(o, sizeof o, lg_fp8_gemm_wg_rows(g));
+		char r[48];
 		for (int w = 0; w < lg_fp8_gemm_waves(g); w++) {
-			lg_open(b, "if (ta%s + %d <= rend) {", o, 64 * w + 64);
+			lg_open(b, "if (%s <= rend) {", wave_row(r, sizeof r, g, 64 * w + 64));
 			emit_store_tma(b, g, w);
 			lg_close(b);
 			lg_open(b, "else {");
@@ -756,8 +764,8 @@ static void emit_epilogue(lg_buf *b, const struct lg_fp8_gemm *g, const char *st
 		return;
 	}
 	lg_comment(b, "Epilogue: this warpgroup's rows by TMA when all are real, else from registers.");
-	char o[32];
-	lg_open(b, "if (ta%s + 64 <= rend) {", plus_wg(o, sizeof o, lg_fp8_gemm_wg_rows(g)));
+	char r[48];
+	lg_open(b, "if (%s <= rend) {", wave_row(r, sizeof r, g, 64));
 	emit_store_tma(b, g, 0);
 	lg_close(b);
 	lg_open(b, "else {");
