@@ -47,11 +47,21 @@
  * manifest's records as text a loader reads without a JSON parser, one line
  * each, fields separated by tabs (no field holds a tab or a newline):
  *   LGINDEX <LG_INDEX_FORMAT> <lingen version> <nvrtc version>
- *   kernel <arch> <entry> <file> <size> <checksum> <plan digest> <given> <canonical spec>
+ *   cubins <file> <bytes>
+ *   kernel <arch> <entry> <file> <offset> <size> <checksum> <plan digest> <given> <canonical spec>
  *   skipped <entry> <arch> <why>
+ * cubins (the second line): the bundle's cubin file (bundle_pack.h,
+ * "cubins.lgc", a name inside the folder) and its size in bytes; it is
+ * mapped when the bundle opens and stays mapped until lg_bundle_free, and
+ * a kernel's cubin is the <size> bytes at <offset> in it (each checked to
+ * lie inside it when the index is read), handed out without a copy. <file>
+ * of a kernel line: its cubin as a file of its own, which lingen build
+ * also writes (for the manifest and people) but the loader does not read.
  * checksum as the manifest's; plan digest: lg_plan_digest of the plan, 16
  * hex digits; given: lg_plan_given_json; the canonical spec as lg_spec_to_json
- * prints it. The records are not re-planned when the bundle is opened but
+ * prints it. Format 1 (bundles built before the cubin file) has no cubins
+ * line and no <offset>: each cubin is read from its own file when asked
+ * for; it is still read. The records are not re-planned when the bundle is opened but
  * when a kernel is asked for (lg_bundle_get): its spec is the caller's, whose
  * canonical text must equal the record's, planned with the recorded given
  * tile, and the digest of that plan must equal the recorded one; every other
@@ -65,6 +75,7 @@
 #include "bundle.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +83,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "bundle_pack.h"
 #include "error.h"
 #include "file.h"
 #include "generate.h"
@@ -85,7 +97,7 @@ struct item {
 	char *entry, *arch;
 	char *given;                /* the plan's "given" tile as JSON text */
 	char *file;                 /* folder bundles: path of the cubin */
-	const unsigned char *data;  /* embedded tables: the cubin */
+	const unsigned char *data;  /* embedded tables and mapped cubin files: the cubin */
 	size_t size;
 	uint64_t checksum;
 	struct lg_plan plan;        /* the manifest's and tables': checked when opened */
@@ -103,6 +115,7 @@ struct lg_bundle {
 	char archs[160]; /* "sm_90a, sm_80" */
 	cJSON *skipped;  /* the manifest's "skipped" (entry, arch, why), NULL if none */
 	char *index;     /* index.lgb's text, its lines cut at the tabs, when read */
+	struct lg_pack pack; /* the cubin file index.lgb names, mapped (format 2) */
 };
 
 void lg_bundle_free(lg_bundle *b)
@@ -119,6 +132,7 @@ void lg_bundle_free(lg_bundle *b)
 		free(b->items[i].given);
 	}
 	free(b->index);
+	lg_pack_unmap(&b->pack);
 	free(b->items);
 	free(b->slot);
 	cJSON_Delete(b->skipped);
@@ -496,21 +510,43 @@ static bool hex16(const char *text, uint64_t *out)
 	return true;
 }
 
+/* A decimal number of at most `max`, digits only. */
+static bool decimal(const char *text, uint64_t max, uint64_t *out)
+{
+	char *end = NULL;
+	if (text[0] < '0' || text[0] > '9')
+		return false;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 10);
+	*out = v;
+	return !*end && errno == 0 && v <= max;
+}
+
 /* A "kernel" line: f[1..8] arch, entry, file, size, checksum, plan digest,
- * given, canonical spec; the item points into the index's text. */
-static lg_status index_kernel(const char *dir, char **f, struct item *it, const char *where)
+ * given, canonical spec (format 2's offset taken out: `offset`, NULL in
+ * format 1); the item points into the index's text, and into the mapped
+ * cubin file with an offset. */
+static lg_status index_kernel(const lg_bundle *b, const char *dir, char **f, const char *offset, struct item *it,
+			      const char *where)
 {
 	struct lg_target t;
-	char *end = NULL;
-	unsigned long long size = f[4][0] >= '0' && f[4][0] <= '9' ? strtoull(f[4], &end, 10) : 0;
+	uint64_t size = 0, at = 0;
 	if (!lg_target_parse(f[1], &t) || strcmp(t.name, f[1]) != 0)
 		return lg_fail(LG_ERR_SPEC, "%s: arch: '%s' is not an arch (expected sm_<NN>[a])", where, f[1]);
 	if (strncmp(f[2], "lg_", 3) != 0)
 		return lg_fail(LG_ERR_SPEC, "%s: entry: found '%s', expected a lingen entry name", where, f[2]);
 	if (!f[3][0] || strchr(f[3], '/') || f[3][0] == '.')
 		return lg_fail(LG_ERR_SPEC, "%s: file: '%s' must be a file name inside the bundle", where, f[3]);
-	if (!end || *end || size < 1 || size > (1ull << 32))
+	if (!decimal(f[4], UINT64_C(1) << 32, &size) || size < 1)
 		return lg_fail(LG_ERR_SPEC, "%s: size: found '%s', expected 1 to 2^32 bytes", where, f[4]);
+	if (offset && !decimal(offset, UINT64_MAX, &at))
+		return lg_fail(LG_ERR_SPEC, "%s: offset: found '%s', expected a byte offset in %s", where, offset,
+			       LG_PACK_FILE);
+	if (offset) {
+		lg_status st = lg_pack_check(&b->pack, at, size, where);
+		if (st != LG_OK)
+			return st;
+	}
 	if (!hex16(f[5], &it->checksum) || !hex16(f[6], &it->digest))
 		return lg_fail(LG_ERR_SPEC, "%s: checksum and plan digest: expected 16 hex digits each, found '%s' and '%s'",
 			       where, f[5], f[6]);
@@ -522,6 +558,7 @@ static lg_status index_kernel(const char *dir, char **f, struct item *it, const 
 	it->size = (size_t)size;
 	it->given = f[7];
 	it->canon = f[8];
+	it->data = offset ? b->pack.base + at : NULL;
 	if (asprintf(&it->file, "%s/%s", dir, f[3]) < 0) {
 		it->file = NULL;
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
@@ -544,6 +581,43 @@ static lg_status index_skipped(lg_bundle *b, char **f, const char *where)
 	return LG_OK;
 }
 
+/* Format 2's second line, "cubins <file> <bytes>": the cubin file mapped. */
+static lg_status index_pack(lg_bundle *b, const char *dir, char *line, const char *where)
+{
+	char *f[3];
+	uint64_t bytes;
+	if (split(line, f, 3) != 3 || strcmp(f[0], "cubins") != 0)
+		return lg_fail(LG_ERR_SPEC, "%s: expected the cubin file's line (cubins, file, bytes) in an index of format 2",
+			       where);
+	if (!f[1][0] || strchr(f[1], '/') || f[1][0] == '.')
+		return lg_fail(LG_ERR_SPEC, "%s: file: '%s' must be a file name inside the bundle", where, f[1]);
+	if (!decimal(f[2], UINT64_MAX, &bytes))
+		return lg_fail(LG_ERR_SPEC, "%s: bytes: found '%s', expected the cubin file's size", where, f[2]);
+	char *path = NULL;
+	if (asprintf(&path, "%s/%s", dir, f[1]) < 0)
+		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
+	lg_status st = lg_pack_map(path, bytes, &b->pack);
+	free(path);
+	if (st != LG_OK)
+		lg_fail_append(" (%s)", where);
+	return st;
+}
+
+/* The next line of the index (cut at its end), NULL at the end; LG_ERR_SPEC
+ * when the text ends inside it. */
+static lg_status next_line(char **next, char **line, const char *path, size_t at)
+{
+	*line = *next + 1;
+	if (!**line) {
+		*line = NULL;
+		return LG_OK;
+	}
+	if (!(*next = strchr(*line, '\n')))
+		return lg_fail(LG_ERR_SPEC, "%s:%zu: the last line does not end: a partial index", path, at);
+	**next = '\0';
+	return LG_OK;
+}
+
 /* index.lgb's text (kept by the bundle: the items point into it). */
 static lg_status index_parse(lg_bundle *b, const char *dir, const char *path, char *text, size_t len)
 {
@@ -557,36 +631,42 @@ static lg_status index_parse(lg_bundle *b, const char *dir, const char *path, ch
 	if (!next)
 		return lg_fail(LG_ERR_SPEC, "%s: no header line: not a lingen bundle index", path);
 	*next = '\0';
-	char *f[9];
+	char *f[10];
 	int n = split(line, f, 4);
 	if (strcmp(f[0], "LGINDEX") != 0)
 		return lg_fail(LG_ERR_SPEC, "%s: not a lingen bundle index (its first line starts with LGINDEX)", path);
-	char format[16];
-	snprintf(format, sizeof format, "%d", LG_INDEX_FORMAT);
-	if (n < 2 || strcmp(f[1], format) != 0)
-		return lg_fail(LG_ERR_SPEC, "%s: bundle index format %s, this lingen (%s) reads format %d: rebuild the bundle with lingen build",
+	int format = n < 2 ? 0 : strcmp(f[1], "1") == 0 ? 1 : strcmp(f[1], "2") == 0 ? 2 : 0;
+	if (!format)
+		return lg_fail(LG_ERR_SPEC, "%s: bundle index format %s, this lingen (%s) reads formats 1 to %d: rebuild the bundle with lingen build",
 			       path, n < 2 ? "(none)" : f[1], lg_version(), LG_INDEX_FORMAT);
 	lg_status st = n == 4 ? check_versions(path, f[2], f[3])
 			      : lg_fail(LG_ERR_SPEC, "%s: header: expected LGINDEX, format, lingen and NVRTC versions", path);
 	if (st == LG_OK)
 		st = bundle_alloc(b, lines, path);
-	size_t i = 0;
-	for (size_t at = 2; st == LG_OK && *(line = next + 1); at++) {
-		if (!(next = strchr(line, '\n')))
-			return lg_fail(LG_ERR_SPEC, "%s:%zu: the last line does not end: a partial index", path, at);
-		*next = '\0';
-		char where[WHERE_MAX];
+	size_t i = 0, at = 2;
+	char where[WHERE_MAX];
+	if (st == LG_OK && format == 2 && (st = next_line(&next, &line, path, at)) == LG_OK) {
+		snprintf(where, sizeof where, "%s:%zu", path, at++);
+		st = line ? index_pack(b, dir, line, where)
+			  : lg_fail(LG_ERR_SPEC, "%s: no cubins line: an index of format 2 names its cubin file", path);
+	}
+	for (; st == LG_OK && (st = next_line(&next, &line, path, at)) == LG_OK && line; at++) {
 		snprintf(where, sizeof where, "%s:%zu", path, at);
-		n = split(line, f, 9);
-		if (n == 9 && strcmp(f[0], "kernel") == 0) {
+		int kernel_fields = format == 2 ? 10 : 9;
+		n = split(line, f, kernel_fields);
+		if (n == kernel_fields && strcmp(f[0], "kernel") == 0) {
+			const char *offset = format == 2 ? f[4] : NULL;
+			if (offset)
+				memmove(&f[4], &f[5], 5 * sizeof f[0]);
 			b->n = i + 1;
-			st = index_kernel(dir, f, &b->items[i], where);
+			st = index_kernel(b, dir, f, offset, &b->items[i], where);
 			if (st == LG_OK)
 				st = index_add(b, i++, where);
 		} else if (n == 4 && strcmp(f[0], "skipped") == 0) {
 			st = index_skipped(b, f, where);
 		} else {
-			st = lg_fail(LG_ERR_SPEC, "%s: expected a kernel line (9 fields) or a skipped line (4 fields)", where);
+			st = lg_fail(LG_ERR_SPEC, "%s: expected a kernel line (%d fields) or a skipped line (4 fields)", where,
+				     kernel_fields);
 		}
 	}
 	return st;
@@ -734,17 +814,16 @@ static lg_status missing(const lg_bundle *b, const char *entry, const char *arch
 		       entry, arch, b->where, why, b->nkernels, b->nkernels == 1 ? "" : "s", b->archs);
 }
 
-/* The cubin bytes of an item, checked against size and checksum. */
-static lg_status item_cubin(const lg_bundle *b, const struct item *it, void **cubin, size_t *size)
+/* The cubin bytes of an item, checked against size and checksum: in the
+ * embedded table or the mapped cubin file (*owned NULL), or read from its
+ * file into *owned (malloc'd, the caller frees). */
+static lg_status item_cubin(const lg_bundle *b, const struct item *it, const void **cubin, size_t *size,
+			    void **owned)
 {
-	void *data = NULL;
+	const void *data = it->data;
+	char *text = NULL;
 	size_t n = it->size;
-	if (it->data) {
-		if (!(data = malloc(n)))
-			return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
-		memcpy(data, it->data, n);
-	} else {
-		char *text;
+	if (!data) {
 		lg_status st = lg_read_file_max(it->file, (size_t)256 << 20, &text, &n);
 		if (st != LG_OK) {
 			lg_fail_append(" (in %s)", b->where);
@@ -754,13 +833,17 @@ static lg_status item_cubin(const lg_bundle *b, const struct item *it, void **cu
 	}
 	uint64_t sum = lg_bundle_checksum(it->canon, it->entry, it->arch, it->given, data, n);
 	if (n != it->size || sum != it->checksum) {
-		free(data);
+		free(text);
+		char what[64];
+		if (it->file && it->data) /* mapped */
+			snprintf(what, sizeof what, "%s at offset %zu", LG_PACK_FILE, (size_t)(it->data - b->pack.base));
 		return lg_fail(LG_ERR_IO, "%s (%s for %s) in %s is corrupt, or its record (spec, entry, arch, given tile) changed: %zu bytes with checksum %016llx, its record says %zu bytes with checksum %016llx; rebuild the bundle",
-			       it->file ? it->file : it->entry, it->entry, it->arch, b->where, n,
+			       it->file && it->data ? what : it->file ? it->file : it->entry, it->entry, it->arch, b->where, n,
 			       (unsigned long long)sum, it->size, (unsigned long long)it->checksum);
 	}
 	*cubin = data;
 	*size = n;
+	*owned = text;
 	return LG_OK;
 }
 
@@ -784,8 +867,9 @@ static lg_status item_plan(const lg_bundle *b, const struct item *it, const stru
 }
 
 lg_status lg_bundle_get(const lg_bundle *b, const struct lg_spec *s, const char *canon, const struct lg_target *t,
-			struct lg_plan *plan, void **cubin, size_t *size)
+			struct lg_plan *plan, const void **cubin, size_t *size, void **owned)
 {
+	*owned = NULL;
 	const char *entry = s->entry, *arch = t->name;
 	const size_t *sl = find_slot(b, entry, arch);
 	if (!*sl)
@@ -796,7 +880,7 @@ lg_status lg_bundle_get(const lg_bundle *b, const struct lg_spec *s, const char 
 	struct lg_plan p;
 	lg_status st = it->indexed ? item_plan(b, it, s, t, &p) : LG_OK;
 	if (st == LG_OK)
-		st = item_cubin(b, it, cubin, size);
+		st = item_cubin(b, it, cubin, size, owned);
 	if (st == LG_OK)
 		*plan = it->indexed ? p : it->plan;
 	return st;

@@ -2,9 +2,9 @@
  * bundle.h - deployment bundles: pre-built cubins looked up by spec and arch
  * instead of the JIT (no NVRTC, no disk cache).
  *
- * A bundle comes from a folder written by `lingen build` (manifest.json +
- * <entry>.<arch>.cubin) or from a table embedded by `lingen aot` (struct
- * lg_aot_table, include/lingen.h). Both give the same items: canonical spec,
+ * A bundle comes from a folder written by `lingen build` (index.lgb and
+ * cubins.lgc, bundle_pack.h; manifest.json + <entry>.<arch>.cubin) or from
+ * a table embedded by `lingen aot` (struct lg_aot_table, include/lingen.h). Both give the same items: canonical spec,
  * entry, arch, cubin (file or bytes), size, XXH3-64 checksum and the launch
  * plan the cubin was generated with. The manifest layout is documented at
  * the top of bundle.c, beside its reader; the writers (tools/cmd_build.c,
@@ -23,16 +23,18 @@
 
 /* Version of manifest.json and of struct lg_aot_table (LG_AOT_FORMAT). */
 #define LG_MANIFEST_FORMAT 3
-/* Version of index.lgb, the bundle's index (bundle.c). */
-#define LG_INDEX_FORMAT 1
+/* Version of index.lgb, the bundle's index (bundle.c); formats 1 (no cubin
+ * file) and 2 are read. */
+#define LG_INDEX_FORMAT 2
 /* The most cubins a bundle holds (records of "kernels"), and archs. */
 #define LG_BUNDLE_MAX_ITEMS 16384
 #define LG_BUNDLE_MAX_ARCHS 16
 
 typedef struct lg_bundle lg_bundle;
 
-/* Open the bundle in folder dir: read and check manifest.json (not the
- * cubins: they are read on lookup). LG_ERR_IO for a missing or unreadable
+/* Open the bundle in folder dir: read index.lgb and map the cubin file it
+ * names, or without an index read and check manifest.json (the cubins'
+ * own files are then read on lookup). LG_ERR_IO for a missing or unreadable
  * manifest, LG_ERR_SPEC for one that does not parse or has the wrong format.
  * The caller frees *out with lg_bundle_free. */
 lg_status lg_bundle_open(const char *dir, lg_bundle **out);
@@ -42,12 +44,15 @@ lg_status lg_bundle_from_aot(const struct lg_aot_table *t, lg_bundle **out);
 void lg_bundle_free(lg_bundle *b);
 
 /* The cubin and plan of spec s (its canonical JSON `canon`) for target t.
- * *cubin is malloc'd (caller frees). A kernel not in the bundle is
+ * *cubin points into the bundle (an embedded table, or the mapped cubin
+ * file of an index of format 2), valid until lg_bundle_free, with *owned
+ * NULL; or it was read from its own file (manifest bundles, index format
+ * 1) into *owned, the same pointer, malloc'd (the caller frees it). A kernel not in the bundle is
  * LG_ERR_MISSING naming the entry, the arch and the bundle; a record of the
  * index whose plan is not the one this lingen makes is LG_ERR_SPEC; a cubin
  * that cannot be read or fails its checksum is LG_ERR_IO. Thread-safe. */
 lg_status lg_bundle_get(const lg_bundle *b, const struct lg_spec *s, const char *canon, const struct lg_target *t,
-			struct lg_plan *plan, void **cubin, size_t *size);
+			struct lg_plan *plan, const void **cubin, size_t *size, void **owned);
 
 /* The checksum a manifest or aot table records for a cubin: XXH3-64 of
  * its bytes, seeded with the XXH3-64 of

@@ -34,7 +34,8 @@ struct lg_kernel {
 struct lg_ctx_entry {
 	char *canon;            /* canonical spec JSON: the memory-cache key */
 	struct lg_plan plan;
-	void *cubin;
+	const void *cubin;      /* cubin_buf, or a cubin inside the context's bundle */
+	void *cubin_buf;        /* the cubin when read or compiled for the entry (freed with it) */
 	size_t cubin_size;
 	struct lg_kernel *kernel; /* NULL until loaded */
 };

@@ -4,8 +4,8 @@
  * (launch geometry), checksum and the lingen and NVRTC versions; a context
  * on the bundle serves cubins with NVRTC made unloadable, gets as far as
  * the driver in lg_kernel_get, names kernel, arch and bundle for a kernel
- * the bundle lacks, and refuses a corrupt cubin or manifest; the same from
- * the bundle's index.lgb, whose records are each checked when asked for. `lingen aot`:
+ * the bundle lacks, and refuses a corrupt cubin or manifest (the index.lgb
+ * and cubins.lgc of the bundle: test_bundle_index.c). `lingen aot`:
  * the generated C compiles, links into a program and dispatches by arch;
  * a context over a hand-made lg_aot_table looks kernels up the same way.
  *
@@ -31,13 +31,14 @@
 #include <xxhash.h>
 
 #include "bundle.h"
+#include "bundle_fixture.h"
 #include "generate.h"
 #include "lingen.h"
 #include "nvrtc.h"
 #include "proc.h"
 #include "testutil.h"
 
-#define NORMS LG_SOURCE_DIR "/configs/kernels/ling-mini-2.0-norms.json"
+#define NORMS LG_TEST_NORMS
 #define OTHER_SPEC "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096}"
 
 static const char *const archs[] = {"sm_90a", "sm_80"};
@@ -45,43 +46,22 @@ static const char *const archs[] = {"sm_90a", "sm_80"};
 
 static char *tmp;    /* the test's temp folder */
 static char *bundle; /* tmp/bundle: built once by setup */
-static char *index_text; /* the index.lgb the build wrote, moved out of the bundle */
 static lg_spec_file *norms;
 
-/* Run a program (argv NULL-terminated) with LINGEN_CACHE_DIR in tmp; assert
- * its exit status. Free the result with lg_proc_free. */
-static struct lg_proc run_prog(int want, char **argv)
-{
-	char *cache = lg_test_path(tmp, "cache"), *env[2] = {NULL, NULL};
-	assert_true(asprintf(&env[0], "LINGEN_CACHE_DIR=%s", cache) > 0);
-	struct lg_proc p;
-	assert_int_equal(lg_proc_run(argv, env, &p), 0);
-	fprintf(stderr, "$");
-	for (char **a = argv; *a; a++)
-		fprintf(stderr, " %s", *a);
-	fprintf(stderr, "  -> %d\n%s", p.status, p.err);
-	assert_int_equal(p.status, want);
-	free(env[0]);
-	free(cache);
-	return p;
-}
+static struct lg_proc run_prog(int want, char **argv) { return lg_test_run_cached(tmp, want, argv); }
 
 static int setup(void **state)
 {
 	(void)state;
 	tmp = lg_test_tmpdir("bundle");
-	bundle = lg_test_path(tmp, "bundle");
 	if (lg_spec_file_load(NORMS, &norms) != LG_OK)
 		return -1;
-	char *argv[] = {(char *)LG_CLI, (char *)"build", (char *)NORMS, (char *)"--arch",
-			(char *)"sm_90a,sm_80", (char *)"-o", bundle, (char *)"-j", (char *)"2", NULL};
-	struct lg_proc p = run_prog(0, argv);
-	lg_proc_free(&p);
-	/* the tests but test_index read the manifest, as a loader does for a
-	 * bundle without an index (built before there was one) */
+	bundle = lg_test_build_norms(tmp);
+	/* these tests read the manifest, as a loader does for a bundle without
+	 * an index (built before there was one); test_bundle_index.c reads the
+	 * index */
 	char *path = lg_test_path(bundle, "index.lgb");
-	index_text = lg_test_read_file(path, NULL);
-	int rc = index_text && unlink(path) == 0 ? 0 : -1;
+	int rc = unlink(path);
 	free(path);
 	return rc;
 }
@@ -90,7 +70,6 @@ static int teardown(void **state)
 {
 	(void)state;
 	lg_spec_file_free(norms);
-	free(index_text);
 	lg_test_rm_rf(tmp);
 	free(bundle);
 	free(tmp);
@@ -124,17 +103,9 @@ static cJSON *manifest_kernel(cJSON *m, const char *entry, const char *arch)
 	return NULL;
 }
 
-/* The bytes of the bundle's cubin of entry x arch. */
 static char *bundle_cubin(const char *entry, const char *arch, size_t *size)
 {
-	char *name, *path;
-	assert_true(asprintf(&name, "%s.%s.cubin", entry, arch) > 0);
-	path = lg_test_path(bundle, name);
-	char *data = lg_test_read_file(path, size);
-	assert_non_null(data);
-	free(path);
-	free(name);
-	return data;
+	return lg_test_bundle_cubin(bundle, entry, arch, size);
 }
 
 static void check_plan(const cJSON *plan)
@@ -238,15 +209,7 @@ static void test_plan_tmaps(void **state)
 	lg_spec_free(s);
 }
 
-static lg_ctx *bundle_ctx(const char *arch, const char *cache)
-{
-	lg_ctx_opts o = {.arch = arch, .cache_dir = cache, .bundle = bundle};
-	lg_ctx *c = NULL;
-	if (lg_ctx_create(&o, &c) != LG_OK)
-		fail_msg("%s", lg_last_error());
-	assert_string_equal(lg_ctx_arch(c), arch);
-	return c;
-}
+static lg_ctx *bundle_ctx(const char *arch, const char *cache) { return lg_test_bundle_ctx(bundle, arch, cache); }
 
 /* With NVRTC unloadable: the bundle's bytes, the driver reached, the
  * missing-kernel error; the cache folder is never touched. */
@@ -357,17 +320,6 @@ static void test_corrupt_cubin(void **state)
 	lg_nvrtc_block_for_tests(0);
 }
 
-/* lg_ctx_create on dir fails with st and a message holding `needle`. */
-static void expect_bad_bundle(const char *dir, lg_status st, const char *needle)
-{
-	lg_ctx_opts o = {.arch = "sm_90a", .bundle = dir};
-	lg_ctx *c = (lg_ctx *)&o;
-	assert_int_equal(lg_ctx_create(&o, &c), st);
-	assert_null(c);
-	fprintf(stderr, "%s\n", lg_last_error());
-	assert_non_null(strstr(lg_last_error(), needle));
-}
-
 /* Rewrite the bundle's manifest into dir with one change made by edit. */
 static void write_edited(const char *dir, void (*edit)(cJSON *m))
 {
@@ -433,28 +385,28 @@ static void test_bad_manifest(void **state)
 	(void)state;
 	char *dir = lg_test_path(tmp, "bad");
 	assert_int_equal(mkdir(dir, 0755), 0);
-	expect_bad_bundle(dir, LG_ERR_IO, "manifest.json: No such file or directory");
+	lg_test_expect_bad_bundle(dir, LG_ERR_IO, "manifest.json: No such file or directory");
 	assert_non_null(strstr(lg_last_error(), "cannot read bundle manifest "));
 	assert_non_null(strstr(lg_last_error(), "a bundle made by lingen build?"));
 
 	char *path = lg_test_path(dir, "manifest.json");
 	lg_test_write_file(path, "{ \"format\": 3, ", 15);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "malformed JSON");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "malformed JSON");
 
 	write_edited(dir, set_format_1);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "format 1");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "format 1");
 	write_edited(dir, bad_geometry);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan: the launch plan recorded differs");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan: the launch plan recorded differs");
 	write_edited(dir, other_tile);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan: the launch plan recorded differs");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[0].plan: the launch plan recorded differs");
 	write_edited(dir, zero_rows); /* was a division by zero in the geometry */
-	expect_bad_bundle(dir, LG_ERR_SPEC, "given.rows: found 0");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "given.rows: found 0");
 	write_edited(dir, huge_threads);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "given.threads: found 1e+300");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "given.threads: found 1e+300");
 	write_edited(dir, unknown_tile);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "given: unknown key \"warps\"");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "given: unknown key \"warps\"");
 	write_edited(dir, bad_spec);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[2].spec");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[2].spec");
 
 	lg_ctx_opts both = {.arch = "sm_90a", .bundle = bundle, .aot = (const struct lg_aot_table *)&both};
 	lg_ctx *c;
@@ -488,21 +440,21 @@ static void test_manifest_versions(void **state)
 	char *dir = lg_test_path(tmp, "versions");
 	assert_int_equal(mkdir(dir, 0755), 0);
 	write_edited(dir, other_lingen);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "made by lingen 9.9.9, this is lingen " LINGEN_VERSION);
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "made by lingen 9.9.9, this is lingen " LINGEN_VERSION);
 	write_edited(dir, old_arch);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "archs[0]: found \"sm_70\", expected an arch");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "archs[0]: found \"sm_70\", expected an arch");
 	write_edited(dir, no_archs);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "archs: expected an array of 1 to");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "archs: expected an array of 1 to");
 	write_edited(dir, fewer_archs);
-	expect_bad_bundle(dir, LG_ERR_SPEC, ".arch: sm_80 is not one of the manifest's archs");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, ".arch: sm_80 is not one of the manifest's archs");
 	write_edited(dir, twice_arch);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "archs[2]: sm_90a listed twice");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "archs[2]: sm_90a listed twice");
 	write_edited(dir, no_nvrtc);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "nvrtc: found none");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "nvrtc: found none");
 	write_edited(dir, bad_nvrtc);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "nvrtc: found \"13.0 beta\"");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "nvrtc: found \"13.0 beta\"");
 	write_edited(dir, format_string);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "manifest format \"3\" (a string), this lingen");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "manifest format \"3\" (a string), this lingen");
 	lg_test_rm_rf(dir);
 	free(dir);
 }
@@ -549,14 +501,14 @@ static void test_duplicate_records(void **state)
 	char *dir = lg_test_path(tmp, "copies");
 	assert_int_equal(mkdir(dir, 0755), 0);
 	write_copies(dir, 2);
-	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[1]: lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2 for sm_90a is recorded twice (also record 0)");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[1]: lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2 for sm_90a is recorded twice (also record 0)");
 	write_copies(dir, LG_BUNDLE_MAX_ITEMS);
 	double t = now_s();
-	expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[1]: lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2 for sm_90a is recorded twice");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "kernels[1]: lg_rmsnorm_quant_fwd_bf16_h2048_both_pow2 for sm_90a is recorded twice");
 	fprintf(stderr, "refused in %.3f s\n", now_s() - t);
 	write_copies(dir, 70000); /* 60 MB */
 	t = now_s();
-	expect_bad_bundle(dir, LG_ERR_SPEC, "found 70000 cubins, allowed: at most");
+	lg_test_expect_bad_bundle(dir, LG_ERR_SPEC, "found 70000 cubins, allowed: at most");
 	fprintf(stderr, "refused in %.3f s\n", now_s() - t);
 	lg_test_rm_rf(dir);
 	free(dir);
@@ -809,137 +761,6 @@ static void test_aot_cli(void **state)
 	free(dir);
 }
 
-/* The bundle's index.lgb with field `field` (0: "kernel") of the record of
- * entry x arch set to value (NULL: the index as built); header: the first
- * line instead (NULL: as built). Written into the bundle. */
-static void write_index(const char *entry, const char *arch, int field, const char *value, const char *header)
-{
-	char key[256], *out = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&out, &len);
-	assert_non_null(f);
-	snprintf(key, sizeof key, "kernel\t%s\t%s\t", arch ? arch : "", entry ? entry : "");
-	bool first = true, found = !entry;
-	for (const char *line = index_text; *line;) {
-		const char *end = strchr(line, '\n');
-		assert_non_null(end);
-		if (first && header) {
-			fprintf(f, "%s\n", header);
-		} else if (entry && strncmp(line, key, strlen(key)) == 0) {
-			const char *at = line;
-			for (int i = 0; i < 9; i++) {
-				const char *tab = memchr(at, '\t', (size_t)(end - at));
-				const char *stop = tab ? tab : end;
-				if (i == field)
-					fputs(value, f);
-				else
-					fwrite(at, 1, (size_t)(stop - at), f);
-				fputc(i == 8 ? '\n' : '\t', f);
-				at = stop + 1;
-			}
-			found = true;
-		} else {
-			fwrite(line, 1, (size_t)(end + 1 - line), f);
-		}
-		first = false;
-		line = end + 1;
-	}
-	fclose(f);
-	assert_true(found);
-	char *path = lg_test_path(bundle, "index.lgb");
-	lg_test_write_file(path, out, len);
-	free(path);
-	free(out);
-}
-
-/* Asking for spec s on arch from the bundle fails with st and a message
- * holding needle (the context opens: the index's records are checked when
- * asked for). */
-static void expect_bad_record(const lg_spec *s, const char *arch, lg_status st, const char *needle)
-{
-	lg_ctx *c = bundle_ctx(arch, NULL);
-	const void *cubin;
-	size_t size;
-	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), st);
-	fprintf(stderr, "%s\n", lg_last_error());
-	assert_non_null(strstr(lg_last_error(), needle));
-	lg_ctx_destroy(c);
-}
-
-/* index.lgb, what the loader reads when a bundle has one: the same cubins
- * and errors as from the manifest (which it does not read: a broken one
- * changes nothing), and no record trusted: a record whose plan digest,
- * given tile, spec or cubin is not what this lingen makes is refused, as
- * is another index format or lingen. */
-static void test_index(void **state)
-{
-	assert_non_null(strstr(index_text, "LGINDEX\t1\t" LINGEN_VERSION "\t"));
-	char *mpath = lg_test_path(bundle, "manifest.json"), *manifest = lg_test_read_file(mpath, NULL);
-	lg_test_write_file(mpath, "{", 1);
-	write_index(NULL, NULL, 0, NULL, NULL);
-	test_load_without_nvrtc(state);
-
-	lg_nvrtc_block_for_tests(1);
-	const lg_spec *s = lg_spec_file_get(norms, 1);
-	const char *e = lg_spec_entry(s);
-	write_index(e, "sm_80", 6, "0123456789abcdef", NULL); /* plan digest */
-	expect_bad_record(s, "sm_80", LG_ERR_SPEC, "the launch plan recorded differs from what lingen");
-	expect_bad_record(lg_spec_file_get(norms, 0), "sm_80", LG_OK, ""); /* the other records serve */
-	write_index(e, "sm_80", 7, "{\"threads\":512}", NULL); /* a sound tile, not the plan built */
-	expect_bad_record(s, "sm_80", LG_ERR_SPEC, "the launch plan recorded differs");
-	write_index(e, "sm_80", 7, "{\"threads\":64}", NULL);
-	expect_bad_record(s, "sm_80", LG_ERR_SPEC, "given.threads: found 64");
-	write_index(e, "sm_80", 7, "{\"rows\":0}", NULL);
-	expect_bad_record(s, "sm_80", LG_ERR_SPEC, "given.rows: found 0");
-	write_index(e, "sm_80", 7, "[]", NULL);
-	expect_bad_bundle(bundle, LG_ERR_SPEC, "expected the given tile and the spec as JSON objects");
-	char *canon = lg_spec_canonical(s), *other = strdup(canon), *at = strstr(other, "2048");
-	assert_non_null(at);
-	at[3] = '9'; /* hidden 2049: another spec under this entry's name */
-	write_index(e, "sm_80", 8, other, NULL);
-	expect_bad_record(s, "sm_80", LG_ERR_MISSING, "with this spec");
-	write_index(e, "sm_80", 5, "0000000000000000", NULL); /* checksum */
-	expect_bad_record(s, "sm_80", LG_ERR_IO, "checksum");
-	char file[256]; /* another kernel's cubin, its size and checksum: its checksum is bound to its spec */
-	snprintf(file, sizeof file, "%s.sm_80.cubin", lg_spec_entry(lg_spec_file_get(norms, 0)));
-	write_index(e, "sm_80", 3, file, NULL);
-	expect_bad_record(s, "sm_80", LG_ERR_IO, "checksum");
-	write_index(e, "sm_80", 3, "../x.cubin", NULL);
-	expect_bad_bundle(bundle, LG_ERR_SPEC, "must be a file name inside the bundle");
-	write_index(e, "sm_80", 4, "12x", NULL);
-	expect_bad_bundle(bundle, LG_ERR_SPEC, "size: found '12x'");
-	write_index(e, "sm_80", 1, "sm_7", NULL);
-	expect_bad_bundle(bundle, LG_ERR_SPEC, "arch: 'sm_7' is not an arch");
-
-	int major, minor;
-	char header[96];
-	lg_nvrtc_block_for_tests(0);
-	assert_int_equal(lg_nvrtc_version(&major, &minor), LG_OK);
-	lg_nvrtc_block_for_tests(1);
-	snprintf(header, sizeof header, "LGINDEX\t2\t%s\t%d.%d", LINGEN_VERSION, major, minor);
-	write_index(NULL, NULL, 0, NULL, header);
-	expect_bad_bundle(bundle, LG_ERR_SPEC, "bundle index format 2, this lingen");
-	snprintf(header, sizeof header, "LGINDEX\t1\t9.9.9\t%d.%d", major, minor);
-	write_index(NULL, NULL, 0, NULL, header);
-	expect_bad_bundle(bundle, LG_ERR_SPEC, "made by lingen 9.9.9");
-	write_index(NULL, NULL, 0, NULL, "{\"format\": 3}");
-	expect_bad_bundle(bundle, LG_ERR_SPEC, "not a lingen bundle index");
-	char *ipath = lg_test_path(bundle, "index.lgb");
-	lg_test_write_file(ipath, index_text, strlen(index_text) - 1); /* its last line cut */
-	expect_bad_bundle(bundle, LG_ERR_SPEC, "a partial index");
-	lg_test_write_file(ipath, "LGINDEX\t1\n\tkernel\n", strlen("LGINDEX\t1\n\tkernel\n"));
-	expect_bad_bundle(bundle, LG_ERR_SPEC, "header: expected LGINDEX, format, lingen and NVRTC versions");
-
-	assert_int_equal(unlink(ipath), 0); /* the bundle as the other tests have it */
-	lg_test_write_file(mpath, manifest, strlen(manifest));
-	lg_nvrtc_block_for_tests(0);
-	free(ipath);
-	free(other);
-	free(canon);
-	free(manifest);
-	free(mpath);
-}
-
 int main(void)
 {
 	unsetenv("LINGEN_ARCH");
@@ -951,7 +772,6 @@ int main(void)
 		cmocka_unit_test(test_manifest_versions), cmocka_unit_test(test_duplicate_records),
 		cmocka_unit_test(test_other_given_tile),
 		cmocka_unit_test(test_aot_table),    cmocka_unit_test(test_aot_cli),
-		cmocka_unit_test(test_index),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,8 @@
 /*
  * cmd_build.c - `lingen build SPEC|MODEL... --arch A[,B...] -o DIR [-j N]`:
  * pre-generate a deployment bundle, DIR/<entry>.<arch>.cubin for every
- * kernel x arch plus DIR/index.lgb (what the loader reads) and
+ * kernel x arch, the same cubins in one file, DIR/cubins.lgc (what the
+ * loader maps), DIR/index.lgb (what the loader reads) and
  * DIR/manifest.json (the same records as JSON). Needs no GPU.
  *
  * Compiling is compile_all.c's (shared with `lingen aot`): N threads, a
@@ -25,6 +26,7 @@
 
 #include "buf.h"
 #include "bundle.h" /* LG_MANIFEST_FORMAT, LG_INDEX_FORMAT, lg_plan_to_json, lg_plan_digest */
+#include "bundle_pack.h" /* LG_PACK_FILE, lg_pack_build */
 #include "cli.h"
 #include "compile_all.h"
 
@@ -129,14 +131,16 @@ static char *manifest(const struct lg_compile_set *s)
 }
 
 /* index.lgb (runtime/bundle.c): what the loader reads, the manifest's
- * records as tab-separated lines; NULL on allocation failure. */
-static char *index_text(const struct lg_compile_set *s)
+ * records as tab-separated lines, the cubin file of `bytes` bytes holding
+ * cubin i at offset[i]; NULL on allocation failure. */
+static char *index_text(const struct lg_compile_set *s, const size_t *offset, size_t bytes)
 {
 	char nv[32];
 	lg_compile_nvrtc_version(nv);
 	lg_buf b;
 	lg_buf_init(&b);
 	lg_emit(&b, "LGINDEX\t%d\t%s\t%s\n", LG_INDEX_FORMAT, lg_version(), nv);
+	lg_emit(&b, "cubins\t%s\t%zu\n", LG_PACK_FILE, bytes);
 	for (size_t i = 0; i < s->n; i++) {
 		const struct lg_compiled *c = &s->c[i];
 		const lg_spec *spec = c->k->spec;
@@ -148,8 +152,8 @@ static char *index_text(const struct lg_compile_set *s)
 		char *canon = lg_spec_canonical(spec), *file = cubin_name(s, c);
 		char *given = lg_plan_given_json(spec, &c->plan);
 		if (canon && file && given)
-			lg_emit(&b, "kernel\t%s\t%s\t%s\t%zu\t%016llx\t%016llx\t%s\t%s\n", s->archs[c->arch],
-				lg_spec_entry(spec), file, c->size, (unsigned long long)c->checksum,
+			lg_emit(&b, "kernel\t%s\t%s\t%s\t%zu\t%zu\t%016llx\t%016llx\t%s\t%s\n", s->archs[c->arch],
+				lg_spec_entry(spec), file, offset[i], c->size, (unsigned long long)c->checksum,
 				(unsigned long long)lg_plan_digest(spec, &c->plan), given, canon);
 		else
 			b.failed = true;
@@ -208,10 +212,41 @@ static int remove_old(const char *dir, const char *name)
 	return rc;
 }
 
-/* Write every cubin, then the index and the manifest (an earlier build's
- * are removed first, so that a folder with either is always complete),
- * then remove the cubins of an earlier build the new manifest does not
- * list. */
+/* The cubin file (runtime/bundle_pack.h), one arch's cubins after
+ * another, written to a temporary name and renamed into place (a loader
+ * maps it: a file changed in place under a mapping could fault); offset[i]:
+ * where cubin i is, *bytes the file's size. */
+static int write_pack(const char *dir, const struct lg_compile_set *s, size_t *offset, size_t *bytes)
+{
+	const void **data = calloc(s->n ? s->n : 1, sizeof *data);
+	size_t *size = calloc(s->n ? s->n : 1, sizeof *size), *at = calloc(s->n ? s->n : 1, sizeof *at);
+	size_t *which = calloc(s->n ? s->n : 1, sizeof *which), n = 0;
+	for (int a = 0; data && size && at && which && a < s->narch; a++)
+		for (size_t i = 0; i < s->n; i++)
+			if (!s->c[i].skipped && s->c[i].arch == a) {
+				data[n] = s->c[i].cubin;
+				size[n] = s->c[i].size;
+				which[n++] = i;
+			}
+	unsigned char *pack = data && size && at && which ? lg_pack_build(data, size, n, at, bytes) : NULL;
+	for (size_t j = 0; pack && j < n; j++)
+		offset[which[j]] = at[j];
+	char *path = lg_cli_path(dir, LG_PACK_FILE);
+	int rc = lg_cli_save(pack ? path : NULL, pack, *bytes);
+	free(path);
+	free(pack);
+	free(which);
+	free(at);
+	free(size);
+	free(data);
+	return rc;
+}
+
+/* Write every cubin, the cubin file, then the index and the manifest (an
+ * earlier build's are removed first, so that a folder with either is
+ * always complete), then remove the cubins of an earlier build the new
+ * manifest does not list. Each file is written under a temporary name and
+ * renamed into place (lg_cli_save). */
 static int write_bundle(const char *dir, const struct lg_compile_set *s)
 {
 	int rc = remove_old(dir, "manifest.json");
@@ -226,7 +261,11 @@ static int write_bundle(const char *dir, const struct lg_compile_set *s)
 		free(path);
 		free(name);
 	}
-	char *index = rc == LG_EXIT_OK ? index_text(s) : NULL;
+	size_t *offset = calloc(s->n ? s->n : 1, sizeof *offset), bytes = 0;
+	if (rc == LG_EXIT_OK)
+		rc = offset ? write_pack(dir, s, offset, &bytes) : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
+	char *index = rc == LG_EXIT_OK ? index_text(s, offset, bytes) : NULL;
+	free(offset);
 	char *ipath = lg_cli_path(dir, "index.lgb");
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_save(ipath, index, index ? strlen(index) : 0);
@@ -250,7 +289,8 @@ const struct lg_cli_cmd lg_cmd_build = {
 	.name = "build",
 	.synopsis = "SPEC... --arch ARCH[,ARCH...] -o DIR [-j N]",
 	.summary = "pre-generate cubins into a deployment bundle (manifest + cubins)",
-	.details = "Writes DIR/<entry>.<arch>.cubin for every kernel and arch, then\n"
+	.details = "Writes DIR/<entry>.<arch>.cubin for every kernel and arch, the\n"
+		   "same cubins in one file, DIR/cubins.lgc (what the loader maps), then\n"
 		   "DIR/index.lgb (what the loader reads: the records as text lines) and\n"
 		   "DIR/manifest.json (format 3: canonical spec, entry, arch, file, size,\n"
 		   "checksum and launch plan of each cubin; lingen and NVRTC versions),\n"

@@ -1,0 +1,407 @@
+/*
+ * test_bundle_index.c - a bundle's index.lgb and cubin file, what the
+ * loader reads when a bundle has them: `lingen build` writes index format 2
+ * (a "cubins" line naming cubins.lgc, and each record's offset in it); a
+ * context serves every cubin from the mapped file, the bytes of the
+ * bundle's own cubin files, without reading the manifest or those files; an
+ * index of format 1 (no cubin file) still loads, from the cubin files. No
+ * record is trusted: a plan digest, given tile, spec or checksum that is not
+ * what this lingen makes is refused when the kernel is asked for; an offset
+ * outside the cubin file, a truncated, missing or foreign cubin file, or a
+ * corrupt cubin in it is refused with the file named, never read past.
+ *
+ * Needs NVRTC (for the build) but no GPU. Runs the CLI (LG_CLI).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "bundle.h"
+#include "bundle_fixture.h"
+#include "bundle_pack.h"
+#include "lingen.h"
+#include "nvrtc.h"
+#include "testutil.h"
+
+#define OTHER_SPEC "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096}"
+#define FIELDS 10 /* of a kernel line, format 2 */
+
+static const char *const archs[] = {"sm_90a", "sm_80"};
+
+static char *tmp, *bundle;
+static char *index_text, *ipath; /* index.lgb as built, and its path */
+static char *pack, *ppath;       /* cubins.lgc as built, and its path */
+static size_t pack_len;
+static lg_spec_file *norms;
+
+static int setup(void **state)
+{
+	(void)state;
+	tmp = lg_test_tmpdir("bundle-index");
+	if (lg_spec_file_load(LG_TEST_NORMS, &norms) != LG_OK)
+		return -1;
+	bundle = lg_test_build_norms(tmp);
+	ipath = lg_test_path(bundle, "index.lgb");
+	ppath = lg_test_path(bundle, LG_PACK_FILE);
+	index_text = lg_test_read_file(ipath, NULL);
+	pack = lg_test_read_file(ppath, &pack_len);
+	return index_text && pack ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	lg_spec_file_free(norms);
+	free(index_text);
+	free(pack);
+	free(ipath);
+	free(ppath);
+	lg_test_rm_rf(tmp);
+	free(bundle);
+	free(tmp);
+	return 0;
+}
+
+/* Every test starts from the bundle as built, NVRTC made unloadable (a
+ * bundle never needs it). */
+static int restore(void **state)
+{
+	(void)state;
+	lg_test_write_file(ipath, index_text, strlen(index_text));
+	lg_test_write_file(ppath, pack, pack_len);
+	lg_nvrtc_block_for_tests(1);
+	return 0;
+}
+
+static int unblock(void **state)
+{
+	(void)state;
+	lg_nvrtc_block_for_tests(0);
+	return 0;
+}
+
+/* The built index's kernel line of entry x arch (asserted present): a
+ * pointer into index_text. */
+static const char *record(const char *entry, const char *arch)
+{
+	char key[256];
+	snprintf(key, sizeof key, "\nkernel\t%s\t%s\t", arch, entry);
+	const char *at = strstr(index_text, key);
+	assert_non_null(at);
+	return at + 1;
+}
+
+/* Field i of the built record of entry x arch (malloc'd). */
+static char *field(const char *entry, const char *arch, int i)
+{
+	const char *at = record(entry, arch);
+	for (int k = 0; k < i; k++)
+		at = strchr(at, '\t') + 1;
+	return strndup(at, strcspn(at, "\t\n"));
+}
+
+/* Write the built index with: field `field` (0: "kernel") of the record of
+ * entry x arch set to value (entry NULL: no record changed); the first
+ * line replaced by header (NULL: as built); the second (the cubins line)
+ * by cubins (NULL: as built, "": left out). */
+static void write_index(const char *entry, const char *arch, int f, const char *value, const char *header,
+			const char *cubins)
+{
+	char *out = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&out, &len);
+	assert_non_null(fp);
+	const char *rec = entry ? record(entry, arch) : NULL;
+	int n = 0;
+	for (const char *line = index_text; *line; n++) {
+		const char *end = strchr(line, '\n');
+		assert_non_null(end);
+		if (n == 0 && header) {
+			fprintf(fp, "%s\n", header);
+		} else if (n == 1 && cubins) {
+			fprintf(fp, "%s%s", cubins, *cubins ? "\n" : "");
+		} else if (line == rec) {
+			const char *at = line;
+			for (int i = 0; i < FIELDS; i++) {
+				const char *tab = memchr(at, '\t', (size_t)(end - at));
+				const char *stop = tab ? tab : end;
+				if (i == f)
+					fputs(value, fp);
+				else
+					fwrite(at, 1, (size_t)(stop - at), fp);
+				fputc(i == FIELDS - 1 ? '\n' : '\t', fp);
+				at = stop + 1;
+			}
+		} else {
+			fwrite(line, 1, (size_t)(end + 1 - line), fp);
+		}
+		line = end + 1;
+	}
+	fclose(fp);
+	lg_test_write_file(ipath, out, len);
+	free(out);
+}
+
+/* Asking for spec s on arch fails with st and a message holding needle
+ * (the context opens: records are checked when asked for). */
+static void expect_bad_record(const lg_spec *s, const char *arch, lg_status st, const char *needle)
+{
+	lg_ctx *c = lg_test_bundle_ctx(bundle, arch, NULL);
+	const void *cubin;
+	size_t size;
+	assert_int_equal(lg_ctx_cubin(c, s, &cubin, &size), st);
+	fprintf(stderr, "%s\n", lg_last_error());
+	assert_non_null(strstr(lg_last_error(), needle));
+	lg_ctx_destroy(c);
+}
+
+/* Every kernel of the bundle for both archs served with the bytes of its
+ * own cubin file; with `aligned`, from the mapped cubin file (each at a
+ * multiple of LG_PACK_ALIGN). */
+static void expect_all_served(bool aligned)
+{
+	for (int a = 0; a < 2; a++) {
+		char *cache = lg_test_path(tmp, "untouched-cache");
+		lg_ctx *c = lg_test_bundle_ctx(bundle, archs[a], cache);
+		for (size_t i = 0; i < lg_spec_file_count(norms); i++) {
+			const lg_spec *s = lg_spec_file_get(norms, i);
+			const void *cubin;
+			size_t size, n;
+			if (lg_ctx_cubin(c, s, &cubin, &size) != LG_OK)
+				fail_msg("%s", lg_last_error());
+			char *want = lg_test_bundle_cubin(bundle, lg_spec_entry(s), archs[a], &n);
+			assert_int_equal(size, n);
+			assert_memory_equal(cubin, want, n);
+			if (aligned)
+				assert_int_equal((uintptr_t)cubin % LG_PACK_ALIGN, 0);
+			free(want);
+		}
+		lg_spec *other;
+		const void *cubin;
+		size_t size;
+		assert_int_equal(lg_spec_parse(OTHER_SPEC, &other), LG_OK);
+		assert_int_equal(lg_ctx_cubin(c, other, &cubin, &size), LG_ERR_MISSING);
+		assert_non_null(strstr(lg_last_error(), bundle));
+		lg_spec_free(other);
+		lg_ctx_destroy(c);
+		assert_int_equal(access(cache, F_OK), -1); /* no cache folder made */
+		free(cache);
+	}
+}
+
+/* The index and cubin file as built: every cubin from the mapping; neither
+ * the manifest nor a kernel's own cubin file is read. */
+static void test_round_trip(void **state)
+{
+	(void)state;
+	char header[64];
+	snprintf(header, sizeof header, "LGINDEX\t%d\t%s\t", LG_INDEX_FORMAT, LINGEN_VERSION);
+	assert_int_equal(LG_INDEX_FORMAT, 2);
+	assert_int_equal(strncmp(index_text, header, strlen(header)), 0);
+	char cubins[64];
+	snprintf(cubins, sizeof cubins, "\ncubins\t%s\t%zu\n", LG_PACK_FILE, pack_len);
+	assert_non_null(strstr(index_text, cubins));
+	assert_int_equal(memcmp(pack, "LGCUBINS\t1\n", 11), 0);
+
+	char *mpath = lg_test_path(bundle, "manifest.json"), *manifest = lg_test_read_file(mpath, NULL);
+	lg_test_write_file(mpath, "{", 1);
+	expect_all_served(true);
+	/* a kernel's own file gone: served from the cubin file all the same */
+	const char *e = lg_spec_entry(lg_spec_file_get(norms, 0));
+	char *own = lg_test_path(bundle, "own.cubin"), *name = field(e, "sm_80", 3), *path = lg_test_path(bundle, name);
+	assert_int_equal(rename(path, own), 0);
+	expect_bad_record(lg_spec_file_get(norms, 0), "sm_80", LG_OK, "");
+	assert_int_equal(rename(own, path), 0);
+	lg_test_write_file(mpath, manifest, strlen(manifest));
+	free(path);
+	free(name);
+	free(own);
+	free(manifest);
+	free(mpath);
+}
+
+/* An index of format 1, as built before the cubin file (no cubins line,
+ * no offsets): loaded, each cubin read from its own file. */
+static void test_format_1(void **state)
+{
+	(void)state;
+	char *out = NULL;
+	size_t len = 0;
+	FILE *fp = open_memstream(&out, &len);
+	assert_non_null(fp);
+	int n = 0;
+	for (const char *line = index_text; *line; n++) {
+		const char *end = strchr(line, '\n');
+		if (n == 0) {
+			const char *rest = strchr(strchr(line, '\t') + 1, '\t');
+			fprintf(fp, "LGINDEX\t1%.*s", (int)(end + 1 - rest), rest);
+		} else if (strncmp(line, "kernel\t", 7) == 0) {
+			const char *at = line;
+			for (int i = 0; i < FIELDS; i++) {
+				const char *stop = i == FIELDS - 1 ? end : strchr(at, '\t');
+				if (i != 4)
+					fprintf(fp, "%.*s%c", (int)(stop - at), at, i == FIELDS - 1 ? '\n' : '\t');
+				at = stop + 1;
+			}
+		} else if (strncmp(line, "cubins\t", 7) != 0) {
+			fwrite(line, 1, (size_t)(end + 1 - line), fp);
+		}
+		line = end + 1;
+	}
+	fclose(fp);
+	lg_test_write_file(ipath, out, len);
+	free(out);
+	assert_int_equal(unlink(ppath), 0);
+	expect_all_served(false);
+	/* format 1's kernel line has 9 fields */
+	write_index(NULL, NULL, 0, NULL, "LGINDEX\t1\t" LINGEN_VERSION "\t13.0", "");
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "expected a kernel line (9 fields)");
+}
+
+/* Records whose plan, tile, spec or checksum is not what was built. */
+static void test_bad_records(void **state)
+{
+	(void)state;
+	const lg_spec *s = lg_spec_file_get(norms, 1);
+	const char *e = lg_spec_entry(s);
+	write_index(e, "sm_80", 7, "0123456789abcdef", NULL, NULL); /* plan digest */
+	expect_bad_record(s, "sm_80", LG_ERR_SPEC, "the launch plan recorded differs from what lingen");
+	expect_bad_record(lg_spec_file_get(norms, 0), "sm_80", LG_OK, ""); /* the other records serve */
+	write_index(e, "sm_80", 8, "{\"threads\":512}", NULL, NULL); /* a sound tile, not the plan built */
+	expect_bad_record(s, "sm_80", LG_ERR_SPEC, "the launch plan recorded differs");
+	write_index(e, "sm_80", 8, "{\"threads\":64}", NULL, NULL);
+	expect_bad_record(s, "sm_80", LG_ERR_SPEC, "given.threads: found 64");
+	write_index(e, "sm_80", 8, "{\"rows\":0}", NULL, NULL);
+	expect_bad_record(s, "sm_80", LG_ERR_SPEC, "given.rows: found 0");
+	write_index(e, "sm_80", 8, "[]", NULL, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "expected the given tile and the spec as JSON objects");
+	char *canon = lg_spec_canonical(s), *at = strstr(canon, "2048");
+	assert_non_null(at);
+	at[3] = '9'; /* hidden 2049: another spec under this entry's name */
+	write_index(e, "sm_80", 9, canon, NULL, NULL);
+	expect_bad_record(s, "sm_80", LG_ERR_MISSING, "with this spec");
+	write_index(e, "sm_80", 6, "0000000000000000", NULL, NULL); /* checksum */
+	expect_bad_record(s, "sm_80", LG_ERR_IO, "checksum");
+	write_index(e, "sm_80", 3, "../x.cubin", NULL, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "must be a file name inside the bundle");
+	write_index(e, "sm_80", 5, "12x", NULL, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "size: found '12x'");
+	write_index(e, "sm_80", 1, "sm_7", NULL, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "arch: 'sm_7' is not an arch");
+	free(canon);
+}
+
+/* Offsets outside the cubin file, and another record's cubin. */
+static void test_bad_offsets(void **state)
+{
+	(void)state;
+	const lg_spec *s = lg_spec_file_get(norms, 1);
+	const char *e = lg_spec_entry(s);
+	static const char *const outside[] = {"0", "1", "100", "18446744073709551615"};
+	for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++) {
+		write_index(e, "sm_80", 4, outside[i], NULL, NULL);
+		lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "is not inside cubins.lgc");
+	}
+	write_index(e, "sm_80", 4, "99999999999999999999", NULL, NULL); /* over 2^64 */
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "offset: found '99999999999999999999'");
+	write_index(e, "sm_80", 4, "12x", NULL, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "offset: found '12x', expected a byte offset in cubins.lgc");
+	char last[32]; /* the first cubin as long as the rest of the file and one byte: past its end */
+	const char *e0 = lg_spec_entry(lg_spec_file_get(norms, 0));
+	char *off = field(e0, "sm_80", 4);
+	snprintf(last, sizeof last, "%zu", pack_len - (size_t)strtoull(off, NULL, 10) + 1);
+	write_index(e0, "sm_80", 5, last, NULL, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "is not inside cubins.lgc");
+	/* another kernel's offset (inside the file): the bytes there fail the checksum */
+	write_index(e, "sm_80", 4, off, NULL, NULL);
+	expect_bad_record(s, "sm_80", LG_ERR_IO, "checksum");
+	assert_non_null(strstr(lg_last_error(), LG_PACK_FILE " at offset "));
+	free(off);
+}
+
+/* The cubin file: a flipped byte, truncated, missing, foreign, or another
+ * size than the index records. */
+static void test_bad_pack(void **state)
+{
+	(void)state;
+	const lg_spec *s = lg_spec_file_get(norms, 1);
+	char *off = field(lg_spec_entry(s), "sm_80", 4), *size = field(lg_spec_entry(s), "sm_80", 5);
+	size_t at = (size_t)strtoull(off, NULL, 10) + (size_t)strtoull(size, NULL, 10) / 2;
+	pack[at] = (char)~pack[at];
+	lg_test_write_file(ppath, pack, pack_len);
+	pack[at] = (char)~pack[at];
+	expect_bad_record(s, "sm_80", LG_ERR_IO, "checksum");
+	assert_non_null(strstr(lg_last_error(), LG_PACK_FILE " at offset "));
+	expect_bad_record(lg_spec_file_get(norms, 0), "sm_80", LG_OK, ""); /* the other cubins serve */
+
+	lg_test_write_file(ppath, pack, pack_len - 1); /* truncated */
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "bytes, its index records");
+	assert_non_null(strstr(lg_last_error(), ppath));
+	lg_test_write_file(ppath, pack, pack_len);
+	pack[3] = 'X'; /* another header */
+	lg_test_write_file(ppath, pack, pack_len);
+	pack[3] = 'U';
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "is not a lingen cubin file");
+	assert_int_equal(unlink(ppath), 0);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_IO, "cannot open the bundle's cubin file");
+	assert_non_null(strstr(lg_last_error(), ppath));
+	lg_test_write_file(ppath, pack, pack_len);
+
+	char line[96];
+	snprintf(line, sizeof line, "cubins\t%s\t%zu", LG_PACK_FILE, pack_len + 64);
+	write_index(NULL, NULL, 0, NULL, NULL, line);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "its index records");
+	write_index(NULL, NULL, 0, NULL, NULL, "cubins\t../cubins.lgc\t64");
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "must be a file name inside the bundle");
+	write_index(NULL, NULL, 0, NULL, NULL, "cubins\tcubins.lgc\tx");
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "bytes: found 'x'");
+	write_index(NULL, NULL, 0, NULL, NULL, ""); /* no cubins line */
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "expected the cubin file's line");
+	free(off);
+	free(size);
+}
+
+/* The header: another format or lingen, not an index, a partial one. */
+static void test_bad_header(void **state)
+{
+	(void)state;
+	int major, minor;
+	char header[96];
+	lg_nvrtc_block_for_tests(0);
+	assert_int_equal(lg_nvrtc_version(&major, &minor), LG_OK);
+	lg_nvrtc_block_for_tests(1);
+	snprintf(header, sizeof header, "LGINDEX\t3\t%s\t%d.%d", LINGEN_VERSION, major, minor);
+	write_index(NULL, NULL, 0, NULL, header, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "bundle index format 3, this lingen");
+	snprintf(header, sizeof header, "LGINDEX\t2\t9.9.9\t%d.%d", major, minor);
+	write_index(NULL, NULL, 0, NULL, header, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "made by lingen 9.9.9");
+	write_index(NULL, NULL, 0, NULL, "{\"format\": 3}", NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "not a lingen bundle index");
+	lg_test_write_file(ipath, index_text, strlen(index_text) - 1); /* its last line cut */
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "a partial index");
+	lg_test_write_file(ipath, "LGINDEX\t2\n\tkernel\n", strlen("LGINDEX\t2\n\tkernel\n"));
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "header: expected LGINDEX, format, lingen and NVRTC versions");
+}
+
+int main(void)
+{
+	unsetenv("LINGEN_ARCH");
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_round_trip, restore, unblock),
+		cmocka_unit_test_setup_teardown(test_format_1, restore, unblock),
+		cmocka_unit_test_setup_teardown(test_bad_records, restore, unblock),
+		cmocka_unit_test_setup_teardown(test_bad_offsets, restore, unblock),
+		cmocka_unit_test_setup_teardown(test_bad_pack, restore, unblock),
+		cmocka_unit_test_setup_teardown(test_bad_header, restore, unblock),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
