@@ -61,7 +61,11 @@ lg_status lg_pack_map(const char *path, uint64_t bytes, struct lg_pack *out)
 		rc = lg_fail(LG_ERR_SPEC, "the bundle's cubin file %s has %lld bytes, its index records %llu: truncated or from another build; rebuild the bundle with lingen build",
 			     path, (long long)st.st_size, (unsigned long long)bytes);
 	void *base = MAP_FAILED;
-	if (rc == LG_OK && (base = mmap(NULL, (size_t)bytes, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0)) == MAP_FAILED)
+	/* neither MAP_POPULATE nor MADV_WILLNEED: the kernel maps 16 cached
+	 * pages a read fault (fault-around), about 25 faults for the 1.6 MB of
+	 * the 39-kernel step, and populating at open measured no faster in
+	 * total (bench/jit-load.md) while it maps every arch's cubins */
+	if (rc == LG_OK && (base = mmap(NULL, (size_t)bytes, PROT_READ, MAP_PRIVATE, fd, 0)) == MAP_FAILED)
 		rc = lg_fail(LG_ERR_IO, "cannot map the bundle's cubin file %s: %s", path, strerror(errno));
 	close(fd);
 	if (rc != LG_OK)

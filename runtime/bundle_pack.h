@@ -44,8 +44,8 @@ unsigned char *lg_pack_build(const void *const *data, const size_t *size, size_t
 /* Map the cubin file at path, which must be a regular file of exactly
  * `bytes` bytes (index.lgb's record of it) starting with the header.
  * LG_ERR_IO naming path when it cannot be opened or mapped, LG_ERR_SPEC
- * when its size or header is not the recorded one. The mapping is
- * populated now (no page faults when the cubins are read). */
+ * when its size or header is not the recorded one. Pages are mapped as
+ * they are first read (by the checksum, before the driver sees them). */
 lg_status lg_pack_map(const char *path, uint64_t bytes, struct lg_pack *out);
 void lg_pack_unmap(struct lg_pack *p);
 
