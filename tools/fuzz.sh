@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/fuzz.sh - run the libFuzzer harnesses of tests/fuzz (spec files, model
-# configs, tuning files, bundle manifests) under ASan + UBSan.
+# configs, tuning files, bundle manifests, bundle indexes) under ASan + UBSan.
 #
 #   tools/fuzz.sh [SECONDS_EACH] [BUILD_DIR] [JOBS]
 #                 (defaults: 15 s each, build-fuzz, 1 job per harness)
@@ -13,7 +13,10 @@
 # status 1 if any harness found a crash, a leak or a timeout. The manifest
 # harness also makes large and duplicated kernels lists (an input starting
 # with a 0 byte) and fails an input that takes longer than
-# LINGEN_FUZZ_MANIFEST_SECONDS (default 10) to load or be refused.
+# LINGEN_FUZZ_MANIFEST_SECONDS (default 10) to load or be refused. The index
+# harness reads its inputs as index.lgb beside a real bundle's cubin files
+# (BUILD_DIR/seed-bundle, $LINGEN_FUZZ_BUNDLE), seeded with that bundle's
+# index (format 2) and the same index in format 1.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-15}
@@ -30,7 +33,7 @@ fi
 
 seeds=$dir/seeds
 rm -rf "$seeds"
-mkdir -p "$seeds"/{spec,model,tuning,manifest}
+mkdir -p "$seeds"/{spec,model,tuning,manifest,index}
 cp configs/kernels/*.json "$seeds/spec/"
 cp configs/models/*.json "$seeds/model/"
 cp configs/tuning/*.json "$seeds/tuning/"
@@ -46,13 +49,21 @@ if LINGEN_CACHE_DIR=off "$dir/lingen" build configs/kernels/ling-mini-2.0-norms.
 	for b in 10 2c 40; do
 		{ printf "\\x00\\x$b"; cat "$tmp/bundle/manifest.json"; } > "$seeds/manifest/amplified-$b.json"
 	done
+	cp "$tmp/bundle/index.lgb" "$seeds/index/format-2.lgb"
+	# format 1: no cubins line, no offset field (bundles built before cubins.lgc)
+	awk -F '\t' -v OFS='\t' 'NR == 1 { $2 = 1 } $1 == "cubins" { next }
+		$1 == "kernel" { $5 = ""; sub(/\t\t/, "\t") } { print }' \
+		"$tmp/bundle/index.lgb" > "$seeds/index/format-1.lgb"
+	rm -rf "$dir/seed-bundle"
+	mv "$tmp/bundle" "$dir/seed-bundle"
 else
-	echo "tools/fuzz.sh: no NVRTC: the manifest harness starts from an empty corpus" >&2
+	echo "tools/fuzz.sh: no NVRTC: the manifest and index harnesses start from an empty corpus" >&2
 fi
+export LINGEN_FUZZ_BUNDLE="$(cd "$dir" && pwd)/seed-bundle"
 rm -rf "$tmp"
 
 fail=0
-for h in spec model tuning manifest; do
+for h in spec model tuning manifest index; do
 	corpus=$dir/corpus/$h
 	mkdir -p "$corpus"
 	log=$dir/fuzz_$h.log
