@@ -41,33 +41,10 @@
  * tile, used): a bundle made by another lingen is turned down, not misread.
  * An embedded table holds the same fields, the spec and plan as JSON text.
  *
- * index.lgb (written by `lingen build` after the cubins and before the
- * manifest; what the loader reads when it is there, manifest.json being for
- * people and tools, and the loader's fallback for bundles without one): the
- * manifest's records as text a loader reads without a JSON parser, one line
- * each, fields separated by tabs (no field holds a tab or a newline):
- *   LGINDEX <LG_INDEX_FORMAT> <lingen version> <nvrtc version>
- *   cubins <file> <bytes>
- *   kernel <arch> <entry> <file> <offset> <size> <checksum> <plan digest> <given> <canonical spec>
- *   skipped <entry> <arch> <why>
- * cubins (the second line): the bundle's cubin file (bundle_pack.h,
- * "cubins.lgc", a name inside the folder) and its size in bytes; it is
- * mapped when the bundle opens and stays mapped until lg_bundle_free, and
- * a kernel's cubin is the <size> bytes at <offset> in it (each checked to
- * lie inside it when the index is read), handed out without a copy. <file>
- * of a kernel line: its cubin as a file of its own, which lingen build
- * also writes (for the manifest and people) but the loader does not read.
- * checksum as the manifest's; plan digest: lg_plan_digest of the plan, 16
- * hex digits; given: lg_plan_given_json; the canonical spec as lg_spec_to_json
- * prints it. Format 1 (bundles built before the cubin file) has no cubins
- * line and no <offset>: each cubin is read from its own file when asked
- * for; it is still read. The records are not re-planned when the bundle is opened but
- * when a kernel is asked for (lg_bundle_get): its spec is the caller's, whose
- * canonical text must equal the record's, planned with the recorded given
- * tile, and the digest of that plan must equal the recorded one; every other
- * field is checked by use (the cubin's checksum is seeded by the canonical
- * spec, entry, arch and given tile). Another index format is refused.
- * "lingen" must be this lingen's version, "nvrtc" a version, "archs" the
+ * index.lgb and the cubin file it names, what the loader reads first when a
+ * bundle has them: bundle_index.c.
+ *
+ * For the manifest and the index: "lingen" must be this lingen's version, "nvrtc" a version, "archs" the
  * archs (each once) that every record's arch is one of; a bundle holds at
  * most LG_BUNDLE_MAX_ITEMS records, each entry x arch once (an index by
  * hash: loading and lookups are linear and constant in the records).
@@ -75,7 +52,6 @@
 #include "bundle.h"
 
 #include <errno.h>
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,40 +59,13 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "bundle_impl.h"
 #include "bundle_pack.h"
 #include "error.h"
 #include "file.h"
 #include "generate.h"
 #include "json.h"
 #include "log.h"
-
-#define WHERE_MAX 4352 /* "<path>: kernels[i]" in messages */
-
-struct item {
-	char *canon;                /* canonical spec JSON */
-	char *entry, *arch;
-	char *given;                /* the plan's "given" tile as JSON text */
-	char *file;                 /* folder bundles: path of the cubin */
-	const unsigned char *data;  /* embedded tables and mapped cubin files: the cubin */
-	size_t size;
-	uint64_t checksum;
-	struct lg_plan plan;        /* the manifest's and tables': checked when opened */
-	uint64_t digest;            /* the index's: the plan checked when asked for */
-	bool indexed;               /* from index.lgb: strings point into lg_bundle.index */
-};
-
-struct lg_bundle {
-	char *where;   /* "bundle /path" or "the embedded bundle (lingen aot)" */
-	struct item *items;
-	size_t n;
-	size_t *slot;    /* open addressing on entry x arch: item index + 1, 0 empty */
-	size_t nslot;    /* a power of two, at least twice n */
-	size_t nkernels; /* distinct entries */
-	char archs[160]; /* "sm_90a, sm_80" */
-	cJSON *skipped;  /* the manifest's "skipped" (entry, arch, why), NULL if none */
-	char *index;     /* index.lgb's text, its lines cut at the tabs, when read */
-	struct lg_pack pack; /* the cubin file index.lgb names, mapped (format 2) */
-};
 
 void lg_bundle_free(lg_bundle *b)
 {
@@ -285,7 +234,7 @@ static size_t *find_slot(const lg_bundle *b, const char *entry, const char *arch
 }
 
 /* Room for n items: the items and an index at most half full. */
-static lg_status bundle_alloc(lg_bundle *b, size_t n, const char *where)
+lg_status lg_bundle_alloc(lg_bundle *b, size_t n, const char *where)
 {
 	if (n > LG_BUNDLE_MAX_ITEMS)
 		return lg_fail(LG_ERR_SPEC, "%s: found %zu cubins, allowed: at most %d", where, n, LG_BUNDLE_MAX_ITEMS);
@@ -300,7 +249,7 @@ static lg_status bundle_alloc(lg_bundle *b, size_t n, const char *where)
 }
 
 /* Index item i; a second record of the same entry and arch is refused. */
-static lg_status index_add(lg_bundle *b, size_t i, const char *where)
+lg_status lg_bundle_add(lg_bundle *b, size_t i, const char *where)
 {
 	const struct item *it = &b->items[i];
 	size_t *sl = find_slot(b, it->entry, it->arch);
@@ -375,7 +324,7 @@ static bool nvrtc_version_ok(const char *v)
 }
 
 /* The versions a bundle records: of this lingen, and of an NVRTC. */
-static lg_status check_versions(const char *where, const char *lingen, const char *nvrtc)
+lg_status lg_bundle_check_versions(const char *where, const char *lingen, const char *nvrtc)
 {
 	if (!lingen || strcmp(lingen, lg_version()) != 0)
 		return lg_fail(LG_ERR_SPEC, "%s: made by lingen %s, this is lingen %s: rebuild the bundle with this lingen",
@@ -395,7 +344,7 @@ static lg_status manifest_header(const char *path, const cJSON *m, const cJSON *
 			       path, f ? lg_json_show(f).s : "missing", cJSON_IsNumber(f) || !f ? "" : " (",
 			       cJSON_IsNumber(f) || !f ? "" : lg_json_type(f), cJSON_IsNumber(f) || !f ? "" : ")",
 			       lg_version(), LG_MANIFEST_FORMAT);
-	lg_status st = check_versions(path, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "lingen")),
+	lg_status st = lg_bundle_check_versions(path, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "lingen")),
 				      cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "nvrtc")));
 	if (st != LG_OK)
 		return st;
@@ -464,7 +413,7 @@ static lg_status manifest_parse(lg_bundle *b, const char *dir, const char *path,
 	size_t n = 0;
 	for (const cJSON *k = ks->child; k; k = k->next)
 		n++;
-	if ((st = bundle_alloc(b, n, path)) != LG_OK)
+	if ((st = lg_bundle_alloc(b, n, path)) != LG_OK)
 		return st;
 	size_t i = 0;
 	for (const cJSON *k = ks->child; k; k = k->next, i++) { /* the list, not GetArrayItem: linear */
@@ -476,224 +425,10 @@ static lg_status manifest_parse(lg_bundle *b, const char *dir, const char *path,
 		if (!has_arch(archs, b->items[i].arch))
 			return lg_fail(LG_ERR_SPEC, "%s.arch: %s is not one of the manifest's archs", where,
 				       b->items[i].arch);
-		if ((st = index_add(b, i, where)) != LG_OK)
+		if ((st = lg_bundle_add(b, i, where)) != LG_OK)
 			return st;
 	}
 	return LG_OK;
-}
-
-/* -------------------------------------------------------------- the index */
-
-/* Cut a line at its tabs into at most max fields: how many it has (max + 1:
- * more than max). */
-static int split(char *line, char **field, int max)
-{
-	int n = 0;
-	field[n++] = line;
-	for (char *c = strchr(line, '\t'); c; c = strchr(c + 1, '\t')) {
-		if (n == max)
-			return max + 1;
-		*c = '\0';
-		field[n++] = c + 1;
-	}
-	return n;
-}
-
-static bool hex16(const char *text, uint64_t *out)
-{
-	for (int i = 0; i < 16; i++)
-		if (!((text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f')))
-			return false;
-	if (text[16])
-		return false;
-	*out = strtoull(text, NULL, 16);
-	return true;
-}
-
-/* A decimal number of at most `max`, digits only. */
-static bool decimal(const char *text, uint64_t max, uint64_t *out)
-{
-	char *end = NULL;
-	if (text[0] < '0' || text[0] > '9')
-		return false;
-	errno = 0;
-	unsigned long long v = strtoull(text, &end, 10);
-	*out = v;
-	return !*end && errno == 0 && v <= max;
-}
-
-/* A "kernel" line: f[1..8] arch, entry, file, size, checksum, plan digest,
- * given, canonical spec (format 2's offset taken out: `offset`, NULL in
- * format 1); the item points into the index's text, and into the mapped
- * cubin file with an offset. */
-static lg_status index_kernel(const lg_bundle *b, const char *dir, char **f, const char *offset, struct item *it,
-			      const char *where)
-{
-	struct lg_target t;
-	uint64_t size = 0, at = 0;
-	if (!lg_target_parse(f[1], &t) || strcmp(t.name, f[1]) != 0)
-		return lg_fail(LG_ERR_SPEC, "%s: arch: '%s' is not an arch (expected sm_<NN>[a])", where, f[1]);
-	if (strncmp(f[2], "lg_", 3) != 0)
-		return lg_fail(LG_ERR_SPEC, "%s: entry: found '%s', expected a lingen entry name", where, f[2]);
-	if (!f[3][0] || strchr(f[3], '/') || f[3][0] == '.')
-		return lg_fail(LG_ERR_SPEC, "%s: file: '%s' must be a file name inside the bundle", where, f[3]);
-	if (!decimal(f[4], UINT64_C(1) << 32, &size) || size < 1)
-		return lg_fail(LG_ERR_SPEC, "%s: size: found '%s', expected 1 to 2^32 bytes", where, f[4]);
-	if (offset && !decimal(offset, UINT64_MAX, &at))
-		return lg_fail(LG_ERR_SPEC, "%s: offset: found '%s', expected a byte offset in %s", where, offset,
-			       LG_PACK_FILE);
-	if (offset) {
-		lg_status st = lg_pack_check(&b->pack, at, size, where);
-		if (st != LG_OK)
-			return st;
-	}
-	if (!hex16(f[5], &it->checksum) || !hex16(f[6], &it->digest))
-		return lg_fail(LG_ERR_SPEC, "%s: checksum and plan digest: expected 16 hex digits each, found '%s' and '%s'",
-			       where, f[5], f[6]);
-	if (f[7][0] != '{' || f[8][0] != '{')
-		return lg_fail(LG_ERR_SPEC, "%s: expected the given tile and the spec as JSON objects", where);
-	it->indexed = true;
-	it->arch = f[1];
-	it->entry = f[2];
-	it->size = (size_t)size;
-	it->given = f[7];
-	it->canon = f[8];
-	it->data = offset ? b->pack.base + at : NULL;
-	if (asprintf(&it->file, "%s/%s", dir, f[3]) < 0) {
-		it->file = NULL;
-		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
-	}
-	return LG_OK;
-}
-
-/* A "skipped" line, kept as the manifest's "skipped" is. */
-static lg_status index_skipped(lg_bundle *b, char **f, const char *where)
-{
-	if (!b->skipped && !(b->skipped = cJSON_CreateArray()))
-		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
-	cJSON *o = cJSON_CreateObject();
-	bool ok = o && cJSON_AddStringToObject(o, "entry", f[1]) && cJSON_AddStringToObject(o, "arch", f[2]) &&
-		  cJSON_AddStringToObject(o, "why", f[3]);
-	if (!ok || !cJSON_AddItemToArray(b->skipped, o)) {
-		cJSON_Delete(o);
-		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
-	}
-	return LG_OK;
-}
-
-/* Format 2's second line, "cubins <file> <bytes>": the cubin file mapped. */
-static lg_status index_pack(lg_bundle *b, const char *dir, char *line, const char *where)
-{
-	char *f[3];
-	uint64_t bytes;
-	if (split(line, f, 3) != 3 || strcmp(f[0], "cubins") != 0)
-		return lg_fail(LG_ERR_SPEC, "%s: expected the cubin file's line (cubins, file, bytes) in an index of format 2",
-			       where);
-	if (!f[1][0] || strchr(f[1], '/') || f[1][0] == '.')
-		return lg_fail(LG_ERR_SPEC, "%s: file: '%s' must be a file name inside the bundle", where, f[1]);
-	if (!decimal(f[2], UINT64_MAX, &bytes))
-		return lg_fail(LG_ERR_SPEC, "%s: bytes: found '%s', expected the cubin file's size", where, f[2]);
-	char *path = NULL;
-	if (asprintf(&path, "%s/%s", dir, f[1]) < 0)
-		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading %s", where);
-	lg_status st = lg_pack_map(path, bytes, &b->pack);
-	free(path);
-	if (st != LG_OK)
-		lg_fail_append(" (%s)", where);
-	return st;
-}
-
-/* The next line of the index (cut at its end), NULL at the end; LG_ERR_SPEC
- * when the text ends inside it. */
-static lg_status next_line(char **next, char **line, const char *path, size_t at)
-{
-	*line = *next + 1;
-	if (!**line) {
-		*line = NULL;
-		return LG_OK;
-	}
-	if (!(*next = strchr(*line, '\n')))
-		return lg_fail(LG_ERR_SPEC, "%s:%zu: the last line does not end: a partial index", path, at);
-	**next = '\0';
-	return LG_OK;
-}
-
-/* index.lgb's text (kept by the bundle: the items point into it). */
-static lg_status index_parse(lg_bundle *b, const char *dir, const char *path, char *text, size_t len)
-{
-	b->index = text;
-	if (strlen(text) != len)
-		return lg_fail(LG_ERR_SPEC, "%s: not text: not a lingen bundle index", path);
-	size_t lines = 0;
-	for (const char *c = strchr(text, '\n'); c; c = strchr(c + 1, '\n'))
-		lines++;
-	char *line = text, *next = strchr(line, '\n');
-	if (!next)
-		return lg_fail(LG_ERR_SPEC, "%s: no header line: not a lingen bundle index", path);
-	*next = '\0';
-	char *f[10];
-	int n = split(line, f, 4);
-	if (strcmp(f[0], "LGINDEX") != 0)
-		return lg_fail(LG_ERR_SPEC, "%s: not a lingen bundle index (its first line starts with LGINDEX)", path);
-	int format = n < 2 ? 0 : strcmp(f[1], "1") == 0 ? 1 : strcmp(f[1], "2") == 0 ? 2 : 0;
-	if (!format)
-		return lg_fail(LG_ERR_SPEC, "%s: bundle index format %s, this lingen (%s) reads formats 1 to %d: rebuild the bundle with lingen build",
-			       path, n < 2 ? "(none)" : f[1], lg_version(), LG_INDEX_FORMAT);
-	lg_status st = n == 4 ? check_versions(path, f[2], f[3])
-			      : lg_fail(LG_ERR_SPEC, "%s: header: expected LGINDEX, format, lingen and NVRTC versions", path);
-	if (st == LG_OK)
-		st = bundle_alloc(b, lines, path);
-	size_t i = 0, at = 2;
-	char where[WHERE_MAX];
-	if (st == LG_OK && format == 2 && (st = next_line(&next, &line, path, at)) == LG_OK) {
-		snprintf(where, sizeof where, "%s:%zu", path, at++);
-		st = line ? index_pack(b, dir, line, where)
-			  : lg_fail(LG_ERR_SPEC, "%s: no cubins line: an index of format 2 names its cubin file", path);
-	}
-	for (; st == LG_OK && (st = next_line(&next, &line, path, at)) == LG_OK && line; at++) {
-		snprintf(where, sizeof where, "%s:%zu", path, at);
-		int kernel_fields = format == 2 ? 10 : 9;
-		n = split(line, f, kernel_fields);
-		if (n == kernel_fields && strcmp(f[0], "kernel") == 0) {
-			const char *offset = format == 2 ? f[4] : NULL;
-			if (offset)
-				memmove(&f[4], &f[5], 5 * sizeof f[0]);
-			b->n = i + 1;
-			st = index_kernel(b, dir, f, offset, &b->items[i], where);
-			if (st == LG_OK)
-				st = index_add(b, i++, where);
-		} else if (n == 4 && strcmp(f[0], "skipped") == 0) {
-			st = index_skipped(b, f, where);
-		} else {
-			st = lg_fail(LG_ERR_SPEC, "%s: expected a kernel line (%d fields) or a skipped line (4 fields)", where,
-				     kernel_fields);
-		}
-	}
-	return st;
-}
-
-/* The bundle's index when it has one (*found false when not). */
-static lg_status open_index(lg_bundle *b, const char *dir, bool *found)
-{
-	*found = false;
-	char *path = NULL;
-	if (asprintf(&path, "%s/index.lgb", dir) < 0)
-		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening bundle %s", dir);
-	size_t len = 0;
-	char *text = NULL;
-	lg_status st = lg_read_file_max(path, LG_JSON_MAX, &text, &len);
-	if (st != LG_OK && errno == ENOENT) {
-		lg_clear_error();
-		free(path);
-		return LG_OK;
-	}
-	*found = true;
-	if (st != LG_OK)
-		lg_fail_prefix(st, "cannot read bundle index ");
-	else
-		st = index_parse(b, dir, path, text, len);
-	free(path);
-	return st;
 }
 
 lg_status lg_bundle_open(const char *dir, lg_bundle **out)
@@ -706,7 +441,7 @@ lg_status lg_bundle_open(const char *dir, lg_bundle **out)
 		free(b);
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory opening bundle %s", dir);
 	}
-	st = open_index(b, dir, &indexed);
+	st = lg_bundle_open_index(b, dir, &indexed);
 	if (st == LG_OK && indexed)
 		st = summarise(b);
 	if (st != LG_OK || indexed) {
@@ -762,7 +497,7 @@ lg_status lg_bundle_from_aot(const struct lg_aot_table *t, lg_bundle **out)
 	if (t->format != LG_AOT_FORMAT)
 		return lg_fail(LG_ERR_SPEC, "%s: format %d, this lingen (%s) reads format %d: regenerate it with lingen aot",
 			       where, t->format, lg_version(), LG_AOT_FORMAT);
-	lg_status st = check_versions(where, t->lingen, t->nvrtc);
+	lg_status st = lg_bundle_check_versions(where, t->lingen, t->nvrtc);
 	if (st != LG_OK)
 		return st;
 	lg_bundle *b = calloc(1, sizeof *b);
@@ -770,7 +505,7 @@ lg_status lg_bundle_from_aot(const struct lg_aot_table *t, lg_bundle **out)
 		lg_bundle_free(b);
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory reading the embedded bundle");
 	}
-	st = bundle_alloc(b, t->count, where);
+	st = lg_bundle_alloc(b, t->count, where);
 	for (size_t i = 0; st == LG_OK && i < t->count; i++) {
 		const struct lg_aot_entry *e = &t->entries[i];
 		char at[96];
@@ -786,7 +521,7 @@ lg_status lg_bundle_from_aot(const struct lg_aot_table *t, lg_bundle **out)
 		b->items[i].size = e->size;
 		b->items[i].checksum = e->checksum;
 		if (st == LG_OK)
-			st = index_add(b, i, at);
+			st = lg_bundle_add(b, i, at);
 	}
 	if (st == LG_OK)
 		st = summarise(b);

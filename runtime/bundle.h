@@ -7,7 +7,8 @@
  * a table embedded by `lingen aot` (struct lg_aot_table, include/lingen.h). Both give the same items: canonical spec,
  * entry, arch, cubin (file or bytes), size, XXH3-64 checksum and the launch
  * plan the cubin was generated with. The manifest layout is documented at
- * the top of bundle.c, beside its reader; the writers (tools/cmd_build.c,
+ * the top of bundle.c, beside its reader, the index's at the top of
+ * bundle_index.c, the cubin file's in bundle_pack.h; the writers (tools/cmd_build.c,
  * tools/cmd_aot.c) use lg_plan_to_json below.
  */
 #ifndef LG_RUNTIME_BUNDLE_H
@@ -23,8 +24,8 @@
 
 /* Version of manifest.json and of struct lg_aot_table (LG_AOT_FORMAT). */
 #define LG_MANIFEST_FORMAT 3
-/* Version of index.lgb, the bundle's index (bundle.c); formats 1 (no cubin
- * file) and 2 are read. */
+/* Version of index.lgb, the bundle's index (bundle_index.c); formats 1
+ * (no cubin file) and 2 are read. */
 #define LG_INDEX_FORMAT 2
 /* The most cubins a bundle holds (records of "kernels"), and archs. */
 #define LG_BUNDLE_MAX_ITEMS 16384

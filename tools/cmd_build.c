@@ -130,7 +130,7 @@ static char *manifest(const struct lg_compile_set *s)
 	return t;
 }
 
-/* index.lgb (runtime/bundle.c): what the loader reads, the manifest's
+/* index.lgb (runtime/bundle_index.c): what the loader reads, the manifest's
  * records as tab-separated lines, the cubin file of `bytes` bytes holding
  * cubin i at offset[i]; NULL on allocation failure. */
 static char *index_text(const struct lg_compile_set *s, const size_t *offset, size_t bytes)
