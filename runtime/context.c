@@ -106,7 +106,7 @@ void lg_ctx_destroy(lg_ctx *c)
 		entry_free(c->entries[i]);
 	free(c->entries);
 	lg_cache_close(c->cache);
-	lg_bundle_free(c->bundle);
+	lg_bundle_free(c->bundle); /* after the entries: their cubins may be in it */
 	lg_tuning_free(c->tuning);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -410,9 +410,11 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 	static _Atomic uint64_t next_id = 1;
 	k->id = next_id++;
 	double t0 = lg_now();
-	/* the entry keeps the cubin until after cuLibraryUnload (entry_free): the
-	 * driver may use it in place instead of copying it (a hint; a driver that
-	 * refuses the option gets the plain call) */
+	/* the entry (its buffer) or the context's bundle (its table or mapped
+	 * cubin file, freed after every entry) keeps the cubin until after
+	 * cuLibraryUnload (entry_free): the driver may use it in place instead of
+	 * copying it (a hint; a driver that refuses the option gets the plain
+	 * call) */
 	CUlibraryOption keep = CU_LIBRARY_BINARY_IS_PRESERVED;
 	void *yes = (void *)(uintptr_t)1;
 	if (cu->cuLibraryLoadData(&k->lib, e->cubin, NULL, NULL, 0, &keep, &yes, 1) != CUDA_SUCCESS)
