@@ -47,6 +47,16 @@ static void test_accumulate(void **state)
 	lg_test_accumulate(ctx, s, 1024, 4, seed);
 	lg_test_accumulate(ctx, s, 1001, 4, seed + 1);
 	lg_spec_free(s);
+	/* the forms with waves (B's scales read in the promotion, the TMA
+	 * add of each wave's rows), at a partial last block of tokens */
+	static const char *const waves[] = {"{\"pingpong\": 1}", "{\"m\": 256, \"epilogue\": 1}"};
+	for (size_t i = 0; i < N_OF(waves); i++) {
+		char extra[160];
+		snprintf(extra, sizeof extra, "\"n\": 1024, \"k\": 1152, \"accumulate\": true, \"tile\": %s", waves[i]);
+		s = parse("wgrad", "fp32", extra);
+		lg_test_accumulate(ctx, s, 3001, 4, seed + 2 + i);
+		lg_spec_free(s);
+	}
 }
 
 /* Every form's bf16 output is its fp32 output rounded to nearest, bit for

@@ -48,6 +48,12 @@ static void test_wgrad_accumulate(void **state)
 	lg_test_accumulate(ctx, s, 2064, 5, seed + 2);
 	lg_test_accumulate(ctx, s, 2001, 5, seed + 1);
 	lg_spec_free(s);
+	/* tile.pingpong: 64-row tiles, one a warpgroup, experts of different
+	 * lengths */
+	s = parse("wgrad", "fp32", "\"n\": 512, \"k\": 384, \"experts\": 16, \"accumulate\": true, "
+		  "\"tile\": {\"pingpong\": 1, \"m\": 64}");
+	lg_test_accumulate(ctx, s, 3001, 5, seed + 3);
+	lg_spec_free(s);
 }
 
 /* Each pass's bf16 output is its fp32 output rounded to nearest. */

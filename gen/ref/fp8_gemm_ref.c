@@ -6,8 +6,8 @@
  *   dgrad    dx [M, k] = dy [M, n] . wt [k, n]^T
  *   wgrad    dw [n, k] = dyt [n, M] . xt [k, M]^T (dyt, xt: rows
  *            round_up(M, 128) apart, the tail random and never read)
- * (accumulate is not modelled: the harness poisons outputs; the GPU test
- * checks dw += on its own).
+ * (accumulate: checked from dw = 0, the buffer zeroed instead of poisoned;
+ * the GPU test checks dw += on its own).
  *
  * Bound. The GPU sums 128 products of e4m3 on the tensor cores (reduced-
  * precision fp32 accumulation) and promotes each such partial with both
@@ -29,11 +29,20 @@ enum { A_IN, A_IN_S, B_IN, B_IN_S, C_OUT };
 
 #define TOL_FP32 2e-3
 
+/* dw's check, both GEMM families: fp32 or bf16 within TOL_FP32 of max |ref|;
+ * accumulate (dw += the product) from dw = 0, the GPU tests checking the
+ * sum of two launches apart. */
+void lg_ref_fp8_out(const struct lg_spec *s, struct lg_ref_buf *out)
+{
+	out->cmp = s->dtype == LG_DTYPE_FP32 ? LG_CMP_FP32 : LG_CMP_BF16;
+	out->rtol = 0.0;
+	out->atol = TOL_FP32; /* of max(1, rms): run() makes it of max |ref| */
+	out->zeroed = lg_spec_int(s, lg_family_key(s->fam, "accumulate")) != 0;
+}
+
 static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	c->buf[C_OUT].cmp = s->dtype == LG_DTYPE_FP32 ? LG_CMP_FP32 : LG_CMP_BF16;
-	c->buf[C_OUT].rtol = 0.0;
-	c->buf[C_OUT].atol = TOL_FP32; /* of max(1, rms): run() makes it of max |ref| */
+	lg_ref_fp8_out(s, &c->buf[C_OUT]);
 }
 
 void lg_ref_fp8_fill(uint8_t *q, size_t n, float *sc, size_t ns, uint64_t *st)

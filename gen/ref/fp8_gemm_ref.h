@@ -30,6 +30,8 @@ void lg_ref_fp8_product(const struct lg_ref_fp8_op *o, double *out);
 void lg_ref_fp8_fill(uint8_t *q, size_t n, float *sc, size_t ns, uint64_t *st);
 /* y [n] into output o (fp32 or bf16 by the spec's dtype), its atol set
  * so that the bound is 2e-3 (fp32; bf16: 2e-3 + 2^-8) of max |y|. */
+/* dw's check for both GEMM families (tolerance; accumulate zeroes dw). */
+void lg_ref_fp8_out(const struct lg_spec *s, struct lg_ref_buf *out);
 void lg_ref_fp8_store(const struct lg_spec *s, struct lg_ref_buf *o, const double *y, size_t n);
 
 #endif

@@ -23,9 +23,7 @@ enum { A_IN, A_IN_S, B_IN, B_IN_S, COUNTS, C_OUT };
 
 static void describe(const struct lg_spec *s, struct lg_ref_case *c)
 {
-	c->buf[C_OUT].cmp = s->dtype == LG_DTYPE_FP32 ? LG_CMP_FP32 : LG_CMP_BF16;
-	c->buf[C_OUT].rtol = 0.0;
-	c->buf[C_OUT].atol = 2e-3;
+	lg_ref_fp8_out(s, &c->buf[C_OUT]);
 }
 
 /* counts: E - 1 random cuts of [0, m] (so some experts get 0 rows), a

@@ -35,6 +35,8 @@ struct lg_ref_buf {
 	size_t elem;      /* bytes per element */
 	size_t count;     /* elements; 0 = not used by this spec (pointer 0) */
 	bool output;
+	bool zeroed;      /* an output the kernel reads first (dw += ...): the harness
+			     sets it to 0, not the poison, and the reference is of 0 */
 	enum lg_cmp cmp;
 	double rtol, atol;
 	void *host;       /* inputs: the data; outputs: the reference result */

@@ -87,7 +87,8 @@ lg_status lg_gpu_case_poison(struct lg_gpu_case *g)
 {
 	for (int i = 0; i < g->ref.n; i++)
 		if (g->ref.buf[i].output && g->dev[i])
-			LG_CU_TRY(g->cu, cuMemsetD8, (g->dev[i], 0xff, g->ref.buf[i].count * g->ref.buf[i].elem));
+			LG_CU_TRY(g->cu, cuMemsetD8,
+				  (g->dev[i], g->ref.buf[i].zeroed ? 0 : 0xff, g->ref.buf[i].count * g->ref.buf[i].elem));
 	return LG_OK;
 }
 
