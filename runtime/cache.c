@@ -73,6 +73,7 @@
 #include "env.h"
 #include "error.h"
 #include "file.h"
+#include "hash.h"
 #include "log.h"
 
 #define CACHE_MAGIC "LGCUBIN"          /* 7 characters + the NUL: 8 bytes */
@@ -354,12 +355,8 @@ struct parsed {
  * (header before it, header after it, payload). */
 static uint64_t entry_sum(const uint8_t *hdr, size_t hlen, const void *payload, size_t size)
 {
-	XXH3_state_t st;
-	XXH3_64bits_reset(&st);
-	XXH3_64bits_update(&st, hdr, 40);
-	XXH3_64bits_update(&st, hdr + CACHE_FIXED, hlen - CACHE_FIXED);
-	XXH3_64bits_update(&st, payload, size);
-	return XXH3_64bits_digest(&st);
+	const struct lg_span parts[] = {{hdr, 40}, {hdr + CACHE_FIXED, hlen - CACHE_FIXED}, {payload, size}};
+	return lg_hash64_parts(parts, sizeof parts / sizeof parts[0]); /* hash.h: AVX2 where there is */
 }
 
 /* Check an entry file of n bytes against rule 4: b holds its first

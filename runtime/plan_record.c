@@ -15,6 +15,7 @@
 
 #include "error.h"
 #include "generate.h"
+#include "hash.h"
 
 /* ------------------------------------------------------------ plan <-> JSON */
 
@@ -247,5 +248,5 @@ uint64_t lg_bundle_checksum(const char *canon, const char *entry, const char *ar
 	XXH3_64bits_update(&st, entry, strlen(entry) + 1);
 	XXH3_64bits_update(&st, arch, strlen(arch) + 1);
 	XXH3_64bits_update(&st, given, strlen(given) + 1);
-	return XXH3_64bits_withSeed(cubin, size, XXH3_64bits_digest(&st));
+	return lg_hash64_seeded(cubin, size, XXH3_64bits_digest(&st)); /* hash.h: AVX2 where there is */
 }
