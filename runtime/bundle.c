@@ -550,10 +550,10 @@ static lg_status missing(const lg_bundle *b, const char *entry, const char *arch
 }
 
 /* The cubin bytes of an item, checked against size and checksum: in the
- * embedded table or the mapped cubin file (*owned NULL), or read from its
- * file into *owned (malloc'd, the caller frees). */
+ * embedded table or the mapped cubin file (*owned empty), or read from its
+ * file into *owned (malloc'd; the caller releases it). */
 static lg_status item_cubin(const lg_bundle *b, const struct item *it, const void **cubin, size_t *size,
-			    void **owned)
+			    struct lg_blob *owned)
 {
 	const void *data = it->data;
 	char *text = NULL;
@@ -578,7 +578,7 @@ static lg_status item_cubin(const lg_bundle *b, const struct item *it, const voi
 	}
 	*cubin = data;
 	*size = n;
-	*owned = text;
+	*owned = lg_blob_heap(text);
 	return LG_OK;
 }
 
@@ -602,9 +602,9 @@ static lg_status item_plan(const lg_bundle *b, const struct item *it, const stru
 }
 
 lg_status lg_bundle_get(const lg_bundle *b, const struct lg_spec *s, const char *canon, const struct lg_target *t,
-			struct lg_plan *plan, const void **cubin, size_t *size, void **owned)
+			struct lg_plan *plan, const void **cubin, size_t *size, struct lg_blob *owned)
 {
-	*owned = NULL;
+	*owned = (struct lg_blob){0};
 	const char *entry = s->entry, *arch = t->name;
 	const size_t *sl = find_slot(b, entry, arch);
 	if (!*sl)

@@ -19,6 +19,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "blob.h"
 #include "family.h"
 #include "lingen.h"
 
@@ -47,13 +48,14 @@ void lg_bundle_free(lg_bundle *b);
 /* The cubin and plan of spec s (its canonical JSON `canon`) for target t.
  * *cubin points into the bundle (an embedded table, or the mapped cubin
  * file of an index of format 2), valid until lg_bundle_free, with *owned
- * NULL; or it was read from its own file (manifest bundles, index format
- * 1) into *owned, the same pointer, malloc'd (the caller frees it). A kernel not in the bundle is
+ * empty; or it was read from its own file (manifest bundles, index format
+ * 1) into *owned, a malloc'd blob at the same pointer (the caller releases
+ * it, blob.h). A kernel not in the bundle is
  * LG_ERR_MISSING naming the entry, the arch and the bundle; a record of the
  * index whose plan is not the one this lingen makes is LG_ERR_SPEC; a cubin
  * that cannot be read or fails its checksum is LG_ERR_IO. Thread-safe. */
 lg_status lg_bundle_get(const lg_bundle *b, const struct lg_spec *s, const char *canon, const struct lg_target *t,
-			struct lg_plan *plan, const void **cubin, size_t *size, void **owned);
+			struct lg_plan *plan, const void **cubin, size_t *size, struct lg_blob *owned);
 
 /* The checksum a manifest or aot table records for a cubin: XXH3-64 of
  * its bytes, seeded with the XXH3-64 of

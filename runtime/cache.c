@@ -51,6 +51,19 @@
  *     a miss that is never opened for reading in a blocking way; a put
  *     replaces an empty folder there, else skips that one entry (the cache
  *     stays on); verify reports it; clear removes it when it is empty.
+ *  9. A read maps the entry's file whole (read-only, private) and checks it
+ *     in place (rule 4: the header, the header's sizes against the file's
+ *     size, then the checksum); a hit hands the cubin over inside the
+ *     mapping (lg_cache_get's blob, unmapped by its holder when the kernel
+ *     goes). That is safe because an entry file is never changed in place:
+ *     puts write a temp file and rename it over the name (rule 3), pruning,
+ *     clear and bad entries unlink it (rule 4, 5), and a mapping keeps the
+ *     file it mapped after a rename over it or an unlink. A file cut
+ *     shorter in place while mapped would fault (SIGBUS) on its lost pages:
+ *     nothing in lingen does that, and entries must not be edited in place
+ *     by hand (remove them: `lingen cache clear`, or rm). The cubin starts
+ *     after the header, at no particular alignment: the driver documents
+ *     none for an image (cuLibraryLoadData); a read gave malloc's 16 bytes.
  */
 #include "cache.h"
 
@@ -63,6 +76,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -402,60 +416,32 @@ static const char *parse(const uint8_t *b, size_t n, const uint8_t *payload, con
 	return NULL;
 }
 
-/* A whole entry file open on fd (file.h): NULL with *why (what is wrong,
- * valid until this thread's next error) on failure; *st gets its stat. */
-static uint8_t *read_all(int fd, struct stat *st, size_t *n, const char **why)
+/* The entry file open on fd mapped whole, read-only and private (rule 9),
+ * into *map (empty for an empty file); *st its stat. NULL, or why it
+ * cannot be mapped (then the entry is left alone). */
+static const char *map_entry(int fd, struct stat *st, struct lg_blob *map)
 {
-	char *b = NULL;
-	if (lg_read_fd(fd, NULL, CACHE_MAX_FILE, st, &b, n) != LG_OK)
-		*why = lg_last_error();
-	return (uint8_t *)b;
-}
-
-/* Read exactly n bytes at the file offset of fd; false on an error or an
- * early end. */
-static bool read_exact(int fd, uint8_t *p, size_t n)
-{
-	while (n > 0) {
-		ssize_t r = read(fd, p, n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return false;
-		p += r;
-		n -= (size_t)r;
-	}
-	return true;
-}
-
-/* An entry file open on fd, its header (the first min(size, CACHE_MAX_HEADER)
- * bytes) read into head and the bytes after the header into a buffer of
- * their own, *payload (malloc'd: the cubin handed over without a copy);
- * *n the file's size, *st its stat. NULL, or why the entry is unsound. */
-static const char *read_entry(int fd, struct stat *st, uint8_t head[CACHE_MAX_HEADER], size_t *n,
-			      uint8_t **payload)
-{
-	*payload = NULL;
+	*map = (struct lg_blob){0};
 	if (fstat(fd, st) != 0)
 		return strerror(errno);
 	if (!S_ISREG(st->st_mode))
 		return "not a regular file";
 	if ((uintmax_t)st->st_size > CACHE_MAX_FILE)
 		return "larger than 256 MiB";
-	*n = (size_t)st->st_size;
-	size_t nhead = *n < CACHE_MAX_HEADER ? *n : CACHE_MAX_HEADER;
-	if (!read_exact(fd, head, nhead))
-		return "truncated while read";
-	uint32_t hdr = nhead >= CACHE_FIXED ? get_u32(head + 12) : 0;
-	if (nhead < CACHE_FIXED || hdr > nhead)
-		return NULL; /* parse says what is wrong with the header */
-	size_t rest = *n - hdr;
-	if (!(*payload = malloc(rest ? rest : 1)))
-		return "out of memory";
-	memcpy(*payload, head + hdr, nhead - hdr);
-	if (!read_exact(fd, *payload + (nhead - hdr), rest - (nhead - hdr)))
-		return "truncated while read";
+	if (st->st_size == 0)
+		return NULL; /* parse: a truncated header */
+	void *p = mmap(NULL, (size_t)st->st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	if (p == MAP_FAILED)
+		return strerror(errno);
+	*map = (struct lg_blob){.base = p, .len = (size_t)st->st_size, .mapped = true};
 	return NULL;
+}
+
+/* Check a mapped entry (map_entry) against rule 4. */
+static const char *parse_mapped(const struct lg_blob *map, const uint8_t key[LG_KEY_BYTES], struct parsed *out)
+{
+	static const uint8_t none[1];
+	return parse(map->base ? map->base : none, map->len, NULL, key, out);
 }
 
 /* Unlink a bad entry if the name still points at the file that was read. */
@@ -466,8 +452,10 @@ static void unlink_if_same(const char *path, const struct stat *was)
 		unlink(path);
 }
 
-bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], void **data, size_t *size)
+bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], struct lg_blob *own, const void **data,
+		  size_t *size)
 {
+	*own = (struct lg_blob){0};
 	*data = NULL;
 	*size = 0;
 	if (!c || c->off)
@@ -476,7 +464,7 @@ bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], void **data, siz
 	if (!path)
 		return false;
 	bool hit = false;
-	uint8_t *b = NULL;
+	struct lg_blob map = {0};
 	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0) {
 		if (errno != ENOENT)
@@ -484,38 +472,32 @@ bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], void **data, siz
 		goto done;
 	}
 	struct stat st;
-	size_t n = 0;
-	uint8_t head[CACHE_MAX_HEADER];
-	/* the header read apart, the cubin into a buffer of its own that
-	 * becomes the result: no copy moving it to the front */
-	const char *why = read_entry(fd, &st, head, &n, &b);
+	/* the file mapped, not read: the cubin is handed over inside it, no
+	 * copy and no fresh buffer to fault in (rule 9) */
+	const char *why = map_entry(fd, &st, &map);
 	struct parsed p;
-	if (why) { /* not read: left alone */
+	if (why) { /* not mapped: left alone */
 		lg_log("cache: %s: %s (a miss)", path, why);
 		goto done;
 	}
-	if (!b) /* the header cut short or too long: parse names what is wrong */
-		why = parse(head, n < CACHE_MAX_HEADER ? n : CACHE_MAX_HEADER, NULL, key, &p);
-	else
-		why = parse(head, n, b, key, &p);
-	if (why) {
+	if ((why = parse_mapped(&map, key, &p))) {
 		lg_log("cache: %s: %s (a miss; removed)", path, why);
 		unlink_if_same(path, &st);
 		goto done;
 	}
-	void *out = b;
-	b = NULL;
 	/* last use, for LRU pruning, to the hour: no write for an entry used
 	 * within the last hour (one system call less a hit); best effort */
 	if (time(NULL) - st.st_mtime > TOUCH_SECONDS)
 		futimens(fd, NULL);
-	*data = out;
+	*own = map;
+	map = (struct lg_blob){0};
+	*data = p.payload;
 	*size = (size_t)p.size;
 	hit = true;
 done:
 	if (fd >= 0)
 		close(fd);
-	free(b);
+	lg_blob_release(&map);
 	free(path);
 	return hit;
 }
@@ -876,18 +858,16 @@ static void verify(const lg_cache *c, const struct scanned *s, struct lg_cache_e
 		return;
 	}
 	struct stat st;
-	size_t n = 0;
-	const char *why = NULL;
-	uint8_t *b = read_all(fd, &st, &n, &why);
+	struct lg_blob map;
+	const char *why = map_entry(fd, &st, &map);
 	close(fd);
 	struct parsed p;
-	if (b)
-		why = parse(b, n, NULL, key, &p);
-	if (b || why) {
-		snprintf(e->entry, sizeof e->entry, "%s", b ? p.entry : "?");
-		snprintf(e->arch, sizeof e->arch, "%s", b ? p.arch : "?");
+	if (!why) {
+		why = parse_mapped(&map, key, &p);
+		snprintf(e->entry, sizeof e->entry, "%s", p.entry);
+		snprintf(e->arch, sizeof e->arch, "%s", p.arch);
 	}
-	free(b);
+	lg_blob_release(&map);
 	e->valid = why == NULL;
 	if (why)
 		snprintf(e->problem, sizeof e->problem, "%s", why);

@@ -4,7 +4,8 @@
  * The rules are in the header comment of cache.c. In short: one file per
  * entry named by the hex key, holding magic, format version, key, metadata,
  * checksum and cubin; written to a temp file in the same folder, fsynced and
- * renamed; readers take no lock; a corrupt, truncated or foreign entry is a
+ * renamed; readers take no lock and map an entry (never changed in place,
+ * only replaced by rename or unlinked); a corrupt, truncated or foreign entry is a
  * miss (and is replaced by the next put); an unusable folder disables the
  * cache with one warning; size bounded with least-recently-used pruning.
  */
@@ -15,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "blob.h"
 #include "lingen.h"
 
 #define LG_CACHE_FORMAT 2
@@ -42,10 +44,13 @@ void lg_cache_close(lg_cache *c);
 bool lg_cache_enabled(const lg_cache *c);
 const char *lg_cache_path(const lg_cache *c); /* the folder, or "off" */
 
-/* Look a key up. On a hit, *data (malloc'd, caller frees) holds the cubin
- * and the entry's access time is refreshed. Anything wrong with the entry is
- * a miss. Thread-safe. */
-bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], void **data, size_t *size);
+/* Look a key up. On a hit, *own holds the entry's file mapped read-only
+ * (the caller releases it, blob.h; cache.c rule 9), *data and *size the
+ * cubin inside it, checked against the header's size and checksum, and the
+ * entry's access time is refreshed. Anything wrong with the entry is a
+ * miss (*own empty). Thread-safe. */
+bool lg_cache_get(lg_cache *c, const uint8_t key[LG_KEY_BYTES], struct lg_blob *own, const void **data,
+		  size_t *size);
 /* Store an entry atomically; `entry` (kernel name) and `arch` are metadata
  * for `lingen cache ls`. Failures disable the cache with one warning. Prunes
  * least-recently-used entries past the bound. Thread-safe. */

@@ -94,7 +94,7 @@ static void entry_free(struct lg_ctx_entry *e)
 		free(e->kernel);
 	}
 	free(e->canon);
-	free(e->cubin_buf);
+	lg_blob_release(&e->cubin_own);
 	free(e);
 }
 
@@ -147,7 +147,7 @@ static lg_status bundle_entry(lg_ctx *c, const struct lg_spec *s, char *canon,
 	if (!e)
 		return LG_ERR_NO_MEMORY;
 	lg_status st = lg_bundle_get(c->bundle, s, e->canon, &c->target, &e->plan, &e->cubin, &e->cubin_size,
-				     &e->cubin_buf);
+				     &e->cubin_own);
 	if (st != LG_OK) {
 		entry_free(e);
 		return st;
@@ -245,24 +245,24 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 		st = key_of(c, s, memcmp(&resolved, user, sizeof resolved) == 0 ? e->canon : NULL, key);
 	if (st != LG_OK)
 		goto fail;
-	if (lg_cache_get(c->cache, key, &e->cubin_buf, &e->cubin_size)) {
+	if (lg_cache_get(c->cache, key, &e->cubin_own, &e->cubin, &e->cubin_size)) {
 		lg_log("cache hit: %s %s (plan + key + read %.3f ms)", s->entry, c->target.name,
 		       (lg_now() - t0) * 1e3);
 	} else {
 		st = lg_generate_planned(s, &c->target, &e->plan, &src, NULL); /* planned above */
 		double t1 = lg_now();
 		if (st == LG_OK)
-			st = lg_nvrtc_compile(src, s->entry, c->target.name, &e->cubin_buf, &e->cubin_size, NULL);
+			st = lg_nvrtc_compile(src, s->entry, c->target.name, &e->cubin_own.base, &e->cubin_size, NULL);
 		if (st == LG_OK && e->plan.sass_ffma)
-			st = lg_sass_ffma_yield(e->cubin_buf, e->cubin_size, e->plan.sass_ffma, NULL);
+			st = lg_sass_ffma_yield(e->cubin_own.base, e->cubin_size, e->plan.sass_ffma, NULL);
 		if (st != LG_OK)
 			goto fail;
-		lg_cache_put(c->cache, key, s->entry, c->target.name, e->cubin_buf, e->cubin_size);
+		e->cubin = e->cubin_own.base;
+		lg_cache_put(c->cache, key, s->entry, c->target.name, e->cubin, e->cubin_size);
 		lg_log("cache miss: %s %s (generate %.3f ms, compile %.1f ms)", s->entry, c->target.name,
 		       (t1 - t0) * 1e3, (lg_now() - t1) * 1e3);
 	}
 	free(src);
-	e->cubin = e->cubin_buf;
 	*out = e;
 	return LG_OK;
 fail:
@@ -410,8 +410,9 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 	static _Atomic uint64_t next_id = 1;
 	k->id = next_id++;
 	double t0 = lg_now();
-	/* the entry (its buffer) or the context's bundle (its table or mapped
-	 * cubin file, freed after every entry) keeps the cubin until after
+	/* the entry (its blob: a buffer, or a mapped cache entry) or the
+	 * context's bundle (its table or mapped cubin file, freed after every
+	 * entry) keeps the cubin until after
 	 * cuLibraryUnload (entry_free): the driver may use it in place instead of
 	 * copying it (a hint; a driver that refuses the option gets the plain
 	 * call) */

@@ -34,8 +34,9 @@ struct lg_kernel {
 struct lg_ctx_entry {
 	char *canon;            /* canonical spec JSON: the memory-cache key */
 	struct lg_plan plan;
-	const void *cubin;      /* cubin_buf, or a cubin inside the context's bundle */
-	void *cubin_buf;        /* the cubin when read or compiled for the entry (freed with it) */
+	const void *cubin;      /* inside cubin_own, or inside the context's bundle */
+	struct lg_blob cubin_own; /* the cubin's memory when the entry owns it (blob.h: compiled, a
+				   * mapped cache entry, a bundle's own cubin file); released with it */
 	size_t cubin_size;
 	struct lg_kernel *kernel; /* NULL until loaded */
 };

@@ -2,7 +2,8 @@
  * test_cache.c - the disk cache rules of runtime/cache.c: hits and misses,
  * keys, corrupt/truncated/foreign entries (and a FIFO in an entry's place),
  * payloads of sizes around the header's read, unwritable folders, concurrent
- * writers in several processes, LRU pruning, listing and clearing.
+ * writers in several processes, LRU pruning, listing and clearing, a hit
+ * (a mapped entry) held while its entry is replaced, pruned or cleared.
  * Each test works in its own folder under /tmp and removes it.
  */
 #include <setjmp.h>
@@ -48,21 +49,35 @@ static char *entry_file(lg_cache *c, const uint8_t key[LG_KEY_BYTES])
 	return lg_test_path(lg_cache_path(c), name);
 }
 
+/* A hit: the cubin inside the entry's mapped file, the blob releasing it. */
+static void get_hit(lg_cache *c, const uint8_t key[LG_KEY_BYTES], struct lg_blob *own, const void **data,
+		    size_t *size)
+{
+	assert_true(lg_cache_get(c, key, own, data, size));
+	assert_true(own->mapped);
+	const uint8_t *base = own->base, *d = *data;
+	assert_true(d > base && d + *size == base + own->len); /* the cubin ends the file */
+}
+
 static void assert_hit(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const void *want, size_t n)
 {
-	void *data = NULL;
+	struct lg_blob own;
+	const void *data = NULL;
 	size_t size = 0;
-	assert_true(lg_cache_get(c, key, &data, &size));
+	get_hit(c, key, &own, &data, &size);
 	assert_int_equal(size, n);
 	assert_memory_equal(data, want, n);
-	free(data);
+	lg_blob_release(&own);
+	assert_null(own.base);
 }
 
 static void assert_miss(lg_cache *c, const uint8_t key[LG_KEY_BYTES])
 {
-	void *data = (void *)1;
+	struct lg_blob own = {(void *)1, 1, true};
+	const void *data = (void *)1;
 	size_t size = 1;
-	assert_false(lg_cache_get(c, key, &data, &size));
+	assert_false(lg_cache_get(c, key, &own, &data, &size));
+	assert_null(own.base);
 	assert_null(data);
 	assert_int_equal(size, 0);
 }
@@ -111,16 +126,57 @@ static void test_miss_put_hit(void **state)
 	uint8_t k2[LG_KEY_BYTES];
 	key_of("empty", k2);
 	lg_cache_put(c2, k2, "lg_empty", "sm_80", p, 0);
-	void *d = NULL;
+	struct lg_blob own;
+	const void *d = NULL;
 	size_t n = 1;
-	assert_true(lg_cache_get(c2, k2, &d, &n));
+	get_hit(c2, k2, &own, &d, &n);
 	assert_int_equal(n, 0);
-	free(d);
+	lg_blob_release(&own);
 	assert_int_equal(count_tmp(sub), 0);
 	lg_cache_close(c2);
 	lg_cache_close(c);
 	free(p);
 	free(sub);
+	lg_test_rm_rf(dir);
+	free(dir);
+}
+
+/* A hit's cubin stays whole while it is held (rule 9): the entry replaced
+ * by another put (a rename over it), pruned, cleared; the next get sees
+ * the new entry. */
+static void test_mapped_hit_outlives_entry(void **state)
+{
+	(void)state;
+	char *dir = lg_test_tmpdir("cache");
+	lg_cache *c = lg_cache_open(dir, 0);
+	uint8_t key[LG_KEY_BYTES];
+	key_of("held while replaced", key);
+	uint8_t *p1 = payload(70000, 1), *p2 = payload(50000, 2);
+	lg_cache_put(c, key, "lg_held", "sm_90a", p1, 70000);
+	struct lg_blob own[3];
+	const void *d[3];
+	size_t n[3];
+	get_hit(c, key, &own[0], &d[0], &n[0]);
+	lg_cache_put(c, key, "lg_held", "sm_90a", p2, 50000); /* renamed over the held file */
+	get_hit(c, key, &own[1], &d[1], &n[1]);
+	assert_int_equal(n[1], 50000);
+	assert_memory_equal(d[1], p2, 50000);
+	assert_int_equal(lg_cache_prune(c, 1, NULL), LG_OK); /* everything unlinked */
+	assert_miss(c, key);
+	lg_cache_put(c, key, "lg_held", "sm_90a", p1, 70000);
+	get_hit(c, key, &own[2], &d[2], &n[2]);
+	size_t removed = 0;
+	assert_int_equal(lg_cache_clear(c, &removed), LG_OK);
+	assert_int_equal(removed, 1);
+	assert_int_equal(n[0], 70000); /* each held cubin as it was got */
+	assert_memory_equal(d[0], p1, 70000);
+	assert_memory_equal(d[1], p2, 50000);
+	assert_memory_equal(d[2], p1, 70000);
+	for (int i = 0; i < 3; i++)
+		lg_blob_release(&own[i]);
+	lg_cache_close(c);
+	free(p1);
+	free(p2);
 	lg_test_rm_rf(dir);
 	free(dir);
 }
@@ -509,11 +565,12 @@ static void test_concurrent_processes(void **state)
 			lg_cache *c = lg_cache_open(dir, 0);
 			int bad = !c;
 			for (int r = 0; r < ROUNDS && !bad; r++) {
-				void *d;
+				struct lg_blob own;
+				const void *d;
 				size_t n;
-				if (lg_cache_get(c, key, &d, &n)) {
+				if (lg_cache_get(c, key, &own, &d, &n)) {
 					bad |= n != SIZE || memcmp(d, p, SIZE) != 0;
-					free(d);
+					lg_blob_release(&own);
 				}
 				if ((r + i) % 2 == 0)
 					lg_cache_put(c, key, "lg_shared", "sm_90a", p, SIZE);
@@ -793,6 +850,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_miss_put_hit),
+		cmocka_unit_test(test_mapped_hit_outlives_entry),
 		cmocka_unit_test(test_key_changes),
 		cmocka_unit_test(test_key_hex),
 		cmocka_unit_test(test_corrupt),

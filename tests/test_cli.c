@@ -638,14 +638,14 @@ static void check_model_archs(const char *cache, const char *out, const char *ma
 	assert_int_equal(lg_bundle_open(out, &b), LG_OK);
 	struct lg_plan plan;
 	const void *cubin = NULL;
-	void *owned = NULL;
+	struct lg_blob owned = {0};
 	size_t size = 0;
 	struct lg_spec asked = {0};
 	struct lg_target sm80;
 	snprintf(asked.entry, sizeof asked.entry, "%s", fp8);
 	assert_true(lg_target_parse("sm_80", &sm80));
 	assert_int_equal(lg_bundle_get(b, &asked, "{}", &sm80, &plan, &cubin, &size, &owned), LG_ERR_MISSING);
-	assert_null(owned);
+	assert_null(owned.base);
 	assert_non_null(strstr(lg_last_error(), fp8));
 	assert_non_null(strstr(lg_last_error(), "for sm_80 is not in bundle"));
 	assert_non_null(strstr(lg_last_error(), "family fp8_gemm runs on sm_90a only"));

@@ -77,19 +77,19 @@ static void lookup(const lg_bundle *b, char *line)
 	LG_FUZZ_CHECK(canon != NULL);
 	struct lg_plan plan;
 	const void *cubin = NULL;
-	void *owned = NULL;
+	struct lg_blob owned = {0};
 	size_t size = 0;
 	lg_status st = lg_bundle_get(b, s, canon, &t, &plan, &cubin, &size, &owned);
 	LG_FUZZ_CHECK(st == LG_OK || st == LG_ERR_MISSING || st == LG_ERR_SPEC || st == LG_ERR_IO);
-	LG_FUZZ_CHECK(st == LG_OK || !owned);
+	LG_FUZZ_CHECK(st == LG_OK || !owned.base);
 	if (st == LG_OK) {
 		unsigned char sum = 0; /* every byte readable (ASan, or SIGBUS past a mapping) */
 		for (size_t i = 0; i < size; i++)
 			sum ^= ((const unsigned char *)cubin)[i];
 		sink = sum;
-		LG_FUZZ_CHECK(!owned || owned == cubin);
+		LG_FUZZ_CHECK(!owned.base || (owned.base == cubin && !owned.mapped));
 	}
-	free(owned);
+	lg_blob_release(&owned);
 	free(canon);
 	lg_spec_free(s);
 }
