@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 
 #define LG_HASH_NAME(x) x##_base
+#define LG_HASH_LEAVE() ((void)0)
 #include "hash_impl.h"
 
 bool lg_hash_avx2(void)
