@@ -22,7 +22,8 @@
  *                                         the file (header and payload)
  *      48  entry name                 u8 length (<= 159) + bytes
  *       .  arch                       u8 length (<= 15) + bytes
- *       .  payload (the cubin)
+ *       .  zero bytes up to a multiple of 16 (the header length)
+ *       .  payload (the cubin), 16-byte aligned in the file
  *  3. Writes go to "<dir>/.tmp-<pid>-<n>-<random>.lgc" (O_EXCL), are
  *     fsynced, then renamed over the final name, and the folder is fsynced
  *     (best effort). Two writers of one key both succeed, the last rename
@@ -62,8 +63,9 @@
  *     shorter in place while mapped would fault (SIGBUS) on its lost pages:
  *     nothing in lingen does that, and entries must not be edited in place
  *     by hand (remove them: `lingen cache clear`, or rm). The cubin starts
- *     after the header, at no particular alignment: the driver documents
- *     none for an image (cuLibraryLoadData); a read gave malloc's 16 bytes.
+ *     16-byte aligned in the file (format 3; the header padded), so the
+ *     driver gets the alignment a malloc'd buffer had: it documents none
+ *     for an image (cuLibraryLoadData), none is relied on untested.
  */
 #include "cache.h"
 
@@ -95,7 +97,18 @@
 #define CACHE_MAX_FILE (256u << 20)    /* larger files are not read */
 #define CACHE_MAX_NAME 159
 #define CACHE_MAX_ARCH 15
-#define CACHE_MAX_HEADER (CACHE_FIXED + 2 + CACHE_MAX_NAME + CACHE_MAX_ARCH)
+#define CACHE_ALIGN 16 /* the payload's offset: a multiple of it (rule 2) */
+#define CACHE_MAX_HEADER ((CACHE_FIXED + 2 + CACHE_MAX_NAME + CACHE_MAX_ARCH + CACHE_ALIGN - 1) / CACHE_ALIGN * CACHE_ALIGN)
+
+/* The header's length for a name and an arch of these lengths: zero bytes
+ * after them up to a multiple of CACHE_ALIGN, so that a mapped entry's
+ * cubin starts as aligned as a malloc'd one (the driver gets a pointer
+ * into the mapping). */
+static size_t header_len(size_t nlen, size_t alen)
+{
+	size_t n = CACHE_FIXED + 2 + nlen + alen;
+	return (n + CACHE_ALIGN - 1) / CACHE_ALIGN * CACHE_ALIGN;
+}
 #define CACHE_TMP_PREFIX ".tmp-"
 #define CACHE_TMP_STALE_S 60
 
@@ -394,8 +407,11 @@ static const char *parse(const uint8_t *b, size_t n, const uint8_t *payload, con
 	if (nlen > CACHE_MAX_NAME || CACHE_FIXED + 1 + nlen + 1 > hdr)
 		return "bad header";
 	size_t alen = b[CACHE_FIXED + 1 + nlen];
-	if (alen > CACHE_MAX_ARCH || CACHE_FIXED + 2 + nlen + alen != hdr)
+	if (alen > CACHE_MAX_ARCH || header_len(nlen, alen) != hdr)
 		return "bad header";
+	for (size_t i = CACHE_FIXED + 2 + nlen + alen; i < hdr; i++)
+		if (b[i])
+			return "bad header";
 	memcpy(out->entry, b + CACHE_FIXED + 1, nlen);
 	out->entry[nlen] = '\0';
 	memcpy(out->arch, b + CACHE_FIXED + 2 + nlen, alen);
@@ -572,8 +588,8 @@ void lg_cache_put(lg_cache *c, const uint8_t key[LG_KEY_BYTES], const char *entr
 	char *tmp = NULL, *path = NULL;
 	int fd = -1, err;
 	size_t nlen = bounded_len(entry, CACHE_MAX_NAME), alen = bounded_len(arch, CACHE_MAX_ARCH);
-	uint8_t hdr[CACHE_FIXED + 2 + CACHE_MAX_NAME + CACHE_MAX_ARCH];
-	size_t hlen = CACHE_FIXED + 2 + nlen + alen;
+	uint8_t hdr[CACHE_MAX_HEADER] = {0};
+	size_t hlen = header_len(nlen, alen);
 	memcpy(hdr, CACHE_MAGIC, 8);
 	put_u32(hdr + 8, LG_CACHE_FORMAT);
 	put_u32(hdr + 12, (uint32_t)hlen);

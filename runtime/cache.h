@@ -19,7 +19,7 @@
 #include "blob.h"
 #include "lingen.h"
 
-#define LG_CACHE_FORMAT 2
+#define LG_CACHE_FORMAT 3
 #define LG_KEY_BYTES 16
 
 typedef struct lg_cache lg_cache;

@@ -296,6 +296,7 @@ static void test_header_covered(void **state)
 	entry_setup(&e, "lg_header_covered_entry", 512, 7);
 	const size_t hdr = e.n - e.size;
 	assert_true(hdr > 52);
+	assert_int_equal(hdr % 16, 0); /* the cubin 16-byte aligned in the file (format 3) */
 	for (size_t i = 0; i < hdr; i++) {
 		char *b = malloc(e.n);
 		assert_non_null(b);
