@@ -10,7 +10,8 @@
  * odd sizes (bf16x3), K3b at the target and odd sizes (clusters of 2);
  * the sm_80 build of each unclustered spec has HMMA, no HGMMA. The FP8
  * GEMMs' defaults (dense forward, dgrad and wgrad, grouped forward) show
- * QGMMA. No kernel has a generic load or store (LD.E / ST.E): every shared
+ * QGMMA (the dense wgrad's default may spill: measured faster so; its
+ * 256-row tiles may not). No kernel has a generic load or store (LD.E / ST.E): every shared
  * memory access is LDS / STS, every global one LDG / STG (a pointer whose
  * space NVVM lost made the FP8 GEMMs' scale reads generic loads on the long
  * scoreboard until the eleventh session). Exits with 77
@@ -95,39 +96,54 @@ static const struct {
 	const char *hgmma[2];
 	bool multicast;
 	bool sm90_only; /* the family runs on sm_90a alone */
+	/* local memory allowed: the dense wgrad's default spills in its
+	 * consumers (24 bytes at n 2048 k 2880, ptxas), the form measured faster
+	 * than the spill-free one (bench/fp8-gemm.md, seventeenth session) */
+	bool spills;
 } specs[] = {
 	/* the forward at the target: two consumer warpgroups, 128x128 */
-	{RG "\"forward\", \"hidden\": 2048, \"experts\": 256}", {"HGMMA.64x128x16.F32.BF16", NULL}, false, false},
+	{RG "\"forward\", \"hidden\": 2048, \"experts\": 256}", {"HGMMA.64x128x16.F32.BF16", NULL}, false, false, false},
 	/* a 64x256 tile at odd sizes in clusters of 2 */
 	{RG "\"forward\", \"hidden\": 1000, \"experts\": 97, \"tile\": {\"m\": 64, \"n\": 256, \"stages\": 4, "
 	    "\"cluster\": 2}}",
 	 {"HGMMA.64x256x16.F32.BF16", NULL},
 	 true,
+	 false,
 	 false},
 	/* the backward: _dx 256 features wide, _dw 128 (dy's bf16 planes, MN-major w and x) */
 	{RG "\"backward\", \"hidden\": 2048, \"experts\": 256}",
 	 {"HGMMA.64x256x16.F32.BF16", "HGMMA.64x128x16.F32.BF16"},
 	 false,
+	 false,
 	 false},
 	{RG "\"backward\", \"hidden\": 1000, \"experts\": 160, \"precision\": \"bf16x3\"}",
 	 {"HGMMA.64x256x16.F32.BF16", "HGMMA.64x128x16.F32.BF16"},
 	 false,
+	 false,
 	 false},
 	/* K3b: y made in shared memory, route_w multicast in clusters of 2 */
-	{RR "\"hidden\": 2048, \"experts\": 256, " QUANT "}", {"HGMMA.64x128x16.F32.BF16", NULL}, true, false},
+	{RR "\"hidden\": 2048, \"experts\": 256, " QUANT "}", {"HGMMA.64x128x16.F32.BF16", NULL}, true, false, false},
 	{RR "\"hidden\": 1000, \"experts\": 97, \"precision\": \"bf16x3\", " QUANT "}",
 	 {"HGMMA.64x56x16.F32.BF16", NULL},
 	 true,
+	 false,
 	 false},
 	/* the FP8 GEMMs' defaults: dense forward and dgrad in clusters of 2, the wgrad, the grouped forward */
-	{FG "\"forward\", \"dtype\": \"bf16\", \"n\": 3072, \"k\": 2048}", {QG, NULL}, true, true},
-	{FG "\"dgrad\", \"dtype\": \"bf16\", \"n\": 3072, \"k\": 2048}", {QG, NULL}, true, true},
-	{FG "\"wgrad\", \"dtype\": \"fp32\", \"n\": 2048, \"k\": 2880}", {QG, NULL}, false, true},
+	{FG "\"forward\", \"dtype\": \"bf16\", \"n\": 3072, \"k\": 2048}", {QG, NULL}, true, true, false},
+	{FG "\"dgrad\", \"dtype\": \"bf16\", \"n\": 3072, \"k\": 2048}", {QG, NULL}, true, true, false},
+	{FG "\"wgrad\", \"dtype\": \"fp32\", \"n\": 2048, \"k\": 2880}", {QG, NULL}, false, true, true},
+	/* its 256-row tiles (40 / 232 registers): none */
+	{FG "\"wgrad\", \"dtype\": \"fp32\", \"n\": 2048, \"k\": 2880, \"tile\": {\"m\": 256, \"epilogue\": 1}}",
+	 {QG, NULL},
+	 false,
+	 true,
+	 false},
 	{"{\"op\": \"fp8_grouped_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 1024, \"k\": 2048, "
 	 "\"experts\": 256}",
 	 {QG, NULL},
 	 false,
-	 true},
+	 true,
+	 false},
 };
 
 static void test_hgmma(void **state)
@@ -137,13 +153,13 @@ static void test_hgmma(void **state)
 		char *sass = sass_of(specs[i].json, "sm_90a", skip);
 		if (!sass)
 			return;
-		bool ok = strstr(sass, "UTMALDG") && !strstr(sass, "STL") && !strstr(sass, "LDL") &&
+		bool ok = strstr(sass, "UTMALDG") && (specs[i].spills || (!strstr(sass, "STL") && !strstr(sass, "LDL"))) &&
 			  !strstr(sass, " LD.E") && !strstr(sass, " ST.E") &&
 			  !strstr(sass, "UTMALDG.2D.MULTICAST") == !specs[i].multicast;
 		for (int h = 0; h < 2; h++)
 			ok = ok && (!specs[i].hgmma[h] || strstr(sass, specs[i].hgmma[h]));
 		if (!ok)
-			fail_msg("spec %s for sm_90a: want %s%s%s and UTMALDG (%s), no STL / LDL, no generic LD.E / "
+			fail_msg("spec %s for sm_90a: want %s%s%s and UTMALDG (%s), no STL / LDL (unless allowed), no generic LD.E / "
 				 "ST.E; the SASS:\n%.4000s",
 				 specs[i].json, specs[i].hgmma[0], specs[i].hgmma[1] ? ", " : "",
 				 specs[i].hgmma[1] ? specs[i].hgmma[1] : "",

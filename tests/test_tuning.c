@@ -472,8 +472,9 @@ static void test_candidates(void **state)
 }
 
 /* The FP8 GEMMs' candidates: at most LG_MAX_CANDIDATES, each valid (the
- * test above's loop), tile.pingpong among the dense forward's (128 rows)
- * and the grouped wgrad's (64 rows: its 128-row form is not valid there). */
+ * test above's loop), tile.pingpong among the dense forward's (128 rows),
+ * not the grouped wgrad's (its 64-row form measured far behind; the 128-row
+ * one is not valid there). */
 static int pingpong_rows(enum lg_op op, const char *json)
 {
 	const struct lg_family *f = lg_family_get(op);
@@ -503,7 +504,7 @@ static void test_fp8_candidates(void **state)
 				       "\"dtype\": \"bf16\", \"n\": 3072, \"k\": 2048}"), 128);
 	assert_int_equal(pingpong_rows(LG_OP_FP8_GROUPED_GEMM, "{\"op\": \"fp8_grouped_gemm\", \"pass\": "
 				       "\"wgrad\", \"dtype\": \"bf16\", \"experts\": 256, \"n\": 1024, \"k\": 2048}"),
-			 64);
+			 0);
 }
 
 /* Every shipped configs/tuning/<arch>.json parses for its arch. */

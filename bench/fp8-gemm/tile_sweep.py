@@ -13,7 +13,8 @@ ffma (session 15: tile.ffma, the promotion's FFMAs let the warp yield in the cub
 or defaults15 (session 15: the defaults at the wgrad's shapes and two forwards, each twice; run it
 with one library and another, LINGEN_LIBRARY, to time a change of the emitter)
 pingpong (session 16: tile.pingpong, each consumer warpgroup a tile of its own, against the
-default, twice, at the dense shapes of the step and the big forward; the wgrad with waves too)."""
+default, twice, at the dense shapes of the step and the big forward; the wgrad with waves too)
+or bisect (session 17: the defaults once at four shapes; run it with one library and another)."""
 import sys, torch
 sys.path.insert(0, "tools")
 import fp8_gemm_bench as fb
@@ -115,6 +116,11 @@ SETS = {
         (form, M, N, K, [None, None])
         for form, M, N, K in (("wgrad", 8192, 157184, 2048), ("wgrad", 9984, 3584, 5120), ("wgrad", 8192, 3072, 2048),
                               ("forward", 8192, 3072, 2048), ("forward", 4096, 7168, 16384))
+    ],
+    "bisect": [  # session 17: the defaults once at four shapes, to time libraries against each other
+        (form, M, N, K, [None])
+        for form, M, N, K in (("forward", 8192, 3072, 2048), ("forward", 4096, 7168, 16384), ("dgrad", 9984, 5120, 3584),
+                              ("wgrad", 8192, 157184, 2048))
     ],
     "pingpong": [  # session 16: tile.pingpong (one warpgroup's promotion and epilogue under the other's
         # wgmmas) with each epilogue and stage count it fits, against the default, twice

@@ -241,11 +241,12 @@ void lg_fp8_geometry(const struct lg_plan *p, int64_t tiles, struct lg_launch_di
  * for bit the default's; ahead 8 was the wgrad's best (session 8); a
  * half-width epilogue buffer (tile.epilogue 3) for the stage it frees;
  * tile.ffma 2 (session 15: +1% at K 2048, -2% at K 512); tile.pingpong
- * (session 16, not yet timed; its 64-row form last, for the grouped wgrad,
- * where the 256-row tiles and 128-row pingpong are not valid: the dense
- * forms reach LG_MAX_CANDIDATES before it). Left out, far behind in every
- * sweep: 64-row tiles, and (session 12) 160 and 192 columns without ahead,
- * 787-788 against 1009 at K 2048. */
+ * (session 17, H100: 0.78-0.93x the default at every dense shape, in a
+ * call whose defaults had the scale warp's rolled copies; timed again
+ * without them). Left out, far behind in every sweep: 64-row tiles, among
+ * them the grouped wgrad's 64-row pingpong (session 17: 0.28-0.38x its
+ * default, 2123 against 597 us at the w1 wgrad), and (session 12) 160 and
+ * 192 columns without ahead, 787-788 against 1009 at K 2048. */
 enum { C_TM, C_TN, C_ST, C_CL, C_AH, C_EP, C_OV, C_FF, C_PP, C_NKEYS };
 static const int64_t tune_tiles[][C_NKEYS] = {
 	{-1, -1, -1, -1, -1, 2, -1, -1, -1},  {-1, -1, -1, -1, -1, 1, -1, -1, -1},  {-1, -1, -1, -1, -1, 0, -1, -1, -1},
@@ -253,7 +254,7 @@ static const int64_t tune_tiles[][C_NKEYS] = {
 	{-1, -1, -1, -1, 16, -1, 1, -1, -1},  {-1, -1, -1, -1, 32, -1, 1, -1, -1},  {256, -1, -1, 2, -1, 1, -1, -1, -1},
 	{256, -1, -1, 2, -1, 0, -1, -1, -1},  {-1, -1, -1, 1, -1, -1, -1, -1, -1},  {-1, -1, 4, -1, -1, -1, -1, -1, -1},
 	{-1, -1, -1, -1, 8, -1, -1, -1, -1},  {-1, -1, -1, -1, 0, -1, -1, -1, -1},  {-1, 64, -1, -1, -1, -1, -1, -1, -1},
-	{-1, -1, -1, -1, -1, 3, -1, -1, -1},  {64, -1, -1, -1, -1, -1, -1, -1, 1},
+	{-1, -1, -1, -1, -1, 3, -1, -1, -1},
 };
 
 int lg_fp8_candidates(const struct lg_spec *s, const struct lg_target *t, struct lg_tile_choice *out, int max,

@@ -35,19 +35,24 @@ static const char *wave_row(char *out, size_t size, const struct lg_fp8_gemm *g,
 
 /* g's pipeline: the TMA producer's loads' thread and scale warp arrive on
  * a full barrier (33), the manual producer's 128 threads each. */
+/* The producer at 40 registers, the consumers at 232: tile.m 256's
+ * consumers keep 128 + 64 accumulators and, through TMA, the epilogue's
+ * buffer addresses (224 registers spill 16 bytes, ptxas; 232 none); so do
+ * the waves of tile.pingpong and of the dense wgrad. */
+static bool lean_producer(const struct lg_fp8_gemm *g)
+{
+	return lg_fp8_gemm_waves(g) > 1 && g->c_tmap;
+}
+
 static struct lg_wgp pipe_of(const struct lg_fp8_gemm *g)
 {
 	struct lg_wgp p = {lg_fp8_gemm_consumers(g), g->stages, lg_fp8_gemm_cluster(g), lg_fp8_gemm_stage_bytes(g), 33,
 			   "the loads' thread, the scale warp's lanes", LG_WGP_DEC_SCALES, LG_WGP_INC_SCALES, 0};
-	if ((lg_fp8_gemm_waves(g) > 1 && g->c_tmap) || g->b_rowscale) {
-		/* tile.m 256's consumers keep 128 + 64 accumulators and, through
-		 * TMA, the epilogue's buffer addresses: 224 registers spill 16
-		 * bytes (ptxas), 232 none; its scale warp fits 40 (ptxas: no spill).
-		 * The wgrad's too (B's scales a column: the promotion's reads of
-		 * them beside 3 x 64 accumulators with ahead, two buffers of partial
-		 * sums and acc): fp32 n 2048 k 2048, the scale warp's loops rolled,
-		 * spilled 40 bytes at 224 (ptxas), none at 232, its producer at 40
-		 * none */
+	/* (the dense wgrad's one-wave tiles stay at 48 / 224: at 40 / 232, their
+	 * spills gone, with the scale warp's loops rolled, they measured 681-723
+	 * TFLOP/s at the LM head's wgrad against 781-792 before, H100, sessions
+	 * 15 and 17, bench/fp8-gemm.md) */
+	if (lean_producer(g)) {
 		p.dec = LG_WGP_DEC_TMA;
 		p.inc = LG_WGP_INC_TMA;
 	}
@@ -172,15 +177,17 @@ static void open_tiles(lg_buf *b, const struct lg_fp8_gemm *g)
 static void emit_scale_copy(lg_buf *b, const struct lg_fp8_gemm *g, const char *first, int step)
 {
 	const char *al = g->manual ? "al" : "true";
-	/* the scale warp's loops (step 32) rolled: unrolled, their sources
-	 * (64-bit, kept across the stages by the compiler) took more than the
-	 * producer's registers (ptxas: the fp32 forward at n 3072 k 2048 spilled
-	 * 28 bytes at 48, the wgrad's fp32 n 2048 k 2048, B's bn / 32 copies
-	 * beside A's, 112 at 40); rolled, none */
-	const char *unroll = step == 32 ? "#pragma unroll 1" : "#pragma unroll";
+	/* A's copies unrolled: rolled (#pragma unroll 1, session 15, to end the
+	 * fp32 forms' 28 bytes of producer spills), every form whose scale warp
+	 * copies them fell 16-25% (H100, session 17 against 15, bench/fp8-gemm.md:
+	 * the K 2048 forward 1002 -> 841 TFLOP/s, its dgrad 1029 -> 800-846, the
+	 * grouped forward 331 -> 395 us; the grouped wgrad, whose producer copies
+	 * with all its threads, and K 512 the same). B's (the wgrad's) rolled only
+	 * where the producer has 40 registers (beside A's: 112 bytes of spill) */
+	const char *unroll = step == 32 && lean_producer(g) ? "#pragma unroll 1" : "#pragma unroll";
 	lg_line(b, "float *const sl = scales + s * %d;", lg_fp8_gemm_slot(g));
 	lg_line(b, "const float *const pa = &LG_SA(kt, ta);");
-	lg_line(b, "%s", unroll);
+	lg_line(b, "#pragma unroll");
 	lg_open(b, "for (int i = %s; i < %d; i += %d) {", first, g->bm, step);
 	lg_line(b, "const bool ok = ta + i < rend;");
 	lg_line(b, "lg_cp4_if(sl + i, ok ? pa + i : pa, ok, %s);", al);

@@ -291,7 +291,7 @@ lg_fp8_gemm_dgrad_bf16_n2048_k2048_tm64(
 					if (it >= 8) lg_mbar_wait(&empty[s], ((it / 8) - 1) & 1);
 					float *const sl = scales + s * 68;
 					const float *const pa = &LG_SA(kt, ta);
-					#pragma unroll 1
+					#pragma unroll
 					for (int i = lane; i < 64; i += 32) {
 						const bool ok = ta + i < rend;
 						lg_cp4_if(sl + i, ok ? pa + i : pa, ok, true);

@@ -327,7 +327,7 @@ lg_fp8_gemm_fwd_bf16_n3072_k2048_tm256e1(
 					if (it >= 3) lg_mbar_wait(&empty[s], ((it / 3) - 1) & 1);
 					float *const sl = scales + s * 260;
 					const float *const pa = &LG_SA(kt, ta);
-					#pragma unroll 1
+					#pragma unroll
 					for (int i = lane; i < 256; i += 32) {
 						const bool ok = ta + i < rend;
 						lg_cp4_if(sl + i, ok ? pa + i : pa, ok, true);

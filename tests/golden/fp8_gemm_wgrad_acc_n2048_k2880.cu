@@ -246,7 +246,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 	__syncthreads();
 	if (wg == 2) {
 		// Producer: one thread loads each stage once its consumers released it.
-		lg_setmaxnreg_dec(40);
+		lg_setmaxnreg_dec(48);
 		if (threadIdx.x == 256) {
 			int it = 0;
 			for (i64 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -283,13 +283,13 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 					if (it >= 4) lg_mbar_wait(&empty[s], ((it / 4) - 1) & 1);
 					float *const sl = scales + s * 256;
 					const float *const pa = &LG_SA(kt, ta);
-					#pragma unroll 1
+					#pragma unroll
 					for (int i = lane; i < 128; i += 32) {
 						const bool ok = ta + i < rend;
 						lg_cp4_if(sl + i, ok ? pa + i : pa, ok, true);
 					}
 					const float *const pb = &LG_SB(kt, oc);
-					#pragma unroll 1
+					#pragma unroll
 					for (int i = lane; i < 128; i += 32) {
 						const bool ok = oc + i < 2880ll;
 						lg_cp4_if(sl + 128 + i, ok ? pb + i : pa, ok, true);
@@ -300,7 +300,7 @@ lg_fp8_gemm_wgrad_fp32_n2048_k2880_acc(
 		}
 		return;
 	}
-	lg_setmaxnreg_inc(232);
+	lg_setmaxnreg_inc(224);
 	// Consumers: warpgroup wg, rows 64 wg.. of each tile.
 	float psum[64];
 	#pragma unroll

@@ -346,7 +346,7 @@ lg_fp8_grouped_gemm_dgrad_bf16_n1024_k2048_e256_te2p1(
 					if (it >= 4) lg_mbar_wait(&empty[s], ((it / 4) - 1) & 1);
 					float *const sl = scales + s * 132;
 					const float *const pa = &LG_SA(kt, ta);
-					#pragma unroll 1
+					#pragma unroll
 					for (int i = lane; i < 128; i += 32) {
 						const bool ok = ta + i < rend;
 						lg_cp4_if(sl + i, ok ? pa + i : pa, ok, true);
