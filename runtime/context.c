@@ -192,8 +192,10 @@ static lg_status key_version(lg_ctx *c, int *major, int *minor)
 /* The disk-cache key of a resolved spec: the generator's identity and the
  * resolved canonical spec stand for the source they deterministically give
  * (cmake/genid.cmake), so a hit needs no generation. canon: the resolved
- * spec's canonical JSON when the caller has it, else NULL. */
-static lg_status key_of(lg_ctx *c, const struct lg_spec *s, const char *canon, uint8_t key[LG_KEY_BYTES])
+ * spec's canonical JSON when the caller has it, else NULL. relocatable: the
+ * key of its relocatable compile (the options end in LG_NVRTC_RDC). */
+static lg_status key_of(lg_ctx *c, const struct lg_spec *s, const char *canon, bool relocatable,
+			uint8_t key[LG_KEY_BYTES])
 {
 	int major = 0, minor = 0;
 	lg_status st = key_version(c, &major, &minor);
@@ -211,13 +213,59 @@ static lg_status key_of(lg_ctx *c, const struct lg_spec *s, const char *canon, u
 	if (!ident)
 		return lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 	int nopts = 0;
-	const char *const *opts = lg_nvrtc_options(c->target.name, major, minor, &nopts);
-	if (!opts) {
+	const char *const *base = lg_nvrtc_options(c->target.name, major, minor, &nopts);
+	if (!base) {
 		free(ident);
 		return LG_ERR_INVALID_ARG; /* LINGEN_NVRTC_OPTIONS (said) */
 	}
+	const char *opts[LG_NVRTC_MAX_OPTIONS + 1];
+	LG_ASSERT(nopts <= LG_NVRTC_MAX_OPTIONS);
+	memcpy(opts, base, (size_t)nopts * sizeof *opts);
+	if (relocatable)
+		opts[nopts++] = LG_NVRTC_RDC;
 	lg_cache_key(c->target.name, ident, len, opts, nopts, major, minor, key);
 	free(ident);
+	return LG_OK;
+}
+
+/* The cubin of resolved spec s planned as p, from the disk cache or
+ * generated and compiled (then stored): the loadable one, its SASS
+ * rewritten as the plan says, or with relocatable set the relocatable one
+ * (lg_nvrtc_compile_relocatable). canon: s's canonical JSON when the caller
+ * has it (key_of). *own holds the memory (blob.h). */
+static lg_status cubin_of(lg_ctx *c, const struct lg_spec *s, const struct lg_plan *p, const char *canon,
+			  bool relocatable, struct lg_blob *own, const void **cubin, size_t *size)
+{
+	double t0 = lg_now();
+	uint8_t key[LG_KEY_BYTES];
+	lg_status st = key_of(c, s, canon, relocatable, key);
+	if (st != LG_OK)
+		return st;
+	const char *what = relocatable ? " (relocatable)" : "";
+	if (lg_cache_get(c->cache, key, own, cubin, size)) {
+		lg_log("cache hit: %s %s%s (plan + key + read %.3f ms)", s->entry, c->target.name, what,
+		       (lg_now() - t0) * 1e3);
+		return LG_OK;
+	}
+	char *src = NULL;
+	st = lg_generate_planned(s, &c->target, p, &src, NULL);
+	double t1 = lg_now();
+	void *bin = NULL;
+	if (st == LG_OK)
+		st = relocatable ? lg_nvrtc_compile_relocatable(src, s->entry, c->target.name, &bin, size)
+				 : lg_nvrtc_compile(src, s->entry, c->target.name, &bin, size, NULL);
+	*own = lg_blob_heap(bin);
+	if (st == LG_OK && !relocatable && p->sass_ffma)
+		st = lg_sass_ffma_yield(bin, *size, p->sass_ffma, NULL);
+	free(src);
+	if (st != LG_OK) {
+		lg_blob_release(own);
+		return st;
+	}
+	*cubin = bin;
+	lg_cache_put(c->cache, key, s->entry, c->target.name, bin, *size);
+	lg_log("cache miss: %s %s%s (generate %.3f ms, compile %.1f ms)", s->entry, c->target.name, what,
+	       (t1 - t0) * 1e3, (lg_now() - t1) * 1e3);
 	return LG_OK;
 }
 
@@ -229,45 +277,37 @@ static lg_status build_entry(lg_ctx *c, const struct lg_spec *user, char *canon,
 {
 	if (c->bundle)
 		return bundle_entry(c, user, canon, out);
-	double t0 = lg_now();
 	struct lg_ctx_entry *e = entry_new(canon);
 	if (!e)
 		return LG_ERR_NO_MEMORY;
-	char *src = NULL;
 	struct lg_spec resolved;
-	const struct lg_spec *s = &resolved;
-	uint8_t key[LG_KEY_BYTES];
 	lg_status st = lg_ctx_resolve(c, user, &resolved);
 	if (st == LG_OK)
-		st = lg_plan_for(s, &c->target, &e->plan);
+		st = lg_plan_for(&resolved, &c->target, &e->plan);
 	/* untuned (the resolved spec is the user's): the key's spec text is canon */
 	if (st == LG_OK)
-		st = key_of(c, s, memcmp(&resolved, user, sizeof resolved) == 0 ? e->canon : NULL, key);
-	if (st != LG_OK)
-		goto fail;
-	if (lg_cache_get(c->cache, key, &e->cubin_own, &e->cubin, &e->cubin_size)) {
-		lg_log("cache hit: %s %s (plan + key + read %.3f ms)", s->entry, c->target.name,
-		       (lg_now() - t0) * 1e3);
-	} else {
-		st = lg_generate_planned(s, &c->target, &e->plan, &src, NULL); /* planned above */
-		double t1 = lg_now();
-		if (st == LG_OK)
-			st = lg_nvrtc_compile(src, s->entry, c->target.name, &e->cubin_own.base, &e->cubin_size, NULL);
-		if (st == LG_OK && e->plan.sass_ffma)
-			st = lg_sass_ffma_yield(e->cubin_own.base, e->cubin_size, e->plan.sass_ffma, NULL);
-		if (st != LG_OK)
-			goto fail;
-		e->cubin = e->cubin_own.base;
-		lg_cache_put(c->cache, key, s->entry, c->target.name, e->cubin, e->cubin_size);
-		lg_log("cache miss: %s %s (generate %.3f ms, compile %.1f ms)", s->entry, c->target.name,
-		       (t1 - t0) * 1e3, (lg_now() - t1) * 1e3);
+		st = cubin_of(c, &resolved, &e->plan, memcmp(&resolved, user, sizeof resolved) == 0 ? e->canon : NULL,
+			      false, &e->cubin_own, &e->cubin, &e->cubin_size);
+	if (st != LG_OK) {
+		entry_free(e);
+		return st;
 	}
-	free(src);
 	*out = e;
 	return LG_OK;
-fail:
-	free(src);
-	entry_free(e);
+}
+
+lg_status lg_ctx_relocatable(lg_ctx *c, const lg_spec *s, struct lg_blob *own, const void **cubin, size_t *size)
+{
+	*own = (struct lg_blob){0};
+	if (c->bundle)
+		return lg_fail(LG_ERR_INVALID_ARG, "lg_ctx_relocatable: a context on a bundle compiles nothing");
+	struct lg_spec resolved;
+	struct lg_plan p;
+	lg_status st = lg_ctx_resolve(c, s, &resolved);
+	if (st == LG_OK)
+		st = lg_plan_for(&resolved, &c->target, &p);
+	if (st == LG_OK)
+		st = cubin_of(c, &resolved, &p, NULL, true, own, cubin, size);
 	return st;
 }
 

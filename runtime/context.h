@@ -70,6 +70,13 @@ lg_status lg_kernel_tmap(const lg_kernel *k, const struct lg_tmap_decl *m, const
 /* The plan of a spec for the context's arch, as its cubin was (or will be)
  * generated with: for `lingen build` and `lingen aot`, which record it. */
 lg_status lg_ctx_plan(lg_ctx *c, const lg_spec *s, struct lg_plan *out);
+/* The relocatable cubin of s for the context's arch (lg_nvrtc_compile_relocatable),
+ * through the disk cache like the loadable one: for `lingen build`, which
+ * links them into one module (jitlink.h). The SASS rewrite of the plan is
+ * not made on it: the caller leaves kernels whose plan has one out of the
+ * link. *own holds the memory (blob.h; the caller releases it). Not on a
+ * context with a bundle. */
+lg_status lg_ctx_relocatable(lg_ctx *c, const lg_spec *s, struct lg_blob *own, const void **cubin, size_t *size);
 /* The spec the context plans for s: s when it gives a tile, else s with the
  * tile of its tuning entry, else s (the family heuristic). */
 lg_status lg_ctx_resolve(const lg_ctx *c, const struct lg_spec *s, struct lg_spec *out);

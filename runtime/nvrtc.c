@@ -201,6 +201,7 @@ lg_status lg_nvrtc_version(int *major, int *minor)
 #define LG_NVRTC_NBASE 3   /* --gpu-architecture, --std, --minimal */
 #define LG_NVRTC_NEXTRA 8  /* LINGEN_NVRTC_OPTIONS: at most this many */
 #define LG_NVRTC_NOPTS (LG_NVRTC_NBASE + LG_NVRTC_NEXTRA)
+_Static_assert(LG_NVRTC_NOPTS == LG_NVRTC_MAX_OPTIONS, "nvrtc.h's LG_NVRTC_MAX_OPTIONS");
 #define LG_NVRTC_EXTRA_MAX 256
 
 /* Interned option lists, one per arch, NVRTC option set and
@@ -512,8 +513,10 @@ lg_status lg_nvrtc_archs(int *archs, int max, int *n)
 	return LG_OK;
 }
 
-lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin,
-			   size_t *size, char **log)
+/* lg_nvrtc_compile, or with relocatable set lg_nvrtc_compile_relocatable:
+ * the options of lg_nvrtc_options, then LG_NVRTC_RDC. */
+static lg_status compile_cubin(const char *src, const char *name, const char *arch, bool relocatable, void **cubin,
+			       size_t *size, char **log)
 {
 	if (!src || !cubin || !size)
 		return lg_fail(LG_ERR_INVALID_ARG, "lg_nvrtc_compile: NULL argument");
@@ -537,9 +540,13 @@ lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, 
 		return st;
 	int major = 0, minor = 0;
 	api.nvrtcVersion(&major, &minor);
-	const char *const *opts = lg_nvrtc_options(arch, major, minor, &nopts);
-	if (!opts)
+	const char *const *base = lg_nvrtc_options(arch, major, minor, &nopts);
+	if (!base)
 		return LG_ERR_INVALID_ARG; /* LINGEN_NVRTC_OPTIONS (said) */
+	const char *opts[LG_NVRTC_NOPTS + 1];
+	memcpy(opts, base, (size_t)nopts * sizeof *opts);
+	if (relocatable)
+		opts[nopts++] = LG_NVRTC_RDC;
 
 	double t0 = lg_now();
 	nvrtcProgram prog = NULL;
@@ -555,7 +562,8 @@ lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, 
 	if (r != NVRTC_SUCCESS) {
 		compile_failed(name, arch, src, opts, nopts, plog, api.nvrtcGetErrorString(r));
 		st = LG_ERR_COMPILE;
-		dump(name, arch, src, NULL, 0, plog ? plog : api.nvrtcGetErrorString(r));
+		if (!relocatable)
+			dump(name, arch, src, NULL, 0, plog ? plog : api.nvrtcGetErrorString(r));
 		goto fail;
 	}
 	size_t n = 0;
@@ -577,10 +585,11 @@ lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, 
 		goto fail;
 	}
 	api.nvrtcDestroyProgram(&prog);
-	lg_log("nvrtc: %s %s %.1f ms", name, arch, (lg_now() - t0) * 1e3);
+	lg_log("nvrtc: %s %s%s %.1f ms", name, arch, relocatable ? " relocatable" : "", (lg_now() - t0) * 1e3);
 	if (plog)
 		lg_log("nvrtc: %s %s warnings:\n%s", name, arch, plog);
-	dump(name, arch, src, bin, n, plog);
+	if (!relocatable) /* the dump's .cubin is the one a context loads */
+		dump(name, arch, src, bin, n, plog);
 	*cubin = bin;
 	*size = n;
 	if (log)
@@ -595,6 +604,18 @@ fail:
 	free(plog);
 	free(bin);
 	return st;
+}
+
+lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin,
+			   size_t *size, char **log)
+{
+	return compile_cubin(src, name, arch, false, cubin, size, log);
+}
+
+lg_status lg_nvrtc_compile_relocatable(const char *src, const char *name, const char *arch, void **cubin,
+				       size_t *size)
+{
+	return compile_cubin(src, name, arch, true, cubin, size, NULL);
 }
 
 /* ------------------------------------------------------------------ lint */

@@ -39,6 +39,18 @@ const char *const *lg_nvrtc_options(const char *arch, int major, int minor, int 
 lg_status lg_nvrtc_compile(const char *src, const char *name, const char *arch, void **cubin,
 			   size_t *size, char **log);
 
+/* The most options lg_nvrtc_options gives (its own and the variable's). */
+#define LG_NVRTC_MAX_OPTIONS 11
+/* The option lg_nvrtc_compile_relocatable adds to lg_nvrtc_options'. */
+#define LG_NVRTC_RDC "-rdc=true"
+
+/* The same compile as relocatable device code (LG_NVRTC_RDC): a cubin for
+ * nvJitLink to link with others (jitlink.h), not loadable alone. Errors as
+ * lg_nvrtc_compile's; warnings are not returned (the normal compile of the
+ * same source has them). */
+lg_status lg_nvrtc_compile_relocatable(const char *src, const char *name, const char *arch, void **cubin,
+				       size_t *size);
+
 /* Run the front end alone on `src` for `arch`, with its diagnostics of dead
  * code (unused variables, variables set and never used, unused parameters)
  * raised to warnings: *log is NULL when it has none, else the warnings
