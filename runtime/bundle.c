@@ -620,3 +620,34 @@ lg_status lg_bundle_get(const lg_bundle *b, const struct lg_spec *s, const char 
 		*plan = it->indexed ? p : it->plan;
 	return st;
 }
+
+/* ------------------------------------------------------ linked modules */
+
+uint64_t lg_bundle_linked_checksum(const char *arch, const void *cubin, size_t size)
+{
+	return lg_bundle_checksum("linked module", "", arch, "", cubin, size);
+}
+
+bool lg_bundle_in_linked(const lg_bundle *b, const char *entry, const char *arch)
+{
+	const size_t *sl = find_slot(b, entry, arch);
+	return *sl && b->items[*sl - 1].linked;
+}
+
+lg_status lg_bundle_linked(const lg_bundle *b, const struct lg_target *t, const void **cubin, size_t *size)
+{
+	for (int i = 0; i < b->nlinked; i++) {
+		const struct linked *l = &b->linked[i];
+		if (strcmp(l->arch, t->name) != 0)
+			continue;
+		uint64_t sum = lg_bundle_linked_checksum(l->arch, l->data, l->size);
+		if (sum != l->checksum)
+			return lg_fail(LG_ERR_IO, "the linked module for %s in %s (%s at offset %zu, %zu bytes) is corrupt: checksum %016llx, its record says %016llx; rebuild the bundle",
+				       l->arch, b->where, LG_PACK_FILE, (size_t)(l->data - b->pack.base), l->size,
+				       (unsigned long long)sum, (unsigned long long)l->checksum);
+		*cubin = l->data;
+		*size = l->size;
+		return LG_OK;
+	}
+	return lg_fail(LG_ERR_MISSING, "%s has no linked module for %s", b->where, t->name);
+}

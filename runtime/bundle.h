@@ -6,7 +6,8 @@
  * cubins.lgc, bundle_pack.h; manifest.json + <entry>.<arch>.cubin) or from
  * a table embedded by `lingen aot` (struct lg_aot_table, include/lingen.h). Both give the same items: canonical spec,
  * entry, arch, cubin (file or bytes), size, XXH3-64 checksum and the launch
- * plan the cubin was generated with. The manifest layout is documented at
+ * plan the cubin was generated with; an index of format 3 adds a linked
+ * module per arch (lg_bundle_linked). The manifest layout is documented at
  * the top of bundle.c, beside its reader, the index's at the top of
  * bundle_index.c, the cubin file's in bundle_pack.h; the writers (tools/cmd_build.c,
  * tools/cmd_aot.c) use lg_plan_to_json below.
@@ -14,6 +15,7 @@
 #ifndef LG_RUNTIME_BUNDLE_H
 #define LG_RUNTIME_BUNDLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,8 +28,8 @@
 /* Version of manifest.json and of struct lg_aot_table (LG_AOT_FORMAT). */
 #define LG_MANIFEST_FORMAT 3
 /* Version of index.lgb, the bundle's index (bundle_index.c); formats 1
- * (no cubin file) and 2 are read. */
-#define LG_INDEX_FORMAT 2
+ * (no cubin file), 2 (no linked module) and 3 are read. */
+#define LG_INDEX_FORMAT 3
 /* The most cubins a bundle holds (records of "kernels"), and archs. */
 #define LG_BUNDLE_MAX_ITEMS 16384
 #define LG_BUNDLE_MAX_ARCHS 16
@@ -56,6 +58,21 @@ void lg_bundle_free(lg_bundle *b);
  * that cannot be read or fails its checksum is LG_ERR_IO. Thread-safe. */
 lg_status lg_bundle_get(const lg_bundle *b, const struct lg_spec *s, const char *canon, const struct lg_target *t,
 			struct lg_plan *plan, const void **cubin, size_t *size, struct lg_blob *owned);
+
+/* The linked module of the bundle for target t (index format 3: the
+ * kernels' relocatable cubins linked into one, lingen build), checked
+ * against its recorded checksum: *cubin points into the bundle's mapped
+ * cubin file, valid until lg_bundle_free. LG_ERR_MISSING when the bundle
+ * has none for t, LG_ERR_IO naming the bundle when it fails its checksum.
+ * Thread-safe. */
+lg_status lg_bundle_linked(const lg_bundle *b, const struct lg_target *t, const void **cubin, size_t *size);
+/* Whether the kernel `entry` for `arch` is in the bundle's linked module
+ * for that arch (false when either is not in the bundle). */
+bool lg_bundle_in_linked(const lg_bundle *b, const char *entry, const char *arch);
+/* The checksum of a linked module: XXH3-64 of its bytes, seeded as
+ * lg_bundle_checksum's with the spec "linked module", entry "" and given
+ * tile "" (no kernel's record seeds it so). */
+uint64_t lg_bundle_linked_checksum(const char *arch, const void *cubin, size_t size);
 
 /* The checksum a manifest or aot table records for a cubin: XXH3-64 of
  * its bytes, seeded with the XXH3-64 of

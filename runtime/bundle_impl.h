@@ -29,6 +29,16 @@ struct item {
 	struct lg_plan plan;        /* the manifest's and tables': checked when opened */
 	uint64_t digest;            /* the index's: the plan checked when asked for */
 	bool indexed;               /* from index.lgb: strings point into lg_bundle.index */
+	bool linked;                /* in its arch's linked module (index format 3) */
+};
+
+/* A linked module of an index of format 3: the kernels' relocatable cubins
+ * of one arch linked into one, inside the mapped cubin file. */
+struct linked {
+	const char *arch; /* into lg_bundle.index */
+	const unsigned char *data;
+	size_t size;
+	uint64_t checksum;
 };
 
 struct lg_bundle {
@@ -42,6 +52,8 @@ struct lg_bundle {
 	cJSON *skipped;  /* the manifest's "skipped" (entry, arch, why), NULL if none */
 	char *index;     /* index.lgb's text, its lines cut at the tabs, when read */
 	struct lg_pack pack; /* the cubin file index.lgb names, mapped (format 2) */
+	struct linked linked[LG_BUNDLE_MAX_ARCHS]; /* format 3: at most one an arch */
+	int nlinked;
 };
 
 /* Room for n items: the items and a table at most half full. */

@@ -9,8 +9,16 @@
  * each, fields separated by tabs (no field holds a tab or a newline):
  *   LGINDEX <LG_INDEX_FORMAT> <lingen version> <nvrtc version>
  *   cubins <file> <bytes>
- *   kernel <arch> <entry> <file> <offset> <size> <checksum> <plan digest> <given> <canonical spec>
+ *   linked <arch> <offset> <size> <checksum>
+ *   kernel <arch> <entry> <file> <offset> <size> <checksum> <plan digest> <given> <canonical spec> <linked>
  *   skipped <entry> <arch> <why>
+ * linked (format 3, at most one an arch): the arch's linked module, the
+ * relocatable cubins of its kernels linked into one by lingen build, the
+ * <size> bytes at <offset> in the cubin file; checksum:
+ * lg_bundle_linked_checksum. <linked> of a kernel line: 1 when the kernel
+ * is in its arch's linked module (a context then takes its entry points
+ * from that module, loaded once), else 0 (a kernel whose plan rewrites its
+ * SASS, or no module for the arch). Format 2 has neither.
  * cubins (the second line): the bundle's cubin file (bundle_pack.h,
  * "cubins.lgc", a name inside the folder) and its size in bytes; it is
  * mapped when the bundle opens and stays mapped until lg_bundle_free, and
@@ -144,7 +152,7 @@ static lg_status index_pack(lg_bundle *b, const char *dir, char *line, const cha
 	char *f[3];
 	uint64_t bytes;
 	if (split(line, f, 3) != 3 || strcmp(f[0], "cubins") != 0)
-		return lg_fail(LG_ERR_SPEC, "%s: expected the cubin file's line (cubins, file, bytes) in an index of format 2",
+		return lg_fail(LG_ERR_SPEC, "%s: expected the cubin file's line (cubins, file, bytes) in an index of format 2 or 3",
 			       where);
 	if (!f[1][0] || strchr(f[1], '/') || f[1][0] == '.')
 		return lg_fail(LG_ERR_SPEC, "%s: file: '%s' must be a file name inside the bundle", where, f[1]);
@@ -158,6 +166,32 @@ static lg_status index_pack(lg_bundle *b, const char *dir, char *line, const cha
 	if (st != LG_OK)
 		lg_fail_append(" (%s)", where);
 	return st;
+}
+
+/* Format 3's "linked <arch> <offset> <size> <checksum>": the arch's linked
+ * module, inside the mapped cubin file; one an arch. */
+static lg_status index_linked(lg_bundle *b, char **f, const char *where)
+{
+	struct lg_target t;
+	uint64_t at = 0, size = 0, sum = 0;
+	if (!lg_target_parse(f[1], &t) || strcmp(t.name, f[1]) != 0)
+		return lg_fail(LG_ERR_SPEC, "%s: arch: '%s' is not an arch (expected sm_<NN>[a])", where, f[1]);
+	for (int i = 0; i < b->nlinked; i++)
+		if (strcmp(b->linked[i].arch, f[1]) == 0)
+			return lg_fail(LG_ERR_SPEC, "%s: a second linked module for %s, allowed: one an arch", where, f[1]);
+	if (b->nlinked == LG_BUNDLE_MAX_ARCHS)
+		return lg_fail(LG_ERR_SPEC, "%s: linked modules for more than %d archs", where, LG_BUNDLE_MAX_ARCHS);
+	if (!decimal(f[2], UINT64_MAX, &at) || !decimal(f[3], UINT64_C(1) << 32, &size) || size < 1)
+		return lg_fail(LG_ERR_SPEC, "%s: expected the linked module's offset in %s and its size (1 to 2^32 bytes), found '%s' and '%s'",
+			       where, LG_PACK_FILE, f[2], f[3]);
+	lg_status st = lg_pack_check(&b->pack, at, size, where);
+	if (st != LG_OK)
+		return st;
+	if (!hex16(f[4], &sum))
+		return lg_fail(LG_ERR_SPEC, "%s: checksum: expected 16 hex digits, found '%s'", where, f[4]);
+	b->linked[b->nlinked++] = (struct linked){.arch = f[1], .data = b->pack.base + at, .size = (size_t)size,
+						  .checksum = sum};
+	return LG_OK;
 }
 
 /* The next line of the index (cut at its end), NULL at the end; LG_ERR_SPEC
@@ -188,11 +222,11 @@ static lg_status index_parse(lg_bundle *b, const char *dir, const char *path, ch
 	if (!next)
 		return lg_fail(LG_ERR_SPEC, "%s: no header line: not a lingen bundle index", path);
 	*next = '\0';
-	char *f[10];
+	char *f[11];
 	int n = split(line, f, 4);
 	if (strcmp(f[0], "LGINDEX") != 0)
 		return lg_fail(LG_ERR_SPEC, "%s: not a lingen bundle index (its first line starts with LGINDEX)", path);
-	int format = n < 2 ? 0 : strcmp(f[1], "1") == 0 ? 1 : strcmp(f[1], "2") == 0 ? 2 : 0;
+	int format = n < 2 || strlen(f[1]) != 1 || f[1][0] < '1' || f[1][0] > '0' + LG_INDEX_FORMAT ? 0 : f[1][0] - '0';
 	if (!format)
 		return lg_fail(LG_ERR_SPEC, "%s: bundle index format %s, this lingen (%s) reads formats 1 to %d: rebuild the bundle with lingen build",
 			       path, n < 2 ? "(none)" : f[1], lg_version(), LG_INDEX_FORMAT);
@@ -202,28 +236,35 @@ static lg_status index_parse(lg_bundle *b, const char *dir, const char *path, ch
 		st = lg_bundle_alloc(b, lines, path);
 	size_t i = 0, at = 2;
 	char where[WHERE_MAX];
-	if (st == LG_OK && format == 2 && (st = next_line(&next, &line, path, at)) == LG_OK) {
+	if (st == LG_OK && format >= 2 && (st = next_line(&next, &line, path, at)) == LG_OK) {
 		snprintf(where, sizeof where, "%s:%zu", path, at++);
 		st = line ? index_pack(b, dir, line, where)
-			  : lg_fail(LG_ERR_SPEC, "%s: no cubins line: an index of format 2 names its cubin file", path);
+			  : lg_fail(LG_ERR_SPEC, "%s: no cubins line: an index of format %d names its cubin file", path,
+				    format);
 	}
 	for (; st == LG_OK && (st = next_line(&next, &line, path, at)) == LG_OK && line; at++) {
 		snprintf(where, sizeof where, "%s:%zu", path, at);
-		int kernel_fields = format == 2 ? 10 : 9;
+		int kernel_fields = format == 3 ? 11 : format == 2 ? 10 : 9;
 		n = split(line, f, kernel_fields);
 		if (n == kernel_fields && strcmp(f[0], "kernel") == 0) {
-			const char *offset = format == 2 ? f[4] : NULL;
+			const char *offset = format >= 2 ? f[4] : NULL;
 			if (offset)
 				memmove(&f[4], &f[5], 5 * sizeof f[0]);
 			b->n = i + 1;
 			st = index_kernel(b, dir, f, offset, &b->items[i], where);
+			if (st == LG_OK && format == 3 && strcmp(f[10], "0") != 0 && strcmp(f[10], "1") != 0)
+				st = lg_fail(LG_ERR_SPEC, "%s: linked: found '%s', expected 1 (in the arch's linked module) or 0",
+					     where, f[10]);
+			b->items[i].linked = format == 3 && strcmp(f[10], "1") == 0;
 			if (st == LG_OK)
 				st = lg_bundle_add(b, i++, where);
+		} else if (n == 5 && format == 3 && strcmp(f[0], "linked") == 0) {
+			st = index_linked(b, f, where);
 		} else if (n == 4 && strcmp(f[0], "skipped") == 0) {
 			st = index_skipped(b, f, where);
 		} else {
-			st = lg_fail(LG_ERR_SPEC, "%s: expected a kernel line (%d fields) or a skipped line (4 fields)", where,
-				     kernel_fields);
+			st = lg_fail(LG_ERR_SPEC, "%s: expected a kernel line (%d fields)%s or a skipped line (4 fields)",
+				     where, kernel_fields, format == 3 ? ", a linked line (5 fields)" : "");
 		}
 	}
 	return st;

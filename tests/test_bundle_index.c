@@ -9,6 +9,10 @@
  * what this lingen makes is refused when the kernel is asked for; an offset
  * outside the cubin file, a truncated, missing or foreign cubin file, or a
  * corrupt cubin in it is refused with the file named, never read past.
+ * Index format 3's linked module per arch (every kernel's relocatable
+ * cubin linked into one): it defines every entry point; a corrupt one is
+ * refused while each kernel's own cubin still serves; an index of format 2
+ * (none) still loads.
  *
  * Needs NVRTC (for the build) but no GPU. Runs the CLI (LG_CLI).
  */
@@ -27,12 +31,13 @@
 #include "bundle.h"
 #include "bundle_fixture.h"
 #include "bundle_pack.h"
+#include "cubin_elf.h"
 #include "lingen.h"
 #include "nvrtc.h"
 #include "testutil.h"
 
 #define OTHER_SPEC "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096}"
-#define FIELDS 10 /* of a kernel line, format 2 */
+#define FIELDS 11 /* of a kernel line, format 3 */
 
 static const char *const archs[] = {"sm_90a", "sm_80"};
 
@@ -204,7 +209,7 @@ static void test_round_trip(void **state)
 	(void)state;
 	char header[64];
 	snprintf(header, sizeof header, "LGINDEX\t%d\t%s\t", LG_INDEX_FORMAT, LINGEN_VERSION);
-	assert_int_equal(LG_INDEX_FORMAT, 2);
+	assert_int_equal(LG_INDEX_FORMAT, 3);
 	assert_int_equal(strncmp(index_text, header, strlen(header)), 0);
 	char cubins[64];
 	snprintf(cubins, sizeof cubins, "\ncubins\t%s\t%zu\n", LG_PACK_FILE, pack_len);
@@ -228,11 +233,11 @@ static void test_round_trip(void **state)
 	free(mpath);
 }
 
-/* An index of format 1, as built before the cubin file (no cubins line,
- * no offsets): loaded, each cubin read from its own file. */
-static void test_format_1(void **state)
+/* Write the built index as an older format: 2 (no linked modules: no
+ * linked lines, no last field of the kernel lines) or 1 (neither a cubins
+ * line nor offsets either). */
+static void write_older(int format)
 {
-	(void)state;
 	char *out = NULL;
 	size_t len = 0;
 	FILE *fp = open_memstream(&out, &len);
@@ -242,16 +247,16 @@ static void test_format_1(void **state)
 		const char *end = strchr(line, '\n');
 		if (n == 0) {
 			const char *rest = strchr(strchr(line, '\t') + 1, '\t');
-			fprintf(fp, "LGINDEX\t1%.*s", (int)(end + 1 - rest), rest);
+			fprintf(fp, "LGINDEX\t%d%.*s", format, (int)(end + 1 - rest), rest);
 		} else if (strncmp(line, "kernel\t", 7) == 0) {
 			const char *at = line;
-			for (int i = 0; i < FIELDS; i++) {
-				const char *stop = i == FIELDS - 1 ? end : strchr(at, '\t');
-				if (i != 4)
-					fprintf(fp, "%.*s%c", (int)(stop - at), at, i == FIELDS - 1 ? '\n' : '\t');
+			for (int i = 0; i < FIELDS - 1; i++) {
+				const char *stop = strchr(at, '\t');
+				if (i != 4 || format > 1)
+					fprintf(fp, "%.*s%c", (int)(stop - at), at, i == FIELDS - 2 ? '\n' : '\t');
 				at = stop + 1;
 			}
-		} else if (strncmp(line, "cubins\t", 7) != 0) {
+		} else if (strncmp(line, "linked\t", 7) != 0 && (format > 1 || strncmp(line, "cubins\t", 7) != 0)) {
 			fwrite(line, 1, (size_t)(end + 1 - line), fp);
 		}
 		line = end + 1;
@@ -259,11 +264,180 @@ static void test_format_1(void **state)
 	fclose(fp);
 	lg_test_write_file(ipath, out, len);
 	free(out);
+}
+
+/* An index of format 1, as built before the cubin file (no cubins line,
+ * no offsets): loaded, each cubin read from its own file. */
+static void test_format_1(void **state)
+{
+	(void)state;
+	write_older(1);
 	assert_int_equal(unlink(ppath), 0);
 	expect_all_served(false);
 	/* format 1's kernel line has 9 fields */
 	write_index(NULL, NULL, 0, NULL, "LGINDEX\t1\t" LINGEN_VERSION "\t13.0", "");
 	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "expected a kernel line (9 fields)");
+}
+
+/* An index of format 2, as built before linked modules: loaded, every
+ * cubin from the cubin file, no linked module. */
+static void test_format_2(void **state)
+{
+	(void)state;
+	write_older(2);
+	expect_all_served(true);
+	lg_bundle *b = NULL;
+	assert_int_equal(lg_bundle_open(bundle, &b), LG_OK);
+	for (int a = 0; a < 2; a++) {
+		struct lg_target t;
+		const void *cubin;
+		size_t size;
+		assert_true(lg_target_parse(archs[a], &t));
+		assert_int_equal(lg_bundle_linked(b, &t, &cubin, &size), LG_ERR_MISSING);
+		assert_non_null(strstr(lg_last_error(), "has no linked module for"));
+		assert_false(lg_bundle_in_linked(b, lg_spec_entry(lg_spec_file_get(norms, 0)), archs[a]));
+	}
+	lg_bundle_free(b);
+	/* format 2's kernel line has 10 fields, and no linked line */
+	write_index(NULL, NULL, 0, NULL, "LGINDEX\t2\t" LINGEN_VERSION "\t13.0", NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "expected a kernel line (10 fields) or a skipped line");
+}
+
+/* The built index with the line starting with prefix replaced by with
+ * (asserted present; with "": left out), then `extra` lines added at its
+ * end (NULL: none). */
+static void replace_line(const char *prefix, const char *with, const char *extra)
+{
+	const char *at = strstr(index_text, prefix);
+	assert_non_null(at);
+	const char *end = strchr(at, '\n') + 1;
+	char *out = NULL;
+	assert_true(asprintf(&out, "%.*s%s%s%s%s", (int)(at - index_text), index_text, with, *with ? "\n" : "", end,
+			     extra ? extra : "") > 0);
+	lg_test_write_file(ipath, out, strlen(out));
+	free(out);
+}
+
+/* The fields of the built linked line of arch: its offset and size. */
+static void linked_line(const char *arch, size_t *offset, size_t *size, char **line)
+{
+	char key[64];
+	snprintf(key, sizeof key, "\nlinked\t%s\t", arch);
+	const char *at = strstr(index_text, key);
+	assert_non_null(at);
+	assert_int_equal(sscanf(at + strlen(key), "%zu\t%zu", offset, size), 2);
+	*line = strndup(at + 1, strcspn(at + 1, "\n"));
+}
+
+/* Whether readelf (binutils) lists name as a function defined in the cubin
+ * at path; true when there is no readelf to ask. */
+static bool readelf_defines(const char *path, const char *name)
+{
+	if (system("command -v readelf >/dev/null 2>&1") != 0)
+		return true;
+	char *cmd = NULL;
+	assert_true(asprintf(&cmd, "readelf -Ws '%s' | awk '$4 == \"FUNC\" && $(NF - 1) != \"UND\" && $NF == \"%s\"' | grep -q .",
+			     path, name) > 0);
+	int rc = system(cmd);
+	free(cmd);
+	return rc == 0;
+}
+
+/* The linked module of each arch (lingen build: every kernel's relocatable
+ * cubin linked into one): in the cubin file, its checksum sound, defining
+ * every entry point of every kernel (its ELF symbols read in C, and by
+ * readelf where there is one), every kernel marked as in it. */
+static void test_linked_module(void **state)
+{
+	(void)state;
+	lg_bundle *b = NULL;
+	assert_int_equal(lg_bundle_open(bundle, &b), LG_OK);
+	for (int a = 0; a < 2; a++) {
+		struct lg_target t;
+		const void *cubin;
+		size_t size, offset, recorded;
+		char *line;
+		assert_true(lg_target_parse(archs[a], &t));
+		assert_int_equal(lg_bundle_linked(b, &t, &cubin, &size), LG_OK);
+		linked_line(archs[a], &offset, &recorded, &line);
+		assert_int_equal(size, recorded);
+		assert_true(offset % LG_PACK_ALIGN == 0 && offset + size <= pack_len);
+		assert_memory_equal(cubin, pack + offset, size);
+		char *path = lg_test_path(tmp, "linked.cubin");
+		lg_test_write_file(path, cubin, size);
+		for (size_t i = 0; i < lg_spec_file_count(norms); i++) {
+			const lg_spec *s = lg_spec_file_get(norms, i);
+			char *canon = lg_spec_canonical(s);
+			struct lg_plan plan;
+			const void *own;
+			size_t own_size;
+			struct lg_blob blob;
+			assert_true(lg_bundle_in_linked(b, lg_spec_entry(s), archs[a]));
+			assert_int_equal(lg_bundle_get(b, s, canon, &t, &plan, &own, &own_size, &blob), LG_OK);
+			for (int e = 0; e < plan.nentries; e++) {
+				assert_true(lg_cubin_has_function(cubin, size, plan.entry[e]));
+				assert_true(readelf_defines(path, plan.entry[e]));
+			}
+			lg_blob_release(&blob);
+			free(canon);
+		}
+		assert_false(lg_cubin_has_function(cubin, size, "lg_no_such_kernel"));
+		assert_false(lg_cubin_has_function(cubin, 63, lg_spec_entry(lg_spec_file_get(norms, 0))));
+		free(path);
+		free(line);
+	}
+	lg_bundle_free(b);
+}
+
+/* A linked module that fails its checksum is refused, naming it, and every
+ * kernel is still served from its own cubin; linked lines and flags that
+ * are not what was built are refused when the bundle opens. */
+static void test_bad_linked(void **state)
+{
+	(void)state;
+	size_t offset, size;
+	char *line, with[256];
+	linked_line("sm_80", &offset, &size, &line);
+	pack[offset + size / 2] = (char)~pack[offset + size / 2];
+	lg_test_write_file(ppath, pack, pack_len);
+	pack[offset + size / 2] = (char)~pack[offset + size / 2];
+	lg_bundle *b = NULL;
+	struct lg_target t;
+	const void *cubin;
+	assert_int_equal(lg_bundle_open(bundle, &b), LG_OK);
+	assert_true(lg_target_parse("sm_80", &t));
+	assert_int_equal(lg_bundle_linked(b, &t, &cubin, &size), LG_ERR_IO);
+	fprintf(stderr, "%s\n", lg_last_error());
+	assert_non_null(strstr(lg_last_error(), "the linked module for sm_80"));
+	assert_non_null(strstr(lg_last_error(), "is corrupt"));
+	assert_true(lg_target_parse("sm_90a", &t));
+	assert_int_equal(lg_bundle_linked(b, &t, &cubin, &size), LG_OK); /* the other arch's is sound */
+	lg_bundle_free(b);
+	expect_all_served(true);
+	lg_test_write_file(ppath, pack, pack_len);
+
+	snprintf(with, sizeof with, "linked\tsm_80\t100\t%zu\t0123456789abcdef", size);
+	replace_line("linked\tsm_80\t", with, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "is not inside cubins.lgc");
+	snprintf(with, sizeof with, "linked\tsm_80\t%zu\t%zu\txyz", offset, size);
+	replace_line("linked\tsm_80\t", with, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "checksum: expected 16 hex digits, found 'xyz'");
+	replace_line("linked\tsm_80\t", "linked\tsm_7\t64\t64\t0123456789abcdef", NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "arch: 'sm_7' is not an arch");
+	char *twice = NULL;
+	assert_true(asprintf(&twice, "%s\n", line) > 0);
+	replace_line("linked\tsm_80\t", line, twice);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "a second linked module for sm_80");
+	const char *e = lg_spec_entry(lg_spec_file_get(norms, 1));
+	write_index(e, "sm_80", 10, "2", NULL, NULL);
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "linked: found '2'");
+	write_index(e, "sm_80", 10, "0", NULL, NULL); /* left out of the module: loaded alone */
+	assert_int_equal(lg_bundle_open(bundle, &b), LG_OK);
+	assert_false(lg_bundle_in_linked(b, e, "sm_80"));
+	assert_true(lg_bundle_in_linked(b, e, "sm_90a"));
+	lg_bundle_free(b);
+	free(twice);
+	free(line);
 }
 
 /* Records whose plan, tile, spec or checksum is not what was built. */
@@ -378,9 +552,9 @@ static void test_bad_header(void **state)
 	lg_nvrtc_block_for_tests(0);
 	assert_int_equal(lg_nvrtc_version(&major, &minor), LG_OK);
 	lg_nvrtc_block_for_tests(1);
-	snprintf(header, sizeof header, "LGINDEX\t3\t%s\t%d.%d", LINGEN_VERSION, major, minor);
+	snprintf(header, sizeof header, "LGINDEX\t4\t%s\t%d.%d", LINGEN_VERSION, major, minor);
 	write_index(NULL, NULL, 0, NULL, header, NULL);
-	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "bundle index format 3, this lingen");
+	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "bundle index format 4, this lingen");
 	snprintf(header, sizeof header, "LGINDEX\t2\t9.9.9\t%d.%d", major, minor);
 	write_index(NULL, NULL, 0, NULL, header, NULL);
 	lg_test_expect_bad_bundle(bundle, LG_ERR_SPEC, "made by lingen 9.9.9");
@@ -398,6 +572,9 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_round_trip, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_format_1, restore, unblock),
+		cmocka_unit_test_setup_teardown(test_format_2, restore, unblock),
+		cmocka_unit_test_setup_teardown(test_linked_module, restore, unblock),
+		cmocka_unit_test_setup_teardown(test_bad_linked, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_bad_records, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_bad_offsets, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_bad_pack, restore, unblock),

@@ -219,7 +219,7 @@ static int write_aot(const char *dir, const struct lg_compile_set *set)
 
 static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	return lg_compile_cmd(cmd, a, write_aot, "embedded");
+	return lg_compile_cmd(cmd, a, false, write_aot, "embedded");
 }
 
 const struct lg_cli_cmd lg_cmd_aot = {

@@ -2,7 +2,8 @@
  * cmd_build.c - `lingen build SPEC|MODEL... --arch A[,B...] -o DIR [-j N]`:
  * pre-generate a deployment bundle, DIR/<entry>.<arch>.cubin for every
  * kernel x arch, the same cubins in one file, DIR/cubins.lgc (what the
- * loader maps), DIR/index.lgb (what the loader reads) and
+ * loader maps; after them each arch's linked module, build_link.h),
+ * DIR/index.lgb (what the loader reads) and
  * DIR/manifest.json (the same records as JSON). Needs no GPU.
  *
  * Compiling is compile_all.c's (shared with `lingen aot`): N threads, a
@@ -26,6 +27,7 @@
 
 #include "buf.h"
 #include "bundle.h" /* LG_MANIFEST_FORMAT, LG_INDEX_FORMAT, lg_plan_to_json, lg_plan_digest */
+#include "build_link.h"
 #include "bundle_pack.h" /* LG_PACK_FILE, lg_pack_build */
 #include "cli.h"
 #include "compile_all.h"
@@ -133,7 +135,8 @@ static char *manifest(const struct lg_compile_set *s)
 /* index.lgb (runtime/bundle_index.c): what the loader reads, the manifest's
  * records as tab-separated lines, the cubin file of `bytes` bytes holding
  * cubin i at offset[i]; NULL on allocation failure. */
-static char *index_text(const struct lg_compile_set *s, const size_t *offset, size_t bytes)
+static char *index_text(const struct lg_compile_set *s, const size_t *offset, size_t bytes,
+			const struct lg_build_linked *linked, const bool *in_link)
 {
 	char nv[32];
 	lg_compile_nvrtc_version(nv);
@@ -141,6 +144,10 @@ static char *index_text(const struct lg_compile_set *s, const size_t *offset, si
 	lg_buf_init(&b);
 	lg_emit(&b, "LGINDEX\t%d\t%s\t%s\n", LG_INDEX_FORMAT, lg_version(), nv);
 	lg_emit(&b, "cubins\t%s\t%zu\n", LG_PACK_FILE, bytes);
+	for (int a = 0; a < s->narch; a++)
+		if (linked[a].cubin)
+			lg_emit(&b, "linked\t%s\t%zu\t%zu\t%016llx\n", s->archs[a], linked[a].offset, linked[a].size,
+				(unsigned long long)linked[a].checksum);
 	for (size_t i = 0; i < s->n; i++) {
 		const struct lg_compiled *c = &s->c[i];
 		const lg_spec *spec = c->k->spec;
@@ -152,9 +159,9 @@ static char *index_text(const struct lg_compile_set *s, const size_t *offset, si
 		char *canon = lg_spec_canonical(spec), *file = cubin_name(s, c);
 		char *given = lg_plan_given_json(spec, &c->plan);
 		if (canon && file && given)
-			lg_emit(&b, "kernel\t%s\t%s\t%s\t%zu\t%zu\t%016llx\t%016llx\t%s\t%s\n", s->archs[c->arch],
+			lg_emit(&b, "kernel\t%s\t%s\t%s\t%zu\t%zu\t%016llx\t%016llx\t%s\t%s\t%d\n", s->archs[c->arch],
 				lg_spec_entry(spec), file, offset[i], c->size, (unsigned long long)c->checksum,
-				(unsigned long long)lg_plan_digest(spec, &c->plan), given, canon);
+				(unsigned long long)lg_plan_digest(spec, &c->plan), given, canon, in_link[i]);
 		else
 			b.failed = true;
 		free(canon);
@@ -213,14 +220,17 @@ static int remove_old(const char *dir, const char *name)
 }
 
 /* The cubin file (runtime/bundle_pack.h), one arch's cubins after
- * another, written to a temporary name and renamed into place (a loader
- * maps it: a file changed in place under a mapping could fault); offset[i]:
- * where cubin i is, *bytes the file's size. */
-static int write_pack(const char *dir, const struct lg_compile_set *s, size_t *offset, size_t *bytes)
+ * another, then the archs' linked modules, written to a temporary name and
+ * renamed into place (a loader maps it: a file changed in place under a
+ * mapping could fault); offset[i]: where cubin i is, linked[a].offset where
+ * arch a's module is, *bytes the file's size. */
+static int write_pack(const char *dir, const struct lg_compile_set *s, struct lg_build_linked *linked,
+		      size_t *offset, size_t *bytes)
 {
-	const void **data = calloc(s->n ? s->n : 1, sizeof *data);
-	size_t *size = calloc(s->n ? s->n : 1, sizeof *size), *at = calloc(s->n ? s->n : 1, sizeof *at);
-	size_t *which = calloc(s->n ? s->n : 1, sizeof *which), n = 0;
+	size_t cap = s->n + (size_t)s->narch;
+	const void **data = calloc(cap, sizeof *data);
+	size_t *size = calloc(cap, sizeof *size), *at = calloc(cap, sizeof *at);
+	size_t *which = calloc(cap, sizeof *which), n = 0;
 	for (int a = 0; data && size && at && which && a < s->narch; a++)
 		for (size_t i = 0; i < s->n; i++)
 			if (!s->c[i].skipped && s->c[i].arch == a) {
@@ -228,9 +238,18 @@ static int write_pack(const char *dir, const struct lg_compile_set *s, size_t *o
 				size[n] = s->c[i].size;
 				which[n++] = i;
 			}
+	size_t kernels = n;
+	for (int a = 0; data && size && at && which && a < s->narch; a++)
+		if (linked[a].cubin) {
+			data[n] = linked[a].cubin;
+			size[n++] = linked[a].size;
+		}
 	unsigned char *pack = data && size && at && which ? lg_pack_build(data, size, n, at, bytes) : NULL;
-	for (size_t j = 0; pack && j < n; j++)
+	for (size_t j = 0; pack && j < kernels; j++)
 		offset[which[j]] = at[j];
+	for (int a = 0, j = (int)kernels; pack && a < s->narch; a++)
+		if (linked[a].cubin)
+			linked[a].offset = at[j++];
 	char *path = lg_cli_path(dir, LG_PACK_FILE);
 	int rc = lg_cli_save(pack ? path : NULL, pack, *bytes);
 	free(path);
@@ -262,9 +281,16 @@ static int write_bundle(const char *dir, const struct lg_compile_set *s)
 		free(name);
 	}
 	size_t *offset = calloc(s->n ? s->n : 1, sizeof *offset), bytes = 0;
+	struct lg_build_linked *linked = calloc((size_t)s->narch, sizeof *linked);
+	bool *in_link = calloc(s->n ? s->n : 1, sizeof *in_link);
+	if (rc == LG_EXIT_OK && !(offset && linked && in_link && lg_build_link(s, linked, in_link)))
+		rc = lg_cli_fail(LG_EXIT_FAIL, "out of memory");
 	if (rc == LG_EXIT_OK)
-		rc = offset ? write_pack(dir, s, offset, &bytes) : lg_cli_fail(LG_EXIT_FAIL, "out of memory");
-	char *index = rc == LG_EXIT_OK ? index_text(s, offset, bytes) : NULL;
+		rc = write_pack(dir, s, linked, offset, &bytes);
+	char *index = rc == LG_EXIT_OK ? index_text(s, offset, bytes, linked, in_link) : NULL;
+	lg_build_linked_free(linked, s->narch);
+	free(linked);
+	free(in_link);
 	free(offset);
 	char *ipath = lg_cli_path(dir, "index.lgb");
 	if (rc == LG_EXIT_OK)
@@ -282,7 +308,7 @@ static int write_bundle(const char *dir, const struct lg_compile_set *s)
 
 static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	return lg_compile_cmd(cmd, a, write_bundle, "built");
+	return lg_compile_cmd(cmd, a, true, write_bundle, "built");
 }
 
 const struct lg_cli_cmd lg_cmd_build = {
@@ -290,7 +316,11 @@ const struct lg_cli_cmd lg_cmd_build = {
 	.synopsis = "SPEC... --arch ARCH[,ARCH...] -o DIR [-j N]",
 	.summary = "pre-generate cubins into a deployment bundle (manifest + cubins)",
 	.details = "Writes DIR/<entry>.<arch>.cubin for every kernel and arch, the\n"
-		   "same cubins in one file, DIR/cubins.lgc (what the loader maps), then\n"
+		   "same cubins in one file, DIR/cubins.lgc (what the loader maps; with\n"
+		   "nvJitLink, also one linked module per arch: every kernel compiled again\n"
+		   "as relocatable code and linked into one cubin, which a context loads\n"
+		   "once for all of them; without nvJitLink, or when the link fails, the\n"
+		   "build says why and the kernels load one by one), then\n"
 		   "DIR/index.lgb (what the loader reads: the records as text lines) and\n"
 		   "DIR/manifest.json (format 3: canonical spec, entry, arch, file, size,\n"
 		   "checksum and launch plan of each cubin; lingen and NVRTC versions),\n"

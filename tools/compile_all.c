@@ -18,7 +18,9 @@
 #include <xxhash.h>
 
 #include "bundle.h"  /* lg_bundle_checksum */
-#include "context.h" /* lg_ctx_plan */
+#include "context.h" /* lg_ctx_plan, lg_ctx_relocatable */
+#include "error.h"
+#include "jitlink.h"
 #include "nvrtc.h"
 
 struct run {
@@ -72,6 +74,12 @@ static void run_job(const struct lg_compile_set *s, lg_ctx *ctx, struct lg_compi
 		job_fail(j, LG_EXIT_FAIL, "out of memory");
 	else
 		memcpy(j->cubin, cubin, j->size);
+	if (!j->error && s->relocatable && !j->plan.sass_ffma &&
+	    lg_ctx_relocatable(ctx, j->k->spec, &j->rdc_own, &j->rdc, &j->rdc_size) != LG_OK) {
+		j->rdc = NULL;
+		if (!(j->rdc_error = strdup(lg_last_error())))
+			job_fail(j, LG_EXIT_FAIL, "out of memory");
+	}
 	j->ms = 1e3 * (lg_cli_now() - t0);
 }
 
@@ -223,10 +231,11 @@ void lg_compile_print_skipped(const struct lg_compile_set *s)
 	}
 }
 
-int lg_compile_all(const struct lg_cli_specs *specs, char **archs, int narch, int jobs,
+int lg_compile_all(const struct lg_cli_specs *specs, char **archs, int narch, int jobs, bool relocatable,
 		   struct lg_compile_set *out)
 {
-	*out = (struct lg_compile_set){.archs = archs, .narch = narch, .n = specs->n * (size_t)narch};
+	*out = (struct lg_compile_set){
+		.archs = archs, .narch = narch, .n = specs->n * (size_t)narch, .relocatable = relocatable};
 	if (!out->n)
 		return LG_EXIT_OK;
 	if (!(out->c = calloc(out->n, sizeof *out->c)))
@@ -249,6 +258,8 @@ void lg_compile_set_free(struct lg_compile_set *s)
 	for (size_t i = 0; s->c && i < s->n; i++) {
 		free(s->c[i].cubin);
 		free(s->c[i].error);
+		lg_blob_release(&s->c[i].rdc_own);
+		free(s->c[i].rdc_error);
 	}
 	free(s->c);
 	s->c = NULL;
@@ -264,9 +275,21 @@ void lg_compile_nvrtc_version(char out[32])
 		snprintf(out, 32, "unknown");
 }
 
+/* Whether the relocatable cubins are worth compiling: nvJitLink is there
+ * to link them (else a line on stderr says why the bundle gets no linked
+ * module). */
+static bool can_link(void)
+{
+	if (lg_jitlink_load() == LG_OK)
+		return true;
+	fprintf(stderr, "lingen: no linked module (%s): each kernel of the bundle is loaded alone\n", lg_last_error());
+	lg_clear_error();
+	return false;
+}
+
 /* Everything after argument parsing. */
 static int compile_and_write(const char *dir, char **archs, int narch, const struct lg_cli_args *a,
-			     int jobs, int (*write)(const char *, const struct lg_compile_set *),
+			     int jobs, bool relocatable, int (*write)(const char *, const struct lg_compile_set *),
 			     const char *done)
 {
 	double t0 = lg_cli_now();
@@ -276,7 +299,7 @@ static int compile_and_write(const char *dir, char **archs, int narch, const str
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_mkdir(dir);
 	if (rc == LG_EXIT_OK)
-		rc = lg_compile_all(&specs, archs, narch, jobs, &set);
+		rc = lg_compile_all(&specs, archs, narch, jobs, relocatable && can_link(), &set);
 	if (rc == LG_EXIT_OK)
 		rc = write(dir, &set);
 	if (rc == LG_EXIT_OK) {
@@ -292,7 +315,7 @@ static int compile_and_write(const char *dir, char **archs, int narch, const str
 	return rc;
 }
 
-int lg_compile_cmd(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a,
+int lg_compile_cmd(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a, bool relocatable,
 		   int (*write)(const char *dir, const struct lg_compile_set *s), const char *done)
 {
 	const char *dir = a->val[LG_CA_OUT];
@@ -305,7 +328,7 @@ int lg_compile_cmd(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a,
 	if (rc == LG_EXIT_OK)
 		rc = lg_cli_archs(cmd, a->val[LG_CA_ARCH], &archs, &narch);
 	if (rc == LG_EXIT_OK)
-		rc = compile_and_write(dir, archs, narch, a, jobs < 1 ? 1 : (int)jobs, write, done);
+		rc = compile_and_write(dir, archs, narch, a, jobs < 1 ? 1 : (int)jobs, relocatable, write, done);
 	lg_cli_strv_free(archs, narch);
 	return rc;
 }

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "blob.h"
 #include "cli.h"
 #include "family.h"
 
@@ -29,6 +30,14 @@ struct lg_compiled {
 	/* Not compiled: the arch its family is declared for (lg_family
 	 * target_only) when that is not this arch; NULL: compiled. */
 	const char *skipped;
+	/* With lg_compile_set.relocatable: the relocatable cubin of the same
+	 * source (lg_ctx_relocatable) in rdc_own, for the linked module; none
+	 * (rdc NULL) when the plan rewrites SASS (plan.sass_ffma) or the
+	 * compile failed (rdc_error, malloc'd: why). */
+	struct lg_blob rdc_own;
+	const void *rdc;
+	size_t rdc_size;
+	char *rdc_error;
 };
 
 /* Every kernel x arch, kernel-major: c[i] is kernel i / narch, arch
@@ -39,6 +48,7 @@ struct lg_compile_set {
 	struct lg_compiled *c;
 	size_t n;
 	size_t nskipped; /* of n, the jobs skipped (c[i].skipped) */
+	bool relocatable; /* each job also compiles its relocatable cubin */
 };
 
 /* Compile every kernel of specs for every arch in up to `jobs` threads,
@@ -50,7 +60,7 @@ struct lg_compile_set {
  * early at the first failure; failures are printed (the first in full,
  * NVRTC log included). Returns the exit status. Free out with
  * lg_compile_set_free either way. */
-int lg_compile_all(const struct lg_cli_specs *specs, char **archs, int narch, int jobs,
+int lg_compile_all(const struct lg_cli_specs *specs, char **archs, int narch, int jobs, bool relocatable,
 		   struct lg_compile_set *out);
 void lg_compile_set_free(struct lg_compile_set *s);
 
@@ -58,9 +68,11 @@ void lg_compile_set_free(struct lg_compile_set *s);
  * --arch, -j N at indexes LG_CA_OUT, LG_CA_ARCH, LG_CA_JOBS of cmd->opts.
  * Checks them, loads the specs, creates DIR, compiles every kernel for
  * every arch, calls write(dir, set), and prints "<done> N cubins for K
- * archs into DIR in T s". Returns the exit status. */
+ * archs into DIR in T s". relocatable: the jobs also compile their
+ * relocatable cubins when nvJitLink can be loaded to link them (else a line
+ * on stderr says why not). Returns the exit status. */
 enum { LG_CA_OUT, LG_CA_ARCH, LG_CA_JOBS };
-int lg_compile_cmd(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a,
+int lg_compile_cmd(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a, bool relocatable,
 		   int (*write)(const char *dir, const struct lg_compile_set *s), const char *done);
 
 /* "skipped for ARCH: N kernels of FAMILY (the family runs on T only)" on

@@ -49,11 +49,15 @@ if LINGEN_CACHE_DIR=off "$dir/lingen" build configs/kernels/ling-mini-2.0-norms.
 	for b in 10 2c 40; do
 		{ printf "\\x00\\x$b"; cat "$tmp/bundle/manifest.json"; } > "$seeds/manifest/amplified-$b.json"
 	done
-	cp "$tmp/bundle/index.lgb" "$seeds/index/format-2.lgb"
-	# format 1: no cubins line, no offset field (bundles built before cubins.lgc)
+	cp "$tmp/bundle/index.lgb" "$seeds/index/format-3.lgb"
+	# format 2: no linked lines, no last (linked) field (bundles built before linked modules)
+	awk -F '\t' -v OFS='\t' 'NR == 1 { $2 = 2 } $1 == "linked" { next }
+		$1 == "kernel" { NF-- } { print }' \
+		"$tmp/bundle/index.lgb" > "$seeds/index/format-2.lgb"
+	# format 1: no cubins line, no offset field either (bundles built before cubins.lgc)
 	awk -F '\t' -v OFS='\t' 'NR == 1 { $2 = 1 } $1 == "cubins" { next }
 		$1 == "kernel" { $5 = ""; sub(/\t\t/, "\t") } { print }' \
-		"$tmp/bundle/index.lgb" > "$seeds/index/format-1.lgb"
+		"$seeds/index/format-2.lgb" > "$seeds/index/format-1.lgb"
 	rm -rf "$dir/seed-bundle"
 	mv "$tmp/bundle" "$dir/seed-bundle"
 else
