@@ -2,7 +2,9 @@
  * context.c - contexts and kernel handles: the memory cache, the disk cache,
  * NVRTC on a miss, and loading with cuLibraryLoadData. A context made with a
  * deployment bundle (opts.bundle, opts.aot) takes every cubin from it
- * instead (bundle.c): no NVRTC, no disk cache.
+ * instead (bundle.c): no NVRTC, no disk cache; when the bundle has a linked
+ * module for the arch, it is loaded once and the kernels in it take their
+ * entry points from it (linked_module).
  *
  * A context maps canonical spec JSON to an entry holding the plan, the cubin
  * and (once loaded) the kernel handle. A spec without a tile is planned with
@@ -105,8 +107,10 @@ void lg_ctx_destroy(lg_ctx *c)
 	for (size_t i = 0; i < c->n; i++)
 		entry_free(c->entries[i]);
 	free(c->entries);
+	if (c->linked)
+		c->linked_cu->cuLibraryUnload(c->linked);
 	lg_cache_close(c->cache);
-	lg_bundle_free(c->bundle); /* after the entries: their cubins may be in it */
+	lg_bundle_free(c->bundle); /* after the entries and the linked module: their cubins may be in it */
 	lg_tuning_free(c->tuning);
 	pthread_mutex_destroy(&c->mu);
 	free(c);
@@ -409,11 +413,98 @@ static lg_status query_resident(const struct lg_cu *cu, CUkernel kern, const str
 	return LG_OK;
 }
 
-/* Load a cubin and resolve its entry points; raise the dynamic shared
+/* Load a cubin as a library. The entry (its blob: a buffer, or a mapped
+ * cache entry) or the context's bundle (its table or mapped cubin file,
+ * freed after every entry and the linked module) keeps the cubin until
+ * after cuLibraryUnload (entry_free, lg_ctx_destroy): the driver may use it
+ * in place instead of copying it (a hint; a driver that refuses the option
+ * gets the plain call). */
+static lg_status load_library(const struct lg_cu *cu, const void *cubin, CUlibrary *lib)
+{
+	CUlibraryOption keep = CU_LIBRARY_BINARY_IS_PRESERVED;
+	void *yes = (void *)(uintptr_t)1;
+	if (cu->cuLibraryLoadData(lib, cubin, NULL, NULL, 0, &keep, &yes, 1) != CUDA_SUCCESS)
+		LG_CU_TRY(cu, cuLibraryLoadData, (lib, cubin, NULL, NULL, 0, NULL, NULL, 0));
+	return LG_OK;
+}
+
+/* The context's linked module when the kernel `entry` is in it: loaded
+ * (its checksum checked first) by the first such kernel; NULL when the
+ * bundle has none for the arch, the kernel is not in it, or it could not
+ * be loaded (said once: its kernels are then loaded alone). Under c->mu. */
+static CUlibrary linked_module(lg_ctx *c, const struct lg_cu *cu, const char *entry)
+{
+	if (!c->bundle || c->linked_state < 0 || !lg_bundle_in_linked(c->bundle, entry, c->target.name))
+		return NULL;
+	if (c->linked_state == 0) {
+		double t0 = lg_now();
+		const void *cubin = NULL;
+		size_t size = 0;
+		lg_status st = lg_bundle_linked(c->bundle, &c->target, &cubin, &size);
+		if (st == LG_OK)
+			st = load_library(cu, cubin, &c->linked);
+		c->linked_state = st == LG_OK ? 1 : -1;
+		if (st == LG_OK) {
+			c->linked_cu = cu;
+			lg_log("linked module for %s: %zu bytes loaded (%.3f ms)", c->target.name, size,
+			       (lg_now() - t0) * 1e3);
+		} else {
+			c->linked = NULL;
+			lg_warn("cannot use the linked module: %s; its kernels are loaded one by one", lg_last_error());
+			lg_clear_error();
+		}
+	}
+	return c->linked_state > 0 ? c->linked : NULL;
+}
+
+/* Resolve the entry points of k's plan in lib; raise the dynamic shared
  * memory limit on every device where an entry needs more than 32 KB (the
  * default is 48 KB less the static), and size the grids of persistent
  * entries for the current device. */
-static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k,
+static lg_status entry_points(const struct lg_cu *cu, const struct lg_ctx_entry *e, const struct lg_spec *s,
+			      CUlibrary lib, struct lg_kernel *k)
+{
+	const struct lg_family *f = s->fam;
+	int64_t one[LG_MAX_SIZES];
+	lg_sizes_at(f, s->pass, 1, one);
+	int ndev = 0;
+	LG_CU_TRY(cu, cuDeviceGetCount, (&ndev));
+	for (int i = 0; i < e->plan.nentries; i++) {
+		LG_CU_TRY(cu, cuLibraryGetKernel, (&k->fn[i], lib, e->plan.entry[i]));
+		struct lg_launch_dim d;
+		f->geometry(&e->plan, i, one, &d);
+		/* the default dynamic limit is 48 KB less the static shared memory:
+		 * raise it for any entry within 16 KB of that (a ring of 48 KB
+		 * plus a reduction scratch would otherwise not launch) */
+		if (d.smem > 32 * 1024)
+			for (int dev = 0; dev < ndev; dev++)
+				LG_CU_TRY(cu, cuKernelSetAttribute,
+					  (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.smem,
+					   k->fn[i], dev));
+		if (e->plan.cluster[i] > 8)
+			for (int dev = 0; dev < ndev; dev++)
+				LG_CU_TRY(cu, cuKernelSetAttribute,
+					  (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, k->fn[i], dev));
+		if (e->plan.persistent[i]) {
+			lg_status st = query_resident(cu, k->fn[i], &d, e->plan.cluster[i], e->plan.per_sm[i],
+						      &k->plan.resident[i]);
+			if (st != LG_OK)
+				return st;
+			if (e->plan.cluster[i] > 1)
+				lg_log("%s: %u clusters of %u CTAs co-resident", e->plan.entry[i], k->plan.resident[i],
+				       e->plan.cluster[i]);
+			else
+				lg_log("%s: %u CTAs co-resident", e->plan.entry[i], k->plan.resident[i]);
+		}
+	}
+	return LG_OK;
+}
+
+/* Fill k from entry e: its launch data, and its entry points from the
+ * context's linked module when the kernel is in it (k->lib NULL), else
+ * from its own cubin loaded as a library (k->lib, unloaded by entry_free).
+ * Under c->mu. */
+static lg_status load(lg_ctx *c, const struct lg_ctx_entry *e, const struct lg_spec *s, struct lg_kernel *k,
 		      double *lib_ms)
 {
 	const struct lg_family *f = s->fam;
@@ -443,55 +534,23 @@ static lg_status load(const struct lg_ctx_entry *e, const struct lg_spec *s, str
 		LG_ASSERT(j < k->nargs);
 		k->with[i] = (signed char)j;
 	}
-	int64_t one[LG_MAX_SIZES];
-	lg_sizes_at(f, s->pass, 1, one);
 	const char *pdl = lg_env_get(LG_ENV_PDL);
 	k->early = !(pdl && strcmp(pdl, "0") == 0);
 	static _Atomic uint64_t next_id = 1;
 	k->id = next_id++;
 	double t0 = lg_now();
-	/* the entry (its blob: a buffer, or a mapped cache entry) or the
-	 * context's bundle (its table or mapped cubin file, freed after every
-	 * entry) keeps the cubin until after
-	 * cuLibraryUnload (entry_free): the driver may use it in place instead of
-	 * copying it (a hint; a driver that refuses the option gets the plain
-	 * call) */
-	CUlibraryOption keep = CU_LIBRARY_BINARY_IS_PRESERVED;
-	void *yes = (void *)(uintptr_t)1;
-	if (cu->cuLibraryLoadData(&k->lib, e->cubin, NULL, NULL, 0, &keep, &yes, 1) != CUDA_SUCCESS)
-		LG_CU_TRY(cu, cuLibraryLoadData, (&k->lib, e->cubin, NULL, NULL, 0, NULL, NULL, 0));
-	*lib_ms = (lg_now() - t0) * 1e3;
-	int ndev = 0;
-	LG_CU_TRY(cu, cuDeviceGetCount, (&ndev));
-	for (int i = 0; i < e->plan.nentries; i++) {
-		LG_CU_TRY(cu, cuLibraryGetKernel, (&k->fn[i], k->lib, e->plan.entry[i]));
-		struct lg_launch_dim d;
-		f->geometry(&e->plan, i, one, &d);
-		/* the default dynamic limit is 48 KB less the static shared memory:
-		 * raise it for any entry within 16 KB of that (a ring of 48 KB
-		 * plus a reduction scratch would otherwise not launch) */
-		if (d.smem > 32 * 1024)
-			for (int dev = 0; dev < ndev; dev++)
-				LG_CU_TRY(cu, cuKernelSetAttribute,
-					  (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)d.smem,
-					   k->fn[i], dev));
-		if (e->plan.cluster[i] > 8)
-			for (int dev = 0; dev < ndev; dev++)
-				LG_CU_TRY(cu, cuKernelSetAttribute,
-					  (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1, k->fn[i], dev));
-		if (e->plan.persistent[i]) {
-			st = query_resident(cu, k->fn[i], &d, e->plan.cluster[i], e->plan.per_sm[i],
-					    &k->plan.resident[i]);
-			if (st != LG_OK)
-				return st;
-			if (e->plan.cluster[i] > 1)
-				lg_log("%s: %u clusters of %u CTAs co-resident", e->plan.entry[i], k->plan.resident[i],
-				       e->plan.cluster[i]);
-			else
-				lg_log("%s: %u CTAs co-resident", e->plan.entry[i], k->plan.resident[i]);
-		}
+	CUlibrary linked = linked_module(c, cu, s->entry);
+	if (linked) {
+		*lib_ms = (lg_now() - t0) * 1e3;
+		if (entry_points(cu, e, s, linked, k) == LG_OK)
+			return LG_OK;
+		lg_warn("%s: not taken from the linked module (%s); loading its own cubin", s->entry, lg_last_error());
+		lg_clear_error();
+		t0 = lg_now();
 	}
-	return LG_OK;
+	st = load_library(cu, e->cubin, &k->lib);
+	*lib_ms = (lg_now() - t0) * 1e3;
+	return st == LG_OK ? entry_points(cu, e, s, k->lib, k) : st;
 }
 
 lg_status lg_kernel_get(lg_ctx *c, const lg_spec *s, lg_kernel **out)
@@ -508,12 +567,12 @@ lg_status lg_kernel_get(lg_ctx *c, const lg_spec *s, lg_kernel **out)
 		double t0 = lg_now();
 		struct lg_kernel *k = calloc(1, sizeof *k);
 		double lib_ms = 0;
-		st = k ? load(e, s, k, &lib_ms) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
+		st = k ? load(c, e, s, k, &lib_ms) : lg_fail(LG_ERR_NO_MEMORY, "out of memory");
 		if (st == LG_OK) {
 			e->kernel = k;
 			double ms = (lg_now() - t0) * 1e3;
-			lg_log("loaded %s (%.3f ms: cuLibraryLoadData %.3f, entry points and attributes %.3f)",
-			       s->entry, ms, lib_ms, ms - lib_ms);
+			lg_log("loaded %s (%.3f ms: %s %.3f, entry points and attributes %.3f)", s->entry, ms,
+			       k->lib ? "cuLibraryLoadData" : "the linked module", lib_ms, ms - lib_ms);
 		} else if (k) {
 			if (k->lib)
 				k->cu->cuLibraryUnload(k->lib);

@@ -51,6 +51,13 @@ struct lg_ctx {
 	bool nvrtc_known;
 	struct lg_ctx_entry **entries;
 	size_t n, cap;
+	/* The bundle's linked module for target (lg_bundle_linked), loaded by
+	 * the first kernel asked for that is in it (under mu) and shared by all
+	 * of them (their lg_kernel.lib NULL); unloaded by lg_ctx_destroy after
+	 * the entries, before the bundle that holds its bytes. */
+	CUlibrary linked;
+	const struct lg_cu *linked_cu;
+	int linked_state; /* 0: not tried; 1: loaded; -1: none or failed (kernels load alone) */
 };
 
 /* A launch through a typed launcher's resolved form (form.h; lingen_ops.c,
