@@ -12,7 +12,7 @@
  * Index format 3's linked module per arch (every kernel's relocatable
  * cubin linked into one): it defines every entry point; a corrupt one is
  * refused while each kernel's own cubin still serves; an index of format 2
- * (none) still loads.
+ * (none) still loads; a kernel whose plan rewrites its SASS stays out of it.
  *
  * Needs NVRTC (for the build) but no GPU. Runs the CLI (LG_CLI).
  */
@@ -32,8 +32,10 @@
 #include "bundle_fixture.h"
 #include "bundle_pack.h"
 #include "cubin_elf.h"
+#include "generate.h"
 #include "lingen.h"
 #include "nvrtc.h"
+#include "proc.h"
 #include "testutil.h"
 
 #define OTHER_SPEC "{\"op\": \"rmsnorm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"hidden\": 4096}"
@@ -440,6 +442,48 @@ static void test_bad_linked(void **state)
 	free(line);
 }
 
+/* A kernel whose plan rewrites its SASS (an FP8 GEMM with tile.ffma) is
+ * left out of the linked module, said by lingen build, marked 0 and loaded
+ * alone; the other kernels are linked. */
+static void test_sass_rewrite_left_out(void **state)
+{
+	(void)state;
+	static const char gemm[] = "{\"op\": \"fp8_gemm\", \"pass\": \"forward\", \"dtype\": \"bf16\", \"n\": 3072, "
+				   "\"k\": 2048, \"tile\": {\"ffma\": 2}}";
+	char *specs = lg_test_path(tmp, "ffma.json"), *dir = lg_test_path(tmp, "ffma-bundle"), *text = NULL;
+	assert_true(asprintf(&text, "{\"kernels\": [%s, %s]}\n", gemm, OTHER_SPEC) > 0);
+	lg_test_write_file(specs, text, strlen(text));
+	char *argv[] = {(char *)LG_CLI, (char *)"build", specs, (char *)"--arch", (char *)"sm_90a", (char *)"-o", dir, NULL};
+	struct lg_proc p = lg_test_run_cached(tmp, 0, argv);
+	assert_non_null(strstr(p.err, "not in the linked module (its plan rewrites the SASS)"));
+	assert_non_null(strstr(p.err, "linked 1 kernel for sm_90a into one module"));
+	lg_proc_free(&p);
+	lg_spec *g, *o;
+	struct lg_target t;
+	struct lg_plan plan;
+	assert_int_equal(lg_spec_parse(gemm, &g), LG_OK);
+	assert_int_equal(lg_spec_parse(OTHER_SPEC, &o), LG_OK);
+	assert_true(lg_target_parse("sm_90a", &t));
+	assert_int_equal(lg_plan_for(g, &t, &plan), LG_OK);
+	assert_true(plan.sass_ffma != 0);
+	lg_bundle *b = NULL;
+	const void *cubin;
+	size_t size;
+	assert_int_equal(lg_bundle_open(dir, &b), LG_OK);
+	assert_false(lg_bundle_in_linked(b, lg_spec_entry(g), "sm_90a"));
+	assert_true(lg_bundle_in_linked(b, lg_spec_entry(o), "sm_90a"));
+	assert_int_equal(lg_bundle_linked(b, &t, &cubin, &size), LG_OK);
+	for (int e = 0; e < plan.nentries; e++)
+		assert_false(lg_cubin_has_function(cubin, size, plan.entry[e]));
+	assert_true(lg_cubin_has_function(cubin, size, lg_spec_entry(o)));
+	lg_bundle_free(b);
+	lg_spec_free(o);
+	lg_spec_free(g);
+	free(text);
+	free(dir);
+	free(specs);
+}
+
 /* Records whose plan, tile, spec or checksum is not what was built. */
 static void test_bad_records(void **state)
 {
@@ -575,6 +619,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_format_2, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_linked_module, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_bad_linked, restore, unblock),
+		cmocka_unit_test(test_sass_rewrite_left_out),
 		cmocka_unit_test_setup_teardown(test_bad_records, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_bad_offsets, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_bad_pack, restore, unblock),

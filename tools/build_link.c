@@ -72,8 +72,8 @@ static bool link_arch(const struct lg_compile_set *s, int a, struct lg_build_lin
 	}
 	if (l->cubin) {
 		l->checksum = lg_bundle_linked_checksum(s->archs[a], l->cubin, l->size);
-		fprintf(stderr, "linked %zu kernels for %s into one module (%zu bytes, %.1f ms)\n", n, s->archs[a],
-			l->size, 1e3 * (lg_cli_now() - t0));
+		fprintf(stderr, "linked %zu kernel%s for %s into one module (%zu bytes, %.1f ms)\n", n, n == 1 ? "" : "s",
+			s->archs[a], l->size, 1e3 * (lg_cli_now() - t0));
 	} else {
 		for (size_t i = 0; i < s->n; i++)
 			if (s->c[i].arch == a)
