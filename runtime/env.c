@@ -47,6 +47,11 @@ const struct lg_env_var lg_env_vars[LG_ENV_COUNT] = {
 				  "-lineinfo for profiling, -Ofc=max for faster compiles); part of "
 				  "the cache key",
 				  NULL},
+	[LG_ENV_NVJITLINK] = {"LINGEN_NVJITLINK",
+			      "path of the libnvJitLink shared library that `lingen build` links a "
+			      "bundle's module with (a file that cannot be loaded: no linked module)",
+			      "libnvJitLink.so.13, .so.12, .so, then $CUDA_HOME/lib64, "
+			      "/usr/local/cuda/lib64"},
 };
 _Static_assert(sizeof lg_env_vars / sizeof lg_env_vars[0] == LG_ENV_COUNT,
 	       "every environment variable is in the table");

@@ -16,6 +16,7 @@ enum lg_env {
 	LG_ENV_SEED,        /* LINGEN_SEED: seed of the random inputs of `lingen check` and the tests */
 	LG_ENV_REF_THREADS, /* LINGEN_REF_THREADS: threads of the CPU references (check, tests) */
 	LG_ENV_NVRTC_OPTIONS, /* LINGEN_NVRTC_OPTIONS: extra NVRTC options (cache key) */
+	LG_ENV_NVJITLINK,   /* LINGEN_NVJITLINK: path of libnvJitLink to load (lingen build) */
 	LG_ENV_COUNT
 };
 

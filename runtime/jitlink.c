@@ -19,6 +19,7 @@
 #include <nvJitLink.h>
 #pragma GCC diagnostic pop
 
+#include "env.h"
 #include "error.h"
 #include "log.h"
 
@@ -65,10 +66,19 @@ static lg_status jl_load_locked(void)
 {
 	if (jl.lib)
 		return LG_OK;
+	const char *env = lg_env_get(LG_ENV_NVJITLINK);
 	const char *cuda_home = getenv("CUDA_HOME");
 	const char *dirs[] = {NULL, cuda_home && *cuda_home ? cuda_home : NULL, "/usr/local/cuda"};
 	char path[4096], tried[1024] = "";
 	void *lib = NULL;
+	if (env) { /* an explicit choice never falls back */
+		snprintf(path, sizeof path, "%s", env);
+		if (!(lib = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+			const char *why = dlerror();
+			return lg_fail(LG_ERR_UNSUPPORTED, "cannot load nvJitLink from LINGEN_NVJITLINK=%s: %s", env,
+				       why ? why : "not found");
+		}
+	}
 	for (size_t d = 0; d < 3 && !lib; d++) {
 		if (d > 0 && !dirs[d])
 			continue;

@@ -4,8 +4,9 @@
  * with relocatable set) into one cubin per arch, what a context loads once
  * for all of them (one cuLibraryLoadData instead of one a kernel).
  *
- * Looked up as libnvJitLink.so.13, libnvJitLink.so.12, libnvJitLink.so by
- * the loader's search, then the same names under $CUDA_HOME/lib64 and
+ * Looked up as $LINGEN_NVJITLINK (a path; the only one tried when set), else
+ * libnvJitLink.so.13, libnvJitLink.so.12, libnvJitLink.so by the loader's
+ * search, then the same names under $CUDA_HOME/lib64 and
  * /usr/local/cuda/lib64. Used by `lingen build` only: a missing nvJitLink
  * leaves a bundle without a linked module, never fails the build.
  */

@@ -12,7 +12,8 @@
  * Index format 3's linked module per arch (every kernel's relocatable
  * cubin linked into one): it defines every entry point; a corrupt one is
  * refused while each kernel's own cubin still serves; an index of format 2
- * (none) still loads; a kernel whose plan rewrites its SASS stays out of it.
+ * (none) still loads; a kernel whose plan rewrites its SASS stays out of it;
+ * without nvJitLink the build succeeds, saying why, with no linked module.
  *
  * Needs NVRTC (for the build) but no GPU. Runs the CLI (LG_CLI).
  */
@@ -484,6 +485,53 @@ static void test_sass_rewrite_left_out(void **state)
 	free(specs);
 }
 
+/* Without nvJitLink (LINGEN_NVJITLINK naming no library) lingen build
+ * still succeeds, says why there is no linked module, and writes a bundle
+ * with none: every kernel marked 0, served from its own cubin. */
+static void test_no_nvjitlink(void **state)
+{
+	(void)state;
+	char *dir = lg_test_path(tmp, "no-link"), *cache = lg_test_path(tmp, "cache");
+	char *env[3] = {NULL, (char *)"LINGEN_NVJITLINK=/nonexistent/libnvJitLink.so", NULL};
+	assert_true(asprintf(&env[0], "LINGEN_CACHE_DIR=%s", cache) > 0);
+	char *argv[] = {(char *)LG_CLI, (char *)"build", (char *)LG_TEST_NORMS, (char *)"--arch", (char *)"sm_80", (char *)"-o",
+			dir, NULL};
+	struct lg_proc p;
+	assert_int_equal(lg_proc_run(argv, env, &p), 0);
+	fprintf(stderr, "%s", p.err);
+	assert_int_equal(p.status, 0);
+	assert_non_null(strstr(p.err, "no linked module (cannot load nvJitLink from LINGEN_NVJITLINK=/nonexistent/"));
+	assert_non_null(strstr(p.err, "each kernel of the bundle is loaded alone"));
+	lg_proc_free(&p);
+	char *ipath2 = lg_test_path(dir, "index.lgb"), *text = lg_test_read_file(ipath2, NULL);
+	assert_non_null(text);
+	assert_null(strstr(text, "\nlinked\t"));
+	assert_null(strstr(text, "\t1\n"));
+	lg_bundle *b = NULL;
+	struct lg_target t;
+	const void *cubin;
+	size_t size;
+	assert_int_equal(lg_bundle_open(dir, &b), LG_OK);
+	assert_true(lg_target_parse("sm_80", &t));
+	assert_int_equal(lg_bundle_linked(b, &t, &cubin, &size), LG_ERR_MISSING);
+	for (size_t i = 0; i < lg_spec_file_count(norms); i++) {
+		const lg_spec *s = lg_spec_file_get(norms, i);
+		char *canon = lg_spec_canonical(s);
+		struct lg_plan plan;
+		struct lg_blob blob;
+		assert_false(lg_bundle_in_linked(b, lg_spec_entry(s), "sm_80"));
+		assert_int_equal(lg_bundle_get(b, s, canon, &t, &plan, &cubin, &size, &blob), LG_OK);
+		lg_blob_release(&blob);
+		free(canon);
+	}
+	lg_bundle_free(b);
+	free(text);
+	free(ipath2);
+	free(env[0]);
+	free(cache);
+	free(dir);
+}
+
 /* Records whose plan, tile, spec or checksum is not what was built. */
 static void test_bad_records(void **state)
 {
@@ -620,6 +668,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_linked_module, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_bad_linked, restore, unblock),
 		cmocka_unit_test(test_sass_rewrite_left_out),
+		cmocka_unit_test(test_no_nvjitlink),
 		cmocka_unit_test_setup_teardown(test_bad_records, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_bad_offsets, restore, unblock),
 		cmocka_unit_test_setup_teardown(test_bad_pack, restore, unblock),
