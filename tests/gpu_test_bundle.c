@@ -52,7 +52,7 @@ static int setup(void **state)
 	if (asprintf(&env[0], "LINGEN_CACHE_DIR=%s", cache) < 0)
 		return -1;
 	char *argv[] = {(char *)LG_CLI, (char *)"build", (char *)NORMS, (char *)"--arch", arch, (char *)"-o",
-			bundle, NULL};
+			bundle, (char *)"--link", NULL};
 	struct lg_proc p = {0};
 	int rc = lg_proc_run(argv, env, &p) == 0 && p.status == 0 ? 0 : -1;
 	if (rc)

@@ -56,7 +56,7 @@ static int setup(void **state)
 	tmp = lg_test_tmpdir("bundle");
 	if (lg_spec_file_load(NORMS, &norms) != LG_OK)
 		return -1;
-	bundle = lg_test_build_norms(tmp);
+	bundle = lg_test_build_norms(tmp, false); /* no linked module: the default */
 	/* these tests read the manifest, as a loader does for a bundle without
 	 * an index (built before there was one); test_bundle_index.c reads the
 	 * index */
@@ -171,6 +171,23 @@ static void test_manifest(void **state)
 		free(canon);
 	}
 	cJSON_Delete(m);
+}
+
+/* Without --link, no linked module: its index (a bundle of its own: the
+ * setup's has none) has no `linked` line and every kernel's flag is 0. */
+static void test_no_link_by_default(void **state)
+{
+	(void)state;
+	char *own = lg_test_tmpdir("bundle-nolink"), *built = lg_test_build_norms(own, false);
+	char *path = lg_test_path(built, "index.lgb"), *text = lg_test_read_file(path, NULL);
+	assert_non_null(text);
+	assert_null(strstr(text, "\nlinked\t"));
+	assert_null(strstr(text, "\t1\n"));
+	free(text);
+	free(path);
+	free(built);
+	lg_test_rm_rf(own);
+	free(own);
 }
 
 /* A plan's tensor maps are recorded (argument by name, box, swizzle): the
@@ -765,7 +782,8 @@ int main(void)
 {
 	unsetenv("LINGEN_ARCH");
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_manifest),     cmocka_unit_test(test_load_without_nvrtc),
+		cmocka_unit_test(test_no_link_by_default), cmocka_unit_test(test_manifest),
+		cmocka_unit_test(test_load_without_nvrtc),
 		cmocka_unit_test(test_plan_tmaps),
 		cmocka_unit_test(test_corrupt_cubin), cmocka_unit_test(test_bad_manifest),
 		cmocka_unit_test(test_swapped_cubins),

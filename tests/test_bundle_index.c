@@ -56,7 +56,7 @@ static int setup(void **state)
 	tmp = lg_test_tmpdir("bundle-index");
 	if (lg_spec_file_load(LG_TEST_NORMS, &norms) != LG_OK)
 		return -1;
-	bundle = lg_test_build_norms(tmp);
+	bundle = lg_test_build_norms(tmp, true);
 	ipath = lg_test_path(bundle, "index.lgb");
 	ppath = lg_test_path(bundle, LG_PACK_FILE);
 	index_text = lg_test_read_file(ipath, NULL);
@@ -454,7 +454,8 @@ static void test_sass_rewrite_left_out(void **state)
 	char *specs = lg_test_path(tmp, "ffma.json"), *dir = lg_test_path(tmp, "ffma-bundle"), *text = NULL;
 	assert_true(asprintf(&text, "{\"kernels\": [%s, %s]}\n", gemm, OTHER_SPEC) > 0);
 	lg_test_write_file(specs, text, strlen(text));
-	char *argv[] = {(char *)LG_CLI, (char *)"build", specs, (char *)"--arch", (char *)"sm_90a", (char *)"-o", dir, NULL};
+	char *argv[] = {(char *)LG_CLI, (char *)"build", specs,	    (char *)"--arch", (char *)"sm_90a",
+			(char *)"-o",	dir,		 (char *)"--link", NULL};
 	struct lg_proc p = lg_test_run_cached(tmp, 0, argv);
 	assert_non_null(strstr(p.err, "not in the linked module (its plan rewrites the SASS)"));
 	assert_non_null(strstr(p.err, "linked 1 kernel for sm_90a into one module"));
@@ -495,7 +496,7 @@ static void test_no_nvjitlink(void **state)
 	char *env[3] = {NULL, (char *)"LINGEN_NVJITLINK=/nonexistent/libnvJitLink.so", NULL};
 	assert_true(asprintf(&env[0], "LINGEN_CACHE_DIR=%s", cache) > 0);
 	char *argv[] = {(char *)LG_CLI, (char *)"build", (char *)LG_TEST_NORMS, (char *)"--arch", (char *)"sm_80", (char *)"-o",
-			dir, NULL};
+			dir, (char *)"--link", NULL};
 	struct lg_proc p;
 	assert_int_equal(lg_proc_run(argv, env, &p), 0);
 	fprintf(stderr, "%s", p.err);

@@ -32,11 +32,12 @@
 #include "cli.h"
 #include "compile_all.h"
 
-enum { O_OUT = LG_CA_OUT, O_ARCH = LG_CA_ARCH, O_JOBS = LG_CA_JOBS };
+enum { O_OUT = LG_CA_OUT, O_ARCH = LG_CA_ARCH, O_JOBS = LG_CA_JOBS, O_LINK };
 static const struct lg_cli_opt opts[] = {
 	[O_OUT] = {"out", 'o', "DIR", "bundle folder (created if missing)"},
 	[O_ARCH] = {"arch", 'a', "ARCH[,ARCH...]", "target archs (default $LINGEN_ARCH, else sm_90a)"},
 	[O_JOBS] = {"jobs", 'j', "N", "compile in N threads (default: number of CPUs)"},
+	[O_LINK] = {"link", 0, NULL, "also one linked module per arch, loaded once for all its kernels"},
 	{0},
 };
 
@@ -308,19 +309,22 @@ static int write_bundle(const char *dir, const struct lg_compile_set *s)
 
 static int run(const struct lg_cli_cmd *cmd, const struct lg_cli_args *a)
 {
-	return lg_compile_cmd(cmd, a, true, write_bundle, "built");
+	/* the linked module on request only until the GPU has timed its load
+	 * and its kernels (compiled as relocatable code) against the per-kernel
+	 * cubins: it doubles the build's compiles */
+	return lg_compile_cmd(cmd, a, a->val[O_LINK] != NULL, write_bundle, "built");
 }
 
 const struct lg_cli_cmd lg_cmd_build = {
 	.name = "build",
-	.synopsis = "SPEC... --arch ARCH[,ARCH...] -o DIR [-j N]",
+	.synopsis = "SPEC... --arch ARCH[,ARCH...] -o DIR [-j N] [--link]",
 	.summary = "pre-generate cubins into a deployment bundle (manifest + cubins)",
 	.details = "Writes DIR/<entry>.<arch>.cubin for every kernel and arch, the\n"
 		   "same cubins in one file, DIR/cubins.lgc (what the loader maps; with\n"
-		   "nvJitLink, also one linked module per arch: every kernel compiled again\n"
-		   "as relocatable code and linked into one cubin, which a context loads\n"
-		   "once for all of them; without nvJitLink, or when the link fails, the\n"
-		   "build says why and the kernels load one by one), then\n"
+		   "--link and nvJitLink, also one linked module per arch: every kernel\n"
+		   "compiled again as relocatable code and linked into one cubin, which a\n"
+		   "context loads once for all of them; without nvJitLink, or when the\n"
+		   "link fails, the build says why and the kernels load one by one), then\n"
 		   "DIR/index.lgb (what the loader reads: the records as text lines) and\n"
 		   "DIR/manifest.json (format 3: canonical spec, entry, arch, file, size,\n"
 		   "checksum and launch plan of each cubin; lingen and NVRTC versions),\n"

@@ -38,7 +38,10 @@ for b in "${builds[@]}"; do
 	rm -rf "$LINGEN_CACHE_DIR" "/tmp/jitload-bundle-$name"
 	"$dir/lingen" expand configs/models/ling-mini-2.0.json > "$step" || exit 1
 	start=$EPOCHREALTIME
-	timeout 30 "$dir/lingen" build "$step" -o "/tmp/jitload-bundle-$name" --arch sm_90a -j "$(nproc)" \
+	# a build named link* gets the linked module (lingen build --link)
+	link=
+	[[ $name == link* ]] && link=--link
+	timeout 30 "$dir/lingen" build "$step" -o "/tmp/jitload-bundle-$name" --arch sm_90a -j "$(nproc)" $link \
 		> "$out/build-$name.txt" 2>&1
 	echo "rc $? wall $(awk "BEGIN { print $EPOCHREALTIME - $start }") s" >> "$out/build-$name.txt"
 	echo "$name build: $(tail -2 "$out/build-$name.txt" | tr '\n' ' ')"

@@ -42,7 +42,7 @@ for m in configs/models/*.json; do
 done
 tmp=$(mktemp -d)
 if LINGEN_CACHE_DIR=off "$dir/lingen" build configs/kernels/ling-mini-2.0-norms.json --arch sm_90a \
-	-o "$tmp/bundle" > /dev/null 2>&1; then
+	-o "$tmp/bundle" --link > /dev/null 2>&1; then
 	cp "$tmp/bundle/manifest.json" "$seeds/manifest/"
 	# amplified seeds (fuzz_manifest.c): the kernels list made large, repeated
 	# (2^16 records), each record repeated (2^10 records), one duplicate at the end

@@ -31,11 +31,12 @@ struct lg_proc lg_test_run_cached(const char *tmp, int want, char **argv)
 	return p;
 }
 
-char *lg_test_build_norms(const char *tmp)
+char *lg_test_build_norms(const char *tmp, bool link)
 {
 	char *bundle = lg_test_path(tmp, "bundle");
-	char *argv[] = {(char *)LG_CLI, (char *)"build", (char *)LG_TEST_NORMS, (char *)"--arch",
-			(char *)"sm_90a,sm_80", (char *)"-o", bundle, (char *)"-j", (char *)"2", NULL};
+	char *argv[] = {(char *)LG_CLI,	  (char *)"build", (char *)LG_TEST_NORMS, (char *)"--arch",
+			(char *)"sm_90a,sm_80", (char *)"-o",	   bundle,		  (char *)"-j",
+			(char *)"2",		  link ? (char *)"--link" : NULL, NULL};
 	struct lg_proc p = lg_test_run_cached(tmp, 0, argv);
 	lg_proc_free(&p);
 	return bundle;

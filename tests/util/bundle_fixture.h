@@ -8,6 +8,7 @@
 #ifndef LG_BUNDLE_FIXTURE_H
 #define LG_BUNDLE_FIXTURE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "lingen.h"
@@ -20,9 +21,9 @@
  * the result with lg_proc_free. */
 struct lg_proc lg_test_run_cached(const char *tmp, int want, char **argv);
 
-/* `lingen build <LG_TEST_NORMS> --arch sm_90a,sm_80 -o <tmp>/bundle`: the
- * bundle's folder (malloc'd). */
-char *lg_test_build_norms(const char *tmp);
+/* `lingen build <LG_TEST_NORMS> --arch sm_90a,sm_80 -o <tmp>/bundle`, with
+ * --link when link: the bundle's folder (malloc'd). */
+char *lg_test_build_norms(const char *tmp, bool link);
 
 /* The bytes of the bundle's own file of the cubin of entry x arch
  * (malloc'd; asserted readable). */
